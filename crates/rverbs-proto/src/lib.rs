@@ -1,0 +1,29 @@
+//! RoCEv2 wire formats and the transport rules of rverbs, without I/O.
+//!
+//! This crate does no I/O whatsoever: no sockets, no threads, no clocks. Bytes and
+//! caller-supplied instants go in; bytes, completions and deadlines come out. It is
+//! deterministic, which is what lets the transports be tested against a simulated
+//! network and fuzzed.
+//!
+//! What lives here:
+//! - [`verbs`]: the verbs-level vocabulary shared by every transport (QP types and
+//!   states, work-completion statuses and opcodes, access flags), with the same
+//!   numeric values as `<infiniband/verbs.h>`.
+//! - [`state`]: the QP state machine and the attribute-mask table of `ibv_modify_qp(3)`.
+//! - [`violation`]: responder-side rule violations and what each becomes (a NAK, a
+//!   drop, a completion status), after rocev2-wire.md §3.3 and §4.
+//! - [`wire`]: packet views and representations for BTH and the extension headers,
+//!   the opcode table and the ICRC (rocev2-wire.md §1, §2).
+//!
+//! Panics: no function panics on any input that comes from the network; parsing goes
+//! through `new_checked` (see [`wire`]).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod psn;
+pub mod rnr;
+pub mod state;
+pub mod verbs;
+pub mod vendor_err;
+pub mod violation;
+pub mod wire;

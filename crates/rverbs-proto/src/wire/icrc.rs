@@ -1,0 +1,465 @@
+//! The RoCEv2 invariant CRC (ICRC): rocev2-wire.md §2.
+//!
+//! Read before editing: §2.1 (algorithm), §2.2 (masked fields), §2.4 (test vectors, all in
+//! the tests below) and §2.5 (why a UDP-socket implementation needs the pseudo-header and
+//! ID-solving variants).
+//!
+//! The ICRC is CRC-32 (IEEE 802.3, what `crc32fast` computes) over eight 0xFF bytes (a
+//! pseudo-LRH), then the IP header, the UDP header and the BTH with their variant fields set
+//! to all-ones, then the rest of the packet up to the last pad byte. It is sent
+//! little-endian: the wire bytes are `icrc.to_le_bytes()` (see
+//! [`crate::wire::roce::Packet::icrc`]).
+//!
+//! Every function here takes `roce`, the bytes from the first byte of the BTH to the last
+//! pad byte (the UDP payload without its last four bytes, the ICRC), and returns the ICRC as
+//! a `u32`.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crc32fast::Hasher;
+
+use super::{bth, Error};
+
+/// Length of the ICRC in bytes (rocev2-wire.md §1.1).
+pub const ICRC_LEN: usize = 4;
+
+/// CRC-32 of eight 0xFF bytes: the state after the pseudo-LRH (rocev2-wire.md §2.1).
+const SEED: u32 = 0x2144_df1c;
+
+const IPV4_HEADER_LEN: usize = 20;
+const IPV6_HEADER_LEN: usize = 40;
+const UDP_HEADER_LEN: usize = 8;
+const IP_PROTO_UDP: u8 = 17;
+/// Offset of the Identification field in an IPv4 header.
+const IPV4_ID_OFFSET: usize = 4;
+
+/// Feeds `roce` (BTH onwards) into `hasher` with the BTH's ECN byte masked
+/// (rocev2-wire.md §2.2: "byte 4 entirely").
+fn update_roce(hasher: &mut Hasher, roce: &[u8]) {
+    match roce.split_at_checked(bth::ECN_OFFSET) {
+        Some((head, [_ecn, rest @ ..])) => {
+            hasher.update(head);
+            hasher.update(&[0xff]);
+            hasher.update(rest);
+        }
+        _ => hasher.update(roce),
+    }
+}
+
+/// The ICRC of `ip_udp` (already masked IP and UDP headers) followed by `roce`.
+fn finish(ip_udp: &[u8], roce: &[u8]) -> u32 {
+    let mut hasher = Hasher::new_with_initial(SEED);
+    hasher.update(ip_udp);
+    update_roce(&mut hasher, roce);
+    hasher.finalize()
+}
+
+/// Masks the UDP checksum of `udp` (rocev2-wire.md §2.2).
+fn mask_udp(udp: &mut [u8]) {
+    udp[6..8].fill(0xff);
+}
+
+/// Masks TOS, TTL and the header checksum of an IPv4 header (rocev2-wire.md §2.2).
+fn mask_ipv4(ip: &mut [u8]) {
+    ip[1] = 0xff;
+    ip[8] = 0xff;
+    ip[10..12].fill(0xff);
+}
+
+/// Masks traffic class, flow label and hop limit of an IPv6 header (rocev2-wire.md §2.2).
+fn mask_ipv6(ip: &mut [u8]) {
+    ip[0] |= 0x0f;
+    ip[1..4].fill(0xff);
+    ip[7] = 0xff;
+}
+
+/// The masked IP and UDP headers of `packet` and their length, or `Error`.
+fn masked_ip_udp(packet: &[u8]) -> Result<([u8; IPV6_HEADER_LEN + UDP_HEADER_LEN], usize), Error> {
+    let (ip_len, protocol) = match packet.first().map(|b| b >> 4) {
+        // IHL must be 5: no options (rocev2-wire.md §2.1).
+        Some(4) if packet[0] & 0x0f == 5 => (IPV4_HEADER_LEN, packet.get(9)),
+        Some(6) => (IPV6_HEADER_LEN, packet.get(6)),
+        _ => return Err(Error),
+    };
+    let len = ip_len + UDP_HEADER_LEN;
+    if protocol != Some(&IP_PROTO_UDP) || packet.len() < len + bth::HEADER_LEN {
+        return Err(Error);
+    }
+    let mut out = [0; IPV6_HEADER_LEN + UDP_HEADER_LEN];
+    out[..len].copy_from_slice(&packet[..len]);
+    let (ip, udp) = out[..len].split_at_mut(ip_len);
+    if ip_len == IPV4_HEADER_LEN {
+        mask_ipv4(ip);
+    } else {
+        mask_ipv6(ip);
+    }
+    mask_udp(udp);
+    Ok((out, len))
+}
+
+/// The ICRC of a whole IP packet, from the first byte of the IP header to the last pad byte.
+///
+/// Rule: rocev2-wire.md §2.1: covers IP header .. pad, with the masks of §2.2.
+/// Errors: `Error` unless `packet` is IPv4 without options or IPv6 without extension headers,
+/// carrying UDP, and holds at least the IP, UDP and BTH headers.
+pub fn compute_ip_packet(packet: &[u8]) -> Result<u32, Error> {
+    let (headers, len) = masked_ip_udp(packet)?;
+    Ok(finish(&headers[..len], &packet[len..]))
+}
+
+/// The masked pseudo IPv4 and UDP headers of rocev2-wire.md §2.5 with Identification `id`.
+fn ipv4_pseudo_headers(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    src_port: u16,
+    dst_port: u16,
+    id: u16,
+    roce_len: usize,
+) -> [u8; IPV4_HEADER_LEN + UDP_HEADER_LEN] {
+    // Lengths count the ICRC too; a length past 16 bits cannot be sent and is truncated.
+    let udp_len = (UDP_HEADER_LEN + roce_len + ICRC_LEN) as u16;
+    let total_len = (IPV4_HEADER_LEN as u16).wrapping_add(udp_len);
+    let mut h = [0; IPV4_HEADER_LEN + UDP_HEADER_LEN];
+    h[0] = 0x45; // version 4, IHL 5
+    h[2..4].copy_from_slice(&total_len.to_be_bytes());
+    h[4..6].copy_from_slice(&id.to_be_bytes());
+    h[6] = 0x40; // DF, fragment offset 0
+    h[9] = IP_PROTO_UDP;
+    h[12..16].copy_from_slice(&src.octets());
+    h[16..20].copy_from_slice(&dst.octets());
+    h[20..22].copy_from_slice(&src_port.to_be_bytes());
+    h[22..24].copy_from_slice(&dst_port.to_be_bytes());
+    h[24..26].copy_from_slice(&udp_len.to_be_bytes());
+    let (ip, udp) = h.split_at_mut(IPV4_HEADER_LEN);
+    mask_ipv4(ip);
+    mask_udp(udp);
+    h
+}
+
+fn ipv4_pseudo_with_id(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    src_port: u16,
+    dst_port: u16,
+    id: u16,
+    roce: &[u8],
+) -> u32 {
+    finish(
+        &ipv4_pseudo_headers(src, dst, src_port, dst_port, id, roce.len()),
+        roce,
+    )
+}
+
+/// The ICRC of `roce` as sent over IPv4 by an unconnected `IP_PMTUDISC_DO` UDP socket:
+/// IPv4 header with ID 0, DF, no options (rocev2-wire.md §2.5, TX recipe).
+///
+/// TOS, TTL and both checksums are masked (§2.2), so they are not inputs; the IP total
+/// length and UDP length are derived from `roce.len()` plus the ICRC.
+pub fn compute_ipv4_pseudo(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    src_port: u16,
+    dst_port: u16,
+    roce: &[u8],
+) -> u32 {
+    ipv4_pseudo_with_id(src, dst, src_port, dst_port, 0, roce)
+}
+
+/// The ICRC of `roce` as sent over IPv6 without extension headers (rocev2-wire.md §2.5:
+/// "IPv6 has no ID: fully predictable"). Traffic class, flow label and hop limit are masked.
+pub fn compute_ipv6_pseudo(
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    src_port: u16,
+    dst_port: u16,
+    roce: &[u8],
+) -> u32 {
+    let udp_len = (UDP_HEADER_LEN + roce.len() + ICRC_LEN) as u16;
+    let mut h = [0; IPV6_HEADER_LEN + UDP_HEADER_LEN];
+    h[0] = 0x60;
+    h[4..6].copy_from_slice(&udp_len.to_be_bytes()); // payload length = UDP length
+    h[6] = IP_PROTO_UDP;
+    h[8..24].copy_from_slice(&src.octets());
+    h[24..40].copy_from_slice(&dst.octets());
+    h[40..42].copy_from_slice(&src_port.to_be_bytes());
+    h[42..44].copy_from_slice(&dst_port.to_be_bytes());
+    h[44..46].copy_from_slice(&udp_len.to_be_bytes());
+    let (ip, udp) = h.split_at_mut(IPV6_HEADER_LEN);
+    mask_ipv6(ip);
+    mask_udp(udp);
+    finish(&h, roce)
+}
+
+/// Multiplies a CRC state by x^(8n): the linear effect of appending `n` zero bytes.
+fn shift(crc: u32, n: u64) -> u32 {
+    let mut hasher = Hasher::new_with_initial_len(crc, 0);
+    hasher.combine(&Hasher::new_with_initial_len(0, n));
+    hasher.finalize()
+}
+
+/// Finds the IPv4 Identification under which `icrc` is the ICRC of `roce` with the pseudo
+/// header of [`compute_ipv4_pseudo`], or `None` if no ID fits.
+///
+/// Rule: rocev2-wire.md §2.5, option 2: the CRC is affine in the message bits, so
+/// `ICRC(ID = x) = ICRC(ID = 0) ⊕ L(x)` with `L` linear in the 16 ID bits; `L(1 << i)` is the
+/// CRC of that bit shifted over the bytes after the ID field. Gaussian elimination over GF(2)
+/// solves `L(x) = icrc ⊕ ICRC(ID = 0)`. The 16 basis vectors are independent, so a solution
+/// is unique, and a corrupted packet is accepted with probability 2^-16.
+///
+/// A UDP socket never sees the IPv4 ID that rxe and NICs put on the wire; this recovers it
+/// (and with it the header for a UD GRH, §5.3). `icrc` is the value read from the packet
+/// (`roce::Packet::icrc`); `roce` excludes it.
+pub fn solve_ipv4_id(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    src_port: u16,
+    dst_port: u16,
+    roce: &[u8],
+    icrc: u32,
+) -> Option<u16> {
+    let target = icrc ^ compute_ipv4_pseudo(src, dst, src_port, dst_port, roce);
+    let after_id = (IPV4_HEADER_LEN - IPV4_ID_OFFSET - 2 + UDP_HEADER_LEN + roce.len()) as u64;
+    let zero = crc32fast::hash(&[0, 0]);
+
+    // rows[p]: a reduced basis vector whose highest set bit is p, and the ID bits that make it.
+    let mut rows = [(0u32, 0u16); 32];
+    for bit in 0..16 {
+        let id = 1u16 << bit;
+        let mut vector = shift(crc32fast::hash(&id.to_be_bytes()) ^ zero, after_id);
+        let mut combo = id;
+        while vector != 0 {
+            let pivot = 31 - vector.leading_zeros() as usize;
+            if rows[pivot].0 == 0 {
+                rows[pivot] = (vector, combo);
+                break;
+            }
+            vector ^= rows[pivot].0;
+            combo ^= rows[pivot].1;
+        }
+    }
+
+    let (mut rest, mut id) = (target, 0u16);
+    while rest != 0 {
+        let (vector, combo) = rows[31 - rest.leading_zeros() as usize];
+        if vector == 0 {
+            return None;
+        }
+        rest ^= vector;
+        id ^= combo;
+    }
+    Some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::tests::{hex, V1, V1_MASKED, V2, V3, V4};
+
+    /// Splits IP..ICRC into IP..pad and the ICRC value (read little-endian).
+    fn split(wire: &[u8]) -> (&[u8], u32) {
+        let (body, icrc) = wire.split_at(wire.len() - ICRC_LEN);
+        (body, u32::from_le_bytes(icrc.try_into().unwrap()))
+    }
+
+    const V1_SRC: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 1);
+    const V1_DST: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 2);
+    const V3_SRC: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+    const V3_DST: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+    const V4_SRC: Ipv4Addr = Ipv4Addr::new(10, 0, 17, 1);
+    const V4_DST: Ipv4Addr = Ipv4Addr::new(10, 0, 18, 1);
+    const ROCE_PORT: u16 = 4791;
+
+    #[test]
+    fn seed_is_crc_of_eight_ones() {
+        assert_eq!(crc32fast::hash(&[0xff; 8]), SEED);
+    }
+
+    #[test]
+    fn icrc_v1_ipv4_send_only() {
+        let wire = hex(V1);
+        let (body, icrc) = split(&wire);
+        assert_eq!(icrc, 0x4ece_fc78);
+        assert_eq!(icrc.to_le_bytes(), [0x78, 0xfc, 0xce, 0x4e]);
+        assert_eq!(compute_ip_packet(body), Ok(0x4ece_fc78));
+    }
+
+    #[test]
+    fn icrc_v1_masked_buffer_matches() {
+        let wire = hex(V1);
+        let (body, _) = split(&wire);
+        let (headers, len) = masked_ip_udp(body).unwrap();
+        let mut masked = headers[..len].to_vec();
+        masked.extend_from_slice(&body[len..]);
+        masked[len + bth::ECN_OFFSET] = 0xff;
+        assert_eq!(masked, hex(V1_MASKED));
+        let mut plain = vec![0xff; 8];
+        plain.extend_from_slice(&masked);
+        assert_eq!(crc32fast::hash(&plain), 0x4ece_fc78);
+    }
+
+    #[test]
+    fn icrc_v1_masked_fields_do_not_change_it() {
+        let wire = hex(V1);
+        let mut body = split(&wire).0.to_vec();
+        body[1] = 3; // TOS
+        body[8] = 7; // TTL
+        body[10..12].copy_from_slice(&[0x12, 0x34]); // IPv4 header checksum
+        body[26..28].copy_from_slice(&[0xab, 0xcd]); // UDP checksum
+        body[28 + 4] = 0xc0; // FECN = BECN = 1
+        assert_eq!(compute_ip_packet(&body), Ok(0x4ece_fc78));
+    }
+
+    #[test]
+    fn icrc_v1_covered_fields_change_it() {
+        let wire = hex(V1);
+        let body = split(&wire).0;
+        for at in [
+            0x04, 0x06, 0x09, 0x0c, 0x14, 0x18, 0x1c, 0x1d, 0x21, 0x25, 0x28,
+        ] {
+            let mut changed = body.to_vec();
+            changed[at] ^= 0x01;
+            assert_ne!(compute_ip_packet(&changed), Ok(0x4ece_fc78), "byte {at}");
+        }
+    }
+
+    #[test]
+    fn icrc_v1_with_id_zero() {
+        let wire = hex(V1);
+        let mut body = split(&wire).0.to_vec();
+        body[4..6].fill(0);
+        let expected = u32::from_le_bytes([0xe9, 0x55, 0xea, 0x37]);
+        assert_eq!(compute_ip_packet(&body), Ok(expected));
+        // The same from the synthesized header of §2.5 (ID 0, DF, no options).
+        assert_eq!(
+            compute_ipv4_pseudo(V1_SRC, V1_DST, 0xc123, ROCE_PORT, &body[28..]),
+            expected
+        );
+    }
+
+    #[test]
+    fn icrc_v2_ipv4_acknowledge() {
+        let wire = hex(V2);
+        let (body, icrc) = split(&wire);
+        assert_eq!(icrc, 0xe576_c670);
+        assert_eq!(compute_ip_packet(body), Ok(0xe576_c670));
+        // tshark shows the wire bytes as a big-endian u32 (rocev2-wire.md §2.3).
+        assert_eq!(u32::from_be_bytes(icrc.to_le_bytes()), 0x70c6_76e5);
+    }
+
+    #[test]
+    fn icrc_v3_ipv6_send_only() {
+        let wire = hex(V3);
+        let (body, icrc) = split(&wire);
+        assert_eq!(icrc, 0xd1f2_8bb5);
+        assert_eq!(compute_ip_packet(body), Ok(0xd1f2_8bb5));
+        let (headers, _) = masked_ip_udp(body).unwrap();
+        assert_eq!(headers[..8], hex("6fffffff002011ff")[..]);
+        assert_eq!(
+            compute_ipv6_pseudo(V3_SRC, V3_DST, 0xc123, ROCE_PORT, &body[48..]),
+            0xd1f2_8bb5
+        );
+    }
+
+    #[test]
+    fn icrc_v4_hardware_cnp() {
+        let wire = hex(V4);
+        assert_eq!(wire.len(), 60);
+        let (body, icrc) = split(&wire);
+        assert_eq!(icrc, u32::from_le_bytes([0x82, 0xfd, 0x00, 0x2a]));
+        assert_eq!(compute_ip_packet(body), Ok(icrc));
+    }
+
+    #[test]
+    fn solve_ipv4_id_recovers_v4_hardware_id() {
+        let wire = hex(V4);
+        let (body, icrc) = split(&wire);
+        assert_eq!(
+            solve_ipv4_id(V4_SRC, V4_DST, 0, ROCE_PORT, &body[28..], icrc),
+            Some(0x718c)
+        );
+    }
+
+    #[test]
+    fn solve_ipv4_id_recovers_v1_and_v2_ids() {
+        for (vector, src, dst) in [(V1, V1_SRC, V1_DST), (V2, V1_DST, V1_SRC)] {
+            let wire = hex(vector);
+            let (body, icrc) = split(&wire);
+            assert_eq!(
+                solve_ipv4_id(src, dst, 0xc123, ROCE_PORT, &body[28..], icrc),
+                Some(0x1234)
+            );
+        }
+    }
+
+    #[test]
+    fn solve_ipv4_id_of_id_zero_packet_is_zero() {
+        let wire = hex(V1);
+        let roce = &split(&wire).0[28..];
+        let icrc = compute_ipv4_pseudo(V1_SRC, V1_DST, 0xc123, ROCE_PORT, roce);
+        assert_eq!(
+            solve_ipv4_id(V1_SRC, V1_DST, 0xc123, ROCE_PORT, roce, icrc),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn solve_ipv4_id_refuses_corrupted_packet() {
+        let wire = hex(V4);
+        let (body, icrc) = split(&wire);
+        let mut roce = body[28..].to_vec();
+        roce[20] ^= 0x01;
+        assert_eq!(
+            solve_ipv4_id(V4_SRC, V4_DST, 0, ROCE_PORT, &roce, icrc),
+            None
+        );
+        assert_eq!(
+            solve_ipv4_id(V4_SRC, V4_DST, 0, ROCE_PORT, &body[28..], icrc ^ 1),
+            None
+        );
+        // The wrong source address is refused as well.
+        let other = Ipv4Addr::new(10, 0, 17, 2);
+        assert_eq!(
+            solve_ipv4_id(other, V4_DST, 0, ROCE_PORT, &body[28..], icrc),
+            None
+        );
+    }
+
+    #[test]
+    fn compute_ip_packet_refuses_what_it_cannot_mask() {
+        let wire = hex(V1);
+        let body = split(&wire).0;
+        assert_eq!(compute_ip_packet(&[]), Err(Error));
+        let mut options = body.to_vec();
+        options[0] = 0x46;
+        assert_eq!(compute_ip_packet(&options), Err(Error));
+        let mut tcp = body.to_vec();
+        tcp[9] = 6;
+        assert_eq!(compute_ip_packet(&tcp), Err(Error));
+        let mut v5 = body.to_vec();
+        v5[0] = 0x55;
+        assert_eq!(compute_ip_packet(&v5), Err(Error));
+        for len in 0..20 + 8 + 12 {
+            assert_eq!(compute_ip_packet(&body[..len]), Err(Error), "len {len}");
+        }
+        assert!(compute_ip_packet(&body[..40]).is_ok());
+        let v3 = hex(V3);
+        for len in 0..40 + 8 + 12 {
+            assert_eq!(compute_ip_packet(&v3[..len]), Err(Error), "len {len}");
+        }
+    }
+
+    #[test]
+    fn pseudo_functions_accept_any_length() {
+        // Network input never panics, even shorter than a BTH.
+        for len in 0..8 {
+            let roce = [0x5a; 8];
+            let a = compute_ipv4_pseudo(V1_SRC, V1_DST, 1, 2, &roce[..len]);
+            let b = compute_ipv6_pseudo(V3_SRC, V3_DST, 1, 2, &roce[..len]);
+            assert_eq!(
+                solve_ipv4_id(V1_SRC, V1_DST, 1, 2, &roce[..len], a),
+                Some(0)
+            );
+            assert_ne!(a, b);
+        }
+    }
+}

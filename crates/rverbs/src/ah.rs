@@ -1,0 +1,82 @@
+//! Address handles (ibv_create_ah(3)).
+//!
+//! Rule: on an Ethernet (RoCE) port an address handle must carry a GRH (`is_global`),
+//! whose `sgid_index` names an entry of the GID table (pyverbs `test_create_ah_roce`;
+//! ib_core `rdma_check_ah_attr`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::context::check_port;
+use crate::error::{Error, Result};
+use crate::pd::{Pd, PdInner};
+use crate::qp::attr::AhAttr;
+
+pub(crate) struct AhInner {
+    pub(crate) pd: Arc<PdInner>,
+    pub(crate) attr: AhAttr,
+    destroyed: AtomicBool,
+}
+
+impl Drop for AhInner {
+    fn drop(&mut self) {
+        if !self.destroyed.swap(true, Ordering::AcqRel) {
+            self.pd.release();
+        }
+    }
+}
+
+/// An address handle (`struct ibv_ah`). Cloning shares it.
+#[derive(Clone)]
+pub struct Ah {
+    inner: Arc<AhInner>,
+}
+
+impl std::fmt::Debug for Ah {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ah").field("attr", &self.inner.attr).finish()
+    }
+}
+
+/// Checks an address vector against the device (shared by AHs and `modify_qp`).
+pub(crate) fn check_av(verb: &'static str, pd: &PdInner, attr: &AhAttr) -> Result<()> {
+    check_port(verb, attr.port_num)?;
+    let grh = attr.grh.ok_or(Error::invalid(verb, "RoCE address vectors need a GRH (is_global)"))?;
+    if usize::from(grh.sgid_index) >= pd.ctx.dev.gids.len() {
+        return Err(Error::invalid(verb, "sgid_index beyond the GID table"));
+    }
+    Ok(())
+}
+
+impl Ah {
+    /// Creates an address handle (ibv_create_ah(3)).
+    pub fn new(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
+        check_av("create_ah", pd.inner(), attr)?;
+        pd.inner().hold()?;
+        Ok(Ah {
+            inner: Arc::new(AhInner {
+                pd: pd.inner().clone(),
+                attr: *attr,
+                destroyed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<AhInner> {
+        &self.inner
+    }
+
+    /// The address vector.
+    pub fn attr(&self) -> AhAttr {
+        self.inner.attr
+    }
+
+    /// Destroys the handle (ibv_destroy_ah(3)); sends already posted keep working.
+    pub fn destroy(&self) -> Result<()> {
+        if self.inner.destroyed.swap(true, Ordering::AcqRel) {
+            return Err(Error::Destroyed { what: "address handle" });
+        }
+        self.inner.pd.release();
+        Ok(())
+    }
+}

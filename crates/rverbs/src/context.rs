@@ -1,0 +1,162 @@
+//! A device context: the handle every other object hangs off.
+//!
+//! Rule: ibv_open_device(3): a context owns its protection domains, completion queues,
+//! completion channels and its asynchronous event queue (`async_fd`). Several contexts
+//! of one device share the device: their QPs can reach each other (the pyverbs suite
+//! opens one context per side).
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use rverbs_proto::verbs::EventType;
+
+use crate::cq::channel::CompChannel;
+use crate::cq::{Cq, CqInit};
+use crate::device::{DeviceAttr, DeviceInner, GidEntry, PortAttr};
+use crate::error::{Error, Result};
+use crate::event::{AsyncEvent, EventQueue, RawAsyncEvent, RawElement};
+use crate::pd::Pd;
+use crate::Gid;
+
+pub(crate) struct ContextInner {
+    pub(crate) dev: &'static DeviceInner,
+    pub(crate) id: u32,
+    events: EventQueue<RawAsyncEvent>,
+}
+
+impl ContextInner {
+    /// Queues an asynchronous event (ibv_get_async_event(3)).
+    pub(crate) fn raise(&self, kind: EventType, element: RawElement) {
+        tracing::debug!(?kind, "async event");
+        self.events.push(RawAsyncEvent { kind, element });
+    }
+}
+
+/// An open device context (`struct ibv_context`). Cloning shares the context.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("device", &self.inner.dev.name).finish()
+    }
+}
+
+static NEXT_CONTEXT: AtomicU32 = AtomicU32::new(1);
+
+/// Port numbers start at 1 and the device has one port.
+pub(crate) fn check_port(verb: &'static str, port: u8) -> Result<()> {
+    if port == 1 {
+        Ok(())
+    } else {
+        Err(Error::invalid(verb, "the device has one port, number 1"))
+    }
+}
+
+impl Context {
+    pub(crate) fn open(dev: &'static DeviceInner) -> Result<Self> {
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                dev,
+                id: NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed),
+                events: EventQueue::new()?,
+            }),
+        })
+    }
+
+    pub(crate) fn from_inner(inner: Arc<ContextInner>) -> Self {
+        Context { inner }
+    }
+
+    /// The name of the device the context is open on.
+    pub fn device_name(&self) -> &'static str {
+        self.inner.dev.name
+    }
+
+    /// Device attributes (ibv_query_device(3), ibv_query_device_ex(3)).
+    pub fn query_device(&self) -> DeviceAttr {
+        self.inner.dev.attr()
+    }
+
+    /// Attributes of `port` (ibv_query_port(3)).
+    ///
+    /// Errors: `EINVAL` for any port but 1.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        check_port("query_port", port)?;
+        Ok(self.inner.dev.port_attr())
+    }
+
+    /// The GID at `index` of `port` (ibv_query_gid(3)).
+    ///
+    /// Rule: an index inside the table but without an entry reads as the zero GID.
+    /// Errors: `EINVAL` for a bad port or an index ≥ `gid_tbl_len`.
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        Ok(self.query_gid_ex(port, index)?.gid)
+    }
+
+    /// The GID table entry at `index` of `port` (ibv_query_gid_ex(3)).
+    pub fn query_gid_ex(&self, port: u8, index: u32) -> Result<GidEntry> {
+        check_port("query_gid", port)?;
+        self.inner
+            .dev
+            .gids
+            .get(index as usize)
+            .copied()
+            .ok_or(Error::invalid("query_gid", "index beyond the GID table"))
+    }
+
+    /// The whole GID table (ibv_query_gid_table(3)).
+    pub fn query_gid_table(&self) -> Vec<GidEntry> {
+        self.inner.dev.gids.clone()
+    }
+
+    /// The P_Key at `index` of `port` (ibv_query_pkey(3)): the default 0xFFFF at index 0.
+    pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        check_port("query_pkey", port)?;
+        if index == 0 {
+            Ok(0xffff)
+        } else {
+            Err(Error::invalid("query_pkey", "the P_Key table has one entry"))
+        }
+    }
+
+    /// The device clock in nanoseconds and the wall clock (ibv_query_rt_values_ex(3)).
+    pub fn query_rt_values(&self) -> crate::clock::RtValues {
+        crate::clock::rt_values()
+    }
+
+    /// Allocates a protection domain (ibv_alloc_pd(3)).
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        Pd::new(self.inner.clone())
+    }
+
+    /// Creates a completion queue (ibv_create_cq(3), ibv_create_cq_ex(3)).
+    pub fn create_cq(&self, init: &CqInit) -> Result<Cq> {
+        Cq::new(self.inner.clone(), init)
+    }
+
+    /// Creates a completion channel (ibv_create_comp_channel(3)).
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        CompChannel::new(self.inner.clone())
+    }
+
+    /// Waits for the next asynchronous event (ibv_get_async_event(3)). Blocks unless
+    /// [`Context::async_fd`] was made non-blocking, in which case an empty queue gives
+    /// `Error::WouldBlock`.
+    pub fn get_async_event(&self) -> Result<AsyncEvent> {
+        self.inner.events.pop(AsyncEvent::deliver)
+    }
+
+    /// The fd that is readable while an asynchronous event is pending (`async_fd`).
+    pub fn async_fd(&self) -> BorrowedFd<'_> {
+        self.inner.events.fd()
+    }
+
+    /// Opaque per-context id, unique in the process.
+    pub fn id(&self) -> u32 {
+        self.inner.id
+    }
+}

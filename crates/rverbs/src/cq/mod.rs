@@ -1,0 +1,468 @@
+//! Completion queues: creation, batch polling, overrun, notification, resize, destroy.
+//!
+//! Read before editing: seeds 000/002 (ibv_poll_cq(3)), 004 (ibv_create_cq_ex(3)) and
+//! DESIGN.md §3. The ring itself is in [`ring`]; extended polling in [`ex`]; completion
+//! channels in [`channel`].
+
+pub mod channel;
+pub mod ex;
+pub(crate) mod ring;
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use bitflags::bitflags;
+use rverbs_proto::verbs::EventType;
+
+use crate::context::{Context, ContextInner};
+use crate::device::limits;
+use crate::error::{Error, Result};
+use crate::event::{EventCounter, RawElement};
+use crate::wc::{Cqe, Wc};
+use channel::{ChannelInner, CompChannel};
+use ring::{Pop, PushError, Ring};
+
+bitflags! {
+    /// The fields extended polling may read (`enum ibv_wc_flags_ex`, chosen at creation).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct WcExFlags: u64 {
+        /// Byte count.
+        const BYTE_LEN = 1;
+        /// Immediate data (and the invalidated rkey, which shares it).
+        const IMM = 1 << 1;
+        /// Local QP number.
+        const QP_NUM = 1 << 2;
+        /// Source QP number.
+        const SRC_QP = 1 << 3;
+        /// Source LID.
+        const SLID = 1 << 4;
+        /// Service level.
+        const SL = 1 << 5;
+        /// DLID path bits.
+        const DLID_PATH_BITS = 1 << 6;
+        /// Completion time in device clock units.
+        const COMPLETION_TIMESTAMP = 1 << 7;
+        /// VLAN (not supported).
+        const CVLAN = 1 << 8;
+        /// Flow tag (not supported).
+        const FLOW_TAG = 1 << 9;
+        /// Tag matching info (not supported).
+        const TM_INFO = 1 << 10;
+        /// Completion time in wall-clock nanoseconds.
+        const COMPLETION_TIMESTAMP_WALLCLOCK = 1 << 11;
+    }
+}
+
+impl WcExFlags {
+    /// `IBV_WC_STANDARD_FLAGS`: what a CQ made with plain ibv_create_cq(3) provides.
+    pub const STANDARD: WcExFlags = WcExFlags::from_bits_truncate(0x7f);
+    /// The flags rverbs supports.
+    pub const SUPPORTED: WcExFlags = WcExFlags::STANDARD
+        .union(WcExFlags::COMPLETION_TIMESTAMP)
+        .union(WcExFlags::COMPLETION_TIMESTAMP_WALLCLOCK);
+}
+
+bitflags! {
+    /// Creation flags (`enum ibv_create_cq_attr_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct CqCreateFlags: u32 {
+        /// The application polls from one thread at a time: no consumer locking.
+        const SINGLE_THREADED = 1;
+        /// On overrun, overwrite the oldest CQE instead of failing the CQ.
+        const IGNORE_OVERRUN = 1 << 1;
+    }
+}
+
+/// Parameters of [`Context::create_cq`] (`struct ibv_cq_init_attr_ex`).
+#[derive(Clone, Debug)]
+pub struct CqInit<'a> {
+    /// Minimum number of entries; the CQ reports its real (power-of-two) size.
+    pub cqe: u32,
+    /// Opaque value returned with completion events (`cq_context`).
+    pub cq_context: usize,
+    /// Completion channel for events, if any.
+    pub channel: Option<&'a CompChannel>,
+    /// Completion vector, `< num_comp_vectors` (1).
+    pub comp_vector: u32,
+    /// Fields extended polling may read.
+    pub wc_flags: WcExFlags,
+    /// Creation flags.
+    pub flags: CqCreateFlags,
+}
+
+impl CqInit<'_> {
+    /// A CQ of at least `cqe` entries with the standard fields and no channel.
+    pub fn new(cqe: u32) -> Self {
+        CqInit {
+            cqe,
+            cq_context: 0,
+            channel: None,
+            comp_vector: 0,
+            wc_flags: WcExFlags::STANDARD,
+            flags: CqCreateFlags::empty(),
+        }
+    }
+}
+
+impl<'a> CqInit<'a> {
+    /// Attaches a completion channel.
+    pub fn channel(mut self, channel: &'a CompChannel) -> Self {
+        self.channel = Some(channel);
+        self
+    }
+
+    /// Chooses the fields extended polling may read.
+    pub fn wc_flags(mut self, flags: WcExFlags) -> Self {
+        self.wc_flags = flags;
+        self
+    }
+
+    /// Sets creation flags.
+    pub fn flags(mut self, flags: CqCreateFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Sets the context value returned with events.
+    pub fn cq_context(mut self, value: usize) -> Self {
+        self.cq_context = value;
+        self
+    }
+}
+
+const NOTIFY_SOLICITED: u8 = 1;
+const NOTIFY_NEXT: u8 = 2;
+const DESTROYED: u32 = 1 << 31;
+
+pub(crate) struct CqInner {
+    pub(crate) ctx: Arc<ContextInner>,
+    ring: RwLock<Ring>,
+    consumer: Mutex<()>,
+    pub(crate) flags: CqCreateFlags,
+    pub(crate) wc_flags: WcExFlags,
+    timestamps: bool,
+    errored: AtomicBool,
+    notify: AtomicU8,
+    channel: Option<Arc<ChannelInner>>,
+    cq_context: AtomicUsize,
+    pub(crate) comp_events: EventCounter,
+    pub(crate) async_events: EventCounter,
+    /// QPs and SRQs completing to this CQ; the top bit marks it destroyed.
+    users: AtomicU32,
+    cookie: AtomicUsize,
+}
+
+/// Why a completion could not be delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Overrun;
+
+impl CqInner {
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.users.load(Ordering::Acquire) & DESTROYED != 0
+    }
+
+    /// A QP or SRQ starts completing to this CQ.
+    pub(crate) fn attach(&self) -> Result<()> {
+        self.users
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u & DESTROYED == 0).then_some(u + 1)
+            })
+            .map(|_| ())
+            .map_err(|_| Error::Destroyed { what: "completion queue" })
+    }
+
+    pub(crate) fn detach(&self) {
+        self.users.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Publishes a completion.
+    ///
+    /// Rule: ibv_poll_cq(3) NOTES: a completion arriving at a full CQ is an overrun:
+    /// the async event CQ_ERR is raised and the CQ cannot be used any more (polls
+    /// fail). With IGNORE_OVERRUN (ibv_create_cq_ex(3)) the oldest CQE is overwritten
+    /// and nothing fails.
+    /// Deviation: rxe drops the CQE and raises CQ_ERR but keeps the CQ usable; rverbs
+    /// follows the man page (and DESIGN.md §3) and puts the CQ in error.
+    pub(crate) fn push(self: &Arc<Self>, mut cqe: Cqe) -> Result<(), Overrun> {
+        if self.errored.load(Ordering::Acquire) {
+            return Err(Overrun);
+        }
+        if self.timestamps {
+            cqe.timestamp = crate::clock::device_ns();
+        }
+        let ignore = self.flags.contains(CqCreateFlags::IGNORE_OVERRUN);
+        let pushed = self.ring.read().expect("cq ring").push(&cqe.encode(), ignore);
+        if let Err(PushError::Full) = pushed {
+            if !self.errored.swap(true, Ordering::AcqRel) {
+                tracing::warn!("CQ overrun");
+                self.ctx.raise(EventType::CqErr, RawElement::Cq(Arc::downgrade(self)));
+            }
+            return Err(Overrun);
+        }
+        self.notify_if_armed(cqe.solicited);
+        Ok(())
+    }
+
+    /// Fires the armed notification, once.
+    ///
+    /// Rule: ibv_req_notify_cq(3): after arming, the next completion (or, when
+    /// solicited-only, the next solicited completion) queues one event on the channel;
+    /// the arming is then spent. rxe treats error and flush completions as not
+    /// solicited; so does rverbs.
+    fn notify_if_armed(self: &Arc<Self>, solicited: bool) {
+        let Some(channel) = &self.channel else { return };
+        // Pairs with the fence in `req_notify`: either the application's poll after
+        // arming sees this CQE, or this load sees the arming (no lost wake-up).
+        fence(Ordering::SeqCst);
+        let armed = self.notify.load(Ordering::Relaxed);
+        let fire = armed & NOTIFY_NEXT != 0 || (armed & NOTIFY_SOLICITED != 0 && solicited);
+        if fire
+            && self
+                .notify
+                .compare_exchange(armed, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            channel.queue_event(Arc::downgrade(self));
+        }
+    }
+
+    pub(crate) fn cq_context(&self) -> usize {
+        self.cq_context.load(Ordering::Relaxed)
+    }
+
+    fn lock_consumer(&self) -> Option<MutexGuard<'_, ()>> {
+        if self.flags.contains(CqCreateFlags::SINGLE_THREADED) {
+            None
+        } else {
+            Some(self.consumer.lock().expect("cq consumer"))
+        }
+    }
+
+    /// Removes up to `max` CQEs, oldest first, handing each to `f`.
+    fn pop_into(&self, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
+        if self.errored.load(Ordering::Acquire) {
+            return Err(Error::CqOverrun);
+        }
+        let _g = self.lock_consumer();
+        let ring = self.ring.read().expect("cq ring");
+        let mut n = 0;
+        while n < max {
+            match ring.pop() {
+                Pop::Entry(words) => {
+                    f(Cqe::decode(&words));
+                    n += 1;
+                }
+                Pop::Empty => break,
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// A completion queue (`struct ibv_cq` / `struct ibv_cq_ex`). Cloning shares it.
+#[derive(Clone)]
+pub struct Cq {
+    inner: Arc<CqInner>,
+}
+
+impl std::fmt::Debug for Cq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cq").field("cqe", &self.cqe()).finish()
+    }
+}
+
+impl Cq {
+    pub(crate) fn new(ctx: Arc<ContextInner>, init: &CqInit<'_>) -> Result<Self> {
+        if init.cqe == 0 {
+            return Err(Error::invalid("create_cq", "cqe must be at least 1"));
+        }
+        if init.cqe > limits::MAX_CQE {
+            return Err(Error::Limit {
+                verb: "create_cq",
+                what: "cqe",
+                max: limits::MAX_CQE.into(),
+                got: init.cqe.into(),
+            });
+        }
+        if init.comp_vector >= limits::NUM_COMP_VECTORS {
+            return Err(Error::invalid("create_cq", "comp_vector >= num_comp_vectors"));
+        }
+        let unsupported = init.wc_flags.difference(WcExFlags::SUPPORTED);
+        if !unsupported.is_empty() {
+            return Err(Error::unsupported("create_cq_ex", "wc_flags (cvlan, flow tag, TM info)"));
+        }
+        if let Some(ch) = init.channel {
+            if !Arc::ptr_eq(&ch.inner().ctx, &ctx) {
+                return Err(Error::invalid("create_cq", "channel of another context"));
+            }
+            ch.inner().attach();
+        }
+        Ok(Cq {
+            inner: Arc::new(CqInner {
+                ctx,
+                ring: RwLock::new(Ring::new(init.cqe as usize)),
+                consumer: Mutex::new(()),
+                flags: init.flags,
+                wc_flags: init.wc_flags,
+                timestamps: init.wc_flags.intersects(
+                    WcExFlags::COMPLETION_TIMESTAMP | WcExFlags::COMPLETION_TIMESTAMP_WALLCLOCK,
+                ),
+                errored: AtomicBool::new(false),
+                notify: AtomicU8::new(0),
+                channel: init.channel.map(|c| c.inner().clone()),
+                cq_context: AtomicUsize::new(init.cq_context),
+                comp_events: EventCounter::default(),
+                async_events: EventCounter::default(),
+                users: AtomicU32::new(0),
+                cookie: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    pub(crate) fn from_inner(inner: Arc<CqInner>) -> Self {
+        Cq { inner }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<CqInner> {
+        &self.inner
+    }
+
+    /// The context the CQ belongs to.
+    pub fn context(&self) -> Context {
+        Context::from_inner(self.inner.ctx.clone())
+    }
+
+    /// Number of entries the CQ holds (≥ the `cqe` requested, a power of two).
+    pub fn cqe(&self) -> u32 {
+        self.inner.ring.read().expect("cq ring").capacity() as u32
+    }
+
+    /// The fields extended polling may read.
+    pub fn wc_flags(&self) -> WcExFlags {
+        self.inner.wc_flags
+    }
+
+    /// The creation flags.
+    pub fn create_flags(&self) -> CqCreateFlags {
+        self.inner.flags
+    }
+
+    /// The `cq_context` given at creation.
+    pub fn cq_context(&self) -> usize {
+        self.inner.cq_context()
+    }
+
+    /// Whether an overrun put the CQ in the error state.
+    pub fn is_errored(&self) -> bool {
+        self.inner.errored.load(Ordering::Acquire)
+    }
+
+    /// Removes up to `wc.len()` completions, oldest first, into `wc`; returns how many.
+    ///
+    /// Rule: ibv_poll_cq(3), RETURN VALUE: returns min(n, available); 0 when empty.
+    /// Rule: ibv_poll_cq(3) NOTES: each polled completion is removed for good.
+    /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
+    pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
+        let mut i = 0;
+        self.inner.pop_into(wc.len(), |cqe| {
+            wc[i] = cqe.to_wc();
+            i += 1;
+        })
+    }
+
+    /// Requests one completion event on the channel (ibv_req_notify_cq(3)): for the next
+    /// completion, or for the next solicited one when `solicited_only`.
+    ///
+    /// Rule: completions already in the CQ do not fire the event; the usual pattern is
+    /// arm, then poll once more.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        if self.inner.is_destroyed() {
+            return Err(Error::Destroyed { what: "completion queue" });
+        }
+        let flag = if solicited_only { NOTIFY_SOLICITED } else { NOTIFY_NEXT };
+        self.inner.notify.fetch_or(flag, Ordering::AcqRel);
+        // Pairs with the fence in `notify_if_armed`.
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Acknowledges `n` completion events (ibv_ack_cq_events(3)).
+    pub fn ack_events(&self, n: u32) {
+        self.inner.comp_events.ack(n);
+    }
+
+    /// Acknowledges `n` asynchronous events about this CQ (ibv_ack_async_event(3)).
+    pub fn ack_async_events(&self, n: u32) {
+        self.inner.async_events.ack(n);
+    }
+
+    /// Changes the size to at least `cqe` entries (ibv_resize_cq(3)); returns the new
+    /// size. Completions in the CQ are kept.
+    ///
+    /// Errors: `EINVAL` if `cqe` is 0, above `max_cqe`, or smaller than the number of
+    /// completions the CQ holds (rxe `rxe_cq_chk_attr`).
+    pub fn resize(&self, cqe: u32) -> Result<u32> {
+        if cqe == 0 || cqe > limits::MAX_CQE {
+            return Err(Error::invalid("resize_cq", "cqe out of range"));
+        }
+        let _g = self.inner.consumer.lock().expect("cq consumer");
+        let mut ring = self.inner.ring.write().expect("cq ring");
+        if (cqe as usize) < ring.len() {
+            return Err(Error::invalid("resize_cq", "fewer entries than completions in the CQ"));
+        }
+        let new = Ring::new(cqe as usize);
+        let ignore = self.inner.flags.contains(CqCreateFlags::IGNORE_OVERRUN);
+        ring.drain(|e| {
+            let _ = new.push(&e, ignore);
+        });
+        *ring = new;
+        Ok(ring.capacity() as u32)
+    }
+
+    /// Destroys the CQ (ibv_destroy_cq(3)) after every completion event and
+    /// asynchronous event delivered for it has been acknowledged (this blocks).
+    ///
+    /// Errors: `EBUSY` while a QP or SRQ still completes to it.
+    pub fn destroy(&self) -> Result<()> {
+        match self.inner.users.compare_exchange(0, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {}
+            Err(u) if u & DESTROYED != 0 => {
+                return Err(Error::Destroyed { what: "completion queue" })
+            }
+            Err(_) => return Err(Error::Busy { what: "completion queue" }),
+        }
+        self.inner.comp_events.wait_all_acked();
+        self.inner.async_events.wait_all_acked();
+        if let Some(ch) = &self.inner.channel {
+            ch.detach();
+        }
+        Ok(())
+    }
+
+    /// Number of completions waiting (a snapshot).
+    pub fn len(&self) -> usize {
+        self.inner.ring.read().expect("cq ring").len()
+    }
+
+    /// Whether no completion is waiting (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Opaque value for language bindings (the C ABI keeps its `ibv_cq *` here).
+    #[doc(hidden)]
+    pub fn cookie(&self) -> usize {
+        self.inner.cookie.load(Ordering::Acquire)
+    }
+
+    #[doc(hidden)]
+    pub fn set_cookie(&self, value: usize) {
+        self.inner.cookie.store(value, Ordering::Release);
+    }
+
+    /// Whether two handles name the same CQ.
+    pub fn same_as(&self, other: &Cq) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}

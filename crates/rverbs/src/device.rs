@@ -1,0 +1,546 @@
+//! The built-in soft device, its attributes, its port and its GID table.
+//!
+//! Rule: ibv_get_device_list(3): every process sees the device `rverbs0`; it needs no
+//! configuration, kernel module or privilege.
+//! Rule: ibv_query_port(3): one port (1), ACTIVE, link layer Ethernet (RoCE v2, like
+//! Soft-RoCE); the GID table is index 0 = link-local `fe80::` + EUI-64, then one
+//! IPv4-mapped GID `::ffff:a.b.c.d` per IPv4 address of the host
+//! (rocev2-wire.md §5.2).
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::OnceLock;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::mr::KeyTable;
+use crate::qp::table::QpTable;
+use crate::sys;
+
+/// Name of the built-in device.
+pub const DEVICE_NAME: &str = "rverbs0";
+
+/// Limits the device reports and enforces (ibv_query_device(3)).
+pub mod limits {
+    /// Queue pairs per process.
+    pub const MAX_QP: u32 = crate::qp::table::MAX_LOCAL_QPS;
+    /// Work requests per send or receive queue.
+    pub const MAX_QP_WR: u32 = 32_768;
+    /// Scatter/gather entries per work request.
+    pub const MAX_SGE: u32 = 32;
+    /// Scatter/gather entries per RDMA READ.
+    pub const MAX_SGE_RD: u32 = 32;
+    /// Completion queues.
+    pub const MAX_CQ: u32 = 1 << 20;
+    /// Entries per completion queue (memory is committed only as it is used).
+    pub const MAX_CQE: u32 = (1 << 22) - 1;
+    /// Memory regions.
+    pub const MAX_MR: u32 = (1 << 24) - 2;
+    /// Largest memory region.
+    pub const MAX_MR_SIZE: u64 = 1 << 46;
+    /// Protection domains.
+    pub const MAX_PD: u32 = 1 << 20;
+    /// Outstanding RDMA READ/atomic per QP, as target and as initiator.
+    pub const MAX_QP_RD_ATOM: u32 = 128;
+    /// Responder resources for RDMA READ/atomic in all.
+    pub const MAX_RES_RD_ATOM: u32 = 128 * 16_384;
+    /// Shared receive queues.
+    pub const MAX_SRQ: u32 = 1 << 16;
+    /// Work requests per SRQ.
+    pub const MAX_SRQ_WR: u32 = 32_768;
+    /// Scatter/gather entries per SRQ work request.
+    pub const MAX_SRQ_SGE: u32 = 32;
+    /// Address handles.
+    pub const MAX_AH: u32 = 1 << 20;
+    /// Memory windows.
+    pub const MAX_MW: u32 = 1 << 20;
+    /// Bytes of inline data per send work request.
+    pub const MAX_INLINE_DATA: u32 = 1024;
+    /// Largest message (ibv_port_attr.max_msg_sz), as rxe.
+    pub const MAX_MSG_SZ: u32 = 1 << 31;
+    /// P_Key table entries.
+    pub const MAX_PKEYS: u16 = 1;
+    /// Completion vectors.
+    pub const NUM_COMP_VECTORS: u32 = 1;
+    /// Multicast groups (UD).
+    pub const MAX_MCAST_GRP: u32 = 8192;
+    /// QPs per multicast group.
+    pub const MAX_MCAST_QP_ATTACH: u32 = 56;
+}
+
+/// IEEE OUI reported as `vendor_id`: not Mellanox (0x02c9) nor Amazon (0x1d0f), so
+/// applications that switch on vendor ids (perftest, pyverbs) take their generic paths.
+pub const VENDOR_ID: u32 = 0x52_5645;
+
+/// Frequency of the device clock in kHz (`hca_core_clock`): the clock counts nanoseconds.
+pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
+
+/// A 128-bit global identifier (`union ibv_gid`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(transparent)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The IPv4-mapped GID `::ffff:a.b.c.d` (RoCE v2, rocev2-wire.md §5.1).
+    pub fn from_ipv4(ip: Ipv4Addr) -> Self {
+        Gid(ip.to_ipv6_mapped().octets())
+    }
+
+    /// The IPv4 address if this is an IPv4-mapped GID.
+    pub fn to_ipv4(&self) -> Option<Ipv4Addr> {
+        Ipv6Addr::from(self.0).to_ipv4_mapped()
+    }
+
+    /// The link-local GID `fe80::` + the EUI-64 interface id.
+    pub fn link_local(eui64: [u8; 8]) -> Self {
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[8..].copy_from_slice(&eui64);
+        Gid(g)
+    }
+
+    /// Whether every byte is zero (an empty table slot).
+    pub fn is_zero(&self) -> bool {
+        self.0 == [0; 16]
+    }
+
+    /// The subnet prefix (first 8 bytes) as a host-order integer.
+    pub fn subnet_prefix(&self) -> u64 {
+        u64::from_be_bytes(self.0[..8].try_into().expect("8 bytes"))
+    }
+
+    /// The interface id (last 8 bytes) as a host-order integer.
+    pub fn interface_id(&self) -> u64 {
+        u64::from_be_bytes(self.0[8..].try_into().expect("8 bytes"))
+    }
+}
+
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Ipv6Addr::from(self.0))
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gid({self})")
+    }
+}
+
+/// The type of a GID table entry (`enum ibv_gid_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GidType {
+    /// InfiniBand.
+    Ib,
+    /// RoCE v1.
+    RoceV1,
+    /// RoCE v2 (UDP encapsulation): every entry of the rverbs device.
+    RoceV2,
+}
+
+/// One GID table entry (`struct ibv_gid_entry`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its index in the table.
+    pub index: u32,
+    /// Its port.
+    pub port: u32,
+    /// Its type.
+    pub gid_type: GidType,
+    /// The index of the network interface the address belongs to (0 if none).
+    pub ifindex: u32,
+}
+
+/// Device attributes (`struct ibv_device_attr` and the `_ex` additions rverbs uses).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceAttr {
+    /// Firmware version string.
+    pub fw_ver: String,
+    /// Node GUID (EUI-64), host byte order.
+    pub node_guid: u64,
+    /// System image GUID, host byte order.
+    pub sys_image_guid: u64,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+    /// Supported page sizes.
+    pub page_size_cap: u64,
+    /// Vendor OUI.
+    pub vendor_id: u32,
+    /// Vendor part id.
+    pub vendor_part_id: u32,
+    /// Hardware version.
+    pub hw_ver: u32,
+    /// Queue pairs.
+    pub max_qp: u32,
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// `IBV_DEVICE_*` capability flags.
+    pub device_cap_flags: u32,
+    /// Scatter/gather entries per work request.
+    pub max_sge: u32,
+    /// Scatter/gather entries per RDMA READ.
+    pub max_sge_rd: u32,
+    /// Completion queues.
+    pub max_cq: u32,
+    /// Entries per completion queue.
+    pub max_cqe: u32,
+    /// Memory regions.
+    pub max_mr: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Outstanding RDMA READ/atomic as target, per QP.
+    pub max_qp_rd_atom: u32,
+    /// Responder resources in all.
+    pub max_res_rd_atom: u32,
+    /// Outstanding RDMA READ/atomic as initiator, per QP.
+    pub max_qp_init_rd_atom: u32,
+    /// Atomic guarantees (`IBV_ATOMIC_HCA`).
+    pub atomic_cap: u32,
+    /// Memory windows.
+    pub max_mw: u32,
+    /// Multicast groups.
+    pub max_mcast_grp: u32,
+    /// QPs per multicast group.
+    pub max_mcast_qp_attach: u32,
+    /// QPs attached to multicast groups in all.
+    pub max_total_mcast_qp_attach: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// Shared receive queues.
+    pub max_srq: u32,
+    /// Work requests per SRQ.
+    pub max_srq_wr: u32,
+    /// Scatter/gather entries per SRQ work request.
+    pub max_srq_sge: u32,
+    /// P_Keys.
+    pub max_pkeys: u16,
+    /// Local CA ACK delay.
+    pub local_ca_ack_delay: u8,
+    /// Physical ports.
+    pub phys_port_cnt: u8,
+    /// Device clock frequency in kHz (`ibv_device_attr_ex.hca_core_clock`).
+    pub hca_core_clock: u64,
+    /// Largest inline data per send work request.
+    pub max_inline_data: u32,
+}
+
+/// `IBV_DEVICE_*` capability bits rverbs sets (verbs.h `enum ibv_device_cap_flags`).
+pub mod cap_flags {
+    /// P_Key violation counter.
+    pub const BAD_PKEY_CNTR: u32 = 1 << 1;
+    /// Q_Key violation counter.
+    pub const BAD_QKEY_CNTR: u32 = 1 << 2;
+    /// The UD address vector's port is enforced.
+    pub const UD_AV_PORT_ENFORCE: u32 = 1 << 6;
+    /// PORT_ACTIVE events.
+    pub const PORT_ACTIVE_EVENT: u32 = 1 << 14;
+    /// System image GUID is meaningful.
+    pub const SYS_IMAGE_GUID: u32 = 1 << 11;
+    /// RC responder generates RNR NAKs.
+    pub const RC_RNR_NAK_GEN: u32 = 1 << 12;
+    /// SRQs can be resized.
+    pub const SRQ_RESIZE: u32 = 1 << 13;
+}
+
+/// Port state (`enum ibv_port_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PortState {
+    /// No state change.
+    Nop = 0,
+    /// Down.
+    Down = 1,
+    /// Initialising.
+    Init = 2,
+    /// Armed.
+    Armed = 3,
+    /// Active.
+    Active = 4,
+    /// Active, deferred.
+    ActiveDefer = 5,
+}
+
+/// Port attributes (`struct ibv_port_attr`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PortAttr {
+    /// Logical state.
+    pub state: PortState,
+    /// Largest MTU (`enum ibv_mtu`).
+    pub max_mtu: rverbs_proto::verbs::Mtu,
+    /// Active MTU.
+    pub active_mtu: rverbs_proto::verbs::Mtu,
+    /// GID table entries.
+    pub gid_tbl_len: u32,
+    /// `IBV_PORT_*` capability flags.
+    pub port_cap_flags: u32,
+    /// Largest message.
+    pub max_msg_sz: u32,
+    /// P_Key violations seen.
+    pub bad_pkey_cntr: u32,
+    /// Q_Key violations seen.
+    pub qkey_viol_cntr: u32,
+    /// P_Key table entries.
+    pub pkey_tbl_len: u16,
+    /// LID (0 on Ethernet).
+    pub lid: u16,
+    /// Subnet manager LID.
+    pub sm_lid: u16,
+    /// LID mask control.
+    pub lmc: u8,
+    /// Virtual lanes.
+    pub max_vl_num: u8,
+    /// Subnet manager SL.
+    pub sm_sl: u8,
+    /// Subnet timeout.
+    pub subnet_timeout: u8,
+    /// Init type reply.
+    pub init_type_reply: u8,
+    /// Active width (`IBV_WIDTH_*`; 1 = 1X).
+    pub active_width: u8,
+    /// Active speed (`IBV_SPEED_*`; 32 = EDR).
+    pub active_speed: u8,
+    /// Physical state (5 = LinkUp).
+    pub phys_state: u8,
+    /// Link layer (`IBV_LINK_LAYER_ETHERNET` = 2).
+    pub link_layer: u8,
+    /// Port flags.
+    pub flags: u8,
+    /// Capability flags, second word.
+    pub port_cap_flags2: u16,
+}
+
+/// `IBV_LINK_LAYER_ETHERNET`.
+pub const LINK_LAYER_ETHERNET: u8 = 2;
+
+/// The process-wide state of the built-in device.
+pub(crate) struct DeviceInner {
+    pub(crate) name: &'static str,
+    pub(crate) node_guid: u64,
+    pub(crate) gids: Vec<GidEntry>,
+    pub(crate) keys: KeyTable,
+    pub(crate) qps: QpTable,
+}
+
+static DEVICE: OnceLock<DeviceInner> = OnceLock::new();
+
+pub(crate) fn device() -> &'static DeviceInner {
+    DEVICE.get_or_init(DeviceInner::new)
+}
+
+impl DeviceInner {
+    fn new() -> Self {
+        let ifs = sys::interfaces();
+        let mac = ifs
+            .iter()
+            .filter(|i| i.name != "lo")
+            .find_map(|i| i.mac.filter(|m| *m != [0; 6]))
+            .unwrap_or(SYNTHETIC_MAC);
+        let eui = eui64(mac);
+        let mut gids = vec![GidEntry {
+            gid: Gid::link_local(eui),
+            index: 0,
+            port: 1,
+            gid_type: GidType::RoceV2,
+            ifindex: 0,
+        }];
+        // Non-loopback addresses first, so index 1 is the host's "real" address; the
+        // loopback address still gets an entry (a container may have nothing else).
+        let mut v4: Vec<(bool, Ipv4Addr, String)> = ifs
+            .iter()
+            .filter_map(|i| i.ipv4.map(|ip| (ip.is_loopback(), ip, i.name.clone())))
+            .collect();
+        v4.sort_by_key(|(lo, _, _)| *lo);
+        v4.dedup_by_key(|(_, ip, _)| *ip);
+        for (_, ip, name) in v4 {
+            gids.push(GidEntry {
+                gid: Gid::from_ipv4(ip),
+                index: gids.len() as u32,
+                port: 1,
+                gid_type: GidType::RoceV2,
+                ifindex: sys::ifindex(&name),
+            });
+        }
+        DeviceInner {
+            name: DEVICE_NAME,
+            node_guid: u64::from_be_bytes(eui),
+            gids,
+            keys: KeyTable::new(),
+            qps: QpTable::new(),
+        }
+    }
+
+    /// Whether `gid` names this device (one of its GID table entries).
+    pub(crate) fn owns_gid(&self, gid: &Gid) -> bool {
+        self.gids.iter().any(|e| e.gid == *gid)
+    }
+
+    pub(crate) fn attr(&self) -> DeviceAttr {
+        use limits::*;
+        DeviceAttr {
+            fw_ver: concat!("rverbs ", env!("CARGO_PKG_VERSION")).to_string(),
+            node_guid: self.node_guid,
+            sys_image_guid: self.node_guid,
+            max_mr_size: MAX_MR_SIZE,
+            page_size_cap: 0xffff_f000,
+            vendor_id: VENDOR_ID,
+            vendor_part_id: 1,
+            hw_ver: 1,
+            max_qp: MAX_QP,
+            max_qp_wr: MAX_QP_WR,
+            device_cap_flags: cap_flags::BAD_PKEY_CNTR
+                | cap_flags::BAD_QKEY_CNTR
+                | cap_flags::UD_AV_PORT_ENFORCE
+                | cap_flags::PORT_ACTIVE_EVENT
+                | cap_flags::SYS_IMAGE_GUID
+                | cap_flags::RC_RNR_NAK_GEN
+                | cap_flags::SRQ_RESIZE,
+            max_sge: MAX_SGE,
+            max_sge_rd: MAX_SGE_RD,
+            max_cq: MAX_CQ,
+            max_cqe: MAX_CQE,
+            max_mr: MAX_MR,
+            max_pd: MAX_PD,
+            max_qp_rd_atom: MAX_QP_RD_ATOM,
+            max_res_rd_atom: MAX_RES_RD_ATOM,
+            max_qp_init_rd_atom: MAX_QP_RD_ATOM,
+            atomic_cap: 1, // IBV_ATOMIC_HCA
+            max_mw: MAX_MW,
+            max_mcast_grp: MAX_MCAST_GRP,
+            max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
+            max_total_mcast_qp_attach: MAX_MCAST_GRP * MAX_MCAST_QP_ATTACH,
+            max_ah: MAX_AH,
+            max_srq: MAX_SRQ,
+            max_srq_wr: MAX_SRQ_WR,
+            max_srq_sge: MAX_SRQ_SGE,
+            max_pkeys: MAX_PKEYS,
+            local_ca_ack_delay: 15,
+            phys_port_cnt: 1,
+            hca_core_clock: HCA_CORE_CLOCK_KHZ,
+            max_inline_data: MAX_INLINE_DATA,
+        }
+    }
+
+    pub(crate) fn port_attr(&self) -> PortAttr {
+        use rverbs_proto::verbs::Mtu;
+        PortAttr {
+            state: PortState::Active,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: Mtu::Mtu4096,
+            gid_tbl_len: self.gids.len() as u32,
+            port_cap_flags: PORT_CM_SUP,
+            max_msg_sz: limits::MAX_MSG_SZ,
+            bad_pkey_cntr: 0,
+            qkey_viol_cntr: 0,
+            pkey_tbl_len: limits::MAX_PKEYS,
+            lid: 0,
+            sm_lid: 0,
+            lmc: 0,
+            max_vl_num: 1,
+            sm_sl: 0,
+            subnet_timeout: 0,
+            init_type_reply: 0,
+            active_width: 1,
+            active_speed: 32,
+            phys_state: 5,
+            link_layer: LINK_LAYER_ETHERNET,
+            flags: 0,
+            port_cap_flags2: 0,
+        }
+    }
+}
+
+/// `IBV_PORT_CM_SUP`: the port supports connection management.
+pub const PORT_CM_SUP: u32 = 1 << 16;
+
+/// A locally administered MAC used when the host has no interface with one.
+const SYNTHETIC_MAC: [u8; 6] = [0x02, 0x52, 0x56, 0x45, 0x52, 0x42];
+
+/// The modified EUI-64 of a MAC: flip the universal/local bit, insert `ff:fe`
+/// (rocev2-wire.md §5.2).
+fn eui64(mac: [u8; 6]) -> [u8; 8] {
+    [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
+}
+
+
+/// A device as listed by [`devices`].
+///
+/// Rule: ibv_get_device_list(3): devices stay valid after the list is freed; the
+/// built-in device lives for the whole process.
+#[derive(Clone, Copy)]
+pub struct Device {
+    inner: &'static DeviceInner,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device").field("name", &self.inner.name).finish()
+    }
+}
+
+/// Lists the RDMA devices (ibv_get_device_list(3)): the built-in soft device.
+pub fn devices() -> Result<Vec<Device>> {
+    Ok(vec![Device { inner: device() }])
+}
+
+/// The device called `name`, if there is one.
+pub fn device_by_name(name: &str) -> Result<Device> {
+    devices()?
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or(Error::invalid("device_by_name", "no device with that name"))
+}
+
+impl Device {
+    /// The device name (ibv_get_device_name(3)).
+    pub fn name(&self) -> &'static str {
+        self.inner.name
+    }
+
+    /// The node GUID in host byte order (ibv_get_device_guid(3) returns it big-endian).
+    pub fn guid(&self) -> u64 {
+        self.inner.node_guid
+    }
+
+    /// Opens a context on the device (ibv_open_device(3)).
+    pub fn open(&self) -> Result<Context> {
+        Context::open(self.inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eui64_flips_the_local_bit_and_inserts_fffe() {
+        assert_eq!(
+            eui64([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]),
+            [0x50, 0x54, 0x00, 0xff, 0xfe, 0x12, 0x34, 0x56]
+        );
+    }
+
+    #[test]
+    fn gid_table_is_link_local_then_ipv4_mapped() {
+        let d = device();
+        assert_eq!(&d.gids[0].gid.0[..2], &[0xfe, 0x80]);
+        assert_ne!(d.gids[0].gid.interface_id(), 0);
+        assert!(d.gids.len() >= 2, "the loopback address at least");
+        for (i, e) in d.gids.iter().enumerate().skip(1) {
+            assert_eq!(e.index as usize, i);
+            assert!(e.gid.to_ipv4().is_some(), "{}", e.gid);
+        }
+        assert!(d.gids.iter().any(|e| e.gid.to_ipv4() == Some(Ipv4Addr::LOCALHOST)));
+    }
+
+    #[test]
+    fn gid_formats_as_ipv6() {
+        let g = Gid::from_ipv4(Ipv4Addr::new(10, 1, 2, 3));
+        assert_eq!(g.to_string(), "::ffff:10.1.2.3");
+        assert_eq!(g.to_ipv4(), Some(Ipv4Addr::new(10, 1, 2, 3)));
+    }
+}

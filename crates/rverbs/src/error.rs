@@ -1,0 +1,188 @@
+//! The one error type of the `rverbs` API.
+//!
+//! Every variant is API misuse or a resource limit, reported at once with the errno
+//! rdma-core would give. Faults caused by a peer or the network are never an `Err`:
+//! they become completion statuses (see `rverbs_proto::violation`).
+
+use rverbs_proto::state::TransitionError;
+use rverbs_proto::verbs::QpState;
+
+/// An error returned by a verb.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument is out of range or inconsistent (`EINVAL`).
+    #[error("{verb}: invalid argument: {why}")]
+    Invalid {
+        /// The verb that refused.
+        verb: &'static str,
+        /// Which rule the argument broke.
+        why: &'static str,
+    },
+    /// The soft device does not implement this verb or option (`EOPNOTSUPP`).
+    #[error("{verb}: not supported by the rverbs device ({what})")]
+    Unsupported {
+        /// The verb that refused.
+        verb: &'static str,
+        /// The unsupported feature.
+        what: &'static str,
+    },
+    /// A value exceeds a device or object limit (`EINVAL`).
+    #[error("{verb}: {what} {got} exceeds the limit {max}")]
+    Limit {
+        /// The verb that refused.
+        verb: &'static str,
+        /// The limited quantity.
+        what: &'static str,
+        /// The limit.
+        max: u64,
+        /// The requested value.
+        got: u64,
+    },
+    /// A work request names more scatter/gather entries than the queue allows (`EINVAL`).
+    #[error("too many scatter/gather entries: {got} > max {max}")]
+    TooManySge {
+        /// The queue's `max_sge`.
+        max: u32,
+        /// Entries in the work request.
+        got: u32,
+    },
+    /// A work queue is full (`ENOMEM`).
+    #[error("{verb}: the queue is full ({max} work requests outstanding)")]
+    QueueFull {
+        /// The verb that refused.
+        verb: &'static str,
+        /// Capacity of the queue.
+        max: u32,
+    },
+    /// The QP state does not allow the verb (`EINVAL`).
+    #[error("{verb} is not allowed in QP state {state:?}")]
+    QpStateForbids {
+        /// The verb that refused.
+        verb: &'static str,
+        /// The QP's state.
+        state: QpState,
+    },
+    /// `modify_qp` asked for a transition or attribute mask the state table forbids
+    /// (`EINVAL`).
+    #[error("modify_qp: {0:?}")]
+    Transition(TransitionError),
+    /// The object is still in use (`EBUSY`).
+    #[error("{what} is still in use")]
+    Busy {
+        /// What is in use.
+        what: &'static str,
+    },
+    /// The object was destroyed (`EINVAL`).
+    #[error("the {what} was destroyed")]
+    Destroyed {
+        /// What was destroyed.
+        what: &'static str,
+    },
+    /// The completion queue overran and is in the error state (`EIO`).
+    #[error("the completion queue overran and is in the error state")]
+    CqOverrun,
+    /// A resource is exhausted (`ENOMEM`).
+    #[error("{what} exhausted")]
+    Exhausted {
+        /// What ran out.
+        what: &'static str,
+    },
+    /// A non-blocking read found no event (`EAGAIN`).
+    #[error("no event is pending")]
+    WouldBlock,
+    /// An operating-system call failed.
+    #[error(transparent)]
+    Os(#[from] std::io::Error),
+    /// An internal invariant broke: a bug in rverbs (`EIO`).
+    #[error("internal error: {0}")]
+    Bug(&'static str),
+}
+
+impl Error {
+    /// The errno rdma-core reports for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Invalid { .. } => libc::EINVAL,
+            Error::Unsupported { .. } => libc::EOPNOTSUPP,
+            Error::Limit { .. } => libc::EINVAL,
+            Error::TooManySge { .. } => libc::EINVAL,
+            Error::QueueFull { .. } => libc::ENOMEM,
+            Error::QpStateForbids { .. } => libc::EINVAL,
+            Error::Transition(_) => libc::EINVAL,
+            Error::Busy { .. } => libc::EBUSY,
+            Error::Destroyed { .. } => libc::EINVAL,
+            Error::CqOverrun => libc::EIO,
+            Error::Exhausted { .. } => libc::ENOMEM,
+            Error::WouldBlock => libc::EAGAIN,
+            Error::Os(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::Bug(_) => libc::EIO,
+        }
+    }
+
+    pub(crate) const fn invalid(verb: &'static str, why: &'static str) -> Self {
+        Error::Invalid { verb, why }
+    }
+
+    pub(crate) const fn unsupported(verb: &'static str, what: &'static str) -> Self {
+        Error::Unsupported { verb, what }
+    }
+}
+
+impl From<rustix::io::Errno> for Error {
+    fn from(e: rustix::io::Errno) -> Self {
+        if e == rustix::io::Errno::AGAIN {
+            Error::WouldBlock
+        } else {
+            Error::Os(std::io::Error::from_raw_os_error(e.raw_os_error()))
+        }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_has_an_errno() {
+        let all = [
+            Error::invalid("v", "w"),
+            Error::unsupported("v", "w"),
+            Error::Limit { verb: "v", what: "w", max: 1, got: 2 },
+            Error::TooManySge { max: 1, got: 2 },
+            Error::QueueFull { verb: "v", max: 1 },
+            Error::QpStateForbids { verb: "v", state: QpState::Reset },
+            Error::Transition(TransitionError::CurState),
+            Error::Busy { what: "w" },
+            Error::Destroyed { what: "w" },
+            Error::CqOverrun,
+            Error::Exhausted { what: "w" },
+            Error::WouldBlock,
+            Error::Os(std::io::Error::from_raw_os_error(libc::EPERM)),
+            Error::Bug("b"),
+        ];
+        let want = [
+            libc::EINVAL,
+            libc::EOPNOTSUPP,
+            libc::EINVAL,
+            libc::EINVAL,
+            libc::ENOMEM,
+            libc::EINVAL,
+            libc::EINVAL,
+            libc::EBUSY,
+            libc::EINVAL,
+            libc::EIO,
+            libc::ENOMEM,
+            libc::EAGAIN,
+            libc::EPERM,
+            libc::EIO,
+        ];
+        for (e, w) in all.iter().zip(want) {
+            assert_eq!(e.errno(), w, "{e}");
+            assert!(!e.to_string().is_empty());
+        }
+    }
+}

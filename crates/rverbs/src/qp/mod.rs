@@ -1,0 +1,867 @@
+//! Queue pairs: creation, the state machine, posting, flushing and queries.
+//!
+//! Read before editing: ibv_create_qp(3), ibv_modify_qp(3), ibv_post_send(3),
+//! ibv_post_recv(3), seed 001 (ibv_query_qp_data_in_order(3)), rocev2-wire.md §3 and
+//! §4, DESIGN.md §4–§5.
+//!
+//! Locking: `attrs` (modify/query) → `sq` (the requester; one executor at a time) →
+//! another QP's receive queue → CQ producer side. The data path reads a peer QP's
+//! responder attributes from atomics ([`RespView`]) and never takes a peer's `attrs` or
+//! `sq` lock; a peer is pushed into ERR with [`QpInner::enter_error`], which only
+//! try-locks its send queue and leaves the flush to the holder if it is busy.
+
+pub mod attr;
+pub(crate) mod rq;
+pub(crate) mod sq;
+pub(crate) mod table;
+pub mod wr;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rverbs_proto::rnr::{ack_timeout, RetryCounter};
+use rverbs_proto::state::{check_modify, QpAttrMask};
+use rverbs_proto::vendor_err;
+use rverbs_proto::verbs::{Access, EventType, Mtu, QpState, QpType, SendFlags, WcStatus, WrOpcode};
+
+use crate::ah::check_av;
+use crate::context::check_port;
+use crate::cq::{Cq, CqInner};
+use crate::device::{limits, Gid};
+use crate::error::{Error, Result};
+use crate::event::{EventCounter, RawElement};
+use crate::pd::{Pd, PdInner};
+use crate::srq::{Srq, SrqInner};
+use crate::transport::{self, Exec};
+use crate::wc::Cqe;
+use attr::{QpAttr, QpCap};
+use rq::RecvQueue;
+use sq::{ReqView, SendQueue};
+use wr::{PostError, RecvWr, SendWr};
+
+/// Parameters of [`Pd::create_qp`] (`struct ibv_qp_init_attr`).
+#[derive(Clone, Copy, Debug)]
+pub struct QpInit<'a> {
+    /// Transport.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: &'a Cq,
+    /// CQ for receive completions.
+    pub recv_cq: &'a Cq,
+    /// Shared receive queue, if receives come from one.
+    pub srq: Option<&'a Srq>,
+    /// Requested capacities.
+    pub cap: QpCap,
+    /// Signal every send work request, not only those with `SIGNALED`.
+    pub sq_sig_all: bool,
+    /// Opaque value returned with asynchronous events (`qp_context`).
+    pub qp_context: usize,
+}
+
+impl<'a> QpInit<'a> {
+    /// A QP of `qp_type` completing to `cq` for both queues.
+    pub fn new(qp_type: QpType, cq: &'a Cq, cap: QpCap) -> Self {
+        QpInit { qp_type, send_cq: cq, recv_cq: cq, srq: None, cap, sq_sig_all: false, qp_context: 0 }
+    }
+}
+
+/// The responder attributes other QPs read while delivering, without locks.
+pub(crate) struct RespView {
+    pub(crate) state: AtomicU8,
+    pub(crate) access: AtomicU32,
+    pub(crate) min_rnr_timer: AtomicU8,
+    pub(crate) max_dest_rd_atomic: AtomicU8,
+    pub(crate) qkey: AtomicU32,
+    pub(crate) path_mtu_bytes: AtomicU32,
+    dgid: [AtomicU64; 2],
+}
+
+impl RespView {
+    pub(crate) fn state(&self) -> QpState {
+        QpState::from_raw(u32::from(self.state.load(Ordering::Acquire))).unwrap_or(QpState::Err)
+    }
+
+    pub(crate) fn access(&self) -> Access {
+        Access::from_bits_truncate(self.access.load(Ordering::Acquire))
+    }
+
+    /// The destination GID of the QP's path (RC/UC only accept requests from it).
+    pub(crate) fn dgid(&self) -> Gid {
+        let hi = self.dgid[0].load(Ordering::Acquire).to_be_bytes();
+        let lo = self.dgid[1].load(Ordering::Acquire).to_be_bytes();
+        let mut g = [0u8; 16];
+        g[..8].copy_from_slice(&hi);
+        g[8..].copy_from_slice(&lo);
+        Gid(g)
+    }
+
+    fn set_dgid(&self, g: Gid) {
+        self.dgid[0].store(u64::from_be_bytes(g.0[..8].try_into().expect("8")), Ordering::Release);
+        self.dgid[1].store(u64::from_be_bytes(g.0[8..].try_into().expect("8")), Ordering::Release);
+    }
+}
+
+pub(crate) struct QpInner {
+    pub(crate) pd: Arc<PdInner>,
+    pub(crate) qp_type: QpType,
+    pub(crate) qpn: u32,
+    pub(crate) send_cq: Arc<CqInner>,
+    pub(crate) recv_cq: Arc<CqInner>,
+    pub(crate) srq: Option<Arc<SrqInner>>,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) cap: QpCap,
+    pub(crate) resp: RespView,
+    attrs: Mutex<QpAttr>,
+    pub(crate) sq: Mutex<SendQueue>,
+    sq_pending: AtomicBool,
+    pub(crate) rq: Option<RecvQueue>,
+    comm_est: AtomicBool,
+    sqd_notified: AtomicBool,
+    pub(crate) async_events: EventCounter,
+    destroyed: AtomicBool,
+    cookie: AtomicUsize,
+    qp_context: AtomicUsize,
+}
+
+impl QpInner {
+    pub(crate) fn state(&self) -> QpState {
+        self.resp.state()
+    }
+
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn raise(self: &Arc<Self>, kind: EventType) {
+        self.pd.ctx.raise(kind, RawElement::Qp(Arc::downgrade(self)));
+    }
+
+    /// A request arrived: IBTA raises COMM_EST for the first one a QP in RTR receives.
+    pub(crate) fn note_inbound(self: &Arc<Self>) {
+        if self.state() == QpState::Rtr && !self.comm_est.swap(true, Ordering::AcqRel) {
+            self.raise(EventType::CommEst);
+        }
+    }
+
+    /// Moves the QP to ERR because of a device-side fault (overrun, responder error),
+    /// raising `event` if given, flushing the receive queue and making the send queue
+    /// flush. Does nothing if the QP is in RESET or already in ERR.
+    pub(crate) fn enter_error(self: &Arc<Self>, event: Option<EventType>) {
+        let moved = self
+            .resp
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                let s = QpState::from_raw(u32::from(s)).unwrap_or(QpState::Err);
+                (!matches!(s, QpState::Reset | QpState::Err)).then_some(QpState::Err as u8)
+            })
+            .is_ok();
+        if !moved {
+            return;
+        }
+        tracing::debug!(qpn = self.qpn, "QP enters ERR");
+        if let Some(e) = event {
+            self.raise(e);
+        }
+        self.flush_rq();
+        self.kick();
+    }
+
+    /// Completes every queued receive with WR_FLUSH_ERR; with an SRQ, raises
+    /// QP_LAST_WQE_REACHED instead (ibv_modify_qp(3); rocev2-wire.md §4).
+    fn flush_rq(self: &Arc<Self>) {
+        if let Some(rq) = &self.rq {
+            for wr_id in rq.drain() {
+                let cqe = Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED);
+                let _ = self.recv_cq.push(cqe);
+            }
+        } else if self.srq.is_some() {
+            self.raise(EventType::QpLastWqeReached);
+        }
+    }
+
+    /// Makes the send queue progress (after a post, a timer, a state change). If another
+    /// thread holds the queue, it will see `sq_pending` and run again.
+    pub(crate) fn kick(self: &Arc<Self>) {
+        self.sq_pending.store(true, Ordering::SeqCst);
+        loop {
+            let mut sq = match self.sq.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::WouldBlock) => return,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            };
+            if !self.sq_pending.swap(false, Ordering::SeqCst) {
+                return;
+            }
+            self.progress(&mut sq);
+            drop(sq);
+            if !self.sq_pending.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    /// Runs the send queue as far as it can go. Called with the queue locked.
+    pub(crate) fn progress(self: &Arc<Self>, sq: &mut SendQueue) {
+        loop {
+            match self.state() {
+                QpState::Err => {
+                    self.flush_sq(sq);
+                    return;
+                }
+                QpState::Reset | QpState::Init | QpState::Rtr => return,
+                QpState::Rts | QpState::Sqd | QpState::Sqe => {}
+            }
+            let started = sq.blocked_until.is_some() || sq.stalled;
+            if sq.is_empty() || (sq.draining && !started) {
+                if sq.draining && !self.sqd_notified.swap(true, Ordering::AcqRel) {
+                    // rxe raises SQ_DRAINED whether or not en_sqd_async_notify was set.
+                    self.raise(EventType::SqDrained);
+                }
+                return;
+            }
+            if sq.stalled {
+                return;
+            }
+            if let Some(t) = sq.blocked_until {
+                if Instant::now() < t {
+                    return;
+                }
+            }
+            let outcome = {
+                let (wqe, sges, inline) = sq.head().expect("non-empty");
+                transport::execute(self, &sq.req, wqe, sges, inline)
+            };
+            match outcome {
+                Exec::Done(cqe) => {
+                    sq.rnr.reset();
+                    sq.retry.reset();
+                    self.complete_head(sq, cqe);
+                }
+                Exec::Rnr(delay) => {
+                    if sq.rnr.consume() {
+                        self.wait(sq, delay);
+                        return;
+                    }
+                    let cqe = self.head_error(sq, WcStatus::RnrRetryExcErr, vendor_err::RNR_EXHAUSTED);
+                    self.complete_head(sq, cqe);
+                }
+                Exec::Lost => {
+                    if sq.retry.consume() {
+                        match ack_timeout(sq.req.timeout) {
+                            Some(d) => self.wait(sq, d),
+                            None => {
+                                sq.stalled = true;
+                            }
+                        }
+                        return;
+                    }
+                    let cqe =
+                        self.head_error(sq, WcStatus::RetryExcErr, vendor_err::RETRY_EXHAUSTED);
+                    self.complete_head(sq, cqe);
+                }
+                Exec::Stall => {
+                    sq.stalled = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn wait(self: &Arc<Self>, sq: &mut SendQueue, delay: std::time::Duration) {
+        let at = Instant::now() + delay;
+        sq.blocked_until = Some(at);
+        crate::progress::schedule(at, Arc::downgrade(self));
+    }
+
+    fn head_error(&self, sq: &SendQueue, status: WcStatus, vendor: u32) -> Cqe {
+        let (wqe, _, _) = sq.head().expect("non-empty");
+        Cqe::error(wqe.wr_id, self.qpn, status, vendor)
+    }
+
+    /// Retires the head WQE with `cqe`: written to the send CQ if the request was
+    /// signaled, the QP signals all, or it failed (ibv_post_send(3); rxe `do_complete`).
+    /// A failure moves the QP to ERR; an overrun of the send CQ too, with QP_FATAL.
+    fn complete_head(self: &Arc<Self>, sq: &mut SendQueue, cqe: Cqe) {
+        let wqe = sq.pop().expect("non-empty");
+        let failed = cqe.status() != WcStatus::Success;
+        if failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED) {
+            if self.send_cq.push(cqe).is_err() {
+                self.enter_error(Some(EventType::QpFatal));
+                return;
+            }
+        }
+        if failed {
+            // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
+            if matches!(self.qp_type, QpType::Uc | QpType::Ud) {
+                let _ = self.resp.state.compare_exchange(
+                    QpState::Rts as u8,
+                    QpState::Sqe as u8,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            } else {
+                self.enter_error(None);
+            }
+        }
+    }
+
+    /// Completes every queued send with WR_FLUSH_ERR (always written, signaled or not).
+    fn flush_sq(&self, sq: &mut SendQueue) {
+        while let Some(w) = sq.pop() {
+            let cqe = Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED);
+            let _ = self.send_cq.push(cqe);
+        }
+    }
+}
+
+/// A queue pair (`struct ibv_qp`). Cloning shares it.
+#[derive(Clone)]
+pub struct Qp {
+    inner: Arc<QpInner>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qp_num", &self.inner.qpn)
+            .field("qp_type", &self.inner.qp_type)
+            .field("state", &self.inner.state())
+            .finish()
+    }
+}
+
+/// The capabilities a QP is granted for a request (ibv_create_qp(3) writes them back).
+fn grant_cap(init: &QpInit<'_>) -> Result<QpCap> {
+    let c = init.cap;
+    let lim = |what, got: u32, max: u32| {
+        if got > max {
+            Err(Error::Limit { verb: "create_qp", what, max: max.into(), got: got.into() })
+        } else {
+            Ok(())
+        }
+    };
+    lim("max_send_wr", c.max_send_wr, limits::MAX_QP_WR)?;
+    lim("max_send_sge", c.max_send_sge, limits::MAX_SGE)?;
+    lim("max_inline_data", c.max_inline_data, limits::MAX_INLINE_DATA)?;
+    let with_srq = init.srq.is_some();
+    if !with_srq {
+        lim("max_recv_wr", c.max_recv_wr, limits::MAX_QP_WR)?;
+        lim("max_recv_sge", c.max_recv_sge, limits::MAX_SGE)?;
+    }
+    let send_sge = c.max_send_sge.max(1);
+    Ok(QpCap {
+        max_send_wr: c.max_send_wr.max(1),
+        max_recv_wr: if with_srq { 0 } else { c.max_recv_wr.max(1) },
+        max_send_sge: send_sge,
+        max_recv_sge: if with_srq { 0 } else { c.max_recv_sge.max(1) },
+        max_inline_data: sq::granted_inline(send_sge, c.max_inline_data),
+    })
+}
+
+impl Qp {
+    pub(crate) fn new(pd: Arc<PdInner>, init: &QpInit<'_>) -> Result<Self> {
+        match init.qp_type {
+            QpType::Rc | QpType::Uc | QpType::Ud => {}
+            _ => return Err(Error::unsupported("create_qp", "this QP type")),
+        }
+        let ctx = &pd.ctx;
+        for cq in [init.send_cq, init.recv_cq] {
+            if !Arc::ptr_eq(&cq.inner().ctx, ctx) {
+                return Err(Error::invalid("create_qp", "CQ of another context"));
+            }
+        }
+        if let Some(srq) = init.srq {
+            if !Arc::ptr_eq(&srq.inner().pd.ctx, ctx) {
+                return Err(Error::invalid("create_qp", "SRQ of another context"));
+            }
+        }
+        let cap = grant_cap(init)?;
+        let dev = ctx.dev;
+        let qpn = dev.qps.reserve()?;
+        let attach = || -> Result<()> {
+            pd.hold()?;
+            if let Err(e) = init.send_cq.inner().attach() {
+                pd.release();
+                return Err(e);
+            }
+            if let Err(e) = init.recv_cq.inner().attach() {
+                init.send_cq.inner().detach();
+                pd.release();
+                return Err(e);
+            }
+            Ok(())
+        };
+        if let Err(e) = attach() {
+            dev.qps.remove(qpn);
+            return Err(e);
+        }
+        if let Some(srq) = init.srq {
+            srq.inner().attach_qp();
+        }
+        let attrs = QpAttr { cap, ..QpAttr::default() };
+        let inner = Arc::new(QpInner {
+            pd: pd.clone(),
+            qp_type: init.qp_type,
+            qpn,
+            send_cq: init.send_cq.inner().clone(),
+            recv_cq: init.recv_cq.inner().clone(),
+            srq: init.srq.map(|s| s.inner().clone()),
+            sq_sig_all: init.sq_sig_all,
+            cap,
+            resp: RespView {
+                state: AtomicU8::new(QpState::Reset as u8),
+                access: AtomicU32::new(0),
+                min_rnr_timer: AtomicU8::new(0),
+                max_dest_rd_atomic: AtomicU8::new(0),
+                qkey: AtomicU32::new(0),
+                path_mtu_bytes: AtomicU32::new(Mtu::Mtu256.bytes()),
+                dgid: [AtomicU64::new(0), AtomicU64::new(0)],
+            },
+            attrs: Mutex::new(attrs),
+            sq: Mutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)),
+            sq_pending: AtomicBool::new(false),
+            rq: init.srq.is_none().then(|| RecvQueue::new(cap.max_recv_wr, cap.max_recv_sge)),
+            comm_est: AtomicBool::new(false),
+            sqd_notified: AtomicBool::new(false),
+            async_events: EventCounter::default(),
+            destroyed: AtomicBool::new(false),
+            cookie: AtomicUsize::new(0),
+            qp_context: AtomicUsize::new(init.qp_context),
+        });
+        dev.qps.publish(qpn, &inner);
+        Ok(Qp { inner })
+    }
+
+    pub(crate) fn from_inner(inner: Arc<QpInner>) -> Self {
+        Qp { inner }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<QpInner> {
+        &self.inner
+    }
+
+    /// The QP number (24 bits, unique on the device).
+    pub fn qp_num(&self) -> u32 {
+        self.inner.qpn
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.inner.state()
+    }
+
+    /// The capabilities granted at creation (ibv_create_qp(3) writes them back).
+    pub fn cap(&self) -> QpCap {
+        self.inner.cap
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> Pd {
+        Pd::from_inner(self.inner.pd.clone())
+    }
+
+    /// The `qp_context` given at creation.
+    pub fn qp_context(&self) -> usize {
+        self.inner.qp_context.load(Ordering::Relaxed)
+    }
+
+    /// Whether signaling is for all send work requests.
+    pub fn sq_sig_all(&self) -> bool {
+        self.inner.sq_sig_all
+    }
+
+    /// Changes attributes and possibly the state (ibv_modify_qp(3)).
+    ///
+    /// Rule: the transition and the attribute mask must match the IBTA state table
+    /// (`rverbs_proto::state`); otherwise `EINVAL`.
+    /// Rule: on Ethernet (RoCE) ports an address vector needs a GRH; `path_mtu` ≤ 4096;
+    /// `max_rd_atomic` ≤ 128; `timeout` ≤ 31 (rxe `rxe_qp_chk_attr`); `max_rd_atomic`
+    /// and `max_dest_rd_atomic` are rounded up to a power of two (rxe).
+    /// Rule: → ERR flushes every outstanding work request with WR_FLUSH_ERR; → RESET
+    /// discards them without completions; RTS → SQD stops starting new sends and raises
+    /// SQ_DRAINED once none is in progress.
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let q = &self.inner;
+        let verb = "modify_qp";
+        let mut a = q.attrs.lock().expect("qp attrs");
+        let cur = q.state();
+        let to = check_modify(q.qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)
+            .map_err(Error::Transition)?;
+        if mask.contains(QpAttrMask::PORT) {
+            check_port(verb, attr.port_num)?;
+        }
+        if mask.contains(QpAttrMask::AV) {
+            check_av(verb, &q.pd, &attr.ah_attr)?;
+        }
+        if mask.contains(QpAttrMask::ALT_PATH) {
+            return Err(Error::invalid(verb, "alternate paths are not available on RoCE"));
+        }
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC)
+            && u32::from(attr.max_rd_atomic) > limits::MAX_QP_RD_ATOM
+        {
+            return Err(Error::invalid(verb, "max_rd_atomic above the device limit"));
+        }
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
+            && u32::from(attr.max_dest_rd_atomic) > limits::MAX_QP_RD_ATOM
+        {
+            return Err(Error::invalid(verb, "max_dest_rd_atomic above the device limit"));
+        }
+        if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
+            return Err(Error::invalid(verb, "timeout above 31"));
+        }
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
+            let known = Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC
+                | Access::MW_BIND
+                | Access::FLUSH_GLOBAL
+                | Access::FLUSH_PERSISTENT;
+            if !known.contains(attr.qp_access_flags.difference(Access::RELAXED_ORDERING)) {
+                return Err(Error::invalid(verb, "unsupported access flags"));
+            }
+        }
+        // Apply the attributes the mask names.
+        let m = mask;
+        if m.contains(QpAttrMask::ACCESS_FLAGS) {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if m.contains(QpAttrMask::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if m.contains(QpAttrMask::PORT) {
+            a.port_num = attr.port_num;
+        }
+        if m.contains(QpAttrMask::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if m.contains(QpAttrMask::AV) {
+            a.ah_attr = attr.ah_attr;
+        }
+        if m.contains(QpAttrMask::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+        }
+        if m.contains(QpAttrMask::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if m.contains(QpAttrMask::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt & 7;
+        }
+        if m.contains(QpAttrMask::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry & 7;
+        }
+        if m.contains(QpAttrMask::RQ_PSN) {
+            a.rq_psn = attr.rq_psn & 0xff_ffff;
+        }
+        if m.contains(QpAttrMask::SQ_PSN) {
+            a.sq_psn = attr.sq_psn & 0xff_ffff;
+        }
+        if m.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = pow2(attr.max_rd_atomic);
+        }
+        if m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = pow2(attr.max_dest_rd_atomic);
+        }
+        if m.contains(QpAttrMask::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer & 0x1f;
+        }
+        if m.contains(QpAttrMask::PATH_MIG_STATE) {
+            a.path_mig_state = attr.path_mig_state;
+        }
+        if m.contains(QpAttrMask::DEST_QPN) {
+            a.dest_qp_num = attr.dest_qp_num & 0xff_ffff;
+        }
+        if m.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        if m.contains(QpAttrMask::RATE_LIMIT) {
+            a.rate_limit = attr.rate_limit;
+        }
+
+        // Publish the responder view.
+        q.resp.access.store(a.qp_access_flags.bits(), Ordering::Release);
+        q.resp.min_rnr_timer.store(a.min_rnr_timer, Ordering::Release);
+        q.resp.max_dest_rd_atomic.store(a.max_dest_rd_atomic, Ordering::Release);
+        q.resp.qkey.store(a.qkey, Ordering::Release);
+        q.resp.path_mtu_bytes.store(a.path_mtu.bytes(), Ordering::Release);
+        if let Some(grh) = a.ah_attr.grh {
+            q.resp.set_dgid(grh.dgid);
+        }
+
+        // The requester view and the state change, under the send-queue lock.
+        let mut sq = q.sq.lock().expect("sq");
+        let gids = &q.pd.ctx.dev.gids;
+        sq.req = ReqView {
+            dest_qpn: a.dest_qp_num,
+            dgid: a.ah_attr.grh.map(|g| g.dgid).unwrap_or_default(),
+            sgid: a
+                .ah_attr
+                .grh
+                .and_then(|g| gids.get(usize::from(g.sgid_index)))
+                .map(|e| e.gid)
+                .unwrap_or_default(),
+            timeout: a.timeout,
+            max_rd_atomic: a.max_rd_atomic,
+        };
+        if m.contains(QpAttrMask::RETRY_CNT) {
+            sq.retry = RetryCounter::transport(a.retry_cnt);
+        }
+        if m.contains(QpAttrMask::RNR_RETRY) {
+            sq.rnr = RetryCounter::rnr(a.rnr_retry);
+        }
+        if m.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
+            sq.stalled = false;
+        }
+        let changed = to != cur;
+        if changed {
+            // Another thread may have pushed the QP into ERR since `cur` was read; the
+            // table check must then be redone against ERR.
+            if q
+                .resp
+                .state
+                .compare_exchange(cur as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                let now = q.state();
+                drop(sq);
+                check_modify(q.qp_type, now, mask, attr.qp_state, attr.cur_qp_state)
+                    .map_err(Error::Transition)?;
+                return Err(Error::QpStateForbids { verb, state: now });
+            }
+        }
+        match to {
+            QpState::Reset if changed => {
+                sq.clear();
+                sq.draining = false;
+                if let Some(rq) = &q.rq {
+                    rq.drain();
+                }
+                q.comm_est.store(false, Ordering::Release);
+                *a = QpAttr { cap: q.cap, ..QpAttr::default() };
+                q.resp.access.store(0, Ordering::Release);
+            }
+            QpState::Err if changed => {
+                q.flush_sq(&mut sq);
+                drop(sq);
+                q.flush_rq();
+                return Ok(());
+            }
+            QpState::Sqd if changed => {
+                sq.draining = true;
+                q.sqd_notified.store(false, Ordering::Release);
+                q.progress(&mut sq);
+            }
+            QpState::Rts => {
+                sq.draining = false;
+                q.progress(&mut sq);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The QP's attributes (ibv_query_qp(3)); `cur_qp_state` and `qp_state` are the real
+    /// state and `sq_draining` says whether an SQD drain is under way.
+    pub fn query(&self) -> QpAttr {
+        let q = &self.inner;
+        let mut a = *q.attrs.lock().expect("qp attrs");
+        let state = q.state();
+        a.qp_state = state;
+        a.cur_qp_state = state;
+        a.cap = q.cap;
+        if state == QpState::Sqd {
+            a.sq_draining = u8::from(!q.sq.lock().expect("sq").is_empty());
+        }
+        a
+    }
+
+    /// Posts send work requests (ibv_post_send(3)). Each executes at once if the QP can
+    /// run it (in-process peers complete inside this call), else when it can.
+    ///
+    /// Rule: posting in RESET, INIT or RTR is refused with EINVAL (rxe `rxe_post_send`);
+    /// in ERR the requests are accepted and flushed.
+    /// Errors: [`PostError`] names the first refused request; the ones before it stay
+    /// posted.
+    pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.post_send_inner(wrs, true)
+    }
+
+    /// As [`Qp::post_send`], without keeping the named memory regions registered until
+    /// completion: the C ABI's semantics, where deregistering a region makes pending
+    /// requests fail instead.
+    #[doc(hidden)]
+    pub fn post_send_unpinned(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.post_send_inner(wrs, false)
+    }
+
+    fn post_send_inner(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = &self.inner;
+        let state = q.state();
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_send", state } });
+        }
+        let dev = q.pd.ctx.dev;
+        let mut sq = q.sq.lock().expect("sq");
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            if let Err(error) = sq.push(dev, &q.pd, q.qp_type, wr, keep) {
+                result = Err(PostError { index, error });
+                break;
+            }
+        }
+        q.sq_pending.store(false, Ordering::SeqCst);
+        q.progress(&mut sq);
+        drop(sq);
+        if q.sq_pending.load(Ordering::SeqCst) {
+            q.kick();
+        }
+        result
+    }
+
+    /// Posts receive work requests (ibv_post_recv(3)).
+    ///
+    /// Rule: refused with EINVAL in RESET and on a QP that uses an SRQ; in ERR the
+    /// receives are accepted and flushed at once.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.post_recv_inner(wrs, true)
+    }
+
+    /// As [`Qp::post_recv`] with the C ABI's region semantics (see
+    /// [`Qp::post_send_unpinned`]).
+    #[doc(hidden)]
+    pub fn post_recv_unpinned(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.post_recv_inner(wrs, false)
+    }
+
+    fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = &self.inner;
+        let state = q.state();
+        if state == QpState::Reset {
+            return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_recv", state } });
+        }
+        let Some(rq) = &q.rq else {
+            return Err(PostError {
+                index: 0,
+                error: Error::invalid("post_recv", "the QP receives from an SRQ"),
+            });
+        };
+        let keys = keep.then_some(&q.pd.ctx.dev.keys);
+        let r = rq.post(wrs, keys, "post_recv");
+        if q.state() == QpState::Err {
+            q.flush_rq();
+        }
+        r
+    }
+
+    /// Whether data placed for `op` at this QP is written in order
+    /// (ibv_query_qp_data_in_order(3), seed 001).
+    ///
+    /// Rule: with `flags` 0 the answer is 1 if whole messages are written in order, else
+    /// 0; with `IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS` (1) it is a mask of WHOLE_MSG (1)
+    /// and ALIGNED_128_BYTES (2); unknown flag bits give 0. Only RDMA READ (data placed
+    /// at this QP by its own reads), RDMA WRITE and SEND (data placed by peers) are
+    /// answered; other opcodes give 0.
+    /// rverbs places data with [`crate::mem::copy`], in increasing address order on
+    /// x86-64; elsewhere it claims nothing.
+    pub fn data_in_order(&self, op: WrOpcode, flags: u32) -> u32 {
+        const RETURN_CAPS: u32 = 1;
+        const WHOLE_MSG: u32 = 1;
+        const ALIGNED_128: u32 = 2;
+        if flags & !RETURN_CAPS != 0 {
+            return 0;
+        }
+        let answered = matches!(
+            op,
+            WrOpcode::RdmaRead
+                | WrOpcode::RdmaWrite
+                | WrOpcode::RdmaWriteWithImm
+                | WrOpcode::Send
+                | WrOpcode::SendWithImm
+        ) && self.inner.qp_type != QpType::Ud;
+        let caps = if answered && crate::mem::ORDERED { WHOLE_MSG | ALIGNED_128 } else { 0 };
+        if flags & RETURN_CAPS != 0 {
+            caps
+        } else {
+            u32::from(caps & WHOLE_MSG != 0)
+        }
+    }
+
+    /// Destroys the QP (ibv_destroy_qp(3)) after every asynchronous event delivered for
+    /// it has been acknowledged. Outstanding work requests are discarded without
+    /// completions; peers sending to it see no response.
+    pub fn destroy(&self) -> Result<()> {
+        let q = &self.inner;
+        if q.destroyed.swap(true, Ordering::AcqRel) {
+            return Err(Error::Destroyed { what: "queue pair" });
+        }
+        q.pd.ctx.dev.qps.remove(q.qpn);
+        q.resp.state.store(QpState::Reset as u8, Ordering::Release);
+        q.sq.lock().expect("sq").clear();
+        if let Some(rq) = &q.rq {
+            rq.drain();
+        }
+        q.async_events.wait_all_acked();
+        q.send_cq.detach();
+        q.recv_cq.detach();
+        if let Some(srq) = &q.srq {
+            srq.detach_qp();
+        }
+        q.pd.release();
+        Ok(())
+    }
+
+    /// Acknowledges `n` asynchronous events about this QP (ibv_ack_async_event(3)).
+    pub fn ack_async_events(&self, n: u32) {
+        self.inner.async_events.ack(n);
+    }
+
+    /// Opaque value for language bindings (the C ABI keeps its `ibv_qp *` here).
+    #[doc(hidden)]
+    pub fn cookie(&self) -> usize {
+        self.inner.cookie.load(Ordering::Acquire)
+    }
+
+    #[doc(hidden)]
+    pub fn set_cookie(&self, value: usize) {
+        self.inner.cookie.store(value, Ordering::Release);
+    }
+
+    /// Send work requests waiting to complete (a snapshot).
+    pub fn send_queue_len(&self) -> usize {
+        self.inner.sq.lock().expect("sq").len()
+    }
+
+    /// Receive work requests waiting (a snapshot; 0 with an SRQ).
+    pub fn recv_queue_len(&self) -> usize {
+        self.inner.rq.as_ref().map_or(0, RecvQueue::len)
+    }
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        if !self.destroyed.swap(true, Ordering::AcqRel) {
+            self.pd.ctx.dev.qps.remove(self.qpn);
+            self.send_cq.detach();
+            self.recv_cq.detach();
+            if let Some(srq) = &self.srq {
+                srq.detach_qp();
+            }
+            self.pd.release();
+        }
+    }
+}
+
+/// Rounds a nonzero read/atomic depth up to a power of two (rxe).
+fn pow2(v: u8) -> u8 {
+    if v == 0 {
+        0
+    } else {
+        (u32::from(v).next_power_of_two().min(limits::MAX_QP_RD_ATOM)) as u8
+    }
+}

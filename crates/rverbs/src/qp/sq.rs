@@ -1,0 +1,293 @@
+//! The send queue: validation of send work requests at post time and their storage
+//! until completion.
+//!
+//! Rule: ibv_post_send(3) and rxe's `validate_send_wr`: a work request is refused with
+//! EINVAL if its opcode is not allowed on the QP type, it has more SGEs than
+//! `max_send_sge`, its length exceeds the port's `max_msg_sz`, an atomic is not exactly
+//! 8 bytes or its remote address is not 8-byte aligned, or inline data is requested for
+//! an opcode that carries none or exceeds `max_inline_data`; with ENOMEM if the queue is
+//! full. The first refused request is reported; the ones before it stay posted.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rverbs_proto::rnr::RetryCounter;
+use rverbs_proto::verbs::{Access, QpType, SendFlags, WrOpcode};
+
+use crate::ah::AhInner;
+use crate::device::{limits, DeviceInner, Gid};
+use crate::error::{Error, Result};
+use crate::mr::{self, MrInner, Sge};
+use crate::pd::PdInner;
+use crate::qp::wr::{Payload, SendWr};
+
+/// The requester's copy of the QP attributes it needs, updated by `modify_qp` under the
+/// send-queue lock.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ReqView {
+    pub(crate) dest_qpn: u32,
+    pub(crate) dgid: Gid,
+    pub(crate) sgid: Gid,
+    pub(crate) timeout: u8,
+    pub(crate) max_rd_atomic: u8,
+}
+
+/// A UD destination resolved at post time.
+#[derive(Clone)]
+pub(crate) struct UdAv {
+    pub(crate) ah: Arc<AhInner>,
+    pub(crate) remote_qpn: u32,
+    pub(crate) remote_qkey: u32,
+}
+
+/// A posted send work request.
+#[derive(Clone, Default)]
+pub(crate) struct SendWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) opcode: Option<WrOpcode>,
+    pub(crate) flags: SendFlags,
+    pub(crate) imm: u32,
+    pub(crate) remote_addr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) compare_add: u64,
+    pub(crate) swap: u64,
+    pub(crate) ud: Option<UdAv>,
+    pub(crate) num_sge: usize,
+    /// Inline payload length (the bytes live in the queue's inline area).
+    pub(crate) inline_len: Option<usize>,
+    pub(crate) total_len: u64,
+}
+
+impl SendWqe {
+    pub(crate) fn opcode(&self) -> WrOpcode {
+        self.opcode.unwrap_or(WrOpcode::Send)
+    }
+}
+
+pub(crate) struct SendQueue {
+    cap: usize,
+    max_sge: usize,
+    max_inline: usize,
+    wqes: Vec<SendWqe>,
+    sges: Vec<Sge>,
+    keep: Vec<Option<Arc<MrInner>>>,
+    inline: Vec<u8>,
+    head: usize,
+    count: usize,
+    pub(crate) req: ReqView,
+    /// The head WQE may not run before this instant (RNR wait or ACK timeout).
+    pub(crate) blocked_until: Option<Instant>,
+    /// The head WQE waits for something other than time (no read/atomic credit, or an
+    /// infinite ACK timeout).
+    pub(crate) stalled: bool,
+    pub(crate) rnr: RetryCounter,
+    pub(crate) retry: RetryCounter,
+    /// SQD: no new work request starts.
+    pub(crate) draining: bool,
+}
+
+impl SendQueue {
+    pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32) -> Self {
+        let cap = max_wr.max(1) as usize;
+        let max_sge = max_sge.max(1) as usize;
+        SendQueue {
+            cap,
+            max_sge,
+            max_inline: max_inline as usize,
+            wqes: vec![SendWqe::default(); cap],
+            sges: vec![Sge::default(); cap * max_sge],
+            keep: vec![None; cap * max_sge],
+            inline: vec![0; cap * max_inline as usize],
+            head: 0,
+            count: 0,
+            req: ReqView::default(),
+            blocked_until: None,
+            stalled: false,
+            rnr: RetryCounter::rnr(0),
+            retry: RetryCounter::transport(0),
+            draining: false,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The oldest work request, with its scatter list and inline bytes.
+    pub(crate) fn head(&self) -> Option<(&SendWqe, &[Sge], &[u8])> {
+        if self.count == 0 {
+            return None;
+        }
+        let w = &self.wqes[self.head];
+        let base = self.head * self.max_sge;
+        let inl = w
+            .inline_len
+            .map(|n| &self.inline[self.head * self.max_inline..self.head * self.max_inline + n])
+            .unwrap_or(&[]);
+        Some((w, &self.sges[base..base + w.num_sge], inl))
+    }
+
+    /// Removes the oldest work request.
+    pub(crate) fn pop(&mut self) -> Option<SendWqe> {
+        if self.count == 0 {
+            return None;
+        }
+        let w = std::mem::take(&mut self.wqes[self.head]);
+        let base = self.head * self.max_sge;
+        for k in &mut self.keep[base..base + self.max_sge] {
+            *k = None;
+        }
+        self.head = (self.head + 1) % self.cap;
+        self.count -= 1;
+        self.blocked_until = None;
+        self.stalled = false;
+        Some(w)
+    }
+
+    /// Removes every work request without completing it (→ RESET, destroy).
+    pub(crate) fn clear(&mut self) {
+        while self.pop().is_some() {}
+    }
+
+    /// Validates `wr` and appends it.
+    pub(crate) fn push(
+        &mut self,
+        dev: &DeviceInner,
+        pd: &PdInner,
+        qp_type: QpType,
+        wr: &SendWr<'_>,
+        keep: bool,
+    ) -> Result<()> {
+        let verb = "post_send";
+        let op = wr.opcode;
+        if !op.allowed_on(qp_type) {
+            return Err(Error::invalid(verb, "opcode not allowed on this QP type"));
+        }
+        if matches!(
+            op,
+            WrOpcode::LocalInv
+                | WrOpcode::BindMw
+                | WrOpcode::SendWithInv
+                | WrOpcode::Tso
+                | WrOpcode::Driver1
+                | WrOpcode::Flush
+                | WrOpcode::AtomicWrite
+        ) {
+            return Err(Error::unsupported(verb, "this work request opcode"));
+        }
+        let inline_flag = wr.flags.contains(SendFlags::INLINE)
+            || matches!(wr.payload, Payload::Inline(_) | Payload::InlineList(_));
+        let (num_sge, total): (usize, u64) = match wr.payload {
+            Payload::Sge(s) => (s.len(), s.iter().map(|s| u64::from(s.length)).sum()),
+            Payload::Inline(b) => (0, b.len() as u64),
+            Payload::InlineList(l) => (0, l.iter().map(|b| b.len() as u64).sum()),
+        };
+        if num_sge > self.max_sge {
+            return Err(Error::TooManySge { max: self.max_sge as u32, got: num_sge as u32 });
+        }
+        if total > u64::from(limits::MAX_MSG_SZ) {
+            return Err(Error::Limit {
+                verb,
+                what: "message length",
+                max: limits::MAX_MSG_SZ.into(),
+                got: total,
+            });
+        }
+        if op.is_atomic() {
+            if total != 8 {
+                return Err(Error::invalid(verb, "atomic operations move exactly 8 bytes"));
+            }
+            if wr.remote_addr % 8 != 0 {
+                return Err(Error::invalid(verb, "atomic remote address not 8-byte aligned"));
+            }
+        }
+        let carries_data = matches!(
+            op,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+        );
+        if inline_flag && !carries_data {
+            return Err(Error::invalid(verb, "inline data on an opcode that sends none"));
+        }
+        if inline_flag && total > self.max_inline as u64 {
+            return Err(Error::Limit {
+                verb,
+                what: "inline data",
+                max: self.max_inline as u64,
+                got: total,
+            });
+        }
+        if qp_type == QpType::Ud && wr.ud.is_none() {
+            return Err(Error::invalid(verb, "UD sends need an address handle"));
+        }
+        if self.count == self.cap {
+            return Err(Error::QueueFull { verb, max: self.cap as u32 });
+        }
+        let slot = (self.head + self.count) % self.cap;
+        let mut wqe = SendWqe {
+            wr_id: wr.wr_id,
+            opcode: Some(op),
+            flags: wr.flags,
+            imm: wr.imm_data,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            ud: wr.ud.map(|u| UdAv {
+                ah: u.ah.inner().clone(),
+                remote_qpn: u.remote_qpn,
+                remote_qkey: u.remote_qkey,
+            }),
+            num_sge: 0,
+            inline_len: None,
+            total_len: total,
+        };
+        if inline_flag {
+            let dst = &mut self.inline[slot * self.max_inline..(slot + 1) * self.max_inline];
+            let mut off = 0;
+            match wr.payload {
+                Payload::Inline(b) => {
+                    dst[..b.len()].copy_from_slice(b);
+                    off = b.len();
+                }
+                Payload::InlineList(list) => {
+                    for b in list {
+                        dst[off..off + b.len()].copy_from_slice(b);
+                        off += b.len();
+                    }
+                }
+                Payload::Sge(sges) => {
+                    // The Rust API reads inline SGEs through the usual local checks.
+                    for s in sges {
+                        let p = mr::pin(dev, pd, s.lkey, s.addr, s.length.into(), Access::empty())
+                            .map_err(|_| {
+                                Error::invalid(verb, "inline SGE outside a registered region")
+                            })?;
+                        crate::mr::copy_out(&p, &mut dst[off..off + p.len]);
+                        off += p.len;
+                    }
+                }
+            }
+            wqe.inline_len = Some(off);
+        } else if let Payload::Sge(sges) = wr.payload {
+            let base = slot * self.max_sge;
+            self.sges[base..base + sges.len()].copy_from_slice(sges);
+            for (i, s) in sges.iter().enumerate() {
+                self.keep[base + i] = if keep { dev.keys.mr(s.lkey) } else { None };
+            }
+            wqe.num_sge = sges.len();
+        }
+        self.wqes[slot] = wqe;
+        self.count += 1;
+        Ok(())
+    }
+}
+
+/// The capacity a QP really gets for a requested `max_inline_data` (shared with the SGE
+/// area, as rxe does: at least `max_send_sge` × 16 bytes).
+pub(crate) fn granted_inline(max_send_sge: u32, max_inline: u32) -> u32 {
+    max_inline.max(max_send_sge.saturating_mul(16)).min(limits::MAX_INLINE_DATA)
+}

@@ -1,0 +1,195 @@
+//! Work requests as the Rust API takes them (`struct ibv_send_wr`, `struct ibv_recv_wr`).
+
+use rverbs_proto::verbs::{SendFlags, WrOpcode};
+
+use crate::ah::Ah;
+use crate::mr::Sge;
+
+/// Where a send work request's data comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'a> {
+    /// Registered memory named by SGEs, read when the request executes. With
+    /// `SendFlags::INLINE` the bytes are read (through the same checks) at post time.
+    Sge(&'a [Sge]),
+    /// Bytes copied into the work request at post time (`IBV_SEND_INLINE`); no memory
+    /// region is needed.
+    Inline(&'a [u8]),
+    /// Several inline pieces, concatenated.
+    InlineList(&'a [&'a [u8]]),
+}
+
+/// The destination of a UD send (`wr.ud`).
+#[derive(Clone, Copy, Debug)]
+pub struct UdDest<'a> {
+    /// Address handle of the destination.
+    pub ah: &'a Ah,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Q_Key the destination QP must have.
+    pub remote_qkey: u32,
+}
+
+/// A send work request.
+#[derive(Clone, Copy, Debug)]
+pub struct SendWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// Flags (SIGNALED, SOLICITED, FENCE, INLINE).
+    pub flags: SendFlags,
+    /// The data.
+    pub payload: Payload<'a>,
+    /// Immediate data (`*_WITH_IMM`, carried verbatim) or the rkey to invalidate
+    /// (`SEND_WITH_INV`, `LOCAL_INV`).
+    pub imm_data: u32,
+    /// Remote address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics).
+    pub rkey: u32,
+    /// Compare value (compare-and-swap) or addend (fetch-and-add).
+    pub compare_add: u64,
+    /// Swap value (compare-and-swap).
+    pub swap: u64,
+    /// Destination of a UD send.
+    pub ud: Option<UdDest<'a>>,
+}
+
+impl<'a> SendWr<'a> {
+    /// A work request of `opcode` with no data and no flags.
+    pub fn new(wr_id: u64, opcode: WrOpcode) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            flags: SendFlags::empty(),
+            payload: Payload::Sge(&[]),
+            imm_data: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+
+    /// A SEND of the bytes named by `sg_list`.
+    pub fn send(wr_id: u64, sg_list: &'a [Sge]) -> Self {
+        SendWr { payload: Payload::Sge(sg_list), ..Self::new(wr_id, WrOpcode::Send) }
+    }
+
+    /// An RDMA WRITE of `sg_list` to `remote_addr` under `rkey`.
+    pub fn write(wr_id: u64, sg_list: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
+        SendWr {
+            payload: Payload::Sge(sg_list),
+            remote_addr,
+            rkey,
+            ..Self::new(wr_id, WrOpcode::RdmaWrite)
+        }
+    }
+
+    /// An RDMA READ of `remote_addr` under `rkey` into `sg_list`.
+    pub fn read(wr_id: u64, sg_list: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
+        SendWr {
+            payload: Payload::Sge(sg_list),
+            remote_addr,
+            rkey,
+            ..Self::new(wr_id, WrOpcode::RdmaRead)
+        }
+    }
+
+    /// An atomic fetch-and-add of `add` at `remote_addr`; the original value lands in
+    /// the 8 bytes named by `result`.
+    pub fn fetch_add(wr_id: u64, result: &'a [Sge], remote_addr: u64, rkey: u32, add: u64) -> Self {
+        SendWr {
+            payload: Payload::Sge(result),
+            remote_addr,
+            rkey,
+            compare_add: add,
+            ..Self::new(wr_id, WrOpcode::AtomicFetchAndAdd)
+        }
+    }
+
+    /// An atomic compare-and-swap at `remote_addr`.
+    pub fn compare_swap(
+        wr_id: u64,
+        result: &'a [Sge],
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        SendWr {
+            payload: Payload::Sge(result),
+            remote_addr,
+            rkey,
+            compare_add: compare,
+            swap,
+            ..Self::new(wr_id, WrOpcode::AtomicCmpAndSwp)
+        }
+    }
+
+    /// Adds immediate data, turning SEND into SEND_WITH_IMM and RDMA_WRITE into
+    /// RDMA_WRITE_WITH_IMM.
+    pub fn with_imm(mut self, imm: u32) -> Self {
+        self.opcode = match self.opcode {
+            WrOpcode::Send => WrOpcode::SendWithImm,
+            WrOpcode::RdmaWrite => WrOpcode::RdmaWriteWithImm,
+            other => other,
+        };
+        self.imm_data = imm;
+        self
+    }
+
+    /// Sets `SIGNALED`.
+    pub fn signaled(mut self) -> Self {
+        self.flags |= SendFlags::SIGNALED;
+        self
+    }
+
+    /// Adds flags.
+    pub fn flags(mut self, flags: SendFlags) -> Self {
+        self.flags |= flags;
+        self
+    }
+
+    /// Replaces the data with inline bytes (sets `INLINE`).
+    pub fn inline(mut self, data: &'a [u8]) -> Self {
+        self.payload = Payload::Inline(data);
+        self.flags |= SendFlags::INLINE;
+        self
+    }
+
+    /// Sets the UD destination.
+    pub fn ud(mut self, ah: &'a Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some(UdDest { ah, remote_qpn, remote_qkey });
+        self
+    }
+}
+
+/// A receive work request.
+#[derive(Clone, Copy, Debug)]
+pub struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where received data goes.
+    pub sg_list: &'a [Sge],
+}
+
+impl<'a> RecvWr<'a> {
+    /// A receive into `sg_list`.
+    pub fn new(wr_id: u64, sg_list: &'a [Sge]) -> Self {
+        RecvWr { wr_id, sg_list }
+    }
+}
+
+/// A rejected post: the index of the first refused work request and why. The work
+/// requests before it were posted (ibv_post_send(3): `*bad_wr`).
+#[derive(Debug, thiserror::Error)]
+#[error("work request {index} refused: {error}")]
+pub struct PostError {
+    /// Index of the refused work request in the list.
+    pub index: usize,
+    /// Why it was refused.
+    #[source]
+    pub error: crate::Error,
+}

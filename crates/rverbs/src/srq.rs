@@ -1,0 +1,263 @@
+//! Shared receive queues (ibv_create_srq(3), ibv_modify_srq(3), ibv_post_srq_recv(3)).
+//!
+//! Rule: receives posted to an SRQ are consumed by any QP attached to it. When
+//! `srq_limit` is armed (non-zero) and a consumption leaves fewer than `srq_limit`
+//! receives, SRQ_LIMIT_REACHED is raised once and the limit disarms; ibv_modify_srq(3)
+//! with IBV_SRQ_LIMIT re-arms it. A QP attached to an SRQ that enters ERR raises
+//! QP_LAST_WQE_REACHED instead of flushing the SRQ.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bitflags::bitflags;
+use rverbs_proto::verbs::EventType;
+
+use crate::device::limits;
+use crate::error::{Error, Result};
+use crate::event::{EventCounter, RawElement};
+use crate::pd::PdInner;
+use crate::qp::rq::{RecvQueue, RecvWqe};
+use crate::qp::wr::{PostError, RecvWr};
+
+/// Parameters of [`crate::Pd::create_srq`] (`struct ibv_srq_init_attr`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SrqInit {
+    /// Receive work requests the SRQ holds.
+    pub max_wr: u32,
+    /// Scatter/gather entries per work request.
+    pub max_sge: u32,
+    /// Initial limit (0 = not armed).
+    pub srq_limit: u32,
+    /// Opaque value returned with asynchronous events.
+    pub srq_context: usize,
+}
+
+/// SRQ attributes (`struct ibv_srq_attr`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrqAttr {
+    /// Capacity.
+    pub max_wr: u32,
+    /// Scatter/gather entries per work request.
+    pub max_sge: u32,
+    /// Armed limit (0 = not armed).
+    pub srq_limit: u32,
+}
+
+bitflags! {
+    /// Which fields of [`SrqAttr`] a modify changes (`enum ibv_srq_attr_mask`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct SrqAttrMask: u32 {
+        /// Resize to `max_wr`.
+        const MAX_WR = 1;
+        /// Arm `srq_limit`.
+        const LIMIT = 1 << 1;
+    }
+}
+
+pub(crate) struct SrqInner {
+    pub(crate) pd: Arc<PdInner>,
+    rq: Mutex<Arc<RecvQueue>>,
+    limit: AtomicU32,
+    qps: AtomicU32,
+    pub(crate) async_events: EventCounter,
+    destroyed: AtomicBool,
+    cookie: AtomicUsize,
+    srq_context: usize,
+}
+
+impl SrqInner {
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn attach_qp(&self) {
+        self.qps.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn detach_qp(&self) {
+        self.qps.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn queue(&self) -> Arc<RecvQueue> {
+        self.rq.lock().expect("srq").clone()
+    }
+
+    /// Takes the oldest receive and fires the limit event if armed and crossed.
+    pub(crate) fn take(self: &Arc<Self>) -> Option<RecvWqe> {
+        let (wqe, left) = self.queue().take()?;
+        let limit = self.limit.load(Ordering::Acquire);
+        if limit != 0
+            && (left as u64) < u64::from(limit)
+            && self.limit.compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(Arc::downgrade(self)));
+        }
+        Some(wqe)
+    }
+}
+
+/// A shared receive queue (`struct ibv_srq`). Cloning shares it.
+#[derive(Clone)]
+pub struct Srq {
+    inner: Arc<SrqInner>,
+}
+
+impl std::fmt::Debug for Srq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Srq").field("attr", &self.query()).finish()
+    }
+}
+
+impl Srq {
+    pub(crate) fn new(pd: Arc<PdInner>, init: &SrqInit) -> Result<Self> {
+        let verb = "create_srq";
+        if init.max_wr == 0 || init.max_wr > limits::MAX_SRQ_WR {
+            return Err(Error::Limit {
+                verb,
+                what: "max_wr",
+                max: limits::MAX_SRQ_WR.into(),
+                got: init.max_wr.into(),
+            });
+        }
+        if init.max_sge > limits::MAX_SRQ_SGE {
+            return Err(Error::Limit {
+                verb,
+                what: "max_sge",
+                max: limits::MAX_SRQ_SGE.into(),
+                got: init.max_sge.into(),
+            });
+        }
+        if init.srq_limit > init.max_wr {
+            return Err(Error::invalid(verb, "srq_limit above max_wr"));
+        }
+        pd.hold()?;
+        Ok(Srq {
+            inner: Arc::new(SrqInner {
+                pd,
+                rq: Mutex::new(Arc::new(RecvQueue::new(init.max_wr, init.max_sge.max(1)))),
+                limit: AtomicU32::new(init.srq_limit),
+                qps: AtomicU32::new(0),
+                async_events: EventCounter::default(),
+                destroyed: AtomicBool::new(false),
+                cookie: AtomicUsize::new(0),
+                srq_context: init.srq_context,
+            }),
+        })
+    }
+
+    pub(crate) fn from_inner(inner: Arc<SrqInner>) -> Self {
+        Srq { inner }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<SrqInner> {
+        &self.inner
+    }
+
+    /// The attributes (ibv_query_srq(3)); `srq_limit` reads 0 once the event fired.
+    pub fn query(&self) -> SrqAttr {
+        let rq = self.inner.queue();
+        SrqAttr {
+            max_wr: rq.capacity(),
+            max_sge: rq.max_sge(),
+            srq_limit: self.inner.limit.load(Ordering::Acquire),
+        }
+    }
+
+    /// The `srq_context` given at creation.
+    pub fn srq_context(&self) -> usize {
+        self.inner.srq_context
+    }
+
+    /// Arms the limit or resizes (ibv_modify_srq(3)).
+    ///
+    /// Errors: `EINVAL` for a limit above the capacity, or a size below the receives
+    /// queued or above `max_srq_wr`.
+    pub fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        let verb = "modify_srq";
+        let mut rq = self.inner.rq.lock().expect("srq");
+        let mut cap = rq.capacity();
+        if mask.contains(SrqAttrMask::MAX_WR) {
+            if attr.max_wr == 0 || attr.max_wr > limits::MAX_SRQ_WR {
+                return Err(Error::invalid(verb, "max_wr out of range"));
+            }
+            let queued = rq.len() as u32;
+            if attr.max_wr < queued {
+                return Err(Error::invalid(verb, "max_wr below the receives queued"));
+            }
+            cap = attr.max_wr;
+        }
+        if mask.contains(SrqAttrMask::LIMIT) && attr.srq_limit > cap {
+            return Err(Error::invalid(verb, "srq_limit above max_wr"));
+        }
+        if mask.contains(SrqAttrMask::MAX_WR) && cap != rq.capacity() {
+            let new = Arc::new(RecvQueue::new(cap, rq.max_sge()));
+            new.absorb(&rq);
+            *rq = new;
+        }
+        if mask.contains(SrqAttrMask::LIMIT) {
+            self.inner.limit.store(attr.srq_limit, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Posts receives (ibv_post_srq_recv(3)); any state of the attached QPs.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let keys = &self.inner.pd.ctx.dev.keys;
+        self.inner.queue().post(wrs, Some(keys), "post_srq_recv")
+    }
+
+    /// As [`Srq::post_recv`] with the C ABI's region semantics.
+    #[doc(hidden)]
+    pub fn post_recv_unpinned(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.inner.queue().post(wrs, None, "post_srq_recv")
+    }
+
+    /// Destroys the SRQ (ibv_destroy_srq(3)).
+    ///
+    /// Errors: `EBUSY` while QPs are attached.
+    pub fn destroy(&self) -> Result<()> {
+        if self.inner.qps.load(Ordering::Acquire) != 0 {
+            return Err(Error::Busy { what: "shared receive queue" });
+        }
+        if self.inner.destroyed.swap(true, Ordering::AcqRel) {
+            return Err(Error::Destroyed { what: "shared receive queue" });
+        }
+        self.inner.async_events.wait_all_acked();
+        self.inner.pd.release();
+        Ok(())
+    }
+
+    /// Acknowledges `n` asynchronous events about this SRQ.
+    pub fn ack_async_events(&self, n: u32) {
+        self.inner.async_events.ack(n);
+    }
+
+    /// Opaque value for language bindings.
+    #[doc(hidden)]
+    pub fn cookie(&self) -> usize {
+        self.inner.cookie.load(Ordering::Acquire)
+    }
+
+    #[doc(hidden)]
+    pub fn set_cookie(&self, value: usize) {
+        self.inner.cookie.store(value, Ordering::Release);
+    }
+
+    /// Receives queued (a snapshot).
+    pub fn len(&self) -> usize {
+        self.inner.queue().len()
+    }
+
+    /// Whether no receive is queued (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        if !self.destroyed.swap(true, Ordering::AcqRel) {
+            self.pd.release();
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Thin wrappers over the operating-system calls the device needs: eventfds, shared
+//! anonymous memory, and the host's interface addresses.
+//!
+//! This is one of the few modules allowed `unsafe` (STYLE.md §5): `mmap` and
+//! `getifaddrs` have no safe equivalents in rustix.
+#![allow(unsafe_code)]
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+use rustix::event::{eventfd, EventfdFlags};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result};
+
+/// A counting eventfd (`EFD_SEMAPHORE`): each `signal` adds one, each `wait` takes one.
+///
+/// Rule: the fd handed to applications is a real kernel fd usable with poll/epoll,
+/// blocking by default, honouring `O_NONBLOCK` if the application sets it
+/// (ibv_get_cq_event(3) EXAMPLES; abi-libibverbs.md §4.11).
+#[derive(Debug)]
+pub(crate) struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    pub(crate) fn new() -> Result<Self> {
+        let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::SEMAPHORE)?;
+        Ok(EventFd { fd })
+    }
+
+    /// Adds one to the counter, waking one reader.
+    pub(crate) fn signal(&self) {
+        // An eventfd write only fails when the counter would overflow u64::MAX - 1,
+        // which one increment per queued event can never reach.
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+    }
+
+    /// Takes one from the counter, blocking while it is zero unless the file is
+    /// non-blocking, in which case `Error::WouldBlock` is returned.
+    pub(crate) fn wait(&self) -> Result<()> {
+        let mut buf = [0u8; 8];
+        loop {
+            match rustix::io::read(&self.fd, &mut buf) {
+                Ok(8) => return Ok(()),
+                Ok(_) => return Err(Error::Bug("short eventfd read")),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Zero-filled, page-aligned memory from an anonymous shared mapping (memfd).
+///
+/// Pages are only touched when used, so a large mapping costs nothing until written;
+/// being memfd-backed, the region can later be shared with other processes.
+pub(crate) struct SharedMem {
+    ptr: NonNull<u8>,
+    len: usize,
+    _fd: OwnedFd,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; access to its bytes is
+// coordinated by the owners (memory regions use the device's copy primitives).
+unsafe impl Send for SharedMem {}
+// SAFETY: as above; `&SharedMem` only exposes the address and length.
+unsafe impl Sync for SharedMem {}
+
+impl SharedMem {
+    /// Maps `len` bytes (rounded up to whole pages; at least one page).
+    pub(crate) fn new(name: &str, len: usize) -> Result<Self> {
+        use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
+        use rustix::mm::{mmap, MapFlags, ProtFlags};
+        let page = page_size();
+        let len = len.max(1).div_ceil(page) * page;
+        let fd = memfd_create(name, MemfdFlags::CLOEXEC)?;
+        ftruncate(&fd, len as u64)?;
+        // SAFETY: a fresh shared mapping of a memfd we own, at an address the kernel
+        // chooses; no existing memory is affected.
+        let ptr = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                &fd,
+                0,
+            )?
+        };
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Error::Bug("mmap returned null"))?;
+        Ok(SharedMem { ptr, len, _fd: fd })
+    }
+
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for SharedMem {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping created in `new`; nothing refers to it
+        // any more (memory regions hold the `SharedMem` alive while in use).
+        unsafe {
+            let _ = rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// The system page size.
+pub(crate) fn page_size() -> usize {
+    rustix::param::page_size()
+}
+
+/// One interface address of the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct IfAddr {
+    pub(crate) name: String,
+    pub(crate) ipv4: Option<Ipv4Addr>,
+    pub(crate) mac: Option<[u8; 6]>,
+}
+
+/// The host's interfaces with their IPv4 addresses and MAC addresses
+/// (`getifaddrs(3)`), in the order the kernel lists them.
+pub(crate) fn interfaces() -> Vec<IfAddr> {
+    let mut out: Vec<IfAddr> = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list returned by getifaddrs, valid until
+        // freeifaddrs; its fields are read-only here.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: ifa_addr is non-null and points to a sockaddr whose family tells
+        // its real type.
+        let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+        let mut entry = IfAddr { name: name.clone(), ipv4: None, mac: None };
+        match family {
+            libc::AF_INET => {
+                // SAFETY: family AF_INET means the address is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                entry.ipv4 = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            }
+            libc::AF_PACKET => {
+                // SAFETY: family AF_PACKET means the address is a sockaddr_ll.
+                let sll = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_ll) };
+                if sll.sll_halen == 6 {
+                    let mut mac = [0u8; 6];
+                    mac.copy_from_slice(&sll.sll_addr[..6]);
+                    entry.mac = Some(mac);
+                }
+            }
+            _ => continue,
+        }
+        out.push(entry);
+    }
+    // SAFETY: `head` came from a successful getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+/// The index of the network interface `name`, or 0 (`if_nametoindex(3)`).
+pub(crate) fn ifindex(name: &str) -> u32 {
+    let Ok(c) = std::ffi::CString::new(name) else { return 0 };
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventfd_counts_and_honours_nonblocking() {
+        let e = EventFd::new().unwrap();
+        rustix::io::ioctl_fionbio(e.fd(), true).unwrap();
+        assert!(matches!(e.wait(), Err(Error::WouldBlock)));
+        e.signal();
+        e.signal();
+        e.wait().unwrap();
+        e.wait().unwrap();
+        assert!(matches!(e.wait(), Err(Error::WouldBlock)));
+    }
+
+    #[test]
+    fn shared_mem_is_zeroed_and_page_rounded() {
+        let m = SharedMem::new("test", 10).unwrap();
+        assert_eq!(m.len(), page_size());
+        assert_eq!(m.addr() % page_size(), 0);
+        // SAFETY: reading bytes of the fresh mapping we own.
+        let bytes = unsafe { std::slice::from_raw_parts(m.addr() as *const u8, m.len()) };
+        assert!(bytes.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn loopback_interface_is_listed() {
+        let ifs = interfaces();
+        assert!(ifs.iter().any(|i| i.ipv4 == Some(Ipv4Addr::LOCALHOST)), "{ifs:?}");
+    }
+}

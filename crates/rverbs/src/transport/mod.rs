@@ -1,0 +1,45 @@
+//! Transports: how a send work request reaches the QP it is for.
+//!
+//! The transport is chosen per work request from the destination GID and QPN
+//! (DESIGN.md §6). Today one exists: [`loopback`], for QPs of this process, which
+//! executes the whole operation — requester, responder and completer — inside the
+//! caller. A destination the device cannot reach behaves like a peer that never
+//! answers: RC retries until `retry_cnt` is exhausted (RETRY_EXC_ERR); UC and UD
+//! complete as sent.
+
+pub(crate) mod grh;
+pub(crate) mod loopback;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::mr::Sge;
+use crate::qp::sq::{ReqView, SendWqe};
+use crate::qp::QpInner;
+use crate::wc::Cqe;
+
+/// What executing the head work request of a send queue led to.
+#[derive(Debug)]
+pub(crate) enum Exec {
+    /// The request is finished: its completion (success or error).
+    Done(Cqe),
+    /// The responder had no receive posted (RNR NAK): retry after the delay.
+    Rnr(Duration),
+    /// No response (unreachable or not-ready peer, dropped request): retry after the
+    /// ACK timeout.
+    Lost,
+    /// The request cannot start yet and no timer will change that (no read/atomic
+    /// credit: `max_rd_atomic` is 0).
+    Stall,
+}
+
+/// Executes the head work request of `qp`'s send queue.
+pub(crate) fn execute(
+    qp: &Arc<QpInner>,
+    req: &ReqView,
+    wqe: &SendWqe,
+    sges: &[Sge],
+    inline: &[u8],
+) -> Exec {
+    loopback::execute(qp, req, wqe, sges, inline)
+}

@@ -1,0 +1,275 @@
+//! Work completions: the public [`Wc`] (layout-identical to `struct ibv_wc`) and the
+//! CQE the device writes into a completion ring.
+
+use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
+
+use crate::cq::ring::DATA_WORDS;
+
+/// A work completion (`struct ibv_wc`, 48 bytes, the same layout).
+///
+/// Rule: ibv_poll_cq(3): if the status is not `Success`, only `wr_id`, `status`,
+/// `qp_num` and `vendor_err` are valid — the accessors of every other field return
+/// `None` then.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Wc {
+    wr_id: u64,
+    status: u32,
+    opcode: u32,
+    vendor_err: u32,
+    byte_len: u32,
+    imm_data: u32,
+    qp_num: u32,
+    src_qp: u32,
+    wc_flags: u32,
+    pkey_index: u16,
+    slid: u16,
+    sl: u8,
+    dlid_path_bits: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Wc>() == 48);
+
+impl Wc {
+    /// The `wr_id` of the completed work request (always valid).
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    /// The completion status (always valid).
+    pub fn status(&self) -> WcStatus {
+        WcStatus::from_raw(self.status).unwrap_or(WcStatus::GeneralErr)
+    }
+
+    /// Whether the status is `Success`.
+    pub fn is_success(&self) -> bool {
+        self.status == WcStatus::Success as u32
+    }
+
+    /// The local QP number (always valid).
+    pub fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// The vendor error syndrome (always valid; see `rverbs_proto::vendor_err`).
+    pub fn vendor_err(&self) -> u32 {
+        self.vendor_err
+    }
+
+    fn ok<T>(&self, v: T) -> Option<T> {
+        self.is_success().then_some(v)
+    }
+
+    /// The operation that completed (success only).
+    pub fn opcode(&self) -> Option<WcOpcode> {
+        self.ok(()).and_then(|_| WcOpcode::from_raw(self.opcode))
+    }
+
+    /// Bytes transferred (success only).
+    pub fn byte_len(&self) -> Option<u32> {
+        self.ok(self.byte_len)
+    }
+
+    /// The completion flags (success only).
+    pub fn wc_flags(&self) -> Option<WcFlags> {
+        self.ok(WcFlags::from_bits_retain(self.wc_flags))
+    }
+
+    /// Immediate data, as the 4 bytes the sender put in `imm_data` (network byte order
+    /// in C): success with `WITH_IMM` only.
+    pub fn imm_data(&self) -> Option<u32> {
+        self.wc_flags()
+            .filter(|f| f.contains(WcFlags::WITH_IMM))
+            .map(|_| self.imm_data)
+    }
+
+    /// The rkey a SEND_WITH_INV invalidated: success with `WITH_INV` only.
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.wc_flags()
+            .filter(|f| f.contains(WcFlags::WITH_INV))
+            .map(|_| self.imm_data)
+    }
+
+    /// The source QP number (meaningful for UD receives; success only).
+    pub fn src_qp(&self) -> Option<u32> {
+        self.ok(self.src_qp)
+    }
+
+    /// The P_Key index (success only).
+    pub fn pkey_index(&self) -> Option<u16> {
+        self.ok(self.pkey_index)
+    }
+
+    /// The source LID (0 on Ethernet; success only).
+    pub fn slid(&self) -> Option<u16> {
+        self.ok(self.slid)
+    }
+
+    /// The service level (success only).
+    pub fn sl(&self) -> Option<u8> {
+        self.ok(self.sl)
+    }
+
+    /// The DLID path bits (success only).
+    pub fn dlid_path_bits(&self) -> Option<u8> {
+        self.ok(self.dlid_path_bits)
+    }
+}
+
+/// A completion as the device produces it, before it is written into a ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cqe {
+    pub(crate) wr_id: u64,
+    pub(crate) status: u8,
+    pub(crate) opcode: u8,
+    pub(crate) wc_flags: u8,
+    pub(crate) sl: u8,
+    pub(crate) vendor_err: u32,
+    pub(crate) byte_len: u32,
+    pub(crate) imm: u32,
+    pub(crate) qp_num: u32,
+    pub(crate) src_qp: u32,
+    pub(crate) pkey_index: u16,
+    pub(crate) slid: u16,
+    pub(crate) dlid_path_bits: u8,
+    /// Device clock at completion (0 unless the CQ asked for timestamps).
+    pub(crate) timestamp: u64,
+    /// Whether the completion may fire a solicited-only notification.
+    pub(crate) solicited: bool,
+}
+
+impl Cqe {
+    /// A successful completion.
+    pub(crate) fn success(wr_id: u64, qp_num: u32, opcode: WcOpcode, byte_len: u32) -> Self {
+        Cqe {
+            wr_id,
+            qp_num,
+            opcode: opcode as u32 as u8,
+            byte_len,
+            ..Cqe::default()
+        }
+    }
+
+    /// An error completion: only wr_id, status, qp_num and vendor_err are set
+    /// (ibv_poll_cq(3); rxe leaves opcode and byte_len 0).
+    pub(crate) fn error(wr_id: u64, qp_num: u32, status: WcStatus, vendor_err: u32) -> Self {
+        Cqe { wr_id, qp_num, status: status as u32 as u8, vendor_err, ..Cqe::default() }
+    }
+
+    pub(crate) fn status(&self) -> WcStatus {
+        WcStatus::from_raw(u32::from(self.status)).unwrap_or(WcStatus::GeneralErr)
+    }
+
+    pub(crate) fn encode(&self) -> [u64; DATA_WORDS] {
+        [
+            self.wr_id,
+            u64::from(self.byte_len) | u64::from(self.imm) << 32,
+            u64::from(self.qp_num) | u64::from(self.src_qp) << 32,
+            u64::from(self.vendor_err)
+                | u64::from(self.status) << 32
+                | u64::from(self.opcode) << 40
+                | u64::from(self.wc_flags) << 48
+                | u64::from(self.sl) << 56,
+            u64::from(self.pkey_index)
+                | u64::from(self.slid) << 16
+                | u64::from(self.dlid_path_bits) << 32
+                | u64::from(self.solicited) << 40,
+            self.timestamp,
+            0,
+        ]
+    }
+
+    pub(crate) fn decode(w: &[u64; DATA_WORDS]) -> Self {
+        Cqe {
+            wr_id: w[0],
+            byte_len: w[1] as u32,
+            imm: (w[1] >> 32) as u32,
+            qp_num: w[2] as u32,
+            src_qp: (w[2] >> 32) as u32,
+            vendor_err: w[3] as u32,
+            status: (w[3] >> 32) as u8,
+            opcode: (w[3] >> 40) as u8,
+            wc_flags: (w[3] >> 48) as u8,
+            sl: (w[3] >> 56) as u8,
+            pkey_index: w[4] as u16,
+            slid: (w[4] >> 16) as u16,
+            dlid_path_bits: (w[4] >> 32) as u8,
+            solicited: (w[4] >> 40) & 1 == 1,
+            timestamp: w[5],
+        }
+    }
+
+    /// The opcode as the C enum value (RECV is 128, so one byte holds every opcode).
+    pub(crate) fn opcode_raw(&self) -> u32 {
+        u32::from(self.opcode)
+    }
+
+    pub(crate) fn to_wc(self) -> Wc {
+        Wc {
+            wr_id: self.wr_id,
+            status: u32::from(self.status),
+            opcode: self.opcode_raw(),
+            vendor_err: self.vendor_err,
+            byte_len: self.byte_len,
+            imm_data: self.imm,
+            qp_num: self.qp_num,
+            src_qp: self.src_qp,
+            wc_flags: u32::from(self.wc_flags),
+            pkey_index: self.pkey_index,
+            slid: self.slid,
+            sl: self.sl,
+            dlid_path_bits: self.dlid_path_bits,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cqe_round_trips_through_ring_words() {
+        let c = Cqe {
+            wr_id: 0xdead_beef_0102_0304,
+            status: WcStatus::RemAccessErr as u32 as u8,
+            opcode: WcOpcode::RecvRdmaWithImm as u32 as u8,
+            wc_flags: (WcFlags::WITH_IMM | WcFlags::GRH).bits() as u8,
+            sl: 3,
+            vendor_err: 0x22,
+            byte_len: 4096,
+            imm: 0x1122_3344,
+            qp_num: 0xff_fffe,
+            src_qp: 0x12_3456,
+            pkey_index: 0,
+            slid: 7,
+            dlid_path_bits: 1,
+            timestamp: u64::MAX - 5,
+            solicited: true,
+        };
+        assert_eq!(Cqe::decode(&c.encode()), c);
+    }
+
+    #[test]
+    fn error_completion_hides_invalid_fields() {
+        let wc = Cqe::error(9, 0x11, WcStatus::WrFlushErr, 1).to_wc();
+        assert_eq!(wc.wr_id(), 9);
+        assert_eq!(wc.qp_num(), 0x11);
+        assert_eq!(wc.status(), WcStatus::WrFlushErr);
+        assert_eq!(wc.vendor_err(), 1);
+        assert_eq!(wc.opcode(), None);
+        assert_eq!(wc.byte_len(), None);
+        assert_eq!(wc.imm_data(), None);
+        assert_eq!(wc.src_qp(), None);
+    }
+
+    #[test]
+    fn imm_is_only_readable_with_the_flag() {
+        let mut c = Cqe::success(1, 2, WcOpcode::Recv, 10);
+        c.imm = 0xabcd;
+        assert_eq!(c.to_wc().imm_data(), None);
+        c.wc_flags = WcFlags::WITH_IMM.bits() as u8;
+        assert_eq!(c.to_wc().imm_data(), Some(0xabcd));
+        assert_eq!(c.to_wc().invalidated_rkey(), None);
+        assert_eq!(c.to_wc().opcode(), Some(WcOpcode::Recv));
+    }
+}

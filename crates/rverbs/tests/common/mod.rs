@@ -1,0 +1,201 @@
+//! Fixtures shared by the integration tests: contexts, memory, and QP pairs brought to
+//! a given state (smoltcp-style fixtures that build on each other).
+#![allow(dead_code)]
+
+use rverbs::*;
+
+/// Default capacities of test QPs.
+pub const CAP: QpCap = QpCap {
+    max_send_wr: 64,
+    max_recv_wr: 64,
+    max_send_sge: 4,
+    max_recv_sge: 4,
+    max_inline_data: 64,
+};
+
+/// Everything one side of a connection owns.
+pub struct Side {
+    pub ctx: Context,
+    pub pd: Pd,
+    pub cq: Cq,
+    pub qp: Qp,
+    pub mr: Mr,
+}
+
+pub const MR_LEN: usize = 1 << 16;
+
+pub const ALL_ACCESS: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+
+pub fn open() -> Context {
+    let devs = devices().expect("device list");
+    assert!(!devs.is_empty(), "the built-in device must be listed");
+    devs[0].open().expect("open rverbs0")
+}
+
+/// One side with its own context, a CQ of `cqe` entries and a QP in RESET.
+pub fn side_with(qp_type: QpType, cqe: u32, cap: QpCap) -> Side {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(cqe)).unwrap();
+    let qp = pd.create_qp(&QpInit::new(qp_type, &cq, cap)).unwrap();
+    let mr = pd.alloc_mr(MR_LEN, ALL_ACCESS).unwrap();
+    Side { ctx, pd, cq, qp, mr }
+}
+
+pub fn side(qp_type: QpType) -> Side {
+    side_with(qp_type, 256, CAP)
+}
+
+/// The GID index both sides use (the loopback address is always present).
+pub fn gid_index(ctx: &Context) -> u8 {
+    ctx.query_gid_table()
+        .iter()
+        .find(|e| e.gid.to_ipv4() == Some(std::net::Ipv4Addr::LOCALHOST))
+        .expect("loopback GID")
+        .index as u8
+}
+
+pub fn av(ctx: &Context) -> AhAttr {
+    let idx = gid_index(ctx);
+    AhAttr {
+        grh: Some(GlobalRoute {
+            dgid: ctx.query_gid(1, idx.into()).unwrap(),
+            sgid_index: idx,
+            hop_limit: 64,
+            ..GlobalRoute::default()
+        }),
+        port_num: 1,
+        ..AhAttr::default()
+    }
+}
+
+pub fn to_init(qp: &Qp, access: Access) {
+    let attr = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        qp_access_flags: access,
+        qkey: 0x1111_1111,
+        ..QpAttr::default()
+    };
+    let mask = if qp.qp_type() == QpType::Ud {
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
+    } else {
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS
+    };
+    qp.modify(&attr, mask).unwrap();
+}
+
+/// Attributes used for RTR/RTS in these tests (pyverbs' values: retry 7, timeout 14).
+pub struct Path {
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+}
+
+pub const PATH: Path = Path { timeout: 14, retry_cnt: 7, rnr_retry: 7, min_rnr_timer: 1, max_rd_atomic: 4 };
+
+pub fn to_rtr(qp: &Qp, ctx: &Context, dest_qpn: u32, path: &Path) {
+    let attr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: dest_qpn,
+        rq_psn: 0,
+        max_dest_rd_atomic: path.max_rd_atomic,
+        min_rnr_timer: path.min_rnr_timer,
+        ah_attr: av(ctx),
+        ..QpAttr::default()
+    };
+    let mask = match qp.qp_type() {
+        QpType::Ud => QpAttrMask::STATE,
+        QpType::Uc => {
+            QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN
+        }
+        _ => {
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER
+        }
+    };
+    qp.modify(&attr, mask).unwrap();
+}
+
+pub fn to_rts(qp: &Qp, path: &Path) {
+    let attr = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: 0,
+        timeout: path.timeout,
+        retry_cnt: path.retry_cnt,
+        rnr_retry: path.rnr_retry,
+        max_rd_atomic: path.max_rd_atomic,
+        ..QpAttr::default()
+    };
+    let mask = match qp.qp_type() {
+        QpType::Rc => {
+            QpAttrMask::STATE
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC
+        }
+        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+    };
+    qp.modify(&attr, mask).unwrap();
+}
+
+/// Two sides connected to each other and in RTS.
+pub fn pair_with(qp_type: QpType, path: &Path, cqe: u32, cap: QpCap) -> (Side, Side) {
+    let a = side_with(qp_type, cqe, cap);
+    let b = side_with(qp_type, cqe, cap);
+    connect(&a, &b, path);
+    (a, b)
+}
+
+pub fn connect(a: &Side, b: &Side, path: &Path) {
+    for (x, y) in [(a, b), (b, a)] {
+        to_init(&x.qp, ALL_ACCESS);
+        to_rtr(&x.qp, &x.ctx, y.qp.qp_num(), path);
+        to_rts(&x.qp, path);
+    }
+}
+
+pub fn pair(qp_type: QpType) -> (Side, Side) {
+    pair_with(qp_type, &PATH, 256, CAP)
+}
+
+/// Polls one completion, failing after a bounded number of attempts (completions of
+/// in-process traffic are ready when post returns; RNR retries need the timer).
+#[track_caller]
+pub fn poll_one(cq: &Cq) -> Wc {
+    let mut wc = [Wc::default(); 1];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if cq.poll(&mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        assert!(std::time::Instant::now() < deadline, "no completion within 10 s");
+        std::thread::yield_now();
+    }
+}
+
+/// Asserts the CQ holds no completion.
+#[track_caller]
+pub fn assert_empty(cq: &Cq) {
+    let mut wc = [Wc::default(); 4];
+    assert_eq!(cq.poll(&mut wc).unwrap(), 0, "unexpected completion: {:?}", wc[0]);
+}
+
+pub fn post_recv(s: &Side, wr_id: u64, offset: usize, len: u32) {
+    let sge = [s.mr.sge(offset, len).unwrap()];
+    s.qp.post_recv(&[RecvWr::new(wr_id, &sge)]).unwrap();
+}
