@@ -1,0 +1,153 @@
+//! The C ABI of rverbs: a drop-in `libibverbs.so.1` for binaries built against
+//! rdma-core 44 (Debian 12). See `reference/abi-libibverbs.md` (the specification) and
+//! DESIGN.md §7.
+//!
+//! # What this crate is (and is not)
+//!
+//! * [`abi`]: hand-written `#[repr(C)]` mirrors of `<infiniband/verbs.h>` (v44) and of
+//!   the kernel ABI structs the `ibv_copy_*` helpers touch, plus the enum/flag values.
+//!   `tests/layout.rs` compares every size, alignment, offset and constant with the
+//!   installed header.
+//! * The 145 default-version functions and the one data object of rdma-core 44's
+//!   export map, each with its exact version node (`export!`, version script
+//!   `libibverbs.map`). One module per verbs family; [`private`] holds the
+//!   `IBVERBS_PRIVATE_34` stubs that the real `libmlx5.so.1`/`libefa.so.1` need in order
+//!   to *load* next to us.
+//! * No verbs logic lives here. Verbs that need the soft device are skeletons that
+//!   answer "not supported" in their errno convention and carry a `TODO(core)` marker
+//!   naming what they must call. Only the device-independent helpers are real:
+//!   strings, rate conversions, fork helpers, sysfs helpers, `ibv_copy_*`.
+//!
+//! # Panics
+//!
+//! No panic crosses the FFI boundary: every exported body runs inside [`ffi_guard!`],
+//! which turns a panic into the verb's error convention with `errno = EIO`
+//! (NULL for pointer-returning verbs, `EIO` for verbs returning a positive errno,
+//! -1 for verbs returning -1).
+//!
+//! # Platform
+//!
+//! Linux only. The fixed-arity definition of the variadic `__verbs_log` is ABI-safe on
+//! x86_64 SysV and aarch64; the Appendix A size asserts are checked on x86_64.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("rverbs-capi builds a Linux libibverbs.so.1 and supports Linux only");
+
+/// Runs `$body` (a block) under `catch_unwind` and maps a panic to the error value of
+/// the calling verb's convention, always setting `errno = EIO`:
+///
+/// | convention      | on panic returns                       | used by                       |
+/// |-----------------|----------------------------------------|-------------------------------|
+/// | `null`          | NULL                                   | pointer-returning verbs       |
+/// | `errno`         | `EIO` (positive)                       | verbs returning 0 / errno     |
+/// | `minus_one`     | `-1`                                   | verbs returning 0 / -1+errno  |
+/// | `void`          | nothing                                | `void` functions              |
+/// | `value(expr)`   | `expr`                                 | anything else                 |
+///
+/// The body must not rely on unwinding for cleanup across the boundary; a panic is a
+/// bug (STYLE.md §5 "unsafe": "a panic becomes EIO or NULL with errno EIO").
+#[macro_export]
+macro_rules! ffi_guard {
+    (null, $body:block) => {
+        $crate::ffi_guard!(@run $body, $crate::ffi::panicked_null())
+    };
+    (errno, $body:block) => {
+        $crate::ffi_guard!(@run $body, $crate::ffi::panicked_errno())
+    };
+    (minus_one, $body:block) => {
+        $crate::ffi_guard!(@run $body, $crate::ffi::panicked_minus_one())
+    };
+    (void, $body:block) => {
+        $crate::ffi_guard!(@run $body, $crate::ffi::panicked_void())
+    };
+    (value($val:expr), $body:block) => {
+        $crate::ffi_guard!(@run $body, $crate::ffi::panicked_value($val))
+    };
+    (@run $body:block, $on_panic:expr) => {
+        match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(move || $body)) {
+            Ok(ret) => ret,
+            Err(_) => $on_panic,
+        }
+    };
+}
+
+/// Defines one exported C entry point with an exact symbol version
+/// (reference/abi-libibverbs.md §5.2, "Recipe A").
+///
+/// ```ignore
+/// export! {
+///     /// Allocates a protection domain (ibv_alloc_pd(3)).
+///     #[export("IBVERBS_1.1", null)]
+///     pub unsafe fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+///         // TODO(core): ...
+///         not_supported_null()
+///     }
+/// }
+/// ```
+///
+/// expands to
+///
+/// * a Rust function `ibv_alloc_pd` (callable from Rust and tests) whose *symbol* is
+///   `__rv_ibv_alloc_pd` (`#[export_name]`), `extern "C"`, with the body wrapped in
+///   [`ffi_guard!`] using the convention named in `#[export(node, convention)]`;
+/// * `global_asm!(".symver __rv_ibv_alloc_pd, ibv_alloc_pd@@IBVERBS_1.1")` in the *same*
+///   module (a `.symver` in another codegen unit fails to link in debug builds).
+///
+/// `libibverbs.map` must list the public name in the same node (tests/exports.rs
+/// checks it). The `__rv_*` names additionally appear as unversioned (Base) exports
+/// because rustc writes its own version script; they are harmless.
+#[macro_export]
+macro_rules! export {
+    (
+        $(#[doc = $doc:literal])*
+        #[export($node:literal, $conv:ident $(($val:expr))?)]
+        pub unsafe fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block
+    ) => {
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        ///
+        /// C entry point. The caller must uphold the contract of the C function of the
+        /// same name in `<infiniband/verbs.h>` / `driver.h` (rdma-core 44): pointer
+        /// arguments are valid for the access that function performs.
+        #[export_name = concat!("__rv_", stringify!($name))]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            $crate::ffi_guard!($conv $(($val))?, $body)
+        }
+        ::core::arch::global_asm!(concat!(
+            ".symver __rv_", stringify!($name), ", ", stringify!($name), "@@", $node
+        ));
+    };
+    (
+        $(#[doc = $doc:literal])*
+        #[export($node:literal, $conv:ident $(($val:expr))?)]
+        pub fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block
+    ) => {
+        $(#[doc = $doc])*
+        #[export_name = concat!("__rv_", stringify!($name))]
+        pub extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            $crate::ffi_guard!($conv $(($val))?, $body)
+        }
+        ::core::arch::global_asm!(concat!(
+            ".symver __rv_", stringify!($name), ", ", stringify!($name), "@@", $node
+        ));
+    };
+}
+
+pub mod abi;
+pub mod ffi;
+
+pub mod ah;
+pub mod cq;
+pub mod device;
+pub mod event;
+pub mod misc;
+pub mod mr;
+pub mod pd;
+pub mod private;
+pub mod qp;
+pub mod srq;
+pub mod strs;

@@ -1,0 +1,211 @@
+//! Seeds 000 and 002: ibv_poll_cq(3), and the CQ rules of ibv_create_cq_ex(3).
+mod common;
+use common::*;
+use rverbs::*;
+
+/// Posts `n` signaled zero-length RDMA WRITEs with wr_ids start..start+n.
+fn post_writes(s: &Side, peer: &Side, start: u64, n: u64) {
+    for i in start..start + n {
+        let wr = SendWr::write(i, &[], peer.mr.iova(), peer.mr.rkey()).signaled();
+        s.qp.post_send(&[wr]).unwrap();
+    }
+}
+
+#[test]
+fn poll_returns_min_of_n_and_available() {
+    let (a, b) = pair(QpType::Rc);
+    post_writes(&a, &b, 0, 5);
+    let mut wc = [Wc::default(); 3];
+    assert_eq!(a.cq.poll(&mut wc).unwrap(), 3);
+    let mut wc = [Wc::default(); 10];
+    assert_eq!(a.cq.poll(&mut wc).unwrap(), 2);
+    assert_eq!(a.cq.poll(&mut wc).unwrap(), 0);
+}
+
+#[test]
+fn poll_returns_oldest_first() {
+    let (a, b) = pair(QpType::Rc);
+    post_writes(&a, &b, 100, 8);
+    let mut wc = [Wc::default(); 8];
+    assert_eq!(a.cq.poll(&mut wc).unwrap(), 8);
+    let ids: Vec<u64> = wc.iter().map(Wc::wr_id).collect();
+    assert_eq!(ids, (100..108).collect::<Vec<_>>());
+    for w in &wc {
+        assert_eq!(w.status(), WcStatus::Success);
+        assert_eq!(w.opcode(), Some(WcOpcode::RdmaWrite));
+        assert_eq!(w.qp_num(), a.qp.qp_num());
+    }
+}
+
+#[test]
+fn polled_completions_are_removed_for_good() {
+    let (a, b) = pair(QpType::Rc);
+    post_writes(&a, &b, 0, 1);
+    assert_eq!(poll_one(&a.cq).wr_id(), 0);
+    assert_empty(&a.cq);
+    post_writes(&a, &b, 1, 1);
+    assert_eq!(poll_one(&a.cq).wr_id(), 1);
+}
+
+#[test]
+fn poll_with_empty_array_returns_zero_and_keeps_entries() {
+    let (a, b) = pair(QpType::Rc);
+    post_writes(&a, &b, 0, 1);
+    assert_eq!(a.cq.poll(&mut []).unwrap(), 0);
+    assert_eq!(poll_one(&a.cq).wr_id(), 0);
+}
+
+#[test]
+fn error_completion_has_only_wr_id_status_qp_num_vendor_err() {
+    let (a, b) = pair(QpType::Rc);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let wr = SendWr::write(42, &sge, b.mr.iova(), b.mr.rkey() ^ 0x100).signaled();
+    a.qp.post_send(&[wr]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!(wc.wr_id(), 42);
+    assert_eq!(wc.status(), WcStatus::RemAccessErr);
+    assert_eq!(wc.qp_num(), a.qp.qp_num());
+    assert_eq!(wc.vendor_err(), vendor_err::REMOTE_RKEY);
+    assert!(vendor_err::describe(wc.vendor_err()).is_some());
+    assert_eq!(wc.opcode(), None);
+    assert_eq!(wc.byte_len(), None);
+    assert_eq!(wc.wc_flags(), None);
+    assert_eq!(wc.src_qp(), None);
+}
+
+#[test]
+fn cq_reports_its_real_size() {
+    let ctx = open();
+    let cq = ctx.create_cq(&CqInit::new(10)).unwrap();
+    assert!(cq.cqe() >= 10);
+    assert!(cq.cqe().is_power_of_two());
+    let big = ctx.create_cq(&CqInit::new(2000)).unwrap();
+    assert!(big.cqe() >= 2000);
+}
+
+#[test]
+fn create_cq_refuses_zero_and_above_max() {
+    let ctx = open();
+    let max = ctx.query_device().max_cqe;
+    assert_eq!(ctx.create_cq(&CqInit::new(0)).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(ctx.create_cq(&CqInit::new(max + 1)).unwrap_err().errno(), libc::EINVAL);
+    // The maximum itself works (memory is committed lazily).
+    assert!(ctx.create_cq(&CqInit::new(max)).unwrap().cqe() >= max);
+}
+
+#[test]
+fn create_cq_refuses_a_bad_comp_vector() {
+    let ctx = open();
+    let init = CqInit { comp_vector: 1, ..CqInit::new(4) };
+    assert_eq!(ctx.create_cq(&init).unwrap_err().errno(), libc::EINVAL);
+}
+
+fn overrun_pair(flags: CqCreateFlags) -> (Side, Side) {
+    let a = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    // Replace a's QP with one completing to a tiny CQ.
+    let cq = a.ctx.create_cq(&CqInit::new(4).flags(flags)).unwrap();
+    let qp = a.pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    let a = Side { cq, qp, ..a };
+    connect(&a, &b, &PATH);
+    (a, b)
+}
+
+#[test]
+fn overrun_puts_the_cq_in_error_with_cq_err_and_qp_fatal() {
+    let (a, b) = overrun_pair(CqCreateFlags::empty());
+    let cap = a.cq.cqe() as u64;
+    post_writes(&a, &b, 0, cap);
+    assert!(!a.cq.is_errored());
+    // One more completion than the CQ holds.
+    post_writes(&a, &b, cap, 1);
+    assert!(a.cq.is_errored());
+    let mut wc = [Wc::default(); 4];
+    assert!(matches!(a.cq.poll(&mut wc), Err(Error::CqOverrun)));
+    assert!(matches!(a.cq.start_poll(), Err(Error::CqOverrun)));
+    // The async events: CQ_ERR for the CQ, QP_FATAL for the QP completing to it.
+    let ev = a.ctx.get_async_event().unwrap();
+    assert_eq!(ev.event_type(), EventType::CqErr);
+    assert!(matches!(ev.element(), AsyncElement::Cq(c) if c.same_as(&a.cq)));
+    drop(ev);
+    let ev = a.ctx.get_async_event().unwrap();
+    assert_eq!(ev.event_type(), EventType::QpFatal);
+    assert!(matches!(ev.element(), AsyncElement::Qp(q) if q.qp_num() == a.qp.qp_num()));
+    drop(ev);
+    assert_eq!(a.qp.state(), QpState::Err);
+}
+
+#[test]
+fn ignore_overrun_keeps_the_newest_and_never_errors() {
+    let (a, b) = overrun_pair(CqCreateFlags::IGNORE_OVERRUN);
+    let cap = a.cq.cqe() as u64;
+    post_writes(&a, &b, 0, cap + 3);
+    assert!(!a.cq.is_errored());
+    let mut wc = vec![Wc::default(); cap as usize + 3];
+    let n = a.cq.poll(&mut wc).unwrap();
+    assert_eq!(n as u64, cap, "the ring holds exactly its capacity");
+    // The oldest three were overwritten; the rest arrive oldest first.
+    let ids: Vec<u64> = wc[..n].iter().map(Wc::wr_id).collect();
+    assert_eq!(ids, (3..cap + 3).collect::<Vec<_>>());
+    assert_eq!(a.qp.state(), QpState::Rts);
+    rustix::io::ioctl_fionbio(a.ctx.async_fd(), true).unwrap();
+    assert!(matches!(a.ctx.get_async_event(), Err(Error::WouldBlock)));
+}
+
+#[test]
+fn single_threaded_cq_polls() {
+    let (a, b) = overrun_pair(CqCreateFlags::SINGLE_THREADED);
+    post_writes(&a, &b, 0, 3);
+    let mut wc = [Wc::default(); 8];
+    assert_eq!(a.cq.poll(&mut wc).unwrap(), 3);
+    assert_eq!(a.cq.create_flags(), CqCreateFlags::SINGLE_THREADED);
+}
+
+#[test]
+fn destroy_is_refused_while_a_qp_uses_the_cq() {
+    let a = side(QpType::Rc);
+    assert_eq!(a.cq.destroy().unwrap_err().errno(), libc::EBUSY);
+    a.qp.destroy().unwrap();
+    a.cq.destroy().unwrap();
+    // A destroyed CQ cannot be reused.
+    assert!(a.pd.create_qp(&QpInit::new(QpType::Rc, &a.cq, CAP)).is_err());
+}
+
+#[test]
+fn resize_keeps_completions_and_refuses_too_small() {
+    let (a, b) = pair(QpType::Rc);
+    post_writes(&a, &b, 0, 6);
+    assert_eq!(a.cq.resize(4).unwrap_err().errno(), libc::EINVAL);
+    let n = a.cq.resize(1000).unwrap();
+    assert!(n >= 1000);
+    assert_eq!(a.cq.cqe(), n);
+    let mut wc = [Wc::default(); 8];
+    assert_eq!(a.cq.poll(&mut wc).unwrap(), 6);
+    assert_eq!(wc[0].wr_id(), 0);
+    assert_eq!(wc[5].wr_id(), 5);
+    assert_eq!(a.cq.resize(0).unwrap_err().errno(), libc::EINVAL);
+}
+
+#[test]
+fn many_threads_polling_see_each_completion_once() {
+    let (a, b) = pair_with(QpType::Rc, &PATH, 4096, QpCap { max_send_wr: 2048, ..CAP });
+    post_writes(&a, &b, 0, 2000);
+    let seen = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let mut wc = [Wc::default(); 7];
+                loop {
+                    let n = a.cq.poll(&mut wc).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    seen.lock().unwrap().extend(wc[..n].iter().map(Wc::wr_id));
+                }
+            });
+        }
+    });
+    let mut seen = seen.into_inner().unwrap();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..2000).collect::<Vec<_>>());
+}

@@ -1,0 +1,502 @@
+//! ibv_post_send(3) on RC: every opcode with its data and completion fields, and the
+//! statuses of rocev2-wire.md §4 for each error path.
+mod common;
+use common::*;
+use rverbs::*;
+use std::time::{Duration, Instant};
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn send_places_data_and_completes_both_sides() {
+    let (a, b) = pair(QpType::Rc);
+    let data = pattern(3000, 1);
+    a.mr.write(100, &data).unwrap();
+    post_recv(&b, 77, 0, 4096);
+    let sge = [a.mr.sge(100, 3000).unwrap()];
+    a.qp.post_send(&[SendWr::send(5, &sge).signaled()]).unwrap();
+    let s = poll_one(&a.cq);
+    assert_eq!((s.wr_id(), s.status(), s.opcode(), s.byte_len()), (5, WcStatus::Success, Some(WcOpcode::Send), Some(3000)));
+    let r = poll_one(&b.cq);
+    assert_eq!((r.wr_id(), r.status(), r.opcode(), r.byte_len()), (77, WcStatus::Success, Some(WcOpcode::Recv), Some(3000)));
+    assert_eq!(r.qp_num(), b.qp.qp_num());
+    assert_eq!(r.wc_flags(), Some(WcFlags::empty()));
+    let mut got = vec![0u8; 3000];
+    b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+}
+
+#[test]
+fn send_with_imm_carries_the_immediate() {
+    let (a, b) = pair(QpType::Rc);
+    post_recv(&b, 1, 0, 64);
+    let sge = [a.mr.sge(0, 4).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).with_imm(0x1234_5678)]).unwrap();
+    let r = poll_one(&b.cq);
+    assert_eq!(r.imm_data(), Some(0x1234_5678));
+    assert!(r.wc_flags().unwrap().contains(WcFlags::WITH_IMM));
+    assert_empty(&a.cq); // unsignaled
+}
+
+#[test]
+fn gather_and_scatter_span_several_sges() {
+    let (a, b) = pair(QpType::Rc);
+    a.mr.write(0, b"abc").unwrap();
+    a.mr.write(1000, b"defgh").unwrap();
+    a.mr.write(2000, b"ij").unwrap();
+    let rs = [b.mr.sge(0, 4).unwrap(), b.mr.sge(500, 2).unwrap(), b.mr.sge(900, 100).unwrap()];
+    b.qp.post_recv(&[RecvWr::new(1, &rs)]).unwrap();
+    let ss = [a.mr.sge(0, 3).unwrap(), a.mr.sge(1000, 5).unwrap(), a.mr.sge(2000, 2).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &ss)]).unwrap();
+    assert_eq!(poll_one(&b.cq).byte_len(), Some(10));
+    let mut x = [0u8; 4];
+    b.mr.read(0, &mut x).unwrap();
+    assert_eq!(&x, b"abcd");
+    let mut y = [0u8; 2];
+    b.mr.read(500, &mut y).unwrap();
+    assert_eq!(&y, b"ef");
+    b.mr.read(900, &mut x).unwrap();
+    assert_eq!(&x, b"ghij");
+}
+
+#[test]
+fn inline_send_needs_no_registered_memory() {
+    let (a, b) = pair(QpType::Rc);
+    post_recv(&b, 1, 0, 64);
+    let mut payload = *b"inline payload";
+    a.qp.post_send(&[SendWr::new(9, WrOpcode::Send).inline(&payload).signaled()]).unwrap();
+    payload.fill(0); // the bytes were copied at post time
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(poll_one(&b.cq).byte_len(), Some(14));
+    let mut got = [0u8; 14];
+    b.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"inline payload");
+}
+
+#[test]
+fn rdma_write_places_data_without_a_receive() {
+    let (a, b) = pair(QpType::Rc);
+    let data = pattern(50_000, 3);
+    a.mr.write(0, &data).unwrap();
+    let sge = [a.mr.sge(0, 50_000).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, b.mr.iova() + 10, b.mr.rkey()).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.opcode(), wc.byte_len()), (Some(WcOpcode::RdmaWrite), Some(50_000)));
+    assert_empty(&b.cq);
+    let mut got = vec![0u8; 50_000];
+    b.mr.read(10, &mut got).unwrap();
+    assert_eq!(got, data);
+}
+
+#[test]
+fn rdma_write_with_imm_consumes_a_receive() {
+    let (a, b) = pair(QpType::Rc);
+    post_recv(&b, 31, 0, 0);
+    a.mr.write(0, b"12345678").unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, b.mr.iova() + 64, b.mr.rkey()).with_imm(0xfeed)]).unwrap();
+    let r = poll_one(&b.cq);
+    assert_eq!(r.wr_id(), 31);
+    assert_eq!(r.opcode(), Some(WcOpcode::RecvRdmaWithImm));
+    assert_eq!(r.byte_len(), Some(8));
+    assert_eq!(r.imm_data(), Some(0xfeed));
+    let mut got = [0u8; 8];
+    b.mr.read(64, &mut got).unwrap();
+    assert_eq!(&got, b"12345678");
+}
+
+#[test]
+fn rdma_read_fetches_remote_data() {
+    let (a, b) = pair(QpType::Rc);
+    let data = pattern(9000, 7);
+    b.mr.write(5, &data).unwrap();
+    let sge = [a.mr.sge(100, 9000).unwrap()];
+    a.qp.post_send(&[SendWr::read(4, &sge, b.mr.iova() + 5, b.mr.rkey()).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.status(), wc.opcode(), wc.byte_len()), (WcStatus::Success, Some(WcOpcode::RdmaRead), Some(9000)));
+    let mut got = vec![0u8; 9000];
+    a.mr.read(100, &mut got).unwrap();
+    assert_eq!(got, data);
+}
+
+#[test]
+fn atomics_return_the_original_value() {
+    let (a, b) = pair(QpType::Rc);
+    b.mr.write(64, &10u64.to_ne_bytes()).unwrap();
+    let res = [a.mr.sge(0, 8).unwrap()];
+    let r = b.mr.iova() + 64;
+    a.qp.post_send(&[SendWr::fetch_add(1, &res, r, b.mr.rkey(), 5).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.opcode(), wc.byte_len()), (Some(WcOpcode::FetchAdd), Some(8)));
+    assert_eq!(a.mr.read_u64(0).unwrap(), 10);
+    assert_eq!(b.mr.read_u64(64).unwrap(), 15);
+    // Compare-and-swap that does not match leaves memory alone.
+    a.qp.post_send(&[SendWr::compare_swap(2, &res, r, b.mr.rkey(), 99, 1).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).opcode(), Some(WcOpcode::CompSwap));
+    assert_eq!(a.mr.read_u64(0).unwrap(), 15);
+    assert_eq!(b.mr.read_u64(64).unwrap(), 15);
+    // One that matches swaps.
+    a.qp.post_send(&[SendWr::compare_swap(3, &res, r, b.mr.rkey(), 15, 77).signaled()]).unwrap();
+    poll_one(&a.cq);
+    assert_eq!(a.mr.read_u64(0).unwrap(), 15);
+    assert_eq!(b.mr.read_u64(64).unwrap(), 77);
+}
+
+#[test]
+fn zero_length_operations_complete() {
+    let (a, b) = pair(QpType::Rc);
+    post_recv(&b, 1, 0, 0);
+    a.qp.post_send(&[SendWr::send(1, &[]).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).byte_len(), Some(0));
+    assert_eq!(poll_one(&b.cq).byte_len(), Some(0));
+    // Zero-length RDMA skips the rkey check (C9-88).
+    a.qp.post_send(&[SendWr::write(2, &[], 0, 0).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    a.qp.post_send(&[SendWr::read(3, &[], 0, 0).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+}
+
+#[test]
+fn sq_sig_all_signals_every_request_and_unsignaled_ones_are_silent() {
+    let a = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    let qp = a.pd.create_qp(&QpInit { sq_sig_all: true, ..QpInit::new(QpType::Rc, &a.cq, CAP) }).unwrap();
+    let a2 = Side { qp, ..side(QpType::Rc) };
+    let a2 = Side { ctx: a.ctx.clone(), pd: a.pd.clone(), cq: a.cq.clone(), mr: a.mr.clone(), ..a2 };
+    connect(&a2, &b, &PATH);
+    a2.qp.post_send(&[SendWr::write(1, &[], 0, 0)]).unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 1);
+    // Without sq_sig_all (the plain pair) an unsignaled write completes silently.
+    let (c, d) = pair(QpType::Rc);
+    c.qp.post_send(&[SendWr::write(1, &[], d.mr.iova(), d.mr.rkey())]).unwrap();
+    assert_empty(&c.cq);
+}
+
+// --- post-time errors (EINVAL / ENOMEM, the first refused request reported) ---
+
+#[test]
+fn post_errors_name_the_first_refused_request() {
+    let (a, b) = pair_with(QpType::Rc, &PATH, 256, QpCap { max_send_wr: 2, ..CAP });
+    let five: Vec<Sge> = (0..5).map(|i| a.mr.sge(i * 8, 8).unwrap()).collect();
+    let ok = SendWr::write(1, &[], b.mr.iova(), b.mr.rkey());
+    let err = a.qp.post_send(&[ok, SendWr::send(2, &five)]).unwrap_err();
+    assert_eq!((err.index, err.error.errno()), (1, libc::EINVAL));
+    assert!(matches!(err.error, Error::TooManySge { max: 4, got: 5 }));
+
+    let big = vec![0u8; 100];
+    let err = a.qp.post_send(&[SendWr::new(1, WrOpcode::Send).inline(&big)]).unwrap_err();
+    assert_eq!(err.error.errno(), libc::EINVAL, "{}", err.error);
+
+    let nine = [a.mr.sge(0, 9).unwrap()];
+    let err = a.qp.post_send(&[SendWr::fetch_add(1, &nine, b.mr.iova(), b.mr.rkey(), 1)]).unwrap_err();
+    assert_eq!(err.error.errno(), libc::EINVAL, "atomics move exactly 8 bytes");
+    let eight = [a.mr.sge(0, 8).unwrap()];
+    let err = a.qp.post_send(&[SendWr::fetch_add(1, &eight, b.mr.iova() + 4, b.mr.rkey(), 1)]).unwrap_err();
+    assert_eq!(err.error.errno(), libc::EINVAL, "misaligned atomic");
+}
+
+#[test]
+fn a_full_send_queue_is_enomem() {
+    let (a, b) = pair_with(QpType::Rc, &PATH, 256, QpCap { max_send_wr: 2, ..CAP });
+    // Block the queue: sends with no receive posted wait on RNR (rnr_retry 7).
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let s = SendWr::send(1, &sge);
+    a.qp.post_send(&[s, s]).unwrap();
+    let err = a.qp.post_send(&[s]).unwrap_err();
+    assert_eq!((err.index, err.error.errno()), (0, libc::ENOMEM));
+    drop(b);
+}
+
+#[test]
+fn posting_before_rts_is_einval() {
+    let a = side(QpType::Rc);
+    let s = SendWr::write(1, &[], 0, 0);
+    assert_eq!(a.qp.post_send(&[s]).unwrap_err().error.errno(), libc::EINVAL);
+    to_init(&a.qp, ALL_ACCESS);
+    assert_eq!(a.qp.post_send(&[s]).unwrap_err().error.errno(), libc::EINVAL);
+}
+
+// --- error completions ---
+
+#[test]
+fn bad_local_key_is_loc_prot_err_and_moves_the_qp_to_err() {
+    let (a, b) = pair(QpType::Rc);
+    let bad = [Sge { addr: a.mr.iova(), length: 8, lkey: a.mr.lkey() + 1 }];
+    a.qp.post_send(&[SendWr::write(1, &bad, b.mr.iova(), b.mr.rkey())]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!(wc.status(), WcStatus::LocProtErr);
+    assert_eq!(wc.vendor_err(), vendor_err::LOCAL_LKEY);
+    assert_eq!(a.qp.state(), QpState::Err);
+    // Errors stick: later requests are flushed.
+    a.qp.post_send(&[SendWr::write(2, &[], 0, 0)]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::WrFlushErr);
+}
+
+#[test]
+fn local_range_outside_the_region_is_loc_prot_err() {
+    let (a, b) = pair(QpType::Rc);
+    let bad = [Sge { addr: a.mr.iova() + MR_LEN as u64 - 4, length: 8, lkey: a.mr.lkey() }];
+    a.qp.post_send(&[SendWr::write(1, &bad, b.mr.iova(), b.mr.rkey())]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.status(), wc.vendor_err()), (WcStatus::LocProtErr, vendor_err::LOCAL_BOUNDS));
+}
+
+#[test]
+fn read_into_memory_without_local_write_is_loc_prot_err() {
+    let (a, b) = pair(QpType::Rc);
+    let ro = a.pd.alloc_mr(64, Access::empty()).unwrap();
+    let sge = [ro.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::read(1, &sge, b.mr.iova(), b.mr.rkey())]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.status(), wc.vendor_err()), (WcStatus::LocProtErr, vendor_err::LOCAL_ACCESS));
+}
+
+#[test]
+fn remote_key_faults_are_rem_access_err_and_the_responder_errs() {
+    let cases: Vec<(&str, Box<dyn Fn(&Side) -> (u64, u32)>, u32)> = vec![
+        ("unknown rkey", Box::new(|b: &Side| (b.mr.iova(), b.mr.rkey() + 1)), vendor_err::REMOTE_RKEY),
+        ("out of bounds", Box::new(|b: &Side| (b.mr.iova() + MR_LEN as u64 - 2, b.mr.rkey())), vendor_err::REMOTE_BOUNDS),
+    ];
+    for (what, target, code) in cases {
+        let (a, b) = pair(QpType::Rc);
+        let (addr, rkey) = target(&b);
+        let sge = [a.mr.sge(0, 8).unwrap()];
+        a.qp.post_send(&[SendWr::write(1, &sge, addr, rkey)]).unwrap();
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.status(), wc.vendor_err()), (WcStatus::RemAccessErr, code), "{what}");
+        assert_eq!(b.qp.state(), QpState::Err, "{what}: class C error moves the responder to ERR");
+        let ev = b.ctx.get_async_event().unwrap();
+        assert_eq!(ev.event_type(), EventType::QpAccessErr);
+    }
+}
+
+#[test]
+fn memory_region_without_remote_write_is_rem_access_err() {
+    let (a, b) = pair(QpType::Rc);
+    let ro = b.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, ro.iova(), ro.rkey())]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.status(), wc.vendor_err()), (WcStatus::RemAccessErr, vendor_err::REMOTE_MR_ACCESS));
+}
+
+#[test]
+fn rkey_of_another_pd_is_rem_access_err() {
+    let (a, b) = pair(QpType::Rc);
+    let other = b.ctx.alloc_pd().unwrap().alloc_mr(64, ALL_ACCESS).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, other.iova(), other.rkey())]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.status(), wc.vendor_err()), (WcStatus::RemAccessErr, vendor_err::REMOTE_PD));
+}
+
+fn pair_with_responder_access(access: Access) -> (Side, Side) {
+    let a = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    to_init(&a.qp, ALL_ACCESS);
+    to_rtr(&a.qp, &a.ctx, b.qp.qp_num(), &PATH);
+    to_rts(&a.qp, &PATH);
+    to_init(&b.qp, access);
+    to_rtr(&b.qp, &b.ctx, a.qp.qp_num(), &PATH);
+    to_rts(&b.qp, &PATH);
+    (a, b)
+}
+
+#[test]
+fn qp_access_flags_gate_remote_operations_with_rem_inv_req_err() {
+    for (op, code) in [
+        (WrOpcode::RdmaWrite, vendor_err::REMOTE_QP_ACCESS),
+        (WrOpcode::RdmaRead, vendor_err::REMOTE_QP_ACCESS),
+        (WrOpcode::AtomicFetchAndAdd, vendor_err::REMOTE_QP_ACCESS),
+    ] {
+        let (a, b) = pair_with_responder_access(Access::LOCAL_WRITE);
+        let sge = [a.mr.sge(0, 8).unwrap()];
+        let wr = SendWr { payload: Payload::Sge(&sge), remote_addr: b.mr.iova(), rkey: b.mr.rkey(), ..SendWr::new(1, op) };
+        a.qp.post_send(&[wr]).unwrap();
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.status(), wc.vendor_err()), (WcStatus::RemInvReqErr, code), "{op:?}");
+        assert_eq!(b.qp.state(), QpState::Err);
+    }
+}
+
+#[test]
+fn receive_too_small_is_rem_inv_req_at_the_sender_and_loc_len_at_the_receiver() {
+    let (a, b) = pair(QpType::Rc);
+    post_recv(&b, 8, 0, 16);
+    post_recv(&b, 9, 0, 16);
+    let sge = [a.mr.sge(0, 17).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge)]).unwrap();
+    let s = poll_one(&a.cq);
+    assert_eq!((s.status(), s.vendor_err()), (WcStatus::RemInvReqErr, vendor_err::RECV_TOO_SMALL));
+    let r = poll_one(&b.cq);
+    assert_eq!((r.wr_id(), r.status()), (8, WcStatus::LocLenErr));
+    // The receiver is in ERR: its other receive is flushed.
+    let r = poll_one(&b.cq);
+    assert_eq!((r.wr_id(), r.status()), (9, WcStatus::WrFlushErr));
+    assert_eq!(b.qp.state(), QpState::Err);
+}
+
+#[test]
+fn receive_with_a_bad_lkey_is_rem_op_err() {
+    let (a, b) = pair(QpType::Rc);
+    let bad = [Sge { addr: b.mr.iova(), length: 64, lkey: 0x7fff_ff00 }];
+    b.qp.post_recv(&[RecvWr::new(3, &bad)]).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge)]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemOpErr);
+    let r = poll_one(&b.cq);
+    assert_eq!((r.wr_id(), r.status(), r.vendor_err()), (3, WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD));
+}
+
+#[test]
+fn rnr_retries_exhausted_is_rnr_retry_exc_err() {
+    let path = Path { rnr_retry: 2, min_rnr_timer: 1, ..PATH };
+    let (a, b) = pair_with(QpType::Rc, &path, 64, CAP);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge)]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.status(), wc.vendor_err()), (WcStatus::RnrRetryExcErr, vendor_err::RNR_EXHAUSTED));
+    assert_eq!(a.qp.state(), QpState::Err);
+    assert_eq!(b.qp.state(), QpState::Rts, "RNR does not hurt the responder");
+}
+
+#[test]
+fn rnr_with_zero_retries_fails_at_once() {
+    let path = Path { rnr_retry: 0, ..PATH };
+    let (a, _b) = pair_with(QpType::Rc, &path, 64, CAP);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge)]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RnrRetryExcErr);
+}
+
+#[test]
+fn infinite_rnr_retry_delivers_once_a_receive_is_posted() {
+    let path = Path { rnr_retry: 7, min_rnr_timer: 1, ..PATH };
+    let (a, b) = pair_with(QpType::Rc, &path, 64, CAP);
+    a.mr.write(0, b"late").unwrap();
+    let sge = [a.mr.sge(0, 4).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+    assert_empty(&a.cq);
+    post_recv(&b, 2, 0, 16);
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    let r = poll_one(&b.cq);
+    assert_eq!(r.byte_len(), Some(4));
+}
+
+#[test]
+fn requests_queued_behind_an_rnr_wait_keep_their_order() {
+    let path = Path { rnr_retry: 7, min_rnr_timer: 1, ..PATH };
+    let (a, b) = pair_with(QpType::Rc, &path, 64, CAP);
+    let sge = [a.mr.sge(0, 4).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::write(2, &[], 0, 0).signaled()]).unwrap();
+    assert_empty(&a.cq);
+    post_recv(&b, 1, 0, 16);
+    assert_eq!(poll_one(&a.cq).wr_id(), 1);
+    assert_eq!(poll_one(&a.cq).wr_id(), 2);
+}
+
+#[test]
+fn unreachable_peer_ends_in_retry_exc_err() {
+    // timeout 1 = 8.2 µs, retry_cnt 3: gives up after four attempts.
+    let path = Path { timeout: 1, retry_cnt: 3, ..PATH };
+    let (a, b) = pair_with(QpType::Rc, &path, 64, CAP);
+    b.qp.destroy().unwrap();
+    let start = Instant::now();
+    a.qp.post_send(&[SendWr::write(1, &[], 0, 0)]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.status(), wc.vendor_err()), (WcStatus::RetryExcErr, vendor_err::RETRY_EXHAUSTED));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(a.qp.state(), QpState::Err);
+}
+
+#[test]
+fn a_peer_in_reset_does_not_answer() {
+    let path = Path { timeout: 1, retry_cnt: 1, ..PATH };
+    let (a, b) = pair_with(QpType::Rc, &path, 64, CAP);
+    b.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    a.qp.post_send(&[SendWr::write(1, &[], 0, 0)]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RetryExcErr);
+}
+
+#[test]
+fn entering_err_flushes_every_outstanding_request() {
+    let path = Path { rnr_retry: 7, min_rnr_timer: 31, ..PATH };
+    let (a, b) = pair_with(QpType::Rc, &path, 64, CAP);
+    let sge = [a.mr.sge(0, 4).unwrap()];
+    // Three requests stuck behind an RNR wait of 491 ms, two of them unsignaled.
+    a.qp.post_send(&[SendWr::send(1, &sge), SendWr::send(2, &sge).signaled(), SendWr::send(3, &sge)]).unwrap();
+    post_recv(&a, 10, 0, 8);
+    post_recv(&a, 11, 0, 8);
+    assert_empty(&a.cq);
+    a.qp.modify(&QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    let mut got = vec![];
+    for _ in 0..5 {
+        let wc = poll_one(&a.cq);
+        assert_eq!(wc.status(), WcStatus::WrFlushErr);
+        assert_eq!(wc.vendor_err(), vendor_err::FLUSHED);
+        got.push(wc.wr_id());
+    }
+    got.sort_unstable();
+    assert_eq!(got, vec![1, 2, 3, 10, 11]);
+    assert_empty(&a.cq);
+    // Receives posted in ERR are flushed at once.
+    post_recv(&a, 12, 0, 8);
+    assert_eq!(poll_one(&a.cq).wr_id(), 12);
+    drop(b);
+}
+
+#[test]
+fn reset_discards_outstanding_requests_without_completions() {
+    let path = Path { rnr_retry: 7, min_rnr_timer: 31, ..PATH };
+    let (a, _b) = pair_with(QpType::Rc, &path, 64, CAP);
+    let sge = [a.mr.sge(0, 4).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+    post_recv(&a, 10, 0, 8);
+    a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    assert_empty(&a.cq);
+    assert_eq!(a.qp.send_queue_len(), 0);
+    assert_eq!(a.qp.recv_queue_len(), 0);
+}
+
+#[test]
+fn dropping_memory_handles_does_not_free_buffers_of_posted_requests() {
+    let (a, b) = pair(QpType::Rc);
+    let recv_mr = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [recv_mr.sge(0, 64).unwrap()];
+    b.qp.post_recv(&[RecvWr::new(1, &sge)]).unwrap();
+    let keep_reading = recv_mr.clone();
+    drop(recv_mr);
+    // The only handle left is ours to check the data; the posted receive kept the
+    // registration alive on its own (see the next assert on a region dropped entirely).
+    a.mr.write(0, b"still here").unwrap();
+    let ss = [a.mr.sge(0, 10).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &ss)]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    let mut got = [0u8; 10];
+    keep_reading.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"still here");
+
+    // A region whose every handle is dropped stays registered until its receive is used.
+    let gone = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [gone.sge(0, 64).unwrap()];
+    b.qp.post_recv(&[RecvWr::new(2, &sge)]).unwrap();
+    drop(gone);
+    a.qp.post_send(&[SendWr::send(2, &ss)]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+}
+
+#[test]
+fn dereg_makes_pending_requests_fail_instead_of_touching_memory() {
+    let (a, b) = pair(QpType::Rc);
+    let m = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [m.sge(0, 64).unwrap()];
+    b.qp.post_recv_unpinned(&[RecvWr::new(1, &sge)]).unwrap();
+    m.dereg().unwrap();
+    let ss = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &ss)]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemOpErr);
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::LocQpOpErr);
+}

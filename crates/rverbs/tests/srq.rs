@@ -1,0 +1,63 @@
+//! ibv_create_srq(3), ibv_post_srq_recv(3): receives shared by several QPs.
+mod common;
+use common::*;
+use rverbs::*;
+
+#[test]
+fn two_qps_consume_one_srq_in_order() {
+    let a1 = side(QpType::Rc);
+    let a2 = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    let srq = b.pd.create_srq(&SrqInit { max_wr: 8, max_sge: 2, ..SrqInit::default() }).unwrap();
+    let q1 = b.pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, &b.cq, CAP) }).unwrap();
+    let q2 = b.pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, &b.cq, CAP) }).unwrap();
+    assert_eq!(q1.cap().max_recv_wr, 0, "receive caps are the SRQ's");
+    let b1 = Side { qp: q1, ..side(QpType::Rc) };
+    let b1 = Side { ctx: b.ctx.clone(), pd: b.pd.clone(), cq: b.cq.clone(), mr: b.mr.clone(), ..b1 };
+    let b2 = Side { ctx: b.ctx.clone(), pd: b.pd.clone(), cq: b.cq.clone(), mr: b.mr.clone(), qp: q2, ..side(QpType::Rc) };
+    connect(&a1, &b1, &PATH);
+    connect(&a2, &b2, &PATH);
+    for i in 0..4u64 {
+        let sge = [b.mr.sge(i as usize * 100, 100).unwrap()];
+        srq.post_recv(&[RecvWr::new(i, &sge)]).unwrap();
+    }
+    assert_eq!(srq.len(), 4);
+    // A QP on an SRQ has no receive queue of its own.
+    let sge = [b.mr.sge(0, 8).unwrap()];
+    assert_eq!(b1.qp.post_recv(&[RecvWr::new(9, &sge)]).unwrap_err().error.errno(), libc::EINVAL);
+    a1.mr.write(0, b"one").unwrap();
+    a2.mr.write(0, b"two").unwrap();
+    a1.qp.post_send(&[SendWr::send(1, &[a1.mr.sge(0, 3).unwrap()])]).unwrap();
+    a2.qp.post_send(&[SendWr::send(2, &[a2.mr.sge(0, 3).unwrap()])]).unwrap();
+    let r1 = poll_one(&b.cq);
+    let r2 = poll_one(&b.cq);
+    assert_eq!((r1.wr_id(), r1.qp_num()), (0, b1.qp.qp_num()));
+    assert_eq!((r2.wr_id(), r2.qp_num()), (1, b2.qp.qp_num()));
+    let mut x = [0u8; 3];
+    b.mr.read(0, &mut x).unwrap();
+    assert_eq!(&x, b"one");
+    b.mr.read(100, &mut x).unwrap();
+    assert_eq!(&x, b"two");
+    assert_eq!(srq.len(), 2);
+}
+
+#[test]
+fn srq_limits_and_resize() {
+    let pd = open().alloc_pd().unwrap();
+    let max = pd.context().query_device().max_srq_wr;
+    assert_eq!(pd.create_srq(&SrqInit { max_wr: 0, ..SrqInit::default() }).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(pd.create_srq(&SrqInit { max_wr: max + 1, ..SrqInit::default() }).unwrap_err().errno(), libc::EINVAL);
+    let srq = pd.create_srq(&SrqInit { max_wr: 2, max_sge: 1, ..SrqInit::default() }).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [mr.sge(0, 8).unwrap()];
+    srq.post_recv(&[RecvWr::new(1, &sge), RecvWr::new(2, &sge)]).unwrap();
+    let e = srq.post_recv(&[RecvWr::new(3, &sge)]).unwrap_err();
+    assert_eq!(e.error.errno(), libc::ENOMEM);
+    assert_eq!(srq.modify(&SrqAttr { max_wr: 1, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap_err().errno(), libc::EINVAL);
+    srq.modify(&SrqAttr { max_wr: 8, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
+    assert_eq!(srq.query().max_wr, 8);
+    assert_eq!(srq.len(), 2);
+    srq.post_recv(&[RecvWr::new(3, &sge)]).unwrap();
+    let two = [sge[0], sge[0]];
+    assert_eq!(srq.post_recv(&[RecvWr::new(4, &two)]).unwrap_err().error.errno(), libc::EINVAL);
+}

@@ -1,0 +1,82 @@
+//! UD queue pairs: address handles, Q_Keys, the 40-byte GRH area (rocev2-wire.md §5.3).
+mod common;
+use common::*;
+use rverbs::*;
+
+const QKEY: u32 = 0x1111_1111;
+
+fn ud_pair() -> (Side, Side, Ah) {
+    let (a, b) = pair(QpType::Ud);
+    let ah = Ah::new(&a.pd, &av(&a.ctx)).unwrap();
+    (a, b, ah)
+}
+
+#[test]
+fn ud_send_delivers_grh_and_payload() {
+    let (a, b, ah) = ud_pair();
+    post_recv(&b, 1, 0, 40 + 100);
+    a.mr.write(0, b"datagram").unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).ud(&ah, b.qp.qp_num(), QKEY).with_imm(5).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    let r = poll_one(&b.cq);
+    assert_eq!(r.status(), WcStatus::Success);
+    assert_eq!(r.byte_len(), Some(48), "byte_len includes the 40-byte GRH");
+    assert_eq!(r.src_qp(), Some(a.qp.qp_num()));
+    assert!(r.wc_flags().unwrap().contains(WcFlags::GRH | WcFlags::WITH_IMM));
+    assert_eq!(r.imm_data(), Some(5));
+    let mut grh = [0u8; 40];
+    b.mr.read(0, &mut grh).unwrap();
+    assert!(grh[..20].iter().all(|&x| x == 0), "IPv4: 20 zero bytes first");
+    assert_eq!(grh[20], 0x45);
+    assert_eq!(&grh[32..36], &[127, 0, 0, 1]);
+    let mut p = [0u8; 8];
+    b.mr.read(40, &mut p).unwrap();
+    assert_eq!(&p, b"datagram");
+}
+
+#[test]
+fn a_wrong_qkey_or_no_receive_drops_silently() {
+    let (a, b, ah) = ud_pair();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    // No receive posted.
+    a.qp.post_send(&[SendWr::send(1, &sge).ud(&ah, b.qp.qp_num(), QKEY).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    post_recv(&b, 1, 0, 100);
+    a.qp.post_send(&[SendWr::send(2, &sge).ud(&ah, b.qp.qp_num(), QKEY + 1).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_empty(&b.cq);
+    assert_eq!(b.qp.recv_queue_len(), 1, "the receive is still there");
+}
+
+#[test]
+fn messages_above_the_mtu_are_not_sent() {
+    let (a, b, ah) = ud_pair();
+    let big = a.pd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
+    post_recv(&b, 1, 0, 10_000);
+    let sge = [big.sge(0, 4097).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).ud(&ah, b.qp.qp_num(), QKEY).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_empty(&b.cq);
+}
+
+#[test]
+fn ud_allows_only_sends_and_needs_an_ah() {
+    let (a, b, _ah) = ud_pair();
+    let e = a.qp.post_send(&[SendWr::write(1, &[], b.mr.iova(), b.mr.rkey())]).unwrap_err();
+    assert_eq!(e.error.errno(), libc::EINVAL);
+    let e = a.qp.post_send(&[SendWr::send(1, &[])]).unwrap_err();
+    assert_eq!(e.error.errno(), libc::EINVAL);
+}
+
+#[test]
+fn address_handles_need_a_grh_on_roce() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut attr = av(&ctx);
+    attr.grh = None;
+    assert_eq!(Ah::new(&pd, &attr).unwrap_err().errno(), libc::EINVAL);
+    let ah = Ah::new(&pd, &av(&ctx)).unwrap();
+    assert_eq!(pd.dealloc().unwrap_err().errno(), libc::EBUSY);
+    ah.destroy().unwrap();
+}
