@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod ah;
+mod bindings;
 pub mod clock;
 pub mod context;
 pub mod cq;
@@ -50,7 +51,7 @@ pub mod wc;
 pub use ah::Ah;
 pub use context::Context;
 pub use cq::channel::{CompChannel, CqEvent};
-pub use cq::ex::ExPoll;
+pub use cq::ex::{ExEntry, ExPoll};
 pub use cq::{Cq, CqCreateFlags, CqInit, WcExFlags};
 pub use device::{devices, device_by_name, Device, DeviceAttr, Gid, GidEntry, GidType, PortAttr, PortState};
 pub use error::{Error, Result};

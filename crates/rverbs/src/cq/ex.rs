@@ -24,16 +24,41 @@ use crate::wc::Cqe;
 pub struct ExPoll<'a> {
     cq: &'a CqInner,
     _consumer: Option<MutexGuard<'a, ()>>,
-    current: Cqe,
+    entry: ExEntry,
 }
 
 impl std::fmt::Debug for ExPoll<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExPoll").field("wr_id", &self.current.wr_id).finish()
+        f.debug_struct("ExPoll").field("wr_id", &self.entry.current.wr_id).finish()
     }
 }
 
+/// One completion removed by [`Cq::poll_ex_one`], with the accessors of [`ExPoll`]: a
+/// field the CQ was not created with reads as `None`.
+///
+/// This is the building block for bindings whose start/next/end calls cannot hold a
+/// Rust borrow between them (the C ABI): each call removes one completion, so
+/// concurrent pollers still see every completion exactly once.
+#[derive(Clone, Copy, Debug)]
+pub struct ExEntry {
+    flags: WcExFlags,
+    current: Cqe,
+}
+
 impl Cq {
+    /// Removes the oldest completion for extended reading (see [`ExEntry`]); `Ok(None)`
+    /// when the CQ is empty (ENOENT).
+    ///
+    /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
+    pub fn poll_ex_one(&self) -> Result<Option<ExEntry>> {
+        let cq: &CqInner = self.inner();
+        if cq.errored.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::CqOverrun);
+        }
+        let _g = cq.lock_consumer();
+        Ok(pop_one(cq).map(|current| ExEntry { flags: cq.wc_flags, current }))
+    }
+
     /// Starts a batch (ibv_start_poll(3)): `Ok(None)` is ENOENT, the CQ is empty.
     ///
     /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
@@ -44,7 +69,11 @@ impl Cq {
         }
         let guard = cq.lock_consumer();
         match pop_one(cq) {
-            Some(current) => Ok(Some(ExPoll { cq, _consumer: guard, current })),
+            Some(current) => Ok(Some(ExPoll {
+                cq,
+                _consumer: guard,
+                entry: ExEntry { flags: cq.wc_flags, current },
+            })),
             None => Ok(None),
         }
     }
@@ -63,7 +92,7 @@ impl<'a> ExPoll<'a> {
     pub fn next(mut self) -> Result<Option<ExPoll<'a>>> {
         match pop_one(self.cq) {
             Some(c) => {
-                self.current = c;
+                self.entry.current = c;
                 Ok(Some(self))
             }
             None => Ok(None),
@@ -73,8 +102,23 @@ impl<'a> ExPoll<'a> {
     /// Ends the batch (ibv_end_poll(3)); dropping does the same.
     pub fn end(self) {}
 
+    /// The current completion.
+    pub fn entry(&self) -> &ExEntry {
+        &self.entry
+    }
+}
+
+impl std::ops::Deref for ExPoll<'_> {
+    type Target = ExEntry;
+
+    fn deref(&self) -> &ExEntry {
+        &self.entry
+    }
+}
+
+impl ExEntry {
     fn has(&self, flag: WcExFlags) -> bool {
-        self.cq.wc_flags.contains(flag)
+        self.flags.contains(flag)
     }
 
     fn ok(&self) -> bool {
