@@ -284,8 +284,9 @@ impl WrOpcode {
         matches!(self, WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm)
     }
 
-    /// Whether this opcode may be posted on a QP of the given type
-    /// (ibv_post_send(3); rxe: UC allows SEND and WRITE, UD only SEND).
+    /// Whether this opcode may be posted on a QP of the given type (ibv_post_send(3);
+    /// rxe's opcode table: UC allows SEND, WRITE, BIND_MW and SEND_WITH_INV; UD only
+    /// SEND; LOCAL_INV, READ, atomics, ATOMIC_WRITE and FLUSH are RC/XRC only).
     pub const fn allowed_on(self, qp_type: QpType) -> bool {
         match qp_type {
             QpType::Rc | QpType::XrcSend => !matches!(self, WrOpcode::Tso | WrOpcode::Driver1),
@@ -295,7 +296,6 @@ impl WrOpcode {
                     | WrOpcode::SendWithImm
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm
-                    | WrOpcode::LocalInv
                     | WrOpcode::BindMw
                     | WrOpcode::SendWithInv
             ),

@@ -67,6 +67,14 @@ pub enum Error {
     /// (`EINVAL`).
     #[error("modify_qp: {0:?}")]
     Transition(TransitionError),
+    /// The objects belong to different protection domains (`EPERM`).
+    #[error("{verb}: {why}")]
+    PermissionDenied {
+        /// The verb that refused.
+        verb: &'static str,
+        /// Which rule was broken.
+        why: &'static str,
+    },
     /// The object is still in use (`EBUSY`).
     #[error("{what} is still in use")]
     Busy {
@@ -110,6 +118,7 @@ impl Error {
             Error::QueueFull { .. } => libc::ENOMEM,
             Error::QpStateForbids { .. } => libc::EINVAL,
             Error::Transition(_) => libc::EINVAL,
+            Error::PermissionDenied { .. } => libc::EPERM,
             Error::Busy { .. } => libc::EBUSY,
             Error::Destroyed { .. } => libc::EINVAL,
             Error::CqOverrun => libc::EIO,
@@ -156,6 +165,7 @@ mod tests {
             Error::QueueFull { verb: "v", max: 1 },
             Error::QpStateForbids { verb: "v", state: QpState::Reset },
             Error::Transition(TransitionError::CurState),
+            Error::PermissionDenied { verb: "v", why: "w" },
             Error::Busy { what: "w" },
             Error::Destroyed { what: "w" },
             Error::CqOverrun,
@@ -172,6 +182,7 @@ mod tests {
             libc::ENOMEM,
             libc::EINVAL,
             libc::EINVAL,
+            libc::EPERM,
             libc::EBUSY,
             libc::EINVAL,
             libc::EIO,

@@ -12,7 +12,6 @@ use std::sync::MutexGuard;
 
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 
-use crate::cq::ring::Pop;
 use crate::cq::{Cq, CqInner, WcExFlags};
 use crate::error::{Error, Result};
 use crate::wc::Cqe;
@@ -80,10 +79,7 @@ impl Cq {
 }
 
 fn pop_one(cq: &CqInner) -> Option<Cqe> {
-    match cq.ring.read().expect("cq ring").pop() {
-        Pop::Entry(words) => Some(Cqe::decode(&words)),
-        Pop::Empty => None,
-    }
+    cq.pop_live(&cq.ring.read().expect("cq ring"))
 }
 
 impl<'a> ExPoll<'a> {

@@ -149,6 +149,10 @@ pub(crate) struct CqInner {
     pub(crate) async_events: EventCounter,
     /// QPs and SRQs completing to this CQ; the top bit marks it destroyed.
     users: AtomicU32,
+    /// Completions of QPs reset since (qpn, ring position): those below the position are
+    /// dropped when polled.
+    purges: Mutex<Vec<(u32, u64)>>,
+    purging: AtomicBool,
     cookie: AtomicUsize,
 }
 
@@ -238,6 +242,44 @@ impl CqInner {
         }
     }
 
+    /// Forgets the completions QP `qpn` wrote so far (the QP was reset or destroyed).
+    ///
+    /// Rule: as mlx5 does on the transition to RESET (rxe does not), so a QP that is
+    /// reset and reconnected does not see stale completions of its previous life
+    /// (pyverbs' rereg tests rely on this).
+    pub(crate) fn purge(&self, qpn: u32) {
+        let until = self.ring.read().expect("cq ring").tail();
+        self.purges.lock().expect("cq purges").push((qpn, until));
+        self.purging.store(true, Ordering::Release);
+    }
+
+    /// Whether the CQE at `pos` for `qpn` was purged; drops expired records.
+    fn purged(&self, qpn: u32, pos: u64) -> bool {
+        let mut p = self.purges.lock().expect("cq purges");
+        let hit = p.iter().any(|&(q, until)| q == qpn && pos < until);
+        p.retain(|&(_, until)| pos < until);
+        if p.is_empty() {
+            self.purging.store(false, Ordering::Release);
+        }
+        hit
+    }
+
+    /// The next completion not purged, if any.
+    pub(crate) fn pop_live(&self, ring: &Ring) -> Option<Cqe> {
+        loop {
+            match ring.pop() {
+                Pop::Entry(words, pos) => {
+                    let cqe = Cqe::decode(&words);
+                    if self.purging.load(Ordering::Acquire) && self.purged(cqe.qp_num, pos) {
+                        continue;
+                    }
+                    return Some(cqe);
+                }
+                Pop::Empty => return None,
+            }
+        }
+    }
+
     /// Removes up to `max` CQEs, oldest first, handing each to `f`.
     fn pop_into(&self, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
         if self.errored.load(Ordering::Acquire) {
@@ -247,12 +289,12 @@ impl CqInner {
         let ring = self.ring.read().expect("cq ring");
         let mut n = 0;
         while n < max {
-            match ring.pop() {
-                Pop::Entry(words) => {
-                    f(Cqe::decode(&words));
+            match self.pop_live(&ring) {
+                Some(c) => {
+                    f(c);
                     n += 1;
                 }
-                Pop::Empty => break,
+                None => break,
             }
         }
         Ok(n)
@@ -314,6 +356,8 @@ impl Cq {
                 comp_events: EventCounter::default(),
                 async_events: EventCounter::default(),
                 users: AtomicU32::new(0),
+                purges: Mutex::new(Vec::new()),
+                purging: AtomicBool::new(false),
                 cookie: AtomicUsize::new(0),
             }),
         })

@@ -23,6 +23,9 @@
 //! as completions are written.
 #![allow(unsafe_code)]
 
+#[cfg(loom)]
+use loom::sync::atomic::{fence, AtomicU64, Ordering};
+#[cfg(not(loom))]
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
@@ -52,8 +55,8 @@ pub(crate) enum PushError {
 /// What the consumer found at `head`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pop {
-    /// A CQE, now removed.
-    Entry([u64; DATA_WORDS]),
+    /// A CQE, now removed, and the ring position it held.
+    Entry([u64; DATA_WORDS], u64),
     /// Nothing published at `head` yet.
     Empty,
 }
@@ -70,9 +73,14 @@ impl Ring {
     /// A ring with room for at least `min_entries` CQEs (rounded up to a power of two).
     pub(crate) fn new(min_entries: usize) -> Self {
         let cap = min_entries.max(1).next_power_of_two();
+        #[cfg(not(loom))]
         // SAFETY: a Slot is eight AtomicU64s, for which all-zero bytes are a valid value
         // (an empty slot: seq 0).
         let slots = unsafe { Box::<[Slot]>::new_zeroed_slice(cap).assume_init() };
+        #[cfg(loom)]
+        let slots: Box<[Slot]> = (0..cap)
+            .map(|_| Slot { seq: AtomicU64::new(0), data: std::array::from_fn(|_| AtomicU64::new(0)) })
+            .collect();
         Ring {
             slots,
             mask: cap as u64 - 1,
@@ -162,19 +170,24 @@ impl Ring {
                 continue;
             }
             self.head.store(h + 1, Ordering::Release);
-            return Pop::Entry(out);
+            return Pop::Entry(out, h);
         }
     }
 
     /// Drains every published CQE into `f`, oldest first (used by resize).
     pub(crate) fn drain(&self, mut f: impl FnMut([u64; DATA_WORDS])) {
-        while let Pop::Entry(e) = self.pop() {
+        while let Pop::Entry(e, _) = self.pop() {
             f(e);
         }
     }
+
+    /// The position the next CQE will take: every CQE reserved so far is below it.
+    pub(crate) fn tail(&self) -> u64 {
+        self.tail.load(Ordering::Acquire)
+    }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -184,7 +197,7 @@ mod tests {
 
     fn pop_n(r: &Ring) -> Option<u64> {
         match r.pop() {
-            Pop::Entry(e) => {
+            Pop::Entry(e, _) => {
                 assert_eq!(e[1], e[0] * 2);
                 assert_eq!(e[6], e[0] + 7);
                 Some(e[0])
@@ -320,5 +333,88 @@ mod tests {
         }
         stop.store(true, Ordering::Relaxed);
         prod.join().unwrap();
+    }
+}
+
+/// Exhaustive interleavings of the ring protocol (run with
+/// `RUSTFLAGS="--cfg loom" cargo test -p rverbs --release --lib cq::ring`).
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    fn cqe(n: u64) -> [u64; DATA_WORDS] {
+        [n, n ^ 0xff, n, n, n, n, n]
+    }
+
+    fn consistent(e: &[u64; DATA_WORDS]) -> bool {
+        e[1] == e[0] ^ 0xff && e[2..].iter().all(|&w| w == e[0])
+    }
+
+    #[test]
+    fn two_producers_one_consumer_deliver_each_entry_once() {
+        loom::model(|| {
+            let r = Arc::new(Ring::new(2));
+            let hs: Vec<_> = (1..=2u64)
+                .map(|n| {
+                    let r = r.clone();
+                    loom::thread::spawn(move || r.push(&cqe(n), false).unwrap())
+                })
+                .collect();
+            let mut got = vec![];
+            while got.len() < 2 {
+                match r.pop() {
+                    Pop::Entry(e, _) => {
+                        assert!(consistent(&e));
+                        got.push(e[0]);
+                    }
+                    Pop::Empty => loom::thread::yield_now(),
+                }
+            }
+            for h in hs {
+                h.join().unwrap();
+            }
+            got.sort_unstable();
+            assert_eq!(got, vec![1, 2]);
+            assert_eq!(r.pop(), Pop::Empty);
+        });
+    }
+
+    #[test]
+    fn full_ring_refuses_until_the_consumer_frees_a_slot() {
+        loom::model(|| {
+            let r = Arc::new(Ring::new(1));
+            r.push(&cqe(1), false).unwrap();
+            let r2 = r.clone();
+            let consumer = loom::thread::spawn(move || r2.pop());
+            let pushed = r.push(&cqe(2), false).is_ok();
+            let popped = consumer.join().unwrap();
+            assert!(matches!(popped, Pop::Entry(e, _) if e[0] == 1));
+            if pushed {
+                assert!(matches!(r.pop(), Pop::Entry(e, _) if e[0] == 2));
+            }
+        });
+    }
+
+    #[test]
+    fn overwriting_producer_never_hands_out_torn_or_reordered_entries() {
+        loom::model(|| {
+            let r = Arc::new(Ring::new(1));
+            let r2 = r.clone();
+            let p = loom::thread::spawn(move || {
+                for n in 1..=2 {
+                    r2.push(&cqe(n), true).unwrap();
+                }
+            });
+            let mut last = 0;
+            for _ in 0..3 {
+                if let Pop::Entry(e, _) = r.pop() {
+                    assert!(consistent(&e), "torn entry {e:?}");
+                    assert!(e[0] > last);
+                    last = e[0];
+                }
+            }
+            p.join().unwrap();
+        });
     }
 }

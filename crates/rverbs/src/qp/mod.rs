@@ -637,6 +637,8 @@ impl Qp {
         }
         match to {
             QpState::Reset if changed => {
+                q.send_cq.purge(q.qpn);
+                q.recv_cq.purge(q.qpn);
                 sq.clear();
                 sq.draining = false;
                 if let Some(rq) = &q.rq {
@@ -757,6 +759,41 @@ impl Qp {
             q.flush_rq();
         }
         r
+    }
+
+    /// Binds a type 1 memory window (ibv_bind_mw(3)) by posting a BIND_MW work request;
+    /// returns the window's new rkey (`ibv_inc_rkey` of the old one), which remote peers
+    /// use once the bind completed. A zero-length bind with no region unbinds.
+    ///
+    /// Errors: `EINVAL` for a type 2 window, a region missing with a non-zero range, or
+    /// ZERO_BASED; `EPERM` if the region and the window are in different PDs; post errors
+    /// as [`Qp::post_send`]. A bind that fails its checks completes with MW_BIND_ERR.
+    pub fn bind_mw(
+        &self,
+        mw: &crate::Mw,
+        bind: &crate::MwBind<'_>,
+        wr_id: u64,
+        flags: SendFlags,
+    ) -> Result<u32> {
+        let verb = "bind_mw";
+        if mw.mw_type() != crate::MwType::Type1 {
+            return Err(Error::invalid(verb, "bind_mw binds type 1 windows"));
+        }
+        if bind.mr.is_none() && (bind.addr != 0 || bind.length != 0) {
+            return Err(Error::invalid(verb, "a range needs a memory region"));
+        }
+        if let Some(mr) = bind.mr {
+            if !Arc::ptr_eq(mr.pd().inner(), &mw.inner().pd) {
+                return Err(Error::PermissionDenied { verb, why: "region and window in different PDs" });
+            }
+        }
+        if bind.access.contains(Access::ZERO_BASED) {
+            return Err(Error::invalid(verb, "type 1 windows cannot be zero-based"));
+        }
+        let rkey = crate::mw::inc_rkey(mw.rkey());
+        let wr = SendWr { flags, ..SendWr::bind_mw(wr_id, mw, rkey, *bind) };
+        self.post_send_unpinned(&[wr]).map_err(|e| e.error)?;
+        Ok(rkey)
     }
 
     /// Whether data placed for `op` at this QP is written in order

@@ -18,8 +18,9 @@ use crate::ah::AhInner;
 use crate::device::{limits, DeviceInner, Gid};
 use crate::error::{Error, Result};
 use crate::mr::{self, MrInner, Sge};
+use crate::mw::MwInner;
 use crate::pd::PdInner;
-use crate::qp::wr::{Payload, SendWr};
+use crate::qp::wr::{FlushWr, Payload, SendWr};
 
 /// The requester's copy of the QP attributes it needs, updated by `modify_qp` under the
 /// send-queue lock.
@@ -40,6 +41,17 @@ pub(crate) struct UdAv {
     pub(crate) remote_qkey: u32,
 }
 
+/// A memory-window bind, resolved at post time.
+#[derive(Clone)]
+pub(crate) struct BindWqe {
+    pub(crate) mw: Arc<MwInner>,
+    pub(crate) rkey: u32,
+    pub(crate) mr: Option<Arc<MrInner>>,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) access: Access,
+}
+
 /// A posted send work request.
 #[derive(Clone, Default)]
 pub(crate) struct SendWqe {
@@ -52,6 +64,9 @@ pub(crate) struct SendWqe {
     pub(crate) compare_add: u64,
     pub(crate) swap: u64,
     pub(crate) ud: Option<UdAv>,
+    pub(crate) bind: Option<BindWqe>,
+    pub(crate) flush: Option<FlushWr>,
+    pub(crate) xrc_srqn: u32,
     pub(crate) num_sge: usize,
     /// Inline payload length (the bytes live in the queue's inline area).
     pub(crate) inline_len: Option<usize>,
@@ -167,25 +182,45 @@ impl SendQueue {
         if !op.allowed_on(qp_type) {
             return Err(Error::invalid(verb, "opcode not allowed on this QP type"));
         }
-        if matches!(
-            op,
-            WrOpcode::LocalInv
-                | WrOpcode::BindMw
-                | WrOpcode::SendWithInv
-                | WrOpcode::Tso
-                | WrOpcode::Driver1
-                | WrOpcode::Flush
-                | WrOpcode::AtomicWrite
-        ) {
+        if matches!(op, WrOpcode::Tso | WrOpcode::Driver1) {
             return Err(Error::unsupported(verb, "this work request opcode"));
         }
         let inline_flag = wr.flags.contains(SendFlags::INLINE)
             || matches!(wr.payload, Payload::Inline(_) | Payload::InlineList(_));
-        let (num_sge, total): (usize, u64) = match wr.payload {
+        let (num_sge, mut total): (usize, u64) = match wr.payload {
             Payload::Sge(s) => (s.len(), s.iter().map(|s| u64::from(s.length)).sum()),
             Payload::Inline(b) => (0, b.len() as u64),
             Payload::InlineList(l) => (0, l.iter().map(|b| b.len() as u64).sum()),
         };
+        match op {
+            WrOpcode::BindMw => {
+                // rxe provider: a bind carries no data and no immediate.
+                if total != 0 || num_sge != 0 || wr.imm_data != 0 || wr.bind.is_none() {
+                    return Err(Error::invalid(verb, "BIND_MW carries a bind and no data"));
+                }
+            }
+            WrOpcode::LocalInv => {
+                if total != 0 || num_sge != 0 {
+                    return Err(Error::invalid(verb, "LOCAL_INV carries no data"));
+                }
+            }
+            WrOpcode::AtomicWrite => {
+                if total != 0 || num_sge != 0 {
+                    return Err(Error::invalid(verb, "ATOMIC_WRITE carries its 8 bytes in the request"));
+                }
+                total = 8;
+            }
+            WrOpcode::Flush => {
+                let Some(f) = wr.flush else {
+                    return Err(Error::invalid(verb, "FLUSH needs its parameters"));
+                };
+                if num_sge != 0 {
+                    return Err(Error::invalid(verb, "FLUSH carries no data"));
+                }
+                total = u64::from(f.len);
+            }
+            _ => {}
+        }
         if num_sge > self.max_sge {
             return Err(Error::TooManySge { max: self.max_sge as u32, got: num_sge as u32 });
         }
@@ -241,6 +276,16 @@ impl SendQueue {
                 remote_qpn: u.remote_qpn,
                 remote_qkey: u.remote_qkey,
             }),
+            bind: wr.bind.map(|b| BindWqe {
+                mw: b.mw.inner().clone(),
+                rkey: b.rkey,
+                mr: b.bind.mr.map(|m| m.inner().clone()),
+                addr: b.bind.addr,
+                len: b.bind.length,
+                access: b.bind.access,
+            }),
+            flush: wr.flush,
+            xrc_srqn: wr.xrc_remote_srqn,
             num_sge: 0,
             inline_len: None,
             total_len: total,
@@ -262,7 +307,7 @@ impl SendQueue {
                 Payload::Sge(sges) => {
                     // The Rust API reads inline SGEs through the usual local checks.
                     for s in sges {
-                        let p = mr::pin(dev, pd, s.lkey, s.addr, s.length.into(), Access::empty())
+                        let p = mr::pin_local(dev, pd, s.lkey, s.addr, s.length.into(), Access::empty())
                             .map_err(|_| {
                                 Error::invalid(verb, "inline SGE outside a registered region")
                             })?;

@@ -2,8 +2,11 @@
 
 use rverbs_proto::verbs::{SendFlags, WrOpcode};
 
+use bitflags::bitflags;
+
 use crate::ah::Ah;
 use crate::mr::Sge;
+use crate::mw::{Mw, MwBind};
 
 /// Where a send work request's data comes from.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +30,49 @@ pub struct UdDest<'a> {
     pub remote_qpn: u32,
     /// Q_Key the destination QP must have.
     pub remote_qkey: u32,
+}
+
+/// A memory-window bind carried by a BIND_MW work request (`wr.bind_mw`).
+#[derive(Clone, Copy, Debug)]
+pub struct BindMwWr<'a> {
+    /// The window (type 2 for a work request; type 1 windows use `Qp::bind_mw`).
+    pub mw: &'a Mw,
+    /// The new key: its low byte replaces the window key's low byte.
+    pub rkey: u32,
+    /// What to bind.
+    pub bind: MwBind<'a>,
+}
+
+bitflags! {
+    /// Where a FLUSH makes data visible (`enum ibv_placement_type`, rdma-core ≥ 45).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct FlushPlacement: u8 {
+        /// Global visibility.
+        const GLOBAL = 1;
+        /// Persistence.
+        const PERSISTENT = 1 << 1;
+    }
+}
+
+/// What a FLUSH covers (`enum ibv_selectivity_level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FlushSelectivity {
+    /// The range `[remote_addr, remote_addr + len)`.
+    #[default]
+    Range,
+    /// The whole memory region the rkey names (address and length ignored).
+    WholeMr,
+}
+
+/// The parameters of a FLUSH work request (`ibv_wr_flush`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FlushWr {
+    /// Bytes to flush.
+    pub len: u32,
+    /// Placement type.
+    pub placement: FlushPlacement,
+    /// Selectivity level.
+    pub selectivity: FlushSelectivity,
 }
 
 /// A send work request.
@@ -53,6 +99,12 @@ pub struct SendWr<'a> {
     pub swap: u64,
     /// Destination of a UD send.
     pub ud: Option<UdDest<'a>>,
+    /// The bind of a BIND_MW work request.
+    pub bind: Option<BindMwWr<'a>>,
+    /// The parameters of a FLUSH work request.
+    pub flush: Option<FlushWr>,
+    /// The SRQ number at the target of an XRC send (`wr.qp_type.xrc.remote_srqn`).
+    pub xrc_remote_srqn: u32,
 }
 
 impl<'a> SendWr<'a> {
@@ -69,6 +121,9 @@ impl<'a> SendWr<'a> {
             compare_add: 0,
             swap: 0,
             ud: None,
+            bind: None,
+            flush: None,
+            xrc_remote_srqn: 0,
         }
     }
 
@@ -126,6 +181,44 @@ impl<'a> SendWr<'a> {
             swap,
             ..Self::new(wr_id, WrOpcode::AtomicCmpAndSwp)
         }
+    }
+
+    /// An ATOMIC_WRITE of the 8 bytes `value` (stored verbatim) at `remote_addr`.
+    pub fn atomic_write(wr_id: u64, remote_addr: u64, rkey: u32, value: [u8; 8]) -> Self {
+        SendWr {
+            remote_addr,
+            rkey,
+            swap: u64::from_ne_bytes(value),
+            ..Self::new(wr_id, WrOpcode::AtomicWrite)
+        }
+    }
+
+    /// A FLUSH of `flush.len` bytes at `remote_addr` (or of the whole region).
+    pub fn flush(wr_id: u64, remote_addr: u64, rkey: u32, flush: FlushWr) -> Self {
+        SendWr { remote_addr, rkey, flush: Some(flush), ..Self::new(wr_id, WrOpcode::Flush) }
+    }
+
+    /// A LOCAL_INV of `rkey` (a type 2 memory window).
+    pub fn local_inv(wr_id: u64, rkey: u32) -> Self {
+        SendWr { imm_data: rkey, ..Self::new(wr_id, WrOpcode::LocalInv) }
+    }
+
+    /// A BIND_MW of a type 2 window with the new key `rkey`.
+    pub fn bind_mw(wr_id: u64, mw: &'a Mw, rkey: u32, bind: MwBind<'a>) -> Self {
+        SendWr { bind: Some(BindMwWr { mw, rkey, bind }), ..Self::new(wr_id, WrOpcode::BindMw) }
+    }
+
+    /// Turns a SEND into SEND_WITH_INV of the peer's `rkey`.
+    pub fn with_inv(mut self, rkey: u32) -> Self {
+        self.opcode = WrOpcode::SendWithInv;
+        self.imm_data = rkey;
+        self
+    }
+
+    /// Sets the SRQ number at the target of an XRC send.
+    pub fn xrc(mut self, remote_srqn: u32) -> Self {
+        self.xrc_remote_srqn = remote_srqn;
+        self
     }
 
     /// Adds immediate data, turning SEND into SEND_WITH_IMM and RDMA_WRITE into

@@ -19,7 +19,8 @@ use rverbs_proto::verbs::{Access, EventType, QpState, QpType, SendFlags, WcFlags
 use rverbs_proto::violation::Violation;
 
 use crate::mem::AtomicOp;
-use crate::mr::{self, copy_message, Fault, PinList, Source};
+use crate::mr::{self, copy_message, Fault, KeyTarget, PinList, Source};
+use crate::qp::wr::{FlushPlacement, FlushSelectivity};
 use crate::qp::rq::RecvWqe;
 use crate::qp::sq::{ReqView, SendWqe};
 use crate::qp::QpInner;
@@ -57,12 +58,21 @@ pub(crate) fn execute(
 ) -> Exec {
     let dev = qp.pd.ctx.dev;
     let op = wqe.opcode();
+    match op {
+        WrOpcode::BindMw => return super::local::bind_mw(qp, wqe),
+        WrOpcode::LocalInv => return super::local::local_inv(qp, wqe),
+        _ => {}
+    }
 
     // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR,
     // rocev2-wire.md §4; rxe reports LOC_QP_OP_ERR for them — see ARCHITECTURE.md).
     let carries_data = matches!(
         op,
-        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+        WrOpcode::Send
+            | WrOpcode::SendWithImm
+            | WrOpcode::SendWithInv
+            | WrOpcode::RdmaWrite
+            | WrOpcode::RdmaWriteWithImm
     );
     let gathered = if !carries_data {
         Gathered::Inline(&[])
@@ -77,7 +87,8 @@ pub(crate) fn execute(
 
     // Read/atomic credit (rocev2-wire.md §3.2 step 5): with max_rd_atomic 0 the request
     // can never be issued.
-    if op.is_read_or_atomic() && req.max_rd_atomic == 0 && qp.qp_type == QpType::Rc {
+    let needs_credit = op.is_read_or_atomic() || op == WrOpcode::AtomicWrite;
+    if needs_credit && req.max_rd_atomic == 0 && qp.qp_type.is_reliable() {
         return Exec::Stall;
     }
 
@@ -108,10 +119,14 @@ fn unanswered(qp: &QpInner, wqe: &SendWqe) -> Exec {
 }
 
 /// The successful requester completion of `wqe`.
-fn sent(qp: &QpInner, wqe: &SendWqe) -> Cqe {
+pub(crate) fn sent(qp: &QpInner, wqe: &SendWqe) -> Cqe {
     let op = wqe.opcode();
     let opcode = op.wc_opcode().unwrap_or(WcOpcode::Send);
-    let byte_len = if op.is_atomic() { 8 } else { wqe.total_len as u32 };
+    let byte_len = match op {
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => 8,
+        WrOpcode::BindMw | WrOpcode::LocalInv => 0,
+        _ => wqe.total_len as u32,
+    };
     Cqe::success(wqe.wr_id, qp.qpn, opcode, byte_len)
 }
 
@@ -187,7 +202,11 @@ fn connected(
     let op = wqe.opcode();
     let reliable = qp.qp_type.is_reliable();
     let response = match op {
-        WrOpcode::Send | WrOpcode::SendWithImm => respond_send(t, wqe, gathered),
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => {
+            respond_send(t, wqe, gathered)
+        }
+        WrOpcode::AtomicWrite => return respond_atomic_write(qp, t, wqe),
+        WrOpcode::Flush => return respond_flush(qp, t, wqe),
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => respond_write(t, wqe, gathered),
         WrOpcode::RdmaRead => return respond_read(qp, t, wqe, sges),
         WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
@@ -248,10 +267,35 @@ fn respond_send(t: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Respons
         Err(_) => return Response::Violation(Violation::RecvWqeMalformed, Some(rwqe)),
     };
     copy_message(&dst, 0, data.source());
-    let opcode = WcOpcode::Recv;
-    match deliver_recv(t, recv_cqe(t, &rwqe, opcode, len as u32, wqe)) {
+    let mut cqe = recv_cqe(t, &rwqe, WcOpcode::Recv, len as u32, wqe);
+    if wqe.opcode() == WrOpcode::SendWithInv {
+        if !invalidate(t, wqe.imm) {
+            // rxe "class J": the receive completes in error and the responder enters ERR,
+            // but no NAK is sent, so the requester completes successfully.
+            let _ = t.recv_cq.push(Cqe::error(
+                rwqe.wr_id,
+                t.qpn,
+                WcStatus::RemInvReqErr,
+                vendor_err::REMOTE_INVALIDATE,
+            ));
+            t.enter_error(None);
+            return Response::Ack;
+        }
+        cqe.imm = wqe.imm;
+        cqe.wc_flags |= WcFlags::WITH_INV.bits() as u8;
+    }
+    match deliver_recv(t, cqe) {
         Ok(()) => Response::Ack,
         Err(()) => Response::NoAck,
+    }
+}
+
+/// Invalidates `rkey` at responder `t` (SEND_WITH_INV): only a valid type 2 memory
+/// window of the responder's PD can be (rxe: user memory regions cannot).
+fn invalidate(t: &QpInner, rkey: u32) -> bool {
+    match t.pd.ctx.dev.keys.get(rkey) {
+        Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, &t.pd)),
+        _ => false,
     }
 }
 
@@ -271,7 +315,7 @@ fn respond_write(t: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Respon
     let len = wqe.total_len;
     if len > 0 {
         let dev = t.pd.ctx.dev;
-        match mr::pin(dev, &t.pd, wqe.rkey, wqe.remote_addr, len, Access::REMOTE_WRITE) {
+        match mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, wqe.remote_addr, len, Access::REMOTE_WRITE) {
             Ok(p) => {
                 copy_message(&PinList::one(p), 0, data.source());
             }
@@ -297,7 +341,7 @@ fn respond_read(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe, sges: &[Sge]
     let len = wqe.total_len;
     let dev = qp.pd.ctx.dev;
     let remote = if len > 0 {
-        match mr::pin(dev, &t.pd, wqe.rkey, wqe.remote_addr, len, Access::REMOTE_READ) {
+        match mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, wqe.remote_addr, len, Access::REMOTE_READ) {
             Ok(p) => Some(p),
             Err(f) => return violation(qp, t, wqe, f.remote(), None),
         }
@@ -326,7 +370,7 @@ fn respond_atomic(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe, sges: &[Sg
         return violation(qp, t, wqe, Violation::MisalignedAtomic, None);
     }
     let dev = qp.pd.ctx.dev;
-    let target = match mr::pin(dev, &t.pd, wqe.rkey, wqe.remote_addr, 8, Access::REMOTE_ATOMIC) {
+    let target = match mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, wqe.remote_addr, 8, Access::REMOTE_ATOMIC) {
         Ok(p) => p,
         Err(f) => return violation(qp, t, wqe, f.remote(), None),
     };
@@ -346,6 +390,62 @@ fn respond_atomic(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe, sges: &[Sg
     };
     copy_message(&local, 0, Source::Bytes(&original.to_ne_bytes()));
     Exec::Done(sent(qp, wqe))
+}
+
+/// ATOMIC_WRITE (IBTA A19; notes §14): needs REMOTE_WRITE on the responder QP and the
+/// region, a read/atomic resource, 8 aligned bytes; stores the 8 bytes verbatim.
+fn respond_atomic_write(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
+    if !t.resp.access().contains(Access::REMOTE_WRITE) {
+        return violation(qp, t, wqe, Violation::QpAccessDenied, None);
+    }
+    if t.resp.max_dest_rd_atomic.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        return violation(qp, t, wqe, Violation::NoRdAtomicResources, None);
+    }
+    let dev = qp.pd.ctx.dev;
+    let target =
+        match mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, wqe.remote_addr, 8, Access::REMOTE_WRITE) {
+            Ok(p) => p,
+            Err(f) => return violation(qp, t, wqe, f.remote(), None),
+        };
+    if wqe.remote_addr % 8 != 0 || target.ptr % 8 != 0 {
+        return violation(qp, t, wqe, Violation::MisalignedAtomic, None);
+    }
+    mr::atomic(&target, AtomicOp::Write(wqe.swap));
+    Exec::Done(sent(qp, wqe))
+}
+
+/// FLUSH (IBTA A19; notes §13): the responder QP must allow the placement type, the
+/// region must grant it; a RANGE flush checks the range, a whole-MR flush only the key.
+/// Global visibility is a full memory barrier here.
+fn respond_flush(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
+    let f = wqe.flush.unwrap_or_default();
+    let mut need = Access::empty();
+    if f.placement.contains(FlushPlacement::GLOBAL) {
+        need |= Access::FLUSH_GLOBAL;
+    }
+    if f.placement.contains(FlushPlacement::PERSISTENT) {
+        need |= Access::FLUSH_PERSISTENT;
+    }
+    if !t.resp.access().contains(need) {
+        return violation(qp, t, wqe, Violation::QpAccessDenied, None);
+    }
+    let dev = qp.pd.ctx.dev;
+    let (addr, len) = match f.selectivity {
+        FlushSelectivity::Range => (wqe.remote_addr, u64::from(f.len)),
+        FlushSelectivity::WholeMr => (u64::MAX, 0),
+    };
+    let pinned = if f.selectivity == FlushSelectivity::WholeMr {
+        mr::pin_remote_key(dev, &t.pd, t.qpn, wqe.rkey, need)
+    } else {
+        mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, addr, len, need)
+    };
+    match pinned {
+        Ok(_) => {
+            mr::flush_global();
+            Exec::Done(sent(qp, wqe))
+        }
+        Err(e) => violation(qp, t, wqe, e.remote(), None),
+    }
 }
 
 /// UD: one message to the QP the address handle and `remote_qpn` name. The requester

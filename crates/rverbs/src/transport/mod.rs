@@ -8,6 +8,7 @@
 //! complete as sent.
 
 pub(crate) mod grh;
+pub(crate) mod local;
 pub(crate) mod loopback;
 
 use std::sync::Arc;

@@ -1,0 +1,527 @@
+//! Memory regions (ibv_reg_mr(3), ibv_rereg_mr(3), ibv_dereg_mr(3)).
+//!
+//! Rule: ibv_reg_mr(3): a region is addressed through its lkey/rkey in the IO virtual
+//! address space starting at `iova` (the process address unless registered with
+//! ibv_reg_mr_iova(3) or ZERO_BASED); local read access is always enabled;
+//! REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE.
+//! Rule: every device access to a region goes through [`access`], which checks key,
+//! PD, bounds and rights and pins the region while bytes move.
+#![allow(unsafe_code)]
+
+pub(crate) mod access;
+pub(crate) mod keys;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+
+use bitflags::bitflags;
+
+use crate::device::DeviceInner;
+use crate::error::{Error, Result};
+use crate::mem;
+use crate::pd::{Pd, PdInner};
+use crate::sys::SharedMem;
+use crate::Access;
+pub(crate) use access::{
+    atomic, copy_message, copy_out, flush_global, pin_local, pin_remote, pin_remote_key, pin_sges,
+    Fault, PinList, Pinned, Source,
+};
+pub(crate) use keys::{KeyTable, KeyTarget};
+
+/// A scatter/gather entry (`struct ibv_sge`): `length` bytes at IO virtual address
+/// `addr` of the region named by `lkey`.
+///
+/// An `Sge` is plain data: the device checks it when the work request executes, so a
+/// wrong one yields an error completion, never a stray access.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Sge {
+    /// IO virtual address of the first byte.
+    pub addr: u64,
+    /// Number of bytes.
+    pub length: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+pub(crate) struct MrInit {
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+    pub(crate) iova: u64,
+    pub(crate) access: Access,
+}
+
+/// What a region covers; changed in place by rereg.
+pub(crate) struct MrDesc {
+    pub(crate) pd: Arc<PdInner>,
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+    pub(crate) iova: u64,
+    pub(crate) access: Access,
+    /// Library-allocated backing memory, if any.
+    mem: Option<SharedMem>,
+}
+
+pub(crate) struct MrInner {
+    dev: &'static DeviceInner,
+    key: u32,
+    pub(crate) desc: RwLock<MrDesc>,
+    /// False once deregistered: no further access is granted.
+    valid: AtomicBool,
+    /// Device accesses in progress (deregistration and rereg wait for zero).
+    pub(crate) busy: AtomicU32,
+    /// Memory windows bound to the region (deregistration is refused while any).
+    pub(crate) bound_mws: AtomicU32,
+    released: AtomicBool,
+}
+
+impl MrInner {
+    /// Stops granting access and waits for accesses in progress to finish; removes the
+    /// key. Idempotent.
+    fn invalidate(&self) {
+        if self.valid.swap(false, Ordering::SeqCst) {
+            self.wait_idle();
+            self.dev.keys.remove(self.key);
+        }
+        if !self.released.swap(true, Ordering::AcqRel) {
+            self.desc.read().expect("mr desc").pd.release();
+        }
+    }
+
+    fn wait_idle(&self) {
+        while self.busy.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    pub(crate) fn key(&self) -> u32 {
+        self.key
+    }
+
+    pub(crate) fn is_valid(&self) -> bool {
+        self.valid.load(Ordering::Acquire)
+    }
+
+    fn begin(&self) -> Option<Busy<'_>> {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        if self.valid.load(Ordering::SeqCst) {
+            Some(Busy(self))
+        } else {
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+            None
+        }
+    }
+}
+
+/// Guard of an access through the Rust API.
+struct Busy<'a>(&'a MrInner);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        self.invalidate();
+    }
+}
+
+/// Checks of ibv_reg_mr(3) on the access flags.
+fn check_access(verb: &'static str, access: Access) -> Result<Access> {
+    let raw = access.bits();
+    let known = Access::all().bits() & !Access::OPTIONAL_RANGE;
+    if raw & !(known | Access::OPTIONAL_RANGE) != 0 {
+        return Err(Error::unsupported(verb, "unknown access flags"));
+    }
+    if access.contains(Access::ON_DEMAND) || access.contains(Access::HUGETLB) {
+        return Err(Error::unsupported(verb, "on-demand paging"));
+    }
+    if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+        && !access.contains(Access::LOCAL_WRITE)
+    {
+        return Err(Error::invalid(verb, "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE"));
+    }
+    if access.contains(Access::FLUSH_PERSISTENT) {
+        // rxe refuses FLUSH_PERSISTENT for memory that is not persistent (pmem); none of
+        // the memory this device registers is.
+        return Err(Error::invalid(verb, "FLUSH_PERSISTENT needs persistent memory"));
+    }
+    // Optional-range flags (relaxed ordering) are accepted and ignored, as rdma-core does.
+    Ok(Access::from_bits_truncate(raw & !Access::OPTIONAL_RANGE))
+}
+
+bitflags! {
+    /// What [`Mr::rereg`] changes (`enum ibv_rereg_mr_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct ReregFlags: u32 {
+        /// The address range (`IBV_REREG_MR_CHANGE_TRANSLATION`).
+        const TRANSLATION = 1;
+        /// The protection domain (`IBV_REREG_MR_CHANGE_PD`).
+        const PD = 1 << 1;
+        /// The access rights (`IBV_REREG_MR_CHANGE_ACCESS`).
+        const ACCESS = 1 << 2;
+    }
+}
+
+/// What a memory region covers ([`Mr::query`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrInfo {
+    /// Process address of the first byte.
+    pub addr: usize,
+    /// Length in bytes.
+    pub len: usize,
+    /// IO virtual address of the first byte.
+    pub iova: u64,
+    /// Access rights.
+    pub access: Access,
+    /// Local and remote key.
+    pub key: u32,
+    /// Handle of the protection domain.
+    pub pd_handle: u32,
+}
+
+/// A registered memory region (`struct ibv_mr`). Cloning shares the registration;
+/// it ends when the last handle and the last work request naming it are gone, or at an
+/// explicit [`Mr::dereg`].
+#[derive(Clone)]
+pub struct Mr {
+    inner: Arc<MrInner>,
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.inner.desc.read().expect("mr desc");
+        f.debug_struct("Mr")
+            .field("lkey", &self.inner.key)
+            .field("addr", &format_args!("{:#x}", d.addr))
+            .field("len", &d.len)
+            .finish()
+    }
+}
+
+fn check_len(verb: &'static str, len: usize) -> Result<()> {
+    if len == 0 {
+        return Err(Error::invalid(verb, "zero length"));
+    }
+    if len as u64 > crate::device::limits::MAX_MR_SIZE {
+        return Err(Error::Limit {
+            verb,
+            what: "length",
+            max: crate::device::limits::MAX_MR_SIZE,
+            got: len as u64,
+        });
+    }
+    Ok(())
+}
+
+impl Mr {
+    pub(crate) fn alloc(pd: Arc<PdInner>, len: usize, access: Access) -> Result<Self> {
+        check_len("alloc_mr", len)?;
+        let mem = SharedMem::new("rverbs-mr", len)?;
+        let addr = mem.addr();
+        Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(mem))
+    }
+
+    pub(crate) fn register(pd: Arc<PdInner>, init: MrInit) -> Result<Self> {
+        check_len("reg_mr", init.len)?;
+        if init.addr.checked_add(init.len).is_none() {
+            return Err(Error::invalid("reg_mr", "the range wraps the address space"));
+        }
+        Self::build(pd, init, None)
+    }
+
+    fn build(pd: Arc<PdInner>, mut init: MrInit, mem: Option<SharedMem>) -> Result<Self> {
+        init.access = check_access("reg_mr", init.access)?;
+        if init.access.contains(Access::ZERO_BASED) {
+            init.iova = 0;
+        }
+        if init.iova.checked_add(init.len as u64).is_none() {
+            return Err(Error::invalid("reg_mr", "iova + length wraps"));
+        }
+        pd.hold()?;
+        let dev = pd.ctx.dev;
+        let inner = Arc::new_cyclic(|weak: &Weak<MrInner>| {
+            let key = dev.keys.insert(KeyTarget::Mr(weak.clone()));
+            let valid = key.is_ok();
+            MrInner {
+                dev,
+                key: key.unwrap_or(0),
+                desc: RwLock::new(MrDesc {
+                    pd: pd.clone(),
+                    addr: init.addr,
+                    len: init.len,
+                    iova: init.iova,
+                    access: init.access,
+                    mem,
+                }),
+                valid: AtomicBool::new(valid),
+                busy: AtomicU32::new(0),
+                bound_mws: AtomicU32::new(0),
+                released: AtomicBool::new(false),
+            }
+        });
+        if inner.key == 0 {
+            return Err(Error::Exhausted { what: "memory keys" });
+        }
+        Ok(Mr { inner })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<MrInner> {
+        &self.inner
+    }
+
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.inner.key
+    }
+
+    /// The remote key (equal to the local key on this device).
+    pub fn rkey(&self) -> u32 {
+        self.inner.key
+    }
+
+    /// What the region covers now (addresses, access, PD).
+    pub fn query(&self) -> MrInfo {
+        let d = self.inner.desc.read().expect("mr desc");
+        MrInfo {
+            addr: d.addr,
+            len: d.len,
+            iova: d.iova,
+            access: d.access,
+            key: self.inner.key,
+            pd_handle: d.pd.id,
+        }
+    }
+
+    /// The process address of the first byte (`ibv_mr.addr`).
+    pub fn addr(&self) -> *mut u8 {
+        self.query().addr as *mut u8
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.query().len
+    }
+
+    /// Whether the region is empty (never: registration refuses zero lengths).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The IO virtual address of the first byte, which SGEs and remote peers use.
+    pub fn iova(&self) -> u64 {
+        self.query().iova
+    }
+
+    /// The access rights.
+    pub fn access(&self) -> Access {
+        self.query().access
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> Pd {
+        Pd::from_inner(self.inner.desc.read().expect("mr desc").pd.clone())
+    }
+
+    /// An SGE for `len` bytes at `offset` into the region.
+    ///
+    /// Errors: `EINVAL` if the range leaves the region.
+    pub fn sge(&self, offset: usize, len: u32) -> Result<Sge> {
+        let d = self.check_range("sge", offset, len as usize)?;
+        Ok(Sge { addr: d.iova + offset as u64, length: len, lkey: self.inner.key })
+    }
+
+    /// An SGE covering the whole region (lengths above 4 GiB are clamped).
+    pub fn whole(&self) -> Sge {
+        let d = self.query();
+        Sge { addr: d.iova, length: d.len.min(u32::MAX as usize) as u32, lkey: self.inner.key }
+    }
+
+    fn check_range(&self, verb: &'static str, offset: usize, len: usize) -> Result<MrInfo> {
+        let d = self.query();
+        match offset.checked_add(len) {
+            Some(end) if end <= d.len => Ok(d),
+            _ => Err(Error::invalid(verb, "range outside the memory region")),
+        }
+    }
+
+    /// Copies `buf.len()` bytes out of the region at `offset`.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        let _g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
+        let d = self.check_range("read", offset, buf.len())?;
+        // SAFETY: the range is inside the live registration (checked above while `begin`
+        // holds off deregistration and rereg) and `buf` is a distinct Rust buffer.
+        unsafe { mem::copy(buf.as_mut_ptr(), (d.addr + offset) as *const u8, buf.len()) };
+        Ok(())
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let _g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
+        let d = self.check_range("write", offset, data.len())?;
+        // SAFETY: as in `read`.
+        unsafe { mem::copy((d.addr + offset) as *mut u8, data.as_ptr(), data.len()) };
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `offset` with `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
+        self.check_range("fill", offset, len)?;
+        let chunk = [byte; 256];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len());
+            self.write(offset + done, &chunk[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The 64-bit word at `offset` (8-byte aligned), read atomically.
+    pub fn read_u64(&self, offset: usize) -> Result<u64> {
+        let _g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
+        let d = self.check_range("read_u64", offset, 8)?;
+        if (d.addr + offset) % 8 != 0 {
+            return Err(Error::invalid("read_u64", "offset not 8-byte aligned"));
+        }
+        // SAFETY: aligned, inside the live registration.
+        Ok(unsafe { mem::atomic_u64(d.addr + offset) }.load(Ordering::SeqCst))
+    }
+
+    /// The region's bytes as a slice.
+    ///
+    /// # Safety
+    /// No device access (a remote write, a receive, a READ response) may write the bytes
+    /// while the slice is alive, and the region must not be deregistered or re-registered.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        let d = self.query();
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { std::slice::from_raw_parts(d.addr as *const u8, d.len) }
+    }
+
+    /// The region's bytes as a mutable slice.
+    ///
+    /// # Safety
+    /// As for [`Mr::as_slice`], and no other reference to the bytes may exist.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
+        let d = self.query();
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(d.addr as *mut u8, d.len) }
+    }
+
+    /// Changes the PD and/or the access rights in place (ibv_rereg_mr(3)); the keys stay
+    /// the same. Accesses in progress finish first.
+    ///
+    /// Rule: flags must be non-empty; `pd` is required with `PD` and `access` with
+    /// `ACCESS`, whose rules are those of registration. Address changes need
+    /// [`Mr::rereg_translation`].
+    /// Errors: `EINVAL` for bad combinations or access flags, `EBUSY` while memory
+    /// windows are bound.
+    pub fn rereg(&self, flags: ReregFlags, pd: Option<&Pd>, access: Option<Access>) -> Result<()> {
+        self.rereg_inner(flags, pd, access, None)
+    }
+
+    /// As [`Mr::rereg`], also moving the region to caller memory `[addr, addr + len)`
+    /// (`IBV_REREG_MR_CHANGE_TRANSLATION`); the IO virtual address becomes `addr`.
+    ///
+    /// # Safety
+    /// As for [`Pd::reg_mr`]: the new range must stay valid until the region is
+    /// deregistered, re-registered again or dropped, and every request using it completed.
+    #[allow(unsafe_code)]
+    pub unsafe fn rereg_translation(
+        &self,
+        flags: ReregFlags,
+        addr: *mut u8,
+        len: usize,
+        pd: Option<&Pd>,
+        access: Option<Access>,
+    ) -> Result<()> {
+        self.rereg_inner(flags | ReregFlags::TRANSLATION, pd, access, Some((addr as usize, len)))
+    }
+
+    fn rereg_inner(
+        &self,
+        flags: ReregFlags,
+        pd: Option<&Pd>,
+        access: Option<Access>,
+        range: Option<(usize, usize)>,
+    ) -> Result<()> {
+        let verb = "rereg_mr";
+        if flags.is_empty() {
+            return Err(Error::invalid(verb, "no change requested"));
+        }
+        if flags.contains(ReregFlags::TRANSLATION) != range.is_some() {
+            return Err(Error::invalid(verb, "TRANSLATION needs a new address range"));
+        }
+        let new_pd = match (flags.contains(ReregFlags::PD), pd) {
+            (true, Some(p)) => Some(p.inner().clone()),
+            (true, None) => return Err(Error::invalid(verb, "PD change without a PD")),
+            (false, _) => None,
+        };
+        let new_access = match (flags.contains(ReregFlags::ACCESS), access) {
+            (true, Some(a)) => Some(check_access(verb, a)?),
+            (true, None) => return Err(Error::invalid(verb, "ACCESS change without flags")),
+            (false, _) => None,
+        };
+        if let Some((addr, len)) = range {
+            check_len(verb, len)?;
+            if addr.checked_add(len).is_none() {
+                return Err(Error::invalid(verb, "the range wraps the address space"));
+            }
+        }
+        if !self.inner.is_valid() {
+            return Err(Error::Destroyed { what: "memory region" });
+        }
+        if self.inner.bound_mws.load(Ordering::Acquire) != 0 {
+            return Err(Error::Busy { what: "memory region with bound memory windows" });
+        }
+        if let Some(p) = &new_pd {
+            p.hold()?;
+        }
+        // New accesses wait on the lock; accesses in progress finish first.
+        let mut d = self.inner.desc.write().expect("mr desc");
+        self.inner.wait_idle();
+        if let Some(p) = new_pd {
+            let old = std::mem::replace(&mut d.pd, p);
+            old.release();
+        }
+        if let Some(a) = new_access {
+            d.access = a;
+            if a.contains(Access::ZERO_BASED) {
+                d.iova = 0;
+            }
+        }
+        if let Some((addr, len)) = range {
+            d.addr = addr;
+            d.len = len;
+            d.iova = if d.access.contains(Access::ZERO_BASED) { 0 } else { addr as u64 };
+            d.mem = None;
+        }
+        Ok(())
+    }
+
+    /// Deregisters the region now (ibv_dereg_mr(3)): later accesses through its keys
+    /// fail, and the call returns only after accesses in progress finished. Work requests
+    /// that still name it complete with an error.
+    ///
+    /// Errors: `EINVAL` once deregistered, or while memory windows are bound to it (rxe;
+    /// ibv_alloc_mw(3): "ibv_dereg_mr() fails if any memory window is still bound").
+    pub fn dereg(&self) -> Result<()> {
+        if !self.inner.is_valid() {
+            return Err(Error::Destroyed { what: "memory region" });
+        }
+        if self.inner.bound_mws.load(Ordering::Acquire) != 0 {
+            return Err(Error::invalid("dereg_mr", "memory windows are bound to the region"));
+        }
+        self.inner.invalidate();
+        Ok(())
+    }
+
+    /// Whether the registration is still valid.
+    pub fn is_valid(&self) -> bool {
+        self.inner.is_valid()
+    }
+}

@@ -1,0 +1,84 @@
+//! ibv_rereg_mr(3): PD, access and translation change in place, keys stay; MR query.
+mod common;
+use common::*;
+use rverbs::*;
+
+#[test]
+fn rereg_access_keeps_the_key_and_changes_rights() {
+    let (a, b) = pair(QpType::Rc);
+    let m = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let key = m.rkey();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, m.iova(), key).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemAccessErr);
+
+    let (a, b) = pair(QpType::Rc);
+    let m = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let key = m.rkey();
+    m.rereg(ReregFlags::ACCESS, None, Some(Access::LOCAL_WRITE | Access::REMOTE_WRITE)).unwrap();
+    assert_eq!(m.rkey(), key);
+    assert_eq!(m.access(), Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, m.iova(), key).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    // And back: the same key loses the right.
+    m.rereg(ReregFlags::ACCESS, None, Some(Access::LOCAL_WRITE)).unwrap();
+    a.qp.post_send(&[SendWr::write(2, &sge, m.iova(), key).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemAccessErr);
+    drop(b);
+}
+
+#[test]
+fn rereg_pd_makes_a_posted_receive_fail_remote_op_err() {
+    let (a, b) = pair(QpType::Rc);
+    let m = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [m.sge(0, 64).unwrap()];
+    b.qp.post_recv(&[RecvWr::new(1, &sge)]).unwrap();
+    let other = b.ctx.alloc_pd().unwrap();
+    m.rereg(ReregFlags::PD, Some(&other), None).unwrap();
+    assert_eq!(m.query().pd_handle, other.handle());
+    assert_eq!(other.dealloc().unwrap_err().errno(), libc::EBUSY);
+    a.qp.post_send(&[SendWr::send(1, &[a.mr.sge(0, 8).unwrap()])]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemOpErr);
+    // Back to the original PD, after resetting both QPs (their stale completions are
+    // purged, as mlx5 does), traffic works again.
+    m.rereg(ReregFlags::PD, Some(&b.pd), None).unwrap();
+    for s in [&a, &b] {
+        s.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    }
+    connect(&a, &b, &PATH);
+    assert_empty(&a.cq);
+    assert_empty(&b.cq);
+    b.qp.post_recv(&[RecvWr::new(2, &sge)]).unwrap();
+    a.qp.post_send(&[SendWr::send(2, &[a.mr.sge(0, 8).unwrap()]).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(poll_one(&b.cq).wr_id(), 2);
+}
+
+#[test]
+fn rereg_translation_moves_the_region() {
+    let (a, b) = pair(QpType::Rc);
+    let m = b.pd.alloc_mr(64, ALL_ACCESS).unwrap();
+    let key = m.rkey();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: `buf` outlives the region (deregistered below).
+    unsafe { m.rereg_translation(ReregFlags::TRANSLATION, buf.as_mut_ptr(), 256, None, None) }.unwrap();
+    let info = m.query();
+    assert_eq!((info.addr, info.len, info.iova, info.key), (buf.as_ptr() as usize, 256, buf.as_ptr() as u64, key));
+    a.mr.write(0, b"moved").unwrap();
+    let sge = [a.mr.sge(0, 5).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, m.iova() + 200, key).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    m.dereg().unwrap();
+    assert_eq!(&buf[200..205], b"moved");
+}
+
+#[test]
+fn rereg_input_errors() {
+    let pd = open().alloc_pd().unwrap();
+    let m = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    assert_eq!(m.rereg(ReregFlags::empty(), None, None).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(m.rereg(ReregFlags::PD, None, None).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(m.rereg(ReregFlags::ACCESS, None, Some(Access::REMOTE_WRITE)).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(m.rereg(ReregFlags::TRANSLATION, None, None).unwrap_err().errno(), libc::EINVAL);
+}

@@ -1,0 +1,175 @@
+//! ibv_alloc_mw(3), ibv_bind_mw(3), BIND_MW / LOCAL_INV / SEND_WITH_INV work requests:
+//! the steps of pyverbs' MWTest, asserted on completions.
+mod common;
+use common::*;
+use rverbs::*;
+
+/// A pair whose memory regions allow binding windows but no remote access themselves.
+fn mw_pair() -> (Side, Side, Mr, Mr) {
+    let (a, b) = pair(QpType::Rc);
+    let ma = a.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::MW_BIND).unwrap();
+    let mb = b.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::MW_BIND).unwrap();
+    (a, b, ma, mb)
+}
+
+fn write_through(a: &Side, rkey: u32, addr: u64) -> WcStatus {
+    a.mr.write(0, b"window").unwrap();
+    let sge = [a.mr.sge(0, 6).unwrap()];
+    a.qp.post_send(&[SendWr::write(99, &sge, addr, rkey).signaled()]).unwrap();
+    poll_one(&a.cq).status()
+}
+
+fn bind_info(mr: &Mr, access: Access) -> MwBind<'_> {
+    MwBind { mr: Some(mr), addr: mr.iova(), length: 4096, access }
+}
+
+#[test]
+fn type1_window_gives_remote_access_the_region_lacks() {
+    // Without a window the region's own key refuses remote writes.
+    let (a, _b, _ma, mb) = mw_pair();
+    assert_eq!(write_through(&a, mb.rkey(), mb.iova()), WcStatus::RemAccessErr);
+    // With a bound type 1 window, the window's key allows them.
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 1).unwrap();
+    let old = mw.rkey();
+    let info = bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+    let new = b.qp.bind_mw(&mw, &info, 7, SendFlags::SIGNALED).unwrap();
+    assert_eq!(new, inc_rkey(old));
+    let wc = poll_one(&b.cq);
+    assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (7, WcStatus::Success, Some(WcOpcode::BindMw)));
+    assert_eq!(mw.rkey(), new);
+    assert_eq!(write_through(&a, new, mb.iova()), WcStatus::Success);
+    assert_eq!(write_through(&a, old, mb.iova()), WcStatus::RemAccessErr, "the old key is stale");
+}
+
+#[test]
+fn type1_bind_then_write_then_zero_length_rebind_invalidates() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 1).unwrap();
+    let rkey = b.qp.bind_mw(&mw, &bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE), 1, SendFlags::SIGNALED).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    assert_eq!(write_through(&a, rkey, mb.iova() + 100), WcStatus::Success);
+    let mut got = [0u8; 6];
+    mb.read(100, &mut got).unwrap();
+    assert_eq!(&got, b"window");
+    assert_eq!(mb.dereg().unwrap_err().errno(), libc::EINVAL, "a bound region cannot be deregistered");
+    // Unbind: zero length, no region.
+    let unbind = MwBind { mr: None, addr: 0, length: 0, access: Access::empty() };
+    let rkey2 = b.qp.bind_mw(&mw, &unbind, 2, SendFlags::SIGNALED).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    assert_eq!(write_through(&a, rkey2, mb.iova()), WcStatus::RemAccessErr);
+    mb.dereg().unwrap();
+}
+
+#[test]
+fn stale_window_key_is_refused() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 1).unwrap();
+    let first = b.qp.bind_mw(&mw, &bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE), 1, SendFlags::empty()).unwrap();
+    let second = b.qp.bind_mw(&mw, &bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE), 2, SendFlags::empty()).unwrap();
+    assert_ne!(first, second);
+    assert_eq!(write_through(&a, first, mb.iova()), WcStatus::RemAccessErr);
+}
+
+#[test]
+fn type2_bind_by_work_request_and_local_invalidate() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 2).unwrap();
+    let key = inc_rkey(mw.rkey());
+    let wr = SendWr::bind_mw(5, &mw, key, bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE)).signaled();
+    b.qp.post_send(&[wr]).unwrap();
+    let wc = poll_one(&b.cq);
+    assert_eq!((wc.status(), wc.opcode(), wc.byte_len()), (WcStatus::Success, Some(WcOpcode::BindMw), Some(0)));
+    assert_eq!(mw.rkey(), key);
+    assert_eq!(write_through(&a, key, mb.iova()), WcStatus::Success);
+    // A bound type 2 window cannot be bound again until invalidated.
+    b.qp.post_send(&[SendWr::bind_mw(6, &mw, inc_rkey(key), bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE))]).unwrap();
+    let wc = poll_one(&b.cq);
+    assert_eq!((wc.status(), wc.vendor_err()), (WcStatus::MwBindErr, vendor_err::MW_BIND));
+    assert_eq!(b.qp.state(), QpState::Err);
+}
+
+#[test]
+fn local_inv_frees_a_type2_window() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 2).unwrap();
+    let key = inc_rkey(mw.rkey());
+    b.qp.post_send(&[SendWr::bind_mw(5, &mw, key, bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE))]).unwrap();
+    b.qp.post_send(&[SendWr::local_inv(6, key).signaled()]).unwrap();
+    let wc = poll_one(&b.cq);
+    assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (6, WcStatus::Success, Some(WcOpcode::LocalInv)));
+    assert_eq!(write_through(&a, key, mb.iova()), WcStatus::RemAccessErr);
+}
+
+#[test]
+fn local_inv_of_a_region_key_is_loc_qp_op_err() {
+    let (_a, b, _ma, mb) = mw_pair();
+    b.qp.post_send(&[SendWr::local_inv(1, mb.rkey())]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::LocQpOpErr);
+}
+
+#[test]
+fn send_with_inv_invalidates_at_the_receiver_and_reports_the_key() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 2).unwrap();
+    let key = inc_rkey(mw.rkey());
+    b.qp.post_send(&[SendWr::bind_mw(5, &mw, key, bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE))]).unwrap();
+    post_recv(&b, 8, 0, 16);
+    a.qp.post_send(&[SendWr::send(1, &[]).with_inv(key).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    let r = poll_one(&b.cq);
+    assert_eq!(r.status(), WcStatus::Success);
+    assert!(r.wc_flags().unwrap().contains(WcFlags::WITH_INV));
+    assert_eq!(r.invalidated_rkey(), Some(key));
+    assert_eq!(r.imm_data(), None);
+    assert_eq!(write_through(&a, key, mb.iova()), WcStatus::RemAccessErr);
+}
+
+#[test]
+fn send_with_inv_of_a_bad_key_fails_the_receiver_only() {
+    let (a, b, _ma, _mb) = mw_pair();
+    post_recv(&b, 8, 0, 16);
+    a.qp.post_send(&[SendWr::send(1, &[]).with_inv(0x1234_5600).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success, "rxe sends no NAK");
+    let r = poll_one(&b.cq);
+    assert_eq!((r.status(), r.vendor_err()), (WcStatus::RemInvReqErr, vendor_err::REMOTE_INVALIDATE));
+    assert_eq!(b.qp.state(), QpState::Err);
+}
+
+#[test]
+fn dealloc_ends_remote_access() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 2).unwrap();
+    let key = inc_rkey(mw.rkey());
+    b.qp.post_send(&[SendWr::bind_mw(5, &mw, key, bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE))]).unwrap();
+    mw.dealloc().unwrap();
+    assert_eq!(write_through(&a, key, mb.iova()), WcStatus::RemAccessErr);
+    mb.dereg().unwrap();
+}
+
+#[test]
+fn window_rights_limit_remote_access() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 2).unwrap();
+    let key = inc_rkey(mw.rkey());
+    // pyverbs test_qp_ex_rc_bind_mw: a window without REMOTE_WRITE.
+    b.qp.post_send(&[SendWr::bind_mw(5, &mw, key, bind_info(&mb, Access::LOCAL_WRITE))]).unwrap();
+    assert_eq!(write_through(&a, key, mb.iova()), WcStatus::RemAccessErr);
+}
+
+#[test]
+fn bind_checks_and_type_three() {
+    let (_a, b, ma, mb) = mw_pair();
+    assert_eq!(Mw::new(&b.pd, 3).unwrap_err().errno(), libc::EINVAL);
+    let t2 = Mw::new(&b.pd, 2).unwrap();
+    let t1 = Mw::new(&b.pd, 1).unwrap();
+    let info = bind_info(&mb, Access::REMOTE_WRITE);
+    assert_eq!(b.qp.bind_mw(&t2, &info, 1, SendFlags::empty()).unwrap_err().errno(), libc::EINVAL);
+    let other = MwBind { mr: Some(&ma), ..info };
+    assert_eq!(b.qp.bind_mw(&t1, &other, 1, SendFlags::empty()).unwrap_err().errno(), libc::EPERM);
+    // A region without MW_BIND fails at execution with MW_BIND_ERR.
+    let plain = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let bad = MwBind { mr: Some(&plain), addr: plain.iova(), length: 64, access: Access::REMOTE_READ };
+    b.qp.bind_mw(&t1, &bad, 1, SendFlags::empty()).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::MwBindErr);
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every test of rverbs: the Rust test suites of all crates (unit, integration,
+# layout checks against the installed verbs.h, the C programs, unmodified Debian
+# binaries against the drop-in library) and the external conformance suites.
+#
+# Works on a fresh Debian 12 machine: when run as root it installs the Debian packages
+# the conformance tests use (they are the peers we are compared with); otherwise it
+# says which are missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(libibverbs-dev ibverbs-utils rdma-core ibverbs-providers rdmacm-utils perftest
+          python3-pyverbs librpma-dev tshark)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ]; then
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	else
+		echo "test.sh: missing Debian packages: ${missing[*]} (run as root, or apt-get install them)" >&2
+		exit 1
+	fi
+fi
+
+if cargo nextest --version >/dev/null 2>&1; then
+	cargo nextest run --workspace --no-fail-fast
+else
+	cargo test --workspace --no-fail-fast
+fi
+cargo test --workspace --doc
+
+for t in tests/conformance/*.sh; do
+	[ -e "$t" ] || continue
+	echo "== $t"
+	bash "$t"
+done
