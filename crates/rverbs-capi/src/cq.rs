@@ -1,25 +1,79 @@
-//! Completion channels and completion queues (the out-of-line verbs; polling and arming
-//! are inline in applications and go through `ibv_context.ops`).
+//! Completion channels and completion queues: the out-of-line verbs, the inline-dispatch
+//! ops `poll_cq`/`req_notify_cq`, the `create_cq_ex` op and the `ibv_cq_ex` polling
+//! functions (`start_poll`/`next_poll`/`end_poll`/`read_*`).
 //!
-//! Skeleton: answers "not supported" until the core is wired in at the `TODO(core)`s.
+//! Every CQ is allocated as an `ibv_cq_ex` (reference §4.4), so `ibv_cq_ex_to_cq` and
+//! mixed use work on any CQ.
 
 use core::ffi::{c_int, c_uint, c_void};
+use std::cell::UnsafeCell;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rverbs::{CqCreateFlags, CqInit, WcExFlags};
 
 use crate::abi::*;
-use crate::ffi::{
-    not_supported_errno, not_supported_minus_one, not_supported_null, not_supported_void,
-};
+use crate::device::ContextObj;
+use crate::ffi::{minus_one_errno, null_errno, set_errno};
+
+// ---------------------------------------------------------------------------------------
+// Completion channels
+// ---------------------------------------------------------------------------------------
+
+const CHANNEL_MAGIC: u32 = u32::from_be_bytes(*b"rvCC");
+
+/// A completion channel handed to C: `struct ibv_comp_channel`, then the core channel.
+#[repr(C)]
+pub struct ChannelObj {
+    ch: UnsafeCell<ibv_comp_channel>,
+    magic: u32,
+    core: rverbs::CompChannel,
+}
+
+impl ChannelObj {
+    /// The channel behind an `ibv_comp_channel *`; `None` for NULL or a foreign object.
+    ///
+    /// # Safety
+    /// `ch` is NULL or was returned by [`ibv_create_comp_channel`] and not destroyed.
+    pub unsafe fn from_raw<'a>(ch: *mut ibv_comp_channel) -> Option<&'a ChannelObj> {
+        // SAFETY: caller contract: NULL or a live ChannelObj (C struct first).
+        let obj = unsafe { ch.cast::<ChannelObj>().as_ref()? };
+        (obj.magic == CHANNEL_MAGIC).then_some(obj)
+    }
+
+    fn context(&self) -> Option<&ContextObj> {
+        // SAFETY: `context` was set at creation to the live context that owns the channel.
+        unsafe { ContextObj::from_raw((*self.ch.get()).context) }
+    }
+
+    /// `refcnt += delta` under the context mutex (rdma-core `verbs_init_cq` /
+    /// `ibv_destroy_cq`).
+    fn add_ref(&self, delta: c_int) {
+        let _g = self.context().map(ContextObj::lock);
+        // SAFETY: field of our allocation, written under the context mutex.
+        unsafe { (*self.ch.get()).refcnt += delta };
+    }
+}
 
 export! {
     /// Creates a completion channel (`ibv_create_comp_channel(3)`).
     /// Errors: NULL with `errno`.
     ///
-    /// Rule: reference §4.11: `fd` is a real pollable fd delivering one 8-byte
-    /// `ib_uverbs_comp_event_desc` per notification; `refcnt` starts at 0.
+    /// Rule: reference §4.11: `fd` is a real pollable fd, readable while an event is
+    /// queued, blocking unless the application sets `O_NONBLOCK`; `refcnt` starts at 0.
     #[export("IBVERBS_1.0", null)]
-    pub unsafe fn ibv_create_comp_channel(_context: *mut ibv_context) -> *mut ibv_comp_channel {
-        // TODO(core): create the core's event fd; return `{ context, fd, refcnt: 0 }`.
-        not_supported_null()
+    pub unsafe fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+        // SAFETY: caller contract.
+        let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        let core = match ctx.core().create_comp_channel() {
+            Ok(c) => c,
+            Err(e) => return null_errno(e.errno()),
+        };
+        let ch = ibv_comp_channel { context: ctx.as_ptr(), fd: core.fd().as_raw_fd(), refcnt: 0 };
+        let obj = Box::new(ChannelObj { ch: UnsafeCell::new(ch), magic: CHANNEL_MAGIC, core });
+        Box::into_raw(obj).cast()
     }
 }
 
@@ -27,62 +81,529 @@ export! {
     /// Destroys a completion channel (`ibv_destroy_comp_channel(3)`). Returns 0 or an
     /// errno: `EBUSY` while CQs are attached (`refcnt > 0`).
     #[export("IBVERBS_1.0", errno)]
-    pub unsafe fn ibv_destroy_comp_channel(_channel: *mut ibv_comp_channel) -> c_int {
-        // TODO(core): under context->mutex: EBUSY if refcnt > 0, else close the fd and free.
-        not_supported_errno()
+    pub unsafe fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { ChannelObj::from_raw(channel) }) else {
+            return libc::EINVAL;
+        };
+        {
+            let _g = obj.context().map(ContextObj::lock);
+            // SAFETY: field of our allocation, read under the context mutex.
+            if unsafe { (*obj.ch.get()).refcnt } != 0 {
+                return libc::EBUSY;
+            }
+            if let Err(e) = obj.core.destroy() {
+                return e.errno();
+            }
+        }
+        // SAFETY: allocated by Box in ibv_create_comp_channel (the C struct is at offset 0);
+        // the caller gives it up.
+        let mut obj = unsafe { Box::from_raw(channel.cast::<ChannelObj>()) };
+        obj.magic = 0;
+        0
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Completion queues
+// ---------------------------------------------------------------------------------------
+
+const CQ_MAGIC: u32 = u32::from_be_bytes(*b"rvCQ");
+
+/// The completion an extended poll batch is positioned on.
+#[derive(Clone, Copy, Default)]
+struct Current {
+    wc: ibv_wc,
+    ts: u64,
+    wallclock_ns: u64,
+}
+
+/// A CQ handed to C: `struct ibv_cq_ex` (whose prefix is `struct ibv_cq`), then the core
+/// CQ and the extended-polling state.
+#[repr(C)]
+pub struct CqObj {
+    cq: UnsafeCell<ibv_cq_ex>,
+    magic: u32,
+    core: rverbs::Cq,
+    channel: Option<&'static ChannelObj>,
+    /// Held from a successful `start_poll` to `end_poll` (the provider lock of
+    /// rdma-core's providers); not used for SINGLE_THREADED CQs.
+    batch: AtomicBool,
+    single_threaded: bool,
+    /// Written by start/next_poll and read by read_* of the batch owner only.
+    current: UnsafeCell<Current>,
+}
+
+// `rverbs::Wc` is declared layout-identical to `struct ibv_wc`; the poll path relies on it.
+const _: () = assert!(size_of::<rverbs::Wc>() == size_of::<ibv_wc>());
+const _: () = assert!(align_of::<rverbs::Wc>() == align_of::<ibv_wc>());
+
+impl CqObj {
+    /// The CQ behind an `ibv_cq *` / `ibv_cq_ex *`; `None` for NULL or a foreign object.
+    ///
+    /// # Safety
+    /// `cq` is NULL or was returned by a CQ-creating verb and not destroyed.
+    pub unsafe fn from_raw<'a>(cq: *const ibv_cq) -> Option<&'a CqObj> {
+        // SAFETY: caller contract: NULL or a live CqObj (C struct first).
+        let obj = unsafe { cq.cast::<CqObj>().as_ref()? };
+        (obj.magic == CQ_MAGIC).then_some(obj)
+    }
+
+    /// The `struct ibv_cq *` handed to C.
+    pub fn as_ptr(&self) -> *mut ibv_cq {
+        // The whole object, not just the field: C hands this pointer back to us.
+        (self as *const Self).cast_mut().cast()
+    }
+
+    /// The core CQ.
+    pub fn core(&self) -> &rverbs::Cq {
+        &self.core
+    }
+
+    fn ex(&self) -> *mut ibv_cq_ex {
+        self.as_ptr().cast()
+    }
+
+    fn lock_batch(&self) {
+        if self.single_threaded {
+            return;
+        }
+        while self
+            .batch
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+    }
+
+    fn unlock_batch(&self) {
+        if !self.single_threaded {
+            self.batch.store(false, Ordering::Release);
+        }
+    }
+
+    /// Removes the oldest completion into `current` and publishes `status`/`wr_id` in the
+    /// public struct (reference §4.7). Returns 0, `ENOENT` or an errno.
+    fn advance(&self) -> c_int {
+        match self.core.poll_ex_one() {
+            Ok(Some(e)) => {
+                let w = e.to_wc();
+                // SAFETY: rverbs::Wc is layout-identical to struct ibv_wc (asserted above
+                // and documented by the core).
+                let wc: ibv_wc = unsafe { core::mem::transmute::<rverbs::Wc, ibv_wc>(w) };
+                let cur = Current {
+                    wc,
+                    ts: e.completion_ts().unwrap_or(0),
+                    wallclock_ns: e.completion_wallclock_ns().unwrap_or(0),
+                };
+                // SAFETY: only the batch owner (the caller of start/next_poll, serialised
+                // by `batch` or by the SINGLE_THREADED contract) writes these.
+                unsafe {
+                    *self.current.get() = cur;
+                    (*self.ex()).status = wc.status;
+                    (*self.ex()).wr_id = wc.wr_id;
+                }
+                0
+            }
+            Ok(None) => libc::ENOENT,
+            Err(e) => e.errno(),
+        }
+    }
+
+    fn current(&self) -> Current {
+        // SAFETY: read by the batch owner, which wrote it in start/next_poll.
+        unsafe { *self.current.get() }
+    }
+}
+
+/// The CQ behind an `ibv_cq_ex *` in the polling functions (`None` if foreign/NULL).
+///
+/// # Safety
+/// As [`CqObj::from_raw`].
+unsafe fn ex_obj<'a>(cq: *mut ibv_cq_ex) -> Option<&'a CqObj> {
+    // SAFETY: forwarded.
+    unsafe { CqObj::from_raw(cq.cast()) }
+}
+
+unsafe extern "C" fn rverbs_start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    ffi_guard!(errno, {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { ex_obj(cq) }) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: attr is NULL or valid (caller contract).
+        if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
+            return libc::EINVAL;
+        }
+        obj.lock_batch();
+        let r = obj.advance();
+        if r != 0 {
+            // ibv_create_cq_ex(3): after a failing start_poll the application does not
+            // call end_poll, so the batch ends here.
+            obj.unlock_batch();
+        }
+        r
+    })
+}
+
+unsafe extern "C" fn rverbs_next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    ffi_guard!(errno, {
+        // SAFETY: caller contract.
+        match unsafe { ex_obj(cq) } {
+            Some(obj) => obj.advance(),
+            None => libc::EINVAL,
+        }
+    })
+}
+
+unsafe extern "C" fn rverbs_end_poll(cq: *mut ibv_cq_ex) {
+    ffi_guard!(void, {
+        // SAFETY: caller contract.
+        if let Some(obj) = unsafe { ex_obj(cq) } {
+            obj.unlock_batch();
+        }
+    })
+}
+
+/// Defines an `ibv_cq_ex.read_*` function returning a field of the current completion.
+macro_rules! read_fn {
+    ($name:ident -> $ty:ty, |$c:ident| $e:expr) => {
+        unsafe extern "C" fn $name(cq: *mut ibv_cq_ex) -> $ty {
+            ffi_guard!(value(0), {
+                // SAFETY: caller contract.
+                match unsafe { ex_obj(cq) } {
+                    Some(obj) => {
+                        let $c = obj.current();
+                        $e
+                    }
+                    None => {
+                        set_errno(libc::EINVAL);
+                        0
+                    }
+                }
+            })
+        }
+    };
+}
+
+read_fn!(rverbs_read_opcode -> ibv_wc_opcode, |c| c.wc.opcode);
+read_fn!(rverbs_read_vendor_err -> u32, |c| c.wc.vendor_err);
+read_fn!(rverbs_read_byte_len -> u32, |c| c.wc.byte_len);
+read_fn!(rverbs_read_imm_data -> u32, |c| c.wc.imm_data);
+read_fn!(rverbs_read_qp_num -> u32, |c| c.wc.qp_num);
+read_fn!(rverbs_read_src_qp -> u32, |c| c.wc.src_qp);
+read_fn!(rverbs_read_wc_flags -> c_uint, |c| c.wc.wc_flags);
+read_fn!(rverbs_read_slid -> u32, |c| u32::from(c.wc.slid));
+read_fn!(rverbs_read_sl -> u8, |c| c.wc.sl);
+read_fn!(rverbs_read_dlid_path_bits -> u8, |c| c.wc.dlid_path_bits);
+read_fn!(rverbs_read_completion_ts -> u64, |c| c.ts);
+read_fn!(rverbs_read_completion_wallclock_ns -> u64, |c| c.wallclock_ns);
+// No VLANs or flow tags on this device (the CQ refuses those wc_flags).
+read_fn!(rverbs_read_cvlan -> u16, |_c| 0);
+read_fn!(rverbs_read_flow_tag -> u32, |_c| 0);
+
+unsafe extern "C" fn rverbs_read_tm_info(_cq: *mut ibv_cq_ex, tm_info: *mut ibv_wc_tm_info) {
+    // No tag matching (the CQ refuses IBV_WC_EX_WITH_TM_INFO): report an empty tag.
+    ffi_guard!(void, {
+        // SAFETY: tm_info is NULL or writable (caller contract).
+        if let Some(t) = unsafe { tm_info.as_mut() } {
+            *t = ibv_wc_tm_info::default();
+        }
+    })
+}
+
+/// Creates the C object for `init` (shared by `ibv_create_cq` and `create_cq_ex`).
+///
+/// Rule: rdma-core `verbs_init_cq`: context, channel, cq_context set; counters 0;
+/// mutex/cond initialised; `++channel->refcnt` under the context mutex; `cqe` is the
+/// real size.
+fn create(
+    ctx: &ContextObj,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    wc_flags: WcExFlags,
+    flags: CqCreateFlags,
+) -> *mut ibv_cq_ex {
+    let (Ok(cqe), Ok(comp_vector)) = (u32::try_from(cqe), u32::try_from(comp_vector)) else {
+        return null_errno(libc::EINVAL);
+    };
+    let chan = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: caller contract: a live channel of ours.
+        match unsafe { ChannelObj::from_raw(channel) } {
+            // SAFETY: the channel outlives the CQ: ibv_destroy_comp_channel fails with
+            // EBUSY while refcnt > 0, so the 'static borrow ends before it is freed.
+            Some(c) => Some(unsafe { &*(c as *const ChannelObj) }),
+            None => return null_errno(libc::EINVAL),
+        }
+    };
+    let mut init = CqInit::new(cqe)
+        .wc_flags(wc_flags)
+        .flags(flags)
+        .cq_context(cq_context as usize);
+    init.comp_vector = comp_vector;
+    if let Some(c) = chan {
+        init = init.channel(&c.core);
+    }
+    let core = match ctx.core().create_cq(&init) {
+        Ok(cq) => cq,
+        Err(e) => return null_errno(e.errno()),
+    };
+    let mut cq = ibv_cq_ex::zeroed();
+    cq.context = ctx.as_ptr();
+    cq.channel = channel;
+    cq.cq_context = cq_context;
+    cq.cqe = c_int::try_from(core.cqe()).unwrap_or(c_int::MAX);
+    cq.start_poll = Some(rverbs_start_poll);
+    cq.next_poll = Some(rverbs_next_poll);
+    cq.end_poll = Some(rverbs_end_poll);
+    cq.read_opcode = Some(rverbs_read_opcode);
+    cq.read_vendor_err = Some(rverbs_read_vendor_err);
+    cq.read_byte_len = Some(rverbs_read_byte_len);
+    cq.read_imm_data = Some(rverbs_read_imm_data);
+    cq.read_qp_num = Some(rverbs_read_qp_num);
+    cq.read_src_qp = Some(rverbs_read_src_qp);
+    cq.read_wc_flags = Some(rverbs_read_wc_flags);
+    cq.read_slid = Some(rverbs_read_slid);
+    cq.read_sl = Some(rverbs_read_sl);
+    cq.read_dlid_path_bits = Some(rverbs_read_dlid_path_bits);
+    cq.read_completion_ts = Some(rverbs_read_completion_ts);
+    cq.read_cvlan = Some(rverbs_read_cvlan);
+    cq.read_flow_tag = Some(rverbs_read_flow_tag);
+    cq.read_tm_info = Some(rverbs_read_tm_info);
+    cq.read_completion_wallclock_ns = Some(rverbs_read_completion_wallclock_ns);
+    let p = Box::into_raw(Box::new(CqObj {
+        cq: UnsafeCell::new(cq),
+        magic: CQ_MAGIC,
+        core,
+        channel: chan,
+        batch: AtomicBool::new(false),
+        single_threaded: flags.contains(CqCreateFlags::SINGLE_THREADED),
+        current: UnsafeCell::new(Current::default()),
+    }));
+    // SAFETY: the allocation just made.
+    unsafe { (*p).core.set_cookie(p as usize) };
+    if let Some(c) = chan {
+        c.add_ref(1);
+    }
+    p.cast()
 }
 
 export! {
     /// Creates a completion queue (`ibv_create_cq(3)`). Errors: NULL with `errno`.
     ///
-    /// Rule: reference §4.4: allocate as an `ibv_cq_ex` (so ex and plain APIs share it);
-    /// `cqe` >= requested; counters 0; mutex/cond initialised; `++channel->refcnt`.
+    /// Rule: reference §4.4: allocated as an `ibv_cq_ex` with the standard fields, so the
+    /// extended polling functions work on it too.
     #[export("IBVERBS_1.1", null)]
     pub unsafe fn ibv_create_cq(
-        _context: *mut ibv_context,
-        _cqe: c_int,
-        _cq_context: *mut c_void,
-        _channel: *mut ibv_comp_channel,
-        _comp_vector: c_int,
+        context: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
     ) -> *mut ibv_cq {
-        // TODO(core): create a core CQ (>= cqe entries) as `{ ibv_cq_ex, private }`.
-        not_supported_null()
+        // SAFETY: caller contract.
+        let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        create(
+            ctx,
+            cqe,
+            cq_context,
+            channel,
+            comp_vector,
+            WcExFlags::STANDARD,
+            CqCreateFlags::empty(),
+        )
+        .cast()
     }
+}
+
+/// `verbs_context.create_cq_ex` (`ibv_create_cq_ex(3)`).
+///
+/// Rule: verbs.c `__lib_ibv_create_cq_ex`: `wc_flags` beyond `IBV_CREATE_CQ_SUP_WC_FLAGS`
+/// are `EOPNOTSUPP`; the core also refuses the ones it cannot fill (CVLAN, FLOW_TAG,
+/// TM_INFO) with `EOPNOTSUPP`. `comp_mask` bits beyond FLAGS|PD are `EINVAL`; a parent
+/// domain (`IBV_CQ_INIT_ATTR_MASK_PD`) and creation flags other than SINGLE_THREADED and
+/// IGNORE_OVERRUN are `EOPNOTSUPP`.
+pub(crate) unsafe extern "C" fn rverbs_create_cq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    ffi_guard!(null, {
+        // SAFETY: caller contract.
+        let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        // SAFETY: attr is NULL or valid (caller contract).
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return null_errno(libc::EINVAL);
+        };
+        if a.wc_flags & !u64::from(IBV_CREATE_CQ_SUP_WC_FLAGS) != 0 {
+            return null_errno(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
+            return null_errno(libc::EINVAL);
+        }
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+            return null_errno(libc::EOPNOTSUPP);
+        }
+        let flags = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
+            a.flags
+        } else {
+            0
+        };
+        let Some(flags) = CqCreateFlags::from_bits(flags) else {
+            return null_errno(libc::EOPNOTSUPP);
+        };
+        create(
+            ctx,
+            c_int::try_from(a.cqe).unwrap_or(-1),
+            a.cq_context,
+            a.channel,
+            c_int::try_from(a.comp_vector).unwrap_or(-1),
+            WcExFlags::from_bits_retain(a.wc_flags),
+            flags,
+        )
+    })
+}
+
+/// `ibv_context.ops.poll_cq` (`ibv_poll_cq(3)`): up to `num_entries` completions, oldest
+/// first, removed for good; `ibv_wc` is the core's `Wc`, so they land in place.
+///
+/// Rule: seed 000: returns min(num_entries, available); a negative value on failure —
+/// here `-EIO` once an overrun put the CQ in error (pyverbs reports `-rc`).
+pub(crate) unsafe extern "C" fn rverbs_poll_cq(
+    cq: *mut ibv_cq,
+    num_entries: c_int,
+    wc: *mut ibv_wc,
+) -> c_int {
+    ffi_guard!(value(-libc::EIO), {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { CqObj::from_raw(cq) }) else {
+            return -libc::EINVAL;
+        };
+        let n = usize::try_from(num_entries).unwrap_or(0);
+        if n == 0 {
+            return 0;
+        }
+        if wc.is_null() {
+            return -libc::EINVAL;
+        }
+        // SAFETY: `wc` points to `num_entries` writable ibv_wc (caller contract), which
+        // have the layout of rverbs::Wc (asserted above).
+        let out = unsafe { core::slice::from_raw_parts_mut(wc.cast::<rverbs::Wc>(), n) };
+        match obj.core.poll(out) {
+            Ok(k) => k as c_int,
+            Err(e) => -e.errno(),
+        }
+    })
+}
+
+/// `ibv_context.ops.req_notify_cq` (`ibv_req_notify_cq(3)`). Returns 0 or an errno.
+pub(crate) unsafe extern "C" fn rverbs_req_notify_cq(
+    cq: *mut ibv_cq,
+    solicited_only: c_int,
+) -> c_int {
+    ffi_guard!(errno, {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { CqObj::from_raw(cq) }) else {
+            return libc::EINVAL;
+        };
+        match obj.core.req_notify(solicited_only != 0) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
+    })
 }
 
 export! {
     /// Resizes a completion queue (`ibv_resize_cq(3)`). Returns 0 or an errno.
+    ///
+    /// Rule: verbs.c/cmd: on success `cq->cqe` is the new real size.
     #[export("IBVERBS_1.1", errno)]
-    pub unsafe fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-        // TODO(core): resize the core CQ ring and update cq->cqe.
-        not_supported_errno()
+    pub unsafe fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { CqObj::from_raw(cq) }) else {
+            return libc::EINVAL;
+        };
+        let Ok(cqe) = u32::try_from(cqe) else {
+            return libc::EINVAL;
+        };
+        match obj.core.resize(cqe) {
+            Ok(n) => {
+                let n = c_int::try_from(n).unwrap_or(c_int::MAX);
+                // SAFETY: field of our allocation; rdma-core writes it the same way.
+                unsafe { (*obj.ex()).cqe = n };
+                0
+            }
+            Err(e) => e.errno(),
+        }
     }
 }
 
 export! {
-    /// Destroys a completion queue (`ibv_destroy_cq(3)`). Returns 0 or an errno.
+    /// Destroys a completion queue (`ibv_destroy_cq(3)`). Returns 0 or an errno
+    /// (`EBUSY` while a QP or SRQ uses it).
     ///
-    /// Rule: rdma-core waits until all delivered events are acked, then
-    /// `--channel->refcnt` under the context mutex.
+    /// Rule: rdma-core waits until all delivered completion and async events are acked,
+    /// then `--channel->refcnt` under the context mutex.
     #[export("IBVERBS_1.1", errno)]
-    pub unsafe fn ibv_destroy_cq(_cq: *mut ibv_cq) -> c_int {
-        // TODO(core): destroy the core CQ (EBUSY if QPs use it), drop the channel refcnt, free.
-        not_supported_errno()
+    pub unsafe fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { CqObj::from_raw(cq) }) else {
+            return libc::EINVAL;
+        };
+        if let Err(e) = obj.core.destroy() {
+            return e.errno();
+        }
+        if let Some(c) = obj.channel {
+            c.add_ref(-1);
+        }
+        // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
+        // gives it up.
+        let mut obj = unsafe { Box::from_raw(cq.cast::<CqObj>()) };
+        obj.magic = 0;
+        0
     }
 }
 
 export! {
     /// Waits for the next completion event on a channel (`ibv_get_cq_event(3)`).
     /// Returns 0, or -1 with `errno` (`EAGAIN` on an `O_NONBLOCK` fd with nothing queued).
+    ///
+    /// Rule: the event is not counted as acknowledged: the application calls
+    /// `ibv_ack_cq_events` (and `ibv_destroy_cq` waits for that).
     #[export("IBVERBS_1.1", minus_one)]
     pub unsafe fn ibv_get_cq_event(
-        _channel: *mut ibv_comp_channel,
-        _cq: *mut *mut ibv_cq,
-        _cq_context: *mut *mut c_void,
+        channel: *mut ibv_comp_channel,
+        cq: *mut *mut ibv_cq,
+        cq_context: *mut *mut c_void,
     ) -> c_int {
-        // TODO(core): read one ib_uverbs_comp_event_desc from channel->fd; set *cq, *cq_context.
-        not_supported_minus_one()
+        // SAFETY: caller contract.
+        let Some(ch) = (unsafe { ChannelObj::from_raw(channel) }) else {
+            return minus_one_errno(libc::EINVAL);
+        };
+        if cq.is_null() || cq_context.is_null() {
+            return minus_one_errno(libc::EINVAL);
+        }
+        let ev = match ch.core.get_cq_event() {
+            Ok(ev) => ev,
+            Err(e) => return minus_one_errno(e.errno()),
+        };
+        let core = ev.into_cq();
+        let ptr = core.cookie() as *mut ibv_cq;
+        // SAFETY: the cookie is the live CqObj of this CQ (set at creation; the CQ cannot
+        // be destroyed before this event is acked); the out-parameters are writable.
+        unsafe {
+            cq.write(ptr);
+            cq_context.write((*ptr).cq_context);
+        }
+        0
     }
 }
 
@@ -92,8 +613,33 @@ export! {
     /// Rule: verbs.c: `comp_events_completed += nevents` under `cq->mutex`, then
     /// `pthread_cond_signal(&cq->cond)` (ibv_destroy_cq waits on it).
     #[export("IBVERBS_1.1", void)]
-    pub unsafe fn ibv_ack_cq_events(_cq: *mut ibv_cq, _nevents: c_uint) {
-        // TODO(core): lock cq->mutex, add nevents to comp_events_completed, signal cq->cond.
-        not_supported_void()
+    pub unsafe fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { CqObj::from_raw(cq) }) else {
+            set_errno(libc::EINVAL);
+            return;
+        };
+        let p = obj.as_ptr();
+        // SAFETY: mutex/cond/counter live in our allocation; zeroed = initialised.
+        unsafe {
+            libc::pthread_mutex_lock(&raw mut (*p).mutex);
+            (*p).comp_events_completed = (*p).comp_events_completed.wrapping_add(nevents);
+            libc::pthread_cond_signal(&raw mut (*p).cond);
+            libc::pthread_mutex_unlock(&raw mut (*p).mutex);
+        }
+        obj.core.ack_events(nevents);
     }
+}
+
+/// Acknowledges one asynchronous event about a CQ (`ibv_ack_async_event`, CQ_ERR).
+pub(crate) fn ack_async(cq: &CqObj) {
+    let p = cq.as_ptr();
+    // SAFETY: mutex/cond/counter live in our allocation; zeroed = initialised.
+    unsafe {
+        libc::pthread_mutex_lock(&raw mut (*p).mutex);
+        (*p).async_events_completed = (*p).async_events_completed.wrapping_add(1);
+        libc::pthread_cond_signal(&raw mut (*p).cond);
+        libc::pthread_mutex_unlock(&raw mut (*p).mutex);
+    }
+    cq.core.ack_async_events(1);
 }

@@ -13,14 +13,30 @@
 //!   `libibverbs.map`). One module per verbs family; [`private`] holds the
 //!   `IBVERBS_PRIVATE_34` stubs that the real `libmlx5.so.1`/`libefa.so.1` need in order
 //!   to *load* next to us.
-//! * No verbs logic lives here. Verbs that need the soft device are skeletons that
-//!   answer "not supported" in their errno convention and carry a `TODO(core)` marker
-//!   naming what they must call. Only the device-independent helpers are real:
-//!   strings, rate conversions, fork helpers, sysfs helpers, `ibv_copy_*`.
+//! * No verbs logic lives here: every verb recovers its Rust object from the C pointer
+//!   (one `from_raw` per type: the C struct is the first field of a `#[repr(C)]`
+//!   wrapper holding the core object, like rxe's `to_rcq`), translates the arguments
+//!   (the private `conv` module), calls the core (`rverbs`) and maps its `Error` to the
+//!   verb's errno convention. Features not wired yet (memory windows, XRC, the `ibv_wr_*`
+//!   builder, rereg, device memory, flows, WQs, counters, parent domains, import/export,
+//!   ODP, multicast) answer `EOPNOTSUPP` in rdma-core's convention for that verb, or are
+//!   left NULL in `verbs_context` where the inline wrapper turns NULL into `EOPNOTSUPP`.
+//! * Objects handed to C (reference §4.4): devices are immortal; contexts are a 648-byte
+//!   `verbs_context` (the `ibv_context` at +320, `abi_compat = UINTPTR_MAX`); every CQ
+//!   is an `ibv_cq_ex` and every QP an `ibv_qp_ex`. The inline-dispatch ops
+//!   (`ibv_context.ops.poll_cq/req_notify_cq/post_send/post_recv/post_srq_recv`) and the
+//!   `verbs_context` ops (`query_port`, `query_device_ex`, `create_cq_ex`, `create_qp_ex`,
+//!   `create_srq_ex`, `query_rt_values`) are set.
+//! * Hot paths (`poll_cq`, `post_send`, `post_recv`, `post_srq_recv`) allocate nothing
+//!   and take no lock of their own: completions land in the caller's `ibv_wc` array
+//!   (the core's `Wc` has its layout) and C work-request lists are translated into
+//!   fixed-size stack chunks (`ibv_sge` is the core's `Sge`).
 //!
 //! # Panics
 //!
-//! No panic crosses the FFI boundary: every exported body runs inside [`ffi_guard!`],
+//! No panic crosses the FFI boundary: every exported body and every op reachable through
+//! a function pointer (`ibv_context.ops`, `verbs_context`, `ibv_cq_ex`) runs inside
+//! [`ffi_guard!`],
 //! which turns a panic into the verb's error convention with `errno = EIO`
 //! (NULL for pointer-returning verbs, `EIO` for verbs returning a positive errno,
 //! -1 for verbs returning -1).
@@ -79,10 +95,9 @@ macro_rules! ffi_guard {
 ///
 /// ```ignore
 /// export! {
-///     /// Allocates a protection domain (ibv_alloc_pd(3)).
-///     #[export("IBVERBS_1.1", null)]
-///     pub unsafe fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-///         // TODO(core): ...
+///     /// Imports a PD of another process (ibv_import_pd(3)).
+///     #[export("IBVERBS_1.10", null)]
+///     pub unsafe fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd {
 ///         not_supported_null()
 ///     }
 /// }
@@ -90,10 +105,10 @@ macro_rules! ffi_guard {
 ///
 /// expands to
 ///
-/// * a Rust function `ibv_alloc_pd` (callable from Rust and tests) whose *symbol* is
-///   `__rv_ibv_alloc_pd` (`#[export_name]`), `extern "C"`, with the body wrapped in
+/// * a Rust function `ibv_import_pd` (callable from Rust and tests) whose *symbol* is
+///   `__rv_ibv_import_pd` (`#[export_name]`), `extern "C"`, with the body wrapped in
 ///   [`ffi_guard!`] using the convention named in `#[export(node, convention)]`;
-/// * `global_asm!(".symver __rv_ibv_alloc_pd, ibv_alloc_pd@@IBVERBS_1.1")` in the *same*
+/// * `global_asm!(".symver __rv_ibv_import_pd, ibv_import_pd@@IBVERBS_1.10")` in the *same*
 ///   module (a `.symver` in another codegen unit fails to link in debug builds).
 ///
 /// `libibverbs.map` must list the public name in the same node (tests/exports.rs
@@ -141,6 +156,7 @@ pub mod abi;
 pub mod ffi;
 
 pub mod ah;
+mod conv;
 pub mod cq;
 pub mod device;
 pub mod event;

@@ -1,12 +1,35 @@
 //! Memory regions (and the device-memory import/unimport pair).
 //!
-//! Skeleton: answers "not supported" until the core is wired in at the `TODO(core)`s.
 //! rdma-core applies `ibv_dontfork_range` around registrations; rverbs pins nothing.
 
 use core::ffi::{c_int, c_uint, c_void};
+use std::cell::UnsafeCell;
 
 use crate::abi::*;
-use crate::ffi::{not_supported_errno, not_supported_null, not_supported_void, set_errno};
+use crate::ffi::{not_supported_null, not_supported_void, null_errno, set_errno};
+use crate::pd::PdObj;
+
+const MR_MAGIC: u32 = u32::from_be_bytes(*b"rvMR");
+
+/// An MR handed to C: `struct ibv_mr`, then the core MR.
+#[repr(C)]
+pub struct MrObj {
+    mr: UnsafeCell<ibv_mr>,
+    magic: u32,
+    core: rverbs::Mr,
+}
+
+impl MrObj {
+    /// The MR behind an `ibv_mr *`; `None` for NULL or a foreign object.
+    ///
+    /// # Safety
+    /// `mr` is NULL or was returned by a registration verb and not deregistered.
+    pub unsafe fn from_raw<'a>(mr: *mut ibv_mr) -> Option<&'a MrObj> {
+        // SAFETY: caller contract: NULL or a live MrObj (the C struct is its first field).
+        let obj = unsafe { mr.cast::<MrObj>().as_ref()? };
+        (obj.magic == MR_MAGIC).then_some(obj)
+    }
+}
 
 export! {
     /// Registers a memory region (`ibv_reg_mr(3)`); remote addresses equal local ones.
@@ -16,13 +39,13 @@ export! {
     /// [`ibv_reg_mr_iova2`]`(pd, addr, length, (uintptr_t)addr, access)` instead.
     #[export("IBVERBS_1.1", null)]
     pub unsafe fn ibv_reg_mr(
-        _pd: *mut ibv_pd,
-        _addr: *mut c_void,
-        _length: usize,
-        _access: c_int,
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
     ) -> *mut ibv_mr {
-        // TODO(core): same as ibv_reg_mr_iova2(pd, addr, length, addr as u64, access).
-        not_supported_null()
+        // SAFETY: forwarded caller contract.
+        unsafe { ibv_reg_mr_iova2(pd, addr, length, addr as u64, access as c_uint) }
     }
 }
 
@@ -31,14 +54,14 @@ export! {
     /// (`ibv_reg_mr_iova(3)`). Errors: NULL with `errno`.
     #[export("IBVERBS_1.7", null)]
     pub unsafe fn ibv_reg_mr_iova(
-        _pd: *mut ibv_pd,
-        _addr: *mut c_void,
-        _length: usize,
-        _iova: u64,
-        _access: c_int,
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        iova: u64,
+        access: c_int,
     ) -> *mut ibv_mr {
-        // TODO(core): same as ibv_reg_mr_iova2 with `access as c_uint`.
-        not_supported_null()
+        // SAFETY: forwarded caller contract.
+        unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as c_uint) }
     }
 }
 
@@ -46,18 +69,45 @@ export! {
     /// Registers a memory region (`ibv_reg_mr_iova2`, what perftest always calls).
     /// Errors: NULL with `errno`.
     ///
-    /// Rule: reference §4.4: ignore `IBV_ACCESS_OPTIONAL_RANGE` bits; remote VA `x` maps
-    /// to `addr + (x - iova)`; fill context, pd, addr, length, lkey, rkey.
+    /// Rule: reference §4.4: `IBV_ACCESS_OPTIONAL_RANGE` bits are ignored (the core
+    /// masks them); remote VA `x` maps to `addr + (x - iova)`; fill context, pd, addr,
+    /// length, lkey, rkey.
+    /// Errors: `EINVAL` for a NULL PD or NULL `addr`; the core's errno otherwise.
     #[export("IBVERBS_1.8", null)]
     pub unsafe fn ibv_reg_mr_iova2(
-        _pd: *mut ibv_pd,
-        _addr: *mut c_void,
-        _length: usize,
-        _iova: u64,
-        _access: c_uint,
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        iova: u64,
+        access: c_uint,
     ) -> *mut ibv_mr {
-        // TODO(core): register [addr, addr+length) at iova with the core MR table.
-        not_supported_null()
+        // SAFETY: caller contract.
+        let Some(pd_obj) = (unsafe { PdObj::from_raw(pd) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        if addr.is_null() {
+            return null_errno(libc::EINVAL);
+        }
+        let access = rverbs::Access::from_bits_retain(access);
+        // SAFETY: the C contract of ibv_reg_mr(3): [addr, addr + length) is memory of
+        // the caller that stays valid until ibv_dereg_mr; the device accesses it
+        // concurrently like a NIC.
+        let core =
+            match unsafe { pd_obj.core().reg_mr_iova(addr.cast(), length, iova, access) } {
+                Ok(mr) => mr,
+                Err(e) => return null_errno(e.errno()),
+            };
+        let mr = ibv_mr {
+            context: pd_obj.context_ptr(),
+            pd,
+            addr,
+            length,
+            handle: core.lkey(),
+            lkey: core.lkey(),
+            rkey: core.rkey(),
+        };
+        let obj = Box::new(MrObj { mr: UnsafeCell::new(mr), magic: MR_MAGIC, core });
+        Box::into_raw(obj).cast()
     }
 }
 
@@ -73,7 +123,7 @@ export! {
         _fd: c_int,
         _access: c_int,
     ) -> *mut ibv_mr {
-        // TODO(core): mmap the dma-buf fd range and register it, or keep EOPNOTSUPP.
+        // The device has no dma-buf importer: EOPNOTSUPP (pyverbs skips).
         not_supported_null()
     }
 }
@@ -81,36 +131,63 @@ export! {
 export! {
     /// Re-registers a memory region (`ibv_rereg_mr(3)`). Returns 0 or a negative
     /// `IBV_REREG_MR_ERR_*` code with `errno`.
+    ///
+    /// Rule: verbs.c: the input checks (unknown flags, CHANGE_TRANSLATION without
+    /// addr/length, access without CHANGE_ACCESS) give `IBV_REREG_MR_ERR_INPUT` with
+    /// `errno = EINVAL`; a provider failure gives `IBV_REREG_MR_ERR_CMD` with the
+    /// provider's errno. The core cannot re-register yet: `ERR_CMD`, `errno = EOPNOTSUPP`
+    /// (what rdma-core reports for a provider without rereg_mr).
     #[export("IBVERBS_1.1", value(IBV_REREG_MR_ERR_CMD))]
     pub unsafe fn ibv_rereg_mr(
-        _mr: *mut ibv_mr,
-        _flags: c_int,
+        mr: *mut ibv_mr,
+        flags: c_int,
         _pd: *mut ibv_pd,
-        _addr: *mut c_void,
-        _length: usize,
-        _access: c_int,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
     ) -> c_int {
-        // TODO(core): validate flags (ERR_INPUT), then re-register the core MR.
+        // SAFETY: caller contract.
+        if unsafe { MrObj::from_raw(mr) }.is_none() {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        let flags = flags as c_uint;
+        let bad_input = flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
+            || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0);
+        if bad_input {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
         set_errno(libc::EOPNOTSUPP);
-        IBV_REREG_MR_ERR_INPUT
+        IBV_REREG_MR_ERR_CMD
     }
 }
 
 export! {
     /// Deregisters a memory region (`ibv_dereg_mr(3)`). Returns 0 or an errno.
     #[export("IBVERBS_1.1", errno)]
-    pub unsafe fn ibv_dereg_mr(_mr: *mut ibv_mr) -> c_int {
-        // TODO(core): remove the MR from the core MR table and free it (EBUSY if MWs are bound).
-        not_supported_errno()
+    pub unsafe fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { MrObj::from_raw(mr) }) else {
+            return libc::EINVAL;
+        };
+        if let Err(e) = obj.core.dereg() {
+            return e.errno();
+        }
+        // SAFETY: allocated by Box in ibv_reg_mr_iova2 (the C struct is at offset 0); the
+        // caller gives it up.
+        let mut obj = unsafe { Box::from_raw(mr.cast::<MrObj>()) };
+        obj.magic = 0;
+        0
     }
 }
 
 export! {
     /// Imports an MR of another process by handle (`ibv_import_mr(3)`).
-    /// Errors: NULL with `errno`.
+    /// Errors: NULL with `errno = EOPNOTSUPP` (contexts cannot be imported).
     #[export("IBVERBS_1.10", null)]
     pub unsafe fn ibv_import_mr(_pd: *mut ibv_pd, _mr_handle: u32) -> *mut ibv_mr {
-        // TODO(core): only with shareable contexts (see ibv_import_device); else EOPNOTSUPP.
         not_supported_null()
     }
 }
@@ -119,17 +196,16 @@ export! {
     /// Releases an imported MR without deregistering it (`ibv_unimport_mr(3)`).
     #[export("IBVERBS_1.10", void)]
     pub unsafe fn ibv_unimport_mr(_mr: *mut ibv_mr) {
-        // TODO(core): free the local handle of an imported MR.
+        // Nothing can have been imported.
         not_supported_void()
     }
 }
 
 export! {
     /// Imports device memory of another process by handle (`ibv_import_dm(3)`).
-    /// Errors: NULL with `errno`.
+    /// Errors: NULL with `errno = EOPNOTSUPP` (no device memory, no shared contexts).
     #[export("IBVERBS_1.13", null)]
     pub unsafe fn ibv_import_dm(_context: *mut ibv_context, _dm_handle: u32) -> *mut ibv_dm {
-        // TODO(core): only with shareable contexts and device memory; else EOPNOTSUPP.
         not_supported_null()
     }
 }
@@ -138,7 +214,7 @@ export! {
     /// Releases imported device memory without freeing it (`ibv_unimport_dm(3)`).
     #[export("IBVERBS_1.13", void)]
     pub unsafe fn ibv_unimport_dm(_dm: *mut ibv_dm) {
-        // TODO(core): free the local handle of imported device memory.
+        // Nothing can have been imported.
         not_supported_void()
     }
 }

@@ -1,20 +1,68 @@
 //! Protection domains.
-//!
-//! Skeleton: answers "not supported" until the core is wired in at the `TODO(core)`s.
 
 use core::ffi::c_int;
+use std::cell::UnsafeCell;
 
 use crate::abi::*;
-use crate::ffi::{not_supported_errno, not_supported_null, not_supported_void};
+use crate::device::ContextObj;
+use crate::ffi::{not_supported_null, not_supported_void, null_errno};
+
+const PD_MAGIC: u32 = u32::from_be_bytes(*b"rvPD");
+
+/// A PD handed to C: `struct ibv_pd`, then the core PD.
+#[repr(C)]
+pub struct PdObj {
+    pd: UnsafeCell<ibv_pd>,
+    magic: u32,
+    core: rverbs::Pd,
+}
+
+impl PdObj {
+    /// The PD behind an `ibv_pd *`; `None` for NULL or a foreign object.
+    ///
+    /// # Safety
+    /// `pd` is NULL or was returned by [`ibv_alloc_pd`] and not deallocated.
+    pub unsafe fn from_raw<'a>(pd: *mut ibv_pd) -> Option<&'a PdObj> {
+        // SAFETY: caller contract: NULL or a live PdObj (the C struct is its first field).
+        let obj = unsafe { pd.cast::<PdObj>().as_ref()? };
+        (obj.magic == PD_MAGIC).then_some(obj)
+    }
+
+    /// The `struct ibv_pd *` handed to C.
+    pub fn as_ptr(&self) -> *mut ibv_pd {
+        // The whole object, not just the field: C hands this pointer back to us.
+        (self as *const Self).cast_mut().cast()
+    }
+
+    /// The core PD.
+    pub fn core(&self) -> &rverbs::Pd {
+        &self.core
+    }
+
+    /// The context pointer recorded in the public struct.
+    pub fn context_ptr(&self) -> *mut ibv_context {
+        // SAFETY: reading a field of our own allocation.
+        unsafe { (*self.pd.get()).context }
+    }
+}
 
 export! {
     /// Allocates a protection domain (`ibv_alloc_pd(3)`). Errors: NULL with `errno`.
     ///
     /// Rule: verbs.c: the library sets `pd->context`.
     #[export("IBVERBS_1.1", null)]
-    pub unsafe fn ibv_alloc_pd(_context: *mut ibv_context) -> *mut ibv_pd {
-        // TODO(core): allocate a core PD as `{ ibv_pd, private }`, set pd.context; return &pd.
-        not_supported_null()
+    pub unsafe fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+        // SAFETY: caller contract.
+        let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        let core = match ctx.core().alloc_pd() {
+            Ok(pd) => pd,
+            Err(e) => return null_errno(e.errno()),
+        };
+        let pd = ibv_pd { context: ctx.as_ptr(), handle: core.handle() };
+        let obj = Box::new(PdObj { pd: UnsafeCell::new(pd), magic: PD_MAGIC, core });
+        Box::into_raw(obj).cast()
     }
 }
 
@@ -22,27 +70,36 @@ export! {
     /// Deallocates a protection domain (`ibv_dealloc_pd(3)`). Returns 0 or an errno
     /// (`EBUSY` while objects still use it).
     #[export("IBVERBS_1.1", errno)]
-    pub unsafe fn ibv_dealloc_pd(_pd: *mut ibv_pd) -> c_int {
-        // TODO(core): recover the core PD from the pointer and destroy it (EBUSY if in use).
-        not_supported_errno()
+    pub unsafe fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { PdObj::from_raw(pd) }) else {
+            return libc::EINVAL;
+        };
+        if let Err(e) = obj.core.dealloc() {
+            return e.errno();
+        }
+        // SAFETY: allocated by Box in ibv_alloc_pd (the C struct is at offset 0); the
+        // caller gives it up.
+        let mut obj = unsafe { Box::from_raw(pd.cast::<PdObj>()) };
+        obj.magic = 0;
+        0
     }
 }
 
 export! {
     /// Imports a PD of another process by handle (`ibv_import_pd(3)`).
-    /// Errors: NULL with `errno`.
+    /// Errors: NULL with `errno = EOPNOTSUPP` (contexts cannot be imported).
     #[export("IBVERBS_1.10", null)]
     pub unsafe fn ibv_import_pd(_context: *mut ibv_context, _pd_handle: u32) -> *mut ibv_pd {
-        // TODO(core): only with shareable contexts (see ibv_import_device); else EOPNOTSUPP.
         not_supported_null()
     }
 }
 
 export! {
-    /// Releases an imported PD without destroying it (`ibv_unimport_pd(3)`).
+    /// Releases an imported PD without destroying it (`ibv_unimport_pd(3)`); nothing can
+    /// have been imported, so this only sets `errno = EOPNOTSUPP`.
     #[export("IBVERBS_1.10", void)]
     pub unsafe fn ibv_unimport_pd(_pd: *mut ibv_pd) {
-        // TODO(core): free the local handle of an imported PD.
         not_supported_void()
     }
 }

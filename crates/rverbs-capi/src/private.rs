@@ -11,7 +11,7 @@
 //! convention makes a positive value mean success (noted on the function).
 //!
 //! [`ibv_query_gid_type`] is different: `ibv_devinfo` (an application) and pyverbs import
-//! it; it will be made real by the core.
+//! it; it is real (the GID types of the soft device's table).
 //!
 //! Argument types follow rdma-core 44's `driver.h`/`cmd_ioctl.h`; pointers to kernel
 //! command structs the stubs never read are `*mut c_void`.
@@ -132,13 +132,22 @@ export! {
     /// Returns 0, or -1 with `errno` (`ibv_devinfo` then prints no type; not fatal).
     #[export("IBVERBS_PRIVATE_34", minus_one)]
     pub unsafe fn ibv_query_gid_type(
-        _context: *mut ibv_context,
-        _port_num: u8,
-        _index: c_uint,
-        _type: *mut ibv_gid_type_sysfs,
+        context: *mut ibv_context,
+        port_num: u8,
+        index: c_uint,
+        type_: *mut ibv_gid_type_sysfs,
     ) -> c_int {
-        // TODO(core): map the core's GID type (RoCE v2 -> _ROCE_V2, else/empty -> _IB_ROCE_V1).
-        not_supported_minus_one()
+        if type_.is_null() {
+            return crate::ffi::minus_one_errno(libc::EINVAL);
+        }
+        match crate::device::gid_type_sysfs(context, port_num, index) {
+            Ok(t) => {
+                // SAFETY: type_ is writable (caller contract, checked non-NULL).
+                unsafe { type_.write(t) };
+                0
+            }
+            Err(e) => crate::ffi::minus_one_errno(e),
+        }
     }
 }
 

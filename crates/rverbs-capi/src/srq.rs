@@ -1,56 +1,251 @@
-//! Shared receive queues (out-of-line verbs; `ibv_post_srq_recv` is inline and goes
-//! through `ibv_context.ops.post_srq_recv`).
-//!
-//! Skeleton: answers "not supported" until the core is wired in at the `TODO(core)`s.
+//! Shared receive queues: the out-of-line verbs, the `create_srq_ex` op and the
+//! inline-dispatch op `post_srq_recv`.
 
 use core::ffi::c_int;
+use std::cell::UnsafeCell;
+
+use rverbs::{SrqAttr, SrqAttrMask, SrqInit};
 
 use crate::abi::*;
-use crate::ffi::{not_supported_errno, not_supported_null};
+use crate::device::ContextObj;
+use crate::ffi::null_errno;
+use crate::pd::PdObj;
+
+const SRQ_MAGIC: u32 = u32::from_be_bytes(*b"rvSQ");
+
+/// An SRQ handed to C: `struct ibv_srq`, then the core SRQ.
+#[repr(C)]
+pub struct SrqObj {
+    srq: UnsafeCell<ibv_srq>,
+    magic: u32,
+    core: rverbs::Srq,
+}
+
+impl SrqObj {
+    /// The SRQ behind an `ibv_srq *`; `None` for NULL or a foreign object.
+    ///
+    /// # Safety
+    /// `srq` is NULL or was returned by an SRQ-creating verb and not destroyed.
+    pub unsafe fn from_raw<'a>(srq: *const ibv_srq) -> Option<&'a SrqObj> {
+        // SAFETY: caller contract: NULL or a live SrqObj (C struct first).
+        let obj = unsafe { srq.cast::<SrqObj>().as_ref()? };
+        (obj.magic == SRQ_MAGIC).then_some(obj)
+    }
+
+    /// The `struct ibv_srq *` handed to C.
+    pub fn as_ptr(&self) -> *mut ibv_srq {
+        // The whole object, not just the field: C hands this pointer back to us.
+        (self as *const Self).cast_mut().cast()
+    }
+
+    /// The core SRQ.
+    pub fn core(&self) -> &rverbs::Srq {
+        &self.core
+    }
+}
+
+/// Creates the C object (shared by `ibv_create_srq` and the `create_srq_ex` op) and writes
+/// the granted attributes back.
+fn create(
+    pd: &PdObj,
+    srq_context: *mut core::ffi::c_void,
+    attr: &mut ibv_srq_attr,
+) -> *mut ibv_srq {
+    let init = SrqInit {
+        max_wr: attr.max_wr,
+        max_sge: attr.max_sge,
+        srq_limit: attr.srq_limit,
+        srq_context: srq_context as usize,
+    };
+    let core = match pd.core().create_srq(&init) {
+        Ok(s) => s,
+        Err(e) => return null_errno(e.errno()),
+    };
+    let granted = core.query();
+    attr.max_wr = granted.max_wr;
+    attr.max_sge = granted.max_sge;
+    let mut srq = ibv_srq::zeroed();
+    srq.context = pd.context_ptr();
+    srq.srq_context = srq_context;
+    srq.pd = pd.as_ptr();
+    let p = Box::into_raw(Box::new(SrqObj {
+        srq: UnsafeCell::new(srq),
+        magic: SRQ_MAGIC,
+        core,
+    }));
+    // SAFETY: the allocation just made.
+    unsafe { (*p).core.set_cookie(p as usize) };
+    p.cast()
+}
 
 export! {
     /// Creates a shared receive queue (`ibv_create_srq(3)`). Errors: NULL with `errno`.
     ///
     /// Rule: the inline `ibv_create_srq_ex` forwards basic SRQs here (reference §7 item 9);
-    /// the library sets context, srq_context, pd, mutex/cond, events_completed.
+    /// the library sets context, srq_context, pd, mutex/cond, events_completed, and writes
+    /// the granted `max_wr`/`max_sge` back.
     #[export("IBVERBS_1.1", null)]
-    pub unsafe fn ibv_create_srq(
-        _pd: *mut ibv_pd,
-        _srq_init_attr: *mut ibv_srq_init_attr,
-    ) -> *mut ibv_srq {
-        // TODO(core): create a core SRQ as `{ ibv_srq, private }`, write back the actual attr.
-        not_supported_null()
+    pub unsafe fn ibv_create_srq(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+        // SAFETY: caller contract.
+        let Some(pd) = (unsafe { PdObj::from_raw(pd) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        // SAFETY: srq_init_attr is NULL or valid (caller contract).
+        let Some(a) = (unsafe { srq_init_attr.as_mut() }) else {
+            return null_errno(libc::EINVAL);
+        };
+        create(pd, a.srq_context, &mut a.attr)
     }
+}
+
+/// `verbs_context.create_srq_ex` (`ibv_create_srq_ex(3)` beyond the basic forms).
+///
+/// Rule: a basic SRQ needs `IBV_SRQ_INIT_ATTR_PD` (`EINVAL` without); XRC and
+/// tag-matching SRQs (types, XRCD, TM) are `EOPNOTSUPP`; unknown `comp_mask` bits `EINVAL`.
+/// `IBV_SRQ_INIT_ATTR_CQ` is accepted and unused (only XRC SRQs complete to a CQ of
+/// their own).
+pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    ffi_guard!(null, {
+        // SAFETY: caller contract.
+        let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        // SAFETY: attr is NULL or valid (caller contract).
+        let Some(a) = (unsafe { attr.as_mut() }) else {
+            return null_errno(libc::EINVAL);
+        };
+        if a.comp_mask & !(IBV_SRQ_INIT_ATTR_RESERVED - 1) != 0 {
+            return null_errno(libc::EINVAL);
+        }
+        let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
+            a.srq_type
+        } else {
+            IBV_SRQT_BASIC
+        };
+        if srq_type != IBV_SRQT_BASIC
+            || a.comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_TM) != 0
+        {
+            return null_errno(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+            return null_errno(libc::EINVAL);
+        }
+        // SAFETY: caller contract.
+        let Some(pd) = (unsafe { PdObj::from_raw(a.pd) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        if pd.context_ptr() != ctx.as_ptr() {
+            return null_errno(libc::EINVAL);
+        }
+        create(pd, a.srq_context, &mut a.attr)
+    })
 }
 
 export! {
     /// Modifies an SRQ (`ibv_modify_srq(3)`: `IBV_SRQ_MAX_WR`, `IBV_SRQ_LIMIT`).
-    /// Returns 0 or an errno.
+    /// Returns 0 or an errno (`EINVAL` for unknown mask bits).
     #[export("IBVERBS_1.1", errno)]
     pub unsafe fn ibv_modify_srq(
-        _srq: *mut ibv_srq,
-        _srq_attr: *mut ibv_srq_attr,
-        _srq_attr_mask: c_int,
+        srq: *mut ibv_srq,
+        srq_attr: *mut ibv_srq_attr,
+        srq_attr_mask: c_int,
     ) -> c_int {
-        // TODO(core): resize and/or arm the limit of the core SRQ.
-        not_supported_errno()
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { SrqObj::from_raw(srq) }) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: srq_attr is NULL or valid (caller contract).
+        let Some(a) = (unsafe { srq_attr.as_ref() }) else {
+            return libc::EINVAL;
+        };
+        let Some(mask) = SrqAttrMask::from_bits(srq_attr_mask as u32) else {
+            return libc::EINVAL;
+        };
+        let attr = SrqAttr { max_wr: a.max_wr, max_sge: a.max_sge, srq_limit: a.srq_limit };
+        match obj.core.modify(&attr, mask) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
     }
 }
 
 export! {
     /// Queries SRQ attributes (`ibv_query_srq(3)`). Returns 0 or an errno.
     #[export("IBVERBS_1.1", errno)]
-    pub unsafe fn ibv_query_srq(_srq: *mut ibv_srq, _srq_attr: *mut ibv_srq_attr) -> c_int {
-        // TODO(core): fill max_wr, max_sge, srq_limit from the core SRQ.
-        not_supported_errno()
+    pub unsafe fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { SrqObj::from_raw(srq) }) else {
+            return libc::EINVAL;
+        };
+        if srq_attr.is_null() {
+            return libc::EINVAL;
+        }
+        let a = obj.core.query();
+        // SAFETY: srq_attr is writable (caller contract, checked non-NULL).
+        unsafe {
+            srq_attr.write(ibv_srq_attr { max_wr: a.max_wr, max_sge: a.max_sge, srq_limit: a.srq_limit })
+        };
+        0
     }
 }
 
 export! {
-    /// Destroys an SRQ (`ibv_destroy_srq(3)`). Returns 0 or an errno.
+    /// Destroys an SRQ (`ibv_destroy_srq(3)`). Returns 0 or an errno (`EBUSY` while QPs
+    /// use it).
     #[export("IBVERBS_1.1", errno)]
-    pub unsafe fn ibv_destroy_srq(_srq: *mut ibv_srq) -> c_int {
-        // TODO(core): destroy the core SRQ (EBUSY if QPs use it) and free it.
-        not_supported_errno()
+    pub unsafe fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { SrqObj::from_raw(srq) }) else {
+            return libc::EINVAL;
+        };
+        if let Err(e) = obj.core.destroy() {
+            return e.errno();
+        }
+        // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
+        // gives it up.
+        let mut obj = unsafe { Box::from_raw(srq.cast::<SrqObj>()) };
+        obj.magic = 0;
+        0
     }
+}
+
+/// `ibv_context.ops.post_srq_recv` (`ibv_post_srq_recv(3)`). Returns 0 or an errno with
+/// `*bad_recv_wr` = the first refused request.
+pub(crate) unsafe extern "C" fn rverbs_post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    ffi_guard!(errno, {
+        if !bad_wr.is_null() {
+            // SAFETY: caller contract: bad_wr is writable.
+            unsafe { bad_wr.write(core::ptr::null_mut()) };
+        }
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { SrqObj::from_raw(srq) }) else {
+            if !bad_wr.is_null() {
+                // SAFETY: as above.
+                unsafe { bad_wr.write(wr) };
+            }
+            return libc::EINVAL;
+        };
+        // SAFETY: forwarded C contract.
+        unsafe { crate::qp::post_recv_list(wr, bad_wr, |w| obj.core.post_recv_unpinned(w)) }
+    })
+}
+
+/// Acknowledges one asynchronous event about an SRQ (`ibv_ack_async_event`).
+pub(crate) fn ack_async(srq: &SrqObj) {
+    let p = srq.as_ptr();
+    // SAFETY: mutex/cond/counter live in our allocation; zeroed = initialised.
+    unsafe {
+        libc::pthread_mutex_lock(&raw mut (*p).mutex);
+        (*p).events_completed = (*p).events_completed.wrapping_add(1);
+        libc::pthread_cond_signal(&raw mut (*p).cond);
+        libc::pthread_mutex_unlock(&raw mut (*p).mutex);
+    }
+    srq.core.ack_async_events(1);
 }

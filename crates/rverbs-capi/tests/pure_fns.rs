@@ -326,45 +326,93 @@ fn copy_from_and_to_kern_match_rdma_core() {
 }
 
 #[test]
-fn stubs_answer_not_supported_in_their_convention() {
+fn null_arguments_give_an_errno_and_stubs_answer_not_supported() {
     use std::ptr::{null, null_mut};
     let errno = || {
         // SAFETY: the calling thread's errno.
         unsafe { *libc::__errno_location() }
     };
-    // SAFETY: the stubs read none of their (NULL) arguments.
+    // SAFETY: every call gets NULL object pointers, which the verbs check before any
+    // dereference; the stubs read none of their arguments.
     unsafe {
-        assert!(ibverbs::device::ibv_get_device_list(null_mut()).is_null());
-        assert_eq!(errno(), libc::EOPNOTSUPP);
+        // Verbs of the device: NULL objects are refused in their convention.
         assert!(ibverbs::pd::ibv_alloc_pd(null_mut()).is_null());
-        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert_eq!(errno(), libc::EINVAL);
         assert_eq!(
             ibverbs::qp::ibv_modify_qp(null_mut(), null_mut(), 0),
-            libc::EOPNOTSUPP
+            libc::EINVAL
         );
         assert_eq!(
             ibverbs::device::ibv_query_gid(null_mut(), 1, 0, null_mut()),
             -1
         );
-        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert_eq!(errno(), libc::EINVAL);
         assert_eq!(
             ibverbs::cq::ibv_get_cq_event(null_mut(), null_mut(), null_mut()),
             -1
         );
+        assert_eq!(errno(), libc::EINVAL);
         assert_eq!(
             ibverbs::qp::ibv_query_qp_data_in_order(null_mut(), IBV_WR_SEND, 0),
             0
         );
+        assert_eq!(
+            ibverbs::private::ibv_query_gid_type(null_mut(), 1, 0, null_mut()),
+            -1
+        );
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(ibverbs::device::ibv_open_device(null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        // A pointer that is not one of our devices is refused without a dereference.
+        let mut foreign = ibv_device::zeroed();
+        assert!(ibverbs::device::ibv_open_device(&mut foreign).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(ibverbs::device::ibv_get_device_name(&mut foreign).is_null());
+        assert_eq!(ibverbs::device::ibv_get_device_index(&mut foreign), -1);
+
+        // Features the device does not have: EOPNOTSUPP, never ENOSYS or success.
+        assert!(ibverbs::device::ibv_import_device(0).is_null());
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert!(ibverbs::pd::ibv_import_pd(null_mut(), 1).is_null());
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert!(ibverbs::mr::ibv_import_mr(null_mut(), 1).is_null());
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert!(ibverbs::mr::ibv_reg_dmabuf_mr(null_mut(), 0, 4096, 0, -1, 0).is_null());
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert_eq!(
+            ibverbs::qp::ibv_attach_mcast(null_mut(), null(), 0),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(
+            ibverbs::qp::ibv_detach_mcast(null_mut(), null(), 0),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(
+            ibverbs::qp::ibv_query_ece(null_mut(), null_mut()),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(
+            ibverbs::qp::ibv_set_ece(null_mut(), null_mut()),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert_eq!(
+            ibverbs::ah::ibv_resolve_eth_l2_from_gid(
+                null_mut(),
+                null_mut(),
+                null_mut(),
+                null_mut()
+            ),
+            -libc::EOPNOTSUPP
+        );
+
+        // The IBVERBS_PRIVATE_34 provider stubs.
         assert_eq!(
             ibverbs::private::ibv_cmd_destroy_cq(null_mut()),
             libc::EOPNOTSUPP
         );
         assert_eq!(
             ibverbs::private::ibv_cmd_poll_cq(null_mut(), 1, null_mut()),
-            -1
-        );
-        assert_eq!(
-            ibverbs::private::ibv_query_gid_type(null_mut(), 1, 0, null_mut()),
             -1
         );
         assert_eq!(

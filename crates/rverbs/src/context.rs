@@ -67,6 +67,10 @@ impl Context {
         })
     }
 
+    pub(crate) fn inner(&self) -> &Arc<ContextInner> {
+        &self.inner
+    }
+
     pub(crate) fn from_inner(inner: Arc<ContextInner>) -> Self {
         Context { inner }
     }

@@ -14,7 +14,9 @@ use std::sync::OnceLock;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::mr::KeyTable;
-use crate::qp::table::QpTable;
+use crate::qp::QpInner;
+use crate::srq::SrqInner;
+use crate::table::Table;
 use crate::sys;
 
 /// Name of the built-in device.
@@ -23,7 +25,7 @@ pub const DEVICE_NAME: &str = "rverbs0";
 /// Limits the device reports and enforces (ibv_query_device(3)).
 pub mod limits {
     /// Queue pairs per process.
-    pub const MAX_QP: u32 = crate::qp::table::MAX_LOCAL_QPS;
+    pub const MAX_QP: u32 = crate::table::MAX_LOCAL_QPS;
     /// Work requests per send or receive queue.
     pub const MAX_QP_WR: u32 = 32_768;
     /// Scatter/gather entries per work request.
@@ -237,13 +239,19 @@ pub mod cap_flags {
     /// The UD address vector's port is enforced.
     pub const UD_AV_PORT_ENFORCE: u32 = 1 << 6;
     /// PORT_ACTIVE events.
-    pub const PORT_ACTIVE_EVENT: u32 = 1 << 14;
+    pub const PORT_ACTIVE_EVENT: u32 = 1 << 10;
     /// System image GUID is meaningful.
     pub const SYS_IMAGE_GUID: u32 = 1 << 11;
     /// RC responder generates RNR NAKs.
     pub const RC_RNR_NAK_GEN: u32 = 1 << 12;
     /// SRQs can be resized.
     pub const SRQ_RESIZE: u32 = 1 << 13;
+    /// Memory windows.
+    pub const MEM_WINDOW: u32 = 1 << 17;
+    /// Type 2B memory windows (bound to one QP).
+    pub const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
+    /// XRC domains and QPs.
+    pub const XRC: u32 = 1 << 20;
 }
 
 /// Port state (`enum ibv_port_state`).
@@ -323,7 +331,9 @@ pub(crate) struct DeviceInner {
     pub(crate) node_guid: u64,
     pub(crate) gids: Vec<GidEntry>,
     pub(crate) keys: KeyTable,
-    pub(crate) qps: QpTable,
+    pub(crate) qps: Table<QpInner>,
+    pub(crate) srqs: Table<SrqInner>,
+    pub(crate) xrcd_files: crate::xrcd::XrcdFiles,
 }
 
 static DEVICE: OnceLock<DeviceInner> = OnceLock::new();
@@ -370,7 +380,9 @@ impl DeviceInner {
             node_guid: u64::from_be_bytes(eui),
             gids,
             keys: KeyTable::new(),
-            qps: QpTable::new(),
+            qps: Table::new("queue pairs"),
+            srqs: Table::new("shared receive queues"),
+            xrcd_files: Default::default(),
         }
     }
 
@@ -398,7 +410,10 @@ impl DeviceInner {
                 | cap_flags::PORT_ACTIVE_EVENT
                 | cap_flags::SYS_IMAGE_GUID
                 | cap_flags::RC_RNR_NAK_GEN
-                | cap_flags::SRQ_RESIZE,
+                | cap_flags::SRQ_RESIZE
+                | cap_flags::MEM_WINDOW
+                | cap_flags::MEM_WINDOW_TYPE_2B
+                | cap_flags::XRC,
             max_sge: MAX_SGE,
             max_sge_rd: MAX_SGE_RD,
             max_cq: MAX_CQ,

@@ -96,6 +96,14 @@ pub enum Error {
         /// What ran out.
         what: &'static str,
     },
+    /// The resource does not exist yet and was not asked to be created (`EAGAIN`).
+    #[error("{verb}: {why}")]
+    Again {
+        /// The verb that refused.
+        verb: &'static str,
+        /// What is missing.
+        why: &'static str,
+    },
     /// A non-blocking read found no event (`EAGAIN`).
     #[error("no event is pending")]
     WouldBlock,
@@ -123,6 +131,7 @@ impl Error {
             Error::Destroyed { .. } => libc::EINVAL,
             Error::CqOverrun => libc::EIO,
             Error::Exhausted { .. } => libc::ENOMEM,
+            Error::Again { .. } => libc::EAGAIN,
             Error::WouldBlock => libc::EAGAIN,
             Error::Os(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::Bug(_) => libc::EIO,
@@ -170,6 +179,7 @@ mod tests {
             Error::Destroyed { what: "w" },
             Error::CqOverrun,
             Error::Exhausted { what: "w" },
+            Error::Again { verb: "v", why: "w" },
             Error::WouldBlock,
             Error::Os(std::io::Error::from_raw_os_error(libc::EPERM)),
             Error::Bug("b"),
@@ -187,6 +197,7 @@ mod tests {
             libc::EINVAL,
             libc::EIO,
             libc::ENOMEM,
+            libc::EAGAIN,
             libc::EAGAIN,
             libc::EPERM,
             libc::EIO,

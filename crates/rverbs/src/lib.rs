@@ -46,8 +46,10 @@ mod progress;
 pub mod qp;
 pub mod srq;
 mod sys;
+mod table;
 mod transport;
 pub mod wc;
+pub mod xrcd;
 
 pub use ah::Ah;
 pub use context::Context;
@@ -70,3 +72,4 @@ pub use rverbs_proto::verbs::{
 };
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInit};
 pub use wc::Wc;
+pub use xrcd::Xrcd;

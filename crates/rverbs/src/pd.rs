@@ -132,6 +132,12 @@ impl Pd {
         Srq::new(self.inner.clone(), init)
     }
 
+    /// Creates an XRC SRQ (ibv_create_srq_ex(3), IBV_SRQT_XRC) in `xrcd` completing to
+    /// `cq`.
+    pub fn create_srq_xrc(&self, init: &SrqInit, xrcd: &crate::Xrcd, cq: &crate::Cq) -> Result<Srq> {
+        Srq::new_xrc(self, init, xrcd, cq)
+    }
+
     /// Deallocates the PD (ibv_dealloc_pd(3)).
     ///
     /// Errors: `EBUSY` while MRs, QPs, SRQs or AHs still belong to it.

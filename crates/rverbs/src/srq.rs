@@ -12,12 +12,14 @@ use std::sync::{Arc, Mutex};
 use bitflags::bitflags;
 use rverbs_proto::verbs::EventType;
 
+use crate::cq::{Cq, CqInner};
 use crate::device::limits;
 use crate::error::{Error, Result};
 use crate::event::{EventCounter, RawElement};
 use crate::pd::PdInner;
 use crate::qp::rq::{RecvQueue, RecvWqe};
 use crate::qp::wr::{PostError, RecvWr};
+use crate::xrcd::{Xrcd, XrcdInner};
 
 /// Parameters of [`crate::Pd::create_srq`] (`struct ibv_srq_init_attr`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -56,6 +58,9 @@ bitflags! {
 
 pub(crate) struct SrqInner {
     pub(crate) pd: Arc<PdInner>,
+    pub(crate) srqn: u32,
+    /// XRC SRQs: the domain and the CQ every receive completes to.
+    pub(crate) xrc: Option<(Arc<XrcdInner>, Arc<CqInner>)>,
     rq: Mutex<Arc<RecvQueue>>,
     limit: AtomicU32,
     qps: AtomicU32,
@@ -110,6 +115,14 @@ impl std::fmt::Debug for Srq {
 
 impl Srq {
     pub(crate) fn new(pd: Arc<PdInner>, init: &SrqInit) -> Result<Self> {
+        Self::new_in(pd, init, None)
+    }
+
+    fn new_in(
+        pd: Arc<PdInner>,
+        init: &SrqInit,
+        xrc: Option<(Arc<XrcdInner>, Arc<CqInner>)>,
+    ) -> Result<Self> {
         let verb = "create_srq";
         if init.max_wr == 0 || init.max_wr > limits::MAX_SRQ_WR {
             return Err(Error::Limit {
@@ -130,10 +143,25 @@ impl Srq {
         if init.srq_limit > init.max_wr {
             return Err(Error::invalid(verb, "srq_limit above max_wr"));
         }
-        pd.hold()?;
-        Ok(Srq {
+        let dev = pd.ctx.dev;
+        let srqn = dev.srqs.reserve()?;
+        if let Err(e) = pd.hold() {
+            dev.srqs.remove(srqn);
+            return Err(e);
+        }
+        if let Some((x, cq)) = &xrc {
+            if let Err(e) = cq.attach() {
+                pd.release();
+                dev.srqs.remove(srqn);
+                return Err(e);
+            }
+            x.hold();
+        }
+        let srq = Srq {
             inner: Arc::new(SrqInner {
                 pd,
+                srqn,
+                xrc,
                 rq: Mutex::new(Arc::new(RecvQueue::new(init.max_wr, init.max_sge.max(1)))),
                 limit: AtomicU32::new(init.srq_limit),
                 qps: AtomicU32::new(0),
@@ -142,7 +170,29 @@ impl Srq {
                 cookie: AtomicUsize::new(0),
                 srq_context: init.srq_context,
             }),
-        })
+        };
+        dev.srqs.publish(srqn, &srq.inner);
+        Ok(srq)
+    }
+
+    /// Creates an XRC SRQ in `xrcd` whose receives complete to `cq`
+    /// (ibv_create_srq_ex(3) with IBV_SRQT_XRC). Memory checks of messages steered into
+    /// it use this SRQ's PD.
+    pub fn new_xrc(pd: &crate::Pd, init: &SrqInit, xrcd: &Xrcd, cq: &Cq) -> Result<Self> {
+        if !Arc::ptr_eq(&xrcd.inner().ctx, &pd.inner().ctx) || !Arc::ptr_eq(&cq.inner().ctx, &pd.inner().ctx) {
+            return Err(Error::invalid("create_srq_ex", "XRC domain or CQ of another context"));
+        }
+        Self::new_in(pd.inner().clone(), init, Some((xrcd.inner().clone(), cq.inner().clone())))
+    }
+
+    /// The SRQ number (ibv_get_srq_num(3)): what XRC initiators name as `remote_srqn`.
+    pub fn srq_num(&self) -> u32 {
+        self.inner.srqn
+    }
+
+    /// Whether this is an XRC SRQ.
+    pub fn is_xrc(&self) -> bool {
+        self.inner.xrc.is_some()
     }
 
     pub(crate) fn from_inner(inner: Arc<SrqInner>) -> Self {
@@ -223,7 +273,7 @@ impl Srq {
             return Err(Error::Destroyed { what: "shared receive queue" });
         }
         self.inner.async_events.wait_all_acked();
-        self.inner.pd.release();
+        self.inner.teardown();
         Ok(())
     }
 
@@ -254,10 +304,21 @@ impl Srq {
     }
 }
 
+impl SrqInner {
+    fn teardown(&self) {
+        self.pd.ctx.dev.srqs.remove(self.srqn);
+        self.pd.release();
+        if let Some((x, cq)) = &self.xrc {
+            x.release();
+            cq.detach();
+        }
+    }
+}
+
 impl Drop for SrqInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
-            self.pd.release();
+            self.teardown();
         }
     }
 }

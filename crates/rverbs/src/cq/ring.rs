@@ -343,6 +343,14 @@ mod loom_tests {
     use super::*;
     use loom::sync::Arc;
 
+    /// Runs `f` under loom with a preemption bound, which keeps the spin-and-yield
+    /// loops of these models tractable (loom's documented practice).
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(f);
+    }
+
     fn cqe(n: u64) -> [u64; DATA_WORDS] {
         [n, n ^ 0xff, n, n, n, n, n]
     }
@@ -353,7 +361,7 @@ mod loom_tests {
 
     #[test]
     fn two_producers_one_consumer_deliver_each_entry_once() {
-        loom::model(|| {
+        model(|| {
             let r = Arc::new(Ring::new(2));
             let hs: Vec<_> = (1..=2u64)
                 .map(|n| {
@@ -382,7 +390,7 @@ mod loom_tests {
 
     #[test]
     fn full_ring_refuses_until_the_consumer_frees_a_slot() {
-        loom::model(|| {
+        model(|| {
             let r = Arc::new(Ring::new(1));
             r.push(&cqe(1), false).unwrap();
             let r2 = r.clone();
@@ -398,7 +406,7 @@ mod loom_tests {
 
     #[test]
     fn overwriting_producer_never_hands_out_torn_or_reordered_entries() {
-        loom::model(|| {
+        model(|| {
             let r = Arc::new(Ring::new(1));
             let r2 = r.clone();
             let p = loom::thread::spawn(move || {

@@ -13,7 +13,6 @@
 pub mod attr;
 pub(crate) mod rq;
 pub(crate) mod sq;
-pub(crate) mod table;
 pub mod wr;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -35,6 +34,7 @@ use crate::pd::{Pd, PdInner};
 use crate::srq::{Srq, SrqInner};
 use crate::transport::{self, Exec};
 use crate::wc::Cqe;
+use crate::xrcd::XrcdInner;
 use attr::{QpAttr, QpCap};
 use rq::RecvQueue;
 use sq::{ReqView, SendQueue};
@@ -109,6 +109,8 @@ pub(crate) struct QpInner {
     pub(crate) send_cq: Arc<CqInner>,
     pub(crate) recv_cq: Arc<CqInner>,
     pub(crate) srq: Option<Arc<SrqInner>>,
+    /// XRC target QPs: their domain.
+    pub(crate) xrcd: Option<Arc<XrcdInner>>,
     pub(crate) sq_sig_all: bool,
     pub(crate) cap: QpCap,
     pub(crate) resp: RespView,
@@ -344,26 +346,45 @@ fn grant_cap(init: &QpInit<'_>) -> Result<QpCap> {
     lim("max_send_wr", c.max_send_wr, limits::MAX_QP_WR)?;
     lim("max_send_sge", c.max_send_sge, limits::MAX_SGE)?;
     lim("max_inline_data", c.max_inline_data, limits::MAX_INLINE_DATA)?;
-    let with_srq = init.srq.is_some();
-    if !with_srq {
+    if init.qp_type == QpType::XrcRecv {
+        // XRC targets have no queues of their own (notes §17.3).
+        return Ok(QpCap::default());
+    }
+    // XRC initiators are send-only: their receive caps are forced to 0.
+    let no_rq = init.srq.is_some() || init.qp_type == QpType::XrcSend;
+    if !no_rq {
         lim("max_recv_wr", c.max_recv_wr, limits::MAX_QP_WR)?;
         lim("max_recv_sge", c.max_recv_sge, limits::MAX_SGE)?;
     }
     let send_sge = c.max_send_sge.max(1);
     Ok(QpCap {
         max_send_wr: c.max_send_wr.max(1),
-        max_recv_wr: if with_srq { 0 } else { c.max_recv_wr.max(1) },
+        max_recv_wr: if no_rq { 0 } else { c.max_recv_wr.max(1) },
         max_send_sge: send_sge,
-        max_recv_sge: if with_srq { 0 } else { c.max_recv_sge.max(1) },
+        max_recv_sge: if no_rq { 0 } else { c.max_recv_sge.max(1) },
         max_inline_data: sq::granted_inline(send_sge, c.max_inline_data),
     })
 }
 
 impl Qp {
     pub(crate) fn new(pd: Arc<PdInner>, init: &QpInit<'_>) -> Result<Self> {
+        if init.qp_type == QpType::XrcRecv {
+            return Err(Error::invalid("create_qp", "XRC target QPs are created in an XRC domain"));
+        }
+        Self::new_in(pd, init, None)
+    }
+
+    pub(crate) fn new_in(
+        pd: Arc<PdInner>,
+        init: &QpInit<'_>,
+        xrcd: Option<Arc<XrcdInner>>,
+    ) -> Result<Self> {
         match init.qp_type {
-            QpType::Rc | QpType::Uc | QpType::Ud => {}
+            QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend | QpType::XrcRecv => {}
             _ => return Err(Error::unsupported("create_qp", "this QP type")),
+        }
+        if init.qp_type == QpType::XrcSend && init.srq.is_some() {
+            return Err(Error::invalid("create_qp", "XRC initiators do not receive"));
         }
         let ctx = &pd.ctx;
         for cq in [init.send_cq, init.recv_cq] {
@@ -399,6 +420,9 @@ impl Qp {
         if let Some(srq) = init.srq {
             srq.inner().attach_qp();
         }
+        if let Some(x) = &xrcd {
+            x.hold();
+        }
         let attrs = QpAttr { cap, ..QpAttr::default() };
         let inner = Arc::new(QpInner {
             pd: pd.clone(),
@@ -407,6 +431,7 @@ impl Qp {
             send_cq: init.send_cq.inner().clone(),
             recv_cq: init.recv_cq.inner().clone(),
             srq: init.srq.map(|s| s.inner().clone()),
+            xrcd,
             sq_sig_all: init.sq_sig_all,
             cap,
             resp: RespView {
@@ -421,7 +446,7 @@ impl Qp {
             attrs: Mutex::new(attrs),
             sq: Mutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)),
             sq_pending: AtomicBool::new(false),
-            rq: init.srq.is_none().then(|| RecvQueue::new(cap.max_recv_wr, cap.max_recv_sge)),
+            rq: (cap.max_recv_wr > 0).then(|| RecvQueue::new(cap.max_recv_wr, cap.max_recv_sge)),
             comm_est: AtomicBool::new(false),
             sqd_notified: AtomicBool::new(false),
             async_events: EventCounter::default(),
@@ -489,6 +514,15 @@ impl Qp {
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let q = &self.inner;
         let verb = "modify_qp";
+        // uverbs `modify_qp_mask`: attributes that do not apply to one side of XRC are
+        // dropped silently (ibv_xsrq_pingpong passes them).
+        let mask = match q.qp_type {
+            QpType::XrcSend => mask - (QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER),
+            QpType::XrcRecv => {
+                mask - (QpAttrMask::MAX_QP_RD_ATOMIC | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY)
+            }
+            _ => mask,
+        };
         let mut a = q.attrs.lock().expect("qp attrs");
         let cur = q.state();
         let to = check_modify(q.qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)
@@ -750,7 +784,7 @@ impl Qp {
         let Some(rq) = &q.rq else {
             return Err(PostError {
                 index: 0,
-                error: Error::invalid("post_recv", "the QP receives from an SRQ"),
+                error: Error::invalid("post_recv", "the QP has no receive queue (SRQ or XRC)"),
             });
         };
         let keys = keep.then_some(&q.pd.ctx.dev.keys);
@@ -849,6 +883,9 @@ impl Qp {
         if let Some(srq) = &q.srq {
             srq.detach_qp();
         }
+        if let Some(x) = &q.xrcd {
+            x.release();
+        }
         q.pd.release();
         Ok(())
     }
@@ -888,6 +925,9 @@ impl Drop for QpInner {
             self.recv_cq.detach();
             if let Some(srq) = &self.srq {
                 srq.detach_qp();
+            }
+            if let Some(x) = &self.xrcd {
+                x.release();
             }
             self.pd.release();
         }

@@ -23,7 +23,10 @@ use crate::mr::{self, copy_message, Fault, KeyTarget, PinList, Source};
 use crate::qp::wr::{FlushPlacement, FlushSelectivity};
 use crate::qp::rq::RecvWqe;
 use crate::qp::sq::{ReqView, SendWqe};
+use crate::cq::CqInner;
+use crate::pd::PdInner;
 use crate::qp::QpInner;
+use crate::srq::SrqInner;
 use crate::transport::grh::{self, GRH_LEN};
 use crate::transport::Exec;
 use crate::wc::Cqe;
@@ -44,9 +47,21 @@ impl Gathered<'_> {
     }
 }
 
-/// Where a request goes.
-struct Target {
+/// The responder a request reaches: the target QP (state, access rights, errors), the
+/// PD its memory checks use, where its receives come from and where they complete. For
+/// RC/UC/UD all of it is the target QP's own; for XRC the PD, the receives and the CQ are
+/// those of the XRC SRQ the request names (notes §17.4).
+struct Resp {
     qp: Arc<QpInner>,
+    pd: Arc<PdInner>,
+    srq: Option<Arc<SrqInner>>,
+    cq: Arc<CqInner>,
+}
+
+impl Resp {
+    fn of(qp: Arc<QpInner>) -> Resp {
+        Resp { pd: qp.pd.clone(), srq: qp.srq.clone(), cq: qp.recv_cq.clone(), qp }
+    }
 }
 
 pub(crate) fn execute(
@@ -94,8 +109,8 @@ pub(crate) fn execute(
 
     match qp.qp_type {
         QpType::Ud => ud_send(qp, wqe, &gathered),
-        QpType::Rc | QpType::Uc => {
-            let Some(target) = route_connected(qp, req) else {
+        QpType::Rc | QpType::Uc | QpType::XrcSend => {
+            let Some(target) = route_connected(qp, req, wqe) else {
                 return unanswered(qp, wqe);
             };
             target.qp.note_inbound();
@@ -136,32 +151,44 @@ fn accepts_requests(state: QpState) -> bool {
     matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
 }
 
-/// Finds the QP an RC/UC request is for: the destination GID must be this device's,
-/// the QP must exist with the same transport and accept requests, and — as rxe checks
-/// the packet's IP addresses — its path must point back at our source GID.
-fn route_connected(qp: &QpInner, req: &ReqView) -> Option<Target> {
+/// Finds the responder of an RC/UC/XRC request: the destination GID must be this
+/// device's, the QP must exist with the matching transport (XRC initiators reach XRC
+/// targets) and accept requests, and — as rxe checks the packet's IP addresses — its path
+/// must point back at our source GID. An XRC request must name an XRC SRQ of the
+/// target's domain; otherwise it is dropped (the unmerged rxe XRC series; IBTA A14
+/// unverified).
+fn route_connected(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Resp> {
     let dev = qp.pd.ctx.dev;
     if !dev.owns_gid(&req.dgid) {
         return None;
     }
     let t = dev.qps.get(req.dest_qpn)?;
-    if t.qp_type != qp.qp_type || !accepts_requests(t.state()) || t.resp.dgid() != req.sgid {
+    let peer_type = if qp.qp_type == QpType::XrcSend { QpType::XrcRecv } else { qp.qp_type };
+    if t.qp_type != peer_type || !accepts_requests(t.state()) || t.resp.dgid() != req.sgid {
         return None;
     }
-    Some(Target { qp: t })
+    if qp.qp_type != QpType::XrcSend {
+        return Some(Resp::of(t));
+    }
+    let srq = dev.srqs.get(wqe.xrc_srqn)?;
+    let (xrcd, cq) = srq.xrc.clone()?;
+    if !t.xrcd.as_ref().is_some_and(|x| Arc::ptr_eq(x, &xrcd)) {
+        return None;
+    }
+    Some(Resp { pd: srq.pd.clone(), srq: Some(srq), cq, qp: t })
 }
 
-/// Takes a receive for the target, from its RQ or SRQ.
-fn take_recv(t: &Arc<QpInner>) -> Option<RecvWqe> {
+/// Takes a receive for the responder, from its SRQ or the target QP's RQ.
+fn take_recv(t: &Resp) -> Option<RecvWqe> {
     match &t.srq {
         Some(srq) => srq.take(),
-        None => t.rq.as_ref()?.take().map(|(w, _)| w),
+        None => t.qp.rq.as_ref()?.take().map(|(w, _)| w),
     }
 }
 
 /// A successful receive completion at the target.
-fn recv_cqe(t: &QpInner, rwqe: &RecvWqe, opcode: WcOpcode, byte_len: u32, wqe: &SendWqe) -> Cqe {
-    let mut c = Cqe::success(rwqe.wr_id, t.qpn, opcode, byte_len);
+fn recv_cqe(t: &Resp, rwqe: &RecvWqe, opcode: WcOpcode, byte_len: u32, wqe: &SendWqe) -> Cqe {
+    let mut c = Cqe::success(rwqe.wr_id, t.qp.qpn, opcode, byte_len);
     if wqe.opcode().has_imm() {
         c.imm = wqe.imm;
         c.wc_flags |= WcFlags::WITH_IMM.bits() as u8;
@@ -172,9 +199,9 @@ fn recv_cqe(t: &QpInner, rwqe: &RecvWqe, opcode: WcOpcode, byte_len: u32, wqe: &
 
 /// Writes a receive completion at the target; an overrun of its CQ moves it to ERR
 /// with QP_FATAL and the message counts as unanswered (rxe: no ACK is sent).
-fn deliver_recv(t: &Arc<QpInner>, cqe: Cqe) -> Result<(), ()> {
-    if t.recv_cq.push(cqe).is_err() {
-        t.enter_error(Some(EventType::QpFatal));
+fn deliver_recv(t: &Resp, cqe: Cqe) -> Result<(), ()> {
+    if t.cq.push(cqe).is_err() {
+        t.qp.enter_error(Some(EventType::QpFatal));
         return Err(());
     }
     Ok(())
@@ -196,9 +223,9 @@ fn connected(
     wqe: &SendWqe,
     sges: &[Sge],
     gathered: &Gathered<'_>,
-    target: &Target,
+    target: &Resp,
 ) -> Exec {
-    let t = &target.qp;
+    let t = target;
     let op = wqe.opcode();
     let reliable = qp.qp_type.is_reliable();
     let response = match op {
@@ -216,7 +243,9 @@ fn connected(
     };
     match response {
         Response::Ack => Exec::Done(sent(qp, wqe)),
-        Response::Rnr if reliable => Exec::Rnr(rnr_delay(t.resp.min_rnr_timer.load(std::sync::atomic::Ordering::Acquire))),
+        Response::Rnr if reliable => {
+            Exec::Rnr(rnr_delay(t.qp.resp.min_rnr_timer.load(std::sync::atomic::Ordering::Acquire)))
+        }
         Response::Rnr => Exec::Done(sent(qp, wqe)),
         Response::NoAck => unanswered(qp, wqe),
         Response::Violation(v, rwqe) => violation(qp, t, wqe, v, rwqe),
@@ -226,12 +255,12 @@ fn connected(
 /// Applies a responder violation: completes a consumed receive with its error, moves
 /// the responder to ERR for class A/C errors, and completes the requester with the
 /// NAK's status (RC) or as sent (UC, which gets no NAK).
-fn violation(qp: &QpInner, t: &Arc<QpInner>, wqe: &SendWqe, v: Violation, rwqe: Option<RecvWqe>) -> Exec {
+fn violation(qp: &QpInner, t: &Resp, wqe: &SendWqe, v: Violation, rwqe: Option<RecvWqe>) -> Exec {
     let nak_status = v.nak().requester_status().unwrap_or(WcStatus::RemOpErr);
     let held = rwqe.is_some();
     if let Some(r) = rwqe {
         let status = v.responder_status().unwrap_or(nak_status);
-        let _ = t.recv_cq.push(Cqe::error(r.wr_id, t.qpn, status, v.vendor_err()));
+        let _ = t.cq.push(Cqe::error(r.wr_id, t.qp.qpn, status, v.vendor_err()));
     }
     if qp.qp_type.is_reliable() {
         if v.responder_fatal() {
@@ -244,18 +273,18 @@ fn violation(qp: &QpInner, t: &Arc<QpInner>, wqe: &SendWqe, v: Violation, rwqe: 
                 | Violation::RkeyAccess => EventType::QpAccessErr,
                 _ => EventType::QpReqErr,
             });
-            t.enter_error(event);
+            t.qp.enter_error(event);
         }
         Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, nak_status, v.vendor_err()))
     } else {
         if held && v.responder_fatal() {
-            t.enter_error(None);
+            t.qp.enter_error(None);
         }
         Exec::Done(sent(qp, wqe))
     }
 }
 
-fn respond_send(t: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Response {
+fn respond_send(t: &Resp, wqe: &SendWqe, data: &Gathered<'_>) -> Response {
     let Some(rwqe) = take_recv(t) else { return Response::Rnr };
     let len = wqe.total_len;
     if rwqe.capacity() < len {
@@ -272,13 +301,13 @@ fn respond_send(t: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Respons
         if !invalidate(t, wqe.imm) {
             // rxe "class J": the receive completes in error and the responder enters ERR,
             // but no NAK is sent, so the requester completes successfully.
-            let _ = t.recv_cq.push(Cqe::error(
+            let _ = t.cq.push(Cqe::error(
                 rwqe.wr_id,
-                t.qpn,
+                t.qp.qpn,
                 WcStatus::RemInvReqErr,
                 vendor_err::REMOTE_INVALIDATE,
             ));
-            t.enter_error(None);
+            t.qp.enter_error(None);
             return Response::Ack;
         }
         cqe.imm = wqe.imm;
@@ -292,15 +321,15 @@ fn respond_send(t: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Respons
 
 /// Invalidates `rkey` at responder `t` (SEND_WITH_INV): only a valid type 2 memory
 /// window of the responder's PD can be (rxe: user memory regions cannot).
-fn invalidate(t: &QpInner, rkey: u32) -> bool {
+fn invalidate(t: &Resp, rkey: u32) -> bool {
     match t.pd.ctx.dev.keys.get(rkey) {
         Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, &t.pd)),
         _ => false,
     }
 }
 
-fn respond_write(t: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Response {
-    if !t.resp.access().contains(Access::REMOTE_WRITE) {
+fn respond_write(t: &Resp, wqe: &SendWqe, data: &Gathered<'_>) -> Response {
+    if !t.qp.resp.access().contains(Access::REMOTE_WRITE) {
         return Response::Violation(Violation::QpAccessDenied, None);
     }
     let imm = wqe.opcode() == WrOpcode::RdmaWriteWithImm;
@@ -315,7 +344,7 @@ fn respond_write(t: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Respon
     let len = wqe.total_len;
     if len > 0 {
         let dev = t.pd.ctx.dev;
-        match mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, wqe.remote_addr, len, Access::REMOTE_WRITE) {
+        match mr::pin_remote(dev, &t.pd, t.qp.qpn, wqe.rkey, wqe.remote_addr, len, Access::REMOTE_WRITE) {
             Ok(p) => {
                 copy_message(&PinList::one(p), 0, data.source());
             }
@@ -331,17 +360,17 @@ fn respond_write(t: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Respon
     Response::Ack
 }
 
-fn respond_read(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe, sges: &[Sge]) -> Exec {
-    if !t.resp.access().contains(Access::REMOTE_READ) {
+fn respond_read(qp: &Arc<QpInner>, t: &Resp, wqe: &SendWqe, sges: &[Sge]) -> Exec {
+    if !t.qp.resp.access().contains(Access::REMOTE_READ) {
         return violation(qp, t, wqe, Violation::QpAccessDenied, None);
     }
-    if t.resp.max_dest_rd_atomic.load(std::sync::atomic::Ordering::Acquire) == 0 {
+    if t.qp.resp.max_dest_rd_atomic.load(std::sync::atomic::Ordering::Acquire) == 0 {
         return violation(qp, t, wqe, Violation::NoRdAtomicResources, None);
     }
     let len = wqe.total_len;
     let dev = qp.pd.ctx.dev;
     let remote = if len > 0 {
-        match mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, wqe.remote_addr, len, Access::REMOTE_READ) {
+        match mr::pin_remote(dev, &t.pd, t.qp.qpn, wqe.rkey, wqe.remote_addr, len, Access::REMOTE_READ) {
             Ok(p) => Some(p),
             Err(f) => return violation(qp, t, wqe, f.remote(), None),
         }
@@ -359,18 +388,18 @@ fn respond_read(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe, sges: &[Sge]
     Exec::Done(sent(qp, wqe))
 }
 
-fn respond_atomic(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe, sges: &[Sge]) -> Exec {
-    if !t.resp.access().contains(Access::REMOTE_ATOMIC) {
+fn respond_atomic(qp: &Arc<QpInner>, t: &Resp, wqe: &SendWqe, sges: &[Sge]) -> Exec {
+    if !t.qp.resp.access().contains(Access::REMOTE_ATOMIC) {
         return violation(qp, t, wqe, Violation::QpAccessDenied, None);
     }
-    if t.resp.max_dest_rd_atomic.load(std::sync::atomic::Ordering::Acquire) == 0 {
+    if t.qp.resp.max_dest_rd_atomic.load(std::sync::atomic::Ordering::Acquire) == 0 {
         return violation(qp, t, wqe, Violation::NoRdAtomicResources, None);
     }
     if wqe.remote_addr % 8 != 0 {
         return violation(qp, t, wqe, Violation::MisalignedAtomic, None);
     }
     let dev = qp.pd.ctx.dev;
-    let target = match mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, wqe.remote_addr, 8, Access::REMOTE_ATOMIC) {
+    let target = match mr::pin_remote(dev, &t.pd, t.qp.qpn, wqe.rkey, wqe.remote_addr, 8, Access::REMOTE_ATOMIC) {
         Ok(p) => p,
         Err(f) => return violation(qp, t, wqe, f.remote(), None),
     };
@@ -394,16 +423,16 @@ fn respond_atomic(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe, sges: &[Sg
 
 /// ATOMIC_WRITE (IBTA A19; notes §14): needs REMOTE_WRITE on the responder QP and the
 /// region, a read/atomic resource, 8 aligned bytes; stores the 8 bytes verbatim.
-fn respond_atomic_write(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
-    if !t.resp.access().contains(Access::REMOTE_WRITE) {
+fn respond_atomic_write(qp: &Arc<QpInner>, t: &Resp, wqe: &SendWqe) -> Exec {
+    if !t.qp.resp.access().contains(Access::REMOTE_WRITE) {
         return violation(qp, t, wqe, Violation::QpAccessDenied, None);
     }
-    if t.resp.max_dest_rd_atomic.load(std::sync::atomic::Ordering::Acquire) == 0 {
+    if t.qp.resp.max_dest_rd_atomic.load(std::sync::atomic::Ordering::Acquire) == 0 {
         return violation(qp, t, wqe, Violation::NoRdAtomicResources, None);
     }
     let dev = qp.pd.ctx.dev;
     let target =
-        match mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, wqe.remote_addr, 8, Access::REMOTE_WRITE) {
+        match mr::pin_remote(dev, &t.pd, t.qp.qpn, wqe.rkey, wqe.remote_addr, 8, Access::REMOTE_WRITE) {
             Ok(p) => p,
             Err(f) => return violation(qp, t, wqe, f.remote(), None),
         };
@@ -417,7 +446,7 @@ fn respond_atomic_write(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe) -> E
 /// FLUSH (IBTA A19; notes §13): the responder QP must allow the placement type, the
 /// region must grant it; a RANGE flush checks the range, a whole-MR flush only the key.
 /// Global visibility is a full memory barrier here.
-fn respond_flush(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
+fn respond_flush(qp: &Arc<QpInner>, t: &Resp, wqe: &SendWqe) -> Exec {
     let f = wqe.flush.unwrap_or_default();
     let mut need = Access::empty();
     if f.placement.contains(FlushPlacement::GLOBAL) {
@@ -426,7 +455,7 @@ fn respond_flush(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
     if f.placement.contains(FlushPlacement::PERSISTENT) {
         need |= Access::FLUSH_PERSISTENT;
     }
-    if !t.resp.access().contains(need) {
+    if !t.qp.resp.access().contains(need) {
         return violation(qp, t, wqe, Violation::QpAccessDenied, None);
     }
     let dev = qp.pd.ctx.dev;
@@ -435,9 +464,9 @@ fn respond_flush(qp: &Arc<QpInner>, t: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
         FlushSelectivity::WholeMr => (u64::MAX, 0),
     };
     let pinned = if f.selectivity == FlushSelectivity::WholeMr {
-        mr::pin_remote_key(dev, &t.pd, t.qpn, wqe.rkey, need)
+        mr::pin_remote_key(dev, &t.pd, t.qp.qpn, wqe.rkey, need)
     } else {
-        mr::pin_remote(dev, &t.pd, t.qpn, wqe.rkey, addr, len, need)
+        mr::pin_remote(dev, &t.pd, t.qp.qpn, wqe.rkey, addr, len, need)
     };
     match pinned {
         Ok(_) => {
@@ -476,6 +505,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
         return done;
     }
     t.note_inbound();
+    let t = Resp::of(t);
     let sgid = dev
         .gids
         .get(usize::from(grh_attr.sgid_index))
@@ -487,9 +517,9 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
     if rwqe.capacity() < need {
         // rxe: with an SRQ the receive completes in error; without one the message is
         // dropped — here the receive was already taken, so complete it in error.
-        let _ = t.recv_cq.push(Cqe::error(
+        let _ = t.cq.push(Cqe::error(
             rwqe.wr_id,
-            t.qpn,
+            t.qp.qpn,
             WcStatus::RemInvReqErr,
             vendor_err::RECV_TOO_SMALL,
         ));
@@ -498,13 +528,13 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
     let dst = match mr::pin_sges(dev, &t.pd, rwqe.sges(), Access::LOCAL_WRITE, need) {
         Ok(d) => d,
         Err(_) => {
-            let _ = t.recv_cq.push(Cqe::error(
+            let _ = t.cq.push(Cqe::error(
                 rwqe.wr_id,
-                t.qpn,
+                t.qp.qpn,
                 WcStatus::LocQpOpErr,
                 vendor_err::RECV_WQE_BAD,
             ));
-            t.enter_error(None);
+            t.qp.enter_error(None);
             return done;
         }
     };

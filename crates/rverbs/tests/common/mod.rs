@@ -140,7 +140,7 @@ pub fn to_rts(qp: &Qp, path: &Path) {
         ..QpAttr::default()
     };
     let mask = match qp.qp_type() {
-        QpType::Rc => {
+        QpType::Rc | QpType::XrcSend => {
             QpAttrMask::STATE
                 | QpAttrMask::SQ_PSN
                 | QpAttrMask::TIMEOUT

@@ -1,0 +1,134 @@
+//! XRC domains (ibv_open_xrcd(3), ibv_close_xrcd(3)).
+//!
+//! Rule: an XRC domain groups XRC SRQs and XRC target (XRC_RECV) QPs; a message from an
+//! XRC initiator reaches the target QP it is connected to, which steers it into the XRC
+//! SRQ the request names — only an SRQ of the target's domain (notes §17).
+//! Rule: domains opened with an fd are shared per file (inode) on the device: an
+//! existing one is reused; none existing and no O_CREAT is EAGAIN; one existing with
+//! O_EXCL is EINVAL. Without an fd each open creates a private domain. Closing a domain
+//! that QPs or SRQs still use is EBUSY.
+
+use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::context::{Context, ContextInner};
+use crate::cq::{Cq, CqInit, CqInner};
+use crate::error::{Error, Result};
+use crate::pd::{Pd, PdInner};
+use crate::qp::{Qp, QpInit};
+use crate::QpCap;
+use crate::QpType;
+
+/// Domains shared per (st_dev, st_ino) of the file they were opened with.
+pub(crate) type XrcdFiles = Mutex<HashMap<(u64, u64), Weak<XrcdInner>>>;
+
+pub(crate) struct XrcdInner {
+    pub(crate) ctx: Arc<ContextInner>,
+    /// The PD of the domain's target QPs. Their memory checks use the SRQ's PD instead;
+    /// this one only carries the context and keeps object accounting uniform.
+    pub(crate) pd: Arc<PdInner>,
+    /// Target QPs complete nothing (their receives complete on the SRQ's CQ); they are
+    /// given this internal CQ, which is never written, because every QP has one.
+    pub(crate) cq: Arc<CqInner>,
+    users: AtomicU32,
+}
+
+impl XrcdInner {
+    pub(crate) fn hold(&self) {
+        self.users.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn release(&self) {
+        self.users.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An XRC domain (`struct ibv_xrcd`). Cloning shares it.
+#[derive(Clone)]
+pub struct Xrcd {
+    inner: Arc<XrcdInner>,
+}
+
+impl std::fmt::Debug for Xrcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Xrcd").finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Opens an XRC domain (ibv_open_xrcd(3)): shared through `file` if given (with
+    /// `oflags` O_CREAT / O_EXCL as open(2) uses them), private otherwise.
+    ///
+    /// Errors: `EAGAIN` when no domain exists for the file and `oflags` lacks O_CREAT;
+    /// `EINVAL` when one exists and `oflags` has O_EXCL; `EBADF` for a bad fd.
+    pub fn open_xrcd(&self, file: Option<BorrowedFd<'_>>, oflags: i32) -> Result<Xrcd> {
+        let ctx = self.inner().clone();
+        let Some(fd) = file else {
+            return Ok(Xrcd { inner: XrcdInner::new(self)? });
+        };
+        let st = rustix::fs::fstat(fd)?;
+        let id = (st.st_dev, st.st_ino);
+        let files = &ctx.dev.xrcd_files;
+        let mut map = files.lock().expect("xrcd files");
+        if let Some(existing) = map.get(&id).and_then(Weak::upgrade) {
+            if oflags & libc::O_EXCL != 0 {
+                return Err(Error::invalid("open_xrcd", "a domain exists for the file (O_EXCL)"));
+            }
+            return Ok(Xrcd { inner: existing });
+        }
+        if oflags & libc::O_CREAT == 0 {
+            return Err(Error::Again { verb: "open_xrcd", why: "no domain for the file and no O_CREAT" });
+        }
+        let inner = XrcdInner::new(self)?;
+        map.insert(id, Arc::downgrade(&inner));
+        Ok(Xrcd { inner })
+    }
+}
+
+impl XrcdInner {
+    fn new(ctx: &Context) -> Result<Arc<Self>> {
+        let pd = ctx.alloc_pd()?;
+        let cq = ctx.create_cq(&CqInit::new(1))?;
+        Ok(Arc::new(XrcdInner {
+            ctx: ctx.inner().clone(),
+            pd: pd.inner().clone(),
+            cq: cq.inner().clone(),
+            users: AtomicU32::new(0),
+        }))
+    }
+}
+
+impl Xrcd {
+    pub(crate) fn inner(&self) -> &Arc<XrcdInner> {
+        &self.inner
+    }
+
+    /// Creates an XRC target QP (`IBV_QPT_XRC_RECV`): it has no send or receive queue
+    /// and no CQs; messages it receives land in the XRC SRQ they name.
+    pub fn create_recv_qp(&self, qp_context: usize) -> Result<Qp> {
+        let pd = Pd::from_inner(self.inner.pd.clone());
+        let cq = Cq::from_inner(self.inner.cq.clone());
+        let init = QpInit {
+            qp_context,
+            ..QpInit::new(QpType::XrcRecv, &cq, QpCap::default())
+        };
+        Qp::new_in(pd.inner().clone(), &init, Some(self.inner.clone()))
+    }
+
+    /// Closes the domain (ibv_close_xrcd(3)).
+    ///
+    /// Errors: `EBUSY` while XRC SRQs or target QPs use it.
+    pub fn close(&self) -> Result<()> {
+        if self.inner.users.load(Ordering::Acquire) != 0 {
+            return Err(Error::Busy { what: "XRC domain" });
+        }
+        Ok(())
+    }
+
+    /// Whether two handles name the same domain.
+    pub fn same_as(&self, other: &Xrcd) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
