@@ -3,14 +3,18 @@
 
 perf-anchors.md §0: on a shared 2-vCPU VM single runs drift, so compare medians of >= 5
 runs in which rverbs and its peer ran interleaved. Each rep runs both bench binaries
-(rc_loopback measures every WRITE size right before its memcpy peer); after each binary
-the per-benchmark *median* sample (criterion's estimates.json, ns per iteration) is kept.
+(rc_loopback measures every WRITE size right before its memcpy peer). The binaries are
+built once and copied to OUT_DIR first, so every rep runs the same code. After each
+binary the per-benchmark *median* sample (criterion's estimates.json, ns per iteration)
+is kept.
 The report gives, per benchmark, the median over reps and the min-max range, and for
 write_bw the median over reps of the same-rep ratio to peer_memcpy.
 
 Usage (from the repository root):
     CARGO_TARGET_DIR=/tmp/cli-target python3 crates/rverbs/benches/reps.py [REPS] [OUT_DIR]
-Standard library only. Prints markdown tables to stdout; raw per-rep JSON goes to OUT_DIR.
+Standard library only. Prints markdown tables to stdout; logs, criterion data and raw
+per-rep JSON go to OUT_DIR (default /tmp/rverbs-bench-reps). REPS 0 re-prints the report
+of the reps already in OUT_DIR.
 """
 
 import json
@@ -43,19 +47,43 @@ def loadavg():
         return float(f.read().split()[0])
 
 
-def run(reps, out_dir, target):
+def build(out_dir):
+    """Builds the bench binaries once and copies them to OUT_DIR, so every rep runs the
+    same code even if the sources change during the run."""
+    cmd = ["cargo", "bench", "-p", "rverbs", "--no-run", "--message-format=json"]
+    cmd += [f"--bench={b}" for b in BENCHES]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    exes = {}
+    for line in out.splitlines():
+        msg = json.loads(line)
+        target = msg.get("target", {})
+        if msg.get("reason") == "compiler-artifact" and msg.get("executable") \
+                and target.get("name") in BENCHES and "bench" in target.get("kind", []):
+            dst = os.path.join(out_dir, target["name"])
+            shutil.copy2(msg["executable"], dst)
+            exes[target["name"]] = dst
+    missing = set(BENCHES) - set(exes)
+    if missing:
+        sys.exit(f"no executable for {missing}")
+    return exes
+
+
+def run(reps, out_dir):
+    exes = build(out_dir)
+    crit = os.path.join(out_dir, "criterion")
+    env = dict(os.environ, CRITERION_HOME=crit)
     runs = []
     for rep in range(1, reps + 1):
         merged = {}
         for b in BENCHES:
             # Drop stored results of these groups so a failed run cannot leave stale ones.
             for g in GROUPS[b]:
-                shutil.rmtree(os.path.join(target, "criterion", g), ignore_errors=True)
+                shutil.rmtree(os.path.join(crit, g), ignore_errors=True)
             log = os.path.join(out_dir, f"{b}.{rep}.log")
             with open(log, "w") as f:
-                subprocess.run(["cargo", "bench", "-p", "rverbs", "--bench", b],
-                               stdout=f, stderr=subprocess.STDOUT, check=True)
-            ids = collect(os.path.join(target, "criterion"))
+                subprocess.run([exes[b], "--bench"], stdout=f, stderr=subprocess.STDOUT,
+                               env=env, check=True)
+            ids = collect(crit)
             merged.update({k: v for k, v in ids.items() if k.split("/")[0] in GROUPS[b]})
             merged.setdefault("_loadavg", []).append(loadavg())
             print(f"rep {rep}/{reps}: {b} done, loadavg {loadavg()}", file=sys.stderr)
@@ -146,10 +174,9 @@ def report(runs):
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     out_dir = sys.argv[2] if len(sys.argv) > 2 else "/tmp/rverbs-bench-reps"
-    target = os.environ.get("CARGO_TARGET_DIR", "target")
     os.makedirs(out_dir, exist_ok=True)
     if reps > 0:
-        runs = run(reps, out_dir, target)
+        runs = run(reps, out_dir)
     else:  # REPS 0: only re-print the report of the runs already in OUT_DIR
         runs = []
         for name in sorted(os.listdir(out_dir)):

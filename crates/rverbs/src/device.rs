@@ -334,6 +334,7 @@ pub(crate) struct DeviceInner {
     pub(crate) qps: Table<QpInner>,
     pub(crate) srqs: Table<SrqInner>,
     pub(crate) xrcd_files: crate::xrcd::XrcdFiles,
+    pub(crate) mcast: crate::mcast::Groups,
 }
 
 static DEVICE: OnceLock<DeviceInner> = OnceLock::new();
@@ -383,6 +384,7 @@ impl DeviceInner {
             qps: Table::new("queue pairs"),
             srqs: Table::new("shared receive queues"),
             xrcd_files: Default::default(),
+            mcast: Default::default(),
         }
     }
 

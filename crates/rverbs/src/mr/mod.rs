@@ -94,10 +94,6 @@ impl MrInner {
         }
     }
 
-    pub(crate) fn key(&self) -> u32 {
-        self.key
-    }
-
     pub(crate) fn is_valid(&self) -> bool {
         self.valid.load(Ordering::Acquire)
     }

@@ -11,6 +11,7 @@
 //! try-locks its send queue and leaves the flush to the holder if it is busy.
 
 pub mod attr;
+pub mod batch;
 pub(crate) mod rq;
 pub(crate) mod sq;
 pub mod wr;
@@ -57,12 +58,24 @@ pub struct QpInit<'a> {
     pub sq_sig_all: bool,
     /// Opaque value returned with asynchronous events (`qp_context`).
     pub qp_context: usize,
+    /// The operations the work-request builder may post ([`Qp::wr_start`]);
+    /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` of ibv_create_qp_ex(3). `None`: no builder.
+    pub send_ops: Option<batch::SendOps>,
 }
 
 impl<'a> QpInit<'a> {
     /// A QP of `qp_type` completing to `cq` for both queues.
     pub fn new(qp_type: QpType, cq: &'a Cq, cap: QpCap) -> Self {
-        QpInit { qp_type, send_cq: cq, recv_cq: cq, srq: None, cap, sq_sig_all: false, qp_context: 0 }
+        QpInit {
+            qp_type,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap,
+            sq_sig_all: false,
+            qp_context: 0,
+            send_ops: None,
+        }
     }
 }
 
@@ -113,6 +126,7 @@ pub(crate) struct QpInner {
     pub(crate) xrcd: Option<Arc<XrcdInner>>,
     pub(crate) sq_sig_all: bool,
     pub(crate) cap: QpCap,
+    pub(crate) send_ops: Option<batch::SendOps>,
     pub(crate) resp: RespView,
     attrs: Mutex<QpAttr>,
     pub(crate) sq: Mutex<SendQueue>,
@@ -120,6 +134,8 @@ pub(crate) struct QpInner {
     pub(crate) rq: Option<RecvQueue>,
     comm_est: AtomicBool,
     sqd_notified: AtomicBool,
+    /// Multicast groups the QP is attached to (destroy is refused while any).
+    pub(crate) mcast_attached: AtomicU32,
     pub(crate) async_events: EventCounter,
     destroyed: AtomicBool,
     cookie: AtomicUsize,
@@ -386,6 +402,11 @@ impl Qp {
         if init.qp_type == QpType::XrcSend && init.srq.is_some() {
             return Err(Error::invalid("create_qp", "XRC initiators do not receive"));
         }
+        if let Some(ops) = init.send_ops {
+            if !batch::SendOps::allowed_on(init.qp_type).contains(ops) {
+                return Err(Error::unsupported("create_qp_ex", "send_ops_flags for this QP type"));
+            }
+        }
         let ctx = &pd.ctx;
         for cq in [init.send_cq, init.recv_cq] {
             if !Arc::ptr_eq(&cq.inner().ctx, ctx) {
@@ -434,6 +455,7 @@ impl Qp {
             xrcd,
             sq_sig_all: init.sq_sig_all,
             cap,
+            send_ops: init.send_ops,
             resp: RespView {
                 state: AtomicU8::new(QpState::Reset as u8),
                 access: AtomicU32::new(0),
@@ -449,6 +471,7 @@ impl Qp {
             rq: (cap.max_recv_wr > 0).then(|| RecvQueue::new(cap.max_recv_wr, cap.max_recv_sge)),
             comm_est: AtomicBool::new(false),
             sqd_notified: AtomicBool::new(false),
+            mcast_attached: AtomicU32::new(0),
             async_events: EventCounter::default(),
             destroyed: AtomicBool::new(false),
             cookie: AtomicUsize::new(0),
@@ -868,6 +891,9 @@ impl Qp {
     /// completions; peers sending to it see no response.
     pub fn destroy(&self) -> Result<()> {
         let q = &self.inner;
+        if q.mcast_attached.load(Ordering::Acquire) != 0 {
+            return Err(Error::Busy { what: "queue pair attached to a multicast group" });
+        }
         if q.destroyed.swap(true, Ordering::AcqRel) {
             return Err(Error::Destroyed { what: "queue pair" });
         }

@@ -163,6 +163,19 @@ impl SendQueue {
         Some(w)
     }
 
+    /// Removes the newest work requests until `count` remain (an aborted batch).
+    pub(crate) fn truncate(&mut self, count: usize) {
+        while self.count > count {
+            let slot = (self.head + self.count - 1) % self.cap;
+            self.wqes[slot] = SendWqe::default();
+            let base = slot * self.max_sge;
+            for k in &mut self.keep[base..base + self.max_sge] {
+                *k = None;
+            }
+            self.count -= 1;
+        }
+    }
+
     /// Removes every work request without completing it (→ RESET, destroy).
     pub(crate) fn clear(&mut self) {
         while self.pop().is_some() {}

@@ -18,6 +18,7 @@ use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpState, QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use rverbs_proto::violation::Violation;
 
+use crate::mcast::{is_multicast, MULTICAST_QPN};
 use crate::mem::AtomicOp;
 use crate::mr::{self, copy_message, Fault, KeyTarget, PinList, Source};
 use crate::qp::wr::{FlushPlacement, FlushSelectivity};
@@ -477,10 +478,11 @@ fn respond_flush(qp: &Arc<QpInner>, t: &Resp, wqe: &SendWqe) -> Exec {
     }
 }
 
-/// UD: one message to the QP the address handle and `remote_qpn` name. The requester
-/// always completes as sent (rocev2-wire.md §3.5): a message above the path MTU is not
-/// sent at all (C10-93.1.1); an unknown or not-ready QP, a Q_Key mismatch or a missing
-/// receive drop it silently.
+/// UD: one message to the QP the address handle and `remote_qpn` name, or to every
+/// member of a multicast group (remote QPN 0xFFFFFF and a multicast destination GID).
+/// The requester always completes as sent (rocev2-wire.md §3.5): a message above the path
+/// MTU is not sent at all (C10-93.1.1); an unknown or not-ready QP, a Q_Key mismatch or a
+/// missing receive drop it silently.
 fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
     let done = Exec::Done(sent(qp, wqe));
     let Some(ud) = &wqe.ud else { return done };
@@ -494,15 +496,31 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
         return done;
     }
     let Some(grh_attr) = ud.ah.attr.grh else { return done };
+    if ud.remote_qpn == MULTICAST_QPN && is_multicast(&grh_attr.dgid) {
+        for t in dev.mcast.members(&grh_attr.dgid) {
+            ud_deliver(qp, wqe, data, t);
+        }
+        return done;
+    }
     if !dev.owns_gid(&grh_attr.dgid) {
         return done;
     }
-    let Some(t) = dev.qps.get(ud.remote_qpn) else { return done };
+    if let Some(t) = dev.qps.get(ud.remote_qpn) {
+        ud_deliver(qp, wqe, data, t);
+    }
+    done
+}
+
+/// Delivers one UD message to `t`, if it accepts it.
+fn ud_deliver(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_>, t: Arc<QpInner>) {
+    let Some(ud) = &wqe.ud else { return };
+    let Some(grh_attr) = ud.ah.attr.grh else { return };
+    let dev = qp.pd.ctx.dev;
     if t.qp_type != QpType::Ud || !accepts_requests(t.state()) {
-        return done;
+        return;
     }
     if ud.remote_qkey != t.resp.qkey.load(std::sync::atomic::Ordering::Acquire) {
-        return done;
+        return;
     }
     t.note_inbound();
     let t = Resp::of(t);
@@ -512,7 +530,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
         .map(|e| e.gid)
         .unwrap_or_default();
     let len = wqe.total_len as usize;
-    let Some(rwqe) = take_recv(&t) else { return done };
+    let Some(rwqe) = take_recv(&t) else { return };
     let need = (GRH_LEN + len) as u64;
     if rwqe.capacity() < need {
         // rxe: with an SRQ the receive completes in error; without one the message is
@@ -523,7 +541,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
             WcStatus::RemInvReqErr,
             vendor_err::RECV_TOO_SMALL,
         ));
-        return done;
+        return;
     }
     let dst = match mr::pin_sges(dev, &t.pd, rwqe.sges(), Access::LOCAL_WRITE, need) {
         Ok(d) => d,
@@ -535,7 +553,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
                 vendor_err::RECV_WQE_BAD,
             ));
             t.qp.enter_error(None);
-            return done;
+            return;
         }
     };
     let header = grh::build(
@@ -554,5 +572,4 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
     cqe.wc_flags |= WcFlags::GRH.bits() as u8;
     cqe.sl = ud.ah.attr.sl;
     let _ = deliver_recv(&t, cqe);
-    done
 }
