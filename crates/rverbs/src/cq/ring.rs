@@ -113,7 +113,13 @@ impl Ring {
         loop {
             if !overwrite {
                 let h = self.head.load(Ordering::Acquire);
-                if t.wrapping_sub(h) >= cap {
+                if h > t {
+                    // Our view of `tail` is older than the consumer's progress (found by
+                    // the loom model): the ring is not full, read `tail` again.
+                    t = self.tail.load(Ordering::Acquire);
+                    continue;
+                }
+                if t - h >= cap {
                     return Err(PushError::Full);
                 }
             }
