@@ -4,7 +4,9 @@
  *    and async_fd, num_comp_vectors, the inline-dispatch ops;
  *  - ibv_query_port through the verbs_context op (52 bytes) and the exported compat
  *    symbol (48 bytes), ibv_query_device(_ex), GIDs (ex, table, type), P_Keys, rt values;
- *  - EBUSY rules, resize, SRQs, and EOPNOTSUPP for what the device does not have yet;
+ *  - EBUSY rules, resize, SRQs, creation paths (XRC_SEND through the exported
+ *    ibv_create_qp, ibv_qp_to_qp_ex, send_ops_flags checks), EOPNOTSUPP for what the
+ *    device does not have;
  *  - NULL arguments give an errno, not a crash.
  */
 #include <arpa/inet.h>
@@ -178,8 +180,19 @@ static void lifecycles(void)
 	qattr.cap = (struct ibv_qp_cap){.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
 					.max_recv_sge = 1};
 	qattr.qp_type = IBV_QPT_XRC_SEND;
+	qattr.recv_cq = NULL;
+	sqp = ibv_create_qp(a.pd, &qattr);
+	CHECK(sqp && sqp->qp_type == IBV_QPT_XRC_SEND && qattr.cap.max_recv_wr == 0 &&
+		      qattr.cap.max_send_wr >= 4,
+	      "XRC_SEND through the exported ibv_create_qp (gotcha 9): receive caps forced to 0");
+	CHECK(ibv_qp_to_qp_ex(sqp) == NULL,
+	      "ibv_qp_to_qp_ex of a QP from ibv_create_qp: NULL (not VERBS_QP_EX)");
+	CHECK(ibv_destroy_qp(sqp) == 0, "ibv_destroy_qp(XRC_SEND)");
+	qattr.recv_cq = a.send_cq;
+	qattr.qp_type = IBV_QPT_XRC_RECV;
 	errno = 0;
-	CHECK(!ibv_create_qp(a.pd, &qattr) && errno == EOPNOTSUPP, "XRC_SEND QP: NULL/EOPNOTSUPP");
+	CHECK(!ibv_create_qp(a.pd, &qattr) && errno == EINVAL,
+	      "XRC_RECV through ibv_create_qp (no XRC domain): NULL/EINVAL");
 	qattr.qp_type = IBV_QPT_RAW_PACKET;
 	errno = 0;
 	CHECK(!ibv_create_qp(a.pd, &qattr) && errno == EOPNOTSUPP, "RAW_PACKET QP: NULL/EOPNOTSUPP");
@@ -189,10 +202,20 @@ static void lifecycles(void)
 	xattr.qp_type = IBV_QPT_RC;
 	xattr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	xattr.pd = a.pd;
-	xattr.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	xattr.send_ops_flags = IBV_QP_EX_WITH_SEND | (1 << 11);
 	errno = 0;
 	CHECK(!ibv_create_qp_ex(a.ctx, &xattr) && errno == EOPNOTSUPP,
-	      "QP with SEND_OPS_FLAGS (ibv_wr_* builder): NULL/EOPNOTSUPP");
+	      "send_ops_flags bit 11 (FLUSH, not in rdma-core 44): NULL/EOPNOTSUPP");
+	xattr.send_ops_flags = IBV_QP_EX_WITH_TSO;
+	errno = 0;
+	CHECK(!ibv_create_qp_ex(a.ctx, &xattr) && errno == EOPNOTSUPP,
+	      "send_ops_flags TSO: NULL/EOPNOTSUPP");
+	xattr.qp_type = IBV_QPT_UD;
+	xattr.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+	errno = 0;
+	CHECK(!ibv_create_qp_ex(a.ctx, &xattr) && errno == EOPNOTSUPP,
+	      "UD QP with RDMA_WRITE in send_ops_flags: NULL/EOPNOTSUPP");
+	xattr.qp_type = IBV_QPT_RC;
 	xattr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	xattr.create_flags = 0;
 	sqp = ibv_create_qp_ex(a.ctx, &xattr);
@@ -200,9 +223,12 @@ static void lifecycles(void)
 	      "ibv_create_qp_ex through the verbs_context op; caps written back");
 	qpx = ibv_qp_to_qp_ex(sqp);
 	CHECK(qpx == (struct ibv_qp_ex *)sqp, "ibv_qp_to_qp_ex: the same object");
+	CHECK(qpx->wr_send == NULL && qpx->wr_rdma_write == NULL && qpx->wr_start &&
+		      qpx->wr_complete && qpx->wr_abort && qpx->wr_set_sge,
+	      "no send_ops_flags: no opcode builder, start/complete/abort/setters set");
 	ibv_wr_start(qpx);
-	ibv_wr_send(qpx);
-	CHECK(ibv_wr_complete(qpx) == EOPNOTSUPP, "the builder is not available: EOPNOTSUPP");
+	CHECK(ibv_wr_complete(qpx) == EINVAL,
+	      "ibv_wr_complete on a QP created without send_ops_flags: EINVAL");
 	CHECK(ibv_destroy_qp(sqp) == 0, "ibv_destroy_qp");
 
 	printf("# SRQ\n");
@@ -223,8 +249,8 @@ static void lifecycles(void)
 						 .pd = b.pd};
 
 		errno = 0;
-		CHECK(!ibv_create_srq_ex(b.ctx, &x) && errno == EOPNOTSUPP,
-		      "XRC SRQ: NULL/EOPNOTSUPP");
+		CHECK(!ibv_create_srq_ex(b.ctx, &x) && errno == EINVAL,
+		      "XRC SRQ without IBV_SRQ_INIT_ATTR_XRCD|CQ: NULL/EINVAL");
 	}
 	REQUIRE(ibv_destroy_qp(b.qp) == 0, "replace b's QP");
 	memset(&qattr, 0, sizeof(qattr));
@@ -261,32 +287,34 @@ static void lifecycles(void)
 	      "ibv_destroy_srq once no QP uses it");
 	b.qp = make_qp(&b, IBV_QPT_RC, 4);
 
-	printf("# not supported (yet): EOPNOTSUPP\n");
+	printf("# argument checks of MW, XRC, rereg and multicast verbs\n");
 	errno = 0;
-	CHECK(!ibv_alloc_mw(a.pd, IBV_MW_TYPE_2) && errno == EOPNOTSUPP,
-	      "ibv_alloc_mw: NULL/EOPNOTSUPP");
+	CHECK(!ibv_alloc_mw(a.pd, 3) && errno == EINVAL, "ibv_alloc_mw(type 3): NULL/EINVAL");
 	{
-		struct ibv_xrcd_init_attr xa = {.comp_mask = IBV_XRCD_INIT_ATTR_FD |
-							     IBV_XRCD_INIT_ATTR_OFLAGS,
-						.fd = -1, .oflags = O_CREAT};
+		struct ibv_xrcd_init_attr xa = {.comp_mask = IBV_XRCD_INIT_ATTR_FD, .fd = -1};
 
 		errno = 0;
+		CHECK(!ibv_open_xrcd(a.ctx, &xa) && errno == EINVAL,
+		      "ibv_open_xrcd without IBV_XRCD_INIT_ATTR_OFLAGS: NULL/EINVAL");
+		xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+		xa.fd = 1 << 20;
+		errno = 0;
+		CHECK(!ibv_open_xrcd(a.ctx, &xa) && errno == EBADF,
+		      "ibv_open_xrcd with a closed fd: NULL/EBADF");
+		xa.comp_mask = IBV_XRCD_INIT_ATTR_RESERVED;
+		errno = 0;
 		CHECK(!ibv_open_xrcd(a.ctx, &xa) && errno == EOPNOTSUPP,
-		      "ibv_open_xrcd: NULL/EOPNOTSUPP");
+		      "ibv_open_xrcd with a reserved comp_mask bit: NULL/EOPNOTSUPP");
 	}
-	errno = 0;
-	CHECK(ibv_rereg_mr(a.mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
-			   IBV_ACCESS_LOCAL_WRITE) == IBV_REREG_MR_ERR_CMD &&
-		      errno == EOPNOTSUPP,
-	      "ibv_rereg_mr: IBV_REREG_MR_ERR_CMD/EOPNOTSUPP");
 	errno = 0;
 	CHECK(ibv_rereg_mr(a.mr, 1 << 5, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT &&
 		      errno == EINVAL,
 	      "ibv_rereg_mr with unknown flags: IBV_REREG_MR_ERR_INPUT/EINVAL");
 	{
-		union ibv_gid g = {};
+		union ibv_gid g = {.raw = {0xff, 0x0e}};
 
-		CHECK(ibv_attach_mcast(a.qp, &g, 0) == EOPNOTSUPP, "ibv_attach_mcast: EOPNOTSUPP");
+		CHECK(ibv_attach_mcast(a.qp, &g, 0) == EINVAL,
+		      "ibv_attach_mcast of an RC QP: EINVAL");
 	}
 	CHECK(ibv_fork_init() == 0 && ibv_is_fork_initialized() == IBV_FORK_UNNEEDED,
 	      "ibv_fork_init 0, ibv_is_fork_initialized UNNEEDED");

@@ -258,13 +258,17 @@ impl Drop for ContextLock<'_> {
     }
 }
 
-/// The `ibv_context.ops` table: the five data-path ops inline code calls, plus the two
-/// `_compat_` query slots rdma-core fills with the exported functions. MW ops stay NULL
-/// (the inline `ibv_alloc_mw` then fails with `EOPNOTSUPP`).
+/// The `ibv_context.ops` table: the five data-path ops inline code calls, the three
+/// memory-window ops (the inline `ibv_bind_mw`/`ibv_dealloc_mw` call theirs unchecked, so
+/// they are set together with `alloc_mw`), plus the two `_compat_` query slots rdma-core
+/// fills with the exported functions.
 fn context_ops() -> ibv_context_ops {
     let mut ops = ibv_context_ops::zeroed();
     ops._compat_query_device = Some(ibv_query_device);
     ops._compat_query_port = Some(ibv_query_port);
+    ops.alloc_mw = Some(crate::mw::rverbs_alloc_mw);
+    ops.bind_mw = Some(crate::mw::rverbs_bind_mw);
+    ops.dealloc_mw = Some(crate::mw::rverbs_dealloc_mw);
     ops.poll_cq = Some(crate::cq::rverbs_poll_cq);
     ops.req_notify_cq = Some(crate::cq::rverbs_req_notify_cq);
     ops.post_send = Some(crate::qp::rverbs_post_send);
@@ -274,14 +278,18 @@ fn context_ops() -> ibv_context_ops {
 }
 
 /// The `verbs_context` extended ops (sorted as in the struct). Every op not set stays
-/// NULL: the inline wrappers turn that into `EOPNOTSUPP` (XRC, MW, DM, flows, WQs,
-/// counters, parent/thread domains, CQ moderation, rate limits, advise_mr).
+/// NULL: the inline wrappers turn that into `EOPNOTSUPP` (DM, flows, WQs, counters,
+/// parent/thread domains, CQ moderation, rate limits, advise_mr, open_qp). `close_xrcd`
+/// is set with `open_xrcd` (the inline `ibv_close_xrcd` calls it unchecked).
 fn fill_verbs_context(v: &mut verbs_context) {
     v.query_rt_values = Some(rverbs_query_rt_values);
     v.create_cq_ex = Some(crate::cq::rverbs_create_cq_ex);
     v.query_device_ex = Some(rverbs_query_device_ex);
     v.create_qp_ex = Some(crate::qp::rverbs_create_qp_ex);
+    v.get_srq_num = Some(crate::xrcd::rverbs_get_srq_num);
     v.create_srq_ex = Some(crate::srq::rverbs_create_srq_ex);
+    v.open_xrcd = Some(crate::xrcd::rverbs_open_xrcd);
+    v.close_xrcd = Some(crate::xrcd::rverbs_close_xrcd);
     v.query_port = Some(rverbs_query_port);
     v.sz = size_of::<verbs_context>();
 }

@@ -17,16 +17,18 @@
 //!   (one `from_raw` per type: the C struct is the first field of a `#[repr(C)]`
 //!   wrapper holding the core object, like rxe's `to_rcq`), translates the arguments
 //!   (the private `conv` module), calls the core (`rverbs`) and maps its `Error` to the
-//!   verb's errno convention. Features not wired yet (memory windows, XRC, the `ibv_wr_*`
-//!   builder, rereg, device memory, flows, WQs, counters, parent domains, import/export,
-//!   ODP, multicast) answer `EOPNOTSUPP` in rdma-core's convention for that verb, or are
-//!   left NULL in `verbs_context` where the inline wrapper turns NULL into `EOPNOTSUPP`.
+//!   verb's errno convention. Features the core does not have (device memory, flows,
+//!   WQs, counters, parent domains, import/export, ODP, TSO, raw packet QPs, `open_qp`)
+//!   answer `EOPNOTSUPP` in rdma-core's convention for that verb, or are left NULL in
+//!   `verbs_context` where the inline wrapper turns NULL into `EOPNOTSUPP`.
 //! * Objects handed to C (reference §4.4): devices are immortal; contexts are a 648-byte
 //!   `verbs_context` (the `ibv_context` at +320, `abi_compat = UINTPTR_MAX`); every CQ
 //!   is an `ibv_cq_ex` and every QP an `ibv_qp_ex`. The inline-dispatch ops
-//!   (`ibv_context.ops.poll_cq/req_notify_cq/post_send/post_recv/post_srq_recv`) and the
-//!   `verbs_context` ops (`query_port`, `query_device_ex`, `create_cq_ex`, `create_qp_ex`,
-//!   `create_srq_ex`, `query_rt_values`) are set.
+//!   (`ibv_context.ops.poll_cq/req_notify_cq/post_send/post_recv/post_srq_recv`), the
+//!   memory-window ops (`alloc_mw/bind_mw/dealloc_mw`) and the `verbs_context` ops
+//!   (`query_port`, `query_device_ex`, `create_cq_ex`, `create_qp_ex`, `create_srq_ex`,
+//!   `get_srq_num`, `open_xrcd`, `close_xrcd`, `query_rt_values`) are set; QPs created
+//!   with `send_ops_flags` carry the `ibv_wr_*` builder (private module `wr`).
 //! * Hot paths (`poll_cq`, `post_send`, `post_recv`, `post_srq_recv`) allocate nothing
 //!   and take no lock of their own: completions land in the caller's `ibv_wc` array
 //!   (the core's `Wc` has its layout) and C work-request lists are translated into
@@ -162,8 +164,11 @@ pub mod device;
 pub mod event;
 pub mod misc;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod private;
 pub mod qp;
 pub mod srq;
 pub mod strs;
+mod wr;
+pub mod xrcd;

@@ -29,6 +29,11 @@ impl MrObj {
         let obj = unsafe { mr.cast::<MrObj>().as_ref()? };
         (obj.magic == MR_MAGIC).then_some(obj)
     }
+
+    /// The core MR.
+    pub fn core(&self) -> &rverbs::Mr {
+        &self.core
+    }
 }
 
 export! {
@@ -132,25 +137,28 @@ export! {
     /// Re-registers a memory region (`ibv_rereg_mr(3)`). Returns 0 or a negative
     /// `IBV_REREG_MR_ERR_*` code with `errno`.
     ///
-    /// Rule: verbs.c: the input checks (unknown flags, CHANGE_TRANSLATION without
-    /// addr/length, access without CHANGE_ACCESS) give `IBV_REREG_MR_ERR_INPUT` with
-    /// `errno = EINVAL`; a provider failure gives `IBV_REREG_MR_ERR_CMD` with the
-    /// provider's errno. The core cannot re-register yet: `ERR_CMD`, `errno = EOPNOTSUPP`
-    /// (what rdma-core reports for a provider without rereg_mr).
+    /// Rule: verbs.c (notes §16.1): not a plain MR, unknown flags, CHANGE_TRANSLATION
+    /// with a NULL `addr` or 0 `length`, or `access` without CHANGE_ACCESS give
+    /// `IBV_REREG_MR_ERR_INPUT` with `errno = EINVAL` and leave the MR as it was.
+    /// Rule: otherwise the core changes the region in place (the keys stay the same) and
+    /// the library updates `mr->pd` (CHANGE_PD) and `mr->addr`/`mr->length`
+    /// (CHANGE_TRANSLATION); a failure is `IBV_REREG_MR_ERR_CMD` with the core's errno
+    /// (`EINVAL` for bad access flags or a PD that is not ours or of another context,
+    /// `EBUSY` while memory windows are bound).
     #[export("IBVERBS_1.1", value(IBV_REREG_MR_ERR_CMD))]
     pub unsafe fn ibv_rereg_mr(
         mr: *mut ibv_mr,
         flags: c_int,
-        _pd: *mut ibv_pd,
+        pd: *mut ibv_pd,
         addr: *mut c_void,
         length: usize,
         access: c_int,
     ) -> c_int {
         // SAFETY: caller contract.
-        if unsafe { MrObj::from_raw(mr) }.is_none() {
+        let Some(obj) = (unsafe { MrObj::from_raw(mr) }) else {
             set_errno(libc::EINVAL);
             return IBV_REREG_MR_ERR_INPUT;
-        }
+        };
         let flags = flags as c_uint;
         let bad_input = flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
             || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
@@ -159,8 +167,51 @@ export! {
             set_errno(libc::EINVAL);
             return IBV_REREG_MR_ERR_INPUT;
         }
-        set_errno(libc::EOPNOTSUPP);
-        IBV_REREG_MR_ERR_CMD
+        let cmd_err = |e: c_int| {
+            set_errno(e);
+            IBV_REREG_MR_ERR_CMD
+        };
+        let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            // SAFETY: caller contract.
+            match unsafe { PdObj::from_raw(pd) } {
+                // uverbs looks the PD handle up in the MR's own context.
+                // SAFETY: reading a field of our own allocation.
+                Some(p) if p.context_ptr() == unsafe { (*obj.mr.get()).context } => Some(p),
+                _ => return cmd_err(libc::EINVAL),
+            }
+        } else {
+            None
+        };
+        let core_flags = rverbs::ReregFlags::from_bits_truncate(flags)
+            - rverbs::ReregFlags::TRANSLATION;
+        let new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS != 0)
+            .then(|| rverbs::Access::from_bits_retain(access as c_uint));
+        let core_pd = new_pd.map(PdObj::core);
+        let r = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            // SAFETY: the C contract of ibv_rereg_mr(3) with CHANGE_TRANSLATION: the new
+            // range is memory of the caller that stays valid until the region is
+            // deregistered or re-registered again (as for ibv_reg_mr).
+            unsafe {
+                obj.core.rereg_translation(core_flags, addr.cast(), length, core_pd, new_access)
+            }
+        } else {
+            obj.core.rereg(core_flags, core_pd, new_access)
+        };
+        if let Err(e) = r {
+            return cmd_err(e.errno());
+        }
+        // SAFETY: fields of our allocation (rdma-core updates them the same way).
+        unsafe {
+            let m = obj.mr.get();
+            if let Some(p) = new_pd {
+                (*m).pd = p.as_ptr();
+            }
+            if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+                (*m).addr = addr;
+                (*m).length = length;
+            }
+        }
+        0
     }
 }
 

@@ -1,17 +1,18 @@
 //! Queue pairs: the out-of-line verbs, the `create_qp_ex` op and the inline-dispatch ops
-//! `post_send`/`post_recv`.
+//! `post_send`/`post_recv`, multicast attach/detach.
 //!
-//! Every QP is allocated as an `ibv_qp_ex` (reference §4.4). The work-request builder
-//! (`ibv_wr_*`, QPs created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) is not available yet:
-//! such QPs are refused with `EOPNOTSUPP`, and the `wr_*` slots of every QP hold stubs
-//! that post nothing and make `ibv_wr_complete` fail with `EOPNOTSUPP` (never a NULL
-//! call, never a fake success).
+//! Every QP is allocated as an `ibv_qp_ex` (reference §4.4). QPs created through the
+//! `create_qp_ex` op are "extended" (`ibv_qp_to_qp_ex` returns them, as rxe sets
+//! `VERBS_QP_EX`); with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` their builder table
+//! (`ibv_wr_*`, wr.rs) holds the requested opcode builders.
 
-use core::ffi::{c_int, c_void};
+use core::ffi::c_int;
 use std::cell::UnsafeCell;
+use std::sync::Mutex;
 
 use rverbs::{
-    Payload, QpAttrMask, QpInit, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode,
+    BindMwWr, Payload, QpAttrMask, QpInit, QpType, RecvWr, SendFlags, SendOps, SendWr, Sge, UdDest,
+    WrOpcode,
 };
 
 use crate::abi::*;
@@ -20,8 +21,10 @@ use crate::conv;
 use crate::cq::CqObj;
 use crate::device::ContextObj;
 use crate::ffi::{not_supported_errno, null_errno};
+use crate::mw::MwObj;
 use crate::pd::PdObj;
 use crate::srq::SrqObj;
+use crate::xrcd::XrcdObj;
 
 const QP_MAGIC: u32 = u32::from_be_bytes(*b"rvQP");
 
@@ -31,7 +34,14 @@ pub struct QpObj {
     qp: UnsafeCell<ibv_qp_ex>,
     magic: u32,
     core: rverbs::Qp,
+    /// `wr.ud` is the union member of this QP's send work requests.
     ud: bool,
+    /// `qp_type.xrc.remote_srqn` is meaningful in this QP's send work requests.
+    xrc_send: bool,
+    /// Created through `create_qp_ex`: `ibv_qp_to_qp_ex` returns it.
+    extended: bool,
+    /// The `ibv_wr_*` calls since `ibv_wr_start` (wr.rs).
+    batch: Mutex<crate::wr::Batch>,
 }
 
 const _: () = assert!(size_of::<Sge>() == size_of::<ibv_sge>());
@@ -58,84 +68,105 @@ impl QpObj {
     pub fn core(&self) -> &rverbs::Qp {
         &self.core
     }
-}
 
-// ---------------------------------------------------------------------------------------
-// ibv_qp_ex builder stubs
-// ---------------------------------------------------------------------------------------
-
-/// `wr_start` … `wr_set_*`, `wr_abort`: the builder is not available; nothing is queued.
-unsafe extern "C" fn wr_noop(_qp: *mut ibv_qp_ex) {}
-unsafe extern "C" fn wr_noop_u32(_qp: *mut ibv_qp_ex, _a: u32) {}
-unsafe extern "C" fn wr_noop_u32_u64(_qp: *mut ibv_qp_ex, _a: u32, _b: u64) {}
-unsafe extern "C" fn wr_noop_u32_u64_u32(_qp: *mut ibv_qp_ex, _a: u32, _b: u64, _c: u32) {}
-unsafe extern "C" fn wr_noop_u32_u64_u64(_qp: *mut ibv_qp_ex, _a: u32, _b: u64, _c: u64) {}
-unsafe extern "C" fn wr_noop_cas(_qp: *mut ibv_qp_ex, _a: u32, _b: u64, _c: u64, _d: u64) {}
-unsafe extern "C" fn wr_noop_bind(
-    _qp: *mut ibv_qp_ex,
-    _mw: *mut ibv_mw,
-    _rkey: u32,
-    _info: *const ibv_mw_bind_info,
-) {
-}
-unsafe extern "C" fn wr_noop_tso(_qp: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {}
-unsafe extern "C" fn wr_noop_ud(_qp: *mut ibv_qp_ex, _ah: *mut ibv_ah, _qpn: u32, _qkey: u32) {}
-unsafe extern "C" fn wr_noop_inline(_qp: *mut ibv_qp_ex, _addr: *mut c_void, _len: usize) {}
-unsafe extern "C" fn wr_noop_inline_list(_qp: *mut ibv_qp_ex, _n: usize, _l: *const ibv_data_buf) {}
-unsafe extern "C" fn wr_noop_sge_list(_qp: *mut ibv_qp_ex, _n: usize, _l: *const ibv_sge) {}
-unsafe extern "C" fn wr_noop_atomic_write(
-    _qp: *mut ibv_qp_ex,
-    _a: u32,
-    _b: u64,
-    _c: *const c_void,
-) {
-}
-
-/// `wr_complete`: nothing was queued; the builder is not supported.
-unsafe extern "C" fn wr_complete_unsupported(_qp: *mut ibv_qp_ex) -> c_int {
-    not_supported_errno()
-}
-
-fn fill_builder_stubs(q: &mut ibv_qp_ex) {
-    q.wr_atomic_cmp_swp = Some(wr_noop_cas);
-    q.wr_atomic_fetch_add = Some(wr_noop_u32_u64_u64);
-    q.wr_bind_mw = Some(wr_noop_bind);
-    q.wr_local_inv = Some(wr_noop_u32);
-    q.wr_rdma_read = Some(wr_noop_u32_u64);
-    q.wr_rdma_write = Some(wr_noop_u32_u64);
-    q.wr_rdma_write_imm = Some(wr_noop_u32_u64_u32);
-    q.wr_send = Some(wr_noop);
-    q.wr_send_imm = Some(wr_noop_u32);
-    q.wr_send_inv = Some(wr_noop_u32);
-    q.wr_send_tso = Some(wr_noop_tso);
-    q.wr_set_ud_addr = Some(wr_noop_ud);
-    q.wr_set_xrc_srqn = Some(wr_noop_u32);
-    q.wr_set_inline_data = Some(wr_noop_inline);
-    q.wr_set_inline_data_list = Some(wr_noop_inline_list);
-    q.wr_set_sge = Some(wr_noop_u32_u64_u32);
-    q.wr_set_sge_list = Some(wr_noop_sge_list);
-    q.wr_start = Some(wr_noop);
-    q.wr_complete = Some(wr_complete_unsupported);
-    q.wr_abort = Some(wr_noop);
-    q.wr_atomic_write = Some(wr_noop_atomic_write);
+    /// The recorded `ibv_wr_*` batch.
+    pub(crate) fn batch(&self) -> &Mutex<crate::wr::Batch> {
+        &self.batch
+    }
 }
 
 // ---------------------------------------------------------------------------------------
 // Creation
 // ---------------------------------------------------------------------------------------
 
+/// What `create_qp_ex` adds to the `ibv_qp_init_attr` prefix.
+#[derive(Default)]
+struct ExAttr {
+    /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+    send_ops: Option<SendOps>,
+    /// Created through the `create_qp_ex` op.
+    extended: bool,
+}
+
+/// Wraps a core QP into the C object, filling the public fields from the attributes.
+fn publish(
+    core: rverbs::Qp,
+    attr: &ibv_qp_init_attr,
+    pd: *mut ibv_pd,
+    ctx: *mut ibv_context,
+    ex: &ExAttr,
+) -> *mut ibv_qp {
+    // SAFETY: all-zero is a valid ibv_qp_ex (Zeroed).
+    let mut q = ibv_qp_ex::zeroed();
+    q.qp_base.context = ctx;
+    q.qp_base.qp_context = attr.qp_context;
+    q.qp_base.pd = pd;
+    // rdma-core mirrors the attributes into the public struct (cmd_qp.c `set_qp`).
+    q.qp_base.send_cq = attr.send_cq;
+    q.qp_base.recv_cq = attr.recv_cq;
+    q.qp_base.srq = attr.srq;
+    q.qp_base.handle = core.qp_num();
+    q.qp_base.qp_num = core.qp_num();
+    q.qp_base.state = IBV_QPS_RESET;
+    q.qp_base.qp_type = attr.qp_type;
+    // Opcode builders per send_ops_flags; start/complete/abort and the setters always.
+    crate::wr::fill(&mut q, ex.send_ops.unwrap_or_default());
+    let qp_type = core.qp_type();
+    let p = Box::into_raw(Box::new(QpObj {
+        qp: UnsafeCell::new(q),
+        magic: QP_MAGIC,
+        core,
+        ud: qp_type == QpType::Ud,
+        xrc_send: qp_type == QpType::XrcSend,
+        extended: ex.extended,
+        batch: crate::wr::new_batch(),
+    }));
+    // SAFETY: the allocation just made.
+    unsafe { (*p).core.set_cookie(p as usize) };
+    p.cast()
+}
+
+/// Creates an XRC target QP (`IBV_QPT_XRC_RECV`) in `xrcd`: no PD, CQs, SRQ or caps of its
+/// own (notes §17.3); `init_attr->cap` comes back zero.
+fn create_xrc_recv(
+    xrcd: &XrcdObj,
+    attr: &mut ibv_qp_init_attr,
+    pd: *mut ibv_pd,
+    ex: &ExAttr,
+) -> *mut ibv_qp {
+    if ex.send_ops.is_some_and(|o| !o.is_empty()) {
+        return null_errno(libc::EOPNOTSUPP);
+    }
+    let core = match xrcd.core().create_recv_qp(attr.qp_context as usize) {
+        Ok(q) => q,
+        Err(e) => return null_errno(e.errno()),
+    };
+    attr.cap = conv::cap_to_c(&core.cap());
+    publish(core, attr, pd, xrcd.context_ptr(), ex)
+}
+
 /// Creates the C object (shared by `ibv_create_qp` and the `create_qp_ex` op), reading
 /// only the `ibv_qp_init_attr` prefix and writing the granted caps back.
-fn create(pd: &PdObj, attr: &mut ibv_qp_init_attr) -> *mut ibv_qp {
+///
+/// Rule: XRC initiators (`IBV_QPT_XRC_SEND`) need a send CQ and no SRQ; their receive CQ
+/// is ignored (uverbs `create_qp`: XRC_INI has no receive side).
+fn create(pd: &PdObj, attr: &mut ibv_qp_init_attr, ex: &ExAttr) -> *mut ibv_qp {
     let qp_type = match QpType::from_raw(attr.qp_type) {
-        Some(t @ (QpType::Rc | QpType::Uc | QpType::Ud)) => t,
-        // Known transports the core does not run yet (XRC, raw packet, driver QPs).
+        Some(t @ (QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend)) => t,
+        // Target QPs live in an XRC domain, which only create_qp_ex can name.
+        Some(QpType::XrcRecv) => return null_errno(libc::EINVAL),
+        // Known transports the core does not run (raw packet, driver QPs).
         Some(_) => return null_errno(libc::EOPNOTSUPP),
         None => return null_errno(libc::EINVAL),
     };
     // SAFETY: caller contract: CQs/SRQ named by the attributes are live objects of ours.
-    let (send_cq, recv_cq) =
-        unsafe { (CqObj::from_raw(attr.send_cq), CqObj::from_raw(attr.recv_cq)) };
+    let send_cq = unsafe { CqObj::from_raw(attr.send_cq) };
+    let recv_cq = if qp_type == QpType::XrcSend {
+        send_cq
+    } else {
+        // SAFETY: as above.
+        unsafe { CqObj::from_raw(attr.recv_cq) }
+    };
     let (Some(send_cq), Some(recv_cq)) = (send_cq, recv_cq) else {
         return null_errno(libc::EINVAL);
     };
@@ -156,43 +187,25 @@ fn create(pd: &PdObj, attr: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         cap: conv::cap_from_c(&attr.cap),
         sq_sig_all: attr.sq_sig_all != 0,
         qp_context: attr.qp_context as usize,
+        send_ops: ex.send_ops,
     };
     let core = match pd.core().create_qp(&init) {
         Ok(q) => q,
         Err(e) => return null_errno(e.errno()),
     };
     attr.cap = conv::cap_to_c(&core.cap());
-    // SAFETY: all-zero is a valid ibv_qp_ex (Zeroed).
-    let mut q = ibv_qp_ex::zeroed();
-    q.qp_base.context = pd.context_ptr();
-    q.qp_base.qp_context = attr.qp_context;
-    q.qp_base.pd = pd.as_ptr();
-    q.qp_base.send_cq = attr.send_cq;
-    q.qp_base.recv_cq = attr.recv_cq;
-    q.qp_base.srq = attr.srq;
-    q.qp_base.handle = core.qp_num();
-    q.qp_base.qp_num = core.qp_num();
-    q.qp_base.state = IBV_QPS_RESET;
-    q.qp_base.qp_type = attr.qp_type;
-    fill_builder_stubs(&mut q);
-    let p = Box::into_raw(Box::new(QpObj {
-        qp: UnsafeCell::new(q),
-        magic: QP_MAGIC,
-        core,
-        ud: qp_type == QpType::Ud,
-    }));
-    // SAFETY: the allocation just made.
-    unsafe { (*p).core.set_cookie(p as usize) };
-    p.cast()
+    publish(core, attr, pd.as_ptr(), pd.context_ptr(), ex)
 }
 
 export! {
     /// Creates a queue pair (`ibv_create_qp(3)`). Errors: NULL with `errno`.
     ///
     /// Rule: reference §7 item 9: the inline `ibv_create_qp_ex` forwards here when
-    /// `comp_mask == IBV_QP_INIT_ATTR_PD`, so only the `ibv_qp_init_attr` prefix is read;
-    /// the actual caps are written back into `init_attr->cap`.
-    /// Errors: `EOPNOTSUPP` for XRC/raw-packet/driver QPs; `EINVAL` for a missing CQ.
+    /// `comp_mask == IBV_QP_INIT_ATTR_PD`, so only the `ibv_qp_init_attr` prefix is read
+    /// and every type that path may carry is accepted — RC, UC, UD and XRC_SEND
+    /// (ibv_xsrq_pingpong); the actual caps are written back into `init_attr->cap`.
+    /// Errors: `EOPNOTSUPP` for raw-packet/driver QPs; `EINVAL` for a missing CQ or an
+    /// XRC_RECV QP (it needs an XRC domain: `ibv_create_qp_ex`).
     #[export("IBVERBS_1.1", null)]
     pub unsafe fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
         // SAFETY: caller contract.
@@ -203,16 +216,18 @@ export! {
         let Some(attr) = (unsafe { qp_init_attr.as_mut() }) else {
             return null_errno(libc::EINVAL);
         };
-        create(pd, attr)
+        create(pd, attr, &ExAttr::default())
     }
 }
 
 /// `verbs_context.create_qp_ex` (`ibv_create_qp_ex(3)` when `comp_mask != PD`).
 ///
-/// Rule: `comp_mask` must name a PD of this context; bits beyond
-/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` are `EINVAL`; XRCD, TSO headers, RSS, indirection
-/// tables, the work-request builder (SEND_OPS_FLAGS) and non-zero create flags are
-/// `EOPNOTSUPP` (not available on this device yet).
+/// Rule: rdma-core `ibv_cmd_create_qp_ex2`: XRC_RECV needs `IBV_QP_INIT_ATTR_XRCD`, every
+/// other type `IBV_QP_INIT_ATTR_PD` (`EINVAL`); the PD / domain must belong to this
+/// context; `comp_mask` bits beyond `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` are `EINVAL`.
+/// Rule: rxe `check_qp_init_attr`: TSO headers, RSS, indirection tables and non-zero
+/// create flags are `EOPNOTSUPP`; so are `send_ops_flags` the QP type cannot post
+/// (`SendOps::allowed_on`) or rdma-core 44 does not define.
 pub(crate) unsafe extern "C" fn rverbs_create_qp_ex(
     context: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
@@ -230,26 +245,21 @@ pub(crate) unsafe extern "C" fn rverbs_create_qp_ex(
         if a.comp_mask & !known != 0 {
             return null_errno(libc::EINVAL);
         }
-        let unsupported = IBV_QP_INIT_ATTR_XRCD
-            | IBV_QP_INIT_ATTR_MAX_TSO_HEADER
-            | IBV_QP_INIT_ATTR_IND_TABLE
-            | IBV_QP_INIT_ATTR_RX_HASH
-            | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        let unsupported =
+            IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
         if a.comp_mask & unsupported != 0
             || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
         {
             return null_errno(libc::EOPNOTSUPP);
         }
-        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
-            return null_errno(libc::EINVAL);
-        }
-        // SAFETY: caller contract.
-        let Some(pd) = (unsafe { PdObj::from_raw(a.pd) }) else {
-            return null_errno(libc::EINVAL);
+        let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+            if a.send_ops_flags & !crate::wr::V44_SEND_OPS != 0 {
+                return null_errno(libc::EOPNOTSUPP);
+            }
+            Some(SendOps::from_bits_truncate(a.send_ops_flags))
+        } else {
+            None
         };
-        if pd.context_ptr() != ctx.as_ptr() {
-            return null_errno(libc::EINVAL);
-        }
         let mut prefix = ibv_qp_init_attr {
             qp_context: a.qp_context,
             send_cq: a.send_cq,
@@ -259,7 +269,40 @@ pub(crate) unsafe extern "C" fn rverbs_create_qp_ex(
             qp_type: a.qp_type,
             sq_sig_all: a.sq_sig_all,
         };
-        let qp = create(pd, &mut prefix);
+        let pd_ptr = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
+            a.pd
+        } else {
+            core::ptr::null_mut()
+        };
+        let ex = ExAttr {
+            send_ops,
+            extended: true,
+        };
+        let qp = if a.qp_type == IBV_QPT_XRC_RECV {
+            if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
+                return null_errno(libc::EINVAL);
+            }
+            // SAFETY: caller contract.
+            let Some(xrcd) = (unsafe { XrcdObj::from_raw(a.xrcd) }) else {
+                return null_errno(libc::EINVAL);
+            };
+            if xrcd.context_ptr() != ctx.as_ptr() {
+                return null_errno(libc::EINVAL);
+            }
+            create_xrc_recv(xrcd, &mut prefix, pd_ptr, &ex)
+        } else {
+            if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+                return null_errno(libc::EINVAL);
+            }
+            // SAFETY: caller contract.
+            let Some(pd) = (unsafe { PdObj::from_raw(a.pd) }) else {
+                return null_errno(libc::EINVAL);
+            };
+            if pd.context_ptr() != ctx.as_ptr() {
+                return null_errno(libc::EINVAL);
+            }
+            create(pd, &mut prefix, &ex)
+        };
         if !qp.is_null() {
             a.cap = prefix.cap;
         }
@@ -376,15 +419,16 @@ export! {
 }
 
 export! {
-    /// Returns the extended view of a QP (`ibv_qp_to_qp_ex(3)`): every QP of this library
-    /// is allocated as an `ibv_qp_ex`, so this is the same address; its builder slots hold
-    /// stubs (`ibv_wr_complete` fails with `EOPNOTSUPP`) until the builder exists.
-    /// Errors: NULL with `errno = EINVAL` for a foreign pointer.
+    /// Returns the extended view of a QP (`ibv_qp_to_qp_ex(3)`): the same object for QPs
+    /// created through `ibv_create_qp_ex` (every QP is allocated as an `ibv_qp_ex`), NULL
+    /// for QPs from `ibv_create_qp` (rdma-core: only `VERBS_QP_EX` QPs, which rxe sets in
+    /// its `create_qp_ex`). Errors: NULL with `errno = EINVAL` for a foreign pointer.
     #[export("IBVERBS_1.6", null)]
     pub unsafe fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
         // SAFETY: caller contract.
         match unsafe { QpObj::from_raw(qp) } {
-            Some(obj) => obj.as_ptr().cast(),
+            Some(obj) if obj.extended => obj.as_ptr().cast(),
+            Some(_) => core::ptr::null_mut(),
             None => null_errno(libc::EINVAL),
         }
     }
@@ -392,19 +436,37 @@ export! {
 
 export! {
     /// Attaches a UD QP to a multicast group (`ibv_attach_mcast(3)`). Returns 0 or an
-    /// errno: `EOPNOTSUPP`, the device has no multicast yet.
+    /// errno.
+    ///
+    /// Rule: notes §18: only UD QPs (`EINVAL`), only multicast GIDs (`EINVAL`); the LID is
+    /// ignored on RoCE; attaching twice keeps one attachment; `ENOMEM` beyond the group
+    /// limits. A QP still attached cannot be destroyed (`EBUSY`).
     #[export("IBVERBS_1.1", errno)]
-    pub unsafe fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-        not_supported_errno()
+    pub unsafe fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+        // SAFETY: caller contract.
+        let (Some(obj), Some(gid)) = (unsafe { QpObj::from_raw(qp) }, unsafe { gid.as_ref() }) else {
+            return libc::EINVAL;
+        };
+        match obj.core.attach_mcast(&conv::gid_from_c(gid), lid) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
     }
 }
 
 export! {
     /// Detaches a UD QP from a multicast group (`ibv_detach_mcast(3)`). Returns 0 or an
-    /// errno: `EOPNOTSUPP`, the device has no multicast yet.
+    /// errno: `EINVAL` if the QP is not a member.
     #[export("IBVERBS_1.1", errno)]
-    pub unsafe fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-        not_supported_errno()
+    pub unsafe fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+        // SAFETY: caller contract.
+        let (Some(obj), Some(gid)) = (unsafe { QpObj::from_raw(qp) }, unsafe { gid.as_ref() }) else {
+            return libc::EINVAL;
+        };
+        match obj.core.detach_mcast(&conv::gid_from_c(gid), lid) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
     }
 }
 
@@ -499,6 +561,13 @@ enum Refused {
 
 /// Translates one C send work request. Inline pieces are carved out of `inline_rest`.
 ///
+/// Rule: the union members are read per opcode and QP type: `wr.rdma` (RDMA), `wr.atomic`
+/// (CMP_SWP, FETCH_ADD), `bind_mw.{mw, rkey, bind_info}` (BIND_MW), `invalidate_rkey`
+/// (the `imm_data` union: LOCAL_INV, SEND_WITH_INV), `wr.ud` (UD QPs),
+/// `qp_type.xrc.remote_srqn` (XRC_SEND QPs).
+/// Errors: `EINVAL` for an unknown opcode or a window / region / AH that is not ours;
+/// `EOPNOTSUPP` for ATOMIC_WRITE (its value has no `ibv_send_wr` member) and FLUSH.
+///
 /// # Safety
 /// `wr` and everything it points to are valid under the C contract of ibv_post_send(3)
 /// for the duration of the post call.
@@ -508,12 +577,10 @@ unsafe fn translate_send<'a>(
     inline_rest: &mut &'a mut [&'a [u8]],
 ) -> Result<SendWr<'a>, Refused> {
     let opcode = WrOpcode::from_raw(wr.opcode).ok_or(Refused::Errno(libc::EINVAL))?;
-    if matches!(
-        opcode,
-        WrOpcode::BindMw | WrOpcode::AtomicWrite | WrOpcode::Flush
-    ) {
-        // Their C operands (`wr.bind_mw`, ATOMIC_WRITE's 8-byte value, FLUSH's
-        // placement) are not translated yet: refused, never half-posted.
+    if matches!(opcode, WrOpcode::AtomicWrite | WrOpcode::Flush) {
+        // notes §14.2: `struct ibv_send_wr` has no member for ATOMIC_WRITE's 8-byte value
+        // (nor for FLUSH's placement, an rdma-core ≥ 45 opcode); they are only reachable
+        // through the ibv_wr_* builder. Refused, never half-posted.
         return Err(Refused::Errno(libc::EOPNOTSUPP));
     }
     let flags = SendFlags::from_bits_truncate(wr.send_flags);
@@ -570,7 +637,26 @@ unsafe fn translate_send<'a>(
             out.compare_add = a.compare_add;
             out.swap = a.swap;
         }
+        WrOpcode::BindMw => {
+            // SAFETY: the C union member for BIND_MW.
+            let b = unsafe { wr.bind_mw_tso.bind_mw };
+            // SAFETY: C contract: the window and the bind's region are live objects.
+            let mw = unsafe { MwObj::from_raw(b.mw) }.ok_or(Refused::Errno(libc::EINVAL))?;
+            // SAFETY: as above.
+            let bind = unsafe { crate::mw::bind_from_c(&b.bind_info) }.map_err(Refused::Errno)?;
+            out.bind = Some(BindMwWr {
+                mw: mw.core(),
+                rkey: b.rkey,
+                bind,
+            });
+        }
+        // LOCAL_INV and SEND_WITH_INV: `invalidate_rkey` shares the `imm_data` union,
+        // already carried in `imm_data` (the core reads it there).
         _ => {}
+    }
+    if qp.xrc_send {
+        // SAFETY: the C union member for XRC initiators.
+        out.xrc_remote_srqn = unsafe { wr.qp_type.xrc.remote_srqn };
     }
     if qp.ud {
         // SAFETY: the C union member for UD QPs.

@@ -7,9 +7,11 @@ use std::cell::UnsafeCell;
 use rverbs::{SrqAttr, SrqAttrMask, SrqInit};
 
 use crate::abi::*;
+use crate::cq::CqObj;
 use crate::device::ContextObj;
 use crate::ffi::null_errno;
 use crate::pd::PdObj;
+use crate::xrcd::XrcdObj;
 
 const SRQ_MAGIC: u32 = u32::from_be_bytes(*b"rvSQ");
 
@@ -45,11 +47,12 @@ impl SrqObj {
 }
 
 /// Creates the C object (shared by `ibv_create_srq` and the `create_srq_ex` op) and writes
-/// the granted attributes back.
+/// the granted attributes back. With `xrc` (domain, CQ) the SRQ is an XRC SRQ.
 fn create(
     pd: &PdObj,
     srq_context: *mut core::ffi::c_void,
     attr: &mut ibv_srq_attr,
+    xrc: Option<(&XrcdObj, &CqObj)>,
 ) -> *mut ibv_srq {
     let init = SrqInit {
         max_wr: attr.max_wr,
@@ -57,7 +60,11 @@ fn create(
         srq_limit: attr.srq_limit,
         srq_context: srq_context as usize,
     };
-    let core = match pd.core().create_srq(&init) {
+    let made = match xrc {
+        Some((xrcd, cq)) => pd.core().create_srq_xrc(&init, xrcd.core(), cq.core()),
+        None => pd.core().create_srq(&init),
+    };
+    let core = match made {
         Ok(s) => s,
         Err(e) => return null_errno(e.errno()),
     };
@@ -94,16 +101,17 @@ export! {
         let Some(a) = (unsafe { srq_init_attr.as_mut() }) else {
             return null_errno(libc::EINVAL);
         };
-        create(pd, a.srq_context, &mut a.attr)
+        create(pd, a.srq_context, &mut a.attr, None)
     }
 }
 
 /// `verbs_context.create_srq_ex` (`ibv_create_srq_ex(3)` beyond the basic forms).
 ///
-/// Rule: a basic SRQ needs `IBV_SRQ_INIT_ATTR_PD` (`EINVAL` without); XRC and
-/// tag-matching SRQs (types, XRCD, TM) are `EOPNOTSUPP`; unknown `comp_mask` bits `EINVAL`.
-/// `IBV_SRQ_INIT_ATTR_CQ` is accepted and unused (only XRC SRQs complete to a CQ of
-/// their own).
+/// Rule: rdma-core `ibv_cmd_create_srq_ex`: `comp_mask` bits at or above
+/// `IBV_SRQ_INIT_ATTR_RESERVED` and a missing `IBV_SRQ_INIT_ATTR_PD` are `EINVAL`; an
+/// XRC SRQ (`IBV_SRQT_XRC`) needs `IBV_SRQ_INIT_ATTR_XRCD` and `IBV_SRQ_INIT_ATTR_CQ`
+/// (`EINVAL`), and every receive of it completes on that CQ. Tag-matching SRQs are
+/// `EOPNOTSUPP`. For a basic SRQ `IBV_SRQ_INIT_ATTR_CQ` is accepted and unused.
 pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
     context: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
@@ -125,11 +133,12 @@ pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
         } else {
             IBV_SRQT_BASIC
         };
-        if srq_type != IBV_SRQT_BASIC
-            || a.comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_TM) != 0
-        {
-            return null_errno(libc::EOPNOTSUPP);
-        }
+        let xrc = match srq_type {
+            IBV_SRQT_BASIC if a.comp_mask & IBV_SRQ_INIT_ATTR_TM == 0 => false,
+            IBV_SRQT_XRC => true,
+            IBV_SRQT_TM => return null_errno(libc::EOPNOTSUPP),
+            _ => return null_errno(libc::EINVAL),
+        };
         if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
             return null_errno(libc::EINVAL);
         }
@@ -140,7 +149,20 @@ pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
         if pd.context_ptr() != ctx.as_ptr() {
             return null_errno(libc::EINVAL);
         }
-        create(pd, a.srq_context, &mut a.attr)
+        if !xrc {
+            return create(pd, a.srq_context, &mut a.attr, None);
+        }
+        let need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+        if a.comp_mask & need != need {
+            return null_errno(libc::EINVAL);
+        }
+        // SAFETY: caller contract: the domain and the CQ are live objects of ours.
+        let (Some(xrcd), Some(cq)) = (unsafe { XrcdObj::from_raw(a.xrcd) }, unsafe {
+            CqObj::from_raw(a.cq)
+        }) else {
+            return null_errno(libc::EINVAL);
+        };
+        create(pd, a.srq_context, &mut a.attr, Some((xrcd, cq)))
     })
 }
 

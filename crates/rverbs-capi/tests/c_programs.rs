@@ -6,7 +6,8 @@
 //!
 //! What each program covers is in its header comment: seed pages 000/002 (ibv_poll_cq),
 //! 001 (ibv_query_qp_data_in_order), 004 (ibv_create_cq_ex), completion channels, RC
-//! traffic and error statuses, devices/contexts/object lifecycles.
+//! traffic and error statuses, devices/contexts/object lifecycles, memory windows,
+//! ibv_rereg_mr, XRC, the ibv_wr_* builder and UD multicast.
 //!
 //! Missing compiler or header = failure, never a skip.
 
@@ -101,4 +102,29 @@ fn rc_traffic() {
 #[test]
 fn objects() {
     compile_and_run("objects");
+}
+
+#[test]
+fn mw() {
+    compile_and_run("mw");
+}
+
+#[test]
+fn rereg() {
+    compile_and_run("rereg");
+}
+
+#[test]
+fn xrc() {
+    compile_and_run("xrc");
+}
+
+#[test]
+fn wr_builder() {
+    compile_and_run("wr_builder");
+}
+
+#[test]
+fn mcast() {
+    compile_and_run("mcast");
 }

@@ -8,9 +8,10 @@ mod common;
 
 use common::{dropin_dir, repo_root, run};
 
-/// Passing tests over the module set below, as of the last measurement (59 passed,
-/// 0 failed, 64 skipped).
-const MIN_PASSED: &str = "59";
+/// Passing tests over the module set below, as of the last measurement (93 passed,
+/// 0 failed, 30 skipped: device memory, dma-buf, raw packet QPs and one GID-table bad
+/// flow; tests/conformance/README.md).
+const MIN_PASSED: &str = "93";
 
 #[test]
 fn pyverbs_suite_passes() {

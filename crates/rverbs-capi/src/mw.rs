@@ -1,0 +1,178 @@
+//! Memory windows: the `ibv_context.ops` slots `alloc_mw`, `bind_mw` and `dealloc_mw`
+//! behind the inline `ibv_alloc_mw` / `ibv_bind_mw` / `ibv_dealloc_mw` (reference §4.1).
+//!
+//! Rule: the inline `ibv_alloc_mw` NULL-checks `alloc_mw`; `ibv_bind_mw` and
+//! `ibv_dealloc_mw` call their slots unchecked, so all three are set together.
+//! Rule: `struct ibv_mw { context, pd, rkey, handle, type }` is kept current: a type 1
+//! bind writes the new rkey into `mw->rkey` right after the bind is posted (rxe
+//! `rxe_bind_mw`); a type 2 window's `rkey` is what the application chose in its BIND_MW
+//! work request and is not written back (notes §15.3).
+
+use core::ffi::c_int;
+use std::cell::UnsafeCell;
+
+use rverbs::{Access, MwBind, SendFlags};
+
+use crate::abi::*;
+use crate::ffi::{null_errno, set_errno};
+use crate::mr::MrObj;
+use crate::pd::PdObj;
+use crate::qp::QpObj;
+
+const MW_MAGIC: u32 = u32::from_be_bytes(*b"rvMW");
+
+/// A memory window handed to C: `struct ibv_mw`, then the core window.
+#[repr(C)]
+pub struct MwObj {
+    mw: UnsafeCell<ibv_mw>,
+    magic: u32,
+    core: rverbs::Mw,
+}
+
+impl MwObj {
+    /// The window behind an `ibv_mw *`; `None` for NULL or a foreign object.
+    ///
+    /// # Safety
+    /// `mw` is NULL or was returned by `ibv_alloc_mw` and not deallocated.
+    pub unsafe fn from_raw<'a>(mw: *const ibv_mw) -> Option<&'a MwObj> {
+        // SAFETY: caller contract: NULL or a live MwObj (the C struct is its first field).
+        let obj = unsafe { mw.cast::<MwObj>().as_ref()? };
+        (obj.magic == MW_MAGIC).then_some(obj)
+    }
+
+    /// The core window.
+    pub fn core(&self) -> &rverbs::Mw {
+        &self.core
+    }
+
+    fn as_ptr(&self) -> *mut ibv_mw {
+        // The whole object, not just the field: C hands this pointer back to us.
+        (self as *const Self).cast_mut().cast()
+    }
+}
+
+/// `ibv_mw_bind_info` as the core's bind. `Err(EINVAL)` for an MR pointer that is not
+/// one of ours (NULL is "no region", which only a zero-length type 1 bind accepts).
+///
+/// # Safety
+/// `info.mr` is NULL or a live MR of this library (C contract).
+pub(crate) unsafe fn bind_from_c<'a>(info: &ibv_mw_bind_info) -> Result<MwBind<'a>, c_int> {
+    let mr = if info.mr.is_null() {
+        None
+    } else {
+        // SAFETY: caller contract.
+        Some(
+            unsafe { MrObj::from_raw(info.mr) }
+                .ok_or(libc::EINVAL)?
+                .core(),
+        )
+    };
+    Ok(MwBind {
+        mr,
+        addr: info.addr,
+        length: info.length,
+        access: Access::from_bits_retain(info.mw_access_flags),
+    })
+}
+
+/// `ibv_context.ops.alloc_mw` (`ibv_alloc_mw(3)`). Errors: NULL with `errno`.
+///
+/// Rule: types 1 and 2 only; any other type is `EINVAL` (uverbs refuses it before the
+/// driver, notes §15.1). The library fills context, pd, rkey, handle and type.
+pub(crate) unsafe extern "C" fn rverbs_alloc_mw(
+    pd: *mut ibv_pd,
+    mw_type: ibv_mw_type,
+) -> *mut ibv_mw {
+    ffi_guard!(null, {
+        // SAFETY: caller contract.
+        let Some(pd_obj) = (unsafe { PdObj::from_raw(pd) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        let core = match rverbs::Mw::new(pd_obj.core(), mw_type) {
+            Ok(mw) => mw,
+            Err(e) => return null_errno(e.errno()),
+        };
+        let rkey = core.rkey();
+        let mw = ibv_mw {
+            context: pd_obj.context_ptr(),
+            pd,
+            rkey,
+            handle: rkey >> 8,
+            type_: mw_type,
+        };
+        let obj = Box::new(MwObj {
+            mw: UnsafeCell::new(mw),
+            magic: MW_MAGIC,
+            core,
+        });
+        Box::into_raw(obj).cast()
+    })
+}
+
+/// `ibv_context.ops.bind_mw` (`ibv_bind_mw(3)`, type 1 windows). Returns 0 or an errno
+/// (also stored in `errno`, as rdma-core's provider does).
+///
+/// Rule: the inline wrapper already refused a type 2 window (EINVAL), a missing region
+/// with a range (EINVAL) and a region of another PD (EPERM); the core repeats those
+/// checks, so a direct call through the slot gets the same answers.
+/// Rule: on a successful post `mw->rkey` becomes the new key (`ibv_inc_rkey` of the old
+/// one) at once; a bind that then fails completes with `IBV_WC_MW_BIND_ERR` and the
+/// caller must restore the old key (ibv_bind_mw(3)).
+pub(crate) unsafe extern "C" fn rverbs_bind_mw(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mw_bind: *mut ibv_mw_bind,
+) -> c_int {
+    ffi_guard!(errno, {
+        // SAFETY: caller contract (live objects of ours, or garbage we refuse).
+        let (qp_obj, mw_obj) = unsafe { (QpObj::from_raw(qp), MwObj::from_raw(mw)) };
+        // SAFETY: mw_bind is NULL or valid (caller contract).
+        let (Some(qp_obj), Some(mw_obj), Some(b)) = (qp_obj, mw_obj, unsafe { mw_bind.as_ref() })
+        else {
+            set_errno(libc::EINVAL);
+            return libc::EINVAL;
+        };
+        // SAFETY: the bind info's MR is NULL or live (caller contract).
+        let info = match unsafe { bind_from_c(&b.bind_info) } {
+            Ok(i) => i,
+            Err(e) => {
+                set_errno(e);
+                return e;
+            }
+        };
+        let flags = SendFlags::from_bits_truncate(b.send_flags);
+        match qp_obj.core().bind_mw(&mw_obj.core, &info, b.wr_id, flags) {
+            Ok(rkey) => {
+                // SAFETY: field of our allocation; rdma-core's provider writes it the same
+                // way right after posting.
+                unsafe { (*mw_obj.as_ptr()).rkey = rkey };
+                0
+            }
+            Err(e) => {
+                set_errno(e.errno());
+                e.errno()
+            }
+        }
+    })
+}
+
+/// `ibv_context.ops.dealloc_mw` (`ibv_dealloc_mw(3)`). Returns 0 or an errno.
+///
+/// Rule: remote access through the window fails from now on and its region is no longer
+/// held (notes §15.1: rxe unbinds at dealloc).
+pub(crate) unsafe extern "C" fn rverbs_dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    ffi_guard!(errno, {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { MwObj::from_raw(mw) }) else {
+            return libc::EINVAL;
+        };
+        if let Err(e) = obj.core.dealloc() {
+            return e.errno();
+        }
+        // SAFETY: allocated by Box in rverbs_alloc_mw (the C struct is at offset 0); the
+        // caller gives it up.
+        let mut obj = unsafe { Box::from_raw(mw.cast::<MwObj>()) };
+        obj.magic = 0;
+        0
+    })
+}
