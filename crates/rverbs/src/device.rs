@@ -182,6 +182,9 @@ pub struct DeviceAttr {
     pub max_qp_wr: u32,
     /// `IBV_DEVICE_*` capability flags.
     pub device_cap_flags: u32,
+    /// The 64-bit `device_cap_flags_ex` of ibv_query_device_ex(3): the bits above plus
+    /// the kernel's `IB_UVERBS_DEVICE_*` extensions (ATOMIC_WRITE, FLUSH).
+    pub device_cap_flags_ex: u64,
     /// Scatter/gather entries per work request.
     pub max_sge: u32,
     /// Scatter/gather entries per RDMA READ.
@@ -252,6 +255,10 @@ pub mod cap_flags {
     pub const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
     /// XRC domains and QPs.
     pub const XRC: u32 = 1 << 20;
+    /// `IB_UVERBS_DEVICE_FLUSH_GLOBAL` (device_cap_flags_ex).
+    pub const EX_FLUSH_GLOBAL: u64 = 1 << 38;
+    /// `IB_UVERBS_DEVICE_ATOMIC_WRITE` (device_cap_flags_ex).
+    pub const EX_ATOMIC_WRITE: u64 = 1 << 40;
 }
 
 /// Port state (`enum ibv_port_state`).
@@ -394,6 +401,14 @@ impl DeviceInner {
     }
 
     pub(crate) fn attr(&self) -> DeviceAttr {
+        let mut a = self.attr_base();
+        a.device_cap_flags_ex = u64::from(a.device_cap_flags)
+            | cap_flags::EX_FLUSH_GLOBAL
+            | cap_flags::EX_ATOMIC_WRITE;
+        a
+    }
+
+    fn attr_base(&self) -> DeviceAttr {
         use limits::*;
         DeviceAttr {
             fw_ver: concat!("rverbs ", env!("CARGO_PKG_VERSION")).to_string(),
@@ -416,6 +431,7 @@ impl DeviceInner {
                 | cap_flags::MEM_WINDOW
                 | cap_flags::MEM_WINDOW_TYPE_2B
                 | cap_flags::XRC,
+            device_cap_flags_ex: 0,
             max_sge: MAX_SGE,
             max_sge_rd: MAX_SGE_RD,
             max_cq: MAX_CQ,

@@ -55,6 +55,15 @@ pub enum Error {
         /// Capacity of the queue.
         max: u32,
     },
+    /// A work-request builder ran out of room: the queue, the inline area or the
+    /// scatter list (`ENOSPC`, as rxe's `ibv_wr_*` setters report).
+    #[error("{verb}: no space: {why}")]
+    NoSpace {
+        /// The verb that refused.
+        verb: &'static str,
+        /// What is full.
+        why: &'static str,
+    },
     /// The QP state does not allow the verb (`EINVAL`).
     #[error("{verb} is not allowed in QP state {state:?}")]
     QpStateForbids {
@@ -124,6 +133,7 @@ impl Error {
             Error::Limit { .. } => libc::EINVAL,
             Error::TooManySge { .. } => libc::EINVAL,
             Error::QueueFull { .. } => libc::ENOMEM,
+            Error::NoSpace { .. } => libc::ENOSPC,
             Error::QpStateForbids { .. } => libc::EINVAL,
             Error::Transition(_) => libc::EINVAL,
             Error::PermissionDenied { .. } => libc::EPERM,
@@ -172,6 +182,7 @@ mod tests {
             Error::Limit { verb: "v", what: "w", max: 1, got: 2 },
             Error::TooManySge { max: 1, got: 2 },
             Error::QueueFull { verb: "v", max: 1 },
+            Error::NoSpace { verb: "v", why: "w" },
             Error::QpStateForbids { verb: "v", state: QpState::Reset },
             Error::Transition(TransitionError::CurState),
             Error::PermissionDenied { verb: "v", why: "w" },
@@ -190,6 +201,7 @@ mod tests {
             libc::EINVAL,
             libc::EINVAL,
             libc::ENOMEM,
+            libc::ENOSPC,
             libc::EINVAL,
             libc::EINVAL,
             libc::EPERM,

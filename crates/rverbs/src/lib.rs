@@ -18,9 +18,9 @@
 //! # Ok::<(), rverbs::Error>(())
 //! ```
 //!
-//! What this crate does not do (yet): reach QPs in other processes or hosts (a request
-//! to an unknown destination is never answered: RC ends in RETRY_EXC_ERR, UC and UD
-//! complete as sent), memory windows, XRC, the work-request builder.
+//! What this crate does not do (yet): reach QPs in other hosts (a request to an unknown
+//! destination is never answered: RC ends in RETRY_EXC_ERR, UC and UD complete as
+//! sent).
 //!
 //! Safety: safe code cannot make the device touch memory outside a registration.
 //! Registering caller memory is `unsafe` ([`Pd::reg_mr`]); [`Pd::alloc_mr`] is the

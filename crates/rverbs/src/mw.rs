@@ -63,6 +63,9 @@ impl MwCore {
 
 pub(crate) struct MwInner {
     dev: &'static DeviceInner,
+    /// The key the last bind posted for this window will install (type 1: the next bind
+    /// advances from it even while earlier binds are still queued).
+    pub(crate) posted_rkey: std::sync::atomic::AtomicU32,
     pub(crate) pd: Arc<PdInner>,
     pub(crate) mw_type: MwType,
     core: Mutex<MwCore>,
@@ -283,6 +286,7 @@ impl Mw {
             let rkey = dev.keys.insert(KeyTarget::Mw(weak.clone())).unwrap_or(0);
             MwInner {
                 dev,
+                posted_rkey: std::sync::atomic::AtomicU32::new(rkey),
                 pd: pd_inner.clone(),
                 mw_type,
                 core: Mutex::new(MwCore { rkey, status, binding: None }),

@@ -33,6 +33,8 @@ pub(crate) struct XrcdInner {
     /// given this internal CQ, which is never written, because every QP has one.
     pub(crate) cq: Arc<CqInner>,
     users: AtomicU32,
+    /// Shared through a file: closing drops this opener's reference only.
+    shared: std::sync::atomic::AtomicBool,
 }
 
 impl XrcdInner {
@@ -82,6 +84,7 @@ impl Context {
             return Err(Error::Again { verb: "open_xrcd", why: "no domain for the file and no O_CREAT" });
         }
         let inner = XrcdInner::new(self)?;
+        inner.shared.store(true, Ordering::Release);
         map.insert(id, Arc::downgrade(&inner));
         Ok(Xrcd { inner })
     }
@@ -96,6 +99,7 @@ impl XrcdInner {
             pd: pd.inner().clone(),
             cq: cq.inner().clone(),
             users: AtomicU32::new(0),
+            shared: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 }
@@ -119,9 +123,10 @@ impl Xrcd {
 
     /// Closes the domain (ibv_close_xrcd(3)).
     ///
-    /// Errors: `EBUSY` while XRC SRQs or target QPs use it.
+    /// Errors: `EBUSY` while XRC SRQs or target QPs use a private domain (a domain
+    /// shared through a file only loses this opener's reference, as in the kernel).
     pub fn close(&self) -> Result<()> {
-        if self.inner.users.load(Ordering::Acquire) != 0 {
+        if !self.inner.shared.load(Ordering::Acquire) && self.inner.users.load(Ordering::Acquire) != 0 {
             return Err(Error::Busy { what: "XRC domain" });
         }
         Ok(())

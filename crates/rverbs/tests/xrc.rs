@@ -149,5 +149,11 @@ fn domains_are_shared_per_file() {
     assert_eq!(e.errno(), libc::EINVAL);
     let private = ctx.open_xrcd(None, 0).unwrap();
     assert!(!private.same_as(&d1));
+    // Closing one opener of a shared domain in use only drops that reference.
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(4)).unwrap();
+    let srq = pd.create_srq_xrc(&SrqInit { max_wr: 4, max_sge: 1, ..SrqInit::default() }, &d1, &cq).unwrap();
+    d2.close().unwrap();
+    drop(srq);
     std::fs::remove_file(&dir).unwrap();
 }

@@ -453,7 +453,13 @@ impl Mr {
             return Err(Error::invalid(verb, "TRANSLATION needs a new address range"));
         }
         let new_pd = match (flags.contains(ReregFlags::PD), pd) {
-            (true, Some(p)) => Some(p.inner().clone()),
+            (true, Some(p)) => {
+                let same_ctx = Arc::ptr_eq(&p.inner().ctx, &self.inner.desc.read().expect("mr desc").pd.ctx);
+                if !same_ctx {
+                    return Err(Error::invalid(verb, "PD of another context"));
+                }
+                Some(p.inner().clone())
+            }
             (true, None) => return Err(Error::invalid(verb, "PD change without a PD")),
             (false, _) => None,
         };

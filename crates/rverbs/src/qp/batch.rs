@@ -200,6 +200,15 @@ impl WrBatch<'_> {
         };
         let dev = q.pd.ctx.dev;
         if let Err(e) = self.sq.push(dev, &q.pd, q.qp_type, &wr, true) {
+            // rxe's builders report every lack of room as ENOSPC (notes §19).
+            let e = match e {
+                Error::QueueFull { .. } => Error::NoSpace { verb: "wr_*", why: "send queue full" },
+                Error::TooManySge { .. } => Error::NoSpace { verb: "wr_set_sge_list", why: "more SGEs than max_send_sge" },
+                Error::Limit { what: "inline data", .. } => {
+                    Error::NoSpace { verb: "wr_set_inline_data", why: "more than max_inline_data" }
+                }
+                e => e,
+            };
             self.latch(e);
         }
     }
@@ -363,7 +372,7 @@ impl WrBatch<'_> {
     /// A scatter/gather list (ibv_wr_set_sge_list).
     pub fn set_sge_list(&mut self, sges: &[Sge]) -> &mut Self {
         if sges.len() > MAX_SGE {
-            self.latch(Error::TooManySge { max: MAX_SGE as u32, got: sges.len() as u32 });
+            self.latch(Error::NoSpace { verb: "wr_set_sge_list", why: "more SGEs than max_send_sge" });
             return self;
         }
         if let Some(p) = self.current() {
@@ -383,7 +392,7 @@ impl WrBatch<'_> {
     pub fn set_inline_data_list(&mut self, list: &[&[u8]]) -> &mut Self {
         let total: usize = list.iter().map(|b| b.len()).sum();
         if total > MAX_INLINE {
-            self.latch(Error::Limit { verb: "wr_set_inline_data", what: "inline data", max: MAX_INLINE as u64, got: total as u64 });
+            self.latch(Error::NoSpace { verb: "wr_set_inline_data", why: "more than max_inline_data" });
             return self;
         }
         if self.current().is_none() {

@@ -847,9 +847,11 @@ impl Qp {
         if bind.access.contains(Access::ZERO_BASED) {
             return Err(Error::invalid(verb, "type 1 windows cannot be zero-based"));
         }
-        let rkey = crate::mw::inc_rkey(mw.rkey());
+        let posted = &mw.inner().posted_rkey;
+        let rkey = crate::mw::inc_rkey(posted.load(Ordering::Acquire));
         let wr = SendWr { flags, ..SendWr::bind_mw(wr_id, mw, rkey, *bind) };
         self.post_send_unpinned(&[wr]).map_err(|e| e.error)?;
+        posted.store(rkey, Ordering::Release);
         Ok(rkey)
     }
 

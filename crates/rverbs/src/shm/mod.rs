@@ -1,0 +1,193 @@
+//! Shared memory between the processes of one host (DESIGN.md §6, same-host transport).
+//!
+//! Every process using rverbs is an *endpoint* of the host-wide device. Its objects that
+//! peers must reach without its CPU — receive queues, completion rings, the memory-key
+//! table, the QP table, the memory of shareable regions — live in *segments*: files in
+//! the endpoint's directory under the per-user runtime directory, mapped shared. A peer
+//! maps the same files and works on them directly (one-sided).
+//!
+//! Layouts placed in segments are `#[repr(C)]` structs made only of atomics and plain
+//! integers ([`ShmSafe`]): any bit pattern is a valid value, so a peer that writes
+//! garbage (or dies mid-write) can make the data wrong but never make this process's
+//! reads undefined behaviour.
+#![allow(unsafe_code)]
+
+pub(crate) mod fifo;
+pub(crate) mod lock;
+pub(crate) mod registry;
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::error::{Error, Result};
+
+/// Types that may be read and written in a segment shared with other processes.
+///
+/// # Safety
+/// Every bit pattern must be a valid value, the type must have no padding that matters,
+/// no pointers or references, and interior mutability only through atomics.
+pub(crate) unsafe trait ShmSafe {}
+
+// SAFETY: atomics of plain integers accept every bit pattern and are shared by design.
+unsafe impl ShmSafe for AtomicU64 {}
+// SAFETY: as above.
+unsafe impl ShmSafe for AtomicU32 {}
+// SAFETY: as above.
+unsafe impl ShmSafe for AtomicU8 {}
+
+/// The per-user runtime directory: `$RVERBS_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/rverbs`,
+/// else `/dev/shm/rverbs-<uid>`, else `/tmp/rverbs-<uid>`.
+pub(crate) fn runtime_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("RVERBS_RUNTIME_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+        return PathBuf::from(d).join("rverbs");
+    }
+    let uid = rustix::process::getuid().as_raw();
+    if Path::new("/dev/shm").is_dir() {
+        PathBuf::from(format!("/dev/shm/rverbs-{uid}"))
+    } else {
+        PathBuf::from(format!("/tmp/rverbs-{uid}"))
+    }
+}
+
+/// A shared mapping of a file in the runtime directory.
+pub(crate) struct Segment {
+    ptr: NonNull<u8>,
+    len: usize,
+    path: PathBuf,
+    /// The creator removes the file when the segment is dropped.
+    owner: bool,
+}
+
+// SAFETY: the mapping is plain shared memory; all access to it goes through `ShmSafe`
+// types (atomics) or the device's copy primitives.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment").field("path", &self.path).field("len", &self.len).finish()
+    }
+}
+
+fn map(fd: &OwnedFd, len: usize) -> Result<NonNull<u8>> {
+    use rustix::mm::{mmap, MapFlags, ProtFlags};
+    // SAFETY: a fresh shared mapping of a file we hold open, at an address the kernel
+    // chooses; no existing memory is affected.
+    let p = unsafe {
+        mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)?
+    };
+    NonNull::new(p.cast::<u8>()).ok_or(Error::Bug("mmap returned null"))
+}
+
+impl Segment {
+    /// Creates the file `path` of `len` bytes (rounded up to pages; zero-filled, pages
+    /// committed only when touched) and maps it.
+    pub(crate) fn create(path: &Path, len: usize) -> Result<Segment> {
+        let page = rustix::param::page_size();
+        let len = len.max(1).div_ceil(page) * page;
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        rustix::fs::ftruncate(&fd, len as u64)?;
+        let ptr = map(&fd, len)?;
+        Ok(Segment { ptr, len, path: path.to_owned(), owner: true })
+    }
+
+    /// Maps an existing segment created by another endpoint.
+    pub(crate) fn open(path: &Path) -> Result<Segment> {
+        let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+        let len = rustix::fs::fstat(fd.as_fd())?.st_size as usize;
+        if len == 0 {
+            return Err(Error::Bug("empty shared segment"));
+        }
+        let ptr = map(&fd, len)?;
+        Ok(Segment { ptr, len, path: path.to_owned(), owner: false })
+    }
+
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The shared value of type `T` at byte `offset`.
+    ///
+    /// Panics if the value does not fit or is misaligned: offsets come from this crate's
+    /// own layouts, never from peers.
+    pub(crate) fn get<T: ShmSafe>(&self, offset: usize) -> &T {
+        self.slice::<T>(offset, 1).first().expect("one element")
+    }
+
+    /// `n` shared values of type `T` from byte `offset`.
+    pub(crate) fn slice<T: ShmSafe>(&self, offset: usize, n: usize) -> &[T] {
+        let size = std::mem::size_of::<T>();
+        let end = n.checked_mul(size).and_then(|b| b.checked_add(offset)).expect("segment range");
+        assert!(end <= self.len, "segment access out of range");
+        assert_eq!((self.addr() + offset) % std::mem::align_of::<T>(), 0, "misaligned segment access");
+        // SAFETY: the range lies inside the live mapping (checked), is aligned for T
+        // (checked), and T is ShmSafe: every bit pattern is valid and all mutation goes
+        // through atomics, so shared references are sound even while peers write.
+        unsafe { std::slice::from_raw_parts((self.addr() + offset) as *const T, n) }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in create/open; references into it
+        // borrow `self` and cannot outlive it.
+        unsafe {
+            let _ = rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+        if self.owner {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_segment_is_shared_between_mappings_and_removed_by_its_owner() {
+        let dir = std::env::temp_dir().join(format!("rverbs-seg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let a = Segment::create(&path, 100).unwrap();
+        assert_eq!(a.len() % rustix::param::page_size(), 0);
+        let b = Segment::open(&path).unwrap();
+        a.get::<AtomicU64>(8).store(42, Ordering::Release);
+        assert_eq!(b.get::<AtomicU64>(8).load(Ordering::Acquire), 42);
+        assert!(Segment::create(&path, 100).is_err(), "exclusive create");
+        drop(b);
+        drop(a);
+        assert!(!path.exists());
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn out_of_range_access_panics() {
+        let dir = std::env::temp_dir().join(format!("rverbs-seg2-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = Segment::create(&dir.join("s"), 10).unwrap();
+        let _ = a.get::<AtomicU64>(a.len());
+    }
+}

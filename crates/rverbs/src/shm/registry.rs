@@ -1,0 +1,252 @@
+//! The host-wide endpoint registry: which processes take part in the device, and how to
+//! reach them.
+//!
+//! Every process claims an endpoint number N (0..=255) by holding an exclusive `flock`
+//! on `<runtime dir>/ep-N.lock` for its whole life; the kernel releases it when the
+//! process dies, however it dies, so a lock that can be taken means the endpoint is
+//! free. The endpoint's segments and FIFOs live in `<runtime dir>/ep-N/`, and its
+//! header segment `hdr` records the owner's pid. QP and SRQ numbers carry N in their top
+//! 8 bits (`crate::table`), so a peer knowing only (GID, QPN) finds the process.
+//!
+//! Claiming also reclaims: directories of endpoints whose lock is free are removed, so
+//! the memory a crashed process left in tmpfs is returned.
+//!
+//! Peers are watched through a pidfd each (the progress thread polls them); a dead peer
+//! is marked at once, and requests towards it go unanswered, so RC requesters end in
+//! RETRY_EXC_ERR after their timeout and retry count, never in a hang.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{FlockOperation, Mode, OFlags};
+
+use super::Segment;
+use crate::error::{Error, Result};
+
+/// Endpoints one host can have.
+pub(crate) const MAX_ENDPOINTS: u32 = 256;
+
+const HDR_MAGIC: u64 = 0x7276_6572_6273_0001; // "rverbs" v1
+const HDR_LEN: usize = 64;
+
+/// This process's endpoint.
+pub(crate) struct Registry {
+    pub(crate) ep: u32,
+    pub(crate) root: PathBuf,
+    pub(crate) dir: PathBuf,
+    _lock: OwnedFd,
+    _hdr: Segment,
+    peers: Mutex<HashMap<u32, Arc<Peer>>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("ep", &self.ep).field("dir", &self.dir).finish()
+    }
+}
+
+fn lock_path(root: &Path, ep: u32) -> PathBuf {
+    root.join(format!("ep-{ep}.lock"))
+}
+
+/// The directory of endpoint `ep`.
+pub(crate) fn ep_dir(root: &Path, ep: u32) -> PathBuf {
+    root.join(format!("ep-{ep}"))
+}
+
+fn try_lock(path: &Path) -> Result<Option<OwnedFd>> {
+    let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
+    match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(fd)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Registry {
+    /// Claims the lowest free endpoint number under `root` (created if missing).
+    pub(crate) fn claim(root: &Path) -> Result<Registry> {
+        std::fs::create_dir_all(root)?;
+        let _ = std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+        let mut mine: Option<(u32, OwnedFd)> = None;
+        for ep in 0..MAX_ENDPOINTS {
+            let path = lock_path(root, ep);
+            let dir = ep_dir(root, ep);
+            // Endpoints that never existed have no lock file: nothing to check.
+            if mine.is_some() && !path.exists() {
+                continue;
+            }
+            let Some(fd) = try_lock(&path)? else { continue };
+            // Free: whatever its directory holds belongs to a dead process.
+            let _ = std::fs::remove_dir_all(&dir);
+            if mine.is_none() {
+                mine = Some((ep, fd));
+            }
+            // Other free endpoints are unlocked again when `fd` drops.
+        }
+        let (ep, lock) = mine.ok_or(Error::Exhausted { what: "endpoints on this host" })?;
+        let dir = ep_dir(root, ep);
+        std::fs::create_dir(&dir)?;
+        let hdr = Segment::create(&dir.join("hdr"), HDR_LEN)?;
+        hdr.get::<AtomicU64>(8).store(u64::from(rustix::process::getpid().as_raw_nonzero().get() as u32), Ordering::Release);
+        hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
+        Ok(Registry { ep, root: root.to_owned(), dir, _lock: lock, _hdr: hdr, peers: Mutex::new(HashMap::new()) })
+    }
+
+    /// Whether endpoint `ep` is alive: this process, a known live peer, or an endpoint
+    /// whose lock is held.
+    pub(crate) fn alive(&self, ep: u32) -> bool {
+        if ep == self.ep {
+            return true;
+        }
+        if let Some(p) = self.peers.lock().expect("peers").get(&ep) {
+            return p.is_alive();
+        }
+        match try_lock(&lock_path(&self.root, ep)) {
+            Ok(Some(_)) => false, // we could take it: nobody holds it (released on drop)
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// The live peer `ep`, mapped on first use.
+    pub(crate) fn peer(&self, ep: u32) -> Result<Arc<Peer>> {
+        let mut peers = self.peers.lock().expect("peers");
+        if let Some(p) = peers.get(&ep) {
+            if p.is_alive() {
+                return Ok(p.clone());
+            }
+            peers.remove(&ep);
+        }
+        if ep == self.ep || ep >= MAX_ENDPOINTS || !self.alive_unlocked(ep) {
+            return Err(Error::Again { verb: "reach peer", why: "no such endpoint" });
+        }
+        let dir = ep_dir(&self.root, ep);
+        let hdr = Segment::open(&dir.join("hdr"))?;
+        if hdr.get::<AtomicU64>(0).load(Ordering::Acquire) != HDR_MAGIC {
+            return Err(Error::Again { verb: "reach peer", why: "endpoint still starting" });
+        }
+        let pid = hdr.get::<AtomicU64>(8).load(Ordering::Acquire) as i32;
+        let pidfd = rustix::process::Pid::from_raw(pid)
+            .ok_or(Error::Bug("bad pid in endpoint header"))
+            .and_then(|p| Ok(rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())?))?;
+        // The pid could have been reused between the header read and pidfd_open; the
+        // endpoint lock being still held after pidfd_open proves the owner is alive.
+        if !self.alive_unlocked(ep) {
+            return Err(Error::Again { verb: "reach peer", why: "endpoint died" });
+        }
+        let peer = Arc::new(Peer {
+            ep,
+            pid,
+            dir,
+            alive: AtomicBool::new(true),
+            pidfd,
+            segments: Mutex::new(HashMap::new()),
+            writers: Mutex::new(HashMap::new()),
+        });
+        peers.insert(ep, peer.clone());
+        crate::progress::watch_peer(&peer);
+        Ok(peer)
+    }
+
+    fn alive_unlocked(&self, ep: u32) -> bool {
+        !matches!(try_lock(&lock_path(&self.root, ep)), Ok(Some(_)) | Err(_))
+    }
+
+    /// Forgets a peer that died (called by the progress thread).
+    pub(crate) fn forget(&self, ep: u32) {
+        if let Some(p) = self.peers.lock().expect("peers").remove(&ep) {
+            p.alive.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Another process of the device, as this process reaches it.
+pub(crate) struct Peer {
+    pub(crate) ep: u32,
+    pub(crate) pid: i32,
+    dir: PathBuf,
+    alive: AtomicBool,
+    pidfd: OwnedFd,
+    segments: Mutex<HashMap<String, Arc<Segment>>>,
+    writers: Mutex<HashMap<String, Arc<OwnedFd>>>,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer").field("ep", &self.ep).field("pid", &self.pid).finish()
+    }
+}
+
+impl Peer {
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_dead(&self) {
+        self.alive.store(false, Ordering::Release);
+    }
+
+    pub(crate) fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
+
+    /// The peer's segment `name`, mapped once and cached.
+    pub(crate) fn segment(&self, name: &str) -> Result<Arc<Segment>> {
+        let mut s = self.segments.lock().expect("peer segments");
+        if let Some(seg) = s.get(name) {
+            return Ok(seg.clone());
+        }
+        let seg = Arc::new(Segment::open(&self.dir.join(name))?);
+        s.insert(name.to_owned(), seg.clone());
+        Ok(seg)
+    }
+
+    /// Forgets a cached segment (the peer replaced it, e.g. a resized CQ).
+    pub(crate) fn drop_segment(&self, name: &str) {
+        self.segments.lock().expect("peer segments").remove(name);
+    }
+
+    /// A write descriptor on the peer's FIFO `name`, opened once and cached.
+    pub(crate) fn writer(&self, name: &str) -> Result<Arc<OwnedFd>> {
+        let mut w = self.writers.lock().expect("peer fifos");
+        if let Some(fd) = w.get(name) {
+            return Ok(fd.clone());
+        }
+        let fd = Arc::new(super::fifo::open_writer(&self.dir.join(name))?);
+        w.insert(name.to_owned(), fd.clone());
+        Ok(fd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("rverbs-reg-{tag}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn endpoints_are_exclusive_and_released_with_their_lock() {
+        let r = root("excl");
+        let a = Registry::claim(&r).unwrap();
+        let b = Registry::claim(&r).unwrap();
+        assert_ne!(a.ep, b.ep);
+        assert!(a.alive(b.ep));
+        assert!(b.dir.join("hdr").exists());
+        let (ep_b, dir_b) = (b.ep, b.dir.clone());
+        drop(b);
+        assert!(!a.alive(ep_b), "a released lock means a dead endpoint");
+        // The next claim reuses the number and clears what the dead one left.
+        std::fs::write(dir_b.join("stale"), b"x").unwrap();
+        let c = Registry::claim(&r).unwrap();
+        assert_eq!(c.ep, ep_b);
+        assert!(!dir_b.join("stale").exists());
+        drop((a, c));
+        std::fs::remove_dir_all(&r).unwrap();
+    }
+}
