@@ -21,6 +21,16 @@ fn answers_per_opcode() {
     assert_eq!(a.qp.data_in_order(WrOpcode::RdmaWrite, 0x10), 0, "unknown flags give 0");
 }
 
+#[test]
+fn answers_per_qp_type() {
+    let (u, _v) = pair(QpType::Ud);
+    assert_eq!(u.qp.data_in_order(WrOpcode::Send, RETURN_CAPS), WHOLE_MSG | ALIGNED_128);
+    assert_eq!(u.qp.data_in_order(WrOpcode::RdmaWrite, 0), 0, "UD carries no RDMA WRITE");
+    let (c, _d) = pair(QpType::Uc);
+    assert_eq!(c.qp.data_in_order(WrOpcode::RdmaWrite, 0), 1);
+    assert_eq!(c.qp.data_in_order(WrOpcode::RdmaRead, 0), 0, "UC carries no RDMA READ");
+}
+
 /// A reader polling the last byte of a large RDMA WRITE sees the whole message once the
 /// last byte changes: the guarantee WHOLE_MSG promises.
 #[test]

@@ -862,7 +862,7 @@ impl Qp {
     /// 0; with `IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS` (1) it is a mask of WHOLE_MSG (1)
     /// and ALIGNED_128_BYTES (2); unknown flag bits give 0. Only RDMA READ (data placed
     /// at this QP by its own reads), RDMA WRITE and SEND (data placed by peers) are
-    /// answered; other opcodes give 0.
+    /// answered, for the QP types that carry them; other opcodes give 0.
     /// rverbs places data with [`crate::mem::copy`], in increasing address order on
     /// x86-64; elsewhere it claims nothing.
     pub fn data_in_order(&self, op: WrOpcode, flags: u32) -> u32 {
@@ -872,6 +872,9 @@ impl Qp {
         if flags & !RETURN_CAPS != 0 {
             return 0;
         }
+        // Every transport places a message with the same ordered copy (UD: the GRH area
+        // first, then the payload), so the answer depends on the opcode only — and on the
+        // opcode being legal on this QP type.
         let answered = matches!(
             op,
             WrOpcode::RdmaRead
@@ -879,7 +882,8 @@ impl Qp {
                 | WrOpcode::RdmaWriteWithImm
                 | WrOpcode::Send
                 | WrOpcode::SendWithImm
-        ) && self.inner.qp_type != QpType::Ud;
+                | WrOpcode::SendWithInv
+        ) && (op.allowed_on(self.inner.qp_type) || self.inner.qp_type == QpType::XrcRecv);
         let caps = if answered && crate::mem::ORDERED { WHOLE_MSG | ALIGNED_128 } else { 0 };
         if flags & RETURN_CAPS != 0 {
             caps
