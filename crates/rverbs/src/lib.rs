@@ -75,3 +75,8 @@ pub use rverbs_proto::verbs::{
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInit};
 pub use wc::Wc;
 pub use xrcd::Xrcd;
+
+/// The README's Rust snippet, compiled and checked by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
