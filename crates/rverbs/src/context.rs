@@ -6,7 +6,6 @@
 //! opens one context per side).
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use rverbs_proto::verbs::EventType;
@@ -15,22 +14,30 @@ use crate::cq::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
 use crate::device::{DeviceAttr, DeviceInner, GidEntry, PortAttr};
 use crate::error::{Error, Result};
-use crate::event::{AsyncEvent, EventQueue, RawAsyncEvent, RawElement};
+use crate::event::{AsyncEvent, RawAsyncEvent, RawElement};
+use crate::shm::fifo::Fifo;
 use crate::pd::Pd;
 use crate::Gid;
 
 pub(crate) struct ContextInner {
     pub(crate) dev: &'static DeviceInner,
     pub(crate) id: u32,
-    events: EventQueue<RawAsyncEvent>,
+    /// The asynchronous event FIFO (`async-<id>` in the endpoint directory), so peers
+    /// can raise events on this context's objects.
+    events: Fifo,
 }
 
 impl ContextInner {
     /// Queues an asynchronous event (ibv_get_async_event(3)).
     pub(crate) fn raise(&self, kind: EventType, element: RawElement) {
-        tracing::debug!(?kind, "async event");
-        self.events.push(RawAsyncEvent { kind, element });
+        tracing::debug!(?kind, ?element, "async event");
+        self.events.send(&RawAsyncEvent { kind, element }.encode());
     }
+}
+
+/// Name of context `id`'s asynchronous event FIFO in its endpoint directory.
+pub(crate) fn async_fifo_name(id: u32) -> String {
+    format!("async-{id}")
 }
 
 /// An open device context (`struct ibv_context`). Cloning shares the context.
@@ -45,8 +52,6 @@ impl std::fmt::Debug for Context {
     }
 }
 
-static NEXT_CONTEXT: AtomicU32 = AtomicU32::new(1);
-
 /// Port numbers start at 1 and the device has one port.
 pub(crate) fn check_port(verb: &'static str, port: u8) -> Result<()> {
     if port == 1 {
@@ -58,13 +63,9 @@ pub(crate) fn check_port(verb: &'static str, port: u8) -> Result<()> {
 
 impl Context {
     pub(crate) fn open(dev: &'static DeviceInner) -> Result<Self> {
-        Ok(Context {
-            inner: Arc::new(ContextInner {
-                dev,
-                id: NEXT_CONTEXT.fetch_add(1, Ordering::Relaxed),
-                events: EventQueue::new()?,
-            }),
-        })
+        let id = dev.new_id();
+        let events = Fifo::create(&dev.dir.join(async_fifo_name(id)))?;
+        Ok(Context { inner: Arc::new(ContextInner { dev, id, events }) })
     }
 
     pub(crate) fn inner(&self) -> &Arc<ContextInner> {
@@ -151,7 +152,13 @@ impl Context {
     /// [`Context::async_fd`] was made non-blocking, in which case an empty queue gives
     /// `Error::WouldBlock`.
     pub fn get_async_event(&self) -> Result<AsyncEvent> {
-        self.inner.events.pop(AsyncEvent::deliver)
+        let mut rec = [0u8; RawAsyncEvent::LEN];
+        loop {
+            self.inner.events.recv(&mut rec)?;
+            if let Some(ev) = RawAsyncEvent::decode(&rec).and_then(AsyncEvent::deliver) {
+                return Ok(ev);
+            }
+        }
     }
 
     /// The fd that is readable while an asynchronous event is pending (`async_fd`).

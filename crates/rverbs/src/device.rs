@@ -17,6 +17,7 @@ use crate::mr::KeyTable;
 use crate::qp::QpInner;
 use crate::srq::SrqInner;
 use crate::table::Table;
+use crate::shm::registry::Registry;
 use crate::sys;
 
 /// Name of the built-in device.
@@ -334,6 +335,15 @@ pub const LINK_LAYER_ETHERNET: u8 = 2;
 
 /// The process-wide state of the built-in device.
 pub(crate) struct DeviceInner {
+    /// This process's endpoint of the host-wide device (`None` if the runtime directory
+    /// was unusable: then only in-process traffic works).
+    pub(crate) reg: Option<Registry>,
+    /// Where this endpoint's segments and FIFOs live.
+    pub(crate) dir: std::path::PathBuf,
+    /// Source of CQ, channel and context ids (unique for the endpoint's life).
+    next_id: std::sync::atomic::AtomicU32,
+    /// Live CQs by id (events name CQs by id).
+    pub(crate) cqs: std::sync::Mutex<std::collections::HashMap<u32, std::sync::Weak<crate::cq::CqInner>>>,
     pub(crate) name: &'static str,
     pub(crate) node_guid: u64,
     pub(crate) gids: Vec<GidEntry>,
@@ -347,7 +357,19 @@ pub(crate) struct DeviceInner {
 static DEVICE: OnceLock<DeviceInner> = OnceLock::new();
 
 pub(crate) fn device() -> &'static DeviceInner {
-    DEVICE.get_or_init(DeviceInner::new)
+    if let Some(d) = DEVICE.get() {
+        return d;
+    }
+    let d = DEVICE.get_or_init(DeviceInner::new);
+    // Peers may ring this endpoint's doorbell from now on: its reader must run. (The
+    // progress thread reads the device through `device_ready`, never through here.)
+    crate::progress::start();
+    d
+}
+
+/// The device if it was initialised (the progress thread's view).
+pub(crate) fn device_ready() -> Option<&'static DeviceInner> {
+    DEVICE.get()
 }
 
 impl DeviceInner {
@@ -383,16 +405,55 @@ impl DeviceInner {
                 ifindex: sys::ifindex(&name),
             });
         }
+        let (reg, dir) = match Registry::claim(&crate::shm::runtime_dir()) {
+            Ok(r) => {
+                let d = r.dir.clone();
+                (Some(r), d)
+            }
+            Err(e) => {
+                tracing::warn!(%e, "no host-wide endpoint: only in-process traffic will work");
+                let d = std::env::temp_dir().join(format!("rverbs-private-{}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&d);
+                let _ = std::fs::create_dir_all(&d);
+                (None, d)
+            }
+        };
+        register_cleanup(&dir);
+        let ep = reg.as_ref().map_or(0, |r| r.ep);
         DeviceInner {
+            reg,
+            dir,
+            next_id: std::sync::atomic::AtomicU32::new(1),
+            cqs: Default::default(),
             name: DEVICE_NAME,
             node_guid: u64::from_be_bytes(eui),
             gids,
             keys: KeyTable::new(),
-            qps: Table::new("queue pairs"),
-            srqs: Table::new("shared receive queues"),
+            qps: Table::new("queue pairs", ep),
+            srqs: Table::new("shared receive queues", ep),
             xrcd_files: Default::default(),
             mcast: Default::default(),
         }
+    }
+
+    /// A fresh id for a CQ, channel or context of this endpoint.
+    pub(crate) fn new_id(&self) -> u32 {
+        self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The live CQ `id` of this endpoint.
+    pub(crate) fn cq(&self, id: u32) -> Option<std::sync::Arc<crate::cq::CqInner>> {
+        self.cqs.lock().expect("cq registry").get(&id)?.upgrade()
+    }
+
+    /// The endpoint number of this process.
+    pub(crate) fn ep(&self) -> u32 {
+        self.reg.as_ref().map_or(0, |r| r.ep)
+    }
+
+    /// Whether endpoint `ep` is alive (this one always is).
+    pub(crate) fn alive(&self, ep: u32) -> bool {
+        self.reg.as_ref().is_none_or(|r| r.alive(ep))
     }
 
     /// Whether `gid` names this device (one of its GID table entries).
@@ -489,6 +550,29 @@ impl DeviceInner {
 
 /// `IBV_PORT_CM_SUP`: the port supports connection management.
 pub const PORT_CM_SUP: u32 = 1 << 16;
+
+/// Removes the endpoint directory when the process exits normally (a crashed process's
+/// directory is reclaimed by the next process that claims an endpoint).
+/// A child forked after the device started shares the parent's endpoint and must leave
+/// its directory alone.
+fn register_cleanup(dir: &std::path::Path) {
+    static DIR: OnceLock<(std::path::PathBuf, u32)> = OnceLock::new();
+    extern "C" fn cleanup() {
+        if let Some((d, pid)) = DIR.get() {
+            if *pid == std::process::id() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
+    if DIR.set((dir.to_owned(), std::process::id())).is_ok() {
+        // SAFETY: registering a plain extern "C" function with no arguments; it only
+        // reads a OnceLock that is set before registration.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::atexit(cleanup);
+        }
+    }
+}
 
 /// A locally administered MAC used when the host has no interface with one.
 const SYNTHETIC_MAC: [u8; 6] = [0x02, 0x52, 0x56, 0x45, 0x52, 0x42];

@@ -6,52 +6,58 @@
 //! event names waits for those acknowledgements.
 //! Rule: ibv_get_cq_event(3): the same for completion events and ibv_ack_cq_events(3).
 
-use std::collections::VecDeque;
-use std::os::fd::BorrowedFd;
-use std::sync::{Condvar, Mutex, Weak};
+use std::sync::{Condvar, Mutex};
 
 use rverbs_proto::verbs::EventType;
 
-use crate::cq::{Cq, CqInner};
-use crate::error::Result;
-use crate::qp::{Qp, QpInner};
-use crate::srq::{Srq, SrqInner};
-use crate::sys::EventFd;
+use crate::cq::Cq;
+use crate::qp::Qp;
+use crate::srq::Srq;
 
-/// A FIFO of events whose length is mirrored by an eventfd counter, so the fd is
-/// readable exactly while an event is queued (no spurious wake-ups), blocking or not
-/// as the application sets the fd.
-pub(crate) struct EventQueue<T> {
-    fd: EventFd,
-    queue: Mutex<VecDeque<T>>,
+/// An asynchronous event as it travels through a context's event FIFO (16 bytes):
+/// `[kind: u32, element kind: u32, element id: u64]`. Peers in other processes write the
+/// same records for events they cause on this process's objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RawAsyncEvent {
+    pub(crate) kind: EventType,
+    pub(crate) element: RawElement,
 }
 
-impl<T> EventQueue<T> {
-    pub(crate) fn new() -> Result<Self> {
-        Ok(EventQueue { fd: EventFd::new()?, queue: Mutex::new(VecDeque::new()) })
+/// What an asynchronous event names, by number (a destroyed object's undelivered events
+/// are dropped when read, as the kernel drops them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RawElement {
+    Cq(u32),
+    Qp(u32),
+    Srq(u32),
+}
+
+impl RawAsyncEvent {
+    pub(crate) const LEN: usize = 16;
+
+    pub(crate) fn encode(&self) -> [u8; Self::LEN] {
+        let (k, id) = match self.element {
+            RawElement::Cq(i) => (1u32, i),
+            RawElement::Qp(i) => (2, i),
+            RawElement::Srq(i) => (3, i),
+        };
+        let mut r = [0u8; Self::LEN];
+        r[..4].copy_from_slice(&self.kind.raw().to_ne_bytes());
+        r[4..8].copy_from_slice(&k.to_ne_bytes());
+        r[8..].copy_from_slice(&u64::from(id).to_ne_bytes());
+        r
     }
 
-    /// Queues an event and makes the fd readable.
-    pub(crate) fn push(&self, event: T) {
-        self.queue.lock().expect("event queue lock").push_back(event);
-        self.fd.signal();
-    }
-
-    /// Takes the oldest event for which `live` returns `Some`, blocking while there is
-    /// none (or failing with `WouldBlock` if the fd is non-blocking). Events whose
-    /// object was destroyed before delivery are discarded, as the kernel discards them.
-    pub(crate) fn pop<U>(&self, mut live: impl FnMut(T) -> Option<U>) -> Result<U> {
-        loop {
-            self.fd.wait()?;
-            let event = self.queue.lock().expect("event queue lock").pop_front();
-            if let Some(u) = event.and_then(&mut live) {
-                return Ok(u);
-            }
-        }
-    }
-
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.fd()
+    pub(crate) fn decode(r: &[u8; Self::LEN]) -> Option<Self> {
+        let kind = EventType::from_raw(u32::from_ne_bytes(r[..4].try_into().ok()?))?;
+        let id = u64::from_ne_bytes(r[8..].try_into().ok()?) as u32;
+        let element = match u32::from_ne_bytes(r[4..8].try_into().ok()?) {
+            1 => RawElement::Cq(id),
+            2 => RawElement::Qp(id),
+            3 => RawElement::Srq(id),
+            _ => return None,
+        };
+        Some(RawAsyncEvent { kind, element })
     }
 }
 
@@ -89,19 +95,6 @@ impl EventCounter {
     }
 }
 
-/// The object an asynchronous event is about, as queued (weakly held: a destroyed
-/// object's undelivered events are dropped).
-pub(crate) enum RawElement {
-    Cq(Weak<CqInner>),
-    Qp(Weak<QpInner>),
-    Srq(Weak<SrqInner>),
-}
-
-pub(crate) struct RawAsyncEvent {
-    pub(crate) kind: EventType,
-    pub(crate) element: RawElement,
-}
-
 /// What an asynchronous event is about.
 #[derive(Clone)]
 pub enum AsyncElement {
@@ -135,20 +128,23 @@ pub struct AsyncEvent {
 }
 
 impl AsyncEvent {
+    /// Resolves a raw event read from the context's FIFO; `None` if the object it names
+    /// was destroyed in the meantime (the event is dropped, as the kernel drops it).
     pub(crate) fn deliver(raw: RawAsyncEvent) -> Option<AsyncEvent> {
+        let dev = crate::device::device();
         let element = match raw.element {
-            RawElement::Cq(w) => {
-                let cq = w.upgrade().filter(|c| !c.is_destroyed())?;
+            RawElement::Cq(id) => {
+                let cq = dev.cq(id).filter(|c| !c.is_destroyed())?;
                 cq.async_events.delivered();
                 AsyncElement::Cq(Cq::from_inner(cq))
             }
-            RawElement::Qp(w) => {
-                let qp = w.upgrade().filter(|q| !q.is_destroyed())?;
+            RawElement::Qp(qpn) => {
+                let qp = dev.qps.get(qpn).filter(|q| !q.is_destroyed())?;
                 qp.async_events.delivered();
                 AsyncElement::Qp(Qp::from_inner(qp))
             }
-            RawElement::Srq(w) => {
-                let srq = w.upgrade().filter(|s| !s.is_destroyed())?;
+            RawElement::Srq(srqn) => {
+                let srq = dev.srqs.get(srqn).filter(|s| !s.is_destroyed())?;
                 srq.async_events.delivered();
                 AsyncElement::Srq(Srq::from_inner(srq))
             }
@@ -202,24 +198,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queue_fd_is_readable_only_while_events_are_queued() {
-        let q = EventQueue::<u32>::new().unwrap();
-        rustix::io::ioctl_fionbio(q.fd(), true).unwrap();
-        assert!(matches!(q.pop(Some), Err(crate::Error::WouldBlock)));
-        q.push(7);
-        q.push(8);
-        assert_eq!(q.pop(Some).unwrap(), 7);
-        assert_eq!(q.pop(Some).unwrap(), 8);
-        assert!(matches!(q.pop(Some), Err(crate::Error::WouldBlock)));
-    }
-
-    #[test]
-    fn dead_events_are_skipped() {
-        let q = EventQueue::<u32>::new().unwrap();
-        rustix::io::ioctl_fionbio(q.fd(), true).unwrap();
-        q.push(1);
-        q.push(2);
-        assert_eq!(q.pop(|v| (v != 1).then_some(v)).unwrap(), 2);
+    fn records_round_trip() {
+        for e in [
+            RawAsyncEvent { kind: EventType::CqErr, element: RawElement::Cq(7) },
+            RawAsyncEvent { kind: EventType::QpFatal, element: RawElement::Qp(0x12_3456) },
+            RawAsyncEvent { kind: EventType::SrqLimitReached, element: RawElement::Srq(3) },
+        ] {
+            assert_eq!(RawAsyncEvent::decode(&e.encode()), Some(e));
+        }
+        assert_eq!(RawAsyncEvent::decode(&[0xff; 16]), None);
     }
 
     #[test]

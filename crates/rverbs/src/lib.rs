@@ -45,6 +45,7 @@ pub mod mw;
 pub mod pd;
 mod progress;
 pub mod qp;
+mod shm;
 pub mod srq;
 mod sys;
 mod table;

@@ -1,17 +1,29 @@
 //! The progress thread: runs what cannot run inside the application's calls.
 //!
-//! DESIGN.md §5: one thread per process, started the first time it is needed, asleep
-//! while there is nothing to do. Today its only work is timers — the RNR wait and the
-//! ACK timeout after which a send queue retries its head work request. Work requests
-//! otherwise execute inside `post_send`, so no latency-critical path waits for this
-//! thread to wake.
+//! DESIGN.md §5: one thread per process, started with the device, asleep in epoll while
+//! there is nothing to do. It handles
+//! - timers: the RNR wait and the ACK timeout after which a send queue retries its head
+//!   work request;
+//! - the doorbell: a FIFO peers write to when they changed one of this process's QPs
+//!   (e.g. moved it to ERR: its send queue, which only this process runs, must flush);
+//! - peer deaths: a pidfd per peer; when one becomes readable the peer is marked dead at
+//!   once, and requests towards it go unanswered from then on.
+//!
+//! Work requests otherwise execute inside `post_send`, so no latency-critical path waits
+//! for this thread to wake.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::sync::{Condvar, Mutex, OnceLock, Weak};
+use std::collections::{BinaryHeap, HashMap};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
+use rustix::event::epoll;
+
 use crate::qp::QpInner;
+use crate::shm::fifo::Fifo;
+use crate::shm::registry::Peer;
+use crate::sys::EventFd;
 
 struct Timer {
     at: Instant,
@@ -42,22 +54,68 @@ struct Timers {
     seq: u64,
 }
 
+/// Doorbell records: `[kind: u32, arg: u32]`.
+pub(crate) mod bell {
+    /// A peer changed QP `arg` of this process: run its send queue (flush on ERR).
+    pub(crate) const KICK_QP: u32 = 1;
+    /// Bytes of one record.
+    pub(crate) const LEN: usize = 8;
+    /// Name of the doorbell FIFO in the endpoint directory.
+    pub(crate) const NAME: &str = "bell";
+
+    pub(crate) fn record(kind: u32, arg: u32) -> [u8; LEN] {
+        let mut r = [0u8; LEN];
+        r[..4].copy_from_slice(&kind.to_ne_bytes());
+        r[4..].copy_from_slice(&arg.to_ne_bytes());
+        r
+    }
+}
+
+const TOKEN_WAKE: u64 = 0;
+const TOKEN_BELL: u64 = 1;
+const TOKEN_PEER: u64 = 1 << 32;
+
 struct Progress {
     timers: Mutex<Timers>,
-    wake: Condvar,
+    wake: EventFd,
+    epoll: OwnedFd,
+    bell: Option<Fifo>,
+    peers: Mutex<HashMap<u32, Weak<Peer>>>,
 }
 
 fn progress() -> &'static Progress {
     static P: OnceLock<&'static Progress> = OnceLock::new();
     P.get_or_init(|| {
-        let p: &'static Progress =
-            Box::leak(Box::new(Progress { timers: Mutex::default(), wake: Condvar::new() }));
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
+        let wake = EventFd::new().expect("eventfd");
+        rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
+        epoll::add(&epoll, wake.fd(), epoll::EventData::new_u64(TOKEN_WAKE), epoll::EventFlags::IN)
+            .expect("epoll add");
+        let dev = crate::device::device_ready().expect("the device starts the progress thread");
+        let bell = dev.reg.as_ref().and_then(|_| Fifo::create(&dev.dir.join(bell::NAME)).ok());
+        if let Some(b) = &bell {
+            rustix::io::ioctl_fionbio(b.fd(), true).expect("non-blocking bell");
+            epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
+                .expect("epoll add");
+        }
+        let p: &'static Progress = Box::leak(Box::new(Progress {
+            timers: Mutex::default(),
+            wake,
+            epoll,
+            bell,
+            peers: Mutex::default(),
+        }));
         std::thread::Builder::new()
             .name("rverbs-progress".into())
             .spawn(move || run(p))
             .expect("spawn the rverbs progress thread");
         p
     })
+}
+
+/// Starts the progress thread (the device does at start, so peers can ring the bell).
+pub(crate) fn start() {
+    let _ = progress();
 }
 
 /// Asks the progress thread to kick `qp`'s send queue at `at`.
@@ -68,29 +126,91 @@ pub(crate) fn schedule(at: Instant, qp: Weak<QpInner>) {
     let seq = t.seq;
     let earliest = t.heap.peek().map(|Reverse(x)| x.at);
     t.heap.push(Reverse(Timer { at, seq, qp }));
+    drop(t);
     if earliest.is_none_or(|e| at < e) {
-        p.wake.notify_one();
+        p.wake.signal();
     }
 }
 
+/// Watches a peer's pidfd: its death is noticed at once.
+pub(crate) fn watch_peer(peer: &Arc<Peer>) {
+    let p = progress();
+    p.peers.lock().expect("peers").insert(peer.ep, Arc::downgrade(peer));
+    let _ = epoll::add(
+        &p.epoll,
+        peer.pidfd(),
+        epoll::EventData::new_u64(TOKEN_PEER | u64::from(peer.ep)),
+        epoll::EventFlags::IN,
+    );
+}
+
 fn run(p: &'static Progress) {
-    let mut t = p.timers.lock().expect("timers");
+    let mut events: Vec<epoll::Event> = Vec::with_capacity(16);
     loop {
-        let now = Instant::now();
-        match t.heap.peek() {
-            None => t = p.wake.wait(t).expect("timers"),
-            Some(Reverse(first)) if first.at > now => {
-                let d = first.at - now;
-                t = p.wake.wait_timeout(t, d).expect("timers").0;
-            }
-            Some(_) => {
-                let Reverse(due) = t.heap.pop().expect("peeked");
-                drop(t);
-                if let Some(qp) = due.qp.upgrade() {
-                    qp.kick();
+        // Fire due timers; find the next deadline.
+        let next = loop {
+            let mut t = p.timers.lock().expect("timers");
+            let now = Instant::now();
+            match t.heap.peek() {
+                Some(Reverse(first)) if first.at <= now => {
+                    let Reverse(due) = t.heap.pop().expect("peeked");
+                    drop(t);
+                    if let Some(qp) = due.qp.upgrade() {
+                        qp.kick();
+                    }
                 }
-                t = p.timers.lock().expect("timers");
+                Some(Reverse(first)) => break Some(first.at - now),
+                None => break None,
+            }
+        };
+        let timeout = next.map(|d| {
+            // Round up so the wait never ends before the deadline.
+            rustix::time::Timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: i64::from(d.subsec_nanos()),
+            }
+        });
+        events.clear();
+        match epoll::wait(&p.epoll, rustix::buffer::spare_capacity(&mut events), timeout.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                tracing::error!(%e, "epoll_wait failed; progress thread stops");
+                return;
             }
         }
+        for ev in &events {
+            let data = ev.data;
+            match data.u64() {
+                TOKEN_WAKE => while p.wake.wait().is_ok() {},
+                TOKEN_BELL => ring_bell(p),
+                t if t & TOKEN_PEER != 0 => peer_died(p, (t & 0xffff_ffff) as u32),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn ring_bell(p: &Progress) {
+    let Some(b) = &p.bell else { return };
+    let mut rec = [0u8; bell::LEN];
+    while b.recv(&mut rec).is_ok() {
+        let kind = u32::from_ne_bytes(rec[..4].try_into().expect("4 bytes"));
+        let arg = u32::from_ne_bytes(rec[4..].try_into().expect("4 bytes"));
+        if kind == bell::KICK_QP {
+            if let Some(qp) = crate::device::device_ready().and_then(|d| d.qps.get(arg)) {
+                qp.kick();
+            }
+        }
+    }
+}
+
+fn peer_died(p: &Progress, ep: u32) {
+    if let Some(peer) = p.peers.lock().expect("peers").remove(&ep).and_then(|w| w.upgrade()) {
+        tracing::info!(ep, pid = peer.pid, "peer endpoint died");
+        peer.mark_dead();
+        let _ = epoll::delete(&p.epoll, peer.pidfd());
+    }
+    if let Some(r) = crate::device::device_ready().and_then(|d| d.reg.as_ref()) {
+        r.forget(ep);
     }
 }

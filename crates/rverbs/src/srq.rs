@@ -95,7 +95,7 @@ impl SrqInner {
             && (left as u64) < u64::from(limit)
             && self.limit.compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
-            self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(Arc::downgrade(self)));
+            self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(self.srqn));
         }
         Some(wqe)
     }

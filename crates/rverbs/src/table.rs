@@ -38,10 +38,10 @@ pub(crate) struct Table<T> {
 }
 
 impl<T> Table<T> {
-    pub(crate) fn new(what: &'static str) -> Self {
+    pub(crate) fn new(what: &'static str, endpoint: u32) -> Self {
         Table {
             what,
-            endpoint: 0,
+            endpoint,
             slots: RwLock::new((0..FIRST_INDEX).map(|_| Slot::Reserved).collect()),
             cursor: Mutex::new(FIRST_INDEX - 1),
         }
@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn numbers_are_not_reused_until_the_space_cycles() {
-        let t: Table<u8> = Table::new("things");
+        let t: Table<u8> = Table::new("things", 0);
         let a = t.reserve().unwrap();
         assert_eq!(a, 2);
         let obj = Arc::new(7u8);
@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn freed_numbers_come_back_after_a_full_cycle() {
-        let t: Table<u8> = Table::new("things");
+        let t: Table<u8> = Table::new("things", 0);
         let first = t.reserve().unwrap();
         t.remove(first);
         let mut last = first;

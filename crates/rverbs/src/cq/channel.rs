@@ -4,19 +4,38 @@
 //! blocking unless the application sets O_NONBLOCK; each armed CQ queues at most one
 //! event per arming; every event returned must be acknowledged, and destroying the CQ
 //! waits for that. Destroying a channel fails with EBUSY while CQs use it.
+//!
+//! The channel is a FIFO (`ch-<id>` in the endpoint directory) carrying the ids of the
+//! CQs whose notification fired, 8 bytes each; a completion published by a peer process
+//! queues the event itself, so the application's fd becomes readable without this
+//! process doing anything.
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::context::ContextInner;
-use crate::cq::{Cq, CqInner};
+use crate::cq::Cq;
 use crate::error::{Error, Result};
-use crate::event::EventQueue;
+use crate::shm::fifo::Fifo;
+
+/// Bytes of one channel record: the CQ id, native endianness, zero-extended.
+pub(crate) const RECORD_LEN: usize = 8;
+
+/// The name of channel `id`'s FIFO in its endpoint directory.
+pub(crate) fn fifo_name(id: u32) -> String {
+    format!("ch-{id}")
+}
+
+/// The record that queues an event for CQ `cq_id`.
+pub(crate) fn record(cq_id: u32) -> [u8; RECORD_LEN] {
+    u64::from(cq_id).to_ne_bytes()
+}
 
 pub(crate) struct ChannelInner {
     pub(crate) ctx: Arc<ContextInner>,
-    events: EventQueue<Weak<CqInner>>,
+    pub(crate) id: u32,
+    fifo: Fifo,
     users: AtomicU32,
 }
 
@@ -29,8 +48,9 @@ impl ChannelInner {
         self.users.fetch_sub(1, Ordering::AcqRel);
     }
 
-    pub(crate) fn queue_event(&self, cq: Weak<CqInner>) {
-        self.events.push(cq);
+    /// Queues a completion event for CQ `cq_id` (its armed notification fired here).
+    pub(crate) fn fire(&self, cq_id: u32) {
+        self.fifo.send(&record(cq_id));
     }
 }
 
@@ -42,7 +62,7 @@ pub struct CompChannel {
 
 impl std::fmt::Debug for CompChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompChannel").finish_non_exhaustive()
+        f.debug_struct("CompChannel").field("id", &self.inner.id).finish_non_exhaustive()
     }
 }
 
@@ -89,9 +109,10 @@ impl Drop for CqEvent {
 
 impl CompChannel {
     pub(crate) fn new(ctx: Arc<ContextInner>) -> Result<Self> {
-        Ok(CompChannel {
-            inner: Arc::new(ChannelInner { ctx, events: EventQueue::new()?, users: AtomicU32::new(0) }),
-        })
+        let dev = ctx.dev;
+        let id = dev.new_id();
+        let fifo = Fifo::create(&dev.dir.join(fifo_name(id)))?;
+        Ok(CompChannel { inner: Arc::new(ChannelInner { ctx, id, fifo, users: AtomicU32::new(0) }) })
     }
 
     pub(crate) fn inner(&self) -> &Arc<ChannelInner> {
@@ -100,18 +121,26 @@ impl CompChannel {
 
     /// Waits for the next completion event. Blocks unless [`CompChannel::fd`] was made
     /// non-blocking, in which case `Error::WouldBlock` means no event is queued.
+    ///
+    /// Events of CQs destroyed since they were queued are skipped.
     pub fn get_cq_event(&self) -> Result<CqEvent> {
-        let cq = self.inner.events.pop(|w| {
-            let cq = w.upgrade().filter(|c| !c.is_destroyed())?;
+        let dev = self.inner.ctx.dev;
+        let mut rec = [0u8; RECORD_LEN];
+        loop {
+            self.inner.fifo.recv(&mut rec)?;
+            let id = u64::from_ne_bytes(rec) as u32;
+            let Some(cq) = dev.cq(id).filter(|c| !c.is_destroyed()) else { continue };
+            if !cq.channel_is(&self.inner) {
+                continue;
+            }
             cq.comp_events.delivered();
-            Some(cq)
-        })?;
-        Ok(CqEvent { cq: Cq::from_inner(cq), acked: false })
+            return Ok(CqEvent { cq: Cq::from_inner(cq), acked: false });
+        }
     }
 
     /// The channel's fd: readable while an event is queued.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.inner.events.fd()
+        self.inner.fifo.fd()
     }
 
     /// Destroys the channel (ibv_destroy_comp_channel(3)).

@@ -51,7 +51,7 @@ impl Cq {
     /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
     pub fn poll_ex_one(&self) -> Result<Option<ExEntry>> {
         let cq: &CqInner = self.inner();
-        if cq.errored.load(std::sync::atomic::Ordering::Acquire) {
+        if cq.errored() {
             return Err(Error::CqOverrun);
         }
         let _g = cq.lock_consumer();
@@ -63,7 +63,7 @@ impl Cq {
     /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
     pub fn start_poll(&self) -> Result<Option<ExPoll<'_>>> {
         let cq: &CqInner = self.inner();
-        if cq.errored.load(std::sync::atomic::Ordering::Acquire) {
+        if cq.errored() {
             return Err(Error::CqOverrun);
         }
         let guard = cq.lock_consumer();
@@ -79,7 +79,7 @@ impl Cq {
 }
 
 fn pop_one(cq: &CqInner) -> Option<Cqe> {
-    cq.pop_live(&cq.ring.read().expect("cq ring"))
+    cq.pop_live(cq.seg.read().expect("cq segment").ring())
 }
 
 impl<'a> ExPoll<'a> {

@@ -7,8 +7,9 @@
 pub mod channel;
 pub mod ex;
 pub(crate) mod ring;
+pub(crate) mod seg;
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bitflags::bitflags;
@@ -20,7 +21,8 @@ use crate::error::{Error, Result};
 use crate::event::{EventCounter, RawElement};
 use crate::wc::{Cqe, Wc};
 use channel::{ChannelInner, CompChannel};
-use ring::{Pop, PushError, Ring};
+use ring::{Pop, Ring};
+use seg::{CqSeg, Publish};
 
 bitflags! {
     /// The fields extended polling may read (`enum ibv_wc_flags_ex`, chosen at creation).
@@ -130,19 +132,16 @@ impl<'a> CqInit<'a> {
     }
 }
 
-const NOTIFY_SOLICITED: u8 = 1;
-const NOTIFY_NEXT: u8 = 2;
 const DESTROYED: u32 = 1 << 31;
 
 pub(crate) struct CqInner {
     pub(crate) ctx: Arc<ContextInner>,
-    ring: RwLock<Ring>,
+    pub(crate) id: u32,
+    /// The current generation of the shared segment (write-locked by resize).
+    seg: RwLock<CqSeg>,
     consumer: Mutex<()>,
     pub(crate) flags: CqCreateFlags,
     pub(crate) wc_flags: WcExFlags,
-    timestamps: bool,
-    errored: AtomicBool,
-    notify: AtomicU8,
     channel: Option<Arc<ChannelInner>>,
     cq_context: AtomicUsize,
     pub(crate) comp_events: EventCounter,
@@ -179,55 +178,38 @@ impl CqInner {
         self.users.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Publishes a completion.
-    ///
-    /// Rule: ibv_poll_cq(3) NOTES: a completion arriving at a full CQ is an overrun:
-    /// the async event CQ_ERR is raised and the CQ cannot be used any more (polls
-    /// fail). With IGNORE_OVERRUN (ibv_create_cq_ex(3)) the oldest CQE is overwritten
-    /// and nothing fails.
-    /// Deviation: rxe drops the CQE and raises CQ_ERR but keeps the CQ usable; rverbs
-    /// follows the man page (and DESIGN.md §3) and puts the CQ in error.
-    pub(crate) fn push(self: &Arc<Self>, mut cqe: Cqe) -> Result<(), Overrun> {
-        if self.errored.load(Ordering::Acquire) {
-            return Err(Overrun);
-        }
-        if self.timestamps {
-            cqe.timestamp = crate::clock::device_ns();
-        }
-        let ignore = self.flags.contains(CqCreateFlags::IGNORE_OVERRUN);
-        let pushed = self.ring.read().expect("cq ring").push(&cqe.encode(), ignore);
-        if let Err(PushError::Full) = pushed {
-            if !self.errored.swap(true, Ordering::AcqRel) {
-                tracing::warn!("CQ overrun");
-                self.ctx.raise(EventType::CqErr, RawElement::Cq(Arc::downgrade(self)));
+    /// Publishes a completion (see [`CqSeg::publish`] for the rules): an overrun raises
+    /// CQ_ERR once; a fired notification queues one event on the channel.
+    pub(crate) fn push(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
+        let outcome = self.seg.read().expect("cq segment").publish(cqe);
+        match outcome {
+            Publish::Done { fire } => {
+                if fire {
+                    if let Some(ch) = &self.channel {
+                        ch.fire(self.id);
+                    }
+                }
+                Ok(())
             }
-            return Err(Overrun);
+            Publish::Overrun { first } => {
+                if first {
+                    tracing::warn!(cq = self.id, "CQ overrun");
+                    self.ctx.raise(EventType::CqErr, RawElement::Cq(self.id));
+                }
+                Err(Overrun)
+            }
+            // Only this process resizes its CQs, under the write lock we hold for read.
+            Publish::Moved(_) => Err(Overrun),
         }
-        self.notify_if_armed(cqe.solicited);
-        Ok(())
     }
 
-    /// Fires the armed notification, once.
-    ///
-    /// Rule: ibv_req_notify_cq(3): after arming, the next completion (or, when
-    /// solicited-only, the next solicited completion) queues one event on the channel;
-    /// the arming is then spent. rxe treats error and flush completions as not
-    /// solicited; so does rverbs.
-    fn notify_if_armed(self: &Arc<Self>, solicited: bool) {
-        let Some(channel) = &self.channel else { return };
-        // Pairs with the fence in `req_notify`: either the application's poll after
-        // arming sees this CQE, or this load sees the arming (no lost wake-up).
-        fence(Ordering::SeqCst);
-        let armed = self.notify.load(Ordering::Relaxed);
-        let fire = armed & NOTIFY_NEXT != 0 || (armed & NOTIFY_SOLICITED != 0 && solicited);
-        if fire
-            && self
-                .notify
-                .compare_exchange(armed, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            channel.queue_event(Arc::downgrade(self));
-        }
+    /// Whether the CQ reports to channel `ch`.
+    pub(crate) fn channel_is(&self, ch: &Arc<ChannelInner>) -> bool {
+        self.channel.as_ref().is_some_and(|c| Arc::ptr_eq(c, ch))
+    }
+
+    fn errored(&self) -> bool {
+        self.seg.read().expect("cq segment").shm().errored.load(Ordering::Acquire) != 0
     }
 
     pub(crate) fn cq_context(&self) -> usize {
@@ -248,7 +230,7 @@ impl CqInner {
     /// reset and reconnected does not see stale completions of its previous life
     /// (pyverbs' rereg tests rely on this).
     pub(crate) fn purge(&self, qpn: u32) {
-        let until = self.ring.read().expect("cq ring").tail();
+        let until = self.seg.read().expect("cq segment").ring().tail();
         self.purges.lock().expect("cq purges").push((qpn, until));
         self.purging.store(true, Ordering::Release);
     }
@@ -265,6 +247,7 @@ impl CqInner {
     }
 
     /// The next completion not purged, if any.
+    #[inline(always)]
     pub(crate) fn pop_live(&self, ring: &Ring) -> Option<Cqe> {
         loop {
             match ring.pop() {
@@ -282,14 +265,15 @@ impl CqInner {
 
     /// Removes up to `max` CQEs, oldest first, handing each to `f`.
     fn pop_into(&self, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
-        if self.errored.load(Ordering::Acquire) {
+        let _g = self.lock_consumer();
+        let seg = self.seg.read().expect("cq segment");
+        if seg.shm().errored.load(Ordering::Acquire) != 0 {
             return Err(Error::CqOverrun);
         }
-        let _g = self.lock_consumer();
-        let ring = self.ring.read().expect("cq ring");
+        let ring = seg.ring();
         let mut n = 0;
         while n < max {
-            match self.pop_live(&ring) {
+            match self.pop_live(ring) {
                 Some(c) => {
                     f(c);
                     n += 1;
@@ -337,20 +321,32 @@ impl Cq {
             if !Arc::ptr_eq(&ch.inner().ctx, &ctx) {
                 return Err(Error::invalid("create_cq", "channel of another context"));
             }
+        }
+        let dev = ctx.dev;
+        let id = dev.new_id();
+        let seg = CqSeg::create(&dev.dir, id, 1, init.cqe as usize)?;
+        let mut flags = 0;
+        if init.flags.contains(CqCreateFlags::IGNORE_OVERRUN) {
+            flags |= seg::FLAG_IGNORE_OVERRUN;
+        }
+        if init.wc_flags.intersects(WcExFlags::COMPLETION_TIMESTAMP | WcExFlags::COMPLETION_TIMESTAMP_WALLCLOCK) {
+            flags |= seg::FLAG_TIMESTAMPS;
+        }
+        let sh = seg.shm();
+        sh.flags.store(flags, Ordering::Release);
+        sh.ctx.store(ctx.id, Ordering::Release);
+        if let Some(ch) = init.channel {
+            sh.channel.store(ch.inner().id + 1, Ordering::Release);
             ch.inner().attach();
         }
-        Ok(Cq {
+        let cq = Cq {
             inner: Arc::new(CqInner {
                 ctx,
-                ring: RwLock::new(Ring::new(init.cqe as usize)),
+                id,
+                seg: RwLock::new(seg),
                 consumer: Mutex::new(()),
                 flags: init.flags,
                 wc_flags: init.wc_flags,
-                timestamps: init.wc_flags.intersects(
-                    WcExFlags::COMPLETION_TIMESTAMP | WcExFlags::COMPLETION_TIMESTAMP_WALLCLOCK,
-                ),
-                errored: AtomicBool::new(false),
-                notify: AtomicU8::new(0),
                 channel: init.channel.map(|c| c.inner().clone()),
                 cq_context: AtomicUsize::new(init.cq_context),
                 comp_events: EventCounter::default(),
@@ -360,7 +356,9 @@ impl Cq {
                 purging: AtomicBool::new(false),
                 cookie: AtomicUsize::new(0),
             }),
-        })
+        };
+        dev.cqs.lock().expect("cq registry").insert(id, Arc::downgrade(&cq.inner));
+        Ok(cq)
     }
 
     pub(crate) fn from_inner(inner: Arc<CqInner>) -> Self {
@@ -378,7 +376,7 @@ impl Cq {
 
     /// Number of entries the CQ holds (≥ the `cqe` requested, a power of two).
     pub fn cqe(&self) -> u32 {
-        self.inner.ring.read().expect("cq ring").capacity() as u32
+        self.inner.seg.read().expect("cq segment").ring().capacity() as u32
     }
 
     /// The fields extended polling may read.
@@ -398,7 +396,7 @@ impl Cq {
 
     /// Whether an overrun put the CQ in the error state.
     pub fn is_errored(&self) -> bool {
-        self.inner.errored.load(Ordering::Acquire)
+        self.inner.errored()
     }
 
     /// Removes up to `wc.len()` completions, oldest first, into `wc`; returns how many.
@@ -423,10 +421,7 @@ impl Cq {
         if self.inner.is_destroyed() {
             return Err(Error::Destroyed { what: "completion queue" });
         }
-        let flag = if solicited_only { NOTIFY_SOLICITED } else { NOTIFY_NEXT };
-        self.inner.notify.fetch_or(flag, Ordering::AcqRel);
-        // Pairs with the fence in `notify_if_armed`.
-        fence(Ordering::SeqCst);
+        self.inner.seg.read().expect("cq segment").arm(solicited_only);
         Ok(())
     }
 
@@ -450,17 +445,29 @@ impl Cq {
             return Err(Error::invalid("resize_cq", "cqe out of range"));
         }
         let _g = self.inner.consumer.lock().expect("cq consumer");
-        let mut ring = self.inner.ring.write().expect("cq ring");
-        if (cqe as usize) < ring.len() {
+        let mut seg = self.inner.seg.write().expect("cq segment");
+        seg.freeze();
+        if (cqe as usize) < seg.ring().len() {
+            seg.thaw();
             return Err(Error::invalid("resize_cq", "fewer entries than completions in the CQ"));
         }
-        let new = Ring::new(cqe as usize);
+        let dev = self.inner.ctx.dev;
+        let new = match CqSeg::create(&dev.dir, self.inner.id, seg.gen + 1, cqe as usize) {
+            Ok(n) => n,
+            Err(e) => {
+                seg.thaw();
+                return Err(e);
+            }
+        };
+        new.inherit(&seg);
         let ignore = self.inner.flags.contains(CqCreateFlags::IGNORE_OVERRUN);
-        ring.drain(|e| {
-            let _ = new.push(&e, ignore);
+        seg.ring().drain(|e| {
+            let _ = new.ring().push(&e, ignore);
         });
-        *ring = new;
-        Ok(ring.capacity() as u32)
+        // Producers of other processes that meet the frozen segment follow this mark.
+        seg.shm().moved.store(new.gen, Ordering::Release);
+        *seg = new;
+        Ok(seg.ring().capacity() as u32)
     }
 
     /// Destroys the CQ (ibv_destroy_cq(3)) after every completion event and
@@ -481,12 +488,13 @@ impl Cq {
         if let Some(ch) = &self.inner.channel {
             ch.detach();
         }
+        self.inner.ctx.dev.cqs.lock().expect("cq registry").remove(&self.inner.id);
         Ok(())
     }
 
     /// Number of completions waiting (a snapshot).
     pub fn len(&self) -> usize {
-        self.inner.ring.read().expect("cq ring").len()
+        self.inner.seg.read().expect("cq segment").ring().len()
     }
 
     /// Whether no completion is waiting (a snapshot).

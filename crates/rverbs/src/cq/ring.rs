@@ -19,8 +19,9 @@
 //! reads stale or torn *values* that the seqlock check discards, never undefined
 //! behaviour. On x86-64 relaxed atomic loads and stores are plain moves.
 //!
-//! The slots are allocated zeroed, so a CQ of millions of entries commits memory only
-//! as completions are written.
+//! The ring lives in a shared segment (`crate::shm`), so producers in other processes
+//! publish into it the same way; its memory is zero-filled and committed only as
+//! completions are written, so a CQ of millions of entries costs nothing until used.
 #![allow(unsafe_code)]
 
 #[cfg(loom)]
@@ -61,69 +62,142 @@ pub(crate) enum Pop {
     Empty,
 }
 
-/// The ring. `capacity` is a power of two.
-pub(crate) struct Ring {
-    slots: Box<[Slot]>,
-    mask: u64,
+/// The producer and consumer indices, each on its own cache line.
+#[repr(C)]
+pub(crate) struct RingHdr {
     tail: CachePadded<AtomicU64>,
     head: CachePadded<AtomicU64>,
 }
 
+/// Bytes the indices take at the start of a ring's area.
+pub(crate) const HDR_BYTES: usize = std::mem::size_of::<RingHdr>();
+
+#[cfg(not(loom))]
+// SAFETY: two AtomicU64 with padding; every bit pattern of the atomics is valid and the
+// padding is never read.
+unsafe impl crate::shm::ShmSafe for RingHdr {}
+#[cfg(not(loom))]
+// SAFETY: eight AtomicU64; every bit pattern is valid.
+unsafe impl crate::shm::ShmSafe for Slot {}
+
+/// Where the ring's memory is.
+enum Backing {
+    /// A shared segment: indices at `hdr`, slots at `slots` (byte offsets).
+    #[cfg(not(loom))]
+    Shm {
+        /// Keeps the mapping alive.
+        _seg: std::sync::Arc<crate::shm::Segment>,
+        hdr: *const RingHdr,
+        slots: *const Slot,
+        cap: usize,
+    },
+    /// Process memory (unit tests and loom models).
+    #[cfg(any(test, loom))]
+    Heap { hdr: Box<RingHdr>, slots: Box<[Slot]> },
+}
+
+/// The ring. `capacity` is a power of two.
+pub(crate) struct Ring {
+    mem: Backing,
+    mask: u64,
+}
+
+// SAFETY: the ring is shared memory accessed only through atomics; the raw pointers of
+// the shared backing point into a mapping the ring keeps alive.
+unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
+
 impl Ring {
-    /// A ring with room for at least `min_entries` CQEs (rounded up to a power of two).
+    /// Bytes of segment a ring of `min_entries` needs (indices and slots).
+    #[cfg(not(loom))]
+    pub(crate) fn bytes(min_entries: usize) -> usize {
+        HDR_BYTES + min_entries.max(1).next_power_of_two() * std::mem::size_of::<Slot>()
+    }
+
+    /// The ring in `seg` at byte `offset` (64-byte aligned), with room for at least
+    /// `min_entries` CQEs (rounded up to a power of two). A freshly created segment is
+    /// zero-filled: an empty ring.
+    #[cfg(not(loom))]
+    pub(crate) fn in_segment(seg: std::sync::Arc<crate::shm::Segment>, offset: usize, min_entries: usize) -> Self {
+        let cap = min_entries.max(1).next_power_of_two();
+        // `get` and `slice` check bounds and alignment once; the pointers stay valid as
+        // long as `_seg` keeps the mapping.
+        let hdr: *const RingHdr = seg.get::<RingHdr>(offset);
+        let slots = seg.slice::<Slot>(offset + HDR_BYTES, cap).as_ptr();
+        Ring { mem: Backing::Shm { _seg: seg, hdr, slots, cap }, mask: cap as u64 - 1 }
+    }
+
+    /// A ring in process memory with room for at least `min_entries` CQEs.
+    #[cfg(any(test, loom))]
     pub(crate) fn new(min_entries: usize) -> Self {
         let cap = min_entries.max(1).next_power_of_two();
-        #[cfg(not(loom))]
-        // SAFETY: a Slot is eight AtomicU64s, for which all-zero bytes are a valid value
-        // (an empty slot: seq 0).
-        let slots = unsafe { Box::<[Slot]>::new_zeroed_slice(cap).assume_init() };
-        #[cfg(loom)]
         let slots: Box<[Slot]> = (0..cap)
             .map(|_| Slot { seq: AtomicU64::new(0), data: std::array::from_fn(|_| AtomicU64::new(0)) })
             .collect();
-        Ring {
-            slots,
-            mask: cap as u64 - 1,
+        let hdr = Box::new(RingHdr {
             tail: CachePadded::new(AtomicU64::new(0)),
             head: CachePadded::new(AtomicU64::new(0)),
+        });
+        Ring { mem: Backing::Heap { hdr, slots }, mask: cap as u64 - 1 }
+    }
+
+    fn hdr(&self) -> &RingHdr {
+        match &self.mem {
+            #[cfg(not(loom))]
+            // SAFETY: checked in-bounds and aligned at construction; the mapping lives as
+            // long as `self` (the backing holds it); RingHdr is ShmSafe.
+            Backing::Shm { hdr, .. } => unsafe { &**hdr },
+            #[cfg(any(test, loom))]
+            Backing::Heap { hdr, .. } => hdr,
+        }
+    }
+
+    fn slots(&self) -> &[Slot] {
+        match &self.mem {
+            #[cfg(not(loom))]
+            // SAFETY: as in `hdr`, for `cap` slots.
+            Backing::Shm { slots, cap, .. } => unsafe { std::slice::from_raw_parts(*slots, *cap) },
+            #[cfg(any(test, loom))]
+            Backing::Heap { slots, .. } => slots,
         }
     }
 
     /// Number of CQEs the ring holds when full.
     pub(crate) fn capacity(&self) -> usize {
-        self.slots.len()
+        self.mask as usize + 1
     }
 
     /// CQEs published or being published and not yet consumed (a snapshot).
     pub(crate) fn len(&self) -> usize {
-        let t = self.tail.load(Ordering::Acquire);
-        let h = self.head.load(Ordering::Acquire);
+        let t = self.hdr().tail.load(Ordering::Acquire);
+        let h = self.hdr().head.load(Ordering::Acquire);
         t.saturating_sub(h).min(self.capacity() as u64) as usize
     }
 
     fn slot(&self, pos: u64) -> &Slot {
-        &self.slots[(pos & self.mask) as usize]
+        &self.slots()[(pos & self.mask) as usize]
     }
 
     /// Publishes a CQE. With `overwrite` false a full ring refuses it (`PushError::Full`);
     /// with `overwrite` true the oldest entry is lost instead (IGNORE_OVERRUN).
     pub(crate) fn push(&self, data: &[u64; DATA_WORDS], overwrite: bool) -> Result<(), PushError> {
         let cap = self.capacity() as u64;
-        let mut t = self.tail.load(Ordering::Relaxed);
+        let mut t = self.hdr().tail.load(Ordering::Relaxed);
         loop {
             if !overwrite {
-                let h = self.head.load(Ordering::Acquire);
+                let h = self.hdr().head.load(Ordering::Acquire);
                 if h > t {
                     // Our view of `tail` is older than the consumer's progress (found by
                     // the loom model): the ring is not full, read `tail` again.
-                    t = self.tail.load(Ordering::Acquire);
+                    t = self.hdr().tail.load(Ordering::Acquire);
                     continue;
                 }
                 if t - h >= cap {
                     return Err(PushError::Full);
                 }
             }
-            match self.tail.compare_exchange_weak(t, t + 1, Ordering::Relaxed, Ordering::Relaxed) {
+            match self.hdr().tail.compare_exchange_weak(t, t + 1, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(now) => t = now,
             }
@@ -147,14 +221,14 @@ impl Ring {
     /// CQ is SINGLE_THREADED).
     pub(crate) fn pop(&self) -> Pop {
         let cap = self.capacity() as u64;
-        let mut h = self.head.load(Ordering::Relaxed);
+        let mut h = self.hdr().head.load(Ordering::Relaxed);
         loop {
             let slot = self.slot(h);
             let s1 = slot.seq.load(Ordering::Acquire);
             if s1 == 0 || s1 < h + 1 {
                 // Not yet published (or being rewritten while still unread): empty for now.
-                if h != self.head.load(Ordering::Relaxed) {
-                    self.head.store(h, Ordering::Release);
+                if h != self.hdr().head.load(Ordering::Relaxed) {
+                    self.hdr().head.store(h, Ordering::Release);
                 }
                 return Pop::Empty;
             }
@@ -175,7 +249,7 @@ impl Ring {
                 // will now report the newer entry and resynchronise.
                 continue;
             }
-            self.head.store(h + 1, Ordering::Release);
+            self.hdr().head.store(h + 1, Ordering::Release);
             return Pop::Entry(out, h);
         }
     }
@@ -189,7 +263,7 @@ impl Ring {
 
     /// The position the next CQE will take: every CQE reserved so far is below it.
     pub(crate) fn tail(&self) -> u64 {
-        self.tail.load(Ordering::Acquire)
+        self.hdr().tail.load(Ordering::Acquire)
     }
 }
 
@@ -265,7 +339,7 @@ mod tests {
     #[test]
     fn wraps_many_times() {
         let r = Ring::new(4);
-        for i in 0..1000 {
+        for i in 0..if cfg!(miri) { 50 } else { 1000 } {
             r.push(&cqe(i), false).unwrap();
             if i % 3 == 2 {
                 while pop_n(&r).is_some() {}
@@ -277,7 +351,7 @@ mod tests {
     fn concurrent_producers_deliver_every_entry_exactly_once() {
         use std::sync::Arc;
         let r = Arc::new(Ring::new(64));
-        const PER: u64 = 20_000;
+        const PER: u64 = if cfg!(miri) { 50 } else { 20_000 };
         let producers: Vec<_> = (0..2)
             .map(|p| {
                 let r = r.clone();
@@ -323,14 +397,14 @@ mod tests {
             let (r, stop) = (r.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut i = 0;
-                while !stop.load(Ordering::Relaxed) && i < 2_000_000 {
+                while !stop.load(Ordering::Relaxed) && i < if cfg!(miri) { 500 } else { 2_000_000 } {
                     r.push(&cqe(i), true).unwrap();
                     i += 1;
                 }
             })
         };
         let mut last = None;
-        for _ in 0..200_000 {
+        for _ in 0..if cfg!(miri) { 200 } else { 200_000 } {
             // pop_n asserts the entry is internally consistent (not torn).
             if let Some(n) = pop_n(&r) {
                 assert!(last.is_none_or(|l| l < n), "out of order: {last:?} then {n}");

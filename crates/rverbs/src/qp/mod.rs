@@ -152,7 +152,7 @@ impl QpInner {
     }
 
     pub(crate) fn raise(self: &Arc<Self>, kind: EventType) {
-        self.pd.ctx.raise(kind, RawElement::Qp(Arc::downgrade(self)));
+        self.pd.ctx.raise(kind, RawElement::Qp(self.qpn));
     }
 
     /// A request arrived: IBTA raises COMM_EST for the first one a QP in RTR receives.

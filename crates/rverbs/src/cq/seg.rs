@@ -1,0 +1,203 @@
+//! A completion queue's shared segment: its state and its ring, as every process that
+//! completes to it sees them.
+//!
+//! Layout: [`CqShm`] at byte 0 (256 bytes reserved), the ring (indices, then slots) from
+//! byte 256. The segment is `cq-<id>-<gen>` in the owner's endpoint directory; a resize
+//! creates generation `gen + 1` and leaves a forwarding mark in the old one.
+//!
+//! Producers (the owner's threads and peers alike) follow one protocol, [`CqSeg::publish`]:
+//! enter (count themselves in `producers`, unless a resize is under way), publish into
+//! the ring, fire the armed notification, leave. A resize sets `RESIZING`, waits for
+//! the producers inside to leave, moves the completions to the new generation and
+//! records it in `moved`; a producer that meets `RESIZING` follows `moved`.
+#![allow(unsafe_code)]
+
+use std::path::Path;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::cq::ring::{PushError, Ring};
+use crate::error::Result;
+use crate::shm::{Segment, ShmSafe};
+use crate::wc::Cqe;
+
+/// Bytes reserved for [`CqShm`] before the ring.
+const SHM_BYTES: usize = 256;
+
+/// `flags` bit: overwrite the oldest entry instead of failing (IGNORE_OVERRUN).
+pub(crate) const FLAG_IGNORE_OVERRUN: u32 = 1;
+/// `flags` bit: stamp completions with the device clock.
+pub(crate) const FLAG_TIMESTAMPS: u32 = 1 << 1;
+/// `notify` bit: armed for the next solicited completion.
+pub(crate) const NOTIFY_SOLICITED: u32 = 1;
+/// `notify` bit: armed for the next completion.
+pub(crate) const NOTIFY_NEXT: u32 = 1 << 1;
+/// `producers` bit: a resize is under way.
+const RESIZING: u32 = 1 << 31;
+
+/// The shared state of a CQ.
+#[repr(C)]
+pub(crate) struct CqShm {
+    /// Non-zero once an overrun put the CQ in error.
+    pub(crate) errored: AtomicU32,
+    /// Arm bits of `req_notify`.
+    pub(crate) notify: AtomicU32,
+    /// Completion channel id plus one (0: no channel).
+    pub(crate) channel: AtomicU32,
+    /// `FLAG_*` bits.
+    pub(crate) flags: AtomicU32,
+    /// The owner's context id (for CQ_ERR).
+    pub(crate) ctx: AtomicU32,
+    /// The CQ id.
+    pub(crate) id: AtomicU32,
+    /// Generation that replaced this segment (0: none).
+    pub(crate) moved: AtomicU32,
+    /// Producers inside [`CqSeg::publish`], plus `RESIZING`.
+    producers: AtomicU32,
+    /// Ring capacity.
+    pub(crate) cap: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<CqShm>() <= SHM_BYTES);
+
+// SAFETY: atomics only.
+unsafe impl ShmSafe for CqShm {}
+
+/// The name of generation `gen` of CQ `id`'s segment.
+pub(crate) fn name(id: u32, gen: u32) -> String {
+    format!("cq-{id}-{gen}")
+}
+
+/// What publishing a completion led to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// Published; `fire` says the armed notification fired (queue a channel event).
+    Done { fire: bool },
+    /// The CQ overran (or had already); `first` says this publish put it in error
+    /// (raise CQ_ERR).
+    Overrun { first: bool },
+    /// The CQ was resized: publish into generation `gen` instead.
+    Moved(u32),
+}
+
+/// A mapped CQ segment.
+pub(crate) struct CqSeg {
+    seg: Arc<Segment>,
+    ring: Ring,
+    pub(crate) gen: u32,
+}
+
+impl CqSeg {
+    /// Creates generation `gen` of CQ `id` in `dir` with room for `min_entries`.
+    pub(crate) fn create(dir: &Path, id: u32, gen: u32, min_entries: usize) -> Result<CqSeg> {
+        let seg = Arc::new(Segment::create(&dir.join(name(id, gen)), SHM_BYTES + Ring::bytes(min_entries))?);
+        let ring = Ring::in_segment(seg.clone(), SHM_BYTES, min_entries);
+        let s = CqSeg { seg, ring, gen };
+        s.shm().id.store(id, Ordering::Relaxed);
+        s.shm().cap.store(s.ring.capacity() as u64, Ordering::Release);
+        Ok(s)
+    }
+
+    /// A peer's view of an existing segment.
+    pub(crate) fn open(seg: Arc<Segment>, gen: u32) -> CqSeg {
+        let cap = seg.get::<CqShm>(0).cap.load(Ordering::Acquire) as usize;
+        let ring = Ring::in_segment(seg.clone(), SHM_BYTES, cap);
+        CqSeg { seg, ring, gen }
+    }
+
+    pub(crate) fn shm(&self) -> &CqShm {
+        self.seg.get::<CqShm>(0)
+    }
+
+    pub(crate) fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Publishes `cqe` (the protocol of the module doc).
+    ///
+    /// Rule: ibv_poll_cq(3) NOTES: a completion arriving at a full CQ is an overrun: the
+    /// CQ enters the error state (IGNORE_OVERRUN: the oldest entry is overwritten and
+    /// nothing fails). Rule: ibv_req_notify_cq(3): an armed CQ fires once for the next
+    /// completion, or the next solicited one; rxe treats error and flush completions as
+    /// not solicited, and so does rverbs (the producer sets `cqe.solicited`).
+    pub(crate) fn publish(&self, mut cqe: Cqe) -> Publish {
+        let sh = self.shm();
+        if sh.errored.load(Ordering::Acquire) != 0 {
+            return Publish::Overrun { first: false };
+        }
+        loop {
+            let p = sh.producers.load(Ordering::Acquire);
+            if p & RESIZING != 0 {
+                let m = sh.moved.load(Ordering::Acquire);
+                if m != 0 {
+                    return Publish::Moved(m);
+                }
+                std::thread::yield_now();
+                continue;
+            }
+            if sh.producers.compare_exchange_weak(p, p + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                break;
+            }
+        }
+        let flags = sh.flags.load(Ordering::Relaxed);
+        if flags & FLAG_TIMESTAMPS != 0 {
+            cqe.timestamp = crate::clock::device_ns();
+        }
+        let out = match self.ring.push(&cqe.encode(), flags & FLAG_IGNORE_OVERRUN != 0) {
+            Err(PushError::Full) => Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 },
+            Ok(()) => Publish::Done { fire: self.notify_if_armed(cqe.solicited) },
+        };
+        sh.producers.fetch_sub(1, Ordering::Release);
+        out
+    }
+
+    /// Disarms and reports whether the arming fires for this completion.
+    fn notify_if_armed(&self, solicited: bool) -> bool {
+        let sh = self.shm();
+        if sh.channel.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        // Pairs with the fence in `arm`: either the application's poll after arming sees
+        // this CQE, or this load sees the arming (no lost wake-up).
+        fence(Ordering::SeqCst);
+        let armed = sh.notify.load(Ordering::Relaxed);
+        let fire = armed & NOTIFY_NEXT != 0 || (armed & NOTIFY_SOLICITED != 0 && solicited);
+        fire && sh.notify.compare_exchange(armed, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Arms the notification (ibv_req_notify_cq(3)).
+    pub(crate) fn arm(&self, solicited_only: bool) {
+        let flag = if solicited_only { NOTIFY_SOLICITED } else { NOTIFY_NEXT };
+        self.shm().notify.fetch_or(flag, Ordering::AcqRel);
+        // Pairs with the fence in `notify_if_armed`.
+        fence(Ordering::SeqCst);
+    }
+
+    /// Starts a resize: stops new producers and waits for those inside to leave.
+    pub(crate) fn freeze(&self) {
+        let sh = self.shm();
+        sh.producers.fetch_or(RESIZING, Ordering::AcqRel);
+        while sh.producers.load(Ordering::Acquire) & !RESIZING != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Lets producers in again after a resize that did not happen.
+    pub(crate) fn thaw(&self) {
+        self.shm().producers.fetch_and(!RESIZING, Ordering::AcqRel);
+    }
+
+    /// Copies the shared settings of `other` (a previous generation) into this one.
+    pub(crate) fn inherit(&self, other: &CqSeg) {
+        let (a, b) = (self.shm(), other.shm());
+        for (x, y) in [
+            (&a.notify, &b.notify),
+            (&a.channel, &b.channel),
+            (&a.flags, &b.flags),
+            (&a.ctx, &b.ctx),
+            (&a.errored, &b.errored),
+        ] {
+            x.store(y.load(Ordering::Acquire), Ordering::Release);
+        }
+    }
+}
