@@ -17,7 +17,13 @@ use crate::mr::KeyTable;
 use crate::qp::QpInner;
 use crate::srq::SrqInner;
 use crate::table::Table;
+use crate::shm::lock::ShmLock;
 use crate::shm::registry::Registry;
+use crate::shm::tables::Tables;
+use crate::shm::Segment;
+
+/// The host-wide segment of the device, in the runtime directory.
+const HOST_SEGMENT: &str = "device";
 use crate::sys;
 
 /// Name of the built-in device.
@@ -33,12 +39,12 @@ pub mod limits {
     pub const MAX_SGE: u32 = 32;
     /// Scatter/gather entries per RDMA READ.
     pub const MAX_SGE_RD: u32 = 32;
-    /// Completion queues.
-    pub const MAX_CQ: u32 = 1 << 20;
+    /// Completion queues (numbered like QPs, 16 bits per process).
+    pub const MAX_CQ: u32 = crate::table::MAX_LOCAL_QPS;
     /// Entries per completion queue (memory is committed only as it is used).
     pub const MAX_CQE: u32 = (1 << 22) - 1;
-    /// Memory regions.
-    pub const MAX_MR: u32 = (1 << 24) - 2;
+    /// Memory regions and windows together (key index 0 is never used).
+    pub const MAX_MR: u32 = (1 << crate::shm::tables::KEY_INDEX_BITS) - 1;
     /// Largest memory region.
     pub const MAX_MR_SIZE: u64 = 1 << 46;
     /// Protection domains.
@@ -55,8 +61,8 @@ pub mod limits {
     pub const MAX_SRQ_SGE: u32 = 32;
     /// Address handles.
     pub const MAX_AH: u32 = 1 << 20;
-    /// Memory windows.
-    pub const MAX_MW: u32 = 1 << 20;
+    /// Memory windows (they share the key table with the regions).
+    pub const MAX_MW: u32 = MAX_MR;
     /// Bytes of inline data per send work request.
     pub const MAX_INLINE_DATA: u32 = 1024;
     /// Largest message (ibv_port_attr.max_msg_sz), as rxe.
@@ -342,8 +348,13 @@ pub(crate) struct DeviceInner {
     pub(crate) dir: std::path::PathBuf,
     /// Source of CQ, channel and context ids (unique for the endpoint's life).
     next_id: std::sync::atomic::AtomicU32,
-    /// Live CQs by id (events name CQs by id).
-    pub(crate) cqs: std::sync::Mutex<std::collections::HashMap<u32, std::sync::Weak<crate::cq::CqInner>>>,
+    /// This endpoint's shared tables (what peers read to reach its objects).
+    pub(crate) tables: &'static Tables,
+    /// The host-wide segment whose lock serialises device atomics on memory that peers
+    /// reach with cross-memory attach.
+    host: Segment,
+    /// Live CQs by number (events and peers name CQs by number).
+    pub(crate) cqs: Table<crate::cq::CqInner>,
     pub(crate) name: &'static str,
     pub(crate) node_guid: u64,
     pub(crate) gids: Vec<GidEntry>,
@@ -420,15 +431,23 @@ impl DeviceInner {
         };
         register_cleanup(&dir);
         let ep = reg.as_ref().map_or(0, |r| r.ep);
+        let tables: &'static Tables = Box::leak(Box::new(
+            Tables::create(&dir).expect("cannot create the endpoint's shared tables"),
+        ));
+        let host_path = reg.as_ref().map_or_else(|| dir.join(HOST_SEGMENT), |r| r.root.join(HOST_SEGMENT));
+        let host = Segment::open_or_create(&host_path, std::mem::size_of::<ShmLock>())
+            .expect("cannot map the host-wide device segment");
         DeviceInner {
             reg,
             dir,
             next_id: std::sync::atomic::AtomicU32::new(1),
-            cqs: Default::default(),
+            tables,
+            host,
+            cqs: Table::new("completion queues", 0),
             name: DEVICE_NAME,
             node_guid: u64::from_be_bytes(eui),
             gids,
-            keys: KeyTable::new(),
+            keys: KeyTable::new(tables),
             qps: Table::new("queue pairs", ep),
             srqs: Table::new("shared receive queues", ep),
             xrcd_files: Default::default(),
@@ -443,7 +462,17 @@ impl DeviceInner {
 
     /// The live CQ `id` of this endpoint.
     pub(crate) fn cq(&self, id: u32) -> Option<std::sync::Arc<crate::cq::CqInner>> {
-        self.cqs.lock().expect("cq registry").get(&id)?.upgrade()
+        self.cqs.get(id)
+    }
+
+    /// Whether other processes may take part (a host-wide endpoint was claimed).
+    pub(crate) fn shared(&self) -> bool {
+        self.reg.is_some()
+    }
+
+    /// Takes the host-wide lock of device atomics (IBV_ATOMIC_HCA).
+    pub(crate) fn atomic_lock(&self) -> crate::shm::lock::ShmGuard<'_> {
+        self.host.get::<ShmLock>(0).lock(self.ep(), |ep| self.alive(ep))
     }
 
     /// The endpoint number of this process.

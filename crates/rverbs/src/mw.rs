@@ -14,8 +14,11 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::device::DeviceInner;
 use crate::error::{Error, Result};
-use crate::mr::{Fault, KeyTarget, Mr, MrInner, Pinned};
+use crate::mr::{KeyTarget, Mr, MrInner};
 use crate::pd::{Pd, PdInner};
+use crate::shm::tables::{
+    KeyDesc, KeyRecord, KEY_KIND_MW1, KEY_KIND_MW2, KEY_STATE_FREE, KEY_STATE_INVALID, KEY_STATE_VALID,
+};
 use crate::Access;
 
 /// The type of a memory window (`enum ibv_mw_type`).
@@ -28,37 +31,17 @@ pub enum MwType {
     Type2 = 2,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum MwStatus {
-    Invalid,
-    Free,
-    Valid,
-}
-
+/// The region a window is bound to, held by the window while bound.
 struct Binding {
     mr: Arc<MrInner>,
-    /// First address of the window in the region's IO address space.
-    addr: u64,
-    len: u64,
-    access: Access,
-    /// Window addresses start at 0 (ZERO_BASED).
-    zero_based: bool,
-    /// The QP that bound a type 2 window.
-    qpn: u32,
 }
 
+/// What only the owner changes: the current key and the binding. The window's status
+/// (VALID/FREE/INVALID) is its key record's `state`, which a peer's SEND_WITH_INV can
+/// change too.
 struct MwCore {
     rkey: u32,
-    status: MwStatus,
     binding: Option<Binding>,
-}
-
-impl MwCore {
-    fn unbind(&mut self) {
-        if let Some(b) = self.binding.take() {
-            b.mr.bound_mws.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
 }
 
 pub(crate) struct MwInner {
@@ -95,26 +78,60 @@ const MW_ACCESS: Access = Access::LOCAL_WRITE
     .union(Access::FLUSH_GLOBAL)
     .union(Access::FLUSH_PERSISTENT);
 
+/// Invalidates the type 2 window whose record is `rec` through `rkey` for a QP of PD
+/// `pd` (LOCAL_INV, SEND_WITH_INV): only a VALID window of that PD whose key matches
+/// goes back to FREE. Used on this process's records and on a peer's alike.
+pub(crate) fn invalidate_record(rec: &KeyRecord, rkey: u32, pd: u32) -> bool {
+    let d = rec.read();
+    d.kind == KEY_KIND_MW2
+        && d.key == rkey
+        && d.pd == pd
+        && rec
+            .state
+            .compare_exchange(KEY_STATE_VALID, KEY_STATE_FREE, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+}
+
 impl MwInner {
     pub(crate) fn rkey(&self) -> u32 {
         self.core.lock().expect("mw").rkey
     }
 
+    fn record(&self, rkey: u32) -> &'static KeyRecord {
+        self.dev.keys.record(rkey).expect("a live key has a record")
+    }
+
+    fn kind(&self) -> u32 {
+        match self.mw_type {
+            MwType::Type1 => KEY_KIND_MW1,
+            MwType::Type2 => KEY_KIND_MW2,
+        }
+    }
+
+    /// Whether the window is bound to `mr` and still valid.
+    pub(crate) fn is_bound_to(&self, mr: &MrInner) -> bool {
+        let core = self.core.lock().expect("mw");
+        core.binding.as_ref().is_some_and(|b| std::ptr::eq(Arc::as_ptr(&b.mr), mr))
+            && self.record(core.rkey).state.load(Ordering::Acquire) == KEY_STATE_VALID
+    }
+
     /// Executes a bind issued by QP `qpn` of PD `qp_pd` (rxe `rxe_bind_mw` checks).
     pub(crate) fn bind(&self, qp_pd: &PdInner, qpn: u32, spec: BindSpec) -> Result<(), BindError> {
         let mut core = self.core.lock().expect("mw");
+        let rec = self.record(core.rkey);
+        let status = rec.state.load(Ordering::Acquire);
         let access = spec.access;
         if !MW_ACCESS.contains(access.difference(Access::RELAXED_ORDERING)) {
             return Err(BindError);
         }
         match self.mw_type {
             MwType::Type1 => {
-                if core.status != MwStatus::Valid || access.contains(Access::ZERO_BASED) {
+                if status != KEY_STATE_VALID || access.contains(Access::ZERO_BASED) {
                     return Err(BindError);
                 }
             }
             MwType::Type2 => {
-                if core.status != MwStatus::Free
+                if status != KEY_STATE_FREE
                     || !std::ptr::eq(qp_pd, Arc::as_ptr(&self.pd))
                     || spec.mr.is_none()
                     || spec.len == 0
@@ -123,6 +140,8 @@ impl MwInner {
                 }
             }
         }
+        let new_key = (core.rkey & !0xff) | (spec.new_rkey & 0xff);
+        let mut desc = KeyDesc { key: new_key, kind: self.kind(), state: KEY_STATE_VALID, pd: self.pd.id, ..KeyDesc::default() };
         let binding = match (&spec.mr, spec.len) {
             (_, 0) if self.mw_type == MwType::Type1 => None,
             (None, _) => return Err(BindError),
@@ -144,93 +163,56 @@ impl MwInner {
                 if spec.addr < d.iova || end > d.iova + d.len as u64 {
                     return Err(BindError);
                 }
-                Some(Binding {
-                    mr: mr.clone(),
-                    addr: spec.addr,
-                    len,
-                    access,
-                    zero_based: access.contains(Access::ZERO_BASED),
-                    qpn,
-                })
+                // The window's bytes are the region's, from `addr` on: peers reach them
+                // where they reach the region's.
+                let mr_rec = mr.record().read();
+                let skip = spec.addr - d.iova;
+                desc.access = access.bits();
+                desc.qpn = if self.mw_type == MwType::Type2 { qpn } else { 0 };
+                desc.mr_index = mr.key() >> 8;
+                desc.iova = if access.contains(Access::ZERO_BASED) { 0 } else { spec.addr };
+                desc.len = len;
+                desc.va = mr_rec.va + skip;
+                desc.loc = mr_rec.loc;
+                desc.seg_off = mr_rec.seg_off + skip;
+                Some(Binding { mr: mr.clone() })
             }
         };
-        core.unbind();
         if let Some(b) = &binding {
-            b.mr.bound_mws.fetch_add(1, Ordering::AcqRel);
+            let mut w = b.mr.windows.lock().expect("mr windows");
+            let me = self as *const MwInner;
+            if !w.iter().any(|x| std::ptr::eq(x.as_ptr(), me)) {
+                if let Some(weak) = self.dev.keys.get(core.rkey).and_then(|t| match t {
+                    KeyTarget::Mw(w) => Some(w),
+                    KeyTarget::Mr(_) => None,
+                }) {
+                    w.push(weak);
+                }
+            }
         }
         core.binding = binding;
-        let new = (core.rkey & !0xff) | (spec.new_rkey & 0xff);
-        self.dev.keys.rekey(core.rkey, new);
-        core.rkey = new;
-        core.status = MwStatus::Valid;
+        self.dev.keys.rekey(core.rkey, new_key);
+        core.rkey = new_key;
+        rec.write(&desc);
         Ok(())
     }
 
-    /// Invalidates the window through `rkey` (LOCAL_INV, SEND_WITH_INV): only a valid
-    /// type 2 window of `pd` whose key matches.
+    /// Invalidates the window through `rkey` (LOCAL_INV, SEND_WITH_INV delivered in this
+    /// process): only a valid type 2 window of `pd` whose key matches.
     pub(crate) fn invalidate(&self, rkey: u32, pd: &PdInner) -> bool {
         let mut core = self.core.lock().expect("mw");
-        if self.mw_type != MwType::Type2
-            || core.status != MwStatus::Valid
-            || core.rkey != rkey
-            || !std::ptr::eq(pd, Arc::as_ptr(&self.pd))
-        {
+        if !invalidate_record(self.record(core.rkey), rkey, pd.id) {
             return false;
         }
-        core.unbind();
-        core.status = MwStatus::Free;
+        core.binding = None;
         true
-    }
-
-    /// Pins `[va, va+len)` through the window for responder QP `qpn` of PD `pd`.
-    pub(crate) fn pin(
-        &self,
-        rkey: u32,
-        pd: &PdInner,
-        qpn: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<Pinned, Fault> {
-        let core = self.core.lock().expect("mw");
-        if core.rkey != rkey || core.status != MwStatus::Valid {
-            return Err(Fault::Key);
-        }
-        if !std::ptr::eq(pd, Arc::as_ptr(&self.pd)) {
-            return Err(Fault::Pd);
-        }
-        let b = core.binding.as_ref().ok_or(Fault::Bounds)?;
-        if self.mw_type == MwType::Type2 && b.qpn != qpn {
-            return Err(Fault::Pd);
-        }
-        if !b.access.contains(need) {
-            return Err(Fault::Access);
-        }
-        let start = if b.zero_based { 0 } else { b.addr };
-        let off = va.checked_sub(start).ok_or(Fault::Bounds)?;
-        if off.checked_add(len).ok_or(Fault::Bounds)? > b.len {
-            return Err(Fault::Bounds);
-        }
-        b.mr.pin(None, b.addr + off, len, Access::empty())
-    }
-
-    /// As [`MwInner::pin`] for a zero-length access at the window's first address.
-    pub(crate) fn pin_base(&self, rkey: u32, pd: &PdInner, qpn: u32, need: Access) -> Result<Pinned, Fault> {
-        let base = {
-            let core = self.core.lock().expect("mw");
-            match &core.binding {
-                Some(b) if !b.zero_based => b.addr,
-                _ => 0,
-            }
-        };
-        self.pin(rkey, pd, qpn, base, 0, need)
     }
 
     fn release(&self) {
         if !self.released.swap(true, Ordering::AcqRel) {
             let mut core = self.core.lock().expect("mw");
-            core.unbind();
-            core.status = MwStatus::Invalid;
+            core.binding = None;
+            self.record(core.rkey).state.store(KEY_STATE_INVALID, Ordering::SeqCst);
             self.dev.keys.remove(core.rkey);
             self.pd.release();
         }
@@ -281,19 +263,26 @@ impl Mw {
         let pd_inner = pd.inner().clone();
         pd_inner.hold()?;
         let dev = pd_inner.ctx.dev;
-        let status = if mw_type == MwType::Type1 { MwStatus::Valid } else { MwStatus::Free };
+        // A type 1 window is valid from allocation (bound to nothing: every access is out
+        // of bounds); a type 2 window is free until a BIND_MW work request binds it.
+        let (kind, state) = match mw_type {
+            MwType::Type1 => (KEY_KIND_MW1, KEY_STATE_VALID),
+            MwType::Type2 => (KEY_KIND_MW2, KEY_STATE_FREE),
+        };
+        let desc = KeyDesc { kind, state, pd: pd_inner.id, ..KeyDesc::default() };
         let inner = Arc::new_cyclic(|weak: &Weak<MwInner>| {
-            let rkey = dev.keys.insert(KeyTarget::Mw(weak.clone())).unwrap_or(0);
+            let rkey = dev.keys.insert(KeyTarget::Mw(weak.clone()), desc).unwrap_or(0);
             MwInner {
                 dev,
                 posted_rkey: std::sync::atomic::AtomicU32::new(rkey),
                 pd: pd_inner.clone(),
                 mw_type,
-                core: Mutex::new(MwCore { rkey, status, binding: None }),
-                released: AtomicBool::new(false),
+                core: Mutex::new(MwCore { rkey, binding: None }),
+                released: AtomicBool::new(rkey == 0),
             }
         });
         if inner.rkey() == 0 {
+            pd_inner.release();
             return Err(Error::Exhausted { what: "memory keys" });
         }
         Ok(Mw { inner })

@@ -198,7 +198,7 @@ fn ring_bell(p: &Progress) {
         let arg = u32::from_ne_bytes(rec[4..].try_into().expect("4 bytes"));
         if kind == bell::KICK_QP {
             if let Some(qp) = crate::device::device_ready().and_then(|d| d.qps.get(arg)) {
-                qp.kick();
+                qp.errored_by_peer();
             }
         }
     }

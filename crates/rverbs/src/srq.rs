@@ -17,7 +17,8 @@ use crate::device::limits;
 use crate::error::{Error, Result};
 use crate::event::{EventCounter, RawElement};
 use crate::pd::PdInner;
-use crate::qp::rq::{RecvQueue, RecvWqe};
+use crate::qp::rq::{srq_segment_name, RecvQueue, RecvWqe};
+use crate::shm::tables::SrqRecord;
 use crate::qp::wr::{PostError, RecvWr};
 use crate::xrcd::{Xrcd, XrcdInner};
 
@@ -61,8 +62,10 @@ pub(crate) struct SrqInner {
     pub(crate) srqn: u32,
     /// XRC SRQs: the domain and the CQ every receive completes to.
     pub(crate) xrc: Option<(Arc<XrcdInner>, Arc<CqInner>)>,
-    rq: Mutex<Arc<RecvQueue>>,
-    limit: AtomicU32,
+    /// The queue and its generation (a resize makes a new one).
+    rq: Mutex<(Arc<RecvQueue>, u32)>,
+    /// The SRQ's record in the endpoint's shared tables.
+    rec: &'static SrqRecord,
     qps: AtomicU32,
     pub(crate) async_events: EventCounter,
     destroyed: AtomicBool,
@@ -84,20 +87,16 @@ impl SrqInner {
     }
 
     fn queue(&self) -> Arc<RecvQueue> {
-        self.rq.lock().expect("srq").clone()
+        self.rq.lock().expect("srq").0.clone()
     }
 
     /// Takes the oldest receive and fires the limit event if armed and crossed.
     pub(crate) fn take(self: &Arc<Self>) -> Option<RecvWqe> {
-        let (wqe, left) = self.queue().take()?;
-        let limit = self.limit.load(Ordering::Acquire);
-        if limit != 0
-            && (left as u64) < u64::from(limit)
-            && self.limit.compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-        {
+        let t = self.queue().take()?;
+        if t.limit_fired {
             self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(self.srqn));
         }
-        Some(wqe)
+        Some(t.wqe)
     }
 }
 
@@ -157,13 +156,34 @@ impl Srq {
             }
             x.hold();
         }
+        let queue = RecvQueue::new(&dev.dir.join(srq_segment_name(srqn, 1)), init.max_wr, init.max_sge.max(1));
+        let queue = match queue {
+            Ok(q) => q,
+            Err(e) => {
+                if let Some((x, cq)) = &xrc {
+                    x.release();
+                    cq.detach();
+                }
+                pd.release();
+                dev.srqs.remove(srqn);
+                return Err(e);
+            }
+        };
+        queue.ring().set_limit(init.srq_limit);
+        let rec = dev.tables.srq(srqn);
+        rec.pd.store(pd.id, Ordering::Relaxed);
+        rec.rq_gen.store(1, Ordering::Relaxed);
+        rec.xrc_cq.store(xrc.as_ref().map_or(0, |(_, cq)| cq.id + 1), Ordering::Relaxed);
+        rec.xrcd.store(xrc.as_ref().map_or(0, |(x, _)| x.id()), Ordering::Relaxed);
+        rec.ctx.store(pd.ctx.id, Ordering::Relaxed);
+        rec.srqn.store(srqn, Ordering::Release);
         let srq = Srq {
             inner: Arc::new(SrqInner {
                 pd,
                 srqn,
                 xrc,
-                rq: Mutex::new(Arc::new(RecvQueue::new(init.max_wr, init.max_sge.max(1)))),
-                limit: AtomicU32::new(init.srq_limit),
+                rq: Mutex::new((Arc::new(queue), 1)),
+                rec,
                 qps: AtomicU32::new(0),
                 async_events: EventCounter::default(),
                 destroyed: AtomicBool::new(false),
@@ -209,7 +229,7 @@ impl Srq {
         SrqAttr {
             max_wr: rq.capacity(),
             max_sge: rq.max_sge(),
-            srq_limit: self.inner.limit.load(Ordering::Acquire),
+            srq_limit: rq.ring().limit(),
         }
     }
 
@@ -224,7 +244,8 @@ impl Srq {
     /// queued or above `max_srq_wr`.
     pub fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
         let verb = "modify_srq";
-        let mut rq = self.inner.rq.lock().expect("srq");
+        let mut guard = self.inner.rq.lock().expect("srq");
+        let (rq, gen) = &mut *guard;
         let mut cap = rq.capacity();
         if mask.contains(SrqAttrMask::MAX_WR) {
             if attr.max_wr == 0 || attr.max_wr > limits::MAX_SRQ_WR {
@@ -240,12 +261,18 @@ impl Srq {
             return Err(Error::invalid(verb, "srq_limit above max_wr"));
         }
         if mask.contains(SrqAttrMask::MAX_WR) && cap != rq.capacity() {
-            let new = Arc::new(RecvQueue::new(cap, rq.max_sge()));
-            new.absorb(&rq);
+            let next = *gen + 1;
+            let dev = self.inner.pd.ctx.dev;
+            let new = Arc::new(RecvQueue::new(&dev.dir.join(srq_segment_name(self.inner.srqn, next)), cap, rq.max_sge())?);
+            // Peers that took the old generation's lock after this see it empty and
+            // marked: they follow `moved` to the new one.
+            new.absorb(rq, next);
+            self.inner.rec.rq_gen.store(next, Ordering::Release);
             *rq = new;
+            *gen = next;
         }
         if mask.contains(SrqAttrMask::LIMIT) {
-            self.inner.limit.store(attr.srq_limit, Ordering::Release);
+            rq.ring().set_limit(attr.srq_limit);
         }
         Ok(())
     }
@@ -306,6 +333,7 @@ impl Srq {
 
 impl SrqInner {
     fn teardown(&self) {
+        self.rec.srqn.store(0, Ordering::Release);
         self.pd.ctx.dev.srqs.remove(self.srqn);
         self.pd.release();
         if let Some((x, cq)) = &self.xrc {

@@ -7,7 +7,6 @@
 
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
 
 use rustix::event::{eventfd, EventfdFlags};
 use rustix::io::Errno;
@@ -56,71 +55,6 @@ impl EventFd {
     }
 }
 
-/// Zero-filled, page-aligned memory from an anonymous shared mapping (memfd).
-///
-/// Pages are only touched when used, so a large mapping costs nothing until written;
-/// being memfd-backed, the region can later be shared with other processes.
-pub(crate) struct SharedMem {
-    ptr: NonNull<u8>,
-    len: usize,
-    _fd: OwnedFd,
-}
-
-// SAFETY: the mapping is plain memory owned by this value; access to its bytes is
-// coordinated by the owners (memory regions use the device's copy primitives).
-unsafe impl Send for SharedMem {}
-// SAFETY: as above; `&SharedMem` only exposes the address and length.
-unsafe impl Sync for SharedMem {}
-
-impl SharedMem {
-    /// Maps `len` bytes (rounded up to whole pages; at least one page).
-    pub(crate) fn new(name: &str, len: usize) -> Result<Self> {
-        use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
-        use rustix::mm::{mmap, MapFlags, ProtFlags};
-        let page = page_size();
-        let len = len.max(1).div_ceil(page) * page;
-        let fd = memfd_create(name, MemfdFlags::CLOEXEC)?;
-        ftruncate(&fd, len as u64)?;
-        // SAFETY: a fresh shared mapping of a memfd we own, at an address the kernel
-        // chooses; no existing memory is affected.
-        let ptr = unsafe {
-            mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                &fd,
-                0,
-            )?
-        };
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Error::Bug("mmap returned null"))?;
-        Ok(SharedMem { ptr, len, _fd: fd })
-    }
-
-    pub(crate) fn addr(&self) -> usize {
-        self.ptr.as_ptr() as usize
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-}
-
-impl Drop for SharedMem {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping created in `new`; nothing refers to it
-        // any more (memory regions hold the `SharedMem` alive while in use).
-        unsafe {
-            let _ = rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len);
-        }
-    }
-}
-
-/// The system page size.
-pub(crate) fn page_size() -> usize {
-    rustix::param::page_size()
-}
 
 /// One interface address of the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,16 +135,6 @@ mod tests {
         e.wait().unwrap();
         e.wait().unwrap();
         assert!(matches!(e.wait(), Err(Error::WouldBlock)));
-    }
-
-    #[test]
-    fn shared_mem_is_zeroed_and_page_rounded() {
-        let m = SharedMem::new("test", 10).unwrap();
-        assert_eq!(m.len(), page_size());
-        assert_eq!(m.addr() % page_size(), 0);
-        // SAFETY: reading bytes of the fresh mapping we own.
-        let bytes = unsafe { std::slice::from_raw_parts(m.addr() as *const u8, m.len()) };
-        assert!(bytes.iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -38,6 +38,12 @@ pub(crate) struct XrcdInner {
 }
 
 impl XrcdInner {
+    /// The domain's number in the endpoint's shared tables (its internal PD's handle,
+    /// unique in the process).
+    pub(crate) fn id(&self) -> u32 {
+        self.pd.id
+    }
+
     pub(crate) fn hold(&self) {
         self.users.fetch_add(1, Ordering::AcqRel);
     }

@@ -323,8 +323,14 @@ impl Cq {
             }
         }
         let dev = ctx.dev;
-        let id = dev.new_id();
-        let seg = CqSeg::create(&dev.dir, id, 1, init.cqe as usize)?;
+        let id = dev.cqs.reserve()?;
+        let seg = match CqSeg::create(&dev.dir, id, 1, init.cqe as usize) {
+            Ok(s) => s,
+            Err(e) => {
+                dev.cqs.remove(id);
+                return Err(e);
+            }
+        };
         let mut flags = 0;
         if init.flags.contains(CqCreateFlags::IGNORE_OVERRUN) {
             flags |= seg::FLAG_IGNORE_OVERRUN;
@@ -357,7 +363,10 @@ impl Cq {
                 cookie: AtomicUsize::new(0),
             }),
         };
-        dev.cqs.lock().expect("cq registry").insert(id, Arc::downgrade(&cq.inner));
+        dev.cqs.publish(id, &cq.inner);
+        let rec = dev.tables.cq(id);
+        rec.gen.store(1, Ordering::Relaxed);
+        rec.id.store(id + 1, Ordering::Release);
         Ok(cq)
     }
 
@@ -464,8 +473,10 @@ impl Cq {
         seg.ring().drain(|e| {
             let _ = new.ring().push(&e, ignore);
         });
-        // Producers of other processes that meet the frozen segment follow this mark.
+        // Producers of other processes that meet the frozen segment follow this mark;
+        // those that come later find the new generation in the record.
         seg.shm().moved.store(new.gen, Ordering::Release);
+        dev.tables.cq(self.inner.id).gen.store(new.gen, Ordering::Release);
         *seg = new;
         Ok(seg.ring().capacity() as u32)
     }
@@ -488,7 +499,9 @@ impl Cq {
         if let Some(ch) = &self.inner.channel {
             ch.detach();
         }
-        self.inner.ctx.dev.cqs.lock().expect("cq registry").remove(&self.inner.id);
+        let dev = self.inner.ctx.dev;
+        dev.tables.cq(self.inner.id).id.store(0, Ordering::Release);
+        dev.cqs.remove(self.inner.id);
         Ok(())
     }
 

@@ -4,32 +4,53 @@
 //! Rule: the network can never write outside a registered region. Bytes reach or leave
 //! registered memory only through a [`Pinned`] range, and a `Pinned` is only made here,
 //! after every check passed (the proof-token pattern of STYLE.md §5).
+//!
+//! Keys are resolved in a [`KeySpace`]: this process's key table, or a peer's (mapped
+//! from its endpoint directory). Where the bytes are decides how they move ([`Place`]):
+//! by plain loads and stores when they are in this process — its own memory, or a peer's
+//! region that lives in a shared segment this process mapped — or by cross-memory
+//! attach ([`cma`](super::cma)) when they are in a peer's private memory.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use rverbs_proto::vendor_err;
 use rverbs_proto::violation::Violation;
 
-use crate::device::DeviceInner;
+use super::cma::{self, CmaError};
 use crate::mem;
-use crate::mr::keys::KeyTarget;
-use crate::mr::{MrInner, Sge};
-use crate::pd::PdInner;
+use crate::mr::Sge;
+use crate::shm::registry::Peer;
+use crate::shm::tables::{KeyDesc, Tables, KEY_KIND_MR, KEY_KIND_MW2, KEY_STATE_VALID};
+use crate::shm::Segment;
 use crate::Access;
 
-/// An access in progress: keeps the region registered and mapped until dropped.
-pub(crate) struct Pinned {
-    mr: Arc<MrInner>,
-    /// Process address of the first byte of the accessed range.
-    pub(crate) ptr: usize,
-    /// Length of the accessed range.
-    pub(crate) len: usize,
+/// Where the bytes of a pinned range are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// At this address of this process (its own memory or a mapped shared segment).
+    Local(usize),
+    /// At this address of process `pid` (reached with cross-memory attach).
+    Cma { pid: i32, addr: usize },
 }
 
-impl Drop for Pinned {
+/// An access in progress: keeps the region registered until dropped.
+pub(crate) struct Pinned<'a> {
+    busy: &'a AtomicU32,
+    pub(crate) place: Place,
+    /// Length of the accessed range.
+    pub(crate) len: usize,
+    /// Atomics on these bytes take the host-wide atomic lock: peers reach them with
+    /// cross-memory attach, which cannot execute a CPU atomic (IBV_ATOMIC_HCA: the device's
+    /// atomics are atomic among themselves).
+    host_atomics: bool,
+    /// A peer's shared segment holding the bytes, kept mapped while they move.
+    _map: Option<Arc<Segment>>,
+}
+
+impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        self.mr.busy.fetch_sub(1, Ordering::SeqCst);
+        self.busy.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -68,125 +89,153 @@ impl Fault {
     }
 }
 
-impl MrInner {
-    /// Pins `[va, va+len)` of this region if it is valid, in `pd` (when given), inside
-    /// the region and allowed `need`.
-    pub(crate) fn pin(
-        self: &Arc<Self>,
-        pd: Option<&PdInner>,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<Pinned, Fault> {
-        let d = self.desc.read().expect("mr desc");
-        if let Some(pd) = pd {
-            if !std::ptr::eq(Arc::as_ptr(&d.pd), pd) {
+/// How a key is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyUse {
+    /// A local key in an SGE: memory regions only (ibv_post_send(3)).
+    Local,
+    /// A remote key, for responder QP `qpn`: regions and windows.
+    Remote { qpn: u32 },
+}
+
+/// The memory keys of one endpoint and the way to its memory.
+#[derive(Clone, Copy)]
+pub(crate) struct KeySpace<'a> {
+    tables: &'a Tables,
+    /// `None`: this process's own keys and memory.
+    peer: Option<&'a Peer>,
+}
+
+impl<'a> KeySpace<'a> {
+    /// This process's keys.
+    pub(crate) fn local(tables: &'a Tables) -> Self {
+        KeySpace { tables, peer: None }
+    }
+
+    /// A peer's keys.
+    pub(crate) fn of_peer(peer: &'a Peer) -> Self {
+        KeySpace { tables: peer.tables(), peer: Some(peer) }
+    }
+
+    /// Checks an access of `[va, va+len)` with rights `need` through `key` for a QP of
+    /// PD `pd`, and pins it.
+    pub(crate) fn pin(&self, key: u32, pd: u32, used: KeyUse, va: u64, len: u64, need: Access) -> Result<Pinned<'a>, Fault> {
+        let d = self.check(key, pd, used, need)?;
+        let off = va.checked_sub(d.iova).ok_or(Fault::Bounds)?;
+        if off.checked_add(len).ok_or(Fault::Bounds)? > d.len {
+            return Err(Fault::Bounds);
+        }
+        self.hold(key, &d, off, len)
+    }
+
+    /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a
+    /// whole-region FLUSH).
+    pub(crate) fn pin_base(&self, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<Pinned<'a>, Fault> {
+        let d = self.check(key, pd, used, need)?;
+        self.hold(key, &d, 0, 0)
+    }
+
+    fn check(&self, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<KeyDesc, Fault> {
+        let rec = self.tables.key(key >> 8).ok_or(Fault::Key)?;
+        let d = rec.read();
+        if d.key != key || d.state != KEY_STATE_VALID {
+            return Err(Fault::Key);
+        }
+        if used == KeyUse::Local && d.kind != KEY_KIND_MR {
+            return Err(Fault::Key);
+        }
+        if d.pd != pd {
+            return Err(Fault::Pd);
+        }
+        if let KeyUse::Remote { qpn } = used {
+            if d.kind == KEY_KIND_MW2 && d.qpn != qpn {
                 return Err(Fault::Pd);
             }
         }
-        if !d.access.contains(need) {
+        if !Access::from_bits_truncate(d.access).contains(need) {
             return Err(Fault::Access);
         }
-        let off = va.checked_sub(d.iova).ok_or(Fault::Bounds)?;
-        let end = off.checked_add(len).ok_or(Fault::Bounds)?;
-        if end > d.len as u64 {
+        Ok(d)
+    }
+
+    /// Counts the access in the region's `busy`, confirms the key is still valid (the
+    /// owner invalidates first, then waits for `busy` to drain), and resolves the place.
+    fn hold(&self, key: u32, d: &KeyDesc, off: u64, len: u64) -> Result<Pinned<'a>, Fault> {
+        let rec = self.tables.key(key >> 8).ok_or(Fault::Key)?;
+        let mr = if d.kind == KEY_KIND_MR { rec } else { self.tables.key(d.mr_index).ok_or(Fault::Key)? };
+        mr.busy.fetch_add(1, Ordering::SeqCst);
+        let still = rec.state.load(Ordering::SeqCst) == KEY_STATE_VALID
+            && rec.key.load(Ordering::SeqCst) == key
+            && mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
+        let placed = if still { self.place(d, off, len) } else { Err(Fault::Key) };
+        match placed {
+            Ok((place, map)) => Ok(Pinned {
+                busy: &mr.busy,
+                place,
+                len: len as usize,
+                host_atomics: d.loc == 0 && crate::device::device().shared(),
+                _map: map,
+            }),
+            Err(f) => {
+                mr.busy.fetch_sub(1, Ordering::SeqCst);
+                Err(f)
+            }
+        }
+    }
+
+    fn place(&self, d: &KeyDesc, off: u64, len: u64) -> Result<(Place, Option<Arc<Segment>>), Fault> {
+        let Some(peer) = self.peer else {
+            return Ok((Place::Local((d.va + off) as usize), None));
+        };
+        if d.loc == 0 {
+            return Ok((Place::Cma { pid: peer.pid, addr: d.va.wrapping_add(off) as usize }, None));
+        }
+        let seg = peer.segment(&super::segment_name(d.loc)).map_err(|_| Fault::Key)?;
+        let start = d.seg_off.checked_add(off).ok_or(Fault::Bounds)?;
+        // The record comes from another process: never trust it to stay in the mapping.
+        if start.checked_add(len).is_none_or(|end| end > seg.len() as u64) {
             return Err(Fault::Bounds);
         }
-        self.busy.fetch_add(1, Ordering::SeqCst);
-        if !self.valid.load(Ordering::SeqCst) {
-            self.busy.fetch_sub(1, Ordering::SeqCst);
-            return Err(Fault::Key);
-        }
-        Ok(Pinned { mr: self.clone(), ptr: d.addr + off as usize, len: len as usize })
-    }
-}
-
-/// Resolves a local SGE's range `[va, va+len)` through `lkey` for a QP of `pd` that needs
-/// `need` (ibv_post_send(3): local keys name memory regions only).
-pub(crate) fn pin_local(
-    dev: &DeviceInner,
-    pd: &PdInner,
-    lkey: u32,
-    va: u64,
-    len: u64,
-    need: Access,
-) -> Result<Pinned, Fault> {
-    let mr = dev.keys.mr(lkey).ok_or(Fault::Key)?;
-    mr.pin(Some(pd), va, len, need)
-}
-
-/// Resolves a remote range through `rkey` (a memory region or a memory window) for the
-/// responder QP `qpn`, whose accesses are checked against `pd`.
-pub(crate) fn pin_remote(
-    dev: &DeviceInner,
-    pd: &PdInner,
-    qpn: u32,
-    rkey: u32,
-    va: u64,
-    len: u64,
-    need: Access,
-) -> Result<Pinned, Fault> {
-    match dev.keys.get(rkey).ok_or(Fault::Key)? {
-        KeyTarget::Mr(w) => w.upgrade().ok_or(Fault::Key)?.pin(Some(pd), va, len, need),
-        KeyTarget::Mw(w) => w.upgrade().ok_or(Fault::Key)?.pin(rkey, pd, qpn, va, len, need),
-    }
-}
-
-/// Checks `rkey` for the responder QP `qpn` of `pd` and the rights `need`, without a
-/// range (a whole-MR FLUSH): a window checks against its own base address.
-pub(crate) fn pin_remote_key(
-    dev: &DeviceInner,
-    pd: &PdInner,
-    qpn: u32,
-    rkey: u32,
-    need: Access,
-) -> Result<Pinned, Fault> {
-    match dev.keys.get(rkey).ok_or(Fault::Key)? {
-        KeyTarget::Mr(w) => {
-            let mr = w.upgrade().ok_or(Fault::Key)?;
-            let iova = mr.desc.read().expect("mr desc").iova;
-            mr.pin(Some(pd), iova, 0, need)
-        }
-        KeyTarget::Mw(w) => w.upgrade().ok_or(Fault::Key)?.pin_base(rkey, pd, qpn, need),
+        Ok((Place::Local(seg.addr() + start as usize), Some(seg)))
     }
 }
 
 /// Up to `MAX_SGE` pinned ranges: the scatter or gather list of one message.
-pub(crate) struct PinList {
-    items: [Option<Pinned>; crate::qp::rq::MAX_SGE],
+pub(crate) struct PinList<'a> {
+    items: [Option<Pinned<'a>>; crate::qp::rq::MAX_SGE],
     n: usize,
 }
 
-impl PinList {
+impl<'a> PinList<'a> {
     pub(crate) fn new() -> Self {
         PinList { items: std::array::from_fn(|_| None), n: 0 }
     }
 
-    pub(crate) fn one(p: Pinned) -> Self {
+    pub(crate) fn one(p: Pinned<'a>) -> Self {
         let mut l = PinList::new();
         l.push(p);
         l
     }
 
-    fn push(&mut self, p: Pinned) {
+    fn push(&mut self, p: Pinned<'a>) {
         self.items[self.n] = Some(p);
         self.n += 1;
     }
 
-    fn iter(&self) -> impl Iterator<Item = &Pinned> {
+    fn iter(&self) -> impl Iterator<Item = &Pinned<'a>> {
         self.items[..self.n].iter().flatten()
     }
 }
 
 /// Pins the entries of `sges` needed to cover `need` bytes (zero-length entries are
-/// skipped unchecked, as rxe's `copy_data` does), each for `access` in `pd`.
-pub(crate) fn pin_sges(
-    dev: &DeviceInner,
-    pd: &PdInner,
+/// skipped unchecked, as rxe's `copy_data` does), each for `access` in PD `pd`.
+pub(crate) fn pin_sges<'a>(
+    keys: &KeySpace<'a>,
+    pd: u32,
     sges: &[Sge],
     access: Access,
     need: u64,
-) -> Result<PinList, Fault> {
+) -> Result<PinList<'a>, Fault> {
     let mut list = PinList::new();
     let mut covered = 0u64;
     for s in sges {
@@ -197,32 +246,52 @@ pub(crate) fn pin_sges(
             continue;
         }
         let take = u64::from(s.length).min(need - covered);
-        list.push(pin_local(dev, pd, s.lkey, s.addr, take, access)?);
+        list.push(keys.pin(s.lkey, pd, KeyUse::Local, s.addr, take, access)?);
         covered += take;
     }
     Ok(list)
 }
 
 /// Where a message's bytes come from.
-pub(crate) enum Source<'a> {
+pub(crate) enum Source<'s, 'a> {
     /// A Rust buffer (inline data, a synthesized header, an atomic result).
-    Bytes(&'a [u8]),
+    Bytes(&'s [u8]),
     /// Pinned registered memory.
-    Pins(&'a PinList),
+    Pins(&'s PinList<'a>),
+}
+
+/// Moves one contiguous piece.
+fn move_piece(dst: Place, src: Place, n: usize) -> Result<(), CmaError> {
+    match (dst, src) {
+        (Place::Local(d), Place::Local(s)) => {
+            // SAFETY: both pieces lie inside pinned ranges (kept registered, and mapped,
+            // by the `Pinned` guards the caller holds) or inside a live Rust slice
+            // borrowed for the call.
+            unsafe { mem::copy(d as *mut u8, s as *const u8, n) };
+            Ok(())
+        }
+        // SAFETY: the local source lies inside a pinned range or a borrowed slice.
+        (Place::Cma { pid, addr }, Place::Local(s)) => unsafe { cma::write(pid, addr, s as *const u8, n) },
+        // SAFETY: the local destination lies inside a pinned range.
+        (Place::Local(d), Place::Cma { pid, addr }) => unsafe { cma::read(pid, d as *mut u8, addr, n) },
+        // A request moves bytes between the requester's own memory and one responder:
+        // never between two other processes.
+        (Place::Cma { .. }, Place::Cma { .. }) => Err(CmaError::Denied),
+    }
 }
 
 /// Copies `src` into the ranges of `dst`, starting `dst_offset` bytes into them, in
 /// message order; returns the bytes copied (limited by the room in `dst`).
-pub(crate) fn copy_message(dst: &PinList, dst_offset: usize, src: Source<'_>) -> usize {
-    let mut src_pieces = [(0usize, 0usize); crate::qp::rq::MAX_SGE];
+pub(crate) fn copy_message(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>) -> Result<usize, CmaError> {
+    let mut src_pieces = [(Place::Local(0), 0usize); crate::qp::rq::MAX_SGE];
     let src_n = match src {
         Source::Bytes(b) => {
-            src_pieces[0] = (b.as_ptr() as usize, b.len());
+            src_pieces[0] = (Place::Local(b.as_ptr() as usize), b.len());
             1
         }
         Source::Pins(l) => {
             for (i, p) in l.iter().enumerate() {
-                src_pieces[i] = (p.ptr, p.len);
+                src_pieces[i] = (p.place, p.len);
             }
             l.n
         }
@@ -240,10 +309,7 @@ pub(crate) fn copy_message(dst: &PinList, dst_offset: usize, src: Source<'_>) ->
         while d_off < d.len && si < src_n {
             let (sp, sl) = src_pieces[si];
             let n = (d.len - d_off).min(sl - s_off);
-            // SAFETY: the destination piece lies inside a pinned range of `dst` (kept
-            // registered by the `Pinned` guards the caller holds); the source piece lies
-            // inside a pinned range or a live Rust slice borrowed for this call.
-            unsafe { mem::copy((d.ptr + d_off) as *mut u8, (sp + s_off) as *const u8, n) };
+            move_piece(advance(d.place, d_off), advance(sp, s_off), n)?;
             d_off += n;
             s_off += n;
             copied += n;
@@ -256,27 +322,58 @@ pub(crate) fn copy_message(dst: &PinList, dst_offset: usize, src: Source<'_>) ->
             break;
         }
     }
-    copied
+    Ok(copied)
+}
+
+fn advance(p: Place, by: usize) -> Place {
+    match p {
+        Place::Local(a) => Place::Local(a + by),
+        Place::Cma { pid, addr } => Place::Cma { pid, addr: addr + by },
+    }
 }
 
 /// Copies a pinned range out into a Rust buffer (at most `dst.len()` bytes).
-pub(crate) fn copy_out(p: &Pinned, dst: &mut [u8]) {
+pub(crate) fn copy_out(p: &Pinned<'_>, dst: &mut [u8]) -> Result<(), CmaError> {
     let n = dst.len().min(p.len);
-    // SAFETY: `p` pins `[p.ptr, p.ptr + p.len)` of a live registration; `dst` is a
-    // distinct Rust buffer of at least `n` bytes.
-    unsafe { mem::copy(dst.as_mut_ptr(), p.ptr as *const u8, n) };
+    move_piece(Place::Local(dst.as_mut_ptr() as usize), p.place, n)
 }
 
 /// Executes a 64-bit atomic on the 8 pinned bytes of `p` and returns the original value.
-pub(crate) fn atomic(p: &Pinned, op: mem::AtomicOp) -> u64 {
-    debug_assert!(p.len >= 8 && p.ptr % 8 == 0);
-    // SAFETY: `p` pins 8 aligned bytes of a live registration; remote atomics on this
-    // device always use this path, so the word is accessed atomically by the device.
-    unsafe { mem::atomic_op(p.ptr, op) }
+pub(crate) fn atomic(p: &Pinned<'_>, op: mem::AtomicOp) -> Result<u64, CmaError> {
+    debug_assert!(p.len >= 8);
+    let dev = crate::device::device();
+    let _g = p.host_atomics.then(|| dev.atomic_lock());
+    match p.place {
+        Place::Local(addr) if !p.host_atomics => {
+            debug_assert_eq!(addr % 8, 0);
+            // SAFETY: `p` pins 8 aligned bytes of a live registration; the device's
+            // atomics on memory shared this way always use CPU atomics.
+            Ok(unsafe { mem::atomic_op(addr, op) })
+        }
+        place => {
+            // Read-modify-write under the host-wide lock: every device atomic on this
+            // memory (this process's and its peers') takes the same lock.
+            let mut old = [0u8; 8];
+            let local_old = Place::Local(old.as_mut_ptr() as usize);
+            move_piece(local_old, place, 8)?;
+            let v = u64::from_ne_bytes(old);
+            let new = match op {
+                mem::AtomicOp::FetchAdd(a) => Some(v.wrapping_add(a)),
+                mem::AtomicOp::CompareSwap { compare, swap } => (v == compare).then_some(swap),
+                mem::AtomicOp::Write(w) => Some(w),
+            };
+            if let Some(n) = new {
+                let bytes = n.to_ne_bytes();
+                move_piece(place, Place::Local(bytes.as_ptr() as usize), 8)?;
+            }
+            Ok(v)
+        }
+    }
 }
 
 /// Makes every store to pinned memory so far globally visible (FLUSH with the global
-/// visibility placement type: a full memory barrier).
+/// visibility placement type: a full memory barrier; cross-memory copies are complete
+/// when their system call returns).
 pub(crate) fn flush_global() {
     std::sync::atomic::fence(Ordering::SeqCst);
 }

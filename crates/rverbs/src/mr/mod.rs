@@ -9,23 +9,24 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod access;
+pub(crate) mod cma;
 pub(crate) mod keys;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 use bitflags::bitflags;
 
 use crate::device::DeviceInner;
 use crate::error::{Error, Result};
 use crate::mem;
+use crate::mw::MwInner;
 use crate::pd::{Pd, PdInner};
-use crate::sys::SharedMem;
+use crate::shm::tables::{KeyDesc, KeyRecord, KEY_KIND_MR, KEY_STATE_INVALID, KEY_STATE_VALID};
+use crate::shm::Segment;
 use crate::Access;
-pub(crate) use access::{
-    atomic, copy_message, copy_out, flush_global, pin_local, pin_remote, pin_remote_key, pin_sges,
-    Fault, PinList, Pinned, Source,
-};
+pub(crate) use access::{atomic, copy_message, copy_out, flush_global, pin_sges, Fault, KeySpace, KeyUse, PinList, Pinned, Source};
 pub(crate) use keys::{KeyTable, KeyTarget};
 
 /// A scatter/gather entry (`struct ibv_sge`): `length` bytes at IO virtual address
@@ -44,11 +45,23 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+/// The name of shared segment `id` holding region memory, in its endpoint directory.
+pub(crate) fn segment_name(id: u64) -> String {
+    format!("mr-{id}")
+}
+
 pub(crate) struct MrInit {
     pub(crate) addr: usize,
     pub(crate) len: usize,
     pub(crate) iova: u64,
     pub(crate) access: Access,
+}
+
+/// Memory the library allocated for a region, in a shared segment peers can map.
+pub(crate) struct MrMem {
+    /// Mapped here while the region lives; removed from the directory when dropped.
+    _seg: Segment,
+    id: u64,
 }
 
 /// What a region covers; changed in place by rereg.
@@ -59,7 +72,27 @@ pub(crate) struct MrDesc {
     pub(crate) iova: u64,
     pub(crate) access: Access,
     /// Library-allocated backing memory, if any.
-    mem: Option<SharedMem>,
+    mem: Option<MrMem>,
+}
+
+impl MrDesc {
+    /// The key record's view of this description.
+    fn record(&self, state: u32) -> KeyDesc {
+        KeyDesc {
+            key: 0,
+            kind: KEY_KIND_MR,
+            state,
+            pd: self.pd.id,
+            access: self.access.bits(),
+            qpn: 0,
+            mr_index: 0,
+            iova: self.iova,
+            len: self.len as u64,
+            va: self.addr as u64,
+            loc: self.mem.as_ref().map_or(0, |m| m.id),
+            seg_off: 0,
+        }
+    }
 }
 
 pub(crate) struct MrInner {
@@ -68,18 +101,31 @@ pub(crate) struct MrInner {
     pub(crate) desc: RwLock<MrDesc>,
     /// False once deregistered: no further access is granted.
     valid: AtomicBool,
-    /// Device accesses in progress (deregistration and rereg wait for zero).
-    pub(crate) busy: AtomicU32,
-    /// Memory windows bound to the region (deregistration is refused while any).
-    pub(crate) bound_mws: AtomicU32,
+    /// Memory windows bound to the region at some point (deregistration is refused
+    /// while one of them is still bound and valid).
+    pub(crate) windows: Mutex<Vec<Weak<MwInner>>>,
     released: AtomicBool,
 }
 
+/// How long deregistration waits for accesses in progress: a peer that died in the
+/// middle of one never finishes it.
+const IDLE_WAIT: Duration = Duration::from_secs(2);
+
 impl MrInner {
+    /// The key's shared record.
+    pub(crate) fn record(&self) -> &'static KeyRecord {
+        self.dev.keys.record(self.key).expect("a live key has a record")
+    }
+
+    pub(crate) fn key(&self) -> u32 {
+        self.key
+    }
+
     /// Stops granting access and waits for accesses in progress to finish; removes the
     /// key. Idempotent.
     fn invalidate(&self) {
         if self.valid.swap(false, Ordering::SeqCst) {
+            self.record().state.store(KEY_STATE_INVALID, Ordering::SeqCst);
             self.wait_idle();
             self.dev.keys.remove(self.key);
         }
@@ -88,8 +134,16 @@ impl MrInner {
         }
     }
 
+    /// Waits until no access (of this process or a peer) is in progress.
     fn wait_idle(&self) {
-        while self.busy.load(Ordering::SeqCst) != 0 {
+        let busy = &self.record().busy;
+        let start = Instant::now();
+        while busy.load(Ordering::SeqCst) != 0 {
+            if start.elapsed() > IDLE_WAIT {
+                tracing::warn!(key = self.key, "gave up waiting for accesses to a region; a peer may have died in one");
+                busy.store(0, Ordering::SeqCst);
+                return;
+            }
             std::thread::yield_now();
         }
     }
@@ -98,23 +152,49 @@ impl MrInner {
         self.valid.load(Ordering::Acquire)
     }
 
+    /// Whether a memory window is bound to the region (and still valid: a peer may have
+    /// invalidated it without this process knowing).
+    pub(crate) fn has_bound_windows(&self) -> bool {
+        let mut w = self.windows.lock().expect("mr windows");
+        w.retain(|m| m.upgrade().is_some_and(|mw| mw.is_bound_to(self)));
+        !w.is_empty()
+    }
+
+    /// Starts an access through the Rust API: holds off rereg (the description lock,
+    /// taken first so rereg never waits for an access that waits for it) and
+    /// deregistration (`busy`).
     fn begin(&self) -> Option<Busy<'_>> {
-        self.busy.fetch_add(1, Ordering::SeqCst);
+        let desc = self.desc.read().expect("mr desc");
+        let busy = &self.record().busy;
+        busy.fetch_add(1, Ordering::SeqCst);
         if self.valid.load(Ordering::SeqCst) {
-            Some(Busy(self))
+            Some(Busy { desc, busy })
         } else {
-            self.busy.fetch_sub(1, Ordering::SeqCst);
+            busy.fetch_sub(1, Ordering::SeqCst);
             None
         }
     }
 }
 
 /// Guard of an access through the Rust API.
-struct Busy<'a>(&'a MrInner);
+struct Busy<'a> {
+    desc: std::sync::RwLockReadGuard<'a, MrDesc>,
+    busy: &'a std::sync::atomic::AtomicU32,
+}
+
+impl Busy<'_> {
+    /// The process address of `[offset, offset+len)` of the region, if inside it.
+    fn range(&self, verb: &'static str, offset: usize, len: usize) -> Result<usize> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.desc.len => Ok(self.desc.addr + offset),
+            _ => Err(Error::invalid(verb, "range outside the memory region")),
+        }
+    }
+}
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+        self.busy.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -215,9 +295,11 @@ fn check_len(verb: &'static str, len: usize) -> Result<()> {
 impl Mr {
     pub(crate) fn alloc(pd: Arc<PdInner>, len: usize, access: Access) -> Result<Self> {
         check_len("alloc_mr", len)?;
-        let mem = SharedMem::new("rverbs-mr", len)?;
-        let addr = mem.addr();
-        Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(mem))
+        let dev = pd.ctx.dev;
+        let id = u64::from(dev.new_id());
+        let seg = Segment::create(&dev.dir.join(segment_name(id)), len)?;
+        let addr = seg.addr();
+        Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(MrMem { _seg: seg, id }))
     }
 
     pub(crate) fn register(pd: Arc<PdInner>, init: MrInit) -> Result<Self> {
@@ -228,7 +310,7 @@ impl Mr {
         Self::build(pd, init, None)
     }
 
-    fn build(pd: Arc<PdInner>, mut init: MrInit, mem: Option<SharedMem>) -> Result<Self> {
+    fn build(pd: Arc<PdInner>, mut init: MrInit, mem: Option<MrMem>) -> Result<Self> {
         init.access = check_access("reg_mr", init.access)?;
         if init.access.contains(Access::ZERO_BASED) {
             init.iova = 0;
@@ -238,28 +320,24 @@ impl Mr {
         }
         pd.hold()?;
         let dev = pd.ctx.dev;
+        let desc = MrDesc { pd: pd.clone(), addr: init.addr, len: init.len, iova: init.iova, access: init.access, mem };
+        let record = desc.record(KEY_STATE_VALID);
+        let mut key = Ok(0);
         let inner = Arc::new_cyclic(|weak: &Weak<MrInner>| {
-            let key = dev.keys.insert(KeyTarget::Mr(weak.clone()));
-            let valid = key.is_ok();
+            key = dev.keys.insert(KeyTarget::Mr(weak.clone()), record);
             MrInner {
                 dev,
-                key: key.unwrap_or(0),
-                desc: RwLock::new(MrDesc {
-                    pd: pd.clone(),
-                    addr: init.addr,
-                    len: init.len,
-                    iova: init.iova,
-                    access: init.access,
-                    mem,
-                }),
-                valid: AtomicBool::new(valid),
-                busy: AtomicU32::new(0),
-                bound_mws: AtomicU32::new(0),
-                released: AtomicBool::new(false),
+                key: *key.as_ref().unwrap_or(&0),
+                desc: RwLock::new(desc),
+                valid: AtomicBool::new(key.is_ok()),
+                windows: Mutex::new(Vec::new()),
+                released: AtomicBool::new(key.is_err()),
             }
         });
-        if inner.key == 0 {
-            return Err(Error::Exhausted { what: "memory keys" });
+        if let Err(e) = key {
+            pd.release();
+            drop(inner);
+            return Err(e);
         }
         Ok(Mr { inner })
     }
@@ -345,20 +423,20 @@ impl Mr {
 
     /// Copies `buf.len()` bytes out of the region at `offset`.
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        let _g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
-        let d = self.check_range("read", offset, buf.len())?;
-        // SAFETY: the range is inside the live registration (checked above while `begin`
+        let g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
+        let at = g.range("read", offset, buf.len())?;
+        // SAFETY: the range is inside the live registration (checked above while `g`
         // holds off deregistration and rereg) and `buf` is a distinct Rust buffer.
-        unsafe { mem::copy(buf.as_mut_ptr(), (d.addr + offset) as *const u8, buf.len()) };
+        unsafe { mem::copy(buf.as_mut_ptr(), at as *const u8, buf.len()) };
         Ok(())
     }
 
     /// Copies `data` into the region at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        let _g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
-        let d = self.check_range("write", offset, data.len())?;
+        let g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
+        let at = g.range("write", offset, data.len())?;
         // SAFETY: as in `read`.
-        unsafe { mem::copy((d.addr + offset) as *mut u8, data.as_ptr(), data.len()) };
+        unsafe { mem::copy(at as *mut u8, data.as_ptr(), data.len()) };
         Ok(())
     }
 
@@ -377,13 +455,13 @@ impl Mr {
 
     /// The 64-bit word at `offset` (8-byte aligned), read atomically.
     pub fn read_u64(&self, offset: usize) -> Result<u64> {
-        let _g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
-        let d = self.check_range("read_u64", offset, 8)?;
-        if (d.addr + offset) % 8 != 0 {
+        let g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
+        let at = g.range("read_u64", offset, 8)?;
+        if at % 8 != 0 {
             return Err(Error::invalid("read_u64", "offset not 8-byte aligned"));
         }
         // SAFETY: aligned, inside the live registration.
-        Ok(unsafe { mem::atomic_u64(d.addr + offset) }.load(Ordering::SeqCst))
+        Ok(unsafe { mem::atomic_u64(at) }.load(Ordering::SeqCst))
     }
 
     /// The region's bytes as a slice.
@@ -477,14 +555,17 @@ impl Mr {
         if !self.inner.is_valid() {
             return Err(Error::Destroyed { what: "memory region" });
         }
-        if self.inner.bound_mws.load(Ordering::Acquire) != 0 {
+        if self.inner.has_bound_windows() {
             return Err(Error::Busy { what: "memory region with bound memory windows" });
         }
         if let Some(p) = &new_pd {
             p.hold()?;
         }
-        // New accesses wait on the lock; accesses in progress finish first.
+        // Accesses through the API wait on the lock; device accesses are refused while
+        // the record is invalid; accesses in progress finish first.
         let mut d = self.inner.desc.write().expect("mr desc");
+        let rec = self.inner.record();
+        rec.state.store(KEY_STATE_INVALID, Ordering::SeqCst);
         self.inner.wait_idle();
         if let Some(p) = new_pd {
             let old = std::mem::replace(&mut d.pd, p);
@@ -502,6 +583,9 @@ impl Mr {
             d.iova = if d.access.contains(Access::ZERO_BASED) { 0 } else { addr as u64 };
             d.mem = None;
         }
+        let mut record = d.record(KEY_STATE_VALID);
+        record.key = self.inner.key;
+        rec.write(&record);
         Ok(())
     }
 
@@ -515,7 +599,7 @@ impl Mr {
         if !self.inner.is_valid() {
             return Err(Error::Destroyed { what: "memory region" });
         }
-        if self.inner.bound_mws.load(Ordering::Acquire) != 0 {
+        if self.inner.has_bound_windows() {
             return Err(Error::invalid("dereg_mr", "memory windows are bound to the region"));
         }
         self.inner.invalidate();

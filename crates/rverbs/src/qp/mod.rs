@@ -16,7 +16,7 @@ pub(crate) mod rq;
 pub(crate) mod sq;
 pub mod wr;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -32,6 +32,7 @@ use crate::device::{limits, Gid};
 use crate::error::{Error, Result};
 use crate::event::{EventCounter, RawElement};
 use crate::pd::{Pd, PdInner};
+use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
 use crate::srq::{Srq, SrqInner};
 use crate::transport::{self, Exec};
 use crate::wc::Cqe;
@@ -79,42 +80,6 @@ impl<'a> QpInit<'a> {
     }
 }
 
-/// The responder attributes other QPs read while delivering, without locks.
-pub(crate) struct RespView {
-    pub(crate) state: AtomicU8,
-    pub(crate) access: AtomicU32,
-    pub(crate) min_rnr_timer: AtomicU8,
-    pub(crate) max_dest_rd_atomic: AtomicU8,
-    pub(crate) qkey: AtomicU32,
-    pub(crate) path_mtu_bytes: AtomicU32,
-    dgid: [AtomicU64; 2],
-}
-
-impl RespView {
-    pub(crate) fn state(&self) -> QpState {
-        QpState::from_raw(u32::from(self.state.load(Ordering::Acquire))).unwrap_or(QpState::Err)
-    }
-
-    pub(crate) fn access(&self) -> Access {
-        Access::from_bits_truncate(self.access.load(Ordering::Acquire))
-    }
-
-    /// The destination GID of the QP's path (RC/UC only accept requests from it).
-    pub(crate) fn dgid(&self) -> Gid {
-        let hi = self.dgid[0].load(Ordering::Acquire).to_be_bytes();
-        let lo = self.dgid[1].load(Ordering::Acquire).to_be_bytes();
-        let mut g = [0u8; 16];
-        g[..8].copy_from_slice(&hi);
-        g[8..].copy_from_slice(&lo);
-        Gid(g)
-    }
-
-    fn set_dgid(&self, g: Gid) {
-        self.dgid[0].store(u64::from_be_bytes(g.0[..8].try_into().expect("8")), Ordering::Release);
-        self.dgid[1].store(u64::from_be_bytes(g.0[8..].try_into().expect("8")), Ordering::Release);
-    }
-}
-
 pub(crate) struct QpInner {
     pub(crate) pd: Arc<PdInner>,
     pub(crate) qp_type: QpType,
@@ -127,12 +92,16 @@ pub(crate) struct QpInner {
     pub(crate) sq_sig_all: bool,
     pub(crate) cap: QpCap,
     pub(crate) send_ops: Option<batch::SendOps>,
-    pub(crate) resp: RespView,
+    /// The responder attributes every deliverer reads (this process's threads and
+    /// peers alike), in the endpoint's shared tables.
+    pub(crate) rec: &'static QpRecord,
     attrs: Mutex<QpAttr>,
     pub(crate) sq: Mutex<SendQueue>,
     sq_pending: AtomicBool,
     pub(crate) rq: Option<RecvQueue>,
-    comm_est: AtomicBool,
+    /// The receive queue was flushed (or QP_LAST_WQE_REACHED raised) for the current
+    /// entry into ERR.
+    rq_flushed: AtomicBool,
     sqd_notified: AtomicBool,
     /// Multicast groups the QP is attached to (destroy is refused while any).
     pub(crate) mcast_attached: AtomicU32,
@@ -144,7 +113,7 @@ pub(crate) struct QpInner {
 
 impl QpInner {
     pub(crate) fn state(&self) -> QpState {
-        self.resp.state()
+        self.rec.state()
     }
 
     pub(crate) fn is_destroyed(&self) -> bool {
@@ -157,7 +126,7 @@ impl QpInner {
 
     /// A request arrived: IBTA raises COMM_EST for the first one a QP in RTR receives.
     pub(crate) fn note_inbound(self: &Arc<Self>) {
-        if self.state() == QpState::Rtr && !self.comm_est.swap(true, Ordering::AcqRel) {
+        if self.state() == QpState::Rtr && self.rec.flags.fetch_or(QP_FLAG_COMM_EST, Ordering::AcqRel) & QP_FLAG_COMM_EST == 0 {
             self.raise(EventType::CommEst);
         }
     }
@@ -166,23 +135,30 @@ impl QpInner {
     /// raising `event` if given, flushing the receive queue and making the send queue
     /// flush. Does nothing if the QP is in RESET or already in ERR.
     pub(crate) fn enter_error(self: &Arc<Self>, event: Option<EventType>) {
-        let moved = self
-            .resp
-            .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                let s = QpState::from_raw(u32::from(s)).unwrap_or(QpState::Err);
-                (!matches!(s, QpState::Reset | QpState::Err)).then_some(QpState::Err as u8)
-            })
-            .is_ok();
-        if !moved {
+        if !self.rec.enter_error() {
             return;
         }
         tracing::debug!(qpn = self.qpn, "QP enters ERR");
         if let Some(e) = event {
             self.raise(e);
         }
-        self.flush_rq();
+        self.flush_rq_once();
         self.kick();
+    }
+
+    /// A peer moved the QP to ERR (it raised the event): flush what only this process
+    /// can flush, once.
+    pub(crate) fn errored_by_peer(self: &Arc<Self>) {
+        if self.state() == QpState::Err {
+            self.flush_rq_once();
+        }
+        self.kick();
+    }
+
+    fn flush_rq_once(self: &Arc<Self>) {
+        if !self.rq_flushed.swap(true, Ordering::AcqRel) {
+            self.flush_rq();
+        }
     }
 
     /// Completes every queued receive with WR_FLUSH_ERR; with an SRQ, raises
@@ -312,9 +288,9 @@ impl QpInner {
         if failed {
             // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
             if matches!(self.qp_type, QpType::Uc | QpType::Ud) {
-                let _ = self.resp.state.compare_exchange(
-                    QpState::Rts as u8,
-                    QpState::Sqe as u8,
+                let _ = self.rec.state.compare_exchange(
+                    QpState::Rts.raw(),
+                    QpState::Sqe.raw(),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 );
@@ -445,6 +421,43 @@ impl Qp {
             x.hold();
         }
         let attrs = QpAttr { cap, ..QpAttr::default() };
+        let rq = if cap.max_recv_wr > 0 {
+            match RecvQueue::new(&dev.dir.join(rq::qp_segment_name(qpn, 1)), cap.max_recv_wr, cap.max_recv_sge) {
+                Ok(rq) => Some(rq),
+                Err(e) => {
+                    init.send_cq.inner().detach();
+                    init.recv_cq.inner().detach();
+                    if let Some(srq) = init.srq {
+                        srq.inner().detach_qp();
+                    }
+                    if let Some(x) = &xrcd {
+                        x.release();
+                    }
+                    pd.release();
+                    dev.qps.remove(qpn);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let rec = dev.tables.qp(qpn);
+        rec.state.store(QpState::Reset.raw(), Ordering::Relaxed);
+        rec.qp_type.store(init.qp_type.raw(), Ordering::Relaxed);
+        rec.access.store(0, Ordering::Relaxed);
+        rec.qkey.store(0, Ordering::Relaxed);
+        rec.min_rnr_timer.store(0, Ordering::Relaxed);
+        rec.max_dest_rd_atomic.store(0, Ordering::Relaxed);
+        rec.pd.store(pd.id, Ordering::Relaxed);
+        rec.srqn.store(init.srq.map_or(0, |s| s.srq_num()), Ordering::Relaxed);
+        rec.rq_gen.store(u32::from(rq.is_some()), Ordering::Relaxed);
+        rec.recv_cq.store(init.recv_cq.inner().id, Ordering::Relaxed);
+        rec.xrcd.store(xrcd.as_ref().map_or(0, |x| x.id()), Ordering::Relaxed);
+        rec.ctx.store(ctx.id, Ordering::Relaxed);
+        rec.flags.store(0, Ordering::Relaxed);
+        rec.path_mtu.store(Mtu::Mtu256.bytes(), Ordering::Relaxed);
+        rec.set_dgid(Gid::default());
+        rec.qpn.store(qpn, Ordering::Release);
         let inner = Arc::new(QpInner {
             pd: pd.clone(),
             qp_type: init.qp_type,
@@ -456,20 +469,12 @@ impl Qp {
             sq_sig_all: init.sq_sig_all,
             cap,
             send_ops: init.send_ops,
-            resp: RespView {
-                state: AtomicU8::new(QpState::Reset as u8),
-                access: AtomicU32::new(0),
-                min_rnr_timer: AtomicU8::new(0),
-                max_dest_rd_atomic: AtomicU8::new(0),
-                qkey: AtomicU32::new(0),
-                path_mtu_bytes: AtomicU32::new(Mtu::Mtu256.bytes()),
-                dgid: [AtomicU64::new(0), AtomicU64::new(0)],
-            },
+            rec,
             attrs: Mutex::new(attrs),
             sq: Mutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)),
             sq_pending: AtomicBool::new(false),
-            rq: (cap.max_recv_wr > 0).then(|| RecvQueue::new(cap.max_recv_wr, cap.max_recv_sge)),
-            comm_est: AtomicBool::new(false),
+            rq,
+            rq_flushed: AtomicBool::new(false),
             sqd_notified: AtomicBool::new(false),
             mcast_attached: AtomicU32::new(0),
             async_events: EventCounter::default(),
@@ -642,13 +647,13 @@ impl Qp {
         }
 
         // Publish the responder view.
-        q.resp.access.store(a.qp_access_flags.bits(), Ordering::Release);
-        q.resp.min_rnr_timer.store(a.min_rnr_timer, Ordering::Release);
-        q.resp.max_dest_rd_atomic.store(a.max_dest_rd_atomic, Ordering::Release);
-        q.resp.qkey.store(a.qkey, Ordering::Release);
-        q.resp.path_mtu_bytes.store(a.path_mtu.bytes(), Ordering::Release);
+        q.rec.access.store(a.qp_access_flags.bits(), Ordering::Release);
+        q.rec.min_rnr_timer.store(u32::from(a.min_rnr_timer), Ordering::Release);
+        q.rec.max_dest_rd_atomic.store(u32::from(a.max_dest_rd_atomic), Ordering::Release);
+        q.rec.qkey.store(a.qkey, Ordering::Release);
+        q.rec.path_mtu.store(a.path_mtu.bytes(), Ordering::Release);
         if let Some(grh) = a.ah_attr.grh {
-            q.resp.set_dgid(grh.dgid);
+            q.rec.set_dgid(grh.dgid);
         }
 
         // The requester view and the state change, under the send-queue lock.
@@ -680,9 +685,9 @@ impl Qp {
             // Another thread may have pushed the QP into ERR since `cur` was read; the
             // table check must then be redone against ERR.
             if q
-                .resp
+                .rec
                 .state
-                .compare_exchange(cur as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(cur.raw(), to.raw(), Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
             {
                 let now = q.state();
@@ -701,14 +706,15 @@ impl Qp {
                 if let Some(rq) = &q.rq {
                     rq.drain();
                 }
-                q.comm_est.store(false, Ordering::Release);
+                q.rec.flags.fetch_and(!QP_FLAG_COMM_EST, Ordering::AcqRel);
+                q.rq_flushed.store(false, Ordering::Release);
                 *a = QpAttr { cap: q.cap, ..QpAttr::default() };
-                q.resp.access.store(0, Ordering::Release);
+                q.rec.access.store(0, Ordering::Release);
             }
             QpState::Err if changed => {
                 q.flush_sq(&mut sq);
                 drop(sq);
-                q.flush_rq();
+                q.flush_rq_once();
                 return Ok(());
             }
             QpState::Sqd if changed => {
@@ -903,8 +909,9 @@ impl Qp {
         if q.destroyed.swap(true, Ordering::AcqRel) {
             return Err(Error::Destroyed { what: "queue pair" });
         }
+        q.rec.qpn.store(0, Ordering::Release);
+        q.rec.state.store(QpState::Reset.raw(), Ordering::Release);
         q.pd.ctx.dev.qps.remove(q.qpn);
-        q.resp.state.store(QpState::Reset as u8, Ordering::Release);
         q.sq.lock().expect("sq").clear();
         if let Some(rq) = &q.rq {
             rq.drain();
@@ -952,6 +959,8 @@ impl Qp {
 impl Drop for QpInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
+            self.rec.qpn.store(0, Ordering::Release);
+            self.rec.state.store(QpState::Reset.raw(), Ordering::Release);
             self.pd.ctx.dev.qps.remove(self.qpn);
             self.send_cq.detach();
             self.recv_cq.detach();

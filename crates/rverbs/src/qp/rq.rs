@@ -4,12 +4,22 @@
 //! (EINVAL) and the queue holds at most `max_recv_wr` (ENOMEM); the first refused
 //! request is reported and the ones before it stay posted. Receives are consumed in
 //! order by inbound SENDs and RDMA WRITEs with immediate.
+//!
+//! The queue is a ring in a shared segment (`rq-<qpn>-<gen>` or `srq-<srqn>-<gen>` in the
+//! endpoint directory): the owner posts into it, and whoever delivers a message — a
+//! thread of this process or a peer process — takes the oldest receive out of it, under
+//! a lock in the segment that survives the death of its holder ([`ShmLock`]).
+#![allow(unsafe_code)]
 
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::mr::{MrInner, Sge};
 use crate::qp::wr::{PostError, RecvWr};
+use crate::shm::lock::ShmLock;
+use crate::shm::{Segment, ShmSafe};
 
 /// Largest scatter list a receive (or send) work request can have on this device.
 pub(crate) const MAX_SGE: usize = crate::device::limits::MAX_SGE as usize;
@@ -19,8 +29,6 @@ pub(crate) struct RecvWqe {
     pub(crate) wr_id: u64,
     pub(crate) num_sge: usize,
     pub(crate) sges: [Sge; MAX_SGE],
-    /// Regions kept registered for the Rust API until the data is placed.
-    pub(crate) _keep: [Option<Arc<MrInner>>; MAX_SGE],
 }
 
 impl RecvWqe {
@@ -34,151 +42,303 @@ impl RecvWqe {
     }
 }
 
-struct RqState {
-    wr_ids: Vec<u64>,
-    num_sge: Vec<u32>,
-    sges: Vec<Sge>,
-    keep: Vec<Option<Arc<MrInner>>>,
-    head: usize,
-    count: usize,
+/// The ring's header, at byte 0 of the segment.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct RqHdr {
+    lock: ShmLock,
+    cap: AtomicU32,
+    max_sge: AtomicU32,
+    /// SRQ limit (0: not armed); disarmed by the take that goes below it.
+    limit: AtomicU32,
+    /// An SRQ that was resized: the generation that replaced this segment.
+    moved: AtomicU32,
+    _pad: AtomicU32,
+    head: AtomicU64,
+    count: AtomicU64,
 }
 
-pub(crate) struct RecvQueue {
-    state: Mutex<RqState>,
+// SAFETY: atomics only.
+unsafe impl ShmSafe for RqHdr {}
+
+const HDR_BYTES: usize = std::mem::size_of::<RqHdr>();
+
+/// Words of one slot: wr_id, num_sge, then (addr, length | lkey << 32) per SGE.
+fn slot_words(max_sge: usize) -> usize {
+    2 + 2 * max_sge
+}
+
+/// The name of a QP's receive queue segment.
+pub(crate) fn qp_segment_name(qpn: u32, gen: u32) -> String {
+    format!("rq-{qpn}-{gen}")
+}
+
+/// The name of an SRQ's queue segment.
+pub(crate) fn srq_segment_name(srqn: u32, gen: u32) -> String {
+    format!("srq-{srqn}-{gen}")
+}
+
+/// What a take found.
+pub(crate) struct Taken {
+    pub(crate) wqe: RecvWqe,
+    /// Receives left after this one.
+    pub(crate) left: u64,
+    /// This take crossed the armed SRQ limit (raise SRQ_LIMIT_REACHED).
+    pub(crate) limit_fired: bool,
+}
+
+/// A receive ring in a segment, as its owner or a peer maps it.
+pub(crate) struct RecvRing {
+    seg: Arc<Segment>,
     cap: usize,
     max_sge: usize,
 }
 
-impl RecvQueue {
-    pub(crate) fn new(max_wr: u32, max_sge: u32) -> Self {
-        let cap = max_wr.max(1) as usize;
+impl std::fmt::Debug for RecvRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvRing").field("cap", &self.cap).field("max_sge", &self.max_sge).finish()
+    }
+}
+
+impl RecvRing {
+    /// Creates an empty ring of `cap` receives of up to `max_sge` entries at `path`.
+    pub(crate) fn create(path: &Path, cap: u32, max_sge: u32) -> Result<RecvRing> {
+        let cap = cap.max(1) as usize;
         let max_sge = max_sge.max(1) as usize;
-        RecvQueue {
-            state: Mutex::new(RqState {
-                wr_ids: vec![0; cap],
-                num_sge: vec![0; cap],
-                sges: vec![Sge::default(); cap * max_sge],
-                keep: vec![None; cap * max_sge],
-                head: 0,
-                count: 0,
-            }),
-            cap,
-            max_sge,
-        }
+        let bytes = HDR_BYTES + cap * slot_words(max_sge) * 8;
+        let seg = Arc::new(Segment::create(path, bytes)?);
+        let h = seg.get::<RqHdr>(0);
+        h.cap.store(cap as u32, Ordering::Relaxed);
+        h.max_sge.store(max_sge as u32, Ordering::Release);
+        Ok(RecvRing { seg, cap, max_sge })
     }
 
-    /// Queue capacity.
+    /// A peer's view of a ring another endpoint created.
+    pub(crate) fn open(seg: Arc<Segment>) -> Result<RecvRing> {
+        let h = seg.get::<RqHdr>(0);
+        let cap = h.cap.load(Ordering::Acquire) as usize;
+        let max_sge = h.max_sge.load(Ordering::Acquire) as usize;
+        if cap == 0 || max_sge == 0 || max_sge > MAX_SGE || HDR_BYTES + cap * slot_words(max_sge) * 8 > seg.len() {
+            return Err(Error::Bug("malformed receive queue segment"));
+        }
+        Ok(RecvRing { seg, cap, max_sge })
+    }
+
+    fn hdr(&self) -> &RqHdr {
+        self.seg.get(0)
+    }
+
+    fn slot(&self, i: usize) -> &[AtomicU64] {
+        let w = slot_words(self.max_sge);
+        self.seg.slice(HDR_BYTES + i * w * 8, w)
+    }
+
+    fn lock(&self) -> crate::shm::lock::ShmGuard<'_> {
+        let dev = crate::device::device();
+        self.hdr().lock.lock(dev.ep(), |ep| dev.alive(ep))
+    }
+
     pub(crate) fn capacity(&self) -> u32 {
         self.cap as u32
     }
 
-    /// Posts receives. With `keep`, each SGE's region is held registered until the
-    /// receive is consumed (the Rust API's buffer-lifetime guarantee), looked up in
-    /// `keys`.
+    pub(crate) fn max_sge(&self) -> u32 {
+        self.max_sge as u32
+    }
+
+    /// Receives queued (a snapshot).
+    pub(crate) fn len(&self) -> usize {
+        self.hdr().count.load(Ordering::Acquire) as usize
+    }
+
+    /// The SRQ limit (0: not armed).
+    pub(crate) fn limit(&self) -> u32 {
+        self.hdr().limit.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_limit(&self, limit: u32) {
+        self.hdr().limit.store(limit, Ordering::Release);
+    }
+
+    /// The generation that replaced this (resized) SRQ segment, if any.
+    pub(crate) fn moved(&self) -> u32 {
+        self.hdr().moved.load(Ordering::Acquire)
+    }
+
+    /// Appends receives; `on_slot(slot, wr)` runs for each one stored (the owner keeps
+    /// its regions alive per slot).
     pub(crate) fn post(
         &self,
         wrs: &[RecvWr<'_>],
-        keep: Option<&crate::mr::KeyTable>,
         verb: &'static str,
+        mut on_slot: impl FnMut(usize, &RecvWr<'_>),
     ) -> Result<(), PostError> {
-        let mut st = self.state.lock().expect("rq");
+        let _g = self.lock();
+        let h = self.hdr();
         for (index, wr) in wrs.iter().enumerate() {
             if wr.sg_list.len() > self.max_sge {
-                let error =
-                    Error::TooManySge { max: self.max_sge as u32, got: wr.sg_list.len() as u32 };
+                let error = Error::TooManySge { max: self.max_sge as u32, got: wr.sg_list.len() as u32 };
                 return Err(PostError { index, error });
             }
-            if st.count == self.cap {
-                return Err(PostError {
-                    index,
-                    error: Error::QueueFull { verb, max: self.cap as u32 },
-                });
+            let count = h.count.load(Ordering::Relaxed) as usize;
+            if count >= self.cap {
+                return Err(PostError { index, error: Error::QueueFull { verb, max: self.cap as u32 } });
             }
-            let slot = (st.head + st.count) % self.cap;
-            st.wr_ids[slot] = wr.wr_id;
-            st.num_sge[slot] = wr.sg_list.len() as u32;
-            let base = slot * self.max_sge;
-            for (i, sge) in wr.sg_list.iter().enumerate() {
-                st.sges[base + i] = *sge;
-                st.keep[base + i] = keep.and_then(|k| k.mr(sge.lkey));
+            let i = ((h.head.load(Ordering::Relaxed) as usize) + count) % self.cap;
+            let s = self.slot(i);
+            s[0].store(wr.wr_id, Ordering::Relaxed);
+            s[1].store(wr.sg_list.len() as u64, Ordering::Relaxed);
+            for (k, sge) in wr.sg_list.iter().enumerate() {
+                s[2 + 2 * k].store(sge.addr, Ordering::Relaxed);
+                s[3 + 2 * k].store(u64::from(sge.length) | u64::from(sge.lkey) << 32, Ordering::Relaxed);
             }
-            for i in wr.sg_list.len()..self.max_sge {
-                st.keep[base + i] = None;
-            }
-            st.count += 1;
+            on_slot(i, wr);
+            h.count.store(count as u64 + 1, Ordering::Release);
         }
         Ok(())
     }
 
-    /// Takes the oldest receive, if any; also returns how many remain.
-    pub(crate) fn take(&self) -> Option<(RecvWqe, usize)> {
-        let mut st = self.state.lock().expect("rq");
-        if st.count == 0 {
+    /// Takes the oldest receive, if any; also tells whether the SRQ limit fired.
+    pub(crate) fn take(&self) -> Option<Taken> {
+        let _g = self.lock();
+        let h = self.hdr();
+        let count = h.count.load(Ordering::Relaxed);
+        if count == 0 {
             return None;
         }
-        let slot = st.head;
-        let n = st.num_sge[slot] as usize;
-        let base = slot * self.max_sge;
-        let mut wqe = RecvWqe {
-            wr_id: st.wr_ids[slot],
-            num_sge: n,
-            sges: [Sge::default(); MAX_SGE],
-            _keep: std::array::from_fn(|_| None),
+        let head = h.head.load(Ordering::Relaxed) as usize % self.cap;
+        let wqe = self.read_slot(head);
+        h.head.store(((head + 1) % self.cap) as u64, Ordering::Relaxed);
+        let left = count - 1;
+        h.count.store(left, Ordering::Release);
+        let limit = h.limit.load(Ordering::Acquire);
+        let limit_fired = limit != 0 && left < u64::from(limit) && {
+            h.limit.store(0, Ordering::Release);
+            true
         };
-        wqe.sges[..n].copy_from_slice(&st.sges[base..base + n]);
-        for i in 0..n {
-            wqe._keep[i] = st.keep[base + i].take();
+        Some(Taken { wqe, left, limit_fired })
+    }
+
+    fn read_slot(&self, i: usize) -> RecvWqe {
+        let s = self.slot(i);
+        // A peer could have written any value: clamp what indexes our arrays.
+        let n = (s[1].load(Ordering::Relaxed) as usize).min(self.max_sge);
+        let mut wqe = RecvWqe { wr_id: s[0].load(Ordering::Relaxed), num_sge: n, sges: [Sge::default(); MAX_SGE] };
+        for k in 0..n {
+            let lk = s[3 + 2 * k].load(Ordering::Relaxed);
+            wqe.sges[k] = Sge { addr: s[2 + 2 * k].load(Ordering::Relaxed), length: lk as u32, lkey: (lk >> 32) as u32 };
         }
-        st.head = (st.head + 1) % self.cap;
-        st.count -= 1;
-        Some((wqe, st.count))
+        wqe
     }
 
     /// Removes every receive, oldest first, returning their wr_ids.
     pub(crate) fn drain(&self) -> Vec<u64> {
-        let mut st = self.state.lock().expect("rq");
-        let mut out = Vec::with_capacity(st.count);
-        while st.count > 0 {
-            let slot = st.head;
-            out.push(st.wr_ids[slot]);
-            let base = slot * self.max_sge;
-            for k in &mut st.keep[base..base + self.max_sge] {
-                *k = None;
-            }
-            st.head = (st.head + 1) % self.cap;
-            st.count -= 1;
-        }
+        let _g = self.lock();
+        let h = self.hdr();
+        let count = h.count.load(Ordering::Relaxed) as usize;
+        let head = h.head.load(Ordering::Relaxed) as usize;
+        let out = (0..count).map(|k| self.slot((head + k) % self.cap)[0].load(Ordering::Relaxed)).collect();
+        h.head.store(((head + count) % self.cap) as u64, Ordering::Relaxed);
+        h.count.store(0, Ordering::Release);
         out
     }
 
-    /// Moves every receive of `old` (oldest first) to the end of this queue, as far as
-    /// it has room (used to resize an SRQ; the caller checked the room).
-    pub(crate) fn absorb(&self, old: &RecvQueue) {
-        let mut o = old.state.lock().expect("rq");
-        let mut st = self.state.lock().expect("rq");
-        let n = self.max_sge.min(old.max_sge);
-        while o.count > 0 && st.count < self.cap {
-            let from = o.head;
-            let to = (st.head + st.count) % self.cap;
-            st.wr_ids[to] = o.wr_ids[from];
-            st.num_sge[to] = o.num_sge[from];
-            for i in 0..n {
-                st.sges[to * self.max_sge + i] = o.sges[from * old.max_sge + i];
-                st.keep[to * self.max_sge + i] = o.keep[from * old.max_sge + i].take();
+    /// Moves every receive of `old` (oldest first) into this ring and marks `old` as
+    /// replaced by generation `gen` (an SRQ resize; the caller checked the room).
+    pub(crate) fn absorb(&self, old: &RecvRing, gen: u32) {
+        let _go = old.lock();
+        let _g = self.lock();
+        let (oh, h) = (old.hdr(), self.hdr());
+        let n = old.hdr().count.load(Ordering::Relaxed) as usize;
+        let ohead = oh.head.load(Ordering::Relaxed) as usize;
+        let sges = self.max_sge.min(old.max_sge);
+        for k in 0..n.min(self.cap) {
+            let w = old.read_slot((ohead + k) % old.cap);
+            let s = self.slot(k);
+            s[0].store(w.wr_id, Ordering::Relaxed);
+            s[1].store(w.num_sge.min(sges) as u64, Ordering::Relaxed);
+            for (j, sge) in w.sges().iter().take(sges).enumerate() {
+                s[2 + 2 * j].store(sge.addr, Ordering::Relaxed);
+                s[3 + 2 * j].store(u64::from(sge.length) | u64::from(sge.lkey) << 32, Ordering::Relaxed);
             }
-            o.head = (o.head + 1) % old.cap;
-            o.count -= 1;
-            st.count += 1;
         }
+        h.limit.store(oh.limit.load(Ordering::Acquire), Ordering::Relaxed);
+        h.head.store(0, Ordering::Relaxed);
+        h.count.store(n.min(self.cap) as u64, Ordering::Release);
+        oh.count.store(0, Ordering::Relaxed);
+        oh.moved.store(gen, Ordering::Release);
+    }
+}
+
+/// The owner's receive queue: the shared ring plus, per slot, the regions the Rust API
+/// keeps registered until the receive is consumed.
+pub(crate) struct RecvQueue {
+    ring: RecvRing,
+    keep: Mutex<Vec<Option<Arc<MrInner>>>>,
+}
+
+impl RecvQueue {
+    pub(crate) fn new(path: &Path, max_wr: u32, max_sge: u32) -> Result<Self> {
+        let ring = RecvRing::create(path, max_wr, max_sge)?;
+        let slots = ring.cap * ring.max_sge;
+        Ok(RecvQueue { ring, keep: Mutex::new(vec![None; slots]) })
+    }
+
+    pub(crate) fn ring(&self) -> &RecvRing {
+        &self.ring
+    }
+
+    /// Queue capacity.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.ring.capacity()
+    }
+
+    pub(crate) fn max_sge(&self) -> u32 {
+        self.ring.max_sge()
+    }
+
+    /// Posts receives. With `keys`, each SGE's region is held registered until its slot
+    /// is reused or the queue destroyed (the Rust API's buffer-lifetime guarantee: the
+    /// receive may be consumed by a peer process, which cannot release it).
+    pub(crate) fn post(
+        &self,
+        wrs: &[RecvWr<'_>],
+        keys: Option<&crate::mr::KeyTable>,
+        verb: &'static str,
+    ) -> Result<(), PostError> {
+        let mut keep = self.keep.lock().expect("rq keep");
+        let per = self.ring.max_sge;
+        self.ring.post(wrs, verb, |slot, wr| {
+            let base = slot * per;
+            for k in 0..per {
+                keep[base + k] = match (keys, wr.sg_list.get(k)) {
+                    (Some(t), Some(sge)) => t.mr(sge.lkey),
+                    _ => None,
+                };
+            }
+        })
+    }
+
+    /// Takes the oldest receive (this process delivering to itself).
+    pub(crate) fn take(&self) -> Option<Taken> {
+        self.ring.take()
+    }
+
+    /// Removes every receive, oldest first, returning their wr_ids.
+    pub(crate) fn drain(&self) -> Vec<u64> {
+        let ids = self.ring.drain();
+        self.keep.lock().expect("rq keep").iter_mut().for_each(|k| *k = None);
+        ids
+    }
+
+    /// Moves the receives of `old` into this queue (SRQ resize).
+    pub(crate) fn absorb(&self, old: &RecvQueue, gen: u32) {
+        self.ring.absorb(&old.ring, gen);
     }
 
     /// Receives queued.
     pub(crate) fn len(&self) -> usize {
-        self.state.lock().expect("rq").count
-    }
-
-    pub(crate) fn max_sge(&self) -> u32 {
-        self.max_sge as u32
+        self.ring.len()
     }
 }
 
@@ -190,9 +350,16 @@ mod tests {
         Sge { addr: n, length: 8, lkey: 1 }
     }
 
+    fn dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("rverbs-rq-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
     #[test]
     fn post_take_in_order_and_full_is_enomem() {
-        let rq = RecvQueue::new(2, 2);
+        let d = dir("order");
+        let rq = RecvQueue::new(&d.join("q"), 2, 2).unwrap();
         let a = [sge(1)];
         let b = [sge(2), sge(3)];
         let c = [sge(4)];
@@ -200,29 +367,43 @@ mod tests {
         let err = rq.post(&wrs, None, "post_recv").unwrap_err();
         assert_eq!(err.index, 2);
         assert_eq!(err.error.errno(), libc::ENOMEM);
-        let (w, left) = rq.take().unwrap();
-        assert_eq!((w.wr_id, left, w.sges()), (1, 1, &a[..]));
-        let (w, _) = rq.take().unwrap();
-        assert_eq!((w.wr_id, w.sges()), (2, &b[..]));
-        assert_eq!(w.capacity(), 16);
+        let t = rq.take().unwrap();
+        assert_eq!((t.wqe.wr_id, t.left, t.wqe.sges()), (1, 1, &a[..]));
+        let t = rq.take().unwrap();
+        assert_eq!((t.wqe.wr_id, t.wqe.sges()), (2, &b[..]));
+        assert_eq!(t.wqe.capacity(), 16);
         assert!(rq.take().is_none());
+        drop(rq);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn too_many_sges_is_einval() {
-        let rq = RecvQueue::new(4, 1);
+        let d = dir("sge");
+        let rq = RecvQueue::new(&d.join("q"), 4, 1).unwrap();
         let two = [sge(1), sge(2)];
         let err = rq.post(&[RecvWr::new(1, &two)], None, "post_recv").unwrap_err();
         assert_eq!((err.index, err.error.errno()), (0, libc::EINVAL));
         assert_eq!(rq.len(), 0);
+        drop(rq);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
-    fn drain_returns_all_oldest_first() {
-        let rq = RecvQueue::new(4, 1);
-        let s = [sge(1)];
-        rq.post(&[RecvWr::new(7, &s), RecvWr::new(8, &s)], None, "post_recv").unwrap();
-        assert_eq!(rq.drain(), vec![7, 8]);
-        assert_eq!(rq.len(), 0);
+    fn a_second_mapping_takes_what_the_owner_posted_and_the_limit_fires_once() {
+        let d = dir("peer");
+        let rq = RecvQueue::new(&d.join("q"), 4, 1).unwrap();
+        let s = [sge(9)];
+        rq.post(&[RecvWr::new(7, &s), RecvWr::new(8, &s), RecvWr::new(9, &s)], None, "post_recv").unwrap();
+        rq.ring().set_limit(2);
+        let peer = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap())).unwrap();
+        let t = peer.take().unwrap();
+        assert_eq!((t.wqe.wr_id, t.left, t.limit_fired), (7, 2, false));
+        let t = peer.take().unwrap();
+        assert_eq!((t.wqe.wr_id, t.left, t.limit_fired), (8, 1, true));
+        assert_eq!(rq.ring().limit(), 0, "the limit disarms when it fires");
+        assert_eq!(rq.drain(), vec![9]);
+        drop((peer, rq));
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

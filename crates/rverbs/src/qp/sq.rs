@@ -319,12 +319,13 @@ impl SendQueue {
                 }
                 Payload::Sge(sges) => {
                     // The Rust API reads inline SGEs through the usual local checks.
+                    let keys = mr::KeySpace::local(dev.tables);
                     for s in sges {
-                        let p = mr::pin_local(dev, pd, s.lkey, s.addr, s.length.into(), Access::empty())
-                            .map_err(|_| {
-                                Error::invalid(verb, "inline SGE outside a registered region")
-                            })?;
-                        crate::mr::copy_out(&p, &mut dst[off..off + p.len]);
+                        let outside = || Error::invalid(verb, "inline SGE outside a registered region");
+                        let p = keys
+                            .pin(s.lkey, pd.id, mr::KeyUse::Local, s.addr, s.length.into(), Access::empty())
+                            .map_err(|_| outside())?;
+                        mr::copy_out(&p, &mut dst[off..off + p.len]).map_err(|_| outside())?;
                         off += p.len;
                     }
                 }

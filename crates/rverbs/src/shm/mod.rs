@@ -15,6 +15,7 @@
 pub(crate) mod fifo;
 pub(crate) mod lock;
 pub(crate) mod registry;
+pub(crate) mod tables;
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -101,6 +102,20 @@ impl Segment {
         rustix::fs::ftruncate(&fd, len as u64)?;
         let ptr = map(&fd, len)?;
         Ok(Segment { ptr, len, path: path.to_owned(), owner: true })
+    }
+
+    /// Maps the segment `path`, creating it (zero-filled, `len` bytes) if it does not
+    /// exist; it is never removed (host-wide state every endpoint shares).
+    pub(crate) fn open_or_create(path: &Path, len: usize) -> Result<Segment> {
+        let page = rustix::param::page_size();
+        let len = len.max(1).div_ceil(page) * page;
+        let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
+        // Growing is idempotent: racing creators all truncate to the same length.
+        if (rustix::fs::fstat(fd.as_fd())?.st_size as usize) < len {
+            rustix::fs::ftruncate(&fd, len as u64)?;
+        }
+        let ptr = map(&fd, len)?;
+        Ok(Segment { ptr, len, path: path.to_owned(), owner: false })
     }
 
     /// Maps an existing segment created by another endpoint.

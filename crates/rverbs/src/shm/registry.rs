@@ -138,9 +138,11 @@ impl Registry {
         if !self.alive_unlocked(ep) {
             return Err(Error::Again { verb: "reach peer", why: "endpoint died" });
         }
+        let tables = super::tables::Tables::open(&dir)?;
         let peer = Arc::new(Peer {
             ep,
             pid,
+            tables,
             dir,
             alive: AtomicBool::new(true),
             pidfd,
@@ -168,6 +170,7 @@ impl Registry {
 pub(crate) struct Peer {
     pub(crate) ep: u32,
     pub(crate) pid: i32,
+    tables: super::tables::Tables,
     dir: PathBuf,
     alive: AtomicBool,
     pidfd: OwnedFd,
@@ -188,6 +191,11 @@ impl Peer {
 
     pub(crate) fn mark_dead(&self) {
         self.alive.store(false, Ordering::Release);
+    }
+
+    /// The peer's shared tables.
+    pub(crate) fn tables(&self) -> &super::tables::Tables {
+        &self.tables
     }
 
     pub(crate) fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {

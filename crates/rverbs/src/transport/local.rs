@@ -15,7 +15,7 @@ use crate::mr::KeyTarget;
 use crate::mw::BindSpec;
 use crate::qp::sq::SendWqe;
 use crate::qp::QpInner;
-use crate::transport::loopback::sent;
+use crate::transport::host::sent;
 use crate::transport::Exec;
 use crate::wc::Cqe;
 

@@ -1,15 +1,16 @@
 //! Transports: how a send work request reaches the QP it is for.
 //!
 //! The transport is chosen per work request from the destination GID and QPN
-//! (DESIGN.md §6). Today one exists: [`loopback`], for QPs of this process, which
-//! executes the whole operation — requester, responder and completer — inside the
-//! caller. A destination the device cannot reach behaves like a peer that never
-//! answers: RC retries until `retry_cnt` is exhausted (RETRY_EXC_ERR); UC and UD
-//! complete as sent.
+//! (DESIGN.md §6). Today one exists: [`host`], for QPs of this host — of this process or
+//! of a peer process, whose QPN names its endpoint — which executes the whole operation
+//! (requester, responder and completer) inside the caller. A destination the device
+//! cannot reach behaves like a peer that never answers: RC retries until `retry_cnt` is
+//! exhausted (RETRY_EXC_ERR); UC and UD complete as sent.
 
 pub(crate) mod grh;
+pub(crate) mod host;
 pub(crate) mod local;
-pub(crate) mod loopback;
+pub(crate) mod target;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,5 +43,5 @@ pub(crate) fn execute(
     sges: &[Sge],
     inline: &[u8],
 ) -> Exec {
-    loopback::execute(qp, req, wqe, sges, inline)
+    host::execute(qp, req, wqe, sges, inline)
 }

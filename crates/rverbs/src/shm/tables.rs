@@ -1,0 +1,363 @@
+//! The endpoint's tables: what peers read (and, for a few fields, write) to execute a
+//! request on this process's objects without its help.
+//!
+//! One segment, `tables`, per endpoint, laid out as four arrays of fixed-size records:
+//!
+//! | array | records | bytes each | indexed by |
+//! |---|---|---|---|
+//! | queue pairs | 65 536 | 128 | local index of the QPN (`qpn & 0xffff`) |
+//! | shared receive queues | 65 536 | 64 | local index of the SRQN |
+//! | completion queues | 65 536 | 16 | CQ number |
+//! | memory keys | 262 144 | 128 | key index (`key >> 8`) |
+//!
+//! About 45 MiB of address space; tmpfs commits a page only when a record in it is
+//! written. A record names its object (the full QPN, SRQN, CQ number or key) so a peer
+//! holding a stale number finds a mismatch, never another object's record.
+//!
+//! Writers: the owner writes every field when it creates, modifies or destroys the
+//! object; peers write only the fields documented as theirs (a QP's `state` when they
+//! push it into ERR and its `flags`, a key's `state` when they invalidate a window and
+//! its `busy` count while they access the memory).
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use rverbs_proto::verbs::{Access, QpState, QpType};
+
+use super::{Segment, ShmSafe};
+use crate::device::Gid;
+use crate::error::Result;
+use crate::table::LOCAL_BITS;
+
+/// QP records.
+pub(crate) const QP_RECORDS: usize = 1 << LOCAL_BITS;
+/// SRQ records.
+pub(crate) const SRQ_RECORDS: usize = 1 << LOCAL_BITS;
+/// CQ records.
+pub(crate) const CQ_RECORDS: usize = 1 << LOCAL_BITS;
+/// Bits of a memory key that index the key table (the low 8 bits are the key byte).
+pub(crate) const KEY_INDEX_BITS: u32 = 18;
+/// Key records.
+pub(crate) const KEY_RECORDS: usize = 1 << KEY_INDEX_BITS;
+
+const QP_OFF: usize = 0;
+const SRQ_OFF: usize = QP_OFF + QP_RECORDS * std::mem::size_of::<QpRecord>();
+const CQ_OFF: usize = SRQ_OFF + SRQ_RECORDS * std::mem::size_of::<SrqRecord>();
+const KEY_OFF: usize = CQ_OFF + CQ_RECORDS * std::mem::size_of::<CqRecord>();
+const TOTAL: usize = KEY_OFF + KEY_RECORDS * std::mem::size_of::<KeyRecord>();
+
+/// Name of the tables segment in the endpoint directory.
+pub(crate) const NAME: &str = "tables";
+
+/// What peers need of a queue pair: the responder's attributes.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub(crate) struct QpRecord {
+    /// The QPN while the QP exists, 0 otherwise.
+    pub(crate) qpn: AtomicU32,
+    /// `QpState` as a number. Peers move it to ERR (compare-exchange).
+    pub(crate) state: AtomicU32,
+    /// `QpType` as a number.
+    pub(crate) qp_type: AtomicU32,
+    /// `qp_access_flags`.
+    pub(crate) access: AtomicU32,
+    pub(crate) qkey: AtomicU32,
+    pub(crate) min_rnr_timer: AtomicU32,
+    pub(crate) max_dest_rd_atomic: AtomicU32,
+    /// The PD's handle: memory keys of other PDs are refused.
+    pub(crate) pd: AtomicU32,
+    /// The SRQ number the QP receives from (0: its own receive queue).
+    pub(crate) srqn: AtomicU32,
+    /// Generation of the receive queue segment `rq-<qpn>-<gen>` (0: none).
+    pub(crate) rq_gen: AtomicU32,
+    /// The receive CQ's number.
+    pub(crate) recv_cq: AtomicU32,
+    /// The XRC domain of an XRC target (0: none).
+    pub(crate) xrcd: AtomicU32,
+    /// The context whose async FIFO gets the QP's events.
+    pub(crate) ctx: AtomicU32,
+    /// `QP_FLAG_*` bits; peers set them.
+    pub(crate) flags: AtomicU32,
+    /// Path MTU in bytes.
+    pub(crate) path_mtu: AtomicU32,
+    _pad0: AtomicU32,
+    /// The destination GID of the QP's path, big-endian halves: RC/UC accept requests
+    /// only from it.
+    pub(crate) dgid: [AtomicU64; 2],
+}
+
+impl QpRecord {
+    /// The state (a value no state has reads as ERR: the QP accepts nothing).
+    pub(crate) fn state(&self) -> QpState {
+        QpState::from_raw(self.state.load(Ordering::Acquire)).unwrap_or(QpState::Err)
+    }
+
+    pub(crate) fn qp_type(&self) -> Option<QpType> {
+        QpType::from_raw(self.qp_type.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn access(&self) -> Access {
+        Access::from_bits_truncate(self.access.load(Ordering::Acquire))
+    }
+
+    /// The destination GID of the QP's path.
+    pub(crate) fn dgid(&self) -> Gid {
+        let hi = self.dgid[0].load(Ordering::Acquire).to_be_bytes();
+        let lo = self.dgid[1].load(Ordering::Acquire).to_be_bytes();
+        let mut g = [0u8; 16];
+        g[..8].copy_from_slice(&hi);
+        g[8..].copy_from_slice(&lo);
+        Gid(g)
+    }
+
+    pub(crate) fn set_dgid(&self, g: Gid) {
+        self.dgid[0].store(u64::from_be_bytes(g.0[..8].try_into().expect("8")), Ordering::Release);
+        self.dgid[1].store(u64::from_be_bytes(g.0[8..].try_into().expect("8")), Ordering::Release);
+    }
+
+    /// Moves the QP to ERR unless it is in RESET or already in ERR; whether it moved.
+    pub(crate) fn enter_error(&self) -> bool {
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| match QpState::from_raw(s) {
+                Some(QpState::Reset) | Some(QpState::Err) => None,
+                _ => Some(QpState::Err.raw()),
+            })
+            .is_ok()
+    }
+}
+
+/// `QpRecord::flags`: COMM_EST was raised since the QP left RESET.
+pub(crate) const QP_FLAG_COMM_EST: u32 = 1;
+
+/// What peers need of a shared receive queue.
+#[repr(C, align(64))]
+#[derive(Default)]
+pub(crate) struct SrqRecord {
+    /// The SRQN while the SRQ exists, 0 otherwise.
+    pub(crate) srqn: AtomicU32,
+    pub(crate) pd: AtomicU32,
+    /// Generation of the queue segment `srq-<srqn>-<gen>`.
+    pub(crate) rq_gen: AtomicU32,
+    /// XRC SRQs: the CQ their receives complete to, plus one (0: not XRC).
+    pub(crate) xrc_cq: AtomicU32,
+    /// XRC SRQs: their domain.
+    pub(crate) xrcd: AtomicU32,
+    /// The context whose async FIFO gets SRQ_LIMIT_REACHED.
+    pub(crate) ctx: AtomicU32,
+}
+
+/// What peers need of a completion queue: which segment generation is current.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct CqRecord {
+    /// The CQ number plus one while the CQ exists, 0 otherwise.
+    pub(crate) id: AtomicU32,
+    /// The current generation of `cq-<id>-<gen>`.
+    pub(crate) gen: AtomicU32,
+    _pad: AtomicU64,
+}
+
+/// A memory key: a region or a window, what it grants and where its bytes are.
+///
+/// The owner changes the descriptive fields under the seqlock `seq` (odd while
+/// writing); readers copy them out with [`KeyRecord::read`] and retry on a change.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub(crate) struct KeyRecord {
+    pub(crate) seq: AtomicU32,
+    /// The key (index << 8 | key byte); 0 while the slot is free.
+    pub(crate) key: AtomicU32,
+    /// `KEY_KIND_*`.
+    pub(crate) kind: AtomicU32,
+    /// `KEY_STATE_*`; peers invalidate type 2 windows (VALID → FREE).
+    pub(crate) state: AtomicU32,
+    pub(crate) pd: AtomicU32,
+    pub(crate) access: AtomicU32,
+    /// Type 2 windows: the QP that bound it (only it may use it).
+    pub(crate) qpn: AtomicU32,
+    /// Windows: the index of the region they are bound to (whose `busy` accesses count).
+    pub(crate) mr_index: AtomicU32,
+    /// Accesses in progress, by anyone (deregistration waits for 0). Only used in the
+    /// records of regions.
+    pub(crate) busy: AtomicU32,
+    _pad0: AtomicU32,
+    /// First address of the key's range in its IO address space.
+    pub(crate) iova: AtomicU64,
+    /// Length of the range.
+    pub(crate) len: AtomicU64,
+    /// The owner's process address of the byte at `iova`.
+    pub(crate) va: AtomicU64,
+    /// Where peers find the bytes: 0 = the owner's process memory (cross-memory attach),
+    /// else the id of the shared segment `mr-<id>` that holds them.
+    pub(crate) loc: AtomicU64,
+    /// Offset of the byte at `iova` in that segment.
+    pub(crate) seg_off: AtomicU64,
+}
+
+pub(crate) const KEY_KIND_MR: u32 = 1;
+pub(crate) const KEY_KIND_MW1: u32 = 2;
+pub(crate) const KEY_KIND_MW2: u32 = 3;
+
+/// Grants nothing.
+pub(crate) const KEY_STATE_INVALID: u32 = 0;
+/// Grants what the record says.
+pub(crate) const KEY_STATE_VALID: u32 = 1;
+/// A type 2 window not bound (grants nothing; can be bound).
+pub(crate) const KEY_STATE_FREE: u32 = 2;
+
+/// A consistent copy of a key record's descriptive fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KeyDesc {
+    pub(crate) key: u32,
+    pub(crate) kind: u32,
+    pub(crate) state: u32,
+    pub(crate) pd: u32,
+    pub(crate) access: u32,
+    pub(crate) qpn: u32,
+    pub(crate) mr_index: u32,
+    pub(crate) iova: u64,
+    pub(crate) len: u64,
+    pub(crate) va: u64,
+    pub(crate) loc: u64,
+    pub(crate) seg_off: u64,
+}
+
+impl KeyRecord {
+    /// Copies the record out consistently (seqlock read).
+    pub(crate) fn read(&self) -> KeyDesc {
+        loop {
+            let s1 = self.seq.load(Ordering::Acquire);
+            if s1 & 1 != 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let d = KeyDesc {
+                key: self.key.load(Ordering::Relaxed),
+                kind: self.kind.load(Ordering::Relaxed),
+                state: self.state.load(Ordering::Relaxed),
+                pd: self.pd.load(Ordering::Relaxed),
+                access: self.access.load(Ordering::Relaxed),
+                qpn: self.qpn.load(Ordering::Relaxed),
+                mr_index: self.mr_index.load(Ordering::Relaxed),
+                iova: self.iova.load(Ordering::Relaxed),
+                len: self.len.load(Ordering::Relaxed),
+                va: self.va.load(Ordering::Relaxed),
+                loc: self.loc.load(Ordering::Relaxed),
+                seg_off: self.seg_off.load(Ordering::Relaxed),
+            };
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == s1 {
+                return d;
+            }
+        }
+    }
+
+    /// Replaces the descriptive fields (owner only; one writer at a time, which the
+    /// owner's own locking guarantees).
+    pub(crate) fn write(&self, d: &KeyDesc) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1) | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.key.store(d.key, Ordering::Relaxed);
+        self.kind.store(d.kind, Ordering::Relaxed);
+        self.pd.store(d.pd, Ordering::Relaxed);
+        self.access.store(d.access, Ordering::Relaxed);
+        self.qpn.store(d.qpn, Ordering::Relaxed);
+        self.mr_index.store(d.mr_index, Ordering::Relaxed);
+        self.iova.store(d.iova, Ordering::Relaxed);
+        self.len.store(d.len, Ordering::Relaxed);
+        self.va.store(d.va, Ordering::Relaxed);
+        self.loc.store(d.loc, Ordering::Relaxed);
+        self.seg_off.store(d.seg_off, Ordering::Relaxed);
+        // The state goes last and sequentially consistent: an access that counted itself
+        // in `busy` and then sees the state still valid may proceed (see `mr::access`).
+        self.state.store(d.state, Ordering::SeqCst);
+        self.seq.store((s.wrapping_add(1) | 1).wrapping_add(1), Ordering::Release);
+    }
+}
+
+// SAFETY: every field of the records is an atomic of a plain integer (any bit pattern
+// is a valid value); alignment padding is never read.
+unsafe impl ShmSafe for QpRecord {}
+// SAFETY: as above.
+unsafe impl ShmSafe for SrqRecord {}
+// SAFETY: as above.
+unsafe impl ShmSafe for CqRecord {}
+// SAFETY: as above.
+unsafe impl ShmSafe for KeyRecord {}
+
+const _: () = assert!(std::mem::size_of::<QpRecord>() == 128);
+const _: () = assert!(std::mem::size_of::<SrqRecord>() == 64);
+const _: () = assert!(std::mem::size_of::<CqRecord>() == 16);
+const _: () = assert!(std::mem::size_of::<KeyRecord>() == 128);
+
+/// The tables of one endpoint (this process's, or a peer's mapped).
+pub(crate) struct Tables {
+    seg: Segment,
+}
+
+impl std::fmt::Debug for Tables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tables").field("seg", &self.seg).finish()
+    }
+}
+
+impl Tables {
+    /// Creates the tables of this endpoint in `dir`.
+    pub(crate) fn create(dir: &std::path::Path) -> Result<Tables> {
+        Ok(Tables { seg: Segment::create(&dir.join(NAME), TOTAL)? })
+    }
+
+    /// Maps a peer's tables.
+    pub(crate) fn open(dir: &std::path::Path) -> Result<Tables> {
+        let seg = Segment::open(&dir.join(NAME))?;
+        if seg.len() < TOTAL {
+            return Err(crate::error::Error::Bug("peer tables segment too short"));
+        }
+        Ok(Tables { seg })
+    }
+
+    /// The record of QP number `qpn` (any endpoint bits are ignored).
+    pub(crate) fn qp(&self, qpn: u32) -> &QpRecord {
+        let i = (qpn as usize) & (QP_RECORDS - 1);
+        self.seg.get(QP_OFF + i * std::mem::size_of::<QpRecord>())
+    }
+
+    /// The record of SRQ number `srqn`.
+    pub(crate) fn srq(&self, srqn: u32) -> &SrqRecord {
+        let i = (srqn as usize) & (SRQ_RECORDS - 1);
+        self.seg.get(SRQ_OFF + i * std::mem::size_of::<SrqRecord>())
+    }
+
+    /// The record of CQ number `id`.
+    pub(crate) fn cq(&self, id: u32) -> &CqRecord {
+        let i = (id as usize) & (CQ_RECORDS - 1);
+        self.seg.get(CQ_OFF + i * std::mem::size_of::<CqRecord>())
+    }
+
+    /// The record of key index `index` (`None` beyond the table).
+    pub(crate) fn key(&self, index: u32) -> Option<&KeyRecord> {
+        let i = index as usize;
+        (i < KEY_RECORDS).then(|| self.seg.get(KEY_OFF + i * std::mem::size_of::<KeyRecord>()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_shared_and_key_reads_are_consistent() {
+        let dir = std::env::temp_dir().join(format!("rverbs-tables-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = Tables::create(&dir).unwrap();
+        let b = Tables::open(&dir).unwrap();
+        a.qp(0x01_0005).qpn.store(0x01_0005, Ordering::Release);
+        assert_eq!(b.qp(5).qpn.load(Ordering::Acquire), 0x01_0005);
+        let d = KeyDesc { key: 0x305, kind: KEY_KIND_MR, state: KEY_STATE_VALID, len: 64, ..Default::default() };
+        a.key(3).unwrap().write(&d);
+        assert_eq!(b.key(3).unwrap().read(), d);
+        assert!(a.key(KEY_RECORDS as u32).is_none());
+        drop((a, b));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

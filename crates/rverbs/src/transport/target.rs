@@ -1,0 +1,271 @@
+//! The responder side of a request, wherever it is: a QP of this process, or a QP of a
+//! peer process on this host reached through its shared tables and FIFOs.
+//!
+//! The responder logic ([`super::host`]) is written once, against [`Target`]; each
+//! implementation supplies how to read the responder's attributes, take its receives,
+//! complete to its CQ, raise its events and resolve its memory keys. A peer target does
+//! all of that without the peer's CPU (DESIGN.md §6): the only thing left to the peer is
+//! flushing its own send queue when a request pushed the QP into ERR, which the doorbell
+//! asks its progress thread to do.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rverbs_proto::verbs::EventType;
+
+use crate::context::async_fifo_name;
+use crate::cq::channel;
+use crate::cq::seg::{self, CqSeg, Publish};
+use crate::cq::{CqInner, Overrun};
+use crate::event::{RawAsyncEvent, RawElement};
+use crate::mr::{KeySpace, KeyTarget};
+use crate::pd::PdInner;
+use crate::progress::bell;
+use crate::qp::rq::{qp_segment_name, srq_segment_name, RecvRing, RecvWqe};
+use crate::qp::QpInner;
+use crate::shm::fifo::send_on;
+use crate::shm::registry::Peer;
+use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
+use crate::srq::SrqInner;
+use crate::wc::Cqe;
+
+/// What the responder logic needs of the QP a request reached.
+pub(crate) trait Target {
+    /// The responder QP's number.
+    fn qpn(&self) -> u32;
+    /// Its attributes (state, access, Q_Key, RNR timer, read/atomic resources).
+    fn rec(&self) -> &QpRecord;
+    /// The PD memory checks use (XRC: the SRQ's).
+    fn pd(&self) -> u32;
+    /// Its memory keys.
+    fn keys(&self) -> KeySpace<'_>;
+    /// Takes a receive, from its SRQ or its own receive queue.
+    fn take_recv(&self) -> Option<RecvWqe>;
+    /// Writes a receive completion to its CQ.
+    fn complete(&self, cqe: Cqe) -> Result<(), Overrun>;
+    /// Moves it to ERR because of a responder-side fault, raising `event` if given.
+    fn enter_error(&self, event: Option<EventType>);
+    /// A request arrived (COMM_EST for the first one in RTR).
+    fn note_inbound(&self);
+    /// Invalidates a type 2 memory window of its PD through `rkey` (SEND_WITH_INV).
+    fn invalidate(&self, rkey: u32) -> bool;
+}
+
+/// A responder QP of this process. For RC/UC/UD the PD, receives and CQ are the QP's
+/// own; for XRC those of the XRC SRQ the request names (notes §17.4).
+pub(crate) struct LocalTarget {
+    pub(crate) qp: Arc<QpInner>,
+    pub(crate) pd: Arc<PdInner>,
+    pub(crate) srq: Option<Arc<SrqInner>>,
+    pub(crate) cq: Arc<CqInner>,
+}
+
+impl LocalTarget {
+    pub(crate) fn of(qp: Arc<QpInner>) -> LocalTarget {
+        LocalTarget { pd: qp.pd.clone(), srq: qp.srq.clone(), cq: qp.recv_cq.clone(), qp }
+    }
+}
+
+impl Target for LocalTarget {
+    fn qpn(&self) -> u32 {
+        self.qp.qpn
+    }
+
+    fn rec(&self) -> &QpRecord {
+        self.qp.rec
+    }
+
+    fn pd(&self) -> u32 {
+        self.pd.id
+    }
+
+    fn keys(&self) -> KeySpace<'_> {
+        KeySpace::local(self.pd.ctx.dev.tables)
+    }
+
+    fn take_recv(&self) -> Option<RecvWqe> {
+        match &self.srq {
+            Some(srq) => srq.take(),
+            None => self.qp.rq.as_ref()?.take().map(|t| t.wqe),
+        }
+    }
+
+    fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
+        self.cq.push(cqe)
+    }
+
+    fn enter_error(&self, event: Option<EventType>) {
+        self.qp.enter_error(event);
+    }
+
+    fn note_inbound(&self) {
+        self.qp.note_inbound();
+    }
+
+    fn invalidate(&self, rkey: u32) -> bool {
+        match self.pd.ctx.dev.keys.get(rkey) {
+            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, &self.pd)),
+            _ => false,
+        }
+    }
+}
+
+/// Where a peer QP's receives come from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PeerRecv {
+    /// Its own receive queue (generation of the segment).
+    Rq(u32),
+    /// A shared receive queue, by number.
+    Srq(u32),
+}
+
+/// A responder QP of a peer process.
+pub(crate) struct PeerTarget {
+    pub(crate) peer: Arc<Peer>,
+    pub(crate) qpn: u32,
+    pub(crate) pd: u32,
+    pub(crate) recv: PeerRecv,
+    /// The CQ receives complete to.
+    pub(crate) cq: u32,
+}
+
+impl PeerTarget {
+    /// Queues an asynchronous event on the peer's context `ctx`.
+    fn raise(&self, ctx: u32, kind: EventType, element: RawElement) {
+        raise_on(&self.peer, ctx, kind, element);
+    }
+}
+
+/// Queues an asynchronous event on context `ctx` of `peer`.
+pub(crate) fn raise_on(peer: &Peer, ctx: u32, kind: EventType, element: RawElement) {
+    if let Ok(fd) = peer.writer(&async_fifo_name(ctx)) {
+        send_on(std::os::fd::AsFd::as_fd(&*fd), &RawAsyncEvent { kind, element }.encode());
+    }
+}
+
+/// Publishes `cqe` into CQ `id` of `peer`, following resizes, firing its channel and
+/// raising CQ_ERR on overrun — what [`CqInner::push`] does for this process's CQs.
+pub(crate) fn publish_on(peer: &Peer, id: u32, cqe: Cqe) -> Result<(), Overrun> {
+    let rec = peer.tables().cq(id);
+    let mut gen = rec.gen.load(Ordering::Acquire);
+    // Bounded: each step follows one resize; a CQ resized this often while we publish
+    // is not one we can keep up with, and its completion is dropped as an overrun.
+    for _ in 0..64 {
+        if rec.id.load(Ordering::Acquire) != id + 1 {
+            return Err(Overrun);
+        }
+        let name = seg::name(id, gen);
+        let Ok(s) = peer.segment(&name) else { return Err(Overrun) };
+        let cq = CqSeg::open(s, gen);
+        match cq.publish(cqe) {
+            Publish::Done { fire } => {
+                if fire {
+                    let ch = cq.shm().channel.load(Ordering::Acquire);
+                    if ch != 0 {
+                        if let Ok(fd) = peer.writer(&channel::fifo_name(ch - 1)) {
+                            send_on(std::os::fd::AsFd::as_fd(&*fd), &channel::record(id));
+                        }
+                    }
+                }
+                return Ok(());
+            }
+            Publish::Overrun { first } => {
+                if first {
+                    let ctx = cq.shm().ctx.load(Ordering::Acquire);
+                    raise_on(peer, ctx, EventType::CqErr, RawElement::Cq(id));
+                }
+                return Err(Overrun);
+            }
+            Publish::Moved(g) => {
+                peer.drop_segment(&name);
+                gen = g;
+            }
+        }
+    }
+    Err(Overrun)
+}
+
+impl Target for PeerTarget {
+    fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    fn rec(&self) -> &QpRecord {
+        self.peer.tables().qp(self.qpn)
+    }
+
+    fn pd(&self) -> u32 {
+        self.pd
+    }
+
+    fn keys(&self) -> KeySpace<'_> {
+        KeySpace::of_peer(&self.peer)
+    }
+
+    fn take_recv(&self) -> Option<RecvWqe> {
+        match self.recv {
+            PeerRecv::Rq(gen) => {
+                let seg = self.peer.segment(&qp_segment_name(self.qpn, gen)).ok()?;
+                RecvRing::open(seg).ok()?.take().map(|t| t.wqe)
+            }
+            PeerRecv::Srq(srqn) => {
+                let rec = self.peer.tables().srq(srqn);
+                for _ in 0..64 {
+                    if rec.srqn.load(Ordering::Acquire) != srqn {
+                        return None;
+                    }
+                    let name = srq_segment_name(srqn, rec.rq_gen.load(Ordering::Acquire));
+                    let ring = RecvRing::open(self.peer.segment(&name).ok()?).ok()?;
+                    match ring.take() {
+                        Some(t) => {
+                            if t.limit_fired {
+                                let ctx = rec.ctx.load(Ordering::Acquire);
+                                self.raise(ctx, EventType::SrqLimitReached, RawElement::Srq(srqn));
+                            }
+                            return Some(t.wqe);
+                        }
+                        // A resize moved the receives to the next generation.
+                        None if ring.moved() != 0 => self.peer.drop_segment(&name),
+                        None => return None,
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
+        publish_on(&self.peer, self.cq, cqe)
+    }
+
+    fn enter_error(&self, event: Option<EventType>) {
+        let rec = self.rec();
+        if !rec.enter_error() {
+            return;
+        }
+        tracing::debug!(qpn = self.qpn, ep = self.peer.ep, "peer QP enters ERR");
+        if let Some(e) = event {
+            self.raise(rec.ctx.load(Ordering::Acquire), e, RawElement::Qp(self.qpn));
+        }
+        // Its receive queue and send queue are flushed by its own process.
+        if let Ok(fd) = self.peer.writer(bell::NAME) {
+            send_on(std::os::fd::AsFd::as_fd(&*fd), &bell::record(bell::KICK_QP, self.qpn));
+        }
+    }
+
+    fn note_inbound(&self) {
+        let rec = self.rec();
+        if rec.state() == rverbs_proto::verbs::QpState::Rtr
+            && rec.flags.fetch_or(QP_FLAG_COMM_EST, Ordering::AcqRel) & QP_FLAG_COMM_EST == 0
+        {
+            self.raise(rec.ctx.load(Ordering::Acquire), EventType::CommEst, RawElement::Qp(self.qpn));
+        }
+    }
+
+    fn invalidate(&self, rkey: u32) -> bool {
+        self.peer
+            .tables()
+            .key(rkey >> 8)
+            .is_some_and(|r| crate::mw::invalidate_record(r, rkey, self.pd))
+    }
+}
