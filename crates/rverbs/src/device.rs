@@ -378,6 +378,13 @@ pub(crate) fn device() -> &'static DeviceInner {
     d
 }
 
+/// The directory of this process's endpoint in the host-wide runtime directory (where
+/// its shared segments and FIFOs are); for tests and diagnostics.
+#[doc(hidden)]
+pub fn endpoint_dir() -> std::path::PathBuf {
+    device().dir.clone()
+}
+
 /// The device if it was initialised (the progress thread's view).
 pub(crate) fn device_ready() -> Option<&'static DeviceInner> {
     DEVICE.get()

@@ -81,8 +81,6 @@ pub(crate) fn srq_segment_name(srqn: u32, gen: u32) -> String {
 /// What a take found.
 pub(crate) struct Taken {
     pub(crate) wqe: RecvWqe,
-    /// Receives left after this one.
-    pub(crate) left: u64,
     /// This take crossed the armed SRQ limit (raise SRQ_LIMIT_REACHED).
     pub(crate) limit_fired: bool,
 }
@@ -216,7 +214,7 @@ impl RecvRing {
             h.limit.store(0, Ordering::Release);
             true
         };
-        Some(Taken { wqe, left, limit_fired })
+        Some(Taken { wqe, limit_fired })
     }
 
     fn read_slot(&self, i: usize) -> RecvWqe {
@@ -368,7 +366,7 @@ mod tests {
         assert_eq!(err.index, 2);
         assert_eq!(err.error.errno(), libc::ENOMEM);
         let t = rq.take().unwrap();
-        assert_eq!((t.wqe.wr_id, t.left, t.wqe.sges()), (1, 1, &a[..]));
+        assert_eq!((t.wqe.wr_id, t.wqe.sges(), rq.len()), (1, &a[..], 1));
         let t = rq.take().unwrap();
         assert_eq!((t.wqe.wr_id, t.wqe.sges()), (2, &b[..]));
         assert_eq!(t.wqe.capacity(), 16);
@@ -398,9 +396,9 @@ mod tests {
         rq.ring().set_limit(2);
         let peer = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap())).unwrap();
         let t = peer.take().unwrap();
-        assert_eq!((t.wqe.wr_id, t.left, t.limit_fired), (7, 2, false));
+        assert_eq!((t.wqe.wr_id, t.limit_fired, peer.len()), (7, false, 2));
         let t = peer.take().unwrap();
-        assert_eq!((t.wqe.wr_id, t.left, t.limit_fired), (8, 1, true));
+        assert_eq!((t.wqe.wr_id, t.limit_fired, peer.len()), (8, true, 1));
         assert_eq!(rq.ring().limit(), 0, "the limit disarms when it fires");
         assert_eq!(rq.drain(), vec![9]);
         drop((peer, rq));

@@ -46,10 +46,6 @@ impl Fifo {
         self.read.as_fd()
     }
 
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Queues a record from this process.
     pub(crate) fn send(&self, record: &[u8]) {
         send_on(self.write.as_fd(), record);
@@ -114,7 +110,7 @@ mod tests {
         let mut b = [0u8; 8];
         assert!(matches!(f.recv(&mut b), Err(Error::WouldBlock)));
         f.send(&1u64.to_ne_bytes());
-        let peer = open_writer(f.path()).unwrap();
+        let peer = open_writer(&f.path).unwrap();
         send_on(peer.as_fd(), &2u64.to_ne_bytes());
         f.recv(&mut b).unwrap();
         assert_eq!(u64::from_ne_bytes(b), 1);

@@ -137,10 +137,6 @@ impl Segment {
         self.len
     }
 
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The shared value of type `T` at byte `offset`.
     ///
     /// Panics if the value does not fit or is misaligned: offsets come from this crate's

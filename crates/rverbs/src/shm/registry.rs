@@ -158,10 +158,24 @@ impl Registry {
         !matches!(try_lock(&lock_path(&self.root, ep)), Ok(Some(_)) | Err(_))
     }
 
-    /// Forgets a peer that died (called by the progress thread).
+    /// Forgets a peer that died and returns what it left in the runtime directory
+    /// (called by the progress thread when the peer's pidfd fires).
     pub(crate) fn forget(&self, ep: u32) {
         if let Some(p) = self.peers.lock().expect("peers").remove(&ep) {
             p.alive.store(false, Ordering::Release);
+        }
+        self.reclaim(ep);
+    }
+
+    /// Removes the directory of endpoint `ep` if its lock is free (its owner is dead and
+    /// nobody claimed the number since). Mappings peers still hold stay valid: the files
+    /// go, the memory goes with the last mapping.
+    pub(crate) fn reclaim(&self, ep: u32) {
+        if ep == self.ep {
+            return;
+        }
+        if let Ok(Some(_lock)) = try_lock(&lock_path(&self.root, ep)) {
+            let _ = std::fs::remove_dir_all(ep_dir(&self.root, ep));
         }
     }
 }

@@ -1,0 +1,487 @@
+//! Two processes on one host (DESIGN.md §6): a QP reaches a QP of another process
+//! knowing only its GID and QPN, and every operation executes without the target's CPU.
+//!
+//! Each test re-executes this test binary as the peer (`RVERBS_TEST_ROLE` names the
+//! role); the two talk over the child's stdin/stdout with `@@ `-prefixed lines, the way
+//! `ibv_rc_pingpong` exchanges QP numbers over TCP. Every wait is bounded.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rverbs::*;
+
+const LINE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The peer process.
+struct Peer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Peer {
+    /// Starts this binary again, running test `test` in role `role`.
+    fn spawn(test: &str, role: &str) -> Peer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([test, "--exact", "--nocapture", "--test-threads", "1"])
+            .env("RVERBS_TEST_ROLE", role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the peer process");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // libtest may print "test name ... " before our line without a newline.
+                if let Some(at) = line.find("@@ ") {
+                    if tx.send(line[at + 3..].to_owned()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Peer { child, stdin: Some(stdin), lines }
+    }
+
+    fn send(&mut self, msg: &str) {
+        let stdin = self.stdin.as_mut().expect("pipe open");
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    #[track_caller]
+    fn recv(&mut self) -> Vec<String> {
+        match self.lines.recv_timeout(LINE_TIMEOUT) {
+            Ok(l) => l.split_whitespace().map(str::to_owned).collect(),
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = self.child.kill();
+                panic!("the peer said nothing for {LINE_TIMEOUT:?}");
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = self.child.wait().unwrap();
+                panic!("the peer exited ({status}) before answering");
+            }
+        }
+    }
+
+    /// Waits for the peer to exit successfully.
+    fn finish(mut self) {
+        self.stdin = None;
+        let deadline = Instant::now() + LINE_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "peer failed: {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "peer did not exit");
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The child's side of the conversation.
+struct Parent {
+    lines: std::io::Lines<std::io::StdinLock<'static>>,
+}
+
+impl Parent {
+    fn new() -> Parent {
+        Parent { lines: std::io::stdin().lock().lines() }
+    }
+
+    fn say(&self, msg: &str) {
+        println!("@@ {msg}");
+        std::io::stdout().flush().unwrap();
+    }
+
+    fn hear(&mut self) -> Vec<String> {
+        let line = self.lines.next().expect("parent closed the pipe").unwrap();
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+}
+
+fn role() -> Option<String> {
+    std::env::var("RVERBS_TEST_ROLE").ok()
+}
+
+fn num(s: &str) -> u64 {
+    s.parse().unwrap_or_else(|_| panic!("not a number: {s}"))
+}
+
+/// Waits until `fd` is readable, at most `LINE_TIMEOUT` (a real kernel fd: the event
+/// arrives without this process polling the CQ).
+fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = rustix::time::Timespec { tv_sec: LINE_TIMEOUT.as_secs() as i64, tv_nsec: 0 };
+    let n = poll(&mut fds, Some(&ts)).unwrap();
+    assert_eq!(n, 1, "no event within {LINE_TIMEOUT:?}");
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// Page-aligned caller memory (registered with `reg_mr`: peers reach it with
+/// cross-memory attach unless the registration makes it shareable).
+struct UserMem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl UserMem {
+    fn new(len: usize) -> UserMem {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        UserMem { ptr, len }
+    }
+}
+
+impl Drop for UserMem {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len, 4096).unwrap();
+        // SAFETY: allocated in `new` with this layout; the regions naming it are gone.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+const USER_LEN: usize = 1 << 16;
+
+/// RC between two processes: WRITE, READ and atomics into the peer's library-allocated
+/// region (a shared segment) and its caller-memory region (cross-memory attach), SEND
+/// with immediate delivered into the peer's receive queue and CQ while the peer sleeps in
+/// its completion channel, and SEND back.
+#[test]
+fn rc_operations_reach_a_peer_process() {
+    if role().as_deref() == Some("rc") {
+        return rc_child();
+    }
+    let mut peer = Peer::spawn("rc_operations_reach_a_peer_process", "rc");
+    let a = side(QpType::Rc);
+    let hello = peer.recv();
+    let (qpn, lib_rkey, lib_addr, user_rkey, user_addr) =
+        (num(&hello[0]) as u32, num(&hello[1]) as u32, num(&hello[2]), num(&hello[3]) as u32, num(&hello[4]));
+    assert_ne!(qpn >> 16, a.qp.qp_num() >> 16, "the peer is another endpoint");
+    peer.send(&format!("{}", a.qp.qp_num()));
+    to_init(&a.qp, ALL_ACCESS);
+    to_rtr(&a.qp, &a.ctx, qpn, &PATH);
+    to_rts(&a.qp, &PATH);
+    assert_eq!(peer.recv(), ["ready"]);
+
+    // WRITE into both of the peer's regions, then READ them back.
+    for (i, (rkey, addr)) in [(lib_rkey, lib_addr), (user_rkey, user_addr)].into_iter().enumerate() {
+        let data = pattern(i as u8 + 1, 5000);
+        a.mr.write(0, &data).unwrap();
+        let sge = [a.mr.sge(0, 5000).unwrap()];
+        a.qp.post_send(&[SendWr::write(10 + i as u64, &sge, addr + 100, rkey).signaled()]).unwrap();
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status()), (10 + i as u64, WcStatus::Success));
+        let back = [a.mr.sge(8192, 5000).unwrap()];
+        a.qp.post_send(&[SendWr::read(20 + i as u64, &back, addr + 100, rkey).signaled()]).unwrap();
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.status(), wc.byte_len()), (WcStatus::Success, Some(5000)));
+        let mut got = vec![0u8; 5000];
+        a.mr.read(8192, &mut got).unwrap();
+        assert_eq!(got, data, "region {i}: READ returns what WRITE placed");
+    }
+
+    // Atomics on a word of each region: fetch-add returns the old value, compare-swap
+    // swaps only on a match.
+    for (rkey, addr) in [(lib_rkey, lib_addr), (user_rkey, user_addr)] {
+        let word = addr + 64 * 1024 - 8;
+        let res = [a.mr.sge(0, 8).unwrap()];
+        for k in 0..3u64 {
+            a.qp.post_send(&[SendWr::fetch_add(30, &res, word, rkey, 5).signaled()]).unwrap();
+            assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+            assert_eq!(a.mr.read_u64(0).unwrap(), 5 * k);
+        }
+        a.qp.post_send(&[SendWr::compare_swap(31, &res, word, rkey, 14, 99).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+        assert_eq!(a.mr.read_u64(0).unwrap(), 15, "no swap on a mismatch");
+        a.qp.post_send(&[SendWr::compare_swap(32, &res, word, rkey, 15, 99).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+        assert_eq!(a.mr.read_u64(0).unwrap(), 15);
+    }
+
+    // SEND with immediate: the peer waits in its completion channel.
+    let msg = pattern(7, 3000);
+    a.mr.write(0, &msg).unwrap();
+    let sge = [a.mr.sge(0, 3000).unwrap()];
+    a.qp.post_send(&[SendWr::send(40, &sge).with_imm(0xfeed).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    let sum: u64 = msg.iter().map(|&b| u64::from(b)).sum();
+    assert_eq!(peer.recv(), ["got", "3000", &0xfeedu32.to_string(), &sum.to_string()]);
+
+    // The peer's view of its regions after our writes, atomics and SEND (received at
+    // offset 32768 of its library region).
+    let expect = |seed: u8, received: bool| -> u64 {
+        let mut v = vec![0u8; USER_LEN];
+        v[100..5100].copy_from_slice(&pattern(seed, 5000));
+        v[USER_LEN - 8..].copy_from_slice(&99u64.to_ne_bytes());
+        if received {
+            v[32768..35768].copy_from_slice(&msg);
+        }
+        v.iter().map(|&b| u64::from(b)).sum()
+    };
+    assert_eq!(peer.recv(), ["sums", &expect(1, true).to_string(), &expect(2, false).to_string()]);
+
+    // SEND the other way: into our receive queue, from the peer's process.
+    post_recv(&a, 50, 0, 4096);
+    peer.send("send");
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (50, WcStatus::Success, Some(1234)));
+    let mut got = vec![0u8; 1234];
+    a.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, pattern(9, 1234));
+    peer.finish();
+}
+
+fn rc_child() {
+    let mut parent = Parent::new();
+    let b = side(QpType::Rc);
+    let ch = b.ctx.create_comp_channel().unwrap();
+    let cq = b.ctx.create_cq(&CqInit::new(64).channel(&ch)).unwrap();
+    let qp = b.pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    let user = UserMem::new(USER_LEN);
+    // SAFETY: `user` outlives the region (dropped after it at the end of this function).
+    let umr = unsafe { b.pd.reg_mr(user.ptr, USER_LEN, ALL_ACCESS) }.unwrap();
+    parent.say(&format!("{} {} {} {} {}", qp.qp_num(), b.mr.rkey(), b.mr.iova(), umr.rkey(), umr.iova()));
+    let parent_qpn = num(&parent.hear()[0]) as u32;
+    to_init(&qp, ALL_ACCESS);
+    to_rtr(&qp, &b.ctx, parent_qpn, &PATH);
+    to_rts(&qp, &PATH);
+    let rsge = [b.mr.sge(32768, 4096).unwrap()];
+    qp.post_recv(&[RecvWr::new(1, &rsge)]).unwrap();
+    cq.req_notify(false).unwrap();
+    parent.say("ready");
+
+    // Sleep in the channel until the parent's SEND completes here.
+    wait_readable(ch.fd());
+    let ev = ch.get_cq_event().unwrap();
+    assert!(ev.cq().same_as(&cq));
+    ev.ack();
+    let mut wc = [Wc::default(); 2];
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    assert_eq!(wc[0].status(), WcStatus::Success);
+    assert_eq!(wc[0].opcode(), Some(WcOpcode::Recv));
+    let len = wc[0].byte_len().unwrap() as usize;
+    let mut got = vec![0u8; len];
+    b.mr.read(32768, &mut got).unwrap();
+    let sum: u64 = got.iter().map(|&x| u64::from(x)).sum();
+    parent.say(&format!("got {len} {} {sum}", wc[0].imm_data().unwrap()));
+
+    let mut lib = vec![0u8; USER_LEN];
+    b.mr.read(0, &mut lib).unwrap();
+    let mut usr = vec![0u8; USER_LEN];
+    umr.read(0, &mut usr).unwrap();
+    let s = |v: &[u8]| v.iter().map(|&x| u64::from(x)).sum::<u64>();
+    parent.say(&format!("sums {} {}", s(&lib), s(&usr)));
+
+    assert_eq!(parent.hear(), ["send"]);
+    b.mr.write(40000, &pattern(9, 1234)).unwrap();
+    let sge = [b.mr.sge(40000, 1234).unwrap()];
+    qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+    let wc = poll_one(&cq);
+    assert_eq!(wc.status(), WcStatus::Success);
+    drop(umr);
+    drop(user);
+}
+
+/// A peer that dies leaves its partner with RETRY_EXC_ERR after the QP's timeout and
+/// retry count — never a hang — and its endpoint directory is reclaimed.
+#[test]
+fn a_dead_peer_ends_in_retry_exc_err_and_is_reclaimed() {
+    if role().as_deref() == Some("dies") {
+        let mut parent = Parent::new();
+        let b = side(QpType::Rc);
+        parent.say(&format!("{} {}", b.qp.qp_num(), rverbs::endpoint_dir().display()));
+        let pq = num(&parent.hear()[0]) as u32;
+        to_init(&b.qp, ALL_ACCESS);
+        to_rtr(&b.qp, &b.ctx, pq, &PATH);
+        to_rts(&b.qp, &PATH);
+        post_recv(&b, 1, 0, 64);
+        parent.say("ready");
+        // Wait to be killed.
+        let _ = parent.hear();
+        return;
+    }
+    let mut peer = Peer::spawn("a_dead_peer_ends_in_retry_exc_err_and_is_reclaimed", "dies");
+    let a = side(QpType::Rc);
+    let hello = peer.recv();
+    let (qpn, dir) = (num(&hello[0]) as u32, std::path::PathBuf::from(&hello[1]));
+    assert!(dir.is_dir());
+    peer.send(&a.qp.qp_num().to_string());
+    // timeout 8: 4.096 µs × 2^8 ≈ 1 ms per try; 2 retries.
+    let path = Path { timeout: 8, retry_cnt: 2, ..PATH };
+    to_init(&a.qp, ALL_ACCESS);
+    to_rtr(&a.qp, &a.ctx, qpn, &path);
+    to_rts(&a.qp, &path);
+    assert_eq!(peer.recv(), ["ready"]);
+
+    // Alive: a SEND lands.
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+
+    peer.child.kill().unwrap();
+    peer.child.wait().unwrap();
+    a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (2, WcStatus::RetryExcErr));
+    assert_eq!(a.qp.state(), QpState::Err);
+
+    // The survivor noticed the death and removed what the peer left behind.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dir.exists() {
+        assert!(Instant::now() < deadline, "{} was not reclaimed", dir.display());
+        std::thread::yield_now();
+    }
+}
+
+/// A responder error caused by a peer reaches the owner: its QP enters ERR, the
+/// asynchronous event arrives on its async fd and its receives are flushed by its own
+/// progress thread (the doorbell).
+#[test]
+fn responder_errors_caused_by_a_peer_reach_the_owner() {
+    if role().as_deref() == Some("victim") {
+        let mut parent = Parent::new();
+        let b = side(QpType::Rc);
+        parent.say(&b.qp.qp_num().to_string());
+        let pq = num(&parent.hear()[0]) as u32;
+        to_init(&b.qp, ALL_ACCESS);
+        to_rtr(&b.qp, &b.ctx, pq, &PATH);
+        to_rts(&b.qp, &PATH);
+        post_recv(&b, 7, 0, 64);
+        post_recv(&b, 8, 64, 64);
+        parent.say("ready");
+        wait_readable(b.ctx.async_fd());
+        let ev = b.ctx.get_async_event().unwrap();
+        let kind = ev.event_type();
+        drop(ev);
+        let flushed: Vec<u64> = (0..2)
+            .map(|_| {
+                let wc = poll_one(&b.cq);
+                assert_eq!(wc.status(), WcStatus::WrFlushErr);
+                wc.wr_id()
+            })
+            .collect();
+        parent.say(&format!("{kind:?} {:?} {:?} {:?}", b.qp.state(), flushed[0], flushed[1]));
+        return;
+    }
+    let mut peer = Peer::spawn("responder_errors_caused_by_a_peer_reach_the_owner", "victim");
+    let a = side(QpType::Rc);
+    let qpn = num(&peer.recv()[0]) as u32;
+    peer.send(&a.qp.qp_num().to_string());
+    to_init(&a.qp, ALL_ACCESS);
+    to_rtr(&a.qp, &a.ctx, qpn, &PATH);
+    to_rts(&a.qp, &PATH);
+    assert_eq!(peer.recv(), ["ready"]);
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, 0x1000, 0xdead_be00).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!(wc.status(), WcStatus::RemAccessErr);
+    assert_eq!(peer.recv(), ["QpAccessErr", "Err", "7", "8"]);
+    peer.finish();
+}
+
+/// UD between processes (GRH and source QP at the receiver), an SRQ whose limit event is
+/// raised by the peer's consumption, and a CQ the peer overruns (CQ_ERR and QP_FATAL on
+/// the owner's async fd).
+#[test]
+fn ud_srq_and_overrun_across_processes() {
+    if role().as_deref() == Some("ud") {
+        let mut parent = Parent::new();
+        let b = side(QpType::Ud);
+        let srq = b.pd.create_srq(&SrqInit { max_wr: 16, max_sge: 1, srq_limit: 0, srq_context: 0 }).unwrap();
+        let small = b.ctx.create_cq(&CqInit::new(2)).unwrap();
+        let rc = b.pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, &small, CAP) }).unwrap();
+        to_init(&b.qp, ALL_ACCESS);
+        to_rtr(&b.qp, &b.ctx, 0, &PATH);
+        to_rts(&b.qp, &PATH);
+        post_recv(&b, 5, 0, 2048);
+        parent.say(&format!("{} {}", b.qp.qp_num(), rc.qp_num()));
+        let pq = num(&parent.hear()[0]) as u32;
+        to_init(&rc, ALL_ACCESS);
+        to_rtr(&rc, &b.ctx, pq, &PATH);
+        to_rts(&rc, &PATH);
+        for i in 0..4u64 {
+            let s = [b.mr.sge(8192 + 128 * i as usize, 128).unwrap()];
+            srq.post_recv(&[RecvWr::new(100 + i, &s)]).unwrap();
+        }
+        srq.modify(&SrqAttr { srq_limit: 3, ..SrqAttr::default() }, SrqAttrMask::LIMIT).unwrap();
+        parent.say("ready");
+
+        let wc = poll_one(&b.cq);
+        assert_eq!(wc.status(), WcStatus::Success);
+        assert!(wc.wc_flags().unwrap().contains(WcFlags::GRH));
+        let mut payload = [0u8; 11];
+        b.mr.read(40, &mut payload).unwrap();
+        parent.say(&format!("ud {} {} {}", wc.byte_len().unwrap(), wc.src_qp().unwrap(), String::from_utf8_lossy(&payload)));
+
+        // Events in order: the limit (first SEND), then the overrun of the 2-entry CQ
+        // (third SEND): CQ_ERR, then QP_FATAL.
+        let mut kinds = Vec::new();
+        for _ in 0..3 {
+            wait_readable(b.ctx.async_fd());
+            let ev = b.ctx.get_async_event().unwrap();
+            kinds.push(format!("{:?}", ev.event_type()));
+        }
+        parent.say(&kinds.join(" "));
+        assert!(small.is_errored());
+        return;
+    }
+    let mut peer = Peer::spawn("ud_srq_and_overrun_across_processes", "ud");
+    let a = side(QpType::Ud);
+    let hello = peer.recv();
+    let (ud_qpn, rc_qpn) = (num(&hello[0]) as u32, num(&hello[1]) as u32);
+    let rc = a.pd.create_qp(&QpInit::new(QpType::Rc, &a.cq, CAP)).unwrap();
+    peer.send(&rc.qp_num().to_string());
+    to_init(&a.qp, ALL_ACCESS);
+    to_rtr(&a.qp, &a.ctx, 0, &PATH);
+    to_rts(&a.qp, &PATH);
+    let path = Path { timeout: 8, retry_cnt: 1, ..PATH };
+    to_init(&rc, ALL_ACCESS);
+    to_rtr(&rc, &a.ctx, rc_qpn, &path);
+    to_rts(&rc, &path);
+    assert_eq!(peer.recv(), ["ready"]);
+
+    a.mr.write(0, b"hello, peer").unwrap();
+    let ah = Ah::new(&a.pd, &av(&a.ctx)).unwrap();
+    let sge = [a.mr.sge(0, 11).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).ud(&ah, ud_qpn, 0x1111_1111).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(peer.recv(), ["ud", "51", &a.qp.qp_num().to_string(), "hello,", "peer"]);
+
+    // Three SENDs into the peer's SRQ: the first leaves 3 (< limit? no: 3 left is not
+    // below 3), the second leaves 2 (below: SRQ_LIMIT_REACHED); the third overruns the
+    // 2-entry CQ.
+    for i in 0..3u64 {
+        rc.post_send(&[SendWr::send(10 + i, &sge).signaled()]).unwrap();
+        let wc = poll_one(&a.cq);
+        if i < 2 {
+            assert_eq!(wc.status(), WcStatus::Success, "send {i}");
+        } else {
+            // The responder could not complete: no ACK, the requester retries and gives up.
+            assert_eq!(wc.status(), WcStatus::RetryExcErr, "send {i}");
+        }
+    }
+    assert_eq!(peer.recv(), ["SrqLimitReached", "CqErr", "QpFatal"]);
+    peer.finish();
+}
