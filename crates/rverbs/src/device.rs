@@ -353,6 +353,11 @@ pub(crate) struct DeviceInner {
     /// The host-wide segment whose lock serialises device atomics on memory that peers
     /// reach with cross-memory attach.
     host: Segment,
+    /// Caller memory moved onto shared files by registrations.
+    pub(crate) shares: crate::mr::share::Shares,
+    /// `RVERBS_SHARED_MR=1`: registrations of caller memory make it shareable
+    /// (`crate::mr::share`); otherwise peers reach it with cross-memory attach.
+    pub(crate) share_caller_memory: bool,
     /// Live CQs by number (events and peers name CQs by number).
     pub(crate) cqs: Table<crate::cq::CqInner>,
     pub(crate) name: &'static str,
@@ -438,6 +443,7 @@ impl DeviceInner {
         };
         register_cleanup(&dir);
         let ep = reg.as_ref().map_or(0, |r| r.ep);
+        let share_caller_memory = reg.is_some() && std::env::var_os("RVERBS_SHARED_MR").is_some_and(|v| v == "1");
         let tables: &'static Tables = Box::leak(Box::new(
             Tables::create(&dir).expect("cannot create the endpoint's shared tables"),
         ));
@@ -450,6 +456,8 @@ impl DeviceInner {
             next_id: std::sync::atomic::AtomicU32::new(1),
             tables,
             host,
+            shares: Default::default(),
+            share_caller_memory,
             cqs: Table::new("completion queues", 0),
             name: DEVICE_NAME,
             node_guid: u64::from_be_bytes(eui),

@@ -27,9 +27,15 @@ struct Peer {
 impl Peer {
     /// Starts this binary again, running test `test` in role `role`.
     fn spawn(test: &str, role: &str) -> Peer {
+        Peer::spawn_with(test, role, &[])
+    }
+
+    /// As [`Peer::spawn`], with extra environment variables.
+    fn spawn_with(test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([test, "--exact", "--nocapture", "--test-threads", "1"])
             .env("RVERBS_TEST_ROLE", role)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -173,11 +179,41 @@ fn rc_operations_reach_a_peer_process() {
     if role().as_deref() == Some("rc") {
         return rc_child();
     }
-    let mut peer = Peer::spawn("rc_operations_reach_a_peer_process", "rc");
+    rc_parent(Peer::spawn("rc_operations_reach_a_peer_process", "rc"), "private");
+}
+
+/// The same with `RVERBS_SHARED_MR=1` in the peer: its caller-memory region is moved onto
+/// a shared file at registration, and reached with plain stores instead of system calls.
+#[test]
+fn rc_operations_reach_a_peer_process_with_shareable_registrations() {
+    if role().as_deref() == Some("rc") {
+        return rc_child();
+    }
+    let test = "rc_operations_reach_a_peer_process_with_shareable_registrations";
+    rc_parent(Peer::spawn_with(test, "rc", &[("RVERBS_SHARED_MR", "1")]), "shared");
+}
+
+/// Whether the page at `addr` of this process is a shared mapping (/proc/self/maps).
+fn mapping_kind(addr: usize) -> &'static str {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (range, perms) = (f.next().unwrap(), f.next().unwrap());
+        let (s, e) = range.split_once('-').unwrap();
+        let (s, e) = (usize::from_str_radix(s, 16).unwrap(), usize::from_str_radix(e, 16).unwrap());
+        if (s..e).contains(&addr) {
+            return if perms.ends_with('s') { "shared" } else { "private" };
+        }
+    }
+    panic!("{addr:#x} is not mapped");
+}
+
+fn rc_parent(mut peer: Peer, kind: &str) {
     let a = side(QpType::Rc);
     let hello = peer.recv();
     let (qpn, lib_rkey, lib_addr, user_rkey, user_addr) =
         (num(&hello[0]) as u32, num(&hello[1]) as u32, num(&hello[2]), num(&hello[3]) as u32, num(&hello[4]));
+    assert_eq!(hello[5], kind, "the peer's caller memory mapping");
     assert_ne!(qpn >> 16, a.qp.qp_num() >> 16, "the peer is another endpoint");
     peer.send(&format!("{}", a.qp.qp_num()));
     to_init(&a.qp, ALL_ACCESS);
@@ -262,7 +298,8 @@ fn rc_child() {
     let user = UserMem::new(USER_LEN);
     // SAFETY: `user` outlives the region (dropped after it at the end of this function).
     let umr = unsafe { b.pd.reg_mr(user.ptr, USER_LEN, ALL_ACCESS) }.unwrap();
-    parent.say(&format!("{} {} {} {} {}", qp.qp_num(), b.mr.rkey(), b.mr.iova(), umr.rkey(), umr.iova()));
+    let kind = mapping_kind(user.ptr as usize);
+    parent.say(&format!("{} {} {} {} {} {kind}", qp.qp_num(), b.mr.rkey(), b.mr.iova(), umr.rkey(), umr.iova()));
     let parent_qpn = num(&parent.hear()[0]) as u32;
     to_init(&qp, ALL_ACCESS);
     to_rtr(&qp, &b.ctx, parent_qpn, &PATH);

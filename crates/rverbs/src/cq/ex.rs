@@ -79,7 +79,7 @@ impl Cq {
 }
 
 fn pop_one(cq: &CqInner) -> Option<Cqe> {
-    cq.pop_live(cq.seg.read().expect("cq segment").ring())
+    cq.pop_live(cq.seg().ring())
 }
 
 impl<'a> ExPoll<'a> {

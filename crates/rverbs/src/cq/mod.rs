@@ -9,8 +9,8 @@ pub mod ex;
 pub(crate) mod ring;
 pub(crate) mod seg;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bitflags::bitflags;
 use rverbs_proto::verbs::EventType;
@@ -134,11 +134,44 @@ impl<'a> CqInit<'a> {
 
 const DESTROYED: u32 = 1 << 31;
 
+/// The generations of a CQ's segment. Producers and the consumer use the current one
+/// without a lock; a resize publishes the next one here. Earlier generations stay
+/// mapped (their files are removed) until the CQ is dropped, so a reference obtained
+/// from [`Gens::current`] never dangles; resizes are rare.
+struct Gens {
+    current: AtomicPtr<CqSeg>,
+    all: Mutex<Vec<Box<CqSeg>>>,
+}
+
+impl Gens {
+    fn new(first: CqSeg) -> Gens {
+        let mut b = Box::new(first);
+        let current = AtomicPtr::new(&mut *b);
+        Gens { current, all: Mutex::new(vec![b]) }
+    }
+
+    #[allow(unsafe_code)]
+    fn current(&self) -> &CqSeg {
+        // SAFETY: `current` always points into a Box held by `all`, whose boxes are only
+        // dropped with `self`; the borrow of `self` bounds the reference.
+        unsafe { &*self.current.load(Ordering::Acquire) }
+    }
+
+    /// Makes `next` the current generation (the caller froze the current one).
+    fn advance(&self, next: CqSeg) -> &CqSeg {
+        let mut all = self.all.lock().expect("cq generations");
+        let mut b = Box::new(next);
+        self.current.store(&mut *b, Ordering::Release);
+        all.push(b);
+        self.current()
+    }
+}
+
 pub(crate) struct CqInner {
     pub(crate) ctx: Arc<ContextInner>,
     pub(crate) id: u32,
-    /// The current generation of the shared segment (write-locked by resize).
-    seg: RwLock<CqSeg>,
+    /// The generations of the shared segment.
+    gens: Gens,
     consumer: Mutex<()>,
     pub(crate) flags: CqCreateFlags,
     pub(crate) wc_flags: WcExFlags,
@@ -181,7 +214,15 @@ impl CqInner {
     /// Publishes a completion (see [`CqSeg::publish`] for the rules): an overrun raises
     /// CQ_ERR once; a fired notification queues one event on the channel.
     pub(crate) fn push(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
-        let outcome = self.seg.read().expect("cq segment").publish(cqe);
+        let mut outcome = self.gens.current().publish(cqe);
+        // A resize replaced the generation: publish into the new one (bounded: resizes
+        // happen under the consumer lock, one at a time).
+        for _ in 0..64 {
+            if !matches!(outcome, Publish::Moved(_)) {
+                break;
+            }
+            outcome = self.gens.current().publish(cqe);
+        }
         match outcome {
             Publish::Done { fire } => {
                 if fire {
@@ -198,9 +239,13 @@ impl CqInner {
                 }
                 Err(Overrun)
             }
-            // Only this process resizes its CQs, under the write lock we hold for read.
             Publish::Moved(_) => Err(Overrun),
         }
+    }
+
+    /// The current generation of the CQ's segment.
+    pub(crate) fn seg(&self) -> &CqSeg {
+        self.gens.current()
     }
 
     /// Whether the CQ reports to channel `ch`.
@@ -209,7 +254,7 @@ impl CqInner {
     }
 
     fn errored(&self) -> bool {
-        self.seg.read().expect("cq segment").shm().errored.load(Ordering::Acquire) != 0
+        self.gens.current().shm().errored.load(Ordering::Acquire) != 0
     }
 
     pub(crate) fn cq_context(&self) -> usize {
@@ -230,7 +275,7 @@ impl CqInner {
     /// reset and reconnected does not see stale completions of its previous life
     /// (pyverbs' rereg tests rely on this).
     pub(crate) fn purge(&self, qpn: u32) {
-        let until = self.seg.read().expect("cq segment").ring().tail();
+        let until = self.gens.current().ring().tail();
         self.purges.lock().expect("cq purges").push((qpn, until));
         self.purging.store(true, Ordering::Release);
     }
@@ -266,7 +311,7 @@ impl CqInner {
     /// Removes up to `max` CQEs, oldest first, handing each to `f`.
     fn pop_into(&self, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
         let _g = self.lock_consumer();
-        let seg = self.seg.read().expect("cq segment");
+        let seg = self.gens.current();
         if seg.shm().errored.load(Ordering::Acquire) != 0 {
             return Err(Error::CqOverrun);
         }
@@ -349,7 +394,7 @@ impl Cq {
             inner: Arc::new(CqInner {
                 ctx,
                 id,
-                seg: RwLock::new(seg),
+                gens: Gens::new(seg),
                 consumer: Mutex::new(()),
                 flags: init.flags,
                 wc_flags: init.wc_flags,
@@ -385,7 +430,7 @@ impl Cq {
 
     /// Number of entries the CQ holds (≥ the `cqe` requested, a power of two).
     pub fn cqe(&self) -> u32 {
-        self.inner.seg.read().expect("cq segment").ring().capacity() as u32
+        self.inner.gens.current().ring().capacity() as u32
     }
 
     /// The fields extended polling may read.
@@ -430,7 +475,7 @@ impl Cq {
         if self.inner.is_destroyed() {
             return Err(Error::Destroyed { what: "completion queue" });
         }
-        self.inner.seg.read().expect("cq segment").arm(solicited_only);
+        self.inner.gens.current().arm(solicited_only);
         Ok(())
     }
 
@@ -454,7 +499,7 @@ impl Cq {
             return Err(Error::invalid("resize_cq", "cqe out of range"));
         }
         let _g = self.inner.consumer.lock().expect("cq consumer");
-        let mut seg = self.inner.seg.write().expect("cq segment");
+        let seg = self.inner.gens.current();
         seg.freeze();
         if (cqe as usize) < seg.ring().len() {
             seg.thaw();
@@ -473,12 +518,15 @@ impl Cq {
         seg.ring().drain(|e| {
             let _ = new.ring().push(&e, ignore);
         });
-        // Producers of other processes that meet the frozen segment follow this mark;
-        // those that come later find the new generation in the record.
-        seg.shm().moved.store(new.gen, Ordering::Release);
-        dev.tables.cq(self.inner.id).gen.store(new.gen, Ordering::Release);
-        *seg = new;
-        Ok(seg.ring().capacity() as u32)
+        // The new generation becomes current, then producers that meet the frozen one
+        // follow the mark (this process's reload `current`; peers open the segment the
+        // record names).
+        let gen = new.gen;
+        let new = self.inner.gens.advance(new);
+        dev.tables.cq(self.inner.id).gen.store(gen, Ordering::Release);
+        seg.shm().moved.store(gen, Ordering::Release);
+        seg.unlink();
+        Ok(new.ring().capacity() as u32)
     }
 
     /// Destroys the CQ (ibv_destroy_cq(3)) after every completion event and
@@ -507,7 +555,7 @@ impl Cq {
 
     /// Number of completions waiting (a snapshot).
     pub fn len(&self) -> usize {
-        self.inner.seg.read().expect("cq segment").ring().len()
+        self.inner.gens.current().ring().len()
     }
 
     /// Whether no completion is waiting (a snapshot).

@@ -105,6 +105,11 @@ impl CqSeg {
         CqSeg { seg, ring, gen }
     }
 
+    /// Removes the segment's file (a replaced generation).
+    pub(crate) fn unlink(&self) {
+        self.seg.unlink();
+    }
+
     pub(crate) fn shm(&self) -> &CqShm {
         self.seg.get::<CqShm>(0)
     }

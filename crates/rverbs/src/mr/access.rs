@@ -98,12 +98,32 @@ pub(crate) enum KeyUse {
     Remote { qpn: u32 },
 }
 
+/// The last shared segment of a peer a requester reached memory in (most traffic goes
+/// to one region per peer: the lookup by name is skipped).
+#[derive(Default)]
+pub(crate) struct SegCache {
+    last: std::cell::RefCell<Option<(u64, Arc<Segment>)>>,
+}
+
+impl SegCache {
+    fn get(&self, peer: &Peer, id: u64) -> Option<Arc<Segment>> {
+        if let Some((i, s)) = &*self.last.borrow() {
+            if *i == id {
+                return Some(s.clone());
+            }
+        }
+        let seg = peer.segment(&super::segment_name(id)).ok()?;
+        *self.last.borrow_mut() = Some((id, seg.clone()));
+        Some(seg)
+    }
+}
+
 /// The memory keys of one endpoint and the way to its memory.
 #[derive(Clone, Copy)]
 pub(crate) struct KeySpace<'a> {
     tables: &'a Tables,
     /// `None`: this process's own keys and memory.
-    peer: Option<&'a Peer>,
+    peer: Option<(&'a Peer, &'a SegCache)>,
 }
 
 impl<'a> KeySpace<'a> {
@@ -113,8 +133,8 @@ impl<'a> KeySpace<'a> {
     }
 
     /// A peer's keys.
-    pub(crate) fn of_peer(peer: &'a Peer) -> Self {
-        KeySpace { tables: peer.tables(), peer: Some(peer) }
+    pub(crate) fn of_peer(peer: &'a Peer, cache: &'a SegCache) -> Self {
+        KeySpace { tables: peer.tables(), peer: Some((peer, cache)) }
     }
 
     /// Checks an access of `[va, va+len)` with rights `need` through `key` for a QP of
@@ -184,13 +204,13 @@ impl<'a> KeySpace<'a> {
     }
 
     fn place(&self, d: &KeyDesc, off: u64, len: u64) -> Result<(Place, Option<Arc<Segment>>), Fault> {
-        let Some(peer) = self.peer else {
+        let Some((peer, cache)) = self.peer else {
             return Ok((Place::Local((d.va + off) as usize), None));
         };
         if d.loc == 0 {
             return Ok((Place::Cma { pid: peer.pid, addr: d.va.wrapping_add(off) as usize }, None));
         }
-        let seg = peer.segment(&super::segment_name(d.loc)).map_err(|_| Fault::Key)?;
+        let seg = cache.get(peer, d.loc).ok_or(Fault::Key)?;
         let start = d.seg_off.checked_add(off).ok_or(Fault::Bounds)?;
         // The record comes from another process: never trust it to stay in the mapping.
         if start.checked_add(len).is_none_or(|end| end > seg.len() as u64) {
@@ -200,15 +220,15 @@ impl<'a> KeySpace<'a> {
     }
 }
 
-/// Up to `MAX_SGE` pinned ranges: the scatter or gather list of one message.
+/// The pinned ranges of one message's scatter or gather list (up to `MAX_SGE`; most
+/// messages have one or two, kept inline).
 pub(crate) struct PinList<'a> {
-    items: [Option<Pinned<'a>>; crate::qp::rq::MAX_SGE],
-    n: usize,
+    items: smallvec::SmallVec<[Pinned<'a>; 2]>,
 }
 
 impl<'a> PinList<'a> {
     pub(crate) fn new() -> Self {
-        PinList { items: std::array::from_fn(|_| None), n: 0 }
+        PinList { items: smallvec::SmallVec::new() }
     }
 
     pub(crate) fn one(p: Pinned<'a>) -> Self {
@@ -218,12 +238,11 @@ impl<'a> PinList<'a> {
     }
 
     fn push(&mut self, p: Pinned<'a>) {
-        self.items[self.n] = Some(p);
-        self.n += 1;
+        self.items.push(p);
     }
 
     fn iter(&self) -> impl Iterator<Item = &Pinned<'a>> {
-        self.items[..self.n].iter().flatten()
+        self.items.iter()
     }
 }
 
@@ -283,19 +302,11 @@ fn move_piece(dst: Place, src: Place, n: usize) -> Result<(), CmaError> {
 /// Copies `src` into the ranges of `dst`, starting `dst_offset` bytes into them, in
 /// message order; returns the bytes copied (limited by the room in `dst`).
 pub(crate) fn copy_message(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>) -> Result<usize, CmaError> {
-    let mut src_pieces = [(Place::Local(0), 0usize); crate::qp::rq::MAX_SGE];
-    let src_n = match src {
-        Source::Bytes(b) => {
-            src_pieces[0] = (Place::Local(b.as_ptr() as usize), b.len());
-            1
-        }
-        Source::Pins(l) => {
-            for (i, p) in l.iter().enumerate() {
-                src_pieces[i] = (p.place, p.len);
-            }
-            l.n
-        }
+    let src_pieces: smallvec::SmallVec<[(Place, usize); 2]> = match src {
+        Source::Bytes(b) => smallvec::smallvec![(Place::Local(b.as_ptr() as usize), b.len())],
+        Source::Pins(l) => l.iter().map(|p| (p.place, p.len)).collect(),
     };
+    let src_n = src_pieces.len();
     let mut copied = 0;
     let mut skip = dst_offset;
     let (mut si, mut s_off) = (0usize, 0usize);

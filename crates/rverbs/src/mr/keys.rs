@@ -109,9 +109,11 @@ impl KeyTable {
 
     /// The region named by `key`, if it is a live memory region.
     pub(crate) fn mr(&self, key: u32) -> Option<Arc<MrInner>> {
-        match self.get(key)? {
-            KeyTarget::Mr(w) => w.upgrade(),
-            KeyTarget::Mw(_) => None,
+        let slots = self.slots.read().expect("key table");
+        let slot = slots.get((key >> 8) as usize)?;
+        match &slot.target {
+            Some(KeyTarget::Mr(w)) if slot.byte == key as u8 => w.upgrade(),
+            _ => None,
         }
     }
 }

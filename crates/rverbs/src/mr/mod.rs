@@ -11,6 +11,7 @@
 pub(crate) mod access;
 pub(crate) mod cma;
 pub(crate) mod keys;
+pub(crate) mod share;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -57,11 +58,43 @@ pub(crate) struct MrInit {
     pub(crate) access: Access,
 }
 
-/// Memory the library allocated for a region, in a shared segment peers can map.
-pub(crate) struct MrMem {
-    /// Mapped here while the region lives; removed from the directory when dropped.
-    _seg: Segment,
-    id: u64,
+/// Where peers find a region's bytes, when not in this process's private memory.
+pub(crate) enum MrMem {
+    /// Memory the library allocated, in a shared segment peers can map; mapped here while
+    /// the region lives, removed from the directory when dropped.
+    Owned { _seg: Segment, id: u64 },
+    /// Caller memory moved onto a shared file at registration ([`share`]).
+    Moved { hold: Option<share::ShareHold>, id: u64, offset: u64 },
+}
+
+impl MrMem {
+    fn loc(&self) -> (u64, u64) {
+        match self {
+            MrMem::Owned { id, .. } => (*id, 0),
+            MrMem::Moved { id, offset, .. } => (*id, *offset),
+        }
+    }
+}
+
+impl Drop for MrMem {
+    fn drop(&mut self) {
+        if let MrMem::Moved { hold, .. } = self {
+            if let Some(h) = hold.take() {
+                crate::device::device().shares.release(h);
+            }
+        }
+    }
+}
+
+/// Caller memory for a region: moved onto a shared file if the device is configured to
+/// (`RVERBS_SHARED_MR=1`) and the memory allows it, else left where it is.
+fn caller_memory(dev: &DeviceInner, addr: usize, len: usize) -> Option<MrMem> {
+    if !dev.share_caller_memory {
+        return None;
+    }
+    let id = u64::from(dev.new_id());
+    let at = dev.shares.share(&dev.dir, id, addr, len)?;
+    Some(MrMem::Moved { hold: Some(at.hold), id: at.id, offset: at.offset })
 }
 
 /// What a region covers; changed in place by rereg.
@@ -89,8 +122,8 @@ impl MrDesc {
             iova: self.iova,
             len: self.len as u64,
             va: self.addr as u64,
-            loc: self.mem.as_ref().map_or(0, |m| m.id),
-            seg_off: 0,
+            loc: self.mem.as_ref().map_or(0, |m| m.loc().0),
+            seg_off: self.mem.as_ref().map_or(0, |m| m.loc().1),
         }
     }
 }
@@ -299,7 +332,7 @@ impl Mr {
         let id = u64::from(dev.new_id());
         let seg = Segment::create(&dev.dir.join(segment_name(id)), len)?;
         let addr = seg.addr();
-        Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(MrMem { _seg: seg, id }))
+        Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(MrMem::Owned { _seg: seg, id }))
     }
 
     pub(crate) fn register(pd: Arc<PdInner>, init: MrInit) -> Result<Self> {
@@ -307,7 +340,8 @@ impl Mr {
         if init.addr.checked_add(init.len).is_none() {
             return Err(Error::invalid("reg_mr", "the range wraps the address space"));
         }
-        Self::build(pd, init, None)
+        let mem = caller_memory(pd.ctx.dev, init.addr, init.len);
+        Self::build(pd, init, mem)
     }
 
     fn build(pd: Arc<PdInner>, mut init: MrInit, mem: Option<MrMem>) -> Result<Self> {
@@ -581,7 +615,7 @@ impl Mr {
             d.addr = addr;
             d.len = len;
             d.iova = if d.access.contains(Access::ZERO_BASED) { 0 } else { addr as u64 };
-            d.mem = None;
+            d.mem = caller_memory(self.inner.dev, addr, len);
         }
         let mut record = d.record(KEY_STATE_VALID);
         record.key = self.inner.key;

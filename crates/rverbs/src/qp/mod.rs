@@ -222,10 +222,12 @@ impl QpInner {
                     return;
                 }
             }
+            let mut route = sq.route.take();
             let outcome = {
                 let (wqe, sges, inline) = sq.head().expect("non-empty");
-                transport::execute(self, &sq.req, wqe, sges, inline)
+                transport::execute(self, &sq.req, wqe, sges, inline, &mut route)
             };
+            sq.route = route;
             match outcome {
                 Exec::Done(cqe) => {
                     sq.rnr.reset();
@@ -659,6 +661,7 @@ impl Qp {
         // The requester view and the state change, under the send-queue lock.
         let mut sq = q.sq.lock().expect("sq");
         let gids = &q.pd.ctx.dev.gids;
+        sq.route = None;
         sq.req = ReqView {
             dest_qpn: a.dest_qp_num,
             dgid: a.ah_attr.grh.map(|g| g.dgid).unwrap_or_default(),

@@ -27,13 +27,12 @@ pub(crate) const MAX_SGE: usize = crate::device::limits::MAX_SGE as usize;
 /// A receive work request taken off the queue.
 pub(crate) struct RecvWqe {
     pub(crate) wr_id: u64,
-    pub(crate) num_sge: usize,
-    pub(crate) sges: [Sge; MAX_SGE],
+    sges: smallvec::SmallVec<[Sge; 4]>,
 }
 
 impl RecvWqe {
     pub(crate) fn sges(&self) -> &[Sge] {
-        &self.sges[..self.num_sge]
+        &self.sges
     }
 
     /// Total bytes the scatter list can take.
@@ -221,12 +220,13 @@ impl RecvRing {
         let s = self.slot(i);
         // A peer could have written any value: clamp what indexes our arrays.
         let n = (s[1].load(Ordering::Relaxed) as usize).min(self.max_sge);
-        let mut wqe = RecvWqe { wr_id: s[0].load(Ordering::Relaxed), num_sge: n, sges: [Sge::default(); MAX_SGE] };
-        for k in 0..n {
-            let lk = s[3 + 2 * k].load(Ordering::Relaxed);
-            wqe.sges[k] = Sge { addr: s[2 + 2 * k].load(Ordering::Relaxed), length: lk as u32, lkey: (lk >> 32) as u32 };
-        }
-        wqe
+        let sges = (0..n)
+            .map(|k| {
+                let lk = s[3 + 2 * k].load(Ordering::Relaxed);
+                Sge { addr: s[2 + 2 * k].load(Ordering::Relaxed), length: lk as u32, lkey: (lk >> 32) as u32 }
+            })
+            .collect();
+        RecvWqe { wr_id: s[0].load(Ordering::Relaxed), sges }
     }
 
     /// Removes every receive, oldest first, returning their wr_ids.
@@ -254,7 +254,7 @@ impl RecvRing {
             let w = old.read_slot((ohead + k) % old.cap);
             let s = self.slot(k);
             s[0].store(w.wr_id, Ordering::Relaxed);
-            s[1].store(w.num_sge.min(sges) as u64, Ordering::Relaxed);
+            s[1].store(w.sges().len().min(sges) as u64, Ordering::Relaxed);
             for (j, sge) in w.sges().iter().take(sges).enumerate() {
                 s[2 + 2 * j].store(sge.addr, Ordering::Relaxed);
                 s[3 + 2 * j].store(u64::from(sge.length) | u64::from(sge.lkey) << 32, Ordering::Relaxed);

@@ -52,6 +52,13 @@ pub(crate) struct BindWqe {
     pub(crate) access: Access,
 }
 
+/// What completing a work request needs once it leaves the queue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retired {
+    pub(crate) wr_id: u64,
+    pub(crate) flags: SendFlags,
+}
+
 /// A posted send work request.
 #[derive(Clone, Default)]
 pub(crate) struct SendWqe {
@@ -86,10 +93,14 @@ pub(crate) struct SendQueue {
     wqes: Vec<SendWqe>,
     sges: Vec<Sge>,
     keep: Vec<Option<Arc<MrInner>>>,
+    /// Some posted request keeps regions alive (the Rust API): retiring clears them.
+    keeps: bool,
     inline: Vec<u8>,
     head: usize,
     count: usize,
     pub(crate) req: ReqView,
+    /// The responder found for this path, kept until the path changes.
+    pub(crate) route: Option<crate::transport::route::Routed>,
     /// The head WQE may not run before this instant (RNR wait or ACK timeout).
     pub(crate) blocked_until: Option<Instant>,
     /// The head WQE waits for something other than time (no read/atomic credit, or an
@@ -112,10 +123,12 @@ impl SendQueue {
             wqes: vec![SendWqe::default(); cap],
             sges: vec![Sge::default(); cap * max_sge],
             keep: vec![None; cap * max_sge],
+            keeps: false,
             inline: vec![0; cap * max_inline as usize],
             head: 0,
             count: 0,
             req: ReqView::default(),
+            route: None,
             blocked_until: None,
             stalled: false,
             rnr: RetryCounter::rnr(0),
@@ -147,20 +160,27 @@ impl SendQueue {
     }
 
     /// Removes the oldest work request.
-    pub(crate) fn pop(&mut self) -> Option<SendWqe> {
+    pub(crate) fn pop(&mut self) -> Option<Retired> {
         if self.count == 0 {
             return None;
         }
-        let w = std::mem::take(&mut self.wqes[self.head]);
-        let base = self.head * self.max_sge;
-        for k in &mut self.keep[base..base + self.max_sge] {
-            *k = None;
+        // Retire in place: only the handles the WQE holds are released (the rest is
+        // overwritten by the next post), so nothing large is moved.
+        let w = &mut self.wqes[self.head];
+        let retired = Retired { wr_id: w.wr_id, flags: w.flags };
+        w.ud = None;
+        w.bind = None;
+        if self.keeps {
+            let base = self.head * self.max_sge;
+            for k in &mut self.keep[base..base + self.max_sge] {
+                *k = None;
+            }
         }
         self.head = (self.head + 1) % self.cap;
         self.count -= 1;
         self.blocked_until = None;
         self.stalled = false;
-        Some(w)
+        Some(retired)
     }
 
     /// Removes the newest work requests until `count` remain (an aborted batch).
@@ -334,8 +354,13 @@ impl SendQueue {
         } else if let Payload::Sge(sges) = wr.payload {
             let base = slot * self.max_sge;
             self.sges[base..base + sges.len()].copy_from_slice(sges);
-            for (i, s) in sges.iter().enumerate() {
-                self.keep[base + i] = if keep { dev.keys.mr(s.lkey) } else { None };
+            if keep {
+                self.keeps = true;
+                for (i, s) in sges.iter().enumerate() {
+                    self.keep[base + i] = dev.keys.mr(s.lkey);
+                }
+            } else if self.keeps {
+                self.keep[base..base + sges.len()].iter_mut().for_each(|k| *k = None);
             }
             wqe.num_sge = sges.len();
         }

@@ -137,6 +137,11 @@ impl Segment {
         self.len
     }
 
+    /// Removes the file now (the mapping stays valid; peers can no longer open it).
+    pub(crate) fn unlink(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
     /// The shared value of type `T` at byte `offset`.
     ///
     /// Panics if the value does not fit or is misaligned: offsets come from this crate's

@@ -17,9 +17,10 @@ use std::sync::Arc;
 
 use rverbs_proto::rnr::rnr_delay;
 use rverbs_proto::vendor_err;
-use rverbs_proto::verbs::{Access, EventType, QpState, QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode};
+use rverbs_proto::verbs::{Access, EventType, QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use rverbs_proto::violation::Violation;
 
+use super::route::{endpoint_of, Routed};
 use super::target::{LocalTarget, PeerRecv, PeerTarget, Target};
 use crate::mcast::{is_multicast, MULTICAST_QPN};
 use crate::mem::AtomicOp;
@@ -29,7 +30,6 @@ use crate::qp::rq::RecvWqe;
 use crate::qp::sq::{ReqView, SendWqe};
 use crate::qp::wr::{FlushPlacement, FlushSelectivity};
 use crate::qp::QpInner;
-use crate::table::LOCAL_BITS;
 use crate::transport::grh::{self, GRH_LEN};
 use crate::transport::Exec;
 use crate::wc::Cqe;
@@ -55,6 +55,7 @@ pub(crate) fn execute(
     wqe: &SendWqe,
     sges: &[Sge],
     inline: &[u8],
+    route: &mut Option<Routed>,
 ) -> Exec {
     let dev = qp.pd.ctx.dev;
     let op = wqe.opcode();
@@ -95,14 +96,14 @@ pub(crate) fn execute(
 
     match qp.qp_type {
         QpType::Ud => ud_send(qp, wqe, &gathered),
-        QpType::Rc | QpType::Uc | QpType::XrcSend => match route_connected(qp, req, wqe) {
+        QpType::Rc | QpType::Uc | QpType::XrcSend => match super::route::connected(qp, req, wqe, route) {
             Some(Routed::Local(t)) => {
                 t.note_inbound();
-                connected(qp, wqe, sges, &gathered, &t)
+                connected(qp, wqe, sges, &gathered, t)
             }
             Some(Routed::Peer(t)) => {
                 t.note_inbound();
-                connected(qp, wqe, sges, &gathered, &t)
+                connected(qp, wqe, sges, &gathered, t)
             }
             None => unanswered(qp, wqe),
         },
@@ -133,91 +134,6 @@ pub(crate) fn sent(qp: &QpInner, wqe: &SendWqe) -> Cqe {
         _ => wqe.total_len as u32,
     };
     Cqe::success(wqe.wr_id, qp.qpn, opcode, byte_len)
-}
-
-/// Whether a responder in `state` accepts requests (rxe drops requests for QPs below
-/// RTR, and in ERR).
-fn accepts_requests(state: QpState) -> bool {
-    matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
-}
-
-/// A responder found for a connected request.
-enum Routed {
-    Local(LocalTarget),
-    Peer(PeerTarget),
-}
-
-/// The endpoint a QP or SRQ number belongs to.
-fn endpoint_of(num: u32) -> u32 {
-    num >> LOCAL_BITS
-}
-
-/// Finds the responder of an RC/UC/XRC request: the destination GID must be this
-/// device's, the QP must exist with the matching transport (XRC initiators reach XRC
-/// targets) and accept requests, and — as rxe checks the packet's IP addresses — its path
-/// must point back at our source GID. An XRC request must name an XRC SRQ of the
-/// target's domain; otherwise it is dropped (the unmerged rxe XRC series; IBTA A14
-/// unverified). The QP is in this process or in the peer process its number names.
-fn route_connected(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
-    let dev = qp.pd.ctx.dev;
-    if !dev.owns_gid(&req.dgid) {
-        return None;
-    }
-    let peer_type = if qp.qp_type == QpType::XrcSend { QpType::XrcRecv } else { qp.qp_type };
-    let ep = endpoint_of(req.dest_qpn);
-    if ep != dev.ep() {
-        return route_peer(dev, ep, peer_type, req, wqe).map(Routed::Peer);
-    }
-    let t = dev.qps.get(req.dest_qpn)?;
-    if t.qp_type != peer_type || !accepts_requests(t.state()) || t.rec.dgid() != req.sgid {
-        return None;
-    }
-    if qp.qp_type != QpType::XrcSend {
-        return Some(Routed::Local(LocalTarget::of(t)));
-    }
-    let srq = dev.srqs.get(wqe.xrc_srqn)?;
-    let (xrcd, cq) = srq.xrc.clone()?;
-    if !t.xrcd.as_ref().is_some_and(|x| Arc::ptr_eq(x, &xrcd)) {
-        return None;
-    }
-    Some(Routed::Local(LocalTarget { pd: srq.pd.clone(), srq: Some(srq), cq, qp: t }))
-}
-
-/// As [`route_connected`], for a QP of peer endpoint `ep`, read from its tables.
-fn route_peer(
-    dev: &crate::device::DeviceInner,
-    ep: u32,
-    peer_type: QpType,
-    req: &ReqView,
-    wqe: &SendWqe,
-) -> Option<PeerTarget> {
-    let peer = dev.reg.as_ref()?.peer(ep).ok()?;
-    let qpn = req.dest_qpn;
-    let rec = peer.tables().qp(qpn);
-    if rec.qpn.load(Ordering::Acquire) != qpn
-        || rec.qp_type() != Some(peer_type)
-        || !accepts_requests(rec.state())
-        || rec.dgid() != req.sgid
-    {
-        return None;
-    }
-    if peer_type != QpType::XrcRecv {
-        let srqn = rec.srqn.load(Ordering::Acquire);
-        let recv = if srqn != 0 { PeerRecv::Srq(srqn) } else { PeerRecv::Rq(rec.rq_gen.load(Ordering::Acquire)) };
-        let (pd, cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
-        return Some(PeerTarget { peer, qpn, pd, recv, cq });
-    }
-    let srqn = wqe.xrc_srqn;
-    if endpoint_of(srqn) != ep {
-        return None;
-    }
-    let srec = peer.tables().srq(srqn);
-    let xrc_cq = srec.xrc_cq.load(Ordering::Acquire);
-    if srec.srqn.load(Ordering::Acquire) != srqn || xrc_cq == 0 || srec.xrcd.load(Ordering::Acquire) != rec.xrcd.load(Ordering::Acquire) {
-        return None;
-    }
-    let pd = srec.pd.load(Ordering::Acquire);
-    Some(PeerTarget { peer, qpn, pd, recv: PeerRecv::Srq(srqn), cq: xrc_cq - 1 })
 }
 
 /// A successful receive completion at the target.
@@ -579,7 +495,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
             let srqn = rec.srqn.load(Ordering::Acquire);
             let recv = if srqn != 0 { PeerRecv::Srq(srqn) } else { PeerRecv::Rq(rec.rq_gen.load(Ordering::Acquire)) };
             let (pd, cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
-            ud_deliver(qp, wqe, data, &PeerTarget { peer: peer.clone(), qpn, pd, recv, cq });
+            ud_deliver(qp, wqe, data, &PeerTarget::new(peer.clone(), qpn, pd, recv, cq));
         }
     }
     done
@@ -587,7 +503,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
 
 /// Whether a UD responder takes a message with `qkey`.
 fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
-    accepts_requests(rec.state()) && rec.qkey.load(Ordering::Acquire) == qkey
+    super::route::accepts_requests(rec.state()) && rec.qkey.load(Ordering::Acquire) == qkey
 }
 
 /// Delivers one UD message to `t`, which accepts it.

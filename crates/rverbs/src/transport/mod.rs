@@ -10,6 +10,7 @@
 pub(crate) mod grh;
 pub(crate) mod host;
 pub(crate) mod local;
+pub(crate) mod route;
 pub(crate) mod target;
 
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub(crate) fn execute(
     wqe: &SendWqe,
     sges: &[Sge],
     inline: &[u8],
+    route: &mut Option<route::Routed>,
 ) -> Exec {
-    host::execute(qp, req, wqe, sges, inline)
+    host::execute(qp, req, wqe, sges, inline, route)
 }

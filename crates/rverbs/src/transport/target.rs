@@ -8,6 +8,7 @@
 //! flushing its own send queue when a request pushed the QP into ERR, which the doorbell
 //! asks its progress thread to do.
 
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use crate::cq::channel;
 use crate::cq::seg::{self, CqSeg, Publish};
 use crate::cq::{CqInner, Overrun};
 use crate::event::{RawAsyncEvent, RawElement};
+use crate::mr::access::SegCache;
 use crate::mr::{KeySpace, KeyTarget};
 use crate::pd::PdInner;
 use crate::progress::bell;
@@ -119,7 +121,8 @@ pub(crate) enum PeerRecv {
     Srq(u32),
 }
 
-/// A responder QP of a peer process.
+/// A responder QP of a peer process, with the peer's segments it uses kept mapped (a
+/// requester keeps its target across work requests: see [`super::route`]).
 pub(crate) struct PeerTarget {
     pub(crate) peer: Arc<Peer>,
     pub(crate) qpn: u32,
@@ -127,13 +130,55 @@ pub(crate) struct PeerTarget {
     pub(crate) recv: PeerRecv,
     /// The CQ receives complete to.
     pub(crate) cq: u32,
+    segs: SegCache,
+    /// The receive ring in use and its generation.
+    ring: RefCell<Option<(u32, RecvRing)>>,
+    /// The CQ segment in use.
+    cq_seg: RefCell<Option<CqSeg>>,
 }
 
 impl PeerTarget {
+    pub(crate) fn new(peer: Arc<Peer>, qpn: u32, pd: u32, recv: PeerRecv, cq: u32) -> PeerTarget {
+        PeerTarget { peer, qpn, pd, recv, cq, segs: SegCache::default(), ring: RefCell::new(None), cq_seg: RefCell::new(None) }
+    }
+
     /// Queues an asynchronous event on the peer's context `ctx`.
     fn raise(&self, ctx: u32, kind: EventType, element: RawElement) {
         raise_on(&self.peer, ctx, kind, element);
     }
+
+    /// Whether the QP is still the one this target was made for, in a live process.
+    pub(crate) fn still_valid(&self) -> bool {
+        self.peer.is_alive() && self.rec().qpn.load(Ordering::Acquire) == self.qpn
+    }
+
+    /// Takes from the ring of generation `gen` of segment `name`, mapping it if needed.
+    fn take_from(&self, gen: u32, name: impl FnOnce() -> String) -> Take {
+        let mut cached = self.ring.borrow_mut();
+        if cached.as_ref().is_none_or(|(g, _)| *g != gen) {
+            let Some(ring) = self.peer.segment(&name()).ok().and_then(|s| RecvRing::open(s).ok()) else {
+                return Take::Empty;
+            };
+            *cached = Some((gen, ring));
+        }
+        let Some((_, ring)) = cached.as_ref() else { return Take::Empty };
+        if let Some(t) = ring.take() {
+            return Take::Got(t);
+        }
+        if ring.moved() != 0 {
+            *cached = None;
+            return Take::Moved;
+        }
+        Take::Empty
+    }
+}
+
+/// What taking from a peer's receive ring found.
+enum Take {
+    Got(crate::qp::rq::Taken),
+    Empty,
+    /// The ring was replaced (SRQ resize): look in the next generation.
+    Moved,
 }
 
 /// Queues an asynchronous event on context `ctx` of `peer`.
@@ -145,7 +190,8 @@ pub(crate) fn raise_on(peer: &Peer, ctx: u32, kind: EventType, element: RawEleme
 
 /// Publishes `cqe` into CQ `id` of `peer`, following resizes, firing its channel and
 /// raising CQ_ERR on overrun — what [`CqInner::push`] does for this process's CQs.
-pub(crate) fn publish_on(peer: &Peer, id: u32, cqe: Cqe) -> Result<(), Overrun> {
+/// `cached` holds the segment used last.
+fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Result<(), Overrun> {
     let rec = peer.tables().cq(id);
     let mut gen = rec.gen.load(Ordering::Acquire);
     // Bounded: each step follows one resize; a CQ resized this often while we publish
@@ -154,9 +200,12 @@ pub(crate) fn publish_on(peer: &Peer, id: u32, cqe: Cqe) -> Result<(), Overrun> 
         if rec.id.load(Ordering::Acquire) != id + 1 {
             return Err(Overrun);
         }
-        let name = seg::name(id, gen);
-        let Ok(s) = peer.segment(&name) else { return Err(Overrun) };
-        let cq = CqSeg::open(s, gen);
+        let name = || seg::name(id, gen);
+        if cached.as_ref().is_none_or(|c| c.gen != gen) {
+            let Ok(s) = peer.segment(&name()) else { return Err(Overrun) };
+            *cached = Some(CqSeg::open(s, gen));
+        }
+        let cq = cached.as_ref().expect("just mapped");
         match cq.publish(cqe) {
             Publish::Done { fire } => {
                 if fire {
@@ -177,7 +226,8 @@ pub(crate) fn publish_on(peer: &Peer, id: u32, cqe: Cqe) -> Result<(), Overrun> 
                 return Err(Overrun);
             }
             Publish::Moved(g) => {
-                peer.drop_segment(&name);
+                peer.drop_segment(&name());
+                *cached = None;
                 gen = g;
             }
         }
@@ -199,25 +249,24 @@ impl Target for PeerTarget {
     }
 
     fn keys(&self) -> KeySpace<'_> {
-        KeySpace::of_peer(&self.peer)
+        KeySpace::of_peer(&self.peer, &self.segs)
     }
 
     fn take_recv(&self) -> Option<RecvWqe> {
         match self.recv {
-            PeerRecv::Rq(gen) => {
-                let seg = self.peer.segment(&qp_segment_name(self.qpn, gen)).ok()?;
-                RecvRing::open(seg).ok()?.take().map(|t| t.wqe)
-            }
+            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen)) {
+                Take::Got(t) => Some(t.wqe),
+                _ => None,
+            },
             PeerRecv::Srq(srqn) => {
                 let rec = self.peer.tables().srq(srqn);
                 for _ in 0..64 {
                     if rec.srqn.load(Ordering::Acquire) != srqn {
                         return None;
                     }
-                    let name = srq_segment_name(srqn, rec.rq_gen.load(Ordering::Acquire));
-                    let ring = RecvRing::open(self.peer.segment(&name).ok()?).ok()?;
-                    match ring.take() {
-                        Some(t) => {
+                    let gen = rec.rq_gen.load(Ordering::Acquire);
+                    match self.take_from(gen, || srq_segment_name(srqn, gen)) {
+                        Take::Got(t) => {
                             if t.limit_fired {
                                 let ctx = rec.ctx.load(Ordering::Acquire);
                                 self.raise(ctx, EventType::SrqLimitReached, RawElement::Srq(srqn));
@@ -225,8 +274,8 @@ impl Target for PeerTarget {
                             return Some(t.wqe);
                         }
                         // A resize moved the receives to the next generation.
-                        None if ring.moved() != 0 => self.peer.drop_segment(&name),
-                        None => return None,
+                        Take::Moved => self.peer.drop_segment(&srq_segment_name(srqn, gen)),
+                        Take::Empty => return None,
                     }
                 }
                 None
@@ -235,7 +284,7 @@ impl Target for PeerTarget {
     }
 
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
-        publish_on(&self.peer, self.cq, cqe)
+        publish_on(&self.peer, self.cq, cqe, &mut self.cq_seg.borrow_mut())
     }
 
     fn enter_error(&self, event: Option<EventType>) {

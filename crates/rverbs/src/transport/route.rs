@@ -1,0 +1,139 @@
+//! Finding the responder of a connected (RC, UC, XRC) request, and keeping it.
+//!
+//! Rule (rxe, rocev2-wire.md §3.3): the destination GID must be this device's; the QP
+//! must exist with the matching transport (XRC initiators reach XRC targets) and accept
+//! requests (RTR or later, not ERR); and, as rxe checks the packet's IP addresses, its
+//! path must point back at the requester's source GID. An XRC request must name an XRC
+//! SRQ of the target's domain; otherwise it is dropped (the unmerged rxe XRC series;
+//! IBTA A14 unverified). A request that finds no responder goes unanswered.
+//!
+//! The QP is in this process or in the peer process its number names (`crate::table`).
+//! A send queue keeps the responder it found ([`Routed`]) until `modify_qp` changes its
+//! path, and checks it is still valid before each request: the lookups, and a peer's
+//! mappings, are paid once per connection, not per work request.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rverbs_proto::verbs::{QpState, QpType};
+
+use super::target::{LocalTarget, PeerRecv, PeerTarget, Target};
+use crate::device::DeviceInner;
+use crate::qp::sq::{ReqView, SendWqe};
+use crate::qp::QpInner;
+use crate::table::LOCAL_BITS;
+
+/// A responder found for a connected request.
+pub(crate) enum Routed {
+    Local(LocalTarget),
+    Peer(PeerTarget),
+}
+
+/// Whether a responder in `state` accepts requests (rxe drops requests for QPs below
+/// RTR, and in ERR).
+pub(crate) fn accepts_requests(state: QpState) -> bool {
+    matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+}
+
+/// The endpoint a QP or SRQ number belongs to.
+pub(crate) fn endpoint_of(num: u32) -> u32 {
+    num >> LOCAL_BITS
+}
+
+impl Routed {
+    /// Whether this responder still takes `wqe` from a requester with path `req`.
+    fn still_valid(&self, req: &ReqView, wqe: &SendWqe, xrc: bool) -> bool {
+        match self {
+            Routed::Local(t) => {
+                !t.qp.is_destroyed()
+                    && accepts_requests(t.qp.state())
+                    && t.qp.rec.dgid() == req.sgid
+                    && (!xrc || t.srq.as_ref().is_some_and(|s| s.srqn == wqe.xrc_srqn && !s.is_destroyed()))
+            }
+            Routed::Peer(t) => {
+                let rec = t.rec();
+                t.still_valid()
+                    && accepts_requests(rec.state())
+                    && rec.dgid() == req.sgid
+                    && (!xrc
+                        || matches!(t.recv, PeerRecv::Srq(n) if n == wqe.xrc_srqn
+                            && t.peer.tables().srq(n).srqn.load(Ordering::Acquire) == n))
+            }
+        }
+    }
+}
+
+/// The responder of `wqe` from `qp` (path `req`): the one in `cache` if still valid,
+/// else a new one, which `cache` keeps.
+pub(crate) fn connected<'c>(
+    qp: &QpInner,
+    req: &ReqView,
+    wqe: &SendWqe,
+    cache: &'c mut Option<Routed>,
+) -> Option<&'c Routed> {
+    let xrc = qp.qp_type == QpType::XrcSend;
+    if cache.as_ref().is_some_and(|r| r.still_valid(req, wqe, xrc)) {
+        return cache.as_ref();
+    }
+    *cache = find(qp, req, wqe);
+    cache.as_ref()
+}
+
+fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
+    let dev = qp.pd.ctx.dev;
+    if !dev.owns_gid(&req.dgid) {
+        return None;
+    }
+    let peer_type = if qp.qp_type == QpType::XrcSend { QpType::XrcRecv } else { qp.qp_type };
+    let ep = endpoint_of(req.dest_qpn);
+    if ep != dev.ep() {
+        return find_peer(dev, ep, peer_type, req, wqe).map(Routed::Peer);
+    }
+    let t = dev.qps.get(req.dest_qpn)?;
+    if t.qp_type != peer_type || !accepts_requests(t.state()) || t.rec.dgid() != req.sgid {
+        return None;
+    }
+    if qp.qp_type != QpType::XrcSend {
+        return Some(Routed::Local(LocalTarget::of(t)));
+    }
+    let srq = dev.srqs.get(wqe.xrc_srqn)?;
+    let (xrcd, cq) = srq.xrc.clone()?;
+    if !t.xrcd.as_ref().is_some_and(|x| Arc::ptr_eq(x, &xrcd)) {
+        return None;
+    }
+    Some(Routed::Local(LocalTarget { pd: srq.pd.clone(), srq: Some(srq), cq, qp: t }))
+}
+
+/// As [`find`], for a QP of peer endpoint `ep`, read from its tables.
+fn find_peer(dev: &DeviceInner, ep: u32, peer_type: QpType, req: &ReqView, wqe: &SendWqe) -> Option<PeerTarget> {
+    let peer = dev.reg.as_ref()?.peer(ep).ok()?;
+    let qpn = req.dest_qpn;
+    let rec = peer.tables().qp(qpn);
+    if rec.qpn.load(Ordering::Acquire) != qpn
+        || rec.qp_type() != Some(peer_type)
+        || !accepts_requests(rec.state())
+        || rec.dgid() != req.sgid
+    {
+        return None;
+    }
+    if peer_type != QpType::XrcRecv {
+        let srqn = rec.srqn.load(Ordering::Acquire);
+        let recv = if srqn != 0 { PeerRecv::Srq(srqn) } else { PeerRecv::Rq(rec.rq_gen.load(Ordering::Acquire)) };
+        let (pd, cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
+        return Some(PeerTarget::new(peer, qpn, pd, recv, cq));
+    }
+    let srqn = wqe.xrc_srqn;
+    if endpoint_of(srqn) != ep {
+        return None;
+    }
+    let srec = peer.tables().srq(srqn);
+    let xrc_cq = srec.xrc_cq.load(Ordering::Acquire);
+    if srec.srqn.load(Ordering::Acquire) != srqn
+        || xrc_cq == 0
+        || srec.xrcd.load(Ordering::Acquire) != rec.xrcd.load(Ordering::Acquire)
+    {
+        return None;
+    }
+    let pd = srec.pd.load(Ordering::Acquire);
+    Some(PeerTarget::new(peer, qpn, pd, PeerRecv::Srq(srqn), xrc_cq - 1))
+}
