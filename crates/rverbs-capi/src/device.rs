@@ -92,11 +92,23 @@ impl DeviceObj {
 }
 
 /// The process's devices, built once from the core's list (immortal).
+/// `RVERBS_LOG=<filter>` (e.g. `info`, `rverbs=debug`) prints the library's diagnostics
+/// to stderr, the way rdma-core's providers honour their verbose variables.
+fn init_logging() {
+    if let Ok(filter) = std::env::var("RVERBS_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .try_init();
+    }
+}
+
 fn list() -> Result<&'static [DeviceObj], rverbs::Error> {
     static LIST: OnceLock<Box<[DeviceObj]>> = OnceLock::new();
     if let Some(l) = LIST.get() {
         return Ok(l);
     }
+    init_logging();
     let devs = rverbs::devices()?;
     let built: Box<[DeviceObj]> = devs
         .into_iter()

@@ -353,6 +353,8 @@ pub(crate) struct DeviceInner {
     /// The host-wide segment whose lock serialises device atomics on memory that peers
     /// reach with cross-memory attach.
     host: Segment,
+    /// Channels to peers whose private memory this process reaches through them.
+    pub(crate) proxies: crate::mr::proxy::Channels,
     /// Caller memory moved onto shared files by registrations.
     pub(crate) shares: crate::mr::share::Shares,
     /// `RVERBS_SHARED_MR=1`: registrations of caller memory make it shareable
@@ -457,6 +459,7 @@ impl DeviceInner {
             tables,
             host,
             shares: Default::default(),
+            proxies: Default::default(),
             share_caller_memory,
             cqs: Table::new("completion queues", 0),
             name: DEVICE_NAME,

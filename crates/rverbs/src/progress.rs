@@ -58,6 +58,9 @@ struct Timers {
 pub(crate) mod bell {
     /// A peer changed QP `arg` of this process: run its send queue (flush on ERR).
     pub(crate) const KICK_QP: u32 = 1;
+    /// Endpoint `arg` queued a copy in its proxy channel to this process
+    /// (`crate::mr::proxy`).
+    pub(crate) const PROXY: u32 = 2;
     /// Bytes of one record.
     pub(crate) const LEN: usize = 8;
     /// Name of the doorbell FIFO in the endpoint directory.
@@ -77,6 +80,8 @@ const TOKEN_PEER: u64 = 1 << 32;
 
 struct Progress {
     timers: Mutex<Timers>,
+    /// QPs peers kicked while the bell was read for proxy requests only.
+    deferred: Mutex<Vec<u32>>,
     wake: EventFd,
     epoll: OwnedFd,
     bell: Option<Fifo>,
@@ -100,6 +105,7 @@ fn progress() -> &'static Progress {
         }
         let p: &'static Progress = Box::leak(Box::new(Progress {
             timers: Mutex::default(),
+            deferred: Mutex::default(),
             wake,
             epoll,
             bell,
@@ -107,10 +113,33 @@ fn progress() -> &'static Progress {
         }));
         std::thread::Builder::new()
             .name("rverbs-progress".into())
-            .spawn(move || run(p))
+            .spawn(move || {
+                ON_PROGRESS_THREAD.set(true);
+                run(p)
+            })
             .expect("spawn the rverbs progress thread");
         p
     })
+}
+
+thread_local! {
+    static ON_PROGRESS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Rings `peer`'s doorbell with a `kind` record about `arg`.
+pub(crate) fn ring(peer: &Peer, kind: u32, arg: u32) {
+    if let Ok(fd) = peer.writer(bell::NAME) {
+        crate::shm::fifo::send_on(std::os::fd::AsFd::as_fd(&*fd), &bell::record(kind, arg));
+    }
+}
+
+/// On the progress thread, serves the proxy requests peers queued (called while it waits
+/// for a peer's proxy itself, so two progress threads never wait on each other); other
+/// doorbell records are kept for the main loop.
+pub(crate) fn serve_proxies_if_progress_thread() {
+    if ON_PROGRESS_THREAD.get() {
+        read_bell(progress(), false);
+    }
 }
 
 /// Starts the progress thread (the device does at start, so peers can ring the bell).
@@ -187,19 +216,39 @@ fn run(p: &'static Progress) {
                 _ => {}
             }
         }
+        run_deferred(p);
     }
 }
 
 fn ring_bell(p: &Progress) {
+    read_bell(p, true);
+}
+
+/// Reads every queued doorbell record: proxy requests are served at once; QP kicks are
+/// run now if `kick`, else deferred to the next call that may.
+fn read_bell(p: &Progress, kick: bool) {
     let Some(b) = &p.bell else { return };
     let mut rec = [0u8; bell::LEN];
     while b.recv(&mut rec).is_ok() {
         let kind = u32::from_ne_bytes(rec[..4].try_into().expect("4 bytes"));
         let arg = u32::from_ne_bytes(rec[4..].try_into().expect("4 bytes"));
-        if kind == bell::KICK_QP {
-            if let Some(qp) = crate::device::device_ready().and_then(|d| d.qps.get(arg)) {
-                qp.errored_by_peer();
-            }
+        match kind {
+            bell::PROXY => crate::mr::proxy::serve(arg),
+            bell::KICK_QP => p.deferred.lock().expect("deferred kicks").push(arg),
+            _ => {}
+        }
+    }
+    if kick {
+        run_deferred(p);
+    }
+}
+
+/// Runs the QP kicks peers asked for.
+fn run_deferred(p: &Progress) {
+    let qpns = std::mem::take(&mut *p.deferred.lock().expect("deferred kicks"));
+    for qpn in qpns {
+        if let Some(qp) = crate::device::device_ready().and_then(|d| d.qps.get(qpn)) {
+            qp.errored_by_peer();
         }
     }
 }

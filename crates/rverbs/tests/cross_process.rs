@@ -193,6 +193,18 @@ fn rc_operations_reach_a_peer_process_with_shareable_registrations() {
     rc_parent(Peer::spawn_with(test, "rc", &[("RVERBS_SHARED_MR", "1")]), "shared");
 }
 
+/// The same with `RVERBS_CMA=off` in the peer: its caller-memory region cannot be reached
+/// with cross-memory attach, so the peer's progress thread copies for us (the fallback
+/// for peers the kernel does not let us attach to).
+#[test]
+fn rc_operations_reach_a_peer_process_that_refuses_cross_memory_attach() {
+    if role().as_deref() == Some("rc") {
+        return rc_child();
+    }
+    let test = "rc_operations_reach_a_peer_process_that_refuses_cross_memory_attach";
+    rc_parent(Peer::spawn_with(test, "rc", &[("RVERBS_CMA", "off")]), "private");
+}
+
 /// Whether the page at `addr` of this process is a shared mapping (/proc/self/maps).
 fn mapping_kind(addr: usize) -> &'static str {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();

@@ -32,6 +32,9 @@ pub(crate) enum Place {
     Local(usize),
     /// At this address of process `pid` (reached with cross-memory attach).
     Cma { pid: i32, addr: usize },
+    /// In a peer's private memory that cross-memory attach cannot reach: the peer
+    /// copies ([`proxy`](super::proxy)).
+    Proxy(super::proxy::ProxyRef),
 }
 
 /// An access in progress: keeps the region registered until dropped.
@@ -87,6 +90,16 @@ impl Fault {
             Fault::Access => vendor_err::LOCAL_ACCESS,
         }
     }
+}
+
+/// How an access was asked for (what a peer serving it must check again).
+#[derive(Clone, Copy)]
+struct Via {
+    key: u32,
+    pd: u32,
+    used: KeyUse,
+    need: Access,
+    va: u64,
 }
 
 /// How a key is used.
@@ -145,14 +158,16 @@ impl<'a> KeySpace<'a> {
         if off.checked_add(len).ok_or(Fault::Bounds)? > d.len {
             return Err(Fault::Bounds);
         }
-        self.hold(key, &d, off, len)
+        let via = Via { key, pd, used, need, va };
+        self.hold(key, &d, off, len, via)
     }
 
     /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a
     /// whole-region FLUSH).
     pub(crate) fn pin_base(&self, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<Pinned<'a>, Fault> {
         let d = self.check(key, pd, used, need)?;
-        self.hold(key, &d, 0, 0)
+        let via = Via { key, pd, used, need, va: d.iova };
+        self.hold(key, &d, 0, 0, via)
     }
 
     fn check(&self, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<KeyDesc, Fault> {
@@ -180,14 +195,14 @@ impl<'a> KeySpace<'a> {
 
     /// Counts the access in the region's `busy`, confirms the key is still valid (the
     /// owner invalidates first, then waits for `busy` to drain), and resolves the place.
-    fn hold(&self, key: u32, d: &KeyDesc, off: u64, len: u64) -> Result<Pinned<'a>, Fault> {
+    fn hold(&self, key: u32, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<Pinned<'a>, Fault> {
         let rec = self.tables.key(key >> 8).ok_or(Fault::Key)?;
         let mr = if d.kind == KEY_KIND_MR { rec } else { self.tables.key(d.mr_index).ok_or(Fault::Key)? };
         mr.busy.fetch_add(1, Ordering::SeqCst);
         let still = rec.state.load(Ordering::SeqCst) == KEY_STATE_VALID
             && rec.key.load(Ordering::SeqCst) == key
             && mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
-        let placed = if still { self.place(d, off, len) } else { Err(Fault::Key) };
+        let placed = if still { self.place(d, off, len, via) } else { Err(Fault::Key) };
         match placed {
             Ok((place, map)) => Ok(Pinned {
                 busy: &mr.busy,
@@ -203,11 +218,15 @@ impl<'a> KeySpace<'a> {
         }
     }
 
-    fn place(&self, d: &KeyDesc, off: u64, len: u64) -> Result<(Place, Option<Arc<Segment>>), Fault> {
+    fn place(&self, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<(Place, Option<Arc<Segment>>), Fault> {
         let Some((peer, cache)) = self.peer else {
             return Ok((Place::Local((d.va + off) as usize), None));
         };
         if d.loc == 0 {
+            if !peer.cma {
+                let r = super::proxy::ProxyRef { ep: peer.ep, key: via.key, pd: via.pd, used: via.used, need: via.need, va: via.va };
+                return Ok((Place::Proxy(r), None));
+            }
             return Ok((Place::Cma { pid: peer.pid, addr: d.va.wrapping_add(off) as usize }, None));
         }
         let seg = cache.get(peer, d.loc).ok_or(Fault::Key)?;
@@ -293,9 +312,11 @@ fn move_piece(dst: Place, src: Place, n: usize) -> Result<(), CmaError> {
         (Place::Cma { pid, addr }, Place::Local(s)) => unsafe { cma::write(pid, addr, s as *const u8, n) },
         // SAFETY: the local destination lies inside a pinned range.
         (Place::Local(d), Place::Cma { pid, addr }) => unsafe { cma::read(pid, d as *mut u8, addr, n) },
+        (Place::Proxy(r), Place::Local(s)) => super::proxy::write(r, s as *const u8, n),
+        (Place::Local(d), Place::Proxy(r)) => super::proxy::read(r, d as *mut u8, n),
         // A request moves bytes between the requester's own memory and one responder:
         // never between two other processes.
-        (Place::Cma { .. }, Place::Cma { .. }) => Err(CmaError::Denied),
+        _ => Err(CmaError::Denied),
     }
 }
 
@@ -340,6 +361,7 @@ fn advance(p: Place, by: usize) -> Place {
     match p {
         Place::Local(a) => Place::Local(a + by),
         Place::Cma { pid, addr } => Place::Cma { pid, addr: addr + by },
+        Place::Proxy(r) => Place::Proxy(super::proxy::ProxyRef { va: r.va + by as u64, ..r }),
     }
 }
 

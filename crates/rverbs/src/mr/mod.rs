@@ -11,6 +11,7 @@
 pub(crate) mod access;
 pub(crate) mod cma;
 pub(crate) mod keys;
+pub(crate) mod proxy;
 pub(crate) mod share;
 
 use std::sync::atomic::{AtomicBool, Ordering};

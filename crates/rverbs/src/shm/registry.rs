@@ -30,6 +30,9 @@ use crate::error::{Error, Result};
 pub(crate) const MAX_ENDPOINTS: u32 = 256;
 
 const HDR_MAGIC: u64 = 0x7276_6572_6273_0001; // "rverbs" v1
+
+/// A word of this process whose address and value the endpoint header publishes.
+static CANARY: AtomicU64 = AtomicU64::new(0x6361_6e61_7279_2121);
 const HDR_LEN: usize = 64;
 
 /// This process's endpoint.
@@ -92,6 +95,13 @@ impl Registry {
         std::fs::create_dir(&dir)?;
         let hdr = Segment::create(&dir.join("hdr"), HDR_LEN)?;
         hdr.get::<AtomicU64>(8).store(u64::from(rustix::process::getpid().as_raw_nonzero().get() as u32), Ordering::Release);
+        // The canary peers read with cross-memory attach to learn whether the kernel
+        // lets them (ptrace access rules differ between pairs of processes).
+        hdr.get::<AtomicU64>(16).store(&CANARY as *const AtomicU64 as u64, Ordering::Release);
+        hdr.get::<AtomicU64>(24).store(CANARY.load(Ordering::Relaxed), Ordering::Release);
+        // `RVERBS_CMA=off`: peers must not use cross-memory attach on this process.
+        let refuse = std::env::var_os("RVERBS_CMA").is_some_and(|v| v == "off");
+        hdr.get::<AtomicU64>(32).store(u64::from(refuse), Ordering::Release);
         hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
         Ok(Registry { ep, root: root.to_owned(), dir, _lock: lock, _hdr: hdr, peers: Mutex::new(HashMap::new()) })
     }
@@ -139,9 +149,16 @@ impl Registry {
             return Err(Error::Again { verb: "reach peer", why: "endpoint died" });
         }
         let tables = super::tables::Tables::open(&dir)?;
+        let canary = (hdr.get::<AtomicU64>(16).load(Ordering::Acquire), hdr.get::<AtomicU64>(24).load(Ordering::Acquire));
+        let refused = hdr.get::<AtomicU64>(32).load(Ordering::Acquire) & 1 != 0;
+        let cma = !refused && probe_cma(pid, canary);
+        if !cma {
+            tracing::info!(ep, pid, "cross-memory attach to this peer is refused: its private memory is reached through it (proxy)");
+        }
         let peer = Arc::new(Peer {
             ep,
             pid,
+            cma,
             tables,
             dir,
             alive: AtomicBool::new(true),
@@ -180,10 +197,25 @@ impl Registry {
     }
 }
 
+/// Whether process_vm_readv(2) on `pid` works, reading its published canary `(addr,
+/// value)`. If the kernel refuses (EPERM: Yama `ptrace_scope`, a non-dumpable peer, no
+/// ptrace rights), or the peer refuses with `RVERBS_CMA=off`, the peer's private memory
+/// is reached through the peer instead (`crate::mr::proxy`).
+fn probe_cma(pid: i32, (addr, value): (u64, u64)) -> bool {
+    let mut got = [0u8; 8];
+    // SAFETY: `got` is a live 8-byte buffer of this process.
+    let r = unsafe { crate::mr::cma::read(pid, got.as_mut_ptr(), addr as usize, 8) };
+    r.is_ok() && u64::from_ne_bytes(got) == value
+}
+
 /// Another process of the device, as this process reaches it.
 pub(crate) struct Peer {
     pub(crate) ep: u32,
     pub(crate) pid: i32,
+    /// Whether this process may use cross-memory attach on the peer: the kernel allows it
+    /// (probed when the peer is first reached) and the peer did not refuse it
+    /// (`RVERBS_CMA=off` in the peer).
+    pub(crate) cma: bool,
     tables: super::tables::Tables,
     dir: PathBuf,
     alive: AtomicBool,

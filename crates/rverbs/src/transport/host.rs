@@ -398,6 +398,7 @@ fn aligned8(p: &mr::Pinned<'_>) -> bool {
     match p.place {
         mr::access::Place::Local(a) => a % 8 == 0,
         mr::access::Place::Cma { addr, .. } => addr % 8 == 0,
+        mr::access::Place::Proxy(r) => r.va % 8 == 0,
     }
 }
 

@@ -297,9 +297,7 @@ impl Target for PeerTarget {
             self.raise(rec.ctx.load(Ordering::Acquire), e, RawElement::Qp(self.qpn));
         }
         // Its receive queue and send queue are flushed by its own process.
-        if let Ok(fd) = self.peer.writer(bell::NAME) {
-            send_on(std::os::fd::AsFd::as_fd(&*fd), &bell::record(bell::KICK_QP, self.qpn));
-        }
+        crate::progress::ring(&self.peer, bell::KICK_QP, self.qpn);
     }
 
     fn note_inbound(&self) {

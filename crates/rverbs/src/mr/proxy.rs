@@ -1,0 +1,229 @@
+//! Target-assisted copies: how a peer's private memory is reached when the kernel
+//! refuses cross-memory attach (Yama `ptrace_scope`, a non-dumpable process, missing
+//! ptrace rights — detected per peer, see `shm::registry::Peer::cma`).
+//!
+//! The requester owns one channel per such peer: a segment `px-<peer ep>` in its own
+//! endpoint directory holding a request header and a bounce buffer. It writes a request
+//! (key, range, rights, and for a write the bytes), rings the peer's doorbell, and waits
+//! on the header's `done` word (a futex shared between the processes). The peer's
+//! progress thread checks the request against its own key table — it never touches
+//! memory outside a region that grants the access — copies between the buffer and its
+//! memory, and wakes the requester. Messages larger than the buffer move in pieces.
+//!
+//! This is the one place where the target's CPU works for a one-sided operation; it is
+//! a fallback, used only for peers that cannot be reached otherwise. Regions the peer
+//! registered in shared segments (library-allocated, or `RVERBS_SHARED_MR=1`) are still
+//! reached directly.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::access::{KeySpace, KeyUse, Place};
+use super::cma::CmaError;
+use crate::mem;
+use crate::shm::registry::Peer;
+use crate::shm::{Segment, ShmSafe};
+use crate::Access;
+
+/// Bytes one request moves at most.
+const BUF: usize = 256 * 1024;
+/// How long a requester waits for the peer to serve one request before giving up on it
+/// (the request then counts as unanswered: RC retries, then RETRY_EXC_ERR).
+const DEADLINE: Duration = Duration::from_secs(5);
+
+const OP_WRITE: u32 = 1;
+const OP_READ: u32 = 2;
+
+const STATUS_OK: u32 = 0;
+const STATUS_REFUSED: u32 = 1;
+
+/// The request header at byte 0 of a channel segment.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct Request {
+    /// Incremented by the requester for each request (the doorbell names the channel).
+    seq: AtomicU32,
+    /// Set to `seq` by the server when done; the requester sleeps on it.
+    done: AtomicU32,
+    op: AtomicU32,
+    key: AtomicU32,
+    pd: AtomicU32,
+    /// `KeyUse`: 0 local, else remote for QP `qpn`.
+    remote: AtomicU32,
+    qpn: AtomicU32,
+    need: AtomicU32,
+    status: AtomicU32,
+    _pad: AtomicU32,
+    va: AtomicU64,
+    len: AtomicU64,
+}
+
+// SAFETY: atomics only.
+unsafe impl ShmSafe for Request {}
+
+const HDR: usize = std::mem::size_of::<Request>();
+
+/// Where a piece of a peer's private memory is, for the peer to check and copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProxyRef {
+    pub(crate) ep: u32,
+    pub(crate) key: u32,
+    pub(crate) pd: u32,
+    pub(crate) used: KeyUse,
+    pub(crate) need: Access,
+    pub(crate) va: u64,
+}
+
+/// The channel name in the requester's directory for peer `ep`.
+fn channel_name(ep: u32) -> String {
+    format!("px-{ep}")
+}
+
+/// This process's channels, by peer endpoint.
+#[derive(Default)]
+pub(crate) struct Channels {
+    map: Mutex<HashMap<u32, Arc<Mutex<Segment>>>>,
+}
+
+impl Channels {
+    fn get(&self, ep: u32) -> Result<Arc<Mutex<Segment>>, CmaError> {
+        let mut m = self.map.lock().expect("proxy channels");
+        if let Some(c) = m.get(&ep) {
+            return Ok(c.clone());
+        }
+        let dev = crate::device::device();
+        let seg = Segment::create(&dev.dir.join(channel_name(ep)), HDR + BUF).map_err(|_| CmaError::Denied)?;
+        let c = Arc::new(Mutex::new(seg));
+        m.insert(ep, c.clone());
+        Ok(c)
+    }
+}
+
+/// Copies `n` bytes from this process's `src` into the peer memory `to` names.
+pub(crate) fn write(to: ProxyRef, src: *const u8, n: usize) -> Result<(), CmaError> {
+    transfer(to, OP_WRITE, src as usize, n)
+}
+
+/// Copies `n` bytes of the peer memory `from` names into this process's `dst`.
+pub(crate) fn read(from: ProxyRef, dst: *mut u8, n: usize) -> Result<(), CmaError> {
+    transfer(from, OP_READ, dst as usize, n)
+}
+
+fn transfer(r: ProxyRef, op: u32, local: usize, n: usize) -> Result<(), CmaError> {
+    let dev = crate::device::device();
+    let reg = dev.reg.as_ref().ok_or(CmaError::Gone)?;
+    let peer = reg.peer(r.ep).map_err(|_| CmaError::Gone)?;
+    let chan = dev.proxies.get(r.ep)?;
+    let seg = chan.lock().expect("proxy channel");
+    let req = seg.get::<Request>(0);
+    let buf = seg.addr() + HDR;
+    let mut off = 0;
+    while off < n {
+        let piece = (n - off).min(BUF);
+        req.op.store(op, Ordering::Relaxed);
+        req.key.store(r.key, Ordering::Relaxed);
+        req.pd.store(r.pd, Ordering::Relaxed);
+        let (remote, qpn) = match r.used {
+            KeyUse::Local => (0, 0),
+            KeyUse::Remote { qpn } => (1, qpn),
+        };
+        req.remote.store(remote, Ordering::Relaxed);
+        req.qpn.store(qpn, Ordering::Relaxed);
+        req.need.store(r.need.bits(), Ordering::Relaxed);
+        req.va.store(r.va + off as u64, Ordering::Relaxed);
+        req.len.store(piece as u64, Ordering::Relaxed);
+        if op == OP_WRITE {
+            // SAFETY: the source piece lies in memory the caller pinned or borrowed; the
+            // destination is the channel's buffer, `BUF` bytes of our own mapping.
+            unsafe { mem::copy(buf as *mut u8, (local + off) as *const u8, piece) };
+        }
+        let seq = req.seq.load(Ordering::Relaxed).wrapping_add(1);
+        req.seq.store(seq, Ordering::Release);
+        crate::progress::ring(&peer, crate::progress::bell::PROXY, dev.ep());
+        wait_done(req, seq, &peer)?;
+        if req.status.load(Ordering::Acquire) != STATUS_OK {
+            return Err(CmaError::Fault);
+        }
+        if op == OP_READ {
+            // SAFETY: the destination piece lies in memory the caller pinned; the source
+            // is the channel's buffer, which the peer filled before setting `done`.
+            unsafe { mem::copy((local + off) as *mut u8, buf as *const u8, piece) };
+        }
+        off += piece;
+    }
+    Ok(())
+}
+
+/// Waits until the peer served request `seq`, serving this process's own pending
+/// requests meanwhile if this is the progress thread (two progress threads retrying
+/// towards each other must not wait on each other).
+fn wait_done(req: &Request, seq: u32, peer: &Peer) -> Result<(), CmaError> {
+    let start = Instant::now();
+    loop {
+        let done = req.done.load(Ordering::Acquire);
+        if done == seq {
+            return Ok(());
+        }
+        if !peer.is_alive() || start.elapsed() > DEADLINE {
+            return Err(CmaError::Gone);
+        }
+        crate::progress::serve_proxies_if_progress_thread();
+        let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+        let _ = rustix::thread::futex::wait(&req.done, rustix::thread::futex::Flags::empty(), done, Some(&ts));
+    }
+}
+
+/// Serves the pending request of peer `ep`'s channel (the doorbell said there is one).
+pub(crate) fn serve(ep: u32) {
+    let Some(dev) = crate::device::device_ready() else { return };
+    let Some(reg) = dev.reg.as_ref() else { return };
+    let Ok(peer) = reg.peer(ep) else { return };
+    let Ok(seg) = peer.segment(&channel_name(dev.ep())) else { return };
+    let req = seg.get::<Request>(0);
+    let seq = req.seq.load(Ordering::Acquire);
+    if req.done.load(Ordering::Acquire) == seq {
+        return;
+    }
+    let len = req.len.load(Ordering::Relaxed) as usize;
+    let status = if len > BUF || seg.len() < HDR + BUF { STATUS_REFUSED } else { serve_one(req, seg.addr() + HDR, len) };
+    req.status.store(status, Ordering::Relaxed);
+    req.done.store(seq, Ordering::Release);
+    let _ = rustix::thread::futex::wake(&req.done, rustix::thread::futex::Flags::empty(), u32::MAX);
+}
+
+fn serve_one(req: &Request, buf: usize, len: usize) -> u32 {
+    let dev = crate::device::device();
+    let used = if req.remote.load(Ordering::Relaxed) == 0 {
+        KeyUse::Local
+    } else {
+        KeyUse::Remote { qpn: req.qpn.load(Ordering::Relaxed) }
+    };
+    let need = Access::from_bits_truncate(req.need.load(Ordering::Relaxed));
+    let op = req.op.load(Ordering::Relaxed);
+    // The request comes from another process: check it like any access, so nothing
+    // outside a region that grants it is ever touched, and nothing written without a
+    // right to write.
+    let writes = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
+    if op == OP_WRITE && !need.intersects(writes) {
+        return STATUS_REFUSED;
+    }
+    let keys = KeySpace::local(dev.tables);
+    let key = req.key.load(Ordering::Relaxed);
+    let pd = req.pd.load(Ordering::Relaxed);
+    let Ok(p) = keys.pin(key, pd, used, req.va.load(Ordering::Relaxed), len as u64, need) else {
+        return STATUS_REFUSED;
+    };
+    let Place::Local(at) = p.place else { return STATUS_REFUSED };
+    match op {
+        // SAFETY: `at` is `len` bytes of a pinned region of this process; `buf` is the
+        // channel's buffer of at least `len` bytes (checked by the caller).
+        OP_WRITE => unsafe { mem::copy(at as *mut u8, buf as *const u8, len) },
+        // SAFETY: as above, in the other direction.
+        OP_READ => unsafe { mem::copy(buf as *mut u8, at as *const u8, len) },
+        _ => return STATUS_REFUSED,
+    }
+    STATUS_OK
+}
