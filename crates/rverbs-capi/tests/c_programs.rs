@@ -21,11 +21,18 @@ use common::{dropin_dir, repo_root};
 const HEADER: &str = "/usr/include/infiniband/verbs.h";
 
 fn compile_and_run(name: &str) {
+    run_with(name, &[]);
+}
+
+/// Compiles and runs `name` with `env` set (and the variables that change the device's
+/// behaviour removed otherwise, so the outcome does not depend on the caller's shell).
+fn run_with(name: &str, env: &[(&str, &str)]) {
     assert!(
         Path::new(HEADER).is_file(),
         "{HEADER} missing: install libibverbs-dev"
     );
-    let dir = dropin_dir(&format!("c_{name}"));
+    let tag: String = env.iter().map(|(k, v)| format!("_{k}={v}")).collect();
+    let dir = dropin_dir(&format!("c_{name}{tag}"));
     let src = repo_root().join("tests/c").join(format!("{name}.c"));
     let exe = dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -58,6 +65,9 @@ fn compile_and_run(name: &str) {
         .arg("120")
         .arg(&exe)
         .env("LD_LIBRARY_PATH", &dir)
+        .env_remove("RVERBS_SHARED_MR")
+        .env_remove("RVERBS_CMA")
+        .envs(env.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -92,6 +102,13 @@ fn comp_channel() {
 #[test]
 fn data_in_order() {
     compile_and_run("data_in_order");
+}
+
+/// With shareable registrations no region is reached with kernel copies, so UD SEND is
+/// claimed in order too.
+#[test]
+fn data_in_order_with_shareable_registrations() {
+    run_with("data_in_order", &[("RVERBS_SHARED_MR", "1")]);
 }
 
 #[test]

@@ -355,6 +355,12 @@ pub(crate) struct DeviceInner {
     host: Segment,
     /// Channels to peers whose private memory this process reaches through them.
     pub(crate) proxies: crate::mr::proxy::Channels,
+    /// Live regions in private memory of this process that peers would reach with
+    /// cross-memory attach, whose kernel copies make no ordering promise (seed 001:
+    /// `Qp::data_in_order` counts on this).
+    pub(crate) cma_regions: std::sync::atomic::AtomicUsize,
+    /// `RVERBS_CMA=off`: peers must reach this process's private memory through it.
+    pub(crate) refuses_cma: bool,
     /// Caller memory moved onto shared files by registrations.
     pub(crate) shares: crate::mr::share::Shares,
     /// `RVERBS_SHARED_MR=1`: registrations of caller memory make it shareable
@@ -460,6 +466,8 @@ impl DeviceInner {
             host,
             shares: Default::default(),
             proxies: Default::default(),
+            cma_regions: Default::default(),
+            refuses_cma: std::env::var_os("RVERBS_CMA").is_some_and(|v| v == "off"),
             share_caller_memory,
             cqs: Table::new("completion queues", 0),
             name: DEVICE_NAME,
@@ -481,6 +489,12 @@ impl DeviceInner {
     /// The live CQ `id` of this endpoint.
     pub(crate) fn cq(&self, id: u32) -> Option<std::sync::Arc<crate::cq::CqInner>> {
         self.cqs.get(id)
+    }
+
+    /// Whether a peer could place data in this process's memory with kernel copies
+    /// (cross-memory attach), which are not ordered.
+    pub(crate) fn peers_copy_unordered(&self) -> bool {
+        self.shared() && !self.refuses_cma && self.cma_regions.load(std::sync::atomic::Ordering::Acquire) != 0
     }
 
     /// Whether other processes may take part (a host-wide endpoint was claimed).

@@ -310,8 +310,7 @@ fn move_piece(dst: Place, src: Place, n: usize) -> Result<(), CmaError> {
         }
         // SAFETY: the local source lies inside a pinned range or a borrowed slice.
         (Place::Cma { pid, addr }, Place::Local(s)) => unsafe { cma::write(pid, addr, s as *const u8, n) },
-        // SAFETY: the local destination lies inside a pinned range.
-        (Place::Local(d), Place::Cma { pid, addr }) => unsafe { cma::read(pid, d as *mut u8, addr, n) },
+        (Place::Local(d), Place::Cma { pid, addr }) => read_ordered(pid, d, addr, n),
         (Place::Proxy(r), Place::Local(s)) => super::proxy::write(r, s as *const u8, n),
         (Place::Local(d), Place::Proxy(r)) => super::proxy::read(r, d as *mut u8, n),
         // A request moves bytes between the requester's own memory and one responder:
@@ -355,6 +354,32 @@ pub(crate) fn copy_message(dst: &PinList<'_>, dst_offset: usize, src: Source<'_,
         }
     }
     Ok(copied)
+}
+
+/// Reads `n` bytes of process `pid` at `addr` into this process's `dst`, writing `dst`
+/// in increasing address order: the kernel's copy makes no ordering promise, so it fills
+/// a bounce buffer, which [`mem::copy`] then places (RDMA READ is claimed in order).
+fn read_ordered(pid: i32, dst: usize, addr: usize, n: usize) -> Result<(), CmaError> {
+    const CHUNK: usize = 64 * 1024;
+    thread_local! {
+        static BOUNCE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BOUNCE.with_borrow_mut(|b| {
+        if b.len() < CHUNK.min(n) {
+            b.resize(CHUNK.min(n), 0);
+        }
+        let mut off = 0;
+        while off < n {
+            let piece = (n - off).min(CHUNK);
+            // SAFETY: `b` holds at least `piece` bytes and is this thread's own buffer.
+            unsafe { cma::read(pid, b.as_mut_ptr(), addr + off, piece)? };
+            // SAFETY: the destination piece lies inside a pinned range; the source is
+            // the bounce buffer just filled.
+            unsafe { mem::copy((dst + off) as *mut u8, b.as_ptr(), piece) };
+            off += piece;
+        }
+        Ok(())
+    })
 }
 
 fn advance(p: Place, by: usize) -> Place {

@@ -161,10 +161,23 @@ impl MrInner {
         if self.valid.swap(false, Ordering::SeqCst) {
             self.record().state.store(KEY_STATE_INVALID, Ordering::SeqCst);
             self.wait_idle();
+            self.count_cma(-1);
             self.dev.keys.remove(self.key);
         }
         if !self.released.swap(true, Ordering::AcqRel) {
             self.desc.read().expect("mr desc").pd.release();
+        }
+    }
+
+    /// Counts the region in (`+1`) or out of (`-1`) the device's regions peers reach
+    /// with cross-memory attach, if it is one.
+    fn count_cma(&self, by: isize) {
+        if self.desc.read().expect("mr desc").mem.is_none() {
+            if by > 0 {
+                self.dev.cma_regions.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.dev.cma_regions.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
 
@@ -374,6 +387,7 @@ impl Mr {
             drop(inner);
             return Err(e);
         }
+        inner.count_cma(1);
         Ok(Mr { inner })
     }
 
@@ -616,7 +630,13 @@ impl Mr {
             d.addr = addr;
             d.len = len;
             d.iova = if d.access.contains(Access::ZERO_BASED) { 0 } else { addr as u64 };
+            let was_private = d.mem.is_none();
             d.mem = caller_memory(self.inner.dev, addr, len);
+            match (was_private, d.mem.is_none()) {
+                (true, false) => drop(self.inner.dev.cma_regions.fetch_sub(1, Ordering::AcqRel)),
+                (false, true) => drop(self.inner.dev.cma_regions.fetch_add(1, Ordering::AcqRel)),
+                _ => {}
+            }
         }
         let mut record = d.record(KEY_STATE_VALID);
         record.key = self.inner.key;

@@ -873,7 +873,13 @@ impl Qp {
     /// at this QP by its own reads), RDMA WRITE and SEND (data placed by peers) are
     /// answered, for the QP types that carry them; other opcodes give 0.
     /// rverbs places data with [`crate::mem::copy`], in increasing address order on
-    /// x86-64; elsewhere it claims nothing.
+    /// x86-64; elsewhere it claims nothing. One path is not ordered: a peer process
+    /// writing into this process's private memory with cross-memory attach (a kernel
+    /// copy). So RDMA WRITE and SEND, which peers place here, are claimed only if the
+    /// QP's writer is this process (a connected QP whose destination is here), or no
+    /// region of this process is reached that way now (regions allocated by the library
+    /// or made shareable, `RVERBS_SHARED_MR=1`, or `RVERBS_CMA=off`). RDMA READ responses
+    /// are always placed by this process's ordered copy.
     pub fn data_in_order(&self, op: WrOpcode, flags: u32) -> u32 {
         const RETURN_CAPS: u32 = 1;
         const WHOLE_MSG: u32 = 1;
@@ -893,12 +899,26 @@ impl Qp {
                 | WrOpcode::SendWithImm
                 | WrOpcode::SendWithInv
         ) && (op.allowed_on(self.inner.qp_type) || self.inner.qp_type == QpType::XrcRecv);
-        let caps = if answered && crate::mem::ORDERED { WHOLE_MSG | ALIGNED_128 } else { 0 };
+        let placed_by_peers = op != WrOpcode::RdmaRead;
+        let ordered = crate::mem::ORDERED && (!placed_by_peers || self.writer_is_here() || !self.inner.pd.ctx.dev.peers_copy_unordered());
+        let caps = if answered && ordered { WHOLE_MSG | ALIGNED_128 } else { 0 };
         if flags & RETURN_CAPS != 0 {
             caps
         } else {
             u32::from(caps & WHOLE_MSG != 0)
         }
+    }
+
+    /// Whether only this process can write into this QP: it is connected (RTR or later)
+    /// to a QP of this process.
+    fn writer_is_here(&self) -> bool {
+        let q = &self.inner;
+        if !matches!(q.qp_type, QpType::Rc | QpType::Uc | QpType::XrcRecv) {
+            return false;
+        }
+        let dest = q.attrs.lock().expect("qp attrs").dest_qp_num;
+        crate::transport::route::accepts_requests(q.state())
+            && crate::transport::route::endpoint_of(dest) == q.pd.ctx.dev.ep()
     }
 
     /// Destroys the QP (ibv_destroy_qp(3)) after every asynchronous event delivered for
