@@ -39,7 +39,17 @@ impl PdInner {
     }
 }
 
+/// PD handles: the next never used, and those of dropped PDs (reused first, so a
+/// process that allocates and frees PDs forever never runs out).
 static NEXT_PD: AtomicU32 = AtomicU32::new(1);
+static FREE_PDS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // Nothing names the handle any more: its regions, QPs and SRQs held the PD.
+        FREE_PDS.lock().expect("pd handles").push(self.id);
+    }
+}
 
 /// A protection domain (`struct ibv_pd`). Cloning shares it.
 #[derive(Clone)]
@@ -55,10 +65,18 @@ impl std::fmt::Debug for Pd {
 
 impl Pd {
     pub(crate) fn new(ctx: Arc<ContextInner>) -> Result<Self> {
-        let id = NEXT_PD.fetch_add(1, Ordering::Relaxed);
-        if id > crate::device::limits::MAX_PD {
-            return Err(Error::Exhausted { what: "protection domains" });
-        }
+        let reused = FREE_PDS.lock().expect("pd handles").pop();
+        let id = match reused {
+            Some(id) => id,
+            None => {
+                let id = NEXT_PD.fetch_add(1, Ordering::Relaxed);
+                if id > crate::device::limits::MAX_PD {
+                    NEXT_PD.fetch_sub(1, Ordering::Relaxed);
+                    return Err(Error::Exhausted { what: "protection domains" });
+                }
+                id
+            }
+        };
         Ok(Pd {
             inner: Arc::new(PdInner { ctx, id, users: AtomicU32::new(0) }),
         })

@@ -199,6 +199,7 @@ impl Srq {
     /// (ibv_create_srq_ex(3) with IBV_SRQT_XRC). Memory checks of messages steered into
     /// it use this SRQ's PD.
     pub fn new_xrc(pd: &crate::Pd, init: &SrqInit, xrcd: &Xrcd, cq: &Cq) -> Result<Self> {
+        xrcd.check_open("create_srq_ex")?;
         if !Arc::ptr_eq(&xrcd.inner().ctx, &pd.inner().ctx) || !Arc::ptr_eq(&cq.inner().ctx, &pd.inner().ctx) {
             return Err(Error::invalid("create_srq_ex", "XRC domain or CQ of another context"));
         }

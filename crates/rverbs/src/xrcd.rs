@@ -57,6 +57,9 @@ impl XrcdInner {
 #[derive(Clone)]
 pub struct Xrcd {
     inner: Arc<XrcdInner>,
+    /// This opener's handle was closed (each `open_xrcd` returns its own handle, even
+    /// for a domain shared through a file).
+    closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Xrcd {
@@ -74,7 +77,7 @@ impl Context {
     pub fn open_xrcd(&self, file: Option<BorrowedFd<'_>>, oflags: i32) -> Result<Xrcd> {
         let ctx = self.inner().clone();
         let Some(fd) = file else {
-            return Ok(Xrcd { inner: XrcdInner::new(self)? });
+            return Ok(Xrcd::handle(XrcdInner::new(self)?));
         };
         let st = rustix::fs::fstat(fd)?;
         let id = (st.st_dev, st.st_ino);
@@ -84,7 +87,7 @@ impl Context {
             if oflags & libc::O_EXCL != 0 {
                 return Err(Error::invalid("open_xrcd", "a domain exists for the file (O_EXCL)"));
             }
-            return Ok(Xrcd { inner: existing });
+            return Ok(Xrcd::handle(existing));
         }
         if oflags & libc::O_CREAT == 0 {
             return Err(Error::Again { verb: "open_xrcd", why: "no domain for the file and no O_CREAT" });
@@ -92,7 +95,7 @@ impl Context {
         let inner = XrcdInner::new(self)?;
         inner.shared.store(true, Ordering::Release);
         map.insert(id, Arc::downgrade(&inner));
-        Ok(Xrcd { inner })
+        Ok(Xrcd::handle(inner))
     }
 }
 
@@ -111,13 +114,26 @@ impl XrcdInner {
 }
 
 impl Xrcd {
+    fn handle(inner: Arc<XrcdInner>) -> Xrcd {
+        Xrcd { inner, closed: Arc::default() }
+    }
+
     pub(crate) fn inner(&self) -> &Arc<XrcdInner> {
         &self.inner
+    }
+
+    /// Fails once this handle was closed.
+    pub(crate) fn check_open(&self, verb: &'static str) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::invalid(verb, "the XRC domain was closed"));
+        }
+        Ok(())
     }
 
     /// Creates an XRC target QP (`IBV_QPT_XRC_RECV`): it has no send or receive queue
     /// and no CQs; messages it receives land in the XRC SRQ they name.
     pub fn create_recv_qp(&self, qp_context: usize) -> Result<Qp> {
+        self.check_open("create_qp")?;
         let pd = Pd::from_inner(self.inner.pd.clone());
         let cq = Cq::from_inner(self.inner.cq.clone());
         let init = QpInit {
@@ -130,10 +146,14 @@ impl Xrcd {
     /// Closes the domain (ibv_close_xrcd(3)).
     ///
     /// Errors: `EBUSY` while XRC SRQs or target QPs use a private domain (a domain
-    /// shared through a file only loses this opener's reference, as in the kernel).
+    /// shared through a file only loses this opener's reference, as in the kernel);
+    /// `EINVAL` if this handle is already closed.
     pub fn close(&self) -> Result<()> {
         if !self.inner.shared.load(Ordering::Acquire) && self.inner.users.load(Ordering::Acquire) != 0 {
             return Err(Error::Busy { what: "XRC domain" });
+        }
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Err(Error::Destroyed { what: "XRC domain" });
         }
         Ok(())
     }

@@ -77,6 +77,20 @@ fn dealloc_pd_is_busy_while_regions_exist() {
     assert!(pd.alloc_mr(64, Access::LOCAL_WRITE).is_err(), "a deallocated PD takes nothing");
 }
 
+/// PD handles of deallocated PDs are reused: a process that allocates and frees PDs
+/// forever never exhausts `max_pd`, and live PDs never share a handle.
+#[test]
+fn pd_handles_are_reused_after_dealloc() {
+    let ctx = open();
+    let max_pd = ctx.query_device().max_pd as usize;
+    let keep = ctx.alloc_pd().unwrap();
+    for _ in 0..=max_pd {
+        let pd = ctx.alloc_pd().unwrap();
+        assert_ne!(pd.handle(), keep.handle());
+        pd.dealloc().unwrap();
+    }
+}
+
 #[test]
 fn dereg_twice_fails() {
     let pd = open().alloc_pd().unwrap();

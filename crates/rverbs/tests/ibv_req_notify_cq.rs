@@ -119,6 +119,9 @@ fn channel_destroy_is_busy_while_a_cq_uses_it() {
     assert_eq!(ch.destroy().unwrap_err().errno(), libc::EBUSY);
     cq.destroy().unwrap();
     ch.destroy().unwrap();
+    // A destroyed channel serves no new CQ and cannot be destroyed again.
+    assert_eq!(ctx.create_cq(&CqInit::new(4).channel(&ch)).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(ch.destroy().unwrap_err().errno(), libc::EINVAL);
 }
 
 #[test]

@@ -132,6 +132,11 @@ fn xrc_objects_and_their_rules() {
     x.recv_qp.destroy().unwrap();
     x.srq.destroy().unwrap();
     x.xrcd.close().unwrap();
+    // A closed handle opens nothing and cannot be closed again.
+    assert_eq!(x.xrcd.create_recv_qp(0).unwrap_err().errno(), libc::EINVAL);
+    let init = SrqInit { max_wr: 4, max_sge: 1, ..SrqInit::default() };
+    assert_eq!(x.pd.create_srq_xrc(&init, &x.xrcd, &x.cq).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(x.xrcd.close().unwrap_err().errno(), libc::EINVAL);
 }
 
 #[test]

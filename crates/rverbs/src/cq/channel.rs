@@ -37,11 +37,16 @@ pub(crate) struct ChannelInner {
     pub(crate) id: u32,
     fifo: Fifo,
     users: AtomicU32,
+    destroyed: std::sync::atomic::AtomicBool,
 }
 
 impl ChannelInner {
     pub(crate) fn attach(&self) {
         self.users.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
     }
 
     pub(crate) fn detach(&self) {
@@ -112,7 +117,9 @@ impl CompChannel {
         let dev = ctx.dev;
         let id = dev.new_id();
         let fifo = Fifo::create(&dev.dir.join(fifo_name(id)))?;
-        Ok(CompChannel { inner: Arc::new(ChannelInner { ctx, id, fifo, users: AtomicU32::new(0) }) })
+        Ok(CompChannel {
+            inner: Arc::new(ChannelInner { ctx, id, fifo, users: AtomicU32::new(0), destroyed: Default::default() }),
+        })
     }
 
     pub(crate) fn inner(&self) -> &Arc<ChannelInner> {
@@ -145,10 +152,13 @@ impl CompChannel {
 
     /// Destroys the channel (ibv_destroy_comp_channel(3)).
     ///
-    /// Errors: `EBUSY` while CQs use it.
+    /// Errors: `EBUSY` while CQs use it; `EINVAL` if already destroyed.
     pub fn destroy(&self) -> Result<()> {
         if self.inner.users.load(Ordering::Acquire) != 0 {
             return Err(Error::Busy { what: "completion channel" });
+        }
+        if self.inner.destroyed.swap(true, Ordering::AcqRel) {
+            return Err(Error::Destroyed { what: "completion channel" });
         }
         Ok(())
     }

@@ -366,6 +366,9 @@ impl Cq {
             if !Arc::ptr_eq(&ch.inner().ctx, &ctx) {
                 return Err(Error::invalid("create_cq", "channel of another context"));
             }
+            if ch.inner().is_destroyed() {
+                return Err(Error::invalid("create_cq", "the completion channel was destroyed"));
+            }
         }
         let dev = ctx.dev;
         let id = dev.cqs.reserve()?;
