@@ -53,8 +53,8 @@ pub mod limits {
     pub const MAX_QP_RD_ATOM: u32 = 128;
     /// Responder resources for RDMA READ/atomic in all.
     pub const MAX_RES_RD_ATOM: u32 = 128 * 16_384;
-    /// Shared receive queues.
-    pub const MAX_SRQ: u32 = 1 << 16;
+    /// Shared receive queues (numbered like QPs).
+    pub const MAX_SRQ: u32 = crate::table::MAX_LOCAL_QPS;
     /// Work requests per SRQ.
     pub const MAX_SRQ_WR: u32 = 32_768;
     /// Scatter/gather entries per SRQ work request.

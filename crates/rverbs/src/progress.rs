@@ -193,7 +193,7 @@ fn run(p: &'static Progress) {
             }
         };
         let timeout = next.map(|d| {
-            // Round up so the wait never ends before the deadline.
+            // An early wake-up is harmless: the loop checks the deadline again.
             rustix::time::Timespec {
                 tv_sec: d.as_secs() as i64,
                 tv_nsec: i64::from(d.subsec_nanos()),

@@ -421,6 +421,26 @@ fn a_peer_in_reset_does_not_answer() {
     assert_eq!(poll_one(&a.cq).status(), WcStatus::RetryExcErr);
 }
 
+/// A QP connected to another QP does not answer a third one aiming at it (RC carries no
+/// source QPN; on the wire the stray requests would fail the PSN check).
+#[test]
+fn a_qp_answers_only_the_qp_it_is_connected_to() {
+    let path = Path { timeout: 1, retry_cnt: 1, ..PATH };
+    let (a, b) = pair_with(QpType::Rc, &path, 64, CAP);
+    let stray = side(QpType::Rc);
+    to_init(&stray.qp, ALL_ACCESS);
+    to_rtr(&stray.qp, &stray.ctx, b.qp.qp_num(), &path);
+    to_rts(&stray.qp, &path);
+    let sge = [stray.mr.sge(0, 8).unwrap()];
+    let rkey = b.mr.rkey();
+    stray.qp.post_send(&[SendWr::write(1, &sge, b.mr.iova(), rkey).signaled()]).unwrap();
+    assert_eq!(poll_one(&stray.cq).status(), WcStatus::RetryExcErr);
+    // The connected requester still is.
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(2, &sge, b.mr.iova(), rkey).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+}
+
 #[test]
 fn entering_err_flushes_every_outstanding_request() {
     let path = Path { rnr_retry: 7, min_rnr_timer: 31, ..PATH };

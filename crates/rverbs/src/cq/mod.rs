@@ -518,9 +518,13 @@ impl Cq {
         };
         new.inherit(&seg);
         let ignore = self.inner.flags.contains(CqCreateFlags::IGNORE_OVERRUN);
-        seg.ring().drain(|e| {
-            let _ = new.ring().push(&e, ignore);
-        });
+        // Purged completions are dropped on the way: the purge records hold positions of
+        // the old ring, which mean nothing in the new one.
+        while let Some(c) = self.inner.pop_live(seg.ring()) {
+            let _ = new.ring().push(&c.encode(), ignore);
+        }
+        self.inner.purges.lock().expect("cq purges").clear();
+        self.inner.purging.store(false, Ordering::Release);
         // The new generation becomes current, then producers that meet the frozen one
         // follow the mark (this process's reload `current`; peers open the segment the
         // record names).

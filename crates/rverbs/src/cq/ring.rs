@@ -254,13 +254,6 @@ impl Ring {
         }
     }
 
-    /// Drains every published CQE into `f`, oldest first (used by resize).
-    pub(crate) fn drain(&self, mut f: impl FnMut([u64; DATA_WORDS])) {
-        while let Pop::Entry(e, _) = self.pop() {
-            f(e);
-        }
-    }
-
     /// The position the next CQE will take: every CQE reserved so far is below it.
     pub(crate) fn tail(&self) -> u64 {
         self.hdr().tail.load(Ordering::Acquire)

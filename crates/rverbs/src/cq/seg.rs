@@ -178,11 +178,18 @@ impl CqSeg {
         fence(Ordering::SeqCst);
     }
 
-    /// Starts a resize: stops new producers and waits for those inside to leave.
+    /// Starts a resize: stops new producers and waits for those inside to leave — at
+    /// most two seconds: a peer that died inside `publish` never leaves (its completion,
+    /// if it still comes, may then be lost with the old generation).
     pub(crate) fn freeze(&self) {
         let sh = self.shm();
         sh.producers.fetch_or(RESIZING, Ordering::AcqRel);
+        let start = std::time::Instant::now();
         while sh.producers.load(Ordering::Acquire) & !RESIZING != 0 {
+            if start.elapsed() > std::time::Duration::from_secs(2) {
+                tracing::warn!("a producer never left a CQ being resized; a peer may have died in it");
+                return;
+            }
             std::thread::yield_now();
         }
     }

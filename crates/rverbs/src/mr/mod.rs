@@ -187,8 +187,9 @@ impl MrInner {
         let start = Instant::now();
         while busy.load(Ordering::SeqCst) != 0 {
             if start.elapsed() > IDLE_WAIT {
+                // The count stays as it is: a slow accessor that finishes later still
+                // decrements it correctly.
                 tracing::warn!(key = self.key, "gave up waiting for accesses to a region; a peer may have died in one");
-                busy.store(0, Ordering::SeqCst);
                 return;
             }
             std::thread::yield_now();

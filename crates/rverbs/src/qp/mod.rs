@@ -458,6 +458,7 @@ impl Qp {
         rec.ctx.store(ctx.id, Ordering::Relaxed);
         rec.flags.store(0, Ordering::Relaxed);
         rec.path_mtu.store(Mtu::Mtu256.bytes(), Ordering::Relaxed);
+        rec.dest_qpn.store(0, Ordering::Relaxed);
         rec.set_dgid(Gid::default());
         rec.qpn.store(qpn, Ordering::Release);
         let inner = Arc::new(QpInner {
@@ -654,6 +655,7 @@ impl Qp {
         q.rec.max_dest_rd_atomic.store(u32::from(a.max_dest_rd_atomic), Ordering::Release);
         q.rec.qkey.store(a.qkey, Ordering::Release);
         q.rec.path_mtu.store(a.path_mtu.bytes(), Ordering::Release);
+        q.rec.dest_qpn.store(a.dest_qp_num, Ordering::Release);
         if let Some(grh) = a.ah_attr.grh {
             q.rec.set_dgid(grh.dgid);
         }

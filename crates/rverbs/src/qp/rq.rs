@@ -53,8 +53,17 @@ struct RqHdr {
     /// An SRQ that was resized: the generation that replaced this segment.
     moved: AtomicU32,
     _pad: AtomicU32,
-    head: AtomicU64,
-    count: AtomicU64,
+    /// `head << 32 | count`, stored in one write so a holder that dies between updates
+    /// never leaves the two inconsistent.
+    state: AtomicU64,
+}
+
+fn pack(head: usize, count: usize) -> u64 {
+    (head as u64) << 32 | count as u64
+}
+
+fn unpack(state: u64) -> (usize, usize) {
+    ((state >> 32) as usize, (state & 0xffff_ffff) as usize)
 }
 
 // SAFETY: atomics only.
@@ -145,7 +154,13 @@ impl RecvRing {
 
     /// Receives queued (a snapshot).
     pub(crate) fn len(&self) -> usize {
-        self.hdr().count.load(Ordering::Acquire) as usize
+        unpack(self.hdr().state.load(Ordering::Acquire)).1
+    }
+
+    /// The queue's head and count, clamped to the ring (a peer may have written anything).
+    fn load_state(&self) -> (usize, usize) {
+        let (head, count) = unpack(self.hdr().state.load(Ordering::Acquire));
+        (head % self.cap, count.min(self.cap))
     }
 
     /// The SRQ limit (0: not armed).
@@ -177,11 +192,11 @@ impl RecvRing {
                 let error = Error::TooManySge { max: self.max_sge as u32, got: wr.sg_list.len() as u32 };
                 return Err(PostError { index, error });
             }
-            let count = h.count.load(Ordering::Relaxed) as usize;
+            let (head, count) = self.load_state();
             if count >= self.cap {
                 return Err(PostError { index, error: Error::QueueFull { verb, max: self.cap as u32 } });
             }
-            let i = ((h.head.load(Ordering::Relaxed) as usize) + count) % self.cap;
+            let i = (head + count) % self.cap;
             let s = self.slot(i);
             s[0].store(wr.wr_id, Ordering::Relaxed);
             s[1].store(wr.sg_list.len() as u64, Ordering::Relaxed);
@@ -190,7 +205,7 @@ impl RecvRing {
                 s[3 + 2 * k].store(u64::from(sge.length) | u64::from(sge.lkey) << 32, Ordering::Relaxed);
             }
             on_slot(i, wr);
-            h.count.store(count as u64 + 1, Ordering::Release);
+            h.state.store(pack(head, count + 1), Ordering::Release);
         }
         Ok(())
     }
@@ -199,17 +214,15 @@ impl RecvRing {
     pub(crate) fn take(&self) -> Option<Taken> {
         let _g = self.lock();
         let h = self.hdr();
-        let count = h.count.load(Ordering::Relaxed);
+        let (head, count) = self.load_state();
         if count == 0 {
             return None;
         }
-        let head = h.head.load(Ordering::Relaxed) as usize % self.cap;
         let wqe = self.read_slot(head);
-        h.head.store(((head + 1) % self.cap) as u64, Ordering::Relaxed);
         let left = count - 1;
-        h.count.store(left, Ordering::Release);
+        h.state.store(pack((head + 1) % self.cap, left), Ordering::Release);
         let limit = h.limit.load(Ordering::Acquire);
-        let limit_fired = limit != 0 && left < u64::from(limit) && {
+        let limit_fired = limit != 0 && (left as u64) < u64::from(limit) && {
             h.limit.store(0, Ordering::Release);
             true
         };
@@ -232,23 +245,20 @@ impl RecvRing {
     /// Removes every receive, oldest first, returning their wr_ids.
     pub(crate) fn drain(&self) -> Vec<u64> {
         let _g = self.lock();
-        let h = self.hdr();
-        let count = h.count.load(Ordering::Relaxed) as usize;
-        let head = h.head.load(Ordering::Relaxed) as usize;
+        let (head, count) = self.load_state();
         let out = (0..count).map(|k| self.slot((head + k) % self.cap)[0].load(Ordering::Relaxed)).collect();
-        h.head.store(((head + count) % self.cap) as u64, Ordering::Relaxed);
-        h.count.store(0, Ordering::Release);
+        self.hdr().state.store(pack((head + count) % self.cap, 0), Ordering::Release);
         out
     }
 
     /// Moves every receive of `old` (oldest first) into this ring and marks `old` as
     /// replaced by generation `gen` (an SRQ resize; the caller checked the room).
-    pub(crate) fn absorb(&self, old: &RecvRing, gen: u32) {
+    /// Returns where they were in `old` (head, count).
+    pub(crate) fn absorb(&self, old: &RecvRing, gen: u32) -> (usize, usize) {
         let _go = old.lock();
         let _g = self.lock();
         let (oh, h) = (old.hdr(), self.hdr());
-        let n = old.hdr().count.load(Ordering::Relaxed) as usize;
-        let ohead = oh.head.load(Ordering::Relaxed) as usize;
+        let (ohead, n) = old.load_state();
         let sges = self.max_sge.min(old.max_sge);
         for k in 0..n.min(self.cap) {
             let w = old.read_slot((ohead + k) % old.cap);
@@ -261,10 +271,10 @@ impl RecvRing {
             }
         }
         h.limit.store(oh.limit.load(Ordering::Acquire), Ordering::Relaxed);
-        h.head.store(0, Ordering::Relaxed);
-        h.count.store(n.min(self.cap) as u64, Ordering::Release);
-        oh.count.store(0, Ordering::Relaxed);
+        h.state.store(pack(0, n.min(self.cap)), Ordering::Release);
+        oh.state.store(pack(ohead, 0), Ordering::Relaxed);
         oh.moved.store(gen, Ordering::Release);
+        (ohead, n.min(self.cap))
     }
 }
 
@@ -329,9 +339,19 @@ impl RecvQueue {
         ids
     }
 
-    /// Moves the receives of `old` into this queue (SRQ resize).
+    /// Moves the receives of `old` into this queue (SRQ resize), with the regions they
+    /// keep registered.
     pub(crate) fn absorb(&self, old: &RecvQueue, gen: u32) {
-        self.ring.absorb(&old.ring, gen);
+        let (ohead, n) = self.ring.absorb(&old.ring, gen);
+        let mut keep = self.keep.lock().expect("rq keep");
+        let mut okeep = old.keep.lock().expect("rq keep");
+        let per = self.ring.max_sge.min(old.ring.max_sge);
+        for k in 0..n {
+            let from = (ohead + k) % old.ring.cap;
+            for j in 0..per {
+                keep[k * self.ring.max_sge + j] = okeep[from * old.ring.max_sge + j].take();
+            }
+        }
     }
 
     /// Receives queued.

@@ -275,7 +275,11 @@ impl SendQueue {
         }
         let carries_data = matches!(
             op,
-            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWrite
+                | WrOpcode::RdmaWriteWithImm
         );
         if inline_flag && !carries_data {
             return Err(Error::invalid(verb, "inline data on an opcode that sends none"));

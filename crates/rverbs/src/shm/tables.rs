@@ -79,7 +79,8 @@ pub(crate) struct QpRecord {
     pub(crate) flags: AtomicU32,
     /// Path MTU in bytes.
     pub(crate) path_mtu: AtomicU32,
-    _pad0: AtomicU32,
+    /// The QP it is connected to (RC, UC, XRC): requests from any other QP are dropped.
+    pub(crate) dest_qpn: AtomicU32,
     /// The destination GID of the QP's path, big-endian halves: RC/UC accept requests
     /// only from it.
     pub(crate) dgid: [AtomicU64; 2],

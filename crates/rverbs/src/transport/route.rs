@@ -3,7 +3,9 @@
 //! Rule (rxe, rocev2-wire.md §3.3): the destination GID must be this device's; the QP
 //! must exist with the matching transport (XRC initiators reach XRC targets) and accept
 //! requests (RTR or later, not ERR); and, as rxe checks the packet's IP addresses, its
-//! path must point back at the requester's source GID. An XRC request must name an XRC
+//! path must point back at the requester's source GID, and — standing in for the PSN
+//! check a stray packet would fail — it must be connected to the requesting QP. An XRC
+//! request must name an XRC
 //! SRQ of the target's domain; otherwise it is dropped (the unmerged rxe XRC series;
 //! IBTA A14 unverified). A request that finds no responder goes unanswered.
 //!
@@ -42,12 +44,13 @@ pub(crate) fn endpoint_of(num: u32) -> u32 {
 
 impl Routed {
     /// Whether this responder still takes `wqe` from a requester with path `req`.
-    fn still_valid(&self, req: &ReqView, wqe: &SendWqe, xrc: bool) -> bool {
+    fn still_valid(&self, me: u32, req: &ReqView, wqe: &SendWqe, xrc: bool) -> bool {
         match self {
             Routed::Local(t) => {
                 !t.qp.is_destroyed()
                     && accepts_requests(t.qp.state())
                     && t.qp.rec.dgid() == req.sgid
+                    && t.qp.rec.dest_qpn.load(Ordering::Acquire) == me
                     && (!xrc || t.srq.as_ref().is_some_and(|s| s.srqn == wqe.xrc_srqn && !s.is_destroyed()))
             }
             Routed::Peer(t) => {
@@ -55,6 +58,7 @@ impl Routed {
                 t.still_valid()
                     && accepts_requests(rec.state())
                     && rec.dgid() == req.sgid
+                    && rec.dest_qpn.load(Ordering::Acquire) == me
                     && (!xrc
                         || matches!(t.recv, PeerRecv::Srq(n) if n == wqe.xrc_srqn
                             && t.peer.tables().srq(n).srqn.load(Ordering::Acquire) == n))
@@ -72,7 +76,7 @@ pub(crate) fn connected<'c>(
     cache: &'c mut Option<Routed>,
 ) -> Option<&'c Routed> {
     let xrc = qp.qp_type == QpType::XrcSend;
-    if cache.as_ref().is_some_and(|r| r.still_valid(req, wqe, xrc)) {
+    if cache.as_ref().is_some_and(|r| r.still_valid(qp.qpn, req, wqe, xrc)) {
         return cache.as_ref();
     }
     *cache = find(qp, req, wqe);
@@ -87,10 +91,14 @@ fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
     let peer_type = if qp.qp_type == QpType::XrcSend { QpType::XrcRecv } else { qp.qp_type };
     let ep = endpoint_of(req.dest_qpn);
     if ep != dev.ep() {
-        return find_peer(dev, ep, peer_type, req, wqe).map(Routed::Peer);
+        return find_peer(dev, ep, peer_type, qp.qpn, req, wqe).map(Routed::Peer);
     }
     let t = dev.qps.get(req.dest_qpn)?;
-    if t.qp_type != peer_type || !accepts_requests(t.state()) || t.rec.dgid() != req.sgid {
+    if t.qp_type != peer_type
+        || !accepts_requests(t.state())
+        || t.rec.dgid() != req.sgid
+        || t.rec.dest_qpn.load(Ordering::Acquire) != qp.qpn
+    {
         return None;
     }
     if qp.qp_type != QpType::XrcSend {
@@ -105,7 +113,7 @@ fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
 }
 
 /// As [`find`], for a QP of peer endpoint `ep`, read from its tables.
-fn find_peer(dev: &DeviceInner, ep: u32, peer_type: QpType, req: &ReqView, wqe: &SendWqe) -> Option<PeerTarget> {
+fn find_peer(dev: &DeviceInner, ep: u32, peer_type: QpType, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<PeerTarget> {
     let peer = dev.reg.as_ref()?.peer(ep).ok()?;
     let qpn = req.dest_qpn;
     let rec = peer.tables().qp(qpn);
@@ -113,6 +121,7 @@ fn find_peer(dev: &DeviceInner, ep: u32, peer_type: QpType, req: &ReqView, wqe: 
         || rec.qp_type() != Some(peer_type)
         || !accepts_requests(rec.state())
         || rec.dgid() != req.sgid
+        || rec.dest_qpn.load(Ordering::Acquire) != me
     {
         return None;
     }
