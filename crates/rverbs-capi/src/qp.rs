@@ -513,11 +513,11 @@ export! {
 // ---------------------------------------------------------------------------------------
 
 /// Work requests translated per call of the core's post (bounded stack use).
-const SEND_CHUNK: usize = 16;
+const SEND_CHUNK: usize = 4;
 /// Inline pieces (one per SGE of an `IBV_SEND_INLINE` request) per chunk.
-const INLINE_SLOTS: usize = 64;
+const INLINE_SLOTS: usize = rverbs::device::limits::MAX_SGE as usize;
 /// Receive work requests translated per call of the core's post.
-const RECV_CHUNK: usize = 32;
+const RECV_CHUNK: usize = 8;
 
 /// More scatter/gather entries than any queue of the device accepts: refused before a
 /// slice is formed, so a wild `num_sge` never makes us read past the caller's array.

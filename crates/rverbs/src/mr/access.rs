@@ -47,8 +47,6 @@ pub(crate) struct Pinned<'a> {
     /// cross-memory attach, which cannot execute a CPU atomic (IBV_ATOMIC_HCA: the device's
     /// atomics are atomic among themselves).
     host_atomics: bool,
-    /// A peer's shared segment holding the bytes, kept mapped while they move.
-    _map: Option<Arc<Segment>>,
 }
 
 impl Drop for Pinned<'_> {
@@ -111,23 +109,25 @@ pub(crate) enum KeyUse {
     Remote { qpn: u32 },
 }
 
-/// The last shared segment of a peer a requester reached memory in (most traffic goes
-/// to one region per peer: the lookup by name is skipped).
+/// The shared segments of a peer a requester reached memory in, kept mapped for the
+/// cache's life (a requester keeps one per connection): pinned ranges in them stay
+/// valid without taking a reference per access, and the lookup by name is skipped.
 #[derive(Default)]
 pub(crate) struct SegCache {
-    last: std::cell::RefCell<Option<(u64, Arc<Segment>)>>,
+    /// Append-only: an entry is never dropped before the cache.
+    segs: std::cell::RefCell<Vec<(u64, Arc<Segment>)>>,
 }
 
 impl SegCache {
-    fn get(&self, peer: &Peer, id: u64) -> Option<Arc<Segment>> {
-        if let Some((i, s)) = &*self.last.borrow() {
-            if *i == id {
-                return Some(s.clone());
-            }
+    /// The address and length of peer segment `id`, mapped until the cache drops.
+    fn get(&self, peer: &Peer, id: u64) -> Option<(usize, usize)> {
+        if let Some((_, s)) = self.segs.borrow().iter().rev().find(|(i, _)| *i == id) {
+            return Some((s.addr(), s.len()));
         }
         let seg = peer.segment(&super::segment_name(id)).ok()?;
-        *self.last.borrow_mut() = Some((id, seg.clone()));
-        Some(seg)
+        let at = (seg.addr(), seg.len());
+        self.segs.borrow_mut().push((id, seg));
+        Some(at)
     }
 }
 
@@ -198,44 +198,45 @@ impl<'a> KeySpace<'a> {
     fn hold(&self, key: u32, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<Pinned<'a>, Fault> {
         let rec = self.tables.key(key >> 8).ok_or(Fault::Key)?;
         let mr = if d.kind == KEY_KIND_MR { rec } else { self.tables.key(d.mr_index).ok_or(Fault::Key)? };
-        mr.busy.fetch_add(1, Ordering::SeqCst);
+        let busy: &'a AtomicU32 = if self.peer.is_some() { &mr.busy_remote } else { &mr.busy_local };
+        busy.fetch_add(1, Ordering::SeqCst);
         let still = rec.state.load(Ordering::SeqCst) == KEY_STATE_VALID
             && rec.key.load(Ordering::SeqCst) == key
             && mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
         let placed = if still { self.place(d, off, len, via) } else { Err(Fault::Key) };
         match placed {
-            Ok((place, map)) => Ok(Pinned {
-                busy: &mr.busy,
+            Ok(place) => Ok(Pinned {
+                busy,
                 place,
                 len: len as usize,
                 host_atomics: d.loc == 0 && crate::device::device().shared(),
-                _map: map,
             }),
             Err(f) => {
-                mr.busy.fetch_sub(1, Ordering::SeqCst);
+                busy.fetch_sub(1, Ordering::SeqCst);
                 Err(f)
             }
         }
     }
 
-    fn place(&self, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<(Place, Option<Arc<Segment>>), Fault> {
+    fn place(&self, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<Place, Fault> {
         let Some((peer, cache)) = self.peer else {
-            return Ok((Place::Local((d.va + off) as usize), None));
+            return Ok(Place::Local((d.va + off) as usize));
         };
         if d.loc == 0 {
             if !peer.cma {
                 let r = super::proxy::ProxyRef { ep: peer.ep, key: via.key, pd: via.pd, used: via.used, need: via.need, va: via.va };
-                return Ok((Place::Proxy(r), None));
+                return Ok(Place::Proxy(r));
             }
-            return Ok((Place::Cma { pid: peer.pid, addr: d.va.wrapping_add(off) as usize }, None));
+            return Ok(Place::Cma { pid: peer.pid, addr: d.va.wrapping_add(off) as usize });
         }
-        let seg = cache.get(peer, d.loc).ok_or(Fault::Key)?;
+        let (base, seg_len) = cache.get(peer, d.loc).ok_or(Fault::Key)?;
         let start = d.seg_off.checked_add(off).ok_or(Fault::Bounds)?;
         // The record comes from another process: never trust it to stay in the mapping.
-        if start.checked_add(len).is_none_or(|end| end > seg.len() as u64) {
+        if start.checked_add(len).is_none_or(|end| end > seg_len as u64) {
             return Err(Fault::Bounds);
         }
-        Ok((Place::Local(seg.addr() + start as usize), Some(seg)))
+        // Mapped until the cache drops, which outlives every `Pinned` of this key space.
+        Ok(Place::Local(base + start as usize))
     }
 }
 

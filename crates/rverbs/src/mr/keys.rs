@@ -100,7 +100,8 @@ impl KeyTable {
             if slot.byte == key as u8 && slot.target.take().is_some() {
                 if let Some(r) = self.tables.key(key >> 8) {
                     r.write(&KeyDesc::default());
-                    r.busy.store(0, Ordering::Release);
+                    r.busy_local.store(0, Ordering::Release);
+                    r.busy_remote.store(0, Ordering::Release);
                 }
                 self.free.lock().expect("key table").push(key >> 8);
             }

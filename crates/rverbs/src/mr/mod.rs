@@ -183,9 +183,9 @@ impl MrInner {
 
     /// Waits until no access (of this process or a peer) is in progress.
     fn wait_idle(&self) {
-        let busy = &self.record().busy;
+        let rec = self.record();
         let start = Instant::now();
-        while busy.load(Ordering::SeqCst) != 0 {
+        while rec.busy() != 0 {
             if start.elapsed() > IDLE_WAIT {
                 // The count stays as it is: a slow accessor that finishes later still
                 // decrements it correctly.
@@ -213,7 +213,7 @@ impl MrInner {
     /// deregistration (`busy`).
     fn begin(&self) -> Option<Busy<'_>> {
         let desc = self.desc.read().expect("mr desc");
-        let busy = &self.record().busy;
+        let busy = &*self.record().busy_local;
         busy.fetch_add(1, Ordering::SeqCst);
         if self.valid.load(Ordering::SeqCst) {
             Some(Busy { desc, busy })

@@ -8,9 +8,9 @@
 //! | queue pairs | 65 536 | 128 | local index of the QPN (`qpn & 0xffff`) |
 //! | shared receive queues | 65 536 | 64 | local index of the SRQN |
 //! | completion queues | 65 536 | 16 | CQ number |
-//! | memory keys | 262 144 | 128 | key index (`key >> 8`) |
+//! | memory keys | 262 144 | 256 | key index (`key >> 8`) |
 //!
-//! About 45 MiB of address space; tmpfs commits a page only when a record in it is
+//! About 77 MiB of address space; tmpfs commits a page only when a record in it is
 //! written. A record names its object (the full QPN, SRQN, CQ number or key) so a peer
 //! holding a stale number finds a mismatch, never another object's record.
 //!
@@ -161,9 +161,52 @@ pub(crate) struct CqRecord {
 ///
 /// The owner changes the descriptive fields under the seqlock `seq` (odd while
 /// writing); readers copy them out with [`KeyRecord::read`] and retry on a change.
-#[repr(C, align(128))]
+/// The access counts are on cache lines of their own, one for this process's accesses
+/// and one for peers': a count written on every access must not evict the descriptor
+/// every reader needs, nor bounce between the owner and a peer writing into the
+/// region while the owner sends from it (what a latency ping-pong does).
+#[repr(C, align(256))]
 #[derive(Default)]
 pub(crate) struct KeyRecord {
+    pub(crate) desc: KeyFields,
+    /// Accesses in progress by the owner (records of regions only).
+    pub(crate) busy_local: Line,
+    /// Accesses in progress by peers (records of regions only).
+    pub(crate) busy_remote: Line,
+}
+
+/// A counter alone on its cache line.
+#[repr(C, align(64))]
+#[derive(Default)]
+pub(crate) struct Line(AtomicU32);
+
+impl std::ops::Deref for Line {
+    type Target = AtomicU32;
+
+    fn deref(&self) -> &AtomicU32 {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for KeyRecord {
+    type Target = KeyFields;
+
+    fn deref(&self) -> &KeyFields {
+        &self.desc
+    }
+}
+
+impl KeyRecord {
+    /// Accesses in progress, by anyone (deregistration waits for 0).
+    pub(crate) fn busy(&self) -> u32 {
+        self.busy_local.load(Ordering::SeqCst).wrapping_add(self.busy_remote.load(Ordering::SeqCst))
+    }
+}
+
+/// The descriptive fields of a [`KeyRecord`].
+#[repr(C, align(128))]
+#[derive(Default)]
+pub(crate) struct KeyFields {
     pub(crate) seq: AtomicU32,
     /// The key (index << 8 | key byte); 0 while the slot is free.
     pub(crate) key: AtomicU32,
@@ -175,12 +218,8 @@ pub(crate) struct KeyRecord {
     pub(crate) access: AtomicU32,
     /// Type 2 windows: the QP that bound it (only it may use it).
     pub(crate) qpn: AtomicU32,
-    /// Windows: the index of the region they are bound to (whose `busy` accesses count).
+    /// Windows: the index of the region they are bound to (whose accesses they count).
     pub(crate) mr_index: AtomicU32,
-    /// Accesses in progress, by anyone (deregistration waits for 0). Only used in the
-    /// records of regions.
-    pub(crate) busy: AtomicU32,
-    _pad0: AtomicU32,
     /// First address of the key's range in its IO address space.
     pub(crate) iova: AtomicU64,
     /// Length of the range.
@@ -222,7 +261,7 @@ pub(crate) struct KeyDesc {
     pub(crate) seg_off: u64,
 }
 
-impl KeyRecord {
+impl KeyFields {
     /// Copies the record out consistently (seqlock read).
     pub(crate) fn read(&self) -> KeyDesc {
         loop {
@@ -283,13 +322,13 @@ unsafe impl ShmSafe for QpRecord {}
 unsafe impl ShmSafe for SrqRecord {}
 // SAFETY: as above.
 unsafe impl ShmSafe for CqRecord {}
-// SAFETY: as above.
+// SAFETY: as above (the padding of the cache-padded counters is never read).
 unsafe impl ShmSafe for KeyRecord {}
 
 const _: () = assert!(std::mem::size_of::<QpRecord>() == 128);
 const _: () = assert!(std::mem::size_of::<SrqRecord>() == 64);
 const _: () = assert!(std::mem::size_of::<CqRecord>() == 16);
-const _: () = assert!(std::mem::size_of::<KeyRecord>() == 128);
+const _: () = assert!(std::mem::size_of::<KeyRecord>() == 256);
 
 /// The tables of one endpoint (this process's, or a peer's mapped).
 pub(crate) struct Tables {
