@@ -47,6 +47,7 @@ mod progress;
 pub mod qp;
 mod shm;
 pub mod srq;
+mod spin;
 mod sys;
 mod table;
 mod transport;

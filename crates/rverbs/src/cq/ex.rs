@@ -8,7 +8,7 @@
 //! Rule: `wr_id` and `status` are always available; `opcode`, `vendor_err` and
 //! `wc_flags` too (ibv_wc_read_opcode, ibv_wc_read_vendor_err, ibv_wc_read_wc_flags).
 
-use std::sync::MutexGuard;
+use crate::spin::SpinGuard;
 
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 
@@ -22,7 +22,7 @@ use crate::wc::Cqe;
 /// SINGLE_THREADED), as providers do between start_poll and end_poll.
 pub struct ExPoll<'a> {
     cq: &'a CqInner,
-    _consumer: Option<MutexGuard<'a, ()>>,
+    _consumer: Option<SpinGuard<'a, ()>>,
     entry: ExEntry,
 }
 

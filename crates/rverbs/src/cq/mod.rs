@@ -10,7 +10,9 @@ pub(crate) mod ring;
 pub(crate) mod seg;
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+
+use crate::spin::{SpinGuard, SpinMutex};
 
 use bitflags::bitflags;
 use rverbs_proto::verbs::EventType;
@@ -172,7 +174,7 @@ pub(crate) struct CqInner {
     pub(crate) id: u32,
     /// The generations of the shared segment.
     gens: Gens,
-    consumer: Mutex<()>,
+    consumer: SpinMutex<()>,
     pub(crate) flags: CqCreateFlags,
     pub(crate) wc_flags: WcExFlags,
     channel: Option<Arc<ChannelInner>>,
@@ -261,11 +263,11 @@ impl CqInner {
         self.cq_context.load(Ordering::Relaxed)
     }
 
-    fn lock_consumer(&self) -> Option<MutexGuard<'_, ()>> {
+    fn lock_consumer(&self) -> Option<SpinGuard<'_, ()>> {
         if self.flags.contains(CqCreateFlags::SINGLE_THREADED) {
             None
         } else {
-            Some(self.consumer.lock().expect("cq consumer"))
+            Some(self.consumer.lock())
         }
     }
 
@@ -398,7 +400,7 @@ impl Cq {
                 ctx,
                 id,
                 gens: Gens::new(seg),
-                consumer: Mutex::new(()),
+                consumer: SpinMutex::new(()),
                 flags: init.flags,
                 wc_flags: init.wc_flags,
                 channel: init.channel.map(|c| c.inner().clone()),
@@ -501,7 +503,7 @@ impl Cq {
         if cqe == 0 || cqe > limits::MAX_CQE {
             return Err(Error::invalid("resize_cq", "cqe out of range"));
         }
-        let _g = self.inner.consumer.lock().expect("cq consumer");
+        let _g = self.inner.consumer.lock();
         let seg = self.inner.gens.current();
         seg.freeze();
         if (cqe as usize) < seg.ring().len() {

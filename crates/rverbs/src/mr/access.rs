@@ -39,7 +39,9 @@ pub(crate) enum Place {
 
 /// An access in progress: keeps the region registered until dropped.
 pub(crate) struct Pinned<'a> {
-    busy: &'a AtomicU32,
+    /// The count this access is in (`None`: a local key of this process's own memory,
+    /// see [`KeySpace::hold`]).
+    busy: Option<&'a AtomicU32>,
     pub(crate) place: Place,
     /// Length of the accessed range.
     pub(crate) len: usize,
@@ -51,7 +53,9 @@ pub(crate) struct Pinned<'a> {
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        self.busy.fetch_sub(1, Ordering::SeqCst);
+        if let Some(b) = self.busy {
+            b.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -195,24 +199,33 @@ impl<'a> KeySpace<'a> {
 
     /// Counts the access in the region's `busy`, confirms the key is still valid (the
     /// owner invalidates first, then waits for `busy` to drain), and resolves the place.
+    ///
+    /// A local key of this process's own memory is not counted: such an access runs
+    /// inside the call that posted its work request, and ibv_dereg_mr(3) on a region a
+    /// request still names breaks the caller's contract (the Rust API keeps its regions
+    /// registered until completion). What the network writes — remote keys, and any key
+    /// of a peer — is always counted: deregistration must stop it.
     fn hold(&self, key: u32, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<Pinned<'a>, Fault> {
         let rec = self.tables.key(key >> 8).ok_or(Fault::Key)?;
         let mr = if d.kind == KEY_KIND_MR { rec } else { self.tables.key(d.mr_index).ok_or(Fault::Key)? };
-        let busy: &'a AtomicU32 = if self.peer.is_some() { &mr.busy_remote } else { &mr.busy_local };
-        busy.fetch_add(1, Ordering::SeqCst);
+        let busy: Option<&'a AtomicU32> = match (self.peer.is_some(), via.used) {
+            (false, KeyUse::Local) => None,
+            (false, _) => Some(&mr.busy_local),
+            (true, _) => Some(&mr.busy_remote),
+        };
+        if let Some(b) = busy {
+            b.fetch_add(1, Ordering::SeqCst);
+        }
         let still = rec.state.load(Ordering::SeqCst) == KEY_STATE_VALID
             && rec.key.load(Ordering::SeqCst) == key
             && mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
         let placed = if still { self.place(d, off, len, via) } else { Err(Fault::Key) };
         match placed {
-            Ok(place) => Ok(Pinned {
-                busy,
-                place,
-                len: len as usize,
-                host_atomics: d.loc == 0 && crate::device::device().shared(),
-            }),
+            Ok(place) => Ok(Pinned { busy, place, len: len as usize, host_atomics: d.loc == 0 && crate::device::device().shared() }),
             Err(f) => {
-                busy.fetch_sub(1, Ordering::SeqCst);
+                if let Some(b) = busy {
+                    b.fetch_sub(1, Ordering::SeqCst);
+                }
                 Err(f)
             }
         }

@@ -11,7 +11,7 @@
 //! Rule: the operations a QP may build are chosen at creation (`send_ops_flags`); asking
 //! for one the QP type does not support is EOPNOTSUPP at creation.
 
-use std::sync::MutexGuard;
+use crate::spin::SpinGuard;
 
 use bitflags::bitflags;
 use rverbs_proto::verbs::{QpState, QpType, SendFlags, WrOpcode};
@@ -123,7 +123,7 @@ struct Pending {
 /// A batch of work requests under construction (`ibv_wr_start` … `ibv_wr_complete`).
 pub struct WrBatch<'q> {
     qp: &'q Qp,
-    sq: MutexGuard<'q, SendQueue>,
+    sq: SpinGuard<'q, SendQueue>,
     /// Work requests queued before the batch started.
     mark: usize,
     error: Option<Error>,
@@ -145,7 +145,7 @@ impl Qp {
         if self.inner().send_ops.is_none() {
             return Err(Error::invalid("wr_start", "the QP was created without send_ops_flags"));
         }
-        let sq = self.inner().sq.lock().expect("sq");
+        let sq = self.inner().sq.lock();
         let mark = sq.len();
         Ok(WrBatch { qp: self, sq, mark, error: None, cur: None, inline: Box::new([0; MAX_INLINE]) })
     }

@@ -96,7 +96,7 @@ pub(crate) struct QpInner {
     /// peers alike), in the endpoint's shared tables.
     pub(crate) rec: &'static QpRecord,
     attrs: Mutex<QpAttr>,
-    pub(crate) sq: Mutex<SendQueue>,
+    pub(crate) sq: crate::spin::SpinMutex<SendQueue>,
     sq_pending: AtomicBool,
     pub(crate) rq: Option<RecvQueue>,
     /// The receive queue was flushed (or QP_LAST_WQE_REACHED raised) for the current
@@ -179,11 +179,7 @@ impl QpInner {
     pub(crate) fn kick(self: &Arc<Self>) {
         self.sq_pending.store(true, Ordering::SeqCst);
         loop {
-            let mut sq = match self.sq.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::WouldBlock) => return,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            };
+            let Some(mut sq) = self.sq.try_lock() else { return };
             if !self.sq_pending.swap(false, Ordering::SeqCst) {
                 return;
             }
@@ -222,12 +218,10 @@ impl QpInner {
                     return;
                 }
             }
-            let mut route = sq.route.take();
             let outcome = {
-                let (wqe, sges, inline) = sq.head().expect("non-empty");
-                transport::execute(self, &sq.req, wqe, sges, inline, &mut route)
+                let (wqe, sges, inline, req, route) = sq.head_for_execute().expect("non-empty");
+                transport::execute(self, req, wqe, sges, inline, route)
             };
-            sq.route = route;
             match outcome {
                 Exec::Done(cqe) => {
                     sq.rnr.reset();
@@ -474,7 +468,7 @@ impl Qp {
             send_ops: init.send_ops,
             rec,
             attrs: Mutex::new(attrs),
-            sq: Mutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)),
+            sq: crate::spin::SpinMutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)),
             sq_pending: AtomicBool::new(false),
             rq,
             rq_flushed: AtomicBool::new(false),
@@ -661,7 +655,7 @@ impl Qp {
         }
 
         // The requester view and the state change, under the send-queue lock.
-        let mut sq = q.sq.lock().expect("sq");
+        let mut sq = q.sq.lock();
         let gids = &q.pd.ctx.dev.gids;
         sq.route = None;
         sq.req = ReqView {
@@ -746,7 +740,7 @@ impl Qp {
         a.cur_qp_state = state;
         a.cap = q.cap;
         if state == QpState::Sqd {
-            a.sq_draining = u8::from(!q.sq.lock().expect("sq").is_empty());
+            a.sq_draining = u8::from(!q.sq.lock().is_empty());
         }
         a
     }
@@ -777,7 +771,7 @@ impl Qp {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_send", state } });
         }
         let dev = q.pd.ctx.dev;
-        let mut sq = q.sq.lock().expect("sq");
+        let mut sq = q.sq.lock();
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(error) = sq.push(dev, &q.pd, q.qp_type, wr, keep) {
@@ -785,9 +779,15 @@ impl Qp {
                 break;
             }
         }
-        q.sq_pending.store(false, Ordering::SeqCst);
+        // A kick that arrived before we took the queue is served by this progress run.
+        if q.sq_pending.load(Ordering::Relaxed) {
+            q.sq_pending.store(false, Ordering::SeqCst);
+        }
         q.progress(&mut sq);
         drop(sq);
+        // A kick that came while we held the queue found it busy and left the run to us:
+        // its store precedes its failed try-lock, which precedes our release, which
+        // precedes this load (all sequentially consistent).
         if q.sq_pending.load(Ordering::SeqCst) {
             q.kick();
         }
@@ -937,7 +937,7 @@ impl Qp {
         q.rec.qpn.store(0, Ordering::Release);
         q.rec.state.store(QpState::Reset.raw(), Ordering::Release);
         q.pd.ctx.dev.qps.remove(q.qpn);
-        q.sq.lock().expect("sq").clear();
+        q.sq.lock().clear();
         if let Some(rq) = &q.rq {
             rq.drain();
         }
@@ -972,7 +972,7 @@ impl Qp {
 
     /// Send work requests waiting to complete (a snapshot).
     pub fn send_queue_len(&self) -> usize {
-        self.inner.sq.lock().expect("sq").len()
+        self.inner.sq.lock().len()
     }
 
     /// Receive work requests waiting (a snapshot; 0 with an SRQ).

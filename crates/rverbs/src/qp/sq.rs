@@ -146,6 +146,23 @@ impl SendQueue {
     }
 
     /// The oldest work request, with its scatter list and inline bytes.
+    /// The oldest work request as [`SendQueue::head`], with the requester's view and the
+    /// route cache (borrowed apart, so executing it moves nothing).
+    pub(crate) fn head_for_execute(
+        &mut self,
+    ) -> Option<(&SendWqe, &[Sge], &[u8], &ReqView, &mut Option<crate::transport::route::Routed>)> {
+        if self.count == 0 {
+            return None;
+        }
+        let w = &self.wqes[self.head];
+        let base = self.head * self.max_sge;
+        let inl = w
+            .inline_len
+            .map(|n| &self.inline[self.head * self.max_inline..self.head * self.max_inline + n])
+            .unwrap_or(&[]);
+        Some((w, &self.sges[base..base + w.num_sge], inl, &self.req, &mut self.route))
+    }
+
     pub(crate) fn head(&self) -> Option<(&SendWqe, &[Sge], &[u8])> {
         if self.count == 0 {
             return None;
@@ -299,34 +316,30 @@ impl SendQueue {
             return Err(Error::QueueFull { verb, max: self.cap as u32 });
         }
         let slot = (self.head + self.count) % self.cap;
-        let mut wqe = SendWqe {
-            wr_id: wr.wr_id,
-            opcode: Some(op),
-            flags: wr.flags,
-            imm: wr.imm_data,
-            remote_addr: wr.remote_addr,
-            rkey: wr.rkey,
-            compare_add: wr.compare_add,
-            swap: wr.swap,
-            ud: wr.ud.map(|u| UdAv {
-                ah: u.ah.inner().clone(),
-                remote_qpn: u.remote_qpn,
-                remote_qkey: u.remote_qkey,
-            }),
-            bind: wr.bind.map(|b| BindWqe {
-                mw: b.mw.inner().clone(),
-                rkey: b.rkey,
-                mr: b.bind.mr.map(|m| m.inner().clone()),
-                addr: b.bind.addr,
-                len: b.bind.length,
-                access: b.bind.access,
-            }),
-            flush: wr.flush,
-            xrc_srqn: wr.xrc_remote_srqn,
-            num_sge: 0,
-            inline_len: None,
-            total_len: total,
-        };
+        // Written in place: a work request is a few hundred bytes, posted on the hot path.
+        let wqe = &mut self.wqes[slot];
+        wqe.wr_id = wr.wr_id;
+        wqe.opcode = Some(op);
+        wqe.flags = wr.flags;
+        wqe.imm = wr.imm_data;
+        wqe.remote_addr = wr.remote_addr;
+        wqe.rkey = wr.rkey;
+        wqe.compare_add = wr.compare_add;
+        wqe.swap = wr.swap;
+        wqe.ud = wr.ud.map(|u| UdAv { ah: u.ah.inner().clone(), remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey });
+        wqe.bind = wr.bind.map(|b| BindWqe {
+            mw: b.mw.inner().clone(),
+            rkey: b.rkey,
+            mr: b.bind.mr.map(|m| m.inner().clone()),
+            addr: b.bind.addr,
+            len: b.bind.length,
+            access: b.bind.access,
+        });
+        wqe.flush = wr.flush;
+        wqe.xrc_srqn = wr.xrc_remote_srqn;
+        wqe.num_sge = 0;
+        wqe.inline_len = None;
+        wqe.total_len = total;
         if inline_flag {
             let dst = &mut self.inline[slot * self.max_inline..(slot + 1) * self.max_inline];
             let mut off = 0;
@@ -368,7 +381,6 @@ impl SendQueue {
             }
             wqe.num_sge = sges.len();
         }
-        self.wqes[slot] = wqe;
         self.count += 1;
         Ok(())
     }

@@ -8,9 +8,9 @@
 //! | queue pairs | 65 536 | 128 | local index of the QPN (`qpn & 0xffff`) |
 //! | shared receive queues | 65 536 | 64 | local index of the SRQN |
 //! | completion queues | 65 536 | 16 | CQ number |
-//! | memory keys | 262 144 | 256 | key index (`key >> 8`) |
+//! | memory keys | 262 144 | 384 | key index (`key >> 8`) |
 //!
-//! About 77 MiB of address space; tmpfs commits a page only when a record in it is
+//! About 109 MiB of address space; tmpfs commits a page only when a record in it is
 //! written. A record names its object (the full QPN, SRQN, CQ number or key) so a peer
 //! holding a stale number finds a mismatch, never another object's record.
 //!
@@ -165,7 +165,7 @@ pub(crate) struct CqRecord {
 /// and one for peers': a count written on every access must not evict the descriptor
 /// every reader needs, nor bounce between the owner and a peer writing into the
 /// region while the owner sends from it (what a latency ping-pong does).
-#[repr(C, align(256))]
+#[repr(C, align(128))]
 #[derive(Default)]
 pub(crate) struct KeyRecord {
     pub(crate) desc: KeyFields,
@@ -175,8 +175,9 @@ pub(crate) struct KeyRecord {
     pub(crate) busy_remote: Line,
 }
 
-/// A counter alone on its cache line.
-#[repr(C, align(64))]
+/// A counter alone on its pair of cache lines (x86's adjacent-line prefetcher moves
+/// lines in aligned pairs).
+#[repr(C, align(128))]
 #[derive(Default)]
 pub(crate) struct Line(AtomicU32);
 
@@ -328,7 +329,7 @@ unsafe impl ShmSafe for KeyRecord {}
 const _: () = assert!(std::mem::size_of::<QpRecord>() == 128);
 const _: () = assert!(std::mem::size_of::<SrqRecord>() == 64);
 const _: () = assert!(std::mem::size_of::<CqRecord>() == 16);
-const _: () = assert!(std::mem::size_of::<KeyRecord>() == 256);
+const _: () = assert!(std::mem::size_of::<KeyRecord>() == 384);
 
 /// The tables of one endpoint (this process's, or a peer's mapped).
 pub(crate) struct Tables {
