@@ -24,10 +24,13 @@ pub fn is_multicast(gid: &Gid) -> bool {
     gid.0[0] == 0xff || gid.to_ipv4().is_some_and(|ip| ip.is_multicast())
 }
 
+/// The QPs attached to one group: (QPN, QP).
+type Members = Vec<(u32, Weak<QpInner>)>;
+
 /// Members of each group, by GID.
 #[derive(Default)]
 pub(crate) struct Groups {
-    groups: Mutex<HashMap<Gid, Vec<(u32, Weak<QpInner>)>>>,
+    groups: Mutex<HashMap<Gid, Members>>,
 }
 
 impl Groups {

@@ -255,7 +255,8 @@ fn read_into_memory_without_local_write_is_loc_prot_err() {
 
 #[test]
 fn remote_key_faults_are_rem_access_err_and_the_responder_errs() {
-    let cases: Vec<(&str, Box<dyn Fn(&Side) -> (u64, u32)>, u32)> = vec![
+    type Target = Box<dyn Fn(&Side) -> (u64, u32)>;
+    let cases: Vec<(&str, Target, u32)> = vec![
         ("unknown rkey", Box::new(|b: &Side| (b.mr.iova(), b.mr.rkey() + 1)), vendor_err::REMOTE_RKEY),
         ("out of bounds", Box::new(|b: &Side| (b.mr.iova() + MR_LEN as u64 - 2, b.mr.rkey())), vendor_err::REMOTE_BOUNDS),
     ];

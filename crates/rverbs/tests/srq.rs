@@ -14,7 +14,7 @@ fn two_qps_consume_one_srq_in_order() {
     assert_eq!(q1.cap().max_recv_wr, 0, "receive caps are the SRQ's");
     let b1 = Side { qp: q1, ..side(QpType::Rc) };
     let b1 = Side { ctx: b.ctx.clone(), pd: b.pd.clone(), cq: b.cq.clone(), mr: b.mr.clone(), ..b1 };
-    let b2 = Side { ctx: b.ctx.clone(), pd: b.pd.clone(), cq: b.cq.clone(), mr: b.mr.clone(), qp: q2, ..side(QpType::Rc) };
+    let b2 = Side { ctx: b.ctx.clone(), pd: b.pd.clone(), cq: b.cq.clone(), mr: b.mr.clone(), qp: q2 };
     connect(&a1, &b1, &PATH);
     connect(&a2, &b2, &PATH);
     for i in 0..4u64 {

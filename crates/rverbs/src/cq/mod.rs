@@ -142,6 +142,8 @@ const DESTROYED: u32 = 1 << 31;
 /// from [`Gens::current`] never dangles; resizes are rare.
 struct Gens {
     current: AtomicPtr<CqSeg>,
+    /// Boxed: `current` points into them, so they must not move when the vector grows.
+    #[allow(clippy::vec_box)]
     all: Mutex<Vec<Box<CqSeg>>>,
 }
 
@@ -518,7 +520,7 @@ impl Cq {
                 return Err(e);
             }
         };
-        new.inherit(&seg);
+        new.inherit(seg);
         let ignore = self.inner.flags.contains(CqCreateFlags::IGNORE_OVERRUN);
         // Purged completions are dropped on the way: the purge records hold positions of
         // the old ring, which mean nothing in the new one.

@@ -275,12 +275,11 @@ impl QpInner {
     fn complete_head(self: &Arc<Self>, sq: &mut SendQueue, cqe: Cqe) {
         let wqe = sq.pop().expect("non-empty");
         let failed = cqe.status() != WcStatus::Success;
-        if failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED) {
-            if self.send_cq.push(cqe).is_err() {
+        if (failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED))
+            && self.send_cq.push(cqe).is_err() {
                 self.enter_error(Some(EventType::QpFatal));
                 return;
             }
-        }
         if failed {
             // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
             if matches!(self.qp_type, QpType::Uc | QpType::Ud) {

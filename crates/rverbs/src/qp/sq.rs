@@ -52,6 +52,11 @@ pub(crate) struct BindWqe {
     pub(crate) access: Access,
 }
 
+/// The head work request with what executing it reads and updates: the WQE, its scatter
+/// list, its inline bytes, the requester's view and the route cache.
+pub(crate) type ExecuteView<'a> =
+    (&'a SendWqe, &'a [Sge], &'a [u8], &'a ReqView, &'a mut Option<crate::transport::route::Routed>);
+
 /// What completing a work request needs once it leaves the queue.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Retired {
@@ -150,7 +155,7 @@ impl SendQueue {
     /// route cache (borrowed apart, so executing it moves nothing).
     pub(crate) fn head_for_execute(
         &mut self,
-    ) -> Option<(&SendWqe, &[Sge], &[u8], &ReqView, &mut Option<crate::transport::route::Routed>)> {
+    ) -> Option<ExecuteView<'_>> {
         if self.count == 0 {
             return None;
         }
@@ -243,17 +248,15 @@ impl SendQueue {
             Payload::InlineList(l) => (0, l.iter().map(|b| b.len() as u64).sum()),
         };
         match op {
-            WrOpcode::BindMw => {
+            WrOpcode::BindMw
                 // rxe provider: a bind carries no data and no immediate.
-                if total != 0 || num_sge != 0 || wr.imm_data != 0 || wr.bind.is_none() {
+                if (total != 0 || num_sge != 0 || wr.imm_data != 0 || wr.bind.is_none()) => {
                     return Err(Error::invalid(verb, "BIND_MW carries a bind and no data"));
                 }
-            }
-            WrOpcode::LocalInv => {
-                if total != 0 || num_sge != 0 {
+            WrOpcode::LocalInv
+                if (total != 0 || num_sge != 0) => {
                     return Err(Error::invalid(verb, "LOCAL_INV carries no data"));
                 }
-            }
             WrOpcode::AtomicWrite => {
                 if total != 0 || num_sge != 0 {
                     return Err(Error::invalid(verb, "ATOMIC_WRITE carries its 8 bytes in the request"));
@@ -286,7 +289,7 @@ impl SendQueue {
             if total != 8 {
                 return Err(Error::invalid(verb, "atomic operations move exactly 8 bytes"));
             }
-            if wr.remote_addr % 8 != 0 {
+            if !wr.remote_addr.is_multiple_of(8) {
                 return Err(Error::invalid(verb, "atomic remote address not 8-byte aligned"));
             }
         }

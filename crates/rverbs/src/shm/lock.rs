@@ -50,7 +50,7 @@ impl ShmLock {
                 std::hint::spin_loop();
                 continue;
             }
-            if spins % 1024 == 0 && cur != tag && !alive(cur - 1) {
+            if spins.is_multiple_of(1024) && cur != tag && !alive(cur - 1) {
                 // The holder died inside its critical section: take over.
                 if self.word.compare_exchange(cur, tag, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                     tracing::warn!(holder = cur - 1, "took over a lock of a dead endpoint");

@@ -361,7 +361,7 @@ fn respond_atomic<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe, sges: &[Sg
     if let Err(v) = check_rd_atomic(t, Access::REMOTE_ATOMIC) {
         return violation(qp, t, wqe, v, None);
     }
-    if wqe.remote_addr % 8 != 0 {
+    if !wqe.remote_addr.is_multiple_of(8) {
         return violation(qp, t, wqe, Violation::MisalignedAtomic, None);
     }
     let keys = t.keys();
@@ -414,7 +414,7 @@ fn respond_atomic_write<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe) -> E
         Ok(p) => p,
         Err(f) => return violation(qp, t, wqe, f.remote(), None),
     };
-    if wqe.remote_addr % 8 != 0 || !aligned8(&target) {
+    if !wqe.remote_addr.is_multiple_of(8) || !aligned8(&target) {
         return violation(qp, t, wqe, Violation::MisalignedAtomic, None);
     }
     if let Err(e) = mr::atomic(&target, AtomicOp::Write(wqe.swap)) {
