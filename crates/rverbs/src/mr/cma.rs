@@ -33,22 +33,9 @@ fn classify(e: Errno) -> CmaError {
 /// # Safety
 /// `src..src+len` must be readable memory of this process for the duration of the call.
 pub(crate) unsafe fn write(pid: i32, dst: usize, src: *const u8, len: usize) -> Result<(), CmaError> {
-    let mut done = 0;
-    while done < len {
-        let local = libc::iovec { iov_base: src.wrapping_add(done) as *mut libc::c_void, iov_len: len - done };
-        let remote = libc::iovec { iov_base: (dst + done) as *mut libc::c_void, iov_len: len - done };
-        // SAFETY: one local iovec inside the caller's readable range and one remote iovec
-        // the kernel checks against the target's address space; flags must be 0.
-        let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            return Err(classify(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))));
-        }
-        if n == 0 {
-            return Err(CmaError::Fault);
-        }
-        done += n as usize;
-    }
-    Ok(())
+    // SAFETY: forwarded from the caller's contract; process_vm_writev only reads the
+    // local iovec.
+    unsafe { transfer(libc::process_vm_writev, pid, src as *mut u8, dst, len) }
 }
 
 /// Copies `len` bytes from `src` in process `pid` to this process's `dst`.
@@ -57,12 +44,26 @@ pub(crate) unsafe fn write(pid: i32, dst: usize, src: *const u8, len: usize) -> 
 /// `dst..dst+len` must be writable memory of this process for the duration of the call
 /// (it may be shared with others: the kernel writes it like any store).
 pub(crate) unsafe fn read(pid: i32, dst: *mut u8, src: usize, len: usize) -> Result<(), CmaError> {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { transfer(libc::process_vm_readv, pid, dst, src, len) }
+}
+
+/// The signature of process_vm_readv(2) and process_vm_writev(2).
+type VmCall = unsafe extern "C" fn(libc::pid_t, *const libc::iovec, libc::c_ulong, *const libc::iovec, libc::c_ulong, libc::c_ulong) -> isize;
+
+/// Moves `len` bytes between `local` here and `remote` in `pid` with `call`, resuming
+/// after partial transfers.
+///
+/// # Safety
+/// `local..local+len` must be valid for the direction `call` moves bytes.
+unsafe fn transfer(call: VmCall, pid: i32, local: *mut u8, remote: usize, len: usize) -> Result<(), CmaError> {
     let mut done = 0;
     while done < len {
-        let local = libc::iovec { iov_base: dst.wrapping_add(done).cast(), iov_len: len - done };
-        let remote = libc::iovec { iov_base: (src + done) as *mut libc::c_void, iov_len: len - done };
-        // SAFETY: as in `write`, with the local iovec inside the caller's writable range.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        let l = libc::iovec { iov_base: local.wrapping_add(done).cast(), iov_len: len - done };
+        let r = libc::iovec { iov_base: (remote + done) as *mut libc::c_void, iov_len: len - done };
+        // SAFETY: one local iovec inside the caller's range and one remote iovec the
+        // kernel checks against the target's address space; flags must be 0.
+        let n = unsafe { call(pid, &l, 1, &r, 1, 0) };
         if n < 0 {
             return Err(classify(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))));
         }

@@ -169,16 +169,15 @@ impl SendQueue {
     }
 
     pub(crate) fn head(&self) -> Option<(&SendWqe, &[Sge], &[u8])> {
-        if self.count == 0 {
-            return None;
-        }
-        let w = &self.wqes[self.head];
-        let base = self.head * self.max_sge;
-        let inl = w
-            .inline_len
-            .map(|n| &self.inline[self.head * self.max_inline..self.head * self.max_inline + n])
-            .unwrap_or(&[]);
-        Some((w, &self.sges[base..base + w.num_sge], inl))
+        (self.count != 0).then(|| self.slot_parts(self.head))
+    }
+
+    /// The WQE of `slot` with its scatter list and inline bytes.
+    fn slot_parts(&self, slot: usize) -> (&SendWqe, &[Sge], &[u8]) {
+        let w = &self.wqes[slot];
+        let base = slot * self.max_sge;
+        let inl = w.inline_len.map(|n| &self.inline[slot * self.max_inline..slot * self.max_inline + n]).unwrap_or(&[]);
+        (w, &self.sges[base..base + w.num_sge], inl)
     }
 
     /// Removes the oldest work request.
