@@ -1,4 +1,4 @@
-//! Link flags for the drop-in `libibverbs.so.1` (reference/abi-libibverbs.md §5.2).
+//! Link flags for the drop-in `libibverbs.so.1`.
 //!
 //! * `--version-script=libibverbs.map` defines the 13 version nodes and keeps every
 //!   public name in its node; the `@@` binding itself comes from the `.symver`

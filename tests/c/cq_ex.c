@@ -1,4 +1,4 @@
-/* The extended CQ of ibv_create_cq_ex(3) (seed 004) through the ABI:
+/* The extended CQ of ibv_create_cq_ex(3) (ibv_start_poll) through the ABI:
  *  - ibv_start_poll returns ENOENT on an empty CQ and the CQ stays valid;
  *  - start/next/end_poll walk the completions oldest first and publish status/wr_id;
  *  - ibv_wc_read_* per wc_flags: byte_len, imm_data, qp_num, src_qp, wc_flags,

@@ -1,4 +1,4 @@
-/* ibv_query_qp_data_in_order(3) (seed 001) through the ABI. The v44 header does not
+/* ibv_query_qp_data_in_order(3) through the ABI. The v44 header does not
  * declare the v46 flag names, so they are spelled out here with their upstream values.
  *  - flags 0: 1 if whole messages of `op` are written in order, else 0;
  *  - RETURN_CAPS: a mask of WHOLE_MSG (1) | ALIGNED_128_BYTES (2); WHOLE_MSG implies

@@ -1,4 +1,4 @@
-/* UD multicast through the ABI (ibv_attach_mcast(3), ibv_detach_mcast(3); notes §18),
+/* UD multicast through the ABI (ibv_attach_mcast(3), ibv_detach_mcast(3); rxe_mcast.c),
  * three UD QPs of three contexts in one process, as perftest's ib_send_bw -M would use it:
  *  - the device reports max_mcast_grp / max_mcast_qp_attach > 0;
  *  - attach: only UD QPs (EINVAL for RC), only multicast GIDs (EINVAL), twice is fine;

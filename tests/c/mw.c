@@ -1,5 +1,5 @@
 /* Memory windows through the ABI (ibv_alloc_mw(3), ibv_bind_mw(3), ibv_post_send(3);
- * notes §15), two RC QPs of two contexts in one process:
+ * rxe_mw.c), two RC QPs of two contexts in one process:
  *  - the ibv_context.ops slots alloc_mw/bind_mw/dealloc_mw are set, the device reports
  *    MEM_WINDOW and MEM_WINDOW_TYPE_2B; ibv_alloc_mw fills struct ibv_mw; type 3 is EINVAL;
  *  - type 1: ibv_bind_mw posts the bind (a signaled IBV_WC_BIND_MW completion), writes

@@ -1,4 +1,4 @@
-/* Devices, contexts and object lifecycles through the ABI (abi-libibverbs.md §4):
+/* Devices, contexts and object lifecycles through the ABI (verbs.h, libibverbs/driver.h):
  *  - the immortal ibv_device (name, types, big-endian GUID, index, ops word at 664);
  *  - the extended context: abi_compat, verbs_context at -320 with sz 648, real cmd_fd
  *    and async_fd, num_comp_vectors, the inline-dispatch ops;

@@ -1,5 +1,4 @@
-/* ibv_poll_cq(3) through the ABI (seeds 000/002), and the overrun rules of
- * ibv_create_cq_ex(3) (seed 004):
+/* ibv_poll_cq(3) through the ABI, and the overrun rules of ibv_create_cq_ex(3):
  *  - returns min(num_entries, available), oldest first, each removed for good;
  *  - 0 on an empty CQ;
  *  - overrun: a negative return afterwards and IBV_EVENT_CQ_ERR on the async fd;

@@ -1,4 +1,4 @@
-/* ibv_rereg_mr(3) through the ABI (notes §16): two RC QPs of two contexts in one process.
+/* ibv_rereg_mr(3) through the ABI (libibverbs/verbs.c): two RC QPs of two contexts in one process.
  *  - libibverbs' input checks: unknown flags, CHANGE_TRANSLATION with a NULL address or
  *    0 length, access without CHANGE_ACCESS → IBV_REREG_MR_ERR_INPUT, errno EINVAL;
  *  - CHANGE_ACCESS: granting REMOTE_WRITE makes an RDMA WRITE land with the *same* rkey,

@@ -1,5 +1,5 @@
-/* The ibv_qp_ex work-request builder through the ABI (ibv_wr_post(3); reference §4.8,
- * notes §19), RC and UD QPs of two contexts in one process:
+/* The ibv_qp_ex work-request builder through the ABI (ibv_wr_post(3); rdma-core
+ * providers/rxe/rxe.c), RC and UD QPs of two contexts in one process:
  *  - ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS; ibv_qp_to_qp_ex returns the
  *    embedded ibv_qp_ex; only the requested opcode builders are set, wr_start/complete/
  *    abort and every setter always;

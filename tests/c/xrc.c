@@ -1,5 +1,5 @@
 /* XRC through the ABI (ibv_open_xrcd(3), ibv_create_srq_ex(3), ibv_create_qp_ex(3),
- * ibv_post_send(3) wr.qp_type.xrc.remote_srqn; notes §17), the way ibv_xsrq_pingpong and
+ * ibv_post_send(3) wr.qp_type.xrc.remote_srqn; IBTA Annex A14), the way ibv_xsrq_pingpong and
  * pyverbs' XRC tests use it, with two XRC "sides" (contexts) in one process:
  *  - the device reports IBV_DEVICE_XRC; the verbs_context ops open_xrcd, close_xrcd,
  *    create_srq_ex, get_srq_num, create_qp_ex are set;

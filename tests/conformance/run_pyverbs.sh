@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs rdma-core 44's pyverbs test suite (Debian python3-pyverbs) against a drop-in
-# libibverbs.so.1 (reference/pyverbs-suite.md §9).
+# libibverbs.so.1, through rdma-core's tests/run_tests.py.
 #
 # usage: run_pyverbs.sh [DROPIN_DIR [DEV [MIN_PASSED [unittest names / -k pattern ...]]]]
 #
@@ -49,7 +49,7 @@ DROPIN_DIR=$(cd "$DROPIN_DIR" && pwd)
 [ -e "$DROPIN_DIR/libibverbs.so.1" ] || { echo "no libibverbs.so.1 in $DROPIN_DIR" >&2; exit 2; }
 SRC=/usr/share/doc/rdma-core/tests
 [ -f "$SRC/run_tests.py" ] || { echo "$SRC missing: install python3-pyverbs" >&2; exit 2; }
-PY=/usr/bin/python3   # the pyenv python3 on PATH cannot see dist-packages (pyverbs-suite.md §2)
+PY=/usr/bin/python3   # the pyenv python3 on PATH cannot see dist-packages
 
 # skip_list.txt: "test.id  reason"; a line without a reason is a broken list.
 SKIPS="$HERE/skip_list.txt"

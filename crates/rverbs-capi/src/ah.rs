@@ -98,7 +98,7 @@ fn ipv4_checksum(h: &[u8; 20]) -> u16 {
     !(sum as u16)
 }
 
-/// The IP version of the 40-byte GRH area (rocev2-wire.md §5.3; verbs.c
+/// The IP version of the 40-byte GRH area (`union rdma_network_hdr`; verbs.c
 /// `get_grh_header_version`): 4, 6, or `None` (EPROTONOSUPPORT).
 fn grh_version(grh: &[u8; 40]) -> Option<u8> {
     let ip4: &[u8; 20] = grh[20..].try_into().expect("20 bytes");
@@ -147,8 +147,8 @@ export! {
     /// (`ibv_init_ah_from_wc(3)`). Returns 0, or -1 with `errno`.
     ///
     /// Rule: verbs.c: `is_global` iff `wc_flags & IBV_WC_GRH`; the 40-byte area is read as
-    /// IPv4 (20 zero bytes + a header with a valid checksum) or IPv6 (rocev2-wire.md
-    /// §5.3); the sender becomes `dgid`, the local address it was sent to picks
+    /// IPv4 (20 zero bytes + a header with a valid checksum) or IPv6 (`union
+    /// rdma_network_hdr`); the sender becomes `dgid`, the local address it was sent to picks
     /// `sgid_index` (a multicast destination is `EINVAL`, an unknown one `ENOENT`).
     #[export("IBVERBS_1.1", minus_one)]
     pub unsafe fn ibv_init_ah_from_wc(
@@ -262,7 +262,7 @@ export! {
 mod tests {
     use super::*;
 
-    /// The RoCE v2 IPv4 area of rocev2-wire.md §5.3: 20 zero bytes, then a header.
+    /// The RoCE v2 IPv4 area (`union rdma_network_hdr`): 20 zero bytes, then a header.
     fn ipv4_area(src: [u8; 4], dst: [u8; 4]) -> [u8; 40] {
         let mut a = [0u8; 40];
         let ip: &mut [u8] = &mut a[20..];

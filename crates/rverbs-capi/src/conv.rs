@@ -82,7 +82,7 @@ pub fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
 
 /// The extended device attributes (`struct ibv_device_attr_ex`, 400 bytes).
 ///
-/// Rule: reference §4.6 / pyverbs-suite.md §5: `phys_port_cnt_ex` equals
+/// Rule: rdma-core `tests/test_device.py` `test_phys_port_cnt_ex`: `phys_port_cnt_ex` equals
 /// `phys_port_cnt`; completion timestamps count the device clock (`hca_core_clock` kHz,
 /// all 64 bits valid); no ODP, TSO, RSS, tag matching, device memory.
 pub fn device_attr_ex(a: &DeviceAttr) -> ibv_device_attr_ex {

@@ -2,8 +2,8 @@
 //! ops `poll_cq`/`req_notify_cq`, the `create_cq_ex` op and the `ibv_cq_ex` polling
 //! functions (`start_poll`/`next_poll`/`end_poll`/`read_*`).
 //!
-//! Every CQ is allocated as an `ibv_cq_ex` (reference §4.4), so `ibv_cq_ex_to_cq` and
-//! mixed use work on any CQ.
+//! Every CQ is allocated as an `ibv_cq_ex` (as rdma-core's `struct verbs_cq` union), so
+//! `ibv_cq_ex_to_cq` and mixed use work on any CQ.
 
 use core::ffi::{c_int, c_uint, c_void};
 use std::cell::UnsafeCell;
@@ -59,7 +59,7 @@ export! {
     /// Creates a completion channel (`ibv_create_comp_channel(3)`).
     /// Errors: NULL with `errno`.
     ///
-    /// Rule: reference §4.11: `fd` is a real pollable fd, readable while an event is
+    /// Rule: ibv_get_cq_event(3): `fd` is a real pollable fd, readable while an event is
     /// queued, blocking unless the application sets `O_NONBLOCK`; `refcnt` starts at 0.
     #[export("IBVERBS_1.0", null)]
     pub unsafe fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
@@ -184,7 +184,8 @@ impl CqObj {
     }
 
     /// Removes the oldest completion into `current` and publishes `status`/`wr_id` in the
-    /// public struct (reference §4.7). Returns 0, `ENOENT` or an errno.
+    /// public struct (verbs.h: applications read `cq->status` and `cq->wr_id` directly).
+    /// Returns 0, `ENOENT` or an errno.
     fn advance(&self) -> c_int {
         match self.core.poll_ex_one() {
             Ok(Some(e)) => {
@@ -396,8 +397,8 @@ fn create(
 export! {
     /// Creates a completion queue (`ibv_create_cq(3)`). Errors: NULL with `errno`.
     ///
-    /// Rule: reference §4.4: allocated as an `ibv_cq_ex` with the standard fields, so the
-    /// extended polling functions work on it too.
+    /// Rule: allocated as an `ibv_cq_ex` with the standard fields (as rdma-core's
+    /// `verbs_cq`), so the extended polling functions work on it too.
     #[export("IBVERBS_1.1", null)]
     pub unsafe fn ibv_create_cq(
         context: *mut ibv_context,
@@ -475,7 +476,7 @@ pub(crate) unsafe extern "C" fn rverbs_create_cq_ex(
 /// `ibv_context.ops.poll_cq` (`ibv_poll_cq(3)`): up to `num_entries` completions, oldest
 /// first, removed for good; `ibv_wc` is the core's `Wc`, so they land in place.
 ///
-/// Rule: seed 000: returns min(num_entries, available); a negative value on failure —
+/// Rule: ibv_poll_cq(3): returns min(num_entries, available); a negative value on failure —
 /// here `-EIO` once an overrun put the CQ in error (pyverbs reports `-rc`).
 pub(crate) unsafe extern "C" fn rverbs_poll_cq(
     cq: *mut ibv_cq,

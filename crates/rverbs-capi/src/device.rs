@@ -1,10 +1,10 @@
 //! Device list, device contexts, device/port/GID/P_Key queries.
 //!
-//! Objects (reference §4.4):
+//! Objects (laid out as rdma-core's libibverbs/driver.h):
 //! * [`DeviceObj`]: an immortal `struct ibv_device` followed by the private `ops` pointer
-//!   at offset 664 that libmlx5/libefa's `is_*_dev()` checks read (reference §2.4).
+//!   at offset 664 that libmlx5/libefa's `is_*_dev()` checks read (`verbs_device.ops`).
 //! * [`ContextObj`]: a 648-byte `struct verbs_context` with the `ibv_context` at +320,
-//!   `abi_compat = UINTPTR_MAX`, `sz = 648` (reference §4.2, §4.3), then the core context.
+//!   `abi_compat = UINTPTR_MAX`, `sz = 648` (verbs.h `verbs_get_ctx`), then the core context.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::offset_of;
@@ -22,11 +22,11 @@ use crate::ffi::{minus_one_errno, null_errno, set_errno};
 
 /// What the private `ops` pointer at offset 664 of every device points at: a private
 /// static, never a provider's `verbs_device_ops`, so `is_mlx5_dev()`/`is_efa_dev()` say
-/// no (reference §2.4).
+/// no (rdma-core `providers/mlx5/mlx5.c` `is_mlx5_dev`).
 static RVERBS_DEVICE_OPS: [u8; 8] = *b"rverbs\0\0";
 
 /// A device handed to C: `struct ibv_device` (664 bytes), then `ops` at offset 664.
-/// Immortal (reference §7 item 23): devices stay valid after `ibv_free_device_list`.
+/// Immortal (ibv_get_device_list(3)): devices stay valid after `ibv_free_device_list`.
 #[repr(C)]
 pub struct DeviceObj {
     dev: UnsafeCell<ibv_device>,
@@ -380,7 +380,7 @@ export! {
 
 /// `verbs_context.query_device_ex`: fills at most `attr_size` bytes of `attr`.
 ///
-/// Rule: reference §4.6: write at most `attr_size` bytes, zero what we do not know
+/// Rule: verbs.h `ibv_query_device_ex`: write at most `attr_size` bytes, zero what we do not know
 /// beyond our struct; `input->comp_mask` must be 0; an `attr_size` smaller than the
 /// legacy `ibv_device_attr` is `EINVAL`.
 unsafe extern "C" fn rverbs_query_device_ex(
@@ -476,7 +476,7 @@ unsafe extern "C" fn rverbs_query_port(
 
 export! {
     /// The exported `ibv_query_port@@IBVERBS_1.1`: the compat ABI writing 48 bytes
-    /// (reference §4.5). v44-compiled apps call `verbs_context.query_port` instead.
+    /// (libibverbs/verbs.c). v44-compiled apps call `verbs_context.query_port` instead.
     /// Returns 0 or an errno.
     #[export("IBVERBS_1.1", errno)]
     pub unsafe fn ibv_query_port(

@@ -1,6 +1,6 @@
 //! errno plumbing and the return values shared by the exported functions.
 //!
-//! The return conventions (reference/abi-libibverbs.md §4.11, STYLE.md §5 "Errors"):
+//! The return conventions (rdma-core's, per function; see each verb's man page):
 //! object-creating verbs return NULL and set `errno`; most `int` verbs return a
 //! positive errno; a few (`ibv_query_gid`, `ibv_query_pkey`, `ibv_get_cq_event`,
 //! `ibv_get_async_event`, `ibv_read_sysfs_file`, …) return -1 and set `errno`.

@@ -1,6 +1,7 @@
 //! The C ABI of rverbs: a drop-in `libibverbs.so.1` for binaries built against
-//! rdma-core 44 (Debian 12). See `reference/abi-libibverbs.md` (the specification) and
-//! DESIGN.md §7.
+//! rdma-core 44 (Debian 12). The contract is rdma-core's: `libibverbs/verbs.h` (the inline
+//! ABI and struct layouts), `libibverbs/libibverbs.map.in` (the export map) and the man
+//! pages; ARCHITECTURE.md §9 describes this crate.
 //!
 //! # What this crate is (and is not)
 //!
@@ -21,9 +22,10 @@
 //!   WQs, counters, parent domains, import/export, ODP, TSO, raw packet QPs, `open_qp`)
 //!   answer `EOPNOTSUPP` in rdma-core's convention for that verb, or are left NULL in
 //!   `verbs_context` where the inline wrapper turns NULL into `EOPNOTSUPP`.
-//! * Objects handed to C (reference §4.4): devices are immortal; contexts are a 648-byte
-//!   `verbs_context` (the `ibv_context` at +320, `abi_compat = UINTPTR_MAX`); every CQ
-//!   is an `ibv_cq_ex` and every QP an `ibv_qp_ex`. The inline-dispatch ops
+//! * Objects handed to C (rdma-core `libibverbs/driver.h` layouts): devices are immortal;
+//!   contexts are a 648-byte `verbs_context` (the `ibv_context` at +320,
+//!   `abi_compat = UINTPTR_MAX`); every CQ is an `ibv_cq_ex` and every QP an `ibv_qp_ex`.
+//!   The inline-dispatch ops
 //!   (`ibv_context.ops.poll_cq/req_notify_cq/post_send/post_recv/post_srq_recv`), the
 //!   memory-window ops (`alloc_mw/bind_mw/dealloc_mw`) and the `verbs_context` ops
 //!   (`query_port`, `query_device_ex`, `create_cq_ex`, `create_qp_ex`, `create_srq_ex`,
@@ -66,7 +68,7 @@ compile_error!("rverbs-capi builds a Linux libibverbs.so.1 and supports Linux on
 /// | `value(expr)`   | `expr`                                 | anything else                 |
 ///
 /// The body must not rely on unwinding for cleanup across the boundary; a panic is a
-/// bug (STYLE.md §5 "unsafe": "a panic becomes EIO or NULL with errno EIO").
+/// bug: a panic becomes EIO, or NULL with errno EIO, and never crosses into C.
 #[macro_export]
 macro_rules! ffi_guard {
     (null, $body:block) => {
@@ -93,7 +95,8 @@ macro_rules! ffi_guard {
 }
 
 /// Defines one exported C entry point with an exact symbol version
-/// (reference/abi-libibverbs.md §5.2, "Recipe A").
+/// (a `#[no_mangle]` function plus a `.symver` in the same module, linked by rust-lld
+/// with `libibverbs.map`).
 ///
 /// ```ignore
 /// export! {

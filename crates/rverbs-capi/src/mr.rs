@@ -74,7 +74,7 @@ export! {
     /// Registers a memory region (`ibv_reg_mr_iova2`, what perftest always calls).
     /// Errors: NULL with `errno`.
     ///
-    /// Rule: reference §4.4: `IBV_ACCESS_OPTIONAL_RANGE` bits are ignored (the core
+    /// Rule: verbs.h: `IBV_ACCESS_OPTIONAL_RANGE` bits are ignored (the core
     /// masks them); remote VA `x` maps to `addr + (x - iova)`; fill context, pd, addr,
     /// length, lkey, rkey.
     /// Errors: `EINVAL` for a NULL PD or NULL `addr`; the core's errno otherwise.
@@ -137,7 +137,7 @@ export! {
     /// Re-registers a memory region (`ibv_rereg_mr(3)`). Returns 0 or a negative
     /// `IBV_REREG_MR_ERR_*` code with `errno`.
     ///
-    /// Rule: verbs.c (notes §16.1): not a plain MR, unknown flags, CHANGE_TRANSLATION
+    /// Rule: verbs.c (`ibv_rereg_mr`): not a plain MR, unknown flags, CHANGE_TRANSLATION
     /// with a NULL `addr` or 0 `length`, or `access` without CHANGE_ACCESS give
     /// `IBV_REREG_MR_ERR_INPUT` with `errno = EINVAL` and leave the MR as it was.
     /// Rule: otherwise the core changes the region in place (the keys stay the same) and

@@ -1,12 +1,12 @@
 //! Memory windows: the `ibv_context.ops` slots `alloc_mw`, `bind_mw` and `dealloc_mw`
-//! behind the inline `ibv_alloc_mw` / `ibv_bind_mw` / `ibv_dealloc_mw` (reference §4.1).
+//! behind the inline `ibv_alloc_mw` / `ibv_bind_mw` / `ibv_dealloc_mw` (verbs.h).
 //!
 //! Rule: the inline `ibv_alloc_mw` NULL-checks `alloc_mw`; `ibv_bind_mw` and
 //! `ibv_dealloc_mw` call their slots unchecked, so all three are set together.
 //! Rule: `struct ibv_mw { context, pd, rkey, handle, type }` is kept current: a type 1
 //! bind writes the new rkey into `mw->rkey` right after the bind is posted (rxe
 //! `rxe_bind_mw`); a type 2 window's `rkey` is what the application chose in its BIND_MW
-//! work request and is not written back (notes §15.3).
+//! work request and is not written back (rdma-core `providers/rxe/rxe.c`).
 
 use core::ffi::c_int;
 use std::cell::UnsafeCell;
@@ -78,7 +78,7 @@ pub(crate) unsafe fn bind_from_c<'a>(info: &ibv_mw_bind_info) -> Result<MwBind<'
 /// `ibv_context.ops.alloc_mw` (`ibv_alloc_mw(3)`). Errors: NULL with `errno`.
 ///
 /// Rule: types 1 and 2 only; any other type is `EINVAL` (uverbs refuses it before the
-/// driver, notes §15.1). The library fills context, pd, rkey, handle and type.
+/// driver, `ib_uverbs_alloc_mw`). The library fills context, pd, rkey, handle and type.
 pub(crate) unsafe extern "C" fn rverbs_alloc_mw(
     pd: *mut ibv_pd,
     mw_type: ibv_mw_type,
@@ -159,7 +159,7 @@ pub(crate) unsafe extern "C" fn rverbs_bind_mw(
 /// `ibv_context.ops.dealloc_mw` (`ibv_dealloc_mw(3)`). Returns 0 or an errno.
 ///
 /// Rule: remote access through the window fails from now on and its region is no longer
-/// held (notes §15.1: rxe unbinds at dealloc).
+/// held (rxe `rxe_mw.c` unbinds at dealloc).
 pub(crate) unsafe extern "C" fn rverbs_dealloc_mw(mw: *mut ibv_mw) -> c_int {
     ffi_guard!(errno, {
         // SAFETY: caller contract.

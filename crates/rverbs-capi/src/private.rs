@@ -1,12 +1,12 @@
 //! The 71 `IBVERBS_PRIVATE_34` symbols: rdma-core's private provider ABI.
 //!
-//! Why they exist (reference §2.3): perftest `NEEDED`s the real `libmlx5.so.1` and
-//! `libefa.so.1`; they are linked `-z now` and import 62 of these, so without them
-//! perftest dies at load time (`undefined symbol: ibv_cmd_destroy_cq, version
+//! Why they exist (`readelf -d`/`-V` of Debian's perftest): perftest `NEEDED`s the real
+//! `libmlx5.so.1` and `libefa.so.1`; they are linked `-z now` and import 62 of these, so
+//! without them perftest dies at load time (`undefined symbol: ibv_cmd_destroy_cq, version
 //! IBVERBS_PRIVATE_34`). Their ELF constructors call [`verbs_register_driver_34`], which
-//! must therefore be a harmless no-op. Nothing else is reached on the default paths:
-//! the `ibv_cmd_*` helpers are only called from provider code, which never gets one of
-//! our contexts. So: `int` functions return `EOPNOTSUPP`, pointer functions NULL with
+//! must therefore be a harmless no-op. Nothing else is reached on the default paths: the
+//! `ibv_cmd_*` helpers are only called from provider code, which never gets one of our
+//! contexts. So: `int` functions return `EOPNOTSUPP`, pointer functions NULL with
 //! `errno = EOPNOTSUPP`, `void` functions do nothing — except where the real function's
 //! convention makes a positive value mean success (noted on the function).
 //!

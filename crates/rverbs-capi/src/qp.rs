@@ -1,9 +1,9 @@
 //! Queue pairs: the out-of-line verbs, the `create_qp_ex` op and the inline-dispatch ops
 //! `post_send`/`post_recv`, multicast attach/detach.
 //!
-//! Every QP is allocated as an `ibv_qp_ex` (reference §4.4). QPs created through the
-//! `create_qp_ex` op are "extended" (`ibv_qp_to_qp_ex` returns them, as rxe sets
-//! `VERBS_QP_EX`); with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` their builder table
+//! Every QP is allocated as an `ibv_qp_ex` (as rdma-core's `struct verbs_qp` union). QPs
+//! created through the `create_qp_ex` op are "extended" (`ibv_qp_to_qp_ex` returns them,
+//! as rxe sets `VERBS_QP_EX`); with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` their builder table
 //! (`ibv_wr_*`, wr.rs) holds the requested opcode builders.
 
 use core::ffi::c_int;
@@ -127,7 +127,7 @@ fn publish(
 }
 
 /// Creates an XRC target QP (`IBV_QPT_XRC_RECV`) in `xrcd`: no PD, CQs, SRQ or caps of its
-/// own (notes §17.3); `init_attr->cap` comes back zero.
+/// own (IBTA Annex A14); `init_attr->cap` comes back zero.
 fn create_xrc_recv(
     xrcd: &XrcdObj,
     attr: &mut ibv_qp_init_attr,
@@ -200,7 +200,7 @@ fn create(pd: &PdObj, attr: &mut ibv_qp_init_attr, ex: &ExAttr) -> *mut ibv_qp {
 export! {
     /// Creates a queue pair (`ibv_create_qp(3)`). Errors: NULL with `errno`.
     ///
-    /// Rule: reference §7 item 9: the inline `ibv_create_qp_ex` forwards here when
+    /// Rule: verbs.h: the inline `ibv_create_qp_ex` forwards here when
     /// `comp_mask == IBV_QP_INIT_ATTR_PD`, so only the `ibv_qp_init_attr` prefix is read
     /// and every type that path may carry is accepted — RC, UC, UD and XRC_SEND
     /// (ibv_xsrq_pingpong); the actual caps are written back into `init_attr->cap`.
@@ -438,9 +438,10 @@ export! {
     /// Attaches a UD QP to a multicast group (`ibv_attach_mcast(3)`). Returns 0 or an
     /// errno.
     ///
-    /// Rule: notes §18: only UD QPs (`EINVAL`), only multicast GIDs (`EINVAL`); the LID is
-    /// ignored on RoCE; attaching twice keeps one attachment; `ENOMEM` beyond the group
-    /// limits. A QP still attached cannot be destroyed (`EBUSY`).
+    /// Rule: kernel `ib_attach_mcast`, rxe `rxe_mcast.c`: only UD QPs (`EINVAL`), only
+    /// multicast GIDs (`EINVAL`); the LID is ignored on RoCE; attaching twice keeps one
+    /// attachment; `ENOMEM` beyond the group limits. A QP still attached cannot be
+    /// destroyed (`EBUSY`).
     #[export("IBVERBS_1.1", errno)]
     pub unsafe fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
         // SAFETY: caller contract.
@@ -492,9 +493,10 @@ export! {
 export! {
     /// Says whether data of `op` is placed in address order (`ibv_query_qp_data_in_order(3)`).
     ///
-    /// Rule: reference §4.9 (v46 semantics): `flags & IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS`
-    /// returns a mask of `IBV_QUERY_QP_DATA_IN_ORDER_{WHOLE_MSG,ALIGNED_128_BYTES}`, else
-    /// 1/0; unknown flag bits and unknown opcodes give 0 (the core answers).
+    /// Rule: ibv_query_qp_data_in_order(3) of rdma-core ≥ 46:
+    /// `flags & IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS` returns a mask of
+    /// `IBV_QUERY_QP_DATA_IN_ORDER_{WHOLE_MSG,ALIGNED_128_BYTES}`, else 1/0; unknown flag
+    /// bits and unknown opcodes give 0 (the core answers).
     #[export("IBVERBS_1.14", value(0))]
     pub unsafe fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: ibv_wr_opcode, flags: u32) -> c_int {
         // SAFETY: caller contract.
@@ -578,7 +580,7 @@ unsafe fn translate_send<'a>(
 ) -> Result<SendWr<'a>, Refused> {
     let opcode = WrOpcode::from_raw(wr.opcode).ok_or(Refused::Errno(libc::EINVAL))?;
     if matches!(opcode, WrOpcode::AtomicWrite | WrOpcode::Flush) {
-        // notes §14.2: `struct ibv_send_wr` has no member for ATOMIC_WRITE's 8-byte value
+        // verbs.h: `struct ibv_send_wr` has no member for ATOMIC_WRITE's 8-byte value
         // (nor for FLUSH's placement, an rdma-core ≥ 45 opcode); they are only reachable
         // through the ibv_wr_* builder. Refused, never half-posted.
         return Err(Refused::Errno(libc::EOPNOTSUPP));

@@ -88,7 +88,7 @@ fn create(
 export! {
     /// Creates a shared receive queue (`ibv_create_srq(3)`). Errors: NULL with `errno`.
     ///
-    /// Rule: the inline `ibv_create_srq_ex` forwards basic SRQs here (reference §7 item 9);
+    /// Rule: the inline `ibv_create_srq_ex` forwards basic SRQs here (verbs.h);
     /// the library sets context, srq_context, pd, mutex/cond, events_completed, and writes
     /// the granted `max_wr`/`max_sge` back.
     #[export("IBVERBS_1.1", null)]

@@ -1,5 +1,5 @@
-//! The `ibv_qp_ex` work-request builder (`ibv_wr_*`, ibv_wr_post(3); reference §4.8,
-//! notes §19) over the core's [`rverbs::WrBatch`].
+//! The `ibv_qp_ex` work-request builder (`ibv_wr_*`, ibv_wr_post(3); rdma-core
+//! `providers/rxe/rxe.c`) over the core's [`rverbs::WrBatch`].
 //!
 //! The C builder is a sequence of separate calls (`ibv_wr_start`, builders, setters,
 //! `ibv_wr_complete`), while the core's batch borrows the QP's send queue for its whole
@@ -8,7 +8,7 @@
 //! `wr_start` … `wr_complete` posts everything or nothing, exactly as the core decides.
 //!
 //! Rule: each opcode builder starts a new work request with `qpx->wr_id` and
-//! `qpx->wr_flags` as they are at that call (reference §7 item 12); setters apply to the
+//! `qpx->wr_flags` as they are at that call (ibv_wr_post(3)); setters apply to the
 //! last one; data (SGE lists, inline bytes, the 8 bytes of `ibv_wr_atomic_write`) is
 //! copied at the call.
 //! Rule: `ibv_wr_complete` returns 0 or the first error (positive errno) and then nothing
@@ -167,7 +167,7 @@ unsafe fn with_batch(qpx: *mut ibv_qp_ex, f: impl FnOnce(&QpObj, &mut Batch)) {
 /// As [`with_batch`].
 unsafe fn build(qpx: *mut ibv_qp_ex, build: Result<Build, ()>) {
     // SAFETY: caller contract: qpx points to a live ibv_qp_ex; the application wrote
-    // wr_id / wr_flags before this call (reference §4.8).
+    // wr_id / wr_flags before this call (ibv_wr_post(3)).
     let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
     let flags = SendFlags::from_bits_truncate(flags) - SendFlags::INLINE;
     // SAFETY: forwarded.

@@ -1,5 +1,6 @@
 //! XRC domains: the `verbs_context` ops `open_xrcd` / `close_xrcd` behind the inline
-//! `ibv_open_xrcd` / `ibv_close_xrcd` (reference §4.1, §7 item 7), and `get_srq_num`.
+//! `ibv_open_xrcd` / `ibv_close_xrcd` (verbs.h; the inline `ibv_close_xrcd` calls its op
+//! unchecked, so both are set together), and `get_srq_num`.
 //!
 //! XRC SRQs are created by the `create_srq_ex` op (srq.rs), XRC initiator and target QPs
 //! by `ibv_create_qp` / the `create_qp_ex` op (qp.rs).

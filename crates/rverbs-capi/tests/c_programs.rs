@@ -4,8 +4,8 @@
 //! program prints one `ok - …` line per rule it checks and exits non-zero at the first
 //! failure; the test fails with the program's output.
 //!
-//! What each program covers is in its header comment: seed pages 000/002 (ibv_poll_cq),
-//! 001 (ibv_query_qp_data_in_order), 004 (ibv_create_cq_ex), completion channels, RC
+//! What each program covers is in its header comment: ibv_poll_cq(3),
+//! ibv_query_qp_data_in_order(3), ibv_create_cq_ex(3), completion channels, RC
 //! traffic and error statuses, devices/contexts/object lifecycles, memory windows,
 //! ibv_rereg_mr, XRC, the ibv_wr_* builder and UD multicast.
 //!

@@ -1,5 +1,5 @@
 //! Unmodified Debian 12 binaries run against the built library via `LD_LIBRARY_PATH`
-//! (reference §1, §2): every import of every object they pull in — including the real
+//! (`readelf -d`/`-V`): every import of every object they pull in — including the real
 //! `libmlx5.so.1`/`libefa.so.1` that perftest `NEEDED`s, all linked `-z now` — resolves
 //! with the right version, and ibverbs-utils list and describe the soft device.
 //!

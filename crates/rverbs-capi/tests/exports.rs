@@ -1,5 +1,5 @@
 //! The versioned export table of the built `libibverbs.so` against the installed
-//! rdma-core 44 `libibverbs.so.1` (reference/abi-libibverbs.md §3).
+//! rdma-core 44 `libibverbs.so.1` (`libibverbs/libibverbs.map.in`).
 //!
 //! The cdylib is found next to this test binary: cargo compiles the library once with
 //! both crate types, so `target/<profile>/deps/libibverbs.so` is always the build this

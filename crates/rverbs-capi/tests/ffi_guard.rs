@@ -1,5 +1,5 @@
 //! `ffi_guard!`: a panic in an exported body becomes the verb's error value with
-//! `errno = EIO` instead of unwinding into C (STYLE.md §5).
+//! `errno = EIO` instead of unwinding into C.
 
 use std::ffi::c_int;
 use std::hint::black_box;

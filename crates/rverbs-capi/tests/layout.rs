@@ -605,15 +605,15 @@ const NOT_IN_V44_HEADERS: &[(&str, &str)] = &[
     ),
     (
         "IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS",
-        "added in rdma-core 46 (reference §4.9)",
+        "added in rdma-core 46 (commit ac676d8b1)",
     ),
     (
         "IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG",
-        "added in rdma-core 46 (reference §4.9)",
+        "added in rdma-core 46 (commit ac676d8b1)",
     ),
     (
         "IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES",
-        "added in rdma-core 46 (reference §4.9)",
+        "added in rdma-core 46 (commit ac676d8b1)",
     ),
 ];
 

@@ -1,5 +1,5 @@
 //! rdma-core 44's pyverbs suite (Debian python3-pyverbs) over the drop-in, through
-//! `tests/conformance/run_pyverbs.sh` (reference/pyverbs-suite.md §9), on the generic
+//! `tests/conformance/run_pyverbs.sh` (rdma-core `tests/run_tests.py`), on the generic
 //! verbs modules. Every test must pass or skip with EOPNOTSUPP-style reasons listed in
 //! `tests/conformance/README.md`; `MIN_PASSED` is the floor that catches a regression
 //! turning passes into skips (raise it as features land).

@@ -11,9 +11,11 @@
 //!   numeric values as `<infiniband/verbs.h>`.
 //! - [`state`]: the QP state machine and the attribute-mask table of `ibv_modify_qp(3)`.
 //! - [`violation`]: responder-side rule violations and what each becomes (a NAK, a
-//!   drop, a completion status), after rocev2-wire.md §3.3 and §4.
+//!   drop, a completion status), after rxe's responder (`rxe_resp.c`) and completer
+//!   (`rxe_comp.c`).
 //! - [`wire`]: packet views and representations for BTH and the extension headers,
-//!   the opcode table and the ICRC (rocev2-wire.md §1, §2).
+//!   the opcode table and the ICRC (IBTA vol. 1, ch. 9 and Annex A17; rxe `rxe_hdr.h`,
+//!   `rxe_opcode.c`, `rxe_icrc.c`).
 //!
 //! Panics: no function panics on any input that comes from the network; parsing goes
 //! through `new_checked` (see [`wire`]).

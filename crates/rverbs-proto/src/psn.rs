@@ -1,4 +1,4 @@
-//! 24-bit packet sequence numbers (rocev2-wire.md §1.6).
+//! 24-bit packet sequence numbers (IBTA vol. 1, ch. 9; rxe `psn_compare` in `rxe_verbs.h`).
 
 /// A packet sequence number: 24 bits, arithmetic modulo 2^24.
 ///

@@ -1,4 +1,5 @@
-//! RNR NAK timer codes and the transport timeout (rocev2-wire.md §3.1, §3.4).
+//! RNR NAK timer codes and the transport timeout (ibv_modify_qp(3); rxe `rxe_qp.c`,
+//! `rxe_comp.c` `rnrnak_usec`).
 
 use core::time::Duration;
 
@@ -29,7 +30,7 @@ pub const fn ack_timeout(timeout: u8) -> Option<Duration> {
 /// A retry counter as IBTA defines `retry_cnt` and `rnr_retry` (3 bits each).
 ///
 /// Rule: ibv_modify_qp(3): `rnr_retry` 7 means retry forever. `retry_cnt` 7 means seven
-/// retries (IBTA); rxe treats it as infinite too (rocev2-wire.md §3.1).
+/// retries (IBTA); rxe treats it as infinite too (`rxe_comp.c`).
 /// Deviation: rverbs follows IBTA for `retry_cnt`, so that a dead peer ends in
 /// `RETRY_EXC_ERR` instead of a hang.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -248,7 +248,7 @@ c_enum! {
 
 impl WrOpcode {
     /// The completion opcode the requester reports for this work request
-    /// (rocev2-wire.md §4: SEND_WITH_IMM → SEND, WRITE_WITH_IMM → RDMA_WRITE).
+    /// (rxe `wr_to_wc_opcode`: SEND_WITH_IMM → SEND, WRITE_WITH_IMM → RDMA_WRITE).
     pub const fn wc_opcode(self) -> Option<WcOpcode> {
         Some(match self {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,

@@ -1,14 +1,15 @@
 //! Responder-side rule violations and what each becomes.
 //!
-//! Read before editing: rocev2-wire.md §3.3 (responder checks and the NAK each failure
-//! sends) and §4 (the completion status table). A violation is never an `Err` to an
-//! application: it becomes a NAK and an error completion at the requester, maybe an
-//! error completion at the responder, or a silent drop.
+//! Read before editing: rxe `rxe_resp.c` (responder checks and the NAK each failure
+//! sends), `rxe_comp.c` (what the requester completes for each NAK) and the status list
+//! of ibv_poll_cq(3). A violation is never an `Err` to an application: it becomes a NAK
+//! and an error completion at the requester, maybe an error completion at the responder,
+//! or a silent drop.
 
 use crate::vendor_err;
 use crate::verbs::WcStatus;
 
-/// What the responder answers, as the AETH syndrome of an RC NAK (§1.3).
+/// What the responder answers, as the AETH syndrome of an RC NAK (IBTA vol. 1, ch. 9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Nak {
     /// Receiver not ready; the requester retries after the RNR timer.
@@ -25,7 +26,7 @@ pub enum Nak {
 
 impl Nak {
     /// The completion status the requester reports when this NAK ends the work request
-    /// (§3.4 CHECK_ACK): `None` for NAKs that make it retry instead.
+    /// (rxe `rxe_comp.c` `check_ack`): `None` for NAKs that make it retry instead.
     pub const fn requester_status(self) -> Option<WcStatus> {
         match self {
             Nak::Rnr | Nak::PsnSequence => None,
@@ -50,9 +51,9 @@ impl Nak {
 /// A rule an inbound request broke at the responder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Violation {
-    /// A SEND or WRITE_WITH_IMM found no receive WQE (§3.3 Resources).
+    /// A SEND or WRITE_WITH_IMM found no receive WQE (rxe `check_resource`).
     ReceiveNotReady,
-    /// The responder QP's access flags do not enable the operation (§3.3 Access).
+    /// The responder QP's access flags do not enable the operation (rxe `check_op_valid`).
     QpAccessDenied,
     /// READ or atomic to a responder with `max_dest_rd_atomic` 0.
     NoRdAtomicResources,
@@ -60,7 +61,7 @@ pub enum Violation {
     MisalignedAtomic,
     /// The opcode is not valid for the responder (wrong transport, unsupported op).
     InvalidOpcode,
-    /// The receive buffers are smaller than the message (§3.3 Length checks).
+    /// The receive buffers are smaller than the message (rxe `send_data_in`).
     ReceiveTooSmall,
     /// The rkey is unknown.
     RkeyUnknown,
@@ -112,7 +113,7 @@ impl Violation {
     }
 
     /// Whether an RC responder moves to the error state (class A/C errors do, RNR does
-    /// not; rocev2-wire.md §3.3).
+    /// not; rxe `rxe_resp.c`).
     pub const fn responder_fatal(self) -> bool {
         !matches!(self, Violation::ReceiveNotReady)
     }

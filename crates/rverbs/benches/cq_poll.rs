@@ -1,5 +1,4 @@
-//! Batch poll cost per completion (DESIGN.md §9: "CQ poll: batch poll cost per CQE in the
-//! low nanoseconds, single thread").
+//! Batch poll cost per completion (the target: low nanoseconds per CQE, single thread).
 //!
 //! - `cq_poll/drain/batch<B>`: each measured iteration drains a CQ holding `FILL`
 //!   successful completions with `cq.poll(&mut [Wc; B])` until all are taken. The

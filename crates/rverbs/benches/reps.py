@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Runs the rverbs criterion benches several times and summarises them (BENCHMARKS.md).
 
-perf-anchors.md §0: on a shared 2-vCPU VM single runs drift, so compare medians of >= 5
-runs in which rverbs and its peer ran interleaved. Each rep runs both bench binaries
-(rc_loopback measures every WRITE size right before its memcpy peer). The binaries are
-built once and copied to OUT_DIR first, so every rep runs the same code. After each
-binary the per-benchmark *median* sample (criterion's estimates.json, ns per iteration)
-is kept.
+Noise rule: on a shared 2-vCPU VM single runs drift, so compare medians of >= 5 runs in
+which rverbs and its peer ran interleaved, never single runs or runs from different days.
+Each rep runs both bench binaries (rc_loopback measures every WRITE size right before its
+memcpy peer). The binaries are built once and copied to OUT_DIR first, so every rep runs
+the same code. After each binary the per-benchmark *median* sample (criterion's
+estimates.json, ns per iteration) is kept.
 The report gives, per benchmark, the median over reps and the min-max range, and for
 write_bw the median over reps of the same-rep ratio to peer_memcpy.
 

@@ -5,7 +5,7 @@
 //! Rule: ibv_query_port(3): one port (1), ACTIVE, link layer Ethernet (RoCE v2, like
 //! Soft-RoCE); the GID table is index 0 = link-local `fe80::` + EUI-64, then one
 //! IPv4-mapped GID `::ffff:a.b.c.d` per IPv4 address of the host
-//! (rocev2-wire.md §5.2).
+//! (as the kernel's `roce_gid_mgmt.c` fills rxe's table).
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -90,7 +90,7 @@ pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {
-    /// The IPv4-mapped GID `::ffff:a.b.c.d` (RoCE v2, rocev2-wire.md §5.1).
+    /// The IPv4-mapped GID `::ffff:a.b.c.d` (RoCE v2, IBTA Annex A17; kernel `rdma_gid2ip`).
     pub fn from_ipv4(ip: Ipv4Addr) -> Self {
         Gid(ip.to_ipv6_mapped().octets())
     }
@@ -356,8 +356,8 @@ pub(crate) struct DeviceInner {
     /// Channels to peers whose private memory this process reaches through them.
     pub(crate) proxies: crate::mr::proxy::Channels,
     /// Live regions in private memory of this process that peers would reach with
-    /// cross-memory attach, whose kernel copies make no ordering promise (seed 001:
-    /// `Qp::data_in_order` counts on this).
+    /// cross-memory attach, whose kernel copies make no ordering promise
+    /// (ibv_query_qp_data_in_order(3): `Qp::data_in_order` counts on this).
     pub(crate) cma_regions: std::sync::atomic::AtomicUsize,
     /// `RVERBS_CMA=off`: peers must reach this process's private memory through it.
     pub(crate) refuses_cma: bool,
@@ -639,7 +639,7 @@ fn register_cleanup(dir: &std::path::Path) {
 const SYNTHETIC_MAC: [u8; 6] = [0x02, 0x52, 0x56, 0x45, 0x52, 0x42];
 
 /// The modified EUI-64 of a MAC: flip the universal/local bit, insert `ff:fe`
-/// (rocev2-wire.md §5.2).
+/// (RFC 4291 appendix A; the kernel's default RoCE GID).
 fn eui64(mac: [u8; 6]) -> [u8; 8] {
     [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
 }

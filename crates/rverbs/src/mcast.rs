@@ -1,12 +1,12 @@
 //! UD multicast groups (ibv_attach_mcast(3), ibv_detach_mcast(3)).
 //!
-//! Rule (notes §18): only UD QPs attach, only to multicast GIDs (ff00::/8, or IPv4-mapped
-//! 224.0.0.0/4); the LID is ignored on RoCE; attaching twice keeps one attachment;
-//! detaching a QP that is not a member is EINVAL; a QP still attached cannot be destroyed
-//! (EBUSY). A UD send to a group (destination GID = the group, remote QPN 0xFFFFFF)
-//! delivers a copy to every attached QP that accepts requests and whose Q_Key matches —
-//! the sender's own QP too if it is attached (hardware loopback; rverbs has no
-//! BLOCK_SELF_MCAST_LB).
+//! Rule (kernel `ib_attach_mcast`, rxe `rxe_mcast.c`): only UD QPs attach, only to
+//! multicast GIDs (ff00::/8, or IPv4-mapped 224.0.0.0/4); the LID is ignored on RoCE;
+//! attaching twice keeps one attachment; detaching a QP that is not a member is EINVAL; a
+//! QP still attached cannot be destroyed (EBUSY). A UD send to a group (destination GID =
+//! the group, remote QPN 0xFFFFFF) delivers a copy to every attached QP that accepts
+//! requests and whose Q_Key matches — the sender's own QP too if it is attached (hardware
+//! loopback; rverbs has no BLOCK_SELF_MCAST_LB).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

@@ -6,8 +6,8 @@
 //! - writes the destination in increasing address order, 16 bytes at a time, with
 //!   ordinary (not non-temporal, not fast-string) stores, so on x86-64 (TSO) a reader
 //!   that sees byte `k` of a message also sees every byte before it. This is what lets
-//!   `query_qp_data_in_order` answer WHOLE_MSG truthfully (seed 001), and what the
-//!   "poll the last byte" idiom of perftest and RDMA applications relies on;
+//!   `query_qp_data_in_order` answer WHOLE_MSG truthfully (ibv_query_qp_data_in_order(3)),
+//!   and what the "poll the last byte" idiom of perftest and RDMA applications relies on;
 //! - is written in inline assembly, outside the Rust abstract machine, so a copy that
 //!   races an application's access to the same bytes produces unspecified bytes but no
 //!   undefined behaviour — the semantics of a per-byte atomic memcpy.
@@ -125,7 +125,7 @@ pub unsafe fn atomic_u64<'a>(addr: usize) -> &'a AtomicU64 {
     unsafe { &*(addr as *const AtomicU64) }
 }
 
-/// Executes an IBTA 64-bit atomic on host-endian memory (rocev2-wire.md §1.3: rxe
+/// Executes an IBTA 64-bit atomic on host-endian memory (rxe `rxe_mr_do_atomic_op`
 /// operates on host-order words) and returns the original value.
 ///
 /// # Safety

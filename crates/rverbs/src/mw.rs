@@ -7,7 +7,7 @@
 //! only while FREE, and only the QP that bound them can use them; LOCAL_INV and
 //! SEND_WITH_INV return them to FREE. Remote access through a window needs the window
 //! VALID, its PD equal to the responder QP's, the range inside the window and the access
-//! inside the window's rights (rocev2-wire.md §3.3; rxe `rxe_mw.c`, notes §10, §15).
+//! inside the window's rights (rxe `rxe_mw.c` `rxe_lookup_mw`, `rxe_resp.c` `check_rkey`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};

@@ -1,7 +1,7 @@
 //! The progress thread: runs what cannot run inside the application's calls.
 //!
-//! DESIGN.md §5: one thread per process, started with the device, asleep in epoll while
-//! there is nothing to do. It handles
+//! One thread per process (ARCHITECTURE.md §8), started with the device, asleep in epoll
+//! while there is nothing to do. It handles
 //! - timers: the RNR wait and the ACK timeout after which a send queue retries its head
 //!   work request;
 //! - the doorbell: a FIFO peers write to when they changed one of this process's QPs

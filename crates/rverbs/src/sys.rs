@@ -1,7 +1,7 @@
 //! Thin wrappers over the operating-system calls the device needs: eventfds, shared
 //! anonymous memory, and the host's interface addresses.
 //!
-//! This is one of the few modules allowed `unsafe` (STYLE.md §5): `mmap` and
+//! This is one of the few modules allowed `unsafe` (ARCHITECTURE.md §1): `mmap` and
 //! `getifaddrs` have no safe equivalents in rustix.
 #![allow(unsafe_code)]
 
@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 ///
 /// Rule: the fd handed to applications is a real kernel fd usable with poll/epoll,
 /// blocking by default, honouring `O_NONBLOCK` if the application sets it
-/// (ibv_get_cq_event(3) EXAMPLES; abi-libibverbs.md §4.11).
+/// (ibv_get_cq_event(3) EXAMPLES).
 #[derive(Debug)]
 pub(crate) struct EventFd {
     fd: OwnedFd,

@@ -2,7 +2,7 @@
 //!
 //! Rule: an XRC domain groups XRC SRQs and XRC target (XRC_RECV) QPs; a message from an
 //! XRC initiator reaches the target QP it is connected to, which steers it into the XRC
-//! SRQ the request names — only an SRQ of the target's domain (notes §17).
+//! SRQ the request names — only an SRQ of the target's domain (IBTA Annex A14).
 //! Rule: domains opened with an fd are shared per file (inode) on the device: an
 //! existing one is reused; none existing and no O_CREAT is EAGAIN; one existing with
 //! O_EXCL is EINVAL. Without an fd each open creates a private domain. Closing a domain

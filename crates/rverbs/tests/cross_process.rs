@@ -1,4 +1,4 @@
-//! Two processes on one host (DESIGN.md §6): a QP reaches a QP of another process
+//! Two processes on one host (ARCHITECTURE.md §2): a QP reaches a QP of another process
 //! knowing only its GID and QPN, and every operation executes without the target's CPU.
 //!
 //! Each test re-executes this test binary as the peer (`RVERBS_TEST_ROLE` names the

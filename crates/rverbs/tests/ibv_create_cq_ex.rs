@@ -1,4 +1,4 @@
-//! Seed 004: ibv_create_cq_ex(3) — start/next/end polling and fields chosen by wc_flags.
+//! ibv_create_cq_ex(3) — start/next/end polling and fields chosen by wc_flags.
 mod common;
 use common::*;
 use rverbs::*;

@@ -1,4 +1,4 @@
-//! Seeds 000 and 002: ibv_poll_cq(3), and the CQ rules of ibv_create_cq_ex(3).
+//! ibv_poll_cq(3), and the CQ rules of ibv_create_cq_ex(3).
 mod common;
 use common::*;
 use rverbs::*;

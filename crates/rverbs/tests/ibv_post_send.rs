@@ -1,5 +1,5 @@
 //! ibv_post_send(3) on RC: every opcode with its data and completion fields, and the
-//! statuses of rocev2-wire.md §4 for each error path.
+//! completion status rxe gives each error path (ibv_poll_cq(3)).
 mod common;
 use common::*;
 use rverbs::*;

@@ -1,4 +1,4 @@
-//! Seed 001: ibv_query_qp_data_in_order(3) answers truthfully, and placement honours it.
+//! ibv_query_qp_data_in_order(3) answers truthfully, and placement honours it.
 mod common;
 use common::*;
 use rverbs::*;

@@ -1,4 +1,5 @@
-//! IBTA annex A19 operations on RC: ATOMIC_WRITE and FLUSH (rxe semantics, notes §13-14).
+//! IBTA annex A19 operations on RC: ATOMIC_WRITE and FLUSH (rxe semantics: `rxe_resp.c`,
+//! `rxe_comp.c`; ibv_wr_post(3)).
 mod common;
 use common::*;
 use rverbs::*;

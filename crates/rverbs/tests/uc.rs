@@ -1,5 +1,5 @@
 //! UC queue pairs: SEND and RDMA WRITE (with and without immediate); no READ or atomics;
-//! no ACKs and no retries (rocev2-wire.md §3.5).
+//! no ACKs and no retries (IBTA vol. 1, ch. 9; rxe completes UC sends at transmit).
 mod common;
 use common::*;
 use rverbs::*;

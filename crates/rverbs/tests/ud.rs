@@ -1,4 +1,4 @@
-//! UD queue pairs: address handles, Q_Keys, the 40-byte GRH area (rocev2-wire.md §5.3).
+//! UD queue pairs: address handles, Q_Keys, the 40-byte GRH area (`union rdma_network_hdr`).
 mod common;
 use common::*;
 use rverbs::*;

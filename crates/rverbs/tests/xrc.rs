@@ -1,5 +1,5 @@
-//! XRC: domains, XRC SRQs, initiator and target QPs (notes §17; what ibv_xsrq_pingpong and
-//! pyverbs' XRC tests do).
+//! XRC: domains, XRC SRQs, initiator and target QPs (IBTA Annex A14, ibv_open_xrcd(3); what
+//! ibv_xsrq_pingpong and pyverbs' XRC tests do).
 mod common;
 use common::*;
 use rverbs::*;

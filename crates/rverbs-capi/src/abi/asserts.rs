@@ -1,5 +1,5 @@
-//! Compile-time checks of the x86_64 sizes and offsets in Appendix A of
-//! reference/abi-libibverbs.md (gcc 12 on the v44 headers). `tests/layout.rs` checks
+//! Compile-time checks of the x86_64 sizes and offsets gcc 12 gives the v44 headers
+//! (`offsetof`/`sizeof` of `<infiniband/verbs.h>`). `tests/layout.rs` checks
 //! the same (and every other field) against the installed header at test time.
 
 use core::mem::{align_of, offset_of, size_of};

@@ -1,5 +1,5 @@
-//! Enum and flag values of `<infiniband/verbs.h>` (rdma-core 44), Appendix B of
-//! reference/abi-libibverbs.md and then some.
+//! Enum and flag values of `<infiniband/verbs.h>` (rdma-core 44), and a few of later
+//! rdma-core releases.
 //!
 //! Each C enum is a type alias with the representation gcc gives it (`int` when the enum
 //! has a negative value, `unsigned int` otherwise); tests/layout.rs checks every value,
@@ -565,7 +565,7 @@ pub type ibv_counter_description = c_uint;
 pub const IBV_COUNTER_PACKETS: ibv_counter_description = 0;
 pub const IBV_COUNTER_BYTES: ibv_counter_description = 1;
 
-// ibv_query_qp_data_in_order(): rdma-core >= 46 semantics (reference §4.9); the
+// ibv_query_qp_data_in_order(): rdma-core >= 46 semantics (commit ac676d8b1); the
 // names are not in the v44 headers (there `flags` must be 0 and the result is 0/1).
 pub const IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS: u32 = 1;
 pub const IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG: c_int = 1;

@@ -1,7 +1,7 @@
 //! `ibv_context`, its inline-dispatch ops table, `verbs_context`, async events.
 //!
-//! The hard ABI (reference §4): code inlined into applications from verbs.h calls
-//! `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_post_send`, `ibv_post_recv`,
+//! The hard ABI (the `static inline` functions of verbs.h): code inlined into applications
+//! from verbs.h calls `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_post_send`, `ibv_post_recv`,
 //! `ibv_post_srq_recv`, `ibv_alloc_mw`, `ibv_bind_mw`, `ibv_dealloc_mw` through
 //! [`ibv_context_ops`], and every `verbs_get_ctx_op()` inline (query_port,
 //! query_device_ex, create_cq_ex, create_qp_ex, XRC, DM, …) through [`verbs_context`],

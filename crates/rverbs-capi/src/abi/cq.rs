@@ -4,7 +4,7 @@ use core::ffi::{c_int, c_uint, c_void};
 
 use super::{ibv_context, ibv_pd, ibv_wc_opcode, ibv_wc_status};
 
-/// `struct ibv_comp_channel`. `fd` must be a real pollable fd (reference §4.11).
+/// `struct ibv_comp_channel`. `fd` must be a real pollable fd (ibv_get_cq_event(3)).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ibv_comp_channel {
@@ -15,7 +15,7 @@ pub struct ibv_comp_channel {
 }
 
 /// `struct ibv_cq` (128 bytes). Allocate every CQ as an [`ibv_cq_ex`] (same prefix) so
-/// both APIs work on one object (reference §4.4).
+/// both APIs work on one object (rdma-core's `struct verbs_cq` is the same union).
 #[repr(C)]
 pub struct ibv_cq {
     pub context: *mut ibv_context,
@@ -49,7 +49,7 @@ pub struct ibv_wc_tm_info {
 /// `struct ibv_cq_ex` (288 bytes): the `ibv_cq` fields, then the polling state and the
 /// function table the `ibv_start_poll`/`ibv_next_poll`/`ibv_wc_read_*` inlines call.
 /// `start_poll`/`next_poll` publish the current completion's `status` and `wr_id`
-/// into the struct (reference §4.7).
+/// into the struct (applications read them as fields; verbs.h `ibv_start_poll`).
 #[repr(C)]
 pub struct ibv_cq_ex {
     pub context: *mut ibv_context,

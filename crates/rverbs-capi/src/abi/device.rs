@@ -49,7 +49,7 @@ pub struct _ibv_device_ops {
 /// Apps read `name`, `node_type`, `transport_type`, `ibdev_path` directly. Real providers
 /// (`libmlx5`, `libefa`) read a pointer at offset 664, just *past* this struct
 /// (`struct verbs_device.ops`), so allocate devices as `{ ibv_device, ops: *const c_void, … }`
-/// with `ops` pointing at a private static (reference §2.4).
+/// with `ops` pointing at a private static (`struct verbs_device` in libibverbs/driver.h).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_device {
@@ -202,7 +202,7 @@ pub struct ibv_pci_atomic_caps {
 }
 
 /// `struct ibv_device_attr_ex` (400 bytes). The `query_device_ex` op gets the app's
-/// `sizeof` and must write at most that many bytes (reference §4.6).
+/// `sizeof` and must write at most that many bytes (verbs.h `ibv_query_device_ex`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ibv_device_attr_ex {
@@ -258,7 +258,7 @@ pub struct ibv_port_attr {
 
 /// `struct _compat_ibv_port_attr` (48 bytes; libibverbs/verbs.c, not in the public
 /// header): what the *exported* `ibv_query_port@@IBVERBS_1.1` writes — `ibv_port_attr`
-/// without the trailing `port_cap_flags2` (reference §4.5).
+/// without the trailing `port_cap_flags2`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct _compat_ibv_port_attr {

@@ -7,8 +7,8 @@
 //! `pub const` values (an out-of-range value from C must never be UB in Rust).
 //!
 //! Layout is checked twice:
-//! * `asserts.rs`: `const` asserts of the sizes/offsets in Appendix A of
-//!   reference/abi-libibverbs.md (x86_64);
+//! * `asserts.rs`: `const` asserts of the sizes/offsets gcc gives the v44 headers
+//!   (x86_64);
 //! * `tests/layout.rs`: every mirrored struct, field and constant against the *installed*
 //!   header, via a C program compiled at test time.
 //!

@@ -2,7 +2,7 @@
 //!
 //! Every object this library hands out embeds the public struct as its first field
 //! (`#[repr(C)] struct Wrapper { public: ibv_x, private… }`), and fills the public fields
-//! apps read (reference §4.4).
+//! apps read (rdma-core does the same; see each verb's man page).
 
 use core::ffi::{c_int, c_uint, c_void};
 

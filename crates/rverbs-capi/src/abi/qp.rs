@@ -28,7 +28,7 @@ pub struct ibv_qp {
 }
 
 /// `struct ibv_qp_ex` (352 bytes): `qp_base` then the work-request builder table.
-/// Opcode builders latch `wr_id`/`wr_flags` when called (reference §4.8).
+/// Opcode builders latch `wr_id`/`wr_flags` when called (ibv_wr_post(3)).
 #[repr(C)]
 pub struct ibv_qp_ex {
     pub qp_base: ibv_qp,

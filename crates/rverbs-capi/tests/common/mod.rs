@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests that run programs against the built
-//! `libibverbs.so` through `LD_LIBRARY_PATH` (reference §1: no consumer has an RPATH).
+//! `libibverbs.so` through `LD_LIBRARY_PATH` (no Debian consumer has an RPATH or RUNPATH).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

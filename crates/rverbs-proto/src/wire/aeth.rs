@@ -1,11 +1,11 @@
-//! ACK Extended Transport Header (AETH), 4 bytes: rocev2-wire.md §1.3 (IBTA vol. 1, ch. 9).
+//! ACK Extended Transport Header (AETH), 4 bytes: IBTA vol. 1, ch. 9; rxe `rxe_hdr.h`.
 //!
 //! ```text
 //! byte 0      Syndrome: resv(0x80) | type(0x60) | value(0x1F)
 //! bytes 1-3   MSN (24)
 //! ```
 //! Syndrome type 00 = ACK (value: credit count), 01 = RNR NAK (value: RNR timer code,
-//! §3.4), 10 = reserved, 11 = NAK (value: NAK code).
+//! `min_rnr_timer` of ibv_modify_qp(3)), 10 = reserved, 11 = NAK (value: NAK code).
 
 use super::{enum_with_unknown, header_packet, read_u24, write_u24, Error};
 
@@ -22,16 +22,16 @@ mod field {
     pub const TYPE_NAK: u8 = 0x60;
 }
 
-/// Length of an AETH in bytes (rocev2-wire.md §1.3).
+/// Length of an AETH in bytes (IBTA vol. 1, ch. 9).
 pub const HEADER_LEN: usize = field::MSN.end;
 
-/// The credit count "unlimited/invalid" that rxe always sends (rocev2-wire.md §1.3).
+/// The credit count "unlimited/invalid" that rxe always sends (`AETH_ACK_UNLIMITED`).
 pub const CREDITS_INVALID: u8 = 0x1F;
 
 enum_with_unknown! {
-    /// The NAK code of a NAK syndrome (rocev2-wire.md §1.3; IBTA vol. 1, ch. 9).
+    /// The NAK code of a NAK syndrome (IBTA vol. 1, ch. 9; rxe `enum aeth_syndrome`).
     ///
-    /// Rule: rocev2-wire.md §3.4: a requester treats codes it does not know like
+    /// Rule: rxe `rxe_comp.c` `check_ack`: a requester treats codes it does not know like
     /// `RemoteOperationalError` (rxe), so unknown codes are kept, not refused.
     pub enum NakCode(u8) {
         /// PSN sequence error (0x60): the responder expected another PSN.
@@ -47,7 +47,7 @@ enum_with_unknown! {
     }
 }
 
-/// An AETH syndrome (rocev2-wire.md §1.3).
+/// An AETH syndrome (IBTA vol. 1, ch. 9).
 ///
 /// `u8::from(syndrome)` gives the wire byte: ACK `0x00 | credits`, RNR NAK `0x20 | timer`,
 /// NAK `0x60 | code`; values wider than 5 bits are truncated.
@@ -60,7 +60,7 @@ pub enum Syndrome {
     },
     /// RNR NAK: the responder had no receive WQE.
     RnrNak {
-        /// RNR timer code (5 bits), the minimum wait before retrying (rocev2-wire.md §3.4).
+        /// RNR timer code (5 bits), the minimum wait before retrying (see [`crate::rnr`]).
         timer: u8,
     },
     /// NAK with its code.
@@ -107,7 +107,7 @@ impl From<Syndrome> for u8 {
     }
 }
 
-header_packet!("ACK Extended Transport Header (rocev2-wire.md §1.3)");
+header_packet!("ACK Extended Transport Header (IBTA vol. 1, ch. 9)");
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// The raw syndrome byte; decode it with `Syndrome::try_from`.
@@ -115,7 +115,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()[field::SYNDROME]
     }
 
-    /// MSN, the responder's count of completed inbound messages (24 bits; §3.3).
+    /// MSN, the responder's count of completed inbound messages (24 bits; rxe `rxe_resp.c`).
     pub fn msn(&self) -> u32 {
         read_u24(self.buffer.as_ref(), field::MSN)
     }
@@ -133,7 +133,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// An AETH with a decoded syndrome (rocev2-wire.md §1.3).
+/// An AETH with a decoded syndrome (IBTA vol. 1, ch. 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
     /// Syndrome: ACK, RNR NAK or NAK.
@@ -213,7 +213,7 @@ mod tests {
 
     #[test]
     fn aeth_syndrome_values_match_the_table() {
-        // rocev2-wire.md §1.3: "ACK 0x1F; RNR NAK 0x20|timer; NAK 0x60/0x61/0x62/0x63(/0x64)".
+        // rxe `enum aeth_syndrome`: ACK 0x1F; RNR NAK 0x20|timer; NAK 0x60/0x61/0x62/0x63(/0x64).
         assert_eq!(u8::from(Syndrome::ACK), 0x1f);
         assert_eq!(u8::from(Syndrome::Ack { credits: 0 }), 0x00);
         assert_eq!(u8::from(Syndrome::RnrNak { timer: 0 }), 0x20);

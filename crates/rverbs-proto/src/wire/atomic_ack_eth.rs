@@ -1,10 +1,10 @@
-//! Atomic Acknowledge Extended Transport Header (AtomicAckETH), 8 bytes: rocev2-wire.md §1.3
-//! (IBTA vol. 1, ch. 9).
+//! Atomic Acknowledge Extended Transport Header (AtomicAckETH), 8 bytes: IBTA vol. 1, ch. 9;
+//! rxe `rxe_hdr.h` (`struct rxe_atmack`).
 //!
 //! ```text
 //! bytes 0-7   Original remote data (64), big-endian
 //! ```
-//! Follows the AETH in an ATOMIC ACKNOWLEDGE (§1.4).
+//! Follows the AETH in an ATOMIC ACKNOWLEDGE (IBTA vol. 1, ch. 9; rxe `rxe_opcode.c`).
 
 use super::{header_packet, read, Error};
 
@@ -14,10 +14,10 @@ mod field {
     pub const ORIGINAL: Field = 0..8;
 }
 
-/// Length of an AtomicAckETH in bytes (rocev2-wire.md §1.3).
+/// Length of an AtomicAckETH in bytes (IBTA vol. 1, ch. 9).
 pub const HEADER_LEN: usize = field::ORIGINAL.end;
 
-header_packet!("Atomic Acknowledge Extended Transport Header (rocev2-wire.md §1.3)");
+header_packet!("Atomic Acknowledge Extended Transport Header (IBTA vol. 1, ch. 9)");
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// The remote data as it was before the atomic operation.
@@ -33,7 +33,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// An AtomicAckETH (rocev2-wire.md §1.3); every bit pattern is valid.
+/// An AtomicAckETH (IBTA vol. 1, ch. 9); every bit pattern is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
     /// Original remote data.

@@ -1,5 +1,5 @@
-//! Atomic Extended Transport Header (AtomicETH), 28 bytes: rocev2-wire.md §1.3
-//! (IBTA vol. 1, ch. 9).
+//! Atomic Extended Transport Header (AtomicETH), 28 bytes: IBTA vol. 1, ch. 9; rxe `rxe_hdr.h`
+//! (`struct rxe_atmeth`).
 //!
 //! ```text
 //! bytes 0-7    VA (64)
@@ -7,7 +7,7 @@
 //! bytes 12-19  Swap (CMP_SWAP) or Add (FETCH_ADD) data (64)
 //! bytes 20-27  Compare data (64); FETCH_ADD ignores it and sends 0
 //! ```
-//! Packed: the 64-bit fields are not 8-aligned. Operands are big-endian (§1.3).
+//! Packed: the 64-bit fields are not 8-aligned. Operands are big-endian (IBTA vol. 1, ch. 9).
 
 use super::{header_packet, read, Error};
 
@@ -20,10 +20,10 @@ mod field {
     pub const COMPARE: Field = 20..28;
 }
 
-/// Length of an AtomicETH in bytes (rocev2-wire.md §1.3).
+/// Length of an AtomicETH in bytes (IBTA vol. 1, ch. 9).
 pub const HEADER_LEN: usize = field::COMPARE.end;
 
-header_packet!("Atomic Extended Transport Header (rocev2-wire.md §1.3)");
+header_packet!("Atomic Extended Transport Header (IBTA vol. 1, ch. 9)");
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// VA of the 8-byte remote target.
@@ -69,7 +69,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// An AtomicETH (rocev2-wire.md §1.3); every bit pattern is valid.
+/// An AtomicETH (IBTA vol. 1, ch. 9); every bit pattern is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
     /// VA.

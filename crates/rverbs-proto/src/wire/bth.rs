@@ -1,4 +1,4 @@
-//! Base Transport Header (BTH), 12 bytes: rocev2-wire.md §1.2 (IBTA vol. 1, ch. 9).
+//! Base Transport Header (BTH), 12 bytes: IBTA vol. 1, ch. 9; rxe `rxe_hdr.h` (`struct rxe_bth`).
 //!
 //! ```text
 //! byte 0      OpCode
@@ -19,7 +19,7 @@ mod field {
     /// SE | M | PadCnt | TVer.
     pub const FLAGS: usize = 1;
     pub const PKEY: Field = 2..4;
-    /// FECN | BECN | resv6a; the whole byte is masked in the ICRC (rocev2-wire.md §2.2).
+    /// FECN | BECN | resv6a; the ICRC masks the whole byte (IBTA Annex A17; rxe `rxe_icrc.c`).
     pub const ECN: usize = 4;
     pub const DEST_QP: Field = 5..8;
     /// AckReq | resv7.
@@ -36,16 +36,16 @@ mod field {
     pub const ACK_REQ_BIT: u8 = 0x80;
 }
 
-/// Length of a BTH in bytes (rocev2-wire.md §1.2).
+/// Length of a BTH in bytes (IBTA vol. 1, ch. 9).
 pub const HEADER_LEN: usize = field::PSN.end;
 
-/// Byte offset of the ECN byte (FECN, BECN, resv6a), which the ICRC masks (rocev2-wire.md §2.2).
+/// Byte offset of the ECN byte (FECN, BECN, resv6a), which the ICRC masks (IBTA Annex A17).
 pub const ECN_OFFSET: usize = field::ECN;
 
-header_packet!("Base Transport Header (rocev2-wire.md §1.2)");
+header_packet!("Base Transport Header (IBTA vol. 1, ch. 9)");
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// OpCode (byte 0): transport in the high 3 bits, operation in the low 5 (§1.5).
+    /// OpCode (byte 0): transport in the high 3 bits, operation in the low 5 (IBTA vol. 1, ch. 9).
     pub fn opcode(&self) -> OpCode {
         OpCode::from(self.buffer.as_ref()[field::OPCODE])
     }
@@ -55,22 +55,22 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()[field::FLAGS] & field::SE != 0
     }
 
-    /// M, migration request. rxe sends 0, hardware often 1; receivers ignore it (§1.2).
+    /// M, migration request. rxe sends 0, hardware often 1; receivers ignore it.
     pub fn migreq(&self) -> bool {
         self.buffer.as_ref()[field::FLAGS] & field::MIGREQ != 0
     }
 
-    /// PadCnt: number of pad bytes (0..=3) between the payload and the ICRC (§1.6).
+    /// PadCnt: number of pad bytes (0..=3) between the payload and the ICRC (IBTA vol. 1, ch. 9).
     pub fn pad_count(&self) -> u8 {
         (self.buffer.as_ref()[field::FLAGS] & field::PAD_MASK) >> field::PAD_SHIFT
     }
 
-    /// TVer, transport header version (4 bits); 0 is the only one defined (§1.2).
+    /// TVer, transport header version (4 bits); 0 is the only one defined (IBTA vol. 1, ch. 9).
     pub fn tver(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS] & field::TVER_MASK
     }
 
-    /// P_Key, the partition key. rxe sends 0xFFFF (§1.2).
+    /// P_Key, the partition key. rxe sends 0xFFFF (`IB_DEFAULT_PKEY_FULL`).
     pub fn pkey(&self) -> u16 {
         u16::from_be_bytes(read(self.buffer.as_ref(), field::PKEY))
     }
@@ -80,7 +80,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()[field::ECN] & field::FECN != 0
     }
 
-    /// B, backward explicit congestion notification (set in a CNP, §1.5).
+    /// B, backward explicit congestion notification (set in a CNP, IBTA Annex A17).
     pub fn becn(&self) -> bool {
         self.buffer.as_ref()[field::ECN] & field::BECN != 0
     }
@@ -90,12 +90,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read_u24(self.buffer.as_ref(), field::DEST_QP)
     }
 
-    /// A, acknowledge request (RC only; §1.2).
+    /// A, acknowledge request (RC only; rxe `rxe_req.c` sets it at each message end).
     pub fn ack_req(&self) -> bool {
         self.buffer.as_ref()[field::ACK_REQ] & field::ACK_REQ_BIT != 0
     }
 
-    /// PSN, the packet sequence number (24 bits; §1.6).
+    /// PSN, the packet sequence number (24 bits; see [`crate::psn`]).
     pub fn psn(&self) -> u32 {
         read_u24(self.buffer.as_ref(), field::PSN)
     }
@@ -175,7 +175,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// A BTH rverbs accepts: TVer 0, reserved bits ignored (rocev2-wire.md §1.2, §1.7).
+/// A BTH rverbs accepts: TVer 0, reserved bits ignored (IBTA vol. 1, ch. 9; rxe `hdr_check`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
     /// OpCode; unknown values are kept (the whole-packet parse refuses them).
@@ -203,7 +203,7 @@ pub struct Repr {
 impl Repr {
     /// Parses a BTH.
     ///
-    /// Rule: rocev2-wire.md §1.7 step 3: a packet with TVer ≠ 0 is dropped.
+    /// Rule: rxe `rxe_recv.c` `hdr_check`: a packet with TVer ≠ 0 is dropped.
     /// Rule: IBTA vol. 1, ch. 9 (unverified): reserved bits (resv6a, resv7) are ignored on receipt.
     /// Errors: `Error` if the buffer is shorter than [`HEADER_LEN`] or TVer ≠ 0.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {

@@ -1,12 +1,13 @@
-//! Datagram Extended Transport Header (DETH), 8 bytes: rocev2-wire.md §1.3
-//! (IBTA vol. 1, ch. 9).
+//! Datagram Extended Transport Header (DETH), 8 bytes: IBTA vol. 1, ch. 9; rxe `rxe_hdr.h`
+//! (`struct rxe_deth`).
 //!
 //! ```text
 //! bytes 0-3   Q_Key (32)
 //! byte 4      reserved
 //! bytes 5-7   SrcQP (24)
 //! ```
-//! Carried by every UD packet (§1.5); a Q_Key mismatch is a silent drop (§1.7 step 5).
+//! Carried by every UD packet (rxe `rxe_opcode.c`); a Q_Key mismatch is a silent drop (rxe
+//! `rxe_recv.c` `check_keys`).
 
 use super::{header_packet, read, read_u24, write_u24, Error};
 
@@ -18,10 +19,10 @@ mod field {
     pub const SRC_QP: Field = 5..8;
 }
 
-/// Length of a DETH in bytes (rocev2-wire.md §1.3).
+/// Length of a DETH in bytes (IBTA vol. 1, ch. 9).
 pub const HEADER_LEN: usize = field::SRC_QP.end;
 
-header_packet!("Datagram Extended Transport Header (rocev2-wire.md §1.3)");
+header_packet!("Datagram Extended Transport Header (IBTA vol. 1, ch. 9)");
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Q_Key, which must equal the destination QP's Q_Key.
@@ -49,7 +50,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// A DETH (rocev2-wire.md §1.3); the reserved byte is ignored on parse.
+/// A DETH (IBTA vol. 1, ch. 9); the reserved byte is ignored on parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
     /// Q_Key.
@@ -87,7 +88,7 @@ impl Repr {
 mod tests {
     use super::*;
 
-    /// Q_Key 0x80010000 (QP1, §1.7), SrcQP 0xabcdef.
+    /// Q_Key 0x80010000 (QP1's, `GSI_QKEY` in rxe `rxe_hdr.h`), SrcQP 0xabcdef.
     static BYTES: [u8; 8] = [0x80, 0x01, 0x00, 0x00, 0x00, 0xab, 0xcd, 0xef];
 
     const REPR: Repr = Repr {

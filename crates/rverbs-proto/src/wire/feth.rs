@@ -1,4 +1,4 @@
-//! Flush Extended Transport Header (FETH), 4 bytes: rocev2-wire.md §1.3 (IBTA 1.5 Annex A19).
+//! Flush Extended Transport Header (FETH), 4 bytes: IBTA 1.5 Annex A19; rxe `rxe_hdr.h`.
 //!
 //! ```text
 //! bytes 0-2   reserved
@@ -6,7 +6,7 @@
 //! ```
 //! SEL, selectivity: 0 = the memory range of the RETH, 1 = the whole MR. PLT, placement
 //! type, a bit mask: 1 = global visibility, 2 = persistence. Carried by FLUSH, before the
-//! RETH (§1.4).
+//! RETH (rxe `rxe_opcode.c`).
 
 use bitflags::bitflags;
 
@@ -23,11 +23,11 @@ mod field {
     pub const PLT_MASK: u8 = 0x0F;
 }
 
-/// Length of an FETH in bytes (rocev2-wire.md §1.3).
+/// Length of an FETH in bytes (IBTA Annex A19).
 pub const HEADER_LEN: usize = field::SEL_PLT + 1;
 
 enum_with_unknown! {
-    /// FETH selectivity level, SEL (2 bits; rocev2-wire.md §1.3).
+    /// FETH selectivity level, SEL (2 bits; IBTA Annex A19).
     ///
     /// The reserved values 2 and 3 are kept as `Unknown` for the responder to refuse.
     pub enum Selectivity(u8) {
@@ -39,7 +39,7 @@ enum_with_unknown! {
 }
 
 bitflags! {
-    /// FETH placement type, PLT (4 bits; rocev2-wire.md §1.3). Reserved bits are kept.
+    /// FETH placement type, PLT (4 bits; IBTA Annex A19). Reserved bits are kept.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub struct Placement: u8 {
         /// Make the data globally visible.
@@ -49,7 +49,7 @@ bitflags! {
     }
 }
 
-header_packet!("Flush Extended Transport Header (rocev2-wire.md §1.3)");
+header_packet!("Flush Extended Transport Header (IBTA Annex A19)");
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// SEL, the selectivity level.
@@ -86,7 +86,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// An FETH (rocev2-wire.md §1.3); reserved bits are ignored on parse.
+/// An FETH (IBTA Annex A19); reserved bits are ignored on parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
     /// SEL.
@@ -99,7 +99,7 @@ impl Repr {
     /// Parses an FETH.
     ///
     /// Rule: the responder, not the parser, refuses a reserved SEL or an empty PLT (it
-    /// answers with a NAK; rocev2-wire.md §3.3), so both are kept here.
+    /// answers with a NAK; rxe `rxe_resp.c`), so both are kept here.
     /// Errors: `Error` if the buffer is shorter than [`HEADER_LEN`].
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;

@@ -1,8 +1,10 @@
-//! The RoCEv2 invariant CRC (ICRC): rocev2-wire.md §2.
+//! The RoCEv2 invariant CRC (ICRC): IBTA Annex A17; rxe `rxe_icrc.c`.
 //!
-//! Read before editing: §2.1 (algorithm), §2.2 (masked fields), §2.4 (test vectors, all in
-//! the tests below) and §2.5 (why a UDP-socket implementation needs the pseudo-header and
-//! ID-solving variants).
+//! Read before editing: rxe `rxe_icrc.c` (`rxe_icrc_hdr`: the algorithm and the masked
+//! fields, which hardware computes the same way) and the test vectors in the tests below. The
+//! ICRC covers the IPv4 Identification, which the kernel picks for a UDP socket and a UDP
+//! receiver never sees: hence the pseudo-header variants ([`compute_ipv4_pseudo`] assumes ID
+//! 0) and [`solve_ipv4_id`].
 //!
 //! The ICRC is CRC-32 (IEEE 802.3, what `crc32fast` computes) over eight 0xFF bytes (a
 //! pseudo-LRH), then the IP header, the UDP header and the BTH with their variant fields set
@@ -20,10 +22,10 @@ use crc32fast::Hasher;
 
 use super::{bth, Error};
 
-/// Length of the ICRC in bytes (rocev2-wire.md §1.1).
+/// Length of the ICRC in bytes (IBTA Annex A17).
 pub const ICRC_LEN: usize = 4;
 
-/// CRC-32 of eight 0xFF bytes: the state after the pseudo-LRH (rocev2-wire.md §2.1).
+/// CRC-32 of eight 0xFF bytes: the state after the pseudo-LRH (rxe `rxe_icrc.c`).
 const SEED: u32 = 0x2144_df1c;
 
 const IPV4_HEADER_LEN: usize = 20;
@@ -34,7 +36,7 @@ const IP_PROTO_UDP: u8 = 17;
 const IPV4_ID_OFFSET: usize = 4;
 
 /// Feeds `roce` (BTH onwards) into `hasher` with the BTH's ECN byte masked
-/// (rocev2-wire.md §2.2: "byte 4 entirely").
+/// (IBTA Annex A17; rxe `rxe_icrc_hdr`: byte 4 entirely).
 fn update_roce(hasher: &mut Hasher, roce: &[u8]) {
     match roce.split_at_checked(bth::ECN_OFFSET) {
         Some((head, [_ecn, rest @ ..])) => {
@@ -54,19 +56,19 @@ fn finish(ip_udp: &[u8], roce: &[u8]) -> u32 {
     hasher.finalize()
 }
 
-/// Masks the UDP checksum of `udp` (rocev2-wire.md §2.2).
+/// Masks the UDP checksum of `udp` (IBTA Annex A17; rxe `rxe_icrc_hdr`).
 fn mask_udp(udp: &mut [u8]) {
     udp[6..8].fill(0xff);
 }
 
-/// Masks TOS, TTL and the header checksum of an IPv4 header (rocev2-wire.md §2.2).
+/// Masks TOS, TTL and the header checksum of an IPv4 header (IBTA Annex A17; `rxe_icrc_hdr`).
 fn mask_ipv4(ip: &mut [u8]) {
     ip[1] = 0xff;
     ip[8] = 0xff;
     ip[10..12].fill(0xff);
 }
 
-/// Masks traffic class, flow label and hop limit of an IPv6 header (rocev2-wire.md §2.2).
+/// Masks traffic class, flow label and hop limit of an IPv6 header (IBTA Annex A17).
 fn mask_ipv6(ip: &mut [u8]) {
     ip[0] |= 0x0f;
     ip[1..4].fill(0xff);
@@ -76,7 +78,7 @@ fn mask_ipv6(ip: &mut [u8]) {
 /// The masked IP and UDP headers of `packet` and their length, or `Error`.
 fn masked_ip_udp(packet: &[u8]) -> Result<([u8; IPV6_HEADER_LEN + UDP_HEADER_LEN], usize), Error> {
     let (ip_len, protocol) = match packet.first().map(|b| b >> 4) {
-        // IHL must be 5: no options (rocev2-wire.md §2.1).
+        // IHL must be 5: no options (rxe `rxe_icrc_hdr` assumes a 20-byte header).
         Some(4) if packet[0] & 0x0f == 5 => (IPV4_HEADER_LEN, packet.get(9)),
         Some(6) => (IPV6_HEADER_LEN, packet.get(6)),
         _ => return Err(Error),
@@ -99,7 +101,7 @@ fn masked_ip_udp(packet: &[u8]) -> Result<([u8; IPV6_HEADER_LEN + UDP_HEADER_LEN
 
 /// The ICRC of a whole IP packet, from the first byte of the IP header to the last pad byte.
 ///
-/// Rule: rocev2-wire.md §2.1: covers IP header .. pad, with the masks of §2.2.
+/// Rule: IBTA Annex A17 (rxe `rxe_icrc.c`): covers IP header .. pad, with the masks above.
 /// Errors: `Error` unless `packet` is IPv4 without options or IPv6 without extension headers,
 /// carrying UDP, and holds at least the IP, UDP and BTH headers.
 pub fn compute_ip_packet(packet: &[u8]) -> Result<u32, Error> {
@@ -107,7 +109,7 @@ pub fn compute_ip_packet(packet: &[u8]) -> Result<u32, Error> {
     Ok(finish(&headers[..len], &packet[len..]))
 }
 
-/// The masked pseudo IPv4 and UDP headers of rocev2-wire.md §2.5 with Identification `id`.
+/// The masked pseudo IPv4 and UDP headers (DF, no options) with Identification `id`.
 fn ipv4_pseudo_headers(
     src: Ipv4Addr,
     dst: Ipv4Addr,
@@ -151,9 +153,10 @@ fn ipv4_pseudo_with_id(
 }
 
 /// The ICRC of `roce` as sent over IPv4 by an unconnected `IP_PMTUDISC_DO` UDP socket:
-/// IPv4 header with ID 0, DF, no options (rocev2-wire.md §2.5, TX recipe).
+/// IPv4 header with ID 0, DF, no options (Linux `ip_select_ident_segs` gives the DF packets
+/// of an unconnected socket ID 0).
 ///
-/// TOS, TTL and both checksums are masked (§2.2), so they are not inputs; the IP total
+/// TOS, TTL and both checksums are masked (IBTA Annex A17), so they are not inputs; the IP total
 /// length and UDP length are derived from `roce.len()` plus the ICRC.
 pub fn compute_ipv4_pseudo(
     src: Ipv4Addr,
@@ -165,8 +168,9 @@ pub fn compute_ipv4_pseudo(
     ipv4_pseudo_with_id(src, dst, src_port, dst_port, 0, roce)
 }
 
-/// The ICRC of `roce` as sent over IPv6 without extension headers (rocev2-wire.md §2.5:
-/// "IPv6 has no ID: fully predictable"). Traffic class, flow label and hop limit are masked.
+/// The ICRC of `roce` as sent over IPv6 without extension headers (IPv6 has no
+/// Identification, so it is fully predictable). Traffic class, flow label and hop limit are
+/// masked.
 pub fn compute_ipv6_pseudo(
     src: Ipv6Addr,
     dst: Ipv6Addr,
@@ -200,15 +204,15 @@ fn shift(crc: u32, n: u64) -> u32 {
 /// Finds the IPv4 Identification under which `icrc` is the ICRC of `roce` with the pseudo
 /// header of [`compute_ipv4_pseudo`], or `None` if no ID fits.
 ///
-/// Rule: rocev2-wire.md §2.5, option 2: the CRC is affine in the message bits, so
-/// `ICRC(ID = x) = ICRC(ID = 0) ⊕ L(x)` with `L` linear in the 16 ID bits; `L(1 << i)` is the
-/// CRC of that bit shifted over the bytes after the ID field. Gaussian elimination over GF(2)
-/// solves `L(x) = icrc ⊕ ICRC(ID = 0)`. The 16 basis vectors are independent, so a solution
-/// is unique, and a corrupted packet is accepted with probability 2^-16.
+/// Rule: the CRC is affine in the message bits, so `ICRC(ID = x) = ICRC(ID = 0) ⊕ L(x)` with
+/// `L` linear in the 16 ID bits; `L(1 << i)` is the CRC of that bit shifted over the bytes
+/// after the ID field. Gaussian elimination over GF(2) solves `L(x) = icrc ⊕ ICRC(ID = 0)`.
+/// The 16 basis vectors are independent, so a solution is unique, and a corrupted packet is
+/// accepted with probability 2^-16.
 ///
 /// A UDP socket never sees the IPv4 ID that rxe and NICs put on the wire; this recovers it
-/// (and with it the header for a UD GRH, §5.3). `icrc` is the value read from the packet
-/// (`roce::Packet::icrc`); `roce` excludes it.
+/// (and with it the IPv4 header of a UD receive's GRH area). `icrc` is the value read from
+/// the packet (`roce::Packet::icrc`); `roce` excludes it.
 pub fn solve_ipv4_id(
     src: Ipv4Addr,
     dst: Ipv4Addr,
@@ -329,7 +333,7 @@ mod tests {
         body[4..6].fill(0);
         let expected = u32::from_le_bytes([0xe9, 0x55, 0xea, 0x37]);
         assert_eq!(compute_ip_packet(&body), Ok(expected));
-        // The same from the synthesized header of §2.5 (ID 0, DF, no options).
+        // The same from the synthesized header of `compute_ipv4_pseudo` (ID 0, DF, no options).
         assert_eq!(
             compute_ipv4_pseudo(V1_SRC, V1_DST, 0xc123, ROCE_PORT, &body[28..]),
             expected
@@ -342,7 +346,7 @@ mod tests {
         let (body, icrc) = split(&wire);
         assert_eq!(icrc, 0xe576_c670);
         assert_eq!(compute_ip_packet(body), Ok(0xe576_c670));
-        // tshark shows the wire bytes as a big-endian u32 (rocev2-wire.md §2.3).
+        // tshark's `infiniband.invariant.crc` shows the wire bytes as a big-endian u32.
         assert_eq!(u32::from_be_bytes(icrc.to_le_bytes()), 0x70c6_76e5);
     }
 

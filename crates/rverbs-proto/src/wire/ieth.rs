@@ -1,10 +1,9 @@
-//! Invalidate Extended Transport Header (IETH), 4 bytes: rocev2-wire.md §1.3
-//! (IBTA vol. 1, ch. 9).
+//! Invalidate Extended Transport Header (IETH), 4 bytes: IBTA vol. 1, ch. 9; rxe `rxe_hdr.h`.
 //!
 //! ```text
 //! bytes 0-3   R_Key to invalidate (32)
 //! ```
-//! Carried by SEND_LAST_WITH_INVALIDATE and SEND_ONLY_WITH_INVALIDATE (§1.5).
+//! Carried by SEND_LAST_WITH_INVALIDATE and SEND_ONLY_WITH_INVALIDATE (rxe `rxe_opcode.c`).
 
 use super::{header_packet, read, Error};
 
@@ -14,10 +13,10 @@ mod field {
     pub const RKEY: Field = 0..4;
 }
 
-/// Length of an IETH in bytes (rocev2-wire.md §1.3).
+/// Length of an IETH in bytes (IBTA vol. 1, ch. 9).
 pub const HEADER_LEN: usize = field::RKEY.end;
 
-header_packet!("Invalidate Extended Transport Header (rocev2-wire.md §1.3)");
+header_packet!("Invalidate Extended Transport Header (IBTA vol. 1, ch. 9)");
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// The R_Key the responder invalidates.
@@ -33,7 +32,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// An IETH (rocev2-wire.md §1.3); every bit pattern is valid.
+/// An IETH (IBTA vol. 1, ch. 9); every bit pattern is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
     /// R_Key to invalidate.

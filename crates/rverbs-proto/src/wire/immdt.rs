@@ -1,5 +1,5 @@
-//! Immediate Data Extended Transport Header (ImmDt), 4 bytes: rocev2-wire.md §1.3
-//! (IBTA vol. 1, ch. 9).
+//! Immediate Data Extended Transport Header (ImmDt), 4 bytes: IBTA vol. 1, ch. 9; rxe
+//! `rxe_hdr.h`.
 //!
 //! ```text
 //! bytes 0-3   immediate data
@@ -16,10 +16,10 @@ mod field {
     pub const IMM: Field = 0..4;
 }
 
-/// Length of an ImmDt in bytes (rocev2-wire.md §1.3).
+/// Length of an ImmDt in bytes (IBTA vol. 1, ch. 9).
 pub const HEADER_LEN: usize = field::IMM.end;
 
-header_packet!("Immediate Data Extended Transport Header (rocev2-wire.md §1.3)");
+header_packet!("Immediate Data Extended Transport Header (IBTA vol. 1, ch. 9)");
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// The immediate data, read big-endian.
@@ -35,7 +35,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// An ImmDt (rocev2-wire.md §1.3); every bit pattern is valid.
+/// An ImmDt (IBTA vol. 1, ch. 9); every bit pattern is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
     /// Immediate data (the wire bytes read big-endian).

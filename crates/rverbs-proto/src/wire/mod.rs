@@ -1,12 +1,13 @@
 //! RoCEv2 packet views, representations, the opcode table and the ICRC.
 //!
-//! Read before editing: rocev2-wire.md §1 (packet layout: BTH §1.2, extension headers §1.3,
-//! header order §1.4, opcode table §1.5, padding §1.6) and §2 (ICRC).
+//! Read before editing: IBTA vol. 1, ch. 9 (BTH, extension headers, opcodes, padding) and
+//! Annex A17 (RoCEv2 encapsulation, ICRC), and how rxe implements them: `rxe_hdr.h` (header
+//! layouts), `rxe_opcode.c` (which headers each opcode carries, in order) and `rxe_icrc.c`.
 //!
 //! Every header has its own module with the same three parts, after smoltcp's `wire`:
 //! - `Packet<T: AsRef<[u8]>>`, a view over bytes. Getters need only `AsRef<[u8]>`; setters
 //!   need `AsMut<[u8]>` as well. Byte ranges live in a private `mod field`. All fields are
-//!   big-endian (rocev2-wire.md §1.2, §1.3); the ICRC alone is little-endian (§2.1).
+//!   big-endian (IBTA vol. 1, ch. 9); the ICRC alone is little-endian (rxe `rxe_icrc.c`).
 //! - `Repr`, the valid subset of what a header can hold, with `parse`, `buffer_len` and
 //!   `emit`.
 //! - `HEADER_LEN`, the size of the header in bytes.
@@ -65,7 +66,7 @@ pub use self::xrceth::{Packet as XrcEthPacket, Repr as XrcEthRepr};
 /// The parse error of this module: the bytes are not a header or packet rverbs accepts.
 ///
 /// It carries no detail on purpose (smoltcp's `wire::Error`): a malformed packet from the
-/// network is dropped silently (rocev2-wire.md §1.7), so there is nobody to tell why.
+/// network is dropped silently (rxe `rxe_rcv`), so there is nobody to tell why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Error;
 

@@ -1,17 +1,17 @@
-//! The BTH OpCode and what each one implies: rocev2-wire.md §1.4 (header order) and §1.5
-//! (opcode table).
+//! The BTH OpCode and what each one implies: IBTA vol. 1, ch. 9 (opcode table, header order)
+//! and rxe `rxe_opcode.c` (`rxe_opcode[]`: each opcode's headers, offsets and masks).
 //!
 //! An opcode is a transport (high 3 bits) and an operation (low 5 bits). RC, UC and UD follow
-//! the table of §1.5; XRC (0xA0) has the RC operations through SEND_ONLY_WITH_INVALIDATE (the
-//! XRC entries of Linux's `ib_pack.h`, without FLUSH and ATOMIC_WRITE), with an XRCETH after
-//! the BTH of every request; CNP is 0x81. RD and manufacturer-specific opcodes are
-//! [`OpCode::Unknown`], which rxe drops (§1.5).
+//! the table of `rxe_opcode.c`; XRC (0xA0) has the RC operations through
+//! SEND_ONLY_WITH_INVALIDATE (the XRC entries of Linux's `ib_pack.h`, without FLUSH and
+//! ATOMIC_WRITE), with an XRCETH after the BTH of every request; CNP is 0x81. RD and
+//! manufacturer-specific opcodes are [`OpCode::Unknown`], which rxe drops (`rxe_recv.c`).
 
 use super::{aeth, atomic_ack_eth, atomic_eth, bth, deth, enum_with_unknown, feth, ieth, immdt};
 use super::{reth, xrceth};
 
 enum_with_unknown! {
-    /// The BTH OpCode byte (rocev2-wire.md §1.5; IBTA vol. 1, ch. 9). Every byte
+    /// The BTH OpCode byte (IBTA vol. 1, ch. 9; rxe `rxe_opcode.c`). Every byte
     /// round-trips through `From<u8>` and `From<OpCode> for u8`; bytes rverbs has no row
     /// for are [`OpCode::Unknown`].
     ///
@@ -151,7 +151,7 @@ enum_with_unknown! {
     }
 }
 
-/// The transport of an opcode, its high 3 bits (rocev2-wire.md §1.5).
+/// The transport of an opcode, its high 3 bits (IBTA vol. 1, ch. 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Transport {
@@ -188,7 +188,7 @@ impl Transport {
     }
 }
 
-/// The operation of an opcode, its low 5 bits (rocev2-wire.md §1.5, one row each).
+/// The operation of an opcode, its low 5 bits (IBTA vol. 1, ch. 9, one row each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Operation {
@@ -244,7 +244,7 @@ pub enum Operation {
     AtomicWrite = 0x1d,
 }
 
-/// Where a packet sits in its message (rxe's FIRST/MIDDLE/LAST/ONLY masks, §1.5, §1.6).
+/// Where a packet sits in its message (rxe's START/MIDDLE/END masks, `rxe_opcode.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Position {
     /// First packet of a multi-packet message.
@@ -257,7 +257,7 @@ pub enum Position {
     Only,
 }
 
-/// An extension header that can follow the BTH, in the order of rocev2-wire.md §1.4.
+/// An extension header that can follow the BTH, in wire order (IBTA vol. 1, ch. 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ExtHeader {
     /// DETH (UD).
@@ -282,11 +282,11 @@ pub enum ExtHeader {
     CnpReserved,
 }
 
-/// Length of the reserved block of a CNP (rocev2-wire.md §1.5).
+/// Length of the reserved block of a CNP (IBTA Annex A17).
 pub const CNP_RESERVED_LEN: usize = 16;
 
 impl ExtHeader {
-    /// Size of the header in bytes (rocev2-wire.md §1.3).
+    /// Size of the header in bytes (IBTA vol. 1, ch. 9; rxe `rxe_hdr.h`).
     pub const fn size(self) -> usize {
         match self {
             ExtHeader::Deth => deth::HEADER_LEN,
@@ -336,7 +336,7 @@ impl Operation {
         })
     }
 
-    /// Position in the message (rocev2-wire.md §1.5, §1.6). Single-packet requests and
+    /// Position in the message (rxe `rxe_opcode.c` masks). Single-packet requests and
     /// responses (READ REQUEST, atomics, ACKs, FLUSH, ATOMIC_WRITE) are `Only`.
     pub const fn position(self) -> Position {
         use Operation as O;
@@ -354,7 +354,7 @@ impl Operation {
     }
 
     /// Whether the packet carries a payload: SEND, RDMA WRITE, READ responses and
-    /// ATOMIC_WRITE (rocev2-wire.md §1.5, "payload" column).
+    /// ATOMIC_WRITE (rxe `RXE_PAYLOAD_MASK`).
     pub const fn has_payload(self) -> bool {
         use Operation as O;
         !matches!(
@@ -374,7 +374,7 @@ impl Operation {
     }
 
     /// Whether the packet is sent by a responder: READ responses, ACKNOWLEDGE and
-    /// ATOMIC_ACKNOWLEDGE (rocev2-wire.md §3.3).
+    /// ATOMIC_ACKNOWLEDGE (rxe `RXE_ACK_MASK`).
     pub const fn is_response(self) -> bool {
         use Operation as O;
         matches!(
@@ -389,7 +389,7 @@ impl Operation {
     }
 
     /// Whether the responder consumes a receive WQE at this packet: SEND_FIRST, SEND_ONLY*,
-    /// and the last/only packet of a WRITE with immediate (rocev2-wire.md §1.5, last bullet).
+    /// and the last/only packet of a WRITE with immediate (rxe `RXE_RWR_MASK`).
     pub const fn consumes_recv_wqe(self) -> bool {
         use Operation as O;
         matches!(
@@ -404,7 +404,7 @@ impl Operation {
     }
 
     /// Whether the responder posts a receive completion at this packet: SEND_LAST*,
-    /// SEND_ONLY*, and WRITE last/only with immediate (rocev2-wire.md §1.5, last bullet).
+    /// SEND_ONLY*, and WRITE last/only with immediate (rxe `RXE_COMP_MASK`).
     pub const fn completes_recv(self) -> bool {
         use Operation as O;
         matches!(
@@ -423,7 +423,8 @@ impl Operation {
 
 impl OpCode {
     /// The opcode for `operation` on `transport`, or `None` where the table of
-    /// rocev2-wire.md §1.5 has no such row (UD RDMA WRITE, UC READ, any RD, …).
+    /// IBTA vol. 1, ch. 9 (as rxe `rxe_opcode.c`) has no such row (UD RDMA WRITE, UC READ,
+    /// any RD, …).
     pub fn new(transport: Transport, operation: Operation) -> Option<OpCode> {
         match OpCode::from(transport as u8 | operation as u8) {
             OpCode::Unknown(_) => None,
@@ -454,12 +455,12 @@ impl OpCode {
         }
     }
 
-    /// The extension headers that follow the BTH, in wire order (rocev2-wire.md §1.4);
+    /// The extension headers that follow the BTH, in wire order (rxe `rxe_opcode.c`);
     /// `None` for unknown opcodes.
     ///
-    /// Rule: §1.5: UD SEND_ONLY(_WITH_IMMEDIATE) carry a DETH first.
+    /// Rule: IBTA vol. 1, ch. 9: UD SEND_ONLY(_WITH_IMMEDIATE) carry a DETH first.
     /// Rule: XRC requests carry an XRCETH first; XRC responses do not.
-    /// Rule: §1.5: a CNP is followed by 16 reserved bytes.
+    /// Rule: IBTA Annex A17: a CNP is followed by 16 reserved bytes.
     pub fn ext_headers(self) -> Option<&'static [ExtHeader]> {
         use ExtHeader::*;
         use Operation as O;
@@ -493,7 +494,7 @@ impl OpCode {
         })
     }
 
-    /// BTH plus extension headers, in bytes ("hdr len" of rocev2-wire.md §1.5); `None` for
+    /// BTH plus extension headers, in bytes (`length` in rxe `rxe_opcode.c`); `None` for
     /// unknown opcodes.
     pub fn header_len(self) -> Option<usize> {
         let ext = self.ext_headers()?;
@@ -511,12 +512,12 @@ impl OpCode {
     }
 
     /// Whether this packet ends a message (LAST or ONLY; rxe's END mask, which sets AckReq
-    /// on RC, rocev2-wire.md §1.2).
+    /// on RC, `rxe_req.c`).
     pub fn is_end(self) -> bool {
         matches!(self.position(), Some(Position::Last | Position::Only))
     }
 
-    /// Whether a payload follows the headers (rocev2-wire.md §1.5); false for CNP and
+    /// Whether a payload follows the headers (IBTA vol. 1, ch. 9); false for CNP and
     /// unknown opcodes.
     pub fn has_payload(self) -> bool {
         self.operation().is_some_and(Operation::has_payload)
@@ -532,14 +533,14 @@ impl OpCode {
         self.operation().is_some_and(Operation::is_response)
     }
 
-    /// Whether the responder consumes a receive WQE at this packet (rocev2-wire.md §1.5,
-    /// last bullet; a multi-packet WRITE with immediate consumes it at its LAST packet).
+    /// Whether the responder consumes a receive WQE at this packet (rxe `RXE_RWR_MASK`; a
+    /// multi-packet WRITE with immediate consumes it at its LAST packet).
     pub fn consumes_recv_wqe(self) -> bool {
         self.operation().is_some_and(Operation::consumes_recv_wqe)
     }
 
     /// Whether the responder generates a receive completion at this packet
-    /// (rocev2-wire.md §1.5, last bullet).
+    /// (rxe `RXE_COMP_MASK`).
     pub fn completes_recv(self) -> bool {
         self.operation().is_some_and(Operation::completes_recv)
     }
@@ -580,7 +581,7 @@ mod tests {
     /// (byte, headers after BTH, payload, position, consumes recv WQE, completes recv).
     type Row = (u8, &'static [ExtHeader], bool, Position, bool, bool);
 
-    /// rocev2-wire.md §1.5, one row per RC/UC/UD opcode.
+    /// IBTA vol. 1, ch. 9 and rxe `rxe_opcode.c`, one row per RC/UC/UD opcode.
     #[rustfmt::skip]
     const TABLE: &[Row] = &[
         (0x00, &[], true, Position::First, true, false),
@@ -646,7 +647,7 @@ mod tests {
 
     #[test]
     fn header_lengths_match_the_spec() {
-        // rocev2-wire.md §1.4 examples and §1.5 "hdr len".
+        // BTH plus extension headers, as `length` in rxe `rxe_opcode.c`.
         assert_eq!(OpCode::RcSendOnly.header_len(), Some(12));
         assert_eq!(
             OpCode::RcRdmaWriteOnlyWithImmediate.header_len(),

@@ -1,11 +1,12 @@
-//! RDMA Extended Transport Header (RETH), 16 bytes: rocev2-wire.md §1.3 (IBTA vol. 1, ch. 9).
+//! RDMA Extended Transport Header (RETH), 16 bytes: IBTA vol. 1, ch. 9; rxe `rxe_hdr.h`.
 //!
 //! ```text
 //! bytes 0-7    VA (64)
 //! bytes 8-11   R_Key (32)
 //! bytes 12-15  DMA length (32)
 //! ```
-//! Carried by RDMA WRITE FIRST/ONLY, RDMA READ REQUEST, FLUSH and ATOMIC_WRITE (§1.5).
+//! Carried by RDMA WRITE FIRST/ONLY, RDMA READ REQUEST, FLUSH and ATOMIC_WRITE (rxe
+//! `rxe_opcode.c`).
 
 use super::{header_packet, read, Error};
 
@@ -17,10 +18,10 @@ mod field {
     pub const DMA_LEN: Field = 12..16;
 }
 
-/// Length of a RETH in bytes (rocev2-wire.md §1.3).
+/// Length of a RETH in bytes (IBTA vol. 1, ch. 9).
 pub const HEADER_LEN: usize = field::DMA_LEN.end;
 
-header_packet!("RDMA Extended Transport Header (rocev2-wire.md §1.3)");
+header_packet!("RDMA Extended Transport Header (IBTA vol. 1, ch. 9)");
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// VA, the remote virtual address.
@@ -56,7 +57,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// A RETH (rocev2-wire.md §1.3); every bit pattern is valid.
+/// A RETH (IBTA vol. 1, ch. 9); every bit pattern is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
     /// VA.

@@ -1,6 +1,6 @@
 //! A whole RoCEv2 packet, the UDP payload: BTH, the extension headers its opcode needs,
-//! payload, pad and ICRC. Read rocev2-wire.md §1.1 (encapsulation), §1.4 (header order),
-//! §1.5 (which headers each opcode has) and §1.6 (padding) before editing.
+//! payload, pad and ICRC. Read IBTA Annex A17 (encapsulation), IBTA vol. 1, ch. 9 (header
+//! order, padding) and rxe `rxe_opcode.c` (which headers each opcode has) before editing.
 //!
 //! ```text
 //! | BTH (12) | extension headers (opcode.ext_headers()) | payload | pad (PadCnt) | ICRC (4, LE) |
@@ -49,7 +49,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Checks that no accessor can panic.
     ///
-    /// Rule: rocev2-wire.md §1.7 step 1: the packet holds the BTH, the headers of its opcode,
+    /// Rule: rxe `rxe_rcv` (first check): the packet holds the BTH, the headers of its opcode,
     /// PadCnt pad bytes and the ICRC.
     /// Errors: `Error` if the buffer is shorter than that, or the opcode is unknown (its
     /// header layout is not known).
@@ -105,7 +105,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         &buf[..buf.len() - ICRC_LEN]
     }
 
-    /// The ICRC value, read little-endian (rocev2-wire.md §2.1: "little-endian!").
+    /// The ICRC value, read little-endian (rxe `rxe_icrc.c`).
     pub fn icrc(&self) -> u32 {
         let buf = self.buffer.as_ref();
         let mut bytes = [0; ICRC_LEN];
@@ -130,11 +130,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 }
 
 /// A whole packet rverbs accepts: a known opcode, its extension headers, the payload length
-/// and the pad it implies (rocev2-wire.md §1.4-§1.6). The payload itself stays in the buffer.
+/// and the pad it implies (IBTA vol. 1, ch. 9). The payload itself stays in the buffer.
 ///
 /// The `Option` headers are `Some` exactly for the headers of `bth.opcode.ext_headers()`
 /// after [`Repr::parse`]. [`Repr::emit`] writes the ones that are `Some`, in the order of
-/// §1.4, so a hand-built `Repr` must follow the same rule to parse back
+/// [`OpCode::ext_headers`], so a hand-built `Repr` must follow the same rule to parse back
 /// ([`Repr::headers_match_opcode`] checks it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
@@ -183,12 +183,14 @@ impl Repr {
 
     /// Parses a whole packet.
     ///
-    /// Rule: rocev2-wire.md §1.7 step 1: long enough for BTH, the opcode's headers, the pad
-    /// and the ICRC; step 3: TVer = 0 (see [`bth::Repr::parse`]).
-    /// Rule: §1.5: the opcode must be one rverbs knows (RD and vendor opcodes are dropped).
-    /// Rule: §1.6: payload plus pad is a multiple of 4 bytes (PadCnt = (−payload) & 3).
-    /// Rule: §1.5 "payload: none": READ REQUEST, ACKNOWLEDGE, ATOMIC ACKNOWLEDGE, atomics,
-    /// FLUSH and CNP carry neither payload nor pad.
+    /// Rule: rxe `rxe_rcv`: long enough for BTH, the opcode's headers, the pad and the ICRC;
+    /// `hdr_check`: TVer = 0 (see [`bth::Repr::parse`]).
+    /// Rule: rxe `rxe_opcode.c`: the opcode must be one rverbs knows (RD and vendor opcodes
+    /// are dropped).
+    /// Rule: IBTA vol. 1, ch. 9: payload plus pad is a multiple of 4 bytes
+    /// (PadCnt = (−payload) & 3).
+    /// Rule: IBTA vol. 1, ch. 9 (rxe: no `RXE_PAYLOAD_MASK`): READ REQUEST, ACKNOWLEDGE,
+    /// ATOMIC ACKNOWLEDGE, atomics, FLUSH and CNP carry neither payload nor pad.
     /// Errors: `Error` for each rule above and for a reserved AETH syndrome type.
     /// Deviation: rxe checks only the length; it accepts a misaligned or surplus payload.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
@@ -219,7 +221,7 @@ impl Repr {
                 ExtHeader::AtomicAckEth => parse_ext!(atomic_ack_eth),
                 ExtHeader::ImmDt => parse_ext!(immdt),
                 ExtHeader::Ieth => parse_ext!(ieth),
-                // rocev2-wire.md §1.5: reserved, ignored on receipt.
+                // IBTA Annex A17: reserved, ignored on receipt.
                 ExtHeader::CnpReserved => {}
             }
             at += header.size();
@@ -227,7 +229,7 @@ impl Repr {
         Ok(repr)
     }
 
-    /// Whether the `Some` headers are exactly those `bth.opcode` needs (rocev2-wire.md §1.5);
+    /// Whether the `Some` headers are exactly those `bth.opcode` needs (`rxe_opcode.c`);
     /// always true after [`Repr::parse`].
     pub fn headers_match_opcode(&self) -> bool {
         let Some(wanted) = self.bth.opcode.ext_headers() else {
@@ -249,7 +251,7 @@ impl Repr {
             .all(|&(header, is_some)| wanted.contains(&header) == is_some)
     }
 
-    /// Pad bytes after the payload: `(−payload_len) & 3` (rocev2-wire.md §1.6).
+    /// Pad bytes after the payload: `(−payload_len) & 3` (IBTA vol. 1, ch. 9).
     pub const fn pad_len(&self) -> usize {
         self.payload_len.wrapping_neg() & 3
     }
@@ -289,9 +291,10 @@ impl Repr {
     /// Writes headers, zero pad and a zero ICRC into a buffer of exactly
     /// [`Repr::buffer_len`] bytes; the payload bytes are left as they are.
     ///
-    /// Rule: rocev2-wire.md §1.6: PadCnt = (−payload_len) & 3 and pad bytes are zero.
-    /// Rule: §1.4: extension headers in the order DETH, XRCETH, FETH, RETH, AtomicETH, AETH,
-    /// AtomicAckETH, ImmDt, IETH; a CNP gets 16 zero bytes.
+    /// Rule: IBTA vol. 1, ch. 9: PadCnt = (−payload_len) & 3 and pad bytes are zero.
+    /// Rule: IBTA vol. 1, ch. 9 (and Annexes A14, A19): extension headers in the order DETH,
+    /// XRCETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH; a CNP gets 16 zero
+    /// bytes.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         let buf = packet.buffer.as_mut();
         let pad = self.pad_len();
@@ -305,7 +308,7 @@ impl Repr {
             buf[at..at + CNP_RESERVED_LEN].fill(0);
             at += CNP_RESERVED_LEN;
         }
-        // In the order of rocev2-wire.md §1.4; fields are named after their modules.
+        // In wire order (IBTA vol. 1, ch. 9); fields are named after their modules.
         macro_rules! emit_ext {
             ($($m:ident),*) => {$(
                 if let Some(header) = &self.$m {

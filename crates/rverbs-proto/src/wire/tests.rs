@@ -1,4 +1,4 @@
-//! Tests across headers: every opcode, truncation, the §2.4 vectors as whole packets, and
+//! Tests across headers: every opcode, truncation, the ICRC test vectors as whole packets, and
 //! property tests of emit/parse and the ICRC.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -198,13 +198,14 @@ fn every_prefix_of_every_header_is_refused() {
     }
 }
 
-/// rocev2-wire.md §2.4 test vectors, IP header to ICRC, verbatim; `|` separates the IP, UDP
-/// and BTH headers from the rest.
+/// ICRC test vectors, IP header to ICRC; `|` separates the IP, UDP and BTH headers from the
+/// rest. V1–V3 (RC SEND_ONLY over IPv4, RC ACKNOWLEDGE, RC SEND_ONLY over IPv6) agree with
+/// scapy's `contrib/roce` ICRC; V4 is a ConnectX-4 Lx CNP from scapy's `test/contrib/roce.uts`.
 pub(crate) const V1: &str = concat!(
     "45000034123440004011a531c0a80101c0a80102 | c12312b700200000 | ",
     "0430ffff0000001180000100 | 68656c6c6f000000 78fcce4e",
 );
-/// V1's masked buffer (rocev2-wire.md §2.4), IP header to pad.
+/// V1's masked buffer (the ICRC input after the pseudo-LRH), IP header to pad.
 pub(crate) const V1_MASKED: &str = concat!(
     "45ff003412344000ff11ffffc0a80101c0a80102 | c12312b70020ffff | ",
     "0430ffffff00001180000100 | 68656c6c6f000000",

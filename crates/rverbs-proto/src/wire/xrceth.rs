@@ -4,9 +4,9 @@
 //! byte 0      reserved
 //! bytes 1-3   XRCSRQ (24), the SRQ at the target that receives the message
 //! ```
-//! Not in rocev2-wire.md, which lists the XRC opcode range only (§1.5): every XRC *request*
-//! carries an XRCETH right after the BTH; XRC responses do not (the same layout as the XRC
-//! entries of Linux's `rxe_opcode.c` XRC patches, read for facts only).
+//! Every XRC *request* carries an XRCETH right after the BTH; XRC responses do not (IBTA
+//! Annex A14; the same layout as the XRC entries of Linux's `rxe_opcode.c` XRC patches,
+//! read for facts only).
 
 use super::{header_packet, read_u24, write_u24, Error};
 

@@ -1,4 +1,4 @@
-//! Extended polling: the start/next/end batch of ibv_create_cq_ex(3) (seed 004).
+//! Extended polling: the start/next/end batch of ibv_create_cq_ex(3) (`ibv_start_poll`).
 //!
 //! Rule: `start_poll` returns ENOENT when the CQ is empty and leaves it valid — here
 //! `Ok(None)`; `next_poll` likewise — here `Ok(None)` from [`ExPoll::next`], which also

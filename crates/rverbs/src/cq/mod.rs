@@ -1,8 +1,8 @@
 //! Completion queues: creation, batch polling, overrun, notification, resize, destroy.
 //!
-//! Read before editing: seeds 000/002 (ibv_poll_cq(3)), 004 (ibv_create_cq_ex(3)) and
-//! DESIGN.md §3. The ring itself is in [`ring`]; extended polling in [`ex`]; completion
-//! channels in [`channel`].
+//! Read before editing: ibv_poll_cq(3), ibv_create_cq_ex(3) and ARCHITECTURE.md §5. The
+//! ring itself is in [`ring`]; extended polling in [`ex`]; completion channels in
+//! [`channel`].
 
 pub mod channel;
 pub mod ex;

@@ -3,7 +3,7 @@
 //!
 //! Rule: the network can never write outside a registered region. Bytes reach or leave
 //! registered memory only through a [`Pinned`] range, and a `Pinned` is only made here,
-//! after every check passed (the proof-token pattern of STYLE.md §5).
+//! after every check passed (a proof token: an unchecked access does not compile).
 //!
 //! Keys are resolved in a [`KeySpace`]: this process's key table, or a peer's (mapped
 //! from its endpoint directory). Where the bytes are decides how they move ([`Place`]):

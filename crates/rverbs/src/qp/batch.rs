@@ -60,8 +60,8 @@ bitflags! {
 }
 
 impl SendOps {
-    /// The operations a QP type supports (rxe's per-type sets, notes §3; XRC initiators
-    /// as RC).
+    /// The operations a QP type supports (rxe's per-type sets, rdma-core
+    /// `providers/rxe/rxe.c` `check_qp_init_attr`; XRC initiators as RC).
     pub fn allowed_on(qp_type: QpType) -> SendOps {
         match qp_type {
             QpType::Rc | QpType::XrcSend => SendOps::all() - SendOps::TSO,
@@ -200,7 +200,7 @@ impl WrBatch<'_> {
         };
         let dev = q.pd.ctx.dev;
         if let Err(e) = self.sq.push(dev, &q.pd, q.qp_type, &wr, true) {
-            // rxe's builders report every lack of room as ENOSPC (notes §19).
+            // rxe's builders report every lack of room as ENOSPC (`providers/rxe/rxe.c`).
             let e = match e {
                 Error::QueueFull { .. } => Error::NoSpace { verb: "wr_*", why: "send queue full" },
                 Error::TooManySge { .. } => Error::NoSpace { verb: "wr_set_sge_list", why: "more SGEs than max_send_sge" },

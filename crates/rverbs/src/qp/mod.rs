@@ -1,8 +1,8 @@
 //! Queue pairs: creation, the state machine, posting, flushing and queries.
 //!
 //! Read before editing: ibv_create_qp(3), ibv_modify_qp(3), ibv_post_send(3),
-//! ibv_post_recv(3), seed 001 (ibv_query_qp_data_in_order(3)), rocev2-wire.md §3 and
-//! §4, DESIGN.md §4–§5.
+//! ibv_post_recv(3), ibv_query_qp_data_in_order(3), ibv_poll_cq(3) (statuses), rxe
+//! `rxe_req.c` / `rxe_resp.c` / `rxe_comp.c`, and ARCHITECTURE.md §6.
 //!
 //! Locking: `attrs` (modify/query) → `sq` (the requester; one executor at a time) →
 //! another QP's receive queue → CQ producer side. The data path reads a peer QP's
@@ -162,7 +162,7 @@ impl QpInner {
     }
 
     /// Completes every queued receive with WR_FLUSH_ERR; with an SRQ, raises
-    /// QP_LAST_WQE_REACHED instead (ibv_modify_qp(3); rocev2-wire.md §4).
+    /// QP_LAST_WQE_REACHED instead (ibv_modify_qp(3), ibv_get_async_event(3)).
     fn flush_rq(self: &Arc<Self>) {
         if let Some(rq) = &self.rq {
             for wr_id in rq.drain() {
@@ -334,7 +334,7 @@ fn grant_cap(init: &QpInit<'_>) -> Result<QpCap> {
     lim("max_send_sge", c.max_send_sge, limits::MAX_SGE)?;
     lim("max_inline_data", c.max_inline_data, limits::MAX_INLINE_DATA)?;
     if init.qp_type == QpType::XrcRecv {
-        // XRC targets have no queues of their own (notes §17.3).
+        // XRC targets have no queues of their own (IBTA Annex A14).
         return Ok(QpCap::default());
     }
     // XRC initiators are send-only: their receive caps are forced to 0.
@@ -866,7 +866,7 @@ impl Qp {
     }
 
     /// Whether data placed for `op` at this QP is written in order
-    /// (ibv_query_qp_data_in_order(3), seed 001).
+    /// (ibv_query_qp_data_in_order(3)).
     ///
     /// Rule: with `flags` 0 the answer is 1 if whole messages are written in order, else
     /// 0; with `IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS` (1) it is a mask of WHOLE_MSG (1)

@@ -3,7 +3,7 @@
 //! queue an event for this process directly — no help from this process's CPU, and the
 //! application's fd becomes readable at once.
 //!
-//! Rule (ibv_get_cq_event(3), abi-libibverbs.md §4.11): the fd is a real kernel fd,
+//! Rule (ibv_get_cq_event(3); rdma-core reads the channel fd): the fd is a real kernel fd,
 //! readable exactly while an event is queued, blocking unless the application sets
 //! O_NONBLOCK. Records are written whole (at most PIPE_BUF bytes, so writes are atomic
 //! among writers) and read whole.

@@ -1,10 +1,11 @@
 //! The 40-byte network header a UD receive finds at the start of its buffer.
 //!
-//! Rule (rocev2-wire.md §5.3): for IPv4 GIDs the area holds 20 zero bytes, then the
-//! IPv4 header of the packet with a valid checksum; for IPv6 GIDs it holds the IPv6
-//! header. Consumers (ibv_init_ah_from_wc(3)) tell the two apart from these bytes, so
-//! the checksum must be right. rverbs writes the header RoCE v2 would have put on the
-//! wire: UDP, ID 0, DF, TTL/hop limit and TOS/traffic class from the sender's path.
+//! Rule (`union rdma_network_hdr`; rdma-core `get_grh_header_version` in
+//! libibverbs/verbs.c): for IPv4 GIDs the area holds 20 zero bytes, then the IPv4 header
+//! of the packet with a valid checksum; for IPv6 GIDs it holds the IPv6 header. Consumers
+//! (ibv_init_ah_from_wc(3)) tell the two apart from these bytes, so the checksum must be
+//! right. rverbs writes the header RoCE v2 would have put on the wire: UDP, ID 0, DF,
+//! TTL/hop limit and TOS/traffic class from the sender's path.
 
 use crate::device::Gid;
 
@@ -36,7 +37,8 @@ pub(crate) fn build(
             ip[0] = 0x45;
             ip[1] = traffic_class;
             ip[2..4].copy_from_slice(&((20 + udp) as u16).to_be_bytes());
-            // Identification 0, DF set, fragment offset 0 (rocev2-wire.md §2.5).
+            // Identification 0, DF set, fragment offset 0 (as an unconnected `IP_PMTUDISC_DO`
+            // socket sends them).
             ip[6] = 0x40;
             ip[8] = hop_limit;
             ip[9] = 17;

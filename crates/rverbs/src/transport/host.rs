@@ -2,10 +2,10 @@
 //! in this process, or in a peer process's shared state ([`Target`]) — and completes at
 //! once.
 //!
-//! Read before editing: rocev2-wire.md §3.2 (requester), §3.3 (responder: the order of
-//! its checks is GET_REQ → CHK_OP_VALID → CHK_RESOURCE → CHK_LENGTH → CHK_RKEY →
-//! EXECUTE, kept here), §3.4 (completer), §3.5 (UC, UD), §4 (statuses), §5.3 (UD
-//! GRH).
+//! Read before editing: rxe `rxe_req.c` (requester), `rxe_resp.c` (responder: the order
+//! of its checks is GET_REQ → CHK_OP_VALID → CHK_RESOURCE → CHK_LENGTH → CHK_RKEY →
+//! EXECUTE, kept here), `rxe_comp.c` (completer; UC and UD complete at transmit), the
+//! statuses of ibv_poll_cq(3), and `transport::grh` (UD GRH).
 //!
 //! One call executes one whole message. There are no packets, so there is nothing to
 //! reorder or lose: PSNs are not needed, and a "lost" message is one the responder
@@ -65,8 +65,8 @@ pub(crate) fn execute(
         _ => {}
     }
 
-    // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR,
-    // rocev2-wire.md §4; rxe reports LOC_QP_OP_ERR for them — see ARCHITECTURE.md).
+    // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR, as
+    // ibv_poll_cq(3) describes it; rxe reports LOC_QP_OP_ERR for them — see ARCHITECTURE.md).
     let carries_data = matches!(
         op,
         WrOpcode::Send
@@ -87,7 +87,7 @@ pub(crate) fn execute(
         }
     };
 
-    // Read/atomic credit (rocev2-wire.md §3.2 step 5): with max_rd_atomic 0 the request
+    // Read/atomic credit (rxe `rxe_req.c` `check_init_depth`): with max_rd_atomic 0 the request
     // can never be issued.
     let needs_credit = op.is_read_or_atomic() || op == WrOpcode::AtomicWrite;
     if needs_credit && req.max_rd_atomic == 0 && qp.qp_type.is_reliable() {
@@ -402,7 +402,7 @@ fn aligned8(p: &mr::Pinned<'_>) -> bool {
     }
 }
 
-/// ATOMIC_WRITE (IBTA A19; notes §14): needs REMOTE_WRITE on the responder QP and the
+/// ATOMIC_WRITE (IBTA A19; rxe `rxe_resp.c`): needs REMOTE_WRITE on the responder QP and the
 /// region, a read/atomic resource, 8 aligned bytes; stores the 8 bytes verbatim.
 fn respond_atomic_write<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe) -> Exec {
     if let Err(v) = check_rd_atomic(t, Access::REMOTE_WRITE) {
@@ -423,7 +423,7 @@ fn respond_atomic_write<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe) -> E
     Exec::Done(sent(qp, wqe))
 }
 
-/// FLUSH (IBTA A19; notes §13): the responder QP must allow the placement type, the
+/// FLUSH (IBTA A19; rxe `rxe_resp.c`): the responder QP must allow the placement type, the
 /// region must grant it; a RANGE flush checks the range, a whole-MR flush only the key.
 /// Global visibility is a full memory barrier here.
 fn respond_flush<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe) -> Exec {
@@ -456,7 +456,7 @@ fn respond_flush<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe) -> Exec {
 /// UD: one message to the QP the address handle and `remote_qpn` name, or to every
 /// member of a multicast group (remote QPN 0xFFFFFF and a multicast destination GID;
 /// members of this process only). The requester always completes as sent
-/// (rocev2-wire.md §3.5): a message above the path MTU is not sent at all (C10-93.1.1);
+/// (rxe `rxe_req.c`): a message above the path MTU is not sent at all (C10-93.1.1);
 /// an unknown or not-ready QP, a Q_Key mismatch or a missing receive drop it silently.
 fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
     let done = Exec::Done(sent(qp, wqe));

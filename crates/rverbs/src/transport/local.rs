@@ -1,10 +1,11 @@
 //! Local work requests: operations the requester executes on its own device state,
 //! in send-queue order, with no peer (BIND_MW, LOCAL_INV).
 //!
-//! Rule (notes §15): a failed bind completes with MW_BIND_ERR, a failed invalidation
-//! with LOC_QP_OP_ERR; successes complete (if signaled) with opcode BIND_MW / LOCAL_INV
-//! and byte_len 0. LOCAL_INV only invalidates type 2 memory windows of the QP's PD
-//! (rxe: memory regions registered by applications cannot be invalidated).
+//! Rule (rxe `rxe_req.c` `rxe_do_local_ops`, `rxe_mw.c`): a failed bind completes with
+//! MW_BIND_ERR, a failed invalidation with LOC_QP_OP_ERR; successes complete (if
+//! signaled) with opcode BIND_MW / LOCAL_INV and byte_len 0. LOCAL_INV only invalidates
+//! type 2 memory windows of the QP's PD (rxe: memory regions registered by applications
+//! cannot be invalidated).
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Transports: how a send work request reaches the QP it is for.
 //!
 //! The transport is chosen per work request from the destination GID and QPN
-//! (DESIGN.md §6). Today one exists: [`host`], for QPs of this host — of this process or
+//! (ARCHITECTURE.md §6). Today one exists: [`host`], for QPs of this host — of this process or
 //! of a peer process, whose QPN names its endpoint — which executes the whole operation
 //! (requester, responder and completer) inside the caller. A destination the device
 //! cannot reach behaves like a peer that never answers: RC retries until `retry_cnt` is

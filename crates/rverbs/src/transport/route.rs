@@ -1,13 +1,13 @@
 //! Finding the responder of a connected (RC, UC, XRC) request, and keeping it.
 //!
-//! Rule (rxe, rocev2-wire.md §3.3): the destination GID must be this device's; the QP
-//! must exist with the matching transport (XRC initiators reach XRC targets) and accept
-//! requests (RTR or later, not ERR); and, as rxe checks the packet's IP addresses, its
-//! path must point back at the requester's source GID, and — standing in for the PSN
-//! check a stray packet would fail — it must be connected to the requesting QP. An XRC
-//! request must name an XRC
-//! SRQ of the target's domain; otherwise it is dropped (the unmerged rxe XRC series;
-//! IBTA A14 unverified). A request that finds no responder goes unanswered.
+//! Rule (rxe `rxe_recv.c`: `rxe_chk_dgid`, `check_type_state`, `check_addr`): the
+//! destination GID must be this device's; the QP must exist with the matching transport
+//! (XRC initiators reach XRC targets) and accept requests (RTR or later, not ERR); and, as
+//! rxe checks the packet's IP addresses, its path must point back at the requester's
+//! source GID, and — standing in for the PSN check a stray packet would fail — it must be
+//! connected to the requesting QP. An XRC request must name an XRC SRQ of the target's
+//! domain; otherwise it is dropped (the unmerged rxe XRC series; IBTA A14 unverified). A
+//! request that finds no responder goes unanswered.
 //!
 //! The QP is in this process or in the peer process its number names (`crate::table`).
 //! A send queue keeps the responder it found ([`Routed`]) until `modify_qp` changes its

@@ -4,7 +4,7 @@
 //! The responder logic ([`super::host`]) is written once, against [`Target`]; each
 //! implementation supplies how to read the responder's attributes, take its receives,
 //! complete to its CQ, raise its events and resolve its memory keys. A peer target does
-//! all of that without the peer's CPU (DESIGN.md §6): the only thing left to the peer is
+//! all of that without the peer's CPU (ARCHITECTURE.md §6): the only thing left to the peer is
 //! flushing its own send queue when a request pushed the QP into ERR, which the doorbell
 //! asks its progress thread to do.
 
@@ -54,7 +54,7 @@ pub(crate) trait Target {
 }
 
 /// A responder QP of this process. For RC/UC/UD the PD, receives and CQ are the QP's
-/// own; for XRC those of the XRC SRQ the request names (notes §17.4).
+/// own; for XRC those of the XRC SRQ the request names (IBTA Annex A14).
 pub(crate) struct LocalTarget {
     pub(crate) qp: Arc<QpInner>,
     pub(crate) pd: Arc<PdInner>,
