@@ -19,7 +19,8 @@
 # port MTU, 4096 on rverbs0; the program refuses larger sizes with "Requested size larger
 # than port MTU" and adds the 40-byte GRH to its receive buffer itself), each polling and
 # with -e (sleep on completion events); also ibv_rc_pingpong -N (the ibv_wr_* post-send
-# API) polling and with -e. rc, uc, ud and srq get -c (validate the received buffer):
+# API) polling and with -e, and ibv_xsrq_pingpong -c 2 (two client processes sharing an
+# XRC domain through a file). rc, uc, ud and srq get -c (validate the received buffer):
 # the program prints "invalid data in page N" but still exits 0, so that line fails the
 # pair here. ibv_xsrq_pingpong has no buffer check (its -c is the server's client count);
 # it must print "success" on both sides. The others must print "<iters> iters in" on
@@ -89,5 +90,49 @@ for t in rc uc srq ud xsrq; do
     fi
   done
 done
+
+# ibv_xsrq_pingpong -c 2: one server, two client processes. The server sends to each
+# client's XRC SRQ through the *other* client's target QP, so the clients' domains must
+# be one domain shared through the file both open (/tmp/xrc_domain): across processes.
+run_xsrq_two_clients() {
+  local label="xsrq -c 2 (two client processes)"
+  if [ -n "$FILTER" ] && ! [[ $label =~ $FILTER ]]; then return 0; fi
+  n=$((n + 1))
+  slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
+  local clog2=$WORK/logs/$n.client2 port ready=0 src=0 crc=0 crc2=0 pid2
+  start=$EPOCHREALTIME why=()
+  port=$next_port
+  while port_busy "$port"; do port=$((port + 1)); done
+  next_port=$((port + 1))
+  scmd=(ibv_xsrq_pingpong "${common[@]}" -c 2 -p "$port")
+  ccmd=(ibv_xsrq_pingpong "${common[@]}" -p "$port" 127.0.0.1)
+  timeout -k 5 $((TIMEOUT + 5)) "${linebuf[@]}" "${scmd[@]}" >"$slog" 2>&1 &
+  server_pid=$!
+  wait_listen "$port" "$server_pid" || ready=$?
+  if [ "$ready" = 0 ]; then
+    timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${ccmd[@]}" >"$clog2" 2>&1 &
+    pid2=$!
+    timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${ccmd[@]}" >"$clog" 2>&1 &
+    client_pid=$!
+    wait "$client_pid" || crc=$?
+    client_pid=
+    wait "$pid2" || crc2=$?
+  else
+    why+=("server not listening on port $port")
+    kill "$server_pid" 2>/dev/null || true
+  fi
+  wait "$server_pid" || src=$?
+  server_pid=
+  [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
+  [ "$crc" = 0 ] || why+=("client 1 $(exit_text "$crc")")
+  [ "$crc2" = 0 ] || why+=("client 2 $(exit_text "$crc2")")
+  for f in "$slog" "$clog" "$clog2"; do
+    grep -qx "success" "$f" || why+=("$(basename "$f") printed no \"success\"")
+  done
+  report_pair "$label"
+}
+# The programs share their domain through this fixed path; start from a fresh one.
+rm -f /tmp/xrc_domain 2>/dev/null || true
+run_xsrq_two_clients
 
 finish

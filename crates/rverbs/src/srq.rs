@@ -174,7 +174,7 @@ impl Srq {
         rec.pd.store(pd.id, Ordering::Relaxed);
         rec.rq_gen.store(1, Ordering::Relaxed);
         rec.xrc_cq.store(xrc.as_ref().map_or(0, |(_, cq)| cq.id + 1), Ordering::Relaxed);
-        rec.xrcd.store(xrc.as_ref().map_or(0, |(x, _)| x.id()), Ordering::Relaxed);
+        rec.xrcd.store(xrc.as_ref().map_or(0, |(x, _)| x.key), Ordering::Relaxed);
         rec.ctx.store(pd.ctx.id, Ordering::Relaxed);
         rec.srqn.store(srqn, Ordering::Release);
         let srq = Srq {

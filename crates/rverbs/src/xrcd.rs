@@ -7,6 +7,12 @@
 //! existing one is reused; none existing and no O_CREAT is EAGAIN; one existing with
 //! O_EXCL is EINVAL. Without an fd each open creates a private domain. Closing a domain
 //! that QPs or SRQs still use is EBUSY.
+//!
+//! Across processes a domain is its *key*, published with every XRC target QP and XRC
+//! SRQ: processes that opened the same file have domains with the same key, so a
+//! target QP of one process steers messages into an XRC SRQ of another, as the kernel's
+//! shared domains allow (ibv_xsrq_pingpong with several clients). The file-existence
+//! rules (O_CREAT, O_EXCL) are applied per process.
 
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
@@ -35,15 +41,20 @@ pub(crate) struct XrcdInner {
     users: AtomicU32,
     /// Shared through a file: closing drops this opener's reference only.
     shared: std::sync::atomic::AtomicBool,
+    /// The domain's host-wide identity: bit 63 and a hash of the file's (st_dev, st_ino)
+    /// for a domain opened with a file, bit 62 and (endpoint, PD handle) for a private one.
+    pub(crate) key: u64,
+}
+
+/// The key of a domain shared through the file `(st_dev, st_ino)`.
+fn file_key(id: (u64, u64)) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    1 << 63 | h.finish() >> 2
 }
 
 impl XrcdInner {
-    /// The domain's number in the endpoint's shared tables (its internal PD's handle,
-    /// unique in the process).
-    pub(crate) fn id(&self) -> u32 {
-        self.pd.id
-    }
-
     pub(crate) fn hold(&self) {
         self.users.fetch_add(1, Ordering::AcqRel);
     }
@@ -77,7 +88,7 @@ impl Context {
     pub fn open_xrcd(&self, file: Option<BorrowedFd<'_>>, oflags: i32) -> Result<Xrcd> {
         let ctx = self.inner().clone();
         let Some(fd) = file else {
-            return Ok(Xrcd::handle(XrcdInner::new(self)?));
+            return Ok(Xrcd::handle(XrcdInner::new(self, None)?));
         };
         let st = rustix::fs::fstat(fd)?;
         let id = (st.st_dev, st.st_ino);
@@ -92,7 +103,7 @@ impl Context {
         if oflags & libc::O_CREAT == 0 {
             return Err(Error::Again { verb: "open_xrcd", why: "no domain for the file and no O_CREAT" });
         }
-        let inner = XrcdInner::new(self)?;
+        let inner = XrcdInner::new(self, Some(file_key(id)))?;
         inner.shared.store(true, Ordering::Release);
         map.insert(id, Arc::downgrade(&inner));
         Ok(Xrcd::handle(inner))
@@ -100,15 +111,17 @@ impl Context {
 }
 
 impl XrcdInner {
-    fn new(ctx: &Context) -> Result<Arc<Self>> {
+    fn new(ctx: &Context, key: Option<u64>) -> Result<Arc<Self>> {
         let pd = ctx.alloc_pd()?;
         let cq = ctx.create_cq(&CqInit::new(1))?;
+        let private = 1 << 62 | u64::from(ctx.inner().dev.ep()) << 32 | u64::from(pd.inner().id);
         Ok(Arc::new(XrcdInner {
             ctx: ctx.inner().clone(),
             pd: pd.inner().clone(),
             cq: cq.inner().clone(),
             users: AtomicU32::new(0),
             shared: std::sync::atomic::AtomicBool::new(false),
+            key: key.unwrap_or(private),
         }))
     }
 }

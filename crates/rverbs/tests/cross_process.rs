@@ -534,3 +534,102 @@ fn ud_srq_and_overrun_across_processes() {
     assert_eq!(peer.recv(), ["SrqLimitReached", "CqErr", "QpFatal"]);
     peer.finish();
 }
+
+/// XRC domains shared through a file across processes (what `ibv_xsrq_pingpong -c 2`
+/// needs): a message to the target QP of one process that names an XRC SRQ of another
+/// process of the same domain lands in that SRQ and completes on its CQ; an SRQ of a
+/// domain opened with another file is never reached.
+#[test]
+fn xrc_domains_shared_through_a_file_span_processes() {
+    let test = "xrc_domains_shared_through_a_file_span_processes";
+    let file = |tag: &str| std::env::temp_dir().join(format!("rverbs-xrcd-{tag}-{}", std::process::id()));
+    match role().as_deref() {
+        Some("xrc_target") => {
+            let mut parent = Parent::new();
+            let path = std::path::PathBuf::from(&parent.hear()[0]);
+            let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).unwrap();
+            let ctx = open();
+            let xrcd = ctx.open_xrcd(Some(std::os::fd::AsFd::as_fd(&f)), libc::O_CREAT).unwrap();
+            let qp = xrcd.create_recv_qp(0).unwrap();
+            parent.say(&qp.qp_num().to_string());
+            let initiator = num(&parent.hear()[0]) as u32;
+            to_init(&qp, ALL_ACCESS);
+            to_rtr(&qp, &ctx, initiator, &PATH);
+            parent.say("ready");
+            let _ = parent.hear(); // until the parent is done
+            return;
+        }
+        Some("xrc_srq") => {
+            let mut parent = Parent::new();
+            let path = std::path::PathBuf::from(&parent.hear()[0]);
+            let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).unwrap();
+            let ctx = open();
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+            let mr = pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+            let xrcd = ctx.open_xrcd(Some(std::os::fd::AsFd::as_fd(&f)), libc::O_CREAT).unwrap();
+            let srq = pd.create_srq_xrc(&SrqInit { max_wr: 8, max_sge: 1, ..SrqInit::default() }, &xrcd, &cq).unwrap();
+            let sge = [mr.sge(0, 256).unwrap()];
+            srq.post_recv(&[RecvWr::new(77, &sge)]).unwrap();
+            parent.say(&srq.srq_num().to_string());
+            if parent.hear()[0] == "expect" {
+                let wc = poll_one(&cq);
+                let mut got = [0u8; 9];
+                mr.read(0, &mut got).unwrap();
+                parent.say(&format!(
+                    "{:?} {} {} {}",
+                    wc.status(),
+                    wc.wr_id(),
+                    wc.qp_num(),
+                    String::from_utf8_lossy(&got)
+                ));
+            } else {
+                assert_empty(&cq);
+                parent.say("nothing");
+            }
+            return;
+        }
+        _ => {}
+    }
+    let shared = file("shared");
+    let other = file("other");
+    let mut target = Peer::spawn(test, "xrc_target");
+    let mut in_domain = Peer::spawn(test, "xrc_srq");
+    let mut foreign = Peer::spawn(test, "xrc_srq");
+    target.send(&shared.display().to_string());
+    in_domain.send(&shared.display().to_string());
+    foreign.send(&other.display().to_string());
+    let target_qpn = num(&target.recv()[0]) as u32;
+    let srqn = num(&in_domain.recv()[0]) as u32;
+    let foreign_srqn = num(&foreign.recv()[0]) as u32;
+    assert_ne!(target_qpn >> 16, srqn >> 16, "target QP and SRQ in different processes");
+
+    let a = side(QpType::Rc);
+    let send = a.pd.create_qp(&QpInit { sq_sig_all: true, ..QpInit::new(QpType::XrcSend, &a.cq, CAP) }).unwrap();
+    target.send(&send.qp_num().to_string());
+    assert_eq!(target.recv(), ["ready"]);
+    let path = Path { timeout: 8, retry_cnt: 1, ..PATH };
+    to_init(&send, Access::empty());
+    to_rtr(&send, &a.ctx, target_qpn, &path);
+    to_rts(&send, &path);
+
+    a.mr.write(0, b"xrc cross").unwrap();
+    let sge = [a.mr.sge(0, 9).unwrap()];
+    in_domain.send("expect");
+    send.post_send(&[SendWr::send(1, &sge).xrc(srqn)]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    let got = in_domain.recv();
+    assert_eq!(got, ["Success", "77", &target_qpn.to_string(), "xrc", "cross"]);
+
+    // The same target QP cannot steer into an SRQ of another domain.
+    send.post_send(&[SendWr::send(2, &sge).xrc(foreign_srqn)]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RetryExcErr);
+    foreign.send("none");
+    assert_eq!(foreign.recv(), ["nothing"]);
+    target.send("done");
+    in_domain.finish();
+    foreign.finish();
+    target.finish();
+    let _ = std::fs::remove_file(shared);
+    let _ = std::fs::remove_file(other);
+}

@@ -447,7 +447,7 @@ impl Qp {
         rec.srqn.store(init.srq.map_or(0, |s| s.srq_num()), Ordering::Relaxed);
         rec.rq_gen.store(u32::from(rq.is_some()), Ordering::Relaxed);
         rec.recv_cq.store(init.recv_cq.inner().id, Ordering::Relaxed);
-        rec.xrcd.store(xrcd.as_ref().map_or(0, |x| x.id()), Ordering::Relaxed);
+        rec.xrcd.store(xrcd.as_ref().map_or(0, |x| x.key), Ordering::Relaxed);
         rec.ctx.store(ctx.id, Ordering::Relaxed);
         rec.flags.store(0, Ordering::Relaxed);
         rec.path_mtu.store(Mtu::Mtu256.bytes(), Ordering::Relaxed);

@@ -71,8 +71,7 @@ pub(crate) struct QpRecord {
     pub(crate) rq_gen: AtomicU32,
     /// The receive CQ's number.
     pub(crate) recv_cq: AtomicU32,
-    /// The XRC domain of an XRC target (0: none).
-    pub(crate) xrcd: AtomicU32,
+    _pad1: AtomicU32,
     /// The context whose async FIFO gets the QP's events.
     pub(crate) ctx: AtomicU32,
     /// `QP_FLAG_*` bits; peers set them.
@@ -84,6 +83,8 @@ pub(crate) struct QpRecord {
     /// The destination GID of the QP's path, big-endian halves: RC/UC accept requests
     /// only from it.
     pub(crate) dgid: [AtomicU64; 2],
+    /// The host-wide key of an XRC target's domain (0: none; `XrcdInner::key`).
+    pub(crate) xrcd: AtomicU64,
 }
 
 impl QpRecord {
@@ -140,10 +141,11 @@ pub(crate) struct SrqRecord {
     pub(crate) rq_gen: AtomicU32,
     /// XRC SRQs: the CQ their receives complete to, plus one (0: not XRC).
     pub(crate) xrc_cq: AtomicU32,
-    /// XRC SRQs: their domain.
-    pub(crate) xrcd: AtomicU32,
     /// The context whose async FIFO gets SRQ_LIMIT_REACHED.
     pub(crate) ctx: AtomicU32,
+    _pad: AtomicU32,
+    /// XRC SRQs: the host-wide key of their domain (0: not XRC; `XrcdInner::key`).
+    pub(crate) xrcd: AtomicU64,
 }
 
 /// What peers need of a completion queue: which segment generation is current.

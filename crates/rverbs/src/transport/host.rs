@@ -105,6 +105,10 @@ pub(crate) fn execute(
                 t.note_inbound();
                 connected(qp, wqe, sges, &gathered, t)
             }
+            Some(Routed::Split(t)) => {
+                t.note_inbound();
+                connected(qp, wqe, sges, &gathered, t)
+            }
             None => unanswered(qp, wqe),
         },
         _ => Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::REMOTE_INVALID)),

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use rverbs_proto::verbs::{QpState, QpType};
 
-use super::target::{LocalTarget, PeerRecv, PeerTarget, Target};
+use super::target::{LocalTarget, PeerRecv, PeerTarget, QpPart, SplitTarget, SrqPart, Target};
 use crate::device::DeviceInner;
 use crate::qp::sq::{ReqView, SendWqe};
 use crate::qp::QpInner;
@@ -29,6 +29,8 @@ use crate::table::LOCAL_BITS;
 pub(crate) enum Routed {
     Local(LocalTarget),
     Peer(PeerTarget),
+    /// XRC: the target QP and the named SRQ in different processes.
+    Split(SplitTarget),
 }
 
 /// Whether a responder in `state` accepts requests (rxe drops requests for QPs below
@@ -63,6 +65,28 @@ impl Routed {
                         || matches!(t.recv, PeerRecv::Srq(n) if n == wqe.xrc_srqn
                             && t.peer.tables().srq(n).srqn.load(Ordering::Acquire) == n))
             }
+            Routed::Split(t) => {
+                let qp_alive = match &t.qp {
+                    QpPart::Local(q) => !q.is_destroyed(),
+                    QpPart::Peer { peer, qpn } => {
+                        peer.is_alive() && peer.tables().qp(*qpn).qpn.load(Ordering::Acquire) == *qpn
+                    }
+                };
+                let srq_alive = match &t.srq {
+                    SrqPart::Local { srq, .. } => srq.srqn == wqe.xrc_srqn && !srq.is_destroyed(),
+                    SrqPart::Peer(p) => {
+                        p.still_valid_peer()
+                            && matches!(p.recv, PeerRecv::Srq(n) if n == wqe.xrc_srqn
+                                && p.peer.tables().srq(n).srqn.load(Ordering::Acquire) == n)
+                    }
+                };
+                let rec = t.rec();
+                qp_alive
+                    && srq_alive
+                    && accepts_requests(rec.state())
+                    && rec.dgid() == req.sgid
+                    && rec.dest_qpn.load(Ordering::Acquire) == me
+            }
         }
     }
 }
@@ -90,6 +114,9 @@ fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
     }
     let peer_type = if qp.qp_type == QpType::XrcSend { QpType::XrcRecv } else { qp.qp_type };
     let ep = endpoint_of(req.dest_qpn);
+    if qp.qp_type == QpType::XrcSend && endpoint_of(wqe.xrc_srqn) != ep {
+        return find_split(dev, qp.qpn, req, wqe).map(Routed::Split);
+    }
     if ep != dev.ep() {
         return find_peer(dev, ep, peer_type, qp.qpn, req, wqe).map(Routed::Peer);
     }
@@ -110,6 +137,53 @@ fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
         return None;
     }
     Some(Routed::Local(LocalTarget { pd: srq.pd.clone(), srq: Some(srq), cq, qp: t }))
+}
+
+/// An XRC responder whose target QP and named SRQ are in different processes: both must
+/// be in the same domain (equal keys: the domain was opened with the same file).
+fn find_split(dev: &DeviceInner, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<SplitTarget> {
+    let (qpn, srqn) = (req.dest_qpn, wqe.xrc_srqn);
+    let reg = dev.reg.as_ref()?;
+    let (qp, key) = if endpoint_of(qpn) == dev.ep() {
+        let t = dev.qps.get(qpn)?;
+        let key = t.xrcd.as_ref()?.key;
+        (QpPart::Local(t), key)
+    } else {
+        let peer = reg.peer(endpoint_of(qpn)).ok()?;
+        let key = peer.tables().qp(qpn).xrcd.load(Ordering::Acquire);
+        (QpPart::Peer { peer, qpn }, key)
+    };
+    let rec = match &qp {
+        QpPart::Local(t) => t.rec,
+        QpPart::Peer { peer, .. } => peer.tables().qp(qpn),
+    };
+    if rec.qpn.load(Ordering::Acquire) != qpn
+        || rec.qp_type() != Some(QpType::XrcRecv)
+        || !accepts_requests(rec.state())
+        || rec.dgid() != req.sgid
+        || rec.dest_qpn.load(Ordering::Acquire) != me
+        || key == 0
+    {
+        return None;
+    }
+    let srq = if endpoint_of(srqn) == dev.ep() {
+        let s = dev.srqs.get(srqn)?;
+        let (x, cq) = s.xrc.clone()?;
+        if x.key != key {
+            return None;
+        }
+        SrqPart::Local { pd: s.pd.clone(), srq: s, cq }
+    } else {
+        let peer = reg.peer(endpoint_of(srqn)).ok()?;
+        let srec = peer.tables().srq(srqn);
+        let xrc_cq = srec.xrc_cq.load(Ordering::Acquire);
+        if srec.srqn.load(Ordering::Acquire) != srqn || xrc_cq == 0 || srec.xrcd.load(Ordering::Acquire) != key {
+            return None;
+        }
+        let pd = srec.pd.load(Ordering::Acquire);
+        SrqPart::Peer(PeerTarget::new(peer, qpn, pd, PeerRecv::Srq(srqn), xrc_cq - 1))
+    };
+    Some(SplitTarget { qp, srq })
 }
 
 /// As [`find`], for a QP of peer endpoint `ep`, read from its tables.

@@ -147,6 +147,11 @@ impl PeerTarget {
         raise_on(&self.peer, ctx, kind, element);
     }
 
+    /// Whether the peer is alive (for a target used only for its SRQ side).
+    pub(crate) fn still_valid_peer(&self) -> bool {
+        self.peer.is_alive()
+    }
+
     /// Whether the QP is still the one this target was made for, in a live process.
     pub(crate) fn still_valid(&self) -> bool {
         self.peer.is_alive() && self.rec().qpn.load(Ordering::Acquire) == self.qpn
@@ -179,6 +184,121 @@ enum Take {
     Empty,
     /// The ring was replaced (SRQ resize): look in the next generation.
     Moved,
+}
+
+/// Moves QP `qpn` of `peer` to ERR (a responder fault), raising `event` on its context
+/// and ringing its doorbell: its receive and send queues are flushed by its own process.
+fn peer_enter_error(peer: &Peer, qpn: u32, event: Option<EventType>) {
+    let rec = peer.tables().qp(qpn);
+    if !rec.enter_error() {
+        return;
+    }
+    tracing::debug!(qpn, ep = peer.ep, "peer QP enters ERR");
+    if let Some(e) = event {
+        raise_on(peer, rec.ctx.load(Ordering::Acquire), e, RawElement::Qp(qpn));
+    }
+    crate::progress::ring(peer, bell::KICK_QP, qpn);
+}
+
+/// A request reached QP `qpn` of `peer`: COMM_EST for the first one in RTR.
+fn peer_note_inbound(peer: &Peer, qpn: u32) {
+    let rec = peer.tables().qp(qpn);
+    if rec.state() == rverbs_proto::verbs::QpState::Rtr
+        && rec.flags.fetch_or(QP_FLAG_COMM_EST, Ordering::AcqRel) & QP_FLAG_COMM_EST == 0
+    {
+        raise_on(peer, rec.ctx.load(Ordering::Acquire), EventType::CommEst, RawElement::Qp(qpn));
+    }
+}
+
+/// The target QP of an XRC request whose SRQ is in another process ([`SplitTarget`]).
+pub(crate) enum QpPart {
+    Local(Arc<QpInner>),
+    Peer { peer: Arc<Peer>, qpn: u32 },
+}
+
+/// The XRC SRQ of a [`SplitTarget`]: its receives, CQ, PD and memory keys.
+pub(crate) enum SrqPart {
+    Local { pd: Arc<PdInner>, srq: Arc<SrqInner>, cq: Arc<CqInner> },
+    /// A peer's SRQ, through a peer target whose QP number is the target QP's (used for
+    /// window bindings); only its receive, completion and memory sides are used.
+    Peer(PeerTarget),
+}
+
+/// An XRC responder split over two processes: the target QP in one, the XRC SRQ the
+/// request names in another, both in one domain shared through a file (IBTA Annex A14;
+/// the kernel shares such domains between processes). State, errors and COMM_EST are the
+/// QP's; receives, the CQ, the PD and the memory are the SRQ's.
+pub(crate) struct SplitTarget {
+    pub(crate) qp: QpPart,
+    pub(crate) srq: SrqPart,
+}
+
+impl Target for SplitTarget {
+    fn qpn(&self) -> u32 {
+        match &self.qp {
+            QpPart::Local(q) => q.qpn,
+            QpPart::Peer { qpn, .. } => *qpn,
+        }
+    }
+
+    fn rec(&self) -> &QpRecord {
+        match &self.qp {
+            QpPart::Local(q) => q.rec,
+            QpPart::Peer { peer, qpn } => peer.tables().qp(*qpn),
+        }
+    }
+
+    fn pd(&self) -> u32 {
+        match &self.srq {
+            SrqPart::Local { pd, .. } => pd.id,
+            SrqPart::Peer(t) => t.pd,
+        }
+    }
+
+    fn keys(&self) -> KeySpace<'_> {
+        match &self.srq {
+            SrqPart::Local { pd, .. } => KeySpace::local(pd.ctx.dev.tables),
+            SrqPart::Peer(t) => t.keys(),
+        }
+    }
+
+    fn take_recv(&self) -> Option<RecvWqe> {
+        match &self.srq {
+            SrqPart::Local { srq, .. } => srq.take(),
+            SrqPart::Peer(t) => t.take_recv(),
+        }
+    }
+
+    fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
+        match &self.srq {
+            SrqPart::Local { cq, .. } => cq.push(cqe),
+            SrqPart::Peer(t) => t.complete(cqe),
+        }
+    }
+
+    fn enter_error(&self, event: Option<EventType>) {
+        match &self.qp {
+            QpPart::Local(q) => q.enter_error(event),
+            QpPart::Peer { peer, qpn } => peer_enter_error(peer, *qpn, event),
+        }
+    }
+
+    fn note_inbound(&self) {
+        match &self.qp {
+            QpPart::Local(q) => q.note_inbound(),
+            QpPart::Peer { peer, qpn } => peer_note_inbound(peer, *qpn),
+        }
+    }
+
+    fn invalidate(&self, rkey: u32) -> bool {
+        match &self.srq {
+            SrqPart::Local { pd, .. } => match pd.ctx.dev.keys.get(rkey) {
+                Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd)),
+                _ => false,
+            },
+            SrqPart::Peer(t) => t.invalidate(rkey),
+        }
+    }
 }
 
 /// Queues an asynchronous event on context `ctx` of `peer`.
@@ -288,25 +408,11 @@ impl Target for PeerTarget {
     }
 
     fn enter_error(&self, event: Option<EventType>) {
-        let rec = self.rec();
-        if !rec.enter_error() {
-            return;
-        }
-        tracing::debug!(qpn = self.qpn, ep = self.peer.ep, "peer QP enters ERR");
-        if let Some(e) = event {
-            self.raise(rec.ctx.load(Ordering::Acquire), e, RawElement::Qp(self.qpn));
-        }
-        // Its receive queue and send queue are flushed by its own process.
-        crate::progress::ring(&self.peer, bell::KICK_QP, self.qpn);
+        peer_enter_error(&self.peer, self.qpn, event);
     }
 
     fn note_inbound(&self) {
-        let rec = self.rec();
-        if rec.state() == rverbs_proto::verbs::QpState::Rtr
-            && rec.flags.fetch_or(QP_FLAG_COMM_EST, Ordering::AcqRel) & QP_FLAG_COMM_EST == 0
-        {
-            self.raise(rec.ctx.load(Ordering::Acquire), EventType::CommEst, RawElement::Qp(self.qpn));
-        }
+        peer_note_inbound(&self.peer, self.qpn);
     }
 
     fn invalidate(&self, rkey: u32) -> bool {
