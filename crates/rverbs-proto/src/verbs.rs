@@ -279,6 +279,19 @@ impl WrOpcode {
         matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
     }
 
+    /// Whether the operation sends a payload from the requester's scatter list (or inline
+    /// data): the SENDs and the RDMA WRITEs (rxe `WR_INLINE_MASK`).
+    pub const fn carries_payload(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWrite
+                | WrOpcode::RdmaWriteWithImm
+        )
+    }
+
     /// Whether the operation carries immediate data.
     pub const fn has_imm(self) -> bool {
         matches!(self, WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm)

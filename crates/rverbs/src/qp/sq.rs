@@ -292,15 +292,7 @@ impl SendQueue {
                 return Err(Error::invalid(verb, "atomic remote address not 8-byte aligned"));
             }
         }
-        let carries_data = matches!(
-            op,
-            WrOpcode::Send
-                | WrOpcode::SendWithImm
-                | WrOpcode::SendWithInv
-                | WrOpcode::RdmaWrite
-                | WrOpcode::RdmaWriteWithImm
-        );
-        if inline_flag && !carries_data {
+        if inline_flag && !op.carries_payload() {
             return Err(Error::invalid(verb, "inline data on an opcode that sends none"));
         }
         if inline_flag && total > self.max_inline as u64 {

@@ -21,7 +21,7 @@ use rverbs_proto::verbs::{Access, EventType, QpType, SendFlags, WcFlags, WcOpcod
 use rverbs_proto::violation::Violation;
 
 use super::route::{endpoint_of, Routed};
-use super::target::{LocalTarget, PeerRecv, PeerTarget, Target};
+use super::target::{LocalTarget, PeerTarget, Target};
 use crate::mcast::{is_multicast, MULTICAST_QPN};
 use crate::mem::AtomicOp;
 use crate::mr::cma::CmaError;
@@ -67,16 +67,8 @@ pub(crate) fn execute(
 
     // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR, as
     // ibv_poll_cq(3) describes it; rxe reports LOC_QP_OP_ERR for them — see ARCHITECTURE.md).
-    let carries_data = matches!(
-        op,
-        WrOpcode::Send
-            | WrOpcode::SendWithImm
-            | WrOpcode::SendWithInv
-            | WrOpcode::RdmaWrite
-            | WrOpcode::RdmaWriteWithImm
-    );
     let own = KeySpace::local(dev.tables);
-    let gathered = if !carries_data {
+    let gathered = if !op.carries_payload() {
         Gathered::Inline(&[])
     } else if wqe.inline_len.is_some() {
         Gathered::Inline(inline)
@@ -496,11 +488,8 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
     } else if let Some(peer) = dev.reg.as_ref().and_then(|r| r.peer(ep).ok()) {
         let qpn = ud.remote_qpn;
         let rec = peer.tables().qp(qpn);
-        if rec.qpn.load(Ordering::Acquire) == qpn && rec.qp_type() == Some(QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
-            let srqn = rec.srqn.load(Ordering::Acquire);
-            let recv = if srqn != 0 { PeerRecv::Srq(srqn) } else { PeerRecv::Rq(rec.rq_gen.load(Ordering::Acquire)) };
-            let (pd, cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
-            ud_deliver(qp, wqe, data, &PeerTarget::new(peer.clone(), qpn, pd, recv, cq));
+        if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
+            ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer.clone(), qpn));
         }
     }
     done

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::WcStatus;
 
-use crate::mr::KeyTarget;
 use crate::mw::BindSpec;
 use crate::qp::sq::SendWqe;
 use crate::qp::QpInner;
@@ -39,11 +38,7 @@ pub(crate) fn bind_mw(qp: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
 
 pub(crate) fn local_inv(qp: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
     let rkey = wqe.imm;
-    let ok = match qp.pd.ctx.dev.keys.get(rkey) {
-        Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, &qp.pd)),
-        _ => false,
-    };
-    if ok {
+    if qp.pd.ctx.dev.keys.invalidate_mw(rkey, &qp.pd) {
         Exec::Done(sent(qp, wqe))
     } else {
         Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_LKEY))

@@ -21,6 +21,8 @@ use rverbs_proto::verbs::{QpState, QpType};
 
 use super::target::{LocalTarget, PeerRecv, PeerTarget, QpPart, SplitTarget, SrqPart, Target};
 use crate::device::DeviceInner;
+use crate::shm::registry::Peer;
+use crate::shm::tables::QpRecord;
 use crate::qp::sq::{ReqView, SendWqe};
 use crate::qp::QpInner;
 use crate::table::LOCAL_BITS;
@@ -44,23 +46,41 @@ pub(crate) fn endpoint_of(num: u32) -> u32 {
     num >> LOCAL_BITS
 }
 
+/// Whether the QP whose record is `rec` answers requests from QP `me` with path `req`:
+/// it accepts requests, its path points back at the requester's source GID, and it is
+/// connected to the requester.
+fn answers(rec: &QpRecord, me: u32, req: &ReqView) -> bool {
+    accepts_requests(rec.state()) && rec.dgid() == req.sgid && rec.dest_qpn.load(Ordering::Acquire) == me
+}
+
+/// Whether `rec` is the record of live QP `qpn` of type `qp_type` (a peer's record may
+/// name another QP by now).
+pub(crate) fn is_qp(rec: &QpRecord, qpn: u32, qp_type: QpType) -> bool {
+    rec.qpn.load(Ordering::Acquire) == qpn && rec.qp_type() == Some(qp_type)
+}
+
+/// The PD and CQ of XRC SRQ `srqn` of `peer`, if it is live and in the domain `key`.
+fn peer_xrc_srq(peer: &Peer, srqn: u32, key: u64) -> Option<(u32, u32)> {
+    let srec = peer.tables().srq(srqn);
+    let xrc_cq = srec.xrc_cq.load(Ordering::Acquire);
+    if srec.srqn.load(Ordering::Acquire) != srqn || xrc_cq == 0 || srec.xrcd.load(Ordering::Acquire) != key {
+        return None;
+    }
+    Some((srec.pd.load(Ordering::Acquire), xrc_cq - 1))
+}
+
 impl Routed {
     /// Whether this responder still takes `wqe` from a requester with path `req`.
     fn still_valid(&self, me: u32, req: &ReqView, wqe: &SendWqe, xrc: bool) -> bool {
         match self {
             Routed::Local(t) => {
                 !t.qp.is_destroyed()
-                    && accepts_requests(t.qp.state())
-                    && t.qp.rec.dgid() == req.sgid
-                    && t.qp.rec.dest_qpn.load(Ordering::Acquire) == me
+                    && answers(t.qp.rec, me, req)
                     && (!xrc || t.srq.as_ref().is_some_and(|s| s.srqn == wqe.xrc_srqn && !s.is_destroyed()))
             }
             Routed::Peer(t) => {
-                let rec = t.rec();
                 t.still_valid()
-                    && accepts_requests(rec.state())
-                    && rec.dgid() == req.sgid
-                    && rec.dest_qpn.load(Ordering::Acquire) == me
+                    && answers(t.rec(), me, req)
                     && (!xrc
                         || matches!(t.recv, PeerRecv::Srq(n) if n == wqe.xrc_srqn
                             && t.peer.tables().srq(n).srqn.load(Ordering::Acquire) == n))
@@ -80,12 +100,7 @@ impl Routed {
                                 && p.peer.tables().srq(n).srqn.load(Ordering::Acquire) == n)
                     }
                 };
-                let rec = t.rec();
-                qp_alive
-                    && srq_alive
-                    && accepts_requests(rec.state())
-                    && rec.dgid() == req.sgid
-                    && rec.dest_qpn.load(Ordering::Acquire) == me
+                qp_alive && srq_alive && answers(t.rec(), me, req)
             }
         }
     }
@@ -121,11 +136,7 @@ fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
         return find_peer(dev, ep, peer_type, qp.qpn, req, wqe).map(Routed::Peer);
     }
     let t = dev.qps.get(req.dest_qpn)?;
-    if t.qp_type != peer_type
-        || !accepts_requests(t.state())
-        || t.rec.dgid() != req.sgid
-        || t.rec.dest_qpn.load(Ordering::Acquire) != qp.qpn
-    {
+    if t.qp_type != peer_type || !answers(t.rec, qp.qpn, req) {
         return None;
     }
     if qp.qp_type != QpType::XrcSend {
@@ -157,13 +168,7 @@ fn find_split(dev: &DeviceInner, me: u32, req: &ReqView, wqe: &SendWqe) -> Optio
         QpPart::Local(t) => t.rec,
         QpPart::Peer { peer, .. } => peer.tables().qp(qpn),
     };
-    if rec.qpn.load(Ordering::Acquire) != qpn
-        || rec.qp_type() != Some(QpType::XrcRecv)
-        || !accepts_requests(rec.state())
-        || rec.dgid() != req.sgid
-        || rec.dest_qpn.load(Ordering::Acquire) != me
-        || key == 0
-    {
+    if !is_qp(rec, qpn, QpType::XrcRecv) || !answers(rec, me, req) || key == 0 {
         return None;
     }
     let srq = if endpoint_of(srqn) == dev.ep() {
@@ -175,13 +180,8 @@ fn find_split(dev: &DeviceInner, me: u32, req: &ReqView, wqe: &SendWqe) -> Optio
         SrqPart::Local { pd: s.pd.clone(), srq: s, cq }
     } else {
         let peer = reg.peer(endpoint_of(srqn)).ok()?;
-        let srec = peer.tables().srq(srqn);
-        let xrc_cq = srec.xrc_cq.load(Ordering::Acquire);
-        if srec.srqn.load(Ordering::Acquire) != srqn || xrc_cq == 0 || srec.xrcd.load(Ordering::Acquire) != key {
-            return None;
-        }
-        let pd = srec.pd.load(Ordering::Acquire);
-        SrqPart::Peer(PeerTarget::new(peer, qpn, pd, PeerRecv::Srq(srqn), xrc_cq - 1))
+        let (pd, cq) = peer_xrc_srq(&peer, srqn, key)?;
+        SrqPart::Peer(PeerTarget::new(peer, qpn, pd, PeerRecv::Srq(srqn), cq))
     };
     Some(SplitTarget { qp, srq })
 }
@@ -191,32 +191,16 @@ fn find_peer(dev: &DeviceInner, ep: u32, peer_type: QpType, me: u32, req: &ReqVi
     let peer = dev.reg.as_ref()?.peer(ep).ok()?;
     let qpn = req.dest_qpn;
     let rec = peer.tables().qp(qpn);
-    if rec.qpn.load(Ordering::Acquire) != qpn
-        || rec.qp_type() != Some(peer_type)
-        || !accepts_requests(rec.state())
-        || rec.dgid() != req.sgid
-        || rec.dest_qpn.load(Ordering::Acquire) != me
-    {
+    if !is_qp(rec, qpn, peer_type) || !answers(rec, me, req) {
         return None;
     }
     if peer_type != QpType::XrcRecv {
-        let srqn = rec.srqn.load(Ordering::Acquire);
-        let recv = if srqn != 0 { PeerRecv::Srq(srqn) } else { PeerRecv::Rq(rec.rq_gen.load(Ordering::Acquire)) };
-        let (pd, cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
-        return Some(PeerTarget::new(peer, qpn, pd, recv, cq));
+        return Some(PeerTarget::of_qp(peer, qpn));
     }
     let srqn = wqe.xrc_srqn;
     if endpoint_of(srqn) != ep {
         return None;
     }
-    let srec = peer.tables().srq(srqn);
-    let xrc_cq = srec.xrc_cq.load(Ordering::Acquire);
-    if srec.srqn.load(Ordering::Acquire) != srqn
-        || xrc_cq == 0
-        || srec.xrcd.load(Ordering::Acquire) != rec.xrcd.load(Ordering::Acquire)
-    {
-        return None;
-    }
-    let pd = srec.pd.load(Ordering::Acquire);
-    Some(PeerTarget::new(peer, qpn, pd, PeerRecv::Srq(srqn), xrc_cq - 1))
+    let (pd, cq) = peer_xrc_srq(&peer, srqn, rec.xrcd.load(Ordering::Acquire))?;
+    Some(PeerTarget::new(peer, qpn, pd, PeerRecv::Srq(srqn), cq))
 }

@@ -20,7 +20,7 @@ use crate::cq::seg::{self, CqSeg, Publish};
 use crate::cq::{CqInner, Overrun};
 use crate::event::{RawAsyncEvent, RawElement};
 use crate::mr::access::SegCache;
-use crate::mr::{KeySpace, KeyTarget};
+use crate::mr::KeySpace;
 use crate::pd::PdInner;
 use crate::progress::bell;
 use crate::qp::rq::{qp_segment_name, srq_segment_name, RecvRing, RecvWqe};
@@ -105,10 +105,7 @@ impl Target for LocalTarget {
     }
 
     fn invalidate(&self, rkey: u32) -> bool {
-        match self.pd.ctx.dev.keys.get(rkey) {
-            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, &self.pd)),
-            _ => false,
-        }
+        self.pd.ctx.dev.keys.invalidate_mw(rkey, &self.pd)
     }
 }
 
@@ -145,6 +142,16 @@ impl PeerTarget {
     /// Queues an asynchronous event on the peer's context `ctx`.
     fn raise(&self, ctx: u32, kind: EventType, element: RawElement) {
         raise_on(&self.peer, ctx, kind, element);
+    }
+
+    /// QP `qpn` of `peer` with its own receives (its RQ or its SRQ), PD and CQ, as its
+    /// record names them.
+    pub(crate) fn of_qp(peer: Arc<Peer>, qpn: u32) -> PeerTarget {
+        let rec = peer.tables().qp(qpn);
+        let srqn = rec.srqn.load(Ordering::Acquire);
+        let recv = if srqn != 0 { PeerRecv::Srq(srqn) } else { PeerRecv::Rq(rec.rq_gen.load(Ordering::Acquire)) };
+        let (pd, cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
+        PeerTarget::new(peer, qpn, pd, recv, cq)
     }
 
     /// Whether the peer is alive (for a target used only for its SRQ side).
@@ -292,10 +299,7 @@ impl Target for SplitTarget {
 
     fn invalidate(&self, rkey: u32) -> bool {
         match &self.srq {
-            SrqPart::Local { pd, .. } => match pd.ctx.dev.keys.get(rkey) {
-                Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd)),
-                _ => false,
-            },
+            SrqPart::Local { pd, .. } => pd.ctx.dev.keys.invalidate_mw(rkey, pd),
             SrqPart::Peer(t) => t.invalidate(rkey),
         }
     }
