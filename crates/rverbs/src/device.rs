@@ -359,8 +359,6 @@ pub(crate) struct DeviceInner {
     /// cross-memory attach, whose kernel copies make no ordering promise
     /// (ibv_query_qp_data_in_order(3): `Qp::data_in_order` counts on this).
     pub(crate) cma_regions: std::sync::atomic::AtomicUsize,
-    /// `RVERBS_CMA=off`: peers must reach this process's private memory through it.
-    pub(crate) refuses_cma: bool,
     /// Caller memory moved onto shared files by registrations.
     pub(crate) shares: crate::mr::share::Shares,
     /// `RVERBS_SHARED_MR=1`: registrations of caller memory make it shareable
@@ -467,7 +465,6 @@ impl DeviceInner {
             shares: Default::default(),
             proxies: Default::default(),
             cma_regions: Default::default(),
-            refuses_cma: std::env::var_os("RVERBS_CMA").is_some_and(|v| v == "off"),
             share_caller_memory,
             cqs: Table::new("completion queues", 0),
             name: DEVICE_NAME,
@@ -494,7 +491,7 @@ impl DeviceInner {
     /// Whether a peer could place data in this process's memory with kernel copies
     /// (cross-memory attach), which are not ordered.
     pub(crate) fn peers_copy_unordered(&self) -> bool {
-        self.shared() && !self.refuses_cma && self.cma_regions.load(std::sync::atomic::Ordering::Acquire) != 0
+        self.reg.as_ref().is_some_and(|r| !r.refuses_cma) && self.cma_regions.load(std::sync::atomic::Ordering::Acquire) != 0
     }
 
     /// Whether other processes may take part (a host-wide endpoint was claimed).

@@ -197,13 +197,7 @@ impl RecvRing {
                 return Err(PostError { index, error: Error::QueueFull { verb, max: self.cap as u32 } });
             }
             let i = (head + count) % self.cap;
-            let s = self.slot(i);
-            s[0].store(wr.wr_id, Ordering::Relaxed);
-            s[1].store(wr.sg_list.len() as u64, Ordering::Relaxed);
-            for (k, sge) in wr.sg_list.iter().enumerate() {
-                s[2 + 2 * k].store(sge.addr, Ordering::Relaxed);
-                s[3 + 2 * k].store(u64::from(sge.length) | u64::from(sge.lkey) << 32, Ordering::Relaxed);
-            }
+            self.write_slot(i, wr.wr_id, wr.sg_list);
             on_slot(i, wr);
             h.state.store(pack(head, count + 1), Ordering::Release);
         }
@@ -227,6 +221,17 @@ impl RecvRing {
             true
         };
         Some(Taken { wqe, limit_fired })
+    }
+
+    /// Stores a receive in slot `i` (at most `max_sge` entries: the caller checked).
+    fn write_slot(&self, i: usize, wr_id: u64, sges: &[Sge]) {
+        let s = self.slot(i);
+        s[0].store(wr_id, Ordering::Relaxed);
+        s[1].store(sges.len() as u64, Ordering::Relaxed);
+        for (k, sge) in sges.iter().enumerate() {
+            s[2 + 2 * k].store(sge.addr, Ordering::Relaxed);
+            s[3 + 2 * k].store(u64::from(sge.length) | u64::from(sge.lkey) << 32, Ordering::Relaxed);
+        }
     }
 
     fn read_slot(&self, i: usize) -> RecvWqe {
@@ -262,13 +267,7 @@ impl RecvRing {
         let sges = self.max_sge.min(old.max_sge);
         for k in 0..n.min(self.cap) {
             let w = old.read_slot((ohead + k) % old.cap);
-            let s = self.slot(k);
-            s[0].store(w.wr_id, Ordering::Relaxed);
-            s[1].store(w.sges().len().min(sges) as u64, Ordering::Relaxed);
-            for (j, sge) in w.sges().iter().take(sges).enumerate() {
-                s[2 + 2 * j].store(sge.addr, Ordering::Relaxed);
-                s[3 + 2 * j].store(u64::from(sge.length) | u64::from(sge.lkey) << 32, Ordering::Relaxed);
-            }
+            self.write_slot(k, w.wr_id, &w.sges()[..w.sges().len().min(sges)]);
         }
         h.limit.store(oh.limit.load(Ordering::Acquire), Ordering::Relaxed);
         h.state.store(pack(0, n.min(self.cap)), Ordering::Release);

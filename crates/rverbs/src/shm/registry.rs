@@ -40,6 +40,9 @@ pub(crate) struct Registry {
     pub(crate) ep: u32,
     pub(crate) root: PathBuf,
     pub(crate) dir: PathBuf,
+    /// `RVERBS_CMA=off`: peers must not use cross-memory attach on this process (the
+    /// header says so to them).
+    pub(crate) refuses_cma: bool,
     _lock: OwnedFd,
     _hdr: Segment,
     peers: Mutex<HashMap<u32, Arc<Peer>>>,
@@ -99,11 +102,10 @@ impl Registry {
         // lets them (ptrace access rules differ between pairs of processes).
         hdr.get::<AtomicU64>(16).store(&CANARY as *const AtomicU64 as u64, Ordering::Release);
         hdr.get::<AtomicU64>(24).store(CANARY.load(Ordering::Relaxed), Ordering::Release);
-        // `RVERBS_CMA=off`: peers must not use cross-memory attach on this process.
-        let refuse = std::env::var_os("RVERBS_CMA").is_some_and(|v| v == "off");
-        hdr.get::<AtomicU64>(32).store(u64::from(refuse), Ordering::Release);
+        let refuses_cma = std::env::var_os("RVERBS_CMA").is_some_and(|v| v == "off");
+        hdr.get::<AtomicU64>(32).store(u64::from(refuses_cma), Ordering::Release);
         hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
-        Ok(Registry { ep, root: root.to_owned(), dir, _lock: lock, _hdr: hdr, peers: Mutex::new(HashMap::new()) })
+        Ok(Registry { ep, root: root.to_owned(), dir, refuses_cma, _lock: lock, _hdr: hdr, peers: Mutex::new(HashMap::new()) })
     }
 
     /// Whether endpoint `ep` is alive: this process, a known live peer, or an endpoint
