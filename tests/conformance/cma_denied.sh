@@ -32,9 +32,13 @@ chown 65534:65534 "$work/rt"
 for b in ibv_rc_pingpong ib_read_lat; do
 	install -m 0711 "$(command -v $b)" "$work/$b"
 done
+# The unprivileged user may not be able to reach the checkout (a 0700 home or temporary
+# directory): it loads a copy of the library from the work directory.
+mkdir -m 0755 "$work/lib"
+install -m 0644 "$(readlink -f "$dropin/libibverbs.so.1")" "$work/lib/libibverbs.so.1"
 
 as_nobody() {
-	env RVERBS_RUNTIME_DIR="$work/rt" LD_LIBRARY_PATH="$dropin" RVERBS_LOG=info \
+	env RVERBS_RUNTIME_DIR="$work/rt" LD_LIBRARY_PATH="$work/lib" RVERBS_LOG=info \
 		setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all "$@"
 }
 
@@ -65,7 +69,7 @@ run_pair() {
 		echo "PASS $name"
 	else
 		echo "FAIL $name (client $cli_rc, server $srv_rc, detected on $detected of 2 sides)"
-		tail -20 "$work/srv.log" "$work/cli.log" >&2
+		tail -n 20 "$work/srv.log" "$work/cli.log" >&2
 		failed=$((failed + 1))
 	fi
 }
