@@ -1,14 +1,18 @@
 #!/bin/sh
-# Builds the drop-in libibverbs.so.1 (crates/rverbs-capi) in release mode and lays it
-# out for LD_LIBRARY_PATH:
+# Builds the drop-in libibverbs.so.1 (crates/rverbs-capi) and librdmacm.so.1
+# (crates/rverbs-rdmacm) in release mode and lays them out for LD_LIBRARY_PATH:
 #
 #   <target>/dropin/libibverbs.so.1 -> ../release/libibverbs.so
+#   <target>/dropin/librdmacm.so.1  -> ../release/librdmacm.so
 #
-# cargo names the cdylib libibverbs.so; the dynamic loader opens the NEEDED name
-# libibverbs.so.1, hence the link (a symlink, so a rebuild is picked up and running
-# processes keep their mapping). Prints the directory on stdout, e.g.
+# cargo names the cdylibs libibverbs.so and librdmacm.so; the dynamic loader opens the
+# NEEDED names libibverbs.so.1 and librdmacm.so.1, hence the links (symlinks, so a
+# rebuild is picked up and running processes keep their mapping). librdmacm.so.1 is a
+# shim that forwards every rdma_* call into libibverbs.so.1 (where the connection
+# manager lives), so the two are used together. Prints the directory on stdout, e.g.
 #
 #   LD_LIBRARY_PATH=$(scripts/build-dropin.sh) ibv_devices
+#   LD_LIBRARY_PATH=$(scripts/build-dropin.sh) rping -s -a 127.0.0.1
 #
 # Honours CARGO_TARGET_DIR / build.target-dir (asks cargo where the target dir is).
 set -eu
@@ -16,18 +20,21 @@ set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
-cargo build --release -p rverbs-capi >&2
+cargo build --release -p rverbs-capi -p rverbs-rdmacm >&2
 
 target_dir=$(cargo metadata --format-version 1 --no-deps |
 	sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 [ -n "$target_dir" ] || target_dir=${CARGO_TARGET_DIR:-$repo/target}
 
-lib="$target_dir/release/libibverbs.so"
-[ -f "$lib" ] || { echo "build-dropin: $lib was not built" >&2; exit 1; }
+for lib in libibverbs.so librdmacm.so; do
+	[ -f "$target_dir/release/$lib" ] ||
+		{ echo "build-dropin: $target_dir/release/$lib was not built" >&2; exit 1; }
+done
 
 dropin="$target_dir/dropin"
 mkdir -p "$dropin"
 ln -sfn ../release/libibverbs.so "$dropin/libibverbs.so.1"
+ln -sfn ../release/librdmacm.so "$dropin/librdmacm.so.1"
 
 echo "build-dropin: LD_LIBRARY_PATH=$dropin <program>" >&2
 echo "$dropin"

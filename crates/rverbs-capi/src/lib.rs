@@ -161,6 +161,7 @@ pub mod abi;
 pub mod ffi;
 
 pub mod ah;
+pub mod cm;
 mod conv;
 pub mod cq;
 pub mod device;

@@ -45,6 +45,7 @@ pub mod mw;
 pub mod pd;
 mod progress;
 pub mod qp;
+pub mod qp1;
 mod shm;
 pub mod srq;
 mod spin;

@@ -1,0 +1,731 @@
+//! The handshakes: connection establishment (REQ, MRA, REP, RTU, REJ), release
+//! (DREQ, DREP) and service ID resolution for datagram services (SIDR_REQ, SIDR_REP),
+//! as IBTA Vol 1 chapter 12 describes them and rdma_cm(7) reports them.
+//!
+//! Event order (rdma_cm(7); the kernel's rdma_cm):
+//! - active: ADDR_RESOLVED, ROUTE_RESOLVED, then ESTABLISHED carrying the REP's private
+//!   data (CONNECT_RESPONSE instead when the id has no QP), or REJECTED (status: the
+//!   reject reason; 8 when nobody listens), or UNREACHABLE (-ETIMEDOUT);
+//! - passive: CONNECT_REQUEST on the listener's channel (a new id, the REQ's private
+//!   data), then ESTABLISHED when the RTU arrives (no private data);
+//! - both: DISCONNECTED exactly once per connection, whoever disconnects first and also
+//!   when both do at once (a DREQ received while waiting for the DREP counts as the
+//!   DREP) or when the peer's process dies (then the QP is moved to ERR too).
+//! - datagram: the active side gets ESTABLISHED with the remote QPN and Q_Key; the
+//!   passive side gets no ESTABLISHED.
+//!
+//! Every message after the REQ names the receiver's local communication id, whose top
+//! 8 bits are the receiving endpoint, so it reaches the right process and id.
+
+use std::time::Duration;
+
+use rverbs::{AhAttr, GlobalRoute, Mtu, QpType};
+
+use super::msg::{self, Reason};
+use super::qp::{connect_qp, qp_to_err, RDMA_UDP_QKEY};
+use super::state::TimerKind;
+use super::{emit, engine, simple_event, Engine, St, State};
+use crate::error::{Error, Result};
+use crate::event::{ConnParam, Event, EventKind, UdParam};
+use crate::id::{CmId, PortSpace};
+use crate::mad::CmMessage;
+
+/// User private data limits (rdma_connect(3), rdma_accept(3), rdma_reject(3)): the IBTA
+/// field minus the 36-byte RDMA CM IP header where the request carries one.
+pub(crate) const REQ_PDATA: usize = 56;
+pub(crate) const SIDR_REQ_PDATA: usize = 180;
+pub(crate) const REP_PDATA: usize = 196;
+pub(crate) const SIDR_REP_PDATA: usize = 136;
+pub(crate) const REJ_PDATA: usize = 148;
+
+/// `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`: "as many as the device allows".
+const MAX_RDMA: u8 = 0xff;
+
+/// Service timeout the passive side asks for with its MRA while the application decides
+/// (the kernel's rdma_cm sends 24: about 69 s).
+const MRA_SERVICE_TIMEOUT: u8 = 24;
+
+fn device_max_rd(e: &Engine) -> u8 {
+    e.ctx.query_device().max_qp_rd_atom.min(255) as u8
+}
+
+fn pad(data: &[u8], len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    let n = data.len().min(len);
+    v[..n].copy_from_slice(&data[..n]);
+    v
+}
+
+fn rd_param(e: &Engine, verb: &'static str, v: u8, peer: Option<u8>) -> Result<u8> {
+    let max = device_max_rd(e);
+    if v == MAX_RDMA {
+        Ok(peer.map_or(max, |p| p.min(max)))
+    } else if v > max {
+        Err(Error::invalid(verb, "responder resources or initiator depth exceed the device's maximum"))
+    } else {
+        Ok(v)
+    }
+}
+
+pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let n = id.number();
+    let me = e.qp1.endpoint();
+    let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
+    {
+        let s = st.id(id)?;
+        if s.st != St::RouteResolved {
+            return Err(Error::invalid("rdma_connect", "the route is not resolved"));
+        }
+        let limit = if datagram { SIDR_REQ_PDATA } else { REQ_PDATA };
+        if param.private_data.len() > limit {
+            return Err(Error::invalid("rdma_connect", "private data too long"));
+        }
+        if !datagram && s.qp.is_none() && param.qp_num == 0 {
+            return Err(Error::invalid("rdma_connect", "no QP on the id and no qp_num"));
+        }
+    }
+    let rr = rd_param(e, "rdma_connect", param.responder_resources, None)?;
+    let init = rd_param(e, "rdma_connect", param.initiator_depth, None)?;
+    let psn = st.random_psn();
+    let comm = st.new_comm_id(me);
+    let s = st.id(id)?;
+    s.psn = psn;
+    s.local_comm = Some(comm);
+    s.local_qpn = s.qp.as_ref().map_or(param.qp_num, |q| q.qp_num());
+    s.responder_resources = rr;
+    s.initiator_depth = init;
+    s.retry_count = param.retry_count.min(7);
+    s.rnr_retry_count = param.rnr_retry_count.min(7);
+    s.srq = param.srq != 0;
+    s.tid = (u64::from(comm) << 32) | u64::from(psn);
+    let (src, dst) = (s.src.expect("resolved"), s.dst.expect("resolved"));
+    st.by_comm.insert(comm, n);
+    let s = st.id(id)?;
+    s.st = St::ReqSent;
+
+    // Who listens? A destination off this host has no transport yet: nobody answers.
+    if s.sgid.is_some() && crate::addr::local_gid(&e.ctx, dst.ip()).is_none() {
+        s.st = St::Failed;
+        qp_to_err(s);
+        simple_event(&st, n, EventKind::Unreachable, -libc::EHOSTUNREACH);
+        return Ok(());
+    }
+    let Some(owner) = super::lookup_listener(e, id.ps(), dst) else {
+        // IBTA: a REQ for a service nobody provides is rejected with "invalid service
+        // ID" (8); for SIDR the reply status is "service ID not supported" (1), which
+        // rdma_cm reports as UNREACHABLE.
+        s.st = St::Failed;
+        qp_to_err(s);
+        if datagram {
+            simple_event(&st, n, EventKind::Unreachable, 1);
+        } else {
+            let ev = rejected_event(&st, n, Reason::INVALID_SERVICE_ID, &[]);
+            emit(&st, n, ev);
+        }
+        return Ok(());
+    };
+    let sgid = s.sgid.expect("resolved ids have a GID");
+    let dgid = s.dgid.expect("resolved");
+    let message = if datagram {
+        CmMessage::SidrReq(msg::sidr_req(comm, id.ps(), src, dst, &param.private_data))
+    } else {
+        CmMessage::Req(msg::req(&msg::ReqArgs {
+            comm,
+            ps: id.ps(),
+            src,
+            dst,
+            ca_guid: e.ctx.query_device().node_guid,
+            qpn: s.local_qpn,
+            qp_type: id.qp_type(),
+            psn,
+            responder_resources: rr,
+            initiator_depth: init,
+            flow_control: param.flow_control != 0,
+            retry_count: s.retry_count,
+            rnr_retry_count: s.rnr_retry_count,
+            srq: s.srq,
+            cm_timeout: s.cm_timeout,
+            cm_retries: s.cm_retries,
+            sgid: sgid.gid,
+            dgid,
+            traffic_class: s.tos,
+            ack_timeout: s.qp_timeout(),
+            private_data: &param.private_data,
+        }))
+    };
+    let wait = s.response_wait();
+    let tid = s.tid;
+    s.remote_ep = Some(owner.ep);
+    s.arm(TimerKind::Req, wait);
+    e.watch(&mut st, owner.ep);
+    if e.send(owner.ep, &message.encode(tid)).is_err() {
+        let s = st.id(id)?;
+        s.st = St::Failed;
+        s.disarm();
+        qp_to_err(s);
+        simple_event(&st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
+    }
+    e.kick();
+    Ok(())
+}
+
+pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let n = id.number();
+    let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
+    let s = st.id(id)?;
+    if s.st != St::ReqRcvd {
+        return Err(Error::invalid("rdma_accept", "the id has no connection request to accept"));
+    }
+    let default = ConnParam { responder_resources: MAX_RDMA, initiator_depth: MAX_RDMA, rnr_retry_count: 7, ..ConnParam::default() };
+    if param.is_none() && s.qp.is_none() {
+        return Err(Error::invalid("rdma_accept", "no QP on the id and no parameters"));
+    }
+    let p = param.unwrap_or(&default);
+    let limit = if datagram { SIDR_REP_PDATA } else { REP_PDATA };
+    if p.private_data.len() > limit {
+        return Err(Error::invalid("rdma_accept", "private data too long"));
+    }
+    // s.responder_resources / initiator_depth hold what the peer offered (its initiator
+    // depth / responder resources); 0xFF takes the most both allow.
+    let (peer_init, peer_rr) = (s.responder_resources, s.initiator_depth);
+    let rr = rd_param(e, "rdma_accept", p.responder_resources, Some(peer_init))?;
+    let init = rd_param(e, "rdma_accept", p.initiator_depth, Some(peer_rr))?;
+    let s = st.id(id)?;
+    let remote_ep = s.remote_ep.expect("requests come from an endpoint");
+    let local_qpn = s.qp.as_ref().map_or(p.qp_num, |q| q.qp_num());
+    s.local_qpn = local_qpn;
+    if datagram {
+        let rep = msg::sidr_rep(
+            s.remote_comm.unwrap_or(0),
+            msg::SIDR_SUCCESS,
+            local_qpn,
+            RDMA_UDP_QKEY,
+            s.src.map_or(0, |a| a.port()),
+            id.ps(),
+            &p.private_data,
+        );
+        let tid = s.tid;
+        s.st = St::Established;
+        let _ = e.send(remote_ep, &CmMessage::SidrRep(rep).encode(tid));
+        return Ok(());
+    }
+    s.responder_resources = rr;
+    s.initiator_depth = init;
+    s.rnr_retry_count = p.rnr_retry_count.min(7);
+    if let Err(err) = connect_qp(s) {
+        // The QP cannot take the connection: the peer learns it as a reject.
+        let rej = msg::rej(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), msg::Rejected::Req, Reason::NO_QP, &[]);
+        let tid = s.tid;
+        s.st = St::Failed;
+        qp_to_err(s);
+        let _ = e.send(remote_ep, &CmMessage::Rej(rej).encode(tid));
+        return Err(err);
+    }
+    let rep = msg::rep(&msg::RepArgs {
+        comm: s.local_comm.expect("children get a comm id"),
+        remote_comm: s.remote_comm.expect("from the REQ"),
+        qpn: local_qpn,
+        psn: s.psn,
+        responder_resources: rr,
+        initiator_depth: init,
+        flow_control: p.flow_control != 0,
+        rnr_retry_count: s.rnr_retry_count,
+        srq: p.srq != 0,
+        ca_guid: e.ctx.query_device().node_guid,
+        private_data: &p.private_data,
+    });
+    let (tid, wait) = (s.tid, s.response_wait());
+    s.st = St::RepSent;
+    s.arm(TimerKind::Rep, wait);
+    if e.send(remote_ep, &CmMessage::Rep(rep).encode(tid)).is_err() {
+        let s = st.id(id)?;
+        s.st = St::Failed;
+        s.disarm();
+        qp_to_err(s);
+        simple_event(&st, n, EventKind::ConnectError, -libc::ECONNRESET);
+    }
+    e.kick();
+    Ok(())
+}
+
+pub(crate) fn reject(id: &CmId, private_data: &[u8]) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
+    let s = st.id(id)?;
+    if s.st != St::ReqRcvd {
+        return Err(Error::invalid("rdma_reject", "the id has no connection request to reject"));
+    }
+    let limit = if datagram { SIDR_REP_PDATA } else { REJ_PDATA };
+    if private_data.len() > limit {
+        return Err(Error::invalid("rdma_reject", "private data too long"));
+    }
+    let remote_ep = s.remote_ep.expect("requests come from an endpoint");
+    let tid = s.tid;
+    let m = if datagram {
+        CmMessage::SidrRep(msg::sidr_rep(s.remote_comm.unwrap_or(0), msg::SIDR_REJECT, 0, 0, 0, id.ps(), private_data))
+    } else {
+        CmMessage::Rej(msg::rej(
+            s.local_comm.unwrap_or(0),
+            s.remote_comm.unwrap_or(0),
+            msg::Rejected::Req,
+            Reason::CONSUMER_DEFINED,
+            private_data,
+        ))
+    };
+    s.st = St::Failed;
+    qp_to_err(s);
+    let _ = e.send(remote_ep, &m.encode(tid));
+    Ok(())
+}
+
+pub(crate) fn disconnect(id: &CmId) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let n = id.number();
+    let s = st.id(id)?;
+    match s.st {
+        St::Idle | St::Bound | St::AddrResolved | St::RouteResolved | St::Listen => {
+            Err(Error::invalid("rdma_disconnect", "the id is not connected"))
+        }
+        St::Established | St::RepSent if s.handle.qp_type() != QpType::Ud && !s.handle.ps().is_datagram() => {
+            qp_to_err(s);
+            let dreq = msg::dreq(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), s.remote_qpn);
+            s.tid = s.tid.wrapping_add(1);
+            let (tid, wait) = (s.tid, s.response_wait());
+            s.st = St::DreqSent;
+            s.arm(TimerKind::Dreq, wait);
+            let sent = s.remote_ep.map(|ep| e.send(ep, &CmMessage::Dreq(dreq).encode(tid)));
+            if !matches!(sent, Some(Ok(()))) {
+                // The peer is gone: nobody will answer.
+                let s = st.id(id)?;
+                s.st = St::Disconnected;
+                s.disarm();
+                simple_event(&st, n, EventKind::Disconnected, 0);
+            }
+            e.kick();
+            Ok(())
+        }
+        St::DreqRcvd => {
+            qp_to_err(s);
+            let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
+            s.st = St::Disconnected;
+            let tid = s.tid;
+            if let Some(ep) = s.remote_ep {
+                let _ = e.send(ep, &CmMessage::Drep(drep).encode(tid));
+            }
+            Ok(())
+        }
+        _ => {
+            // Already disconnecting or over, or never established: the QP goes to ERR,
+            // nothing else changes (rdma_disconnect(3) is idempotent).
+            qp_to_err(s);
+            Ok(())
+        }
+    }
+}
+
+pub(crate) fn establish(id: &CmId) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let s = st.id(id)?;
+    if s.st != St::RepRcvd {
+        return Err(Error::invalid("rdma_establish", "no connection response to complete"));
+    }
+    let rtu = msg::rtu(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
+    s.st = St::Established;
+    let tid = s.tid;
+    if let Some(ep) = s.remote_ep {
+        let _ = e.send(ep, &CmMessage::Rtu(rtu).encode(tid));
+    }
+    Ok(())
+}
+
+fn rejected_event(st: &State, n: u64, reason: u16, pdata: &[u8]) -> Event {
+    let s = &st.ids[&n];
+    let mut ev = Event::new(EventKind::Rejected, i32::from(reason), &s.handle, s.handle.shared.acks.clone());
+    ev.conn.private_data = pad(pdata, REJ_PDATA);
+    ev
+}
+
+fn path_mtu_of(code: u8) -> Mtu {
+    match code {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        _ => Mtu::Mtu4096,
+    }
+}
+
+/// A MAD from endpoint `from`.
+pub(crate) fn receive(e: &Engine, st: &mut State, from: u32, bytes: &[u8; 256]) {
+    let (tid, m) = match CmMessage::decode(bytes) {
+        Ok(x) => x,
+        Err(err) => {
+            tracing::debug!(%err, from, "malformed MAD dropped");
+            return;
+        }
+    };
+    tracing::trace!(?m, from, "CM MAD");
+    match m {
+        CmMessage::Req(req) => on_req(e, st, from, tid, msg::ReqView::from(&req)),
+        CmMessage::SidrReq(req) => on_req(e, st, from, tid, msg::ReqView::from(&req)),
+        CmMessage::Mra(m) => {
+            let Some(n) = mine(st, m.remote_comm_id, from) else { return };
+            let s = st.ids.get_mut(&n).expect("mine");
+            if s.st == St::ReqSent {
+                let extra = Duration::from_nanos(4096u64 << m.service_timeout.min(31));
+                let wait = s.response_wait() + extra;
+                s.arm(TimerKind::Req, wait);
+                e.kick();
+            }
+        }
+        CmMessage::Rep(rep) => on_rep(e, st, from, rep),
+        CmMessage::Rtu(rtu) => {
+            let Some(n) = mine(st, rtu.remote_comm_id, from) else { return };
+            let s = st.ids.get_mut(&n).expect("mine");
+            if s.st == St::RepSent {
+                s.st = St::Established;
+                s.disarm();
+                simple_event(st, n, EventKind::Established, 0);
+            }
+        }
+        CmMessage::Rej(rej) => {
+            let Some(n) = mine(st, rej.remote_comm_id, from) else { return };
+            let s = st.ids.get_mut(&n).expect("mine");
+            if matches!(s.st, St::ReqSent | St::RepRcvd | St::RepSent | St::ReqRcvd) {
+                let was_child_pending = s.st == St::ReqRcvd;
+                s.st = St::Failed;
+                s.disarm();
+                qp_to_err(s);
+                if !was_child_pending {
+                    let ev = rejected_event(st, n, msg::reason_of(&rej), msg::rej_private_data(&rej));
+                    emit(st, n, ev);
+                }
+            }
+        }
+        CmMessage::Dreq(dreq) => {
+            let Some(n) = mine(st, dreq.remote_comm_id, from) else {
+                // IBTA: a DREQ for a connection that no longer exists is answered.
+                let drep = msg::drep(dreq.remote_comm_id, dreq.local_comm_id);
+                let _ = e.send(from, &CmMessage::Drep(drep).encode(tid));
+                return;
+            };
+            let s = st.ids.get_mut(&n).expect("mine");
+            s.tid = tid;
+            match s.st {
+                St::Established | St::RepSent => {
+                    s.st = St::DreqRcvd;
+                    s.disarm();
+                    simple_event(st, n, EventKind::Disconnected, 0);
+                }
+                St::DreqSent => {
+                    // Both sides disconnected at once: the peer's DREQ is our DREP.
+                    let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
+                    s.st = St::Disconnected;
+                    s.disarm();
+                    let _ = e.send(from, &CmMessage::Drep(drep).encode(tid));
+                    simple_event(st, n, EventKind::Disconnected, 0);
+                }
+                St::Disconnected => {
+                    let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
+                    let _ = e.send(from, &CmMessage::Drep(drep).encode(tid));
+                }
+                _ => {}
+            }
+        }
+        CmMessage::Drep(drep) => {
+            let Some(n) = mine(st, drep.remote_comm_id, from) else { return };
+            let s = st.ids.get_mut(&n).expect("mine");
+            if s.st == St::DreqSent {
+                s.st = St::Disconnected;
+                s.disarm();
+                simple_event(st, n, EventKind::Disconnected, 0);
+            }
+        }
+        CmMessage::SidrRep(rep) => {
+            let v = msg::SidrRepView::from(&rep);
+            let Some(n) = mine(st, v.request_id, from) else { return };
+            let s = st.ids.get_mut(&n).expect("mine");
+            if s.st != St::ReqSent {
+                return;
+            }
+            s.disarm();
+            if v.status != msg::SIDR_SUCCESS {
+                s.st = St::Failed;
+                simple_event(st, n, EventKind::Unreachable, i32::from(v.status));
+                return;
+            }
+            s.st = St::Established;
+            s.remote_qpn = v.qpn;
+            s.remote_qkey = v.qkey;
+            let sgid = s.sgid.expect("resolved");
+            let mut ev = Event::new(EventKind::Established, 0, &s.handle, s.handle.shared.acks.clone());
+            ev.ud = UdParam {
+                private_data: pad(v.private_data, SIDR_REP_PDATA),
+                ah_attr: AhAttr {
+                    grh: Some(GlobalRoute {
+                        dgid: s.dgid.unwrap_or(sgid.gid),
+                        flow_label: 0,
+                        sgid_index: sgid.index,
+                        hop_limit: 64,
+                        traffic_class: s.tos,
+                    }),
+                    port_num: 1,
+                    ..AhAttr::default()
+                },
+                qp_num: v.qpn,
+                qkey: v.qkey,
+            };
+            emit(st, n, ev);
+        }
+    }
+}
+
+/// The id a message names by our local communication id, if it is ours and came from
+/// the endpoint we talk to.
+fn mine(st: &State, comm: u32, from: u32) -> Option<u64> {
+    let n = *st.by_comm.get(&comm)?;
+    let s = st.ids.get(&n)?;
+    (s.remote_ep == Some(from)).then_some(n)
+}
+
+fn on_req(e: &Engine, st: &mut State, from: u32, tid: u64, req: msg::ReqView<'_>) {
+    let me = e.qp1.endpoint();
+    // A retransmitted or duplicate request: the connection already exists.
+    if st.ids.values().any(|s| s.remote_ep == Some(from) && s.remote_comm == Some(req.comm)) {
+        return;
+    }
+    let refuse = |e: &Engine, reason: u16| {
+        let m = if req.datagram {
+            CmMessage::SidrRep(msg::sidr_rep(req.comm, msg::SIDR_UNSUPPORTED, 0, 0, 0, req.ps.unwrap_or(PortSpace::Udp), &[]))
+        } else {
+            CmMessage::Rej(msg::rej(0, req.comm, msg::Rejected::Req, reason, &[]))
+        };
+        let _ = e.send(from, &m.encode(tid));
+    };
+    let (Some(ps), Some((src, dst))) = (req.ps, req.addrs) else {
+        refuse(e, Reason::INVALID_SERVICE_ID);
+        return;
+    };
+    let listener = super::lookup_listener(e, ps, dst)
+        .filter(|o| o.ep == me)
+        .map(|o| o.id)
+        .filter(|l| st.ids.get(l).is_some_and(|s| s.st == St::Listen));
+    let Some(l) = listener else {
+        refuse(e, Reason::INVALID_SERVICE_ID);
+        return;
+    };
+    let Some(sgid) = crate::addr::local_gid(&e.ctx, dst.ip()) else {
+        refuse(e, Reason::INVALID_SERVICE_ID);
+        return;
+    };
+    let (channel, context, qp_type, backlog, lacks) = {
+        let ls = &st.ids[&l];
+        (ls.channel.clone(), ls.handle.context(), ls.handle.qp_type(), ls.backlog, ls.handle.shared.acks.clone())
+    };
+    // rdma_listen(3)'s backlog: requests not yet retrieved by the application.
+    let queued = channel.as_ref().map_or(0, |c| {
+        c.count_where(|ev| ev.kind == EventKind::ConnectRequest && std::sync::Arc::ptr_eq(&ev.acct, &lacks))
+    });
+    if queued >= backlog {
+        refuse(e, Reason::CONSUMER_DEFINED);
+        return;
+    }
+    let child = st.new_id(ps, qp_type, context, channel);
+    let cn = child.number();
+    let psn = st.random_psn();
+    let comm = st.new_comm_id(me);
+    st.by_comm.insert(comm, cn);
+    let s = st.ids.get_mut(&cn).expect("just made");
+    s.st = St::ReqRcvd;
+    s.listener = Some(l);
+    s.src = Some(dst);
+    s.dst = Some(src);
+    s.sgid = Some(sgid);
+    s.dgid = Some(req.sgid.unwrap_or_else(|| crate::addr::gid_of(src.ip())));
+    s.num_paths = 1;
+    s.remote_ep = Some(from);
+    s.remote_comm = Some(req.comm);
+    s.remote_qpn = req.qpn;
+    s.remote_psn = req.psn;
+    s.psn = psn;
+    s.local_comm = Some(comm);
+    s.responder_resources = req.initiator_depth;
+    s.initiator_depth = req.responder_resources;
+    s.retry_count = req.retry_count;
+    s.rnr_retry_count = req.rnr_retry_count;
+    s.path_mtu = path_mtu_of(req.path_mtu);
+    s.srq = req.srq;
+    s.tid = tid;
+    s.tos = req.traffic_class;
+    e.watch(st, from);
+    let s = &st.ids[&cn];
+    let mut ev = Event::new(EventKind::ConnectRequest, 0, &s.handle, lacks);
+    ev.listen_id = Some(st.ids[&l].handle.clone());
+    if req.datagram {
+        ev.ud.private_data = pad(req.user_data, SIDR_REQ_PDATA);
+    } else {
+        ev.conn = ConnParam {
+            private_data: pad(req.user_data, REQ_PDATA),
+            responder_resources: req.initiator_depth,
+            initiator_depth: req.responder_resources,
+            flow_control: u8::from(req.flow_control),
+            retry_count: req.retry_count,
+            rnr_retry_count: req.rnr_retry_count,
+            srq: u8::from(req.srq),
+            qp_num: req.qpn,
+        };
+    }
+    emit(st, cn, ev);
+    if !req.datagram {
+        // Ask the requester to wait while the application decides, as rdma_cm does.
+        let mra = msg::mra(comm, req.comm, MRA_SERVICE_TIMEOUT);
+        let _ = e.send(from, &CmMessage::Mra(mra).encode(tid));
+    }
+}
+
+fn on_rep(e: &Engine, st: &mut State, from: u32, rep: crate::mad::Rep) {
+    let Some(n) = mine(st, rep.remote_comm_id, from) else { return };
+    let s = st.ids.get_mut(&n).expect("mine");
+    if s.st != St::ReqSent {
+        if matches!(s.st, St::Established) {
+            // A repeated REP: the RTU got lost on the way; repeat it.
+            let rtu = msg::rtu(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
+            let _ = e.send(from, &CmMessage::Rtu(rtu).encode(s.tid));
+        }
+        return;
+    }
+    s.disarm();
+    s.remote_comm = Some(rep.local_comm_id);
+    s.remote_qpn = rep.local_qpn;
+    s.remote_psn = rep.starting_psn;
+    // What we issue is bounded by what the peer accepts as target, and vice versa.
+    s.initiator_depth = s.initiator_depth.min(rep.responder_resources);
+    s.responder_resources = s.responder_resources.min(rep.initiator_depth);
+    s.rnr_retry_count = rep.rnr_retry_count;
+    let conn = ConnParam {
+        private_data: pad(&rep.private_data, REP_PDATA),
+        responder_resources: rep.responder_resources,
+        initiator_depth: rep.initiator_depth,
+        flow_control: u8::from(rep.end_to_end_flow_control),
+        retry_count: 0,
+        rnr_retry_count: rep.rnr_retry_count,
+        srq: u8::from(rep.srq),
+        qp_num: rep.local_qpn,
+    };
+    if s.qp.is_none() {
+        s.st = St::RepRcvd;
+        let mut ev = Event::new(EventKind::ConnectResponse, 0, &s.handle, s.handle.shared.acks.clone());
+        ev.conn = conn;
+        emit(st, n, ev);
+        return;
+    }
+    if let Err(err) = connect_qp(s) {
+        tracing::debug!(%err, "moving the QP to RTS after REP failed");
+        let rej = msg::rej(s.local_comm.unwrap_or(0), rep.local_comm_id, msg::Rejected::Rep, Reason::NO_QP, &[]);
+        s.st = St::Failed;
+        qp_to_err(s);
+        let _ = e.send(from, &CmMessage::Rej(rej).encode(s.tid));
+        simple_event(st, n, EventKind::ConnectError, -err.errno());
+        return;
+    }
+    let rtu = msg::rtu(s.local_comm.unwrap_or(0), rep.local_comm_id);
+    s.st = St::Established;
+    let _ = e.send(from, &CmMessage::Rtu(rtu).encode(s.tid));
+    let mut ev = Event::new(EventKind::Established, 0, &s.handle, s.handle.shared.acks.clone());
+    ev.conn = conn;
+    emit(st, n, ev);
+}
+
+/// A timer of id `n` expired.
+pub(crate) fn timeout(e: &Engine, st: &mut State, n: u64) {
+    let Some(s) = st.ids.get_mut(&n) else { return };
+    let kind = s.timer_kind.take();
+    match (kind, s.st) {
+        (Some(TimerKind::Req), St::ReqSent) | (Some(TimerKind::Rep), St::RepSent) => {
+            // IBTA: the peer did not answer in time; tell it (REJ "timeout"), give up.
+            let rej = msg::rej(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), msg::Rejected::Other, Reason::TIMEOUT, &[]);
+            s.st = St::Failed;
+            qp_to_err(s);
+            if let Some(ep) = s.remote_ep {
+                let _ = e.send(ep, &CmMessage::Rej(rej).encode(s.tid));
+            }
+            simple_event(st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
+        }
+        (Some(TimerKind::Dreq), St::DreqSent) => {
+            s.st = St::Disconnected;
+            simple_event(st, n, EventKind::Disconnected, -libc::ETIMEDOUT);
+        }
+        _ => {}
+    }
+}
+
+/// The process of id `n`'s peer died.
+pub(crate) fn peer_gone(_e: &Engine, st: &mut State, n: u64) {
+    let Some(s) = st.ids.get_mut(&n) else { return };
+    s.disarm();
+    match s.st {
+        St::ReqSent => {
+            s.st = St::Failed;
+            qp_to_err(s);
+            simple_event(st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
+        }
+        St::RepRcvd | St::RepSent => {
+            s.st = St::Failed;
+            qp_to_err(s);
+            simple_event(st, n, EventKind::ConnectError, -libc::ECONNRESET);
+        }
+        St::Established | St::DreqSent => {
+            s.st = St::Disconnected;
+            qp_to_err(s);
+            simple_event(st, n, EventKind::Disconnected, 0);
+        }
+        St::ReqRcvd => s.st = St::Failed,
+        _ => {}
+    }
+}
+
+/// What destroying id `n` tells its peer (IBTA: destroying a communication id in each
+/// state; the kernel's cm_destroy_id).
+pub(crate) fn abandon(e: &Engine, st: &mut State, n: u64) {
+    let Some(s) = st.ids.get_mut(&n) else { return };
+    let (local, remote) = (s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
+    let m = match s.st {
+        St::ReqSent => Some(CmMessage::Rej(msg::rej(local, remote, msg::Rejected::Req, Reason::TIMEOUT, &[]))),
+        St::ReqRcvd | St::RepSent | St::RepRcvd if !s.handle.ps().is_datagram() => {
+            Some(CmMessage::Rej(msg::rej(local, remote, msg::Rejected::Req, Reason::CONSUMER_DEFINED, &[])))
+        }
+        St::Established if s.handle.qp_type() != QpType::Ud && !s.handle.ps().is_datagram() => {
+            qp_to_err(s);
+            s.tid = s.tid.wrapping_add(1);
+            Some(CmMessage::Dreq(msg::dreq(local, remote, s.remote_qpn)))
+        }
+        St::DreqRcvd => Some(CmMessage::Drep(msg::drep(local, remote))),
+        _ => None,
+    };
+    s.st = St::Failed;
+    if let (Some(m), Some(ep)) = (m, s.remote_ep) {
+        let _ = e.send(ep, &m.encode(s.tid));
+    }
+}
+
+/// A child whose CONNECT_REQUEST nobody retrieved before its listener was destroyed:
+/// rejected and forgotten (the kernel rejects such requests).
+pub(crate) fn reject_orphan(e: &Engine, st: &mut State, c: u64) {
+    abandon(e, st, c);
+    if let Some(s) = st.ids.remove(&c) {
+        if let Some(comm) = s.local_comm {
+            st.by_comm.remove(&comm);
+        }
+        if let Some(ep) = s.remote_ep {
+            e.unwatch(st, ep);
+        }
+    }
+}
+

@@ -1,0 +1,527 @@
+//! The connection-manager engine of this process: every id's state, the QP1 MADs it
+//! sends and receives, its timers and its watch on peer processes.
+//!
+//! One engine per process, started with the first id. Application calls lock the
+//! engine's state, act (move a QP, send a MAD, queue an event) and return; a thread
+//! receives MADs from QP1, fires timers and notices peer deaths, so the handshake
+//! progresses while the application blocks elsewhere (in ibv_get_cq_event(3), say) —
+//! as with the kernel's rdma_cm, which is asynchronous.
+//!
+//! Lock order: the engine state, then a channel's queue, then an id's
+//! acknowledgement counters. Nothing waits for acknowledgements while holding the state.
+
+mod handshake;
+mod msg;
+mod qp;
+mod state;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use rustix::event::epoll;
+use rverbs::qp1::Qp1;
+use rverbs::{Context, QpType};
+
+use crate::channel::EventChannel;
+use crate::error::{Error, Result};
+use crate::event::{Event, EventKind};
+use crate::id::{CmId, PortSpace};
+use crate::table::{Owner, Table};
+
+pub(crate) use handshake::{accept, connect, disconnect, establish, reject};
+pub(crate) use qp::{attach_qp, init_qp_attr};
+pub use qp::RDMA_UDP_QKEY;
+pub(crate) use state::{IdState, St};
+
+/// The process's engine.
+pub(crate) struct Engine {
+    pub(crate) qp1: Qp1,
+    pub(crate) table: Table,
+    pub(crate) ctx: Context,
+    state: Mutex<State>,
+    epoll: OwnedFd,
+    wake: OwnedFd,
+}
+
+/// Everything the engine knows, under one lock.
+pub(crate) struct State {
+    pub(crate) ids: HashMap<u64, IdState>,
+    /// Local communication id → id number.
+    pub(crate) by_comm: HashMap<u32, u64>,
+    /// Peers this process has connections with: endpoint → its pidfd and how many ids
+    /// depend on it.
+    watches: HashMap<u32, (OwnedFd, usize)>,
+    next_id: u64,
+    next_comm: u32,
+    rng: u64,
+}
+
+const KEY_QP1: u64 = u64::MAX;
+const KEY_WAKE: u64 = u64::MAX - 1;
+
+static ENGINE: OnceLock<std::result::Result<Engine, i32>> = OnceLock::new();
+
+/// The engine, started on first use.
+pub(crate) fn engine() -> Result<&'static Engine> {
+    let e = ENGINE.get_or_init(|| match Engine::start() {
+        Ok(e) => Ok(e),
+        Err(err) => {
+            tracing::warn!(%err, "connection manager unavailable");
+            Err(err.errno())
+        }
+    });
+    match e {
+        Ok(e) => {
+            ensure_thread(e);
+            Ok(e)
+        }
+        Err(errno) => Err(Error::Os(std::io::Error::from_raw_os_error(*errno))),
+    }
+}
+
+fn ensure_thread(e: &'static Engine) {
+    static THREAD: OnceLock<()> = OnceLock::new();
+    THREAD.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("rverbs-cm".into())
+            .spawn(move || e.run())
+            .expect("spawn the connection manager thread");
+    });
+}
+
+impl Engine {
+    fn start() -> Result<Engine> {
+        let ctx = rverbs::devices()?
+            .into_iter()
+            .next()
+            .ok_or(Error::Os(std::io::Error::from_raw_os_error(libc::ENODEV)))?
+            .open()?;
+        let qp1 = Qp1::open()?;
+        let alive_qp1 = Arc::new(move |ep: u32, pid: i32| owner_alive(ep, pid));
+        let table = Table::open(qp1.runtime_dir(), qp1.endpoint(), qp1.pid(), alive_qp1)?;
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?;
+        epoll::add(&epoll, qp1.fd(), epoll::EventData::new_u64(KEY_QP1), epoll::EventFlags::IN)?;
+        epoll::add(&epoll, &wake, epoll::EventData::new_u64(KEY_WAKE), epoll::EventFlags::IN)?;
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+            ^ (u64::from(qp1.pid() as u32) << 32);
+        Ok(Engine {
+            state: Mutex::new(State {
+                ids: HashMap::new(),
+                by_comm: HashMap::new(),
+                watches: HashMap::new(),
+                next_id: 1,
+                next_comm: 1,
+                rng: seed | 1,
+            }),
+            qp1,
+            table,
+            ctx,
+            epoll,
+            wake,
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes the thread recompute its next deadline.
+    pub(crate) fn kick(&self) {
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+
+    fn run(&'static self) {
+        let mut events: Vec<epoll::Event> = Vec::with_capacity(16);
+        loop {
+            let timeout = {
+                let st = self.lock();
+                st.next_deadline().map(|d| d.saturating_duration_since(Instant::now()))
+            };
+            let timeout = timeout.map(|t| rustix::time::Timespec { tv_sec: t.as_secs() as i64, tv_nsec: i64::from(t.subsec_nanos()) });
+            events.clear();
+            match epoll::wait(&self.epoll, rustix::buffer::spare_capacity(&mut events), timeout.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    tracing::error!(%e, "connection manager thread: epoll failed");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            for ev in &events {
+                let data = ev.data;
+                match data.u64() {
+                    KEY_QP1 => self.drain_qp1(),
+                    KEY_WAKE => {
+                        let mut b = [0u8; 8];
+                        let _ = rustix::io::read(&self.wake, &mut b);
+                    }
+                    ep => self.peer_died(ep as u32),
+                }
+            }
+            self.fire_timers(Instant::now());
+        }
+    }
+
+    fn drain_qp1(&self) {
+        loop {
+            match self.qp1.recv() {
+                Ok(Some(mad)) => {
+                    let mut st = self.lock();
+                    handshake::receive(self, &mut st, mad.from, &mad.bytes);
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(%e, "QP1 receive failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn fire_timers(&self, now: Instant) {
+        let mut st = self.lock();
+        let due: Vec<u64> = st.ids.iter().filter(|(_, s)| s.timer.is_some_and(|t| t <= now)).map(|(n, _)| *n).collect();
+        for n in due {
+            if let Some(s) = st.ids.get_mut(&n) {
+                s.timer = None;
+            }
+            handshake::timeout(self, &mut st, n);
+        }
+    }
+
+    fn peer_died(&self, ep: u32) {
+        let mut st = self.lock();
+        if let Some((fd, _)) = st.watches.remove(&ep) {
+            let _ = epoll::delete(&self.epoll, &fd);
+        }
+        tracing::debug!(ep, "peer endpoint died");
+        let ids: Vec<u64> = st.ids.iter().filter(|(_, s)| s.remote_ep == Some(ep)).map(|(n, _)| *n).collect();
+        for n in ids {
+            handshake::peer_gone(self, &mut st, n);
+        }
+        drop(st);
+        self.table.reclaim();
+    }
+
+    /// Watches endpoint `ep` (not this one) for the ids that talk to it.
+    pub(crate) fn watch(&self, st: &mut State, ep: u32) {
+        if ep == self.qp1.endpoint() {
+            return;
+        }
+        if let Some(w) = st.watches.get_mut(&ep) {
+            w.1 += 1;
+            return;
+        }
+        match self.qp1.watch(ep) {
+            Ok(fd) => {
+                if epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(u64::from(ep)), epoll::EventFlags::IN).is_ok() {
+                    st.watches.insert(ep, (fd, 1));
+                }
+            }
+            Err(_) => {
+                // Already dead: let the thread handle it like a death it saw.
+                self.kick();
+            }
+        }
+    }
+
+    pub(crate) fn unwatch(&self, st: &mut State, ep: u32) {
+        if let Some(w) = st.watches.get_mut(&ep) {
+            w.1 -= 1;
+            if w.1 == 0 {
+                let (fd, _) = st.watches.remove(&ep).expect("present");
+                let _ = epoll::delete(&self.epoll, fd.as_fd());
+            }
+        }
+    }
+
+    /// Sends a MAD to QP1 of endpoint `ep`.
+    pub(crate) fn send(&self, ep: u32, mad: &[u8; 256]) -> Result<()> {
+        self.qp1.send(ep, mad).map_err(Error::from)
+    }
+}
+
+fn owner_alive(ep: u32, pid: i32) -> bool {
+    match ENGINE.get() {
+        Some(Ok(e)) => e.qp1.owner_pid(ep) == Some(pid),
+        // Before the engine exists (the table is opened while it starts): ask the
+        // device directly through a short-lived view is not possible, so treat every
+        // entry as alive; entries are checked again on every later lookup.
+        _ => true,
+    }
+}
+
+impl State {
+    fn next_deadline(&self) -> Option<Instant> {
+        self.ids.values().filter_map(|s| s.timer).min()
+    }
+
+    pub(crate) fn id(&mut self, id: &CmId) -> Result<&mut IdState> {
+        self.ids.get_mut(&id.number()).ok_or(Error::invalid("rdma_cm", "the id was destroyed"))
+    }
+
+    /// A random 24-bit PSN (IBTA: the starting PSN should be random).
+    pub(crate) fn random_psn(&mut self) -> u32 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng as u32) & 0xff_ffff
+    }
+
+    /// A new local communication id: this endpoint in the top 8 bits, so the peer's
+    /// messages find this process (ARCHITECTURE.md: like QPNs), and a counter that
+    /// cycles through 2^24 values before reuse.
+    pub(crate) fn new_comm_id(&mut self, ep: u32) -> u32 {
+        loop {
+            let c = self.next_comm & 0xff_ffff;
+            self.next_comm = self.next_comm.wrapping_add(1);
+            if c == 0 {
+                continue;
+            }
+            let id = (ep << 24) | c;
+            if !self.by_comm.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    pub(crate) fn new_id(&mut self, ps: PortSpace, qp_type: QpType, context: usize, channel: Option<EventChannel>) -> CmId {
+        let n = self.next_id;
+        self.next_id += 1;
+        let id = CmId::with_number(n, ps, qp_type, context);
+        self.ids.insert(n, IdState::new(&id, channel));
+        id
+    }
+}
+
+/// Queues an event for the id's channel.
+pub(crate) fn emit(st: &State, n: u64, ev: Event) {
+    match st.ids.get(&n).and_then(|s| s.channel.clone()) {
+        Some(ch) => ch.push(ev),
+        None => tracing::debug!(?ev, "event for an id without a channel dropped"),
+    }
+}
+
+/// A simple event of `kind` with `status` for id `n`.
+pub(crate) fn simple_event(st: &State, n: u64, kind: EventKind, status: i32) {
+    if let Some(s) = st.ids.get(&n) {
+        let ev = Event::new(kind, status, &s.handle, s.handle.shared.acks.clone());
+        emit(st, n, ev);
+    }
+}
+
+pub(crate) fn create_id(channel: &EventChannel, ps: PortSpace, qp_type: QpType, context: usize) -> Result<CmId> {
+    let e = engine()?;
+    let mut st = e.lock();
+    Ok(st.new_id(ps, qp_type, context, Some(channel.clone())))
+}
+
+pub(crate) fn with_id<T>(id: &CmId, f: impl FnOnce(&mut IdState) -> T) -> Result<T> {
+    let e = engine()?;
+    let mut st = e.lock();
+    Ok(f(st.id(id)?))
+}
+
+pub(crate) fn set_bind_opt(id: &CmId, reuse: Option<bool>, afonly: Option<bool>) -> Result<()> {
+    with_id(id, |s| {
+        if s.binding.is_some() {
+            return Err(Error::invalid("rdma_set_option", "the id is already bound"));
+        }
+        if let Some(r) = reuse {
+            s.reuse_addr = r;
+        }
+        if let Some(a) = afonly {
+            s.af_only = a;
+        }
+        Ok(())
+    })?
+}
+
+/// Binds id state `s` (of id number `n`) to `addr` in the listener table.
+fn bind_locked(e: &Engine, n: u64, s: &mut IdState, addr: SocketAddr) -> Result<()> {
+    let ip = crate::addr::canonical(addr.ip());
+    let local = if crate::addr::is_wildcard(ip) {
+        None
+    } else {
+        Some(crate::addr::local_gid(&e.ctx, ip).ok_or(Error::AddrNotAvail)?)
+    };
+    let opts = crate::table::BindOpts { reuse_addr: s.reuse_addr, af_only: s.af_only };
+    let binding = e.table.bind(s.ps as u16, SocketAddr::new(ip, addr.port()), n, opts).map_err(|err| {
+        if err.raw_os_error() == Some(libc::EADDRINUSE) {
+            Error::AddrInUse
+        } else {
+            Error::Os(err)
+        }
+    })?;
+    s.src = Some(binding.addr());
+    s.binding = Some(binding);
+    s.sgid = local;
+    if s.st == St::Idle {
+        s.st = St::Bound;
+    }
+    Ok(())
+}
+
+pub(crate) fn bind_addr(id: &CmId, addr: SocketAddr) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let n = id.number();
+    let s = st.id(id)?;
+    if s.st != St::Idle || s.binding.is_some() {
+        return Err(Error::invalid("rdma_bind_addr", "the id is already bound"));
+    }
+    bind_locked(e, n, s, addr)
+}
+
+pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, _timeout_ms: i32) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let n = id.number();
+    let s = st.id(id)?;
+    if !matches!(s.st, St::Idle | St::Bound | St::AddrResolved) {
+        return Err(Error::invalid("rdma_resolve_addr", "the id is not idle or bound"));
+    }
+    let dst_ip = crate::addr::canonical(dst.ip());
+    if crate::addr::is_wildcard(dst_ip) {
+        return Err(Error::invalid("rdma_resolve_addr", "the destination is a wildcard address"));
+    }
+    // The source: the bound address, the one given, or the host's choice.
+    let status = (|| -> Result<()> {
+        if s.binding.is_none() {
+            let src_ip = match src.map(|a| crate::addr::canonical(a.ip())) {
+                Some(ip) if !crate::addr::is_wildcard(ip) => ip,
+                _ => crate::addr::source_for(&e.ctx, dst_ip)?,
+            };
+            bind_locked(e, n, s, SocketAddr::new(src_ip, src.map_or(0, |a| a.port())))?;
+        } else if s.sgid.is_none() {
+            // Bound to a wildcard: the source the host would use, same port.
+            let src_ip = crate::addr::source_for(&e.ctx, dst_ip)?;
+            s.sgid = Some(crate::addr::local_gid(&e.ctx, src_ip).ok_or(Error::AddrNotAvail)?);
+            s.src = Some(SocketAddr::new(src_ip, s.src.map_or(0, |a| a.port())));
+        }
+        Ok(())
+    })();
+    s.dst = Some(SocketAddr::new(dst_ip, dst.port()));
+    s.dgid = Some(crate::addr::gid_of(dst_ip));
+    match status {
+        Ok(()) => {
+            s.st = St::AddrResolved;
+            simple_event(&st, n, EventKind::AddrResolved, 0);
+        }
+        Err(err) => {
+            let errno = match &err {
+                Error::AddrInUse => libc::EADDRINUSE,
+                _ => libc::EHOSTUNREACH,
+            };
+            simple_event(&st, n, EventKind::AddrError, -errno);
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn resolve_route(id: &CmId, _timeout_ms: i32) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let n = id.number();
+    let s = st.id(id)?;
+    if !matches!(s.st, St::AddrResolved | St::RouteResolved) {
+        return Err(Error::invalid("rdma_resolve_route", "the address is not resolved"));
+    }
+    s.st = St::RouteResolved;
+    s.num_paths = 1;
+    simple_event(&st, n, EventKind::RouteResolved, 0);
+    Ok(())
+}
+
+pub(crate) fn listen(id: &CmId, backlog: i32) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let n = id.number();
+    let s = st.id(id)?;
+    if s.st == St::Listen {
+        s.backlog = effective_backlog(backlog);
+        return Ok(());
+    }
+    if s.st == St::Idle {
+        // rdma_listen(3) on an unbound id binds it to the wildcard address with an
+        // ephemeral port, as the kernel does.
+        bind_locked(e, n, s, SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0))?;
+    }
+    if s.st != St::Bound {
+        return Err(Error::invalid("rdma_listen", "the id is not bound"));
+    }
+    s.binding.as_ref().expect("bound").listen(backlog).map_err(Error::Os)?;
+    s.backlog = effective_backlog(backlog);
+    s.st = St::Listen;
+    Ok(())
+}
+
+fn effective_backlog(b: i32) -> usize {
+    if b <= 0 {
+        1024
+    } else {
+        b as usize
+    }
+}
+
+pub(crate) fn migrate(id: &CmId, channel: &EventChannel) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let n = id.number();
+    let s = st.id(id)?;
+    let old = s.channel.replace(channel.clone());
+    if let Some(old) = old.filter(|o| o != channel) {
+        let moved = old.take_where(|ev| ev.id == *id);
+        for ev in moved {
+            channel.push(ev);
+        }
+        // The listener's own requests stay accounted to it; children keep theirs.
+        let _ = n;
+    }
+    let acks = id.shared.acks.clone();
+    drop(st);
+    acks.wait_all_acked();
+    Ok(())
+}
+
+pub(crate) fn destroy(id: &CmId) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let n = id.number();
+    if !st.ids.contains_key(&n) {
+        return Err(Error::invalid("rdma_destroy_id", "the id was destroyed"));
+    }
+    handshake::abandon(e, &mut st, n);
+    let s = st.ids.remove(&n).expect("present");
+    if let Some(c) = s.local_comm {
+        st.by_comm.remove(&c);
+    }
+    if let Some(ep) = s.remote_ep {
+        e.unwatch(&mut st, ep);
+    }
+    // Queued events of this id (and, for a listener, the requests no one retrieved)
+    // go with it; the children of those requests are rejected and destroyed.
+    let mut orphans = Vec::new();
+    if let Some(ch) = &s.channel {
+        for ev in ch.take_where(|ev| ev.id == *id || Arc::ptr_eq(&ev.acct, &id.shared.acks)) {
+            if ev.kind == EventKind::ConnectRequest && ev.id != *id {
+                orphans.push(ev.id.number());
+            }
+        }
+    }
+    for c in orphans {
+        handshake::reject_orphan(e, &mut st, c);
+    }
+    drop(s);
+    drop(st);
+    id.shared.acks.wait_all_acked();
+    Ok(())
+}
+
+/// The engine's view of a listener's owner for a request to `dst`.
+pub(crate) fn lookup_listener(e: &Engine, ps: PortSpace, dst: SocketAddr) -> Option<Owner> {
+    e.table.lookup(ps as u16, dst)
+}

@@ -1,0 +1,44 @@
+//! Connection management for rverbs, with the semantics of rdma_cm(7).
+//!
+//! Most RDMA applications do not exchange QP numbers themselves: they resolve an IP
+//! address to a device, listen on or connect to a port, and let the connection manager
+//! move their QPs through the handshake. This crate is that connection manager for the
+//! rverbs device; the drop-in `librdmacm.so.1` (crate `rverbs-capi`) is a thin layer
+//! over it.
+//!
+//! - [`EventChannel`], [`CmId`], [`Event`]: the rdma_cm objects, with the same rules
+//!   (event order, acknowledgements, private data limits and padding, QP transitions).
+//! - On the device: the handshake is IBTA CM messages ([`mad`]: REQ, MRA, REP, RTU, REJ,
+//!   DREQ, DREP, SIDR_REQ, SIDR_REP) with the RDMA CM IP private-data header, carried as
+//!   MADs on each endpoint's QP1 ([`rverbs::qp1`]). A host-wide table in the runtime
+//!   directory ([`table`]) says which process listens on a port.
+//! - A peer process that dies: its partners see DISCONNECTED (their QPs flush) or
+//!   UNREACHABLE, never a hang.
+//!
+//! ```no_run
+//! use rverbs_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
+//! let ch = EventChannel::new()?;
+//! let listener = CmId::new(&ch, PortSpace::Tcp, rverbs::QpType::Rc, 0)?;
+//! listener.bind_addr("127.0.0.1:7471".parse().unwrap())?;
+//! listener.listen(0)?;
+//! let ev = ch.get_event()?;
+//! assert_eq!(ev.kind, EventKind::ConnectRequest);
+//! # Ok::<(), rverbs_cm::Error>(())
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod addr;
+mod channel;
+mod engine;
+pub mod error;
+mod event;
+mod id;
+pub mod mad;
+pub mod table;
+
+pub use channel::EventChannel;
+pub use engine::RDMA_UDP_QKEY;
+pub use error::{Error, Result};
+pub use event::{ConnParam, Event, EventKind, UdParam};
+pub use id::{CmId, PortSpace, Route};

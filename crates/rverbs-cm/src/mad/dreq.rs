@@ -1,0 +1,116 @@
+//! DREQ, the disconnection request (attribute 0x0015): IBTA Vol 1 §12.6, Table 112 "DREQ
+//! Message Contents"; offsets as in Linux `include/rdma/ibta_vol1_c12.h` `CM_DREQ_*`.
+//!
+//! Offsets in the 232-byte CM data area (add 24 for the MAD offset), as `Byte[Bit],bits`:
+//! ```text
+//! 0[0],32   Local Communication ID          4[0],32   Remote Communication ID
+//! 8[0],24   Remote QPN/EECN                 11        reserved
+//! 12-231    Private Data (220 bytes)
+//! ```
+
+use super::field::{bit_accessors, get_array, view};
+use super::{MadError, CM_DATA_LEN};
+
+mod field {
+    use crate::mad::field::{Bits, Bytes};
+
+    pub const LOCAL_COMM_ID: Bits = Bits::new(0, 0, 32);
+    pub const REMOTE_COMM_ID: Bits = Bits::new(4, 0, 32);
+    pub const REMOTE_QPN_EECN: Bits = Bits::new(8, 0, 24);
+    pub const PRIVATE_DATA: Bytes = 12..232;
+}
+
+/// Length of DREQ private data in bytes (IBTA Vol 1 Table 112; Linux
+/// `IB_CM_DREQ_PRIVATE_DATA_SIZE`).
+pub const PRIVATE_DATA_LEN: usize = 220;
+
+const _: () = assert!(field::PRIVATE_DATA.end - field::PRIVATE_DATA.start == PRIVATE_DATA_LEN);
+const _: () = assert!(field::PRIVATE_DATA.end == CM_DATA_LEN);
+
+view!(
+    /// A view over the 232-byte CM data area of a DREQ (IBTA Vol 1 §12.6, Table 112).
+    Packet,
+    CM_DATA_LEN
+);
+
+bit_accessors!(Packet {
+    /// Local Communication ID: the sender's connection handle.
+    local_comm_id / set_local_comm_id: u32 = field::LOCAL_COMM_ID;
+    /// Remote Communication ID: the peer's connection handle.
+    remote_comm_id / set_remote_comm_id: u32 = field::REMOTE_COMM_ID;
+    /// Remote QPN/EECN (24 bits): the peer's QP (or EEC for RD) being disconnected; the
+    /// receiver checks it against the connection (Linux `cm_dreq_handler`).
+    remote_qpn_eecn / set_remote_qpn_eecn: u32 = field::REMOTE_QPN_EECN;
+});
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Private Data (220 bytes).
+    pub fn private_data(&self) -> &[u8] {
+        &self.buffer.as_ref()[field::PRIVATE_DATA]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Private Data, writable.
+    pub fn private_data_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[field::PRIVATE_DATA]
+    }
+}
+
+/// A DREQ message: every field of IBTA Vol 1 Table 112.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Dreq {
+    /// Local Communication ID.
+    pub local_comm_id: u32,
+    /// Remote Communication ID.
+    pub remote_comm_id: u32,
+    /// Remote QPN/EECN (24 bits).
+    pub remote_qpn_eecn: u32,
+    /// Private Data.
+    pub private_data: [u8; PRIVATE_DATA_LEN],
+}
+
+impl Default for Dreq {
+    /// The all-zero DREQ.
+    fn default() -> Self {
+        Dreq {
+            local_comm_id: 0,
+            remote_comm_id: 0,
+            remote_qpn_eecn: 0,
+            private_data: [0; PRIVATE_DATA_LEN],
+        }
+    }
+}
+
+impl Dreq {
+    /// Parses a DREQ; the reserved byte 11 is ignored.
+    ///
+    /// Errors: `MadError::Truncated` if the buffer is shorter than [`CM_DATA_LEN`].
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Dreq, MadError> {
+        packet.check_len()?;
+        Ok(Dreq {
+            local_comm_id: packet.local_comm_id(),
+            remote_comm_id: packet.remote_comm_id(),
+            remote_qpn_eecn: packet.remote_qpn_eecn(),
+            private_data: get_array(packet.buffer.as_ref(), field::PRIVATE_DATA),
+        })
+    }
+
+    /// Length of the emitted message: [`CM_DATA_LEN`].
+    pub const fn buffer_len(&self) -> usize {
+        CM_DATA_LEN
+    }
+
+    /// Writes the DREQ: zeroes the data area, then sets every field, truncated to its width.
+    ///
+    /// Panics if the buffer is shorter than [`CM_DATA_LEN`].
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        packet.clear();
+        packet.set_local_comm_id(self.local_comm_id);
+        packet.set_remote_comm_id(self.remote_comm_id);
+        packet.set_remote_qpn_eecn(self.remote_qpn_eecn);
+        packet
+            .private_data_mut()
+            .copy_from_slice(&self.private_data);
+    }
+}

@@ -1,0 +1,347 @@
+//! InfiniBand Communication Manager MADs: the wire formats of IBTA Vol 1, chapter 12.
+//!
+//! Read before editing: IBTA Vol 1 §13.4 (the MAD format and its 24-byte common header) and
+//! §12.6 (the CM messages; their contents tables are Table 106 REQ, 107 MRA, 108 REJ, 110 REP,
+//! 111 RTU, 112 DREQ, 113 DREP, 119 SIDR_REQ and 120 SIDR_REP in the numbering of the Linux
+//! kernel's `include/rdma/ibta_vol1_c12.h`, which gives every field's `Byte[Bit]` offset and
+//! width). rdma_cm's use of the private data is in Linux `drivers/infiniband/core/cma.c`.
+//!
+//! A CM MAD is a 256-byte management datagram exchanged between the communication managers
+//! of two ports over QP1 (the GSI). It is a common MAD header ([`header`]: base version 1,
+//! management class 0x07, class version 2, method Send 0x03) followed by a 232-byte data area
+//! whose layout the header's AttributeID selects: one module per message ([`req`], [`rep`],
+//! [`rtu`], [`rej`], [`mra`], [`dreq`], [`drep`], [`sidr`]), with the REQ path in [`path`].
+//! [`reason`] holds the REJ reasons and SIDR_REP statuses, [`cma_ip`] the header rdma_cm puts
+//! in front of REQ and SIDR_REQ private data, and [`service`] rdma_cm's service IDs.
+//! [`CmMessage`] puts header and data area together.
+//!
+//! Every message module has the shape of smoltcp's `wire` (and of `rverbs_proto::wire`):
+//! - `Packet<T: AsRef<[u8]>>`, a view over the 232-byte data area. Getters need
+//!   `AsRef<[u8]>`; setters need `AsMut<[u8]>` too. A private `mod field` lists every field in
+//!   the IBTA `Byte[Bit], width` notation, offsets counted from the start of the data area.
+//! - A plain struct (the smoltcp `Repr`: [`Req`], [`Rep`], …) with every IBTA field, and
+//!   `parse`, `buffer_len` and `emit`.
+//!
+//! # Panics
+//!
+//! - `Packet::new_unchecked` checks nothing; an accessor on a buffer that is too short panics.
+//! - `Packet::check_len` fails with [`MadError::Truncated`] when an accessor could panic; once
+//!   it has succeeded no accessor panics, whatever the bytes hold. `Packet::new_checked` is
+//!   both. **Bytes from the network go through [`CmMessage::decode`] or `new_checked`.**
+//! - `parse` checks the length itself and never panics. It masks every field to its width and
+//!   ignores reserved bits; it fails only on a short buffer or a length field out of range.
+//! - `emit` never panics on a buffer of at least `buffer_len()` bytes. It zeroes the area
+//!   first, so reserved bits go out as zero, and truncates values wider than their field (a
+//!   24-bit QPN in a `u32`).
+//! - [`CmMessage::decode`] never panics, on any input.
+//!
+//! Nothing here does I/O or allocates.
+
+#![forbid(unsafe_code)]
+
+pub mod cma_ip;
+pub mod drep;
+pub mod dreq;
+pub(crate) mod field;
+pub mod header;
+pub mod mra;
+pub mod path;
+pub mod reason;
+pub mod rej;
+pub mod rep;
+pub mod req;
+pub mod rtu;
+pub mod service;
+pub mod sidr;
+
+#[cfg(test)]
+mod tests;
+
+pub use self::cma_ip::CmaIpHeader;
+pub use self::drep::{Drep, Packet as DrepPacket};
+pub use self::dreq::{Dreq, Packet as DreqPacket};
+pub use self::header::{MadHeader, Packet as MadHeaderPacket};
+pub use self::mra::{Mra, Packet as MraPacket};
+pub use self::path::{Packet as PathPacket, Path};
+pub use self::reason::{RejReason, SidrStatus};
+pub use self::rej::{Packet as RejPacket, Rej};
+pub use self::rep::{Packet as RepPacket, Rep};
+pub use self::req::{Packet as ReqPacket, Req, TransportServiceType};
+pub use self::rtu::{Packet as RtuPacket, Rtu};
+pub use self::sidr::{SidrRep, SidrRepPacket, SidrReq, SidrReqPacket};
+
+use self::field::FieldValue;
+
+/// Size of every MAD on the wire, in bytes (IBTA Vol 1 §13.4).
+pub const MAD_SIZE: usize = 256;
+
+/// Length of the common MAD header, in bytes (IBTA Vol 1 §13.4).
+pub const MAD_HEADER_LEN: usize = header::HEADER_LEN;
+
+/// Length of the CM data area after the common MAD header: 256 − 24 = 232 bytes (IBTA Vol 1
+/// §12.6: each message-contents table covers exactly these bytes).
+pub const CM_DATA_LEN: usize = MAD_SIZE - MAD_HEADER_LEN;
+
+/// MAD BaseVersion (IBTA Vol 1 §13.4; Linux `IB_MGMT_BASE_VERSION`).
+pub const BASE_VERSION: u8 = 1;
+
+/// MgmtClass of the Communication Manager (IBTA Vol 1 §13.4; Linux `IB_MGMT_CLASS_CM`).
+pub const MGMT_CLASS_CM: u8 = 0x07;
+
+/// ClassVersion of the CM class (IBTA Vol 1 ch. 12; Linux `IB_CM_CLASS_VERSION`).
+pub const CM_CLASS_VERSION: u8 = 2;
+
+/// Method Send, used by every CM message (IBTA Vol 1 §13.4, ch. 12; Linux
+/// `IB_MGMT_METHOD_SEND`).
+pub const METHOD_SEND: u8 = 0x03;
+
+/// AttributeID of ClassPortInfo (IBTA Vol 1 §13.4; Linux `IB_MGMT_CLASSPORTINFO_ATTR_ID`).
+pub const ATTR_CLASS_PORT_INFO: u16 = 0x0001;
+/// AttributeID of REQ, the connection request (IBTA Vol 1 ch. 12; Linux `CM_REQ_ATTR_ID`).
+pub const ATTR_REQ: u16 = 0x0010;
+/// AttributeID of MRA, message receipt acknowledgement (Linux `CM_MRA_ATTR_ID`).
+pub const ATTR_MRA: u16 = 0x0011;
+/// AttributeID of REJ, reject (Linux `CM_REJ_ATTR_ID`).
+pub const ATTR_REJ: u16 = 0x0012;
+/// AttributeID of REP, the connection reply (Linux `CM_REP_ATTR_ID`).
+pub const ATTR_REP: u16 = 0x0013;
+/// AttributeID of RTU, ready to use (Linux `CM_RTU_ATTR_ID`).
+pub const ATTR_RTU: u16 = 0x0014;
+/// AttributeID of DREQ, disconnection request (Linux `CM_DREQ_ATTR_ID`).
+pub const ATTR_DREQ: u16 = 0x0015;
+/// AttributeID of DREP, disconnection reply (Linux `CM_DREP_ATTR_ID`).
+pub const ATTR_DREP: u16 = 0x0016;
+/// AttributeID of SIDR_REQ, service ID resolution request (Linux `CM_SIDR_REQ_ATTR_ID`).
+pub const ATTR_SIDR_REQ: u16 = 0x0017;
+/// AttributeID of SIDR_REP, service ID resolution reply (Linux `CM_SIDR_REP_ATTR_ID`).
+pub const ATTR_SIDR_REP: u16 = 0x0018;
+/// AttributeID of LAP, load alternate path (Linux `CM_LAP_ATTR_ID`); not decoded here.
+pub const ATTR_LAP: u16 = 0x0019;
+/// AttributeID of APR, alternate path response (Linux `CM_APR_ATTR_ID`); not decoded here.
+pub const ATTR_APR: u16 = 0x001A;
+
+/// Bytes that are not a CM MAD rverbs understands.
+///
+/// Every variant is caused by the values of untrusted input; none is an API misuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum MadError {
+    /// The buffer is shorter than the structure read from it (a MAD is 256 bytes, IBTA Vol 1
+    /// §13.4; the CM data area 232; rdma_cm's IP header 36).
+    #[error("buffer of {len} bytes is shorter than the {need} bytes required")]
+    Truncated {
+        /// Length of the buffer given.
+        len: usize,
+        /// Length required.
+        need: usize,
+    },
+    /// BaseVersion is not 1 (IBTA Vol 1 §13.4).
+    #[error("MAD base version {0}, expected 1")]
+    BaseVersion(u8),
+    /// MgmtClass is not the CM's, 0x07 (IBTA Vol 1 §13.4).
+    #[error("management class {0:#04x}, expected the CM class 0x07")]
+    MgmtClass(u8),
+    /// ClassVersion is not 2 (IBTA Vol 1 ch. 12; a CM answers with REJ reason
+    /// `InvalidClassVersion`).
+    #[error("CM class version {0}, expected 2")]
+    ClassVersion(u8),
+    /// Method is not Send, 0x03 (IBTA Vol 1 ch. 12).
+    #[error("MAD method {0:#04x}, expected Send (0x03)")]
+    Method(u8),
+    /// The AttributeID is not a message decoded here: LAP, APR, ClassPortInfo or unknown.
+    #[error("CM attribute {0:#06x} is not supported")]
+    UnsupportedAttribute(u16),
+    /// A length field holds more than the area it describes (REJ Rejected Info Length or
+    /// SIDR_REP Additional Information Length over 72, IBTA Vol 1 Tables 108 and 120).
+    #[error("{field} is {value}, more than the {max} bytes of its area")]
+    LengthOutOfRange {
+        /// The IBTA name of the length field.
+        field: &'static str,
+        /// The value received.
+        value: u8,
+        /// The largest valid value.
+        max: u8,
+    },
+    /// rdma_cm's private-data header has a version other than 0 (Linux cma.c `CMA_VERSION`).
+    #[error("RDMA CM header version {0}, expected 0")]
+    CmaVersion(u8),
+    /// rdma_cm's private-data header names an IP version other than 4 or 6 (Linux cma.c
+    /// `cma_get_ip_ver`).
+    #[error("RDMA CM header IP version {0}, expected 4 or 6")]
+    IpVersion(u8),
+}
+
+/// Which message an MRA acknowledges or a REJ rejects (2 bits): IBTA Vol 1 Table 107
+/// "Message MRAed" and Table 108 "Message Rejected".
+///
+/// Rule: IBTA Vol 1 Tables 107/108: 0 REQ, 1 REP, 2 other (LAP for an MRA), 3 reserved
+/// (Linux `CM_MSG_RESPONSE_REQ/REP/OTHER`). All four values are kept, so each round-trips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MessageKind {
+    /// The REQ (0).
+    #[default]
+    Req,
+    /// The REP (1).
+    Rep,
+    /// Another message (2): the LAP for an MRA.
+    Other,
+    /// Reserved (3).
+    Reserved,
+}
+
+impl From<u8> for MessageKind {
+    /// Takes the low two bits of `value`.
+    fn from(value: u8) -> Self {
+        match value & 0b11 {
+            0 => MessageKind::Req,
+            1 => MessageKind::Rep,
+            2 => MessageKind::Other,
+            _ => MessageKind::Reserved,
+        }
+    }
+}
+
+impl From<MessageKind> for u8 {
+    fn from(value: MessageKind) -> Self {
+        match value {
+            MessageKind::Req => 0,
+            MessageKind::Rep => 1,
+            MessageKind::Other => 2,
+            MessageKind::Reserved => 3,
+        }
+    }
+}
+
+impl FieldValue for MessageKind {
+    fn from_bits(bits: u32) -> Self {
+        MessageKind::from(bits as u8)
+    }
+    fn into_bits(self) -> u32 {
+        u32::from(u8::from(self))
+    }
+}
+
+/// A CM message that rverbs sends and receives (IBTA Vol 1 §12.6; SIDR in Tables 119-120).
+///
+/// LAP and APR (path migration) and ClassPortInfo are not among them: decoding one gives
+/// [`MadError::UnsupportedAttribute`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CmMessage {
+    /// REQ (0x0010).
+    Req(Req),
+    /// MRA (0x0011).
+    Mra(Mra),
+    /// REJ (0x0012).
+    Rej(Rej),
+    /// REP (0x0013).
+    Rep(Rep),
+    /// RTU (0x0014).
+    Rtu(Rtu),
+    /// DREQ (0x0015).
+    Dreq(Dreq),
+    /// DREP (0x0016).
+    Drep(Drep),
+    /// SIDR_REQ (0x0017).
+    SidrReq(SidrReq),
+    /// SIDR_REP (0x0018).
+    SidrRep(SidrRep),
+}
+
+macro_rules! from_message {
+    ($($variant:ident),+) => {$(
+        impl From<$variant> for CmMessage {
+            fn from(message: $variant) -> Self {
+                CmMessage::$variant(message)
+            }
+        }
+    )+};
+}
+from_message!(Req, Mra, Rej, Rep, Rtu, Dreq, Drep, SidrReq, SidrRep);
+
+impl CmMessage {
+    /// The AttributeID that identifies this message in the MAD header (IBTA Vol 1 ch. 12;
+    /// Linux `CM_*_ATTR_ID`).
+    pub const fn attribute_id(&self) -> u16 {
+        match self {
+            CmMessage::Req(_) => ATTR_REQ,
+            CmMessage::Mra(_) => ATTR_MRA,
+            CmMessage::Rej(_) => ATTR_REJ,
+            CmMessage::Rep(_) => ATTR_REP,
+            CmMessage::Rtu(_) => ATTR_RTU,
+            CmMessage::Dreq(_) => ATTR_DREQ,
+            CmMessage::Drep(_) => ATTR_DREP,
+            CmMessage::SidrReq(_) => ATTR_SIDR_REQ,
+            CmMessage::SidrRep(_) => ATTR_SIDR_REP,
+        }
+    }
+
+    /// Encodes the whole 256-byte MAD with transaction ID `tid`.
+    ///
+    /// Rule: IBTA Vol 1 §13.4 and ch. 12: header base version 1, class 0x07, class version 2,
+    /// method Send, status 0, attribute modifier 0 ([`MadHeader::cm`]); reserved bits zero;
+    /// every field truncated to its width.
+    pub fn encode(&self, tid: u64) -> [u8; MAD_SIZE] {
+        let mut mad = [0u8; MAD_SIZE];
+        let (head, data) = mad.split_at_mut(MAD_HEADER_LEN);
+        MadHeader::cm(self.attribute_id(), tid).emit(&mut header::Packet::new_unchecked(head));
+        match self {
+            CmMessage::Req(m) => m.emit(&mut req::Packet::new_unchecked(data)),
+            CmMessage::Mra(m) => m.emit(&mut mra::Packet::new_unchecked(data)),
+            CmMessage::Rej(m) => m.emit(&mut rej::Packet::new_unchecked(data)),
+            CmMessage::Rep(m) => m.emit(&mut rep::Packet::new_unchecked(data)),
+            CmMessage::Rtu(m) => m.emit(&mut rtu::Packet::new_unchecked(data)),
+            CmMessage::Dreq(m) => m.emit(&mut dreq::Packet::new_unchecked(data)),
+            CmMessage::Drep(m) => m.emit(&mut drep::Packet::new_unchecked(data)),
+            CmMessage::SidrReq(m) => m.emit(&mut SidrReqPacket::new_unchecked(data)),
+            CmMessage::SidrRep(m) => m.emit(&mut SidrRepPacket::new_unchecked(data)),
+        }
+        mad
+    }
+
+    /// Decodes a CM MAD into its transaction ID and message. Bytes after the first 256 are
+    /// ignored. Never panics.
+    ///
+    /// Rule: IBTA Vol 1 §13.4: base version 1, management class 0x07; ch. 12: class version
+    /// 2, method Send. Status, ClassSpecific and AttributeModifier are not checked.
+    /// Errors: `Truncated` below 256 bytes; `BaseVersion`, `MgmtClass`, `ClassVersion`,
+    /// `Method` for a header that is not a CM Send (checked in that order);
+    /// `UnsupportedAttribute` for LAP, APR, ClassPortInfo and unknown IDs; `LengthOutOfRange`
+    /// from [`Rej::parse`] and [`SidrRep::parse`].
+    pub fn decode(buf: &[u8]) -> Result<(u64, CmMessage), MadError> {
+        let mad = buf.get(..MAD_SIZE).ok_or(MadError::Truncated {
+            len: buf.len(),
+            need: MAD_SIZE,
+        })?;
+        let (head, data) = mad.split_at(MAD_HEADER_LEN);
+        let head = MadHeader::parse(&header::Packet::new_unchecked(head))?;
+        if head.base_version != BASE_VERSION {
+            return Err(MadError::BaseVersion(head.base_version));
+        }
+        if head.mgmt_class != MGMT_CLASS_CM {
+            return Err(MadError::MgmtClass(head.mgmt_class));
+        }
+        if head.class_version != CM_CLASS_VERSION {
+            return Err(MadError::ClassVersion(head.class_version));
+        }
+        if head.method != METHOD_SEND {
+            return Err(MadError::Method(head.method));
+        }
+        let message = match head.attribute_id {
+            ATTR_REQ => CmMessage::Req(Req::parse(&req::Packet::new_unchecked(data))?),
+            ATTR_MRA => CmMessage::Mra(Mra::parse(&mra::Packet::new_unchecked(data))?),
+            ATTR_REJ => CmMessage::Rej(Rej::parse(&rej::Packet::new_unchecked(data))?),
+            ATTR_REP => CmMessage::Rep(Rep::parse(&rep::Packet::new_unchecked(data))?),
+            ATTR_RTU => CmMessage::Rtu(Rtu::parse(&rtu::Packet::new_unchecked(data))?),
+            ATTR_DREQ => CmMessage::Dreq(Dreq::parse(&dreq::Packet::new_unchecked(data))?),
+            ATTR_DREP => CmMessage::Drep(Drep::parse(&drep::Packet::new_unchecked(data))?),
+            ATTR_SIDR_REQ => {
+                CmMessage::SidrReq(SidrReq::parse(&SidrReqPacket::new_unchecked(data))?)
+            }
+            ATTR_SIDR_REP => {
+                CmMessage::SidrRep(SidrRep::parse(&SidrRepPacket::new_unchecked(data))?)
+            }
+            other => return Err(MadError::UnsupportedAttribute(other)),
+        };
+        Ok((head.transaction_id, message))
+    }
+}

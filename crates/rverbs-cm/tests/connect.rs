@@ -1,0 +1,489 @@
+//! rdma_cm semantics of rverbs-cm, one test per rule: event order, private data limits
+//! and padding, reject reasons, QP transitions, disconnect once on both sides, datagram
+//! (SIDR) services, acknowledgements, migration, fd readiness, and a peer process that
+//! dies. Client and server are two ids of this process unless the test says otherwise
+//! (the handshake still goes through QP1 MADs).
+
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rverbs::*;
+use rverbs_cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
+
+const CAP: QpCap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
+
+struct Verbs {
+    pd: Pd,
+    cq: Cq,
+}
+
+fn verbs() -> Verbs {
+    let ctx = devices().unwrap()[0].open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(64)).unwrap();
+    Verbs { pd, cq }
+}
+
+fn qp(v: &Verbs, t: QpType) -> Qp {
+    v.pd.create_qp(&QpInit::new(t, &v.cq, CAP)).unwrap()
+}
+
+fn next(ch: &EventChannel) -> Event {
+    // Bounded wait: the channel fd must become readable within 10 s.
+    let mut fds = [rustix::event::PollFd::from_borrowed_fd(ch.fd(), rustix::event::PollFlags::IN)];
+    let ts = rustix::time::Timespec { tv_sec: 10, tv_nsec: 0 };
+    let n = rustix::event::poll(&mut fds, Some(&ts)).unwrap();
+    assert_eq!(n, 1, "no event within 10 s");
+    ch.try_get_event().expect("readable channel has an event")
+}
+
+fn expect(ch: &EventChannel, kind: EventKind) -> Event {
+    let ev = next(ch);
+    assert_eq!(ev.kind, kind, "unexpected event {ev:?}");
+    ev
+}
+
+fn listener(ch: &EventChannel, ps: PortSpace, t: QpType) -> (CmId, SocketAddr) {
+    let l = CmId::new(ch, ps, t, 0x5e).unwrap();
+    l.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    l.listen(4).unwrap();
+    let a = l.src_addr().unwrap();
+    assert_ne!(a.port(), 0, "an ephemeral port was chosen");
+    (l, a)
+}
+
+fn resolved(ch: &EventChannel, ps: PortSpace, t: QpType, dst: SocketAddr) -> CmId {
+    let c = CmId::new(ch, ps, t, 0).unwrap();
+    c.resolve_addr(None, dst, 2000).unwrap();
+    expect(ch, EventKind::AddrResolved);
+    assert!(c.has_device());
+    c.resolve_route(2000).unwrap();
+    expect(ch, EventKind::RouteResolved);
+    assert_eq!(c.route().num_paths, 1);
+    c
+}
+
+fn param(pdata: &[u8]) -> ConnParam {
+    ConnParam {
+        private_data: pdata.to_vec(),
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..ConnParam::default()
+    }
+}
+
+fn padded(data: &[u8], len: usize) -> Vec<u8> {
+    let mut v = data.to_vec();
+    v.resize(len, 0);
+    v
+}
+
+fn poll_one(cq: &Cq) -> Wc {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut wc = [Wc::default(); 1];
+    loop {
+        if cq.poll(&mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        assert!(Instant::now() < deadline, "no completion within 10 s");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn rc_connect_accept_send_and_disconnect_once_on_both_sides() {
+    let v = verbs();
+    let sch = EventChannel::new().unwrap();
+    let cch = EventChannel::new().unwrap();
+    let (l, addr) = listener(&sch, PortSpace::Tcp, QpType::Rc);
+    let c = resolved(&cch, PortSpace::Tcp, QpType::Rc, addr);
+    let cqp = qp(&v, QpType::Rc);
+    c.attach_qp(cqp.clone()).unwrap();
+    assert_eq!(cqp.state(), QpState::Init, "rdma_create_qp leaves the QP in INIT");
+    let req_data: Vec<u8> = (1..=56).collect();
+    c.connect(&param(&req_data)).unwrap();
+
+    let ev = expect(&sch, EventKind::ConnectRequest);
+    assert_eq!(ev.listen_id.as_ref(), Some(&l));
+    let child = ev.id.clone();
+    assert_eq!(child.context(), 0x5e, "the child inherits the listener's context");
+    assert_eq!(ev.conn.private_data, req_data, "REQ private data, 56 bytes exactly");
+    assert_eq!(ev.conn.qp_num, cqp.qp_num());
+    assert_eq!(child.dst_addr(), c.src_addr());
+    assert_eq!(child.src_addr(), Some(addr));
+    let sqp = qp(&v, QpType::Rc);
+    child.attach_qp(sqp.clone()).unwrap();
+    let mr = v.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    sqp.post_recv(&[RecvWr::new(1, &[mr.sge(0, 64).unwrap()])]).unwrap();
+    drop(ev);
+    child.accept(Some(&param(b"welcome"))).unwrap();
+    assert_eq!(sqp.state(), QpState::Rts, "accept moves the QP to RTS before REP");
+
+    let ev = expect(&cch, EventKind::Established);
+    assert_eq!(ev.conn.private_data, padded(b"welcome", 196), "REP private data padded to 196");
+    assert_eq!(cqp.state(), QpState::Rts);
+    drop(ev);
+    let ev = expect(&sch, EventKind::Established);
+    assert!(ev.conn.private_data.is_empty(), "the passive ESTABLISHED carries no private data");
+    assert_eq!(ev.id, child);
+    drop(ev);
+
+    // Data flows on the connected QPs.
+    let smr = v.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    smr.write(0, b"ping").unwrap();
+    cqp.post_send(&[SendWr::send(7, &[smr.sge(0, 4).unwrap()]).signaled()]).unwrap();
+    let a = poll_one(&v.cq);
+    let b = poll_one(&v.cq);
+    let recv = if a.wr_id() == 1 { a } else { b };
+    assert_eq!(recv.status(), WcStatus::Success);
+    assert_eq!(recv.byte_len(), Some(4));
+
+    // The client disconnects: both sides see DISCONNECTED once, the client's QP is in
+    // ERR at once and the server's when it calls rdma_disconnect itself.
+    sqp.post_recv(&[RecvWr::new(2, &[mr.sge(0, 64).unwrap()])]).unwrap();
+    c.disconnect().unwrap();
+    assert_eq!(cqp.state(), QpState::Err);
+    expect(&sch, EventKind::Disconnected);
+    assert_eq!(sqp.state(), QpState::Rts, "a DREQ does not move the peer's QP");
+    child.disconnect().unwrap();
+    assert_eq!(sqp.state(), QpState::Err);
+    let flushed = poll_one(&v.cq);
+    assert_eq!((flushed.wr_id(), flushed.status()), (2, WcStatus::WrFlushErr));
+    expect(&cch, EventKind::Disconnected);
+    c.disconnect().unwrap();
+    child.disconnect().unwrap();
+    assert!(cch.try_get_event().is_none() && sch.try_get_event().is_none(), "exactly one DISCONNECTED each");
+    for id in [c, child, l] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn nobody_listening_is_rejected_with_reason_8() {
+    let v = verbs();
+    let ch = EventChannel::new().unwrap();
+    // A port nobody binds: bind one, then release it.
+    let probe = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    probe.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = probe.src_addr().unwrap();
+    probe.destroy().unwrap();
+    let c = resolved(&ch, PortSpace::Tcp, QpType::Rc, addr);
+    let q = qp(&v, QpType::Rc);
+    c.attach_qp(q.clone()).unwrap();
+    c.connect(&param(b"")).unwrap();
+    let ev = expect(&ch, EventKind::Rejected);
+    assert_eq!(ev.status, 8, "IB_CM_REJ_INVALID_SERVICE_ID");
+    assert_eq!(q.state(), QpState::Err);
+    drop(ev);
+    c.destroy().unwrap();
+}
+
+#[test]
+fn a_consumer_reject_reaches_the_client_with_reason_28_and_its_private_data() {
+    let ch = EventChannel::new().unwrap();
+    let (l, addr) = listener(&ch, PortSpace::Tcp, QpType::Rc);
+    let c = resolved(&ch, PortSpace::Tcp, QpType::Rc, addr);
+    c.connect(&ConnParam { qp_num: 0x1234, ..param(b"hi") }).unwrap();
+    let ev = expect(&ch, EventKind::ConnectRequest);
+    let child = ev.id.clone();
+    drop(ev);
+    assert!(child.reject(&[9u8; 149]).is_err(), "REJ private data is at most 148 bytes");
+    child.reject(b"go away").unwrap();
+    let ev = expect(&ch, EventKind::Rejected);
+    assert_eq!(ev.status, 28);
+    assert_eq!(ev.conn.private_data, padded(b"go away", 148));
+    drop(ev);
+    for id in [c, child, l] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn private_data_limits_are_enforced() {
+    let ch = EventChannel::new().unwrap();
+    let (l, addr) = listener(&ch, PortSpace::Tcp, QpType::Rc);
+    let c = resolved(&ch, PortSpace::Tcp, QpType::Rc, addr);
+    assert_eq!(c.connect(&ConnParam { qp_num: 5, ..param(&[0; 57]) }).unwrap_err().errno(), libc::EINVAL);
+    c.connect(&ConnParam { qp_num: 5, ..param(&[0; 56]) }).unwrap();
+    let ev = expect(&ch, EventKind::ConnectRequest);
+    let child = ev.id.clone();
+    drop(ev);
+    assert_eq!(child.accept(Some(&ConnParam { qp_num: 6, ..param(&[0; 197]) })).unwrap_err().errno(), libc::EINVAL);
+    child.accept(Some(&ConnParam { qp_num: 6, ..param(&[1; 196]) })).unwrap();
+    let ev = expect(&ch, EventKind::ConnectResponse);
+    assert_eq!(ev.conn.private_data, vec![1; 196]);
+    assert_eq!(ev.conn.qp_num, 6);
+    drop(ev);
+    c.establish().unwrap();
+    expect(&ch, EventKind::Established);
+    for id in [c, child, l] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn init_qp_attr_gives_the_ladder_for_an_application_managed_qp() {
+    let v = verbs();
+    let ch = EventChannel::new().unwrap();
+    let (l, addr) = listener(&ch, PortSpace::Tcp, QpType::Rc);
+    let c = resolved(&ch, PortSpace::Tcp, QpType::Rc, addr);
+    let cq = qp(&v, QpType::Rc);
+    c.connect(&ConnParam { qp_num: cq.qp_num(), ..param(b"") }).unwrap();
+    let ev = expect(&ch, EventKind::ConnectRequest);
+    let child = ev.id.clone();
+    drop(ev);
+    let sq = qp(&v, QpType::Rc);
+    for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        let (a, m) = child.init_qp_attr(s).unwrap();
+        sq.modify(&a, m).unwrap();
+    }
+    child.accept(Some(&ConnParam { qp_num: sq.qp_num(), ..param(b"") })).unwrap();
+    expect(&ch, EventKind::ConnectResponse);
+    for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        let (a, m) = c.init_qp_attr(s).unwrap();
+        cq.modify(&a, m).unwrap();
+    }
+    let (rts, _) = c.init_qp_attr(QpState::Rts).unwrap();
+    let (srtr, _) = child.init_qp_attr(QpState::Rtr).unwrap();
+    assert_eq!(rts.sq_psn, srtr.rq_psn, "the PSNs of both sides agree");
+    c.establish().unwrap();
+    expect(&ch, EventKind::Established);
+    assert_eq!(sq.state(), QpState::Rts);
+    for id in [c, child, l] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn ud_service_resolution_gives_the_client_qpn_and_qkey_and_the_server_no_event() {
+    let v = verbs();
+    let sch = EventChannel::new().unwrap();
+    let cch = EventChannel::new().unwrap();
+    let (l, addr) = listener(&sch, PortSpace::Udp, QpType::Ud);
+    let c = resolved(&cch, PortSpace::Udp, QpType::Ud, addr);
+    let cq = qp(&v, QpType::Ud);
+    c.attach_qp(cq.clone()).unwrap();
+    assert_eq!(cq.state(), QpState::Rts, "a UD QP is ready at creation");
+    c.connect(&param(b"sidr")).unwrap();
+    let ev = expect(&sch, EventKind::ConnectRequest);
+    assert_eq!(ev.ud.private_data, padded(b"sidr", 180));
+    let child = ev.id.clone();
+    drop(ev);
+    let sq = qp(&v, QpType::Ud);
+    child.attach_qp(sq.clone()).unwrap();
+    child.accept(Some(&ConnParam { qp_num: sq.qp_num(), ..param(b"ok") })).unwrap();
+    let ev = expect(&cch, EventKind::Established);
+    assert_eq!(ev.ud.qp_num, sq.qp_num());
+    assert_eq!(ev.ud.qkey, rverbs_cm::RDMA_UDP_QKEY);
+    assert_eq!(ev.ud.private_data, padded(b"ok", 136));
+    assert!(ev.ud.ah_attr.grh.is_some());
+    drop(ev);
+    assert!(sch.try_get_event().is_none(), "the UD server gets no ESTABLISHED");
+    for id in [c, child, l] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn port_spaces_are_separate_and_binds_conflict_within_one() {
+    let ch = EventChannel::new().unwrap();
+    let (l, addr) = listener(&ch, PortSpace::Tcp, QpType::Rc);
+    let u = CmId::new(&ch, PortSpace::Udp, QpType::Ud, 0).unwrap();
+    u.bind_addr(addr).unwrap();
+    let t = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    assert_eq!(t.bind_addr(addr).unwrap_err().errno(), libc::EADDRINUSE);
+    let bad = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    assert_eq!(bad.bind_addr("192.0.2.1:1".parse().unwrap()).unwrap_err().errno(), libc::EADDRNOTAVAIL);
+    for id in [u, t, bad, l] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn the_channel_fd_is_readable_exactly_while_events_are_queued_and_nonblocking_gives_eagain() {
+    let ch = EventChannel::new().unwrap();
+    rustix::io::ioctl_fionbio(ch.fd(), true).unwrap();
+    assert_eq!(ch.get_event().unwrap_err().errno(), libc::EAGAIN);
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    id.resolve_addr(None, "127.0.0.1:9".parse().unwrap(), 100).unwrap();
+    let ready = |ch: &EventChannel| {
+        let mut fds = [rustix::event::PollFd::from_borrowed_fd(ch.fd(), rustix::event::PollFlags::IN)];
+        rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap() == 1
+    };
+    assert!(ready(&ch));
+    let ev = ch.get_event().unwrap();
+    assert_eq!(ev.kind, EventKind::AddrResolved);
+    assert!(!ready(&ch), "no readiness without an event behind it");
+    drop(ev);
+    id.destroy().unwrap();
+}
+
+#[test]
+fn destroy_waits_for_the_acknowledgement_of_retrieved_events() {
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    id.resolve_addr(None, "127.0.0.1:9".parse().unwrap(), 100).unwrap();
+    let ev = ch.get_event().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let id2 = id.clone();
+    let t = std::thread::spawn(move || {
+        id2.destroy().unwrap();
+        tx.send(()).unwrap();
+    });
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "destroy returned before the ack");
+    drop(ev);
+    rx.recv_timeout(Duration::from_secs(10)).expect("destroy returns after the ack");
+    t.join().unwrap();
+}
+
+#[test]
+fn migrate_moves_queued_events_to_the_new_channel() {
+    let ch = EventChannel::new().unwrap();
+    let other = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    id.resolve_addr(None, "127.0.0.1:9".parse().unwrap(), 100).unwrap();
+    id.migrate(&other).unwrap();
+    assert!(ch.try_get_event().is_none());
+    assert_eq!(other.try_get_event().unwrap().kind, EventKind::AddrResolved);
+    assert_eq!(id.channel(), Some(other));
+    id.destroy().unwrap();
+}
+
+// ---- across processes ----
+
+fn role() -> Option<String> {
+    std::env::var("RVERBS_CM_TEST_ROLE").ok()
+}
+
+struct Peer {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+fn spawn(test: &str, role: &str) -> Peer {
+    use std::io::BufRead;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("RVERBS_CM_TEST_ROLE", role)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            // libtest may print "test name ... " before our line without a newline.
+            if let Some(at) = line.find("PEER ") {
+                if tx.send(line[at + 5..].trim().to_owned()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    Peer { child, lines }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn say(msg: &str) {
+    use std::io::Write;
+    println!("PEER {msg}");
+    std::io::stdout().flush().unwrap();
+}
+
+fn read_line(peer: &mut Peer) -> String {
+    peer.lines.recv_timeout(Duration::from_secs(20)).expect("the peer said nothing for 20 s or exited")
+}
+
+/// The server runs in a child process; it accepts, says so, then is killed. The client
+/// sees DISCONNECTED and its QP flushes: a dead peer never leaves it hanging.
+#[test]
+fn a_peer_process_that_dies_disconnects_its_partner() {
+    if role().as_deref() == Some("server") {
+        let v = verbs();
+        let ch = EventChannel::new().unwrap();
+        let (_l, addr) = listener(&ch, PortSpace::Tcp, QpType::Rc);
+        say(&addr.to_string());
+        let ev = expect(&ch, EventKind::ConnectRequest);
+        let child = ev.id.clone();
+        drop(ev);
+        child.attach_qp(qp(&v, QpType::Rc)).unwrap();
+        child.accept(None).unwrap();
+        expect(&ch, EventKind::Established);
+        say("established");
+        let mut s = String::new();
+        let _ = std::io::stdin().read_line(&mut s); // until killed
+        return;
+    }
+    let mut server = spawn("a_peer_process_that_dies_disconnects_its_partner", "server");
+    let addr: SocketAddr = read_line(&mut server).parse().unwrap();
+    let v = verbs();
+    let ch = EventChannel::new().unwrap();
+    let c = resolved(&ch, PortSpace::Tcp, QpType::Rc, addr);
+    let q = qp(&v, QpType::Rc);
+    c.attach_qp(q.clone()).unwrap();
+    let mr = v.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    q.post_recv(&[RecvWr::new(3, &[mr.sge(0, 64).unwrap()])]).unwrap();
+    c.connect(&param(b"")).unwrap();
+    expect(&ch, EventKind::Established);
+    assert_eq!(read_line(&mut server), "established");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let ev = expect(&ch, EventKind::Disconnected);
+    assert_eq!(ev.status, 0);
+    drop(ev);
+    assert_eq!(q.state(), QpState::Err);
+    let wc = poll_one(&v.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (3, WcStatus::WrFlushErr));
+    c.destroy().unwrap();
+}
+
+/// A listener in another process: the request crosses processes through the host-wide
+/// listener table and QP1 of the listener's endpoint; so do REP, RTU and DREQ/DREP.
+#[test]
+fn a_connection_across_processes_with_server_initiated_disconnect() {
+    if role().as_deref() == Some("server") {
+        let v = verbs();
+        let ch = EventChannel::new().unwrap();
+        let (_l, addr) = listener(&ch, PortSpace::Tcp, QpType::Rc);
+        say(&addr.to_string());
+        let ev = expect(&ch, EventKind::ConnectRequest);
+        assert_eq!(ev.conn.private_data, padded(b"from the client", 56));
+        let child = ev.id.clone();
+        drop(ev);
+        child.attach_qp(qp(&v, QpType::Rc)).unwrap();
+        child.accept(Some(&param(b"from the server"))).unwrap();
+        expect(&ch, EventKind::Established);
+        child.disconnect().unwrap();
+        expect(&ch, EventKind::Disconnected);
+        say("done");
+        return;
+    }
+    let mut server = spawn("a_connection_across_processes_with_server_initiated_disconnect", "server");
+    let addr: SocketAddr = read_line(&mut server).parse().unwrap();
+    let v = verbs();
+    let ch = EventChannel::new().unwrap();
+    let c = resolved(&ch, PortSpace::Tcp, QpType::Rc, addr);
+    c.attach_qp(qp(&v, QpType::Rc)).unwrap();
+    c.connect(&param(b"from the client")).unwrap();
+    let ev = expect(&ch, EventKind::Established);
+    assert_eq!(ev.conn.private_data, padded(b"from the server", 196));
+    drop(ev);
+    expect(&ch, EventKind::Disconnected);
+    c.disconnect().unwrap();
+    assert_eq!(read_line(&mut server), "done");
+    assert!(server.child.wait().unwrap().success());
+    c.destroy().unwrap();
+    let _ = ch.fd().as_fd();
+}

@@ -1,0 +1,80 @@
+# Helpers for conformance scripts that run rdma_cm programs over rverbs. Sourced, not
+# run. Reads the connection manager's host-wide binding table (crates/rverbs-cm/src/
+# table.rs): <runtime>/cm/<space>-<port>/ holds one file per binding, one line such as
+#   ep=3 pid=1234 id=17 listen=1 reuse=0 afonly=1 backlog=1024 addr=127.0.0.1:7174
+# Names starting with "." are temporary files, not entries.
+
+# The runtime directory, computed as the device does (ARCHITECTURE.md §2).
+cm_runtime_dir() {
+  if [ -n "${RVERBS_RUNTIME_DIR:-}" ]; then
+    printf '%s\n' "$RVERBS_RUNTIME_DIR"
+  elif [ -n "${XDG_RUNTIME_DIR:-}" ]; then
+    printf '%s\n' "$XDG_RUNTIME_DIR/rverbs"
+  elif [ -d /dev/shm ]; then
+    printf '%s\n' "/dev/shm/rverbs-$(id -u)"
+  else
+    printf '%s\n' "/tmp/rverbs-$(id -u)"
+  fi
+}
+
+# Is process $1 alive (and not a zombie)? With /proc: its stat exists and its state is
+# not Z; without: kill -0.
+_cm_pid_alive() {
+  local stat
+  [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ] || return 1
+  if [ -d /proc/self ]; then
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [ "${stat:0:1}" != Z ]
+  else
+    kill -0 "$1" 2>/dev/null
+  fi
+}
+
+# cm_listening SPACE PORT: does a live entry of port space SPACE (tcp, udp, ib, ipoib)
+# listen on PORT? An entry is live while its pid is (the table itself also checks that
+# the pid still holds its endpoint).
+cm_listening() {
+  local dir f line pid
+  dir=$(cm_runtime_dir)/cm/$1-$2
+  [ -d "$dir" ] || return 1
+  for f in "$dir"/*; do
+    [ -f "$f" ] || continue
+    IFS= read -r line <"$f" 2>/dev/null || continue
+    case " $line " in
+      *" listen=1 "*) ;;
+      *) continue ;;
+    esac
+    pid=${line#*pid=}
+    pid=${pid%% *}
+    _cm_pid_alive "$pid" && return 0
+  done
+  return 1
+}
+
+# cm_wait_listen SPACE PORT [TIMEOUT_S=10]: waits until some live process listens on
+# PORT in port space SPACE (tcp, udp or ib; rdma_listen(3) done), polling every 50 ms.
+# TIMEOUT_S may have decimals. Returns 0 once it listens, 1 after the timeout (with a
+# message on stderr), 2 on bad arguments.
+cm_wait_listen() {
+  local space=$1 port=$2 timeout=${3:-10} steps i
+  case $space in
+    tcp | udp | ib | ipoib) ;;
+    *)
+      echo "cm_wait_listen: unknown port space '$space' (tcp, udp, ib)" >&2
+      return 2
+      ;;
+  esac
+  if ! [[ $port =~ ^[0-9]+$ ]] || ! [[ $timeout =~ ^[0-9]+([.][0-9]*)?$ ]]; then
+    echo "cm_wait_listen: usage: cm_wait_listen tcp|udp|ib PORT [TIMEOUT_S]" >&2
+    return 2
+  fi
+  steps=$(awk -v t="$timeout" 'BEGIN { printf "%d", t * 20 }')
+  for ((i = 0; ; i++)); do
+    cm_listening "$space" "$port" && return 0
+    [ "$i" -lt "$steps" ] || break
+    sleep 0.05
+  done
+  echo "cm_wait_listen: nothing listens on $space port $port in $(cm_runtime_dir)/cm after ${timeout} s" >&2
+  return 1
+}
