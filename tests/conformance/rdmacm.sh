@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Debian's rdmacm-utils and perftest's -R mode, unmodified, as server and client
+# processes on this host, both on rverbs' drop-in libibverbs.so.1 and librdmacm.so.1.
+# Connections are made with rdma_cm: the server listens through the connection
+# manager's host-wide table, the client resolves 127.0.0.1 (or another address of the
+# host) and connects; the handshake is IBTA CM messages on QP1 of the two processes.
+#
+# usage: rdmacm.sh [FILTER]
+#
+#   FILTER  run only the pairs whose label matches this bash regex; default: all
+#
+# Environment:
+#   DROPIN_DIR       directory holding both drop-in libraries (default: scripts/build-dropin.sh)
+#   RDMACM_TIMEOUT   seconds each side may run (default 30)
+#
+# The client starts once the server listens: the script polls the listener table
+# (lib/cm.bash), never sleeps a fixed time. A pair passes if both processes exit 0 and
+# print what the program prints on success (checked per pair below). Prints one line per
+# pair, the last 20 lines of both sides for a failing one, then "N passed, N failed";
+# exits 1 if any pair failed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+FILTER=${1:-}
+TIMEOUT=${RDMACM_TIMEOUT:-30}
+NAME=rdmacm.sh
+FIRST_PORT=
+# shellcheck source=lib/pairs.bash
+source tests/conformance/lib/pairs.bash
+# shellcheck source=lib/cm.bash
+source tests/conformance/lib/cm.bash
+[ -e "$dropin/librdmacm.so.1" ] || { echo "$NAME: no librdmacm.so.1 in $dropin" >&2; exit 2; }
+
+port=18000
+
+# Another IPv4 address of this host (not loopback), if it has one.
+other_ip=$(ip -4 -o addr show scope global 2>/dev/null | awk '{ split($4, a, "/"); print a[1]; exit }' || true)
+
+# cm_pair LABEL SPACE: runs scmd[] in the background, waits until it listens on $port
+# in port space SPACE, runs each of the client commands ccmds[] (one per element, a
+# string split on spaces) in turn, then waits for the server (or, with keep_server=1,
+# kills it once the clients are done). Sets why[].
+cm_pair() {
+  local label=$1 space=$2 src=0 crc i
+  [[ -z $FILTER || $label =~ $FILTER ]] || return 0
+  n=$((n + 1))
+  slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
+  : >"$clog"
+  start=$EPOCHREALTIME why=()
+  timeout -k 5 $((TIMEOUT + 5)) "${linebuf[@]}" "${scmd[@]}" >"$slog" 2>&1 &
+  server_pid=$!
+  if cm_wait_listen "$space" "$port" 10 >/dev/null 2>&1; then
+    for i in "${!ccmds[@]}"; do
+      read -ra ccmd <<<"${ccmds[$i]}"
+      crc=0
+      echo "== client $((i + 1)): ${ccmd[*]}" >>"$clog"
+      timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${ccmd[@]}" >>"$clog" 2>&1 &
+      client_pid=$!
+      wait "$client_pid" || crc=$?
+      client_pid=
+      [ "$crc" = 0 ] || why+=("client $((i + 1)) $(exit_text "$crc")")
+    done
+  else
+    why+=("server not listening on $space port $port after 10 s")
+    kill "$server_pid" 2>/dev/null || true
+  fi
+  if [ "${keep_server:-0}" = 1 ]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  else
+    wait "$server_pid" || src=$?
+    [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
+  fi
+  server_pid=
+  keep_server=0
+  port=$((port + 1))
+  return 0
+}
+
+# expect_in LOG PATTERN: adds a reason unless the (extended) regex is in the log.
+expect_in() {
+  local which=$1 pattern=$2 f
+  [ "$which" = server ] && f=$slog || f=$clog
+  grep -Eq -- "$pattern" "$f" || why+=("$which did not print /$pattern/")
+}
+
+pair_done() {
+  [[ -z $FILTER || $1 =~ $FILTER ]] || return 0
+  report_pair "$1"
+}
+
+rping_pair() {  # LABEL ADDR EXTRA...
+  local label=$1 addr=$2
+  shift 2
+  scmd=(rping -s -a "$addr" -p "$port" -v -C 10 "$@")
+  ccmds=("rping -c -a $addr -p $port -v -C 10 $*")
+  cm_pair "$label" tcp
+  if [[ -z $FILTER || $label =~ $FILTER ]]; then
+    expect_in client 'ping data: rdma-ping-9:'
+    expect_in server 'server ping data: rdma-ping-9:'
+    pair_done "$label"
+  fi
+}
+
+rping_pair "rping -C 10 -v (127.0.0.1)" 127.0.0.1
+rping_pair "rping -q -C 10 -v (127.0.0.1)" 127.0.0.1 -q
+if [ -n "$other_ip" ]; then
+  rping_pair "rping -C 10 -v ($other_ip)" "$other_ip"
+else
+  echo "SKIP rping on another address: the host has no global IPv4 address"
+fi
+
+label="rping -P (persistent server, 3 clients in turn)"
+scmd=(rping -s -P -a 127.0.0.1 -p "$port" -v -C 5)
+ccmds=("rping -c -a 127.0.0.1 -p $port -v -C 5" "rping -c -a 127.0.0.1 -p $port -v -C 5" "rping -c -a 127.0.0.1 -p $port -v -C 5")
+keep_server=1
+cm_pair "$label" tcp
+if [[ -z $FILTER || $label =~ $FILTER ]]; then
+  [ "$(grep -c 'ping data: rdma-ping-4:' "$clog")" = 3 ] || why+=("not every client completed 5 pings")
+  pair_done "$label"
+fi
+
+label="ucmatose -c 4 -C 20"
+scmd=(ucmatose -b 127.0.0.1 -p "$port" -c 4 -C 20)
+ccmds=("ucmatose -s 127.0.0.1 -p $port -c 4 -C 20")
+cm_pair "$label" tcp
+if [[ -z $FILTER || $label =~ $FILTER ]]; then
+  expect_in server 'test complete'
+  expect_in client 'test complete'
+  pair_done "$label"
+fi
+
+label="udaddy (UDP port space, UD)"
+scmd=(udaddy -b 127.0.0.1 -p "$port")
+ccmds=("udaddy -s 127.0.0.1 -p $port")
+cm_pair "$label" udp
+if [[ -z $FILTER || $label =~ $FILTER ]]; then
+  expect_in server 'test complete'
+  expect_in client 'test complete'
+  pair_done "$label"
+fi
+
+label="rdma_server / rdma_client (synchronous API, rdma_create_ep)"
+scmd=(rdma_server -s 127.0.0.1 -p "$port")
+ccmds=("rdma_client -s 127.0.0.1 -p $port")
+cm_pair "$label" tcp
+if [[ -z $FILTER || $label =~ $FILTER ]]; then
+  expect_in server 'rdma_server: end 0'
+  expect_in client 'rdma_client: end 0'
+  pair_done "$label"
+fi
+
+# perftest -R: the out-of-band exchange and the data QPs both connect with rdma_cm.
+for t in "ib_send_lat" "ib_write_lat" "ib_read_lat" "ib_write_bw" "ib_write_bw -q 4"; do
+  label="$t -R"
+  read -ra prog <<<"$t"
+  scmd=("${prog[@]}" -R -d rverbs0 -p "$port" -n 200)
+  ccmds=("${prog[*]} -R -d rverbs0 -p $port -n 200 127.0.0.1")
+  cm_pair "$label" tcp
+  if [[ -z $FILTER || $label =~ $FILTER ]]; then
+    expect_in client '^-{20,}'
+    pair_done "$label"
+  fi
+done
+
+finish
