@@ -30,6 +30,7 @@
 
 pub mod addr;
 mod channel;
+pub mod conn;
 mod engine;
 pub mod error;
 mod event;
@@ -38,6 +39,7 @@ pub mod mad;
 pub mod table;
 
 pub use channel::EventChannel;
+pub use conn::{connect, Connection, Listener, Request};
 pub use engine::RDMA_UDP_QKEY;
 pub use error::{Error, Result};
 pub use event::{ConnParam, Event, EventKind, UdParam};

@@ -487,3 +487,29 @@ fn a_connection_across_processes_with_server_initiated_disconnect() {
     c.destroy().unwrap();
     let _ = ch.fd().as_fd();
 }
+
+#[test]
+fn the_raii_api_connects_exchanges_private_data_and_disconnects_on_drop() {
+    let v = verbs();
+    let l = rverbs_cm::Listener::bind("127.0.0.1:0".parse().unwrap(), 0).unwrap();
+    let addr = l.local_addr().unwrap();
+    let cq = qp(&v, QpType::Rc);
+    let sq = qp(&v, QpType::Rc);
+    let t = Duration::from_secs(10);
+    let client = std::thread::spawn(move || rverbs_cm::connect(addr, cq, b"hello", t).unwrap());
+    let req = l.next_request(t).unwrap();
+    assert_eq!(req.param().private_data, padded(b"hello", 56));
+    let server = req.accept(sq.clone(), b"world", t).unwrap();
+    let client = client.join().unwrap();
+    assert_eq!(client.peer_private_data(), &padded(b"world", 196)[..]);
+    assert_eq!(client.qp().state(), QpState::Rts);
+    assert_eq!(sq.state(), QpState::Rts);
+    drop(client);
+    server.wait_disconnected(t).unwrap();
+
+    // A dropped request is a reject.
+    let cq2 = qp(&v, QpType::Rc);
+    let c2 = std::thread::spawn(move || rverbs_cm::connect(addr, cq2, b"", t).map(|_| ()));
+    drop(l.next_request(t).unwrap());
+    assert_eq!(c2.join().unwrap().unwrap_err().errno(), libc::ECONNREFUSED);
+}

@@ -1,0 +1,241 @@
+//! Listeners and connections with RAII: the safe way to use the connection manager from
+//! Rust without handling events one by one.
+//!
+//! A [`Listener`] owns a listening id and its channel; [`Listener::next_request`] waits
+//! for a connection request and gives a [`Request`] (the peer's private data, its
+//! offered resources), which is accepted with a QP — giving a [`Connection`] once the
+//! handshake completes — or rejected. [`connect`] resolves, connects a QP and returns the
+//! [`Connection`] with the server's private data. Dropping a `Connection` disconnects and
+//! destroys its id (the QP moves to ERR, the peer sees DISCONNECTED); dropping a
+//! `Request` rejects it. Every wait is bounded by a timeout, and every channel has an fd
+//! ([`Connection::fd`], [`Listener::fd`]) for poll/epoll or an async runtime's reactor.
+
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use rverbs::{Qp, QpType};
+
+use crate::channel::EventChannel;
+use crate::error::{Error, Result};
+use crate::event::{ConnParam, Event, EventKind};
+use crate::id::{CmId, PortSpace};
+
+/// Waits up to `timeout` for the next event of `ch`.
+fn wait_event(ch: &EventChannel, timeout: Duration) -> Result<Event> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(ev) = ch.try_get_event() {
+            return Ok(ev);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Os(std::io::Error::from_raw_os_error(libc::ETIMEDOUT)));
+        }
+        let ts = rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
+        let mut fds = [rustix::event::PollFd::from_borrowed_fd(ch.fd(), rustix::event::PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The error an unexpected event stands for.
+fn event_error(ev: &Event) -> Error {
+    match ev.kind {
+        EventKind::Rejected => Error::Os(std::io::Error::from_raw_os_error(libc::ECONNREFUSED)),
+        _ if ev.status < 0 => Error::Os(std::io::Error::from_raw_os_error(-ev.status)),
+        _ => Error::Os(std::io::Error::from_raw_os_error(libc::ECONNABORTED)),
+    }
+}
+
+/// A listening id (rdma_listen(3)) with its own event channel.
+pub struct Listener {
+    ch: EventChannel,
+    id: CmId,
+}
+
+impl Listener {
+    /// Binds `addr` (port 0: an ephemeral port) in the TCP port space and listens.
+    pub fn bind(addr: SocketAddr, backlog: i32) -> Result<Listener> {
+        let ch = EventChannel::new()?;
+        let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
+        let l = Listener { ch, id };
+        l.id.bind_addr(addr)?;
+        l.id.listen(backlog)?;
+        Ok(l)
+    }
+
+    /// The address listened on (with the port chosen).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.id.src_addr()
+    }
+
+    /// The channel's fd: readable while a request waits.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.ch.fd()
+    }
+
+    /// Waits up to `timeout` for a connection request.
+    pub fn next_request(&self, timeout: Duration) -> Result<Request> {
+        let ev = wait_event(&self.ch, timeout)?;
+        if ev.kind != EventKind::ConnectRequest {
+            return Err(Error::invalid("Listener::next_request", "an event other than CONNECT_REQUEST"));
+        }
+        let id = ev.id.clone();
+        let param = ev.conn.clone();
+        drop(ev);
+        // The connection gets its own channel, so its events never mix with requests.
+        let ch = EventChannel::new()?;
+        id.migrate(&ch)?;
+        Ok(Request { ch, id: Some(id), param })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.id.destroy();
+    }
+}
+
+/// A connection request not yet answered. Dropping it rejects it.
+pub struct Request {
+    ch: EventChannel,
+    id: Option<CmId>,
+    param: ConnParam,
+}
+
+impl Request {
+    /// The requester's private data (56 bytes, zero-padded) and offered resources.
+    pub fn param(&self) -> &ConnParam {
+        &self.param
+    }
+
+    /// The requester's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.id.as_ref().and_then(|i| i.dst_addr())
+    }
+
+    /// Accepts with `qp` (moved to RTS) and `private_data` (≤ 196 bytes); waits up to
+    /// `timeout` for the requester's RTU.
+    pub fn accept(mut self, qp: Qp, private_data: &[u8], timeout: Duration) -> Result<Connection> {
+        let id = self.id.take().expect("a request has its id until answered");
+        let conn = Connection { ch: self.ch.clone(), id, qp: qp.clone(), peer_data: Vec::new() };
+        conn.id.attach_qp(qp)?;
+        let p = ConnParam {
+            private_data: private_data.to_vec(),
+            responder_resources: 0xff,
+            initiator_depth: 0xff,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        };
+        conn.id.accept(Some(&p))?;
+        let ev = wait_event(&conn.ch, timeout)?;
+        if ev.kind != EventKind::Established {
+            return Err(event_error(&ev));
+        }
+        Ok(conn)
+    }
+
+    /// Rejects with `private_data` (≤ 148 bytes): the requester sees REJECTED, 28.
+    pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
+        let id = self.id.take().expect("a request has its id until answered");
+        let r = id.reject(private_data);
+        let _ = id.destroy();
+        r
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let _ = id.reject(&[]);
+            let _ = id.destroy();
+        }
+    }
+}
+
+/// Connects `qp` (an RC QP of the device, in RESET) to the listener at `dst`, sending
+/// `private_data` (≤ 56 bytes); each step waits up to `timeout`.
+pub fn connect(dst: SocketAddr, qp: Qp, private_data: &[u8], timeout: Duration) -> Result<Connection> {
+    let ch = EventChannel::new()?;
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
+    let mut conn = Connection { ch, id, qp: qp.clone(), peer_data: Vec::new() };
+    conn.id.resolve_addr(None, dst, timeout.as_millis() as i32)?;
+    for want in [EventKind::AddrResolved, EventKind::RouteResolved] {
+        let ev = wait_event(&conn.ch, timeout)?;
+        if ev.kind != want {
+            return Err(event_error(&ev));
+        }
+        if want == EventKind::AddrResolved {
+            conn.id.resolve_route(timeout.as_millis() as i32)?;
+        }
+    }
+    conn.id.attach_qp(qp)?;
+    let p = ConnParam {
+        private_data: private_data.to_vec(),
+        responder_resources: 0xff,
+        initiator_depth: 0xff,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..ConnParam::default()
+    };
+    conn.id.connect(&p)?;
+    let ev = wait_event(&conn.ch, timeout)?;
+    if ev.kind != EventKind::Established {
+        return Err(event_error(&ev));
+    }
+    conn.peer_data = ev.conn.private_data.clone();
+    Ok(conn)
+}
+
+/// An established connection. Dropping it disconnects (if still connected) and destroys
+/// its id.
+pub struct Connection {
+    ch: EventChannel,
+    id: CmId,
+    qp: Qp,
+    peer_data: Vec<u8>,
+}
+
+impl Connection {
+    /// The connected QP.
+    pub fn qp(&self) -> &Qp {
+        &self.qp
+    }
+
+    /// The private data the server accepted with (196 bytes, zero-padded); empty on the
+    /// server side.
+    pub fn peer_private_data(&self) -> &[u8] {
+        &self.peer_data
+    }
+
+    /// The connection's event fd: readable when the peer disconnects.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.ch.fd()
+    }
+
+    /// Waits up to `timeout` for the peer to disconnect (DISCONNECTED).
+    pub fn wait_disconnected(&self, timeout: Duration) -> Result<()> {
+        loop {
+            let ev = wait_event(&self.ch, timeout)?;
+            if ev.kind == EventKind::Disconnected {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Disconnects (rdma_disconnect(3)): the QP moves to ERR; the peer sees
+    /// DISCONNECTED.
+    pub fn disconnect(&self) -> Result<()> {
+        self.id.disconnect()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let _ = self.id.disconnect();
+        let _ = self.id.destroy();
+    }
+}
