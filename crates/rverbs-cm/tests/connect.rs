@@ -513,3 +513,37 @@ fn the_raii_api_connects_exchanges_private_data_and_disconnects_on_drop() {
     drop(l.next_request(t).unwrap());
     assert_eq!(c2.join().unwrap().unwrap_err().errno(), libc::ECONNREFUSED);
 }
+
+/// A listener whose process is stopped never answers: after the CM response timeout
+/// (here 4.096 µs × 2^12 × 2 ≈ 34 ms) the client gets UNREACHABLE, -ETIMEDOUT, and its
+/// QP goes to ERR.
+#[test]
+fn an_unanswered_request_times_out_as_unreachable() {
+    if role().as_deref() == Some("server") {
+        let ch = EventChannel::new().unwrap();
+        let (_l, addr) = listener(&ch, PortSpace::Tcp, QpType::Rc);
+        say(&addr.to_string());
+        let mut s = String::new();
+        let _ = std::io::stdin().read_line(&mut s); // until killed
+        return;
+    }
+    let mut server = spawn("an_unanswered_request_times_out_as_unreachable", "server");
+    let addr: SocketAddr = read_line(&mut server).parse().unwrap();
+    let pid = rustix::process::Pid::from_raw(server.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    let v = verbs();
+    let ch = EventChannel::new().unwrap();
+    let c = resolved(&ch, PortSpace::Tcp, QpType::Rc, addr);
+    let q = qp(&v, QpType::Rc);
+    c.attach_qp(q.clone()).unwrap();
+    c.set_cm_timeout(12, 1).unwrap();
+    let t0 = Instant::now();
+    c.connect(&param(b"")).unwrap();
+    let ev = expect(&ch, EventKind::Unreachable);
+    assert_eq!(ev.status, -libc::ETIMEDOUT);
+    assert!(t0.elapsed() >= Duration::from_millis(30), "not before the response timeout");
+    drop(ev);
+    assert_eq!(q.state(), QpState::Err);
+    c.destroy().unwrap();
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+}
