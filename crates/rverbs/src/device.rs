@@ -9,6 +9,7 @@
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::context::Context;
@@ -376,17 +377,54 @@ pub(crate) struct DeviceInner {
     pub(crate) mcast: crate::mcast::Groups,
 }
 
-static DEVICE: OnceLock<DeviceInner> = OnceLock::new();
+/// The process generation: 0 in the process that loaded the library, incremented in
+/// every child `fork` creates (a `pthread_atfork` child handler). A forked child is a new
+/// process and gets its own endpoint of the host-wide device, as it gets new resources
+/// from a kernel RDMA device (the parent's objects are not the child's: ibv_fork_init(3)).
+static GENERATION: AtomicUsize = AtomicUsize::new(0);
+
+/// Devices per generation. After `GENERATIONS - 1` nested forks, descendants share the
+/// last one (a documented limit: the last generation's children share its endpoint).
+pub const GENERATIONS: usize = 8;
+
+static DEVICES: [OnceLock<DeviceInner>; GENERATIONS] = [const { OnceLock::new() }; GENERATIONS];
+
+/// This process's generation, bounded by the number of device slots: a forked child's
+/// state (device, progress thread, connection manager) lives in its own slot.
+pub fn process_generation() -> usize {
+    GENERATION.load(Ordering::Relaxed).min(GENERATIONS - 1)
+}
+
+fn slot() -> &'static OnceLock<DeviceInner> {
+    &DEVICES[process_generation()]
+}
 
 pub(crate) fn device() -> &'static DeviceInner {
-    if let Some(d) = DEVICE.get() {
+    if let Some(d) = slot().get() {
         return d;
     }
-    let d = DEVICE.get_or_init(DeviceInner::new);
+    register_atfork();
+    let d = slot().get_or_init(DeviceInner::new);
     // Peers may ring this endpoint's doorbell from now on: its reader must run. (The
     // progress thread reads the device through `device_ready`, never through here.)
     crate::progress::start();
     d
+}
+
+/// Registers the fork handler once: a child starts a new generation.
+fn register_atfork() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn child() {
+        GENERATION.fetch_add(1, Ordering::Relaxed);
+    }
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain extern "C" function with no arguments that only
+        // increments an atomic (async-signal-safe, as a fork child handler must be).
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::pthread_atfork(None, None, Some(child));
+        }
+    });
 }
 
 /// The directory of this process's endpoint in the host-wide runtime directory (where
@@ -398,7 +436,7 @@ pub fn endpoint_dir() -> std::path::PathBuf {
 
 /// The device if it was initialised (the progress thread's view).
 pub(crate) fn device_ready() -> Option<&'static DeviceInner> {
-    DEVICE.get()
+    slot().get()
 }
 
 impl DeviceInner {
@@ -614,15 +652,21 @@ pub const PORT_CM_SUP: u32 = 1 << 16;
 /// A child forked after the device started shares the parent's endpoint and must leave
 /// its directory alone.
 fn register_cleanup(dir: &std::path::Path) {
-    static DIR: OnceLock<(std::path::PathBuf, u32)> = OnceLock::new();
+    static DIR: std::sync::Mutex<Option<(std::path::PathBuf, u32)>> = std::sync::Mutex::new(None);
+    static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     extern "C" fn cleanup() {
-        if let Some((d, pid)) = DIR.get() {
-            if *pid == std::process::id() {
-                let _ = std::fs::remove_dir_all(d);
+        if let Ok(g) = DIR.lock() {
+            if let Some((d, pid)) = g.as_ref() {
+                if *pid == std::process::id() {
+                    let _ = std::fs::remove_dir_all(d);
+                }
             }
         }
     }
-    if DIR.set((dir.to_owned(), std::process::id())).is_ok() {
+    // A forked child that starts its own device replaces the parent's entry (inherited
+    // through fork) with its own directory.
+    *DIR.lock().unwrap_or_else(|p| p.into_inner()) = Some((dir.to_owned(), std::process::id()));
+    if !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: registering a plain extern "C" function with no arguments; it only
         // reads a OnceLock that is set before registration.
         #[allow(unsafe_code)]

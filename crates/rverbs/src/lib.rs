@@ -60,7 +60,7 @@ pub use context::Context;
 pub use cq::channel::{CompChannel, CqEvent};
 pub use cq::ex::{ExEntry, ExPoll};
 pub use cq::{Cq, CqCreateFlags, CqInit, WcExFlags};
-pub use device::{devices, device_by_name, endpoint_dir, Device, DeviceAttr, Gid, GidEntry, GidType, PortAttr, PortState};
+pub use device::{devices, device_by_name, endpoint_dir, process_generation, Device, DeviceAttr, Gid, GidEntry, GidType, PortAttr, PortState};
 pub use error::{Error, Result};
 pub use event::{AsyncElement, AsyncEvent};
 pub use mr::{Mr, MrInfo, ReregFlags, Sge};

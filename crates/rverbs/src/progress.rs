@@ -89,8 +89,11 @@ struct Progress {
 }
 
 fn progress() -> &'static Progress {
-    static P: OnceLock<&'static Progress> = OnceLock::new();
-    P.get_or_init(|| {
+    // One progress thread per process generation: a forked child has no threads and a
+    // device of its own (`device::process_generation`).
+    static P: [OnceLock<&'static Progress>; crate::device::GENERATIONS] =
+        [const { OnceLock::new() }; crate::device::GENERATIONS];
+    P[crate::device::process_generation()].get_or_init(|| {
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
         let wake = EventFd::new().expect("eventfd");
         rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");

@@ -62,11 +62,18 @@ pub(crate) struct State {
 const KEY_QP1: u64 = u64::MAX;
 const KEY_WAKE: u64 = u64::MAX - 1;
 
-static ENGINE: OnceLock<std::result::Result<Engine, i32>> = OnceLock::new();
+/// One engine per process generation: a child that `fork` created runs its own (the
+/// device gives it its own endpoint, `rverbs::device::process_generation`).
+static ENGINES: [OnceLock<std::result::Result<Engine, i32>>; rverbs::device::GENERATIONS] =
+    [const { OnceLock::new() }; rverbs::device::GENERATIONS];
+
+fn engine_slot() -> &'static OnceLock<std::result::Result<Engine, i32>> {
+    &ENGINES[rverbs::device::process_generation()]
+}
 
 /// The engine, started on first use.
 pub(crate) fn engine() -> Result<&'static Engine> {
-    let e = ENGINE.get_or_init(|| match Engine::start() {
+    let e = engine_slot().get_or_init(|| match Engine::start() {
         Ok(e) => Ok(e),
         Err(err) => {
             tracing::warn!(%err, "connection manager unavailable");
@@ -83,8 +90,8 @@ pub(crate) fn engine() -> Result<&'static Engine> {
 }
 
 fn ensure_thread(e: &'static Engine) {
-    static THREAD: OnceLock<()> = OnceLock::new();
-    THREAD.get_or_init(|| {
+    static THREADS: [OnceLock<()>; rverbs::device::GENERATIONS] = [const { OnceLock::new() }; rverbs::device::GENERATIONS];
+    THREADS[rverbs::device::process_generation()].get_or_init(|| {
         std::thread::Builder::new()
             .name("rverbs-cm".into())
             .spawn(move || e.run())
@@ -245,7 +252,7 @@ impl Engine {
 }
 
 fn owner_alive(ep: u32, pid: i32) -> bool {
-    match ENGINE.get() {
+    match engine_slot().get() {
         Some(Ok(e)) => e.qp1.owner_pid(ep) == Some(pid),
         // Before the engine exists (the table is opened while it starts): ask the
         // device directly through a short-lived view is not possible, so treat every
