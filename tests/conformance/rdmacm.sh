@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Debian's rdmacm-utils and perftest's -R mode, unmodified, as server and client
-# processes on this host, both on rverbs' drop-in libibverbs.so.1 and librdmacm.so.1.
+# rping on another address of the host and as a persistent server with clients in turn,
+# and perftest's -R mode (rdma_cm for both its out-of-band exchange and the data QPs),
+# unmodified, as server and client processes on this host, both on rverbs' drop-in
+# libibverbs.so.1 and librdmacm.so.1. (rdmacm_utils.sh runs the other rdmacm-utils.)
 # Connections are made with rdma_cm: the server listens through the connection
 # manager's host-wide table, the client resolves 127.0.0.1 (or another address of the
 # host) and connects; the handshake is IBTA CM messages on QP1 of the two processes.
@@ -102,8 +104,6 @@ rping_pair() {  # LABEL ADDR EXTRA...
   fi
 }
 
-rping_pair "rping -C 10 -v (127.0.0.1)" 127.0.0.1
-rping_pair "rping -q -C 10 -v (127.0.0.1)" 127.0.0.1 -q
 if [ -n "$other_ip" ]; then
   rping_pair "rping -C 10 -v ($other_ip)" "$other_ip"
 else
@@ -120,47 +120,31 @@ if [[ -z $FILTER || $label =~ $FILTER ]]; then
   pair_done "$label"
 fi
 
-label="ucmatose -c 4 -C 20"
-scmd=(ucmatose -b 127.0.0.1 -p "$port" -c 4 -C 20)
-ccmds=("ucmatose -s 127.0.0.1 -p $port -c 4 -C 20")
-cm_pair "$label" tcp
-if [[ -z $FILTER || $label =~ $FILTER ]]; then
-  expect_in server 'test complete'
-  expect_in client 'test complete'
-  pair_done "$label"
-fi
-
-label="udaddy (UDP port space, UD)"
-scmd=(udaddy -b 127.0.0.1 -p "$port")
-ccmds=("udaddy -s 127.0.0.1 -p $port")
-cm_pair "$label" udp
-if [[ -z $FILTER || $label =~ $FILTER ]]; then
-  expect_in server 'test complete'
-  expect_in client 'test complete'
-  pair_done "$label"
-fi
-
-label="rdma_server / rdma_client (synchronous API, rdma_create_ep)"
-scmd=(rdma_server -s 127.0.0.1 -p "$port")
-ccmds=("rdma_client -s 127.0.0.1 -p $port")
-cm_pair "$label" tcp
-if [[ -z $FILTER || $label =~ $FILTER ]]; then
-  expect_in server 'rdma_server: end 0'
-  expect_in client 'rdma_client: end 0'
-  pair_done "$label"
-fi
-
-# perftest -R: the out-of-band exchange and the data QPs both connect with rdma_cm.
-for t in "ib_send_lat" "ib_write_lat" "ib_read_lat" "ib_write_bw" "ib_write_bw -q 4"; do
+# perftest -R: the out-of-band exchange and the data QPs both connect with rdma_cm, on
+# the same port: the server accepts the exchange connection, destroys its listener and
+# listens again for the data QPs. A client that finishes the exchange first meets no
+# listener and gets REJECTED 8, as it would on any RDMA stack; perftest 4.5-0.17 then
+# retries, and its retry path uses an array it has just freed (the client dies with
+# SIGSEGV). That perftest bug, recognised by both marks (REJECTED 8 printed, exit 139),
+# gets the pair one more run; anything else fails at once.
+for t in "ib_send_lat" "ib_write_lat" "ib_read_lat" "ib_write_bw" "ib_read_bw" "ib_write_bw -q 4"; do
   label="$t -R"
+  [[ -z $FILTER || $label =~ $FILTER ]] || continue
   read -ra prog <<<"$t"
-  scmd=("${prog[@]}" -R -d rverbs0 -p "$port" -n 200)
-  ccmds=("${prog[*]} -R -d rverbs0 -p $port -n 200 127.0.0.1")
-  cm_pair "$label" tcp
-  if [[ -z $FILTER || $label =~ $FILTER ]]; then
+  for attempt in 1 2; do
+    scmd=("${prog[@]}" -R -d rverbs0 -p "$port" -n 200)
+    ccmds=("${prog[*]} -R -d rverbs0 -p $port -n 200 127.0.0.1")
+    cm_pair "$label" tcp
     expect_in client '^-{20,}'
-    pair_done "$label"
-  fi
+    if [ "$attempt" = 1 ] && [ ${#why[@]} -gt 0 ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$clog" &&
+      printf '%s\n' "${why[@]}" | grep -q 'exit 139'; then
+      echo "(perftest's retry-after-REJECTED crash; running $label once more)"
+      n=$((n - 1))
+      continue
+    fi
+    break
+  done
+  pair_done "$label"
 done
 
 finish

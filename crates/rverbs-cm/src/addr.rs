@@ -30,8 +30,11 @@ pub struct LocalGid {
 /// The GID an IP address has on the wire (RoCEv2: IPv4-mapped for IPv4).
 pub fn gid_of(ip: IpAddr) -> Gid {
     match ip {
+        // Every 127/8 address is this host's loopback, whose GID is 127.0.0.1's.
+        IpAddr::V4(v4) if v4.is_loopback() => Gid::from_ipv4(Ipv4Addr::LOCALHOST),
         IpAddr::V4(v4) => Gid::from_ipv4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) if v4.is_loopback() => Gid::from_ipv4(Ipv4Addr::LOCALHOST),
             Some(v4) => Gid::from_ipv4(v4),
             None if v6.is_loopback() => Gid::from_ipv4(Ipv4Addr::LOCALHOST),
             None => Gid(v6.octets()),
@@ -97,5 +100,7 @@ mod tests {
         assert_eq!(local_gid(&ctx, "::ffff:127.0.0.1".parse().unwrap()), Some(lo));
         assert_eq!(local_gid(&ctx, "192.0.2.77".parse().unwrap()), None, "TEST-NET-1 is nobody's address");
         assert_eq!(source_for(&ctx, "127.0.0.3".parse().unwrap()).unwrap(), "127.0.0.3".parse::<IpAddr>().unwrap());
+        assert_eq!(gid_of("127.0.0.2".parse().unwrap()), lo.gid, "a 127/8 peer is reached at the loopback GID");
+        assert_eq!(gid_of("::ffff:127.0.0.9".parse().unwrap()), lo.gid);
     }
 }

@@ -82,8 +82,10 @@ impl EventChannel {
         let mut q = self.lock();
         let mut ev = q.pop_front()?;
         self.take_count();
-        drop(q);
+        // Counted as retrieved before the queue lock goes, so a concurrent destroy or
+        // migrate of its id either purges it or waits for its acknowledgement.
         ev.mark_retrieved();
+        drop(q);
         Some(ev)
     }
 

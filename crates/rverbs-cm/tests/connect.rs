@@ -314,6 +314,9 @@ fn the_channel_fd_is_readable_exactly_while_events_are_queued_and_nonblocking_gi
         let mut fds = [rustix::event::PollFd::from_borrowed_fd(ch.fd(), rustix::event::PollFlags::IN)];
         rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap() == 1
     };
+    // ADDR_RESOLVED comes from the engine thread (not inside the call): wait for it.
+    let mut fds = [rustix::event::PollFd::from_borrowed_fd(ch.fd(), rustix::event::PollFlags::IN)];
+    assert_eq!(rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 10, tv_nsec: 0 })).unwrap(), 1);
     assert!(ready(&ch));
     let ev = ch.get_event().unwrap();
     assert_eq!(ev.kind, EventKind::AddrResolved);
@@ -346,8 +349,11 @@ fn migrate_moves_queued_events_to_the_new_channel() {
     let other = EventChannel::new().unwrap();
     let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
     id.resolve_addr(None, "127.0.0.1:9".parse().unwrap(), 100).unwrap();
+    // Wait until ADDR_RESOLVED is queued on the first channel, then move the id.
+    let mut fds = [rustix::event::PollFd::from_borrowed_fd(ch.fd(), rustix::event::PollFlags::IN)];
+    assert_eq!(rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 10, tv_nsec: 0 })).unwrap(), 1);
     id.migrate(&other).unwrap();
-    assert!(ch.try_get_event().is_none());
+    assert!(ch.try_get_event().is_none(), "the queued event left the old channel");
     assert_eq!(other.try_get_event().unwrap().kind, EventKind::AddrResolved);
     assert_eq!(id.channel(), Some(other));
     id.destroy().unwrap();

@@ -35,23 +35,21 @@ use libc::{addrinfo, sockaddr, socklen_t};
 
 use super::abi::*;
 use super::context::{FreeDeviceList, GetDeviceList};
-use super::verb;
 use crate::abi::{
     ibv_qp_type, Zeroed, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_XRC_RECV, IBV_QPT_XRC_SEND,
 };
-use crate::device::{ibv_free_device_list, ibv_get_device_list};
 use crate::ffi::minus_one_errno;
 
 /// rdma-core's `ucma_init` succeeds iff there is at least one RDMA device.
 fn have_device() -> bool {
     let mut num: c_int = 0;
     // SAFETY: `num` is a valid out-parameter.
-    let list = unsafe { verb(ibv_get_device_list as GetDeviceList)(&mut num) };
+    let list = unsafe { own_verb!(crate::device, ibv_get_device_list as GetDeviceList)(&mut num) };
     if list.is_null() {
         return false;
     }
     // SAFETY: the list came from ibv_get_device_list and is freed once.
-    unsafe { verb(ibv_free_device_list as FreeDeviceList)(list) };
+    unsafe { own_verb!(crate::device, ibv_free_device_list as FreeDeviceList)(list) };
     num > 0
 }
 

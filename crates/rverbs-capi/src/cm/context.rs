@@ -11,53 +11,86 @@ use core::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
-use super::verb;
-use crate::abi::{ibv_context, ibv_device};
-use crate::device::{
-    ibv_free_device_list, ibv_get_device_list, ibv_get_device_name, ibv_open_device,
-};
+use crate::abi::{ibv_context, ibv_device, ibv_pd};
 use crate::ffi::{errno, null_errno, set_errno};
 
-// The signatures of the verbs called through `verb` (see there why).
+// The signatures of the verbs called through `own_verb!` (see there why).
 pub(super) type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device;
 pub(super) type FreeDeviceList = unsafe extern "C" fn(*mut *mut ibv_device);
 type GetDeviceName = unsafe extern "C" fn(*mut ibv_device) -> *const c_char;
 type OpenDevice = unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context;
+type AllocPd = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
 
 /// The device the CM uses.
 const CM_DEVICE: &CStr = c"rverbs0";
 
-static CONTEXT: AtomicPtr<ibv_context> = AtomicPtr::new(null_mut());
+// One context and PD per process generation: a child that fork created has a device
+// (endpoint) of its own and must not use its parent's (rverbs::process_generation).
+static CONTEXT: [AtomicPtr<ibv_context>; rverbs::device::GENERATIONS] =
+    [const { AtomicPtr::new(null_mut()) }; rverbs::device::GENERATIONS];
 static OPENING: Mutex<()> = Mutex::new(());
+static PD: [AtomicPtr<ibv_pd>; rverbs::device::GENERATIONS] =
+    [const { AtomicPtr::new(null_mut()) }; rverbs::device::GENERATIONS];
+
+fn gen() -> usize {
+    rverbs::process_generation()
+}
 
 /// The process-wide `ibv_context *` of `rverbs0` that every CM id uses as `id->verbs`:
-/// opened once, on first use, through [`ibv_open_device`] (so it is an ordinary context
-/// of this library: PDs, CQs and QPs created on it are ours) and never closed.
+/// opened once, on first use, through
+/// [`ibv_open_device`](crate::device::ibv_open_device) (so it is an ordinary context of
+/// this library: PDs, CQs and QPs created on it are ours) and never closed.
 ///
 /// Returns NULL with `errno` if the device cannot be opened (`ENODEV` when there is no
 /// `rverbs0`); a later call tries again.
 pub fn cm_context() -> *mut ibv_context {
-    let ctx = CONTEXT.load(Ordering::Acquire);
+    let ctx = CONTEXT[gen()].load(Ordering::Acquire);
     if !ctx.is_null() {
         return ctx;
     }
     let _opening = OPENING.lock().unwrap_or_else(|e| e.into_inner());
-    let ctx = CONTEXT.load(Ordering::Acquire);
+    let ctx = CONTEXT[gen()].load(Ordering::Acquire);
     if !ctx.is_null() {
         return ctx;
     }
     let ctx = open_cm_device();
     if !ctx.is_null() {
-        CONTEXT.store(ctx, Ordering::Release);
+        CONTEXT[gen()].store(ctx, Ordering::Release);
     }
     ctx
+}
+
+/// The PD librdmacm allocates per device and gives every id on it (`id->pd` once the
+/// id's address names the device; `rdma_create_qp(id, NULL, …)`, `rdma_create_ep` with
+/// no PD and rdma_verbs.h's `rdma_reg_msgs` use it): allocated on [`cm_context`] on
+/// first use and never freed. NULL with `errno` on failure (a later call tries again).
+pub fn cm_pd() -> *mut ibv_pd {
+    let pd = PD[gen()].load(Ordering::Acquire);
+    if !pd.is_null() {
+        return pd;
+    }
+    let ctx = cm_context();
+    if ctx.is_null() {
+        return null_mut();
+    }
+    let _opening = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+    let pd = PD[gen()].load(Ordering::Acquire);
+    if !pd.is_null() {
+        return pd;
+    }
+    // SAFETY: `ctx` is our immortal CM context.
+    let pd = unsafe { own_verb!(crate::pd, ibv_alloc_pd as AllocPd)(ctx) };
+    if !pd.is_null() {
+        PD[gen()].store(pd, Ordering::Release);
+    }
+    pd
 }
 
 /// Opens `rverbs0` (NULL with `errno` on failure).
 fn open_cm_device() -> *mut ibv_context {
     let mut num: c_int = 0;
     // SAFETY: `num` is a valid out-parameter.
-    let list = unsafe { verb(ibv_get_device_list as GetDeviceList)(&mut num) };
+    let list = unsafe { own_verb!(crate::device, ibv_get_device_list as GetDeviceList)(&mut num) };
     if list.is_null() {
         return null_mut(); // errno set
     }
@@ -66,7 +99,7 @@ fn open_cm_device() -> *mut ibv_context {
         // SAFETY: the list holds `num` devices followed by NULL.
         let d = unsafe { *list.add(i) };
         // SAFETY: `d` is one of our immortal devices.
-        let name = unsafe { verb(ibv_get_device_name as GetDeviceName)(d) };
+        let name = unsafe { own_verb!(crate::device, ibv_get_device_name as GetDeviceName)(d) };
         // SAFETY: a NUL-terminated name inside the immortal device, when non-NULL.
         if !name.is_null() && unsafe { CStr::from_ptr(name) } == CM_DEVICE {
             device = d;
@@ -77,11 +110,11 @@ fn open_cm_device() -> *mut ibv_context {
         null_errno(libc::ENODEV)
     } else {
         // SAFETY: a device of ours, from the list above (devices are immortal).
-        unsafe { verb(ibv_open_device as OpenDevice)(device) }
+        unsafe { own_verb!(crate::device, ibv_open_device as OpenDevice)(device) }
     };
     let err = errno();
     // SAFETY: the list came from ibv_get_device_list and is freed once.
-    unsafe { verb(ibv_free_device_list as FreeDeviceList)(list) };
+    unsafe { own_verb!(crate::device, ibv_free_device_list as FreeDeviceList)(list) };
     set_errno(err);
     ctx
 }

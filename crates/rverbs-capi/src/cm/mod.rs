@@ -13,16 +13,17 @@
 //!
 //! # What is real, what is a stub
 //!
-//! Real (no connection engine needed):
+//! Without the connection-manager engine:
 //! * [`strs::rdma_event_str`];
 //! * [`addrinfo::rdma_getaddrinfo`], [`addrinfo::rdma_freeaddrinfo`];
 //! * [`addr::rdma_get_src_port`], [`addr::rdma_get_dst_port`];
-//! * [`context::rdma_get_devices`], [`context::rdma_free_devices`] and
-//!   [`context::cm_context`], the one process-wide `ibv_context` of `rverbs0` that every
-//!   CM id uses as `id->verbs`.
+//! * [`context::rdma_get_devices`], [`context::rdma_free_devices`],
+//!   [`context::cm_context`] (the one process-wide `ibv_context` of `rverbs0` that every
+//!   CM id uses as `id->verbs`) and [`context::cm_pd`] (the PD librdmacm gives every id
+//!   on the device as `id->pd`).
 //!
-//! Stubs, one function each, answering `ENOSYS` in the function's convention (-1, NULL,
-//! or nothing for `void`) until the connection-manager engine replaces them:
+//! On the connection manager of crate `rverbs_cm` (its [`EventChannel`], [`CmId`] and
+//! [`Event`] behind the C objects of [`obj`]):
 //! * [`channel`]: `rdma_create_event_channel`, `rdma_destroy_event_channel`,
 //!   `rdma_get_cm_event`, `rdma_ack_cm_event`;
 //! * [`id`]: `rdma_create_id`, `rdma_destroy_id`, `rdma_bind_addr`, `rdma_resolve_addr`,
@@ -31,9 +32,24 @@
 //!   `rdma_reject`, `rdma_establish`, `rdma_disconnect`, `rdma_notify`;
 //! * [`qp`]: `rdma_create_qp`, `rdma_create_qp_ex`, `rdma_destroy_qp`, `rdma_init_qp_attr`;
 //! * [`srq`]: `rdma_create_srq`, `rdma_create_srq_ex`, `rdma_destroy_srq`;
-//! * [`ep`]: `rdma_create_ep`, `rdma_destroy_ep`;
+//! * [`ep`]: `rdma_create_ep`, `rdma_destroy_ep`.
+//!
+//! Synchronous ids (`rdma_create_id(NULL, …)`, `rdma_create_ep`) own a private channel:
+//! the calls librdmacm completes wait there for their event and park it in `id->event`
+//! (see [`obj::Id::complete`]).
+//!
+//! Still stubs, answering `ENOSYS` in the function's convention (-1, NULL, or nothing
+//! for `void`), because the engine has no multicast and no ECE yet:
 //! * [`mcast`]: `rdma_join_multicast`, `rdma_join_multicast_ex`, `rdma_leave_multicast`;
 //! * [`ece`]: `rdma_set_local_ece`, `rdma_get_remote_ece`, `rdma_reject_ece`.
+//!
+//! Not supported: `AF_IB` addresses (`EINVAL`, as librdmacm on a host without AF_IB
+//! support), `RDMA_OPTION_IB_PATH` (`ENOSYS`), the per-device XRC domain librdmacm
+//! opens for `IBV_QPT_XRC_RECV` ids and XRC SRQs that name none (`EOPNOTSUPP`).
+//!
+//! [`EventChannel`]: rverbs_cm::EventChannel
+//! [`CmId`]: rverbs_cm::CmId
+//! [`Event`]: rverbs_cm::Event
 //!
 //! The rsocket family (`rsocket`, `rsend`, …) is not here: the shim answers it itself.
 //!
@@ -88,6 +104,62 @@ macro_rules! cm_export {
     };
 }
 
+/// The address of one of this library's `export!`ed verbs (`ibv_alloc_pd`,
+/// `ibv_destroy_qp`, …) as a function pointer of type `$ty`, for calling it from the CM.
+///
+/// ```ignore
+/// type AllocPd = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
+/// let pd = unsafe { own_verb!(crate::pd, ibv_alloc_pd as AllocPd)(ctx) };
+/// ```
+///
+/// Why not a plain call, nor even a call through an opaque pointer: each verb carries a
+/// `.symver __rv_<name>, <name>@@IBVERBS_x` in its module's asm. When release ThinLTO
+/// imports *anything* from that module into another codegen unit, LLVM copies the
+/// `.symver` of every symbol the importing unit *names* (`FunctionImport`: "import any
+/// symver directives for symbols in DestM"), defined there or not — and a `.symver`
+/// for a symbol only declared fails to assemble ("default version symbol
+/// ibv_alloc_pd@@IBVERBS_1.1 must be defined"). Which units import what changes with
+/// unrelated edits, so the only safe reference is one LLVM cannot see: the address is
+/// loaded from the GOT by inline asm that names `__rv_<name>` in its text only.
+///
+/// The `const` item checks at compile time that `$ty` is the verb's type (it is
+/// evaluated, never emitted, so it names nothing in the object code).
+macro_rules! own_verb {
+    ($($module:ident)::+, $name:ident as $ty:ty) => {{
+        const _: $ty = $($module)::+::$name as $ty;
+        let addr: usize;
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unused_unsafe)]
+        // SAFETY: loads a GOT entry of this library: the address of the exported
+        // function `__rv_<name>` (which `export!` defines for every verb).
+        unsafe {
+            ::core::arch::asm!(
+                concat!("mov {0}, qword ptr [rip + __rv_", stringify!($name), "@GOTPCREL]"),
+                out(reg) addr,
+                options(nostack, pure, readonly, preserves_flags),
+            )
+        };
+        #[cfg(target_arch = "aarch64")]
+        #[allow(unused_unsafe)]
+        // SAFETY: as above.
+        unsafe {
+            ::core::arch::asm!(
+                concat!(
+                    "adrp {0}, :got:__rv_", stringify!($name), "\n",
+                    "ldr {0}, [{0}, :got_lo12:__rv_", stringify!($name), "]"
+                ),
+                out(reg) addr,
+                options(nostack, pure, readonly, preserves_flags),
+            )
+        };
+        // SAFETY: `addr` is the address of the function `$name`, whose type is `$ty`
+        // (checked above).
+        #[allow(unused_unsafe)]
+        let f = unsafe { ::core::mem::transmute::<usize, $ty>(addr) };
+        f
+    }};
+}
+
 pub mod abi;
 
 pub mod addr;
@@ -101,36 +173,9 @@ pub mod ece;
 pub mod ep;
 pub mod id;
 pub mod mcast;
+pub mod obj;
 pub mod qp;
 pub mod srq;
-
-/// The function pointer `f` made opaque to the optimiser, for calling a function of
-/// this crate that carries a `.symver` (every `export!`ed verb: `ibv_open_device`,
-/// `ibv_create_qp`, …) from another module.
-///
-/// A direct call lets release ThinLTO import the callee into the caller's codegen unit,
-/// and LLVM copies the `.symver` of the callee's module asm along with it, which then
-/// fails to assemble ("default version symbol ibv_open_device@@IBVERBS_1.1 must be
-/// defined"). Call through a pointer instead:
-///
-/// ```ignore
-/// type OpenDevice = unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context;
-/// let ctx = unsafe { verb(ibv_open_device as OpenDevice)(device) };
-/// ```
-///
-/// `F` must be a function *pointer* (a function item is zero-sized, and hiding it
-/// would hide nothing; the size check below refuses it at compile time). The cost is
-/// one indirect call, on control paths.
-#[inline(always)]
-pub fn verb<F: Copy>(f: F) -> F {
-    const {
-        assert!(
-            size_of::<F>() == size_of::<usize>(),
-            "pass a function pointer"
-        )
-    };
-    core::hint::black_box(f)
-}
 
 /// "Not implemented yet" for functions returning 0 / -1 + `errno`: -1, `errno = ENOSYS`.
 #[inline]

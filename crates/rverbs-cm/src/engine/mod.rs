@@ -57,6 +57,10 @@ pub(crate) struct State {
     next_id: u64,
     next_comm: u32,
     rng: u64,
+    /// Events the thread delivers, not the call that caused them (address and route
+    /// resolution: the kernel's rdma_cm completes them from a work queue, never inside
+    /// the call).
+    deferred: Vec<(u64, EventKind, i32)>,
 }
 
 const KEY_QP1: u64 = u64::MAX;
@@ -123,6 +127,7 @@ impl Engine {
                 next_id: 1,
                 next_comm: 1,
                 rng: seed | 1,
+                deferred: Vec::new(),
             }),
             qp1,
             table,
@@ -168,7 +173,15 @@ impl Engine {
                     ep => self.peer_died(ep as u32),
                 }
             }
+            self.deliver_deferred();
             self.fire_timers(Instant::now());
+        }
+    }
+
+    fn deliver_deferred(&self) {
+        let mut st = self.lock();
+        for (n, kind, status) in std::mem::take(&mut st.deferred) {
+            simple_event(&st, n, kind, status);
         }
     }
 
@@ -413,19 +426,21 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
     })();
     s.dst = Some(SocketAddr::new(dst_ip, dst.port()));
     s.dgid = Some(crate::addr::gid_of(dst_ip));
-    match status {
+    let ev = match status {
         Ok(()) => {
             s.st = St::AddrResolved;
-            simple_event(&st, n, EventKind::AddrResolved, 0);
+            (n, EventKind::AddrResolved, 0)
         }
         Err(err) => {
             let errno = match &err {
                 Error::AddrInUse => libc::EADDRINUSE,
                 _ => libc::EHOSTUNREACH,
             };
-            simple_event(&st, n, EventKind::AddrError, -errno);
+            (n, EventKind::AddrError, -errno)
         }
-    }
+    };
+    st.deferred.push(ev);
+    e.kick();
     Ok(())
 }
 
@@ -439,7 +454,8 @@ pub(crate) fn resolve_route(id: &CmId, _timeout_ms: i32) -> Result<()> {
     }
     s.st = St::RouteResolved;
     s.num_paths = 1;
-    simple_event(&st, n, EventKind::RouteResolved, 0);
+    st.deferred.push((n, EventKind::RouteResolved, 0));
+    e.kick();
     Ok(())
 }
 
@@ -481,11 +497,12 @@ pub(crate) fn migrate(id: &CmId, channel: &EventChannel) -> Result<()> {
     let s = st.id(id)?;
     let old = s.channel.replace(channel.clone());
     if let Some(old) = old.filter(|o| o != channel) {
-        let moved = old.take_where(|ev| ev.id == *id);
+        // The id's own events and, for a listener, the connection requests accounted to
+        // it (their `id` is the new child) move, as the kernel moves them.
+        let moved = old.take_where(|ev| ev.id == *id || Arc::ptr_eq(&ev.acct, &id.shared.acks));
         for ev in moved {
             channel.push(ev);
         }
-        // The listener's own requests stay accounted to it; children keep theirs.
         let _ = n;
     }
     let acks = id.shared.acks.clone();

@@ -1,0 +1,157 @@
+//! The rdma_cm C conformance programs of `tests/c/cm_*.c` (repository root): compiled
+//! with the system C compiler against the *installed* `<rdma/rdma_cma.h>` and
+//! `<rdma/rdma_verbs.h>` (rdma-core 44), linked `-lrdmacm -libverbs`, run with
+//! `LD_LIBRARY_PATH` at a directory holding the drop-in pair: this crate's
+//! `libibverbs.so` (where the connection manager lives) and the `librdmacm.so` shim of
+//! `crates/rverbs-rdmacm`. Each program prints one `ok - …` line per rule it checks and
+//! exits non-zero at the first failure; the test fails with the program's output.
+//!
+//! * `cm_async`: client and server over 127.0.0.1 on two event channels — resolution,
+//!   `rdma_create_qp` with the library's CQs, connect/accept with private data,
+//!   ESTABLISHED, SEND/RECV, DISCONNECTED on both sides, teardown.
+//! * `cm_sync`: `rdma_create_ep`/`rdma_get_request`/blocking connect, accept and
+//!   disconnect (rdma_server/rdma_client style), ECONNREFUSED, sync → async migration.
+//! * `cm_errors`: REJECTED 8 and 28 (+ private data), O_NONBLOCK → EAGAIN, option and
+//!   address errors.
+//!
+//! This crate does not depend on the shim, so the shim is built here, once per test
+//! run, into its own target directory under `CARGO_TARGET_TMPDIR` (a `cargo build` in
+//! the target directory `cargo test` holds would wait for its lock);
+//! `RVERBS_RDMACM_CDYLIB` names a prebuilt one instead.
+//!
+//! Missing compiler or header = failure, never a skip.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::{our_lib, repo_root};
+
+const HEADER: &str = "/usr/include/rdma/rdma_cma.h";
+
+/// The shim `librdmacm.so`, built once per test process.
+fn rdmacm_lib() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        if let Some(path) = std::env::var_os("RVERBS_RDMACM_CDYLIB") {
+            return PathBuf::from(path);
+        }
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rdmacm-shim");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(&cargo)
+            .current_dir(repo_root())
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "rverbs-rdmacm",
+                "--lib",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run cargo: {e}"));
+        assert!(
+            out.status.success(),
+            "building the librdmacm shim failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lib = target.join("debug/librdmacm.so");
+        assert!(lib.is_file(), "{} was not built", lib.display());
+        lib
+    })
+    .clone()
+}
+
+/// A directory (one per test) with both drop-in libraries under their runtime and
+/// link-time names.
+fn dropin_pair(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("dropin")
+        .join(test);
+    std::fs::create_dir_all(&dir).expect("create drop-in dir");
+    for (name, target) in [
+        ("libibverbs.so.1", our_lib()),
+        ("libibverbs.so", our_lib()),
+        ("librdmacm.so.1", rdmacm_lib()),
+        ("librdmacm.so", rdmacm_lib()),
+    ] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(target, &link).expect("symlink a built library");
+    }
+    dir
+}
+
+fn compile_and_run(name: &str) {
+    assert!(
+        Path::new(HEADER).is_file(),
+        "{HEADER} missing: install librdmacm-dev"
+    );
+    let dir = dropin_pair(&format!("c_{name}"));
+    let src = repo_root().join("tests/c").join(format!("{name}.c"));
+    let exe = dir.join(name);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args([
+            "-std=gnu11",
+            "-pthread",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O1",
+            "-g",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-L")
+        .arg(&dir)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cc} {}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `timeout` bounds a hang (a bug) without timing anything that passes.
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(&exe)
+        .env("LD_LIBRARY_PATH", &dir)
+        .env_remove("RVERBS_SHARED_MR")
+        .env_remove("RVERBS_CMA")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{stdout}{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains(&format!("# {name}: all checks passed")),
+        "{name} did not finish:\n{stdout}{stderr}"
+    );
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+}
+
+#[test]
+fn cm_async() {
+    compile_and_run("cm_async");
+}
+
+#[test]
+fn cm_sync() {
+    compile_and_run("cm_sync");
+}
+
+#[test]
+fn cm_errors() {
+    compile_and_run("cm_errors");
+}
