@@ -171,7 +171,7 @@ impl Qp1 {
 
 fn write_record(fd: BorrowedFd<'_>, rec: &[u8]) -> Result<()> {
     loop {
-        match rustix::io::write(fd, rec) {
+        match crate::sys::write_no_sigpipe(fd, rec) {
             Err(Errno::INTR) => continue,
             Err(Errno::PIPE) => return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH))),
             Err(e) => return Err(e.into()),

@@ -143,3 +143,55 @@ mod tests {
         assert!(ifs.iter().any(|i| i.ipv4 == Some(Ipv4Addr::LOCALHOST)), "{ifs:?}");
     }
 }
+
+/// Writes `buf` to a FIFO (or any pipe) without ever raising SIGPIPE in the process.
+///
+/// A FIFO whose reader died fails with EPIPE and raises SIGPIPE, whose default action
+/// kills the writer: a C host of this library (librpma's examples, rping) would die
+/// writing to a peer that just exited. The signal is blocked in the calling thread for the
+/// write; if the write raised it, the pending SIGPIPE is taken (sigtimedwait) before the
+/// mask is restored, unless it was already pending before (then it is left alone, it is
+/// not ours). The result is the write's, EPIPE included.
+pub(crate) fn write_no_sigpipe(fd: BorrowedFd<'_>, buf: &[u8]) -> rustix::io::Result<usize> {
+    // SAFETY: sigset operations on local, initialised sets; pthread_sigmask changes only
+    // this thread's mask and is restored below on every path.
+    unsafe {
+        let mut pipe: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pending);
+        libc::sigpending(&mut pending);
+        let was_pending = libc::sigismember(&pending, libc::SIGPIPE) == 1;
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
+        let r = rustix::io::write(fd, buf);
+        if r == Err(Errno::PIPE) && !was_pending {
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            while libc::sigtimedwait(&pipe, std::ptr::null_mut(), &zero) == -1
+                && *libc::__errno_location() == libc::EINTR
+            {}
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
+#[cfg(test)]
+mod sigpipe_tests {
+    use super::*;
+
+    #[test]
+    fn a_write_to_a_pipe_without_reader_fails_with_epipe_and_raises_no_sigpipe() {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        drop(r);
+        // The default action (what a C host has): a raised SIGPIPE would kill this test
+        // binary. Restored to the Rust runtime's SIG_IGN afterwards.
+        // SAFETY: changes the process's SIGPIPE disposition around one call.
+        let old = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        let r = write_no_sigpipe(w.as_fd(), b"x");
+        // SAFETY: as above.
+        unsafe { libc::signal(libc::SIGPIPE, old) };
+        assert_eq!(r, Err(Errno::PIPE));
+    }
+}

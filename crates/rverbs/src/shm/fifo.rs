@@ -86,7 +86,7 @@ pub(crate) fn open_writer(path: &Path) -> Result<OwnedFd> {
 pub(crate) fn send_on(fd: BorrowedFd<'_>, record: &[u8]) {
     debug_assert!(record.len() <= 512);
     loop {
-        match rustix::io::write(fd, record) {
+        match crate::sys::write_no_sigpipe(fd, record) {
             Err(Errno::INTR) => continue,
             Err(e) => {
                 tracing::warn!(%e, "event FIFO write failed; event dropped");
