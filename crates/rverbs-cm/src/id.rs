@@ -210,7 +210,27 @@ impl CmId {
     /// Rejects the connection request (rdma_reject(3)): the peer sees REJECTED with
     /// status 28 (consumer reject) and `private_data`.
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
-        engine::reject(self, private_data)
+        engine::reject(self, private_data, engine::Reason::CONSUMER_DEFINED)
+    }
+
+    /// Rejects the connection request because its ECE options are not supported
+    /// (rdma_reject_ece(3)): the peer sees REJECTED with status 35
+    /// (IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED).
+    pub fn reject_ece(&self, private_data: &[u8]) -> Result<()> {
+        engine::reject(self, private_data, engine::Reason::VENDOR_OPTION_NOT_SUPPORTED)
+    }
+
+    /// Sets the ECE (vendor ID, options) sent with this side's REQ or REP
+    /// (rdma_set_local_ece(3)): the vendor ID in the message's 24-bit vendor field, the
+    /// options in the MAD's attribute modifier, as the kernel's CM carries them.
+    pub fn set_local_ece(&self, vendor_id: u32, options: u32) -> Result<()> {
+        engine::with_id(self, |s| s.local_ece = (vendor_id & 0xff_ffff, options))
+    }
+
+    /// The ECE (vendor ID, options) the peer's REQ or REP carried
+    /// (rdma_get_remote_ece(3)); zeros if it carried none.
+    pub fn remote_ece(&self) -> (u32, u32) {
+        engine::with_id(self, |s| s.remote_ece).unwrap_or((0, 0))
     }
 
     /// Disconnects (rdma_disconnect(3)): the QP moves to ERR (its work requests flush),

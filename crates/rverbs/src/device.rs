@@ -689,21 +689,25 @@ fn eui64(mac: [u8; 6]) -> [u8; 8] {
 /// A device as listed by [`devices`].
 ///
 /// Rule: ibv_get_device_list(3): devices stay valid after the list is freed; the
-/// built-in device lives for the whole process.
+/// built-in device lives for the whole process. The handle names the device, not one
+/// process generation's state: opened in a child that `fork` created, it opens the
+/// child's own endpoint (a handle listed before the fork stays usable, as an
+/// `ibv_device` from before `fork` is in rdma-core).
 #[derive(Clone, Copy)]
 pub struct Device {
-    inner: &'static DeviceInner,
+    _priv: (),
 }
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Device").field("name", &self.inner.name).finish()
+        f.debug_struct("Device").field("name", &self.name()).finish()
     }
 }
 
 /// Lists the RDMA devices (ibv_get_device_list(3)): the built-in soft device.
 pub fn devices() -> Result<Vec<Device>> {
-    Ok(vec![Device { inner: device() }])
+    let _ = device();
+    Ok(vec![Device { _priv: () }])
 }
 
 /// The device called `name`, if there is one.
@@ -717,17 +721,17 @@ pub fn device_by_name(name: &str) -> Result<Device> {
 impl Device {
     /// The device name (ibv_get_device_name(3)).
     pub fn name(&self) -> &'static str {
-        self.inner.name
+        device().name
     }
 
     /// The node GUID in host byte order (ibv_get_device_guid(3) returns it big-endian).
     pub fn guid(&self) -> u64 {
-        self.inner.node_guid
+        device().node_guid
     }
 
     /// Opens a context on the device (ibv_open_device(3)).
     pub fn open(&self) -> Result<Context> {
-        Context::open(self.inner)
+        Context::open(device())
     }
 }
 

@@ -39,9 +39,8 @@
 //! (see [`obj::Id::complete`]).
 //!
 //! Still stubs, answering `ENOSYS` in the function's convention (-1, NULL, or nothing
-//! for `void`), because the engine has no multicast and no ECE yet:
-//! * [`mcast`]: `rdma_join_multicast`, `rdma_join_multicast_ex`, `rdma_leave_multicast`;
-//! * [`ece`]: `rdma_set_local_ece`, `rdma_get_remote_ece`, `rdma_reject_ece`.
+//! for `void`), because the engine has no multicast yet:
+//! * [`mcast`]: `rdma_join_multicast`, `rdma_join_multicast_ex`, `rdma_leave_multicast`.
 //!
 //! Not supported: `AF_IB` addresses (`EINVAL`, as librdmacm on a host without AF_IB
 //! support), `RDMA_OPTION_IB_PATH` (`ENOSYS`), the per-device XRC domain librdmacm

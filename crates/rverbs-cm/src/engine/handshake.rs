@@ -152,15 +152,17 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
             dgid,
             traffic_class: s.tos,
             ack_timeout: s.qp_timeout(),
+            ece_vendor: s.local_ece.0,
             private_data: &param.private_data,
         }))
     };
     let wait = s.response_wait();
     let tid = s.tid;
+    let ece_options = s.local_ece.1;
     s.remote_ep = Some(owner.ep);
     s.arm(TimerKind::Req, wait);
     e.watch(&mut st, owner.ep);
-    if e.send(owner.ep, &message.encode(tid)).is_err() {
+    if e.send(owner.ep, &message.encode_with_modifier(tid, ece_options)).is_err() {
         let s = st.id(id)?;
         s.st = St::Failed;
         s.disarm();
@@ -236,12 +238,13 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
         rnr_retry_count: s.rnr_retry_count,
         srq: p.srq != 0,
         ca_guid: e.ctx.query_device().node_guid,
+        ece_vendor: s.local_ece.0,
         private_data: &p.private_data,
     });
-    let (tid, wait) = (s.tid, s.response_wait());
+    let (tid, wait, ece_options) = (s.tid, s.response_wait(), s.local_ece.1);
     s.st = St::RepSent;
     s.arm(TimerKind::Rep, wait);
-    if e.send(remote_ep, &CmMessage::Rep(rep).encode(tid)).is_err() {
+    if e.send(remote_ep, &CmMessage::Rep(rep).encode_with_modifier(tid, ece_options)).is_err() {
         let s = st.id(id)?;
         s.st = St::Failed;
         s.disarm();
@@ -252,7 +255,7 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn reject(id: &CmId, private_data: &[u8]) -> Result<()> {
+pub(crate) fn reject(id: &CmId, private_data: &[u8], reason: u16) -> Result<()> {
     let e = engine()?;
     let mut st = e.lock();
     let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
@@ -273,7 +276,7 @@ pub(crate) fn reject(id: &CmId, private_data: &[u8]) -> Result<()> {
             s.local_comm.unwrap_or(0),
             s.remote_comm.unwrap_or(0),
             msg::Rejected::Req,
-            Reason::CONSUMER_DEFINED,
+            reason,
             private_data,
         ))
     };
@@ -364,7 +367,7 @@ fn path_mtu_of(code: u8) -> Mtu {
 
 /// A MAD from endpoint `from`.
 pub(crate) fn receive(e: &Engine, st: &mut State, from: u32, bytes: &[u8; 256]) {
-    let (tid, m) = match CmMessage::decode(bytes) {
+    let (tid, attr_mod, m) = match CmMessage::decode_with_modifier(bytes) {
         Ok(x) => x,
         Err(err) => {
             tracing::debug!(%err, from, "malformed MAD dropped");
@@ -373,8 +376,8 @@ pub(crate) fn receive(e: &Engine, st: &mut State, from: u32, bytes: &[u8; 256]) 
     };
     tracing::trace!(?m, from, "CM MAD");
     match m {
-        CmMessage::Req(req) => on_req(e, st, from, tid, msg::ReqView::from(&req)),
-        CmMessage::SidrReq(req) => on_req(e, st, from, tid, msg::ReqView::from(&req)),
+        CmMessage::Req(req) => on_req(e, st, from, tid, attr_mod, msg::ReqView::from(&req)),
+        CmMessage::SidrReq(req) => on_req(e, st, from, tid, 0, msg::ReqView::from(&req)),
         CmMessage::Mra(m) => {
             let Some(n) = mine(st, m.remote_comm_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
@@ -385,7 +388,7 @@ pub(crate) fn receive(e: &Engine, st: &mut State, from: u32, bytes: &[u8; 256]) 
                 e.kick();
             }
         }
-        CmMessage::Rep(rep) => on_rep(e, st, from, rep),
+        CmMessage::Rep(rep) => on_rep(e, st, from, attr_mod, rep),
         CmMessage::Rtu(rtu) => {
             let Some(n) = mine(st, rtu.remote_comm_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
@@ -495,7 +498,7 @@ fn mine(st: &State, comm: u32, from: u32) -> Option<u64> {
     (s.remote_ep == Some(from)).then_some(n)
 }
 
-fn on_req(e: &Engine, st: &mut State, from: u32, tid: u64, req: msg::ReqView<'_>) {
+fn on_req(e: &Engine, st: &mut State, from: u32, tid: u64, attr_mod: u32, req: msg::ReqView<'_>) {
     let me = e.qp1.endpoint();
     // A retransmitted or duplicate request: the connection already exists.
     if st.ids.values().any(|s| s.remote_ep == Some(from) && s.remote_comm == Some(req.comm)) {
@@ -564,6 +567,7 @@ fn on_req(e: &Engine, st: &mut State, from: u32, tid: u64, req: msg::ReqView<'_>
     s.srq = req.srq;
     s.tid = tid;
     s.tos = req.traffic_class;
+    s.remote_ece = (req.ece_vendor, attr_mod);
     e.watch(st, from);
     let s = &st.ids[&cn];
     let mut ev = Event::new(EventKind::ConnectRequest, 0, &s.handle, lacks);
@@ -590,7 +594,7 @@ fn on_req(e: &Engine, st: &mut State, from: u32, tid: u64, req: msg::ReqView<'_>
     }
 }
 
-fn on_rep(e: &Engine, st: &mut State, from: u32, rep: crate::mad::Rep) {
+fn on_rep(e: &Engine, st: &mut State, from: u32, attr_mod: u32, rep: crate::mad::Rep) {
     let Some(n) = mine(st, rep.remote_comm_id, from) else { return };
     let s = st.ids.get_mut(&n).expect("mine");
     if s.st != St::ReqSent {
@@ -602,6 +606,7 @@ fn on_rep(e: &Engine, st: &mut State, from: u32, rep: crate::mad::Rep) {
         return;
     }
     s.disarm();
+    s.remote_ece = (rep.vendor_id, attr_mod);
     s.remote_comm = Some(rep.local_comm_id);
     s.remote_qpn = rep.local_qpn;
     s.remote_psn = rep.starting_psn;

@@ -32,6 +32,7 @@ use crate::id::{CmId, PortSpace};
 use crate::table::{Owner, Table};
 
 pub(crate) use handshake::{accept, connect, disconnect, establish, reject};
+pub(crate) use msg::Reason;
 pub(crate) use qp::{attach_qp, init_qp_attr};
 pub use qp::RDMA_UDP_QKEY;
 pub(crate) use state::{IdState, St};

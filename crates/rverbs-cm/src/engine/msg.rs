@@ -19,6 +19,7 @@ impl Reason {
     pub(crate) const TIMEOUT: u16 = 4;
     pub(crate) const INVALID_SERVICE_ID: u16 = 8;
     pub(crate) const CONSUMER_DEFINED: u16 = 28;
+    pub(crate) const VENDOR_OPTION_NOT_SUPPORTED: u16 = 35;
 }
 
 /// SIDR_REP status: the service answered.
@@ -64,6 +65,7 @@ pub(crate) struct ReqArgs<'a> {
     pub(crate) dgid: Gid,
     pub(crate) traffic_class: u8,
     pub(crate) ack_timeout: u8,
+    pub(crate) ece_vendor: u32,
     pub(crate) private_data: &'a [u8],
 }
 
@@ -88,7 +90,7 @@ pub(crate) fn req(a: &ReqArgs<'_>) -> Req {
     };
     Req {
         local_comm_id: a.comm,
-        vendor_id: 0,
+        vendor_id: a.ece_vendor & 0xff_ffff,
         service_id: service::service_id(a.ps as u16, a.dst.port()),
         local_ca_guid: a.ca_guid,
         local_qkey: 0,
@@ -146,6 +148,7 @@ pub(crate) struct ReqView<'a> {
     pub(crate) srq: bool,
     pub(crate) path_mtu: u8,
     pub(crate) traffic_class: u8,
+    pub(crate) ece_vendor: u32,
     /// The consumer's private data (after the RDMA CM IP header).
     pub(crate) user_data: &'a [u8],
 }
@@ -179,6 +182,7 @@ impl<'a> From<&'a Req> for ReqView<'a> {
             srq: r.srq,
             path_mtu: r.path_mtu,
             traffic_class: r.primary_path.traffic_class,
+            ece_vendor: r.vendor_id,
             user_data: &r.private_data[CMA_IP_HEADER_LEN..],
         }
     }
@@ -203,6 +207,7 @@ impl<'a> From<&'a SidrReq> for ReqView<'a> {
             srq: false,
             path_mtu: 5,
             traffic_class: 0,
+            ece_vendor: 0,
             user_data: &r.private_data[CMA_IP_HEADER_LEN..],
         }
     }
@@ -220,6 +225,7 @@ pub(crate) struct RepArgs<'a> {
     pub(crate) rnr_retry_count: u8,
     pub(crate) srq: bool,
     pub(crate) ca_guid: u64,
+    pub(crate) ece_vendor: u32,
     pub(crate) private_data: &'a [u8],
 }
 
@@ -232,7 +238,7 @@ pub(crate) fn rep(a: &RepArgs<'_>) -> Rep {
         local_qpn: a.qpn & 0xff_ffff,
         local_eecn: 0,
         starting_psn: a.psn,
-        vendor_id: 0,
+        vendor_id: a.ece_vendor & 0xff_ffff,
         responder_resources: a.responder_resources,
         initiator_depth: a.initiator_depth,
         target_ack_delay: 0,

@@ -109,6 +109,10 @@ pub(crate) struct IdState {
     pub(crate) timer_kind: Option<TimerKind>,
     /// Transaction id of the exchange (REQ/REP/RTU share one; DREQ/DREP another).
     pub(crate) tid: u64,
+    /// ECE (vendor ID, options) this side sends in its REQ or REP (rdma_set_local_ece(3)).
+    pub(crate) local_ece: (u32, u32),
+    /// ECE the peer sent (rdma_get_remote_ece(3)); zeros from a peer that sends none.
+    pub(crate) remote_ece: (u32, u32),
 }
 
 impl IdState {
@@ -150,6 +154,8 @@ impl IdState {
             timer: None,
             timer_kind: None,
             tid: 0,
+            local_ece: (0, 0),
+            remote_ece: (0, 0),
         }
     }
 

@@ -281,9 +281,18 @@ impl CmMessage {
     /// method Send, status 0, attribute modifier 0 ([`MadHeader::cm`]); reserved bits zero;
     /// every field truncated to its width.
     pub fn encode(&self, tid: u64) -> [u8; MAD_SIZE] {
+        self.encode_with_modifier(tid, 0)
+    }
+
+    /// Encodes the whole MAD with transaction ID `tid` and attribute modifier
+    /// `attr_mod`, which carries the ECE options of a REQ, REP or REJ (the kernel's
+    /// `ib_cm`: `hdr.attr_mod = ece.attr_mod`, next to the message's vendor ID).
+    pub fn encode_with_modifier(&self, tid: u64, attr_mod: u32) -> [u8; MAD_SIZE] {
         let mut mad = [0u8; MAD_SIZE];
         let (head, data) = mad.split_at_mut(MAD_HEADER_LEN);
-        MadHeader::cm(self.attribute_id(), tid).emit(&mut header::Packet::new_unchecked(head));
+        let mut hdr = MadHeader::cm(self.attribute_id(), tid);
+        hdr.attribute_modifier = attr_mod;
+        hdr.emit(&mut header::Packet::new_unchecked(head));
         match self {
             CmMessage::Req(m) => m.emit(&mut req::Packet::new_unchecked(data)),
             CmMessage::Mra(m) => m.emit(&mut mra::Packet::new_unchecked(data)),
@@ -308,6 +317,12 @@ impl CmMessage {
     /// `UnsupportedAttribute` for LAP, APR, ClassPortInfo and unknown IDs; `LengthOutOfRange`
     /// from [`Rej::parse`] and [`SidrRep::parse`].
     pub fn decode(buf: &[u8]) -> Result<(u64, CmMessage), MadError> {
+        Self::decode_with_modifier(buf).map(|(tid, _, m)| (tid, m))
+    }
+
+    /// [`CmMessage::decode`], also returning the header's attribute modifier (the ECE
+    /// options of a REQ, REP or REJ).
+    pub fn decode_with_modifier(buf: &[u8]) -> Result<(u64, u32, CmMessage), MadError> {
         let mad = buf.get(..MAD_SIZE).ok_or(MadError::Truncated {
             len: buf.len(),
             need: MAD_SIZE,
@@ -342,6 +357,6 @@ impl CmMessage {
             }
             other => return Err(MadError::UnsupportedAttribute(other)),
         };
-        Ok((head.transaction_id, message))
+        Ok((head.transaction_id, head.attribute_modifier, message))
     }
 }
