@@ -5,6 +5,7 @@
 //! [`channel`].
 
 pub mod channel;
+pub(crate) mod defer;
 pub mod ex;
 pub(crate) mod ring;
 pub(crate) mod seg;
@@ -231,7 +232,8 @@ impl CqInner {
             Publish::Done { fire } => {
                 if fire {
                     if let Some(ch) = &self.channel {
-                        ch.fire(self.id);
+                        let (ch, id) = (ch.clone(), self.id);
+                        defer::fire_or_hold(move || ch.fire(id));
                     }
                 }
                 Ok(())

@@ -218,10 +218,14 @@ impl QpInner {
                     return;
                 }
             }
+            // The responder's completion events wait until this step's own completion
+            // is written (crate::cq::defer: the order a NIC produces).
+            let mut step = crate::cq::defer::Step::begin();
             let outcome = {
                 let (wqe, sges, inline, req, route) = sq.head_for_execute().expect("non-empty");
                 transport::execute(self, req, wqe, sges, inline, route)
             };
+            step.requester_done();
             match outcome {
                 Exec::Done(cqe) => {
                     sq.rnr.reset();

@@ -336,7 +336,9 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
                     let ch = cq.shm().channel.load(Ordering::Acquire);
                     if ch != 0 {
                         if let Ok(fd) = peer.writer(&channel::fifo_name(ch - 1)) {
-                            send_on(std::os::fd::AsFd::as_fd(&*fd), &channel::record(id));
+                            crate::cq::defer::fire_or_hold(move || {
+                                send_on(std::os::fd::AsFd::as_fd(&*fd), &channel::record(id))
+                            });
                         }
                     }
                 }
