@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# libfabric 1.17 (Debian libfabric-bin), unmodified, on rverbs' drop-in libibverbs.so.1
+# and librdmacm.so.1: its verbs provider finds rverbs0 through rdma_cm and connects
+# with it.
+#
+#   fi_info -p verbs                         lists rverbs0 (msg, dgram, rxm) with nothing
+#                                            on stderr (warnings would show there)
+#   fi_pingpong -p verbs -e msg -c           server and client processes (RC, rdma_cm)
+#   fi_pingpong -p "verbs;ofi_rxm" -e rdm -c (RDM over RC)
+#   fi_pingpong -p verbs -e dgram -c         (UD, sizes up to the 4096-byte MTU)
+#
+# fi_pingpong exchanges addresses over its own TCP control connection: the client starts
+# once the server listens on its control port (ss, lib/pairs.bash), never after a fixed
+# sleep. -c checks the data of every transfer. A pair passes when both exit 0 and the
+# client printed its result table.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+NAME=libfabric.sh
+TIMEOUT=${LIBFABRIC_TIMEOUT:-30}
+FIRST_PORT=
+# shellcheck source=lib/pairs.bash
+source tests/conformance/lib/pairs.bash
+command -v fi_pingpong >/dev/null || { echo "$NAME: fi_pingpong missing (apt-get install libfabric-bin)" >&2; exit 2; }
+
+n=$((n + 1))
+start=$EPOCHREALTIME why=()
+slog=$WORK/logs/fi_info.out clog=$WORK/logs/fi_info.err
+scmd=(fi_info -p verbs) ccmd=()
+if timeout "$TIMEOUT" fi_info -p verbs >"$slog" 2>"$clog"; then
+  grep -q '^    domain: rverbs0$' "$slog" || why+=("fi_info does not list domain rverbs0")
+  grep -q 'FI_EP_MSG' "$slog" || why+=("no FI_EP_MSG endpoint")
+  [ ! -s "$clog" ] || why+=("fi_info printed on stderr: $(head -c 200 "$clog")")
+else
+  why+=("fi_info failed")
+fi
+report_pair "fi_info -p verbs"
+
+fi_pair() {  # LABEL PROVIDER EP LAST_SIZE
+  local label=$1 prov=$2 ep=$3 last=$4 src=0 crc=0 port
+  n=$((n + 1))
+  slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
+  start=$EPOCHREALTIME why=()
+  port=$next_port
+  while port_busy "$port"; do port=$((port + 1)); done
+  next_port=$((port + 1))
+  scmd=(fi_pingpong -p "$prov" -e "$ep" -I 100 -c -B "$port")
+  ccmd=(fi_pingpong -p "$prov" -e "$ep" -I 100 -c -P "$port" 127.0.0.1)
+  timeout -k 5 $((TIMEOUT + 5)) "${linebuf[@]}" "${scmd[@]}" >"$slog" 2>&1 &
+  server_pid=$!
+  local ready=0
+  wait_listen "$port" "$server_pid" || ready=$?
+  if [ "$ready" = 0 ]; then
+    timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${ccmd[@]}" >"$clog" 2>&1 &
+    client_pid=$!
+    wait "$client_pid" || crc=$?
+    client_pid=
+    [ "$crc" = 0 ] || why+=("client $(exit_text "$crc")")
+  else
+    why+=("server not listening on its control port $port")
+    kill "$server_pid" 2>/dev/null || true
+  fi
+  wait "$server_pid" || src=$?
+  server_pid=
+  [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
+  grep -Eq "^$last +100 +=100" "$clog" || why+=("client printed no result for size $last")
+  report_pair "$label"
+}
+
+fi_pair "fi_pingpong -p verbs -e msg" verbs msg 1m
+fi_pair "fi_pingpong -p verbs;ofi_rxm -e rdm" "verbs;ofi_rxm" rdm 1m
+# Datagrams are limited to the port MTU (4096): the largest size it runs is 4k.
+fi_pair "fi_pingpong -p verbs -e dgram" verbs dgram 4k
+finish
