@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # rping on another address of the host and as a persistent server with clients in turn,
+# cmtime (100 connections at once),
 # and perftest's -R mode (rdma_cm for both its out-of-band exchange and the data QPs),
 # unmodified, as server and client processes on this host, both on rverbs' drop-in
 # libibverbs.so.1 and librdmacm.so.1. (rdmacm_utils.sh runs the other rdmacm-utils.)
@@ -117,6 +118,20 @@ keep_server=1
 cm_pair "$label" tcp
 if [[ -z $FILTER || $label =~ $FILTER ]]; then
   [ "$(grep -c 'ping data: rdma-ping-4:' "$clog")" = 3 ] || why+=("not every client completed 5 pings")
+  pair_done "$label"
+fi
+
+# cmtime: many connections at once, events handled by worker threads; prints the time
+# of each step. Its v44 server serves until killed (kept, then stopped once the client
+# is done).
+label="cmtime -c 100"
+scmd=(cmtime -b 127.0.0.1 -p "$port")
+ccmds=("cmtime -s 127.0.0.1 -p $port -c 100")
+keep_server=1
+cm_pair "$label" tcp
+if [[ -z $FILTER || $label =~ $FILTER ]]; then
+  expect_in client '^connect +:'
+  expect_in client '^disconnect +:'
   pair_done "$label"
 fi
 
