@@ -7,46 +7,11 @@
 
 use super::field::FieldValue;
 
-/// An enum over a wire value with an `Unknown` variant, so every value round-trips
-/// (smoltcp's `enum_with_unknown!`, written anew). Generates `From` both ways and `KNOWN`.
-macro_rules! enum_with_unknown {
-    (
-        $(#[$attr:meta])*
-        pub enum $name:ident($ty:ty) {
-            $( $(#[$vattr:meta])* $variant:ident = $value:literal ),+ $(,)?
-        }
-    ) => {
-        $(#[$attr])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum $name {
-            $( $(#[$vattr])* $variant, )+
-            /// A value with no named variant, kept as it is so that it round-trips.
-            Unknown($ty),
-        }
+use rverbs_proto::enum_with_unknown;
 
-        impl $name {
-            /// Every named variant, in declaration order.
-            pub const KNOWN: &'static [$name] = &[$($name::$variant),+];
-        }
-
-        impl ::core::convert::From<$ty> for $name {
-            fn from(value: $ty) -> Self {
-                match value {
-                    $( $value => $name::$variant, )+
-                    other => $name::Unknown(other),
-                }
-            }
-        }
-
-        impl ::core::convert::From<$name> for $ty {
-            fn from(value: $name) -> Self {
-                match value {
-                    $( $name::$variant => $value, )+
-                    $name::Unknown(other) => other,
-                }
-            }
-        }
-
+/// `FieldValue` for an [`enum_with_unknown!`] enum: its wire value in a bit field.
+macro_rules! field_value {
+    ($name:ident($ty:ty)) => {
         impl FieldValue for $name {
             fn from_bits(bits: u32) -> Self {
                 $name::from(bits as $ty)
@@ -140,6 +105,7 @@ enum_with_unknown! {
         VendorOptionNotSupported = 35,
     }
 }
+field_value!(RejReason(u16));
 
 enum_with_unknown! {
     /// The Status of a SIDR_REP (8 bits): IBTA Vol 1 Table 120; values and names of Linux
@@ -159,6 +125,7 @@ enum_with_unknown! {
         UnsupportedVersion = 5,
     }
 }
+field_value!(SidrStatus(u8));
 
 #[cfg(test)]
 mod tests {

@@ -114,6 +114,8 @@ pub(crate) fn set_bits(byte: &mut u8, mask: u8, on: bool) {
 
 /// An enum over a wire value with an `Unknown` variant, so every value round-trips
 /// (smoltcp's `enum_with_unknown!`, written anew). Generates `From` both ways and `KNOWN`.
+/// Exported for the other wire formats of rverbs (the CM's MADs).
+#[macro_export]
 macro_rules! enum_with_unknown {
     (
         $(#[$attr:meta])*
