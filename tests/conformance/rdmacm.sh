@@ -17,10 +17,11 @@
 #   RDMACM_TIMEOUT   seconds each side may run (default 30)
 #
 # The client starts once the server listens: the script polls the listener table
-# (lib/cm.bash), never sleeps a fixed time. A pair passes if both processes exit 0 and
-# print what the program prints on success (checked per pair below). Prints one line per
-# pair, the last 20 lines of both sides for a failing one, then "N passed, N failed";
-# exits 1 if any pair failed.
+# (lib/cm.bash), never sleeps a fixed time (mckey: once the receiver's QP is attached
+# to the group, from the device's multicast record). A pair passes if both processes
+# exit 0 and print what the program prints on success (checked per pair below). Prints
+# one line per pair, the last 20 lines of both sides for a failing one, then "N passed,
+# N failed"; exits 1 if any pair failed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -40,11 +41,16 @@ port=18000
 other_ip=$(ip -4 -o addr show scope global 2>/dev/null | awk '{ split($4, a, "/"); print a[1]; exit }' || true)
 
 # cm_pair LABEL SPACE: runs scmd[] in the background, waits until it listens on $port
-# in port space SPACE, runs each of the client commands ccmds[] (one per element, a
-# string split on spaces) in turn, then waits for the server (or, with keep_server=1,
-# kills it once the clients are done). Sets why[].
+# in port space SPACE (or, when ready[] is set, until the command ready[] succeeds),
+# runs each of the client commands ccmds[] (one per element, a string split on spaces)
+# in turn, then waits for the server (or, with keep_server=1, kills it once the clients
+# are done). Sets why[].
+ready=()
 cm_pair() {
   local label=$1 space=$2 src=0 crc i
+  local wait=(cm_wait_listen "$space" "$port" 10)
+  [ ${#ready[@]} -eq 0 ] || wait=("${ready[@]}")
+  ready=()
   [[ -z $FILTER || $label =~ $FILTER ]] || return 0
   n=$((n + 1))
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
@@ -52,7 +58,7 @@ cm_pair() {
   start=$EPOCHREALTIME why=()
   timeout -k 5 $((TIMEOUT + 5)) "${linebuf[@]}" "${scmd[@]}" >"$slog" 2>&1 &
   server_pid=$!
-  if cm_wait_listen "$space" "$port" 10 >/dev/null 2>&1; then
+  if "${wait[@]}" >/dev/null 2>&1; then
     for i in "${!ccmds[@]}"; do
       read -ra ccmd <<<"${ccmds[$i]}"
       crc=0
@@ -64,7 +70,7 @@ cm_pair() {
       [ "$crc" = 0 ] || why+=("client $((i + 1)) $(exit_text "$crc")")
     done
   else
-    why+=("server not listening on $space port $port after 10 s")
+    why+=("server not ready after 10 s (${wait[*]})")
     kill "$server_pid" 2>/dev/null || true
   fi
   if [ "${keep_server:-0}" = 1 ]; then
@@ -174,5 +180,30 @@ for t in "ib_send_lat" "ib_write_lat" "ib_read_lat" "ib_write_bw" "ib_read_bw" "
   done
   pair_done "$label"
 done
+
+# mckey: multicast over rdma_cm. The receiver ("server") joins the group and waits for
+# the sender's messages; the sender starts once the receiver's QP is attached to the
+# group (the device's host-wide multicast record, lib/cm.bash cm_wait_mcast), joins,
+# and sends. Each side sleeps 3 s after joining, as mckey does.
+mckey_pair() {  # LABEL GROUP RECEIVER-EXTRA SENDER-EXTRA
+  local label=$1 group=$2 rx
+  read -ra rx <<<"$3"
+  scmd=(mckey -m "$group" -b 127.0.0.1 "${rx[@]}")
+  ccmds=("mckey -m $group -b 127.0.0.1 -s $4")
+  ready=(cm_wait_mcast "$group" 10)
+  cm_pair "$label" udp
+  if [[ -z $FILTER || $label =~ $FILTER ]]; then
+    expect_in server "joined dgid: ::ffff:$group"
+    expect_in server '^receiving data transfers'
+    expect_in server '^data transfers complete'
+    expect_in server '^return status 0'
+    expect_in client "joined dgid: ::ffff:$group"
+    expect_in client '^data transfers complete'
+    expect_in client '^return status 0'
+    pair_done "$label"
+  fi
+}
+mckey_pair "mckey -m 224.0.0.251 (receiver, sender)" 224.0.0.251 "" ""
+mckey_pair "mckey -m 239.1.2.3 -C 20 -S 2000 (send-only sender -o)" 239.1.2.3 "-C 20 -S 2000" "-o -C 20 -S 2000"
 
 finish

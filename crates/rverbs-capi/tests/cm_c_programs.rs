@@ -13,6 +13,9 @@
 //!   disconnect (rdma_server/rdma_client style), ECONNREFUSED, sync → async migration.
 //! * `cm_errors`: REJECTED 8 and 28 (+ private data), O_NONBLOCK → EAGAIN, option and
 //!   address errors.
+//! * `cm_mcast`: multicast joins — argument checks, MULTICAST_JOIN's `param.ud` (the
+//!   join's context, the group's address vector), traffic to a full and a send-only
+//!   member, leave, a synchronous join.
 //!
 //! This crate does not depend on the shim, so the shim is built here, once per test
 //! run, into its own target directory under `CARGO_TARGET_TMPDIR` (a `cargo build` in
@@ -154,4 +157,9 @@ fn cm_sync() {
 #[test]
 fn cm_errors() {
     compile_and_run("cm_errors");
+}
+
+#[test]
+fn cm_mcast() {
+    compile_and_run("cm_mcast");
 }

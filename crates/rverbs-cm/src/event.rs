@@ -133,6 +133,9 @@ pub struct Event {
     pub conn: ConnParam,
     /// Datagram parameters (UD ids and multicast).
     pub ud: UdParam,
+    /// MULTICAST_JOIN / MULTICAST_ERROR: the context given to the join (librdmacm reports
+    /// it as `param.ud.private_data`); 0 otherwise.
+    pub mc_context: usize,
     pub(crate) acct: Arc<AckCount>,
     pub(crate) retrieved: bool,
 }
@@ -156,6 +159,7 @@ impl Event {
             listen_id: None,
             conn: ConnParam::default(),
             ud: UdParam::default(),
+            mc_context: 0,
             acct,
             retrieved: false,
         }

@@ -335,9 +335,28 @@ impl CmId {
         })
     }
 
+    /// Joins the multicast group of IP address `addr` (rdma_join_multicast(3),
+    /// rdma_join_multicast_ex(3)); the id must be bound or address-resolved and UD.
+    /// MULTICAST_JOIN follows (carrying `context` and the group's address vector), once
+    /// the id's QP, if any and unless `flag` is send-only, is attached to the group.
+    ///
+    /// Errors: `EINVAL` (state, QP type, wildcard address), `EOPNOTSUPP` (an IPv6 group).
+    pub fn join_multicast(&self, addr: SocketAddr, flag: crate::JoinFlag, context: usize) -> Result<()> {
+        engine::mcast::join(self, addr, flag, context)
+    }
+
+    /// Leaves the group joined with `addr` (rdma_leave_multicast(3)): the QP is detached
+    /// and the join's unretrieved events are discarded.
+    ///
+    /// Errors: `EADDRNOTAVAIL` if the id did not join `addr`.
+    pub fn leave_multicast(&self, addr: SocketAddr) -> Result<()> {
+        engine::mcast::leave(self, addr)
+    }
+
     /// Ends the id (rdma_destroy_id(3)): a connection is disconnected (the peer sees
-    /// DISCONNECTED) or a pending request rejected, its queued events are discarded,
-    /// and the call returns once the events retrieved for it are acknowledged.
+    /// DISCONNECTED) or a pending request rejected, its multicast groups are left, its
+    /// queued events are discarded, and the call returns once the events retrieved for it
+    /// are acknowledged.
     pub fn destroy(&self) -> Result<()> {
         engine::destroy(self)
     }

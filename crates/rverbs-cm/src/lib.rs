@@ -40,6 +40,7 @@ pub mod table;
 
 pub use channel::EventChannel;
 pub use conn::{connect, Connection, Listener, Request};
+pub use engine::mcast::JoinFlag;
 pub use engine::RDMA_UDP_QKEY;
 pub use error::{Error, Result};
 pub use event::{ConnParam, Event, EventKind, UdParam};

@@ -7,13 +7,26 @@
 //! the group, remote QPN 0xFFFFFF) delivers a copy to every attached QP that accepts
 //! requests and whose Q_Key matches — the sender's own QP too if it is attached (hardware
 //! loopback; rverbs has no BLOCK_SELF_MCAST_LB).
+//!
+//! Groups are host-wide, as on a network where every member hears the group: each
+//! process keeps its own members in a table (the sender's fast path for QPs of its own
+//! process) and publishes each attachment in the runtime directory as an empty file
+//! `<runtime dir>/mcast/<group GID, 32 hex digits>/<QPN, 6 hex digits>.<pid>`, created by
+//! `attach_mcast` and removed by `detach_mcast`. `pid` is the process that owns the QP's
+//! endpoint, so an entry left by a process that died (its QPs cannot detach) is known
+//! stale even once another process has claimed the same endpoint number: a sender skips
+//! and removes entries whose endpoint is dead or owned by another pid. The limits
+//! (`max_mcast_grp`, `max_mcast_qp_attach`) count this process's attachments.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::device::{limits, Gid};
+use crate::device::{limits, DeviceInner, Gid};
 use crate::error::{Error, Result};
 use crate::qp::{Qp, QpInner};
+use crate::shm::registry::Peer;
+use crate::transport::route::endpoint_of;
 use crate::QpType;
 
 /// The QPN that addresses a multicast group.
@@ -28,24 +41,111 @@ pub fn is_multicast(gid: &Gid) -> bool {
 type Members = Vec<(u32, Weak<QpInner>)>;
 
 /// Members of each group, by GID.
-#[derive(Default)]
 pub(crate) struct Groups {
     groups: Mutex<HashMap<Gid, Members>>,
+    /// The process that owns this device's endpoint (created with the device, in that
+    /// process): the pid published with each attachment.
+    pid: u32,
+}
+
+impl Default for Groups {
+    fn default() -> Groups {
+        Groups { groups: Mutex::new(HashMap::new()), pid: std::process::id() }
+    }
 }
 
 impl Groups {
-    /// The live members of `gid`.
+    /// The live members of `gid` in this process.
     pub(crate) fn members(&self, gid: &Gid) -> Vec<Arc<QpInner>> {
         let g = self.groups.lock().expect("mcast");
         g.get(gid).map(|m| m.iter().filter_map(|(_, w)| w.upgrade()).collect()).unwrap_or_default()
     }
 }
 
+/// The directory of group `gid` under the runtime directory `root`.
+fn group_dir(root: &Path, gid: &Gid) -> PathBuf {
+    let hex: String = gid.0.iter().map(|b| format!("{b:02x}")).collect();
+    root.join("mcast").join(hex)
+}
+
+/// The name of the entry of QP `qpn` of the process `pid`.
+fn entry_name(qpn: u32, pid: u32) -> String {
+    format!("{qpn:06x}.{pid}")
+}
+
+/// An entry name as (QPN, pid); `None` for anything else (temporary files start with
+/// a dot).
+fn parse_entry(name: &str) -> Option<(u32, u32)> {
+    let (qpn, pid) = name.split_once('.')?;
+    if qpn.len() != 6 {
+        return None;
+    }
+    Some((u32::from_str_radix(qpn, 16).ok()?, pid.parse().ok()?))
+}
+
+/// Publishes the attachment of `qpn` of process `pid` to `gid`.
+fn publish(root: &Path, gid: &Gid, qpn: u32, pid: u32) -> std::io::Result<()> {
+    let dir = group_dir(root, gid);
+    let path = dir.join(entry_name(qpn, pid));
+    let mut tries = 0;
+    loop {
+        std::fs::create_dir_all(&dir)?;
+        // A detaching process may remove the (then empty) directory between the two
+        // calls: create it again.
+        match std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&path) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 16 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Removes an entry, and the group's directory if it is left empty.
+fn unpublish(dir: &Path, name: &str) {
+    let _ = std::fs::remove_file(dir.join(name));
+    // Fails (ENOTEMPTY) while other members remain: nothing to do then.
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// The members of `gid` in other processes of the host: (the peer, QPN), from the
+/// host-wide record. Entries of dead endpoints, or of a process that no longer owns the
+/// endpoint, are removed; this process's own entries are skipped (they are in
+/// [`Groups::members`]).
+pub(crate) fn remote_members(dev: &DeviceInner, gid: &Gid) -> Vec<(Arc<Peer>, u32)> {
+    let Some(reg) = dev.reg.as_ref() else { return Vec::new() };
+    let dir = group_dir(&reg.root, gid);
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some((qpn, pid)) = parse_entry(name) else { continue };
+        let ep = endpoint_of(qpn);
+        if ep == reg.ep {
+            if pid != dev.mcast.pid {
+                unpublish(&dir, name); // a previous owner of this endpoint
+            }
+            continue;
+        }
+        match reg.peer(ep) {
+            Ok(peer) if peer.pid as u32 == pid => out.push((peer, qpn)),
+            Ok(_) => unpublish(&dir, name),
+            Err(_) if !reg.alive(ep) => unpublish(&dir, name),
+            Err(_) => {} // alive but not reachable yet: skip this time
+        }
+    }
+    out
+}
+
 impl Qp {
     /// Attaches the QP to the multicast group `gid` (ibv_attach_mcast(3)).
     ///
+    /// The attachment is published host-wide (module doc), so sends from any process of
+    /// the host reach the QP.
+    ///
     /// Errors: `EINVAL` for a QP that is not UD or a GID that is not multicast;
-    /// `ENOMEM` beyond `max_mcast_grp` groups or `max_mcast_qp_attach` QPs per group.
+    /// `ENOMEM` beyond `max_mcast_grp` groups or `max_mcast_qp_attach` QPs per group (of
+    /// this process); the errno of a failure to write the host-wide record.
     pub fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
         let q = self.inner();
         let verb = "attach_mcast";
@@ -67,12 +167,20 @@ impl Qp {
         if members.len() >= limits::MAX_MCAST_QP_ATTACH as usize {
             return Err(Error::Exhausted { what: "QPs of a multicast group" });
         }
+        let dev = q.pd.ctx.dev;
+        if let Some(Err(e)) = dev.reg.as_ref().map(|reg| publish(&reg.root, gid, q.qpn, dev.mcast.pid)) {
+            if members.is_empty() {
+                g.remove(gid);
+            }
+            return Err(e.into());
+        }
         members.push((q.qpn, Arc::downgrade(q)));
         q.mcast_attached.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())
     }
 
-    /// Detaches the QP from `gid` (ibv_detach_mcast(3)).
+    /// Detaches the QP from `gid` (ibv_detach_mcast(3)); sends that start after this
+    /// returns no longer reach it, from any process.
     ///
     /// Errors: `EINVAL` if the QP is not a member.
     pub fn detach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
@@ -89,7 +197,28 @@ impl Qp {
         if members.is_empty() {
             g.remove(gid);
         }
+        let dev = q.pd.ctx.dev;
+        if let Some(reg) = dev.reg.as_ref() {
+            unpublish(&group_dir(&reg.root, gid), &entry_name(q.qpn, dev.mcast.pid));
+        }
         q.mcast_attached.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_names_round_trip_and_others_are_ignored() {
+        let n = entry_name(0x03_0005, 4242);
+        assert_eq!(n, "030005.4242");
+        assert_eq!(parse_entry(&n), Some((0x03_0005, 4242)));
+        for bad in [".030005.4242.tmp", "30005.4242", "030005", "03000g.1", "030005.x"] {
+            assert_eq!(parse_entry(bad), None, "{bad}");
+        }
+        let g = Gid::from_ipv4(std::net::Ipv4Addr::new(224, 0, 0, 251));
+        assert!(group_dir(Path::new("/r"), &g).ends_with("mcast/00000000000000000000ffffe00000fb"));
     }
 }

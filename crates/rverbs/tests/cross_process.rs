@@ -633,3 +633,168 @@ fn xrc_domains_shared_through_a_file_span_processes() {
     let _ = std::fs::remove_file(shared);
     let _ = std::fs::remove_file(other);
 }
+
+/// A multicast group of this test run (ff0e::/16, the parent's pid in the low bits), so
+/// concurrent runs on the host never share it.
+fn run_group(pid: u32) -> Gid {
+    let mut g = [0u8; 16];
+    g[0] = 0xff;
+    g[1] = 0x0e;
+    g[8..12].copy_from_slice(b"rvxp");
+    g[12..].copy_from_slice(&pid.to_be_bytes());
+    Gid(g)
+}
+
+/// The host-wide record of group `gid` (ARCHITECTURE.md §6, Multicast): the entry names
+/// under `<runtime dir>/mcast/<gid hex>/`.
+fn group_entries(gid: &Gid) -> Vec<String> {
+    let root = rverbs::endpoint_dir().parent().unwrap().to_owned();
+    let hex: String = gid.0.iter().map(|b| format!("{b:02x}")).collect();
+    match std::fs::read_dir(root.join("mcast").join(hex)) {
+        Ok(d) => d.map(|e| e.unwrap().file_name().into_string().unwrap()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The member's side of the multicast tests: a UD QP attached to the parent's group,
+/// receiving what the parent sends, detaching when told.
+fn mcast_member() {
+    let mut parent = Parent::new();
+    let gid = run_group(num(&parent.hear()[0]) as u32);
+    let b = side(QpType::Ud);
+    to_init(&b.qp, ALL_ACCESS);
+    to_rtr(&b.qp, &b.ctx, 0, &PATH);
+    to_rts(&b.qp, &PATH);
+    post_recv(&b, 1, 0, 2048);
+    post_recv(&b, 2, 2048, 2048);
+    b.qp.attach_mcast(&gid, 0).unwrap();
+    parent.say(&format!("{} {}", b.qp.qp_num(), std::process::id()));
+    loop {
+        let cmd = parent.hear();
+        match cmd[0].as_str() {
+            "recv" => {
+                let wc = poll_one(&b.cq);
+                assert_eq!(wc.status(), WcStatus::Success);
+                assert!(wc.wc_flags().unwrap().contains(WcFlags::GRH));
+                let off = 2048 * (wc.wr_id() as usize - 1);
+                let mut grh = [0u8; 40];
+                b.mr.read(off, &mut grh).unwrap();
+                let mut payload = vec![0u8; wc.byte_len().unwrap() as usize - 40];
+                b.mr.read(off + 40, &mut payload).unwrap();
+                assert_eq!(&grh[24..40], &gid.0, "the GRH names the group as destination");
+                parent.say(&format!("got {} {}", wc.src_qp().unwrap(), String::from_utf8_lossy(&payload)));
+            }
+            "detach" => {
+                b.qp.detach_mcast(&gid, 0).unwrap();
+                parent.say("detached");
+            }
+            "empty?" => {
+                assert_empty(&b.cq);
+                parent.say("empty");
+            }
+            "wait" => {} // until killed
+            "bye" => return,
+            other => panic!("unknown command {other}"),
+        }
+    }
+}
+
+/// Sends `msg` to group `gid` from `a`'s UD QP (remote QPN 0xFFFFFF) and waits for the
+/// send's completion (delivery is done by then: it happens inside post_send); returns the
+/// other completions met on the way (`a`'s own copy, if it is a member).
+fn send_to_group(a: &Side, gid: &Gid, msg: &str) -> Vec<Wc> {
+    let mut attr = av(&a.ctx);
+    attr.grh.as_mut().unwrap().dgid = *gid;
+    let ah = Ah::new(&a.pd, &attr).unwrap();
+    a.mr.write(0, msg.as_bytes()).unwrap();
+    let sge = [a.mr.sge(0, msg.len() as u32).unwrap()];
+    a.qp.post_send(&[SendWr::send(9, &sge).ud(&ah, mcast::MULTICAST_QPN, 0x1111_1111).signaled()]).unwrap();
+    let mut others = Vec::new();
+    loop {
+        let wc = poll_one(&a.cq);
+        if wc.wr_id() == 9 {
+            assert_eq!(wc.status(), WcStatus::Success);
+            return others;
+        }
+        others.push(wc);
+    }
+}
+
+fn ud_rts() -> Side {
+    let a = side(QpType::Ud);
+    to_init(&a.qp, ALL_ACCESS);
+    to_rtr(&a.qp, &a.ctx, 0, &PATH);
+    to_rts(&a.qp, &PATH);
+    a
+}
+
+/// A UD send to a multicast group reaches a member QP of another process (host-wide
+/// groups), and the sender's own attached QP as well; once the member process dies
+/// without detaching, its entry in the host-wide record is removed by the next send.
+#[test]
+fn multicast_reaches_members_in_other_processes() {
+    if role().as_deref() == Some("mcast") {
+        return mcast_member();
+    }
+    let test = "multicast_reaches_members_in_other_processes";
+    let gid = run_group(std::process::id());
+    let mut peer = Peer::spawn(test, "mcast");
+    peer.send(&std::process::id().to_string());
+    let hello = peer.recv();
+    let (qpn, pid) = (num(&hello[0]) as u32, num(&hello[1]));
+    let a = ud_rts();
+    assert_ne!(qpn >> 16, a.qp.qp_num() >> 16, "the member is another endpoint");
+    assert_eq!(group_entries(&gid), [format!("{qpn:06x}.{pid}")]);
+    // Our own QP is a member too: it gets its copy (loopback).
+    post_recv(&a, 7, 4096, 2048);
+    a.qp.attach_mcast(&gid, 0).unwrap();
+    assert_eq!(group_entries(&gid).len(), 2);
+
+    let own = send_to_group(&a, &gid, "hello, group");
+    peer.send("recv");
+    assert_eq!(peer.recv(), ["got", &a.qp.qp_num().to_string(), "hello,", "group"]);
+    assert_eq!(own.len(), 1);
+    assert_eq!((own[0].wr_id(), own[0].status(), own[0].byte_len()), (7, WcStatus::Success, Some(52)));
+
+    // The member dies attached: its entry stays until a send finds its endpoint dead.
+    peer.send("wait");
+    peer.child.kill().unwrap();
+    peer.child.wait().unwrap();
+    let deadline = Instant::now() + LINE_TIMEOUT;
+    loop {
+        send_to_group(&a, &gid, "anyone?");
+        if group_entries(&gid).len() == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the dead member's entry was not removed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    a.qp.detach_mcast(&gid, 0).unwrap();
+    assert!(group_entries(&gid).is_empty());
+}
+
+/// A member of another process that detaches no longer receives what is sent to the
+/// group, and its host-wide entry is gone.
+#[test]
+fn a_detached_member_in_another_process_no_longer_receives() {
+    if role().as_deref() == Some("mcast") {
+        return mcast_member();
+    }
+    let test = "a_detached_member_in_another_process_no_longer_receives";
+    let gid = run_group(std::process::id() ^ 0x8000_0000);
+    let mut peer = Peer::spawn(test, "mcast");
+    peer.send(&(std::process::id() ^ 0x8000_0000).to_string());
+    let _ = peer.recv();
+    let a = ud_rts();
+    send_to_group(&a, &gid, "first");
+    peer.send("recv");
+    assert_eq!(peer.recv(), ["got", &a.qp.qp_num().to_string(), "first"]);
+    peer.send("detach");
+    assert_eq!(peer.recv(), ["detached"]);
+    assert!(group_entries(&gid).is_empty());
+    send_to_group(&a, &gid, "second");
+    peer.send("empty?");
+    assert_eq!(peer.recv(), ["empty"]);
+    peer.send("bye");
+    peer.finish();
+}

@@ -59,7 +59,9 @@ fn poll_with_empty_array_returns_zero_and_keeps_entries() {
 fn error_completion_has_only_wr_id_status_qp_num_vendor_err() {
     let (a, b) = pair(QpType::Rc);
     let sge = [a.mr.sge(0, 8).unwrap()];
-    let wr = SendWr::write(42, &sge, b.mr.iova(), b.mr.rkey() ^ 0x100).signaled();
+    // Same key index, another key byte: a key no region has (flipping an index bit could
+    // name a live region of another PD and report REMOTE_PD instead).
+    let wr = SendWr::write(42, &sge, b.mr.iova(), b.mr.rkey() ^ 0x01).signaled();
     a.qp.post_send(&[wr]).unwrap();
     let wc = poll_one(&a.cq);
     assert_eq!(wc.wr_id(), 42);

@@ -3,10 +3,13 @@ mod common;
 use common::*;
 use rverbs::*;
 
+/// A group of this process only: groups are host-wide, and another test run on the host
+/// must not reach these QPs.
 fn group() -> Gid {
     let mut g = [0u8; 16];
     g[0] = 0xff;
     g[1] = 0x0e;
+    g[8..12].copy_from_slice(&std::process::id().to_be_bytes());
     g[15] = 0x42;
     Gid(g)
 }

@@ -3,6 +3,9 @@
 # table.rs): <runtime>/cm/<space>-<port>/ holds one file per binding, one line such as
 #   ep=3 pid=1234 id=17 listen=1 reuse=0 afonly=1 backlog=1024 addr=127.0.0.1:7174
 # Names starting with "." are temporary files, not entries.
+# And the device's host-wide multicast record (crates/rverbs/src/mcast.rs):
+# <runtime>/mcast/<group GID, 32 hex digits>/<QPN, 6 hex digits>.<pid>, one empty file
+# per QP attached to the group.
 
 # The runtime directory, computed as the device does (ARCHITECTURE.md §2).
 cm_runtime_dir() {
@@ -76,5 +79,41 @@ cm_wait_listen() {
     sleep 0.05
   done
   echo "cm_wait_listen: nothing listens on $space port $port in $(cm_runtime_dir)/cm after ${timeout} s" >&2
+  return 1
+}
+
+# cm_mcast_member GROUP: is a QP of a live process attached to the multicast group of
+# IPv4 address GROUP (its MGID is the IPv4-mapped ::ffff:GROUP, as rdma_join_multicast
+# makes it on RoCE v2)?
+cm_mcast_member() {
+  local a b c d dir f pid
+  IFS=. read -r a b c d <<<"$1"
+  dir=$(cm_runtime_dir)/mcast/$(printf '00000000000000000000ffff%02x%02x%02x%02x' "$a" "$b" "$c" "$d")
+  [ -d "$dir" ] || return 1
+  for f in "$dir"/*.*; do
+    [ -e "$f" ] || continue
+    pid=${f##*.}
+    _cm_pid_alive "$pid" && return 0
+  done
+  return 1
+}
+
+# cm_wait_mcast GROUP [TIMEOUT_S=10]: waits until a live process has a QP attached to the
+# multicast group of IPv4 address GROUP (rdma_join_multicast(3) completed with a QP on the
+# id, or ibv_attach_mcast(3)), polling every 50 ms. Returns 0 once one is, 1 after the
+# timeout (with a message on stderr), 2 on bad arguments.
+cm_wait_mcast() {
+  local group=$1 timeout=${2:-10} steps i
+  if ! [[ $group =~ ^[0-9]{1,3}([.][0-9]{1,3}){3}$ ]] || ! [[ $timeout =~ ^[0-9]+([.][0-9]*)?$ ]]; then
+    echo "cm_wait_mcast: usage: cm_wait_mcast IPV4_GROUP [TIMEOUT_S]" >&2
+    return 2
+  fi
+  steps=$(awk -v t="$timeout" 'BEGIN { printf "%d", t * 20 }')
+  for ((i = 0; ; i++)); do
+    cm_mcast_member "$group" && return 0
+    [ "$i" -lt "$steps" ] || break
+    sleep 0.05
+  done
+  echo "cm_wait_mcast: no live member of $group in $(cm_runtime_dir)/mcast after ${timeout} s" >&2
   return 1
 }

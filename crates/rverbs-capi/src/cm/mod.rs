@@ -32,15 +32,13 @@
 //!   `rdma_reject`, `rdma_establish`, `rdma_disconnect`, `rdma_notify`;
 //! * [`qp`]: `rdma_create_qp`, `rdma_create_qp_ex`, `rdma_destroy_qp`, `rdma_init_qp_attr`;
 //! * [`srq`]: `rdma_create_srq`, `rdma_create_srq_ex`, `rdma_destroy_srq`;
-//! * [`ep`]: `rdma_create_ep`, `rdma_destroy_ep`.
+//! * [`ep`]: `rdma_create_ep`, `rdma_destroy_ep`;
+//! * [`mcast`]: `rdma_join_multicast`, `rdma_join_multicast_ex`, `rdma_leave_multicast`
+//!   (groups are host-wide: every attached QP of the host receives what is sent to one).
 //!
 //! Synchronous ids (`rdma_create_id(NULL, …)`, `rdma_create_ep`) own a private channel:
 //! the calls librdmacm completes wait there for their event and park it in `id->event`
 //! (see [`obj::Id::complete`]).
-//!
-//! Still stubs, answering `ENOSYS` in the function's convention (-1, NULL, or nothing
-//! for `void`), because the engine has no multicast yet:
-//! * [`mcast`]: `rdma_join_multicast`, `rdma_join_multicast_ex`, `rdma_leave_multicast`.
 //!
 //! Not supported: `AF_IB` addresses (`EINVAL`, as librdmacm on a host without AF_IB
 //! support), `RDMA_OPTION_IB_PATH` (`ENOSYS`), the per-device XRC domain librdmacm

@@ -452,6 +452,11 @@ pub fn deliver(core: Event, from: *mut rdma_event_channel) -> Result<*mut rdma_c
             qp_num: u.qp_num,
             qkey: u.qkey,
         };
+        if matches!(ev.core.kind, EventKind::MulticastJoin | EventKind::MulticastError) {
+            // librdmacm's `ucma_process_join`: the join's context, no length.
+            ev.c.param.ud.private_data = ev.core.mc_context as *const c_void;
+            ev.c.param.ud.private_data_len = 0;
+        }
     } else {
         let p = &ev.core.conn;
         ev.c.param.conn = rdma_conn_param {

@@ -11,6 +11,7 @@
 //! acknowledgement counters. Nothing waits for acknowledgements while holding the state.
 
 mod handshake;
+pub(crate) mod mcast;
 mod msg;
 mod qp;
 mod state;
@@ -62,6 +63,8 @@ pub(crate) struct State {
     /// resolution: the kernel's rdma_cm completes them from a work queue, never inside
     /// the call).
     deferred: Vec<(u64, EventKind, i32)>,
+    /// Multicast joins of the ids.
+    pub(crate) mcast: mcast::Joins,
 }
 
 const KEY_QP1: u64 = u64::MAX;
@@ -129,6 +132,7 @@ impl Engine {
                 next_comm: 1,
                 rng: seed | 1,
                 deferred: Vec::new(),
+                mcast: mcast::Joins::default(),
             }),
             qp1,
             table,
@@ -182,7 +186,10 @@ impl Engine {
     fn deliver_deferred(&self) {
         let mut st = self.lock();
         for (n, kind, status) in std::mem::take(&mut st.deferred) {
-            simple_event(&st, n, kind, status);
+            match kind {
+                EventKind::MulticastJoin => mcast::deliver(&mut st, n),
+                _ => simple_event(&st, n, kind, status),
+            }
         }
     }
 
@@ -520,6 +527,7 @@ pub(crate) fn destroy(id: &CmId) -> Result<()> {
         return Err(Error::invalid("rdma_destroy_id", "the id was destroyed"));
     }
     handshake::abandon(e, &mut st, n);
+    mcast::leave_all(&mut st, n);
     let s = st.ids.remove(&n).expect("present");
     if let Some(c) = s.local_comm {
         st.by_comm.remove(&c);

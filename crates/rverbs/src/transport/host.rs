@@ -450,8 +450,9 @@ fn respond_flush<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe) -> Exec {
 }
 
 /// UD: one message to the QP the address handle and `remote_qpn` name, or to every
-/// member of a multicast group (remote QPN 0xFFFFFF and a multicast destination GID;
-/// members of this process only). The requester always completes as sent
+/// member of a multicast group (remote QPN 0xFFFFFF and a multicast destination GID:
+/// the attached QPs of this process, then those of other processes the host-wide record
+/// names, `crate::mcast`). The requester always completes as sent
 /// (rxe `rxe_req.c`): a message above the path MTU is not sent at all (C10-93.1.1);
 /// an unknown or not-ready QP, a Q_Key mismatch or a missing receive drop it silently.
 fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
@@ -471,6 +472,12 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
         for t in dev.mcast.members(&grh_attr.dgid) {
             if ud_accepts(t.rec, ud.remote_qkey) {
                 ud_deliver(qp, wqe, data, &LocalTarget::of(t));
+            }
+        }
+        for (peer, qpn) in crate::mcast::remote_members(dev, &grh_attr.dgid) {
+            let rec = peer.tables().qp(qpn);
+            if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
+                ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer, qpn));
             }
         }
         return done;
