@@ -1,0 +1,152 @@
+//! What the examples share: running the server and the client (two threads of one
+//! process by default, or `server <addr> <port>` / `client <addr> <port> [args…]` as
+//! two processes), the private-data layout of librpma's examples, and the closing
+//! sequences.
+#![allow(dead_code)]
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rverbs_rpma::{Conn, ConnEvent, ConnReq, Error, Peer, Result};
+
+/// How long any wait of an example may take (librpma's examples use 15 s).
+pub const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A server: serves one connection at `addr`:`port` and calls `ready` with the port
+/// once it listens.
+pub type Server = fn(addr: &str, port: u16, ready: &dyn Fn(u16)) -> Result<()>;
+/// A client: connects to `addr`:`port`; `args` are the example's extra arguments.
+pub type Client = fn(addr: &str, port: u16, args: &[String]) -> Result<()>;
+
+/// Runs the example as its command line says and exits: 0 if every side succeeded.
+pub fn main(name: &str, server: Server, client: Client, default_args: &[&str]) -> ! {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        None => both(server, client, default_args),
+        Some("server") if args.len() >= 3 => port(&args[2]).and_then(|p| {
+            server(&args[1], p, &|p| {
+                // For whoever starts the client (port 0 picks one).
+                println!("Waiting for incoming connection on {}:{p}", args[1]);
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+            })
+        }),
+        Some("client") if args.len() >= 3 => port(&args[2]).and_then(|p| client(&args[1], p, &args[3..])),
+        _ => {
+            eprintln!("usage: {name} [server <addr> <port> | client <addr> <port> [{}]]", default_args.join(" "));
+            std::process::exit(2);
+        }
+    };
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("{name}: {e} (code {})", e.code());
+            std::process::exit(1);
+        }
+    }
+}
+
+fn port(s: &str) -> Result<u16> {
+    s.parse().map_err(|_| Error::Inval)
+}
+
+/// The server and the client as two threads over 127.0.0.1, the server on an ephemeral
+/// port.
+fn both(server: Server, client: Client, default_args: &[&str]) -> Result<()> {
+    let (tx, rx) = mpsc::channel();
+    let s = std::thread::spawn(move || {
+        // Dropped when the server returns, which ends the wait for the port if it
+        // failed before listening.
+        let tx = std::sync::Mutex::new(tx);
+        server("127.0.0.1", 0, &|p| {
+            let _ = tx.lock().unwrap().send(p);
+        })
+    });
+    let port = rx.recv_timeout(TIMEOUT).map_err(|_| Error::Provider(libc::ETIMEDOUT));
+    let args: Vec<String> = default_args.iter().map(|s| s.to_string()).collect();
+    let c = port.and_then(|p| client("127.0.0.1", p, &args));
+    let s = s.join().expect("server thread");
+    s.and(c)
+}
+
+/// librpma's examples' private data (`struct common_data`, 28 bytes): the offset of
+/// the user data in the region, the sizes of the descriptors, then the region's
+/// descriptor and the peer configuration's.
+pub struct CommonData {
+    pub data_offset: u16,
+    pub mr_desc: Vec<u8>,
+    pub pcfg_desc: Vec<u8>,
+}
+
+impl CommonData {
+    pub const SIZE: usize = 28;
+
+    pub fn encode(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        b[0..2].copy_from_slice(&self.data_offset.to_ne_bytes());
+        b[2] = self.mr_desc.len() as u8;
+        b[3] = self.pcfg_desc.len() as u8;
+        b[4..4 + self.mr_desc.len()].copy_from_slice(&self.mr_desc);
+        let at = 4 + self.mr_desc.len();
+        b[at..at + self.pcfg_desc.len()].copy_from_slice(&self.pcfg_desc);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<CommonData> {
+        if b.len() < Self::SIZE {
+            return Err(Error::Inval);
+        }
+        let (m, p) = (usize::from(b[2]), usize::from(b[3]));
+        if 4 + m + p > Self::SIZE {
+            return Err(Error::Inval);
+        }
+        Ok(CommonData {
+            data_offset: u16::from_ne_bytes([b[0], b[1]]),
+            mr_desc: b[4..4 + m].to_vec(),
+            pcfg_desc: b[4 + m..4 + m + p].to_vec(),
+        })
+    }
+}
+
+/// The bytes of `b` up to its first NUL, as text.
+pub fn c_str(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// Fails unless `got` is `want`.
+pub fn expect_event(got: ConnEvent, want: ConnEvent) -> Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        eprintln!("unexpected connection event: {got} (waiting for: {want})");
+        Err(Error::Unknown)
+    }
+}
+
+/// Connects a client and waits for ESTABLISHED.
+pub fn client_connect(peer: &Peer, addr: &str, port: u16, pdata: Option<&[u8]>) -> Result<Conn> {
+    let conn = ConnReq::new(peer, addr, port, None)?.connect(pdata)?;
+    expect_event(conn.next_event_timeout(TIMEOUT)?, ConnEvent::Established)?;
+    Ok(conn)
+}
+
+/// Accepts a request and waits for ESTABLISHED.
+pub fn server_accept(req: ConnReq, pdata: Option<&[u8]>) -> Result<Conn> {
+    let conn = req.connect(pdata)?;
+    expect_event(conn.next_event_timeout(TIMEOUT)?, ConnEvent::Established)?;
+    Ok(conn)
+}
+
+/// The side that closes first: disconnect, wait for CLOSED, delete.
+pub fn disconnect_and_wait(conn: Conn) -> Result<()> {
+    conn.disconnect()?;
+    expect_event(conn.next_event_timeout(TIMEOUT)?, ConnEvent::Closed)?;
+    conn.delete()
+}
+
+/// The side that is closed: wait for CLOSED, disconnect, delete.
+pub fn wait_and_disconnect(conn: Conn) -> Result<()> {
+    expect_event(conn.next_event_timeout(TIMEOUT)?, ConnEvent::Closed)?;
+    conn.disconnect()?;
+    conn.delete()
+}

@@ -1,0 +1,113 @@
+//! librpma's model in Rust: remote persistent-memory access over RDMA connections, on
+//! the rverbs device and its connection manager.
+//!
+//! librpma (1.2, as Debian ships it) gives an application a few objects and hides the
+//! verbs and rdma_cm calls behind them; this crate gives the same objects, with the same
+//! rules and error codes, in safe Rust:
+//!
+//! | librpma | here |
+//! |---|---|
+//! | `rpma_utils_get_ibv_context` + `rpma_peer_new` | [`Peer::new`] (an IP address names the device, as rdma_cm decides) |
+//! | `rpma_peer_cfg` (1-byte descriptor) | [`PeerCfg`] |
+//! | `rpma_mr_reg`, `rpma_mr_local` | [`MrLocal`] (usage → access as librpma maps it; 21-byte descriptor) |
+//! | `rpma_mr_remote_from_descriptor` | [`MrRemote`] |
+//! | `rpma_conn_cfg` | [`ConnCfg`] |
+//! | `rpma_ep_listen`, `rpma_ep_next_conn_req` | [`Endpoint`] |
+//! | `rpma_conn_req_new`, `_recv`, `_connect` | [`ConnReq`] ([`ConnReq::connect`] consumes it) |
+//! | `rpma_conn`: events, private data, read/write/send/recv/flush/atomic write | [`Conn`] |
+//! | `rpma_cq`: `rpma_cq_wait`, `rpma_cq_get_wc`, `rpma_cq_get_fd` | [`Cq`], [`Wc`] |
+//! | `RPMA_E_*` | [`Error`] ([`Error::code`] gives the C value) |
+//! | `RPMA_F_COMPLETION_*` | [`CompletionFlags`] |
+//!
+//! Completions follow rpma_cq_get_wc(3) sentence by sentence: all operations complete
+//! on error, only [`CompletionFlags::Always`] ones on success (librpma's mapping to the
+//! verbs signaled flag); [`Cq::get_wc`] returns the oldest completions first, at most as
+//! many as the slice holds, `NoCompletion` when there are none; with a receive CQ the
+//! main CQ never returns receives; an error completion only answers `wr_id`, `status`,
+//! `qp_num` and `vendor_err` ([`Wc`]). Flush and atomic write are librpma 1.2's
+//! emulations: an 8-byte RDMA READ after the writes into a private buffer, and a fenced
+//! inline 8-byte RDMA WRITE.
+//!
+//! Interoperable with C: the descriptors, private data and immediate data are those of
+//! librpma, so a Rust client works with a C librpma server running on the drop-in
+//! libraries and the reverse (`tests/interop.rs`).
+//!
+//! Differences from librpma: memory regions are allocated by their registration
+//! ([`MrLocal::new`]; safe Rust cannot give the device memory the program owns);
+//! `flags == 0` and NULL arguments cannot be expressed; the blocking waits have bounded
+//! variants (`*_timeout`); on a non-blocking fd, [`Endpoint::next_conn_req`] and
+//! [`Conn::next_event`] report `NoEvent` (librpma 1.2 only does for `ENODATA`).
+//!
+//! Not in this slice: shared receive queues (`rpma_srq`, `rpma_conn_cfg_set_srq`),
+//! serving many connections from one epoll loop (rpma examples 06 and 13; the fds are
+//! here, [`Endpoint::fd`], [`Conn::fd`], [`Cq::fd`], but no example or test yet),
+//! registering caller memory, `rpma_mr_advise`, ODP, native flush and atomic write
+//! (rdma-core ≥ 45), logging.
+//!
+//! A client reads a server's memory, the server's region descriptor travelling in the
+//! private data of the accept (rpma example 02):
+//!
+//! ```
+//! use rverbs_rpma::*;
+//! use std::time::Duration;
+//!
+//! let peer = Peer::new("127.0.0.1", ContextType::Local)?;
+//! let ep = Endpoint::listen(&peer, "127.0.0.1", 0)?;
+//! let port = ep.local_addr().unwrap().port();
+//!
+//! let server = std::thread::spawn(move || -> Result<()> {
+//!     let mr = MrLocal::new(&peer, 64, Usage::READ_SRC)?;
+//!     mr.write(0, b"Hello client!\0")?;
+//!     let req = ep.next_conn_req_timeout(None, Duration::from_secs(10))?;
+//!     let conn = req.connect(Some(&mr.descriptor()))?;
+//!     assert_eq!(conn.next_event()?, ConnEvent::Established);
+//!     // The client reads, then disconnects.
+//!     assert_eq!(conn.next_event_timeout(Duration::from_secs(10))?, ConnEvent::Closed);
+//!     conn.disconnect()?;
+//!     conn.delete()
+//! });
+//!
+//! let peer = Peer::new("127.0.0.1", ContextType::Remote)?;
+//! let dst = MrLocal::new(&peer, 64, Usage::READ_DST)?;
+//! let req = ConnReq::new(&peer, "127.0.0.1", port, None)?;
+//! let conn = req.connect(None)?;
+//! assert_eq!(conn.next_event()?, ConnEvent::Established);
+//! let src = MrRemote::from_descriptor(conn.private_data().unwrap())?;
+//! conn.read(&dst, 0, &src, 0, src.size(), CompletionFlags::Always, 7)?;
+//! let cq = conn.get_cq();
+//! cq.wait()?;
+//! let wc = cq.get_wc_one()?;
+//! assert!(wc.is_success());
+//! assert_eq!(wc.wr_id(), 7);
+//! assert_eq!(wc.opcode(), Some(rverbs::WcOpcode::RdmaRead));
+//! assert_eq!(&dst.to_vec(0, 13)?, b"Hello client!");
+//! conn.disconnect()?;
+//! assert_eq!(conn.next_event_timeout(Duration::from_secs(10))?, ConnEvent::Closed);
+//! conn.delete()?;
+//! server.join().unwrap()?;
+//! # Ok::<(), rverbs_rpma::Error>(())
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod cfg;
+mod conn;
+mod cq;
+mod ep;
+mod error;
+mod flags;
+mod mr;
+mod peer;
+mod util;
+
+pub use cfg::ConnCfg;
+pub use conn::{Conn, ConnEvent, ATOMIC_WRITE_ALIGNMENT};
+pub use cq::{Cq, Wc};
+pub use ep::{ConnReq, Endpoint};
+pub use error::{Error, Result};
+pub use flags::{CompletionFlags, FlushType, Usage};
+pub use mr::{MrLocal, MrRemote, MR_DESCRIPTOR_SIZE};
+pub use peer::{context_for, ContextType, Peer, PeerCfg};
+
+/// The verbs crate, for the types completions and regions expose.
+pub use rverbs;

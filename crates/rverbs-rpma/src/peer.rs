@@ -1,0 +1,172 @@
+//! Peers (`struct rpma_peer`) and peer configurations (`struct rpma_peer_cfg`).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rverbs::{Context, Pd, QpType};
+use rverbs_cm::{CmId, EventChannel, EventKind, PortSpace};
+
+use crate::error::{Error, Result};
+use crate::util;
+
+/// Which side of a connection an address names (`enum rpma_util_ibv_context_type`,
+/// rpma_utils_get_ibv_context(3)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ContextType {
+    /// `RPMA_UTIL_IBV_CONTEXT_LOCAL`: an address of this host (a server's listening
+    /// address): the device is found by binding to it.
+    Local,
+    /// `RPMA_UTIL_IBV_CONTEXT_REMOTE`: the address of the other side (a client's
+    /// server): the device is the one the route to it leaves from.
+    Remote,
+}
+
+/// The time rpma_utils_get_ibv_context(3) gives rdma_resolve_addr(3) (1000 ms).
+const RESOLVE_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The device context an IP address leads to, found as rpma_utils_get_ibv_context(3)
+/// finds it: a temporary connection id of the TCP port space is bound to the local
+/// address (`Local`) or resolves the remote one (`Remote`); the device is the one whose
+/// GID table holds the id's source address (rdma_cm(7): an IP address names the device
+/// that holds it). The id is destroyed before returning.
+///
+/// Errors: `Provider` if the address cannot be bound or resolved (e.g.
+/// `EADDRNOTAVAIL` for an address of no local interface) or names no device
+/// (`ENODEV`, e.g. a wildcard address).
+pub fn context_for(addr: &str, ty: ContextType) -> Result<Context> {
+    let sa = util::lookup(addr, 0)?;
+    let ch = EventChannel::new()?;
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
+    let found = (|| -> Result<IpAddr> {
+        match ty {
+            ContextType::Local => id.bind_addr(sa)?,
+            ContextType::Remote => {
+                id.resolve_addr(None, sa, RESOLVE_TIMEOUT.as_millis() as i32)?;
+                let ev = util::cm_event(&ch, Some(RESOLVE_TIMEOUT))?;
+                if ev.kind != EventKind::AddrResolved {
+                    return Err(Error::Provider(if ev.status < 0 { -ev.status } else { libc::EHOSTUNREACH }));
+                }
+            }
+        }
+        if !id.has_device() {
+            return Err(Error::Provider(libc::ENODEV));
+        }
+        id.src_addr().map(|a| a.ip()).ok_or(Error::Provider(libc::ENODEV))
+    })();
+    let _ = id.destroy();
+    let ip = found?;
+    for dev in rverbs::devices()? {
+        let ctx = dev.open()?;
+        if rverbs_cm::addr::local_gid(&ctx, ip).is_some() {
+            return Ok(ctx);
+        }
+    }
+    Err(Error::Provider(libc::ENODEV))
+}
+
+struct PeerInner {
+    ctx: Context,
+    pd: Pd,
+}
+
+/// A peer (`struct rpma_peer`): a device context and a protection domain that every
+/// memory region, endpoint and connection made from it shares. Cloning shares the peer.
+///
+/// rpma_peer_new(3): "creates a new peer object" from an RDMA device context; here the
+/// context comes from an IP address ([`Peer::new`]) or is given ([`Peer::from_context`]).
+#[derive(Clone)]
+pub struct Peer {
+    inner: Arc<PeerInner>,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer").field("device", &self.inner.ctx.device_name()).field("pd", &self.inner.pd).finish()
+    }
+}
+
+impl Peer {
+    /// The peer of the device `addr` leads to: rpma_utils_get_ibv_context(3) (see
+    /// [`context_for`]) followed by rpma_peer_new(3).
+    ///
+    /// Errors: `Provider` (no device for the address), `NoMem` (no protection domain
+    /// left).
+    pub fn new(addr: &str, ty: ContextType) -> Result<Peer> {
+        Peer::from_context(context_for(addr, ty)?)
+    }
+
+    /// The peer of an open device context (rpma_peer_new(3)): allocates its protection
+    /// domain.
+    ///
+    /// Errors: `NoMem` if ibv_alloc_pd(3) fails with ENOMEM, `Provider` otherwise.
+    pub fn from_context(ctx: Context) -> Result<Peer> {
+        let pd = ctx.alloc_pd().map_err(|e| Error::alloc(e.errno()))?;
+        Ok(Peer { inner: Arc::new(PeerInner { ctx, pd }) })
+    }
+
+    /// The device context.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Pd {
+        &self.inner.pd
+    }
+
+    /// Deletes the peer (rpma_peer_delete(3)): deallocates the protection domain.
+    ///
+    /// Errors: `Provider(EBUSY)` while memory regions or connections of the peer exist
+    /// (ibv_dealloc_pd(3) fails), as in librpma.
+    pub fn delete(self) -> Result<()> {
+        self.inner.pd.dealloc().map_err(Error::from)
+    }
+}
+
+/// A peer configuration (`struct rpma_peer_cfg`): what a peer tells the other side about
+/// itself, shipped as a 1-byte descriptor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PeerCfg {
+    direct_write_to_pmem: bool,
+}
+
+impl PeerCfg {
+    /// The size of a peer-configuration descriptor (rpma_peer_cfg_get_descriptor_size(3)):
+    /// 1 byte.
+    pub const DESCRIPTOR_SIZE: usize = 1;
+
+    /// A configuration with direct write to pmem off (rpma_peer_cfg_new(3)).
+    pub fn new() -> PeerCfg {
+        PeerCfg::default()
+    }
+
+    /// Declares whether RDMA writes to this peer's persistent memory are persistent once
+    /// flushed (rpma_peer_cfg_set_direct_write_to_pmem(3)).
+    pub fn set_direct_write_to_pmem(&mut self, supported: bool) -> &mut Self {
+        self.direct_write_to_pmem = supported;
+        self
+    }
+
+    /// Whether direct write to pmem is declared (rpma_peer_cfg_get_direct_write_to_pmem(3)).
+    pub fn direct_write_to_pmem(&self) -> bool {
+        self.direct_write_to_pmem
+    }
+
+    /// The descriptor (rpma_peer_cfg_get_descriptor(3)): one byte, 1 if direct write to
+    /// pmem is supported, else 0.
+    pub fn descriptor(&self) -> [u8; Self::DESCRIPTOR_SIZE] {
+        [u8::from(self.direct_write_to_pmem)]
+    }
+
+    /// The configuration a descriptor describes (rpma_peer_cfg_from_descriptor(3)); only
+    /// the first byte is read, non-zero meaning direct write to pmem.
+    ///
+    /// Errors: `Inval` if `desc` is empty.
+    pub fn from_descriptor(desc: &[u8]) -> Result<PeerCfg> {
+        match desc.first() {
+            Some(&b) => Ok(PeerCfg { direct_write_to_pmem: b != 0 }),
+            None => Err(Error::Inval),
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Runs every example (`examples/*.rs`, Rust ports of librpma's examples) and checks its
+//! exit status and success lines; one also runs as two processes (`server` and
+//! `client` subcommands). Each run is bounded by `timeout(1)`.
+//!
+//! `cargo test` builds the examples next to this test (`target/<profile>/examples`);
+//! if they are missing (e.g. `cargo test --test examples`), they are built here into a
+//! target directory of their own under `CARGO_TARGET_TMPDIR` (the one `cargo test`
+//! holds would wait for its lock).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+const EXAMPLES: [&str; 7] = [
+    "readme",
+    "01-connection",
+    "02-read-to-volatile",
+    "04-write-to-persistent",
+    "08-messages-ping-pong",
+    "10-send-with-imm",
+    "11-write-with-imm",
+];
+
+/// The directory holding the built examples.
+fn examples_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let beside = exe.parent().and_then(Path::parent).map(|p| p.join("examples"));
+        if let Some(dir) = beside.filter(|d| fresh(d)) {
+            return dir;
+        }
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rpma-examples");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["build", "--quiet", "-p", "rverbs-rpma", "--examples", "--target-dir"])
+            .arg(&target)
+            .output()
+            .expect("run cargo");
+        assert!(out.status.success(), "building the examples failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        target.join("debug/examples")
+    })
+    .clone()
+}
+
+/// The newest modification time of the files under `dir`.
+fn newest(dir: &Path) -> std::time::SystemTime {
+    let mut t = std::time::SystemTime::UNIX_EPOCH;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let m = if p.is_dir() { newest(&p) } else { e.metadata().and_then(|m| m.modified()).unwrap_or(t) };
+        t = t.max(m);
+    }
+    t
+}
+
+/// Whether `dir` holds every example, built after the crate's sources last changed.
+fn fresh(dir: &Path) -> bool {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sources = newest(&crate_dir.join("src")).max(newest(&crate_dir.join("examples")));
+    EXAMPLES.iter().all(|e| {
+        std::fs::metadata(dir.join(e)).and_then(|m| m.modified()).is_ok_and(|t| t >= sources)
+    })
+}
+
+/// Runs `name` with `args` (at most 120 s); returns its stdout after checking it
+/// exited 0.
+fn run(name: &str, args: &[&str]) -> String {
+    let exe = examples_dir().join(name);
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(&exe)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name} {args:?} failed ({}):\n{stdout}{stderr}", out.status);
+    stdout
+}
+
+fn assert_lines(name: &str, out: &str, want: &[&str]) {
+    for w in want {
+        assert!(out.lines().any(|l| l == *w), "{name}: no line {w:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn ex01_connection() {
+    let out = run("01-connection", &[]);
+    assert_lines("01", &out, &["Received a message: Hello server!", "Received a message: Hello client!"]);
+}
+
+#[test]
+fn ex02_read_to_volatile() {
+    let out = run("02-read-to-volatile", &[]);
+    assert_lines("02", &out, &["Read a message: Hello client!"]);
+}
+
+#[test]
+fn ex04_write_to_persistent() {
+    let out = run("04-write-to-persistent", &[]);
+    assert_lines("04", &out, &["Next value: Hello world!", "New value: Hello world!"]);
+}
+
+#[test]
+fn ex08_messages_ping_pong() {
+    let out = run("08-messages-ping-pong", &[]);
+    // Client: sends 7, gets 8, sends 8, gets 9; server: the reverse.
+    let count = |l: &str| out.lines().filter(|x| *x == l).count();
+    assert_eq!(count("Value sent: 7"), 1, "{out}");
+    assert_eq!(count("Value received: 7"), 1, "{out}");
+    assert_eq!(count("Value sent: 8"), 2, "{out}");
+    assert_eq!(count("Value received: 8"), 2, "{out}");
+    assert_eq!(count("Value sent: 9"), 1, "{out}");
+    assert_eq!(count("Value received: 9"), 1, "{out}");
+}
+
+#[test]
+fn ex10_send_with_imm() {
+    let out = run("10-send-with-imm", &[]);
+    assert_lines(
+        "10",
+        &out,
+        &["Sending value '1st_word' with immediate data '1234'", "Received value '1st_word' with immediate data '1234'"],
+    );
+}
+
+#[test]
+fn ex11_write_with_imm() {
+    let out = run("11-write-with-imm", &[]);
+    assert_lines("11", &out, &["The value '1234' was written together with immediate data '1234'"]);
+}
+
+/// Example 10 as two processes: the server on an ephemeral port (found from its
+/// "Waiting for incoming connection" line), the client with its own arguments (a
+/// 0-byte send with immediate data 77).
+#[test]
+fn ex10_as_two_processes() {
+    let exe = examples_dir().join("10-send-with-imm");
+    let mut server = Command::new("timeout")
+        .arg("120")
+        .arg(&exe)
+        .args(["server", "127.0.0.1", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the server");
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line from the server").unwrap();
+    let port = first.strip_prefix("Waiting for incoming connection on 127.0.0.1:").unwrap_or_else(|| panic!("{first}"));
+    let out = run("10-send-with-imm", &["client", "127.0.0.1", port, "77"]);
+    assert_lines("10 client", &out, &["Sending immediate data '77'"]);
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(server.wait().unwrap().success(), "{rest:?}");
+    assert_eq!(rest, ["Received value '' with immediate data '77'"]);
+}
+
+#[test]
+fn readme_example_runs() {
+    let out = run("readme", &[]);
+    assert_lines("readme", &out, &["New value: Hello world!"]);
+}
+
+/// The README's librpma snippet is the text between the markers of
+/// `examples/readme.rs`, line for line (the README fences it `ignore`: its snippets are
+/// doctests of crate `rverbs`, which does not depend on this crate).
+#[test]
+fn readme_snippet_is_the_example() {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(crate_dir.join("examples/readme.rs")).unwrap();
+    let body = example.split("// README begin\n").nth(1).and_then(|s| s.split("// README end\n").next()).expect("markers");
+    let readme = std::fs::read_to_string(crate_dir.join("../../README.md")).unwrap();
+    let block = readme
+        .split("```rust,ignore\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains("rverbs_rpma"))
+        .expect("the README has an rverbs_rpma snippet");
+    assert_eq!(block, body);
+}
