@@ -74,11 +74,15 @@ fn c_peer() -> PathBuf {
         assert!(Path::new("/usr/include/librpma.h").is_file(), "/usr/include/librpma.h missing: install librpma-dev");
         let dir = dropin();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rpma_peer.c");
-        let exe = dir.join("rpma_peer");
+        // Each test binary process compiles its own copy and renames it into place: a
+        // test of another process may be executing the file (writing it would fail with
+        // ETXTBSY; a rename replaces it atomically).
+        let exe = dir.join(format!("rpma_peer-{}", std::process::id()));
+        let tmp = dir.join(format!(".rpma_peer-{}.tmp", std::process::id()));
         let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
         let out = Command::new(&cc)
             .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-o"])
-            .arg(&exe)
+            .arg(&tmp)
             .arg(&src)
             .arg("-L")
             .arg(&dir)
@@ -86,6 +90,7 @@ fn c_peer() -> PathBuf {
             .output()
             .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
         assert!(out.status.success(), "{cc} {}:\n{}", src.display(), String::from_utf8_lossy(&out.stderr));
+        std::fs::rename(&tmp, &exe).expect("rename the C peer into place");
         exe
     })
     .clone()
