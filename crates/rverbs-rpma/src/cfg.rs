@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
+use crate::srq::Srq;
+
 /// How a connection's queues are sized and how long its setup may wait
 /// (rpma_conn_cfg_new(3)). The defaults are librpma's: timeout 1000 ms, CQ 10, no
-/// receive CQ, SQ 10, RQ 10, no shared completion channel.
-///
-/// Not in this slice: a shared receive queue (rpma_conn_cfg_set_srq(3)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// receive CQ, SQ 10, RQ 10, no shared completion channel, no shared receive queue.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConnCfg {
     timeout: Duration,
     cq_size: u32,
@@ -15,6 +15,7 @@ pub struct ConnCfg {
     sq_size: u32,
     rq_size: u32,
     shared_comp_channel: bool,
+    srq: Option<Srq>,
 }
 
 impl Default for ConnCfg {
@@ -26,6 +27,7 @@ impl Default for ConnCfg {
             sq_size: 10,
             rq_size: 10,
             shared_comp_channel: false,
+            srq: None,
         }
     }
 }
@@ -104,5 +106,22 @@ impl ConnCfg {
     /// Whether the completion channel is shared (rpma_conn_cfg_get_compl_channel(3)).
     pub fn compl_channel(&self) -> bool {
         self.shared_comp_channel
+    }
+
+    /// Makes the connections take their receives from `srq` (or from their own receive
+    /// queue again: `None`) (rpma_conn_cfg_set_srq(3)). If the shared queue has a
+    /// receive CQ of its own ([`Srq::get_rcq`]), the receives complete there and the
+    /// connection gets no receive CQ whatever [`ConnCfg::rcq_size`] says; a shared
+    /// completion channel ([`ConnCfg::set_compl_channel`]) cannot be combined with such
+    /// a queue: creating a connection request fails with `Inval`. Posting receives
+    /// goes through [`Srq::recv`]; [`crate::Conn::recv`] fails (`Provider`).
+    pub fn set_srq(&mut self, srq: Option<&Srq>) -> &mut Self {
+        self.srq = srq.cloned();
+        self
+    }
+
+    /// The shared receive queue (rpma_conn_cfg_get_srq(3)).
+    pub fn srq(&self) -> Option<&Srq> {
+        self.srq.as_ref()
     }
 }

@@ -24,6 +24,7 @@ use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::mr::MrLocal;
 use crate::peer::Peer;
+use crate::srq::Srq;
 use crate::util;
 
 /// librpma's `max_send_sge` and `max_recv_sge` (`RPMA_MAX_SGE`).
@@ -32,24 +33,34 @@ const MAX_SGE: u32 = 1;
 /// atomic write.
 const MAX_INLINE_DATA: u32 = 8;
 
-/// The queues of a connection: its QP, main CQ, optional receive CQ and optional shared
-/// completion channel.
+/// The queues of a connection: its QP, main CQ, optional receive CQ, optional shared
+/// completion channel and optional shared receive queue (held, not owned).
 pub(crate) struct Queues {
     pub(crate) qp: Qp,
     pub(crate) cq: Cq,
     pub(crate) rcq: Option<Cq>,
     pub(crate) shared: Option<CompChannel>,
+    /// Held so the queue outlives the QP that takes receives from it.
+    _srq: Option<Srq>,
 }
 
 impl Queues {
     /// Creates the completion channel(s), CQ(s) and the RC QP of `cfg` on `peer` and
-    /// attaches the QP to `id` (librpma's `rpma_conn_req_new_from_id`).
+    /// attaches the QP to `id` (librpma's `rpma_conn_req_new_from_id`). With a shared
+    /// receive queue that has a receive CQ of its own, the receives complete there and
+    /// the connection gets no receive CQ; a shared completion channel cannot be had
+    /// then (`Inval`).
     fn new(peer: &Peer, id: &CmId, cfg: &ConnCfg) -> Result<Queues> {
+        let srq = cfg.srq().cloned();
+        let srq_rcq = srq.as_ref().and_then(Srq::get_rcq);
+        if cfg.compl_channel() && srq_rcq.is_some() {
+            return Err(Error::Inval);
+        }
         let ctx = peer.context();
         let shared = if cfg.compl_channel() { Some(ctx.create_comp_channel()?) } else { None };
         let cq = Cq::new(ctx, cfg.cq_size(), shared.as_ref())?;
         let rcq = match cfg.rcq_size() {
-            0 => None,
+            n if n == 0 || srq_rcq.is_some() => None,
             n => Some(Cq::new(ctx, n, shared.as_ref())?),
         };
         let cap = QpCap {
@@ -60,11 +71,12 @@ impl Queues {
             max_inline_data: MAX_INLINE_DATA,
         };
         let mut init = QpInit::new(QpType::Rc, cq.as_verbs(), cap);
-        if let Some(r) = &rcq {
+        if let Some(r) = srq_rcq.or(rcq.as_ref()) {
             init.recv_cq = r.as_verbs();
         }
+        init.srq = srq.as_ref().map(Srq::as_verbs);
         let qp = peer.pd().create_qp(&init)?;
-        let q = Queues { qp, cq, rcq, shared };
+        let q = Queues { qp, cq, rcq, shared, _srq: srq };
         if let Err(e) = id.attach_qp(q.qp.clone()) {
             let _ = q.destroy(None);
             return Err(e.into());
@@ -183,7 +195,7 @@ impl Endpoint {
         }
         let id = ev.id.clone();
         let private_data = ev.conn.private_data.clone();
-        let cfg = cfg.copied().unwrap_or_default();
+        let cfg = cfg.cloned().unwrap_or_default();
         let built = (|| -> Result<(Queues, EventChannel)> {
             let q = Queues::new(&self.peer, &id, &cfg)?;
             Ok((q, EventChannel::new()?))
@@ -249,7 +261,7 @@ impl ConnReq {
     /// Errors: `Provider` if the address cannot be looked up or resolved (e.g.
     /// `ETIMEDOUT`, `EHOSTUNREACH`) or the queues cannot be created.
     pub fn new(peer: &Peer, addr: &str, port: u16, cfg: Option<&ConnCfg>) -> Result<ConnReq> {
-        let cfg = cfg.copied().unwrap_or_default();
+        let cfg = cfg.cloned().unwrap_or_default();
         let dst = util::lookup(addr, port)?;
         let ch = EventChannel::new()?;
         let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
@@ -353,6 +365,17 @@ impl Drop for ConnReq {
 
 /// Posts one receive as librpma's `rpma_mr_recv` does.
 pub(crate) fn post_recv(qp: &Qp, dst: Option<&MrLocal>, offset: usize, len: usize, op_context: u64) -> Result<()> {
+    post_recv_to(|wr| qp.post_recv(wr), dst, offset, len, op_context)
+}
+
+/// Posts one receive through `post` (a QP's or a shared receive queue's).
+pub(crate) fn post_recv_to(
+    post: impl FnOnce(&[RecvWr<'_>]) -> std::result::Result<(), rverbs::PostError>,
+    dst: Option<&MrLocal>,
+    offset: usize,
+    len: usize,
+    op_context: u64,
+) -> Result<()> {
     let sge;
     let list: &[rverbs::Sge] = match dst {
         Some(mr) => {
@@ -362,5 +385,5 @@ pub(crate) fn post_recv(qp: &Qp, dst: Option<&MrLocal>, offset: usize, len: usiz
         None if offset != 0 || len != 0 => return Err(Error::Inval),
         None => &[],
     };
-    qp.post_recv(&[RecvWr::new(op_context, list)]).map_err(Error::from)
+    post(&[RecvWr::new(op_context, list)]).map_err(Error::from)
 }

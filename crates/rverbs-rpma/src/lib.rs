@@ -16,6 +16,7 @@
 //! | `rpma_conn_req_new`, `_recv`, `_connect` | [`ConnReq`] ([`ConnReq::connect`] consumes it) |
 //! | `rpma_conn`: events, private data, read/write/send/recv/flush/atomic write | [`Conn`] |
 //! | `rpma_cq`: `rpma_cq_wait`, `rpma_cq_get_wc`, `rpma_cq_get_fd` | [`Cq`], [`Wc`] |
+//! | `rpma_srq_cfg`, `rpma_srq` (`rpma_srq_recv`, `rpma_srq_get_rcq`), `rpma_conn_cfg_set_srq` | [`SrqCfg`], [`Srq`], [`ConnCfg::set_srq`] |
 //! | `RPMA_E_*` | [`Error`] ([`Error::code`] gives the C value) |
 //! | `RPMA_F_COMPLETION_*` | [`CompletionFlags`] |
 //!
@@ -38,11 +39,16 @@
 //! variants (`*_timeout`); on a non-blocking fd, [`Endpoint::next_conn_req`] and
 //! [`Conn::next_event`] report `NoEvent` (librpma 1.2 only does for `ENODATA`).
 //!
-//! Not in this slice: shared receive queues (`rpma_srq`, `rpma_conn_cfg_set_srq`),
-//! serving many connections from one epoll loop (rpma examples 06 and 13; the fds are
-//! here, [`Endpoint::fd`], [`Conn::fd`], [`Cq::fd`], but no example or test yet),
-//! registering caller memory, `rpma_mr_advise`, ODP, native flush and atomic write
-//! (rdma-core ≥ 45), logging.
+//! Shared receive queues follow rpma-rdmacm.md §1.3: an [`Srq`] with a receive CQ of
+//! its own (the default) takes the receives of every connection naming it, and those
+//! connections get no receive CQ; a shared completion channel together with such an
+//! SRQ is `Inval` when the connection request is created; a completion's
+//! [`Wc::qp_num`] is the local QP of the connection ([`Conn::qp_num`]).
+//!
+//! Not yet: serving many connections from one epoll loop (rpma examples 06, 06scch and
+//! 13; the fds are here, [`Endpoint::fd`], [`Conn::fd`], [`Cq::fd`],
+//! [`Conn::compl_fd`], but no example or test yet), registering caller memory,
+//! `rpma_mr_advise`, ODP, native flush and atomic write (rdma-core ≥ 45), logging.
 //!
 //! A client reads a server's memory, the server's region descriptor travelling in the
 //! private data of the accept (rpma example 02):
@@ -98,6 +104,7 @@ mod error;
 mod flags;
 mod mr;
 mod peer;
+mod srq;
 mod util;
 
 pub use cfg::ConnCfg;
@@ -108,6 +115,7 @@ pub use error::{Error, Result};
 pub use flags::{CompletionFlags, FlushType, Usage};
 pub use mr::{MrLocal, MrRemote, MR_DESCRIPTOR_SIZE};
 pub use peer::{context_for, ContextType, Peer, PeerCfg};
+pub use srq::{Srq, SrqCfg};
 
 /// The verbs crate, for the types completions and regions expose.
 pub use rverbs;

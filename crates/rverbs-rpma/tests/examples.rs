@@ -12,14 +12,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-const EXAMPLES: [&str; 7] = [
+const EXAMPLES: [&str; 10] = [
     "readme",
     "01-connection",
     "02-read-to-volatile",
     "04-write-to-persistent",
     "08-messages-ping-pong",
+    "08srq-simple-messages-ping-pong-with-srq",
     "10-send-with-imm",
     "11-write-with-imm",
+    "12-receive-completion-queue",
+    "12scch-receive-completion-queue",
 ];
 
 /// The directory holding the built examples.
@@ -118,6 +121,44 @@ fn ex08_messages_ping_pong() {
     assert_eq!(count("Value received: 9"), 1, "{out}");
 }
 
+/// Example 08srq in its three modes (receives completing to the SRQ's receive CQ, the
+/// connection's main CQ, the connection's receive CQ): three round trips from seed 7.
+#[test]
+fn ex08srq_messages_ping_pong_with_srq() {
+    for mode in [&[][..], &["m"], &["r"]] {
+        let out = run("08srq-simple-messages-ping-pong-with-srq", mode);
+        let count = |l: &str| out.lines().filter(|x| *x == l).count();
+        for (line, n) in [("Value sent: 7", 1), ("Value received: 7", 1), ("Value sent: 8", 2), ("Value received: 8", 2)] {
+            assert_eq!(count(line), n, "{mode:?} {line}: {out}");
+        }
+        for (line, n) in [("Value sent: 9", 2), ("Value received: 9", 2), ("Value sent: 10", 1), ("Value received: 10", 1)] {
+            assert_eq!(count(line), n, "{mode:?} {line}: {out}");
+        }
+    }
+}
+
+/// Example 08srq as two processes, the server in mode `r`.
+#[test]
+fn ex08srq_as_two_processes() {
+    let exe = examples_dir().join("08srq-simple-messages-ping-pong-with-srq");
+    let mut server = Command::new("timeout")
+        .arg("120")
+        .arg(&exe)
+        .args(["server", "127.0.0.1", "0", "r"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the server");
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line from the server").unwrap();
+    let port = first.strip_prefix("Waiting for incoming connection on 127.0.0.1:").unwrap_or_else(|| panic!("{first}"));
+    let out = run("08srq-simple-messages-ping-pong-with-srq", &["client", "127.0.0.1", port, "40", "2"]);
+    assert_lines("08srq client", &out, &["Value sent: 40", "Value received: 41", "Value sent: 41", "Value received: 42"]);
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(server.wait().unwrap().success(), "{rest:?}");
+    assert_eq!(rest, ["Value received: 40", "Value sent: 41", "Value received: 41", "Value sent: 42"]);
+}
+
 #[test]
 fn ex10_send_with_imm() {
     let out = run("10-send-with-imm", &[]);
@@ -132,6 +173,30 @@ fn ex10_send_with_imm() {
 fn ex11_write_with_imm() {
     let out = run("11-write-with-imm", &[]);
     assert_lines("11", &out, &["The value '1234' was written together with immediate data '1234'"]);
+}
+
+/// Examples 12 and 12scch (receive CQ; and with a shared completion channel): start 7,
+/// 3 rounds, so two round trips.
+#[test]
+fn ex12_receive_completion_queue() {
+    for name in ["12-receive-completion-queue", "12scch-receive-completion-queue"] {
+        let out = run(name, &[]);
+        let want = [
+            "CLIENT: Value sent: 7",
+            "SERVER: Value received: 7",
+            "SERVER: Value sent: 8",
+            "CLIENT: Value received: 8",
+            "CLIENT: Value sent: 8",
+            "SERVER: Value received: 8",
+            "SERVER: Value sent: 9",
+            "CLIENT: Value received: 9",
+        ];
+        let mut got: Vec<&str> = out.lines().collect();
+        got.sort_unstable();
+        let mut want = want.to_vec();
+        want.sort_unstable();
+        assert_eq!(got, want, "{name}:\n{out}");
+    }
 }
 
 /// Example 10 as two processes: the server on an ephemeral port (found from its

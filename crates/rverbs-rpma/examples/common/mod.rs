@@ -20,7 +20,12 @@ pub type Client = fn(addr: &str, port: u16, args: &[String]) -> Result<()>;
 
 /// Runs the example as its command line says and exits: 0 if every side succeeded.
 pub fn main(name: &str, server: Server, client: Client, default_args: &[&str]) -> ! {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    main_with(name, server, client, default_args, std::env::args().skip(1).collect())
+}
+
+/// As [`main`] with the command line `args` (without the program name): for examples
+/// that take arguments of their own first.
+pub fn main_with(name: &str, server: Server, client: Client, default_args: &[&str], args: Vec<String>) -> ! {
     let result = match args.first().map(String::as_str) {
         None => both(server, client, default_args),
         Some("server") if args.len() >= 3 => port(&args[2]).and_then(|p| {
