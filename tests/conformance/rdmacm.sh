@@ -116,6 +116,13 @@ if [ -n "$other_ip" ]; then
 else
   echo "SKIP rping on another address: the host has no global IPv4 address"
 fi
+# A global IPv6 address of the host (its GID is the address itself).
+ip6=$(ip -6 -o addr show scope global 2>/dev/null | awk '{ split($4, a, "/"); print a[1]; exit }' || true)
+if [ -n "$ip6" ]; then
+  rping_pair "rping -C 10 -v ($ip6)" "$ip6"
+else
+  echo "SKIP rping over IPv6: the host has no global IPv6 address"
+fi
 
 label="rping -P (persistent server, 3 clients in turn)"
 scmd=(rping -s -P -a 127.0.0.1 -p "$port" -v -C 5)

@@ -4,8 +4,9 @@
 //! configuration, kernel module or privilege.
 //! Rule: ibv_query_port(3): one port (1), ACTIVE, link layer Ethernet (RoCE v2, like
 //! Soft-RoCE); the GID table is index 0 = link-local `fe80::` + EUI-64, then one
-//! IPv4-mapped GID `::ffff:a.b.c.d` per IPv4 address of the host
-//! (as the kernel's `roce_gid_mgmt.c` fills rxe's table).
+//! IPv4-mapped GID `::ffff:a.b.c.d` per IPv4 address of the host, then one GID per other
+//! IPv6 address (not loopback, not link-local) (as the kernel's `roce_gid_mgmt.c` fills
+//! rxe's table).
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -472,6 +473,28 @@ impl DeviceInner {
                 ifindex: sys::ifindex(&name),
             });
         }
+        // Then the host's other IPv6 addresses (as a RoCE device lists its netdev's): not
+        // loopback (::1 names the host through 127.0.0.1's entry) and not link-local (the
+        // first entry is the device's own link-local GID), after the IPv4 entries so that
+        // their indices do not depend on IPv6 configuration.
+        let mut v6: Vec<(std::net::Ipv6Addr, String)> = ifs
+            .iter()
+            .filter_map(|i| i.ipv6.map(|ip| (ip, i.name.clone())))
+            .filter(|(ip, _)| !ip.is_loopback() && !ip.is_unicast_link_local() && ip.to_ipv4_mapped().is_none())
+            .collect();
+        v6.dedup_by_key(|(ip, _)| *ip);
+        for (ip, name) in v6 {
+            if gids.iter().any(|g| g.gid.0 == ip.octets()) {
+                continue;
+            }
+            gids.push(GidEntry {
+                gid: Gid(ip.octets()),
+                index: gids.len() as u32,
+                port: 1,
+                gid_type: GidType::RoceV2,
+                ifindex: sys::ifindex(&name),
+            });
+        }
         let (reg, dir) = match Registry::claim(&crate::shm::runtime_dir()) {
             Ok(r) => {
                 let d = r.dir.clone();
@@ -748,14 +771,28 @@ mod tests {
     }
 
     #[test]
-    fn gid_table_is_link_local_then_ipv4_mapped() {
+    fn gid_table_is_link_local_then_ipv4_mapped_then_other_ipv6() {
         let d = device();
         assert_eq!(&d.gids[0].gid.0[..2], &[0xfe, 0x80]);
         assert_ne!(d.gids[0].gid.interface_id(), 0);
         assert!(d.gids.len() >= 2, "the loopback address at least");
+        let mut ipv6_seen = false;
         for (i, e) in d.gids.iter().enumerate().skip(1) {
             assert_eq!(e.index as usize, i);
-            assert!(e.gid.to_ipv4().is_some(), "{}", e.gid);
+            match e.gid.to_ipv4() {
+                Some(_) => assert!(!ipv6_seen, "IPv4 entries come before IPv6 ones: {}", e.gid),
+                None => {
+                    ipv6_seen = true;
+                    let ip = std::net::Ipv6Addr::from(e.gid.0);
+                    assert!(!ip.is_loopback() && !ip.is_unicast_link_local(), "{ip}");
+                }
+            }
+        }
+        // Every global IPv6 address of the host is in the table.
+        for i in sys::interfaces() {
+            if let Some(ip) = i.ipv6.filter(|ip| !ip.is_loopback() && !ip.is_unicast_link_local()) {
+                assert!(d.gids.iter().any(|e| e.gid.0 == ip.octets()), "{ip} missing");
+            }
         }
         assert!(d.gids.iter().any(|e| e.gid.to_ipv4() == Some(Ipv4Addr::LOCALHOST)));
     }

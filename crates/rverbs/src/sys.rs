@@ -61,10 +61,11 @@ impl EventFd {
 pub(crate) struct IfAddr {
     pub(crate) name: String,
     pub(crate) ipv4: Option<Ipv4Addr>,
+    pub(crate) ipv6: Option<std::net::Ipv6Addr>,
     pub(crate) mac: Option<[u8; 6]>,
 }
 
-/// The host's interfaces with their IPv4 addresses and MAC addresses
+/// The host's interfaces with their IPv4 and IPv6 addresses and MAC addresses
 /// (`getifaddrs(3)`), in the order the kernel lists them.
 pub(crate) fn interfaces() -> Vec<IfAddr> {
     let mut out: Vec<IfAddr> = Vec::new();
@@ -89,12 +90,17 @@ pub(crate) fn interfaces() -> Vec<IfAddr> {
         // SAFETY: ifa_addr is non-null and points to a sockaddr whose family tells
         // its real type.
         let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-        let mut entry = IfAddr { name: name.clone(), ipv4: None, mac: None };
+        let mut entry = IfAddr { name: name.clone(), ipv4: None, ipv6: None, mac: None };
         match family {
             libc::AF_INET => {
                 // SAFETY: family AF_INET means the address is a sockaddr_in.
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
                 entry.ipv4 = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            }
+            libc::AF_INET6 => {
+                // SAFETY: family AF_INET6 means the address is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                entry.ipv6 = Some(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr));
             }
             libc::AF_PACKET => {
                 // SAFETY: family AF_PACKET means the address is a sockaddr_ll.

@@ -45,16 +45,22 @@ fn port_one_is_active_ethernet() {
 }
 
 #[test]
-fn gid_table_link_local_then_ipv4_mapped() {
+fn gid_table_link_local_then_ipv4_mapped_then_ipv6() {
     let ctx = open();
     let len = ctx.query_port(1).unwrap().gid_tbl_len;
     let g0 = ctx.query_gid(1, 0).unwrap();
     assert_eq!(&g0.0[..8], &[0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
     assert_ne!(g0.interface_id(), 0);
+    let mut ipv6 = false;
     for i in 1..len {
         let e = ctx.query_gid_ex(1, i).unwrap();
         assert_eq!(e.gid_type, GidType::RoceV2);
-        assert!(e.gid.to_ipv4().is_some(), "{}", e.gid);
+        if e.gid.to_ipv4().is_some() {
+            assert!(!ipv6, "IPv4-mapped entries come first: {}", e.gid);
+        } else {
+            ipv6 = true;
+            assert_ne!(&e.gid.0[..2], &[0xfe, 0x80], "one link-local entry only");
+        }
     }
     assert_eq!(ctx.query_gid(1, len).unwrap_err().errno(), libc::EINVAL);
     let lo = ctx.query_gid(1, gid_index(&ctx).into()).unwrap();
