@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libibverbs-dev librdmacm-dev libfabric-bin ucx-utils libucx0 ibverbs-utils rdma-core ibverbs-providers rdmacm-utils perftest
+packages=(libibverbs-dev librdmacm-dev libfabric-bin ucx-utils libucx0 libucx-dev ibverbs-utils rdma-core ibverbs-providers rdmacm-utils perftest
           python3-pyverbs librpma-dev tshark iproute2 util-linux)
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,8 @@
 # UCX 1.13 (Debian ucx-utils, libucx0), unmodified, on rverbs' drop-in libibverbs.so.1:
 # `ucx_info -d` lists the rc_verbs and ud_verbs transports of rverbs0, and ucx_perftest
 # runs UCT tests over rc_verbs and ud_verbs, and UCP tag tests over rc_verbs + ud_verbs,
-# between a server and a client process.
+# between a server and a client process; UCP also connects by socket address through
+# UCX's rdmacm connection manager.
 #
 # UCX looks for two things a kernel RDMA device has and a user-space device cannot
 # create; the harness provides them, not the library, in a private mount namespace (as
@@ -60,6 +61,10 @@ echo '$type' > \$d/types/$idx
 echo '${ndev:-lo}' > \$d/ndevs/$idx"
 done <<<"$gids"
 in_ns() { unshare -m --propagation private bash -c "$setup
+exec \"\$@\"" in_ns "$@"; }
+# In the background: the job's shell becomes the command (exec), so its pid is the
+# command's (unshare and bash exec too) and killing it stops the program.
+in_ns_bg() { exec unshare -m --propagation private bash -c "$setup
 exec \"\$@\"" in_ns "$@"; }
 
 n=$((n + 1))
@@ -125,4 +130,39 @@ done
 for t in tag_lat tag_bw; do
   ucx_pair "$t" ucp
 done
+
+# UCX's rdmacm connection manager: UCP client/server connections by socket address
+# (ucp_listener / ucp_ep_create with a sockaddr), through rverbs' rdma_cm. The program is
+# the example Debian's libucx-dev ships (compiled here from /usr/share/doc, as installed);
+# its server serves clients until stopped. The client starts once the server's rdma_cm
+# listener is in the connection manager's table (lib/cm.bash); it must exit 0 after
+# receiving the server's test string.
+example=/usr/share/doc/libucx-dev/examples/ucp_client_server.c
+n=$((n + 1))
+start=$EPOCHREALTIME why=()
+slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
+if [ -f "$example" ] && gcc -O1 -o "$WORK/ucp_client_server" "$example" -lucp -lucs >"$clog" 2>&1; then
+  # shellcheck source=lib/cm.bash
+  source tests/conformance/lib/cm.bash
+  port=$next_port
+  scmd=(env UCX_TLS=rc_verbs,ud_verbs,self "$WORK/ucp_client_server" -l 127.0.0.1 -p "$port" -c tag)
+  ccmd=(env UCX_TLS=rc_verbs,ud_verbs,self "$WORK/ucp_client_server" -a 127.0.0.1 -p "$port" -c tag)
+  in_ns_bg timeout -k 5 $((TIMEOUT + 5)) "${scmd[@]}" >"$slog" 2>&1 &
+  server_pid=$!
+  if cm_wait_listen tcp "$port" 10 >/dev/null 2>&1; then
+    crc=0
+    in_ns timeout -k 5 "$TIMEOUT" "${ccmd[@]}" >"$clog" 2>&1 || crc=$?
+    [ "$crc" = 0 ] || why+=("client $(exit_text "$crc")")
+    grep -q 'ABCDEFGHIJKLMNO' "$clog" || why+=("client did not receive the test string")
+  else
+    why+=("server not listening through rdma_cm on port $port")
+  fi
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=
+else
+  why+=("cannot compile $example (apt-get install libucx-dev)")
+  scmd=(gcc "$example") ccmd=()
+fi
+report_pair "ucp_client_server -c tag (UCX rdmacm connection manager)"
 finish
