@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # rping on another address of the host and as a persistent server with clients in turn,
-# rdma_xserver/rdma_xclient (RC), cmtime (100 connections at once),
+# rdma_xserver/rdma_xclient (RC and XRC), cmtime (100 connections at once),
 # and perftest's -R mode (rdma_cm for both its out-of-band exchange and the data QPs),
 # unmodified, as server and client processes on this host, both on rverbs' drop-in
 # libibverbs.so.1 and librdmacm.so.1. (rdmacm_utils.sh runs the other rdmacm-utils.)
@@ -134,18 +134,22 @@ if [[ -z $FILTER || $label =~ $FILTER ]]; then
   pair_done "$label"
 fi
 
-# rdma_xserver/rdma_xclient in their RC mode (the synchronous API with rdma_create_ep).
-# Their XRC mode (-c x) needs the XRC domain librdmacm opens per device for XRC_RECV ids:
-# not built (EOPNOTSUPP).
-label="rdma_xserver / rdma_xclient (RC)"
-scmd=(rdma_xserver -p "$port")
-ccmds=("rdma_xclient -s 127.0.0.1 -p $port")
-cm_pair "$label" tcp
-if [[ -z $FILTER || $label =~ $FILTER ]]; then
-  expect_in server 'rdma_xserver: end 0'
-  expect_in client 'rdma_xclient: end 0'
-  pair_done "$label"
-fi
+# rdma_xserver/rdma_xclient (the synchronous API with rdma_create_ep) in RC mode and in
+# XRC mode (-c x: the IB port space, an XRC_RECV id whose QP and XRC SRQ use the XRC
+# domain librdmacm opens per device, the SRQ number in the accept's private data).
+for mode in r x; do
+  label="rdma_xserver / rdma_xclient (-c $mode)"
+  scmd=(rdma_xserver -p "$port" -c "$mode")
+  ccmds=("rdma_xclient -s 127.0.0.1 -p $port -c $mode")
+  space=tcp
+  [ "$mode" = x ] && space=ib
+  cm_pair "$label" "$space"
+  if [[ -z $FILTER || $label =~ $FILTER ]]; then
+    expect_in server 'rdma_xserver: end 0'
+    expect_in client 'rdma_xclient: end 0'
+    pair_done "$label"
+  fi
+done
 
 # cmtime: many connections at once, events handled by worker threads; prints the time
 # of each step. Its v44 server serves until killed (kept, then stopped once the client

@@ -31,6 +31,8 @@ static CONTEXT: [AtomicPtr<ibv_context>; rverbs::device::GENERATIONS] =
 static OPENING: Mutex<()> = Mutex::new(());
 static PD: [AtomicPtr<ibv_pd>; rverbs::device::GENERATIONS] =
     [const { AtomicPtr::new(null_mut()) }; rverbs::device::GENERATIONS];
+static XRCD: [AtomicPtr<crate::abi::ibv_xrcd>; rverbs::device::GENERATIONS] =
+    [const { AtomicPtr::new(null_mut()) }; rverbs::device::GENERATIONS];
 
 fn gen() -> usize {
     rverbs::process_generation()
@@ -84,6 +86,38 @@ pub fn cm_pd() -> *mut ibv_pd {
         PD[gen()].store(pd, Ordering::Release);
     }
     pd
+}
+
+/// The XRC domain librdmacm opens per device for `IBV_QPT_XRC_RECV` ids and the XRC
+/// SRQs created on them when the application names none (librdmacm's `ucma_get_xrcd`: a
+/// private domain, `fd` -1 with `O_CREAT`): opened on [`cm_context`] on first use and
+/// never closed. NULL with `errno` on failure (a later call tries again).
+pub fn cm_xrcd() -> *mut crate::abi::ibv_xrcd {
+    let x = XRCD[gen()].load(Ordering::Acquire);
+    if !x.is_null() {
+        return x;
+    }
+    let ctx = cm_context();
+    if ctx.is_null() {
+        return null_mut();
+    }
+    let _opening = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+    let x = XRCD[gen()].load(Ordering::Acquire);
+    if !x.is_null() {
+        return x;
+    }
+    let mut attr = crate::abi::ibv_xrcd_init_attr {
+        comp_mask: crate::abi::IBV_XRCD_INIT_ATTR_FD | crate::abi::IBV_XRCD_INIT_ATTR_OFLAGS,
+        fd: -1,
+        oflags: libc::O_CREAT,
+    };
+    // SAFETY: `ctx` is our immortal CM context and `attr` a valid, initialised struct;
+    // `rverbs_open_xrcd` is this library's own op (not an exported symbol).
+    let x = unsafe { crate::xrcd::rverbs_open_xrcd(ctx, &mut attr) };
+    if !x.is_null() {
+        XRCD[gen()].store(x, Ordering::Release);
+    }
+    x
 }
 
 /// Opens `rverbs0` (NULL with `errno` on failure).

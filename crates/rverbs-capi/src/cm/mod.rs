@@ -41,8 +41,8 @@
 //! (see [`obj::Id::complete`]).
 //!
 //! Not supported: `AF_IB` addresses (`EINVAL`, as librdmacm on a host without AF_IB
-//! support), `RDMA_OPTION_IB_PATH` (`ENOSYS`), the per-device XRC domain librdmacm
-//! opens for `IBV_QPT_XRC_RECV` ids and XRC SRQs that name none (`EOPNOTSUPP`).
+//! support), `RDMA_OPTION_IB_PATH` (`ENOSYS`). `IBV_QPT_XRC_RECV` ids and XRC SRQs that
+//! name no XRC domain get the one librdmacm opens per device ([`context::cm_xrcd`]).
 //!
 //! [`EventChannel`]: rverbs_cm::EventChannel
 //! [`CmId`]: rverbs_cm::CmId

@@ -161,8 +161,13 @@ fn create_qp_ex(w: &Id, attr: &mut ibv_qp_init_attr_ex) -> c_int {
     if attr.qp_type == IBV_QPT_XRC_RECV
         && (attr.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 || attr.xrcd.is_null())
     {
-        // librdmacm opens a per-device XRC domain here; the CM has none.
-        return minus_one_errno(libc::EOPNOTSUPP);
+        // librdmacm's per-device XRC domain.
+        let x = super::context::cm_xrcd();
+        if x.is_null() {
+            return -1; // errno set
+        }
+        attr.xrcd = x;
+        attr.comp_mask |= IBV_QP_INIT_ATTR_XRCD;
     }
     let send = if attr.send_cq.is_null() && send_cq.is_null() {
         attr.cap.max_send_wr

@@ -3,7 +3,8 @@
 //!
 //! Contract (librdmacm): `IBV_SRQ_INIT_ATTR_TYPE` is required (`EINVAL`); the id's PD is
 //! used when none is named; an XRC SRQ gets a receive CQ made by the library when it
-//! names none (its XRC domain must be given: the CM keeps none, `EOPNOTSUPP`); the SRQ
+//! names none, and the per-device XRC domain ([`super::context::cm_xrcd`]) when it names
+//! none; the SRQ
 //! is created as verbs.h's `ibv_create_srq_ex` dispatches (basic ones through
 //! `ibv_create_srq`) and recorded in `id->srq` (and `id->pd` if unset), so
 //! `rdma_create_qp` uses it. `rdma_destroy_srq` destroys it and the library's CQs.
@@ -42,7 +43,12 @@ fn create_srq_ex(w: &Id, attr: &mut ibv_srq_init_attr_ex) -> c_int {
     }
     if attr.srq_type == IBV_SRQT_XRC {
         if attr.comp_mask & IBV_SRQ_INIT_ATTR_XRCD == 0 || attr.xrcd.is_null() {
-            return minus_one_errno(libc::EOPNOTSUPP);
+            // librdmacm's per-device XRC domain.
+            let x = super::context::cm_xrcd();
+            if x.is_null() {
+                return -1; // errno set
+            }
+            attr.xrcd = x;
         }
         if attr.comp_mask & IBV_SRQ_INIT_ATTR_CQ == 0 || attr.cq.is_null() {
             if let Err(e) = create_cqs(w, 0, attr.attr.max_wr) {

@@ -100,7 +100,12 @@ pub(crate) fn req(a: &ReqArgs<'_>) -> Req {
         initiator_depth: a.initiator_depth,
         remote_eecn: 0,
         remote_cm_response_timeout: a.cm_timeout,
-        transport_service_type: if a.qp_type == QpType::Uc { TransportServiceType::Uc } else { TransportServiceType::Rc },
+        // IBTA Table 106 / Annex A14: XRC is "extended" (3) with extended type 1.
+        transport_service_type: match a.qp_type {
+            QpType::Uc => TransportServiceType::Uc,
+            QpType::XrcSend => TransportServiceType::Extended,
+            _ => TransportServiceType::Rc,
+        },
         end_to_end_flow_control: a.flow_control,
         starting_psn: a.psn,
         local_cm_response_timeout: a.cm_timeout,
@@ -111,7 +116,7 @@ pub(crate) fn req(a: &ReqArgs<'_>) -> Req {
         rnr_retry_count: a.rnr_retry_count,
         max_cm_retries: a.cm_retries,
         srq: a.srq,
-        extended_transport_type: 0,
+        extended_transport_type: u8::from(a.qp_type == QpType::XrcSend),
         primary_path: primary,
         alternate_path: Path::default(),
         sap_supported: false,

@@ -21,6 +21,16 @@ use crate::id::CmId;
 /// Q_Key of rdma_cm datagram services (`RDMA_UDP_QKEY`).
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
+/// Whether QPs of `t` are reliable responders (RC, XRC target): READ/atomic resources.
+fn responder(t: QpType) -> bool {
+    matches!(t, QpType::Rc | QpType::XrcRecv)
+}
+
+/// Whether QPs of `t` are reliable requesters (RC, XRC initiator): retries, timeouts.
+fn requester(t: QpType) -> bool {
+    matches!(t, QpType::Rc | QpType::XrcSend)
+}
+
 /// The attributes and mask that move the id's QP to `state`.
 pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
     let verb = "rdma_init_qp_attr";
@@ -37,7 +47,7 @@ pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)>
         (QpState::Init, _) => {
             if negotiated {
                 a.qp_access_flags = Access::REMOTE_WRITE;
-                if qp_type == QpType::Rc && s.responder_resources > 0 {
+                if responder(qp_type) && s.responder_resources > 0 {
                     a.qp_access_flags |= Access::REMOTE_READ | Access::REMOTE_ATOMIC;
                 }
             }
@@ -63,7 +73,7 @@ pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)>
                 ..AhAttr::default()
             };
             m |= QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
-            if qp_type == QpType::Rc {
+            if responder(qp_type) {
                 a.max_dest_rd_atomic = s.responder_resources;
                 a.min_rnr_timer = 0;
                 m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
@@ -79,7 +89,12 @@ pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)>
             }
             a.sq_psn = s.psn;
             m |= QpAttrMask::SQ_PSN;
-            if qp_type == QpType::Rc {
+            if qp_type == QpType::XrcRecv {
+                // IBTA / the kernel's XRC_TGT RTS attributes: the ACK timeout only.
+                a.timeout = s.qp_timeout();
+                m |= QpAttrMask::TIMEOUT;
+            }
+            if requester(qp_type) {
                 a.timeout = s.qp_timeout();
                 a.retry_cnt = s.retry_count.min(7);
                 a.rnr_retry = s.rnr_retry_count.min(7);
