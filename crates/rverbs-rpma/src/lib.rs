@@ -45,10 +45,13 @@
 //! SRQ is `Inval` when the connection request is created; a completion's
 //! [`Wc::qp_num`] is the local QP of the connection ([`Conn::qp_num`]).
 //!
-//! Not yet: serving many connections from one epoll loop (rpma examples 06, 06scch and
-//! 13; the fds are here, [`Endpoint::fd`], [`Conn::fd`], [`Cq::fd`],
-//! [`Conn::compl_fd`], but no example or test yet), registering caller memory,
-//! `rpma_mr_advise`, ODP, native flush and atomic write (rdma-core ≥ 45), logging.
+//! Many connections are served from one epoll loop over the non-blocking fds
+//! ([`Endpoint::fd`], [`Conn::fd`], [`Cq::fd`]): rpma examples 06 and 13
+//! (`examples/06-multiple-connections.rs`, `examples/13-messages-ping-pong-with-srq.rs`).
+//!
+//! Not yet: example 06scch (many connections, each waiting on its shared completion
+//! channel, [`Conn::compl_fd`]), registering caller memory, `rpma_mr_advise`, ODP,
+//! native flush and atomic write (rdma-core ≥ 45), logging.
 //!
 //! A client reads a server's memory, the server's region descriptor travelling in the
 //! private data of the accept (rpma example 02):

@@ -1,5 +1,5 @@
 //! Runs every example (`examples/*.rs`, Rust ports of librpma's examples) and checks its
-//! exit status and success lines; one also runs as two processes (`server` and
+//! exit status and success lines; some also run as processes (`server` and
 //! `client` subcommands). Each run is bounded by `timeout(1)`.
 //!
 //! `cargo test` builds the examples next to this test (`target/<profile>/examples`);
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-const EXAMPLES: [&str; 10] = [
+const EXAMPLES: [&str; 12] = [
     "readme",
     "01-connection",
     "02-read-to-volatile",
@@ -23,6 +23,8 @@ const EXAMPLES: [&str; 10] = [
     "11-write-with-imm",
     "12-receive-completion-queue",
     "12scch-receive-completion-queue",
+    "06-multiple-connections",
+    "13-messages-ping-pong-with-srq",
 ];
 
 /// The directory holding the built examples.
@@ -157,6 +159,172 @@ fn ex08srq_as_two_processes() {
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(server.wait().unwrap().success(), "{rest:?}");
     assert_eq!(rest, ["Value received: 40", "Value sent: 41", "Value received: 41", "Value sent: 42"]);
+}
+
+/// Starts `name` as a server on an ephemeral port of 127.0.0.1 with the extra
+/// arguments `args`; returns it, the port (from its "Waiting for incoming connection"
+/// line) and its further stdout lines.
+fn start_server(
+    name: &str,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    String,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
+    let mut server = Command::new("timeout")
+        .arg("120")
+        .arg(examples_dir().join(name))
+        .args(["server", "127.0.0.1", "0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the server");
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line from the server").unwrap();
+    let port = first
+        .strip_prefix("Waiting for incoming connection on 127.0.0.1:")
+        .unwrap_or_else(|| panic!("{first}"));
+    (server, port.to_string(), lines)
+}
+
+/// Example 06 in one process: the server and three clients one after another.
+#[test]
+fn ex06_multiple_connections() {
+    let out = run("06-multiple-connections", &[]);
+    assert_lines("06", &out, &["Today I have got in touch with:"]);
+    for name in ["Piotr", "Tomasz", "Xiaoran"] {
+        assert_lines(
+            "06",
+            &out,
+            &[&format!("My names is: {name}"), &format!("- {name}")],
+        );
+    }
+}
+
+/// Example 06 as processes, as librpma's script runs it: one server (idle timeout
+/// 2 s: process starts under load), clients with seeds 8, 9, 11 and 12 one after
+/// another; the server greets each, in order, then ends.
+#[test]
+fn ex06_as_processes() {
+    let (mut server, port, lines) = start_server("06-multiple-connections", &["2"]);
+    let mut names = Vec::new();
+    for seed in ["8", "9", "11", "12"] {
+        let out = run(
+            "06-multiple-connections",
+            &["client", "127.0.0.1", &port, seed],
+        );
+        let name = out
+            .lines()
+            .find_map(|l| l.strip_prefix("My names is: "))
+            .unwrap_or_else(|| panic!("{out}"));
+        names.push(format!("- {name}"));
+    }
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(server.wait().unwrap().success(), "{rest:?}");
+    assert_eq!(rest[0], "Today I have got in touch with:");
+    assert_eq!(rest[1..], names[..]);
+}
+
+/// The values a client of example 13 starting at `seed` sends and receives in 3
+/// rounds, in its lines' words.
+fn ex13_client_lines(seed: u64) -> Vec<String> {
+    (seed..seed + 3)
+        .flat_map(|v| {
+            [
+                format!("value sent: {v}"),
+                format!("value received: {}", v + 1),
+            ]
+        })
+        .collect()
+}
+
+/// The words after `] ` of the lines of `out` that start with `prefix`.
+fn tails<'a>(out: &'a str, prefix: &str) -> Vec<&'a str> {
+    out.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.split_once("] ").map(|(_, t)| t))
+        .collect()
+}
+
+/// Checks the server's lines of example 13 after three clients of 3 rounds from
+/// `seeds`: each value answered once, on the connection it came on.
+fn ex13_check_server(out: &str, seeds: &[u64]) {
+    assert_lines(
+        "13 server",
+        out,
+        &[
+            "The client #3 has been connected.",
+            "Server ended listening.",
+        ],
+    );
+    for &seed in seeds {
+        for v in seed..seed + 3 {
+            let got: Vec<&str> = out
+                .lines()
+                .filter(|l| l.starts_with(&format!("[server] value received: {v} ")))
+                .collect();
+            assert_eq!(got.len(), 1, "{v}: {out}");
+            let qp = got[0].rsplit_once(' ').unwrap().1;
+            assert_lines(
+                "13 server",
+                out,
+                &[&format!(
+                    "[server] value sent: {} from the connection {qp}",
+                    v + 1
+                )],
+            );
+        }
+    }
+}
+
+/// Example 13 in one process: the server (timeout 1 s) and three clients in parallel.
+#[test]
+fn ex13_messages_ping_pong_with_srq() {
+    let out = run("13-messages-ping-pong-with-srq", &[]);
+    ex13_check_server(&out, &[1, 5, 10]);
+    for seed in [1, 5, 10] {
+        let thread = format!("/client{seed}]");
+        let mine: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("[client #") && l.contains(&thread))
+            .collect();
+        let got: Vec<&str> = mine
+            .iter()
+            .filter_map(|l| l.split_once("] ").map(|(_, t)| t))
+            .collect();
+        assert_eq!(got, ex13_client_lines(seed), "{out}");
+    }
+}
+
+/// Example 13 as processes, as librpma's script runs it: a server (timeout 2 s: process
+/// starts under load) and three clients started together (seeds 1, 5, 10; 3 rounds).
+#[test]
+fn ex13_as_processes() {
+    let (mut server, port, lines) = start_server("13-messages-ping-pong-with-srq", &["2"]);
+    let clients: Vec<_> = [1u64, 5, 10]
+        .into_iter()
+        .map(|seed| {
+            let port = port.clone();
+            std::thread::spawn(move || {
+                (
+                    seed,
+                    run(
+                        "13-messages-ping-pong-with-srq",
+                        &["client", "127.0.0.1", &port, &seed.to_string(), "3"],
+                    ),
+                )
+            })
+        })
+        .collect();
+    for c in clients {
+        let (seed, out) = c.join().unwrap();
+        assert_eq!(tails(&out, "[client #"), ex13_client_lines(seed), "{out}");
+    }
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(server.wait().unwrap().success(), "{rest:?}");
+    ex13_check_server(&rest.join("\n"), &[1, 5, 10]);
 }
 
 #[test]

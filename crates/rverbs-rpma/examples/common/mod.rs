@@ -155,3 +155,72 @@ pub fn wait_and_disconnect(conn: Conn) -> Result<()> {
     conn.disconnect()?;
     conn.delete()
 }
+
+/// Makes `fd` non-blocking (`O_NONBLOCK`), as librpma's epoll examples do with every
+/// descriptor they watch.
+pub fn set_nonblock(fd: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    let flags = fcntl_getfl(fd).map_err(errno)?;
+    fcntl_setfl(fd, flags | OFlags::NONBLOCK).map_err(errno)
+}
+
+fn errno(e: rustix::io::Errno) -> Error {
+    Error::Provider(e.raw_os_error())
+}
+
+/// A level-triggered epoll set whose entries carry a token (librpma's
+/// examples' `common-epoll.h`: an fd, a callback and its argument).
+pub struct Epoll(std::os::fd::OwnedFd);
+
+impl Epoll {
+    pub fn new() -> Result<Epoll> {
+        use rustix::event::epoll;
+        epoll::create(epoll::CreateFlags::CLOEXEC)
+            .map(Epoll)
+            .map_err(errno)
+    }
+
+    /// Watches `fd` for input; [`Epoll::wait_one`] then answers `token`.
+    pub fn add(&self, fd: std::os::fd::BorrowedFd<'_>, token: u64) -> Result<()> {
+        use rustix::event::epoll;
+        epoll::add(
+            &self.0,
+            fd,
+            epoll::EventData::new_u64(token),
+            epoll::EventFlags::IN,
+        )
+        .map_err(errno)
+    }
+
+    /// Stops watching `fd`.
+    pub fn delete(&self, fd: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+        rustix::event::epoll::delete(&self.0, fd).map_err(errno)
+    }
+
+    /// Waits at most `timeout` for one ready descriptor and returns its token, `None`
+    /// when the timeout passes (an interrupted wait is retried).
+    pub fn wait_one(&self, timeout: Duration) -> Result<Option<u64>> {
+        use rustix::event::{epoll, Timespec};
+        let ts = Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        let mut buf = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 1];
+        loop {
+            match epoll::wait(&self.0, &mut buf, Some(&ts)) {
+                Ok((ready, _)) => return Ok(ready.first().map(|e| e.data.u64())),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(errno(e)),
+            }
+        }
+    }
+}
+
+/// A number of seconds (fractions allowed) as a duration.
+pub fn seconds(s: &str) -> Result<Duration> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or(Error::Inval)
+}
