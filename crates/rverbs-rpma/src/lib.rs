@@ -46,12 +46,17 @@
 //! [`Wc::qp_num`] is the local QP of the connection ([`Conn::qp_num`]).
 //!
 //! Many connections are served from one epoll loop over the non-blocking fds
-//! ([`Endpoint::fd`], [`Conn::fd`], [`Cq::fd`]): rpma examples 06 and 13
-//! (`examples/06-multiple-connections.rs`, `examples/13-messages-ping-pong-with-srq.rs`).
+//! ([`Endpoint::fd`], [`Conn::fd`], [`Cq::fd`], or [`Conn::compl_fd`] with
+//! [`Conn::wait`] for a shared completion channel): rpma examples 06, 06scch and 13
+//! (`examples/06-multiple-connections.rs`, `examples/06scch-multiple-connections.rs`,
+//! `examples/13-messages-ping-pong-with-srq.rs`).
 //!
-//! Not yet: example 06scch (many connections, each waiting on its shared completion
-//! channel, [`Conn::compl_fd`]), registering caller memory, `rpma_mr_advise`, ODP,
-//! native flush and atomic write (rdma-core ≥ 45), logging.
+//! `examples/` ports librpma's examples 01, 02, 03, 04, 05, 06, 06scch, 07, 08, 08srq,
+//! 10, 11, 12, 12scch and 13 (memory in DRAM: a flush to persistence is refused, so
+//! examples 05 and 07 flush to visibility); `tests/examples.rs` runs them.
+//!
+//! Not yet: example 09 (GPSPM, protobuf), registering caller memory, `rpma_mr_advise`,
+//! ODP, native flush and atomic write (rdma-core ≥ 45), logging.
 //!
 //! A client reads a server's memory, the server's region descriptor travelling in the
 //! private data of the accept (rpma example 02):

@@ -12,11 +12,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-const EXAMPLES: [&str; 12] = [
+const EXAMPLES: [&str; 16] = [
     "readme",
     "01-connection",
     "02-read-to-volatile",
+    "03-read-to-persistent",
     "04-write-to-persistent",
+    "05-flush-to-persistent",
+    "07-atomic-write",
     "08-messages-ping-pong",
     "08srq-simple-messages-ping-pong-with-srq",
     "10-send-with-imm",
@@ -24,6 +27,7 @@ const EXAMPLES: [&str; 12] = [
     "12-receive-completion-queue",
     "12scch-receive-completion-queue",
     "06-multiple-connections",
+    "06scch-multiple-connections",
     "13-messages-ping-pong-with-srq",
 ];
 
@@ -102,6 +106,59 @@ fn ex01_connection() {
 fn ex02_read_to_volatile() {
     let out = run("02-read-to-volatile", &[]);
     assert_lines("02", &out, &["Read a message: Hello client!"]);
+}
+
+#[test]
+fn ex03_read_to_persistent() {
+    let out = run("03-read-to-persistent", &[]);
+    assert_lines("03", &out, &["Next value: Hello world!", "New value: Hello world!", "Translation: ¡Hola Mundo!"]);
+}
+
+/// Example 03 as two processes: the server prints what it read from the client.
+#[test]
+fn ex03_as_two_processes() {
+    let (mut server, port, lines) = start_server("03-read-to-persistent", &[]);
+    let out = run("03-read-to-persistent", &["client", "127.0.0.1", &port]);
+    assert_lines("03 client", &out, &["Next value: Hello world!", "Translation: ¡Hola Mundo!"]);
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(server.wait().unwrap().success(), "{rest:?}");
+    assert_eq!(rest, ["New value: Hello world!"]);
+}
+
+#[test]
+fn ex05_flush_to_persistent() {
+    let out = run("05-flush-to-persistent", &[]);
+    assert_lines(
+        "05",
+        &out,
+        &[
+            "Next value: Hello world!",
+            "RPMA_FLUSH_TYPE_PERSISTENT is NOT supported, RPMA_FLUSH_TYPE_VISIBILITY is used instead",
+            "Translation: ¡Hola Mundo!",
+            "New value: Hello world!",
+        ],
+    );
+}
+
+/// Example 07 with librpma's script's words: the client reads `used` (16, the offset
+/// of the log's data), the server prints the words it appended.
+#[test]
+fn ex07_atomic_write() {
+    let out = run("07-atomic-write", &[]);
+    assert_lines("07", &out, &["used value: 16"]);
+    let words: Vec<&str> = out.lines().filter(|l| l.ends_with("_word")).collect();
+    assert_eq!(words, ["1st_word", "2nd_word", "3rd_word"], "{out}");
+}
+
+/// Example 07 as two processes with words of the client's command line.
+#[test]
+fn ex07_as_two_processes() {
+    let (mut server, port, lines) = start_server("07-atomic-write", &[]);
+    let out = run("07-atomic-write", &["client", "127.0.0.1", &port, "alpha", "beta"]);
+    assert_lines("07 client", &out, &["used value: 16"]);
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(server.wait().unwrap().success(), "{rest:?}");
+    assert_eq!(rest, ["alpha", "beta"]);
 }
 
 #[test]
@@ -189,32 +246,37 @@ fn start_server(
     (server, port.to_string(), lines)
 }
 
-/// Example 06 in one process: the server and three clients one after another.
+/// Examples 06 and 06scch (a shared completion channel per connection) in one
+/// process: the server and three clients one after another.
 #[test]
 fn ex06_multiple_connections() {
-    let out = run("06-multiple-connections", &[]);
-    assert_lines("06", &out, &["Today I have got in touch with:"]);
-    for name in ["Piotr", "Tomasz", "Xiaoran"] {
-        assert_lines(
-            "06",
-            &out,
-            &[&format!("My names is: {name}"), &format!("- {name}")],
-        );
+    for example in ["06-multiple-connections", "06scch-multiple-connections"] {
+        let out = run(example, &[]);
+        assert_lines(example, &out, &["Today I have got in touch with:"]);
+        for name in ["Piotr", "Tomasz", "Xiaoran"] {
+            assert_lines(
+                example,
+                &out,
+                &[&format!("My names is: {name}"), &format!("- {name}")],
+            );
+        }
     }
 }
 
-/// Example 06 as processes, as librpma's script runs it: one server (idle timeout
-/// 2 s: process starts under load), clients with seeds 8, 9, 11 and 12 one after
-/// another; the server greets each, in order, then ends.
+/// Examples 06 and 06scch as processes, as librpma's script runs them: one server
+/// (idle timeout 2 s: process starts under load), clients with seeds 8, 9, 11 and 12
+/// one after another; the server greets each, in order, then ends.
 #[test]
 fn ex06_as_processes() {
-    let (mut server, port, lines) = start_server("06-multiple-connections", &["2"]);
+    ex06_processes("06-multiple-connections");
+    ex06_processes("06scch-multiple-connections");
+}
+
+fn ex06_processes(example: &str) {
+    let (mut server, port, lines) = start_server(example, &["2"]);
     let mut names = Vec::new();
     for seed in ["8", "9", "11", "12"] {
-        let out = run(
-            "06-multiple-connections",
-            &["client", "127.0.0.1", &port, seed],
-        );
+        let out = run(example, &["client", "127.0.0.1", &port, seed]);
         let name = out
             .lines()
             .find_map(|l| l.strip_prefix("My names is: "))

@@ -224,3 +224,40 @@ pub fn seconds(s: &str) -> Result<Duration> {
         .map(Duration::from_secs_f64)
         .ok_or(Error::Inval)
 }
+
+/// librpma's examples' `struct hello_t` (`common-hello.h`): the language (an `enum`, 4
+/// bytes) then a 1024-byte string; examples 03 and 05 translate it after each run.
+pub mod hello {
+    use rverbs_rpma::{MrLocal, Result};
+
+    /// The size of the string (`HELLO_STR_SIZE`).
+    pub const STR_SIZE: usize = 1024;
+    /// The offset of the string (`HELLO_STR_OFFSET`).
+    pub const STR_OFFSET: usize = 4;
+    /// The size of the whole structure (`HELLO_T_SIZE`).
+    pub const T_SIZE: usize = STR_OFFSET + STR_SIZE;
+    const STRS: [&str; 2] = ["Hello world!", "¡Hola Mundo!"];
+
+    /// Writes the greeting in language `lang` (0: en, 1: es) at `offset` of `mr`
+    /// (`write_hello_str`).
+    pub fn write(mr: &MrLocal, offset: usize, lang: u32) -> Result<()> {
+        let mut b = vec![0u8; T_SIZE];
+        b[..STR_OFFSET].copy_from_slice(&lang.to_ne_bytes());
+        let s = STRS[lang as usize % STRS.len()].as_bytes();
+        b[STR_OFFSET..STR_OFFSET + s.len()].copy_from_slice(s);
+        mr.write(offset, &b)
+    }
+
+    /// The greeting at `offset` of `mr`.
+    pub fn str(mr: &MrLocal, offset: usize) -> Result<String> {
+        Ok(super::c_str(&mr.to_vec(offset + STR_OFFSET, STR_SIZE)?))
+    }
+
+    /// Switches the greeting at `offset` of `mr` to the next language (`translate`).
+    pub fn translate(mr: &MrLocal, offset: usize) -> Result<()> {
+        println!("translating...");
+        let mut lang = [0u8; 4];
+        mr.read(offset, &mut lang)?;
+        write(mr, offset, (u32::from_ne_bytes(lang) + 1) % STRS.len() as u32)
+    }
+}
