@@ -14,9 +14,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::{dropin_dir, repo_root};
+use common::{compile_and_run_c, dropin_dir};
 
 const HEADER: &str = "/usr/include/infiniband/verbs.h";
 
@@ -33,55 +32,7 @@ fn run_with(name: &str, env: &[(&str, &str)]) {
     );
     let tag: String = env.iter().map(|(k, v)| format!("_{k}={v}")).collect();
     let dir = dropin_dir(&format!("c_{name}{tag}"));
-    let src = repo_root().join("tests/c").join(format!("{name}.c"));
-    let exe = dir.join(name);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .args([
-            "-std=gnu11",
-            "-pthread",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-O1",
-            "-g",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-L")
-        .arg(&dir)
-        .arg("-libverbs")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cc} {}:\n{}",
-        src.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // `timeout` bounds a hang (a bug) without timing anything that passes.
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env_remove("RVERBS_SHARED_MR")
-        .env_remove("RVERBS_CMA")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{name} failed ({}):\n{stdout}{stderr}",
-        out.status
-    );
-    assert!(
-        stdout.contains(&format!("# {name}: all checks passed")),
-        "{name} did not finish:\n{stdout}{stderr}"
-    );
-    assert!(!stdout.contains("FAIL"), "{stdout}");
+    compile_and_run_c(name, &dir, &["-libverbs"], env);
 }
 
 #[test]

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{our_lib, repo_root};
+use common::{compile_and_run_c, our_lib, repo_root};
 
 const HEADER: &str = "/usr/include/rdma/rdma_cma.h";
 
@@ -94,54 +94,7 @@ fn compile_and_run(name: &str) {
         "{HEADER} missing: install librdmacm-dev"
     );
     let dir = dropin_pair(&format!("c_{name}"));
-    let src = repo_root().join("tests/c").join(format!("{name}.c"));
-    let exe = dir.join(name);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .args([
-            "-std=gnu11",
-            "-pthread",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-O1",
-            "-g",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-L")
-        .arg(&dir)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cc} {}:\n{}",
-        src.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // `timeout` bounds a hang (a bug) without timing anything that passes.
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env_remove("RVERBS_SHARED_MR")
-        .env_remove("RVERBS_CMA")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{name} failed ({}):\n{stdout}{stderr}",
-        out.status
-    );
-    assert!(
-        stdout.contains(&format!("# {name}: all checks passed")),
-        "{name} did not finish:\n{stdout}{stderr}"
-    );
-    assert!(!stdout.contains("FAIL"), "{stdout}");
+    compile_and_run_c(name, &dir, &["-lrdmacm", "-libverbs"], &[]);
 }
 
 #[test]

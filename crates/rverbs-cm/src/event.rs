@@ -170,6 +170,13 @@ impl Event {
         self.acct.retrieved();
     }
 
+    /// Whether the event belongs to `id`: it is about `id`, or it is accounted to it (a
+    /// listener's connection requests, whose `id` is the new id). Such events move with
+    /// `id` (migrate) and go with it (destroy).
+    pub(crate) fn concerns(&self, id: &CmId) -> bool {
+        self.id == *id || Arc::ptr_eq(&self.acct, &id.shared.acks)
+    }
+
     /// Acknowledges the event (the same as dropping it).
     pub fn ack(self) {}
 }

@@ -71,3 +71,41 @@ pub fn repo_root() -> PathBuf {
         .canonicalize()
         .expect("repo root")
 }
+
+/// Compiles `tests/c/<name>.c` into `dir` (gnu11, warnings are errors) linked with `libs`
+/// from `dir`, runs it there on the libraries of `dir` with `env` set (and the variables
+/// that change the device's behaviour removed otherwise), bounded by `timeout 120`, and
+/// asserts that it exits 0, prints `# <name>: all checks passed` and no `FAIL`.
+pub fn compile_and_run_c(name: &str, dir: &Path, libs: &[&str], env: &[(&str, &str)]) {
+    let src = repo_root().join("tests/c").join(format!("{name}.c"));
+    let exe = dir.join(name);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-std=gnu11", "-pthread", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-L")
+        .arg(dir)
+        .args(libs)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(out.status.success(), "{cc} {}:\n{}", src.display(), String::from_utf8_lossy(&out.stderr));
+    // `timeout` bounds a hang (a bug) without timing anything that passes.
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(&exe)
+        .env("LD_LIBRARY_PATH", dir)
+        .env_remove("RVERBS_SHARED_MR")
+        .env_remove("RVERBS_CMA")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name} failed ({}):\n{stdout}{stderr}", out.status);
+    assert!(
+        stdout.contains(&format!("# {name}: all checks passed")),
+        "{name} did not finish:\n{stdout}{stderr}"
+    );
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+}

@@ -501,17 +501,15 @@ fn effective_backlog(b: i32) -> usize {
 pub(crate) fn migrate(id: &CmId, channel: &EventChannel) -> Result<()> {
     let e = engine()?;
     let mut st = e.lock();
-    let n = id.number();
     let s = st.id(id)?;
     let old = s.channel.replace(channel.clone());
     if let Some(old) = old.filter(|o| o != channel) {
         // The id's own events and, for a listener, the connection requests accounted to
         // it (their `id` is the new child) move, as the kernel moves them.
-        let moved = old.take_where(|ev| ev.id == *id || Arc::ptr_eq(&ev.acct, &id.shared.acks));
+        let moved = old.take_where(|ev| ev.concerns(id));
         for ev in moved {
             channel.push(ev);
         }
-        let _ = n;
     }
     let acks = id.shared.acks.clone();
     drop(st);
@@ -539,7 +537,7 @@ pub(crate) fn destroy(id: &CmId) -> Result<()> {
     // go with it; the children of those requests are rejected and destroyed.
     let mut orphans = Vec::new();
     if let Some(ch) = &s.channel {
-        for ev in ch.take_where(|ev| ev.id == *id || Arc::ptr_eq(&ev.acct, &id.shared.acks)) {
+        for ev in ch.take_where(|ev| ev.concerns(id)) {
             if ev.kind == EventKind::ConnectRequest && ev.id != *id {
                 orphans.push(ev.id.number());
             }
