@@ -9,7 +9,7 @@
 //! rxe's table).
 
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -31,53 +31,7 @@ use crate::sys;
 /// Name of the built-in device.
 pub const DEVICE_NAME: &str = "rverbs0";
 
-/// Limits the device reports and enforces (ibv_query_device(3)).
-pub mod limits {
-    /// Queue pairs per process.
-    pub const MAX_QP: u32 = crate::table::MAX_LOCAL_QPS;
-    /// Work requests per send or receive queue.
-    pub const MAX_QP_WR: u32 = 32_768;
-    /// Scatter/gather entries per work request.
-    pub const MAX_SGE: u32 = 32;
-    /// Scatter/gather entries per RDMA READ.
-    pub const MAX_SGE_RD: u32 = 32;
-    /// Completion queues (numbered like QPs, 16 bits per process).
-    pub const MAX_CQ: u32 = crate::table::MAX_LOCAL_QPS;
-    /// Entries per completion queue (memory is committed only as it is used).
-    pub const MAX_CQE: u32 = (1 << 22) - 1;
-    /// Memory regions and windows together (key index 0 is never used).
-    pub const MAX_MR: u32 = (1 << crate::shm::tables::KEY_INDEX_BITS) - 1;
-    /// Largest memory region.
-    pub const MAX_MR_SIZE: u64 = 1 << 46;
-    /// Protection domains.
-    pub const MAX_PD: u32 = 1 << 20;
-    /// Outstanding RDMA READ/atomic per QP, as target and as initiator.
-    pub const MAX_QP_RD_ATOM: u32 = 128;
-    /// Responder resources for RDMA READ/atomic in all.
-    pub const MAX_RES_RD_ATOM: u32 = 128 * 16_384;
-    /// Shared receive queues (numbered like QPs).
-    pub const MAX_SRQ: u32 = crate::table::MAX_LOCAL_QPS;
-    /// Work requests per SRQ.
-    pub const MAX_SRQ_WR: u32 = 32_768;
-    /// Scatter/gather entries per SRQ work request.
-    pub const MAX_SRQ_SGE: u32 = 32;
-    /// Address handles.
-    pub const MAX_AH: u32 = 1 << 20;
-    /// Memory windows (they share the key table with the regions).
-    pub const MAX_MW: u32 = MAX_MR;
-    /// Bytes of inline data per send work request.
-    pub const MAX_INLINE_DATA: u32 = 1024;
-    /// Largest message (ibv_port_attr.max_msg_sz), as rxe.
-    pub const MAX_MSG_SZ: u32 = 1 << 31;
-    /// P_Key table entries.
-    pub const MAX_PKEYS: u16 = 1;
-    /// Completion vectors.
-    pub const NUM_COMP_VECTORS: u32 = 1;
-    /// Multicast groups (UD).
-    pub const MAX_MCAST_GRP: u32 = 8192;
-    /// QPs per multicast group.
-    pub const MAX_MCAST_QP_ATTACH: u32 = 56;
-}
+pub use crate::limits;
 
 /// IEEE OUI reported as `vendor_id`: not Mellanox (0x02c9) nor Amazon (0x1d0f), so
 /// applications that switch on vendor ids (perftest, pyverbs) take their generic paths.
@@ -86,84 +40,7 @@ pub const VENDOR_ID: u32 = 0x52_5645;
 /// Frequency of the device clock in kHz (`hca_core_clock`): the clock counts nanoseconds.
 pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
 
-/// A 128-bit global identifier (`union ibv_gid`).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[repr(transparent)]
-pub struct Gid(pub [u8; 16]);
-
-impl Gid {
-    /// The IPv4-mapped GID `::ffff:a.b.c.d` (RoCE v2, IBTA Annex A17; kernel `rdma_gid2ip`).
-    pub fn from_ipv4(ip: Ipv4Addr) -> Self {
-        Gid(ip.to_ipv6_mapped().octets())
-    }
-
-    /// The IPv4 address if this is an IPv4-mapped GID.
-    pub fn to_ipv4(&self) -> Option<Ipv4Addr> {
-        Ipv6Addr::from(self.0).to_ipv4_mapped()
-    }
-
-    /// The link-local GID `fe80::` + the EUI-64 interface id.
-    pub fn link_local(eui64: [u8; 8]) -> Self {
-        let mut g = [0u8; 16];
-        g[0] = 0xfe;
-        g[1] = 0x80;
-        g[8..].copy_from_slice(&eui64);
-        Gid(g)
-    }
-
-    /// Whether every byte is zero (an empty table slot).
-    pub fn is_zero(&self) -> bool {
-        self.0 == [0; 16]
-    }
-
-    /// The subnet prefix (first 8 bytes) as a host-order integer.
-    pub fn subnet_prefix(&self) -> u64 {
-        u64::from_be_bytes(self.0[..8].try_into().expect("8 bytes"))
-    }
-
-    /// The interface id (last 8 bytes) as a host-order integer.
-    pub fn interface_id(&self) -> u64 {
-        u64::from_be_bytes(self.0[8..].try_into().expect("8 bytes"))
-    }
-}
-
-impl fmt::Display for Gid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", Ipv6Addr::from(self.0))
-    }
-}
-
-impl fmt::Debug for Gid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Gid({self})")
-    }
-}
-
-/// The type of a GID table entry (`enum ibv_gid_type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GidType {
-    /// InfiniBand.
-    Ib,
-    /// RoCE v1.
-    RoceV1,
-    /// RoCE v2 (UDP encapsulation): every entry of the rverbs device.
-    RoceV2,
-}
-
-/// One GID table entry (`struct ibv_gid_entry`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GidEntry {
-    /// The GID.
-    pub gid: Gid,
-    /// Its index in the table.
-    pub index: u32,
-    /// Its port.
-    pub port: u32,
-    /// Its type.
-    pub gid_type: GidType,
-    /// The index of the network interface the address belongs to (0 if none).
-    pub ifindex: u32,
-}
+pub use crate::gid::{Gid, GidEntry, GidType};
 
 /// Device attributes (`struct ibv_device_attr` and the `_ex` additions rverbs uses).
 #[derive(Clone, Debug, PartialEq, Eq)]

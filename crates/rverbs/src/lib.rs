@@ -38,6 +38,8 @@ pub mod cq;
 pub mod device;
 pub mod error;
 pub mod event;
+pub mod gid;
+pub mod limits;
 pub mod mcast;
 pub mod mem;
 pub mod mr;

@@ -22,7 +22,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::device::{limits, DeviceInner, Gid};
+use crate::device::DeviceInner;
+use crate::gid::Gid;
+use crate::limits;
 use crate::error::{Error, Result};
 use crate::qp::{Qp, QpInner};
 use crate::shm::registry::Peer;

@@ -70,7 +70,7 @@ impl Pd {
             Some(id) => id,
             None => {
                 let id = NEXT_PD.fetch_add(1, Ordering::Relaxed);
-                if id > crate::device::limits::MAX_PD {
+                if id > crate::limits::MAX_PD {
                     NEXT_PD.fetch_sub(1, Ordering::Relaxed);
                     return Err(Error::Exhausted { what: "protection domains" });
                 }

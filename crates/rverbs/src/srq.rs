@@ -13,7 +13,7 @@ use bitflags::bitflags;
 use rverbs_proto::verbs::EventType;
 
 use crate::cq::{Cq, CqInner};
-use crate::device::limits;
+use crate::limits;
 use crate::error::{Error, Result};
 use crate::event::{EventCounter, RawElement};
 use crate::pd::PdInner;

@@ -19,7 +19,7 @@ use bitflags::bitflags;
 use rverbs_proto::verbs::EventType;
 
 use crate::context::{Context, ContextInner};
-use crate::device::limits;
+use crate::limits;
 use crate::error::{Error, Result};
 use crate::event::{EventCounter, RawElement};
 use crate::wc::{Cqe, Wc};

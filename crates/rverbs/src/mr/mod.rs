@@ -329,11 +329,11 @@ fn check_len(verb: &'static str, len: usize) -> Result<()> {
     if len == 0 {
         return Err(Error::invalid(verb, "zero length"));
     }
-    if len as u64 > crate::device::limits::MAX_MR_SIZE {
+    if len as u64 > crate::limits::MAX_MR_SIZE {
         return Err(Error::Limit {
             verb,
             what: "length",
-            max: crate::device::limits::MAX_MR_SIZE,
+            max: crate::limits::MAX_MR_SIZE,
             got: len as u64,
         });
     }

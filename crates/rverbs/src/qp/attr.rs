@@ -2,7 +2,7 @@
 
 use rverbs_proto::verbs::{Access, Mtu, QpState};
 
-use crate::device::Gid;
+use crate::gid::Gid;
 
 /// Queue capacities (`struct ibv_qp_cap`).
 ///

@@ -17,7 +17,7 @@ use bitflags::bitflags;
 use rverbs_proto::verbs::{QpState, QpType, SendFlags, WrOpcode};
 
 use crate::ah::Ah;
-use crate::device::limits;
+use crate::limits;
 use crate::error::{Error, Result};
 use crate::mr::{Mr, Sge};
 use crate::mw::{Mw, MwBind};

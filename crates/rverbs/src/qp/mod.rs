@@ -28,7 +28,8 @@ use rverbs_proto::verbs::{Access, EventType, Mtu, QpState, QpType, SendFlags, Wc
 use crate::ah::check_av;
 use crate::context::check_port;
 use crate::cq::{Cq, CqInner};
-use crate::device::{limits, Gid};
+use crate::gid::Gid;
+use crate::limits;
 use crate::error::{Error, Result};
 use crate::event::{EventCounter, RawElement};
 use crate::pd::{Pd, PdInner};

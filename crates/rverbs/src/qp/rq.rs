@@ -22,7 +22,7 @@ use crate::shm::lock::ShmLock;
 use crate::shm::{Segment, ShmSafe};
 
 /// Largest scatter list a receive (or send) work request can have on this device.
-pub(crate) const MAX_SGE: usize = crate::device::limits::MAX_SGE as usize;
+pub(crate) const MAX_SGE: usize = crate::limits::MAX_SGE as usize;
 
 /// A receive work request taken off the queue.
 pub(crate) struct RecvWqe {

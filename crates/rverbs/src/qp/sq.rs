@@ -15,7 +15,9 @@ use rverbs_proto::rnr::RetryCounter;
 use rverbs_proto::verbs::{Access, QpType, SendFlags, WrOpcode};
 
 use crate::ah::AhInner;
-use crate::device::{limits, DeviceInner, Gid};
+use crate::device::DeviceInner;
+use crate::gid::Gid;
+use crate::limits;
 use crate::error::{Error, Result};
 use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;

@@ -24,7 +24,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use rverbs_proto::verbs::{Access, QpState, QpType};
 
 use super::{Segment, ShmSafe};
-use crate::device::Gid;
+use crate::gid::Gid;
 use crate::error::Result;
 use crate::table::LOCAL_BITS;
 
@@ -35,7 +35,7 @@ pub(crate) const SRQ_RECORDS: usize = 1 << LOCAL_BITS;
 /// CQ records.
 pub(crate) const CQ_RECORDS: usize = 1 << LOCAL_BITS;
 /// Bits of a memory key that index the key table (the low 8 bits are the key byte).
-pub(crate) const KEY_INDEX_BITS: u32 = 18;
+pub(crate) use crate::limits::KEY_INDEX_BITS;
 /// Key records.
 pub(crate) const KEY_RECORDS: usize = 1 << KEY_INDEX_BITS;
 

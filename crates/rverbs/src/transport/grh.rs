@@ -7,7 +7,7 @@
 //! right. rverbs writes the header RoCE v2 would have put on the wire: UDP, ID 0, DF,
 //! TTL/hop limit and TOS/traffic class from the sender's path.
 
-use crate::device::Gid;
+use crate::gid::Gid;
 
 /// Bytes of the area.
 pub(crate) const GRH_LEN: usize = 40;

@@ -1,0 +1,53 @@
+//! Limits the device reports and enforces (ibv_query_device(3), ibv_query_port(3)).
+//!
+//! Rule: every verb that creates or sizes an object checks its request against these
+//! values and fails with EINVAL / ENOMEM as rdma-core's providers do; `ibv_query_device`
+//! reports exactly them.
+
+/// Bits of a memory key's index: the key table has `2^KEY_INDEX_BITS` records.
+pub(crate) const KEY_INDEX_BITS: u32 = 18;
+
+/// Queue pairs per process.
+pub const MAX_QP: u32 = crate::table::MAX_LOCAL_QPS;
+/// Work requests per send or receive queue.
+pub const MAX_QP_WR: u32 = 32_768;
+/// Scatter/gather entries per work request.
+pub const MAX_SGE: u32 = 32;
+/// Scatter/gather entries per RDMA READ.
+pub const MAX_SGE_RD: u32 = 32;
+/// Completion queues (numbered like QPs, 16 bits per process).
+pub const MAX_CQ: u32 = crate::table::MAX_LOCAL_QPS;
+/// Entries per completion queue (memory is committed only as it is used).
+pub const MAX_CQE: u32 = (1 << 22) - 1;
+/// Memory regions and windows together (key index 0 is never used).
+pub const MAX_MR: u32 = (1 << KEY_INDEX_BITS) - 1;
+/// Largest memory region.
+pub const MAX_MR_SIZE: u64 = 1 << 46;
+/// Protection domains.
+pub const MAX_PD: u32 = 1 << 20;
+/// Outstanding RDMA READ/atomic per QP, as target and as initiator.
+pub const MAX_QP_RD_ATOM: u32 = 128;
+/// Responder resources for RDMA READ/atomic in all.
+pub const MAX_RES_RD_ATOM: u32 = 128 * 16_384;
+/// Shared receive queues (numbered like QPs).
+pub const MAX_SRQ: u32 = crate::table::MAX_LOCAL_QPS;
+/// Work requests per SRQ.
+pub const MAX_SRQ_WR: u32 = 32_768;
+/// Scatter/gather entries per SRQ work request.
+pub const MAX_SRQ_SGE: u32 = 32;
+/// Address handles.
+pub const MAX_AH: u32 = 1 << 20;
+/// Memory windows (they share the key table with the regions).
+pub const MAX_MW: u32 = MAX_MR;
+/// Bytes of inline data per send work request.
+pub const MAX_INLINE_DATA: u32 = 1024;
+/// Largest message (ibv_port_attr.max_msg_sz), as rxe.
+pub const MAX_MSG_SZ: u32 = 1 << 31;
+/// P_Key table entries.
+pub const MAX_PKEYS: u16 = 1;
+/// Completion vectors.
+pub const NUM_COMP_VECTORS: u32 = 1;
+/// Multicast groups (UD).
+pub const MAX_MCAST_GRP: u32 = 8192;
+/// QPs per multicast group.
+pub const MAX_MCAST_QP_ATTACH: u32 = 56;

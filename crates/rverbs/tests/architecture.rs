@@ -1,0 +1,444 @@
+//! The architecture test: the `rverbs` crate is built in declared layers, and no module
+//! imports a layer above its own (DESIGN §2, ARCHITECTURE.md §0).
+//!
+//! It reads the crate's sources with `syn`, finds every path a module names inside the
+//! crate (`use crate::…`, `crate::…` in code, types and macro arguments, `super::…`), and
+//! checks each such dependency against [`LAYERS`]. Test code (`#[cfg(test)]` items) is not
+//! part of the layering. A new file must be given a layer here; an import that points up a
+//! layer fails the test with the file, the line and both layers named.
+//!
+//! [`KNOWN_UPWARD`] lists the upward imports the crate still has while the redesign of
+//! issue 11 proceeds. It is a ratchet: an upward import not in the list fails, and so does
+//! an entry that no longer exists (remove it), so the list only ever shrinks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use syn::visit::Visit;
+
+/// The layers, lowest first. A module may use modules of its own layer and of the layers
+/// listed before it. Modules are files, named by their path (`qp::sq` is `src/qp/sq.rs`,
+/// `qp` is `src/qp/mod.rs`).
+const LAYERS: &[(&str, &[&str])] = &[
+    // Operating system, primitives and the shared-memory segments themselves.
+    ("os", &["bindings", "clock", "error", "gid", "limits", "mem", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma"]),
+    // Memory keys and regions: the key table, registrations, every access to their bytes.
+    ("memory", &["shm::tables", "mr::keys", "mr::share", "mr::access", "mr::proxy", "mr", "mw"]),
+    // Completion and receive rings.
+    ("rings", &["wc", "cq::ring", "cq::seg", "cq::defer", "qp::wr", "qp::rq"]),
+    // The engine that executes work requests.
+    ("engine", &["qp::attr", "qp::sq", "qp::batch", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress", "shm::registry"]),
+    // Transports: how a request reaches its responder.
+    ("transports", &["transport", "transport::grh", "transport::local", "transport::host", "transport::route", "transport::target", "mcast", "qp1"]),
+    // The public verbs objects.
+    ("verbs", &["device", "context", "pd", "ah", "xrcd"]),
+];
+
+/// Upward imports still present (importer, imported). See the module docs: a ratchet.
+const KNOWN_UPWARD: &[(&str, &str)] = &[
+    ("cq", "context"),
+    ("cq::channel", "context"),
+    ("event", "device"),
+    ("mcast", "device"),
+    ("mr", "device"),
+    ("mr", "pd"),
+    ("mr::access", "device"),
+    ("mr::access", "shm::registry"),
+    ("mr::keys", "pd"),
+    ("mr::proxy", "device"),
+    ("mr::proxy", "progress"),
+    ("mr::proxy", "shm::registry"),
+    ("mw", "device"),
+    ("mw", "pd"),
+    ("progress", "device"),
+    ("qp", "ah"),
+    ("qp", "context"),
+    ("qp", "pd"),
+    ("qp", "transport"),
+    ("qp", "transport::route"),
+    ("qp", "xrcd"),
+    ("qp1", "device"),
+    ("qp::batch", "ah"),
+    ("qp::rq", "device"),
+    ("qp::sq", "ah"),
+    ("qp::sq", "device"),
+    ("qp::sq", "pd"),
+    ("qp::sq", "transport::route"),
+    ("qp::wr", "ah"),
+    ("srq", "pd"),
+    ("srq", "xrcd"),
+    ("transport::route", "device"),
+    ("transport::target", "context"),
+    ("transport::target", "pd"),
+];
+
+/// Pairs of components (top-level modules) of one layer that still import each other.
+/// A ratchet like [`KNOWN_UPWARD`].
+const KNOWN_LOOPS: &[(&str, &str)] = &[
+    ("context", "device"),
+    ("context", "pd"),
+    ("cq", "event"),
+    ("cq", "wc"),
+    ("event", "qp"),
+    ("event", "srq"),
+    ("mcast", "transport"),
+    ("mr", "mw"),
+    ("pd", "xrcd"),
+    ("progress", "qp"),
+    ("progress", "shm"),
+];
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every source file of the crate as (module path, file).
+fn modules() -> BTreeMap<String, PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("read src") {
+            let p = e.expect("dir entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = src_dir();
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    let mut map = BTreeMap::new();
+    for f in files {
+        let rel = f.strip_prefix(&root).unwrap().with_extension("");
+        let mut parts: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+            parts.pop();
+        }
+        map.insert(parts.join("::"), f);
+    }
+    map
+}
+
+/// The paths one file names inside the crate, with the line of each.
+#[derive(Default)]
+struct Refs {
+    /// Path segments, already made absolute (`crate` removed), and the line.
+    paths: Vec<(Vec<String>, usize)>,
+    /// The module the file is (for `super` and `self`).
+    here: Vec<String>,
+    /// Whether the file is a `mod.rs` / `lib.rs` (then `super` is one level higher up).
+    is_dir_module: bool,
+}
+
+impl Refs {
+    fn absolute(&self, segs: &[String]) -> Option<Vec<String>> {
+        let first = segs.first()?;
+        let mut base: Vec<String> = match first.as_str() {
+            "crate" => Vec::new(),
+            "super" => {
+                let mut b = self.here.clone();
+                b.pop();
+                b
+            }
+            "self" => self.here.clone(),
+            _ => return None,
+        };
+        let mut rest = &segs[1..];
+        while rest.first().is_some_and(|s| s == "super") {
+            base.pop();
+            rest = &rest[1..];
+        }
+        base.extend(rest.iter().cloned());
+        Some(base)
+    }
+
+    fn add(&mut self, segs: Vec<String>, line: usize) {
+        if let Some(p) = self.absolute(&segs) {
+            self.paths.push((p, line));
+        }
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree, line: usize) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree, line);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                let mut s = prefix.clone();
+                if n.ident != "self" {
+                    s.push(n.ident.to_string());
+                }
+                self.add(s, line);
+            }
+            syn::UseTree::Rename(r) => {
+                let mut s = prefix.clone();
+                if r.ident != "self" {
+                    s.push(r.ident.to_string());
+                }
+                self.add(s, line);
+            }
+            syn::UseTree::Glob(_) => self.add(prefix.clone(), line),
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.use_tree(prefix, t, line);
+                }
+            }
+        }
+    }
+
+    /// Paths inside macro arguments (`tracing::debug!(…crate::x…)`), found token by token.
+    fn tokens(&mut self, ts: proc_macro2::TokenStream) {
+        let toks: Vec<proc_macro2::TokenTree> = ts.into_iter().collect();
+        let mut i = 0;
+        while i < toks.len() {
+            match &toks[i] {
+                proc_macro2::TokenTree::Group(g) => self.tokens(g.stream()),
+                proc_macro2::TokenTree::Ident(id) if *id == "crate" || *id == "super" => {
+                    let line = id.span().start().line;
+                    let mut segs = vec![id.to_string()];
+                    let mut j = i + 1;
+                    while j + 2 < toks.len() + 1 {
+                        let (Some(proc_macro2::TokenTree::Punct(a)), Some(proc_macro2::TokenTree::Punct(b)), Some(proc_macro2::TokenTree::Ident(n))) =
+                            (toks.get(j), toks.get(j + 1), toks.get(j + 2))
+                        else {
+                            break;
+                        };
+                        if a.as_char() != ':' || b.as_char() != ':' {
+                            break;
+                        }
+                        segs.push(n.to_string());
+                        j += 3;
+                    }
+                    self.add(segs, line);
+                    i = j;
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+}
+
+fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg") && a.meta.require_list().is_ok_and(|l| l.tokens.to_string().split(|c: char| !c.is_alphanumeric() && c != '_').any(|w| w == "test"))
+    })
+}
+
+impl<'ast> Visit<'ast> for Refs {
+    fn visit_item(&mut self, i: &'ast syn::Item) {
+        let attrs = match i {
+            syn::Item::Mod(m) => &m.attrs,
+            syn::Item::Fn(f) => &f.attrs,
+            syn::Item::Impl(x) => &x.attrs,
+            syn::Item::Use(u) => &u.attrs,
+            syn::Item::Struct(s) => &s.attrs,
+            syn::Item::Const(c) => &c.attrs,
+            syn::Item::Static(s) => &s.attrs,
+            _ => return syn::visit::visit_item(self, i),
+        };
+        if is_cfg_test(attrs) {
+            return;
+        }
+        syn::visit::visit_item(self, i);
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        if !is_cfg_test(&f.attrs) {
+            syn::visit::visit_impl_item_fn(self, f);
+        }
+    }
+
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        let line = u.use_token.span.start().line;
+        self.use_tree(&mut Vec::new(), &u.tree, line);
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        let segs: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+        let line = p.segments.first().map_or(0, |s| s.ident.span().start().line);
+        self.add(segs, line);
+        syn::visit::visit_path(self, p);
+    }
+
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        self.tokens(m.tokens.clone());
+        syn::visit::visit_macro(self, m);
+    }
+
+    fn visit_vis_restricted(&mut self, _: &'ast syn::VisRestricted) {
+        // `pub(crate)` / `pub(super)` name a visibility, not a dependency.
+    }
+}
+
+/// The module a path lands in: its longest prefix that is a file module. Names the crate
+/// root re-exports (`crate::Error`) are followed to the module they come from.
+fn resolve(path: &[String], mods: &BTreeMap<String, PathBuf>, reexports: &BTreeMap<String, Vec<String>>) -> Option<String> {
+    if path.len() == 1 {
+        if let Some(target) = reexports.get(&path[0]) {
+            return resolve(target, mods, reexports);
+        }
+    }
+    (1..=path.len()).rev().map(|n| path[..n].join("::")).find(|c| mods.contains_key(c))
+}
+
+/// `pub use a::b::Name;` in lib.rs: Name → [a, b, Name].
+fn root_reexports() -> BTreeMap<String, Vec<String>> {
+    let file = syn::parse_file(&std::fs::read_to_string(src_dir().join("lib.rs")).unwrap()).unwrap();
+    let mut out = BTreeMap::new();
+    fn walk(prefix: &mut Vec<String>, t: &syn::UseTree, out: &mut BTreeMap<String, Vec<String>>) {
+        match t {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                walk(prefix, &p.tree, out);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                let mut s = prefix.clone();
+                s.push(n.ident.to_string());
+                out.insert(n.ident.to_string(), s);
+            }
+            syn::UseTree::Rename(r) => {
+                let mut s = prefix.clone();
+                s.push(r.ident.to_string());
+                out.insert(r.rename.to_string(), s);
+            }
+            syn::UseTree::Group(g) => g.items.iter().for_each(|i| walk(prefix, i, out)),
+            syn::UseTree::Glob(_) => {}
+        }
+    }
+    for item in &file.items {
+        if let syn::Item::Use(u) = item {
+            walk(&mut Vec::new(), &u.tree, &mut out);
+        }
+    }
+    out
+}
+
+/// One dependency: importer, imported, the line of the first place it is named.
+type Edges = BTreeMap<(String, String), usize>;
+
+fn dependencies() -> (Edges, BTreeMap<String, PathBuf>) {
+    let mods = modules();
+    let reexports = root_reexports();
+    let mut edges = Edges::new();
+    for (name, file) in &mods {
+        if name.is_empty() {
+            continue; // lib.rs: the facade that re-exports every layer.
+        }
+        let src = std::fs::read_to_string(file).unwrap();
+        let ast = syn::parse_file(&src).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let is_dir = file.file_name().is_some_and(|f| f == "mod.rs");
+        let mut here: Vec<String> = name.split("::").map(str::to_owned).collect();
+        if is_dir {
+            // `super` in a mod.rs is the parent of the directory's module.
+            here.push(String::from("mod"));
+        }
+        let mut refs = Refs { here, is_dir_module: is_dir, ..Refs::default() };
+        refs.visit_file(&ast);
+        let _ = refs.is_dir_module;
+        for (path, line) in refs.paths {
+            let path: Vec<String> = path.into_iter().filter(|s| s != "mod").collect();
+            let Some(target) = resolve(&path, &mods, &reexports) else { continue };
+            if target != *name && !target.is_empty() {
+                edges.entry((name.clone(), target)).or_insert(line);
+            }
+        }
+    }
+    (edges, mods)
+}
+
+fn layer_of() -> BTreeMap<&'static str, usize> {
+    let mut m = BTreeMap::new();
+    for (i, (_, mods)) in LAYERS.iter().enumerate() {
+        for &name in mods.iter() {
+            assert!(m.insert(name, i).is_none(), "{name} is listed in two layers");
+        }
+    }
+    m
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    let layers = layer_of();
+    let (_, mods) = dependencies();
+    let missing: Vec<&String> = mods.keys().filter(|m| !m.is_empty() && !layers.contains_key(m.as_str())).collect();
+    assert!(missing.is_empty(), "give these modules a layer in tests/architecture.rs: {missing:?}");
+    let stale: Vec<&&str> = layers.keys().filter(|m| !mods.contains_key(**m)).collect();
+    assert!(stale.is_empty(), "these modules no longer exist; remove them from LAYERS: {stale:?}");
+}
+
+#[test]
+fn no_module_imports_a_layer_above_its_own() {
+    let layers = layer_of();
+    let (edges, mods) = dependencies();
+    let known: BTreeSet<(&str, &str)> = KNOWN_UPWARD.iter().copied().collect();
+    let mut upward = Vec::new();
+    let mut found_known = BTreeSet::new();
+    for ((from, to), line) in &edges {
+        let (Some(&lf), Some(&lt)) = (layers.get(from.as_str()), layers.get(to.as_str())) else { continue };
+        if lt > lf {
+            if known.contains(&(from.as_str(), to.as_str())) {
+                found_known.insert((from.as_str(), to.as_str()));
+            } else {
+                upward.push(format!("src/{}:{line}: `{from}` ({}) imports `{to}` ({})", mods[from].strip_prefix(src_dir()).unwrap().display(), LAYERS[lf].0, LAYERS[lt].0));
+            }
+        }
+    }
+    if std::env::var_os("RVERBS_ARCH_LIST").is_some() {
+        for (from, to) in edges.keys() {
+            let (Some(&lf), Some(&lt)) = (layers.get(from.as_str()), layers.get(to.as_str())) else { continue };
+            if lt > lf {
+                println!("    (\"{from}\", \"{to}\"),");
+            }
+        }
+    }
+    assert!(upward.is_empty(), "upward imports (a lower layer must not depend on a higher one):\n{}", upward.join("\n"));
+    let gone: Vec<_> = known.difference(&found_known).collect();
+    assert!(gone.is_empty(), "these KNOWN_UPWARD entries are gone; remove them from the list: {gone:?}");
+}
+
+#[test]
+fn the_layers_form_no_loop() {
+    // With no upward import, a loop can only run inside one layer: check that modules of
+    // different top-level components within a layer do not import each other both ways.
+    let layers = layer_of();
+    let (edges, _) = dependencies();
+    let comp = |m: &str| m.split("::").next().unwrap_or("").to_owned();
+    let mut pairs = BTreeSet::new();
+    for (from, to) in edges.keys() {
+        let (Some(lf), Some(lt)) = (layers.get(from.as_str()), layers.get(to.as_str())) else { continue };
+        if lf == lt && comp(from) != comp(to) {
+            pairs.insert((comp(from), comp(to)));
+        }
+    }
+    let loops: BTreeSet<(String, String)> =
+        pairs.iter().filter(|(a, b)| a < b && pairs.contains(&(b.clone(), a.clone()))).cloned().collect();
+    let known: BTreeSet<(String, String)> = KNOWN_LOOPS.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let new: Vec<_> = loops.difference(&known).collect();
+    assert!(new.is_empty(), "components of one layer that import each other (an import loop): {new:?}");
+    let gone: Vec<_> = known.difference(&loops).collect();
+    assert!(gone.is_empty(), "these KNOWN_LOOPS entries are gone; remove them from the list: {gone:?}");
+}
+
+/// The checker itself: an upward import in a synthetic file is found.
+#[test]
+fn the_checker_sees_imports_in_every_form() {
+    let src = r#"
+        use crate::qp::{sq::SendQueue, Qp};
+        use super::device;
+        fn f() { let _ = crate::transport::host::run(); tracing::debug!("{}", crate::progress::x()); }
+        #[cfg(test)] mod tests { use crate::context::Context; }
+    "#;
+    let ast = syn::parse_file(src).unwrap();
+    let mut refs = Refs { here: vec!["mr".into(), "keys".into()], ..Refs::default() };
+    refs.visit_file(&ast);
+    let names: BTreeSet<String> = refs.paths.iter().map(|(p, _)| p.join("::")).collect();
+    for want in ["qp::sq::SendQueue", "qp::Qp", "mr::device", "transport::host::run", "progress::x"] {
+        assert!(names.contains(want), "{want} not found in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.starts_with("context")), "test code counted: {names:?}");
+}
