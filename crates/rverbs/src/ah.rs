@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::context::check_port;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::pd::{Pd, PdInner};
 use crate::qp::attr::AhAttr;
 
@@ -41,9 +42,9 @@ impl std::fmt::Debug for Ah {
 /// Checks an address vector against the device (shared by AHs and `modify_qp`).
 pub(crate) fn check_av(verb: &'static str, pd: &PdInner, attr: &AhAttr) -> Result<()> {
     check_port(verb, attr.port_num)?;
-    let grh = attr.grh.ok_or(Error::invalid(verb, "RoCE address vectors need a GRH (is_global)"))?;
+    let grh = attr.grh.ok_or(Error::invalid(verb, Rule::GrhRequired))?;
     if usize::from(grh.sgid_index) >= pd.ctx.dev.gids.len() {
-        return Err(Error::invalid(verb, "sgid_index beyond the GID table"));
+        return Err(Error::invalid(verb, Rule::GidIndex { index: u32::from(grh.sgid_index), len: pd.ctx.dev.gids.len() as u32 }));
     }
     Ok(())
 }

@@ -14,6 +14,7 @@ use crate::cq::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
 use crate::device::{DeviceAttr, DeviceInner, GidEntry, PortAttr};
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::event::{AsyncEvent, RawAsyncEvent, RawElement};
 use crate::shm::fifo::Fifo;
 use crate::pd::Pd;
@@ -57,7 +58,7 @@ pub(crate) fn check_port(verb: &'static str, port: u8) -> Result<()> {
     if port == 1 {
         Ok(())
     } else {
-        Err(Error::invalid(verb, "the device has one port, number 1"))
+        Err(Error::invalid(verb, Rule::PortNumber { port }))
     }
 }
 
@@ -110,7 +111,7 @@ impl Context {
             .gids
             .get(index as usize)
             .copied()
-            .ok_or(Error::invalid("query_gid", "index beyond the GID table"))
+            .ok_or(Error::invalid("query_gid", Rule::GidIndex { index, len: self.inner.dev.gids.len() as u32 }))
     }
 
     /// The whole GID table (ibv_query_gid_table(3)).
@@ -124,7 +125,7 @@ impl Context {
         if index == 0 {
             Ok(0xffff)
         } else {
-            Err(Error::invalid("query_pkey", "the P_Key table has one entry"))
+            Err(Error::invalid("query_pkey", Rule::PkeyIndex { index }))
         }
     }
 

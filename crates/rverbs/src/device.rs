@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::mr::KeyTable;
 use crate::qp::QpInner;
 use crate::srq::SrqInner;
@@ -615,7 +616,7 @@ pub fn device_by_name(name: &str) -> Result<Device> {
     devices()?
         .into_iter()
         .find(|d| d.name() == name)
-        .ok_or(Error::invalid("device_by_name", "no device with that name"))
+        .ok_or(Error::invalid("device_by_name", Rule::NoSuchDevice))
 }
 
 impl Device {

@@ -7,17 +7,19 @@
 use rverbs_proto::state::TransitionError;
 use rverbs_proto::verbs::QpState;
 
+pub use crate::rule::Rule;
+
 /// An error returned by a verb.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An argument is out of range or inconsistent (`EINVAL`).
-    #[error("{verb}: invalid argument: {why}")]
+    #[error("{verb}: invalid argument: {rule}")]
     Invalid {
         /// The verb that refused.
         verb: &'static str,
-        /// Which rule the argument broke.
-        why: &'static str,
+        /// The rule the argument broke, with the values that broke it.
+        rule: Rule,
     },
     /// The soft device does not implement this verb or option (`EOPNOTSUPP`).
     #[error("{verb}: not supported by the rverbs device ({what})")]
@@ -148,8 +150,8 @@ impl Error {
         }
     }
 
-    pub(crate) const fn invalid(verb: &'static str, why: &'static str) -> Self {
-        Error::Invalid { verb, why }
+    pub(crate) const fn invalid(verb: &'static str, rule: Rule) -> Self {
+        Error::Invalid { verb, rule }
     }
 
     pub(crate) const fn unsupported(verb: &'static str, what: &'static str) -> Self {
@@ -177,7 +179,7 @@ mod tests {
     #[test]
     fn every_error_has_an_errno() {
         let all = [
-            Error::invalid("v", "w"),
+            Error::invalid("v", Rule::ZeroLength),
             Error::unsupported("v", "w"),
             Error::Limit { verb: "v", what: "w", max: 1, got: 2 },
             Error::TooManySge { max: 1, got: 2 },

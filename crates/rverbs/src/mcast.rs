@@ -26,6 +26,7 @@ use crate::device::DeviceInner;
 use crate::gid::Gid;
 use crate::limits;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::qp::{Qp, QpInner};
 use crate::shm::registry::Peer;
 use crate::transport::route::endpoint_of;
@@ -152,10 +153,10 @@ impl Qp {
         let q = self.inner();
         let verb = "attach_mcast";
         if q.qp_type != QpType::Ud {
-            return Err(Error::invalid(verb, "only UD QPs join multicast groups"));
+            return Err(Error::invalid(verb, Rule::McastNeedsUd));
         }
         if !is_multicast(gid) {
-            return Err(Error::invalid(verb, "not a multicast GID"));
+            return Err(Error::invalid(verb, Rule::NotMulticast { gid: *gid }));
         }
         let mut g = q.pd.ctx.dev.mcast.groups.lock().expect("mcast");
         if !g.contains_key(gid) && g.len() >= limits::MAX_MCAST_GRP as usize {
@@ -189,12 +190,12 @@ impl Qp {
         let q = self.inner();
         let mut g = q.pd.ctx.dev.mcast.groups.lock().expect("mcast");
         let Some(members) = g.get_mut(gid) else {
-            return Err(Error::invalid("detach_mcast", "no such group"));
+            return Err(Error::invalid("detach_mcast", Rule::NoSuchGroup { gid: *gid }));
         };
         let before = members.len();
         members.retain(|(n, _)| *n != q.qpn);
         if members.len() == before {
-            return Err(Error::invalid("detach_mcast", "the QP is not a member"));
+            return Err(Error::invalid("detach_mcast", Rule::NotAMember { qpn: q.qpn }));
         }
         if members.is_empty() {
             g.remove(gid);

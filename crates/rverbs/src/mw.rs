@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::device::DeviceInner;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::mr::{KeyTarget, Mr, MrInner};
 use crate::pd::{Pd, PdInner};
 use crate::shm::tables::{
@@ -258,7 +259,7 @@ impl Mw {
         let mw_type = match mw_type {
             1 => MwType::Type1,
             2 => MwType::Type2,
-            _ => return Err(Error::invalid("alloc_mw", "memory window types are 1 and 2")),
+            _ => return Err(Error::invalid("alloc_mw", Rule::MwType { mw_type })),
         };
         let pd_inner = pd.inner().clone();
         pd_inner.hold()?;

@@ -25,6 +25,7 @@ use rustix::io::Errno;
 
 use crate::device::{device, DeviceInner};
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::shm::fifo::{self, Fifo};
 
 /// Bytes of a MAD (IBTA Vol 1 §13.4.2).
@@ -148,7 +149,7 @@ impl Qp1 {
     /// endpoint itself, fails with `EINVAL`.
     pub fn watch(&self, ep: u32) -> Result<OwnedFd> {
         if ep == self.ep {
-            return Err(Error::invalid("watch endpoint", "this is the caller's own endpoint"));
+            return Err(Error::invalid("watch endpoint", Rule::OwnEndpoint { ep }));
         }
         let reg = self
             .dev

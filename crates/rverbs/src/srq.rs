@@ -15,6 +15,7 @@ use rverbs_proto::verbs::EventType;
 use crate::cq::{Cq, CqInner};
 use crate::limits;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::event::{EventCounter, RawElement};
 use crate::pd::PdInner;
 use crate::qp::rq::{srq_segment_name, RecvQueue, RecvWqe};
@@ -140,7 +141,7 @@ impl Srq {
             });
         }
         if init.srq_limit > init.max_wr {
-            return Err(Error::invalid(verb, "srq_limit above max_wr"));
+            return Err(Error::invalid(verb, Rule::SrqLimit { limit: init.srq_limit, max_wr: init.max_wr }));
         }
         let dev = pd.ctx.dev;
         let srqn = dev.srqs.reserve()?;
@@ -201,7 +202,7 @@ impl Srq {
     pub fn new_xrc(pd: &crate::Pd, init: &SrqInit, xrcd: &Xrcd, cq: &Cq) -> Result<Self> {
         xrcd.check_open("create_srq_ex")?;
         if !Arc::ptr_eq(&xrcd.inner().ctx, &pd.inner().ctx) || !Arc::ptr_eq(&cq.inner().ctx, &pd.inner().ctx) {
-            return Err(Error::invalid("create_srq_ex", "XRC domain or CQ of another context"));
+            return Err(Error::invalid("create_srq_ex", Rule::ForeignContext { what: "XRC domain or CQ" }));
         }
         Self::new_in(pd.inner().clone(), init, Some((xrcd.inner().clone(), cq.inner().clone())))
     }
@@ -250,16 +251,16 @@ impl Srq {
         let mut cap = rq.capacity();
         if mask.contains(SrqAttrMask::MAX_WR) {
             if attr.max_wr == 0 || attr.max_wr > limits::MAX_SRQ_WR {
-                return Err(Error::invalid(verb, "max_wr out of range"));
+                return Err(Error::invalid(verb, Rule::SrqMaxWr { max_wr: attr.max_wr, max: limits::MAX_SRQ_WR }));
             }
             let queued = rq.len() as u32;
             if attr.max_wr < queued {
-                return Err(Error::invalid(verb, "max_wr below the receives queued"));
+                return Err(Error::invalid(verb, Rule::SrqBelowQueued { max_wr: attr.max_wr, queued }));
             }
             cap = attr.max_wr;
         }
         if mask.contains(SrqAttrMask::LIMIT) && attr.srq_limit > cap {
-            return Err(Error::invalid(verb, "srq_limit above max_wr"));
+            return Err(Error::invalid(verb, Rule::SrqLimit { limit: attr.srq_limit, max_wr: cap }));
         }
         if mask.contains(SrqAttrMask::MAX_WR) && cap != rq.capacity() {
             let next = *gen + 1;

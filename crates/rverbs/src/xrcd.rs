@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::context::{Context, ContextInner};
 use crate::cq::{Cq, CqInit, CqInner};
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::pd::{Pd, PdInner};
 use crate::qp::{Qp, QpInit};
 use crate::QpCap;
@@ -96,7 +97,7 @@ impl Context {
         let mut map = files.lock().expect("xrcd files");
         if let Some(existing) = map.get(&id).and_then(Weak::upgrade) {
             if oflags & libc::O_EXCL != 0 {
-                return Err(Error::invalid("open_xrcd", "a domain exists for the file (O_EXCL)"));
+                return Err(Error::invalid("open_xrcd", Rule::XrcdExists));
             }
             return Ok(Xrcd::handle(existing));
         }
@@ -138,7 +139,7 @@ impl Xrcd {
     /// Fails once this handle was closed.
     pub(crate) fn check_open(&self, verb: &'static str) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(Error::invalid(verb, "the XRC domain was closed"));
+            return Err(Error::invalid(verb, Rule::Closed { what: "XRC domain" }));
         }
         Ok(())
     }

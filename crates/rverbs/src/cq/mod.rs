@@ -21,6 +21,7 @@ use rverbs_proto::verbs::EventType;
 use crate::context::{Context, ContextInner};
 use crate::limits;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::event::{EventCounter, RawElement};
 use crate::wc::{Cqe, Wc};
 use channel::{ChannelInner, CompChannel};
@@ -351,7 +352,7 @@ impl std::fmt::Debug for Cq {
 impl Cq {
     pub(crate) fn new(ctx: Arc<ContextInner>, init: &CqInit<'_>) -> Result<Self> {
         if init.cqe == 0 {
-            return Err(Error::invalid("create_cq", "cqe must be at least 1"));
+            return Err(Error::invalid("create_cq", Rule::CqeRange { cqe: 0, max: limits::MAX_CQE }));
         }
         if init.cqe > limits::MAX_CQE {
             return Err(Error::Limit {
@@ -362,7 +363,7 @@ impl Cq {
             });
         }
         if init.comp_vector >= limits::NUM_COMP_VECTORS {
-            return Err(Error::invalid("create_cq", "comp_vector >= num_comp_vectors"));
+            return Err(Error::invalid("create_cq", Rule::CompVector { vector: init.comp_vector, count: limits::NUM_COMP_VECTORS }));
         }
         let unsupported = init.wc_flags.difference(WcExFlags::SUPPORTED);
         if !unsupported.is_empty() {
@@ -370,10 +371,10 @@ impl Cq {
         }
         if let Some(ch) = init.channel {
             if !Arc::ptr_eq(&ch.inner().ctx, &ctx) {
-                return Err(Error::invalid("create_cq", "channel of another context"));
+                return Err(Error::invalid("create_cq", Rule::ForeignContext { what: "completion channel" }));
             }
             if ch.inner().is_destroyed() {
-                return Err(Error::invalid("create_cq", "the completion channel was destroyed"));
+                return Err(Error::invalid("create_cq", Rule::Closed { what: "completion channel" }));
             }
         }
         let dev = ctx.dev;
@@ -505,14 +506,14 @@ impl Cq {
     /// completions the CQ holds (rxe `rxe_cq_chk_attr`).
     pub fn resize(&self, cqe: u32) -> Result<u32> {
         if cqe == 0 || cqe > limits::MAX_CQE {
-            return Err(Error::invalid("resize_cq", "cqe out of range"));
+            return Err(Error::invalid("resize_cq", Rule::CqeRange { cqe, max: limits::MAX_CQE }));
         }
         let _g = self.inner.consumer.lock();
         let seg = self.inner.gens.current();
         seg.freeze();
         if (cqe as usize) < seg.ring().len() {
             seg.thaw();
-            return Err(Error::invalid("resize_cq", "fewer entries than completions in the CQ"));
+            return Err(Error::invalid("resize_cq", Rule::CqeBelowQueued { cqe, queued: seg.ring().len() as u32 }));
         }
         let dev = self.inner.ctx.dev;
         let new = match CqSeg::create(&dev.dir, self.inner.id, seg.gen + 1, cqe as usize) {

@@ -22,6 +22,7 @@ use bitflags::bitflags;
 
 use crate::device::DeviceInner;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::mem;
 use crate::mw::MwInner;
 use crate::pd::{Pd, PdInner};
@@ -235,7 +236,7 @@ impl Busy<'_> {
     fn range(&self, verb: &'static str, offset: usize, len: usize) -> Result<usize> {
         match offset.checked_add(len) {
             Some(end) if end <= self.desc.len => Ok(self.desc.addr + offset),
-            _ => Err(Error::invalid(verb, "range outside the memory region")),
+            _ => Err(Error::invalid(verb, Rule::OutsideRegion { offset: offset as u64, len: len as u64, region_len: self.desc.len as u64 })),
         }
     }
 }
@@ -265,12 +266,12 @@ fn check_access(verb: &'static str, access: Access) -> Result<Access> {
     if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
         && !access.contains(Access::LOCAL_WRITE)
     {
-        return Err(Error::invalid(verb, "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE"));
+        return Err(Error::invalid(verb, Rule::RemoteWriteNeedsLocalWrite));
     }
     if access.contains(Access::FLUSH_PERSISTENT) {
         // rxe refuses FLUSH_PERSISTENT for memory that is not persistent (pmem); none of
         // the memory this device registers is.
-        return Err(Error::invalid(verb, "FLUSH_PERSISTENT needs persistent memory"));
+        return Err(Error::invalid(verb, Rule::FlushPersistentNeedsPmem));
     }
     // Optional-range flags (relaxed ordering) are accepted and ignored, as rdma-core does.
     Ok(Access::from_bits_truncate(raw & !Access::OPTIONAL_RANGE))
@@ -327,7 +328,7 @@ impl std::fmt::Debug for Mr {
 
 fn check_len(verb: &'static str, len: usize) -> Result<()> {
     if len == 0 {
-        return Err(Error::invalid(verb, "zero length"));
+        return Err(Error::invalid(verb, Rule::ZeroLength));
     }
     if len as u64 > crate::limits::MAX_MR_SIZE {
         return Err(Error::Limit {
@@ -353,7 +354,7 @@ impl Mr {
     pub(crate) fn register(pd: Arc<PdInner>, init: MrInit) -> Result<Self> {
         check_len("reg_mr", init.len)?;
         if init.addr.checked_add(init.len).is_none() {
-            return Err(Error::invalid("reg_mr", "the range wraps the address space"));
+            return Err(Error::invalid("reg_mr", Rule::RangeWraps { addr: init.addr as u64, len: init.len as u64 }));
         }
         let mem = caller_memory(pd.ctx.dev, init.addr, init.len);
         Self::build(pd, init, mem)
@@ -365,7 +366,7 @@ impl Mr {
             init.iova = 0;
         }
         if init.iova.checked_add(init.len as u64).is_none() {
-            return Err(Error::invalid("reg_mr", "iova + length wraps"));
+            return Err(Error::invalid("reg_mr", Rule::RangeWraps { addr: init.iova, len: init.len as u64 }));
         }
         pd.hold()?;
         let dev = pd.ctx.dev;
@@ -467,7 +468,7 @@ impl Mr {
         let d = self.query();
         match offset.checked_add(len) {
             Some(end) if end <= d.len => Ok(d),
-            _ => Err(Error::invalid(verb, "range outside the memory region")),
+            _ => Err(Error::invalid(verb, Rule::OutsideRegion { offset: offset as u64, len: len as u64, region_len: d.len as u64 })),
         }
     }
 
@@ -508,7 +509,7 @@ impl Mr {
         let g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
         let at = g.range("read_u64", offset, 8)?;
         if at % 8 != 0 {
-            return Err(Error::invalid("read_u64", "offset not 8-byte aligned"));
+            return Err(Error::invalid("read_u64", Rule::Unaligned { offset: offset as u64 }));
         }
         // SAFETY: aligned, inside the live registration.
         Ok(unsafe { mem::atomic_u64(at) }.load(Ordering::SeqCst))
@@ -575,31 +576,31 @@ impl Mr {
     ) -> Result<()> {
         let verb = "rereg_mr";
         if flags.is_empty() {
-            return Err(Error::invalid(verb, "no change requested"));
+            return Err(Error::invalid(verb, Rule::NoChange));
         }
         if flags.contains(ReregFlags::TRANSLATION) != range.is_some() {
-            return Err(Error::invalid(verb, "TRANSLATION needs a new address range"));
+            return Err(Error::invalid(verb, Rule::TranslationNeedsRange));
         }
         let new_pd = match (flags.contains(ReregFlags::PD), pd) {
             (true, Some(p)) => {
                 let same_ctx = Arc::ptr_eq(&p.inner().ctx, &self.inner.desc.read().expect("mr desc").pd.ctx);
                 if !same_ctx {
-                    return Err(Error::invalid(verb, "PD of another context"));
+                    return Err(Error::invalid(verb, Rule::ForeignContext { what: "protection domain" }));
                 }
                 Some(p.inner().clone())
             }
-            (true, None) => return Err(Error::invalid(verb, "PD change without a PD")),
+            (true, None) => return Err(Error::invalid(verb, Rule::PdChangeWithoutPd)),
             (false, _) => None,
         };
         let new_access = match (flags.contains(ReregFlags::ACCESS), access) {
             (true, Some(a)) => Some(check_access(verb, a)?),
-            (true, None) => return Err(Error::invalid(verb, "ACCESS change without flags")),
+            (true, None) => return Err(Error::invalid(verb, Rule::AccessChangeWithoutFlags)),
             (false, _) => None,
         };
         if let Some((addr, len)) = range {
             check_len(verb, len)?;
             if addr.checked_add(len).is_none() {
-                return Err(Error::invalid(verb, "the range wraps the address space"));
+                return Err(Error::invalid(verb, Rule::RangeWraps { addr: addr as u64, len: len as u64 }));
             }
         }
         if !self.inner.is_valid() {
@@ -656,7 +657,7 @@ impl Mr {
             return Err(Error::Destroyed { what: "memory region" });
         }
         if self.inner.has_bound_windows() {
-            return Err(Error::invalid("dereg_mr", "memory windows are bound to the region"));
+            return Err(Error::invalid("dereg_mr", Rule::WindowsBound));
         }
         self.inner.invalidate();
         Ok(())

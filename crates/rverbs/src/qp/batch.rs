@@ -19,6 +19,7 @@ use rverbs_proto::verbs::{QpState, QpType, SendFlags, WrOpcode};
 use crate::ah::Ah;
 use crate::limits;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::mr::{Mr, Sge};
 use crate::mw::{Mw, MwBind};
 use crate::qp::sq::SendQueue;
@@ -143,7 +144,7 @@ impl Qp {
     /// Errors: `EINVAL` if the QP was created without `send_ops`.
     pub fn wr_start(&self) -> Result<WrBatch<'_>> {
         if self.inner().send_ops.is_none() {
-            return Err(Error::invalid("wr_start", "the QP was created without send_ops_flags"));
+            return Err(Error::invalid("wr_start", Rule::NoSendOps));
         }
         let sq = self.inner().sq.lock();
         let mark = sq.len();
@@ -220,7 +221,7 @@ impl WrBatch<'_> {
         }
         let allowed = self.qp.inner().send_ops.unwrap_or_default();
         if !allowed.contains(SendOps::of(opcode)) {
-            self.latch(Error::invalid("wr_*", "operation not in the QP's send_ops_flags"));
+            self.latch(Error::invalid("wr_*", Rule::OpNotInSendOps));
             return None;
         }
         self.cur = Some(Box::new(Pending {
@@ -354,7 +355,7 @@ impl WrBatch<'_> {
             return None;
         }
         if self.cur.is_none() {
-            self.latch(Error::invalid("wr_set_*", "no work request to set"));
+            self.latch(Error::invalid("wr_set_*", Rule::NoWrToSet));
         }
         self.cur.as_deref_mut()
     }

@@ -31,6 +31,7 @@ use crate::cq::{Cq, CqInner};
 use crate::gid::Gid;
 use crate::limits;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::event::{EventCounter, RawElement};
 use crate::pd::{Pd, PdInner};
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
@@ -361,7 +362,7 @@ fn grant_cap(init: &QpInit<'_>) -> Result<QpCap> {
 impl Qp {
     pub(crate) fn new(pd: Arc<PdInner>, init: &QpInit<'_>) -> Result<Self> {
         if init.qp_type == QpType::XrcRecv {
-            return Err(Error::invalid("create_qp", "XRC target QPs are created in an XRC domain"));
+            return Err(Error::invalid("create_qp", Rule::XrcTgtNeedsXrcd));
         }
         Self::new_in(pd, init, None)
     }
@@ -376,7 +377,7 @@ impl Qp {
             _ => return Err(Error::unsupported("create_qp", "this QP type")),
         }
         if init.qp_type == QpType::XrcSend && init.srq.is_some() {
-            return Err(Error::invalid("create_qp", "XRC initiators do not receive"));
+            return Err(Error::invalid("create_qp", Rule::XrcIniReceives));
         }
         if let Some(ops) = init.send_ops {
             if !batch::SendOps::allowed_on(init.qp_type).contains(ops) {
@@ -386,12 +387,12 @@ impl Qp {
         let ctx = &pd.ctx;
         for cq in [init.send_cq, init.recv_cq] {
             if !Arc::ptr_eq(&cq.inner().ctx, ctx) {
-                return Err(Error::invalid("create_qp", "CQ of another context"));
+                return Err(Error::invalid("create_qp", Rule::ForeignContext { what: "CQ" }));
             }
         }
         if let Some(srq) = init.srq {
             if !Arc::ptr_eq(&srq.inner().pd.ctx, ctx) {
-                return Err(Error::invalid("create_qp", "SRQ of another context"));
+                return Err(Error::invalid("create_qp", Rule::ForeignContext { what: "SRQ" }));
             }
         }
         let cap = grant_cap(init)?;
@@ -563,20 +564,20 @@ impl Qp {
             check_av(verb, &q.pd, &attr.ah_attr)?;
         }
         if mask.contains(QpAttrMask::ALT_PATH) {
-            return Err(Error::invalid(verb, "alternate paths are not available on RoCE"));
+            return Err(Error::invalid(verb, Rule::NoAlternatePath));
         }
         if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC)
             && u32::from(attr.max_rd_atomic) > limits::MAX_QP_RD_ATOM
         {
-            return Err(Error::invalid(verb, "max_rd_atomic above the device limit"));
+            return Err(Error::invalid(verb, Rule::AttrLimit { attr: "max_rd_atomic", value: attr.max_rd_atomic.into(), max: limits::MAX_QP_RD_ATOM }));
         }
         if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
             && u32::from(attr.max_dest_rd_atomic) > limits::MAX_QP_RD_ATOM
         {
-            return Err(Error::invalid(verb, "max_dest_rd_atomic above the device limit"));
+            return Err(Error::invalid(verb, Rule::AttrLimit { attr: "max_dest_rd_atomic", value: attr.max_dest_rd_atomic.into(), max: limits::MAX_QP_RD_ATOM }));
         }
         if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
-            return Err(Error::invalid(verb, "timeout above 31"));
+            return Err(Error::invalid(verb, Rule::AttrLimit { attr: "timeout", value: attr.timeout.into(), max: 31 }));
         }
         if mask.contains(QpAttrMask::ACCESS_FLAGS) {
             let known = Access::LOCAL_WRITE
@@ -587,7 +588,7 @@ impl Qp {
                 | Access::FLUSH_GLOBAL
                 | Access::FLUSH_PERSISTENT;
             if !known.contains(attr.qp_access_flags.difference(Access::RELAXED_ORDERING)) {
-                return Err(Error::invalid(verb, "unsupported access flags"));
+                return Err(Error::invalid(verb, Rule::AccessFlags { flags: attr.qp_access_flags.bits() }));
             }
         }
         // Apply the attributes the mask names.
@@ -822,7 +823,7 @@ impl Qp {
         let Some(rq) = &q.rq else {
             return Err(PostError {
                 index: 0,
-                error: Error::invalid("post_recv", "the QP has no receive queue (SRQ or XRC)"),
+                error: Error::invalid("post_recv", Rule::NoReceiveQueue),
             });
         };
         let keys = keep.then_some(&q.pd.ctx.dev.keys);
@@ -849,10 +850,10 @@ impl Qp {
     ) -> Result<u32> {
         let verb = "bind_mw";
         if mw.mw_type() != crate::MwType::Type1 {
-            return Err(Error::invalid(verb, "bind_mw binds type 1 windows"));
+            return Err(Error::invalid(verb, Rule::BindType1Only));
         }
         if bind.mr.is_none() && (bind.addr != 0 || bind.length != 0) {
-            return Err(Error::invalid(verb, "a range needs a memory region"));
+            return Err(Error::invalid(verb, Rule::BindNeedsMr));
         }
         if let Some(mr) = bind.mr {
             if !Arc::ptr_eq(mr.pd().inner(), &mw.inner().pd) {
@@ -860,7 +861,7 @@ impl Qp {
             }
         }
         if bind.access.contains(Access::ZERO_BASED) {
-            return Err(Error::invalid(verb, "type 1 windows cannot be zero-based"));
+            return Err(Error::invalid(verb, Rule::Type1ZeroBased));
         }
         let posted = &mw.inner().posted_rkey;
         let rkey = crate::mw::inc_rkey(posted.load(Ordering::Acquire));

@@ -19,6 +19,7 @@ use crate::device::DeviceInner;
 use crate::gid::Gid;
 use crate::limits;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;
 use crate::pd::PdInner;
@@ -236,7 +237,7 @@ impl SendQueue {
         let verb = "post_send";
         let op = wr.opcode;
         if !op.allowed_on(qp_type) {
-            return Err(Error::invalid(verb, "opcode not allowed on this QP type"));
+            return Err(Error::invalid(verb, Rule::OpcodeForQpType { opcode: op, qp_type }));
         }
         if matches!(op, WrOpcode::Tso | WrOpcode::Driver1) {
             return Err(Error::unsupported(verb, "this work request opcode"));
@@ -252,24 +253,24 @@ impl SendQueue {
             WrOpcode::BindMw
                 // rxe provider: a bind carries no data and no immediate.
                 if (total != 0 || num_sge != 0 || wr.imm_data != 0 || wr.bind.is_none()) => {
-                    return Err(Error::invalid(verb, "BIND_MW carries a bind and no data"));
+                    return Err(Error::invalid(verb, Rule::NoDataFor { opcode: op }));
                 }
             WrOpcode::LocalInv
                 if (total != 0 || num_sge != 0) => {
-                    return Err(Error::invalid(verb, "LOCAL_INV carries no data"));
+                    return Err(Error::invalid(verb, Rule::NoDataFor { opcode: op }));
                 }
             WrOpcode::AtomicWrite => {
                 if total != 0 || num_sge != 0 {
-                    return Err(Error::invalid(verb, "ATOMIC_WRITE carries its 8 bytes in the request"));
+                    return Err(Error::invalid(verb, Rule::NoDataFor { opcode: op }));
                 }
                 total = 8;
             }
             WrOpcode::Flush => {
                 let Some(f) = wr.flush else {
-                    return Err(Error::invalid(verb, "FLUSH needs its parameters"));
+                    return Err(Error::invalid(verb, Rule::FlushParams));
                 };
                 if num_sge != 0 {
-                    return Err(Error::invalid(verb, "FLUSH carries no data"));
+                    return Err(Error::invalid(verb, Rule::NoDataFor { opcode: op }));
                 }
                 total = u64::from(f.len);
             }
@@ -288,14 +289,14 @@ impl SendQueue {
         }
         if op.is_atomic() {
             if total != 8 {
-                return Err(Error::invalid(verb, "atomic operations move exactly 8 bytes"));
+                return Err(Error::invalid(verb, Rule::AtomicLength { len: total }));
             }
             if !wr.remote_addr.is_multiple_of(8) {
-                return Err(Error::invalid(verb, "atomic remote address not 8-byte aligned"));
+                return Err(Error::invalid(verb, Rule::AtomicAlignment { addr: wr.remote_addr }));
             }
         }
         if inline_flag && !op.carries_payload() {
-            return Err(Error::invalid(verb, "inline data on an opcode that sends none"));
+            return Err(Error::invalid(verb, Rule::InlineWithoutData { opcode: op }));
         }
         if inline_flag && total > self.max_inline as u64 {
             return Err(Error::Limit {
@@ -306,7 +307,7 @@ impl SendQueue {
             });
         }
         if qp_type == QpType::Ud && wr.ud.is_none() {
-            return Err(Error::invalid(verb, "UD sends need an address handle"));
+            return Err(Error::invalid(verb, Rule::UdNeedsAh));
         }
         if self.count == self.cap {
             return Err(Error::QueueFull { verb, max: self.cap as u32 });
@@ -354,7 +355,7 @@ impl SendQueue {
                     // The Rust API reads inline SGEs through the usual local checks.
                     let keys = mr::KeySpace::local(dev.tables);
                     for s in sges {
-                        let outside = || Error::invalid(verb, "inline SGE outside a registered region");
+                        let outside = || Error::invalid(verb, Rule::InlineOutsideRegion);
                         let p = keys
                             .pin(s.lkey, pd.id, mr::KeyUse::Local, s.addr, s.length.into(), Access::empty())
                             .map_err(|_| outside())?;

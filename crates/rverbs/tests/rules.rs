@@ -1,0 +1,98 @@
+//! Rules as types: an invalid argument is reported as `Error::Invalid` with the
+//! [`Rule`] it broke and the values that broke it, so callers can tell rules apart by
+//! matching. One test per object kind, each naming the values it expects.
+
+mod common;
+
+use common::*;
+use rverbs::*;
+
+/// The rule an `EINVAL` carries; panics if the error is another kind.
+fn rule_of<T: std::fmt::Debug>(r: Result<T>) -> (Rule, String) {
+    match r {
+        Err(e @ Error::Invalid { .. }) => {
+            assert_eq!(e.errno(), libc::EINVAL);
+            let Error::Invalid { rule, .. } = e else { unreachable!() };
+            (rule, e.to_string())
+        }
+        other => panic!("expected Error::Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn device_tables_name_the_index_and_the_table() {
+    let ctx = open();
+    let len = ctx.query_gid_table().len() as u32;
+    let (rule, msg) = rule_of(ctx.query_gid(1, len + 3));
+    assert_eq!(rule, Rule::GidIndex { index: len + 3, len });
+    assert!(msg.contains(&format!("{}", len + 3)), "{msg}");
+    assert_eq!(rule_of(ctx.query_pkey(1, 1)).0, Rule::PkeyIndex { index: 1 });
+    assert_eq!(rule_of(ctx.query_pkey(2, 0)).0, Rule::PortNumber { port: 2 });
+}
+
+#[test]
+fn cq_rules_carry_the_requested_and_the_limit() {
+    let ctx = open();
+    let attr = ctx.query_device();
+    let (rule, _) = rule_of(ctx.create_cq(&CqInit::new(0)));
+    assert!(matches!(rule, Rule::CqeRange { cqe: 0, max } if max == attr.max_cqe), "{rule:?}");
+    let mut init = CqInit::new(4);
+    init.comp_vector = 5;
+    assert_eq!(rule_of(ctx.create_cq(&init)).0, Rule::CompVector { vector: 5, count: 1 });
+}
+
+#[test]
+fn memory_rules_name_the_range() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    assert_eq!(rule_of(pd.alloc_mr(4096, Access::REMOTE_WRITE)).0, Rule::RemoteWriteNeedsLocalWrite);
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    assert_eq!(rule_of(mr.read_u64(4)).0, Rule::Unaligned { offset: 4 });
+    assert_eq!(rule_of(mr.read_u64(4096)).0, Rule::OutsideRegion { offset: 4096, len: 8, region_len: 4096 });
+    assert_eq!(rule_of(Mw::new(&pd, 3)).0, Rule::MwType { mw_type: 3 });
+}
+
+#[test]
+fn qp_rules_name_the_attribute_and_the_opcode() {
+    let (a, b) = pair(QpType::Rc);
+    // RTS → RTS may change the access flags (ibv_modify_qp(3)); ZERO_BASED is not one.
+    let attr = QpAttr { qp_access_flags: Access::ZERO_BASED, ..QpAttr::default() };
+    let (rule, _) = rule_of(a.qp.modify(&attr, QpAttrMask::ACCESS_FLAGS));
+    assert_eq!(rule, Rule::AccessFlags { flags: Access::ZERO_BASED.bits() });
+    // RTR → RTS sets the timeout, 5 bits.
+    let c = side(QpType::Rc);
+    to_init(&c.qp, ALL_ACCESS);
+    to_rtr(&c.qp, &c.ctx, b.qp.qp_num(), &PATH);
+    let attr = QpAttr { qp_state: QpState::Rts, timeout: 32, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..QpAttr::default() };
+    let mask = QpAttrMask::STATE
+        | QpAttrMask::SQ_PSN
+        | QpAttrMask::TIMEOUT
+        | QpAttrMask::RETRY_CNT
+        | QpAttrMask::RNR_RETRY
+        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let (rule, msg) = rule_of(c.qp.modify(&attr, mask));
+    assert_eq!(rule, Rule::AttrLimit { attr: "timeout", value: 32, max: 31 });
+    assert!(msg.contains("timeout 32"), "{msg}");
+    assert_eq!(c.qp.state(), QpState::Rtr, "a refused modify changes nothing");
+    assert_eq!(rule_of(a.qp.attach_mcast(&Gid([0xff; 16]), 0)).0, Rule::McastNeedsUd);
+
+    let sge = [Sge { addr: a.mr.addr() as u64, length: 8, lkey: a.mr.lkey() }];
+    let mut wr = SendWr::new(7, WrOpcode::AtomicFetchAndAdd);
+    wr.payload = Payload::Sge(&sge);
+    wr.remote_addr = b.mr.addr() as u64 + 4;
+    wr.rkey = b.mr.rkey();
+    let err = a.qp.post_send(&[wr]).unwrap_err();
+    assert_eq!(err.index, 0);
+    assert!(
+        matches!(err.error, Error::Invalid { rule: Rule::AtomicAlignment { addr }, .. } if addr == b.mr.addr() as u64 + 4),
+        "{:?}",
+        err.error
+    );
+    let (ud, _peer) = pair(QpType::Ud);
+    let err = ud.qp.post_send(&[SendWr::new(8, WrOpcode::RdmaWrite)]).unwrap_err();
+    assert!(
+        matches!(err.error, Error::Invalid { rule: Rule::OpcodeForQpType { opcode: WrOpcode::RdmaWrite, qp_type: QpType::Ud }, .. }),
+        "{:?}",
+        err.error
+    );
+}
