@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::context::check_port;
+use crate::limits::check_port;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::pd::{Pd, PdInner};

@@ -12,6 +12,7 @@ use rverbs_proto::verbs::EventType;
 
 use crate::cq::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
+use crate::limits::check_port;
 use crate::device::{DeviceAttr, DeviceInner, GidEntry, PortAttr};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
@@ -50,15 +51,6 @@ pub struct Context {
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context").field("device", &self.inner.dev.name).finish()
-    }
-}
-
-/// Port numbers start at 1 and the device has one port.
-pub(crate) fn check_port(verb: &'static str, port: u8) -> Result<()> {
-    if port == 1 {
-        Ok(())
-    } else {
-        Err(Error::invalid(verb, Rule::PortNumber { port }))
     }
 }
 

@@ -4,6 +4,21 @@
 //! values and fails with EINVAL / ENOMEM as rdma-core's providers do; `ibv_query_device`
 //! reports exactly them.
 
+use crate::error::{Error, Result};
+use crate::rule::Rule;
+
+/// Ports of the device.
+pub const PHYS_PORT_CNT: u8 = 1;
+
+/// Port numbers start at 1 and the device has one port (ibv_query_port(3)).
+pub(crate) fn check_port(verb: &'static str, port: u8) -> Result<()> {
+    if (1..=PHYS_PORT_CNT).contains(&port) {
+        Ok(())
+    } else {
+        Err(Error::invalid(verb, Rule::PortNumber { port }))
+    }
+}
+
 /// Bits of a memory key's index: the key table has `2^KEY_INDEX_BITS` records.
 pub(crate) const KEY_INDEX_BITS: u32 = 18;
 

@@ -52,7 +52,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("mw", "pd"),
     ("progress", "device"),
     ("qp", "ah"),
-    ("qp", "context"),
     ("qp", "pd"),
     ("qp", "transport"),
     ("qp", "transport::route"),

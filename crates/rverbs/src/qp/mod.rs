@@ -26,7 +26,7 @@ use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, Mtu, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
 use crate::ah::check_av;
-use crate::context::check_port;
+use crate::limits::check_port;
 use crate::cq::{Cq, CqInner};
 use crate::gid::Gid;
 use crate::limits;
