@@ -23,7 +23,7 @@ enum Check {
     /// A READ/atomic was skipped by a later response: retry (implicit NAK).
     ImplicitNak,
     /// Look at the response's contents (COMPST_CHECK_ACK).
-    CheckAck,
+    Contents,
 }
 
 impl Requester {
@@ -48,9 +48,8 @@ impl Requester {
             return None;
         }
         let mut placement = None;
-        loop {
-            // §3.4 GET_WQE: nothing started, nothing to complete.
-            let Some(front) = self.queue.front().copied() else { break };
+        // §3.4 GET_WQE: nothing started, nothing to complete.
+        while let Some(front) = self.queue.front().copied() {
             if front.state == WqeState::Posted {
                 break;
             }
@@ -69,7 +68,7 @@ impl Requester {
                     self.error_retry(false);
                     break;
                 }
-                Check::CheckAck => {
+                Check::Contents => {
                     placement = self.check_ack(now, resp, &front);
                     break;
                 }
@@ -96,14 +95,14 @@ impl Requester {
                 Check::LateLast
             } else if resp.opcode.operation() == Some(Operation::Acknowledge) && self.in_read_stream {
                 // A NAK inside a READ response stream (rxe check_psn).
-                Check::CheckAck
+                Check::Contents
             } else {
                 Check::Drop
             }
         } else if d > 0 && front.wqe.is_read_or_atomic() {
             Check::Drop
         } else {
-            Check::CheckAck
+            Check::Contents
         }
     }
 

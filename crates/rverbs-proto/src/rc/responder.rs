@@ -77,6 +77,9 @@ pub struct Responder {
     state: ResponderState,
     /// `resp.psn`.
     expected: Psn,
+    /// `resp.ack_psn`: the PSN after the last SEND/WRITE packet executed (READ and
+    /// atomics do not move it), so a duplicate's re-ACK never names a READ/atomic PSN.
+    ack_psn: Psn,
     msn: u32,
     sent_psn_nak: bool,
     cur: Option<InMsg>,
@@ -97,6 +100,7 @@ impl Responder {
             cfg,
             state: ResponderState::Ready,
             expected: cfg.rq_psn,
+            ack_psn: cfg.rq_psn,
             msn: 0,
             sent_psn_nak: false,
             cur: None,
@@ -327,6 +331,7 @@ impl Responder {
         let place = Some(Placement::Recv { wr_id: recv.wr_id, offset: msg.placed });
         msg.placed += len;
         self.expected = req.psn.add(1);
+        self.ack_psn = self.expected;
         let mut delivery = Delivery { place, recv: None, executed: true };
         if op.position() == crate::wire::Position::Last || op.position() == crate::wire::Position::Only {
             self.cur = None;
@@ -410,6 +415,7 @@ impl Responder {
         msg.va = msg.va.wrapping_add(u64::from(len));
         msg.resid -= len;
         self.expected = req.psn.add(1);
+        self.ack_psn = self.expected;
         let mut delivery = Delivery { place, recv: None, executed: true };
         if last {
             self.cur = None;
@@ -607,7 +613,8 @@ impl Responder {
                 }
             }
             _ => {
-                let ack = Response::ack(self.expected.add(Psn::MASK), Syndrome::ACK, self.msn);
+                // C9-105: the last acknowledged PSN, `ack_psn − 1`.
+                let ack = Response::ack(self.ack_psn.add(Psn::MASK), Syndrome::ACK, self.msn);
                 self.out.push_back(Work::One(ack));
             }
         }
