@@ -107,7 +107,7 @@ impl Requester {
     }
 
     /// §3.4 CHECK_ACK and what follows it.
-    fn check_ack(&mut self, _now: Instant, resp: &Response, front: &super::requester::Entry) -> Option<ReadPlacement> {
+    fn check_ack(&mut self, now: Instant, resp: &Response, front: &super::requester::Entry) -> Option<ReadPlacement> {
         use Operation as O;
         let Some(op) = resp.opcode.operation() else {
             self.bad_response(WcStatus::BadRespErr);
@@ -192,7 +192,7 @@ impl Requester {
                             self.advance_comp_psn(resp.psn.add(1));
                         }
                     }
-                    Some(Syndrome::RnrNak { timer }) => self.rnr_retry(_now, timer),
+                    Some(Syndrome::RnrNak { timer }) => self.rnr_retry(now, timer),
                     Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
                         // A NAK implicitly acknowledges every earlier PSN.
                         if resp.psn.diff(self.comp_psn) > 0 {
