@@ -13,6 +13,8 @@
 //! - [`violation`]: responder-side rule violations and what each becomes (a NAK, a
 //!   drop, a completion status), after rxe's responder (`rxe_resp.c`) and completer
 //!   (`rxe_comp.c`).
+//! - [`rc`]: the RC/UC/UD requester, completer and responder machines (descriptors in,
+//!   descriptors and completions out; time passed in).
 //! - [`wire`]: packet views and representations for BTH and the extension headers,
 //!   the opcode table and the ICRC (IBTA vol. 1, ch. 9 and Annex A17; rxe `rxe_hdr.h`,
 //!   `rxe_opcode.c`, `rxe_icrc.c`).
@@ -23,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod psn;
+pub mod rc;
 pub mod rnr;
 pub mod state;
 pub mod verbs;

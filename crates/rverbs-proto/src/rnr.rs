@@ -53,6 +53,16 @@ impl RetryCounter {
         RetryCounter { initial: v, left: v, infinite: false }
     }
 
+    /// A counter for `retry_cnt` with rxe's reading of 7: retry forever
+    /// (rocev2-wire.md §3.1, "rxe quirk").
+    ///
+    /// Deviation: not the rverbs default (see [`RetryCounter::transport`]); offered so a
+    /// transport can match rxe exactly where a peer relies on it.
+    pub const fn transport_rxe(value: u8) -> Self {
+        let v = value & 7;
+        RetryCounter { initial: v, left: v, infinite: v == 7 }
+    }
+
     /// Uses one retry: `true` if a retry is allowed, `false` once the counter is exhausted.
     pub fn consume(&mut self) -> bool {
         if self.infinite {
@@ -120,6 +130,16 @@ mod tests {
         assert!(!c.consume());
         c.reset();
         assert_eq!(c.left(), Some(7));
+    }
+
+    #[test]
+    fn retry_cnt_seven_is_infinite_the_rxe_way() {
+        let mut c = RetryCounter::transport_rxe(7);
+        for _ in 0..1000 {
+            assert!(c.consume());
+        }
+        let mut c = RetryCounter::transport_rxe(2);
+        assert!(c.consume() && c.consume() && !c.consume());
     }
 
     #[test]

@@ -43,8 +43,12 @@ vendor_errors! {
     REMOTE_INVALID = 0x27, "the responder refused the request as invalid (opcode or length)";
     REMOTE_INVALIDATE = 0x28, "the rkey to invalidate is not valid at the responder";
     REMOTE_OP = 0x29, "the responder failed to execute the request";
+    REMOTE_SEQUENCE = 0x2a, "the responder saw a packet out of its message's opcode sequence (missing FIRST or LAST)";
+    REMOTE_LENGTH = 0x2b, "the responder refused a packet whose payload or RETH length breaks the length rules";
+    REMOTE_ACCESS = 0x2c, "the responder answered with a remote access error NAK (bad rkey, range or rights; the exact reason stays at the responder)";
     RNR_EXHAUSTED = 0x30, "receiver not ready and the RNR retries are exhausted";
     RETRY_EXHAUSTED = 0x31, "no response within the ACK timeout and the retries are exhausted";
+    BAD_RESPONSE = 0x32, "the responder's responses broke the response sequence or did not match the work request";
     CQ_OVERRUN = 0x40, "the completion queue overran";
     MW_BIND = 0x50, "the memory window bind failed its checks";
 }

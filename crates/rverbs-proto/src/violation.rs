@@ -76,6 +76,12 @@ pub enum Violation {
     RecvWqeMalformed,
     /// SEND_WITH_INV named an rkey that cannot be invalidated.
     InvalidateFailed,
+    /// A MIDDLE or LAST packet outside a message, or a packet of another operation inside
+    /// one (rocev2-wire.md §3.3 "Opcode sequence", rxe `check_op_seq`).
+    OpcodeSequence,
+    /// A packet's payload or RETH length breaks the length rules (rocev2-wire.md §3.3
+    /// "Length checks", rxe `check_length`).
+    InvalidLength,
 }
 
 impl Violation {
@@ -88,7 +94,9 @@ impl Violation {
             | Violation::MisalignedAtomic
             | Violation::InvalidOpcode
             | Violation::ReceiveTooSmall
-            | Violation::InvalidateFailed => Nak::InvalidRequest,
+            | Violation::InvalidateFailed
+            | Violation::OpcodeSequence
+            | Violation::InvalidLength => Nak::InvalidRequest,
             Violation::RkeyUnknown
             | Violation::RkeyWrongPd
             | Violation::RkeyBounds
@@ -109,6 +117,18 @@ impl Violation {
             Violation::RecvWqeMalformed => Some(WcStatus::LocQpOpErr),
             Violation::InvalidateFailed => Some(WcStatus::RemInvReqErr),
             _ => None,
+        }
+    }
+
+    /// The status of the responder's receive completion when the violation happens while
+    /// a receive WQE is in use: [`Violation::responder_status`] where it names one, else
+    /// the status the requester gets for the NAK (rocev2-wire.md §3.3 table: "the
+    /// in-progress recv WQE (if any) completed with an error"). `None` for RNR, which
+    /// never holds a receive.
+    pub const fn recv_status(self) -> Option<WcStatus> {
+        match self.responder_status() {
+            Some(s) => Some(s),
+            None => self.nak().requester_status(),
         }
     }
 
@@ -133,6 +153,8 @@ impl Violation {
             Violation::RkeyAccess => vendor_err::REMOTE_MR_ACCESS,
             Violation::RecvWqeMalformed => vendor_err::RECV_WQE_BAD,
             Violation::InvalidateFailed => vendor_err::REMOTE_INVALIDATE,
+            Violation::OpcodeSequence => vendor_err::REMOTE_SEQUENCE,
+            Violation::InvalidLength => vendor_err::REMOTE_LENGTH,
         }
     }
 
@@ -150,6 +172,8 @@ impl Violation {
         Violation::RkeyAccess,
         Violation::RecvWqeMalformed,
         Violation::InvalidateFailed,
+        Violation::OpcodeSequence,
+        Violation::InvalidLength,
     ];
 }
 

@@ -1,0 +1,294 @@
+//! The completer (rxe `rxe_comp.c`): responses against the oldest WQE.
+//!
+//! Read before editing: rocev2-wire.md §3.4 (every step below cites it) and §4.
+
+use std::time::Instant;
+
+use super::requester::{Requester, RequesterState, WqeState};
+use super::timer::Timer;
+use super::{Mode, ReadPlacement, Response};
+use crate::rnr::{ack_timeout, rnr_delay};
+use crate::vendor_err;
+use crate::verbs::{WcStatus, WrOpcode};
+use crate::wire::{NakCode, Operation, Syndrome};
+
+/// What CHECK_PSN decided for one response against the oldest WQE.
+enum Check {
+    /// Drop the response (COMPST_DONE).
+    Drop,
+    /// Complete the WQE and look at the next one with the same response (COMPST_COMP_WQE).
+    ImplicitAck,
+    /// A late response naming the WQE's last PSN: complete it (COMPST_COMP_ACK).
+    LateLast,
+    /// A READ/atomic was skipped by a later response: retry (implicit NAK).
+    ImplicitNak,
+    /// Look at the response's contents (COMPST_CHECK_ACK).
+    Contents,
+}
+
+impl Requester {
+    /// Takes one response (RC only; UC/UD have none) and returns where its READ payload
+    /// goes, if it carries any the driver must place.
+    ///
+    /// Rule: rocev2-wire.md §3.4 CHECK_PSN: a response beyond a pending SEND/WRITE's last
+    /// PSN implicitly acknowledges it (one ACK retires many WQEs); beyond a pending
+    /// READ/atomic it is an implicit NAK (retry); a response below `comp.psn` completes the
+    /// WQE only if it names its last PSN; a READ/atomic response above `comp.psn` is
+    /// dropped (the timer recovers).
+    /// Rule: §3.4 CHECK_ACK: response sequence; READ data; ATOMIC ACK original value;
+    /// ACK / RNR NAK / NAK 0x60 (implicit ACK of earlier PSNs, then retry) / 0x61
+    /// REM_INV_REQ_ERR / 0x62 REM_ACCESS_ERR / 0x63 and unknown codes REM_OP_ERR.
+    /// Rule: §3.1: progress refills `retry_cnt` and `rnr_retry`.
+    /// Rule: §3.4 "Retransmit timer": re-armed whenever the completer goes idle with PSNs
+    /// outstanding.
+    /// Deviation: a READ response stream may restart with FIRST/ONLY at `comp.psn` (the
+    /// resume point of a go-back-N READ, §3.2 step 1), not only at the WQE's first PSN.
+    pub fn handle_response(&mut self, now: Instant, resp: &Response) -> Option<ReadPlacement> {
+        if self.cfg.mode != Mode::Rc || self.state == RequesterState::Error {
+            return None;
+        }
+        let mut placement = None;
+        // §3.4 GET_WQE: nothing started, nothing to complete.
+        while let Some(front) = self.queue.front().copied() {
+            if front.state == WqeState::Posted {
+                break;
+            }
+            match self.check_psn(resp, &front) {
+                Check::Drop => break,
+                Check::ImplicitAck => {
+                    self.reset_retry_counters();
+                    self.advance_comp_psn(front.last_psn.add(1));
+                    self.complete_front(WcStatus::Success, vendor_err::NONE, None);
+                }
+                Check::LateLast => {
+                    self.complete_front(WcStatus::Success, vendor_err::NONE, None);
+                    break;
+                }
+                Check::ImplicitNak => {
+                    self.error_retry(false);
+                    break;
+                }
+                Check::Contents => {
+                    placement = self.check_ack(now, resp, &front);
+                    break;
+                }
+            }
+        }
+        self.kick_retransmit_timer(now);
+        placement
+    }
+
+    /// §3.4 CHECK_PSN.
+    fn check_psn(&self, resp: &Response, front: &super::requester::Entry) -> Check {
+        if resp.psn.diff(front.last_psn) > 0 {
+            if front.state != WqeState::Pending {
+                return Check::Drop;
+            }
+            if front.wqe.is_read_or_atomic() {
+                return Check::ImplicitNak;
+            }
+            return Check::ImplicitAck;
+        }
+        let d = resp.psn.diff(self.comp_psn);
+        if d < 0 {
+            if resp.psn == front.last_psn {
+                Check::LateLast
+            } else if resp.opcode.operation() == Some(Operation::Acknowledge) && self.in_read_stream {
+                // A NAK inside a READ response stream (rxe check_psn).
+                Check::Contents
+            } else {
+                Check::Drop
+            }
+        } else if d > 0 && front.wqe.is_read_or_atomic() {
+            Check::Drop
+        } else {
+            Check::Contents
+        }
+    }
+
+    /// §3.4 CHECK_ACK and what follows it.
+    fn check_ack(&mut self, now: Instant, resp: &Response, front: &super::requester::Entry) -> Option<ReadPlacement> {
+        use Operation as O;
+        let Some(op) = resp.opcode.operation() else {
+            self.bad_response(WcStatus::BadRespErr);
+            return None;
+        };
+        // Sequence: outside a READ stream only START packets; inside only MIDDLE/LAST, a
+        // NAK, or a restart at the resume point.
+        let in_sequence = if !self.in_read_stream {
+            resp.opcode.is_start()
+        } else {
+            match op {
+                O::Acknowledge | O::RdmaReadResponseMiddle | O::RdmaReadResponseLast => true,
+                O::RdmaReadResponseFirst | O::RdmaReadResponseOnly => resp.psn == self.comp_psn,
+                _ => false,
+            }
+        };
+        if !in_sequence {
+            // §3.4: "use IBV_WC_BAD_RESP_ERR as IBTA intends".
+            self.bad_response(WcStatus::BadRespErr);
+            return None;
+        }
+        let aeth_ack = resp.syndrome.is_some_and(Syndrome::is_ack);
+        match op {
+            O::RdmaReadResponseFirst | O::RdmaReadResponseMiddle | O::RdmaReadResponseLast | O::RdmaReadResponseOnly => {
+                if op != O::RdmaReadResponseMiddle && !aeth_ack {
+                    self.bad_response(WcStatus::BadRespErr);
+                    return None;
+                }
+                match front.wqe.opcode {
+                    WrOpcode::RdmaRead => {
+                        let mtu = u64::from(self.cfg.mtu);
+                        let offset = resp.psn.diff(front.first_psn).max(0) as u64 * mtu;
+                        let end = offset + u64::from(resp.payload_len);
+                        let last = matches!(op, O::RdmaReadResponseLast | O::RdmaReadResponseOnly);
+                        let whole = u64::from(front.wqe.length);
+                        if end > whole || (last && end != whole) || (!last && u64::from(resp.payload_len) != mtu) {
+                            self.bad_response(WcStatus::BadRespErr);
+                            return None;
+                        }
+                        self.advance_comp_psn(resp.psn.add(1));
+                        self.reset_retry_counters();
+                        self.in_read_stream = !last;
+                        let placement = ReadPlacement { wqe_id: front.wqe.id, offset, len: resp.payload_len };
+                        if last {
+                            self.complete_front(WcStatus::Success, vendor_err::NONE, None);
+                        }
+                        Some(placement)
+                    }
+                    // §1.5: FLUSH and ATOMIC_WRITE are answered by an empty READ_RESPONSE_ONLY.
+                    WrOpcode::Flush | WrOpcode::AtomicWrite if op == O::RdmaReadResponseOnly && resp.payload_len == 0 => {
+                        self.advance_comp_psn(resp.psn.add(1));
+                        self.reset_retry_counters();
+                        self.complete_front(WcStatus::Success, vendor_err::NONE, None);
+                        None
+                    }
+                    // §4: "read response to a non-read WQE → FATAL_ERR (rxe)".
+                    _ => {
+                        self.bad_response(WcStatus::FatalErr);
+                        None
+                    }
+                }
+            }
+            O::AtomicAcknowledge => {
+                if !front.wqe.opcode.is_atomic() || !aeth_ack {
+                    self.bad_response(WcStatus::BadRespErr);
+                    return None;
+                }
+                self.advance_comp_psn(resp.psn.add(1));
+                self.reset_retry_counters();
+                self.complete_front(WcStatus::Success, vendor_err::NONE, Some(resp.atomic_original.unwrap_or(0)));
+                None
+            }
+            O::Acknowledge => {
+                match resp.syndrome {
+                    Some(Syndrome::Ack { .. }) => {
+                        self.reset_retry_counters();
+                        if front.state == WqeState::Pending && resp.psn == front.last_psn {
+                            self.advance_comp_psn(resp.psn.add(1));
+                            self.in_read_stream = false;
+                            self.complete_front(WcStatus::Success, vendor_err::NONE, None);
+                        } else {
+                            self.advance_comp_psn(resp.psn.add(1));
+                        }
+                    }
+                    Some(Syndrome::RnrNak { timer }) => self.rnr_retry(now, timer),
+                    Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
+                        // A NAK implicitly acknowledges every earlier PSN.
+                        if resp.psn.diff(self.comp_psn) > 0 {
+                            self.comp_psn = resp.psn;
+                        }
+                        self.error_retry(false);
+                    }
+                    Some(Syndrome::Nak(NakCode::InvalidRequest)) => {
+                        self.complete_front(WcStatus::RemInvReqErr, vendor_err::REMOTE_INVALID, None)
+                    }
+                    Some(Syndrome::Nak(NakCode::RemoteAccessError)) => {
+                        self.complete_front(WcStatus::RemAccessErr, vendor_err::REMOTE_ACCESS, None)
+                    }
+                    Some(Syndrome::Nak(_)) => self.complete_front(WcStatus::RemOpErr, vendor_err::REMOTE_OP, None),
+                    None => self.bad_response(WcStatus::BadRespErr),
+                }
+                None
+            }
+            _ => {
+                self.bad_response(WcStatus::BadRespErr);
+                None
+            }
+        }
+    }
+
+    fn bad_response(&mut self, status: WcStatus) {
+        self.complete_front(status, vendor_err::BAD_RESPONSE, None);
+    }
+
+    /// `comp.psn = max(comp.psn, psn)`.
+    fn advance_comp_psn(&mut self, psn: crate::psn::Psn) {
+        if psn.diff(self.comp_psn) > 0 {
+            self.comp_psn = psn;
+        }
+    }
+
+    /// §3.1 `reset_retry_counters`: counts are of consecutive failures.
+    fn reset_retry_counters(&mut self) {
+        self.retry.reset();
+        self.rnr.reset();
+        self.started_retry = false;
+    }
+
+    /// §3.4 ERROR_RETRY (timeout, NAK-sequence, implicit NAK).
+    ///
+    /// Rule: ignored while a retry is under way unless it is a timeout; `retry_cnt > 0`:
+    /// decrement (unless infinite) and, if PSNs are outstanding, retry from `comp.psn`;
+    /// 0: the WQE completes with RETRY_EXC_ERR.
+    pub(super) fn error_retry(&mut self, timeout: bool) {
+        let Some(front) = self.queue.front() else { return };
+        if front.state == WqeState::Posted {
+            return;
+        }
+        if self.started_retry && !timeout {
+            return;
+        }
+        if self.retry.consume() {
+            if self.req_psn.diff(self.comp_psn) > 0 {
+                self.started_retry = true;
+                // The RNR timer, if running, still gates the retry (rxe `wait_for_rnr_timer`).
+                if self.state == RequesterState::Ready {
+                    self.set_state(RequesterState::Retrying);
+                }
+            }
+        } else {
+            self.complete_front(WcStatus::RetryExcErr, vendor_err::RETRY_EXHAUSTED, None);
+        }
+    }
+
+    /// §3.4 RNR_RETRY: wait `rnr_delay(code)`, then retry from `comp.psn`; exhausted:
+    /// RNR_RETRY_EXC_ERR.
+    ///
+    /// Deviation: a second RNR NAK while already waiting (a duplicate) is ignored
+    /// instead of using another retry.
+    fn rnr_retry(&mut self, now: Instant, code: u8) {
+        if self.state == RequesterState::RnrWait {
+            return;
+        }
+        if self.rnr.consume() {
+            self.set_state(RequesterState::RnrWait);
+            self.timers.stop(Timer::Retransmit);
+            self.timers.set(Timer::Rnr, now + rnr_delay(code));
+        } else {
+            self.complete_front(WcStatus::RnrRetryExcErr, vendor_err::RNR_EXHAUSTED, None);
+        }
+    }
+
+    /// §3.4 "Retransmit timer ... kicked down the road": after each response, re-armed if
+    /// PSNs are outstanding, stopped if none are.
+    fn kick_retransmit_timer(&mut self, now: Instant) {
+        if !matches!(self.state, RequesterState::Ready | RequesterState::Retrying) {
+            return;
+        }
+        match ack_timeout(self.cfg.timeout) {
+            Some(d) if self.req_psn.diff(self.comp_psn) > 0 => self.timers.set(Timer::Retransmit, now + d),
+            _ => self.timers.stop(Timer::Retransmit),
+        }
+    }
+}

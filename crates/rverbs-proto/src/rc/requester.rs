@@ -1,0 +1,522 @@
+//! The send side of a QP: the requester (rxe `rxe_req.c`) and, in `completer.rs`, the
+//! completer (`rxe_comp.c`), over one send queue.
+//!
+//! Read before editing: rocev2-wire.md §1.6 (segmentation, PSNs), §3.1, §3.2, §3.4, §3.5.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::timer::{Timer, TimerTable};
+use super::{packets, pow2, Completion, Mode, PostError, Request, RequesterConfig, SendWqe};
+use super::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS};
+use crate::psn::Psn;
+use crate::rnr::{ack_timeout, RetryCounter};
+use crate::vendor_err;
+use crate::verbs::{QpType, SendFlags, WcStatus, WrOpcode};
+use crate::wire::{AtomicEthRepr, DethRepr, FethRepr, OpCode, Operation, Placement as FlushPlacement};
+use crate::wire::{RethRepr, Selectivity};
+
+/// Where the send side is (rocev2-wire.md §3.2, §3.4). Every change goes through
+/// `Requester::set_state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequesterState {
+    /// Sending as the window, fences and credits allow, and completing on responses.
+    Ready,
+    /// An RNR NAK arrived: nothing is sent until the RNR timer fires (§3.4 RNR_RETRY).
+    RnrWait,
+    /// A retry was requested (timeout, NAK-sequence, implicit NAK, RNR timer): the next
+    /// `poll_transmit` rewinds to `comp.psn` (go-back-N, §3.2 step 1 `req_retry`).
+    Retrying,
+    /// The QP is in error: every WQE completes with WR_FLUSH_ERR (§3.4 COMPST_ERROR).
+    Error,
+}
+
+/// rxe's WQE states (`wqe_state_posted / processing / pending`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WqeState {
+    /// Not started.
+    Posted,
+    /// Some packets sent (or resumed after a retry), not the last.
+    Processing,
+    /// Every packet sent; waiting for the response (RC).
+    Pending,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Entry {
+    pub(super) wqe: SendWqe,
+    pub(super) state: WqeState,
+    pub(super) first_psn: Psn,
+    pub(super) last_psn: Psn,
+    /// Bytes of the message covered by packets already sent; for a READ, the bytes
+    /// before the point the (re)issued READ REQUEST starts from.
+    pub(super) sent: u32,
+    /// Holds a read/atomic credit (§3.2 step 5), returned at completion.
+    pub(super) credit: bool,
+}
+
+/// The send side of one QP: requester and completer (rocev2-wire.md §3.2, §3.4).
+///
+/// Calling order, per quinn's `Connection`: mutators (`post`, `enter_error`), then
+/// `poll_transmit` until `None`, `poll_timeout`, `poll_completion` until `None`; feed
+/// `handle_response` / `handle_timeout` as they come.
+#[derive(Debug)]
+pub struct Requester {
+    pub(super) cfg: RequesterConfig,
+    pub(super) state: RequesterState,
+    pub(super) queue: VecDeque<Entry>,
+    /// Index in `queue` of the WQE the requester works on (`req.wqe_index`).
+    pub(super) next: usize,
+    pub(super) req_psn: Psn,
+    pub(super) comp_psn: Psn,
+    noack_pkts: u32,
+    pub(super) rd_atomic: u32,
+    pub(super) max_rd_atomic: u32,
+    pub(super) retry: RetryCounter,
+    pub(super) rnr: RetryCounter,
+    /// rxe `comp.started_retry`: one retry sequence at a time, except on timeouts.
+    pub(super) started_retry: bool,
+    /// The completer is inside a READ response stream (rxe `comp.opcode` FIRST/MIDDLE).
+    pub(super) in_read_stream: bool,
+    pub(super) timers: TimerTable,
+    completions: VecDeque<Completion>,
+    cap: usize,
+}
+
+impl Requester {
+    /// A send side at RTS with `cfg` (`req.psn = comp.psn = sq_psn`, §1.6).
+    pub fn new(cfg: RequesterConfig) -> Requester {
+        let cap = cfg.max_send_wr.max(1) as usize;
+        let retry = if cfg.retry_cnt_7_infinite {
+            RetryCounter::transport_rxe(cfg.retry_cnt)
+        } else {
+            RetryCounter::transport(cfg.retry_cnt)
+        };
+        let max_rd_atomic = pow2(cfg.max_rd_atomic);
+        Requester {
+            cfg,
+            state: RequesterState::Ready,
+            queue: VecDeque::with_capacity(cap),
+            next: 0,
+            req_psn: cfg.sq_psn,
+            comp_psn: cfg.sq_psn,
+            noack_pkts: 0,
+            rd_atomic: max_rd_atomic,
+            max_rd_atomic,
+            retry,
+            rnr: RetryCounter::rnr(cfg.rnr_retry),
+            started_retry: false,
+            in_read_stream: false,
+            timers: TimerTable::default(),
+            completions: VecDeque::with_capacity(cap),
+            cap,
+        }
+    }
+
+    /// The state.
+    pub fn state(&self) -> RequesterState {
+        self.state
+    }
+
+    /// The PSN of the next request packet (`req.psn`).
+    pub fn req_psn(&self) -> Psn {
+        self.req_psn
+    }
+
+    /// The oldest PSN not yet acknowledged (`comp.psn`).
+    pub fn comp_psn(&self) -> Psn {
+        self.comp_psn
+    }
+
+    /// Read/atomic credits left (`req.rd_atomic`).
+    pub fn rd_atomic_credits(&self) -> u32 {
+        self.rd_atomic
+    }
+
+    /// Transport retries left (`None`: infinite).
+    pub fn retries_left(&self) -> Option<u8> {
+        self.retry.left()
+    }
+
+    /// RNR retries left (`None`: infinite).
+    pub fn rnr_retries_left(&self) -> Option<u8> {
+        self.rnr.left()
+    }
+
+    /// WQEs posted and not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether nothing is queued and no timer runs.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.timers.next_timeout().is_none()
+    }
+
+    pub(super) fn set_state(&mut self, state: RequesterState) {
+        self.state = state;
+    }
+
+    fn qp_type(&self) -> QpType {
+        match self.cfg.mode {
+            Mode::Rc => QpType::Rc,
+            Mode::Uc => QpType::Uc,
+            Mode::Ud => QpType::Ud,
+        }
+    }
+
+    /// Queues a send work request.
+    ///
+    /// Rule: ibv_post_send(3): the opcode must be allowed on the transport (rocev2-wire.md
+    /// §1.5); atomics and ATOMIC_WRITE move 8 bytes.
+    /// Rule: a WQE posted to a QP in error completes at once with WR_FLUSH_ERR (§4).
+    /// Errors: `PostError::Opcode` for opcodes the transport or this core does not run
+    /// (local operations LOCAL_INV and BIND_MW are the driver's), `NoDestination` for UD
+    /// without `ud`, `QueueFull` when `max_send_wr` WQEs are outstanding.
+    pub fn post(&mut self, wqe: SendWqe) -> Result<(), PostError> {
+        let op = wqe.opcode;
+        if !op.allowed_on(self.qp_type())
+            || matches!(op, WrOpcode::LocalInv | WrOpcode::BindMw | WrOpcode::Tso | WrOpcode::Driver1)
+        {
+            return Err(PostError::Opcode(op));
+        }
+        if self.cfg.mode == Mode::Ud && wqe.ud.is_none() {
+            return Err(PostError::NoDestination);
+        }
+        if self.queue.len() >= self.cap {
+            return Err(PostError::QueueFull);
+        }
+        let mut wqe = wqe;
+        if op.is_atomic() || op == WrOpcode::AtomicWrite {
+            wqe.length = 8;
+        }
+        if self.state == RequesterState::Error {
+            self.completions.push_back(flushed(wqe.id));
+            return Ok(());
+        }
+        self.queue.push_back(Entry {
+            wqe,
+            state: WqeState::Posted,
+            first_psn: self.req_psn,
+            last_psn: self.req_psn,
+            sent: 0,
+            credit: false,
+        });
+        Ok(())
+    }
+
+    /// Moves the send side to ERR (a `modify_qp` to ERR, or a fatal error found by the
+    /// driver): every outstanding WQE completes with WR_FLUSH_ERR (§3.4 COMPST_ERROR).
+    pub fn enter_error(&mut self) {
+        self.set_state(RequesterState::Error);
+        self.timers.stop_all();
+        self.next = 0;
+        while let Some(e) = self.queue.pop_front() {
+            self.completions.push_back(flushed(e.wqe.id));
+        }
+    }
+
+    /// Completes the oldest WQE with a local error found by the driver (LOC_PROT_ERR when
+    /// gathering or scattering fails, LOC_QP_OP_ERR when transmitting fails; §3.2 step 8)
+    /// and moves the QP to ERR.
+    pub fn fail_oldest(&mut self, status: WcStatus, vendor_err: u32) {
+        if !self.queue.is_empty() && self.state != RequesterState::Error {
+            self.complete_front(status, vendor_err, None);
+        }
+    }
+
+    /// The next completion, oldest first.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// The earliest timer deadline; call [`Requester::handle_timeout`] once it has passed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next_timeout()
+    }
+
+    /// Runs the timers due at `now` (rocev2-wire.md §3.4).
+    ///
+    /// Rule: §3.4 RNR_RETRY: when the RNR timer fires the requester retries from `comp.psn`.
+    /// Rule: §3.4 "Retransmit timer": firing is an ERROR_RETRY with `timeout_retry`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.timers.take_expired(Timer::Rnr, now) && self.state == RequesterState::RnrWait {
+            self.set_state(RequesterState::Retrying);
+        }
+        if self.timers.take_expired(Timer::Retransmit, now) {
+            self.error_retry(true);
+        }
+    }
+
+    /// The next request packet to send, if the rules allow one now (rocev2-wire.md §3.2).
+    ///
+    /// Rule: §3.2 step 1: a requested retry rewinds to `comp.psn` first (go-back-N).
+    /// Rule: §3.2 step 2: FENCE waits until every earlier READ/atomic completed.
+    /// Rule: §3.2 step 4: RC stalls while `req.psn > comp.psn + 128`.
+    /// Rule: §3.2 step 5: READ/atomic/ATOMIC_WRITE take a credit of `max_rd_atomic`.
+    /// Rule: §3.2 step 6, §1.6: FIRST/MIDDLE/LAST/ONLY by remaining length vs MTU; a READ
+    /// REQUEST consumes `max(1, ceil(len/MTU))` PSNs.
+    /// Rule: §1.2: AckReq (RC only) on message ends and when more than 64 packets went
+    /// without it.
+    /// Rule: §3.2 step 7: the retransmit timer is armed if not pending; UC/UD complete at
+    /// transmit; §1.6: a UD message above the MTU completes SUCCESS with nothing sent.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Request> {
+        loop {
+            match self.state {
+                RequesterState::Error | RequesterState::RnrWait => return None,
+                RequesterState::Retrying => {
+                    self.rewind();
+                    self.set_state(RequesterState::Ready);
+                }
+                RequesterState::Ready => {}
+            }
+            let idx = self.next;
+            let mtu = self.cfg.mtu;
+            let mode = self.cfg.mode;
+            let e = *self.queue.get(idx)?;
+            if e.state == WqeState::Posted {
+                // §3.2 step 2: earlier READ/atomic WQEs hold credits until they complete.
+                let own = u32::from(e.credit);
+                if e.wqe.flags.contains(SendFlags::FENCE) && self.rd_atomic + own < self.max_rd_atomic {
+                    return None;
+                }
+                // §1.6 (C10-93.1.1): nothing is sent, the WQE completes with success.
+                if mode == Mode::Ud && e.wqe.length > mtu {
+                    self.complete_front(WcStatus::Success, vendor_err::NONE, None);
+                    continue;
+                }
+            }
+            // §3.2 step 4.
+            if mode == Mode::Rc && self.req_psn.diff(self.comp_psn) > MAX_UNACKED_PSNS as i32 {
+                return None;
+            }
+            // §3.2 step 5.
+            if mode == Mode::Rc && e.wqe.needs_credit() && !e.credit {
+                if self.rd_atomic == 0 {
+                    return None;
+                }
+                self.rd_atomic -= 1;
+                self.queue[idx].credit = true;
+            }
+            let (request, end) = self.build(idx);
+            if mode == Mode::Rc {
+                if !self.timers.is_armed(Timer::Retransmit) {
+                    if let Some(d) = ack_timeout(self.cfg.timeout) {
+                        self.timers.set(Timer::Retransmit, now + d);
+                    }
+                }
+                if end {
+                    self.queue[idx].state = WqeState::Pending;
+                    self.next += 1;
+                }
+            } else if end {
+                // §3.5: UC and UD complete at transmit (every earlier WQE already has).
+                self.comp_psn = self.req_psn;
+                self.complete_front(WcStatus::Success, vendor_err::NONE, None);
+            }
+            return Some(request);
+        }
+    }
+
+    /// Builds the next packet of WQE `idx` and advances `req.psn`; returns it and whether
+    /// it ends the message.
+    fn build(&mut self, idx: usize) -> (Request, bool) {
+        let mtu = self.cfg.mtu;
+        let mode = self.cfg.mode;
+        let transport = mode.transport();
+        let psn = self.req_psn;
+        let e = &mut self.queue[idx];
+        let w = e.wqe;
+        let npkts = match w.opcode {
+            op if op.carries_payload() || op == WrOpcode::RdmaRead => packets(w.length, mtu),
+            _ => 1,
+        };
+        if e.state == WqeState::Posted {
+            // §3.2 step 7: first/last PSN recorded at the START packet.
+            e.first_psn = psn;
+            e.last_psn = psn.add(npkts - 1);
+            e.state = WqeState::Processing;
+            e.sent = 0;
+        }
+        let op_of = |o: Operation| OpCode::new(transport, o).unwrap_or(OpCode::Unknown(o as u8));
+        let mut r = Request::new(OpCode::Unknown(0), psn);
+        r.wqe_id = w.id;
+        let end;
+        match w.opcode {
+            WrOpcode::RdmaRead => {
+                // §3.2 step 1: a resumed READ asks for the rest: VA += done, len = remaining.
+                r.opcode = op_of(Operation::RdmaReadRequest);
+                r.reth = Some(RethRepr {
+                    va: w.remote_va.wrapping_add(u64::from(e.sent)),
+                    rkey: w.rkey,
+                    dma_len: w.length - e.sent,
+                });
+                self.req_psn = e.last_psn.add(1);
+                end = true;
+            }
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                let cas = w.opcode == WrOpcode::AtomicCmpAndSwp;
+                r.opcode = op_of(if cas { Operation::CompareSwap } else { Operation::FetchAdd });
+                r.atomic = Some(AtomicEthRepr {
+                    va: w.remote_va,
+                    rkey: w.rkey,
+                    swap_add: if cas { w.swap } else { w.compare_add },
+                    compare: if cas { w.compare_add } else { 0 },
+                });
+                self.req_psn = psn.add(1);
+                end = true;
+            }
+            WrOpcode::AtomicWrite => {
+                r.opcode = op_of(Operation::AtomicWrite);
+                r.reth = Some(RethRepr { va: w.remote_va, rkey: w.rkey, dma_len: 8 });
+                r.payload_len = 8;
+                r.atomic_write = Some(w.swap);
+                self.req_psn = psn.add(1);
+                end = true;
+            }
+            WrOpcode::Flush => {
+                r.opcode = op_of(Operation::Flush);
+                r.feth = Some(w.flush.unwrap_or(FethRepr {
+                    selectivity: Selectivity::MemoryRange,
+                    placement: FlushPlacement::GLOBAL_VISIBILITY,
+                }));
+                r.reth = Some(RethRepr { va: w.remote_va, rkey: w.rkey, dma_len: w.length });
+                self.req_psn = psn.add(1);
+                end = true;
+            }
+            _ => {
+                // SEND and WRITE (§1.5, §1.6).
+                let offset = e.sent;
+                let remaining = w.length - offset;
+                let first = offset == 0;
+                let last = remaining <= mtu;
+                let len = remaining.min(mtu);
+                let send = matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv);
+                use Operation as O;
+                let o = match (send, first, last, w.opcode) {
+                    (true, true, false, _) => O::SendFirst,
+                    (true, false, false, _) => O::SendMiddle,
+                    (true, false, true, WrOpcode::SendWithImm) => O::SendLastWithImmediate,
+                    (true, false, true, WrOpcode::SendWithInv) => O::SendLastWithInvalidate,
+                    (true, false, true, _) => O::SendLast,
+                    (true, true, true, WrOpcode::SendWithImm) => O::SendOnlyWithImmediate,
+                    (true, true, true, WrOpcode::SendWithInv) => O::SendOnlyWithInvalidate,
+                    (true, true, true, _) => O::SendOnly,
+                    (false, true, false, _) => O::RdmaWriteFirst,
+                    (false, false, false, _) => O::RdmaWriteMiddle,
+                    (false, false, true, WrOpcode::RdmaWriteWithImm) => O::RdmaWriteLastWithImmediate,
+                    (false, false, true, _) => O::RdmaWriteLast,
+                    (false, true, true, WrOpcode::RdmaWriteWithImm) => O::RdmaWriteOnlyWithImmediate,
+                    (false, true, true, _) => O::RdmaWriteOnly,
+                };
+                r.opcode = op_of(o);
+                r.payload_offset = u64::from(offset);
+                r.payload_len = len;
+                if !send && first {
+                    r.reth = Some(RethRepr { va: w.remote_va, rkey: w.rkey, dma_len: w.length });
+                }
+                if last {
+                    if w.opcode.has_imm() {
+                        r.imm = Some(w.imm);
+                    }
+                    if w.opcode == WrOpcode::SendWithInv {
+                        r.invalidate = Some(w.imm);
+                    }
+                    // §1.2: SE on the last packet of a SEND or WRITE_WITH_IMM.
+                    r.solicited = w.flags.contains(SendFlags::SOLICITED)
+                        && (send || w.opcode == WrOpcode::RdmaWriteWithImm);
+                }
+                if mode == Mode::Ud {
+                    let ud = w.ud.unwrap_or_default();
+                    r.deth = Some(DethRepr { qkey: ud.remote_qkey, src_qp: self.cfg.qpn });
+                    r.dest_qpn = Some(ud.remote_qpn);
+                }
+                e.sent = offset + len;
+                self.req_psn = psn.add(1);
+                end = last;
+            }
+        }
+        // §1.2: AckReq on every END packet, and when the no-ack count exceeds 64.
+        if mode == Mode::Rc {
+            r.ack_req = end || {
+                self.noack_pkts += 1;
+                self.noack_pkts > MAX_PKT_PER_ACK
+            };
+            if r.ack_req {
+                self.noack_pkts = 0;
+            }
+        }
+        (r, end)
+    }
+
+    /// rxe `req_retry` (§3.2 step 1): back to the oldest uncompleted WQE with
+    /// `req.psn = comp.psn`; the first WQE skips what was acknowledged (SEND/WRITE:
+    /// `comp.psn − first_psn` packets; READ: the bytes already received), later WQEs
+    /// restart from scratch with the same PSNs.
+    fn rewind(&mut self) {
+        self.next = 0;
+        self.req_psn = self.comp_psn;
+        let mtu = self.cfg.mtu;
+        let comp_psn = self.comp_psn;
+        for (i, e) in self.queue.iter_mut().enumerate() {
+            if e.state == WqeState::Posted {
+                break;
+            }
+            if i == 0 {
+                let done = comp_psn.diff(e.first_psn).max(0) as u32;
+                e.sent = match e.wqe.opcode {
+                    op if op.carries_payload() || op == WrOpcode::RdmaRead => {
+                        done.saturating_mul(mtu).min(e.wqe.length)
+                    }
+                    _ => 0,
+                };
+                // Keeps first/last PSN (and the credit): the WQE is not started anew.
+                e.state = WqeState::Processing;
+            } else {
+                e.state = WqeState::Posted;
+                e.sent = 0;
+            }
+        }
+    }
+
+    /// Completes the oldest WQE (rxe `do_complete`): returns its credit, writes the
+    /// completion if signaled, sig_all, or failed (§3.4), and on failure moves the QP to
+    /// ERR and flushes the rest (§3.4 COMPST_ERROR).
+    pub(super) fn complete_front(&mut self, status: WcStatus, vendor_err: u32, atomic_original: Option<u64>) {
+        let Some(e) = self.queue.pop_front() else { return };
+        if e.credit {
+            self.rd_atomic += 1;
+        }
+        if self.next > 0 {
+            self.next -= 1;
+        } else if self.cfg.mode == Mode::Rc {
+            // The WQE was still being (re)sent: the next one starts after it.
+            self.req_psn = self.comp_psn;
+        }
+        let ok = status == WcStatus::Success;
+        if !ok || self.cfg.sq_sig_all || e.wqe.flags.contains(SendFlags::SIGNALED) {
+            self.completions.push_back(Completion {
+                id: e.wqe.id,
+                status,
+                opcode: if ok { e.wqe.opcode.wc_opcode() } else { None },
+                byte_len: if ok { e.wqe.length } else { 0 },
+                vendor_err,
+                atomic_original: if ok { atomic_original } else { None },
+            });
+        }
+        if !ok {
+            self.enter_error();
+        }
+    }
+}
+
+fn flushed(id: u64) -> Completion {
+    Completion {
+        id,
+        status: WcStatus::WrFlushErr,
+        opcode: None,
+        byte_len: 0,
+        vendor_err: vendor_err::FLUSHED,
+        atomic_original: None,
+    }
+}

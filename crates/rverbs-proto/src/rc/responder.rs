@@ -1,0 +1,773 @@
+//! The receive side of a QP (rxe `rxe_resp.c`).
+//!
+//! Read before editing: rocev2-wire.md §3.3 (the state walk GET_REQ → CHK_PSN → CHK_OP_SEQ
+//! → CHK_OP_VALID → CHK_RESOURCE → CHK_LENGTH → CHK_RKEY → EXECUTE → COMPLETE →
+//! ACKNOWLEDGE is kept in this order), §3.5 (UC, UD) and §4.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::{packets, pow2, AtomicOp, Delivery, Mode, Placement, ReadSource, RecvCompletion, RecvSlot};
+use super::{Request, Response, ResponderConfig, Target, UD_GRH_LEN};
+use crate::psn::Psn;
+use crate::vendor_err;
+use crate::verbs::{Access, WcFlags, WcOpcode, WcStatus};
+use crate::violation::{Nak, Violation};
+use crate::wire::{NakCode, OpCode, Operation, Placement as FlushPlacement, Syndrome};
+
+/// Where the receive side is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponderState {
+    /// RTR/RTS: requests are processed.
+    Ready,
+    /// ERR (a class A/C error, an invalidate failure, or the driver's `enter_error`):
+    /// every request is dropped; the driver flushes the receive queue (§3.3).
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MsgKind {
+    Send,
+    Write,
+}
+
+/// The message in progress (rxe `resp.opcode`, `resp.wqe`, `resp.va`, `resp.resid`).
+#[derive(Clone, Copy, Debug)]
+struct InMsg {
+    kind: MsgKind,
+    recv: Option<RecvSlot>,
+    placed: u64,
+    rkey: u32,
+    va: u64,
+    resid: u32,
+    dma_len: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ResKind {
+    Read { rkey: u32, va: u64, len: u32 },
+    Atomic { original: u64 },
+    /// FLUSH and ATOMIC_WRITE: replayed as an empty READ_RESPONSE_ONLY.
+    Empty,
+}
+
+/// A responder resource (rxe `struct resp_res`), kept for replays.
+#[derive(Clone, Copy, Debug)]
+struct Resource {
+    first_psn: Psn,
+    last_psn: Psn,
+    kind: ResKind,
+}
+
+/// A queued response.
+#[derive(Clone, Copy, Debug)]
+enum Work {
+    One(Response),
+    /// READ responses still to generate, one packet per `poll_transmit`.
+    Read { psn: Psn, rkey: u32, va: u64, resid: u32, started: bool },
+}
+
+/// The receive side of one QP (rocev2-wire.md §3.3).
+///
+/// Calling order: `handle_request` for each inbound request (carry out the returned
+/// [`Delivery`]), then `poll_transmit` until `None`.
+#[derive(Debug)]
+pub struct Responder {
+    cfg: ResponderConfig,
+    state: ResponderState,
+    /// `resp.psn`.
+    expected: Psn,
+    /// `resp.ack_psn`: the PSN after the last SEND/WRITE packet executed (READ and
+    /// atomics do not move it), so a duplicate's re-ACK never names a READ/atomic PSN.
+    ack_psn: Psn,
+    msn: u32,
+    sent_psn_nak: bool,
+    cur: Option<InMsg>,
+    /// UC: the receive WQE of an abandoned message, used by the next one.
+    spare_recv: Option<RecvSlot>,
+    /// UC: dropping the rest of a message until a START packet (rxe `drop_msg`).
+    uc_drop: bool,
+    resources: Vec<Option<Resource>>,
+    res_next: usize,
+    out: VecDeque<Work>,
+}
+
+impl Responder {
+    /// A receive side at RTR with `cfg` (`resp.psn = rq_psn`, §1.6).
+    pub fn new(cfg: ResponderConfig) -> Responder {
+        let ring = pow2(cfg.max_dest_rd_atomic) as usize;
+        Responder {
+            cfg,
+            state: ResponderState::Ready,
+            expected: cfg.rq_psn,
+            ack_psn: cfg.rq_psn,
+            msn: 0,
+            sent_psn_nak: false,
+            cur: None,
+            spare_recv: None,
+            uc_drop: false,
+            resources: vec![None; ring],
+            res_next: 0,
+            out: VecDeque::with_capacity(ring.max(16) * 2),
+        }
+    }
+
+    /// The state.
+    pub fn state(&self) -> ResponderState {
+        self.state
+    }
+
+    /// The next PSN expected (`resp.psn`).
+    pub fn expected_psn(&self) -> Psn {
+        self.expected
+    }
+
+    /// The message sequence number (completed inbound messages, 24 bits).
+    pub fn msn(&self) -> u32 {
+        self.msn
+    }
+
+    /// Moves the receive side to ERR: nothing more is answered, queued responses are
+    /// discarded (so a receive completion that overran the CQ is never ACKed, §3.3 table).
+    pub fn enter_error(&mut self) {
+        self.state = ResponderState::Error;
+        self.out.clear();
+        self.cur = None;
+    }
+
+    /// The next response to send: ACKs and NAKs in the order they were decided, READ
+    /// responses one packet per call (rocev2-wire.md §3.3 "Execute").
+    ///
+    /// Rule: §3.3: READ responses are ONLY if the rest fits the MTU at the start, else
+    /// FIRST, MIDDLE…, LAST; FIRST/LAST/ONLY carry AETH (ACK, MSN), MIDDLE none; PSN =
+    /// request PSN + i. The payload is `source`, re-read by the driver per packet.
+    pub fn poll_transmit(&mut self, _now: Instant) -> Option<Response> {
+        let mtu = self.cfg.mtu;
+        let msn = self.msn;
+        match self.out.front_mut()? {
+            Work::One(_) => match self.out.pop_front() {
+                Some(Work::One(r)) => Some(r),
+                _ => None,
+            },
+            Work::Read { psn, rkey, va, resid, started } => {
+                let last = *resid <= mtu;
+                let len = (*resid).min(mtu);
+                let op = match (*started, last) {
+                    (false, true) => Operation::RdmaReadResponseOnly,
+                    (false, false) => Operation::RdmaReadResponseFirst,
+                    (true, false) => Operation::RdmaReadResponseMiddle,
+                    (true, true) => Operation::RdmaReadResponseLast,
+                };
+                let r = Response {
+                    opcode: OpCode::new(crate::wire::Transport::Rc, op).unwrap_or(OpCode::RcRdmaReadResponseOnly),
+                    psn: *psn,
+                    syndrome: (op != Operation::RdmaReadResponseMiddle).then_some(Syndrome::ACK),
+                    msn,
+                    atomic_original: None,
+                    payload_len: len,
+                    source: Some(ReadSource { rkey: *rkey, va: *va, len }),
+                };
+                *psn = psn.add(1);
+                *va = va.wrapping_add(u64::from(len));
+                *resid -= len;
+                *started = true;
+                if last {
+                    self.out.pop_front();
+                }
+                Some(r)
+            }
+        }
+    }
+
+    /// Whether responses are queued.
+    pub fn has_transmit(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Processes one inbound request (rocev2-wire.md §3.3; §3.5 for UC/UD).
+    ///
+    /// Rule: §1.7: a request of another transport, or to a QP in ERR, is dropped.
+    /// Rule: §3.3 CHK_PSN (RC): ahead of `resp.psn` → one NAK-sequence (PSN = expected),
+    /// then silence until the expected PSN; behind → a duplicate (see `duplicate`).
+    /// Rule: §3.5 UC: a PSN mismatch drops the rest of the message until a START packet.
+    /// Rule: §3.3 CHK_OP_SEQ, CHK_OP_VALID, CHK_RESOURCE (RNR NAK with `min_rnr_timer`,
+    /// PSN of the packet, expected PSN unchanged), CHK_LENGTH, CHK_RKEY, then EXECUTE.
+    /// Rule: §3.3 ACKNOWLEDGE: an ACK only for AckReq (plus NAKs and READ/atomic/FLUSH/
+    /// ATOMIC_WRITE responses), PSN = the request's.
+    /// Rule: §3.3 table: class A/C errors NAK with the packet's PSN, complete the receive
+    /// in progress with an error and move the responder to ERR; UC/UD drop silently.
+    pub fn handle_request(&mut self, _now: Instant, req: &Request, target: &mut impl Target) -> Delivery {
+        let dropped = Delivery::default();
+        if self.state == ResponderState::Error {
+            return dropped;
+        }
+        let Some(op) = req.opcode.operation() else { return dropped };
+        if req.opcode.transport() != self.cfg.mode.transport() || !op.is_request() {
+            return dropped;
+        }
+        if self.cfg.mode == Mode::Ud {
+            return self.handle_ud(req, target);
+        }
+
+        // CHK_PSN.
+        let d = req.psn.diff(self.expected);
+        match self.cfg.mode {
+            Mode::Rc => {
+                if d > 0 {
+                    if !self.sent_psn_nak {
+                        self.sent_psn_nak = true;
+                        let nak = Syndrome::Nak(NakCode::PsnSequenceError);
+                        self.out.push_back(Work::One(Response::ack(self.expected, nak, self.msn)));
+                    }
+                    return dropped;
+                }
+                if d < 0 {
+                    self.duplicate(req, op);
+                    return dropped;
+                }
+                self.sent_psn_nak = false;
+            }
+            _ => {
+                if self.uc_drop || d != 0 {
+                    self.abandon_uc_message();
+                    if !req.opcode.is_start() {
+                        self.uc_drop = true;
+                        return dropped;
+                    }
+                    self.uc_drop = false;
+                }
+            }
+        }
+
+        use Operation as O;
+        match op {
+            O::SendFirst
+            | O::SendMiddle
+            | O::SendLast
+            | O::SendLastWithImmediate
+            | O::SendLastWithInvalidate
+            | O::SendOnly
+            | O::SendOnlyWithImmediate
+            | O::SendOnlyWithInvalidate => self.send(req, op, target),
+            O::RdmaWriteFirst
+            | O::RdmaWriteMiddle
+            | O::RdmaWriteLast
+            | O::RdmaWriteLastWithImmediate
+            | O::RdmaWriteOnly
+            | O::RdmaWriteOnlyWithImmediate => self.write(req, op, target),
+            O::RdmaReadRequest => self.read(req, target),
+            O::CompareSwap | O::FetchAdd => self.atomic(req, op, target),
+            O::AtomicWrite => self.atomic_write(req, target),
+            O::Flush => self.flush(req, target),
+            _ => dropped,
+        }
+    }
+
+    /// CHK_OP_SEQ (§3.3): inside a SEND only SEND_MIDDLE/LAST*, inside a WRITE only
+    /// WRITE_MIDDLE/LAST*; a MIDDLE/LAST outside a message is a missing FIRST.
+    fn check_op_seq(&self, op: Operation) -> Result<(), Violation> {
+        use Operation as O;
+        let continues = |kind| self.cur.is_some_and(|m| m.kind == kind);
+        let ok = match op {
+            O::SendMiddle | O::SendLast | O::SendLastWithImmediate | O::SendLastWithInvalidate => {
+                continues(MsgKind::Send)
+            }
+            O::RdmaWriteMiddle | O::RdmaWriteLast | O::RdmaWriteLastWithImmediate => continues(MsgKind::Write),
+            _ => self.cur.is_none(),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Violation::OpcodeSequence)
+        }
+    }
+
+    /// CHK_LENGTH for a data packet (§3.3): ONLY ≤ MTU, FIRST/MIDDLE = MTU, LAST 1..MTU.
+    fn check_payload(&self, op: Operation, len: u32) -> Result<(), Violation> {
+        let mtu = self.cfg.mtu;
+        let ok = match op.position() {
+            crate::wire::Position::Only => len <= mtu,
+            crate::wire::Position::First | crate::wire::Position::Middle => len == mtu,
+            crate::wire::Position::Last => (1..=mtu).contains(&len),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Violation::InvalidLength)
+        }
+    }
+
+    /// CHK_RESOURCE for a receive WQE: a held one (UC spare) or the next of the RQ/SRQ.
+    fn take_recv(&mut self, target: &mut impl Target) -> Option<RecvSlot> {
+        self.spare_recv.take().or_else(|| target.take_recv())
+    }
+
+    fn send(&mut self, req: &Request, op: Operation, target: &mut impl Target) -> Delivery {
+        if let Err(v) = self.check_op_seq(op) {
+            return self.refuse(req, v, None);
+        }
+        let mut msg = match self.cur {
+            Some(m) => m,
+            None => {
+                // CHK_RESOURCE: SEND_FIRST/ONLY take a receive WQE.
+                let Some(recv) = self.take_recv(target) else {
+                    return self.refuse(req, Violation::ReceiveNotReady, None);
+                };
+                InMsg { kind: MsgKind::Send, recv: Some(recv), placed: 0, rkey: 0, va: 0, resid: 0, dma_len: 0 }
+            }
+        };
+        let recv = msg.recv.unwrap_or(RecvSlot { wr_id: 0, capacity: 0 });
+        if let Err(v) = self.check_payload(op, req.payload_len) {
+            return self.refuse(req, v, Some(recv));
+        }
+        let len = u64::from(req.payload_len);
+        if msg.placed + len > recv.capacity {
+            return self.refuse(req, Violation::ReceiveTooSmall, Some(recv));
+        }
+        if let Err(v) = target.check_recv(&recv, msg.placed, len) {
+            return self.refuse(req, v, Some(recv));
+        }
+        // EXECUTE: scatter into the receive WQE.
+        let place = Some(Placement::Recv { wr_id: recv.wr_id, offset: msg.placed });
+        msg.placed += len;
+        self.expected = req.psn.add(1);
+        self.ack_psn = self.expected;
+        let mut delivery = Delivery { place, recv: None, executed: true };
+        if op.position() == crate::wire::Position::Last || op.position() == crate::wire::Position::Only {
+            self.cur = None;
+            self.msn = (self.msn + 1) & Psn::MASK;
+            let mut c = recv_success(recv.wr_id, WcOpcode::Recv, msg.placed as u32, req);
+            if let Some(imm) = req.imm {
+                c.flags |= WcFlags::WITH_IMM;
+                c.imm = imm;
+            }
+            if let Some(rkey) = req.invalidate {
+                if target.invalidate(rkey) {
+                    c.flags |= WcFlags::WITH_INV;
+                    c.imm = rkey;
+                } else {
+                    // §3.3 Execute, rxe quirk: the receive fails, the responder enters ERR,
+                    // no NAK syndrome: the requester still gets its ACK.
+                    delivery.recv = Some(recv_error(recv.wr_id, WcStatus::RemInvReqErr, vendor_err::REMOTE_INVALIDATE));
+                    self.ack(req);
+                    self.state = ResponderState::Error;
+                    return delivery;
+                }
+            }
+            delivery.recv = Some(c);
+        } else {
+            self.cur = Some(msg);
+        }
+        self.ack(req);
+        delivery
+    }
+
+    fn write(&mut self, req: &Request, op: Operation, target: &mut impl Target) -> Delivery {
+        use Operation as O;
+        if let Err(v) = self.check_op_seq(op) {
+            return self.refuse(req, v, None);
+        }
+        // CHK_OP_VALID.
+        if !self.cfg.access.contains(Access::REMOTE_WRITE) {
+            return self.refuse(req, Violation::QpAccessDenied, None);
+        }
+        // CHK_RESOURCE: a WRITE with immediate takes its receive WQE at LAST/ONLY.
+        let recv = if matches!(op, O::RdmaWriteLastWithImmediate | O::RdmaWriteOnlyWithImmediate) {
+            match self.take_recv(target) {
+                Some(r) => Some(r),
+                None => return self.refuse(req, Violation::ReceiveNotReady, None),
+            }
+        } else {
+            None
+        };
+        let mut msg = match self.cur {
+            Some(m) => m,
+            None => {
+                let Some(reth) = req.reth else {
+                    return self.refuse(req, Violation::InvalidLength, recv);
+                };
+                InMsg {
+                    kind: MsgKind::Write,
+                    recv: None,
+                    placed: 0,
+                    rkey: reth.rkey,
+                    va: reth.va,
+                    resid: reth.dma_len,
+                    dma_len: reth.dma_len,
+                }
+            }
+        };
+        // CHK_LENGTH: RETH ≤ 2^31; the payload is what remains, MTU while more remains.
+        let len = req.payload_len;
+        let last = matches!(op.position(), crate::wire::Position::Last | crate::wire::Position::Only);
+        let fits = if last { len == msg.resid } else { len == self.cfg.mtu && msg.resid > len };
+        if msg.dma_len > 1 << 31 || self.check_payload(op, len).is_err() || !fits {
+            return self.refuse(req, Violation::InvalidLength, recv);
+        }
+        // CHK_RKEY at the first packet for the whole message; zero length skips it.
+        if self.cur.is_none() && msg.dma_len > 0 {
+            if let Err(v) = target.check_rkey(msg.rkey, msg.va, u64::from(msg.dma_len), Access::REMOTE_WRITE) {
+                return self.refuse(req, v, recv);
+            }
+        }
+        // EXECUTE.
+        let place = (len > 0).then_some(Placement::Memory { rkey: msg.rkey, va: msg.va });
+        msg.va = msg.va.wrapping_add(u64::from(len));
+        msg.resid -= len;
+        self.expected = req.psn.add(1);
+        self.ack_psn = self.expected;
+        let mut delivery = Delivery { place, recv: None, executed: true };
+        if last {
+            self.cur = None;
+            self.msn = (self.msn + 1) & Psn::MASK;
+            if let Some(r) = recv {
+                let mut c = recv_success(r.wr_id, WcOpcode::RecvRdmaWithImm, msg.dma_len, req);
+                c.flags |= WcFlags::WITH_IMM;
+                c.imm = req.imm.unwrap_or(0);
+                delivery.recv = Some(c);
+            }
+        } else {
+            self.cur = Some(msg);
+        }
+        self.ack(req);
+        delivery
+    }
+
+    /// CHK_OP_VALID and CHK_RESOURCE of the read/atomic class (§3.3).
+    fn check_rd_atomic(&self, need: Access) -> Result<(), Violation> {
+        if !self.cfg.access.contains(need) {
+            return Err(Violation::QpAccessDenied);
+        }
+        if self.resources.is_empty() {
+            return Err(Violation::NoRdAtomicResources);
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, req: &Request, target: &mut impl Target) -> Delivery {
+        if let Err(v) = self.check_op_seq(Operation::RdmaReadRequest) {
+            return self.refuse(req, v, None);
+        }
+        if self.cfg.mode != Mode::Rc {
+            return self.refuse(req, Violation::InvalidOpcode, None);
+        }
+        if let Err(v) = self.check_rd_atomic(Access::REMOTE_READ) {
+            return self.refuse(req, v, None);
+        }
+        let Some(reth) = req.reth else { return self.refuse(req, Violation::InvalidLength, None) };
+        if reth.dma_len > 1 << 31 {
+            return self.refuse(req, Violation::InvalidLength, None);
+        }
+        if reth.dma_len > 0 {
+            if let Err(v) = target.check_rkey(reth.rkey, reth.va, u64::from(reth.dma_len), Access::REMOTE_READ) {
+                return self.refuse(req, v, None);
+            }
+        }
+        // EXECUTE: msn++ at once (C9-148); the resource covers every response PSN.
+        self.msn = (self.msn + 1) & Psn::MASK;
+        let npkts = packets(reth.dma_len, self.cfg.mtu);
+        let kind = ResKind::Read { rkey: reth.rkey, va: reth.va, len: reth.dma_len };
+        self.save_resource(req.psn, req.psn.add(npkts - 1), kind);
+        self.out.push_back(Work::Read { psn: req.psn, rkey: reth.rkey, va: reth.va, resid: reth.dma_len, started: false });
+        self.expected = req.psn.add(npkts);
+        Delivery { place: None, recv: None, executed: true }
+    }
+
+    fn atomic(&mut self, req: &Request, op: Operation, target: &mut impl Target) -> Delivery {
+        if let Err(v) = self.check_op_seq(op) {
+            return self.refuse(req, v, None);
+        }
+        if let Err(v) = self.check_rd_atomic(Access::REMOTE_ATOMIC) {
+            return self.refuse(req, v, None);
+        }
+        let Some(a) = req.atomic else { return self.refuse(req, Violation::InvalidLength, None) };
+        if a.va % 8 != 0 {
+            return self.refuse(req, Violation::MisalignedAtomic, None);
+        }
+        if let Err(v) = target.check_rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC) {
+            return self.refuse(req, v, None);
+        }
+        let aop = if op == Operation::CompareSwap {
+            AtomicOp::CompareSwap { compare: a.compare, swap: a.swap_add }
+        } else {
+            AtomicOp::FetchAdd(a.swap_add)
+        };
+        let original = match target.atomic(a.rkey, a.va, aop) {
+            Ok(v) => v,
+            Err(v) => return self.refuse(req, v, None),
+        };
+        // EXECUTE: save the original for replays, msn++, ATOMIC ACK with the request PSN.
+        self.save_resource(req.psn, req.psn, ResKind::Atomic { original });
+        self.msn = (self.msn + 1) & Psn::MASK;
+        self.push_atomic_ack(req.psn, original);
+        self.expected = req.psn.add(1);
+        Delivery { place: None, recv: None, executed: true }
+    }
+
+    fn atomic_write(&mut self, req: &Request, target: &mut impl Target) -> Delivery {
+        if let Err(v) = self.check_op_seq(Operation::AtomicWrite) {
+            return self.refuse(req, v, None);
+        }
+        if let Err(v) = self.check_rd_atomic(Access::REMOTE_WRITE) {
+            return self.refuse(req, v, None);
+        }
+        let Some(reth) = req.reth else { return self.refuse(req, Violation::InvalidLength, None) };
+        if reth.dma_len != 8 || req.payload_len != 8 {
+            return self.refuse(req, Violation::InvalidLength, None);
+        }
+        if let Err(v) = target.check_rkey(reth.rkey, reth.va, 8, Access::REMOTE_WRITE) {
+            return self.refuse(req, v, None);
+        }
+        if reth.va % 8 != 0 {
+            return self.refuse(req, Violation::MisalignedAtomic, None);
+        }
+        if let Err(v) = target.atomic_write(reth.rkey, reth.va, req.atomic_write.unwrap_or(0)) {
+            return self.refuse(req, v, None);
+        }
+        self.finish_empty(req);
+        Delivery { place: None, recv: None, executed: true }
+    }
+
+    fn flush(&mut self, req: &Request, target: &mut impl Target) -> Delivery {
+        if let Err(v) = self.check_op_seq(Operation::Flush) {
+            return self.refuse(req, v, None);
+        }
+        let (Some(feth), Some(reth)) = (req.feth, req.reth) else {
+            return self.refuse(req, Violation::InvalidLength, None);
+        };
+        let mut need = Access::empty();
+        if feth.placement.contains(FlushPlacement::GLOBAL_VISIBILITY) {
+            need |= Access::FLUSH_GLOBAL;
+        }
+        if feth.placement.contains(FlushPlacement::PERSISTENCE) {
+            need |= Access::FLUSH_PERSISTENT;
+        }
+        if !self.cfg.access.contains(need) {
+            return self.refuse(req, Violation::QpAccessDenied, None);
+        }
+        if let Err(v) = target.flush(reth.rkey, reth.va, reth.dma_len, feth) {
+            return self.refuse(req, v, None);
+        }
+        self.finish_empty(req);
+        Delivery { place: None, recv: None, executed: true }
+    }
+
+    /// FLUSH / ATOMIC_WRITE executed: resource, msn++, an empty READ_RESPONSE_ONLY (§1.5).
+    fn finish_empty(&mut self, req: &Request) {
+        if !self.resources.is_empty() {
+            self.save_resource(req.psn, req.psn, ResKind::Empty);
+        }
+        self.msn = (self.msn + 1) & Psn::MASK;
+        self.push_empty_read_response(req.psn);
+        self.expected = req.psn.add(1);
+    }
+
+    /// §3.3: the resource ring (size `max_dest_rd_atomic` rounded up to a power of two)
+    /// is overwritten oldest first; rxe does not police the number outstanding.
+    fn save_resource(&mut self, first_psn: Psn, last_psn: Psn, kind: ResKind) {
+        if self.resources.is_empty() {
+            return;
+        }
+        self.resources[self.res_next] = Some(Resource { first_psn, last_psn, kind });
+        self.res_next = (self.res_next + 1) % self.resources.len();
+    }
+
+    fn find_resource(&self, psn: Psn) -> Option<Resource> {
+        self.resources
+            .iter()
+            .flatten()
+            .find(|r| psn.diff(r.first_psn) >= 0 && psn.diff(r.last_psn) <= 0)
+            .copied()
+    }
+
+    /// A request behind the expected PSN (§3.3 "duplicate"):
+    /// SEND/WRITE are re-ACKed with the last acknowledged PSN and not re-executed (C9-105);
+    /// a READ is replayed from the resource whose PSN range holds it, if its RETH is a
+    /// sub-range with the same R_Key; an ATOMIC is answered with the saved original value;
+    /// FLUSH / ATOMIC_WRITE with the empty READ response. No resource: silent drop.
+    fn duplicate(&mut self, req: &Request, op: Operation) {
+        use Operation as O;
+        match op {
+            O::RdmaReadRequest => {
+                let (Some(res), Some(reth)) = (self.find_resource(req.psn), req.reth) else { return };
+                let ResKind::Read { rkey, va, len } = res.kind else { return };
+                let end = va + u64::from(len);
+                let new_end = reth.va.wrapping_add(u64::from(reth.dma_len));
+                if reth.rkey != rkey || reth.va < va || new_end > end || new_end < reth.va {
+                    return;
+                }
+                self.out.push_back(Work::Read { psn: req.psn, rkey, va: reth.va, resid: reth.dma_len, started: false });
+            }
+            O::CompareSwap | O::FetchAdd => {
+                if let Some(Resource { kind: ResKind::Atomic { original }, first_psn, .. }) = self.find_resource(req.psn) {
+                    if first_psn == req.psn {
+                        self.push_atomic_ack(req.psn, original);
+                    }
+                }
+            }
+            O::Flush | O::AtomicWrite => {
+                if let Some(Resource { kind: ResKind::Empty, first_psn, .. }) = self.find_resource(req.psn) {
+                    if first_psn == req.psn {
+                        self.push_empty_read_response(req.psn);
+                    }
+                }
+            }
+            _ => {
+                // C9-105: the last acknowledged PSN, `ack_psn − 1`.
+                let ack = Response::ack(self.ack_psn.add(Psn::MASK), Syndrome::ACK, self.msn);
+                self.out.push_back(Work::One(ack));
+            }
+        }
+    }
+
+    fn push_atomic_ack(&mut self, psn: Psn, original: u64) {
+        self.out.push_back(Work::One(Response {
+            opcode: OpCode::RcAtomicAcknowledge,
+            psn,
+            syndrome: Some(Syndrome::ACK),
+            msn: self.msn,
+            atomic_original: Some(original),
+            payload_len: 0,
+            source: None,
+        }));
+    }
+
+    fn push_empty_read_response(&mut self, psn: Psn) {
+        self.out.push_back(Work::One(Response {
+            opcode: OpCode::RcRdmaReadResponseOnly,
+            psn,
+            syndrome: Some(Syndrome::ACK),
+            msn: self.msn,
+            atomic_original: None,
+            payload_len: 0,
+            source: None,
+        }));
+    }
+
+    /// ACKNOWLEDGE (§3.3): RC, only when the request asked (AckReq), with its PSN.
+    fn ack(&mut self, req: &Request) {
+        if self.cfg.mode == Mode::Rc && req.ack_req {
+            self.out.push_back(Work::One(Response::ack(req.psn, Syndrome::ACK, self.msn)));
+        }
+    }
+
+    /// A request broke `v` (§3.3 table). `recv`: a receive WQE taken for this message.
+    fn refuse(&mut self, req: &Request, v: Violation, recv: Option<RecvSlot>) -> Delivery {
+        let recv = recv.or(self.cur.and_then(|m| m.recv));
+        let mut delivery = Delivery::default();
+        if self.cfg.mode != Mode::Rc {
+            // §3.5: UC drops the message silently; a receive already taken completes in
+            // error (as the same-host transport does) and a fatal fault ends the QP.
+            self.cur = None;
+            self.uc_drop = true;
+            if let (Some(r), Some(status)) = (recv, v.recv_status()) {
+                delivery.recv = Some(recv_error(r.wr_id, status, v.vendor_err()));
+                if v.responder_fatal() {
+                    self.state = ResponderState::Error;
+                    self.out.clear();
+                }
+            } else if let Some(r) = recv {
+                // RNR cannot hold a receive; keep any other for the next message.
+                self.spare_recv = Some(r);
+            }
+            return delivery;
+        }
+        match v.nak() {
+            Nak::Rnr => {
+                // §3.3: RNR NAK with the packet's PSN; expected PSN and message unchanged.
+                let rnr = Syndrome::RnrNak { timer: self.cfg.min_rnr_timer & 0x1f };
+                self.out.push_back(Work::One(Response::ack(req.psn, rnr, self.msn)));
+            }
+            nak => {
+                let code = match nak {
+                    Nak::InvalidRequest => NakCode::InvalidRequest,
+                    Nak::RemoteAccess => NakCode::RemoteAccessError,
+                    _ => NakCode::RemoteOperationalError,
+                };
+                self.out.push_back(Work::One(Response::ack(req.psn, Syndrome::Nak(code), self.msn)));
+                if let (Some(r), Some(status)) = (recv, v.recv_status()) {
+                    delivery.recv = Some(recv_error(r.wr_id, status, v.vendor_err()));
+                }
+                if v.responder_fatal() {
+                    // Class A/C: the responder goes to ERR once the NAK is out.
+                    self.state = ResponderState::Error;
+                    self.cur = None;
+                }
+            }
+        }
+        delivery
+    }
+
+    /// UC: the message in progress is abandoned; its receive WQE waits for the next one.
+    fn abandon_uc_message(&mut self) {
+        if let Some(m) = self.cur.take() {
+            if let Some(r) = m.recv {
+                self.spare_recv = Some(r);
+            }
+        }
+    }
+
+    /// UD (§3.5): SEND_ONLY(±IMM) with a DETH whose Q_Key matches; no receive, a wrong
+    /// Q_Key or a payload above the MTU drop silently. The payload lands after the 40-byte
+    /// GRH area (§5.3).
+    /// Deviation: a receive too small for GRH + payload completes REM_INV_REQ_ERR (it was
+    /// already taken), where rxe drops the message (ARCHITECTURE.md §12).
+    fn handle_ud(&mut self, req: &Request, target: &mut impl Target) -> Delivery {
+        let dropped = Delivery::default();
+        let Some(deth) = req.deth else { return dropped };
+        if deth.qkey != self.cfg.qkey || req.payload_len > self.cfg.mtu {
+            return dropped;
+        }
+        if !matches!(req.opcode.operation(), Some(Operation::SendOnly | Operation::SendOnlyWithImmediate)) {
+            return dropped;
+        }
+        let Some(recv) = target.take_recv() else { return dropped };
+        let need = UD_GRH_LEN + u64::from(req.payload_len);
+        if recv.capacity < need {
+            let c = recv_error(recv.wr_id, WcStatus::RemInvReqErr, vendor_err::RECV_TOO_SMALL);
+            return Delivery { place: None, recv: Some(c), executed: false };
+        }
+        if let Err(v) = target.check_recv(&recv, 0, need) {
+            self.state = ResponderState::Error;
+            let c = recv_error(recv.wr_id, v.recv_status().unwrap_or(WcStatus::LocQpOpErr), v.vendor_err());
+            return Delivery { place: None, recv: Some(c), executed: false };
+        }
+        let mut c = recv_success(recv.wr_id, WcOpcode::Recv, need as u32, req);
+        c.flags |= WcFlags::GRH;
+        c.src_qp = deth.src_qp;
+        if let Some(imm) = req.imm {
+            c.flags |= WcFlags::WITH_IMM;
+            c.imm = imm;
+        }
+        self.msn = (self.msn + 1) & Psn::MASK;
+        Delivery { place: Some(Placement::Recv { wr_id: recv.wr_id, offset: UD_GRH_LEN }), recv: Some(c), executed: true }
+    }
+}
+
+fn recv_success(wr_id: u64, opcode: WcOpcode, byte_len: u32, req: &Request) -> RecvCompletion {
+    RecvCompletion {
+        wr_id,
+        status: WcStatus::Success,
+        opcode: Some(opcode),
+        byte_len,
+        flags: WcFlags::empty(),
+        imm: 0,
+        src_qp: 0,
+        solicited: req.solicited,
+        vendor_err: vendor_err::NONE,
+    }
+}
+
+fn recv_error(wr_id: u64, status: WcStatus, vendor_err: u32) -> RecvCompletion {
+    RecvCompletion {
+        wr_id,
+        status,
+        opcode: None,
+        byte_len: 0,
+        flags: WcFlags::empty(),
+        imm: 0,
+        src_qp: 0,
+        solicited: false,
+        vendor_err,
+    }
+}
