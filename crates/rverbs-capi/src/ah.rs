@@ -4,30 +4,33 @@ use core::ffi::c_int;
 use std::cell::UnsafeCell;
 
 use crate::abi::*;
+use crate::live::{self, Kind};
 use crate::conv;
 use crate::device::ContextObj;
 use crate::ffi::{minus_one_errno, null_errno, set_errno};
 use crate::pd::PdObj;
 
-const AH_MAGIC: u32 = u32::from_be_bytes(*b"rvAH");
-
 /// An AH handed to C: `struct ibv_ah`, then the core AH.
 #[repr(C)]
 pub struct AhObj {
     ah: UnsafeCell<ibv_ah>,
-    magic: u32,
     core: rverbs::Ah,
 }
 
 impl AhObj {
-    /// The AH behind an `ibv_ah *`; `None` for NULL or a foreign object.
+    /// The AH behind an `ibv_ah *`; `None` for NULL, a foreign
+    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
     ///
     /// # Safety
-    /// `ah` is NULL or was returned by an AH-creating verb and not destroyed.
+    /// `ah` is any pointer; if it is a live object of this library, it is not destroyed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(ah: *const ibv_ah) -> Option<&'a AhObj> {
-        // SAFETY: caller contract: NULL or a live AhObj (C struct first).
-        let obj = unsafe { ah.cast::<AhObj>().as_ref()? };
-        (obj.magic == AH_MAGIC).then_some(obj)
+        if !live::contains(Kind::Ah, ah) {
+            return None;
+        }
+        // SAFETY: the registry holds only AhObjs not yet freed (the C struct is the first
+        // field); the caller keeps it alive while the reference is used.
+        Some(unsafe { &*ah.cast::<AhObj>() })
     }
 
     /// The core AH.
@@ -56,10 +59,11 @@ export! {
             Err(e) => return null_errno(e.errno()),
         };
         let ah = ibv_ah { context: pd_obj.context_ptr(), pd, handle: 0 };
-        let p = Box::into_raw(Box::new(AhObj { ah: UnsafeCell::new(ah), magic: AH_MAGIC, core }))
+        let p = Box::into_raw(Box::new(AhObj { ah: UnsafeCell::new(ah), core }))
             .cast::<ibv_ah>();
         // SAFETY: field of the allocation just made: a handle unique among live AHs.
         unsafe { (*p).handle = p as usize as u32 };
+        live::insert(Kind::Ah, p);
         p
     }
 }
@@ -75,10 +79,13 @@ export! {
         if let Err(e) = obj.core.destroy() {
             return e.errno();
         }
-        // SAFETY: allocated by Box in ibv_create_ah (the C struct is at offset 0); the caller
-        // gives it up.
-        let mut obj = unsafe { Box::from_raw(ah.cast::<AhObj>()) };
-        obj.magic = 0;
+        // Out of the registry first: no later from_raw reaches it (and of two racing
+        // destroys, one frees).
+        if live::remove(Kind::Ah, ah) {
+            // SAFETY: allocated by Box in ibv_create_ah (the C struct is at offset 0); the caller
+            // gives it up.
+            drop(unsafe { Box::from_raw(ah.cast::<AhObj>()) });
+        }
         0
     }
 }

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rverbs::{CqCreateFlags, CqInit, WcExFlags};
 
 use crate::abi::*;
+use crate::live::{self, Kind};
 use crate::device::ContextObj;
 use crate::ffi::{minus_one_errno, null_errno, set_errno};
 
@@ -20,25 +21,27 @@ use crate::ffi::{minus_one_errno, null_errno, set_errno};
 // Completion channels
 // ---------------------------------------------------------------------------------------
 
-const CHANNEL_MAGIC: u32 = u32::from_be_bytes(*b"rvCC");
-
 /// A completion channel handed to C: `struct ibv_comp_channel`, then the core channel.
 #[repr(C)]
 pub struct ChannelObj {
     ch: UnsafeCell<ibv_comp_channel>,
-    magic: u32,
     core: rverbs::CompChannel,
 }
 
 impl ChannelObj {
-    /// The channel behind an `ibv_comp_channel *`; `None` for NULL or a foreign object.
+    /// The channel behind an `ibv_comp_channel *`; `None` for NULL, a foreign
+    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
     ///
     /// # Safety
-    /// `ch` is NULL or was returned by [`ibv_create_comp_channel`] and not destroyed.
+    /// `ch` is any pointer; if it is a live object of this library, it is not destroyed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(ch: *mut ibv_comp_channel) -> Option<&'a ChannelObj> {
-        // SAFETY: caller contract: NULL or a live ChannelObj (C struct first).
-        let obj = unsafe { ch.cast::<ChannelObj>().as_ref()? };
-        (obj.magic == CHANNEL_MAGIC).then_some(obj)
+        if !live::contains(Kind::CompChannel, ch) {
+            return None;
+        }
+        // SAFETY: the registry holds only ChannelObjs not yet freed (the C struct is the first
+        // field); the caller keeps it alive while the reference is used.
+        Some(unsafe { &*ch.cast::<ChannelObj>() })
     }
 
     fn context(&self) -> Option<&ContextObj> {
@@ -72,8 +75,10 @@ export! {
             Err(e) => return null_errno(e.errno()),
         };
         let ch = ibv_comp_channel { context: ctx.as_ptr(), fd: core.fd().as_raw_fd(), refcnt: 0 };
-        let obj = Box::new(ChannelObj { ch: UnsafeCell::new(ch), magic: CHANNEL_MAGIC, core });
-        Box::into_raw(obj).cast()
+        let obj = Box::new(ChannelObj { ch: UnsafeCell::new(ch), core });
+        let p = Box::into_raw(obj);
+        live::insert(Kind::CompChannel, p);
+        p.cast()
     }
 }
 
@@ -96,10 +101,13 @@ export! {
                 return e.errno();
             }
         }
-        // SAFETY: allocated by Box in ibv_create_comp_channel (the C struct is at offset 0);
-        // the caller gives it up.
-        let mut obj = unsafe { Box::from_raw(channel.cast::<ChannelObj>()) };
-        obj.magic = 0;
+        // Out of the registry first: no later from_raw reaches it (and of two racing
+        // destroys, one frees).
+        if live::remove(Kind::CompChannel, channel) {
+            // SAFETY: allocated by Box in ibv_create_comp_channel (the C struct is at offset 0);
+            // the caller gives it up.
+            drop(unsafe { Box::from_raw(channel.cast::<ChannelObj>()) });
+        }
         0
     }
 }
@@ -107,8 +115,6 @@ export! {
 // ---------------------------------------------------------------------------------------
 // Completion queues
 // ---------------------------------------------------------------------------------------
-
-const CQ_MAGIC: u32 = u32::from_be_bytes(*b"rvCQ");
 
 /// The completion an extended poll batch is positioned on.
 #[derive(Clone, Copy, Default)]
@@ -123,7 +129,6 @@ struct Current {
 #[repr(C)]
 pub struct CqObj {
     cq: UnsafeCell<ibv_cq_ex>,
-    magic: u32,
     core: rverbs::Cq,
     channel: Option<&'static ChannelObj>,
     /// Held from a successful `start_poll` to `end_poll` (the provider lock of
@@ -139,14 +144,19 @@ const _: () = assert!(size_of::<rverbs::Wc>() == size_of::<ibv_wc>());
 const _: () = assert!(align_of::<rverbs::Wc>() == align_of::<ibv_wc>());
 
 impl CqObj {
-    /// The CQ behind an `ibv_cq *` / `ibv_cq_ex *`; `None` for NULL or a foreign object.
+    /// The CQ behind an `ibv_cq *` / `ibv_cq_ex *`; `None` for NULL, a foreign
+    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
     ///
     /// # Safety
-    /// `cq` is NULL or was returned by a CQ-creating verb and not destroyed.
+    /// `cq` is any pointer; if it is a live object of this library, it is not destroyed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(cq: *const ibv_cq) -> Option<&'a CqObj> {
-        // SAFETY: caller contract: NULL or a live CqObj (C struct first).
-        let obj = unsafe { cq.cast::<CqObj>().as_ref()? };
-        (obj.magic == CQ_MAGIC).then_some(obj)
+        if !live::contains(Kind::Cq, cq) {
+            return None;
+        }
+        // SAFETY: the registry holds only CqObjs not yet freed (the C struct is the first
+        // field); the caller keeps it alive while the reference is used.
+        Some(unsafe { &*cq.cast::<CqObj>() })
     }
 
     /// The `struct ibv_cq *` handed to C.
@@ -379,7 +389,6 @@ fn create(
     cq.read_completion_wallclock_ns = Some(rverbs_read_completion_wallclock_ns);
     let p = Box::into_raw(Box::new(CqObj {
         cq: UnsafeCell::new(cq),
-        magic: CQ_MAGIC,
         core,
         channel: chan,
         batch: AtomicBool::new(false),
@@ -391,6 +400,7 @@ fn create(
     if let Some(c) = chan {
         c.add_ref(1);
     }
+    live::insert(Kind::Cq, p);
     p.cast()
 }
 
@@ -565,10 +575,13 @@ export! {
         if let Some(c) = obj.channel {
             c.add_ref(-1);
         }
-        // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
-        // gives it up.
-        let mut obj = unsafe { Box::from_raw(cq.cast::<CqObj>()) };
-        obj.magic = 0;
+        // Out of the registry first: no later from_raw reaches it (and of two racing
+        // destroys, one frees).
+        if live::remove(Kind::Cq, cq) {
+            // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
+            // gives it up.
+            drop(unsafe { Box::from_raw(cq.cast::<CqObj>()) });
+        }
         0
     }
 }

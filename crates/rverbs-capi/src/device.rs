@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use crate::abi::*;
 use crate::conv;
 use crate::ffi::{minus_one_errno, null_errno, set_errno};
+use crate::live::{self, Kind};
 
 // ---------------------------------------------------------------------------------------
 // Devices
@@ -199,14 +200,11 @@ export! {
 // Contexts
 // ---------------------------------------------------------------------------------------
 
-const CONTEXT_MAGIC: u32 = u32::from_be_bytes(*b"rvCT");
-
 /// A context handed to C: `struct verbs_context` (the `ibv_context` at +320), then the
 /// core context. C gets `&vctx.context`.
 #[repr(C)]
 pub struct ContextObj {
     vctx: UnsafeCell<verbs_context>,
-    magic: u32,
     core: rverbs::Context,
     /// `cmd_fd`: a real fd (an eventfd) nothing reads; pyverbs `os.dup()`s it.
     _cmd_fd: OwnedFd,
@@ -217,21 +215,23 @@ const _: () = assert!(CONTEXT_OFFSET == 320 && size_of::<verbs_context>() == 648
 
 impl ContextObj {
     /// The context behind an `ibv_context *`; `None` for NULL or a pointer that is not a
-    /// context of this library.
+    /// live context of this library (foreign or closed), refused without reading through
+    /// it ([`crate::live`]).
     ///
     /// # Safety
-    /// `ctx` is NULL or was returned by [`ibv_open_device`] and not closed.
+    /// `ctx` is any pointer; if it is a live context of this library, it is not closed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(ctx: *mut ibv_context) -> Option<&'a ContextObj> {
-        if ctx.is_null() {
+        if !live::contains(Kind::Context, ctx) {
             return None;
         }
         let obj = ctx
             .cast::<u8>()
             .wrapping_sub(CONTEXT_OFFSET)
             .cast::<ContextObj>();
-        // SAFETY: caller contract: a live ContextObj lies CONTEXT_OFFSET bytes before.
-        let obj = unsafe { &*obj };
-        (obj.magic == CONTEXT_MAGIC).then_some(obj)
+        // SAFETY: the registry holds only contexts not yet closed, and a live ContextObj
+        // lies CONTEXT_OFFSET bytes before the `ibv_context` handed to C.
+        Some(unsafe { &*obj })
     }
 
     /// The `struct ibv_context *` handed to C.
@@ -334,11 +334,13 @@ export! {
         vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
         let obj = Box::new(ContextObj {
             vctx: UnsafeCell::new(vctx),
-            magic: CONTEXT_MAGIC,
             core,
             _cmd_fd: cmd_fd,
         });
-        Box::into_raw(obj).cast::<u8>().wrapping_add(CONTEXT_OFFSET).cast()
+        let ctx: *mut ibv_context =
+            Box::into_raw(obj).cast::<u8>().wrapping_add(CONTEXT_OFFSET).cast();
+        live::insert(Kind::Context, ctx);
+        ctx
     }
 }
 
@@ -350,16 +352,15 @@ export! {
     /// alive, as the kernel keeps a ucontext alive while objects reference it.
     #[export("IBVERBS_1.1", errno)]
     pub unsafe fn ibv_close_device(context: *mut ibv_context) -> c_int {
-        // SAFETY: caller contract (a context of ours, or NULL).
-        if unsafe { ContextObj::from_raw(context) }.is_none() {
+        // Out of the registry before it is freed: refuses NULL, foreign and closed
+        // pointers, and no later from_raw reaches it.
+        if !live::remove(Kind::Context, context) {
             return libc::EINVAL;
         }
         let ptr = context.cast::<u8>().wrapping_sub(CONTEXT_OFFSET).cast::<ContextObj>();
-        // SAFETY: allocated by Box in ibv_open_device, the ibv_context CONTEXT_OFFSET bytes
-        // in; the caller gives it up.
-        let mut obj = unsafe { Box::from_raw(ptr) };
-        obj.magic = 0;
-        drop(obj);
+        // SAFETY: a live context (it was in the registry) allocated by Box in
+        // ibv_open_device, the ibv_context CONTEXT_OFFSET bytes in; the caller gives it up.
+        drop(unsafe { Box::from_raw(ptr) });
         0
     }
 }

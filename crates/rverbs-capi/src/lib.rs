@@ -16,7 +16,9 @@
 //!   to *load* next to us.
 //! * No verbs logic lives here: every verb recovers its Rust object from the C pointer
 //!   (one `from_raw` per type: the C struct is the first field of a `#[repr(C)]`
-//!   wrapper holding the core object, like rxe's `to_rcq`), translates the arguments
+//!   wrapper holding the core object, like rxe's `to_rcq`; the pointer is first looked
+//!   up in the private `live` registry of objects handed to C and not yet destroyed, so
+//!   a foreign or freed pointer is refused without being read), translates the arguments
 //!   (the private `conv` module), calls the core (`rverbs`) and maps its `Error` to the
 //!   verb's errno convention. Features the core does not have (device memory, flows,
 //!   WQs, counters, parent domains, import/export, ODP, TSO, raw packet QPs, `open_qp`)
@@ -166,6 +168,7 @@ mod conv;
 pub mod cq;
 pub mod device;
 pub mod event;
+mod live;
 pub mod misc;
 pub mod mr;
 pub mod mw;

@@ -6,28 +6,31 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::cell::UnsafeCell;
 
 use crate::abi::*;
+use crate::live::{self, Kind};
 use crate::ffi::{not_supported_null, not_supported_void, null_errno, set_errno};
 use crate::pd::PdObj;
-
-const MR_MAGIC: u32 = u32::from_be_bytes(*b"rvMR");
 
 /// An MR handed to C: `struct ibv_mr`, then the core MR.
 #[repr(C)]
 pub struct MrObj {
     mr: UnsafeCell<ibv_mr>,
-    magic: u32,
     core: rverbs::Mr,
 }
 
 impl MrObj {
-    /// The MR behind an `ibv_mr *`; `None` for NULL or a foreign object.
+    /// The MR behind an `ibv_mr *`; `None` for NULL, a foreign
+    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
     ///
     /// # Safety
-    /// `mr` is NULL or was returned by a registration verb and not deregistered.
+    /// `mr` is any pointer; if it is a live object of this library, it is not destroyed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(mr: *mut ibv_mr) -> Option<&'a MrObj> {
-        // SAFETY: caller contract: NULL or a live MrObj (the C struct is its first field).
-        let obj = unsafe { mr.cast::<MrObj>().as_ref()? };
-        (obj.magic == MR_MAGIC).then_some(obj)
+        if !live::contains(Kind::Mr, mr) {
+            return None;
+        }
+        // SAFETY: the registry holds only MrObjs not yet freed (the C struct is the first
+        // field); the caller keeps it alive while the reference is used.
+        Some(unsafe { &*mr.cast::<MrObj>() })
     }
 
     /// The core MR.
@@ -111,8 +114,10 @@ export! {
             lkey: core.lkey(),
             rkey: core.rkey(),
         };
-        let obj = Box::new(MrObj { mr: UnsafeCell::new(mr), magic: MR_MAGIC, core });
-        Box::into_raw(obj).cast()
+        let obj = Box::new(MrObj { mr: UnsafeCell::new(mr), core });
+        let p = Box::into_raw(obj);
+        live::insert(Kind::Mr, p);
+        p.cast()
     }
 }
 
@@ -226,10 +231,13 @@ export! {
         if let Err(e) = obj.core.dereg() {
             return e.errno();
         }
-        // SAFETY: allocated by Box in ibv_reg_mr_iova2 (the C struct is at offset 0); the
-        // caller gives it up.
-        let mut obj = unsafe { Box::from_raw(mr.cast::<MrObj>()) };
-        obj.magic = 0;
+        // Out of the registry first: no later from_raw reaches it (and of two racing
+        // destroys, one frees).
+        if live::remove(Kind::Mr, mr) {
+            // SAFETY: allocated by Box in ibv_reg_mr_iova2 (the C struct is at offset 0); the
+            // caller gives it up.
+            drop(unsafe { Box::from_raw(mr.cast::<MrObj>()) });
+        }
         0
     }
 }

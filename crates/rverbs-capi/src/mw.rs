@@ -14,30 +14,33 @@ use std::cell::UnsafeCell;
 use rverbs::{Access, MwBind, SendFlags};
 
 use crate::abi::*;
+use crate::live::{self, Kind};
 use crate::ffi::{null_errno, set_errno};
 use crate::mr::MrObj;
 use crate::pd::PdObj;
 use crate::qp::QpObj;
 
-const MW_MAGIC: u32 = u32::from_be_bytes(*b"rvMW");
-
 /// A memory window handed to C: `struct ibv_mw`, then the core window.
 #[repr(C)]
 pub struct MwObj {
     mw: UnsafeCell<ibv_mw>,
-    magic: u32,
     core: rverbs::Mw,
 }
 
 impl MwObj {
-    /// The window behind an `ibv_mw *`; `None` for NULL or a foreign object.
+    /// The window behind an `ibv_mw *`; `None` for NULL, a foreign
+    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
     ///
     /// # Safety
-    /// `mw` is NULL or was returned by `ibv_alloc_mw` and not deallocated.
+    /// `mw` is any pointer; if it is a live object of this library, it is not destroyed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(mw: *const ibv_mw) -> Option<&'a MwObj> {
-        // SAFETY: caller contract: NULL or a live MwObj (the C struct is its first field).
-        let obj = unsafe { mw.cast::<MwObj>().as_ref()? };
-        (obj.magic == MW_MAGIC).then_some(obj)
+        if !live::contains(Kind::Mw, mw) {
+            return None;
+        }
+        // SAFETY: the registry holds only MwObjs not yet freed (the C struct is the first
+        // field); the caller keeps it alive while the reference is used.
+        Some(unsafe { &*mw.cast::<MwObj>() })
     }
 
     /// The core window.
@@ -102,10 +105,11 @@ pub(crate) unsafe extern "C" fn rverbs_alloc_mw(
         };
         let obj = Box::new(MwObj {
             mw: UnsafeCell::new(mw),
-            magic: MW_MAGIC,
             core,
         });
-        Box::into_raw(obj).cast()
+        let p = Box::into_raw(obj);
+        live::insert(Kind::Mw, p);
+        p.cast()
     })
 }
 
@@ -169,10 +173,13 @@ pub(crate) unsafe extern "C" fn rverbs_dealloc_mw(mw: *mut ibv_mw) -> c_int {
         if let Err(e) = obj.core.dealloc() {
             return e.errno();
         }
-        // SAFETY: allocated by Box in rverbs_alloc_mw (the C struct is at offset 0); the
-        // caller gives it up.
-        let mut obj = unsafe { Box::from_raw(mw.cast::<MwObj>()) };
-        obj.magic = 0;
+        // Out of the registry first: no later from_raw reaches it (and of two racing
+        // destroys, one frees).
+        if live::remove(Kind::Mw, mw) {
+            // SAFETY: allocated by Box in rverbs_alloc_mw (the C struct is at offset 0); the
+            // caller gives it up.
+            drop(unsafe { Box::from_raw(mw.cast::<MwObj>()) });
+        }
         0
     })
 }

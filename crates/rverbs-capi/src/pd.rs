@@ -4,28 +4,31 @@ use core::ffi::c_int;
 use std::cell::UnsafeCell;
 
 use crate::abi::*;
+use crate::live::{self, Kind};
 use crate::device::ContextObj;
 use crate::ffi::{not_supported_null, not_supported_void, null_errno};
-
-const PD_MAGIC: u32 = u32::from_be_bytes(*b"rvPD");
 
 /// A PD handed to C: `struct ibv_pd`, then the core PD.
 #[repr(C)]
 pub struct PdObj {
     pd: UnsafeCell<ibv_pd>,
-    magic: u32,
     core: rverbs::Pd,
 }
 
 impl PdObj {
-    /// The PD behind an `ibv_pd *`; `None` for NULL or a foreign object.
+    /// The PD behind an `ibv_pd *`; `None` for NULL, a foreign
+    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
     ///
     /// # Safety
-    /// `pd` is NULL or was returned by [`ibv_alloc_pd`] and not deallocated.
+    /// `pd` is any pointer; if it is a live object of this library, it is not destroyed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(pd: *mut ibv_pd) -> Option<&'a PdObj> {
-        // SAFETY: caller contract: NULL or a live PdObj (the C struct is its first field).
-        let obj = unsafe { pd.cast::<PdObj>().as_ref()? };
-        (obj.magic == PD_MAGIC).then_some(obj)
+        if !live::contains(Kind::Pd, pd) {
+            return None;
+        }
+        // SAFETY: the registry holds only PdObjs not yet freed (the C struct is the first
+        // field); the caller keeps it alive while the reference is used.
+        Some(unsafe { &*pd.cast::<PdObj>() })
     }
 
     /// The `struct ibv_pd *` handed to C.
@@ -61,8 +64,10 @@ export! {
             Err(e) => return null_errno(e.errno()),
         };
         let pd = ibv_pd { context: ctx.as_ptr(), handle: core.handle() };
-        let obj = Box::new(PdObj { pd: UnsafeCell::new(pd), magic: PD_MAGIC, core });
-        Box::into_raw(obj).cast()
+        let obj = Box::new(PdObj { pd: UnsafeCell::new(pd), core });
+        let p = Box::into_raw(obj);
+        live::insert(Kind::Pd, p);
+        p.cast()
     }
 }
 
@@ -78,10 +83,13 @@ export! {
         if let Err(e) = obj.core.dealloc() {
             return e.errno();
         }
-        // SAFETY: allocated by Box in ibv_alloc_pd (the C struct is at offset 0); the
-        // caller gives it up.
-        let mut obj = unsafe { Box::from_raw(pd.cast::<PdObj>()) };
-        obj.magic = 0;
+        // Out of the registry first: no later from_raw reaches it (and of two racing
+        // destroys, one frees).
+        if live::remove(Kind::Pd, pd) {
+            // SAFETY: allocated by Box in ibv_alloc_pd (the C struct is at offset 0); the
+            // caller gives it up.
+            drop(unsafe { Box::from_raw(pd.cast::<PdObj>()) });
+        }
         0
     }
 }

@@ -16,6 +16,7 @@ use rverbs::{
 };
 
 use crate::abi::*;
+use crate::live::{self, Kind};
 use crate::ah::AhObj;
 use crate::conv;
 use crate::cq::CqObj;
@@ -26,13 +27,10 @@ use crate::pd::PdObj;
 use crate::srq::SrqObj;
 use crate::xrcd::XrcdObj;
 
-const QP_MAGIC: u32 = u32::from_be_bytes(*b"rvQP");
-
 /// A QP handed to C: `struct ibv_qp_ex` (whose prefix is `struct ibv_qp`), then the core QP.
 #[repr(C)]
 pub struct QpObj {
     qp: UnsafeCell<ibv_qp_ex>,
-    magic: u32,
     core: rverbs::Qp,
     /// `wr.ud` is the union member of this QP's send work requests.
     ud: bool,
@@ -48,14 +46,19 @@ const _: () = assert!(size_of::<Sge>() == size_of::<ibv_sge>());
 const _: () = assert!(align_of::<Sge>() == align_of::<ibv_sge>());
 
 impl QpObj {
-    /// The QP behind an `ibv_qp *`; `None` for NULL or a foreign object.
+    /// The QP behind an `ibv_qp *`; `None` for NULL, a foreign
+    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
     ///
     /// # Safety
-    /// `qp` is NULL or was returned by a QP-creating verb and not destroyed.
+    /// `qp` is any pointer; if it is a live object of this library, it is not destroyed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(qp: *const ibv_qp) -> Option<&'a QpObj> {
-        // SAFETY: caller contract: NULL or a live QpObj (C struct first).
-        let obj = unsafe { qp.cast::<QpObj>().as_ref()? };
-        (obj.magic == QP_MAGIC).then_some(obj)
+        if !live::contains(Kind::Qp, qp) {
+            return None;
+        }
+        // SAFETY: the registry holds only QpObjs not yet freed (the C struct is the first
+        // field); the caller keeps it alive while the reference is used.
+        Some(unsafe { &*qp.cast::<QpObj>() })
     }
 
     /// The `struct ibv_qp *` handed to C.
@@ -114,7 +117,6 @@ fn publish(
     let qp_type = core.qp_type();
     let p = Box::into_raw(Box::new(QpObj {
         qp: UnsafeCell::new(q),
-        magic: QP_MAGIC,
         core,
         ud: qp_type == QpType::Ud,
         xrc_send: qp_type == QpType::XrcSend,
@@ -123,6 +125,7 @@ fn publish(
     }));
     // SAFETY: the allocation just made.
     unsafe { (*p).core.set_cookie(p as usize) };
+    live::insert(Kind::Qp, p);
     p.cast()
 }
 
@@ -410,10 +413,13 @@ export! {
         if let Err(e) = obj.core.destroy() {
             return e.errno();
         }
-        // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
-        // gives it up.
-        let mut obj = unsafe { Box::from_raw(qp.cast::<QpObj>()) };
-        obj.magic = 0;
+        // Out of the registry first: no later from_raw reaches it (and of two racing
+        // destroys, one frees).
+        if live::remove(Kind::Qp, qp) {
+            // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
+            // gives it up.
+            drop(unsafe { Box::from_raw(qp.cast::<QpObj>()) });
+        }
         0
     }
 }

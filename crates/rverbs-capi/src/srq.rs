@@ -7,31 +7,34 @@ use std::cell::UnsafeCell;
 use rverbs::{SrqAttr, SrqAttrMask, SrqInit};
 
 use crate::abi::*;
+use crate::live::{self, Kind};
 use crate::cq::CqObj;
 use crate::device::ContextObj;
 use crate::ffi::null_errno;
 use crate::pd::PdObj;
 use crate::xrcd::XrcdObj;
 
-const SRQ_MAGIC: u32 = u32::from_be_bytes(*b"rvSQ");
-
 /// An SRQ handed to C: `struct ibv_srq`, then the core SRQ.
 #[repr(C)]
 pub struct SrqObj {
     srq: UnsafeCell<ibv_srq>,
-    magic: u32,
     core: rverbs::Srq,
 }
 
 impl SrqObj {
-    /// The SRQ behind an `ibv_srq *`; `None` for NULL or a foreign object.
+    /// The SRQ behind an `ibv_srq *`; `None` for NULL, a foreign
+    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
     ///
     /// # Safety
-    /// `srq` is NULL or was returned by an SRQ-creating verb and not destroyed.
+    /// `srq` is any pointer; if it is a live object of this library, it is not destroyed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(srq: *const ibv_srq) -> Option<&'a SrqObj> {
-        // SAFETY: caller contract: NULL or a live SrqObj (C struct first).
-        let obj = unsafe { srq.cast::<SrqObj>().as_ref()? };
-        (obj.magic == SRQ_MAGIC).then_some(obj)
+        if !live::contains(Kind::Srq, srq) {
+            return None;
+        }
+        // SAFETY: the registry holds only SrqObjs not yet freed (the C struct is the first
+        // field); the caller keeps it alive while the reference is used.
+        Some(unsafe { &*srq.cast::<SrqObj>() })
     }
 
     /// The `struct ibv_srq *` handed to C.
@@ -77,11 +80,11 @@ fn create(
     srq.pd = pd.as_ptr();
     let p = Box::into_raw(Box::new(SrqObj {
         srq: UnsafeCell::new(srq),
-        magic: SRQ_MAGIC,
         core,
     }));
     // SAFETY: the allocation just made.
     unsafe { (*p).core.set_cookie(p as usize) };
+    live::insert(Kind::Srq, p);
     p.cast()
 }
 
@@ -226,10 +229,13 @@ export! {
         if let Err(e) = obj.core.destroy() {
             return e.errno();
         }
-        // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
-        // gives it up.
-        let mut obj = unsafe { Box::from_raw(srq.cast::<SrqObj>()) };
-        obj.magic = 0;
+        // Out of the registry first: no later from_raw reaches it (and of two racing
+        // destroys, one frees).
+        if live::remove(Kind::Srq, srq) {
+            // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
+            // gives it up.
+            drop(unsafe { Box::from_raw(srq.cast::<SrqObj>()) });
+        }
         0
     }
 }

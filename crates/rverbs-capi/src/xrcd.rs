@@ -10,29 +10,32 @@ use std::cell::UnsafeCell;
 use std::os::fd::BorrowedFd;
 
 use crate::abi::*;
+use crate::live::{self, Kind};
 use crate::device::ContextObj;
 use crate::ffi::null_errno;
 use crate::srq::SrqObj;
-
-const XRCD_MAGIC: u32 = u32::from_be_bytes(*b"rvXD");
 
 /// An XRC domain handed to C: `struct ibv_xrcd`, then the core domain.
 #[repr(C)]
 pub struct XrcdObj {
     xrcd: UnsafeCell<ibv_xrcd>,
-    magic: u32,
     core: rverbs::Xrcd,
 }
 
 impl XrcdObj {
-    /// The domain behind an `ibv_xrcd *`; `None` for NULL or a foreign object.
+    /// The domain behind an `ibv_xrcd *`; `None` for NULL, a foreign
+    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
     ///
     /// # Safety
-    /// `xrcd` is NULL or was returned by `ibv_open_xrcd` and not closed.
+    /// `xrcd` is any pointer; if it is a live object of this library, it is not destroyed
+    /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(xrcd: *const ibv_xrcd) -> Option<&'a XrcdObj> {
-        // SAFETY: caller contract: NULL or a live XrcdObj (the C struct is its first field).
-        let obj = unsafe { xrcd.cast::<XrcdObj>().as_ref()? };
-        (obj.magic == XRCD_MAGIC).then_some(obj)
+        if !live::contains(Kind::Xrcd, xrcd) {
+            return None;
+        }
+        // SAFETY: the registry holds only XrcdObjs not yet freed (the C struct is the first
+        // field); the caller keeps it alive while the reference is used.
+        Some(unsafe { &*xrcd.cast::<XrcdObj>() })
     }
 
     /// The core domain.
@@ -96,10 +99,11 @@ pub(crate) unsafe extern "C" fn rverbs_open_xrcd(
         };
         let obj = Box::new(XrcdObj {
             xrcd: UnsafeCell::new(xrcd),
-            magic: XRCD_MAGIC,
             core,
         });
-        Box::into_raw(obj).cast()
+        let p = Box::into_raw(obj);
+        live::insert(Kind::Xrcd, p);
+        p.cast()
     })
 }
 
@@ -114,10 +118,13 @@ pub(crate) unsafe extern "C" fn rverbs_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int 
         if let Err(e) = obj.core.close() {
             return e.errno();
         }
-        // SAFETY: allocated by Box in rverbs_open_xrcd (the C struct is at offset 0); the
-        // caller gives it up.
-        let mut obj = unsafe { Box::from_raw(xrcd.cast::<XrcdObj>()) };
-        obj.magic = 0;
+        // Out of the registry first: no later from_raw reaches it (and of two racing
+        // destroys, one frees).
+        if live::remove(Kind::Xrcd, xrcd) {
+            // SAFETY: allocated by Box in rverbs_open_xrcd (the C struct is at offset 0); the
+            // caller gives it up.
+            drop(unsafe { Box::from_raw(xrcd.cast::<XrcdObj>()) });
+        }
         0
     })
 }

@@ -96,3 +96,11 @@ fn wr_builder() {
 fn mcast() {
     compile_and_run("mcast");
 }
+
+/// Foreign pointers (4 bytes before a PROT_NONE page, after one, a malloc(4), a stack
+/// byte) and destroyed objects passed to every verb that takes an object: refused with
+/// the verb's EINVAL, and nothing is read through them (a read would fault).
+#[test]
+fn foreign_ptr() {
+    compile_and_run("foreign_ptr");
+}

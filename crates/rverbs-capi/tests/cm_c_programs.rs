@@ -16,6 +16,8 @@
 //! * `cm_mcast`: multicast joins — argument checks, MULTICAST_JOIN's `param.ud` (the
 //!   join's context, the group's address vector), traffic to a full and a send-only
 //!   member, leave, a synchronous join.
+//! * `cm_foreign_ptr`: foreign pointers (4 bytes before a PROT_NONE page, a malloc(4), a
+//!   stack byte) and destroyed channels/ids are refused with -1/EINVAL, never read.
 //!
 //! This crate does not depend on the shim, so the shim is built here, once per test
 //! run, into its own target directory under `CARGO_TARGET_TMPDIR` (a `cargo build` in
@@ -115,4 +117,9 @@ fn cm_errors() {
 #[test]
 fn cm_mcast() {
     compile_and_run("cm_mcast");
+}
+
+#[test]
+fn cm_foreign_ptr() {
+    compile_and_run("cm_foreign_ptr");
 }

@@ -16,6 +16,10 @@
 //!   channel.
 //! * [`Ev`] is a `Box` owning the core event: the private-data pointer handed to C points
 //!   into it, and dropping it (`rdma_ack_cm_event`) acknowledges the event.
+//!
+//! Every pointer C passes in is looked up in the registry of live objects
+//! ([`crate::live`]) before anything is read through it: a foreign, freed or NULL pointer
+//! is refused without being dereferenced.
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
@@ -31,10 +35,7 @@ use rverbs_cm::{CmId, Event, EventChannel, EventKind, PortSpace};
 use super::abi::*;
 use crate::abi::{ibv_qp_init_attr, ibv_sa_path_rec, Zeroed, IBV_QPT_UD};
 use crate::ffi::minus_one_errno;
-
-const CHAN_MAGIC: u32 = u32::from_be_bytes(*b"rvCC");
-const ID_MAGIC: u32 = u32::from_be_bytes(*b"rvCI");
-const EV_MAGIC: u32 = u32::from_be_bytes(*b"rvCE");
+use crate::live::{self, Kind};
 
 /// -1 with `errno` set from a connection-manager error.
 pub fn fail(e: &rverbs_cm::Error) -> c_int {
@@ -49,8 +50,15 @@ pub fn fail(e: &rverbs_cm::Error) -> c_int {
 #[repr(C)]
 pub struct Chan {
     c: rdma_event_channel,
-    magic: u32,
     core: EventChannel,
+}
+
+impl Drop for Chan {
+    /// The last strong reference is gone: the channel leaves the registry before its
+    /// memory is freed.
+    fn drop(&mut self) {
+        live::remove(Kind::CmChannel, self as *const Chan);
+    }
 }
 
 impl Chan {
@@ -58,11 +66,12 @@ impl Chan {
     pub fn new() -> Result<Arc<Chan>, c_int> {
         let core = EventChannel::new().map_err(|e| e.errno())?;
         let fd = core.fd().as_raw_fd();
-        Ok(Arc::new(Chan {
+        let ch = Arc::new(Chan {
             c: rdma_event_channel { fd },
-            magic: CHAN_MAGIC,
             core,
-        }))
+        });
+        live::insert(Kind::CmChannel, Arc::as_ptr(&ch));
+        Ok(ch)
     }
 
     /// The pointer handed to C (valid while a strong reference lives).
@@ -75,18 +84,17 @@ impl Chan {
         Arc::into_raw(this).cast_mut().cast()
     }
 
-    /// A new strong reference to the channel behind a C pointer; `None` for NULL or a
-    /// foreign pointer.
+    /// A new strong reference to the channel behind a C pointer; `None` for NULL, a
+    /// foreign pointer or a freed channel (nothing is read through it then).
     ///
     /// # Safety
-    /// `p` is NULL or a channel pointer of this module that is still referenced.
+    /// `p` is any pointer; a live channel of this module is not released concurrently.
     pub unsafe fn from_raw(p: *mut rdma_event_channel) -> Option<Arc<Chan>> {
         let c = p.cast::<Chan>().cast_const();
-        // SAFETY: caller contract: NULL or a live Chan (C struct first).
-        if unsafe { c.as_ref() }?.magic != CHAN_MAGIC {
+        if !live::contains(Kind::CmChannel, c) {
             return None;
         }
-        // SAFETY: `c` came from Arc::into_raw/as_ptr of a live Arc<Chan>.
+        // SAFETY: in the registry, so the data pointer of a live Arc<Chan>.
         unsafe {
             Arc::increment_strong_count(c);
             Some(Arc::from_raw(c))
@@ -95,16 +103,18 @@ impl Chan {
 
     /// Takes back the strong reference [`Chan::into_raw`] gave C.
     ///
+    /// Returns false (and reads nothing) for NULL, a foreign pointer or a freed channel.
+    ///
     /// # Safety
-    /// `p` came from [`Chan::into_raw`] and is given up by the caller.
+    /// `p` is any pointer; a live one came from [`Chan::into_raw`] and is given up by the
+    /// caller.
     pub unsafe fn release(p: *mut rdma_event_channel) -> bool {
         let c = p.cast::<Chan>().cast_const();
-        // SAFETY: caller contract: NULL or a live Chan.
-        match unsafe { c.as_ref() } {
-            // SAFETY: the reference C held, given up now.
-            Some(ch) if ch.magic == CHAN_MAGIC => drop(unsafe { Arc::from_raw(c) }),
-            _ => return false,
+        if !live::contains(Kind::CmChannel, c) {
+            return false;
         }
+        // SAFETY: a live channel: the reference C held, given up now.
+        drop(unsafe { Arc::from_raw(c) });
         true
     }
 
@@ -134,7 +144,6 @@ pub struct Extra {
 #[repr(C)]
 pub struct Id {
     c: UnsafeCell<rdma_cm_id>,
-    magic: u32,
     core: CmId,
     /// The one path record `route.path_rec` points at once the route is known.
     path: UnsafeCell<ibv_sa_path_rec>,
@@ -160,7 +169,6 @@ impl Id {
         core.set_context(context as usize);
         let id = Box::into_raw(Box::new(Id {
             c: UnsafeCell::new(c),
-            magic: ID_MAGIC,
             core,
             path: UnsafeCell::new(ibv_sa_path_rec::zeroed()),
             extra: Mutex::new(Extra {
@@ -173,17 +181,22 @@ impl Id {
         let w = unsafe { &*id };
         w.core.set_user(id as usize);
         w.refresh();
+        live::insert(Kind::CmId, id);
         id
     }
 
-    /// The id behind an `rdma_cm_id *`; `None` for NULL or a foreign pointer.
+    /// The id behind an `rdma_cm_id *`; `None` for NULL, a foreign pointer or a
+    /// destroyed id (nothing is read through it then).
     ///
     /// # Safety
-    /// `p` is NULL or an id of this module that was not destroyed.
+    /// `p` is any pointer; a live id of this module is not destroyed while the returned
+    /// reference is used.
     pub unsafe fn from_raw<'a>(p: *mut rdma_cm_id) -> Option<&'a Id> {
-        // SAFETY: caller contract: NULL or a live Id (C struct first).
-        let w = unsafe { p.cast::<Id>().as_ref()? };
-        (w.magic == ID_MAGIC).then_some(w)
+        if !live::contains(Kind::CmId, p) {
+            return None;
+        }
+        // SAFETY: the registry holds only Ids not yet freed (C struct first).
+        Some(unsafe { &*p.cast::<Id>() })
     }
 
     /// The public struct (shared with the application, which reads and writes it).
@@ -323,10 +336,12 @@ impl Id {
     /// # Safety
     /// `p` is a live id of this module, given up by the caller.
     pub unsafe fn free(p: *mut Id) {
-        // SAFETY: caller contract: allocated by Box in `create`.
-        let mut w = unsafe { Box::from_raw(p) };
-        w.magic = 0;
-        w.core.set_user(0);
+        // Out of the registry before it is freed (of two racing frees, one frees).
+        if live::remove(Kind::CmId, p) {
+            // SAFETY: caller contract: allocated by Box in `create`.
+            let w = unsafe { Box::from_raw(p) };
+            w.core.set_user(0);
+        }
     }
 }
 
@@ -350,27 +365,25 @@ pub fn ps_and_qp_type(ps: rdma_port_space, qp_type: u32) -> Result<(PortSpace, Q
 #[repr(C)]
 pub struct Ev {
     c: rdma_cm_event,
-    magic: u32,
     core: Event,
 }
 
 impl Ev {
-    /// Frees (acknowledges) an event; NULL is ignored. Returns false for a foreign
-    /// pointer.
+    /// Frees (acknowledges) an event; NULL is ignored. Returns false (and reads nothing)
+    /// for a foreign pointer or an event already freed.
     ///
     /// # Safety
-    /// `p` is NULL or an event of this module not yet freed, given up by the caller.
+    /// `p` is any pointer; a live event of this module is given up by the caller.
     pub unsafe fn free(p: *mut rdma_cm_event) -> bool {
         if p.is_null() {
             return true;
         }
-        // SAFETY: caller contract: a live Ev (C struct first).
-        if unsafe { (*p.cast::<Ev>()).magic } != EV_MAGIC {
+        if !live::remove(Kind::CmEvent, p) {
             return false;
         }
-        // SAFETY: allocated by Box in `deliver`; dropping the core event acknowledges it.
-        let mut ev = unsafe { Box::from_raw(p.cast::<Ev>()) };
-        ev.magic = 0;
+        // SAFETY: a live event (it was in the registry), allocated by Box in `deliver`;
+        // dropping the core event acknowledges it.
+        drop(unsafe { Box::from_raw(p.cast::<Ev>()) });
         true
     }
 }
@@ -440,7 +453,6 @@ pub fn deliver(core: Event, from: *mut rdma_event_channel) -> Result<*mut rdma_c
     let ud = core.kind != EventKind::Rejected && core.id.qp_type() == QpType::Ud;
     let mut ev = Box::new(Ev {
         c,
-        magic: EV_MAGIC,
         core,
     });
     if ud {
@@ -471,7 +483,9 @@ pub fn deliver(core: Event, from: *mut rdma_event_channel) -> Result<*mut rdma_c
             qp_num: p.qp_num,
         };
     }
-    Ok(Box::into_raw(ev).cast())
+    let ev = Box::into_raw(ev);
+    live::insert(Kind::CmEvent, ev);
+    Ok(ev.cast())
 }
 
 fn pdata_ptr(v: &[u8]) -> *const c_void {
