@@ -12,6 +12,7 @@
 
 pub mod attr;
 pub mod batch;
+pub mod connect;
 pub(crate) mod rq;
 pub(crate) mod sq;
 pub mod wr;
