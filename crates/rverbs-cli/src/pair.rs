@@ -7,8 +7,7 @@
 use std::time::{Duration, Instant};
 
 use rverbs::{
-    Access, AhAttr, Context, Cq, CqInit, Gid, GlobalRoute, Mr, Mtu, Qp, QpAttr, QpAttrMask, QpCap,
-    QpInit, QpState, QpType, Wc, WcOpcode,
+    Access, Context, Cq, CqInit, Gid, Mr, Mtu, Qp, QpCap, QpInit, QpType, RemotePath, Wc, WcOpcode,
 };
 
 use crate::failure::Failure;
@@ -82,70 +81,17 @@ impl Side {
         Ok(Side { ctx, cq, qp, mr })
     }
 
-    /// RESET → INIT → RTR → RTS towards `dest_qpn`, with the attribute masks
-    /// ibv_modify_qp(3) requires for RC.
+    /// RESET → INIT → RTR → RTS towards `dest_qpn` ([`Qp::connect`]: the attribute masks
+    /// ibv_modify_qp(3) requires for RC), with MTU 4096 and read/atomic depth 16.
     fn connect(&self, dest_qpn: u32, gid: Gid, gid_index: u8) -> Result<(), Failure> {
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: ALL_ACCESS,
-            ..QpAttr::default()
-        };
-        self.qp.modify(
-            &init,
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        )?;
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
+        let path = RemotePath {
+            access: ALL_ACCESS,
             path_mtu: Mtu::Mtu4096,
-            dest_qp_num: dest_qpn,
-            rq_psn: 0,
             max_dest_rd_atomic: 16,
-            min_rnr_timer: 1,
-            ah_attr: AhAttr {
-                grh: Some(GlobalRoute {
-                    dgid: gid,
-                    sgid_index: gid_index,
-                    hop_limit: 64,
-                    ..GlobalRoute::default()
-                }),
-                port_num: 1,
-                ..AhAttr::default()
-            },
-            ..QpAttr::default()
-        };
-        self.qp.modify(
-            &rtr,
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-        )?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: 0,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
             max_rd_atomic: 16,
-            ..QpAttr::default()
+            ..RemotePath::new(gid, gid_index, dest_qpn)
         };
-        self.qp.modify(
-            &rts,
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
-        )?;
+        self.qp.connect(&path)?;
         Ok(())
     }
 }

@@ -7,9 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::limits::check_port;
 use crate::error::{Error, Result};
-use crate::rule::Rule;
 use crate::pd::{Pd, PdInner};
 use crate::qp::attr::AhAttr;
 
@@ -39,20 +37,10 @@ impl std::fmt::Debug for Ah {
     }
 }
 
-/// Checks an address vector against the device (shared by AHs and `modify_qp`).
-pub(crate) fn check_av(verb: &'static str, pd: &PdInner, attr: &AhAttr) -> Result<()> {
-    check_port(verb, attr.port_num)?;
-    let grh = attr.grh.ok_or(Error::invalid(verb, Rule::GrhRequired))?;
-    if usize::from(grh.sgid_index) >= pd.ctx.dev.gids.len() {
-        return Err(Error::invalid(verb, Rule::GidIndex { index: u32::from(grh.sgid_index), len: pd.ctx.dev.gids.len() as u32 }));
-    }
-    Ok(())
-}
-
 impl Ah {
     /// Creates an address handle (ibv_create_ah(3)).
     pub fn new(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
-        check_av("create_ah", pd.inner(), attr)?;
+        attr.check("create_ah", pd.inner().ctx.dev.gids.len())?;
         pd.inner().hold()?;
         Ok(Ah {
             inner: Arc::new(AhInner {

@@ -72,6 +72,7 @@ pub use pd::Pd;
 pub use qp::attr::{AhAttr, GlobalRoute, MigState, QpAttr, QpCap};
 pub use qp::wr::{BindMwWr, FlushPlacement, FlushSelectivity, FlushWr, Payload, PostError, RecvWr, SendWr, UdDest};
 pub use qp::batch::{SendOps, WrBatch};
+pub use qp::connect::RemotePath;
 pub use qp::{Qp, QpInit};
 pub use rverbs_proto::state::QpAttrMask;
 pub use rverbs_proto::vendor_err;

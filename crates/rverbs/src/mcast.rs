@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::qp::{Qp, QpInner};
 use crate::shm::registry::Peer;
-use crate::transport::route::endpoint_of;
+use crate::table::endpoint_of;
 use crate::QpType;
 
 /// The QPN that addresses a multicast group.

@@ -6,7 +6,7 @@
 //! test can tell the rules apart by matching, and a message names what to change. Each
 //! variant cites the man page or specification the rule comes from.
 
-use rverbs_proto::verbs::{QpType, WrOpcode};
+use rverbs_proto::verbs::{QpState, QpType, WrOpcode};
 
 use crate::gid::Gid;
 
@@ -205,6 +205,12 @@ pub enum Rule {
     AccessFlags {
         /// The flags asked for.
         flags: u32,
+    },
+    /// `Qp::connect_until` walks the ladder up to INIT, RTR or RTS only.
+    #[error("a QP is connected up to INIT, RTR or RTS, not {last:?}")]
+    ConnectTarget {
+        /// The state asked for.
+        last: QpState,
     },
     /// ibv_post_recv(3): a QP whose receives come from an SRQ (or an XRC QP) has no
     /// receive queue of its own.

@@ -102,6 +102,11 @@ impl<T> Table<T> {
     }
 }
 
+/// The endpoint a QP or SRQ number belongs to.
+pub(crate) fn endpoint_of(num: u32) -> u32 {
+    num >> LOCAL_BITS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

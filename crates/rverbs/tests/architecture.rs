@@ -27,7 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Completion and receive rings.
     ("rings", &["wc", "cq::ring", "cq::seg", "cq::defer", "qp::wr", "qp::rq"]),
     // The engine that executes work requests.
-    ("engine", &["qp::attr", "qp::sq", "qp::batch", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress", "shm::registry"]),
+    ("engine", &["qp::attr", "qp::connect", "qp::state", "qp::sq", "qp::batch", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress", "shm::registry"]),
     // Transports: how a request reaches its responder.
     ("transports", &["transport", "transport::grh", "transport::local", "transport::host", "transport::route", "transport::target", "mcast", "qp1"]),
     // The public verbs objects.
@@ -51,10 +51,8 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("mw", "device"),
     ("mw", "pd"),
     ("progress", "device"),
-    ("qp", "ah"),
     ("qp", "pd"),
     ("qp", "transport"),
-    ("qp", "transport::route"),
     ("qp", "xrcd"),
     ("qp1", "device"),
     ("qp::batch", "ah"),
@@ -80,7 +78,6 @@ const KNOWN_LOOPS: &[(&str, &str)] = &[
     ("cq", "wc"),
     ("event", "qp"),
     ("event", "srq"),
-    ("mcast", "transport"),
     ("mr", "mw"),
     ("pd", "xrcd"),
     ("progress", "qp"),

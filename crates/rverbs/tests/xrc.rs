@@ -31,19 +31,10 @@ fn xrc_side() -> XrcSide {
 
 fn connect_xrc(a: &XrcSide, b: &XrcSide) {
     for (x, y) in [(a, b), (b, a)] {
-        // Target: INIT with remote rights, RTR towards the peer's initiator, RTS.
-        to_init(&x.recv_qp, ALL_ACCESS);
-        to_rtr(&x.recv_qp, &x.ctx, y.send_qp.qp_num(), &PATH);
-        x.recv_qp
-            .modify(
-                &QpAttr { qp_state: QpState::Rts, timeout: 14, ..QpAttr::default() },
-                QpAttrMask::STATE | QpAttrMask::TIMEOUT | QpAttrMask::SQ_PSN,
-            )
-            .unwrap();
-        // Initiator: INIT (no access), RTR towards the peer's target, RTS.
-        to_init(&x.send_qp, Access::empty());
-        to_rtr(&x.send_qp, &x.ctx, y.recv_qp.qp_num(), &PATH);
-        to_rts(&x.send_qp, &PATH);
+        // Target: remote rights, connected to the peer's initiator; initiator: no
+        // access, connected to the peer's target.
+        x.recv_qp.connect(&remote(&x.ctx, y.send_qp.qp_num(), &PATH, ALL_ACCESS)).unwrap();
+        x.send_qp.connect(&remote(&x.ctx, y.recv_qp.qp_num(), &PATH, Access::empty())).unwrap();
     }
 }
 

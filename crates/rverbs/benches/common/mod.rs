@@ -4,10 +4,7 @@
 //! Everything here runs outside the timed sections.
 #![allow(dead_code)]
 
-use rverbs::{
-    Access, AhAttr, Context, Cq, CqCreateFlags, CqInit, GlobalRoute, Mr, Mtu, Qp, QpAttr,
-    QpAttrMask, QpCap, QpInit, QpState, QpType, Wc,
-};
+use rverbs::{Access, Context, Cq, CqCreateFlags, CqInit, Mr, Mtu, Qp, QpCap, QpInit, QpType, RemotePath, Wc};
 
 /// Every access right on both sides' memory.
 pub const ALL_ACCESS: Access = Access::LOCAL_WRITE
@@ -51,70 +48,22 @@ fn side(cqe: u32, flags: CqCreateFlags, max_send_wr: u32, max_recv_wr: u32, mr_l
     Side { ctx, cq, qp, mr }
 }
 
+/// RESET → INIT → RTR → RTS towards `dest_qpn` over the loopback GID, with MTU 4096 and
+/// read/atomic depth 16 ([`Qp::connect`] gives the masks).
 fn connect(s: &Side, dest_qpn: u32) {
     let table = s.ctx.query_gid_table();
     let e = table
         .iter()
         .find(|e| e.gid.to_ipv4() == Some(std::net::Ipv4Addr::LOCALHOST))
         .expect("loopback GID");
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: ALL_ACCESS,
-        ..QpAttr::default()
-    };
-    s.qp.modify(
-        &init,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .expect("INIT");
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
+    let path = RemotePath {
+        access: ALL_ACCESS,
         path_mtu: Mtu::Mtu4096,
-        dest_qp_num: dest_qpn,
         max_dest_rd_atomic: 16,
-        min_rnr_timer: 1,
-        ah_attr: AhAttr {
-            grh: Some(GlobalRoute {
-                dgid: e.gid,
-                sgid_index: e.index as u8,
-                hop_limit: 64,
-                ..GlobalRoute::default()
-            }),
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
-    };
-    s.qp.modify(
-        &rtr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .expect("RTR");
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
         max_rd_atomic: 16,
-        ..QpAttr::default()
+        ..RemotePath::new(e.gid, e.index as u8, dest_qpn)
     };
-    s.qp.modify(
-        &rts,
-        QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .expect("RTS");
+    s.qp.connect(&path).expect("connect");
 }
 
 /// A connected RC pair: CQs of at least `cqe` entries, the given queue depths, and

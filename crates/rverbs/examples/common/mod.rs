@@ -15,8 +15,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rverbs::{
-    Access, AhAttr, Context, Cq, CqInit, Gid, GlobalRoute, Mr, Mtu, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInit, QpState,
-    QpType, Wc, WcOpcode,
+    Access, AhAttr, Context, Cq, CqInit, Gid, GlobalRoute, Mr, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInit, QpState,
+    QpType, RemotePath, Wc, WcOpcode,
 };
 
 /// What every example's `main` returns: any error, printed by the runtime, exits 1.
@@ -131,82 +131,38 @@ pub fn path_to_peer(ctx: &Context) -> Result<AhAttr> {
     })
 }
 
+/// The path towards `dest_qpn` every example connects with: over the loopback GID
+/// ([`path_to_peer`]), `access` granted by this side's responder, and
+/// [`RemotePath::new`]'s transport parameters (MTU 1024, timeout 14, retry 7, RNR retry 7
+/// — forever while the peer has no receive posted — read/atomic depth 4, Q_Key [`QKEY`]).
+pub fn remote(ctx: &Context, dest_qpn: u32, access: Access) -> Result<RemotePath> {
+    Ok(RemotePath { access, qkey: QKEY, ah_attr: path_to_peer(ctx)?, ..RemotePath::new(Gid::default(), 0, dest_qpn) })
+}
+
 /// RESET → INIT (ibv_modify_qp(3)): UD QPs take a Q_Key, connected QPs the remote
 /// access rights their responder grants (XRC initiators grant none).
 pub fn to_init(qp: &Qp, access: Access) -> Result {
-    let attr = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: PORT,
-        qkey: QKEY,
-        qp_access_flags: access,
-        ..QpAttr::default()
-    };
-    let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-    let mask = match qp.qp_type() {
-        QpType::Ud => base | QpAttrMask::QKEY,
-        _ => base | QpAttrMask::ACCESS_FLAGS,
-    };
-    Ok(qp.modify(&attr, mask)?)
+    let path = RemotePath { access, qkey: QKEY, ..RemotePath::new(Gid::default(), 0, 0) };
+    Ok(qp.connect_until(&path, QpState::Init)?)
 }
 
 /// INIT → RTR (ibv_modify_qp(3)): a connected QP learns its peer (path, QP number,
 /// expected PSN); responders of reliable transports (RC, XRC targets) also get their
 /// read/atomic depth and RNR timer. A UD QP needs nothing but the state.
 pub fn to_rtr(qp: &Qp, ctx: &Context, dest_qpn: u32) -> Result {
-    let attr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        dest_qp_num: dest_qpn,
-        rq_psn: 0,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
-        ah_attr: path_to_peer(ctx)?,
-        ..QpAttr::default()
-    };
-    let connected =
-        QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
-    let mask = match qp.qp_type() {
-        QpType::Ud => QpAttrMask::STATE,
-        QpType::Uc | QpType::XrcSend => connected,
-        _ => connected | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER,
-    };
-    Ok(qp.modify(&attr, mask)?)
+    Ok(qp.connect_until(&remote(ctx, dest_qpn, Access::empty())?, QpState::Rtr)?)
 }
 
 /// RTR → RTS (ibv_modify_qp(3)): every sender sets its first PSN; reliable senders
 /// (RC, XRC initiators) also their ACK timeout, retry counts and read/atomic depth.
-/// `rnr_retry` 7 retries forever while the peer has no receive posted.
 pub fn to_rts(qp: &Qp) -> Result {
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: 0,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 4,
-        ..QpAttr::default()
-    };
-    let mask = match qp.qp_type() {
-        QpType::Rc | QpType::XrcSend => {
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC
-        }
-        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    };
-    Ok(qp.modify(&attr, mask)?)
+    Ok(qp.connect_until(&RemotePath::new(Gid::default(), 0, 0), QpState::Rts)?)
 }
 
 /// RESET → INIT → RTR → RTS towards `dest_qpn` (for UD, `dest_qpn` is unused: every
-/// send names its destination).
+/// send names its destination), with the masks ibv_modify_qp(3) requires ([`Qp::connect`]).
 pub fn bring_up(qp: &Qp, ctx: &Context, dest_qpn: u32, access: Access) -> Result {
-    to_init(qp, access)?;
-    to_rtr(qp, ctx, dest_qpn)?;
-    to_rts(qp)
+    Ok(qp.connect(&remote(ctx, dest_qpn, access)?)?)
 }
 
 /// Any state → RESET (ibv_modify_qp(3)): outstanding work requests are discarded

@@ -2,7 +2,10 @@
 
 use rverbs_proto::verbs::{Access, Mtu, QpState};
 
+use crate::error::Error;
 use crate::gid::Gid;
+use crate::limits::check_port;
+use crate::rule::Rule;
 
 /// Queue capacities (`struct ibv_qp_cap`).
 ///
@@ -157,5 +160,19 @@ impl Default for QpAttr {
             alt_timeout: 0,
             rate_limit: 0,
         }
+    }
+}
+
+impl AhAttr {
+    /// Checks an address vector against the device whose GID table has `gids` entries
+    /// (ibv_create_ah(3), ibv_modify_qp(3) with IBV_QP_AV): the one port, a GRH (RoCE
+    /// address vectors are global) and a source GID index inside the table.
+    pub(crate) fn check(&self, verb: &'static str, gids: usize) -> crate::Result<()> {
+        check_port(verb, self.port_num)?;
+        let grh = self.grh.ok_or(Error::invalid(verb, Rule::GrhRequired))?;
+        if usize::from(grh.sgid_index) >= gids {
+            return Err(Error::invalid(verb, Rule::GidIndex { index: u32::from(grh.sgid_index), len: gids as u32 }));
+        }
+        Ok(())
     }
 }

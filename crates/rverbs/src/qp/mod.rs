@@ -9,9 +9,14 @@
 //! responder attributes from atomics ([`RespView`]) and never takes a peer's `attrs` or
 //! `sq` lock; a peer is pushed into ERR with [`QpInner::enter_error`], which only
 //! try-locks its send queue and leaves the flush to the holder if it is busy.
+//!
+//! State: every change of a QP's state goes through `QpRecord::transition` (module
+//! `state`), which traces it; `modify` is validate → plan → apply there.
 
 pub mod attr;
 pub mod batch;
+pub mod connect;
+pub(crate) mod state;
 pub(crate) mod rq;
 pub(crate) mod sq;
 pub mod wr;
@@ -20,13 +25,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rverbs_proto::rnr::{ack_timeout, RetryCounter};
-use rverbs_proto::state::{check_modify, QpAttrMask};
+use rverbs_proto::rnr::ack_timeout;
+use rverbs_proto::state::QpAttrMask;
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, Mtu, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
-use crate::ah::check_av;
-use crate::limits::check_port;
 use crate::cq::{Cq, CqInner};
 use crate::gid::Gid;
 use crate::limits;
@@ -41,7 +44,7 @@ use crate::wc::Cqe;
 use crate::xrcd::XrcdInner;
 use attr::{QpAttr, QpCap};
 use rq::RecvQueue;
-use sq::{ReqView, SendQueue};
+use sq::SendQueue;
 use wr::{PostError, RecvWr, SendWr};
 
 /// Parameters of [`Pd::create_qp`] (`struct ibv_qp_init_attr`).
@@ -136,11 +139,10 @@ impl QpInner {
     /// Moves the QP to ERR because of a device-side fault (overrun, responder error),
     /// raising `event` if given, flushing the receive queue and making the send queue
     /// flush. Does nothing if the QP is in RESET or already in ERR.
-    pub(crate) fn enter_error(self: &Arc<Self>, event: Option<EventType>) {
-        if !self.rec.enter_error() {
+    pub(crate) fn enter_error(self: &Arc<Self>, event: Option<EventType>, cause: state::Cause) {
+        if self.transition(state::Expect::NotIn(state::ERR_FROM_ANY_BUT), QpState::Err, cause).is_err() {
             return;
         }
-        tracing::debug!(qpn = self.qpn, "QP enters ERR");
         if let Some(e) = event {
             self.raise(e);
         }
@@ -196,29 +198,27 @@ impl QpInner {
     /// Runs the send queue as far as it can go. Called with the queue locked.
     pub(crate) fn progress(self: &Arc<Self>, sq: &mut SendQueue) {
         loop {
-            match self.state() {
+            // SQD: no new work request starts. Only `modify` moves the QP into or out of
+            // SQD other than into ERR, and it does so under the send-queue lock, which the
+            // caller holds.
+            let draining = match self.state() {
                 QpState::Err => {
                     self.flush_sq(sq);
                     return;
                 }
                 QpState::Reset | QpState::Init | QpState::Rtr => return,
-                QpState::Rts | QpState::Sqd | QpState::Sqe => {}
-            }
-            let started = sq.blocked_until.is_some() || sq.stalled;
-            if sq.is_empty() || (sq.draining && !started) {
-                if sq.draining && !self.sqd_notified.swap(true, Ordering::AcqRel) {
+                QpState::Sqd => true,
+                QpState::Rts | QpState::Sqe => false,
+            };
+            if sq.is_empty() || (draining && !sq.req_state.started()) {
+                if draining && !self.sqd_notified.swap(true, Ordering::AcqRel) {
                     // rxe raises SQ_DRAINED whether or not en_sqd_async_notify was set.
                     self.raise(EventType::SqDrained);
                 }
                 return;
             }
-            if sq.stalled {
+            if sq.req_state.holds() {
                 return;
-            }
-            if let Some(t) = sq.blocked_until {
-                if Instant::now() < t {
-                    return;
-                }
             }
             // The responder's completion events wait until this step's own completion
             // is written (crate::cq::defer: the order a NIC produces).
@@ -246,9 +246,7 @@ impl QpInner {
                     if sq.retry.consume() {
                         match ack_timeout(sq.req.timeout) {
                             Some(d) => self.wait(sq, d),
-                            None => {
-                                sq.stalled = true;
-                            }
+                            None => sq.req_state.stall(),
                         }
                         return;
                     }
@@ -257,7 +255,7 @@ impl QpInner {
                     self.complete_head(sq, cqe);
                 }
                 Exec::Stall => {
-                    sq.stalled = true;
+                    sq.req_state.stall();
                     return;
                 }
             }
@@ -266,7 +264,7 @@ impl QpInner {
 
     fn wait(self: &Arc<Self>, sq: &mut SendQueue, delay: std::time::Duration) {
         let at = Instant::now() + delay;
-        sq.blocked_until = Some(at);
+        sq.req_state.back_off(at);
         crate::progress::schedule(at, Arc::downgrade(self));
     }
 
@@ -283,20 +281,15 @@ impl QpInner {
         let failed = cqe.status() != WcStatus::Success;
         if (failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED))
             && self.send_cq.push(cqe).is_err() {
-                self.enter_error(Some(EventType::QpFatal));
+                self.enter_error(Some(EventType::QpFatal), state::Cause::SendCqOverrun);
                 return;
             }
         if failed {
             // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
             if matches!(self.qp_type, QpType::Uc | QpType::Ud) {
-                let _ = self.rec.state.compare_exchange(
-                    QpState::Rts.raw(),
-                    QpState::Sqe.raw(),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                let _ = self.transition(state::Expect::Is(QpState::Rts), QpState::Sqe, state::Cause::SendError);
             } else {
-                self.enter_error(None);
+                self.enter_error(None, state::Cause::SendError);
             }
         }
     }
@@ -443,7 +436,7 @@ impl Qp {
             None
         };
         let rec = dev.tables.qp(qpn);
-        rec.state.store(QpState::Reset.raw(), Ordering::Relaxed);
+        let _ = rec.transition(qpn, state::Expect::Any, QpState::Reset, state::Cause::Create);
         rec.qp_type.store(init.qp_type.raw(), Ordering::Relaxed);
         rec.access.store(0, Ordering::Relaxed);
         rec.qkey.store(0, Ordering::Relaxed);
@@ -541,198 +534,18 @@ impl Qp {
     /// Rule: → ERR flushes every outstanding work request with WR_FLUSH_ERR; → RESET
     /// discards them without completions; RTS → SQD stops starting new sends and raises
     /// SQ_DRAINED once none is in progress.
+    /// Rule: the call is validated, then planned, then applied once its state change is
+    /// won (`qp::state`): if another writer (a peer's ERR, a failed send's SQE) changed the
+    /// state in between, the call fails and no attribute it named has changed.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let q = &self.inner;
-        let verb = "modify_qp";
-        // uverbs `modify_qp_mask`: attributes that do not apply to one side of XRC are
-        // dropped silently (ibv_xsrq_pingpong passes them).
-        let mask = match q.qp_type {
-            QpType::XrcSend => mask - (QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER),
-            QpType::XrcRecv => {
-                mask - (QpAttrMask::MAX_QP_RD_ATOMIC | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY)
-            }
-            _ => mask,
-        };
         let mut a = q.attrs.lock().expect("qp attrs");
         let cur = q.state();
-        let to = check_modify(q.qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)
-            .map_err(Error::Transition)?;
-        if mask.contains(QpAttrMask::PORT) {
-            check_port(verb, attr.port_num)?;
-        }
-        if mask.contains(QpAttrMask::AV) {
-            check_av(verb, &q.pd, &attr.ah_attr)?;
-        }
-        if mask.contains(QpAttrMask::ALT_PATH) {
-            return Err(Error::invalid(verb, Rule::NoAlternatePath));
-        }
-        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC)
-            && u32::from(attr.max_rd_atomic) > limits::MAX_QP_RD_ATOM
-        {
-            return Err(Error::invalid(verb, Rule::AttrLimit { attr: "max_rd_atomic", value: attr.max_rd_atomic.into(), max: limits::MAX_QP_RD_ATOM }));
-        }
-        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
-            && u32::from(attr.max_dest_rd_atomic) > limits::MAX_QP_RD_ATOM
-        {
-            return Err(Error::invalid(verb, Rule::AttrLimit { attr: "max_dest_rd_atomic", value: attr.max_dest_rd_atomic.into(), max: limits::MAX_QP_RD_ATOM }));
-        }
-        if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
-            return Err(Error::invalid(verb, Rule::AttrLimit { attr: "timeout", value: attr.timeout.into(), max: 31 }));
-        }
-        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
-            let known = Access::LOCAL_WRITE
-                | Access::REMOTE_WRITE
-                | Access::REMOTE_READ
-                | Access::REMOTE_ATOMIC
-                | Access::MW_BIND
-                | Access::FLUSH_GLOBAL
-                | Access::FLUSH_PERSISTENT;
-            if !known.contains(attr.qp_access_flags.difference(Access::RELAXED_ORDERING)) {
-                return Err(Error::invalid(verb, Rule::AccessFlags { flags: attr.qp_access_flags.bits() }));
-            }
-        }
-        // Apply the attributes the mask names.
-        let m = mask;
-        if m.contains(QpAttrMask::ACCESS_FLAGS) {
-            a.qp_access_flags = attr.qp_access_flags;
-        }
-        if m.contains(QpAttrMask::PKEY_INDEX) {
-            a.pkey_index = attr.pkey_index;
-        }
-        if m.contains(QpAttrMask::PORT) {
-            a.port_num = attr.port_num;
-        }
-        if m.contains(QpAttrMask::QKEY) {
-            a.qkey = attr.qkey;
-        }
-        if m.contains(QpAttrMask::AV) {
-            a.ah_attr = attr.ah_attr;
-        }
-        if m.contains(QpAttrMask::PATH_MTU) {
-            a.path_mtu = attr.path_mtu;
-        }
-        if m.contains(QpAttrMask::TIMEOUT) {
-            a.timeout = attr.timeout;
-        }
-        if m.contains(QpAttrMask::RETRY_CNT) {
-            a.retry_cnt = attr.retry_cnt & 7;
-        }
-        if m.contains(QpAttrMask::RNR_RETRY) {
-            a.rnr_retry = attr.rnr_retry & 7;
-        }
-        if m.contains(QpAttrMask::RQ_PSN) {
-            a.rq_psn = attr.rq_psn & 0xff_ffff;
-        }
-        if m.contains(QpAttrMask::SQ_PSN) {
-            a.sq_psn = attr.sq_psn & 0xff_ffff;
-        }
-        if m.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
-            a.max_rd_atomic = pow2(attr.max_rd_atomic);
-        }
-        if m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
-            a.max_dest_rd_atomic = pow2(attr.max_dest_rd_atomic);
-        }
-        if m.contains(QpAttrMask::MIN_RNR_TIMER) {
-            a.min_rnr_timer = attr.min_rnr_timer & 0x1f;
-        }
-        if m.contains(QpAttrMask::PATH_MIG_STATE) {
-            a.path_mig_state = attr.path_mig_state;
-        }
-        if m.contains(QpAttrMask::DEST_QPN) {
-            a.dest_qp_num = attr.dest_qp_num & 0xff_ffff;
-        }
-        if m.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
-            a.en_sqd_async_notify = attr.en_sqd_async_notify;
-        }
-        if m.contains(QpAttrMask::RATE_LIMIT) {
-            a.rate_limit = attr.rate_limit;
-        }
-
-        // Publish the responder view.
-        q.rec.access.store(a.qp_access_flags.bits(), Ordering::Release);
-        q.rec.min_rnr_timer.store(u32::from(a.min_rnr_timer), Ordering::Release);
-        q.rec.max_dest_rd_atomic.store(u32::from(a.max_dest_rd_atomic), Ordering::Release);
-        q.rec.qkey.store(a.qkey, Ordering::Release);
-        q.rec.path_mtu.store(a.path_mtu.bytes(), Ordering::Release);
-        q.rec.dest_qpn.store(a.dest_qp_num, Ordering::Release);
-        if let Some(grh) = a.ah_attr.grh {
-            q.rec.set_dgid(grh.dgid);
-        }
-
-        // The requester view and the state change, under the send-queue lock.
-        let mut sq = q.sq.lock();
-        let gids = &q.pd.ctx.dev.gids;
-        sq.route = None;
-        sq.req = ReqView {
-            dest_qpn: a.dest_qp_num,
-            dgid: a.ah_attr.grh.map(|g| g.dgid).unwrap_or_default(),
-            sgid: a
-                .ah_attr
-                .grh
-                .and_then(|g| gids.get(usize::from(g.sgid_index)))
-                .map(|e| e.gid)
-                .unwrap_or_default(),
-            timeout: a.timeout,
-            max_rd_atomic: a.max_rd_atomic,
-        };
-        if m.contains(QpAttrMask::RETRY_CNT) {
-            sq.retry = RetryCounter::transport(a.retry_cnt);
-        }
-        if m.contains(QpAttrMask::RNR_RETRY) {
-            sq.rnr = RetryCounter::rnr(a.rnr_retry);
-        }
-        if m.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
-            sq.stalled = false;
-        }
-        let changed = to != cur;
-        if changed {
-            // Another thread may have pushed the QP into ERR since `cur` was read; the
-            // table check must then be redone against ERR.
-            if q
-                .rec
-                .state
-                .compare_exchange(cur.raw(), to.raw(), Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                let now = q.state();
-                drop(sq);
-                check_modify(q.qp_type, now, mask, attr.qp_state, attr.cur_qp_state)
-                    .map_err(Error::Transition)?;
-                return Err(Error::QpStateForbids { verb, state: now });
-            }
-        }
-        match to {
-            QpState::Reset if changed => {
-                q.send_cq.purge(q.qpn);
-                q.recv_cq.purge(q.qpn);
-                sq.clear();
-                sq.draining = false;
-                if let Some(rq) = &q.rq {
-                    rq.drain();
-                }
-                q.rec.flags.fetch_and(!QP_FLAG_COMM_EST, Ordering::AcqRel);
-                q.rq_flushed.store(false, Ordering::Release);
-                *a = QpAttr { cap: q.cap, ..QpAttr::default() };
-                q.rec.access.store(0, Ordering::Release);
-            }
-            QpState::Err if changed => {
-                q.flush_sq(&mut sq);
-                drop(sq);
-                q.flush_rq_once();
-                return Ok(());
-            }
-            QpState::Sqd if changed => {
-                sq.draining = true;
-                q.sqd_notified.store(false, Ordering::Release);
-                q.progress(&mut sq);
-            }
-            QpState::Rts => {
-                sq.draining = false;
-                q.progress(&mut sq);
-            }
-            _ => {}
-        }
-        Ok(())
+        let (to, mask) = q.validate_modify(cur, attr, mask)?;
+        let plan = q.plan_modify(&a, attr, cur, to, mask);
+        #[cfg(test)]
+        q.run_before_apply();
+        q.apply_modify(&mut a, plan, attr)
     }
 
     /// The QP's attributes (ibv_query_qp(3)); `cur_qp_state` and `qp_state` are the real
@@ -924,8 +737,8 @@ impl Qp {
             return false;
         }
         let dest = q.attrs.lock().expect("qp attrs").dest_qp_num;
-        crate::transport::route::accepts_requests(q.state())
-            && crate::transport::route::endpoint_of(dest) == q.pd.ctx.dev.ep()
+        state::accepts_requests(q.state())
+            && crate::table::endpoint_of(dest) == q.pd.ctx.dev.ep()
     }
 
     /// Destroys the QP (ibv_destroy_qp(3)) after every asynchronous event delivered for
@@ -940,7 +753,7 @@ impl Qp {
             return Err(Error::Destroyed { what: "queue pair" });
         }
         q.rec.qpn.store(0, Ordering::Release);
-        q.rec.state.store(QpState::Reset.raw(), Ordering::Release);
+        let _ = q.transition(state::Expect::Any, QpState::Reset, state::Cause::Destroy);
         q.pd.ctx.dev.qps.remove(q.qpn);
         q.sq.lock().clear();
         if let Some(rq) = &q.rq {
@@ -990,7 +803,7 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
             self.rec.qpn.store(0, Ordering::Release);
-            self.rec.state.store(QpState::Reset.raw(), Ordering::Release);
+            let _ = self.transition(state::Expect::Any, QpState::Reset, state::Cause::Destroy);
             self.pd.ctx.dev.qps.remove(self.qpn);
             self.send_cq.detach();
             self.recv_cq.detach();
@@ -1002,14 +815,5 @@ impl Drop for QpInner {
             }
             self.pd.release();
         }
-    }
-}
-
-/// Rounds a nonzero read/atomic depth up to a power of two (rxe).
-fn pow2(v: u8) -> u8 {
-    if v == 0 {
-        0
-    } else {
-        (u32::from(v).next_power_of_two().min(limits::MAX_QP_RD_ATOM)) as u8
     }
 }

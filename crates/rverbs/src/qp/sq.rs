@@ -109,15 +109,72 @@ pub(crate) struct SendQueue {
     pub(crate) req: ReqView,
     /// The responder found for this path, kept until the path changes.
     pub(crate) route: Option<crate::transport::route::Routed>,
-    /// The head WQE may not run before this instant (RNR wait or ACK timeout).
-    pub(crate) blocked_until: Option<Instant>,
-    /// The head WQE waits for something other than time (no read/atomic credit, or an
-    /// infinite ACK timeout).
-    pub(crate) stalled: bool,
+    /// Where the requester is with the head work request.
+    pub(crate) req_state: ReqState,
     pub(crate) rnr: RetryCounter,
     pub(crate) retry: RetryCounter,
-    /// SQD: no new work request starts.
-    pub(crate) draining: bool,
+}
+
+/// Where the requester is with the head work request; back to `Idle` whenever the head
+/// retires. (SQD's "no new request starts" is the QP state itself: a started head
+/// finishes, an idle one does not start.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum ReqState {
+    /// The head, if any, has not started: it starts when the QP state lets it.
+    #[default]
+    Idle,
+    /// The head started and may run again from `until` on (an RNR NAK's delay or the
+    /// ACK timeout; the progress thread has a timer for it).
+    Backoff {
+        /// The end of the wait.
+        until: Instant,
+    },
+    /// The head waits for something no timer brings: read/atomic credit
+    /// (`max_rd_atomic` 0, until a modify gives some) or, after a lost request with an
+    /// infinite ACK timeout, forever.
+    Stalled {
+        /// The end of the backoff the head served before it stalled, if it had one:
+        /// given credit again, it resumes as if that wait had just ended.
+        resume: Option<Instant>,
+    },
+}
+
+impl ReqState {
+    /// Whether the head has started (SQD lets a started head finish).
+    pub(crate) fn started(&self) -> bool {
+        !matches!(self, ReqState::Idle)
+    }
+
+    /// The head may not run yet: stalled, or its backoff has not ended.
+    pub(crate) fn holds(&self) -> bool {
+        match *self {
+            ReqState::Idle => false,
+            ReqState::Backoff { until } => Instant::now() < until,
+            ReqState::Stalled { .. } => true,
+        }
+    }
+
+    /// The head waits until `until`.
+    pub(crate) fn back_off(&mut self, until: Instant) {
+        *self = ReqState::Backoff { until };
+    }
+
+    /// The head waits for something other than time.
+    pub(crate) fn stall(&mut self) {
+        let resume = match *self {
+            ReqState::Backoff { until } => Some(until),
+            ReqState::Stalled { resume } => resume,
+            ReqState::Idle => None,
+        };
+        *self = ReqState::Stalled { resume };
+    }
+
+    /// What stalled the head may have changed (new read/atomic credit): it runs again.
+    pub(crate) fn unstall(&mut self) {
+        if let ReqState::Stalled { resume } = *self {
+            *self = resume.map_or(ReqState::Idle, |until| ReqState::Backoff { until });
+        }
+    }
 }
 
 impl SendQueue {
@@ -137,11 +194,9 @@ impl SendQueue {
             count: 0,
             req: ReqView::default(),
             route: None,
-            blocked_until: None,
-            stalled: false,
+            req_state: ReqState::Idle,
             rnr: RetryCounter::rnr(0),
             retry: RetryCounter::transport(0),
-            draining: false,
         }
     }
 
@@ -202,8 +257,7 @@ impl SendQueue {
         }
         self.head = (self.head + 1) % self.cap;
         self.count -= 1;
-        self.blocked_until = None;
-        self.stalled = false;
+        self.req_state = ReqState::Idle;
         Some(retired)
     }
 

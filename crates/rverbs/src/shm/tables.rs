@@ -54,7 +54,8 @@ pub(crate) const NAME: &str = "tables";
 pub(crate) struct QpRecord {
     /// The QPN while the QP exists, 0 otherwise.
     pub(crate) qpn: AtomicU32,
-    /// `QpState` as a number. Peers move it to ERR (compare-exchange).
+    /// `QpState` as a number. Written only by `QpRecord::transition` (`qp::state`), by
+    /// the owner and by peers (which move it to ERR).
     pub(crate) state: AtomicU32,
     /// `QpType` as a number.
     pub(crate) qp_type: AtomicU32,
@@ -114,16 +115,6 @@ impl QpRecord {
     pub(crate) fn set_dgid(&self, g: Gid) {
         self.dgid[0].store(u64::from_be_bytes(g.0[..8].try_into().expect("8")), Ordering::Release);
         self.dgid[1].store(u64::from_be_bytes(g.0[8..].try_into().expect("8")), Ordering::Release);
-    }
-
-    /// Moves the QP to ERR unless it is in RESET or already in ERR; whether it moved.
-    pub(crate) fn enter_error(&self) -> bool {
-        self.state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| match QpState::from_raw(s) {
-                Some(QpState::Reset) | Some(QpState::Err) => None,
-                _ => Some(QpState::Err.raw()),
-            })
-            .is_ok()
     }
 }
 

@@ -17,7 +17,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use rverbs_proto::verbs::{QpState, QpType};
+use rverbs_proto::verbs::QpType;
 
 use super::target::{LocalTarget, PeerRecv, PeerTarget, QpPart, SplitTarget, SrqPart, Target};
 use crate::device::DeviceInner;
@@ -25,7 +25,8 @@ use crate::shm::registry::Peer;
 use crate::shm::tables::QpRecord;
 use crate::qp::sq::{ReqView, SendWqe};
 use crate::qp::QpInner;
-use crate::table::LOCAL_BITS;
+pub(crate) use crate::qp::state::accepts_requests;
+pub(crate) use crate::table::endpoint_of;
 
 /// A responder found for a connected request.
 pub(crate) enum Routed {
@@ -35,16 +36,6 @@ pub(crate) enum Routed {
     Split(SplitTarget),
 }
 
-/// Whether a responder in `state` accepts requests (rxe drops requests for QPs below
-/// RTR, and in ERR).
-pub(crate) fn accepts_requests(state: QpState) -> bool {
-    matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
-}
-
-/// The endpoint a QP or SRQ number belongs to.
-pub(crate) fn endpoint_of(num: u32) -> u32 {
-    num >> LOCAL_BITS
-}
 
 /// Whether the QP whose record is `rec` answers requests from QP `me` with path `req`:
 /// it accepts requests, its path points back at the requester's source GID, and it is

@@ -72,21 +72,27 @@ pub fn av(ctx: &Context) -> AhAttr {
     }
 }
 
+/// The path these tests connect `qp`'s side with: towards `dest_qpn` over the loopback
+/// GID, MTU 1024, the values of `path`, and `access` granted by its responder.
+pub fn remote(ctx: &Context, dest_qpn: u32, path: &Path, access: Access) -> RemotePath {
+    RemotePath {
+        access,
+        ah_attr: av(ctx),
+        path_mtu: Mtu::Mtu1024,
+        timeout: path.timeout,
+        retry_cnt: path.retry_cnt,
+        rnr_retry: path.rnr_retry,
+        min_rnr_timer: path.min_rnr_timer,
+        max_rd_atomic: path.max_rd_atomic,
+        max_dest_rd_atomic: path.max_rd_atomic,
+        ..RemotePath::new(Gid::default(), 0, dest_qpn)
+    }
+}
+
+/// RESET → INIT (only the INIT attributes of the path count: access, port, Q_Key).
 pub fn to_init(qp: &Qp, access: Access) {
-    let attr = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: access,
-        qkey: 0x1111_1111,
-        ..QpAttr::default()
-    };
-    let mask = if qp.qp_type() == QpType::Ud {
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
-    } else {
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS
-    };
-    qp.modify(&attr, mask).unwrap();
+    let p = RemotePath { access, ..RemotePath::new(Gid::default(), 0, 0) };
+    qp.connect_until(&p, QpState::Init).unwrap();
 }
 
 /// Attributes used for RTR/RTS in these tests (pyverbs' values: retry 7, timeout 14).
@@ -100,57 +106,21 @@ pub struct Path {
 
 pub const PATH: Path = Path { timeout: 14, retry_cnt: 7, rnr_retry: 7, min_rnr_timer: 1, max_rd_atomic: 4 };
 
+/// INIT → RTR towards `dest_qpn`.
 pub fn to_rtr(qp: &Qp, ctx: &Context, dest_qpn: u32, path: &Path) {
-    let attr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        dest_qp_num: dest_qpn,
-        rq_psn: 0,
-        max_dest_rd_atomic: path.max_rd_atomic,
-        min_rnr_timer: path.min_rnr_timer,
-        ah_attr: av(ctx),
-        ..QpAttr::default()
-    };
-    let mask = match qp.qp_type() {
-        QpType::Ud => QpAttrMask::STATE,
-        QpType::Uc => {
-            QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN
-        }
-        _ => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER
-        }
-    };
-    qp.modify(&attr, mask).unwrap();
+    qp.connect_until(&remote(ctx, dest_qpn, path, Access::empty()), QpState::Rtr).unwrap();
 }
 
+/// RTR → RTS (only the RTS attributes of the path count).
 pub fn to_rts(qp: &Qp, path: &Path) {
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: 0,
+    let p = RemotePath {
         timeout: path.timeout,
         retry_cnt: path.retry_cnt,
         rnr_retry: path.rnr_retry,
         max_rd_atomic: path.max_rd_atomic,
-        ..QpAttr::default()
+        ..RemotePath::new(Gid::default(), 0, 0)
     };
-    let mask = match qp.qp_type() {
-        QpType::Rc | QpType::XrcSend => {
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC
-        }
-        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    };
-    qp.modify(&attr, mask).unwrap();
+    qp.connect_until(&p, QpState::Rts).unwrap();
 }
 
 /// Two sides connected to each other and in RTS.
@@ -163,9 +133,7 @@ pub fn pair_with(qp_type: QpType, path: &Path, cqe: u32, cap: QpCap) -> (Side, S
 
 pub fn connect(a: &Side, b: &Side, path: &Path) {
     for (x, y) in [(a, b), (b, a)] {
-        to_init(&x.qp, ALL_ACCESS);
-        to_rtr(&x.qp, &x.ctx, y.qp.qp_num(), path);
-        to_rts(&x.qp, path);
+        x.qp.connect(&remote(&x.ctx, y.qp.qp_num(), path, ALL_ACCESS)).unwrap();
     }
 }
 
