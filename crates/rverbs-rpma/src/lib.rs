@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `rpma_utils_get_ibv_context` + `rpma_peer_new` | [`Peer::new`] (an IP address names the device, as rdma_cm decides) |
 //! | `rpma_peer_cfg` (1-byte descriptor) | [`PeerCfg`] |
-//! | `rpma_mr_reg`, `rpma_mr_local` | [`MrLocal`] (usage → access as librpma maps it; 21-byte descriptor) |
+//! | `rpma_mr_reg`, `rpma_mr_local` | [`MrLocal`]: caller memory ([`MrLocal::reg`], `unsafe`; [`MrLocal::from_static`]) or memory the registration allocates ([`MrLocal::new`]); usage → access as librpma maps it; 21-byte descriptor |
 //! | `rpma_mr_remote_from_descriptor` | [`MrRemote`] |
 //! | `rpma_conn_cfg` | [`ConnCfg`] |
 //! | `rpma_ep_listen`, `rpma_ep_next_conn_req` | [`Endpoint`] |
@@ -33,8 +33,9 @@
 //! librpma, so a Rust client works with a C librpma server running on the drop-in
 //! libraries and the reverse (`tests/interop.rs`).
 //!
-//! Differences from librpma: memory regions are allocated by their registration
-//! ([`MrLocal::new`]; safe Rust cannot give the device memory the program owns);
+//! Differences from librpma: registering caller memory is `unsafe` ([`MrLocal::reg`],
+//! whose contract is [`rverbs::Pd::reg_mr`]'s) unless the memory is never freed
+//! ([`MrLocal::from_static`]); [`MrLocal::new`] also allocates a region's memory;
 //! `flags == 0` and NULL arguments cannot be expressed; the blocking waits have bounded
 //! variants (`*_timeout`); on a non-blocking fd, [`Endpoint::next_conn_req`] and
 //! [`Conn::next_event`] report `NoEvent` (librpma 1.2 only does for `ENODATA`).
@@ -55,7 +56,7 @@
 //! 10, 11, 12, 12scch and 13 (memory in DRAM: a flush to persistence is refused, so
 //! examples 05 and 07 flush to visibility); `tests/examples.rs` runs them.
 //!
-//! Not yet: example 09 (GPSPM, protobuf), registering caller memory, `rpma_mr_advise`,
+//! Not yet: example 09 (GPSPM, protobuf), `rpma_mr_advise`,
 //! ODP, native flush and atomic write (rdma-core ≥ 45), logging.
 //!
 //! A client reads a server's memory, the server's region descriptor travelling in the
