@@ -25,9 +25,15 @@
 //! verbs signaled flag); [`Cq::get_wc`] returns the oldest completions first, at most as
 //! many as the slice holds, `NoCompletion` when there are none; with a receive CQ the
 //! main CQ never returns receives; an error completion only answers `wr_id`, `status`,
-//! `qp_num` and `vendor_err` ([`Wc`]). Flush and atomic write are librpma 1.2's
-//! emulations: an 8-byte RDMA READ after the writes into a private buffer, and a fenced
-//! inline 8-byte RDMA WRITE.
+//! `qp_num` and `vendor_err` ([`Wc`]). Flush and atomic write are native or
+//! emulated as librpma 1.3.0 decides per device ([`Native`]: atomic write native with
+//! IB_UVERBS_DEVICE_ATOMIC_WRITE, flush only with both FLUSH_GLOBAL and
+//! FLUSH_PERSISTENT): natively `IBV_WR_ATOMIC_WRITE` / `IBV_WR_FLUSH`, else librpma
+//! 1.2's emulations, an 8-byte RDMA READ after the writes into a private buffer and a
+//! fenced inline 8-byte RDMA WRITE. The rverbs device reports ATOMIC_WRITE and
+//! FLUSH_GLOBAL but not FLUSH_PERSISTENT, so its peers write atomically natively and
+//! emulate the flush; [`Peer::from_context_with`] with [`Native::EMULATED`] gives
+//! librpma 1.2's behaviour throughout.
 //!
 //! Interoperable with C: the descriptors, private data and immediate data are those of
 //! librpma, so a Rust client works with a C librpma server running on the drop-in
@@ -57,7 +63,8 @@
 //! examples 05 and 07 flush to visibility); `tests/examples.rs` runs them.
 //!
 //! Not yet: example 09 (GPSPM, protobuf), `rpma_mr_advise`,
-//! ODP, native flush and atomic write (rdma-core ≥ 45), logging.
+//! ODP, logging; a native flush on rverbs (the device reports no FLUSH_PERSISTENT and
+//! rverbs-cm grants QPs no FLUSH access).
 //!
 //! A client reads a server's memory, the server's region descriptor travelling in the
 //! private data of the accept (rpma example 02):
@@ -123,7 +130,7 @@ pub use ep::{ConnReq, Endpoint};
 pub use error::{Error, Result};
 pub use flags::{CompletionFlags, FlushType, Usage};
 pub use mr::{MrLocal, MrRemote, MR_DESCRIPTOR_SIZE};
-pub use peer::{context_for, ContextType, Peer, PeerCfg};
+pub use peer::{context_for, ContextType, Native, Peer, PeerCfg};
 pub use srq::{Srq, SrqCfg};
 
 /// The verbs crate, for the types completions and regions expose.

@@ -49,18 +49,18 @@ pub struct MrLocal {
 
 impl MrLocal {
     /// Registers `size` bytes for `usage` (rpma_mr_reg(3)), with the access rights
-    /// [`Usage::access`] maps the usage to.
+    /// the peer maps the usage to ([`Peer::usage_to_access`]).
     ///
     /// Errors: `Inval` if `size` is 0, `usage` is empty or has unknown bits; `NoMem`
     /// if memory or keys are exhausted; `Provider` if the device refuses.
     pub fn new(peer: &Peer, size: usize, usage: Usage) -> Result<MrLocal> {
         check_reg(size, usage)?;
-        let mr = peer.pd().alloc_mr(size, usage.access()).map_err(|e| Error::alloc(e.errno()))?;
+        let mr = peer.pd().alloc_mr(size, peer.usage_to_access(usage)).map_err(|e| Error::alloc(e.errno()))?;
         Ok(MrLocal { mr, usage })
     }
 
     /// Registers the caller's `size` bytes at `ptr` for `usage` (rpma_mr_reg(3)), with
-    /// the access rights [`Usage::access`] maps the usage to; the region's address
+    /// the access rights the peer maps the usage to ([`Peer::usage_to_access`]); the region's address
     /// ([`MrLocal::addr`], the descriptor's) is `ptr` itself, as `ibv_reg_mr` gives it.
     ///
     /// Errors: `Inval` if `ptr` is null, `size` is 0, `usage` is empty or has unknown
@@ -81,7 +81,7 @@ impl MrLocal {
         }
         check_reg(size, usage)?;
         // SAFETY: forwarded from the caller's contract, which is reg_mr's.
-        let mr = unsafe { peer.pd().reg_mr(ptr, size, usage.access()) }.map_err(|e| Error::alloc(e.errno()))?;
+        let mr = unsafe { peer.pd().reg_mr(ptr, size, peer.usage_to_access(usage)) }.map_err(|e| Error::alloc(e.errno()))?;
         Ok(MrLocal { mr, usage })
     }
 
