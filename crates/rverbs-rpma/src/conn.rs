@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use rverbs::{Mr, Payload, SendFlags, SendWr, Sge, WrOpcode};
+use rverbs::{FlushPlacement, FlushSelectivity, FlushWr, Mr, Payload, SendFlags, SendWr, Sge, WrOpcode};
 use rverbs_cm::{CmId, EventChannel, EventKind};
 
 use crate::cq::Cq;
@@ -359,35 +359,49 @@ impl Conn {
     }
 
     /// Writes the 8 bytes `src` atomically to `dst` at `dst_offset`
-    /// (rpma_atomic_write(3)). As in librpma 1.2 (no native atomic write): an RDMA WRITE
+    /// (rpma_atomic_write(3)). If the peer's atomic write is native ([`crate::Native`];
+    /// the QP was created for it), as librpma 1.3.0: `IBV_WR_ATOMIC_WRITE` through the
+    /// work-request builder (ibv_wr_atomic_write(3)), signaled or not, nothing else;
+    /// it completes as `IBV_WC_ATOMIC_WRITE`. Otherwise, as librpma 1.2: an RDMA WRITE
     /// of 8 inline bytes with `IBV_SEND_FENCE`, so it waits for earlier reads (the
-    /// emulated flushes) to finish.
+    /// emulated flushes) to finish; it completes as `IBV_WC_RDMA_WRITE`.
     ///
     /// Errors: `Inval` if `dst_offset` is not a multiple of 8
-    /// ([`ATOMIC_WRITE_ALIGNMENT`]); `Provider` if ibv_post_send(3) fails.
+    /// ([`ATOMIC_WRITE_ALIGNMENT`]); `Provider` if posting fails.
     pub fn atomic_write(&self, dst: &MrRemote, dst_offset: usize, src: [u8; 8], flags: CompletionFlags, op_context: u64) -> Result<()> {
         if !dst_offset.is_multiple_of(ATOMIC_WRITE_ALIGNMENT) {
             return Err(Error::Inval);
         }
+        let raddr = dst.addr().wrapping_add(dst_offset as u64);
+        if self.q.native.atomic_write {
+            let mut b = self.q.qp.wr_start()?;
+            b.atomic_write(op_context, flags.send_flags(), dst.rkey(), raddr, src);
+            return b.complete().map_err(Error::from);
+        }
         let mut wr = SendWr::new(op_context, WrOpcode::RdmaWrite);
         wr.payload = Payload::Inline(&src);
-        wr.remote_addr = dst.addr().wrapping_add(dst_offset as u64);
+        wr.remote_addr = raddr;
         wr.rkey = dst.rkey();
         wr.flags = SendFlags::INLINE | SendFlags::FENCE | flags.send_flags();
         self.post(wr)
     }
 
     /// Flushes what was written to `dst` (`dst_offset`, `len`) to the point `ty` names
-    /// (rpma_flush(3)). As in librpma 1.2 (no native flush): an RDMA READ of 8 bytes at
-    /// `dst_offset` into the connection's private buffer — a read after the writes on the
-    /// same QP returns only once they are placed; `len` and `ty` only select the checks.
+    /// (rpma_flush(3)). The checks come first and are the same either way. If the peer's
+    /// flush is native ([`crate::Native`]; the QP was created for it), as librpma
+    /// 1.3.0: `IBV_WR_FLUSH` of the range (ibv_wr_flush(3), `IBV_FLUSH_RANGE`) with
+    /// placement `IBV_FLUSH_GLOBAL` for `Visibility`, `IBV_FLUSH_PERSISTENT` for
+    /// `Persistent`; it completes as `IBV_WC_FLUSH`. Otherwise, as librpma 1.2: an RDMA
+    /// READ of 8 bytes at `dst_offset` into the connection's private buffer — a read
+    /// after the writes on the same QP returns only once they are placed; `len` and `ty`
+    /// only select the checks; it completes as `IBV_WC_RDMA_READ`.
     ///
     /// Errors: `NoSupp` if `ty` is `Persistent` and the other side's peer configuration
     /// ([`Conn::apply_remote_peer_cfg`]) does not declare direct write to pmem, or the
-    /// region's usage lacks the flush type asked for; `Provider` if ibv_post_send(3)
+    /// region's usage lacks the flush type asked for; `Inval` for a native flush of
+    /// more than 4 GiB − 1 bytes (the verbs length is 32 bits); `Provider` if posting
     /// fails.
     pub fn flush(&self, dst: &MrRemote, dst_offset: usize, len: usize, ty: FlushType, flags: CompletionFlags, op_context: u64) -> Result<()> {
-        let _ = len;
         let needed = match ty {
             FlushType::Persistent => {
                 if !self.direct_write_to_pmem.load(Ordering::Acquire) {
@@ -400,8 +414,19 @@ impl Conn {
         if !dst.flush_type().contains(needed) {
             return Err(Error::NoSupp);
         }
-        let sge = [self.raw.sge(0, RAW_SIZE as u32)?];
         let raddr = dst.addr().wrapping_add(dst_offset as u64);
+        if self.q.native.flush {
+            let placement = match ty {
+                FlushType::Persistent => FlushPlacement::PERSISTENT,
+                FlushType::Visibility => FlushPlacement::GLOBAL,
+            };
+            let len = u32::try_from(len).map_err(|_| Error::Inval)?;
+            let f = FlushWr { len, placement, selectivity: FlushSelectivity::Range };
+            let mut b = self.q.qp.wr_start()?;
+            b.flush(op_context, flags.send_flags(), dst.rkey(), raddr, f);
+            return b.complete().map_err(Error::from);
+        }
+        let sge = [self.raw.sge(0, RAW_SIZE as u32)?];
         self.post(SendWr::read(op_context, &sge, raddr, dst.rkey()).flags(flags.send_flags()))
     }
 

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
-use rverbs::{CompChannel, Qp, QpCap, QpInit, QpType, RecvWr};
+use rverbs::{CompChannel, Qp, QpCap, QpInit, QpType, RecvWr, SendOps};
 use rverbs_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
 
 use crate::cfg::ConnCfg;
@@ -23,7 +23,7 @@ use crate::conn::Conn;
 use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::mr::MrLocal;
-use crate::peer::Peer;
+use crate::peer::{Native, Peer};
 use crate::srq::Srq;
 use crate::util;
 
@@ -42,6 +42,10 @@ pub(crate) struct Queues {
     pub(crate) shared: Option<CompChannel>,
     /// Held so the queue outlives the QP that takes receives from it.
     _srq: Option<Srq>,
+    /// The A19 operations the QP was created for (its `send_ops_flags`), which
+    /// the connection then posts natively, as librpma tests `qpx->wr_atomic_write` and
+    /// `qpx->wr_flush`.
+    pub(crate) native: Native,
 }
 
 impl Queues {
@@ -75,8 +79,20 @@ impl Queues {
             init.recv_cq = r.as_verbs();
         }
         init.srq = srq.as_ref().map(Srq::as_verbs);
+        // librpma 1.3.0: IBV_QP_EX_WITH_ATOMIC_WRITE / IBV_QP_EX_WITH_FLUSH in the QP's
+        // send_ops_flags for what the peer does natively (the work-request builder
+        // posts them; every other operation goes through ibv_post_send).
+        let native = peer.native();
+        let mut ops = SendOps::empty();
+        if native.atomic_write {
+            ops |= SendOps::ATOMIC_WRITE;
+        }
+        if native.flush {
+            ops |= SendOps::FLUSH;
+        }
+        init.send_ops = (!ops.is_empty()).then_some(ops);
         let qp = peer.pd().create_qp(&init)?;
-        let q = Queues { qp, cq, rcq, shared, _srq: srq };
+        let q = Queues { qp, cq, rcq, shared, _srq: srq, native };
         if let Err(e) = id.attach_qp(q.qp.clone()) {
             let _ = q.destroy(None);
             return Err(e.into());

@@ -71,10 +71,28 @@ impl Usage {
     /// so no REMOTE_WRITE); WRITE_SRC → LOCAL_WRITE; WRITE_DST → REMOTE_WRITE and
     /// LOCAL_WRITE; RECV → LOCAL_WRITE; SEND → nothing.
     pub fn access(self) -> rverbs::Access {
+        self.access_for(false)
+    }
+
+    /// The verbs access rights for this usage on a peer whose flush is native or not
+    /// (`rpma_peer_usage2access`, librpma 1.3.0): as [`Usage::access`], except that with
+    /// a native flush FLUSH_TYPE_VISIBILITY maps to FLUSH_GLOBAL and
+    /// FLUSH_TYPE_PERSISTENT to FLUSH_PERSISTENT instead of REMOTE_READ.
+    pub fn access_for(self, native_flush: bool) -> rverbs::Access {
         use rverbs::Access;
         let mut a = Access::empty();
-        if self.intersects(Usage::READ_SRC | Usage::FLUSH_TYPE_VISIBILITY | Usage::FLUSH_TYPE_PERSISTENT) {
+        if self.contains(Usage::READ_SRC) {
             a |= Access::REMOTE_READ;
+        }
+        let flushes = Usage::FLUSH_TYPE_VISIBILITY | Usage::FLUSH_TYPE_PERSISTENT;
+        if !native_flush && self.intersects(flushes) {
+            a |= Access::REMOTE_READ;
+        }
+        if native_flush && self.contains(Usage::FLUSH_TYPE_VISIBILITY) {
+            a |= Access::FLUSH_GLOBAL;
+        }
+        if native_flush && self.contains(Usage::FLUSH_TYPE_PERSISTENT) {
+            a |= Access::FLUSH_PERSISTENT;
         }
         if self.intersects(Usage::READ_DST | Usage::WRITE_SRC | Usage::RECV) {
             a |= Access::LOCAL_WRITE;

@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `rpma_utils_get_ibv_context` + `rpma_peer_new` | [`Peer::new`] (an IP address names the device, as rdma_cm decides) |
 //! | `rpma_peer_cfg` (1-byte descriptor) | [`PeerCfg`] |
-//! | `rpma_mr_reg`, `rpma_mr_local` | [`MrLocal`] (usage → access as librpma maps it; 21-byte descriptor) |
+//! | `rpma_mr_reg`, `rpma_mr_local` | [`MrLocal`]: caller memory ([`MrLocal::reg`], `unsafe`; [`MrLocal::from_static`]) or memory the registration allocates ([`MrLocal::new`]); usage → access as librpma maps it; 21-byte descriptor |
 //! | `rpma_mr_remote_from_descriptor` | [`MrRemote`] |
 //! | `rpma_conn_cfg` | [`ConnCfg`] |
 //! | `rpma_ep_listen`, `rpma_ep_next_conn_req` | [`Endpoint`] |
@@ -25,16 +25,23 @@
 //! verbs signaled flag); [`Cq::get_wc`] returns the oldest completions first, at most as
 //! many as the slice holds, `NoCompletion` when there are none; with a receive CQ the
 //! main CQ never returns receives; an error completion only answers `wr_id`, `status`,
-//! `qp_num` and `vendor_err` ([`Wc`]). Flush and atomic write are librpma 1.2's
-//! emulations: an 8-byte RDMA READ after the writes into a private buffer, and a fenced
-//! inline 8-byte RDMA WRITE.
+//! `qp_num` and `vendor_err` ([`Wc`]). Flush and atomic write are native or
+//! emulated as librpma 1.3.0 decides per device ([`Native`]: atomic write native with
+//! IB_UVERBS_DEVICE_ATOMIC_WRITE, flush only with both FLUSH_GLOBAL and
+//! FLUSH_PERSISTENT): natively `IBV_WR_ATOMIC_WRITE` / `IBV_WR_FLUSH`, else librpma
+//! 1.2's emulations, an 8-byte RDMA READ after the writes into a private buffer and a
+//! fenced inline 8-byte RDMA WRITE. The rverbs device reports ATOMIC_WRITE and
+//! FLUSH_GLOBAL but not FLUSH_PERSISTENT, so its peers write atomically natively and
+//! emulate the flush; [`Peer::from_context_with`] with [`Native::EMULATED`] gives
+//! librpma 1.2's behaviour throughout.
 //!
 //! Interoperable with C: the descriptors, private data and immediate data are those of
 //! librpma, so a Rust client works with a C librpma server running on the drop-in
 //! libraries and the reverse (`tests/interop.rs`).
 //!
-//! Differences from librpma: memory regions are allocated by their registration
-//! ([`MrLocal::new`]; safe Rust cannot give the device memory the program owns);
+//! Differences from librpma: registering caller memory is `unsafe` ([`MrLocal::reg`],
+//! whose contract is [`rverbs::Pd::reg_mr`]'s) unless the memory is never freed
+//! ([`MrLocal::from_static`]); [`MrLocal::new`] also allocates a region's memory;
 //! `flags == 0` and NULL arguments cannot be expressed; the blocking waits have bounded
 //! variants (`*_timeout`); on a non-blocking fd, [`Endpoint::next_conn_req`] and
 //! [`Conn::next_event`] report `NoEvent` (librpma 1.2 only does for `ENODATA`).
@@ -55,8 +62,9 @@
 //! 10, 11, 12, 12scch and 13 (memory in DRAM: a flush to persistence is refused, so
 //! examples 05 and 07 flush to visibility); `tests/examples.rs` runs them.
 //!
-//! Not yet: example 09 (GPSPM, protobuf), registering caller memory, `rpma_mr_advise`,
-//! ODP, native flush and atomic write (rdma-core ≥ 45), logging.
+//! Not yet: example 09 (GPSPM, protobuf), `rpma_mr_advise`,
+//! ODP, logging; a native flush on rverbs (the device reports no FLUSH_PERSISTENT and
+//! rverbs-cm grants QPs no FLUSH access).
 //!
 //! A client reads a server's memory, the server's region descriptor travelling in the
 //! private data of the accept (rpma example 02):
@@ -122,7 +130,7 @@ pub use ep::{ConnReq, Endpoint};
 pub use error::{Error, Result};
 pub use flags::{CompletionFlags, FlushType, Usage};
 pub use mr::{MrLocal, MrRemote, MR_DESCRIPTOR_SIZE};
-pub use peer::{context_for, ContextType, Peer, PeerCfg};
+pub use peer::{context_for, ContextType, Native, Peer, PeerCfg};
 pub use srq::{Srq, SrqCfg};
 
 /// The verbs crate, for the types completions and regions expose.

@@ -25,12 +25,22 @@ fn encode(addr: u64, len: u64, rkey: u32, usage: Usage) -> [u8; MR_DESCRIPTOR_SI
     d
 }
 
+/// rpma_mr_reg(3)'s argument checks: `Inval` for size 0, usage 0 or unknown usage bits.
+fn check_reg(size: usize, usage: Usage) -> Result<()> {
+    if size == 0 || usage.is_empty() || usage.bits() & !Usage::all().bits() != 0 {
+        return Err(Error::Inval);
+    }
+    Ok(())
+}
+
 /// A registered local memory region (`struct rpma_mr_local`, rpma_mr_reg(3)).
 ///
-/// The memory is allocated by the registration (page-aligned, zero-filled) and read or
-/// written through [`MrLocal::read`] and [`MrLocal::write`]: safe Rust cannot hand the
-/// device memory the program also owns, so this slice has no counterpart of registering
-/// caller memory. Cloning shares the region.
+/// The memory is either allocated by the registration (page-aligned, zero-filled:
+/// [`MrLocal::new`]) or the caller's (rpma_mr_reg(3) proper: [`MrLocal::reg`], `unsafe`,
+/// and [`MrLocal::from_static`] over memory that is never freed). Either way the
+/// device reads and writes it concurrently with the program, like a NIC;
+/// [`MrLocal::read`] and [`MrLocal::write`] copy through the registration. Cloning
+/// shares the region.
 #[derive(Clone, Debug)]
 pub struct MrLocal {
     mr: Mr,
@@ -39,16 +49,56 @@ pub struct MrLocal {
 
 impl MrLocal {
     /// Registers `size` bytes for `usage` (rpma_mr_reg(3)), with the access rights
-    /// [`Usage::access`] maps the usage to.
+    /// the peer maps the usage to ([`Peer::usage_to_access`]).
     ///
     /// Errors: `Inval` if `size` is 0, `usage` is empty or has unknown bits; `NoMem`
     /// if memory or keys are exhausted; `Provider` if the device refuses.
     pub fn new(peer: &Peer, size: usize, usage: Usage) -> Result<MrLocal> {
-        if size == 0 || usage.is_empty() || usage.bits() & !Usage::all().bits() != 0 {
+        check_reg(size, usage)?;
+        let mr = peer.pd().alloc_mr(size, peer.usage_to_access(usage)).map_err(|e| Error::alloc(e.errno()))?;
+        Ok(MrLocal { mr, usage })
+    }
+
+    /// Registers the caller's `size` bytes at `ptr` for `usage` (rpma_mr_reg(3)), with
+    /// the access rights the peer maps the usage to ([`Peer::usage_to_access`]); the region's address
+    /// ([`MrLocal::addr`], the descriptor's) is `ptr` itself, as `ibv_reg_mr` gives it.
+    ///
+    /// Errors: `Inval` if `ptr` is null, `size` is 0, `usage` is empty or has unknown
+    /// bits (checked before anything is registered, as librpma does); `NoMem` if keys
+    /// are exhausted; `Provider` if the device refuses (e.g. a range that wraps).
+    ///
+    /// # Safety
+    /// As for [`rverbs::Pd::reg_mr`]: `[ptr, ptr + size)` must be valid, writable memory
+    /// that stays allocated (not freed, not unmapped, not moved) until the region is
+    /// deregistered ([`MrLocal::dereg`]) or its last clone dropped, and every work
+    /// request naming it has completed. The device reads and writes the bytes
+    /// concurrently with the program; the caller must not hold Rust references to them
+    /// across operations that may write them.
+    #[allow(unsafe_code)]
+    pub unsafe fn reg(peer: &Peer, ptr: *mut u8, size: usize, usage: Usage) -> Result<MrLocal> {
+        if ptr.is_null() {
             return Err(Error::Inval);
         }
-        let mr = peer.pd().alloc_mr(size, usage.access()).map_err(|e| Error::alloc(e.errno()))?;
+        check_reg(size, usage)?;
+        // SAFETY: forwarded from the caller's contract, which is reg_mr's.
+        let mr = unsafe { peer.pd().reg_mr(ptr, size, peer.usage_to_access(usage)) }.map_err(|e| Error::alloc(e.errno()))?;
         Ok(MrLocal { mr, usage })
+    }
+
+    /// Registers caller memory that lives for the rest of the program (rpma_mr_reg(3)
+    /// over e.g. `Box::leak(vec.into_boxed_slice())` or a `static`): the safe form of
+    /// [`MrLocal::reg`], as the memory is never freed and the exclusive borrow is
+    /// given to the registration. Its bytes are read and written through
+    /// [`MrLocal::read`] and [`MrLocal::write`].
+    ///
+    /// Errors: those of [`MrLocal::reg`] (`Inval` for an empty slice).
+    pub fn from_static(peer: &Peer, mem: &'static mut [u8], usage: Usage) -> Result<MrLocal> {
+        #[allow(unsafe_code)]
+        // SAFETY: the memory is never freed ('static) and this call takes the only
+        // reference to it, so no Rust reference aliases what the device writes.
+        unsafe {
+            MrLocal::reg(peer, mem.as_mut_ptr(), mem.len(), usage)
+        }
     }
 
     /// The size in bytes (rpma_mr_get_size(3)).

@@ -8,6 +8,7 @@ use rverbs::{Context, Pd, QpType};
 use rverbs_cm::{CmId, EventChannel, EventKind, PortSpace};
 
 use crate::error::{Error, Result};
+use crate::flags::Usage;
 use crate::util;
 
 /// Which side of a connection an address names (`enum rpma_util_ibv_context_type`,
@@ -65,9 +66,57 @@ pub fn context_for(addr: &str, ty: ContextType) -> Result<Context> {
     Err(Error::Provider(libc::ENODEV))
 }
 
+/// `IB_UVERBS_DEVICE_FLUSH_PERSISTENT` of `device_cap_flags_ex` (the kernel's
+/// `ib_user_ioctl_verbs.h`; rverbs defines the other two A19 bits).
+const EX_FLUSH_PERSISTENT: u64 = 1 << 39;
+
+/// Which of the IBTA A19 operations a peer posts natively (`IBV_WR_ATOMIC_WRITE`,
+/// `IBV_WR_FLUSH`) instead of emulating them, decided once per peer as librpma decides
+/// it in `rpma_peer_new` (1.3.0; Debian's 1.2.0 is built without either and always
+/// emulates):
+///
+/// - atomic write is native iff the device's `device_cap_flags_ex` (ibv_query_device_ex(3))
+///   has `IB_UVERBS_DEVICE_ATOMIC_WRITE`;
+/// - flush is native iff it has **both** `IB_UVERBS_DEVICE_FLUSH_GLOBAL` and
+///   `IB_UVERBS_DEVICE_FLUSH_PERSISTENT`.
+///
+/// The decision looks at the local device only, as librpma's does: a native operation
+/// the other side's device cannot execute fails with an error completion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Native {
+    /// rpma_atomic_write(3) posts `IBV_WR_ATOMIC_WRITE` (else a fenced inline RDMA WRITE).
+    pub atomic_write: bool,
+    /// rpma_flush(3) posts `IBV_WR_FLUSH` (else an 8-byte RDMA READ), and regions map
+    /// the flush usages to `IBV_ACCESS_FLUSH_GLOBAL`/`_PERSISTENT` (else REMOTE_READ).
+    pub flush: bool,
+}
+
+impl Native {
+    /// Neither operation native: librpma built with
+    /// `BUILD_FORCE_NATIVE_ATOMIC_WRITE_NOT_SUPPORTED` and
+    /// `BUILD_FORCE_NATIVE_FLUSH_NOT_SUPPORTED`, or librpma 1.2.0.
+    pub const EMULATED: Native = Native { atomic_write: false, flush: false };
+
+    /// Both operations allowed (the mask [`Peer::from_context`] applies).
+    pub const ALL: Native = Native { atomic_write: true, flush: true };
+
+    /// librpma's decision from a device's `device_cap_flags_ex` (see [`Native`]).
+    pub fn from_cap_flags_ex(flags: u64) -> Native {
+        use rverbs::device::cap_flags::{EX_ATOMIC_WRITE, EX_FLUSH_GLOBAL};
+        let flush = EX_FLUSH_GLOBAL | EX_FLUSH_PERSISTENT;
+        Native { atomic_write: flags & EX_ATOMIC_WRITE != 0, flush: flags & flush == flush }
+    }
+
+    /// The operations native in both `self` and `other`.
+    pub fn and(self, other: Native) -> Native {
+        Native { atomic_write: self.atomic_write && other.atomic_write, flush: self.flush && other.flush }
+    }
+}
+
 struct PeerInner {
     ctx: Context,
     pd: Pd,
+    native: Native,
 }
 
 /// A peer (`struct rpma_peer`): a device context and a protection domain that every
@@ -96,13 +145,44 @@ impl Peer {
         Peer::from_context(context_for(addr, ty)?)
     }
 
-    /// The peer of an open device context (rpma_peer_new(3)): allocates its protection
-    /// domain.
+    /// The peer of an open device context (rpma_peer_new(3)): decides which A19
+    /// operations are native from the device's capabilities ([`Native`]) and allocates
+    /// its protection domain.
     ///
     /// Errors: `NoMem` if ibv_alloc_pd(3) fails with ENOMEM, `Provider` otherwise.
     pub fn from_context(ctx: Context) -> Result<Peer> {
+        Peer::from_context_with(ctx, Native::ALL)
+    }
+
+    /// As [`Peer::from_context`], with native operations limited to `allow` (an rverbs
+    /// extension: the runtime form of librpma's `BUILD_FORCE_NATIVE_*_NOT_SUPPORTED`
+    /// build options; [`Native::EMULATED`] gives librpma 1.2.0's behaviour). It never
+    /// makes native what the device does not support.
+    ///
+    /// Errors: those of [`Peer::from_context`].
+    pub fn from_context_with(ctx: Context, allow: Native) -> Result<Peer> {
+        let native = Native::from_cap_flags_ex(ctx.query_device().device_cap_flags_ex).and(allow);
         let pd = ctx.alloc_pd().map_err(|e| Error::alloc(e.errno()))?;
-        Ok(Peer { inner: Arc::new(PeerInner { ctx, pd }) })
+        Ok(Peer { inner: Arc::new(PeerInner { ctx, pd, native }) })
+    }
+
+    /// The peer of the device `addr` leads to, with native operations limited to
+    /// `allow` ([`Peer::from_context_with`]).
+    ///
+    /// Errors: those of [`Peer::new`].
+    pub fn new_with(addr: &str, ty: ContextType, allow: Native) -> Result<Peer> {
+        Peer::from_context_with(context_for(addr, ty)?, allow)
+    }
+
+    /// Which operations this peer posts natively.
+    pub fn native(&self) -> Native {
+        self.inner.native
+    }
+
+    /// The access rights a region of this peer registered for `usage` gets
+    /// (`rpma_peer_usage2access`): [`Usage::access_for`] with this peer's native flush.
+    pub fn usage_to_access(&self, usage: Usage) -> rverbs::Access {
+        usage.access_for(self.inner.native.flush)
     }
 
     /// The device context.

@@ -1,5 +1,6 @@
 //! The objects' rules other than completions: error codes, descriptors, usage → access,
-//! configurations, flush and atomic write emulation, zero-byte operations.
+//! configurations, flush and atomic write (native and emulated, and the decision),
+//! zero-byte operations.
 
 mod common;
 
@@ -151,7 +152,13 @@ fn conn_cfg_defaults() {
 
 /// A pair whose server exposes `usage` over 64 bytes.
 fn target_pair(usage: Usage) -> (Pair, MrRemote, MrLocal, MrLocal) {
-    let (speer, cpeer) = peers();
+    target_pair_with(usage, Native::ALL)
+}
+
+/// As [`target_pair`], both peers' native operations limited to `allow`.
+fn target_pair_with(usage: Usage, allow: Native) -> (Pair, MrRemote, MrLocal, MrLocal) {
+    let speer = Peer::new_with("127.0.0.1", ContextType::Local, allow).unwrap();
+    let cpeer = Peer::new_with("127.0.0.1", ContextType::Remote, allow).unwrap();
     let target = MrLocal::new(&speer, 64, usage).unwrap();
     let desc = target.descriptor();
     let p = pair_with(speer, cpeer, None, None, |_| {}, Some(&desc), None);
@@ -168,6 +175,7 @@ fn target_pair(usage: Usage) -> (Pair, MrRemote, MrLocal, MrLocal) {
 fn flush_checks_types_and_reads_after_the_writes() {
     bounded(60, || {
         let (p, remote, src, target) = target_pair(Usage::WRITE_DST | Usage::FLUSH_TYPE_VISIBILITY);
+        assert!(!p.cpeer.native().flush, "the rverbs device reports no FLUSH_PERSISTENT: librpma emulates");
         let c = &p.client;
         assert_eq!(c.flush(&remote, 0, 8, FlushType::Persistent, CompletionFlags::Always, 1), Err(Error::NoSupp));
         let mut pmem = PeerCfg::new();
@@ -197,24 +205,101 @@ fn flush_checks_types_and_reads_after_the_writes() {
     });
 }
 
-/// rpma_atomic_write(3) (librpma 1.2 emulation: fenced inline 8-byte RDMA WRITE): INVAL
-/// unless the offset is 8-aligned; the 8 bytes land, no source region is needed.
+/// rpma_atomic_write(3), native (the rverbs device reports ATOMIC_WRITE:
+/// `IBV_WR_ATOMIC_WRITE`, completing as `IBV_WC_ATOMIC_WRITE`) and emulated (librpma
+/// 1.2: fenced inline 8-byte RDMA WRITE, completing as `IBV_WC_RDMA_WRITE`): INVAL
+/// unless the offset is 8-aligned; the 8 bytes land, no source region is needed; an
+/// unsignaled success yields no completion.
 #[test]
 fn atomic_write() {
     bounded(60, || {
-        let (p, remote, _src, target) = target_pair(Usage::WRITE_DST);
-        let c = &p.client;
-        assert_eq!(c.atomic_write(&remote, 4, *b"12345678", CompletionFlags::Always, 1), Err(Error::Inval));
-        c.atomic_write(&remote, 8, *b"ABCDEFGH", CompletionFlags::Always, 2).unwrap();
-        let wc = next_wc(c.get_cq());
-        assert_eq!((wc.wr_id(), wc.opcode()), (2, Some(WcOpcode::RdmaWrite)));
-        assert_eq!(target.to_vec(8, 8).unwrap(), b"ABCDEFGH");
-        assert_eq!(target.as_verbs().read_u64(8).unwrap(), u64::from_ne_bytes(*b"ABCDEFGH"));
-        c.atomic_write(&remote, 16, *b"unsignal", CompletionFlags::OnError, 3).unwrap();
-        assert_empty(c.get_cq());
-        assert_eq!(target.to_vec(16, 8).unwrap(), b"unsignal");
-        close(p);
+        for (allow, opcode) in [(Native::ALL, WcOpcode::AtomicWrite), (Native::EMULATED, WcOpcode::RdmaWrite)] {
+            let (p, remote, _src, target) = target_pair_with(Usage::WRITE_DST, allow);
+            assert_eq!(p.cpeer.native().atomic_write, opcode == WcOpcode::AtomicWrite);
+            let c = &p.client;
+            assert_eq!(c.atomic_write(&remote, 4, *b"12345678", CompletionFlags::Always, 1), Err(Error::Inval));
+            c.atomic_write(&remote, 8, *b"ABCDEFGH", CompletionFlags::Always, 2).unwrap();
+            let wc = next_wc(c.get_cq());
+            assert!(wc.is_success(), "{wc:?}");
+            assert_eq!((wc.wr_id(), wc.opcode()), (2, Some(opcode)));
+            assert_eq!(target.to_vec(8, 8).unwrap(), b"ABCDEFGH");
+            assert_eq!(target.as_verbs().read_u64(8).unwrap(), u64::from_ne_bytes(*b"ABCDEFGH"));
+            c.atomic_write(&remote, 16, *b"unsignal", CompletionFlags::OnError, 3).unwrap();
+            // A signaled operation after it: its completion is the next one, so the
+            // unsignaled success produced none.
+            c.atomic_write(&remote, 24, *b"signaled", CompletionFlags::Always, 4).unwrap();
+            assert_eq!(next_wc(c.get_cq()).wr_id(), 4);
+            assert_empty(c.get_cq());
+            assert_eq!(target.to_vec(16, 16).unwrap(), b"unsignalsignaled");
+            close(p);
+        }
     });
+}
+
+/// A native atomic write to a region the owner did not register for remote writes
+/// fails with a remote access error completion (the device checks the real
+/// registration), and the bytes stay.
+#[test]
+fn native_atomic_write_needs_write_dst() {
+    bounded(60, || {
+        let (p, remote, _src, target) = target_pair(Usage::READ_SRC);
+        assert!(p.cpeer.native().atomic_write);
+        p.client.atomic_write(&remote, 0, *b"forbidn!", CompletionFlags::OnError, 9).unwrap();
+        let wc = next_wc(p.client.get_cq());
+        assert_eq!((wc.wr_id(), wc.status()), (9, rverbs::WcStatus::RemAccessErr));
+        assert_eq!(target.to_vec(0, 8).unwrap(), [0; 8]);
+    });
+}
+
+/// librpma's decision (`rpma_peer_new`, 1.3.0): atomic write native iff the device
+/// reports IB_UVERBS_DEVICE_ATOMIC_WRITE; flush native only with both FLUSH_GLOBAL and
+/// FLUSH_PERSISTENT. The rverbs device reports ATOMIC_WRITE and FLUSH_GLOBAL only (it
+/// registers no persistent memory), so its peers emulate the flush; `allow` only ever
+/// turns native operations off.
+#[test]
+fn native_operations_are_decided_as_librpma_does() {
+    use rverbs::device::cap_flags::{EX_ATOMIC_WRITE, EX_FLUSH_GLOBAL};
+    const EX_FLUSH_PERSISTENT: u64 = 1 << 39;
+    let n = |atomic_write, flush| Native { atomic_write, flush };
+    for (flags, want) in [
+        (0, n(false, false)),
+        (EX_ATOMIC_WRITE, n(true, false)),
+        (EX_FLUSH_GLOBAL, n(false, false)),
+        (EX_FLUSH_PERSISTENT, n(false, false)),
+        (EX_FLUSH_GLOBAL | EX_FLUSH_PERSISTENT, n(false, true)),
+        (EX_ATOMIC_WRITE | EX_FLUSH_GLOBAL | EX_FLUSH_PERSISTENT | 0xffff, n(true, true)),
+    ] {
+        assert_eq!(Native::from_cap_flags_ex(flags), want, "{flags:#x}");
+    }
+    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let caps = peer.context().query_device().device_cap_flags_ex;
+    assert_eq!(peer.native(), Native::from_cap_flags_ex(caps));
+    assert_eq!(peer.native(), n(true, false), "rverbs: ATOMIC_WRITE and FLUSH_GLOBAL, no FLUSH_PERSISTENT");
+    let emu = Peer::new_with("127.0.0.1", ContextType::Local, Native::EMULATED).unwrap();
+    assert_eq!(emu.native(), Native::EMULATED);
+    let only_flush = Peer::new_with("127.0.0.1", ContextType::Local, n(false, true)).unwrap();
+    assert_eq!(only_flush.native(), Native::EMULATED, "allowing never enables what the device lacks");
+}
+
+/// `rpma_peer_usage2access` (1.3.0): with a native flush the flush usages map to
+/// FLUSH_GLOBAL / FLUSH_PERSISTENT instead of REMOTE_READ; READ_SRC keeps REMOTE_READ.
+#[test]
+fn native_flush_maps_flush_usages_to_flush_access() {
+    let cases = [
+        (Usage::FLUSH_TYPE_VISIBILITY, Access::FLUSH_GLOBAL),
+        (Usage::FLUSH_TYPE_PERSISTENT, Access::FLUSH_PERSISTENT),
+        (Usage::READ_SRC | Usage::FLUSH_TYPE_VISIBILITY, Access::REMOTE_READ | Access::FLUSH_GLOBAL),
+        (Usage::WRITE_DST | Usage::FLUSH_TYPE_VISIBILITY, Access::REMOTE_WRITE | Access::LOCAL_WRITE | Access::FLUSH_GLOBAL),
+        (Usage::READ_DST, Access::LOCAL_WRITE),
+    ];
+    for (usage, native) in cases {
+        assert_eq!(usage.access_for(true), native, "{usage:?}");
+        assert_eq!(usage.access_for(false), usage.access(), "{usage:?}");
+    }
+    assert_eq!(Usage::FLUSH_TYPE_VISIBILITY.access_for(false), Access::REMOTE_READ);
+    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let mr = MrLocal::new(&peer, 64, Usage::WRITE_DST | Usage::FLUSH_TYPE_VISIBILITY).unwrap();
+    assert_eq!(mr.as_verbs().access(), Access::REMOTE_WRITE | Access::LOCAL_WRITE | Access::REMOTE_READ, "rverbs peers emulate the flush");
 }
 
 /// rpma_read(3), rpma_write(3), rpma_send(3), rpma_recv(3): the 0-byte forms (no

@@ -3,7 +3,8 @@
 //! librpma 1.2), linked `-lrpma -libverbs -lrdmacm`, and run with `LD_LIBRARY_PATH` at
 //! a directory holding the drop-in `libibverbs.so.1` (crate `rverbs-capi`) and
 //! `librdmacm.so.1` (crate `rverbs-rdmacm`). For each mode — read (the server's
-//! READ_SRC region descriptor in the accept's private data), write + flush, send/recv,
+//! READ_SRC region descriptor in the accept's private data), write + flush (and a
+//! native atomic write from Rust), send/recv,
 //! write with immediate data — a Rust client talks to the C server and a C client to a
 //! Rust server.
 //!
@@ -152,8 +153,19 @@ fn rust_client(mode: &str, port: u16, peer_text: &[u8]) {
         "write" => {
             let (remote, off) = parse_layout(conn.private_data().unwrap());
             assert!(remote.flush_type().contains(Usage::FLUSH_TYPE_VISIBILITY));
+            // The first 8 bytes go by a native atomic write (the rverbs device reports
+            // ATOMIC_WRITE): a region C librpma 1.2 registered WRITE_DST takes it, and
+            // the C server sees the text only if it landed after the plain write.
+            assert!(peer.native().atomic_write);
+            assert_eq!(off % ATOMIC_WRITE_ALIGNMENT, 0);
             mem.write(0, RUST_CLIENT_TEXT).unwrap();
+            mem.write(0, b"XXXXXXXX").unwrap();
             conn.write(&remote, off, &mem, 0, RUST_CLIENT_TEXT.len(), CompletionFlags::OnError, 1).unwrap();
+            let head: [u8; 8] = RUST_CLIENT_TEXT[..8].try_into().unwrap();
+            conn.atomic_write(&remote, off, head, CompletionFlags::Always, 3).unwrap();
+            cq.wait_timeout(WAIT).unwrap();
+            let wc = cq.get_wc_one().unwrap();
+            assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (3, rverbs::WcStatus::Success, Some(WcOpcode::AtomicWrite)));
             conn.flush(&remote, off, RUST_CLIENT_TEXT.len(), FlushType::Visibility, CompletionFlags::Always, 2).unwrap();
             cq.wait_timeout(WAIT).unwrap();
             let wc = cq.get_wc_one().unwrap();
