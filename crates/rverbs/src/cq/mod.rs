@@ -10,10 +10,12 @@ pub mod ex;
 pub(crate) mod ring;
 pub(crate) mod seg;
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::spin::{SpinGuard, SpinMutex};
+
+use crossbeam_utils::CachePadded;
 
 use bitflags::bitflags;
 use rverbs_proto::verbs::EventType;
@@ -177,7 +179,11 @@ pub(crate) struct CqInner {
     pub(crate) id: u32,
     /// The generations of the shared segment.
     gens: Gens,
+    /// Taken by a poll, and from `start_poll` to `end_poll` (not for SINGLE_THREADED).
     consumer: SpinMutex<()>,
+    /// The completion extended polling is positioned on ([`ex`]), as ring words: atomic,
+    /// so a misbehaving second poller reads stale values, never undefined behaviour.
+    polled: CachePadded<[AtomicU64; ring::DATA_WORDS]>,
     pub(crate) flags: CqCreateFlags,
     pub(crate) wc_flags: WcExFlags,
     channel: Option<Arc<ChannelInner>>,
@@ -405,6 +411,7 @@ impl Cq {
                 id,
                 gens: Gens::new(seg),
                 consumer: SpinMutex::new(()),
+                polled: CachePadded::new(Default::default()),
                 flags: init.flags,
                 wc_flags: init.wc_flags,
                 channel: init.channel.map(|c| c.inner().clone()),
@@ -576,13 +583,18 @@ impl Cq {
         self.len() == 0
     }
 
-    /// Opaque value for language bindings (the C ABI keeps its `ibv_cq *` here).
-    #[doc(hidden)]
+    /// The word the owner of the CQ attached with [`Cq::set_cookie`] (0 until then).
+    ///
+    /// Rule: every handle of the CQ, also one handed back by a completion event
+    /// ([`channel::CompChannel::get_cq_event`]) or an asynchronous event, reads the same
+    /// word; rverbs never interprets it (a language binding keeps the address of its own
+    /// CQ object here, as `container_of` does for a C provider). Unlike
+    /// [`Cq::cq_context`] it is not the application's value of the C API.
     pub fn cookie(&self) -> usize {
         self.inner.cookie.load(Ordering::Acquire)
     }
 
-    #[doc(hidden)]
+    /// Attaches an opaque word to the CQ, read back by [`Cq::cookie`] on any handle.
     pub fn set_cookie(&self, value: usize) {
         self.inner.cookie.store(value, Ordering::Release);
     }
