@@ -15,8 +15,6 @@ use std::sync::{Arc, Mutex};
 
 use crate::spin::{SpinGuard, SpinMutex};
 
-use crossbeam_utils::CachePadded;
-
 use bitflags::bitflags;
 use rverbs_proto::verbs::EventType;
 
@@ -181,9 +179,6 @@ pub(crate) struct CqInner {
     gens: Gens,
     /// Taken by a poll, and from `start_poll` to `end_poll` (not for SINGLE_THREADED).
     consumer: SpinMutex<()>,
-    /// The completion extended polling is positioned on ([`ex`]), as ring words: atomic,
-    /// so a misbehaving second poller reads stale values, never undefined behaviour.
-    polled: CachePadded<[AtomicU64; ring::DATA_WORDS]>,
     pub(crate) flags: CqCreateFlags,
     pub(crate) wc_flags: WcExFlags,
     channel: Option<Arc<ChannelInner>>,
@@ -197,6 +192,10 @@ pub(crate) struct CqInner {
     purges: Mutex<Vec<(u32, u64)>>,
     purging: AtomicBool,
     cookie: AtomicUsize,
+    /// The completion extended polling is positioned on ([`ex`]), as ring words: atomic,
+    /// so a misbehaving second poller reads stale values, never undefined behaviour.
+    /// Written and read by the poller only, like `consumer`.
+    polled: [AtomicU64; ring::DATA_WORDS],
 }
 
 /// Why a completion could not be delivered.
@@ -411,7 +410,6 @@ impl Cq {
                 id,
                 gens: Gens::new(seg),
                 consumer: SpinMutex::new(()),
-                polled: CachePadded::new(Default::default()),
                 flags: init.flags,
                 wc_flags: init.wc_flags,
                 channel: init.channel.map(|c| c.inner().clone()),
@@ -422,6 +420,7 @@ impl Cq {
                 purges: Mutex::new(Vec::new()),
                 purging: AtomicBool::new(false),
                 cookie: AtomicUsize::new(0),
+                polled: Default::default(),
             }),
         };
         dev.cqs.publish(id, &cq.inner);
