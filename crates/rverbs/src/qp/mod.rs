@@ -98,8 +98,9 @@ pub(crate) struct QpInner {
     attrs: Mutex<QpAttr>,
     pub(crate) sq: crate::spin::SpinMutex<SendQueue>,
     sq_pending: AtomicBool,
-    /// The buffer of the last `ibv_wr_*` batch, kept for the next one.
-    batch_spare: crate::spin::SpinMutex<batch::BatchBuf>,
+    /// The buffer of the last `ibv_wr_*` batch, kept for the next one (boxed: the post
+    /// and poll paths do not touch it).
+    batch_spare: Box<crate::spin::SpinMutex<batch::BatchBuf>>,
     pub(crate) rq: Option<RecvQueue>,
     /// The receive queue was flushed (or QP_LAST_WQE_REACHED raised) for the current
     /// entry into ERR.
@@ -474,7 +475,7 @@ impl Qp {
             rec,
             attrs: Mutex::new(attrs),
             sq: crate::spin::SpinMutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)),
-            batch_spare: crate::spin::SpinMutex::new(batch::BatchBuf::default()),
+            batch_spare: Box::new(crate::spin::SpinMutex::new(batch::BatchBuf::default())),
             sq_pending: AtomicBool::new(false),
             rq,
             rq_flushed: AtomicBool::new(false),
