@@ -1,10 +1,16 @@
-/* The software cost of one RDMA WRITE through the C ABI: ibv_post_send of a signaled
- * 8-byte WRITE between two QPs of this process, then ibv_poll_cq of its completion, in
- * a loop. Prints ns per post+poll for 3 rounds of 2 000 000.
+/* The software cost of one RDMA WRITE through the C ABI: a signaled 8-byte WRITE between
+ * two QPs of this process, then the poll of its completion, in a loop. Prints ns per
+ * post+poll for 3 rounds of 2 000 000.
+ *
+ * Two paths, chosen by the first argument:
+ *   (none)  ibv_post_send + ibv_poll_cq;
+ *   ex      the extended verbs: ibv_wr_start / ibv_wr_rdma_write / ibv_wr_set_sge /
+ *           ibv_wr_complete on a QP created with send_ops_flags, then ibv_start_poll /
+ *           ibv_end_poll on a CQ made by ibv_create_cq_ex.
  *
  *   scripts/build-dropin.sh >/dev/null
  *   gcc -O2 -I tests/c -o /tmp/post_poll scripts/bench/post_poll.c -L target/dropin -libverbs
- *   LD_LIBRARY_PATH=target/dropin taskset -c 1 /tmp/post_poll
+ *   LD_LIBRARY_PATH=target/dropin taskset -c 1 /tmp/post_poll [ex]
  */
 #include "common.h"
 #include <time.h>
@@ -17,12 +23,85 @@ static double now(void)
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-int main(void)
+/* As make_pair (RC), but a's QP is made with send_ops_flags (RDMA WRITE) and completes to
+ * an extended CQ. */
+static void make_ex_pair(struct side *a, struct side *b, struct ibv_cq_ex **cqx,
+			 struct ibv_qp_ex **qpx)
+{
+	struct ibv_cq_init_attr_ex ca = {.cqe = 256, .wc_flags = IBV_WC_STANDARD_FLAGS};
+	struct ibv_qp_init_attr_ex qa;
+	int gid;
+
+	make_side(a, IBV_QPT_RC, 256, 64);
+	make_side(b, IBV_QPT_RC, 256, 64);
+	*cqx = ibv_create_cq_ex(a->ctx, &ca);
+	REQUIRE(*cqx != NULL, "ibv_create_cq_ex");
+	REQUIRE(ibv_destroy_qp(a->qp) == 0, "ibv_destroy_qp");
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = ibv_cq_ex_to_cq(*cqx);
+	qa.recv_cq = a->recv_cq;
+	qa.cap.max_send_wr = 64;
+	qa.cap.max_recv_wr = 64;
+	qa.cap.max_send_sge = 2;
+	qa.cap.max_recv_sge = 2;
+	qa.cap.max_inline_data = 64;
+	qa.qp_type = IBV_QPT_RC;
+	qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	qa.pd = a->pd;
+	qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+	a->qp = ibv_create_qp_ex(a->ctx, &qa);
+	REQUIRE(a->qp != NULL, "ibv_create_qp_ex(send_ops_flags)");
+	*qpx = ibv_qp_to_qp_ex(a->qp);
+	gid = loopback_gid_index(a->ctx);
+	to_rts(a->qp, b->qp->qp_num, gid, ALL_ACCESS);
+	to_rts(b->qp, a->qp->qp_num, gid, ALL_ACCESS);
+}
+
+static int run_ex(void)
+{
+	struct side a, b;
+	struct ibv_cq_ex *cqx;
+	struct ibv_qp_ex *qpx;
+	const int n = 2000000;
+
+	make_ex_pair(&a, &b, &cqx, &qpx);
+	for (int round = 0; round < 3; round++) {
+		double t0 = now();
+
+		for (int i = 0; i < n; i++) {
+			struct ibv_poll_cq_attr pa = {.comp_mask = 0};
+			int rc;
+
+			ibv_wr_start(qpx);
+			qpx->wr_id = i;
+			qpx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf);
+			ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8);
+			if (ibv_wr_complete(qpx)) {
+				fprintf(stderr, "wr_complete failed\n");
+				return 1;
+			}
+			while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT)
+				;
+			if (rc || cqx->status != IBV_WC_SUCCESS || cqx->wr_id != (uint64_t)i) {
+				fprintf(stderr, "start_poll %d, status %d\n", rc, cqx->status);
+				return 1;
+			}
+			ibv_end_poll(cqx);
+		}
+		printf("wr_* + start_poll: %.1f ns\n", (now() - t0) / n * 1e9);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	struct side a, b;
 	struct ibv_wc wc;
 	const int n = 2000000;
 
+	if (argc > 1 && !strcmp(argv[1], "ex"))
+		return run_ex();
 	make_pair(&a, &b, IBV_QPT_RC, 256, 64);
 	for (int round = 0; round < 3; round++) {
 		double t0 = now();

@@ -8,7 +8,6 @@
 use core::ffi::{c_int, c_uint, c_void};
 use std::cell::UnsafeCell;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use rverbs::{CqCreateFlags, CqInit, WcExFlags};
 
@@ -116,13 +115,6 @@ export! {
 // Completion queues
 // ---------------------------------------------------------------------------------------
 
-/// The completion an extended poll batch is positioned on.
-#[derive(Clone, Copy, Default)]
-struct Current {
-    wc: ibv_wc,
-    ts: u64,
-    wallclock_ns: u64,
-}
 
 /// A CQ handed to C: `struct ibv_cq_ex` (whose prefix is `struct ibv_cq`), then the core
 /// CQ and the extended-polling state.
@@ -131,12 +123,6 @@ pub struct CqObj {
     cq: UnsafeCell<ibv_cq_ex>,
     core: rverbs::Cq,
     channel: Option<&'static ChannelObj>,
-    /// Held from a successful `start_poll` to `end_poll` (the provider lock of
-    /// rdma-core's providers); not used for SINGLE_THREADED CQs.
-    batch: AtomicBool,
-    single_threaded: bool,
-    /// Written by start/next_poll and read by read_* of the batch owner only.
-    current: UnsafeCell<Current>,
 }
 
 // `rverbs::Wc` is declared layout-identical to `struct ibv_wc`; the poll path relies on it.
@@ -174,57 +160,23 @@ impl CqObj {
         self.as_ptr().cast()
     }
 
-    fn lock_batch(&self) {
-        if self.single_threaded {
-            return;
-        }
-        while self
-            .batch
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::thread::yield_now();
-        }
-    }
-
-    fn unlock_batch(&self) {
-        if !self.single_threaded {
-            self.batch.store(false, Ordering::Release);
-        }
-    }
-
-    /// Removes the oldest completion into `current` and publishes `status`/`wr_id` in the
-    /// public struct (verbs.h: applications read `cq->status` and `cq->wr_id` directly).
-    /// Returns 0, `ENOENT` or an errno.
-    fn advance(&self) -> c_int {
-        match self.core.poll_ex_one() {
+    /// Publishes the current completion's `status` and `wr_id` in the public struct
+    /// (verbs.h: applications read `cq->status` and `cq->wr_id` directly) after a
+    /// start/next_poll of the core; returns 0, `ENOENT` or an errno.
+    fn polled(&self, r: rverbs::Result<Option<rverbs::ExEntry>>) -> c_int {
+        match r {
             Ok(Some(e)) => {
-                let w = e.to_wc();
-                // SAFETY: rverbs::Wc is layout-identical to struct ibv_wc (asserted above
-                // and documented by the core).
-                let wc: ibv_wc = unsafe { core::mem::transmute::<rverbs::Wc, ibv_wc>(w) };
-                let cur = Current {
-                    wc,
-                    ts: e.completion_ts().unwrap_or(0),
-                    wallclock_ns: e.completion_wallclock_ns().unwrap_or(0),
-                };
                 // SAFETY: only the batch owner (the caller of start/next_poll, serialised
-                // by `batch` or by the SINGLE_THREADED contract) writes these.
+                // by the core's CQ lock or by the SINGLE_THREADED contract) writes these.
                 unsafe {
-                    *self.current.get() = cur;
-                    (*self.ex()).status = wc.status;
-                    (*self.ex()).wr_id = wc.wr_id;
+                    (*self.ex()).status = e.status() as u32;
+                    (*self.ex()).wr_id = e.wr_id();
                 }
                 0
             }
             Ok(None) => libc::ENOENT,
             Err(e) => e.errno(),
         }
-    }
-
-    fn current(&self) -> Current {
-        // SAFETY: read by the batch owner, which wrote it in start/next_poll.
-        unsafe { *self.current.get() }
     }
 }
 
@@ -247,14 +199,7 @@ unsafe extern "C" fn rverbs_start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_c
         if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
             return libc::EINVAL;
         }
-        obj.lock_batch();
-        let r = obj.advance();
-        if r != 0 {
-            // ibv_create_cq_ex(3): after a failing start_poll the application does not
-            // call end_poll, so the batch ends here.
-            obj.unlock_batch();
-        }
-        r
+        obj.polled(obj.core.start_poll())
     })
 }
 
@@ -262,7 +207,7 @@ unsafe extern "C" fn rverbs_next_poll(cq: *mut ibv_cq_ex) -> c_int {
     ffi_guard!(errno, {
         // SAFETY: caller contract.
         match unsafe { ex_obj(cq) } {
-            Some(obj) => obj.advance(),
+            Some(obj) => obj.polled(obj.core.next_poll()),
             None => libc::EINVAL,
         }
     })
@@ -272,12 +217,13 @@ unsafe extern "C" fn rverbs_end_poll(cq: *mut ibv_cq_ex) {
     ffi_guard!(void, {
         // SAFETY: caller contract.
         if let Some(obj) = unsafe { ex_obj(cq) } {
-            obj.unlock_batch();
+            obj.core.end_poll();
         }
     })
 }
 
-/// Defines an `ibv_cq_ex.read_*` function returning a field of the current completion.
+/// Defines an `ibv_cq_ex.read_*` function returning a field of the current completion
+/// ([`rverbs::Cq::polled`]).
 macro_rules! read_fn {
     ($name:ident -> $ty:ty, |$c:ident| $e:expr) => {
         unsafe extern "C" fn $name(cq: *mut ibv_cq_ex) -> $ty {
@@ -285,7 +231,7 @@ macro_rules! read_fn {
                 // SAFETY: caller contract.
                 match unsafe { ex_obj(cq) } {
                     Some(obj) => {
-                        let $c = obj.current();
+                        let $c = obj.core.polled();
                         $e
                     }
                     None => {
@@ -298,18 +244,27 @@ macro_rules! read_fn {
     };
 }
 
-read_fn!(rverbs_read_opcode -> ibv_wc_opcode, |c| c.wc.opcode);
-read_fn!(rverbs_read_vendor_err -> u32, |c| c.wc.vendor_err);
-read_fn!(rverbs_read_byte_len -> u32, |c| c.wc.byte_len);
-read_fn!(rverbs_read_imm_data -> u32, |c| c.wc.imm_data);
-read_fn!(rverbs_read_qp_num -> u32, |c| c.wc.qp_num);
-read_fn!(rverbs_read_src_qp -> u32, |c| c.wc.src_qp);
-read_fn!(rverbs_read_wc_flags -> c_uint, |c| c.wc.wc_flags);
-read_fn!(rverbs_read_slid -> u32, |c| u32::from(c.wc.slid));
-read_fn!(rverbs_read_sl -> u8, |c| c.wc.sl);
-read_fn!(rverbs_read_dlid_path_bits -> u8, |c| c.wc.dlid_path_bits);
-read_fn!(rverbs_read_completion_ts -> u64, |c| c.ts);
-read_fn!(rverbs_read_completion_wallclock_ns -> u64, |c| c.wallclock_ns);
+/// The current completion as a `struct ibv_wc` (every field, whatever the CQ's
+/// `wc_flags`, as the read_* functions have always returned them).
+#[inline(always)]
+fn wc(e: &rverbs::ExEntry) -> ibv_wc {
+    // SAFETY: rverbs::Wc is layout-identical to struct ibv_wc (asserted above and
+    // documented by the core).
+    unsafe { core::mem::transmute::<rverbs::Wc, ibv_wc>(e.to_wc()) }
+}
+
+read_fn!(rverbs_read_opcode -> ibv_wc_opcode, |c| wc(&c).opcode);
+read_fn!(rverbs_read_vendor_err -> u32, |c| wc(&c).vendor_err);
+read_fn!(rverbs_read_byte_len -> u32, |c| wc(&c).byte_len);
+read_fn!(rverbs_read_imm_data -> u32, |c| wc(&c).imm_data);
+read_fn!(rverbs_read_qp_num -> u32, |c| wc(&c).qp_num);
+read_fn!(rverbs_read_src_qp -> u32, |c| wc(&c).src_qp);
+read_fn!(rverbs_read_wc_flags -> c_uint, |c| wc(&c).wc_flags);
+read_fn!(rverbs_read_slid -> u32, |c| u32::from(wc(&c).slid));
+read_fn!(rverbs_read_sl -> u8, |c| wc(&c).sl);
+read_fn!(rverbs_read_dlid_path_bits -> u8, |c| wc(&c).dlid_path_bits);
+read_fn!(rverbs_read_completion_ts -> u64, |c| c.completion_ts().unwrap_or(0));
+read_fn!(rverbs_read_completion_wallclock_ns -> u64, |c| c.completion_wallclock_ns().unwrap_or(0));
 // No VLANs or flow tags on this device (the CQ refuses those wc_flags).
 read_fn!(rverbs_read_cvlan -> u16, |_c| 0);
 read_fn!(rverbs_read_flow_tag -> u32, |_c| 0);
@@ -391,9 +346,6 @@ fn create(
         cq: UnsafeCell::new(cq),
         core,
         channel: chan,
-        batch: AtomicBool::new(false),
-        single_threaded: flags.contains(CqCreateFlags::SINGLE_THREADED),
-        current: UnsafeCell::new(Current::default()),
     }));
     // SAFETY: the allocation just made.
     unsafe { (*p).core.set_cookie(p as usize) };

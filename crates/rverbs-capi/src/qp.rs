@@ -38,7 +38,7 @@ pub struct QpObj {
     xrc_send: bool,
     /// Created through `create_qp_ex`: `ibv_qp_to_qp_ex` returns it.
     extended: bool,
-    /// The `ibv_wr_*` calls since `ibv_wr_start` (wr.rs).
+    /// The batch open since `ibv_wr_start` (wr.rs).
     batch: Mutex<crate::wr::Batch>,
 }
 
@@ -72,7 +72,7 @@ impl QpObj {
         &self.core
     }
 
-    /// The recorded `ibv_wr_*` batch.
+    /// The open `ibv_wr_*` batch.
     pub(crate) fn batch(&self) -> &Mutex<crate::wr::Batch> {
         &self.batch
     }

@@ -1,11 +1,11 @@
 //! The `ibv_qp_ex` work-request builder (`ibv_wr_*`, ibv_wr_post(3); rdma-core
-//! `providers/rxe/rxe.c`) over the core's [`rverbs::WrBatch`].
+//! `providers/rxe/rxe.c`) over the core's owned batch, [`rverbs::SendBatch`].
 //!
-//! The C builder is a sequence of separate calls (`ibv_wr_start`, builders, setters,
-//! `ibv_wr_complete`), while the core's batch borrows the QP's send queue for its whole
-//! life. So the calls are *recorded* in the QP object ([`Batch`], behind a mutex of its
-//! own, never held across a call) and *replayed* into one core batch by `wr_complete`:
-//! `wr_start` … `wr_complete` posts everything or nothing, exactly as the core decides.
+//! Each C call is one core call: `ibv_wr_start` is [`rverbs::Qp::start_batch`], each
+//! builder and setter the batch method of the same name, `ibv_wr_complete`
+//! [`rverbs::SendBatch::complete`], `ibv_wr_abort` [`rverbs::SendBatch::abort`]. Between
+//! the calls the open batch is kept in the QP object ([`Batch`], behind a mutex of its own,
+//! never held across a call).
 //!
 //! Rule: each opcode builder starts a new work request with `qpx->wr_id` and
 //! `qpx->wr_flags` as they are at that call (ibv_wr_post(3)); setters apply to the
@@ -17,15 +17,16 @@
 //! `set_qp_send_ops`); `wr_start`, `wr_complete`, `wr_abort` and every setter always are.
 //! Deviation: a NULL or foreign object pointer given to a builder or setter (a window, a
 //! region, an AH; rxe dereferences such pointers) or an SGE list longer than
-//! `max_send_sge` makes `ibv_wr_complete` fail with `EINVAL` whatever else the batch held
-//! (rxe: `ENOSPC` for the list); the core decides every other error.
+//! `max_send_sge` is given to the batch as an `EINVAL` error ([`rverbs::SendBatch::fail`]),
+//! so `ibv_wr_complete` fails (rxe: `ENOSPC` for the list); the core decides every other
+//! error.
 //! Deviation: `IBV_SEND_INLINE` in `wr_flags` is ignored; inline data comes from
 //! `ibv_wr_set_inline_data[_list]` (as the rxe and mlx5 builders do).
 
 use core::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
-use rverbs::{Access, MwBind, SendFlags, SendOps, Sge};
+use rverbs::{Access, Error, MwBind, SendBatch, SendFlags, SendOps, Sge};
 
 use crate::abi::*;
 use crate::ah::AhObj;
@@ -38,182 +39,79 @@ use crate::qp::QpObj;
 pub(crate) const V44_SEND_OPS: u64 =
     (((IBV_QP_EX_WITH_TSO << 1) - 1) | IBV_QP_EX_WITH_ATOMIC_WRITE) as u64;
 
-/// One opcode builder call.
-enum Build {
-    Send,
-    SendImm(u32),
-    SendInv(u32),
-    RdmaWrite {
-        rkey: u32,
-        addr: u64,
-    },
-    RdmaWriteImm {
-        rkey: u32,
-        addr: u64,
-        imm: u32,
-    },
-    RdmaRead {
-        rkey: u32,
-        addr: u64,
-    },
-    CmpSwp {
-        rkey: u32,
-        addr: u64,
-        compare: u64,
-        swap: u64,
-    },
-    FetchAdd {
-        rkey: u32,
-        addr: u64,
-        add: u64,
-    },
-    AtomicWrite {
-        rkey: u32,
-        addr: u64,
-        value: [u8; 8],
-    },
-    LocalInv(u32),
-    BindMw {
-        mw: rverbs::Mw,
-        rkey: u32,
-        mr: Option<rverbs::Mr>,
-        addr: u64,
-        length: u64,
-        access: Access,
-    },
-}
-
-/// One recorded call.
-enum Op {
-    Build {
-        wr_id: u64,
-        flags: SendFlags,
-        build: Build,
-    },
-    Sge {
-        lkey: u32,
-        addr: u64,
-        length: u32,
-    },
-    /// `sges[start..start + len]`.
-    SgeList {
-        start: usize,
-        len: usize,
-    },
-    /// `inline[start..start + len]` (a list is concatenated at the call).
-    Inline {
-        start: usize,
-        len: usize,
-    },
-    UdAddr {
-        ah: rverbs::Ah,
-        remote_qpn: u32,
-        remote_qkey: u32,
-    },
-    XrcSrqn(u32),
-}
-
-/// The calls since `ibv_wr_start`, kept in the QP object between C calls.
+/// The batch open since `ibv_wr_start`, kept in the QP object between C calls.
 #[derive(Default)]
-pub(crate) struct Batch {
-    open: bool,
-    ops: Vec<Op>,
-    sges: Vec<Sge>,
-    inline: Vec<u8>,
-    /// The first error found by this library itself (an unusable pointer argument, an
-    /// SGE list longer than the queue takes); see the module's Deviation.
-    refused: Option<c_int>,
-}
+pub(crate) struct Batch(Option<SendBatch>);
 
-impl Batch {
-    fn reset(&mut self, open: bool) {
-        self.open = open;
-        self.ops.clear();
-        self.sges.clear();
-        self.inline.clear();
-        self.refused = None;
-    }
-
-    /// Latches an error found by this library (the first one wins).
-    fn refuse(&mut self, err: c_int) {
-        self.refused.get_or_insert(err);
-    }
-}
-
-/// The QP's batch, also after a panic of an earlier holder (the batch is plain data).
+/// The QP's batch slot, also after a panic of an earlier holder.
 fn lock(qp: &QpObj) -> MutexGuard<'_, Batch> {
     qp.batch().lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs `f` on the QP behind `qpx` and its batch (ignored for a foreign pointer or
-/// outside `wr_start` … `wr_complete`).
+/// The error a pointer argument this library cannot use gives the batch (see the
+/// module's Deviation).
+fn unusable(what: &'static str) -> Error {
+    Error::Invalid { verb: "ibv_wr_*", rule: rverbs::Rule::UnusablePointer { what } }
+}
+
+/// Runs `f` on the batch open on the QP behind `qpx` and its QP (ignored for a foreign
+/// pointer or outside `wr_start` … `wr_complete`).
 ///
 /// # Safety
 /// `qpx` is a live `ibv_qp_ex` of this library (C contract of the `ibv_wr_*` calls).
-unsafe fn with_batch(qpx: *mut ibv_qp_ex, f: impl FnOnce(&QpObj, &mut Batch)) {
+unsafe fn with_batch(qpx: *mut ibv_qp_ex, f: impl FnOnce(&QpObj, &mut SendBatch)) {
     // SAFETY: caller contract; the ibv_qp_ex is the first field of the QP object.
     let Some(qp) = (unsafe { QpObj::from_raw(qpx.cast()) }) else {
         return;
     };
-    let mut b = lock(qp);
-    if b.open {
-        f(qp, &mut b);
+    if let Some(b) = lock(qp).0.as_mut() {
+        f(qp, b);
     }
 }
 
-/// Records an opcode builder, latching `qpx->wr_id` and `qpx->wr_flags` now.
+/// Runs an opcode builder with `qpx->wr_id` and `qpx->wr_flags` as they are now.
 ///
 /// # Safety
 /// As [`with_batch`].
-unsafe fn build(qpx: *mut ibv_qp_ex, build: Result<Build, ()>) {
+unsafe fn build(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut SendBatch, u64, SendFlags)) {
     // SAFETY: caller contract: qpx points to a live ibv_qp_ex; the application wrote
     // wr_id / wr_flags before this call (ibv_wr_post(3)).
     let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
     let flags = SendFlags::from_bits_truncate(flags) - SendFlags::INLINE;
     // SAFETY: forwarded.
-    unsafe {
-        with_batch(qpx, |_, b| match build {
-            Ok(build) => b.ops.push(Op::Build {
-                wr_id,
-                flags,
-                build,
-            }),
-            Err(()) => b.refuse(libc::EINVAL),
-        })
-    }
+    unsafe { with_batch(qpx, |_, b| f(b, wr_id, flags)) }
 }
 
 macro_rules! builder {
-    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $build:expr) => {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $method:ident) => {
         $(#[$m])*
         unsafe extern "C" fn $name(qpx: *mut ibv_qp_ex, $($arg: $ty),*) {
             ffi_guard!(void, {
                 // SAFETY: C contract of the ibv_wr_* call.
-                unsafe { build(qpx, Ok($build)) }
+                unsafe { build(qpx, |b, id, f| { b.$method(id, f, $($arg),*); }) }
             })
         }
     };
 }
 
 builder!(/// `ibv_wr_send`.
-    fn wr_send() => Build::Send);
+    fn wr_send() => send);
 builder!(/// `ibv_wr_send_imm` (`imm_data` is big-endian, carried verbatim).
-    fn wr_send_imm(imm: u32) => Build::SendImm(imm));
+    fn wr_send_imm(imm: u32) => send_imm);
 builder!(/// `ibv_wr_send_inv`.
-    fn wr_send_inv(rkey: u32) => Build::SendInv(rkey));
+    fn wr_send_inv(rkey: u32) => send_inv);
 builder!(/// `ibv_wr_rdma_write`.
-    fn wr_rdma_write(rkey: u32, addr: u64) => Build::RdmaWrite { rkey, addr });
+    fn wr_rdma_write(rkey: u32, addr: u64) => rdma_write);
 builder!(/// `ibv_wr_rdma_write_imm`.
-    fn wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32) => Build::RdmaWriteImm { rkey, addr, imm });
+    fn wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32) => rdma_write_imm);
 builder!(/// `ibv_wr_rdma_read`.
-    fn wr_rdma_read(rkey: u32, addr: u64) => Build::RdmaRead { rkey, addr });
+    fn wr_rdma_read(rkey: u32, addr: u64) => rdma_read);
 builder!(/// `ibv_wr_atomic_cmp_swp`.
-    fn wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64) =>
-        Build::CmpSwp { rkey, addr, compare, swap });
+    fn wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64) => atomic_cmp_swp);
 builder!(/// `ibv_wr_atomic_fetch_add`.
-    fn wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) => Build::FetchAdd { rkey, addr, add });
+    fn wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) => atomic_fetch_add);
 builder!(/// `ibv_wr_local_inv`.
-    fn wr_local_inv(rkey: u32) => Build::LocalInv(rkey));
+    fn wr_local_inv(rkey: u32) => local_inv);
 
 /// `ibv_wr_atomic_write`: the 8 bytes at `value` are copied now.
 unsafe extern "C" fn wr_atomic_write(
@@ -223,15 +121,21 @@ unsafe extern "C" fn wr_atomic_write(
     value: *const c_void,
 ) {
     ffi_guard!(void, {
-        let b = if value.is_null() {
-            Err(())
+        let value = if value.is_null() {
+            None
         } else {
             // SAFETY: C contract: `value` points to 8 readable bytes (any alignment).
-            let value = unsafe { value.cast::<[u8; 8]>().read_unaligned() };
-            Ok(Build::AtomicWrite { rkey, addr, value })
+            Some(unsafe { value.cast::<[u8; 8]>().read_unaligned() })
         };
         // SAFETY: C contract of the ibv_wr_* call.
-        unsafe { build(qpx, b) }
+        unsafe {
+            build(qpx, |b, id, f| match value {
+                Some(v) => {
+                    b.atomic_write(id, f, rkey, addr, v);
+                }
+                None => b.fail(unusable("atomic write value is NULL")),
+            })
+        }
     })
 }
 
@@ -244,29 +148,29 @@ unsafe extern "C" fn wr_bind_mw(
 ) {
     ffi_guard!(void, {
         // SAFETY: C contract: mw and info are live objects of ours / readable.
-        let b = match unsafe { (MwObj::from_raw(mw), info.as_ref()) } {
-            (Some(mw), Some(info)) => {
-                let mr = if info.mr.is_null() {
-                    Ok(None)
-                } else {
-                    // SAFETY: C contract: a live MR of ours.
-                    unsafe { MrObj::from_raw(info.mr) }
-                        .map(|m| Some(m.core().clone()))
-                        .ok_or(())
-                };
-                mr.map(|mr| Build::BindMw {
-                    mw: mw.core().clone(),
-                    rkey,
-                    mr,
-                    addr: info.addr,
-                    length: info.length,
-                    access: Access::from_bits_retain(info.mw_access_flags),
-                })
+        let (mw, info) = unsafe { (MwObj::from_raw(mw), info.as_ref()) };
+        let mr = match info {
+            Some(i) if !i.mr.is_null() => {
+                // SAFETY: C contract: a live MR of ours.
+                unsafe { MrObj::from_raw(i.mr) }.map(|m| Some(m.core()))
             }
-            _ => Err(()),
+            _ => Some(None),
         };
         // SAFETY: C contract of the ibv_wr_* call.
-        unsafe { build(qpx, b) }
+        unsafe {
+            build(qpx, |b, id, f| match (mw, info, mr) {
+                (Some(mw), Some(info), Some(mr)) => {
+                    let bind = MwBind {
+                        mr,
+                        addr: info.addr,
+                        length: info.length,
+                        access: Access::from_bits_retain(info.mw_access_flags),
+                    };
+                    b.bind_mw(id, f, mw.core(), rkey, &bind);
+                }
+                _ => b.fail(unusable("bind_mw: NULL or foreign window, region or bind info")),
+            })
+        }
     })
 }
 
@@ -274,15 +178,18 @@ unsafe extern "C" fn wr_bind_mw(
 unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     ffi_guard!(void, {
         // SAFETY: C contract of the ibv_wr_* call.
-        unsafe { with_batch(qpx, |_, b| b.ops.push(Op::Sge { lkey, addr, length })) }
+        unsafe {
+            with_batch(qpx, |_, b| {
+                b.set_sge(lkey, addr, length);
+            })
+        }
     })
 }
 
 /// `ibv_wr_set_sge_list`: the list is copied now.
 ///
 /// Rule: rxe checks `num_sge` against the queue's `max_send_sge` before reading the list,
-/// so a wild count is refused without reading past the caller's array (the core refuses
-/// such a list too, with `EINVAL`).
+/// so a wild count is refused without reading past the caller's array.
 unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, list: *const ibv_sge) {
     ffi_guard!(void, {
         // SAFETY: C contract of the ibv_wr_* call.
@@ -291,20 +198,17 @@ unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, list: 
                 if num_sge > qp.core().cap().max_send_sge as usize
                     || (num_sge != 0 && list.is_null())
                 {
-                    b.refuse(libc::EINVAL);
+                    b.fail(unusable("sge list: NULL or longer than max_send_sge"));
                     return;
                 }
-                let start = b.sges.len();
-                if num_sge != 0 {
-                    // SAFETY: C contract: `list` holds num_sge entries; ibv_sge and Sge have
-                    // the same layout (asserted in qp.rs).
-                    let src = core::slice::from_raw_parts(list.cast::<Sge>(), num_sge);
-                    b.sges.extend_from_slice(src);
-                }
-                b.ops.push(Op::SgeList {
-                    start,
-                    len: num_sge,
-                });
+                let sges = if num_sge == 0 {
+                    &[][..]
+                } else {
+                    // SAFETY: C contract: `list` holds num_sge entries; ibv_sge and Sge
+                    // have the same layout (asserted in qp.rs).
+                    core::slice::from_raw_parts(list.cast::<Sge>(), num_sge)
+                };
+                b.set_sge_list(sges);
             })
         }
     })
@@ -317,6 +221,23 @@ unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, 
     unsafe { wr_set_inline_data_list(qpx, 1, &buf) }
 }
 
+/// The bytes of one `ibv_data_buf` (none when empty).
+///
+/// # Safety
+/// A non-empty piece names `length` readable bytes at a non-NULL `addr` (C contract of
+/// `ibv_wr_set_inline_data_list`; NULL is checked by the caller).
+unsafe fn inline_piece(p: &ibv_data_buf) -> &[u8] {
+    if p.length == 0 {
+        &[]
+    } else {
+        // SAFETY: function contract.
+        unsafe { core::slice::from_raw_parts(p.addr.cast::<u8>(), p.length) }
+    }
+}
+
+/// The pieces `ibv_wr_set_inline_data_list` gathers without allocating.
+const INLINE_PIECES: usize = 16;
+
 /// `ibv_wr_set_inline_data_list`: the pieces are concatenated and copied now.
 unsafe extern "C" fn wr_set_inline_data_list(
     qpx: *mut ibv_qp_ex,
@@ -328,34 +249,31 @@ unsafe extern "C" fn wr_set_inline_data_list(
         unsafe {
             with_batch(qpx, |_, b| {
                 if num_buf != 0 && list.is_null() {
-                    b.refuse(libc::EINVAL);
+                    b.fail(unusable("inline data list is NULL"));
                     return;
                 }
-                let start = b.inline.len();
-                let pieces = if num_buf == 0 {
+                let bufs = if num_buf == 0 {
                     &[][..]
                 } else {
                     // SAFETY: C contract: `list` holds num_buf entries.
                     core::slice::from_raw_parts(list, num_buf)
                 };
-                for p in pieces {
-                    if p.length == 0 {
-                        continue;
-                    }
-                    if p.addr.is_null() {
-                        b.refuse(libc::EINVAL);
-                        return;
-                    }
-                    // SAFETY: C contract: each piece names `length` readable bytes.
-                    b.inline.extend_from_slice(core::slice::from_raw_parts(
-                        p.addr.cast::<u8>(),
-                        p.length,
-                    ));
+                if bufs.iter().any(|p| p.length != 0 && p.addr.is_null()) {
+                    b.fail(unusable("inline data piece is NULL"));
+                    return;
                 }
-                b.ops.push(Op::Inline {
-                    start,
-                    len: b.inline.len() - start,
-                });
+                // C contract: each piece names `length` readable bytes, non-NULL when not
+                // empty (checked above), as inline_piece requires.
+                if bufs.len() <= INLINE_PIECES {
+                    let mut pieces: [&[u8]; INLINE_PIECES] = [&[]; INLINE_PIECES];
+                    for (d, p) in pieces.iter_mut().zip(bufs) {
+                        *d = inline_piece(p);
+                    }
+                    b.set_inline_data_list(&pieces[..bufs.len()]);
+                } else {
+                    let pieces: Vec<&[u8]> = bufs.iter().map(|p| inline_piece(p)).collect();
+                    b.set_inline_data_list(&pieces);
+                }
             })
         }
     })
@@ -370,16 +288,14 @@ unsafe extern "C" fn wr_set_ud_addr(
 ) {
     ffi_guard!(void, {
         // SAFETY: C contract: the AH is a live object of ours.
-        let ah = unsafe { AhObj::from_raw(ah) }.map(|a| a.core().clone());
+        let ah = unsafe { AhObj::from_raw(ah) };
         // SAFETY: C contract of the ibv_wr_* call.
         unsafe {
             with_batch(qpx, |_, b| match ah {
-                Some(ah) => b.ops.push(Op::UdAddr {
-                    ah,
-                    remote_qpn,
-                    remote_qkey,
-                }),
-                None => b.refuse(libc::EINVAL),
+                Some(ah) => {
+                    b.set_ud_addr(ah.core(), remote_qpn, remote_qkey);
+                }
+                None => b.fail(unusable("set_ud_addr: NULL or foreign AH")),
             })
         }
     })
@@ -389,16 +305,22 @@ unsafe extern "C" fn wr_set_ud_addr(
 unsafe extern "C" fn wr_set_xrc_srqn(qpx: *mut ibv_qp_ex, remote_srqn: u32) {
     ffi_guard!(void, {
         // SAFETY: C contract of the ibv_wr_* call.
-        unsafe { with_batch(qpx, |_, b| b.ops.push(Op::XrcSrqn(remote_srqn))) }
+        unsafe {
+            with_batch(qpx, |_, b| {
+                b.set_xrc_srqn(remote_srqn);
+            })
+        }
     })
 }
 
-/// `ibv_wr_start`: opens a batch (a batch left open is discarded).
+/// `ibv_wr_start`: opens a batch (a batch left open is discarded). On a QP the core
+/// refuses a batch (no `send_ops_flags`) none is open and `ibv_wr_complete` says `EINVAL`.
 unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
     ffi_guard!(void, {
         // SAFETY: C contract of the ibv_wr_* call.
         if let Some(qp) = unsafe { QpObj::from_raw(qpx.cast()) } {
-            lock(qp).reset(true);
+            let batch = qp.core().start_batch().ok();
+            lock(qp).0 = batch;
         }
     })
 }
@@ -408,114 +330,29 @@ unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
     ffi_guard!(void, {
         // SAFETY: C contract of the ibv_wr_* call.
         if let Some(qp) = unsafe { QpObj::from_raw(qpx.cast()) } {
-            lock(qp).reset(false);
+            let batch = lock(qp).0.take();
+            if let Some(b) = batch {
+                b.abort();
+            }
         }
     })
 }
 
-/// `ibv_wr_complete`: posts the batch through one core batch. Returns 0 or the first
-/// error (nothing posted); `EINVAL` without `ibv_wr_start` or for a foreign pointer.
+/// `ibv_wr_complete`: posts the batch. Returns 0 or the first error (nothing posted);
+/// `EINVAL` without an open batch or for a foreign pointer.
 unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     ffi_guard!(errno, {
         // SAFETY: C contract of the ibv_wr_* call.
         let Some(qp) = (unsafe { QpObj::from_raw(qpx.cast()) }) else {
             return libc::EINVAL;
         };
-        let mut b = lock(qp);
-        let refused = if b.open {
-            b.refused
-        } else {
-            Some(libc::EINVAL)
-        };
-        if let Some(e) = refused {
-            b.reset(false);
-            return e;
+        let batch = lock(qp).0.take();
+        match batch.map(SendBatch::complete) {
+            Some(Ok(())) => 0,
+            Some(Err(e)) => e.errno(),
+            None => libc::EINVAL,
         }
-        let ret = replay(qp.core(), &b);
-        b.reset(false);
-        ret
     })
-}
-
-/// Builds and completes one core batch from the recorded calls.
-fn replay(qp: &rverbs::Qp, b: &Batch) -> c_int {
-    let mut w = match qp.wr_start() {
-        Ok(w) => w,
-        Err(e) => return e.errno(),
-    };
-    for op in &b.ops {
-        match op {
-            Op::Build {
-                wr_id,
-                flags,
-                build,
-            } => {
-                let (id, f) = (*wr_id, *flags);
-                match build {
-                    Build::Send => w.send(id, f),
-                    Build::SendImm(imm) => w.send_imm(id, f, *imm),
-                    Build::SendInv(rkey) => w.send_inv(id, f, *rkey),
-                    Build::RdmaWrite { rkey, addr } => w.rdma_write(id, f, *rkey, *addr),
-                    Build::RdmaWriteImm { rkey, addr, imm } => {
-                        w.rdma_write_imm(id, f, *rkey, *addr, *imm)
-                    }
-                    Build::RdmaRead { rkey, addr } => w.rdma_read(id, f, *rkey, *addr),
-                    Build::CmpSwp {
-                        rkey,
-                        addr,
-                        compare,
-                        swap,
-                    } => w.atomic_cmp_swp(id, f, *rkey, *addr, *compare, *swap),
-                    Build::FetchAdd { rkey, addr, add } => {
-                        w.atomic_fetch_add(id, f, *rkey, *addr, *add)
-                    }
-                    Build::AtomicWrite { rkey, addr, value } => {
-                        w.atomic_write(id, f, *rkey, *addr, *value)
-                    }
-                    Build::LocalInv(rkey) => w.local_inv(id, f, *rkey),
-                    Build::BindMw {
-                        mw,
-                        rkey,
-                        mr,
-                        addr,
-                        length,
-                        access,
-                    } => {
-                        let bind = MwBind {
-                            mr: mr.as_ref(),
-                            addr: *addr,
-                            length: *length,
-                            access: *access,
-                        };
-                        w.bind_mw(id, f, mw, *rkey, &bind)
-                    }
-                };
-            }
-            Op::Sge { lkey, addr, length } => {
-                w.set_sge(*lkey, *addr, *length);
-            }
-            Op::SgeList { start, len } => {
-                w.set_sge_list(&b.sges[*start..*start + *len]);
-            }
-            Op::Inline { start, len } => {
-                w.set_inline_data(&b.inline[*start..*start + *len]);
-            }
-            Op::UdAddr {
-                ah,
-                remote_qpn,
-                remote_qkey,
-            } => {
-                w.set_ud_addr(ah, *remote_qpn, *remote_qkey);
-            }
-            Op::XrcSrqn(n) => {
-                w.set_xrc_srqn(*n);
-            }
-        }
-    }
-    match w.complete() {
-        Ok(()) => 0,
-        Err(e) => e.errno(),
-    }
 }
 
 /// Fills the builder table of a QP created with `send_ops` (rxe `set_qp_send_ops`).
@@ -565,7 +402,7 @@ pub(crate) fn fill(q: &mut ibv_qp_ex, ops: SendOps) {
     q.wr_abort = Some(wr_abort);
 }
 
-/// A fresh, closed batch for a new QP.
+/// A fresh, closed batch slot for a new QP.
 pub(crate) fn new_batch() -> Mutex<Batch> {
     Mutex::new(Batch::default())
 }

@@ -11,7 +11,8 @@
 //!
 //! Part 2, extended CQ (ibv_create_cq_ex(3)): the CQ is created with the `wc_flags`
 //! of the fields it will be asked for, including completion timestamps. Polling goes
-//! start_poll → read fields → next_poll … → end_poll; a field that was not requested
+//! start_poll → read fields → next_poll … → end_poll (here the `ExPoll` guard of
+//! `Cq::ex_poll`, which calls them); a field that was not requested
 //! reads as `None` here (undefined in C).
 //!
 //! The example checks every received byte, one event per message, the `cq_context`
@@ -182,7 +183,7 @@ fn extended_cq() -> Result {
 
     let mut last_ts = before.raw_clock_ns;
     let mut seen = 0u64;
-    let mut batch = b.cq.start_poll()?; // None would be ENOENT: nothing to poll
+    let mut batch = b.cq.ex_poll()?; // start_poll; None would be ENOENT: nothing to poll
     while let Some(entry) = batch {
         let k = seen;
         if k as usize >= messages.len() {
@@ -218,6 +219,6 @@ fn extended_cq() -> Result {
     }
     check_eq("completions in the batch", seen, messages.len() as u64)?;
     // The batch consumed every completion.
-    ensure(b.cq.start_poll()?.is_none(), || "completions left after the batch".into())?;
+    ensure(b.cq.ex_poll()?.is_none(), || "completions left after the batch".into())?;
     Ok(())
 }

@@ -306,9 +306,9 @@ fn register_atfork() {
     });
 }
 
-/// The directory of this process's endpoint in the host-wide runtime directory (where
-/// its shared segments and FIFOs are); for tests and diagnostics.
-#[doc(hidden)]
+/// The directory of this process's endpoint in the host-wide runtime directory, where
+/// its shared segments and FIFOs are (for diagnostics and tests; a forked child gets its
+/// own).
 pub fn endpoint_dir() -> std::path::PathBuf {
     device().dir.clone()
 }

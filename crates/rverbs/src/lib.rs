@@ -31,7 +31,6 @@
 #![warn(missing_docs)]
 
 pub mod ah;
-mod bindings;
 pub mod clock;
 pub mod context;
 pub mod cq;
@@ -71,7 +70,7 @@ pub use mw::{inc_rkey, Mw, MwBind, MwType};
 pub use pd::Pd;
 pub use qp::attr::{AhAttr, GlobalRoute, MigState, QpAttr, QpCap};
 pub use qp::wr::{BindMwWr, FlushPlacement, FlushSelectivity, FlushWr, Payload, PostError, RecvWr, SendWr, UdDest};
-pub use qp::batch::{SendOps, WrBatch};
+pub use qp::batch::{SendBatch, SendOps, WrBatch};
 pub use qp::connect::RemotePath;
 pub use qp::{Qp, QpInit};
 pub use rverbs_proto::state::QpAttrMask;

@@ -266,6 +266,14 @@ pub enum Rule {
     /// An `ibv_wr_*` builder whose operation is not in the QP's `send_ops_flags`.
     #[error("operation not in the QP's send_ops_flags")]
     OpNotInSendOps,
+    /// A pointer argument (an AH, an MR, a memory window) that is NULL or names no live
+    /// object of its kind (the C ABI's check; ibv_wr_post(3) reports it at
+    /// `ibv_wr_complete`).
+    #[error("unusable pointer argument: {what}")]
+    UnusablePointer {
+        /// Which argument.
+        what: &'static str,
+    },
     /// An `ibv_wr_set_*` with no work request started.
     #[error("no work request to set")]
     NoWrToSet,

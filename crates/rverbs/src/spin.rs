@@ -60,6 +60,22 @@ impl<T> SpinMutex<T> {
     }
 }
 
+impl SpinMutex<()> {
+    /// Takes the lock and keeps it after this call returns, for a critical section that
+    /// spans calls (ibv_start_poll … ibv_end_poll); [`SpinMutex::unlock`] ends it.
+    pub(crate) fn lock_held(&self) {
+        std::mem::forget(self.lock());
+    }
+
+    /// Releases a lock taken by [`SpinMutex::lock_held`]. A lock over `()` guards no data,
+    /// so a release by the wrong caller breaks only the exclusion the caller relies on,
+    /// never memory safety.
+    pub(crate) fn unlock(&self) {
+        // Sequentially consistent, as the guard's release.
+        self.locked.swap(false, Ordering::SeqCst);
+    }
+}
+
 impl<T> Deref for SpinGuard<'_, T> {
     type Target = T;
 

@@ -285,8 +285,11 @@ impl Srq {
         self.inner.queue().post(wrs, Some(keys), "post_srq_recv")
     }
 
-    /// As [`Srq::post_recv`] with the C ABI's region semantics.
-    #[doc(hidden)]
+    /// Posts receives as [`Srq::post_recv`], naming memory regions by key only.
+    ///
+    /// Rule: as [`crate::Qp::post_send_unpinned`]: a region deregistered while the
+    /// receive is pending makes it complete in error instead of staying registered.
+    /// Errors: as [`Srq::post_recv`].
     pub fn post_recv_unpinned(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         self.inner.queue().post(wrs, None, "post_srq_recv")
     }
@@ -311,13 +314,16 @@ impl Srq {
         self.inner.async_events.ack(n);
     }
 
-    /// Opaque value for language bindings.
-    #[doc(hidden)]
+    /// The word the owner of the SRQ attached with [`Srq::set_cookie`] (0 until then).
+    ///
+    /// Rule: every handle of the SRQ, also one handed back by an asynchronous event,
+    /// reads the same word; rverbs never interprets it (a language binding keeps the
+    /// address of its own SRQ object here).
     pub fn cookie(&self) -> usize {
         self.inner.cookie.load(Ordering::Acquire)
     }
 
-    #[doc(hidden)]
+    /// Attaches an opaque word to the SRQ, read back by [`Srq::cookie`] on any handle.
     pub fn set_cookie(&self, value: usize) {
         self.inner.cookie.store(value, Ordering::Release);
     }

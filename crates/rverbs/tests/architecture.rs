@@ -21,7 +21,7 @@ use syn::visit::Visit;
 /// `qp` is `src/qp/mod.rs`).
 const LAYERS: &[(&str, &[&str])] = &[
     // Operating system, primitives and the shared-memory segments themselves.
-    ("os", &["bindings", "clock", "error", "gid", "limits", "mem", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma"]),
+    ("os", &["clock", "error", "gid", "limits", "mem", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma"]),
     // Memory keys and regions: the key table, registrations, every access to their bytes.
     ("memory", &["shm::tables", "mr::keys", "mr::share", "mr::access", "mr::proxy", "mr", "mw"]),
     // Completion and receive rings.

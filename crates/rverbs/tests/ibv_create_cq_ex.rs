@@ -23,10 +23,10 @@ fn send_imm(a: &Side, b: &Side, wr_id: u64, len: u32, imm: u32) {
 #[test]
 fn start_poll_on_an_empty_cq_is_enoent_and_the_cq_stays_valid() {
     let (a, b) = pair_ex(WcExFlags::STANDARD);
-    assert!(b.cq.start_poll().unwrap().is_none());
-    assert!(b.cq.start_poll().unwrap().is_none());
+    assert!(b.cq.ex_poll().unwrap().is_none());
+    assert!(b.cq.ex_poll().unwrap().is_none());
     send_imm(&a, &b, 5, 16, 0x0102_0304);
-    let p = b.cq.start_poll().unwrap().expect("a completion");
+    let p = b.cq.ex_poll().unwrap().expect("a completion");
     assert_eq!(p.wr_id(), 5);
     assert_eq!(p.status(), WcStatus::Success);
 }
@@ -38,7 +38,7 @@ fn next_poll_walks_the_batch_oldest_first_then_enoent() {
         send_imm(&a, &b, i, 8, i as u32);
     }
     let mut ids = vec![];
-    let mut p = b.cq.start_poll().unwrap().unwrap();
+    let mut p = b.cq.ex_poll().unwrap().unwrap();
     loop {
         ids.push(p.wr_id());
         match p.next().unwrap() {
@@ -48,7 +48,7 @@ fn next_poll_walks_the_batch_oldest_first_then_enoent() {
     }
     assert_eq!(ids, vec![0, 1, 2]);
     // The batch consumed them.
-    assert!(b.cq.start_poll().unwrap().is_none());
+    assert!(b.cq.ex_poll().unwrap().is_none());
 }
 
 #[test]
@@ -62,7 +62,7 @@ fn requested_fields_are_readable() {
         | WcExFlags::DLID_PATH_BITS;
     let (a, b) = pair_ex(all);
     send_imm(&a, &b, 9, 100, 0xaabb_ccdd);
-    let p = b.cq.start_poll().unwrap().unwrap();
+    let p = b.cq.ex_poll().unwrap().unwrap();
     assert_eq!(p.opcode(), Some(WcOpcode::Recv));
     assert_eq!(p.byte_len(), Some(100));
     assert_eq!(p.imm_data(), Some(0xaabb_ccdd));
@@ -80,7 +80,7 @@ fn requested_fields_are_readable() {
 fn fields_not_requested_read_as_none() {
     let (a, b) = pair_ex(WcExFlags::BYTE_LEN);
     send_imm(&a, &b, 1, 10, 7);
-    let p = b.cq.start_poll().unwrap().unwrap();
+    let p = b.cq.ex_poll().unwrap().unwrap();
     assert_eq!(p.byte_len(), Some(10));
     assert_eq!(p.imm_data(), None);
     assert_eq!(p.qp_num(), None);
@@ -103,7 +103,7 @@ fn completion_timestamps_come_from_the_device_clock() {
     send_imm(&a, &b, 1, 8, 0);
     send_imm(&a, &b, 2, 8, 0);
     let after = b.ctx.query_rt_values();
-    let p = b.cq.start_poll().unwrap().unwrap();
+    let p = b.cq.ex_poll().unwrap().unwrap();
     let t1 = p.completion_ts().unwrap();
     let w1 = p.completion_wallclock_ns().unwrap();
     let p = p.next().unwrap().unwrap();
@@ -128,7 +128,7 @@ fn error_completions_expose_status_wr_id_vendor_err() {
     post_recv(&b, 1, 0, 4);
     let sge = [a.mr.sge(0, 64).unwrap()];
     a.qp.post_send(&[SendWr::send(3, &sge)]).unwrap();
-    let p = b.cq.start_poll().unwrap().unwrap();
+    let p = b.cq.ex_poll().unwrap().unwrap();
     assert_eq!(p.wr_id(), 1);
     assert_eq!(p.status(), WcStatus::LocLenErr);
     assert_eq!(p.vendor_err(), vendor_err::RECV_TOO_SMALL);
@@ -144,4 +144,58 @@ fn poll_on_an_extended_cq_returns_every_field() {
     let wc = poll_one(&b.cq);
     assert_eq!(wc.byte_len(), Some(12));
     assert_eq!(wc.imm_data(), Some(99));
+}
+
+// The explicit calls (`Cq::start_poll` / `next_poll` / `end_poll`, what the C
+// `ibv_start_poll` … `ibv_end_poll` call one to one).
+
+#[test]
+fn explicit_start_poll_on_an_empty_cq_is_enoent_and_opens_no_batch() {
+    let (a, b) = pair_ex(WcExFlags::STANDARD);
+    assert!(b.cq.start_poll().unwrap().is_none());
+    // No batch is open (no end_poll follows ENOENT): a plain poll proceeds and finds the
+    // next completion.
+    send_imm(&a, &b, 7, 8, 0);
+    assert_eq!(poll_one(&b.cq).wr_id(), 7);
+}
+
+#[test]
+fn explicit_next_poll_after_the_last_is_enoent_and_end_poll_releases() {
+    let (a, b) = pair_ex(WcExFlags::STANDARD | WcExFlags::BYTE_LEN);
+    send_imm(&a, &b, 1, 8, 0);
+    send_imm(&a, &b, 2, 16, 0);
+    let first = b.cq.start_poll().unwrap().expect("a completion");
+    assert_eq!((first.wr_id(), first.byte_len()), (1, Some(8)));
+    // The read accessors see the current completion.
+    assert_eq!((b.cq.polled().wr_id(), b.cq.polled().byte_len()), (1, Some(8)));
+    let second = b.cq.next_poll().unwrap().expect("the second completion");
+    assert_eq!(second.wr_id(), 2);
+    assert_eq!((b.cq.polled().wr_id(), b.cq.polled().byte_len()), (2, Some(16)));
+    assert!(b.cq.next_poll().unwrap().is_none(), "ENOENT after the last");
+    assert!(b.cq.next_poll().unwrap().is_none(), "and again: the batch stays valid");
+    b.cq.end_poll();
+    // Released: another thread polls the CQ (it would wait for end_poll otherwise), and
+    // the batch removed both completions.
+    send_imm(&a, &b, 3, 8, 0);
+    let cq = b.cq.clone();
+    let ids = std::thread::spawn(move || poll_one(&cq).wr_id()).join().unwrap();
+    assert_eq!(ids, 3);
+    assert_empty(&b.cq);
+}
+
+#[test]
+fn explicit_and_guard_batches_share_one_position() {
+    let (a, b) = pair_ex(WcExFlags::STANDARD);
+    for i in 0..3 {
+        send_imm(&a, &b, i, 8, i as u32);
+    }
+    let p = b.cq.ex_poll().unwrap().unwrap();
+    assert_eq!(p.wr_id(), 0);
+    let p = p.next().unwrap().unwrap();
+    assert_eq!((p.wr_id(), b.cq.polled().wr_id()), (1, 1));
+    drop(p); // end_poll
+    let e = b.cq.start_poll().unwrap().unwrap();
+    assert_eq!(e.wr_id(), 2);
+    b.cq.end_poll();
+    assert!(b.cq.start_poll().unwrap().is_none());
 }

@@ -144,3 +144,100 @@ fn complete_before_rts_is_einval() {
     assert_eq!(w.complete().unwrap_err().errno(), libc::EINVAL);
     assert_eq!(qp.send_queue_len(), 0);
 }
+
+// The owned batch (`Qp::start_batch`, what the C `ibv_wr_*` calls drive one to one).
+
+#[test]
+fn owned_batch_abort_posts_nothing() {
+    let (a, b) = ex_pair(QpType::Rc, SendOps::RDMA_WRITE);
+    a.mr.write(0, b"aborted!").unwrap();
+    let mut w = a.qp.start_batch().unwrap();
+    w.rdma_write(1, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova()).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    w.rdma_write(2, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova() + 8).set_inline_data(b"inline!!");
+    w.abort();
+    assert_eq!(a.qp.send_queue_len(), 0);
+    assert_empty(&a.cq);
+    let mut x = [0u8; 16];
+    b.mr.read(0, &mut x).unwrap();
+    assert_eq!(x, [0; 16], "no WRITE of the aborted batch reached the peer");
+    // The QP takes the next batch (the aborted one's buffer is reused).
+    let mut w = a.qp.start_batch().unwrap();
+    w.rdma_write(3, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova()).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    w.complete().unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 3);
+    b.mr.read(0, &mut x).unwrap();
+    assert_eq!(&x, b"aborted!\0\0\0\0\0\0\0\0");
+}
+
+#[test]
+fn owned_batch_error_at_complete_posts_neither_earlier_nor_later_requests() {
+    // ibv_wr_post(3), RETURN VALUE: "the entire posting will be aborted".
+    let (a, b) = ex_pair(QpType::Rc, SendOps::RDMA_WRITE);
+    a.mr.write(0, b"earlier!").unwrap();
+    let too_many = vec![a.mr.sge(0, 1).unwrap(); a.qp.cap().max_send_sge as usize + 1];
+    let mut w = a.qp.start_batch().unwrap();
+    w.rdma_write(1, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova()).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    w.rdma_write(2, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova() + 8).set_sge_list(&too_many);
+    w.rdma_write(3, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova() + 16).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    let e = w.complete().unwrap_err();
+    assert_eq!(e.errno(), libc::ENOSPC, "more SGEs than max_send_sge: {e}");
+    assert_eq!(a.qp.send_queue_len(), 0);
+    assert_empty(&a.cq);
+    let mut x = [0u8; 24];
+    b.mr.read(0, &mut x).unwrap();
+    assert_eq!(x, [0; 24], "neither the request before the failing one nor the one after it ran");
+}
+
+#[test]
+fn owned_batch_larger_than_the_send_queue_is_enospc_and_posts_nothing() {
+    let (a, b) = ex_pair(QpType::Rc, SendOps::RDMA_WRITE);
+    let room = a.qp.cap().max_send_wr as u64;
+    let mut w = a.qp.start_batch().unwrap();
+    for i in 0..=room {
+        w.rdma_write(i, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova());
+    }
+    assert_eq!(w.complete().unwrap_err().errno(), libc::ENOSPC);
+    assert_eq!(a.qp.send_queue_len(), 0);
+    assert_empty(&a.cq);
+}
+
+#[test]
+fn owned_batch_reports_the_first_error_in_call_order() {
+    let (a, b) = ex_pair(QpType::Rc, SendOps::SEND | SendOps::RDMA_WRITE);
+    let too_many = vec![a.mr.sge(0, 1).unwrap(); a.qp.cap().max_send_sge as usize + 1];
+    // The send queue refuses the first request (found at complete) before the second is
+    // refused by the builder (found at once): the first one's error wins.
+    let mut w = a.qp.start_batch().unwrap();
+    w.send(1, SendFlags::empty()).set_sge_list(&too_many);
+    w.rdma_read(2, SendFlags::empty(), b.mr.rkey(), b.mr.iova());
+    assert_eq!(w.complete().unwrap_err().errno(), libc::ENOSPC);
+    // And the other way round.
+    let mut w = a.qp.start_batch().unwrap();
+    w.rdma_read(1, SendFlags::empty(), b.mr.rkey(), b.mr.iova());
+    w.send(2, SendFlags::empty()).set_sge_list(&too_many);
+    assert_eq!(w.complete().unwrap_err().errno(), libc::EINVAL);
+    // An error given by the caller (a binding's untranslatable argument) takes its place.
+    let mut w = a.qp.start_batch().unwrap();
+    w.send(1, SendFlags::empty()).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    w.fail(Error::Again { verb: "test", why: "caller's error" });
+    w.send(2, SendFlags::empty()).set_sge_list(&too_many);
+    assert_eq!(w.complete().unwrap_err().errno(), libc::EAGAIN);
+    assert_eq!(a.qp.send_queue_len(), 0);
+    assert_empty(&a.cq);
+}
+
+#[test]
+fn owned_batch_holds_no_lock_while_filled() {
+    let (a, b) = ex_pair(QpType::Rc, SendOps::RDMA_WRITE);
+    let mut w = a.qp.start_batch().unwrap();
+    w.rdma_write(1, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova());
+    // post_send on the same QP, from the same thread, while the batch is open: it does
+    // not wait for the batch, and nothing of the batch runs before complete.
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(2, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 2);
+    assert_empty(&a.cq);
+    // The batch is owned: another thread completes it.
+    std::thread::spawn(move || w.complete().unwrap()).join().unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 1);
+}

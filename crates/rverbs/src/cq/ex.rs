@@ -1,28 +1,34 @@
 //! Extended polling: the start/next/end batch of ibv_create_cq_ex(3) (`ibv_start_poll`).
 //!
-//! Rule: `start_poll` returns ENOENT when the CQ is empty and leaves it valid — here
-//! `Ok(None)`; `next_poll` likewise — here `Ok(None)` from [`ExPoll::next`], which also
-//! ends the batch; `end_poll` closes the batch — here dropping the [`ExPoll`].
-//! Rule: a field can only be read if the CQ was created with its `wc_flags` bit; here an
-//! accessor of a field not requested returns `None` — never undefined behaviour.
+//! Rule: [`Cq::start_poll`] returns ENOENT when the CQ is empty and leaves it valid —
+//! here `Ok(None)`, and no batch is open; otherwise the batch is open and positioned on
+//! the oldest completion, removed from the CQ.
+//! Rule: [`Cq::next_poll`] moves to the next completion, `Ok(None)` (ENOENT) when there
+//! is none; the batch stays open until [`Cq::end_poll`], which the caller must call
+//! after a successful `start_poll` whatever `next_poll` returned.
+//! Rule: from `start_poll` to `end_poll` the CQ is locked for the poller (other polls
+//! wait), as providers hold their CQ lock; a SINGLE_THREADED CQ takes no lock.
+//! Rule: the read accessors ([`Cq::polled`], [`ExEntry`]) are valid for the current
+//! completion; a field can only be read if the CQ was created with its `wc_flags` bit —
+//! here an accessor of a field not requested returns `None`, never undefined behaviour.
 //! Rule: `wr_id` and `status` are always available; `opcode`, `vendor_err` and
 //! `wc_flags` too (ibv_wc_read_opcode, ibv_wc_read_vendor_err, ibv_wc_read_wc_flags).
+//!
+//! [`ExPoll`] ([`Cq::ex_poll`]) is the same batch as a guard: it calls these functions
+//! and ends the batch when dropped.
 
-use crate::spin::SpinGuard;
+use std::sync::atomic::Ordering;
 
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 
-use crate::cq::{Cq, CqInner, WcExFlags};
+use crate::cq::{Cq, CqCreateFlags, CqInner, WcExFlags};
 use crate::error::{Error, Result};
 use crate::wc::Cqe;
 
-/// One batch of extended polling, positioned on a completion.
-///
-/// While the batch lives it holds the CQ's consumer lock (unless the CQ is
-/// SINGLE_THREADED), as providers do between start_poll and end_poll.
+/// One batch of extended polling as a guard, positioned on a completion
+/// ([`Cq::ex_poll`]); dropping it ends the batch ([`Cq::end_poll`]).
 pub struct ExPoll<'a> {
-    cq: &'a CqInner,
-    _consumer: Option<SpinGuard<'a, ()>>,
+    cq: &'a Cq,
     entry: ExEntry,
 }
 
@@ -32,75 +38,128 @@ impl std::fmt::Debug for ExPoll<'_> {
     }
 }
 
-/// One completion removed by [`Cq::poll_ex_one`], with the accessors of [`ExPoll`]: a
-/// field the CQ was not created with reads as `None`.
-///
-/// This is the building block for bindings whose start/next/end calls cannot hold a
-/// Rust borrow between them (the C ABI): each call removes one completion, so
-/// concurrent pollers still see every completion exactly once.
+/// The completion a batch is positioned on, with the accessors of extended polling
+/// (`ibv_wc_read_*`): a field the CQ was not created with reads as `None`.
 #[derive(Clone, Copy, Debug)]
 pub struct ExEntry {
     flags: WcExFlags,
     current: Cqe,
 }
 
-impl Cq {
-    /// Removes the oldest completion for extended reading (see [`ExEntry`]); `Ok(None)`
-    /// when the CQ is empty (ENOENT).
-    ///
-    /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
-    pub fn poll_ex_one(&self) -> Result<Option<ExEntry>> {
-        let cq: &CqInner = self.inner();
-        if cq.errored() {
-            return Err(Error::CqOverrun);
+impl CqInner {
+    /// Takes the consumer lock past this call (not for SINGLE_THREADED).
+    fn hold_consumer(&self) {
+        if !self.flags.contains(CqCreateFlags::SINGLE_THREADED) {
+            self.consumer.lock_held();
         }
-        let _g = cq.lock_consumer();
-        Ok(pop_one(cq).map(|current| ExEntry { flags: cq.wc_flags, current }))
     }
 
-    /// Starts a batch (ibv_start_poll(3)): `Ok(None)` is ENOENT, the CQ is empty.
-    ///
-    /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
-    pub fn start_poll(&self) -> Result<Option<ExPoll<'_>>> {
-        let cq: &CqInner = self.inner();
-        if cq.errored() {
-            return Err(Error::CqOverrun);
+    fn release_consumer(&self) {
+        if !self.flags.contains(CqCreateFlags::SINGLE_THREADED) {
+            self.consumer.unlock();
         }
-        let guard = cq.lock_consumer();
-        match pop_one(cq) {
-            Some(current) => Ok(Some(ExPoll {
-                cq,
-                _consumer: guard,
-                entry: ExEntry { flags: cq.wc_flags, current },
-            })),
-            None => Ok(None),
+    }
+
+    /// Removes the oldest completion and makes it the current one of the batch.
+    fn pop_polled(&self) -> Option<ExEntry> {
+        let current = self.pop_live(self.seg().ring())?;
+        for (slot, w) in self.polled.iter().zip(current.encode()) {
+            slot.store(w, Ordering::Relaxed);
         }
+        Some(ExEntry { flags: self.wc_flags, current })
     }
 }
 
-fn pop_one(cq: &CqInner) -> Option<Cqe> {
-    cq.pop_live(cq.seg().ring())
+impl Cq {
+    /// Starts a batch of extended polling (ibv_start_poll(3)): removes the oldest
+    /// completion and positions the batch on it; `Ok(None)` is ENOENT, the CQ is empty,
+    /// and then no batch is open.
+    ///
+    /// Rule: ibv_create_cq_ex(3): ENOENT leaves the CQ valid; after ENOENT (or an
+    /// error) `end_poll` is not called; after success it must be.
+    /// Rule: the CQ stays locked for this poller until [`Cq::end_poll`] (other polls of
+    /// this CQ wait); a SINGLE_THREADED CQ takes no lock.
+    /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
+    pub fn start_poll(&self) -> Result<Option<ExEntry>> {
+        let cq: &CqInner = self.inner();
+        if cq.errored() {
+            return Err(Error::CqOverrun);
+        }
+        cq.hold_consumer();
+        let entry = cq.pop_polled();
+        if entry.is_none() {
+            cq.release_consumer();
+        }
+        Ok(entry)
+    }
+
+    /// Moves the open batch to the next completion, removing it (ibv_next_poll(3));
+    /// `Ok(None)` is ENOENT.
+    ///
+    /// Rule: ibv_create_cq_ex(3): called between `start_poll` and `end_poll`; after
+    /// ENOENT or an error the batch is still ended with `end_poll`.
+    /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
+    pub fn next_poll(&self) -> Result<Option<ExEntry>> {
+        let cq: &CqInner = self.inner();
+        if cq.errored() {
+            return Err(Error::CqOverrun);
+        }
+        Ok(cq.pop_polled())
+    }
+
+    /// Ends the batch a successful [`Cq::start_poll`] opened (ibv_end_poll(3)),
+    /// releasing the CQ for other pollers.
+    ///
+    /// Rule: ibv_create_cq_ex(3): after `end_poll` a new batch starts with `start_poll`.
+    /// Calling it without an open batch releases a batch another thread holds (as with a
+    /// provider's lock): its completions stay whole, but that poller loses its exclusion.
+    pub fn end_poll(&self) {
+        self.inner().release_consumer();
+    }
+
+    /// The completion the open batch is positioned on (what the `ibv_wc_read_*`
+    /// functions read); outside a batch, the last one polled.
+    pub fn polled(&self) -> ExEntry {
+        let cq: &CqInner = self.inner();
+        let mut words = [0u64; crate::cq::ring::DATA_WORDS];
+        for (w, slot) in words.iter_mut().zip(cq.polled.iter()) {
+            *w = slot.load(Ordering::Relaxed);
+        }
+        ExEntry { flags: cq.wc_flags, current: Cqe::decode(&words) }
+    }
+
+    /// Starts a batch as a guard ([`Cq::start_poll`]); `Ok(None)` is ENOENT.
+    ///
+    /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
+    pub fn ex_poll(&self) -> Result<Option<ExPoll<'_>>> {
+        Ok(self.start_poll()?.map(|entry| ExPoll { cq: self, entry }))
+    }
 }
 
 impl<'a> ExPoll<'a> {
-    /// Moves to the next completion (ibv_next_poll(3)); `Ok(None)` is ENOENT and ends
-    /// the batch (ibv_end_poll(3)).
+    /// Moves to the next completion ([`Cq::next_poll`]); `Ok(None)` is ENOENT and, like
+    /// an error, ends the batch ([`Cq::end_poll`]).
+    ///
+    /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
     pub fn next(mut self) -> Result<Option<ExPoll<'a>>> {
-        match pop_one(self.cq) {
-            Some(c) => {
-                self.entry.current = c;
-                Ok(Some(self))
-            }
-            None => Ok(None),
-        }
+        Ok(self.cq.next_poll()?.map(|entry| {
+            self.entry = entry;
+            self
+        }))
     }
 
-    /// Ends the batch (ibv_end_poll(3)); dropping does the same.
+    /// Ends the batch ([`Cq::end_poll`]); dropping does the same.
     pub fn end(self) {}
 
     /// The current completion.
     pub fn entry(&self) -> &ExEntry {
         &self.entry
+    }
+}
+
+impl Drop for ExPoll<'_> {
+    fn drop(&mut self) {
+        self.cq.end_poll();
     }
 }
 
@@ -214,5 +273,64 @@ impl ExEntry {
     /// what ibv_poll_cq on an extended CQ returns).
     pub fn to_wc(&self) -> crate::Wc {
         self.current.to_wc()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cq::CqInit;
+    use rverbs_proto::verbs::WcOpcode;
+
+    fn cq_with(flags: CqCreateFlags, n: u64) -> Cq {
+        let ctx = crate::devices().unwrap()[0].open().unwrap();
+        let cq = ctx.create_cq(&CqInit::new(8).flags(flags)).unwrap();
+        for wr_id in 0..n {
+            cq.inner().push(Cqe::success(wr_id, 1, WcOpcode::Send, 0)).unwrap();
+        }
+        cq
+    }
+
+    fn locked(cq: &Cq) -> bool {
+        cq.inner().consumer.try_lock().is_none()
+    }
+
+    #[test]
+    fn start_poll_locks_the_cq_until_end_poll() {
+        let cq = cq_with(CqCreateFlags::empty(), 2);
+        assert_eq!(cq.start_poll().unwrap().map(|e| e.wr_id()), Some(0));
+        assert!(locked(&cq), "the batch holds the CQ between calls");
+        assert!(cq.next_poll().unwrap().is_some());
+        assert!(cq.next_poll().unwrap().is_none());
+        assert!(locked(&cq), "ENOENT from next_poll does not end the batch");
+        cq.end_poll();
+        assert!(!locked(&cq));
+    }
+
+    #[test]
+    fn start_poll_enoent_leaves_the_cq_unlocked() {
+        let cq = cq_with(CqCreateFlags::empty(), 0);
+        assert!(cq.start_poll().unwrap().is_none());
+        assert!(!locked(&cq));
+    }
+
+    #[test]
+    fn single_threaded_batches_take_no_lock() {
+        let cq = cq_with(CqCreateFlags::SINGLE_THREADED, 1);
+        assert!(cq.start_poll().unwrap().is_some());
+        assert!(!locked(&cq));
+        cq.end_poll();
+        assert!(!locked(&cq), "end_poll on a SINGLE_THREADED CQ releases nothing");
+    }
+
+    #[test]
+    fn the_guard_ends_its_batch_when_dropped() {
+        let cq = cq_with(CqCreateFlags::empty(), 2);
+        let p = cq.ex_poll().unwrap().unwrap();
+        assert!(locked(&cq));
+        let p = p.next().unwrap().unwrap();
+        assert!(locked(&cq));
+        assert!(p.next().unwrap().is_none(), "ENOENT ends the guard's batch");
+        assert!(!locked(&cq));
     }
 }

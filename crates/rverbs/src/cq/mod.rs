@@ -10,7 +10,7 @@ pub mod ex;
 pub(crate) mod ring;
 pub(crate) mod seg;
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::spin::{SpinGuard, SpinMutex};
@@ -178,6 +178,7 @@ pub(crate) struct CqInner {
     pub(crate) id: u32,
     /// The generations of the shared segment.
     gens: Gens,
+    /// Taken by a poll, and from `start_poll` to `end_poll` (not for SINGLE_THREADED).
     consumer: SpinMutex<()>,
     pub(crate) flags: CqCreateFlags,
     pub(crate) wc_flags: WcExFlags,
@@ -192,6 +193,10 @@ pub(crate) struct CqInner {
     purges: Mutex<Vec<(u32, u64)>>,
     purging: AtomicBool,
     cookie: AtomicUsize,
+    /// The completion extended polling is positioned on ([`ex`]), as ring words: atomic,
+    /// so a misbehaving second poller reads stale values, never undefined behaviour.
+    /// Written and read by the poller only, like `consumer`.
+    polled: [AtomicU64; ring::DATA_WORDS],
 }
 
 /// Why a completion could not be delivered.
@@ -416,6 +421,7 @@ impl Cq {
                 purges: Mutex::new(Vec::new()),
                 purging: AtomicBool::new(false),
                 cookie: AtomicUsize::new(0),
+                polled: Default::default(),
             }),
         };
         dev.cqs.publish(id, &cq.inner);
@@ -577,13 +583,18 @@ impl Cq {
         self.len() == 0
     }
 
-    /// Opaque value for language bindings (the C ABI keeps its `ibv_cq *` here).
-    #[doc(hidden)]
+    /// The word the owner of the CQ attached with [`Cq::set_cookie`] (0 until then).
+    ///
+    /// Rule: every handle of the CQ, also one handed back by a completion event
+    /// ([`channel::CompChannel::get_cq_event`]) or an asynchronous event, reads the same
+    /// word; rverbs never interprets it (a language binding keeps the address of its own
+    /// CQ object here, as `container_of` does for a C provider). Unlike
+    /// [`Cq::cq_context`] it is not the application's value of the C API.
     pub fn cookie(&self) -> usize {
         self.inner.cookie.load(Ordering::Acquire)
     }
 
-    #[doc(hidden)]
+    /// Attaches an opaque word to the CQ, read back by [`Cq::cookie`] on any handle.
     pub fn set_cookie(&self, value: usize) {
         self.inner.cookie.store(value, Ordering::Release);
     }

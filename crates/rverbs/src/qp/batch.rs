@@ -1,17 +1,23 @@
 //! The work-request builder: batch posting in the `ibv_qp_ex` / `ibv_wr_*` model
 //! (ibv_wr_post(3)).
 //!
-//! Rule: [`Qp::wr_start`] opens a batch (a per-QP critical section); each builder
-//! (`send`, `rdma_write`, …) starts one work request with the `wr_id` and flags given to
-//! it; setters (`set_sge`, `set_inline_data`, `set_ud_addr`, `set_xrc_srqn`, …) complete
-//! the last one. [`WrBatch::complete`] posts the whole batch; [`WrBatch::abort`] (or
-//! dropping the batch) discards it.
-//! Rule: the first error is latched, later builders and setters do nothing, `complete`
-//! returns the error and nothing of the batch is posted.
+//! Rule: [`Qp::start_batch`] opens a batch ([`SendBatch`], owned, holding no lock while
+//! it is filled: ibv_wr_start); each builder (`send`, `rdma_write`, …) starts one work
+//! request with the `wr_id` and flags given to it; setters (`set_sge`,
+//! `set_inline_data`, `set_ud_addr`, `set_xrc_srqn`, …) complete the last one.
+//! [`SendBatch::complete`] validates and posts the whole batch under the send queue's
+//! lock (ibv_wr_complete); [`SendBatch::abort`] (or dropping the batch) discards it
+//! (ibv_wr_abort). Batches of `post_send` and of this builder interleave only between
+//! batches, never inside one: a batch enters the send queue in one piece.
+//! Rule: ibv_wr_post(3), RETURN VALUE: the builders report no error; the first error is
+//! latched, later builders and setters do nothing, `complete` returns the error and
+//! "the entire posting will be aborted": nothing of the batch is posted.
 //! Rule: the operations a QP may build are chosen at creation (`send_ops_flags`); asking
 //! for one the QP type does not support is EOPNOTSUPP at creation.
+//!
+//! [`Qp::wr_start`] returns the same batch as a guard borrowing the QP ([`WrBatch`]).
 
-use crate::spin::SpinGuard;
+use std::sync::atomic::Ordering;
 
 use bitflags::bitflags;
 use rverbs_proto::verbs::{QpState, QpType, SendFlags, WrOpcode};
@@ -24,7 +30,7 @@ use crate::mr::{Mr, Sge};
 use crate::mw::{Mw, MwBind};
 use crate::qp::sq::SendQueue;
 use crate::qp::wr::{BindMwWr, FlushWr, Payload, SendWr, UdDest};
-use crate::qp::Qp;
+use crate::qp::{Qp, QpInner};
 use crate::Access;
 
 bitflags! {
@@ -102,7 +108,8 @@ impl SendOps {
 const MAX_SGE: usize = limits::MAX_SGE as usize;
 const MAX_INLINE: usize = limits::MAX_INLINE_DATA as usize;
 
-/// The work request being built, owning its data until it is pushed.
+/// A work request being built; its scatter list and inline bytes live in the batch's
+/// shared buffers ([`BatchBuf`]).
 struct Pending {
     wr_id: u64,
     opcode: WrOpcode,
@@ -116,115 +123,110 @@ struct Pending {
     bind: Option<(Mw, u32, Option<Mr>, u64, u64, Access)>,
     flush: Option<FlushWr>,
     xrc_srqn: u32,
-    sges: [Sge; MAX_SGE],
+    /// `BatchBuf::sges[sge_start..sge_start + num_sge]`.
+    sge_start: usize,
     num_sge: usize,
-    inline: Option<usize>,
+    /// `BatchBuf::inline[start..start + len]` when the data is inline.
+    inline: Option<(usize, usize)>,
 }
 
-/// A batch of work requests under construction (`ibv_wr_start` … `ibv_wr_complete`).
-pub struct WrBatch<'q> {
-    qp: &'q Qp,
-    sq: SpinGuard<'q, SendQueue>,
-    /// Work requests queued before the batch started.
-    mark: usize,
-    error: Option<Error>,
-    cur: Option<Box<Pending>>,
-    inline: Box<[u8; MAX_INLINE]>,
+/// The storage of a batch: its work requests, their scatter lists and inline bytes. A QP
+/// keeps the buffer of its last batch for the next one, so a steady stream of batches
+/// allocates nothing.
+#[derive(Default)]
+pub(crate) struct BatchBuf {
+    wrs: Vec<Pending>,
+    sges: Vec<Sge>,
+    inline: Vec<u8>,
 }
 
-impl std::fmt::Debug for WrBatch<'_> {
+impl BatchBuf {
+    fn clear(&mut self) {
+        self.wrs.clear();
+        self.sges.clear();
+        self.inline.clear();
+    }
+}
+
+/// A batch of work requests under construction, owned by the caller
+/// (`ibv_wr_start` … `ibv_wr_complete` / `ibv_wr_abort`).
+///
+/// Rule: ibv_wr_post(3): nothing is executed before `complete` returns success;
+/// `abort` (or dropping the batch) discards everything prepared since the start.
+/// The batch holds no lock while it is filled; `complete` takes the send queue once.
+#[must_use = "a batch posts nothing until complete()"]
+pub struct SendBatch {
+    qp: Qp,
+    buf: BatchBuf,
+    /// The first error and how many work requests were closed before it (their own
+    /// errors, found when `complete` pushes them, come first).
+    error: Option<(usize, Error)>,
+}
+
+impl std::fmt::Debug for SendBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WrBatch").field("error", &self.error).finish_non_exhaustive()
+        f.debug_struct("SendBatch")
+            .field("wrs", &self.buf.wrs.len())
+            .field("error", &self.error)
+            .finish_non_exhaustive()
     }
 }
 
 impl Qp {
-    /// Opens a batch (ibv_wr_start(3)).
+    /// Opens a batch owned by the caller (ibv_wr_start(3)).
+    ///
+    /// Rule: ibv_wr_post(3): only a QP created with `send_ops_flags` builds work requests.
+    /// Errors: `EINVAL` if the QP was created without `send_ops`.
+    pub fn start_batch(&self) -> Result<SendBatch> {
+        let q = self.inner();
+        if q.send_ops.is_none() {
+            return Err(Error::invalid("wr_start", Rule::NoSendOps));
+        }
+        let buf = std::mem::take(&mut *q.batch_spare.lock());
+        Ok(SendBatch { qp: self.clone(), buf, error: None })
+    }
+
+    /// Opens a batch as a guard borrowing the QP (ibv_wr_start(3)); see [`SendBatch`].
     ///
     /// Errors: `EINVAL` if the QP was created without `send_ops`.
     pub fn wr_start(&self) -> Result<WrBatch<'_>> {
-        if self.inner().send_ops.is_none() {
-            return Err(Error::invalid("wr_start", Rule::NoSendOps));
-        }
-        let sq = self.inner().sq.lock();
-        let mark = sq.len();
-        Ok(WrBatch { qp: self, sq, mark, error: None, cur: None, inline: Box::new([0; MAX_INLINE]) })
+        Ok(WrBatch { batch: self.start_batch()?, _qp: std::marker::PhantomData })
     }
 }
 
-impl WrBatch<'_> {
-    fn latch(&mut self, e: Error) {
+impl SendBatch {
+    /// Latches `e` as the batch's error unless one came first; `closed` work requests
+    /// precede it.
+    fn latch(&mut self, closed: usize, e: Error) {
         if self.error.is_none() {
-            self.error = Some(e);
+            self.error = Some((closed, e));
         }
     }
 
-    /// Pushes the work request being built into the send queue.
-    fn push_current(&mut self) {
-        let Some(p) = self.cur.take() else { return };
-        if self.error.is_some() {
-            return;
-        }
-        let q = self.qp.inner();
-        let inline_bytes = p.inline.map(|n| &self.inline[..n]);
-        let payload = match inline_bytes {
-            Some(b) => Payload::Inline(b),
-            None => Payload::Sge(&p.sges[..p.num_sge]),
-        };
-        let (mw_holder, mr_holder);
-        let bind = match &p.bind {
-            Some((mw, rkey, mr, addr, length, access)) => {
-                mw_holder = mw;
-                mr_holder = mr.as_ref();
-                Some(BindMwWr {
-                    mw: mw_holder,
-                    rkey: *rkey,
-                    bind: MwBind { mr: mr_holder, addr: *addr, length: *length, access: *access },
-                })
-            }
-            None => None,
-        };
-        let wr = SendWr {
-            wr_id: p.wr_id,
-            opcode: p.opcode,
-            flags: p.flags | if inline_bytes.is_some() { SendFlags::INLINE } else { SendFlags::empty() },
-            payload,
-            imm_data: p.imm,
-            remote_addr: p.remote_addr,
-            rkey: p.rkey,
-            compare_add: p.compare_add,
-            swap: p.swap,
-            ud: p.ud.as_ref().map(|(ah, qpn, qkey)| UdDest { ah, remote_qpn: *qpn, remote_qkey: *qkey }),
-            bind,
-            flush: p.flush,
-            xrc_remote_srqn: p.xrc_srqn,
-        };
-        let dev = q.pd.ctx.dev;
-        if let Err(e) = self.sq.push(dev, &q.pd, q.qp_type, &wr, true) {
-            // rxe's builders report every lack of room as ENOSPC (`providers/rxe/rxe.c`).
-            let e = match e {
-                Error::QueueFull { .. } => Error::NoSpace { verb: "wr_*", why: "send queue full" },
-                Error::TooManySge { .. } => Error::NoSpace { verb: "wr_set_sge_list", why: "more SGEs than max_send_sge" },
-                Error::Limit { what: "inline data", .. } => {
-                    Error::NoSpace { verb: "wr_set_inline_data", why: "more than max_inline_data" }
-                }
-                e => e,
-            };
-            self.latch(e);
-        }
+    /// Records an error found by the caller while translating a builder's or setter's
+    /// arguments (a binding that could not read an argument); `complete` reports the
+    /// first error of the batch and posts nothing.
+    ///
+    /// Rule: ibv_wr_post(3), RETURN VALUE: builders and setters report nothing; the
+    /// failure comes from `complete`.
+    pub fn fail(&mut self, error: Error) {
+        // Like a setter's error: the last work request is still open.
+        let closed = self.buf.wrs.len().saturating_sub(1);
+        self.latch(closed, error);
     }
 
     fn begin(&mut self, wr_id: u64, flags: SendFlags, opcode: WrOpcode) -> Option<&mut Pending> {
-        self.push_current();
         if self.error.is_some() {
             return None;
         }
         let allowed = self.qp.inner().send_ops.unwrap_or_default();
         if !allowed.contains(SendOps::of(opcode)) {
-            self.latch(Error::invalid("wr_*", Rule::OpNotInSendOps));
+            let closed = self.buf.wrs.len();
+            self.latch(closed, Error::invalid("wr_*", Rule::OpNotInSendOps));
             return None;
         }
-        self.cur = Some(Box::new(Pending {
+        let sge_start = self.buf.sges.len();
+        self.buf.wrs.push(Pending {
             wr_id,
             opcode,
             flags,
@@ -237,11 +239,11 @@ impl WrBatch<'_> {
             bind: None,
             flush: None,
             xrc_srqn: 0,
-            sges: [Sge::default(); MAX_SGE],
+            sge_start,
             num_sge: 0,
             inline: None,
-        }));
-        self.cur.as_deref_mut()
+        });
+        self.buf.wrs.last_mut()
     }
 
     /// SEND (ibv_wr_send).
@@ -350,37 +352,49 @@ impl WrBatch<'_> {
         self
     }
 
+    /// The work request the setters complete (the last one begun).
     fn current(&mut self) -> Option<&mut Pending> {
         if self.error.is_some() {
             return None;
         }
-        if self.cur.is_none() {
-            self.latch(Error::invalid("wr_set_*", Rule::NoWrToSet));
+        if self.buf.wrs.is_empty() {
+            self.latch(0, Error::invalid("wr_set_*", Rule::NoWrToSet));
         }
-        self.cur.as_deref_mut()
+        self.buf.wrs.last_mut()
+    }
+
+    /// Replaces the current work request's data by the scatter list `sges`.
+    fn put_sges(&mut self, sges: &[Sge]) {
+        let Some(p) = self.current() else { return };
+        let start = p.sge_start;
+        p.num_sge = sges.len();
+        let inline = p.inline.take();
+        // The current work request is the last: its entries and bytes end the buffers.
+        if let Some((at, _)) = inline {
+            self.buf.inline.truncate(at);
+        }
+        self.buf.sges.truncate(start);
+        self.buf.sges.extend_from_slice(sges);
     }
 
     /// One scatter/gather entry (ibv_wr_set_sge); length 0 leaves none.
     pub fn set_sge(&mut self, lkey: u32, addr: u64, length: u32) -> &mut Self {
-        if let Some(p) = self.current() {
-            p.num_sge = usize::from(length != 0);
-            p.sges[0] = Sge { addr, length, lkey };
-            p.inline = None;
-        }
+        let sge = [Sge { addr, length, lkey }];
+        self.put_sges(&sge[..usize::from(length != 0)]);
         self
     }
 
     /// A scatter/gather list (ibv_wr_set_sge_list).
+    ///
+    /// Errors (at `complete`): ENOSPC for more entries than the device's `max_sge`
+    /// (rxe's builders report every lack of room so).
     pub fn set_sge_list(&mut self, sges: &[Sge]) -> &mut Self {
         if sges.len() > MAX_SGE {
-            self.latch(Error::NoSpace { verb: "wr_set_sge_list", why: "more SGEs than max_send_sge" });
+            let closed = self.buf.wrs.len().saturating_sub(1);
+            self.latch(closed, Error::NoSpace { verb: "wr_set_sge_list", why: "more SGEs than max_send_sge" });
             return self;
         }
-        if let Some(p) = self.current() {
-            p.sges[..sges.len()].copy_from_slice(sges);
-            p.num_sge = sges.len();
-            p.inline = None;
-        }
+        self.put_sges(sges);
         self
     }
 
@@ -390,23 +404,29 @@ impl WrBatch<'_> {
     }
 
     /// Several inline pieces, concatenated (ibv_wr_set_inline_data_list).
+    ///
+    /// Errors (at `complete`): ENOSPC for more than `max_inline_data` bytes.
     pub fn set_inline_data_list(&mut self, list: &[&[u8]]) -> &mut Self {
         let total: usize = list.iter().map(|b| b.len()).sum();
         if total > MAX_INLINE {
-            self.latch(Error::NoSpace { verb: "wr_set_inline_data", why: "more than max_inline_data" });
+            let closed = self.buf.wrs.len().saturating_sub(1);
+            self.latch(closed, Error::NoSpace { verb: "wr_set_inline_data", why: "more than max_inline_data" });
             return self;
         }
-        if self.current().is_none() {
-            return self;
-        }
-        let mut off = 0;
+        let end = self.buf.inline.len();
+        let Some(p) = self.current() else { return self };
+        let start = p.sge_start;
+        p.num_sge = 0;
+        let at = match p.inline {
+            Some((at, _)) => at,
+            None => end,
+        };
+        p.inline = Some((at, total));
+        // The current work request is the last: its bytes (and entries) end the buffers.
+        self.buf.sges.truncate(start);
+        self.buf.inline.truncate(at);
         for b in list {
-            self.inline[off..off + b.len()].copy_from_slice(b);
-            off += b.len();
-        }
-        if let Some(p) = self.cur.as_deref_mut() {
-            p.inline = Some(off);
-            p.num_sge = 0;
+            self.buf.inline.extend_from_slice(b);
         }
         self
     }
@@ -427,39 +447,151 @@ impl WrBatch<'_> {
         self
     }
 
-    /// Posts the batch (ibv_wr_complete(3)).
+    /// Validates and posts the batch (ibv_wr_complete(3)).
     ///
-    /// Errors: the first error of the batch (nothing is posted then); `EINVAL` if the QP
-    /// is in RESET, INIT or RTR.
+    /// Rule: ibv_wr_post(3), RETURN VALUE: on failure "the entire posting will be
+    /// aborted": no work request of the batch is posted, also those before the failing
+    /// one.
+    /// Errors: the first error of the batch, in the order of the calls (a work request
+    /// the send queue refuses — ENOSPC when it is full —, an operation outside
+    /// `send_ops`, a setter without a work request, an error given to [`SendBatch::fail`]);
+    /// then `EINVAL` if the QP is in RESET, INIT or RTR.
     pub fn complete(mut self) -> Result<()> {
-        self.push_current();
-        let q = self.qp.inner().clone();
-        let state = q.state();
-        if self.error.is_none() && matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            self.latch(Error::QpStateForbids { verb: "wr_complete", state });
+        let result = self.post();
+        self.buf.clear();
+        result
+    }
+
+    fn post(&mut self) -> Result<()> {
+        let q: &QpInner = self.qp.inner();
+        let (latched, error) = match self.error.take() {
+            Some((closed, e)) => (closed, Some(e)),
+            None => (self.buf.wrs.len(), None),
+        };
+        let mut sq = q.sq.lock();
+        let mark = sq.len();
+        let mut error = match push_all(&mut sq, q, &self.buf, latched) {
+            Err(e) => Some(e),
+            Ok(()) => error,
+        };
+        if error.is_none() {
+            let state = q.state();
+            if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+                error = Some(Error::QpStateForbids { verb: "wr_complete", state });
+            }
         }
-        if let Some(e) = self.error.take() {
-            self.sq.truncate(self.mark);
+        if let Some(e) = error {
+            sq.truncate(mark);
             return Err(e);
         }
-        q.progress(&mut self.sq);
-        drop(self);
-        q.kick();
+        // As post_send: a kick that came before we took the queue is served by this run;
+        // one that came while we held it found it busy and left the run to us.
+        if q.sq_pending.load(Ordering::Relaxed) {
+            q.sq_pending.store(false, Ordering::SeqCst);
+        }
+        let q = self.qp.inner();
+        q.progress(&mut sq);
+        drop(sq);
+        if q.sq_pending.load(Ordering::SeqCst) {
+            q.kick();
+        }
         Ok(())
     }
 
     /// Discards the batch (ibv_wr_abort(3)); dropping it does the same.
+    ///
+    /// Rule: ibv_wr_post(3): abort discards all work prepared since the start; nothing
+    /// of it is posted.
     pub fn abort(self) {}
 }
 
-impl Drop for WrBatch<'_> {
+/// Pushes the first `n` work requests of `buf` into the send queue, in order.
+fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result<()> {
+    let dev = q.pd.ctx.dev;
+    for p in &buf.wrs[..n] {
+        let payload = match p.inline {
+            Some((at, len)) => Payload::Inline(&buf.inline[at..at + len]),
+            None => Payload::Sge(&buf.sges[p.sge_start..p.sge_start + p.num_sge]),
+        };
+        let bind = p.bind.as_ref().map(|(mw, rkey, mr, addr, length, access)| BindMwWr {
+            mw,
+            rkey: *rkey,
+            bind: MwBind { mr: mr.as_ref(), addr: *addr, length: *length, access: *access },
+        });
+        let inline = if p.inline.is_some() { SendFlags::INLINE } else { SendFlags::empty() };
+        let wr = SendWr {
+            wr_id: p.wr_id,
+            opcode: p.opcode,
+            flags: p.flags | inline,
+            payload,
+            imm_data: p.imm,
+            remote_addr: p.remote_addr,
+            rkey: p.rkey,
+            compare_add: p.compare_add,
+            swap: p.swap,
+            ud: p.ud.as_ref().map(|(ah, qpn, qkey)| UdDest { ah, remote_qpn: *qpn, remote_qkey: *qkey }),
+            bind,
+            flush: p.flush,
+            xrc_remote_srqn: p.xrc_srqn,
+        };
+        sq.push(dev, &q.pd, q.qp_type, &wr, true).map_err(|e| match e {
+            // rxe's builders report every lack of room as ENOSPC (`providers/rxe/rxe.c`).
+            Error::QueueFull { .. } => Error::NoSpace { verb: "wr_*", why: "send queue full" },
+            Error::TooManySge { .. } => Error::NoSpace { verb: "wr_set_sge_list", why: "more SGEs than max_send_sge" },
+            Error::Limit { what: "inline data", .. } => {
+                Error::NoSpace { verb: "wr_set_inline_data", why: "more than max_inline_data" }
+            }
+            e => e,
+        })?;
+    }
+    Ok(())
+}
+
+impl Drop for SendBatch {
     fn drop(&mut self) {
-        // An aborted (or never completed) batch leaves nothing behind. After `complete`
-        // the mark equals the queue length minus what progress already retired, so
-        // nothing is removed.
-        if self.error.is_some() || self.cur.is_some() {
-            let mark = self.mark;
-            self.sq.truncate(mark);
-        }
+        // The buffer goes back to the QP for its next batch, emptied (the handles it
+        // holds are released now); taking it leaves empty vectors, which allocate nothing.
+        self.buf.clear();
+        *self.qp.inner().batch_spare.lock() = std::mem::take(&mut self.buf);
+    }
+}
+
+/// A [`SendBatch`] as a guard borrowing its QP ([`Qp::wr_start`]); it derefs to the
+/// batch for the builders and setters.
+#[must_use = "a batch posts nothing until complete()"]
+pub struct WrBatch<'q> {
+    batch: SendBatch,
+    _qp: std::marker::PhantomData<&'q Qp>,
+}
+
+impl std::fmt::Debug for WrBatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.batch.fmt(f)
+    }
+}
+
+impl std::ops::Deref for WrBatch<'_> {
+    type Target = SendBatch;
+
+    fn deref(&self) -> &SendBatch {
+        &self.batch
+    }
+}
+
+impl std::ops::DerefMut for WrBatch<'_> {
+    fn deref_mut(&mut self) -> &mut SendBatch {
+        &mut self.batch
+    }
+}
+
+impl WrBatch<'_> {
+    /// Posts the batch (ibv_wr_complete(3)); see [`SendBatch::complete`].
+    pub fn complete(self) -> Result<()> {
+        self.batch.complete()
+    }
+
+    /// Discards the batch (ibv_wr_abort(3)); dropping it does the same.
+    pub fn abort(self) {
+        self.batch.abort()
     }
 }

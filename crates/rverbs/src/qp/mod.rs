@@ -103,6 +103,9 @@ pub(crate) struct QpInner {
     attrs: Mutex<QpAttr>,
     pub(crate) sq: crate::spin::SpinMutex<SendQueue>,
     sq_pending: AtomicBool,
+    /// The buffer of the last `ibv_wr_*` batch, kept for the next one (boxed: the post
+    /// and poll paths do not touch it).
+    batch_spare: Box<crate::spin::SpinMutex<batch::BatchBuf>>,
     pub(crate) rq: Option<RecvQueue>,
     /// The receive queue was flushed (or QP_LAST_WQE_REACHED raised) for the current
     /// entry into ERR.
@@ -467,6 +470,7 @@ impl Qp {
             rec,
             attrs: Mutex::new(attrs),
             sq: crate::spin::SpinMutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)),
+            batch_spare: Box::new(crate::spin::SpinMutex::new(batch::BatchBuf::default())),
             sq_pending: AtomicBool::new(false),
             rq,
             rq_flushed: AtomicBool::new(false),
@@ -574,10 +578,14 @@ impl Qp {
         self.post_send_inner(wrs, true)
     }
 
-    /// As [`Qp::post_send`], without keeping the named memory regions registered until
-    /// completion: the C ABI's semantics, where deregistering a region makes pending
-    /// requests fail instead.
-    #[doc(hidden)]
+    /// Posts send work requests as [`Qp::post_send`], naming memory regions by key only:
+    /// the requests do not keep their regions registered until they complete.
+    ///
+    /// Rule: ibv_post_send(3) / ibv_dereg_mr(3) in C: a request holds no reference to
+    /// the regions its lkeys name, so a region deregistered while the request is pending
+    /// is gone when it executes and the request completes in error, where
+    /// [`Qp::post_send`] keeps the region registered until the request completes.
+    /// Errors: as [`Qp::post_send`].
     pub fn post_send_unpinned(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         self.post_send_inner(wrs, false)
     }
@@ -620,9 +628,12 @@ impl Qp {
         self.post_recv_inner(wrs, true)
     }
 
-    /// As [`Qp::post_recv`] with the C ABI's region semantics (see
-    /// [`Qp::post_send_unpinned`]).
-    #[doc(hidden)]
+    /// Posts receive work requests as [`Qp::post_recv`], naming memory regions by key
+    /// only.
+    ///
+    /// Rule: as [`Qp::post_send_unpinned`]: a region deregistered while the receive is
+    /// pending makes the receive complete in error instead of staying registered.
+    /// Errors: as [`Qp::post_recv`].
     pub fn post_recv_unpinned(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         self.post_recv_inner(wrs, false)
     }
@@ -777,13 +788,17 @@ impl Qp {
         self.inner.async_events.ack(n);
     }
 
-    /// Opaque value for language bindings (the C ABI keeps its `ibv_qp *` here).
-    #[doc(hidden)]
+    /// The word the owner of the QP attached with [`Qp::set_cookie`] (0 until then).
+    ///
+    /// Rule: every handle of the QP, also one handed back by an asynchronous event
+    /// ([`crate::AsyncElement`]), reads the same word; rverbs never interprets it (a
+    /// language binding keeps the address of its own QP object here, as `container_of`
+    /// does for a C provider).
     pub fn cookie(&self) -> usize {
         self.inner.cookie.load(Ordering::Acquire)
     }
 
-    #[doc(hidden)]
+    /// Attaches an opaque word to the QP, read back by [`Qp::cookie`] on any handle.
     pub fn set_cookie(&self, value: usize) {
         self.inner.cookie.store(value, Ordering::Release);
     }
