@@ -4,7 +4,7 @@ use core::ffi::c_int;
 use std::cell::UnsafeCell;
 
 use crate::abi::*;
-use crate::live::{self, Kind};
+use crate::live;
 use crate::conv;
 use crate::device::ContextObj;
 use crate::ffi::{minus_one_errno, null_errno, set_errno};
@@ -17,6 +17,11 @@ pub struct AhObj {
     core: rverbs::Ah,
 }
 
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for AhObj {
+    const KIND: live::Kind = live::Kind::Ah;
+}
+
 impl AhObj {
     /// The AH behind an `ibv_ah *`; `None` for NULL, a foreign
     /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
@@ -25,12 +30,8 @@ impl AhObj {
     /// `ah` is any pointer; if it is a live object of this library, it is not destroyed
     /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(ah: *const ibv_ah) -> Option<&'a AhObj> {
-        if !live::contains(Kind::Ah, ah) {
-            return None;
-        }
-        // SAFETY: the registry holds only AhObjs not yet freed (the C struct is the first
-        // field); the caller keeps it alive while the reference is used.
-        Some(unsafe { &*ah.cast::<AhObj>() })
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(ah) }
     }
 
     /// The core AH.
@@ -63,7 +64,7 @@ export! {
             .cast::<ibv_ah>();
         // SAFETY: field of the allocation just made: a handle unique among live AHs.
         unsafe { (*p).handle = p as usize as u32 };
-        live::insert(Kind::Ah, p);
+        live::register(p.cast::<AhObj>());
         p
     }
 }
@@ -79,13 +80,9 @@ export! {
         if let Err(e) = obj.core.destroy() {
             return e.errno();
         }
-        // Out of the registry first: no later from_raw reaches it (and of two racing
-        // destroys, one frees).
-        if live::remove(Kind::Ah, ah) {
-            // SAFETY: allocated by Box in ibv_create_ah (the C struct is at offset 0); the caller
-            // gives it up.
-            drop(unsafe { Box::from_raw(ah.cast::<AhObj>()) });
-        }
+        // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
+        // the call); `obj` is not used after this.
+        unsafe { live::free::<AhObj, _>(ah) };
         0
     }
 }

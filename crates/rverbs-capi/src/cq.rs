@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use rverbs::{CqCreateFlags, CqInit, WcExFlags};
 
 use crate::abi::*;
-use crate::live::{self, Kind};
+use crate::live;
 use crate::device::ContextObj;
 use crate::ffi::{minus_one_errno, null_errno, set_errno};
 
@@ -27,6 +27,11 @@ pub struct ChannelObj {
     core: rverbs::CompChannel,
 }
 
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for ChannelObj {
+    const KIND: live::Kind = live::Kind::CompChannel;
+}
+
 impl ChannelObj {
     /// The channel behind an `ibv_comp_channel *`; `None` for NULL, a foreign
     /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
@@ -35,12 +40,8 @@ impl ChannelObj {
     /// `ch` is any pointer; if it is a live object of this library, it is not destroyed
     /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(ch: *mut ibv_comp_channel) -> Option<&'a ChannelObj> {
-        if !live::contains(Kind::CompChannel, ch) {
-            return None;
-        }
-        // SAFETY: the registry holds only ChannelObjs not yet freed (the C struct is the first
-        // field); the caller keeps it alive while the reference is used.
-        Some(unsafe { &*ch.cast::<ChannelObj>() })
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(ch) }
     }
 
     fn context(&self) -> Option<&ContextObj> {
@@ -76,7 +77,7 @@ export! {
         let ch = ibv_comp_channel { context: ctx.as_ptr(), fd: core.fd().as_raw_fd(), refcnt: 0 };
         let obj = Box::new(ChannelObj { ch: UnsafeCell::new(ch), core });
         let p = Box::into_raw(obj);
-        live::insert(Kind::CompChannel, p);
+        live::register(p);
         p.cast()
     }
 }
@@ -100,13 +101,9 @@ export! {
                 return e.errno();
             }
         }
-        // Out of the registry first: no later from_raw reaches it (and of two racing
-        // destroys, one frees).
-        if live::remove(Kind::CompChannel, channel) {
-            // SAFETY: allocated by Box in ibv_create_comp_channel (the C struct is at offset 0);
-            // the caller gives it up.
-            drop(unsafe { Box::from_raw(channel.cast::<ChannelObj>()) });
-        }
+        // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
+        // the call); `obj` is not used after this.
+        unsafe { live::free::<ChannelObj, _>(channel) };
         0
     }
 }
@@ -125,6 +122,11 @@ pub struct CqObj {
     channel: Option<&'static ChannelObj>,
 }
 
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for CqObj {
+    const KIND: live::Kind = live::Kind::Cq;
+}
+
 // `rverbs::Wc` is declared layout-identical to `struct ibv_wc`; the poll path relies on it.
 const _: () = assert!(size_of::<rverbs::Wc>() == size_of::<ibv_wc>());
 const _: () = assert!(align_of::<rverbs::Wc>() == align_of::<ibv_wc>());
@@ -137,12 +139,8 @@ impl CqObj {
     /// `cq` is any pointer; if it is a live object of this library, it is not destroyed
     /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(cq: *const ibv_cq) -> Option<&'a CqObj> {
-        if !live::contains(Kind::Cq, cq) {
-            return None;
-        }
-        // SAFETY: the registry holds only CqObjs not yet freed (the C struct is the first
-        // field); the caller keeps it alive while the reference is used.
-        Some(unsafe { &*cq.cast::<CqObj>() })
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(cq) }
     }
 
     /// The `struct ibv_cq *` handed to C.
@@ -352,7 +350,7 @@ fn create(
     if let Some(c) = chan {
         c.add_ref(1);
     }
-    live::insert(Kind::Cq, p);
+    live::register(p);
     p.cast()
 }
 
@@ -527,13 +525,9 @@ export! {
         if let Some(c) = obj.channel {
             c.add_ref(-1);
         }
-        // Out of the registry first: no later from_raw reaches it (and of two racing
-        // destroys, one frees).
-        if live::remove(Kind::Cq, cq) {
-            // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
-            // gives it up.
-            drop(unsafe { Box::from_raw(cq.cast::<CqObj>()) });
-        }
+        // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
+        // the call); `obj` is not used after this.
+        unsafe { live::free::<CqObj, _>(cq) };
         0
     }
 }

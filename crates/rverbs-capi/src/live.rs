@@ -177,6 +177,58 @@ pub fn remove<T>(kind: Kind, addr: *const T) -> bool {
     }
 }
 
+/// A C object of this library: a `#[repr(C)]` struct whose first field is the C struct
+/// whose address C holds, handed to C as a leaked `Box<Self>` and registered under
+/// [`Object::KIND`].
+///
+/// # Safety
+/// Implement only for such types: every address registered under `KIND` must be that
+/// of a `Box<Self>` not yet freed (see [`register`]).
+pub unsafe trait Object: Sized {
+    /// The table the objects of this type are registered in.
+    const KIND: Kind;
+}
+
+/// Registers the object at `obj` (a `Box<T>` leaked by its create verb, fully built)
+/// before its address is returned to C.
+pub fn register<T: Object>(obj: *mut T) {
+    insert(T::KIND, obj);
+}
+
+/// The live `T` behind `p` (a pointer to its C struct), or `None` for NULL, a foreign
+/// pointer, an object of another kind or a destroyed one: refused without reading
+/// anything through `p`.
+///
+/// # Safety
+/// `p` may be any pointer; if it names a live `T`, the caller does not destroy that
+/// object while the returned reference is used.
+pub unsafe fn get<'a, T: Object, C>(p: *const C) -> Option<&'a T> {
+    if !contains(T::KIND, p) {
+        return None;
+    }
+    // SAFETY: the table of T::KIND holds only addresses of `Box<T>`s not yet freed
+    // (`Object`'s contract), whose C struct is at offset 0; the caller keeps it alive
+    // while the reference is used.
+    Some(unsafe { &*p.cast::<T>() })
+}
+
+/// Destroys the live `T` behind `p`: takes it out of the registry first (no later
+/// [`get`] reaches it, and of two racing destroys only one frees), then frees it.
+/// Returns false if `p` was not a live `T`.
+///
+/// # Safety
+/// The caller gives up the object: no reference to it obtained through [`get`] is used
+/// after this call.
+pub unsafe fn free<T: Object, C>(p: *mut C) -> bool {
+    if !remove(T::KIND, p) {
+        return false;
+    }
+    // SAFETY: registered, so a leaked `Box<T>` (`Object`'s contract); removed above by
+    // this call alone, so freed once.
+    drop(unsafe { Box::from_raw(p.cast::<T>()) });
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::cell::UnsafeCell;
 
 use crate::abi::*;
-use crate::live::{self, Kind};
+use crate::live;
 use crate::ffi::{not_supported_null, not_supported_void, null_errno, set_errno};
 use crate::pd::PdObj;
 
@@ -17,6 +17,11 @@ pub struct MrObj {
     core: rverbs::Mr,
 }
 
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for MrObj {
+    const KIND: live::Kind = live::Kind::Mr;
+}
+
 impl MrObj {
     /// The MR behind an `ibv_mr *`; `None` for NULL, a foreign
     /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
@@ -25,12 +30,8 @@ impl MrObj {
     /// `mr` is any pointer; if it is a live object of this library, it is not destroyed
     /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(mr: *mut ibv_mr) -> Option<&'a MrObj> {
-        if !live::contains(Kind::Mr, mr) {
-            return None;
-        }
-        // SAFETY: the registry holds only MrObjs not yet freed (the C struct is the first
-        // field); the caller keeps it alive while the reference is used.
-        Some(unsafe { &*mr.cast::<MrObj>() })
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(mr) }
     }
 
     /// The core MR.
@@ -116,7 +117,7 @@ export! {
         };
         let obj = Box::new(MrObj { mr: UnsafeCell::new(mr), core });
         let p = Box::into_raw(obj);
-        live::insert(Kind::Mr, p);
+        live::register(p);
         p.cast()
     }
 }
@@ -231,13 +232,9 @@ export! {
         if let Err(e) = obj.core.dereg() {
             return e.errno();
         }
-        // Out of the registry first: no later from_raw reaches it (and of two racing
-        // destroys, one frees).
-        if live::remove(Kind::Mr, mr) {
-            // SAFETY: allocated by Box in ibv_reg_mr_iova2 (the C struct is at offset 0); the
-            // caller gives it up.
-            drop(unsafe { Box::from_raw(mr.cast::<MrObj>()) });
-        }
+        // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
+        // the call); `obj` is not used after this.
+        unsafe { live::free::<MrObj, _>(mr) };
         0
     }
 }

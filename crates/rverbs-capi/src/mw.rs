@@ -14,7 +14,7 @@ use std::cell::UnsafeCell;
 use rverbs::{Access, MwBind, SendFlags};
 
 use crate::abi::*;
-use crate::live::{self, Kind};
+use crate::live;
 use crate::ffi::{null_errno, set_errno};
 use crate::mr::MrObj;
 use crate::pd::PdObj;
@@ -27,6 +27,11 @@ pub struct MwObj {
     core: rverbs::Mw,
 }
 
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for MwObj {
+    const KIND: live::Kind = live::Kind::Mw;
+}
+
 impl MwObj {
     /// The window behind an `ibv_mw *`; `None` for NULL, a foreign
     /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
@@ -35,12 +40,8 @@ impl MwObj {
     /// `mw` is any pointer; if it is a live object of this library, it is not destroyed
     /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(mw: *const ibv_mw) -> Option<&'a MwObj> {
-        if !live::contains(Kind::Mw, mw) {
-            return None;
-        }
-        // SAFETY: the registry holds only MwObjs not yet freed (the C struct is the first
-        // field); the caller keeps it alive while the reference is used.
-        Some(unsafe { &*mw.cast::<MwObj>() })
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(mw) }
     }
 
     /// The core window.
@@ -108,7 +109,7 @@ pub(crate) unsafe extern "C" fn rverbs_alloc_mw(
             core,
         });
         let p = Box::into_raw(obj);
-        live::insert(Kind::Mw, p);
+        live::register(p);
         p.cast()
     })
 }
@@ -173,13 +174,9 @@ pub(crate) unsafe extern "C" fn rverbs_dealloc_mw(mw: *mut ibv_mw) -> c_int {
         if let Err(e) = obj.core.dealloc() {
             return e.errno();
         }
-        // Out of the registry first: no later from_raw reaches it (and of two racing
-        // destroys, one frees).
-        if live::remove(Kind::Mw, mw) {
-            // SAFETY: allocated by Box in rverbs_alloc_mw (the C struct is at offset 0); the
-            // caller gives it up.
-            drop(unsafe { Box::from_raw(mw.cast::<MwObj>()) });
-        }
+        // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
+        // the call); `obj` is not used after this.
+        unsafe { live::free::<MwObj, _>(mw) };
         0
     })
 }

@@ -4,7 +4,7 @@ use core::ffi::c_int;
 use std::cell::UnsafeCell;
 
 use crate::abi::*;
-use crate::live::{self, Kind};
+use crate::live;
 use crate::device::ContextObj;
 use crate::ffi::{not_supported_null, not_supported_void, null_errno};
 
@@ -15,6 +15,11 @@ pub struct PdObj {
     core: rverbs::Pd,
 }
 
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for PdObj {
+    const KIND: live::Kind = live::Kind::Pd;
+}
+
 impl PdObj {
     /// The PD behind an `ibv_pd *`; `None` for NULL, a foreign
     /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
@@ -23,12 +28,8 @@ impl PdObj {
     /// `pd` is any pointer; if it is a live object of this library, it is not destroyed
     /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(pd: *mut ibv_pd) -> Option<&'a PdObj> {
-        if !live::contains(Kind::Pd, pd) {
-            return None;
-        }
-        // SAFETY: the registry holds only PdObjs not yet freed (the C struct is the first
-        // field); the caller keeps it alive while the reference is used.
-        Some(unsafe { &*pd.cast::<PdObj>() })
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(pd) }
     }
 
     /// The `struct ibv_pd *` handed to C.
@@ -66,7 +67,7 @@ export! {
         let pd = ibv_pd { context: ctx.as_ptr(), handle: core.handle() };
         let obj = Box::new(PdObj { pd: UnsafeCell::new(pd), core });
         let p = Box::into_raw(obj);
-        live::insert(Kind::Pd, p);
+        live::register(p);
         p.cast()
     }
 }
@@ -83,13 +84,9 @@ export! {
         if let Err(e) = obj.core.dealloc() {
             return e.errno();
         }
-        // Out of the registry first: no later from_raw reaches it (and of two racing
-        // destroys, one frees).
-        if live::remove(Kind::Pd, pd) {
-            // SAFETY: allocated by Box in ibv_alloc_pd (the C struct is at offset 0); the
-            // caller gives it up.
-            drop(unsafe { Box::from_raw(pd.cast::<PdObj>()) });
-        }
+        // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
+        // the call); `obj` is not used after this.
+        unsafe { live::free::<PdObj, _>(pd) };
         0
     }
 }

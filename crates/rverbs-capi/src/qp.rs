@@ -16,7 +16,7 @@ use rverbs::{
 };
 
 use crate::abi::*;
-use crate::live::{self, Kind};
+use crate::live;
 use crate::ah::AhObj;
 use crate::conv;
 use crate::cq::CqObj;
@@ -42,6 +42,11 @@ pub struct QpObj {
     batch: Mutex<crate::wr::Batch>,
 }
 
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for QpObj {
+    const KIND: live::Kind = live::Kind::Qp;
+}
+
 const _: () = assert!(size_of::<Sge>() == size_of::<ibv_sge>());
 const _: () = assert!(align_of::<Sge>() == align_of::<ibv_sge>());
 
@@ -53,12 +58,8 @@ impl QpObj {
     /// `qp` is any pointer; if it is a live object of this library, it is not destroyed
     /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(qp: *const ibv_qp) -> Option<&'a QpObj> {
-        if !live::contains(Kind::Qp, qp) {
-            return None;
-        }
-        // SAFETY: the registry holds only QpObjs not yet freed (the C struct is the first
-        // field); the caller keeps it alive while the reference is used.
-        Some(unsafe { &*qp.cast::<QpObj>() })
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(qp) }
     }
 
     /// The `struct ibv_qp *` handed to C.
@@ -125,7 +126,7 @@ fn publish(
     }));
     // SAFETY: the allocation just made.
     unsafe { (*p).core.set_cookie(p as usize) };
-    live::insert(Kind::Qp, p);
+    live::register(p);
     p.cast()
 }
 
@@ -413,13 +414,9 @@ export! {
         if let Err(e) = obj.core.destroy() {
             return e.errno();
         }
-        // Out of the registry first: no later from_raw reaches it (and of two racing
-        // destroys, one frees).
-        if live::remove(Kind::Qp, qp) {
-            // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
-            // gives it up.
-            drop(unsafe { Box::from_raw(qp.cast::<QpObj>()) });
-        }
+        // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
+        // the call); `obj` is not used after this.
+        unsafe { live::free::<QpObj, _>(qp) };
         0
     }
 }

@@ -7,7 +7,7 @@ use std::cell::UnsafeCell;
 use rverbs::{SrqAttr, SrqAttrMask, SrqInit};
 
 use crate::abi::*;
-use crate::live::{self, Kind};
+use crate::live;
 use crate::cq::CqObj;
 use crate::device::ContextObj;
 use crate::ffi::null_errno;
@@ -21,6 +21,11 @@ pub struct SrqObj {
     core: rverbs::Srq,
 }
 
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for SrqObj {
+    const KIND: live::Kind = live::Kind::Srq;
+}
+
 impl SrqObj {
     /// The SRQ behind an `ibv_srq *`; `None` for NULL, a foreign
     /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
@@ -29,12 +34,8 @@ impl SrqObj {
     /// `srq` is any pointer; if it is a live object of this library, it is not destroyed
     /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(srq: *const ibv_srq) -> Option<&'a SrqObj> {
-        if !live::contains(Kind::Srq, srq) {
-            return None;
-        }
-        // SAFETY: the registry holds only SrqObjs not yet freed (the C struct is the first
-        // field); the caller keeps it alive while the reference is used.
-        Some(unsafe { &*srq.cast::<SrqObj>() })
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(srq) }
     }
 
     /// The `struct ibv_srq *` handed to C.
@@ -84,7 +85,7 @@ fn create(
     }));
     // SAFETY: the allocation just made.
     unsafe { (*p).core.set_cookie(p as usize) };
-    live::insert(Kind::Srq, p);
+    live::register(p);
     p.cast()
 }
 
@@ -229,13 +230,9 @@ export! {
         if let Err(e) = obj.core.destroy() {
             return e.errno();
         }
-        // Out of the registry first: no later from_raw reaches it (and of two racing
-        // destroys, one frees).
-        if live::remove(Kind::Srq, srq) {
-            // SAFETY: allocated by Box in `create` (the C struct is at offset 0); the caller
-            // gives it up.
-            drop(unsafe { Box::from_raw(srq.cast::<SrqObj>()) });
-        }
+        // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
+        // the call); `obj` is not used after this.
+        unsafe { live::free::<SrqObj, _>(srq) };
         0
     }
 }

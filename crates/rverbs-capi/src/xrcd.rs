@@ -10,7 +10,7 @@ use std::cell::UnsafeCell;
 use std::os::fd::BorrowedFd;
 
 use crate::abi::*;
-use crate::live::{self, Kind};
+use crate::live;
 use crate::device::ContextObj;
 use crate::ffi::null_errno;
 use crate::srq::SrqObj;
@@ -22,6 +22,11 @@ pub struct XrcdObj {
     core: rverbs::Xrcd,
 }
 
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for XrcdObj {
+    const KIND: live::Kind = live::Kind::Xrcd;
+}
+
 impl XrcdObj {
     /// The domain behind an `ibv_xrcd *`; `None` for NULL, a foreign
     /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
@@ -30,12 +35,8 @@ impl XrcdObj {
     /// `xrcd` is any pointer; if it is a live object of this library, it is not destroyed
     /// while the returned reference is used.
     pub unsafe fn from_raw<'a>(xrcd: *const ibv_xrcd) -> Option<&'a XrcdObj> {
-        if !live::contains(Kind::Xrcd, xrcd) {
-            return None;
-        }
-        // SAFETY: the registry holds only XrcdObjs not yet freed (the C struct is the first
-        // field); the caller keeps it alive while the reference is used.
-        Some(unsafe { &*xrcd.cast::<XrcdObj>() })
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(xrcd) }
     }
 
     /// The core domain.
@@ -102,7 +103,7 @@ pub(crate) unsafe extern "C" fn rverbs_open_xrcd(
             core,
         });
         let p = Box::into_raw(obj);
-        live::insert(Kind::Xrcd, p);
+        live::register(p);
         p.cast()
     })
 }
@@ -118,13 +119,9 @@ pub(crate) unsafe extern "C" fn rverbs_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int 
         if let Err(e) = obj.core.close() {
             return e.errno();
         }
-        // Out of the registry first: no later from_raw reaches it (and of two racing
-        // destroys, one frees).
-        if live::remove(Kind::Xrcd, xrcd) {
-            // SAFETY: allocated by Box in rverbs_open_xrcd (the C struct is at offset 0); the
-            // caller gives it up.
-            drop(unsafe { Box::from_raw(xrcd.cast::<XrcdObj>()) });
-        }
+        // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
+        // the call); `obj` is not used after this.
+        unsafe { live::free::<XrcdObj, _>(xrcd) };
         0
     })
 }
