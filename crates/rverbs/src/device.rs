@@ -510,7 +510,7 @@ impl DeviceInner {
             max_srq_sge: MAX_SRQ_SGE,
             max_pkeys: MAX_PKEYS,
             local_ca_ack_delay: 15,
-            phys_port_cnt: 1,
+            phys_port_cnt: crate::limits::PHYS_PORT_CNT,
             hca_core_clock: HCA_CORE_CLOCK_KHZ,
             max_inline_data: MAX_INLINE_DATA,
         }

@@ -120,10 +120,9 @@ fn modules() -> BTreeMap<String, PathBuf> {
 struct Refs {
     /// Path segments, already made absolute (`crate` removed), and the line.
     paths: Vec<(Vec<String>, usize)>,
-    /// The module the file is (for `super` and `self`).
+    /// The module the file is (for `super` and `self`): `qp` for both `qp.rs` and
+    /// `qp/mod.rs`, whose `super` is the crate root.
     here: Vec<String>,
-    /// Whether the file is a `mod.rs` / `lib.rs` (then `super` is one level higher up).
-    is_dir_module: bool,
 }
 
 impl Refs {
@@ -327,17 +326,10 @@ fn dependencies() -> (Edges, BTreeMap<String, PathBuf>) {
         }
         let src = std::fs::read_to_string(file).unwrap();
         let ast = syn::parse_file(&src).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let is_dir = file.file_name().is_some_and(|f| f == "mod.rs");
-        let mut here: Vec<String> = name.split("::").map(str::to_owned).collect();
-        if is_dir {
-            // `super` in a mod.rs is the parent of the directory's module.
-            here.push(String::from("mod"));
-        }
-        let mut refs = Refs { here, is_dir_module: is_dir, ..Refs::default() };
+        let here: Vec<String> = name.split("::").map(str::to_owned).collect();
+        let mut refs = Refs { here, ..Refs::default() };
         refs.visit_file(&ast);
-        let _ = refs.is_dir_module;
         for (path, line) in refs.paths {
-            let path: Vec<String> = path.into_iter().filter(|s| s != "mod").collect();
             let Some(target) = resolve(&path, &mods, &reexports) else { continue };
             if target != *name && !target.is_empty() {
                 edges.entry((name.clone(), target)).or_insert(line);
@@ -437,4 +429,10 @@ fn the_checker_sees_imports_in_every_form() {
         assert!(names.contains(want), "{want} not found in {names:?}");
     }
     assert!(!names.iter().any(|n| n.starts_with("context")), "test code counted: {names:?}");
+
+    // In `qp/mod.rs` (module `qp`), `super` is the crate root.
+    let ast = syn::parse_file("use super::device::DeviceInner;").unwrap();
+    let mut refs = Refs { here: vec!["qp".into()], ..Refs::default() };
+    refs.visit_file(&ast);
+    assert_eq!(refs.paths.iter().map(|(p, _)| p.join("::")).collect::<Vec<_>>(), ["device::DeviceInner"]);
 }

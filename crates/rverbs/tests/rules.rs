@@ -59,21 +59,13 @@ fn qp_rules_name_the_attribute_and_the_opcode() {
     let attr = QpAttr { qp_access_flags: Access::ZERO_BASED, ..QpAttr::default() };
     let (rule, _) = rule_of(a.qp.modify(&attr, QpAttrMask::ACCESS_FLAGS));
     assert_eq!(rule, Rule::AccessFlags { flags: Access::ZERO_BASED.bits() });
-    // RTR → RTS sets the timeout, 5 bits.
+    // RTR → RTS sets the timeout, 5 bits: the ladder stops at that step.
     let c = side(QpType::Rc);
-    to_init(&c.qp, ALL_ACCESS);
-    to_rtr(&c.qp, &c.ctx, b.qp.qp_num(), &PATH);
-    let attr = QpAttr { qp_state: QpState::Rts, timeout: 32, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..QpAttr::default() };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
-    let (rule, msg) = rule_of(c.qp.modify(&attr, mask));
+    let path = RemotePath { timeout: 32, ..remote(&c.ctx, b.qp.qp_num(), &PATH, ALL_ACCESS) };
+    let (rule, msg) = rule_of(c.qp.connect(&path));
     assert_eq!(rule, Rule::AttrLimit { attr: "timeout", value: 32, max: 31 });
     assert!(msg.contains("timeout 32"), "{msg}");
-    assert_eq!(c.qp.state(), QpState::Rtr, "a refused modify changes nothing");
+    assert_eq!(c.qp.state(), QpState::Rtr, "the refused step leaves the QP where the ladder got");
     assert_eq!(rule_of(a.qp.attach_mcast(&Gid([0xff; 16]), 0)).0, Rule::McastNeedsUd);
 
     let sge = [Sge { addr: a.mr.addr() as u64, length: 8, lkey: a.mr.lkey() }];
