@@ -59,31 +59,9 @@ fn as_set(all: &[Export]) -> BTreeSet<Export> {
     all.iter().cloned().collect()
 }
 
-/// `(name, node)` pairs of `librdmacm.map` (comments stripped; `local: *` ignored).
+/// `(name, node)` pairs of `librdmacm.map`.
 fn map_file() -> BTreeSet<(String, String)> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("librdmacm.map");
-    let mut text = std::fs::read_to_string(&path).expect("librdmacm.map");
-    while let Some(start) = text.find("/*") {
-        let end = text[start..].find("*/").expect("unterminated comment") + start + 2;
-        text.replace_range(start..end, " ");
-    }
-    let mut out = BTreeSet::new();
-    let mut node: Option<String> = None;
-    for token in text.split(';').map(str::trim) {
-        let mut token = token;
-        if let Some((head, rest)) = token.split_once('{') {
-            let head = head.rsplit('}').next().unwrap_or(head).trim();
-            let head = head.split_whitespace().last().unwrap_or(head);
-            node = Some(head.to_owned());
-            token = rest.trim();
-        }
-        let token = token.trim_start_matches("global:").trim();
-        if token.is_empty() || token.starts_with('}') || token.starts_with("local:") {
-            continue;
-        }
-        out.insert((token.to_owned(), node.clone().expect("name outside a node")));
-    }
-    out
+    common::map_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("librdmacm.map"))
 }
 
 #[test]
@@ -113,12 +91,8 @@ fn version_nodes_and_soname_equal_rdma_core_44() {
     let (real_base, real_nodes) = version_definitions(real_lib());
     assert_eq!(our_base, "librdmacm.so.1");
     assert_eq!(our_base, real_base);
-    let sorted = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
-    assert_eq!(sorted(&our_nodes), sorted(&real_nodes));
-    assert_eq!(
-        sorted(&our_nodes),
-        NODES.iter().map(|s| s.to_string()).collect()
-    );
+    assert_eq!(our_nodes, real_nodes);
+    assert_eq!(our_nodes, NODES.iter().map(|s| s.to_string()).collect());
     // (rust-lld records no parent links between the nodes; glibc ignores them.)
 
     let dynamic = readelf(&["-d", "-W"], &our_lib());
