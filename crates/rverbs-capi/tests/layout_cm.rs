@@ -11,10 +11,12 @@
 //!
 //! Missing header or compiler = failure, never a skip.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::mem::{align_of, offset_of, size_of};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[macro_use]
+mod layout_harness;
+
+use std::collections::BTreeSet;
+
+use layout_harness::*;
 
 use ibverbs::cm::abi::*;
 
@@ -39,101 +41,6 @@ int main(void)
 	return 0;
 }
 "#;
-
-/// One value to compare: a C expression and what Rust says it is.
-struct Row {
-    c_expr: String,
-    rust: i64,
-}
-
-/// The Rust paths listed per Rust type (for the coverage test).
-#[derive(Default)]
-struct Layout {
-    rows: Vec<Row>,
-    /// Rust type -> Rust field paths listed for it.
-    fields: BTreeMap<&'static str, BTreeSet<String>>,
-    /// Rust enum aliases listed.
-    enums: BTreeSet<&'static str>,
-    /// Rust constants listed.
-    consts: BTreeSet<&'static str>,
-}
-
-impl Layout {
-    fn row(&mut self, c_expr: String, rust: i64) {
-        self.rows.push(Row { c_expr, rust });
-    }
-
-    fn whole(&mut self, c_type: &str, rust_type: &'static str, size: usize, align: usize) {
-        self.row(format!("sizeof({c_type})"), size as i64);
-        self.row(format!("_Alignof({c_type})"), align as i64);
-        self.fields.entry(rust_type).or_default();
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn field(
-        &mut self,
-        c_type: &str,
-        rust_type: &'static str,
-        rust_path: &str,
-        c_path: Option<&str>,
-        offset: usize,
-        size: usize,
-    ) {
-        let rust_path: String = rust_path.chars().filter(|c| !c.is_whitespace()).collect();
-        let c_path = c_path.map_or_else(|| rust_path.clone(), str::to_owned);
-        self.row(format!("offsetof({c_type}, {c_path})"), offset as i64);
-        self.row(format!("sizeof((({c_type} *)0)->{c_path})"), size as i64);
-        self.fields.entry(rust_type).or_default().insert(rust_path);
-    }
-}
-
-/// `size_of` the pointee type of a (never called) field projection.
-fn pointee_size<T, F>(_projection: fn(*const T) -> *const F) -> usize {
-    size_of::<F>()
-}
-
-/// `"C type" => RustType { field, a.b, rust_name => "c.path", … }`.
-macro_rules! structs {
-    ($l:ident; $($cty:literal => $t:ident {
-        $($f0:ident $(. $fr:ident)* $(=> $cpath:literal)?),* $(,)?
-    })*) => {
-        $(
-            $l.whole($cty, stringify!($t), size_of::<$t>(), align_of::<$t>());
-            $(
-                $l.field(
-                    $cty,
-                    stringify!($t),
-                    stringify!($f0 $(. $fr)*),
-                    [$($cpath)?].first().copied(),
-                    offset_of!($t, $f0 $(. $fr)*),
-                    // SAFETY: never called; the projection only names the field's type.
-                    pointee_size(|p: *const $t| unsafe { &raw const (*p).$f0 $(. $fr)* }),
-                );
-            )*
-        )*
-    };
-}
-
-/// `"enum c_name" => rust_alias`: size and signedness.
-macro_rules! enums {
-    ($l:ident; $($cty:literal => $t:ident),* $(,)?) => {
-        $(
-            $l.row(format!("sizeof({})", $cty), size_of::<$t>() as i64);
-            $l.row(format!("(({})-1) < 0", $cty), ((<$t>::MIN as i64) < 0) as i64);
-            $l.enums.insert(stringify!($t));
-        )*
-    };
-}
-
-/// Constants with the same name in C and Rust.
-macro_rules! consts {
-    ($l:ident; $($c:ident),* $(,)?) => {
-        $(
-            $l.row(stringify!($c).to_owned(), $c as i64);
-            $l.consts.insert(stringify!($c));
-        )*
-    };
-}
 
 fn layout() -> Layout {
     let mut l = Layout::default();
@@ -236,179 +143,19 @@ const ANONYMOUS: &[(&str, &str, &str)] = &[
     ("rdma_cm_event_param", "rdma_cm_event", "param"),
 ];
 
-fn manifest_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Compiles the dumper with the generated items and returns its output lines.
-fn run_c_dumper(rows: &[Row]) -> Vec<(i64, String)> {
-    assert!(
-        Path::new(HEADER).is_file(),
-        "{HEADER} is missing: install librdmacm-dev (rdma-core 44). The layout test \
-         compares against the installed header and does not skip."
-    );
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("layout_cm");
-    std::fs::create_dir_all(&dir).expect("create tmp dir");
-    let items: String = rows.iter().map(|r| format!("V({})\n", r.c_expr)).collect();
-    std::fs::write(dir.join("layout_cm_items.h"), items).expect("write layout_cm_items.h");
-    let src = dir.join("layout_cm.c");
-    std::fs::write(&src, DUMPER_C).expect("write layout_cm.c");
-
-    let exe = dir.join("layout_cm");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let out = Command::new(&cc)
-        .args(["-std=gnu11", "-Wall", "-Werror", "-I"])
-        .arg(&dir)
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run C compiler `{cc}`: {e}"));
-    assert!(
-        out.status.success(),
-        "compiling the layout dumper against the installed headers failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = Command::new(&exe).output().expect("run layout dumper");
-    assert!(
-        out.status.success(),
-        "layout dumper failed: {:?}",
-        out.status
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|line| {
-            let (value, expr) = line.split_once('\t').expect("value<TAB>expr");
-            (value.parse().expect("integer"), expr.to_owned())
-        })
-        .collect()
-}
-
 #[test]
 fn layout_matches_installed_rdma_cma_h() {
     let l = layout();
-    let c = run_c_dumper(&l.rows);
-    assert_eq!(
-        c.len(),
-        l.rows.len(),
-        "the C dumper printed a different number of values"
-    );
-    let squash = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
-    let mut mismatches = Vec::new();
-    for (row, (c_value, c_expr)) in l.rows.iter().zip(&c) {
-        assert_eq!(
-            squash(&row.c_expr),
-            squash(c_expr),
-            "dumper output out of order"
-        );
-        if row.rust != *c_value {
-            mismatches.push(format!(
-                "  {}: C {} != Rust {}",
-                row.c_expr, c_value, row.rust
-            ));
-        }
-    }
-    assert!(
-        mismatches.is_empty(),
-        "{} of {} layout values differ from {HEADER}:\n{}",
-        mismatches.len(),
-        l.rows.len(),
-        mismatches.join("\n")
-    );
-    // Guard against an accidentally empty table.
-    assert!(l.rows.len() > 300, "only {} values compared", l.rows.len());
-}
-
-/// Everything declared in `src/cm/abi.rs`, by a line parser that relies on rustfmt's
-/// layout: `pub struct X {` / `pub union X {` ... `}` with `pub field:` lines,
-/// `pub const NAME:` and `pub type NAME = c_int|c_uint;`.
-#[derive(Default, Debug)]
-struct Declared {
-    types: BTreeMap<String, Vec<String>>,
-    consts: BTreeSet<String>,
-    enums: BTreeSet<String>,
-}
-
-fn parse_abi_source() -> Declared {
-    let mut d = Declared::default();
-    let path = manifest_dir().join("src/cm/abi.rs");
-    let text = std::fs::read_to_string(&path).expect("read src/cm/abi.rs");
-    let mut current: Option<String> = None;
-    for line in text.lines() {
-        if let Some(name) = current.clone() {
-            if line.starts_with('}') {
-                current = None;
-            } else if let Some(rest) = line.trim_start().strip_prefix("pub ") {
-                if let Some((field, _)) = rest.split_once(':') {
-                    d.types
-                        .get_mut(&name)
-                        .expect("open type")
-                        .push(field.to_owned());
-                }
-            }
-            continue;
-        }
-        let decl = line
-            .strip_prefix("pub struct ")
-            .or_else(|| line.strip_prefix("pub union "));
-        if let Some(rest) = decl {
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            d.types.insert(name.clone(), Vec::new());
-            if rest.trim_end().ends_with('{') {
-                current = Some(name);
-            }
-        } else if let Some(rest) = line.strip_prefix("pub const ") {
-            let (name, _) = rest.split_once(':').expect("pub const NAME: T");
-            d.consts.insert(name.to_owned());
-        } else if let Some(rest) = line.strip_prefix("pub type ") {
-            let (name, ty) = rest.split_once(" = ").expect("pub type NAME = T");
-            if ty == "c_int;" || ty == "c_uint;" {
-                d.enums.insert(name.to_owned());
-            }
-        }
-    }
-    d
+    let c = run_c_dumper("layout_cm", HEADER, "librdmacm-dev", DUMPER_C, &l.rows);
+    assert_matches(&l, &c, HEADER, 300);
 }
 
 #[test]
 fn every_mirrored_item_is_compared() {
     let l = layout();
-    let d = parse_abi_source();
-    assert!(
-        d.types.len() >= 18,
-        "parser found only {} types",
-        d.types.len()
-    );
-    let mut missing = Vec::new();
-    for (ty, fields) in &d.types {
-        let (table, prefix) = match ANONYMOUS.iter().find(|(t, _, _)| t == ty) {
-            Some((_, parent, path)) => (*parent, format!("{path}.")),
-            None => (ty.as_str(), String::new()),
-        };
-        let Some(listed) = l.fields.get(table) else {
-            missing.push(format!("type {ty} (no table)"));
-            continue;
-        };
-        for field in fields {
-            if !listed.contains(&format!("{prefix}{field}")) {
-                missing.push(format!("field {ty}.{field}"));
-            }
-        }
-    }
-    for name in &d.consts {
-        if !l.consts.contains(name.as_str()) {
-            missing.push(format!("const {name}"));
-        }
-    }
-    for name in &d.enums {
-        if !l.enums.contains(name.as_str()) {
-            missing.push(format!("enum alias {name}"));
-        }
-    }
+    let d = parse_abi_sources(&[manifest_dir().join("src/cm/abi.rs")]);
+    assert!(d.types.len() >= 18, "parser found only {} types", d.types.len());
+    let missing = not_compared(&l, &d, ANONYMOUS, &BTreeSet::new());
     assert!(
         missing.is_empty(),
         "mirrored in src/cm/abi.rs but not compared with the headers by tests/layout_cm.rs:\n  {}",
