@@ -107,6 +107,16 @@ const UC_RTS_OPT: M = M::CUR_STATE
     .union(M::PATH_MIG_STATE);
 const RC_RTS_OPT: M = UC_RTS_OPT.union(M::MIN_RNR_TIMER);
 
+/// The depth a QP's `max_rd_atomic` / `max_dest_rd_atomic` gets: rxe rounds a nonzero
+/// value up to a power of two (rocev2-wire.md §3.1); 0 stays 0.
+pub const fn rd_atomic_depth(v: u8) -> u32 {
+    if v == 0 {
+        0
+    } else {
+        (v as u32).next_power_of_two()
+    }
+}
+
 /// The transition table of `ib_modify_qp_is_ok` for the QP types rverbs supports.
 ///
 /// Returns `None` when `from → to` is not a legal transition for `qp_type`.

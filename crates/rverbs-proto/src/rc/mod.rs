@@ -538,11 +538,3 @@ pub const fn packets(len: u32, mtu: u32) -> u32 {
     }
 }
 
-/// rxe rounds `max_rd_atomic` / `max_dest_rd_atomic` up to a power of two (§3.1).
-const fn pow2(v: u8) -> u32 {
-    if v == 0 {
-        0
-    } else {
-        (v as u32).next_power_of_two()
-    }
-}

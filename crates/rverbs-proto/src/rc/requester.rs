@@ -7,8 +7,9 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::timer::{Timer, TimerTable};
-use super::{packets, pow2, Completion, Mode, PostError, Request, RequesterConfig, SendWqe};
+use super::{packets, Completion, Mode, PostError, Request, RequesterConfig, SendWqe};
 use super::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS};
+use crate::state::rd_atomic_depth;
 use crate::psn::Psn;
 use crate::rnr::{ack_timeout, RetryCounter};
 use crate::vendor_err;
@@ -92,7 +93,7 @@ impl Requester {
         } else {
             RetryCounter::transport(cfg.retry_cnt)
         };
-        let max_rd_atomic = pow2(cfg.max_rd_atomic);
+        let max_rd_atomic = rd_atomic_depth(cfg.max_rd_atomic);
         Requester {
             cfg,
             state: RequesterState::Ready,

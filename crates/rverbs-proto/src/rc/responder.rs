@@ -7,8 +7,9 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::{packets, pow2, AtomicOp, Delivery, Mode, Placement, ReadSource, RecvCompletion, RecvSlot};
+use super::{packets, AtomicOp, Delivery, Mode, Placement, ReadSource, RecvCompletion, RecvSlot};
 use super::{Request, Response, ResponderConfig, Target, UD_GRH_LEN};
+use crate::state::rd_atomic_depth;
 use crate::psn::Psn;
 use crate::vendor_err;
 use crate::verbs::{Access, WcFlags, WcOpcode, WcStatus};
@@ -95,7 +96,7 @@ pub struct Responder {
 impl Responder {
     /// A receive side at RTR with `cfg` (`resp.psn = rq_psn`, §1.6).
     pub fn new(cfg: ResponderConfig) -> Responder {
-        let ring = pow2(cfg.max_dest_rd_atomic) as usize;
+        let ring = rd_atomic_depth(cfg.max_dest_rd_atomic) as usize;
         Responder {
             cfg,
             state: ResponderState::Ready,

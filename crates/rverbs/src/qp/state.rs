@@ -170,13 +170,10 @@ pub(crate) struct ModifyPlan {
     unstall: bool,
 }
 
-/// Rounds a nonzero read/atomic depth up to a power of two (rxe).
-fn pow2(v: u8) -> u8 {
-    if v == 0 {
-        0
-    } else {
-        (u32::from(v).next_power_of_two().min(limits::MAX_QP_RD_ATOM)) as u8
-    }
+/// The read/atomic depth a QP gets (rverbs_proto::state::rd_atomic_depth), within the
+/// device limit.
+fn rd_atomic_depth(v: u8) -> u8 {
+    rverbs_proto::state::rd_atomic_depth(v).min(limits::MAX_QP_RD_ATOM) as u8
 }
 
 /// A test hook run between plan and apply (where another writer may change the state).
@@ -289,10 +286,10 @@ impl QpInner {
             a.sq_psn = attr.sq_psn & 0xff_ffff;
         }
         if m.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
-            a.max_rd_atomic = pow2(attr.max_rd_atomic);
+            a.max_rd_atomic = rd_atomic_depth(attr.max_rd_atomic);
         }
         if m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
-            a.max_dest_rd_atomic = pow2(attr.max_dest_rd_atomic);
+            a.max_dest_rd_atomic = rd_atomic_depth(attr.max_dest_rd_atomic);
         }
         if m.contains(QpAttrMask::MIN_RNR_TIMER) {
             a.min_rnr_timer = attr.min_rnr_timer & 0x1f;
