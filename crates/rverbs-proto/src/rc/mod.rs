@@ -56,6 +56,10 @@ pub const MAX_UNACKED_PSNS: u32 = 128;
 /// exceeds this.
 pub const MAX_PKT_PER_ACK: u32 = 64;
 
+/// The MTU of a transport without packets: the largest message (2^31 bytes, rxe's
+/// `max_msg_sz`), so that every message is one ONLY request and one response.
+pub const UNSEGMENTED_MTU: u32 = 1 << 31;
+
 /// Bytes a UD receive reserves for the GRH before the payload (rocev2-wire.md §5.3).
 pub const UD_GRH_LEN: u64 = 40;
 
@@ -197,6 +201,18 @@ pub struct Request {
 }
 
 impl Request {
+    /// The one request that carries the whole of `wqe` with PSN `psn`, for a transport
+    /// without packets (the same-host transport executes each message at once, in order,
+    /// with nothing lost): the packet [`Requester::poll_transmit`] would build with an
+    /// MTU of [`UNSEGMENTED_MTU`], an ONLY opcode, AckReq set on RC.
+    #[inline(always)]
+    pub fn message(mode: Mode, src_qpn: u32, wqe: &SendWqe, psn: Psn) -> Request {
+        let mut r = Request::new(OpCode::Unknown(0), psn);
+        requester::segment(mode, src_qpn, wqe, 0, UNSEGMENTED_MTU, &mut r);
+        r.ack_req = mode == Mode::Rc;
+        r
+    }
+
     /// A request with only an opcode and a PSN, for building by hand.
     pub const fn new(opcode: OpCode, psn: Psn) -> Request {
         Request {
@@ -408,6 +424,10 @@ pub struct Delivery {
     /// The request was executed (false: dropped silently, a duplicate answered from
     /// the responder's state, or refused with a NAK).
     pub executed: bool,
+    /// The rule the request broke, when it was refused (RC: a NAK is queued; UC: dropped;
+    /// `ReceiveNotReady` is the RNR case). `recv` then holds the error completion of a
+    /// receive WQE the message had taken, if the rule completes one.
+    pub violation: Option<crate::violation::Violation>,
 }
 
 /// Where the driver puts the payload of a READ response at the requester.

@@ -324,122 +324,26 @@ impl Requester {
     fn build(&mut self, idx: usize) -> (Request, bool) {
         let mtu = self.cfg.mtu;
         let mode = self.cfg.mode;
-        let transport = mode.transport();
         let psn = self.req_psn;
         let e = &mut self.queue[idx];
         let w = e.wqe;
-        let npkts = match w.opcode {
-            op if op.carries_payload() || op == WrOpcode::RdmaRead => packets(w.length, mtu),
-            _ => 1,
-        };
         if e.state == WqeState::Posted {
             // §3.2 step 7: first/last PSN recorded at the START packet.
             e.first_psn = psn;
-            e.last_psn = psn.add(npkts - 1);
+            e.last_psn = psn.add(psn_span(&w, mtu) - 1);
             e.state = WqeState::Processing;
             e.sent = 0;
         }
-        let op_of = |o: Operation| OpCode::new(transport, o).unwrap_or(OpCode::Unknown(o as u8));
         let mut r = Request::new(OpCode::Unknown(0), psn);
-        r.wqe_id = w.id;
-        let end;
-        match w.opcode {
-            WrOpcode::RdmaRead => {
-                // §3.2 step 1: a resumed READ asks for the rest: VA += done, len = remaining.
-                r.opcode = op_of(Operation::RdmaReadRequest);
-                r.reth = Some(RethRepr {
-                    va: w.remote_va.wrapping_add(u64::from(e.sent)),
-                    rkey: w.rkey,
-                    dma_len: w.length - e.sent,
-                });
-                self.req_psn = e.last_psn.add(1);
-                end = true;
-            }
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-                let cas = w.opcode == WrOpcode::AtomicCmpAndSwp;
-                r.opcode = op_of(if cas { Operation::CompareSwap } else { Operation::FetchAdd });
-                r.atomic = Some(AtomicEthRepr {
-                    va: w.remote_va,
-                    rkey: w.rkey,
-                    swap_add: if cas { w.swap } else { w.compare_add },
-                    compare: if cas { w.compare_add } else { 0 },
-                });
-                self.req_psn = psn.add(1);
-                end = true;
-            }
-            WrOpcode::AtomicWrite => {
-                r.opcode = op_of(Operation::AtomicWrite);
-                r.reth = Some(RethRepr { va: w.remote_va, rkey: w.rkey, dma_len: 8 });
-                r.payload_len = 8;
-                r.atomic_write = Some(w.swap);
-                self.req_psn = psn.add(1);
-                end = true;
-            }
-            WrOpcode::Flush => {
-                r.opcode = op_of(Operation::Flush);
-                r.feth = Some(w.flush.unwrap_or(FethRepr {
-                    selectivity: Selectivity::MemoryRange,
-                    placement: FlushPlacement::GLOBAL_VISIBILITY,
-                }));
-                r.reth = Some(RethRepr { va: w.remote_va, rkey: w.rkey, dma_len: w.length });
-                self.req_psn = psn.add(1);
-                end = true;
-            }
-            _ => {
-                // SEND and WRITE (§1.5, §1.6).
-                let offset = e.sent;
-                let remaining = w.length - offset;
-                let first = offset == 0;
-                let last = remaining <= mtu;
-                let len = remaining.min(mtu);
-                let send = matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv);
-                use Operation as O;
-                let o = match (send, first, last, w.opcode) {
-                    (true, true, false, _) => O::SendFirst,
-                    (true, false, false, _) => O::SendMiddle,
-                    (true, false, true, WrOpcode::SendWithImm) => O::SendLastWithImmediate,
-                    (true, false, true, WrOpcode::SendWithInv) => O::SendLastWithInvalidate,
-                    (true, false, true, _) => O::SendLast,
-                    (true, true, true, WrOpcode::SendWithImm) => O::SendOnlyWithImmediate,
-                    (true, true, true, WrOpcode::SendWithInv) => O::SendOnlyWithInvalidate,
-                    (true, true, true, _) => O::SendOnly,
-                    (false, true, false, _) => O::RdmaWriteFirst,
-                    (false, false, false, _) => O::RdmaWriteMiddle,
-                    (false, false, true, WrOpcode::RdmaWriteWithImm) => O::RdmaWriteLastWithImmediate,
-                    (false, false, true, _) => O::RdmaWriteLast,
-                    (false, true, true, WrOpcode::RdmaWriteWithImm) => O::RdmaWriteOnlyWithImmediate,
-                    (false, true, true, _) => O::RdmaWriteOnly,
-                };
-                r.opcode = op_of(o);
-                r.payload_offset = u64::from(offset);
-                r.payload_len = len;
-                if !send && first {
-                    r.reth = Some(RethRepr { va: w.remote_va, rkey: w.rkey, dma_len: w.length });
-                }
-                if last {
-                    if w.opcode.has_imm() {
-                        r.imm = Some(w.imm);
-                    }
-                    if w.opcode == WrOpcode::SendWithInv {
-                        r.invalidate = Some(w.imm);
-                    }
-                    // §1.2: SE on the last packet of a SEND or WRITE_WITH_IMM.
-                    r.solicited = w.flags.contains(SendFlags::SOLICITED)
-                        && (send || w.opcode == WrOpcode::RdmaWriteWithImm);
-                }
-                if mode == Mode::Ud {
-                    let ud = w.ud.unwrap_or_default();
-                    r.deth = Some(DethRepr { qkey: ud.remote_qkey, src_qp: self.cfg.qpn });
-                    r.dest_qpn = Some(ud.remote_qpn);
-                }
-                e.sent = offset + len;
-                self.req_psn = psn.add(1);
-                end = last;
-            }
-        }
+        let seg = segment(mode, self.cfg.qpn, &w, e.sent, mtu, &mut r);
+        e.sent = seg.sent;
+        self.req_psn = match w.opcode {
+            WrOpcode::RdmaRead => e.last_psn.add(1),
+            _ => psn.add(1),
+        };
         // §1.2: AckReq on every END packet, and when the no-ack count exceeds 64.
         if mode == Mode::Rc {
-            r.ack_req = end || {
+            r.ack_req = seg.end || {
                 self.noack_pkts += 1;
                 self.noack_pkts > MAX_PKT_PER_ACK
             };
@@ -447,7 +351,7 @@ impl Requester {
                 self.noack_pkts = 0;
             }
         }
-        (r, end)
+        (r, seg.end)
     }
 
     /// rxe `req_retry` (§3.2 step 1): back to the oldest uncompleted WQE with
@@ -519,5 +423,118 @@ fn flushed(id: u64) -> Completion {
         byte_len: 0,
         vendor_err: vendor_err::FLUSHED,
         atomic_original: None,
+    }
+}
+
+/// PSNs a message takes (§1.6): `max(1, ceil(len/MTU))` for SEND, WRITE and READ; one for
+/// the rest.
+fn psn_span(w: &SendWqe, mtu: u32) -> u32 {
+    match w.opcode {
+        op if op.carries_payload() || op == WrOpcode::RdmaRead => packets(w.length, mtu),
+        _ => 1,
+    }
+}
+
+/// Where [`segment`] cut a message.
+pub(super) struct Segment {
+    /// It ends the message.
+    pub(super) end: bool,
+    /// Bytes of the message sent once it is (READ: the whole request).
+    pub(super) sent: u32,
+}
+
+/// Makes `r` (whose PSN is set) the packet of `w` that starts at byte `sent` (rocev2-wire.md §1.5,
+/// §1.6): the opcode by position (FIRST/MIDDLE/LAST/ONLY from the remaining length and the
+/// MTU), RETH on the first packet of a WRITE and on READ/FLUSH/ATOMIC_WRITE, AtomicETH,
+/// ImmDt and IETH on the last packet, SE on the last packet of a SEND or WRITE_WITH_IMM,
+/// DETH for UD. AckReq is left to the caller. A resumed READ asks for the rest: VA +=
+/// `sent`, length = what remains (§3.2 step 1).
+#[inline(always)]
+pub(super) fn segment(mode: Mode, src_qpn: u32, w: &SendWqe, sent: u32, mtu: u32, r: &mut Request) -> Segment {
+    let transport = mode.transport();
+    let op_of = |o: Operation| OpCode::new(transport, o).unwrap_or(OpCode::Unknown(o as u8));
+    r.wqe_id = w.id;
+    match w.opcode {
+        WrOpcode::RdmaRead => {
+            r.opcode = op_of(Operation::RdmaReadRequest);
+            r.reth = Some(RethRepr { va: w.remote_va.wrapping_add(u64::from(sent)), rkey: w.rkey, dma_len: w.length - sent });
+            Segment { end: true, sent }
+        }
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+            let cas = w.opcode == WrOpcode::AtomicCmpAndSwp;
+            r.opcode = op_of(if cas { Operation::CompareSwap } else { Operation::FetchAdd });
+            r.atomic = Some(AtomicEthRepr {
+                va: w.remote_va,
+                rkey: w.rkey,
+                swap_add: if cas { w.swap } else { w.compare_add },
+                compare: if cas { w.compare_add } else { 0 },
+            });
+            Segment { end: true, sent }
+        }
+        WrOpcode::AtomicWrite => {
+            r.opcode = op_of(Operation::AtomicWrite);
+            r.reth = Some(RethRepr { va: w.remote_va, rkey: w.rkey, dma_len: 8 });
+            r.payload_len = 8;
+            r.atomic_write = Some(w.swap);
+            Segment { end: true, sent }
+        }
+        WrOpcode::Flush => {
+            r.opcode = op_of(Operation::Flush);
+            r.feth = Some(w.flush.unwrap_or(FethRepr {
+                selectivity: Selectivity::MemoryRange,
+                placement: FlushPlacement::GLOBAL_VISIBILITY,
+            }));
+            r.reth = Some(RethRepr { va: w.remote_va, rkey: w.rkey, dma_len: w.length });
+            Segment { end: true, sent }
+        }
+        _ => {
+            // SEND and WRITE (§1.5, §1.6).
+            let offset = sent;
+            let remaining = w.length - offset;
+            let first = offset == 0;
+            let last = remaining <= mtu;
+            let len = remaining.min(mtu);
+            let send = matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv);
+            use Operation as O;
+            let o = match (send, first, last, w.opcode) {
+                (true, true, false, _) => O::SendFirst,
+                (true, false, false, _) => O::SendMiddle,
+                (true, false, true, WrOpcode::SendWithImm) => O::SendLastWithImmediate,
+                (true, false, true, WrOpcode::SendWithInv) => O::SendLastWithInvalidate,
+                (true, false, true, _) => O::SendLast,
+                (true, true, true, WrOpcode::SendWithImm) => O::SendOnlyWithImmediate,
+                (true, true, true, WrOpcode::SendWithInv) => O::SendOnlyWithInvalidate,
+                (true, true, true, _) => O::SendOnly,
+                (false, true, false, _) => O::RdmaWriteFirst,
+                (false, false, false, _) => O::RdmaWriteMiddle,
+                (false, false, true, WrOpcode::RdmaWriteWithImm) => O::RdmaWriteLastWithImmediate,
+                (false, false, true, _) => O::RdmaWriteLast,
+                (false, true, true, WrOpcode::RdmaWriteWithImm) => O::RdmaWriteOnlyWithImmediate,
+                (false, true, true, _) => O::RdmaWriteOnly,
+            };
+            r.opcode = op_of(o);
+            r.payload_offset = u64::from(offset);
+            r.payload_len = len;
+            if !send && first {
+                r.reth = Some(RethRepr { va: w.remote_va, rkey: w.rkey, dma_len: w.length });
+            }
+            if last {
+                if w.opcode.has_imm() {
+                    r.imm = Some(w.imm);
+                }
+                if w.opcode == WrOpcode::SendWithInv {
+                    r.invalidate = Some(w.imm);
+                }
+                // §1.2: SE on the last packet of a SEND or WRITE_WITH_IMM.
+                r.solicited =
+                    w.flags.contains(SendFlags::SOLICITED) && (send || w.opcode == WrOpcode::RdmaWriteWithImm);
+            }
+            if mode == Mode::Ud {
+                let ud = w.ud.unwrap_or_default();
+                r.deth = Some(DethRepr { qkey: ud.remote_qkey, src_qp: src_qpn });
+                r.dest_qpn = Some(ud.remote_qpn);
+            }
+            Segment { end: last, sent: offset + len }
+        }
     }
 }

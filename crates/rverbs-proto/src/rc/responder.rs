@@ -113,12 +113,36 @@ impl Responder {
         }
     }
 
+    /// Takes new attributes (ibv_modify_qp(3) on the responder QP: access flags, RNR
+    /// timer, Q_Key, read/atomic resources) and keeps the sequence state. A new
+    /// `max_dest_rd_atomic` depth starts an empty resource ring.
+    #[inline]
+    pub fn reconfigure(&mut self, cfg: ResponderConfig) {
+        if cfg == self.cfg {
+            return;
+        }
+        let ring = rd_atomic_depth(cfg.max_dest_rd_atomic) as usize;
+        if ring != self.resources.len() {
+            self.resources = vec![None; ring];
+            self.res_next = 0;
+        }
+        self.cfg = cfg;
+    }
+
+    /// The attributes.
+    #[inline]
+    pub fn config(&self) -> &ResponderConfig {
+        &self.cfg
+    }
+
     /// The state.
+    #[inline]
     pub fn state(&self) -> ResponderState {
         self.state
     }
 
     /// The next PSN expected (`resp.psn`).
+    #[inline]
     pub fn expected_psn(&self) -> Psn {
         self.expected
     }
@@ -181,6 +205,7 @@ impl Responder {
     }
 
     /// Whether responses are queued.
+    #[inline]
     pub fn has_transmit(&self) -> bool {
         !self.out.is_empty()
     }
@@ -333,7 +358,7 @@ impl Responder {
         msg.placed += len;
         self.expected = req.psn.add(1);
         self.ack_psn = self.expected;
-        let mut delivery = Delivery { place, recv: None, executed: true };
+        let mut delivery = Delivery { place, recv: None, executed: true, violation: None };
         if op.position() == crate::wire::Position::Last || op.position() == crate::wire::Position::Only {
             self.cur = None;
             self.msn = (self.msn + 1) & Psn::MASK;
@@ -417,7 +442,7 @@ impl Responder {
         msg.resid -= len;
         self.expected = req.psn.add(1);
         self.ack_psn = self.expected;
-        let mut delivery = Delivery { place, recv: None, executed: true };
+        let mut delivery = Delivery { place, recv: None, executed: true, violation: None };
         if last {
             self.cur = None;
             self.msn = (self.msn + 1) & Psn::MASK;
@@ -471,7 +496,7 @@ impl Responder {
         self.save_resource(req.psn, req.psn.add(npkts - 1), kind);
         self.out.push_back(Work::Read { psn: req.psn, rkey: reth.rkey, va: reth.va, resid: reth.dma_len, started: false });
         self.expected = req.psn.add(npkts);
-        Delivery { place: None, recv: None, executed: true }
+        Delivery { place: None, recv: None, executed: true, violation: None }
     }
 
     fn atomic(&mut self, req: &Request, op: Operation, target: &mut impl Target) -> Delivery {
@@ -502,7 +527,7 @@ impl Responder {
         self.msn = (self.msn + 1) & Psn::MASK;
         self.push_atomic_ack(req.psn, original);
         self.expected = req.psn.add(1);
-        Delivery { place: None, recv: None, executed: true }
+        Delivery { place: None, recv: None, executed: true, violation: None }
     }
 
     fn atomic_write(&mut self, req: &Request, target: &mut impl Target) -> Delivery {
@@ -526,7 +551,7 @@ impl Responder {
             return self.refuse(req, v, None);
         }
         self.finish_empty(req);
-        Delivery { place: None, recv: None, executed: true }
+        Delivery { place: None, recv: None, executed: true, violation: None }
     }
 
     fn flush(&mut self, req: &Request, target: &mut impl Target) -> Delivery {
@@ -550,7 +575,7 @@ impl Responder {
             return self.refuse(req, v, None);
         }
         self.finish_empty(req);
-        Delivery { place: None, recv: None, executed: true }
+        Delivery { place: None, recv: None, executed: true, violation: None }
     }
 
     /// FLUSH / ATOMIC_WRITE executed: resource, msn++, an empty READ_RESPONSE_ONLY (§1.5).
@@ -655,7 +680,7 @@ impl Responder {
     /// A request broke `v` (§3.3 table). `recv`: a receive WQE taken for this message.
     fn refuse(&mut self, req: &Request, v: Violation, recv: Option<RecvSlot>) -> Delivery {
         let recv = recv.or(self.cur.and_then(|m| m.recv));
-        let mut delivery = Delivery::default();
+        let mut delivery = Delivery { violation: Some(v), ..Delivery::default() };
         if self.cfg.mode != Mode::Rc {
             // §3.5: UC drops the message silently; a receive already taken completes in
             // error (as the same-host transport does) and a fatal fault ends the QP.
@@ -726,12 +751,12 @@ impl Responder {
         let need = UD_GRH_LEN + u64::from(req.payload_len);
         if recv.capacity < need {
             let c = recv_error(recv.wr_id, WcStatus::RemInvReqErr, vendor_err::RECV_TOO_SMALL);
-            return Delivery { place: None, recv: Some(c), executed: false };
+            return Delivery { place: None, recv: Some(c), executed: false, violation: None };
         }
         if let Err(v) = target.check_recv(&recv, 0, need) {
             self.state = ResponderState::Error;
             let c = recv_error(recv.wr_id, v.recv_status().unwrap_or(WcStatus::LocQpOpErr), v.vendor_err());
-            return Delivery { place: None, recv: Some(c), executed: false };
+            return Delivery { place: None, recv: Some(c), executed: false, violation: None };
         }
         let mut c = recv_success(recv.wr_id, WcOpcode::Recv, need as u32, req);
         c.flags |= WcFlags::GRH;
@@ -741,7 +766,12 @@ impl Responder {
             c.imm = imm;
         }
         self.msn = (self.msn + 1) & Psn::MASK;
-        Delivery { place: Some(Placement::Recv { wr_id: recv.wr_id, offset: UD_GRH_LEN }), recv: Some(c), executed: true }
+        Delivery {
+            place: Some(Placement::Recv { wr_id: recv.wr_id, offset: UD_GRH_LEN }),
+            recv: Some(c),
+            executed: true,
+            violation: None,
+        }
     }
 }
 

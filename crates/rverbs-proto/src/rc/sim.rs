@@ -155,7 +155,7 @@ pub(super) struct SimTarget {
 }
 
 impl SimTarget {
-    fn new(size: usize) -> SimTarget {
+    pub(super) fn new(size: usize) -> SimTarget {
         SimTarget {
             mem: (0..size).map(|i| (i * 7 + 3) as u8).collect(),
             mr_access: Access::LOCAL_WRITE

@@ -8,6 +8,7 @@ use crate::rnr::{ack_timeout, rnr_delay};
 use crate::vendor_err;
 use crate::verbs::Access;
 use crate::wire::{NakCode, Operation};
+use crate::violation::Violation;
 
 const MTU: u32 = 256;
 
@@ -795,4 +796,85 @@ impl Target for ZeroTarget {
     fn invalidate(&mut self, _: u32) -> bool {
         true
     }
+}
+
+// ---- Whole messages: the same-host transport's use of the machines ----
+
+fn wqe(opcode: WrOpcode, length: u32) -> SendWqe {
+    SendWqe { opcode, length, remote_va: MR_BASE, rkey: RKEY, imm: 0x1234, ..SendWqe::TEMPLATE }
+}
+
+#[test]
+fn message_is_one_only_request_with_ackreq() {
+    let w = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::RdmaWrite, 1 << 20), Psn::new(7));
+    assert_eq!((op(&w), w.psn, w.ack_req, w.payload_len), (Operation::RdmaWriteOnly, Psn::new(7), true, 1 << 20));
+    assert_eq!(w.reth.map(|r| (r.va, r.rkey, r.dma_len)), Some((MR_BASE, RKEY, 1 << 20)));
+
+    let s = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::SendWithImm, 5000), Psn::new(0));
+    assert_eq!((op(&s), s.imm, s.payload_len), (Operation::SendOnlyWithImmediate, Some(0x1234), 5000));
+
+    let r = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::RdmaRead, 1 << 31), Psn::new(0));
+    assert_eq!((op(&r), r.reth.map(|r| r.dma_len)), (Operation::RdmaReadRequest, Some(1 << 31)));
+
+    let uc = Request::message(Mode::Uc, 0x11, &wqe(WrOpcode::Send, 10), Psn::new(0));
+    assert!(!uc.ack_req, "UC asks for no ACK");
+
+    let ud_wqe = SendWqe { ud: Some(UdDest { remote_qpn: 0x22, remote_qkey: 9 }), ..wqe(WrOpcode::Send, 10) };
+    let ud = Request::message(Mode::Ud, 0x11, &ud_wqe, Psn::new(0));
+    assert_eq!(ud.deth.map(|d| (d.qkey, d.src_qp)), Some((9, 0x11)));
+    assert_eq!(ud.dest_qpn, Some(0x22));
+}
+
+#[test]
+fn unsegmented_responder_executes_whole_message_and_acks() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(1 << 16);
+    let mut resp = Responder::new(ResponderConfig { mtu: UNSEGMENTED_MTU, ..ResponderConfig::TEMPLATE });
+    let w = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::RdmaWrite, 40_000), resp.expected_psn());
+    let d = resp.handle_request(now, &w, &mut t);
+    assert_eq!(d.place, Some(Placement::Memory { rkey: RKEY, va: MR_BASE }));
+    assert!(d.executed && d.violation.is_none());
+    let ack = resp.poll_transmit(now).expect("an ACK");
+    assert_eq!((ack.syndrome, ack.psn), (Some(Syndrome::ACK), w.psn));
+    assert!(resp.poll_transmit(now).is_none());
+    assert_eq!(resp.expected_psn(), Psn::new(1), "one PSN per message");
+
+    let r = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::RdmaRead, 40_000), resp.expected_psn());
+    let _ = resp.handle_request(now, &r, &mut t);
+    let only = resp.poll_transmit(now).expect("a READ response");
+    assert_eq!((rop(&only), only.payload_len), (Operation::RdmaReadResponseOnly, 40_000));
+    assert_eq!(resp.expected_psn(), Psn::new(2));
+}
+
+#[test]
+fn refusal_names_the_violation_in_the_delivery() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(4096);
+    let mut resp = Responder::new(ResponderConfig { mtu: UNSEGMENTED_MTU, ..ResponderConfig::TEMPLATE });
+    let send = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::Send, 8), resp.expected_psn());
+    let d = resp.handle_request(now, &send, &mut t);
+    assert_eq!(d.violation, Some(Violation::ReceiveNotReady), "no receive posted: RNR");
+    assert_eq!(resp.state(), ResponderState::Ready, "RNR is not fatal");
+    let _ = resp.poll_transmit(now);
+
+    let bad = SendWqe { rkey: RKEY + 1, ..wqe(WrOpcode::RdmaWrite, 8) };
+    let w = Request::message(Mode::Rc, 0x11, &bad, resp.expected_psn());
+    let d = resp.handle_request(now, &w, &mut t);
+    assert_eq!(d.violation, Some(Violation::RkeyUnknown));
+    assert_eq!(resp.state(), ResponderState::Error);
+}
+
+#[test]
+fn reconfigure_keeps_sequence_and_applies_new_access() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(4096);
+    let cfg = ResponderConfig { mtu: UNSEGMENTED_MTU, ..ResponderConfig::TEMPLATE };
+    let mut resp = Responder::new(cfg);
+    let w = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::RdmaWrite, 8), resp.expected_psn());
+    assert!(resp.handle_request(now, &w, &mut t).executed);
+    let _ = resp.poll_transmit(now);
+    resp.reconfigure(ResponderConfig { access: Access::REMOTE_READ, ..cfg });
+    assert_eq!(resp.expected_psn(), Psn::new(1), "sequence state kept");
+    let w = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::RdmaWrite, 8), resp.expected_psn());
+    assert_eq!(resp.handle_request(now, &w, &mut t).violation, Some(Violation::QpAccessDenied));
 }

@@ -137,6 +137,7 @@ macro_rules! enum_with_unknown {
         }
 
         impl ::core::convert::From<$ty> for $name {
+            #[inline]
             fn from(value: $ty) -> Self {
                 match value {
                     $( $value => $name::$variant, )+
@@ -146,6 +147,7 @@ macro_rules! enum_with_unknown {
         }
 
         impl ::core::convert::From<$name> for $ty {
+            #[inline]
             fn from(value: $name) -> Self {
                 match value {
                     $( $name::$variant => $value, )+

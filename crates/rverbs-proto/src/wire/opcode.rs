@@ -425,6 +425,7 @@ impl OpCode {
     /// The opcode for `operation` on `transport`, or `None` where the table of
     /// IBTA vol. 1, ch. 9 (as rxe `rxe_opcode.c`) has no such row (UD RDMA WRITE, UC READ,
     /// any RD, …).
+    #[inline]
     pub fn new(transport: Transport, operation: Operation) -> Option<OpCode> {
         match OpCode::from(transport as u8 | operation as u8) {
             OpCode::Unknown(_) => None,
@@ -433,6 +434,7 @@ impl OpCode {
     }
 
     /// The canonical variant for this byte (turns `Unknown(0x04)` into `RcSendOnly`).
+    #[inline]
     fn canonical(self) -> OpCode {
         OpCode::from(u8::from(self))
     }
@@ -443,11 +445,13 @@ impl OpCode {
     }
 
     /// The transport, from the high 3 bits (defined for every byte).
+    #[inline]
     pub fn transport(self) -> Transport {
         Transport::of(self.into())
     }
 
     /// The operation, from the low 5 bits; `None` for CNP and unknown opcodes.
+    #[inline]
     pub fn operation(self) -> Option<Operation> {
         match self.canonical() {
             OpCode::Unknown(_) | OpCode::Cnp => None,

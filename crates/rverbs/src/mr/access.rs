@@ -336,6 +336,23 @@ fn move_piece(dst: Place, src: Place, n: usize) -> Result<(), CmaError> {
 /// Copies `src` into the ranges of `dst`, starting `dst_offset` bytes into them, in
 /// message order; returns the bytes copied (limited by the room in `dst`).
 pub(crate) fn copy_message(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>) -> Result<usize, CmaError> {
+    // One range to one range, the common case: no piece list.
+    if let ([d], 0) = (dst.items.as_slice(), dst_offset) {
+        let (sp, sl) = match src {
+            Source::Bytes(b) => (Place::Local(b.as_ptr() as usize), b.len()),
+            Source::Pins(PinList { items }) if items.len() == 1 => (items[0].place, items[0].len),
+            Source::Pins(_) => return copy_pieces(dst, dst_offset, src),
+        };
+        let n = d.len.min(sl);
+        if n > 0 {
+            move_piece(d.place, sp, n)?;
+        }
+        return Ok(n);
+    }
+    copy_pieces(dst, dst_offset, src)
+}
+
+fn copy_pieces(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>) -> Result<usize, CmaError> {
     let src_pieces: smallvec::SmallVec<[(Place, usize); 2]> = match src {
         Source::Bytes(b) => smallvec::smallvec![(Place::Local(b.as_ptr() as usize), b.len())],
         Source::Pins(l) => l.iter().map(|p| (p.place, p.len)).collect(),

@@ -58,7 +58,7 @@ pub(crate) struct BindWqe {
 /// The head work request with what executing it reads and updates: the WQE, its scatter
 /// list, its inline bytes, the requester's view and the route cache.
 pub(crate) type ExecuteView<'a> =
-    (&'a SendWqe, &'a [Sge], &'a [u8], &'a ReqView, &'a mut Option<crate::transport::route::Routed>);
+    (&'a SendWqe, &'a [Sge], &'a [u8], &'a ReqView, &'a mut crate::transport::route::Path);
 
 /// What completing a work request needs once it leaves the queue.
 #[derive(Clone, Copy, Debug)]
@@ -108,7 +108,7 @@ pub(crate) struct SendQueue {
     count: usize,
     pub(crate) req: ReqView,
     /// The responder found for this path, kept until the path changes.
-    pub(crate) route: Option<crate::transport::route::Routed>,
+    pub(crate) route: crate::transport::route::Path,
     /// Where the requester is with the head work request.
     pub(crate) req_state: ReqState,
     pub(crate) rnr: RetryCounter,
@@ -193,7 +193,7 @@ impl SendQueue {
             head: 0,
             count: 0,
             req: ReqView::default(),
-            route: None,
+            route: crate::transport::route::Path::new(),
             req_state: ReqState::Idle,
             rnr: RetryCounter::rnr(0),
             retry: RetryCounter::transport(0),
@@ -421,7 +421,12 @@ impl SendQueue {
             wqe.inline_len = Some(off);
         } else if let Payload::Sge(sges) = wr.payload {
             let base = slot * self.max_sge;
-            self.sges[base..base + sges.len()].copy_from_slice(sges);
+            if let [one] = sges {
+                // Most requests have one entry: a store, not a call to memcpy.
+                self.sges[base] = *one;
+            } else {
+                self.sges[base..base + sges.len()].copy_from_slice(sges);
+            }
             if keep {
                 self.keeps = true;
                 for (i, s) in sges.iter().enumerate() {

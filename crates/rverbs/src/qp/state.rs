@@ -372,7 +372,7 @@ impl QpInner {
         if !staged {
             view.store(self.rec);
         }
-        sq.route = None;
+        sq.route.clear();
         sq.req = plan.req;
         if let Some(r) = plan.retry {
             sq.retry = r;

@@ -14,23 +14,26 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
+use rverbs_proto::rc::{self, Mode, RecvCompletion, Request, Responder, ResponderState, UNSEGMENTED_MTU};
 use rverbs_proto::rnr::rnr_delay;
 use rverbs_proto::vendor_err;
-use rverbs_proto::verbs::{Access, EventType, QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode};
+use rverbs_proto::verbs::{Access, EventType, QpType, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use rverbs_proto::violation::Violation;
 
-use super::route::{endpoint_of, Routed};
+use rverbs_proto::wire::{self, FethRepr, Selectivity};
+
+use super::respond::Responding;
+use super::route::{connected_mode, endpoint_of, responder_config, Path, Route, Routed};
 use super::target::{LocalTarget, PeerTarget, Target};
 use crate::mcast::{is_multicast, MULTICAST_QPN};
-use crate::mem::AtomicOp;
 use crate::mr::cma::CmaError;
-use crate::mr::{self, copy_message, Fault, KeySpace, KeyUse, PinList, Sge, Source};
-use crate::qp::rq::RecvWqe;
+use crate::mr::{self, copy_message, Fault, KeySpace, PinList, Sge, Source};
 use crate::qp::sq::{ReqView, SendWqe};
 use crate::qp::wr::{FlushPlacement, FlushSelectivity};
 use crate::qp::QpInner;
-use crate::transport::grh::{self, GRH_LEN};
+use crate::transport::grh;
 use crate::transport::Exec;
 use crate::wc::Cqe;
 
@@ -55,7 +58,7 @@ pub(crate) fn execute(
     wqe: &SendWqe,
     sges: &[Sge],
     inline: &[u8],
-    route: &mut Option<Routed>,
+    path: &mut Path,
 ) -> Exec {
     let dev = qp.pd.ctx.dev;
     let op = wqe.opcode();
@@ -87,22 +90,27 @@ pub(crate) fn execute(
     }
 
     match qp.qp_type {
-        QpType::Ud => ud_send(qp, wqe, &gathered),
-        QpType::Rc | QpType::Uc | QpType::XrcSend => match super::route::connected(qp, req, wqe, route) {
-            Some(Routed::Local(t)) => {
-                t.note_inbound();
-                connected(qp, wqe, sges, &gathered, t)
+        QpType::Ud => ud_send(qp, wqe, &gathered, path),
+        QpType::Rc | QpType::Uc | QpType::XrcSend => {
+            let now = path.epoch;
+            let Some(Route { to, responder }) = super::route::connected(qp, req, wqe, &mut path.route) else {
+                return unanswered(qp, wqe);
+            };
+            match to {
+                Routed::Local(t) => {
+                    t.note_inbound();
+                    connected(qp, wqe, sges, &gathered, t, responder, now)
+                }
+                Routed::Peer(t) => {
+                    t.note_inbound();
+                    connected(qp, wqe, sges, &gathered, t, responder, now)
+                }
+                Routed::Split(t) => {
+                    t.note_inbound();
+                    connected(qp, wqe, sges, &gathered, t, responder, now)
+                }
             }
-            Some(Routed::Peer(t)) => {
-                t.note_inbound();
-                connected(qp, wqe, sges, &gathered, t)
-            }
-            Some(Routed::Split(t)) => {
-                t.note_inbound();
-                connected(qp, wqe, sges, &gathered, t)
-            }
-            None => unanswered(qp, wqe),
-        },
+        }
         _ => Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::REMOTE_INVALID)),
     }
 }
@@ -132,15 +140,53 @@ pub(crate) fn sent(qp: &QpInner, wqe: &SendWqe) -> Cqe {
     Cqe::success(wqe.wr_id, qp.qpn, opcode, byte_len)
 }
 
-/// A successful receive completion at the target.
-fn recv_cqe<T: Target>(t: &T, rwqe: &RecvWqe, opcode: WcOpcode, byte_len: u32, wqe: &SendWqe) -> Cqe {
-    let mut c = Cqe::success(rwqe.wr_id, t.qpn(), opcode, byte_len);
-    if wqe.opcode().has_imm() {
-        c.imm = wqe.imm;
-        c.wc_flags |= WcFlags::WITH_IMM.bits() as u8;
+/// The core's form of a send work request: the same fields, no scatter list.
+fn core_wqe(wqe: &SendWqe) -> rc::SendWqe {
+    let op = wqe.opcode();
+    rc::SendWqe {
+        id: wqe.wr_id,
+        opcode: op,
+        length: match (op, wqe.flush) {
+            (WrOpcode::Flush, Some(f)) => f.len,
+            _ => wqe.total_len as u32,
+        },
+        remote_va: wqe.remote_addr,
+        rkey: wqe.rkey,
+        imm: wqe.imm,
+        compare_add: wqe.compare_add,
+        swap: wqe.swap,
+        flags: wqe.flags,
+        flush: wqe.flush.map(|f| FethRepr {
+            selectivity: match f.selectivity {
+                FlushSelectivity::WholeMr => Selectivity::WholeMr,
+                FlushSelectivity::Range => Selectivity::MemoryRange,
+            },
+            placement: {
+                let mut p = wire::Placement::empty();
+                if f.placement.contains(FlushPlacement::GLOBAL) {
+                    p |= wire::Placement::GLOBAL_VISIBILITY;
+                }
+                if f.placement.contains(FlushPlacement::PERSISTENT) {
+                    p |= wire::Placement::PERSISTENCE;
+                }
+                p
+            },
+        }),
+        ud: wqe.ud.as_ref().map(|u| rc::UdDest { remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey }),
     }
-    c.solicited = wqe.flags.contains(SendFlags::SOLICITED);
-    c
+}
+
+/// The receive completion the core decided, as the target's CQ entry.
+fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {
+    if c.status != WcStatus::Success {
+        return Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err);
+    }
+    let mut cqe = Cqe::success(c.wr_id, t.qpn(), c.opcode.unwrap_or(WcOpcode::Recv), c.byte_len);
+    cqe.imm = c.imm;
+    cqe.wc_flags |= c.flags.bits() as u8;
+    cqe.solicited = c.solicited;
+    cqe.src_qp = c.src_qp;
+    cqe
 }
 
 /// Writes a receive completion at the target; an overrun of its CQ moves it to ERR
@@ -153,72 +199,155 @@ fn deliver_recv<T: Target>(t: &T, cqe: Cqe) -> Result<(), ()> {
     Ok(())
 }
 
-/// What the responder found, for the requester to complete.
-enum Response {
-    Ack,
-    Rnr,
-    /// A broken rule; a receive WQE already consumed for the message, if any.
-    Violation(Violation, Option<RecvWqe>),
-    /// The responder could not complete (its CQ overran, its process died).
-    NoAck,
+/// The error completion of receive WQE `wr_id` for a rule broken while it was in use.
+fn refused_recv(wr_id: u64, v: Violation) -> Option<RecvCompletion> {
+    let status = v.recv_status()?;
+    Some(RecvCompletion {
+        wr_id,
+        status,
+        opcode: None,
+        byte_len: 0,
+        flags: WcFlags::empty(),
+        imm: 0,
+        src_qp: 0,
+        solicited: false,
+        vendor_err: v.vendor_err(),
+    })
 }
 
-/// What a failed data movement means for the request.
-fn moved_failed(e: CmaError, violation: Violation, rwqe: Option<RecvWqe>) -> Response {
+/// What a failed data movement means for the request: the peer's process is gone (or
+/// will not let us in) and nobody answers, or the registered memory was unmapped by its
+/// owner and the access fails as `violation` (out of bounds, or a bad receive WQE).
+fn moved_failed(qp: &QpInner, t: &impl Target, wqe: &SendWqe, e: CmaError, v: Violation, recv: Option<u64>) -> Exec {
     match e {
-        // The responder's process is gone (or will not let us in): nobody answers.
         CmaError::Gone | CmaError::Denied => {
             if e == CmaError::Denied {
                 tracing::warn!("cross-memory attach refused by the kernel; the peer cannot be reached");
             }
-            Response::NoAck
+            unanswered(qp, wqe)
         }
-        // Registered memory the owner unmapped: the access fails as out of bounds.
-        CmaError::Fault => Response::Violation(violation, rwqe),
+        CmaError::Fault => violation(qp, t, wqe, v, recv.and_then(|id| refused_recv(id, v))),
     }
 }
 
-/// RC and UC: run the responder, then complete at the requester.
+/// RC and UC: the core's responder machine of the connection takes the whole message as
+/// one request (rocev2-wire.md §3.3: its checks, in rxe's order, and its plan); this
+/// driver moves the bytes the plan names, publishes the receive completion, and turns
+/// the machine's response into the requester's completion (§3.4, §4).
 fn connected<T: Target>(
     qp: &Arc<QpInner>,
     wqe: &SendWqe,
     sges: &[Sge],
     gathered: &Gathered<'_>,
     t: &T,
+    responder: &mut Responder,
+    now: Instant,
 ) -> Exec {
-    let op = wqe.opcode();
-    let reliable = qp.qp_type.is_reliable();
-    let response = match op {
-        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => respond_send(t, wqe, gathered),
-        WrOpcode::AtomicWrite => return respond_atomic_write(qp, t, wqe),
-        WrOpcode::Flush => return respond_flush(qp, t, wqe),
-        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => respond_write(t, wqe, gathered),
-        WrOpcode::RdmaRead => return respond_read(qp, t, wqe, sges),
-        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => return respond_atomic(qp, t, wqe, sges),
-        _ => Response::Violation(Violation::InvalidOpcode, None),
-    };
-    finish(qp, t, wqe, response, reliable)
+    use WrOpcode as W;
+    let carried = matches!(
+        wqe.opcode(),
+        W::Send
+            | W::SendWithImm
+            | W::SendWithInv
+            | W::RdmaWrite
+            | W::RdmaWriteWithImm
+            | W::RdmaRead
+            | W::AtomicCmpAndSwp
+            | W::AtomicFetchAndAdd
+            | W::AtomicWrite
+            | W::Flush
+    );
+    if !carried {
+        return violation(qp, t, wqe, Violation::InvalidOpcode, None);
+    }
+    let mode = connected_mode(qp.qp_type);
+    responder.reconfigure(responder_config(mode, t.rec(), UNSEGMENTED_MTU));
+    let request = Request::message(mode, qp.qpn, &core_wqe(wqe), responder.expected_psn());
+    let mut at = Responding::new(t);
+    let delivery = responder.handle_request(now, &request, &mut at);
+    let response = responder.poll_transmit(now);
+    debug_assert!(!responder.has_transmit(), "one request, one response");
+
+    if let Some(v) = delivery.violation {
+        if let Some(e) = at.moved {
+            responder.enter_error();
+            return moved_failed(qp, t, wqe, e, v, None);
+        }
+        return match v {
+            Violation::ReceiveNotReady if mode == Mode::Rc => {
+                Exec::Rnr(rnr_delay(responder.config().min_rnr_timer))
+            }
+            Violation::ReceiveNotReady => Exec::Done(sent(qp, wqe)),
+            v => violation(qp, t, wqe, v, delivery.recv),
+        };
+    }
+    if !delivery.executed {
+        // Dropped: a responder the machine saw fail earlier answers nothing.
+        return unanswered(qp, wqe);
+    }
+    if let Some(place) = delivery.place {
+        if let Err(e) = at.place(place, None, gathered.source()) {
+            responder.enter_error();
+            let (v, recv) = match place {
+                rc::Placement::Recv { wr_id, .. } => (Violation::RecvWqeMalformed, Some(wr_id)),
+                rc::Placement::Memory { .. } => (Violation::RkeyBounds, at.recv.as_ref().map(|r| r.wr_id)),
+            };
+            return moved_failed(qp, t, wqe, e, v, recv);
+        }
+    }
+    if let Some(c) = delivery.recv {
+        if c.status != WcStatus::Success {
+            // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
+            // completes in error and the responder enters ERR, but no NAK is sent.
+            let _ = t.complete(recv_cqe(t, &c));
+        } else if deliver_recv(t, recv_cqe(t, &c)).is_err() {
+            responder.enter_error();
+            return unanswered(qp, wqe);
+        }
+    }
+    if responder.state() == ResponderState::Error {
+        t.enter_error(None);
+    }
+    match response {
+        // UC: no responses; the requester completes at transmit.
+        None => Exec::Done(sent(qp, wqe)),
+        Some(r) => completed(qp, t, wqe, sges, &mut at, &r),
+    }
 }
 
-fn finish<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, response: Response, reliable: bool) -> Exec {
-    match response {
-        Response::Ack => Exec::Done(sent(qp, wqe)),
-        Response::Rnr if reliable => Exec::Rnr(rnr_delay(t.rec().min_rnr_timer.load(Ordering::Acquire) as u8)),
-        Response::Rnr => Exec::Done(sent(qp, wqe)),
-        Response::NoAck => unanswered(qp, wqe),
-        Response::Violation(v, rwqe) => violation(qp, t, wqe, v, rwqe),
+/// The requester's side of a response (rxe `rxe_comp.c`): READ data and atomic results go
+/// into the local scatter list (needs LOCAL_WRITE; a fault is LOC_PROT_ERR).
+fn completed<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, sges: &[Sge], at: &mut Responding<'_, T>, r: &rc::Response) -> Exec {
+    let own = KeySpace::local(qp.pd.ctx.dev.tables);
+    if let Some(original) = r.atomic_original {
+        let local = match mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, 8) {
+            Ok(l) => l,
+            Err(f) => return local_fault(qp, wqe, f),
+        };
+        // The requester's own memory is always in this process: the copy cannot fail.
+        let _ = copy_message(&local, 0, Source::Bytes(&original.to_ne_bytes()));
+    } else if wqe.opcode() == WrOpcode::RdmaRead {
+        let local = match mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, wqe.total_len) {
+            Ok(l) => l,
+            Err(f) => return local_fault(qp, wqe, f),
+        };
+        if r.payload_len > 0 {
+            if let Err(e) = at.read_into(&local) {
+                return moved_failed(qp, t, wqe, e, Violation::RkeyBounds, None);
+            }
+        }
     }
+    Exec::Done(sent(qp, wqe))
 }
 
 /// Applies a responder violation: completes a consumed receive with its error, moves
 /// the responder to ERR for class A/C errors, and completes the requester with the
 /// NAK's status (RC) or as sent (UC, which gets no NAK).
-fn violation<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, v: Violation, rwqe: Option<RecvWqe>) -> Exec {
+fn violation<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, v: Violation, recv: Option<RecvCompletion>) -> Exec {
     let nak_status = v.nak().requester_status().unwrap_or(WcStatus::RemOpErr);
-    let held = rwqe.is_some();
-    if let Some(r) = rwqe {
-        let status = v.responder_status().unwrap_or(nak_status);
-        let _ = t.complete(Cqe::error(r.wr_id, t.qpn(), status, v.vendor_err()));
+    let held = recv.is_some();
+    if let Some(r) = recv {
+        let _ = t.complete(Cqe::error(r.wr_id, t.qpn(), r.status, r.vendor_err));
     }
     if qp.qp_type.is_reliable() {
         if v.responder_fatal() {
@@ -241,221 +370,13 @@ fn violation<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, v: Violation, rwqe: 
     }
 }
 
-fn respond_send<T: Target>(t: &T, wqe: &SendWqe, data: &Gathered<'_>) -> Response {
-    let Some(rwqe) = t.take_recv() else { return Response::Rnr };
-    let len = wqe.total_len;
-    if rwqe.capacity() < len {
-        return Response::Violation(Violation::ReceiveTooSmall, Some(rwqe));
-    }
-    let keys = t.keys();
-    let dst = match mr::pin_sges(&keys, t.pd(), rwqe.sges(), Access::LOCAL_WRITE, len) {
-        Ok(d) => d,
-        Err(_) => return Response::Violation(Violation::RecvWqeMalformed, Some(rwqe)),
-    };
-    if let Err(e) = copy_message(&dst, 0, data.source()) {
-        drop(dst);
-        return moved_failed(e, Violation::RecvWqeMalformed, Some(rwqe));
-    }
-    drop(dst);
-    let mut cqe = recv_cqe(t, &rwqe, WcOpcode::Recv, len as u32, wqe);
-    if wqe.opcode() == WrOpcode::SendWithInv {
-        if !t.invalidate(wqe.imm) {
-            // rxe "class J": the receive completes in error and the responder enters ERR,
-            // but no NAK is sent, so the requester completes successfully.
-            let _ = t.complete(Cqe::error(rwqe.wr_id, t.qpn(), WcStatus::RemInvReqErr, vendor_err::REMOTE_INVALIDATE));
-            t.enter_error(None);
-            return Response::Ack;
-        }
-        cqe.imm = wqe.imm;
-        cqe.wc_flags |= WcFlags::WITH_INV.bits() as u8;
-    }
-    match deliver_recv(t, cqe) {
-        Ok(()) => Response::Ack,
-        Err(()) => Response::NoAck,
-    }
-}
-
-fn respond_write<T: Target>(t: &T, wqe: &SendWqe, data: &Gathered<'_>) -> Response {
-    if !t.rec().access().contains(Access::REMOTE_WRITE) {
-        return Response::Violation(Violation::QpAccessDenied, None);
-    }
-    let imm = wqe.opcode() == WrOpcode::RdmaWriteWithImm;
-    let rwqe = if imm {
-        match t.take_recv() {
-            Some(r) => Some(r),
-            None => return Response::Rnr,
-        }
-    } else {
-        None
-    };
-    let len = wqe.total_len;
-    if len > 0 {
-        let keys = t.keys();
-        let used = KeyUse::Remote { qpn: t.qpn() };
-        match keys.pin(wqe.rkey, t.pd(), used, wqe.remote_addr, len, Access::REMOTE_WRITE) {
-            Ok(p) => {
-                let dst = PinList::one(p);
-                if let Err(e) = copy_message(&dst, 0, data.source()) {
-                    drop(dst);
-                    return moved_failed(e, Violation::RkeyBounds, rwqe);
-                }
-            }
-            Err(f) => return Response::Violation(f.remote(), rwqe),
-        }
-    }
-    if let Some(r) = rwqe {
-        let cqe = recv_cqe(t, &r, WcOpcode::RecvRdmaWithImm, len as u32, wqe);
-        if deliver_recv(t, cqe).is_err() {
-            return Response::NoAck;
-        }
-    }
-    Response::Ack
-}
-
-/// Checks a read/atomic-class request against the responder QP: its access flag and its
-/// read/atomic resources.
-fn check_rd_atomic<T: Target>(t: &T, need: Access) -> Result<(), Violation> {
-    if !t.rec().access().contains(need) {
-        return Err(Violation::QpAccessDenied);
-    }
-    if t.rec().max_dest_rd_atomic.load(Ordering::Acquire) == 0 {
-        return Err(Violation::NoRdAtomicResources);
-    }
-    Ok(())
-}
-
-fn respond_read<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe, sges: &[Sge]) -> Exec {
-    if let Err(v) = check_rd_atomic(t, Access::REMOTE_READ) {
-        return violation(qp, t, wqe, v, None);
-    }
-    let len = wqe.total_len;
-    let keys = t.keys();
-    let remote = if len > 0 {
-        let used = KeyUse::Remote { qpn: t.qpn() };
-        match keys.pin(wqe.rkey, t.pd(), used, wqe.remote_addr, len, Access::REMOTE_READ) {
-            Ok(p) => Some(PinList::one(p)),
-            Err(f) => return violation(qp, t, wqe, f.remote(), None),
-        }
-    } else {
-        None
-    };
-    // Completer: place the response (needs LOCAL_WRITE; a fault is LOC_PROT_ERR).
-    let own = KeySpace::local(qp.pd.ctx.dev.tables);
-    let local = match mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, len) {
-        Ok(l) => l,
-        Err(f) => return local_fault(qp, wqe, f),
-    };
-    if let Some(r) = &remote {
-        if let Err(e) = copy_message(&local, 0, Source::Pins(r)) {
-            return finish(qp, t, wqe, moved_failed(e, Violation::RkeyBounds, None), true);
-        }
-    }
-    Exec::Done(sent(qp, wqe))
-}
-
-fn respond_atomic<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe, sges: &[Sge]) -> Exec {
-    if let Err(v) = check_rd_atomic(t, Access::REMOTE_ATOMIC) {
-        return violation(qp, t, wqe, v, None);
-    }
-    if !wqe.remote_addr.is_multiple_of(8) {
-        return violation(qp, t, wqe, Violation::MisalignedAtomic, None);
-    }
-    let keys = t.keys();
-    let used = KeyUse::Remote { qpn: t.qpn() };
-    let target = match keys.pin(wqe.rkey, t.pd(), used, wqe.remote_addr, 8, Access::REMOTE_ATOMIC) {
-        Ok(p) => p,
-        Err(f) => return violation(qp, t, wqe, f.remote(), None),
-    };
-    if !aligned8(&target) {
-        return violation(qp, t, wqe, Violation::MisalignedAtomic, None);
-    }
-    let op = match wqe.opcode() {
-        WrOpcode::AtomicCmpAndSwp => AtomicOp::CompareSwap { compare: wqe.compare_add, swap: wqe.swap },
-        _ => AtomicOp::FetchAdd(wqe.compare_add),
-    };
-    let original = match mr::atomic(&target, op) {
-        Ok(v) => v,
-        Err(e) => return finish(qp, t, wqe, moved_failed(e, Violation::RkeyBounds, None), true),
-    };
-    drop(target);
-    // Completer: the original value goes to the local SGE (host byte order).
-    let own = KeySpace::local(qp.pd.ctx.dev.tables);
-    let local = match mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, 8) {
-        Ok(l) => l,
-        Err(f) => return local_fault(qp, wqe, f),
-    };
-    // The requester's own memory is always in this process: the copy cannot fail.
-    let _ = copy_message(&local, 0, Source::Bytes(&original.to_ne_bytes()));
-    Exec::Done(sent(qp, wqe))
-}
-
-/// Whether a pinned word is 8-byte aligned where it lives.
-fn aligned8(p: &mr::Pinned<'_>) -> bool {
-    match p.place {
-        mr::access::Place::Local(a) => a % 8 == 0,
-        mr::access::Place::Cma { addr, .. } => addr % 8 == 0,
-        mr::access::Place::Proxy(r) => r.va % 8 == 0,
-    }
-}
-
-/// ATOMIC_WRITE (IBTA A19; rxe `rxe_resp.c`): needs REMOTE_WRITE on the responder QP and the
-/// region, a read/atomic resource, 8 aligned bytes; stores the 8 bytes verbatim.
-fn respond_atomic_write<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe) -> Exec {
-    if let Err(v) = check_rd_atomic(t, Access::REMOTE_WRITE) {
-        return violation(qp, t, wqe, v, None);
-    }
-    let keys = t.keys();
-    let used = KeyUse::Remote { qpn: t.qpn() };
-    let target = match keys.pin(wqe.rkey, t.pd(), used, wqe.remote_addr, 8, Access::REMOTE_WRITE) {
-        Ok(p) => p,
-        Err(f) => return violation(qp, t, wqe, f.remote(), None),
-    };
-    if !wqe.remote_addr.is_multiple_of(8) || !aligned8(&target) {
-        return violation(qp, t, wqe, Violation::MisalignedAtomic, None);
-    }
-    if let Err(e) = mr::atomic(&target, AtomicOp::Write(wqe.swap)) {
-        return finish(qp, t, wqe, moved_failed(e, Violation::RkeyBounds, None), true);
-    }
-    Exec::Done(sent(qp, wqe))
-}
-
-/// FLUSH (IBTA A19; rxe `rxe_resp.c`): the responder QP must allow the placement type, the
-/// region must grant it; a RANGE flush checks the range, a whole-MR flush only the key.
-/// Global visibility is a full memory barrier here.
-fn respond_flush<T: Target>(qp: &Arc<QpInner>, t: &T, wqe: &SendWqe) -> Exec {
-    let f = wqe.flush.unwrap_or_default();
-    let mut need = Access::empty();
-    if f.placement.contains(FlushPlacement::GLOBAL) {
-        need |= Access::FLUSH_GLOBAL;
-    }
-    if f.placement.contains(FlushPlacement::PERSISTENT) {
-        need |= Access::FLUSH_PERSISTENT;
-    }
-    if !t.rec().access().contains(need) {
-        return violation(qp, t, wqe, Violation::QpAccessDenied, None);
-    }
-    let keys = t.keys();
-    let used = KeyUse::Remote { qpn: t.qpn() };
-    let pinned = match f.selectivity {
-        FlushSelectivity::WholeMr => keys.pin_base(wqe.rkey, t.pd(), used, need),
-        FlushSelectivity::Range => keys.pin(wqe.rkey, t.pd(), used, wqe.remote_addr, u64::from(f.len), need),
-    };
-    match pinned {
-        Ok(_) => {
-            mr::flush_global();
-            Exec::Done(sent(qp, wqe))
-        }
-        Err(e) => violation(qp, t, wqe, e.remote(), None),
-    }
-}
-
 /// UD: one message to the QP the address handle and `remote_qpn` name, or to every
 /// member of a multicast group (remote QPN 0xFFFFFF and a multicast destination GID:
 /// the attached QPs of this process, then those of other processes the host-wide record
 /// names, `crate::mcast`). The requester always completes as sent
 /// (rxe `rxe_req.c`): a message above the path MTU is not sent at all (C10-93.1.1);
 /// an unknown or not-ready QP, a Q_Key mismatch or a missing receive drop it silently.
-fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
+fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>, path: &mut Path) -> Exec {
     let done = Exec::Done(sent(qp, wqe));
     let Some(ud) = &wqe.ud else { return done };
     if !Arc::ptr_eq(&ud.ah.pd, &qp.pd) {
@@ -471,13 +392,13 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
     if ud.remote_qpn == MULTICAST_QPN && is_multicast(&grh_attr.dgid) {
         for t in dev.mcast.members(&grh_attr.dgid) {
             if ud_accepts(t.rec, ud.remote_qkey) {
-                ud_deliver(qp, wqe, data, &LocalTarget::of(t));
+                ud_deliver(qp, wqe, data, &LocalTarget::of(t), path);
             }
         }
         for (peer, qpn) in crate::mcast::remote_members(dev, &grh_attr.dgid) {
             let rec = peer.tables().qp(qpn);
             if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
-                ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer, qpn));
+                ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer, qpn), path);
             }
         }
         return done;
@@ -489,14 +410,14 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>) -> Exec {
     if ep == dev.ep() {
         if let Some(t) = dev.qps.get(ud.remote_qpn) {
             if t.qp_type == QpType::Ud && ud_accepts(t.rec, ud.remote_qkey) {
-                ud_deliver(qp, wqe, data, &LocalTarget::of(t));
+                ud_deliver(qp, wqe, data, &LocalTarget::of(t), path);
             }
         }
     } else if let Some(peer) = dev.reg.as_ref().and_then(|r| r.peer(ep).ok()) {
         let qpn = ud.remote_qpn;
         let rec = peer.tables().qp(qpn);
         if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
-            ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer.clone(), qpn));
+            ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer.clone(), qpn), path);
         }
     }
     done
@@ -507,45 +428,57 @@ fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
     super::route::accepts_requests(rec.state()) && rec.qkey.load(Ordering::Acquire) == qkey
 }
 
-/// Delivers one UD message to `t`, which accepts it.
-fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_>, t: &T) {
+/// Delivers one UD message to `t`, which accepts it: the core's UD responder (rocev2-wire.md
+/// §3.5: Q_Key, MTU, a receive WQE with room for the 40-byte GRH and the payload) decides,
+/// this driver writes the GRH built from the path (§5.3) and the payload.
+fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_>, t: &T, path: &mut Path) {
     let Some(ud) = &wqe.ud else { return };
     let Some(grh_attr) = ud.ah.attr.grh else { return };
     let dev = qp.pd.ctx.dev;
     t.note_inbound();
+    let cfg = responder_config(Mode::Ud, t.rec(), dev.port_attr().active_mtu.bytes());
+    let responder = match &mut path.ud {
+        // A receive WQE the target could not use ended that target's QP, not this machine's
+        // next destination: start over.
+        Some(r) if r.state() == ResponderState::Error => path.ud.insert(Responder::new(cfg)),
+        Some(r) => {
+            r.reconfigure(cfg);
+            r
+        }
+        None => path.ud.insert(Responder::new(cfg)),
+    };
+    let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), responder.expected_psn());
+    let mut at = Responding::new(t);
+    let delivery = responder.handle_request(path.epoch, &request, &mut at);
+    let Some(c) = delivery.recv else { return };
+    if c.status != WcStatus::Success {
+        // rxe: with an SRQ a receive too small completes in error; without one the
+        // message is dropped — here the receive was already taken, so complete it in
+        // error. A receive WQE whose memory fails the checks also ends the QP.
+        let _ = t.complete(recv_cqe(t, &c));
+        if responder.state() == ResponderState::Error {
+            t.enter_error(None);
+        }
+        return;
+    }
     let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
-    let len = wqe.total_len as usize;
-    let Some(rwqe) = t.take_recv() else { return };
-    let need = (GRH_LEN + len) as u64;
-    if rwqe.capacity() < need {
-        // rxe: with an SRQ the receive completes in error; without one the message is
-        // dropped — here the receive was already taken, so complete it in error.
-        let _ = t.complete(Cqe::error(rwqe.wr_id, t.qpn(), WcStatus::RemInvReqErr, vendor_err::RECV_TOO_SMALL));
-        return;
+    let header = grh::build(
+        &sgid,
+        &grh_attr.dgid,
+        grh_attr.traffic_class,
+        grh_attr.hop_limit,
+        grh_attr.flow_label,
+        wqe.total_len as usize,
+        wqe.opcode().has_imm(),
+    );
+    if let Some(place) = delivery.place {
+        if at.place(place, Some(&header), data.source()).is_err() {
+            let _ = t.complete(Cqe::error(c.wr_id, t.qpn(), WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD));
+            t.enter_error(None);
+            return;
+        }
     }
-    let keys = t.keys();
-    let placed = mr::pin_sges(&keys, t.pd(), rwqe.sges(), Access::LOCAL_WRITE, need).map_err(|_| ()).and_then(|dst| {
-        let header = grh::build(
-            &sgid,
-            &grh_attr.dgid,
-            grh_attr.traffic_class,
-            grh_attr.hop_limit,
-            grh_attr.flow_label,
-            len,
-            wqe.opcode().has_imm(),
-        );
-        copy_message(&dst, 0, Source::Bytes(&header)).map_err(|_| ())?;
-        copy_message(&dst, GRH_LEN, data.source()).map_err(|_| ())?;
-        Ok(())
-    });
-    if placed.is_err() {
-        let _ = t.complete(Cqe::error(rwqe.wr_id, t.qpn(), WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD));
-        t.enter_error(None);
-        return;
-    }
-    let mut cqe = recv_cqe(t, &rwqe, WcOpcode::Recv, need as u32, wqe);
-    cqe.src_qp = qp.qpn;
-    cqe.wc_flags |= WcFlags::GRH.bits() as u8;
+    let mut cqe = recv_cqe(t, &c);
     cqe.sl = ud.ah.attr.sl;
     let _ = deliver_recv(t, cqe);
 }

@@ -10,6 +10,7 @@
 pub(crate) mod grh;
 pub(crate) mod host;
 pub(crate) mod local;
+pub(crate) mod respond;
 pub(crate) mod route;
 pub(crate) mod target;
 
@@ -43,7 +44,7 @@ pub(crate) fn execute(
     wqe: &SendWqe,
     sges: &[Sge],
     inline: &[u8],
-    route: &mut Option<route::Routed>,
+    path: &mut route::Path,
 ) -> Exec {
-    host::execute(qp, req, wqe, sges, inline, route)
+    host::execute(qp, req, wqe, sges, inline, path)
 }

@@ -10,13 +10,22 @@
 //! request that finds no responder goes unanswered.
 //!
 //! The QP is in this process or in the peer process its number names (`crate::table`).
-//! A send queue keeps the responder it found ([`Routed`]) until `modify_qp` changes its
+//! A send queue keeps the responder it found ([`Route`]) until `modify_qp` changes its
 //! path, and checks it is still valid before each request: the lookups, and a peer's
-//! mappings, are paid once per connection, not per work request.
+//! mappings, are paid once per connection, not per work request. With it the send queue
+//! keeps the protocol core's responder machine of the connection (`rverbs_proto::rc`):
+//! a connected responder takes requests from its one requester only, and the same-host
+//! transport executes them one whole message at a time, so the requester's side can hold
+//! the machine. A new route (the responder was reset, reconnected or replaced) starts a
+//! new machine.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use std::time::Instant;
+
+use rverbs_proto::rc::{Mode, Responder, ResponderConfig, UNSEGMENTED_MTU};
+use rverbs_proto::psn::Psn;
 use rverbs_proto::verbs::QpType;
 
 use super::target::{LocalTarget, PeerRecv, PeerTarget, QpPart, SplitTarget, SrqPart, Target};
@@ -36,6 +45,65 @@ pub(crate) enum Routed {
     Split(SplitTarget),
 }
 
+/// What a send queue keeps between requests: the responder of its connection with the
+/// core's machine for it, and for UD sends one machine reconfigured per destination.
+pub(crate) struct Path {
+    pub(crate) route: Option<Route>,
+    pub(crate) ud: Option<Responder>,
+    /// The instant handed to the machines, which read no clock themselves and keep no
+    /// timer on the responder side.
+    pub(crate) epoch: Instant,
+}
+
+impl Path {
+    pub(crate) fn new() -> Path {
+        Path { route: None, ud: None, epoch: Instant::now() }
+    }
+
+    /// Forgets the responder (`modify_qp` changed the path or the QP restarted).
+    pub(crate) fn clear(&mut self) {
+        self.route = None;
+    }
+}
+
+/// A connected responder and the core's machine that answers for it.
+pub(crate) struct Route {
+    pub(crate) to: Routed,
+    pub(crate) responder: Responder,
+}
+
+/// The responder attributes of the QP whose record is `rec`, read now (they change with
+/// `modify_qp` on the responder), for a machine of `mode` with `mtu`.
+pub(crate) fn responder_config(mode: Mode, rec: &QpRecord, mtu: u32) -> ResponderConfig {
+    ResponderConfig {
+        mode,
+        mtu,
+        rq_psn: Psn::new(0),
+        access: rec.access(),
+        max_dest_rd_atomic: rec.max_dest_rd_atomic.load(Ordering::Acquire) as u8,
+        min_rnr_timer: rec.min_rnr_timer.load(Ordering::Acquire) as u8,
+        qkey: rec.qkey.load(Ordering::Acquire),
+    }
+}
+
+/// The core's mode for a connected QP type (XRC runs the RC machines).
+pub(crate) fn connected_mode(qp_type: QpType) -> Mode {
+    if qp_type == QpType::Uc {
+        Mode::Uc
+    } else {
+        Mode::Rc
+    }
+}
+
+impl Routed {
+    fn rec(&self) -> &QpRecord {
+        match self {
+            Routed::Local(t) => t.rec(),
+            Routed::Peer(t) => t.rec(),
+            Routed::Split(t) => t.rec(),
+        }
+    }
+}
 
 /// Whether the QP whose record is `rec` answers requests from QP `me` with path `req`:
 /// it accepts requests, its path points back at the requester's source GID, and it is
@@ -98,19 +166,21 @@ impl Routed {
 }
 
 /// The responder of `wqe` from `qp` (path `req`): the one in `cache` if still valid,
-/// else a new one, which `cache` keeps.
+/// else a new one with a new machine, which `cache` keeps.
 pub(crate) fn connected<'c>(
     qp: &QpInner,
     req: &ReqView,
     wqe: &SendWqe,
-    cache: &'c mut Option<Routed>,
-) -> Option<&'c Routed> {
+    cache: &'c mut Option<Route>,
+) -> Option<&'c mut Route> {
     let xrc = qp.qp_type == QpType::XrcSend;
-    if cache.as_ref().is_some_and(|r| r.still_valid(qp.qpn, req, wqe, xrc)) {
-        return cache.as_ref();
+    if !cache.as_ref().is_some_and(|r| r.to.still_valid(qp.qpn, req, wqe, xrc)) {
+        *cache = find(qp, req, wqe).map(|to| {
+            let cfg = responder_config(connected_mode(qp.qp_type), to.rec(), UNSEGMENTED_MTU);
+            Route { responder: Responder::new(cfg), to }
+        });
     }
-    *cache = find(qp, req, wqe);
-    cache.as_ref()
+    cache.as_mut()
 }
 
 fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
