@@ -373,7 +373,7 @@ impl DeviceInner {
                 ifindex: sys::ifindex(&name),
             });
         }
-        let (reg, dir) = match Registry::claim(&crate::shm::runtime_dir()) {
+        let (reg, dir) = match Registry::claim(&crate::shm::runtime_dir(), crate::progress::watch_peer) {
             Ok(r) => {
                 let d = r.dir.clone();
                 (Some(r), d)

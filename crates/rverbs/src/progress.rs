@@ -54,25 +54,8 @@ struct Timers {
     seq: u64,
 }
 
-/// Doorbell records: `[kind: u32, arg: u32]`.
-pub(crate) mod bell {
-    /// A peer changed QP `arg` of this process: run its send queue (flush on ERR).
-    pub(crate) const KICK_QP: u32 = 1;
-    /// Endpoint `arg` queued a copy in its proxy channel to this process
-    /// (`crate::mr::proxy`).
-    pub(crate) const PROXY: u32 = 2;
-    /// Bytes of one record.
-    pub(crate) const LEN: usize = 8;
-    /// Name of the doorbell FIFO in the endpoint directory.
-    pub(crate) const NAME: &str = "bell";
-
-    pub(crate) fn record(kind: u32, arg: u32) -> [u8; LEN] {
-        let mut r = [0u8; LEN];
-        r[..4].copy_from_slice(&kind.to_ne_bytes());
-        r[4..].copy_from_slice(&arg.to_ne_bytes());
-        r
-    }
-}
+/// The doorbell records (defined with the endpoint registry, which peers ring through).
+pub(crate) use crate::shm::registry::bell;
 
 const TOKEN_WAKE: u64 = 0;
 const TOKEN_BELL: u64 = 1;
@@ -117,7 +100,7 @@ fn progress() -> &'static Progress {
         std::thread::Builder::new()
             .name("rverbs-progress".into())
             .spawn(move || {
-                ON_PROGRESS_THREAD.set(true);
+                crate::mr::proxy::serve_while_waiting(serve_own_proxies);
                 run(p)
             })
             .expect("spawn the rverbs progress thread");
@@ -125,24 +108,16 @@ fn progress() -> &'static Progress {
     })
 }
 
-thread_local! {
-    static ON_PROGRESS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Rings `peer`'s doorbell with a `kind` record about `arg`.
+/// Rings `peer`'s doorbell with a `kind` record about `arg` ([`Peer::ring`]).
 pub(crate) fn ring(peer: &Peer, kind: u32, arg: u32) {
-    if let Ok(fd) = peer.writer(bell::NAME) {
-        crate::shm::fifo::send_on(std::os::fd::AsFd::as_fd(&*fd), &bell::record(kind, arg));
-    }
+    peer.ring(kind, arg);
 }
 
-/// On the progress thread, serves the proxy requests peers queued (called while it waits
-/// for a peer's proxy itself, so two progress threads never wait on each other); other
-/// doorbell records are kept for the main loop.
-pub(crate) fn serve_proxies_if_progress_thread() {
-    if ON_PROGRESS_THREAD.get() {
-        read_bell(progress(), false);
-    }
+/// Serves the proxy requests peers queued; other doorbell records are kept for the main
+/// loop. The progress thread runs this while it waits for a peer's proxy itself
+/// (`mr::proxy::serve_while_waiting`), so two progress threads never wait on each other.
+fn serve_own_proxies() {
+    read_bell(progress(), false);
 }
 
 /// Starts the progress thread (the device does at start, so peers can ring the bell).

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::access::{KeySpace, KeyUse, Place};
 use super::cma::CmaError;
 use crate::mem;
-use crate::shm::registry::Peer;
+use crate::shm::registry::{bell, Peer};
 use crate::shm::{Segment, ShmSafe};
 use crate::Access;
 
@@ -142,7 +142,7 @@ fn transfer(r: ProxyRef, op: u32, local: usize, n: usize) -> Result<(), CmaError
         }
         let seq = req.seq.load(Ordering::Relaxed).wrapping_add(1);
         req.seq.store(seq, Ordering::Release);
-        crate::progress::ring(&peer, crate::progress::bell::PROXY, dev.ep());
+        peer.ring(bell::PROXY, dev.ep());
         wait_done(req, seq, &peer)?;
         if req.status.load(Ordering::Acquire) != STATUS_OK {
             return Err(CmaError::Fault);
@@ -155,6 +155,18 @@ fn transfer(r: ProxyRef, op: u32, local: usize, n: usize) -> Result<(), CmaError
         off += piece;
     }
     Ok(())
+}
+
+thread_local! {
+    /// What this thread runs while it waits for a peer (see [`serve_while_waiting`]).
+    static WHILE_WAITING: std::cell::Cell<Option<fn()>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes the calling thread run `serve` (which serves this process's own pending proxy
+/// requests) while it waits for a peer's: the progress thread calls it when it starts,
+/// as it both serves requests and may wait on a peer that waits on it.
+pub(crate) fn serve_while_waiting(serve: fn()) {
+    WHILE_WAITING.set(Some(serve));
 }
 
 /// Waits until the peer served request `seq`, serving this process's own pending
@@ -170,7 +182,9 @@ fn wait_done(req: &Request, seq: u32, peer: &Peer) -> Result<(), CmaError> {
         if !peer.is_alive() || start.elapsed() > DEADLINE {
             return Err(CmaError::Gone);
         }
-        crate::progress::serve_proxies_if_progress_thread();
+        if let Some(serve) = WHILE_WAITING.get() {
+            serve();
+        }
         let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: 1_000_000 };
         let _ = rustix::thread::futex::wait(&req.done, rustix::thread::futex::Flags::empty(), done, Some(&ts));
     }
