@@ -10,7 +10,7 @@
 
 use std::fmt;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use crate::context::Context;
@@ -256,23 +256,9 @@ pub(crate) struct DeviceInner {
     pub(crate) mcast: crate::mcast::Groups,
 }
 
-/// The process generation: 0 in the process that loaded the library, incremented in
-/// every child `fork` creates (a `pthread_atfork` child handler). A forked child is a new
-/// process and gets its own endpoint of the host-wide device, as it gets new resources
-/// from a kernel RDMA device (the parent's objects are not the child's: ibv_fork_init(3)).
-static GENERATION: AtomicUsize = AtomicUsize::new(0);
-
-/// Devices per generation. After `GENERATIONS - 1` nested forks, descendants share the
-/// last one (a documented limit: the last generation's children share its endpoint).
-pub const GENERATIONS: usize = 8;
+pub use crate::sys::{process_generation, GENERATIONS};
 
 static DEVICES: [OnceLock<DeviceInner>; GENERATIONS] = [const { OnceLock::new() }; GENERATIONS];
-
-/// This process's generation, bounded by the number of device slots: a forked child's
-/// state (device, progress thread, connection manager) lives in its own slot.
-pub fn process_generation() -> usize {
-    GENERATION.load(Ordering::Relaxed).min(GENERATIONS - 1)
-}
 
 fn slot() -> &'static OnceLock<DeviceInner> {
     &DEVICES[process_generation()]
@@ -282,28 +268,12 @@ pub(crate) fn device() -> &'static DeviceInner {
     if let Some(d) = slot().get() {
         return d;
     }
-    register_atfork();
+    crate::sys::count_forks();
     let d = slot().get_or_init(DeviceInner::new);
-    // Peers may ring this endpoint's doorbell from now on: its reader must run. (The
-    // progress thread reads the device through `device_ready`, never through here.)
-    crate::progress::start();
+    // Peers may ring this endpoint's doorbell from now on: its reader must run. It is
+    // given what it serves (the progress thread never reaches up to the device).
+    crate::progress::start(d.reg.as_ref(), &d.dir, &d.qps);
     d
-}
-
-/// Registers the fork handler once: a child starts a new generation.
-fn register_atfork() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    extern "C" fn child() {
-        GENERATION.fetch_add(1, Ordering::Relaxed);
-    }
-    ONCE.call_once(|| {
-        // SAFETY: registers a plain extern "C" function with no arguments that only
-        // increments an atomic (async-signal-safe, as a fork child handler must be).
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::pthread_atfork(None, None, Some(child));
-        }
-    });
 }
 
 /// The directory of this process's endpoint in the host-wide runtime directory, where

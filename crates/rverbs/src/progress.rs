@@ -15,6 +15,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
@@ -22,8 +23,9 @@ use rustix::event::epoll;
 
 use crate::qp::QpInner;
 use crate::shm::fifo::Fifo;
-use crate::shm::registry::Peer;
+use crate::shm::registry::{Peer, Registry};
 use crate::sys::EventFd;
+use crate::table::Table;
 
 struct Timer {
     at: Instant,
@@ -69,43 +71,53 @@ struct Progress {
     epoll: OwnedFd,
     bell: Option<Fifo>,
     peers: Mutex<HashMap<u32, Weak<Peer>>>,
+    /// The device's endpoint registry (`None`: no host-wide endpoint).
+    reg: Option<&'static Registry>,
+    /// The device's QPs, which doorbell kicks name.
+    qps: &'static Table<QpInner>,
 }
 
+/// The progress thread of each process generation: a forked child has no threads and a
+/// device of its own (`sys::process_generation`).
+static PROGRESS: [OnceLock<&'static Progress>; crate::sys::GENERATIONS] = [const { OnceLock::new() }; crate::sys::GENERATIONS];
+
+/// This generation's progress thread. The device starts it ([`start`]) before anything
+/// can ask for it, except another thread that found the device just published: that one
+/// waits the moment it takes the device to start it.
 fn progress() -> &'static Progress {
-    // One progress thread per process generation: a forked child has no threads and a
-    // device of its own (`device::process_generation`).
-    static P: [OnceLock<&'static Progress>; crate::device::GENERATIONS] =
-        [const { OnceLock::new() }; crate::device::GENERATIONS];
-    P[crate::device::process_generation()].get_or_init(|| {
-        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
-        let wake = EventFd::new().expect("eventfd");
-        rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
-        epoll::add(&epoll, wake.fd(), epoll::EventData::new_u64(TOKEN_WAKE), epoll::EventFlags::IN)
+    PROGRESS[crate::sys::process_generation()].wait()
+}
+
+fn spawn(reg: Option<&'static Registry>, dir: &Path, qps: &'static Table<QpInner>) -> &'static Progress {
+    let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
+    let wake = EventFd::new().expect("eventfd");
+    rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
+    epoll::add(&epoll, wake.fd(), epoll::EventData::new_u64(TOKEN_WAKE), epoll::EventFlags::IN)
+        .expect("epoll add");
+    let bell = reg.and_then(|_| Fifo::create(&dir.join(bell::NAME)).ok());
+    if let Some(b) = &bell {
+        rustix::io::ioctl_fionbio(b.fd(), true).expect("non-blocking bell");
+        epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
             .expect("epoll add");
-        let dev = crate::device::device_ready().expect("the device starts the progress thread");
-        let bell = dev.reg.as_ref().and_then(|_| Fifo::create(&dev.dir.join(bell::NAME)).ok());
-        if let Some(b) = &bell {
-            rustix::io::ioctl_fionbio(b.fd(), true).expect("non-blocking bell");
-            epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
-                .expect("epoll add");
-        }
-        let p: &'static Progress = Box::leak(Box::new(Progress {
-            timers: Mutex::default(),
-            deferred: Mutex::default(),
-            wake,
-            epoll,
-            bell,
-            peers: Mutex::default(),
-        }));
-        std::thread::Builder::new()
-            .name("rverbs-progress".into())
-            .spawn(move || {
-                crate::mr::proxy::serve_while_waiting(serve_own_proxies);
-                run(p)
-            })
-            .expect("spawn the rverbs progress thread");
-        p
-    })
+    }
+    let p: &'static Progress = Box::leak(Box::new(Progress {
+        timers: Mutex::default(),
+        deferred: Mutex::default(),
+        wake,
+        epoll,
+        bell,
+        peers: Mutex::default(),
+        reg,
+        qps,
+    }));
+    std::thread::Builder::new()
+        .name("rverbs-progress".into())
+        .spawn(move || {
+            crate::mr::proxy::serve_while_waiting(serve_own_proxies);
+            run(p)
+        })
+        .expect("spawn the rverbs progress thread");
+    p
 }
 
 /// Rings `peer`'s doorbell with a `kind` record about `arg` ([`Peer::ring`]).
@@ -120,9 +132,11 @@ fn serve_own_proxies() {
     read_bell(progress(), false);
 }
 
-/// Starts the progress thread (the device does at start, so peers can ring the bell).
-pub(crate) fn start() {
-    let _ = progress();
+/// Starts this generation's progress thread, once (the device does as soon as it exists,
+/// so peers can ring the bell), serving the device's endpoint `reg` (its doorbell is
+/// created in `dir`) and its QPs `qps`.
+pub(crate) fn start(reg: Option<&'static Registry>, dir: &Path, qps: &'static Table<QpInner>) {
+    PROGRESS[crate::sys::process_generation()].get_or_init(|| spawn(reg, dir, qps));
 }
 
 /// Asks the progress thread to kick `qp`'s send queue at `at`.
@@ -225,7 +239,7 @@ fn read_bell(p: &Progress, kick: bool) {
 fn run_deferred(p: &Progress) {
     let qpns = std::mem::take(&mut *p.deferred.lock().expect("deferred kicks"));
     for qpn in qpns {
-        if let Some(qp) = crate::device::device_ready().and_then(|d| d.qps.get(qpn)) {
+        if let Some(qp) = p.qps.get(qpn) {
             qp.errored_by_peer();
         }
     }
@@ -237,7 +251,7 @@ fn peer_died(p: &Progress, ep: u32) {
         peer.mark_dead();
         let _ = epoll::delete(&p.epoll, peer.pidfd());
     }
-    if let Some(r) = crate::device::device_ready().and_then(|d| d.reg.as_ref()) {
+    if let Some(r) = p.reg {
         r.forget(ep);
     }
 }

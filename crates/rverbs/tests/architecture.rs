@@ -47,7 +47,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("mr::proxy", "device"),
     ("mw", "device"),
     ("mw", "pd"),
-    ("progress", "device"),
     ("qp", "pd"),
     ("qp", "transport"),
     ("qp", "xrcd"),
