@@ -148,7 +148,8 @@ impl Context {
         let mut rec = [0u8; RawAsyncEvent::LEN];
         loop {
             self.inner.events.recv(&mut rec)?;
-            if let Some(ev) = RawAsyncEvent::decode(&rec).and_then(AsyncEvent::deliver) {
+            let dev = self.inner.dev;
+            if let Some(ev) = RawAsyncEvent::decode(&rec).and_then(|raw| AsyncEvent::deliver(raw, &dev.cqs, &dev.qps, &dev.srqs)) {
                 return Ok(ev);
             }
         }

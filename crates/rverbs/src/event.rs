@@ -10,9 +10,10 @@ use std::sync::{Condvar, Mutex};
 
 use rverbs_proto::verbs::EventType;
 
-use crate::cq::Cq;
-use crate::qp::Qp;
-use crate::srq::Srq;
+use crate::cq::{Cq, CqInner};
+use crate::qp::{Qp, QpInner};
+use crate::srq::{Srq, SrqInner};
+use crate::table::Table;
 
 /// An asynchronous event as it travels through a context's event FIFO (16 bytes):
 /// `[kind: u32, element kind: u32, element id: u64]`. Peers in other processes write the
@@ -128,23 +129,23 @@ pub struct AsyncEvent {
 }
 
 impl AsyncEvent {
-    /// Resolves a raw event read from the context's FIFO; `None` if the object it names
-    /// was destroyed in the meantime (the event is dropped, as the kernel drops it).
-    pub(crate) fn deliver(raw: RawAsyncEvent) -> Option<AsyncEvent> {
-        let dev = crate::device::device();
+    /// Resolves a raw event read from the context's FIFO in the live objects of the
+    /// context's device (`cqs`, `qps`, `srqs`); `None` if the object it names was
+    /// destroyed in the meantime (the event is dropped, as the kernel drops it).
+    pub(crate) fn deliver(raw: RawAsyncEvent, cqs: &Table<CqInner>, qps: &Table<QpInner>, srqs: &Table<SrqInner>) -> Option<AsyncEvent> {
         let element = match raw.element {
             RawElement::Cq(id) => {
-                let cq = dev.cq(id).filter(|c| !c.is_destroyed())?;
+                let cq = cqs.get(id).filter(|c| !c.is_destroyed())?;
                 cq.async_events.delivered();
                 AsyncElement::Cq(Cq::from_inner(cq))
             }
             RawElement::Qp(qpn) => {
-                let qp = dev.qps.get(qpn).filter(|q| !q.is_destroyed())?;
+                let qp = qps.get(qpn).filter(|q| !q.is_destroyed())?;
                 qp.async_events.delivered();
                 AsyncElement::Qp(Qp::from_inner(qp))
             }
             RawElement::Srq(srqn) => {
-                let srq = dev.srqs.get(srqn).filter(|s| !s.is_destroyed())?;
+                let srq = srqs.get(srqn).filter(|s| !s.is_destroyed())?;
                 srq.async_events.delivered();
                 AsyncElement::Srq(Srq::from_inner(srq))
             }

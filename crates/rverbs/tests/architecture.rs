@@ -38,7 +38,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("cq", "context"),
     ("cq::channel", "context"),
-    ("event", "device"),
     ("mcast", "device"),
     ("mr", "device"),
     ("mr", "pd"),
