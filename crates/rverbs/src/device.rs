@@ -606,6 +606,16 @@ impl Device {
     }
 }
 
+impl crate::qp1::Qp1 {
+    /// Opens this process's QP1, on the device's endpoint (the device gives QP1 its
+    /// registry and directory). Fails with `EBUSY` if it is already open in this process
+    /// (its FIFO exists).
+    pub fn open() -> Result<crate::qp1::Qp1> {
+        let dev = device();
+        crate::qp1::Qp1::open_in(dev.reg.as_ref(), &dev.dir)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

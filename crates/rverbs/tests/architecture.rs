@@ -49,7 +49,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("qp", "pd"),
     ("qp", "transport"),
     ("qp", "xrcd"),
-    ("qp1", "device"),
     ("qp::batch", "ah"),
     ("qp::rq", "device"),
     ("qp::sq", "ah"),
