@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::device::DeviceInner;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
-use crate::mr::{KeyTarget, Mr, MrInner};
+use crate::mr::{KeyTable, KeyTarget, Mr, MrInner};
 use crate::pd::{Pd, PdInner};
 use crate::shm::tables::{
     KeyDesc, KeyRecord, KEY_KIND_MW1, KEY_KIND_MW2, KEY_STATE_FREE, KEY_STATE_INVALID, KEY_STATE_VALID,
@@ -91,6 +91,19 @@ pub(crate) fn invalidate_record(rec: &KeyRecord, rkey: u32, pd: u32) -> bool {
             .state
             .compare_exchange(KEY_STATE_VALID, KEY_STATE_FREE, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
+}
+
+impl KeyTable {
+    /// Invalidates the type 2 window named by `rkey` for a QP of `pd` (LOCAL_INV, and
+    /// SEND_WITH_INV delivered in this process); `false` if `rkey` names no such window
+    /// (rxe: regions registered by applications cannot be invalidated). Defined with the
+    /// windows: the key table itself knows no protection domain.
+    pub(crate) fn invalidate_mw(&self, rkey: u32, pd: &PdInner) -> bool {
+        match self.get(rkey) {
+            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd)),
+            _ => false,
+        }
+    }
 }
 
 impl MwInner {

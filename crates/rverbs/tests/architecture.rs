@@ -42,7 +42,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("mr", "device"),
     ("mr", "pd"),
     ("mr::access", "device"),
-    ("mr::keys", "pd"),
     ("mr::proxy", "device"),
     ("mw", "device"),
     ("mw", "pd"),
