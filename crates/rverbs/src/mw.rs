@@ -12,9 +12,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::device::DeviceInner;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
+use crate::mr::endpoint::Endpoint;
 use crate::mr::{KeyTable, KeyTarget, Mr, MrInner};
 use crate::pd::{Pd, PdInner};
 use crate::shm::tables::{
@@ -46,7 +46,8 @@ struct MwCore {
 }
 
 pub(crate) struct MwInner {
-    dev: &'static DeviceInner,
+    /// The endpoint whose keys name the window.
+    endpoint: &'static Endpoint,
     /// The key the last bind posted for this window will install (type 1: the next bind
     /// advances from it even while earlier binds are still queued).
     pub(crate) posted_rkey: std::sync::atomic::AtomicU32,
@@ -112,7 +113,7 @@ impl MwInner {
     }
 
     fn record(&self, rkey: u32) -> &'static KeyRecord {
-        self.dev.keys.record(rkey).expect("a live key has a record")
+        self.endpoint.keys.record(rkey).expect("a live key has a record")
     }
 
     fn kind(&self) -> u32 {
@@ -196,7 +197,7 @@ impl MwInner {
             let mut w = b.mr.windows.lock().expect("mr windows");
             let me = self as *const MwInner;
             if !w.iter().any(|x| std::ptr::eq(x.as_ptr(), me)) {
-                if let Some(weak) = self.dev.keys.get(core.rkey).and_then(|t| match t {
+                if let Some(weak) = self.endpoint.keys.get(core.rkey).and_then(|t| match t {
                     KeyTarget::Mw(w) => Some(w),
                     KeyTarget::Mr(_) => None,
                 }) {
@@ -205,7 +206,7 @@ impl MwInner {
             }
         }
         core.binding = binding;
-        self.dev.keys.rekey(core.rkey, new_key);
+        self.endpoint.keys.rekey(core.rkey, new_key);
         core.rkey = new_key;
         rec.write(&desc);
         Ok(())
@@ -227,7 +228,7 @@ impl MwInner {
             let mut core = self.core.lock().expect("mw");
             core.binding = None;
             self.record(core.rkey).state.store(KEY_STATE_INVALID, Ordering::SeqCst);
-            self.dev.keys.remove(core.rkey);
+            self.endpoint.keys.remove(core.rkey);
             self.pd.release();
         }
     }
@@ -276,7 +277,7 @@ impl Mw {
         };
         let pd_inner = pd.inner().clone();
         pd_inner.hold()?;
-        let dev = pd_inner.ctx.dev;
+        let endpoint = pd_inner.endpoint();
         // A type 1 window is valid from allocation (bound to nothing: every access is out
         // of bounds); a type 2 window is free until a BIND_MW work request binds it.
         let (kind, state) = match mw_type {
@@ -285,9 +286,9 @@ impl Mw {
         };
         let desc = KeyDesc { kind, state, pd: pd_inner.id, ..KeyDesc::default() };
         let inner = Arc::new_cyclic(|weak: &Weak<MwInner>| {
-            let rkey = dev.keys.insert(KeyTarget::Mw(weak.clone()), desc).unwrap_or(0);
+            let rkey = endpoint.keys.insert(KeyTarget::Mw(weak.clone()), desc).unwrap_or(0);
             MwInner {
-                dev,
+                endpoint,
                 posted_rkey: std::sync::atomic::AtomicU32::new(rkey),
                 pd: pd_inner.clone(),
                 mw_type,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::context::{Context, ContextInner};
 use crate::error::{Error, Result};
+use crate::mr::endpoint::Endpoint;
 use crate::mr::{Mr, MrInit};
 use crate::qp::{Qp, QpInit};
 use crate::srq::{Srq, SrqInit};
@@ -36,6 +37,11 @@ impl PdInner {
     /// An object of the PD went away.
     pub(crate) fn release(&self) {
         self.users.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The endpoint of the PD's device, whose keys name the PD's regions and windows.
+    pub(crate) fn endpoint(&self) -> &'static Endpoint {
+        self.ctx.dev
     }
 }
 

@@ -15,7 +15,6 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::os::fd::OwnedFd;
-use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
@@ -23,7 +22,8 @@ use rustix::event::epoll;
 
 use crate::qp::QpInner;
 use crate::shm::fifo::Fifo;
-use crate::shm::registry::{Peer, Registry};
+use crate::mr::endpoint::Endpoint;
+use crate::shm::registry::Peer;
 use crate::sys::EventFd;
 use crate::table::Table;
 
@@ -71,8 +71,8 @@ struct Progress {
     epoll: OwnedFd,
     bell: Option<Fifo>,
     peers: Mutex<HashMap<u32, Weak<Peer>>>,
-    /// The device's endpoint registry (`None`: no host-wide endpoint).
-    reg: Option<&'static Registry>,
+    /// The device's endpoint.
+    endpoint: &'static Endpoint,
     /// The device's QPs, which doorbell kicks name.
     qps: &'static Table<QpInner>,
 }
@@ -88,13 +88,13 @@ fn progress() -> &'static Progress {
     PROGRESS[crate::sys::process_generation()].wait()
 }
 
-fn spawn(reg: Option<&'static Registry>, dir: &Path, qps: &'static Table<QpInner>) -> &'static Progress {
+fn spawn(endpoint: &'static Endpoint, qps: &'static Table<QpInner>) -> &'static Progress {
     let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
     let wake = EventFd::new().expect("eventfd");
     rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
     epoll::add(&epoll, wake.fd(), epoll::EventData::new_u64(TOKEN_WAKE), epoll::EventFlags::IN)
         .expect("epoll add");
-    let bell = reg.and_then(|_| Fifo::create(&dir.join(bell::NAME)).ok());
+    let bell = endpoint.reg.as_ref().and_then(|_| Fifo::create(&endpoint.dir.join(bell::NAME)).ok());
     if let Some(b) = &bell {
         rustix::io::ioctl_fionbio(b.fd(), true).expect("non-blocking bell");
         epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
@@ -107,7 +107,7 @@ fn spawn(reg: Option<&'static Registry>, dir: &Path, qps: &'static Table<QpInner
         epoll,
         bell,
         peers: Mutex::default(),
-        reg,
+        endpoint,
         qps,
     }));
     std::thread::Builder::new()
@@ -133,10 +133,10 @@ fn serve_own_proxies() {
 }
 
 /// Starts this generation's progress thread, once (the device does as soon as it exists,
-/// so peers can ring the bell), serving the device's endpoint `reg` (its doorbell is
-/// created in `dir`) and its QPs `qps`.
-pub(crate) fn start(reg: Option<&'static Registry>, dir: &Path, qps: &'static Table<QpInner>) {
-    PROGRESS[crate::sys::process_generation()].get_or_init(|| spawn(reg, dir, qps));
+/// so peers can ring the bell), serving the device's endpoint (whose directory holds the
+/// doorbell) and its QPs `qps`.
+pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static Table<QpInner>) {
+    PROGRESS[crate::sys::process_generation()].get_or_init(|| spawn(endpoint, qps));
 }
 
 /// Asks the progress thread to kick `qp`'s send queue at `at`.
@@ -225,7 +225,7 @@ fn read_bell(p: &Progress, kick: bool) {
         let kind = u32::from_ne_bytes(rec[..4].try_into().expect("4 bytes"));
         let arg = u32::from_ne_bytes(rec[4..].try_into().expect("4 bytes"));
         match kind {
-            bell::PROXY => crate::mr::proxy::serve(arg),
+            bell::PROXY => crate::mr::proxy::serve(p.endpoint, arg),
             bell::KICK_QP => p.deferred.lock().expect("deferred kicks").push(arg),
             _ => {}
         }
@@ -251,7 +251,7 @@ fn peer_died(p: &Progress, ep: u32) {
         peer.mark_dead();
         let _ = epoll::delete(&p.epoll, peer.pidfd());
     }
-    if let Some(r) = p.reg {
+    if let Some(r) = &p.endpoint.reg {
         r.forget(ep);
     }
 }

@@ -23,7 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Operating system, primitives and the shared-memory segments themselves.
     ("os", &["clock", "error", "gid", "limits", "mem", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma"]),
     // Memory keys and regions: the key table, registrations, every access to their bytes.
-    ("memory", &["shm::tables", "shm::registry", "mr::keys", "mr::share", "mr::access", "mr::proxy", "mr", "mw"]),
+    ("memory", &["shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::share", "mr::access", "mr::proxy", "mr", "mw"]),
     // Completion and receive rings.
     ("rings", &["wc", "cq::ring", "cq::seg", "cq::defer", "qp::wr", "qp::rq"]),
     // The engine that executes work requests.
@@ -38,12 +38,9 @@ const LAYERS: &[(&str, &[&str])] = &[
 const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("cq", "context"),
     ("cq::channel", "context"),
-    ("mcast", "device"),
-    ("mr", "device"),
     ("mr", "pd"),
     ("mr::access", "device"),
     ("mr::proxy", "device"),
-    ("mw", "device"),
     ("mw", "pd"),
     ("qp", "pd"),
     ("qp", "transport"),

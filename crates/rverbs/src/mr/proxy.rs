@@ -17,12 +17,14 @@
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::access::{KeySpace, KeyUse, Place};
 use super::cma::CmaError;
+use super::endpoint::Endpoint;
 use crate::mem;
 use crate::shm::registry::{bell, Peer};
 use crate::shm::{Segment, ShmSafe};
@@ -83,19 +85,24 @@ fn channel_name(ep: u32) -> String {
 }
 
 /// This process's channels, by peer endpoint.
-#[derive(Default)]
 pub(crate) struct Channels {
+    /// The endpoint directory, where the channel segments are created.
+    dir: PathBuf,
     map: Mutex<HashMap<u32, Arc<Mutex<Segment>>>>,
 }
 
 impl Channels {
+    /// No channel yet; they will be created in the endpoint directory `dir`.
+    pub(crate) fn new(dir: PathBuf) -> Channels {
+        Channels { dir, map: Mutex::new(HashMap::new()) }
+    }
+
     fn get(&self, ep: u32) -> Result<Arc<Mutex<Segment>>, CmaError> {
         let mut m = self.map.lock().expect("proxy channels");
         if let Some(c) = m.get(&ep) {
             return Ok(c.clone());
         }
-        let dev = crate::device::device();
-        let seg = Segment::create(&dev.dir.join(channel_name(ep)), HDR + BUF).map_err(|_| CmaError::Denied)?;
+        let seg = Segment::create(&self.dir.join(channel_name(ep)), HDR + BUF).map_err(|_| CmaError::Denied)?;
         let c = Arc::new(Mutex::new(seg));
         m.insert(ep, c.clone());
         Ok(c)
@@ -190,26 +197,25 @@ fn wait_done(req: &Request, seq: u32, peer: &Peer) -> Result<(), CmaError> {
     }
 }
 
-/// Serves the pending request of peer `ep`'s channel (the doorbell said there is one).
-pub(crate) fn serve(ep: u32) {
-    let Some(dev) = crate::device::device_ready() else { return };
-    let Some(reg) = dev.reg.as_ref() else { return };
+/// Serves the pending request of peer `ep`'s channel to this process's endpoint `me`
+/// (the doorbell said there is one).
+pub(crate) fn serve(me: &Endpoint, ep: u32) {
+    let Some(reg) = me.reg.as_ref() else { return };
     let Ok(peer) = reg.peer(ep) else { return };
-    let Ok(seg) = peer.segment(&channel_name(dev.ep())) else { return };
+    let Ok(seg) = peer.segment(&channel_name(me.ep())) else { return };
     let req = seg.get::<Request>(0);
     let seq = req.seq.load(Ordering::Acquire);
     if req.done.load(Ordering::Acquire) == seq {
         return;
     }
     let len = req.len.load(Ordering::Relaxed) as usize;
-    let status = if len > BUF || seg.len() < HDR + BUF { STATUS_REFUSED } else { serve_one(req, seg.addr() + HDR, len) };
+    let status = if len > BUF || seg.len() < HDR + BUF { STATUS_REFUSED } else { serve_one(me, req, seg.addr() + HDR, len) };
     req.status.store(status, Ordering::Relaxed);
     req.done.store(seq, Ordering::Release);
     let _ = rustix::thread::futex::wake(&req.done, rustix::thread::futex::Flags::empty(), u32::MAX);
 }
 
-fn serve_one(req: &Request, buf: usize, len: usize) -> u32 {
-    let dev = crate::device::device();
+fn serve_one(me: &Endpoint, req: &Request, buf: usize, len: usize) -> u32 {
     let used = if req.remote.load(Ordering::Relaxed) == 0 {
         KeyUse::Local
     } else {
@@ -224,7 +230,7 @@ fn serve_one(req: &Request, buf: usize, len: usize) -> u32 {
     if op == OP_WRITE && !need.intersects(writes) {
         return STATUS_REFUSED;
     }
-    let keys = KeySpace::local(dev.tables);
+    let keys = KeySpace::local(me.tables);
     let key = req.key.load(Ordering::Relaxed);
     let pd = req.pd.load(Ordering::Relaxed);
     let Ok(p) = keys.pin(key, pd, used, req.va.load(Ordering::Relaxed), len as u64, need) else {
