@@ -65,7 +65,6 @@ const KNOWN_LOOPS: &[(&str, &str)] = &[
     ("context", "device"),
     ("context", "pd"),
     ("cq", "event"),
-    ("cq", "wc"),
     ("event", "qp"),
     ("event", "srq"),
     ("mr", "mw"),
