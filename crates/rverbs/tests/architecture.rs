@@ -25,7 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Memory keys and regions: the key table, registrations, every access to their bytes.
     ("memory", &["shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::share", "mr::access", "mr::proxy", "mr", "mw"]),
     // Completion and receive rings.
-    ("rings", &["wc", "cq::ring", "cq::seg", "cq::defer", "qp::wr", "qp::rq"]),
+    ("rings", &["notify", "wc", "cq::ring", "cq::seg", "cq::defer", "qp::wr", "qp::rq"]),
     // The engine that executes work requests.
     ("engine", &["qp::attr", "qp::connect", "qp::state", "qp::sq", "qp::batch", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress"]),
     // Transports: how a request reaches its responder.
@@ -64,9 +64,7 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
 const KNOWN_LOOPS: &[(&str, &str)] = &[
     ("context", "device"),
     ("context", "pd"),
-    ("cq", "event"),
     ("event", "qp"),
-    ("event", "srq"),
     ("mr", "mw"),
     ("pd", "xrcd"),
     ("progress", "qp"),
