@@ -13,7 +13,6 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::mr::endpoint::Endpoint;
@@ -531,11 +530,6 @@ impl Device {
     /// The node GUID in host byte order (ibv_get_device_guid(3) returns it big-endian).
     pub fn guid(&self) -> u64 {
         device().node_guid
-    }
-
-    /// Opens a context on the device (ibv_open_device(3)).
-    pub fn open(&self) -> Result<Context> {
-        Context::open(device())
     }
 }
 

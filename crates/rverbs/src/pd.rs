@@ -45,6 +45,13 @@ impl PdInner {
     }
 }
 
+impl Context {
+    /// Allocates a protection domain (ibv_alloc_pd(3)).
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        Pd::new(self.inner().clone())
+    }
+}
+
 /// PD handles: the next never used, and those of dropped PDs (reused first, so a
 /// process that allocates and frees PDs forever never runs out).
 static NEXT_PD: AtomicU32 = AtomicU32::new(1);
@@ -154,12 +161,6 @@ impl Pd {
     /// Creates a shared receive queue (ibv_create_srq(3)).
     pub fn create_srq(&self, init: &SrqInit) -> Result<Srq> {
         Srq::new(self.inner.clone(), init)
-    }
-
-    /// Creates an XRC SRQ (ibv_create_srq_ex(3), IBV_SRQT_XRC) in `xrcd` completing to
-    /// `cq`.
-    pub fn create_srq_xrc(&self, init: &SrqInit, xrcd: &crate::Xrcd, cq: &crate::Cq) -> Result<Srq> {
-        Srq::new_xrc(self, init, xrcd, cq)
     }
 
     /// Deallocates the PD (ibv_dealloc_pd(3)).

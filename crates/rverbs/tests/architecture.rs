@@ -62,11 +62,8 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
 /// Pairs of components (top-level modules) of one layer that still import each other.
 /// A ratchet like [`KNOWN_UPWARD`].
 const KNOWN_LOOPS: &[(&str, &str)] = &[
-    ("context", "device"),
-    ("context", "pd"),
     ("event", "qp"),
     ("mr", "mw"),
-    ("pd", "xrcd"),
     ("progress", "qp"),
 ];
 
