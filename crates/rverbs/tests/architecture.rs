@@ -40,7 +40,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("cq::channel", "context"),
     ("mr", "pd"),
     ("mr::access", "device"),
-    ("mr::proxy", "device"),
     ("mw", "pd"),
     ("qp", "pd"),
     ("qp", "transport"),

@@ -1,7 +1,7 @@
 //! This process's endpoint of the host-wide device, as the memory layer holds it: the
 //! registry entry, the endpoint directory, the shared tables peers read, the memory keys
-//! and what reaching memory across processes needs (proxy channels, shared
-//! registrations, the host-wide atomic lock).
+//! and what reaching memory across processes needs (shared registrations, the host-wide
+//! atomic lock; the proxy channels are kept by the registry).
 //!
 //! Rule (DESIGN §2, ARCHITECTURE.md §0): a layer owns the state it uses. The device
 //! (`device::DeviceInner`) is this endpoint plus the objects of the layers above; it
@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use super::keys::KeyTable;
-use super::proxy::Channels;
 use super::share::Shares;
 use crate::shm::lock::{ShmGuard, ShmLock};
 use crate::shm::registry::Registry;
@@ -40,8 +39,6 @@ pub(crate) struct Endpoint {
     host: Segment,
     /// The memory keys of this endpoint.
     pub(crate) keys: KeyTable,
-    /// Channels to peers whose private memory this process reaches through them.
-    pub(crate) proxies: Channels,
     /// Live regions in private memory of this process that peers would reach with
     /// cross-memory attach, whose kernel copies make no ordering promise
     /// (ibv_query_qp_data_in_order(3): `Qp::data_in_order` counts on this).
@@ -66,7 +63,6 @@ impl Endpoint {
             .expect("cannot map the host-wide device segment");
         Endpoint {
             reg,
-            proxies: Channels::new(dir.clone()),
             dir,
             pid: std::process::id(),
             next_id: AtomicU32::new(1),

@@ -16,10 +16,7 @@
 //! reached directly.
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::access::{KeySpace, KeyUse, Place};
@@ -27,7 +24,7 @@ use super::cma::CmaError;
 use super::endpoint::Endpoint;
 use crate::mem;
 use crate::shm::registry::{bell, Peer};
-use crate::shm::{Segment, ShmSafe};
+use crate::shm::ShmSafe;
 use crate::Access;
 
 /// Bytes one request moves at most.
@@ -69,9 +66,10 @@ unsafe impl ShmSafe for Request {}
 const HDR: usize = std::mem::size_of::<Request>();
 
 /// Where a piece of a peer's private memory is, for the peer to check and copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ProxyRef {
-    pub(crate) ep: u32,
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProxyRef<'a> {
+    /// The peer whose memory it is (it serves the copy).
+    pub(crate) peer: &'a Peer,
     pub(crate) key: u32,
     pub(crate) pd: u32,
     pub(crate) used: KeyUse,
@@ -84,46 +82,23 @@ fn channel_name(ep: u32) -> String {
     format!("px-{ep}")
 }
 
-/// This process's channels, by peer endpoint.
-pub(crate) struct Channels {
-    /// The endpoint directory, where the channel segments are created.
-    dir: PathBuf,
-    map: Mutex<HashMap<u32, Arc<Mutex<Segment>>>>,
-}
-
-impl Channels {
-    /// No channel yet; they will be created in the endpoint directory `dir`.
-    pub(crate) fn new(dir: PathBuf) -> Channels {
-        Channels { dir, map: Mutex::new(HashMap::new()) }
-    }
-
-    fn get(&self, ep: u32) -> Result<Arc<Mutex<Segment>>, CmaError> {
-        let mut m = self.map.lock().expect("proxy channels");
-        if let Some(c) = m.get(&ep) {
-            return Ok(c.clone());
-        }
-        let seg = Segment::create(&self.dir.join(channel_name(ep)), HDR + BUF).map_err(|_| CmaError::Denied)?;
-        let c = Arc::new(Mutex::new(seg));
-        m.insert(ep, c.clone());
-        Ok(c)
-    }
-}
-
 /// Copies `n` bytes from this process's `src` into the peer memory `to` names.
-pub(crate) fn write(to: ProxyRef, src: *const u8, n: usize) -> Result<(), CmaError> {
+pub(crate) fn write(to: ProxyRef<'_>, src: *const u8, n: usize) -> Result<(), CmaError> {
     transfer(to, OP_WRITE, src as usize, n)
 }
 
 /// Copies `n` bytes of the peer memory `from` names into this process's `dst`.
-pub(crate) fn read(from: ProxyRef, dst: *mut u8, n: usize) -> Result<(), CmaError> {
+pub(crate) fn read(from: ProxyRef<'_>, dst: *mut u8, n: usize) -> Result<(), CmaError> {
     transfer(from, OP_READ, dst as usize, n)
 }
 
-fn transfer(r: ProxyRef, op: u32, local: usize, n: usize) -> Result<(), CmaError> {
-    let dev = crate::device::device();
-    let reg = dev.reg.as_ref().ok_or(CmaError::Gone)?;
-    let peer = reg.peer(r.ep).map_err(|_| CmaError::Gone)?;
-    let chan = dev.proxies.get(r.ep)?;
+fn transfer(r: ProxyRef<'_>, op: u32, local: usize, n: usize) -> Result<(), CmaError> {
+    let peer = r.peer;
+    if !peer.is_alive() {
+        return Err(CmaError::Gone);
+    }
+    // This process's channel to the peer, in its own directory.
+    let chan = peer.home_segment(&channel_name(peer.ep), HDR + BUF).map_err(|_| CmaError::Denied)?;
     let seg = chan.lock().expect("proxy channel");
     let req = seg.get::<Request>(0);
     let buf = seg.addr() + HDR;
@@ -149,8 +124,8 @@ fn transfer(r: ProxyRef, op: u32, local: usize, n: usize) -> Result<(), CmaError
         }
         let seq = req.seq.load(Ordering::Relaxed).wrapping_add(1);
         req.seq.store(seq, Ordering::Release);
-        peer.ring(bell::PROXY, dev.ep());
-        wait_done(req, seq, &peer)?;
+        peer.ring(bell::PROXY, peer.home_ep());
+        wait_done(req, seq, peer)?;
         if req.status.load(Ordering::Acquire) != STATUS_OK {
             return Err(CmaError::Fault);
         }

@@ -53,6 +53,29 @@ pub(crate) struct Registry {
     /// Called with each peer when it is first mapped, to watch its death (the progress
     /// thread's; given at [`Registry::claim`], so the registry does not reach up to it).
     watch: fn(&Arc<Peer>),
+    /// Segments this endpoint keeps for its peers, shared with every [`Peer`].
+    home: Arc<HomeSegments>,
+}
+
+/// Segments in this endpoint's directory that it keeps for its peers (the proxy channels
+/// of `crate::mr::proxy`), by name, each used by one thread at a time. They live as long
+/// as the endpoint: a later process on a dead peer's endpoint number gets the same one.
+struct HomeSegments {
+    dir: PathBuf,
+    map: Mutex<HashMap<String, Arc<Mutex<Segment>>>>,
+}
+
+impl HomeSegments {
+    /// Segment `name` (`len` bytes, created zero-filled on first use).
+    fn get(&self, name: &str, len: usize) -> Result<Arc<Mutex<Segment>>> {
+        let mut m = self.map.lock().expect("home segments");
+        if let Some(s) = m.get(name) {
+            return Ok(s.clone());
+        }
+        let seg = Arc::new(Mutex::new(Segment::create(&self.dir.join(name), len)?));
+        m.insert(name.to_owned(), seg.clone());
+        Ok(seg)
+    }
 }
 
 /// Doorbell records, `[kind: u32, arg: u32]`, written to an endpoint's FIFO [`bell::NAME`]
@@ -134,7 +157,8 @@ impl Registry {
         let refuses_cma = std::env::var_os("RVERBS_CMA").is_some_and(|v| v == "off");
         hdr.get::<AtomicU64>(32).store(u64::from(refuses_cma), Ordering::Release);
         hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
-        Ok(Registry { ep, root: root.to_owned(), dir, refuses_cma, _lock: lock, _hdr: hdr, peers: Mutex::new(HashMap::new()), watch })
+        let home = Arc::new(HomeSegments { dir: dir.clone(), map: Mutex::new(HashMap::new()) });
+        Ok(Registry { ep, root: root.to_owned(), dir, refuses_cma, _lock: lock, _hdr: hdr, peers: Mutex::new(HashMap::new()), watch, home })
     }
 
     /// Whether endpoint `ep` is alive: this process, a known live peer, or an endpoint
@@ -196,6 +220,8 @@ impl Registry {
             pidfd,
             segments: Mutex::new(HashMap::new()),
             writers: Mutex::new(HashMap::new()),
+            home_ep: self.ep,
+            home: self.home.clone(),
         });
         peers.insert(ep, peer.clone());
         (self.watch)(&peer);
@@ -253,6 +279,10 @@ pub(crate) struct Peer {
     pidfd: OwnedFd,
     segments: Mutex<HashMap<String, Arc<Segment>>>,
     writers: Mutex<HashMap<String, Arc<OwnedFd>>>,
+    /// The endpoint of this process, which reaches the peer.
+    home_ep: u32,
+    /// The segments this process keeps for its peers.
+    home: Arc<HomeSegments>,
 }
 
 impl std::fmt::Debug for Peer {
@@ -304,6 +334,17 @@ impl Peer {
         let fd = Arc::new(super::fifo::open_writer(&self.dir.join(name))?);
         w.insert(name.to_owned(), fd.clone());
         Ok(fd)
+    }
+
+    /// The endpoint number of this process (the one reaching the peer).
+    pub(crate) fn home_ep(&self) -> u32 {
+        self.home_ep
+    }
+
+    /// The segment `name` this process keeps for the peer in its own directory (`len`
+    /// bytes, created on first use and kept for the endpoint's life).
+    pub(crate) fn home_segment(&self, name: &str, len: usize) -> Result<Arc<Mutex<Segment>>> {
+        self.home.get(name, len)
     }
 
     /// Rings the peer's doorbell with a `kind` record about `arg` (lost if the peer's
