@@ -13,12 +13,12 @@ use rverbs_proto::verbs::EventType;
 use crate::cq::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
 use crate::limits::check_port;
-use crate::device::{DeviceAttr, DeviceInner, GidEntry, PortAttr};
+use crate::device::{device, Device, DeviceAttr, DeviceInner, GidEntry, PortAttr};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
-use crate::event::{AsyncEvent, RawAsyncEvent, RawElement};
+use crate::event::AsyncEvent;
+use crate::notify::{RawAsyncEvent, RawElement};
 use crate::shm::fifo::Fifo;
-use crate::pd::Pd;
 use crate::Gid;
 
 pub(crate) struct ContextInner {
@@ -34,6 +34,13 @@ impl ContextInner {
     pub(crate) fn raise(&self, kind: EventType, element: RawElement) {
         tracing::debug!(?kind, ?element, "async event");
         self.events.send(&RawAsyncEvent { kind, element }.encode());
+    }
+}
+
+impl Device {
+    /// Opens a context on the device (ibv_open_device(3)).
+    pub fn open(&self) -> Result<Context> {
+        Context::open(device())
     }
 }
 
@@ -126,11 +133,6 @@ impl Context {
         crate::clock::rt_values()
     }
 
-    /// Allocates a protection domain (ibv_alloc_pd(3)).
-    pub fn alloc_pd(&self) -> Result<Pd> {
-        Pd::new(self.inner.clone())
-    }
-
     /// Creates a completion queue (ibv_create_cq(3), ibv_create_cq_ex(3)).
     pub fn create_cq(&self, init: &CqInit) -> Result<Cq> {
         Cq::new(self.inner.clone(), init)
@@ -148,7 +150,8 @@ impl Context {
         let mut rec = [0u8; RawAsyncEvent::LEN];
         loop {
             self.inner.events.recv(&mut rec)?;
-            if let Some(ev) = RawAsyncEvent::decode(&rec).and_then(AsyncEvent::deliver) {
+            let dev = self.inner.dev;
+            if let Some(ev) = RawAsyncEvent::decode(&rec).and_then(|raw| AsyncEvent::deliver(raw, &dev.cqs, &dev.qps, &dev.srqs)) {
                 return Ok(ev);
             }
         }

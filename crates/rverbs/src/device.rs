@@ -10,23 +10,16 @@
 
 use std::fmt;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
-use crate::mr::KeyTable;
+use crate::mr::endpoint::Endpoint;
 use crate::qp::QpInner;
 use crate::srq::SrqInner;
 use crate::table::Table;
-use crate::shm::lock::ShmLock;
 use crate::shm::registry::Registry;
-use crate::shm::tables::Tables;
-use crate::shm::Segment;
-
-/// The host-wide segment of the device, in the runtime directory.
-const HOST_SEGMENT: &str = "device";
 use crate::sys;
 
 /// Name of the built-in device.
@@ -219,60 +212,37 @@ pub struct PortAttr {
 /// `IBV_LINK_LAYER_ETHERNET`.
 pub const LINK_LAYER_ETHERNET: u8 = 2;
 
-/// The process-wide state of the built-in device.
+/// The process-wide state of the built-in device: this process's endpoint (the memory
+/// layer's state, [`Endpoint`]) and the objects of the layers above it.
+///
+/// The device dereferences to its endpoint, so code above the memory layer reads the
+/// endpoint's parts through the device (`dev.keys`, `dev.tables`, `dev.ep()`); code of
+/// the memory layer is handed the `Endpoint` itself and never names the device.
 pub(crate) struct DeviceInner {
-    /// This process's endpoint of the host-wide device (`None` if the runtime directory
-    /// was unusable: then only in-process traffic works).
-    pub(crate) reg: Option<Registry>,
-    /// Where this endpoint's segments and FIFOs live.
-    pub(crate) dir: std::path::PathBuf,
-    /// Source of CQ, channel and context ids (unique for the endpoint's life).
-    next_id: std::sync::atomic::AtomicU32,
-    /// This endpoint's shared tables (what peers read to reach its objects).
-    pub(crate) tables: &'static Tables,
-    /// The host-wide segment whose lock serialises device atomics on memory that peers
-    /// reach with cross-memory attach.
-    host: Segment,
-    /// Channels to peers whose private memory this process reaches through them.
-    pub(crate) proxies: crate::mr::proxy::Channels,
-    /// Live regions in private memory of this process that peers would reach with
-    /// cross-memory attach, whose kernel copies make no ordering promise
-    /// (ibv_query_qp_data_in_order(3): `Qp::data_in_order` counts on this).
-    pub(crate) cma_regions: std::sync::atomic::AtomicUsize,
-    /// Caller memory moved onto shared files by registrations.
-    pub(crate) shares: crate::mr::share::Shares,
-    /// `RVERBS_SHARED_MR=1`: registrations of caller memory make it shareable
-    /// (`crate::mr::share`); otherwise peers reach it with cross-memory attach.
-    pub(crate) share_caller_memory: bool,
+    /// This process's endpoint of the host-wide device.
+    pub(crate) endpoint: Endpoint,
     /// Live CQs by number (events and peers name CQs by number).
     pub(crate) cqs: Table<crate::cq::CqInner>,
     pub(crate) name: &'static str,
     pub(crate) node_guid: u64,
     pub(crate) gids: Vec<GidEntry>,
-    pub(crate) keys: KeyTable,
     pub(crate) qps: Table<QpInner>,
     pub(crate) srqs: Table<SrqInner>,
     pub(crate) xrcd_files: crate::xrcd::XrcdFiles,
     pub(crate) mcast: crate::mcast::Groups,
 }
 
-/// The process generation: 0 in the process that loaded the library, incremented in
-/// every child `fork` creates (a `pthread_atfork` child handler). A forked child is a new
-/// process and gets its own endpoint of the host-wide device, as it gets new resources
-/// from a kernel RDMA device (the parent's objects are not the child's: ibv_fork_init(3)).
-static GENERATION: AtomicUsize = AtomicUsize::new(0);
+impl std::ops::Deref for DeviceInner {
+    type Target = Endpoint;
 
-/// Devices per generation. After `GENERATIONS - 1` nested forks, descendants share the
-/// last one (a documented limit: the last generation's children share its endpoint).
-pub const GENERATIONS: usize = 8;
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
+}
+
+pub use crate::sys::{process_generation, GENERATIONS};
 
 static DEVICES: [OnceLock<DeviceInner>; GENERATIONS] = [const { OnceLock::new() }; GENERATIONS];
-
-/// This process's generation, bounded by the number of device slots: a forked child's
-/// state (device, progress thread, connection manager) lives in its own slot.
-pub fn process_generation() -> usize {
-    GENERATION.load(Ordering::Relaxed).min(GENERATIONS - 1)
-}
 
 fn slot() -> &'static OnceLock<DeviceInner> {
     &DEVICES[process_generation()]
@@ -282,28 +252,12 @@ pub(crate) fn device() -> &'static DeviceInner {
     if let Some(d) = slot().get() {
         return d;
     }
-    register_atfork();
+    crate::sys::count_forks();
     let d = slot().get_or_init(DeviceInner::new);
-    // Peers may ring this endpoint's doorbell from now on: its reader must run. (The
-    // progress thread reads the device through `device_ready`, never through here.)
-    crate::progress::start();
+    // Peers may ring this endpoint's doorbell from now on: its reader must run. It is
+    // given what it serves (the progress thread never reaches up to the device).
+    crate::progress::start(&d.endpoint, &d.qps);
     d
-}
-
-/// Registers the fork handler once: a child starts a new generation.
-fn register_atfork() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    extern "C" fn child() {
-        GENERATION.fetch_add(1, Ordering::Relaxed);
-    }
-    ONCE.call_once(|| {
-        // SAFETY: registers a plain extern "C" function with no arguments that only
-        // increments an atomic (async-signal-safe, as a fork child handler must be).
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::pthread_atfork(None, None, Some(child));
-        }
-    });
 }
 
 /// The directory of this process's endpoint in the host-wide runtime directory, where
@@ -311,11 +265,6 @@ fn register_atfork() {
 /// own).
 pub fn endpoint_dir() -> std::path::PathBuf {
     device().dir.clone()
-}
-
-/// The device if it was initialised (the progress thread's view).
-pub(crate) fn device_ready() -> Option<&'static DeviceInner> {
-    slot().get()
 }
 
 impl DeviceInner {
@@ -373,7 +322,7 @@ impl DeviceInner {
                 ifindex: sys::ifindex(&name),
             });
         }
-        let (reg, dir) = match Registry::claim(&crate::shm::runtime_dir()) {
+        let (reg, dir) = match Registry::claim(&crate::shm::runtime_dir(), crate::progress::watch_peer) {
             Ok(r) => {
                 let d = r.dir.clone();
                 (Some(r), d)
@@ -388,28 +337,12 @@ impl DeviceInner {
         };
         register_cleanup(&dir);
         let ep = reg.as_ref().map_or(0, |r| r.ep);
-        let share_caller_memory = reg.is_some() && std::env::var_os("RVERBS_SHARED_MR").is_some_and(|v| v == "1");
-        let tables: &'static Tables = Box::leak(Box::new(
-            Tables::create(&dir).expect("cannot create the endpoint's shared tables"),
-        ));
-        let host_path = reg.as_ref().map_or_else(|| dir.join(HOST_SEGMENT), |r| r.root.join(HOST_SEGMENT));
-        let host = Segment::open_or_create(&host_path, std::mem::size_of::<ShmLock>())
-            .expect("cannot map the host-wide device segment");
         DeviceInner {
-            reg,
-            dir,
-            next_id: std::sync::atomic::AtomicU32::new(1),
-            tables,
-            host,
-            shares: Default::default(),
-            proxies: Default::default(),
-            cma_regions: Default::default(),
-            share_caller_memory,
+            endpoint: Endpoint::new(reg, dir),
             cqs: Table::new("completion queues", 0),
             name: DEVICE_NAME,
             node_guid: u64::from_be_bytes(eui),
             gids,
-            keys: KeyTable::new(tables),
             qps: Table::new("queue pairs", ep),
             srqs: Table::new("shared receive queues", ep),
             xrcd_files: Default::default(),
@@ -417,40 +350,9 @@ impl DeviceInner {
         }
     }
 
-    /// A fresh id for a CQ, channel or context of this endpoint.
-    pub(crate) fn new_id(&self) -> u32 {
-        self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// The live CQ `id` of this endpoint.
     pub(crate) fn cq(&self, id: u32) -> Option<std::sync::Arc<crate::cq::CqInner>> {
         self.cqs.get(id)
-    }
-
-    /// Whether a peer could place data in this process's memory with kernel copies
-    /// (cross-memory attach), which are not ordered.
-    pub(crate) fn peers_copy_unordered(&self) -> bool {
-        self.reg.as_ref().is_some_and(|r| !r.refuses_cma) && self.cma_regions.load(std::sync::atomic::Ordering::Acquire) != 0
-    }
-
-    /// Whether other processes may take part (a host-wide endpoint was claimed).
-    pub(crate) fn shared(&self) -> bool {
-        self.reg.is_some()
-    }
-
-    /// Takes the host-wide lock of device atomics (IBV_ATOMIC_HCA).
-    pub(crate) fn atomic_lock(&self) -> crate::shm::lock::ShmGuard<'_> {
-        self.host.get::<ShmLock>(0).lock(self.ep(), |ep| self.alive(ep))
-    }
-
-    /// The endpoint number of this process.
-    pub(crate) fn ep(&self) -> u32 {
-        self.reg.as_ref().map_or(0, |r| r.ep)
-    }
-
-    /// Whether endpoint `ep` is alive (this one always is).
-    pub(crate) fn alive(&self, ep: u32) -> bool {
-        self.reg.as_ref().is_none_or(|r| r.alive(ep))
     }
 
     /// Whether `gid` names this device (one of its GID table entries).
@@ -629,10 +531,15 @@ impl Device {
     pub fn guid(&self) -> u64 {
         device().node_guid
     }
+}
 
-    /// Opens a context on the device (ibv_open_device(3)).
-    pub fn open(&self) -> Result<Context> {
-        Context::open(device())
+impl crate::qp1::Qp1 {
+    /// Opens this process's QP1, on the device's endpoint (the device gives QP1 its
+    /// registry and directory). Fails with `EBUSY` if it is already open in this process
+    /// (its FIFO exists).
+    pub fn open() -> Result<crate::qp1::Qp1> {
+        let dev = device();
+        crate::qp1::Qp1::open_in(dev.reg.as_ref(), &dev.dir)
     }
 }
 

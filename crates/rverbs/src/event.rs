@@ -1,99 +1,22 @@
-//! Event queues behind real file descriptors: the context's asynchronous events and the
-//! completion channels, plus the delivered/acknowledged counters that destroy waits on.
+//! Asynchronous events as the application receives them: resolved to the object they
+//! name, acknowledged when dropped. (The record that travels through a context's event
+//! FIFO and the delivered/acknowledged counters are in `notify`, below the objects.)
 //!
 //! Rule: ibv_get_async_event(3): events are read from `async_fd`, a real fd; every event
 //! returned must be acknowledged with ibv_ack_async_event(3); destroying the object the
 //! event names waits for those acknowledgements.
 //! Rule: ibv_get_cq_event(3): the same for completion events and ibv_ack_cq_events(3).
 
-use std::sync::{Condvar, Mutex};
-
 use rverbs_proto::verbs::EventType;
 
-use crate::cq::Cq;
-use crate::qp::Qp;
-use crate::srq::Srq;
+use crate::cq::{Cq, CqInner};
+use crate::qp::{Qp, QpInner};
+use crate::srq::{Srq, SrqInner};
+use crate::table::Table;
 
-/// An asynchronous event as it travels through a context's event FIFO (16 bytes):
-/// `[kind: u32, element kind: u32, element id: u64]`. Peers in other processes write the
-/// same records for events they cause on this process's objects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RawAsyncEvent {
-    pub(crate) kind: EventType,
-    pub(crate) element: RawElement,
-}
-
-/// What an asynchronous event names, by number (a destroyed object's undelivered events
-/// are dropped when read, as the kernel drops them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RawElement {
-    Cq(u32),
-    Qp(u32),
-    Srq(u32),
-}
-
-impl RawAsyncEvent {
-    pub(crate) const LEN: usize = 16;
-
-    pub(crate) fn encode(&self) -> [u8; Self::LEN] {
-        let (k, id) = match self.element {
-            RawElement::Cq(i) => (1u32, i),
-            RawElement::Qp(i) => (2, i),
-            RawElement::Srq(i) => (3, i),
-        };
-        let mut r = [0u8; Self::LEN];
-        r[..4].copy_from_slice(&self.kind.raw().to_ne_bytes());
-        r[4..8].copy_from_slice(&k.to_ne_bytes());
-        r[8..].copy_from_slice(&u64::from(id).to_ne_bytes());
-        r
-    }
-
-    pub(crate) fn decode(r: &[u8; Self::LEN]) -> Option<Self> {
-        let kind = EventType::from_raw(u32::from_ne_bytes(r[..4].try_into().ok()?))?;
-        let id = u64::from_ne_bytes(r[8..].try_into().ok()?) as u32;
-        let element = match u32::from_ne_bytes(r[4..8].try_into().ok()?) {
-            1 => RawElement::Cq(id),
-            2 => RawElement::Qp(id),
-            3 => RawElement::Srq(id),
-            _ => return None,
-        };
-        Some(RawAsyncEvent { kind, element })
-    }
-}
-
-/// Counts events delivered to the application and acknowledged by it, so that destroy
-/// can wait until the two match (rdma-core's `events_completed` / `events_reported`).
-#[derive(Default)]
-pub(crate) struct EventCounter {
-    counts: Mutex<(u64, u64)>,
-    acked: Condvar,
-}
-
-impl EventCounter {
-    pub(crate) fn delivered(&self) {
-        self.counts.lock().expect("event counter").0 += 1;
-    }
-
-    pub(crate) fn ack(&self, n: u32) {
-        let mut c = self.counts.lock().expect("event counter");
-        c.1 += u64::from(n);
-        self.acked.notify_all();
-    }
-
-    /// Blocks until every delivered event has been acknowledged.
-    pub(crate) fn wait_all_acked(&self) {
-        let mut c = self.counts.lock().expect("event counter");
-        while c.1 < c.0 {
-            c = self.acked.wait(c).expect("event counter");
-        }
-    }
-
-    /// (delivered, acknowledged).
-    #[cfg(test)]
-    pub(crate) fn counts(&self) -> (u64, u64) {
-        *self.counts.lock().expect("event counter")
-    }
-}
+/// The records and counters below the objects (defined in `notify`; named here too while
+/// modules still import them from this one).
+pub(crate) use crate::notify::{EventCounter, RawAsyncEvent, RawElement};
 
 /// What an asynchronous event is about.
 #[derive(Clone)]
@@ -128,23 +51,23 @@ pub struct AsyncEvent {
 }
 
 impl AsyncEvent {
-    /// Resolves a raw event read from the context's FIFO; `None` if the object it names
-    /// was destroyed in the meantime (the event is dropped, as the kernel drops it).
-    pub(crate) fn deliver(raw: RawAsyncEvent) -> Option<AsyncEvent> {
-        let dev = crate::device::device();
+    /// Resolves a raw event read from the context's FIFO in the live objects of the
+    /// context's device (`cqs`, `qps`, `srqs`); `None` if the object it names was
+    /// destroyed in the meantime (the event is dropped, as the kernel drops it).
+    pub(crate) fn deliver(raw: RawAsyncEvent, cqs: &Table<CqInner>, qps: &Table<QpInner>, srqs: &Table<SrqInner>) -> Option<AsyncEvent> {
         let element = match raw.element {
             RawElement::Cq(id) => {
-                let cq = dev.cq(id).filter(|c| !c.is_destroyed())?;
+                let cq = cqs.get(id).filter(|c| !c.is_destroyed())?;
                 cq.async_events.delivered();
                 AsyncElement::Cq(Cq::from_inner(cq))
             }
             RawElement::Qp(qpn) => {
-                let qp = dev.qps.get(qpn).filter(|q| !q.is_destroyed())?;
+                let qp = qps.get(qpn).filter(|q| !q.is_destroyed())?;
                 qp.async_events.delivered();
                 AsyncElement::Qp(Qp::from_inner(qp))
             }
             RawElement::Srq(srqn) => {
-                let srq = dev.srqs.get(srqn).filter(|s| !s.is_destroyed())?;
+                let srq = srqs.get(srqn).filter(|s| !s.is_destroyed())?;
                 srq.async_events.delivered();
                 AsyncElement::Srq(Srq::from_inner(srq))
             }
@@ -190,35 +113,5 @@ impl AsyncEvent {
 impl Drop for AsyncEvent {
     fn drop(&mut self) {
         self.do_ack();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_round_trip() {
-        for e in [
-            RawAsyncEvent { kind: EventType::CqErr, element: RawElement::Cq(7) },
-            RawAsyncEvent { kind: EventType::QpFatal, element: RawElement::Qp(0x12_3456) },
-            RawAsyncEvent { kind: EventType::SrqLimitReached, element: RawElement::Srq(3) },
-        ] {
-            assert_eq!(RawAsyncEvent::decode(&e.encode()), Some(e));
-        }
-        assert_eq!(RawAsyncEvent::decode(&[0xff; 16]), None);
-    }
-
-    #[test]
-    fn counter_waits_for_acks() {
-        let c = std::sync::Arc::new(EventCounter::default());
-        c.delivered();
-        c.delivered();
-        let c2 = c.clone();
-        let t = std::thread::spawn(move || c2.wait_all_acked());
-        c.ack(1);
-        c.ack(1);
-        t.join().unwrap();
-        assert_eq!(c.counts(), (2, 2));
     }
 }

@@ -43,6 +43,7 @@ pub mod mcast;
 pub mod mem;
 pub mod mr;
 pub mod mw;
+mod notify;
 pub mod pd;
 mod progress;
 pub mod qp;

@@ -22,9 +22,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::device::DeviceInner;
 use crate::gid::Gid;
 use crate::limits;
+use crate::mr::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::qp::{Qp, QpInner};
@@ -44,17 +44,9 @@ pub fn is_multicast(gid: &Gid) -> bool {
 type Members = Vec<(u32, Weak<QpInner>)>;
 
 /// Members of each group, by GID.
+#[derive(Default)]
 pub(crate) struct Groups {
     groups: Mutex<HashMap<Gid, Members>>,
-    /// The process that owns this device's endpoint (created with the device, in that
-    /// process): the pid published with each attachment.
-    pid: u32,
-}
-
-impl Default for Groups {
-    fn default() -> Groups {
-        Groups { groups: Mutex::new(HashMap::new()), pid: std::process::id() }
-    }
 }
 
 impl Groups {
@@ -113,9 +105,10 @@ fn unpublish(dir: &Path, name: &str) {
 /// The members of `gid` in other processes of the host: (the peer, QPN), from the
 /// host-wide record. Entries of dead endpoints, or of a process that no longer owns the
 /// endpoint, are removed; this process's own entries are skipped (they are in
-/// [`Groups::members`]).
-pub(crate) fn remote_members(dev: &DeviceInner, gid: &Gid) -> Vec<(Arc<Peer>, u32)> {
-    let Some(reg) = dev.reg.as_ref() else { return Vec::new() };
+/// [`Groups::members`]). `me` is this process's endpoint, whose owner's pid its own
+/// entries carry.
+pub(crate) fn remote_members(me: &Endpoint, gid: &Gid) -> Vec<(Arc<Peer>, u32)> {
+    let Some(reg) = me.reg.as_ref() else { return Vec::new() };
     let dir = group_dir(&reg.root, gid);
     let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
     let mut out = Vec::new();
@@ -125,7 +118,7 @@ pub(crate) fn remote_members(dev: &DeviceInner, gid: &Gid) -> Vec<(Arc<Peer>, u3
         let Some((qpn, pid)) = parse_entry(name) else { continue };
         let ep = endpoint_of(qpn);
         if ep == reg.ep {
-            if pid != dev.mcast.pid {
+            if pid != me.pid {
                 unpublish(&dir, name); // a previous owner of this endpoint
             }
             continue;
@@ -171,7 +164,7 @@ impl Qp {
             return Err(Error::Exhausted { what: "QPs of a multicast group" });
         }
         let dev = q.pd.ctx.dev;
-        if let Some(Err(e)) = dev.reg.as_ref().map(|reg| publish(&reg.root, gid, q.qpn, dev.mcast.pid)) {
+        if let Some(Err(e)) = dev.reg.as_ref().map(|reg| publish(&reg.root, gid, q.qpn, dev.pid)) {
             if members.is_empty() {
                 g.remove(gid);
             }
@@ -202,7 +195,7 @@ impl Qp {
         }
         let dev = q.pd.ctx.dev;
         if let Some(reg) = dev.reg.as_ref() {
-            unpublish(&group_dir(&reg.root, gid), &entry_name(q.qpn, dev.mcast.pid));
+            unpublish(&group_dir(&reg.root, gid), &entry_name(q.qpn, dev.pid));
         }
         q.mcast_attached.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())

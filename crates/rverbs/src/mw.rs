@@ -12,10 +12,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::device::DeviceInner;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
-use crate::mr::{KeyTarget, Mr, MrInner};
+use crate::mr::endpoint::Endpoint;
+use crate::mr::{KeyTable, KeyTarget, Mr, MrInner};
 use crate::pd::{Pd, PdInner};
 use crate::shm::tables::{
     KeyDesc, KeyRecord, KEY_KIND_MW1, KEY_KIND_MW2, KEY_STATE_FREE, KEY_STATE_INVALID, KEY_STATE_VALID,
@@ -46,7 +46,8 @@ struct MwCore {
 }
 
 pub(crate) struct MwInner {
-    dev: &'static DeviceInner,
+    /// The endpoint whose keys name the window.
+    endpoint: &'static Endpoint,
     /// The key the last bind posted for this window will install (type 1: the next bind
     /// advances from it even while earlier binds are still queued).
     pub(crate) posted_rkey: std::sync::atomic::AtomicU32,
@@ -93,13 +94,26 @@ pub(crate) fn invalidate_record(rec: &KeyRecord, rkey: u32, pd: u32) -> bool {
             .is_ok()
 }
 
+impl KeyTable {
+    /// Invalidates the type 2 window named by `rkey` for a QP of `pd` (LOCAL_INV, and
+    /// SEND_WITH_INV delivered in this process); `false` if `rkey` names no such window
+    /// (rxe: regions registered by applications cannot be invalidated). Defined with the
+    /// windows: the key table itself knows no protection domain.
+    pub(crate) fn invalidate_mw(&self, rkey: u32, pd: &PdInner) -> bool {
+        match self.get(rkey) {
+            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd)),
+            _ => false,
+        }
+    }
+}
+
 impl MwInner {
     pub(crate) fn rkey(&self) -> u32 {
         self.core.lock().expect("mw").rkey
     }
 
     fn record(&self, rkey: u32) -> &'static KeyRecord {
-        self.dev.keys.record(rkey).expect("a live key has a record")
+        self.endpoint.keys.record(rkey).expect("a live key has a record")
     }
 
     fn kind(&self) -> u32 {
@@ -183,7 +197,7 @@ impl MwInner {
             let mut w = b.mr.windows.lock().expect("mr windows");
             let me = self as *const MwInner;
             if !w.iter().any(|x| std::ptr::eq(x.as_ptr(), me)) {
-                if let Some(weak) = self.dev.keys.get(core.rkey).and_then(|t| match t {
+                if let Some(weak) = self.endpoint.keys.get(core.rkey).and_then(|t| match t {
                     KeyTarget::Mw(w) => Some(w),
                     KeyTarget::Mr(_) => None,
                 }) {
@@ -192,7 +206,7 @@ impl MwInner {
             }
         }
         core.binding = binding;
-        self.dev.keys.rekey(core.rkey, new_key);
+        self.endpoint.keys.rekey(core.rkey, new_key);
         core.rkey = new_key;
         rec.write(&desc);
         Ok(())
@@ -214,7 +228,7 @@ impl MwInner {
             let mut core = self.core.lock().expect("mw");
             core.binding = None;
             self.record(core.rkey).state.store(KEY_STATE_INVALID, Ordering::SeqCst);
-            self.dev.keys.remove(core.rkey);
+            self.endpoint.keys.remove(core.rkey);
             self.pd.release();
         }
     }
@@ -263,7 +277,7 @@ impl Mw {
         };
         let pd_inner = pd.inner().clone();
         pd_inner.hold()?;
-        let dev = pd_inner.ctx.dev;
+        let endpoint = pd_inner.endpoint();
         // A type 1 window is valid from allocation (bound to nothing: every access is out
         // of bounds); a type 2 window is free until a BIND_MW work request binds it.
         let (kind, state) = match mw_type {
@@ -272,9 +286,9 @@ impl Mw {
         };
         let desc = KeyDesc { kind, state, pd: pd_inner.id, ..KeyDesc::default() };
         let inner = Arc::new_cyclic(|weak: &Weak<MwInner>| {
-            let rkey = dev.keys.insert(KeyTarget::Mw(weak.clone()), desc).unwrap_or(0);
+            let rkey = endpoint.keys.insert(KeyTarget::Mw(weak.clone()), desc).unwrap_or(0);
             MwInner {
-                dev,
+                endpoint,
                 posted_rkey: std::sync::atomic::AtomicU32::new(rkey),
                 pd: pd_inner.clone(),
                 mw_type,

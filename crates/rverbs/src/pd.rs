@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::context::{Context, ContextInner};
 use crate::error::{Error, Result};
+use crate::mr::endpoint::Endpoint;
 use crate::mr::{Mr, MrInit};
 use crate::qp::{Qp, QpInit};
 use crate::srq::{Srq, SrqInit};
@@ -36,6 +37,18 @@ impl PdInner {
     /// An object of the PD went away.
     pub(crate) fn release(&self) {
         self.users.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The endpoint of the PD's device, whose keys name the PD's regions and windows.
+    pub(crate) fn endpoint(&self) -> &'static Endpoint {
+        self.ctx.dev
+    }
+}
+
+impl Context {
+    /// Allocates a protection domain (ibv_alloc_pd(3)).
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        Pd::new(self.inner().clone())
     }
 }
 
@@ -148,12 +161,6 @@ impl Pd {
     /// Creates a shared receive queue (ibv_create_srq(3)).
     pub fn create_srq(&self, init: &SrqInit) -> Result<Srq> {
         Srq::new(self.inner.clone(), init)
-    }
-
-    /// Creates an XRC SRQ (ibv_create_srq_ex(3), IBV_SRQT_XRC) in `xrcd` completing to
-    /// `cq`.
-    pub fn create_srq_xrc(&self, init: &SrqInit, xrcd: &crate::Xrcd, cq: &crate::Cq) -> Result<Srq> {
-        Srq::new_xrc(self, init, xrcd, cq)
     }
 
     /// Deallocates the PD (ibv_dealloc_pd(3)).

@@ -22,8 +22,10 @@ use rustix::event::epoll;
 
 use crate::qp::QpInner;
 use crate::shm::fifo::Fifo;
+use crate::mr::endpoint::Endpoint;
 use crate::shm::registry::Peer;
 use crate::sys::EventFd;
+use crate::table::Table;
 
 struct Timer {
     at: Instant,
@@ -54,25 +56,8 @@ struct Timers {
     seq: u64,
 }
 
-/// Doorbell records: `[kind: u32, arg: u32]`.
-pub(crate) mod bell {
-    /// A peer changed QP `arg` of this process: run its send queue (flush on ERR).
-    pub(crate) const KICK_QP: u32 = 1;
-    /// Endpoint `arg` queued a copy in its proxy channel to this process
-    /// (`crate::mr::proxy`).
-    pub(crate) const PROXY: u32 = 2;
-    /// Bytes of one record.
-    pub(crate) const LEN: usize = 8;
-    /// Name of the doorbell FIFO in the endpoint directory.
-    pub(crate) const NAME: &str = "bell";
-
-    pub(crate) fn record(kind: u32, arg: u32) -> [u8; LEN] {
-        let mut r = [0u8; LEN];
-        r[..4].copy_from_slice(&kind.to_ne_bytes());
-        r[4..].copy_from_slice(&arg.to_ne_bytes());
-        r
-    }
-}
+/// The doorbell records (defined with the endpoint registry, which peers ring through).
+pub(crate) use crate::shm::registry::bell;
 
 const TOKEN_WAKE: u64 = 0;
 const TOKEN_BELL: u64 = 1;
@@ -86,68 +71,72 @@ struct Progress {
     epoll: OwnedFd,
     bell: Option<Fifo>,
     peers: Mutex<HashMap<u32, Weak<Peer>>>,
+    /// The device's endpoint.
+    endpoint: &'static Endpoint,
+    /// The device's QPs, which doorbell kicks name.
+    qps: &'static Table<QpInner>,
 }
 
+/// The progress thread of each process generation: a forked child has no threads and a
+/// device of its own (`sys::process_generation`).
+static PROGRESS: [OnceLock<&'static Progress>; crate::sys::GENERATIONS] = [const { OnceLock::new() }; crate::sys::GENERATIONS];
+
+/// This generation's progress thread. The device starts it ([`start`]) before anything
+/// can ask for it, except another thread that found the device just published: that one
+/// waits the moment it takes the device to start it.
 fn progress() -> &'static Progress {
-    // One progress thread per process generation: a forked child has no threads and a
-    // device of its own (`device::process_generation`).
-    static P: [OnceLock<&'static Progress>; crate::device::GENERATIONS] =
-        [const { OnceLock::new() }; crate::device::GENERATIONS];
-    P[crate::device::process_generation()].get_or_init(|| {
-        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
-        let wake = EventFd::new().expect("eventfd");
-        rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
-        epoll::add(&epoll, wake.fd(), epoll::EventData::new_u64(TOKEN_WAKE), epoll::EventFlags::IN)
+    PROGRESS[crate::sys::process_generation()].wait()
+}
+
+fn spawn(endpoint: &'static Endpoint, qps: &'static Table<QpInner>) -> &'static Progress {
+    let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
+    let wake = EventFd::new().expect("eventfd");
+    rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
+    epoll::add(&epoll, wake.fd(), epoll::EventData::new_u64(TOKEN_WAKE), epoll::EventFlags::IN)
+        .expect("epoll add");
+    let bell = endpoint.reg.as_ref().and_then(|_| Fifo::create(&endpoint.dir.join(bell::NAME)).ok());
+    if let Some(b) = &bell {
+        rustix::io::ioctl_fionbio(b.fd(), true).expect("non-blocking bell");
+        epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
             .expect("epoll add");
-        let dev = crate::device::device_ready().expect("the device starts the progress thread");
-        let bell = dev.reg.as_ref().and_then(|_| Fifo::create(&dev.dir.join(bell::NAME)).ok());
-        if let Some(b) = &bell {
-            rustix::io::ioctl_fionbio(b.fd(), true).expect("non-blocking bell");
-            epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
-                .expect("epoll add");
-        }
-        let p: &'static Progress = Box::leak(Box::new(Progress {
-            timers: Mutex::default(),
-            deferred: Mutex::default(),
-            wake,
-            epoll,
-            bell,
-            peers: Mutex::default(),
-        }));
-        std::thread::Builder::new()
-            .name("rverbs-progress".into())
-            .spawn(move || {
-                ON_PROGRESS_THREAD.set(true);
-                run(p)
-            })
-            .expect("spawn the rverbs progress thread");
-        p
-    })
+    }
+    let p: &'static Progress = Box::leak(Box::new(Progress {
+        timers: Mutex::default(),
+        deferred: Mutex::default(),
+        wake,
+        epoll,
+        bell,
+        peers: Mutex::default(),
+        endpoint,
+        qps,
+    }));
+    std::thread::Builder::new()
+        .name("rverbs-progress".into())
+        .spawn(move || {
+            crate::mr::proxy::serve_while_waiting(serve_own_proxies);
+            run(p)
+        })
+        .expect("spawn the rverbs progress thread");
+    p
 }
 
-thread_local! {
-    static ON_PROGRESS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Rings `peer`'s doorbell with a `kind` record about `arg`.
+/// Rings `peer`'s doorbell with a `kind` record about `arg` ([`Peer::ring`]).
 pub(crate) fn ring(peer: &Peer, kind: u32, arg: u32) {
-    if let Ok(fd) = peer.writer(bell::NAME) {
-        crate::shm::fifo::send_on(std::os::fd::AsFd::as_fd(&*fd), &bell::record(kind, arg));
-    }
+    peer.ring(kind, arg);
 }
 
-/// On the progress thread, serves the proxy requests peers queued (called while it waits
-/// for a peer's proxy itself, so two progress threads never wait on each other); other
-/// doorbell records are kept for the main loop.
-pub(crate) fn serve_proxies_if_progress_thread() {
-    if ON_PROGRESS_THREAD.get() {
-        read_bell(progress(), false);
-    }
+/// Serves the proxy requests peers queued; other doorbell records are kept for the main
+/// loop. The progress thread runs this while it waits for a peer's proxy itself
+/// (`mr::proxy::serve_while_waiting`), so two progress threads never wait on each other.
+fn serve_own_proxies() {
+    read_bell(progress(), false);
 }
 
-/// Starts the progress thread (the device does at start, so peers can ring the bell).
-pub(crate) fn start() {
-    let _ = progress();
+/// Starts this generation's progress thread, once (the device does as soon as it exists,
+/// so peers can ring the bell), serving the device's endpoint (whose directory holds the
+/// doorbell) and its QPs `qps`.
+pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static Table<QpInner>) {
+    PROGRESS[crate::sys::process_generation()].get_or_init(|| spawn(endpoint, qps));
 }
 
 /// Asks the progress thread to kick `qp`'s send queue at `at`.
@@ -236,7 +225,7 @@ fn read_bell(p: &Progress, kick: bool) {
         let kind = u32::from_ne_bytes(rec[..4].try_into().expect("4 bytes"));
         let arg = u32::from_ne_bytes(rec[4..].try_into().expect("4 bytes"));
         match kind {
-            bell::PROXY => crate::mr::proxy::serve(arg),
+            bell::PROXY => crate::mr::proxy::serve(p.endpoint, arg),
             bell::KICK_QP => p.deferred.lock().expect("deferred kicks").push(arg),
             _ => {}
         }
@@ -250,7 +239,7 @@ fn read_bell(p: &Progress, kick: bool) {
 fn run_deferred(p: &Progress) {
     let qpns = std::mem::take(&mut *p.deferred.lock().expect("deferred kicks"));
     for qpn in qpns {
-        if let Some(qp) = crate::device::device_ready().and_then(|d| d.qps.get(qpn)) {
+        if let Some(qp) = p.qps.get(qpn) {
             qp.errored_by_peer();
         }
     }
@@ -262,7 +251,7 @@ fn peer_died(p: &Progress, ep: u32) {
         peer.mark_dead();
         let _ = epoll::delete(&p.epoll, peer.pidfd());
     }
-    if let Some(r) = crate::device::device_ready().and_then(|d| d.reg.as_ref()) {
+    if let Some(r) = &p.endpoint.reg {
         r.forget(ep);
     }
 }

@@ -23,10 +23,10 @@ use std::path::Path;
 
 use rustix::io::Errno;
 
-use crate::device::{device, DeviceInner};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::shm::fifo::{self, Fifo};
+use crate::shm::registry::Registry;
 
 /// Bytes of a MAD (IBTA Vol 1 §13.4.2).
 pub const MAD_LEN: usize = 256;
@@ -55,7 +55,10 @@ impl std::fmt::Debug for Mad {
 /// This process's QP1: receives the MADs peers address to this endpoint and sends MADs
 /// to any endpoint of the host. One per process (the receive FIFO has one reader).
 pub struct Qp1 {
-    dev: &'static DeviceInner,
+    /// The device's endpoint registry (`None`: no host-wide endpoint, only this process).
+    reg: Option<&'static Registry>,
+    /// The endpoint directory, where the receive FIFO is.
+    dir: &'static Path,
     ep: u32,
     fifo: Fifo,
 }
@@ -67,12 +70,12 @@ impl std::fmt::Debug for Qp1 {
 }
 
 impl Qp1 {
-    /// Opens this endpoint's QP1. Fails with `EBUSY` if it is already open in this
-    /// process (its FIFO exists).
-    pub fn open() -> Result<Qp1> {
-        let dev = device();
-        let ep = dev.reg.as_ref().map_or(0, |r| r.ep);
-        let path = dev.dir.join(FIFO_NAME);
+    /// Opens the QP1 of the endpoint `reg` (none: a private device) whose directory is
+    /// `dir` ([`Qp1::open`] opens the device's). Fails with `EBUSY` if it is already open
+    /// in this process (its FIFO exists).
+    pub(crate) fn open_in(reg: Option<&'static Registry>, dir: &'static Path) -> Result<Qp1> {
+        let ep = reg.map_or(0, |r| r.ep);
+        let path = dir.join(FIFO_NAME);
         let fifo = match Fifo::create(&path) {
             Ok(f) => f,
             Err(Error::Os(e)) if e.raw_os_error() == Some(libc::EEXIST) => {
@@ -81,7 +84,7 @@ impl Qp1 {
             Err(e) => return Err(e),
         };
         rustix::io::ioctl_fionbio(fifo.fd(), true)?;
-        Ok(Qp1 { dev, ep, fifo })
+        Ok(Qp1 { reg, dir, ep, fifo })
     }
 
     /// This process's endpoint number (the top 8 bits of its QPNs).
@@ -96,9 +99,9 @@ impl Qp1 {
 
     /// The host-wide runtime directory of the device (where host-wide tables live).
     pub fn runtime_dir(&self) -> &Path {
-        match &self.dev.reg {
+        match self.reg {
             Some(r) => &r.root,
-            None => &self.dev.dir,
+            None => self.dir,
         }
     }
 
@@ -132,7 +135,7 @@ impl Qp1 {
             return write_record(self.fifo_writer_self().as_fd(), &rec);
         }
         let unreachable = || Error::Os(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH));
-        let reg = self.dev.reg.as_ref().ok_or_else(unreachable)?;
+        let reg = self.reg.ok_or_else(unreachable)?;
         let peer = reg.peer(to).map_err(|_| unreachable())?;
         let w = peer.writer(FIFO_NAME).map_err(|_| unreachable())?;
         write_record(w.as_fd(), &rec)
@@ -141,7 +144,7 @@ impl Qp1 {
     fn fifo_writer_self(&self) -> OwnedFd {
         // A fresh non-blocking writer: `Fifo::send` drops records silently on a full
         // FIFO, and a MAD sender must learn that.
-        fifo::open_writer(&self.dev.dir.join(FIFO_NAME)).expect("own QP1 FIFO exists while open")
+        fifo::open_writer(&self.dir.join(FIFO_NAME)).expect("own QP1 FIFO exists while open")
     }
 
     /// A descriptor that becomes readable when endpoint `ep`'s process dies (a pidfd,
@@ -152,9 +155,7 @@ impl Qp1 {
             return Err(Error::invalid("watch endpoint", Rule::OwnEndpoint { ep }));
         }
         let reg = self
-            .dev
             .reg
-            .as_ref()
             .ok_or(Error::Os(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH)))?;
         let peer = reg.peer(ep).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH)))?;
         Ok(rustix::io::fcntl_dupfd_cloexec(peer.pidfd(), 0)?)
@@ -165,7 +166,7 @@ impl Qp1 {
         if ep == self.ep {
             return Some(self.pid());
         }
-        let reg = self.dev.reg.as_ref()?;
+        let reg = self.reg?;
         reg.peer(ep).ok().filter(|p| p.is_alive()).map(|p| p.pid)
     }
 }

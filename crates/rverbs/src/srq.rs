@@ -16,7 +16,7 @@ use crate::cq::{Cq, CqInner};
 use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
-use crate::event::{EventCounter, RawElement};
+use crate::notify::{EventCounter, RawElement};
 use crate::pd::PdInner;
 use crate::qp::rq::{srq_segment_name, RecvQueue, RecvWqe};
 use crate::shm::tables::SrqRecord;

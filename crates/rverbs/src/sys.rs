@@ -1,5 +1,6 @@
 //! Thin wrappers over the operating-system calls the device needs: eventfds, shared
-//! anonymous memory, and the host's interface addresses.
+//! anonymous memory, the host's interface addresses, and the process generation that
+//! `fork` starts.
 //!
 //! This is one of the few modules allowed `unsafe` (ARCHITECTURE.md §1): `mmap` and
 //! `getifaddrs` have no safe equivalents in rustix.
@@ -126,6 +127,39 @@ pub(crate) fn ifindex(name: &str) -> u32 {
     // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
     unsafe { libc::if_nametoindex(c.as_ptr()) }
 }
+
+/// The process generation: 0 in the process that loaded the library, incremented in
+/// every child `fork` creates (a `pthread_atfork` child handler). A forked child is a new
+/// process and gets its own endpoint of the host-wide device, as it gets new resources
+/// from a kernel RDMA device (the parent's objects are not the child's: ibv_fork_init(3)).
+static GENERATION: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Devices per generation. After `GENERATIONS - 1` nested forks, descendants share the
+/// last one (a documented limit: the last generation's children share its endpoint).
+pub const GENERATIONS: usize = 8;
+
+/// This process's generation, bounded by the number of device slots: a forked child's
+/// state (device, progress thread, connection manager) lives in its own slot.
+pub fn process_generation() -> usize {
+    GENERATION.load(std::sync::atomic::Ordering::Relaxed).min(GENERATIONS - 1)
+}
+
+/// Registers the fork handler once (the device does when it is first used): a child
+/// starts a new generation.
+pub(crate) fn count_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn child() {
+        GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain extern "C" function with no arguments that only
+        // increments an atomic (async-signal-safe, as a fork child handler must be).
+        unsafe {
+            libc::pthread_atfork(None, None, Some(child));
+        }
+    });
+}
+
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,9 @@
 
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 
-use crate::cq::ring::DATA_WORDS;
+/// Number of 64-bit words a [`Cqe`] encodes into (a completion ring slot holds them
+/// after its sequence word: one cache line).
+pub(crate) const CQE_WORDS: usize = 7;
 
 /// A work completion (`struct ibv_wc`, 48 bytes, the same layout).
 ///
@@ -160,7 +162,7 @@ impl Cqe {
         WcStatus::from_raw(u32::from(self.status)).unwrap_or(WcStatus::GeneralErr)
     }
 
-    pub(crate) fn encode(&self) -> [u64; DATA_WORDS] {
+    pub(crate) fn encode(&self) -> [u64; CQE_WORDS] {
         [
             self.wr_id,
             u64::from(self.byte_len) | u64::from(self.imm) << 32,
@@ -179,7 +181,7 @@ impl Cqe {
         ]
     }
 
-    pub(crate) fn decode(w: &[u64; DATA_WORDS]) -> Self {
+    pub(crate) fn decode(w: &[u64; CQE_WORDS]) -> Self {
         Cqe {
             wr_id: w[0],
             byte_len: w[1] as u32,

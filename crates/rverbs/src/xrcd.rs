@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::pd::{Pd, PdInner};
 use crate::qp::{Qp, QpInit};
+use crate::srq::{Srq, SrqInit};
 use crate::QpCap;
 use crate::QpType;
 
@@ -108,6 +109,14 @@ impl Context {
         inner.shared.store(true, Ordering::Release);
         map.insert(id, Arc::downgrade(&inner));
         Ok(Xrcd::handle(inner))
+    }
+}
+
+impl Pd {
+    /// Creates an XRC SRQ (ibv_create_srq_ex(3), IBV_SRQT_XRC) in `xrcd` completing to
+    /// `cq`.
+    pub fn create_srq_xrc(&self, init: &SrqInit, xrcd: &Xrcd, cq: &Cq) -> Result<Srq> {
+        Srq::new_xrc(self, init, xrcd, cq)
     }
 }
 

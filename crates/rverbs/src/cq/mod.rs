@@ -22,7 +22,7 @@ use crate::context::{Context, ContextInner};
 use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
-use crate::event::{EventCounter, RawElement};
+use crate::notify::{EventCounter, RawElement};
 use crate::wc::{Cqe, Wc};
 use channel::{ChannelInner, CompChannel};
 use ring::{Pop, Ring};

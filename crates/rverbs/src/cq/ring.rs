@@ -30,10 +30,9 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-/// Number of 64-bit words in a slot: one sequence word and seven data words.
-pub(crate) const SLOT_WORDS: usize = 8;
-/// Number of data words a CQE encodes into.
-pub(crate) const DATA_WORDS: usize = SLOT_WORDS - 1;
+/// Number of data words of a slot, after its sequence word: what a CQE encodes into
+/// (its format, in `wc`).
+pub(crate) const DATA_WORDS: usize = crate::wc::CQE_WORDS;
 
 /// One CQE slot: 64 bytes, one cache line.
 #[repr(C, align(64))]

@@ -26,15 +26,15 @@ use crate::shm::Segment;
 use crate::Access;
 
 /// Where the bytes of a pinned range are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Place {
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Place<'a> {
     /// At this address of this process (its own memory or a mapped shared segment).
     Local(usize),
     /// At this address of process `pid` (reached with cross-memory attach).
     Cma { pid: i32, addr: usize },
     /// In a peer's private memory that cross-memory attach cannot reach: the peer
     /// copies ([`proxy`](super::proxy)).
-    Proxy(super::proxy::ProxyRef),
+    Proxy(super::proxy::ProxyRef<'a>),
 }
 
 /// An access in progress: keeps the region registered until dropped.
@@ -42,7 +42,7 @@ pub(crate) struct Pinned<'a> {
     /// The count this access is in (`None`: a local key of this process's own memory,
     /// see [`KeySpace::hold`]).
     busy: Option<&'a AtomicU32>,
-    pub(crate) place: Place,
+    pub(crate) place: Place<'a>,
     /// Length of the accessed range.
     pub(crate) len: usize,
     /// Atomics on these bytes take the host-wide atomic lock: peers reach them with
@@ -231,13 +231,13 @@ impl<'a> KeySpace<'a> {
         }
     }
 
-    fn place(&self, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<Place, Fault> {
+    fn place(&self, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<Place<'a>, Fault> {
         let Some((peer, cache)) = self.peer else {
             return Ok(Place::Local((d.va + off) as usize));
         };
         if d.loc == 0 {
             if !peer.cma {
-                let r = super::proxy::ProxyRef { ep: peer.ep, key: via.key, pd: via.pd, used: via.used, need: via.need, va: via.va };
+                let r = super::proxy::ProxyRef { peer, key: via.key, pd: via.pd, used: via.used, need: via.need, va: via.va };
                 return Ok(Place::Proxy(r));
             }
             return Ok(Place::Cma { pid: peer.pid, addr: d.va.wrapping_add(off) as usize });
@@ -313,7 +313,7 @@ pub(crate) enum Source<'s, 'a> {
 }
 
 /// Moves one contiguous piece.
-fn move_piece(dst: Place, src: Place, n: usize) -> Result<(), CmaError> {
+fn move_piece(dst: Place<'_>, src: Place<'_>, n: usize) -> Result<(), CmaError> {
     match (dst, src) {
         (Place::Local(d), Place::Local(s)) => {
             // SAFETY: both pieces lie inside pinned ranges (kept registered, and mapped,
@@ -353,7 +353,7 @@ pub(crate) fn copy_message(dst: &PinList<'_>, dst_offset: usize, src: Source<'_,
 }
 
 fn copy_pieces(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>) -> Result<usize, CmaError> {
-    let src_pieces: smallvec::SmallVec<[(Place, usize); 2]> = match src {
+    let src_pieces: smallvec::SmallVec<[(Place<'_>, usize); 2]> = match src {
         Source::Bytes(b) => smallvec::smallvec![(Place::Local(b.as_ptr() as usize), b.len())],
         Source::Pins(l) => l.iter().map(|p| (p.place, p.len)).collect(),
     };
@@ -413,7 +413,7 @@ fn read_ordered(pid: i32, dst: usize, addr: usize, n: usize) -> Result<(), CmaEr
     })
 }
 
-fn advance(p: Place, by: usize) -> Place {
+fn advance(p: Place<'_>, by: usize) -> Place<'_> {
     match p {
         Place::Local(a) => Place::Local(a + by),
         Place::Cma { pid, addr } => Place::Cma { pid, addr: addr + by },

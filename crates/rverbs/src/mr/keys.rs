@@ -108,16 +108,6 @@ impl KeyTable {
         }
     }
 
-    /// Invalidates the type 2 window named by `rkey` for a QP of `pd` (LOCAL_INV, and
-    /// SEND_WITH_INV delivered in this process); `false` if `rkey` names no such window
-    /// (rxe: regions registered by applications cannot be invalidated).
-    pub(crate) fn invalidate_mw(&self, rkey: u32, pd: &crate::pd::PdInner) -> bool {
-        match self.get(rkey) {
-            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd)),
-            _ => false,
-        }
-    }
-
     /// The region named by `key`, if it is a live memory region.
     pub(crate) fn mr(&self, key: u32) -> Option<Arc<MrInner>> {
         let slots = self.slots.read().expect("key table");

@@ -10,6 +10,7 @@
 
 pub(crate) mod access;
 pub(crate) mod cma;
+pub(crate) mod endpoint;
 pub(crate) mod keys;
 pub(crate) mod proxy;
 pub(crate) mod share;
@@ -20,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use bitflags::bitflags;
 
-use crate::device::DeviceInner;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::mem;
@@ -29,6 +29,7 @@ use crate::pd::{Pd, PdInner};
 use crate::shm::tables::{KeyDesc, KeyRecord, KEY_KIND_MR, KEY_STATE_INVALID, KEY_STATE_VALID};
 use crate::shm::Segment;
 use crate::Access;
+use endpoint::Endpoint;
 pub(crate) use access::{atomic, copy_message, copy_out, flush_global, pin_sges, Fault, KeySpace, KeyUse, PinList, Pinned, Source};
 pub(crate) use keys::{KeyTable, KeyTarget};
 
@@ -65,8 +66,9 @@ pub(crate) enum MrMem {
     /// Memory the library allocated, in a shared segment peers can map; mapped here while
     /// the region lives, removed from the directory when dropped.
     Owned { _seg: Segment, id: u64 },
-    /// Caller memory moved onto a shared file at registration ([`share`]).
-    Moved { hold: Option<share::ShareHold>, id: u64, offset: u64 },
+    /// Caller memory moved onto a shared file at registration ([`share`]), held in the
+    /// endpoint's `shares`.
+    Moved { hold: Option<share::ShareHold>, shares: &'static share::Shares, id: u64, offset: u64 },
 }
 
 impl MrMem {
@@ -80,9 +82,9 @@ impl MrMem {
 
 impl Drop for MrMem {
     fn drop(&mut self) {
-        if let MrMem::Moved { hold, .. } = self {
+        if let MrMem::Moved { hold, shares, .. } = self {
             if let Some(h) = hold.take() {
-                crate::device::device().shares.release(h);
+                shares.release(h);
             }
         }
     }
@@ -90,13 +92,13 @@ impl Drop for MrMem {
 
 /// Caller memory for a region: moved onto a shared file if the device is configured to
 /// (`RVERBS_SHARED_MR=1`) and the memory allows it, else left where it is.
-fn caller_memory(dev: &DeviceInner, addr: usize, len: usize) -> Option<MrMem> {
-    if !dev.share_caller_memory {
+fn caller_memory(endpoint: &'static Endpoint, addr: usize, len: usize) -> Option<MrMem> {
+    if !endpoint.share_caller_memory {
         return None;
     }
-    let id = u64::from(dev.new_id());
-    let at = dev.shares.share(&dev.dir, id, addr, len)?;
-    Some(MrMem::Moved { hold: Some(at.hold), id: at.id, offset: at.offset })
+    let id = u64::from(endpoint.new_id());
+    let at = endpoint.shares.share(&endpoint.dir, id, addr, len)?;
+    Some(MrMem::Moved { hold: Some(at.hold), shares: &endpoint.shares, id: at.id, offset: at.offset })
 }
 
 /// What a region covers; changed in place by rereg.
@@ -131,7 +133,8 @@ impl MrDesc {
 }
 
 pub(crate) struct MrInner {
-    dev: &'static DeviceInner,
+    /// The endpoint whose keys name the region.
+    endpoint: &'static Endpoint,
     key: u32,
     pub(crate) desc: RwLock<MrDesc>,
     /// False once deregistered: no further access is granted.
@@ -149,7 +152,7 @@ const IDLE_WAIT: Duration = Duration::from_secs(2);
 impl MrInner {
     /// The key's shared record.
     pub(crate) fn record(&self) -> &'static KeyRecord {
-        self.dev.keys.record(self.key).expect("a live key has a record")
+        self.endpoint.keys.record(self.key).expect("a live key has a record")
     }
 
     pub(crate) fn key(&self) -> u32 {
@@ -163,7 +166,7 @@ impl MrInner {
             self.record().state.store(KEY_STATE_INVALID, Ordering::SeqCst);
             self.wait_idle();
             self.count_cma(-1);
-            self.dev.keys.remove(self.key);
+            self.endpoint.keys.remove(self.key);
         }
         if !self.released.swap(true, Ordering::AcqRel) {
             self.desc.read().expect("mr desc").pd.release();
@@ -175,9 +178,9 @@ impl MrInner {
     fn count_cma(&self, by: isize) {
         if self.desc.read().expect("mr desc").mem.is_none() {
             if by > 0 {
-                self.dev.cma_regions.fetch_add(1, Ordering::AcqRel);
+                self.endpoint.cma_regions.fetch_add(1, Ordering::AcqRel);
             } else {
-                self.dev.cma_regions.fetch_sub(1, Ordering::AcqRel);
+                self.endpoint.cma_regions.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
@@ -344,9 +347,9 @@ fn check_len(verb: &'static str, len: usize) -> Result<()> {
 impl Mr {
     pub(crate) fn alloc(pd: Arc<PdInner>, len: usize, access: Access) -> Result<Self> {
         check_len("alloc_mr", len)?;
-        let dev = pd.ctx.dev;
-        let id = u64::from(dev.new_id());
-        let seg = Segment::create(&dev.dir.join(segment_name(id)), len)?;
+        let endpoint = pd.endpoint();
+        let id = u64::from(endpoint.new_id());
+        let seg = Segment::create(&endpoint.dir.join(segment_name(id)), len)?;
         let addr = seg.addr();
         Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(MrMem::Owned { _seg: seg, id }))
     }
@@ -356,7 +359,7 @@ impl Mr {
         if init.addr.checked_add(init.len).is_none() {
             return Err(Error::invalid("reg_mr", Rule::RangeWraps { addr: init.addr as u64, len: init.len as u64 }));
         }
-        let mem = caller_memory(pd.ctx.dev, init.addr, init.len);
+        let mem = caller_memory(pd.endpoint(), init.addr, init.len);
         Self::build(pd, init, mem)
     }
 
@@ -369,14 +372,14 @@ impl Mr {
             return Err(Error::invalid("reg_mr", Rule::RangeWraps { addr: init.iova, len: init.len as u64 }));
         }
         pd.hold()?;
-        let dev = pd.ctx.dev;
+        let endpoint = pd.endpoint();
         let desc = MrDesc { pd: pd.clone(), addr: init.addr, len: init.len, iova: init.iova, access: init.access, mem };
         let record = desc.record(KEY_STATE_VALID);
         let mut key = Ok(0);
         let inner = Arc::new_cyclic(|weak: &Weak<MrInner>| {
-            key = dev.keys.insert(KeyTarget::Mr(weak.clone()), record);
+            key = endpoint.keys.insert(KeyTarget::Mr(weak.clone()), record);
             MrInner {
-                dev,
+                endpoint,
                 key: *key.as_ref().unwrap_or(&0),
                 desc: RwLock::new(desc),
                 valid: AtomicBool::new(key.is_ok()),
@@ -633,10 +636,10 @@ impl Mr {
             d.len = len;
             d.iova = if d.access.contains(Access::ZERO_BASED) { 0 } else { addr as u64 };
             let was_private = d.mem.is_none();
-            d.mem = caller_memory(self.inner.dev, addr, len);
+            d.mem = caller_memory(self.inner.endpoint, addr, len);
             match (was_private, d.mem.is_none()) {
-                (true, false) => drop(self.inner.dev.cma_regions.fetch_sub(1, Ordering::AcqRel)),
-                (false, true) => drop(self.inner.dev.cma_regions.fetch_add(1, Ordering::AcqRel)),
+                (true, false) => drop(self.inner.endpoint.cma_regions.fetch_sub(1, Ordering::AcqRel)),
+                (false, true) => drop(self.inner.endpoint.cma_regions.fetch_add(1, Ordering::AcqRel)),
                 _ => {}
             }
         }

@@ -16,16 +16,15 @@
 //! reached directly.
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::access::{KeySpace, KeyUse, Place};
 use super::cma::CmaError;
+use super::endpoint::Endpoint;
 use crate::mem;
-use crate::shm::registry::Peer;
-use crate::shm::{Segment, ShmSafe};
+use crate::shm::registry::{bell, Peer};
+use crate::shm::ShmSafe;
 use crate::Access;
 
 /// Bytes one request moves at most.
@@ -67,9 +66,10 @@ unsafe impl ShmSafe for Request {}
 const HDR: usize = std::mem::size_of::<Request>();
 
 /// Where a piece of a peer's private memory is, for the peer to check and copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ProxyRef {
-    pub(crate) ep: u32,
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProxyRef<'a> {
+    /// The peer whose memory it is (it serves the copy).
+    pub(crate) peer: &'a Peer,
     pub(crate) key: u32,
     pub(crate) pd: u32,
     pub(crate) used: KeyUse,
@@ -82,41 +82,23 @@ fn channel_name(ep: u32) -> String {
     format!("px-{ep}")
 }
 
-/// This process's channels, by peer endpoint.
-#[derive(Default)]
-pub(crate) struct Channels {
-    map: Mutex<HashMap<u32, Arc<Mutex<Segment>>>>,
-}
-
-impl Channels {
-    fn get(&self, ep: u32) -> Result<Arc<Mutex<Segment>>, CmaError> {
-        let mut m = self.map.lock().expect("proxy channels");
-        if let Some(c) = m.get(&ep) {
-            return Ok(c.clone());
-        }
-        let dev = crate::device::device();
-        let seg = Segment::create(&dev.dir.join(channel_name(ep)), HDR + BUF).map_err(|_| CmaError::Denied)?;
-        let c = Arc::new(Mutex::new(seg));
-        m.insert(ep, c.clone());
-        Ok(c)
-    }
-}
-
 /// Copies `n` bytes from this process's `src` into the peer memory `to` names.
-pub(crate) fn write(to: ProxyRef, src: *const u8, n: usize) -> Result<(), CmaError> {
+pub(crate) fn write(to: ProxyRef<'_>, src: *const u8, n: usize) -> Result<(), CmaError> {
     transfer(to, OP_WRITE, src as usize, n)
 }
 
 /// Copies `n` bytes of the peer memory `from` names into this process's `dst`.
-pub(crate) fn read(from: ProxyRef, dst: *mut u8, n: usize) -> Result<(), CmaError> {
+pub(crate) fn read(from: ProxyRef<'_>, dst: *mut u8, n: usize) -> Result<(), CmaError> {
     transfer(from, OP_READ, dst as usize, n)
 }
 
-fn transfer(r: ProxyRef, op: u32, local: usize, n: usize) -> Result<(), CmaError> {
-    let dev = crate::device::device();
-    let reg = dev.reg.as_ref().ok_or(CmaError::Gone)?;
-    let peer = reg.peer(r.ep).map_err(|_| CmaError::Gone)?;
-    let chan = dev.proxies.get(r.ep)?;
+fn transfer(r: ProxyRef<'_>, op: u32, local: usize, n: usize) -> Result<(), CmaError> {
+    let peer = r.peer;
+    if !peer.is_alive() {
+        return Err(CmaError::Gone);
+    }
+    // This process's channel to the peer, in its own directory.
+    let chan = peer.home_segment(&channel_name(peer.ep), HDR + BUF).map_err(|_| CmaError::Denied)?;
     let seg = chan.lock().expect("proxy channel");
     let req = seg.get::<Request>(0);
     let buf = seg.addr() + HDR;
@@ -142,8 +124,8 @@ fn transfer(r: ProxyRef, op: u32, local: usize, n: usize) -> Result<(), CmaError
         }
         let seq = req.seq.load(Ordering::Relaxed).wrapping_add(1);
         req.seq.store(seq, Ordering::Release);
-        crate::progress::ring(&peer, crate::progress::bell::PROXY, dev.ep());
-        wait_done(req, seq, &peer)?;
+        peer.ring(bell::PROXY, peer.home_ep());
+        wait_done(req, seq, peer)?;
         if req.status.load(Ordering::Acquire) != STATUS_OK {
             return Err(CmaError::Fault);
         }
@@ -155,6 +137,18 @@ fn transfer(r: ProxyRef, op: u32, local: usize, n: usize) -> Result<(), CmaError
         off += piece;
     }
     Ok(())
+}
+
+thread_local! {
+    /// What this thread runs while it waits for a peer (see [`serve_while_waiting`]).
+    static WHILE_WAITING: std::cell::Cell<Option<fn()>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes the calling thread run `serve` (which serves this process's own pending proxy
+/// requests) while it waits for a peer's: the progress thread calls it when it starts,
+/// as it both serves requests and may wait on a peer that waits on it.
+pub(crate) fn serve_while_waiting(serve: fn()) {
+    WHILE_WAITING.set(Some(serve));
 }
 
 /// Waits until the peer served request `seq`, serving this process's own pending
@@ -170,32 +164,33 @@ fn wait_done(req: &Request, seq: u32, peer: &Peer) -> Result<(), CmaError> {
         if !peer.is_alive() || start.elapsed() > DEADLINE {
             return Err(CmaError::Gone);
         }
-        crate::progress::serve_proxies_if_progress_thread();
+        if let Some(serve) = WHILE_WAITING.get() {
+            serve();
+        }
         let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: 1_000_000 };
         let _ = rustix::thread::futex::wait(&req.done, rustix::thread::futex::Flags::empty(), done, Some(&ts));
     }
 }
 
-/// Serves the pending request of peer `ep`'s channel (the doorbell said there is one).
-pub(crate) fn serve(ep: u32) {
-    let Some(dev) = crate::device::device_ready() else { return };
-    let Some(reg) = dev.reg.as_ref() else { return };
+/// Serves the pending request of peer `ep`'s channel to this process's endpoint `me`
+/// (the doorbell said there is one).
+pub(crate) fn serve(me: &Endpoint, ep: u32) {
+    let Some(reg) = me.reg.as_ref() else { return };
     let Ok(peer) = reg.peer(ep) else { return };
-    let Ok(seg) = peer.segment(&channel_name(dev.ep())) else { return };
+    let Ok(seg) = peer.segment(&channel_name(me.ep())) else { return };
     let req = seg.get::<Request>(0);
     let seq = req.seq.load(Ordering::Acquire);
     if req.done.load(Ordering::Acquire) == seq {
         return;
     }
     let len = req.len.load(Ordering::Relaxed) as usize;
-    let status = if len > BUF || seg.len() < HDR + BUF { STATUS_REFUSED } else { serve_one(req, seg.addr() + HDR, len) };
+    let status = if len > BUF || seg.len() < HDR + BUF { STATUS_REFUSED } else { serve_one(me, req, seg.addr() + HDR, len) };
     req.status.store(status, Ordering::Relaxed);
     req.done.store(seq, Ordering::Release);
     let _ = rustix::thread::futex::wake(&req.done, rustix::thread::futex::Flags::empty(), u32::MAX);
 }
 
-fn serve_one(req: &Request, buf: usize, len: usize) -> u32 {
-    let dev = crate::device::device();
+fn serve_one(me: &Endpoint, req: &Request, buf: usize, len: usize) -> u32 {
     let used = if req.remote.load(Ordering::Relaxed) == 0 {
         KeyUse::Local
     } else {
@@ -210,7 +205,7 @@ fn serve_one(req: &Request, buf: usize, len: usize) -> u32 {
     if op == OP_WRITE && !need.intersects(writes) {
         return STATUS_REFUSED;
     }
-    let keys = KeySpace::local(dev.tables);
+    let keys = KeySpace::local(me.tables);
     let key = req.key.load(Ordering::Relaxed);
     let pd = req.pd.load(Ordering::Relaxed);
     let Ok(p) = keys.pin(key, pd, used, req.va.load(Ordering::Relaxed), len as u64, need) else {

@@ -11,9 +11,13 @@
 //! Claiming also reclaims: directories of endpoints whose lock is free are removed, so
 //! the memory a crashed process left in tmpfs is returned.
 //!
-//! Peers are watched through a pidfd each (the progress thread polls them); a dead peer
-//! is marked at once, and requests towards it go unanswered, so RC requesters end in
-//! RETRY_EXC_ERR after their timeout and retry count, never in a hang.
+//! Peers are watched through a pidfd each (the progress thread polls them: the device
+//! gives the registry the progress thread's `watch_peer` when it claims the endpoint); a
+//! dead peer is marked at once, and requests towards it go unanswered, so RC requesters
+//! end in RETRY_EXC_ERR after their timeout and retry count, never in a hang.
+//!
+//! Each endpoint also has a doorbell ([`bell`]): a FIFO in its directory that peers write
+//! records to, read by the endpoint's progress thread.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -46,6 +50,53 @@ pub(crate) struct Registry {
     _lock: OwnedFd,
     _hdr: Segment,
     peers: Mutex<HashMap<u32, Arc<Peer>>>,
+    /// Called with each peer when it is first mapped, to watch its death (the progress
+    /// thread's; given at [`Registry::claim`], so the registry does not reach up to it).
+    watch: fn(&Arc<Peer>),
+    /// Segments this endpoint keeps for its peers, shared with every [`Peer`].
+    home: Arc<HomeSegments>,
+}
+
+/// Segments in this endpoint's directory that it keeps for its peers (the proxy channels
+/// of `crate::mr::proxy`), by name, each used by one thread at a time. They live as long
+/// as the endpoint: a later process on a dead peer's endpoint number gets the same one.
+struct HomeSegments {
+    dir: PathBuf,
+    map: Mutex<HashMap<String, Arc<Mutex<Segment>>>>,
+}
+
+impl HomeSegments {
+    /// Segment `name` (`len` bytes, created zero-filled on first use).
+    fn get(&self, name: &str, len: usize) -> Result<Arc<Mutex<Segment>>> {
+        let mut m = self.map.lock().expect("home segments");
+        if let Some(s) = m.get(name) {
+            return Ok(s.clone());
+        }
+        let seg = Arc::new(Mutex::new(Segment::create(&self.dir.join(name), len)?));
+        m.insert(name.to_owned(), seg.clone());
+        Ok(seg)
+    }
+}
+
+/// Doorbell records, `[kind: u32, arg: u32]`, written to an endpoint's FIFO [`bell::NAME`]
+/// ([`Peer::ring`]) and read by its progress thread.
+pub(crate) mod bell {
+    /// A peer changed QP `arg` of this process: run its send queue (flush on ERR).
+    pub(crate) const KICK_QP: u32 = 1;
+    /// Endpoint `arg` queued a copy in its proxy channel to this process
+    /// (`crate::mr::proxy`).
+    pub(crate) const PROXY: u32 = 2;
+    /// Bytes of one record.
+    pub(crate) const LEN: usize = 8;
+    /// Name of the doorbell FIFO in the endpoint directory.
+    pub(crate) const NAME: &str = "bell";
+
+    pub(crate) fn record(kind: u32, arg: u32) -> [u8; LEN] {
+        let mut r = [0u8; LEN];
+        r[..4].copy_from_slice(&kind.to_ne_bytes());
+        r[4..].copy_from_slice(&arg.to_ne_bytes());
+        r
+    }
 }
 
 impl std::fmt::Debug for Registry {
@@ -73,8 +124,9 @@ fn try_lock(path: &Path) -> Result<Option<OwnedFd>> {
 }
 
 impl Registry {
-    /// Claims the lowest free endpoint number under `root` (created if missing).
-    pub(crate) fn claim(root: &Path) -> Result<Registry> {
+    /// Claims the lowest free endpoint number under `root` (created if missing); `watch`
+    /// is called with every peer when it is first mapped.
+    pub(crate) fn claim(root: &Path, watch: fn(&Arc<Peer>)) -> Result<Registry> {
         std::fs::create_dir_all(root)?;
         let _ = std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o700));
         let mut mine: Option<(u32, OwnedFd)> = None;
@@ -105,7 +157,8 @@ impl Registry {
         let refuses_cma = std::env::var_os("RVERBS_CMA").is_some_and(|v| v == "off");
         hdr.get::<AtomicU64>(32).store(u64::from(refuses_cma), Ordering::Release);
         hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
-        Ok(Registry { ep, root: root.to_owned(), dir, refuses_cma, _lock: lock, _hdr: hdr, peers: Mutex::new(HashMap::new()) })
+        let home = Arc::new(HomeSegments { dir: dir.clone(), map: Mutex::new(HashMap::new()) });
+        Ok(Registry { ep, root: root.to_owned(), dir, refuses_cma, _lock: lock, _hdr: hdr, peers: Mutex::new(HashMap::new()), watch, home })
     }
 
     /// Whether endpoint `ep` is alive: this process, a known live peer, or an endpoint
@@ -167,9 +220,11 @@ impl Registry {
             pidfd,
             segments: Mutex::new(HashMap::new()),
             writers: Mutex::new(HashMap::new()),
+            home_ep: self.ep,
+            home: self.home.clone(),
         });
         peers.insert(ep, peer.clone());
-        crate::progress::watch_peer(&peer);
+        (self.watch)(&peer);
         Ok(peer)
     }
 
@@ -224,6 +279,10 @@ pub(crate) struct Peer {
     pidfd: OwnedFd,
     segments: Mutex<HashMap<String, Arc<Segment>>>,
     writers: Mutex<HashMap<String, Arc<OwnedFd>>>,
+    /// The endpoint of this process, which reaches the peer.
+    home_ep: u32,
+    /// The segments this process keeps for its peers.
+    home: Arc<HomeSegments>,
 }
 
 impl std::fmt::Debug for Peer {
@@ -276,6 +335,25 @@ impl Peer {
         w.insert(name.to_owned(), fd.clone());
         Ok(fd)
     }
+
+    /// The endpoint number of this process (the one reaching the peer).
+    pub(crate) fn home_ep(&self) -> u32 {
+        self.home_ep
+    }
+
+    /// The segment `name` this process keeps for the peer in its own directory (`len`
+    /// bytes, created on first use and kept for the endpoint's life).
+    pub(crate) fn home_segment(&self, name: &str, len: usize) -> Result<Arc<Mutex<Segment>>> {
+        self.home.get(name, len)
+    }
+
+    /// Rings the peer's doorbell with a `kind` record about `arg` (lost if the peer's
+    /// FIFO cannot be opened: the peer is gone).
+    pub(crate) fn ring(&self, kind: u32, arg: u32) {
+        if let Ok(fd) = self.writer(bell::NAME) {
+            super::fifo::send_on(fd.as_fd(), &bell::record(kind, arg));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -289,8 +367,8 @@ mod tests {
     #[test]
     fn endpoints_are_exclusive_and_released_with_their_lock() {
         let r = root("excl");
-        let a = Registry::claim(&r).unwrap();
-        let b = Registry::claim(&r).unwrap();
+        let a = Registry::claim(&r, |_| {}).unwrap();
+        let b = Registry::claim(&r, |_| {}).unwrap();
         assert_ne!(a.ep, b.ep);
         assert!(a.alive(b.ep));
         assert!(b.dir.join("hdr").exists());
@@ -299,7 +377,7 @@ mod tests {
         assert!(!a.alive(ep_b), "a released lock means a dead endpoint");
         // The next claim reuses the number and clears what the dead one left.
         std::fs::write(dir_b.join("stale"), b"x").unwrap();
-        let c = Registry::claim(&r).unwrap();
+        let c = Registry::claim(&r, |_| {}).unwrap();
         assert_eq!(c.ep, ep_b);
         assert!(!dir_b.join("stale").exists());
         drop((a, c));

@@ -1,0 +1,108 @@
+//! This process's endpoint of the host-wide device, as the memory layer holds it: the
+//! registry entry, the endpoint directory, the shared tables peers read, the memory keys
+//! and what reaching memory across processes needs (shared registrations, the host-wide
+//! atomic lock; the proxy channels are kept by the registry).
+//!
+//! Rule (DESIGN §2, ARCHITECTURE.md §0): a layer owns the state it uses. The device
+//! (`device::DeviceInner`) is this endpoint plus the objects of the layers above; it
+//! creates the endpoint and hands `&'static Endpoint` down to the regions and windows
+//! that need it, which never reach the device themselves.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use super::keys::KeyTable;
+use super::share::Shares;
+use crate::shm::lock::{ShmGuard, ShmLock};
+use crate::shm::registry::Registry;
+use crate::shm::tables::Tables;
+use crate::shm::Segment;
+
+/// The host-wide segment of the device, in the runtime directory.
+const HOST_SEGMENT: &str = "device";
+
+/// This process's endpoint (one per process generation).
+pub(crate) struct Endpoint {
+    /// The host-wide registry entry (`None` if the runtime directory was unusable: then
+    /// only in-process traffic works).
+    pub(crate) reg: Option<Registry>,
+    /// Where this endpoint's segments and FIFOs live.
+    pub(crate) dir: PathBuf,
+    /// The process that owns the endpoint (it was created in that process).
+    pub(crate) pid: u32,
+    /// Source of CQ, channel, context and segment ids (unique for the endpoint's life).
+    next_id: AtomicU32,
+    /// This endpoint's shared tables (what peers read to reach its objects).
+    pub(crate) tables: &'static Tables,
+    /// The host-wide segment whose lock serialises device atomics on memory that peers
+    /// reach with cross-memory attach.
+    host: Segment,
+    /// The memory keys of this endpoint.
+    pub(crate) keys: KeyTable,
+    /// Live regions in private memory of this process that peers would reach with
+    /// cross-memory attach, whose kernel copies make no ordering promise
+    /// (ibv_query_qp_data_in_order(3): `Qp::data_in_order` counts on this).
+    pub(crate) cma_regions: AtomicUsize,
+    /// Caller memory moved onto shared files by registrations.
+    pub(crate) shares: Shares,
+    /// `RVERBS_SHARED_MR=1`: registrations of caller memory make it shareable
+    /// (`crate::mr::share`); otherwise peers reach it with cross-memory attach.
+    pub(crate) share_caller_memory: bool,
+}
+
+impl Endpoint {
+    /// The endpoint of registry entry `reg` (none: a private endpoint) in directory
+    /// `dir`: creates its shared tables and maps the host-wide segment.
+    pub(crate) fn new(reg: Option<Registry>, dir: PathBuf) -> Endpoint {
+        let share_caller_memory = reg.is_some() && std::env::var_os("RVERBS_SHARED_MR").is_some_and(|v| v == "1");
+        let tables: &'static Tables = Box::leak(Box::new(
+            Tables::create(&dir).expect("cannot create the endpoint's shared tables"),
+        ));
+        let host_path = reg.as_ref().map_or_else(|| dir.join(HOST_SEGMENT), |r| r.root.join(HOST_SEGMENT));
+        let host = Segment::open_or_create(&host_path, std::mem::size_of::<ShmLock>())
+            .expect("cannot map the host-wide device segment");
+        Endpoint {
+            reg,
+            dir,
+            pid: std::process::id(),
+            next_id: AtomicU32::new(1),
+            tables,
+            host,
+            keys: KeyTable::new(tables),
+            cma_regions: AtomicUsize::new(0),
+            shares: Shares::default(),
+            share_caller_memory,
+        }
+    }
+
+    /// A fresh id for a CQ, channel, context or segment of this endpoint.
+    pub(crate) fn new_id(&self) -> u32 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether a peer could place data in this process's memory with kernel copies
+    /// (cross-memory attach), which are not ordered.
+    pub(crate) fn peers_copy_unordered(&self) -> bool {
+        self.reg.as_ref().is_some_and(|r| !r.refuses_cma) && self.cma_regions.load(Ordering::Acquire) != 0
+    }
+
+    /// Whether other processes may take part (a host-wide endpoint was claimed).
+    pub(crate) fn shared(&self) -> bool {
+        self.reg.is_some()
+    }
+
+    /// Takes the host-wide lock of device atomics (IBV_ATOMIC_HCA).
+    pub(crate) fn atomic_lock(&self) -> ShmGuard<'_> {
+        self.host.get::<ShmLock>(0).lock(self.ep(), |ep| self.alive(ep))
+    }
+
+    /// The endpoint number of this process.
+    pub(crate) fn ep(&self) -> u32 {
+        self.reg.as_ref().map_or(0, |r| r.ep)
+    }
+
+    /// Whether endpoint `ep` is alive (this one always is).
+    pub(crate) fn alive(&self, ep: u32) -> bool {
+        self.reg.as_ref().is_none_or(|r| r.alive(ep))
+    }
+}
