@@ -14,9 +14,7 @@ use crate::qp::{Qp, QpInner};
 use crate::srq::{Srq, SrqInner};
 use crate::table::Table;
 
-/// The records and counters below the objects (defined in `notify`; named here too while
-/// modules still import them from this one).
-pub(crate) use crate::notify::{EventCounter, RawAsyncEvent, RawElement};
+use crate::notify::{RawAsyncEvent, RawElement};
 
 /// What an asynchronous event is about.
 #[derive(Clone)]

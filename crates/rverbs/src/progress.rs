@@ -56,8 +56,7 @@ struct Timers {
     seq: u64,
 }
 
-/// The doorbell records (defined with the endpoint registry, which peers ring through).
-pub(crate) use crate::shm::registry::bell;
+use crate::shm::registry::bell;
 
 const TOKEN_WAKE: u64 = 0;
 const TOKEN_BELL: u64 = 1;
@@ -118,11 +117,6 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static Table<QpInner>) -> &'static 
         })
         .expect("spawn the rverbs progress thread");
     p
-}
-
-/// Rings `peer`'s doorbell with a `kind` record about `arg` ([`Peer::ring`]).
-pub(crate) fn ring(peer: &Peer, kind: u32, arg: u32) {
-    peer.ring(kind, arg);
 }
 
 /// Serves the proxy requests peers queued; other doorbell records are kept for the main

@@ -61,7 +61,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
 /// Pairs of components (top-level modules) of one layer that still import each other.
 /// A ratchet like [`KNOWN_UPWARD`].
 const KNOWN_LOOPS: &[(&str, &str)] = &[
-    ("event", "qp"),
     ("mr", "mw"),
     ("progress", "qp"),
 ];

@@ -35,7 +35,7 @@ use crate::gid::Gid;
 use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
-use crate::event::{EventCounter, RawElement};
+use crate::notify::{EventCounter, RawElement};
 use crate::pd::{Pd, PdInner};
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
 use crate::srq::{Srq, SrqInner};

@@ -18,11 +18,11 @@ use crate::context::async_fifo_name;
 use crate::cq::channel;
 use crate::cq::seg::{self, CqSeg, Publish};
 use crate::cq::{CqInner, Overrun};
-use crate::event::{RawAsyncEvent, RawElement};
+use crate::notify::{RawAsyncEvent, RawElement};
 use crate::mr::access::SegCache;
 use crate::mr::KeySpace;
 use crate::pd::PdInner;
-use crate::progress::bell;
+use crate::shm::registry::bell;
 use crate::qp::rq::{qp_segment_name, srq_segment_name, RecvRing, RecvWqe};
 use crate::qp::QpInner;
 use crate::shm::fifo::send_on;
@@ -205,7 +205,7 @@ fn peer_enter_error(peer: &Peer, qpn: u32, event: Option<EventType>) {
     if let Some(e) = event {
         raise_on(peer, rec.ctx.load(Ordering::Acquire), e, RawElement::Qp(qpn));
     }
-    crate::progress::ring(peer, bell::KICK_QP, qpn);
+    peer.ring(bell::KICK_QP, qpn);
 }
 
 /// A request reached QP `qpn` of `peer`: COMM_EST for the first one in RTR.
