@@ -137,6 +137,28 @@ fn send_with_inv_of_a_bad_key_fails_the_receiver_only() {
 }
 
 #[test]
+fn receiver_reconnected_after_a_failed_send_with_inv_takes_requests_again() {
+    // The requester stays in RTS (no NAK); the responder, in ERR, is reset and connected
+    // again to the same requester, which never left RTS: its next SEND is delivered.
+    let (a, b, _ma, _mb) = mw_pair();
+    post_recv(&b, 8, 0, 16);
+    a.qp.post_send(&[SendWr::send(1, &[]).with_inv(0x1234_5600).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::RemInvReqErr);
+    assert_eq!((a.qp.state(), b.qp.state()), (QpState::Rts, QpState::Err));
+    b.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    b.qp.connect(&remote(&b.ctx, a.qp.qp_num(), &PATH, ALL_ACCESS)).unwrap();
+    post_recv(&b, 9, 0, 16);
+    a.mr.write(0, b"again").unwrap();
+    let sge = [a.mr.sge(0, 5).unwrap()];
+    a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+    let s = poll_one(&a.cq);
+    assert_eq!((s.wr_id(), s.status()), (2, WcStatus::Success));
+    let r = poll_one(&b.cq);
+    assert_eq!((r.wr_id(), r.status(), r.byte_len()), (9, WcStatus::Success, Some(5)));
+}
+
+#[test]
 fn dealloc_ends_remote_access() {
     let (a, b, _ma, mb) = mw_pair();
     let mw = Mw::new(&b.pd, 2).unwrap();

@@ -261,7 +261,14 @@ fn connected<T: Target>(
         return violation(qp, t, wqe, Violation::InvalidOpcode, None);
     }
     let mode = connected_mode(qp.qp_type);
-    responder.reconfigure(responder_config(mode, t.rec(), UNSEGMENTED_MTU));
+    let cfg = responder_config(mode, t.rec(), UNSEGMENTED_MTU);
+    if responder.state() == ResponderState::Error {
+        // The route accepted the responder, so its QP left ERR through RESET since the
+        // machine failed (rxe "class J" leaves the requester in RTS): a new connection.
+        *responder = Responder::new(cfg);
+    } else {
+        responder.reconfigure(cfg);
+    }
     let request = Request::message(mode, qp.qpn, &core_wqe(wqe), responder.expected_psn());
     let mut at = Responding::new(t);
     let delivery = responder.handle_request(now, &request, &mut at);
