@@ -8,7 +8,8 @@
 #   vm.sh start          netns + tap, boot the guest in the background, wait until rxe0
 #                        is ACTIVE with a RoCE v2 GID for the guest address
 #   vm.sh run CMD...     run CMD in the guest (as root, cwd /tmp); prints its stdout and
-#                        stderr, exits with its status (124: no answer in time)
+#                        stderr, exits with its status (137: killed after
+#                        RVERBS_VM_RUN_TIMEOUT s; 124: no answer from the guest)
 #   vm.sh env            shell assignments describing the running guest (eval them)
 #   vm.sh status         exit 0 if the guest is running
 #   vm.sh console        print the guest's serial console so far
@@ -17,18 +18,25 @@
 # How it works. The host is Debian 12 with the host kernel lacking RDMA, so the guest runs
 # Debian's own 6.1 kernel under QEMU/TCG (KVM is not usable here) but the HOST's userspace:
 # the host's / is exported read-only over virtio-9p and the guest chroots into it, so every
-# tool installed on the host (ibverbs-utils, perftest, rdmacm-utils, rdma, the rverbs
-# build tree under /work, ...) runs in the guest unchanged. The initramfs is busybox plus the
-# needed modules; its /init loads them, mounts the host root with tmpfs on /tmp, /run,
-# /var/tmp, /dev/shm, configures eth0, adds rxe0 and then serves commands.
+# tool installed on the host (ibverbs-utils, perftest, rdmacm-utils, rdma, this repository,
+# ...) runs in the guest unchanged. The initramfs is busybox plus the needed modules; its
+# /init loads them, mounts the host root with tmpfs on /tmp, /run, /var/tmp, /dev/shm (so
+# the host's files there are NOT visible), configures eth0, adds rxe0 and serves commands.
 #
-# Command channel: a host directory ($STATE/chan) is a second, writable 9p share, seen in
-# the guest as /run/rvx. `run` writes ID.cmd (a bash script); the guest's init polls the
-# directory, renames it to ID.run, runs it in the chroot with stdout/stderr to ID.out /
-# ID.err and finally renames ID.rc.tmp to ID.rc. Commands run concurrently (a server
-# started by one `run` and a client by another work), each killed after
-# RVERBS_VM_RUN_TIMEOUT seconds in the guest; the host gives up 30 s later. Files written by
-# guest commands to /run/rvx appear on the host in $STATE/chan.
+# 9p caching: the host root is mounted cache=loose (4x faster program start-up under TCG),
+# so a host file changed after the guest read it can stay stale in the guest. Directories
+# in RVERBS_VM_FRESH (default: this repository and $CARGO_TARGET_DIR) are separate exports
+# mounted cache=none over the same paths: always current, and visible even under /tmp.
+#
+# Command channel: `run` writes the command as a bash script to ID.cmd in a host directory
+# ($STATE/chan, a second, writable 9p share seen in the guest as /run/rvx) and then the
+# line "ID TIMEOUT" to a virtio-serial port (QEMU pipe chardev $STATE/cmd.in). The guest
+# blocks reading that port (no polling), runs the script in the chroot, detached, with
+# stdout/stderr to ID.out / ID.err, and last renames ID.rc.tmp to ID.rc, which the host
+# waits for. Commands run concurrently (a server started by one `run` and a client by
+# another work); each is killed (status 137) after RVERBS_VM_RUN_TIMEOUT seconds in the
+# guest, and the host gives up (status 124) 30 s later. Files written by guest commands
+# to /run/rvx appear on the host in $STATE/chan.
 #
 # Network: netns $NETNS holds tap $TAP = $HOST_IP/24; QEMU runs inside the netns and the
 # guest's eth0 (virtio-net) is $GUEST_IP/24. No NAT, no bridge: RoCEv2's ICRC covers the IP
@@ -37,8 +45,9 @@
 # Knobs (environment): RVERBS_VM_CACHE (/var/cache/rverbs-vm), RVERBS_VM_STATE
 # (/run/rverbs-vm), RVERBS_VM_NETNS (rvx-host), RVERBS_VM_TAP (rvx-tap0), RVERBS_VM_HOST_IP
 # (10.77.0.1), RVERBS_VM_GUEST_IP (10.77.0.2), RVERBS_VM_CPUS (2), RVERBS_VM_MEM (1024, MiB),
-# RVERBS_VM_BOOT_TIMEOUT (180 s), RVERBS_VM_RUN_TIMEOUT (300 s), RVERBS_VM_KERNEL_PKG
-# (default: what Debian's linux-image-amd64 depends on).
+# RVERBS_VM_BOOT_TIMEOUT (180 s), RVERBS_VM_RUN_TIMEOUT (300 s), RVERBS_VM_9P_CACHE (loose;
+# none: slower, never stale), RVERBS_VM_FRESH (space-separated directories, see above),
+# RVERBS_VM_KERNEL_PKG (default: what Debian's linux-image-amd64 depends on).
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -53,12 +62,17 @@ MEM=${RVERBS_VM_MEM:-1024}
 BOOT_TIMEOUT=${RVERBS_VM_BOOT_TIMEOUT:-180}
 RUN_TIMEOUT=${RVERBS_VM_RUN_TIMEOUT:-300}
 P9_CACHE=${RVERBS_VM_9P_CACHE:-loose}
+# Host directories the guest sees uncached (cache=none), each a 9p export of its own mounted
+# over the same path: files rebuilt on the host after boot are seen at once there, and a
+# directory under the host's /tmp (hidden by the guest's tmpfs) is visible. Default: this
+# repository and $CARGO_TARGET_DIR.
+REPO_TOP=$(git -C "$(dirname "$SELF")" rev-parse --show-toplevel 2>/dev/null || true)
+FRESH=${RVERBS_VM_FRESH-$REPO_TOP ${CARGO_TARGET_DIR:-}}
 
 ROOT=$CACHE/root          # every downloaded .deb unpacked here (never into the host's /)
 DEBS=$CACHE/debs
 INITRAMFS=$CACHE/initramfs.cpio
 CHAN=$STATE/chan
-READY_MARKER=RVX-READY
 FAIL_MARKER=RVX-FAILED
 
 # Host packages whose programs the guest runs (through the shared root) or the smoke test
@@ -254,11 +268,12 @@ fail() {
     poweroff -f
 }
 
-ip_cidr= cache=none
+ip_cidr= cache=none fresh=
 for a in $(cat /proc/cmdline); do
     case $a in
         rvx.ip=*) ip_cidr=${a#rvx.ip=} ;;
         rvx.cache=*) cache=${a#rvx.cache=} ;;
+        rvx.fresh=*) fresh=${a#rvx.fresh=} ;;
     esac
 done
 [ -n "$ip_cidr" ] || fail "no rvx.ip= on the kernel command line"
@@ -286,7 +301,15 @@ mount -t tmpfs -o mode=1777 tmpfs $R/dev/shm
 # The command directory: always uncached, both sides write it.
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none rvxchan $R/run/rvx ||
     fail "mount rvxchan"
-stamp "file systems mounted (host root cache=$cache)"
+# Uncached exports of single host directories over their paths (rvx.fresh=DIR,DIR...).
+i=0
+for d in $(echo "$fresh" | tr , ' '); do
+    mkdir -p $R$d 2>/dev/null
+    mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none,ro rvxfresh$i $R$d ||
+        fail "mount rvxfresh$i on $d"
+    i=$((i + 1))
+done
+stamp "file systems mounted (host root cache=$cache, uncached: ${fresh:-none})"
 
 # Network: eth0 is the virtio-net NIC on the host's tap.
 ip link set lo up
@@ -380,6 +403,18 @@ cmd_start() {
     ip -n "$NETNS" addr add "$HOST_IP/24" dev "$TAP"
     ip -n "$NETNS" link set "$TAP" up
 
+    # The uncached directories: absolute, existing, no spaces or commas (kernel command line).
+    local fresh_args=() fresh_list= d i=0
+    # Sorted, so a directory is mounted before one inside it.
+    for d in $(for d in $FRESH; do readlink -f "$d" || true; done | sort -u); do
+        [ -d "$d" ] && [ "$d" != / ] || continue
+        case $d in *,*) die "RVERBS_VM_FRESH: no commas in $d" ;; esac
+        fresh_args+=(-fsdev "local,id=fsfresh$i,path=$d,security_model=none,readonly=on,multidevs=remap"
+            -device "virtio-9p-pci,fsdev=fsfresh$i,mount_tag=rvxfresh$i")
+        fresh_list=${fresh_list:+$fresh_list,}$d
+        i=$((i + 1))
+    done
+
     # TCG: KVM aborts on an MSR with a stock kernel on these machines. -cpu max: every
     # feature TCG can emulate, so host binaries built for newer x86-64 levels still run.
     # -no-reboot + panic=-1: a guest panic or a failed init ends QEMU at once.
@@ -389,12 +424,13 @@ cmd_start() {
         -L "$ROOT/usr/share/qemu" -L "$ROOT/usr/share/seabios" \
         -nodefaults -no-user-config -display none -vga none -no-reboot \
         -kernel "$ROOT/boot/vmlinuz-$kver" -initrd "$INITRAMFS" \
-        -append "console=ttyS0 loglevel=4 panic=-1 rvx.ip=$GUEST_IP/24 rvx.cache=$P9_CACHE" \
+        -append "console=ttyS0 loglevel=4 panic=-1 rvx.ip=$GUEST_IP/24 rvx.cache=$P9_CACHE rvx.fresh=$fresh_list" \
         -serial "file:$STATE/console.log" \
         -fsdev "local,id=fsroot,path=/,security_model=none,readonly=on,multidevs=remap" \
         -device virtio-9p-pci,fsdev=fsroot,mount_tag=hostroot \
         -fsdev "local,id=fschan,path=$CHAN,security_model=none" \
         -device virtio-9p-pci,fsdev=fschan,mount_tag=rvxchan \
+        "${fresh_args[@]}" \
         -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" \
         -device virtio-net-pci,netdev=n0,romfile= \
         -chardev "pipe,id=cmd,path=$STATE/cmd" \
