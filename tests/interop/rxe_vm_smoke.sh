@@ -72,11 +72,16 @@ fi
 cat "$TMP/devices"
 if run_in_guest devinfo ibv_devinfo -v -d rxe0; then
     grep -E 'hca_id|transport|state|active_mtu|GID\[' "$TMP/devinfo" || true
-    grep -q 'state:.*PORT_ACTIVE' "$TMP/devinfo" && pass "rxe0 port 1 PORT_ACTIVE" ||
+    if grep -q 'state:.*PORT_ACTIVE' "$TMP/devinfo"; then
+        pass "rxe0 port 1 PORT_ACTIVE"
+    else
         fail "rxe0 port 1 PORT_ACTIVE"
-    grep -Eq "GID\[ *$RVX_GID_INDEX\]:[[:space:]]+::ffff:$GUEST_IP, RoCE v2" "$TMP/devinfo" &&
-        pass "GID[$RVX_GID_INDEX] = ::ffff:$GUEST_IP, RoCE v2" ||
+    fi
+    if grep -Eq "GID\[ *$RVX_GID_INDEX\]:[[:space:]]+::ffff:$GUEST_IP, RoCE v2" "$TMP/devinfo"; then
+        pass "GID[$RVX_GID_INDEX] = ::ffff:$GUEST_IP, RoCE v2"
+    else
         fail "GID[$RVX_GID_INDEX] = ::ffff:$GUEST_IP, RoCE v2"
+    fi
 else
     fail "ibv_devinfo -d rxe0"; cat "$TMP/devinfo"
 fi

@@ -200,8 +200,8 @@ resolve_and_unpack() {
 
 qemu_libpath() { echo "$ROOT/usr/lib/x86_64-linux-gnu:$ROOT/lib/x86_64-linux-gnu"; }
 # QEMU_MODULE_DIR: QEMU looks for its modules (accel-tcg) under the packaged /usr path.
-qemu_env() { echo "LD_LIBRARY_PATH=$(qemu_libpath)" "QEMU_MODULE_DIR=$ROOT/usr/lib/x86_64-linux-gnu/qemu"; }
-qemu() { env $(qemu_env) "$ROOT/usr/bin/qemu-system-x86_64" "$@"; }
+QEMU_ENV=("LD_LIBRARY_PATH=$(qemu_libpath)" "QEMU_MODULE_DIR=$ROOT/usr/lib/x86_64-linux-gnu/qemu")
+qemu() { env "${QEMU_ENV[@]}" "$ROOT/usr/bin/qemu-system-x86_64" "$@"; }
 
 kernel_version() {
     local v
@@ -292,6 +292,8 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=$cache,ro hostro
 mount -t proc proc $R/proc
 mount -t sysfs sysfs $R/sys
 mount -t devtmpfs devtmpfs $R/dev
+# debugfs: dynamic debug, e.g. echo 'module rdma_rxe +p' > /sys/kernel/debug/dynamic_debug/control
+mount -t debugfs debugfs $R/sys/kernel/debug 2>/dev/null || true
 mount -t tmpfs -o mode=1777 tmpfs $R/tmp
 mount -t tmpfs -o mode=1777 tmpfs $R/var/tmp
 mount -t tmpfs -o mode=755 tmpfs $R/run
@@ -404,9 +406,9 @@ cmd_start() {
     ip -n "$NETNS" link set "$TAP" up
 
     # The uncached directories: absolute, existing, no spaces or commas (kernel command line).
-    local fresh_args=() fresh_list= d i=0
+    local fresh_args=() fresh_list='' d x i=0
     # Sorted, so a directory is mounted before one inside it.
-    for d in $(for d in $FRESH; do readlink -f "$d" || true; done | sort -u); do
+    for d in $(for x in $FRESH; do readlink -f "$x" || true; done | sort -u); do
         [ -d "$d" ] && [ "$d" != / ] || continue
         case $d in *,*) die "RVERBS_VM_FRESH: no commas in $d" ;; esac
         fresh_args+=(-fsdev "local,id=fsfresh$i,path=$d,security_model=none,readonly=on,multidevs=remap"
@@ -418,7 +420,7 @@ cmd_start() {
     # TCG: KVM aborts on an MSR with a stock kernel on these machines. -cpu max: every
     # feature TCG can emulate, so host binaries built for newer x86-64 levels still run.
     # -no-reboot + panic=-1: a guest panic or a failed init ends QEMU at once.
-    ip netns exec "$NETNS" env $(qemu_env) \
+    ip netns exec "$NETNS" env "${QEMU_ENV[@]}" \
         "$ROOT/usr/bin/qemu-system-x86_64" \
         -accel tcg -cpu max -smp "$CPUS" -m "$MEM" -M pc \
         -L "$ROOT/usr/share/qemu" -L "$ROOT/usr/share/seabios" \
