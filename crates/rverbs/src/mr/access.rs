@@ -289,6 +289,20 @@ pub(crate) fn pin_sges<'a>(
     need: u64,
 ) -> Result<PinList<'a>, Fault> {
     let mut list = PinList::new();
+    pin_sges_into(keys, pd, sges, access, need, &mut list)?;
+    Ok(list)
+}
+
+/// As [`pin_sges`], into `list` (empty), which the caller keeps where it is: the list is
+/// a few hundred bytes inline and the data path does not move it.
+pub(crate) fn pin_sges_into<'a>(
+    keys: &KeySpace<'a>,
+    pd: u32,
+    sges: &[Sge],
+    access: Access,
+    need: u64,
+    list: &mut PinList<'a>,
+) -> Result<(), Fault> {
     let mut covered = 0u64;
     for s in sges {
         if covered >= need {
@@ -301,7 +315,7 @@ pub(crate) fn pin_sges<'a>(
         list.push(keys.pin(s.lkey, pd, KeyUse::Local, s.addr, take, access)?);
         covered += take;
     }
-    Ok(list)
+    Ok(())
 }
 
 /// Where a message's bytes come from.

@@ -38,12 +38,12 @@ use crate::transport::Exec;
 use crate::wc::Cqe;
 
 /// The data a request carries, gathered and checked on the requester side.
-enum Gathered<'a> {
-    Inline(&'a [u8]),
-    Pins(PinList<'a>),
+enum Gathered<'g, 'a> {
+    Inline(&'g [u8]),
+    Pins(&'g PinList<'a>),
 }
 
-impl<'a> Gathered<'a> {
+impl<'a> Gathered<'_, 'a> {
     fn source(&self) -> Source<'_, 'a> {
         match self {
             Gathered::Inline(b) => Source::Bytes(b),
@@ -71,13 +71,15 @@ pub(crate) fn execute(
     // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR, as
     // ibv_poll_cq(3) describes it; rxe reports LOC_QP_OP_ERR for them — see ARCHITECTURE.md).
     let own = KeySpace::local(dev.tables);
+    let mut pins = PinList::new();
     let gathered = if !op.carries_payload() {
         Gathered::Inline(&[])
     } else if wqe.inline_len.is_some() {
         Gathered::Inline(inline)
     } else {
-        match mr::pin_sges(&own, qp.pd.id, sges, Access::empty(), wqe.total_len) {
-            Ok(l) => Gathered::Pins(l),
+        // Pinned in place: the list is large and moving it costs a memcpy per request.
+        match mr::pin_sges_into(&own, qp.pd.id, sges, Access::empty(), wqe.total_len, &mut pins) {
+            Ok(()) => Gathered::Pins(&pins),
             Err(f) => return local_fault(qp, wqe, f),
         }
     };
@@ -238,7 +240,7 @@ fn connected<T: Target>(
     qp: &Arc<QpInner>,
     wqe: &SendWqe,
     sges: &[Sge],
-    gathered: &Gathered<'_>,
+    gathered: &Gathered<'_, '_>,
     t: &T,
     responder: &mut Responder,
     now: Instant,
@@ -325,6 +327,9 @@ fn connected<T: Target>(
 /// The requester's side of a response (rxe `rxe_comp.c`): READ data and atomic results go
 /// into the local scatter list (needs LOCAL_WRITE; a fault is LOC_PROT_ERR).
 fn completed<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, sges: &[Sge], at: &mut Responding<'_, T>, r: &rc::Response) -> Exec {
+    if r.atomic_original.is_none() && wqe.opcode() != WrOpcode::RdmaRead {
+        return Exec::Done(sent(qp, wqe));
+    }
     let own = KeySpace::local(qp.pd.ctx.dev.tables);
     if let Some(original) = r.atomic_original {
         let local = match mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, 8) {
@@ -383,7 +388,7 @@ fn violation<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, v: Violation, recv: 
 /// names, `crate::mcast`). The requester always completes as sent
 /// (rxe `rxe_req.c`): a message above the path MTU is not sent at all (C10-93.1.1);
 /// an unknown or not-ready QP, a Q_Key mismatch or a missing receive drop it silently.
-fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>, path: &mut Path) -> Exec {
+fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut Path) -> Exec {
     let done = Exec::Done(sent(qp, wqe));
     let Some(ud) = &wqe.ud else { return done };
     if !Arc::ptr_eq(&ud.ah.pd, &qp.pd) {
@@ -438,7 +443,7 @@ fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
 /// Delivers one UD message to `t`, which accepts it: the core's UD responder (rocev2-wire.md
 /// §3.5: Q_Key, MTU, a receive WQE with room for the 40-byte GRH and the payload) decides,
 /// this driver writes the GRH built from the path (§5.3) and the payload.
-fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_>, t: &T, path: &mut Path) {
+fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t: &T, path: &mut Path) {
     let Some(ud) = &wqe.ud else { return };
     let Some(grh_attr) = ud.ah.attr.grh else { return };
     let dev = qp.pd.ctx.dev;

@@ -208,7 +208,7 @@ fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
     if !t.xrcd.as_ref().is_some_and(|x| Arc::ptr_eq(x, &xrcd)) {
         return None;
     }
-    Some(Routed::Local(LocalTarget { pd: srq.pd.clone(), srq: Some(srq), cq, qp: t }))
+    Some(Routed::Local(LocalTarget { pd: srq.pd.clone(), srq: Some(srq), cq, qp: t, tables: dev.tables }))
 }
 
 /// An XRC responder whose target QP and named SRQ are in different processes: both must

@@ -60,11 +60,14 @@ pub(crate) struct LocalTarget {
     pub(crate) pd: Arc<PdInner>,
     pub(crate) srq: Option<Arc<SrqInner>>,
     pub(crate) cq: Arc<CqInner>,
+    /// This process's key tables (read once here, not through `pd.ctx.dev` per request).
+    pub(crate) tables: &'static crate::shm::tables::Tables,
 }
 
 impl LocalTarget {
     pub(crate) fn of(qp: Arc<QpInner>) -> LocalTarget {
-        LocalTarget { pd: qp.pd.clone(), srq: qp.srq.clone(), cq: qp.recv_cq.clone(), qp }
+        let tables = qp.pd.ctx.dev.tables;
+        LocalTarget { pd: qp.pd.clone(), srq: qp.srq.clone(), cq: qp.recv_cq.clone(), qp, tables }
     }
 }
 
@@ -82,7 +85,7 @@ impl Target for LocalTarget {
     }
 
     fn keys(&self) -> KeySpace<'_> {
-        KeySpace::local(self.pd.ctx.dev.tables)
+        KeySpace::local(self.tables)
     }
 
     fn take_recv(&self) -> Option<RecvWqe> {
