@@ -15,11 +15,11 @@ use rverbs_proto::rnr::RetryCounter;
 use rverbs_proto::verbs::{Access, QpType, SendFlags, WrOpcode};
 
 use crate::ah::AhInner;
-use crate::device::DeviceInner;
 use crate::gid::Gid;
 use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
+use crate::mr::endpoint::Endpoint;
 use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;
 use crate::pd::PdInner;
@@ -282,7 +282,7 @@ impl SendQueue {
     /// Validates `wr` and appends it.
     pub(crate) fn push(
         &mut self,
-        dev: &DeviceInner,
+        endpoint: &Endpoint,
         pd: &PdInner,
         qp_type: QpType,
         wr: &SendWr<'_>,
@@ -407,7 +407,7 @@ impl SendQueue {
                 }
                 Payload::Sge(sges) => {
                     // The Rust API reads inline SGEs through the usual local checks.
-                    let keys = mr::KeySpace::local(dev.tables);
+                    let keys = mr::KeySpace::local(endpoint);
                     for s in sges {
                         let outside = || Error::invalid(verb, Rule::InlineOutsideRegion);
                         let p = keys
@@ -430,7 +430,7 @@ impl SendQueue {
             if keep {
                 self.keeps = true;
                 for (i, s) in sges.iter().enumerate() {
-                    self.keep[base + i] = dev.keys.mr(s.lkey);
+                    self.keep[base + i] = endpoint.keys.mr(s.lkey);
                 }
             } else if self.keeps {
                 self.keep[base..base + sges.len()].iter_mut().for_each(|k| *k = None);

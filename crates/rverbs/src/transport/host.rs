@@ -70,7 +70,7 @@ pub(crate) fn execute(
 
     // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR, as
     // ibv_poll_cq(3) describes it; rxe reports LOC_QP_OP_ERR for them — see ARCHITECTURE.md).
-    let own = KeySpace::local(dev.tables);
+    let own = KeySpace::local(dev);
     let gathered = if !op.carries_payload() {
         Gathered::Inline(&[])
     } else if wqe.inline_len.is_some() {
@@ -318,7 +318,7 @@ fn connected<T: Target>(
 /// The requester's side of a response (rxe `rxe_comp.c`): READ data and atomic results go
 /// into the local scatter list (needs LOCAL_WRITE; a fault is LOC_PROT_ERR).
 fn completed<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, sges: &[Sge], at: &mut Responding<'_, T>, r: &rc::Response) -> Exec {
-    let own = KeySpace::local(qp.pd.ctx.dev.tables);
+    let own = KeySpace::local(qp.pd.endpoint());
     if let Some(original) = r.atomic_original {
         let local = match mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, 8) {
             Ok(l) => l,
@@ -398,7 +398,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>, path: &mut Pat
         for (peer, qpn) in crate::mcast::remote_members(dev, &grh_attr.dgid) {
             let rec = peer.tables().qp(qpn);
             if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
-                ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer, qpn), path);
+                ud_deliver(qp, wqe, data, &PeerTarget::of_qp(dev, peer, qpn), path);
             }
         }
         return done;
@@ -417,7 +417,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>, path: &mut Pat
         let qpn = ud.remote_qpn;
         let rec = peer.tables().qp(qpn);
         if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
-            ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer.clone(), qpn), path);
+            ud_deliver(qp, wqe, data, &PeerTarget::of_qp(dev, peer.clone(), qpn), path);
         }
     }
     done

@@ -20,6 +20,7 @@ use crate::cq::seg::{self, CqSeg, Publish};
 use crate::cq::{CqInner, Overrun};
 use crate::notify::{RawAsyncEvent, RawElement};
 use crate::mr::access::SegCache;
+use crate::mr::endpoint::Endpoint;
 use crate::mr::KeySpace;
 use crate::pd::PdInner;
 use crate::shm::registry::bell;
@@ -82,7 +83,7 @@ impl Target for LocalTarget {
     }
 
     fn keys(&self) -> KeySpace<'_> {
-        KeySpace::local(self.pd.ctx.dev.tables)
+        KeySpace::local(self.pd.endpoint())
     }
 
     fn take_recv(&self) -> Option<RecvWqe> {
@@ -121,6 +122,8 @@ pub(crate) enum PeerRecv {
 /// A responder QP of a peer process, with the peer's segments it uses kept mapped (a
 /// requester keeps its target across work requests: see [`super::route`]).
 pub(crate) struct PeerTarget {
+    /// This process's endpoint, which reaches the peer.
+    me: &'static Endpoint,
     pub(crate) peer: Arc<Peer>,
     pub(crate) qpn: u32,
     pub(crate) pd: u32,
@@ -135,8 +138,8 @@ pub(crate) struct PeerTarget {
 }
 
 impl PeerTarget {
-    pub(crate) fn new(peer: Arc<Peer>, qpn: u32, pd: u32, recv: PeerRecv, cq: u32) -> PeerTarget {
-        PeerTarget { peer, qpn, pd, recv, cq, segs: SegCache::default(), ring: RefCell::new(None), cq_seg: RefCell::new(None) }
+    pub(crate) fn new(me: &'static Endpoint, peer: Arc<Peer>, qpn: u32, pd: u32, recv: PeerRecv, cq: u32) -> PeerTarget {
+        PeerTarget { me, peer, qpn, pd, recv, cq, segs: SegCache::default(), ring: RefCell::new(None), cq_seg: RefCell::new(None) }
     }
 
     /// Queues an asynchronous event on the peer's context `ctx`.
@@ -145,13 +148,13 @@ impl PeerTarget {
     }
 
     /// QP `qpn` of `peer` with its own receives (its RQ or its SRQ), PD and CQ, as its
-    /// record names them.
-    pub(crate) fn of_qp(peer: Arc<Peer>, qpn: u32) -> PeerTarget {
+    /// record names them, reached from this process's endpoint `me`.
+    pub(crate) fn of_qp(me: &'static Endpoint, peer: Arc<Peer>, qpn: u32) -> PeerTarget {
         let rec = peer.tables().qp(qpn);
         let srqn = rec.srqn.load(Ordering::Acquire);
         let recv = if srqn != 0 { PeerRecv::Srq(srqn) } else { PeerRecv::Rq(rec.rq_gen.load(Ordering::Acquire)) };
         let (pd, cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
-        PeerTarget::new(peer, qpn, pd, recv, cq)
+        PeerTarget::new(me, peer, qpn, pd, recv, cq)
     }
 
     /// Whether the peer is alive (for a target used only for its SRQ side).
@@ -168,7 +171,7 @@ impl PeerTarget {
     fn take_from(&self, gen: u32, name: impl FnOnce() -> String) -> Take {
         let mut cached = self.ring.borrow_mut();
         if cached.as_ref().is_none_or(|(g, _)| *g != gen) {
-            let Some(ring) = self.peer.segment(&name()).ok().and_then(|s| RecvRing::open(s).ok()) else {
+            let Some(ring) = self.peer.segment(&name()).ok().and_then(|s| RecvRing::open(s, self.me).ok()) else {
                 return Take::Empty;
             };
             *cached = Some((gen, ring));
@@ -265,7 +268,7 @@ impl Target for SplitTarget {
 
     fn keys(&self) -> KeySpace<'_> {
         match &self.srq {
-            SrqPart::Local { pd, .. } => KeySpace::local(pd.ctx.dev.tables),
+            SrqPart::Local { pd, .. } => KeySpace::local(pd.endpoint()),
             SrqPart::Peer(t) => t.keys(),
         }
     }
@@ -376,7 +379,7 @@ impl Target for PeerTarget {
     }
 
     fn keys(&self) -> KeySpace<'_> {
-        KeySpace::of_peer(&self.peer, &self.segs)
+        KeySpace::of_peer(self.me, &self.peer, &self.segs)
     }
 
     fn take_recv(&self) -> Option<RecvWqe> {
