@@ -45,14 +45,11 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("qp", "xrcd"),
     ("qp::batch", "ah"),
     ("qp::sq", "ah"),
-    ("qp::sq", "pd"),
     ("qp::sq", "transport::route"),
     ("qp::wr", "ah"),
     ("srq", "pd"),
     ("srq", "xrcd"),
     ("transport::route", "device"),
-    ("transport::target", "context"),
-    ("transport::target", "pd"),
 ];
 
 /// Pairs of components (top-level modules) of one layer that still import each other.

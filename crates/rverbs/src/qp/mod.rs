@@ -600,7 +600,7 @@ impl Qp {
         let mut sq = q.sq.lock();
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
-            if let Err(error) = sq.push(dev, &q.pd, q.qp_type, wr, keep) {
+            if let Err(error) = sq.push(dev, q.pd.id, q.qp_type, wr, keep) {
                 result = Err(PostError { index, error });
                 break;
             }

@@ -22,7 +22,6 @@ use crate::rule::Rule;
 use crate::mr::endpoint::Endpoint;
 use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;
-use crate::pd::PdInner;
 use crate::qp::wr::{FlushWr, Payload, SendWr};
 
 /// The requester's copy of the QP attributes it needs, updated by `modify_qp` under the
@@ -279,11 +278,11 @@ impl SendQueue {
         while self.pop().is_some() {}
     }
 
-    /// Validates `wr` and appends it.
+    /// Validates `wr` (from a QP of PD `pd`, whose keys are `endpoint`'s) and appends it.
     pub(crate) fn push(
         &mut self,
         endpoint: &Endpoint,
-        pd: &PdInner,
+        pd: u32,
         qp_type: QpType,
         wr: &SendWr<'_>,
         keep: bool,
@@ -411,7 +410,7 @@ impl SendQueue {
                     for s in sges {
                         let outside = || Error::invalid(verb, Rule::InlineOutsideRegion);
                         let p = keys
-                            .pin(s.lkey, pd.id, mr::KeyUse::Local, s.addr, s.length.into(), Access::empty())
+                            .pin(s.lkey, pd, mr::KeyUse::Local, s.addr, s.length.into(), Access::empty())
                             .map_err(|_| outside())?;
                         mr::copy_out(&p, &mut dst[off..off + p.len]).map_err(|_| outside())?;
                         off += p.len;

@@ -208,7 +208,7 @@ fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
     if !t.xrcd.as_ref().is_some_and(|x| Arc::ptr_eq(x, &xrcd)) {
         return None;
     }
-    Some(Routed::Local(LocalTarget { pd: srq.pd.clone(), srq: Some(srq), cq, qp: t }))
+    Some(Routed::Local(LocalTarget { pd: srq.pd.id, endpoint: srq.pd.endpoint(), srq: Some(srq), cq, qp: t }))
 }
 
 /// An XRC responder whose target QP and named SRQ are in different processes: both must
@@ -238,7 +238,7 @@ fn find_split(dev: &'static DeviceInner, me: u32, req: &ReqView, wqe: &SendWqe) 
         if x.key != key {
             return None;
         }
-        SrqPart::Local { pd: s.pd.clone(), srq: s, cq }
+        SrqPart::Local { pd: s.pd.id, endpoint: s.pd.endpoint(), srq: s, cq }
     } else {
         let peer = reg.peer(endpoint_of(srqn)).ok()?;
         let (pd, cq) = peer_xrc_srq(&peer, srqn, key)?;

@@ -14,15 +14,13 @@ use std::sync::Arc;
 
 use rverbs_proto::verbs::EventType;
 
-use crate::context::async_fifo_name;
 use crate::cq::channel;
 use crate::cq::seg::{self, CqSeg, Publish};
 use crate::cq::{CqInner, Overrun};
-use crate::notify::{RawAsyncEvent, RawElement};
+use crate::notify::{async_fifo_name, RawAsyncEvent, RawElement};
 use crate::mr::access::SegCache;
 use crate::mr::endpoint::Endpoint;
 use crate::mr::KeySpace;
-use crate::pd::PdInner;
 use crate::shm::registry::bell;
 use crate::qp::rq::{qp_segment_name, srq_segment_name, RecvRing, RecvWqe};
 use crate::qp::QpInner;
@@ -58,14 +56,17 @@ pub(crate) trait Target {
 /// own; for XRC those of the XRC SRQ the request names (IBTA Annex A14).
 pub(crate) struct LocalTarget {
     pub(crate) qp: Arc<QpInner>,
-    pub(crate) pd: Arc<PdInner>,
+    /// The PD memory checks use.
+    pub(crate) pd: u32,
+    /// This process's endpoint, whose keys the PD's regions and windows have.
+    pub(crate) endpoint: &'static Endpoint,
     pub(crate) srq: Option<Arc<SrqInner>>,
     pub(crate) cq: Arc<CqInner>,
 }
 
 impl LocalTarget {
     pub(crate) fn of(qp: Arc<QpInner>) -> LocalTarget {
-        LocalTarget { pd: qp.pd.clone(), srq: qp.srq.clone(), cq: qp.recv_cq.clone(), qp }
+        LocalTarget { pd: qp.pd.id, endpoint: qp.pd.endpoint(), srq: qp.srq.clone(), cq: qp.recv_cq.clone(), qp }
     }
 }
 
@@ -79,11 +80,11 @@ impl Target for LocalTarget {
     }
 
     fn pd(&self) -> u32 {
-        self.pd.id
+        self.pd
     }
 
     fn keys(&self) -> KeySpace<'_> {
-        KeySpace::local(self.pd.endpoint())
+        KeySpace::local(self.endpoint)
     }
 
     fn take_recv(&self) -> Option<RecvWqe> {
@@ -106,7 +107,7 @@ impl Target for LocalTarget {
     }
 
     fn invalidate(&self, rkey: u32) -> bool {
-        self.pd.ctx.dev.keys.invalidate_mw(rkey, &self.pd)
+        self.endpoint.keys.invalidate_mw(rkey, self.pd)
     }
 }
 
@@ -229,7 +230,8 @@ pub(crate) enum QpPart {
 
 /// The XRC SRQ of a [`SplitTarget`]: its receives, CQ, PD and memory keys.
 pub(crate) enum SrqPart {
-    Local { pd: Arc<PdInner>, srq: Arc<SrqInner>, cq: Arc<CqInner> },
+    /// An SRQ of this process: its PD, in this process's endpoint.
+    Local { pd: u32, endpoint: &'static Endpoint, srq: Arc<SrqInner>, cq: Arc<CqInner> },
     /// A peer's SRQ, through a peer target whose QP number is the target QP's (used for
     /// window bindings); only its receive, completion and memory sides are used.
     Peer(PeerTarget),
@@ -261,14 +263,14 @@ impl Target for SplitTarget {
 
     fn pd(&self) -> u32 {
         match &self.srq {
-            SrqPart::Local { pd, .. } => pd.id,
+            SrqPart::Local { pd, .. } => *pd,
             SrqPart::Peer(t) => t.pd,
         }
     }
 
     fn keys(&self) -> KeySpace<'_> {
         match &self.srq {
-            SrqPart::Local { pd, .. } => KeySpace::local(pd.endpoint()),
+            SrqPart::Local { endpoint, .. } => KeySpace::local(endpoint),
             SrqPart::Peer(t) => t.keys(),
         }
     }
@@ -303,7 +305,7 @@ impl Target for SplitTarget {
 
     fn invalidate(&self, rkey: u32) -> bool {
         match &self.srq {
-            SrqPart::Local { pd, .. } => pd.ctx.dev.keys.invalidate_mw(rkey, pd),
+            SrqPart::Local { pd, endpoint, .. } => endpoint.keys.invalidate_mw(rkey, *pd),
             SrqPart::Peer(t) => t.invalidate(rkey),
         }
     }
