@@ -135,7 +135,8 @@ impl Context {
 
     /// Creates a completion channel (ibv_create_comp_channel(3)).
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        CompChannel::new(self.inner.clone())
+        let dev = self.inner.dev;
+        CompChannel::new(dev, &dev.cqs, self.inner.id)
     }
 
     /// Waits for the next asynchronous event (ibv_get_async_event(3)). Blocks unless

@@ -29,7 +29,7 @@ use rverbs_proto::psn::Psn;
 use rverbs_proto::verbs::QpType;
 
 use super::target::{LocalTarget, PeerRecv, PeerTarget, QpPart, SplitTarget, SrqPart, Target};
-use crate::device::DeviceInner;
+use crate::engine::Engine;
 use crate::shm::registry::Peer;
 use crate::shm::tables::QpRecord;
 use crate::qp::sq::{ReqView, SendWqe};
@@ -184,7 +184,7 @@ pub(crate) fn connected<'c>(
 }
 
 fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
-    let dev = qp.pd.ctx.dev;
+    let dev: &'static Engine = qp.pd.ctx.dev;
     if !dev.owns_gid(&req.dgid) {
         return None;
     }
@@ -213,7 +213,7 @@ fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
 
 /// An XRC responder whose target QP and named SRQ are in different processes: both must
 /// be in the same domain (equal keys: the domain was opened with the same file).
-fn find_split(dev: &'static DeviceInner, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<SplitTarget> {
+fn find_split(dev: &'static Engine, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<SplitTarget> {
     let (qpn, srqn) = (req.dest_qpn, wqe.xrc_srqn);
     let reg = dev.reg.as_ref()?;
     let (qp, key) = if endpoint_of(qpn) == dev.ep() {
@@ -248,7 +248,7 @@ fn find_split(dev: &'static DeviceInner, me: u32, req: &ReqView, wqe: &SendWqe) 
 }
 
 /// As [`find`], for a QP of peer endpoint `ep`, read from its tables.
-fn find_peer(dev: &'static DeviceInner, ep: u32, peer_type: QpType, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<PeerTarget> {
+fn find_peer(dev: &'static Engine, ep: u32, peer_type: QpType, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<PeerTarget> {
     let peer = dev.reg.as_ref()?.peer(ep).ok()?;
     let qpn = req.dest_qpn;
     let rec = peer.tables().qp(qpn);
