@@ -43,7 +43,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("qp", "transport"),
     ("qp", "xrcd"),
     ("qp::batch", "ah"),
-    ("qp::sq", "ah"),
     ("qp::sq", "transport::route"),
     ("qp::wr", "ah"),
     ("srq", "pd"),

@@ -14,7 +14,6 @@ use std::time::Instant;
 use rverbs_proto::rnr::RetryCounter;
 use rverbs_proto::verbs::{Access, QpType, SendFlags, WrOpcode};
 
-use crate::ah::AhInner;
 use crate::gid::Gid;
 use crate::limits;
 use crate::error::{Error, Result};
@@ -22,6 +21,7 @@ use crate::rule::Rule;
 use crate::mr::endpoint::Endpoint;
 use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;
+use crate::qp::attr::AddressVector;
 use crate::qp::wr::{FlushWr, Payload, SendWr};
 
 /// The requester's copy of the QP attributes it needs, updated by `modify_qp` under the
@@ -38,7 +38,8 @@ pub(crate) struct ReqView {
 /// A UD destination resolved at post time.
 #[derive(Clone)]
 pub(crate) struct UdAv {
-    pub(crate) ah: Arc<AhInner>,
+    /// The address handle's resolved address vector.
+    pub(crate) ah: Arc<AddressVector>,
     pub(crate) remote_qpn: u32,
     pub(crate) remote_qkey: u32,
 }
@@ -376,7 +377,7 @@ impl SendQueue {
         wqe.rkey = wr.rkey;
         wqe.compare_add = wr.compare_add;
         wqe.swap = wr.swap;
-        wqe.ud = wr.ud.map(|u| UdAv { ah: u.ah.inner().clone(), remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey });
+        wqe.ud = wr.ud.map(|u| UdAv { ah: u.ah.av().clone(), remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey });
         wqe.bind = wr.bind.map(|b| BindWqe {
             mw: b.mw.inner().clone(),
             rkey: b.rkey,

@@ -379,7 +379,7 @@ fn violation<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, v: Violation, recv: 
 fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_>, path: &mut Path) -> Exec {
     let done = Exec::Done(sent(qp, wqe));
     let Some(ud) = &wqe.ud else { return done };
-    if !Arc::ptr_eq(&ud.ah.pd, &qp.pd) {
+    if ud.ah.pd != qp.pd.id {
         // rxe: an AH of another PD is a local QP operation error.
         return Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_PD));
     }
