@@ -9,11 +9,13 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::pd::{Pd, PdInner};
-use crate::qp::attr::AhAttr;
+use crate::qp::attr::{AddressVector, AhAttr};
 
-pub(crate) struct AhInner {
-    pub(crate) pd: Arc<PdInner>,
-    pub(crate) attr: AhAttr,
+/// The state of an address handle: its PD (held until the handle is destroyed) and the
+/// resolved address vector sends through it use.
+struct AhInner {
+    pd: Arc<PdInner>,
+    av: Arc<AddressVector>,
     destroyed: AtomicBool,
 }
 
@@ -33,7 +35,7 @@ pub struct Ah {
 
 impl std::fmt::Debug for Ah {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ah").field("attr", &self.inner.attr).finish()
+        f.debug_struct("Ah").field("attr", &self.inner.av.attr).finish()
     }
 }
 
@@ -45,19 +47,20 @@ impl Ah {
         Ok(Ah {
             inner: Arc::new(AhInner {
                 pd: pd.inner().clone(),
-                attr: *attr,
+                av: Arc::new(AddressVector { attr: *attr, pd: pd.inner().id }),
                 destroyed: AtomicBool::new(false),
             }),
         })
     }
 
-    pub(crate) fn inner(&self) -> &Arc<AhInner> {
-        &self.inner
+    /// The resolved address vector a UD send through the handle uses.
+    pub(crate) fn av(&self) -> &Arc<AddressVector> {
+        &self.inner.av
     }
 
     /// The address vector.
     pub fn attr(&self) -> AhAttr {
-        self.inner.attr
+        self.inner.av.attr
     }
 
     /// Destroys the handle (ibv_destroy_ah(3)); sends already posted keep working.

@@ -17,7 +17,7 @@ use crate::device::{device, Device, DeviceAttr, DeviceInner, GidEntry, PortAttr}
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::event::AsyncEvent;
-use crate::notify::{RawAsyncEvent, RawElement};
+use crate::notify::{async_fifo_name, RawAsyncEvent, RawElement};
 use crate::shm::fifo::Fifo;
 use crate::Gid;
 
@@ -42,11 +42,6 @@ impl Device {
     pub fn open(&self) -> Result<Context> {
         Context::open(device())
     }
-}
-
-/// Name of context `id`'s asynchronous event FIFO in its endpoint directory.
-pub(crate) fn async_fifo_name(id: u32) -> String {
-    format!("async-{id}")
 }
 
 /// An open device context (`struct ibv_context`). Cloning shares the context.
@@ -140,7 +135,8 @@ impl Context {
 
     /// Creates a completion channel (ibv_create_comp_channel(3)).
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        CompChannel::new(self.inner.clone())
+        let dev = self.inner.dev;
+        CompChannel::new(dev, &dev.cqs, self.inner.id)
     }
 
     /// Waits for the next asynchronous event (ibv_get_async_event(3)). Blocks unless

@@ -15,10 +15,8 @@ use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::rule::Rule;
+use crate::engine::Engine;
 use crate::mr::endpoint::Endpoint;
-use crate::qp::QpInner;
-use crate::srq::SrqInner;
-use crate::table::Table;
 use crate::shm::registry::Registry;
 use crate::sys;
 
@@ -212,31 +210,28 @@ pub struct PortAttr {
 /// `IBV_LINK_LAYER_ETHERNET`.
 pub const LINK_LAYER_ETHERNET: u8 = 2;
 
-/// The process-wide state of the built-in device: this process's endpoint (the memory
-/// layer's state, [`Endpoint`]) and the objects of the layers above it.
+/// The process-wide state of the built-in device: the engine's state ([`Engine`]: this
+/// process's endpoint, the memory layer's [`Endpoint`], and the live CQs, QPs and SRQs)
+/// and what only the layers above it use.
 ///
-/// The device dereferences to its endpoint, so code above the memory layer reads the
-/// endpoint's parts through the device (`dev.keys`, `dev.tables`, `dev.ep()`); code of
-/// the memory layer is handed the `Endpoint` itself and never names the device.
+/// The device dereferences to its engine, which dereferences to its endpoint, so the
+/// verbs objects read those parts through the device (`dev.qps`, `dev.keys`, `dev.ep()`);
+/// the layers below are handed the `Engine` or the `Endpoint` itself and never name the
+/// device.
 pub(crate) struct DeviceInner {
-    /// This process's endpoint of the host-wide device.
-    pub(crate) endpoint: Endpoint,
-    /// Live CQs by number (events and peers name CQs by number).
-    pub(crate) cqs: Table<crate::cq::CqInner>,
+    /// The engine's share: this process's endpoint and its live objects.
+    pub(crate) engine: Engine,
     pub(crate) name: &'static str,
     pub(crate) node_guid: u64,
-    pub(crate) gids: Vec<GidEntry>,
-    pub(crate) qps: Table<QpInner>,
-    pub(crate) srqs: Table<SrqInner>,
     pub(crate) xrcd_files: crate::xrcd::XrcdFiles,
     pub(crate) mcast: crate::mcast::Groups,
 }
 
 impl std::ops::Deref for DeviceInner {
-    type Target = Endpoint;
+    type Target = Engine;
 
-    fn deref(&self) -> &Endpoint {
-        &self.endpoint
+    fn deref(&self) -> &Engine {
+        &self.engine
     }
 }
 
@@ -336,28 +331,13 @@ impl DeviceInner {
             }
         };
         register_cleanup(&dir);
-        let ep = reg.as_ref().map_or(0, |r| r.ep);
         DeviceInner {
-            endpoint: Endpoint::new(reg, dir),
-            cqs: Table::new("completion queues", 0),
+            engine: Engine::new(Endpoint::new(reg, dir), gids),
             name: DEVICE_NAME,
             node_guid: u64::from_be_bytes(eui),
-            gids,
-            qps: Table::new("queue pairs", ep),
-            srqs: Table::new("shared receive queues", ep),
             xrcd_files: Default::default(),
             mcast: Default::default(),
         }
-    }
-
-    /// The live CQ `id` of this endpoint.
-    pub(crate) fn cq(&self, id: u32) -> Option<std::sync::Arc<crate::cq::CqInner>> {
-        self.cqs.get(id)
-    }
-
-    /// Whether `gid` names this device (one of its GID table entries).
-    pub(crate) fn owns_gid(&self, gid: &Gid) -> bool {
-        self.gids.iter().any(|e| e.gid == *gid)
     }
 
     pub(crate) fn attr(&self) -> DeviceAttr {

@@ -35,6 +35,7 @@ pub mod clock;
 pub mod context;
 pub mod cq;
 pub mod device;
+mod engine;
 pub mod error;
 pub mod event;
 pub mod gid;

@@ -99,7 +99,7 @@ impl KeyTable {
     /// SEND_WITH_INV delivered in this process); `false` if `rkey` names no such window
     /// (rxe: regions registered by applications cannot be invalidated). Defined with the
     /// windows: the key table itself knows no protection domain.
-    pub(crate) fn invalidate_mw(&self, rkey: u32, pd: &PdInner) -> bool {
+    pub(crate) fn invalidate_mw(&self, rkey: u32, pd: u32) -> bool {
         match self.get(rkey) {
             Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd)),
             _ => false,
@@ -213,10 +213,10 @@ impl MwInner {
     }
 
     /// Invalidates the window through `rkey` (LOCAL_INV, SEND_WITH_INV delivered in this
-    /// process): only a valid type 2 window of `pd` whose key matches.
-    pub(crate) fn invalidate(&self, rkey: u32, pd: &PdInner) -> bool {
+    /// process): only a valid type 2 window of PD `pd` whose key matches.
+    pub(crate) fn invalidate(&self, rkey: u32, pd: u32) -> bool {
         let mut core = self.core.lock().expect("mw");
-        if !invalidate_record(self.record(core.rkey), rkey, pd.id) {
+        if !invalidate_record(self.record(core.rkey), rkey, pd) {
             return false;
         }
         core.binding = None;

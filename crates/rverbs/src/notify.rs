@@ -10,6 +10,12 @@ use std::sync::{Condvar, Mutex};
 
 use rverbs_proto::verbs::EventType;
 
+/// Name of context `id`'s asynchronous event FIFO in its endpoint directory (where this
+/// process and its peers write the context's [`RawAsyncEvent`]s).
+pub(crate) fn async_fifo_name(id: u32) -> String {
+    format!("async-{id}")
+}
+
 /// An asynchronous event as it travels through a context's event FIFO (16 bytes):
 /// `[kind: u32, element kind: u32, element id: u64]`. Peers in other processes write the
 /// same records for events they cause on this process's objects.

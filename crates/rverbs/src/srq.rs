@@ -157,7 +157,7 @@ impl Srq {
             }
             x.hold();
         }
-        let queue = RecvQueue::new(&dev.dir.join(srq_segment_name(srqn, 1)), init.max_wr, init.max_sge.max(1));
+        let queue = RecvQueue::new(&dev.dir.join(srq_segment_name(srqn, 1)), init.max_wr, init.max_sge.max(1), pd.endpoint());
         let queue = match queue {
             Ok(q) => q,
             Err(e) => {
@@ -265,7 +265,7 @@ impl Srq {
         if mask.contains(SrqAttrMask::MAX_WR) && cap != rq.capacity() {
             let next = *gen + 1;
             let dev = self.inner.pd.ctx.dev;
-            let new = Arc::new(RecvQueue::new(&dev.dir.join(srq_segment_name(self.inner.srqn, next)), cap, rq.max_sge())?);
+            let new = Arc::new(RecvQueue::new(&dev.dir.join(srq_segment_name(self.inner.srqn, next)), cap, rq.max_sge(), self.inner.pd.endpoint())?);
             // Peers that took the old generation's lock after this see it empty and
             // marked: they follow `moved` to the new one.
             new.absorb(rq, next);

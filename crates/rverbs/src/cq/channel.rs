@@ -14,8 +14,9 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::context::ContextInner;
-use crate::cq::Cq;
+use crate::cq::{Cq, CqInner};
+use crate::mr::endpoint::Endpoint;
+use crate::table::Table;
 use crate::error::{Error, Result};
 use crate::shm::fifo::Fifo;
 
@@ -33,7 +34,10 @@ pub(crate) fn record(cq_id: u32) -> [u8; RECORD_LEN] {
 }
 
 pub(crate) struct ChannelInner {
-    pub(crate) ctx: Arc<ContextInner>,
+    /// The CQs of the endpoint the channel was created in, by number.
+    cqs: &'static Table<CqInner>,
+    /// The context it belongs to, by id.
+    ctx: u32,
     pub(crate) id: u32,
     fifo: Fifo,
     users: AtomicU32,
@@ -41,6 +45,12 @@ pub(crate) struct ChannelInner {
 }
 
 impl ChannelInner {
+    /// Whether the channel belongs to context `ctx` of the endpoint whose CQs are `cqs`
+    /// (a CQ may only use a channel of its own context).
+    pub(crate) fn belongs_to(&self, cqs: &Table<CqInner>, ctx: u32) -> bool {
+        std::ptr::eq(self.cqs, cqs) && self.ctx == ctx
+    }
+
     pub(crate) fn attach(&self) {
         self.users.fetch_add(1, Ordering::AcqRel);
     }
@@ -113,12 +123,13 @@ impl Drop for CqEvent {
 }
 
 impl CompChannel {
-    pub(crate) fn new(ctx: Arc<ContextInner>) -> Result<Self> {
-        let dev = ctx.dev;
-        let id = dev.new_id();
-        let fifo = Fifo::create(&dev.dir.join(fifo_name(id)))?;
+    /// A channel of context `ctx` of `endpoint`, whose CQs are `cqs`, with its FIFO in
+    /// the endpoint directory.
+    pub(crate) fn new(endpoint: &Endpoint, cqs: &'static Table<CqInner>, ctx: u32) -> Result<Self> {
+        let id = endpoint.new_id();
+        let fifo = Fifo::create(&endpoint.dir.join(fifo_name(id)))?;
         Ok(CompChannel {
-            inner: Arc::new(ChannelInner { ctx, id, fifo, users: AtomicU32::new(0), destroyed: Default::default() }),
+            inner: Arc::new(ChannelInner { cqs, ctx, id, fifo, users: AtomicU32::new(0), destroyed: Default::default() }),
         })
     }
 
@@ -131,12 +142,12 @@ impl CompChannel {
     ///
     /// Events of CQs destroyed since they were queued are skipped.
     pub fn get_cq_event(&self) -> Result<CqEvent> {
-        let dev = self.inner.ctx.dev;
+        let cqs = self.inner.cqs;
         let mut rec = [0u8; RECORD_LEN];
         loop {
             self.inner.fifo.recv(&mut rec)?;
             let id = u64::from_ne_bytes(rec) as u32;
-            let Some(cq) = dev.cq(id).filter(|c| !c.is_destroyed()) else { continue };
+            let Some(cq) = cqs.get(id).filter(|c| !c.is_destroyed()) else { continue };
             if !cq.channel_is(&self.inner) {
                 continue;
             }

@@ -375,7 +375,7 @@ impl Cq {
             return Err(Error::unsupported("create_cq_ex", "wc_flags (cvlan, flow tag, TM info)"));
         }
         if let Some(ch) = init.channel {
-            if !Arc::ptr_eq(&ch.inner().ctx, &ctx) {
+            if !ch.inner().belongs_to(&ctx.dev.cqs, ctx.id) {
                 return Err(Error::invalid("create_cq", Rule::ForeignContext { what: "completion channel" }));
             }
             if ch.inner().is_destroyed() {

@@ -18,6 +18,7 @@ use rverbs_proto::vendor_err;
 use rverbs_proto::violation::Violation;
 
 use super::cma::{self, CmaError};
+use super::endpoint::Endpoint;
 use crate::mem;
 use crate::mr::Sge;
 use crate::shm::registry::Peer;
@@ -45,10 +46,10 @@ pub(crate) struct Pinned<'a> {
     pub(crate) place: Place<'a>,
     /// Length of the accessed range.
     pub(crate) len: usize,
-    /// Atomics on these bytes take the host-wide atomic lock: peers reach them with
-    /// cross-memory attach, which cannot execute a CPU atomic (IBV_ATOMIC_HCA: the device's
-    /// atomics are atomic among themselves).
-    host_atomics: bool,
+    /// Atomics on these bytes take the host-wide atomic lock of this endpoint: peers
+    /// reach them with cross-memory attach, which cannot execute a CPU atomic
+    /// (IBV_ATOMIC_HCA: the device's atomics are atomic among themselves).
+    host_atomics: Option<&'a Endpoint>,
 }
 
 impl Drop for Pinned<'_> {
@@ -135,23 +136,26 @@ impl SegCache {
     }
 }
 
-/// The memory keys of one endpoint and the way to its memory.
+/// The memory keys of one endpoint and the way to its memory, as this process's
+/// endpoint `me` reaches them.
 #[derive(Clone, Copy)]
 pub(crate) struct KeySpace<'a> {
     tables: &'a Tables,
+    /// This process's endpoint (its atomic lock, whether peers take part).
+    me: &'a Endpoint,
     /// `None`: this process's own keys and memory.
     peer: Option<(&'a Peer, &'a SegCache)>,
 }
 
 impl<'a> KeySpace<'a> {
     /// This process's keys.
-    pub(crate) fn local(tables: &'a Tables) -> Self {
-        KeySpace { tables, peer: None }
+    pub(crate) fn local(me: &'a Endpoint) -> Self {
+        KeySpace { tables: me.tables, me, peer: None }
     }
 
-    /// A peer's keys.
-    pub(crate) fn of_peer(peer: &'a Peer, cache: &'a SegCache) -> Self {
-        KeySpace { tables: peer.tables(), peer: Some((peer, cache)) }
+    /// A peer's keys, reached from this process's endpoint `me`.
+    pub(crate) fn of_peer(me: &'a Endpoint, peer: &'a Peer, cache: &'a SegCache) -> Self {
+        KeySpace { tables: peer.tables(), me, peer: Some((peer, cache)) }
     }
 
     /// Checks an access of `[va, va+len)` with rights `need` through `key` for a QP of
@@ -221,7 +225,7 @@ impl<'a> KeySpace<'a> {
             && mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
         let placed = if still { self.place(d, off, len, via) } else { Err(Fault::Key) };
         match placed {
-            Ok(place) => Ok(Pinned { busy, place, len: len as usize, host_atomics: d.loc == 0 && crate::device::device().shared() }),
+            Ok(place) => Ok(Pinned { busy, place, len: len as usize, host_atomics: (d.loc == 0 && self.me.shared()).then_some(self.me) }),
             Err(f) => {
                 if let Some(b) = busy {
                     b.fetch_sub(1, Ordering::SeqCst);
@@ -444,10 +448,9 @@ pub(crate) fn copy_out(p: &Pinned<'_>, dst: &mut [u8]) -> Result<(), CmaError> {
 /// Executes a 64-bit atomic on the 8 pinned bytes of `p` and returns the original value.
 pub(crate) fn atomic(p: &Pinned<'_>, op: mem::AtomicOp) -> Result<u64, CmaError> {
     debug_assert!(p.len >= 8);
-    let dev = crate::device::device();
-    let _g = p.host_atomics.then(|| dev.atomic_lock());
+    let _g = p.host_atomics.map(Endpoint::atomic_lock);
     match p.place {
-        Place::Local(addr) if !p.host_atomics => {
+        Place::Local(addr) if p.host_atomics.is_none() => {
             debug_assert_eq!(addr % 8, 0);
             // SAFETY: `p` pins 8 aligned bytes of a live registration; the device's
             // atomics on memory shared this way always use CPU atomics.

@@ -205,7 +205,7 @@ fn serve_one(me: &Endpoint, req: &Request, buf: usize, len: usize) -> u32 {
     if op == OP_WRITE && !need.intersects(writes) {
         return STATUS_REFUSED;
     }
-    let keys = KeySpace::local(me.tables);
+    let keys = KeySpace::local(me);
     let key = req.key.load(Ordering::Relaxed);
     let pd = req.pd.load(Ordering::Relaxed);
     let Ok(p) = keys.pin(key, pd, used, req.va.load(Ordering::Relaxed), len as u64, need) else {

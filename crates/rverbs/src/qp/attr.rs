@@ -59,6 +59,17 @@ pub struct AhAttr {
     pub port_num: u8,
 }
 
+/// A resolved UD address vector: where a UD send through an address handle goes
+/// ([`AhAttr`]) and the handle of the PD the address handle was created in (a send through
+/// an address handle of another PD fails, as in rxe). The address handle (`crate::ah`)
+/// holds it; a posted work request keeps it, so sends already posted keep working after
+/// the handle is destroyed (ibv_destroy_ah(3)).
+#[derive(Debug)]
+pub(crate) struct AddressVector {
+    pub(crate) attr: AhAttr,
+    pub(crate) pd: u32,
+}
+
 /// Path migration state (`enum ibv_mig_state`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(u32)]

@@ -534,7 +534,7 @@ fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result
             flush: p.flush,
             xrc_remote_srqn: p.xrc_srqn,
         };
-        sq.push(dev, &q.pd, q.qp_type, &wr, true).map_err(|e| match e {
+        sq.push(dev, q.pd.id, q.qp_type, &wr, true).map_err(|e| match e {
             // rxe's builders report every lack of room as ENOSPC (`providers/rxe/rxe.c`).
             Error::QueueFull { .. } => Error::NoSpace { verb: "wr_*", why: "send queue full" },
             Error::TooManySge { .. } => Error::NoSpace { verb: "wr_set_sge_list", why: "more SGEs than max_send_sge" },

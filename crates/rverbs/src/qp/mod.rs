@@ -419,7 +419,7 @@ impl Qp {
         }
         let attrs = QpAttr { cap, ..QpAttr::default() };
         let rq = if cap.max_recv_wr > 0 {
-            match RecvQueue::new(&dev.dir.join(rq::qp_segment_name(qpn, 1)), cap.max_recv_wr, cap.max_recv_sge) {
+            match RecvQueue::new(&dev.dir.join(rq::qp_segment_name(qpn, 1)), cap.max_recv_wr, cap.max_recv_sge, pd.endpoint()) {
                 Ok(rq) => Some(rq),
                 Err(e) => {
                     init.send_cq.inner().detach();
@@ -600,7 +600,7 @@ impl Qp {
         let mut sq = q.sq.lock();
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
-            if let Err(error) = sq.push(dev, &q.pd, q.qp_type, wr, keep) {
+            if let Err(error) = sq.push(dev, q.pd.id, q.qp_type, wr, keep) {
                 result = Err(PostError { index, error });
                 break;
             }

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::mr::endpoint::Endpoint;
 use crate::mr::{MrInner, Sge};
 use crate::qp::wr::{PostError, RecvWr};
 use crate::shm::lock::ShmLock;
@@ -96,6 +97,8 @@ pub(crate) struct Taken {
 /// A receive ring in a segment, as its owner or a peer maps it.
 pub(crate) struct RecvRing {
     seg: Arc<Segment>,
+    /// This process's endpoint: who holds the ring's lock, and who is still alive.
+    me: &'static Endpoint,
     cap: usize,
     max_sge: usize,
 }
@@ -107,8 +110,9 @@ impl std::fmt::Debug for RecvRing {
 }
 
 impl RecvRing {
-    /// Creates an empty ring of `cap` receives of up to `max_sge` entries at `path`.
-    pub(crate) fn create(path: &Path, cap: u32, max_sge: u32) -> Result<RecvRing> {
+    /// Creates an empty ring of `cap` receives of up to `max_sge` entries at `path`, in
+    /// this process's endpoint `me`.
+    pub(crate) fn create(path: &Path, cap: u32, max_sge: u32, me: &'static Endpoint) -> Result<RecvRing> {
         let cap = cap.max(1) as usize;
         let max_sge = max_sge.max(1) as usize;
         let bytes = HDR_BYTES + cap * slot_words(max_sge) * 8;
@@ -116,18 +120,18 @@ impl RecvRing {
         let h = seg.get::<RqHdr>(0);
         h.cap.store(cap as u32, Ordering::Relaxed);
         h.max_sge.store(max_sge as u32, Ordering::Release);
-        Ok(RecvRing { seg, cap, max_sge })
+        Ok(RecvRing { seg, me, cap, max_sge })
     }
 
-    /// A peer's view of a ring another endpoint created.
-    pub(crate) fn open(seg: Arc<Segment>) -> Result<RecvRing> {
+    /// A peer's view of a ring another endpoint created, from this process's endpoint `me`.
+    pub(crate) fn open(seg: Arc<Segment>, me: &'static Endpoint) -> Result<RecvRing> {
         let h = seg.get::<RqHdr>(0);
         let cap = h.cap.load(Ordering::Acquire) as usize;
         let max_sge = h.max_sge.load(Ordering::Acquire) as usize;
         if cap == 0 || max_sge == 0 || max_sge > MAX_SGE || HDR_BYTES + cap * slot_words(max_sge) * 8 > seg.len() {
             return Err(Error::Bug("malformed receive queue segment"));
         }
-        Ok(RecvRing { seg, cap, max_sge })
+        Ok(RecvRing { seg, me, cap, max_sge })
     }
 
     fn hdr(&self) -> &RqHdr {
@@ -140,8 +144,8 @@ impl RecvRing {
     }
 
     fn lock(&self) -> crate::shm::lock::ShmGuard<'_> {
-        let dev = crate::device::device();
-        self.hdr().lock.lock(dev.ep(), |ep| dev.alive(ep))
+        let me = self.me;
+        self.hdr().lock.lock(me.ep(), |ep| me.alive(ep))
     }
 
     pub(crate) fn capacity(&self) -> u32 {
@@ -285,8 +289,8 @@ pub(crate) struct RecvQueue {
 }
 
 impl RecvQueue {
-    pub(crate) fn new(path: &Path, max_wr: u32, max_sge: u32) -> Result<Self> {
-        let ring = RecvRing::create(path, max_wr, max_sge)?;
+    pub(crate) fn new(path: &Path, max_wr: u32, max_sge: u32, me: &'static Endpoint) -> Result<Self> {
+        let ring = RecvRing::create(path, max_wr, max_sge, me)?;
         let slots = ring.cap * ring.max_sge;
         Ok(RecvQueue { ring, keep: Mutex::new(vec![None; slots]) })
     }
@@ -367,6 +371,11 @@ mod tests {
         Sge { addr: n, length: 8, lkey: 1 }
     }
 
+    /// This process's endpoint (the rings' lock holder).
+    fn me() -> &'static Endpoint {
+        &crate::device::device().endpoint
+    }
+
     fn dir(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("rverbs-rq-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
@@ -376,7 +385,7 @@ mod tests {
     #[test]
     fn post_take_in_order_and_full_is_enomem() {
         let d = dir("order");
-        let rq = RecvQueue::new(&d.join("q"), 2, 2).unwrap();
+        let rq = RecvQueue::new(&d.join("q"), 2, 2, me()).unwrap();
         let a = [sge(1)];
         let b = [sge(2), sge(3)];
         let c = [sge(4)];
@@ -397,7 +406,7 @@ mod tests {
     #[test]
     fn too_many_sges_is_einval() {
         let d = dir("sge");
-        let rq = RecvQueue::new(&d.join("q"), 4, 1).unwrap();
+        let rq = RecvQueue::new(&d.join("q"), 4, 1, me()).unwrap();
         let two = [sge(1), sge(2)];
         let err = rq.post(&[RecvWr::new(1, &two)], None, "post_recv").unwrap_err();
         assert_eq!((err.index, err.error.errno()), (0, libc::EINVAL));
@@ -409,11 +418,11 @@ mod tests {
     #[test]
     fn a_second_mapping_takes_what_the_owner_posted_and_the_limit_fires_once() {
         let d = dir("peer");
-        let rq = RecvQueue::new(&d.join("q"), 4, 1).unwrap();
+        let rq = RecvQueue::new(&d.join("q"), 4, 1, me()).unwrap();
         let s = [sge(9)];
         rq.post(&[RecvWr::new(7, &s), RecvWr::new(8, &s), RecvWr::new(9, &s)], None, "post_recv").unwrap();
         rq.ring().set_limit(2);
-        let peer = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap())).unwrap();
+        let peer = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap()), me()).unwrap();
         let t = peer.take().unwrap();
         assert_eq!((t.wqe.wr_id, t.limit_fired, peer.len()), (7, false, 2));
         let t = peer.take().unwrap();

@@ -14,15 +14,14 @@ use std::time::Instant;
 use rverbs_proto::rnr::RetryCounter;
 use rverbs_proto::verbs::{Access, QpType, SendFlags, WrOpcode};
 
-use crate::ah::AhInner;
-use crate::device::DeviceInner;
 use crate::gid::Gid;
 use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
+use crate::mr::endpoint::Endpoint;
 use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;
-use crate::pd::PdInner;
+use crate::qp::attr::AddressVector;
 use crate::qp::wr::{FlushWr, Payload, SendWr};
 
 /// The requester's copy of the QP attributes it needs, updated by `modify_qp` under the
@@ -39,7 +38,8 @@ pub(crate) struct ReqView {
 /// A UD destination resolved at post time.
 #[derive(Clone)]
 pub(crate) struct UdAv {
-    pub(crate) ah: Arc<AhInner>,
+    /// The address handle's resolved address vector.
+    pub(crate) ah: Arc<AddressVector>,
     pub(crate) remote_qpn: u32,
     pub(crate) remote_qkey: u32,
 }
@@ -279,11 +279,11 @@ impl SendQueue {
         while self.pop().is_some() {}
     }
 
-    /// Validates `wr` and appends it.
+    /// Validates `wr` (from a QP of PD `pd`, whose keys are `endpoint`'s) and appends it.
     pub(crate) fn push(
         &mut self,
-        dev: &DeviceInner,
-        pd: &PdInner,
+        endpoint: &Endpoint,
+        pd: u32,
         qp_type: QpType,
         wr: &SendWr<'_>,
         keep: bool,
@@ -377,7 +377,7 @@ impl SendQueue {
         wqe.rkey = wr.rkey;
         wqe.compare_add = wr.compare_add;
         wqe.swap = wr.swap;
-        wqe.ud = wr.ud.map(|u| UdAv { ah: u.ah.inner().clone(), remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey });
+        wqe.ud = wr.ud.map(|u| UdAv { ah: u.ah.av().clone(), remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey });
         wqe.bind = wr.bind.map(|b| BindWqe {
             mw: b.mw.inner().clone(),
             rkey: b.rkey,
@@ -407,11 +407,11 @@ impl SendQueue {
                 }
                 Payload::Sge(sges) => {
                     // The Rust API reads inline SGEs through the usual local checks.
-                    let keys = mr::KeySpace::local(dev.tables);
+                    let keys = mr::KeySpace::local(endpoint);
                     for s in sges {
                         let outside = || Error::invalid(verb, Rule::InlineOutsideRegion);
                         let p = keys
-                            .pin(s.lkey, pd.id, mr::KeyUse::Local, s.addr, s.length.into(), Access::empty())
+                            .pin(s.lkey, pd, mr::KeyUse::Local, s.addr, s.length.into(), Access::empty())
                             .map_err(|_| outside())?;
                         mr::copy_out(&p, &mut dst[off..off + p.len]).map_err(|_| outside())?;
                         off += p.len;
@@ -430,7 +430,7 @@ impl SendQueue {
             if keep {
                 self.keeps = true;
                 for (i, s) in sges.iter().enumerate() {
-                    self.keep[base + i] = dev.keys.mr(s.lkey);
+                    self.keep[base + i] = endpoint.keys.mr(s.lkey);
                 }
             } else if self.keeps {
                 self.keep[base..base + sges.len()].iter_mut().for_each(|k| *k = None);

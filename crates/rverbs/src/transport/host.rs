@@ -70,7 +70,7 @@ pub(crate) fn execute(
 
     // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR, as
     // ibv_poll_cq(3) describes it; rxe reports LOC_QP_OP_ERR for them — see ARCHITECTURE.md).
-    let own = KeySpace::local(dev.tables);
+    let own = KeySpace::local(dev);
     let mut pins = PinList::new();
     let gathered = if !op.carries_payload() {
         Gathered::Inline(&[])
@@ -330,7 +330,7 @@ fn completed<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, sges: &[Sge], at: &m
     if r.atomic_original.is_none() && wqe.opcode() != WrOpcode::RdmaRead {
         return Exec::Done(sent(qp, wqe));
     }
-    let own = KeySpace::local(qp.pd.ctx.dev.tables);
+    let own = KeySpace::local(qp.pd.endpoint());
     if let Some(original) = r.atomic_original {
         let local = match mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, 8) {
             Ok(l) => l,
@@ -391,7 +391,7 @@ fn violation<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, v: Violation, recv: 
 fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut Path) -> Exec {
     let done = Exec::Done(sent(qp, wqe));
     let Some(ud) = &wqe.ud else { return done };
-    if !Arc::ptr_eq(&ud.ah.pd, &qp.pd) {
+    if ud.ah.pd != qp.pd.id {
         // rxe: an AH of another PD is a local QP operation error.
         return Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_PD));
     }
@@ -410,7 +410,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
         for (peer, qpn) in crate::mcast::remote_members(dev, &grh_attr.dgid) {
             let rec = peer.tables().qp(qpn);
             if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
-                ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer, qpn), path);
+                ud_deliver(qp, wqe, data, &PeerTarget::of_qp(dev, peer, qpn), path);
             }
         }
         return done;
@@ -429,7 +429,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
         let qpn = ud.remote_qpn;
         let rec = peer.tables().qp(qpn);
         if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
-            ud_deliver(qp, wqe, data, &PeerTarget::of_qp(peer.clone(), qpn), path);
+            ud_deliver(qp, wqe, data, &PeerTarget::of_qp(dev, peer.clone(), qpn), path);
         }
     }
     done

@@ -29,7 +29,7 @@ use rverbs_proto::psn::Psn;
 use rverbs_proto::verbs::QpType;
 
 use super::target::{LocalTarget, PeerRecv, PeerTarget, QpPart, SplitTarget, SrqPart, Target};
-use crate::device::DeviceInner;
+use crate::engine::Engine;
 use crate::shm::registry::Peer;
 use crate::shm::tables::QpRecord;
 use crate::qp::sq::{ReqView, SendWqe};
@@ -184,7 +184,7 @@ pub(crate) fn connected<'c>(
 }
 
 fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
-    let dev = qp.pd.ctx.dev;
+    let dev: &'static Engine = qp.pd.ctx.dev;
     if !dev.owns_gid(&req.dgid) {
         return None;
     }
@@ -208,12 +208,12 @@ fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
     if !t.xrcd.as_ref().is_some_and(|x| Arc::ptr_eq(x, &xrcd)) {
         return None;
     }
-    Some(Routed::Local(LocalTarget { pd: srq.pd.clone(), srq: Some(srq), cq, qp: t, tables: dev.tables }))
+    Some(Routed::Local(LocalTarget { pd: srq.pd.id, endpoint: srq.pd.endpoint(), srq: Some(srq), cq, qp: t }))
 }
 
 /// An XRC responder whose target QP and named SRQ are in different processes: both must
 /// be in the same domain (equal keys: the domain was opened with the same file).
-fn find_split(dev: &DeviceInner, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<SplitTarget> {
+fn find_split(dev: &'static Engine, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<SplitTarget> {
     let (qpn, srqn) = (req.dest_qpn, wqe.xrc_srqn);
     let reg = dev.reg.as_ref()?;
     let (qp, key) = if endpoint_of(qpn) == dev.ep() {
@@ -238,17 +238,17 @@ fn find_split(dev: &DeviceInner, me: u32, req: &ReqView, wqe: &SendWqe) -> Optio
         if x.key != key {
             return None;
         }
-        SrqPart::Local { pd: s.pd.clone(), srq: s, cq }
+        SrqPart::Local { pd: s.pd.id, endpoint: s.pd.endpoint(), srq: s, cq }
     } else {
         let peer = reg.peer(endpoint_of(srqn)).ok()?;
         let (pd, cq) = peer_xrc_srq(&peer, srqn, key)?;
-        SrqPart::Peer(PeerTarget::new(peer, qpn, pd, PeerRecv::Srq(srqn), cq))
+        SrqPart::Peer(PeerTarget::new(dev, peer, qpn, pd, PeerRecv::Srq(srqn), cq))
     };
     Some(SplitTarget { qp, srq })
 }
 
 /// As [`find`], for a QP of peer endpoint `ep`, read from its tables.
-fn find_peer(dev: &DeviceInner, ep: u32, peer_type: QpType, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<PeerTarget> {
+fn find_peer(dev: &'static Engine, ep: u32, peer_type: QpType, me: u32, req: &ReqView, wqe: &SendWqe) -> Option<PeerTarget> {
     let peer = dev.reg.as_ref()?.peer(ep).ok()?;
     let qpn = req.dest_qpn;
     let rec = peer.tables().qp(qpn);
@@ -256,12 +256,12 @@ fn find_peer(dev: &DeviceInner, ep: u32, peer_type: QpType, me: u32, req: &ReqVi
         return None;
     }
     if peer_type != QpType::XrcRecv {
-        return Some(PeerTarget::of_qp(peer, qpn));
+        return Some(PeerTarget::of_qp(dev, peer, qpn));
     }
     let srqn = wqe.xrc_srqn;
     if endpoint_of(srqn) != ep {
         return None;
     }
     let (pd, cq) = peer_xrc_srq(&peer, srqn, rec.xrcd.load(Ordering::Acquire))?;
-    Some(PeerTarget::new(peer, qpn, pd, PeerRecv::Srq(srqn), cq))
+    Some(PeerTarget::new(dev, peer, qpn, pd, PeerRecv::Srq(srqn), cq))
 }

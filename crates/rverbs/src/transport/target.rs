@@ -14,14 +14,13 @@ use std::sync::Arc;
 
 use rverbs_proto::verbs::EventType;
 
-use crate::context::async_fifo_name;
 use crate::cq::channel;
 use crate::cq::seg::{self, CqSeg, Publish};
 use crate::cq::{CqInner, Overrun};
-use crate::notify::{RawAsyncEvent, RawElement};
+use crate::notify::{async_fifo_name, RawAsyncEvent, RawElement};
 use crate::mr::access::SegCache;
+use crate::mr::endpoint::Endpoint;
 use crate::mr::KeySpace;
-use crate::pd::PdInner;
 use crate::shm::registry::bell;
 use crate::qp::rq::{qp_segment_name, srq_segment_name, RecvRing, RecvWqe};
 use crate::qp::QpInner;
@@ -57,17 +56,17 @@ pub(crate) trait Target {
 /// own; for XRC those of the XRC SRQ the request names (IBTA Annex A14).
 pub(crate) struct LocalTarget {
     pub(crate) qp: Arc<QpInner>,
-    pub(crate) pd: Arc<PdInner>,
+    /// The PD memory checks use.
+    pub(crate) pd: u32,
+    /// This process's endpoint, whose keys the PD's regions and windows have.
+    pub(crate) endpoint: &'static Endpoint,
     pub(crate) srq: Option<Arc<SrqInner>>,
     pub(crate) cq: Arc<CqInner>,
-    /// This process's key tables (read once here, not through `pd.ctx.dev` per request).
-    pub(crate) tables: &'static crate::shm::tables::Tables,
 }
 
 impl LocalTarget {
     pub(crate) fn of(qp: Arc<QpInner>) -> LocalTarget {
-        let tables = qp.pd.ctx.dev.tables;
-        LocalTarget { pd: qp.pd.clone(), srq: qp.srq.clone(), cq: qp.recv_cq.clone(), qp, tables }
+        LocalTarget { pd: qp.pd.id, endpoint: qp.pd.endpoint(), srq: qp.srq.clone(), cq: qp.recv_cq.clone(), qp }
     }
 }
 
@@ -81,11 +80,11 @@ impl Target for LocalTarget {
     }
 
     fn pd(&self) -> u32 {
-        self.pd.id
+        self.pd
     }
 
     fn keys(&self) -> KeySpace<'_> {
-        KeySpace::local(self.tables)
+        KeySpace::local(self.endpoint)
     }
 
     fn take_recv(&self) -> Option<RecvWqe> {
@@ -108,7 +107,7 @@ impl Target for LocalTarget {
     }
 
     fn invalidate(&self, rkey: u32) -> bool {
-        self.pd.ctx.dev.keys.invalidate_mw(rkey, &self.pd)
+        self.endpoint.keys.invalidate_mw(rkey, self.pd)
     }
 }
 
@@ -124,6 +123,8 @@ pub(crate) enum PeerRecv {
 /// A responder QP of a peer process, with the peer's segments it uses kept mapped (a
 /// requester keeps its target across work requests: see [`super::route`]).
 pub(crate) struct PeerTarget {
+    /// This process's endpoint, which reaches the peer.
+    me: &'static Endpoint,
     pub(crate) peer: Arc<Peer>,
     pub(crate) qpn: u32,
     pub(crate) pd: u32,
@@ -138,8 +139,8 @@ pub(crate) struct PeerTarget {
 }
 
 impl PeerTarget {
-    pub(crate) fn new(peer: Arc<Peer>, qpn: u32, pd: u32, recv: PeerRecv, cq: u32) -> PeerTarget {
-        PeerTarget { peer, qpn, pd, recv, cq, segs: SegCache::default(), ring: RefCell::new(None), cq_seg: RefCell::new(None) }
+    pub(crate) fn new(me: &'static Endpoint, peer: Arc<Peer>, qpn: u32, pd: u32, recv: PeerRecv, cq: u32) -> PeerTarget {
+        PeerTarget { me, peer, qpn, pd, recv, cq, segs: SegCache::default(), ring: RefCell::new(None), cq_seg: RefCell::new(None) }
     }
 
     /// Queues an asynchronous event on the peer's context `ctx`.
@@ -148,13 +149,13 @@ impl PeerTarget {
     }
 
     /// QP `qpn` of `peer` with its own receives (its RQ or its SRQ), PD and CQ, as its
-    /// record names them.
-    pub(crate) fn of_qp(peer: Arc<Peer>, qpn: u32) -> PeerTarget {
+    /// record names them, reached from this process's endpoint `me`.
+    pub(crate) fn of_qp(me: &'static Endpoint, peer: Arc<Peer>, qpn: u32) -> PeerTarget {
         let rec = peer.tables().qp(qpn);
         let srqn = rec.srqn.load(Ordering::Acquire);
         let recv = if srqn != 0 { PeerRecv::Srq(srqn) } else { PeerRecv::Rq(rec.rq_gen.load(Ordering::Acquire)) };
         let (pd, cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
-        PeerTarget::new(peer, qpn, pd, recv, cq)
+        PeerTarget::new(me, peer, qpn, pd, recv, cq)
     }
 
     /// Whether the peer is alive (for a target used only for its SRQ side).
@@ -171,7 +172,7 @@ impl PeerTarget {
     fn take_from(&self, gen: u32, name: impl FnOnce() -> String) -> Take {
         let mut cached = self.ring.borrow_mut();
         if cached.as_ref().is_none_or(|(g, _)| *g != gen) {
-            let Some(ring) = self.peer.segment(&name()).ok().and_then(|s| RecvRing::open(s).ok()) else {
+            let Some(ring) = self.peer.segment(&name()).ok().and_then(|s| RecvRing::open(s, self.me).ok()) else {
                 return Take::Empty;
             };
             *cached = Some((gen, ring));
@@ -229,7 +230,8 @@ pub(crate) enum QpPart {
 
 /// The XRC SRQ of a [`SplitTarget`]: its receives, CQ, PD and memory keys.
 pub(crate) enum SrqPart {
-    Local { pd: Arc<PdInner>, srq: Arc<SrqInner>, cq: Arc<CqInner> },
+    /// An SRQ of this process: its PD, in this process's endpoint.
+    Local { pd: u32, endpoint: &'static Endpoint, srq: Arc<SrqInner>, cq: Arc<CqInner> },
     /// A peer's SRQ, through a peer target whose QP number is the target QP's (used for
     /// window bindings); only its receive, completion and memory sides are used.
     Peer(PeerTarget),
@@ -261,14 +263,14 @@ impl Target for SplitTarget {
 
     fn pd(&self) -> u32 {
         match &self.srq {
-            SrqPart::Local { pd, .. } => pd.id,
+            SrqPart::Local { pd, .. } => *pd,
             SrqPart::Peer(t) => t.pd,
         }
     }
 
     fn keys(&self) -> KeySpace<'_> {
         match &self.srq {
-            SrqPart::Local { pd, .. } => KeySpace::local(pd.ctx.dev.tables),
+            SrqPart::Local { endpoint, .. } => KeySpace::local(endpoint),
             SrqPart::Peer(t) => t.keys(),
         }
     }
@@ -303,7 +305,7 @@ impl Target for SplitTarget {
 
     fn invalidate(&self, rkey: u32) -> bool {
         match &self.srq {
-            SrqPart::Local { pd, .. } => pd.ctx.dev.keys.invalidate_mw(rkey, pd),
+            SrqPart::Local { pd, endpoint, .. } => endpoint.keys.invalidate_mw(rkey, *pd),
             SrqPart::Peer(t) => t.invalidate(rkey),
         }
     }
@@ -379,7 +381,7 @@ impl Target for PeerTarget {
     }
 
     fn keys(&self) -> KeySpace<'_> {
-        KeySpace::of_peer(&self.peer, &self.segs)
+        KeySpace::of_peer(self.me, &self.peer, &self.segs)
     }
 
     fn take_recv(&self) -> Option<RecvWqe> {
