@@ -95,14 +95,15 @@ impl Fault {
     }
 }
 
-/// How an access was asked for (what a peer serving it must check again).
+/// How an access was asked for (what a peer serving it must check again): through
+/// `key`, for a QP of PD `pd`, used as `used`, with rights `need`, from address `va`.
 #[derive(Clone, Copy)]
-struct Via {
-    key: u32,
-    pd: u32,
-    used: KeyUse,
-    need: Access,
-    va: u64,
+pub(crate) struct Via {
+    pub(crate) key: u32,
+    pub(crate) pd: u32,
+    pub(crate) used: KeyUse,
+    pub(crate) need: Access,
+    pub(crate) va: u64,
 }
 
 /// How a key is used.
@@ -167,7 +168,18 @@ impl<'a> KeySpace<'a> {
             return Err(Fault::Bounds);
         }
         let via = Via { key, pd, used, need, va };
-        self.hold(key, &d, off, len, via)
+        self.hold(key, &d, off, len, via, |p| p)
+    }
+
+    /// As [`KeySpace::pin`], appending the pinned range to `out`: the pin is built where it
+    /// stays (the data path pins into lists it keeps in place).
+    pub(crate) fn pin_into(&self, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
+        let d = self.check(via.key, via.pd, via.used, via.need)?;
+        let off = via.va.checked_sub(d.iova).ok_or(Fault::Bounds)?;
+        if off.checked_add(len).ok_or(Fault::Bounds)? > d.len {
+            return Err(Fault::Bounds);
+        }
+        self.hold(via.key, &d, off, len, via, |p| out.push(p))
     }
 
     /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a
@@ -175,7 +187,7 @@ impl<'a> KeySpace<'a> {
     pub(crate) fn pin_base(&self, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<Pinned<'a>, Fault> {
         let d = self.check(key, pd, used, need)?;
         let via = Via { key, pd, used, need, va: d.iova };
-        self.hold(key, &d, 0, 0, via)
+        self.hold(key, &d, 0, 0, via, |p| p)
     }
 
     fn check(&self, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<KeyDesc, Fault> {
@@ -208,8 +220,9 @@ impl<'a> KeySpace<'a> {
     /// inside the call that posted its work request, and ibv_dereg_mr(3) on a region a
     /// request still names breaks the caller's contract (the Rust API keeps its regions
     /// registered until completion). What the network writes — remote keys, and any key
-    /// of a peer — is always counted: deregistration must stop it.
-    fn hold(&self, key: u32, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<Pinned<'a>, Fault> {
+    /// of a peer — is always counted: deregistration must stop it. The pin goes to `sink`.
+    #[inline]
+    fn hold<R>(&self, key: u32, d: &KeyDesc, off: u64, len: u64, via: Via, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
         let rec = self.tables.key(key >> 8).ok_or(Fault::Key)?;
         let mr = if d.kind == KEY_KIND_MR { rec } else { self.tables.key(d.mr_index).ok_or(Fault::Key)? };
         let busy: Option<&'a AtomicU32> = match (self.peer.is_some(), via.used) {
@@ -225,7 +238,10 @@ impl<'a> KeySpace<'a> {
             && mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
         let placed = if still { self.place(d, off, len, via) } else { Err(Fault::Key) };
         match placed {
-            Ok(place) => Ok(Pinned { busy, place, len: len as usize, host_atomics: (d.loc == 0 && self.me.shared()).then_some(self.me) }),
+            Ok(place) => {
+                let host_atomics = (d.loc == 0 && self.me.shared()).then_some(self.me);
+                Ok(sink(Pinned { busy, place, len: len as usize, host_atomics }))
+            }
             Err(f) => {
                 if let Some(b) = busy {
                     b.fetch_sub(1, Ordering::SeqCst);
@@ -268,14 +284,18 @@ impl<'a> PinList<'a> {
         PinList { items: smallvec::SmallVec::new() }
     }
 
-    pub(crate) fn one(p: Pinned<'a>) -> Self {
-        let mut l = PinList::new();
-        l.push(p);
-        l
+    pub(crate) fn push(&mut self, p: Pinned<'a>) {
+        self.items.push(p);
     }
 
-    fn push(&mut self, p: Pinned<'a>) {
-        self.items.push(p);
+    /// The first range (a remote access pins one).
+    pub(crate) fn first(&self) -> Option<&Pinned<'a>> {
+        self.items.first()
+    }
+
+    /// Whether nothing is pinned.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
     }
 
     fn iter(&self) -> impl Iterator<Item = &Pinned<'a>> {
@@ -316,7 +336,8 @@ pub(crate) fn pin_sges_into<'a>(
             continue;
         }
         let take = u64::from(s.length).min(need - covered);
-        list.push(keys.pin(s.lkey, pd, KeyUse::Local, s.addr, take, access)?);
+        let via = Via { key: s.lkey, pd, used: KeyUse::Local, need: access, va: s.addr };
+        keys.pin_into(via, take, list)?;
         covered += take;
     }
     Ok(())

@@ -320,13 +320,13 @@ fn connected<T: Target>(
     match response {
         // UC: no responses; the requester completes at transmit.
         None => Exec::Done(sent(qp, wqe)),
-        Some(r) => completed(qp, t, wqe, sges, &mut at, &r),
+        Some(r) => completed(qp, t, wqe, sges, &at, &r),
     }
 }
 
 /// The requester's side of a response (rxe `rxe_comp.c`): READ data and atomic results go
 /// into the local scatter list (needs LOCAL_WRITE; a fault is LOC_PROT_ERR).
-fn completed<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, sges: &[Sge], at: &mut Responding<'_, T>, r: &rc::Response) -> Exec {
+fn completed<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, sges: &[Sge], at: &Responding<'_, T>, r: &rc::Response) -> Exec {
     if r.atomic_original.is_none() && wqe.opcode() != WrOpcode::RdmaRead {
         return Exec::Done(sent(qp, wqe));
     }

@@ -15,7 +15,7 @@ use rverbs_proto::wire::{FethRepr, Placement as FlushPlacement, Selectivity};
 use super::target::Target;
 use crate::mem::AtomicOp;
 use crate::mr::cma::CmaError;
-use crate::mr::{self, copy_message, KeySpace, KeyUse, PinList, Pinned, Source};
+use crate::mr::{self, copy_message, KeySpace, KeyUse, PinList, Pinned, Source, Via};
 use crate::qp::rq::RecvWqe;
 
 /// One request's conversation between the core's responder and the target QP.
@@ -24,10 +24,11 @@ pub(crate) struct Responding<'t, T: Target> {
     keys: KeySpace<'t>,
     /// The receive WQE taken for this message (CHK_RESOURCE).
     pub(crate) recv: Option<RecvWqe>,
-    /// Its scatter list, pinned with LOCAL_WRITE for the message.
-    recv_pins: Option<PinList<'t>>,
-    /// The remote memory checked for this message (CHK_RKEY).
-    mem: Option<Pinned<'t>>,
+    /// Its scatter list, pinned with LOCAL_WRITE for the message (empty until checked).
+    recv_pins: PinList<'t>,
+    /// The remote memory checked for this message (CHK_RKEY; empty until checked). Both
+    /// lists are filled where they are: moving a pin costs more than the check.
+    mem: PinList<'t>,
     /// A data movement that failed inside an atomic (the owner unmapped the memory, or its
     /// process is gone).
     pub(crate) moved: Option<CmaError>,
@@ -35,7 +36,7 @@ pub(crate) struct Responding<'t, T: Target> {
 
 impl<'t, T: Target> Responding<'t, T> {
     pub(crate) fn new(t: &'t T) -> Self {
-        Responding { t, keys: t.keys(), recv: None, recv_pins: None, mem: None, moved: None }
+        Responding { t, keys: t.keys(), recv: None, recv_pins: PinList::new(), mem: PinList::new(), moved: None }
     }
 
     fn used(&self) -> KeyUse {
@@ -44,28 +45,32 @@ impl<'t, T: Target> Responding<'t, T> {
 
     /// Carries out the core's placement: the payload `data` goes into the memory or the
     /// receive WQE this request checked. UD: the 40-byte GRH `header` first.
-    pub(crate) fn place(&mut self, place: rc::Placement, header: Option<&[u8]>, data: Source<'_, '_>) -> Result<(), CmaError> {
+    pub(crate) fn place(&self, place: rc::Placement, header: Option<&[u8]>, data: Source<'_, '_>) -> Result<(), CmaError> {
         match place {
-            rc::Placement::Memory { .. } => match self.mem.take() {
-                Some(p) => copy_message(&PinList::one(p), 0, data).map(drop),
-                None => Ok(()),
-            },
-            rc::Placement::Recv { offset, .. } => {
-                let Some(dst) = &self.recv_pins else { return Ok(()) };
-                if let Some(h) = header {
-                    copy_message(dst, 0, Source::Bytes(h))?;
+            rc::Placement::Memory { .. } => {
+                if self.mem.is_empty() {
+                    return Ok(());
                 }
-                copy_message(dst, offset as usize, data).map(drop)
+                copy_message(&self.mem, 0, data).map(drop)
+            }
+            rc::Placement::Recv { offset, .. } => {
+                if self.recv_pins.is_empty() {
+                    return Ok(());
+                }
+                if let Some(h) = header {
+                    copy_message(&self.recv_pins, 0, Source::Bytes(h))?;
+                }
+                copy_message(&self.recv_pins, offset as usize, data).map(drop)
             }
         }
     }
 
     /// Copies the READ response's bytes (the memory CHK_RKEY pinned) into `dst`.
-    pub(crate) fn read_into(&mut self, dst: &PinList<'_>) -> Result<(), CmaError> {
-        match self.mem.take() {
-            Some(p) => copy_message(dst, 0, Source::Pins(&PinList::one(p))).map(drop),
-            None => Ok(()),
+    pub(crate) fn read_into(&self, dst: &PinList<'_>) -> Result<(), CmaError> {
+        if self.mem.is_empty() {
+            return Ok(());
         }
+        copy_message(dst, 0, Source::Pins(&self.mem)).map(drop)
     }
 }
 
@@ -80,9 +85,8 @@ fn aligned8(p: &Pinned<'_>) -> bool {
 
 impl<T: Target> rc::Target for Responding<'_, T> {
     fn check_rkey(&mut self, rkey: u32, va: u64, len: u64, access: Access) -> Result<(), Violation> {
-        let p = self.keys.pin(rkey, self.t.pd(), self.used(), va, len, access).map_err(|f| f.remote())?;
-        self.mem = Some(p);
-        Ok(())
+        let via = Via { key: rkey, pd: self.t.pd(), used: self.used(), need: access, va };
+        self.keys.pin_into(via, len, &mut self.mem).map_err(|f| f.remote())
     }
 
     fn take_recv(&mut self) -> Option<RecvSlot> {
@@ -94,14 +98,12 @@ impl<T: Target> rc::Target for Responding<'_, T> {
 
     fn check_recv(&mut self, _slot: &RecvSlot, offset: u64, len: u64) -> Result<(), Violation> {
         let Some(r) = &self.recv else { return Err(Violation::RecvWqeMalformed) };
-        let pins = mr::pin_sges(&self.keys, self.t.pd(), r.sges(), Access::LOCAL_WRITE, offset + len)
-            .map_err(|_| Violation::RecvWqeMalformed)?;
-        self.recv_pins = Some(pins);
-        Ok(())
+        mr::pin_sges_into(&self.keys, self.t.pd(), r.sges(), Access::LOCAL_WRITE, offset + len, &mut self.recv_pins)
+            .map_err(|_| Violation::RecvWqeMalformed)
     }
 
     fn atomic(&mut self, _rkey: u32, _va: u64, op: rc::AtomicOp) -> Result<u64, Violation> {
-        let Some(p) = &self.mem else { return Err(Violation::RkeyBounds) };
+        let Some(p) = self.mem.first() else { return Err(Violation::RkeyBounds) };
         if !aligned8(p) {
             return Err(Violation::MisalignedAtomic);
         }
@@ -117,7 +119,7 @@ impl<T: Target> rc::Target for Responding<'_, T> {
     }
 
     fn atomic_write(&mut self, _rkey: u32, _va: u64, value: u64) -> Result<(), Violation> {
-        let Some(p) = &self.mem else { return Err(Violation::RkeyBounds) };
+        let Some(p) = self.mem.first() else { return Err(Violation::RkeyBounds) };
         if !aligned8(p) {
             return Err(Violation::MisalignedAtomic);
         }
