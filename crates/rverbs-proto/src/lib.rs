@@ -15,6 +15,8 @@
 //!   (`rxe_comp.c`).
 //! - [`rc`]: the RC/UC/UD requester, completer and responder machines (descriptors in,
 //!   descriptors and completions out; time passed in).
+//! - [`fault`]: the deterministic fault injector (drop, duplicate, reorder, delay,
+//!   corrupt) of packet transports and of the protocol tests.
 //! - [`wire`]: packet views and representations for BTH and the extension headers,
 //!   the opcode table and the ICRC (IBTA vol. 1, ch. 9 and Annex A17; rxe `rxe_hdr.h`,
 //!   `rxe_opcode.c`, `rxe_icrc.c`).
@@ -24,6 +26,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod fault;
 pub mod psn;
 pub mod rc;
 pub mod rnr;

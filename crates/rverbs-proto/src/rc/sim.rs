@@ -9,39 +9,9 @@ use std::time::{Duration, Instant};
 use super::{AtomicOp, Completion, Placement, RecvCompletion, RecvSlot, Request, Requester, RequesterConfig};
 use super::{Responder, ResponderConfig, Response, SendWqe, Target};
 use crate::verbs::{Access, WrOpcode};
+use crate::fault::{Corrupt, FaultConfig, Injector};
 use crate::violation::Violation;
 use crate::wire::FethRepr;
-
-/// splitmix64: small, seedable, good enough for fault injection.
-#[derive(Clone, Debug)]
-pub(super) struct Rng(u64);
-
-impl Rng {
-    pub(super) fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub(super) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability `p`.
-    pub(super) fn chance(&mut self, p: f64) -> bool {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p && p > 0.0
-    }
-
-    pub(super) fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-}
 
 /// Fault knobs of one direction.
 #[derive(Clone, Copy, Debug)]
@@ -73,58 +43,55 @@ pub(super) enum Verdict {
 
 type Filter<P> = Box<dyn FnMut(&P) -> Verdict>;
 
-/// One direction of the link.
-pub(super) struct Link<P: Clone> {
-    pub(super) faults: Faults,
-    rng: Rng,
-    in_flight: Vec<(Instant, u64, P)>,
-    seq: u64,
+/// One direction of the link: the crate's fault injector, plus a filter the tests use to
+/// drop chosen packets.
+pub(super) struct Link<P: Clone + Corrupt> {
+    inj: Injector<P>,
     /// Decides per packet before the random faults; `Drop` loses it.
     pub(super) filter: Option<Filter<P>>,
-    pub(super) dropped: usize,
 }
 
-impl<P: Clone> Link<P> {
-    fn new(faults: Faults, seed: u64) -> Self {
-        Link { faults, rng: Rng::new(seed), in_flight: Vec::new(), seq: 0, filter: None, dropped: 0 }
+impl<P: Clone + Corrupt> Link<P> {
+    fn new(f: Faults, seed: u64) -> Self {
+        let cfg = FaultConfig {
+            seed,
+            drop: f.loss,
+            duplicate: f.duplicate,
+            reorder: f.reorder,
+            reorder_by: f.reorder_by,
+            corrupt: 0.0,
+            delay: f.latency,
+        };
+        Link { inj: Injector::new(cfg), filter: None }
     }
 
     fn send(&mut self, now: Instant, p: P) {
         if let Some(f) = &mut self.filter {
             if f(&p) == Verdict::Drop {
-                self.dropped += 1;
                 return;
             }
         }
-        if self.rng.chance(self.faults.loss) {
-            self.dropped += 1;
-            return;
-        }
-        let copies = if self.rng.chance(self.faults.duplicate) { 2 } else { 1 };
-        for _ in 0..copies {
-            let mut at = now + self.faults.latency;
-            if self.rng.chance(self.faults.reorder) {
-                let by = self.faults.reorder_by.as_nanos() as u64;
-                at += Duration::from_nanos(self.rng.below(by + 1));
-            }
-            self.seq += 1;
-            self.in_flight.push((at, self.seq, p.clone()));
-        }
+        self.inj.send(now, p);
     }
 
     fn next_at(&self) -> Option<Instant> {
-        self.in_flight.iter().map(|(at, _, _)| *at).min()
+        self.inj.poll_timeout()
     }
 
     fn pop_due(&mut self, now: Instant) -> Option<P> {
-        let (i, _) = self
-            .in_flight
-            .iter()
-            .enumerate()
-            .filter(|(_, (at, _, _))| *at <= now)
-            .min_by_key(|(_, (at, seq, _))| (*at, *seq))?;
-        Some(self.in_flight.remove(i).2)
+        self.inj.pop_due(now)
     }
+}
+
+/// The simulated link carries descriptors, not bytes (no ICRC to catch a flipped bit): its
+/// corruption rate is always 0, and a corrupted packet would be one the receiver's ICRC
+/// check drops, which `loss` already models.
+impl Corrupt for ReqPkt {
+    fn corrupt(&mut self, _random: u64) {}
+}
+
+impl Corrupt for RespPkt {
+    fn corrupt(&mut self, _random: u64) {}
 }
 
 #[derive(Clone, Debug)]

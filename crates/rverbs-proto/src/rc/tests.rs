@@ -700,7 +700,7 @@ fn soak(seed: u64) {
     };
     let cfg = RequesterConfig { retry_cnt_7_infinite: true, max_rd_atomic: 4, ..req_cfg() };
     let mut p = Pair::with_faults(cfg, resp_cfg(), faults, faults, seed);
-    let mut rng = super::sim::Rng::new(seed ^ 0xabcd);
+    let mut rng = crate::fault::Rng::new(seed ^ 0xabcd);
     let counter = MR_BASE + 8 * 1024;
     let start = p.target.word(counter);
     let mut ids = Vec::new();
