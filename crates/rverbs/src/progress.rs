@@ -20,17 +20,27 @@ use std::time::Instant;
 
 use rustix::event::epoll;
 
-use crate::qp::QpInner;
 use crate::shm::fifo::Fifo;
 use crate::mr::endpoint::Endpoint;
 use crate::shm::registry::Peer;
 use crate::sys::EventFd;
-use crate::table::Table;
+
+/// What a timer wakes: a send queue waiting out an ACK timeout or an RNR delay.
+pub(crate) trait Timed: Send + Sync {
+    /// The deadline passed: run the queue again.
+    fn fire(self: Arc<Self>);
+}
+
+/// What the doorbell's QP kicks reach: the QPs of this process, by number.
+pub(crate) trait Kicks: Send + Sync {
+    /// A peer moved QP `qpn` into ERR: its owner flushes what is left.
+    fn errored_by_peer(&self, qpn: u32);
+}
 
 struct Timer {
     at: Instant,
     seq: u64,
-    qp: Weak<QpInner>,
+    qp: Weak<dyn Timed>,
 }
 
 impl PartialEq for Timer {
@@ -73,7 +83,7 @@ struct Progress {
     /// The device's endpoint.
     endpoint: &'static Endpoint,
     /// The device's QPs, which doorbell kicks name.
-    qps: &'static Table<QpInner>,
+    qps: &'static dyn Kicks,
 }
 
 /// The progress thread of each process generation: a forked child has no threads and a
@@ -87,7 +97,7 @@ fn progress() -> &'static Progress {
     PROGRESS[crate::sys::process_generation()].wait()
 }
 
-fn spawn(endpoint: &'static Endpoint, qps: &'static Table<QpInner>) -> &'static Progress {
+fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks) -> &'static Progress {
     let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
     let wake = EventFd::new().expect("eventfd");
     rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
@@ -129,12 +139,12 @@ fn serve_own_proxies() {
 /// Starts this generation's progress thread, once (the device does as soon as it exists,
 /// so peers can ring the bell), serving the device's endpoint (whose directory holds the
 /// doorbell) and its QPs `qps`.
-pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static Table<QpInner>) {
+pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks) {
     PROGRESS[crate::sys::process_generation()].get_or_init(|| spawn(endpoint, qps));
 }
 
 /// Asks the progress thread to kick `qp`'s send queue at `at`.
-pub(crate) fn schedule(at: Instant, qp: Weak<QpInner>) {
+pub(crate) fn schedule(at: Instant, qp: Weak<dyn Timed>) {
     let p = progress();
     let mut t = p.timers.lock().expect("timers");
     t.seq += 1;
@@ -171,7 +181,7 @@ fn run(p: &'static Progress) {
                     let Reverse(due) = t.heap.pop().expect("peeked");
                     drop(t);
                     if let Some(qp) = due.qp.upgrade() {
-                        qp.kick();
+                        qp.fire();
                     }
                 }
                 Some(Reverse(first)) => break Some(first.at - now),
@@ -233,9 +243,7 @@ fn read_bell(p: &Progress, kick: bool) {
 fn run_deferred(p: &Progress) {
     let qpns = std::mem::take(&mut *p.deferred.lock().expect("deferred kicks"));
     for qpn in qpns {
-        if let Some(qp) = p.qps.get(qpn) {
-            qp.errored_by_peer();
-        }
+        p.qps.errored_by_peer(qpn);
     }
 }
 

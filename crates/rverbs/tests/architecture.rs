@@ -53,7 +53,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
 /// A ratchet like [`KNOWN_UPWARD`].
 const KNOWN_LOOPS: &[(&str, &str)] = &[
     ("mr", "mw"),
-    ("progress", "qp"),
 ];
 
 fn src_dir() -> PathBuf {

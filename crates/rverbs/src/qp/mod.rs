@@ -268,7 +268,8 @@ impl QpInner {
     fn wait(self: &Arc<Self>, sq: &mut SendQueue, delay: std::time::Duration) {
         let at = Instant::now() + delay;
         sq.req_state.back_off(at);
-        crate::progress::schedule(at, Arc::downgrade(self));
+        let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
+        crate::progress::schedule(at, me);
     }
 
     fn head_error(&self, sq: &SendQueue, status: WcStatus, vendor: u32) -> Cqe {
@@ -829,6 +830,20 @@ impl Drop for QpInner {
                 x.release();
             }
             self.pd.release();
+        }
+    }
+}
+
+impl crate::progress::Timed for QpInner {
+    fn fire(self: Arc<Self>) {
+        self.kick();
+    }
+}
+
+impl crate::progress::Kicks for crate::table::Table<QpInner> {
+    fn errored_by_peer(&self, qpn: u32) {
+        if let Some(qp) = self.get(qpn) {
+            qp.errored_by_peer();
         }
     }
 }
