@@ -225,6 +225,20 @@ pub(crate) struct DeviceInner {
     pub(crate) node_guid: u64,
     pub(crate) xrcd_files: crate::xrcd::XrcdFiles,
     pub(crate) mcast: crate::mcast::Groups,
+    /// The network transport's sockets (RoCEv2 over UDP), if any address could be bound.
+    pub(crate) net: Option<crate::transport::udp::Net>,
+}
+
+impl crate::progress::NetRx for DeviceInner {
+    fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        self.net.as_ref().map(|n| n.socks().iter().map(|s| s.fd()).collect()).unwrap_or_default()
+    }
+
+    fn readable(&self, index: usize) {
+        if let Some(net) = &self.net {
+            crate::transport::udp::readable(&self.engine, net, index);
+        }
+    }
 }
 
 impl std::ops::Deref for DeviceInner {
@@ -251,7 +265,8 @@ pub(crate) fn device() -> &'static DeviceInner {
     let d = slot().get_or_init(DeviceInner::new);
     // Peers may ring this endpoint's doorbell from now on: its reader must run. It is
     // given what it serves (the progress thread never reaches up to the device).
-    crate::progress::start(&d.endpoint, &d.qps);
+    let net: Option<&'static dyn crate::progress::NetRx> = d.net.as_ref().map(|_| d as _);
+    crate::progress::start(&d.endpoint, &d.qps, net);
     d
 }
 
@@ -331,7 +346,9 @@ impl DeviceInner {
             }
         };
         register_cleanup(&dir);
+        let net = crate::transport::udp::Net::open(&gids);
         DeviceInner {
+            net,
             engine: Engine::new(Endpoint::new(reg, dir), gids),
             name: DEVICE_NAME,
             node_guid: u64::from_be_bytes(eui),
@@ -403,7 +420,7 @@ impl DeviceInner {
         PortAttr {
             state: PortState::Active,
             max_mtu: Mtu::Mtu4096,
-            active_mtu: Mtu::Mtu4096,
+            active_mtu: limits::ACTIVE_MTU,
             gid_tbl_len: self.gids.len() as u32,
             port_cap_flags: PORT_CM_SUP,
             max_msg_sz: limits::MAX_MSG_SZ,

@@ -66,3 +66,6 @@ pub const NUM_COMP_VECTORS: u32 = 1;
 pub const MAX_MCAST_GRP: u32 = 8192;
 /// QPs per multicast group.
 pub const MAX_MCAST_QP_ATTACH: u32 = 56;
+
+/// The port's active MTU (ibv_query_port(3) `active_mtu`), also the largest UD message.
+pub const ACTIVE_MTU: rverbs_proto::verbs::Mtu = rverbs_proto::verbs::Mtu::Mtu4096;

@@ -14,7 +14,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
@@ -35,6 +35,14 @@ pub(crate) trait Timed: Send + Sync {
 pub(crate) trait Kicks: Send + Sync {
     /// A peer moved QP `qpn` into ERR: its owner flushes what is left.
     fn errored_by_peer(&self, qpn: u32);
+}
+
+/// The network receive path, to the progress thread: sockets to wait on.
+pub(crate) trait NetRx: Send + Sync {
+    /// The descriptors to wait on; their index names them in [`NetRx::readable`].
+    fn fds(&self) -> Vec<BorrowedFd<'_>>;
+    /// Descriptor `index` is readable: receive what waits on it.
+    fn readable(&self, index: usize);
 }
 
 struct Timer {
@@ -70,6 +78,7 @@ use crate::shm::registry::bell;
 
 const TOKEN_WAKE: u64 = 0;
 const TOKEN_BELL: u64 = 1;
+const TOKEN_NET: u64 = 1 << 16;
 const TOKEN_PEER: u64 = 1 << 32;
 
 struct Progress {
@@ -84,6 +93,8 @@ struct Progress {
     endpoint: &'static Endpoint,
     /// The device's QPs, which doorbell kicks name.
     qps: &'static dyn Kicks,
+    /// The network transport's sockets, if it has any.
+    net: Option<&'static dyn NetRx>,
 }
 
 /// The progress thread of each process generation: a forked child has no threads and a
@@ -97,7 +108,7 @@ fn progress() -> &'static Progress {
     PROGRESS[crate::sys::process_generation()].wait()
 }
 
-fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks) -> &'static Progress {
+fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>) -> &'static Progress {
     let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
     let wake = EventFd::new().expect("eventfd");
     rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
@@ -109,6 +120,10 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks) -> &'static Progr
         epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
             .expect("epoll add");
     }
+    for (i, fd) in net.map(|n| n.fds()).unwrap_or_default().into_iter().enumerate() {
+        epoll::add(&epoll, fd, epoll::EventData::new_u64(TOKEN_NET + i as u64), epoll::EventFlags::IN)
+            .expect("epoll add");
+    }
     let p: &'static Progress = Box::leak(Box::new(Progress {
         timers: Mutex::default(),
         deferred: Mutex::default(),
@@ -118,6 +133,7 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks) -> &'static Progr
         peers: Mutex::default(),
         endpoint,
         qps,
+        net,
     }));
     std::thread::Builder::new()
         .name("rverbs-progress".into())
@@ -138,9 +154,9 @@ fn serve_own_proxies() {
 
 /// Starts this generation's progress thread, once (the device does as soon as it exists,
 /// so peers can ring the bell), serving the device's endpoint (whose directory holds the
-/// doorbell) and its QPs `qps`.
-pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks) {
-    PROGRESS[crate::sys::process_generation()].get_or_init(|| spawn(endpoint, qps));
+/// doorbell), its QPs `qps` and the network transport's sockets `net`.
+pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>) {
+    PROGRESS[crate::sys::process_generation()].get_or_init(|| spawn(endpoint, qps, net));
 }
 
 /// Asks the progress thread to kick `qp`'s send queue at `at`.
@@ -209,6 +225,11 @@ fn run(p: &'static Progress) {
                 TOKEN_WAKE => while p.wake.wait().is_ok() {},
                 TOKEN_BELL => ring_bell(p),
                 t if t & TOKEN_PEER != 0 => peer_died(p, (t & 0xffff_ffff) as u32),
+                t if t >= TOKEN_NET => {
+                    if let Some(net) = p.net {
+                        net.readable((t - TOKEN_NET) as usize);
+                    }
+                }
                 _ => {}
             }
         }

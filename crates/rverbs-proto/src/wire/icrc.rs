@@ -138,7 +138,9 @@ fn ipv4_pseudo_headers(
     h
 }
 
-fn ipv4_pseudo_with_id(
+/// As [`compute_ipv4_pseudo`] for a packet sent with IPv4 Identification `id` (rxe and
+/// NICs send non-zero IDs; rocev2-wire.md §2.5).
+pub fn ipv4_pseudo_with_id(
     src: Ipv4Addr,
     dst: Ipv4Addr,
     src_port: u16,

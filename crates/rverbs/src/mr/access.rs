@@ -460,6 +460,20 @@ fn advance(p: Place<'_>, by: usize) -> Place<'_> {
     }
 }
 
+/// Copies the pinned ranges of `src`, in order, into `dst` (at most `dst.len()` bytes).
+pub(crate) fn gather(src: &PinList<'_>, dst: &mut [u8]) -> Result<(), CmaError> {
+    let mut off = 0;
+    for p in src.iter() {
+        if off >= dst.len() {
+            break;
+        }
+        let n = p.len.min(dst.len() - off);
+        move_piece(Place::Local(dst[off..].as_mut_ptr() as usize), p.place, n)?;
+        off += n;
+    }
+    Ok(())
+}
+
 /// Copies a pinned range out into a Rust buffer (at most `dst.len()` bytes).
 pub(crate) fn copy_out(p: &Pinned<'_>, dst: &mut [u8]) -> Result<(), CmaError> {
     let n = dst.len().min(p.len);

@@ -16,12 +16,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use rverbs_proto::psn::Psn;
 use rverbs_proto::rc::{self, Mode, RecvCompletion, Request, Responder, ResponderState, UNSEGMENTED_MTU};
 use rverbs_proto::rnr::rnr_delay;
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpType, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use rverbs_proto::violation::Violation;
 
+use rverbs_proto::wire::roce::Packet as RocePacket;
 use rverbs_proto::wire::{self, FethRepr, Selectivity};
 
 use super::respond::Responding;
@@ -416,6 +418,13 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
         return done;
     }
     if !dev.owns_gid(&grh_attr.dgid) {
+        // Another host: one RoCEv2 packet over UDP, if the network transport serves the
+        // source GID and the destination is IPv4 (this slice); else it is lost, as rxe's
+        // would be without a route.
+        let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
+        if let (Some(sock), Some(dst)) = (dev.net.as_ref().and_then(|n| n.sock_of(&sgid)), grh_attr.dgid.to_ipv4()) {
+            send_ud_packet(qp, wqe, data, sock, dst);
+        }
         return done;
     }
     let ep = endpoint_of(ud.remote_qpn);
@@ -435,33 +444,81 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
     done
 }
 
+/// Sends `wqe` as one UD SEND_ONLY(_WITH_IMMEDIATE) packet from `sock` to `dst`
+/// (rocev2-wire.md §1.2, §1.5: BTH with P_Key 0xFFFF, DETH with the Q_Key and this QP's
+/// number, ImmDt, the payload and its pad, the ICRC).
+fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, sock: &super::udp::NetSock, dst: std::net::Ipv4Addr) {
+    let Some(ud) = &wqe.ud else { return };
+    let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), Psn::new(0));
+    let repr = request.to_repr(ud.remote_qpn);
+    let mut buf = vec![0u8; repr.buffer_len()];
+    let mut packet = RocePacket::new_unchecked(&mut buf[..]);
+    repr.emit(&mut packet);
+    let gathered = match data {
+        Gathered::Inline(b) => {
+            packet.payload_mut().copy_from_slice(b);
+            Ok(())
+        }
+        Gathered::Pins(l) => mr::gather(l, packet.payload_mut()),
+    };
+    if gathered.is_ok() {
+        sock.send(dst, &mut buf);
+    }
+}
+
 /// Whether a UD responder takes a message with `qkey`.
 fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
     super::route::accepts_requests(rec.state()) && rec.qkey.load(Ordering::Acquire) == qkey
 }
 
-/// Delivers one UD message to `t`, which accepts it: the core's UD responder (rocev2-wire.md
-/// §3.5: Q_Key, MTU, a receive WQE with room for the 40-byte GRH and the payload) decides,
-/// this driver writes the GRH built from the path (§5.3) and the payload.
+/// Delivers one UD message to `t`, which accepts it (same host: the GRH is the one the
+/// path would have put on the wire).
 fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t: &T, path: &mut Path) {
     let Some(ud) = &wqe.ud else { return };
     let Some(grh_attr) = ud.ah.attr.grh else { return };
     let dev = qp.pd.ctx.dev;
+    let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
+    let header = grh::build(
+        &sgid,
+        &grh_attr.dgid,
+        grh_attr.traffic_class,
+        grh_attr.hop_limit,
+        grh_attr.flow_label,
+        wqe.total_len as usize,
+        wqe.opcode().has_imm(),
+    );
+    let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), Psn::new(0));
+    let msg = UdMessage { request: &request, header: &header, data: data.source(), sl: ud.ah.attr.sl };
+    deliver_ud(t, &mut path.ud, path.epoch, dev.port_attr().active_mtu.bytes(), msg);
+}
+
+/// A UD message as it reaches a responder: the request, the 40-byte GRH area its receive
+/// gets (rocev2-wire.md §5.3), the payload, and the service level for the completion.
+pub(crate) struct UdMessage<'a, 's, 'p> {
+    pub(crate) request: &'a Request,
+    pub(crate) header: &'a [u8],
+    pub(crate) data: Source<'s, 'p>,
+    pub(crate) sl: u8,
+}
+
+/// Delivers one UD message to `t` through the core's UD responder (kept in `slot`,
+/// reconfigured with `t`'s Q_Key): rocev2-wire.md §3.5: Q_Key, MTU, a receive WQE with
+/// room for the GRH area and the payload; silent drops otherwise.
+pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: Instant, mtu: u32, msg: UdMessage<'_, '_, '_>) {
     t.note_inbound();
-    let cfg = responder_config(Mode::Ud, t.rec(), dev.port_attr().active_mtu.bytes());
-    let responder = match &mut path.ud {
+    let cfg = responder_config(Mode::Ud, t.rec(), mtu);
+    let responder = match slot {
         // A receive WQE the target could not use ended that target's QP, not this machine's
         // next destination: start over.
-        Some(r) if r.state() == ResponderState::Error => path.ud.insert(Responder::new(cfg)),
+        Some(r) if r.state() == ResponderState::Error => slot.insert(Responder::new(cfg)),
         Some(r) => {
             r.reconfigure(cfg);
             r
         }
-        None => path.ud.insert(Responder::new(cfg)),
+        None => slot.insert(Responder::new(cfg)),
     };
-    let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), responder.expected_psn());
     let mut at = Responding::new(t);
-    let delivery = responder.handle_request(path.epoch, &request, &mut at);
+    let delivery = responder.handle_request(now, msg.request, &mut at);
     let Some(c) = delivery.recv else { return };
     if c.status != WcStatus::Success {
         // rxe: with an SRQ a receive too small completes in error; without one the
@@ -473,24 +530,14 @@ fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t
         }
         return;
     }
-    let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
-    let header = grh::build(
-        &sgid,
-        &grh_attr.dgid,
-        grh_attr.traffic_class,
-        grh_attr.hop_limit,
-        grh_attr.flow_label,
-        wqe.total_len as usize,
-        wqe.opcode().has_imm(),
-    );
     if let Some(place) = delivery.place {
-        if at.place(place, Some(&header), data.source()).is_err() {
+        if at.place(place, Some(msg.header), msg.data).is_err() {
             let _ = t.complete(Cqe::error(c.wr_id, t.qpn(), WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD));
             t.enter_error(None);
             return;
         }
     }
     let mut cqe = recv_cqe(t, &c);
-    cqe.sl = ud.ah.attr.sl;
+    cqe.sl = msg.sl;
     let _ = deliver_recv(t, cqe);
 }

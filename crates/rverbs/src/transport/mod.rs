@@ -13,6 +13,7 @@ pub(crate) mod local;
 pub(crate) mod respond;
 pub(crate) mod route;
 pub(crate) mod target;
+pub(crate) mod udp;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,311 @@
+//! The network transport: RoCEv2 packets over UDP port 4791, for destinations that are not
+//! on this host (issue 12). First slice: UD over IPv4.
+//!
+//! Read before editing: rocev2-wire.md §1 (packets), §2.5 (the ICRC and the IPv4
+//! Identification a UDP socket cannot see), §5 (GIDs, the GRH area of a UD receive) and
+//! DESIGN §6.
+//!
+//! Sockets: one UDP socket per IPv4 address of the GID table (loopback excluded), bound to
+//! `address:4791`, unconnected, with `IP_PMTUDISC_DO` so the kernel sends IPv4 ID 0 with DF
+//! and the ICRC can be computed before sending (rocev2-wire.md §2.5). Packets go out from
+//! the socket of the QP's source GID to `destination:4791`. The progress thread reads the
+//! sockets (`progress::NetRx`). Received packets are checked: parse (`wire::roce`), ICRC
+//! with ID 0, else the ID solved from the ICRC (`icrc::solve_ipv4_id`: rxe and NICs send
+//! non-zero IDs); a packet that fails either is dropped and counted, never delivered.
+//!
+//! Limits of this slice: the first rverbs process of a network namespace to bind an
+//! address's port 4791 is the one the network reaches (others on the host send, and reach
+//! each other through shared memory, but receive nothing from the network); IPv6 GIDs and
+//! RC/UC over the network come next.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use std::time::Instant;
+
+use rverbs_proto::rc::{Request, Responder};
+use rverbs_proto::verbs::QpType;
+use rverbs_proto::wire::icrc;
+use rverbs_proto::wire::roce::{Packet, Repr};
+use rverbs_proto::wire::{Operation, Transport};
+
+use super::grh;
+use super::host::{deliver_ud, UdMessage};
+use super::route::accepts_requests;
+use super::target::LocalTarget;
+use crate::engine::Engine;
+use crate::gid::{Gid, GidEntry};
+use crate::limits;
+use crate::mr::Source;
+
+/// The RoCEv2 UDP destination port (IANA).
+pub(crate) const ROCE_PORT: u16 = 4791;
+
+/// One socket, for one local IPv4 address.
+pub(crate) struct NetSock {
+    pub(crate) ip: Ipv4Addr,
+    /// The bound port: 4791, except in tests.
+    port: u16,
+    pub(crate) gid: Gid,
+    sock: UdpSocket,
+}
+
+/// What the receive path dropped, by reason (for tests and diagnostics).
+#[derive(Default)]
+pub(crate) struct NetStats {
+    /// Packets that did not parse as RoCEv2.
+    pub(crate) malformed: AtomicU64,
+    /// Packets whose ICRC fits no IPv4 Identification.
+    pub(crate) bad_icrc: AtomicU64,
+    /// Packets for a transport or QP this process does not serve.
+    pub(crate) unserved: AtomicU64,
+    /// Packets delivered to a QP's responder.
+    pub(crate) delivered: AtomicU64,
+}
+
+/// The sockets of this process and the receive side's state.
+pub(crate) struct Net {
+    socks: Vec<NetSock>,
+    pub(crate) stats: NetStats,
+    /// The core's UD responder machine, reconfigured per destination QP (the receive path
+    /// runs on the progress thread only; the lock is never contended).
+    pub(crate) ud_responder: Mutex<Option<Responder>>,
+}
+
+impl Net {
+    /// Binds `address:4791` for each IPv4 GID of `gids` (loopback excluded). An address
+    /// another process already bound is left to it. `None` when no socket could be bound
+    /// or `RVERBS_NET=off`.
+    pub(crate) fn open(gids: &[GidEntry]) -> Option<Net> {
+        if std::env::var_os("RVERBS_NET").is_some_and(|v| v == "off") {
+            return None;
+        }
+        let mut socks = Vec::new();
+        for e in gids {
+            let Some(ip) = e.gid.to_ipv4() else { continue };
+            if ip.is_loopback() || socks.iter().any(|s: &NetSock| s.ip == ip) {
+                continue;
+            }
+            match NetSock::bind(ip, ROCE_PORT, e.gid) {
+                Ok(sock) => socks.push(sock),
+                Err(err) => tracing::debug!(%ip, %err, "RoCEv2 port not bound: another process serves this address"),
+            }
+        }
+        (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None) })
+    }
+
+    /// The socket of local GID `gid`.
+    pub(crate) fn sock_of(&self, gid: &Gid) -> Option<&NetSock> {
+        self.socks.iter().find(|s| s.gid == *gid)
+    }
+
+    /// The sockets, in a fixed order (the progress thread polls them by index).
+    pub(crate) fn socks(&self) -> &[NetSock] {
+        &self.socks
+    }
+}
+
+impl NetSock {
+    /// A socket bound to `ip:port` for local GID `gid`: unconnected, `IP_PMTUDISC_DO`
+    /// (IPv4 ID 0 with DF, and no fragmentation), non-blocking.
+    fn bind(ip: Ipv4Addr, port: u16, gid: Gid) -> std::io::Result<NetSock> {
+        let sock = UdpSocket::bind(SocketAddrV4::new(ip, port))?;
+        rustix::net::sockopt::set_ip_mtu_discover(&sock, rustix::net::sockopt::Ipv4PathMtuDiscovery::DO)?;
+        sock.set_nonblocking(true)?;
+        let port = sock.local_addr()?.port();
+        Ok(NetSock { ip, port, gid, sock })
+    }
+
+    /// The socket's descriptor, for the progress thread's epoll.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// Sends the RoCEv2 packet `packet` (BTH to ICRC; the ICRC's 4 bytes last, written
+    /// here) to `dst:4791`.
+    ///
+    /// Rule: rocev2-wire.md §2.5: the ICRC covers a pseudo IPv4 header with ID 0 and DF,
+    /// which is what the kernel sends from this socket.
+    pub(crate) fn send(&self, dst: Ipv4Addr, packet: &mut [u8]) {
+        self.send_to(SocketAddrV4::new(dst, ROCE_PORT), packet);
+    }
+
+    fn send_to(&self, dst: SocketAddrV4, packet: &mut [u8]) {
+        let n = packet.len();
+        let icrc = icrc::compute_ipv4_pseudo(self.ip, *dst.ip(), self.port, dst.port(), &packet[..n - 4]);
+        packet[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+        if let Err(err) = self.sock.send_to(packet, dst) {
+            // A datagram transport: a failed send is a lost packet, which the protocol
+            // (RC retries; UD is unreliable) already handles.
+            tracing::debug!(%dst, %err, "RoCEv2 send failed");
+        }
+    }
+
+    /// Receives every datagram waiting, handing each checked packet to `deliver` with its
+    /// source address and the IPv4 Identification it was sent with.
+    pub(crate) fn receive(&self, stats: &NetStats, buf: &mut [u8], mut deliver: impl FnMut(Ipv4Addr, &Packet<&[u8]>, &Repr, u16)) {
+        loop {
+            let (n, from) = match self.sock.recv_from(buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => {
+                    tracing::debug!(%err, "RoCEv2 receive failed");
+                    return;
+                }
+            };
+            let SocketAddr::V4(from) = from else { continue };
+            let bytes = &buf[..n];
+            let Ok(packet) = Packet::new_checked(bytes) else {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let Ok(repr) = Repr::parse(&packet) else {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let Some(id) = ipv4_id(from, SocketAddrV4::new(self.ip, self.port), &packet) else {
+                stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            deliver(*from.ip(), &packet, &repr, id);
+        }
+    }
+}
+
+/// The IPv4 Identification under which the packet's ICRC is right: 0 (what rverbs and any
+/// `IP_PMTUDISC_DO` sender use), else the one solved from the ICRC (rocev2-wire.md §2.5),
+/// else `None` (corrupted).
+fn ipv4_id(from: SocketAddrV4, to: SocketAddrV4, packet: &Packet<&[u8]>) -> Option<u16> {
+    let body = packet.without_icrc();
+    let got = packet.icrc();
+    if icrc::compute_ipv4_pseudo(*from.ip(), *to.ip(), from.port(), to.port(), body) == got {
+        return Some(0);
+    }
+    icrc::solve_ipv4_id(*from.ip(), *to.ip(), from.port(), to.port(), body, got)
+}
+
+/// Whether a parsed packet is a UD request this slice serves.
+pub(crate) fn is_ud(repr: &Repr) -> bool {
+    repr.bth.opcode.transport() == Transport::Ud
+}
+
+/// The progress thread found socket `index` readable: receives and delivers what waits.
+pub(crate) fn readable(engine: &Engine, net: &Net, index: usize) {
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 1 << 16]);
+    }
+    let Some(sock) = net.socks().get(index) else { return };
+    BUF.with_borrow_mut(|buf| {
+        sock.receive(&net.stats, buf, |src, packet, repr, _id| deliver(engine, net, sock, src, packet, repr));
+    });
+}
+
+/// Delivers one checked packet (rxe `rxe_rcv`: the destination QP must exist with the
+/// packet's transport and accept requests; rocev2-wire.md §3.5 for UD).
+fn deliver(engine: &Engine, net: &Net, sock: &NetSock, src: Ipv4Addr, packet: &Packet<&[u8]>, repr: &Repr) {
+    let unserved = || {
+        net.stats.unserved.fetch_add(1, Ordering::Relaxed);
+    };
+    let ud_send = matches!(repr.bth.opcode.operation(), Some(Operation::SendOnly | Operation::SendOnlyWithImmediate));
+    if !is_ud(repr) || !ud_send {
+        return unserved();
+    }
+    let qpn = repr.bth.dest_qp;
+    let Some(qp) = engine.qps.get(qpn) else { return unserved() };
+    if qp.qp_type != QpType::Ud || !accepts_requests(qp.rec.state()) {
+        return unserved();
+    }
+    let request = Request::from_repr(repr, packet.payload());
+    // rocev2-wire.md §5.3: the receive's GRH area holds the packet's IPv4 header.
+    let header = grh::build(&Gid::from_ipv4(src), &sock.gid, 0, 64, 0, repr.payload_len, repr.immdt.is_some());
+    let msg = UdMessage { request: &request, header: &header, data: Source::Bytes(packet.payload()), sl: 0 };
+    let mut slot = net.ud_responder.lock().expect("UD responder");
+    deliver_ud(&LocalTarget::of(qp), &mut slot, Instant::now(), limits::ACTIVE_MTU.bytes(), msg);
+    net.stats.delivered.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rverbs_proto::wire::{BthRepr, DethRepr, OpCode};
+
+    fn ud_packet(payload: &[u8]) -> Vec<u8> {
+        let bth = BthRepr {
+            opcode: OpCode::UdSendOnly,
+            solicited: false,
+            migreq: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: 0x12,
+            ack_req: false,
+            psn: 7,
+        };
+        let mut repr = Repr::new(bth, payload.len());
+        repr.deth = Some(DethRepr { qkey: 0x1111, src_qp: 0x34 });
+        let mut buf = vec![0; repr.buffer_len()];
+        let mut p = Packet::new_unchecked(&mut buf[..]);
+        repr.emit(&mut p);
+        p.payload_mut().copy_from_slice(payload);
+        buf
+    }
+
+    /// rocev2-wire.md §2: a packet whose ICRC is right arrives; one with a flipped bit is
+    /// dropped and counted, never delivered.
+    #[test]
+    fn receive_delivers_good_packets_and_counts_corrupted_ones() {
+        let gid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
+        let rx = NetSock::bind(Ipv4Addr::LOCALHOST, 0, gid).unwrap();
+        let tx = NetSock::bind(Ipv4Addr::LOCALHOST, 0, gid).unwrap();
+        let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, rx.port);
+        let mut good = ud_packet(b"hello");
+        tx.send_to(to, &mut good);
+        let mut bad = ud_packet(b"world");
+        tx.send_to(to, &mut bad);
+        let n = bad.len();
+        bad[n - 9] ^= 0x10; // a payload bit, after the ICRC was computed
+        tx.sock.send_to(&bad, to).unwrap();
+        let mut good_again = ud_packet(b"again");
+        tx.send_to(to, &mut good_again);
+
+        let stats = NetStats::default();
+        let mut buf = vec![0; 1 << 16];
+        let mut got = Vec::new();
+        // Loopback delivers at once; the socket is non-blocking, so keep reading until
+        // the three good packets are in (bounded).
+        for _ in 0..1000 {
+            rx.receive(&stats, &mut buf, |from, p, repr, id| {
+                assert_eq!((from, id, repr.deth.map(|d| d.src_qp)), (Ipv4Addr::LOCALHOST, 0, Some(0x34)));
+                got.push(p.payload().to_vec());
+            });
+            if got.len() == 3 && stats.bad_icrc.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(got, [b"hello".to_vec(), b"world".to_vec(), b"again".to_vec()]);
+        assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+    }
+
+    /// rocev2-wire.md §2.5: rxe and NICs send non-zero IPv4 IDs; the receive side finds the
+    /// ID from the ICRC instead of rejecting the packet.
+    #[test]
+    fn a_packet_sent_with_a_nonzero_ipv4_id_is_accepted_with_that_id() {
+        let from = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 2), 49152);
+        let to = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 1), ROCE_PORT);
+        let mut buf = ud_packet(b"rxe sends ids");
+        let n = buf.len();
+        let icrc = icrc::ipv4_pseudo_with_id(*from.ip(), *to.ip(), from.port(), to.port(), 0x718c, &buf[..n - 4]);
+        buf[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+        let packet = Packet::new_checked(&buf[..]).unwrap();
+        assert_eq!(ipv4_id(from, to, &packet), Some(0x718c));
+        buf[20] ^= 1;
+        let packet = Packet::new_checked(&buf[..]).unwrap();
+        assert_ne!(ipv4_id(from, to, &packet), Some(0x718c));
+    }
+}

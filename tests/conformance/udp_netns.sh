@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# RoCEv2 over UDP between two "hosts": two network namespaces joined by a veth pair that
+# this script creates (10.66.0.1 and 10.66.0.2, addresses only inside them) and removes.
+# Each side is an unmodified Debian ibv_ud_pingpong on rverbs' drop-in libibverbs.so.1,
+# with its own runtime directory, so the two processes are two hosts' devices: no shared
+# memory between them, every message crosses the link as a RoCEv2 packet.
+#
+# Pairs: sizes 1, 1024 and 4096 (veth MTU 9000), polling and with -e, with -c (the
+# client validates the buffer); then the roles swapped. A pair passes when both sides
+# exit 0, print "<iters> iters in" and the client reports no invalid data.
+#
+# Needs root (ip netns, veth). Prints one line per pair, "N passed, N failed"; exits 1 if
+# any pair failed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+ITERS=${UDP_ITERS:-200}
+TIMEOUT=${UDP_TIMEOUT:-30}
+A=rvu-a B=rvu-b
+IP_A=10.66.0.1 IP_B=10.66.0.2
+if [ "$(id -u)" != 0 ]; then
+  echo "udp_netns.sh: SKIPPED: needs root to create network namespaces"
+  exit 0
+fi
+command -v ibv_ud_pingpong >/dev/null || { echo "udp_netns.sh: ibv_ud_pingpong not found (apt-get install ibverbs-utils)" >&2; exit 2; }
+DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
+
+WORK=$(mktemp -d /tmp/udp-netns.XXXXXX)
+cleanup() {
+  ip netns del "$A" 2>/dev/null || true
+  ip netns del "$B" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+cleanup
+mkdir -p "$WORK/rt-a" "$WORK/rt-b"
+
+ip netns add "$A"
+ip netns add "$B"
+ip link add rvu-a0 type veth peer name rvu-b0
+ip link set rvu-a0 netns "$A"
+ip link set rvu-b0 netns "$B"
+ip -n "$A" addr add "$IP_A/24" dev rvu-a0
+ip -n "$B" addr add "$IP_B/24" dev rvu-b0
+for ns in "$A" "$B"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$A" link set rvu-a0 mtu 9000 up
+ip -n "$B" link set rvu-b0 mtu 9000 up
+
+# in NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as its own host.
+in_ns() {
+  local ns=$1 rt=$2
+  shift 2
+  ip netns exec "$ns" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$rt" timeout -k 5 "$TIMEOUT" "$@"
+}
+
+# The GID index of an address in the device's table inside a namespace.
+gid_index() {
+  in_ns "$1" "$2" ibv_devinfo -v | grep -F "::ffff:$3," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
+}
+
+passed=0 failed=0 port=18600
+pair() {
+  local label=$1 sns=$2 srt=$3 sip=$4 cns=$5 crt=$6 cip=$7
+  shift 7
+  local sgid cgid slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=()
+  sgid=$(gid_index "$sns" "$srt" "$sip")
+  cgid=$(gid_index "$cns" "$crt" "$cip")
+  port=$((port + 1))
+  in_ns "$sns" "$srt" ibv_ud_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
+  local spid=$!
+  # The server listens on its TCP port before the client may connect.
+  for _ in $(seq 200); do
+    ip netns exec "$sns" ss -ltn "sport = :$port" | grep -q LISTEN && break
+    sleep 0.05
+  done
+  in_ns "$cns" "$crt" ibv_ud_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$port" "$@" "$sip" >"$clog" 2>&1 || crc=$?
+  wait "$spid" || src=$?
+  [ "$src" = 0 ] || why+=("server exit $src")
+  [ "$crc" = 0 ] || why+=("client exit $crc")
+  grep -q "^$ITERS iters in" "$slog" || why+=("server printed no \"$ITERS iters in\"")
+  grep -q "^$ITERS iters in" "$clog" || why+=("client printed no \"$ITERS iters in\"")
+  ! grep -q "invalid data" "$clog" || why+=("client: invalid data (-c)")
+  if [ ${#why[@]} -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "PASS $label"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $label: ${why[*]}"
+    tail -n 20 "$slog" "$clog" >&2
+  fi
+}
+
+echo "udp_netns.sh: ibv_ud_pingpong between netns $A ($IP_A) and $B ($IP_B), -n $ITERS"
+for ev in "" -e; do
+  for s in 1 1024 4096; do
+    pair "ud${ev:+ $ev} -s $s -c, server in $A" "$A" "$WORK/rt-a" "$IP_A" "$B" "$WORK/rt-b" "$IP_B" -c -s "$s" ${ev:+"$ev"}
+  done
+done
+pair "ud -s 2048 -c, server in $B" "$B" "$WORK/rt-b" "$IP_B" "$A" "$WORK/rt-a" "$IP_A" -c -s 2048
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
