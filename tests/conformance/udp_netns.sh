@@ -99,5 +99,47 @@ for ev in "" -e; do
   done
 done
 pair "ud -s 2048 -c, server in $B" "$B" "$WORK/rt-b" "$IP_B" "$A" "$WORK/rt-a" "$IP_A" -c -s 2048
+
+# Two processes of one host behind one port 4791: the first server to start owns
+# 10.66.0.1:4791; the second one's QP is reached through it (the owner delivers into the
+# other process's queues through shared memory). The client talks to the second first.
+two_servers() {
+  local label="ud -s 1024 -c, two server processes in $A behind one port"
+  local gid_a gid_b l1=$WORK/s1.log l2=$WORK/s2.log c1=$WORK/c1.log c2=$WORK/c2.log
+  local p1=$((port + 1)) p2=$((port + 2)) r1=0 r2=0 rc1=0 rc2=0 why=() pid1 pid2
+  port=$p2
+  gid_a=$(gid_index "$A" "$WORK/rt-a" "$IP_A")
+  gid_b=$(gid_index "$B" "$WORK/rt-b" "$IP_B")
+  wait_port() {
+    for _ in $(seq 200); do
+      ip netns exec "$A" ss -ltn "sport = :$1" | grep -q LISTEN && return 0
+      sleep 0.05
+    done
+  }
+  in_ns "$A" "$WORK/rt-a" ibv_ud_pingpong -d rverbs0 -g "$gid_a" -n "$ITERS" -p "$p1" -c -s 1024 >"$l1" 2>&1 &
+  pid1=$!
+  wait_port "$p1"
+  in_ns "$A" "$WORK/rt-a" ibv_ud_pingpong -d rverbs0 -g "$gid_a" -n "$ITERS" -p "$p2" -c -s 1024 >"$l2" 2>&1 &
+  pid2=$!
+  wait_port "$p2"
+  in_ns "$B" "$WORK/rt-b" ibv_ud_pingpong -d rverbs0 -g "$gid_b" -n "$ITERS" -p "$p2" -c -s 1024 "$IP_A" >"$c2" 2>&1 || rc2=$?
+  wait "$pid2" || r2=$?
+  in_ns "$B" "$WORK/rt-b" ibv_ud_pingpong -d rverbs0 -g "$gid_b" -n "$ITERS" -p "$p1" -c -s 1024 "$IP_A" >"$c1" 2>&1 || rc1=$?
+  wait "$pid1" || r1=$?
+  for f in "$l1" "$l2" "$c1" "$c2"; do
+    grep -q "^$ITERS iters in" "$f" || why+=("$(basename "$f" .log) printed no \"$ITERS iters in\"")
+  done
+  [ "$r1$r2$rc1$rc2" = 0000 ] || why+=("exit codes: servers $r1 $r2, clients $rc1 $rc2")
+  ! grep -q "invalid data" "$c1" "$c2" || why+=("invalid data (-c)")
+  if [ ${#why[@]} -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "PASS $label"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $label: ${why[*]}"
+    tail -n 20 "$l1" "$l2" "$c1" "$c2" >&2
+  fi
+}
+two_servers
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

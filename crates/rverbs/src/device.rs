@@ -231,10 +231,13 @@ pub(crate) struct DeviceInner {
 
 impl crate::progress::NetRx for DeviceInner {
     fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        // Sockets that only send are polled too (nothing arrives on them but stray
+        // datagrams, which the receive path checks and drops); the index stays the
+        // socket's.
         self.net.as_ref().map(|n| n.socks().iter().map(|s| s.fd()).collect()).unwrap_or_default()
     }
 
-    fn readable(&self, index: usize) {
+    fn readable(&'static self, index: usize) {
         if let Some(net) = &self.net {
             crate::transport::udp::readable(&self.engine, net, index);
         }

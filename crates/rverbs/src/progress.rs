@@ -42,7 +42,7 @@ pub(crate) trait NetRx: Send + Sync {
     /// The descriptors to wait on; their index names them in [`NetRx::readable`].
     fn fds(&self) -> Vec<BorrowedFd<'_>>;
     /// Descriptor `index` is readable: receive what waits on it.
-    fn readable(&self, index: usize);
+    fn readable(&'static self, index: usize);
 }
 
 struct Timer {

@@ -13,10 +13,13 @@
 //! with ID 0, else the ID solved from the ICRC (`icrc::solve_ipv4_id`: rxe and NICs send
 //! non-zero IDs); a packet that fails either is dropped and counted, never delivered.
 //!
-//! Limits of this slice: the first rverbs process of a network namespace to bind an
-//! address's port 4791 is the one the network reaches (others on the host send, and reach
-//! each other through shared memory, but receive nothing from the network); IPv6 GIDs and
-//! RC/UC over the network come next.
+//! Demultiplexing: a RoCEv2 peer only knows port 4791 of a host, and one socket per
+//! address can have it. The first rverbs process of a network namespace to bind an
+//! address owns it; a packet for a QP of another process of the host (the QPN names its
+//! endpoint) is delivered by the owner straight into that process's queues through
+//! shared memory, as the same-host transport delivers, so every process is reachable.
+//! Limits of this slice: UD only (RC and UC next), IPv4 GIDs only; when the owner exits,
+//! the port is free but nobody takes it over until a process starts.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -33,8 +36,8 @@ use rverbs_proto::wire::{Operation, Transport};
 
 use super::grh;
 use super::host::{deliver_ud, UdMessage};
-use super::route::accepts_requests;
-use super::target::LocalTarget;
+use super::route::{accepts_requests, endpoint_of, is_qp};
+use super::target::{LocalTarget, PeerTarget};
 use crate::engine::Engine;
 use crate::gid::{Gid, GidEntry};
 use crate::limits;
@@ -75,9 +78,9 @@ pub(crate) struct Net {
 }
 
 impl Net {
-    /// Binds `address:4791` for each IPv4 GID of `gids` (loopback excluded). An address
-    /// another process already bound is left to it. `None` when no socket could be bound
-    /// or `RVERBS_NET=off`.
+    /// Binds `address:4791` for each IPv4 GID of `gids` (loopback excluded), or, where
+    /// another process owns that port, `address:0` to send from. `None` when no socket
+    /// could be bound or `RVERBS_NET=off`.
     pub(crate) fn open(gids: &[GidEntry]) -> Option<Net> {
         if std::env::var_os("RVERBS_NET").is_some_and(|v| v == "off") {
             return None;
@@ -88,9 +91,16 @@ impl Net {
             if ip.is_loopback() || socks.iter().any(|s: &NetSock| s.ip == ip) {
                 continue;
             }
-            match NetSock::bind(ip, ROCE_PORT, e.gid) {
+            // Another process of the namespace may own ip:4791: then this one sends from
+            // a port of its own (RoCEv2 peers accept any source port) and receives through
+            // the owner, which delivers into this process's queues.
+            let sock = NetSock::bind(ip, ROCE_PORT, e.gid).or_else(|err| {
+                tracing::debug!(%ip, %err, "RoCEv2 port owned by another process: sending from an ephemeral port");
+                NetSock::bind(ip, 0, e.gid)
+            });
+            match sock {
                 Ok(sock) => socks.push(sock),
-                Err(err) => tracing::debug!(%ip, %err, "RoCEv2 port not bound: another process serves this address"),
+                Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }
         (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None) })
@@ -193,7 +203,7 @@ pub(crate) fn is_ud(repr: &Repr) -> bool {
 }
 
 /// The progress thread found socket `index` readable: receives and delivers what waits.
-pub(crate) fn readable(engine: &Engine, net: &Net, index: usize) {
+pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
     thread_local! {
         static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 1 << 16]);
     }
@@ -205,7 +215,11 @@ pub(crate) fn readable(engine: &Engine, net: &Net, index: usize) {
 
 /// Delivers one checked packet (rxe `rxe_rcv`: the destination QP must exist with the
 /// packet's transport and accept requests; rocev2-wire.md §3.5 for UD).
-fn deliver(engine: &Engine, net: &Net, sock: &NetSock, src: Ipv4Addr, packet: &Packet<&[u8]>, repr: &Repr) {
+///
+/// The QP may be of another process of this host (its number names its endpoint): the
+/// process that owns the port delivers into that process's queues through shared memory,
+/// as the same-host transport does, so every process is reachable from the network.
+fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, src: Ipv4Addr, packet: &Packet<&[u8]>, repr: &Repr) {
     let unserved = || {
         net.stats.unserved.fetch_add(1, Ordering::Relaxed);
     };
@@ -214,16 +228,27 @@ fn deliver(engine: &Engine, net: &Net, sock: &NetSock, src: Ipv4Addr, packet: &P
         return unserved();
     }
     let qpn = repr.bth.dest_qp;
-    let Some(qp) = engine.qps.get(qpn) else { return unserved() };
-    if qp.qp_type != QpType::Ud || !accepts_requests(qp.rec.state()) {
-        return unserved();
-    }
     let request = Request::from_repr(repr, packet.payload());
     // rocev2-wire.md §5.3: the receive's GRH area holds the packet's IPv4 header.
     let header = grh::build(&Gid::from_ipv4(src), &sock.gid, 0, 64, 0, repr.payload_len, repr.immdt.is_some());
     let msg = UdMessage { request: &request, header: &header, data: Source::Bytes(packet.payload()), sl: 0 };
     let mut slot = net.ud_responder.lock().expect("UD responder");
-    deliver_ud(&LocalTarget::of(qp), &mut slot, Instant::now(), limits::ACTIVE_MTU.bytes(), msg);
+    let mtu = limits::ACTIVE_MTU.bytes();
+    let ep = endpoint_of(qpn);
+    if ep == engine.ep() {
+        let Some(qp) = engine.qps.get(qpn) else { return unserved() };
+        if qp.qp_type != QpType::Ud || !accepts_requests(qp.rec.state()) {
+            return unserved();
+        }
+        deliver_ud(&LocalTarget::of(qp), &mut slot, Instant::now(), mtu, msg);
+    } else {
+        let Some(peer) = engine.reg.as_ref().and_then(|r| r.peer(ep).ok()) else { return unserved() };
+        let rec = peer.tables().qp(qpn);
+        if !is_qp(rec, qpn, QpType::Ud) || !accepts_requests(rec.state()) {
+            return unserved();
+        }
+        deliver_ud(&PeerTarget::of_qp(&engine.endpoint, peer, qpn), &mut slot, Instant::now(), mtu, msg);
+    }
     net.stats.delivered.fetch_add(1, Ordering::Relaxed);
 }
 
