@@ -6,7 +6,8 @@
 # memory between them, every message crosses the link as a RoCEv2 packet.
 #
 # Pairs: sizes 1, 1024 and 4096 (veth MTU 9000), polling and with -e, with -c (the
-# client validates the buffer); then the roles swapped. A pair passes when both sides
+# client validates the buffer); then the roles swapped; one over IPv6 GIDs (fd66::1/2);
+# two server processes behind one port. A pair passes when both sides
 # exit 0, print "<iters> iters in" and the client reports no invalid data.
 #
 # Needs root (ip netns, veth). Prints one line per pair, "N passed, N failed"; exits 1 if
@@ -18,6 +19,7 @@ ITERS=${UDP_ITERS:-200}
 TIMEOUT=${UDP_TIMEOUT:-30}
 A=rvu-a B=rvu-b
 IP_A=10.66.0.1 IP_B=10.66.0.2
+IP6_A=fd66::1 IP6_B=fd66::2
 if [ "$(id -u)" != 0 ]; then
   echo "udp_netns.sh: SKIPPED: needs root to create network namespaces"
   exit 0
@@ -42,6 +44,8 @@ ip link set rvu-a0 netns "$A"
 ip link set rvu-b0 netns "$B"
 ip -n "$A" addr add "$IP_A/24" dev rvu-a0
 ip -n "$B" addr add "$IP_B/24" dev rvu-b0
+ip -n "$A" addr add "$IP6_A/64" dev rvu-a0 nodad
+ip -n "$B" addr add "$IP6_B/64" dev rvu-b0 nodad
 for ns in "$A" "$B"; do
   ip -n "$ns" link set lo up
 done
@@ -57,16 +61,22 @@ in_ns() {
 
 # The GID index of an address in the device's table inside a namespace.
 gid_index() {
-  in_ns "$1" "$2" ibv_devinfo -v | grep -F "::ffff:$3," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
+  local gid=$3
+  [[ $gid == *:* ]] || gid=::ffff:$gid
+  in_ns "$1" "$2" ibv_devinfo -v | grep -E "[[:space:]]$gid," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
 }
 
 passed=0 failed=0 port=18600
+# pair LABEL SERVER_NS SERVER_RUNTIME SERVER_IP CLIENT_NS CLIENT_RUNTIME CLIENT_IP ARGS...:
+# the GIDs are those of the IPs (IPv4 or IPv6); the TCP exchange goes to SERVER_IP's
+# IPv4 side ($GID_VIA, default the IPv4 address itself).
 pair() {
   local label=$1 sns=$2 srt=$3 sip=$4 cns=$5 crt=$6 cip=$7
   shift 7
   local sgid cgid slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=()
   sgid=$(gid_index "$sns" "$srt" "$sip")
   cgid=$(gid_index "$cns" "$crt" "$cip")
+  [[ $sip == *:* ]] && sip=$IP_A
   port=$((port + 1))
   in_ns "$sns" "$srt" ibv_ud_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
   local spid=$!
@@ -99,6 +109,7 @@ for ev in "" -e; do
   done
 done
 pair "ud -s 2048 -c, server in $B" "$B" "$WORK/rt-b" "$IP_B" "$A" "$WORK/rt-a" "$IP_A" -c -s 2048
+pair "ud -s 1024 -c over IPv6 GIDs ($IP6_A, $IP6_B)" "$A" "$WORK/rt-a" "$IP6_A" "$B" "$WORK/rt-b" "$IP6_B" -c -s 1024
 
 # Two processes of one host behind one port 4791: the first server to start owns
 # 10.66.0.1:4791; the second one's QP is reached through it (the owner delivers into the

@@ -4,7 +4,7 @@
 //! RoCE v2 port an IPv4 address appears as the IPv4-mapped GID `::ffff:a.b.c.d`.
 
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A 128-bit global identifier (`union ibv_gid`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -20,6 +20,23 @@ impl Gid {
     /// The IPv4 address if this is an IPv4-mapped GID.
     pub fn to_ipv4(&self) -> Option<Ipv4Addr> {
         Ipv6Addr::from(self.0).to_ipv4_mapped()
+    }
+
+    /// The IP address a RoCE v2 GID stands for (rocev2-wire.md §5.1): IPv4 if the GID is
+    /// IPv4-mapped, else the GID itself as an IPv6 address.
+    pub fn to_ip(&self) -> IpAddr {
+        match self.to_ipv4() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(self.0)),
+        }
+    }
+
+    /// The GID of an IP address (the inverse of [`Gid::to_ip`]).
+    pub fn from_ip(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => Gid::from_ipv4(v4),
+            IpAddr::V6(v6) => Gid(v6.octets()),
+        }
     }
 
     /// The link-local GID `fe80::` + the EUI-64 interface id.

@@ -1,27 +1,29 @@
 //! The network transport: RoCEv2 packets over UDP port 4791, for destinations that are not
-//! on this host (issue 12). First slice: UD over IPv4.
+//! on this host (issue 12). First slice: UD, over IPv4 and IPv6.
 //!
 //! Read before editing: rocev2-wire.md §1 (packets), §2.5 (the ICRC and the IPv4
 //! Identification a UDP socket cannot see), §5 (GIDs, the GRH area of a UD receive) and
 //! DESIGN §6.
 //!
-//! Sockets: one UDP socket per IPv4 address of the GID table (loopback excluded), bound to
-//! `address:4791`, unconnected, with `IP_PMTUDISC_DO` so the kernel sends IPv4 ID 0 with DF
-//! and the ICRC can be computed before sending (rocev2-wire.md §2.5). Packets go out from
+//! Sockets: one UDP socket per IP address of the GID table (loopback and IPv6 link-local
+//! excluded), bound to `address:4791`, unconnected, with path MTU discovery "do" so the
+//! kernel sends IPv4 ID 0 with DF and the ICRC can be computed before sending
+//! (rocev2-wire.md §2.5; IPv6 has no ID). Packets go out from
 //! the socket of the QP's source GID to `destination:4791`. The progress thread reads the
 //! sockets (`progress::NetRx`). Received packets are checked: parse (`wire::roce`), ICRC
-//! with ID 0, else the ID solved from the ICRC (`icrc::solve_ipv4_id`: rxe and NICs send
-//! non-zero IDs); a packet that fails either is dropped and counted, never delivered.
+//! (IPv4: with ID 0, else the ID solved from the ICRC, `icrc::solve_ipv4_id`, since rxe and
+//! NICs send non-zero IDs); a packet that fails either is dropped and counted, never
+//! delivered.
 //!
 //! Demultiplexing: a RoCEv2 peer only knows port 4791 of a host, and one socket per
 //! address can have it. The first rverbs process of a network namespace to bind an
 //! address owns it; a packet for a QP of another process of the host (the QPN names its
 //! endpoint) is delivered by the owner straight into that process's queues through
 //! shared memory, as the same-host transport delivers, so every process is reachable.
-//! Limits of this slice: UD only (RC and UC next), IPv4 GIDs only; when the owner exits,
+//! Limits of this slice: UD only (RC and UC next), no link-local GIDs; when the owner exits,
 //! the port is free but nobody takes it over until a process starts.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -48,7 +50,7 @@ pub(crate) const ROCE_PORT: u16 = 4791;
 
 /// One socket, for one local IPv4 address.
 pub(crate) struct NetSock {
-    pub(crate) ip: Ipv4Addr,
+    pub(crate) ip: IpAddr,
     /// The bound port: 4791, except in tests.
     port: u16,
     pub(crate) gid: Gid,
@@ -87,8 +89,10 @@ impl Net {
         }
         let mut socks = Vec::new();
         for e in gids {
-            let Some(ip) = e.gid.to_ipv4() else { continue };
-            if ip.is_loopback() || socks.iter().any(|s: &NetSock| s.ip == ip) {
+            let ip = e.gid.to_ip();
+            // Link-local IPv6 addresses need a scope (an interface) to be reached: not served.
+            let link_local = matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local());
+            if ip.is_loopback() || link_local || socks.iter().any(|s: &NetSock| s.ip == ip) {
                 continue;
             }
             // Another process of the namespace may own ip:4791: then this one sends from
@@ -118,11 +122,15 @@ impl Net {
 }
 
 impl NetSock {
-    /// A socket bound to `ip:port` for local GID `gid`: unconnected, `IP_PMTUDISC_DO`
-    /// (IPv4 ID 0 with DF, and no fragmentation), non-blocking.
-    fn bind(ip: Ipv4Addr, port: u16, gid: Gid) -> std::io::Result<NetSock> {
-        let sock = UdpSocket::bind(SocketAddrV4::new(ip, port))?;
-        rustix::net::sockopt::set_ip_mtu_discover(&sock, rustix::net::sockopt::Ipv4PathMtuDiscovery::DO)?;
+    /// A socket bound to `ip:port` for local GID `gid`: unconnected, path MTU discovery
+    /// "do" (IPv4: ID 0 with DF; both: no fragmentation, an oversize send fails), non-blocking.
+    fn bind(ip: IpAddr, port: u16, gid: Gid) -> std::io::Result<NetSock> {
+        use rustix::net::sockopt;
+        let sock = UdpSocket::bind(SocketAddr::new(ip, port))?;
+        match ip {
+            IpAddr::V4(_) => sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)?,
+            IpAddr::V6(_) => sockopt::set_ipv6_mtu_discover(&sock, sockopt::Ipv6PathMtuDiscovery::DO)?,
+        }
         sock.set_nonblocking(true)?;
         let port = sock.local_addr()?.port();
         Ok(NetSock { ip, port, gid, sock })
@@ -136,15 +144,21 @@ impl NetSock {
     /// Sends the RoCEv2 packet `packet` (BTH to ICRC; the ICRC's 4 bytes last, written
     /// here) to `dst:4791`.
     ///
-    /// Rule: rocev2-wire.md §2.5: the ICRC covers a pseudo IPv4 header with ID 0 and DF,
-    /// which is what the kernel sends from this socket.
-    pub(crate) fn send(&self, dst: Ipv4Addr, packet: &mut [u8]) {
-        self.send_to(SocketAddrV4::new(dst, ROCE_PORT), packet);
+    /// Rule: rocev2-wire.md §2.5: over IPv4 the ICRC covers a pseudo header with ID 0 and
+    /// DF, which is what the kernel sends from this socket; IPv6 has no ID.
+    pub(crate) fn send(&self, dst: IpAddr, packet: &mut [u8]) {
+        self.send_to(SocketAddr::new(dst, ROCE_PORT), packet);
     }
 
-    fn send_to(&self, dst: SocketAddrV4, packet: &mut [u8]) {
+    fn send_to(&self, dst: SocketAddr, packet: &mut [u8]) {
         let n = packet.len();
-        let icrc = icrc::compute_ipv4_pseudo(self.ip, *dst.ip(), self.port, dst.port(), &packet[..n - 4]);
+        let body = &packet[..n - 4];
+        let icrc = match (self.ip, dst.ip()) {
+            (IpAddr::V4(src), IpAddr::V4(to)) => icrc::compute_ipv4_pseudo(src, to, self.port, dst.port(), body),
+            (IpAddr::V6(src), IpAddr::V6(to)) => icrc::compute_ipv6_pseudo(src, to, self.port, dst.port(), body),
+            // A GID of the other family than the source: no route, as for rxe.
+            _ => return,
+        };
         packet[n - 4..].copy_from_slice(&icrc.to_le_bytes());
         if let Err(err) = self.sock.send_to(packet, dst) {
             // A datagram transport: a failed send is a lost packet, which the protocol
@@ -154,8 +168,8 @@ impl NetSock {
     }
 
     /// Receives every datagram waiting, handing each checked packet to `deliver` with its
-    /// source address and the IPv4 Identification it was sent with.
-    pub(crate) fn receive(&self, stats: &NetStats, buf: &mut [u8], mut deliver: impl FnMut(Ipv4Addr, &Packet<&[u8]>, &Repr, u16)) {
+    /// source address and the IPv4 Identification it was sent with (0 for IPv6).
+    pub(crate) fn receive(&self, stats: &NetStats, buf: &mut [u8], mut deliver: impl FnMut(IpAddr, &Packet<&[u8]>, &Repr, u16)) {
         loop {
             let (n, from) = match self.sock.recv_from(buf) {
                 Ok(r) => r,
@@ -166,7 +180,6 @@ impl NetSock {
                     return;
                 }
             };
-            let SocketAddr::V4(from) = from else { continue };
             let bytes = &buf[..n];
             let Ok(packet) = Packet::new_checked(bytes) else {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
@@ -176,25 +189,33 @@ impl NetSock {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            let Some(id) = ipv4_id(from, SocketAddrV4::new(self.ip, self.port), &packet) else {
+            let Some(id) = icrc_id(from, SocketAddr::new(self.ip, self.port), &packet) else {
                 stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            deliver(*from.ip(), &packet, &repr, id);
+            deliver(from.ip(), &packet, &repr, id);
         }
     }
 }
 
-/// The IPv4 Identification under which the packet's ICRC is right: 0 (what rverbs and any
-/// `IP_PMTUDISC_DO` sender use), else the one solved from the ICRC (rocev2-wire.md §2.5),
-/// else `None` (corrupted).
-fn ipv4_id(from: SocketAddrV4, to: SocketAddrV4, packet: &Packet<&[u8]>) -> Option<u16> {
+/// Whether the packet's ICRC is right, and under which IPv4 Identification: 0 (what rverbs
+/// and any `IP_PMTUDISC_DO` sender use), else the one solved from the ICRC (rocev2-wire.md
+/// §2.5); IPv6 has no ID (0). `None`: corrupted.
+fn icrc_id(from: SocketAddr, to: SocketAddr, packet: &Packet<&[u8]>) -> Option<u16> {
     let body = packet.without_icrc();
     let got = packet.icrc();
-    if icrc::compute_ipv4_pseudo(*from.ip(), *to.ip(), from.port(), to.port(), body) == got {
-        return Some(0);
+    match (from.ip(), to.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            if icrc::compute_ipv4_pseudo(src, dst, from.port(), to.port(), body) == got {
+                return Some(0);
+            }
+            icrc::solve_ipv4_id(src, dst, from.port(), to.port(), body, got)
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            (icrc::compute_ipv6_pseudo(src, dst, from.port(), to.port(), body) == got).then_some(0)
+        }
+        _ => None,
     }
-    icrc::solve_ipv4_id(*from.ip(), *to.ip(), from.port(), to.port(), body, got)
 }
 
 /// Whether a parsed packet is a UD request this slice serves.
@@ -219,7 +240,7 @@ pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
 /// The QP may be of another process of this host (its number names its endpoint): the
 /// process that owns the port delivers into that process's queues through shared memory,
 /// as the same-host transport does, so every process is reachable from the network.
-fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, src: Ipv4Addr, packet: &Packet<&[u8]>, repr: &Repr) {
+fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, src: IpAddr, packet: &Packet<&[u8]>, repr: &Repr) {
     let unserved = || {
         net.stats.unserved.fetch_add(1, Ordering::Relaxed);
     };
@@ -229,8 +250,8 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, src: Ipv4Addr, pa
     }
     let qpn = repr.bth.dest_qp;
     let request = Request::from_repr(repr, packet.payload());
-    // rocev2-wire.md §5.3: the receive's GRH area holds the packet's IPv4 header.
-    let header = grh::build(&Gid::from_ipv4(src), &sock.gid, 0, 64, 0, repr.payload_len, repr.immdt.is_some());
+    // rocev2-wire.md §5.3: the receive's GRH area holds the packet's IP header.
+    let header = grh::build(&Gid::from_ip(src), &sock.gid, 0, 64, 0, repr.payload_len, repr.immdt.is_some());
     let msg = UdMessage { request: &request, header: &header, data: Source::Bytes(packet.payload()), sl: 0 };
     let mut slot = net.ud_responder.lock().expect("UD responder");
     let mtu = limits::ACTIVE_MTU.bytes();
@@ -255,6 +276,7 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, src: Ipv4Addr, pa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use rverbs_proto::wire::{BthRepr, DethRepr, OpCode};
 
     fn ud_packet(payload: &[u8]) -> Vec<u8> {
@@ -284,9 +306,9 @@ mod tests {
     #[test]
     fn receive_delivers_good_packets_and_counts_corrupted_ones() {
         let gid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
-        let rx = NetSock::bind(Ipv4Addr::LOCALHOST, 0, gid).unwrap();
-        let tx = NetSock::bind(Ipv4Addr::LOCALHOST, 0, gid).unwrap();
-        let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, rx.port);
+        let rx = NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap();
+        let tx = NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap();
+        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), rx.port);
         let mut good = ud_packet(b"hello");
         tx.send_to(to, &mut good);
         let mut bad = ud_packet(b"world");
@@ -304,7 +326,7 @@ mod tests {
         // the three good packets are in (bounded).
         for _ in 0..1000 {
             rx.receive(&stats, &mut buf, |from, p, repr, id| {
-                assert_eq!((from, id, repr.deth.map(|d| d.src_qp)), (Ipv4Addr::LOCALHOST, 0, Some(0x34)));
+                assert_eq!((from, id, repr.deth.map(|d| d.src_qp)), (IpAddr::V4(Ipv4Addr::LOCALHOST), 0, Some(0x34)));
                 got.push(p.payload().to_vec());
             });
             if got.len() == 3 && stats.bad_icrc.load(Ordering::Relaxed) == 1 {
@@ -321,16 +343,50 @@ mod tests {
     /// ID from the ICRC instead of rejecting the packet.
     #[test]
     fn a_packet_sent_with_a_nonzero_ipv4_id_is_accepted_with_that_id() {
-        let from = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 2), 49152);
-        let to = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 1), ROCE_PORT);
+        let (src, dst) = (Ipv4Addr::new(10, 77, 0, 2), Ipv4Addr::new(10, 77, 0, 1));
+        let from = SocketAddr::new(IpAddr::V4(src), 49152);
+        let to = SocketAddr::new(IpAddr::V4(dst), ROCE_PORT);
         let mut buf = ud_packet(b"rxe sends ids");
         let n = buf.len();
-        let icrc = icrc::ipv4_pseudo_with_id(*from.ip(), *to.ip(), from.port(), to.port(), 0x718c, &buf[..n - 4]);
+        let icrc = icrc::ipv4_pseudo_with_id(src, dst, from.port(), to.port(), 0x718c, &buf[..n - 4]);
         buf[n - 4..].copy_from_slice(&icrc.to_le_bytes());
         let packet = Packet::new_checked(&buf[..]).unwrap();
-        assert_eq!(ipv4_id(from, to, &packet), Some(0x718c));
+        assert_eq!(icrc_id(from, to, &packet), Some(0x718c));
         buf[20] ^= 1;
         let packet = Packet::new_checked(&buf[..]).unwrap();
-        assert_ne!(ipv4_id(from, to, &packet), Some(0x718c));
+        assert_ne!(icrc_id(from, to, &packet), Some(0x718c));
+    }
+
+    /// rocev2-wire.md §2.5: IPv6 carries no ID; its ICRC is checked as it is.
+    #[test]
+    fn ipv6_packets_are_checked_without_an_id() {
+        let gid = Gid::from_ip(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST));
+        let Ok(rx) = NetSock::bind(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST), 0, gid) else {
+            // A host without IPv6 loopback cannot run this test; the IPv4 ones cover the path.
+            return;
+        };
+        let tx = NetSock::bind(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST), 0, gid).unwrap();
+        let to = SocketAddr::new(rx.ip, rx.port);
+        let mut good = ud_packet(b"six");
+        tx.send_to(to, &mut good);
+        let mut bad = good.clone();
+        bad[13] ^= 4;
+        tx.sock.send_to(&bad, to).unwrap();
+        tx.send_to(to, &mut ud_packet(b"six again"));
+        let stats = NetStats::default();
+        let mut buf = vec![0; 1 << 16];
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            rx.receive(&stats, &mut buf, |_, p, _, id| {
+                assert_eq!(id, 0);
+                got.push(p.payload().to_vec());
+            });
+            if got.len() == 2 && stats.bad_icrc.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(got, [b"six".to_vec(), b"six again".to_vec()]);
+        assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 1);
     }
 }
