@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! rverbs-probe pingpong-server --local IP [--size N] [--iters N] [--port P] [--pcap FILE]
-//!                              [--psn PSN] [--timeout S]
+//!                              [--psn PSN] [--timeout S] [--corrupt-tx N] [--drop-rx N]
 //! rverbs-probe pingpong-client --local IP --server IP [same options]
 //! rverbs-probe check-pcap FILE...
 //! ```
@@ -16,6 +16,10 @@
 //! receive have completed; the client sends first). rc_pingpong sends and receives in one
 //! buffer, so every message after its first echoes the one it received: each side checks
 //! the bytes it gets (the first from rc_pingpong is 0x7b bytes).
+//!
+//! `--corrupt-tx N` flips an ICRC bit of every N-th request packet we send (rxe must drop
+//! it and our requester retry); `--drop-rx N` drops every N-th datagram we receive (our
+//! responder must NAK the gap, our requester time out, and rxe retry).
 //!
 //! `check-pcap` recomputes the ICRC of every IPv4 RoCEv2 packet in pcap files (raw IP or
 //! Ethernet) from the packet alone.
@@ -59,12 +63,14 @@ struct Opts {
     qpn: u32,
     pcap: Option<String>,
     timeout: Duration,
+    corrupt_tx: u64,
+    drop_rx: u64,
 }
 
 fn usage() -> ExitCode {
     eprintln!(
         "usage: rverbs-probe pingpong-server --local IP [--size N] [--iters N] [--port P] [--mtu N] \
-         [--psn PSN] [--qpn QPN] [--pcap FILE] [--timeout S]\n       \
+         [--psn PSN] [--qpn QPN] [--pcap FILE] [--timeout S] [--corrupt-tx N] [--drop-rx N]\n       \
          rverbs-probe pingpong-client --local IP --server IP [same options]\n       \
          rverbs-probe check-pcap FILE..."
     );
@@ -91,6 +97,8 @@ fn parse_opts(args: &[String]) -> Option<Opts> {
         qpn: 0x123,
         pcap: None,
         timeout: Duration::from_secs(60),
+        corrupt_tx: 0,
+        drop_rx: 0,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -107,6 +115,8 @@ fn parse_opts(args: &[String]) -> Option<Opts> {
             "--qpn" => o.qpn = parse_num(v)? as u32 & Psn::MASK,
             "--pcap" => o.pcap = Some(v.clone()),
             "--timeout" => o.timeout = Duration::from_secs(parse_num(v)?),
+            "--corrupt-tx" => o.corrupt_tx = parse_num(v)?,
+            "--drop-rx" => o.drop_rx = parse_num(v)?,
             _ => return None,
         }
     }
@@ -210,7 +220,10 @@ fn make_qp(o: &Opts, my_psn: u32, remote: &Dest) -> io::Result<Qp> {
         min_rnr_timer: 12,
         qkey: 0,
     });
-    Ok(Qp::new(sock, o.local, remote_ip, o.qpn, remote.qpn, req, resp, open_pcap(&o.pcap)?))
+    let mut q = Qp::new(sock, o.local, remote_ip, o.qpn, remote.qpn, req, resp, open_pcap(&o.pcap)?);
+    q.corrupt_tx_every = o.corrupt_tx;
+    q.drop_rx_every = o.drop_rx;
+    Ok(q)
 }
 
 fn my_psn(o: &Opts) -> u32 {
@@ -395,11 +408,14 @@ fn pingpong(o: &Opts) -> ExitCode {
     println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / secs / 1e6);
     println!("{} iters in {secs:.2} seconds = {:.2} usec/iter", pp.iters, secs * 1e6 / f64::from(pp.iters));
     let s = &q.stats;
-    println!("tx packets: {:?} ({} bytes), retransmits {}", s.tx, s.tx_bytes, s.retransmits);
+    println!(
+        "tx packets: {:?} ({} bytes), retransmits {}, sent with a corrupted ICRC {}",
+        s.tx, s.tx_bytes, s.retransmits, s.corrupted
+    );
     println!("rx packets: {:?} ({} bytes)", s.rx, s.rx_bytes);
     println!(
-        "rx dropped: bad ICRC {}, malformed {}, not from the peer {}, other QPN {}; retransmit timeouts {}",
-        s.bad_icrc, s.malformed, s.foreign, s.wrong_qp, s.timeouts
+        "rx dropped: bad ICRC {}, malformed {}, not from the peer {}, other QPN {}, on purpose {}; retransmit timeouts {}",
+        s.bad_icrc, s.malformed, s.foreign, s.wrong_qp, s.dropped, s.timeouts
     );
     let nonzero = s.rx_ids.iter().filter(|&&i| i != 0).count();
     println!("rx IPv4 IDs recovered from the ICRC: {} distinct ({} non-zero)", s.rx_ids.len(), nonzero);
@@ -425,13 +441,15 @@ fn pingpong(o: &Opts) -> ExitCode {
         return fail(format!("{} packets with a bad ICRC", s.bad_icrc));
     }
     println!(
-        "RESULT ok {} size={} iters={} psn=0x{:06x} peer_psn=0x{:06x} checked={}",
+        "RESULT ok {} size={} iters={} psn=0x{:06x} peer_psn=0x{:06x} checked={} retransmits={} timeouts={}",
         if client { "client" } else { "server" },
         o.size,
         pp.iters,
         psn,
         rem.psn,
-        pp.rcnt
+        pp.rcnt,
+        s.retransmits,
+        s.timeouts
     );
     ExitCode::SUCCESS
 }

@@ -120,6 +120,10 @@ pub struct Stats {
     pub rx_bytes: u64,
     /// Request packets sent again (PSN not above the highest sent).
     pub retransmits: u64,
+    /// Request packets sent with a corrupted ICRC (fault injection).
+    pub corrupted: u64,
+    /// Datagrams dropped on receipt (fault injection).
+    pub dropped: u64,
     pub bad_icrc: u64,
     pub malformed: u64,
     pub foreign: u64,
@@ -148,6 +152,14 @@ pub struct Qp {
     highest_psn_sent: Option<rverbs_proto::psn::Psn>,
     pub stats: Stats,
     buf: Vec<u8>,
+    /// Fault injection: flip an ICRC bit of every n-th request packet sent (the peer must
+    /// drop it silently, rocev2-wire.md §1.7, and our requester recover by retrying).
+    pub corrupt_tx_every: u64,
+    /// Fault injection: drop every n-th datagram received (our responder must NAK the gap,
+    /// or our requester time out, and the peer retry).
+    pub drop_rx_every: u64,
+    requests_sent: u64,
+    datagrams_received: u64,
 }
 
 /// A socket bound to `local:4791` whose datagrams leave with IPv4 ID 0 (rocev2-wire.md §2.5:
@@ -193,6 +205,10 @@ impl Qp {
             highest_psn_sent: None,
             stats: Stats::default(),
             buf: vec![0; 65_536],
+            corrupt_tx_every: 0,
+            drop_rx_every: 0,
+            requests_sent: 0,
+            datagrams_received: 0,
         }
     }
 
@@ -231,7 +247,7 @@ impl Qp {
     }
 
     /// Emits `repr` into `self.buf`, payload filled by `fill`, ICRC set; sends it.
-    fn transmit(&mut self, repr: &RoceRepr, fill: impl FnOnce(&mut [u8], &Self)) -> io::Result<()> {
+    fn transmit(&mut self, repr: &RoceRepr, corrupt: bool, fill: impl FnOnce(&mut [u8], &Self)) -> io::Result<()> {
         let len = repr.buffer_len();
         let mut buf = std::mem::take(&mut self.buf);
         {
@@ -239,7 +255,7 @@ impl Qp {
             repr.emit(&mut pkt);
             fill(pkt.payload_mut(), self);
             let c = icrc::compute_ipv4_pseudo(self.local, self.remote, ROCE_PORT, ROCE_PORT, pkt.without_icrc());
-            pkt.set_icrc(c);
+            pkt.set_icrc(if corrupt { c ^ 1 } else { c });
         }
         self.buf = buf;
         self.sock.send_to(&self.buf[..len], SocketAddrV4::new(self.remote, ROCE_PORT))?;
@@ -268,7 +284,10 @@ impl Qp {
         let repr = r.to_repr(self.remote_qpn);
         let (id, off, n) = (r.wqe_id, r.payload_offset as usize, r.payload_len as usize);
         let atomic_write = r.atomic_write;
-        self.transmit(&repr, |payload, qp| {
+        self.requests_sent += 1;
+        let corrupt = self.corrupt_tx_every > 0 && self.requests_sent % self.corrupt_tx_every == 0;
+        self.stats.corrupted += u64::from(corrupt);
+        self.transmit(&repr, corrupt, |payload, qp| {
             if let Some(v) = atomic_write {
                 payload.copy_from_slice(&v.to_ne_bytes());
             } else if n > 0 {
@@ -280,7 +299,7 @@ impl Qp {
     fn send_response(&mut self, r: &Response) -> io::Result<()> {
         let repr = r.to_repr(self.remote_qpn);
         let source = r.source;
-        self.transmit(&repr, |payload, qp| {
+        self.transmit(&repr, false, |payload, qp| {
             if let (Some(src), Some(region)) = (source, qp.dev.region.as_ref()) {
                 let o = (src.va - region.va) as usize;
                 payload.copy_from_slice(&region.bytes[o..o + src.len as usize]);
@@ -346,6 +365,11 @@ impl Qp {
         };
         if *from.ip() != self.remote {
             self.stats.foreign += 1;
+            return;
+        }
+        self.datagrams_received += 1;
+        if self.drop_rx_every > 0 && self.datagrams_received % self.drop_rx_every == 0 {
+            self.stats.dropped += 1;
             return;
         }
         let mut hdr = Ipv4Udp {
