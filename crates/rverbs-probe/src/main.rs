@@ -25,6 +25,7 @@
 //! Ethernet) from the packet alone.
 //!
 //! Prints `RESULT ok ...` and exits 0 on success, `RESULT FAIL why` and exits 1 otherwise.
+#![forbid(unsafe_code)]
 
 mod qp;
 

@@ -285,7 +285,7 @@ impl Qp {
         let (id, off, n) = (r.wqe_id, r.payload_offset as usize, r.payload_len as usize);
         let atomic_write = r.atomic_write;
         self.requests_sent += 1;
-        let corrupt = self.corrupt_tx_every > 0 && self.requests_sent % self.corrupt_tx_every == 0;
+        let corrupt = self.corrupt_tx_every > 0 && self.requests_sent.is_multiple_of(self.corrupt_tx_every);
         self.stats.corrupted += u64::from(corrupt);
         self.transmit(&repr, corrupt, |payload, qp| {
             if let Some(v) = atomic_write {
@@ -368,7 +368,7 @@ impl Qp {
             return;
         }
         self.datagrams_received += 1;
-        if self.drop_rx_every > 0 && self.datagrams_received % self.drop_rx_every == 0 {
+        if self.drop_rx_every > 0 && self.datagrams_received.is_multiple_of(self.drop_rx_every) {
             self.stats.dropped += 1;
             return;
         }
