@@ -20,6 +20,8 @@
 //! - [`wire`]: packet views and representations for BTH and the extension headers,
 //!   the opcode table and the ICRC (IBTA vol. 1, ch. 9 and Annex A17; rxe `rxe_hdr.h`,
 //!   `rxe_opcode.c`, `rxe_icrc.c`).
+//! - [`pcap`]: a pcap writer (and reader) over any `std::io::Write` / byte slice, for
+//!   transports that record what they send and receive (`RVERBS_PCAP`).
 //!
 //! Panics: no function panics on any input that comes from the network; parsing goes
 //! through `new_checked` (see [`wire`]).
@@ -27,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod fault;
+pub mod pcap;
 pub mod psn;
 pub mod rc;
 pub mod rnr;

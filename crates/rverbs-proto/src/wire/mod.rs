@@ -48,7 +48,7 @@ pub mod roce;
 pub mod xrceth;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use self::aeth::{NakCode, Packet as AethPacket, Repr as AethRepr, Syndrome};
 pub use self::atomic_ack_eth::{Packet as AtomicAckEthPacket, Repr as AtomicAckEthRepr};
