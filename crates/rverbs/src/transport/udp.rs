@@ -26,10 +26,11 @@
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use std::time::Instant;
 
+use rverbs_proto::pcap::{self, PcapWriter};
 use rverbs_proto::rc::{Request, Responder};
 use rverbs_proto::verbs::QpType;
 use rverbs_proto::wire::icrc;
@@ -48,13 +49,43 @@ use crate::mr::Source;
 /// The RoCEv2 UDP destination port (IANA).
 pub(crate) const ROCE_PORT: u16 = 4791;
 
-/// One socket, for one local IPv4 address.
+/// `RVERBS_PCAP=file`: every datagram sent and received, as a pcap file of raw IPv4 records
+/// whose IP and UDP headers are rebuilt around the RoCEv2 payload (`rverbs_proto::pcap`;
+/// tshark decodes it with `-d udp.port==4791,infiniband`). IPv6 datagrams are not recorded
+/// yet.
+struct Trace {
+    out: Mutex<PcapWriter<std::fs::File>>,
+}
+
+impl Trace {
+    fn open() -> Option<Arc<Trace>> {
+        let path = std::env::var_os("RVERBS_PCAP")?;
+        let file = std::fs::File::create(&path)
+            .map_err(|err| tracing::warn!(path = %std::path::Path::new(&path).display(), %err, "RVERBS_PCAP: cannot create"))
+            .ok()?;
+        let out = PcapWriter::new(file, pcap::LINKTYPE_RAW).ok()?;
+        Some(Arc::new(Trace { out: Mutex::new(out) }))
+    }
+
+    /// Records one datagram from `from` to `to` with IPv4 Identification `id`.
+    fn record(&self, from: SocketAddr, to: SocketAddr, id: u16, udp_payload: &[u8]) {
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (from.ip(), to.ip()) else { return };
+        let hdr = pcap::Ipv4Udp { src, dst, src_port: from.port(), dst_port: to.port(), id, ttl: 64 };
+        let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        // The file is unbuffered: every record is on disk when the call returns, however
+        // the process ends.
+        let _ = self.out.lock().expect("pcap").write_ipv4_udp(ts, &hdr, udp_payload);
+    }
+}
+
+/// One socket, for one local IP address.
 pub(crate) struct NetSock {
     pub(crate) ip: IpAddr,
     /// The bound port: 4791, except in tests.
     port: u16,
     pub(crate) gid: Gid,
     sock: UdpSocket,
+    trace: Option<Arc<Trace>>,
 }
 
 /// What the receive path dropped, by reason (for tests and diagnostics).
@@ -88,6 +119,7 @@ impl Net {
             return None;
         }
         let mut socks = Vec::new();
+        let trace = Trace::open();
         for e in gids {
             let ip = e.gid.to_ip();
             // Link-local IPv6 addresses need a scope (an interface) to be reached: not served.
@@ -103,7 +135,7 @@ impl Net {
                 NetSock::bind(ip, 0, e.gid)
             });
             match sock {
-                Ok(sock) => socks.push(sock),
+                Ok(sock) => socks.push(NetSock { trace: trace.clone(), ..sock }),
                 Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }
@@ -133,7 +165,7 @@ impl NetSock {
         }
         sock.set_nonblocking(true)?;
         let port = sock.local_addr()?.port();
-        Ok(NetSock { ip, port, gid, sock })
+        Ok(NetSock { ip, port, gid, sock, trace: None })
     }
 
     /// The socket's descriptor, for the progress thread's epoll.
@@ -160,6 +192,9 @@ impl NetSock {
             _ => return,
         };
         packet[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+        if let Some(t) = &self.trace {
+            t.record(SocketAddr::new(self.ip, self.port), dst, 0, packet);
+        }
         if let Err(err) = self.sock.send_to(packet, dst) {
             // A datagram transport: a failed send is a lost packet, which the protocol
             // (RC retries; UD is unreliable) already handles.
@@ -181,6 +216,11 @@ impl NetSock {
                 }
             };
             let bytes = &buf[..n];
+            let me = SocketAddr::new(self.ip, self.port);
+            let checked = Packet::new_checked(bytes).ok().and_then(|p| icrc_id(from, me, &p));
+            if let Some(t) = &self.trace {
+                t.record(from, me, checked.unwrap_or(0), bytes);
+            }
             let Ok(packet) = Packet::new_checked(bytes) else {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -189,7 +229,7 @@ impl NetSock {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            let Some(id) = icrc_id(from, SocketAddr::new(self.ip, self.port), &packet) else {
+            let Some(id) = checked else {
                 stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
