@@ -242,6 +242,16 @@ impl crate::progress::NetRx for DeviceInner {
             crate::transport::udp::readable(&self.engine, net, index);
         }
     }
+
+    fn poll_timeout(&self) -> Option<std::time::Instant> {
+        self.net.as_ref()?.poll_timeout()
+    }
+
+    fn handle_timeout(&self, now: std::time::Instant) {
+        if let Some(net) = &self.net {
+            net.handle_timeout(now);
+        }
+    }
 }
 
 impl std::ops::Deref for DeviceInner {

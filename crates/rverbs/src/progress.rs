@@ -43,6 +43,11 @@ pub(crate) trait NetRx: Send + Sync {
     fn fds(&self) -> Vec<BorrowedFd<'_>>;
     /// Descriptor `index` is readable: receive what waits on it.
     fn readable(&'static self, index: usize);
+    /// When the transport next needs to run without a readable descriptor (packets the
+    /// fault injector holds back), if ever.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// That time has come.
+    fn handle_timeout(&self, now: Instant);
 }
 
 struct Timer {
@@ -159,6 +164,12 @@ pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: O
     PROGRESS[crate::sys::process_generation()].get_or_init(|| spawn(endpoint, qps, net));
 }
 
+/// Wakes the progress thread to look at its deadlines again (the network transport holds
+/// a packet back).
+pub(crate) fn wake() {
+    progress().wake.signal();
+}
+
 /// Asks the progress thread to kick `qp`'s send queue at `at`.
 pub(crate) fn schedule(at: Instant, qp: Weak<dyn Timed>) {
     let p = progress();
@@ -203,6 +214,18 @@ fn run(p: &'static Progress) {
                 Some(Reverse(first)) => break Some(first.at - now),
                 None => break None,
             }
+        };
+        // The network transport's own deadline (held-back packets).
+        let next = match p.net.and_then(|n| n.poll_timeout()) {
+            Some(at) => {
+                let now = Instant::now();
+                if at <= now {
+                    p.net.expect("net").handle_timeout(now);
+                }
+                let d = at.saturating_duration_since(now).max(std::time::Duration::from_micros(10));
+                Some(next.map_or(d, |n| n.min(d)))
+            }
+            None => next,
         };
         let timeout = next.map(|d| {
             // An early wake-up is harmless: the loop checks the deadline again.

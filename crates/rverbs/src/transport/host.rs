@@ -421,8 +421,8 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
         // Another host: one RoCEv2 packet over UDP, if the network transport serves the
         // source GID; else it is lost, as rxe's would be without a route.
         let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
-        if let Some(sock) = dev.net.as_ref().and_then(|n| n.sock_of(&sgid)) {
-            send_ud_packet(qp, wqe, data, sock, grh_attr.dgid.to_ip());
+        if let Some(net) = &dev.net {
+            send_ud_packet(qp, wqe, data, net, &sgid, grh_attr.dgid.to_ip());
         }
         return done;
     }
@@ -446,7 +446,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
 /// Sends `wqe` as one UD SEND_ONLY(_WITH_IMMEDIATE) packet from `sock` to `dst`
 /// (rocev2-wire.md §1.2, §1.5: BTH with P_Key 0xFFFF, DETH with the Q_Key and this QP's
 /// number, ImmDt, the payload and its pad, the ICRC).
-fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, sock: &super::udp::NetSock, dst: std::net::IpAddr) {
+fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, net: &super::udp::Net, sgid: &crate::gid::Gid, dst: std::net::IpAddr) {
     let Some(ud) = &wqe.ud else { return };
     let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), Psn::new(0));
     let repr = request.to_repr(ud.remote_qpn);
@@ -461,7 +461,7 @@ fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, sock: &s
         Gathered::Pins(l) => mr::gather(l, packet.payload_mut()),
     };
     if gathered.is_ok() {
-        sock.send(dst, &mut buf);
+        net.send(sgid, dst, &mut buf);
     }
 }
 

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use std::time::Instant;
 
+use rverbs_proto::fault::{Corrupt, FaultConfig, Injector};
 use rverbs_proto::pcap::{self, PcapWriter};
 use rverbs_proto::rc::{Request, Responder};
 use rverbs_proto::verbs::QpType;
@@ -78,6 +79,44 @@ impl Trace {
     }
 }
 
+/// A datagram on its way out, as the fault injector holds it.
+#[derive(Clone)]
+struct Datagram {
+    from: IpAddr,
+    to: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+impl Corrupt for Datagram {
+    fn corrupt(&mut self, random: u64) {
+        self.bytes.corrupt(random);
+    }
+}
+
+/// `RVERBS_FAULTS=spec` (`rverbs_proto::fault::FaultConfig::parse`): the deterministic
+/// fault injector on the send path of every socket of this process. A packet it holds back
+/// (delay, reorder) leaves when due, from the progress thread.
+struct Faults {
+    inj: Mutex<Injector<Datagram>>,
+}
+
+impl Faults {
+    fn open() -> Option<Faults> {
+        let spec = std::env::var("RVERBS_FAULTS").ok()?;
+        match FaultConfig::parse(&spec) {
+            Ok(cfg) if !cfg.is_none() => {
+                tracing::info!(?cfg, "RVERBS_FAULTS: injecting faults on the RoCEv2 send path");
+                Some(Faults { inj: Mutex::new(Injector::new(cfg)) })
+            }
+            Ok(_) => None,
+            Err(err) => {
+                tracing::warn!(%err, "RVERBS_FAULTS ignored");
+                None
+            }
+        }
+    }
+}
+
 /// One socket, for one local IP address.
 pub(crate) struct NetSock {
     pub(crate) ip: IpAddr,
@@ -108,6 +147,7 @@ pub(crate) struct Net {
     /// The core's UD responder machine, reconfigured per destination QP (the receive path
     /// runs on the progress thread only; the lock is never contended).
     pub(crate) ud_responder: Mutex<Option<Responder>>,
+    faults: Option<Faults>,
 }
 
 impl Net {
@@ -139,7 +179,53 @@ impl Net {
                 Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }
-        (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None) })
+        let faults = Faults::open();
+        (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None), faults })
+    }
+
+    /// Sends the RoCEv2 packet `packet` (BTH to ICRC; the ICRC written here) from the
+    /// socket of local GID `sgid` to `dst:4791`, through the fault injector if
+    /// `RVERBS_FAULTS` set one. `false` when no socket serves `sgid`.
+    pub(crate) fn send(&self, sgid: &Gid, dst: IpAddr, packet: &mut [u8]) -> bool {
+        let Some(sock) = self.sock_of(sgid) else { return false };
+        let to = SocketAddr::new(dst, ROCE_PORT);
+        let Some(f) = &self.faults else {
+            sock.send_to(to, packet);
+            return true;
+        };
+        if !sock.seal(to, packet) {
+            return true;
+        }
+        let now = Instant::now();
+        let mut inj = f.inj.lock().expect("fault injector");
+        inj.send(now, Datagram { from: sock.ip, to, bytes: packet.to_vec() });
+        self.release(&mut inj, now);
+        if inj.poll_timeout().is_some() {
+            // Held back: the progress thread sends it when due.
+            crate::progress::wake();
+        }
+        true
+    }
+
+    /// Sends what the injector holds that is due, each from the socket it was sent on.
+    fn release(&self, inj: &mut Injector<Datagram>, now: Instant) {
+        while let Some(d) = inj.pop_due(now) {
+            if let Some(s) = self.socks.iter().find(|s| s.ip == d.from) {
+                s.transmit(d.to, &d.bytes);
+            }
+        }
+    }
+
+    /// When the fault injector next releases a held-back packet.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.faults.as_ref()?.inj.lock().expect("fault injector").poll_timeout()
+    }
+
+    /// Sends the held-back packets that are due.
+    pub(crate) fn handle_timeout(&self, now: Instant) {
+        if let Some(f) = &self.faults {
+            self.release(&mut f.inj.lock().expect("fault injector"), now);
+        }
     }
 
     /// The socket of local GID `gid`.
@@ -174,24 +260,32 @@ impl NetSock {
     }
 
     /// Sends the RoCEv2 packet `packet` (BTH to ICRC; the ICRC's 4 bytes last, written
-    /// here) to `dst:4791`.
+    /// here) to `dst`.
     ///
     /// Rule: rocev2-wire.md §2.5: over IPv4 the ICRC covers a pseudo header with ID 0 and
     /// DF, which is what the kernel sends from this socket; IPv6 has no ID.
-    pub(crate) fn send(&self, dst: IpAddr, packet: &mut [u8]) {
-        self.send_to(SocketAddr::new(dst, ROCE_PORT), packet);
+    fn send_to(&self, dst: SocketAddr, packet: &mut [u8]) {
+        if self.seal(dst, packet) {
+            self.transmit(dst, packet);
+        }
     }
 
-    fn send_to(&self, dst: SocketAddr, packet: &mut [u8]) {
+    /// Writes the ICRC of `packet` as sent from this socket to `dst`; `false` when `dst`
+    /// is of the other address family (no route, as for rxe).
+    fn seal(&self, dst: SocketAddr, packet: &mut [u8]) -> bool {
         let n = packet.len();
         let body = &packet[..n - 4];
         let icrc = match (self.ip, dst.ip()) {
             (IpAddr::V4(src), IpAddr::V4(to)) => icrc::compute_ipv4_pseudo(src, to, self.port, dst.port(), body),
             (IpAddr::V6(src), IpAddr::V6(to)) => icrc::compute_ipv6_pseudo(src, to, self.port, dst.port(), body),
-            // A GID of the other family than the source: no route, as for rxe.
-            _ => return,
+            _ => return false,
         };
         packet[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+        true
+    }
+
+    /// Puts one datagram on the wire (and into the trace).
+    fn transmit(&self, dst: SocketAddr, packet: &[u8]) {
         if let Some(t) = &self.trace {
             t.record(SocketAddr::new(self.ip, self.port), dst, 0, packet);
         }
@@ -231,6 +325,7 @@ impl NetSock {
             };
             let Some(id) = checked else {
                 stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%from, "RoCEv2 packet dropped: bad ICRC");
                 continue;
             };
             deliver(from.ip(), &packet, &repr, id);
