@@ -27,6 +27,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 command -v ibv_ud_pingpong >/dev/null || { echo "udp_netns.sh: ibv_ud_pingpong not found (apt-get install ibverbs-utils)" >&2; exit 2; }
 DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
+# shellcheck source=lib/verdict.bash
+source tests/conformance/lib/verdict.bash
 
 WORK=$(mktemp -d /tmp/udp-netns.XXXXXX)
 cleanup() {
@@ -91,19 +93,8 @@ pair() {
   done
   in_ns "$cns" "$crt" ibv_ud_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$port" "$@" "$sip" >"$clog" 2>&1 || crc=$?
   wait "$spid" || src=$?
-  [ "$src" = 0 ] || why+=("server exit $src")
-  [ "$crc" = 0 ] || why+=("client exit $crc")
-  grep -q "^$ITERS iters in" "$slog" || why+=("server printed no \"$ITERS iters in\"")
-  grep -q "^$ITERS iters in" "$clog" || why+=("client printed no \"$ITERS iters in\"")
-  ! grep -q "invalid data" "$clog" || why+=("client: invalid data (-c)")
-  if [ ${#why[@]} -eq 0 ]; then
-    passed=$((passed + 1))
-    echo "PASS $label"
-  else
-    failed=$((failed + 1))
-    echo "FAIL $label: ${why[*]}"
-    tail -n 20 "$slog" "$clog" >&2
-  fi
+  pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
+  verdict "$label" "$slog" "$clog"
 }
 
 echo "udp_netns.sh: ibv_ud_pingpong between netns $A ($IP_A) and $B ($IP_B), -n $ITERS"
@@ -146,14 +137,7 @@ two_servers() {
   done
   [ "$r1$r2$rc1$rc2" = 0000 ] || why+=("exit codes: servers $r1 $r2, clients $rc1 $rc2")
   ! grep -q "invalid data" "$c1" "$c2" || why+=("invalid data (-c)")
-  if [ ${#why[@]} -eq 0 ]; then
-    passed=$((passed + 1))
-    echo "PASS $label"
-  else
-    failed=$((failed + 1))
-    echo "FAIL $label: ${why[*]}"
-    tail -n 20 "$l1" "$l2" "$c1" "$c2" >&2
-  fi
+  verdict "$label" "$l1" "$l2" "$c1" "$c2"
 }
 two_servers
 
@@ -183,13 +167,7 @@ trace_check() {
   if ! cargo run -q --release -p rverbs-probe -- check-pcap "$cap" >"$WORK/icrc.log" 2>&1; then
     why+=("ICRC check: $(tail -n 1 "$WORK/icrc.log")")
   fi
-  if [ ${#why[@]} -eq 0 ]; then
-    passed=$((passed + 1))
-    echo "PASS $label ($n packets; $(tail -n 1 "$WORK/icrc.log"))"
-  else
-    failed=$((failed + 1))
-    echo "FAIL $label: ${why[*]}"
-  fi
+  verdict "$label ($n packets; $(tail -n 1 "$WORK/icrc.log"))"
 }
 trace_check
 
@@ -214,14 +192,7 @@ corrupt_check() {
   drops=$(grep -c "dropped: bad ICRC" "$slog" || true)
   [ "$drops" -ge 1 ] || why+=("the server logged no bad-ICRC drop")
   ! grep -q "iters in" "$slog" || why+=("the server completed: corrupted packets were delivered")
-  if [ ${#why[@]} -eq 0 ]; then
-    passed=$((passed + 1))
-    echo "PASS $label ($drops drops logged)"
-  else
-    failed=$((failed + 1))
-    echo "FAIL $label: ${why[*]}"
-    tail -n 20 "$slog" "$clog" >&2
-  fi
+  verdict "$label ($drops drops logged)" "$slog" "$clog"
 }
 corrupt_check
 echo "$passed passed, $failed failed"

@@ -23,6 +23,8 @@ TIMEOUT=40
 
 [ "$(id -u)" = 0 ] || { echo "rxe_ud.sh: needs root (netns, tap)" >&2; exit 1; }
 DROPIN=${DROPIN_DIR:-$(bash "$ROOT/scripts/build-dropin.sh" | tail -1)}
+# shellcheck source=../conformance/lib/verdict.bash
+source "$ROOT/tests/conformance/lib/verdict.bash"
 WORK=$(mktemp -d /tmp/rxe-ud.XXXXXX)
 cleanup() {
   "$VM" stop >/dev/null 2>&1 || true
@@ -66,19 +68,8 @@ pair() {
     host ibv_ud_pingpong -d rverbs0 -g "$host_gid" -n "$ITERS" -p "$port" "$@" "$GUEST_IP" >"$clog" 2>&1 || crc=$?
   fi
   wait "$spid" || src=$?
-  [ "$src" = 0 ] || why+=("server exit $src")
-  [ "$crc" = 0 ] || why+=("client exit $crc")
-  grep -q "^$ITERS iters in" "$slog" || why+=("server printed no \"$ITERS iters in\"")
-  grep -q "^$ITERS iters in" "$clog" || why+=("client printed no \"$ITERS iters in\"")
-  ! grep -q "invalid data" "$clog" || why+=("client: invalid data (-c)")
-  if [ ${#why[@]} -eq 0 ]; then
-    passed=$((passed + 1))
-    echo "PASS $label"
-  else
-    failed=$((failed + 1))
-    echo "FAIL $label: ${why[*]}"
-    tail -n 20 "$slog" "$clog" >&2
-  fi
+  pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
+  verdict "$label" "$slog" "$clog"
 }
 
 for s in 1 512 1024; do

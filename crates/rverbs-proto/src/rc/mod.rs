@@ -325,6 +325,24 @@ pub struct RecvCompletion {
     pub vendor_err: u32,
 }
 
+impl RecvCompletion {
+    /// The error completion of receive WQE `wr_id` (ibv_poll_cq(3): on an error only
+    /// `wr_id`, `status`, `qp_num` and `vendor_err` are valid; the rest is zero).
+    pub const fn error(wr_id: u64, status: WcStatus, vendor_err: u32) -> RecvCompletion {
+        RecvCompletion {
+            wr_id,
+            status,
+            opcode: None,
+            byte_len: 0,
+            flags: WcFlags::empty(),
+            imm: 0,
+            src_qp: 0,
+            solicited: false,
+            vendor_err,
+        }
+    }
+}
+
 /// A receive WQE the device hands the responder (from the QP's RQ or its SRQ).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecvSlot {

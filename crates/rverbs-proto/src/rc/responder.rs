@@ -374,7 +374,7 @@ impl Responder {
                 } else {
                     // §3.3 Execute, rxe quirk: the receive fails, the responder enters ERR,
                     // no NAK syndrome: the requester still gets its ACK.
-                    delivery.recv = Some(recv_error(recv.wr_id, WcStatus::RemInvReqErr, vendor_err::REMOTE_INVALIDATE));
+                    delivery.recv = Some(RecvCompletion::error(recv.wr_id, WcStatus::RemInvReqErr, vendor_err::REMOTE_INVALIDATE));
                     self.ack(req);
                     self.state = ResponderState::Error;
                     return delivery;
@@ -687,7 +687,7 @@ impl Responder {
             self.cur = None;
             self.uc_drop = true;
             if let (Some(r), Some(status)) = (recv, v.recv_status()) {
-                delivery.recv = Some(recv_error(r.wr_id, status, v.vendor_err()));
+                delivery.recv = Some(RecvCompletion::error(r.wr_id, status, v.vendor_err()));
                 if v.responder_fatal() {
                     self.state = ResponderState::Error;
                     self.out.clear();
@@ -712,7 +712,7 @@ impl Responder {
                 };
                 self.out.push_back(Work::One(Response::ack(req.psn, Syndrome::Nak(code), self.msn)));
                 if let (Some(r), Some(status)) = (recv, v.recv_status()) {
-                    delivery.recv = Some(recv_error(r.wr_id, status, v.vendor_err()));
+                    delivery.recv = Some(RecvCompletion::error(r.wr_id, status, v.vendor_err()));
                 }
                 if v.responder_fatal() {
                     // Class A/C: the responder goes to ERR once the NAK is out.
@@ -750,12 +750,12 @@ impl Responder {
         let Some(recv) = target.take_recv() else { return dropped };
         let need = UD_GRH_LEN + u64::from(req.payload_len);
         if recv.capacity < need {
-            let c = recv_error(recv.wr_id, WcStatus::RemInvReqErr, vendor_err::RECV_TOO_SMALL);
+            let c = RecvCompletion::error(recv.wr_id, WcStatus::RemInvReqErr, vendor_err::RECV_TOO_SMALL);
             return Delivery { place: None, recv: Some(c), executed: false, violation: None };
         }
         if let Err(v) = target.check_recv(&recv, 0, need) {
             self.state = ResponderState::Error;
-            let c = recv_error(recv.wr_id, v.recv_status().unwrap_or(WcStatus::LocQpOpErr), v.vendor_err());
+            let c = RecvCompletion::error(recv.wr_id, v.recv_status().unwrap_or(WcStatus::LocQpOpErr), v.vendor_err());
             return Delivery { place: None, recv: Some(c), executed: false, violation: None };
         }
         let mut c = recv_success(recv.wr_id, WcOpcode::Recv, need as u32, req);
@@ -786,19 +786,5 @@ fn recv_success(wr_id: u64, opcode: WcOpcode, byte_len: u32, req: &Request) -> R
         src_qp: 0,
         solicited: req.solicited,
         vendor_err: vendor_err::NONE,
-    }
-}
-
-fn recv_error(wr_id: u64, status: WcStatus, vendor_err: u32) -> RecvCompletion {
-    RecvCompletion {
-        wr_id,
-        status,
-        opcode: None,
-        byte_len: 0,
-        flags: WcFlags::empty(),
-        imm: 0,
-        src_qp: 0,
-        solicited: false,
-        vendor_err,
     }
 }

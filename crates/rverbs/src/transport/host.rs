@@ -20,7 +20,7 @@ use rverbs_proto::psn::Psn;
 use rverbs_proto::rc::{self, Mode, RecvCompletion, Request, Responder, ResponderState, UNSEGMENTED_MTU};
 use rverbs_proto::rnr::rnr_delay;
 use rverbs_proto::vendor_err;
-use rverbs_proto::verbs::{Access, EventType, QpType, WcFlags, WcOpcode, WcStatus, WrOpcode};
+use rverbs_proto::verbs::{Access, EventType, QpType, WcOpcode, WcStatus, WrOpcode};
 use rverbs_proto::violation::Violation;
 
 use rverbs_proto::wire::roce::Packet as RocePacket;
@@ -205,18 +205,7 @@ fn deliver_recv<T: Target>(t: &T, cqe: Cqe) -> Result<(), ()> {
 
 /// The error completion of receive WQE `wr_id` for a rule broken while it was in use.
 fn refused_recv(wr_id: u64, v: Violation) -> Option<RecvCompletion> {
-    let status = v.recv_status()?;
-    Some(RecvCompletion {
-        wr_id,
-        status,
-        opcode: None,
-        byte_len: 0,
-        flags: WcFlags::empty(),
-        imm: 0,
-        src_qp: 0,
-        solicited: false,
-        vendor_err: v.vendor_err(),
-    })
+    Some(RecvCompletion::error(wr_id, v.recv_status()?, v.vendor_err()))
 }
 
 /// What a failed data movement means for the request: the peer's process is gone (or
