@@ -215,17 +215,18 @@ fn run(p: &'static Progress) {
                 None => break None,
             }
         };
-        // The network transport's own deadline (held-back packets).
-        let next = match p.net.and_then(|n| n.poll_timeout()) {
-            Some(at) => {
-                let now = Instant::now();
-                if at <= now {
-                    p.net.expect("net").handle_timeout(now);
-                }
-                let d = at.saturating_duration_since(now).max(std::time::Duration::from_micros(10));
-                Some(next.map_or(d, |n| n.min(d)))
+        // The network transport's own deadline (held-back packets): serve what is due,
+        // then wait no longer than its next one.
+        let net_next = p.net.and_then(|n| {
+            let now = Instant::now();
+            if n.poll_timeout().is_some_and(|at| at <= now) {
+                n.handle_timeout(now);
             }
-            None => next,
+            n.poll_timeout().map(|at| at.saturating_duration_since(now))
+        });
+        let next = match (next, net_next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         let timeout = next.map(|d| {
             // An early wake-up is harmless: the loop checks the deadline again.

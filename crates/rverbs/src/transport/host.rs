@@ -37,6 +37,7 @@ use crate::qp::wr::{FlushPlacement, FlushSelectivity};
 use crate::qp::QpInner;
 use crate::transport::grh;
 use crate::transport::Exec;
+use crate::engine::Engine;
 use crate::wc::Cqe;
 
 /// The data a request carries, gathered and checked on the requester side.
@@ -415,19 +416,10 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
         }
         return done;
     }
-    let ep = endpoint_of(ud.remote_qpn);
-    if ep == dev.ep() {
-        if let Some(t) = dev.qps.get(ud.remote_qpn) {
-            if t.qp_type == QpType::Ud && ud_accepts(t.rec, ud.remote_qkey) {
-                ud_deliver(qp, wqe, data, &LocalTarget::of(t), path);
-            }
-        }
-    } else if let Some(peer) = dev.reg.as_ref().and_then(|r| r.peer(ep).ok()) {
-        let qpn = ud.remote_qpn;
-        let rec = peer.tables().qp(qpn);
-        if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
-            ud_deliver(qp, wqe, data, &PeerTarget::of_qp(dev, peer.clone(), qpn), path);
-        }
+    match ud_target(&dev.engine, ud.remote_qpn, ud.remote_qkey) {
+        Some(UdTarget::Local(t)) => ud_deliver(qp, wqe, data, &t, path),
+        Some(UdTarget::Peer(t)) => ud_deliver(qp, wqe, data, &t, path),
+        None => {}
     }
     done
 }
@@ -451,6 +443,30 @@ fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, net: &su
     };
     if gathered.is_ok() {
         net.send(sgid, dst, &mut buf);
+    }
+}
+
+/// A UD QP of this host that takes a message: this process's, or a peer process's reached
+/// through its shared tables.
+pub(crate) enum UdTarget {
+    Local(LocalTarget),
+    Peer(PeerTarget),
+}
+
+/// The UD QP `qpn` of this host if it takes a message with Q_Key `qkey` (rxe `rxe_rcv`:
+/// the QP exists, runs UD and accepts requests; `check_keys`: the Q_Key matches); `None`
+/// drops the message silently. The same-host transport and the network's receive path
+/// both find their UD responders here.
+pub(crate) fn ud_target(engine: &'static Engine, qpn: u32, qkey: u32) -> Option<UdTarget> {
+    let ep = endpoint_of(qpn);
+    if ep == engine.ep() {
+        let t = engine.qps.get(qpn)?;
+        (t.qp_type == QpType::Ud && ud_accepts(t.rec, qkey)).then(|| UdTarget::Local(LocalTarget::of(t)))
+    } else {
+        let peer = engine.reg.as_ref()?.peer(ep).ok()?;
+        let rec = peer.tables().qp(qpn);
+        let takes = super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, qkey);
+        takes.then(|| UdTarget::Peer(PeerTarget::of_qp(&engine.endpoint, peer, qpn)))
     }
 }
 

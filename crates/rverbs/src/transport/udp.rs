@@ -33,15 +33,12 @@ use std::time::Instant;
 use rverbs_proto::fault::{Corrupt, FaultConfig, Injector};
 use rverbs_proto::pcap::{self, PcapWriter};
 use rverbs_proto::rc::{Request, Responder};
-use rverbs_proto::verbs::QpType;
 use rverbs_proto::wire::icrc;
 use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::{Operation, Transport};
 
 use super::grh;
-use super::host::{deliver_ud, UdMessage};
-use super::route::{accepts_requests, endpoint_of, is_qp};
-use super::target::{LocalTarget, PeerTarget};
+use super::host::{deliver_ud, ud_target, UdMessage, UdTarget};
 use crate::engine::Engine;
 use crate::gid::{Gid, GidEntry};
 use crate::limits;
@@ -120,7 +117,8 @@ impl Faults {
 /// One socket, for one local IP address.
 pub(crate) struct NetSock {
     pub(crate) ip: IpAddr,
-    /// The bound port: 4791, except in tests.
+    /// The bound port: 4791 if this process owns the address's RoCEv2 port, else an
+    /// ephemeral one to send from (any port in tests).
     port: u16,
     pub(crate) gid: Gid,
     sock: UdpSocket,
@@ -151,9 +149,9 @@ pub(crate) struct Net {
 }
 
 impl Net {
-    /// Binds `address:4791` for each IPv4 GID of `gids` (loopback excluded), or, where
-    /// another process owns that port, `address:0` to send from. `None` when no socket
-    /// could be bound or `RVERBS_NET=off`.
+    /// Binds `address:4791` for the address of each GID of `gids` (loopback and IPv6
+    /// link-local excluded), or, where another process owns that port, `address:0` to send
+    /// from. `None` when no socket could be bound or `RVERBS_NET=off`.
     pub(crate) fn open(gids: &[GidEntry]) -> Option<Net> {
         if std::env::var_os("RVERBS_NET").is_some_and(|v| v == "off") {
             return None;
@@ -185,16 +183,17 @@ impl Net {
 
     /// Sends the RoCEv2 packet `packet` (BTH to ICRC; the ICRC written here) from the
     /// socket of local GID `sgid` to `dst:4791`, through the fault injector if
-    /// `RVERBS_FAULTS` set one. `false` when no socket serves `sgid`.
-    pub(crate) fn send(&self, sgid: &Gid, dst: IpAddr, packet: &mut [u8]) -> bool {
-        let Some(sock) = self.sock_of(sgid) else { return false };
+    /// `RVERBS_FAULTS` set one. Without a socket for `sgid` nothing is sent (no route, as
+    /// for rxe).
+    pub(crate) fn send(&self, sgid: &Gid, dst: IpAddr, packet: &mut [u8]) {
+        let Some(sock) = self.sock_of(sgid) else { return };
         let to = SocketAddr::new(dst, ROCE_PORT);
         let Some(f) = &self.faults else {
             sock.send_to(to, packet);
-            return true;
+            return;
         };
         if !sock.seal(to, packet) {
-            return true;
+            return;
         }
         let now = Instant::now();
         let mut inj = f.inj.lock().expect("fault injector");
@@ -204,7 +203,6 @@ impl Net {
             // Held back: the progress thread sends it when due.
             crate::progress::wake();
         }
-        true
     }
 
     /// Sends what the injector holds that is due, each from the socket it was sent on.
@@ -311,11 +309,12 @@ impl NetSock {
             };
             let bytes = &buf[..n];
             let me = SocketAddr::new(self.ip, self.port);
-            let checked = Packet::new_checked(bytes).ok().and_then(|p| icrc_id(from, me, &p));
+            let packet = Packet::new_checked(bytes);
+            let checked = packet.as_ref().ok().and_then(|p| icrc_id(from, me, p));
             if let Some(t) = &self.trace {
                 t.record(from, me, checked.unwrap_or(0), bytes);
             }
-            let Ok(packet) = Packet::new_checked(bytes) else {
+            let Ok(packet) = packet else {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
@@ -370,7 +369,7 @@ pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
 }
 
 /// Delivers one checked packet (rxe `rxe_rcv`: the destination QP must exist with the
-/// packet's transport and accept requests; rocev2-wire.md §3.5 for UD).
+/// packet's transport, accept requests and match the DETH's Q_Key; rocev2-wire.md §3.5).
 ///
 /// The QP may be of another process of this host (its number names its endpoint): the
 /// process that owns the port delivers into that process's queues through shared memory,
@@ -383,27 +382,17 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, src: IpAddr, pack
     if !is_ud(repr) || !ud_send {
         return unserved();
     }
-    let qpn = repr.bth.dest_qp;
+    let Some(deth) = repr.deth else { return unserved() };
+    let Some(target) = ud_target(engine, repr.bth.dest_qp, deth.qkey) else { return unserved() };
     let request = Request::from_repr(repr, packet.payload());
     // rocev2-wire.md §5.3: the receive's GRH area holds the packet's IP header.
     let header = grh::build(&Gid::from_ip(src), &sock.gid, 0, 64, 0, repr.payload_len, repr.immdt.is_some());
     let msg = UdMessage { request: &request, header: &header, data: Source::Bytes(packet.payload()), sl: 0 };
     let mut slot = net.ud_responder.lock().expect("UD responder");
     let mtu = limits::ACTIVE_MTU.bytes();
-    let ep = endpoint_of(qpn);
-    if ep == engine.ep() {
-        let Some(qp) = engine.qps.get(qpn) else { return unserved() };
-        if qp.qp_type != QpType::Ud || !accepts_requests(qp.rec.state()) {
-            return unserved();
-        }
-        deliver_ud(&LocalTarget::of(qp), &mut slot, Instant::now(), mtu, msg);
-    } else {
-        let Some(peer) = engine.reg.as_ref().and_then(|r| r.peer(ep).ok()) else { return unserved() };
-        let rec = peer.tables().qp(qpn);
-        if !is_qp(rec, qpn, QpType::Ud) || !accepts_requests(rec.state()) {
-            return unserved();
-        }
-        deliver_ud(&PeerTarget::of_qp(&engine.endpoint, peer, qpn), &mut slot, Instant::now(), mtu, msg);
+    match target {
+        UdTarget::Local(t) => deliver_ud(&t, &mut slot, Instant::now(), mtu, msg),
+        UdTarget::Peer(t) => deliver_ud(&t, &mut slot, Instant::now(), mtu, msg),
     }
     net.stats.delivered.fetch_add(1, Ordering::Relaxed);
 }
