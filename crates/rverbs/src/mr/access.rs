@@ -474,6 +474,26 @@ pub(crate) fn gather(src: &PinList<'_>, dst: &mut [u8]) -> Result<(), CmaError> 
     Ok(())
 }
 
+/// Copies the bytes of the pinned ranges of `src` that start `skip` bytes into them, in
+/// order, into `dst` (at most `dst.len()` bytes): one packet's share of a message.
+pub(crate) fn gather_at(src: &PinList<'_>, mut skip: usize, dst: &mut [u8]) -> Result<(), CmaError> {
+    let mut off = 0;
+    for p in src.iter() {
+        if off >= dst.len() {
+            break;
+        }
+        if skip >= p.len {
+            skip -= p.len;
+            continue;
+        }
+        let n = (p.len - skip).min(dst.len() - off);
+        move_piece(Place::Local(dst[off..].as_mut_ptr() as usize), advance(p.place, skip), n)?;
+        skip = 0;
+        off += n;
+    }
+    Ok(())
+}
+
 /// Copies a pinned range out into a Rust buffer (at most `dst.len()` bytes).
 pub(crate) fn copy_out(p: &Pinned<'_>, dst: &mut [u8]) -> Result<(), CmaError> {
     let n = dst.len().min(p.len);

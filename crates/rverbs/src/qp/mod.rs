@@ -85,6 +85,18 @@ impl<'a> QpInit<'a> {
     }
 }
 
+/// The receive side of a connected QP whose requester is on another host (the network
+/// transport, `transport::net`): the protocol core's responder machine, made at the first
+/// request after RTR from `rq_psn`, and the receive WQE a SEND of several packets is
+/// being placed into (rocev2-wire.md §3.3).
+#[derive(Default)]
+pub(crate) struct NetResponder {
+    /// `rq_psn` as of the last move to RTR.
+    pub(crate) rq_psn: u32,
+    pub(crate) machine: Option<rverbs_proto::rc::Responder>,
+    pub(crate) held: Option<rq::RecvWqe>,
+}
+
 pub(crate) struct QpInner {
     pub(crate) pd: Arc<PdInner>,
     pub(crate) qp_type: QpType,
@@ -107,6 +119,9 @@ pub(crate) struct QpInner {
     /// and poll paths do not touch it).
     batch_spare: Box<crate::spin::SpinMutex<batch::BatchBuf>>,
     pub(crate) rq: Option<RecvQueue>,
+    /// The responder state for requests from the network (lock order: after `attrs`; the
+    /// receive path releases it before moving the QP to ERR, whose flush takes it).
+    pub(crate) net_resp: Mutex<NetResponder>,
     /// The receive queue was flushed (or QP_LAST_WQE_REACHED raised) for the current
     /// entry into ERR.
     rq_flushed: AtomicBool,
@@ -171,6 +186,11 @@ impl QpInner {
     /// Completes every queued receive with WR_FLUSH_ERR; with an SRQ, raises
     /// QP_LAST_WQE_REACHED instead (ibv_modify_qp(3), ibv_get_async_event(3)).
     fn flush_rq(self: &Arc<Self>) {
+        // A receive WQE a network SEND was being placed into left its queue already.
+        let held = self.net_resp.lock().expect("net responder").held.take();
+        if let Some(w) = held {
+            let _ = self.recv_cq.push(Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED));
+        }
         if let Some(rq) = &self.rq {
             for wr_id in rq.drain() {
                 let cqe = Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED);
@@ -213,6 +233,15 @@ impl QpInner {
                 QpState::Sqd => true,
                 QpState::Rts | QpState::Sqe => false,
             };
+            if sq.req.network {
+                // Another host: the protocol core's requester runs over UDP; it keeps
+                // many requests in flight and completes them as responses arrive.
+                let in_flight = transport::net::progress(self, sq, draining);
+                if draining && !in_flight && !self.sqd_notified.swap(true, Ordering::AcqRel) {
+                    self.raise(EventType::SqDrained);
+                }
+                return;
+            }
             if sq.is_empty() || (draining && !sq.req_state.started()) {
                 if draining && !self.sqd_notified.swap(true, Ordering::AcqRel) {
                     // rxe raises SQ_DRAINED whether or not en_sqd_async_notify was set.
@@ -280,7 +309,7 @@ impl QpInner {
     /// Retires the head WQE with `cqe`: written to the send CQ if the request was
     /// signaled, the QP signals all, or it failed (ibv_post_send(3); rxe `do_complete`).
     /// A failure moves the QP to ERR; an overrun of the send CQ too, with QP_FATAL.
-    fn complete_head(self: &Arc<Self>, sq: &mut SendQueue, cqe: Cqe) {
+    pub(crate) fn complete_head(self: &Arc<Self>, sq: &mut SendQueue, cqe: Cqe) {
         let wqe = sq.pop().expect("non-empty");
         let failed = cqe.status() != WcStatus::Success;
         if (failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED))
@@ -298,8 +327,10 @@ impl QpInner {
         }
     }
 
-    /// Completes every queued send with WR_FLUSH_ERR (always written, signaled or not).
+    /// Completes every queued send with WR_FLUSH_ERR (always written, signaled or not);
+    /// a network requester that carried some of them is dropped.
     fn flush_sq(&self, sq: &mut SendQueue) {
+        sq.route.net = None;
         while let Some(w) = sq.pop() {
             let cqe = Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED);
             let _ = self.send_cq.push(cqe);
@@ -474,6 +505,7 @@ impl Qp {
             batch_spare: Box::new(crate::spin::SpinMutex::new(batch::BatchBuf::default())),
             sq_pending: AtomicBool::new(false),
             rq,
+            net_resp: Mutex::new(NetResponder::default()),
             rq_flushed: AtomicBool::new(false),
             sqd_notified: AtomicBool::new(false),
             mcast_attached: AtomicU32::new(0),

@@ -33,6 +33,17 @@ pub(crate) struct ReqView {
     pub(crate) sgid: Gid,
     pub(crate) timeout: u8,
     pub(crate) max_rd_atomic: u8,
+    /// The destination is another host reached by the network transport (the path's
+    /// destination GID is not this device's and a socket serves its source GID): the
+    /// requester runs the protocol core's machine over UDP (`transport::net`).
+    pub(crate) network: bool,
+    /// Path MTU in bytes (the smaller of `path_mtu` and the port's active MTU).
+    pub(crate) mtu: u32,
+    /// `sq_psn`.
+    pub(crate) sq_psn: u32,
+    /// `retry_cnt` and `rnr_retry` (3 bits each).
+    pub(crate) retry_cnt: u8,
+    pub(crate) rnr_retry: u8,
 }
 
 /// A UD destination resolved at post time.
@@ -230,6 +241,12 @@ impl SendQueue {
         (self.count != 0).then(|| self.slot_parts(self.head))
     }
 
+    /// The work request `i` places after the oldest (0 is the oldest), with its scatter
+    /// list and inline bytes.
+    pub(crate) fn nth(&self, i: usize) -> Option<(&SendWqe, &[Sge], &[u8])> {
+        (i < self.count).then(|| self.slot_parts((self.head + i) % self.cap))
+    }
+
     /// The WQE of `slot` with its scatter list and inline bytes.
     fn slot_parts(&self, slot: usize) -> (&SendWqe, &[Sge], &[u8]) {
         let w = &self.wqes[slot];
@@ -274,9 +291,11 @@ impl SendQueue {
         }
     }
 
-    /// Removes every work request without completing it (→ RESET, destroy).
+    /// Removes every work request without completing it (→ RESET, destroy), and the
+    /// network requester that carried some of them.
     pub(crate) fn clear(&mut self) {
         while self.pop().is_some() {}
+        self.route.net = None;
     }
 
     /// Validates `wr` (from a QP of PD `pd`, whose keys are `endpoint`'s) and appends it.

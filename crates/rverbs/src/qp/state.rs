@@ -306,13 +306,26 @@ impl QpInner {
         if m.contains(QpAttrMask::RATE_LIMIT) {
             a.rate_limit = attr.rate_limit;
         }
-        let gids = &self.pd.ctx.dev.gids;
+        let dev = self.pd.ctx.dev;
+        let dgid = a.ah_attr.grh.map(|g| g.dgid).unwrap_or_default();
+        let sgid = a.ah_attr.grh.and_then(|g| dev.gids.get(usize::from(g.sgid_index))).map(|e| e.gid).unwrap_or_default();
+        // ARCHITECTURE.md §6: a connected QP whose destination is not this device goes
+        // over the network if a socket serves its source GID.
+        let network = matches!(self.qp_type, QpType::Rc | QpType::Uc)
+            && dgid != Gid::default()
+            && !dev.owns_gid(&dgid)
+            && dev.net.as_ref().is_some_and(|n| n.sock_of(&sgid).is_some());
         let req = ReqView {
             dest_qpn: a.dest_qp_num,
-            dgid: a.ah_attr.grh.map(|g| g.dgid).unwrap_or_default(),
-            sgid: a.ah_attr.grh.and_then(|g| gids.get(usize::from(g.sgid_index))).map(|e| e.gid).unwrap_or_default(),
+            dgid,
+            sgid,
             timeout: a.timeout,
             max_rd_atomic: a.max_rd_atomic,
+            network,
+            mtu: a.path_mtu.bytes().min(limits::ACTIVE_MTU.bytes()),
+            sq_psn: a.sq_psn,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
         };
         ModifyPlan {
             from,
@@ -373,6 +386,10 @@ impl QpInner {
             view.store(self.rec);
         }
         sq.route.clear();
+        if changed && matches!(plan.to, QpState::Reset | QpState::Rtr) {
+            // A new connection: requests from the network start at rq_psn.
+            *self.net_resp.lock().expect("net responder") = super::NetResponder { rq_psn: a.rq_psn, ..Default::default() };
+        }
         sq.req = plan.req;
         if let Some(r) = plan.retry {
             sq.retry = r;

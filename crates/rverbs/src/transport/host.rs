@@ -146,7 +146,7 @@ pub(crate) fn sent(qp: &QpInner, wqe: &SendWqe) -> Cqe {
 }
 
 /// The core's form of a send work request: the same fields, no scatter list.
-fn core_wqe(wqe: &SendWqe) -> rc::SendWqe {
+pub(crate) fn core_wqe(wqe: &SendWqe) -> rc::SendWqe {
     let op = wqe.opcode();
     rc::SendWqe {
         id: wqe.wr_id,
@@ -182,7 +182,7 @@ fn core_wqe(wqe: &SendWqe) -> rc::SendWqe {
 }
 
 /// The receive completion the core decided, as the target's CQ entry.
-fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {
+pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {
     if c.status != WcStatus::Success {
         return Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err);
     }

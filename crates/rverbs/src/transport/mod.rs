@@ -10,6 +10,7 @@
 pub(crate) mod grh;
 pub(crate) mod host;
 pub(crate) mod local;
+pub(crate) mod net;
 pub(crate) mod respond;
 pub(crate) mod route;
 pub(crate) mod target;

@@ -65,6 +65,44 @@ impl<'t, T: Target> Responding<'t, T> {
         }
     }
 
+    /// Places one packet's payload `data` (the network transport, whose messages come in
+    /// MTU-sized packets): a SEND packet goes into the receive WQE at its offset; the first
+    /// packet of a WRITE into the memory CHK_RKEY pinned for the whole message; a later
+    /// one into its own range, looked up again under the message's R_Key (rxe resolves
+    /// the MR per packet, rocev2-wire.md §3.3 "Execute").
+    ///
+    /// Errors: the violation the responder answers a failed placement with.
+    pub(crate) fn place_packet(&self, place: rc::Placement, data: &[u8]) -> Result<(), Violation> {
+        match place {
+            rc::Placement::Memory { rkey, va } if self.mem.is_empty() => {
+                let p = self
+                    .keys
+                    .pin(rkey, self.t.pd(), self.used(), va, data.len() as u64, Access::REMOTE_WRITE)
+                    .map_err(|f| f.remote())?;
+                let mut one = PinList::new();
+                one.push(p);
+                copy_message(&one, 0, Source::Bytes(data)).map(drop).map_err(|_| Violation::RkeyBounds)
+            }
+            rc::Placement::Memory { .. } => self.place(place, None, Source::Bytes(data)).map_err(|_| Violation::RkeyBounds),
+            rc::Placement::Recv { .. } => self.place(place, None, Source::Bytes(data)).map_err(|_| Violation::RecvWqeMalformed),
+        }
+    }
+
+    /// Copies the bytes a READ response packet carries (`src`: the READ's R_Key and the
+    /// packet's range, looked up again per packet) into `out`.
+    ///
+    /// Errors: the R_Key no longer grants REMOTE_READ on the range.
+    pub(crate) fn read_source(&self, src: rc::ReadSource, out: &mut [u8]) -> Result<(), Violation> {
+        if src.len == 0 {
+            return Ok(());
+        }
+        let p = self
+            .keys
+            .pin(src.rkey, self.t.pd(), self.used(), src.va, u64::from(src.len), Access::REMOTE_READ)
+            .map_err(|f| f.remote())?;
+        mr::copy_out(&p, out).map_err(|_| Violation::RkeyBounds)
+    }
+
     /// Copies the READ response's bytes (the memory CHK_RKEY pinned) into `dst`.
     pub(crate) fn read_into(&self, dst: &PinList<'_>) -> Result<(), CmaError> {
         if self.mem.is_empty() {

@@ -50,6 +50,10 @@ pub(crate) enum Routed {
 pub(crate) struct Path {
     pub(crate) route: Option<Route>,
     pub(crate) ud: Option<Responder>,
+    /// The requester of a connection to another host (`super::net`), from the first
+    /// request after RTS until the queue is flushed or reset; a `modify_qp` that keeps the
+    /// QP running keeps it.
+    pub(crate) net: Option<Box<super::net::NetRequester>>,
     /// The instant handed to the machines, which read no clock themselves and keep no
     /// timer on the responder side.
     pub(crate) epoch: Instant,
@@ -57,7 +61,7 @@ pub(crate) struct Path {
 
 impl Path {
     pub(crate) fn new() -> Path {
-        Path { route: None, ud: None, epoch: Instant::now() }
+        Path { route: None, ud: None, net: None, epoch: Instant::now() }
     }
 
     /// Forgets the responder (`modify_qp` changed the path or the QP restarted).

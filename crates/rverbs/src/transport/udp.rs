@@ -378,6 +378,21 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, src: IpAddr, pack
     let unserved = || {
         net.stats.unserved.fetch_add(1, Ordering::Relaxed);
     };
+    let transport = repr.bth.opcode.transport();
+    if matches!(transport, Transport::Rc | Transport::Uc) {
+        // Connected QPs: requests to their responders, responses to their requesters.
+        let taken = if repr.bth.opcode.is_request() {
+            super::net::handle_request(engine, net, &sock.gid, src, repr, packet.payload())
+        } else {
+            super::net::handle_response(engine, src, repr, packet.payload())
+        };
+        if taken {
+            net.stats.delivered.fetch_add(1, Ordering::Relaxed);
+        } else {
+            unserved();
+        }
+        return;
+    }
     let ud_send = matches!(repr.bth.opcode.operation(), Some(Operation::SendOnly | Operation::SendOnlyWithImmediate));
     if !is_ud(repr) || !ud_send {
         return unserved();

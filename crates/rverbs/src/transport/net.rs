@@ -1,0 +1,421 @@
+//! Connected QPs (RC, UC) whose peer is on another host: the protocol core's machines
+//! driven over RoCEv2/UDP (issue 12; the sockets are [`super::udp`]'s).
+//!
+//! Read before editing: `rverbs_proto::rc` (the machines and their calling order),
+//! rocev2-wire.md §1.6 (segmentation), §3.2–§3.4 (requester, responder, completer), §4
+//! (statuses), and ARCHITECTURE.md §6.
+//!
+//! Requester: the send queue hands its work requests, oldest first, to the core's
+//! [`Requester`] of the connection ([`NetRequester`], kept in the queue's `route::Path`);
+//! several are in flight at once. Each request packet gathers its bytes from the work
+//! request's scatter list (or inline bytes), which stay in the send queue until the
+//! request completes. Responses arrive on the progress thread ([`handle_response`]): READ
+//! data is scattered into the work request's list there, and completions retire the send
+//! queue's head in order. The retransmit and RNR timers are the core's; the progress
+//! thread kicks the queue when [`Requester::poll_timeout`] passes.
+//!
+//! Responder: requests arrive on the progress thread ([`handle_request`]) and go through
+//! the QP's [`rverbs_proto::rc::Responder`] (in `QpInner::net_resp`), which checks them in
+//! rxe's order; the payload is placed packet by packet (a SEND keeps its receive WQE
+//! until its last packet; a WRITE's later packets are looked up again under its R_Key) and
+//! the machine's ACKs, NAKs and READ/atomic responses go back to the requester's address.
+//!
+//! Limits of this slice: the QP must belong to the process that owns the address's port
+//! 4791 (a packet for another process's RC/UC QP is not forwarded yet); XRC is not carried;
+//! attributes changed by `modify_qp` while the connection runs (timeout, retry counts) take
+//! effect at the next connection.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rverbs_proto::psn::Psn;
+use rverbs_proto::rc::{self, Mode, Request, Requester, RequesterConfig, Responder, Response};
+use rverbs_proto::vendor_err;
+use rverbs_proto::verbs::{Access, EventType, QpType, SendFlags, WcStatus, WrOpcode};
+use rverbs_proto::violation::Violation;
+use rverbs_proto::wire::roce::{Packet, Repr};
+use rverbs_proto::wire::Transport;
+
+use super::host::{core_wqe, recv_cqe, sent};
+use super::respond::Responding;
+use super::route::{accepts_requests, responder_config};
+use super::target::{LocalTarget, Target};
+use super::udp::Net;
+use crate::engine::Engine;
+use crate::gid::Gid;
+use crate::mr::{self, KeySpace};
+use crate::qp::sq::SendQueue;
+use crate::qp::QpInner;
+use crate::wc::Cqe;
+
+/// The send side of one connection to another host: the core's requester, where it sends,
+/// and which send-queue entries it carries.
+pub(crate) struct NetRequester {
+    req: Requester,
+    /// The peer's address (the path's destination GID) and this side's source GID.
+    dst: IpAddr,
+    sgid: Gid,
+    dest_qpn: u32,
+    /// Send-queue entries, from the oldest, handed to `req`.
+    handed: usize,
+    /// The core's id of the send queue's oldest entry; entry `i` has id `base + i`.
+    base: u64,
+    /// The deadline a progress-thread timer is set for.
+    armed: Option<Instant>,
+    /// The packet being built.
+    buf: Vec<u8>,
+}
+
+impl NetRequester {
+    fn new(qp: &QpInner, sq: &SendQueue) -> NetRequester {
+        let r = &sq.req;
+        let mode = if qp.qp_type == QpType::Uc { Mode::Uc } else { Mode::Rc };
+        let cfg = RequesterConfig {
+            mode,
+            qpn: qp.qpn,
+            mtu: r.mtu,
+            sq_psn: Psn::new(r.sq_psn),
+            timeout: r.timeout,
+            retry_cnt: r.retry_cnt,
+            retry_cnt_7_infinite: false,
+            rnr_retry: r.rnr_retry,
+            max_rd_atomic: r.max_rd_atomic,
+            max_send_wr: qp.cap.max_send_wr,
+            // Every WQE completes in the core; the send queue decides what is written
+            // (ibv_post_send(3) SIGNALED / sq_sig_all), as for the same-host path.
+            sq_sig_all: true,
+        };
+        NetRequester {
+            req: Requester::new(cfg),
+            dst: r.dgid.to_ip(),
+            sgid: r.sgid,
+            dest_qpn: r.dest_qpn,
+            handed: 0,
+            base: 0,
+            armed: None,
+            buf: Vec::new(),
+        }
+    }
+}
+
+/// Runs the network requester of `qp` (its send queue `sq` locked; the QP in RTS, SQD or
+/// SQE): hands new work requests to the core (none while `draining`), sends what the core
+/// lets go, retires completed requests, and sets the progress thread's timer for the next
+/// deadline. Returns whether requests are still in flight.
+pub(crate) fn progress(qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) -> bool {
+    let Some(net) = qp.pd.ctx.dev.net.as_ref() else { return false };
+    let now = Instant::now();
+    let mut conn = sq.route.net.take().unwrap_or_else(|| Box::new(NetRequester::new(qp, sq)));
+    if conn.req.poll_timeout().is_some_and(|t| t <= now) {
+        conn.req.handle_timeout(now);
+    }
+    loop {
+        if !draining && !hand_over(qp, sq, &mut conn) {
+            // The head was finished locally (a bind, a local fault): hand again.
+            continue;
+        }
+        while let Some(r) = conn.req.poll_transmit(now) {
+            transmit(qp, sq, &mut conn, net, &r);
+        }
+        match retire(qp, sq, &mut conn) {
+            Retired::Running => break,
+            Retired::Failed => return false,
+        }
+    }
+    if let Some(t) = conn.req.poll_timeout() {
+        if conn.armed.is_none_or(|a| a > t || a <= now) {
+            conn.armed = Some(t);
+            let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(qp) as _;
+            crate::progress::schedule(t, me);
+        }
+    }
+    let in_flight = conn.handed > 0;
+    sq.route.net = Some(conn);
+    in_flight
+}
+
+/// Hands the send queue's new work requests to the core. A local operation (bind,
+/// local invalidate) or a request whose scatter list fails its local checks is finished
+/// here once every earlier request has completed; returns `false` when it finished one
+/// (the caller hands again).
+fn hand_over(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> bool {
+    while let Some((w, sges, _)) = sq.nth(conn.handed) {
+        let op = w.opcode();
+        // LOC_PROT_ERR is decided before anything is sent (ibv_poll_cq(3)).
+        let fault = if op.carries_payload() && w.inline_len.is_none() {
+            let own = KeySpace::local(qp.pd.endpoint());
+            mr::pin_sges(&own, qp.pd.id, sges, Access::empty(), w.total_len).err()
+        } else {
+            None
+        };
+        if fault.is_some() || matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv) {
+            if conn.handed > 0 {
+                return true;
+            }
+            let exec = match (op, fault) {
+                (_, Some(f)) => super::Exec::Done(Cqe::error(w.wr_id, qp.qpn, WcStatus::LocProtErr, f.local_vendor_err())),
+                (WrOpcode::BindMw, None) => super::local::bind_mw(qp, w),
+                _ => super::local::local_inv(qp, w),
+            };
+            let super::Exec::Done(cqe) = exec else { return true };
+            qp.complete_head(sq, cqe);
+            conn.base += 1;
+            return false;
+        }
+        let mut wqe = core_wqe(w);
+        wqe.id = conn.base + conn.handed as u64;
+        wqe.flags |= SendFlags::SIGNALED;
+        if conn.req.post(wqe).is_err() {
+            // Full: the core holds as many as the send queue.
+            return true;
+        }
+        conn.handed += 1;
+    }
+    true
+}
+
+/// Builds and sends one request packet: the core's headers, then the payload gathered
+/// from the work request it belongs to.
+fn transmit(qp: &QpInner, sq: &SendQueue, conn: &mut NetRequester, net: &Net, r: &Request) {
+    let repr = r.to_repr(conn.dest_qpn);
+    let n = repr.buffer_len();
+    conn.buf.clear();
+    conn.buf.resize(n, 0);
+    let mut packet = Packet::new_unchecked(&mut conn.buf[..]);
+    repr.emit(&mut packet);
+    let payload = packet.payload_mut();
+    let filled = if let Some(v) = r.atomic_write {
+        // rocev2-wire.md §1.3: ATOMIC_WRITE's 8 bytes go verbatim.
+        payload.copy_from_slice(&v.to_ne_bytes());
+        true
+    } else if r.payload_len == 0 {
+        true
+    } else {
+        let idx = r.wqe_id.wrapping_sub(conn.base) as usize;
+        match sq.nth(idx) {
+            Some((w, _, inline)) if w.inline_len.is_some() => {
+                let off = r.payload_offset as usize;
+                payload.copy_from_slice(&inline[off..off + payload.len()]);
+                true
+            }
+            Some((w, sges, _)) => {
+                let own = KeySpace::local(qp.pd.endpoint());
+                mr::pin_sges(&own, qp.pd.id, sges, Access::empty(), w.total_len)
+                    .ok()
+                    .is_some_and(|list| mr::gather_at(&list, r.payload_offset as usize, payload).is_ok())
+            }
+            None => false,
+        }
+    };
+    if !filled {
+        // The region went away after the request was handed over (deregistered).
+        conn.req.fail_oldest(WcStatus::LocProtErr, vendor_err::LOCAL_LKEY);
+        return;
+    }
+    net.send(&conn.sgid, conn.dst, &mut conn.buf);
+}
+
+enum Retired {
+    Running,
+    Failed,
+}
+
+/// Retires the completed requests, oldest first, into the send CQ (atomic results stored
+/// into the request's buffer first). A failure moves the QP to ERR (UC: SQE) and ends the
+/// connection.
+fn retire(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> Retired {
+    while let Some(c) = conn.req.poll_completion() {
+        debug_assert_eq!(c.id, conn.base, "the core completes in order");
+        let Some((w, sges, _)) = sq.head() else { break };
+        let mut cqe = if c.status == WcStatus::Success {
+            sent(qp, w)
+        } else {
+            Cqe::error(w.wr_id, qp.qpn, c.status, c.vendor_err)
+        };
+        if let Some(original) = c.atomic_original {
+            // ibv_post_send(3): the original value lands in the local buffer (LOCAL_WRITE).
+            let own = KeySpace::local(qp.pd.endpoint());
+            let stored = mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, 8)
+                .ok()
+                .is_some_and(|l| mr::copy_message(&l, 0, mr::Source::Bytes(&original.to_ne_bytes())).is_ok());
+            if !stored {
+                cqe = Cqe::error(w.wr_id, qp.qpn, WcStatus::LocProtErr, vendor_err::LOCAL_ACCESS);
+            }
+        }
+        let failed = cqe.status() != WcStatus::Success;
+        qp.complete_head(sq, cqe);
+        conn.base += 1;
+        conn.handed -= 1;
+        if failed {
+            // The QP left RTS; what is still queued is flushed by the caller's next pass.
+            return Retired::Failed;
+        }
+    }
+    Retired::Running
+}
+
+/// A response (ACK, NAK, READ response, atomic ACK) from the network for QP `qpn` of this
+/// process: fed to its connection's requester (READ data scattered into the request's
+/// list), then the send queue runs. Responses from another address, or for a QP without
+/// a network connection, are dropped (rxe `check_addr`). Returns whether it was taken.
+pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr, payload: &[u8]) -> bool {
+    let Some(qp) = engine.qps.get(repr.bth.dest_qp) else { return false };
+    let now = Instant::now();
+    {
+        let mut sq = qp.sq.lock();
+        let Some(mut conn) = sq.route.net.take() else { return false };
+        if conn.dst != src {
+            sq.route.net = Some(conn);
+            return false;
+        }
+        let r = Response::from_repr(repr);
+        if let Some(pl) = conn.req.handle_response(now, &r) {
+            let idx = pl.wqe_id.wrapping_sub(conn.base) as usize;
+            let placed = sq.nth(idx).is_some_and(|(w, sges, _)| {
+                let own = KeySpace::local(qp.pd.endpoint());
+                mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, w.total_len).ok().is_some_and(|l| {
+                    let n = (pl.len as usize).min(payload.len());
+                    mr::copy_message(&l, pl.offset as usize, mr::Source::Bytes(&payload[..n])).is_ok()
+                })
+            });
+            if !placed {
+                // rxe `rxe_comp.c`: a READ response that cannot be written locally.
+                conn.req.fail_oldest(WcStatus::LocProtErr, vendor_err::LOCAL_ACCESS);
+            }
+        }
+        sq.route.net = Some(conn);
+    }
+    qp.kick();
+    true
+}
+
+/// What the receive path must do once the responder's lock is released.
+#[derive(Default)]
+struct After {
+    /// Move the QP to ERR, raising this event if any.
+    error: Option<Option<EventType>>,
+}
+
+/// A request (RC/UC) from the network for QP `qpn` of this process, from `src`, which
+/// arrived on the socket of local GID `local`: checked as rxe's `rxe_rcv` does (the QP
+/// exists with the packet's transport, accepts requests, and its path names `src`), then
+/// run through the QP's responder; the payload is placed and the responses are sent back
+/// to `src`. Returns whether it was taken.
+pub(crate) fn handle_request(
+    engine: &'static Engine,
+    net: &Net,
+    local: &Gid,
+    src: IpAddr,
+    repr: &Repr,
+    payload: &[u8],
+) -> bool {
+    let Some(qp) = engine.qps.get(repr.bth.dest_qp) else { return false };
+    let want = match repr.bth.opcode.transport() {
+        Transport::Rc => QpType::Rc,
+        Transport::Uc => QpType::Uc,
+        _ => return false,
+    };
+    if qp.qp_type != want || !accepts_requests(qp.state()) || qp.rec.dgid() != Gid::from_ip(src) {
+        return false;
+    }
+    let t = LocalTarget::of(qp.clone());
+    t.note_inbound();
+    let now = Instant::now();
+    let mode = if want == QpType::Uc { Mode::Uc } else { Mode::Rc };
+    let dest_qpn = qp.rec.dest_qpn.load(Ordering::Acquire);
+    let mtu = qp.rec.path_mtu.load(Ordering::Acquire).min(crate::limits::ACTIVE_MTU.bytes());
+    let mut after = After::default();
+    {
+        let mut guard = qp.net_resp.lock().expect("net responder");
+        let nr = &mut *guard;
+        let mut cfg = responder_config(mode, qp.rec, mtu);
+        cfg.rq_psn = Psn::new(nr.rq_psn);
+        let machine = nr.machine.get_or_insert_with(|| Responder::new(cfg));
+        machine.reconfigure(cfg);
+        let request = Request::from_repr(repr, payload);
+        let mut at = Responding::new(&t);
+        at.recv = nr.held.take();
+        let d = machine.handle_request(now, &request, &mut at);
+        let mut completed = None;
+        if let Some(v) = d.violation {
+            if let Some(c) = d.recv {
+                let _ = t.complete(recv_cqe(&t, &c));
+            }
+            if v.responder_fatal() && (mode == Mode::Rc || d.recv.is_some()) {
+                // IBTA: a responder error no receive completion reports is raised as an
+                // asynchronous event (as the same-host path does).
+                let event = (d.recv.is_none() && mode == Mode::Rc).then_some(match v {
+                    Violation::RkeyUnknown | Violation::RkeyWrongPd | Violation::RkeyBounds | Violation::RkeyAccess => {
+                        EventType::QpAccessErr
+                    }
+                    _ => EventType::QpReqErr,
+                });
+                after.error = Some(event);
+            }
+        } else if d.executed {
+            let placed = d.place.map_or(Ok(()), |place| at.place_packet(place, payload));
+            match (placed, d.recv) {
+                (Err(v), _) => {
+                    // The memory failed between the check and the copy (deregistered):
+                    // the QP ends, as for a failed check.
+                    machine.enter_error();
+                    if let Some(r) = at.recv.take() {
+                        let _ = t.complete(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()));
+                    }
+                    after.error = Some(Some(EventType::QpAccessErr));
+                }
+                // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
+                // completes in error, the responder enters ERR below.
+                (Ok(()), Some(c)) if c.status != WcStatus::Success => {
+                    let _ = t.complete(recv_cqe(&t, &c));
+                }
+                // Published once the ACK is out (below).
+                (Ok(()), Some(c)) => completed = Some(c),
+                (Ok(()), None) => {}
+            }
+        }
+        if machine.state() == rc::ResponderState::Error && after.error.is_none() {
+            after.error = Some(None);
+        }
+        // The receive WQE stays taken while its message goes on (or, UC, while the core
+        // keeps it for the next message); one that completed is gone.
+        let held = at.recv.take().filter(|w| d.recv.is_none_or(|c| c.wr_id != w.wr_id));
+        // Responses go back to the requester, READ data gathered per packet.
+        let mut buf = Vec::new();
+        while let Some(resp) = machine.poll_transmit(now) {
+            let repr = resp.to_repr(dest_qpn);
+            buf.clear();
+            buf.resize(repr.buffer_len(), 0);
+            let mut packet = Packet::new_unchecked(&mut buf[..]);
+            repr.emit(&mut packet);
+            if let Some(s) = resp.source {
+                if at.read_source(s, packet.payload_mut()).is_err() {
+                    // The region was deregistered during the READ: nothing more is sent;
+                    // the requester times out.
+                    break;
+                }
+            }
+            net.send(local, src, &mut buf);
+        }
+        drop(at);
+        nr.held = held;
+        // ARCHITECTURE.md §12: the receive completion is published after the ACK is sent
+        // (rxe completes first): the application may exit the instant it sees the
+        // completion, and a message it saw must not be left unacknowledged. A receive CQ
+        // that overruns still ends the QP (QP_FATAL), though its message was ACKed.
+        if let Some(c) = completed {
+            if t.complete(recv_cqe(&t, &c)).is_err() {
+                if let Some(m) = nr.machine.as_mut() {
+                    m.enter_error();
+                }
+                after.error = Some(Some(EventType::QpFatal));
+            }
+        }
+    }
+    if let Some(event) = after.error {
+        t.enter_error(event);
+    }
+    true
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# RC and UC over RoCEv2/UDP between two "hosts": two network namespaces joined by a veth
+# pair that this script creates (10.67.0.1 and 10.67.0.2, fd67::1/2, addresses only inside
+# them, link MTU 1500) and removes. Each side runs unmodified Debian programs on rverbs'
+# drop-in libibverbs.so.1 with its own runtime directory, so every message crosses the link
+# as RoCEv2 packets: segmented at the path MTU (1024), acknowledged, retransmitted when
+# lost (the protocol core's requester and responder, transport::net).
+#
+# Pairs: ibv_rc_pingpong -c at 1 B, 4 KiB and 64 KiB, polling and with -e, both
+# directions; ibv_uc_pingpong -c; one over IPv6 GIDs; perftest ib_write_bw, ib_read_bw,
+# ib_send_bw, ib_atomic_bw (fetch-and-add and compare-and-swap), ib_read_lat, ib_write_bw
+# -c UC; and rc_pingpong -c through the fault injector (RVERBS_FAULTS: drops, duplicates,
+# reordering and corruption on the client's packets) — reliable delivery must hide them.
+# A pair passes when both sides exit 0 and print their result lines (ping-pongs: "<iters>
+# iters in", no invalid data with -c; perftest: a result row).
+#
+# Needs root (ip netns, veth). Prints one line per pair, "N passed, N failed"; exits 1 if
+# any pair failed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+ITERS=${RC_ITERS:-200}
+# RC_FILTER: run only the pairs whose label matches this bash regular expression.
+FILTER=${RC_FILTER:-}
+TIMEOUT=${RC_TIMEOUT:-60}
+A=rvr-a B=rvr-b
+IP_A=10.67.0.1 IP_B=10.67.0.2
+IP6_A=fd67::1 IP6_B=fd67::2
+if [ "$(id -u)" != 0 ]; then
+  echo "rc_netns.sh: SKIPPED: needs root to create network namespaces"
+  exit 0
+fi
+for p in ibv_rc_pingpong ibv_uc_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_read_lat; do
+  command -v "$p" >/dev/null || { echo "rc_netns.sh: $p not found (apt-get install ibverbs-utils perftest)" >&2; exit 2; }
+done
+DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
+# shellcheck source=lib/verdict.bash
+source tests/conformance/lib/verdict.bash
+
+WORK=$(mktemp -d /tmp/rc-netns.XXXXXX)
+cleanup() {
+  ip netns del "$A" 2>/dev/null || true
+  ip netns del "$B" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+cleanup
+mkdir -p "$WORK/rt-a" "$WORK/rt-b"
+
+ip netns add "$A"
+ip netns add "$B"
+ip link add rvr-a0 type veth peer name rvr-b0
+ip link set rvr-a0 netns "$A"
+ip link set rvr-b0 netns "$B"
+ip -n "$A" addr add "$IP_A/24" dev rvr-a0
+ip -n "$B" addr add "$IP_B/24" dev rvr-b0
+ip -n "$A" addr add "$IP6_A/64" dev rvr-a0 nodad
+ip -n "$B" addr add "$IP6_B/64" dev rvr-b0 nodad
+for ns in "$A" "$B"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$A" link set rvr-a0 mtu 1500 up
+ip -n "$B" link set rvr-b0 mtu 1500 up
+
+# in_ns NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as its own host (with
+# RVERBS_FAULTS=$FAULTS when FAULTS is set).
+FAULTS=
+in_ns() {
+  local ns=$1 rt=$2
+  shift 2
+  ip netns exec "$ns" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$rt" \
+    ${FAULTS:+RVERBS_FAULTS="$FAULTS"} timeout -k 5 "$TIMEOUT" "$@"
+}
+
+# The GID index of an address in the device's table inside a namespace.
+gid_index() {
+  local gid=$3
+  [[ $gid == *:* ]] || gid=::ffff:$gid
+  in_ns "$1" "$2" ibv_devinfo -v | grep -E "[[:space:]]$gid," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
+}
+
+wait_listen() {
+  for _ in $(seq 200); do
+    ip netns exec "$1" ss -ltn "sport = :$2" | grep -q LISTEN && return 0
+    sleep 0.05
+  done
+}
+
+passed=0 failed=0 port=18800
+# pair KIND LABEL SERVER_NS SERVER_RT SERVER_IP CLIENT_NS CLIENT_RT CLIENT_IP PROG ARGS...:
+# KIND is pingpong (PROG -g GID -n ITERS) or perftest (PROG -x GID -F -n ITERS); the
+# GIDs are those of the IPs; the TCP exchange goes to the server's IPv4 address. The
+# client runs with RVERBS_FAULTS=$FAULTS.
+pair() {
+  local kind=$1 label=$2 sns=$3 srt=$4 sip=$5 cns=$6 crt=$7 cip=$8 prog=$9
+  shift 9
+  [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
+  local sgid cgid slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=() gflag=-g extra=()
+  sgid=$(gid_index "$sns" "$srt" "$sip")
+  cgid=$(gid_index "$cns" "$crt" "$cip")
+  [[ $sip == *:* ]] && sip=$IP_A
+  [ "$kind" = perftest ] && gflag=-x extra=(-F)
+  port=$((port + 1))
+  FAULTS= in_ns "$sns" "$srt" "$prog" -d rverbs0 "$gflag" "$sgid" "${extra[@]}" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
+  local spid=$!
+  wait_listen "$sns" "$port"
+  in_ns "$cns" "$crt" "$prog" -d rverbs0 "$gflag" "$cgid" "${extra[@]}" -n "$ITERS" -p "$port" "$@" "$sip" >"$clog" 2>&1 || crc=$?
+  wait "$spid" || src=$?
+  if [ "$kind" = pingpong ]; then
+    pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
+  else
+    [ "$src" = 0 ] || why+=("server exit $src")
+    [ "$crc" = 0 ] || why+=("client exit $crc")
+    # perftest's result rows start with the message size.
+    grep -qE "^ +[0-9]+ +$ITERS " "$clog" || why+=("client printed no result row")
+  fi
+  verdict "$label" "$slog" "$clog"
+}
+
+ab=("$A" "$WORK/rt-a" "$IP_A" "$B" "$WORK/rt-b" "$IP_B")
+ba=("$B" "$WORK/rt-b" "$IP_B" "$A" "$WORK/rt-a" "$IP_A")
+echo "rc_netns.sh: RC/UC between netns $A ($IP_A) and $B ($IP_B), link MTU 1500, -n $ITERS"
+for ev in "" -e; do
+  for s in 1 4096 65536; do
+    pair pingpong "rc${ev:+ $ev} -s $s -c, server in $A" "${ab[@]}" ibv_rc_pingpong -c -s "$s" ${ev:+"$ev"}
+  done
+done
+pair pingpong "rc -s 10000 -c, server in $B" "${ba[@]}" ibv_rc_pingpong -c -s 10000
+pair pingpong "uc -s 4096 -c, server in $A" "${ab[@]}" ibv_uc_pingpong -c -s 4096
+pair pingpong "rc -s 4096 -c over IPv6 GIDs ($IP6_A, $IP6_B)" "$A" "$WORK/rt-a" "$IP6_A" "$B" "$WORK/rt-b" "$IP6_B" ibv_rc_pingpong -c -s 4096
+
+# -m 1024: the port's active MTU is 4096 whatever the link (ARCHITECTURE.md §12), and
+# perftest's path MTU is the port's unless told; 4 KiB packets do not fit a 1500-byte link.
+for t in ib_write_bw ib_read_bw ib_send_bw; do
+  pair perftest "$t -s 65536" "${ab[@]}" "$t" -m 1024 -s 65536
+done
+pair perftest "ib_read_lat -s 4096" "${ab[@]}" ib_read_lat -m 1024 -s 4096
+pair perftest "ib_atomic_bw (fetch-and-add)" "${ab[@]}" ib_atomic_bw
+pair perftest "ib_atomic_bw -A CMP_AND_SWAP" "${ab[@]}" ib_atomic_bw -A CMP_AND_SWAP
+pair perftest "ib_write_bw -c UC -s 4096" "${ab[@]}" ib_write_bw -c UC -m 1024 -s 4096
+
+# Loss, duplication, reordering and corruption of the client's packets: RC recovers
+# (NAK sequence error and go-back-N, duplicate detection, the retransmit timer).
+for spec in "seed=11,drop=5%" "seed=12,dup=5%,reorder=5%,reorder_by=1ms" "seed=13,corrupt=3%,drop=2%"; do
+  FAULTS=$spec pair pingpong "rc -s 4096 -c, client faults $spec" "${ab[@]}" ibv_rc_pingpong -c -s 4096
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
