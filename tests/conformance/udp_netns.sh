@@ -7,9 +7,10 @@
 #
 # Pairs: sizes 1, 1024 and 4096 (veth MTU 9000), polling and with -e, with -c (the
 # client validates the buffer); then the roles swapped; one over IPv6 GIDs (fd66::1/2);
-# two server processes behind one port; RVERBS_PCAP; RVERBS_FAULTS (delay and reorder:
-# still complete; corruption: every packet dropped and logged by the receiver). A pair passes when both sides
-# exit 0, print "<iters> iters in" and the client reports no invalid data.
+# two server processes behind one port; RVERBS_PCAP over IPv4 and over IPv6; RVERBS_FAULTS
+# (delay and reorder: still complete; corruption: every packet dropped and logged by the
+# receiver). A pair passes when both sides exit 0, print "<iters> iters in" and the client
+# reports no invalid data.
 #
 # Needs root (ip netns, veth). Prints one line per pair, "N passed, N failed"; exits 1 if
 # any pair failed.
@@ -145,10 +146,14 @@ two_servers
 # as RoCE (heuristic payload dissectors off, rocev2-wire.md §6) with nothing malformed, and
 # the ICRC of every record, recomputed from the record alone (rverbs-probe check-pcap),
 # is right: the ones rverbs sent and the ones it received.
+# trace_check LABEL SERVER_IP CLIENT_IP DISPLAY_FILTER [NOTE]: one traced pair between the
+# namespaces over the GIDs of the two IPs (NOTE added to the pair's label); DISPLAY_FILTER
+# selects the RoCE packets, which must number at least 2 * ITERS; check-pcap must count
+# good ICRCs, and no bad one, from both IPs.
 trace_check() {
-  local label="RVERBS_PCAP of a ud -s 512 pair: tshark decodes it, every ICRC right"
-  local cap=$WORK/trace.pcap why=() n bad
-  PCAP=$cap pair "ud -s 512 -c, traced" "$A" "$WORK/rt-a" "$IP_A" "$B" "$WORK/rt-b" "$IP_B" -c -s 512
+  local label=$1 sip=$2 cip=$3 filter=$4
+  local cap=$WORK/trace.pcap why=() n=0 bad
+  PCAP=$cap pair "ud -s 512 -c, traced${5:+, $5}" "$A" "$WORK/rt-a" "$sip" "$B" "$WORK/rt-b" "$cip" -c -s 512
   PCAP=
   local noheur=(--disable-heuristic rpcrdma_infiniband --disable-heuristic iser_infiniband
     --disable-heuristic smb_direct_infiniband --disable-heuristic sdp_infiniband
@@ -157,19 +162,25 @@ trace_check() {
   if ! command -v tshark >/dev/null; then
     why+=("tshark not found (apt-get install tshark)")
   else
-    n=$(tshark -r "$cap" -d udp.port==4791,infiniband "${noheur[@]}" -Y infiniband 2>/dev/null | wc -l)
+    n=$(tshark -r "$cap" -d udp.port==4791,infiniband "${noheur[@]}" -Y "$filter" 2>/dev/null | wc -l)
     bad=$(tshark -r "$cap" -d udp.port==4791,infiniband "${noheur[@]}" -Y '_ws.malformed || _ws.expert.severity >= warning' 2>/dev/null | wc -l)
     # Both processes record: the client's file holds its ITERS sends and ITERS receives
     # (the server's end is traced by nobody: only the client has RVERBS_PCAP).
-    [ "$n" -ge $((2 * ITERS)) ] || why+=("tshark decoded $n RoCE packets, expected >= $((2 * ITERS))")
+    [ "$n" -ge $((2 * ITERS)) ] || why+=("tshark decoded $n RoCE packets ($filter), expected >= $((2 * ITERS))")
     [ "$bad" = 0 ] || why+=("$bad malformed or warned packets")
   fi
   if ! cargo run -q --release -p rverbs-probe -- check-pcap "$cap" >"$WORK/icrc.log" 2>&1; then
     why+=("ICRC check: $(tail -n 1 "$WORK/icrc.log")")
   fi
-  verdict "$label ($n packets; $(tail -n 1 "$WORK/icrc.log"))"
+  # check-pcap counted the packets of both ends (by source address), none with a bad ICRC.
+  for ip in "$sip" "$cip"; do
+    grep -q "\"$ip\": ([1-9][0-9]*, 0)" "$WORK/icrc.log" || why+=("check-pcap counted no good ICRC from $ip (or a bad one)")
+  done
+  verdict "$label ($n packets; $(tail -n 1 "$WORK/icrc.log"))" "$WORK/icrc.log"
 }
-trace_check
+trace_check "RVERBS_PCAP of a ud -s 512 pair: tshark decodes it, every ICRC right" "$IP_A" "$IP_B" infiniband
+trace_check "RVERBS_PCAP of a ud -s 512 pair over IPv6 GIDs: tshark decodes it as RoCE over IPv6, every ICRC right" \
+  "$IP6_A" "$IP6_B" "infiniband && (ipv6.src == $IP6_A || ipv6.src == $IP6_B)" "over IPv6 GIDs ($IP6_A, $IP6_B)"
 
 # RVERBS_FAULTS on the client's send path. Delayed and reordered packets (held back by the
 # injector, released by the progress thread) still arrive: the pair completes. Corrupted

@@ -21,8 +21,8 @@
 //! it and our requester retry); `--drop-rx N` drops every N-th datagram we receive (our
 //! responder must NAK the gap, our requester time out, and rxe retry).
 //!
-//! `check-pcap` recomputes the ICRC of every IPv4 RoCEv2 packet in pcap files (raw IP or
-//! Ethernet) from the packet alone.
+//! `check-pcap` recomputes the ICRC of every RoCEv2 packet, IPv4 or IPv6, in pcap files
+//! (raw IP or Ethernet) from the packet alone.
 //!
 //! Prints `RESULT ok ...` and exits 0 on success, `RESULT FAIL why` and exits 1 otherwise.
 #![forbid(unsafe_code)]
@@ -31,7 +31,7 @@ mod qp;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -519,7 +519,77 @@ fn client_exchange(o: &Opts, server: Ipv4Addr, me: &Dest, deadline: Instant) -> 
     Ok((rem, None))
 }
 
-/// Recomputes the ICRC of every IPv4 RoCEv2 packet (UDP port 4791) in pcap files.
+/// The verdict on one pcap record ([`check_record`]).
+#[derive(Debug, PartialEq, Eq)]
+enum RecordCheck {
+    /// A RoCEv2 packet whose ICRC is right, from this IP source.
+    Good(IpAddr),
+    /// A RoCEv2 packet whose ICRC is wrong, from this IP source.
+    Bad(IpAddr),
+    /// Not a RoCEv2 packet.
+    Other,
+}
+
+/// Checks the ICRC of one record of a pcap file of link type `linktype`.
+///
+/// Rule: a RoCEv2 packet is a UDP datagram to port 4791 over IPv4 without options or IPv6
+/// without extension headers (rocev2-wire.md §1.1), in a raw IP record or after an
+/// Ethernet header (EtherType 0x0800 or 0x86dd), whose UDP payload holds at least a BTH and
+/// an ICRC; its ICRC is recomputed from the IP packet alone (`icrc::compute_ip_packet`,
+/// the masks of rocev2-wire.md §2.2 for either version) and compared with its last four
+/// bytes.
+fn check_record(linktype: u32, data: &[u8]) -> RecordCheck {
+    let ip = match linktype {
+        pcap::LINKTYPE_RAW => data,
+        pcap::LINKTYPE_ETHERNET if data.len() > 14 && matches!(data[12..14], [0x08, 0x00] | [0x86, 0xdd]) => &data[14..],
+        _ => return RecordCheck::Other,
+    };
+    let Some(d) = pcap::parse_ip_udp(ip) else { return RecordCheck::Other };
+    if d.header.dst_port() != qp::ROCE_PORT || d.udp_payload.len() < 12 + 4 {
+        return RecordCheck::Other;
+    }
+    let (body, tail) = d.packet.split_at(d.packet.len() - 4);
+    let good = icrc::compute_ip_packet(body) == Ok(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if good {
+        RecordCheck::Good(d.header.src())
+    } else {
+        RecordCheck::Bad(d.header.src())
+    }
+}
+
+/// What [`check_file`] found in one pcap file.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct FileCheck {
+    linktype: u32,
+    ok: u64,
+    bad: u64,
+    other: u64,
+    /// Per IP source: (ok, bad).
+    by_src: std::collections::BTreeMap<IpAddr, (u64, u64)>,
+}
+
+/// Checks every record of a classic pcap file ([`check_record`]); `None` if it is not one.
+fn check_file(bytes: &[u8]) -> Option<FileCheck> {
+    let (linktype, recs) = pcap::records(bytes)?;
+    let mut out = FileCheck { linktype, ..FileCheck::default() };
+    for r in recs {
+        match check_record(linktype, r.data) {
+            RecordCheck::Good(src) => {
+                out.ok += 1;
+                out.by_src.entry(src).or_default().0 += 1;
+            }
+            RecordCheck::Bad(src) => {
+                out.bad += 1;
+                out.by_src.entry(src).or_default().1 += 1;
+            }
+            RecordCheck::Other => out.other += 1,
+        }
+    }
+    Some(out)
+}
+
+/// Recomputes the ICRC of every RoCEv2 packet (IPv4 or IPv6, UDP port 4791) in pcap files;
+/// fails if one is wrong or a file holds none.
 fn check_pcap(files: &[String]) -> ExitCode {
     let mut failed = false;
     for f in files {
@@ -527,40 +597,16 @@ fn check_pcap(files: &[String]) -> ExitCode {
             Ok(b) => b,
             Err(e) => return fail(format!("{f}: {e}")),
         };
-        let Some((linktype, recs)) = pcap::records(&bytes) else {
+        let Some(c) = check_file(&bytes) else {
             return fail(format!("{f}: not a classic pcap file"));
         };
-        let (mut ok, mut bad, mut other) = (0u64, 0u64, 0u64);
-        let mut by_src = std::collections::BTreeMap::<String, (u64, u64)>::new();
-        for r in recs {
-            let ip = match linktype {
-                pcap::LINKTYPE_RAW => r.data,
-                pcap::LINKTYPE_ETHERNET if r.data.len() > 14 && r.data[12..14] == [0x08, 0x00] => &r.data[14..],
-                _ => {
-                    other += 1;
-                    continue;
-                }
-            };
-            if ip.len() < 28 + 16 || ip[0] != 0x45 || ip[9] != 17 || ip[22..24] != qp::ROCE_PORT.to_be_bytes() {
-                other += 1;
-                continue;
-            }
-            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]])).min(ip.len());
-            let ip = &ip[..total];
-            let (body, tail) = ip.split_at(ip.len() - 4);
-            let good = icrc::compute_ip_packet(body) == Ok(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
-            let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]).to_string();
-            let e = by_src.entry(src).or_default();
-            if good {
-                ok += 1;
-                e.0 += 1;
-            } else {
-                bad += 1;
-                e.1 += 1;
-            }
-        }
-        println!("{f}: linktype {linktype}, RoCEv2 ICRC ok {ok}, bad {bad}, other records {other}; by source (ok, bad): {by_src:?}");
-        if bad > 0 || ok == 0 {
+        let by_src: std::collections::BTreeMap<String, (u64, u64)> =
+            c.by_src.iter().map(|(ip, n)| (ip.to_string(), *n)).collect();
+        println!(
+            "{f}: linktype {}, RoCEv2 ICRC ok {}, bad {}, other records {}; by source (ok, bad): {by_src:?}",
+            c.linktype, c.ok, c.bad, c.other
+        );
+        if c.bad > 0 || c.ok == 0 {
             failed = true;
         }
     }
@@ -591,6 +637,7 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv6Addr;
 
     #[test]
     fn dest_message_round_trips_in_rc_pingpong_format() {
@@ -600,6 +647,91 @@ mod tests {
         let back = decode_dest(&m).unwrap();
         assert_eq!((back.lid, back.qpn, back.psn, back.gid), (0, 0x11, 0xabcdef, d.gid));
         assert_eq!(gid_ipv4(&back.gid), Some(Ipv4Addr::new(10, 77, 0, 1)));
+    }
+
+    const SRC6: Ipv6Addr = Ipv6Addr::new(0xfd66, 0, 0, 0, 0, 0, 0, 1);
+    const DST6: Ipv6Addr = Ipv6Addr::new(0xfd66, 0, 0, 0, 0, 0, 0, 2);
+
+    /// An RC SEND_ONLY (BTH, 8 payload bytes) and its ICRC as the sender computes it, from
+    /// the IPv6 pseudo header (not from the record).
+    fn roce_v6() -> Vec<u8> {
+        let mut roce = vec![0x04, 0x00, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0x03, 0];
+        roce.extend_from_slice(b"v6 hello");
+        let crc = icrc::compute_ipv6_pseudo(SRC6, DST6, 0xc123, qp::ROCE_PORT, &roce);
+        roce.extend_from_slice(&crc.to_le_bytes());
+        roce
+    }
+
+    fn v6_record(roce: &[u8]) -> Vec<u8> {
+        let hdr = pcap::Ipv6Udp {
+            src: SRC6,
+            dst: DST6,
+            src_port: 0xc123,
+            dst_port: qp::ROCE_PORT,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        };
+        let mut buf = Vec::new();
+        pcap::ipv6_udp_datagram(&hdr, roce, &mut buf).unwrap();
+        buf
+    }
+
+    /// An IPv6 record's ICRC is recomputed from the record: right as sent, wrong after any
+    /// covered byte changes (payload, ICRC, source address, BTH), right again when only a
+    /// masked field (hop limit, traffic class) differs.
+    #[test]
+    fn check_record_accepts_a_good_ipv6_record_and_rejects_a_corrupted_one() {
+        let good = v6_record(&roce_v6());
+        let src = IpAddr::V6(SRC6);
+        assert_eq!(check_record(pcap::LINKTYPE_RAW, &good), RecordCheck::Good(src));
+        let len = good.len();
+        for at in [len - 5, len - 1, 8 + 15, 48 + 3] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x01;
+            let want = if at == 8 + 15 { IpAddr::V6(Ipv6Addr::new(0xfd66, 0, 0, 0, 0, 0, 0, 0)) } else { src };
+            assert_eq!(check_record(pcap::LINKTYPE_RAW, &bad), RecordCheck::Bad(want), "byte {at} flipped");
+        }
+        let mut masked = good.clone();
+        masked[7] = 1; // hop limit
+        masked[1] = 0xb0; // traffic class
+        assert_eq!(check_record(pcap::LINKTYPE_RAW, &masked), RecordCheck::Good(src));
+    }
+
+    #[test]
+    fn check_record_reads_ipv6_after_an_ethernet_header() {
+        let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x86, 0xdd];
+        frame.extend_from_slice(&v6_record(&roce_v6()));
+        frame.extend_from_slice(&[0; 4]); // trailer past the IPv6 payload length
+        assert_eq!(check_record(pcap::LINKTYPE_ETHERNET, &frame), RecordCheck::Good(IpAddr::V6(SRC6)));
+        frame[12] = 0x88; // not IP
+        assert_eq!(check_record(pcap::LINKTYPE_ETHERNET, &frame), RecordCheck::Other);
+    }
+
+    /// IPv4 and IPv6 records of one file are counted alike; what is not RoCEv2 is "other".
+    #[test]
+    fn check_file_counts_ipv4_and_ipv6_records_alike() {
+        let (a4, b4) = (Ipv4Addr::new(10, 66, 0, 1), Ipv4Addr::new(10, 66, 0, 2));
+        let mut roce4 = vec![0x04, 0x00, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0x01, 0];
+        roce4.extend_from_slice(b"v4 hello");
+        let crc = icrc::compute_ipv4_pseudo(a4, b4, qp::ROCE_PORT, qp::ROCE_PORT, &roce4);
+        roce4.extend_from_slice(&crc.to_le_bytes());
+        let h4 = pcap::Ipv4Udp { src: a4, dst: b4, src_port: qp::ROCE_PORT, dst_port: qp::ROCE_PORT, id: 0, ttl: 64 };
+        let mut w = PcapWriter::new(Vec::new(), pcap::LINKTYPE_RAW).unwrap();
+        w.write_ipv4_udp(Duration::ZERO, &h4, &roce4).unwrap();
+        let good6 = v6_record(&roce_v6());
+        w.write_record(Duration::ZERO, &good6).unwrap();
+        let mut bad6 = good6.clone();
+        *bad6.last_mut().unwrap() ^= 0x80;
+        w.write_record(Duration::ZERO, &bad6).unwrap();
+        let mut not_roce = good6.clone();
+        not_roce[42..44].copy_from_slice(&53u16.to_be_bytes()); // UDP destination port
+        w.write_record(Duration::ZERO, &not_roce).unwrap();
+        let c = check_file(&w.into_inner()).unwrap();
+        assert_eq!((c.linktype, c.ok, c.bad, c.other), (pcap::LINKTYPE_RAW, 2, 1, 1));
+        assert_eq!(c.by_src.get(&IpAddr::V4(a4)), Some(&(1, 0)));
+        assert_eq!(c.by_src.get(&IpAddr::V6(SRC6)), Some(&(1, 1)));
+        assert!(check_file(b"not a pcap file at all, no").is_none());
     }
 
     #[test]

@@ -47,32 +47,59 @@ use crate::mr::Source;
 /// The RoCEv2 UDP destination port (IANA).
 pub(crate) const ROCE_PORT: u16 = 4791;
 
-/// `RVERBS_PCAP=file`: every datagram sent and received, as a pcap file of raw IPv4 records
-/// whose IP and UDP headers are rebuilt around the RoCEv2 payload (`rverbs_proto::pcap`;
-/// tshark decodes it with `-d udp.port==4791,infiniband`). IPv6 datagrams are not recorded
-/// yet.
+/// `RVERBS_PCAP=file`: every datagram sent and received, IPv4 and IPv6, as a pcap file of
+/// raw IP records (`LINKTYPE_RAW`, both versions in one file) whose IP and UDP headers are
+/// rebuilt around the RoCEv2 payload (`rverbs_proto::pcap`; tshark decodes it with
+/// `-d udp.port==4791,infiniband`).
 struct Trace {
     out: Mutex<PcapWriter<std::fs::File>>,
 }
 
 impl Trace {
     fn open() -> Option<Arc<Trace>> {
-        let path = std::env::var_os("RVERBS_PCAP")?;
-        let file = std::fs::File::create(&path)
-            .map_err(|err| tracing::warn!(path = %std::path::Path::new(&path).display(), %err, "RVERBS_PCAP: cannot create"))
+        Trace::create(std::path::Path::new(&std::env::var_os("RVERBS_PCAP")?))
+    }
+
+    /// A trace writing to a new file at `path`; `None` (logged) if it cannot be created.
+    fn create(path: &std::path::Path) -> Option<Arc<Trace>> {
+        let file = std::fs::File::create(path)
+            .map_err(|err| tracing::warn!(path = %path.display(), %err, "RVERBS_PCAP: cannot create"))
             .ok()?;
         let out = PcapWriter::new(file, pcap::LINKTYPE_RAW).ok()?;
         Some(Arc::new(Trace { out: Mutex::new(out) }))
     }
 
-    /// Records one datagram from `from` to `to` with IPv4 Identification `id`.
+    /// Records one datagram from `from` to `to`, with IPv4 Identification `id` (IPv6 has
+    /// none: `id` is ignored).
+    ///
+    /// Rule: the headers a socket sender puts on it (rocev2-wire.md §1.1, §2.5): IPv4 DF,
+    /// TTL 64; IPv6 traffic class 0, flow label 0, hop limit 64, a computed UDP checksum.
+    /// The masked fields (TTL, hop limit, class, flow) are not what a receiver saw, but the
+    /// ICRC does not cover them, so every record's ICRC checks from the record alone.
     fn record(&self, from: SocketAddr, to: SocketAddr, id: u16, udp_payload: &[u8]) {
-        let (IpAddr::V4(src), IpAddr::V4(dst)) = (from.ip(), to.ip()) else { return };
-        let hdr = pcap::Ipv4Udp { src, dst, src_port: from.port(), dst_port: to.port(), id, ttl: 64 };
         let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         // The file is unbuffered: every record is on disk when the call returns, however
         // the process ends.
-        let _ = self.out.lock().expect("pcap").write_ipv4_udp(ts, &hdr, udp_payload);
+        let _ = match (from.ip(), to.ip()) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                let hdr = pcap::Ipv4Udp { src, dst, src_port: from.port(), dst_port: to.port(), id, ttl: 64 };
+                self.out.lock().expect("pcap").write_ipv4_udp(ts, &hdr, udp_payload)
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                let hdr = pcap::Ipv6Udp {
+                    src,
+                    dst,
+                    src_port: from.port(),
+                    dst_port: to.port(),
+                    traffic_class: 0,
+                    flow_label: 0,
+                    hop_limit: 64,
+                };
+                self.out.lock().expect("pcap").write_ipv6_udp(ts, &hdr, udp_payload)
+            }
+            // Never sent (`seal` refuses mixed families) nor received on one socket.
+            _ => return,
+        };
     }
 }
 
@@ -527,5 +554,57 @@ mod tests {
         }
         assert_eq!(got, [b"six".to_vec(), b"six again".to_vec()]);
         assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 1);
+    }
+
+    /// RVERBS_PCAP records IPv6 datagrams (issue 12): what a socket sends and what it
+    /// receives, corrupted ones included, as IPv6 records whose ICRC checks from the record
+    /// alone exactly when the datagram's did.
+    #[test]
+    fn trace_records_ipv6_datagrams_sent_and_received() {
+        use rverbs_proto::pcap::IpUdp;
+        use std::net::Ipv6Addr;
+        let gid = Gid::from_ip(IpAddr::V6(Ipv6Addr::LOCALHOST));
+        let Ok(rx) = NetSock::bind(IpAddr::V6(Ipv6Addr::LOCALHOST), 0, gid) else {
+            // A host without IPv6 loopback cannot run this test.
+            return;
+        };
+        let path = std::env::temp_dir().join(format!("rverbs-trace-v6-{}.pcap", std::process::id()));
+        let trace = Trace::create(&path).unwrap();
+        let rx = NetSock { trace: Some(trace.clone()), ..rx };
+        let tx = NetSock::bind(IpAddr::V6(Ipv6Addr::LOCALHOST), 0, gid).unwrap();
+        let tx = NetSock { trace: Some(trace), ..tx };
+        let to = SocketAddr::new(rx.ip, rx.port);
+        let mut good = ud_packet(b"traced six");
+        tx.send_to(to, &mut good);
+        let mut bad = good.clone();
+        bad[13] ^= 4;
+        tx.sock.send_to(&bad, to).unwrap(); // past the trace: only the receiver records it
+        let stats = NetStats::default();
+        let mut buf = vec![0; 1 << 16];
+        let mut got = 0;
+        for _ in 0..1000 {
+            rx.receive(&stats, &mut buf, |_, _, _, _| got += 1);
+            if got == 1 && stats.bad_icrc.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!((got, stats.bad_icrc.load(Ordering::Relaxed)), (1, 1));
+        let file = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let (linktype, recs) = pcap::records(&file).unwrap();
+        assert_eq!(linktype, pcap::LINKTYPE_RAW);
+        let mut seen = Vec::new();
+        for r in &recs {
+            let d = pcap::parse_ip_udp(r.data).expect("an IPv6/UDP record");
+            let IpUdp::V6(h) = d.header else { panic!("not IPv6: {:?}", d.header) };
+            assert_eq!((h.src, h.dst, h.dst_port, h.hop_limit), (Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, rx.port, 64));
+            assert_eq!(h.src_port, tx.port);
+            let (body, tail) = d.packet.split_at(d.packet.len() - 4);
+            let icrc_ok = icrc::compute_ip_packet(body) == Ok(u32::from_le_bytes(tail.try_into().unwrap()));
+            seen.push((d.udp_payload.to_vec(), icrc_ok));
+        }
+        // The sender's record, then the receiver's two (in arrival order).
+        assert_eq!(seen, [(good.clone(), true), (good, true), (bad, false)]);
     }
 }
