@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# UD, RC and UC over RoCEv2 against the kernel's own Soft-RoCE: unmodified
+# ibv_{ud,rc,uc}_pingpong on rverbs (the drop-in, in the host-side network namespace of
+# the rxe guest, 10.77.0.1) and on rxe0 in the QEMU guest (10.77.0.2,
+# tests/interop/rxe-vm), in both directions: each message is RoCEv2 packets whose ICRC
+# the other side checks (rxe drops a bad one silently; rverbs verifies rxe's, whose IPv4
+# Identification is not 0, by solving for it). RC runs rverbs' protocol core against
+# rxe's requester, responder and completer: segmentation at the path MTU (1024, rxe's
+# active MTU on a 1500-byte link), ACKs, and rxe's retransmissions.
+#
+# Pairs: UD at sizes 1, 512 and 1024 with -c, one with -e; RC at 1, 4096 and 65536 with
+# -c, one with -e; UC at 4096 with -c; rverbs as server and as client. Prints one line
+# per pair, then "N passed, N failed"; exits 1 if any pair failed. Needs root (netns,
+# tap).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+VM=$HERE/rxe-vm/vm.sh
+export RVERBS_VM_NETNS=${RVERBS_VM_NETNS:-rvx-ud}
+export RVERBS_VM_TAP=${RVERBS_VM_TAP:-rvx-ud0}
+export RVERBS_VM_STATE=${RVERBS_VM_STATE:-/run/rverbs-vm-ud}
+export RVERBS_VM_RUN_TIMEOUT=${RVERBS_VM_RUN_TIMEOUT:-60}
+HOST_IP=10.77.0.1 GUEST_IP=10.77.0.2
+ITERS=${UD_ITERS:-100}
+TIMEOUT=40
+
+[ "$(id -u)" = 0 ] || { echo "rxe_pingpong.sh: needs root (netns, tap)" >&2; exit 1; }
+DROPIN=${DROPIN_DIR:-$(bash "$ROOT/scripts/build-dropin.sh" | tail -1)}
+# shellcheck source=../conformance/lib/verdict.bash
+source "$ROOT/tests/conformance/lib/verdict.bash"
+WORK=$(mktemp -d /tmp/rxe-pingpong.XXXXXX)
+cleanup() {
+  "$VM" stop >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$VM" prepare >/dev/null
+"$VM" start
+eval "$("$VM" env)"
+mkdir -p "$WORK/rt"
+
+host() {
+  ip netns exec "$RVX_NETNS" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt" timeout -k 5 "$TIMEOUT" "$@"
+}
+host_gid=$(host ibv_devinfo -v | grep -F "::ffff:$HOST_IP," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1)
+echo "rxe_pingpong.sh: rverbs0 GID index $host_gid ($HOST_IP), rxe0 GID index $RVX_GID_INDEX ($GUEST_IP), -n $ITERS"
+
+passed=0 failed=0 port=18700
+# pair LABEL SERVER(host|guest) PROGRAM ARGS...
+pair() {
+  local label=$1 server=$2 prog=$3
+  shift 3
+  local slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=() spid
+  port=$((port + 1))
+  if [ "$server" = host ]; then
+    host "$prog" -d rverbs0 -g "$host_gid" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
+    spid=$!
+    for _ in $(seq 100); do
+      ip netns exec "$RVX_NETNS" ss -ltn "sport = :$port" | grep -q LISTEN && break
+      sleep 0.05
+    done
+    "$VM" run timeout "$TIMEOUT" "$prog" -d rxe0 -g "$RVX_GID_INDEX" -n "$ITERS" -p "$port" "$@" "$HOST_IP" >"$clog" 2>&1 || crc=$?
+  else
+    "$VM" run timeout "$TIMEOUT" "$prog" -d rxe0 -g "$RVX_GID_INDEX" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
+    spid=$!
+    for _ in $(seq 200); do
+      "$VM" run ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN && break
+      sleep 0.1
+    done
+    host "$prog" -d rverbs0 -g "$host_gid" -n "$ITERS" -p "$port" "$@" "$GUEST_IP" >"$clog" 2>&1 || crc=$?
+  fi
+  wait "$spid" || src=$?
+  pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
+  verdict "$label" "$slog" "$clog"
+}
+
+for s in 1 512 1024; do
+  pair "ud -s $s -c: rverbs server, rxe client" host ibv_ud_pingpong -c -s "$s"
+  pair "ud -s $s -c: rxe server, rverbs client" guest ibv_ud_pingpong -c -s "$s"
+done
+pair "ud -e -s 1024 -c: rverbs server, rxe client" host ibv_ud_pingpong -e -c -s 1024
+for s in 1 4096 65536; do
+  pair "rc -s $s -c: rverbs server, rxe client" host ibv_rc_pingpong -c -s "$s"
+  pair "rc -s $s -c: rxe server, rverbs client" guest ibv_rc_pingpong -c -s "$s"
+done
+pair "rc -e -s 4096 -c: rverbs server, rxe client" host ibv_rc_pingpong -e -c -s 4096
+pair "uc -s 4096 -c: rverbs server, rxe client" host ibv_uc_pingpong -c -s 4096
+pair "uc -s 4096 -c: rxe server, rverbs client" guest ibv_uc_pingpong -c -s 4096
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
