@@ -669,7 +669,7 @@ unsafe fn translate_send<'a>(
         // SAFETY: C contract: the AH is live for the duration of the post.
         let ah = unsafe { AhObj::from_raw(ud.ah) }.ok_or(Refused::Errno(libc::EINVAL))?;
         out.ud = Some(UdDest {
-            ah: ah.core(),
+            ah: ah.core().into(),
             remote_qpn: ud.remote_qpn,
             remote_qkey: ud.remote_qkey,
         });

@@ -15,7 +15,7 @@ use crate::qp::attr::{AddressVector, AhAttr};
 /// resolved address vector sends through it use.
 struct AhInner {
     pd: Arc<PdInner>,
-    av: Arc<AddressVector>,
+    av: AddressVector,
     destroyed: AtomicBool,
 }
 
@@ -47,15 +47,10 @@ impl Ah {
         Ok(Ah {
             inner: Arc::new(AhInner {
                 pd: pd.inner().clone(),
-                av: Arc::new(AddressVector { attr: *attr, pd: pd.inner().id }),
+                av: AddressVector { attr: *attr, pd: pd.inner().id },
                 destroyed: AtomicBool::new(false),
             }),
         })
-    }
-
-    /// The resolved address vector a UD send through the handle uses.
-    pub(crate) fn av(&self) -> &Arc<AddressVector> {
-        &self.inner.av
     }
 
     /// The address vector.
@@ -70,5 +65,13 @@ impl Ah {
         }
         self.inner.pd.release();
         Ok(())
+    }
+}
+
+/// The resolved address vector a UD send through the handle uses: what a work request
+/// carries (`SendWr::ud(&ah, …)`, `WrBatch::set_ud_addr(&ah, …)`, [`crate::UdDest`]).
+impl<'a> From<&'a Ah> for &'a AddressVector {
+    fn from(ah: &'a Ah) -> &'a AddressVector {
+        &ah.inner.av
     }
 }

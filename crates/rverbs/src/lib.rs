@@ -70,7 +70,7 @@ pub use event::{AsyncElement, AsyncEvent};
 pub use mr::{Mr, MrInfo, ReregFlags, Sge};
 pub use mw::{inc_rkey, Mw, MwBind, MwType};
 pub use pd::Pd;
-pub use qp::attr::{AhAttr, GlobalRoute, MigState, QpAttr, QpCap};
+pub use qp::attr::{AddressVector, AhAttr, GlobalRoute, MigState, QpAttr, QpCap};
 pub use qp::wr::{BindMwWr, FlushPlacement, FlushSelectivity, FlushWr, Payload, PostError, RecvWr, SendWr, UdDest};
 pub use qp::batch::{SendBatch, SendOps, WrBatch};
 pub use qp::connect::RemotePath;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::mr::endpoint::Endpoint;
-use crate::mr::{KeyTable, KeyTarget, Mr, MrInner};
+use crate::mr::{KeyTable, KeyTarget, Mr, MrInner, Window};
 use crate::pd::{Pd, PdInner};
 use crate::shm::tables::{
     KeyDesc, KeyRecord, KEY_KIND_MW1, KEY_KIND_MW2, KEY_STATE_FREE, KEY_STATE_INVALID, KEY_STATE_VALID,
@@ -123,13 +123,6 @@ impl MwInner {
         }
     }
 
-    /// Whether the window is bound to `mr` and still valid.
-    pub(crate) fn is_bound_to(&self, mr: &MrInner) -> bool {
-        let core = self.core.lock().expect("mw");
-        core.binding.as_ref().is_some_and(|b| std::ptr::eq(Arc::as_ptr(&b.mr), mr))
-            && self.record(core.rkey).state.load(Ordering::Acquire) == KEY_STATE_VALID
-    }
-
     /// Executes a bind issued by QP `qpn` of PD `qp_pd` (rxe `rxe_bind_mw` checks).
     pub(crate) fn bind(&self, qp_pd: &PdInner, qpn: u32, spec: BindSpec) -> Result<(), BindError> {
         let mut core = self.core.lock().expect("mw");
@@ -196,7 +189,7 @@ impl MwInner {
         if let Some(b) = &binding {
             let mut w = b.mr.windows.lock().expect("mr windows");
             let me = self as *const MwInner;
-            if !w.iter().any(|x| std::ptr::eq(x.as_ptr(), me)) {
+            if !w.iter().any(|x| std::ptr::addr_eq(x.as_ptr(), me)) {
                 if let Some(weak) = self.endpoint.keys.get(core.rkey).and_then(|t| match t {
                     KeyTarget::Mw(w) => Some(w),
                     KeyTarget::Mr(_) => None,
@@ -212,17 +205,6 @@ impl MwInner {
         Ok(())
     }
 
-    /// Invalidates the window through `rkey` (LOCAL_INV, SEND_WITH_INV delivered in this
-    /// process): only a valid type 2 window of PD `pd` whose key matches.
-    pub(crate) fn invalidate(&self, rkey: u32, pd: u32) -> bool {
-        let mut core = self.core.lock().expect("mw");
-        if !invalidate_record(self.record(core.rkey), rkey, pd) {
-            return false;
-        }
-        core.binding = None;
-        true
-    }
-
     fn release(&self) {
         if !self.released.swap(true, Ordering::AcqRel) {
             let mut core = self.core.lock().expect("mw");
@@ -231,6 +213,23 @@ impl MwInner {
             self.endpoint.keys.remove(core.rkey);
             self.pd.release();
         }
+    }
+}
+
+impl Window for MwInner {
+    fn is_bound_to(&self, mr: &MrInner) -> bool {
+        let core = self.core.lock().expect("mw");
+        core.binding.as_ref().is_some_and(|b| std::ptr::eq(Arc::as_ptr(&b.mr), mr))
+            && self.record(core.rkey).state.load(Ordering::Acquire) == KEY_STATE_VALID
+    }
+
+    fn invalidate(&self, rkey: u32, pd: u32) -> bool {
+        let mut core = self.core.lock().expect("mw");
+        if !invalidate_record(self.record(core.rkey), rkey, pd) {
+            return false;
+        }
+        core.binding = None;
+        true
     }
 }
 

@@ -110,6 +110,13 @@ fn ud_builder_needs_an_address() {
     let mut w = a.qp.wr_start().unwrap();
     w.send(2, SendFlags::SIGNALED).set_inline_data(b"dgram");
     assert_eq!(w.complete().unwrap_err().errno(), libc::EINVAL, "no UD address");
+    // The address handle's address vector is an address too.
+    post_recv(&b, 3, 0, 100);
+    let mut w = a.qp.wr_start().unwrap();
+    w.send(3, SendFlags::SIGNALED).set_inline_data(b"by av").set_ud_addr(<&AddressVector>::from(&ah), b.qp.qp_num(), 0x1111_1111);
+    w.complete().unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 3);
+    assert_eq!(poll_one(&b.cq).byte_len(), Some(45));
 }
 
 #[test]

@@ -80,3 +80,38 @@ fn address_handles_need_a_grh_on_roce() {
     assert_eq!(pd.dealloc().unwrap_err().errno(), libc::EBUSY);
     ah.destroy().unwrap();
 }
+
+/// A UD work request carries the address handle's address vector: `&Ah` converts into
+/// it, and a send or a builder request given the address vector itself reaches the same
+/// destination as one given the handle.
+#[test]
+fn a_ud_destination_is_the_handles_address_vector() {
+    let (a, b, ah) = ud_pair();
+    let dest: &AddressVector = (&ah).into();
+    assert_eq!(dest.attr(), ah.attr());
+    post_recv(&b, 1, 0, 40 + 5);
+    a.mr.write(0, b"by av").unwrap();
+    let sge = [a.mr.sge(0, 5).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).ud(dest, b.qp.qp_num(), QKEY).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    let r = poll_one(&b.cq);
+    assert_eq!((r.status(), r.byte_len(), r.src_qp()), (WcStatus::Success, Some(45), Some(a.qp.qp_num())));
+    let mut p = [0u8; 5];
+    b.mr.read(40, &mut p).unwrap();
+    assert_eq!(&p, b"by av");
+}
+
+/// The address vector keeps the PD of its handle: a send through an AH of another PD
+/// completes LOC_QP_OP_ERR (rxe) and delivers nothing.
+#[test]
+fn a_send_through_an_ah_of_another_pd_fails() {
+    let (a, b) = pair(QpType::Ud);
+    let other = a.ctx.alloc_pd().unwrap();
+    let ah = Ah::new(&other, &av(&a.ctx)).unwrap();
+    post_recv(&b, 1, 0, 100);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(7, &sge).ud(&ah, b.qp.qp_num(), QKEY).signaled()]).unwrap();
+    let r = poll_one(&a.cq);
+    assert_eq!((r.wr_id(), r.status(), r.vendor_err()), (7, WcStatus::LocQpOpErr, vendor_err::LOCAL_PD));
+    assert_empty(&b.cq);
+}

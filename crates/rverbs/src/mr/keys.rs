@@ -13,14 +13,27 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::error::{Error, Result};
 use crate::mr::MrInner;
-use crate::mw::MwInner;
 use crate::shm::tables::{KeyDesc, KeyRecord, Tables, KEY_RECORDS};
+
+/// A memory window as keys and regions see it.
+///
+/// Rule: a window binds to a region, not the other way round: `crate::mw` (windows) is
+/// built on the regions and implements this, so the key table can name a window and a
+/// region can tell whether windows are still bound to it (ibv_dereg_mr(3) fails while
+/// one is) without depending on the windows' module.
+pub(crate) trait Window: Send + Sync {
+    /// Whether the window is bound to `mr` and still valid.
+    fn is_bound_to(&self, mr: &MrInner) -> bool;
+    /// Invalidates the window through `rkey` (LOCAL_INV, SEND_WITH_INV delivered in this
+    /// process): only a valid type 2 window of PD `pd` whose key matches.
+    fn invalidate(&self, rkey: u32, pd: u32) -> bool;
+}
 
 /// What a key names.
 #[derive(Clone)]
 pub(crate) enum KeyTarget {
     Mr(Weak<MrInner>),
-    Mw(Weak<MwInner>),
+    Mw(Weak<dyn Window>),
 }
 
 struct KeySlot {

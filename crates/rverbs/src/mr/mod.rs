@@ -24,14 +24,13 @@ use bitflags::bitflags;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::mem;
-use crate::mw::MwInner;
 use crate::pd::{Pd, PdInner};
 use crate::shm::tables::{KeyDesc, KeyRecord, KEY_KIND_MR, KEY_STATE_INVALID, KEY_STATE_VALID};
 use crate::shm::Segment;
 use crate::Access;
 use endpoint::Endpoint;
 pub(crate) use access::{atomic, copy_message, copy_out, flush_global, gather, gather_at, pin_sges, pin_sges_into, Fault, KeySpace, KeyUse, PinList, Pinned, Source, Via};
-pub(crate) use keys::{KeyTable, KeyTarget};
+pub(crate) use keys::{KeyTable, KeyTarget, Window};
 
 /// A scatter/gather entry (`struct ibv_sge`): `length` bytes at IO virtual address
 /// `addr` of the region named by `lkey`.
@@ -141,7 +140,7 @@ pub(crate) struct MrInner {
     valid: AtomicBool,
     /// Memory windows bound to the region at some point (deregistration is refused
     /// while one of them is still bound and valid).
-    pub(crate) windows: Mutex<Vec<Weak<MwInner>>>,
+    pub(crate) windows: Mutex<Vec<Weak<dyn Window>>>,
     released: AtomicBool,
 }
 

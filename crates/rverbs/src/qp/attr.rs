@@ -61,13 +61,25 @@ pub struct AhAttr {
 
 /// A resolved UD address vector: where a UD send through an address handle goes
 /// ([`AhAttr`]) and the handle of the PD the address handle was created in (a send through
-/// an address handle of another PD fails, as in rxe). The address handle (`crate::ah`)
-/// holds it; a posted work request keeps it, so sends already posted keep working after
-/// the handle is destroyed (ibv_destroy_ah(3)).
-#[derive(Debug)]
-pub(crate) struct AddressVector {
+/// an address handle of another PD fails, as in rxe).
+///
+/// Rule: a UD work request names its destination by address handle (`wr.ud.ah`). The
+/// address handle ([`crate::Ah`]) holds its address vector and `&Ah` converts into
+/// `&AddressVector`, which is what a work request carries ([`crate::UdDest`]), so the
+/// work requests (this layer) need nothing from the verbs object above them. A posted
+/// work request keeps its own copy, so sends already posted keep working after the
+/// handle is destroyed (ibv_destroy_ah(3)). Only an address handle makes one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressVector {
     pub(crate) attr: AhAttr,
     pub(crate) pd: u32,
+}
+
+impl AddressVector {
+    /// The address attributes the handle was created with (ibv_create_ah(3)).
+    pub fn attr(&self) -> AhAttr {
+        self.attr
+    }
 }
 
 /// Path migration state (`enum ibv_mig_state`).

@@ -22,12 +22,12 @@ use std::sync::atomic::Ordering;
 use bitflags::bitflags;
 use rverbs_proto::verbs::{QpState, QpType, SendFlags, WrOpcode};
 
-use crate::ah::Ah;
 use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::mr::{Mr, Sge};
 use crate::mw::{Mw, MwBind};
+use crate::qp::attr::AddressVector;
 use crate::qp::sq::SendQueue;
 use crate::qp::wr::{BindMwWr, FlushWr, Payload, SendWr, UdDest};
 use crate::qp::{Qp, QpInner};
@@ -119,7 +119,7 @@ struct Pending {
     rkey: u32,
     compare_add: u64,
     swap: u64,
-    ud: Option<(Ah, u32, u32)>,
+    ud: Option<(AddressVector, u32, u32)>,
     bind: Option<(Mw, u32, Option<Mr>, u64, u64, Access)>,
     flush: Option<FlushWr>,
     xrc_srqn: u32,
@@ -431,10 +431,11 @@ impl SendBatch {
         self
     }
 
-    /// The UD destination (ibv_wr_set_ud_addr).
-    pub fn set_ud_addr(&mut self, ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> &mut Self {
+    /// The UD destination (ibv_wr_set_ud_addr): the address handle (`&Ah`, or its
+    /// address vector), the destination QP and its Q_Key.
+    pub fn set_ud_addr<'a>(&mut self, ah: impl Into<&'a AddressVector>, remote_qpn: u32, remote_qkey: u32) -> &mut Self {
         if let Some(p) = self.current() {
-            p.ud = Some((ah.clone(), remote_qpn, remote_qkey));
+            p.ud = Some((*ah.into(), remote_qpn, remote_qkey));
         }
         self
     }

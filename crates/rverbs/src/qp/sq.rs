@@ -49,8 +49,9 @@ pub(crate) struct ReqView {
 /// A UD destination resolved at post time.
 #[derive(Clone)]
 pub(crate) struct UdAv {
-    /// The address handle's resolved address vector.
-    pub(crate) ah: Arc<AddressVector>,
+    /// The address handle's resolved address vector (a copy: the handle may be
+    /// destroyed while the work request is queued).
+    pub(crate) ah: AddressVector,
     pub(crate) remote_qpn: u32,
     pub(crate) remote_qkey: u32,
 }
@@ -396,7 +397,7 @@ impl SendQueue {
         wqe.rkey = wr.rkey;
         wqe.compare_add = wr.compare_add;
         wqe.swap = wr.swap;
-        wqe.ud = wr.ud.map(|u| UdAv { ah: u.ah.av().clone(), remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey });
+        wqe.ud = wr.ud.map(|u| UdAv { ah: *u.ah, remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey });
         wqe.bind = wr.bind.map(|b| BindWqe {
             mw: b.mw.inner().clone(),
             rkey: b.rkey,

@@ -4,9 +4,9 @@ use rverbs_proto::verbs::{SendFlags, WrOpcode};
 
 use bitflags::bitflags;
 
-use crate::ah::Ah;
 use crate::mr::Sge;
 use crate::mw::{Mw, MwBind};
+use crate::qp::attr::AddressVector;
 
 /// Where a send work request's data comes from.
 #[derive(Clone, Copy, Debug)]
@@ -24,8 +24,8 @@ pub enum Payload<'a> {
 /// The destination of a UD send (`wr.ud`).
 #[derive(Clone, Copy, Debug)]
 pub struct UdDest<'a> {
-    /// Address handle of the destination.
-    pub ah: &'a Ah,
+    /// Address vector of the destination: the address handle's (`(&ah).into()`).
+    pub ah: &'a AddressVector,
     /// Destination QP number.
     pub remote_qpn: u32,
     /// Q_Key the destination QP must have.
@@ -252,9 +252,10 @@ impl<'a> SendWr<'a> {
         self
     }
 
-    /// Sets the UD destination.
-    pub fn ud(mut self, ah: &'a Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
-        self.ud = Some(UdDest { ah, remote_qpn, remote_qkey });
+    /// Sets the UD destination: the address handle (`&Ah`, or its address vector),
+    /// the destination QP and its Q_Key.
+    pub fn ud(mut self, ah: impl Into<&'a AddressVector>, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some(UdDest { ah: ah.into(), remote_qpn, remote_qkey });
         self
     }
 }
