@@ -252,6 +252,12 @@ impl crate::progress::NetRx for DeviceInner {
             net.handle_timeout(now);
         }
     }
+
+    fn receive_now(&'static self) {
+        if let Some(net) = &self.net {
+            crate::transport::udp::receive_now(&self.engine, net);
+        }
+    }
 }
 
 impl std::ops::Deref for DeviceInner {

@@ -48,6 +48,51 @@ pub(crate) trait NetRx: Send + Sync {
     fn poll_timeout(&self) -> Option<Instant>;
     /// That time has come.
     fn handle_timeout(&self, now: Instant);
+    /// Receives what waits on every socket now, unless another thread is receiving (an
+    /// application thread that found its CQ empty, [`receive_inline`]).
+    fn receive_now(&'static self);
+}
+
+/// Live network connections of this process (`transport::net`'s requesters and
+/// responders): while there are any, a poll that finds a CQ empty receives from the
+/// sockets itself ([`receive_inline`]).
+static NET_CONNECTIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One live network connection, counted while it lives (see [`net_active`]).
+pub(crate) struct NetConnection(());
+
+impl NetConnection {
+    pub(crate) fn open() -> NetConnection {
+        NET_CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        NetConnection(())
+    }
+}
+
+impl Drop for NetConnection {
+    fn drop(&mut self) {
+        NET_CONNECTIONS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether this process has network connections (one load; false for a process that
+/// only talks to QPs of its host).
+#[inline(always)]
+pub(crate) fn net_active() -> bool {
+    NET_CONNECTIONS.load(std::sync::atomic::Ordering::Relaxed) != 0
+}
+
+/// DESIGN §5 (no latency path waits on a sleeping thread): an application thread that
+/// polls an empty CQ while network connections exist receives and delivers what waits on
+/// the sockets itself, instead of waiting for the progress thread to be scheduled (on a
+/// machine whose cores busy-pollers keep, that wait is a scheduler tick, milliseconds).
+/// The caller holds no lock.
+#[cold]
+pub(crate) fn receive_inline() {
+    if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
+        if let Some(net) = p.net {
+            net.receive_now();
+        }
+    }
 }
 
 struct Timer {

@@ -86,7 +86,14 @@ impl Cq {
             return Err(Error::CqOverrun);
         }
         cq.hold_consumer();
-        let entry = cq.pop_polled();
+        let mut entry = cq.pop_polled();
+        if entry.is_none() && crate::progress::net_active() {
+            // Empty: receive what the network holds for this process (no lock held), once.
+            cq.release_consumer();
+            crate::progress::receive_inline();
+            cq.hold_consumer();
+            entry = cq.pop_polled();
+        }
         if entry.is_none() {
             cq.release_consumer();
         }

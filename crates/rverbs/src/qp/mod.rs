@@ -95,6 +95,8 @@ pub(crate) struct NetResponder {
     pub(crate) rq_psn: u32,
     pub(crate) machine: Option<rverbs_proto::rc::Responder>,
     pub(crate) held: Option<rq::RecvWqe>,
+    /// Counted while the machine exists (`progress::net_active`).
+    pub(crate) live: Option<crate::progress::NetConnection>,
 }
 
 pub(crate) struct QpInner {

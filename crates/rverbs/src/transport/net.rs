@@ -66,6 +66,8 @@ pub(crate) struct NetRequester {
     armed: Option<Instant>,
     /// The packet being built.
     buf: Vec<u8>,
+    /// Counted while it lives (`progress::net_active`).
+    _live: crate::progress::NetConnection,
 }
 
 impl NetRequester {
@@ -96,6 +98,7 @@ impl NetRequester {
             base: 0,
             armed: None,
             buf: Vec::new(),
+            _live: crate::progress::NetConnection::open(),
         }
     }
 }
@@ -332,6 +335,9 @@ pub(crate) fn handle_request(
         let nr = &mut *guard;
         let mut cfg = responder_config(mode, qp.rec, mtu);
         cfg.rq_psn = Psn::new(nr.rq_psn);
+        if nr.machine.is_none() {
+            nr.live = Some(crate::progress::NetConnection::open());
+        }
         let machine = nr.machine.get_or_insert_with(|| Responder::new(cfg));
         machine.reconfigure(cfg);
         let request = Request::from_repr(repr, payload);

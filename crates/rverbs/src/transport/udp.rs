@@ -173,6 +173,10 @@ pub(crate) struct Net {
     /// runs on the progress thread only; the lock is never contended).
     pub(crate) ud_responder: Mutex<Option<Responder>>,
     faults: Option<Faults>,
+    /// Held while a thread receives (the progress thread, or an application thread that
+    /// polls an empty CQ, `receive_now`): packets of a connection are delivered in the
+    /// order they arrived.
+    rx: Mutex<()>,
 }
 
 impl Net {
@@ -205,7 +209,7 @@ impl Net {
             }
         }
         let faults = Faults::open();
-        (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None), faults })
+        (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None), faults, rx: Mutex::new(()) })
     }
 
     /// Sends the RoCEv2 packet `packet` (BTH to ICRC; the ICRC written here) from the
@@ -386,6 +390,22 @@ pub(crate) fn is_ud(repr: &Repr) -> bool {
 
 /// The progress thread found socket `index` readable: receives and delivers what waits.
 pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
+    let _rx = net.rx.lock().expect("receive lock");
+    receive_on(engine, net, index);
+}
+
+/// An application thread found its CQ empty while network connections exist
+/// (`progress::receive_inline`): receives what waits on every socket, unless another
+/// thread is receiving (which delivers it).
+pub(crate) fn receive_now(engine: &'static Engine, net: &Net) {
+    let Ok(_rx) = net.rx.try_lock() else { return };
+    for index in 0..net.socks().len() {
+        receive_on(engine, net, index);
+    }
+}
+
+/// Receives and delivers what waits on socket `index` (the caller holds `net.rx`).
+fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
     thread_local! {
         static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 1 << 16]);
     }
