@@ -1,11 +1,15 @@
 //! Transports: how a send work request reaches the QP it is for.
 //!
-//! The transport is chosen per work request from the destination GID and QPN
-//! (ARCHITECTURE.md §6). Today one exists: [`host`], for QPs of this host — of this process or
-//! of a peer process, whose QPN names its endpoint — which executes the whole operation
-//! (requester, responder and completer) inside the caller. A destination the device
-//! cannot reach behaves like a peer that never answers: RC retries until `retry_cnt` is
-//! exhausted (RETRY_EXC_ERR); UC and UD complete as sent.
+//! The transport is chosen from the destination GID (ARCHITECTURE.md §6):
+//! - [`host`], for QPs of this host — of this process or of a peer process, whose QPN
+//!   names its endpoint — executes the whole operation (requester, responder and
+//!   completer) inside the caller;
+//! - the network, for GIDs of other hosts: [`udp`] (the RoCEv2 sockets, the receive path,
+//!   UD) and [`net`] (RC and UC connections driven by the protocol core's machines, with
+//!   completions that arrive later).
+//!
+//! A destination the device cannot reach behaves like a peer that never answers: RC
+//! retries until `retry_cnt` is exhausted (RETRY_EXC_ERR); UC and UD complete as sent.
 
 pub(crate) mod grh;
 pub(crate) mod host;

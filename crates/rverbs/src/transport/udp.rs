@@ -1,5 +1,6 @@
 //! The network transport: RoCEv2 packets over UDP port 4791, for destinations that are not
-//! on this host (issue 12). First slice: UD, over IPv4 and IPv6.
+//! on this host (issue 12), over IPv4 and IPv6: the sockets, the receive path and UD; RC and
+//! UC connections are [`super::net`]'s.
 //!
 //! Read before editing: rocev2-wire.md §1 (packets), §2.5 (the ICRC and the IPv4
 //! Identification a UDP socket cannot see), §5 (GIDs, the GRH area of a UD receive) and
@@ -20,8 +21,9 @@
 //! address owns it; a packet for a QP of another process of the host (the QPN names its
 //! endpoint) is delivered by the owner straight into that process's queues through
 //! shared memory, as the same-host transport delivers, so every process is reachable.
-//! Limits of this slice: UD only (RC and UC next), no link-local GIDs; when the owner exits,
-//! the port is free but nobody takes it over until a process starts.
+//! Limits: RC/UC packets for another process's QP are not forwarded yet (see
+//! [`super::net`]), no link-local GIDs; when the owner exits, the port is free but nobody
+//! takes it over until a process starts.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
