@@ -64,8 +64,10 @@ pub(crate) struct NetRequester {
     base: u64,
     /// The deadline a progress-thread timer is set for.
     armed: Option<Instant>,
-    /// The packet being built.
-    buf: Vec<u8>,
+    /// The packets built by one pass, sent together (`Net::send_batch`); `out[..queued]`
+    /// are waiting, the rest are spare buffers.
+    out: Vec<Vec<u8>>,
+    queued: usize,
     /// Counted while it lives (`progress::net_active`).
     _live: crate::progress::NetConnection,
 }
@@ -97,7 +99,8 @@ impl NetRequester {
             handed: 0,
             base: 0,
             armed: None,
-            buf: Vec::new(),
+            out: Vec::new(),
+            queued: 0,
             _live: crate::progress::NetConnection::open(),
         }
     }
@@ -120,8 +123,12 @@ pub(crate) fn progress(qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) ->
             continue;
         }
         while let Some(r) = conn.req.poll_transmit(now) {
-            transmit(qp, sq, &mut conn, net, &r);
+            build(qp, sq, &mut conn, &r);
+            if conn.queued == BATCH {
+                send_queued(&mut conn, net);
+            }
         }
+        send_queued(&mut conn, net);
         match retire(qp, sq, &mut conn) {
             Retired::Running => break,
             Retired::Failed => return false,
@@ -179,14 +186,29 @@ fn hand_over(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> 
     true
 }
 
-/// Builds and sends one request packet: the core's headers, then the payload gathered
-/// from the work request it belongs to.
-fn transmit(qp: &QpInner, sq: &SendQueue, conn: &mut NetRequester, net: &Net, r: &Request) {
+/// Request packets sent with one system call, at most.
+const BATCH: usize = 64;
+
+/// Sends the packets built so far.
+fn send_queued(conn: &mut NetRequester, net: &Net) {
+    if conn.queued > 0 {
+        net.send_batch(&conn.sgid, conn.dst, &mut conn.out[..conn.queued]);
+        conn.queued = 0;
+    }
+}
+
+/// Builds one request packet into the connection's batch: the core's headers, then the
+/// payload gathered from the work request it belongs to.
+fn build(qp: &QpInner, sq: &SendQueue, conn: &mut NetRequester, r: &Request) {
     let repr = r.to_repr(conn.dest_qpn);
     let n = repr.buffer_len();
-    conn.buf.clear();
-    conn.buf.resize(n, 0);
-    let mut packet = Packet::new_unchecked(&mut conn.buf[..]);
+    if conn.out.len() == conn.queued {
+        conn.out.push(Vec::new());
+    }
+    let buf = &mut conn.out[conn.queued];
+    buf.clear();
+    buf.resize(n, 0);
+    let mut packet = Packet::new_unchecked(&mut buf[..]);
     repr.emit(&mut packet);
     let payload = packet.payload_mut();
     let filled = if let Some(v) = r.atomic_write {
@@ -217,7 +239,7 @@ fn transmit(qp: &QpInner, sq: &SendQueue, conn: &mut NetRequester, net: &Net, r:
         conn.req.fail_oldest(WcStatus::LocProtErr, vendor_err::LOCAL_LKEY);
         return;
     }
-    net.send(&conn.sgid, conn.dst, &mut conn.buf);
+    conn.queued += 1;
 }
 
 enum Retired {

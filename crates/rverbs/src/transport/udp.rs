@@ -46,6 +46,9 @@ use crate::gid::{Gid, GidEntry};
 use crate::limits;
 use crate::mr::Source;
 
+/// The socket buffer sizes asked for (bytes).
+const RECV_BUFFER: usize = 4 << 20;
+
 /// The RoCEv2 UDP destination port (IANA).
 pub(crate) const ROCE_PORT: u16 = 4791;
 
@@ -238,6 +241,28 @@ impl Net {
         }
     }
 
+    /// Sends the RoCEv2 packets `packets` (each BTH to ICRC) from the socket of local GID
+    /// `sgid` to `dst:4791` as [`Net::send`] does, in one system call when no fault
+    /// injector is set (`sendmmsg`, batches of up to 64).
+    pub(crate) fn send_batch(&self, sgid: &Gid, dst: IpAddr, packets: &mut [Vec<u8>]) {
+        let Some(sock) = self.sock_of(sgid) else { return };
+        if self.faults.is_some() || packets.len() == 1 {
+            for p in packets {
+                self.send(sgid, dst, p);
+            }
+            return;
+        }
+        let to = SocketAddr::new(dst, ROCE_PORT);
+        for p in packets.iter_mut() {
+            if !sock.seal(to, p) {
+                return;
+            }
+        }
+        for chunk in packets.chunks(64) {
+            sock.transmit_all(to, chunk);
+        }
+    }
+
     /// Sends what the injector holds that is due, each from the socket it was sent on.
     fn release(&self, inj: &mut Injector<Datagram>, now: Instant) {
         while let Some(d) = inj.pop_due(now) {
@@ -280,6 +305,12 @@ impl NetSock {
             IpAddr::V4(_) => sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)?,
             IpAddr::V6(_) => sockopt::set_ipv6_mtu_discover(&sock, sockopt::Ipv6PathMtuDiscovery::DO)?,
         }
+        // A window of 128 unacknowledged packets (rocev2-wire.md §3.1) from each of several
+        // connections arrives in bursts: a receive buffer of the default size (about 90
+        // datagrams) overflows and every overflow is a go-back-N. Ask for 4 MiB (the kernel
+        // caps it at net.core.rmem_max; best effort).
+        let _ = sockopt::set_socket_recv_buffer_size(&sock, RECV_BUFFER);
+        let _ = sockopt::set_socket_send_buffer_size(&sock, RECV_BUFFER);
         sock.set_nonblocking(true)?;
         let port = sock.local_addr()?.port();
         Ok(NetSock { ip, port, gid, sock, trace: None })
@@ -324,6 +355,39 @@ impl NetSock {
             // A datagram transport: a failed send is a lost packet, which the protocol
             // (RC retries; UD is unreliable) already handles.
             tracing::debug!(%dst, %err, "RoCEv2 send failed");
+        }
+    }
+
+    /// Puts datagrams on the wire (and into the trace) with one `sendmmsg` where the
+    /// kernel takes them all; what it refuses is lost, as a failed [`NetSock::transmit`].
+    fn transmit_all(&self, dst: SocketAddr, packets: &[Vec<u8>]) {
+        use rustix::net::addr::SocketAddrArg;
+        use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags};
+        if let Some(t) = &self.trace {
+            for p in packets {
+                t.record(SocketAddr::new(self.ip, self.port), dst, 0, p);
+            }
+        }
+        let addr = dst.as_any();
+        let iovs: smallvec::SmallVec<[[std::io::IoSlice<'_>; 1]; 64]> =
+            packets.iter().map(|p| [std::io::IoSlice::new(p)]).collect();
+        let mut controls: smallvec::SmallVec<[SendAncillaryBuffer<'_, '_, '_>; 64]> =
+            packets.iter().map(|_| SendAncillaryBuffer::default()).collect();
+        let mut msgs: smallvec::SmallVec<[MMsgHdr<'_>; 64]> =
+            iovs.iter().zip(controls.iter_mut()).map(|(iov, c)| MMsgHdr::new_with_addr(&addr, iov, c)).collect();
+        let mut sent = 0;
+        while sent < msgs.len() {
+            match sendmmsg(&self.sock, &mut msgs[sent..], SendFlags::empty()) {
+                Ok(0) => break,
+                Ok(n) => sent += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(err) => {
+                    // A datagram transport: unsent packets are lost packets, which the
+                    // protocol already handles.
+                    tracing::debug!(%dst, %err, unsent = msgs.len() - sent, "RoCEv2 sendmmsg failed");
+                    break;
+                }
+            }
         }
     }
 

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# RoCEv2/UDP between two network namespaces (a veth pair, link MTU 1500), side by side
+# with the peer an RDMA engineer would compare it with on the same link: UCX over the
+# kernel's TCP (ucx_perftest, UCX_TLS=tcp). Same machine, same run, same link.
+#
+#   rverbs: ib_send_lat / ib_write_lat -s 8 (perftest, path MTU 1024), ib_write_bw and
+#           ib_send_bw -s 65536, on the drop-in libibverbs.so.1 in each namespace.
+#   UCX:    ucx_perftest tag_lat -s 8, tag_bw -s 65536 over tcp.
+#
+# Prints one line per measurement. Needs root (netns). Not a test: numbers go to
+# BENCHMARKS.md with the command that produced them.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+N=${BENCH_ITERS:-20000}
+A=rvb-a B=rvb-b IP_A=10.68.0.1 IP_B=10.68.0.2
+DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
+WORK=$(mktemp -d /tmp/net-bench.XXXXXX)
+cleanup() {
+  ip netns del "$A" 2>/dev/null || true
+  ip netns del "$B" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+cleanup
+ip netns add "$A"
+ip netns add "$B"
+ip link add rvb-a0 type veth peer name rvb-b0
+ip link set rvb-a0 netns "$A"
+ip link set rvb-b0 netns "$B"
+ip -n "$A" addr add "$IP_A/24" dev rvb-a0
+ip -n "$B" addr add "$IP_B/24" dev rvb-b0
+for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
+ip -n "$A" link set rvb-a0 mtu 1500 up
+ip -n "$B" link set rvb-b0 mtu 1500 up
+mkdir -p "$WORK/rt-a" "$WORK/rt-b"
+
+wait_listen() {
+  for _ in $(seq 200); do
+    ip netns exec "$1" ss -ltn "sport = :$2" | grep -q LISTEN && return 0
+    sleep 0.05
+  done
+}
+
+port=19100
+# perftest PROG ARGS...: server in A, client in B; prints the client's result row.
+perftest() {
+  local prog=$1
+  shift
+  port=$((port + 1))
+  ip netns exec "$A" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt-a" timeout 120 \
+    "$prog" -d rverbs0 -x 1 -F -m 1024 -p "$port" "$@" >"$WORK/s.log" 2>&1 &
+  local spid=$!
+  wait_listen "$A" "$port"
+  ip netns exec "$B" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt-b" timeout 120 \
+    "$prog" -d rverbs0 -x 1 -F -m 1024 -p "$port" "$@" "$IP_A" >"$WORK/c.log" 2>&1 || true
+  wait "$spid" || true
+  printf 'rverbs %-12s %-22s %s\n' "$prog" "$*" "$(grep -E '^ +[0-9]+ +[0-9]+ ' "$WORK/c.log" | tail -1 | tr -s ' ')"
+}
+
+# ucx TEST SIZE: ucx_perftest over TCP, server in A, client in B.
+ucx() {
+  local t=$1 s=$2
+  port=$((port + 1))
+  ip netns exec "$A" env UCX_TLS=tcp,self UCX_NET_DEVICES=rvb-a0 timeout 120 \
+    ucx_perftest -t "$t" -s "$s" -n "$N" -p "$port" >"$WORK/us.log" 2>&1 &
+  local spid=$!
+  wait_listen "$A" "$port"
+  ip netns exec "$B" env UCX_TLS=tcp,self UCX_NET_DEVICES=rvb-b0 timeout 120 \
+    ucx_perftest "$IP_A" -t "$t" -s "$s" -n "$N" -p "$port" >"$WORK/uc.log" 2>&1 || true
+  wait "$spid" || true
+  printf 'ucx-tcp %-11s -s %-19s %s\n' "$t" "$s" "$(grep -E '^Final:' "$WORK/uc.log" | tr -s ' ')"
+}
+
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) N=$N"
+perftest ib_send_lat -s 8 -n "$N"
+perftest ib_write_lat -s 8 -n "$N"
+perftest ib_send_lat -s 8 -n "$N" -e
+ucx tag_lat 8
+perftest ib_write_bw -s 65536 -n 5000
+perftest ib_send_bw -s 65536 -n 5000
+ucx tag_bw 65536
