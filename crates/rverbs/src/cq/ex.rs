@@ -86,16 +86,14 @@ impl Cq {
             return Err(Error::CqOverrun);
         }
         cq.hold_consumer();
-        let mut entry = cq.pop_polled();
-        if entry.is_none() && crate::progress::net_active() {
-            // Empty: receive what the network holds for this process (no lock held), once.
-            cq.release_consumer();
-            crate::progress::receive_inline();
-            cq.hold_consumer();
-            entry = cq.pop_polled();
-        }
+        let entry = cq.pop_polled();
         if entry.is_none() {
             cq.release_consumer();
+            if crate::progress::net_active() {
+                // Empty: receive what the network holds for this process (no lock held);
+                // what it completes is found by the next poll.
+                crate::progress::receive_inline();
+            }
         }
         Ok(entry)
     }

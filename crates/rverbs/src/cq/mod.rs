@@ -476,19 +476,16 @@ impl Cq {
     /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         let mut i = 0;
-        let n = self.inner.pop_into(wc.len(), |cqe| {
+        let r = self.inner.pop_into(wc.len(), |cqe| {
             wc[i] = cqe.to_wc();
             i += 1;
-        })?;
-        if n == 0 && crate::progress::net_active() {
-            // Empty: what the network holds for this process may complete something.
+        });
+        if matches!(r, Ok(0)) && crate::progress::net_active() {
+            // Empty: receive what the network holds for this process; what it completes
+            // is found by the next poll (a busy poller's next call).
             crate::progress::receive_inline();
-            return self.inner.pop_into(wc.len(), |cqe| {
-                wc[i] = cqe.to_wc();
-                i += 1;
-            });
         }
-        Ok(n)
+        r
     }
 
     /// Requests one completion event on the channel (ibv_req_notify_cq(3)): for the next
