@@ -9,7 +9,9 @@
 # Pairs: ibv_rc_pingpong -c at 1 B, 4 KiB and 64 KiB, polling and with -e, both
 # directions; ibv_uc_pingpong -c; one over IPv6 GIDs; perftest ib_write_bw, ib_read_bw,
 # ib_send_bw, ib_atomic_bw (fetch-and-add and compare-and-swap), ib_read_lat, ib_write_bw
-# -c UC; and rc_pingpong -c through the fault injector (RVERBS_FAULTS: drops, duplicates,
+# -c UC; two rc_pingpong server processes behind one RoCEv2 port (the second reached
+# through the first's relay), over IPv4 and IPv6 GIDs; and rc_pingpong -c through the
+# fault injector (RVERBS_FAULTS: drops, duplicates,
 # reordering and corruption on the client's packets) — reliable delivery must hide them.
 # A pair passes when both sides exit 0 and print their result lines (ping-pongs: "<iters>
 # iters in", no invalid data with -c; perftest: a result row).
@@ -138,6 +140,40 @@ pair perftest "ib_read_lat -s 4096" "${ab[@]}" ib_read_lat -m 1024 -s 4096
 pair perftest "ib_atomic_bw (fetch-and-add)" "${ab[@]}" ib_atomic_bw
 pair perftest "ib_atomic_bw -A CMP_AND_SWAP" "${ab[@]}" ib_atomic_bw -A CMP_AND_SWAP
 pair perftest "ib_write_bw -c UC -s 4096" "${ab[@]}" ib_write_bw -c UC -m 1024 -s 4096
+
+# two_servers SERVER_IP CLIENT_IP: two ibv_rc_pingpong -c -s 4096 server processes in $A
+# behind one RoCEv2 port: the first owns SERVER_IP:4791, the second sends from a port of
+# its own and gets its packets relayed by the first (transport::udp, "Demultiplexing").
+# The client in $B talks to the second first (while the owner waits), then to the first;
+# both pairs must pass. The GIDs are those of the IPs; TCP goes to $IP_A.
+two_servers() {
+  local sip=$1 cip=$2
+  local label="rc -s 4096 -c, two server processes in $A behind one port${3:+, $3}"
+  [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
+  local sgid cgid l1=$WORK/s1.log l2=$WORK/s2.log c1=$WORK/c1.log c2=$WORK/c2.log
+  local p1=$((port + 1)) p2=$((port + 2)) r1=0 r2=0 rc1=0 rc2=0 why=() pid1 pid2
+  port=$p2
+  sgid=$(gid_index "$A" "$WORK/rt-a" "$sip")
+  cgid=$(gid_index "$B" "$WORK/rt-b" "$cip")
+  in_ns "$A" "$WORK/rt-a" ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$p1" -c -s 4096 >"$l1" 2>&1 &
+  pid1=$!
+  wait_listen "$A" "$p1"
+  in_ns "$A" "$WORK/rt-a" ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$p2" -c -s 4096 >"$l2" 2>&1 &
+  pid2=$!
+  wait_listen "$A" "$p2"
+  in_ns "$B" "$WORK/rt-b" ibv_rc_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$p2" -c -s 4096 "$IP_A" >"$c2" 2>&1 || rc2=$?
+  wait "$pid2" || r2=$?
+  in_ns "$B" "$WORK/rt-b" ibv_rc_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$p1" -c -s 4096 "$IP_A" >"$c1" 2>&1 || rc1=$?
+  wait "$pid1" || r1=$?
+  for f in "$l1" "$l2" "$c1" "$c2"; do
+    grep -q "^$ITERS iters in" "$f" || why+=("$(basename "$f" .log) printed no \"$ITERS iters in\"")
+  done
+  [ "$r1$r2$rc1$rc2" = 0000 ] || why+=("exit codes: servers $r1 $r2, clients $rc1 $rc2")
+  ! grep -q "invalid data" "$c1" "$c2" || why+=("invalid data (-c)")
+  verdict "$label" "$l1" "$l2" "$c1" "$c2"
+}
+two_servers "$IP_A" "$IP_B"
+two_servers "$IP6_A" "$IP6_B" "over IPv6 GIDs ($IP6_A, $IP6_B)"
 
 # Loss, duplication, reordering and corruption of the client's packets: RC recovers
 # (NAK sequence error and go-back-N, duplicate detection, the retransmit timer).

@@ -366,6 +366,11 @@ impl DeviceInner {
         };
         register_cleanup(&dir);
         let net = crate::transport::udp::Net::open(&gids);
+        if let (Some(net), Some(reg)) = (&net, &reg) {
+            // Where the owner of an address's RoCEv2 port relays this process's RC/UC
+            // packets.
+            net.publish(reg);
+        }
         DeviceInner {
             net,
             engine: Engine::new(Endpoint::new(reg, dir), gids),

@@ -18,8 +18,15 @@
 //!
 //! Each endpoint also has a doorbell ([`bell`]): a FIFO in its directory that peers write
 //! records to, read by the endpoint's progress thread.
+//!
+//! The header also publishes, per local IP address, the UDP port the endpoint's network
+//! transport sends from when another process owns that address's RoCEv2 port
+//! ([`Registry::publish_net_port`], [`Peer::net_port`]): the owner relays the endpoint's
+//! RC/UC packets there (`crate::transport::udp`). The entries go with the header, so they
+//! are reclaimed with the endpoint.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,7 +44,15 @@ const HDR_MAGIC: u64 = 0x7276_6572_6273_0001; // "rverbs" v1
 
 /// A word of this process whose address and value the endpoint header publishes.
 static CANARY: AtomicU64 = AtomicU64::new(0x6361_6e61_7279_2121);
-const HDR_LEN: usize = 64;
+/// Where the header's table of network ports starts, and its entries: 4 words each, the
+/// address (16 bytes, IPv4 as IPv4-mapped IPv6), the network namespace, and last the tag
+/// (`PORT_VALID | family << 16 | port`, 0 while the entry is free).
+const PORTS_OFF: usize = 64;
+/// Addresses whose port one endpoint can publish (more are not relayed to).
+const MAX_NET_PORTS: usize = 32;
+const PORT_WORDS: usize = 4;
+const PORT_VALID: u64 = 1 << 32;
+const HDR_LEN: usize = PORTS_OFF + MAX_NET_PORTS * PORT_WORDS * 8;
 
 /// This process's endpoint.
 pub(crate) struct Registry {
@@ -48,7 +63,7 @@ pub(crate) struct Registry {
     /// header says so to them).
     pub(crate) refuses_cma: bool,
     _lock: OwnedFd,
-    _hdr: Segment,
+    hdr: Segment,
     peers: Mutex<HashMap<u32, Arc<Peer>>>,
     /// Called with each peer when it is first mapped, to watch its death (the progress
     /// thread's; given at [`Registry::claim`], so the registry does not reach up to it).
@@ -158,7 +173,29 @@ impl Registry {
         hdr.get::<AtomicU64>(32).store(u64::from(refuses_cma), Ordering::Release);
         hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
         let home = Arc::new(HomeSegments { dir: dir.clone(), map: Mutex::new(HashMap::new()) });
-        Ok(Registry { ep, root: root.to_owned(), dir, refuses_cma, _lock: lock, _hdr: hdr, peers: Mutex::new(HashMap::new()), watch, home })
+        Ok(Registry { ep, root: root.to_owned(), dir, refuses_cma, _lock: lock, hdr, peers: Mutex::new(HashMap::new()), watch, home })
+    }
+
+    /// Publishes that this endpoint receives relayed RoCEv2 packets for local address `ip`
+    /// on UDP port `port` of network namespace `netns` (`crate::transport::udp`). Each
+    /// address is published once, at device start; `false` when the table is full.
+    ///
+    /// Rule: the entry's tag is written last (Release), so a peer that reads a valid tag
+    /// (Acquire) reads the whole entry.
+    pub(crate) fn publish_net_port(&self, netns: u64, ip: IpAddr, port: u16) -> bool {
+        let (family, hi, lo) = ip_words(ip);
+        for i in 0..MAX_NET_PORTS {
+            let e = self.hdr.slice::<AtomicU64>(PORTS_OFF + i * PORT_WORDS * 8, PORT_WORDS);
+            if e[3].load(Ordering::Acquire) != 0 {
+                continue;
+            }
+            e[0].store(hi, Ordering::Relaxed);
+            e[1].store(lo, Ordering::Relaxed);
+            e[2].store(netns, Ordering::Relaxed);
+            e[3].store(PORT_VALID | family << 16 | u64::from(port), Ordering::Release);
+            return true;
+        }
+        false
     }
 
     /// Whether endpoint `ep` is alive: this process, a known live peer, or an endpoint
@@ -191,6 +228,9 @@ impl Registry {
         }
         let dir = ep_dir(&self.root, ep);
         let hdr = Segment::open(&dir.join("hdr"))?;
+        if hdr.len() < HDR_LEN {
+            return Err(Error::Bug("peer endpoint header too short"));
+        }
         if hdr.get::<AtomicU64>(0).load(Ordering::Acquire) != HDR_MAGIC {
             return Err(Error::Again { verb: "reach peer", why: "endpoint still starting" });
         }
@@ -215,6 +255,7 @@ impl Registry {
             pid,
             cma,
             tables,
+            hdr,
             dir,
             alive: AtomicBool::new(true),
             pidfd,
@@ -254,6 +295,18 @@ impl Registry {
     }
 }
 
+/// `ip` as the table of network ports stores it: (family 4 or 6, the address as
+/// IPv4-mapped IPv6 in two big-endian words).
+fn ip_words(ip: IpAddr) -> (u64, u64, u64) {
+    let (family, octets) = match ip {
+        IpAddr::V4(v4) => (4, v4.to_ipv6_mapped().octets()),
+        IpAddr::V6(v6) => (6, v6.octets()),
+    };
+    let hi = u64::from_be_bytes(octets[..8].try_into().expect("8 bytes"));
+    let lo = u64::from_be_bytes(octets[8..].try_into().expect("8 bytes"));
+    (family, hi, lo)
+}
+
 /// Whether process_vm_readv(2) on `pid` works, reading its published canary `(addr,
 /// value)`. If the kernel refuses (EPERM: Yama `ptrace_scope`, a non-dumpable peer, no
 /// ptrace rights), or the peer refuses with `RVERBS_CMA=off`, the peer's private memory
@@ -274,6 +327,8 @@ pub(crate) struct Peer {
     /// (`RVERBS_CMA=off` in the peer).
     pub(crate) cma: bool,
     tables: super::tables::Tables,
+    /// The peer's header segment (its published network ports).
+    hdr: Segment,
     dir: PathBuf,
     alive: AtomicBool,
     pidfd: OwnedFd,
@@ -298,6 +353,24 @@ impl Peer {
 
     pub(crate) fn mark_dead(&self) {
         self.alive.store(false, Ordering::Release);
+    }
+
+    /// The UDP port on which the peer receives relayed RoCEv2 packets for local address
+    /// `ip` in network namespace `netns`, as it published it
+    /// ([`Registry::publish_net_port`]); `None` if it published none.
+    pub(crate) fn net_port(&self, netns: u64, ip: IpAddr) -> Option<u16> {
+        let (family, hi, lo) = ip_words(ip);
+        (0..MAX_NET_PORTS).find_map(|i| {
+            let e = self.hdr.slice::<AtomicU64>(PORTS_OFF + i * PORT_WORDS * 8, PORT_WORDS);
+            let tag = e[3].load(Ordering::Acquire);
+            let same = tag & PORT_VALID != 0
+                && (tag >> 16) & 0xffff == family
+                && e[0].load(Ordering::Relaxed) == hi
+                && e[1].load(Ordering::Relaxed) == lo
+                && e[2].load(Ordering::Relaxed) == netns;
+            // A peer could write garbage: port 0 names no socket.
+            (same && tag & 0xffff != 0).then_some(tag as u16)
+        })
     }
 
     /// The peer's shared tables.
@@ -381,6 +454,50 @@ mod tests {
         assert_eq!(c.ep, ep_b);
         assert!(!dir_b.join("stale").exists());
         drop((a, c));
+        std::fs::remove_dir_all(&r).unwrap();
+    }
+
+    /// An endpoint's published network ports are found by its peers by (namespace,
+    /// address), IPv4 and IPv6, and go with the endpoint: the next process on its number
+    /// publishes nothing until it does so itself.
+    #[test]
+    fn published_net_ports_are_found_per_namespace_and_address_and_reclaimed() {
+        use std::net::{Ipv4Addr, Ipv6Addr};
+        let r = root("ports");
+        let a = Registry::claim(&r, |_| {}).unwrap();
+        let b = Registry::claim(&r, |_| {}).unwrap();
+        // A peer is mapped with its tables.
+        let tables_a = super::super::tables::Tables::create(&a.dir).unwrap();
+        let v4 = IpAddr::V4(Ipv4Addr::new(10, 67, 0, 1));
+        let v6 = IpAddr::V6("fd67::1".parse::<Ipv6Addr>().unwrap());
+        // The IPv4-mapped form of v4 is another address, not v4.
+        let mapped = IpAddr::V6(Ipv4Addr::new(10, 67, 0, 1).to_ipv6_mapped());
+        assert!(a.publish_net_port(7, v4, 40001));
+        assert!(a.publish_net_port(7, v6, 40002));
+        let pa = b.peer(a.ep).unwrap();
+        assert_eq!(pa.net_port(7, v4), Some(40001));
+        assert_eq!(pa.net_port(7, v6), Some(40002));
+        assert_eq!(pa.net_port(8, v4), None, "another namespace");
+        assert_eq!(pa.net_port(7, mapped), None);
+        assert_eq!(pa.net_port(7, IpAddr::V4(Ipv4Addr::new(10, 67, 0, 2))), None);
+        // Published after the peer was mapped: still found (read at each look-up).
+        let late = IpAddr::V4(Ipv4Addr::new(10, 68, 0, 1));
+        assert_eq!(pa.net_port(7, late), None);
+        assert!(a.publish_net_port(7, late, 40003));
+        assert_eq!(pa.net_port(7, late), Some(40003));
+        // The table is bounded.
+        for i in 3..MAX_NET_PORTS {
+            assert!(a.publish_net_port(9, v4, 41000 + i as u16));
+        }
+        assert!(!a.publish_net_port(9, v6, 42000), "full");
+        let ep_a = a.ep;
+        drop((pa, tables_a, a));
+        b.forget(ep_a);
+        let c = Registry::claim(&r, |_| {}).unwrap();
+        assert_eq!(c.ep, ep_a);
+        let _tables_c = super::super::tables::Tables::create(&c.dir).unwrap();
+        assert_eq!(b.peer(c.ep).unwrap().net_port(7, v4), None);
+        drop((b, c));
         std::fs::remove_dir_all(&r).unwrap();
     }
 }

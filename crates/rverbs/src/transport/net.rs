@@ -20,10 +20,16 @@
 //! until its last packet; a WRITE's later packets are looked up again under its R_Key) and
 //! the machine's ACKs, NAKs and READ/atomic responses go back to the requester's address.
 //!
-//! Limits of this slice: the QP must belong to the process that owns the address's port
-//! 4791 (a packet for another process's RC/UC QP is not forwarded yet); XRC is not carried;
-//! attributes changed by `modify_qp` while the connection runs (timeout, retry counts) take
-//! effect at the next connection.
+//! Any process of the host can have such QPs: a packet for a QP of a process that does
+//! not own the address's port 4791 reaches it relayed by the owner, with its original
+//! source address ([`super::udp`], "Demultiplexing"), so [`handle_request`] and
+//! [`handle_response`] run in the QP's own process and see the peer's address; what they
+//! send leaves from that process's own socket, straight to the peer's port 4791.
+//!
+//! Limits of this slice: while no process owns an address's port 4791 (its owner exited
+//! and no process started since), RC/UC QPs of the other processes are unreachable on that
+//! address; XRC is not carried; attributes changed by `modify_qp` while the connection runs
+//! (timeout, retry counts) take effect at the next connection.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;

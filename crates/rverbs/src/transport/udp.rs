@@ -1,6 +1,6 @@
 //! The network transport: RoCEv2 packets over UDP port 4791, for destinations that are not
-//! on this host (issue 12), over IPv4 and IPv6: the sockets, the receive path and UD; RC and
-//! UC connections are [`super::net`]'s.
+//! on this host (issue 12), over IPv4 and IPv6: the sockets, the receive path, UD, and the
+//! relay to other processes of the host; RC and UC are driven by [`super::net`].
 //!
 //! Read before editing: rocev2-wire.md §1 (packets), §2.5 (the ICRC and the IPv4
 //! Identification a UDP socket cannot see), §5 (GIDs, the GRH area of a UD receive) and
@@ -18,12 +18,39 @@
 //!
 //! Demultiplexing: a RoCEv2 peer only knows port 4791 of a host, and one socket per
 //! address can have it. The first rverbs process of a network namespace to bind an
-//! address owns it; a packet for a QP of another process of the host (the QPN names its
-//! endpoint) is delivered by the owner straight into that process's queues through
-//! shared memory, as the same-host transport delivers, so every process is reachable.
-//! Limits: RC/UC packets for another process's QP are not forwarded yet (see
-//! [`super::net`]), no link-local GIDs; when the owner exits, the port is free but nobody
-//! takes it over until a process starts.
+//! address owns it; the others bind `address:0` and send from that port (RoCEv2 peers
+//! accept any source port, and answer to 4791). A packet for a QP of another process of
+//! the host (the QPN names its endpoint, `crate::table::endpoint_of`) reaches it through
+//! the owner:
+//! - UD: the owner delivers it straight into that process's queues through shared memory,
+//!   as the same-host transport delivers.
+//! - RC and UC: the requester and responder state lives in the QP's own process
+//!   (`super::net`), so the owner *relays* the checked packet, if the QP record names a
+//!   live RC/UC QP: one datagram from `address:4791` to the port that process published
+//!   for the address in its endpoint header (`Net::publish`,
+//!   `shm::registry::Peer::net_port`; the network namespace must be the owner's too),
+//!   holding a relay header ([`relay`]: magic, version, the packet's original source
+//!   address and port, the IPv4 ID its ICRC was checked with) and the packet as received.
+//!   That process's socket takes a datagram as a relay only when it comes from its own
+//!   address and port 4791 and starts with the magic; it strips the header and delivers
+//!   the packet as if it had come from the original source (no second ICRC check: the
+//!   owner did it). A relay datagram that does not decode is dropped and counted
+//!   (`NetStats::bad_relay`). The relay's answers go out from the process's own socket
+//!   straight to the peer's port 4791.
+//!
+//! Trust: a relay datagram is believed on its source address (this host's address, port
+//! 4791) alone, which is not authentication. Whoever can send from there — the owning
+//! rverbs process, a process of the namespace (of any user) that binds the port while no
+//! rverbs process holds it, a sender forging its source address — can make a packet look
+//! as if it came from any peer. That is no more than RoCEv2 allows without the relay: any
+//! host of the network can send a packet with any source address and a right ICRC (a
+//! checksum, not a secret). Processes of the same user, which already map each other's
+//! shared segments, gain nothing by it.
+//!
+//! Limits of this slice: no link-local GIDs; when the owner exits, the port is free but
+//! nobody takes it over until a process starts (until then the others' RC/UC QPs are
+//! unreachable from the network); an address beyond the endpoint header's table of ports
+//! (32 addresses) is not relayed to.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -39,12 +66,16 @@ use rverbs_proto::wire::icrc;
 use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::{Operation, Transport};
 
+use rverbs_proto::verbs::QpType;
+
 use super::grh;
 use super::host::{deliver_ud, ud_target, UdMessage, UdTarget};
 use crate::engine::Engine;
 use crate::gid::{Gid, GidEntry};
 use crate::limits;
 use crate::mr::Source;
+use crate::shm::registry::Registry;
+use crate::table::endpoint_of;
 
 /// The socket buffer sizes asked for (bytes).
 const RECV_BUFFER: usize = 4 << 20;
@@ -152,6 +183,9 @@ pub(crate) struct NetSock {
     /// The bound port: 4791 if this process owns the address's RoCEv2 port, else an
     /// ephemeral one to send from (any port in tests).
     port: u16,
+    /// The port the address's owner receives on, and relays from: 4791 (another in
+    /// tests). `port == owner_port`: this socket is the owner.
+    owner_port: u16,
     pub(crate) gid: Gid,
     sock: UdpSocket,
     trace: Option<Arc<Trace>>,
@@ -168,6 +202,11 @@ pub(crate) struct NetStats {
     pub(crate) unserved: AtomicU64,
     /// Packets delivered to a QP's responder.
     pub(crate) delivered: AtomicU64,
+    /// RC/UC packets relayed to the process of their QP (by the owner of the port).
+    pub(crate) relayed: AtomicU64,
+    /// Relay datagrams (from the owner of the port) that did not decode, or whose packet
+    /// did not parse.
+    pub(crate) bad_relay: AtomicU64,
 }
 
 /// The sockets of this process and the receive side's state.
@@ -182,6 +221,14 @@ pub(crate) struct Net {
     /// polls an empty CQ, `receive_now`): packets of a connection are delivered in the
     /// order they arrived.
     rx: Mutex<()>,
+    /// The network namespace the sockets are in ([`netns_id`]).
+    netns: u64,
+}
+
+/// The identity of this process's network namespace (the inode of `/proc/self/ns/net`; 0
+/// if it cannot be read): a relay goes only to a port of the owner's namespace.
+fn netns_id() -> u64 {
+    rustix::fs::stat("/proc/self/ns/net").map_or(0, |st| st.st_ino)
 }
 
 impl Net {
@@ -203,7 +250,8 @@ impl Net {
             }
             // Another process of the namespace may own ip:4791: then this one sends from
             // a port of its own (RoCEv2 peers accept any source port) and receives through
-            // the owner, which delivers into this process's queues.
+            // the owner, which delivers UD messages into this process's queues and relays
+            // RC/UC packets to this socket.
             let sock = NetSock::bind(ip, ROCE_PORT, e.gid).or_else(|err| {
                 tracing::debug!(%ip, %err, "RoCEv2 port owned by another process: sending from an ephemeral port");
                 NetSock::bind(ip, 0, e.gid)
@@ -214,7 +262,17 @@ impl Net {
             }
         }
         let faults = Faults::open();
-        (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None), faults, rx: Mutex::new(()) })
+        (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None), faults, rx: Mutex::new(()), netns: netns_id() })
+    }
+
+    /// Publishes in this process's endpoint header (`reg`) the port of each socket that
+    /// does not own its address's RoCEv2 port, for the owner to relay RC/UC packets to.
+    pub(crate) fn publish(&self, reg: &Registry) {
+        for s in self.socks.iter().filter(|s| s.port != s.owner_port) {
+            if !reg.publish_net_port(self.netns, s.ip, s.port) {
+                tracing::warn!(ip = %s.ip, "too many addresses: RC/UC packets for this one are not relayed to this process");
+            }
+        }
     }
 
     /// Sends the RoCEv2 packet `packet` (BTH to ICRC; the ICRC written here) from the
@@ -313,7 +371,7 @@ impl NetSock {
         let _ = sockopt::set_socket_send_buffer_size(&sock, RECV_BUFFER);
         sock.set_nonblocking(true)?;
         let port = sock.local_addr()?.port();
-        Ok(NetSock { ip, port, gid, sock, trace: None })
+        Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, sock, trace: None })
     }
 
     /// The socket's descriptor, for the progress thread's epoll.
@@ -392,8 +450,10 @@ impl NetSock {
     }
 
     /// Receives every datagram waiting, handing each checked packet to `deliver` with its
-    /// source address and the IPv4 Identification it was sent with (0 for IPv6).
-    pub(crate) fn receive(&self, stats: &NetStats, buf: &mut [u8], mut deliver: impl FnMut(IpAddr, &Packet<&[u8]>, &Repr, u16)) {
+    /// source address and the IPv4 Identification it was sent with (0 for IPv6). A relay
+    /// datagram from the owner of the port ([`NetSock::relayed`]) hands over the packet it
+    /// carries, with the original source and ID, its ICRC not checked again.
+    pub(crate) fn receive(&self, stats: &NetStats, buf: &mut [u8], mut deliver: impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
         loop {
             let (n, from) = match self.sock.recv_from(buf) {
                 Ok(r) => r,
@@ -404,19 +464,33 @@ impl NetSock {
                     return;
                 }
             };
-            let bytes = &buf[..n];
-            let me = SocketAddr::new(self.ip, self.port);
+            let datagram = &buf[..n];
+            // `to`: where the packet was sent (a relayed one: to the owner's port).
+            let (from, to, bytes, relayed_id) = match self.relayed(from, datagram) {
+                Relayed::No => (from, SocketAddr::new(self.ip, self.port), datagram, None),
+                Relayed::Packet(r) => (r.src, SocketAddr::new(self.ip, self.owner_port), r.packet, Some(r.id)),
+                Relayed::Malformed => {
+                    stats.bad_relay.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%from, "relay datagram dropped: malformed");
+                    continue;
+                }
+            };
+            let dropped = if relayed_id.is_some() { &stats.bad_relay } else { &stats.malformed };
             let packet = Packet::new_checked(bytes);
-            let checked = packet.as_ref().ok().and_then(|p| icrc_id(from, me, p));
+            let checked = match relayed_id {
+                // The owner checked the ICRC and found the ID.
+                Some(id) => Some(id),
+                None => packet.as_ref().ok().and_then(|p| icrc_id(from, to, p)),
+            };
             if let Some(t) = &self.trace {
-                t.record(from, me, checked.unwrap_or(0), bytes);
+                t.record(from, to, checked.unwrap_or(0), bytes);
             }
             let Ok(packet) = packet else {
-                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                dropped.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
             let Ok(repr) = Repr::parse(&packet) else {
-                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                dropped.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
             let Some(id) = checked else {
@@ -424,8 +498,119 @@ impl NetSock {
                 tracing::debug!(%from, "RoCEv2 packet dropped: bad ICRC");
                 continue;
             };
-            deliver(from.ip(), &packet, &repr, id);
+            deliver(from, &packet, &repr, id);
         }
+    }
+
+    /// Whether the datagram `bytes` from `from` is a relay datagram for this socket: it
+    /// does not own its address's port, and the datagram comes from that address's owner
+    /// (the same address, the owner's port) and starts with [`relay::MAGIC`]. Anything
+    /// else is an ordinary datagram (a relay header from elsewhere does not parse as
+    /// RoCEv2: its first byte is an opcode nobody serves).
+    fn relayed<'b>(&self, from: SocketAddr, bytes: &'b [u8]) -> Relayed<'b> {
+        let from_owner = from.ip() == self.ip && from.port() == self.owner_port;
+        if self.port == self.owner_port || !from_owner || !bytes.starts_with(&relay::MAGIC) {
+            return Relayed::No;
+        }
+        relay::decode(bytes).map_or(Relayed::Malformed, Relayed::Packet)
+    }
+
+    /// Relays the checked packet `packet`, which came from `src` with IPv4 ID `id`, to
+    /// port `port` of this socket's address (this socket owns the address's RoCEv2 port).
+    /// Returns whether it was sent.
+    fn relay_to(&self, port: u16, src: SocketAddr, id: u16, packet: &[u8]) -> bool {
+        thread_local! {
+            static OUT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        OUT.with_borrow_mut(|out| {
+            relay::encode(src, id, packet, out);
+            let to = SocketAddr::new(self.ip, port);
+            self.sock.send_to(out, to).map_err(|err| tracing::debug!(%to, %err, "relay failed")).is_ok()
+        })
+    }
+}
+
+/// What a datagram is to a socket that does not own its address's port.
+enum Relayed<'b> {
+    /// An ordinary datagram.
+    No,
+    /// A relay datagram from the owner, decoded.
+    Packet(relay::Relay<'b>),
+    /// A relay datagram from the owner that does not decode.
+    Malformed,
+}
+
+/// The relay header the owner of an address's RoCEv2 port puts before a packet it passes
+/// to another process of the host (module docs, "Demultiplexing"). 28 bytes, then the
+/// packet as received (BTH to ICRC):
+///
+/// ```text
+/// 0..4   magic ff 'r' 'l' 'y' (0xff: a BTH opcode nobody serves)
+/// 4      version (1)
+/// 5      family of the original source: 4 or 6
+/// 6..8   original source UDP port, big-endian
+/// 8..10  the IPv4 Identification the ICRC was checked with, big-endian (IPv6: 0)
+/// 10..12 zero
+/// 12..28 original source address (IPv4: 4 bytes, then 12 zero bytes)
+/// ```
+pub(crate) mod relay {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+    /// The first bytes of every relay datagram.
+    pub(crate) const MAGIC: [u8; 4] = [0xff, b'r', b'l', b'y'];
+    /// The layout version this code writes and reads.
+    pub(crate) const VERSION: u8 = 1;
+    /// Bytes of the header.
+    pub(crate) const LEN: usize = 28;
+
+    /// A decoded relay datagram.
+    #[derive(Debug, PartialEq, Eq)]
+    pub(crate) struct Relay<'b> {
+        /// Where the packet came from.
+        pub(crate) src: SocketAddr,
+        /// The IPv4 Identification its ICRC was checked with (IPv6: 0).
+        pub(crate) id: u16,
+        /// The packet, BTH to ICRC.
+        pub(crate) packet: &'b [u8],
+    }
+
+    /// Writes into `out` the relay datagram of `packet` from `src`, checked with ID `id`.
+    pub(crate) fn encode(src: SocketAddr, id: u16, packet: &[u8], out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&MAGIC);
+        let (family, addr, id) = match src.ip() {
+            IpAddr::V4(v4) => {
+                let mut a = [0u8; 16];
+                a[..4].copy_from_slice(&v4.octets());
+                (4u8, a, id)
+            }
+            IpAddr::V6(v6) => (6u8, v6.octets(), 0),
+        };
+        out.extend_from_slice(&[VERSION, family]);
+        out.extend_from_slice(&src.port().to_be_bytes());
+        out.extend_from_slice(&id.to_be_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&addr);
+        out.extend_from_slice(packet);
+    }
+
+    /// Decodes a relay datagram; `None` if it is not one this code wrote: shorter than
+    /// the header, another magic or version, an unknown family, non-zero reserved bytes
+    /// (or IPv4 address padding), or an IPv6 source with an ID.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Relay<'_>> {
+        let (h, packet) = (bytes.get(..LEN)?, &bytes[LEN..]);
+        if h[..4] != MAGIC || h[4] != VERSION || h[10..12] != [0, 0] {
+            return None;
+        }
+        let port = u16::from_be_bytes([h[6], h[7]]);
+        let id = u16::from_be_bytes([h[8], h[9]]);
+        let addr: [u8; 16] = h[12..28].try_into().ok()?;
+        let ip = match h[5] {
+            4 if addr[4..] == [0; 12] => IpAddr::V4(Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3])),
+            6 if id == 0 => IpAddr::V6(Ipv6Addr::from(addr)),
+            _ => return None,
+        };
+        Some(Relay { src: SocketAddr::new(ip, port), id, packet })
     }
 }
 
@@ -477,7 +662,7 @@ fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
     }
     let Some(sock) = net.socks().get(index) else { return };
     BUF.with_borrow_mut(|buf| {
-        sock.receive(&net.stats, buf, |src, packet, repr, _id| deliver(engine, net, sock, src, packet, repr));
+        sock.receive(&net.stats, buf, |from, packet, repr, id| deliver(engine, net, sock, from, id, packet, repr));
     });
 }
 
@@ -485,13 +670,23 @@ fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
 /// packet's transport, accept requests and match the DETH's Q_Key; rocev2-wire.md §3.5).
 ///
 /// The QP may be of another process of this host (its number names its endpoint): the
-/// process that owns the port delivers into that process's queues through shared memory,
-/// as the same-host transport does, so every process is reachable from the network.
-fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, src: IpAddr, packet: &Packet<&[u8]>, repr: &Repr) {
+/// process that owns the port delivers a UD message into that process's queues through
+/// shared memory, as the same-host transport does, and relays an RC/UC packet to that
+/// process's socket ([`relay_packet`]), so every process is reachable from the network.
+fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr, id: u16, packet: &Packet<&[u8]>, repr: &Repr) {
     let unserved = || {
         net.stats.unserved.fetch_add(1, Ordering::Relaxed);
     };
+    let src = from.ip();
     let transport = repr.bth.opcode.transport();
+    if matches!(transport, Transport::Rc | Transport::Uc) && endpoint_of(repr.bth.dest_qp) != engine.ep() {
+        if relay_packet(engine, net, sock, from, id, packet, repr) {
+            net.stats.relayed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            unserved();
+        }
+        return;
+    }
     if matches!(transport, Transport::Rc | Transport::Uc) {
         // Connected QPs: requests to their responders, responses to their requesters.
         let taken = if repr.bth.opcode.is_request() {
@@ -523,6 +718,25 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, src: IpAddr, pack
         UdTarget::Peer(t) => deliver_ud(&t, &mut slot, Instant::now(), mtu, msg),
     }
     net.stats.delivered.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Relays the RC/UC packet `packet` (from `from`, checked with IPv4 ID `id`) for a QP of
+/// another process of the host to that process: only the owner of the port relays, and
+/// only to a live endpoint whose record shows an RC/UC QP of that number and which
+/// published a port for the socket's address in this network namespace. Returns whether
+/// it was sent.
+fn relay_packet(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr, id: u16, packet: &Packet<&[u8]>, repr: &Repr) -> bool {
+    let qpn = repr.bth.dest_qp;
+    let want = if repr.bth.opcode.transport() == Transport::Rc { QpType::Rc } else { QpType::Uc };
+    if sock.port != sock.owner_port {
+        return false;
+    }
+    let Some(peer) = engine.reg.as_ref().and_then(|r| r.peer(endpoint_of(qpn)).ok()) else { return false };
+    if !super::route::is_qp(peer.tables().qp(qpn), qpn, want) {
+        return false;
+    }
+    let Some(port) = peer.net_port(net.netns, sock.ip) else { return false };
+    sock.relay_to(port, from, id, packet.clone().into_inner())
 }
 
 #[cfg(test)]
@@ -578,7 +792,7 @@ mod tests {
         // the three good packets are in (bounded).
         for _ in 0..1000 {
             rx.receive(&stats, &mut buf, |from, p, repr, id| {
-                assert_eq!((from, id, repr.deth.map(|d| d.src_qp)), (IpAddr::V4(Ipv4Addr::LOCALHOST), 0, Some(0x34)));
+                assert_eq!((from.ip(), id, repr.deth.map(|d| d.src_qp)), (IpAddr::V4(Ipv4Addr::LOCALHOST), 0, Some(0x34)));
                 got.push(p.payload().to_vec());
             });
             if got.len() == 3 && stats.bad_icrc.load(Ordering::Relaxed) == 1 {
@@ -640,6 +854,102 @@ mod tests {
         }
         assert_eq!(got, [b"six".to_vec(), b"six again".to_vec()]);
         assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 1);
+    }
+
+    /// The relay header carries the original source (IPv4 with its ID, IPv6) and the
+    /// packet unchanged; what this code did not write is rejected: any truncation of the
+    /// header, another magic or version, an unknown family, non-zero reserved bytes or
+    /// IPv4 padding, an ID with an IPv6 source.
+    #[test]
+    fn relay_header_round_trips_and_rejects_what_it_did_not_write() {
+        use std::net::Ipv6Addr;
+        let packet = ud_packet(b"relayed");
+        let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 67, 0, 2)), 49152);
+        let v6 = SocketAddr::new(IpAddr::V6("fd67::2".parse::<Ipv6Addr>().unwrap()), 4791);
+        let mut out = Vec::new();
+        relay::encode(v4, 0x718c, &packet, &mut out);
+        assert_eq!(out.len(), relay::LEN + packet.len());
+        assert_eq!(&out[..4], &relay::MAGIC);
+        assert_eq!(relay::decode(&out), Some(relay::Relay { src: v4, id: 0x718c, packet: &packet }));
+        let v4_datagram = out.clone();
+        relay::encode(v6, 0x718c, &packet, &mut out);
+        // IPv6 has no ID: none is carried.
+        assert_eq!(relay::decode(&out), Some(relay::Relay { src: v6, id: 0, packet: &packet }));
+        // A header with nothing after it decodes (the packet then fails to parse).
+        assert_eq!(relay::decode(&out[..relay::LEN]).map(|r| r.packet.len()), Some(0));
+        for n in 0..relay::LEN {
+            assert_eq!(relay::decode(&out[..n]), None, "truncated to {n} bytes");
+            assert_eq!(relay::decode(&v4_datagram[..n]), None, "truncated to {n} bytes");
+        }
+        let spoiled = |i: usize, v: u8| {
+            let mut d = v4_datagram.clone();
+            d[i] = v;
+            relay::decode(&d).is_none()
+        };
+        assert!(spoiled(0, 0x00), "magic");
+        assert!(spoiled(3, b'x'), "magic");
+        assert!(spoiled(4, 2), "version");
+        assert!(spoiled(5, 5), "family");
+        assert!(spoiled(11, 1), "reserved");
+        assert!(spoiled(16, 1), "IPv4 padding");
+        assert!(!spoiled(15, 9), "the last IPv4 address byte is data");
+        let mut d = out.clone();
+        d[9] = 1; // an ID with an IPv6 source
+        assert_eq!(relay::decode(&d), None);
+    }
+
+    /// A socket that does not own its address's port takes a relay datagram only from the
+    /// owner (its own address, the owner's port): the packet it carries is delivered with
+    /// the original source and ID, its ICRC not checked again; a malformed one from the
+    /// owner is dropped and counted; the same datagram from any other port is an ordinary
+    /// datagram, which does not parse; and the owner itself takes none.
+    #[test]
+    fn relay_datagrams_are_taken_only_from_the_owner() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let gid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
+        let owner = NetSock::bind(lo, 0, gid).unwrap();
+        let owner = NetSock { owner_port: owner.port, ..owner };
+        let rx = NetSock::bind(lo, 0, gid).unwrap();
+        let rx = NetSock { owner_port: owner.port, ..rx };
+        let other = NetSock::bind(lo, 0, gid).unwrap();
+        let to = SocketAddr::new(lo, rx.port);
+        let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 67, 0, 2)), 49152);
+        // The ICRC is wrong for every path: a relayed packet's is not checked here.
+        let mut packet = ud_packet(b"via the owner");
+        let n = packet.len();
+        packet[n - 4..].copy_from_slice(&[1, 2, 3, 4]);
+        let mut good = Vec::new();
+        relay::encode(peer, 0x1234, &packet, &mut good);
+        let mut bad_family = good.clone();
+        bad_family[5] = 7;
+        let mut bad_packet = Vec::new();
+        relay::encode(peer, 0, &packet[..5], &mut bad_packet);
+        owner.sock.send_to(&good, to).unwrap();
+        owner.sock.send_to(&good[..relay::LEN - 1], to).unwrap();
+        owner.sock.send_to(&bad_family, to).unwrap();
+        owner.sock.send_to(&bad_packet, to).unwrap();
+        other.sock.send_to(&good, to).unwrap();
+        owner.sock.send_to(&good, SocketAddr::new(lo, owner.port)).unwrap();
+
+        let (stats, owner_stats) = (NetStats::default(), NetStats::default());
+        let mut buf = vec![0; 1 << 16];
+        let (mut got, mut owner_got) = (Vec::new(), 0);
+        for _ in 0..1000 {
+            rx.receive(&stats, &mut buf, |from, p, _, id| got.push((from, id, p.payload().to_vec())));
+            owner.receive(&owner_stats, &mut buf, |_, _, _, _| owner_got += 1);
+            let done = stats.bad_relay.load(Ordering::Relaxed) == 3
+                && stats.malformed.load(Ordering::Relaxed) == 1
+                && owner_stats.malformed.load(Ordering::Relaxed) == 1;
+            if done && got.len() == 1 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(got, [(peer, 0x1234, b"via the owner".to_vec())]);
+        assert_eq!(stats.bad_relay.load(Ordering::Relaxed), 3, "truncated, bad family, packet that does not parse");
+        assert_eq!(stats.malformed.load(Ordering::Relaxed), 1, "the relay header from another port");
+        assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 0);
+        assert_eq!((owner_got, owner_stats.malformed.load(Ordering::Relaxed)), (0, 1), "the owner takes no relay");
     }
 
     /// RVERBS_PCAP records IPv6 datagrams (issue 12): what a socket sends and what it
