@@ -54,8 +54,8 @@ pub(crate) trait NetRx: Send + Sync {
 }
 
 /// Live network connections of this process (`transport::net`'s requesters and
-/// responders): while there are any, a poll that finds a CQ empty receives from the
-/// sockets itself ([`receive_inline`]).
+/// responders, and UD QPs that sent to another host): while there are any, a poll that
+/// finds a CQ empty receives from the sockets itself ([`receive_inline`]).
 static NET_CONNECTIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// One live network connection, counted while it lives (see [`net_active`]).

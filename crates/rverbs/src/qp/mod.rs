@@ -95,7 +95,8 @@ pub(crate) struct NetResponder {
     pub(crate) rq_psn: u32,
     pub(crate) machine: Option<rverbs_proto::rc::Responder>,
     pub(crate) held: Option<rq::RecvWqe>,
-    /// Counted while the machine exists (`progress::net_active`).
+    /// Counted while the QP has a network peer (`progress::net_active`): set with the
+    /// machine, or by a UD send to another host; dropped at RESET/RTR and destroy.
     pub(crate) live: Option<crate::progress::NetConnection>,
 }
 

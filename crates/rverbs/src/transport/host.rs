@@ -429,6 +429,11 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
 /// number, ImmDt, the payload and its pad, the ICRC).
 fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, net: &super::udp::Net, sgid: &crate::gid::Gid, dst: std::net::IpAddr) {
     let Some(ud) = &wqe.ud else { return };
+    // A UD QP that talks to another host counts as a network connection from now on (until
+    // it is reset), so its polls receive what the network brings (`progress::net_active`).
+    if let Ok(mut nr) = qp.net_resp.lock() {
+        nr.live.get_or_insert_with(crate::progress::NetConnection::open);
+    }
     let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), Psn::new(0));
     let repr = request.to_repr(ud.remote_qpn);
     let mut buf = vec![0u8; repr.buffer_len()];
