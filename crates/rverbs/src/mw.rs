@@ -124,7 +124,18 @@ impl MwInner {
     }
 
     /// Executes a bind issued by QP `qpn` of PD `qp_pd` (rxe `rxe_bind_mw` checks).
+    ///
+    /// Rule (ibv_dereg_mr(3), ibv_rereg_mr(3)): a bind to a region and a
+    /// deregistration or re-registration of it happen one after the other. The bind
+    /// holds the region's window list ([`MrInner::windows`], taken first: see the lock
+    /// order there) from its validity check until the window is bound and listed, and
+    /// dereg/rereg hold the same list from their "no window bound" check until the
+    /// region is marked invalid (dereg) or re-described (rereg). So the bind either
+    /// comes first — the window is listed and bound, dereg/rereg see it and refuse — or
+    /// comes after — the bind sees the region invalid (dereg) and fails, or binds to the
+    /// new description (rereg).
     pub(crate) fn bind(&self, qp_pd: &PdInner, qpn: u32, spec: BindSpec) -> Result<(), BindError> {
+        let mut listed = spec.mr.as_ref().map(|mr| mr.windows.lock().expect("mr windows"));
         let mut core = self.core.lock().expect("mw");
         let rec = self.record(core.rkey);
         let status = rec.state.load(Ordering::Acquire);
@@ -186,8 +197,7 @@ impl MwInner {
                 Some(Binding { mr: mr.clone() })
             }
         };
-        if let Some(b) = &binding {
-            let mut w = b.mr.windows.lock().expect("mr windows");
+        if let (Some(_), Some(w)) = (&binding, listed.as_mut()) {
             let me = self as *const MwInner;
             if !w.iter().any(|x| std::ptr::addr_eq(x.as_ptr(), me)) {
                 if let Some(weak) = self.endpoint.keys.get(core.rkey).and_then(|t| match t {
@@ -330,4 +340,137 @@ impl Mw {
 /// `ibv_inc_rkey(3)`: the next key of a window (the low byte advances).
 pub fn inc_rkey(rkey: u32) -> u32 {
     (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Binds racing deregistration and re-registration of the bound region: the lock
+    //! pair of [`MwInner::bind`] and [`MrInner::windows`] (see the lock order there).
+    //! Each thread runs a bounded number of steps and the threads start together
+    //! (a barrier, no sleeps); the assertions are the rules, which hold however the
+    //! steps interleave.
+
+    use super::*;
+    use crate::mr::ReregFlags;
+    use std::sync::Barrier;
+
+    /// Rounds (a fresh region each) and steps per thread and round.
+    const ROUNDS: usize = 200;
+    const STEPS: usize = 200;
+
+    fn pd() -> Pd {
+        crate::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap()
+    }
+
+    fn region(pd: &Pd) -> Mr {
+        pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::MW_BIND).unwrap()
+    }
+
+    /// A type 1 bind of the whole region (the BIND_MW work request `Qp::bind_mw` posts).
+    fn bind(pd: &Pd, mw: &Mw, mr: &Mr) -> Result<(), BindError> {
+        let spec = BindSpec {
+            new_rkey: inc_rkey(mw.rkey()),
+            mr: Some(mr.inner().clone()),
+            addr: mr.iova(),
+            len: 4096,
+            access: Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+        };
+        mw.inner().bind(pd.inner(), 0, spec)
+    }
+
+    /// A zero-length type 1 bind with no region: unbinds.
+    fn unbind(pd: &Pd, mw: &Mw) -> Result<(), BindError> {
+        let spec = BindSpec { new_rkey: inc_rkey(mw.rkey()), mr: None, addr: 0, len: 0, access: Access::empty() };
+        mw.inner().bind(pd.inner(), 0, spec)
+    }
+
+    fn is_windows_bound(e: &Error) -> bool {
+        matches!(e, Error::Invalid { verb: "dereg_mr", rule: Rule::WindowsBound })
+    }
+
+    #[test]
+    fn type1_bind_racing_dereg_never_leaves_a_window_bound_to_a_dead_region() {
+        let pd = pd();
+        let mw = Mw::new(&pd, 1).unwrap();
+        for _ in 0..ROUNDS {
+            let mr = region(&pd);
+            // Bound to start with: the first deregistrations meet a bound window.
+            bind(&pd, &mw, &mr).unwrap();
+            let start = Barrier::new(2);
+            let dereg_ok = std::thread::scope(|s| {
+                s.spawn(|| {
+                    start.wait();
+                    for _ in 0..STEPS {
+                        unbind(&pd, &mw).unwrap();
+                        match bind(&pd, &mw, &mr) {
+                            // Bound: no deregistration may succeed until the unbind.
+                            Ok(()) => {
+                                assert!(mw.inner().is_bound_to(mr.inner()));
+                                assert!(mr.is_valid(), "region deregistered while a window was bound");
+                            }
+                            // The only reason this bind fails: the region is gone, for good.
+                            Err(BindError) => assert!(!mr.is_valid(), "bind refused while the region was valid"),
+                        }
+                    }
+                    unbind(&pd, &mw).unwrap();
+                });
+                let d = s.spawn(|| {
+                    start.wait();
+                    for _ in 0..STEPS {
+                        match mr.dereg() {
+                            Ok(()) => return true,
+                            Err(e) => assert!(is_windows_bound(&e), "dereg failed otherwise: {e:?}"),
+                        }
+                    }
+                    false
+                });
+                d.join().unwrap()
+            });
+            // The window is unbound now: a region still registered deregisters.
+            if !dereg_ok {
+                mr.dereg().unwrap();
+            }
+            assert!(!mr.is_valid());
+            assert!(matches!(mr.dereg(), Err(Error::Destroyed { .. })));
+            assert_eq!(bind(&pd, &mw, &mr), Err(BindError), "bind to a deregistered region");
+            assert!(!mw.inner().is_bound_to(mr.inner()));
+        }
+    }
+
+    #[test]
+    fn type1_bind_racing_rereg_never_sees_the_bound_region_change() {
+        let pd = pd();
+        let mw = Mw::new(&pd, 1).unwrap();
+        let base = Access::LOCAL_WRITE | Access::MW_BIND;
+        for _ in 0..ROUNDS / 4 {
+            let mr = region(&pd);
+            let start = Barrier::new(2);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    start.wait();
+                    for _ in 0..STEPS {
+                        bind(&pd, &mw, &mr).expect("the region stays registered");
+                        // Bound: no re-registration may change the region until the unbind.
+                        let before = mr.access();
+                        assert!(mw.inner().is_bound_to(mr.inner()));
+                        assert_eq!(mr.access(), before, "region re-registered while a window was bound");
+                        unbind(&pd, &mw).unwrap();
+                    }
+                });
+                s.spawn(|| {
+                    start.wait();
+                    for i in 0..STEPS {
+                        let access = if i % 2 == 0 { base | Access::REMOTE_READ } else { base };
+                        match mr.rereg(ReregFlags::ACCESS, None, Some(access)) {
+                            Ok(()) => assert_eq!(mr.access(), access),
+                            Err(e) => assert_eq!(e.errno(), libc::EBUSY, "rereg failed otherwise: {e:?}"),
+                        }
+                    }
+                });
+            });
+            // Unbound now: re-registration succeeds.
+            mr.rereg(ReregFlags::ACCESS, None, Some(base)).unwrap();
+            assert_eq!(mr.access(), base);
+        }
+    }
 }

@@ -195,3 +195,68 @@ fn bind_checks_and_type_three() {
     b.qp.bind_mw(&t1, &bad, 1, SendFlags::empty()).unwrap();
     assert_eq!(poll_one(&b.cq).status(), WcStatus::MwBindErr);
 }
+
+/// ibv_dereg_mr(3) racing ibv_bind_mw(3) on the same region, from two threads started
+/// together (bounded loops, no sleeps): a deregistration fails (EINVAL) while the
+/// window is bound and succeeds only while it is not; a bind after it fails
+/// (MW_BIND_ERR, as the bind of a region that is not valid), and every bind that
+/// succeeded did so while the region was registered. (Before the lock order of
+/// `MrInner::windows` the two could deadlock.)
+#[test]
+fn type1_bind_racing_dereg_of_its_region() {
+    let unbind = MwBind { mr: None, addr: 0, length: 0, access: Access::empty() };
+    for _ in 0..50 {
+        let (_a, b, _ma, mb) = mw_pair();
+        let mw = Mw::new(&b.pd, 1).unwrap();
+        let info = bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+        // Bound to start with: the first deregistrations meet a bound window.
+        b.qp.bind_mw(&mw, &info, 0, SendFlags::SIGNALED).unwrap();
+        assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+        let start = std::sync::Barrier::new(2);
+        let (bind_failed, dereg_ok) = std::thread::scope(|s| {
+            let binder = s.spawn(|| {
+                start.wait();
+                for i in 0..100 {
+                    b.qp.bind_mw(&mw, &unbind, 1, SendFlags::SIGNALED).unwrap();
+                    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success, "unbinding never fails");
+                    b.qp.bind_mw(&mw, &info, 2, SendFlags::SIGNALED).unwrap();
+                    match poll_one(&b.cq).status() {
+                        // Bound: the region stays registered at least until the next unbind.
+                        WcStatus::Success => assert!(mb.is_valid(), "region deregistered while a window was bound (step {i})"),
+                        // The only reason this bind fails: the region is gone, for good
+                        // (and the QP is in ERR: nothing more to bind).
+                        WcStatus::MwBindErr => {
+                            assert!(!mb.is_valid(), "bind refused while the region was registered (step {i})");
+                            return true;
+                        }
+                        other => panic!("bind completed {other:?}"),
+                    }
+                }
+                b.qp.bind_mw(&mw, &unbind, 3, SendFlags::SIGNALED).unwrap();
+                assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+                false
+            });
+            let dereg = s.spawn(|| {
+                start.wait();
+                for _ in 0..100 {
+                    match mb.dereg() {
+                        Ok(()) => return true,
+                        Err(e) => assert_eq!(e.errno(), libc::EINVAL, "dereg failed otherwise: {e:?}"),
+                    }
+                }
+                false
+            });
+            (binder.join().unwrap(), dereg.join().unwrap())
+        });
+        // The window is unbound now: a region still registered deregisters.
+        if !dereg_ok {
+            mb.dereg().unwrap();
+        }
+        assert!(!mb.is_valid());
+        if !bind_failed {
+            // The QP is still in RTS: a bind to the deregistered region fails.
+            b.qp.bind_mw(&mw, &info, 4, SendFlags::SIGNALED).unwrap();
+            assert_eq!(poll_one(&b.cq).status(), WcStatus::MwBindErr);
+        }
+    }
+}

@@ -22,7 +22,9 @@ use crate::shm::tables::{KeyDesc, KeyRecord, Tables, KEY_RECORDS};
 /// region can tell whether windows are still bound to it (ibv_dereg_mr(3) fails while
 /// one is) without depending on the windows' module.
 pub(crate) trait Window: Send + Sync {
-    /// Whether the window is bound to `mr` and still valid.
+    /// Whether the window is bound to `mr` and still valid. Called with `mr`'s window
+    /// list held, so it takes the window's lock after the list (the lock order of
+    /// `MrInner::windows`); an implementation must not take a region's list itself.
     fn is_bound_to(&self, mr: &MrInner) -> bool;
     /// Invalidates the window through `rkey` (LOCAL_INV, SEND_WITH_INV delivered in this
     /// process): only a valid type 2 window of PD `pd` whose key matches.

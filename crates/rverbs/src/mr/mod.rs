@@ -140,6 +140,12 @@ pub(crate) struct MrInner {
     valid: AtomicBool,
     /// Memory windows bound to the region at some point (deregistration is refused
     /// while one of them is still bound and valid).
+    ///
+    /// Lock order: this list, then a window's own lock (`crate::mw`), then `desc`. A
+    /// bind takes the list of the region it binds to before the window; dereg and rereg
+    /// take the list, then ask each window on it whether it is bound. Nothing takes the
+    /// list while holding a window. The list is also what makes a bind and a
+    /// dereg/rereg of the region serial (the argument is at [`Mr::dereg`]).
     pub(crate) windows: Mutex<Vec<Weak<dyn Window>>>,
     released: AtomicBool,
 }
@@ -159,17 +165,29 @@ impl MrInner {
     }
 
     /// Stops granting access and waits for accesses in progress to finish; removes the
-    /// key. Idempotent.
+    /// key. Idempotent. Used when the last handle goes, so without the window list: no
+    /// bind can race it (a bind holds the region, and so does a bound window).
     fn invalidate(&self) {
         if self.valid.swap(false, Ordering::SeqCst) {
-            self.record().state.store(KEY_STATE_INVALID, Ordering::SeqCst);
-            self.wait_idle();
-            self.count_cma(-1);
-            self.endpoint.keys.remove(self.key);
+            self.retire();
         }
+        self.release_pd();
+    }
+
+    /// Gives the region's hold on its PD back, once.
+    fn release_pd(&self) {
         if !self.released.swap(true, Ordering::AcqRel) {
             self.desc.read().expect("mr desc").pd.release();
         }
+    }
+
+    /// The rest of an invalidation, once `valid` is false: the record stops granting
+    /// access, accesses in progress finish, the key is removed.
+    fn retire(&self) {
+        self.record().state.store(KEY_STATE_INVALID, Ordering::SeqCst);
+        self.wait_idle();
+        self.count_cma(-1);
+        self.endpoint.keys.remove(self.key);
     }
 
     /// Counts the region in (`+1`) or out of (`-1`) the device's regions peers reach
@@ -203,12 +221,12 @@ impl MrInner {
         self.valid.load(Ordering::Acquire)
     }
 
-    /// Whether a memory window is bound to the region (and still valid: a peer may have
-    /// invalidated it without this process knowing).
-    pub(crate) fn has_bound_windows(&self) -> bool {
-        let mut w = self.windows.lock().expect("mr windows");
-        w.retain(|m| m.upgrade().is_some_and(|mw| mw.is_bound_to(self)));
-        !w.is_empty()
+    /// Whether a memory window on `windows` (the region's list, locked by the caller) is
+    /// bound to the region and still valid (a peer may have invalidated it without this
+    /// process knowing); drops the others from the list.
+    fn has_bound_windows(&self, windows: &mut Vec<Weak<dyn Window>>) -> bool {
+        windows.retain(|m| m.upgrade().is_some_and(|mw| mw.is_bound_to(self)));
+        !windows.is_empty()
     }
 
     /// Starts an access through the Rust API: holds off rereg (the description lock,
@@ -605,10 +623,13 @@ impl Mr {
                 return Err(Error::invalid(verb, Rule::RangeWraps { addr: addr as u64, len: len as u64 }));
             }
         }
+        // Held to the end: no window binds to the region while it changes (a bind waits,
+        // then sees the new description; see `Mr::dereg` for the argument).
+        let mut windows = self.inner.windows.lock().expect("mr windows");
         if !self.inner.is_valid() {
             return Err(Error::Destroyed { what: "memory region" });
         }
-        if self.inner.has_bound_windows() {
+        if self.inner.has_bound_windows(&mut windows) {
             return Err(Error::Busy { what: "memory region with bound memory windows" });
         }
         if let Some(p) = &new_pd {
@@ -655,13 +676,39 @@ impl Mr {
     /// Errors: `EINVAL` once deregistered, or while memory windows are bound to it (rxe;
     /// ibv_alloc_mw(3): "ibv_dereg_mr() fails if any memory window is still bound").
     pub fn dereg(&self) -> Result<()> {
+        // Why a bind racing this call cannot leave a window bound to a deregistered
+        // region, nor make this call deregister a region with a window bound to it.
+        // 1. A window becomes bound to this region only through a bind
+        //    (`MwInner::bind`), and a bind holds this region's window list from its
+        //    check that the region is valid until the window is bound and on the list.
+        //    Everything else that changes a window (unbind, a bind to another region,
+        //    LOCAL_INV, a peer's SEND_WITH_INV, dealloc) can only unbind it.
+        // 2. Here the list is held from the check that no window is bound until `valid`
+        //    is false. So a racing bind is either wholly before — its window is bound
+        //    (VALID record) and listed, `has_bound_windows` finds it and dereg refuses —
+        //    or wholly after: it finds `valid` false and fails, as the bind of a region
+        //    that is not valid. Nothing binds between the check and the invalidation
+        //    (which checking a snapshot of the list, then releasing it, would allow).
+        // 3. What only unbinds needs no list: a window that unbinds after we asked it
+        //    was bound when asked (dereg refuses, as it would a moment earlier); one
+        //    that unbinds before is seen unbound, each window being asked under its own
+        //    lock.
+        // 4. The rest of the invalidation (record, waiting for accesses, the key) needs
+        //    no exclusion from binds: from here on they fail on `valid`.
+        // Windows are asked with the list held, which the lock order allows (list, then
+        // window: a bind too takes the list first), so there is no inversion. rereg
+        // holds the list the same way until its new description is in place.
+        let mut windows = self.inner.windows.lock().expect("mr windows");
         if !self.inner.is_valid() {
             return Err(Error::Destroyed { what: "memory region" });
         }
-        if self.inner.has_bound_windows() {
+        if self.inner.has_bound_windows(&mut windows) {
             return Err(Error::invalid("dereg_mr", Rule::WindowsBound));
         }
-        self.inner.invalidate();
+        self.inner.valid.store(false, Ordering::SeqCst);
+        drop(windows);
+        self.inner.retire();
+        self.inner.release_pd();
         Ok(())
     }
 
