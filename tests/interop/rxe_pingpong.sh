@@ -23,7 +23,9 @@ export RVERBS_VM_STATE=${RVERBS_VM_STATE:-/run/rverbs-vm-ud}
 export RVERBS_VM_RUN_TIMEOUT=${RVERBS_VM_RUN_TIMEOUT:-60}
 HOST_IP=10.77.0.1 GUEST_IP=10.77.0.2
 ITERS=${UD_ITERS:-100}
-TIMEOUT=40
+# RXE_FILTER: run only the pairs whose label matches this bash regular expression.
+FILTER=${RXE_FILTER:-}
+TIMEOUT=${RXE_TIMEOUT:-90}
 
 [ "$(id -u)" = 0 ] || { echo "rxe_pingpong.sh: needs root (netns, tap)" >&2; exit 1; }
 DROPIN=${DROPIN_DIR:-$(bash "$ROOT/scripts/build-dropin.sh" | tail -1)}
@@ -42,7 +44,10 @@ eval "$("$VM" env)"
 mkdir -p "$WORK/rt"
 
 host() {
-  ip netns exec "$RVX_NETNS" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt" timeout -k 5 "$TIMEOUT" "$@"
+  # Line-buffered, with the network transport's diagnostics: a pair that times out still
+  # shows how far it got and what the protocol saw.
+  ip netns exec "$RVX_NETNS" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt" \
+    RVERBS_LOG="${RVERBS_LOG:-rverbs::transport::net=debug}" timeout -k 5 "$TIMEOUT" stdbuf -oL "$@"
 }
 host_gid=$(host ibv_devinfo -v | grep -F "::ffff:$HOST_IP," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1)
 echo "rxe_pingpong.sh: rverbs0 GID index $host_gid ($HOST_IP), rxe0 GID index $RVX_GID_INDEX ($GUEST_IP), -n $ITERS"
@@ -52,7 +57,8 @@ passed=0 failed=0 port=18700
 pair() {
   local label=$1 server=$2 prog=$3
   shift 3
-  local slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=() spid
+  [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
+  local slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=() spid start=$SECONDS
   port=$((port + 1))
   if [ "$server" = host ]; then
     host "$prog" -d rverbs0 -g "$host_gid" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
@@ -61,9 +67,9 @@ pair() {
       ip netns exec "$RVX_NETNS" ss -ltn "sport = :$port" | grep -q LISTEN && break
       sleep 0.05
     done
-    "$VM" run timeout "$TIMEOUT" "$prog" -d rxe0 -g "$RVX_GID_INDEX" -n "$ITERS" -p "$port" "$@" "$HOST_IP" >"$clog" 2>&1 || crc=$?
+    "$VM" run timeout "$TIMEOUT" stdbuf -oL "$prog" -d rxe0 -g "$RVX_GID_INDEX" -n "$ITERS" -p "$port" "$@" "$HOST_IP" >"$clog" 2>&1 || crc=$?
   else
-    "$VM" run timeout "$TIMEOUT" "$prog" -d rxe0 -g "$RVX_GID_INDEX" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
+    "$VM" run timeout "$TIMEOUT" stdbuf -oL "$prog" -d rxe0 -g "$RVX_GID_INDEX" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
     spid=$!
     for _ in $(seq 200); do
       "$VM" run ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN && break
@@ -73,7 +79,7 @@ pair() {
   fi
   wait "$spid" || src=$?
   pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
-  verdict "$label" "$slog" "$clog"
+  verdict "$label ($((SECONDS - start)) s)" "$slog" "$clog"
 }
 
 for s in 1 512 1024; do

@@ -122,6 +122,15 @@ pub(crate) fn progress(qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) ->
     let mut conn = sq.route.net.take().unwrap_or_else(|| Box::new(NetRequester::new(qp, sq)));
     if conn.req.poll_timeout().is_some_and(|t| t <= now) {
         conn.req.handle_timeout(now);
+        tracing::debug!(
+            qpn = qp.qpn,
+            comp_psn = conn.req.comp_psn().get(),
+            req_psn = conn.req.req_psn().get(),
+            retries_left = ?conn.req.retries_left(),
+            rnr_retries_left = ?conn.req.rnr_retries_left(),
+            state = ?conn.req.state(),
+            "network requester timer fired"
+        );
     }
     loop {
         if !draining && !hand_over(qp, sq, &mut conn) {
@@ -373,6 +382,17 @@ pub(crate) fn handle_request(
         at.recv = nr.held.take();
         let d = machine.handle_request(now, &request, &mut at);
         let mut completed = None;
+        if d.violation.is_some() || !d.executed {
+            tracing::debug!(
+                qpn = qp.qpn,
+                psn = request.psn.get(),
+                opcode = ?request.opcode,
+                expected = machine.expected_psn().get(),
+                violation = ?d.violation,
+                executed = d.executed,
+                "network request not executed"
+            );
+        }
         if let Some(v) = d.violation {
             if let Some(c) = d.recv {
                 let _ = t.complete(recv_cqe(&t, &c));
