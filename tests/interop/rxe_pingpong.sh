@@ -20,7 +20,7 @@ VM=$HERE/rxe-vm/vm.sh
 export RVERBS_VM_NETNS=${RVERBS_VM_NETNS:-rvx-ud}
 export RVERBS_VM_TAP=${RVERBS_VM_TAP:-rvx-ud0}
 export RVERBS_VM_STATE=${RVERBS_VM_STATE:-/run/rverbs-vm-ud}
-export RVERBS_VM_RUN_TIMEOUT=${RVERBS_VM_RUN_TIMEOUT:-60}
+export RVERBS_VM_RUN_TIMEOUT=${RVERBS_VM_RUN_TIMEOUT:-150}
 HOST_IP=10.77.0.1 GUEST_IP=10.77.0.2
 ITERS=${UD_ITERS:-100}
 # RXE_FILTER: run only the pairs whose label matches this bash regular expression.
