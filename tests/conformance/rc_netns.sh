@@ -111,10 +111,7 @@ pair() {
   if [ "$kind" = pingpong ]; then
     pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
   else
-    [ "$src" = 0 ] || why+=("server exit $src")
-    [ "$crc" = 0 ] || why+=("client exit $crc")
-    # perftest's result rows start with the message size.
-    grep -qE "^ +[0-9]+ +$ITERS " "$clog" || why+=("client printed no result row")
+    perftest_checks "$src" "$crc" "$clog" "$ITERS"
   fi
   verdict "$label" "$slog" "$clog"
 }

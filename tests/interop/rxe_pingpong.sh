@@ -9,9 +9,10 @@
 # active MTU on a 1500-byte link), ACKs, and rxe's retransmissions.
 #
 # Pairs: UD at sizes 1, 512 and 1024 with -c, one with -e; RC at 1, 4096 and 65536 with
-# -c, one with -e; UC at 4096 with -c; rverbs as server and as client. Prints one line
-# per pair, then "N passed, N failed"; exits 1 if any pair failed. Needs root (netns,
-# tap).
+# -c, one with -e; UC at 4096 with -c; perftest ib_write_bw, ib_read_bw, ib_send_bw at
+# 64 KiB, ib_read_lat, ib_atomic_bw (fetch-and-add and compare-and-swap) — each with
+# rverbs as server and as client. Prints one line per pair, then "N passed, N failed";
+# exits 1 if any pair failed. Needs root (netns, tap).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -53,32 +54,39 @@ host_gid=$(host ibv_devinfo -v | grep -F "::ffff:$HOST_IP," | sed -E 's/.*GID\[ 
 echo "rxe_pingpong.sh: rverbs0 GID index $host_gid ($HOST_IP), rxe0 GID index $RVX_GID_INDEX ($GUEST_IP), -n $ITERS"
 
 passed=0 failed=0 port=18700
-# pair LABEL SERVER(host|guest) PROGRAM ARGS...
+# pair LABEL SERVER(host|guest) PROGRAM ARGS...: a ping-pong (-g GID), or with
+# KIND=perftest a perftest program (-x GID -F); -n ITERS either way.
 pair() {
   local label=$1 server=$2 prog=$3
   shift 3
   [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
   local slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=() spid start=$SECONDS
+  local kind=${KIND:-pingpong} gflag=-g extra=()
+  [ "$kind" = perftest ] && gflag=-x extra=(-F)
   port=$((port + 1))
   if [ "$server" = host ]; then
-    host "$prog" -d rverbs0 -g "$host_gid" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
+    host "$prog" -d rverbs0 "$gflag" "$host_gid" "${extra[@]}" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
     spid=$!
     for _ in $(seq 100); do
       ip netns exec "$RVX_NETNS" ss -ltn "sport = :$port" | grep -q LISTEN && break
       sleep 0.05
     done
-    "$VM" run timeout "$TIMEOUT" stdbuf -oL "$prog" -d rxe0 -g "$RVX_GID_INDEX" -n "$ITERS" -p "$port" "$@" "$HOST_IP" >"$clog" 2>&1 || crc=$?
+    "$VM" run timeout "$TIMEOUT" stdbuf -oL "$prog" -d rxe0 "$gflag" "$RVX_GID_INDEX" "${extra[@]}" -n "$ITERS" -p "$port" "$@" "$HOST_IP" >"$clog" 2>&1 || crc=$?
   else
-    "$VM" run timeout "$TIMEOUT" stdbuf -oL "$prog" -d rxe0 -g "$RVX_GID_INDEX" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
+    "$VM" run timeout "$TIMEOUT" stdbuf -oL "$prog" -d rxe0 "$gflag" "$RVX_GID_INDEX" "${extra[@]}" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
     spid=$!
     for _ in $(seq 200); do
       "$VM" run ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN && break
       sleep 0.1
     done
-    host "$prog" -d rverbs0 -g "$host_gid" -n "$ITERS" -p "$port" "$@" "$GUEST_IP" >"$clog" 2>&1 || crc=$?
+    host "$prog" -d rverbs0 "$gflag" "$host_gid" "${extra[@]}" -n "$ITERS" -p "$port" "$@" "$GUEST_IP" >"$clog" 2>&1 || crc=$?
   fi
   wait "$spid" || src=$?
-  pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
+  if [ "$kind" = perftest ]; then
+    perftest_checks "$src" "$crc" "$clog" "$ITERS"
+  else
+    pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
+  fi
   verdict "$label ($((SECONDS - start)) s)" "$slog" "$clog"
 }
 
@@ -94,5 +102,16 @@ done
 pair "rc -e -s 4096 -c: rverbs server, rxe client" host ibv_rc_pingpong -e -c -s 4096
 pair "uc -s 4096 -c: rverbs server, rxe client" host ibv_uc_pingpong -c -s 4096
 pair "uc -s 4096 -c: rxe server, rverbs client" guest ibv_uc_pingpong -c -s 4096
+# perftest (RC; path MTU 1024, rxe's active MTU): WRITE, READ and SEND bandwidth at 64 KiB,
+# READ latency, both atomics — rverbs' requester against rxe's responder and the reverse.
+for where in host guest; do
+  if [ "$where" = host ]; then who="rverbs server, rxe client"; else who="rxe server, rverbs client"; fi
+  for t in ib_write_bw ib_read_bw ib_send_bw; do
+    KIND=perftest pair "$t -s 65536: $who" "$where" "$t" -m 1024 -s 65536
+  done
+  KIND=perftest pair "ib_read_lat -s 4096: $who" "$where" ib_read_lat -m 1024 -s 4096
+  KIND=perftest pair "ib_atomic_bw: $who" "$where" ib_atomic_bw -m 1024
+  KIND=perftest pair "ib_atomic_bw -A CMP_AND_SWAP: $who" "$where" ib_atomic_bw -m 1024 -A CMP_AND_SWAP
+done
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

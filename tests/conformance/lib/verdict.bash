@@ -14,6 +14,15 @@ pingpong_checks() {
   ! grep -q "invalid data" "$clog" || why+=("client: invalid data (-c)")
 }
 
+# perftest_checks SRC CRC CLOG ITERS: both sides exited 0 and the client printed a result
+# row (perftest's rows start with the message size, then the iteration count).
+perftest_checks() {
+  local src=$1 crc=$2 clog=$3 iters=$4
+  [ "$src" = 0 ] || why+=("server exit $src")
+  [ "$crc" = 0 ] || why+=("client exit $crc")
+  grep -qE "^ +[0-9]+ +$iters " "$clog" || why+=("client printed no result row")
+}
+
 # verdict LABEL [LOG...]: counts the pair and prints its line; on failure, the reasons and
 # the end of each LOG on stderr.
 verdict() {
