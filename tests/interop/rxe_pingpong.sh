@@ -102,12 +102,14 @@ done
 pair "rc -e -s 4096 -c: rverbs server, rxe client" host ibv_rc_pingpong -e -c -s 4096
 pair "uc -s 4096 -c: rverbs server, rxe client" host ibv_uc_pingpong -c -s 4096
 pair "uc -s 4096 -c: rxe server, rverbs client" guest ibv_uc_pingpong -c -s 4096
-# perftest (RC; path MTU 1024, rxe's active MTU): WRITE, READ and SEND bandwidth at 64 KiB,
-# READ latency, both atomics — rverbs' requester against rxe's responder and the reverse.
+# perftest (RC): WRITE, READ and SEND bandwidth at 64 KiB, READ latency, both atomics —
+# rverbs' requester against rxe's responder and the reverse. The bandwidth pairs leave the
+# MTU to perftest (rxe's port says 1024, rverbs' 4096 capped by the 1500-byte link to
+# 1024: both sides must agree), the others ask for 1024.
 for where in host guest; do
   if [ "$where" = host ]; then who="rverbs server, rxe client"; else who="rxe server, rverbs client"; fi
   for t in ib_write_bw ib_read_bw ib_send_bw; do
-    KIND=perftest pair "$t -s 65536: $who" "$where" "$t" -m 1024 -s 65536
+    KIND=perftest pair "$t -s 65536: $who" "$where" "$t" -s 65536
   done
   KIND=perftest pair "ib_read_lat -s 4096: $who" "$where" ib_read_lat -m 1024 -s 4096
   KIND=perftest pair "ib_atomic_bw: $who" "$where" ib_atomic_bw -m 1024

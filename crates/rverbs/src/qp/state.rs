@@ -311,10 +311,13 @@ impl QpInner {
         let sgid = a.ah_attr.grh.and_then(|g| dev.gids.get(usize::from(g.sgid_index))).map(|e| e.gid).unwrap_or_default();
         // ARCHITECTURE.md §6: a connected QP whose destination is not this device goes
         // over the network if a socket serves its source GID.
+        let sock = dev.net.as_ref().and_then(|n| n.sock_of(&sgid));
         let network = matches!(self.qp_type, QpType::Rc | QpType::Uc)
             && dgid != Gid::default()
             && !dev.owns_gid(&dgid)
-            && dev.net.as_ref().is_some_and(|n| n.sock_of(&sgid).is_some());
+            && sock.is_some();
+        // A network connection's packets must also fit its link (ARCHITECTURE.md §12).
+        let link_mtu = sock.filter(|_| network).map_or(u32::MAX, |s| s.link_mtu);
         let req = ReqView {
             dest_qpn: a.dest_qp_num,
             dgid,
@@ -322,7 +325,7 @@ impl QpInner {
             timeout: a.timeout,
             max_rd_atomic: a.max_rd_atomic,
             network,
-            mtu: a.path_mtu.bytes().min(limits::ACTIVE_MTU.bytes()),
+            mtu: a.path_mtu.bytes().min(limits::ACTIVE_MTU.bytes()).min(link_mtu),
             sq_psn: a.sq_psn,
             retry_cnt: a.retry_cnt,
             rnr_retry: a.rnr_retry,

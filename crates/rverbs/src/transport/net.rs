@@ -365,7 +365,9 @@ pub(crate) fn handle_request(
     let now = Instant::now();
     let mode = if want == QpType::Uc { Mode::Uc } else { Mode::Rc };
     let dest_qpn = qp.rec.dest_qpn.load(Ordering::Acquire);
-    let mtu = qp.rec.path_mtu.load(Ordering::Acquire).min(crate::limits::ACTIVE_MTU.bytes());
+    // The responder's MTU is the requester's: the path MTU, within the port's and the link's.
+    let link_mtu = net.sock_of(local).map_or(u32::MAX, |s| s.link_mtu);
+    let mtu = qp.rec.path_mtu.load(Ordering::Acquire).min(crate::limits::ACTIVE_MTU.bytes()).min(link_mtu);
     let mut after = After::default();
     {
         let mut guard = qp.net_resp.lock().expect("net responder");

@@ -187,8 +187,30 @@ pub(crate) struct NetSock {
     /// tests). `port == owner_port`: this socket is the owner.
     owner_port: u16,
     pub(crate) gid: Gid,
+    /// The largest IB MTU the address's link carries (bytes): its netdev's MTU less the
+    /// RoCEv2 headers, as rxe derives a port's active MTU (rocev2-wire.md §1.6).
+    pub(crate) link_mtu: u32,
     sock: UdpSocket,
     trace: Option<Arc<Trace>>,
+}
+
+/// Bytes of headers around a RoCEv2 payload that rxe reserves when it derives an IB MTU
+/// from a netdev's MTU (`RXE_MAX_HDR_LENGTH`).
+const ROCE_HEADROOM: u32 = 80;
+
+/// The largest IB MTU (256, 512, 1024, 2048 or 4096 bytes) whose packets fit a link of
+/// `netdev_mtu` bytes (rxe `eth_mtu_int_to_enum`); 4096 when the MTU is unknown.
+pub(crate) fn ib_mtu_for_link(netdev_mtu: Option<u32>) -> u32 {
+    let Some(m) = netdev_mtu else { return 4096 };
+    let room = m.saturating_sub(ROCE_HEADROOM);
+    [4096, 2048, 1024, 512, 256].into_iter().find(|&ib| ib <= room).unwrap_or(256)
+}
+
+/// The MTU of the interface with index `ifindex`, read from sysfs (`ip netns exec` mounts
+/// the namespace's own).
+fn netdev_mtu(sock: &UdpSocket, ifindex: u32) -> Option<u32> {
+    let name = rustix::net::netdevice::index_to_name(sock, ifindex).ok()?;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).ok()?.trim().parse().ok()
 }
 
 /// What the receive path dropped, by reason (for tests and diagnostics).
@@ -257,7 +279,10 @@ impl Net {
                 NetSock::bind(ip, 0, e.gid)
             });
             match sock {
-                Ok(sock) => socks.push(NetSock { trace: trace.clone(), ..sock }),
+                Ok(sock) => {
+                    let link_mtu = ib_mtu_for_link(netdev_mtu(&sock.sock, e.ifindex));
+                    socks.push(NetSock { trace: trace.clone(), link_mtu, ..sock })
+                }
                 Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }
@@ -371,7 +396,7 @@ impl NetSock {
         let _ = sockopt::set_socket_send_buffer_size(&sock, RECV_BUFFER);
         sock.set_nonblocking(true)?;
         let port = sock.local_addr()?.port();
-        Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, sock, trace: None })
+        Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, link_mtu: 4096, sock, trace: None })
     }
 
     /// The socket's descriptor, for the progress thread's epoll.
@@ -765,6 +790,20 @@ mod tests {
         repr.emit(&mut p);
         p.payload_mut().copy_from_slice(payload);
         buf
+    }
+
+    /// rxe `eth_mtu_int_to_enum`: the largest IB MTU that fits the link less 80 bytes of
+    /// headers (1500 → 1024, 9000 → 4096, loopback's 65536 → 4096), 4096 when unknown.
+    #[test]
+    fn the_link_mtu_is_the_largest_ib_mtu_that_fits_the_netdev() {
+        assert_eq!(ib_mtu_for_link(Some(1500)), 1024);
+        assert_eq!(ib_mtu_for_link(Some(1104)), 1024);
+        assert_eq!(ib_mtu_for_link(Some(1103)), 512);
+        assert_eq!(ib_mtu_for_link(Some(2128)), 2048);
+        assert_eq!(ib_mtu_for_link(Some(9000)), 4096);
+        assert_eq!(ib_mtu_for_link(Some(65536)), 4096);
+        assert_eq!(ib_mtu_for_link(Some(68)), 256);
+        assert_eq!(ib_mtu_for_link(None), 4096);
     }
 
     /// rocev2-wire.md §2: a packet whose ICRC is right arrives; one with a flipped bit is
