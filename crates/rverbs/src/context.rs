@@ -81,6 +81,22 @@ impl Context {
         self.inner.dev.attr()
     }
 
+    /// Injects faults into the RoCEv2 packets this process sends to other hosts,
+    /// deterministically (`rverbs_proto::fault`: drop, duplicate, reorder, delay, corrupt,
+    /// from a seed), from now on; [`FaultConfig::NONE`] stops. The same as `RVERBS_FAULTS`
+    /// at start, for a program's own tests (rxe has no such thing; netem would be the tool).
+    /// Affects every context of the process (the sockets are the device's).
+    ///
+    /// Errors: `EOPNOTSUPP` when the device has no network transport (no address could be
+    /// bound, or `RVERBS_NET=off`).
+    pub fn set_network_faults(&self, cfg: crate::FaultConfig) -> Result<()> {
+        let Some(net) = self.inner.dev.net.as_ref() else {
+            return Err(Error::unsupported("set_network_faults", "no network transport on this device"));
+        };
+        net.set_faults(cfg);
+        Ok(())
+    }
+
     /// Attributes of `port` (ibv_query_port(3)).
     ///
     /// Errors: `EINVAL` for any port but 1.

@@ -76,6 +76,7 @@ pub use qp::batch::{SendBatch, SendOps, WrBatch};
 pub use qp::connect::RemotePath;
 pub use qp::{Qp, QpInit};
 pub use rverbs_proto::state::QpAttrMask;
+pub use rverbs_proto::fault::FaultConfig;
 pub use rverbs_proto::vendor_err;
 pub use rverbs_proto::verbs::{
     Access, EventType, Mtu, QpState, QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode,

@@ -212,7 +212,10 @@ pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: O
 /// Wakes the progress thread to look at its deadlines again (the network transport holds
 /// a packet back).
 pub(crate) fn wake() {
-    progress().wake.signal();
+    // Not started yet (a transport used on its own, in tests): nothing to wake.
+    if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
+        p.wake.signal();
+    }
 }
 
 /// Asks the progress thread to kick `qp`'s send queue at `at`.

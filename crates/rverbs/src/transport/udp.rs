@@ -153,27 +153,49 @@ impl Corrupt for Datagram {
     }
 }
 
-/// `RVERBS_FAULTS=spec` (`rverbs_proto::fault::FaultConfig::parse`): the deterministic
-/// fault injector on the send path of every socket of this process. A packet it holds back
-/// (delay, reorder) leaves when due, from the progress thread.
+/// The deterministic fault injector on the send path of every socket of this process:
+/// set from `RVERBS_FAULTS=spec` (`rverbs_proto::fault::FaultConfig::parse`) at start, and
+/// at any time by [`crate::Context::set_network_faults`]. A packet it holds back (delay,
+/// reorder) leaves when due, from the progress thread.
 struct Faults {
-    inj: Mutex<Injector<Datagram>>,
+    /// Whether an injector is set (the send path's one check when none is).
+    on: std::sync::atomic::AtomicBool,
+    inj: Mutex<Option<Injector<Datagram>>>,
 }
 
 impl Faults {
-    fn open() -> Option<Faults> {
-        let spec = std::env::var("RVERBS_FAULTS").ok()?;
+    fn from_env() -> Faults {
+        let f = Faults { on: std::sync::atomic::AtomicBool::new(false), inj: Mutex::new(None) };
+        let Ok(spec) = std::env::var("RVERBS_FAULTS") else { return f };
         match FaultConfig::parse(&spec) {
-            Ok(cfg) if !cfg.is_none() => {
-                tracing::info!(?cfg, "RVERBS_FAULTS: injecting faults on the RoCEv2 send path");
-                Some(Faults { inj: Mutex::new(Injector::new(cfg)) })
+            Ok(cfg) => {
+                if !cfg.is_none() {
+                    tracing::info!(?cfg, "RVERBS_FAULTS: injecting faults on the RoCEv2 send path");
+                }
+                f.set(cfg);
             }
-            Ok(_) => None,
-            Err(err) => {
-                tracing::warn!(%err, "RVERBS_FAULTS ignored");
-                None
+            Err(err) => tracing::warn!(%err, "RVERBS_FAULTS ignored"),
+        }
+        f
+    }
+
+    /// Replaces the injector by one with `cfg` (none if `cfg` injects nothing); returns
+    /// what the old one still held back, to be sent now.
+    fn set(&self, cfg: FaultConfig) -> Vec<Datagram> {
+        let mut inj = self.inj.lock().expect("fault injector");
+        let mut held = Vec::new();
+        if let Some(old) = inj.as_mut() {
+            while let Some(d) = old.pop_due(Instant::now() + std::time::Duration::from_secs(3600)) {
+                held.push(d);
             }
         }
+        *inj = (!cfg.is_none()).then(|| Injector::new(cfg));
+        self.on.store(inj.is_some(), Ordering::Release);
+        held
+    }
+
+    fn is_on(&self) -> bool {
+        self.on.load(Ordering::Acquire)
     }
 }
 
@@ -238,7 +260,7 @@ pub(crate) struct Net {
     /// The core's UD responder machine, reconfigured per destination QP (the receive path
     /// runs on the progress thread only; the lock is never contended).
     pub(crate) ud_responder: Mutex<Option<Responder>>,
-    faults: Option<Faults>,
+    faults: Faults,
     /// Held while a thread receives (the progress thread, or an application thread that
     /// polls an empty CQ, `receive_now`): packets of a connection are delivered in the
     /// order they arrived.
@@ -286,7 +308,7 @@ impl Net {
                 Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }
-        let faults = Faults::open();
+        let faults = Faults::from_env();
         (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None), faults, rx: Mutex::new(()), netns: netns_id() })
     }
 
@@ -307,17 +329,22 @@ impl Net {
     pub(crate) fn send(&self, sgid: &Gid, dst: IpAddr, packet: &mut [u8]) {
         let Some(sock) = self.sock_of(sgid) else { return };
         let to = SocketAddr::new(dst, ROCE_PORT);
-        let Some(f) = &self.faults else {
+        if !self.faults.is_on() {
             sock.send_to(to, packet);
             return;
-        };
+        }
         if !sock.seal(to, packet) {
             return;
         }
         let now = Instant::now();
-        let mut inj = f.inj.lock().expect("fault injector");
+        let mut guard = self.faults.inj.lock().expect("fault injector");
+        let Some(inj) = guard.as_mut() else {
+            // Switched off since the check.
+            sock.transmit(to, packet);
+            return;
+        };
         inj.send(now, Datagram { from: sock.ip, to, bytes: packet.to_vec() });
-        self.release(&mut inj, now);
+        self.release(inj, now);
         if inj.poll_timeout().is_some() {
             // Held back: the progress thread sends it when due.
             crate::progress::wake();
@@ -329,7 +356,7 @@ impl Net {
     /// injector is set (`sendmmsg`, batches of up to 64).
     pub(crate) fn send_batch(&self, sgid: &Gid, dst: IpAddr, packets: &mut [Vec<u8>]) {
         let Some(sock) = self.sock_of(sgid) else { return };
-        if self.faults.is_some() || packets.len() == 1 {
+        if self.faults.is_on() || packets.len() == 1 {
             for p in packets {
                 self.send(sgid, dst, p);
             }
@@ -357,14 +384,31 @@ impl Net {
 
     /// When the fault injector next releases a held-back packet.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        self.faults.as_ref()?.inj.lock().expect("fault injector").poll_timeout()
+        if !self.faults.is_on() {
+            return None;
+        }
+        self.faults.inj.lock().expect("fault injector").as_ref()?.poll_timeout()
     }
 
     /// Sends the held-back packets that are due.
     pub(crate) fn handle_timeout(&self, now: Instant) {
-        if let Some(f) = &self.faults {
-            self.release(&mut f.inj.lock().expect("fault injector"), now);
+        if let Some(inj) = self.faults.inj.lock().expect("fault injector").as_mut() {
+            self.release(inj, now);
         }
+    }
+
+    /// Puts a new fault injector with `cfg` on the send path of every socket of this
+    /// process (`FaultConfig::NONE`: none); what the previous one held back is sent now.
+    pub(crate) fn set_faults(&self, cfg: FaultConfig) {
+        for d in self.faults.set(cfg) {
+            if let Some(s) = self.socks.iter().find(|s| s.ip == d.from) {
+                s.transmit(d.to, &d.bytes);
+            }
+        }
+        if !cfg.is_none() {
+            tracing::info!(?cfg, "injecting faults on the RoCEv2 send path");
+        }
+        crate::progress::wake();
     }
 
     /// The socket of local GID `gid`.
@@ -790,6 +834,49 @@ mod tests {
         repr.emit(&mut p);
         p.payload_mut().copy_from_slice(payload);
         buf
+    }
+
+    /// `Context::set_network_faults`: an injector set at run time drops what it should
+    /// (drop = 100 %: nothing arrives), and `FaultConfig::NONE` takes it off again (the
+    /// next packet arrives, and is the first: loopback keeps the order).
+    #[test]
+    fn faults_set_at_run_time_apply_until_taken_off() {
+        let (rx_ip, rx) = (3..=250u8)
+            .find_map(|x| {
+                let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, x));
+                NetSock::bind(ip, ROCE_PORT, Gid::from_ip(ip)).ok().map(|s| (ip, s))
+            })
+            .expect("a loopback address whose port 4791 is free");
+        let tx_ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let gid = Gid::from_ip(tx_ip);
+        let tx = NetSock::bind(tx_ip, 0, gid).unwrap();
+        let net = Net {
+            socks: vec![tx],
+            stats: NetStats::default(),
+            ud_responder: Mutex::new(None),
+            faults: Faults { on: std::sync::atomic::AtomicBool::new(false), inj: Mutex::new(None) },
+            rx: Mutex::new(()),
+            netns: 0,
+        };
+        net.set_faults(FaultConfig { seed: 1, drop: 1.0, ..FaultConfig::NONE });
+        assert!(net.faults.is_on());
+        for _ in 0..5 {
+            net.send(&gid, rx_ip, &mut ud_packet(b"dropped"));
+        }
+        net.set_faults(FaultConfig::NONE);
+        assert!(!net.faults.is_on());
+        net.send(&gid, rx_ip, &mut ud_packet(b"marker"));
+        let stats = NetStats::default();
+        let mut buf = vec![0; 1 << 16];
+        let mut got = Vec::new();
+        for _ in 0..10_000 {
+            rx.receive(&stats, &mut buf, |_, p, _, _| got.push(p.payload().to_vec()));
+            if !got.is_empty() {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(got, [b"marker".to_vec()]);
     }
 
     /// rxe `eth_mtu_int_to_enum`: the largest IB MTU that fits the link less 80 bytes of
