@@ -109,8 +109,10 @@ impl Violation {
     /// while a receive WQE is in use, `None` when no receive WQE is involved.
     ///
     /// Deviation: a receive buffer that is too small completes `LOC_LEN_ERR` at the
-    /// responder, as ibv_poll_cq(3)'s IBV_WC_LOC_LEN_ERR text and hardware do; rxe
-    /// reports `REM_INV_REQ_ERR` on both sides.
+    /// responder, as ibv_poll_cq(3)'s IBV_WC_LOC_LEN_ERR text and hardware do. rxe
+    /// (6.1, measured by `tests/interop/rxe_errors.sh`) takes it for a malformed receive
+    /// WQE: `LOC_QP_OP_ERR` at the responder, NAK remote operational error, so
+    /// `REM_OP_ERR` at the requester.
     pub const fn responder_status(self) -> Option<WcStatus> {
         match self {
             Violation::ReceiveTooSmall => Some(WcStatus::LocLenErr),
