@@ -47,17 +47,37 @@
 //! checksum, not a secret). Processes of the same user, which already map each other's
 //! shared segments, gain nothing by it.
 //!
-//! Limits of this slice: no link-local GIDs; when the owner exits, the port is free but
-//! nobody takes it over until a process starts (until then the others' RC/UC QPs are
-//! unreachable from the network); an address beyond the endpoint header's table of ports
-//! (32 addresses) is not relayed to.
+//! Takeover: when the owner exits, its port is free; a process with a socket that does not
+//! own its address's port takes it over ([`Net::take_over`]): its progress thread tries to
+//! bind `address:4791` again every [`TAKEOVER_PERIOD`] (500 ms) while some socket is not
+//! the owner, and at once when a peer it watches dies (`progress::watch_peer`; the owner
+//! is one only if this process reached it, so mostly the timer finds the port free). Cost
+//! while not the owner: one progress-thread wake-up per period and, per such address, one
+//! failed `bind` (a socket, a bind, a close: microseconds); nothing once every port is
+//! this process's. `bind` is atomic: of several processes trying at once, or the old owner
+//! restarting, exactly one gets the port, and the others keep sending from their own
+//! ports and receive through it. The winner's new socket is added to the progress
+//! thread's wait (`progress::watch_net_fd`) and is an owner like any: it receives,
+//! checks, delivers UD for the other processes and relays RC/UC to their published ports,
+//! from `address:4791`, so their sockets take its relays as they took the old owner's.
+//! The process keeps *sending* from its old socket (RC connections already running keep
+//! their source port, the send path stays lock-free over the sockets bound at start, and
+//! peers answer to 4791, which now reaches the new socket); the old socket stays polled
+//! (only stray datagrams reach it) and its published port stays in the endpoint header
+//! (nobody relays to the owner itself). Until the takeover, for up to a period, the
+//! others' QPs are unreachable from the network on that address, which RC's retransmits
+//! cover when it is shorter than the requester's timeout × retry count.
+//!
+//! Limits of this slice: no link-local GIDs; an address beyond the endpoint header's table
+//! of ports (32 addresses) is not relayed to; a forked child that keeps the owner's socket
+//! open keeps the port from the others after the owner exits.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rverbs_proto::fault::{Corrupt, FaultConfig, Injector};
 use rverbs_proto::pcap::{self, PcapWriter};
@@ -223,7 +243,18 @@ pub(crate) struct Net {
     rx: Mutex<()>,
     /// The network namespace the sockets are in ([`netns_id`]).
     netns: u64,
+    /// Per socket of `socks` (same index) that does not own its address's RoCEv2 port:
+    /// the socket bound to that port once this process took it over from an owner that
+    /// exited ([`Net::take_over`]). Set once, then read without a lock.
+    taken: Vec<OnceLock<NetSock>>,
+    /// When the next takeover attempt is due; `None` once every address's port is this
+    /// process's.
+    next_takeover: Mutex<Option<Instant>>,
 }
+
+/// How often a process with a socket that does not own its address's RoCEv2 port tries
+/// to bind that port (module docs, "Takeover").
+pub(crate) const TAKEOVER_PERIOD: Duration = Duration::from_millis(500);
 
 /// The identity of this process's network namespace (the inode of `/proc/self/ns/net`; 0
 /// if it cannot be read): a relay goes only to a port of the owner's namespace.
@@ -261,14 +292,30 @@ impl Net {
                 Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }
-        let faults = Faults::open();
-        (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None), faults, rx: Mutex::new(()), netns: netns_id() })
+        (!socks.is_empty()).then(|| Net::new(socks, Faults::open(), Instant::now()))
+    }
+
+    /// The network transport of sockets `socks`, with fault injector `faults`; created at
+    /// `now` (the first takeover attempt is one period later).
+    fn new(socks: Vec<NetSock>, faults: Option<Faults>, now: Instant) -> Net {
+        let taken = socks.iter().map(|_| OnceLock::new()).collect();
+        let next_takeover = socks.iter().any(|s| !s.owns_port()).then_some(now + TAKEOVER_PERIOD);
+        Net {
+            socks,
+            stats: NetStats::default(),
+            ud_responder: Mutex::new(None),
+            faults,
+            rx: Mutex::new(()),
+            netns: netns_id(),
+            taken,
+            next_takeover: Mutex::new(next_takeover),
+        }
     }
 
     /// Publishes in this process's endpoint header (`reg`) the port of each socket that
     /// does not own its address's RoCEv2 port, for the owner to relay RC/UC packets to.
     pub(crate) fn publish(&self, reg: &Registry) {
-        for s in self.socks.iter().filter(|s| s.port != s.owner_port) {
+        for s in self.socks.iter().filter(|s| !s.owns_port()) {
             if !reg.publish_net_port(self.netns, s.ip, s.port) {
                 tracing::warn!(ip = %s.ip, "too many addresses: RC/UC packets for this one are not relayed to this process");
             }
@@ -330,26 +377,85 @@ impl Net {
         }
     }
 
-    /// When the fault injector next releases a held-back packet.
+    /// When the transport next needs to run without a readable socket: the fault
+    /// injector releases a held-back packet, or a takeover attempt is due.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        self.faults.as_ref()?.inj.lock().expect("fault injector").poll_timeout()
+        let held = self.faults.as_ref().and_then(|f| f.inj.lock().expect("fault injector").poll_timeout());
+        let takeover = *self.next_takeover.lock().expect("takeover deadline");
+        match (held, takeover) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Sends the held-back packets that are due.
-    pub(crate) fn handle_timeout(&self, now: Instant) {
+    fn release_due(&self, now: Instant) {
         if let Some(f) = &self.faults {
             self.release(&mut f.inj.lock().expect("fault injector"), now);
         }
     }
 
-    /// The socket of local GID `gid`.
+    /// If a takeover attempt is due at `now`: tries to bind the RoCEv2 port of each
+    /// address whose port this process does not own yet ([`NetSock::take_over`]), and
+    /// returns the receive indices ([`Net::rx_sock`]) of the sockets that now own one
+    /// (the caller has the progress thread wait on them). The next attempt is due one
+    /// [`TAKEOVER_PERIOD`] later, or never once every port is this process's.
+    ///
+    /// Rule: `bind` is atomic, so of several processes trying at once (or an exited
+    /// owner restarting) exactly one gets the port; the others keep their ephemeral
+    /// sockets, receive through the new owner, and keep trying.
+    pub(crate) fn take_over(&self, now: Instant) -> Vec<usize> {
+        let mut next = self.next_takeover.lock().expect("takeover deadline");
+        if next.is_none_or(|at| at > now) {
+            return Vec::new();
+        }
+        let mut got = Vec::new();
+        for (i, s) in self.socks.iter().enumerate() {
+            if s.owns_port() || self.taken[i].get().is_some() {
+                continue;
+            }
+            match s.take_over() {
+                Ok(owner) => {
+                    tracing::info!(ip = %s.ip, port = owner.port, "took over the RoCEv2 port: its owner exited");
+                    let _ = self.taken[i].set(owner);
+                    got.push(self.socks.len() + i);
+                }
+                Err(err) => tracing::trace!(ip = %s.ip, %err, "RoCEv2 port still owned"),
+            }
+        }
+        let all = self.socks.iter().enumerate().all(|(i, s)| s.owns_port() || self.taken[i].get().is_some());
+        *next = (!all).then_some(now + TAKEOVER_PERIOD);
+        got
+    }
+
+    /// A peer process died, which may have owned an address's RoCEv2 port: the next
+    /// takeover attempt is due at once (if one is pending at all).
+    pub(crate) fn peer_died(&self) {
+        let mut next = self.next_takeover.lock().expect("takeover deadline");
+        if next.is_some() {
+            *next = Some(Instant::now());
+        }
+    }
+
+    /// The socket of local GID `gid`, which sends for it.
     pub(crate) fn sock_of(&self, gid: &Gid) -> Option<&NetSock> {
         self.socks.iter().find(|s| s.gid == *gid)
     }
 
-    /// The sockets, in a fixed order (the progress thread polls them by index).
+    /// The sockets bound at start, in a fixed order; the progress thread polls them by
+    /// their index, and a socket that took a port over by [`Net::rx_sock`]'s.
     pub(crate) fn socks(&self) -> &[NetSock] {
         &self.socks
+    }
+
+    /// The receiving socket of index `index`: below `socks().len()` the socket of that
+    /// index, from there the socket that took over the port of socket `index -
+    /// socks().len()`, if it did.
+    pub(crate) fn rx_sock(&self, index: usize) -> Option<&NetSock> {
+        match index.checked_sub(self.socks.len()) {
+            None => self.socks.get(index),
+            Some(i) => self.taken.get(i)?.get(),
+        }
     }
 }
 
@@ -372,6 +478,20 @@ impl NetSock {
         sock.set_nonblocking(true)?;
         let port = sock.local_addr()?.port();
         Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, sock, trace: None })
+    }
+
+    /// Whether this socket owns its address's RoCEv2 port (receives on it, delivers UD
+    /// for the other processes and relays their RC/UC packets).
+    fn owns_port(&self) -> bool {
+        self.port == self.owner_port
+    }
+
+    /// A new socket bound to the owner's port of this socket's address, for the same GID
+    /// and trace: the port is free (its owner exited). Fails (`EADDRINUSE`) while a
+    /// process holds it.
+    fn take_over(&self) -> std::io::Result<NetSock> {
+        let sock = NetSock::bind(self.ip, self.owner_port, self.gid)?;
+        Ok(NetSock { owner_port: self.owner_port, trace: self.trace.clone(), ..sock })
     }
 
     /// The socket's descriptor, for the progress thread's epoll.
@@ -509,7 +629,7 @@ impl NetSock {
     /// RoCEv2: its first byte is an opcode nobody serves).
     fn relayed<'b>(&self, from: SocketAddr, bytes: &'b [u8]) -> Relayed<'b> {
         let from_owner = from.ip() == self.ip && from.port() == self.owner_port;
-        if self.port == self.owner_port || !from_owner || !bytes.starts_with(&relay::MAGIC) {
+        if self.owns_port() || !from_owner || !bytes.starts_with(&relay::MAGIC) {
             return Relayed::No;
         }
         relay::decode(bytes).map_or(Relayed::Malformed, Relayed::Packet)
@@ -639,10 +759,24 @@ pub(crate) fn is_ud(repr: &Repr) -> bool {
     repr.bth.opcode.transport() == Transport::Ud
 }
 
-/// The progress thread found socket `index` readable: receives and delivers what waits.
+/// The progress thread found socket `index` ([`Net::rx_sock`]) readable: receives and
+/// delivers what waits.
 pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
     let _rx = net.rx.lock().expect("receive lock");
     receive_on(engine, net, index);
+}
+
+/// The progress thread's deadline ([`Net::poll_timeout`]) passed at `now`: sends the
+/// held-back packets that are due, and tries to take over the ports this process does not
+/// own if that is due; a socket that took one over is added to the progress thread's
+/// wait (`progress::watch_net_fd`), and receives from then on.
+pub(crate) fn handle_timeout(net: &Net, now: Instant) {
+    net.release_due(now);
+    for index in net.take_over(now) {
+        if let Some(s) = net.rx_sock(index) {
+            crate::progress::watch_net_fd(index, s.fd());
+        }
+    }
 }
 
 /// An application thread found its CQ empty while network connections exist
@@ -650,7 +784,7 @@ pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
 /// thread is receiving (which delivers it).
 pub(crate) fn receive_now(engine: &'static Engine, net: &Net) {
     let Ok(_rx) = net.rx.try_lock() else { return };
-    for index in 0..net.socks().len() {
+    for index in 0..2 * net.socks().len() {
         receive_on(engine, net, index);
     }
 }
@@ -660,7 +794,7 @@ fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
     thread_local! {
         static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 1 << 16]);
     }
-    let Some(sock) = net.socks().get(index) else { return };
+    let Some(sock) = net.rx_sock(index) else { return };
     BUF.with_borrow_mut(|buf| {
         sock.receive(&net.stats, buf, |from, packet, repr, id| deliver(engine, net, sock, from, id, packet, repr));
     });
@@ -728,7 +862,7 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr,
 fn relay_packet(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr, id: u16, packet: &Packet<&[u8]>, repr: &Repr) -> bool {
     let qpn = repr.bth.dest_qp;
     let want = if repr.bth.opcode.transport() == Transport::Rc { QpType::Rc } else { QpType::Uc };
-    if sock.port != sock.owner_port {
+    if !sock.owns_port() {
         return false;
     }
     let Some(peer) = engine.reg.as_ref().and_then(|r| r.peer(endpoint_of(qpn)).ok()) else { return false };
@@ -950,6 +1084,67 @@ mod tests {
         assert_eq!(stats.malformed.load(Ordering::Relaxed), 1, "the relay header from another port");
         assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 0);
         assert_eq!((owner_got, owner_stats.malformed.load(Ordering::Relaxed)), (0, 1), "the owner takes no relay");
+    }
+
+    /// Takeover: while the owner holds its port a non-owner's attempt fails and the next
+    /// is due a period later (at once after a peer died); once the port is free, of two
+    /// non-owners trying exactly one gets it (bind is atomic) and stops trying, while the
+    /// other keeps trying. The winner's new socket is an owner: it receives on the port (the
+    /// ICRC checked against it) and relays from it, and the loser's socket takes that relay
+    /// with the original source and ID. The winner keeps sending from its old socket.
+    #[test]
+    fn a_non_owner_takes_over_the_port_its_owner_closed_and_only_one_wins() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let gid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
+        let owner = NetSock::bind(lo, 0, gid).unwrap();
+        let port = owner.port;
+        let non_owner = || NetSock { owner_port: port, ..NetSock::bind(lo, 0, gid).unwrap() };
+        let t0 = Instant::now();
+        let (a, b) = (Net::new(vec![non_owner()], None, t0), Net::new(vec![non_owner()], None, t0));
+        let first = t0 + TAKEOVER_PERIOD;
+        assert_eq!(a.poll_timeout(), Some(first));
+        assert_eq!(a.take_over(first), [], "the owner holds the port");
+        assert_eq!(a.poll_timeout(), Some(first + TAKEOVER_PERIOD));
+        drop(owner);
+        assert_eq!(a.take_over(first), [], "not due: the next attempt is a period later");
+        assert!(a.rx_sock(1).is_none());
+        a.peer_died();
+        let now = Instant::now();
+        assert!(a.poll_timeout().is_some_and(|at| at <= now), "a peer died: an attempt is due at once");
+        // Both try; `a` first.
+        assert_eq!(a.take_over(now), [1]);
+        assert_eq!(b.take_over(first), [], "the port is a's now");
+        assert_eq!(a.poll_timeout(), None, "every port is a's: no more attempts");
+        assert_eq!(b.poll_timeout(), Some(first + TAKEOVER_PERIOD));
+        assert_eq!(a.take_over(first + 10 * TAKEOVER_PERIOD), []);
+        let new_owner = a.rx_sock(1).unwrap();
+        assert_eq!((new_owner.port, new_owner.owns_port(), new_owner.gid), (port, true, gid));
+        assert_eq!(a.sock_of(&gid).unwrap().port, a.socks()[0].port, "sends leave from the old socket");
+        assert_ne!(a.socks()[0].port, port);
+        assert!(a.rx_sock(2).is_none() && b.rx_sock(1).is_none());
+
+        let sender = NetSock::bind(lo, 0, gid).unwrap();
+        sender.send_to(SocketAddr::new(lo, port), &mut ud_packet(b"to the new owner"));
+        let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 67, 0, 2)), 49152);
+        let mut relayed = ud_packet(b"relayed by the new owner");
+        let n = relayed.len();
+        relayed[n - 4..].copy_from_slice(&[9, 9, 9, 9]); // not checked again by the loser
+        assert!(new_owner.relay_to(b.socks()[0].port, peer, 0x4321, &relayed));
+        let (owner_stats, stats) = (NetStats::default(), NetStats::default());
+        let mut buf = vec![0; 1 << 16];
+        let (mut owner_got, mut got) = (Vec::new(), Vec::new());
+        for _ in 0..1000 {
+            new_owner.receive(&owner_stats, &mut buf, |from, p, _, id| owner_got.push((from.port(), id, p.payload().to_vec())));
+            b.socks()[0].receive(&stats, &mut buf, |from, p, _, id| got.push((from, id, p.payload().to_vec())));
+            if owner_got.len() == 1 && got.len() == 1 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(owner_got, [(sender.port, 0, b"to the new owner".to_vec())]);
+        assert_eq!(owner_stats.bad_icrc.load(Ordering::Relaxed), 0);
+        assert_eq!(got, [(peer, 0x4321, b"relayed by the new owner".to_vec())]);
+        assert_eq!((stats.bad_relay.load(Ordering::Relaxed), stats.malformed.load(Ordering::Relaxed)), (0, 0));
     }
 
     /// RVERBS_PCAP records IPv6 datagrams (issue 12): what a socket sends and what it
