@@ -11,7 +11,8 @@
 //! kernel sends IPv4 ID 0 with DF and the ICRC can be computed before sending
 //! (rocev2-wire.md §2.5; IPv6 has no ID). Packets go out from
 //! the socket of the QP's source GID to `destination:4791`. The progress thread reads the
-//! sockets (`progress::NetRx`). Received packets are checked: parse (`wire::roce`), ICRC
+//! sockets (`progress::NetRx`), up to [`RX_BATCH`] datagrams per `recvmmsg`
+//! ([`NetSock::receive`]). Received packets are checked, one by one in arrival order: parse (`wire::roce`), ICRC
 //! (IPv4: with ID 0, else the ID solved from the ICRC, `icrc::solve_ipv4_id`, since rxe and
 //! NICs send non-zero IDs); a packet that fails either is dropped and counted, never
 //! delivered.
@@ -570,13 +571,19 @@ impl NetSock {
     }
 
     /// Receives every datagram waiting, handing each checked packet to `deliver` with its
-    /// source address and the IPv4 Identification it was sent with (0 for IPv6). A relay
-    /// datagram from the owner of the port ([`NetSock::relayed`]) hands over the packet it
-    /// carries, with the original source and ID, its ICRC not checked again.
-    pub(crate) fn receive(&self, stats: &NetStats, buf: &mut [u8], mut deliver: impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
+    /// source address and the IPv4 Identification it was sent with (0 for IPv6), in
+    /// arrival order. A relay datagram from the owner of the port ([`NetSock::relayed`])
+    /// hands over the packet it carries, with the original source and ID, its ICRC not
+    /// checked again.
+    ///
+    /// The datagrams are read up to [`RX_BATCH`] per system call (`recvmmsg`, into
+    /// `batch`); a batch that comes back short means the socket's queue ran empty, so no
+    /// further call is made to find it empty (a datagram that arrives meanwhile leaves the
+    /// socket readable for the next wait).
+    pub(crate) fn receive(&self, stats: &NetStats, batch: &mut RxBatch, mut deliver: impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
         loop {
-            let (n, from) = match self.sock.recv_from(buf) {
-                Ok(r) => r,
+            let n = match batch.recv(self.sock.as_fd()) {
+                Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(err) => {
@@ -584,42 +591,54 @@ impl NetSock {
                     return;
                 }
             };
-            let datagram = &buf[..n];
-            // `to`: where the packet was sent (a relayed one: to the owner's port).
-            let (from, to, bytes, relayed_id) = match self.relayed(from, datagram) {
-                Relayed::No => (from, SocketAddr::new(self.ip, self.port), datagram, None),
-                Relayed::Packet(r) => (r.src, SocketAddr::new(self.ip, self.owner_port), r.packet, Some(r.id)),
-                Relayed::Malformed => {
-                    stats.bad_relay.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%from, "relay datagram dropped: malformed");
-                    continue;
+            for i in 0..n {
+                if let Some((from, datagram)) = batch.get(i) {
+                    self.check(stats, from, datagram, &mut deliver);
                 }
-            };
-            let dropped = if relayed_id.is_some() { &stats.bad_relay } else { &stats.malformed };
-            let packet = Packet::new_checked(bytes);
-            let checked = match relayed_id {
-                // The owner checked the ICRC and found the ID.
-                Some(id) => Some(id),
-                None => packet.as_ref().ok().and_then(|p| icrc_id(from, to, p)),
-            };
-            if let Some(t) = &self.trace {
-                t.record(from, to, checked.unwrap_or(0), bytes);
             }
-            let Ok(packet) = packet else {
-                dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            let Ok(repr) = Repr::parse(&packet) else {
-                dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            let Some(id) = checked else {
-                stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%from, "RoCEv2 packet dropped: bad ICRC");
-                continue;
-            };
-            deliver(from, &packet, &repr, id);
+            if n < RX_BATCH {
+                return;
+            }
         }
+    }
+
+    /// Checks one datagram `datagram` from `from` (relay header, parse, ICRC; traced) and
+    /// hands the packet to `deliver`, or drops and counts it.
+    fn check(&self, stats: &NetStats, from: SocketAddr, datagram: &[u8], deliver: &mut impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
+        // `to`: where the packet was sent (a relayed one: to the owner's port).
+        let (from, to, bytes, relayed_id) = match self.relayed(from, datagram) {
+            Relayed::No => (from, SocketAddr::new(self.ip, self.port), datagram, None),
+            Relayed::Packet(r) => (r.src, SocketAddr::new(self.ip, self.owner_port), r.packet, Some(r.id)),
+            Relayed::Malformed => {
+                stats.bad_relay.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%from, "relay datagram dropped: malformed");
+                return;
+            }
+        };
+        let dropped = if relayed_id.is_some() { &stats.bad_relay } else { &stats.malformed };
+        let packet = Packet::new_checked(bytes);
+        let checked = match relayed_id {
+            // The owner checked the ICRC and found the ID.
+            Some(id) => Some(id),
+            None => packet.as_ref().ok().and_then(|p| icrc_id(from, to, p)),
+        };
+        if let Some(t) = &self.trace {
+            t.record(from, to, checked.unwrap_or(0), bytes);
+        }
+        let Ok(packet) = packet else {
+            dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Ok(repr) = Repr::parse(&packet) else {
+            dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Some(id) = checked else {
+            stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%from, "RoCEv2 packet dropped: bad ICRC");
+            return;
+        };
+        deliver(from, &packet, &repr, id);
     }
 
     /// Whether the datagram `bytes` from `from` is a relay datagram for this socket: it
@@ -649,6 +668,20 @@ impl NetSock {
         })
     }
 }
+
+/// Datagrams one `recvmmsg` takes at most ([`NetSock::receive`]).
+pub(crate) const RX_BATCH: usize = 32;
+
+/// Bytes of each receive buffer: any UDP payload fits (at most 65 527 bytes without IPv6
+/// jumbograms), so no datagram is ever truncated, as with one `recv_from` into 64 KiB.
+const RX_DATAGRAM: usize = 1 << 16;
+
+/// The buffers a receiving thread (the progress thread, an application thread in
+/// [`receive_now`]) reads datagrams into, one set per thread: [`RX_BATCH`] of
+/// [`RX_DATAGRAM`] bytes, 2 MiB allocated zeroed (a block that large is usually mapped
+/// fresh, its pages resident only once a datagram is written into them), with each one's
+/// source address (`sys::DatagramBatch`: `recvmmsg`).
+pub(crate) type RxBatch = crate::sys::DatagramBatch<RX_BATCH, RX_DATAGRAM>;
 
 /// What a datagram is to a socket that does not own its address's port.
 enum Relayed<'b> {
@@ -792,7 +825,7 @@ pub(crate) fn receive_now(engine: &'static Engine, net: &Net) {
 /// Receives and delivers what waits on socket `index` (the caller holds `net.rx`).
 fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
     thread_local! {
-        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 1 << 16]);
+        static BUF: std::cell::RefCell<RxBatch> = std::cell::RefCell::new(RxBatch::new());
     }
     let Some(sock) = net.rx_sock(index) else { return };
     BUF.with_borrow_mut(|buf| {
@@ -920,7 +953,7 @@ mod tests {
         tx.send_to(to, &mut good_again);
 
         let stats = NetStats::default();
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let mut got = Vec::new();
         // Loopback delivers at once; the socket is non-blocking, so keep reading until
         // the three good packets are in (bounded).
@@ -936,6 +969,44 @@ mod tests {
         }
         assert_eq!(got, [b"hello".to_vec(), b"world".to_vec(), b"again".to_vec()]);
         assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+    }
+
+    /// More datagrams than one `recvmmsg` takes (`RX_BATCH`): every good packet is
+    /// delivered, in arrival order, across the batches; the corrupted ones among them are
+    /// dropped and counted, never delivered.
+    #[test]
+    fn receive_keeps_arrival_order_across_batches() {
+        let gid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
+        let rx = NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap();
+        let tx = NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap();
+        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), rx.port);
+        let (mut want, mut bad) = (Vec::new(), 0);
+        for i in 0..3 * RX_BATCH as u32 + 5 {
+            let mut p = ud_packet(&i.to_be_bytes());
+            if i % 7 == 3 {
+                assert!(tx.seal(to, &mut p));
+                let n = p.len();
+                p[n - 6] ^= 1; // a payload bit, after the ICRC
+                tx.sock.send_to(&p, to).unwrap();
+                bad += 1;
+            } else {
+                tx.send_to(to, &mut p);
+                want.push(i.to_be_bytes().to_vec());
+            }
+        }
+        let stats = NetStats::default();
+        let mut buf = RxBatch::new();
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            rx.receive(&stats, &mut buf, |_, p, _, _| got.push(p.payload().to_vec()));
+            if got.len() == want.len() && stats.bad_icrc.load(Ordering::Relaxed) == bad {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(got, want);
+        assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), bad);
         assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
     }
 
@@ -974,7 +1045,7 @@ mod tests {
         tx.sock.send_to(&bad, to).unwrap();
         tx.send_to(to, &mut ud_packet(b"six again"));
         let stats = NetStats::default();
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let mut got = Vec::new();
         for _ in 0..1000 {
             rx.receive(&stats, &mut buf, |_, p, _, id| {
@@ -1066,7 +1137,7 @@ mod tests {
         owner.sock.send_to(&good, SocketAddr::new(lo, owner.port)).unwrap();
 
         let (stats, owner_stats) = (NetStats::default(), NetStats::default());
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let (mut got, mut owner_got) = (Vec::new(), 0);
         for _ in 0..1000 {
             rx.receive(&stats, &mut buf, |from, p, _, id| got.push((from, id, p.payload().to_vec())));
@@ -1131,7 +1202,7 @@ mod tests {
         relayed[n - 4..].copy_from_slice(&[9, 9, 9, 9]); // not checked again by the loser
         assert!(new_owner.relay_to(b.socks()[0].port, peer, 0x4321, &relayed));
         let (owner_stats, stats) = (NetStats::default(), NetStats::default());
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let (mut owner_got, mut got) = (Vec::new(), Vec::new());
         for _ in 0..1000 {
             new_owner.receive(&owner_stats, &mut buf, |from, p, _, id| owner_got.push((from.port(), id, p.payload().to_vec())));
@@ -1171,7 +1242,7 @@ mod tests {
         bad[13] ^= 4;
         tx.sock.send_to(&bad, to).unwrap(); // past the trace: only the receiver records it
         let stats = NetStats::default();
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let mut got = 0;
         for _ in 0..1000 {
             rx.receive(&stats, &mut buf, |_, _, _, _| got += 1);
