@@ -10,7 +10,8 @@
 # directions; ibv_uc_pingpong -c; one over IPv6 GIDs; perftest ib_write_bw, ib_read_bw,
 # ib_send_bw, ib_atomic_bw (fetch-and-add and compare-and-swap), ib_read_lat, ib_write_bw
 # -c UC; two rc_pingpong server processes behind one RoCEv2 port (the second reached
-# through the first's relay), over IPv4 and IPv6 GIDs; and rc_pingpong -c through the
+# through the first's relay), over IPv4 and IPv6 GIDs; the port taken over by one of two
+# such processes when its owner exits, over IPv4 and IPv6 GIDs; and rc_pingpong -c through the
 # fault injector (RVERBS_FAULTS: drops, duplicates,
 # reordering and corruption on the client's packets) — reliable delivery must hide them.
 # A pair passes when both sides exit 0 and print their result lines (ping-pongs: "<iters>
@@ -171,6 +172,95 @@ two_servers() {
 }
 two_servers "$IP_A" "$IP_B"
 two_servers "$IP6_A" "$IP6_B" "over IPv6 GIDs ($IP6_A, $IP6_B)"
+
+# port_holder NS ADDR: the pid of the process holding UDP ADDR:4791 in namespace NS
+# (empty if none).
+port_holder() {
+  local addr=$2
+  [[ $addr == *:* ]] && addr="[$addr]"
+  ip netns exec "$1" ss -Hnaup "src $addr:4791" | { grep -oE 'pid=[0-9]+' || true; } | head -1 | cut -d= -f2
+}
+
+# descends PID ANCESTOR: whether process PID is ANCESTOR or runs under it (a background
+# in_ns is a subshell, then timeout, then the program).
+descends() {
+  local p=$1
+  for _ in 1 2 3 4 5; do
+    [ "$p" = "$2" ] && return 0
+    p=$(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ')
+    [ -n "$p" ] && [ "$p" != 0 ] || return 1
+  done
+  return 1
+}
+
+# takeover SERVER_IP CLIENT_IP: the owner of SERVER_IP:4791 exits while two other
+# processes of $A send from ports of their own; one of them must take the port over
+# (transport::udp, "Takeover") and relay to the other. P1, an ibv_rc_pingpong server that
+# never gets a client, binds the port; servers P2 and P3 start behind it; P1 is stopped.
+# Once a process of $A holds the port again (waited for at most 5 s, ten takeover
+# periods), it must be P2 or P3; a client in $B talks to the other one (relayed by the new
+# owner), then another to the new owner: both pairs must pass. The GIDs are those of the
+# IPs; TCP goes to $IP_A.
+takeover() {
+  local sip=$1 cip=$2
+  local label="rc -s 4096 -c, the port taken over when its owner exits${3:+, $3}"
+  [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
+  local sgid cgid l1=$WORK/s1.log l2=$WORK/s2.log l3=$WORK/s3.log c2=$WORK/c2.log c3=$WORK/c3.log
+  local p1=$((port + 1)) p2=$((port + 2)) p3=$((port + 3)) r2=0 r3=0 rc2=0 rc3=0 why=()
+  local pid1 pid2 pid3 holder= owner new_owner other
+  port=$p3
+  sgid=$(gid_index "$A" "$WORK/rt-a" "$sip")
+  cgid=$(gid_index "$B" "$WORK/rt-b" "$cip")
+  in_ns "$A" "$WORK/rt-a" ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$p1" -c -s 4096 >"$l1" 2>&1 &
+  pid1=$!
+  wait_listen "$A" "$p1"
+  owner=$(port_holder "$A" "$sip")
+  [ -n "$owner" ] && descends "$owner" "$pid1" || why+=("P1 does not own $sip:4791 (holder: ${owner:-none})")
+  in_ns "$A" "$WORK/rt-a" ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$p2" -c -s 4096 >"$l2" 2>&1 &
+  pid2=$!
+  in_ns "$A" "$WORK/rt-a" ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$p3" -c -s 4096 >"$l3" 2>&1 &
+  pid3=$!
+  wait_listen "$A" "$p2"
+  wait_listen "$A" "$p3"
+  # The subshell's child is timeout, which passes SIGTERM on to P1 and waits for it.
+  pkill -TERM -P "$pid1" || true
+  wait "$pid1" || true
+  for _ in $(seq 100); do
+    holder=$(port_holder "$A" "$sip")
+    [ -n "$holder" ] && break
+    sleep 0.05
+  done
+  new_owner=
+  if [ -n "$holder" ] && descends "$holder" "$pid2"; then
+    new_owner=$p2 other=$p3
+  elif [ -n "$holder" ] && descends "$holder" "$pid3"; then
+    new_owner=$p3 other=$p2
+  fi
+  if [ -z "$new_owner" ]; then
+    why+=("neither P2 nor P3 took $sip:4791 over within 5 s (holder: ${holder:-none})")
+    pkill -TERM -P "$pid2" || true
+    pkill -TERM -P "$pid3" || true
+    wait "$pid2" || true
+    wait "$pid3" || true
+    verdict "$label" "$l1" "$l2" "$l3"
+    return 0
+  fi
+  for p in "$other" "$new_owner"; do
+    local crc=0
+    in_ns "$B" "$WORK/rt-b" ibv_rc_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$p" -c -s 4096 "$IP_A" >"$WORK/c-$p.log" 2>&1 || crc=$?
+    if [ "$p" = "$p2" ]; then rc2=$crc; wait "$pid2" || r2=$?; else rc3=$crc; wait "$pid3" || r3=$?; fi
+  done
+  mv "$WORK/c-$p2.log" "$c2"
+  mv "$WORK/c-$p3.log" "$c3"
+  for f in "$l2" "$l3" "$c2" "$c3"; do
+    grep -q "^$ITERS iters in" "$f" || why+=("$(basename "$f" .log) printed no \"$ITERS iters in\"")
+  done
+  [ "$r2$r3$rc2$rc3" = 0000 ] || why+=("exit codes: servers $r2 $r3, clients $rc2 $rc3")
+  ! grep -q "invalid data" "$c2" "$c3" || why+=("invalid data (-c)")
+  verdict "$label" "$l1" "$l2" "$l3" "$c2" "$c3"
+}
+takeover "$IP_A" "$IP_B"
+takeover "$IP6_A" "$IP6_B" "over IPv6 GIDs ($IP6_A, $IP6_B)"
 
 # Loss, duplication, reordering and corruption of the client's packets: RC recovers
 # (NAK sequence error and go-back-N, duplicate detection, the retransmit timer).

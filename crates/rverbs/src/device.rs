@@ -249,7 +249,13 @@ impl crate::progress::NetRx for DeviceInner {
 
     fn handle_timeout(&self, now: std::time::Instant) {
         if let Some(net) = &self.net {
-            net.handle_timeout(now);
+            crate::transport::udp::handle_timeout(net, now);
+        }
+    }
+
+    fn peer_died(&self) {
+        if let Some(net) = &self.net {
+            net.peer_died();
         }
     }
 

@@ -7,7 +7,11 @@
 //! - the doorbell: a FIFO peers write to when they changed one of this process's QPs
 //!   (e.g. moved it to ERR: its send queue, which only this process runs, must flush);
 //! - peer deaths: a pidfd per peer; when one becomes readable the peer is marked dead at
-//!   once, and requests towards it go unanswered from then on.
+//!   once, and requests towards it go unanswered from then on;
+//! - the network transport's sockets (`NetRx`): those bound at start, and one bound later
+//!   ([`watch_net_fd`]: a RoCEv2 port taken over from an owner that exited); its
+//!   deadlines (held-back packets, takeover attempts); and peer deaths, since the dead
+//!   peer may have owned a port.
 //!
 //! Work requests otherwise execute inside `post_send`, so no latency-critical path waits
 //! for this thread to wake.
@@ -48,6 +52,9 @@ pub(crate) trait NetRx: Send + Sync {
     fn poll_timeout(&self) -> Option<Instant>;
     /// That time has come.
     fn handle_timeout(&self, now: Instant);
+    /// A peer process died (it may have owned a RoCEv2 port another socket can take
+    /// over now).
+    fn peer_died(&self);
     /// Receives what waits on every socket now, unless another thread is receiving (an
     /// application thread that found its CQ empty, [`receive_inline`]).
     fn receive_now(&'static self);
@@ -232,6 +239,17 @@ pub(crate) fn schedule(at: Instant, qp: Weak<dyn Timed>) {
     }
 }
 
+/// Adds descriptor `fd` to what the progress thread waits on, as network socket `index`
+/// ([`NetRx::readable`] is called with it): a socket the network transport bound after
+/// the thread started (a RoCEv2 port taken over from an owner that exited). `fd` must
+/// stay open as long as the process runs.
+pub(crate) fn watch_net_fd(index: usize, fd: BorrowedFd<'_>) {
+    let p = progress();
+    if let Err(err) = epoll::add(&p.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), epoll::EventFlags::IN) {
+        tracing::warn!(index, %err, "cannot wait on a network socket: it is read only when a CQ is polled");
+    }
+}
+
 /// Watches a peer's pidfd: its death is noticed at once.
 pub(crate) fn watch_peer(peer: &Arc<Peer>) {
     let p = progress();
@@ -348,5 +366,8 @@ fn peer_died(p: &Progress, ep: u32) {
     }
     if let Some(r) = &p.endpoint.reg {
         r.forget(ep);
+    }
+    if let Some(net) = p.net {
+        net.peer_died();
     }
 }

@@ -1,9 +1,9 @@
 //! Thin wrappers over the operating-system calls the device needs: eventfds, shared
-//! anonymous memory, the host's interface addresses, and the process generation that
-//! `fork` starts.
+//! anonymous memory, the host's interface addresses, the process generation that
+//! `fork` starts, and batched datagram receives.
 //!
-//! This is one of the few modules allowed `unsafe` (ARCHITECTURE.md §1): `mmap` and
-//! `getifaddrs` have no safe equivalents in rustix.
+//! This is one of the few modules allowed `unsafe` (ARCHITECTURE.md §1): `mmap`,
+//! `getifaddrs` and `recvmmsg` have no safe equivalents in rustix.
 #![allow(unsafe_code)]
 
 use std::net::Ipv4Addr;
@@ -214,6 +214,133 @@ pub(crate) fn write_no_sigpipe(fd: BorrowedFd<'_>, buf: &[u8]) -> rustix::io::Re
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         r
+    }
+}
+
+/// Buffers for receiving up to `N` datagrams of up to `SIZE` bytes each with one
+/// recvmmsg(2), and each one's source address.
+pub(crate) struct DatagramBatch<const N: usize, const SIZE: usize> {
+    /// `N` buffers of `SIZE` bytes, one after the other.
+    data: Vec<u8>,
+    addrs: [libc::sockaddr_storage; N],
+    /// The length of each datagram of the last receive (`usize::MAX`: its source address
+    /// did not fit, never for an IP socket).
+    lens: [usize; N],
+}
+
+impl<const N: usize, const SIZE: usize> DatagramBatch<N, SIZE> {
+    /// Empty buffers (`N × SIZE` bytes allocated zeroed: an allocator usually maps a
+    /// large block fresh, whose pages become resident only when written).
+    pub(crate) fn new() -> Self {
+        // SAFETY: `sockaddr_storage` is a plain C struct of integers and byte arrays, for
+        // which all-zero bytes are a valid value.
+        let zero: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        DatagramBatch { data: vec![0; N * SIZE], addrs: [zero; N], lens: [0; N] }
+    }
+
+    /// Receives up to `N` datagrams waiting on socket `fd` with one recvmmsg(2), without
+    /// blocking (`MSG_DONTWAIT`), in arrival order into slots `0..n`; returns `n` (at
+    /// least 1), or the call's error (`WouldBlock`: nothing waits). A datagram longer than
+    /// `SIZE` is truncated to it, as recvfrom(2) truncates.
+    pub(crate) fn recv(&mut self, fd: BorrowedFd<'_>) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let name_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; N];
+        // SAFETY: `mmsghdr` is a plain C struct of integers and pointers, for which
+        // all-zero bytes are a valid value (null pointers, zero lengths).
+        let mut msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
+        let slots = self.data.chunks_exact_mut(SIZE).zip(self.addrs.iter_mut());
+        for ((iov, msg), (buf, addr)) in iovs.iter_mut().zip(msgs.iter_mut()).zip(slots) {
+            *iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+            msg.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
+            msg.msg_hdr.msg_namelen = name_len;
+            msg.msg_hdr.msg_iov = iov;
+            msg.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: `msgs` holds N headers, each naming one iovec of `iovs` over its own
+        // SIZE-byte chunk of `self.data` (`data` is N × SIZE bytes, so every header got
+        // one) and its own `sockaddr_storage` of `self.addrs` with that size as its
+        // length; all of them live and are exclusively borrowed for the whole call, which
+        // writes only within those bounds (and the headers' lengths and flags). No
+        // ancillary buffer (msg_control null, msg_controllen 0), no timeout (null).
+        let n = unsafe { libc::recvmmsg(fd.as_raw_fd(), msgs.as_mut_ptr(), N as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = n as usize;
+        for (len, msg) in self.lens.iter_mut().zip(&msgs[..n]) {
+            *len = if msg.msg_hdr.msg_namelen <= name_len { (msg.msg_len as usize).min(SIZE) } else { usize::MAX };
+        }
+        Ok(n)
+    }
+
+    /// Datagram `i` of the last [`DatagramBatch::recv`] and its source, IPv6 flow info and
+    /// scope included (as recvfrom(2) gives it); `None` if the source is not an IP
+    /// address (never, for an IP socket) or `i` is past what it received.
+    pub(crate) fn get(&self, i: usize) -> Option<(std::net::SocketAddr, &[u8])> {
+        let len = *self.lens.get(i).filter(|&&l| l <= SIZE)?;
+        let from = sockaddr_ip(self.addrs.get(i)?)?;
+        Some((from, &self.data[i * SIZE..i * SIZE + len]))
+    }
+}
+
+/// The IP socket address `a` holds; `None` for another family.
+fn sockaddr_ip(a: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+    match i32::from(a.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: `sockaddr_storage` is at least as large and as aligned as
+            // `sockaddr_in`, and its family says that is what the kernel wrote.
+            let v4 = unsafe { &*(a as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(v4.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(v4.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for `sockaddr_in6`.
+            let v6 = unsafe { &*(a as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(v6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(v6.sin6_port), v6.sin6_flowinfo, v6.sin6_scope_id)))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod datagram_tests {
+    use super::*;
+    use std::net::{SocketAddr, UdpSocket};
+    use std::os::fd::AsFd;
+
+    /// recvmmsg(2) hands back datagrams in arrival order with their lengths and
+    /// sources, at most `N` per call; a datagram longer than `SIZE` is truncated; nothing
+    /// waiting is `WouldBlock`.
+    #[test]
+    fn a_batch_receives_in_order_with_sources_and_lengths() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (a, b) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+        let to = rx.local_addr().unwrap();
+        let mut batch = DatagramBatch::<4, 8>::new();
+        assert_eq!(batch.recv(rx.as_fd()).unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+        let sent: Vec<(&UdpSocket, Vec<u8>)> = (0..6u8).map(|i| (if i % 2 == 0 { &a } else { &b }, vec![i; 1 + usize::from(i) * 2])).collect();
+        for (s, d) in &sent {
+            s.send_to(d, to).unwrap();
+        }
+        let mut got: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        // Loopback queues at once; bounded, as the socket does not block.
+        for _ in 0..1000 {
+            if let Ok(n) = batch.recv(rx.as_fd()) {
+                assert!((1..=4).contains(&n));
+                got.extend((0..n).map(|i| batch.get(i).map(|(f, d)| (f, d.to_vec())).unwrap()));
+                assert!(batch.get(4).is_none());
+            }
+            if got.len() == sent.len() {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let want: Vec<(SocketAddr, Vec<u8>)> =
+            sent.iter().map(|(s, d)| (s.local_addr().unwrap(), d[..d.len().min(8)].to_vec())).collect();
+        assert_eq!(got, want);
     }
 }
 

@@ -26,9 +26,10 @@
 //! [`handle_response`] run in the QP's own process and see the peer's address; what they
 //! send leaves from that process's own socket, straight to the peer's port 4791.
 //!
-//! Limits of this slice: while no process owns an address's port 4791 (its owner exited
-//! and no process started since), RC/UC QPs of the other processes are unreachable on that
-//! address; XRC is not carried; attributes changed by `modify_qp` while the connection runs
+//! Limits of this slice: when the owner of an address's port 4791 exits, RC/UC QPs of the
+//! other processes are unreachable on that address until one of them takes the port over
+//! (within [`super::udp::TAKEOVER_PERIOD`], [`super::udp`] "Takeover"; the requester's
+//! retransmits cover the gap when its timeout × retry count is longer); XRC is not carried; attributes changed by `modify_qp` while the connection runs
 //! (timeout, retry counts) take effect at the next connection.
 
 use std::net::IpAddr;

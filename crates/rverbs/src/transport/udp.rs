@@ -11,7 +11,8 @@
 //! kernel sends IPv4 ID 0 with DF and the ICRC can be computed before sending
 //! (rocev2-wire.md §2.5; IPv6 has no ID). Packets go out from
 //! the socket of the QP's source GID to `destination:4791`. The progress thread reads the
-//! sockets (`progress::NetRx`). Received packets are checked: parse (`wire::roce`), ICRC
+//! sockets (`progress::NetRx`), up to [`RX_BATCH`] datagrams per `recvmmsg`
+//! ([`NetSock::receive`]). Received packets are checked, one by one in arrival order: parse (`wire::roce`), ICRC
 //! (IPv4: with ID 0, else the ID solved from the ICRC, `icrc::solve_ipv4_id`, since rxe and
 //! NICs send non-zero IDs); a packet that fails either is dropped and counted, never
 //! delivered.
@@ -47,17 +48,37 @@
 //! checksum, not a secret). Processes of the same user, which already map each other's
 //! shared segments, gain nothing by it.
 //!
-//! Limits of this slice: no link-local GIDs; when the owner exits, the port is free but
-//! nobody takes it over until a process starts (until then the others' RC/UC QPs are
-//! unreachable from the network); an address beyond the endpoint header's table of ports
-//! (32 addresses) is not relayed to.
+//! Takeover: when the owner exits, its port is free; a process with a socket that does not
+//! own its address's port takes it over ([`Net::take_over`]): its progress thread tries to
+//! bind `address:4791` again every [`TAKEOVER_PERIOD`] (500 ms) while some socket is not
+//! the owner, and at once when a peer it watches dies (`progress::watch_peer`; the owner
+//! is one only if this process reached it, so mostly the timer finds the port free). Cost
+//! while not the owner: one progress-thread wake-up per period and, per such address, one
+//! failed `bind` (a socket, a bind, a close: microseconds); nothing once every port is
+//! this process's. `bind` is atomic: of several processes trying at once, or the old owner
+//! restarting, exactly one gets the port, and the others keep sending from their own
+//! ports and receive through it. The winner's new socket is added to the progress
+//! thread's wait (`progress::watch_net_fd`) and is an owner like any: it receives,
+//! checks, delivers UD for the other processes and relays RC/UC to their published ports,
+//! from `address:4791`, so their sockets take its relays as they took the old owner's.
+//! The process keeps *sending* from its old socket (RC connections already running keep
+//! their source port, the send path stays lock-free over the sockets bound at start, and
+//! peers answer to 4791, which now reaches the new socket); the old socket stays polled
+//! (only stray datagrams reach it) and its published port stays in the endpoint header
+//! (nobody relays to the owner itself). Until the takeover, for up to a period, the
+//! others' QPs are unreachable from the network on that address, which RC's retransmits
+//! cover when it is shorter than the requester's timeout × retry count.
+//!
+//! Limits of this slice: no link-local GIDs; an address beyond the endpoint header's table
+//! of ports (32 addresses) is not relayed to; a forked child that keeps the owner's socket
+//! open keeps the port from the others after the owner exits.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rverbs_proto::fault::{Corrupt, FaultConfig, Injector};
 use rverbs_proto::pcap::{self, PcapWriter};
@@ -164,8 +185,13 @@ struct Faults {
 }
 
 impl Faults {
+    /// No injector.
+    fn none() -> Faults {
+        Faults { on: std::sync::atomic::AtomicBool::new(false), inj: Mutex::new(None) }
+    }
+
     fn from_env() -> Faults {
-        let f = Faults { on: std::sync::atomic::AtomicBool::new(false), inj: Mutex::new(None) };
+        let f = Faults::none();
         let Ok(spec) = std::env::var("RVERBS_FAULTS") else { return f };
         match FaultConfig::parse(&spec) {
             Ok(cfg) => {
@@ -267,7 +293,18 @@ pub(crate) struct Net {
     rx: Mutex<()>,
     /// The network namespace the sockets are in ([`netns_id`]).
     netns: u64,
+    /// Per socket of `socks` (same index) that does not own its address's RoCEv2 port:
+    /// the socket bound to that port once this process took it over from an owner that
+    /// exited ([`Net::take_over`]). Set once, then read without a lock.
+    taken: Vec<OnceLock<NetSock>>,
+    /// When the next takeover attempt is due; `None` once every address's port is this
+    /// process's.
+    next_takeover: Mutex<Option<Instant>>,
 }
+
+/// How often a process with a socket that does not own its address's RoCEv2 port tries
+/// to bind that port (module docs, "Takeover").
+pub(crate) const TAKEOVER_PERIOD: Duration = Duration::from_millis(500);
 
 /// The identity of this process's network namespace (the inode of `/proc/self/ns/net`; 0
 /// if it cannot be read): a relay goes only to a port of the owner's namespace.
@@ -308,14 +345,30 @@ impl Net {
                 Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }
-        let faults = Faults::from_env();
-        (!socks.is_empty()).then(|| Net { socks, stats: NetStats::default(), ud_responder: Mutex::new(None), faults, rx: Mutex::new(()), netns: netns_id() })
+        (!socks.is_empty()).then(|| Net::new(socks, Faults::from_env(), Instant::now()))
+    }
+
+    /// The network transport of sockets `socks`, with fault injector `faults`; created at
+    /// `now` (the first takeover attempt is one period later).
+    fn new(socks: Vec<NetSock>, faults: Faults, now: Instant) -> Net {
+        let taken = socks.iter().map(|_| OnceLock::new()).collect();
+        let next_takeover = socks.iter().any(|s| !s.owns_port()).then_some(now + TAKEOVER_PERIOD);
+        Net {
+            socks,
+            stats: NetStats::default(),
+            ud_responder: Mutex::new(None),
+            faults,
+            rx: Mutex::new(()),
+            netns: netns_id(),
+            taken,
+            next_takeover: Mutex::new(next_takeover),
+        }
     }
 
     /// Publishes in this process's endpoint header (`reg`) the port of each socket that
     /// does not own its address's RoCEv2 port, for the owner to relay RC/UC packets to.
     pub(crate) fn publish(&self, reg: &Registry) {
-        for s in self.socks.iter().filter(|s| s.port != s.owner_port) {
+        for s in self.socks.iter().filter(|s| !s.owns_port()) {
             if !reg.publish_net_port(self.netns, s.ip, s.port) {
                 tracing::warn!(ip = %s.ip, "too many addresses: RC/UC packets for this one are not relayed to this process");
             }
@@ -382,16 +435,23 @@ impl Net {
         }
     }
 
-    /// When the fault injector next releases a held-back packet.
+    /// When the transport next needs to run without a readable socket: the fault
+    /// injector releases a held-back packet, or a takeover attempt is due.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        if !self.faults.is_on() {
-            return None;
+        let held = if self.faults.is_on() {
+            self.faults.inj.lock().expect("fault injector").as_ref().and_then(|i| i.poll_timeout())
+        } else {
+            None
+        };
+        let takeover = *self.next_takeover.lock().expect("takeover deadline");
+        match (held, takeover) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        self.faults.inj.lock().expect("fault injector").as_ref()?.poll_timeout()
     }
 
     /// Sends the held-back packets that are due.
-    pub(crate) fn handle_timeout(&self, now: Instant) {
+    fn release_due(&self, now: Instant) {
         if let Some(inj) = self.faults.inj.lock().expect("fault injector").as_mut() {
             self.release(inj, now);
         }
@@ -411,14 +471,67 @@ impl Net {
         crate::progress::wake();
     }
 
-    /// The socket of local GID `gid`.
+    /// If a takeover attempt is due at `now`: tries to bind the RoCEv2 port of each
+    /// address whose port this process does not own yet ([`NetSock::take_over`]), and
+    /// returns the receive indices ([`Net::rx_sock`]) of the sockets that now own one
+    /// (the caller has the progress thread wait on them). The next attempt is due one
+    /// [`TAKEOVER_PERIOD`] later, or never once every port is this process's.
+    ///
+    /// Rule: `bind` is atomic, so of several processes trying at once (or an exited
+    /// owner restarting) exactly one gets the port; the others keep their ephemeral
+    /// sockets, receive through the new owner, and keep trying.
+    pub(crate) fn take_over(&self, now: Instant) -> Vec<usize> {
+        let mut next = self.next_takeover.lock().expect("takeover deadline");
+        if next.is_none_or(|at| at > now) {
+            return Vec::new();
+        }
+        let mut got = Vec::new();
+        for (i, s) in self.socks.iter().enumerate() {
+            if s.owns_port() || self.taken[i].get().is_some() {
+                continue;
+            }
+            match s.take_over() {
+                Ok(owner) => {
+                    tracing::info!(ip = %s.ip, port = owner.port, "took over the RoCEv2 port: its owner exited");
+                    let _ = self.taken[i].set(owner);
+                    got.push(self.socks.len() + i);
+                }
+                Err(err) => tracing::trace!(ip = %s.ip, %err, "RoCEv2 port still owned"),
+            }
+        }
+        let all = self.socks.iter().enumerate().all(|(i, s)| s.owns_port() || self.taken[i].get().is_some());
+        *next = (!all).then_some(now + TAKEOVER_PERIOD);
+        got
+    }
+
+    /// A peer process died, which may have owned an address's RoCEv2 port: the next
+    /// takeover attempt is due at once (if one is pending at all).
+    pub(crate) fn peer_died(&self) {
+        let mut next = self.next_takeover.lock().expect("takeover deadline");
+        if next.is_some() {
+            *next = Some(Instant::now());
+        }
+    }
+
+    /// The socket of local GID `gid`, which sends for it.
     pub(crate) fn sock_of(&self, gid: &Gid) -> Option<&NetSock> {
         self.socks.iter().find(|s| s.gid == *gid)
     }
 
-    /// The sockets, in a fixed order (the progress thread polls them by index).
+    /// The sockets bound at start, in a fixed order; the progress thread polls them by
+    /// their index, and a socket that took a port over by [`Net::rx_sock`]'s.
     pub(crate) fn socks(&self) -> &[NetSock] {
         &self.socks
+    }
+
+    /// The receiving socket of index `index`: below `socks().len()` the socket of that
+    /// index, from there the socket that took over the port of socket `index -
+    /// socks().len()`, if it did.
+    pub(crate) fn rx_sock(&self, index: usize) -> Option<&NetSock> {
+        match index.checked_sub(self.socks.len()) {
+            None => self.socks.get(index),
+            Some(i) => self.taken.get(i)?.get(),
+        }
     }
 }
 
@@ -441,6 +554,20 @@ impl NetSock {
         sock.set_nonblocking(true)?;
         let port = sock.local_addr()?.port();
         Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, link_mtu: 4096, sock, trace: None })
+    }
+
+    /// Whether this socket owns its address's RoCEv2 port (receives on it, delivers UD
+    /// for the other processes and relays their RC/UC packets).
+    fn owns_port(&self) -> bool {
+        self.port == self.owner_port
+    }
+
+    /// A new socket bound to the owner's port of this socket's address, for the same GID
+    /// and trace: the port is free (its owner exited). Fails (`EADDRINUSE`) while a
+    /// process holds it.
+    fn take_over(&self) -> std::io::Result<NetSock> {
+        let sock = NetSock::bind(self.ip, self.owner_port, self.gid)?;
+        Ok(NetSock { owner_port: self.owner_port, trace: self.trace.clone(), ..sock })
     }
 
     /// The socket's descriptor, for the progress thread's epoll.
@@ -519,13 +646,19 @@ impl NetSock {
     }
 
     /// Receives every datagram waiting, handing each checked packet to `deliver` with its
-    /// source address and the IPv4 Identification it was sent with (0 for IPv6). A relay
-    /// datagram from the owner of the port ([`NetSock::relayed`]) hands over the packet it
-    /// carries, with the original source and ID, its ICRC not checked again.
-    pub(crate) fn receive(&self, stats: &NetStats, buf: &mut [u8], mut deliver: impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
+    /// source address and the IPv4 Identification it was sent with (0 for IPv6), in
+    /// arrival order. A relay datagram from the owner of the port ([`NetSock::relayed`])
+    /// hands over the packet it carries, with the original source and ID, its ICRC not
+    /// checked again.
+    ///
+    /// The datagrams are read up to [`RX_BATCH`] per system call (`recvmmsg`, into
+    /// `batch`); a batch that comes back short means the socket's queue ran empty, so no
+    /// further call is made to find it empty (a datagram that arrives meanwhile leaves the
+    /// socket readable for the next wait).
+    pub(crate) fn receive(&self, stats: &NetStats, batch: &mut RxBatch, mut deliver: impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
         loop {
-            let (n, from) = match self.sock.recv_from(buf) {
-                Ok(r) => r,
+            let n = match batch.recv(self.sock.as_fd()) {
+                Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(err) => {
@@ -533,42 +666,54 @@ impl NetSock {
                     return;
                 }
             };
-            let datagram = &buf[..n];
-            // `to`: where the packet was sent (a relayed one: to the owner's port).
-            let (from, to, bytes, relayed_id) = match self.relayed(from, datagram) {
-                Relayed::No => (from, SocketAddr::new(self.ip, self.port), datagram, None),
-                Relayed::Packet(r) => (r.src, SocketAddr::new(self.ip, self.owner_port), r.packet, Some(r.id)),
-                Relayed::Malformed => {
-                    stats.bad_relay.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%from, "relay datagram dropped: malformed");
-                    continue;
+            for i in 0..n {
+                if let Some((from, datagram)) = batch.get(i) {
+                    self.check(stats, from, datagram, &mut deliver);
                 }
-            };
-            let dropped = if relayed_id.is_some() { &stats.bad_relay } else { &stats.malformed };
-            let packet = Packet::new_checked(bytes);
-            let checked = match relayed_id {
-                // The owner checked the ICRC and found the ID.
-                Some(id) => Some(id),
-                None => packet.as_ref().ok().and_then(|p| icrc_id(from, to, p)),
-            };
-            if let Some(t) = &self.trace {
-                t.record(from, to, checked.unwrap_or(0), bytes);
             }
-            let Ok(packet) = packet else {
-                dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            let Ok(repr) = Repr::parse(&packet) else {
-                dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            let Some(id) = checked else {
-                stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%from, "RoCEv2 packet dropped: bad ICRC");
-                continue;
-            };
-            deliver(from, &packet, &repr, id);
+            if n < RX_BATCH {
+                return;
+            }
         }
+    }
+
+    /// Checks one datagram `datagram` from `from` (relay header, parse, ICRC; traced) and
+    /// hands the packet to `deliver`, or drops and counts it.
+    fn check(&self, stats: &NetStats, from: SocketAddr, datagram: &[u8], deliver: &mut impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
+        // `to`: where the packet was sent (a relayed one: to the owner's port).
+        let (from, to, bytes, relayed_id) = match self.relayed(from, datagram) {
+            Relayed::No => (from, SocketAddr::new(self.ip, self.port), datagram, None),
+            Relayed::Packet(r) => (r.src, SocketAddr::new(self.ip, self.owner_port), r.packet, Some(r.id)),
+            Relayed::Malformed => {
+                stats.bad_relay.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%from, "relay datagram dropped: malformed");
+                return;
+            }
+        };
+        let dropped = if relayed_id.is_some() { &stats.bad_relay } else { &stats.malformed };
+        let packet = Packet::new_checked(bytes);
+        let checked = match relayed_id {
+            // The owner checked the ICRC and found the ID.
+            Some(id) => Some(id),
+            None => packet.as_ref().ok().and_then(|p| icrc_id(from, to, p)),
+        };
+        if let Some(t) = &self.trace {
+            t.record(from, to, checked.unwrap_or(0), bytes);
+        }
+        let Ok(packet) = packet else {
+            dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Ok(repr) = Repr::parse(&packet) else {
+            dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Some(id) = checked else {
+            stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%from, "RoCEv2 packet dropped: bad ICRC");
+            return;
+        };
+        deliver(from, &packet, &repr, id);
     }
 
     /// Whether the datagram `bytes` from `from` is a relay datagram for this socket: it
@@ -578,7 +723,7 @@ impl NetSock {
     /// RoCEv2: its first byte is an opcode nobody serves).
     fn relayed<'b>(&self, from: SocketAddr, bytes: &'b [u8]) -> Relayed<'b> {
         let from_owner = from.ip() == self.ip && from.port() == self.owner_port;
-        if self.port == self.owner_port || !from_owner || !bytes.starts_with(&relay::MAGIC) {
+        if self.owns_port() || !from_owner || !bytes.starts_with(&relay::MAGIC) {
             return Relayed::No;
         }
         relay::decode(bytes).map_or(Relayed::Malformed, Relayed::Packet)
@@ -598,6 +743,20 @@ impl NetSock {
         })
     }
 }
+
+/// Datagrams one `recvmmsg` takes at most ([`NetSock::receive`]).
+pub(crate) const RX_BATCH: usize = 32;
+
+/// Bytes of each receive buffer: any UDP payload fits (at most 65 527 bytes without IPv6
+/// jumbograms), so no datagram is ever truncated, as with one `recv_from` into 64 KiB.
+const RX_DATAGRAM: usize = 1 << 16;
+
+/// The buffers a receiving thread (the progress thread, an application thread in
+/// [`receive_now`]) reads datagrams into, one set per thread: [`RX_BATCH`] of
+/// [`RX_DATAGRAM`] bytes, 2 MiB allocated zeroed (a block that large is usually mapped
+/// fresh, its pages resident only once a datagram is written into them), with each one's
+/// source address (`sys::DatagramBatch`: `recvmmsg`).
+pub(crate) type RxBatch = crate::sys::DatagramBatch<RX_BATCH, RX_DATAGRAM>;
 
 /// What a datagram is to a socket that does not own its address's port.
 enum Relayed<'b> {
@@ -708,10 +867,24 @@ pub(crate) fn is_ud(repr: &Repr) -> bool {
     repr.bth.opcode.transport() == Transport::Ud
 }
 
-/// The progress thread found socket `index` readable: receives and delivers what waits.
+/// The progress thread found socket `index` ([`Net::rx_sock`]) readable: receives and
+/// delivers what waits.
 pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
     let _rx = net.rx.lock().expect("receive lock");
     receive_on(engine, net, index);
+}
+
+/// The progress thread's deadline ([`Net::poll_timeout`]) passed at `now`: sends the
+/// held-back packets that are due, and tries to take over the ports this process does not
+/// own if that is due; a socket that took one over is added to the progress thread's
+/// wait (`progress::watch_net_fd`), and receives from then on.
+pub(crate) fn handle_timeout(net: &Net, now: Instant) {
+    net.release_due(now);
+    for index in net.take_over(now) {
+        if let Some(s) = net.rx_sock(index) {
+            crate::progress::watch_net_fd(index, s.fd());
+        }
+    }
 }
 
 /// An application thread found its CQ empty while network connections exist
@@ -719,7 +892,7 @@ pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
 /// thread is receiving (which delivers it).
 pub(crate) fn receive_now(engine: &'static Engine, net: &Net) {
     let Ok(_rx) = net.rx.try_lock() else { return };
-    for index in 0..net.socks().len() {
+    for index in 0..2 * net.socks().len() {
         receive_on(engine, net, index);
     }
 }
@@ -727,9 +900,9 @@ pub(crate) fn receive_now(engine: &'static Engine, net: &Net) {
 /// Receives and delivers what waits on socket `index` (the caller holds `net.rx`).
 fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
     thread_local! {
-        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 1 << 16]);
+        static BUF: std::cell::RefCell<RxBatch> = std::cell::RefCell::new(RxBatch::new());
     }
-    let Some(sock) = net.socks().get(index) else { return };
+    let Some(sock) = net.rx_sock(index) else { return };
     BUF.with_borrow_mut(|buf| {
         sock.receive(&net.stats, buf, |from, packet, repr, id| deliver(engine, net, sock, from, id, packet, repr));
     });
@@ -797,7 +970,7 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr,
 fn relay_packet(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr, id: u16, packet: &Packet<&[u8]>, repr: &Repr) -> bool {
     let qpn = repr.bth.dest_qp;
     let want = if repr.bth.opcode.transport() == Transport::Rc { QpType::Rc } else { QpType::Uc };
-    if sock.port != sock.owner_port {
+    if !sock.owns_port() {
         return false;
     }
     let Some(peer) = engine.reg.as_ref().and_then(|r| r.peer(endpoint_of(qpn)).ok()) else { return false };
@@ -850,14 +1023,7 @@ mod tests {
         let tx_ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let gid = Gid::from_ip(tx_ip);
         let tx = NetSock::bind(tx_ip, 0, gid).unwrap();
-        let net = Net {
-            socks: vec![tx],
-            stats: NetStats::default(),
-            ud_responder: Mutex::new(None),
-            faults: Faults { on: std::sync::atomic::AtomicBool::new(false), inj: Mutex::new(None) },
-            rx: Mutex::new(()),
-            netns: 0,
-        };
+        let net = Net::new(vec![tx], Faults::none(), Instant::now());
         net.set_faults(FaultConfig { seed: 1, drop: 1.0, ..FaultConfig::NONE });
         assert!(net.faults.is_on());
         for _ in 0..5 {
@@ -867,7 +1033,7 @@ mod tests {
         assert!(!net.faults.is_on());
         net.send(&gid, rx_ip, &mut ud_packet(b"marker"));
         let stats = NetStats::default();
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let mut got = Vec::new();
         for _ in 0..10_000 {
             rx.receive(&stats, &mut buf, |_, p, _, _| got.push(p.payload().to_vec()));
@@ -912,7 +1078,7 @@ mod tests {
         tx.send_to(to, &mut good_again);
 
         let stats = NetStats::default();
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let mut got = Vec::new();
         // Loopback delivers at once; the socket is non-blocking, so keep reading until
         // the three good packets are in (bounded).
@@ -928,6 +1094,44 @@ mod tests {
         }
         assert_eq!(got, [b"hello".to_vec(), b"world".to_vec(), b"again".to_vec()]);
         assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+    }
+
+    /// More datagrams than one `recvmmsg` takes (`RX_BATCH`): every good packet is
+    /// delivered, in arrival order, across the batches; the corrupted ones among them are
+    /// dropped and counted, never delivered.
+    #[test]
+    fn receive_keeps_arrival_order_across_batches() {
+        let gid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
+        let rx = NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap();
+        let tx = NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap();
+        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), rx.port);
+        let (mut want, mut bad) = (Vec::new(), 0);
+        for i in 0..3 * RX_BATCH as u32 + 5 {
+            let mut p = ud_packet(&i.to_be_bytes());
+            if i % 7 == 3 {
+                assert!(tx.seal(to, &mut p));
+                let n = p.len();
+                p[n - 6] ^= 1; // a payload bit, after the ICRC
+                tx.sock.send_to(&p, to).unwrap();
+                bad += 1;
+            } else {
+                tx.send_to(to, &mut p);
+                want.push(i.to_be_bytes().to_vec());
+            }
+        }
+        let stats = NetStats::default();
+        let mut buf = RxBatch::new();
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            rx.receive(&stats, &mut buf, |_, p, _, _| got.push(p.payload().to_vec()));
+            if got.len() == want.len() && stats.bad_icrc.load(Ordering::Relaxed) == bad {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(got, want);
+        assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), bad);
         assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
     }
 
@@ -966,7 +1170,7 @@ mod tests {
         tx.sock.send_to(&bad, to).unwrap();
         tx.send_to(to, &mut ud_packet(b"six again"));
         let stats = NetStats::default();
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let mut got = Vec::new();
         for _ in 0..1000 {
             rx.receive(&stats, &mut buf, |_, p, _, id| {
@@ -1058,7 +1262,7 @@ mod tests {
         owner.sock.send_to(&good, SocketAddr::new(lo, owner.port)).unwrap();
 
         let (stats, owner_stats) = (NetStats::default(), NetStats::default());
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let (mut got, mut owner_got) = (Vec::new(), 0);
         for _ in 0..1000 {
             rx.receive(&stats, &mut buf, |from, p, _, id| got.push((from, id, p.payload().to_vec())));
@@ -1076,6 +1280,67 @@ mod tests {
         assert_eq!(stats.malformed.load(Ordering::Relaxed), 1, "the relay header from another port");
         assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 0);
         assert_eq!((owner_got, owner_stats.malformed.load(Ordering::Relaxed)), (0, 1), "the owner takes no relay");
+    }
+
+    /// Takeover: while the owner holds its port a non-owner's attempt fails and the next
+    /// is due a period later (at once after a peer died); once the port is free, of two
+    /// non-owners trying exactly one gets it (bind is atomic) and stops trying, while the
+    /// other keeps trying. The winner's new socket is an owner: it receives on the port (the
+    /// ICRC checked against it) and relays from it, and the loser's socket takes that relay
+    /// with the original source and ID. The winner keeps sending from its old socket.
+    #[test]
+    fn a_non_owner_takes_over_the_port_its_owner_closed_and_only_one_wins() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let gid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
+        let owner = NetSock::bind(lo, 0, gid).unwrap();
+        let port = owner.port;
+        let non_owner = || NetSock { owner_port: port, ..NetSock::bind(lo, 0, gid).unwrap() };
+        let t0 = Instant::now();
+        let (a, b) = (Net::new(vec![non_owner()], Faults::none(), t0), Net::new(vec![non_owner()], Faults::none(), t0));
+        let first = t0 + TAKEOVER_PERIOD;
+        assert_eq!(a.poll_timeout(), Some(first));
+        assert_eq!(a.take_over(first), [], "the owner holds the port");
+        assert_eq!(a.poll_timeout(), Some(first + TAKEOVER_PERIOD));
+        drop(owner);
+        assert_eq!(a.take_over(first), [], "not due: the next attempt is a period later");
+        assert!(a.rx_sock(1).is_none());
+        a.peer_died();
+        let now = Instant::now();
+        assert!(a.poll_timeout().is_some_and(|at| at <= now), "a peer died: an attempt is due at once");
+        // Both try; `a` first.
+        assert_eq!(a.take_over(now), [1]);
+        assert_eq!(b.take_over(first), [], "the port is a's now");
+        assert_eq!(a.poll_timeout(), None, "every port is a's: no more attempts");
+        assert_eq!(b.poll_timeout(), Some(first + TAKEOVER_PERIOD));
+        assert_eq!(a.take_over(first + 10 * TAKEOVER_PERIOD), []);
+        let new_owner = a.rx_sock(1).unwrap();
+        assert_eq!((new_owner.port, new_owner.owns_port(), new_owner.gid), (port, true, gid));
+        assert_eq!(a.sock_of(&gid).unwrap().port, a.socks()[0].port, "sends leave from the old socket");
+        assert_ne!(a.socks()[0].port, port);
+        assert!(a.rx_sock(2).is_none() && b.rx_sock(1).is_none());
+
+        let sender = NetSock::bind(lo, 0, gid).unwrap();
+        sender.send_to(SocketAddr::new(lo, port), &mut ud_packet(b"to the new owner"));
+        let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 67, 0, 2)), 49152);
+        let mut relayed = ud_packet(b"relayed by the new owner");
+        let n = relayed.len();
+        relayed[n - 4..].copy_from_slice(&[9, 9, 9, 9]); // not checked again by the loser
+        assert!(new_owner.relay_to(b.socks()[0].port, peer, 0x4321, &relayed));
+        let (owner_stats, stats) = (NetStats::default(), NetStats::default());
+        let mut buf = RxBatch::new();
+        let (mut owner_got, mut got) = (Vec::new(), Vec::new());
+        for _ in 0..1000 {
+            new_owner.receive(&owner_stats, &mut buf, |from, p, _, id| owner_got.push((from.port(), id, p.payload().to_vec())));
+            b.socks()[0].receive(&stats, &mut buf, |from, p, _, id| got.push((from, id, p.payload().to_vec())));
+            if owner_got.len() == 1 && got.len() == 1 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(owner_got, [(sender.port, 0, b"to the new owner".to_vec())]);
+        assert_eq!(owner_stats.bad_icrc.load(Ordering::Relaxed), 0);
+        assert_eq!(got, [(peer, 0x4321, b"relayed by the new owner".to_vec())]);
+        assert_eq!((stats.bad_relay.load(Ordering::Relaxed), stats.malformed.load(Ordering::Relaxed)), (0, 0));
     }
 
     /// RVERBS_PCAP records IPv6 datagrams (issue 12): what a socket sends and what it
@@ -1102,7 +1367,7 @@ mod tests {
         bad[13] ^= 4;
         tx.sock.send_to(&bad, to).unwrap(); // past the trace: only the receiver records it
         let stats = NetStats::default();
-        let mut buf = vec![0; 1 << 16];
+        let mut buf = RxBatch::new();
         let mut got = 0;
         for _ in 0..1000 {
             rx.receive(&stats, &mut buf, |_, _, _, _| got += 1);
