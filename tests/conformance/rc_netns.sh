@@ -7,13 +7,15 @@
 # lost (the protocol core's requester and responder, transport::net).
 #
 # Pairs: ibv_rc_pingpong -c at 1 B, 4 KiB and 64 KiB, polling and with -e, both
-# directions; ibv_uc_pingpong -c; one over IPv6 GIDs; perftest ib_write_bw, ib_read_bw,
-# ib_send_bw, ib_atomic_bw (fetch-and-add and compare-and-swap), ib_read_lat, ib_write_bw
-# -c UC; two rc_pingpong server processes behind one RoCEv2 port (the second reached
+# directions; ibv_uc_pingpong -c; ibv_srq_pingpong -c (16 QPs on one SRQ), polling and
+# -e; one over IPv6 GIDs; perftest ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw
+# (fetch-and-add and compare-and-swap), ib_read_lat, ib_write_bw -c UC, the bw and lat
+# tests with -a (2 B to 8 MiB), ib_atomic_lat; two rc_pingpong server processes behind one RoCEv2 port (the second reached
 # through the first's relay), over IPv4 and IPv6 GIDs; the port taken over by one of two
-# such processes when its owner exits, over IPv4 and IPv6 GIDs; and rc_pingpong -c through the
-# fault injector (RVERBS_FAULTS: drops, duplicates,
-# reordering and corruption on the client's packets) — reliable delivery must hide them.
+# such processes when its owner exits, over IPv4 and IPv6 GIDs; and rc_pingpong -c through
+# the fault injector (RVERBS_FAULTS on the client's packets: drop, duplicate, reorder,
+# corrupt at 1, 5 and 10 %, alone and together; WRITE and READ bandwidth at 5 % of all
+# four) — reliable delivery must hide them.
 # A pair passes when both sides exit 0 and print their result lines (ping-pongs: "<iters>
 # iters in", no invalid data with -c; perftest: a result row).
 #
@@ -127,6 +129,10 @@ for ev in "" -e; do
 done
 pair pingpong "rc -s 10000 -c, server in $B" "${ba[@]}" ibv_rc_pingpong -c -s 10000
 pair pingpong "uc -s 4096 -c, server in $A" "${ab[@]}" ibv_uc_pingpong -c -s 4096
+pair pingpong "uc -e -s 1 -c, server in $A" "${ab[@]}" ibv_uc_pingpong -e -c -s 1
+for ev in "" -e; do
+  pair pingpong "srq${ev:+ $ev} -s 4096 -c (16 QPs, one SRQ), server in $A" "${ab[@]}" ibv_srq_pingpong -c -s 4096 ${ev:+"$ev"}
+done
 pair pingpong "rc -s 4096 -c over IPv6 GIDs ($IP6_A, $IP6_B)" "$A" "$WORK/rt-a" "$IP6_A" "$B" "$WORK/rt-b" "$IP6_B" ibv_rc_pingpong -c -s 4096
 
 # No -m: perftest asks for the port's MTU (4096), which does not fit a 1500-byte link;
@@ -139,6 +145,11 @@ pair perftest "ib_read_lat -m 1024 -s 4096" "${ab[@]}" ib_read_lat -m 1024 -s 40
 pair perftest "ib_atomic_bw (fetch-and-add)" "${ab[@]}" ib_atomic_bw
 pair perftest "ib_atomic_bw -A CMP_AND_SWAP" "${ab[@]}" ib_atomic_bw -A CMP_AND_SWAP
 pair perftest "ib_write_bw -c UC -s 4096" "${ab[@]}" ib_write_bw -c UC -s 4096
+# -a: every size from 2 bytes to 8 MiB (one result row each).
+for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat; do
+  pair perftest "$t -a" "${ab[@]}" "$t" -a
+done
+pair perftest "ib_atomic_lat" "${ab[@]}" ib_atomic_lat
 
 # two_servers SERVER_IP CLIENT_IP: two ibv_rc_pingpong -c -s 4096 server processes in $A
 # behind one RoCEv2 port: the first owns SERVER_IP:4791, the second sends from a port of
@@ -265,8 +276,18 @@ takeover "$IP6_A" "$IP6_B" "over IPv6 GIDs ($IP6_A, $IP6_B)"
 
 # Loss, duplication, reordering and corruption of the client's packets: RC recovers
 # (NAK sequence error and go-back-N, duplicate detection, the retransmit timer).
-for spec in "seed=11,drop=5%" "seed=12,dup=5%,reorder=5%,reorder_by=1ms" "seed=13,corrupt=3%,drop=2%"; do
-  FAULTS=$spec pair pingpong "rc -s 4096 -c, client faults $spec" "${ab[@]}" ibv_rc_pingpong -c -s 4096
+# Each fault alone at 1, 5 and 10 %, then all four together, fixed seeds; the ping-pong's
+# -c checks every byte received, in order.
+for r in 1 5 10; do
+  for spec in "drop=$r%" "dup=$r%" "reorder=$r%,reorder_by=1ms" "corrupt=$r%" \
+              "drop=$r%,dup=$r%,reorder=$r%,reorder_by=1ms,corrupt=$r%"; do
+    FAULTS="seed=$r$((${#spec} % 10)),$spec" pair pingpong "rc -s 4096 -c, client faults $spec" "${ab[@]}" ibv_rc_pingpong -c -s 4096
+  done
+done
+# Multi-packet WRITEs and READs (64 packets a message) under all four faults at 5 %.
+for t in ib_write_bw ib_read_bw; do
+  FAULTS="seed=21,drop=5%,dup=5%,reorder=5%,reorder_by=1ms,corrupt=5%" \
+    pair perftest "$t -s 65536, client faults drop/dup/reorder/corrupt 5%" "${ab[@]}" "$t" -s 65536
 done
 
 echo "$passed passed, $failed failed"

@@ -152,30 +152,13 @@ two_servers
 # good ICRCs, and no bad one, from both IPs.
 trace_check() {
   local label=$1 sip=$2 cip=$3 filter=$4
-  local cap=$WORK/trace.pcap why=() n=0 bad
+  local cap=$WORK/trace.pcap why=()
   PCAP=$cap pair "ud -s 512 -c, traced${5:+, $5}" "$A" "$WORK/rt-a" "$sip" "$B" "$WORK/rt-b" "$cip" -c -s 512
   PCAP=
-  local noheur=(--disable-heuristic rpcrdma_infiniband --disable-heuristic iser_infiniband
-    --disable-heuristic smb_direct_infiniband --disable-heuristic sdp_infiniband
-    --disable-heuristic smcr_infiniband --disable-heuristic lnet_ib
-    --disable-heuristic fc_infiniband --disable-heuristic eth_over_ib --disable-heuristic nvme_rdma)
-  if ! command -v tshark >/dev/null; then
-    why+=("tshark not found (apt-get install tshark)")
-  else
-    n=$(tshark -r "$cap" -d udp.port==4791,infiniband "${noheur[@]}" -Y "$filter" 2>/dev/null | wc -l)
-    bad=$(tshark -r "$cap" -d udp.port==4791,infiniband "${noheur[@]}" -Y '_ws.malformed || _ws.expert.severity >= warning' 2>/dev/null | wc -l)
-    # Both processes record: the client's file holds its ITERS sends and ITERS receives
-    # (the server's end is traced by nobody: only the client has RVERBS_PCAP).
-    [ "$n" -ge $((2 * ITERS)) ] || why+=("tshark decoded $n RoCE packets ($filter), expected >= $((2 * ITERS))")
-    [ "$bad" = 0 ] || why+=("$bad malformed or warned packets")
-  fi
-  if ! cargo run -q --release -p rverbs-probe -- check-pcap "$cap" >"$WORK/icrc.log" 2>&1; then
-    why+=("ICRC check: $(tail -n 1 "$WORK/icrc.log")")
-  fi
-  # check-pcap counted the packets of both ends (by source address), none with a bad ICRC.
-  for ip in "$sip" "$cip"; do
-    grep -q "\"$ip\": ([1-9][0-9]*, 0)" "$WORK/icrc.log" || why+=("check-pcap counted no good ICRC from $ip (or a bad one)")
-  done
+  # Both processes record: the client's file holds its ITERS sends and ITERS receives
+  # (the server's end is traced by nobody: only the client has RVERBS_PCAP).
+  pcap_checks "$cap" "$filter" $((2 * ITERS)) "$WORK" "$sip" "$cip"
+  local n=$pcap_packets
   verdict "$label ($n packets; $(tail -n 1 "$WORK/icrc.log"))" "$WORK/icrc.log"
 }
 trace_check "RVERBS_PCAP of a ud -s 512 pair: tshark decodes it, every ICRC right" "$IP_A" "$IP_B" infiniband

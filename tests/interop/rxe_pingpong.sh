@@ -99,6 +99,21 @@ for s in 1 4096 65536; do
   pair "rc -s $s -c: rverbs server, rxe client" host ibv_rc_pingpong -c -s "$s"
   pair "rc -s $s -c: rxe server, rverbs client" guest ibv_rc_pingpong -c -s "$s"
 done
+pair "srq -s 4096 -c (16 QPs): rverbs server, rxe client" host ibv_srq_pingpong -c -s 4096
+pair "srq -s 4096 -c (16 QPs): rxe server, rverbs client" guest ibv_srq_pingpong -c -s 4096
+
+# RVERBS_PCAP of an rc -s 65536 pair (rverbs as client): tshark decodes rverbs' packets and
+# rxe's (non-zero IPv4 IDs, solved from the ICRC) as RoCE, every ICRC right.
+trace_check() {
+  local label="RVERBS_PCAP of rc -s 65536 against rxe: tshark decodes it, every ICRC right"
+  [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
+  local cap=$WORK/rxe.pcap why=()
+  RVERBS_PCAP=$cap pair "rc -s 65536 -c, traced: rxe server, rverbs client" guest ibv_rc_pingpong -c -s 65536
+  # Each of the ITERS messages each way is 64 packets and at least one ACK.
+  pcap_checks "$cap" infiniband $((2 * ITERS * 64)) "$WORK" "$HOST_IP" "$GUEST_IP"
+  verdict "$label ($pcap_packets packets; $(tail -n 1 "$WORK/icrc.log"))" "$WORK/icrc.log"
+}
+trace_check
 pair "rc -e -s 4096 -c: rverbs server, rxe client" host ibv_rc_pingpong -e -c -s 4096
 pair "uc -s 4096 -c: rverbs server, rxe client" host ibv_uc_pingpong -c -s 4096
 pair "uc -s 4096 -c: rxe server, rverbs client" guest ibv_uc_pingpong -c -s 4096
@@ -112,6 +127,8 @@ for where in host guest; do
     KIND=perftest pair "$t -s 65536: $who" "$where" "$t" -s 65536
   done
   KIND=perftest pair "ib_read_lat -s 4096: $who" "$where" ib_read_lat -m 1024 -s 4096
+  KIND=perftest pair "ib_write_lat -s 8: $who" "$where" ib_write_lat -s 8
+  KIND=perftest pair "ib_send_lat -s 8: $who" "$where" ib_send_lat -s 8
   KIND=perftest pair "ib_atomic_bw: $who" "$where" ib_atomic_bw -m 1024
   KIND=perftest pair "ib_atomic_bw -A CMP_AND_SWAP: $who" "$where" ib_atomic_bw -m 1024 -A CMP_AND_SWAP
 done
