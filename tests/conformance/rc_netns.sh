@@ -111,7 +111,15 @@ pair() {
   wait_listen "$sns" "$port"
   in_ns "$cns" "$crt" "$prog" -d rverbs0 "$gflag" "$cgid" "${extra[@]}" -n "$ITERS" -p "$port" "$@" "$sip" >"$clog" 2>&1 || crc=$?
   wait "$spid" || src=$?
-  if [ "$kind" = pingpong ]; then
+  if [ "$kind" = pingpong ] && [ -n "$FAULTS" ] && [ "$src" != 0 ] && [ "$crc" = 0 ] \
+     && grep -q "^$ITERS iters in" "$clog" && ! grep -q "invalid data" "$clog" \
+     && grep -q "transport retry counter exceeded" "$slog"; then
+    # The client received and checked all ITERS messages, so the server sent them all;
+    # what failed is the server's last SEND, whose ACK the client's injector lost just
+    # before the client exited (nobody is left to answer the retries: RETRY_EXC_ERR, as
+    # on any lossy network). Not a protocol failure; said in the verdict line.
+    label="$label (the server's last ACK was lost as the client exited)"
+  elif [ "$kind" = pingpong ]; then
     pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
   else
     perftest_checks "$src" "$crc" "$clog" "$ITERS"
@@ -145,9 +153,13 @@ pair perftest "ib_read_lat -m 1024 -s 4096" "${ab[@]}" ib_read_lat -m 1024 -s 40
 pair perftest "ib_atomic_bw (fetch-and-add)" "${ab[@]}" ib_atomic_bw
 pair perftest "ib_atomic_bw -A CMP_AND_SWAP" "${ab[@]}" ib_atomic_bw -A CMP_AND_SWAP
 pair perftest "ib_write_bw -c UC -s 4096" "${ab[@]}" ib_write_bw -c UC -s 4096
-# -a: every size from 2 bytes to 8 MiB (one result row each).
-for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat; do
+# -a: every size from 2 bytes to 8 MiB (one result row each); the latency tests with 50
+# iterations a size (an 8 MiB ping-pong is ~0.1 s a round trip here).
+for t in ib_write_bw ib_read_bw ib_send_bw; do
   pair perftest "$t -a" "${ab[@]}" "$t" -a
+done
+for t in ib_write_lat ib_read_lat ib_send_lat; do
+  ITERS=50 pair perftest "$t -a -n 50" "${ab[@]}" "$t" -a
 done
 pair perftest "ib_atomic_lat" "${ab[@]}" ib_atomic_lat
 

@@ -194,9 +194,18 @@ impl Requester {
                     }
                     Some(Syndrome::RnrNak { timer }) => self.rnr_retry(now, timer),
                     Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
-                        // A NAK implicitly acknowledges every earlier PSN.
+                        // A NAK implicitly acknowledges every earlier PSN. One that moves
+                        // `comp.psn` forward is progress: the retry budget counts
+                        // consecutive failures (§3.1), and the go-back-N it asks for starts
+                        // now rather than when the timer fires.
+                        // Deviation: rxe resets the counters (and `started_retry`) on ACKs
+                        // only, so a second loss before the next ACK waits for the
+                        // retransmit timer, and under steady loss a window of 64-packet
+                        // messages spends its `retry_cnt` on timeouts while the peer answers
+                        // (ARCHITECTURE.md §12).
                         if resp.psn.diff(self.comp_psn) > 0 {
                             self.comp_psn = resp.psn;
+                            self.reset_retry_counters();
                         }
                         self.error_retry(false);
                     }

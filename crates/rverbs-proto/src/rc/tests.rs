@@ -116,6 +116,44 @@ fn rc_psn_gap_in_multi_packet_send_resends_from_the_gap() {
     assert_eq!(p.target.recv_bufs[&1][..4 * MTU as usize], bytes(4 * MTU as usize, 9)[..]);
 }
 
+/// A second loss inside a go-back-N, before any ACK: the responder NAKs the new gap, and
+/// that NAK — which moves `comp.psn` forward — starts the next go-back-N at once instead
+/// of waiting for the retransmit timer (deviation from rxe, ARCHITECTURE.md §12), and it
+/// refills the retry budget, which counts consecutive failures only.
+#[test]
+fn rc_second_gap_before_any_ack_is_retried_on_its_nak_not_on_the_timer() {
+    let mut p = Pair::new(RequesterConfig { retry_cnt: 1, ..req_cfg() }, resp_cfg());
+    p.target.post_recv(1, 4096);
+    let id = p.post_send(bytes(8 * MTU as usize, 3));
+    // PSN 1 is lost the first time it is sent, PSN 5 the second time (inside the resend).
+    let mut seen = std::collections::HashMap::<u32, u32>::new();
+    p.fwd.filter = Some(Box::new(move |pkt| {
+        let psn = pkt.req.psn.get();
+        let n = seen.entry(psn).or_insert(0);
+        *n += 1;
+        if (psn == 1 && *n == 1) || (psn == 5 && *n == 2) {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.drive();
+    let naks: Vec<u32> = p
+        .responses
+        .iter()
+        .map(|(_, r)| r)
+        .filter(|r| r.syndrome == Some(Syndrome::Nak(NakCode::PsnSequenceError)))
+        .map(|r| r.psn.get())
+        .collect();
+    assert_eq!(naks, [1, 5]);
+    // Every packet went out before a single ACK timeout elapsed: no timer retry.
+    let last = p.sent.last().expect("sent").0;
+    assert!(last - p.t0 < ack_timeout(10).unwrap(), "a retransmission waited for the timer");
+    // With retry_cnt 1, two NAK-driven retries succeed because the first NAK was progress.
+    assert_all_success(&p, &[id]);
+    assert_eq!(p.target.recv_bufs[&1][..8 * MTU as usize], bytes(8 * MTU as usize, 3)[..]);
+}
+
 #[test]
 fn rc_duplicate_send_and_write_are_reacked_not_reexecuted() {
     let mut p = pair();
