@@ -15,32 +15,16 @@ cd "$(dirname "$0")/../.."
 N=${BENCH_ITERS:-20000}
 A=rvb-a B=rvb-b IP_A=10.68.0.1 IP_B=10.68.0.2
 DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
+# shellcheck source=tests/conformance/lib/netns.bash
+source tests/conformance/lib/netns.bash
 WORK=$(mktemp -d /tmp/net-bench.XXXXXX)
 cleanup() {
-  ip netns del "$A" 2>/dev/null || true
-  ip netns del "$B" 2>/dev/null || true
+  netns_del "$A" "$B"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-cleanup
-ip netns add "$A"
-ip netns add "$B"
-ip link add rvb-a0 type veth peer name rvb-b0
-ip link set rvb-a0 netns "$A"
-ip link set rvb-b0 netns "$B"
-ip -n "$A" addr add "$IP_A/24" dev rvb-a0
-ip -n "$B" addr add "$IP_B/24" dev rvb-b0
-for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
-ip -n "$A" link set rvb-a0 mtu 1500 up
-ip -n "$B" link set rvb-b0 mtu 1500 up
+netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B"
 mkdir -p "$WORK/rt-a" "$WORK/rt-b"
-
-wait_listen() {
-  for _ in $(seq 200); do
-    ip netns exec "$1" ss -ltn "sport = :$2" | grep -q LISTEN && return 0
-    sleep 0.05
-  done
-}
 
 port=19100
 # perftest PROG ARGS...: server in A, client in B; prints the client's result row.

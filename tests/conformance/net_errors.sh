@@ -29,29 +29,19 @@ if [ "$(id -u)" != 0 ]; then
 fi
 "$PY" -c 'import pyverbs' 2>/dev/null || { echo "net_errors.sh: no pyverbs (apt-get install python3-pyverbs)" >&2; exit 2; }
 DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
+# shellcheck source=tests/conformance/lib/netns.bash
+source tests/conformance/lib/netns.bash
 
 WORK=$(mktemp -d /tmp/net-errors.XXXXXX)
 cleanup() {
-  ip netns del "$A" 2>/dev/null || true
-  ip netns del "$B" 2>/dev/null || true
+  netns_del "$A" "$B"
   if [ -n "${NET_ERRORS_KEEP:-}" ]; then echo "net_errors.sh: logs kept in $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 cleanup
 mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 
-ip netns add "$A"
-ip netns add "$B"
-ip link add rve-a0 type veth peer name rve-b0
-ip link set rve-a0 netns "$A"
-ip link set rve-b0 netns "$B"
-ip -n "$A" addr add "$IP_A/24" dev rve-a0
-ip -n "$B" addr add "$IP_B/24" dev rve-b0
-for ns in "$A" "$B"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$A" link set rve-a0 mtu 1500 up
-ip -n "$B" link set rve-b0 mtu 1500 up
+netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B"
 
 # in_ns NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as its own host, with the
 # network transport's diagnostics on stderr.

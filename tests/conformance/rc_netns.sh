@@ -39,33 +39,21 @@ for p in ibv_rc_pingpong ibv_uc_pingpong ib_write_bw ib_read_bw ib_send_bw ib_at
   command -v "$p" >/dev/null || { echo "rc_netns.sh: $p not found (apt-get install ibverbs-utils perftest)" >&2; exit 2; }
 done
 DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
+# shellcheck source=tests/conformance/lib/netns.bash
+source tests/conformance/lib/netns.bash
 # shellcheck source=lib/verdict.bash
 source tests/conformance/lib/verdict.bash
 
 WORK=$(mktemp -d /tmp/rc-netns.XXXXXX)
 cleanup() {
-  ip netns del "$A" 2>/dev/null || true
-  ip netns del "$B" 2>/dev/null || true
+  netns_del "$A" "$B"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 cleanup
 mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 
-ip netns add "$A"
-ip netns add "$B"
-ip link add rvr-a0 type veth peer name rvr-b0
-ip link set rvr-a0 netns "$A"
-ip link set rvr-b0 netns "$B"
-ip -n "$A" addr add "$IP_A/24" dev rvr-a0
-ip -n "$B" addr add "$IP_B/24" dev rvr-b0
-ip -n "$A" addr add "$IP6_A/64" dev rvr-a0 nodad
-ip -n "$B" addr add "$IP6_B/64" dev rvr-b0 nodad
-for ns in "$A" "$B"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$A" link set rvr-a0 mtu 1500 up
-ip -n "$B" link set rvr-b0 mtu 1500 up
+netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B" "$IP6_A" "$IP6_B"
 
 # in_ns NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as its own host (with
 # RVERBS_FAULTS=$FAULTS when FAULTS is set).
@@ -82,13 +70,6 @@ gid_index() {
   local gid=$3
   [[ $gid == *:* ]] || gid=::ffff:$gid
   in_ns "$1" "$2" ibv_devinfo -v | grep -E "[[:space:]]$gid," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
-}
-
-wait_listen() {
-  for _ in $(seq 200); do
-    ip netns exec "$1" ss -ltn "sport = :$2" | grep -q LISTEN && return 0
-    sleep 0.05
-  done
 }
 
 passed=0 failed=0 port=18800

@@ -28,33 +28,21 @@ if [ "$(id -u)" != 0 ]; then
 fi
 command -v ibv_ud_pingpong >/dev/null || { echo "udp_netns.sh: ibv_ud_pingpong not found (apt-get install ibverbs-utils)" >&2; exit 2; }
 DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
+# shellcheck source=tests/conformance/lib/netns.bash
+source tests/conformance/lib/netns.bash
 # shellcheck source=lib/verdict.bash
 source tests/conformance/lib/verdict.bash
 
 WORK=$(mktemp -d /tmp/udp-netns.XXXXXX)
 cleanup() {
-  ip netns del "$A" 2>/dev/null || true
-  ip netns del "$B" 2>/dev/null || true
+  netns_del "$A" "$B"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 cleanup
 mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 
-ip netns add "$A"
-ip netns add "$B"
-ip link add rvu-a0 type veth peer name rvu-b0
-ip link set rvu-a0 netns "$A"
-ip link set rvu-b0 netns "$B"
-ip -n "$A" addr add "$IP_A/24" dev rvu-a0
-ip -n "$B" addr add "$IP_B/24" dev rvu-b0
-ip -n "$A" addr add "$IP6_A/64" dev rvu-a0 nodad
-ip -n "$B" addr add "$IP6_B/64" dev rvu-b0 nodad
-for ns in "$A" "$B"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$A" link set rvu-a0 mtu 9000 up
-ip -n "$B" link set rvu-b0 mtu 9000 up
+netns_pair "$A" "$B" 9000 "$IP_A" "$IP_B" "$IP6_A" "$IP6_B"
 
 # in NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as its own host (with
 # RVERBS_PCAP=$PCAP when PCAP is set).
@@ -88,10 +76,7 @@ pair() {
   PCAP= FAULTS= in_ns "$sns" "$srt" ibv_ud_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
   local spid=$!
   # The server listens on its TCP port before the client may connect.
-  for _ in $(seq 200); do
-    ip netns exec "$sns" ss -ltn "sport = :$port" | grep -q LISTEN && break
-    sleep 0.05
-  done
+  wait_listen "$sns" "$port"
   in_ns "$cns" "$crt" ibv_ud_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$port" "$@" "$sip" >"$clog" 2>&1 || crc=$?
   wait "$spid" || src=$?
   pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
@@ -117,18 +102,12 @@ two_servers() {
   port=$p2
   gid_a=$(gid_index "$A" "$WORK/rt-a" "$IP_A")
   gid_b=$(gid_index "$B" "$WORK/rt-b" "$IP_B")
-  wait_port() {
-    for _ in $(seq 200); do
-      ip netns exec "$A" ss -ltn "sport = :$1" | grep -q LISTEN && return 0
-      sleep 0.05
-    done
-  }
   in_ns "$A" "$WORK/rt-a" ibv_ud_pingpong -d rverbs0 -g "$gid_a" -n "$ITERS" -p "$p1" -c -s 1024 >"$l1" 2>&1 &
   pid1=$!
-  wait_port "$p1"
+  wait_listen "$A" "$p1"
   in_ns "$A" "$WORK/rt-a" ibv_ud_pingpong -d rverbs0 -g "$gid_a" -n "$ITERS" -p "$p2" -c -s 1024 >"$l2" 2>&1 &
   pid2=$!
-  wait_port "$p2"
+  wait_listen "$A" "$p2"
   in_ns "$B" "$WORK/rt-b" ibv_ud_pingpong -d rverbs0 -g "$gid_b" -n "$ITERS" -p "$p2" -c -s 1024 "$IP_A" >"$c2" 2>&1 || rc2=$?
   wait "$pid2" || r2=$?
   in_ns "$B" "$WORK/rt-b" ibv_ud_pingpong -d rverbs0 -g "$gid_b" -n "$ITERS" -p "$p1" -c -s 1024 "$IP_A" >"$c1" 2>&1 || rc1=$?
@@ -177,10 +156,7 @@ corrupt_check() {
   port=$((port + 1))
   TIMEOUT=6 LOGF=rverbs::transport::udp=debug in_ns "$A" "$WORK/rt-a" ibv_ud_pingpong -d rverbs0 -g "$sgid" -n 5 -p "$port" -s 64 >"$slog" 2>&1 &
   local spid=$!
-  for _ in $(seq 200); do
-    ip netns exec "$A" ss -ltn "sport = :$port" | grep -q LISTEN && break
-    sleep 0.05
-  done
+  wait_listen "$A" "$port"
   TIMEOUT=4 FAULTS="seed=3,corrupt=100%" in_ns "$B" "$WORK/rt-b" ibv_ud_pingpong -d rverbs0 -g "$cgid" -n 5 -p "$port" -s 64 "$IP_A" >"$clog" 2>&1 || true
   wait "$spid" || true
   drops=$(grep -c "dropped: bad ICRC" "$slog" || true)
