@@ -6,6 +6,8 @@
 #   rverbs: ib_send_lat / ib_write_lat -s 8 (perftest, path MTU 1024), ib_write_bw and
 #           ib_send_bw -s 65536, on the drop-in libibverbs.so.1 in each namespace.
 #   UCX:    ucx_perftest tag_lat -s 8, tag_bw -s 65536 over tcp.
+#   UDP:    scripts/bench/udp_probe.c: 8-byte ping-pongs, and sendmmsg of RoCEv2-sized
+#           datagrams (the floor a UDP transport stands on).
 #
 # Prints one line per measurement. Needs root (netns). Not a test: numbers go to
 # BENCHMARKS.md with the command that produced them.
@@ -56,11 +58,30 @@ ucx() {
   printf 'ucx-tcp %-11s -s %-19s %s\n' "$t" "$s" "$(grep -E '^Final:' "$WORK/uc.log" | tr -s ' ')"
 }
 
+# udp LAT|BW: raw UDP on the same link (scripts/bench/udp_probe.c): 8-byte ping-pongs, and
+# sendmmsg of 1052-byte datagrams (a RoCEv2 MIDDLE packet at MTU 1024: BTH, payload, ICRC).
+gcc -O2 -o "$WORK/udp_probe" scripts/bench/udp_probe.c
+udp() {
+  port=$((port + 1))
+  ip netns exec "$A" timeout 120 "$WORK/udp_probe" server "$port" &
+  local spid=$!
+  sleep 0.2   # a UDP server has no listen state to wait for; the client retries nothing
+  if [ "$1" = lat ]; then
+    ip netns exec "$B" timeout 120 "$WORK/udp_probe" lat "$IP_A" "$port" "$N" || true
+  else
+    ip netns exec "$B" timeout 120 "$WORK/udp_probe" bw "$IP_A" "$port" 200000 1052 || true
+  fi
+  kill "$spid" 2>/dev/null || true
+  wait "$spid" 2>/dev/null || true
+}
+
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) N=$N"
 perftest ib_send_lat -s 8 -n "$N"
 perftest ib_write_lat -s 8 -n "$N"
 perftest ib_send_lat -s 8 -n "$N" -e
 ucx tag_lat 8
+udp lat
 perftest ib_write_bw -s 65536 -n 5000
 perftest ib_send_bw -s 65536 -n 5000
 ucx tag_bw 65536
+udp bw
