@@ -357,12 +357,7 @@ fn violation<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, v: Violation, recv: 
         if v.responder_fatal() {
             // IBTA: a responder error no receive completion reports is raised as an
             // asynchronous event (rxe raises none; hardware does).
-            let event = (!held).then_some(match v {
-                Violation::RkeyUnknown | Violation::RkeyWrongPd | Violation::RkeyBounds | Violation::RkeyAccess => {
-                    EventType::QpAccessErr
-                }
-                _ => EventType::QpReqErr,
-            });
+            let event = (!held).then_some(responder_event(v));
             t.enter_error(event);
         }
         Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, nak_status, v.vendor_err()))
@@ -371,6 +366,17 @@ fn violation<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, v: Violation, recv: 
             t.enter_error(None);
         }
         Exec::Done(sent(qp, wqe))
+    }
+}
+
+/// The asynchronous event of a responder error no receive completion reports (IBTA):
+/// QP_ACCESS_ERR for an rkey fault, QP_REQ_ERR for the rest.
+pub(crate) fn responder_event(v: Violation) -> EventType {
+    match v {
+        Violation::RkeyUnknown | Violation::RkeyWrongPd | Violation::RkeyBounds | Violation::RkeyAccess => {
+            EventType::QpAccessErr
+        }
+        _ => EventType::QpReqErr,
     }
 }
 

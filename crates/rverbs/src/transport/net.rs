@@ -41,13 +41,12 @@ use rverbs_proto::psn::Psn;
 use rverbs_proto::rc::{self, Mode, Request, Requester, RequesterConfig, Responder, Response};
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpType, SendFlags, WcStatus, WrOpcode};
-use rverbs_proto::violation::Violation;
 use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::Transport;
 
-use super::host::{core_wqe, recv_cqe, sent};
+use super::host::{core_wqe, recv_cqe, responder_event, sent};
 use super::respond::Responding;
-use super::route::{accepts_requests, responder_config};
+use super::route::{accepts_requests, connected_mode, responder_config};
 use super::target::{LocalTarget, Target};
 use super::udp::Net;
 use crate::engine::Engine;
@@ -82,9 +81,8 @@ pub(crate) struct NetRequester {
 impl NetRequester {
     fn new(qp: &QpInner, sq: &SendQueue) -> NetRequester {
         let r = &sq.req;
-        let mode = if qp.qp_type == QpType::Uc { Mode::Uc } else { Mode::Rc };
         let cfg = RequesterConfig {
-            mode,
+            mode: connected_mode(qp.qp_type),
             qpn: qp.qpn,
             mtu: r.mtu,
             sq_psn: Psn::new(r.sq_psn),
@@ -171,8 +169,7 @@ fn hand_over(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> 
         let op = w.opcode();
         // LOC_PROT_ERR is decided before anything is sent (ibv_poll_cq(3)).
         let fault = if op.carries_payload() && w.inline_len.is_none() {
-            let own = KeySpace::local(qp.pd.endpoint());
-            mr::pin_sges(&own, qp.pd.id, sges, Access::empty(), w.total_len).err()
+            pin_own(qp, sges, Access::empty(), w.total_len).err()
         } else {
             None
         };
@@ -200,6 +197,12 @@ fn hand_over(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> 
         conn.handed += 1;
     }
     true
+}
+
+/// Pins the first `need` bytes of `qp`'s own scatter list `sges` for `access` (its PD, its
+/// process's keys).
+fn pin_own<'a>(qp: &'a QpInner, sges: &[crate::mr::Sge], access: Access, need: u64) -> Result<mr::PinList<'a>, mr::Fault> {
+    mr::pin_sges(&KeySpace::local(qp.pd.endpoint()), qp.pd.id, sges, access, need)
 }
 
 /// Request packets sent with one system call, at most.
@@ -242,8 +245,7 @@ fn build(qp: &QpInner, sq: &SendQueue, conn: &mut NetRequester, r: &Request) {
                 true
             }
             Some((w, sges, _)) => {
-                let own = KeySpace::local(qp.pd.endpoint());
-                mr::pin_sges(&own, qp.pd.id, sges, Access::empty(), w.total_len)
+                pin_own(qp, sges, Access::empty(), w.total_len)
                     .ok()
                     .is_some_and(|list| mr::gather_at(&list, r.payload_offset as usize, payload).is_ok())
             }
@@ -277,8 +279,7 @@ fn retire(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> Ret
         };
         if let Some(original) = c.atomic_original {
             // ibv_post_send(3): the original value lands in the local buffer (LOCAL_WRITE).
-            let own = KeySpace::local(qp.pd.endpoint());
-            let stored = mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, 8)
+            let stored = pin_own(qp, sges, Access::LOCAL_WRITE, 8)
                 .ok()
                 .is_some_and(|l| mr::copy_message(&l, 0, mr::Source::Bytes(&original.to_ne_bytes())).is_ok());
             if !stored {
@@ -315,8 +316,7 @@ pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr,
         if let Some(pl) = conn.req.handle_response(now, &r) {
             let idx = pl.wqe_id.wrapping_sub(conn.base) as usize;
             let placed = sq.nth(idx).is_some_and(|(w, sges, _)| {
-                let own = KeySpace::local(qp.pd.endpoint());
-                mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, w.total_len).ok().is_some_and(|l| {
+                pin_own(&qp, sges, Access::LOCAL_WRITE, w.total_len).ok().is_some_and(|l| {
                     let n = (pl.len as usize).min(payload.len());
                     mr::copy_message(&l, pl.offset as usize, mr::Source::Bytes(&payload[..n])).is_ok()
                 })
@@ -330,13 +330,6 @@ pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr,
     }
     qp.kick();
     true
-}
-
-/// What the receive path must do once the responder's lock is released.
-#[derive(Default)]
-struct After {
-    /// Move the QP to ERR, raising this event if any.
-    error: Option<Option<EventType>>,
 }
 
 /// A request (RC/UC) from the network for QP `qpn` of this process, from `src`, which
@@ -364,12 +357,14 @@ pub(crate) fn handle_request(
     let t = LocalTarget::of(qp.clone());
     t.note_inbound();
     let now = Instant::now();
-    let mode = if want == QpType::Uc { Mode::Uc } else { Mode::Rc };
+    let mode = connected_mode(want);
     let dest_qpn = qp.rec.dest_qpn.load(Ordering::Acquire);
     // The responder's MTU is the requester's: the path MTU, within the port's and the link's.
     let link_mtu = net.sock_of(local).map_or(u32::MAX, |s| s.link_mtu);
     let mtu = qp.rec.path_mtu.load(Ordering::Acquire).min(crate::limits::ACTIVE_MTU.bytes()).min(link_mtu);
-    let mut after = After::default();
+    // Whether to move the QP to ERR (raising this event, if any) once the responder's lock
+    // is released: the flush that follows takes that lock.
+    let mut fail: Option<Option<EventType>> = None;
     {
         let mut guard = qp.net_resp.lock().expect("net responder");
         let nr = &mut *guard;
@@ -403,13 +398,8 @@ pub(crate) fn handle_request(
             if v.responder_fatal() && (mode == Mode::Rc || d.recv.is_some()) {
                 // IBTA: a responder error no receive completion reports is raised as an
                 // asynchronous event (as the same-host path does).
-                let event = (d.recv.is_none() && mode == Mode::Rc).then_some(match v {
-                    Violation::RkeyUnknown | Violation::RkeyWrongPd | Violation::RkeyBounds | Violation::RkeyAccess => {
-                        EventType::QpAccessErr
-                    }
-                    _ => EventType::QpReqErr,
-                });
-                after.error = Some(event);
+                let event = (d.recv.is_none() && mode == Mode::Rc).then_some(responder_event(v));
+                fail = Some(event);
             }
         } else if d.executed {
             let placed = d.place.map_or(Ok(()), |place| at.place_packet(place, payload));
@@ -421,7 +411,7 @@ pub(crate) fn handle_request(
                     if let Some(r) = at.recv.take() {
                         let _ = t.complete(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()));
                     }
-                    after.error = Some(Some(EventType::QpAccessErr));
+                    fail = Some(Some(EventType::QpAccessErr));
                 }
                 // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
                 // completes in error, the responder enters ERR below.
@@ -433,8 +423,8 @@ pub(crate) fn handle_request(
                 (Ok(()), None) => {}
             }
         }
-        if machine.state() == rc::ResponderState::Error && after.error.is_none() {
-            after.error = Some(None);
+        if machine.state() == rc::ResponderState::Error && fail.is_none() {
+            fail = Some(None);
         }
         // The receive WQE stays taken while its message goes on (or, UC, while the core
         // keeps it for the next message); one that completed is gone.
@@ -467,11 +457,11 @@ pub(crate) fn handle_request(
                 if let Some(m) = nr.machine.as_mut() {
                     m.enter_error();
                 }
-                after.error = Some(Some(EventType::QpFatal));
+                fail = Some(Some(EventType::QpFatal));
             }
         }
     }
-    if let Some(event) = after.error {
+    if let Some(event) = fail {
         t.enter_error(event);
     }
     true
