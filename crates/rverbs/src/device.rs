@@ -566,7 +566,7 @@ impl crate::qp1::Qp1 {
     /// (its FIFO exists).
     pub fn open() -> Result<crate::qp1::Qp1> {
         let dev = device();
-        crate::qp1::Qp1::open_in(dev.reg.as_ref(), &dev.dir)
+        crate::qp1::Qp1::open_in(dev.reg.as_ref(), &dev.dir, dev.net.as_ref())
     }
 }
 

@@ -12,12 +12,18 @@
 //! communication ID (every later message).
 //!
 //! Same-host transport: an endpoint's QP1 receive queue is the FIFO `qp1` in its
-//! directory; a record is the sender's endpoint number followed by the MAD, written whole
-//! (shorter than `PIPE_BUF`, so concurrent senders never interleave). Delivery between
-//! live endpoints is reliable and ordered per sender, so the CM never needs its
-//! retransmission timer on this host (it keeps its response timeouts). A peer's death is
-//! observable through [`Qp1::watch`].
+//! directory; a record is the sender (an endpoint number, or the addresses of another
+//! host) followed by the MAD, written whole (shorter than `PIPE_BUF`, so concurrent
+//! senders never interleave). Delivery between live endpoints is reliable and ordered per
+//! sender, so the CM never needs its retransmission timer on this host (it keeps its
+//! response timeouts). A peer's death is observable through [`Qp1::watch`].
+//!
+//! Other hosts: a MAD to QP1 of another host is a RoCEv2 UD packet to its port 4791
+//! ([`Qp1::send_to`]); the owner of this host's port 4791 puts what arrives for QP1 into
+//! the FIFO of the endpoint it is for (`transport::gsi`: answers by the communication ID
+//! they name, requests to the GSI dispatcher, which [`Qp1::forward`]s them).
 
+use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
@@ -27,21 +33,18 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::shm::fifo::{self, Fifo};
 use crate::shm::registry::Registry;
+use crate::transport::gsi::{self, RECORD_LEN};
+use crate::transport::udp::Net;
 
-/// Bytes of a MAD (IBTA Vol 1 §13.4.2).
-pub const MAD_LEN: usize = 256;
+pub use crate::transport::gsi::{MadPeer, GSI_QKEY, GSI_QPN, MAD_LEN};
 
-/// Name of the QP1 receive FIFO in an endpoint directory.
-const FIFO_NAME: &str = "qp1";
-
-/// Bytes of a record in the FIFO: sender endpoint (u32, native order), 4 reserved, MAD.
-const RECORD_LEN: usize = 8 + MAD_LEN;
+use crate::transport::gsi::FIFO_NAME;
 
 /// A received management datagram.
 #[derive(Clone)]
 pub struct Mad {
-    /// The endpoint (process) of this host that sent it.
-    pub from: u32,
+    /// Whoever sent it: an endpoint (process) of this host, or QP1 of another host.
+    pub from: MadPeer,
     /// The datagram.
     pub bytes: [u8; MAD_LEN],
 }
@@ -53,12 +56,15 @@ impl std::fmt::Debug for Mad {
 }
 
 /// This process's QP1: receives the MADs peers address to this endpoint and sends MADs
-/// to any endpoint of the host. One per process (the receive FIFO has one reader).
+/// to any endpoint of the host, or to QP1 of another host over the network transport.
+/// One per process (the receive FIFO has one reader).
 pub struct Qp1 {
     /// The device's endpoint registry (`None`: no host-wide endpoint, only this process).
     reg: Option<&'static Registry>,
     /// The endpoint directory, where the receive FIFO is.
     dir: &'static Path,
+    /// The network transport (`None`: no other host is reachable).
+    net: Option<&'static Net>,
     ep: u32,
     fifo: Fifo,
 }
@@ -71,9 +77,9 @@ impl std::fmt::Debug for Qp1 {
 
 impl Qp1 {
     /// Opens the QP1 of the endpoint `reg` (none: a private device) whose directory is
-    /// `dir` ([`Qp1::open`] opens the device's). Fails with `EBUSY` if it is already open
-    /// in this process (its FIFO exists).
-    pub(crate) fn open_in(reg: Option<&'static Registry>, dir: &'static Path) -> Result<Qp1> {
+    /// `dir`, reaching other hosts through `net` ([`Qp1::open`] opens the device's).
+    /// Fails with `EBUSY` if it is already open in this process (its FIFO exists).
+    pub(crate) fn open_in(reg: Option<&'static Registry>, dir: &'static Path, net: Option<&'static Net>) -> Result<Qp1> {
         let ep = reg.map_or(0, |r| r.ep);
         let path = dir.join(FIFO_NAME);
         let fifo = match Fifo::create(&path) {
@@ -84,7 +90,7 @@ impl Qp1 {
             Err(e) => return Err(e),
         };
         rustix::io::ioctl_fionbio(fifo.fd(), true)?;
-        Ok(Qp1 { reg, dir, ep, fifo })
+        Ok(Qp1 { reg, dir, net, ep, fifo })
     }
 
     /// This process's endpoint number (the top 8 bits of its QPNs).
@@ -118,9 +124,7 @@ impl Qp1 {
             Err(Error::WouldBlock) => return Ok(None),
             Err(e) => return Err(e),
         }
-        let from = u32::from_ne_bytes(rec[..4].try_into().expect("4 bytes"));
-        let mut bytes = [0u8; MAD_LEN];
-        bytes.copy_from_slice(&rec[8..]);
+        let (from, bytes) = gsi::parse_record(&rec);
         Ok(Some(Mad { from, bytes }))
     }
 
@@ -128,17 +132,48 @@ impl Qp1 {
     /// `EHOSTUNREACH` if that endpoint is not alive or has no QP1 open, and with `EAGAIN`
     /// if its queue is full.
     pub fn send(&self, to: u32, mad: &[u8; MAD_LEN]) -> Result<()> {
-        let mut rec = [0u8; RECORD_LEN];
-        rec[..4].copy_from_slice(&self.ep.to_ne_bytes());
-        rec[8..].copy_from_slice(mad);
-        if to == self.ep {
-            return write_record(self.fifo_writer_self().as_fd(), &rec);
+        self.write_to(to, &gsi::record(MadPeer::Endpoint(self.ep), mad))
+    }
+
+    /// Sends `mad` to `to`: an endpoint of this host as [`Qp1::send`] does, or QP1 of
+    /// another host as one RoCEv2 UD packet (P_Key 0xFFFF, Q_Key [`GSI_QKEY`], from QP 1)
+    /// from this host's address `local` to `peer:4791`. The network may lose it; fails
+    /// with `EHOSTUNREACH` if the network transport does not serve `local`.
+    pub fn send_to(&self, to: MadPeer, mad: &[u8; MAD_LEN]) -> Result<()> {
+        match to {
+            MadPeer::Endpoint(ep) => self.send(ep, mad),
+            MadPeer::Remote { peer, local } => {
+                let net = self.net.ok_or_else(unreachable)?;
+                gsi::send(net, local, peer, mad).map_err(Error::Os)
+            }
         }
-        let unreachable = || Error::Os(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH));
+    }
+
+    /// Hands `mad`, received from another host, on to endpoint `ep` with its origin, as
+    /// if the network had delivered it there: the GSI dispatcher (`transport::gsi`) does
+    /// this for requests whose service another endpoint of the host provides.
+    pub fn forward(&self, ep: u32, mad: &Mad) -> Result<()> {
+        self.write_to(ep, &gsi::record(mad.from, &mad.bytes))
+    }
+
+    /// The largest path MTU (bytes) a connection from this host's address `local` to
+    /// another host can use: the IB MTU that fits the link of `local` (as rxe derives a
+    /// port's active MTU from its netdev), 4096 where the network transport does not
+    /// serve `local`.
+    pub fn link_mtu(&self, local: IpAddr) -> u32 {
+        self.net
+            .and_then(|n| n.sock_of(&crate::gid::Gid::from_ip(local)))
+            .map_or(crate::limits::ACTIVE_MTU.bytes(), |s| s.link_mtu)
+    }
+
+    fn write_to(&self, to: u32, rec: &[u8; RECORD_LEN]) -> Result<()> {
+        if to == self.ep {
+            return write_record(self.fifo_writer_self().as_fd(), rec);
+        }
         let reg = self.reg.ok_or_else(unreachable)?;
         let peer = reg.peer(to).map_err(|_| unreachable())?;
         let w = peer.writer(FIFO_NAME).map_err(|_| unreachable())?;
-        write_record(w.as_fd(), &rec)
+        write_record(w.as_fd(), rec)
     }
 
     fn fifo_writer_self(&self) -> OwnedFd {
@@ -154,10 +189,8 @@ impl Qp1 {
         if ep == self.ep {
             return Err(Error::invalid("watch endpoint", Rule::OwnEndpoint { ep }));
         }
-        let reg = self
-            .reg
-            .ok_or(Error::Os(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH)))?;
-        let peer = reg.peer(ep).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH)))?;
+        let reg = self.reg.ok_or_else(unreachable)?;
+        let peer = reg.peer(ep).map_err(|_| unreachable())?;
         Ok(rustix::io::fcntl_dupfd_cloexec(peer.pidfd(), 0)?)
     }
 
@@ -169,6 +202,10 @@ impl Qp1 {
         let reg = self.reg?;
         reg.peer(ep).ok().filter(|p| p.is_alive()).map(|p| p.pid)
     }
+}
+
+fn unreachable() -> Error {
+    Error::Os(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH))
 }
 
 fn write_record(fd: BorrowedFd<'_>, rec: &[u8]) -> Result<()> {
@@ -203,7 +240,7 @@ mod tests {
         m[255] = 0xee;
         q.send(q.endpoint(), &m).unwrap();
         let got = q.recv().unwrap().expect("queued");
-        assert_eq!(got.from, q.endpoint());
+        assert_eq!(got.from, MadPeer::Endpoint(q.endpoint()));
         assert_eq!(got.bytes, m);
         assert!(q.recv().unwrap().is_none());
         assert_eq!(q.owner_pid(q.endpoint()), Some(std::process::id() as i32));

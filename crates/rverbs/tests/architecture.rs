@@ -30,7 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The engine that executes work requests.
     ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::batch", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress"]),
     // Transports: how a request reaches its responder.
-    ("transports", &["transport", "transport::grh", "transport::local", "transport::net", "transport::host", "transport::respond", "transport::route", "transport::udp", "transport::target", "mcast", "qp1"]),
+    ("transports", &["transport", "transport::grh", "transport::gsi", "transport::local", "transport::net", "transport::host", "transport::respond", "transport::route", "transport::udp", "transport::target", "mcast", "qp1"]),
     // The public verbs objects.
     ("verbs", &["device", "context", "pd", "ah", "xrcd"]),
 ];

@@ -117,3 +117,67 @@ cm_wait_mcast() {
   echo "cm_wait_mcast: no live member of $group in $(cm_runtime_dir)/mcast after ${timeout} s" >&2
   return 1
 }
+
+# cm_pair LABEL SPACE (for scripts that also source lib/pairs.bash, which provides the
+# work directory, linebuf, exit_text and report_pair): runs scmd[] in the background,
+# waits until it listens on $port in port space SPACE (or, when ready[] is set, until
+# the command ready[] succeeds), runs each of the client commands ccmds[] (one per
+# element, a string split on spaces) in turn, then waits for the server (or, with
+# keep_server=1, kills it once the clients are done). Sets why[]. The server runs under
+# the command prefix server_prefix[] and the clients under client_prefix[] (both empty
+# unless the script sets them: e.g. `ip netns exec NS env RVERBS_RUNTIME_DIR=...` to run
+# them as two hosts).
+ready=()
+server_prefix=()
+client_prefix=()
+cm_pair() {
+  local label=$1 space=$2 src=0 crc i
+  local wait=(cm_wait_listen "$space" "$port" 10)
+  [ ${#ready[@]} -eq 0 ] || wait=("${ready[@]}")
+  ready=()
+  [[ -z $FILTER || $label =~ $FILTER ]] || return 0
+  n=$((n + 1))
+  slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
+  : >"$clog"
+  start=$EPOCHREALTIME why=()
+  "${server_prefix[@]}" timeout -k 5 $((TIMEOUT + 5)) "${linebuf[@]}" "${scmd[@]}" >"$slog" 2>&1 &
+  server_pid=$!
+  if "${wait[@]}" >/dev/null 2>&1; then
+    for i in "${!ccmds[@]}"; do
+      read -ra ccmd <<<"${ccmds[$i]}"
+      crc=0
+      echo "== client $((i + 1)): ${ccmd[*]}" >>"$clog"
+      "${client_prefix[@]}" timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${ccmd[@]}" >>"$clog" 2>&1 &
+      client_pid=$!
+      wait "$client_pid" || crc=$?
+      client_pid=
+      [ "$crc" = 0 ] || why+=("client $((i + 1)) $(exit_text "$crc")")
+    done
+  else
+    why+=("server not ready after 10 s (${wait[*]})")
+    kill "$server_pid" 2>/dev/null || true
+  fi
+  if [ "${keep_server:-0}" = 1 ]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  else
+    wait "$server_pid" || src=$?
+    [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
+  fi
+  server_pid=
+  keep_server=0
+  port=$((port + 1))
+  return 0
+}
+
+# expect_in LOG PATTERN: adds a reason unless the (extended) regex is in the log.
+expect_in() {
+  local which=$1 pattern=$2 f
+  [ "$which" = server ] && f=$slog || f=$clog
+  grep -Eq -- "$pattern" "$f" || why+=("$which did not print /$pattern/")
+}
+
+pair_done() {
+  [[ -z $FILTER || $1 =~ $FILTER ]] || return 0
+  report_pair "$1"
+}

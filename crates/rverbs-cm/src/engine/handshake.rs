@@ -19,6 +19,7 @@
 
 use std::time::Duration;
 
+use rverbs::qp1::{Mad, MadPeer};
 use rverbs::{AhAttr, GlobalRoute, Mtu, QpType};
 
 use super::msg::{self, Reason};
@@ -105,14 +106,16 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
     let s = st.id(id)?;
     s.st = St::ReqSent;
 
-    // Who listens? A destination off this host has no transport yet: nobody answers.
-    if s.sgid.is_some() && crate::addr::local_gid(&e.ctx, dst.ip()).is_none() {
-        s.st = St::Failed;
-        qp_to_err(s);
-        simple_event(&st, n, EventKind::Unreachable, -libc::EHOSTUNREACH);
-        return Ok(());
-    }
-    let Some(owner) = super::lookup_listener(e, id.ps(), dst) else {
+    // Who listens? Another host's connection manager finds its own listener; on this
+    // host the listener table says.
+    let other_host = crate::addr::local_gid(&e.ctx, dst.ip()).is_none();
+    let owner = if other_host {
+        s.path_mtu = mtu_of_bytes(e.qp1.link_mtu(src.ip()));
+        Some(MadPeer::Remote { peer: dst.ip(), local: src.ip() })
+    } else {
+        super::lookup_listener(e, id.ps(), dst).map(|o| MadPeer::Endpoint(o.ep))
+    };
+    let Some(owner) = owner else {
         // IBTA: a REQ for a service nobody provides is rejected with "invalid service
         // ID" (8); for SIDR the reply status is "service ID not supported" (1), which
         // rdma_cm reports as UNREACHABLE.
@@ -150,6 +153,7 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
             cm_retries: s.cm_retries,
             sgid: sgid.gid,
             dgid,
+            path_mtu: mtu_code(s.path_mtu),
             traffic_class: s.tos,
             ack_timeout: s.qp_timeout(),
             ece_vendor: s.local_ece.0,
@@ -159,15 +163,18 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
     let wait = s.response_wait();
     let tid = s.tid;
     let ece_options = s.local_ece.1;
-    s.remote_ep = Some(owner.ep);
+    s.remote = Some(owner);
     s.arm(TimerKind::Req, wait);
-    e.watch(&mut st, owner.ep);
-    if e.send(owner.ep, &message.encode_with_modifier(tid, ece_options)).is_err() {
+    e.watch(&mut st, owner);
+    let bytes = message.encode_with_modifier(tid, ece_options);
+    if e.send(owner, &bytes).is_err() {
         let s = st.id(id)?;
         s.st = St::Failed;
         s.disarm();
         qp_to_err(s);
         simple_event(&st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
+    } else {
+        st.id(id)?.resend_until_answered(&bytes);
     }
     e.kick();
     Ok(())
@@ -197,7 +204,7 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
     let rr = rd_param(e, "rdma_accept", p.responder_resources, Some(peer_init))?;
     let init = rd_param(e, "rdma_accept", p.initiator_depth, Some(peer_rr))?;
     let s = st.id(id)?;
-    let remote_ep = s.remote_ep.expect("requests come from an endpoint");
+    let remote = s.remote.expect("requests come from a peer");
     let local_qpn = s.qp.as_ref().map_or(p.qp_num, |q| q.qp_num());
     s.local_qpn = local_qpn;
     if datagram {
@@ -212,7 +219,7 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
         );
         let tid = s.tid;
         s.st = St::Established;
-        let _ = e.send(remote_ep, &CmMessage::SidrRep(rep).encode(tid));
+        let _ = e.send(remote, &CmMessage::SidrRep(rep).encode(tid));
         return Ok(());
     }
     s.responder_resources = rr;
@@ -224,7 +231,7 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
         let tid = s.tid;
         s.st = St::Failed;
         qp_to_err(s);
-        let _ = e.send(remote_ep, &CmMessage::Rej(rej).encode(tid));
+        let _ = e.send(remote, &CmMessage::Rej(rej).encode(tid));
         return Err(err);
     }
     let rep = msg::rep(&msg::RepArgs {
@@ -244,12 +251,15 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
     let (tid, wait, ece_options) = (s.tid, s.response_wait(), s.local_ece.1);
     s.st = St::RepSent;
     s.arm(TimerKind::Rep, wait);
-    if e.send(remote_ep, &CmMessage::Rep(rep).encode_with_modifier(tid, ece_options)).is_err() {
+    let bytes = CmMessage::Rep(rep).encode_with_modifier(tid, ece_options);
+    if e.send(remote, &bytes).is_err() {
         let s = st.id(id)?;
         s.st = St::Failed;
         s.disarm();
         qp_to_err(s);
         simple_event(&st, n, EventKind::ConnectError, -libc::ECONNRESET);
+    } else {
+        st.id(id)?.resend_until_answered(&bytes);
     }
     e.kick();
     Ok(())
@@ -267,7 +277,7 @@ pub(crate) fn reject(id: &CmId, private_data: &[u8], reason: u16) -> Result<()> 
     if private_data.len() > limit {
         return Err(Error::invalid("rdma_reject", "private data too long"));
     }
-    let remote_ep = s.remote_ep.expect("requests come from an endpoint");
+    let remote = s.remote.expect("requests come from a peer");
     let tid = s.tid;
     let m = if datagram {
         CmMessage::SidrRep(msg::sidr_rep(s.remote_comm.unwrap_or(0), msg::SIDR_REJECT, 0, 0, 0, id.ps(), private_data))
@@ -282,7 +292,7 @@ pub(crate) fn reject(id: &CmId, private_data: &[u8], reason: u16) -> Result<()> 
     };
     s.st = St::Failed;
     qp_to_err(s);
-    let _ = e.send(remote_ep, &m.encode(tid));
+    let _ = e.send(remote, &m.encode(tid));
     Ok(())
 }
 
@@ -302,8 +312,11 @@ pub(crate) fn disconnect(id: &CmId) -> Result<()> {
             let (tid, wait) = (s.tid, s.response_wait());
             s.st = St::DreqSent;
             s.arm(TimerKind::Dreq, wait);
-            let sent = s.remote_ep.map(|ep| e.send(ep, &CmMessage::Dreq(dreq).encode(tid)));
-            if !matches!(sent, Some(Ok(()))) {
+            let bytes = CmMessage::Dreq(dreq).encode(tid);
+            let sent = s.remote.map(|peer| e.send(peer, &bytes));
+            if matches!(sent, Some(Ok(()))) {
+                s.resend_until_answered(&bytes);
+            } else {
                 // The peer is gone: nobody will answer.
                 let s = st.id(id)?;
                 s.st = St::Disconnected;
@@ -318,8 +331,8 @@ pub(crate) fn disconnect(id: &CmId) -> Result<()> {
             let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
             s.st = St::Disconnected;
             let tid = s.tid;
-            if let Some(ep) = s.remote_ep {
-                let _ = e.send(ep, &CmMessage::Drep(drep).encode(tid));
+            if let Some(peer) = s.remote {
+                let _ = e.send(peer, &CmMessage::Drep(drep).encode(tid));
             }
             Ok(())
         }
@@ -342,8 +355,8 @@ pub(crate) fn establish(id: &CmId) -> Result<()> {
     let rtu = msg::rtu(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
     s.st = St::Established;
     let tid = s.tid;
-    if let Some(ep) = s.remote_ep {
-        let _ = e.send(ep, &CmMessage::Rtu(rtu).encode(tid));
+    if let Some(peer) = s.remote {
+        let _ = e.send(peer, &CmMessage::Rtu(rtu).encode(tid));
     }
     Ok(())
 }
@@ -365,23 +378,48 @@ fn path_mtu_of(code: u8) -> Mtu {
     }
 }
 
-/// A MAD from endpoint `from`.
-pub(crate) fn receive(e: &Engine, st: &mut State, from: u32, bytes: &[u8; 256]) {
+/// The IBTA path MTU code of `m` (Table 206: 1 = 256 … 5 = 4096).
+fn mtu_code(m: Mtu) -> u8 {
+    match m {
+        Mtu::Mtu256 => 1,
+        Mtu::Mtu512 => 2,
+        Mtu::Mtu1024 => 3,
+        Mtu::Mtu2048 => 4,
+        Mtu::Mtu4096 => 5,
+    }
+}
+
+/// The largest path MTU of at most `bytes`.
+fn mtu_of_bytes(bytes: u32) -> Mtu {
+    match bytes {
+        0..=511 => Mtu::Mtu256,
+        512..=1023 => Mtu::Mtu512,
+        1024..=2047 => Mtu::Mtu1024,
+        2048..=4095 => Mtu::Mtu2048,
+        _ => Mtu::Mtu4096,
+    }
+}
+
+/// A MAD that reached this endpoint's QP1.
+pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
+    let (from, bytes) = (mad.from, &mad.bytes);
     let (tid, attr_mod, m) = match CmMessage::decode_with_modifier(bytes) {
         Ok(x) => x,
         Err(err) => {
-            tracing::debug!(%err, from, "malformed MAD dropped");
+            tracing::debug!(%err, ?from, "malformed MAD dropped");
             return;
         }
     };
-    tracing::trace!(?m, from, "CM MAD");
+    tracing::trace!(?m, ?from, "CM MAD");
     match m {
-        CmMessage::Req(req) => on_req(e, st, from, tid, attr_mod, msg::ReqView::from(&req)),
-        CmMessage::SidrReq(req) => on_req(e, st, from, tid, 0, msg::ReqView::from(&req)),
+        CmMessage::Req(req) => on_req(e, st, mad, tid, attr_mod, msg::ReqView::from(&req)),
+        CmMessage::SidrReq(req) => on_req(e, st, mad, tid, 0, msg::ReqView::from(&req)),
         CmMessage::Mra(m) => {
             let Some(n) = mine(st, m.remote_comm_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
             if s.st == St::ReqSent {
+                // The REQ arrived: no need to send it again; the answer will come.
+                s.resend = None;
                 let extra = Duration::from_nanos(4096u64 << m.service_timeout.min(31));
                 let wait = s.response_wait() + extra;
                 s.arm(TimerKind::Req, wait);
@@ -491,17 +529,22 @@ pub(crate) fn receive(e: &Engine, st: &mut State, from: u32, bytes: &[u8; 256]) 
 }
 
 /// The id a message names by our local communication id, if it is ours and came from
-/// the endpoint we talk to.
-fn mine(st: &State, comm: u32, from: u32) -> Option<u64> {
+/// the peer we talk to.
+fn mine(st: &State, comm: u32, from: MadPeer) -> Option<u64> {
     let n = *st.by_comm.get(&comm)?;
     let s = st.ids.get(&n)?;
-    (s.remote_ep == Some(from)).then_some(n)
+    (s.remote == Some(from)).then_some(n)
 }
 
-fn on_req(e: &Engine, st: &mut State, from: u32, tid: u64, attr_mod: u32, req: msg::ReqView<'_>) {
+fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: msg::ReqView<'_>) {
     let me = e.qp1.endpoint();
-    // A retransmitted or duplicate request: the connection already exists.
-    if st.ids.values().any(|s| s.remote_ep == Some(from) && s.remote_comm == Some(req.comm)) {
+    let from = mad.from;
+    // A retransmitted or duplicate request: the connection already exists. If it was
+    // answered (a REP waits for its RTU), the answer may have been lost: send it again.
+    if let Some(s) = st.ids.values().find(|s| s.remote == Some(from) && s.remote_comm == Some(req.comm)) {
+        if let Some(r) = s.resend.as_ref() {
+            let _ = e.send(from, &r.mad);
+        }
         return;
     }
     let refuse = |e: &Engine, reason: u16| {
@@ -516,10 +559,18 @@ fn on_req(e: &Engine, st: &mut State, from: u32, tid: u64, attr_mod: u32, req: m
         refuse(e, Reason::INVALID_SERVICE_ID);
         return;
     };
-    let listener = super::lookup_listener(e, ps, dst)
-        .filter(|o| o.ep == me)
-        .map(|o| o.id)
-        .filter(|l| st.ids.get(l).is_some_and(|s| s.st == St::Listen));
+    let owner = super::lookup_listener(e, ps, dst);
+    if let (Some(o), MadPeer::Remote { .. }) = (owner, from) {
+        if o.ep != me {
+            // This process is the GSI dispatcher (`rverbs::qp1`) for a request from
+            // another host that another endpoint of this host serves: hand it on.
+            if e.qp1.forward(o.ep, mad).is_err() {
+                refuse(e, Reason::INVALID_SERVICE_ID);
+            }
+            return;
+        }
+    }
+    let listener = owner.filter(|o| o.ep == me).map(|o| o.id).filter(|l| st.ids.get(l).is_some_and(|s| s.st == St::Listen));
     let Some(l) = listener else {
         refuse(e, Reason::INVALID_SERVICE_ID);
         return;
@@ -553,7 +604,7 @@ fn on_req(e: &Engine, st: &mut State, from: u32, tid: u64, attr_mod: u32, req: m
     s.sgid = Some(sgid);
     s.dgid = Some(req.sgid.unwrap_or_else(|| crate::addr::gid_of(src.ip())));
     s.num_paths = 1;
-    s.remote_ep = Some(from);
+    s.remote = Some(from);
     s.remote_comm = Some(req.comm);
     s.remote_qpn = req.qpn;
     s.remote_psn = req.psn;
@@ -594,7 +645,7 @@ fn on_req(e: &Engine, st: &mut State, from: u32, tid: u64, attr_mod: u32, req: m
     }
 }
 
-fn on_rep(e: &Engine, st: &mut State, from: u32, attr_mod: u32, rep: crate::mad::Rep) {
+fn on_rep(e: &Engine, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate::mad::Rep) {
     let Some(n) = mine(st, rep.remote_comm_id, from) else { return };
     let s = st.ids.get_mut(&n).expect("mine");
     if s.st != St::ReqSent {
@@ -658,8 +709,8 @@ pub(crate) fn timeout(e: &Engine, st: &mut State, n: u64) {
             let rej = msg::rej(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), msg::Rejected::Other, Reason::TIMEOUT, &[]);
             s.st = St::Failed;
             qp_to_err(s);
-            if let Some(ep) = s.remote_ep {
-                let _ = e.send(ep, &CmMessage::Rej(rej).encode(s.tid));
+            if let Some(peer) = s.remote {
+                let _ = e.send(peer, &CmMessage::Rej(rej).encode(s.tid));
             }
             simple_event(st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
         }
@@ -715,8 +766,8 @@ pub(crate) fn abandon(e: &Engine, st: &mut State, n: u64) {
         _ => None,
     };
     s.st = St::Failed;
-    if let (Some(m), Some(ep)) = (m, s.remote_ep) {
-        let _ = e.send(ep, &m.encode(s.tid));
+    if let (Some(m), Some(peer)) = (m, s.remote) {
+        let _ = e.send(peer, &m.encode(s.tid));
     }
 }
 
@@ -728,8 +779,8 @@ pub(crate) fn reject_orphan(e: &Engine, st: &mut State, c: u64) {
         if let Some(comm) = s.local_comm {
             st.by_comm.remove(&comm);
         }
-        if let Some(ep) = s.remote_ep {
-            e.unwatch(st, ep);
+        if let Some(peer) = s.remote {
+            e.unwatch(st, peer);
         }
     }
 }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
-use rverbs::qp1::Qp1;
+use rverbs::qp1::{MadPeer, Qp1};
 use rverbs::{Context, QpType};
 
 use crate::channel::EventChannel;
@@ -198,7 +198,7 @@ impl Engine {
             match self.qp1.recv() {
                 Ok(Some(mad)) => {
                     let mut st = self.lock();
-                    handshake::receive(self, &mut st, mad.from, &mad.bytes);
+                    handshake::receive(self, &mut st, &mad);
                 }
                 Ok(None) => return,
                 Err(e) => {
@@ -211,6 +211,7 @@ impl Engine {
 
     fn fire_timers(&self, now: Instant) {
         let mut st = self.lock();
+        self.resend_due(&mut st, now);
         let due: Vec<u64> = st.ids.iter().filter(|(_, s)| s.timer.is_some_and(|t| t <= now)).map(|(n, _)| *n).collect();
         for n in due {
             if let Some(s) = st.ids.get_mut(&n) {
@@ -220,13 +221,32 @@ impl Engine {
         }
     }
 
+    /// Sends again what waits for an answer from another host and is due; the last
+    /// retry over, the id's response timer decides.
+    fn resend_due(&self, st: &mut State, now: Instant) {
+        for s in st.ids.values_mut() {
+            let Some(r) = s.resend.as_mut().filter(|r| r.at <= now) else { continue };
+            if r.while_in != s.st || r.left == 0 {
+                s.resend = None;
+                continue;
+            }
+            r.left -= 1;
+            r.at = now + r.every;
+            let mad = r.mad;
+            if let Some(peer) = s.remote {
+                tracing::debug!(?peer, "CM message resent: no answer yet");
+                let _ = self.qp1.send_to(peer, &mad);
+            }
+        }
+    }
+
     fn peer_died(&self, ep: u32) {
         let mut st = self.lock();
         if let Some((fd, _)) = st.watches.remove(&ep) {
             let _ = epoll::delete(&self.epoll, &fd);
         }
         tracing::debug!(ep, "peer endpoint died");
-        let ids: Vec<u64> = st.ids.iter().filter(|(_, s)| s.remote_ep == Some(ep)).map(|(n, _)| *n).collect();
+        let ids: Vec<u64> = st.ids.iter().filter(|(_, s)| s.remote == Some(MadPeer::Endpoint(ep))).map(|(n, _)| *n).collect();
         for n in ids {
             handshake::peer_gone(self, &mut st, n);
         }
@@ -234,8 +254,11 @@ impl Engine {
         self.table.reclaim();
     }
 
-    /// Watches endpoint `ep` (not this one) for the ids that talk to it.
-    pub(crate) fn watch(&self, st: &mut State, ep: u32) {
+    /// Watches `peer` for the ids that talk to it: the process of an endpoint of this
+    /// host (not this one); nothing for another host (its death is learnt as the IBTA
+    /// says: by timeouts).
+    pub(crate) fn watch(&self, st: &mut State, peer: MadPeer) {
+        let MadPeer::Endpoint(ep) = peer else { return };
         if ep == self.qp1.endpoint() {
             return;
         }
@@ -256,7 +279,8 @@ impl Engine {
         }
     }
 
-    pub(crate) fn unwatch(&self, st: &mut State, ep: u32) {
+    pub(crate) fn unwatch(&self, st: &mut State, peer: MadPeer) {
+        let MadPeer::Endpoint(ep) = peer else { return };
         if let Some(w) = st.watches.get_mut(&ep) {
             w.1 -= 1;
             if w.1 == 0 {
@@ -266,9 +290,9 @@ impl Engine {
         }
     }
 
-    /// Sends a MAD to QP1 of endpoint `ep`.
-    pub(crate) fn send(&self, ep: u32, mad: &[u8; 256]) -> Result<()> {
-        self.qp1.send(ep, mad).map_err(Error::from)
+    /// Sends a MAD to `peer`'s QP1.
+    pub(crate) fn send(&self, peer: MadPeer, mad: &[u8; 256]) -> Result<()> {
+        self.qp1.send_to(peer, mad).map_err(Error::from)
     }
 }
 
@@ -284,7 +308,7 @@ fn owner_alive(ep: u32, pid: i32) -> bool {
 
 impl State {
     fn next_deadline(&self) -> Option<Instant> {
-        self.ids.values().filter_map(|s| s.timer).min()
+        self.ids.values().filter_map(|s| s.next_deadline()).min()
     }
 
     pub(crate) fn id(&mut self, id: &CmId) -> Result<&mut IdState> {
@@ -530,8 +554,8 @@ pub(crate) fn destroy(id: &CmId) -> Result<()> {
     if let Some(c) = s.local_comm {
         st.by_comm.remove(&c);
     }
-    if let Some(ep) = s.remote_ep {
-        e.unwatch(&mut st, ep);
+    if let Some(peer) = s.remote {
+        e.unwatch(&mut st, peer);
     }
     // Queued events of this id (and, for a listener, the requests no one retrieved)
     // go with it; the children of those requests are rejected and destroyed.

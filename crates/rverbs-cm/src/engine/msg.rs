@@ -63,6 +63,8 @@ pub(crate) struct ReqArgs<'a> {
     pub(crate) cm_retries: u8,
     pub(crate) sgid: Gid,
     pub(crate) dgid: Gid,
+    /// IBTA path MTU code (Table 206).
+    pub(crate) path_mtu: u8,
     pub(crate) traffic_class: u8,
     pub(crate) ack_timeout: u8,
     pub(crate) ece_vendor: u32,
@@ -76,8 +78,8 @@ fn cma_private_data<const N: usize>(src: SocketAddr, dst: SocketAddr, user: &[u8
 }
 
 /// A REQ (IBTA Vol 1 §12.6.5) as rdma_cm sends it over RoCE: the service ID of the port
-/// space and port, the RDMA CM IP header then the user's private data, path MTU 4096,
-/// P_Key 0xFFFF, the path as GIDs.
+/// space and port, the RDMA CM IP header then the user's private data, the path MTU
+/// (4096 on this host; what the link carries to another), P_Key 0xFFFF, the path as GIDs.
 pub(crate) fn req(a: &ReqArgs<'_>) -> Req {
     let primary = Path {
         local_gid: a.sgid.0,
@@ -111,7 +113,7 @@ pub(crate) fn req(a: &ReqArgs<'_>) -> Req {
         local_cm_response_timeout: a.cm_timeout,
         retry_count: a.retry_count,
         partition_key: 0xffff,
-        path_mtu: 5,
+        path_mtu: a.path_mtu,
         rdc_exists: false,
         rnr_retry_count: a.rnr_retry_count,
         max_cm_retries: a.cm_retries,

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use rverbs::qp1::MadPeer;
 use rverbs::{Gid, Mtu, Qp};
 
 use crate::addr::LocalGid;
@@ -88,7 +89,8 @@ pub(crate) struct IdState {
     pub(crate) listener: Option<u64>,
     pub(crate) local_comm: Option<u32>,
     pub(crate) remote_comm: Option<u32>,
-    pub(crate) remote_ep: Option<u32>,
+    /// The peer's QP1: an endpoint of this host, or another host.
+    pub(crate) remote: Option<MadPeer>,
     /// Our starting PSN (chosen when the request is sent or received, so
     /// rdma_init_qp_attr(RTS) works before accept).
     pub(crate) psn: u32,
@@ -113,6 +115,22 @@ pub(crate) struct IdState {
     pub(crate) local_ece: (u32, u32),
     /// ECE the peer sent (rdma_get_remote_ece(3)); zeros from a peer that sends none.
     pub(crate) remote_ece: (u32, u32),
+    /// A message to another host that waits for its answer, resent until it comes.
+    pub(crate) resend: Option<Resend>,
+}
+
+/// A request (REQ, REP, DREQ) sent to another host, kept to be sent again while no
+/// answer comes (IBTA Vol 1 §12.7.27: the CM retransmits a message that expects an
+/// answer when the response timeout expires, up to Max CM Retries times; the network
+/// may lose any MAD). Between endpoints of this host delivery is reliable and nothing is
+/// resent.
+pub(crate) struct Resend {
+    pub(crate) mad: [u8; 256],
+    /// The state the id is in while the answer is awaited (else the resend is over).
+    pub(crate) while_in: St,
+    pub(crate) at: Instant,
+    pub(crate) every: Duration,
+    pub(crate) left: u8,
 }
 
 impl IdState {
@@ -139,7 +157,8 @@ impl IdState {
             listener: None,
             local_comm: None,
             remote_comm: None,
-            remote_ep: None,
+            remote: None,
+            resend: None,
             psn: 0,
             remote_qpn: 0,
             remote_psn: 0,
@@ -174,8 +193,9 @@ impl IdState {
 
     /// How long the peer has to answer: IBTA's CM response timeout (4.096 µs ×
     /// 2^code) for each of the retries plus the first attempt. Delivery on this host is
-    /// reliable, so the attempts are not resent; the wait is as long as the kernel's
-    /// rdma_cm would wait in all.
+    /// reliable, so the attempts are not resent there (to another host they are:
+    /// [`IdState::resend_until_answered`]); the wait is as long as the kernel's rdma_cm
+    /// would wait in all.
     pub(crate) fn response_wait(&self) -> Duration {
         let one = Duration::from_nanos(4096u64 << self.cm_timeout.min(31));
         one * (u32::from(self.cm_retries) + 1)
@@ -189,6 +209,26 @@ impl IdState {
     pub(crate) fn disarm(&mut self) {
         self.timer = None;
         self.timer_kind = None;
+        self.resend = None;
+    }
+
+    /// Keeps `mad`, just sent to another host while the id is in state `while_in`, to be
+    /// resent every CM response timeout, at most `cm_retries` times, until the answer
+    /// comes (`disarm`) or the id leaves that state. Nothing for a peer of this host.
+    pub(crate) fn resend_until_answered(&mut self, mad: &[u8; 256]) {
+        if !matches!(self.remote, Some(MadPeer::Remote { .. })) {
+            return;
+        }
+        let every = Duration::from_nanos(4096u64 << self.cm_timeout.min(31));
+        self.resend = Some(Resend { mad: *mad, while_in: self.st, at: Instant::now() + every, every, left: self.cm_retries });
+    }
+
+    /// The earliest of the id's deadlines.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        match (self.timer, self.resend.as_ref().map(|r| r.at)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The ACK timeout code the QP uses (RDMA_OPTION_ID_ACK_TIMEOUT, else 14: about

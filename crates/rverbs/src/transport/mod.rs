@@ -12,6 +12,7 @@
 //! retries until `retry_cnt` is exhausted (RETRY_EXC_ERR); UC and UD complete as sent.
 
 pub(crate) mod grh;
+pub(crate) mod gsi;
 pub(crate) mod host;
 pub(crate) mod local;
 pub(crate) mod net;

@@ -921,6 +921,17 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr,
     };
     let src = from.ip();
     let transport = repr.bth.opcode.transport();
+    if transport == Transport::Ud && repr.bth.dest_qp == super::gsi::GSI_QPN {
+        // A MAD for QP1: to the endpoint it is for (`super::gsi`).
+        let ud_send = repr.bth.opcode.operation() == Some(Operation::SendOnly);
+        let qkey = repr.deth.map_or(0, |d| d.qkey);
+        if ud_send && super::gsi::deliver(engine, sock, from, qkey, packet.payload()) {
+            net.stats.delivered.fetch_add(1, Ordering::Relaxed);
+        } else {
+            unserved();
+        }
+        return;
+    }
     if matches!(transport, Transport::Rc | Transport::Uc) && endpoint_of(repr.bth.dest_qp) != engine.ep() {
         if relay_packet(engine, net, sock, from, id, packet, repr) {
             net.stats.relayed.fetch_add(1, Ordering::Relaxed);
