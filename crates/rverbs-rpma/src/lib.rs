@@ -59,10 +59,13 @@
 //! `examples/13-messages-ping-pong-with-srq.rs`).
 //!
 //! `examples/` ports librpma's examples 01, 02, 03, 04, 05, 06, 06scch, 07, 08, 08srq,
-//! 10, 11, 12, 12scch and 13 (memory in DRAM: a flush to persistence is refused, so
-//! examples 05 and 07 flush to visibility); `tests/examples.rs` runs them.
+//! 09, 09scch, 10, 11, 12, 12scch and 13 (memory in DRAM: a flush to persistence is
+//! refused, so examples 05 and 07 flush to visibility); `tests/examples.rs` runs them.
+//! Example 09's flush request and response are protobuf messages, prost structs with
+//! the field numbers and types of librpma's `GPSPM_flush.proto`
+//! (`examples/common/gpspm.rs`, checked byte for byte in `tests/gpspm.rs`).
 //!
-//! Not yet: example 09 (GPSPM, protobuf), `rpma_mr_advise`,
+//! Not yet: `rpma_mr_advise`,
 //! ODP, logging; a native flush on rverbs (the device reports no FLUSH_PERSISTENT and
 //! rverbs-cm grants QPs no FLUSH access).
 //!

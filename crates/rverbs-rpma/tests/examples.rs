@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-const EXAMPLES: [&str; 16] = [
+const EXAMPLES: [&str; 18] = [
     "readme",
     "01-connection",
     "02-read-to-volatile",
@@ -22,6 +22,8 @@ const EXAMPLES: [&str; 16] = [
     "07-atomic-write",
     "08-messages-ping-pong",
     "08srq-simple-messages-ping-pong-with-srq",
+    "09-flush-to-persistent-GPSPM",
+    "09scch-flush-to-persistent-GPSPM",
     "10-send-with-imm",
     "11-write-with-imm",
     "12-receive-completion-queue",
@@ -138,6 +140,44 @@ fn ex05_flush_to_persistent() {
             "New value: Hello world!",
         ],
     );
+}
+
+/// Examples 09 and 09scch (GPSPM; 09scch with a shared completion channel).
+const EX09: [&str; 2] = ["09-flush-to-persistent-GPSPM", "09scch-flush-to-persistent-GPSPM"];
+
+/// What the server of example 09 prints after its "Waiting" line: the client's flush
+/// request (offset 0, the 1024-byte greeting, op_context 0xF01D), then, once the
+/// client closed, the greeting the client wrote.
+const EX09_SERVER: [&str; 3] = [
+    "Flush request received: {offset: 0x0, length: 0x400, op_context: 0xF01D}",
+    "At this point, persist function should be called if persistent memory will be in use",
+    "New value: Hello world!",
+];
+
+/// Examples 09 and 09scch in one process: the client only translates its greeting
+/// once the flush response carried its op_context back.
+#[test]
+fn ex09_flush_to_persistent_gpspm() {
+    for name in EX09 {
+        let out = run(name, &[]);
+        let mut want = vec!["Next value: Hello world!", "Translation: ¡Hola Mundo!"];
+        want.extend(EX09_SERVER);
+        assert_lines(name, &out, &want);
+    }
+}
+
+/// Examples 09 and 09scch as two processes: the flush request and response cross
+/// between them.
+#[test]
+fn ex09_as_two_processes() {
+    for name in EX09 {
+        let (mut server, port, lines) = start_server(name, &[]);
+        let out = run(name, &["client", "127.0.0.1", &port]);
+        assert_lines(name, &out, &["Next value: Hello world!", "Translation: ¡Hola Mundo!"]);
+        let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+        assert!(server.wait().unwrap().success(), "{name}: {rest:?}");
+        assert_eq!(rest, EX09_SERVER, "{name}");
+    }
 }
 
 /// Example 07 with librpma's script's words: the client reads `used` (16, the offset

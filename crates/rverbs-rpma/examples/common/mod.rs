@@ -1,8 +1,10 @@
 //! What the examples share: running the server and the client (two threads of one
 //! process by default, or `server <addr> <port>` / `client <addr> <port> [args…]` as
 //! two processes), the private-data layout of librpma's examples, and the closing
-//! sequences.
+//! sequences; `gpspm` holds example 09's messages.
 #![allow(dead_code)]
+
+pub mod gpspm;
 
 use std::sync::mpsc;
 use std::time::Duration;
