@@ -250,6 +250,9 @@ fn init_qp_attr_gives_the_ladder_for_an_application_managed_qp() {
     let (rts, _) = c.init_qp_attr(QpState::Rts).unwrap();
     let (srtr, _) = child.init_qp_attr(QpState::Rtr).unwrap();
     assert_eq!(rts.sq_psn, srtr.rq_psn, "the PSNs of both sides agree");
+    let (srts, _) = child.init_qp_attr(QpState::Rts).unwrap();
+    let (rtr, _) = c.init_qp_attr(QpState::Rtr).unwrap();
+    assert_eq!(srts.sq_psn, rtr.rq_psn, "and the other way");
     c.establish().unwrap();
     expect(&ch, EventKind::Established);
     assert_eq!(sq.state(), QpState::Rts);

@@ -89,10 +89,13 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
     }
     let rr = rd_param(e, "rdma_connect", param.responder_resources, None)?;
     let init = rd_param(e, "rdma_connect", param.initiator_depth, None)?;
+    // IBTA Vol 1 §12.7.20 as the kernel's CM reads it: the REQ's starting PSN is the
+    // PSN the passive side sends with, so this side's receive PSN; the REP's is the PSN
+    // this side sends with.
     let psn = st.random_psn();
     let comm = st.new_comm_id(me);
     let s = st.id(id)?;
-    s.psn = psn;
+    s.remote_psn = psn;
     s.local_comm = Some(comm);
     s.local_qpn = s.qp.as_ref().map_or(param.qp_num, |q| q.qp_num());
     s.responder_resources = rr;
@@ -238,7 +241,7 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
         comm: s.local_comm.expect("children get a comm id"),
         remote_comm: s.remote_comm.expect("from the REQ"),
         qpn: local_qpn,
-        psn: s.psn,
+        psn: s.remote_psn,
         responder_resources: rr,
         initiator_depth: init,
         flow_control: p.flow_control != 0,
@@ -593,6 +596,8 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
     }
     let child = st.new_id(ps, qp_type, context, channel);
     let cn = child.number();
+    // The REQ's starting PSN is the one this (passive) side sends with; the one it
+    // receives with is chosen here and travels in the REP (IBTA §12.7.20, §12.7.33).
     let psn = st.random_psn();
     let comm = st.new_comm_id(me);
     st.by_comm.insert(comm, cn);
@@ -607,8 +612,8 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
     s.remote = Some(from);
     s.remote_comm = Some(req.comm);
     s.remote_qpn = req.qpn;
-    s.remote_psn = req.psn;
-    s.psn = psn;
+    s.psn = req.psn;
+    s.remote_psn = psn;
     s.local_comm = Some(comm);
     s.responder_resources = req.initiator_depth;
     s.initiator_depth = req.responder_resources;
@@ -660,7 +665,7 @@ fn on_rep(e: &Engine, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate::
     s.remote_ece = (rep.vendor_id, attr_mod);
     s.remote_comm = Some(rep.local_comm_id);
     s.remote_qpn = rep.local_qpn;
-    s.remote_psn = rep.starting_psn;
+    s.psn = rep.starting_psn;
     // What we issue is bounded by what the peer accepts as target, and vice versa.
     s.initiator_depth = s.initiator_depth.min(rep.responder_resources);
     s.responder_resources = s.responder_resources.min(rep.initiator_depth);

@@ -91,10 +91,12 @@ pub(crate) struct IdState {
     pub(crate) remote_comm: Option<u32>,
     /// The peer's QP1: an endpoint of this host, or another host.
     pub(crate) remote: Option<MadPeer>,
-    /// Our starting PSN (chosen when the request is sent or received, so
-    /// rdma_init_qp_attr(RTS) works before accept).
+    /// The PSN this side sends with (the QP's sq_psn): the REP's starting PSN on the
+    /// active side, the REQ's on the passive side (IBTA §12.7.20, §12.7.33, as the
+    /// kernel's CM reads them), so rdma_init_qp_attr(RTS) works before accept.
     pub(crate) psn: u32,
     pub(crate) remote_qpn: u32,
+    /// The PSN this side receives with (the QP's rq_psn): the peer's send PSN.
     pub(crate) remote_psn: u32,
     pub(crate) remote_qkey: u32,
     /// Our QP number as announced in REQ/REP (the id's QP or `conn_param.qp_num`).

@@ -157,7 +157,14 @@ pub(crate) fn core_wqe(wqe: &SendWqe) -> rc::SendWqe {
         },
         remote_va: wqe.remote_addr,
         rkey: wqe.rkey,
-        imm: wqe.imm,
+        // `imm_data` is the 4 bytes C put in `__be32 imm_data`, kept verbatim (a native
+        // u32 of those bytes); the core and the wire's ImmDt hold its big-endian value
+        // (IBTA §9.2.3: ImmDt carries the bytes as given). The rkey of SEND_WITH_INV
+        // shares the field in host order, as `invalidate_rkey` does in C.
+        imm: match op {
+            WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => u32::from_be(wqe.imm),
+            _ => wqe.imm,
+        },
         compare_add: wqe.compare_add,
         swap: wqe.swap,
         flags: wqe.flags,
@@ -187,11 +194,22 @@ pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {
         return Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err);
     }
     let mut cqe = Cqe::success(c.wr_id, t.qpn(), c.opcode.unwrap_or(WcOpcode::Recv), c.byte_len);
-    cqe.imm = c.imm;
+    cqe.imm = wc_imm(c);
     cqe.wc_flags |= c.flags.bits() as u8;
     cqe.solicited = c.solicited;
     cqe.src_qp = c.src_qp;
     cqe
+}
+
+/// The completion's `imm_data` as C reads it: the bytes of the ImmDt the core holds as a
+/// big-endian value (see `core_wqe`); an invalidated rkey stays a value in host order
+/// (`invalidated_rkey`).
+fn wc_imm(c: &RecvCompletion) -> u32 {
+    if c.flags.contains(rverbs_proto::verbs::WcFlags::WITH_IMM) {
+        c.imm.to_be()
+    } else {
+        c.imm
+    }
 }
 
 /// Writes a receive completion at the target; an overrun of its CQ moves it to ERR
@@ -555,4 +573,33 @@ pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: In
     let mut cqe = recv_cqe(t, &c);
     cqe.sl = msg.sl;
     let _ = deliver_recv(t, cqe);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rverbs_proto::wire::roce::Repr;
+
+    /// `imm_data` reaches the wire as the 4 bytes C stored (htobe32(2) is 00 00 00 02 on
+    /// the wire, as rxe and udaddy expect), and a received ImmDt comes back as the same
+    /// bytes; an rkey to invalidate travels as its value (IETH, big-endian).
+    #[test]
+    fn immediate_data_crosses_the_wire_as_the_bytes_c_stored() {
+        let c_bytes = [0u8, 0, 0, 2];
+        let wqe = SendWqe { opcode: Some(WrOpcode::SendWithImm), imm: u32::from_ne_bytes(c_bytes), ..SendWqe::default() };
+        let request = Request::message(Mode::Ud, 0x12, &core_wqe(&wqe), Psn::new(0));
+        let repr: Repr = request.to_repr(0x34);
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut RocePacket::new_unchecked(&mut buf[..]));
+        let at = repr.header_len() - 4;
+        assert_eq!(&buf[at..at + 4], &c_bytes, "ImmDt carries the C bytes");
+
+        let mut rc = RecvCompletion::error(7, WcStatus::Success, 0);
+        rc.flags |= rverbs_proto::verbs::WcFlags::WITH_IMM;
+        rc.imm = Request::from_repr(&repr, &[]).imm.expect("an ImmDt");
+        assert_eq!(wc_imm(&rc).to_ne_bytes(), c_bytes, "and the receiver's imm_data holds them again");
+
+        let inv = SendWqe { opcode: Some(WrOpcode::SendWithInv), imm: 0x0102_0304, ..SendWqe::default() };
+        assert_eq!(core_wqe(&inv).imm, 0x0102_0304, "an rkey is a value, not bytes");
+    }
 }
