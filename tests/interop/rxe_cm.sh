@@ -9,8 +9,8 @@
 # programs themselves.
 #
 # Pairs, each with rverbs as server and as client: rping -C 10 -v, rping -S 65000 -C 3,
-# ucmatose -c 2 -C 10, udaddy -c 1 -C 10, rdma_server/rdma_client, ib_send_lat -R and
-# ib_write_bw -R; a REQ for a port nobody listens on is rejected with status 8 both ways;
+# ucmatose -c 2 -C 10, udaddy -c 1 -C 10, rdma_server/rdma_client; ib_send_lat -R and
+# ib_write_bw -R with rverbs as the server (below: perftest's own race); a REQ for a port nobody listens on is rejected with status 8 both ways;
 # and an RVERBS_PCAP of rping against rxe that tshark decodes (the kernel's CM MADs
 # included, nothing malformed) with every ICRC right.
 #
@@ -113,6 +113,16 @@ pair() {
   [ "$crc" = 0 ] || why+=("client exit $crc")
   [ -z "$sexp" ] || grep -Eq -- "$sexp" "$slog" || why+=("server did not print /$sexp/")
   [ -z "$cexp" ] || grep -Eq -- "$cexp" "$clog" || why+=("client did not print /$cexp/")
+  # perftest -R's own race (tests/conformance/rdmacm.sh): its server destroys the listener
+  # of the out-of-band exchange and listens again for the data QPs; a client that is
+  # quicker meets no listener and gets REJECTED 8, and perftest does not retry correctly.
+  # That signature gets the pair one more run, which must pass in full.
+  if [ "${PERFTEST_RACE_RETRY:-1}" = 1 ] && [ ${#why[@]} -gt 0 ] && [[ ${scmd[0]} == ib_* ]] &&
+    grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$clog" && { [ "$crc" = 1 ] || [ "$crc" = 139 ]; }; then
+    echo "($label: perftest's REJECTED-8 race; once more)"
+    PERFTEST_RACE_RETRY=0 pair "$label" "$server" "$space" "$sexp" "$cexp" "${scmd[@]//$port/PORT}" -- "${ccmd[@]//$port/PORT}"
+    return
+  fi
   verdict "$label ($((SECONDS - start)) s)" "$slog" "$clog"
 }
 
@@ -132,9 +142,15 @@ both "ucmatose -c 2 -C 10" tcp "$ok" "$ok" \
   ucmatose -b SERVER_IP -p PORT -c 2 -C 10 -- ucmatose -s SERVER_IP -p PORT -c 2 -C 10
 both "rdma_server/rdma_client" tcp '^rdma_server: end 0$' '^rdma_client: end 0$' \
   rdma_server -s SERVER_IP -p PORT -- rdma_client -s SERVER_IP -p PORT
-both "ib_send_lat -R" tcp '' '^-{20,}' \
+# perftest -R with rverbs as the server only: its server destroys the exchange's listener
+# and listens again for the data QPs, and a client quicker than that meets no listener
+# (REJECTED 8; see `pair`). Against a server in the emulated guest an rverbs client is
+# quicker nearly every time (20 ms after the exchange), so that direction tests
+# perftest's race, not rdma_cm; the kernel's rdma_cm as the passive side is covered by the
+# other pairs.
+pair "ib_send_lat -R: rverbs server, rxe client" host tcp '' '^-{20,}' \
   ib_send_lat -R -p PORT -n 200 -- ib_send_lat -R -p PORT -n 200 SERVER_IP
-both "ib_write_bw -R" tcp '' '^-{20,}' \
+pair "ib_write_bw -R: rverbs server, rxe client" host tcp '' '^-{20,}' \
   ib_write_bw -R -p PORT -n 200 -- ib_write_bw -R -p PORT -n 200 SERVER_IP
 
 # udaddy has no port option: port 7174 of the UDP port space, bound to the server's address.
