@@ -6,8 +6,9 @@
 //! exercise: read (the server's READ_SRC region descriptor in the accept's private
 //! data), write + flush (and a native atomic write from Rust), send/recv, write with
 //! immediate data, atomic write (aw), send with immediate data (simm, also 0 bytes),
-//! a receive CQ (rcq), a shared RQ serving clients in turn (srq) and one epoll thread
-//! serving clients connected at the same time (multi). Every mode runs with a C server
+//! a receive CQ (rcq), the same over one shared completion channel ending with a send
+//! right before disconnecting (scch), a shared RQ serving clients in turn (srq) and one
+//! epoll thread serving clients connected at the same time (multi). Every mode runs with a C server
 //! and C clients (Debian's librpma on both sides of the drop-ins), with a C server and
 //! Rust clients, and with a Rust server and C clients. The C peer checks everything it
 //! receives and exits 1 with a FAIL line on any mismatch; a test wants exit status 0
@@ -50,6 +51,8 @@ const RCQ_START: u64 = 7;
 const RCQ_SIZE: u32 = 10;
 /// Client `i` of srq sends `SRQ_BASE * (i + 1)` first.
 const SRQ_BASE: u64 = 100;
+/// The last message of scch, sent unsignaled right before disconnecting.
+const DONE: u64 = u64::MAX;
 /// Receives the srq server keeps posted to its shared RQ.
 const SRQ_SLOTS: usize = 4;
 /// The bytes of a multi client's name.
@@ -243,16 +246,39 @@ fn parse_layout(pd: &[u8]) -> (MrRemote, usize) {
 /// events (polled first: one event may stand for several completions).
 #[track_caller]
 fn take_wc(cq: &Cq) -> Wc {
+    take_wc_of(None, cq)
+}
+
+/// As [`take_wc`] for a CQ of `conn`: if the connection shares one completion channel
+/// between its CQs, the waits are [`Conn::wait`]s, which must name the CQ that fired.
+#[track_caller]
+fn take_wc_of(conn: Option<&Conn>, cq: &Cq) -> Wc {
     loop {
         match cq.get_wc_one() {
             Ok(wc) => {
                 assert!(wc.is_success(), "completion {:?} of wr {}", wc.status(), wc.wr_id());
                 return wc;
             }
-            Err(Error::NoCompletion) => cq.wait_timeout(WAIT).expect("a completion event"),
+            Err(Error::NoCompletion) => match conn.filter(|c| c.compl_fd().is_ok()) {
+                Some(conn) => {
+                    let (fired, is_rcq) = conn.wait_timeout(WAIT).expect("a completion event");
+                    let want = if is_rcq { conn.get_rcq().unwrap() } else { conn.get_cq() };
+                    assert!(std::ptr::eq(fired, want), "Conn::wait named the wrong CQ (is_rcq {is_rcq})");
+                }
+                None => cq.wait_timeout(WAIT).expect("a completion event"),
+            },
             Err(e) => panic!("get_wc: {e:?}"),
         }
     }
+}
+
+/// scch: the connection's CQs report to its one shared completion channel.
+fn assert_shared_channel(conn: &Conn) {
+    use std::os::fd::AsRawFd;
+    let fd = conn.compl_fd().unwrap().as_raw_fd();
+    let rcq = conn.get_rcq().unwrap();
+    assert_eq!((conn.get_cq().fd().as_raw_fd(), rcq.fd().as_raw_fd()), (fd, fd));
+    assert_eq!(conn.get_cq().wait(), Err(Error::SharedChannel));
 }
 
 /// The name of multi client `i` of the Rust or the C side (NUL-padded).
@@ -276,8 +302,8 @@ fn assert_names(names: &[u8], n: usize, rust: bool) {
     assert_eq!(got, (0..n).collect::<Vec<_>>());
 }
 
-/// The client side of rcq and srq: ROUNDS ping-pongs of a u64 starting at `v`; with a
-/// receive CQ the receives complete there and the sends on the main CQ.
+/// The client side of rcq, scch and srq: ROUNDS ping-pongs of a u64 starting at `v`;
+/// with a receive CQ the receives complete there and the sends on the main CQ.
 fn ping_pong(conn: &Conn, mem: &MrLocal, mut v: u64) {
     let cq = conn.get_cq();
     let rcq = conn.get_rcq();
@@ -287,8 +313,8 @@ fn ping_pong(conn: &Conn, mem: &MrLocal, mut v: u64) {
         conn.send(mem, 0, 8, CompletionFlags::Always, 2).unwrap();
         let recv = match rcq {
             Some(rcq) => {
-                assert_eq!(take_wc(cq).opcode(), Some(WcOpcode::Send), "the main CQ");
-                take_wc(rcq)
+                assert_eq!(take_wc_of(Some(conn), cq).opcode(), Some(WcOpcode::Send), "the main CQ");
+                take_wc_of(Some(conn), rcq)
             }
             None => {
                 let (a, b) = (take_wc(cq), take_wc(cq));
@@ -316,12 +342,15 @@ fn rust_client(mode: &str, port: u16, peer_text: &[u8], index: usize) {
     let peer = Peer::new("127.0.0.1", ContextType::Remote).unwrap();
     let mem = MrLocal::new(&peer, REGION, Usage::READ_DST | Usage::WRITE_SRC | Usage::SEND | Usage::RECV).unwrap();
     let mut cfg = ConnCfg::new();
-    if mode == "rcq" {
-        cfg.set_rcq_size(RCQ_SIZE);
+    if matches!(mode, "rcq" | "scch") {
+        cfg.set_rcq_size(RCQ_SIZE).set_compl_channel(mode == "scch");
     }
     let conn = ConnReq::new(&peer, "127.0.0.1", port, Some(&cfg)).unwrap().connect(None).unwrap();
     assert_eq!(conn.next_event_timeout(WAIT).unwrap(), ConnEvent::Established);
-    assert_eq!(conn.get_rcq().is_some(), mode == "rcq");
+    assert_eq!(conn.get_rcq().is_some(), matches!(mode, "rcq" | "scch"));
+    if mode == "scch" {
+        assert_shared_channel(&conn);
+    }
     let cq = conn.get_cq();
     match mode {
         "read" => {
@@ -403,6 +432,12 @@ fn rust_client(mode: &str, port: u16, peer_text: &[u8], index: usize) {
             }
         }
         "rcq" => ping_pong(&conn, &mem, RCQ_START),
+        "scch" => {
+            ping_pong(&conn, &mem, RCQ_START);
+            // Unsignaled, and disconnecting right after it (librpma's example 08).
+            mem.write(0, &DONE.to_ne_bytes()).unwrap();
+            conn.send(&mem, 0, 8, CompletionFlags::OnError, 3).unwrap();
+        }
         "srq" => ping_pong(&conn, &mem, SRQ_BASE * (index as u64 + 1)),
         _ => unreachable!(),
     }
@@ -459,8 +494,9 @@ fn rust_server(mode: &str, start_client: impl FnOnce(u16)) {
     }
     let msg = MrLocal::new(&peer, REGION, Usage::RECV | Usage::SEND).unwrap();
     let mut cfg = ConnCfg::new();
-    if mode == "rcq" {
-        cfg.set_rcq_size(RCQ_SIZE);
+    let rcq_mode = matches!(mode, "rcq" | "scch");
+    if rcq_mode {
+        cfg.set_rcq_size(RCQ_SIZE).set_compl_channel(mode == "scch");
     }
     let ep = Endpoint::listen(&peer, "127.0.0.1", 0).unwrap();
     start_client(ep.local_addr().unwrap().port());
@@ -472,14 +508,17 @@ fn rust_server(mode: &str, start_client: impl FnOnce(u16)) {
             req.recv(&msg, 0, 32, 1).unwrap();
             req.recv(&msg, 32, 32, 2).unwrap();
         }
-        "rcq" => req.recv(&msg, 0, 8, 1).unwrap(),
+        "rcq" | "scch" => req.recv(&msg, 0, 8, 1).unwrap(),
         _ => {}
     }
     let pdata = layout(&mem);
     let with_region = matches!(mode, "read" | "write" | "wimm" | "aw");
     let conn = req.connect(with_region.then_some(&pdata[..])).unwrap();
     assert_eq!(conn.next_event_timeout(WAIT).unwrap(), ConnEvent::Established);
-    assert_eq!(conn.get_rcq().is_some(), mode == "rcq");
+    assert_eq!(conn.get_rcq().is_some(), rcq_mode);
+    if mode == "scch" {
+        assert_shared_channel(&conn);
+    }
     let cq = conn.get_cq();
     match mode {
         "send" => {
@@ -509,26 +548,37 @@ fn rust_server(mode: &str, start_client: impl FnOnce(u16)) {
             }
             assert_eq!(msg.to_vec(0, CLIENT_TEXT.len()).unwrap(), CLIENT_TEXT);
         }
-        "rcq" => {
+        "rcq" | "scch" => {
             let rcq = conn.get_rcq().unwrap();
             for r in 0..ROUNDS {
-                let wc = take_wc(rcq);
+                let wc = take_wc_of(Some(&conn), rcq);
                 assert_eq!((wc.opcode(), wc.byte_len()), (Some(WcOpcode::Recv), Some(8)));
                 let v = u64::from_ne_bytes(msg.to_vec(0, 8).unwrap().try_into().unwrap());
                 assert_eq!(v, RCQ_START + 2 * r);
-                if r + 1 < ROUNDS {
+                // scch: the last receive takes DONE.
+                if r + 1 < ROUNDS || mode == "scch" {
                     conn.recv(&msg, 0, 8, 1).unwrap();
                 }
                 msg.write(8, &(v + 1).to_ne_bytes()).unwrap();
                 conn.send(&msg, 8, 8, CompletionFlags::Always, 2).unwrap();
-                assert_eq!(take_wc(cq).opcode(), Some(WcOpcode::Send));
+                assert_eq!(take_wc_of(Some(&conn), cq).opcode(), Some(WcOpcode::Send));
             }
             assert_empty(cq);
-            assert_empty(rcq);
+            if mode == "rcq" {
+                assert_empty(rcq);
+            }
         }
         _ => {}
     }
     assert_eq!(conn.next_event_timeout(WAIT).unwrap(), ConnEvent::Closed);
+    if mode == "scch" {
+        // DONE was sent before the client disconnected: it is here already.
+        let rcq = conn.get_rcq().unwrap();
+        let wc = rcq.get_wc_one().expect("DONE before Closed");
+        assert_eq!((wc.status(), wc.opcode(), wc.byte_len()), (rverbs::WcStatus::Success, Some(WcOpcode::Recv), Some(8)));
+        assert_eq!(msg.to_vec(0, 8).unwrap(), DONE.to_ne_bytes());
+        assert_empty(rcq);
+    }
     if mode == "write" {
         assert_eq!(mem.to_vec(0, CLIENT_TEXT.len()).unwrap(), CLIENT_TEXT);
     }
@@ -560,7 +610,8 @@ fn rust_server_srq(start_clients: impl FnOnce(u16)) {
     let ep = Endpoint::listen(&peer, "127.0.0.1", 0).unwrap();
     start_clients(ep.local_addr().unwrap().port());
     for k in 0..CLIENTS {
-        let conn = ep.next_conn_req_timeout(Some(&cfg), WAIT).unwrap().connect(None).unwrap();
+        let req = ep.next_conn_req_timeout(Some(&cfg), WAIT).unwrap_or_else(|e| panic!("client {k}: next_conn_req: {e:?}"));
+        let conn = req.connect(None).unwrap_or_else(|e| panic!("client {k}: accept: {e:?}"));
         assert_eq!(conn.next_event_timeout(WAIT).unwrap(), ConnEvent::Established);
         assert!(conn.get_rcq().is_none());
         let mut want = SRQ_BASE * (k as u64 + 1);
@@ -776,6 +827,11 @@ fn rust_client_ping_pongs_through_receive_cqs_with_c_server() {
 }
 
 #[test]
+fn rust_client_ping_pongs_over_a_shared_channel_with_c_server() {
+    c_server_rust_client("scch");
+}
+
+#[test]
 fn rust_clients_in_turn_reach_the_srq_of_c_server() {
     c_server_rust_client("srq");
 }
@@ -821,6 +877,11 @@ fn c_client_ping_pongs_through_receive_cqs_with_rust_server() {
 }
 
 #[test]
+fn c_client_ping_pongs_over_a_shared_channel_with_rust_server() {
+    rust_server_c_client("scch");
+}
+
+#[test]
 fn c_clients_in_turn_reach_the_srq_of_rust_server() {
     rust_server_c_client("srq");
 }
@@ -863,6 +924,11 @@ fn c_client_sends_with_imm_to_c_server() {
 #[test]
 fn c_client_ping_pongs_through_receive_cqs_with_c_server() {
     c_server_c_client("rcq");
+}
+
+#[test]
+fn c_client_ping_pongs_over_a_shared_channel_with_c_server() {
+    c_server_c_client("scch");
 }
 
 #[test]

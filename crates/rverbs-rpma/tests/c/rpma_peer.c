@@ -35,6 +35,13 @@
  *          ping-pongs each, checking that each receive names the connection's QP /
  *          a client (SRQ_BASE * (index + 1) as its first value) ping-pongs as in rcq
  *          on its main CQ
+ *   scch   as rcq, with the CQ and the RCQ sharing one completion channel
+ *          (rpma_conn_cfg_set_compl_channel): both sides wait with rpma_conn_wait,
+ *          which must name the CQ that fired (rpma_cq_wait answers
+ *          RPMA_E_SHARED_CHANNEL); then, as librpma's example 08, the client sends DONE
+ *          unsignaled and disconnects at once, and the server must find DONE on its
+ *          RCQ, without waiting, once it saw RPMA_CONN_CLOSED (data posted before
+ *          rpma_conn_disconnect reaches the peer first)
  *   multi  one thread, epoll over the endpoint's fd, each connection's event fd and
  *          its CQ's fd (all O_NONBLOCK): on ESTABLISHED it reads the client's name
  *          (its region's descriptor in the connect's private data); once it has the
@@ -78,6 +85,7 @@
 #define RCQ_SIZE 10
 #define SRQ_BASE 100
 #define SRQ_SLOTS 4
+#define DONE UINT64_MAX
 #define NAME_SIZE 32
 #define MAX_CLIENTS 8
 #define EPOLL_WAIT_MS 10000
@@ -94,6 +102,8 @@ static const char *mode;
 static bool peer_is_rust; /* texts the other side is expected to hold */
 static int clients = 2;   /* srq, multi: clients of the server */
 static int index_ = 0;    /* srq, multi: the client's number */
+/* scch: the connection whose shared completion channel every wait goes through */
+static struct rpma_conn *shared_conn;
 
 static void fail(const char *what, int ret)
 {
@@ -129,6 +139,25 @@ static void expect_event(struct rpma_conn *conn, enum rpma_conn_event want)
 }
 
 /*
+ * Waits for the next completion event of `cq`, through the shared completion channel
+ * of `shared_conn` if it is set (the event may then be the other CQ's).
+ */
+static void wait_cq(struct rpma_cq *cq)
+{
+	if (!shared_conn) {
+		TRY(rpma_cq_wait(cq));
+		return;
+	}
+	struct rpma_cq *fired = NULL, *main_cq = NULL, *rcq = NULL;
+	bool is_rcq = false;
+	TRY(rpma_conn_wait(shared_conn, 0, &fired, &is_rcq));
+	TRY(rpma_conn_get_cq(shared_conn, &main_cq));
+	TRY(rpma_conn_get_rcq(shared_conn, &rcq));
+	if (fired != (is_rcq ? rcq : main_cq))
+		fail("rpma_conn_wait: the CQ that fired", is_rcq);
+}
+
+/*
  * Takes the next completion of `cq` with a success status, waiting for one if there is
  * none (polled first: one completion event may stand for several completions).
  */
@@ -140,7 +169,7 @@ static void next_wc(struct rpma_cq *cq, struct ibv_wc *wc)
 			break;
 		if (ret != RPMA_E_NO_COMPLETION)
 			fail("rpma_cq_get_wc", ret);
-		TRY(rpma_cq_wait(cq));
+		wait_cq(cq);
 	}
 	if (wc->status != IBV_WC_SUCCESS) {
 		printf("completion status: %s\n", ibv_wc_status_str(wc->status));
@@ -240,7 +269,22 @@ static void check_names(const char *names, int n, bool rust)
 	}
 }
 
-/* Client side of rcq and srq: ROUNDS ping-pongs of a u64 starting at `v`. */
+/* scch: the connection's CQs share its completion channel. */
+static void check_shared_channel(struct rpma_conn *conn, struct rpma_cq *cq, struct rpma_cq *rcq)
+{
+	int fd = -1, cq_fd = -1, rcq_fd = -1;
+	TRY(rpma_conn_get_compl_fd(conn, &fd));
+	TRY(rpma_cq_get_fd(cq, &cq_fd));
+	TRY(rpma_cq_get_fd(rcq, &rcq_fd));
+	if (fd < 0 || cq_fd != fd || rcq_fd != fd)
+		fail("rpma_cq_get_fd of a shared channel", cq_fd);
+	int ret = rpma_cq_wait(cq);
+	if (ret != RPMA_E_SHARED_CHANNEL)
+		fail("rpma_cq_wait on a shared channel", ret);
+	shared_conn = conn;
+}
+
+/* Client side of rcq, scch and srq: ROUNDS ping-pongs of a u64 starting at `v`. */
 static void ping_pong(struct rpma_conn *conn, struct rpma_mr_local *mr, char *mem, struct rpma_cq *cq,
 		struct rpma_cq *rcq, uint64_t v)
 {
@@ -277,7 +321,7 @@ static int server(struct rpma_peer *peer, const char *addr, const char *port)
 	int usage = 0;
 
 	if (strcmp(mode, "read") && strcmp(mode, "write") && strcmp(mode, "send") && strcmp(mode, "wimm") &&
-			strcmp(mode, "aw") && strcmp(mode, "simm") && strcmp(mode, "rcq"))
+			strcmp(mode, "aw") && strcmp(mode, "simm") && strcmp(mode, "rcq") && strcmp(mode, "scch"))
 		fail("unknown mode", 0);
 	if (!strcmp(mode, "read")) {
 		strcpy(mem, SERVER_TEXT);
@@ -289,13 +333,15 @@ static int server(struct rpma_peer *peer, const char *addr, const char *port)
 	}
 	if (usage)
 		TRY(rpma_mr_reg(peer, mem, REGION, usage, &mr));
-	if (!strcmp(mode, "send") || !strcmp(mode, "simm") || !strcmp(mode, "rcq"))
+	bool rcq_mode = !strcmp(mode, "rcq") || !strcmp(mode, "scch");
+	if (!strcmp(mode, "send") || !strcmp(mode, "simm") || rcq_mode)
 		TRY(rpma_mr_reg(peer, msg, REGION, RPMA_MR_USAGE_RECV | RPMA_MR_USAGE_SEND, &msg_mr));
 	if (!strcmp(mode, "wimm"))
 		TRY(rpma_mr_reg(peer, msg, 1, RPMA_MR_USAGE_RECV, &msg_mr));
-	if (!strcmp(mode, "rcq")) {
+	if (rcq_mode) {
 		TRY(rpma_conn_cfg_new(&cfg));
 		TRY(rpma_conn_cfg_set_rcq_size(cfg, RCQ_SIZE));
+		TRY(rpma_conn_cfg_set_compl_channel(cfg, !strcmp(mode, "scch")));
 	}
 
 	TRY(rpma_ep_listen(peer, addr, port, &ep));
@@ -311,7 +357,7 @@ static int server(struct rpma_peer *peer, const char *addr, const char *port)
 		TRY(rpma_conn_req_recv(req, msg_mr, 0, 32, (void *)1));
 		TRY(rpma_conn_req_recv(req, msg_mr, 32, 32, (void *)2));
 	}
-	if (!strcmp(mode, "rcq"))
+	if (rcq_mode)
 		TRY(rpma_conn_req_recv(req, msg_mr, 0, 8, (void *)1));
 
 	struct pdata_layout layout;
@@ -329,6 +375,8 @@ static int server(struct rpma_peer *peer, const char *addr, const char *port)
 	TRY(rpma_conn_get_rcq(conn, &rcq));
 	if ((rcq != NULL) != (cfg != NULL) || rcq == cq)
 		fail("rpma_conn_get_rcq", 0);
+	if (!strcmp(mode, "scch"))
+		check_shared_channel(conn, cq, rcq);
 
 	const char *peer_text = peer_is_rust ? RUST_CLIENT_TEXT : CLIENT_TEXT;
 	if (!strcmp(mode, "send")) {
@@ -357,14 +405,15 @@ static int server(struct rpma_peer *peer, const char *addr, const char *port)
 				fail("received length", (int)wc.byte_len);
 		}
 		check_text(msg, peer_text);
-	} else if (!strcmp(mode, "rcq")) {
+	} else if (rcq_mode) {
 		for (int r = 0; r < ROUNDS; r++) {
 			expect_wc(rcq, IBV_WC_RECV, &wc);
 			uint64_t v;
 			memcpy(&v, msg, 8);
 			if (wc.byte_len != 8 || v != RCQ_START + 2 * (uint64_t)r)
 				fail("ping", (int)v);
-			if (r + 1 < ROUNDS)
+			/* scch: the last receive takes DONE. */
+			if (r + 1 < ROUNDS || shared_conn)
 				TRY(rpma_recv(conn, msg_mr, 0, 8, (void *)1));
 			v++;
 			memcpy(msg + 8, &v, 8);
@@ -372,10 +421,23 @@ static int server(struct rpma_peer *peer, const char *addr, const char *port)
 			expect_wc(cq, IBV_WC_SEND, &wc);
 		}
 		expect_empty(cq, "main CQ");
-		expect_empty(rcq, "receive CQ");
+		if (!shared_conn)
+			expect_empty(rcq, "receive CQ");
 	}
 
 	expect_event(conn, RPMA_CONN_CLOSED);
+	if (shared_conn) {
+		/* DONE was sent before the client disconnected: it is here already. */
+		int ret = rpma_cq_get_wc(rcq, 1, &wc, NULL);
+		if (ret)
+			fail("DONE before RPMA_CONN_CLOSED", ret);
+		uint64_t v;
+		memcpy(&v, msg, 8);
+		if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || wc.byte_len != 8 || v != DONE)
+			fail("DONE", wc.status);
+		expect_empty(rcq, "receive CQ");
+		shared_conn = NULL;
+	}
 	if (!strcmp(mode, "write"))
 		check_text(mem, peer_text);
 	if (!strcmp(mode, "aw")) {
@@ -703,9 +765,10 @@ static int client(struct rpma_peer *peer, const char *addr, const char *port)
 			RPMA_MR_USAGE_READ_DST | RPMA_MR_USAGE_WRITE_SRC | RPMA_MR_USAGE_SEND |
 				RPMA_MR_USAGE_RECV,
 			&mr));
-	if (!strcmp(mode, "rcq")) {
+	if (!strcmp(mode, "rcq") || !strcmp(mode, "scch")) {
 		TRY(rpma_conn_cfg_new(&cfg));
 		TRY(rpma_conn_cfg_set_rcq_size(cfg, RCQ_SIZE));
+		TRY(rpma_conn_cfg_set_compl_channel(cfg, !strcmp(mode, "scch")));
 	}
 	TRY(rpma_conn_req_new(peer, addr, port, cfg, &req));
 	TRY(rpma_conn_req_connect(&req, NULL, &conn));
@@ -714,6 +777,8 @@ static int client(struct rpma_peer *peer, const char *addr, const char *port)
 	TRY(rpma_conn_get_rcq(conn, &rcq));
 	if ((rcq != NULL) != (cfg != NULL) || rcq == cq)
 		fail("rpma_conn_get_rcq", 0);
+	if (!strcmp(mode, "scch"))
+		check_shared_channel(conn, cq, rcq);
 
 	struct rpma_conn_private_data pdata = { NULL, 0 };
 	TRY(rpma_conn_get_private_data(conn, &pdata));
@@ -787,6 +852,13 @@ static int client(struct rpma_peer *peer, const char *addr, const char *port)
 		}
 	} else if (!strcmp(mode, "rcq")) {
 		ping_pong(conn, mr, mem, cq, rcq, RCQ_START);
+	} else if (!strcmp(mode, "scch")) {
+		ping_pong(conn, mr, mem, cq, rcq, RCQ_START);
+		/* Unsignaled, and disconnecting right after it (librpma's example 08). */
+		uint64_t done = DONE;
+		memcpy(mem, &done, 8);
+		TRY(rpma_send(conn, mr, 0, 8, RPMA_F_COMPLETION_ON_ERROR, (void *)3));
+		shared_conn = NULL;
 	} else if (!strcmp(mode, "srq")) {
 		ping_pong(conn, mr, mem, cq, NULL, SRQ_BASE * (uint64_t)(index_ + 1));
 	} else {
@@ -809,7 +881,7 @@ int main(int argc, char *argv[])
 {
 	if (argc < 5) {
 		fprintf(stderr,
-			"usage: %s server|client <addr> <port> read|write|send|wimm|aw|simm|rcq|srq|multi "
+			"usage: %s server|client <addr> <port> read|write|send|wimm|aw|simm|rcq|srq|scch|multi "
 			"[rust] [index] [clients]\n",
 			argv[0]);
 		return 2;
