@@ -37,7 +37,10 @@
 //!
 //! Interoperable with C: the descriptors, private data and immediate data are those of
 //! librpma, so a Rust client works with a C librpma server running on the drop-in
-//! libraries and the reverse (`tests/interop.rs`).
+//! libraries and the reverse (`tests/interop.rs`: read, write + flush, atomic write,
+//! send and write with immediate data, send/recv, a receive CQ, a shared completion
+//! channel, a shared RQ, one epoll thread serving concurrent clients; each also C to C
+//! on the drop-ins).
 //!
 //! Differences from librpma: registering caller memory is `unsafe` ([`MrLocal::reg`],
 //! whose contract is [`rverbs::Pd::reg_mr`]'s) unless the memory is never freed
