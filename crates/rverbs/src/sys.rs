@@ -217,15 +217,50 @@ pub(crate) fn write_no_sigpipe(fd: BorrowedFd<'_>, buf: &[u8]) -> rustix::io::Re
     }
 }
 
+/// `SOL_UDP` option and control message: the size a UDP payload is cut into (GSO, sending)
+/// or was received as (GRO), udp(7).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+/// Bytes of a control buffer that holds one `UDP_GRO` or `UDP_SEGMENT` message (an int at
+/// most), as `u64`s so that it is aligned for `cmsghdr`.
+const CMSG_WORDS: usize = 4;
+
+/// Asks the kernel to hand this UDP socket datagrams that arrived as one GSO train, or that
+/// it coalesced (GRO), whole: one receive then holds several equal-sized datagrams, with
+/// their size in a `UDP_GRO` control message ([`DatagramBatch::segment_size`]). Best
+/// effort: `false` where the kernel does not offer it.
+pub(crate) fn enable_udp_gro(fd: BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt(2) reads `size_of::<c_int>()` bytes from a live `c_int`.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_GRO,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    r == 0
+}
+
 /// Buffers for receiving up to `N` datagrams of up to `SIZE` bytes each with one
-/// recvmmsg(2), and each one's source address.
+/// recvmmsg(2), and each one's source address and, for a coalesced train of datagrams, the
+/// size of each (UDP GRO).
 pub(crate) struct DatagramBatch<const N: usize, const SIZE: usize> {
     /// `N` buffers of `SIZE` bytes, one after the other.
     data: Vec<u8>,
     addrs: [libc::sockaddr_storage; N],
+    /// Control buffers, one per message.
+    controls: [[u64; CMSG_WORDS]; N],
     /// The length of each datagram of the last receive (`usize::MAX`: its source address
     /// did not fit, never for an IP socket).
     lens: [usize; N],
+    /// The size of each datagram a buffer of the last receive holds several of (the
+    /// `UDP_GRO` control message), 0 for a single datagram.
+    segs: [u16; N],
 }
 
 impl<const N: usize, const SIZE: usize> DatagramBatch<N, SIZE> {
@@ -235,7 +270,7 @@ impl<const N: usize, const SIZE: usize> DatagramBatch<N, SIZE> {
         // SAFETY: `sockaddr_storage` is a plain C struct of integers and byte arrays, for
         // which all-zero bytes are a valid value.
         let zero: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        DatagramBatch { data: vec![0; N * SIZE], addrs: [zero; N], lens: [0; N] }
+        DatagramBatch { data: vec![0; N * SIZE], addrs: [zero; N], controls: [[0; CMSG_WORDS]; N], lens: [0; N], segs: [0; N] }
     }
 
     /// Receives up to `N` datagrams waiting on socket `fd` with one recvmmsg(2), without
@@ -249,29 +284,39 @@ impl<const N: usize, const SIZE: usize> DatagramBatch<N, SIZE> {
         // SAFETY: `mmsghdr` is a plain C struct of integers and pointers, for which
         // all-zero bytes are a valid value (null pointers, zero lengths).
         let mut msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
-        let slots = self.data.chunks_exact_mut(SIZE).zip(self.addrs.iter_mut());
-        for ((iov, msg), (buf, addr)) in iovs.iter_mut().zip(msgs.iter_mut()).zip(slots) {
+        let slots = self.data.chunks_exact_mut(SIZE).zip(self.addrs.iter_mut()).zip(self.controls.iter_mut());
+        for ((iov, msg), ((buf, addr), control)) in iovs.iter_mut().zip(msgs.iter_mut()).zip(slots) {
             *iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
             msg.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
             msg.msg_hdr.msg_namelen = name_len;
             msg.msg_hdr.msg_iov = iov;
             msg.msg_hdr.msg_iovlen = 1;
+            msg.msg_hdr.msg_control = control.as_mut_ptr().cast();
+            msg.msg_hdr.msg_controllen = std::mem::size_of_val(control) as _;
         }
         // SAFETY: `msgs` holds N headers, each naming one iovec of `iovs` over its own
         // SIZE-byte chunk of `self.data` (`data` is N × SIZE bytes, so every header got
-        // one) and its own `sockaddr_storage` of `self.addrs` with that size as its
-        // length; all of them live and are exclusively borrowed for the whole call, which
-        // writes only within those bounds (and the headers' lengths and flags). No
-        // ancillary buffer (msg_control null, msg_controllen 0), no timeout (null).
+        // one), its own `sockaddr_storage` of `self.addrs` with that size as its length,
+        // and its own control buffer of `self.controls` with its size; all of them live
+        // and exclusively borrowed for the whole call, which writes only within those
+        // bounds (and the headers' lengths and flags). No timeout (null).
         let n = unsafe { libc::recvmmsg(fd.as_raw_fd(), msgs.as_mut_ptr(), N as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
         if n < 0 {
             return Err(std::io::Error::last_os_error());
         }
         let n = n as usize;
-        for (len, msg) in self.lens.iter_mut().zip(&msgs[..n]) {
+        for ((len, seg), msg) in self.lens.iter_mut().zip(self.segs.iter_mut()).zip(&msgs[..n]) {
             *len = if msg.msg_hdr.msg_namelen <= name_len { (msg.msg_len as usize).min(SIZE) } else { usize::MAX };
+            *seg = gro_size(&msg.msg_hdr);
         }
         Ok(n)
+    }
+
+    /// The size of each of the datagrams that buffer `i` of the last receive holds, when
+    /// it holds a coalesced train of them (UDP GRO; the last may be shorter); `None` for a
+    /// single datagram.
+    pub(crate) fn segment_size(&self, i: usize) -> Option<usize> {
+        self.segs.get(i).filter(|&&s| s != 0).map(|&s| usize::from(s))
     }
 
     /// Datagram `i` of the last [`DatagramBatch::recv`] and its source, IPv6 flow info and
@@ -281,6 +326,115 @@ impl<const N: usize, const SIZE: usize> DatagramBatch<N, SIZE> {
         let len = *self.lens.get(i).filter(|&&l| l <= SIZE)?;
         let from = sockaddr_ip(self.addrs.get(i)?)?;
         Some((from, &self.data[i * SIZE..i * SIZE + len]))
+    }
+}
+
+/// The `UDP_GRO` segment size of a received message header (0: none).
+fn gro_size(hdr: &libc::msghdr) -> u16 {
+    if hdr.msg_control.is_null() || hdr.msg_flags & libc::MSG_CTRUNC != 0 {
+        return 0;
+    }
+    // SAFETY: the header names a control buffer the kernel just filled and whose length it
+    // set; CMSG_FIRSTHDR/CMSG_NXTHDR stay within `msg_controllen` and return null past it;
+    // a `UDP_GRO` message's data is one int, read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return u16::try_from(v).unwrap_or(0);
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    0
+}
+
+/// Sends to `dst`, with one sendmmsg(2), one message per element of `trains`: the
+/// concatenation of its datagrams' bytes, cut by the kernel into datagrams of the size of
+/// the first (UDP GSO, the `UDP_SEGMENT` control message, udp(7): every datagram of a train
+/// but the last has that size, the last may be shorter) — a train of one datagram is sent
+/// as it is. Returns how many trains the kernel took (from the first), or the error of the
+/// first it refused (`EIO`/`EINVAL`: no GSO on this route).
+pub(crate) fn sendmmsg_trains(fd: BorrowedFd<'_>, dst: std::net::SocketAddr, trains: &[&[Vec<u8>]]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let (addr, addr_len) = sockaddr_of(dst);
+    let iovs: Vec<Vec<libc::iovec>> = trains
+        .iter()
+        .map(|t| t.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect())
+        .collect();
+    let mut controls: Vec<[u64; CMSG_WORDS]> = vec![[0; CMSG_WORDS]; trains.len()];
+    // SAFETY: `mmsghdr` is a plain C struct of integers and pointers, for which all-zero
+    // bytes are a valid value (null pointers, zero lengths).
+    let mut msgs: Vec<libc::mmsghdr> = (0..trains.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+    for (((msg, iov), control), train) in msgs.iter_mut().zip(&iovs).zip(controls.iter_mut()).zip(trains) {
+        msg.msg_hdr.msg_name = (&addr as *const libc::sockaddr_storage) as *mut libc::c_void;
+        msg.msg_hdr.msg_namelen = addr_len;
+        msg.msg_hdr.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_hdr.msg_iovlen = iov.len() as _;
+        if train.len() > 1 {
+            let size = u16::try_from(train[0].len()).unwrap_or(u16::MAX);
+            msg.msg_hdr.msg_control = control.as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE is arithmetic on its argument.
+            msg.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
+            // SAFETY: the control buffer (32 bytes, u64-aligned) holds CMSG_SPACE(2) = 24
+            // bytes, set as the header's control length, so CMSG_FIRSTHDR returns its
+            // start, and the message's header and 2 data bytes are written inside it.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&msg.msg_hdr);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size);
+            }
+        }
+    }
+    let mut sent = 0;
+    while sent < msgs.len() {
+        // SAFETY: `msgs[sent..]` are headers naming the live `addr` with its length, their
+        // own iovec arrays over the caller's borrowed datagrams (read only by the kernel),
+        // and their own control buffers with the lengths set above; all outlive the call.
+        let n = unsafe { libc::sendmmsg(fd.as_raw_fd(), msgs[sent..].as_mut_ptr(), (msgs.len() - sent) as libc::c_uint, 0) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return if sent == 0 { Err(err) } else { Ok(sent) };
+        }
+        if n == 0 {
+            break;
+        }
+        sent += n as usize;
+    }
+    Ok(sent)
+}
+
+/// `a` as a C socket address and its length.
+fn sockaddr_of(a: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: `sockaddr_storage` is a plain C struct of integers and byte arrays, for which
+    // all-zero bytes are a valid value.
+    let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match a {
+        std::net::SocketAddr::V4(v4) => {
+            // SAFETY: `sockaddr_storage` is at least as large and as aligned as
+            // `sockaddr_in`; the storage is exclusively borrowed here.
+            let sin = unsafe { &mut *(&mut s as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = v4.port().to_be();
+            sin.sin_addr.s_addr = u32::from_ne_bytes(v4.ip().octets());
+            (s, std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        std::net::SocketAddr::V6(v6) => {
+            // SAFETY: as above, for `sockaddr_in6`.
+            let sin6 = unsafe { &mut *(&mut s as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = v6.port().to_be();
+            sin6.sin6_flowinfo = v6.flowinfo();
+            sin6.sin6_addr.s6_addr = v6.ip().octets();
+            sin6.sin6_scope_id = v6.scope_id();
+            (s, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
     }
 }
 

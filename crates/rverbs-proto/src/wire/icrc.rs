@@ -223,37 +223,67 @@ pub fn solve_ipv4_id(
     roce: &[u8],
     icrc: u32,
 ) -> Option<u16> {
-    let target = icrc ^ compute_ipv4_pseudo(src, dst, src_port, dst_port, roce);
-    let after_id = (IPV4_HEADER_LEN - IPV4_ID_OFFSET - 2 + UDP_HEADER_LEN + roce.len()) as u64;
-    let zero = crc32fast::hash(&[0, 0]);
+    let syndrome = icrc ^ compute_ipv4_pseudo(src, dst, src_port, dst_port, roce);
+    Ipv4IdBasis::new(roce.len()).solve(syndrome)
+}
 
-    // rows[p]: a reduced basis vector whose highest set bit is p, and the ID bits that make it.
-    let mut rows = [(0u32, 0u16); 32];
-    for bit in 0..16 {
-        let id = 1u16 << bit;
-        let mut vector = shift(crc32fast::hash(&id.to_be_bytes()) ^ zero, after_id);
-        let mut combo = id;
-        while vector != 0 {
-            let pivot = 31 - vector.leading_zeros() as usize;
-            if rows[pivot].0 == 0 {
-                rows[pivot] = (vector, combo);
-                break;
+/// How the IPv4 Identification enters the ICRC of a RoCE packet of one length: the reduced
+/// GF(2) basis of [`solve_ipv4_id`], which depends only on the packet's length (how many
+/// bytes follow the ID field). Building it costs sixteen CRC shifts; solving with it is at
+/// most 32 XORs, so a receiver that meets packets of a few lengths with non-zero IDs (rxe,
+/// NICs, a peer's GSO trains) keeps one per length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ipv4IdBasis {
+    roce_len: usize,
+    /// rows[p]: a reduced basis vector whose highest set bit is p, and the ID bits that
+    /// make it.
+    rows: [(u32, u16); 32],
+}
+
+impl Ipv4IdBasis {
+    /// The basis for RoCE packets of `roce_len` bytes, BTH to the end of the payload and
+    /// pad (the ICRC excluded).
+    pub fn new(roce_len: usize) -> Ipv4IdBasis {
+        let after_id = (IPV4_HEADER_LEN - IPV4_ID_OFFSET - 2 + UDP_HEADER_LEN + roce_len) as u64;
+        let zero = crc32fast::hash(&[0, 0]);
+        let mut rows = [(0u32, 0u16); 32];
+        for bit in 0..16 {
+            let id = 1u16 << bit;
+            let mut vector = shift(crc32fast::hash(&id.to_be_bytes()) ^ zero, after_id);
+            let mut combo = id;
+            while vector != 0 {
+                let pivot = 31 - vector.leading_zeros() as usize;
+                if rows[pivot].0 == 0 {
+                    rows[pivot] = (vector, combo);
+                    break;
+                }
+                vector ^= rows[pivot].0;
+                combo ^= rows[pivot].1;
             }
-            vector ^= rows[pivot].0;
-            combo ^= rows[pivot].1;
         }
+        Ipv4IdBasis { roce_len, rows }
     }
 
-    let (mut rest, mut id) = (target, 0u16);
-    while rest != 0 {
-        let (vector, combo) = rows[31 - rest.leading_zeros() as usize];
-        if vector == 0 {
-            return None;
-        }
-        rest ^= vector;
-        id ^= combo;
+    /// The packet length this basis is for.
+    pub fn roce_len(&self) -> usize {
+        self.roce_len
     }
-    Some(id)
+
+    /// The ID `x` with `ICRC(ID = x) = ICRC(ID = 0) ⊕ syndrome`, where `syndrome` is the
+    /// packet's ICRC XOR the one [`compute_ipv4_pseudo`] gives it (ID 0); `None` if no ID
+    /// fits.
+    pub fn solve(&self, syndrome: u32) -> Option<u16> {
+        let (mut rest, mut id) = (syndrome, 0u16);
+        while rest != 0 {
+            let (vector, combo) = self.rows[31 - rest.leading_zeros() as usize];
+            if vector == 0 {
+                return None;
+            }
+            rest ^= vector;
+            id ^= combo;
+        }
+        Some(id)
+    }
 }
 
 #[cfg(test)]
@@ -395,6 +425,25 @@ mod tests {
                 Some(0x1234)
             );
         }
+    }
+
+    /// One basis per length serves every packet of that length: each ID a packet was sealed
+    /// with comes back, and a basis of another length does not find it.
+    #[test]
+    fn one_basis_solves_every_id_of_its_length() {
+        let roce: Vec<u8> = (0..1040u32).map(|i| (i * 7) as u8).collect();
+        let (src, dst) = (Ipv4Addr::new(10, 66, 0, 1), Ipv4Addr::new(10, 66, 0, 2));
+        let basis = Ipv4IdBasis::new(roce.len());
+        assert_eq!(basis.roce_len(), 1040);
+        let zero = compute_ipv4_pseudo(src, dst, 4791, 4791, &roce);
+        for id in [0u16, 1, 2, 63, 0x1234, 0xfffe, 0xffff] {
+            let icrc = ipv4_pseudo_with_id(src, dst, 4791, 4791, id, &roce);
+            assert_eq!(basis.solve(icrc ^ zero), Some(id), "id {id:#x}");
+            assert_eq!(solve_ipv4_id(src, dst, 4791, 4791, &roce, icrc), Some(id));
+        }
+        let other = Ipv4IdBasis::new(1056);
+        let icrc = ipv4_pseudo_with_id(src, dst, 4791, 4791, 5, &roce);
+        assert_ne!(other.solve(icrc ^ zero), Some(5));
     }
 
     #[test]

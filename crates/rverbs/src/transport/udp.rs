@@ -12,7 +12,9 @@
 //! (rocev2-wire.md §2.5; IPv6 has no ID). Packets go out from
 //! the socket of the QP's source GID to `destination:4791`. The progress thread reads the
 //! sockets (`progress::NetRx`), up to [`RX_BATCH`] datagrams per `recvmmsg`
-//! ([`NetSock::receive`]). Received packets are checked, one by one in arrival order: parse (`wire::roce`), ICRC
+//! ([`NetSock::receive`]), a train of datagrams coalesced by the kernel (`UDP_GRO`) cut
+//! apart first. Batches go out with one `sendmmsg`, runs of equal-sized packets as GSO
+//! trains ([`NetSock::transmit_all`]). Received packets are checked, one by one in arrival order: parse (`wire::roce`), ICRC
 //! (IPv4: with ID 0, else the ID solved from the ICRC, `icrc::solve_ipv4_id`, since rxe and
 //! NICs send non-zero IDs); a packet that fails either is dropped and counted, never
 //! delivered.
@@ -97,6 +99,15 @@ use crate::limits;
 use crate::mr::Source;
 use crate::shm::registry::Registry;
 use crate::table::endpoint_of;
+
+/// The most datagrams one GSO train carries (the kernel's `UDP_MAX_SEGMENTS` of 6.1).
+const TRAIN_PACKETS: usize = 64;
+
+/// The most bytes one GSO train carries (a UDP datagram's payload limit, less room).
+const TRAIN_BYTES: usize = 60 * 1024;
+
+/// How many packet lengths' IPv4 ID bases a receiving thread keeps (`icrc_id`).
+const ID_BASES: usize = 4;
 
 /// The socket buffer sizes asked for (bytes).
 const RECV_BUFFER: usize = 4 << 20;
@@ -240,6 +251,9 @@ pub(crate) struct NetSock {
     pub(crate) link_mtu: u32,
     sock: UdpSocket,
     trace: Option<Arc<Trace>>,
+    /// Whether batches may go out as GSO trains ([`NetSock::transmit_all`]); cleared for
+    /// good the first time the kernel refuses one (a route without checksum offload).
+    gso: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Bytes of headers around a RoCEv2 payload that rxe reserves when it derives an IB MTU
@@ -416,14 +430,7 @@ impl Net {
             return;
         }
         let to = SocketAddr::new(dst, ROCE_PORT);
-        for p in packets.iter_mut() {
-            if !sock.seal(to, p) {
-                return;
-            }
-        }
-        for chunk in packets.chunks(64) {
-            sock.transmit_all(to, chunk);
-        }
+        sock.transmit_all(to, packets);
     }
 
     /// Sends what the injector holds that is due, each from the socket it was sent on.
@@ -553,7 +560,11 @@ impl NetSock {
         let _ = sockopt::set_socket_send_buffer_size(&sock, RECV_BUFFER);
         sock.set_nonblocking(true)?;
         let port = sock.local_addr()?.port();
-        Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, link_mtu: 4096, sock, trace: None })
+        // Trains of datagrams (a peer's GSO, or what the kernel coalesced) come up whole,
+        // one receive for many packets (`receive` cuts them apart again).
+        crate::sys::enable_udp_gro(sock.as_fd());
+        let gso = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, link_mtu: 4096, sock, trace: None, gso })
     }
 
     /// Whether this socket owns its address's RoCEv2 port (receives on it, delivers UD
@@ -589,10 +600,16 @@ impl NetSock {
     /// Writes the ICRC of `packet` as sent from this socket to `dst`; `false` when `dst`
     /// is of the other address family (no route, as for rxe).
     fn seal(&self, dst: SocketAddr, packet: &mut [u8]) -> bool {
+        self.seal_with_id(dst, packet, 0)
+    }
+
+    /// As [`NetSock::seal`] for a packet that leaves with IPv4 Identification `id`
+    /// (ignored for IPv6, which has none).
+    fn seal_with_id(&self, dst: SocketAddr, packet: &mut [u8], id: u16) -> bool {
         let n = packet.len();
         let body = &packet[..n - 4];
         let icrc = match (self.ip, dst.ip()) {
-            (IpAddr::V4(src), IpAddr::V4(to)) => icrc::compute_ipv4_pseudo(src, to, self.port, dst.port(), body),
+            (IpAddr::V4(src), IpAddr::V4(to)) => icrc::ipv4_pseudo_with_id(src, to, self.port, dst.port(), id, body),
             (IpAddr::V6(src), IpAddr::V6(to)) => icrc::compute_ipv6_pseudo(src, to, self.port, dst.port(), body),
             _ => return false,
         };
@@ -612,33 +629,76 @@ impl NetSock {
         }
     }
 
-    /// Puts datagrams on the wire (and into the trace) with one `sendmmsg` where the
-    /// kernel takes them all; what it refuses is lost, as a failed [`NetSock::transmit`].
-    fn transmit_all(&self, dst: SocketAddr, packets: &[Vec<u8>]) {
-        use rustix::net::addr::SocketAddrArg;
-        use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags};
-        if let Some(t) = &self.trace {
-            for p in packets {
-                t.record(SocketAddr::new(self.ip, self.port), dst, 0, p);
+    /// Seals the packets `packets` (each BTH to ICRC) and puts them on the wire (and into
+    /// the trace), with as few system calls as the kernel allows: consecutive packets of
+    /// one size (a message's MIDDLE packets, say) go out as one GSO train (`UDP_SEGMENT`,
+    /// udp(7)), up to [`TRAIN_PACKETS`] and [`TRAIN_BYTES`], the trains of a batch in one
+    /// `sendmmsg`; what the kernel refuses is lost, as a failed [`NetSock::transmit`].
+    ///
+    /// Rule (rocev2-wire.md §2.5): over IPv4 the ICRC covers the IPv4 Identification. The
+    /// kernel cuts a train into datagrams that carry the train's ID plus their index
+    /// (`inet_gso_segment`), and the train of an unconnected `IP_PMTUDISC_DO` socket has
+    /// ID 0 (`ip_select_ident_segs`), so packet `k` of a train is sealed with ID `k`; a
+    /// single datagram has ID 0. A route that cannot take GSO (no checksum offload: the
+    /// kernel answers `EIO`) turns trains off for this socket, and the rest of the batch
+    /// goes datagram by datagram, sealed again with ID 0.
+    fn transmit_all(&self, dst: SocketAddr, packets: &mut [Vec<u8>]) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let gso = self.gso.load(Relaxed);
+        let mut trains: smallvec::SmallVec<[std::ops::Range<usize>; 64]> = smallvec::SmallVec::new();
+        let mut i = 0;
+        while i < packets.len() {
+            let size = packets[i].len();
+            let mut end = i + 1;
+            let mut bytes = size;
+            if gso {
+                while end < packets.len() && end - i < TRAIN_PACKETS && bytes + packets[end].len() <= TRAIN_BYTES {
+                    let next = packets[end].len();
+                    if next > size {
+                        break;
+                    }
+                    bytes += next;
+                    end += 1;
+                    if next < size {
+                        break; // a shorter datagram ends a train
+                    }
+                }
             }
+            for (k, p) in packets[i..end].iter_mut().enumerate() {
+                if !self.seal_with_id(dst, p, k as u16) {
+                    return;
+                }
+                if let Some(t) = &self.trace {
+                    t.record(SocketAddr::new(self.ip, self.port), dst, k as u16, p);
+                }
+            }
+            trains.push(i..end);
+            i = end;
         }
-        let addr = dst.as_any();
-        let iovs: smallvec::SmallVec<[[std::io::IoSlice<'_>; 1]; 64]> =
-            packets.iter().map(|p| [std::io::IoSlice::new(p)]).collect();
-        let mut controls: smallvec::SmallVec<[SendAncillaryBuffer<'_, '_, '_>; 64]> =
-            packets.iter().map(|_| SendAncillaryBuffer::default()).collect();
-        let mut msgs: smallvec::SmallVec<[MMsgHdr<'_>; 64]> =
-            iovs.iter().zip(controls.iter_mut()).map(|(iov, c)| MMsgHdr::new_with_addr(&addr, iov, c)).collect();
-        let mut sent = 0;
-        while sent < msgs.len() {
-            match sendmmsg(&self.sock, &mut msgs[sent..], SendFlags::empty()) {
+        let mut done = 0;
+        while done < trains.len() {
+            let sent = {
+                let batch: smallvec::SmallVec<[&[Vec<u8>]; 64]> = trains[done..].iter().map(|r| &packets[r.clone()]).collect();
+                crate::sys::sendmmsg_trains(self.sock.as_fd(), dst, &batch)
+            };
+            match sent {
                 Ok(0) => break,
-                Ok(n) => sent += n,
-                Err(rustix::io::Errno::INTR) => {}
+                Ok(n) => done += n,
+                Err(err) if matches!(err.raw_os_error(), Some(libc::EIO | libc::EINVAL)) && trains[done].len() > 1 => {
+                    tracing::info!(%dst, %err, "UDP GSO refused on this route: sending datagram by datagram");
+                    self.gso.store(false, Relaxed);
+                    let rest = trains[done].start;
+                    for p in packets[rest..].iter_mut() {
+                        if self.seal(dst, p) {
+                            self.transmit(dst, p);
+                        }
+                    }
+                    return;
+                }
                 Err(err) => {
                     // A datagram transport: unsent packets are lost packets, which the
                     // protocol already handles.
-                    tracing::debug!(%dst, %err, unsent = msgs.len() - sent, "RoCEv2 sendmmsg failed");
+                    tracing::debug!(%dst, %err, unsent = trains.len() - done, "RoCEv2 sendmmsg failed");
                     break;
                 }
             }
@@ -667,8 +727,16 @@ impl NetSock {
                 }
             };
             for i in 0..n {
-                if let Some((from, datagram)) = batch.get(i) {
-                    self.check(stats, from, datagram, &mut deliver);
+                let Some((from, datagram)) = batch.get(i) else { continue };
+                match batch.segment_size(i) {
+                    // A train (GSO from the peer, or coalesced by the kernel): its
+                    // datagrams one by one.
+                    Some(size) if size < datagram.len() => {
+                        for d in datagram.chunks(size) {
+                            self.check(stats, from, d, &mut deliver);
+                        }
+                    }
+                    _ => self.check(stats, from, datagram, &mut deliver),
                 }
             }
             if n < RX_BATCH {
@@ -850,10 +918,30 @@ fn icrc_id(from: SocketAddr, to: SocketAddr, packet: &Packet<&[u8]>) -> Option<u
     let got = packet.icrc();
     match (from.ip(), to.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            if icrc::compute_ipv4_pseudo(src, dst, from.port(), to.port(), body) == got {
+            let zero = icrc::compute_ipv4_pseudo(src, dst, from.port(), to.port(), body);
+            if zero == got {
                 return Some(0);
             }
-            icrc::solve_ipv4_id(src, dst, from.port(), to.port(), body, got)
+            // The ID's effect depends only on the packet's length: the bases of the last
+            // few lengths met on this thread are kept (building one costs sixteen CRC
+            // shifts, as much as the rest of the packet's handling; a peer with non-zero
+            // IDs sends mostly packets of two or three lengths).
+            thread_local! {
+                static BASES: std::cell::RefCell<Vec<icrc::Ipv4IdBasis>> = const { std::cell::RefCell::new(Vec::new()) };
+            }
+            BASES.with_borrow_mut(|bases| {
+                let at = match bases.iter().position(|b| b.roce_len() == body.len()) {
+                    Some(i) => i,
+                    None => {
+                        if bases.len() == ID_BASES {
+                            bases.remove(0);
+                        }
+                        bases.push(icrc::Ipv4IdBasis::new(body.len()));
+                        bases.len() - 1
+                    }
+                };
+                bases[at].solve(got ^ zero)
+            })
         }
         (IpAddr::V6(src), IpAddr::V6(dst)) => {
             (icrc::compute_ipv6_pseudo(src, dst, from.port(), to.port(), body) == got).then_some(0)
@@ -1144,6 +1232,44 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), bad);
         assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+    }
+
+    /// A batch of equal-sized packets goes out as GSO trains (one train here; then one
+    /// shorter packet ends it, and a larger one starts the next): every packet arrives once,
+    /// in order, its ICRC right for the IPv4 ID the kernel gives packet `k` of a train (`k`;
+    /// the receiver solves it, so the IDs it reports are the ones each packet was sealed
+    /// with), whether the receiving socket takes the train whole (GRO) or cut apart.
+    #[test]
+    fn a_batch_of_equal_packets_goes_out_as_trains_and_arrives_whole_and_in_order() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let gid = Gid::from_ip(lo);
+        let rx = NetSock::bind(lo, 0, gid).unwrap();
+        let tx = NetSock::bind(lo, 0, gid).unwrap();
+        let to = SocketAddr::new(lo, rx.port);
+        let mut sizes = vec![200usize; 40];
+        sizes.push(120);
+        sizes.extend([300, 300, 300]);
+        let mut packets: Vec<Vec<u8>> =
+            sizes.iter().enumerate().map(|(i, &n)| ud_packet(&vec![i as u8; n])).collect();
+        tx.transmit_all(to, &mut packets);
+        assert!(tx.gso.load(Ordering::Relaxed), "loopback takes GSO trains");
+        let stats = NetStats::default();
+        let mut buf = RxBatch::new();
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            rx.receive(&stats, &mut buf, |_, p, _, id| got.push((p.payload().to_vec(), id)));
+            if got.len() == sizes.len() {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let payloads: Vec<Vec<u8>> = got.iter().map(|(p, _)| p.clone()).collect();
+        let want: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| vec![i as u8; n]).collect();
+        assert_eq!(payloads, want);
+        let ids: Vec<u16> = got.iter().map(|(_, id)| *id).collect();
+        let want_ids: Vec<u16> = (0..41).chain(0..3).collect();
+        assert_eq!(ids, want_ids, "packet k of a train is sealed with IPv4 ID k");
+        assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 0);
     }
 
     /// rocev2-wire.md §2.5: rxe and NICs send non-zero IPv4 IDs; the receive side finds the
