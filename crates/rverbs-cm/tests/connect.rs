@@ -556,3 +556,97 @@ fn an_unanswered_request_times_out_as_unreachable() {
     c.destroy().unwrap();
     let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
 }
+
+/// Endpoint numbers are reused: a client process that starts after another died takes
+/// the lowest free endpoint, so the dead one's number, and its first communication ID is
+/// the same number too. The server, which keeps the dead client's id (DISCONNECTED by the
+/// death), must take the new client's REQ as a new request, not as a repeat of the old
+/// one (and a late notice of the old process's death must not fail the new connection):
+/// ids know the peer's process, not only its endpoint. All three processes use a private
+/// runtime directory, so the numbers are certain.
+#[test]
+fn a_client_reusing_a_dead_clients_endpoint_and_ids_is_a_new_peer() {
+    const TEST: &str = "a_client_reusing_a_dead_clients_endpoint_and_ids_is_a_new_peer";
+    match role().as_deref() {
+        Some("server") => {
+            let v = verbs();
+            let ch = EventChannel::new().unwrap();
+            let (_l, addr) = listener(&ch, PortSpace::Tcp, QpType::Rc);
+            say(&addr.to_string());
+            let mut kept = Vec::new();
+            for round in 0..2 {
+                let ev = expect(&ch, EventKind::ConnectRequest);
+                let child = ev.id.clone();
+                drop(ev);
+                child.attach_qp(qp(&v, QpType::Rc)).unwrap();
+                child.accept(None).unwrap();
+                expect(&ch, EventKind::Established);
+                say(&format!("accepted {round}"));
+                if round == 0 {
+                    // The first client exits without disconnecting: its death disconnects.
+                    expect(&ch, EventKind::Disconnected);
+                    say("disconnected 0");
+                }
+                kept.push(child); // not destroyed: the old id stays while the new client comes
+            }
+            return;
+        }
+        Some("client") => {
+            let addr: SocketAddr = std::env::var("RVERBS_CM_TEST_ADDR").unwrap().parse().unwrap();
+            let v = verbs();
+            let ch = EventChannel::new().unwrap();
+            let c = resolved(&ch, PortSpace::Tcp, QpType::Rc, addr);
+            let q = qp(&v, QpType::Rc);
+            c.attach_qp(q.clone()).unwrap();
+            c.set_cm_timeout(18, 1).unwrap(); // an unanswered REQ ends in about 2 s, not 69
+            c.connect(&param(b"")).unwrap();
+            let ev = expect(&ch, EventKind::Established);
+            drop(ev);
+            say(&format!("established ep {}", q.qp_num() >> 16));
+            return;
+        }
+        _ => {}
+    }
+    let dir = std::env::temp_dir().join(format!("rverbs-cm-reuse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spawn_in = |role: &str, addr: Option<&str>| {
+        use std::io::BufRead;
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env("RVERBS_CM_TEST_ROLE", role)
+            .env("RVERBS_RUNTIME_DIR", &dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        if let Some(a) = addr {
+            cmd.env("RVERBS_CM_TEST_ADDR", a);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if let Some(at) = line.find("PEER ") {
+                    if tx.send(line[at + 5..].trim().to_owned()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Peer { child, lines }
+    };
+    let mut server = spawn_in("server", None);
+    let addr = read_line(&mut server);
+    let mut first = spawn_in("client", Some(&addr));
+    let ep_first = read_line(&mut first);
+    assert!(first.child.wait().unwrap().success());
+    assert_eq!(read_line(&mut server), "accepted 0");
+    assert_eq!(read_line(&mut server), "disconnected 0");
+    let mut second = spawn_in("client", Some(&addr));
+    let ep_second = read_line(&mut second);
+    assert_eq!(ep_second, ep_first, "the second client took the first one's endpoint number");
+    assert!(second.child.wait().unwrap().success(), "the second client connected");
+    assert_eq!(read_line(&mut server), "accepted 1");
+    assert!(server.child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -114,11 +114,11 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
     let other_host = crate::addr::local_gid(&e.ctx, dst.ip()).is_none();
     let owner = if other_host {
         s.path_mtu = mtu_of_bytes(e.qp1.link_mtu(src.ip()));
-        Some(MadPeer::Remote { peer: dst.ip(), local: src.ip() })
+        Some((MadPeer::Remote { peer: dst.ip(), local: src.ip() }, None))
     } else {
-        super::lookup_listener(e, id.ps(), dst).map(|o| MadPeer::Endpoint(o.ep))
+        super::lookup_listener(e, id.ps(), dst).map(|o| (MadPeer::Endpoint(o.ep), Some(o.pid)))
     };
-    let Some(owner) = owner else {
+    let Some((owner, owner_pid)) = owner else {
         // IBTA: a REQ for a service nobody provides is rejected with "invalid service
         // ID" (8); for SIDR the reply status is "service ID not supported" (1), which
         // rdma_cm reports as UNREACHABLE.
@@ -167,8 +167,9 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
     let tid = s.tid;
     let ece_options = s.local_ece.1;
     s.remote = Some(owner);
+    s.remote_pid = owner_pid;
     s.arm(TimerKind::Req, wait);
-    e.watch(&mut st, owner);
+    e.watch(&mut st, owner, owner_pid);
     let bytes = message.encode_with_modifier(tid, ece_options);
     if e.send(owner, &bytes).is_err() {
         let s = st.id(id)?;
@@ -542,9 +543,17 @@ fn mine(st: &State, comm: u32, from: MadPeer) -> Option<u64> {
 fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: msg::ReqView<'_>) {
     let me = e.qp1.endpoint();
     let from = mad.from;
+    // The process behind the sending endpoint now (a number of a process that died may
+    // already be another's: its ids are not this one's).
+    let from_pid = match from {
+        MadPeer::Endpoint(ep) => e.qp1.owner_pid(ep),
+        MadPeer::Remote { .. } => None,
+    };
     // A retransmitted or duplicate request: the connection already exists. If it was
     // answered (a REP waits for its RTU), the answer may have been lost: send it again.
-    if let Some(s) = st.ids.values().find(|s| s.remote == Some(from) && s.remote_comm == Some(req.comm)) {
+    if let Some(s) =
+        st.ids.values().find(|s| s.remote == Some(from) && s.remote_pid == from_pid && s.remote_comm == Some(req.comm))
+    {
         if let Some(r) = s.resend.as_ref() {
             let _ = e.send(from, &r.mad);
         }
@@ -610,6 +619,7 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
     s.dgid = Some(req.sgid.unwrap_or_else(|| crate::addr::gid_of(src.ip())));
     s.num_paths = 1;
     s.remote = Some(from);
+    s.remote_pid = from_pid;
     s.remote_comm = Some(req.comm);
     s.remote_qpn = req.qpn;
     s.psn = req.psn;
@@ -624,7 +634,7 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
     s.tid = tid;
     s.tos = req.traffic_class;
     s.remote_ece = (req.ece_vendor, attr_mod);
-    e.watch(st, from);
+    e.watch(st, from, from_pid);
     let s = &st.ids[&cn];
     let mut ev = Event::new(EventKind::ConnectRequest, 0, &s.handle, lacks);
     ev.listen_id = Some(st.ids[&l].handle.clone());
@@ -785,7 +795,7 @@ pub(crate) fn reject_orphan(e: &Engine, st: &mut State, c: u64) {
             st.by_comm.remove(&comm);
         }
         if let Some(peer) = s.remote {
-            e.unwatch(st, peer);
+            e.unwatch(st, peer, s.remote_pid);
         }
     }
 }

@@ -53,9 +53,12 @@ pub(crate) struct State {
     pub(crate) ids: HashMap<u64, IdState>,
     /// Local communication id → id number.
     pub(crate) by_comm: HashMap<u32, u64>,
-    /// Peers this process has connections with: endpoint → its pidfd and how many ids
-    /// depend on it.
-    watches: HashMap<u32, (OwnedFd, usize)>,
+    /// Peers this process has connections with: (endpoint, pid) → its pidfd and how many
+    /// ids depend on it. The pid is part of the key because endpoint numbers are reused:
+    /// a process that took over the number of one that died is another peer.
+    watches: HashMap<(u32, i32), (OwnedFd, usize)>,
+    /// Peers found dead when a watch was asked for, for the thread to handle as deaths.
+    dead: Vec<(u32, i32)>,
     next_id: u64,
     next_comm: u32,
     rng: u64,
@@ -128,6 +131,7 @@ impl Engine {
                 ids: HashMap::new(),
                 by_comm: HashMap::new(),
                 watches: HashMap::new(),
+                dead: Vec::new(),
                 next_id: 1,
                 next_comm: 1,
                 rng: seed | 1,
@@ -175,8 +179,12 @@ impl Engine {
                         let mut b = [0u8; 8];
                         let _ = rustix::io::read(&self.wake, &mut b);
                     }
-                    ep => self.peer_died(ep as u32),
+                    key => self.peer_died((key & 0xffff_ffff) as u32, (key >> 32) as i32),
                 }
+            }
+            let dead = std::mem::take(&mut self.lock().dead);
+            for (ep, pid) in dead {
+                self.peer_died(ep, pid);
             }
             self.deliver_deferred();
             self.fire_timers(Instant::now());
@@ -240,13 +248,20 @@ impl Engine {
         }
     }
 
-    fn peer_died(&self, ep: u32) {
+    /// Process `pid`, which held endpoint `ep`, died: the ids that talked to it (not those
+    /// that talk to a later holder of the number) learn it.
+    fn peer_died(&self, ep: u32, pid: i32) {
         let mut st = self.lock();
-        if let Some((fd, _)) = st.watches.remove(&ep) {
+        if let Some((fd, _)) = st.watches.remove(&(ep, pid)) {
             let _ = epoll::delete(&self.epoll, &fd);
         }
-        tracing::debug!(ep, "peer endpoint died");
-        let ids: Vec<u64> = st.ids.iter().filter(|(_, s)| s.remote == Some(MadPeer::Endpoint(ep))).map(|(n, _)| *n).collect();
+        tracing::debug!(ep, pid, "peer endpoint died");
+        let ids: Vec<u64> = st
+            .ids
+            .iter()
+            .filter(|(_, s)| s.remote == Some(MadPeer::Endpoint(ep)) && s.remote_pid == Some(pid))
+            .map(|(n, _)| *n)
+            .collect();
         for n in ids {
             handshake::peer_gone(self, &mut st, n);
         }
@@ -254,37 +269,39 @@ impl Engine {
         self.table.reclaim();
     }
 
-    /// Watches `peer` for the ids that talk to it: the process of an endpoint of this
-    /// host (not this one); nothing for another host (its death is learnt as the IBTA
-    /// says: by timeouts).
-    pub(crate) fn watch(&self, st: &mut State, peer: MadPeer) {
-        let MadPeer::Endpoint(ep) = peer else { return };
+    /// Watches `peer` for the ids that talk to it: process `pid` holding an endpoint of
+    /// this host (not this one); nothing for another host (its death is learnt as the
+    /// IBTA says: by timeouts).
+    pub(crate) fn watch(&self, st: &mut State, peer: MadPeer, pid: Option<i32>) {
+        let (MadPeer::Endpoint(ep), Some(pid)) = (peer, pid) else { return };
         if ep == self.qp1.endpoint() {
             return;
         }
-        if let Some(w) = st.watches.get_mut(&ep) {
+        if let Some(w) = st.watches.get_mut(&(ep, pid)) {
             w.1 += 1;
             return;
         }
-        match self.qp1.watch(ep) {
-            Ok(fd) => {
-                if epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(u64::from(ep)), epoll::EventFlags::IN).is_ok() {
-                    st.watches.insert(ep, (fd, 1));
-                }
+        // The pidfd of whoever holds the endpoint now; if that is not `pid`, `pid` is dead.
+        let fd = self.qp1.watch(ep).ok().filter(|_| self.qp1.owner_pid(ep) == Some(pid));
+        let key = (u64::from(pid as u32) << 32) | u64::from(ep);
+        match fd {
+            Some(fd) if epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(key), epoll::EventFlags::IN).is_ok() => {
+                st.watches.insert((ep, pid), (fd, 1));
             }
-            Err(_) => {
-                // Already dead: let the thread handle it like a death it saw.
+            _ => {
+                // Already dead: the thread handles it like a death it saw.
+                st.dead.push((ep, pid));
                 self.kick();
             }
         }
     }
 
-    pub(crate) fn unwatch(&self, st: &mut State, peer: MadPeer) {
-        let MadPeer::Endpoint(ep) = peer else { return };
-        if let Some(w) = st.watches.get_mut(&ep) {
+    pub(crate) fn unwatch(&self, st: &mut State, peer: MadPeer, pid: Option<i32>) {
+        let (MadPeer::Endpoint(ep), Some(pid)) = (peer, pid) else { return };
+        if let Some(w) = st.watches.get_mut(&(ep, pid)) {
             w.1 -= 1;
             if w.1 == 0 {
-                let (fd, _) = st.watches.remove(&ep).expect("present");
+                let (fd, _) = st.watches.remove(&(ep, pid)).expect("present");
                 let _ = epoll::delete(&self.epoll, fd.as_fd());
             }
         }
@@ -555,7 +572,7 @@ pub(crate) fn destroy(id: &CmId) -> Result<()> {
         st.by_comm.remove(&c);
     }
     if let Some(peer) = s.remote {
-        e.unwatch(&mut st, peer);
+        e.unwatch(&mut st, peer, s.remote_pid);
     }
     // Queued events of this id (and, for a listener, the requests no one retrieved)
     // go with it; the children of those requests are rejected and destroyed.

@@ -91,6 +91,9 @@ pub(crate) struct IdState {
     pub(crate) remote_comm: Option<u32>,
     /// The peer's QP1: an endpoint of this host, or another host.
     pub(crate) remote: Option<MadPeer>,
+    /// The process that held the peer's endpoint when the connection began (endpoint
+    /// numbers are reused; `None` for another host).
+    pub(crate) remote_pid: Option<i32>,
     /// The PSN this side sends with (the QP's sq_psn): the REP's starting PSN on the
     /// active side, the REQ's on the passive side (IBTA §12.7.20, §12.7.33, as the
     /// kernel's CM reads them), so rdma_init_qp_attr(RTS) works before accept.
@@ -160,6 +163,7 @@ impl IdState {
             local_comm: None,
             remote_comm: None,
             remote: None,
+            remote_pid: None,
             resend: None,
             psn: 0,
             remote_qpn: 0,
