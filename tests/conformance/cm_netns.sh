@@ -7,7 +7,8 @@
 # DREP, SIDR_REQ/REP) cross the link as RoCEv2 UD packets to QP1 (rverbs::qp1,
 # transport::gsi) and the data as RC or UD packets (transport::net, transport::udp).
 #
-# Pairs: rping -C 10 -v (traced: tshark decodes the CM MADs; -S 65000: READs and WRITEs of many packets; -q: the program's
+# Pairs: rping -C 10 -v (traced: tshark decodes the CM MADs; every packet duplicated; the
+# server's REP lost and resent; -S 65000: READs and WRITEs of many packets; -q: the program's
 # own QP moved by rdma_init_qp_attr and rdma_establish; roles swapped; over IPv6), rping
 # -P with 3 clients in turn, ucmatose (4 connections, 20 messages each; IPv6),
 # rdma_server/rdma_client (synchronous API), udaddy (UD, SIDR), cmtime -c 20 (many
@@ -115,6 +116,26 @@ if [[ -z $FILTER || $label =~ $FILTER ]]; then
   done
   pair_done "$label"
 fi
+
+# The network may lose or repeat any MAD (ARCHITECTURE.md §14, "Across hosts"). Every
+# packet of both sides sent twice: the repeated REQ, MRA, REP, RTU, DREQ and DREP must
+# change nothing. The server's REP lost: RVERBS_FAULTS seed 8 at 10 % keeps the server's
+# first packet (its MRA) and loses its second (the REP), so the REP must be sent again
+# after the CM response timeout (4.3 s) — the MRA told the client to wait, so the client
+# does not resend its REQ — and the connection comes up; the rest of the run loses 10 %
+# of the server's packets, which RC's retransmissions cover. (Losses on the client's side
+# are left out: rping's client exits right after its DREQ, and a lost DREQ of a process
+# that is gone leaves the server waiting, with the kernel's CM as with ours.)
+server_prefix=("${on_a[@]}" RVERBS_FAULTS=dup=100%) client_prefix=("${on_b[@]}" RVERBS_FAULTS=dup=100%)
+rping_pair "rping -C 10, every packet of both sides duplicated" "$IP_A" 10
+server_prefix=("${on_a[@]}" RVERBS_FAULTS=seed=8,drop=10% RVERBS_LOG=rverbs_cm=debug) client_prefix=("${on_b[@]}")
+label="rping -C 10, the server's REP lost and sent again, 10 % of its packets lost"
+rping_pair "$label" "$IP_A" 10
+if [[ -z $FILTER || $label =~ $FILTER ]] && ! grep -q 'CM message resent' "$slog"; then
+  echo "FAIL $label: the lost REP was not sent again (no 'CM message resent' in the server's log)"
+  failed=$((failed + 1))
+fi
+server_prefix=("${on_a[@]}")
 
 server_prefix=("${on_b[@]}") client_prefix=("${on_a[@]}") server_rt=$RT_B
 rping_pair "rping -C 10 -v (roles swapped)" "$IP_B" 10
