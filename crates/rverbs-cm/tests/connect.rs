@@ -374,10 +374,16 @@ struct Peer {
 }
 
 fn spawn(test: &str, role: &str) -> Peer {
+    spawn_with(test, role, &[])
+}
+
+/// [`spawn`] with extra environment variables for the child.
+fn spawn_with(test: &str, role: &str, env: &[(&str, &std::ffi::OsStr)]) -> Peer {
     use std::io::BufRead;
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env("RVERBS_CM_TEST_ROLE", role)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -610,30 +616,11 @@ fn a_client_reusing_a_dead_clients_endpoint_and_ids_is_a_new_peer() {
     let dir = std::env::temp_dir().join(format!("rverbs-cm-reuse-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let spawn_in = |role: &str, addr: Option<&str>| {
-        use std::io::BufRead;
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([TEST, "--exact", "--nocapture", "--test-threads=1"])
-            .env("RVERBS_CM_TEST_ROLE", role)
-            .env("RVERBS_RUNTIME_DIR", &dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        let mut env = vec![("RVERBS_RUNTIME_DIR", dir.as_os_str())];
         if let Some(a) = addr {
-            cmd.env("RVERBS_CM_TEST_ADDR", a);
+            env.push(("RVERBS_CM_TEST_ADDR", std::ffi::OsStr::new(a)));
         }
-        let mut child = cmd.spawn().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if let Some(at) = line.find("PEER ") {
-                    if tx.send(line[at + 5..].trim().to_owned()).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        Peer { child, lines }
+        spawn_with(TEST, role, &env)
     };
     let mut server = spawn_in("server", None);
     let addr = read_line(&mut server);
