@@ -44,6 +44,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$VM" prepare >/dev/null
+"$VM" stop >/dev/null 2>&1 || true   # a guest of this script's own names left by a killed run
 "$VM" start
 mkdir -m 700 "$WORK/rt"
 
