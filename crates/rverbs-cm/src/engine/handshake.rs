@@ -156,7 +156,7 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
             cm_retries: s.cm_retries,
             sgid: sgid.gid,
             dgid,
-            path_mtu: mtu_code(s.path_mtu),
+            path_mtu: s.path_mtu as u8, // `enum ibv_mtu` is the IBTA code
             traffic_class: s.tos,
             ack_timeout: s.qp_timeout(),
             ece_vendor: s.local_ece.0,
@@ -372,25 +372,10 @@ fn rejected_event(st: &State, n: u64, reason: u16, pdata: &[u8]) -> Event {
     ev
 }
 
+/// The path MTU of IBTA code `code` (a REQ's field); an unknown code is read as 4096.
 fn path_mtu_of(code: u8) -> Mtu {
-    match code {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        3 => Mtu::Mtu1024,
-        4 => Mtu::Mtu2048,
-        _ => Mtu::Mtu4096,
-    }
-}
-
-/// The IBTA path MTU code of `m` (Table 206: 1 = 256 … 5 = 4096).
-fn mtu_code(m: Mtu) -> u8 {
-    match m {
-        Mtu::Mtu256 => 1,
-        Mtu::Mtu512 => 2,
-        Mtu::Mtu1024 => 3,
-        Mtu::Mtu2048 => 4,
-        Mtu::Mtu4096 => 5,
-    }
+    // `enum ibv_mtu` has the IBTA codes (Table 206: 1 = 256 … 5 = 4096).
+    Mtu::from_raw(u32::from(code)).unwrap_or(Mtu::Mtu4096)
 }
 
 /// The largest path MTU of at most `bytes`.

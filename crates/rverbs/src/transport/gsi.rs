@@ -205,12 +205,11 @@ pub(crate) fn deliver(engine: &'static Engine, sock: &NetSock, from: SocketAddr,
 
 /// The GSI dispatcher: the lowest-numbered live endpoint with an open QP1.
 fn dispatcher(engine: &'static Engine) -> Option<u32> {
-    let root = engine.reg.as_ref().map_or(engine.dir.as_path(), |r| r.root.as_path());
     let Some(reg) = engine.reg.as_ref() else {
         return engine.dir.join(FIFO_NAME).exists().then_some(engine.ep());
     };
     (0..crate::shm::registry::MAX_ENDPOINTS)
-        .find(|&ep| crate::shm::registry::ep_dir(root, ep).join(FIFO_NAME).exists() && reg.alive(ep))
+        .find(|&ep| crate::shm::registry::ep_dir(&reg.root, ep).join(FIFO_NAME).exists() && reg.alive(ep))
 }
 
 /// Writes a receive record into endpoint `ep`'s `qp1` FIFO (this endpoint's included).

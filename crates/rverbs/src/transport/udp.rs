@@ -253,7 +253,7 @@ pub(crate) struct NetSock {
     trace: Option<Arc<Trace>>,
     /// Whether batches may go out as GSO trains ([`NetSock::transmit_all`]); cleared for
     /// good the first time the kernel refuses one (a route without checksum offload).
-    gso: Arc<std::sync::atomic::AtomicBool>,
+    gso: std::sync::atomic::AtomicBool,
 }
 
 /// Bytes of headers around a RoCEv2 payload that rxe reserves when it derives an IB MTU
@@ -563,7 +563,7 @@ impl NetSock {
         // Trains of datagrams (a peer's GSO, or what the kernel coalesced) come up whole,
         // one receive for many packets (`receive` cuts them apart again).
         crate::sys::enable_udp_gro(sock.as_fd());
-        let gso = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let gso = std::sync::atomic::AtomicBool::new(true);
         Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, link_mtu: 4096, sock, trace: None, gso })
     }
 
@@ -668,9 +668,6 @@ impl NetSock {
                 if !self.seal_with_id(dst, p, k as u16) {
                     return;
                 }
-                if let Some(t) = &self.trace {
-                    t.record(SocketAddr::new(self.ip, self.port), dst, k as u16, p);
-                }
             }
             trains.push(i..end);
             i = end;
@@ -683,7 +680,17 @@ impl NetSock {
             };
             match sent {
                 Ok(0) => break,
-                Ok(n) => done += n,
+                Ok(n) => {
+                    // Into the trace what the kernel took, each with the ID it carries.
+                    if let Some(t) = &self.trace {
+                        for r in &trains[done..done + n] {
+                            for (k, p) in packets[r.clone()].iter().enumerate() {
+                                t.record(SocketAddr::new(self.ip, self.port), dst, k as u16, p);
+                            }
+                        }
+                    }
+                    done += n;
+                }
                 Err(err) if matches!(err.raw_os_error(), Some(libc::EIO | libc::EINVAL)) && trains[done].len() > 1 => {
                     tracing::info!(%dst, %err, "UDP GSO refused on this route: sending datagram by datagram");
                     self.gso.store(false, Relaxed);
