@@ -188,18 +188,18 @@ if [[ -z $FILTER || $label =~ $FILTER ]]; then
 fi
 
 # perftest -R: the out-of-band exchange and the data QPs both connect with rdma_cm. The
-# retry of perftest's own REJECTED-8 race (see rdmacm.sh) applies here too.
+# retry of perftest's own REJECTED-8 race (see rdmacm.sh: up to two more runs) applies here too.
 for t in "ib_send_lat" "ib_write_bw" "ib_read_lat"; do
   label="$t -R"
   [[ -z $FILTER || $label =~ $FILTER ]] || continue
   read -ra prog <<<"$t"
-  for attempt in 1 2; do
+  for attempt in 1 2 3; do
     scmd=("${prog[@]}" -R -d rverbs0 -p "$port" -n 200)
     ccmds=("${prog[*]} -R -d rverbs0 -p $port -n 200 $IP_A")
     listen_ready tcp
     cm_pair "$label" tcp
     expect_in client '^-{20,}'
-    if [ "$attempt" = 1 ] && [ ${#why[@]} -gt 0 ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$clog" &&
+    if [ "$attempt" -lt 3 ] && [ ${#why[@]} -gt 0 ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$clog" &&
       printf '%s\n' "${why[@]}" | grep -Eqx 'client 1 exit (139|1)'; then
       echo "(perftest's retry-after-REJECTED crash; running $label once more)"
       n=$((n - 1))
