@@ -174,6 +174,7 @@ pub enum Transport {
 }
 
 impl Transport {
+    #[inline]
     const fn of(byte: u8) -> Transport {
         match byte & 0xe0 {
             0x00 => Transport::Rc,
@@ -287,6 +288,7 @@ pub const CNP_RESERVED_LEN: usize = 16;
 
 impl ExtHeader {
     /// Size of the header in bytes (IBTA vol. 1, ch. 9; rxe `rxe_hdr.h`).
+    #[inline]
     pub const fn size(self) -> usize {
         match self {
             ExtHeader::Deth => deth::HEADER_LEN,
@@ -304,6 +306,7 @@ impl ExtHeader {
 }
 
 impl Operation {
+    #[inline]
     const fn of(byte: u8) -> Option<Operation> {
         use Operation as O;
         Some(match byte & 0x1f {
@@ -338,6 +341,7 @@ impl Operation {
 
     /// Position in the message (rxe `rxe_opcode.c` masks). Single-packet requests and
     /// responses (READ REQUEST, atomics, ACKs, FLUSH, ATOMIC_WRITE) are `Only`.
+    #[inline]
     pub const fn position(self) -> Position {
         use Operation as O;
         match self {
@@ -355,6 +359,7 @@ impl Operation {
 
     /// Whether the packet carries a payload: SEND, RDMA WRITE, READ responses and
     /// ATOMIC_WRITE (rxe `RXE_PAYLOAD_MASK`).
+    #[inline]
     pub const fn has_payload(self) -> bool {
         use Operation as O;
         !matches!(
@@ -369,12 +374,14 @@ impl Operation {
     }
 
     /// Whether the packet is sent by a requester (everything but READ responses and ACKs).
+    #[inline]
     pub const fn is_request(self) -> bool {
         !self.is_response()
     }
 
     /// Whether the packet is sent by a responder: READ responses, ACKNOWLEDGE and
     /// ATOMIC_ACKNOWLEDGE (rxe `RXE_ACK_MASK`).
+    #[inline]
     pub const fn is_response(self) -> bool {
         use Operation as O;
         matches!(
@@ -390,6 +397,7 @@ impl Operation {
 
     /// Whether the responder consumes a receive WQE at this packet: SEND_FIRST, SEND_ONLY*,
     /// and the last/only packet of a WRITE with immediate (rxe `RXE_RWR_MASK`).
+    #[inline]
     pub const fn consumes_recv_wqe(self) -> bool {
         use Operation as O;
         matches!(
@@ -405,6 +413,7 @@ impl Operation {
 
     /// Whether the responder posts a receive completion at this packet: SEND_LAST*,
     /// SEND_ONLY*, and WRITE last/only with immediate (rxe `RXE_COMP_MASK`).
+    #[inline]
     pub const fn completes_recv(self) -> bool {
         use Operation as O;
         matches!(
@@ -440,6 +449,7 @@ impl OpCode {
     }
 
     /// Whether rverbs knows this opcode's layout; the whole-packet parse refuses the others.
+    #[inline]
     pub fn is_known(self) -> bool {
         !matches!(self.canonical(), OpCode::Unknown(_))
     }
@@ -465,6 +475,7 @@ impl OpCode {
     /// Rule: IBTA vol. 1, ch. 9: UD SEND_ONLY(_WITH_IMMEDIATE) carry a DETH first.
     /// Rule: XRC requests carry an XRCETH first; XRC responses do not.
     /// Rule: IBTA Annex A17: a CNP is followed by 16 reserved bytes.
+    #[inline]
     pub fn ext_headers(self) -> Option<&'static [ExtHeader]> {
         use ExtHeader::*;
         use Operation as O;
@@ -500,51 +511,60 @@ impl OpCode {
 
     /// BTH plus extension headers, in bytes (`length` in rxe `rxe_opcode.c`); `None` for
     /// unknown opcodes.
+    #[inline]
     pub fn header_len(self) -> Option<usize> {
         let ext = self.ext_headers()?;
         Some(bth::HEADER_LEN + ext.iter().map(|h| h.size()).sum::<usize>())
     }
 
     /// Position in the message; `None` for CNP and unknown opcodes.
+    #[inline]
     pub fn position(self) -> Option<Position> {
         self.operation().map(Operation::position)
     }
 
     /// Whether this packet starts a message (FIRST or ONLY; rxe's START mask).
+    #[inline]
     pub fn is_start(self) -> bool {
         matches!(self.position(), Some(Position::First | Position::Only))
     }
 
     /// Whether this packet ends a message (LAST or ONLY; rxe's END mask, which sets AckReq
     /// on RC, `rxe_req.c`).
+    #[inline]
     pub fn is_end(self) -> bool {
         matches!(self.position(), Some(Position::Last | Position::Only))
     }
 
     /// Whether a payload follows the headers (IBTA vol. 1, ch. 9); false for CNP and
     /// unknown opcodes.
+    #[inline]
     pub fn has_payload(self) -> bool {
         self.operation().is_some_and(Operation::has_payload)
     }
 
     /// Whether a requester sends it; false for CNP and unknown opcodes.
+    #[inline]
     pub fn is_request(self) -> bool {
         self.operation().is_some_and(Operation::is_request)
     }
 
     /// Whether a responder sends it; false for CNP and unknown opcodes.
+    #[inline]
     pub fn is_response(self) -> bool {
         self.operation().is_some_and(Operation::is_response)
     }
 
     /// Whether the responder consumes a receive WQE at this packet (rxe `RXE_RWR_MASK`; a
     /// multi-packet WRITE with immediate consumes it at its LAST packet).
+    #[inline]
     pub fn consumes_recv_wqe(self) -> bool {
         self.operation().is_some_and(Operation::consumes_recv_wqe)
     }
 
     /// Whether the responder generates a receive completion at this packet
     /// (rxe `RXE_COMP_MASK`).
+    #[inline]
     pub fn completes_recv(self) -> bool {
         self.operation().is_some_and(Operation::completes_recv)
     }

@@ -712,17 +712,18 @@ impl NetSock {
         }
     }
 
-    /// Receives every datagram waiting, handing each checked packet to `deliver` with its
-    /// source address and the IPv4 Identification it was sent with (0 for IPv6), in
-    /// arrival order. A relay datagram from the owner of the port ([`NetSock::relayed`])
-    /// hands over the packet it carries, with the original source and ID, its ICRC not
-    /// checked again.
+    /// Receives every datagram waiting, handing the checked packets to `deliver` in
+    /// arrival order, in runs of up to [`RX_RUN`] (the packets of a train, or of several
+    /// datagrams of one `recvmmsg`), each with its source address and the IPv4
+    /// Identification it was sent with (0 for IPv6). A relay datagram from the owner of
+    /// the port ([`NetSock::relayed`]) hands over the packet it carries, with the original
+    /// source and ID, its ICRC not checked again.
     ///
     /// The datagrams are read up to [`RX_BATCH`] per system call (`recvmmsg`, into
     /// `batch`); a batch that comes back short means the socket's queue ran empty, so no
     /// further call is made to find it empty (a datagram that arrives meanwhile leaves the
     /// socket readable for the next wait).
-    pub(crate) fn receive(&self, stats: &NetStats, batch: &mut RxBatch, mut deliver: impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
+    pub(crate) fn receive(&self, stats: &NetStats, batch: &mut RxBatch, mut deliver: impl FnMut(&[Checked<'_>])) {
         loop {
             let n = match batch.recv(self.sock.as_fd()) {
                 Ok(n) => n,
@@ -733,6 +734,16 @@ impl NetSock {
                     return;
                 }
             };
+            let mut run: Vec<Checked<'_>> = Vec::with_capacity(RX_RUN);
+            let mut take = |c| {
+                if let Some(c) = c {
+                    run.push(c);
+                    if run.len() == RX_RUN {
+                        deliver(&run);
+                        run.clear();
+                    }
+                }
+            };
             for i in 0..n {
                 let Some((from, datagram)) = batch.get(i) else { continue };
                 match batch.segment_size(i) {
@@ -740,11 +751,14 @@ impl NetSock {
                     // datagrams one by one.
                     Some(size) if size < datagram.len() => {
                         for d in datagram.chunks(size) {
-                            self.check(stats, from, d, &mut deliver);
+                            take(self.check(stats, from, d));
                         }
                     }
-                    _ => self.check(stats, from, datagram, &mut deliver),
+                    _ => take(self.check(stats, from, datagram)),
                 }
+            }
+            if !run.is_empty() {
+                deliver(&run);
             }
             if n < RX_BATCH {
                 return;
@@ -752,9 +766,19 @@ impl NetSock {
         }
     }
 
-    /// Checks one datagram `datagram` from `from` (relay header, parse, ICRC; traced) and
-    /// hands the packet to `deliver`, or drops and counts it.
-    fn check(&self, stats: &NetStats, from: SocketAddr, datagram: &[u8], deliver: &mut impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
+    /// [`NetSock::receive`] a packet at a time (the tests' view).
+    #[cfg(test)]
+    pub(crate) fn receive_each(&self, stats: &NetStats, batch: &mut RxBatch, mut deliver: impl FnMut(SocketAddr, &Packet<&[u8]>, &Repr, u16)) {
+        self.receive(stats, batch, |run| {
+            for c in run {
+                deliver(c.from, &c.packet, &c.repr, c.id);
+            }
+        });
+    }
+
+    /// Checks one datagram `datagram` from `from` (relay header, parse, ICRC; traced):
+    /// the packet, or `None` when it is dropped (and counted).
+    fn check<'b>(&self, stats: &NetStats, from: SocketAddr, datagram: &'b [u8]) -> Option<Checked<'b>> {
         // `to`: where the packet was sent (a relayed one: to the owner's port).
         let (from, to, bytes, relayed_id) = match self.relayed(from, datagram) {
             Relayed::No => (from, SocketAddr::new(self.ip, self.port), datagram, None),
@@ -762,7 +786,7 @@ impl NetSock {
             Relayed::Malformed => {
                 stats.bad_relay.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(%from, "relay datagram dropped: malformed");
-                return;
+                return None;
             }
         };
         let dropped = if relayed_id.is_some() { &stats.bad_relay } else { &stats.malformed };
@@ -777,18 +801,18 @@ impl NetSock {
         }
         let Ok(packet) = packet else {
             dropped.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         };
         let Ok(repr) = Repr::parse(&packet) else {
             dropped.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         };
         let Some(id) = checked else {
             stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%from, "RoCEv2 packet dropped: bad ICRC");
-            return;
+            return None;
         };
-        deliver(from, &packet, &repr, id);
+        Some(Checked { from, id, packet, repr })
     }
 
     /// Whether the datagram `bytes` from `from` is a relay datagram for this socket: it
@@ -821,6 +845,19 @@ impl NetSock {
 
 /// Datagrams one `recvmmsg` takes at most ([`NetSock::receive`]).
 pub(crate) const RX_BATCH: usize = 32;
+
+/// Checked packets handed on together at most ([`NetSock::receive`]): a train of 64
+/// MTU-sized packets (one GSO send of the requester) is one run.
+pub(crate) const RX_RUN: usize = 64;
+
+/// A packet [`NetSock::receive`] checked: where it came from (for a relayed packet, its
+/// original source), the IPv4 Identification it was sent with, its bytes and headers.
+pub(crate) struct Checked<'a> {
+    pub(crate) from: SocketAddr,
+    pub(crate) id: u16,
+    pub(crate) packet: Packet<&'a [u8]>,
+    pub(crate) repr: Repr,
+}
 
 /// Bytes of each receive buffer: any UDP payload fits (at most 65 527 bytes without IPv6
 /// jumbograms), so no datagram is ever truncated, as with one `recv_from` into 64 KiB.
@@ -999,8 +1036,37 @@ fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
     }
     let Some(sock) = net.rx_sock(index) else { return };
     BUF.with_borrow_mut(|buf| {
-        sock.receive(&net.stats, buf, |from, packet, repr, id| deliver(engine, net, sock, from, id, packet, repr));
+        sock.receive(&net.stats, buf, |run| deliver_run(engine, net, sock, run));
     });
+}
+
+/// Delivers a run of checked packets, in order: a stretch of RC/UC requests for one QP
+/// of this process from one address goes to its responder together
+/// ([`super::net::handle_requests`]: one lookup per train), every other packet alone
+/// ([`deliver`]).
+fn deliver_run(engine: &'static Engine, net: &Net, sock: &NetSock, run: &[Checked<'_>]) {
+    let mut rest = run;
+    while let Some(c) = rest.first() {
+        let Some(qpn) = own_request(engine, &c.repr) else {
+            deliver(engine, net, sock, c.from, c.id, &c.packet, &c.repr);
+            rest = &rest[1..];
+            continue;
+        };
+        let src = c.from.ip();
+        let n = rest.iter().take_while(|d| d.from.ip() == src && own_request(engine, &d.repr) == Some(qpn)).count();
+        let taken = super::net::handle_requests(engine, net, &sock.gid, src, &rest[..n]);
+        net.stats.delivered.fetch_add(taken as u64, Ordering::Relaxed);
+        net.stats.unserved.fetch_add((n - taken) as u64, Ordering::Relaxed);
+        rest = &rest[n..];
+    }
+}
+
+/// The QP an RC/UC request is for, when that QP is this process's (the others are relayed
+/// or answered by [`deliver`]).
+fn own_request(engine: &Engine, repr: &Repr) -> Option<u32> {
+    let qpn = repr.bth.dest_qp;
+    let connected = matches!(repr.bth.opcode.transport(), Transport::Rc | Transport::Uc);
+    (connected && repr.bth.opcode.is_request() && endpoint_of(qpn) == engine.ep()).then_some(qpn)
 }
 
 /// Delivers one checked packet (rxe `rxe_rcv`: the destination QP must exist with the
@@ -1036,12 +1102,9 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr,
         return;
     }
     if matches!(transport, Transport::Rc | Transport::Uc) {
-        // Connected QPs: requests to their responders, responses to their requesters.
-        let taken = if repr.bth.opcode.is_request() {
-            super::net::handle_request(engine, net, &sock.gid, src, repr, packet.payload())
-        } else {
-            super::net::handle_response(engine, src, repr, packet.payload())
-        };
+        // Connected QPs: responses to their requesters (requests went to their responders
+        // in runs, `deliver_run`).
+        let taken = !repr.bth.opcode.is_request() && super::net::handle_response(engine, src, repr, packet.payload());
         if taken {
             net.stats.delivered.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -1142,7 +1205,7 @@ mod tests {
         let mut buf = RxBatch::new();
         let mut got = Vec::new();
         for _ in 0..10_000 {
-            rx.receive(&stats, &mut buf, |_, p, _, _| got.push(p.payload().to_vec()));
+            rx.receive_each(&stats, &mut buf, |_, p, _, _| got.push(p.payload().to_vec()));
             if !got.is_empty() {
                 break;
             }
@@ -1189,7 +1252,7 @@ mod tests {
         // Loopback delivers at once; the socket is non-blocking, so keep reading until
         // the three good packets are in (bounded).
         for _ in 0..1000 {
-            rx.receive(&stats, &mut buf, |from, p, repr, id| {
+            rx.receive_each(&stats, &mut buf, |from, p, repr, id| {
                 assert_eq!((from.ip(), id, repr.deth.map(|d| d.src_qp)), (IpAddr::V4(Ipv4Addr::LOCALHOST), 0, Some(0x34)));
                 got.push(p.payload().to_vec());
             });
@@ -1230,7 +1293,7 @@ mod tests {
         let mut buf = RxBatch::new();
         let mut got = Vec::new();
         for _ in 0..1000 {
-            rx.receive(&stats, &mut buf, |_, p, _, _| got.push(p.payload().to_vec()));
+            rx.receive_each(&stats, &mut buf, |_, p, _, _| got.push(p.payload().to_vec()));
             if got.len() == want.len() && stats.bad_icrc.load(Ordering::Relaxed) == bad {
                 break;
             }
@@ -1264,7 +1327,7 @@ mod tests {
         let mut buf = RxBatch::new();
         let mut got = Vec::new();
         for _ in 0..1000 {
-            rx.receive(&stats, &mut buf, |_, p, _, id| got.push((p.payload().to_vec(), id)));
+            rx.receive_each(&stats, &mut buf, |_, p, _, id| got.push((p.payload().to_vec(), id)));
             if got.len() == sizes.len() {
                 break;
             }
@@ -1317,7 +1380,7 @@ mod tests {
         let mut buf = RxBatch::new();
         let mut got = Vec::new();
         for _ in 0..1000 {
-            rx.receive(&stats, &mut buf, |_, p, _, id| {
+            rx.receive_each(&stats, &mut buf, |_, p, _, id| {
                 assert_eq!(id, 0);
                 got.push(p.payload().to_vec());
             });
@@ -1409,8 +1472,8 @@ mod tests {
         let mut buf = RxBatch::new();
         let (mut got, mut owner_got) = (Vec::new(), 0);
         for _ in 0..1000 {
-            rx.receive(&stats, &mut buf, |from, p, _, id| got.push((from, id, p.payload().to_vec())));
-            owner.receive(&owner_stats, &mut buf, |_, _, _, _| owner_got += 1);
+            rx.receive_each(&stats, &mut buf, |from, p, _, id| got.push((from, id, p.payload().to_vec())));
+            owner.receive_each(&owner_stats, &mut buf, |_, _, _, _| owner_got += 1);
             let done = stats.bad_relay.load(Ordering::Relaxed) == 3
                 && stats.malformed.load(Ordering::Relaxed) == 1
                 && owner_stats.malformed.load(Ordering::Relaxed) == 1;
@@ -1474,8 +1537,8 @@ mod tests {
         let mut buf = RxBatch::new();
         let (mut owner_got, mut got) = (Vec::new(), Vec::new());
         for _ in 0..1000 {
-            new_owner.receive(&owner_stats, &mut buf, |from, p, _, id| owner_got.push((from.port(), id, p.payload().to_vec())));
-            b.socks()[0].receive(&stats, &mut buf, |from, p, _, id| got.push((from, id, p.payload().to_vec())));
+            new_owner.receive_each(&owner_stats, &mut buf, |from, p, _, id| owner_got.push((from.port(), id, p.payload().to_vec())));
+            b.socks()[0].receive_each(&stats, &mut buf, |from, p, _, id| got.push((from, id, p.payload().to_vec())));
             if owner_got.len() == 1 && got.len() == 1 {
                 break;
             }
@@ -1514,7 +1577,7 @@ mod tests {
         let mut buf = RxBatch::new();
         let mut got = 0;
         for _ in 0..1000 {
-            rx.receive(&stats, &mut buf, |_, _, _, _| got += 1);
+            rx.receive_each(&stats, &mut buf, |_, _, _, _| got += 1);
             if got == 1 && stats.bad_icrc.load(Ordering::Relaxed) == 1 {
                 break;
             }
