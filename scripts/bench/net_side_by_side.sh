@@ -58,8 +58,9 @@ ucx() {
   printf 'ucx-tcp %-11s -s %-19s %s\n' "$t" "$s" "$(grep -E '^Final:' "$WORK/uc.log" | tr -s ' ')"
 }
 
-# udp LAT|BW: raw UDP on the same link (scripts/bench/udp_probe.c): 8-byte ping-pongs, and
-# sendmmsg of 1052-byte datagrams (a RoCEv2 MIDDLE packet at MTU 1024: BTH, payload, ICRC).
+# udp LAT|BW|GSO: raw UDP on the same link (scripts/bench/udp_probe.c): 8-byte ping-pongs,
+# sendmmsg of 1052-byte datagrams (a RoCEv2 MIDDLE packet at MTU 1024: BTH, payload, ICRC),
+# and the same datagrams as UDP GSO trains received whole with UDP_GRO (what rverbs sends).
 gcc -O2 -o "$WORK/udp_probe" scripts/bench/udp_probe.c
 udp() {
   port=$((port + 1))
@@ -69,7 +70,7 @@ udp() {
   if [ "$1" = lat ]; then
     ip netns exec "$B" timeout 120 "$WORK/udp_probe" lat "$IP_A" "$port" "$N" || true
   else
-    ip netns exec "$B" timeout 120 "$WORK/udp_probe" bw "$IP_A" "$port" 200000 1052 || true
+    ip netns exec "$B" timeout 120 "$WORK/udp_probe" "$1" "$IP_A" "$port" 200000 1052 || true
   fi
   kill "$spid" 2>/dev/null || true
   wait "$spid" 2>/dev/null || true
@@ -85,3 +86,4 @@ perftest ib_write_bw -s 65536 -n 5000
 perftest ib_send_bw -s 65536 -n 5000
 ucx tag_bw 65536
 udp bw
+udp gso

@@ -7,12 +7,17 @@
  *   udp_probe bw HOST PORT N SIZE         N datagrams of SIZE bytes sent with sendmmsg in
  *                                         batches of 64; the server answers the last one
  *                                         with the count it received; prints MB/s
+ *   udp_probe gso HOST PORT N SIZE        the same N datagrams sent as UDP GSO trains
+ *                                         (UDP_SEGMENT; as many as one UDP datagram holds,
+ *                                         at most 64), 64 trains per sendmmsg; the server
+ *                                         takes trains whole (UDP_GRO) and counts segments
  *
  * Not a test: scripts/bench/net_side_by_side.sh runs it between two network namespaces.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +27,14 @@
 #include <unistd.h>
 
 #define BATCH 64
-#define MAXSZ 9000
+#define MAXSZ 65536
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 static double now_us(void)
 {
@@ -55,10 +67,15 @@ static int server(int port)
 	int s = udp_socket();
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
 	static char bufs[BATCH][MAXSZ];
+	static char ctl[BATCH][CMSG_SPACE(sizeof(int))];
 	struct mmsghdr m[BATCH];
 	struct iovec iov[BATCH];
 	struct sockaddr_in from[BATCH];
 	uint64_t count = 0;
+	int one = 1;
+
+	/* Trains arrive whole; their segment size comes as a UDP_GRO control message. */
+	setsockopt(s, IPPROTO_UDP, UDP_GRO, &one, sizeof(one));
 
 	if (bind(s, (struct sockaddr *)&a, sizeof(a))) {
 		perror("bind");
@@ -68,7 +85,8 @@ static int server(int port)
 		for (int i = 0; i < BATCH; i++) {
 			iov[i] = (struct iovec){ bufs[i], MAXSZ };
 			m[i].msg_hdr = (struct msghdr){ .msg_name = &from[i], .msg_namelen = sizeof(from[i]),
-							.msg_iov = &iov[i], .msg_iovlen = 1 };
+							.msg_iov = &iov[i], .msg_iovlen = 1,
+							.msg_control = ctl[i], .msg_controllen = sizeof(ctl[i]) };
 		}
 		int n = recvmmsg(s, m, BATCH, MSG_WAITFORONE, NULL);
 		if (n < 0) {
@@ -86,7 +104,11 @@ static int server(int port)
 				sendto(s, bufs[i], 16, 0, (struct sockaddr *)&from[i], m[i].msg_hdr.msg_namelen);
 				count = 0;
 			} else {
-				count++;
+				int seg = 0;
+				for (struct cmsghdr *c = CMSG_FIRSTHDR(&m[i].msg_hdr); c; c = CMSG_NXTHDR(&m[i].msg_hdr, c))
+					if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO)
+						memcpy(&seg, CMSG_DATA(c), sizeof(seg));
+				count += seg > 0 ? (len + seg - 1) / seg : 1;
 			}
 		}
 	}
@@ -97,7 +119,7 @@ int main(int argc, char **argv)
 	if (argc >= 3 && !strcmp(argv[1], "server"))
 		return server(atoi(argv[2]));
 	if (argc < 5) {
-		fprintf(stderr, "usage: %s server PORT | lat HOST PORT N | bw HOST PORT N SIZE\n", argv[0]);
+		fprintf(stderr, "usage: %s server PORT | lat HOST PORT N | bw|gso HOST PORT N SIZE\n", argv[0]);
 		return 2;
 	}
 	int s = udp_socket();
@@ -127,17 +149,46 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	long size = argc > 5 ? atol(argv[5]) : 1052;
+	int gso = !strcmp(argv[1], "gso");
+	/* gso: each message is a train of as many SIZE-byte datagrams as one UDP datagram
+	 * holds, at most BATCH (the kernel cuts it into datagrams). */
+	long per = gso ? (65507 / size < BATCH ? 65507 / size : BATCH) : 1;
 	static char buf[MAXSZ];
+	static char ctl[CMSG_SPACE(sizeof(uint16_t))];
 	struct mmsghdr m[BATCH];
-	struct iovec iov = { buf, (size_t)size };
-	for (int i = 0; i < BATCH; i++)
+	struct iovec iov = { buf, (size_t)(size * per) };
+	if (size * per > MAXSZ - 8) {
+		fprintf(stderr, "a train of %ld x %ld B does not fit a datagram\n", per, size);
+		return 2;
+	}
+	for (int i = 0; i < BATCH; i++) {
 		m[i].msg_hdr = (struct msghdr){ .msg_iov = &iov, .msg_iovlen = 1 };
+		if (gso) {
+			m[i].msg_hdr.msg_control = ctl;
+			m[i].msg_hdr.msg_controllen = sizeof(ctl);
+		}
+	}
+	if (gso) {
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m[0].msg_hdr);
+		uint16_t seg = (uint16_t)size;
+		c->cmsg_level = IPPROTO_UDP;
+		c->cmsg_type = UDP_SEGMENT;
+		c->cmsg_len = CMSG_LEN(sizeof(seg));
+		memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+	}
 	double t0 = now_us();
 	for (long sent = 0; sent < n;) {
-		int k = n - sent < BATCH ? (int)(n - sent) : BATCH;
+		long left = (n - sent) / per;
+		int k = left < BATCH ? (int)left : BATCH;
+		if (k == 0)
+			break;
 		int r = sendmmsg(s, m, k, 0);
 		if (r > 0)
-			sent += r;
+			sent += r * per;
+		else if (r < 0) {
+			perror("sendmmsg");
+			return 1;
+		}
 	}
 	char end[16] = { 0 };
 	struct timeval tmo = { .tv_sec = 2 };
@@ -150,7 +201,7 @@ int main(int argc, char **argv)
 	double us = now_us() - t0;
 	uint64_t got;
 	memcpy(&got, end + 8, 8);
-	printf("udp bw %ld B datagrams: %.1f MB/s received (%lu of %ld arrived)\n", size,
+	printf("udp %s %ld B datagrams: %.1f MB/s received (%lu of %ld arrived)\n", gso ? "gso" : "bw", size,
 	       got * (double)size / us, (unsigned long)got, n);
 	return 0;
 }
