@@ -58,17 +58,20 @@ ucx() {
   printf 'ucx-tcp %-11s -s %-19s %s\n' "$t" "$s" "$(grep -E '^Final:' "$WORK/uc.log" | tr -s ' ')"
 }
 
-# udp LAT|BW|GSO: raw UDP on the same link (scripts/bench/udp_probe.c): 8-byte ping-pongs,
+# udp LAT|LATPOLL|BW|GSO: raw UDP on the same link (scripts/bench/udp_probe.c): 8-byte
+# ping-pongs (sleeping in recv, or both sides busy-polling),
 # sendmmsg of 1052-byte datagrams (a RoCEv2 MIDDLE packet at MTU 1024: BTH, payload, ICRC),
 # and the same datagrams as UDP GSO trains received whole with UDP_GRO (what rverbs sends).
 gcc -O2 -o "$WORK/udp_probe" scripts/bench/udp_probe.c
 udp() {
   port=$((port + 1))
-  ip netns exec "$A" timeout 120 "$WORK/udp_probe" server "$port" &
+  local mode=
+  [ "$1" = latpoll ] && mode=poll
+  ip netns exec "$A" timeout 120 "$WORK/udp_probe" server "$port" $mode &
   local spid=$!
   sleep 0.2   # a UDP server has no listen state to wait for; the client retries nothing
-  if [ "$1" = lat ]; then
-    ip netns exec "$B" timeout 120 "$WORK/udp_probe" lat "$IP_A" "$port" "$N" || true
+  if [ "$1" = lat ] || [ "$1" = latpoll ]; then
+    ip netns exec "$B" timeout 120 "$WORK/udp_probe" "$1" "$IP_A" "$port" "$N" || true
   else
     ip netns exec "$B" timeout 120 "$WORK/udp_probe" "$1" "$IP_A" "$port" 200000 1052 || true
   fi
@@ -82,6 +85,7 @@ perftest ib_write_lat -s 8 -n "$N"
 perftest ib_send_lat -s 8 -n "$N" -e
 ucx tag_lat 8
 udp lat
+udp latpoll
 perftest ib_write_bw -s 65536 -n 5000
 perftest ib_send_bw -s 65536 -n 5000
 ucx tag_bw 65536

@@ -1,9 +1,13 @@
 /*
  * Raw UDP on the same link as the RoCEv2 measurements: the floor a UDP transport stands on.
  *
- *   udp_probe server PORT                 echo 8-byte datagrams; count bulk datagrams
+ *   udp_probe server PORT [poll]          echo 8-byte datagrams; count bulk datagrams
+ *                                         (poll: busy-poll the socket instead of sleeping)
  *   udp_probe lat HOST PORT N             N ping-pongs of 8 bytes; prints the typical
  *                                         (median) and average one-way latency in us
+ *   udp_probe latpoll HOST PORT N         the same, busy-polling for the answer (run it
+ *                                         against a polling server: both sides spin, as
+ *                                         perftest's latency tests and UCX do)
  *   udp_probe bw HOST PORT N SIZE         N datagrams of SIZE bytes sent with sendmmsg in
  *                                         batches of 64; the server answers the last one
  *                                         with the count it received; prints MB/s
@@ -16,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <stdint.h>
@@ -62,7 +67,7 @@ static int udp_socket(void)
 	return s;
 }
 
-static int server(int port)
+static int server(int port, int poll)
 {
 	int s = udp_socket();
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
@@ -88,7 +93,9 @@ static int server(int port)
 							.msg_iov = &iov[i], .msg_iovlen = 1,
 							.msg_control = ctl[i], .msg_controllen = sizeof(ctl[i]) };
 		}
-		int n = recvmmsg(s, m, BATCH, MSG_WAITFORONE, NULL);
+		int n = recvmmsg(s, m, BATCH, poll ? MSG_DONTWAIT : MSG_WAITFORONE, NULL);
+		if (n < 0 && poll && errno == EAGAIN)
+			continue;
 		if (n < 0) {
 			perror("recvmmsg");
 			return 1;
@@ -117,7 +124,7 @@ static int server(int port)
 int main(int argc, char **argv)
 {
 	if (argc >= 3 && !strcmp(argv[1], "server"))
-		return server(atoi(argv[2]));
+		return server(atoi(argv[2]), argc > 3 && !strcmp(argv[3], "poll"));
 	if (argc < 5) {
 		fprintf(stderr, "usage: %s server PORT | lat HOST PORT N | bw|gso HOST PORT N SIZE\n", argv[0]);
 		return 2;
@@ -130,14 +137,26 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	long n = atol(argv[4]);
-	if (!strcmp(argv[1], "lat")) {
+	if (!strcmp(argv[1], "lat") || !strcmp(argv[1], "latpoll")) {
+		int poll = !strcmp(argv[1], "latpoll");
 		double *rt = calloc(n, sizeof(double)), sum = 0;
 		char b[8] = { 0 };
 		struct timeval tmo = { .tv_sec = 1 };
 		setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
 		for (long i = 0; i < n; i++) {
 			double t0 = now_us();
-			if (send(s, b, 8, 0) != 8 || recv(s, b, 8, 0) != 8) {
+			ssize_t got = -1;
+			if (send(s, b, 8, 0) == 8) {
+				if (poll) {
+					double until = t0 + 1e6;
+					do
+						got = recv(s, b, 8, MSG_DONTWAIT);
+					while (got < 0 && errno == EAGAIN && now_us() < until);
+				} else {
+					got = recv(s, b, 8, 0);
+				}
+			}
+			if (got != 8) {
 				fprintf(stderr, "lost ping %ld\n", i);
 				return 1;
 			}
@@ -145,7 +164,7 @@ int main(int argc, char **argv)
 			sum += rt[i];
 		}
 		qsort(rt, n, sizeof(double), cmp_double);
-		printf("udp lat 8 B: typical %.2f us, average %.2f us (one way, %ld ping-pongs)\n", rt[n / 2], sum / n, n);
+		printf("udp %s 8 B: typical %.2f us, average %.2f us (one way, %ld ping-pongs)\n", argv[1], rt[n / 2], sum / n, n);
 		return 0;
 	}
 	long size = argc > 5 ? atol(argv[5]) : 1052;
