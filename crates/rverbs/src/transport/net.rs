@@ -307,9 +307,9 @@ pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr,
     let now = Instant::now();
     {
         let mut sq = qp.sq.lock();
-        let Some(mut conn) = Path::of(&mut sq).net_req.take() else { return false };
+        let Some(mut conn) = Path::of(&mut sq).and_then(|p| p.net_req.take()) else { return false };
         if conn.dst != src {
-            Path::of(&mut sq).net_req = Some(conn);
+            put_back(&mut sq, conn);
             return false;
         }
         let r = Response::from_repr(repr);
@@ -326,10 +326,17 @@ pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr,
                 conn.req.fail_oldest(WcStatus::LocProtErr, vendor_err::LOCAL_ACCESS);
             }
         }
-        Path::of(&mut sq).net_req = Some(conn);
+        put_back(&mut sq, conn);
     }
     qp.kick();
     true
+}
+
+/// Gives `conn` back to the path of send queue `sq`, which it was taken from.
+fn put_back(sq: &mut SendQueue, conn: Box<NetRequester>) {
+    if let Some(p) = Path::of(sq) {
+        p.net_req = Some(conn);
+    }
 }
 
 /// A request (RC/UC) from the network for QP `qpn` of this process, from `src`, which

@@ -77,9 +77,10 @@ impl Path {
         Path { engine, net, mcast, route: None, ud: None, net_req: None, epoch: Instant::now() }
     }
 
-    /// The path of send queue `sq` (every send queue's path is a [`Path`]).
-    pub(crate) fn of(sq: &mut SendQueue) -> &mut Path {
-        sq.route.as_any_mut().downcast_mut().expect("a send queue's path is a transport::route::Path")
+    /// The path of send queue `sq`: every send queue's path is a [`Path`] (the device
+    /// makes them), except while its own is out for `progress_net`.
+    pub(crate) fn of(sq: &mut SendQueue) -> Option<&mut Path> {
+        sq.route.as_any_mut().downcast_mut()
     }
 }
 
