@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::pd::{Pd, PdInner};
+use crate::mr::domain::PdCore;
+use crate::pd::Pd;
 use crate::qp::attr::{AddressVector, AhAttr};
 
 /// The state of an address handle: its PD (held until the handle is destroyed) and the
 /// resolved address vector sends through it use.
 struct AhInner {
-    pd: Arc<PdInner>,
+    pd: Arc<PdCore>,
     av: AddressVector,
     destroyed: AtomicBool,
 }
@@ -42,7 +43,7 @@ impl std::fmt::Debug for Ah {
 impl Ah {
     /// Creates an address handle (ibv_create_ah(3)).
     pub fn new(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
-        attr.check("create_ah", pd.inner().ctx.dev.gids.len())?;
+        attr.check("create_ah", crate::device::of(&pd.inner().ctx).gids.len())?;
         pd.inner().hold()?;
         Ok(Ah {
             inner: Arc::new(AhInner {

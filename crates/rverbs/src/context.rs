@@ -8,8 +8,6 @@
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
-use rverbs_proto::verbs::EventType;
-
 use crate::cq::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
 use crate::limits::check_port;
@@ -17,25 +15,10 @@ use crate::device::{device, Device, DeviceAttr, DeviceInner, GidEntry, PortAttr}
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::event::AsyncEvent;
-use crate::notify::{async_fifo_name, RawAsyncEvent, RawElement};
+use crate::mr::domain::ContextCore;
+use crate::notify::{async_fifo_name, RawAsyncEvent};
 use crate::shm::fifo::Fifo;
 use crate::Gid;
-
-pub(crate) struct ContextInner {
-    pub(crate) dev: &'static DeviceInner,
-    pub(crate) id: u32,
-    /// The asynchronous event FIFO (`async-<id>` in the endpoint directory), so peers
-    /// can raise events on this context's objects.
-    events: Fifo,
-}
-
-impl ContextInner {
-    /// Queues an asynchronous event (ibv_get_async_event(3)).
-    pub(crate) fn raise(&self, kind: EventType, element: RawElement) {
-        tracing::debug!(?kind, ?element, "async event");
-        self.events.send(&RawAsyncEvent { kind, element }.encode());
-    }
-}
 
 impl Device {
     /// Opens a context on the device (ibv_open_device(3)).
@@ -46,13 +29,16 @@ impl Device {
 
 /// An open device context (`struct ibv_context`). Cloning shares the context.
 #[derive(Clone)]
+///
+/// The context's state is its core (`mr::domain::ContextCore`), which the CQs, PDs and
+/// the objects in them hold; the device it is open on is read back from the core.
 pub struct Context {
-    inner: Arc<ContextInner>,
+    inner: Arc<ContextCore>,
 }
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("device", &self.inner.dev.name).finish()
+        f.debug_struct("Context").field("device", &self.dev().name).finish()
     }
 }
 
@@ -60,25 +46,30 @@ impl Context {
     pub(crate) fn open(dev: &'static DeviceInner) -> Result<Self> {
         let id = dev.new_id();
         let events = Fifo::create(&dev.dir.join(async_fifo_name(id)))?;
-        Ok(Context { inner: Arc::new(ContextInner { dev, id, events }) })
+        Ok(Context { inner: Arc::new(ContextCore::new(id, &dev.endpoint, events, dev)) })
     }
 
-    pub(crate) fn inner(&self) -> &Arc<ContextInner> {
+    pub(crate) fn inner(&self) -> &Arc<ContextCore> {
         &self.inner
     }
 
-    pub(crate) fn from_inner(inner: Arc<ContextInner>) -> Self {
+    pub(crate) fn from_inner(inner: Arc<ContextCore>) -> Self {
         Context { inner }
+    }
+
+    /// The device the context is open on.
+    pub(crate) fn dev(&self) -> &'static DeviceInner {
+        crate::device::of(&self.inner)
     }
 
     /// The name of the device the context is open on.
     pub fn device_name(&self) -> &'static str {
-        self.inner.dev.name
+        self.dev().name
     }
 
     /// Device attributes (ibv_query_device(3), ibv_query_device_ex(3)).
     pub fn query_device(&self) -> DeviceAttr {
-        self.inner.dev.attr()
+        self.dev().attr()
     }
 
     /// Injects faults into the RoCEv2 packets this process sends to other hosts,
@@ -90,7 +81,7 @@ impl Context {
     /// Errors: `EOPNOTSUPP` when the device has no network transport (no address could be
     /// bound, or `RVERBS_NET=off`).
     pub fn set_network_faults(&self, cfg: crate::FaultConfig) -> Result<()> {
-        let Some(net) = self.inner.dev.net.as_ref() else {
+        let Some(net) = self.dev().net.as_ref() else {
             return Err(Error::unsupported("set_network_faults", "no network transport on this device"));
         };
         net.set_faults(cfg);
@@ -102,7 +93,7 @@ impl Context {
     /// Errors: `EINVAL` for any port but 1.
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         check_port("query_port", port)?;
-        Ok(self.inner.dev.port_attr())
+        Ok(self.dev().port_attr())
     }
 
     /// The GID at `index` of `port` (ibv_query_gid(3)).
@@ -116,17 +107,16 @@ impl Context {
     /// The GID table entry at `index` of `port` (ibv_query_gid_ex(3)).
     pub fn query_gid_ex(&self, port: u8, index: u32) -> Result<GidEntry> {
         check_port("query_gid", port)?;
-        self.inner
-            .dev
+        self.dev()
             .gids
             .get(index as usize)
             .copied()
-            .ok_or(Error::invalid("query_gid", Rule::GidIndex { index, len: self.inner.dev.gids.len() as u32 }))
+            .ok_or(Error::invalid("query_gid", Rule::GidIndex { index, len: self.dev().gids.len() as u32 }))
     }
 
     /// The whole GID table (ibv_query_gid_table(3)).
     pub fn query_gid_table(&self) -> Vec<GidEntry> {
-        self.inner.dev.gids.clone()
+        self.dev().gids.clone()
     }
 
     /// The P_Key at `index` of `port` (ibv_query_pkey(3)): the default 0xFFFF at index 0.
@@ -146,12 +136,12 @@ impl Context {
 
     /// Creates a completion queue (ibv_create_cq(3), ibv_create_cq_ex(3)).
     pub fn create_cq(&self, init: &CqInit) -> Result<Cq> {
-        Cq::new(self.inner.clone(), init)
+        Cq::new(self.inner.clone(), &self.dev().cqs, init)
     }
 
     /// Creates a completion channel (ibv_create_comp_channel(3)).
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        let dev = self.inner.dev;
+        let dev = self.dev();
         CompChannel::new(dev, &dev.cqs, self.inner.id)
     }
 
@@ -161,8 +151,8 @@ impl Context {
     pub fn get_async_event(&self) -> Result<AsyncEvent> {
         let mut rec = [0u8; RawAsyncEvent::LEN];
         loop {
-            self.inner.events.recv(&mut rec)?;
-            let dev = self.inner.dev;
+            self.inner.events().recv(&mut rec)?;
+            let dev = self.dev();
             if let Some(ev) = RawAsyncEvent::decode(&rec).and_then(|raw| AsyncEvent::deliver(raw, &dev.cqs, &dev.qps, &dev.srqs)) {
                 return Ok(ev);
             }
@@ -171,11 +161,18 @@ impl Context {
 
     /// The fd that is readable while an asynchronous event is pending (`async_fd`).
     pub fn async_fd(&self) -> BorrowedFd<'_> {
-        self.inner.events.fd()
+        self.inner.events().fd()
     }
 
     /// Opaque per-context id, unique in the process.
     pub fn id(&self) -> u32 {
         self.inner.id
+    }
+}
+
+impl Cq {
+    /// The context the CQ belongs to.
+    pub fn context(&self) -> Context {
+        Context::from_inner(self.inner().ctx.clone())
     }
 }

@@ -217,7 +217,9 @@ pub const LINK_LAYER_ETHERNET: u8 = 2;
 /// The device dereferences to its engine, which dereferences to its endpoint, so the
 /// verbs objects read those parts through the device (`dev.qps`, `dev.keys`, `dev.ep()`);
 /// the layers below are handed the `Engine` or the `Endpoint` itself and never name the
-/// device.
+/// device. A context's core carries the device for the verbs layer ([`of`]); a QP is
+/// handed the device as the engine's `qp::device::QpDevice`, and each send queue a path
+/// holding what the transports use (the engine, `net`, `mcast`).
 pub(crate) struct DeviceInner {
     /// The engine's share: this process's endpoint and its live objects.
     pub(crate) engine: Engine,
@@ -557,6 +559,61 @@ impl Device {
     /// The node GUID in host byte order (ibv_get_device_guid(3) returns it big-endian).
     pub fn guid(&self) -> u64 {
         device().node_guid
+    }
+}
+
+/// The device a context (or an object of it: a PD, a CQ, a QP) was opened on, read back
+/// from the context's core, which carries it for this layer.
+pub(crate) fn of(ctx: &crate::mr::domain::ContextCore) -> &'static DeviceInner {
+    ctx.device.downcast_ref::<DeviceInner>().expect("a context's device is the device")
+}
+
+/// The device as its QPs see it (the engine's trait): its engine's QP and GID tables,
+/// its network sockets, and each send queue's path, which carries the state the
+/// transports use — handed down here, never looked up by the transports.
+impl crate::qp::device::QpDevice for DeviceInner {
+    fn qps(&self) -> &crate::table::Table<crate::qp::QpInner> {
+        &self.engine.qps
+    }
+
+    fn gids(&self) -> &[GidEntry] {
+        &self.engine.gids
+    }
+
+    fn owns_gid(&self, gid: &Gid) -> bool {
+        self.engine.owns_gid(gid)
+    }
+
+    fn network_link(&self, sgid: &Gid) -> Option<u32> {
+        self.net.as_ref()?.sock_of(sgid).map(|s| s.link_mtu)
+    }
+
+    fn new_path(&'static self) -> Box<dyn crate::qp::device::SendPath> {
+        Box::new(crate::transport::route::Path::new(&self.engine, self.net.as_ref(), &self.mcast))
+    }
+}
+
+impl crate::Qp {
+    /// Attaches the QP to the multicast group `gid` (ibv_attach_mcast(3)).
+    ///
+    /// The attachment is published host-wide (`mcast`), so sends from any process of
+    /// the host reach the QP.
+    ///
+    /// Errors: `EINVAL` for a QP that is not UD or a GID that is not multicast;
+    /// `ENOMEM` beyond `max_mcast_grp` groups or `max_mcast_qp_attach` QPs per group (of
+    /// this process); the errno of a failure to write the host-wide record.
+    pub fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
+        let q = self.inner();
+        of(&q.pd.ctx).mcast.attach(q, gid)
+    }
+
+    /// Detaches the QP from `gid` (ibv_detach_mcast(3)); sends that start after this
+    /// returns no longer reach it, from any process.
+    ///
+    /// Errors: `EINVAL` if the QP is not a member.
+    pub fn detach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
+        let q = self.inner();
+        of(&q.pd.ctx).mcast.detach(q, gid)
     }
 }
 

@@ -27,7 +27,7 @@ use crate::limits;
 use crate::mr::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
-use crate::qp::{Qp, QpInner};
+use crate::qp::QpInner;
 use crate::shm::registry::Peer;
 use crate::table::endpoint_of;
 use crate::QpType;
@@ -133,7 +133,7 @@ pub(crate) fn remote_members(me: &Endpoint, gid: &Gid) -> Vec<(Arc<Peer>, u32)> 
     out
 }
 
-impl Qp {
+impl Groups {
     /// Attaches the QP to the multicast group `gid` (ibv_attach_mcast(3)).
     ///
     /// The attachment is published host-wide (module doc), so sends from any process of
@@ -142,8 +142,7 @@ impl Qp {
     /// Errors: `EINVAL` for a QP that is not UD or a GID that is not multicast;
     /// `ENOMEM` beyond `max_mcast_grp` groups or `max_mcast_qp_attach` QPs per group (of
     /// this process); the errno of a failure to write the host-wide record.
-    pub fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let q = self.inner();
+    pub(crate) fn attach(&self, q: &Arc<QpInner>, gid: &Gid) -> Result<()> {
         let verb = "attach_mcast";
         if q.qp_type != QpType::Ud {
             return Err(Error::invalid(verb, Rule::McastNeedsUd));
@@ -151,7 +150,7 @@ impl Qp {
         if !is_multicast(gid) {
             return Err(Error::invalid(verb, Rule::NotMulticast { gid: *gid }));
         }
-        let mut g = q.pd.ctx.dev.mcast.groups.lock().expect("mcast");
+        let mut g = self.groups.lock().expect("mcast");
         if !g.contains_key(gid) && g.len() >= limits::MAX_MCAST_GRP as usize {
             return Err(Error::Exhausted { what: "multicast groups" });
         }
@@ -163,7 +162,7 @@ impl Qp {
         if members.len() >= limits::MAX_MCAST_QP_ATTACH as usize {
             return Err(Error::Exhausted { what: "QPs of a multicast group" });
         }
-        let dev = q.pd.ctx.dev;
+        let dev = q.pd.endpoint();
         if let Some(Err(e)) = dev.reg.as_ref().map(|reg| publish(&reg.root, gid, q.qpn, dev.pid)) {
             if members.is_empty() {
                 g.remove(gid);
@@ -179,9 +178,8 @@ impl Qp {
     /// returns no longer reach it, from any process.
     ///
     /// Errors: `EINVAL` if the QP is not a member.
-    pub fn detach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let q = self.inner();
-        let mut g = q.pd.ctx.dev.mcast.groups.lock().expect("mcast");
+    pub(crate) fn detach(&self, q: &Arc<QpInner>, gid: &Gid) -> Result<()> {
+        let mut g = self.groups.lock().expect("mcast");
         let Some(members) = g.get_mut(gid) else {
             return Err(Error::invalid("detach_mcast", Rule::NoSuchGroup { gid: *gid }));
         };
@@ -193,7 +191,7 @@ impl Qp {
         if members.is_empty() {
             g.remove(gid);
         }
-        let dev = q.pd.ctx.dev;
+        let dev = q.pd.endpoint();
         if let Some(reg) = dev.reg.as_ref() {
             unpublish(&group_dir(&reg.root, gid), &entry_name(q.qpn, dev.pid));
         }

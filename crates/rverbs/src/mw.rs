@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::mr::endpoint::Endpoint;
 use crate::mr::{KeyTable, KeyTarget, Mr, MrInner, Window};
-use crate::pd::{Pd, PdInner};
+use crate::mr::domain::PdCore;
 use crate::shm::tables::{
     KeyDesc, KeyRecord, KEY_KIND_MW1, KEY_KIND_MW2, KEY_STATE_FREE, KEY_STATE_INVALID, KEY_STATE_VALID,
 };
@@ -51,7 +51,7 @@ pub(crate) struct MwInner {
     /// The key the last bind posted for this window will install (type 1: the next bind
     /// advances from it even while earlier binds are still queued).
     pub(crate) posted_rkey: std::sync::atomic::AtomicU32,
-    pub(crate) pd: Arc<PdInner>,
+    pub(crate) pd: Arc<PdCore>,
     pub(crate) mw_type: MwType,
     core: Mutex<MwCore>,
     released: AtomicBool,
@@ -134,7 +134,7 @@ impl MwInner {
     /// comes first — the window is listed and bound, dereg/rereg see it and refuse — or
     /// comes after — the bind sees the region invalid (dereg) and fails, or binds to the
     /// new description (rereg).
-    pub(crate) fn bind(&self, qp_pd: &PdInner, qpn: u32, spec: BindSpec) -> Result<(), BindError> {
+    pub(crate) fn bind(&self, qp_pd: &PdCore, qpn: u32, spec: BindSpec) -> Result<(), BindError> {
         let mut listed = spec.mr.as_ref().map(|mr| mr.windows.lock().expect("mr windows"));
         let mut core = self.core.lock().expect("mw");
         let rec = self.record(core.rkey);
@@ -275,16 +275,14 @@ pub struct MwBind<'a> {
 }
 
 impl Mw {
-    /// Allocates a window of `mw_type` (ibv_alloc_mw(3): 1 or 2).
-    ///
-    /// Errors: `EINVAL` for any other type (uverbs refuses it before the driver).
-    pub fn new(pd: &Pd, mw_type: u32) -> Result<Mw> {
+    /// A window of `mw_type` in PD `pd` (`Mw::new`, in `pd`).
+    pub(crate) fn new_in(pd: &Arc<PdCore>, mw_type: u32) -> Result<Mw> {
         let mw_type = match mw_type {
             1 => MwType::Type1,
             2 => MwType::Type2,
             _ => return Err(Error::invalid("alloc_mw", Rule::MwType { mw_type })),
         };
-        let pd_inner = pd.inner().clone();
+        let pd_inner = pd.clone();
         pd_inner.hold()?;
         let endpoint = pd_inner.endpoint();
         // A type 1 window is valid from allocation (bound to nothing: every access is out
@@ -352,6 +350,7 @@ mod tests {
 
     use super::*;
     use crate::mr::ReregFlags;
+    use crate::Pd;
     use std::sync::Barrier;
 
     /// Rounds (a fresh region each) and steps per thread and round.

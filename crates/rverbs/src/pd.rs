@@ -7,43 +7,14 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::context::{Context, ContextInner};
+use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::mr::endpoint::Endpoint;
-use crate::mr::{Mr, MrInit};
+use crate::mr::domain::{ContextCore, PdCore};
+use crate::mr::{Mr, MrInit, ReregFlags};
+use crate::mw::Mw;
 use crate::qp::{Qp, QpInit};
 use crate::srq::{Srq, SrqInit};
-
-pub(crate) struct PdInner {
-    pub(crate) ctx: Arc<ContextInner>,
-    pub(crate) id: u32,
-    /// Objects belonging to the PD; the top bit marks it deallocated.
-    users: AtomicU32,
-}
-
-const DEALLOCATED: u32 = 1 << 31;
-
-impl PdInner {
-    /// Registers one more object in the PD.
-    pub(crate) fn hold(&self) -> Result<()> {
-        self.users
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u & DEALLOCATED == 0).then_some(u + 1)
-            })
-            .map(|_| ())
-            .map_err(|_| Error::Destroyed { what: "protection domain" })
-    }
-
-    /// An object of the PD went away.
-    pub(crate) fn release(&self) {
-        self.users.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// The endpoint of the PD's device, whose keys name the PD's regions and windows.
-    pub(crate) fn endpoint(&self) -> &'static Endpoint {
-        self.ctx.dev
-    }
-}
+use crate::Access;
 
 impl Context {
     /// Allocates a protection domain (ibv_alloc_pd(3)).
@@ -57,7 +28,9 @@ impl Context {
 static NEXT_PD: AtomicU32 = AtomicU32::new(1);
 static FREE_PDS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 
-impl Drop for PdInner {
+// The core is the PD's only state (`mr::domain`): its handle goes back to the free list
+// when the core goes.
+impl Drop for PdCore {
     fn drop(&mut self) {
         // Nothing names the handle any more: its regions, QPs and SRQs held the PD.
         FREE_PDS.lock().expect("pd handles").push(self.id);
@@ -67,7 +40,7 @@ impl Drop for PdInner {
 /// A protection domain (`struct ibv_pd`). Cloning shares it.
 #[derive(Clone)]
 pub struct Pd {
-    inner: Arc<PdInner>,
+    inner: Arc<PdCore>,
 }
 
 impl std::fmt::Debug for Pd {
@@ -77,7 +50,7 @@ impl std::fmt::Debug for Pd {
 }
 
 impl Pd {
-    pub(crate) fn new(ctx: Arc<ContextInner>) -> Result<Self> {
+    pub(crate) fn new(ctx: Arc<ContextCore>) -> Result<Self> {
         let reused = FREE_PDS.lock().expect("pd handles").pop();
         let id = match reused {
             Some(id) => id,
@@ -91,15 +64,15 @@ impl Pd {
             }
         };
         Ok(Pd {
-            inner: Arc::new(PdInner { ctx, id, users: AtomicU32::new(0) }),
+            inner: Arc::new(PdCore::new(ctx, id)),
         })
     }
 
-    pub(crate) fn from_inner(inner: Arc<PdInner>) -> Self {
+    pub(crate) fn from_inner(inner: Arc<PdCore>) -> Self {
         Pd { inner }
     }
 
-    pub(crate) fn inner(&self) -> &Arc<PdInner> {
+    pub(crate) fn inner(&self) -> &Arc<PdCore> {
         &self.inner
     }
 
@@ -120,7 +93,7 @@ impl Pd {
     /// Rule: ibv_reg_mr(3): REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE.
     /// Errors: `EINVAL` for a zero length or an illegal access combination;
     /// `EOPNOTSUPP` for ON_DEMAND or unknown access bits.
-    pub fn alloc_mr(&self, len: usize, access: crate::Access) -> Result<Mr> {
+    pub fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
         Mr::alloc(self.inner.clone(), len, access)
     }
 
@@ -132,7 +105,7 @@ impl Pd {
     /// `Mr` is deregistered or dropped and every work request naming it has completed.
     /// The device reads and writes it concurrently with the program, like a NIC.
     #[allow(unsafe_code)]
-    pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: crate::Access) -> Result<Mr> {
+    pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: Access) -> Result<Mr> {
         // SAFETY: forwarded from the caller's contract.
         unsafe { self.reg_mr_iova(addr, len, addr as u64, access) }
     }
@@ -148,29 +121,81 @@ impl Pd {
         addr: *mut u8,
         len: usize,
         iova: u64,
-        access: crate::Access,
+        access: Access,
     ) -> Result<Mr> {
         Mr::register(self.inner.clone(), MrInit { addr: addr as usize, len, iova, access })
     }
 
     /// Creates a queue pair (ibv_create_qp(3)).
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
-        Qp::new(self.inner.clone(), init)
+        Qp::new(self.inner.clone(), init, crate::device::of(&self.inner.ctx))
     }
 
     /// Creates a shared receive queue (ibv_create_srq(3)).
     pub fn create_srq(&self, init: &SrqInit) -> Result<Srq> {
-        Srq::new(self.inner.clone(), init)
+        Srq::new_in(self.inner.clone(), &crate::device::of(&self.inner.ctx).srqs, init, None)
     }
 
     /// Deallocates the PD (ibv_dealloc_pd(3)).
     ///
     /// Errors: `EBUSY` while MRs, QPs, SRQs or AHs still belong to it.
     pub fn dealloc(&self) -> Result<()> {
-        match self.inner.users.compare_exchange(0, DEALLOCATED, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => Ok(()),
-            Err(u) if u & DEALLOCATED != 0 => Err(Error::Destroyed { what: "protection domain" }),
-            Err(_) => Err(Error::Busy { what: "protection domain" }),
-        }
+        self.inner.dealloc()
+    }
+}
+
+// The verbs-layer accessors and calls of the objects that belong to a PD: the objects
+// hold the PD's core (`mr::domain::PdCore`) and never name the handle.
+
+impl Mr {
+    /// The protection domain.
+    pub fn pd(&self) -> Pd {
+        Pd::from_inner(self.inner().pd())
+    }
+
+    /// Changes the PD and/or the access rights in place (ibv_rereg_mr(3)); the keys stay
+    /// the same. Accesses in progress finish first.
+    ///
+    /// Rule: flags must be non-empty; `pd` is required with `PD` and `access` with
+    /// `ACCESS`, whose rules are those of registration. Address changes need
+    /// [`Mr::rereg_translation`].
+    /// Errors: `EINVAL` for bad combinations or access flags, `EBUSY` while memory
+    /// windows are bound.
+    pub fn rereg(&self, flags: ReregFlags, pd: Option<&Pd>, access: Option<Access>) -> Result<()> {
+        self.rereg_inner(flags, pd.map(Pd::inner), access, None)
+    }
+
+    /// As [`Mr::rereg`], also moving the region to caller memory `[addr, addr + len)`
+    /// (`IBV_REREG_MR_CHANGE_TRANSLATION`); the IO virtual address becomes `addr`.
+    ///
+    /// # Safety
+    /// As for [`Pd::reg_mr`]: the new range must stay valid until the region is
+    /// deregistered, re-registered again or dropped, and every request using it completed.
+    #[allow(unsafe_code)]
+    pub unsafe fn rereg_translation(
+        &self,
+        flags: ReregFlags,
+        addr: *mut u8,
+        len: usize,
+        pd: Option<&Pd>,
+        access: Option<Access>,
+    ) -> Result<()> {
+        self.rereg_inner(flags | ReregFlags::TRANSLATION, pd.map(Pd::inner), access, Some((addr as usize, len)))
+    }
+}
+
+impl Mw {
+    /// Allocates a window of `mw_type` in `pd` (ibv_alloc_mw(3): 1 or 2).
+    ///
+    /// Errors: `EINVAL` for any other type (uverbs refuses it before the driver).
+    pub fn new(pd: &Pd, mw_type: u32) -> Result<Mw> {
+        Mw::new_in(pd.inner(), mw_type)
+    }
+}
+
+impl Qp {
+    /// The protection domain.
+    pub fn pd(&self) -> Pd {
+        Pd::from_inner(self.inner().pd.clone())
     }
 }

@@ -12,16 +12,16 @@ use std::sync::{Arc, Mutex};
 use bitflags::bitflags;
 use rverbs_proto::verbs::EventType;
 
-use crate::cq::{Cq, CqInner};
+use crate::cq::CqInner;
 use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
-use crate::pd::PdInner;
+use crate::mr::domain::{PdCore, XrcdCore};
 use crate::qp::rq::{srq_segment_name, RecvQueue, RecvWqe};
 use crate::shm::tables::SrqRecord;
 use crate::qp::wr::{PostError, RecvWr};
-use crate::xrcd::{Xrcd, XrcdInner};
+use crate::table::Table;
 
 /// Parameters of [`crate::Pd::create_srq`] (`struct ibv_srq_init_attr`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -59,10 +59,12 @@ bitflags! {
 }
 
 pub(crate) struct SrqInner {
-    pub(crate) pd: Arc<PdInner>,
+    pub(crate) pd: Arc<PdCore>,
+    /// The live SRQs of the device, where this one is published.
+    srqs: &'static Table<SrqInner>,
     pub(crate) srqn: u32,
     /// XRC SRQs: the domain and the CQ every receive completes to.
-    pub(crate) xrc: Option<(Arc<XrcdInner>, Arc<CqInner>)>,
+    pub(crate) xrc: Option<(Arc<XrcdCore>, Arc<CqInner>)>,
     /// The queue and its generation (a resize makes a new one).
     rq: Mutex<(Arc<RecvQueue>, u32)>,
     /// The SRQ's record in the endpoint's shared tables.
@@ -114,14 +116,14 @@ impl std::fmt::Debug for Srq {
 }
 
 impl Srq {
-    pub(crate) fn new(pd: Arc<PdInner>, init: &SrqInit) -> Result<Self> {
-        Self::new_in(pd, init, None)
-    }
-
-    fn new_in(
-        pd: Arc<PdInner>,
+    /// An SRQ of PD `pd`, published in the device's `srqs` (ibv_create_srq(3)); an XRC
+    /// SRQ with `xrc`, its domain and the CQ its receives complete to (the caller checked
+    /// that they are of the PD's context).
+    pub(crate) fn new_in(
+        pd: Arc<PdCore>,
+        srqs: &'static Table<SrqInner>,
         init: &SrqInit,
-        xrc: Option<(Arc<XrcdInner>, Arc<CqInner>)>,
+        xrc: Option<(Arc<XrcdCore>, Arc<CqInner>)>,
     ) -> Result<Self> {
         let verb = "create_srq";
         if init.max_wr == 0 || init.max_wr > limits::MAX_SRQ_WR {
@@ -143,21 +145,21 @@ impl Srq {
         if init.srq_limit > init.max_wr {
             return Err(Error::invalid(verb, Rule::SrqLimit { limit: init.srq_limit, max_wr: init.max_wr }));
         }
-        let dev = pd.ctx.dev;
-        let srqn = dev.srqs.reserve()?;
+        let endpoint = pd.endpoint();
+        let srqn = srqs.reserve()?;
         if let Err(e) = pd.hold() {
-            dev.srqs.remove(srqn);
+            srqs.remove(srqn);
             return Err(e);
         }
         if let Some((x, cq)) = &xrc {
             if let Err(e) = cq.attach() {
                 pd.release();
-                dev.srqs.remove(srqn);
+                srqs.remove(srqn);
                 return Err(e);
             }
             x.hold();
         }
-        let queue = RecvQueue::new(&dev.dir.join(srq_segment_name(srqn, 1)), init.max_wr, init.max_sge.max(1), pd.endpoint());
+        let queue = RecvQueue::new(&endpoint.dir.join(srq_segment_name(srqn, 1)), init.max_wr, init.max_sge.max(1), endpoint);
         let queue = match queue {
             Ok(q) => q,
             Err(e) => {
@@ -166,12 +168,12 @@ impl Srq {
                     cq.detach();
                 }
                 pd.release();
-                dev.srqs.remove(srqn);
+                srqs.remove(srqn);
                 return Err(e);
             }
         };
         queue.ring().set_limit(init.srq_limit);
-        let rec = dev.tables.srq(srqn);
+        let rec = endpoint.tables.srq(srqn);
         rec.pd.store(pd.id, Ordering::Relaxed);
         rec.rq_gen.store(1, Ordering::Relaxed);
         rec.xrc_cq.store(xrc.as_ref().map_or(0, |(_, cq)| cq.id + 1), Ordering::Relaxed);
@@ -181,6 +183,7 @@ impl Srq {
         let srq = Srq {
             inner: Arc::new(SrqInner {
                 pd,
+                srqs,
                 srqn,
                 xrc,
                 rq: Mutex::new((Arc::new(queue), 1)),
@@ -192,19 +195,8 @@ impl Srq {
                 srq_context: init.srq_context,
             }),
         };
-        dev.srqs.publish(srqn, &srq.inner);
+        srqs.publish(srqn, &srq.inner);
         Ok(srq)
-    }
-
-    /// Creates an XRC SRQ in `xrcd` whose receives complete to `cq`
-    /// (ibv_create_srq_ex(3) with IBV_SRQT_XRC). Memory checks of messages steered into
-    /// it use this SRQ's PD.
-    pub fn new_xrc(pd: &crate::Pd, init: &SrqInit, xrcd: &Xrcd, cq: &Cq) -> Result<Self> {
-        xrcd.check_open("create_srq_ex")?;
-        if !Arc::ptr_eq(&xrcd.inner().ctx, &pd.inner().ctx) || !Arc::ptr_eq(&cq.inner().ctx, &pd.inner().ctx) {
-            return Err(Error::invalid("create_srq_ex", Rule::ForeignContext { what: "XRC domain or CQ" }));
-        }
-        Self::new_in(pd.inner().clone(), init, Some((xrcd.inner().clone(), cq.inner().clone())))
     }
 
     /// The SRQ number (ibv_get_srq_num(3)): what XRC initiators name as `remote_srqn`.
@@ -264,8 +256,8 @@ impl Srq {
         }
         if mask.contains(SrqAttrMask::MAX_WR) && cap != rq.capacity() {
             let next = *gen + 1;
-            let dev = self.inner.pd.ctx.dev;
-            let new = Arc::new(RecvQueue::new(&dev.dir.join(srq_segment_name(self.inner.srqn, next)), cap, rq.max_sge(), self.inner.pd.endpoint())?);
+            let endpoint = self.inner.pd.endpoint();
+            let new = Arc::new(RecvQueue::new(&endpoint.dir.join(srq_segment_name(self.inner.srqn, next)), cap, rq.max_sge(), endpoint)?);
             // Peers that took the old generation's lock after this see it empty and
             // marked: they follow `moved` to the new one.
             new.absorb(rq, next);
@@ -281,7 +273,7 @@ impl Srq {
 
     /// Posts receives (ibv_post_srq_recv(3)); any state of the attached QPs.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        let keys = &self.inner.pd.ctx.dev.keys;
+        let keys = &self.inner.pd.endpoint().keys;
         self.inner.queue().post(wrs, Some(keys), "post_srq_recv")
     }
 
@@ -342,7 +334,7 @@ impl Srq {
 impl SrqInner {
     fn teardown(&self) {
         self.rec.srqn.store(0, Ordering::Release);
-        self.pd.ctx.dev.srqs.remove(self.srqn);
+        self.srqs.remove(self.srqn);
         self.pd.release();
         if let Some((x, cq)) = &self.xrc {
             x.release();

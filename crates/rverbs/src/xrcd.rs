@@ -16,14 +16,15 @@
 
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::context::{Context, ContextInner};
+use crate::context::Context;
 use crate::cq::{Cq, CqInit, CqInner};
 use crate::error::{Error, Result};
+use crate::mr::domain::{ContextCore, PdCore, XrcdCore};
 use crate::rule::Rule;
-use crate::pd::{Pd, PdInner};
+use crate::pd::Pd;
 use crate::qp::{Qp, QpInit};
 use crate::srq::{Srq, SrqInit};
 use crate::QpCap;
@@ -33,19 +34,20 @@ use crate::QpType;
 pub(crate) type XrcdFiles = Mutex<HashMap<(u64, u64), Weak<XrcdInner>>>;
 
 pub(crate) struct XrcdInner {
-    pub(crate) ctx: Arc<ContextInner>,
+    /// What the domain's XRC SRQs and target QPs hold: its key and their count. The key
+    /// is the domain's host-wide identity: bit 63 and a hash of the file's (st_dev,
+    /// st_ino) for a domain opened with a file, bit 62 and (endpoint, PD handle) for a
+    /// private one.
+    pub(crate) core: Arc<XrcdCore>,
+    pub(crate) ctx: Arc<ContextCore>,
     /// The PD of the domain's target QPs. Their memory checks use the SRQ's PD instead;
     /// this one only carries the context and keeps object accounting uniform.
-    pub(crate) pd: Arc<PdInner>,
+    pub(crate) pd: Arc<PdCore>,
     /// Target QPs complete nothing (their receives complete on the SRQ's CQ); they are
     /// given this internal CQ, which is never written, because every QP has one.
     pub(crate) cq: Arc<CqInner>,
-    users: AtomicU32,
     /// Shared through a file: closing drops this opener's reference only.
     shared: std::sync::atomic::AtomicBool,
-    /// The domain's host-wide identity: bit 63 and a hash of the file's (st_dev, st_ino)
-    /// for a domain opened with a file, bit 62 and (endpoint, PD handle) for a private one.
-    pub(crate) key: u64,
 }
 
 /// The key of a domain shared through the file `(st_dev, st_ino)`.
@@ -54,16 +56,6 @@ fn file_key(id: (u64, u64)) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     id.hash(&mut h);
     1 << 63 | h.finish() >> 2
-}
-
-impl XrcdInner {
-    pub(crate) fn hold(&self) {
-        self.users.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub(crate) fn release(&self) {
-        self.users.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// An XRC domain (`struct ibv_xrcd`). Cloning shares it.
@@ -88,13 +80,12 @@ impl Context {
     /// Errors: `EAGAIN` when no domain exists for the file and `oflags` lacks O_CREAT;
     /// `EINVAL` when one exists and `oflags` has O_EXCL; `EBADF` for a bad fd.
     pub fn open_xrcd(&self, file: Option<BorrowedFd<'_>>, oflags: i32) -> Result<Xrcd> {
-        let ctx = self.inner().clone();
         let Some(fd) = file else {
             return Ok(Xrcd::handle(XrcdInner::new(self, None)?));
         };
         let st = rustix::fs::fstat(fd)?;
         let id = (st.st_dev, st.st_ino);
-        let files = &ctx.dev.xrcd_files;
+        let files = &self.dev().xrcd_files;
         let mut map = files.lock().expect("xrcd files");
         if let Some(existing) = map.get(&id).and_then(Weak::upgrade) {
             if oflags & libc::O_EXCL != 0 {
@@ -120,18 +111,32 @@ impl Pd {
     }
 }
 
+impl Srq {
+    /// Creates an XRC SRQ in `xrcd` whose receives complete to `cq`
+    /// (ibv_create_srq_ex(3) with IBV_SRQT_XRC). Memory checks of messages steered into
+    /// it use this SRQ's PD.
+    pub fn new_xrc(pd: &Pd, init: &SrqInit, xrcd: &Xrcd, cq: &Cq) -> Result<Self> {
+        xrcd.check_open("create_srq_ex")?;
+        let ctx = &pd.inner().ctx;
+        if !Arc::ptr_eq(&xrcd.inner.ctx, ctx) || !Arc::ptr_eq(&cq.inner().ctx, ctx) {
+            return Err(Error::invalid("create_srq_ex", Rule::ForeignContext { what: "XRC domain or CQ" }));
+        }
+        let srqs = &pd.context().dev().srqs;
+        Srq::new_in(pd.inner().clone(), srqs, init, Some((xrcd.inner.core.clone(), cq.inner().clone())))
+    }
+}
+
 impl XrcdInner {
     fn new(ctx: &Context, key: Option<u64>) -> Result<Arc<Self>> {
         let pd = ctx.alloc_pd()?;
         let cq = ctx.create_cq(&CqInit::new(1))?;
-        let private = 1 << 62 | u64::from(ctx.inner().dev.ep()) << 32 | u64::from(pd.inner().id);
+        let private = 1 << 62 | u64::from(ctx.dev().ep()) << 32 | u64::from(pd.inner().id);
         Ok(Arc::new(XrcdInner {
+            core: Arc::new(XrcdCore::new(key.unwrap_or(private))),
             ctx: ctx.inner().clone(),
             pd: pd.inner().clone(),
             cq: cq.inner().clone(),
-            users: AtomicU32::new(0),
             shared: std::sync::atomic::AtomicBool::new(false),
-            key: key.unwrap_or(private),
         }))
     }
 }
@@ -139,10 +144,6 @@ impl XrcdInner {
 impl Xrcd {
     fn handle(inner: Arc<XrcdInner>) -> Xrcd {
         Xrcd { inner, closed: Arc::default() }
-    }
-
-    pub(crate) fn inner(&self) -> &Arc<XrcdInner> {
-        &self.inner
     }
 
     /// Fails once this handle was closed.
@@ -163,7 +164,7 @@ impl Xrcd {
             qp_context,
             ..QpInit::new(QpType::XrcRecv, &cq, QpCap::default())
         };
-        Qp::new_in(pd.inner().clone(), &init, Some(self.inner.clone()))
+        Qp::new_in(pd.inner().clone(), &init, Some(self.inner.core.clone()), pd.context().dev())
     }
 
     /// Closes the domain (ibv_close_xrcd(3)).
@@ -172,7 +173,7 @@ impl Xrcd {
     /// shared through a file only loses this opener's reference, as in the kernel);
     /// `EINVAL` if this handle is already closed.
     pub fn close(&self) -> Result<()> {
-        if !self.inner.shared.load(Ordering::Acquire) && self.inner.users.load(Ordering::Acquire) != 0 {
+        if !self.inner.shared.load(Ordering::Acquire) && self.inner.core.in_use() {
             return Err(Error::Busy { what: "XRC domain" });
         }
         if self.closed.swap(true, Ordering::AcqRel) {

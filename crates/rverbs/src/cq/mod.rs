@@ -18,7 +18,8 @@ use crate::spin::{SpinGuard, SpinMutex};
 use bitflags::bitflags;
 use rverbs_proto::verbs::EventType;
 
-use crate::context::{Context, ContextInner};
+use crate::mr::domain::ContextCore;
+use crate::table::Table;
 use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
@@ -174,7 +175,9 @@ impl Gens {
 }
 
 pub(crate) struct CqInner {
-    pub(crate) ctx: Arc<ContextInner>,
+    pub(crate) ctx: Arc<ContextCore>,
+    /// The live CQs of the device, where this one is published.
+    cqs: &'static Table<CqInner>,
     pub(crate) id: u32,
     /// The generations of the shared segment.
     gens: Gens,
@@ -355,7 +358,8 @@ impl std::fmt::Debug for Cq {
 }
 
 impl Cq {
-    pub(crate) fn new(ctx: Arc<ContextInner>, init: &CqInit<'_>) -> Result<Self> {
+    /// A CQ of context `ctx` (ibv_create_cq(3)), published in the device's `cqs`.
+    pub(crate) fn new(ctx: Arc<ContextCore>, cqs: &'static Table<CqInner>, init: &CqInit<'_>) -> Result<Self> {
         if init.cqe == 0 {
             return Err(Error::invalid("create_cq", Rule::CqeRange { cqe: 0, max: limits::MAX_CQE }));
         }
@@ -375,19 +379,19 @@ impl Cq {
             return Err(Error::unsupported("create_cq_ex", "wc_flags (cvlan, flow tag, TM info)"));
         }
         if let Some(ch) = init.channel {
-            if !ch.inner().belongs_to(&ctx.dev.cqs, ctx.id) {
+            if !ch.inner().belongs_to(cqs, ctx.id) {
                 return Err(Error::invalid("create_cq", Rule::ForeignContext { what: "completion channel" }));
             }
             if ch.inner().is_destroyed() {
                 return Err(Error::invalid("create_cq", Rule::Closed { what: "completion channel" }));
             }
         }
-        let dev = ctx.dev;
-        let id = dev.cqs.reserve()?;
-        let seg = match CqSeg::create(&dev.dir, id, 1, init.cqe as usize) {
+        let endpoint = ctx.endpoint;
+        let id = cqs.reserve()?;
+        let seg = match CqSeg::create(&endpoint.dir, id, 1, init.cqe as usize) {
             Ok(s) => s,
             Err(e) => {
-                dev.cqs.remove(id);
+                cqs.remove(id);
                 return Err(e);
             }
         };
@@ -408,6 +412,7 @@ impl Cq {
         let cq = Cq {
             inner: Arc::new(CqInner {
                 ctx,
+                cqs,
                 id,
                 gens: Gens::new(seg),
                 consumer: SpinMutex::new(()),
@@ -424,8 +429,8 @@ impl Cq {
                 polled: Default::default(),
             }),
         };
-        dev.cqs.publish(id, &cq.inner);
-        let rec = dev.tables.cq(id);
+        cqs.publish(id, &cq.inner);
+        let rec = endpoint.tables.cq(id);
         rec.gen.store(1, Ordering::Relaxed);
         rec.id.store(id + 1, Ordering::Release);
         Ok(cq)
@@ -437,11 +442,6 @@ impl Cq {
 
     pub(crate) fn inner(&self) -> &Arc<CqInner> {
         &self.inner
-    }
-
-    /// The context the CQ belongs to.
-    pub fn context(&self) -> Context {
-        Context::from_inner(self.inner.ctx.clone())
     }
 
     /// Number of entries the CQ holds (≥ the `cqe` requested, a power of two).
@@ -532,8 +532,8 @@ impl Cq {
             seg.thaw();
             return Err(Error::invalid("resize_cq", Rule::CqeBelowQueued { cqe, queued: seg.ring().len() as u32 }));
         }
-        let dev = self.inner.ctx.dev;
-        let new = match CqSeg::create(&dev.dir, self.inner.id, seg.gen + 1, cqe as usize) {
+        let endpoint = self.inner.ctx.endpoint;
+        let new = match CqSeg::create(&endpoint.dir, self.inner.id, seg.gen + 1, cqe as usize) {
             Ok(n) => n,
             Err(e) => {
                 seg.thaw();
@@ -554,7 +554,7 @@ impl Cq {
         // record names).
         let gen = new.gen;
         let new = self.inner.gens.advance(new);
-        dev.tables.cq(self.inner.id).gen.store(gen, Ordering::Release);
+        endpoint.tables.cq(self.inner.id).gen.store(gen, Ordering::Release);
         seg.shm().moved.store(gen, Ordering::Release);
         seg.unlink();
         Ok(new.ring().capacity() as u32)
@@ -578,9 +578,8 @@ impl Cq {
         if let Some(ch) = &self.inner.channel {
             ch.detach();
         }
-        let dev = self.inner.ctx.dev;
-        dev.tables.cq(self.inner.id).id.store(0, Ordering::Release);
-        dev.cqs.remove(self.inner.id);
+        self.inner.ctx.endpoint.tables.cq(self.inner.id).id.store(0, Ordering::Release);
+        self.inner.cqs.remove(self.inner.id);
         Ok(())
     }
 

@@ -10,6 +10,7 @@
 
 pub(crate) mod access;
 pub(crate) mod cma;
+pub(crate) mod domain;
 pub(crate) mod endpoint;
 pub(crate) mod keys;
 pub(crate) mod proxy;
@@ -24,7 +25,7 @@ use bitflags::bitflags;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::mem;
-use crate::pd::{Pd, PdInner};
+use domain::PdCore;
 use crate::shm::tables::{KeyDesc, KeyRecord, KEY_KIND_MR, KEY_STATE_INVALID, KEY_STATE_VALID};
 use crate::shm::Segment;
 use crate::Access;
@@ -102,7 +103,7 @@ fn caller_memory(endpoint: &'static Endpoint, addr: usize, len: usize) -> Option
 
 /// What a region covers; changed in place by rereg.
 pub(crate) struct MrDesc {
-    pub(crate) pd: Arc<PdInner>,
+    pub(crate) pd: Arc<PdCore>,
     pub(crate) addr: usize,
     pub(crate) len: usize,
     pub(crate) iova: u64,
@@ -155,6 +156,11 @@ pub(crate) struct MrInner {
 const IDLE_WAIT: Duration = Duration::from_secs(2);
 
 impl MrInner {
+    /// The region's protection domain now (rereg may change it).
+    pub(crate) fn pd(&self) -> Arc<PdCore> {
+        self.desc.read().expect("mr desc").pd.clone()
+    }
+
     /// The key's shared record.
     pub(crate) fn record(&self) -> &'static KeyRecord {
         self.endpoint.keys.record(self.key).expect("a live key has a record")
@@ -362,7 +368,7 @@ fn check_len(verb: &'static str, len: usize) -> Result<()> {
 }
 
 impl Mr {
-    pub(crate) fn alloc(pd: Arc<PdInner>, len: usize, access: Access) -> Result<Self> {
+    pub(crate) fn alloc(pd: Arc<PdCore>, len: usize, access: Access) -> Result<Self> {
         check_len("alloc_mr", len)?;
         let endpoint = pd.endpoint();
         let id = u64::from(endpoint.new_id());
@@ -371,7 +377,7 @@ impl Mr {
         Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(MrMem::Owned { _seg: seg, id }))
     }
 
-    pub(crate) fn register(pd: Arc<PdInner>, init: MrInit) -> Result<Self> {
+    pub(crate) fn register(pd: Arc<PdCore>, init: MrInit) -> Result<Self> {
         check_len("reg_mr", init.len)?;
         if init.addr.checked_add(init.len).is_none() {
             return Err(Error::invalid("reg_mr", Rule::RangeWraps { addr: init.addr as u64, len: init.len as u64 }));
@@ -380,7 +386,7 @@ impl Mr {
         Self::build(pd, init, mem)
     }
 
-    fn build(pd: Arc<PdInner>, mut init: MrInit, mem: Option<MrMem>) -> Result<Self> {
+    fn build(pd: Arc<PdCore>, mut init: MrInit, mem: Option<MrMem>) -> Result<Self> {
         init.access = check_access("reg_mr", init.access)?;
         if init.access.contains(Access::ZERO_BASED) {
             init.iova = 0;
@@ -465,10 +471,6 @@ impl Mr {
         self.query().access
     }
 
-    /// The protection domain.
-    pub fn pd(&self) -> Pd {
-        Pd::from_inner(self.inner.desc.read().expect("mr desc").pd.clone())
-    }
 
     /// An SGE for `len` bytes at `offset` into the region.
     ///
@@ -557,40 +559,12 @@ impl Mr {
         unsafe { std::slice::from_raw_parts_mut(d.addr as *mut u8, d.len) }
     }
 
-    /// Changes the PD and/or the access rights in place (ibv_rereg_mr(3)); the keys stay
-    /// the same. Accesses in progress finish first.
-    ///
-    /// Rule: flags must be non-empty; `pd` is required with `PD` and `access` with
-    /// `ACCESS`, whose rules are those of registration. Address changes need
-    /// [`Mr::rereg_translation`].
-    /// Errors: `EINVAL` for bad combinations or access flags, `EBUSY` while memory
-    /// windows are bound.
-    pub fn rereg(&self, flags: ReregFlags, pd: Option<&Pd>, access: Option<Access>) -> Result<()> {
-        self.rereg_inner(flags, pd, access, None)
-    }
-
-    /// As [`Mr::rereg`], also moving the region to caller memory `[addr, addr + len)`
-    /// (`IBV_REREG_MR_CHANGE_TRANSLATION`); the IO virtual address becomes `addr`.
-    ///
-    /// # Safety
-    /// As for [`Pd::reg_mr`]: the new range must stay valid until the region is
-    /// deregistered, re-registered again or dropped, and every request using it completed.
-    #[allow(unsafe_code)]
-    pub unsafe fn rereg_translation(
+    /// ibv_rereg_mr(3) with the new PD's core, if any (`Mr::rereg` and
+    /// `Mr::rereg_translation`, in `pd`, check their arguments first).
+    pub(crate) fn rereg_inner(
         &self,
         flags: ReregFlags,
-        addr: *mut u8,
-        len: usize,
-        pd: Option<&Pd>,
-        access: Option<Access>,
-    ) -> Result<()> {
-        self.rereg_inner(flags | ReregFlags::TRANSLATION, pd, access, Some((addr as usize, len)))
-    }
-
-    fn rereg_inner(
-        &self,
-        flags: ReregFlags,
-        pd: Option<&Pd>,
+        pd: Option<&Arc<PdCore>>,
         access: Option<Access>,
         range: Option<(usize, usize)>,
     ) -> Result<()> {
@@ -603,11 +577,11 @@ impl Mr {
         }
         let new_pd = match (flags.contains(ReregFlags::PD), pd) {
             (true, Some(p)) => {
-                let same_ctx = Arc::ptr_eq(&p.inner().ctx, &self.inner.desc.read().expect("mr desc").pd.ctx);
+                let same_ctx = Arc::ptr_eq(&p.ctx, &self.inner.desc.read().expect("mr desc").pd.ctx);
                 if !same_ctx {
                     return Err(Error::invalid(verb, Rule::ForeignContext { what: "protection domain" }));
                 }
-                Some(p.inner().clone())
+                Some(p.clone())
             }
             (true, None) => return Err(Error::invalid(verb, Rule::PdChangeWithoutPd)),
             (false, _) => None,

@@ -508,7 +508,7 @@ impl SendBatch {
 
 /// Pushes the first `n` work requests of `buf` into the send queue, in order.
 fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result<()> {
-    let dev = q.pd.ctx.dev;
+    let endpoint = q.pd.endpoint();
     for p in &buf.wrs[..n] {
         let payload = match p.inline {
             Some((at, len)) => Payload::Inline(&buf.inline[at..at + len]),
@@ -535,7 +535,7 @@ fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result
             flush: p.flush,
             xrc_remote_srqn: p.xrc_srqn,
         };
-        sq.push(dev, q.pd.id, q.qp_type, &wr, true).map_err(|e| match e {
+        sq.push(endpoint, q.pd.id, q.qp_type, &wr, true).map_err(|e| match e {
             // rxe's builders report every lack of room as ENOSPC (`providers/rxe/rxe.c`).
             Error::QueueFull { .. } => Error::NoSpace { verb: "wr_*", why: "send queue full" },
             Error::TooManySge { .. } => Error::NoSpace { verb: "wr_set_sge_list", why: "more SGEs than max_send_sge" },

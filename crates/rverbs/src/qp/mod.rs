@@ -16,6 +16,7 @@
 pub mod attr;
 pub mod batch;
 pub mod connect;
+pub(crate) mod device;
 pub(crate) mod state;
 pub(crate) mod rq;
 pub(crate) mod sq;
@@ -36,18 +37,17 @@ use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
-use crate::pd::{Pd, PdInner};
+use crate::mr::domain::{PdCore, XrcdCore};
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
 use crate::srq::{Srq, SrqInner};
-use crate::transport::{self, Exec};
 use crate::wc::Cqe;
-use crate::xrcd::XrcdInner;
 use attr::{QpAttr, QpCap};
+use device::{Exec, NoPath, QpDevice};
 use rq::RecvQueue;
 use sq::SendQueue;
 use wr::{PostError, RecvWr, SendWr};
 
-/// Parameters of [`Pd::create_qp`] (`struct ibv_qp_init_attr`).
+/// Parameters of [`crate::Pd::create_qp`] (`struct ibv_qp_init_attr`).
 #[derive(Clone, Copy, Debug)]
 pub struct QpInit<'a> {
     /// Transport.
@@ -101,14 +101,16 @@ pub(crate) struct NetResponder {
 }
 
 pub(crate) struct QpInner {
-    pub(crate) pd: Arc<PdInner>,
+    pub(crate) pd: Arc<PdCore>,
+    /// The device, given at creation (the engine's tables and the transports).
+    pub(crate) dev: &'static dyn QpDevice,
     pub(crate) qp_type: QpType,
     pub(crate) qpn: u32,
     pub(crate) send_cq: Arc<CqInner>,
     pub(crate) recv_cq: Arc<CqInner>,
     pub(crate) srq: Option<Arc<SrqInner>>,
     /// XRC target QPs: their domain.
-    pub(crate) xrcd: Option<Arc<XrcdInner>>,
+    pub(crate) xrcd: Option<Arc<XrcdCore>>,
     pub(crate) sq_sig_all: bool,
     pub(crate) cap: QpCap,
     pub(crate) send_ops: Option<batch::SendOps>,
@@ -239,7 +241,10 @@ impl QpInner {
             if sq.req.network {
                 // Another host: the protocol core's requester runs over UDP; it keeps
                 // many requests in flight and completes them as responses arrive.
-                let in_flight = transport::net::progress(self, sq, draining);
+                // The path is taken out of the queue for the call (it runs the queue).
+                let mut path = std::mem::replace(&mut sq.route, Box::new(NoPath));
+                let in_flight = path.progress_net(self, sq, draining);
+                sq.route = path;
                 if draining && !in_flight && !self.sqd_notified.swap(true, Ordering::AcqRel) {
                     self.raise(EventType::SqDrained);
                 }
@@ -259,8 +264,8 @@ impl QpInner {
             // is written (crate::cq::defer: the order a NIC produces).
             let mut step = crate::cq::defer::Step::begin();
             let outcome = {
-                let (wqe, sges, inline, req, route) = sq.head_for_execute().expect("non-empty");
-                transport::execute(self, req, wqe, sges, inline, route)
+                let (wqe, sges, inline, req, path) = sq.head_for_execute().expect("non-empty");
+                path.execute(self, req, wqe, sges, inline)
             };
             step.requester_done();
             match outcome {
@@ -333,7 +338,7 @@ impl QpInner {
     /// Completes every queued send with WR_FLUSH_ERR (always written, signaled or not);
     /// a network requester that carried some of them is dropped.
     fn flush_sq(&self, sq: &mut SendQueue) {
-        sq.route.net = None;
+        sq.route.drop_net();
         while let Some(w) = sq.pop() {
             let cqe = Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED);
             let _ = self.send_cq.push(cqe);
@@ -391,17 +396,20 @@ fn grant_cap(init: &QpInit<'_>) -> Result<QpCap> {
 }
 
 impl Qp {
-    pub(crate) fn new(pd: Arc<PdInner>, init: &QpInit<'_>) -> Result<Self> {
+    /// A QP of PD `pd` on device `dev` (ibv_create_qp(3)).
+    pub(crate) fn new(pd: Arc<PdCore>, init: &QpInit<'_>, dev: &'static dyn QpDevice) -> Result<Self> {
         if init.qp_type == QpType::XrcRecv {
             return Err(Error::invalid("create_qp", Rule::XrcTgtNeedsXrcd));
         }
-        Self::new_in(pd, init, None)
+        Self::new_in(pd, init, None, dev)
     }
 
+    /// As [`Qp::new`], for an XRC target QP of domain `xrcd` too.
     pub(crate) fn new_in(
-        pd: Arc<PdInner>,
+        pd: Arc<PdCore>,
         init: &QpInit<'_>,
-        xrcd: Option<Arc<XrcdInner>>,
+        xrcd: Option<Arc<XrcdCore>>,
+        dev: &'static dyn QpDevice,
     ) -> Result<Self> {
         match init.qp_type {
             QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend | QpType::XrcRecv => {}
@@ -427,8 +435,8 @@ impl Qp {
             }
         }
         let cap = grant_cap(init)?;
-        let dev = ctx.dev;
-        let qpn = dev.qps.reserve()?;
+        let (qps, endpoint) = (dev.qps(), pd.endpoint());
+        let qpn = qps.reserve()?;
         let attach = || -> Result<()> {
             pd.hold()?;
             if let Err(e) = init.send_cq.inner().attach() {
@@ -443,7 +451,7 @@ impl Qp {
             Ok(())
         };
         if let Err(e) = attach() {
-            dev.qps.remove(qpn);
+            qps.remove(qpn);
             return Err(e);
         }
         if let Some(srq) = init.srq {
@@ -454,7 +462,7 @@ impl Qp {
         }
         let attrs = QpAttr { cap, ..QpAttr::default() };
         let rq = if cap.max_recv_wr > 0 {
-            match RecvQueue::new(&dev.dir.join(rq::qp_segment_name(qpn, 1)), cap.max_recv_wr, cap.max_recv_sge, pd.endpoint()) {
+            match RecvQueue::new(&endpoint.dir.join(rq::qp_segment_name(qpn, 1)), cap.max_recv_wr, cap.max_recv_sge, endpoint) {
                 Ok(rq) => Some(rq),
                 Err(e) => {
                     init.send_cq.inner().detach();
@@ -466,14 +474,14 @@ impl Qp {
                         x.release();
                     }
                     pd.release();
-                    dev.qps.remove(qpn);
+                    qps.remove(qpn);
                     return Err(e);
                 }
             }
         } else {
             None
         };
-        let rec = dev.tables.qp(qpn);
+        let rec = endpoint.tables.qp(qpn);
         let _ = rec.transition(qpn, state::Expect::Any, QpState::Reset, state::Cause::Create);
         rec.qp_type.store(init.qp_type.raw(), Ordering::Relaxed);
         rec.access.store(0, Ordering::Relaxed);
@@ -493,6 +501,7 @@ impl Qp {
         rec.qpn.store(qpn, Ordering::Release);
         let inner = Arc::new(QpInner {
             pd: pd.clone(),
+            dev,
             qp_type: init.qp_type,
             qpn,
             send_cq: init.send_cq.inner().clone(),
@@ -504,7 +513,7 @@ impl Qp {
             send_ops: init.send_ops,
             rec,
             attrs: Mutex::new(attrs),
-            sq: crate::spin::SpinMutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)),
+            sq: crate::spin::SpinMutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data, dev.new_path())),
             batch_spare: Box::new(crate::spin::SpinMutex::new(batch::BatchBuf::default())),
             sq_pending: AtomicBool::new(false),
             rq,
@@ -517,7 +526,7 @@ impl Qp {
             cookie: AtomicUsize::new(0),
             qp_context: AtomicUsize::new(init.qp_context),
         });
-        dev.qps.publish(qpn, &inner);
+        qps.publish(qpn, &inner);
         Ok(Qp { inner })
     }
 
@@ -547,11 +556,6 @@ impl Qp {
     /// The capabilities granted at creation (ibv_create_qp(3) writes them back).
     pub fn cap(&self) -> QpCap {
         self.inner.cap
-    }
-
-    /// The protection domain.
-    pub fn pd(&self) -> Pd {
-        Pd::from_inner(self.inner.pd.clone())
     }
 
     /// The `qp_context` given at creation.
@@ -632,11 +636,11 @@ impl Qp {
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_send", state } });
         }
-        let dev = q.pd.ctx.dev;
+        let endpoint = q.pd.endpoint();
         let mut sq = q.sq.lock();
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
-            if let Err(error) = sq.push(dev, q.pd.id, q.qp_type, wr, keep) {
+            if let Err(error) = sq.push(endpoint, q.pd.id, q.qp_type, wr, keep) {
                 result = Err(PostError { index, error });
                 break;
             }
@@ -686,7 +690,7 @@ impl Qp {
                 error: Error::invalid("post_recv", Rule::NoReceiveQueue),
             });
         };
-        let keys = keep.then_some(&q.pd.ctx.dev.keys);
+        let keys = keep.then_some(&q.pd.endpoint().keys);
         let r = rq.post(wrs, keys, "post_recv");
         if q.state() == QpState::Err {
             q.flush_rq();
@@ -716,7 +720,7 @@ impl Qp {
             return Err(Error::invalid(verb, Rule::BindNeedsMr));
         }
         if let Some(mr) = bind.mr {
-            if !Arc::ptr_eq(mr.pd().inner(), &mw.inner().pd) {
+            if !Arc::ptr_eq(&mr.inner().pd(), &mw.inner().pd) {
                 return Err(Error::PermissionDenied { verb, why: "region and window in different PDs" });
             }
         }
@@ -767,7 +771,7 @@ impl Qp {
                 | WrOpcode::SendWithInv
         ) && (op.allowed_on(self.inner.qp_type) || self.inner.qp_type == QpType::XrcRecv);
         let placed_by_peers = op != WrOpcode::RdmaRead;
-        let ordered = crate::mem::ORDERED && (!placed_by_peers || self.writer_is_here() || !self.inner.pd.ctx.dev.peers_copy_unordered());
+        let ordered = crate::mem::ORDERED && (!placed_by_peers || self.writer_is_here() || !self.inner.pd.endpoint().peers_copy_unordered());
         let caps = if answered && ordered { WHOLE_MSG | ALIGNED_128 } else { 0 };
         if flags & RETURN_CAPS != 0 {
             caps
@@ -785,7 +789,7 @@ impl Qp {
         }
         let dest = q.attrs.lock().expect("qp attrs").dest_qp_num;
         state::accepts_requests(q.state())
-            && crate::table::endpoint_of(dest) == q.pd.ctx.dev.ep()
+            && crate::table::endpoint_of(dest) == q.pd.endpoint().ep()
     }
 
     /// Destroys the QP (ibv_destroy_qp(3)) after every asynchronous event delivered for
@@ -801,7 +805,7 @@ impl Qp {
         }
         q.rec.qpn.store(0, Ordering::Release);
         let _ = q.transition(state::Expect::Any, QpState::Reset, state::Cause::Destroy);
-        q.pd.ctx.dev.qps.remove(q.qpn);
+        q.dev.qps().remove(q.qpn);
         q.sq.lock().clear();
         if let Some(rq) = &q.rq {
             rq.drain();
@@ -855,7 +859,7 @@ impl Drop for QpInner {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
             self.rec.qpn.store(0, Ordering::Release);
             let _ = self.transition(state::Expect::Any, QpState::Reset, state::Cause::Destroy);
-            self.pd.ctx.dev.qps.remove(self.qpn);
+            self.dev.qps().remove(self.qpn);
             self.send_cq.detach();
             self.recv_cq.detach();
             if let Some(srq) = &self.srq {

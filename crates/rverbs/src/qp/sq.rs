@@ -22,6 +22,7 @@ use crate::mr::endpoint::Endpoint;
 use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;
 use crate::qp::attr::AddressVector;
+use crate::qp::device::SendPath;
 use crate::qp::wr::{FlushWr, Payload, SendWr};
 
 /// The requester's copy of the QP attributes it needs, updated by `modify_qp` under the
@@ -70,7 +71,7 @@ pub(crate) struct BindWqe {
 /// The head work request with what executing it reads and updates: the WQE, its scatter
 /// list, its inline bytes, the requester's view and the route cache.
 pub(crate) type ExecuteView<'a> =
-    (&'a SendWqe, &'a [Sge], &'a [u8], &'a ReqView, &'a mut crate::transport::route::Path);
+    (&'a SendWqe, &'a [Sge], &'a [u8], &'a ReqView, &'a mut dyn SendPath);
 
 /// What completing a work request needs once it leaves the queue.
 #[derive(Clone, Copy, Debug)]
@@ -119,8 +120,9 @@ pub(crate) struct SendQueue {
     head: usize,
     count: usize,
     pub(crate) req: ReqView,
-    /// The responder found for this path, kept until the path changes.
-    pub(crate) route: crate::transport::route::Path,
+    /// The transports' state for this queue (the responder found for its path, kept
+    /// until the path changes), made by the device.
+    pub(crate) route: Box<dyn SendPath>,
     /// Where the requester is with the head work request.
     pub(crate) req_state: ReqState,
     pub(crate) rnr: RetryCounter,
@@ -190,7 +192,7 @@ impl ReqState {
 }
 
 impl SendQueue {
-    pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32) -> Self {
+    pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32, route: Box<dyn SendPath>) -> Self {
         let cap = max_wr.max(1) as usize;
         let max_sge = max_sge.max(1) as usize;
         SendQueue {
@@ -205,7 +207,7 @@ impl SendQueue {
             head: 0,
             count: 0,
             req: ReqView::default(),
-            route: crate::transport::route::Path::new(),
+            route,
             req_state: ReqState::Idle,
             rnr: RetryCounter::rnr(0),
             retry: RetryCounter::transport(0),
@@ -235,7 +237,7 @@ impl SendQueue {
             .inline_len
             .map(|n| &self.inline[self.head * self.max_inline..self.head * self.max_inline + n])
             .unwrap_or(&[]);
-        Some((w, &self.sges[base..base + w.num_sge], inl, &self.req, &mut self.route))
+        Some((w, &self.sges[base..base + w.num_sge], inl, &self.req, &mut *self.route))
     }
 
     pub(crate) fn head(&self) -> Option<(&SendWqe, &[Sge], &[u8])> {
@@ -296,7 +298,7 @@ impl SendQueue {
     /// network requester that carried some of them.
     pub(crate) fn clear(&mut self) {
         while self.pop().is_some() {}
-        self.route.net = None;
+        self.route.drop_net();
     }
 
     /// Validates `wr` (from a QP of PD `pd`, whose keys are `endpoint`'s) and appends it.

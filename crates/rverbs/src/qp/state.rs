@@ -216,7 +216,7 @@ impl QpInner {
             check_port(verb, attr.port_num)?;
         }
         if mask.contains(QpAttrMask::AV) {
-            attr.ah_attr.check(verb, self.pd.ctx.dev.gids.len())?;
+            attr.ah_attr.check(verb, self.dev.gids().len())?;
         }
         if mask.contains(QpAttrMask::ALT_PATH) {
             return Err(Error::invalid(verb, Rule::NoAlternatePath));
@@ -306,18 +306,18 @@ impl QpInner {
         if m.contains(QpAttrMask::RATE_LIMIT) {
             a.rate_limit = attr.rate_limit;
         }
-        let dev = self.pd.ctx.dev;
+        let dev = self.dev;
         let dgid = a.ah_attr.grh.map(|g| g.dgid).unwrap_or_default();
-        let sgid = a.ah_attr.grh.and_then(|g| dev.gids.get(usize::from(g.sgid_index))).map(|e| e.gid).unwrap_or_default();
+        let sgid = a.ah_attr.grh.and_then(|g| dev.gids().get(usize::from(g.sgid_index))).map(|e| e.gid).unwrap_or_default();
         // ARCHITECTURE.md §6: a connected QP whose destination is not this device goes
         // over the network if a socket serves its source GID.
-        let sock = dev.net.as_ref().and_then(|n| n.sock_of(&sgid));
+        let link = dev.network_link(&sgid);
         let network = matches!(self.qp_type, QpType::Rc | QpType::Uc)
             && dgid != Gid::default()
             && !dev.owns_gid(&dgid)
-            && sock.is_some();
+            && link.is_some();
         // A network connection's packets must also fit its link (ARCHITECTURE.md §12).
-        let link_mtu = sock.filter(|_| network).map_or(u32::MAX, |s| s.link_mtu);
+        let link_mtu = link.filter(|_| network).unwrap_or(u32::MAX);
         let req = ReqView {
             dest_qpn: a.dest_qp_num,
             dgid,
@@ -388,7 +388,7 @@ impl QpInner {
         if !staged {
             view.store(self.rec);
         }
-        sq.route.clear();
+        sq.route.forget_route();
         if changed && matches!(plan.to, QpState::Reset | QpState::Rtr) {
             // A new connection: requests from the network start at rq_psn.
             *self.net_resp.lock().expect("net responder") = super::NetResponder { rq_psn: a.rq_psn, ..Default::default() };

@@ -84,7 +84,7 @@ pub(crate) struct QpRecord {
     /// The destination GID of the QP's path, big-endian halves: RC/UC accept requests
     /// only from it.
     pub(crate) dgid: [AtomicU64; 2],
-    /// The host-wide key of an XRC target's domain (0: none; `XrcdInner::key`).
+    /// The host-wide key of an XRC target's domain (0: none; `mr::domain::XrcdCore::key`).
     pub(crate) xrcd: AtomicU64,
 }
 
@@ -135,7 +135,7 @@ pub(crate) struct SrqRecord {
     /// The context whose async FIFO gets SRQ_LIMIT_REACHED.
     pub(crate) ctx: AtomicU32,
     _pad: AtomicU32,
-    /// XRC SRQs: the host-wide key of their domain (0: not XRC; `XrcdInner::key`).
+    /// XRC SRQs: the host-wide key of their domain (0: not XRC; `mr::domain::XrcdCore::key`).
     pub(crate) xrcd: AtomicU64,
 }
 

@@ -63,7 +63,6 @@ pub(crate) fn execute(
     inline: &[u8],
     path: &mut Path,
 ) -> Exec {
-    let dev = qp.pd.ctx.dev;
     let op = wqe.opcode();
     match op {
         WrOpcode::BindMw => return super::local::bind_mw(qp, wqe),
@@ -73,7 +72,7 @@ pub(crate) fn execute(
 
     // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR, as
     // ibv_poll_cq(3) describes it; rxe reports LOC_QP_OP_ERR for them — see ARCHITECTURE.md).
-    let own = KeySpace::local(dev);
+    let own = KeySpace::local(qp.pd.endpoint());
     let mut pins = PinList::new();
     let gathered = if !op.carries_payload() {
         Gathered::Inline(&[])
@@ -98,7 +97,7 @@ pub(crate) fn execute(
         QpType::Ud => ud_send(qp, wqe, &gathered, path),
         QpType::Rc | QpType::Uc | QpType::XrcSend => {
             let now = path.epoch;
-            let Some(Route { to, responder }) = super::route::connected(qp, req, wqe, &mut path.route) else {
+            let Some(Route { to, responder }) = super::route::connected(path.engine, qp, req, wqe, &mut path.route) else {
                 return unanswered(qp, wqe);
             };
             match to {
@@ -411,14 +410,14 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
         // rxe: an AH of another PD is a local QP operation error.
         return Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_PD));
     }
-    let dev = qp.pd.ctx.dev;
-    let mtu = dev.port_attr().active_mtu.bytes();
+    let dev = path.engine;
+    let mtu = crate::limits::ACTIVE_MTU.bytes();
     if wqe.total_len > u64::from(mtu) {
         return done;
     }
     let Some(grh_attr) = ud.ah.attr.grh else { return done };
     if ud.remote_qpn == MULTICAST_QPN && is_multicast(&grh_attr.dgid) {
-        for t in dev.mcast.members(&grh_attr.dgid) {
+        for t in path.mcast.members(&grh_attr.dgid) {
             if ud_accepts(t.rec, ud.remote_qkey) {
                 ud_deliver(qp, wqe, data, &LocalTarget::of(t), path);
             }
@@ -435,12 +434,12 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
         // Another host: one RoCEv2 packet over UDP, if the network transport serves the
         // source GID; else it is lost, as rxe's would be without a route.
         let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
-        if let Some(net) = &dev.net {
+        if let Some(net) = path.net {
             send_ud_packet(qp, wqe, data, net, &sgid, grh_attr.dgid.to_ip());
         }
         return done;
     }
-    match ud_target(&dev.engine, ud.remote_qpn, ud.remote_qkey) {
+    match ud_target(dev, ud.remote_qpn, ud.remote_qkey) {
         Some(UdTarget::Local(t)) => ud_deliver(qp, wqe, data, &t, path),
         Some(UdTarget::Peer(t)) => ud_deliver(qp, wqe, data, &t, path),
         None => {}
@@ -509,8 +508,7 @@ fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
 fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t: &T, path: &mut Path) {
     let Some(ud) = &wqe.ud else { return };
     let Some(grh_attr) = ud.ah.attr.grh else { return };
-    let dev = qp.pd.ctx.dev;
-    let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
+    let sgid = path.engine.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
     let header = grh::build(
         &sgid,
         &grh_attr.dgid,
@@ -522,7 +520,7 @@ fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t
     );
     let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), Psn::new(0));
     let msg = UdMessage { request: &request, header: &header, data: data.source(), sl: ud.ah.attr.sl };
-    deliver_ud(t, &mut path.ud, path.epoch, dev.port_attr().active_mtu.bytes(), msg);
+    deliver_ud(t, &mut path.ud, path.epoch, crate::limits::ACTIVE_MTU.bytes(), msg);
 }
 
 /// A UD message as it reaches a responder: the request, the 40-byte GRH area its receive

@@ -38,7 +38,7 @@ pub(crate) fn bind_mw(qp: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
 
 pub(crate) fn local_inv(qp: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
     let rkey = wqe.imm;
-    if qp.pd.ctx.dev.keys.invalidate_mw(rkey, qp.pd.id) {
+    if qp.pd.endpoint().keys.invalidate_mw(rkey, qp.pd.id) {
         Exec::Done(sent(qp, wqe))
     } else {
         Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_LKEY))

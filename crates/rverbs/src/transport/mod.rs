@@ -21,37 +21,6 @@ pub(crate) mod route;
 pub(crate) mod target;
 pub(crate) mod udp;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use crate::mr::Sge;
-use crate::qp::sq::{ReqView, SendWqe};
-use crate::qp::QpInner;
-use crate::wc::Cqe;
-
-/// What executing the head work request of a send queue led to.
-#[derive(Debug)]
-pub(crate) enum Exec {
-    /// The request is finished: its completion (success or error).
-    Done(Cqe),
-    /// The responder had no receive posted (RNR NAK): retry after the delay.
-    Rnr(Duration),
-    /// No response (unreachable or not-ready peer, dropped request): retry after the
-    /// ACK timeout.
-    Lost,
-    /// The request cannot start yet and no timer will change that (no read/atomic
-    /// credit: `max_rd_atomic` is 0).
-    Stall,
-}
-
-/// Executes the head work request of `qp`'s send queue.
-pub(crate) fn execute(
-    qp: &Arc<QpInner>,
-    req: &ReqView,
-    wqe: &SendWqe,
-    sges: &[Sge],
-    inline: &[u8],
-    path: &mut route::Path,
-) -> Exec {
-    host::execute(qp, req, wqe, sges, inline, path)
-}
+/// What executing a work request led to (the engine's type: the engine executes through
+/// a send queue's path, [`crate::qp::device::SendPath`], which [`route::Path`] is).
+pub(crate) use crate::qp::device::Exec;

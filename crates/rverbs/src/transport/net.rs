@@ -46,7 +46,7 @@ use rverbs_proto::wire::Transport;
 
 use super::host::{core_wqe, recv_cqe, responder_event, sent};
 use super::respond::Responding;
-use super::route::{accepts_requests, connected_mode, responder_config};
+use super::route::{accepts_requests, connected_mode, responder_config, Path};
 use super::target::{LocalTarget, Target};
 use super::udp::{Checked, Net};
 use crate::engine::Engine;
@@ -115,10 +115,10 @@ impl NetRequester {
 /// SQE): hands new work requests to the core (none while `draining`), sends what the core
 /// lets go, retires completed requests, and sets the progress thread's timer for the next
 /// deadline. Returns whether requests are still in flight.
-pub(crate) fn progress(qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) -> bool {
-    let Some(net) = qp.pd.ctx.dev.net.as_ref() else { return false };
+pub(crate) fn progress(path: &mut Path, qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) -> bool {
+    let Some(net) = path.net else { return false };
     let now = Instant::now();
-    let mut conn = sq.route.net.take().unwrap_or_else(|| Box::new(NetRequester::new(qp, sq)));
+    let mut conn = path.net_req.take().unwrap_or_else(|| Box::new(NetRequester::new(qp, sq)));
     if conn.req.poll_timeout().is_some_and(|t| t <= now) {
         conn.req.handle_timeout(now);
         tracing::debug!(
@@ -156,7 +156,7 @@ pub(crate) fn progress(qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) ->
         }
     }
     let in_flight = conn.handed > 0;
-    sq.route.net = Some(conn);
+    path.net_req = Some(conn);
     in_flight
 }
 
@@ -307,9 +307,9 @@ pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr,
     let now = Instant::now();
     {
         let mut sq = qp.sq.lock();
-        let Some(mut conn) = sq.route.net.take() else { return false };
+        let Some(mut conn) = Path::of(&mut sq).and_then(|p| p.net_req.take()) else { return false };
         if conn.dst != src {
-            sq.route.net = Some(conn);
+            put_back(&mut sq, conn);
             return false;
         }
         let r = Response::from_repr(repr);
@@ -326,10 +326,17 @@ pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr,
                 conn.req.fail_oldest(WcStatus::LocProtErr, vendor_err::LOCAL_ACCESS);
             }
         }
-        sq.route.net = Some(conn);
+        put_back(&mut sq, conn);
     }
     qp.kick();
     true
+}
+
+/// Gives `conn` back to the path of send queue `sq`, which it was taken from.
+fn put_back(sq: &mut SendQueue, conn: Box<NetRequester>) {
+    if let Some(p) = Path::of(sq) {
+        p.net_req = Some(conn);
+    }
 }
 
 /// Requests (RC/UC) from the network, all for QP `run[0].repr.bth.dest_qp` of this

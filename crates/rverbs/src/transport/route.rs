@@ -22,6 +22,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use std::any::Any;
 use std::time::Instant;
 
 use rverbs_proto::rc::{Mode, Responder, ResponderConfig, UNSEGMENTED_MTU};
@@ -29,10 +30,14 @@ use rverbs_proto::psn::Psn;
 use rverbs_proto::verbs::QpType;
 
 use super::target::{LocalTarget, PeerRecv, PeerTarget, QpPart, SplitTarget, SrqPart, Target};
+use super::udp::Net;
 use crate::engine::Engine;
+use crate::mcast::Groups;
+use crate::mr::Sge;
+use crate::qp::device::{Exec, SendPath};
 use crate::shm::registry::Peer;
 use crate::shm::tables::QpRecord;
-use crate::qp::sq::{ReqView, SendWqe};
+use crate::qp::sq::{ReqView, SendQueue, SendWqe};
 use crate::qp::QpInner;
 pub(crate) use crate::qp::state::accepts_requests;
 pub(crate) use crate::table::endpoint_of;
@@ -46,27 +51,58 @@ pub(crate) enum Routed {
 }
 
 /// What a send queue keeps between requests: the responder of its connection with the
-/// core's machine for it, and for UD sends one machine reconfigured per destination.
+/// core's machine for it, and for UD sends one machine reconfigured per destination —
+/// with the device state the transports reach for the queue, given by the device when
+/// it made the path (the queue's [`SendPath`]).
 pub(crate) struct Path {
+    /// The engine's state: the live objects requests are routed to.
+    pub(crate) engine: &'static Engine,
+    /// The network transport's sockets, if the device has any.
+    pub(crate) net: Option<&'static Net>,
+    /// The device's multicast groups (UD sends to a group).
+    pub(crate) mcast: &'static Groups,
     pub(crate) route: Option<Route>,
     pub(crate) ud: Option<Responder>,
     /// The requester of a connection to another host (`super::net`), from the first
     /// request after RTS until the queue is flushed or reset; a `modify_qp` that keeps the
     /// QP running keeps it.
-    pub(crate) net: Option<Box<super::net::NetRequester>>,
+    pub(crate) net_req: Option<Box<super::net::NetRequester>>,
     /// The instant handed to the machines, which read no clock themselves and keep no
     /// timer on the responder side.
     pub(crate) epoch: Instant,
 }
 
 impl Path {
-    pub(crate) fn new() -> Path {
-        Path { route: None, ud: None, net: None, epoch: Instant::now() }
+    pub(crate) fn new(engine: &'static Engine, net: Option<&'static Net>, mcast: &'static Groups) -> Path {
+        Path { engine, net, mcast, route: None, ud: None, net_req: None, epoch: Instant::now() }
     }
 
-    /// Forgets the responder (`modify_qp` changed the path or the QP restarted).
-    pub(crate) fn clear(&mut self) {
+    /// The path of send queue `sq`: every send queue's path is a [`Path`] (the device
+    /// makes them), except while its own is out for `progress_net`.
+    pub(crate) fn of(sq: &mut SendQueue) -> Option<&mut Path> {
+        sq.route.as_any_mut().downcast_mut()
+    }
+}
+
+impl SendPath for Path {
+    fn execute(&mut self, qp: &Arc<QpInner>, req: &ReqView, wqe: &SendWqe, sges: &[Sge], inline: &[u8]) -> Exec {
+        super::host::execute(qp, req, wqe, sges, inline, self)
+    }
+
+    fn progress_net(&mut self, qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) -> bool {
+        super::net::progress(self, qp, sq, draining)
+    }
+
+    fn forget_route(&mut self) {
         self.route = None;
+    }
+
+    fn drop_net(&mut self) {
+        self.net_req = None;
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
     }
 }
 
@@ -172,6 +208,7 @@ impl Routed {
 /// The responder of `wqe` from `qp` (path `req`): the one in `cache` if still valid,
 /// else a new one with a new machine, which `cache` keeps.
 pub(crate) fn connected<'c>(
+    dev: &'static Engine,
     qp: &QpInner,
     req: &ReqView,
     wqe: &SendWqe,
@@ -179,7 +216,7 @@ pub(crate) fn connected<'c>(
 ) -> Option<&'c mut Route> {
     let xrc = qp.qp_type == QpType::XrcSend;
     if !cache.as_ref().is_some_and(|r| r.to.still_valid(qp.qpn, req, wqe, xrc)) {
-        *cache = find(qp, req, wqe).map(|to| {
+        *cache = find(dev, qp, req, wqe).map(|to| {
             let cfg = responder_config(connected_mode(qp.qp_type), to.rec(), UNSEGMENTED_MTU);
             Route { responder: Responder::new(cfg), to }
         });
@@ -187,8 +224,7 @@ pub(crate) fn connected<'c>(
     cache.as_mut()
 }
 
-fn find(qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
-    let dev: &'static Engine = qp.pd.ctx.dev;
+fn find(dev: &'static Engine, qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Option<Routed> {
     if !dev.owns_gid(&req.dgid) {
         return None;
     }
