@@ -225,7 +225,6 @@ pub(crate) struct DeviceInner {
     pub(crate) engine: Engine,
     pub(crate) name: &'static str,
     pub(crate) node_guid: u64,
-    pub(crate) xrcd_files: crate::xrcd::XrcdFiles,
     pub(crate) mcast: crate::mcast::Groups,
     /// The network transport's sockets (RoCEv2 over UDP), if any address could be bound.
     pub(crate) net: Option<crate::transport::udp::Net>,
@@ -384,7 +383,6 @@ impl DeviceInner {
             engine: Engine::new(Endpoint::new(reg, dir), gids),
             name: DEVICE_NAME,
             node_guid: u64::from_be_bytes(eui),
-            xrcd_files: Default::default(),
             mcast: Default::default(),
         }
     }

@@ -14,7 +14,7 @@
 //! shared domains allow (ibv_xsrq_pingpong with several clients). The file-existence
 //! rules (O_CREAT, O_EXCL) are applied per process.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
@@ -30,8 +30,15 @@ use crate::srq::{Srq, SrqInit};
 use crate::QpCap;
 use crate::QpType;
 
-/// Domains shared per (st_dev, st_ino) of the file they were opened with.
-pub(crate) type XrcdFiles = Mutex<HashMap<(u64, u64), Weak<XrcdInner>>>;
+/// Domains shared per (st_dev, st_ino) of the file they were opened with, per process
+/// generation (each has its device, `sys::process_generation`). The table is the XRC
+/// layer's own state, like the PD handles of `pd.rs`, so the device does not name the
+/// domains (the verbs layer's components import each other without a loop: device →
+/// context → pd → xrcd).
+static FILES: [XrcdFiles; crate::sys::GENERATIONS] = [const { Mutex::new(BTreeMap::new()) }; crate::sys::GENERATIONS];
+
+/// One generation's table of [`FILES`]: (st_dev, st_ino) → the domain.
+type XrcdFiles = Mutex<BTreeMap<(u64, u64), Weak<XrcdInner>>>;
 
 pub(crate) struct XrcdInner {
     /// What the domain's XRC SRQs and target QPs hold: its key and their count. The key
@@ -85,8 +92,7 @@ impl Context {
         };
         let st = rustix::fs::fstat(fd)?;
         let id = (st.st_dev, st.st_ino);
-        let files = &self.dev().xrcd_files;
-        let mut map = files.lock().expect("xrcd files");
+        let mut map = FILES[crate::sys::process_generation()].lock().expect("xrcd files");
         if let Some(existing) = map.get(&id).and_then(Weak::upgrade) {
             if oflags & libc::O_EXCL != 0 {
                 return Err(Error::invalid("open_xrcd", Rule::XrcdExists));

@@ -5,7 +5,8 @@
 //! crate (`use crate::…`, `crate::…` in code, types and macro arguments, `super::…`), and
 //! checks each such dependency against [`LAYERS`]. Test code (`#[cfg(test)]` items) is not
 //! part of the layering. A new file must be given a layer here; an import that points up a
-//! layer fails the test with the file, the line and both layers named.
+//! layer fails the test with the file, the line and both layers named; so does an import
+//! loop of any length among the top-level modules of one layer.
 //!
 //! The crate has no upward import. Where a lower layer needs something of a higher one it
 //! holds a core or calls a trait of its own layer: the domain objects' cores live in
@@ -49,10 +50,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// Upward imports still present (importer, imported). See the module docs: a ratchet,
 /// now empty.
 const KNOWN_UPWARD: &[(&str, &str)] = &[];
-
-/// Pairs of components (top-level modules) of one layer that still import each other.
-/// A ratchet like [`KNOWN_UPWARD`].
-const KNOWN_LOOPS: &[(&str, &str)] = &[];
 
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -359,10 +356,41 @@ fn no_module_imports_a_layer_above_its_own() {
     assert!(gone.is_empty(), "these KNOWN_UPWARD entries are gone; remove them from the list: {gone:?}");
 }
 
+/// The import loops of graph `edges`: each strongly connected set of two or more nodes,
+/// sorted (a loop of any length, not only two nodes importing each other).
+fn loops(edges: &BTreeSet<(String, String)>) -> BTreeSet<Vec<String>> {
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        next.entry(a).or_default().push(b);
+    }
+    let reach = |from: &str| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from];
+        while let Some(n) = todo.pop() {
+            for &m in next.get(n).into_iter().flatten() {
+                if seen.insert(m) {
+                    todo.push(m);
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&str, BTreeSet<&str>> = next.keys().map(|&n| (n, reach(n))).collect();
+    let mut out = BTreeSet::new();
+    for (&n, r) in &reaches {
+        let group: Vec<String> =
+            r.iter().filter(|&&m| reaches.get(m).is_some_and(|back| back.contains(n))).map(|m| m.to_string()).collect();
+        if group.len() > 1 {
+            out.insert(group);
+        }
+    }
+    out
+}
+
 #[test]
 fn the_layers_form_no_loop() {
-    // With no upward import, a loop can only run inside one layer: check that modules of
-    // different top-level components within a layer do not import each other both ways.
+    // With no upward import, a loop can only run inside one layer: the top-level
+    // components of each layer must import each other without a cycle of any length.
     let layers = layer_of();
     let (edges, _) = dependencies();
     let comp = |m: &str| m.split("::").next().unwrap_or("").to_owned();
@@ -373,13 +401,17 @@ fn the_layers_form_no_loop() {
             pairs.insert((comp(from), comp(to)));
         }
     }
-    let loops: BTreeSet<(String, String)> =
-        pairs.iter().filter(|(a, b)| a < b && pairs.contains(&(b.clone(), a.clone()))).cloned().collect();
-    let known: BTreeSet<(String, String)> = KNOWN_LOOPS.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-    let new: Vec<_> = loops.difference(&known).collect();
-    assert!(new.is_empty(), "components of one layer that import each other (an import loop): {new:?}");
-    let gone: Vec<_> = known.difference(&loops).collect();
-    assert!(gone.is_empty(), "these KNOWN_LOOPS entries are gone; remove them from the list: {gone:?}");
+    let found = loops(&pairs);
+    assert!(found.is_empty(), "components of one layer that import each other in a loop: {found:?}");
+}
+
+/// The loop finder itself: a loop of three is found, a chain is not a loop.
+#[test]
+fn the_loop_finder_sees_loops_of_any_length() {
+    let g = |e: &[(&str, &str)]| e.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<BTreeSet<_>>();
+    let three = loops(&g(&[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]));
+    assert_eq!(three.into_iter().collect::<Vec<_>>(), [vec!["a".to_string(), "b".into(), "c".into()]]);
+    assert!(loops(&g(&[("a", "b"), ("b", "c"), ("a", "c")])).is_empty());
 }
 
 /// The checker itself: an upward import in a synthetic file is found.
