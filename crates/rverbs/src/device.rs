@@ -248,7 +248,7 @@ impl crate::progress::NetRx for DeviceInner {
         self.net.as_ref()?.poll_timeout()
     }
 
-    fn handle_timeout(&'static self, now: std::time::Instant) {
+    fn handle_timeout(&self, now: std::time::Instant) {
         if let Some(net) = &self.net {
             crate::transport::udp::handle_timeout(net, now);
         }

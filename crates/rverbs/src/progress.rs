@@ -15,21 +15,12 @@
 //!
 //! Work requests otherwise execute inside `post_send`, so no latency-critical path waits
 //! for this thread to wake.
-//!
-//! The sockets are shared with the application's threads: one that polls an empty CQ
-//! receives from them itself ([`receive_inline`]). While that goes on, waking this thread
-//! for every datagram only costs both a context switch (on two cores, it preempts a
-//! busy thread of the same traffic), so the sockets are waited on one readiness at a time
-//! (`EPOLLONESHOT`) and re-armed only once no application thread has received inline for
-//! [`HANDOFF`], or at once when a CQ is armed for an event (`ibv_req_notify_cq(3)`: its
-//! application is about to sleep, [`net_wanted`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustix::event::epoll;
 
@@ -60,7 +51,7 @@ pub(crate) trait NetRx: Send + Sync {
     /// fault injector holds back), if ever.
     fn poll_timeout(&self) -> Option<Instant>;
     /// That time has come.
-    fn handle_timeout(&'static self, now: Instant);
+    fn handle_timeout(&self, now: Instant);
     /// A peer process died (it may have owned a RoCEv2 port another socket can take
     /// over now).
     fn peer_died(&self);
@@ -106,7 +97,6 @@ pub(crate) fn net_active() -> bool {
 pub(crate) fn receive_inline() {
     if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
         if let Some(net) = p.net {
-            p.inline_at.store(p.since_epoch(Instant::now()), Ordering::Relaxed);
             net.receive_now();
         }
     }
@@ -146,15 +136,6 @@ use crate::shm::registry::bell;
 const TOKEN_WAKE: u64 = 0;
 const TOKEN_BELL: u64 = 1;
 const TOKEN_NET: u64 = 1 << 16;
-
-/// How long after an application thread last received inline the progress thread leaves
-/// the sockets to it ([`receive_inline`]): the longest a datagram waits when that thread
-/// stops polling without arming a CQ.
-pub(crate) const HANDOFF: Duration = Duration::from_millis(1);
-
-/// How the progress thread waits on a network socket: one readiness at a time, re-armed
-/// by the thread itself (module docs).
-const NET_WAIT: epoll::EventFlags = epoll::EventFlags::IN.union(epoll::EventFlags::ONESHOT);
 const TOKEN_PEER: u64 = 1 << 32;
 
 struct Progress {
@@ -171,19 +152,6 @@ struct Progress {
     qps: &'static dyn Kicks,
     /// The network transport's sockets, if it has any.
     net: Option<&'static dyn NetRx>,
-    /// The sockets waited on, by index ([`NetRx::readable`]).
-    net_fds: Mutex<Vec<(usize, BorrowedFd<'static>)>>,
-    /// When an application thread last received inline, in nanoseconds since `epoch`
-    /// (0: never, or a CQ was armed since).
-    inline_at: AtomicU64,
-    epoch: Instant,
-}
-
-impl Progress {
-    fn since_epoch(&self, t: Instant) -> u64 {
-        // At least 1: 0 means "no inline receiver".
-        (t.saturating_duration_since(self.epoch).as_nanos() as u64).max(1)
-    }
 }
 
 /// The progress thread of each process generation: a forked child has no threads and a
@@ -209,9 +177,9 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
             .expect("epoll add");
     }
-    let net_fds: Vec<(usize, BorrowedFd<'static>)> = net.map(|n| n.fds()).unwrap_or_default().into_iter().enumerate().collect();
-    for &(i, fd) in &net_fds {
-        epoll::add(&epoll, fd, epoll::EventData::new_u64(TOKEN_NET + i as u64), NET_WAIT).expect("epoll add");
+    for (i, fd) in net.map(|n| n.fds()).unwrap_or_default().into_iter().enumerate() {
+        epoll::add(&epoll, fd, epoll::EventData::new_u64(TOKEN_NET + i as u64), epoll::EventFlags::IN)
+            .expect("epoll add");
     }
     let p: &'static Progress = Box::leak(Box::new(Progress {
         timers: Mutex::default(),
@@ -223,9 +191,6 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         endpoint,
         qps,
         net,
-        net_fds: Mutex::new(net_fds),
-        inline_at: AtomicU64::new(0),
-        epoch: Instant::now(),
     }));
     std::thread::Builder::new()
         .name("rverbs-progress".into())
@@ -278,49 +243,11 @@ pub(crate) fn schedule(at: Instant, qp: Weak<dyn Timed>) {
 /// ([`NetRx::readable`] is called with it): a socket the network transport bound after
 /// the thread started (a RoCEv2 port taken over from an owner that exited). `fd` must
 /// stay open as long as the process runs.
-pub(crate) fn watch_net_fd(index: usize, fd: BorrowedFd<'static>) {
+pub(crate) fn watch_net_fd(index: usize, fd: BorrowedFd<'_>) {
     let p = progress();
-    if let Err(err) = epoll::add(&p.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), NET_WAIT) {
+    if let Err(err) = epoll::add(&p.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), epoll::EventFlags::IN) {
         tracing::warn!(index, %err, "cannot wait on a network socket: it is read only when a CQ is polled");
-        return;
     }
-    p.net_fds.lock().expect("net fds").push((index, fd));
-}
-
-/// A CQ was armed for an event (ibv_req_notify_cq(3)): its application may sleep until a
-/// completion arrives, so the progress thread takes the sockets back now rather than
-/// [`HANDOFF`] after the last inline receive.
-pub(crate) fn net_wanted() {
-    if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
-        if p.net.is_some() && p.inline_at.swap(0, Ordering::Relaxed) != 0 {
-            p.wake.signal();
-        }
-    }
-}
-
-/// Re-arms the sockets in `disarmed` (each reported readable once since it was armed),
-/// unless an application thread received inline less than [`HANDOFF`] ago; then returns
-/// how long to wait before looking again.
-fn rearm(p: &Progress, disarmed: &mut Vec<usize>) -> Option<Duration> {
-    if disarmed.is_empty() {
-        return None;
-    }
-    let last = p.inline_at.load(Ordering::Relaxed);
-    let now = p.since_epoch(Instant::now());
-    let quiet = Duration::from_nanos(now.saturating_sub(last));
-    if last != 0 && quiet < HANDOFF {
-        return Some(HANDOFF - quiet);
-    }
-    let fds = p.net_fds.lock().expect("net fds");
-    for index in disarmed.drain(..) {
-        if let Some(&(_, fd)) = fds.iter().find(|(i, _)| *i == index) {
-            // A socket that is readable now is reported at once (epoll_ctl(2) MOD).
-            if let Err(err) = epoll::modify(&p.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), NET_WAIT) {
-                tracing::warn!(index, %err, "cannot re-arm a network socket");
-            }
-        }
-    }
-    None
 }
 
 /// Watches a peer's pidfd: its death is noticed at once.
@@ -337,8 +264,6 @@ pub(crate) fn watch_peer(peer: &Arc<Peer>) {
 
 fn run(p: &'static Progress) {
     let mut events: Vec<epoll::Event> = Vec::with_capacity(16);
-    // Sockets reported readable and not re-armed yet.
-    let mut disarmed: Vec<usize> = Vec::new();
     loop {
         // Fire due timers; find the next deadline.
         let next = loop {
@@ -365,8 +290,10 @@ fn run(p: &'static Progress) {
             }
             n.poll_timeout().map(|at| at.saturating_duration_since(now))
         });
-        let handoff = rearm(p, &mut disarmed);
-        let next = [next, net_next, handoff].into_iter().flatten().min();
+        let next = match (next, net_next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let timeout = next.map(|d| {
             // An early wake-up is harmless: the loop checks the deadline again.
             rustix::time::Timespec {
@@ -390,9 +317,7 @@ fn run(p: &'static Progress) {
                 t if t & TOKEN_PEER != 0 => peer_died(p, (t & 0xffff_ffff) as u32),
                 t if t >= TOKEN_NET => {
                     if let Some(net) = p.net {
-                        let index = (t - TOKEN_NET) as usize;
-                        net.readable(index);
-                        disarmed.push(index);
+                        net.readable((t - TOKEN_NET) as usize);
                     }
                 }
                 _ => {}

@@ -498,11 +498,6 @@ impl Cq {
             return Err(Error::Destroyed { what: "completion queue" });
         }
         self.inner.gens.current().arm(solicited_only);
-        if crate::progress::net_active() {
-            // The application may sleep on the channel now: the progress thread must be
-            // the one that receives from the network (progress.rs, HANDOFF).
-            crate::progress::net_wanted();
-        }
         Ok(())
     }
 

@@ -1010,7 +1010,7 @@ pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
 /// held-back packets that are due, and tries to take over the ports this process does not
 /// own if that is due; a socket that took one over is added to the progress thread's
 /// wait (`progress::watch_net_fd`), and receives from then on.
-pub(crate) fn handle_timeout(net: &'static Net, now: Instant) {
+pub(crate) fn handle_timeout(net: &Net, now: Instant) {
     net.release_due(now);
     for index in net.take_over(now) {
         if let Some(s) = net.rx_sock(index) {
