@@ -4,10 +4,13 @@
 # kernel's TCP (ucx_perftest, UCX_TLS=tcp). Same machine, same run, same link.
 #
 #   rverbs: ib_send_lat / ib_write_lat -s 8 (perftest, path MTU 1024), ib_write_bw and
-#           ib_send_bw -s 65536, on the drop-in libibverbs.so.1 in each namespace.
-#   UCX:    ucx_perftest tag_lat -s 8, tag_bw -s 65536 over tcp.
+#           ib_send_bw -s 65536, ib_write_bw -s 1 MiB, on the drop-in libibverbs.so.1 in
+#           each namespace.
+#   UCX:    ucx_perftest tag_lat -s 8, tag_bw -s 65536 and 1 MiB over tcp.
 #   UDP:    scripts/bench/udp_probe.c: 8-byte ping-pongs, and sendmmsg of RoCEv2-sized
 #           datagrams (the floor a UDP transport stands on).
+#
+# BENCH_LINK_MTU=9000 runs the same on a jumbo link (path MTU 4096, 4124-byte datagrams).
 #
 # Prints one line per measurement. Needs root (netns). Not a test: numbers go to
 # BENCHMARKS.md with the command that produced them.
@@ -15,6 +18,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 N=${BENCH_ITERS:-20000}
+LINK_MTU=${BENCH_LINK_MTU:-1500}
+# The largest IB path MTU whose packets the link carries (rxe's rule: link MTU - 80).
+if [ "$LINK_MTU" -ge 4176 ]; then PMTU=4096; else PMTU=1024; fi
+DGRAM=$((PMTU + 28))
 A=rvb-a B=rvb-b IP_A=10.68.0.1 IP_B=10.68.0.2
 DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
 # shellcheck source=tests/conformance/lib/netns.bash
@@ -25,7 +32,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B"
+netns_pair "$A" "$B" "$LINK_MTU" "$IP_A" "$IP_B"
 mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 
 port=19100
@@ -35,11 +42,11 @@ perftest() {
   shift
   port=$((port + 1))
   ip netns exec "$A" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt-a" timeout 120 \
-    "$prog" -d rverbs0 -x 1 -F -m 1024 -p "$port" "$@" >"$WORK/s.log" 2>&1 &
+    "$prog" -d rverbs0 -x 1 -F -m "$PMTU" -p "$port" "$@" >"$WORK/s.log" 2>&1 &
   local spid=$!
   wait_listen "$A" "$port"
   ip netns exec "$B" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt-b" timeout 120 \
-    "$prog" -d rverbs0 -x 1 -F -m 1024 -p "$port" "$@" "$IP_A" >"$WORK/c.log" 2>&1 || true
+    "$prog" -d rverbs0 -x 1 -F -m "$PMTU" -p "$port" "$@" "$IP_A" >"$WORK/c.log" 2>&1 || true
   wait "$spid" || true
   printf 'rverbs %-12s %-22s %s\n' "$prog" "$*" "$(grep -E '^ +[0-9]+ +[0-9]+ ' "$WORK/c.log" | tail -1 | tr -s ' ')"
 }
@@ -73,13 +80,13 @@ udp() {
   if [ "$1" = lat ] || [ "$1" = latpoll ]; then
     ip netns exec "$B" timeout 120 "$WORK/udp_probe" "$1" "$IP_A" "$port" "$N" || true
   else
-    ip netns exec "$B" timeout 120 "$WORK/udp_probe" "$1" "$IP_A" "$port" 200000 1052 || true
+    ip netns exec "$B" timeout 120 "$WORK/udp_probe" "$1" "$IP_A" "$port" 200000 "$DGRAM" || true
   fi
   kill "$spid" 2>/dev/null || true
   wait "$spid" 2>/dev/null || true
 }
 
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) N=$N"
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) N=$N link MTU $LINK_MTU, path MTU $PMTU"
 perftest ib_send_lat -s 8 -n "$N"
 perftest ib_write_lat -s 8 -n "$N"
 perftest ib_send_lat -s 8 -n "$N" -e
@@ -89,5 +96,7 @@ udp latpoll
 perftest ib_write_bw -s 65536 -n 5000
 perftest ib_send_bw -s 65536 -n 5000
 ucx tag_bw 65536
+perftest ib_write_bw -s 1048576 -n 1000
+ucx tag_bw 1048576
 udp bw
 udp gso

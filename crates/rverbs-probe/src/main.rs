@@ -211,6 +211,7 @@ fn make_qp(o: &Opts, my_psn: u32, remote: &Dest) -> io::Result<Qp> {
         max_rd_atomic: 1,
         max_send_wr: 4,
         sq_sig_all: false,
+        max_unacked_psns: rverbs_proto::rc::MAX_UNACKED_PSNS,
     });
     let resp = Responder::new(ResponderConfig {
         mode: Mode::Rc,

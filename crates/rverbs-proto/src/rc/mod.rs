@@ -511,6 +511,11 @@ pub struct RequesterConfig {
     pub max_send_wr: u32,
     /// `sq_sig_all`.
     pub sq_sig_all: bool,
+    /// The most PSNs unacknowledged before the requester stalls (§3.2 step 4): rxe's
+    /// [`MAX_UNACKED_PSNS`] by default. IBTA bounds it only by half the PSN space; a
+    /// driver may open it wider for paths whose bandwidth-delay product is larger than
+    /// 128 packets (the responder is indifferent: it checks sequence, not distance).
+    pub max_unacked_psns: u32,
 }
 
 impl RequesterConfig {
@@ -528,6 +533,7 @@ impl RequesterConfig {
         max_rd_atomic: 16,
         max_send_wr: 256,
         sq_sig_all: false,
+        max_unacked_psns: MAX_UNACKED_PSNS,
     };
 }
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::timer::{Timer, TimerTable};
 use super::{packets, Completion, Mode, PostError, Request, RequesterConfig, SendWqe};
-use super::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS};
+use super::MAX_PKT_PER_ACK;
 use crate::state::rd_atomic_depth;
 use crate::psn::Psn;
 use crate::rnr::{ack_timeout, RetryCounter};
@@ -288,7 +288,7 @@ impl Requester {
                 }
             }
             // §3.2 step 4.
-            if mode == Mode::Rc && self.req_psn.diff(self.comp_psn) > MAX_UNACKED_PSNS as i32 {
+            if mode == Mode::Rc && self.req_psn.diff(self.comp_psn) > self.cfg.max_unacked_psns as i32 {
                 return None;
             }
             // §3.2 step 5.
