@@ -488,6 +488,20 @@ fn rc_requester_stalls_beyond_128_unacked_psns() {
 }
 
 #[test]
+fn rc_requester_window_follows_its_config() {
+    let mut req = Requester::new(RequesterConfig { max_send_wr: 600, max_unacked_psns: 512, ..req_cfg() });
+    for i in 0..600 {
+        req.post(SendWqe { id: i, opcode: WrOpcode::RdmaWrite, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
+    }
+    let now = Instant::now();
+    let mut n = 0;
+    while req.poll_transmit(now).is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 513, "PSNs 0..=512: stall once req.psn > comp.psn + 512");
+}
+
+#[test]
 fn rc_rd_atomic_credits_limit_outstanding_reads() {
     let mut p = Pair::new(RequesterConfig { max_rd_atomic: 2, ..req_cfg() }, resp_cfg());
     let ids: Vec<u64> = (0..4).map(|i| p.post_read(MR_BASE + 64 * i, 64)).collect();
