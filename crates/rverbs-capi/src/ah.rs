@@ -6,7 +6,7 @@ use std::cell::UnsafeCell;
 use crate::abi::*;
 use crate::live;
 use crate::conv;
-use crate::device::ContextObj;
+use crate::context::ContextObj;
 use crate::ffi::{minus_one_errno, null_errno, set_errno};
 use crate::pd::PdObj;
 
@@ -130,7 +130,7 @@ fn find_gid_index(
     let found = table.iter().find(|e| {
         e.port == u32::from(port)
             && e.gid.0 == gid
-            && crate::device::gid_type_sysfs(context, port, e.index) == Ok(gid_type)
+            && crate::context::gid_type_sysfs(context, port, e.index) == Ok(gid_type)
     });
     match found {
         Some(e) => u8::try_from(e.index).map_err(|_| libc::EINVAL),

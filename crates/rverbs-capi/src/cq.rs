@@ -13,7 +13,7 @@ use rverbs::{CqCreateFlags, CqInit, WcExFlags};
 
 use crate::abi::*;
 use crate::live;
-use crate::device::ContextObj;
+use crate::context::ContextObj;
 use crate::ffi::{minus_one_errno, null_errno, set_errno};
 
 // ---------------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 //! Objects (laid out as rdma-core's libibverbs/driver.h):
 //! * [`DeviceObj`]: an immortal `struct ibv_device` followed by the private `ops` pointer
 //!   at offset 664 that libmlx5/libefa's `is_*_dev()` checks read (`verbs_device.ops`).
-//! * [`ContextObj`]: a 648-byte `struct verbs_context` with the `ibv_context` at +320,
-//!   `abi_compat = UINTPTR_MAX`, `sz = 648` (verbs.h `verbs_get_ctx`), then the core context.
+//! * contexts ([`crate::context::ContextObj`]), created and closed here, their ops tables
+//!   filled with the op modules' functions.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::offset_of;
@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use crate::abi::*;
 use crate::conv;
 use crate::ffi::{minus_one_errno, null_errno, set_errno};
+use crate::context::{gid_entry, ContextObj, CONTEXT_OFFSET};
 use crate::live::{self, Kind};
 
 // ---------------------------------------------------------------------------------------
@@ -200,76 +201,6 @@ export! {
 // Contexts
 // ---------------------------------------------------------------------------------------
 
-/// A context handed to C: `struct verbs_context` (the `ibv_context` at +320), then the
-/// core context. C gets `&vctx.context`.
-#[repr(C)]
-pub struct ContextObj {
-    vctx: UnsafeCell<verbs_context>,
-    core: rverbs::Context,
-    /// `cmd_fd`: a real fd (an eventfd) nothing reads; pyverbs `os.dup()`s it.
-    _cmd_fd: OwnedFd,
-}
-
-const CONTEXT_OFFSET: usize = offset_of!(verbs_context, context);
-const _: () = assert!(CONTEXT_OFFSET == 320 && size_of::<verbs_context>() == 648);
-
-impl ContextObj {
-    /// The context behind an `ibv_context *`; `None` for NULL or a pointer that is not a
-    /// live context of this library (foreign or closed), refused without reading through
-    /// it ([`crate::live`]).
-    ///
-    /// # Safety
-    /// `ctx` is any pointer; if it is a live context of this library, it is not closed
-    /// while the returned reference is used.
-    pub unsafe fn from_raw<'a>(ctx: *mut ibv_context) -> Option<&'a ContextObj> {
-        if !live::contains(Kind::Context, ctx) {
-            return None;
-        }
-        let obj = ctx
-            .cast::<u8>()
-            .wrapping_sub(CONTEXT_OFFSET)
-            .cast::<ContextObj>();
-        // SAFETY: the registry holds only contexts not yet closed, and a live ContextObj
-        // lies CONTEXT_OFFSET bytes before the `ibv_context` handed to C.
-        Some(unsafe { &*obj })
-    }
-
-    /// The `struct ibv_context *` handed to C.
-    pub fn as_ptr(&self) -> *mut ibv_context {
-        // From the whole object, not the field: C hands this pointer back to us.
-        (self as *const Self)
-            .cast_mut()
-            .cast::<u8>()
-            .wrapping_add(CONTEXT_OFFSET)
-            .cast()
-    }
-
-    /// The core context.
-    pub fn core(&self) -> &rverbs::Context {
-        &self.core
-    }
-
-    /// Locks `ibv_context.mutex` (rdma-core guards channel reference counts with it).
-    pub fn lock(&self) -> ContextLock<'_> {
-        // SAFETY: the mutex lives in our allocation, zero-initialised (a valid
-        // PTHREAD_MUTEX_INITIALIZER on glibc).
-        unsafe { libc::pthread_mutex_lock(&raw mut (*self.as_ptr()).mutex) };
-        ContextLock { ctx: self }
-    }
-}
-
-/// Holds `ibv_context.mutex`.
-pub struct ContextLock<'a> {
-    ctx: &'a ContextObj,
-}
-
-impl Drop for ContextLock<'_> {
-    fn drop(&mut self) {
-        // SAFETY: locked by ContextObj::lock.
-        unsafe { libc::pthread_mutex_unlock(&raw mut (*self.ctx.as_ptr()).mutex) };
-    }
-}
-
 /// The `ibv_context.ops` table: the five data-path ops inline code calls, the three
 /// memory-window ops (the inline `ibv_bind_mw`/`ibv_dealloc_mw` call theirs unchecked, so
 /// they are set together with `alloc_mw`), plus the two `_compat_` query slots rdma-core
@@ -279,7 +210,7 @@ fn context_ops() -> ibv_context_ops {
     ops._compat_query_device = Some(ibv_query_device);
     ops._compat_query_port = Some(ibv_query_port);
     ops.alloc_mw = Some(crate::mw::rverbs_alloc_mw);
-    ops.bind_mw = Some(crate::mw::rverbs_bind_mw);
+    ops.bind_mw = Some(crate::qp::rverbs_bind_mw);
     ops.dealloc_mw = Some(crate::mw::rverbs_dealloc_mw);
     ops.poll_cq = Some(crate::cq::rverbs_poll_cq);
     ops.req_notify_cq = Some(crate::cq::rverbs_req_notify_cq);
@@ -298,7 +229,7 @@ fn fill_verbs_context(v: &mut verbs_context) {
     v.create_cq_ex = Some(crate::cq::rverbs_create_cq_ex);
     v.query_device_ex = Some(rverbs_query_device_ex);
     v.create_qp_ex = Some(crate::qp::rverbs_create_qp_ex);
-    v.get_srq_num = Some(crate::xrcd::rverbs_get_srq_num);
+    v.get_srq_num = Some(crate::srq::rverbs_get_srq_num);
     v.create_srq_ex = Some(crate::srq::rverbs_create_srq_ex);
     v.open_xrcd = Some(crate::xrcd::rverbs_open_xrcd);
     v.close_xrcd = Some(crate::xrcd::rverbs_close_xrcd);
@@ -527,17 +458,6 @@ unsafe extern "C" fn rverbs_query_rt_values(
     })
 }
 
-/// The GID entry `index` of `port`, or the errno `_ibv_query_gid_ex` reports
-/// (`ENODATA` for an empty slot).
-fn gid_entry(ctx: &ContextObj, port: u32, index: u32) -> Result<rverbs::GidEntry, c_int> {
-    let port = u8::try_from(port).map_err(|_| libc::EINVAL)?;
-    match ctx.core.query_gid_ex(port, index) {
-        Ok(e) if e.gid.is_zero() => Err(libc::ENODATA),
-        Ok(e) => Ok(e),
-        Err(e) => Err(e.errno()),
-    }
-}
-
 export! {
     /// Reads a GID table entry (`ibv_query_gid(3)`). Returns 0, or -1 with `errno`.
     ///
@@ -695,20 +615,4 @@ export! {
             index += 1;
         }
     }
-}
-
-/// The type of GID `index` of `port` as sysfs names it, for `ibv_query_gid_type`
-/// (private.rs).
-pub(crate) fn gid_type_sysfs(
-    context: *mut ibv_context,
-    port: u8,
-    index: u32,
-) -> Result<ibv_gid_type_sysfs, c_int> {
-    // SAFETY: the caller passes the application's context pointer (caller contract).
-    let ctx = unsafe { ContextObj::from_raw(context) }.ok_or(libc::EINVAL)?;
-    let e = gid_entry(ctx, port.into(), index)?;
-    Ok(match e.gid_type {
-        rverbs::GidType::RoceV2 => IBV_GID_TYPE_SYSFS_ROCE_V2,
-        rverbs::GidType::Ib | rverbs::GidType::RoceV1 => IBV_GID_TYPE_SYSFS_IB_ROCE_V1,
-    })
 }

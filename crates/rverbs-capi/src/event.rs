@@ -6,7 +6,7 @@ use rverbs::AsyncElement;
 
 use crate::abi::*;
 use crate::cq::CqObj;
-use crate::device::ContextObj;
+use crate::context::ContextObj;
 use crate::ffi::{minus_one_errno, set_errno};
 use crate::qp::QpObj;
 use crate::srq::SrqObj;

@@ -1,5 +1,6 @@
-//! Memory windows: the `ibv_context.ops` slots `alloc_mw`, `bind_mw` and `dealloc_mw`
-//! behind the inline `ibv_alloc_mw` / `ibv_bind_mw` / `ibv_dealloc_mw` (verbs.h).
+//! Memory windows: the `ibv_context.ops` slots `alloc_mw` and `dealloc_mw` behind the
+//! inline `ibv_alloc_mw` / `ibv_dealloc_mw` (verbs.h); `bind_mw`, which posts on a QP, is
+//! `qp.rs`'s.
 //!
 //! Rule: the inline `ibv_alloc_mw` NULL-checks `alloc_mw`; `ibv_bind_mw` and
 //! `ibv_dealloc_mw` call their slots unchecked, so all three are set together.
@@ -11,14 +12,13 @@
 use core::ffi::c_int;
 use std::cell::UnsafeCell;
 
-use rverbs::{Access, MwBind, SendFlags};
+use rverbs::{Access, MwBind};
 
 use crate::abi::*;
 use crate::live;
-use crate::ffi::{null_errno, set_errno};
+use crate::ffi::null_errno;
 use crate::mr::MrObj;
 use crate::pd::PdObj;
-use crate::qp::QpObj;
 
 /// A memory window handed to C: `struct ibv_mw`, then the core window.
 #[repr(C)]
@@ -49,7 +49,8 @@ impl MwObj {
         &self.core
     }
 
-    fn as_ptr(&self) -> *mut ibv_mw {
+    /// The `struct ibv_mw *` handed to C.
+    pub(crate) fn as_ptr(&self) -> *mut ibv_mw {
         // The whole object, not just the field: C hands this pointer back to us.
         (self as *const Self).cast_mut().cast()
     }
@@ -111,53 +112,6 @@ pub(crate) unsafe extern "C" fn rverbs_alloc_mw(
         let p = Box::into_raw(obj);
         live::register(p);
         p.cast()
-    })
-}
-
-/// `ibv_context.ops.bind_mw` (`ibv_bind_mw(3)`, type 1 windows). Returns 0 or an errno
-/// (also stored in `errno`, as rdma-core's provider does).
-///
-/// Rule: the inline wrapper already refused a type 2 window (EINVAL), a missing region
-/// with a range (EINVAL) and a region of another PD (EPERM); the core repeats those
-/// checks, so a direct call through the slot gets the same answers.
-/// Rule: on a successful post `mw->rkey` becomes the new key (`ibv_inc_rkey` of the old
-/// one) at once; a bind that then fails completes with `IBV_WC_MW_BIND_ERR` and the
-/// caller must restore the old key (ibv_bind_mw(3)).
-pub(crate) unsafe extern "C" fn rverbs_bind_mw(
-    qp: *mut ibv_qp,
-    mw: *mut ibv_mw,
-    mw_bind: *mut ibv_mw_bind,
-) -> c_int {
-    ffi_guard!(errno, {
-        // SAFETY: caller contract (live objects of ours, or garbage we refuse).
-        let (qp_obj, mw_obj) = unsafe { (QpObj::from_raw(qp), MwObj::from_raw(mw)) };
-        // SAFETY: mw_bind is NULL or valid (caller contract).
-        let (Some(qp_obj), Some(mw_obj), Some(b)) = (qp_obj, mw_obj, unsafe { mw_bind.as_ref() })
-        else {
-            set_errno(libc::EINVAL);
-            return libc::EINVAL;
-        };
-        // SAFETY: the bind info's MR is NULL or live (caller contract).
-        let info = match unsafe { bind_from_c(&b.bind_info) } {
-            Ok(i) => i,
-            Err(e) => {
-                set_errno(e);
-                return e;
-            }
-        };
-        let flags = SendFlags::from_bits_truncate(b.send_flags);
-        match qp_obj.core().bind_mw(&mw_obj.core, &info, b.wr_id, flags) {
-            Ok(rkey) => {
-                // SAFETY: field of our allocation; rdma-core's provider writes it the same
-                // way right after posting.
-                unsafe { (*mw_obj.as_ptr()).rkey = rkey };
-                0
-            }
-            Err(e) => {
-                set_errno(e.errno());
-                e.errno()
-            }
-        }
     })
 }
 

@@ -5,7 +5,7 @@ use std::cell::UnsafeCell;
 
 use crate::abi::*;
 use crate::live;
-use crate::device::ContextObj;
+use crate::context::ContextObj;
 use crate::ffi::{not_supported_null, not_supported_void, null_errno};
 
 /// A PD handed to C: `struct ibv_pd`, then the core PD.

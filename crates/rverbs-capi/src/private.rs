@@ -140,7 +140,7 @@ export! {
         if type_.is_null() {
             return crate::ffi::minus_one_errno(libc::EINVAL);
         }
-        match crate::device::gid_type_sysfs(context, port_num, index) {
+        match crate::context::gid_type_sysfs(context, port_num, index) {
             Ok(t) => {
                 // SAFETY: type_ is writable (caller contract, checked non-NULL).
                 unsafe { type_.write(t) };

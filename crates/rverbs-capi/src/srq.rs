@@ -9,7 +9,7 @@ use rverbs::{SrqAttr, SrqAttrMask, SrqInit};
 use crate::abi::*;
 use crate::live;
 use crate::cq::CqObj;
-use crate::device::ContextObj;
+use crate::context::ContextObj;
 use crate::ffi::null_errno;
 use crate::pd::PdObj;
 use crate::xrcd::XrcdObj;
@@ -258,7 +258,7 @@ pub(crate) unsafe extern "C" fn rverbs_post_srq_recv(
             return libc::EINVAL;
         };
         // SAFETY: forwarded C contract.
-        unsafe { crate::qp::post_recv_list(wr, bad_wr, |w| obj.core.post_recv_unpinned(w)) }
+        unsafe { crate::wrlist::post_recv_list(wr, bad_wr, |w| obj.core.post_recv_unpinned(w)) }
     })
 }
 
@@ -273,4 +273,23 @@ pub(crate) fn ack_async(srq: &SrqObj) {
         libc::pthread_mutex_unlock(&raw mut (*p).mutex);
     }
     srq.core.ack_async_events(1);
+}
+
+/// `verbs_context.get_srq_num` (`ibv_get_srq_num(3)`). Returns 0 or an errno.
+///
+/// Rule: the 24-bit SRQ number XRC initiators name as `remote_srqn`; every SRQ has one
+/// (as on mlx5), XRC or not.
+pub(crate) unsafe extern "C" fn rverbs_get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int {
+    ffi_guard!(errno, {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { SrqObj::from_raw(srq) }) else {
+            return libc::EINVAL;
+        };
+        if srq_num.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: srq_num is writable (caller contract, checked non-NULL).
+        unsafe { srq_num.write(obj.core().srq_num()) };
+        0
+    })
 }

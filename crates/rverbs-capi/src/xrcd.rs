@@ -11,9 +11,8 @@ use std::os::fd::BorrowedFd;
 
 use crate::abi::*;
 use crate::live;
-use crate::device::ContextObj;
+use crate::context::ContextObj;
 use crate::ffi::null_errno;
-use crate::srq::SrqObj;
 
 /// An XRC domain handed to C: `struct ibv_xrcd`, then the core domain.
 #[repr(C)]
@@ -126,21 +125,3 @@ pub(crate) unsafe extern "C" fn rverbs_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int 
     })
 }
 
-/// `verbs_context.get_srq_num` (`ibv_get_srq_num(3)`). Returns 0 or an errno.
-///
-/// Rule: the 24-bit SRQ number XRC initiators name as `remote_srqn`; every SRQ has one
-/// (as on mlx5), XRC or not.
-pub(crate) unsafe extern "C" fn rverbs_get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int {
-    ffi_guard!(errno, {
-        // SAFETY: caller contract.
-        let Some(obj) = (unsafe { SrqObj::from_raw(srq) }) else {
-            return libc::EINVAL;
-        };
-        if srq_num.is_null() {
-            return libc::EINVAL;
-        }
-        // SAFETY: srq_num is writable (caller contract, checked non-NULL).
-        unsafe { srq_num.write(obj.core().srq_num()) };
-        0
-    })
-}

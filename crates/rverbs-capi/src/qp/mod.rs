@@ -11,7 +11,7 @@ use std::cell::UnsafeCell;
 use std::sync::Mutex;
 
 use rverbs::{
-    BindMwWr, Payload, QpAttrMask, QpInit, QpType, RecvWr, SendFlags, SendOps, SendWr, Sge, UdDest,
+    BindMwWr, Payload, QpAttrMask, QpInit, QpType, SendFlags, SendOps, SendWr, Sge, UdDest,
     WrOpcode,
 };
 
@@ -20,12 +20,16 @@ use crate::live;
 use crate::ah::AhObj;
 use crate::conv;
 use crate::cq::CqObj;
-use crate::device::ContextObj;
-use crate::ffi::{not_supported_errno, null_errno};
+use crate::context::ContextObj;
+use crate::ffi::{not_supported_errno, null_errno, set_errno};
+use crate::mw::bind_from_c;
+use crate::wrlist::{post_recv_list, refuse, sge_slice};
 use crate::mw::MwObj;
 use crate::pd::PdObj;
 use crate::srq::SrqObj;
 use crate::xrcd::XrcdObj;
+
+mod wr;
 
 /// A QP handed to C: `struct ibv_qp_ex` (whose prefix is `struct ibv_qp`), then the core QP.
 #[repr(C)]
@@ -39,7 +43,7 @@ pub struct QpObj {
     /// Created through `create_qp_ex`: `ibv_qp_to_qp_ex` returns it.
     extended: bool,
     /// The batch open since `ibv_wr_start` (wr.rs).
-    batch: Mutex<crate::wr::Batch>,
+    batch: Mutex<wr::Batch>,
 }
 
 // SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
@@ -74,7 +78,7 @@ impl QpObj {
     }
 
     /// The open `ibv_wr_*` batch.
-    pub(crate) fn batch(&self) -> &Mutex<crate::wr::Batch> {
+    pub(crate) fn batch(&self) -> &Mutex<wr::Batch> {
         &self.batch
     }
 }
@@ -114,7 +118,7 @@ fn publish(
     q.qp_base.state = IBV_QPS_RESET;
     q.qp_base.qp_type = attr.qp_type;
     // Opcode builders per send_ops_flags; start/complete/abort and the setters always.
-    crate::wr::fill(&mut q, ex.send_ops.unwrap_or_default());
+    wr::fill(&mut q, ex.send_ops.unwrap_or_default());
     let qp_type = core.qp_type();
     let p = Box::into_raw(Box::new(QpObj {
         qp: UnsafeCell::new(q),
@@ -122,7 +126,7 @@ fn publish(
         ud: qp_type == QpType::Ud,
         xrc_send: qp_type == QpType::XrcSend,
         extended: ex.extended,
-        batch: crate::wr::new_batch(),
+        batch: wr::new_batch(),
     }));
     // SAFETY: the allocation just made.
     unsafe { (*p).core.set_cookie(p as usize) };
@@ -257,7 +261,7 @@ pub(crate) unsafe extern "C" fn rverbs_create_qp_ex(
             return null_errno(libc::EOPNOTSUPP);
         }
         let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
-            if a.send_ops_flags & !crate::wr::V44_SEND_OPS != 0 {
+            if a.send_ops_flags & !wr::V44_SEND_OPS != 0 {
                 return null_errno(libc::EOPNOTSUPP);
             }
             Some(SendOps::from_bits_truncate(a.send_ops_flags))
@@ -521,41 +525,6 @@ export! {
 const SEND_CHUNK: usize = 4;
 /// Inline pieces (one per SGE of an `IBV_SEND_INLINE` request) per chunk.
 const INLINE_SLOTS: usize = rverbs::device::limits::MAX_SGE as usize;
-/// Receive work requests translated per call of the core's post.
-const RECV_CHUNK: usize = 8;
-
-/// More scatter/gather entries than any queue of the device accepts: refused before a
-/// slice is formed, so a wild `num_sge` never makes us read past the caller's array.
-const MAX_ANY_SGE: usize = {
-    let (a, b) = (
-        rverbs::device::limits::MAX_SGE,
-        rverbs::device::limits::MAX_SRQ_SGE,
-    );
-    (if a > b { a } else { b }) as usize
-};
-
-/// The scatter list of a C work request as core SGEs (same layout).
-///
-/// Errors: `EINVAL` for a negative `num_sge`, one above every queue's limit, or a NULL
-/// list with entries.
-///
-/// # Safety
-/// `sg_list` points to `num_sge` valid `ibv_sge` (the C contract) when `num_sge > 0`.
-pub(crate) unsafe fn sge_slice<'a>(
-    sg_list: *const ibv_sge,
-    num_sge: c_int,
-) -> Result<&'a [Sge], c_int> {
-    match usize::try_from(num_sge) {
-        Ok(0) => Ok(&[]),
-        Ok(n) if n <= MAX_ANY_SGE && !sg_list.is_null() => {
-            // SAFETY: ibv_sge and Sge have the same layout (asserted above); the list is
-            // valid for n entries (caller contract).
-            Ok(unsafe { core::slice::from_raw_parts(sg_list.cast::<Sge>(), n) })
-        }
-        _ => Err(libc::EINVAL),
-    }
-}
-
 /// Why a C send work request could not be translated.
 enum Refused {
     /// Refuse the request with this errno.
@@ -648,7 +617,7 @@ unsafe fn translate_send<'a>(
             // SAFETY: C contract: the window and the bind's region are live objects.
             let mw = unsafe { MwObj::from_raw(b.mw) }.ok_or(Refused::Errno(libc::EINVAL))?;
             // SAFETY: as above.
-            let bind = unsafe { crate::mw::bind_from_c(&b.bind_info) }.map_err(Refused::Errno)?;
+            let bind = unsafe { bind_from_c(&b.bind_info) }.map_err(Refused::Errno)?;
             out.bind = Some(BindMwWr {
                 mw: mw.core(),
                 rkey: b.rkey,
@@ -675,18 +644,6 @@ unsafe fn translate_send<'a>(
         });
     }
     Ok(out)
-}
-
-/// Stores the refused request into `*bad_wr` (if the caller gave one) and returns `err`.
-///
-/// # Safety
-/// `bad_wr` is NULL or writable.
-unsafe fn refuse<T>(bad_wr: *mut *mut T, wr: *mut T, err: c_int) -> c_int {
-    if !bad_wr.is_null() {
-        // SAFETY: caller contract.
-        unsafe { bad_wr.write(wr) };
-    }
-    err
 }
 
 /// `ibv_context.ops.post_send` (`ibv_post_send(3)`). Returns 0 or an errno with
@@ -751,53 +708,6 @@ pub(crate) unsafe extern "C" fn rverbs_post_send(
     })
 }
 
-/// Posts a C receive list through `post` in stack-sized chunks, reporting the first
-/// refused request in `*bad_wr` (shared by QPs and SRQs).
-///
-/// # Safety
-/// `wr` is a valid C receive list, `bad_wr` NULL or writable (C contract).
-pub(crate) unsafe fn post_recv_list(
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-    post: impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs::PostError>,
-) -> c_int {
-    let mut next = wr;
-    while !next.is_null() {
-        let mut wrs = [RecvWr::new(0, &[]); RECV_CHUNK];
-        let mut ptrs = [core::ptr::null_mut::<ibv_recv_wr>(); RECV_CHUNK];
-        let mut n = 0;
-        let mut refused = None;
-        while n < RECV_CHUNK && !next.is_null() {
-            // SAFETY: C contract: every request of the list is valid during the call.
-            let c = unsafe { &*next };
-            // SAFETY: as above.
-            match unsafe { sge_slice(c.sg_list, c.num_sge) } {
-                Ok(sges) => {
-                    wrs[n] = RecvWr::new(c.wr_id, sges);
-                    ptrs[n] = next;
-                    n += 1;
-                    next = c.next;
-                }
-                Err(e) => {
-                    refused = Some(e);
-                    break;
-                }
-            }
-        }
-        // n == 0: the batch's first request was refused before anything was posted.
-        let posted = if n == 0 { Ok(()) } else { post(&wrs[..n]) };
-        if let Err(pe) = posted {
-            // SAFETY: bad_wr is NULL or writable.
-            return unsafe { refuse(bad_wr, ptrs[pe.index], pe.error.errno()) };
-        }
-        if let Some(e) = refused {
-            // SAFETY: bad_wr is NULL or writable.
-            return unsafe { refuse(bad_wr, next, e) };
-        }
-    }
-    0
-}
-
 /// `ibv_context.ops.post_recv` (`ibv_post_recv(3)`). Returns 0 or an errno with
 /// `*bad_wr` = the first refused request.
 pub(crate) unsafe extern "C" fn rverbs_post_recv(
@@ -831,4 +741,51 @@ pub(crate) fn ack_async(qp: &QpObj) {
         libc::pthread_mutex_unlock(&raw mut (*p).mutex);
     }
     qp.core.ack_async_events(1);
+}
+
+/// `ibv_context.ops.bind_mw` (`ibv_bind_mw(3)`, type 1 windows). Returns 0 or an errno
+/// (also stored in `errno`, as rdma-core's provider does).
+///
+/// Rule: the inline wrapper already refused a type 2 window (EINVAL), a missing region
+/// with a range (EINVAL) and a region of another PD (EPERM); the core repeats those
+/// checks, so a direct call through the slot gets the same answers.
+/// Rule: on a successful post `mw->rkey` becomes the new key (`ibv_inc_rkey` of the old
+/// one) at once; a bind that then fails completes with `IBV_WC_MW_BIND_ERR` and the
+/// caller must restore the old key (ibv_bind_mw(3)).
+pub(crate) unsafe extern "C" fn rverbs_bind_mw(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mw_bind: *mut ibv_mw_bind,
+) -> c_int {
+    ffi_guard!(errno, {
+        // SAFETY: caller contract (live objects of ours, or garbage we refuse).
+        let (qp_obj, mw_obj) = unsafe { (QpObj::from_raw(qp), MwObj::from_raw(mw)) };
+        // SAFETY: mw_bind is NULL or valid (caller contract).
+        let (Some(qp_obj), Some(mw_obj), Some(b)) = (qp_obj, mw_obj, unsafe { mw_bind.as_ref() })
+        else {
+            set_errno(libc::EINVAL);
+            return libc::EINVAL;
+        };
+        // SAFETY: the bind info's MR is NULL or live (caller contract).
+        let info = match unsafe { bind_from_c(&b.bind_info) } {
+            Ok(i) => i,
+            Err(e) => {
+                set_errno(e);
+                return e;
+            }
+        };
+        let flags = SendFlags::from_bits_truncate(b.send_flags);
+        match qp_obj.core().bind_mw(mw_obj.core(), &info, b.wr_id, flags) {
+            Ok(rkey) => {
+                // SAFETY: field of our allocation; rdma-core's provider writes it the same
+                // way right after posting.
+                unsafe { (*mw_obj.as_ptr()).rkey = rkey };
+                0
+            }
+            Err(e) => {
+                set_errno(e.errno());
+                e.errno()
+            }
+        }
+    })
 }
