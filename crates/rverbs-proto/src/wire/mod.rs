@@ -134,6 +134,12 @@ macro_rules! enum_with_unknown {
         impl $name {
             /// Every named variant, in declaration order.
             pub const KNOWN: &'static [$name] = &[$($name::$variant),+];
+
+            /// Whether `value` has a named variant (usable in constant tables).
+            #[allow(dead_code, clippy::manual_range_patterns)]
+            pub(crate) const fn is_named(value: $ty) -> bool {
+                matches!(value, $( $value )|+)
+            }
         }
 
         impl ::core::convert::From<$ty> for $name {

@@ -442,16 +442,10 @@ impl OpCode {
         }
     }
 
-    /// The canonical variant for this byte (turns `Unknown(0x04)` into `RcSendOnly`).
-    #[inline]
-    fn canonical(self) -> OpCode {
-        OpCode::from(u8::from(self))
-    }
-
     /// Whether rverbs knows this opcode's layout; the whole-packet parse refuses the others.
     #[inline]
     pub fn is_known(self) -> bool {
-        !matches!(self.canonical(), OpCode::Unknown(_))
+        OpCode::is_named(self.into())
     }
 
     /// The transport, from the high 3 bits (defined for every byte).
@@ -463,10 +457,7 @@ impl OpCode {
     /// The operation, from the low 5 bits; `None` for CNP and unknown opcodes.
     #[inline]
     pub fn operation(self) -> Option<Operation> {
-        match self.canonical() {
-            OpCode::Unknown(_) | OpCode::Cnp => None,
-            known => Operation::of(known.into()),
-        }
+        FACTS[usize::from(u8::from(self))].operation
     }
 
     /// The extension headers that follow the BTH, in wire order (rxe `rxe_opcode.c`);
@@ -477,44 +468,15 @@ impl OpCode {
     /// Rule: IBTA Annex A17: a CNP is followed by 16 reserved bytes.
     #[inline]
     pub fn ext_headers(self) -> Option<&'static [ExtHeader]> {
-        use ExtHeader::*;
-        use Operation as O;
-        if self.canonical() == OpCode::Cnp {
-            return Some(&[CnpReserved]);
-        }
-        let op = self.operation()?;
-        // Each request layout is written once with its XRC prefix; other transports skip it.
-        let skip = usize::from(self.transport() != Transport::Xrc);
-        let ud = self.transport() == Transport::Ud;
-        Some(match op {
-            O::SendOnly if ud => &[Deth],
-            O::SendOnlyWithImmediate if ud => &[Deth, ImmDt],
-            O::SendFirst | O::SendMiddle | O::SendLast | O::SendOnly => &[XrcEth][skip..],
-            O::RdmaWriteMiddle | O::RdmaWriteLast => &[XrcEth][skip..],
-            O::SendLastWithImmediate | O::SendOnlyWithImmediate => &[XrcEth, ImmDt][skip..],
-            O::RdmaWriteLastWithImmediate => &[XrcEth, ImmDt][skip..],
-            O::RdmaWriteFirst | O::RdmaWriteOnly | O::RdmaReadRequest | O::AtomicWrite => {
-                &[XrcEth, Reth][skip..]
-            }
-            O::RdmaWriteOnlyWithImmediate => &[XrcEth, Reth, ImmDt][skip..],
-            O::CompareSwap | O::FetchAdd => &[XrcEth, AtomicEth][skip..],
-            O::SendLastWithInvalidate | O::SendOnlyWithInvalidate => &[XrcEth, Ieth][skip..],
-            O::Flush => &[XrcEth, Feth, Reth][skip..],
-            O::RdmaReadResponseMiddle => &[],
-            O::RdmaReadResponseFirst
-            | O::RdmaReadResponseLast
-            | O::RdmaReadResponseOnly
-            | O::Acknowledge => &[Aeth],
-            O::AtomicAcknowledge => &[Aeth, AtomicAckEth],
-        })
+        FACTS[usize::from(u8::from(self))].ext_headers
     }
 
     /// BTH plus extension headers, in bytes (`length` in rxe `rxe_opcode.c`); `None` for
     /// unknown opcodes.
     #[inline]
     pub fn header_len(self) -> Option<usize> {
-        let ext = self.ext_headers()?;
-        Some(bth::HEADER_LEN + ext.iter().map(|h| h.size()).sum::<usize>())
+        let f = &FACTS[usize::from(u8::from(self))];
+        f.ext_headers.map(|_| usize::from(f.header_len))
     }
 
     /// Position in the message; `None` for CNP and unknown opcodes.
@@ -568,6 +530,89 @@ impl OpCode {
     pub fn completes_recv(self) -> bool {
         self.operation().is_some_and(Operation::completes_recv)
     }
+}
+
+/// What the packet path asks of an opcode byte, for all 256 bytes, computed at compile
+/// time from the rules of [`OpCode::ext_headers`] and [`OpCode::operation`]: one indexed
+/// load per question instead of matching the byte every time (a receiver asks several
+/// per packet).
+#[derive(Clone, Copy)]
+struct Facts {
+    operation: Option<Operation>,
+    ext_headers: Option<&'static [ExtHeader]>,
+    /// BTH plus extension headers (0 when `ext_headers` is `None`).
+    header_len: u8,
+}
+
+static FACTS: [Facts; 256] = {
+    let mut t = [Facts { operation: None, ext_headers: None, header_len: 0 }; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        let operation = operation_of(byte);
+        let ext_headers = ext_headers_of(byte, operation);
+        let mut header_len = 0;
+        if let Some(ext) = ext_headers {
+            header_len = bth::HEADER_LEN;
+            let mut i = 0;
+            while i < ext.len() {
+                header_len += ext[i].size();
+                i += 1;
+            }
+        }
+        t[b] = Facts { operation, ext_headers, header_len: header_len as u8 };
+        b += 1;
+    }
+    t
+};
+
+/// The operation of opcode byte `byte`: `None` for CNP and bytes without a named opcode.
+const fn operation_of(byte: u8) -> Option<Operation> {
+    if !OpCode::is_named(byte) || byte == CNP_BYTE {
+        return None;
+    }
+    Operation::of(byte)
+}
+
+/// The CNP opcode byte (IBTA Annex A17).
+const CNP_BYTE: u8 = 0x81;
+
+/// The extension headers of opcode byte `byte` whose operation is `op` (rxe
+/// `rxe_opcode.c`; the rules are [`OpCode::ext_headers`]'s).
+const fn ext_headers_of(byte: u8, op: Option<Operation>) -> Option<&'static [ExtHeader]> {
+    use ExtHeader::*;
+    use Operation as O;
+    if byte == CNP_BYTE {
+        return Some(&[CnpReserved]);
+    }
+    let Some(op) = op else { return None };
+    let transport = Transport::of(byte);
+    // Each request layout is written once with its XRC prefix; other transports skip it.
+    let skip = if matches!(transport, Transport::Xrc) { 0 } else { 1 };
+    let ud = matches!(transport, Transport::Ud);
+    let headers: &'static [ExtHeader] = match op {
+        O::SendOnly if ud => &[Deth],
+        O::SendOnlyWithImmediate if ud => &[Deth, ImmDt],
+        O::SendFirst | O::SendMiddle | O::SendLast | O::SendOnly => &[XrcEth],
+        O::RdmaWriteMiddle | O::RdmaWriteLast => &[XrcEth],
+        O::SendLastWithImmediate | O::SendOnlyWithImmediate => &[XrcEth, ImmDt],
+        O::RdmaWriteLastWithImmediate => &[XrcEth, ImmDt],
+        O::RdmaWriteFirst | O::RdmaWriteOnly | O::RdmaReadRequest | O::AtomicWrite => &[XrcEth, Reth],
+        O::RdmaWriteOnlyWithImmediate => &[XrcEth, Reth, ImmDt],
+        O::CompareSwap | O::FetchAdd => &[XrcEth, AtomicEth],
+        O::SendLastWithInvalidate | O::SendOnlyWithInvalidate => &[XrcEth, Ieth],
+        O::Flush => &[XrcEth, Feth, Reth],
+        O::RdmaReadResponseMiddle => return Some(&[]),
+        O::RdmaReadResponseFirst | O::RdmaReadResponseLast | O::RdmaReadResponseOnly | O::Acknowledge => {
+            return Some(&[Aeth])
+        }
+        O::AtomicAcknowledge => return Some(&[Aeth, AtomicAckEth]),
+    };
+    // The UD layouts carry no XRCETH to skip.
+    if ud && matches!(op, O::SendOnly | O::SendOnlyWithImmediate) {
+        return Some(headers);
+    }
+    Some(headers.split_at(skip).1)
 }
 
 #[cfg(test)]
