@@ -140,6 +140,14 @@ macro_rules! enum_with_unknown {
             pub(crate) const fn is_named(value: $ty) -> bool {
                 matches!(value, $( $value )|+)
             }
+
+            /// The value on the wire (usable in constant tables; `From` for the rest).
+            pub(crate) const fn raw(self) -> $ty {
+                match self {
+                    $( $name::$variant => $value, )+
+                    $name::Unknown(other) => other,
+                }
+            }
         }
 
         impl ::core::convert::From<$ty> for $name {
@@ -155,10 +163,7 @@ macro_rules! enum_with_unknown {
         impl ::core::convert::From<$name> for $ty {
             #[inline]
             fn from(value: $name) -> Self {
-                match value {
-                    $( $name::$variant => $value, )+
-                    $name::Unknown(other) => other,
-                }
+                value.raw()
             }
         }
     };

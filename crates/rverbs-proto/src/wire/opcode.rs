@@ -575,7 +575,7 @@ const fn operation_of(byte: u8) -> Option<Operation> {
 }
 
 /// The CNP opcode byte (IBTA Annex A17).
-const CNP_BYTE: u8 = 0x81;
+const CNP_BYTE: u8 = OpCode::Cnp.raw();
 
 /// The extension headers of opcode byte `byte` whose operation is `op` (rxe
 /// `rxe_opcode.c`; the rules are [`OpCode::ext_headers`]'s).
@@ -591,8 +591,8 @@ const fn ext_headers_of(byte: u8, op: Option<Operation>) -> Option<&'static [Ext
     let skip = if matches!(transport, Transport::Xrc) { 0 } else { 1 };
     let ud = matches!(transport, Transport::Ud);
     let headers: &'static [ExtHeader] = match op {
-        O::SendOnly if ud => &[Deth],
-        O::SendOnlyWithImmediate if ud => &[Deth, ImmDt],
+        O::SendOnly if ud => return Some(&[Deth]),
+        O::SendOnlyWithImmediate if ud => return Some(&[Deth, ImmDt]),
         O::SendFirst | O::SendMiddle | O::SendLast | O::SendOnly => &[XrcEth],
         O::RdmaWriteMiddle | O::RdmaWriteLast => &[XrcEth],
         O::SendLastWithImmediate | O::SendOnlyWithImmediate => &[XrcEth, ImmDt],
@@ -608,10 +608,6 @@ const fn ext_headers_of(byte: u8, op: Option<Operation>) -> Option<&'static [Ext
         }
         O::AtomicAcknowledge => return Some(&[Aeth, AtomicAckEth]),
     };
-    // The UD layouts carry no XRCETH to skip.
-    if ud && matches!(op, O::SendOnly | O::SendOnlyWithImmediate) {
-        return Some(headers);
-    }
     Some(headers.split_at(skip).1)
 }
 
