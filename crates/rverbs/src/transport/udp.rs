@@ -734,7 +734,13 @@ impl NetSock {
                     return;
                 }
             };
-            let mut run: Vec<Checked<'_>> = Vec::with_capacity(RX_RUN);
+            // Sized to what arrived (a lone packet on the latency path allocates one entry,
+            // not a whole run's).
+            let packets: usize = (0..n)
+                .filter_map(|i| Some((batch.get(i)?.1.len(), batch.segment_size(i))))
+                .map(|(len, seg)| seg.map_or(1, |s| len.div_ceil(s)))
+                .sum();
+            let mut run: Vec<Checked<'_>> = Vec::with_capacity(packets.min(RX_RUN));
             let mut take = |c| {
                 if let Some(c) = c {
                     run.push(c);
