@@ -44,6 +44,8 @@ impl std::fmt::Debug for Context {
 
 impl Context {
     pub(crate) fn open(dev: &'static DeviceInner) -> Result<Self> {
+        // Device accesses to memory the application unmaps become errors, not signals.
+        crate::fault::arm();
         let id = dev.new_id();
         let events = Fifo::create(&dev.dir.join(async_fifo_name(id)))?;
         Ok(Context { inner: Arc::new(ContextCore::new(id, &dev.endpoint, events, dev)) })

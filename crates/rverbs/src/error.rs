@@ -101,6 +101,17 @@ pub enum Error {
     /// The completion queue overran and is in the error state (`EIO`).
     #[error("the completion queue overran and is in the error state")]
     CqOverrun,
+    /// Memory the verb must reach is not mapped with the access it needs (`EFAULT`, as
+    /// the kernel's page pinning reports in ibv_reg_mr(3)).
+    #[error("{verb}: [{addr:#x}, +{len}) is not mapped with the access asked")]
+    BadAddress {
+        /// The verb that refused.
+        verb: &'static str,
+        /// First address of the range.
+        addr: u64,
+        /// Length of the range in bytes.
+        len: u64,
+    },
     /// A resource is exhausted (`ENOMEM`).
     #[error("{what} exhausted")]
     Exhausted {
@@ -142,6 +153,7 @@ impl Error {
             Error::Busy { .. } => libc::EBUSY,
             Error::Destroyed { .. } => libc::EINVAL,
             Error::CqOverrun => libc::EIO,
+            Error::BadAddress { .. } => libc::EFAULT,
             Error::Exhausted { .. } => libc::ENOMEM,
             Error::Again { .. } => libc::EAGAIN,
             Error::WouldBlock => libc::EAGAIN,
@@ -191,6 +203,7 @@ mod tests {
             Error::Busy { what: "w" },
             Error::Destroyed { what: "w" },
             Error::CqOverrun,
+            Error::BadAddress { verb: "v", addr: 0, len: 1 },
             Error::Exhausted { what: "w" },
             Error::Again { verb: "v", why: "w" },
             Error::WouldBlock,
@@ -210,6 +223,7 @@ mod tests {
             libc::EBUSY,
             libc::EINVAL,
             libc::EIO,
+            libc::EFAULT,
             libc::ENOMEM,
             libc::EAGAIN,
             libc::EAGAIN,

@@ -37,6 +37,7 @@ pub mod cq;
 pub mod device;
 mod engine;
 pub mod error;
+pub(crate) mod fault;
 pub mod event;
 pub mod gid;
 pub mod limits;

@@ -30,11 +30,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Operating system, primitives and the shared-memory segments themselves; the
     // asynchronous event record as it travels through a context's FIFO (`notify`: plain
     // encoding and counters, it uses nothing of the crate), which a context's core sends.
-    ("os", &["clock", "error", "gid", "limits", "mem", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma", "notify"]),
+    ("os", &["clock", "error", "fault", "gid", "limits", "mem", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma", "notify"]),
     // Memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC
     // domain's), which regions, windows and everything above hold instead of the handles.
-    ("memory", &["shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::share", "mr::access", "mr::proxy", "mr::domain", "mr", "mw"]),
+    ("memory", &["shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::access", "mr::proxy", "mr::domain", "mr", "mw"]),
     // Completion and receive rings; work requests and QP attributes as data (a UD work
     // request carries an address vector, `qp::attr`).
     ("rings", &["wc", "cq::ring", "cq::seg", "cq::defer", "qp::attr", "qp::wr", "qp::rq"]),

@@ -101,3 +101,99 @@ fn dereg_twice_fails() {
     let mut b = [0u8; 1];
     assert!(mr.read(0, &mut b).is_err());
 }
+
+/// `pages` fresh private anonymous pages with protection `prot`.
+fn map(pages: usize, prot: i32) -> *mut u8 {
+    // SAFETY: a new mapping at an address the kernel chooses; nothing else is affected.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), pages * 4096, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p.cast()
+}
+
+fn unmap(p: *mut u8, pages: usize) {
+    // SAFETY: unmapping pages this test mapped; no Rust reference covers them.
+    assert_eq!(unsafe { libc::munmap(p.cast(), pages * 4096) }, 0);
+}
+
+// ibv_reg_mr(3) + the kernel's page pinning (rxe: ib_umem_get): memory that is not
+// mapped with the access asked is refused with EFAULT.
+#[test]
+fn memory_that_is_not_mapped_with_the_access_asked_is_refused_with_efault() {
+    let pd = open().alloc_pd().unwrap();
+    let rw = map(3, libc::PROT_READ | libc::PROT_WRITE);
+    // SAFETY (all registrations below): the device may only touch what registration
+    // accepts; refused ranges are never touched, accepted ones are deregistered before
+    // their pages go.
+    let reg = |p: *mut u8, len: usize, a: Access| unsafe { pd.reg_mr(p, len, a) };
+    // A hole in the middle of the range.
+    // SAFETY: the middle page of the mapping above.
+    let hole = unsafe { rw.add(4096) };
+    unmap(hole, 1);
+    assert_eq!(reg(rw, 3 * 4096, Access::LOCAL_WRITE).unwrap_err().errno(), libc::EFAULT);
+    assert_eq!(reg(hole, 1, Access::empty()).unwrap_err().errno(), libc::EFAULT, "unmapped, read only");
+    reg(rw, 4096, ALL_ACCESS).unwrap().dereg().unwrap();
+    // PROT_NONE, even for reading.
+    let none = map(1, libc::PROT_NONE);
+    assert_eq!(reg(none, 64, Access::empty()).unwrap_err().errno(), libc::EFAULT);
+    // Read-only memory: readable registrations only (ib_access_writable: LOCAL_WRITE,
+    // REMOTE_WRITE, REMOTE_ATOMIC, MW_BIND need a writable pin).
+    let ro = map(1, libc::PROT_READ);
+    for a in [Access::LOCAL_WRITE, ALL_ACCESS, Access::MW_BIND] {
+        assert_eq!(reg(ro, 4096, a).unwrap_err().errno(), libc::EFAULT, "{a:?}");
+    }
+    reg(ro, 4096, Access::REMOTE_READ).unwrap().dereg().unwrap();
+    // Bad flags are reported before the range, as the kernel checks them first.
+    assert_eq!(reg(none, 64, Access::REMOTE_WRITE).unwrap_err().errno(), libc::EINVAL);
+    // rereg to a range that is not there: refused, the region unchanged.
+    let mr = reg(rw, 4096, ALL_ACCESS).unwrap();
+    // SAFETY: the new range is the hole: refused before it is used.
+    let r = unsafe { mr.rereg_translation(ReregFlags::empty(), hole, 4096, None, None) };
+    assert_eq!(r.unwrap_err().errno(), libc::EFAULT);
+    assert_eq!(mr.addr(), rw);
+    mr.dereg().unwrap();
+    unmap(rw, 1);
+    // SAFETY: the last page of the first mapping.
+    unmap(unsafe { rw.add(2 * 4096) }, 1);
+    unmap(none, 1);
+    unmap(ro, 1);
+}
+
+// A NIC keeps writing the pages it pinned when the application unmaps them; rverbs
+// reaches memory with the CPU, so an access to a registration whose memory the
+// application gave back must end in an error completion, never in a signal.
+#[test]
+fn memory_unmapped_after_registration_gives_access_errors_not_signals() {
+    let (a, b) = pair(QpType::Rc);
+    let target = map(2, libc::PROT_READ | libc::PROT_WRITE);
+    // SAFETY: the application's mistake under test: the pages go while registered; the
+    // device must not touch anything else.
+    let mr = unsafe { b.pd.reg_mr(target, 2 * 4096, ALL_ACCESS) }.unwrap();
+    unmap(target, 2);
+    // Checked before anything else is mapped (a later mapping may reuse the addresses,
+    // which a NIC's pinned pages would not: ARCHITECTURE.md §12).
+    // The safe accessors report the fault as EFAULT.
+    let mut buf = [0u8; 8];
+    assert_eq!(mr.read(0, &mut buf).unwrap_err().errno(), libc::EFAULT);
+    assert_eq!(mr.write(0, &buf).unwrap_err().errno(), libc::EFAULT);
+    assert_eq!(mr.read_u64(0).unwrap_err().errno(), libc::EFAULT);
+    a.mr.fill(0, 64, 0x5A).unwrap();
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    // RDMA WRITE into the vanished pages: the responder cannot place it.
+    a.qp.post_send(&[SendWr::write(1, &sge, mr.iova(), mr.rkey()).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!(wc.wr_id(), 1);
+    assert_eq!(wc.status(), WcStatus::RemAccessErr);
+    // A local SGE over vanished pages, on a fresh connection (the first one is in error).
+    let (c, d) = pair(QpType::Rc);
+    let src = map(1, libc::PROT_READ | libc::PROT_WRITE);
+    // SAFETY: as above, for the source of a WRITE.
+    let smr = unsafe { c.pd.reg_mr(src, 4096, ALL_ACCESS) }.unwrap();
+    unmap(src, 1);
+    let sge = [smr.sge(0, 64).unwrap()];
+    c.qp.post_send(&[SendWr::write(2, &sge, d.mr.iova(), d.mr.rkey()).signaled()]).unwrap();
+    let wc = poll_one(&c.cq);
+    assert_eq!(wc.wr_id(), 2);
+    assert_ne!(wc.status(), WcStatus::Success, "{:?}", wc.status());
+}

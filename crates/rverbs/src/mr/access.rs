@@ -358,8 +358,7 @@ fn move_piece(dst: Place<'_>, src: Place<'_>, n: usize) -> Result<(), CmaError> 
             // SAFETY: both pieces lie inside pinned ranges (kept registered, and mapped,
             // by the `Pinned` guards the caller holds) or inside a live Rust slice
             // borrowed for the call.
-            unsafe { mem::copy(d as *mut u8, s as *const u8, n) };
-            Ok(())
+            unsafe { mem::copy(d as *mut u8, s as *const u8, n) }.map_err(|_| CmaError::Fault)
         }
         // SAFETY: the local source lies inside a pinned range or a borrowed slice.
         (Place::Cma { pid, addr }, Place::Local(s)) => unsafe { cma::write(pid, addr, s as *const u8, n) },
@@ -445,7 +444,7 @@ fn read_ordered(pid: i32, dst: usize, addr: usize, n: usize) -> Result<(), CmaEr
             unsafe { cma::read(pid, b.as_mut_ptr(), addr + off, piece)? };
             // SAFETY: the destination piece lies inside a pinned range; the source is
             // the bounce buffer just filled.
-            unsafe { mem::copy((dst + off) as *mut u8, b.as_ptr(), piece) };
+            unsafe { mem::copy((dst + off) as *mut u8, b.as_ptr(), piece) }.map_err(|_| CmaError::Fault)?;
             off += piece;
         }
         Ok(())
@@ -509,7 +508,7 @@ pub(crate) fn atomic(p: &Pinned<'_>, op: mem::AtomicOp) -> Result<u64, CmaError>
             debug_assert_eq!(addr % 8, 0);
             // SAFETY: `p` pins 8 aligned bytes of a live registration; the device's
             // atomics on memory shared this way always use CPU atomics.
-            Ok(unsafe { mem::atomic_op(addr, op) })
+            unsafe { mem::atomic_op(addr, op) }.map_err(|_| CmaError::Fault)
         }
         place => {
             // Read-modify-write under the host-wide lock: every device atomic on this

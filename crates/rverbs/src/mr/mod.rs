@@ -13,6 +13,7 @@ pub(crate) mod cma;
 pub(crate) mod domain;
 pub(crate) mod endpoint;
 pub(crate) mod keys;
+pub(crate) mod pages;
 pub(crate) mod proxy;
 pub(crate) mod share;
 
@@ -279,6 +280,14 @@ impl Drop for MrInner {
     }
 }
 
+/// ibv_reg_mr(3): `EFAULT` unless caller memory is mapped with the access asked
+/// (`pages.rs`). The flags are checked first, as the kernel does.
+fn check_pages(verb: &'static str, addr: usize, len: usize, access: Access) -> Result<()> {
+    let access = check_access(verb, access)?;
+    pages::check(addr, len, pages::writable(access))
+        .map_err(|pages::NotMapped| Error::BadAddress { verb, addr: addr as u64, len: len as u64 })
+}
+
 /// Checks of ibv_reg_mr(3) on the access flags.
 fn check_access(verb: &'static str, access: Access) -> Result<Access> {
     let raw = access.bits();
@@ -382,6 +391,7 @@ impl Mr {
         if init.addr.checked_add(init.len).is_none() {
             return Err(Error::invalid("reg_mr", Rule::RangeWraps { addr: init.addr as u64, len: init.len as u64 }));
         }
+        check_pages("reg_mr", init.addr, init.len, init.access)?;
         let mem = caller_memory(pd.endpoint(), init.addr, init.len);
         Self::build(pd, init, mem)
     }
@@ -500,8 +510,8 @@ impl Mr {
         let at = g.range("read", offset, buf.len())?;
         // SAFETY: the range is inside the live registration (checked above while `g`
         // holds off deregistration and rereg) and `buf` is a distinct Rust buffer.
-        unsafe { mem::copy(buf.as_mut_ptr(), at as *const u8, buf.len()) };
-        Ok(())
+        unsafe { mem::copy(buf.as_mut_ptr(), at as *const u8, buf.len()) }
+            .map_err(|_| Error::BadAddress { verb: "read", addr: at as u64, len: buf.len() as u64 })
     }
 
     /// Copies `data` into the region at `offset`.
@@ -509,8 +519,8 @@ impl Mr {
         let g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
         let at = g.range("write", offset, data.len())?;
         // SAFETY: as in `read`.
-        unsafe { mem::copy(at as *mut u8, data.as_ptr(), data.len()) };
-        Ok(())
+        unsafe { mem::copy(at as *mut u8, data.as_ptr(), data.len()) }
+            .map_err(|_| Error::BadAddress { verb: "write", addr: at as u64, len: data.len() as u64 })
     }
 
     /// Fills `len` bytes at `offset` with `byte`.
@@ -534,7 +544,7 @@ impl Mr {
             return Err(Error::invalid("read_u64", Rule::Unaligned { offset: offset as u64 }));
         }
         // SAFETY: aligned, inside the live registration.
-        Ok(unsafe { mem::atomic_u64(at) }.load(Ordering::SeqCst))
+        unsafe { mem::load_u64(at) }.map_err(|_| Error::BadAddress { verb: "read_u64", addr: at as u64, len: 8 })
     }
 
     /// The region's bytes as a slice.
@@ -596,6 +606,8 @@ impl Mr {
             if addr.checked_add(len).is_none() {
                 return Err(Error::invalid(verb, Rule::RangeWraps { addr: addr as u64, len: len as u64 }));
             }
+            let access = new_access.unwrap_or_else(|| self.access());
+            check_pages(verb, addr, len, access)?;
         }
         // Held to the end: no window binds to the region while it changes (a bind waits,
         // then sees the new description; see `Mr::dereg` for the argument).

@@ -120,7 +120,7 @@ fn transfer(r: ProxyRef<'_>, op: u32, local: usize, n: usize) -> Result<(), CmaE
         if op == OP_WRITE {
             // SAFETY: the source piece lies in memory the caller pinned or borrowed; the
             // destination is the channel's buffer, `BUF` bytes of our own mapping.
-            unsafe { mem::copy(buf as *mut u8, (local + off) as *const u8, piece) };
+            unsafe { mem::copy(buf as *mut u8, (local + off) as *const u8, piece) }.map_err(|_| CmaError::Fault)?;
         }
         let seq = req.seq.load(Ordering::Relaxed).wrapping_add(1);
         req.seq.store(seq, Ordering::Release);
@@ -132,7 +132,7 @@ fn transfer(r: ProxyRef<'_>, op: u32, local: usize, n: usize) -> Result<(), CmaE
         if op == OP_READ {
             // SAFETY: the destination piece lies in memory the caller pinned; the source
             // is the channel's buffer, which the peer filled before setting `done`.
-            unsafe { mem::copy((local + off) as *mut u8, buf as *const u8, piece) };
+            unsafe { mem::copy((local + off) as *mut u8, buf as *const u8, piece) }.map_err(|_| CmaError::Fault)?;
         }
         off += piece;
     }
@@ -212,13 +212,14 @@ fn serve_one(me: &Endpoint, req: &Request, buf: usize, len: usize) -> u32 {
         return STATUS_REFUSED;
     };
     let Place::Local(at) = p.place else { return STATUS_REFUSED };
-    match op {
+    let moved = match op {
         // SAFETY: `at` is `len` bytes of a pinned region of this process; `buf` is the
         // channel's buffer of at least `len` bytes (checked by the caller).
         OP_WRITE => unsafe { mem::copy(at as *mut u8, buf as *const u8, len) },
         // SAFETY: as above, in the other direction.
         OP_READ => unsafe { mem::copy(buf as *mut u8, at as *const u8, len) },
         _ => return STATUS_REFUSED,
-    }
-    STATUS_OK
+    };
+    // Registered memory this process unmapped is refused like a bad key (`fault.rs`).
+    if moved.is_ok() { STATUS_OK } else { STATUS_REFUSED }
 }

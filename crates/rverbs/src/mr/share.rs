@@ -157,7 +157,12 @@ fn move_pages(path: &Path, p0: usize, len: usize) -> rustix::io::Result<()> {
     let tmp = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &fd, 0)? };
     // SAFETY: `[p0, p0+len)` is mapped readable (checked in /proc/self/maps by the
     // caller) and `tmp` is our fresh mapping of the same length.
-    unsafe { mem::copy(tmp.cast(), p0 as *const u8, len) };
+    let copied = unsafe { mem::copy(tmp.cast(), p0 as *const u8, len) };
+    if copied.is_err() {
+        // SAFETY: unmapping exactly the temporary mapping made above.
+        unsafe { rustix::mm::munmap(tmp, len)? };
+        return Err(rustix::io::Errno::FAULT);
+    }
     // SAFETY: unmapping exactly the temporary mapping made above.
     unsafe { rustix::mm::munmap(tmp, len)? };
     // SAFETY: replaces the caller's pages at the same addresses with the file holding

@@ -1512,20 +1512,20 @@ mod tests {
         let (a, b) = (Net::new(vec![non_owner()], Faults::none(), t0), Net::new(vec![non_owner()], Faults::none(), t0));
         let first = t0 + TAKEOVER_PERIOD;
         assert_eq!(a.poll_timeout(), Some(first));
-        assert_eq!(a.take_over(first), [], "the owner holds the port");
+        assert_eq!(a.take_over(first), [0usize; 0], "the owner holds the port");
         assert_eq!(a.poll_timeout(), Some(first + TAKEOVER_PERIOD));
         drop(owner);
-        assert_eq!(a.take_over(first), [], "not due: the next attempt is a period later");
+        assert_eq!(a.take_over(first), [0usize; 0], "not due: the next attempt is a period later");
         assert!(a.rx_sock(1).is_none());
         a.peer_died();
         let now = Instant::now();
         assert!(a.poll_timeout().is_some_and(|at| at <= now), "a peer died: an attempt is due at once");
         // Both try; `a` first.
         assert_eq!(a.take_over(now), [1]);
-        assert_eq!(b.take_over(first), [], "the port is a's now");
+        assert_eq!(b.take_over(first), [0usize; 0], "the port is a's now");
         assert_eq!(a.poll_timeout(), None, "every port is a's: no more attempts");
         assert_eq!(b.poll_timeout(), Some(first + TAKEOVER_PERIOD));
-        assert_eq!(a.take_over(first + 10 * TAKEOVER_PERIOD), []);
+        assert_eq!(a.take_over(first + 10 * TAKEOVER_PERIOD), [0usize; 0]);
         let new_owner = a.rx_sock(1).unwrap();
         assert_eq!((new_owner.port, new_owner.owns_port(), new_owner.gid), (port, true, gid));
         assert_eq!(a.sock_of(&gid).unwrap().port, a.socks()[0].port, "sends leave from the old socket");

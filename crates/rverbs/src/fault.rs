@@ -1,0 +1,432 @@
+//! A fault in memory the device touches becomes an error, never a signal.
+//!
+//! A NIC reaches registered memory through pages the kernel pinned at registration
+//! (ibv_reg_mr(3)); when the application later unmaps them, the NIC still writes the old
+//! pages and the process never faults. rverbs reaches registered memory with the CPU,
+//! so an application that unmaps or `mprotect`s registered memory, a file under a
+//! registration that shrinks, or a tmpfs that runs out of pages would turn a device
+//! access into SIGSEGV or SIGBUS — for an RDMA WRITE from another host, in the progress
+//! thread, on the word of a remote peer.
+//!
+//! Every device access to memory that can vanish therefore runs in one of the routines
+//! below, written in assembly between two labels. A handler for SIGSEGV and SIGBUS,
+//! installed once ([`arm`]), looks at the interrupted instruction: inside those labels
+//! it resumes the routine at its fault exit, which returns [`Faulted`] (the kernel's
+//! `copy_from_user` and its exception table work the same way); anywhere else it hands
+//! the signal to whatever handler was installed before, so the program's own handling
+//! (and the default crash) is unchanged. The caller turns `Faulted` into the access
+//! error a NIC reports for a region it cannot reach (IBV_WC_LOC_PROT_ERR locally,
+//! a remote access error for a peer).
+//!
+//! The routines are leaf functions that do not touch the stack, so resuming at the fault
+//! exit with the interrupted stack pointer returns to the caller normally.
+//!
+//! On architectures other than x86-64 the routines are plain copies and atomics, and a
+//! fault stays a signal ([`GUARDED`] is false); registration still refuses memory that
+//! is not mapped with the access asked (`mr::check_mapped`).
+#![allow(unsafe_code)]
+
+#[cfg(any(test, not(all(target_arch = "x86_64", target_os = "linux", not(miri)))))]
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+
+/// Whether faults inside the device's accesses are caught (x86-64 Linux).
+pub const GUARDED: bool = cfg!(all(target_arch = "x86_64", target_os = "linux", not(miri)));
+
+/// The access touched memory that is not there (unmapped, protected, or a file page
+/// beyond the end of its file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Faulted;
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+mod imp {
+    // The guarded routines. System V calling convention: arguments in rdi, rsi, rdx,
+    // rcx; result in eax; rax, rcx, rdx, rsi, rdi, r8-r11 and xmm0-xmm3 are the
+    // caller's to lose. None of them touches the stack.
+    //
+    // rverbs_guard_copy(dst, src, len) -> 0 | 1
+    //   stores the destination in increasing address order, 64 then 16 bytes at a time
+    //   with unaligned SSE2 moves, then single bytes (ordinary stores: on x86-64 a
+    //   reader that sees byte k also sees every byte before it, mem.rs).
+    // rverbs_guard_fadd(addr, add, out) / rverbs_guard_swap(addr, value, out)
+    // rverbs_guard_cas(addr, compare, swap, out) -> 0 | 1
+    //   a locked 64-bit operation; the original value is stored at *out.
+    // rverbs_guard_load(addr, out) -> 0 | 1
+    //   a 64-bit load (aligned: atomic on x86-64).
+    std::arch::global_asm!(
+        ".pushsection .text.rverbs_guard,\"ax\",@progbits",
+        ".p2align 4",
+        ".globl rverbs_guard_begin",
+        ".hidden rverbs_guard_begin",
+        "rverbs_guard_begin:",
+        ".globl rverbs_guard_copy",
+        ".hidden rverbs_guard_copy",
+        "rverbs_guard_copy:",
+        "2:",
+        "cmp rdx, 64",
+        "jb 3f",
+        "movdqu xmm0, [rsi]",
+        "movdqu xmm1, [rsi + 16]",
+        "movdqu xmm2, [rsi + 32]",
+        "movdqu xmm3, [rsi + 48]",
+        "movdqu [rdi], xmm0",
+        "movdqu [rdi + 16], xmm1",
+        "movdqu [rdi + 32], xmm2",
+        "movdqu [rdi + 48], xmm3",
+        "add rsi, 64",
+        "add rdi, 64",
+        "sub rdx, 64",
+        "jmp 2b",
+        "3:",
+        "cmp rdx, 16",
+        "jb 4f",
+        "movdqu xmm0, [rsi]",
+        "movdqu [rdi], xmm0",
+        "add rsi, 16",
+        "add rdi, 16",
+        "sub rdx, 16",
+        "jmp 3b",
+        "4:",
+        "test rdx, rdx",
+        "jz 5f",
+        "mov cl, byte ptr [rsi]",
+        "mov byte ptr [rdi], cl",
+        "inc rsi",
+        "inc rdi",
+        "dec rdx",
+        "jmp 4b",
+        "5:",
+        "xor eax, eax",
+        "ret",
+        ".globl rverbs_guard_fadd",
+        ".hidden rverbs_guard_fadd",
+        "rverbs_guard_fadd:",
+        "lock xadd qword ptr [rdi], rsi",
+        "mov qword ptr [rdx], rsi",
+        "xor eax, eax",
+        "ret",
+        ".globl rverbs_guard_swap",
+        ".hidden rverbs_guard_swap",
+        "rverbs_guard_swap:",
+        "xchg qword ptr [rdi], rsi",
+        "mov qword ptr [rdx], rsi",
+        "xor eax, eax",
+        "ret",
+        ".globl rverbs_guard_cas",
+        ".hidden rverbs_guard_cas",
+        "rverbs_guard_cas:",
+        "mov rax, rsi",
+        "lock cmpxchg qword ptr [rdi], rdx",
+        "mov qword ptr [rcx], rax",
+        "xor eax, eax",
+        "ret",
+        ".globl rverbs_guard_load",
+        ".hidden rverbs_guard_load",
+        "rverbs_guard_load:",
+        "mov rax, qword ptr [rdi]",
+        "mov qword ptr [rsi], rax",
+        "xor eax, eax",
+        "ret",
+        // Where the handler resumes a routine that faulted.
+        ".globl rverbs_guard_fixup",
+        ".hidden rverbs_guard_fixup",
+        "rverbs_guard_fixup:",
+        "mov eax, 1",
+        "ret",
+        ".globl rverbs_guard_end",
+        ".hidden rverbs_guard_end",
+        "rverbs_guard_end:",
+        ".popsection",
+    );
+
+    extern "C" {
+        fn rverbs_guard_begin();
+        fn rverbs_guard_fixup();
+        fn rverbs_guard_end();
+        pub(super) fn rverbs_guard_copy(dst: *mut u8, src: *const u8, len: usize) -> u32;
+        pub(super) fn rverbs_guard_fadd(addr: *mut u64, add: u64, out: *mut u64) -> u32;
+        pub(super) fn rverbs_guard_swap(addr: *mut u64, value: u64, out: *mut u64) -> u32;
+        pub(super) fn rverbs_guard_cas(addr: *mut u64, compare: u64, swap: u64, out: *mut u64) -> u32;
+        pub(super) fn rverbs_guard_load(addr: *const u64, out: *mut u64) -> u32;
+    }
+
+    /// The handlers that were installed before ours, one per signal (SIGSEGV, SIGBUS);
+    /// written once by `install` before ours is installed, read by the handler.
+    static mut PREVIOUS: [std::mem::MaybeUninit<libc::sigaction>; 2] =
+        [std::mem::MaybeUninit::zeroed(), std::mem::MaybeUninit::zeroed()];
+
+    fn slot(sig: libc::c_int) -> usize {
+        usize::from(sig == libc::SIGBUS)
+    }
+
+    extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+        let begin = rverbs_guard_begin as *const () as usize;
+        let end = rverbs_guard_end as *const () as usize;
+        let uc = ctx.cast::<libc::ucontext_t>();
+        // SAFETY: the kernel passes the interrupted context of this thread (SA_SIGINFO).
+        let rip = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] };
+        let pc = *rip as usize;
+        if (begin..end).contains(&pc) {
+            *rip = rverbs_guard_fixup as *const () as usize as i64;
+            return;
+        }
+        // Not ours: what the program had before decides.
+        // SAFETY: written before our handler was installed and never again.
+        let prev = unsafe { (*std::ptr::addr_of!(PREVIOUS))[slot(sig)].assume_init_ref() };
+        let handler = prev.sa_sigaction;
+        if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            // Restore it and return: the instruction faults again and the default action
+            // (a core dump) happens at the faulting instruction, as without rverbs.
+            // SAFETY: sigaction is async-signal-safe; `prev` is a valid sigaction.
+            unsafe { libc::sigaction(sig, prev, std::ptr::null_mut()) };
+        } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
+            // SAFETY: the program installed this three-argument handler for `sig`.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(handler) };
+            f(sig, info, ctx);
+        } else {
+            // SAFETY: the program installed this one-argument handler for `sig`.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+            f(sig);
+        }
+    }
+
+    pub(super) fn install() {
+        for sig in [libc::SIGSEGV, libc::SIGBUS] {
+            // SAFETY: plain sigaction calls with valid, zero-initialised structures;
+            // PREVIOUS is written here before the handler that reads it is installed,
+            // and `install` runs once (`arm`'s `Once`).
+            unsafe {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = on_fault as *const () as usize;
+                act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut act.sa_mask);
+                let prev = (*std::ptr::addr_of_mut!(PREVIOUS))[slot(sig)].as_mut_ptr();
+                libc::sigaction(sig, std::ptr::null(), prev);
+                libc::sigaction(sig, &act, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+static ARMED: Once = Once::new();
+
+/// Installs the SIGSEGV/SIGBUS handler that turns faults inside the guarded routines
+/// into [`Faulted`] (once per process; a no-op where [`GUARDED`] is false). Called when
+/// a device first opens, before any registered memory is touched. A program that later
+/// installs its own handler for these signals should chain to the one it replaces, as
+/// sanitizers and language runtimes do; otherwise a fault stays a signal.
+pub fn arm() {
+    ARMED.call_once(|| {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+        imp::install();
+    });
+}
+
+fn result(code: u32) -> Result<(), Faulted> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(Faulted)
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst`, storing the destination in increasing
+/// address order (mem.rs); a fault on either side ends the copy with [`Faulted`], the
+/// bytes before it copied.
+///
+/// # Safety
+/// The ranges must not overlap, and must not be memory whose contents Rust code holds
+/// references to (they may be accessed concurrently by other threads or processes, which
+/// gives unspecified bytes, not undefined behaviour). They need not be mapped.
+#[inline]
+pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) -> Result<(), Faulted> {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+    {
+        // SAFETY: the routine touches exactly [src, src+len) and [dst, dst+len); a
+        // fault there resumes at its fault exit (module doc). Forwarded contract.
+        result(unsafe { imp::rverbs_guard_copy(dst, src, len) })
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+    {
+        // SAFETY: forwarded from the caller's contract (unguarded here: module doc).
+        unsafe { std::ptr::copy(src, dst, len) };
+        Ok(())
+    }
+}
+
+/// A 64-bit atomic read-modify-write at `addr`, guarded as [`copy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rmw {
+    /// Add and return the original value.
+    FetchAdd(u64),
+    /// Store and return the original value.
+    Swap(u64),
+    /// Store `swap` if the word equals `compare`; return the original value.
+    CompareSwap {
+        /// The value compared with.
+        compare: u64,
+        /// The value stored on equality.
+        swap: u64,
+    },
+}
+
+/// Executes `op` atomically (sequentially consistent) on the aligned word at `addr` and
+/// returns its original value, or [`Faulted`] if the word is not there.
+///
+/// # Safety
+/// `addr` must be 8-byte aligned, and the word accessed only atomically (or by the
+/// device's copies) while in use; it need not be mapped.
+pub unsafe fn rmw(addr: usize, op: Rmw) -> Result<u64, Faulted> {
+    debug_assert_eq!(addr % 8, 0);
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+    {
+        let mut out = 0u64;
+        let p = addr as *mut u64;
+        // SAFETY: a locked operation on the aligned word, guarded (module doc); `out` is
+        // a local.
+        let code = unsafe {
+            match op {
+                Rmw::FetchAdd(a) => imp::rverbs_guard_fadd(p, a, &mut out),
+                Rmw::Swap(v) => imp::rverbs_guard_swap(p, v, &mut out),
+                Rmw::CompareSwap { compare, swap } => imp::rverbs_guard_cas(p, compare, swap, &mut out),
+            }
+        };
+        result(code).map(|()| out)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+    {
+        // SAFETY: forwarded from the caller's contract; AtomicU64 has u64's size and,
+        // aligned, its alignment.
+        let word = unsafe { &*(addr as *const AtomicU64) };
+        Ok(match op {
+            Rmw::FetchAdd(a) => word.fetch_add(a, Ordering::SeqCst),
+            Rmw::Swap(v) => word.swap(v, Ordering::SeqCst),
+            Rmw::CompareSwap { compare, swap } => {
+                match word.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        })
+    }
+}
+
+/// Loads the aligned word at `addr` atomically, or [`Faulted`].
+///
+/// # Safety
+/// As for [`rmw`].
+pub unsafe fn load(addr: usize) -> Result<u64, Faulted> {
+    debug_assert_eq!(addr % 8, 0);
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+    {
+        let mut out = 0u64;
+        // SAFETY: an aligned 64-bit load (atomic on x86-64), guarded; `out` is a local.
+        let code = unsafe { imp::rverbs_guard_load(addr as *const u64, &mut out) };
+        result(code).map(|()| out)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+    {
+        // SAFETY: as in `rmw`.
+        Ok(unsafe { &*(addr as *const AtomicU64) }.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An anonymous mapping of `pages` pages whose page `hole` is unmapped.
+    fn with_hole(pages: usize, hole: usize) -> (usize, usize) {
+        let page = rustix::param::page_size();
+        // SAFETY: a fresh private anonymous mapping; then unmapping one page of it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                pages * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            assert_eq!(libc::munmap((p as usize + hole * page) as *mut libc::c_void, page), 0);
+            (p as usize, page)
+        }
+    }
+
+    #[test]
+    fn a_copy_into_or_out_of_unmapped_memory_is_an_error_not_a_signal() {
+        if !GUARDED {
+            return;
+        }
+        arm();
+        let (base, page) = with_hole(3, 1);
+        let buf = vec![7u8; 2 * page];
+        // Into the hole, starting in the mapped page before it: the bytes before the
+        // hole are written, then the fault ends the copy.
+        // SAFETY: the ranges do not overlap; the hole is what is tested.
+        let r = unsafe { copy((base + page - 100) as *mut u8, buf.as_ptr(), 300) };
+        assert_eq!(r, Err(Faulted));
+        // SAFETY: the first page is mapped and ours.
+        let before = unsafe { std::slice::from_raw_parts((base + page - 100) as *const u8, 64) };
+        assert!(before.iter().all(|&b| b == 7), "bytes before the hole are copied");
+        let mut out = vec![0u8; page];
+        // SAFETY: as above, out of the hole.
+        assert_eq!(unsafe { copy(out.as_mut_ptr(), (base + page) as *const u8, 8) }, Err(Faulted));
+        // Mapped memory still copies afterwards (the handler stays armed).
+        // SAFETY: the third page is mapped.
+        assert_eq!(unsafe { copy(out.as_mut_ptr(), (base + 2 * page) as *const u8, 64) }, Ok(()));
+        // SAFETY: unmapping what `with_hole` mapped.
+        unsafe {
+            libc::munmap(base as *mut libc::c_void, page);
+            libc::munmap((base + 2 * page) as *mut libc::c_void, page);
+        }
+    }
+
+    #[test]
+    fn atomics_return_the_original_value_and_fault_cleanly() {
+        arm();
+        let cell = AtomicU64::new(5);
+        let addr = &cell as *const AtomicU64 as usize;
+        // SAFETY: `cell` is an aligned AtomicU64 alive for the test.
+        unsafe {
+            assert_eq!(rmw(addr, Rmw::FetchAdd(3)), Ok(5));
+            assert_eq!(rmw(addr, Rmw::CompareSwap { compare: 7, swap: 1 }), Ok(8));
+            assert_eq!(rmw(addr, Rmw::CompareSwap { compare: 8, swap: 1 }), Ok(8));
+            assert_eq!(rmw(addr, Rmw::Swap(9)), Ok(1));
+            assert_eq!(load(addr), Ok(9));
+        }
+        assert_eq!(cell.load(Ordering::SeqCst), 9);
+        if GUARDED {
+            let (base, page) = with_hole(2, 1);
+            // SAFETY: the word is in the unmapped page: that is the test.
+            unsafe {
+                assert_eq!(rmw(base + page, Rmw::FetchAdd(1)), Err(Faulted));
+                assert_eq!(rmw(base + page, Rmw::CompareSwap { compare: 0, swap: 1 }), Err(Faulted));
+                assert_eq!(rmw(base + page, Rmw::Swap(1)), Err(Faulted));
+                assert_eq!(load(base + page), Err(Faulted));
+                libc::munmap(base as *mut libc::c_void, page);
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_only_page_faults_a_write_but_not_a_read() {
+        if !GUARDED {
+            return;
+        }
+        arm();
+        let page = rustix::param::page_size();
+        // SAFETY: a fresh private mapping made read-only, then accessed through the
+        // guarded routines only.
+        unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            assert_ne!(p, libc::MAP_FAILED);
+            let mut out = [1u8; 16];
+            assert_eq!(copy(out.as_mut_ptr(), p as *const u8, 16), Ok(()));
+            assert_eq!(out, [0u8; 16]);
+            assert_eq!(copy(p as *mut u8, out.as_ptr(), 16), Err(Faulted));
+            libc::munmap(p, page);
+        }
+    }
+}
