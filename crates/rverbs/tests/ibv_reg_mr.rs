@@ -197,3 +197,39 @@ fn memory_unmapped_after_registration_gives_access_errors_not_signals() {
     assert_eq!(wc.wr_id(), 2);
     assert_ne!(wc.status(), WcStatus::Success, "{:?}", wc.status());
 }
+
+// The memory of `alloc_mr` lives in the runtime directory: when the file system cannot
+// hold it (a small tmpfs, or a length beyond any), the verb says ENOMEM at once instead
+// of a later SIGBUS at the first store; nothing is left behind and the device goes on.
+#[test]
+fn alloc_mr_beyond_the_runtime_directory_space_is_enomem_and_leaves_nothing() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    // The runtime directory as ARCHITECTURE.md §13 defines it.
+    let dir = std::env::var_os("RVERBS_RUNTIME_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(x) => std::path::PathBuf::from(x).join("rverbs"),
+            // SAFETY: getuid has no preconditions.
+            None => format!("/dev/shm/rverbs-{}", unsafe { libc::getuid() }).into(),
+        }
+    });
+    fn largest(d: &std::path::Path) -> u64 {
+        std::fs::read_dir(d).map_or(0, |r| {
+            r.flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => largest(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .max()
+                .unwrap_or(0)
+        })
+    }
+    assert!(dir.is_dir(), "{dir:?}");
+    let e = pd.alloc_mr(1 << 40, Access::LOCAL_WRITE).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOMEM, "{e}");
+    assert!(largest(&dir) < 1 << 40, "the refused segment's file is removed");
+    let mr = pd.alloc_mr(1 << 20, Access::LOCAL_WRITE).unwrap();
+    mr.fill(0, 1 << 20, 0xEE).unwrap();
+    assert_eq!(mr.read_u64((1 << 20) - 8).unwrap(), u64::from_ne_bytes([0xEE; 8]));
+}

@@ -89,9 +89,21 @@ fn map(fd: &OwnedFd, len: usize) -> Result<NonNull<u8>> {
 }
 
 impl Segment {
-    /// Creates the file `path` of `len` bytes (rounded up to pages; zero-filled, pages
-    /// committed only when touched) and maps it.
+    /// Creates the file `path` of `len` bytes (rounded up to pages, zero-filled) and maps
+    /// it, with every page reserved in the file system: a runtime directory that is full
+    /// (a small tmpfs such as Docker's 64 MiB `/dev/shm`) refuses the segment here with
+    /// `ENOMEM`, instead of a SIGBUS at the first store into a page it cannot supply.
     pub(crate) fn create(path: &Path, len: usize) -> Result<Segment> {
+        Self::create_with(path, len, true)
+    }
+
+    /// As [`Segment::create`], with pages committed only when touched: for large,
+    /// mostly empty tables whose used part is small (`shm::tables`).
+    pub(crate) fn create_sparse(path: &Path, len: usize) -> Result<Segment> {
+        Self::create_with(path, len, false)
+    }
+
+    fn create_with(path: &Path, len: usize, reserve: bool) -> Result<Segment> {
         let page = rustix::param::page_size();
         let len = len.max(1).div_ceil(page) * page;
         let fd = rustix::fs::open(
@@ -99,8 +111,31 @@ impl Segment {
             OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )?;
-        rustix::fs::ftruncate(&fd, len as u64)?;
-        let ptr = map(&fd, len)?;
+        let sized = if reserve {
+            rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, len as u64).or_else(|e| match e {
+                // File systems without fallocate (not tmpfs): size it as before.
+                rustix::io::Errno::OPNOTSUPP => rustix::fs::ftruncate(&fd, len as u64),
+                e => Err(e),
+            })
+        } else {
+            rustix::fs::ftruncate(&fd, len as u64)
+        };
+        if let Err(e) = sized {
+            let _ = std::fs::remove_file(path);
+            return Err(match e {
+                rustix::io::Errno::NOSPC | rustix::io::Errno::FBIG | rustix::io::Errno::DQUOT => {
+                    Error::Exhausted { what: "runtime directory space (RVERBS_RUNTIME_DIR)" }
+                }
+                e => e.into(),
+            });
+        }
+        let ptr = match map(&fd, len) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
+        };
         Ok(Segment { ptr, len, path: path.to_owned(), owner: true })
     }
 

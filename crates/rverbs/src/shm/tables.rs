@@ -338,7 +338,7 @@ impl std::fmt::Debug for Tables {
 impl Tables {
     /// Creates the tables of this endpoint in `dir`.
     pub(crate) fn create(dir: &std::path::Path) -> Result<Tables> {
-        Ok(Tables { seg: Segment::create(&dir.join(NAME), TOTAL)? })
+        Ok(Tables { seg: Segment::create_sparse(&dir.join(NAME), TOTAL)? })
     }
 
     /// Maps a peer's tables.
