@@ -181,7 +181,19 @@ impl Cqe {
         ]
     }
 
+    /// Decodes a CQE that another process may have written: a status or opcode byte that
+    /// is no value of its enum (a peer that scribbled over the ring) reads as
+    /// IBV_WC_GENERAL_ERR, never as a value an application cannot handle.
     pub(crate) fn decode(w: &[u64; CQE_WORDS]) -> Self {
+        let mut cqe = Self::decode_raw(w);
+        let opcode_known = WcOpcode::from_raw(u32::from(cqe.opcode)).is_some();
+        if WcStatus::from_raw(u32::from(cqe.status)).is_none() || !opcode_known {
+            cqe.status = WcStatus::GeneralErr as u32 as u8;
+        }
+        cqe
+    }
+
+    fn decode_raw(w: &[u64; CQE_WORDS]) -> Self {
         Cqe {
             wr_id: w[0],
             byte_len: w[1] as u32,

@@ -319,6 +319,12 @@ impl CqInner {
                     return Some(cqe);
                 }
                 Pop::Empty => return None,
+                Pop::Corrupt => {
+                    // Another process scribbled over the ring: the CQ is in error, as
+                    // after an overrun (ibv_poll_cq(3) then fails).
+                    self.gens.current().shm().errored.store(1, Ordering::Release);
+                    return None;
+                }
             }
         }
     }

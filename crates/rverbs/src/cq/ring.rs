@@ -49,6 +49,9 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 pub(crate) enum PushError {
     /// The ring was full: the CQE was not written.
     Full,
+    /// The indices are impossible (the consumer's `head` beyond every position ever
+    /// reserved): another process scribbled over the ring. The CQE was not written.
+    Corrupt,
 }
 
 /// What the consumer found at `head`.
@@ -58,6 +61,9 @@ pub(crate) enum Pop {
     Entry([u64; DATA_WORDS], u64),
     /// Nothing published at `head` yet.
     Empty,
+    /// The slot at `head` holds a position the protocol can never put there: another
+    /// process scribbled over the ring. The consumer skipped to `tail`.
+    Corrupt,
 }
 
 /// The producer and consumer indices, each on its own cache line.
@@ -193,9 +199,16 @@ impl Ring {
             if !overwrite {
                 let h = self.hdr().head.load(Ordering::Acquire);
                 if h > t {
-                    // Our view of `tail` is older than the consumer's progress (found by
-                    // the loom model): the ring is not full, read `tail` again.
+                    // Our view of `tail` may be older than the consumer's progress (found
+                    // by the loom model): read it again. The consumer published `head`
+                    // (Release) after seeing position h - 1 published, so a `tail` read
+                    // after acquiring `head` is at least `head`; one still below it was
+                    // never written by the protocol, and waiting for it would spin for
+                    // ever inside another process's verb.
                     t = self.hdr().tail.load(Ordering::Acquire);
+                    if h > t {
+                        return Err(PushError::Corrupt);
+                    }
                     continue;
                 }
                 if t - h >= cap {
@@ -240,7 +253,13 @@ impl Ring {
             if s1 > h + 1 {
                 // Overwritten (IGNORE_OVERRUN): the slot now holds a newer position p.
                 // Everything older than p - cap + 1 is lost; skip to the oldest survivor.
+                // A p that is not this slot's, or not a whole lap ahead, was never written
+                // by a producer: skipping to it would loop for ever.
                 let p = s1 - 1;
+                if p & self.mask != h & self.mask || p < cap || p >= self.tail() {
+                    self.hdr().head.store(self.tail(), Ordering::Release);
+                    return Pop::Corrupt;
+                }
                 h = p + 1 - cap;
                 continue;
             }
@@ -281,6 +300,7 @@ mod tests {
                 Some(e[0])
             }
             Pop::Empty => None,
+            Pop::Corrupt => panic!("corrupt ring"),
         }
     }
 
@@ -303,6 +323,23 @@ mod tests {
         }
         assert_eq!(pop_n(&r), None);
         assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn scribbled_indices_fail_instead_of_spinning() {
+        let r = Ring::new(4);
+        r.push(&cqe(0), false).unwrap();
+        // Another process moved `head` beyond every reserved position.
+        r.hdr().head.store(1000, Ordering::Relaxed);
+        assert_eq!(r.push(&cqe(1), false), Err(PushError::Corrupt));
+        // A slot claiming a position that is not its own.
+        let r = Ring::new(4);
+        r.push(&cqe(0), false).unwrap();
+        r.slot(0).seq.store(1000, Ordering::Relaxed);
+        assert_eq!(r.pop(), Pop::Corrupt);
+        assert_eq!(r.pop(), Pop::Empty, "resynchronised at the tail");
+        r.push(&cqe(1), false).unwrap();
+        assert_eq!(pop_n(&r), Some(1));
     }
 
     #[test]
@@ -455,6 +492,7 @@ mod loom_tests {
                         got.push(e[0]);
                     }
                     Pop::Empty => loom::thread::yield_now(),
+                    Pop::Corrupt => panic!("the protocol never corrupts the ring"),
                 }
             }
             for h in hs {

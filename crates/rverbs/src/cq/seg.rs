@@ -149,7 +149,9 @@ impl CqSeg {
             cqe.timestamp = crate::clock::device_ns();
         }
         let out = match self.ring.push(&cqe.encode(), flags & FLAG_IGNORE_OVERRUN != 0) {
-            Err(PushError::Full) => Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 },
+            // A ring whose indices another process scribbled over fails like an overrun:
+            // the CQ enters the error state and its owner gets IBV_EVENT_CQ_ERR.
+            Err(PushError::Full | PushError::Corrupt) => Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 },
             Ok(()) => Publish::Done { fire: self.notify_if_armed(cqe.solicited) },
         };
         sh.producers.fetch_sub(1, Ordering::Release);
