@@ -21,13 +21,23 @@
 //! The routines are leaf functions that do not touch the stack, so resuming at the fault
 //! exit with the interrupted stack pointer returns to the caller normally.
 //!
+//! Shared segments (`shm`) are files other processes of the user can open, and one of
+//! them can truncate a file under our mapping: the next access to a page past the new
+//! end raises SIGBUS, wherever it is. The handler also knows the segments this process
+//! mapped ([`watch`]): a SIGBUS inside one replaces the whole segment with zero-filled
+//! private memory, marks it poisoned ([`poisoned`]) and lets the access run again. The
+//! process then sees a segment of zeros — no QP, no key, an empty ring — so the peer's
+//! objects fail as if they were gone, and the process keeps serving the others (the
+//! technique Wayland compositors use for client buffers that shrink).
+//!
 //! On architectures other than x86-64 the routines are plain copies and atomics, and a
 //! fault stays a signal ([`GUARDED`] is false); registration still refuses memory that
-//! is not mapped with the access asked (`mr::check_mapped`).
+//! is not mapped with the access asked (`mr::pages`).
 #![allow(unsafe_code)]
 
 #[cfg(any(test, not(all(target_arch = "x86_64", target_os = "linux", not(miri)))))]
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::sync::Once;
 
 /// Whether faults inside the device's accesses are caught (x86-64 Linux).
@@ -170,6 +180,13 @@ mod imp {
             *rip = rverbs_guard_fixup as *const () as usize as i64;
             return;
         }
+        if sig == libc::SIGBUS {
+            // SAFETY: the kernel passes a valid siginfo for a synchronous SIGBUS.
+            let addr = unsafe { (*info).si_addr() } as usize;
+            if super::replace_truncated(addr) {
+                return;
+            }
+        }
         // Not ours: what the program had before decides.
         // SAFETY: written before our handler was installed and never again.
         let prev = unsafe { (*std::ptr::addr_of!(PREVIOUS))[slot(sig)].assume_init_ref() };
@@ -207,6 +224,97 @@ mod imp {
             }
         }
     }
+}
+
+/// The segments this process has mapped, for the SIGBUS handler: `(start, len,
+/// poisoned)` per slot, `start == 0` when free. Read by a signal handler, so only
+/// atomics; the table is zero-filled static memory, committed as slots are used.
+const WATCH_SLOTS: usize = 1 << 15;
+struct Watched {
+    start: std::sync::atomic::AtomicUsize,
+    len: std::sync::atomic::AtomicUsize,
+    poisoned: std::sync::atomic::AtomicBool,
+}
+#[allow(clippy::declare_interior_mutable_const)]
+const FREE: Watched = Watched {
+    start: std::sync::atomic::AtomicUsize::new(0),
+    len: std::sync::atomic::AtomicUsize::new(0),
+    poisoned: std::sync::atomic::AtomicBool::new(false),
+};
+static WATCHED: [Watched; WATCH_SLOTS] = [FREE; WATCH_SLOTS];
+static WATCH_HINT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A segment mapping known to the SIGBUS handler (module doc); `None` when the table is
+/// full (the segment is then unprotected: a truncation stays a SIGBUS).
+#[derive(Debug)]
+pub(crate) struct Watch(Option<usize>);
+
+/// Makes the mapping `[start, start + len)` known to the SIGBUS handler until the
+/// returned [`Watch`] is given to [`unwatch`], which must happen before it is unmapped.
+pub(crate) fn watch(start: usize, len: usize) -> Watch {
+    let from = WATCH_HINT.load(Ordering::Relaxed);
+    for k in 0..WATCH_SLOTS {
+        let i = (from + k) % WATCH_SLOTS;
+        let w = &WATCHED[i];
+        if w.start.load(Ordering::Relaxed) == 0 {
+            // Claim the slot with its length first (a handler reading start != 0 then
+            // sees the length, Release/Acquire on `start`).
+            w.len.store(len, Ordering::Relaxed);
+            w.poisoned.store(false, Ordering::Relaxed);
+            if w.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                WATCH_HINT.store(i + 1, Ordering::Relaxed);
+                return Watch(Some(i));
+            }
+        }
+    }
+    Watch(None)
+}
+
+/// Forgets a mapping (before it is unmapped).
+pub(crate) fn unwatch(w: &Watch) {
+    if let Some(i) = w.0 {
+        WATCHED[i].start.store(0, Ordering::Release);
+    }
+}
+
+/// Whether a truncation by another process replaced the segment with zeros.
+pub(crate) fn poisoned(w: &Watch) -> bool {
+    w.0.is_some_and(|i| WATCHED[i].poisoned.load(Ordering::Acquire))
+}
+
+/// The SIGBUS handler's part: if `addr` is inside a watched segment, maps zero-filled
+/// private memory over the whole segment and marks it poisoned. Async-signal-safe:
+/// atomics and one mmap system call.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+fn replace_truncated(addr: usize) -> bool {
+    for w in &WATCHED {
+        let start = w.start.load(Ordering::Acquire);
+        if start == 0 {
+            continue;
+        }
+        let len = w.len.load(Ordering::Relaxed);
+        if addr < start || addr - start >= len {
+            continue;
+        }
+        // SAFETY: replaces exactly the segment's own mapping, which this process made
+        // and still holds (unwatch precedes munmap); no other mapping is affected.
+        let p = unsafe {
+            libc::mmap(
+                start as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        w.poisoned.store(true, Ordering::Release);
+        return true;
+    }
+    false
 }
 
 static ARMED: Once = Once::new();

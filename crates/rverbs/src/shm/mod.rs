@@ -64,6 +64,9 @@ pub(crate) struct Segment {
     path: PathBuf,
     /// The creator removes the file when the segment is dropped.
     owner: bool,
+    /// Known to the SIGBUS handler: a truncation by another process zero-fills the
+    /// mapping instead of killing this one (`fault.rs`).
+    watch: crate::fault::Watch,
 }
 
 // SAFETY: the mapping is plain shared memory; all access to it goes through `ShmSafe`
@@ -89,6 +92,17 @@ fn map(fd: &OwnedFd, len: usize) -> Result<NonNull<u8>> {
 }
 
 impl Segment {
+    fn new(ptr: NonNull<u8>, len: usize, path: &Path, owner: bool) -> Segment {
+        let watch = crate::fault::watch(ptr.as_ptr() as usize, len);
+        Segment { ptr, len, path: path.to_owned(), owner, watch }
+    }
+
+    /// Whether another process truncated the file under the mapping, which now reads as
+    /// zeros (`fault.rs`): the objects in it are gone for this process.
+    pub(crate) fn poisoned(&self) -> bool {
+        crate::fault::poisoned(&self.watch)
+    }
+
     /// Creates the file `path` of `len` bytes (rounded up to pages, zero-filled) and maps
     /// it, with every page reserved in the file system: a runtime directory that is full
     /// (a small tmpfs such as Docker's 64 MiB `/dev/shm`) refuses the segment here with
@@ -136,7 +150,7 @@ impl Segment {
                 return Err(e);
             }
         };
-        Ok(Segment { ptr, len, path: path.to_owned(), owner: true })
+        Ok(Segment::new(ptr, len, path, true))
     }
 
     /// Maps the segment `path`, creating it (zero-filled, `len` bytes) if it does not
@@ -150,7 +164,7 @@ impl Segment {
             rustix::fs::ftruncate(&fd, len as u64)?;
         }
         let ptr = map(&fd, len)?;
-        Ok(Segment { ptr, len, path: path.to_owned(), owner: false })
+        Ok(Segment::new(ptr, len, path, false))
     }
 
     /// Maps an existing segment created by another endpoint.
@@ -161,7 +175,7 @@ impl Segment {
             return Err(Error::Bug("empty shared segment"));
         }
         let ptr = map(&fd, len)?;
-        Ok(Segment { ptr, len, path: path.to_owned(), owner: false })
+        Ok(Segment::new(ptr, len, path, false))
     }
 
     pub(crate) fn addr(&self) -> usize {
@@ -200,6 +214,7 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        crate::fault::unwatch(&self.watch);
         // SAFETY: unmapping exactly the mapping made in create/open; references into it
         // borrow `self` and cannot outlive it.
         unsafe {
@@ -215,6 +230,33 @@ impl Drop for Segment {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
+
+    // Issue 20, defect 4: a same-user process truncated a segment file under another's
+    // mapping, whose next access died of SIGBUS.
+    #[test]
+    fn a_segment_truncated_by_another_process_reads_as_zeros_instead_of_sigbus() {
+        crate::fault::arm();
+        let dir = std::env::temp_dir().join(format!("rverbs-trunc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let page = rustix::param::page_size();
+        let a = Segment::create(&path, 4 * page).unwrap();
+        let b = Segment::open(&path).unwrap();
+        a.get::<AtomicU64>(3 * page).store(7, Ordering::Release);
+        assert_eq!(b.get::<AtomicU64>(3 * page).load(Ordering::Acquire), 7);
+        assert!(!b.poisoned());
+        // The hostile part: shrink the file to one page.
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(page as u64).unwrap();
+        assert_eq!(b.get::<AtomicU64>(3 * page).load(Ordering::Acquire), 0, "zeros, not SIGBUS");
+        assert!(b.poisoned());
+        // The whole mapping was replaced: even the page still in the file reads zeros now,
+        // and writes land in private memory.
+        b.get::<AtomicU64>(0).store(9, Ordering::Release);
+        assert_eq!(a.get::<AtomicU64>(0).load(Ordering::Acquire), 0);
+        drop(b);
+        drop(a);
+        std::fs::remove_dir(&dir).unwrap();
+    }
 
     #[test]
     fn a_segment_is_shared_between_mappings_and_removed_by_its_owner() {

@@ -347,8 +347,11 @@ impl std::fmt::Debug for Peer {
 }
 
 impl Peer {
+    /// Whether the peer is alive and its shared state readable: a peer that truncated
+    /// its tables or header under this process's mappings (which now read as zeros,
+    /// `fault.rs`) is treated as gone.
     pub(crate) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+        self.alive.load(Ordering::Acquire) && !self.tables.poisoned() && !self.hdr.poisoned()
     }
 
     pub(crate) fn mark_dead(&self) {

@@ -329,6 +329,13 @@ pub(crate) struct Tables {
     seg: Segment,
 }
 
+impl Tables {
+    /// Whether the owner truncated the file under this mapping (`Segment::poisoned`).
+    pub(crate) fn poisoned(&self) -> bool {
+        self.seg.poisoned()
+    }
+}
+
 impl std::fmt::Debug for Tables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tables").field("seg", &self.seg).finish()
