@@ -224,6 +224,7 @@ static int r_reg_unknown_and_odp(void)
 {
 	return reg(F.a.buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND | (1u << 15));
 }
+static int r_reg_hugetlb(void) { return reg(F.a.buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_HUGETLB); }
 static int r_reg_relaxed(void)
 {
 	return reg(F.a.buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
@@ -980,6 +981,8 @@ static const struct row rows[] = {
 	    "ib_verbs.h ib_check_mr_access: the LOCAL_WRITE check comes first"),
 	ROW("ibv_reg_mr", "unknown bit + ON_DEMAND", r_reg_unknown_and_odp, EINVAL,
 	    "ib_verbs.h ib_check_mr_access: unknown bits before ODP"),
+	ROW("ibv_reg_mr", "HUGETLB without ON_DEMAND", r_reg_hugetlb, 0,
+	    "ib_verbs.h ib_check_mr_access: a supported bit; only ODP umems use it"),
 	ROW("ibv_reg_mr", "RELAXED_ORDERING (optional range)", r_reg_relaxed, 0,
 	    "man ibv_reg_mr: optional flags may be ignored"),
 	ROW("ibv_rereg_mr", "unknown flag 1<<5 (MR unchanged)", r_rereg_unknown_flag, EINVAL,
