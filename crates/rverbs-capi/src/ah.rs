@@ -7,7 +7,7 @@ use crate::abi::*;
 use crate::live;
 use crate::conv;
 use crate::context::ContextObj;
-use crate::ffi::{minus_one_errno, null_errno, set_errno};
+use crate::ffi::{ToErrno, minus_one_errno, null_errno, set_errno};
 use crate::pd::PdObj;
 
 /// An AH handed to C: `struct ibv_ah`, then the core AH.
@@ -57,7 +57,7 @@ export! {
         };
         let core = match rverbs::Ah::new(pd_obj.core(), &conv::ah_attr_from_c(a)) {
             Ok(ah) => ah,
-            Err(e) => return null_errno(e.errno()),
+            Err(e) => return null_errno(e.c_errno()),
         };
         let ah = ibv_ah { context: pd_obj.context_ptr(), pd, handle: 0 };
         let p = Box::into_raw(Box::new(AhObj { ah: UnsafeCell::new(ah), core }))
@@ -78,7 +78,7 @@ export! {
             return libc::EINVAL;
         };
         if let Err(e) = obj.core.destroy() {
-            return e.errno();
+            return e.c_errno();
         }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
         // the call); `obj` is not used after this.

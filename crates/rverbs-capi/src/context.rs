@@ -11,6 +11,7 @@ use core::mem::offset_of;
 use std::cell::UnsafeCell;
 use std::os::fd::OwnedFd;
 
+use crate::ffi::ToErrno;
 use crate::abi::*;
 use crate::live::{self, Kind};
 
@@ -91,7 +92,7 @@ pub(crate) fn gid_entry(ctx: &ContextObj, port: u32, index: u32) -> Result<rverb
     match ctx.core.query_gid_ex(port, index) {
         Ok(e) if e.gid.is_zero() => Err(libc::ENODATA),
         Ok(e) => Ok(e),
-        Err(e) => Err(e.errno()),
+        Err(e) => Err(e.c_errno()),
     }
 }
 

@@ -14,7 +14,7 @@ use rverbs::{CqCreateFlags, CqInit, WcExFlags};
 use crate::abi::*;
 use crate::live;
 use crate::context::ContextObj;
-use crate::ffi::{minus_one_errno, null_errno, set_errno};
+use crate::ffi::{ToErrno, minus_one_errno, null_errno, set_errno};
 
 // ---------------------------------------------------------------------------------------
 // Completion channels
@@ -72,7 +72,7 @@ export! {
         };
         let core = match ctx.core().create_comp_channel() {
             Ok(c) => c,
-            Err(e) => return null_errno(e.errno()),
+            Err(e) => return null_errno(e.c_errno()),
         };
         let ch = ibv_comp_channel { context: ctx.as_ptr(), fd: core.fd().as_raw_fd(), refcnt: 0 };
         let obj = Box::new(ChannelObj { ch: UnsafeCell::new(ch), core });
@@ -98,7 +98,7 @@ export! {
                 return libc::EBUSY;
             }
             if let Err(e) = obj.core.destroy() {
-                return e.errno();
+                return e.c_errno();
             }
         }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
@@ -173,7 +173,7 @@ impl CqObj {
                 0
             }
             Ok(None) => libc::ENOENT,
-            Err(e) => e.errno(),
+            Err(e) => e.c_errno(),
         }
     }
 }
@@ -315,7 +315,7 @@ fn create(
     }
     let core = match ctx.core().create_cq(&init) {
         Ok(cq) => cq,
-        Err(e) => return null_errno(e.errno()),
+        Err(e) => return null_errno(e.c_errno()),
     };
     let mut cq = ibv_cq_ex::zeroed();
     cq.context = ctx.as_ptr();
@@ -460,7 +460,7 @@ pub(crate) unsafe extern "C" fn rverbs_poll_cq(
         let out = unsafe { core::slice::from_raw_parts_mut(wc.cast::<rverbs::Wc>(), n) };
         match obj.core.poll(out) {
             Ok(k) => k as c_int,
-            Err(e) => -e.errno(),
+            Err(e) => -e.c_errno(),
         }
     })
 }
@@ -477,7 +477,7 @@ pub(crate) unsafe extern "C" fn rverbs_req_notify_cq(
         };
         match obj.core.req_notify(solicited_only != 0) {
             Ok(()) => 0,
-            Err(e) => e.errno(),
+            Err(e) => e.c_errno(),
         }
     })
 }
@@ -502,7 +502,7 @@ export! {
                 unsafe { (*obj.ex()).cqe = n };
                 0
             }
-            Err(e) => e.errno(),
+            Err(e) => e.c_errno(),
         }
     }
 }
@@ -520,7 +520,7 @@ export! {
             return libc::EINVAL;
         };
         if let Err(e) = obj.core.destroy() {
-            return e.errno();
+            return e.c_errno();
         }
         if let Some(c) = obj.channel {
             c.add_ref(-1);
@@ -553,7 +553,7 @@ export! {
         }
         let ev = match ch.core.get_cq_event() {
             Ok(ev) => ev,
-            Err(e) => return minus_one_errno(e.errno()),
+            Err(e) => return minus_one_errno(e.c_errno()),
         };
         let core = ev.into_cq();
         let ptr = core.cookie() as *mut ibv_cq;

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use crate::abi::*;
 use crate::conv;
-use crate::ffi::{minus_one_errno, null_errno, set_errno};
+use crate::ffi::{ToErrno, minus_one_errno, null_errno, set_errno};
 use crate::context::{gid_entry, ContextObj, CONTEXT_OFFSET};
 use crate::live::{self, Kind};
 
@@ -130,7 +130,7 @@ export! {
     pub unsafe fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
         let devs = match list() {
             Ok(d) => d,
-            Err(e) => return null_errno(e.errno()),
+            Err(e) => return null_errno(e.c_errno()),
         };
         // SAFETY: calloc has no preconditions; the result is checked for NULL.
         let arr = unsafe { libc::calloc(devs.len() + 1, size_of::<*mut ibv_device>()) }
@@ -246,7 +246,7 @@ export! {
         };
         let core = match dev.core.open() {
             Ok(c) => c,
-            Err(e) => return null_errno(e.errno()),
+            Err(e) => return null_errno(e.c_errno()),
         };
         // SAFETY: eventfd has no memory preconditions; the result is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -388,7 +388,7 @@ unsafe extern "C" fn rverbs_query_port(
         }
         let full = match ctx.core.query_port(port_num) {
             Ok(p) => conv::port_attr(&p),
-            Err(e) => return e.errno(),
+            Err(e) => return e.c_errno(),
         };
         let ours = size_of::<ibv_port_attr>();
         // SAFETY: port_attr is writable for len bytes (caller contract).
@@ -591,7 +591,7 @@ export! {
                 unsafe { pkey.write(p.to_be()) };
                 0
             }
-            Err(e) => minus_one_errno(e.errno()),
+            Err(e) => minus_one_errno(e.c_errno()),
         }
     }
 }

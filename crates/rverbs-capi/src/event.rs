@@ -7,7 +7,7 @@ use rverbs::AsyncElement;
 use crate::abi::*;
 use crate::cq::CqObj;
 use crate::context::ContextObj;
-use crate::ffi::{minus_one_errno, set_errno};
+use crate::ffi::{ToErrno, minus_one_errno, set_errno};
 use crate::qp::QpObj;
 use crate::srq::SrqObj;
 
@@ -29,7 +29,7 @@ export! {
         }
         let ev = match ctx.core().get_async_event() {
             Ok(ev) => ev,
-            Err(e) => return minus_one_errno(e.errno()),
+            Err(e) => return minus_one_errno(e.c_errno()),
         };
         let (kind, element) = ev.into_parts();
         // The cookies are the C objects, set at creation; the objects cannot be destroyed

@@ -21,18 +21,79 @@ pub fn errno() -> c_int {
     unsafe { *libc::__errno_location() }
 }
 
+/// The caller's `errno` at entry to a verb, put back when the verb succeeds
+/// (`ffi_guard!`).
+pub struct SavedErrno {
+    location: *mut c_int,
+    value: c_int,
+}
+
+impl SavedErrno {
+    /// Reads the calling thread's `errno`.
+    #[inline]
+    pub fn save() -> Self {
+        // SAFETY: __errno_location() has no preconditions.
+        let location = unsafe { libc::__errno_location() };
+        // SAFETY: it returns a valid pointer to the calling thread's errno.
+        let value = unsafe { *location };
+        SavedErrno { location, value }
+    }
+
+    /// Puts the saved value back (same thread: the guard runs on one).
+    #[inline]
+    fn restore(self) {
+        // SAFETY: the pointer of this thread's errno, valid while the thread lives.
+        unsafe { *self.location = self.value };
+    }
+
+    /// `ret` of a pointer-returning verb; `errno` restored if it is not NULL.
+    #[inline]
+    pub fn after_ptr<P: Nullable>(self, ret: P) -> P {
+        if !ret.is_null_ptr() {
+            self.restore();
+        }
+        ret
+    }
+
+    /// `ret` of a verb returning 0 or an errno; `errno` restored if it is 0.
+    #[inline]
+    pub fn after_errno(self, ret: c_int) -> c_int {
+        if ret == 0 {
+            self.restore();
+        }
+        ret
+    }
+
+    /// `ret` of a verb returning -1 with `errno` on failure; `errno` restored otherwise.
+    #[inline]
+    pub fn after_minus_one(self, ret: c_int) -> c_int {
+        if ret != -1 {
+            self.restore();
+        }
+        ret
+    }
+}
+
 /// Raw pointer types that have a NULL value (`*mut T`, `*const T`).
 pub trait Nullable {
     /// The NULL pointer.
     const NULL: Self;
+    /// Whether this is the NULL pointer.
+    fn is_null_ptr(&self) -> bool;
 }
 
 impl<T> Nullable for *mut T {
     const NULL: Self = core::ptr::null_mut();
+    fn is_null_ptr(&self) -> bool {
+        self.is_null()
+    }
 }
 
 impl<T> Nullable for *const T {
     const NULL: Self = core::ptr::null();
+    fn is_null_ptr(&self) -> bool {
+        self.is_null()
+    }
 }
 
 /// NULL with `errno = err`: the failure value of object-creating verbs.
@@ -105,4 +166,41 @@ pub fn panicked_void() {
 pub fn panicked_value<T>(value: T) -> T {
     set_errno(libc::EIO);
     value
+}
+
+/// The errno of an error of the core, for the C caller: the one place where the C layer
+/// turns an `rverbs` (or `rverbs-cm`) error into an errno, and so where the reason,
+/// which an errno cannot carry, is logged (`RVERBS_LOG=debug` shows it on stderr).
+pub trait ToErrno {
+    /// The errno rdma-core reports for this error; logs the error's text.
+    fn c_errno(&self) -> c_int;
+}
+
+impl ToErrno for rverbs::Error {
+    #[inline]
+    fn c_errno(&self) -> c_int {
+        let errno = self.errno();
+        log_refusal(self, errno);
+        errno
+    }
+}
+
+impl ToErrno for rverbs_cm::Error {
+    #[inline]
+    fn c_errno(&self) -> c_int {
+        let errno = self.errno();
+        log_refusal(self, errno);
+        errno
+    }
+}
+
+/// Logs why a verb failed: at debug level, except "nothing yet" answers (EAGAIN), which
+/// polling loops see all the time, at trace level.
+#[cold]
+fn log_refusal(e: &dyn core::fmt::Display, errno: c_int) {
+    if errno == libc::EAGAIN {
+        tracing::trace!("{e}");
+    } else {
+        tracing::debug!("{e} (errno {errno})");
+    }
 }

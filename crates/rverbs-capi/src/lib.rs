@@ -71,16 +71,24 @@ compile_error!("rverbs-capi builds a Linux libibverbs.so.1 and supports Linux on
 ///
 /// The body must not rely on unwinding for cleanup across the boundary; a panic is a
 /// bug: a panic becomes EIO, or NULL with errno EIO, and never crosses into C.
+///
+/// In the `null`, `errno` and `minus_one` conventions a call that succeeds (non-NULL, 0,
+/// not -1) leaves the caller's `errno` as it found it: internal work that may fail
+/// without failing the verb (binding UDP port 4791 while another process owns it, a
+/// probe of a file) must not leave an `errno` the application would print as its own.
 #[macro_export]
 macro_rules! ffi_guard {
     (null, $body:block) => {
-        $crate::ffi_guard!(@run $body, $crate::ffi::panicked_null())
+        $crate::ffi::SavedErrno::save()
+            .after_ptr($crate::ffi_guard!(@run $body, $crate::ffi::panicked_null()))
     };
     (errno, $body:block) => {
-        $crate::ffi_guard!(@run $body, $crate::ffi::panicked_errno())
+        $crate::ffi::SavedErrno::save()
+            .after_errno($crate::ffi_guard!(@run $body, $crate::ffi::panicked_errno()))
     };
     (minus_one, $body:block) => {
-        $crate::ffi_guard!(@run $body, $crate::ffi::panicked_minus_one())
+        $crate::ffi::SavedErrno::save()
+            .after_minus_one($crate::ffi_guard!(@run $body, $crate::ffi::panicked_minus_one()))
     };
     (void, $body:block) => {
         $crate::ffi_guard!(@run $body, $crate::ffi::panicked_void())

@@ -7,7 +7,7 @@ use std::cell::UnsafeCell;
 
 use crate::abi::*;
 use crate::live;
-use crate::ffi::{not_supported_null, not_supported_void, null_errno, set_errno};
+use crate::ffi::{ToErrno, not_supported_null, not_supported_void, null_errno, set_errno};
 use crate::pd::PdObj;
 
 /// An MR handed to C: `struct ibv_mr`, then the core MR.
@@ -81,7 +81,8 @@ export! {
     /// Rule: verbs.h: `IBV_ACCESS_OPTIONAL_RANGE` bits are ignored (the core
     /// masks them); remote VA `x` maps to `addr + (x - iova)`; fill context, pd, addr,
     /// length, lkey, rkey.
-    /// Errors: `EINVAL` for a NULL PD or NULL `addr`; the core's errno otherwise.
+    /// Errors: `EINVAL` for a NULL PD, `EFAULT` for a NULL `addr` (as rxe: the kernel
+    /// fails to pin page 0); the core's errno otherwise.
     #[export("IBVERBS_1.8", null)]
     pub unsafe fn ibv_reg_mr_iova2(
         pd: *mut ibv_pd,
@@ -95,7 +96,11 @@ export! {
             return null_errno(libc::EINVAL);
         };
         if addr.is_null() {
-            return null_errno(libc::EINVAL);
+            // The kernel's `ib_umem_get`: no pages is EINVAL, pinning page 0 fails EFAULT.
+            return null_errno(if length == 0 { libc::EINVAL } else { libc::EFAULT });
+        }
+        if let Err(e) = check_pages(addr as usize, length) {
+            return null_errno(e);
         }
         let access = rverbs::Access::from_bits_retain(access);
         // SAFETY: the C contract of ibv_reg_mr(3): [addr, addr + length) is memory of
@@ -104,7 +109,7 @@ export! {
         let core =
             match unsafe { pd_obj.core().reg_mr_iova(addr.cast(), length, iova, access) } {
                 Ok(mr) => mr,
-                Err(e) => return null_errno(e.errno()),
+                Err(e) => return null_errno(e.c_errno()),
             };
         let mr = ibv_mr {
             context: pd_obj.context_ptr(),
@@ -193,6 +198,11 @@ export! {
         let new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS != 0)
             .then(|| rverbs::Access::from_bits_retain(access as c_uint));
         let core_pd = new_pd.map(PdObj::core);
+        if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            if let Err(e) = check_pages(addr as usize, length) {
+                return cmd_err(e);
+            }
+        }
         let r = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
             // SAFETY: the C contract of ibv_rereg_mr(3) with CHANGE_TRANSLATION: the new
             // range is memory of the caller that stays valid until the region is
@@ -204,7 +214,7 @@ export! {
             obj.core.rereg(core_flags, core_pd, new_access)
         };
         if let Err(e) = r {
-            return cmd_err(e.errno());
+            return cmd_err(e.c_errno());
         }
         // SAFETY: fields of our allocation (rdma-core updates them the same way).
         unsafe {
@@ -230,7 +240,7 @@ export! {
             return libc::EINVAL;
         };
         if let Err(e) = obj.core.dereg() {
-            return e.errno();
+            return e.c_errno();
         }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
         // the call); `obj` is not used after this.
@@ -273,4 +283,21 @@ export! {
         // Nothing can have been imported.
         not_supported_void()
     }
+}
+
+/// Rule: a registration spans at most 2^32 - 1 pages: the kernel's `ib_umem_get`
+/// (drivers/infiniband/core/umem.c), which rdma-core's `ibv_reg_mr` and `ibv_rereg_mr`
+/// reach on rxe, refuses more with EINVAL before pinning anything. Empty and wrapping
+/// ranges are left to the core (EINVAL there too).
+fn check_pages(addr: usize, length: usize) -> Result<(), c_int> {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let Some(last) = addr.checked_add(length.saturating_sub(1)) else {
+        return Ok(());
+    };
+    let pages = (last / page - addr / page) as u64 + 1;
+    if length != 0 && pages > u64::from(u32::MAX) {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
 }

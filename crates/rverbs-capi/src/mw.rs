@@ -16,7 +16,7 @@ use rverbs::{Access, MwBind};
 
 use crate::abi::*;
 use crate::live;
-use crate::ffi::null_errno;
+use crate::ffi::{ToErrno, null_errno};
 use crate::mr::MrObj;
 use crate::pd::PdObj;
 
@@ -95,7 +95,7 @@ pub(crate) unsafe extern "C" fn rverbs_alloc_mw(
         };
         let core = match rverbs::Mw::new(pd_obj.core(), mw_type) {
             Ok(mw) => mw,
-            Err(e) => return null_errno(e.errno()),
+            Err(e) => return null_errno(e.c_errno()),
         };
         let rkey = core.rkey();
         let mw = ibv_mw {
@@ -126,7 +126,7 @@ pub(crate) unsafe extern "C" fn rverbs_dealloc_mw(mw: *mut ibv_mw) -> c_int {
             return libc::EINVAL;
         };
         if let Err(e) = obj.core.dealloc() {
-            return e.errno();
+            return e.c_errno();
         }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
         // the call); `obj` is not used after this.

@@ -6,7 +6,7 @@ use std::cell::UnsafeCell;
 use crate::abi::*;
 use crate::live;
 use crate::context::ContextObj;
-use crate::ffi::{not_supported_null, not_supported_void, null_errno};
+use crate::ffi::{ToErrno, not_supported_null, not_supported_void, null_errno};
 
 /// A PD handed to C: `struct ibv_pd`, then the core PD.
 #[repr(C)]
@@ -62,7 +62,7 @@ export! {
         };
         let core = match ctx.core().alloc_pd() {
             Ok(pd) => pd,
-            Err(e) => return null_errno(e.errno()),
+            Err(e) => return null_errno(e.c_errno()),
         };
         let pd = ibv_pd { context: ctx.as_ptr(), handle: core.handle() };
         let obj = Box::new(PdObj { pd: UnsafeCell::new(pd), core });
@@ -82,7 +82,7 @@ export! {
             return libc::EINVAL;
         };
         if let Err(e) = obj.core.dealloc() {
-            return e.errno();
+            return e.c_errno();
         }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
         // the call); `obj` is not used after this.

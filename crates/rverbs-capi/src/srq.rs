@@ -10,7 +10,7 @@ use crate::abi::*;
 use crate::live;
 use crate::cq::CqObj;
 use crate::context::ContextObj;
-use crate::ffi::null_errno;
+use crate::ffi::{ToErrno, null_errno};
 use crate::pd::PdObj;
 use crate::xrcd::XrcdObj;
 
@@ -70,7 +70,7 @@ fn create(
     };
     let core = match made {
         Ok(s) => s,
-        Err(e) => return null_errno(e.errno()),
+        Err(e) => return null_errno(e.c_errno()),
     };
     let granted = core.query();
     attr.max_wr = granted.max_wr;
@@ -193,7 +193,7 @@ export! {
         let attr = SrqAttr { max_wr: a.max_wr, max_sge: a.max_sge, srq_limit: a.srq_limit };
         match obj.core.modify(&attr, mask) {
             Ok(()) => 0,
-            Err(e) => e.errno(),
+            Err(e) => e.c_errno(),
         }
     }
 }
@@ -228,7 +228,7 @@ export! {
             return libc::EINVAL;
         };
         if let Err(e) = obj.core.destroy() {
-            return e.errno();
+            return e.c_errno();
         }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
         // the call); `obj` is not used after this.

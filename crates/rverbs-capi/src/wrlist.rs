@@ -6,6 +6,7 @@ use core::ffi::c_int;
 
 use rverbs::{RecvWr, Sge};
 
+use crate::ffi::ToErrno;
 use crate::abi::*;
 
 /// Receive work requests translated per call of the core's post.
@@ -92,7 +93,7 @@ pub(crate) unsafe fn post_recv_list(
         let posted = if n == 0 { Ok(()) } else { post(&wrs[..n]) };
         if let Err(pe) = posted {
             // SAFETY: bad_wr is NULL or writable.
-            return unsafe { refuse(bad_wr, ptrs[pe.index], pe.error.errno()) };
+            return unsafe { refuse(bad_wr, ptrs[pe.index], pe.error.c_errno()) };
         }
         if let Some(e) = refused {
             // SAFETY: bad_wr is NULL or writable.

@@ -12,7 +12,7 @@ use std::os::fd::BorrowedFd;
 use crate::abi::*;
 use crate::live;
 use crate::context::ContextObj;
-use crate::ffi::null_errno;
+use crate::ffi::{ToErrno, null_errno};
 
 /// An XRC domain handed to C: `struct ibv_xrcd`, then the core domain.
 #[repr(C)]
@@ -92,7 +92,7 @@ pub(crate) unsafe extern "C" fn rverbs_open_xrcd(
         };
         let core = match core {
             Ok(x) => x,
-            Err(e) => return null_errno(e.errno()),
+            Err(e) => return null_errno(e.c_errno()),
         };
         let xrcd = ibv_xrcd {
             context: ctx.as_ptr(),
@@ -116,7 +116,7 @@ pub(crate) unsafe extern "C" fn rverbs_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int 
             return libc::EINVAL;
         };
         if let Err(e) = obj.core.close() {
-            return e.errno();
+            return e.c_errno();
         }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
         // the call); `obj` is not used after this.

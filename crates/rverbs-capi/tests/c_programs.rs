@@ -7,7 +7,10 @@
 //! What each program covers is in its header comment: ibv_poll_cq(3),
 //! ibv_query_qp_data_in_order(3), ibv_create_cq_ex(3), completion channels, RC
 //! traffic and error statuses, devices/contexts/object lifecycles, memory windows,
-//! ibv_rereg_mr, XRC, the ibv_wr_* builder and UD multicast.
+//! ibv_rereg_mr, XRC, the ibv_wr_* builder and UD multicast; `bad_args` is the
+//! bad-argument matrix (one row per verb and case, each citing the source of its
+//! expected errno), run under Valgrind's memcheck; `errno_kept` checks that verbs that
+//! succeed leave the caller's `errno` alone.
 //!
 //! Missing compiler or header = failure, never a skip.
 
@@ -15,7 +18,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{compile_and_run_c, dropin_dir};
+use common::{compile_and_run_c, compile_c, dropin_dir, run_c};
 
 const HEADER: &str = "/usr/include/infiniband/verbs.h";
 
@@ -103,4 +106,48 @@ fn mcast() {
 #[test]
 fn foreign_ptr() {
     compile_and_run("foreign_ptr");
+}
+
+/// The bad-argument matrix (`tests/c/bad_args.c`): every row's errno, no partial side
+/// effect, no crash; under Valgrind's memcheck (`--error-exitcode`: an invalid read or
+/// write, in the program or in the library, fails the test; about 5 s).
+#[test]
+fn bad_args_under_valgrind() {
+    assert!(
+        Path::new("/usr/bin/valgrind").is_file(),
+        "/usr/bin/valgrind missing: install valgrind"
+    );
+    let dir = dropin_dir("c_bad_args");
+    let exe = compile_c("bad_args", &dir, &["-libverbs"]);
+    run_c("bad_args", &exe, &dir, &["/usr/bin/valgrind", "-q", "--error-exitcode=99"], &[]);
+}
+
+/// A verb refused through the C ABI says why on stderr with `RVERBS_LOG=debug`: the
+/// errno alone does not (ibv_rc_pingpong without `-g` only prints "Failed to modify QP
+/// to RTR").
+#[test]
+fn bad_args_log_the_reason_with_rverbs_log_debug() {
+    let dir = dropin_dir("c_bad_args_log");
+    let exe = compile_c("bad_args", &dir, &["-libverbs"]);
+    let (_, stderr) = run_c("bad_args", &exe, &dir, &[], &[("RVERBS_LOG", "debug")]);
+    for reason in [
+        "modify_qp: invalid argument: RoCE address vectors need a GRH",
+        "unknown access flags 0x8000",
+        "(errno 22)",
+    ] {
+        assert!(stderr.contains(reason), "no {reason:?} in the log:\n{stderr}");
+    }
+}
+
+/// Verbs that succeed leave `errno` alone though UDP port 4791 was taken (the device's
+/// bind failed with EADDRINUSE on the way, which the log shows).
+#[test]
+fn errno_kept_when_port_4791_is_taken() {
+    let dir = dropin_dir("c_errno_kept");
+    let exe = compile_c("errno_kept", &dir, &["-libverbs"]);
+    let (_, stderr) = run_c("errno_kept", &exe, &dir, &[], &[("RVERBS_LOG", "rverbs=debug")]);
+    assert!(
+        stderr.contains("RoCEv2 port owned by another process"),
+        "the device's bind of port 4791 did not fail, the test proves nothing:\n{stderr}"
+    );
 }

@@ -91,8 +91,8 @@ impl Pd {
     /// work request naming it are gone.
     ///
     /// Rule: ibv_reg_mr(3): REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE.
-    /// Errors: `EINVAL` for a zero length or an illegal access combination;
-    /// `EOPNOTSUPP` for ON_DEMAND or unknown access bits.
+    /// Errors: `EINVAL` for a zero length, an illegal access combination or unknown
+    /// access bits; `EOPNOTSUPP` for ON_DEMAND.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
         Mr::alloc(self.inner.clone(), len, access)
     }

@@ -83,6 +83,13 @@ pub enum Rule {
     /// ibv_reg_mr(3): REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE.
     #[error("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE")]
     RemoteWriteNeedsLocalWrite,
+    /// ibv_reg_mr(3): only the `IBV_ACCESS_*` bits are defined (the kernel's
+    /// `ib_check_mr_access` refuses the others with EINVAL).
+    #[error("unknown access flags {flags:#x}")]
+    UnknownAccessFlags {
+        /// The unknown bits asked for.
+        flags: u32,
+    },
     /// ibv_reg_mr(3): FLUSH_PERSISTENT needs persistent memory (the device has none).
     #[error("FLUSH_PERSISTENT needs persistent memory")]
     FlushPersistentNeedsPmem,

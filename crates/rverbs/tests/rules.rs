@@ -46,6 +46,10 @@ fn memory_rules_name_the_range() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     assert_eq!(rule_of(pd.alloc_mr(4096, Access::REMOTE_WRITE)).0, Rule::RemoteWriteNeedsLocalWrite);
+    // Unknown access bits are EINVAL (the kernel's ib_check_mr_access), before ODP's
+    // EOPNOTSUPP.
+    let unknown = Access::from_bits_retain(Access::LOCAL_WRITE.bits() | Access::ON_DEMAND.bits() | 1 << 15);
+    assert_eq!(rule_of(pd.alloc_mr(4096, unknown)).0, Rule::UnknownAccessFlags { flags: 1 << 15 });
     let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     assert_eq!(rule_of(mr.read_u64(4)).0, Rule::Unaligned { offset: 4 });
     assert_eq!(rule_of(mr.read_u64(4096)).0, Rule::OutsideRegion { offset: 4096, len: 8, region_len: 4096 });

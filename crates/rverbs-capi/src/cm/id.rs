@@ -15,7 +15,7 @@ use rverbs_cm::CmId;
 
 use super::abi::*;
 use super::obj::{fail, ps_and_qp_type, sockaddr_from_c, Chan, Id};
-use crate::ffi::minus_one_errno;
+use crate::ffi::{ToErrno, minus_one_errno};
 
 /// Creates an id on `channel` (NULL: synchronous) with port space `ps` and C QP type
 /// `qp_type` (librdmacm's `rdma_create_id2`). Returns the wrapper or an errno.
@@ -36,7 +36,7 @@ pub(super) fn create(
             None,
         )
     };
-    let core = CmId::new(ch.core(), space, core_type, context as usize).map_err(|e| e.errno())?;
+    let core = CmId::new(ch.core(), space, core_type, context as usize).map_err(|e| e.c_errno())?;
     Ok(Id::create(core, channel, sync, context, ps, qp_type))
 }
 

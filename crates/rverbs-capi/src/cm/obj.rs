@@ -34,12 +34,12 @@ use rverbs_cm::{CmId, Event, EventChannel, EventKind, PortSpace};
 
 use super::abi::*;
 use crate::abi::{ibv_qp_init_attr, ibv_sa_path_rec, Zeroed, IBV_QPT_UD};
-use crate::ffi::minus_one_errno;
+use crate::ffi::{ToErrno, minus_one_errno};
 use crate::live::{self, Kind};
 
 /// -1 with `errno` set from a connection-manager error.
 pub fn fail(e: &rverbs_cm::Error) -> c_int {
-    minus_one_errno(e.errno())
+    minus_one_errno(e.c_errno())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -64,7 +64,7 @@ impl Drop for Chan {
 impl Chan {
     /// A new channel, or the errno of the failure.
     pub fn new() -> Result<Arc<Chan>, c_int> {
-        let core = EventChannel::new().map_err(|e| e.errno())?;
+        let core = EventChannel::new().map_err(|e| e.c_errno())?;
         let fd = core.fd().as_raw_fd();
         let ch = Arc::new(Chan {
             c: rdma_event_channel { fd },
@@ -410,7 +410,7 @@ fn c_id_of(
             let (pch, pctx) = unsafe { ((*p.c()).channel, (*p.c()).context) };
             if p.sync_channel().is_some() {
                 let ch = Chan::new()?;
-                core.migrate(ch.core()).map_err(|e| e.errno())?;
+                core.migrate(ch.core()).map_err(|e| e.c_errno())?;
                 (null_mut(), pctx, Some(ch))
             } else {
                 (pch, pctx, None)

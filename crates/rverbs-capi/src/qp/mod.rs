@@ -21,7 +21,7 @@ use crate::ah::AhObj;
 use crate::conv;
 use crate::cq::CqObj;
 use crate::context::ContextObj;
-use crate::ffi::{not_supported_errno, null_errno, set_errno};
+use crate::ffi::{ToErrno, not_supported_errno, null_errno, set_errno};
 use crate::mw::bind_from_c;
 use crate::wrlist::{post_recv_list, refuse, sge_slice};
 use crate::mw::MwObj;
@@ -147,7 +147,7 @@ fn create_xrc_recv(
     }
     let core = match xrcd.core().create_recv_qp(attr.qp_context as usize) {
         Ok(q) => q,
-        Err(e) => return null_errno(e.errno()),
+        Err(e) => return null_errno(e.c_errno()),
     };
     attr.cap = conv::cap_to_c(&core.cap());
     publish(core, attr, pd, xrcd.context_ptr(), ex)
@@ -165,7 +165,8 @@ fn create(pd: &PdObj, attr: &mut ibv_qp_init_attr, ex: &ExAttr) -> *mut ibv_qp {
         Some(QpType::XrcRecv) => return null_errno(libc::EINVAL),
         // Known transports the core does not run (raw packet, driver QPs).
         Some(_) => return null_errno(libc::EOPNOTSUPP),
-        None => return null_errno(libc::EINVAL),
+        // rxe: a type it does not run is EOPNOTSUPP (kernel rxe_qp.c `rxe_qp_chk_init`).
+        None => return null_errno(libc::EOPNOTSUPP),
     };
     // SAFETY: caller contract: CQs/SRQ named by the attributes are live objects of ours.
     let send_cq = unsafe { CqObj::from_raw(attr.send_cq) };
@@ -199,7 +200,7 @@ fn create(pd: &PdObj, attr: &mut ibv_qp_init_attr, ex: &ExAttr) -> *mut ibv_qp {
     };
     let core = match pd.core().create_qp(&init) {
         Ok(q) => q,
-        Err(e) => return null_errno(e.errno()),
+        Err(e) => return null_errno(e.c_errno()),
     };
     attr.cap = conv::cap_to_c(&core.cap());
     publish(core, attr, pd.as_ptr(), pd.context_ptr(), ex)
@@ -351,7 +352,7 @@ export! {
             Err(e) => return e,
         };
         if let Err(e) = obj.core.modify(&core_attr, mask) {
-            return e.errno();
+            return e.c_errno();
         }
         if mask.contains(QpAttrMask::STATE) {
             // SAFETY: field of our allocation (rdma-core updates it the same way).
@@ -416,7 +417,7 @@ export! {
             return libc::EINVAL;
         };
         if let Err(e) = obj.core.destroy() {
-            return e.errno();
+            return e.c_errno();
         }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
         // the call); `obj` is not used after this.
@@ -457,7 +458,7 @@ export! {
         };
         match obj.core.attach_mcast(&conv::gid_from_c(gid), lid) {
             Ok(()) => 0,
-            Err(e) => e.errno(),
+            Err(e) => e.c_errno(),
         }
     }
 }
@@ -473,7 +474,7 @@ export! {
         };
         match obj.core.detach_mcast(&conv::gid_from_c(gid), lid) {
             Ok(()) => 0,
-            Err(e) => e.errno(),
+            Err(e) => e.c_errno(),
         }
     }
 }
@@ -648,15 +649,22 @@ unsafe fn translate_send<'a>(
 
 /// `ibv_context.ops.post_send` (`ibv_post_send(3)`). Returns 0 or an errno with
 /// `*bad_wr` = the first refused request; the ones before it stay posted (rxe).
+///
+/// Rule (rdma-core `providers/rxe/rxe.c` `rxe_post_send`): a NULL `bad_wr` is EINVAL
+/// with nothing posted; a NULL `wr` is EINVAL with `*bad_wr` = NULL.
 pub(crate) unsafe extern "C" fn rverbs_post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     ffi_guard!(errno, {
-        if !bad_wr.is_null() {
-            // SAFETY: caller contract: bad_wr is writable.
-            unsafe { bad_wr.write(core::ptr::null_mut()) };
+        if bad_wr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: caller contract: bad_wr is writable.
+        unsafe { bad_wr.write(core::ptr::null_mut()) };
+        if wr.is_null() {
+            return libc::EINVAL;
         }
         // SAFETY: caller contract.
         let Some(obj) = (unsafe { QpObj::from_raw(qp) }) else {
@@ -697,7 +705,7 @@ pub(crate) unsafe extern "C" fn rverbs_post_send(
             };
             if let Err(pe) = posted {
                 // SAFETY: bad_wr is NULL or writable.
-                return unsafe { refuse(bad_wr, ptrs[pe.index], pe.error.errno()) };
+                return unsafe { refuse(bad_wr, ptrs[pe.index], pe.error.c_errno()) };
             }
             if let Some(e) = refused {
                 // SAFETY: bad_wr is NULL or writable.
@@ -710,15 +718,22 @@ pub(crate) unsafe extern "C" fn rverbs_post_send(
 
 /// `ibv_context.ops.post_recv` (`ibv_post_recv(3)`). Returns 0 or an errno with
 /// `*bad_wr` = the first refused request.
+///
+/// Rule (rdma-core `providers/rxe/rxe.c` `rxe_post_recv`): a NULL `bad_wr` is EINVAL
+/// with nothing posted; a NULL `wr` is EINVAL with `*bad_wr` = NULL.
 pub(crate) unsafe extern "C" fn rverbs_post_recv(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     ffi_guard!(errno, {
-        if !bad_wr.is_null() {
-            // SAFETY: caller contract: bad_wr is writable.
-            unsafe { bad_wr.write(core::ptr::null_mut()) };
+        if bad_wr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: caller contract: bad_wr is writable.
+        unsafe { bad_wr.write(core::ptr::null_mut()) };
+        if wr.is_null() {
+            return libc::EINVAL;
         }
         // SAFETY: caller contract.
         let Some(obj) = (unsafe { QpObj::from_raw(qp) }) else {
@@ -783,8 +798,8 @@ pub(crate) unsafe extern "C" fn rverbs_bind_mw(
                 0
             }
             Err(e) => {
-                set_errno(e.errno());
-                e.errno()
+                set_errno(e.c_errno());
+                e.c_errno()
             }
         }
     })

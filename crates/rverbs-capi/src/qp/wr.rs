@@ -28,6 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use rverbs::{Access, Error, MwBind, SendBatch, SendFlags, SendOps, Sge};
 
+use crate::ffi::ToErrno;
 use crate::abi::*;
 use crate::ah::AhObj;
 use crate::mr::MrObj;
@@ -349,7 +350,7 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
         let batch = lock(qp).0.take();
         match batch.map(SendBatch::complete) {
             Some(Ok(())) => 0,
-            Some(Err(e)) => e.errno(),
+            Some(Err(e)) => e.c_errno(),
             None => libc::EINVAL,
         }
     })

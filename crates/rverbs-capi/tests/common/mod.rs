@@ -73,10 +73,8 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Compiles `tests/c/<name>.c` into `dir` (gnu11, warnings are errors) linked with `libs`
-/// from `dir`, runs it there on the libraries of `dir` with `env` set (and the variables
-/// that change the device's behaviour removed otherwise), bounded by `timeout 120`, and
-/// asserts that it exits 0, prints `# <name>: all checks passed` and no `FAIL`.
-pub fn compile_and_run_c(name: &str, dir: &Path, libs: &[&str], env: &[(&str, &str)]) {
+/// from `dir`; returns the executable.
+pub fn compile_c(name: &str, dir: &Path, libs: &[&str]) -> PathBuf {
     let src = repo_root().join("tests/c").join(format!("{name}.c"));
     let exe = dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -90,22 +88,40 @@ pub fn compile_and_run_c(name: &str, dir: &Path, libs: &[&str], env: &[(&str, &s
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
     assert!(out.status.success(), "{cc} {}:\n{}", src.display(), String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+/// Runs `exe` (under `wrapper`, e.g. valgrind, if not empty) on the libraries of `dir`
+/// with `env` set (and the variables that change the device's behaviour removed
+/// otherwise), bounded by `timeout 120`; asserts that it exits 0, prints
+/// `# <name>: all checks passed` and no `FAIL`. Returns stdout and stderr.
+pub fn run_c(name: &str, exe: &Path, dir: &Path, wrapper: &[&str], env: &[(&str, &str)]) -> (String, String) {
     // `timeout` bounds a hang (a bug) without timing anything that passes.
     let out = Command::new("timeout")
         .arg("120")
-        .arg(&exe)
+        .args(wrapper)
+        .arg(exe)
         .env("LD_LIBRARY_PATH", dir)
         .env_remove("RVERBS_SHARED_MR")
         .env_remove("RVERBS_CMA")
+        .env_remove("RVERBS_LOG")
         .envs(env.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{name} failed ({}):\n{stdout}{stderr}", out.status);
     assert!(
         stdout.contains(&format!("# {name}: all checks passed")),
         "{name} did not finish:\n{stdout}{stderr}"
     );
     assert!(!stdout.contains("FAIL"), "{stdout}");
+    (stdout, stderr)
+}
+
+/// Compiles `tests/c/<name>.c` into `dir` linked with `libs` from `dir` and runs it there
+/// with `env` set (`compile_c`, `run_c`).
+pub fn compile_and_run_c(name: &str, dir: &Path, libs: &[&str], env: &[(&str, &str)]) {
+    let exe = compile_c(name, dir, libs);
+    run_c(name, &exe, dir, &[], env);
 }

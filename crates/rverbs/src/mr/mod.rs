@@ -290,26 +290,30 @@ fn check_pages(verb: &'static str, addr: usize, len: usize, access: Access) -> R
 
 /// Checks of ibv_reg_mr(3) on the access flags.
 fn check_access(verb: &'static str, access: Access) -> Result<Access> {
+    // The order and the errnos are the kernel's `ib_check_mr_access` (include/rdma/ib_verbs.h,
+    // what rdma-core's `ibv_reg_mr` reaches through uverbs on rxe).
     let raw = access.bits();
-    let known = Access::all().bits() & !Access::OPTIONAL_RANGE;
-    if raw & !(known | Access::OPTIONAL_RANGE) != 0 {
-        return Err(Error::unsupported(verb, "unknown access flags"));
-    }
-    if access.contains(Access::ON_DEMAND) || access.contains(Access::HUGETLB) {
-        return Err(Error::unsupported(verb, "on-demand paging"));
-    }
     if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
         && !access.contains(Access::LOCAL_WRITE)
     {
         return Err(Error::invalid(verb, Rule::RemoteWriteNeedsLocalWrite));
+    }
+    let known = Access::all().bits() | Access::OPTIONAL_RANGE;
+    if raw & !known != 0 {
+        return Err(Error::invalid(verb, Rule::UnknownAccessFlags { flags: raw & !known }));
+    }
+    if access.contains(Access::ON_DEMAND) {
+        // A device without on-demand paging: EOPNOTSUPP (the kernel's answer since 6.1).
+        return Err(Error::unsupported(verb, "on-demand paging"));
     }
     if access.contains(Access::FLUSH_PERSISTENT) {
         // rxe refuses FLUSH_PERSISTENT for memory that is not persistent (pmem); none of
         // the memory this device registers is.
         return Err(Error::invalid(verb, Rule::FlushPersistentNeedsPmem));
     }
-    // Optional-range flags (relaxed ordering) are accepted and ignored, as rdma-core does.
-    Ok(Access::from_bits_truncate(raw & !Access::OPTIONAL_RANGE))
+    // Optional-range flags (relaxed ordering) are accepted and ignored, as rdma-core does;
+    // HUGETLB without ON_DEMAND is a hint the kernel accepts and rxe ignores.
+    Ok(Access::from_bits_truncate(raw & !(Access::OPTIONAL_RANGE | Access::HUGETLB.bits())))
 }
 
 bitflags! {
