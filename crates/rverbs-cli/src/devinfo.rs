@@ -114,6 +114,9 @@ const CAP_NAMES: &[(u32, &str)] = &[
     (cap_flags::SYS_IMAGE_GUID, "SYS_IMAGE_GUID"),
     (cap_flags::RC_RNR_NAK_GEN, "RC_RNR_NAK_GEN"),
     (cap_flags::SRQ_RESIZE, "SRQ_RESIZE"),
+    (cap_flags::MEM_WINDOW, "MEM_WINDOW"),
+    (cap_flags::XRC, "XRC"),
+    (cap_flags::MEM_WINDOW_TYPE_2B, "MEM_WINDOW_TYPE_2B"),
 ];
 
 /// Prints the device of `ctx` (and with `verbose` its limits, port details and GID table)

@@ -28,7 +28,7 @@ use perf::{Measurement, WriteBw};
 
 /// RDMA verbs in user space: inspect and exercise the built-in rverbs device.
 #[derive(Debug, Parser)]
-#[command(name = "rverbs", version, about)]
+#[command(name = "rverbs", version, about, after_help = "Without a command, rverbs runs `demo`.")]
 struct Cli {
     /// What to run (default: demo).
     #[command(subcommand)]
@@ -59,7 +59,7 @@ enum Command {
         #[arg(short, long, value_delimiter = ',', value_parser = parse_size, default_value = "8")]
         size: Vec<usize>,
         /// Round trips per size.
-        #[arg(short = 'n', long, default_value_t = 10_000)]
+        #[arg(short = 'n', long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
         iters: u64,
     },
     /// RDMA WRITE bandwidth between two RC QPs in this process.
@@ -68,13 +68,13 @@ enum Command {
         #[arg(short, long, value_delimiter = ',', value_parser = parse_size, default_value = "64,4K,64K,1M")]
         size: Vec<usize>,
         /// WRITEs per size (default: 1 GiB worth, between 1000 and 100000).
-        #[arg(short = 'n', long)]
+        #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(1..))]
         iters: Option<u64>,
         /// WRITEs kept outstanding.
-        #[arg(short, long, default_value_t = 64)]
+        #[arg(short, long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
         window: u32,
         /// Signal every N-th WRITE.
-        #[arg(long, default_value_t = 16)]
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
         cq_mod: u32,
     },
 }
@@ -95,8 +95,15 @@ fn parse_size(s: &str) -> Result<usize, String> {
         }
     };
     let n: usize = digits.parse().map_err(|e| format!("'{s}': {e}"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("'{s}' is too large"))
+    let bytes = n.checked_mul(mult).ok_or_else(|| format!("'{s}' is too large"))?;
+    // A message is at most the device's max_msg_sz (ibv_query_port(3)), checked here so
+    // that a size the device refuses is an error at once, not after registering it.
+    let max = rverbs::limits::MAX_MSG_SZ as usize;
+    match bytes {
+        0 => Err("a message size must be at least 1 byte".into()),
+        b if b > max => Err(format!("'{s}' is {b} bytes, above the device's max_msg_sz of {max}")),
+        b => Ok(b),
+    }
 }
 
 /// Default WRITE count for `size`: 1 GiB worth, clamped to [1000, 100000].
@@ -307,6 +314,18 @@ mod tests {
         assert_eq!(parse_size("1M"), Ok(1 << 20));
         assert!(parse_size("3X").is_err());
         assert!(parse_size("K").is_err());
+        assert!(parse_size("0").is_err());
+        assert_eq!(parse_size("2G"), Ok(1 << 31));
+        assert!(parse_size("3G").unwrap_err().contains("max_msg_sz"));
+    }
+
+    #[test]
+    fn counts_of_zero_are_refused() {
+        for args in [&["rverbs", "write-bw", "-n", "0"][..], &["rverbs", "pingpong", "-n", "0"], &["rverbs", "write-bw", "-w", "0"]] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+        assert!(Cli::try_parse_from(["rverbs", "pingpong", "-s", "3G"]).is_err());
+        assert!(Cli::try_parse_from(["rverbs", "write-bw", "-n", "1"]).is_ok());
     }
 
     #[test]
