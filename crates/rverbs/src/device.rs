@@ -306,18 +306,22 @@ pub fn endpoint_dir() -> std::path::PathBuf {
 impl DeviceInner {
     fn new() -> Self {
         let ifs = sys::interfaces();
-        let mac = ifs
+        // GID 0 is the link-local GID of the interface whose MAC it is built from, as a
+        // RoCE device's default GID belongs to its netdev; with no such interface, it is
+        // the loopback's (every GID entry belongs to a netdev on RoCE: tools look the
+        // name up from the ifindex).
+        let (mac, mac_if) = ifs
             .iter()
             .filter(|i| i.name != "lo")
-            .find_map(|i| i.mac.filter(|m| *m != [0; 6]))
-            .unwrap_or(SYNTHETIC_MAC);
+            .find_map(|i| i.mac.filter(|m| *m != [0; 6]).map(|m| (m, i.name.as_str())))
+            .unwrap_or((SYNTHETIC_MAC, "lo"));
         let eui = eui64(mac);
         let mut gids = vec![GidEntry {
             gid: Gid::link_local(eui),
             index: 0,
             port: 1,
             gid_type: GidType::RoceV2,
-            ifindex: 0,
+            ifindex: sys::ifindex(mac_if),
         }];
         // Non-loopback addresses first, so index 1 is the host's "real" address; the
         // loopback address still gets an entry (a container may have nothing else).

@@ -98,6 +98,7 @@ pub struct GidEntry {
     pub port: u32,
     /// Its type.
     pub gid_type: GidType,
-    /// The index of the network interface the address belongs to (0 if none).
+    /// The index of the network interface the address belongs to (for GID 0, the
+    /// interface whose MAC it is built from, or the loopback).
     pub ifindex: u32,
 }

@@ -51,6 +51,11 @@ fn gid_table_link_local_then_ipv4_mapped_then_ipv6() {
     let g0 = ctx.query_gid(1, 0).unwrap();
     assert_eq!(&g0.0[..8], &[0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
     assert_ne!(g0.interface_id(), 0);
+    // Every entry belongs to a network interface, GID 0 included (RoCE: each GID entry
+    // is a netdev's; sideway's show_gids looks the name up and failed on ifindex 0).
+    for e in ctx.query_gid_table() {
+        assert_ne!(e.ifindex, 0, "GID {} belongs to no interface", e.index);
+    }
     let mut ipv6 = false;
     for i in 1..len {
         let e = ctx.query_gid_ex(1, i).unwrap();
