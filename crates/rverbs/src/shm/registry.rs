@@ -129,6 +129,36 @@ pub(crate) fn ep_dir(root: &Path, ep: u32) -> PathBuf {
     root.join(format!("ep-{ep}"))
 }
 
+/// What [`probe_lock`] found at an endpoint's lock file.
+enum Probe {
+    /// No lock file: the endpoint number was never claimed in this runtime directory.
+    Absent,
+    /// A live process holds the lock.
+    Held,
+    /// Nobody holds it (its owner died); held by the returned descriptor until dropped.
+    Free(OwnedFd),
+}
+
+/// Tries the lock at `path` without ever creating the file.
+///
+/// Rule: asking whether an endpoint is alive, or reclaiming a dead one, must not change
+/// the runtime directory: the endpoint number comes from a QPN, which any datagram from
+/// the network can name (`transport::udp` asks about the endpoint of every packet it
+/// might relay). Only [`Registry::claim`] creates lock files.
+fn probe_lock(path: &Path) -> Result<Probe> {
+    let fd = match rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+        Err(e) => return Err(e.into()),
+    };
+    match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Probe::Free(fd)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(Probe::Held),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Takes the lock at `path`, creating the file (claiming only).
 fn try_lock(path: &Path) -> Result<Option<OwnedFd>> {
     let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
     match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
@@ -207,11 +237,8 @@ impl Registry {
         if let Some(p) = self.peers.lock().expect("peers").get(&ep) {
             return p.is_alive();
         }
-        match try_lock(&lock_path(&self.root, ep)) {
-            Ok(Some(_)) => false, // we could take it: nobody holds it (released on drop)
-            Ok(None) => true,
-            Err(_) => false,
-        }
+        // Free (we could take it; released on drop), absent or unreadable: not alive.
+        matches!(probe_lock(&lock_path(&self.root, ep)), Ok(Probe::Held))
     }
 
     /// The live peer `ep`, mapped on first use.
@@ -270,7 +297,7 @@ impl Registry {
     }
 
     fn alive_unlocked(&self, ep: u32) -> bool {
-        !matches!(try_lock(&lock_path(&self.root, ep)), Ok(Some(_)) | Err(_))
+        matches!(probe_lock(&lock_path(&self.root, ep)), Ok(Probe::Held))
     }
 
     /// Forgets a peer that died and returns what it left in the runtime directory
@@ -289,7 +316,7 @@ impl Registry {
         if ep == self.ep {
             return;
         }
-        if let Ok(Some(_lock)) = try_lock(&lock_path(&self.root, ep)) {
+        if let Ok(Probe::Free(_lock)) = probe_lock(&lock_path(&self.root, ep)) {
             let _ = std::fs::remove_dir_all(ep_dir(&self.root, ep));
         }
     }
@@ -457,6 +484,37 @@ mod tests {
         assert_eq!(c.ep, ep_b);
         assert!(!dir_b.join("stale").exists());
         drop((a, c));
+        std::fs::remove_dir_all(&r).unwrap();
+    }
+
+    /// Asking about endpoint numbers that were never claimed (a QPN from the network
+    /// names any of 0..=255) answers "not alive" and leaves the runtime directory as it
+    /// was: no `ep-N.lock` is created by `alive`, `peer` or `reclaim` (hostile-network
+    /// defect 5: 2 lock files before a run, 106 after).
+    #[test]
+    fn asking_about_endpoints_that_never_existed_creates_no_file() {
+        let r = root("probe");
+        let a = Registry::claim(&r, |_| {}).unwrap();
+        let listing = || {
+            let mut v: Vec<String> = std::fs::read_dir(&r).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            v.sort();
+            v
+        };
+        let before = listing();
+        for ep in (0..MAX_ENDPOINTS).filter(|&ep| ep != a.ep) {
+            assert!(!a.alive(ep), "endpoint {ep} never existed");
+            assert!(a.peer(ep).is_err());
+            a.reclaim(ep);
+        }
+        assert!(!a.alive(MAX_ENDPOINTS + 7));
+        assert_eq!(listing(), before, "the runtime directory changed");
+        // A real peer is still seen alive, and dead once it is gone.
+        let b = Registry::claim(&r, |_| {}).unwrap();
+        assert!(a.alive(b.ep));
+        let ep_b = b.ep;
+        drop(b);
+        assert!(!a.alive(ep_b));
+        drop(a);
         std::fs::remove_dir_all(&r).unwrap();
     }
 

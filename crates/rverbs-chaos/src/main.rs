@@ -1,0 +1,43 @@
+//! `rverbs-chaos`: the hostile-network harness's three roles (tests/chaos/hostile_net.sh).
+//!
+//! ```text
+//! rverbs-chaos victim   --dir D --local IP_A --peer IP_B --attacker IP_C [--ctl-port P] [--seed S] [--seconds T]
+//! rverbs-chaos peer     --dir D --local IP_B --victim IP_A [--min-rounds N] [--stall-ms MS] [--seconds T]
+//! rverbs-chaos attack   --local IP_C --victim IP_A [--ctl-port P] --seed S --count N [--seconds T]
+//! ```
+//!
+//! Each prints its counts (lines starting `VICTIM`, `PEER`, `ATTACK`) and exits 0 when its
+//! checks pass, 1 otherwise (`FAIL why` on stderr).
+#![deny(unsafe_code)]
+
+mod attack;
+mod common;
+mod peer;
+mod region;
+mod victim;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(role) = args.first() else {
+        eprintln!("usage: rverbs-chaos victim|peer|attack --option value...");
+        return ExitCode::from(2);
+    };
+    let run = match role.as_str() {
+        "victim" => victim::run,
+        "peer" => peer::run,
+        "attack" => attack::run,
+        _ => {
+            eprintln!("unknown role {role}");
+            return ExitCode::from(2);
+        }
+    };
+    match common::Args::parse(&args[1..]).and_then(|a| run(&a)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("FAIL {role}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
