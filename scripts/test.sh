@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of rverbs: the Rust test suites of all crates (unit, integration,
 # layout checks against the installed verbs.h, the C programs, unmodified Debian
-# binaries against the drop-in library) and the external conformance suites.
+# binaries against the drop-in library), the external conformance suites and the chaos
+# harnesses in their short modes (tests/chaos: hostile peers, networks and deaths).
 #
 # Works on a fresh Debian 12 machine: when run as root it installs the Debian packages
 # the conformance tests use (they are the peers we are compared with); otherwise it
@@ -32,7 +33,7 @@ else
 fi
 cargo test --workspace --doc
 
-for t in tests/conformance/*.sh; do
+for t in tests/conformance/*.sh tests/chaos/*.sh; do
 	[ -e "$t" ] || continue
 	echo "== $t"
 	bash "$t"
