@@ -4,6 +4,7 @@
 //! rverbs-chaos victim   --dir D --local IP_A --peer IP_B --attacker IP_C [--ctl-port P] [--seed S] [--seconds T]
 //! rverbs-chaos peer     --dir D --local IP_B --victim IP_A [--min-rounds N] [--stall-ms MS] [--seconds T]
 //! rverbs-chaos attack   --local IP_C --victim IP_A [--ctl-port P] --seed S --count N [--seconds T]
+//! rverbs-chaos exhaust  --dir RUNTIME_DIR [--max N]      (tests/chaos/exhaustion.sh)
 //! ```
 //!
 //! Each prints its counts (lines starting `VICTIM`, `PEER`, `ATTACK`) and exits 0 when its
@@ -12,6 +13,7 @@
 
 mod attack;
 mod common;
+mod exhaust;
 mod peer;
 mod region;
 mod victim;
@@ -21,13 +23,14 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(role) = args.first() else {
-        eprintln!("usage: rverbs-chaos victim|peer|attack --option value...");
+        eprintln!("usage: rverbs-chaos victim|peer|attack|exhaust --option value...");
         return ExitCode::from(2);
     };
     let run = match role.as_str() {
         "victim" => victim::run,
         "peer" => peer::run,
         "attack" => attack::run,
+        "exhaust" => exhaust::run,
         _ => {
             eprintln!("unknown role {role}");
             return ExitCode::from(2);

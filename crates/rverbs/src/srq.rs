@@ -147,6 +147,10 @@ impl Srq {
         }
         let endpoint = pd.endpoint();
         let srqn = srqs.reserve()?;
+        if let Err(e) = endpoint.tables.reserve_srq(srqn) {
+            srqs.remove(srqn);
+            return Err(e);
+        }
         if let Err(e) = pd.hold() {
             srqs.remove(srqn);
             return Err(e);

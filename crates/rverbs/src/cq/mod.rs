@@ -394,6 +394,10 @@ impl Cq {
         }
         let endpoint = ctx.endpoint;
         let id = cqs.reserve()?;
+        if let Err(e) = endpoint.tables.reserve_cq(id) {
+            cqs.remove(id);
+            return Err(e);
+        }
         let seg = match CqSeg::create(&endpoint.dir, id, 1, init.cqe as usize) {
             Ok(s) => s,
             Err(e) => {

@@ -69,6 +69,7 @@ impl KeyTable {
                 if slots.len() >= KEY_RECORDS {
                     return Err(Error::Exhausted { what: "memory keys" });
                 }
+                self.tables.reserve_key(slots.len() as u32)?;
                 slots.push(KeySlot { byte: 0, target: None });
                 slots.len() as u32 - 1
             }

@@ -437,6 +437,10 @@ impl Qp {
         let cap = grant_cap(init)?;
         let (qps, endpoint) = (dev.qps(), pd.endpoint());
         let qpn = qps.reserve()?;
+        if let Err(e) = endpoint.tables.reserve_qp(qpn) {
+            qps.remove(qpn);
+            return Err(e);
+        }
         let attach = || -> Result<()> {
             pd.hold()?;
             if let Err(e) = init.send_cq.inner().attach() {

@@ -67,6 +67,9 @@ pub(crate) struct Segment {
     /// Known to the SIGBUS handler: a truncation by another process zero-fills the
     /// mapping instead of killing this one (`fault.rs`).
     watch: crate::fault::Watch,
+    /// For a sparse segment, the file, whose pages are reserved as records come into use
+    /// ([`Segment::reserve`]).
+    sparse: Option<OwnedFd>,
 }
 
 // SAFETY: the mapping is plain shared memory; all access to it goes through `ShmSafe`
@@ -94,7 +97,22 @@ fn map(fd: &OwnedFd, len: usize) -> Result<NonNull<u8>> {
 impl Segment {
     fn new(ptr: NonNull<u8>, len: usize, path: &Path, owner: bool) -> Segment {
         let watch = crate::fault::watch(ptr.as_ptr() as usize, len);
-        Segment { ptr, len, path: path.to_owned(), owner, watch }
+        Segment { ptr, len, path: path.to_owned(), owner, watch, sparse: None }
+    }
+
+    /// Reserves the file pages under `[offset, offset + len)` of a sparse segment before
+    /// its first store there, so that a full runtime directory is `ENOMEM` at the verb
+    /// that needs the record, not SIGBUS at the store (a no-op for other segments, whose
+    /// pages are all reserved when created).
+    pub(crate) fn reserve(&self, offset: usize, len: usize) -> Result<()> {
+        let Some(fd) = &self.sparse else { return Ok(()) };
+        match rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::KEEP_SIZE, offset as u64, len as u64) {
+            Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+            Err(rustix::io::Errno::NOSPC | rustix::io::Errno::DQUOT) => {
+                Err(Error::Exhausted { what: "runtime directory space (RVERBS_RUNTIME_DIR)" })
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Whether another process truncated the file under the mapping, which now reads as
@@ -150,7 +168,11 @@ impl Segment {
                 return Err(e);
             }
         };
-        Ok(Segment::new(ptr, len, path, true))
+        let mut seg = Segment::new(ptr, len, path, true);
+        if !reserve {
+            seg.sparse = Some(fd);
+        }
+        Ok(seg)
     }
 
     /// Maps the segment `path`, creating it (zero-filled, `len` bytes) if it does not

@@ -357,6 +357,31 @@ impl Tables {
         Ok(Tables { seg })
     }
 
+    /// Reserves the file pages of the record of QP `qpn` before it is first written
+    /// (`Segment::reserve`: a full runtime directory is ENOMEM, not SIGBUS).
+    pub(crate) fn reserve_qp(&self, qpn: u32) -> Result<()> {
+        let i = (qpn as usize) & (QP_RECORDS - 1);
+        self.seg.reserve(QP_OFF + i * std::mem::size_of::<QpRecord>(), std::mem::size_of::<QpRecord>())
+    }
+
+    /// As [`Tables::reserve_qp`], for SRQ `srqn`.
+    pub(crate) fn reserve_srq(&self, srqn: u32) -> Result<()> {
+        let i = (srqn as usize) & (SRQ_RECORDS - 1);
+        self.seg.reserve(SRQ_OFF + i * std::mem::size_of::<SrqRecord>(), std::mem::size_of::<SrqRecord>())
+    }
+
+    /// As [`Tables::reserve_qp`], for CQ `id`.
+    pub(crate) fn reserve_cq(&self, id: u32) -> Result<()> {
+        let i = (id as usize) & (CQ_RECORDS - 1);
+        self.seg.reserve(CQ_OFF + i * std::mem::size_of::<CqRecord>(), std::mem::size_of::<CqRecord>())
+    }
+
+    /// As [`Tables::reserve_qp`], for key index `index` (inside the table).
+    pub(crate) fn reserve_key(&self, index: u32) -> Result<()> {
+        let i = (index as usize).min(KEY_RECORDS - 1);
+        self.seg.reserve(KEY_OFF + i * std::mem::size_of::<KeyRecord>(), std::mem::size_of::<KeyRecord>())
+    }
+
     /// The record of QP number `qpn` (any endpoint bits are ignored).
     pub(crate) fn qp(&self, qpn: u32) -> &QpRecord {
         let i = (qpn as usize) & (QP_RECORDS - 1);

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Exhaustion (issue 20): every resource the device takes from the host is used up, one kind
+# at a time, in a process whose runtime directory is a 4 MiB tmpfs and whose descriptor
+# limit is 64 (`rverbs-chaos exhaust`, crates/rverbs-chaos/src/exhaust.rs):
+#   allocated regions, CQ rings, QPs (receive rings, table records): ENOMEM at the verb,
+#   never SIGBUS at a later store into a page the tmpfs cannot supply;
+#   completion channels (descriptors): EMFILE;
+#   memory keys of caller memory (records in the sparse tables): ENOMEM;
+# and after each kind is released the runtime directory holds what it held before and a
+# checked RDMA WRITE goes through (freed keys register again).
+# The small tmpfs is mounted in a private mount namespace (unshare -m): needs root.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null; then
+  echo "exhaustion.sh: SKIPPED: needs root and unshare(1) for a private tmpfs"
+  exit 0
+fi
+cargo build --release -q -p rverbs-chaos
+target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+bin="$target_dir/release/rverbs-chaos"
+
+dir=$(mktemp -d /tmp/rverbs-exhaust.XXXXXX)
+trap 'umount "$dir" 2>/dev/null || true; rmdir "$dir" 2>/dev/null || true' EXIT
+log="$dir.log"
+rc=0
+unshare -m sh -c "mount -t tmpfs -o size=4m tmpfs '$dir' && ulimit -n 64 && RVERBS_RUNTIME_DIR='$dir' timeout 120 '$bin' exhaust --dir '$dir'" >"$log" 2>&1 || rc=$?
+cat "$log"
+rm -f "$log"
+if [ "$rc" != 0 ]; then
+  echo "exhaustion.sh: FAIL (exit $rc)"
+  exit 1
+fi
+echo "exhaustion.sh: PASS"
