@@ -35,6 +35,7 @@ mod engine;
 pub mod error;
 mod event;
 mod id;
+mod neigh;
 pub mod mad;
 pub mod table;
 

@@ -220,6 +220,7 @@ impl Engine {
     fn fire_timers(&self, now: Instant) {
         let mut st = self.lock();
         self.resend_due(&mut st, now);
+        resolve_due(&mut st, now);
         let due: Vec<u64> = st.ids.iter().filter(|(_, s)| s.timer.is_some_and(|t| t <= now)).map(|(n, _)| *n).collect();
         for n in due {
             if let Some(s) = st.ids.get_mut(&n) {
@@ -445,12 +446,12 @@ pub(crate) fn bind_addr(id: &CmId, addr: SocketAddr) -> Result<()> {
     bind_locked(e, n, s, addr)
 }
 
-pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, _timeout_ms: i32) -> Result<()> {
+pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, timeout_ms: i32) -> Result<()> {
     let e = engine()?;
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
-    if !matches!(s.st, St::Idle | St::Bound | St::AddrResolved) {
+    if !matches!(s.st, St::Idle | St::Bound | St::AddrResolved) || s.resolving.is_some() {
         return Err(Error::invalid("rdma_resolve_addr", "the id is not idle or bound"));
     }
     let dst_ip = crate::addr::canonical(dst.ip());
@@ -475,22 +476,63 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
     })();
     s.dst = Some(SocketAddr::new(dst_ip, dst.port()));
     s.dgid = Some(crate::addr::gid_of(dst_ip));
+    // Another host: its next hop must answer within the timeout (rdma_resolve_addr(3);
+    // `neigh.rs`). The kernel's default when the caller gives none is 2 s (rping's too).
+    let remote = status.is_ok() && crate::addr::local_gid(&e.ctx, dst_ip).is_none();
+    let status = match status {
+        Ok(()) if remote => {
+            let timeout = Duration::from_millis(if timeout_ms > 0 { timeout_ms as u64 } else { 2000 });
+            match crate::neigh::start(dst_ip, timeout, Instant::now()) {
+                Ok(r) => {
+                    s.resolving = Some(r);
+                    e.kick();
+                    return Ok(());
+                }
+                Err(crate::neigh::Probe::Unreachable(errno)) => Err(errno),
+                Err(_) => Ok(()),
+            }
+        }
+        Ok(()) => Ok(()),
+        Err(err) => Err(match &err {
+            Error::AddrInUse => libc::EADDRINUSE,
+            _ => libc::EHOSTUNREACH,
+        }),
+    };
     let ev = match status {
         Ok(()) => {
             s.st = St::AddrResolved;
             (n, EventKind::AddrResolved, 0)
         }
-        Err(err) => {
-            let errno = match &err {
-                Error::AddrInUse => libc::EADDRINUSE,
-                _ => libc::EHOSTUNREACH,
-            };
-            (n, EventKind::AddrError, -errno)
-        }
+        Err(errno) => (n, EventKind::AddrError, -errno),
     };
     st.deferred.push(ev);
     e.kick();
     Ok(())
+}
+
+/// Address resolutions waiting for a neighbour that are due: resolved, failed, or looked
+/// at again later (`neigh.rs`).
+fn resolve_due(st: &mut State, now: Instant) {
+    let mut done = Vec::new();
+    for (n, s) in st.ids.iter_mut() {
+        let Some(r) = s.resolving.as_mut().filter(|r| r.next <= now) else { continue };
+        let ev = match r.poll(now) {
+            crate::neigh::Probe::Pending => continue,
+            crate::neigh::Probe::Reachable => {
+                s.st = St::AddrResolved;
+                (*n, EventKind::AddrResolved, 0)
+            }
+            crate::neigh::Probe::Unreachable(errno) => {
+                tracing::debug!(dst = ?s.dst, errno, "rdma_resolve_addr: the next hop does not answer");
+                (*n, EventKind::AddrError, -errno)
+            }
+        };
+        s.resolving = None;
+        done.push(ev);
+    }
+    for (n, kind, status) in done {
+        simple_event(st, n, kind, status);
+    }
 }
 
 pub(crate) fn resolve_route(id: &CmId, _timeout_ms: i32) -> Result<()> {

@@ -122,6 +122,8 @@ pub(crate) struct IdState {
     pub(crate) remote_ece: (u32, u32),
     /// A message to another host that waits for its answer, resent until it comes.
     pub(crate) resend: Option<Resend>,
+    /// An address resolution waiting for the next hop's neighbour (`neigh.rs`).
+    pub(crate) resolving: Option<crate::neigh::Resolving>,
 }
 
 /// A request (REQ, REP, DREQ) sent to another host, kept to be sent again while no
@@ -165,6 +167,7 @@ impl IdState {
             remote: None,
             remote_pid: None,
             resend: None,
+            resolving: None,
             psn: 0,
             remote_qpn: 0,
             remote_psn: 0,
@@ -231,10 +234,10 @@ impl IdState {
 
     /// The earliest of the id's deadlines.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        match (self.timer, self.resend.as_ref().map(|r| r.at)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.timer, self.resend.as_ref().map(|r| r.at), self.resolving.as_ref().map(|r| r.next)]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The ACK timeout code the QP uses (RDMA_OPTION_ID_ACK_TIMEOUT, else 14: about
