@@ -5,21 +5,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// SplitMix64: small, seedable, reproducible across runs and machines.
+/// The fault injector's SplitMix64 (`rverbs_proto::fault::Rng`): small, seedable,
+/// reproducible across runs and machines.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(rverbs_proto::fault::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5eed_c4a0_5000_0001)
+        Rng(rverbs_proto::fault::Rng::new(seed ^ 0x5eed_c4a0_5000_0001))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     pub fn next_u32(&mut self) -> u32 {
