@@ -35,7 +35,7 @@
 //! is not mapped with the access asked (`mr::pages`).
 #![allow(unsafe_code)]
 
-#[cfg(any(test, not(all(target_arch = "x86_64", target_os = "linux", not(miri)))))]
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::sync::Once;
