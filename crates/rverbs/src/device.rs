@@ -481,8 +481,11 @@ impl DeviceInner {
 /// `IBV_PORT_CM_SUP`: the port supports connection management.
 pub const PORT_CM_SUP: u32 = 1 << 16;
 
-/// Removes the endpoint directory when the process exits normally (a crashed process's
-/// directory is reclaimed by the next process that claims an endpoint).
+/// Removes the endpoint directory when the process exits normally, and the directories
+/// of dead endpoints with it: a process killed before any peer reached it (so no peer
+/// watched its pidfd) leaves nothing once the last process of the device has exited
+/// normally. (If that last process is killed too, what it leaves is reclaimed by the
+/// next process that claims an endpoint: there is no daemon.)
 /// A child forked after the device started shares the parent's endpoint and must leave
 /// its directory alone.
 fn register_cleanup(dir: &std::path::Path) {
@@ -493,6 +496,9 @@ fn register_cleanup(dir: &std::path::Path) {
             if let Some((d, pid)) = g.as_ref() {
                 if *pid == std::process::id() {
                     let _ = std::fs::remove_dir_all(d);
+                    if let Some(root) = d.parent() {
+                        crate::shm::registry::Registry::reclaim_dead(root);
+                    }
                 }
             }
         }

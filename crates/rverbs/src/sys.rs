@@ -144,12 +144,57 @@ pub fn process_generation() -> usize {
     GENERATION.load(std::sync::atomic::Ordering::Relaxed).min(GENERATIONS - 1)
 }
 
+/// Descriptors a forked child must not keep, with the generation that owns each: an
+/// endpoint's lock (`shm::registry`), an exclusive `flock` held for as long as any
+/// descriptor of its open file description is open. A child inherited that description
+/// and so held the parent's lock: a parent killed while its child lived looked alive
+/// (its directory never reclaimed). The fork handler points each of these descriptor
+/// numbers at /dev/null in the child ([`release_in_children`]), except those of the
+/// generation the child shares (after `GENERATIONS - 1` nested forks).
+static CHILD_RELEASES: [(std::sync::atomic::AtomicI32, std::sync::atomic::AtomicUsize); GENERATIONS] =
+    [const { (std::sync::atomic::AtomicI32::new(-1), std::sync::atomic::AtomicUsize::new(0)) }; GENERATIONS];
+
+/// Makes forked children drop their reference to `fd`'s open file description (this
+/// generation's endpoint lock): in the child the number stays open, on /dev/null, so
+/// the parent's owner of `fd` stays valid and still closes a descriptor it owns.
+pub(crate) fn release_in_children(fd: std::os::fd::BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering;
+    for (slot, generation) in &CHILD_RELEASES {
+        // Reserve the slot (-2), then publish the descriptor after its generation.
+        if slot.compare_exchange(-1, -2, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            generation.store(process_generation(), Ordering::Relaxed);
+            slot.store(fd.as_raw_fd(), Ordering::Release);
+            return;
+        }
+    }
+}
+
 /// Registers the fork handler once (the device does when it is first used): a child
-/// starts a new generation.
+/// starts a new generation, and drops the descriptors [`release_in_children`] names.
 pub(crate) fn count_forks() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     extern "C" fn child() {
-        GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering;
+        GENERATION.fetch_add(1, Ordering::Relaxed);
+        let mine = process_generation();
+        for (slot, generation) in &CHILD_RELEASES {
+            let fd = slot.load(Ordering::Acquire);
+            if fd < 0 || generation.load(Ordering::Relaxed) == mine {
+                continue;
+            }
+            // SAFETY: open, dup3 and close are async-signal-safe, as a fork child
+            // handler needs; `fd` is a descriptor number this process owns (the
+            // registry's lock, never closed while the device lives), and dup3 replaces
+            // it atomically, so the number never dangles.
+            unsafe {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                if null >= 0 {
+                    libc::dup3(null, fd, libc::O_CLOEXEC);
+                    libc::close(null);
+                }
+            }
+        }
     }
     ONCE.call_once(|| {
         // SAFETY: registers a plain extern "C" function with no arguments that only

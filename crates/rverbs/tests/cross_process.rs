@@ -404,6 +404,106 @@ fn a_dead_peer_ends_in_retry_exc_err_and_is_reclaimed() {
     }
 }
 
+/// A peer killed before any other process reached it (so no process watches its pidfd)
+/// leaves nothing behind once the last process of the device exits normally: exiting
+/// reclaims the directories of dead endpoints, not only its own (the kill harness,
+/// tests/chaos/kill.py, found such directories left until the next process opened the
+/// device).
+#[test]
+fn a_peer_killed_before_anyone_reached_it_is_reclaimed_when_the_last_process_exits() {
+    const TEST: &str = "a_peer_killed_before_anyone_reached_it_is_reclaimed_when_the_last_process_exits";
+    if matches!(role().as_deref(), Some("bystander" | "killed")) {
+        let mut parent = Parent::new();
+        let _ctx = open();
+        parent.say(&rverbs::endpoint_dir().display().to_string());
+        // Wait to exit (bystander) or to be killed.
+        let _ = parent.hear();
+        return;
+    }
+    let base = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
+    let rt = base.join(format!("rverbs-reclaim-at-exit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&rt);
+    let env = [("RVERBS_RUNTIME_DIR", rt.to_str().unwrap())];
+    let mut bystander = Peer::spawn_with(TEST, "bystander", &env);
+    let bystander_dir = std::path::PathBuf::from(&bystander.recv()[0]);
+    let mut killed = Peer::spawn_with(TEST, "killed", &env);
+    let killed_dir = std::path::PathBuf::from(&killed.recv()[0]);
+    assert!(killed_dir.is_dir() && bystander_dir.is_dir());
+    assert_ne!(killed_dir, bystander_dir);
+
+    killed.child.kill().unwrap(); // SIGKILL
+    killed.child.wait().unwrap();
+    assert!(killed_dir.is_dir(), "nobody has reclaimed it yet");
+    bystander.send("exit");
+    bystander.finish();
+    let left: Vec<_> = std::fs::read_dir(&rt)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir() && e.file_name().to_string_lossy().starts_with("ep-"))
+        .map(|e| e.file_name())
+        .collect();
+    let _ = std::fs::remove_dir_all(&rt);
+    assert!(left.is_empty(), "endpoint directories left once every process is gone: {left:?}");
+}
+
+/// A process killed while a child it forked lives on is dead to the device: the child
+/// does not keep its endpoint (lock and directory) alive, so the next process to open
+/// the device reclaims it (the kill harness found the victim's directory left for as
+/// long as its forked child lived, and for good once that child exited).
+#[test]
+fn a_killed_process_whose_forked_child_lives_on_is_reclaimed() {
+    const TEST: &str = "a_killed_process_whose_forked_child_lives_on_is_reclaimed";
+    match role().as_deref() {
+        Some("forks") => {
+            let mut parent = Parent::new();
+            let _ctx = open();
+            // SAFETY: the child only calls poll and _exit (async-signal-safe) before it
+            // exits, as a child of a multi-threaded process must.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                // Live until stdin's writer (the test) is gone, at most 60 s.
+                for _ in 0..300 {
+                    let mut p = libc::pollfd { fd: 0, events: 0, revents: 0 };
+                    // SAFETY: one valid pollfd.
+                    if unsafe { libc::poll(&mut p, 1, 200) } > 0 {
+                        break;
+                    }
+                }
+                // SAFETY: ends the child without running the parent's atexit hooks.
+                unsafe { libc::_exit(0) };
+            }
+            parent.say(&format!("{} {pid}", rverbs::endpoint_dir().display()));
+            let _ = parent.hear(); // killed meanwhile
+            return;
+        }
+        Some("opens") => {
+            let _ctx = open();
+            return;
+        }
+        _ => {}
+    }
+    let base = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
+    let rt = base.join(format!("rverbs-fork-reclaim-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&rt);
+    let env = [("RVERBS_RUNTIME_DIR", rt.to_str().unwrap())];
+    let mut victim = Peer::spawn_with(TEST, "forks", &env);
+    let hello = victim.recv();
+    let (dir, child) = (std::path::PathBuf::from(&hello[0]), num(&hello[1]) as i32);
+    assert!(dir.is_dir());
+    victim.child.kill().unwrap(); // SIGKILL; its forked child lives on
+    victim.child.wait().unwrap();
+    // SAFETY: signal 0 only asks whether the process exists.
+    assert_eq!(unsafe { libc::kill(child, 0) }, 0, "the forked child is alive");
+
+    // The next process to open the device reclaims the dead endpoint.
+    Peer::spawn_with(TEST, "opens", &env).finish();
+    let reclaimed = !dir.exists();
+    drop(victim); // closes the child's stdin: it exits
+    let _ = std::fs::remove_dir_all(&rt);
+    assert!(reclaimed, "{} was kept alive by the forked child of its dead owner", dir.display());
+}
+
 /// A responder error caused by a peer reaches the owner: its QP enters ERR, the
 /// asynchronous event arrives on its async fd and its receives are flushed by its own
 /// progress thread (the doorbell).

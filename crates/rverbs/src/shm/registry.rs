@@ -54,6 +54,12 @@ const PORT_WORDS: usize = 4;
 const PORT_VALID: u64 = 1 << 32;
 const HDR_LEN: usize = PORTS_OFF + MAX_NET_PORTS * PORT_WORDS * 8;
 
+/// Held while this process removes a dead endpoint's directory, so that the sweep at
+/// exit ([`Registry::reclaim_dead`]) does not race a reclaim of the progress thread
+/// ([`Registry::forget`]) that exit would cut short, leaving part of the directory (the
+/// kill harness found such remains, 2–7 files, about 1 round in 400).
+static RECLAIMING: Mutex<()> = Mutex::new(());
+
 /// This process's endpoint.
 pub(crate) struct Registry {
     pub(crate) ep: u32,
@@ -191,6 +197,33 @@ impl Registry {
             // Other free endpoints are unlocked again when `fd` drops.
         }
         let (ep, lock) = mine.ok_or(Error::Exhausted { what: "endpoints on this host" })?;
+        Self::claimed(root, ep, lock, watch)
+    }
+
+    /// Removes the directory of every endpoint under `root` whose lock is free: what
+    /// processes that died left there. Run at normal exit (`device`'s `atexit` hook), so
+    /// that a peer killed before this process ever reached it (its pidfd never watched:
+    /// `Registry::forget` never runs for it) leaves nothing once the last process of the
+    /// device has exited; [`Registry::claim`] does the same on the way in. Taking the
+    /// lock first makes it safe against a process claiming the number meanwhile.
+    pub(crate) fn reclaim_dead(root: &Path) {
+        // Waits for a reclaim the progress thread is doing (it holds that endpoint's lock,
+        // so this sweep would skip it, and exit would stop the thread half-way through).
+        let _one_at_a_time = RECLAIMING.lock().unwrap_or_else(|p| p.into_inner());
+        for ep in 0..MAX_ENDPOINTS {
+            let path = lock_path(root, ep);
+            // Endpoints that never existed have no lock file (`Probe::Absent`).
+            if let Ok(Probe::Free(_lock)) = probe_lock(&path) {
+                let _ = std::fs::remove_dir_all(ep_dir(root, ep));
+            }
+        }
+    }
+
+    /// The rest of [`Registry::claim`], once endpoint `ep` is locked.
+    fn claimed(root: &Path, ep: u32, lock: OwnedFd, watch: fn(&Arc<Peer>)) -> Result<Registry> {
+        // The lock is this process's alone: a forked child must not hold it (it would
+        // keep this endpoint "alive" after this process died).
+        crate::sys::release_in_children(lock.as_fd());
         let dir = ep_dir(root, ep);
         std::fs::create_dir(&dir)?;
         let hdr = Segment::create(&dir.join("hdr"), HDR_LEN)?;
@@ -235,6 +268,12 @@ impl Registry {
             return true;
         }
         if let Some(p) = self.peers.lock().expect("peers").get(&ep) {
+            // The flag is cleared by the progress thread when the pidfd fires; asked
+            // here by a `ShmLock` waiter, which may be that very thread (spinning on a
+            // lock the dead peer held: it would wait for itself), so ask the pidfd too.
+            if p.is_alive() && p.exited() {
+                p.alive.store(false, Ordering::Release);
+            }
             return p.is_alive();
         }
         // Free (we could take it; released on drop), absent or unreadable: not alive.
@@ -316,6 +355,7 @@ impl Registry {
         if ep == self.ep {
             return;
         }
+        let _one_at_a_time = RECLAIMING.lock().unwrap_or_else(|p| p.into_inner());
         if let Ok(Probe::Free(_lock)) = probe_lock(&lock_path(&self.root, ep)) {
             let _ = std::fs::remove_dir_all(ep_dir(&self.root, ep));
         }
@@ -406,6 +446,14 @@ impl Peer {
     /// The peer's shared tables.
     pub(crate) fn tables(&self) -> &super::tables::Tables {
         &self.tables
+    }
+
+    /// Whether the peer's process has exited (its pidfd is readable), asked now.
+    fn exited(&self) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
+        let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+        matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
     }
 
     pub(crate) fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -521,6 +569,34 @@ mod tests {
     /// An endpoint's published network ports are found by its peers by (namespace,
     /// address), IPv4 and IPv6, and go with the endpoint: the next process on its number
     /// publishes nothing until it does so itself.
+    /// A mapped peer whose process exited is dead to `alive` at once, before the
+    /// progress thread handles its pidfd: a `ShmLock` waiter (the device-atomic lock, a
+    /// receive ring) may be that thread, spinning on a lock the peer died holding (the
+    /// kill harness, tests/chaos/kill.py, hung there: a survivor's progress thread
+    /// retrying an atomic towards a peer killed inside one).
+    #[test]
+    fn a_mapped_peer_that_exited_is_dead_before_its_pidfd_is_handled() {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let r = root("exited");
+        let a = Registry::claim(&r, |_| {}).unwrap();
+        let b = Registry::claim(&r, |_| {}).unwrap(); // its progress thread never runs
+        let _tables_a = super::super::tables::Tables::create(&a.dir).unwrap();
+        // `a`'s process, as its header names it, has exited (a zombie: not reaped yet).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        assert_eq!(poll(&mut fds, None).unwrap(), 1);
+        a.hdr.get::<AtomicU64>(8).store(u64::from(child.id()), Ordering::Release);
+        let pa = b.peer(a.ep).unwrap();
+        assert!(pa.is_alive(), "nobody has marked it dead");
+        assert!(!b.alive(a.ep), "its process has exited");
+        assert!(!pa.is_alive());
+        child.wait().unwrap();
+        drop((pa, a, b));
+        std::fs::remove_dir_all(&r).unwrap();
+    }
+
     #[test]
     fn published_net_ports_are_found_per_namespace_and_address_and_reclaimed() {
         use std::net::{Ipv4Addr, Ipv6Addr};
