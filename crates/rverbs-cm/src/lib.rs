@@ -35,7 +35,6 @@ mod engine;
 pub mod error;
 mod event;
 mod id;
-mod neigh;
 pub mod mad;
 pub mod table;
 

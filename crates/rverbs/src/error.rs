@@ -112,6 +112,18 @@ pub enum Error {
         /// Length of the range in bytes.
         len: u64,
     },
+    /// The destination's next hop does not answer (the errno of the neighbour
+    /// resolution: `ETIMEDOUT`, `EHOSTUNREACH` or `ENETUNREACH`), as the kernel's RoCE
+    /// providers report at ibv_modify_qp(3) to RTR.
+    #[error("{verb}: RoCE route to {dgid} not resolved: nobody answers for its next hop ({})", std::io::Error::from_raw_os_error(*errno))]
+    Unreachable {
+        /// The verb that refused.
+        verb: &'static str,
+        /// The destination GID.
+        dgid: crate::gid::Gid,
+        /// The errno.
+        errno: i32,
+    },
     /// A resource is exhausted (`ENOMEM`).
     #[error("{what} exhausted")]
     Exhausted {
@@ -154,6 +166,7 @@ impl Error {
             Error::Destroyed { .. } => libc::EINVAL,
             Error::CqOverrun => libc::EIO,
             Error::BadAddress { .. } => libc::EFAULT,
+            Error::Unreachable { errno, .. } => *errno,
             Error::Exhausted { .. } => libc::ENOMEM,
             Error::Again { .. } => libc::EAGAIN,
             Error::WouldBlock => libc::EAGAIN,
@@ -204,6 +217,7 @@ mod tests {
             Error::Destroyed { what: "w" },
             Error::CqOverrun,
             Error::BadAddress { verb: "v", addr: 0, len: 1 },
+            Error::Unreachable { verb: "v", dgid: crate::gid::Gid::default(), errno: libc::ETIMEDOUT },
             Error::Exhausted { what: "w" },
             Error::Again { verb: "v", why: "w" },
             Error::WouldBlock,
@@ -224,6 +238,7 @@ mod tests {
             libc::EINVAL,
             libc::EIO,
             libc::EFAULT,
+            libc::ETIMEDOUT,
             libc::ENOMEM,
             libc::EAGAIN,
             libc::EAGAIN,

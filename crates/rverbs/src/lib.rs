@@ -45,6 +45,7 @@ pub mod mcast;
 pub mod mem;
 pub mod mr;
 pub mod mw;
+pub mod neigh;
 mod notify;
 pub mod pd;
 mod progress;

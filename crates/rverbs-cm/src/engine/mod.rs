@@ -482,13 +482,13 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
     let status = match status {
         Ok(()) if remote => {
             let timeout = Duration::from_millis(if timeout_ms > 0 { timeout_ms as u64 } else { 2000 });
-            match crate::neigh::start(dst_ip, timeout, Instant::now()) {
+            match rverbs::neigh::start(dst_ip, timeout, Instant::now()) {
                 Ok(r) => {
                     s.resolving = Some(r);
                     e.kick();
                     return Ok(());
                 }
-                Err(crate::neigh::Probe::Unreachable(errno)) => Err(errno),
+                Err(rverbs::neigh::Probe::Unreachable(errno)) => Err(errno),
                 Err(_) => Ok(()),
             }
         }
@@ -517,12 +517,12 @@ fn resolve_due(st: &mut State, now: Instant) {
     for (n, s) in st.ids.iter_mut() {
         let Some(r) = s.resolving.as_mut().filter(|r| r.next <= now) else { continue };
         let ev = match r.poll(now) {
-            crate::neigh::Probe::Pending => continue,
-            crate::neigh::Probe::Reachable => {
+            rverbs::neigh::Probe::Pending => continue,
+            rverbs::neigh::Probe::Reachable => {
                 s.st = St::AddrResolved;
                 (*n, EventKind::AddrResolved, 0)
             }
-            crate::neigh::Probe::Unreachable(errno) => {
+            rverbs::neigh::Probe::Unreachable(errno) => {
                 tracing::debug!(dst = ?s.dst, errno, "rdma_resolve_addr: the next hop does not answer");
                 (*n, EventKind::AddrError, -errno)
             }

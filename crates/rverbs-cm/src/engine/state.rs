@@ -123,7 +123,7 @@ pub(crate) struct IdState {
     /// A message to another host that waits for its answer, resent until it comes.
     pub(crate) resend: Option<Resend>,
     /// An address resolution waiting for the next hop's neighbour (`neigh.rs`).
-    pub(crate) resolving: Option<crate::neigh::Resolving>,
+    pub(crate) resolving: Option<rverbs::neigh::Resolving>,
 }
 
 /// A request (REQ, REP, DREQ) sent to another host, kept to be sent again while no

@@ -170,6 +170,15 @@ pub(crate) struct ModifyPlan {
     unstall: bool,
 }
 
+impl ModifyPlan {
+    /// The address of another host this call connects the QP to (INIT → RTR with an
+    /// address vector, over the network), whose neighbour must answer first
+    /// (ibv_modify_qp(3) on RoCE: the kernel's `ib_resolve_eth_dmac`; `neigh`).
+    pub(crate) fn new_network_destination(&self) -> Option<std::net::IpAddr> {
+        (self.to == QpState::Rtr && self.mask.contains(QpAttrMask::AV) && self.req.network).then(|| self.req.dgid.to_ip())
+    }
+}
+
 /// The read/atomic depth a QP gets (rverbs_proto::state::rd_atomic_depth), within the
 /// device limit.
 fn rd_atomic_depth(v: u8) -> u8 {

@@ -1,10 +1,13 @@
-//! Address resolution finds out whether the destination's next hop answers.
+//! Whether another host's next hop answers, as the kernel's RDMA stack asks it.
 //!
 //! Rule: rdma_resolve_addr(3): the address is resolved within `timeout_ms`, else the id
 //! gets RDMA_CM_EVENT_ADDR_ERROR. The kernel's rdma_cm resolves the neighbour (ARP or
 //! IPv6 neighbour discovery) of the route's next hop: a next hop nobody answers ends in
 //! ADDR_ERROR with -ETIMEDOUT at the caller's timeout (or -EHOSTUNREACH when the
 //! neighbour fails first), not in a connection attempt that times out a minute later.
+//! Rule: ibv_modify_qp(3) to RTR on a RoCE port resolves the destination GID's neighbour
+//! the same way (the kernel's `ib_resolve_eth_dmac`, one second) and fails when nobody
+//! answers ([`resolve_blocking`]).
 //!
 //! From user space the same question is asked of the kernel's own neighbour table: one
 //! empty UDP datagram to the destination's discard port (9) makes the kernel resolve the
@@ -26,7 +29,7 @@ const POLL: Duration = Duration::from_millis(10);
 
 /// The verdict on a destination.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Probe {
+pub enum Probe {
     /// The next hop answers (or nothing needs asking): ADDR_RESOLVED.
     Reachable,
     /// ADDR_ERROR with this errno.
@@ -37,17 +40,17 @@ pub(crate) enum Probe {
 
 /// A resolution waiting for the neighbour table.
 #[derive(Debug)]
-pub(crate) struct Resolving {
+pub struct Resolving {
     sock: OwnedFd,
     hop: Ipv4Addr,
     deadline: Instant,
     /// When to look again.
-    pub(crate) next: Instant,
+    pub next: Instant,
 }
 
 /// Starts resolving `dst` (not an address of this host) within `timeout`: `Err(verdict)`
 /// when the answer is known at once.
-pub(crate) fn start(dst: IpAddr, timeout: Duration, now: Instant) -> Result<Resolving, Probe> {
+pub fn start(dst: IpAddr, timeout: Duration, now: Instant) -> Result<Resolving, Probe> {
     let IpAddr::V4(v4) = dst else { return Err(Probe::Reachable) };
     if v4.is_loopback() {
         return Err(Probe::Reachable);
@@ -73,7 +76,7 @@ pub(crate) fn start(dst: IpAddr, timeout: Duration, now: Instant) -> Result<Reso
 
 impl Resolving {
     /// Looks at the neighbour table and the socket's error.
-    pub(crate) fn poll(&mut self, now: Instant) -> Probe {
+    pub fn poll(&mut self, now: Instant) -> Probe {
         if arp_complete(self.hop, &std::fs::read_to_string("/proc/net/arp").unwrap_or_default()) {
             return Probe::Reachable;
         }
@@ -87,6 +90,24 @@ impl Resolving {
         }
         self.next = (now + POLL).min(self.deadline);
         Probe::Pending
+    }
+}
+
+/// Resolves `dst` within `timeout`, waiting in the caller: `Ok` when its next hop
+/// answers (or nothing needs asking), else the errno (ETIMEDOUT, EHOSTUNREACH,
+/// ENETUNREACH).
+pub fn resolve_blocking(dst: IpAddr, timeout: Duration) -> Result<(), i32> {
+    let mut r = match start(dst, timeout, Instant::now()) {
+        Ok(r) => r,
+        Err(Probe::Unreachable(errno)) => return Err(errno),
+        Err(_) => return Ok(()),
+    };
+    loop {
+        match r.poll(Instant::now()) {
+            Probe::Reachable => return Ok(()),
+            Probe::Unreachable(errno) => return Err(errno),
+            Probe::Pending => std::thread::sleep(r.next.saturating_duration_since(Instant::now())),
+        }
     }
 }
 
