@@ -18,6 +18,9 @@
 //!   member, leave, a synchronous join.
 //! * `cm_foreign_ptr`: foreign pointers (4 bytes before a PROT_NONE page, a malloc(4), a
 //!   stack byte) and destroyed channels/ids are refused with -1/EINVAL, never read.
+//! * `cm_bad_args`: the librdmacm half of the bad-argument matrix (one row per call and
+//!   case, each citing librdmacm's cma.c or the kernel's ucma.c/cma.c for its errno),
+//!   also run under Valgrind's memcheck.
 //!
 //! This crate does not depend on the shim, so the shim is built here, once per test
 //! run, into its own target directory under `CARGO_TARGET_TMPDIR` (a `cargo build` in
@@ -32,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{compile_and_run_c, our_lib, repo_root};
+use common::{compile_and_run_c, compile_c, our_lib, repo_root, run_c};
 
 const HEADER: &str = "/usr/include/rdma/rdma_cma.h";
 
@@ -122,4 +125,30 @@ fn cm_mcast() {
 #[test]
 fn cm_foreign_ptr() {
     compile_and_run("cm_foreign_ptr");
+}
+
+#[test]
+fn cm_bad_args() {
+    compile_and_run("cm_bad_args");
+}
+
+/// The librdmacm bad-argument matrix under Valgrind's memcheck (`--error-exitcode`: an
+/// invalid read or write, in the program or in either library, fails the test; a few
+/// seconds).
+#[test]
+fn cm_bad_args_under_valgrind() {
+    assert!(
+        Path::new("/usr/bin/valgrind").is_file(),
+        "/usr/bin/valgrind missing: install valgrind"
+    );
+    assert!(Path::new(HEADER).is_file(), "{HEADER} missing: install librdmacm-dev");
+    let dir = dropin_pair("c_cm_bad_args_valgrind");
+    let exe = compile_c("cm_bad_args", &dir, &["-lrdmacm", "-libverbs"]);
+    run_c(
+        "cm_bad_args",
+        &exe,
+        &dir,
+        &["/usr/bin/valgrind", "-q", "--error-exitcode=99"],
+        &[],
+    );
 }

@@ -116,6 +116,13 @@ cm_export! {
             Ok(a) => a,
             Err(e) => return minus_one_errno(e),
         };
+        // The kernel's cma_check_linklocal: a link-local IPv6 address names no interface
+        // without its scope id.
+        if let std::net::SocketAddr::V6(v6) = a {
+            if v6.ip().segments()[0] & 0xffc0 == 0xfe80 && v6.scope_id() == 0 {
+                return minus_one_errno(libc::EINVAL);
+            }
+        }
         let r = w.core().bind_addr(a);
         w.refresh();
         match r {
@@ -224,13 +231,33 @@ cm_export! {
     }
 }
 
+/// The kernel's `KMALLOC_MAX_SIZE` on x86-64 and arm64 with 4 KiB pages (2^(10 + 12)):
+/// `ucma_set_option` refuses longer values with `EINVAL` before reading them.
+const KMALLOC_MAX_SIZE: usize = 4 << 20;
+
+/// `struct ib_path_rec_data` (`<rdma/ib_user_sa.h>`), librdmacm's `ibv_path_data`.
+const IB_PATH_REC_DATA_LEN: usize = size_of::<ibv_path_data>();
+
+/// The errno of an `RDMA_OPTION_IB` option. `RDMA_OPTION_IB_PATH` is not supported
+/// (`ENOSYS`: rverbs is RoCE and resolves routes itself), but a malformed value is
+/// `EINVAL` first, as the kernel's `ucma_set_ib_path` checks (a length that is not a
+/// whole number of `ib_path_rec_data`, or none); other names `ENOSYS`.
+fn ib_option_errno(optname: c_int, optlen: usize) -> c_int {
+    if optname == RDMA_OPTION_IB_PATH && (optlen == 0 || !optlen.is_multiple_of(IB_PATH_REC_DATA_LEN)) {
+        libc::EINVAL
+    } else {
+        libc::ENOSYS
+    }
+}
+
 cm_export! {
     /// Sets an option of an id (rdma_set_option(3)), as the kernel's `ucma_set_option`:
     /// `RDMA_OPTION_ID` with `TOS` (`u8`), `REUSEADDR` (`int`), `AFONLY` (`int`),
     /// `ACK_TIMEOUT` (`u8`, RC ids only) — a wrong `optlen` is `EINVAL`, another name
     /// `ENOSYS`;
     /// `RDMA_OPTION_IB_PATH` (IB path records; rverbs is RoCE) and other levels are
-    /// `ENOSYS`. NULL `optval` is `EFAULT`.
+    /// `ENOSYS` (a malformed path value `EINVAL`). First, as the kernel: `optlen`
+    /// beyond 4 MiB is `EINVAL`, a NULL `optval` with a length `EFAULT`.
     #[cm(minus_one)]
     pub unsafe fn rdma_set_option(
         id: *mut rdma_cm_id,
@@ -244,11 +271,20 @@ cm_export! {
             Ok(w) => w,
             Err(e) => return e,
         };
+        // The kernel's ucma_set_option checks in this order: the length against
+        // KMALLOC_MAX_SIZE, then copies the value in (NULL: EFAULT, unless 0 bytes), then
+        // the level and the name (ENOSYS), then the name's length (EINVAL).
+        if optlen > KMALLOC_MAX_SIZE {
+            return minus_one_errno(libc::EINVAL);
+        }
+        if optval.is_null() && optlen != 0 {
+            return minus_one_errno(libc::EFAULT);
+        }
+        if level == RDMA_OPTION_IB {
+            return minus_one_errno(ib_option_errno(optname, optlen));
+        }
         if level != RDMA_OPTION_ID {
             return minus_one_errno(libc::ENOSYS);
-        }
-        if optval.is_null() {
-            return minus_one_errno(libc::EFAULT);
         }
         let want = match optname {
             RDMA_OPTION_ID_TOS | RDMA_OPTION_ID_ACK_TIMEOUT => size_of::<u8>(),

@@ -540,8 +540,9 @@ pub(crate) fn resolve_route(id: &CmId, _timeout_ms: i32) -> Result<()> {
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
-    if !matches!(s.st, St::AddrResolved | St::RouteResolved) {
-        return Err(Error::invalid("rdma_resolve_route", "the address is not resolved"));
+    // The kernel's rdma_resolve_route: ADDR_RESOLVED only (a resolved route is EINVAL).
+    if s.st != St::AddrResolved {
+        return Err(Error::invalid("rdma_resolve_route", "the address is not resolved, or the route already is"));
     }
     s.st = St::RouteResolved;
     s.num_paths = 1;
@@ -556,8 +557,9 @@ pub(crate) fn listen(id: &CmId, backlog: i32) -> Result<()> {
     let n = id.number();
     let s = st.id(id)?;
     if s.st == St::Listen {
-        s.backlog = effective_backlog(backlog);
-        return Ok(());
+        // The kernel's rdma_listen: a listening id is not ADDR_BOUND, and rebinding it
+        // (rdma_bind_addr from IDLE only) fails.
+        return Err(Error::invalid("rdma_listen", "the id already listens"));
     }
     if s.st == St::Idle {
         // rdma_listen(3) on an unbound id binds it to the wildcard address with an
