@@ -37,9 +37,15 @@ reads time out after 60 s. The client prints one PASS/FAIL line per scenario and
 "N passed, N failed" last, and exits 1 on any failure; the server exits 1 when one of its
 own checks failed or the exchange broke.
 
+Also, alone: `unreachable` moves an RC QP to RTR towards the GID of an address of the
+link that nobody holds (--server): ibv_modify_qp must fail with ETIMEDOUT or EHOSTUNREACH
+(the kernel's RoCE providers resolve the destination's neighbour at RTR,
+ib_resolve_eth_dmac) and leave the QP in INIT.
+
 usage:
   net_errors.py server --dev DEV --ip LOCAL_IP [--listen ADDR] [--port PORT]
   net_errors.py client --dev DEV --ip LOCAL_IP --server ADDR [--port PORT] [--only NAME,...]
+  net_errors.py unreachable --dev DEV --ip LOCAL_IP --server UNUSED_ADDR
 
 LOCAL_IP selects the RoCE v2 GID (::ffff:LOCAL_IP) of port 1. Run with /usr/bin/python3
 (Debian's python3-pyverbs); LD_LIBRARY_PATH selects rverbs' drop-in libibverbs.so.1.
@@ -513,9 +519,28 @@ def client(args):
     return 1 if failed else 0
 
 
+def unreachable(args):
+    """RTR towards a GID nobody answers: refused with the neighbour's errno, QP in INIT."""
+    from pyverbs.pyverbs_error import PyverbsRDMAError
+    import errno
+    res = Resources(Device(args.dev, args.ip))
+    gid = ipaddress.IPv6Address('::ffff:' + args.server).exploded
+    start = time.monotonic()
+    try:
+        res.connect({'qpn': 0x11, 'psn': 0, 'gid': gid})
+    except PyverbsRDMAError as ex:
+        took = time.monotonic() - start
+        ok = ex.error_code in (errno.ETIMEDOUT, errno.EHOSTUNREACH) and res.state() == e.IBV_QPS_INIT
+        print(f'{"PASS" if ok else "FAIL"} unreachable: modify_qp to RTR towards {args.server} failed '
+              f'with errno {ex.error_code} after {took:.2f} s, QP state {res.state()}', flush=True)
+        return 0 if ok else 1
+    print(f'FAIL unreachable: modify_qp to RTR towards {args.server}, which nobody holds, succeeded', flush=True)
+    return 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('role', choices=['server', 'client'])
+    p.add_argument('role', choices=['server', 'client', 'unreachable'])
     p.add_argument('--dev', required=True, help='device name (rverbs0, rxe0)')
     p.add_argument('--ip', required=True, help='local IPv4 address whose RoCE v2 GID is used')
     p.add_argument('--port', type=int, default=18900, help='TCP port of the exchange')
@@ -529,6 +554,8 @@ def main():
     try:
         if args.role == 'server':
             return serve(args)
+        if args.role == 'unreachable':
+            return unreachable(args)
         if not args.server:
             p.error('client needs --server')
         return client(args)

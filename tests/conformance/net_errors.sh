@@ -62,6 +62,12 @@ in_ns "$B" "$WORK/rt-b" "$PY" tests/conformance/net_errors.py client --dev rverb
   >"$WORK/client.log" 2>"$WORK/client.err" || crc=$?
 wait "$spid" || src=$?
 cat "$WORK/client.log"
+# RTR towards an address of the link that nobody holds fails (ib_resolve_eth_dmac).
+urc=0
+in_ns "$B" "$WORK/rt-b" "$PY" tests/conformance/net_errors.py unreachable --dev rverbs0 --ip "$IP_B" \
+  --server 10.69.0.99 >"$WORK/unreachable.log" 2>&1 || urc=$?
+cat "$WORK/unreachable.log"
+[ "$urc" = 0 ] || crc=1
 if [ "$src" != 0 ] || [ "$crc" != 0 ]; then
   echo "net_errors.sh: FAILED (server exit $src, client exit $crc)"
   echo "--- server output:"; cat "$WORK/server.log"
