@@ -30,6 +30,7 @@ impl Requester {
     /// Takes one response (RC only; UC/UD have none) and returns where its READ payload
     /// goes, if it carries any the driver must place.
     ///
+    /// Rule: a response naming a PSN at or beyond the highest one sent is dropped.
     /// Rule: rocev2-wire.md §3.4 CHECK_PSN: a response beyond a pending SEND/WRITE's last
     /// PSN implicitly acknowledges it (one ACK retires many WQEs); beyond a pending
     /// READ/atomic it is an implicit NAK (retry); a response below `comp.psn` completes the
@@ -45,6 +46,15 @@ impl Requester {
     /// resume point of a go-back-N READ, §3.2 step 1), not only at the WQE's first PSN.
     pub fn handle_response(&mut self, now: Instant, resp: &Response) -> Option<ReadPlacement> {
         if self.cfg.mode != Mode::Rc || self.state == RequesterState::Error {
+            return None;
+        }
+        // Rule: a response can only answer a PSN that was sent. One naming a PSN at or
+        // beyond the highest ever transmitted (a "ghost" response: forged, misrouted, or
+        // from an old connection) is dropped without effect: an ACK or NAK-sequence for it
+        // would move `comp.psn` past `req.psn` (found by the `requester_acks` fuzz target:
+        // with only PSN 0 of a three-packet SEND sent, an ACK for PSN 2 acknowledged PSNs
+        // 1 and 2 before they were sent, and stopped the retransmit timer).
+        if resp.psn.diff(self.sent_end) >= 0 {
             return None;
         }
         let mut placement = None;
@@ -182,9 +192,24 @@ impl Requester {
             }
             O::Acknowledge => {
                 match resp.syndrome {
+                    // Rule: a READ or an atomic completes only with its data (READ
+                    // responses, ATOMIC ACKNOWLEDGE). A plain ACK naming one of its PSNs
+                    // (rxe re-ACKs a duplicate with `resp.psn − 1`, which can be a READ's
+                    // last PSN) is dropped; the retransmit timer recovers the data. Taken,
+                    // it completed the WQE with success and nothing placed, or an atomic
+                    // without its original value (found by the `requester_acks` fuzz
+                    // target).
+                    Some(Syndrome::Ack { .. }) if front.wqe.is_read_or_atomic() => {}
                     Some(Syndrome::Ack { .. }) => {
                         self.reset_retry_counters();
-                        if front.state == WqeState::Pending && resp.psn == front.last_psn {
+                        // The ACK of the WQE's last PSN completes it, even while a
+                        // go-back-N is re-sending it (not `Pending` again yet): every PSN
+                        // up to it was sent (see the ghost rule above) and received. Left
+                        // uncompleted, `comp.psn` would pass its last PSN and the next
+                        // rewind would re-send it from its end: an empty LAST packet with
+                        // a PSN of its own that shifted every later PSN (found by the
+                        // `requester_acks` fuzz target).
+                        if resp.psn == front.last_psn {
                             self.advance_comp_psn(resp.psn.add(1));
                             self.in_read_stream = false;
                             self.complete_front(WcStatus::Success, vendor_err::NONE, None);

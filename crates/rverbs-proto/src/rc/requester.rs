@@ -70,6 +70,10 @@ pub struct Requester {
     pub(super) next: usize,
     pub(super) req_psn: Psn,
     pub(super) comp_psn: Psn,
+    /// One past the highest PSN ever transmitted (a READ REQUEST counts all its response
+    /// PSNs): `req.psn` goes back on a retry, this does not. A response at or beyond it
+    /// answers nothing that was sent (see `handle_response`).
+    pub(super) sent_end: Psn,
     noack_pkts: u32,
     pub(super) rd_atomic: u32,
     pub(super) max_rd_atomic: u32,
@@ -101,6 +105,7 @@ impl Requester {
             next: 0,
             req_psn: cfg.sq_psn,
             comp_psn: cfg.sq_psn,
+            sent_end: cfg.sq_psn,
             noack_pkts: 0,
             rd_atomic: max_rd_atomic,
             max_rd_atomic,
@@ -341,6 +346,9 @@ impl Requester {
             WrOpcode::RdmaRead => e.last_psn.add(1),
             _ => psn.add(1),
         };
+        if self.req_psn.diff(self.sent_end) > 0 {
+            self.sent_end = self.req_psn;
+        }
         // §1.2: AckReq on every END packet, and when the no-ack count exceeds 64.
         if mode == Mode::Rc {
             r.ack_req = seg.end || {

@@ -930,3 +930,84 @@ fn reconfigure_keeps_sequence_and_applies_new_access() {
     let w = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::RdmaWrite, 8), resp.expected_psn());
     assert_eq!(resp.handle_request(now, &w, &mut t).violation, Some(Violation::QpAccessDenied));
 }
+
+/// A response naming a PSN that was never sent (a "ghost") is dropped: it acknowledges
+/// nothing, does not move `comp.psn` past `req.psn`, and leaves the retransmit timer
+/// running. Found by the `requester_acks` fuzz target (fuzz/regressions/requester_acks/):
+/// with only the FIRST packet of a three-packet SEND sent, an ACK for PSN 2 set
+/// `comp.psn` to 3 while `req.psn` was 1.
+#[test]
+fn rc_response_for_unsent_psn_is_dropped() {
+    let now = Instant::now();
+    let mut r = Requester::new(req_cfg());
+    r.post(SendWqe { id: 1, opcode: WrOpcode::Send, length: 3 * MTU, ..SendWqe::TEMPLATE }).unwrap();
+    let first = r.poll_transmit(now).expect("SEND FIRST");
+    assert_eq!((op(&first), first.psn.get()), (Operation::SendFirst, 0));
+    let timer = r.poll_timeout();
+    assert!(timer.is_some());
+    for syndrome in [Syndrome::ACK, Syndrome::Nak(NakCode::PsnSequenceError)] {
+        assert_eq!(r.handle_response(now, &Response::ack(Psn::new(2), syndrome, 1)), None);
+        assert_eq!((r.comp_psn().get(), r.req_psn().get()), (0, 1), "{syndrome:?}");
+        assert_eq!(r.state(), RequesterState::Ready);
+        assert_eq!(r.poll_timeout(), timer);
+        assert_eq!(r.poll_completion(), None);
+    }
+    // The rest of the SEND goes out as usual, and the real ACK completes it.
+    let rest: Vec<u32> = std::iter::from_fn(|| r.poll_transmit(now)).map(|q| q.psn.get()).collect();
+    assert_eq!(rest, [1, 2]);
+    assert_eq!(r.handle_response(now, &Response::ack(Psn::new(2), Syndrome::ACK, 1)), None);
+    assert_eq!(r.poll_completion().map(|c| (c.id, c.status)), Some((1, WcStatus::Success)));
+    assert_eq!(r.comp_psn().get(), 3);
+}
+
+/// A late ACK of a WQE's last PSN that arrives while a go-back-N is re-sending the WQE
+/// completes it. Found by the `requester_acks` fuzz target: the WQE stayed uncompleted with
+/// `comp.psn` past its last PSN, and the next rewind sent an empty SEND LAST with a new
+/// PSN (shifting every later PSN by one; the responder NAKs it as out of sequence).
+#[test]
+fn rc_late_ack_of_last_psn_completes_wqe_being_resent() {
+    let now = Instant::now();
+    let mut r = Requester::new(req_cfg());
+    r.post(SendWqe { id: 1, opcode: WrOpcode::Send, length: 3 * MTU, ..SendWqe::TEMPLATE }).unwrap();
+    let sent: Vec<u32> = std::iter::from_fn(|| r.poll_transmit(now)).map(|q| q.psn.get()).collect();
+    assert_eq!(sent, [0, 1, 2]);
+    // The ACK is late: the retransmit timer fires and the go-back-N re-sends PSN 0.
+    let at = r.poll_timeout().expect("retransmit timer");
+    r.handle_timeout(at);
+    let again = r.poll_transmit(at).expect("go-back-N");
+    assert_eq!((op(&again), again.psn.get()), (Operation::SendFirst, 0));
+    // Now the ACK of the first transmission arrives.
+    assert_eq!(r.handle_response(at, &Response::ack(Psn::new(2), Syndrome::ACK, 1)), None);
+    assert_eq!(r.poll_completion().map(|c| (c.id, c.status)), Some((1, WcStatus::Success)));
+    assert_eq!((r.comp_psn().get(), r.req_psn().get()), (3, 3));
+    assert_eq!(r.poll_transmit(at), None);
+    assert!(r.is_idle());
+}
+
+/// A plain ACK naming the PSN of a READ or an atomic does not complete it: they complete
+/// only with their data. Found by the `requester_acks` fuzz target: a CMP_SWAP completed
+/// with success and no original value, a one-packet READ with nothing placed.
+#[test]
+fn rc_plain_ack_does_not_complete_read_or_atomic() {
+    let now = Instant::now();
+    for opcode in [WrOpcode::RdmaRead, WrOpcode::AtomicCmpAndSwp, WrOpcode::AtomicFetchAndAdd] {
+        let mut r = Requester::new(req_cfg());
+        let w = SendWqe { id: 1, opcode, length: 8, remote_va: MR_BASE, rkey: RKEY, ..SendWqe::TEMPLATE };
+        r.post(w).unwrap();
+        let q = r.poll_transmit(now).expect("request");
+        assert_eq!(r.handle_response(now, &Response::ack(q.psn, Syndrome::ACK, 1)), None);
+        assert_eq!(r.poll_completion(), None, "{opcode:?}");
+        assert_eq!(r.comp_psn().get(), 0, "{opcode:?}");
+        assert!(r.poll_timeout().is_some(), "{opcode:?}: the timer still runs");
+        // Its real response completes it.
+        let resp = if opcode == WrOpcode::RdmaRead {
+            Response { opcode: OpCode::RcRdmaReadResponseOnly, payload_len: 8, ..Response::ack(q.psn, Syndrome::ACK, 1) }
+        } else {
+            Response { opcode: OpCode::RcAtomicAcknowledge, atomic_original: Some(5), ..Response::ack(q.psn, Syndrome::ACK, 1) }
+        };
+        let _ = r.handle_response(now, &resp);
+        let c = r.poll_completion().expect("completion");
+        assert_eq!(c.status, WcStatus::Success, "{opcode:?}");
+        assert_eq!(c.atomic_original, (opcode != WrOpcode::RdmaRead).then_some(5));
+    }
+}
