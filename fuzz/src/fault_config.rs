@@ -1,0 +1,41 @@
+//! `fault_config`: `RVERBS_FAULTS`, the environment variable every process using the
+//! UDP transport reads, through `FaultConfig::parse` and into an injector that sends
+//! packets with it.
+//!
+//! Input: the variable's value (non-UTF-8 values are what `std::env::var` refuses before
+//! the parser, so they are skipped).
+//!
+//! Asserts: the parser never panics; what it accepts has probabilities in `[0, 1]`; an
+//! injector built from it sends, holds and releases packets without panicking (the first
+//! send is at "now", as the UDP transport's send path does) and never loses a copy it
+//! did not count as dropped.
+
+use std::time::{Duration, Instant};
+
+use rverbs_proto::fault::{FaultConfig, Injector};
+
+/// Runs one input.
+pub fn run(data: &[u8]) {
+    let Ok(spec) = std::str::from_utf8(data) else { return };
+    let Ok(cfg) = FaultConfig::parse(spec) else { return };
+    for p in [cfg.drop, cfg.duplicate, cfg.reorder, cfg.corrupt] {
+        assert!((0.0..=1.0).contains(&p), "{cfg:?}");
+    }
+    let mut inj: Injector<Vec<u8>> = Injector::new(cfg);
+    let now = Instant::now();
+    for i in 0..8u8 {
+        inj.send(now + Duration::from_micros(u64::from(i)), vec![i; 16]);
+    }
+    let s = inj.stats();
+    assert_eq!(s.sent, 8);
+    let held = inj.len() as u64;
+    assert_eq!(held, s.sent - s.dropped + s.duplicated);
+    let _ = inj.poll_timeout();
+    let mut out = 0;
+    while let Some(at) = inj.poll_timeout() {
+        assert!(inj.pop_due(at).is_some(), "a packet due at its own deadline is released");
+        out += 1;
+    }
+    assert_eq!(out, held);
+    assert!(inj.is_empty());
+}

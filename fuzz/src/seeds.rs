@@ -1,0 +1,261 @@
+//! The seed corpora, built from the crates' own emitters and machines (never captured
+//! from elsewhere): `cargo test --manifest-path fuzz/Cargo.toml` checks that every seed
+//! runs clean, and with `RVERBS_FUZZ_WRITE_SEEDS=1` writes them to `fuzz/corpus/`.
+//!
+//! The packet seeds come from a requester and a responder talking to each other (MTU 256,
+//! so each is small): every request opcode the requester sends, every response the
+//! responder sends, a UC and a UD exchange and a CNP.
+
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+use rverbs_cm::mad::cma_ip::CmaIpHeader;
+use rverbs_cm::mad::service::{service_id, RDMA_PS_TCP, RDMA_PS_UDP};
+use rverbs_cm::mad::{CmMessage, Drep, Dreq, MessageKind, Mra, Rej, Rep, Req, Rtu, SidrRep, SidrReq};
+use rverbs_proto::psn::Psn;
+use rverbs_proto::rc::{Mode, Request, Requester, Responder, ResponderConfig, Response, SendWqe, UdDest};
+use rverbs_proto::rc::RequesterConfig;
+use rverbs_proto::wire::icrc;
+use rverbs_proto::wire::{BthRepr, OpCode, RocePacket, RoceRepr};
+
+use crate::input::{push_record, Input};
+use crate::responder::{FuzzTarget, QKEY};
+use crate::wire_parse::ROCE_PORT;
+
+/// One seed: the target, a file name, the bytes.
+pub type Seed = (&'static str, String, Vec<u8>);
+
+const SRC: Ipv4Addr = Ipv4Addr::new(10, 66, 0, 1);
+const DST: Ipv4Addr = Ipv4Addr::new(10, 66, 0, 2);
+const SPORT: u16 = 0xc123;
+
+/// The 12 addressing bytes `wire_parse` reads first.
+fn meta(id: u16) -> Vec<u8> {
+    let mut m = Vec::new();
+    m.extend_from_slice(&u32::from_be_bytes(SRC.octets()).to_le_bytes());
+    m.extend_from_slice(&u32::from_be_bytes(DST.octets()).to_le_bytes());
+    m.extend_from_slice(&SPORT.to_le_bytes());
+    m.extend_from_slice(&id.to_le_bytes());
+    m
+}
+
+/// The packet of `repr` with `payload` and the ICRC it has when sent from SRC to DST with
+/// IPv4 Identification 0.
+pub fn packet(repr: &RoceRepr, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![0; repr.buffer_len()];
+    let mut p = RocePacket::new_unchecked(&mut out[..]);
+    repr.emit(&mut p);
+    p.payload_mut().copy_from_slice(&payload[..repr.payload_len]);
+    let crc = icrc::compute_ipv4_pseudo(SRC, DST, SPORT, ROCE_PORT, p.without_icrc());
+    p.set_icrc(crc);
+    out
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed)).collect()
+}
+
+/// The payload a request carries (`Request` names a range of its WR's message).
+fn request_payload(r: &Request) -> Vec<u8> {
+    match r.atomic_write {
+        Some(v) => v.to_ne_bytes().to_vec(),
+        None => pattern(r.payload_len as usize, r.payload_offset as u8),
+    }
+}
+
+/// The header of a `requester_acks` input and the requester it describes, run through the
+/// harness's own decoding.
+fn requester_input(cfg: [u8; 6], wrs: &[[u8; 4]]) -> (Vec<u8>, Requester, RequesterConfig) {
+    let mut bytes = cfg.to_vec();
+    bytes.push(wrs.len() as u8 - 1);
+    for w in wrs {
+        bytes.extend_from_slice(w);
+    }
+    let mut inp = Input::new(&bytes);
+    let cfg = crate::requester_acks::config(&mut inp);
+    let mut req = Requester::new(cfg);
+    let n = usize::from(inp.u8() % 8) + 1;
+    for id in 1..=n as u64 {
+        let w = crate::requester_acks::wqe(&mut inp, id, cfg.mtu);
+        req.post(w).expect("seed WR posts");
+    }
+    (bytes, req, cfg)
+}
+
+/// The 4 bytes of a WR for `requester_acks::wqe`: opcode index, length, flags.
+fn wr(opcode: usize, length: u16, flags: u8) -> [u8; 4] {
+    let l = length.to_le_bytes();
+    [opcode as u8, l[0], l[1], flags]
+}
+
+/// An RC exchange through the harnesses' own types: the requester's packets, the
+/// responder's, and the inputs of `responder` and `requester_acks` that replay it.
+struct Exchange {
+    requests: Vec<Vec<u8>>,
+    responses: Vec<Vec<u8>>,
+    responder_input: Vec<u8>,
+    requester_input: Vec<u8>,
+}
+
+fn exchange(mode: Mode, wrs: &[[u8; 4]], recvs: &[u16]) -> Exchange {
+    let now = Instant::now();
+    let (mut requester_input, mut req, rcfg) = requester_input([0, 16, 0, 0, 0, 0], wrs);
+    // Responder configuration bytes for `responder::config`: mode, MTU 256, all access,
+    // 16 resources, rq_psn 0, RNR timer 1.
+    let mode_byte = match mode {
+        Mode::Rc => 0,
+        Mode::Uc => 1,
+        Mode::Ud => 2,
+    };
+    let mut responder_input = vec![mode_byte, 0, 0, 16, 0, 0, 0, 1];
+    let scfg = crate::responder::config(&mut Input::new(&responder_input));
+    assert_eq!((scfg.mtu, scfg.rq_psn), (rcfg.mtu, rcfg.sq_psn));
+    let mut resp = Responder::new(ResponderConfig { mode, ..scfg });
+    let mut t = FuzzTarget::new();
+    for &c in recvs {
+        t.post_recv(u64::from(c));
+        responder_input.push(5);
+        responder_input.extend_from_slice(&c.to_le_bytes());
+    }
+    let (mut requests, mut responses) = (Vec::new(), Vec::new());
+    for _round in 0..4 {
+        requester_input.push(4);
+        let mut any = false;
+        while let Some(r) = req.poll_transmit(now) {
+            any = true;
+            let payload = request_payload(&r);
+            let bytes = packet(&r.to_repr(0x12), &payload);
+            let parsed = RoceRepr::parse(&RocePacket::new_checked(&bytes[..]).expect("seed packet")).expect("seed parses");
+            let request = Request::from_repr(&parsed, &payload);
+            let d = resp.handle_request(now, &request, &mut t);
+            crate::responder::deliver(&scfg, &mut t, &d, &payload);
+            responder_input.push(0);
+            push_record(&mut responder_input, &bytes);
+            requests.push(bytes);
+        }
+        responder_input.push(6);
+        while let Some(r) = resp.poll_transmit(now) {
+            any = true;
+            let payload = match r.source {
+                Some(s) if s.len > 0 => t.read(s.va, s.len).to_vec(),
+                _ => Vec::new(),
+            };
+            let bytes = packet(&r.to_repr(0x11), &payload);
+            let _ = req.handle_response(now, &Response::from_repr(&RoceRepr::parse(&RocePacket::new_checked(&bytes[..]).expect("seed")).expect("seed")));
+            requester_input.push(0);
+            push_record(&mut requester_input, &bytes);
+            responses.push(bytes);
+        }
+        if !any {
+            break;
+        }
+    }
+    // The exchange is a good one: every WR completed with success.
+    let mut done = 0;
+    while let Some(c) = req.poll_completion() {
+        assert_eq!(c.status, rverbs_proto::verbs::WcStatus::Success, "seed exchange: {c:?}");
+        done += 1;
+    }
+    assert!(mode != Mode::Rc || (done > 0 && req.is_idle()), "seed exchange did not finish: {done} completions");
+    Exchange { requests, responses, responder_input, requester_input }
+}
+
+/// Every seed of every target.
+pub fn all() -> Vec<Seed> {
+    let mut seeds: Vec<Seed> = Vec::new();
+    // Opcode indices of `requester_acks::OPCODES`.
+    let (send, send_imm, send_inv, write, write_imm, read, cas, faa, awrite, flush) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9);
+    let rc = exchange(
+        Mode::Rc,
+        &[
+            wr(send, 600, 0),
+            wr(write, 300, 0x10),
+            wr(read, 520, 0x20),
+            wr(cas, 8, 0x30),
+            wr(faa, 8, 0x41),
+            wr(write_imm, 40, 0),
+            wr(send_imm, 0, 0),
+            wr(awrite, 8, 0x50),
+        ],
+        &[1024, 64, 64],
+    );
+    let rc2 = exchange(Mode::Rc, &[wr(send_inv, 100, 0), wr(flush, 64, 0), wr(read, 0, 0x02), wr(send, 16, 0)], &[256, 256]);
+    let uc = exchange(Mode::Uc, &[wr(send, 300, 0), wr(write_imm, 10, 0)], &[512, 512]);
+    for (name, e) in [("rc", &rc), ("rc2", &rc2), ("uc", &uc)] {
+        seeds.push(("responder", format!("seed-{name}"), e.responder_input.clone()));
+        if !e.responses.is_empty() {
+            seeds.push(("requester_acks", format!("seed-{name}"), e.requester_input.clone()));
+        }
+        for (i, p) in e.requests.iter().chain(&e.responses).enumerate() {
+            let mut s = meta(i as u16 * 0x101);
+            s.extend_from_slice(p);
+            seeds.push(("wire_parse", format!("seed-{name}-{i:02}"), s));
+        }
+    }
+    // UD: a SEND ONLY with immediate and DETH, through the responder.
+    let mut ud_req = Requester::new(RequesterConfig { mode: Mode::Ud, mtu: 256, ..RequesterConfig::TEMPLATE });
+    let ud = UdDest { remote_qpn: 0x12, remote_qkey: QKEY };
+    let w = SendWqe { id: 1, opcode: rverbs_proto::verbs::WrOpcode::SendWithImm, length: 24, imm: 7, ud: Some(ud), ..SendWqe::TEMPLATE };
+    ud_req.post(w).expect("UD post");
+    let r = ud_req.poll_transmit(Instant::now()).expect("UD packet");
+    let ud_packet = packet(&r.to_repr(0x12), &request_payload(&r));
+    let mut s = vec![2, 0, 0, 16, 0, 0, 0, 1, 5];
+    s.extend_from_slice(&128u16.to_le_bytes());
+    s.push(0);
+    push_record(&mut s, &ud_packet);
+    seeds.push(("responder", "seed-ud".into(), s));
+    let mut s = meta(0);
+    s.extend_from_slice(&ud_packet);
+    seeds.push(("wire_parse", "seed-ud".into(), s));
+    // A CNP (IBTA Annex A17): 16 reserved bytes.
+    let cnp = RoceRepr::new(BthRepr { opcode: OpCode::Cnp, solicited: false, migreq: false, pad_count: 0, pkey: 0xffff, fecn: false, becn: true, dest_qp: 0x12, ack_req: false, psn: 0 }, 0);
+    let mut s = meta(0x718c);
+    s.extend_from_slice(&packet(&cnp, &[]));
+    seeds.push(("wire_parse", "seed-cnp".into(), s));
+    let _ = Psn::new(0);
+
+    cm_seeds(&mut seeds);
+    for (i, spec) in [
+        "seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%",
+        "delay=50us",
+        "drop=0.25, duplicate=0.1 ,reorder=1,reorder_by=1ms,seed=18446744073709551615",
+        "corrupt=100%,delay=2s",
+    ]
+    .iter()
+    .enumerate()
+    {
+        seeds.push(("fault_config", format!("seed-{i}"), spec.as_bytes().to_vec()));
+    }
+    seeds
+}
+
+/// One of each CM message rverbs sends, with the private data rdma_cm puts in it.
+fn cm_seeds(seeds: &mut Vec<Seed>) {
+    let v4 = CmaIpHeader { src: "10.66.0.1:40000".parse().expect("addr"), dst: "10.66.0.2:7471".parse().expect("addr") };
+    let v6 = CmaIpHeader { src: "[fd00::1]:40000".parse().expect("addr"), dst: "[fd00::2]:7471".parse().expect("addr") };
+    let mut req4 = Req { local_comm_id: 0x1111, service_id: service_id(RDMA_PS_TCP, 7471), local_qpn: 0x12, starting_psn: 0x33, ..Req::default() };
+    v4.emit(&mut req4.private_data);
+    req4.private_data[36..40].copy_from_slice(b"user");
+    let mut req6 = req4.clone();
+    v6.emit(&mut req6.private_data);
+    let mut sidr = SidrReq { request_id: 9, service_id: service_id(RDMA_PS_UDP, 7471), ..SidrReq::default() };
+    v4.emit(&mut sidr.private_data);
+    let mut rej = Rej { local_comm_id: 1, remote_comm_id: 2, message_rejected: MessageKind::Rep, ari_length: 4, ..Rej::default() };
+    rej.ari[..4].copy_from_slice(&[1, 2, 3, 4]);
+    let sidr_rep = SidrRep { request_id: 9, qpn: 0x44, qkey: 0x0123_4567, additional_info_length: 2, ..SidrRep::default() };
+    let messages: Vec<(&str, CmMessage)> = vec![
+        ("req-ipv4", req4.into()),
+        ("req-ipv6", req6.into()),
+        ("rep", Rep { local_comm_id: 2, remote_comm_id: 1, local_qpn: 0x13, ..Rep::default() }.into()),
+        ("rtu", Rtu { local_comm_id: 1, remote_comm_id: 2, ..Rtu::default() }.into()),
+        ("rej", rej.into()),
+        ("mra", Mra { local_comm_id: 1, remote_comm_id: 2, service_timeout: 20, ..Mra::default() }.into()),
+        ("dreq", Dreq { local_comm_id: 1, remote_comm_id: 2, remote_qpn_eecn: 0x13, ..Dreq::default() }.into()),
+        ("drep", Drep { local_comm_id: 2, remote_comm_id: 1, ..Drep::default() }.into()),
+        ("sidr-req", sidr.into()),
+        ("sidr-rep", sidr_rep.into()),
+    ];
+    for (i, (name, m)) in messages.into_iter().enumerate() {
+        seeds.push(("cm_mad", format!("seed-{name}"), m.encode_with_modifier(0x1000 + i as u64, i as u32).to_vec()));
+    }
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target of fuzz/ for a bounded time and fails if any crashes.
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
+#
+# SECONDS_PER_TARGET defaults to 20 (the CI's short mode); TARGETs default to every
+# fuzz/fuzz_targets/*.rs. Each target runs on a copy of its committed seed corpus
+# (fuzz/corpus/<target>/) in a temporary directory, so nothing is ever written into the
+# repository; a crash input is copied to $FUZZ_ARTIFACTS (default: target dir's
+# fuzz-artifacts/) and its path printed. Keep a crash as fuzz/regressions/<target>/<file>
+# (replayed by `cargo test --manifest-path fuzz/Cargo.toml`) and as a unit test in the
+# crate that had the bug.
+#
+# FUZZ_RUNS=N stops each target after N executions as well (the recorded long runs:
+# `FUZZ_RUNS=10000000 scripts/fuzz.sh 600`).
+#
+# Toolchain: the stable one. cargo-fuzz is installed if missing (`cargo install --locked
+# cargo-fuzz`); targets are built `-O -a -s none`: optimized, with debug assertions and
+# overflow checks, without a sanitizer (with `-s none` cargo-fuzz passes no -Z flag, so no
+# nightly is needed; every crate the targets exercise is free of unsafe code, so
+# AddressSanitizer would only halve the speed). Build jobs: CARGO_BUILD_JOBS (default 2).
+set -euo pipefail
+
+secs=${1:-20}
+shift || true
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+if [ $# -gt 0 ]; then
+    targets=("$@")
+else
+    targets=()
+    for f in fuzz/fuzz_targets/*.rs; do
+        targets+=("$(basename "$f" .rs)")
+    done
+fi
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "fuzz.sh: installing cargo-fuzz"
+    cargo install --locked cargo-fuzz
+fi
+
+tdir=${CARGO_TARGET_DIR:-$root/target}/fuzz
+artifacts=${FUZZ_ARTIFACTS:-${CARGO_TARGET_DIR:-$root/target}/fuzz-artifacts}
+mkdir -p "$artifacts"
+export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
+
+start=$(date +%s)
+cargo fuzz build -O -a -s none --target-dir "$tdir"
+echo "fuzz.sh: built in $(( $(date +%s) - start )) s"
+
+bin=$tdir/x86_64-unknown-linux-gnu/release
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=()
+printf '%-16s %14s %10s %8s %8s\n' target executions exec/s seconds status > "$work/summary"
+for t in "${targets[@]}"; do
+    mkdir -p "$work/$t"
+    if [ -d "fuzz/corpus/$t" ]; then
+        cp -r "fuzz/corpus/$t/." "$work/$t/"
+    fi
+    echo "fuzz.sh: $t for ${secs} s"
+    status=ok
+    t0=$(date +%s)
+    runs=()
+    if [ -n "${FUZZ_RUNS:-}" ]; then
+        runs=(-runs="$FUZZ_RUNS")
+    fi
+    # -timeout: one input taking 10 s is a hang; -rss_limit_mb: a leak or a huge allocation.
+    if ! "$bin/$t" "$work/$t" -max_total_time="$secs" -print_final_stats=1 -timeout=10 \
+        -rss_limit_mb=2048 -artifact_prefix="$artifacts/$t-" "${runs[@]}" >"$work/$t.log" 2>&1; then
+        status=CRASH
+        failed+=("$t")
+        grep -E "panicked|ERROR|SUMMARY|Test unit written" "$work/$t.log" || tail -n 30 "$work/$t.log"
+    fi
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log" | tail -n 1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/$t.log" | tail -n 1)
+    printf '%-16s %14s %10s %8s %8s\n' "$t" "${execs:-?}" "${rate:-?}" "$(( $(date +%s) - t0 ))" "$status" >> "$work/summary"
+done
+cat "$work/summary"
+echo "fuzz.sh: done in $(( $(date +%s) - start )) s"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "fuzz.sh: crashed: ${failed[*]} (inputs in $artifacts)" >&2
+    exit 1
+fi
