@@ -81,6 +81,15 @@ impl FaultConfig {
         delay: Duration::ZERO,
     };
 
+    /// The longest `delay` and `reorder_by`: longer ones are refused by
+    /// [`FaultConfig::parse`] and cut to this by [`Injector::new`].
+    ///
+    /// Rule: a packet's due time is its send time plus these, which must not overflow an
+    /// `Instant` (`RVERBS_FAULTS=delay=18446744073709551615s` parsed, and the transport's
+    /// first send then panicked; found writing the `fault_config` fuzz target). An hour is
+    /// far beyond any retransmission timeout, so nothing longer is of use.
+    pub const MAX_DELAY: Duration = Duration::from_secs(3600);
+
     /// Whether this configuration changes nothing.
     pub fn is_none(&self) -> bool {
         self.drop <= 0.0 && self.duplicate <= 0.0 && self.reorder <= 0.0 && self.corrupt <= 0.0 && self.delay.is_zero()
@@ -93,7 +102,7 @@ impl FaultConfig {
     /// Example: `seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%`.
     ///
     /// Errors: an unknown key, a value that does not parse, a probability outside
-    /// `[0, 1]`.
+    /// `[0, 1]`, a duration above [`FaultConfig::MAX_DELAY`].
     pub fn parse(spec: &str) -> Result<FaultConfig, FaultParseError> {
         let mut c = FaultConfig::NONE;
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -126,13 +135,14 @@ fn probability(v: &str) -> Option<f64> {
 fn duration(v: &str) -> Option<Duration> {
     let (num, unit) = v.find(|c: char| c.is_ascii_alphabetic()).map(|i| v.split_at(i))?;
     let n: u64 = num.trim().parse().ok()?;
-    match unit {
-        "ns" => Some(Duration::from_nanos(n)),
-        "us" => Some(Duration::from_micros(n)),
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => Some(Duration::from_secs(n)),
-        _ => None,
-    }
+    let d = match unit {
+        "ns" => Duration::from_nanos(n),
+        "us" => Duration::from_micros(n),
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        _ => return None,
+    };
+    (d <= FaultConfig::MAX_DELAY).then_some(d)
 }
 
 /// A fault specification that did not parse; holds the offending item.
@@ -190,8 +200,14 @@ pub struct Injector<P> {
 }
 
 impl<P: Clone + Corrupt> Injector<P> {
-    /// An injector applying `cfg`, its random sequence fixed by `cfg.seed`.
+    /// An injector applying `cfg`, its random sequence fixed by `cfg.seed`; `delay` and
+    /// `reorder_by` are cut to [`FaultConfig::MAX_DELAY`].
     pub fn new(cfg: FaultConfig) -> Injector<P> {
+        let cfg = FaultConfig {
+            delay: cfg.delay.min(FaultConfig::MAX_DELAY),
+            reorder_by: cfg.reorder_by.min(FaultConfig::MAX_DELAY),
+            ..cfg
+        };
         Injector { cfg, rng: Rng::new(cfg.seed), queue: Vec::new(), seq: 0, stats: FaultStats::default() }
     }
 
@@ -356,5 +372,24 @@ mod tests {
             let e = FaultConfig::parse(bad).unwrap_err();
             assert_eq!(e.0, bad, "{bad}");
         }
+    }
+
+    /// Found writing the `fault_config` fuzz target: `RVERBS_FAULTS=delay=18446744073709551615s`
+    /// parsed, and the first send panicked adding the delay to `now` (and a `reorder_by`
+    /// of `u64::MAX` ns overflowed the random extra delay's bound).
+    #[test]
+    fn delays_beyond_max_are_refused_or_cut() {
+        assert!(FaultConfig::parse("delay=18446744073709551615s").is_err());
+        assert!(FaultConfig::parse("reorder=1,reorder_by=18446744073709551615ns").is_err());
+        assert!(FaultConfig::parse("delay=3601s").is_err());
+        assert_eq!(FaultConfig::parse("delay=3600s").unwrap().delay, FaultConfig::MAX_DELAY);
+        let cfg = FaultConfig { delay: Duration::MAX, reorder: 1.0, reorder_by: Duration::MAX, ..FaultConfig::NONE };
+        let mut inj: Injector<Vec<u8>> = Injector::new(cfg);
+        assert_eq!((inj.config().delay, inj.config().reorder_by), (FaultConfig::MAX_DELAY, FaultConfig::MAX_DELAY));
+        let now = Instant::now();
+        inj.send(now, vec![1]);
+        let at = inj.poll_timeout().expect("held");
+        assert!(at >= now + FaultConfig::MAX_DELAY && at <= now + 2 * FaultConfig::MAX_DELAY);
+        assert_eq!(inj.pop_due(at), Some(vec![1]));
     }
 }
