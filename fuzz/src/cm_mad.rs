@@ -77,7 +77,9 @@ fn private_data(msg: &CmMessage) {
         }
         _ => return,
     };
-    let Some((_ps, port)) = split_service_id(service_id) else { return };
+    let Some((_ps, port)) = split_service_id(service_id) else {
+        return;
+    };
     if let Some(h) = cma_header(pdata, port) {
         assert_eq!(h.dst.port(), port);
         // The consumer's bytes follow the header.

@@ -33,7 +33,10 @@ pub fn run(data: &[u8]) {
     let _ = inj.poll_timeout();
     let mut out = 0;
     while let Some(at) = inj.poll_timeout() {
-        assert!(inj.pop_due(at).is_some(), "a packet due at its own deadline is released");
+        assert!(
+            inj.pop_due(at).is_some(),
+            "a packet due at its own deadline is released"
+        );
         out += 1;
     }
     assert_eq!(out, held);

@@ -13,6 +13,7 @@
 pub mod cm_mad;
 pub mod fault_config;
 pub mod input;
+pub mod pcap_read;
 pub mod requester_acks;
 pub mod responder;
 pub mod seeds;

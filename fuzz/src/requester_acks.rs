@@ -1,8 +1,8 @@
 //! `requester_acks`: the send side fed arbitrary response packets (ACK, NAK, RNR NAK, READ
 //! responses, ATOMIC ACK) after posting a few work requests.
 //!
-//! Input: a 4-byte configuration (MTU, `max_rd_atomic`, `sq_psn`... see [`config`]), the
-//! number of WRs to post and each WR (opcode, length, flags), then records:
+//! Input: a 6-byte configuration ([`config`]: MTU, `max_rd_atomic`, `sq_psn`, timer and retry
+//! knobs), the number of WRs to post and each WR ([`wqe`]: opcode, length, flags), then records:
 //! - tags 0..=3: a datagram (16-bit length, bytes) through `RocePacket::new_checked`,
 //!   `RoceRepr::parse` and `Response::from_repr` to `Requester::handle_response`;
 //! - tag 4: transmit everything the requester will send now; tag 5: one packet;
@@ -83,7 +83,7 @@ pub fn wqe(inp: &mut Input<'_>, id: u64, mtu: u32) -> SendWqe {
         compare_add: 1,
         swap: 2,
         flags,
-        flush: (opcode == WrOpcode::Flush).then(|| rverbs_proto::wire::FethRepr {
+        flush: (opcode == WrOpcode::Flush).then_some(rverbs_proto::wire::FethRepr {
             selectivity: rverbs_proto::wire::Selectivity::MemoryRange,
             placement: rverbs_proto::wire::Placement::GLOBAL_VISIBILITY,
         }),
@@ -126,7 +126,11 @@ impl Harness {
         let w = wqe(inp, id, self.cfg.mtu);
         trace!("post {w:?}");
         if self.req.post(w).is_ok() {
-            let length = if w.opcode.is_atomic() || w.opcode == WrOpcode::AtomicWrite { 8 } else { w.length };
+            let length = if w.opcode.is_atomic() || w.opcode == WrOpcode::AtomicWrite {
+                8
+            } else {
+                w.length
+            };
             self.posted.insert(id, (w.opcode, length));
             self.psns += if w.opcode == WrOpcode::Flush || w.opcode.is_atomic() || w.opcode == WrOpcode::AtomicWrite {
                 1
@@ -140,11 +144,23 @@ impl Harness {
         let mut n = 0u32;
         while let Some(r) = self.req.poll_transmit(self.now) {
             trace!("  sent {:?} psn {} len {}", r.opcode, r.psn.get(), r.payload_len);
-            let &(opcode, length) = self.posted.get(&r.wqe_id).unwrap_or_else(|| panic!("request for WR {} never posted", r.wqe_id));
-            assert!(!self.completed.contains_key(&r.wqe_id), "request for completed WR {}", r.wqe_id);
+            let &(opcode, length) = self
+                .posted
+                .get(&r.wqe_id)
+                .unwrap_or_else(|| panic!("request for WR {} never posted", r.wqe_id));
+            assert!(
+                !self.completed.contains_key(&r.wqe_id),
+                "request for completed WR {}",
+                r.wqe_id
+            );
             if r.opcode.has_payload() && r.atomic_write.is_none() {
                 let end = r.payload_offset.checked_add(u64::from(r.payload_len)).expect("wraps");
-                assert!(end <= u64::from(length), "{opcode:?} WR {}: gathers [{}, {end}) of {length}", r.wqe_id, r.payload_offset);
+                assert!(
+                    end <= u64::from(length),
+                    "{opcode:?} WR {}: gathers [{}, {end}) of {length}",
+                    r.wqe_id,
+                    r.payload_offset
+                );
                 assert!(r.payload_len <= self.cfg.mtu);
             }
             let span = match r.reth {
@@ -155,7 +171,13 @@ impl Harness {
                 self.sent_end = r.psn.add(span);
             }
             let d = r.psn.diff(self.cfg.sq_psn);
-            assert!(d >= 0 && (d as u32) < self.psns.max(1), "request PSN {} outside the {} posted from {}", r.psn.get(), self.psns, self.cfg.sq_psn.get());
+            assert!(
+                d >= 0 && (d as u32) < self.psns.max(1),
+                "request PSN {} outside the {} posted from {}",
+                r.psn.get(),
+                self.psns,
+                self.cfg.sq_psn.get()
+            );
             n += 1;
             assert!(n < 1 << 20, "poll_transmit never runs dry");
             if !all {
@@ -165,14 +187,32 @@ impl Harness {
     }
 
     fn response(&mut self, resp: &Response) {
-        trace!("response {:?} psn {} {:?} len {}", resp.opcode, resp.psn.get(), resp.syndrome, resp.payload_len);
+        trace!(
+            "response {:?} psn {} {:?} len {}",
+            resp.opcode,
+            resp.psn.get(),
+            resp.syndrome,
+            resp.payload_len
+        );
         if let Some(p) = self.req.handle_response(self.now, resp) {
-            let &(opcode, length) = self.posted.get(&p.wqe_id).unwrap_or_else(|| panic!("READ placement for WR {} never posted", p.wqe_id));
+            let &(opcode, length) = self
+                .posted
+                .get(&p.wqe_id)
+                .unwrap_or_else(|| panic!("READ placement for WR {} never posted", p.wqe_id));
             assert_eq!(opcode, WrOpcode::RdmaRead, "READ data placed into a {opcode:?} WR");
-            assert!(!self.completed.contains_key(&p.wqe_id), "READ data placed into completed WR {}", p.wqe_id);
+            assert!(
+                !self.completed.contains_key(&p.wqe_id),
+                "READ data placed into completed WR {}",
+                p.wqe_id
+            );
             assert_eq!(p.len, resp.payload_len);
             let end = p.offset.checked_add(u64::from(p.len)).expect("wraps");
-            assert!(end <= u64::from(length), "READ WR {}: places [{}, {end}) into {length} bytes", p.wqe_id, p.offset);
+            assert!(
+                end <= u64::from(length),
+                "READ WR {}: places [{}, {end}) into {length} bytes",
+                p.wqe_id,
+                p.offset
+            );
             self.read_placed.entry(p.wqe_id).or_default().push((p.offset, end));
         }
     }
@@ -180,9 +220,18 @@ impl Harness {
     fn completions(&mut self) {
         while let Some(c) = self.req.poll_completion() {
             trace!("  completion {c:?}");
-            assert!(self.posted.contains_key(&c.id), "completion of WR {} never posted", c.id);
+            assert!(
+                self.posted.contains_key(&c.id),
+                "completion of WR {} never posted",
+                c.id
+            );
             assert!(self.completed.insert(c.id, ()).is_none(), "WR {} completed twice", c.id);
-            assert!(c.id > self.last_completed, "WR {} completed after WR {}", c.id, self.last_completed);
+            assert!(
+                c.id > self.last_completed,
+                "WR {} completed after WR {}",
+                c.id,
+                self.last_completed
+            );
             self.last_completed = c.id;
             let (opcode, length) = self.posted[&c.id];
             if c.status == WcStatus::Success {
@@ -197,10 +246,18 @@ impl Harness {
                             covered = covered.max(end);
                         }
                     }
-                    assert!(covered >= u64::from(length), "READ WR {} succeeded with {covered} of {length} bytes placed", c.id);
+                    assert!(
+                        covered >= u64::from(length),
+                        "READ WR {} succeeded with {covered} of {length} bytes placed",
+                        c.id
+                    );
                 }
                 if opcode.is_atomic() {
-                    assert!(c.atomic_original.is_some(), "{opcode:?} WR {} succeeded without an original value", c.id);
+                    assert!(
+                        c.atomic_original.is_some(),
+                        "{opcode:?} WR {} succeeded without an original value",
+                        c.id
+                    );
                 }
             }
         }
@@ -208,12 +265,28 @@ impl Harness {
 
     fn check_psns(&self) {
         let (sq, req, comp) = (self.cfg.sq_psn, self.req.req_psn(), self.req.comp_psn());
-        trace!("  req.psn {} comp.psn {} state {:?}", req.get(), comp.get(), self.req.state());
+        trace!(
+            "  req.psn {} comp.psn {} state {:?}",
+            req.get(),
+            comp.get(),
+            self.req.state()
+        );
         // Nothing is acknowledged that was not sent (`req.psn` itself may fall behind
         // `comp.psn` when a late ACK follows a go-back-N rewind).
-        assert!(comp.diff(self.sent_end) <= 0, "comp.psn {} beyond the PSNs sent ({})", comp.get(), self.sent_end.get());
+        assert!(
+            comp.diff(self.sent_end) <= 0,
+            "comp.psn {} beyond the PSNs sent ({})",
+            comp.get(),
+            self.sent_end.get()
+        );
         assert!(comp.diff(sq) >= 0, "comp.psn {} behind sq_psn {}", comp.get(), sq.get());
-        assert!(req.diff(sq) as u32 <= self.psns, "req.psn {} beyond the {} PSNs posted from {}", req.get(), self.psns, sq.get());
+        assert!(
+            req.diff(sq) as u32 <= self.psns,
+            "req.psn {} beyond the {} PSNs posted from {}",
+            req.get(),
+            self.psns,
+            sq.get()
+        );
     }
 }
 

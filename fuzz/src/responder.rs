@@ -61,7 +61,12 @@ impl FuzzTarget {
         for (i, b) in mem[CANARY..CANARY + LEN as usize].iter_mut().enumerate() {
             *b = (i * 13 + 1) as u8;
         }
-        FuzzTarget { mem, recvs: VecDeque::new(), taken: HashMap::new(), next_wr: 1 }
+        FuzzTarget {
+            mem,
+            recvs: VecDeque::new(),
+            taken: HashMap::new(),
+            next_wr: 1,
+        }
     }
 
     /// Posts a receive WQE of `capacity` bytes; returns its wr_id.
@@ -82,8 +87,13 @@ impl FuzzTarget {
     #[track_caller]
     fn region(&self, what: &str, rkey: u32, va: u64, len: u64) -> usize {
         assert_eq!(rkey, RKEY, "{what}: unknown rkey {rkey:#x}");
-        let end = va.checked_add(len).unwrap_or_else(|| panic!("{what}: {va:#x}+{len} wraps"));
-        assert!(va >= BASE && end <= BASE + LEN, "{what}: [{va:#x}, {end:#x}) outside the region");
+        let end = va
+            .checked_add(len)
+            .unwrap_or_else(|| panic!("{what}: {va:#x}+{len} wraps"));
+        assert!(
+            va >= BASE && end <= BASE + LEN,
+            "{what}: [{va:#x}, {end:#x}) outside the region"
+        );
         CANARY + (va - BASE) as usize
     }
 
@@ -111,7 +121,11 @@ impl Target for FuzzTarget {
     }
 
     fn check_recv(&mut self, slot: &RecvSlot, offset: u64, len: u64) -> Result<(), Violation> {
-        assert_eq!(self.taken.get(&slot.wr_id), Some(&slot.capacity), "check_recv of a WQE not taken");
+        assert_eq!(
+            self.taken.get(&slot.wr_id),
+            Some(&slot.capacity),
+            "check_recv of a WQE not taken"
+        );
         match offset.checked_add(len) {
             Some(end) if end <= slot.capacity => Ok(()),
             _ => Err(Violation::RecvWqeMalformed),
@@ -119,7 +133,7 @@ impl Target for FuzzTarget {
     }
 
     fn atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, Violation> {
-        if va % 8 != 0 {
+        if !va.is_multiple_of(8) {
             return Err(Violation::MisalignedAtomic);
         }
         let w = self.word("atomic", rkey, va);
@@ -139,7 +153,8 @@ impl Target for FuzzTarget {
     }
 
     fn atomic_write(&mut self, rkey: u32, va: u64, value: u64) -> Result<(), Violation> {
-        self.word("atomic_write", rkey, va).copy_from_slice(&value.to_ne_bytes());
+        self.word("atomic_write", rkey, va)
+            .copy_from_slice(&value.to_ne_bytes());
         Ok(())
     }
 
@@ -148,7 +163,7 @@ impl Target for FuzzTarget {
     }
 
     fn invalidate(&mut self, rkey: u32) -> bool {
-        rkey % 2 == 0
+        rkey.is_multiple_of(2)
     }
 }
 
@@ -180,7 +195,15 @@ pub fn config(inp: &mut Input<'_>) -> ResponderConfig {
     let max_dest_rd_atomic = inp.u8() % 17;
     let rq_psn = Psn::new(inp.u24());
     let min_rnr_timer = inp.u8();
-    ResponderConfig { mode, mtu, rq_psn, access, max_dest_rd_atomic, min_rnr_timer, qkey: QKEY }
+    ResponderConfig {
+        mode,
+        mtu,
+        rq_psn,
+        access,
+        max_dest_rd_atomic,
+        min_rnr_timer,
+        qkey: QKEY,
+    }
 }
 
 /// Runs one input.
@@ -194,7 +217,9 @@ pub fn run(data: &[u8]) {
         match inp.u8() % 8 {
             0..=4 => {
                 let dgram = inp.record();
-                let Ok(packet) = RocePacket::new_checked(dgram) else { continue };
+                let Ok(packet) = RocePacket::new_checked(dgram) else {
+                    continue;
+                };
                 let Ok(repr) = RoceRepr::parse(&packet) else { continue };
                 let payload = packet.payload();
                 let req = Request::from_repr(&repr, payload);
@@ -204,9 +229,11 @@ pub fn run(data: &[u8]) {
             5 => {
                 t.post_recv(u64::from(inp.u16()));
             }
-            6 => while let Some(r) = resp.poll_transmit(now) {
-                transmit(&cfg, &t, &r);
-            },
+            6 => {
+                while let Some(r) = resp.poll_transmit(now) {
+                    transmit(&cfg, &t, &r);
+                }
+            }
             _ => {
                 if let Some(r) = resp.poll_transmit(now) {
                     transmit(&cfg, &t, &r);
@@ -221,8 +248,14 @@ pub fn run(data: &[u8]) {
         left += 1;
         assert!(left < 1 << 24, "poll_transmit never runs dry");
     }
-    assert!(t.mem[..CANARY].iter().all(|&b| b == CANARY_BYTE), "canary before the region");
-    assert!(t.mem[CANARY + LEN as usize..].iter().all(|&b| b == CANARY_BYTE), "canary after the region");
+    assert!(
+        t.mem[..CANARY].iter().all(|&b| b == CANARY_BYTE),
+        "canary before the region"
+    );
+    assert!(
+        t.mem[CANARY + LEN as usize..].iter().all(|&b| b == CANARY_BYTE),
+        "canary after the region"
+    );
 }
 
 /// Carries out a `Delivery` as a driver would, asserting it stays within what exists.
@@ -235,7 +268,10 @@ pub fn deliver(cfg: &ResponderConfig, t: &mut FuzzTarget, d: &Delivery, payload:
         }
         Some(Placement::Recv { wr_id, offset }) => {
             assert!(d.executed, "placement of a request not executed");
-            let cap = *t.taken.get(&wr_id).unwrap_or_else(|| panic!("placement into receive {wr_id}, not taken or already completed"));
+            let cap = *t
+                .taken
+                .get(&wr_id)
+                .unwrap_or_else(|| panic!("placement into receive {wr_id}, not taken or already completed"));
             if cfg.mode == Mode::Ud {
                 // The driver writes the GRH area first.
                 assert_eq!(offset, UD_GRH_LEN, "UD payload lands after the GRH area");
@@ -251,14 +287,23 @@ pub fn deliver(cfg: &ResponderConfig, t: &mut FuzzTarget, d: &Delivery, payload:
             .remove(&c.wr_id)
             .unwrap_or_else(|| panic!("completion of receive {}, not taken or already completed", c.wr_id));
         if c.status == WcStatus::Success && c.opcode == Some(WcOpcode::Recv) {
-            assert!(u64::from(c.byte_len) <= cap, "receive {}: {} bytes completed in {cap}", c.wr_id, c.byte_len);
+            assert!(
+                u64::from(c.byte_len) <= cap,
+                "receive {}: {} bytes completed in {cap}",
+                c.wr_id,
+                c.byte_len
+            );
         }
     }
 }
 
 /// A response about to be sent: its payload comes from the region.
 fn transmit(cfg: &ResponderConfig, t: &FuzzTarget, r: &Response) {
-    assert!(r.payload_len <= cfg.mtu, "response of {} bytes above the MTU", r.payload_len);
+    assert!(
+        r.payload_len <= cfg.mtu,
+        "response of {} bytes above the MTU",
+        r.payload_len
+    );
     if let Some(src) = r.source {
         assert_eq!(src.len, r.payload_len);
         if src.len == 0 {

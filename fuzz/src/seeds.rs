@@ -13,8 +13,8 @@ use rverbs_cm::mad::cma_ip::CmaIpHeader;
 use rverbs_cm::mad::service::{service_id, RDMA_PS_TCP, RDMA_PS_UDP};
 use rverbs_cm::mad::{CmMessage, Drep, Dreq, MessageKind, Mra, Rej, Rep, Req, Rtu, SidrRep, SidrReq};
 use rverbs_proto::psn::Psn;
-use rverbs_proto::rc::{Mode, Request, Requester, Responder, ResponderConfig, Response, SendWqe, UdDest};
 use rverbs_proto::rc::RequesterConfig;
+use rverbs_proto::rc::{Mode, Request, Requester, Responder, ResponderConfig, Response, SendWqe, UdDest};
 use rverbs_proto::wire::icrc;
 use rverbs_proto::wire::{BthRepr, OpCode, RocePacket, RoceRepr};
 
@@ -125,7 +125,8 @@ fn exchange(mode: Mode, wrs: &[[u8; 4]], recvs: &[u16]) -> Exchange {
             any = true;
             let payload = request_payload(&r);
             let bytes = packet(&r.to_repr(0x12), &payload);
-            let parsed = RoceRepr::parse(&RocePacket::new_checked(&bytes[..]).expect("seed packet")).expect("seed parses");
+            let parsed =
+                RoceRepr::parse(&RocePacket::new_checked(&bytes[..]).expect("seed packet")).expect("seed parses");
             let request = Request::from_repr(&parsed, &payload);
             let d = resp.handle_request(now, &request, &mut t);
             crate::responder::deliver(&scfg, &mut t, &d, &payload);
@@ -141,7 +142,12 @@ fn exchange(mode: Mode, wrs: &[[u8; 4]], recvs: &[u16]) -> Exchange {
                 _ => Vec::new(),
             };
             let bytes = packet(&r.to_repr(0x11), &payload);
-            let _ = req.handle_response(now, &Response::from_repr(&RoceRepr::parse(&RocePacket::new_checked(&bytes[..]).expect("seed")).expect("seed")));
+            let _ = req.handle_response(
+                now,
+                &Response::from_repr(
+                    &RoceRepr::parse(&RocePacket::new_checked(&bytes[..]).expect("seed")).expect("seed"),
+                ),
+            );
             requester_input.push(0);
             push_record(&mut requester_input, &bytes);
             responses.push(bytes);
@@ -156,8 +162,16 @@ fn exchange(mode: Mode, wrs: &[[u8; 4]], recvs: &[u16]) -> Exchange {
         assert_eq!(c.status, rverbs_proto::verbs::WcStatus::Success, "seed exchange: {c:?}");
         done += 1;
     }
-    assert!(mode != Mode::Rc || (done > 0 && req.is_idle()), "seed exchange did not finish: {done} completions");
-    Exchange { requests, responses, responder_input, requester_input }
+    assert!(
+        mode != Mode::Rc || (done > 0 && req.is_idle()),
+        "seed exchange did not finish: {done} completions"
+    );
+    Exchange {
+        requests,
+        responses,
+        responder_input,
+        requester_input,
+    }
 }
 
 /// Every seed of every target.
@@ -179,7 +193,16 @@ pub fn all() -> Vec<Seed> {
         ],
         &[1024, 64, 64],
     );
-    let rc2 = exchange(Mode::Rc, &[wr(send_inv, 100, 0), wr(flush, 64, 0), wr(read, 0, 0x02), wr(send, 16, 0)], &[256, 256]);
+    let rc2 = exchange(
+        Mode::Rc,
+        &[
+            wr(send_inv, 100, 0),
+            wr(flush, 64, 0),
+            wr(read, 0, 0x02),
+            wr(send, 16, 0),
+        ],
+        &[256, 256],
+    );
     let uc = exchange(Mode::Uc, &[wr(send, 300, 0), wr(write_imm, 10, 0)], &[512, 512]);
     for (name, e) in [("rc", &rc), ("rc2", &rc2), ("uc", &uc)] {
         seeds.push(("responder", format!("seed-{name}"), e.responder_input.clone()));
@@ -193,9 +216,23 @@ pub fn all() -> Vec<Seed> {
         }
     }
     // UD: a SEND ONLY with immediate and DETH, through the responder.
-    let mut ud_req = Requester::new(RequesterConfig { mode: Mode::Ud, mtu: 256, ..RequesterConfig::TEMPLATE });
-    let ud = UdDest { remote_qpn: 0x12, remote_qkey: QKEY };
-    let w = SendWqe { id: 1, opcode: rverbs_proto::verbs::WrOpcode::SendWithImm, length: 24, imm: 7, ud: Some(ud), ..SendWqe::TEMPLATE };
+    let mut ud_req = Requester::new(RequesterConfig {
+        mode: Mode::Ud,
+        mtu: 256,
+        ..RequesterConfig::TEMPLATE
+    });
+    let ud = UdDest {
+        remote_qpn: 0x12,
+        remote_qkey: QKEY,
+    };
+    let w = SendWqe {
+        id: 1,
+        opcode: rverbs_proto::verbs::WrOpcode::SendWithImm,
+        length: 24,
+        imm: 7,
+        ud: Some(ud),
+        ..SendWqe::TEMPLATE
+    };
     ud_req.post(w).expect("UD post");
     let r = ud_req.poll_transmit(Instant::now()).expect("UD packet");
     let ud_packet = packet(&r.to_repr(0x12), &request_payload(&r));
@@ -208,11 +245,51 @@ pub fn all() -> Vec<Seed> {
     s.extend_from_slice(&ud_packet);
     seeds.push(("wire_parse", "seed-ud".into(), s));
     // A CNP (IBTA Annex A17): 16 reserved bytes.
-    let cnp = RoceRepr::new(BthRepr { opcode: OpCode::Cnp, solicited: false, migreq: false, pad_count: 0, pkey: 0xffff, fecn: false, becn: true, dest_qp: 0x12, ack_req: false, psn: 0 }, 0);
+    let cnp = RoceRepr::new(
+        BthRepr {
+            opcode: OpCode::Cnp,
+            solicited: false,
+            migreq: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: true,
+            dest_qp: 0x12,
+            ack_req: false,
+            psn: 0,
+        },
+        0,
+    );
     let mut s = meta(0x718c);
     s.extend_from_slice(&packet(&cnp, &[]));
     seeds.push(("wire_parse", "seed-cnp".into(), s));
     let _ = Psn::new(0);
+
+    // A capture as `RVERBS_PCAP` writes one (LINKTYPE_RAW): an IPv4 and an IPv6 datagram.
+    let mut w = rverbs_proto::pcap::PcapWriter::new(Vec::new(), rverbs_proto::pcap::LINKTYPE_RAW).expect("pcap");
+    let v4 = rverbs_proto::pcap::Ipv4Udp {
+        src: SRC,
+        dst: DST,
+        src_port: SPORT,
+        dst_port: ROCE_PORT,
+        id: 0x1234,
+        ttl: 64,
+    };
+    let v6 = rverbs_proto::pcap::Ipv6Udp {
+        src: SRC.to_ipv6_mapped(),
+        dst: DST.to_ipv6_mapped(),
+        src_port: SPORT,
+        dst_port: ROCE_PORT,
+        traffic_class: 0x68,
+        flow_label: 0x12345,
+        hop_limit: 64,
+    };
+    let first = &rc.requests[0];
+    w.write_ipv4_udp(std::time::Duration::new(1_700_000_000, 5_000), &v4, first)
+        .expect("pcap");
+    w.write_ipv6_udp(std::time::Duration::new(1_700_000_001, 0), &v6, &rc.responses[0])
+        .expect("pcap");
+    seeds.push(("pcap_read", "seed-raw".into(), w.into_inner()));
 
     cm_seeds(&mut seeds);
     for (i, spec) in [
@@ -231,31 +308,106 @@ pub fn all() -> Vec<Seed> {
 
 /// One of each CM message rverbs sends, with the private data rdma_cm puts in it.
 fn cm_seeds(seeds: &mut Vec<Seed>) {
-    let v4 = CmaIpHeader { src: "10.66.0.1:40000".parse().expect("addr"), dst: "10.66.0.2:7471".parse().expect("addr") };
-    let v6 = CmaIpHeader { src: "[fd00::1]:40000".parse().expect("addr"), dst: "[fd00::2]:7471".parse().expect("addr") };
-    let mut req4 = Req { local_comm_id: 0x1111, service_id: service_id(RDMA_PS_TCP, 7471), local_qpn: 0x12, starting_psn: 0x33, ..Req::default() };
+    let v4 = CmaIpHeader {
+        src: "10.66.0.1:40000".parse().expect("addr"),
+        dst: "10.66.0.2:7471".parse().expect("addr"),
+    };
+    let v6 = CmaIpHeader {
+        src: "[fd00::1]:40000".parse().expect("addr"),
+        dst: "[fd00::2]:7471".parse().expect("addr"),
+    };
+    let mut req4 = Req {
+        local_comm_id: 0x1111,
+        service_id: service_id(RDMA_PS_TCP, 7471),
+        local_qpn: 0x12,
+        starting_psn: 0x33,
+        ..Req::default()
+    };
     v4.emit(&mut req4.private_data);
     req4.private_data[36..40].copy_from_slice(b"user");
     let mut req6 = req4.clone();
     v6.emit(&mut req6.private_data);
-    let mut sidr = SidrReq { request_id: 9, service_id: service_id(RDMA_PS_UDP, 7471), ..SidrReq::default() };
+    let mut sidr = SidrReq {
+        request_id: 9,
+        service_id: service_id(RDMA_PS_UDP, 7471),
+        ..SidrReq::default()
+    };
     v4.emit(&mut sidr.private_data);
-    let mut rej = Rej { local_comm_id: 1, remote_comm_id: 2, message_rejected: MessageKind::Rep, ari_length: 4, ..Rej::default() };
+    let mut rej = Rej {
+        local_comm_id: 1,
+        remote_comm_id: 2,
+        message_rejected: MessageKind::Rep,
+        ari_length: 4,
+        ..Rej::default()
+    };
     rej.ari[..4].copy_from_slice(&[1, 2, 3, 4]);
-    let sidr_rep = SidrRep { request_id: 9, qpn: 0x44, qkey: 0x0123_4567, additional_info_length: 2, ..SidrRep::default() };
+    let sidr_rep = SidrRep {
+        request_id: 9,
+        qpn: 0x44,
+        qkey: 0x0123_4567,
+        additional_info_length: 2,
+        ..SidrRep::default()
+    };
     let messages: Vec<(&str, CmMessage)> = vec![
         ("req-ipv4", req4.into()),
         ("req-ipv6", req6.into()),
-        ("rep", Rep { local_comm_id: 2, remote_comm_id: 1, local_qpn: 0x13, ..Rep::default() }.into()),
-        ("rtu", Rtu { local_comm_id: 1, remote_comm_id: 2, ..Rtu::default() }.into()),
+        (
+            "rep",
+            Rep {
+                local_comm_id: 2,
+                remote_comm_id: 1,
+                local_qpn: 0x13,
+                ..Rep::default()
+            }
+            .into(),
+        ),
+        (
+            "rtu",
+            Rtu {
+                local_comm_id: 1,
+                remote_comm_id: 2,
+                ..Rtu::default()
+            }
+            .into(),
+        ),
         ("rej", rej.into()),
-        ("mra", Mra { local_comm_id: 1, remote_comm_id: 2, service_timeout: 20, ..Mra::default() }.into()),
-        ("dreq", Dreq { local_comm_id: 1, remote_comm_id: 2, remote_qpn_eecn: 0x13, ..Dreq::default() }.into()),
-        ("drep", Drep { local_comm_id: 2, remote_comm_id: 1, ..Drep::default() }.into()),
+        (
+            "mra",
+            Mra {
+                local_comm_id: 1,
+                remote_comm_id: 2,
+                service_timeout: 20,
+                ..Mra::default()
+            }
+            .into(),
+        ),
+        (
+            "dreq",
+            Dreq {
+                local_comm_id: 1,
+                remote_comm_id: 2,
+                remote_qpn_eecn: 0x13,
+                ..Dreq::default()
+            }
+            .into(),
+        ),
+        (
+            "drep",
+            Drep {
+                local_comm_id: 2,
+                remote_comm_id: 1,
+                ..Drep::default()
+            }
+            .into(),
+        ),
         ("sidr-req", sidr.into()),
         ("sidr-rep", sidr_rep.into()),
     ];
     for (i, (name, m)) in messages.into_iter().enumerate() {
-        seeds.push(("cm_mad", format!("seed-{name}"), m.encode_with_modifier(0x1000 + i as u64, i as u32).to_vec()));
+        seeds.push((
+            "cm_mad",
+            format!("seed-{name}"),
+            m.encode_with_modifier(0x1000 + i as u64, i as u32).to_vec(),
+        ));
     }
 }

@@ -64,7 +64,12 @@ fn packet_and_repr(dgram: &[u8]) {
     assert_eq!(packet.payload().len(), range.len());
     assert!(packet.pad().len() <= 3);
     assert_eq!(packet.without_icrc().len() + ICRC_LEN, dgram.len());
-    let _ = (packet.icrc(), packet.header_len(), packet.bth().psn(), packet.bth().dest_qp());
+    let _ = (
+        packet.icrc(),
+        packet.header_len(),
+        packet.bth().psn(),
+        packet.bth().dest_qp(),
+    );
 
     let Ok(repr) = parsed else { return };
     assert!(repr.headers_match_opcode(), "{repr:?}");
@@ -117,7 +122,10 @@ fn descriptors(repr: &RoceRepr, payload: &[u8]) {
         assert_eq!(back.bth.dest_qp, repr.bth.dest_qp);
         assert_eq!(back.payload_len, repr.payload_len);
         assert_eq!((back.deth, back.feth, back.reth), (repr.deth, repr.feth, repr.reth));
-        assert_eq!((back.atomic_eth, back.immdt, back.ieth), (repr.atomic_eth, repr.immdt, repr.ieth));
+        assert_eq!(
+            (back.atomic_eth, back.immdt, back.ieth),
+            (repr.atomic_eth, repr.immdt, repr.ieth)
+        );
         // XRC requests carry an XRCETH the descriptor does not (rverbs has no XRC data path).
         if repr.bth.opcode.transport() != Transport::Xrc {
             assert!(back.headers_match_opcode(), "{back:?}");
@@ -146,7 +154,18 @@ fn headers(buf: &[u8]) {
             }
         )*};
     }
-    round_trip!(bth, aeth, atomic_ack_eth, atomic_eth, deth, feth, ieth, immdt, reth, xrceth);
+    round_trip!(
+        bth,
+        aeth,
+        atomic_ack_eth,
+        atomic_eth,
+        deth,
+        feth,
+        ieth,
+        immdt,
+        reth,
+        xrceth
+    );
 }
 
 /// The ICRC, against a recomputation from the rule.
@@ -196,7 +215,10 @@ fn icrc_checks(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, id: u16, dgram: &[u8]) 
     assert_eq!(basis.solve(want ^ zero), Some(id));
 
     // IPv6: fully predictable, and the whole-packet function agrees.
-    let (s6, d6) = (src.to_ipv6_mapped(), Ipv6Addr::from(u128::from(u32::from(dst)) << 64 | 0xfd00));
+    let (s6, d6) = (
+        src.to_ipv6_mapped(),
+        Ipv6Addr::from(u128::from(u32::from(dst)) << 64 | 0xfd00),
+    );
     let want6 = reference_ipv6(s6, d6, sport, ROCE_PORT, roce);
     assert_eq!(icrc::compute_ipv6_pseudo(s6, d6, sport, ROCE_PORT, roce), want6);
     let ip6 = ipv6_packet(s6, d6, sport, mask_noise, roce);

@@ -14,6 +14,7 @@ fn harness(target: &str) -> fn(&[u8]) {
         "requester_acks" => rverbs_fuzz::requester_acks::run,
         "cm_mad" => rverbs_fuzz::cm_mad::run,
         "fault_config" => rverbs_fuzz::fault_config::run,
+        "pcap_read" => rverbs_fuzz::pcap_read::run,
         other => panic!("no harness for {other}"),
     }
 }
@@ -23,7 +24,14 @@ fn generated_seeds_run_clean() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let write = std::env::var_os("RVERBS_FUZZ_WRITE_SEEDS").is_some_and(|v| v == "1");
     let seeds = rverbs_fuzz::seeds::all();
-    for target in ["wire_parse", "responder", "requester_acks", "cm_mad", "fault_config"] {
+    for target in [
+        "wire_parse",
+        "responder",
+        "requester_acks",
+        "cm_mad",
+        "fault_config",
+        "pcap_read",
+    ] {
         assert!(seeds.iter().any(|s| s.0 == target), "no seed for {target}");
     }
     for (target, name, bytes) in &seeds {
@@ -41,7 +49,9 @@ fn committed_corpora_and_regressions_run_clean() {
     let base = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut ran = 0;
     for kind in ["corpus", "regressions"] {
-        let Ok(targets) = std::fs::read_dir(base.join(kind)) else { continue };
+        let Ok(targets) = std::fs::read_dir(base.join(kind)) else {
+            continue;
+        };
         for t in targets {
             let t = t.unwrap();
             let run = harness(t.file_name().to_str().unwrap());
