@@ -185,6 +185,11 @@ impl MwInner {
                 // The window's bytes are the region's, from `addr` on: peers reach them
                 // where they reach the region's.
                 let mr_rec = mr.record().read();
+                // Only a record this process wrote says where the region's bytes are
+                // (another process may have rewritten it: `mr::keys`).
+                if !self.endpoint.keys.vouches(mr.key() >> 8, &mr_rec) {
+                    return Err(BindError);
+                }
                 let skip = spec.addr - d.iova;
                 desc.access = access.bits();
                 desc.qpn = if self.mw_type == MwType::Type2 { qpn } else { 0 };
@@ -211,7 +216,7 @@ impl MwInner {
         core.binding = binding;
         self.endpoint.keys.rekey(core.rkey, new_key);
         core.rkey = new_key;
-        rec.write(&desc);
+        self.endpoint.keys.publish(desc.key >> 8, &desc);
         Ok(())
     }
 

@@ -34,6 +34,8 @@ pub(crate) const NOTIFY_SOLICITED: u32 = 1;
 pub(crate) const NOTIFY_NEXT: u32 = 1 << 1;
 /// `producers` bit: a resize is under way.
 const RESIZING: u32 = 1 << 31;
+/// How long a resize waits for the producers inside `publish` to leave.
+const RESIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The shared state of a CQ.
 #[repr(C)]
@@ -98,11 +100,20 @@ impl CqSeg {
         Ok(s)
     }
 
-    /// A peer's view of an existing segment.
-    pub(crate) fn open(seg: Arc<Segment>, gen: u32) -> CqSeg {
-        let cap = seg.get::<CqShm>(0).cap.load(Ordering::Acquire) as usize;
-        let ring = Ring::in_segment(seg.clone(), SHM_BYTES, cap);
-        CqSeg { seg, ring, gen }
+    /// A peer's view of an existing segment; `None` if its capacity is not one the
+    /// owner can have written (not a power of two, or more slots than the file holds:
+    /// another process wrote it), which would index past the mapping.
+    pub(crate) fn open(seg: Arc<Segment>, gen: u32) -> Option<CqSeg> {
+        if seg.len() < SHM_BYTES + crate::cq::ring::HDR_BYTES {
+            return None;
+        }
+        let cap = seg.get::<CqShm>(0).cap.load(Ordering::Acquire);
+        let room = (seg.len() - SHM_BYTES - crate::cq::ring::HDR_BYTES) / std::mem::size_of::<crate::cq::ring::Slot>();
+        if !cap.is_power_of_two() || cap > room as u64 {
+            return None;
+        }
+        let ring = Ring::in_segment(seg.clone(), SHM_BYTES, cap as usize);
+        Some(CqSeg { seg, ring, gen })
     }
 
     /// Removes the segment's file (a replaced generation).
@@ -130,12 +141,20 @@ impl CqSeg {
         if sh.errored.load(Ordering::Acquire) != 0 {
             return Publish::Overrun { first: false };
         }
+        let mut waiting: Option<std::time::Instant> = None;
         loop {
             let p = sh.producers.load(Ordering::Acquire);
             if p & RESIZING != 0 {
                 let m = sh.moved.load(Ordering::Acquire);
                 if m != 0 {
                     return Publish::Moved(m);
+                }
+                // A resize moves at most the ring's completions; one still "under way"
+                // after the time a resize waits for producers (`freeze`) is a flag
+                // another process wrote: the CQ is in error, as for a scribbled ring.
+                let since = *waiting.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() > 2 * RESIZE_WAIT {
+                    return Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 };
                 }
                 std::thread::yield_now();
                 continue;
@@ -188,7 +207,7 @@ impl CqSeg {
         sh.producers.fetch_or(RESIZING, Ordering::AcqRel);
         let start = std::time::Instant::now();
         while sh.producers.load(Ordering::Acquire) & !RESIZING != 0 {
-            if start.elapsed() > std::time::Duration::from_secs(2) {
+            if start.elapsed() > RESIZE_WAIT {
                 tracing::warn!("a producer never left a CQ being resized; a peer may have died in it");
                 return;
             }
@@ -213,5 +232,53 @@ impl CqSeg {
         ] {
             x.store(y.load(Ordering::Acquire), Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("rverbs-cqseg-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    // Hostile-segment harness (tests/chaos/hostile_seg.sh), cq_shm: another process
+    // wrote a CQ's capacity; a peer that mapped the CQ then built a ring past the end of
+    // the mapping (a panic inside a verb, an abort through the C ABI).
+    #[test]
+    fn a_peer_refuses_a_cq_segment_whose_capacity_does_not_fit() {
+        let d = dir("cap");
+        let owner = CqSeg::create(&d, 7, 1, 16).unwrap();
+        let path = d.join(name(7, 1));
+        assert!(CqSeg::open(Arc::new(Segment::open(&path).unwrap()), 1).is_some());
+        for cap in [0u64, 3, 1 << 20, 1 << 63, u64::MAX] {
+            owner.shm().cap.store(cap, Ordering::Release);
+            assert!(CqSeg::open(Arc::new(Segment::open(&path).unwrap()), 1).is_none(), "cap {cap:#x}");
+        }
+        drop(owner);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    // Hostile-segment harness, cq_shm: another process set the RESIZING bit of a CQ
+    // that is not being resized; every producer, the owner's included, yielded for ever
+    // waiting for a new generation.
+    #[test]
+    fn a_resize_flag_nobody_clears_puts_the_cq_in_error_instead_of_waiting_for_ever() {
+        let d = dir("resizing");
+        let cq = Arc::new(CqSeg::create(&d, 8, 1, 16).unwrap());
+        cq.shm().producers.store(RESIZING, Ordering::Release);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c2 = cq.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(c2.publish(Cqe::default()));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("publish returned");
+        assert_eq!(got, Publish::Overrun { first: true });
+        assert_eq!(cq.publish(Cqe::default()), Publish::Overrun { first: false });
+        drop(cq);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

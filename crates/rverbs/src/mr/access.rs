@@ -196,6 +196,12 @@ impl<'a> KeySpace<'a> {
         if d.key != key || d.state != KEY_STATE_VALID {
             return Err(Fault::Key);
         }
+        // This process's own keys: the shared record must be the one this process wrote
+        // (another process of the user can rewrite it, and its addresses decide where
+        // the device writes here: `mr::keys`).
+        if self.peer.is_none() && !self.me.keys.vouches(key >> 8, &d) {
+            return Err(Fault::Key);
+        }
         if used == KeyUse::Local && d.kind != KEY_KIND_MR {
             return Err(Fault::Key);
         }

@@ -7,8 +7,16 @@
 //! Each slot has two halves: here, the Rust objects the key names (for this process's
 //! own verbs: binds, local invalidation, keeping regions alive); in the endpoint's
 //! shared tables, the [`KeyRecord`] every access checks — this process's and its peers'.
+//!
+//! Any process of the user can write the shared half. The addresses in it decide where
+//! this process's own device accesses land, so the table also keeps, in this process's
+//! memory, a keyed fingerprint of what it last wrote in each record ([`KeyTable::publish`]):
+//! an access through this process's own keys goes ahead only if the record still
+//! matches it ([`KeyTable::vouches`]). A record rewritten by another process then fails
+//! as a bad key instead of moving the device's writes outside the registered region.
+#![allow(unsafe_code)]
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::error::{Error, Result};
@@ -47,16 +55,63 @@ pub(crate) struct KeyTable {
     tables: &'static Tables,
     slots: RwLock<Vec<KeySlot>>,
     free: Mutex<Vec<u32>>,
+    /// Per key index, the fingerprint of the record this process last wrote (module
+    /// doc); process memory, committed as indices are used.
+    written: Box<[AtomicU64]>,
+    /// The fingerprint's key: random per process, so another process cannot forge a
+    /// record that matches.
+    secret: u64,
+}
+
+/// `n` zeroed atomics, allocated zeroed (calloc: large allocations are committed only
+/// as they are touched).
+fn zeroed_words(n: usize) -> Box<[AtomicU64]> {
+    let words = vec![0u64; n].into_boxed_slice();
+    let len = words.len();
+    let p = Box::into_raw(words).cast::<AtomicU64>();
+    // SAFETY: AtomicU64 has the same size, alignment and bit validity as u64 (its
+    // documentation), so the allocation of `len` u64s is one of `len` AtomicU64s, and the
+    // box owns it as before.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) }
 }
 
 impl KeyTable {
     pub(crate) fn new(tables: &'static Tables) -> Self {
         // Index 0 is never handed out, so keys 0..=255 never name anything.
+        use std::hash::{BuildHasher, Hasher};
+        let secret = std::collections::hash_map::RandomState::new().build_hasher().finish();
         KeyTable {
             tables,
             slots: RwLock::new(vec![KeySlot { byte: 0, target: None }]),
             free: Mutex::new(Vec::new()),
+            written: zeroed_words(KEY_RECORDS),
+            secret,
         }
+    }
+
+    /// The fingerprint of the fields of `d` that say where its bytes are and which key
+    /// names them. Each step is a bijection of the running value, so two descriptors
+    /// that differ in one field never share a fingerprint.
+    fn fingerprint(&self, d: &KeyDesc) -> u64 {
+        let mut h = self.secret;
+        for w in [u64::from(d.key) | u64::from(d.kind) << 32, d.iova, d.len, d.va, d.loc, d.seg_off, u64::from(d.mr_index)] {
+            h = (h ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+        }
+        h
+    }
+
+    /// Writes `d` into the shared record of index `index` (this process's own), keeping
+    /// its fingerprint. Every write of this process's key records goes through here.
+    pub(crate) fn publish(&self, index: u32, d: &KeyDesc) {
+        let Some(rec) = self.tables.key(index) else { return };
+        self.written[index as usize].store(self.fingerprint(d), Ordering::Release);
+        rec.write(d);
+    }
+
+    /// Whether `d`, read from the shared record of index `index`, is what this process
+    /// wrote there (module doc).
+    pub(crate) fn vouches(&self, index: u32, d: &KeyDesc) -> bool {
+        self.written.get(index as usize).is_some_and(|w| w.load(Ordering::Acquire) == self.fingerprint(d))
     }
 
     /// Gives `target` a fresh key and publishes `desc` (with that key) in its record.
@@ -79,7 +134,7 @@ impl KeyTable {
         slot.target = Some(target);
         let key = index << 8 | u32::from(slot.byte);
         desc.key = key;
-        self.record(key).expect("index inside the table").write(&desc);
+        self.publish(index, &desc);
         Ok(key)
     }
 
@@ -115,7 +170,7 @@ impl KeyTable {
         if let Some(slot) = slots.get_mut((key >> 8) as usize) {
             if slot.byte == key as u8 && slot.target.take().is_some() {
                 if let Some(r) = self.tables.key(key >> 8) {
-                    r.write(&KeyDesc::default());
+                    self.publish(key >> 8, &KeyDesc::default());
                     r.busy_local.store(0, Ordering::Release);
                     r.busy_remote.store(0, Ordering::Release);
                 }

@@ -655,7 +655,7 @@ impl Mr {
         }
         let mut record = d.record(KEY_STATE_VALID);
         record.key = self.inner.key;
-        rec.write(&record);
+        self.inner.endpoint.keys.publish(self.inner.key >> 8, &record);
         Ok(())
     }
 

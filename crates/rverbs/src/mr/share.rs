@@ -17,6 +17,11 @@
 //! - `madvise(MADV_DONTNEED)` no longer zero-fills them (the file keeps its contents),
 //!   which breaks allocators that count on it (e.g. calloc after a heap trim).
 //! - Deregistration leaves the pages on the (now unlinked) file; they stay valid memory.
+//! - While the file exists, any process of the user can truncate it. The moved range is
+//!   known to the SIGBUS handler meanwhile (`fault::watch`), like a segment: the next
+//!   access, the application's own included, finds zero-filled private pages instead of
+//!   dying of SIGBUS; the bytes on those pages (the region's, and any others on its first
+//!   and last pages) are lost.
 //!
 //! Only private anonymous memory (heap, `mmap(MAP_ANONYMOUS|MAP_PRIVATE)`) and pages a
 //! previous registration already moved are moved; anything else (stacks, file or shared
@@ -40,6 +45,8 @@ struct Moved {
     path: PathBuf,
     /// Registrations using it.
     refs: usize,
+    /// The range, known to the SIGBUS handler while its file can be opened by name.
+    watch: crate::fault::Watch,
 }
 
 /// The page ranges this process moved onto files, by start address.
@@ -90,7 +97,8 @@ impl Shares {
         match move_pages(&path, p0, p1 - p0) {
             Ok(()) => {
                 self.files.lock().expect("shares").insert(path.display().to_string());
-                moved.insert(p0, Moved { end: p1, id, path, refs: 1 });
+                let watch = crate::fault::watch(p0, p1 - p0);
+                moved.insert(p0, Moved { end: p1, id, path, refs: 1, watch });
                 Some(SharedAt { hold: ShareHold { start: p0 }, id, offset: (addr - p0) as u64 })
             }
             Err(e) => {
@@ -109,6 +117,7 @@ impl Shares {
             m.refs -= 1;
             if m.refs == 0 {
                 let _ = std::fs::remove_file(&m.path);
+                crate::fault::unwatch(&m.watch);
                 moved.remove(&hold.start);
             }
         }
@@ -227,6 +236,35 @@ mod tests {
         drop((peer, other));
         // SAFETY: unmapping the test's own mapping; nothing refers to it any more.
         unsafe { rustix::mm::munmap(base as *mut _, 3 * page).unwrap() };
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // Hostile-segment harness (tests/chaos/hostile_seg.sh), truncate: another process
+    // truncated the file a shared registration had moved the application's pages onto;
+    // the application's next access to its own buffer died of SIGBUS.
+    #[test]
+    fn moved_pages_whose_file_is_truncated_read_as_zeros_instead_of_sigbus() {
+        crate::fault::arm();
+        let dir = std::env::temp_dir().join(format!("rverbs-share-trunc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page = rustix::param::page_size();
+        // SAFETY: a fresh private anonymous mapping of two pages.
+        let base = unsafe {
+            rustix::mm::mmap_anonymous(std::ptr::null_mut(), 2 * page, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)
+                .unwrap()
+        } as usize;
+        // SAFETY: inside the mapping; written before it is shared.
+        unsafe { std::ptr::write_bytes(base as *mut u8, 7, 2 * page) };
+        let shares = Shares::default();
+        let at = shares.share(&dir, 11, base, 2 * page).expect("movable");
+        std::fs::OpenOptions::new().write(true).open(dir.join("mr-11")).unwrap().set_len(0).unwrap();
+        // The application reads its own buffer (a volatile read: what C code does).
+        // SAFETY: the range is mapped (the file's pages, or the handler's zeros).
+        let b = unsafe { std::ptr::read_volatile((base + page + 5) as *const u8) };
+        assert_eq!(b, 0, "zeros, not SIGBUS");
+        shares.release(at.hold);
+        // SAFETY: unmapping the test's own mapping.
+        unsafe { rustix::mm::munmap(base as *mut _, 2 * page).unwrap() };
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

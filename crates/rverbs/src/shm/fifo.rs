@@ -53,16 +53,26 @@ impl Fifo {
 
     /// Reads one record of `buf.len()` bytes: blocks while empty unless the descriptor is
     /// non-blocking (`Error::WouldBlock`).
+    ///
+    /// Writers of this crate write records whole and atomically (at most `PIPE_BUF`
+    /// bytes), so when part of a record has been read the rest is already in the pipe.
+    /// A part with nothing after it was written by another process of the user (any of
+    /// them can open the FIFO): it is discarded, which also brings the stream back to
+    /// record boundaries once the garbage is consumed, instead of waiting for bytes
+    /// that never come (a non-blocking reader, the doorbell, would spin for ever).
     pub(crate) fn recv(&self, buf: &mut [u8]) -> Result<()> {
         let mut got = 0;
         while got < buf.len() {
             match rustix::io::read(&self.read, &mut buf[got..]) {
                 Ok(0) => return Err(Error::Bug("end of file on an event FIFO")),
-                Ok(n) => got += n,
+                Ok(n) => {
+                    got += n;
+                    if got < buf.len() && rustix::io::ioctl_fionread(&self.read).unwrap_or(0) == 0 {
+                        tracing::warn!(bytes = got, "discarded a partial record another process wrote to an event FIFO");
+                        got = 0;
+                    }
+                }
                 Err(Errno::INTR) => continue,
-                // Records are written whole, so once part of one is read the rest is
-                // there: only an empty FIFO can report EAGAIN at the start.
-                Err(Errno::AGAIN) if got > 0 => std::thread::yield_now(),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -120,5 +130,41 @@ mod tests {
         drop(f);
         assert!(!dir.join("ch").exists());
         std::fs::remove_dir(&dir).unwrap();
+    }
+
+    // Hostile-segment harness (tests/chaos/hostile_seg.sh), fifo: another process wrote
+    // one byte into the doorbell FIFO; the progress thread, reading it non-blocking,
+    // waited for the other 7 in a yield loop for ever.
+    #[test]
+    fn a_partial_record_from_another_process_is_discarded_not_waited_for() {
+        let dir = std::env::temp_dir().join(format!("rverbs-fifo-part-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = std::sync::Arc::new(Fifo::create(&dir.join("bell")).unwrap());
+        rustix::io::ioctl_fionbio(f.fd(), true).unwrap();
+        let hostile = open_writer(&dir.join("bell")).unwrap();
+        send_on(hostile.as_fd(), b"x");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f2 = f.clone();
+        std::thread::spawn(move || {
+            let mut b = [0u8; 8];
+            let _ = tx.send(matches!(f2.recv(&mut b), Err(Error::WouldBlock)));
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_secs(10)).expect("recv returned"), "garbage dropped");
+        // The stream is at a record boundary again.
+        f.send(&3u64.to_ne_bytes());
+        let mut b = [0u8; 8];
+        f.recv(&mut b).unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 3);
+        // Garbage glued to whole records: the records it overlaps are lost, the stream
+        // is back at a boundary when the pipe is empty.
+        send_on(hostile.as_fd(), b"abc");
+        f.send(&4u64.to_ne_bytes());
+        assert!(f.recv(&mut b).is_ok(), "8 bytes: 3 garbage and 5 of the record");
+        assert!(matches!(f.recv(&mut b), Err(Error::WouldBlock)), "the 3 left are discarded");
+        f.send(&5u64.to_ne_bytes());
+        f.recv(&mut b).unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 5);
+        drop(f);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

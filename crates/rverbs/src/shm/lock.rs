@@ -20,6 +20,10 @@ pub(crate) struct ShmLock {
 // SAFETY: a single AtomicU32.
 unsafe impl ShmSafe for ShmLock {}
 
+/// How long a lock word may keep naming one live holder before it is taken over (see
+/// [`ShmLock::lock`]).
+const STUCK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Held until dropped.
 pub(crate) struct ShmGuard<'a> {
     lock: &'a ShmLock,
@@ -34,26 +38,64 @@ impl Drop for ShmGuard<'_> {
 impl ShmLock {
     /// Takes the lock for endpoint `me`; `alive(ep)` tells whether endpoint `ep` still
     /// exists (asked only after spinning, so it may be slow).
+    ///
+    /// A word that names no endpoint is taken over at once, and one that keeps naming
+    /// the same holder for [`STUCK`] as well, alive or not: critical sections are a few
+    /// stores long, so such a word was written by another process of the user (a
+    /// scribbled segment naming a live endpoint, or this one), and waiting for it would
+    /// hang every verb on the ring.
     pub(crate) fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> ShmGuard<'_> {
         let tag = me + 1;
         let mut spins = 0u32;
+        // The word seen non-zero at every look since when, and when the holder was last
+        // asked about (checked every 64 spins, at most every millisecond: a waiter that
+        // yields to busy threads can take a millisecond per spin).
+        let mut seen: Option<(u32, std::time::Instant)> = None;
+        let mut asked: Option<std::time::Instant> = None;
         loop {
             let cur = self.word.load(Ordering::Relaxed);
             if cur == 0 {
                 if self.word.compare_exchange_weak(0, tag, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                     return ShmGuard { lock: self };
                 }
+                // Free for a moment: whoever holds it now is a new holder.
+                seen = None;
                 continue;
             }
-            spins += 1;
+            spins = spins.wrapping_add(1);
             if spins < 64 {
                 std::hint::spin_loop();
                 continue;
             }
-            if spins.is_multiple_of(1024) && cur != tag && !alive(cur - 1) {
-                // The holder died inside its critical section: take over.
-                if self.word.compare_exchange(cur, tag, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                    tracing::warn!(holder = cur - 1, "took over a lock of a dead endpoint");
+            if spins.is_multiple_of(64) {
+                let now = std::time::Instant::now();
+                let held_long = match seen {
+                    Some((h, at)) if h == cur => now.duration_since(at) >= STUCK,
+                    _ => {
+                        seen = Some((cur, now));
+                        false
+                    }
+                };
+                let holder = cur - 1;
+                // No endpoint has that number: another process wrote the word.
+                let garbage = holder >= super::registry::MAX_ENDPOINTS;
+                let dead = !garbage
+                    && holder != me
+                    && asked.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_millis(1))
+                    && {
+                        asked = Some(now);
+                        !alive(holder)
+                    };
+                // The holder died inside its critical section, or the word is garbage
+                // that nobody will release: take over.
+                if (garbage || dead || held_long)
+                    && self.word.compare_exchange(cur, tag, Ordering::Acquire, Ordering::Relaxed).is_ok()
+                {
+                    if dead {
+                        tracing::warn!(holder, "took over a lock of a dead endpoint");
+                    } else {
+                        tracing::warn!(word = cur, "took over a shared lock whose word another process overwrote");
+                    }
                     return ShmGuard { lock: self };
                 }
             }
@@ -88,6 +130,43 @@ mod tests {
             h.join().unwrap();
         }
         assert_eq!(counter.load(Ordering::Relaxed), 20_000);
+    }
+
+    // Hostile-segment harness (tests/chaos/hostile_seg.sh), rq_lock: another process set
+    // a receive ring's lock word to the endpoint number of a live process (here, the
+    // locker's own); every later lock spun for ever (destroy_qp hung draining the ring).
+    #[test]
+    fn a_lock_word_naming_a_live_holder_for_ever_is_taken_over() {
+        let l = Arc::new(ShmLock::default());
+        l.word.store(6, Ordering::Relaxed); // "held" by endpoint 5, which is alive
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l2 = l.clone();
+        std::thread::spawn(move || {
+            let g = l2.lock(5, |_| true);
+            drop(g);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the lock was taken over, not waited for");
+        assert_eq!(l.word.load(Ordering::Relaxed), 0);
+        // A lock that changes hands is never taken over: threads still exclude each other
+        // (excludes_threads), and a holder that releases in time keeps it.
+        let g = l.lock(1, |_| true);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(g);
+    }
+
+    #[test]
+    fn a_lock_word_naming_no_endpoint_is_taken_over_at_once() {
+        let l = ShmLock::default();
+        l.word.store(u32::MAX, Ordering::Relaxed);
+        let t = std::time::Instant::now();
+        let asked = std::cell::Cell::new(false);
+        let _g = l.lock(1, |_| {
+            asked.set(true);
+            true
+        });
+        assert!(t.elapsed() < STUCK, "not waited for");
+        assert!(!asked.get(), "no endpoint 0xfffffffe to ask about");
     }
 
     #[test]

@@ -225,7 +225,9 @@ impl Registry {
         // keep this endpoint "alive" after this process died).
         crate::sys::release_in_children(lock.as_fd());
         let dir = ep_dir(root, ep);
-        std::fs::create_dir(&dir)?;
+        // Owner only, like the runtime directory and every file in it (should the
+        // runtime directory's mode be opened up, other users still find nothing).
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&dir)?;
         let hdr = Segment::create(&dir.join("hdr"), HDR_LEN)?;
         hdr.get::<AtomicU64>(8).store(u64::from(rustix::process::getpid().as_raw_nonzero().get() as u32), Ordering::Release);
         // The canary peers read with cross-memory attach to learn whether the kernel
@@ -523,6 +525,10 @@ mod tests {
         assert_ne!(a.ep, b.ep);
         assert!(a.alive(b.ep));
         assert!(b.dir.join("hdr").exists());
+        // Hostile-segment harness, other-user check: the endpoint directory was created
+        // with the umask's mode (0755), not owner-only.
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&b.dir).unwrap().permissions().mode() & 0o777, 0o700);
         let (ep_b, dir_b) = (b.ep, b.dir.clone());
         drop(b);
         assert!(!a.alive(ep_b), "a released lock means a dead endpoint");

@@ -227,6 +227,9 @@ pub(crate) struct KeyFields {
     pub(crate) seg_off: AtomicU64,
 }
 
+/// How long [`KeyFields::read`] waits for a consistent copy.
+const KEY_READ_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 pub(crate) const KEY_KIND_MR: u32 = 1;
 pub(crate) const KEY_KIND_MW1: u32 = 2;
 pub(crate) const KEY_KIND_MW2: u32 = 3;
@@ -257,8 +260,22 @@ pub(crate) struct KeyDesc {
 
 impl KeyFields {
     /// Copies the record out consistently (seqlock read).
+    ///
+    /// The owner's write is a few stores long. A record that stays odd (being written)
+    /// or keeps changing for [`KEY_READ_WAIT`] was written by another process of the
+    /// user: it reads as an empty record, which grants nothing, instead of a wait for
+    /// ever inside a verb.
     pub(crate) fn read(&self) -> KeyDesc {
+        let mut tries = 0u32;
+        let mut since: Option<std::time::Instant> = None;
         loop {
+            tries = tries.wrapping_add(1);
+            if tries.is_multiple_of(1024) {
+                if since.get_or_insert_with(std::time::Instant::now).elapsed() > KEY_READ_WAIT {
+                    return KeyDesc::default();
+                }
+                std::thread::yield_now();
+            }
             let s1 = self.seq.load(Ordering::Acquire);
             if s1 & 1 != 0 {
                 std::hint::spin_loop();
@@ -424,6 +441,28 @@ mod tests {
         assert_eq!(b.key(3).unwrap().read(), d);
         assert!(a.key(KEY_RECORDS as u32).is_none());
         drop((a, b));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // Hostile-segment harness (tests/chaos/hostile_seg.sh), key_rec: another process
+    // left a key record's seqlock odd ("being written"); every access through the key,
+    // the owner's and its peers', spun in `read` for ever.
+    #[test]
+    fn a_key_record_left_odd_reads_as_empty_instead_of_spinning() {
+        let dir = std::env::temp_dir().join(format!("rverbs-tables-odd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = std::sync::Arc::new(Tables::create(&dir).unwrap());
+        let d = KeyDesc { key: 0x405, kind: KEY_KIND_MR, state: KEY_STATE_VALID, len: 64, ..Default::default() };
+        a.key(4).unwrap().write(&d);
+        a.key(4).unwrap().seq.fetch_or(1, Ordering::AcqRel);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let a2 = a.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(a2.key(4).unwrap().read());
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("read returned");
+        assert_eq!(got, KeyDesc::default(), "grants nothing");
+        drop(a);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -333,7 +333,8 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
         let name = || seg::name(id, gen);
         if cached.as_ref().is_none_or(|c| c.gen != gen) {
             let Ok(s) = peer.segment(&name()) else { return Err(Overrun) };
-            *cached = Some(CqSeg::open(s, gen));
+            let Some(c) = CqSeg::open(s, gen) else { return Err(Overrun) };
+            *cached = Some(c);
         }
         let cq = cached.as_ref().expect("just mapped");
         match cq.publish(cqe) {
