@@ -243,6 +243,8 @@ const FREE: Watched = Watched {
 };
 static WATCHED: [Watched; WATCH_SLOTS] = [FREE; WATCH_SLOTS];
 static WATCH_HINT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// A slot's `start` while its owner fills it: no mapping starts at address 1.
+const CLAIMING: usize = 1;
 
 /// A segment mapping known to the SIGBUS handler (module doc); `None` when the table is
 /// full (the segment is then unprotected: a truncation stays a SIGBUS).
@@ -256,15 +258,15 @@ pub(crate) fn watch(start: usize, len: usize) -> Watch {
     for k in 0..WATCH_SLOTS {
         let i = (from + k) % WATCH_SLOTS;
         let w = &WATCHED[i];
-        if w.start.load(Ordering::Relaxed) == 0 {
-            // Claim the slot with its length first (a handler reading start != 0 then
-            // sees the length, Release/Acquire on `start`).
+        // Claim the slot (CLAIMING: no handler looks at it), then fill it, then publish
+        // its start: a handler that reads a real start (Acquire) sees the length and the
+        // flag, and two threads can never fill one slot.
+        if w.start.compare_exchange(0, CLAIMING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
             w.len.store(len, Ordering::Relaxed);
             w.poisoned.store(false, Ordering::Relaxed);
-            if w.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                WATCH_HINT.store(i + 1, Ordering::Relaxed);
-                return Watch(Some(i));
-            }
+            w.start.store(start, Ordering::Release);
+            WATCH_HINT.store(i + 1, Ordering::Relaxed);
+            return Watch(Some(i));
         }
     }
     Watch(None)
@@ -289,7 +291,7 @@ pub(crate) fn poisoned(w: &Watch) -> bool {
 fn replace_truncated(addr: usize) -> bool {
     for w in &WATCHED {
         let start = w.start.load(Ordering::Acquire);
-        if start == 0 {
+        if start == 0 || start == CLAIMING {
             continue;
         }
         let len = w.len.load(Ordering::Relaxed);

@@ -69,3 +69,7 @@ pub const MAX_MCAST_QP_ATTACH: u32 = 56;
 
 /// The port's active MTU (ibv_query_port(3) `active_mtu`), also the largest UD message.
 pub const ACTIVE_MTU: rverbs_proto::verbs::Mtu = rverbs_proto::verbs::Mtu::Mtu4096;
+
+/// Endpoints (processes using the device) one host can have; endpoint numbers are the top
+/// 8 bits of QP numbers and keys' owners (ARCHITECTURE.md §2).
+pub(crate) const MAX_ENDPOINTS: u32 = 256;

@@ -78,7 +78,7 @@ impl ShmLock {
                 };
                 let holder = cur - 1;
                 // No endpoint has that number: another process wrote the word.
-                let garbage = holder >= super::registry::MAX_ENDPOINTS;
+                let garbage = holder >= crate::limits::MAX_ENDPOINTS;
                 let dead = !garbage
                     && holder != me
                     && asked.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_millis(1))

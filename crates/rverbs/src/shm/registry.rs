@@ -37,8 +37,8 @@ use rustix::fs::{FlockOperation, Mode, OFlags};
 use super::Segment;
 use crate::error::{Error, Result};
 
-/// Endpoints one host can have.
-pub(crate) const MAX_ENDPOINTS: u32 = 256;
+/// Endpoints one host can have (`limits::MAX_ENDPOINTS`).
+pub(crate) const MAX_ENDPOINTS: u32 = crate::limits::MAX_ENDPOINTS;
 
 const HDR_MAGIC: u64 = 0x7276_6572_6273_0001; // "rverbs" v1
 
