@@ -103,8 +103,10 @@ pub fn run(a: &Args) -> Result<(), String> {
 
     let listener = TcpListener::bind(SocketAddrV4::new(local, ctl_port)).map_err(err)?;
     listener.set_nonblocking(true).map_err(err)?;
+    // T1 and T2 are connected at the attacker's first ARM, not now: the attacker's address
+    // exists only once the peer is up, and moving a QP to RTR towards an address nobody
+    // answers fails (ibv_modify_qp(3) resolves the neighbour, as the kernel does).
     let mut arms = Arms { rng, t_psns: (0, 0), count: 0 };
-    arms.arm(&t1, &t2, &r, &r2, attacker, sgid)?;
     std::fs::write(dir.join("victim.ready"), b"").map_err(err)?;
     println!("victim: ready, T1 {:#x}, T2 {:#x}, legit QP {:#x}", t1.qp_num(), t2.qp_num(), ql.qp_num());
 
