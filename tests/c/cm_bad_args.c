@@ -10,9 +10,9 @@
  *   - EV(type) for rows whose outcome is an event (the call returned 0, then that event);
  *   - EAI(code) for rdma_getaddrinfo's getaddrinfo codes;
  *   - EARLY for the rdma_destroy_id row that waits for an acknowledgement.
- * Rows marked OPEN are known mismatches left for engine::resolve_addr (being reworked on
- * main): they expect rverbs' present answer and name the kernel's in their source, so
- * they fail, and must be updated, when that answer changes.
+ * Rows marked OPEN would be known mismatches: they expect rverbs' present answer and name
+ * the kernel's in their source, so they fail, and must be updated, when that answer
+ * changes (none at present).
  * A row whose outcome differs prints "FAIL" and the program exits 1 after the table.
  *
  * Sources: rdma-core 44 librdmacm/cma.c and addrinfo.c (L), the kernel's rdma_cm as
@@ -1213,16 +1213,15 @@ static const struct row rows[] = {
 	    "L rdma_resolve_addr: ucma_addrlen(dst) 0"),
 	ROW("rdma_resolve_addr", "src AF_UNIX", r_resolve_unix_src, EINVAL,
 	    "L rdma_resolve_addr: src_addr && !src_len"),
-	ROW("rdma_resolve_addr", "dst 0.0.0.0", r_resolve_wildcard_dst, EINVAL,
-	    OPEN "K rdma_resolve_addr: any dst -> cma_resolve_loopback, 0 + ADDR_RESOLVED"),
-	ROW("rdma_resolve_addr", "bound IPv4, dst ::1 -> event", r_resolve_family_mismatch,
+	ROW("rdma_resolve_addr", "dst 0.0.0.0 -> event", r_resolve_wildcard_dst,
 	    EV(RDMA_CM_EVENT_ADDR_RESOLVED),
-	    OPEN "K resolve_prepare_src: cma_family != dst family -> EINVAL"),
+	    "K rdma_resolve_addr: any dst -> cma_resolve_loopback, 0 + ADDR_RESOLVED"),
+	ROW("rdma_resolve_addr", "bound IPv4, dst ::1", r_resolve_family_mismatch, EINVAL,
+	    "K resolve_prepare_src: cma_family != dst family -> EINVAL"),
 	ROW("rdma_resolve_addr", "listening id", r_resolve_listening, EINVAL,
 	    "K resolve_prepare_src -> rdma_bind_addr: state not IDLE"),
-	ROW("rdma_resolve_addr", "address already resolved -> event", r_resolve_twice,
-	    EV(RDMA_CM_EVENT_ADDR_RESOLVED),
-	    OPEN "K resolve_prepare_src -> rdma_bind_addr: state not IDLE -> EINVAL"),
+	ROW("rdma_resolve_addr", "address already resolved", r_resolve_twice, EINVAL,
+	    "K resolve_prepare_src -> rdma_bind_addr: state not IDLE -> EINVAL"),
 	ROW("rdma_resolve_route", "bound, address not resolved", r_route_bound_only, EINVAL,
 	    "K rdma_resolve_route: state not ADDR_RESOLVED"),
 	ROW("rdma_resolve_route", "unbound id (no device)", r_route_unbound, EINVAL,

@@ -451,13 +451,22 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
-    if !matches!(s.st, St::Idle | St::Bound | St::AddrResolved) || s.resolving.is_some() {
+    // The kernel's resolve_prepare_src: from IDLE (binding first) or ADDR_BOUND only, so an
+    // address already resolved is EINVAL; and the destination's family must be the bound
+    // address's (cma_family).
+    if !matches!(s.st, St::Idle | St::Bound) || s.resolving.is_some() {
         return Err(Error::invalid("rdma_resolve_addr", "the id is not idle or bound"));
     }
-    let dst_ip = crate::addr::canonical(dst.ip());
-    if crate::addr::is_wildcard(dst_ip) {
-        return Err(Error::invalid("rdma_resolve_addr", "the destination is a wildcard address"));
+    if let Some(bound) = s.src.filter(|_| s.binding.is_some()) {
+        if bound.is_ipv4() != dst.is_ipv4() {
+            return Err(Error::invalid("rdma_resolve_addr", "the destination's family is not the bound address's"));
+        }
     }
+    // A wildcard destination is this host (the kernel's cma_resolve_loopback).
+    let dst_ip = match crate::addr::canonical(dst.ip()) {
+        ip if crate::addr::is_wildcard(ip) => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        ip => ip,
+    };
     // The source: the bound address, the one given, or the host's choice.
     let status = (|| -> Result<()> {
         if s.binding.is_none() {
