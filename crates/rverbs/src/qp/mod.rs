@@ -594,7 +594,7 @@ impl Qp {
         if let Some(ip) = plan.new_network_destination() {
             // The kernel gives the neighbour one second (rdma_addr_find_l2_eth_by_grh).
             crate::neigh::resolve_blocking(ip, std::time::Duration::from_secs(1))
-                .map_err(|errno| Error::Unreachable { verb: "modify_qp", dgid: plan_dgid(ip), errno })?;
+                .map_err(|errno| Error::Unreachable { verb: "modify_qp", dgid: crate::gid::Gid::from_ip(ip), errno })?;
         }
         #[cfg(test)]
         q.run_before_apply();
@@ -894,9 +894,4 @@ impl crate::progress::Kicks for crate::table::Table<QpInner> {
             qp.errored_by_peer();
         }
     }
-}
-
-/// The GID of `ip` as a RoCE address vector names it (for error messages).
-fn plan_dgid(ip: std::net::IpAddr) -> crate::gid::Gid {
-    crate::gid::Gid::from_ip(ip)
 }

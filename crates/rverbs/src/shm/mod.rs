@@ -94,6 +94,17 @@ fn map(fd: &OwnedFd, len: usize) -> Result<NonNull<u8>> {
     NonNull::new(p.cast::<u8>()).ok_or(Error::Bug("mmap returned null"))
 }
 
+/// A failed reservation of runtime-directory space: the file system is full (or the
+/// file too large for it) is `ENOMEM` at the verb (`Error::Exhausted`).
+fn space_error(e: rustix::io::Errno) -> Error {
+    match e {
+        rustix::io::Errno::NOSPC | rustix::io::Errno::FBIG | rustix::io::Errno::DQUOT => {
+            Error::Exhausted { what: "runtime directory space (RVERBS_RUNTIME_DIR)" }
+        }
+        e => e.into(),
+    }
+}
+
 impl Segment {
     fn new(ptr: NonNull<u8>, len: usize, path: &Path, owner: bool) -> Segment {
         let watch = crate::fault::watch(ptr.as_ptr() as usize, len);
@@ -108,10 +119,7 @@ impl Segment {
         let Some(fd) = &self.sparse else { return Ok(()) };
         match rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::KEEP_SIZE, offset as u64, len as u64) {
             Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
-            Err(rustix::io::Errno::NOSPC | rustix::io::Errno::DQUOT) => {
-                Err(Error::Exhausted { what: "runtime directory space (RVERBS_RUNTIME_DIR)" })
-            }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(space_error(e)),
         }
     }
 
@@ -154,12 +162,7 @@ impl Segment {
         };
         if let Err(e) = sized {
             let _ = std::fs::remove_file(path);
-            return Err(match e {
-                rustix::io::Errno::NOSPC | rustix::io::Errno::FBIG | rustix::io::Errno::DQUOT => {
-                    Error::Exhausted { what: "runtime directory space (RVERBS_RUNTIME_DIR)" }
-                }
-                e => e.into(),
-            });
+            return Err(space_error(e));
         }
         let ptr = match map(&fd, len) {
             Ok(p) => p,
