@@ -36,9 +36,18 @@ impl Fifo {
         rustix::fs::mkfifoat(rustix::fs::CWD, path, Mode::from_raw_mode(0o600))?;
         // O_RDWR keeps a writer open, so reads never see end-of-file; it is blocking by
         // default, as ibv_get_cq_event(3) expects.
-        let read = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
-        let write = open_writer(path)?;
-        Ok(Fifo { read, write, path: path.to_owned() })
+        let opened = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+            .map_err(Error::from)
+            .and_then(|read| Ok((read, open_writer(path)?)));
+        match opened {
+            Ok((read, write)) => Ok(Fifo { read, write, path: path.to_owned() }),
+            Err(e) => {
+                // Out of descriptors (EMFILE) after the FIFO exists: it must not stay
+                // behind in the endpoint directory.
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
     }
 
     /// The descriptor the application reads (and may poll or make non-blocking).
