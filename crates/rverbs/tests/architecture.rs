@@ -37,7 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("memory", &["shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::access", "mr::proxy", "mr::domain", "mr", "mw"]),
     // Completion and receive rings; work requests and QP attributes as data (a UD work
     // request carries an address vector, `qp::attr`).
-    ("rings", &["wc", "cq::ring", "cq::seg", "cq::defer", "qp::attr", "qp::wr", "qp::rq"]),
+    ("rings", &["wc", "cq::ring", "cq::gate", "cq::seg", "cq::defer", "qp::attr", "qp::wr", "qp::rq"]),
     // The engine that executes work requests; what it asks of the device and the
     // transports, as traits they implement (`qp::device`).
     ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress"]),

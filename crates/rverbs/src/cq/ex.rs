@@ -62,7 +62,7 @@ impl CqInner {
 
     /// Removes the oldest completion and makes it the current one of the batch.
     fn pop_polled(&self) -> Option<ExEntry> {
-        let current = self.pop_live(self.seg().ring())?;
+        let current = self.pop_live(self.seg())?;
         for (slot, w) in self.polled.iter().zip(current.encode()) {
             slot.store(w, Ordering::Relaxed);
         }

@@ -6,6 +6,7 @@
 
 pub mod channel;
 pub(crate) mod defer;
+pub(crate) mod gate;
 pub mod ex;
 pub(crate) mod ring;
 pub(crate) mod seg;
@@ -26,8 +27,27 @@ use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::wc::{Cqe, Wc};
 use channel::{ChannelInner, CompChannel};
-use ring::{Pop, Ring};
+use gate::Producer;
+use ring::Pop;
 use seg::{CqSeg, Publish};
+
+/// How long the consumer waits behind an unpublished reservation before asking whether
+/// the producers inside are alive, and how often it asks again (`CqInner::unstick`).
+const STUCK_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// This process as a producer of completions (`cq::gate`).
+pub(crate) fn producer_of(endpoint: &crate::mr::endpoint::Endpoint) -> Producer {
+    Producer { ep: endpoint.reg.as_ref().map_or(0, |r| r.ep), pid: endpoint.pid }
+}
+
+/// Whether producer `pid` of endpoint `ep` is alive, as the owner of a CQ of `endpoint`
+/// sees it.
+fn producer_alive(endpoint: &crate::mr::endpoint::Endpoint, ep: u32, pid: u32) -> bool {
+    match &endpoint.reg {
+        Some(r) if r.ep != ep => r.owner_alive(ep, pid),
+        _ => pid == endpoint.pid,
+    }
+}
 
 bitflags! {
     /// The fields extended polling may read (`enum ibv_wc_flags_ex`, chosen at creation).
@@ -200,6 +220,9 @@ pub(crate) struct CqInner {
     /// so a misbehaving second poller reads stale values, never undefined behaviour.
     /// Written and read by the poller only, like `consumer`.
     polled: [AtomicU64; ring::DATA_WORDS],
+    /// Where the consumer found the ring stuck behind an unpublished reservation, and
+    /// when it last looked for the producer's death there (`unstick`).
+    stuck: Mutex<Option<(u64, std::time::Instant)>>,
 }
 
 /// Why a completion could not be delivered.
@@ -228,14 +251,15 @@ impl CqInner {
     /// Publishes a completion (see [`CqSeg::publish`] for the rules): an overrun raises
     /// CQ_ERR once; a fired notification queues one event on the channel.
     pub(crate) fn push(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
-        let mut outcome = self.gens.current().publish(cqe);
+        let me = producer_of(self.ctx.endpoint);
+        let mut outcome = self.gens.current().publish(cqe, me);
         // A resize replaced the generation: publish into the new one (bounded: resizes
         // happen under the consumer lock, one at a time).
         for _ in 0..64 {
             if !matches!(outcome, Publish::Moved(_)) {
                 break;
             }
-            outcome = self.gens.current().publish(cqe);
+            outcome = self.gens.current().publish(cqe, me);
         }
         match outcome {
             Publish::Done { fire } => {
@@ -308,7 +332,8 @@ impl CqInner {
 
     /// The next completion not purged, if any.
     #[inline(always)]
-    pub(crate) fn pop_live(&self, ring: &Ring) -> Option<Cqe> {
+    pub(crate) fn pop_live(&self, seg: &CqSeg) -> Option<Cqe> {
+        let ring = seg.ring();
         loop {
             match ring.pop() {
                 Pop::Entry(words, pos) => {
@@ -318,7 +343,12 @@ impl CqInner {
                     }
                     return Some(cqe);
                 }
-                Pop::Empty => return None,
+                Pop::Empty => {
+                    if let Some(h) = ring.stalled_at() {
+                        self.unstick(seg, h);
+                    }
+                    return None;
+                }
                 Pop::Corrupt => {
                     // Another process scribbled over the ring: the CQ is in error, as
                     // after an overrun (ibv_poll_cq(3) then fails).
@@ -329,6 +359,29 @@ impl CqInner {
         }
     }
 
+    /// The consumer is stuck at ring position `h`, reserved and not published: after
+    /// [`STUCK_CHECK`] there, and every [`STUCK_CHECK`] after, skip it if no live
+    /// producer is inside (the one that reserved it died: [`CqSeg::skip_dead`]). A
+    /// producer between reserving and publishing takes nanoseconds, so this is rare.
+    #[cold]
+    fn unstick(&self, seg: &CqSeg, h: u64) {
+        let now = std::time::Instant::now();
+        let mut stuck = self.stuck.lock().unwrap_or_else(|p| p.into_inner());
+        match *stuck {
+            Some((at, since)) if at == h && now.duration_since(since) < STUCK_CHECK => return,
+            Some((at, _)) if at == h => *stuck = Some((h, now)),
+            _ => {
+                *stuck = Some((h, now));
+                return;
+            }
+        }
+        drop(stuck);
+        let endpoint = self.ctx.endpoint;
+        if seg.skip_dead(&|ep, pid| producer_alive(endpoint, ep, pid)) {
+            tracing::warn!(cq = self.id, pos = h, "a process died while completing to this CQ: its completion is lost, the ones after it are delivered");
+        }
+    }
+
     /// Removes up to `max` CQEs, oldest first, handing each to `f`.
     fn pop_into(&self, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
         let _g = self.lock_consumer();
@@ -336,10 +389,9 @@ impl CqInner {
         if seg.shm().errored.load(Ordering::Acquire) != 0 {
             return Err(Error::CqOverrun);
         }
-        let ring = seg.ring();
         let mut n = 0;
         while n < max {
-            match self.pop_live(ring) {
+            match self.pop_live(seg) {
                 Some(c) => {
                     f(c);
                     n += 1;
@@ -437,6 +489,7 @@ impl Cq {
                 purging: AtomicBool::new(false),
                 cookie: AtomicUsize::new(0),
                 polled: Default::default(),
+                stuck: Mutex::new(None),
             }),
         };
         cqs.publish(id, &cq.inner);
@@ -532,12 +585,13 @@ impl Cq {
         }
         let _g = self.inner.consumer.lock();
         let seg = self.inner.gens.current();
-        seg.freeze();
+        let endpoint = self.inner.ctx.endpoint;
+        let alive = |ep, pid| producer_alive(endpoint, ep, pid);
+        seg.freeze(&alive);
         if (cqe as usize) < seg.ring().len() {
             seg.thaw();
             return Err(Error::invalid("resize_cq", Rule::CqeBelowQueued { cqe, queued: seg.ring().len() as u32 }));
         }
-        let endpoint = self.inner.ctx.endpoint;
         let new = match CqSeg::create(&endpoint.dir, self.inner.id, seg.gen + 1, cqe as usize) {
             Ok(n) => n,
             Err(e) => {
@@ -549,8 +603,16 @@ impl Cq {
         let ignore = self.inner.flags.contains(CqCreateFlags::IGNORE_OVERRUN);
         // Purged completions are dropped on the way: the purge records hold positions of
         // the old ring, which mean nothing in the new one.
-        while let Some(c) = self.inner.pop_live(seg.ring()) {
-            let _ = new.ring().push(&c.encode(), ignore);
+        // No live producer is inside: a reservation still unpublished is a dead one's,
+        // skipped so the completions after it move too.
+        loop {
+            match self.inner.pop_live(seg) {
+                Some(c) => {
+                    let _ = new.ring().push(&c.encode(), ignore);
+                }
+                None if seg.skip_dead(&alive) => {}
+                None => break,
+            }
         }
         self.inner.purges.lock().expect("cq purges").clear();
         self.inner.purging.store(false, Ordering::Release);

@@ -215,7 +215,10 @@ impl Ring {
                     return Err(PushError::Full);
                 }
             }
-            match self.hdr().tail.compare_exchange_weak(t, t + 1, Ordering::Relaxed, Ordering::Relaxed) {
+            // Release: a consumer that acquires `tail` past `t` also sees that this
+            // producer entered the CQ's gate before reserving (`cq::gate`), so a
+            // reservation it finds unpublished is held by a producer it can see.
+            match self.hdr().tail.compare_exchange_weak(t, t + 1, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(now) => t = now,
             }
@@ -282,6 +285,32 @@ impl Ring {
     pub(crate) fn tail(&self) -> u64 {
         self.hdr().tail.load(Ordering::Acquire)
     }
+
+    /// The consumer's position if a producer reserved it and has not published it yet
+    /// (what [`Ring::pop`] reported `Empty` for although later positions may be ready).
+    /// Consumer only.
+    pub(crate) fn stalled_at(&self) -> Option<u64> {
+        let h = self.hdr().head.load(Ordering::Relaxed);
+        (self.tail() > h && self.slot(h).seq.load(Ordering::Acquire) != h + 1).then_some(h)
+    }
+
+    /// Moves the consumer past position `h`, reserved by a producer that died before
+    /// publishing it (the caller checked that no live producer is inside the CQ, after
+    /// [`Ring::stalled_at`] returned `h`); `false` if `h` was published meanwhile or the
+    /// consumer is elsewhere. Consumer only.
+    pub(crate) fn skip(&self, h: u64) -> bool {
+        if self.hdr().head.load(Ordering::Relaxed) != h || self.slot(h).seq.load(Ordering::Acquire) == h + 1 {
+            return false;
+        }
+        self.hdr().head.store(h + 1, Ordering::Release);
+        true
+    }
+
+    /// Reserves a position and never publishes it: a producer killed between the two.
+    #[cfg(any(test, loom))]
+    pub(crate) fn reserve_and_die(&self) {
+        self.hdr().tail.fetch_add(1, Ordering::Release);
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -340,6 +369,31 @@ mod tests {
         assert_eq!(r.pop(), Pop::Empty, "resynchronised at the tail");
         r.push(&cqe(1), false).unwrap();
         assert_eq!(pop_n(&r), Some(1));
+    }
+
+    #[test]
+    fn a_reservation_never_published_is_skipped_only_when_asked() {
+        let r = Ring::new(4);
+        r.push(&cqe(0), false).unwrap();
+        r.reserve_and_die();
+        r.push(&cqe(2), false).unwrap();
+        assert_eq!(pop_n(&r), Some(0));
+        assert_eq!(r.stalled_at(), Some(1));
+        // Stuck behind the hole until the owner skips it.
+        assert_eq!(pop_n(&r), None);
+        assert!(!r.skip(0), "not where the consumer is");
+        assert!(r.skip(1));
+        assert_eq!(pop_n(&r), Some(2));
+        assert_eq!(r.stalled_at(), None);
+        // A published position is never skipped.
+        r.push(&cqe(3), false).unwrap();
+        assert!(!r.skip(3));
+        assert_eq!(pop_n(&r), Some(3));
+        // The ring goes on round the laps, past the skipped slot.
+        for i in 4..20 {
+            r.push(&cqe(i), false).unwrap();
+            assert_eq!(pop_n(&r), Some(i));
+        }
     }
 
     #[test]
@@ -517,6 +571,84 @@ mod loom_tests {
             if pushed {
                 assert!(matches!(r.pop(), Pop::Entry(e, _) if e[0] == 2));
             }
+        });
+    }
+
+    /// The owner skips a reservation only when no live producer is inside the CQ's gate
+    /// (`cq::gate`): a live producer between reserving and publishing is never skipped,
+    /// and its entry is delivered once.
+    #[test]
+    fn a_live_producers_reservation_is_never_skipped() {
+        use crate::cq::gate::{Gate, Producer};
+        model(|| {
+            let r = Arc::new(Ring::new(2));
+            let g = Arc::new(Gate::new());
+            let who = Producer { ep: 1, pid: 5 };
+            let (r2, g2) = (r.clone(), g.clone());
+            let p = loom::thread::spawn(move || {
+                assert!(g2.enter(who));
+                r2.push(&cqe(1), false).unwrap();
+                g2.leave(who);
+            });
+            let alive = |ep, pid| (ep, pid) == (1, 5);
+            let mut got = 0;
+            while got == 0 {
+                match r.pop() {
+                    Pop::Entry(e, _) => got = e[0],
+                    Pop::Empty => {
+                        if let Some(h) = r.stalled_at() {
+                            if !g.live_inside(&alive) {
+                                assert!(!r.skip(h), "skipped a live producer's reservation");
+                            }
+                        }
+                        loom::thread::yield_now();
+                    }
+                    Pop::Corrupt => panic!("the protocol never corrupts the ring"),
+                }
+            }
+            assert_eq!(got, 1);
+            p.join().unwrap();
+            assert_eq!(r.pop(), Pop::Empty);
+        });
+    }
+
+    /// A producer that died between reserving and publishing (still counted in the gate
+    /// under its pid) does not hold back the completions published after it.
+    #[test]
+    fn a_dead_producers_reservation_is_skipped() {
+        use crate::cq::gate::{Gate, Producer};
+        model(|| {
+            let r = Arc::new(Ring::new(2));
+            let g = Arc::new(Gate::new());
+            let dead = Producer { ep: 2, pid: 9 };
+            assert!(g.enter(dead));
+            r.reserve_and_die();
+            let who = Producer { ep: 1, pid: 5 };
+            let (r2, g2) = (r.clone(), g.clone());
+            let p = loom::thread::spawn(move || {
+                if g2.enter(who) {
+                    r2.push(&cqe(2), false).unwrap();
+                    g2.leave(who);
+                }
+            });
+            let alive = |ep, pid| (ep, pid) == (1, 5);
+            let mut got = 0;
+            while got == 0 {
+                match r.pop() {
+                    Pop::Entry(e, _) => got = e[0],
+                    Pop::Empty => {
+                        if let Some(h) = r.stalled_at() {
+                            if !g.live_inside(&alive) {
+                                r.skip(h);
+                            }
+                        }
+                        loom::thread::yield_now();
+                    }
+                    Pop::Corrupt => panic!("the protocol never corrupts the ring"),
+                }
+            }
+            assert_eq!(got, 2);
+            p.join().unwrap();
         });
     }
 

@@ -1,28 +1,34 @@
 //! A completion queue's shared segment: its state and its ring, as every process that
 //! completes to it sees them.
 //!
-//! Layout: [`CqShm`] at byte 0 (256 bytes reserved), the ring (indices, then slots) from
-//! byte 256. The segment is `cq-<id>-<gen>` in the owner's endpoint directory; a resize
+//! Layout: [`CqShm`] at byte 0, the producers' [`Gate`] at byte 256, the ring (indices,
+//! then slots) from byte 4096. The segment is `cq-<id>-<gen>` in the owner's endpoint directory; a resize
 //! creates generation `gen + 1` and leaves a forwarding mark in the old one.
 //!
 //! Producers (the owner's threads and peers alike) follow one protocol, [`CqSeg::publish`]:
-//! enter (count themselves in `producers`, unless a resize is under way), publish into
-//! the ring, fire the armed notification, leave. A resize sets `RESIZING`, waits for
-//! the producers inside to leave, moves the completions to the new generation and
-//! records it in `moved`; a producer that meets `RESIZING` follows `moved`.
+//! enter the gate (counted under their endpoint and pid, unless a resize is under way),
+//! publish into the ring, fire the armed notification, leave. A resize stops the gate,
+//! waits for the live producers inside to leave, moves the completions to the new
+//! generation and records it in `moved`; a producer that meets the resize follows
+//! `moved`. A reservation a dead producer left unpublished is skipped by the owner
+//! ([`CqSeg::skip_dead`]), so the completions behind it still arrive.
 #![allow(unsafe_code)]
 
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::cq::gate::{Frozen, Gate, Producer, GATE_BYTES};
 use crate::cq::ring::{PushError, Ring};
 use crate::error::Result;
 use crate::shm::{Segment, ShmSafe};
 use crate::wc::Cqe;
 
-/// Bytes reserved for [`CqShm`] before the ring.
-const SHM_BYTES: usize = 256;
+/// Where the [`Gate`] starts (after [`CqShm`]).
+const GATE_OFF: usize = 256;
+/// Bytes before the ring: [`CqShm`] and the [`Gate`], rounded up to a page.
+const SHM_BYTES: usize = 4096;
+const _: () = assert!(GATE_OFF + GATE_BYTES <= SHM_BYTES);
 
 /// `flags` bit: overwrite the oldest entry instead of failing (IGNORE_OVERRUN).
 pub(crate) const FLAG_IGNORE_OVERRUN: u32 = 1;
@@ -32,9 +38,7 @@ pub(crate) const FLAG_TIMESTAMPS: u32 = 1 << 1;
 pub(crate) const NOTIFY_SOLICITED: u32 = 1;
 /// `notify` bit: armed for the next completion.
 pub(crate) const NOTIFY_NEXT: u32 = 1 << 1;
-/// `producers` bit: a resize is under way.
-const RESIZING: u32 = 1 << 31;
-/// How long a resize waits for the producers inside `publish` to leave.
+/// How long a resize waits for the live producers inside `publish` to leave.
 const RESIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The shared state of a CQ.
@@ -54,8 +58,8 @@ pub(crate) struct CqShm {
     pub(crate) id: AtomicU32,
     /// Generation that replaced this segment (0: none).
     pub(crate) moved: AtomicU32,
-    /// Producers inside [`CqSeg::publish`], plus `RESIZING`.
-    producers: AtomicU32,
+    /// Unused (the gate that replaced it is at `GATE_OFF`).
+    _reserved: AtomicU32,
     /// Ring capacity.
     pub(crate) cap: AtomicU64,
 }
@@ -87,6 +91,10 @@ pub(crate) struct CqSeg {
     seg: Arc<Segment>,
     ring: Ring,
     pub(crate) gen: u32,
+    /// Under loom the gate lives in process memory, as the ring does (loom's atomics
+    /// cannot be placed in a segment; only the models run, the rest has to compile).
+    #[cfg(loom)]
+    gate: Box<Gate>,
 }
 
 impl CqSeg {
@@ -94,7 +102,13 @@ impl CqSeg {
     pub(crate) fn create(dir: &Path, id: u32, gen: u32, min_entries: usize) -> Result<CqSeg> {
         let seg = Arc::new(Segment::create(&dir.join(name(id, gen)), SHM_BYTES + Ring::bytes(min_entries))?);
         let ring = Ring::in_segment(seg.clone(), SHM_BYTES, min_entries);
-        let s = CqSeg { seg, ring, gen };
+        let s = CqSeg {
+            seg,
+            ring,
+            gen,
+            #[cfg(loom)]
+            gate: Box::new(Gate::new()),
+        };
         s.shm().id.store(id, Ordering::Relaxed);
         s.shm().cap.store(s.ring.capacity() as u64, Ordering::Release);
         Ok(s)
@@ -113,7 +127,13 @@ impl CqSeg {
             return None;
         }
         let ring = Ring::in_segment(seg.clone(), SHM_BYTES, cap as usize);
-        Some(CqSeg { seg, ring, gen })
+        Some(CqSeg {
+            seg,
+            ring,
+            gen,
+            #[cfg(loom)]
+            gate: Box::new(Gate::new()),
+        })
     }
 
     /// Removes the segment's file (a replaced generation).
@@ -136,31 +156,29 @@ impl CqSeg {
     /// nothing fails). Rule: ibv_req_notify_cq(3): an armed CQ fires once for the next
     /// completion, or the next solicited one; rxe treats error and flush completions as
     /// not solicited, and so does rverbs (the producer sets `cqe.solicited`).
-    pub(crate) fn publish(&self, mut cqe: Cqe) -> Publish {
+    pub(crate) fn publish(&self, mut cqe: Cqe, who: Producer) -> Publish {
         let sh = self.shm();
         if sh.errored.load(Ordering::Acquire) != 0 {
             return Publish::Overrun { first: false };
         }
+        let gate = self.gate();
         let mut waiting: Option<std::time::Instant> = None;
-        loop {
-            let p = sh.producers.load(Ordering::Acquire);
-            if p & RESIZING != 0 {
+        while !gate.enter(who) {
+            // A resize is under way: follow it once it moved the CQ, or enter again if it
+            // was called off.
+            while gate.resizing() {
                 let m = sh.moved.load(Ordering::Acquire);
                 if m != 0 {
                     return Publish::Moved(m);
                 }
                 // A resize moves at most the ring's completions; one still "under way"
-                // after the time a resize waits for producers (`freeze`) is a flag
-                // another process wrote: the CQ is in error, as for a scribbled ring.
+                // after the time a resize waits for producers (`freeze`) is a flag another
+                // process wrote: the CQ is in error, as for a scribbled ring.
                 let since = *waiting.get_or_insert_with(std::time::Instant::now);
                 if since.elapsed() > 2 * RESIZE_WAIT {
                     return Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 };
                 }
                 std::thread::yield_now();
-                continue;
-            }
-            if sh.producers.compare_exchange_weak(p, p + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                break;
             }
         }
         let flags = sh.flags.load(Ordering::Relaxed);
@@ -173,8 +191,28 @@ impl CqSeg {
             Err(PushError::Full | PushError::Corrupt) => Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 },
             Ok(()) => Publish::Done { fire: self.notify_if_armed(cqe.solicited) },
         };
-        sh.producers.fetch_sub(1, Ordering::Release);
+        gate.leave(who);
         out
+    }
+
+    fn gate(&self) -> &Gate {
+        #[cfg(not(loom))]
+        return self.seg.get::<Gate>(GATE_OFF);
+        #[cfg(loom)]
+        return &self.gate;
+    }
+
+    /// Moves the consumer past a ring position that a dead producer reserved and never
+    /// published, if that is why it is stuck: no producer that `alive(ep, pid)` says is
+    /// alive is inside, so the reservation can only be a dead one's. Consumer only.
+    ///
+    /// Rule: ibv_poll_cq(3) returns the completions in the CQ; a process of the device
+    /// killed while completing to this CQ must not keep the others from it. The
+    /// completion that process was publishing is lost with it (the work request it
+    /// completed was being executed by the dead process).
+    pub(crate) fn skip_dead(&self, alive: &dyn Fn(u32, u32) -> bool) -> bool {
+        let Some(h) = self.ring.stalled_at() else { return false };
+        !self.gate().live_inside(alive) && self.ring.skip(h)
     }
 
     /// Disarms and reports whether the arming fires for this completion.
@@ -199,25 +237,19 @@ impl CqSeg {
         fence(Ordering::SeqCst);
     }
 
-    /// Starts a resize: stops new producers and waits for those inside to leave — at
-    /// most two seconds: a peer that died inside `publish` never leaves (its completion,
-    /// if it still comes, may then be lost with the old generation).
-    pub(crate) fn freeze(&self) {
-        let sh = self.shm();
-        sh.producers.fetch_or(RESIZING, Ordering::AcqRel);
-        let start = std::time::Instant::now();
-        while sh.producers.load(Ordering::Acquire) & !RESIZING != 0 {
-            if start.elapsed() > RESIZE_WAIT {
-                tracing::warn!("a producer never left a CQ being resized; a peer may have died in it");
-                return;
-            }
-            std::thread::yield_now();
+    /// Starts a resize: stops new producers and waits for the live ones inside to leave
+    /// (`alive` as for [`CqSeg::skip_dead`]) — at most two seconds, for a producer that
+    /// is alive but never leaves (or garbage another process wrote into the gate). A
+    /// producer that died inside is not waited for.
+    pub(crate) fn freeze(&self, alive: &dyn Fn(u32, u32) -> bool) {
+        if self.gate().freeze(alive, RESIZE_WAIT) == Frozen::TimedOut {
+            tracing::warn!("a live producer never left a CQ being resized; its completion may be lost");
         }
     }
 
     /// Lets producers in again after a resize that did not happen.
     pub(crate) fn thaw(&self) {
-        self.shm().producers.fetch_and(!RESIZING, Ordering::AcqRel);
+        self.gate().thaw();
     }
 
     /// Copies the shared settings of `other` (a previous generation) into this one.
@@ -238,6 +270,8 @@ impl CqSeg {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ME: Producer = Producer { ep: 0, pid: 1 };
 
     fn dir(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("rverbs-cqseg-{tag}-{}", std::process::id()));
@@ -269,15 +303,15 @@ mod tests {
     fn a_resize_flag_nobody_clears_puts_the_cq_in_error_instead_of_waiting_for_ever() {
         let d = dir("resizing");
         let cq = Arc::new(CqSeg::create(&d, 8, 1, 16).unwrap());
-        cq.shm().producers.store(RESIZING, Ordering::Release);
+        cq.gate().set_resizing();
         let (tx, rx) = std::sync::mpsc::channel();
         let c2 = cq.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(c2.publish(Cqe::default()));
+            let _ = tx.send(c2.publish(Cqe::default(), ME));
         });
         let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("publish returned");
         assert_eq!(got, Publish::Overrun { first: true });
-        assert_eq!(cq.publish(Cqe::default()), Publish::Overrun { first: false });
+        assert_eq!(cq.publish(Cqe::default(), ME), Publish::Overrun { first: false });
         drop(cq);
         std::fs::remove_dir_all(&d).unwrap();
     }

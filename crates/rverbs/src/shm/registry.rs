@@ -282,6 +282,22 @@ impl Registry {
         matches!(probe_lock(&lock_path(&self.root, ep)), Ok(Probe::Held))
     }
 
+    /// Whether process `pid` is alive as the owner of endpoint `ep`: for this endpoint,
+    /// whether `pid` is this process; for another, whether the endpoint is alive and its
+    /// header names `pid` (a word another process of the same number left says it is
+    /// dead). When the peer cannot be mapped to read its pid, alive: the answer decides
+    /// whether a CQ may skip that process's reservation, and a wrong "dead" loses a
+    /// completion, a wrong "alive" only delays.
+    pub(crate) fn owner_alive(&self, ep: u32, pid: u32) -> bool {
+        if ep == self.ep {
+            return pid == std::process::id();
+        }
+        if !self.alive(ep) {
+            return false;
+        }
+        self.peer(ep).map_or(true, |p| p.pid as u32 == pid && p.is_alive())
+    }
+
     /// The live peer `ep`, mapped on first use.
     pub(crate) fn peer(&self, ep: u32) -> Result<Arc<Peer>> {
         let mut peers = self.peers.lock().expect("peers");

@@ -337,7 +337,8 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
             *cached = Some(c);
         }
         let cq = cached.as_ref().expect("just mapped");
-        match cq.publish(cqe) {
+        let me = crate::cq::gate::Producer { ep: peer.home_ep(), pid: std::process::id() };
+        match cq.publish(cqe, me) {
             Publish::Done { fire } => {
                 if fire {
                     let ch = cq.shm().channel.load(Ordering::Acquire);
