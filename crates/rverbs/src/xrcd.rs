@@ -12,7 +12,8 @@
 //! SRQ: processes that opened the same file have domains with the same key, so a
 //! target QP of one process steers messages into an XRC SRQ of another, as the kernel's
 //! shared domains allow (ibv_xsrq_pingpong with several clients). The file-existence
-//! rules (O_CREAT, O_EXCL) are applied per process.
+//! rules (O_CREAT, O_EXCL) are applied per host, as the kernel's one table per device
+//! does: [`host`] records which processes hold the domain of each file.
 
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
@@ -55,6 +56,9 @@ pub(crate) struct XrcdInner {
     pub(crate) cq: Arc<CqInner>,
     /// Shared through a file: closing drops this opener's reference only.
     shared: std::sync::atomic::AtomicBool,
+    /// This process's entry in the host-wide table of file domains (removed with the
+    /// domain).
+    _host: Option<host::Entry>,
 }
 
 /// The key of a domain shared through the file `(st_dev, st_ino)`.
@@ -88,7 +92,7 @@ impl Context {
     /// `EINVAL` when one exists and `oflags` has O_EXCL; `EBADF` for a bad fd.
     pub fn open_xrcd(&self, file: Option<BorrowedFd<'_>>, oflags: i32) -> Result<Xrcd> {
         let Some(fd) = file else {
-            return Ok(Xrcd::handle(XrcdInner::new(self, None)?));
+            return Ok(Xrcd::handle(XrcdInner::new(self, None, None)?));
         };
         let st = rustix::fs::fstat(fd)?;
         let id = (st.st_dev, st.st_ino);
@@ -99,10 +103,14 @@ impl Context {
             }
             return Ok(Xrcd::handle(existing));
         }
-        if oflags & libc::O_CREAT == 0 {
-            return Err(Error::Again { verb: "open_xrcd", why: "no domain for the file and no O_CREAT" });
-        }
-        let inner = XrcdInner::new(self, Some(file_key(id)))?;
+        // Not in this process: other processes may hold it (without a registry, the
+        // runtime directory being unusable, only this process's domains are known).
+        let entry = match &self.inner().endpoint.reg {
+            Some(reg) => Some(host::open(reg, id, oflags)?),
+            None if oflags & libc::O_CREAT == 0 => return Err(no_domain()),
+            None => None,
+        };
+        let inner = XrcdInner::new(self, Some(file_key(id)), entry)?;
         inner.shared.store(true, Ordering::Release);
         map.insert(id, Arc::downgrade(&inner));
         Ok(Xrcd::handle(inner))
@@ -133,7 +141,7 @@ impl Srq {
 }
 
 impl XrcdInner {
-    fn new(ctx: &Context, key: Option<u64>) -> Result<Arc<Self>> {
+    fn new(ctx: &Context, key: Option<u64>, host: Option<host::Entry>) -> Result<Arc<Self>> {
         let pd = ctx.alloc_pd()?;
         let cq = ctx.create_cq(&CqInit::new(1))?;
         let private = 1 << 62 | u64::from(ctx.dev().ep()) << 32 | u64::from(pd.inner().id);
@@ -143,6 +151,7 @@ impl XrcdInner {
             pd: pd.inner().clone(),
             cq: cq.inner().clone(),
             shared: std::sync::atomic::AtomicBool::new(false),
+            _host: host,
         }))
     }
 }
@@ -191,5 +200,91 @@ impl Xrcd {
     /// Whether two handles name the same domain.
     pub fn same_as(&self, other: &Xrcd) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// `EAGAIN`: no process holds a domain for the file and `oflags` lacks O_CREAT.
+fn no_domain() -> Error {
+    Error::Again { verb: "open_xrcd", why: "no domain for the file and no O_CREAT" }
+}
+
+/// The host-wide table of XRC domains shared through files.
+///
+/// Rule: ibv_open_xrcd(3) with an fd: the kernel keeps one table of such domains per
+/// device (`ib_uverbs_open_xrcd`: EAGAIN when none exists for the inode and O_CREAT is
+/// missing, EINVAL when one exists and O_EXCL is given), so the rules see the domains of
+/// every process. Here the table is `<runtime dir>/xrcd/<st_dev>-<st_ino>/<ep>.<pid>`:
+/// one entry per process holding the domain, created under the flock of
+/// `<runtime dir>/xrcd/lock` (two processes opening with O_CREAT | O_EXCL at once: one
+/// gets EINVAL) and removed when the process's domain goes. An entry whose process is
+/// dead (`Registry::owner_alive`) is removed by whoever finds it, so a killed holder
+/// does not keep the domain "existing".
+mod host {
+    use std::path::{Path, PathBuf};
+
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+
+    use crate::error::{Error, Result};
+    use crate::rule::Rule;
+    use crate::shm::registry::Registry;
+
+    /// This process's entry for one file's domain; removed when dropped.
+    pub(crate) struct Entry {
+        path: PathBuf,
+    }
+
+    impl Drop for Entry {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+            // The last holder removes the file's directory (fails while others hold it).
+            if let Some(dir) = self.path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+
+    /// Whether a live process holds the domain whose entries are in `dir`; removes the
+    /// entries of dead processes.
+    fn held(reg: &Registry, dir: &Path) -> bool {
+        let Ok(entries) = std::fs::read_dir(dir) else { return false };
+        let mut live = false;
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let holder = name.to_str().and_then(|n| n.split_once('.')).and_then(|(ep, pid)| Some((ep.parse().ok()?, pid.parse().ok()?)));
+            match holder {
+                Some((ep, pid)) if reg.owner_alive(ep, pid) => live = true,
+                _ => {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        live
+    }
+
+    /// Applies O_CREAT / O_EXCL to the domain of file `(dev, ino)` across the host and
+    /// records this process as a holder.
+    pub(crate) fn open(reg: &Registry, (dev, ino): (u64, u64), oflags: i32) -> Result<Entry> {
+        let table = reg.root.join("xrcd");
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).recursive(true).create(&table)?;
+        let lock = rustix::fs::open(&table.join("lock"), OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
+        // Held for a few file operations by each opener; released by the kernel if the
+        // holder dies.
+        rustix::fs::flock(&lock, FlockOperation::LockExclusive)?;
+        let dir = table.join(format!("{dev:x}-{ino:x}"));
+        let exists = held(reg, &dir);
+        if exists && oflags & libc::O_EXCL != 0 {
+            return Err(Error::invalid("open_xrcd", Rule::XrcdExists));
+        }
+        if !exists && oflags & libc::O_CREAT == 0 {
+            return Err(super::no_domain());
+        }
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e.into()),
+        }
+        let path = dir.join(format!("{}.{}", reg.ep, std::process::id()));
+        std::os::unix::fs::OpenOptionsExt::mode(std::fs::OpenOptions::new().write(true).create(true).truncate(false), 0o600).open(&path)?;
+        Ok(Entry { path })
     }
 }

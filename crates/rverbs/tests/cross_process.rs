@@ -734,6 +734,54 @@ fn xrc_domains_shared_through_a_file_span_processes() {
     let _ = std::fs::remove_file(other);
 }
 
+// ibv_open_xrcd(3): O_CREAT / O_EXCL see the domains of every process, as the kernel's
+// one table per device does (they were applied per process: a second process opening
+// with O_CREAT | O_EXCL got a domain of its own instead of EINVAL).
+#[test]
+fn xrc_domain_file_rules_apply_across_processes() {
+    let test = "xrc_domain_file_rules_apply_across_processes";
+    if role().as_deref() == Some("xrcd_holder") {
+        let mut parent = Parent::new();
+        let path = std::path::PathBuf::from(&parent.hear()[0]);
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+        let ctx = open();
+        let xrcd = ctx.open_xrcd(Some(std::os::fd::AsFd::as_fd(&f)), libc::O_CREAT | libc::O_EXCL).unwrap();
+        parent.say("held");
+        let _ = parent.hear(); // until the parent is done (or kills this process)
+        drop(xrcd);
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("rverbs-xrcd-rules-{}", std::process::id()));
+    let f = std::fs::File::create(&path).unwrap();
+    let fd = || std::os::fd::AsFd::as_fd(&f);
+    let ctx = open();
+    let errno = |r: rverbs::Result<Xrcd>| r.map(|_| 0).unwrap_or_else(|e| e.errno());
+    assert_eq!(errno(ctx.open_xrcd(Some(fd()), 0)), libc::EAGAIN, "nobody holds it yet");
+
+    // Held by another process that exits normally.
+    let mut holder = Peer::spawn(test, "xrcd_holder");
+    holder.send(&path.display().to_string());
+    assert_eq!(holder.recv(), ["held"]);
+    assert_eq!(errno(ctx.open_xrcd(Some(fd()), libc::O_CREAT | libc::O_EXCL)), libc::EINVAL, "O_EXCL on a domain another process holds");
+    let shared = ctx.open_xrcd(Some(fd()), 0).expect("the other process's domain exists");
+    drop(shared);
+    holder.send("done");
+    holder.finish();
+    assert_eq!(errno(ctx.open_xrcd(Some(fd()), 0)), libc::EAGAIN, "the holder closed it when it exited");
+
+    // Held by a process that is killed: its entry does not keep the domain alive.
+    let mut holder = Peer::spawn(test, "xrcd_holder");
+    holder.send(&path.display().to_string());
+    assert_eq!(holder.recv(), ["held"]);
+    assert_eq!(errno(ctx.open_xrcd(Some(fd()), libc::O_CREAT | libc::O_EXCL)), libc::EINVAL);
+    drop(holder); // SIGKILL, then reaped
+    assert_eq!(errno(ctx.open_xrcd(Some(fd()), 0)), libc::EAGAIN, "a killed holder holds nothing");
+    let mine = ctx.open_xrcd(Some(fd()), libc::O_CREAT | libc::O_EXCL).expect("created anew");
+    mine.close().unwrap();
+    drop(mine);
+    let _ = std::fs::remove_file(path);
+}
+
 /// A multicast group of this test run (ff0e::/16, the parent's pid in the low bits), so
 /// concurrent runs on the host never share it.
 fn run_group(pid: u32) -> Gid {
