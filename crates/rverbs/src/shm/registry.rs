@@ -63,6 +63,9 @@ static RECLAIMING: Mutex<()> = Mutex::new(());
 /// This process's endpoint.
 pub(crate) struct Registry {
     pub(crate) ep: u32,
+    /// The pid the endpoint header names: the process that claimed the endpoint (a
+    /// forked child acting with its parent's objects acts as it).
+    pub(crate) pid: u32,
     pub(crate) root: PathBuf,
     pub(crate) dir: PathBuf,
     /// `RVERBS_CMA=off`: peers must not use cross-memory attach on this process (the
@@ -229,7 +232,8 @@ impl Registry {
         // runtime directory's mode be opened up, other users still find nothing).
         std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&dir)?;
         let hdr = Segment::create(&dir.join("hdr"), HDR_LEN)?;
-        hdr.get::<AtomicU64>(8).store(u64::from(rustix::process::getpid().as_raw_nonzero().get() as u32), Ordering::Release);
+        let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+        hdr.get::<AtomicU64>(8).store(u64::from(pid), Ordering::Release);
         // The canary peers read with cross-memory attach to learn whether the kernel
         // lets them (ptrace access rules differ between pairs of processes).
         hdr.get::<AtomicU64>(16).store(&CANARY as *const AtomicU64 as u64, Ordering::Release);
@@ -238,7 +242,7 @@ impl Registry {
         hdr.get::<AtomicU64>(32).store(u64::from(refuses_cma), Ordering::Release);
         hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
         let home = Arc::new(HomeSegments { dir: dir.clone(), map: Mutex::new(HashMap::new()) });
-        Ok(Registry { ep, root: root.to_owned(), dir, refuses_cma, _lock: lock, hdr, peers: Mutex::new(HashMap::new()), watch, home })
+        Ok(Registry { ep, pid, root: root.to_owned(), dir, refuses_cma, _lock: lock, hdr, peers: Mutex::new(HashMap::new()), watch, home })
     }
 
     /// Publishes that this endpoint receives relayed RoCEv2 packets for local address `ip`
@@ -290,7 +294,7 @@ impl Registry {
     /// completion, a wrong "alive" only delays.
     pub(crate) fn owner_alive(&self, ep: u32, pid: u32) -> bool {
         if ep == self.ep {
-            return pid == std::process::id();
+            return pid == self.pid;
         }
         if !self.alive(ep) {
             return false;
@@ -346,6 +350,7 @@ impl Registry {
             segments: Mutex::new(HashMap::new()),
             writers: Mutex::new(HashMap::new()),
             home_ep: self.ep,
+            home_pid: self.pid,
             home: self.home.clone(),
         });
         peers.insert(ep, peer.clone());
@@ -419,8 +424,9 @@ pub(crate) struct Peer {
     pidfd: OwnedFd,
     segments: Mutex<HashMap<String, Arc<Segment>>>,
     writers: Mutex<HashMap<String, Arc<OwnedFd>>>,
-    /// The endpoint of this process, which reaches the peer.
+    /// The endpoint of this process, which reaches the peer, and the pid its header names.
     home_ep: u32,
+    home_pid: u32,
     /// The segments this process keeps for its peers.
     home: Arc<HomeSegments>,
 }
@@ -508,6 +514,11 @@ impl Peer {
     /// The endpoint number of this process (the one reaching the peer).
     pub(crate) fn home_ep(&self) -> u32 {
         self.home_ep
+    }
+
+    /// The pid of the endpoint that reaches the peer, as its header names it.
+    pub(crate) fn home_pid(&self) -> u32 {
+        self.home_pid
     }
 
     /// The segment `name` this process keeps for the peer in its own directory (`len`

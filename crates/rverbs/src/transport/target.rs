@@ -337,7 +337,7 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
             *cached = Some(c);
         }
         let cq = cached.as_ref().expect("just mapped");
-        let me = crate::cq::gate::Producer { ep: peer.home_ep(), pid: std::process::id() };
+        let me = crate::cq::gate::Producer { ep: peer.home_ep(), pid: peer.home_pid() };
         match cq.publish(cqe, me) {
             Publish::Done { fire } => {
                 if fire {
