@@ -50,6 +50,10 @@ pub(crate) struct Endpoint {
     pub(crate) share_caller_memory: bool,
 }
 
+/// How long a live holder may keep the host-wide lock of device atomics: a proxied read
+/// and write, each given `mr::proxy`'s deadline, and some slack.
+const ATOMIC_STUCK: std::time::Duration = std::time::Duration::from_secs(12);
+
 impl Endpoint {
     /// The endpoint of registry entry `reg` (none: a private endpoint) in directory
     /// `dir`: creates its shared tables and maps the host-wide segment.
@@ -92,8 +96,14 @@ impl Endpoint {
     }
 
     /// Takes the host-wide lock of device atomics (IBV_ATOMIC_HCA).
+    ///
+    /// Its holder may be waiting for this process's progress thread to serve a proxied
+    /// read or write (`mr::proxy`, a peer's private memory without cross-memory attach);
+    /// a progress thread waiting here serves them meanwhile, or the two would wait on
+    /// each other. A live holder keeps it up to [`ATOMIC_STUCK`]: taking it over sooner
+    /// would let two read-modify-writes interleave.
     pub(crate) fn atomic_lock(&self) -> ShmGuard<'_> {
-        self.host.get::<ShmLock>(0).lock(self.ep(), |ep| self.alive(ep))
+        self.host.get::<ShmLock>(0).lock_with(self.ep(), |ep| self.alive(ep), ATOMIC_STUCK, super::proxy::serve_own_pending)
     }
 
     /// The endpoint number of this process.

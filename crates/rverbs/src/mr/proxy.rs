@@ -151,6 +151,15 @@ pub(crate) fn serve_while_waiting(serve: fn()) {
     WHILE_WAITING.set(Some(serve));
 }
 
+/// Serves this process's own pending proxy requests if the calling thread is the
+/// progress thread (what it runs while it waits for anything a peer may hold while
+/// waiting on it: a proxied copy, the host-wide atomics lock).
+pub(crate) fn serve_own_pending() {
+    if let Some(serve) = WHILE_WAITING.get() {
+        serve();
+    }
+}
+
 /// Waits until the peer served request `seq`, serving this process's own pending
 /// requests meanwhile if this is the progress thread (two progress threads retrying
 /// towards each other must not wait on each other).
@@ -164,9 +173,7 @@ fn wait_done(req: &Request, seq: u32, peer: &Peer) -> Result<(), CmaError> {
         if !peer.is_alive() || start.elapsed() > DEADLINE {
             return Err(CmaError::Gone);
         }
-        if let Some(serve) = WHILE_WAITING.get() {
-            serve();
-        }
+        serve_own_pending();
         let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: 1_000_000 };
         let _ = rustix::thread::futex::wait(&req.done, rustix::thread::futex::Flags::empty(), done, Some(&ts));
     }

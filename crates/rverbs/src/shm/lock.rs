@@ -45,6 +45,20 @@ impl ShmLock {
     /// scribbled segment naming a live endpoint, or this one), and waiting for it would
     /// hang every verb on the ring.
     pub(crate) fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> ShmGuard<'_> {
+        self.lock_with(me, alive, STUCK, || {})
+    }
+
+    /// As [`ShmLock::lock`], for a lock whose live holder may legitimately keep it up to
+    /// `stuck` (the host-wide lock of device atomics, held across a proxied read and
+    /// write), running `waiting` between looks (a progress thread serves the requests
+    /// the holder may be waiting for: `mr::proxy`).
+    pub(crate) fn lock_with(
+        &self,
+        me: u32,
+        alive: impl Fn(u32) -> bool,
+        stuck: std::time::Duration,
+        mut waiting: impl FnMut(),
+    ) -> ShmGuard<'_> {
         let tag = me + 1;
         let mut spins = 0u32;
         // The word seen non-zero at every look since when, and when the holder was last
@@ -70,7 +84,7 @@ impl ShmLock {
             if spins.is_multiple_of(64) {
                 let now = std::time::Instant::now();
                 let held_long = match seen {
-                    Some((h, at)) if h == cur => now.duration_since(at) >= STUCK,
+                    Some((h, at)) if h == cur => now.duration_since(at) >= stuck,
                     _ => {
                         seen = Some((cur, now));
                         false
@@ -98,6 +112,7 @@ impl ShmLock {
                     }
                     return ShmGuard { lock: self };
                 }
+                waiting();
             }
             std::thread::yield_now();
         }
@@ -108,6 +123,30 @@ impl ShmLock {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    // The host-wide atomics lock: its holder may wait for the waiter's own progress
+    // thread (a proxied read); the waiter serves meanwhile, and a live holder is not
+    // taken over before `stuck`.
+    #[test]
+    fn a_waiter_serves_while_it_waits_and_a_live_holder_keeps_the_lock_until_it_releases() {
+        let l = Arc::new(ShmLock::default());
+        let held = l.lock(1, |_| true);
+        let served = Arc::new(AtomicU32::new(0));
+        let (l2, s2) = (l.clone(), served.clone());
+        let waiter = std::thread::spawn(move || {
+            let _g = l2.lock_with(2, |_| true, std::time::Duration::from_secs(3600), || {
+                s2.fetch_add(1, Ordering::Relaxed);
+            });
+            s2.load(Ordering::Relaxed)
+        });
+        // The holder waits for the waiter to serve (as for a proxied copy), then releases.
+        while served.load(Ordering::Relaxed) < 3 {
+            std::thread::yield_now();
+        }
+        assert_eq!(l.word.load(Ordering::Relaxed), 2, "still the live holder's");
+        drop(held);
+        assert!(waiter.join().unwrap() >= 3);
+    }
 
     #[test]
     fn excludes_threads() {
