@@ -257,5 +257,18 @@ if [[ -z $FILTER || $label =~ $FILTER ]]; then
   grep -Eq 'RDMA_CM_EVENT_ADDR_ERROR, error -(110|113)' "$clog" || why+=("no ADDR_ERROR with -ETIMEDOUT or -EHOSTUNREACH")
   report_pair "$label"
 fi
+# The same over IPv6: neighbour discovery instead of ARP (rverbs reads the kernel's IPv6
+# neighbour table over rtnetlink).
+label="rping to an IPv6 address nobody answers: ADDR_ERROR within rping's 2 s timeout"
+if [[ -z $FILTER || $label =~ $FILTER ]]; then
+  n=$((n + 1)) start=$EPOCHREALTIME why=()
+  slog=/dev/null clog=$WORK/logs/$n.client scmd=(none) ccmd=(rping -c -a fd69::99 -p "$port" -C 1 -v)
+  rc=0
+  "${on_b[@]}" timeout -k 5 15 "${ccmd[@]}" >"$clog" 2>&1 || rc=$?
+  [ "$rc" != 124 ] && [ "$rc" != 137 ] || why+=("rping still waiting after 15 s")
+  [ "$rc" != 0 ] || why+=("rping succeeded")
+  grep -Eq 'RDMA_CM_EVENT_ADDR_ERROR, error -(110|113)' "$clog" || why+=("no ADDR_ERROR with -ETIMEDOUT or -EHOSTUNREACH")
+  report_pair "$label"
+fi
 
 finish
