@@ -363,7 +363,32 @@ def run_round(r, rng, args, exe, env_base, stats, base):
         stats["rounds_with_leftovers"] += 1
         stats["dirs_left"] += len(left)
         stats["bytes_left"] += sum(s for _, _, s in left)
-        problems.append("LEFT: " + ", ".join(f"{nm} ({f} files, {s // 1024} KiB)" for nm, f, s in left))
+        # Whose directory it was: the pid its header names (shm/registry.rs: byte 8).
+        roles = {x.proc.pid: f"node {x.idx}{' (victim)' if x is V else ''}" for x in nodes}
+        roles.update({x.child: f"forked child of node {x.idx}" for x in nodes if x.child})
+
+        def owner(nm):
+            try:
+                with open(os.path.join(rt, nm, "hdr"), "rb") as h:
+                    h.seek(8)
+                    pid = int.from_bytes(h.read(8), sys.byteorder)
+                who = f"pid {pid}: {roles.get(pid, 'no process of the round')}"
+            except OSError:
+                who = "no header"
+            # Whether its lock was free when the survivors exited, and who holds it open.
+            lockp = os.path.join(rt, nm + ".lock")
+            openers = []
+            for d in os.listdir("/proc"):
+                if not d.isdigit():
+                    continue
+                try:
+                    for fd in os.listdir(f"/proc/{d}/fd"):
+                        if os.readlink(f"/proc/{d}/fd/{fd}") == lockp:
+                            openers.append(roles.get(int(d), d))
+                except OSError:
+                    pass
+            return f"{who}; lock open in {openers or 'no process'}"
+        problems.append("LEFT: " + ", ".join(f"{nm} ({f} files, {s // 1024} KiB; {owner(nm)}; {sorted(os.listdir(os.path.join(rt, nm)))})" for nm, f, s in left))
     subprocess.run(["ibv_devices"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
     left2 = leftovers()
     if left2:

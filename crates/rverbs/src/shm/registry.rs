@@ -148,6 +148,24 @@ enum Probe {
     Free(OwnedFd),
 }
 
+/// How long the exit sweep waits for the lock of a dead endpoint that is still held (by a
+/// forked child that has not run yet: [`Registry::reclaim_dead`]).
+const FORKED_CHILD_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether the process the endpoint header in `dir` names is gone (`false` when the
+/// header cannot be read or names no process: nothing is known).
+fn header_pid_dead(dir: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 8];
+    let Ok(f) = std::fs::File::open(dir.join("hdr")) else { return false };
+    if f.read_exact_at(&mut b, 8).is_err() {
+        return false;
+    }
+    let pid = u64::from_ne_bytes(b);
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
+}
+
 /// Tries the lock at `path` without ever creating the file.
 ///
 /// Rule: asking whether an endpoint is alive, or reclaiming a dead one, must not change
@@ -216,8 +234,29 @@ impl Registry {
         for ep in 0..MAX_ENDPOINTS {
             let path = lock_path(root, ep);
             // Endpoints that never existed have no lock file (`Probe::Absent`).
-            if let Ok(Probe::Free(_lock)) = probe_lock(&path) {
-                let _ = std::fs::remove_dir_all(ep_dir(root, ep));
+            // No logging here: this runs in an atexit handler, after the thread-locals
+            // of the main thread are gone (tracing's would panic, and abort).
+            match probe_lock(&path) {
+                Ok(Probe::Free(_lock)) => {
+                    let _ = std::fs::remove_dir_all(ep_dir(root, ep));
+                }
+                Ok(Probe::Held) if header_pid_dead(&ep_dir(root, ep)) => {
+                    // The owner is dead but the lock is held: by a child it forked that
+                    // has not run yet (it drops its inherited copy of the lock first
+                    // thing, `sys::release_in_children`; on a busy machine a new process
+                    // can wait long for a CPU), or by a process claiming the number right
+                    // now (which removes the directory itself). Give the child a moment;
+                    // never remove while the lock is held.
+                    let until = std::time::Instant::now() + FORKED_CHILD_GRACE;
+                    while std::time::Instant::now() < until {
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                        if let Ok(Probe::Free(_lock)) = probe_lock(&path) {
+                            let _ = std::fs::remove_dir_all(ep_dir(root, ep));
+                            break;
+                        }
+                    }
+                }
+                _ => {}
             }
         }
     }
