@@ -5,7 +5,7 @@ The client and the server exchange QP numbers, PSNs, GIDs, rkeys and addresses o
 TCP connection (newline-delimited JSON), then run each scenario on fresh QPs, CQs and
 memory regions (an error moves a QP to ERR). Every scenario names the completion status
 the client's work request must end with; the statuses are rxe's, as
-shared/reference/rocev2-wire.md §3.3-§4 documents them:
+docs/rocev2-wire.md §3.3-§4 documents them:
 
   control          SEND, RDMA WRITE and RDMA READ succeed; the server checks the received
                    and written bytes, the client the read ones (so nothing passes when
@@ -19,16 +19,16 @@ shared/reference/rocev2-wire.md §3.3-§4 documents them:
   read-bounds      RDMA READ of 64 bytes starting 8 bytes before the end of the server's
                    region: NAK remote access error -> REM_ACCESS_ERR
   send-too-large   SEND of 256 bytes into a posted receive of 64. An rverbs server answers
-                   NAK invalid request -> REM_INV_REQ_ERR at the client (rocev2-wire.md §4,
+                   NAK invalid request -> REM_INV_REQ_ERR at the client (docs/rocev2-wire.md §4,
                    IBTA) and completes its receive LOC_LEN_ERR (ARCHITECTURE.md §12,
                    ibv_poll_cq(3)), checked. rxe (Debian 12's 6.1, measured rxe against
                    rxe) takes the too-small receive for a malformed WQE: NAK remote
                    operational error, receive LOC_QP_OP_ERR, so the client must report
-                   REM_OP_ERR, as rxe's own completer does (see expected()); rocev2-wire.md
+                   REM_OP_ERR, as rxe's own completer does (see expected()); docs/rocev2-wire.md
                    §3.3's "invalid request" row is not what this rxe sends. An rxe server's
                    receive status is printed, not checked.
 
-After every error the client's QP must be in ERR (rocev2-wire.md §4: "QP -> ERR").
+After every error the client's QP must be in ERR (docs/rocev2-wire.md §4: "QP -> ERR").
 `vendor_err` is printed; it is checked only on an rverbs side (its codes are documented in
 rverbs_proto::vendor_err; rxe always writes 0).
 
@@ -71,14 +71,14 @@ from pyverbs.wr import RecvWR, SendWR, SGE
 
 PORT_NUM = 1
 MR_LEN = 4096
-MIN_RNR_TIMER = 1          # 10 us (rocev2-wire.md §3.4 table)
+MIN_RNR_TIMER = 1          # 10 us (docs/rocev2-wire.md §3.4 table)
 CONTROL_SEND = 256         # control: SEND of this many bytes into a 4096-byte receive
 CONTROL_WRITE = (1024, 512)  # control: WRITE at this offset of the server's region, length
 CONTROL_READ = (2048, 512)   # control: READ from this offset, length
 SMALL_RECV = 64            # send-too-large: the posted receive
 LARGE_SEND = 256           # send-too-large: the SEND
 
-# ibv_wc_status values (rocev2-wire.md §4).
+# ibv_wc_status values (docs/rocev2-wire.md §4).
 WC_NAMES = {
     0: 'SUCCESS', 1: 'LOC_LEN_ERR', 2: 'LOC_QP_OP_ERR', 3: 'LOC_EEC_OP_ERR', 4: 'LOC_PROT_ERR',
     5: 'WR_FLUSH_ERR', 6: 'MW_BIND_ERR', 7: 'BAD_RESP_ERR', 8: 'LOC_ACCESS_ERR',
@@ -424,7 +424,7 @@ def expected(sc, server, report):
     send-too-large against an rxe responder: rxe finds the receive too small only while
     copying the payload (copy_data answers EINVAL), takes it for a malformed receive WQE,
     answers NAK remote operational error (0x63) and completes its receive LOC_QP_OP_ERR;
-    its own completer then reports REM_OP_ERR (rocev2-wire.md §3.4), which is what rxe
+    its own completer then reports REM_OP_ERR (docs/rocev2-wire.md §3.4), which is what rxe
     gives rxe (tests/interop/rxe_errors.sh's reference run). The receive status shows which
     NAK rxe sent, so the client must report the status rxe reports for that NAK."""
     if sc.name == 'send-too-large' and not server['rverbs'] and report.get('recv_status') == e.IBV_WC_LOC_QP_OP_ERR:

@@ -122,7 +122,7 @@ two_servers() {
 two_servers
 
 # RVERBS_PCAP: the client records what it sends and receives; tshark decodes every record
-# as RoCE (heuristic payload dissectors off, rocev2-wire.md §6) with nothing malformed, and
+# as RoCE (heuristic payload dissectors off, docs/rocev2-wire.md §6) with nothing malformed, and
 # the ICRC of every record, recomputed from the record alone (rverbs-probe check-pcap),
 # is right: the ones rverbs sent and the ones it received.
 # trace_check LABEL SERVER_IP CLIENT_IP DISPLAY_FILTER [NOTE]: one traced pair between the

@@ -35,7 +35,7 @@ export RVERBS_VM_STATE=${RVERBS_VM_STATE:-/run/rverbs-vm-proto}
 export RVERBS_VM_RUN_TIMEOUT=${RVERBS_VM_RUN_TIMEOUT:-120}
 ITERS=${RVERBS_PROTO_ITERS:-100}
 SIZES=${RVERBS_PROTO_SIZES:-1 4096 65536}
-# tshark's heuristic payload dissectors misread RC payloads (rocev2-wire.md §6).
+# tshark's heuristic payload dissectors misread RC payloads (docs/rocev2-wire.md §6).
 NOHEUR=(--disable-heuristic rpcrdma_infiniband --disable-heuristic iser_infiniband
     --disable-heuristic smb_direct_infiniband --disable-heuristic sdp_infiniband
     --disable-heuristic smcr_infiniband --disable-heuristic lnet_ib

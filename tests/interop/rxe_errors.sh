@@ -12,11 +12,11 @@
 #      expectations must be what rxe gives rxe, or the test is wrong, not rverbs.
 #   1. rxe server, rverbs client: rverbs' requester must turn rxe's RNR NAKs, remote
 #      access and invalid request NAKs, and rxe's silence, into the statuses rxe itself
-#      reports (rocev2-wire.md §3.3-§4); rverbs' vendor_err codes are checked.
+#      reports (docs/rocev2-wire.md §3.3-§4); rverbs' vendor_err codes are checked.
 #   2. rverbs server, rxe client: rverbs' responder must send the NAKs (and stay silent)
 #      so that rxe's completer reports those same statuses; the server's own receive
 #      status for the oversized SEND (LOC_LEN_ERR, ARCHITECTURE.md §12) is checked.
-# The client-side statuses required are the ones rocev2-wire.md §4 lists for rxe
+# The client-side statuses required are the ones docs/rocev2-wire.md §4 lists for rxe
 # (RNR_RETRY_EXC_ERR, RETRY_EXC_ERR, REM_ACCESS_ERR, REM_INV_REQ_ERR), except for the
 # SEND larger than the receive against rxe's responder: this rxe (6.1) answers NAK remote
 # operational error there, so the client must report REM_OP_ERR as rxe's completer does

@@ -534,10 +534,10 @@ enum RecordCheck {
 /// Checks the ICRC of one record of a pcap file of link type `linktype`.
 ///
 /// Rule: a RoCEv2 packet is a UDP datagram to port 4791 over IPv4 without options or IPv6
-/// without extension headers (rocev2-wire.md §1.1), in a raw IP record or after an
+/// without extension headers (docs/rocev2-wire.md §1.1), in a raw IP record or after an
 /// Ethernet header (EtherType 0x0800 or 0x86dd), whose UDP payload holds at least a BTH and
 /// an ICRC; its ICRC is recomputed from the IP packet alone (`icrc::compute_ip_packet`,
-/// the masks of rocev2-wire.md §2.2 for either version) and compared with its last four
+/// the masks of docs/rocev2-wire.md §2.2 for either version) and compared with its last four
 /// bytes.
 fn check_record(linktype: u32, data: &[u8]) -> RecordCheck {
     let ip = match linktype {

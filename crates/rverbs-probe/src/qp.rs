@@ -1,5 +1,5 @@
 //! One RC QP of rverbs-proto's machines on a real UDP socket: the I/O around the sans-I/O
-//! core, as the coming UDP transport will do it (rocev2-wire.md §2.5 for the ICRC recipe).
+//! core, as the coming UDP transport will do it (docs/rocev2-wire.md §2.5 for the ICRC recipe).
 //!
 //! - Send: the core's `Request`/`Response` → `wire::roce::Repr` → bytes, payload gathered
 //!   from the WQE's message (or the memory region, for READ responses), ICRC over the
@@ -24,7 +24,7 @@ use rverbs_proto::verbs::Access;
 use rverbs_proto::violation::Violation;
 use rverbs_proto::wire::{icrc, FethRepr, OpCode, RocePacket, RoceRepr, Syndrome};
 
-/// The RoCEv2 UDP port (rocev2-wire.md §1.1).
+/// The RoCEv2 UDP port (docs/rocev2-wire.md §1.1).
 pub const ROCE_PORT: u16 = 4791;
 /// The TTL written into rebuilt IPv4 headers (masked in the ICRC; a socket does not see it).
 const PCAP_TTL: u8 = 64;
@@ -153,7 +153,7 @@ pub struct Qp {
     pub stats: Stats,
     buf: Vec<u8>,
     /// Fault injection: flip an ICRC bit of every n-th request packet sent (the peer must
-    /// drop it silently, rocev2-wire.md §1.7, and our requester recover by retrying).
+    /// drop it silently, docs/rocev2-wire.md §1.7, and our requester recover by retrying).
     pub corrupt_tx_every: u64,
     /// Fault injection: drop every n-th datagram received (our responder must NAK the gap,
     /// or our requester time out, and the peer retry).
@@ -162,7 +162,7 @@ pub struct Qp {
     datagrams_received: u64,
 }
 
-/// A socket bound to `local:4791` whose datagrams leave with IPv4 ID 0 (rocev2-wire.md §2.5:
+/// A socket bound to `local:4791` whose datagrams leave with IPv4 ID 0 (docs/rocev2-wire.md §2.5:
 /// unconnected, `IP_PMTUDISC_DO`), so the ICRC can be computed before sending.
 pub fn roce_socket(local: Ipv4Addr) -> io::Result<UdpSocket> {
     let sock = UdpSocket::bind(SocketAddrV4::new(local, ROCE_PORT))?;
@@ -386,7 +386,7 @@ impl Qp {
             self.record(hdr, n);
             return;
         };
-        // rocev2-wire.md §2.5 RX option 2: the ICRC holds iff some IPv4 ID makes it hold.
+        // docs/rocev2-wire.md §2.5 RX option 2: the ICRC holds iff some IPv4 ID makes it hold.
         let id = icrc::solve_ipv4_id(self.remote, self.local, from.port(), ROCE_PORT, pkt.without_icrc(), pkt.icrc());
         let Some(id) = id else {
             self.stats.bad_icrc += 1;

@@ -2,7 +2,7 @@
 //! [`std::io::Write`] the caller hands it, with timestamps the caller supplies.
 //!
 //! Read before editing: the pcap file format (draft-ietf-opsawg-pcap: the 24-byte file
-//! header, a 16-byte record header per packet), rocev2-wire.md §1.1 (what rxe puts in the
+//! header, a 16-byte record header per packet), docs/rocev2-wire.md §1.1 (what rxe puts in the
 //! IPv4, IPv6 and UDP headers) and §6 (tshark reads these files:
 //! `tshark -r FILE -d udp.port==4791,infiniband`), RFC 8200 §8.1 (the UDP checksum over
 //! IPv6).
@@ -44,7 +44,7 @@ pub struct Ipv4Udp {
     pub src_port: u16,
     /// UDP destination port.
     pub dst_port: u16,
-    /// IPv4 Identification (covered by the ICRC, rocev2-wire.md §2.2).
+    /// IPv4 Identification (covered by the ICRC, docs/rocev2-wire.md §2.2).
     pub id: u16,
     /// TTL (masked in the ICRC; a socket receiver does not see it).
     pub ttl: u8,
@@ -52,7 +52,7 @@ pub struct Ipv4Udp {
 
 /// The outer headers of one IPv6 RoCEv2 datagram, as far as the transport knows them.
 ///
-/// Traffic class, flow label and hop limit are masked in the ICRC (rocev2-wire.md §2.2); a
+/// Traffic class, flow label and hop limit are masked in the ICRC (docs/rocev2-wire.md §2.2); a
 /// socket sender does not choose them per packet, nor does a socket receiver see them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ipv6Udp {
@@ -159,7 +159,7 @@ impl<W: Write> PcapWriter<W> {
     /// Writes one IPv4/UDP datagram whose UDP payload is `udp_payload` (BTH to ICRC), with
     /// the headers rxe would put around it (for a `LINKTYPE_RAW` file).
     ///
-    /// Rule: rocev2-wire.md §1.1: version 4, IHL 5, TOS 0, DF, fragment offset 0, protocol
+    /// Rule: docs/rocev2-wire.md §1.1: version 4, IHL 5, TOS 0, DF, fragment offset 0, protocol
     /// 17, a valid header checksum; UDP length 8 + payload, UDP checksum 0.
     /// Errors: those of the writer; `InvalidInput` if the datagram exceeds 65 535 bytes.
     pub fn write_ipv4_udp(&mut self, ts: Duration, hdr: &Ipv4Udp, udp_payload: &[u8]) -> io::Result<()> {
@@ -171,7 +171,7 @@ impl<W: Write> PcapWriter<W> {
     /// Writes one IPv6/UDP datagram whose UDP payload is `udp_payload` (BTH to ICRC), with
     /// the headers of `hdr` around it (for a `LINKTYPE_RAW` file).
     ///
-    /// Rule: rocev2-wire.md §1.1: version 6, next header 17 (UDP, no extension headers),
+    /// Rule: docs/rocev2-wire.md §1.1: version 6, next header 17 (UDP, no extension headers),
     /// payload length = UDP length = 8 + payload; the UDP checksum is computed (RFC 8200
     /// §8.1: mandatory over IPv6; rxe sends 0, which receivers of RoCEv2 accept as it is
     /// masked in the ICRC, but a capture reader would flag it).
@@ -352,7 +352,7 @@ pub struct Datagram<'a> {
 
 /// The UDP datagram of a raw IP record (`LINKTYPE_RAW`, or what follows an Ethernet
 /// header): IPv4 without options (IHL 5) or IPv6 without extension headers (next header
-/// 17), the encapsulations of RoCEv2 (rocev2-wire.md §1.1), told apart by the version
+/// 17), the encapsulations of RoCEv2 (docs/rocev2-wire.md §1.1), told apart by the version
 /// nibble; `None` for anything else or a record too short for the IP and UDP headers.
 ///
 /// Rule: the packet ends where the IP length says (IPv4 total length; IPv6 40 + payload
@@ -426,7 +426,7 @@ mod tests {
         assert_eq!(&bytes[20..24], &[101, 0, 0, 0]);
     }
 
-    /// The rebuilt datagram of V1's UDP payload is V1 itself (rocev2-wire.md §2.4), so the
+    /// The rebuilt datagram of V1's UDP payload is V1 itself (docs/rocev2-wire.md §2.4), so the
     /// ICRC of a record checks out from the record alone.
     #[test]
     fn pcap_ipv4_udp_record_rebuilds_v1() {
@@ -444,7 +444,8 @@ mod tests {
         assert_eq!(icrc::compute_ip_packet(body), Ok(u32::from_le_bytes(tail.try_into().unwrap())));
     }
 
-    /// V3's headers (rocev2-wire.md §2.4: traffic class 0x12, flow label 0xabcde, hop limit 64).
+    /// V3's headers (docs/rocev2-wire.md §2.4: traffic class 0x12, flow label 0xabcde, hop
+    /// limit 64).
     const V3_HDR: Ipv6Udp = Ipv6Udp {
         src: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
         dst: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),

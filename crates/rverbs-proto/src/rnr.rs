@@ -54,7 +54,7 @@ impl RetryCounter {
     }
 
     /// A counter for `retry_cnt` with rxe's reading of 7: retry forever
-    /// (rocev2-wire.md §3.1, "rxe quirk").
+    /// (docs/rocev2-wire.md §3.1, "rxe quirk").
     ///
     /// Deviation: not the rverbs default (see [`RetryCounter::transport`]); offered so a
     /// transport can match rxe exactly where a peer relies on it.

@@ -108,7 +108,7 @@ const UC_RTS_OPT: M = M::CUR_STATE
 const RC_RTS_OPT: M = UC_RTS_OPT.union(M::MIN_RNR_TIMER);
 
 /// The depth a QP's `max_rd_atomic` / `max_dest_rd_atomic` gets: rxe rounds a nonzero
-/// value up to a power of two (rocev2-wire.md §3.1); 0 stays 0.
+/// value up to a power of two (docs/rocev2-wire.md §3.1); 0 stays 0.
 pub const fn rd_atomic_depth(v: u8) -> u32 {
     if v == 0 {
         0

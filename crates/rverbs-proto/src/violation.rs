@@ -77,9 +77,9 @@ pub enum Violation {
     /// SEND_WITH_INV named an rkey that cannot be invalidated.
     InvalidateFailed,
     /// A MIDDLE or LAST packet outside a message, or a packet of another operation inside
-    /// one (rocev2-wire.md §3.3 "Opcode sequence", rxe `check_op_seq`).
+    /// one (docs/rocev2-wire.md §3.3 "Opcode sequence", rxe `check_op_seq`).
     OpcodeSequence,
-    /// A packet's payload or RETH length breaks the length rules (rocev2-wire.md §3.3
+    /// A packet's payload or RETH length breaks the length rules (docs/rocev2-wire.md §3.3
     /// "Length checks", rxe `check_length`).
     InvalidLength,
 }
@@ -124,7 +124,7 @@ impl Violation {
 
     /// The status of the responder's receive completion when the violation happens while
     /// a receive WQE is in use: [`Violation::responder_status`] where it names one, else
-    /// the status the requester gets for the NAK (rocev2-wire.md §3.3 table: "the
+    /// the status the requester gets for the NAK (docs/rocev2-wire.md §3.3 table: "the
     /// in-progress recv WQE (if any) completed with an error"). `None` for RNR, which
     /// never holds a receive.
     pub const fn recv_status(self) -> Option<WcStatus> {

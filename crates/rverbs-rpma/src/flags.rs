@@ -66,7 +66,7 @@ bitflags! {
 
 impl Usage {
     /// The verbs access rights a registration with this usage gets, as librpma 1.2 maps
-    /// them (rpma-rdmacm.md §1.2): READ_SRC or either flush type → REMOTE_READ (the flush
+    /// them (docs/rpma-rdmacm.md §1.2): READ_SRC or either flush type → REMOTE_READ (the flush
     /// is emulated by a remote read); READ_DST → LOCAL_WRITE (rverbs0 is RoCE, not iWARP,
     /// so no REMOTE_WRITE); WRITE_SRC → LOCAL_WRITE; WRITE_DST → REMOTE_WRITE and
     /// LOCAL_WRITE; RECV → LOCAL_WRITE; SEND → nothing.

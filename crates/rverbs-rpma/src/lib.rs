@@ -49,7 +49,7 @@
 //! variants (`*_timeout`); on a non-blocking fd, [`Endpoint::next_conn_req`] and
 //! [`Conn::next_event`] report `NoEvent` (librpma 1.2 only does for `ENODATA`).
 //!
-//! Shared receive queues follow rpma-rdmacm.md §1.3: an [`Srq`] with a receive CQ of
+//! Shared receive queues follow docs/rpma-rdmacm.md §1.3: an [`Srq`] with a receive CQ of
 //! its own (the default) takes the receives of every connection naming it, and those
 //! connections get no receive CQ; a shared completion channel together with such an
 //! SRQ is `Inval` when the connection request is created; a completion's

@@ -1,7 +1,7 @@
 //! Memory regions: local registrations (`struct rpma_mr_local`) and the remote regions
 //! their descriptors describe (`struct rpma_mr_remote`).
 //!
-//! Descriptor (rpma_mr_get_descriptor(3), rpma-rdmacm.md §1.4): 21 bytes, little-endian,
+//! Descriptor (rpma_mr_get_descriptor(3), docs/rpma-rdmacm.md §1.4): 21 bytes, little-endian,
 //! `u64 addr ‖ u64 length ‖ u32 rkey ‖ u8 usage`, the address being the one the remote
 //! side puts in its work requests. Like librpma's, the descriptor has no integrity
 //! protection: a peer can describe any region; the device still checks every access

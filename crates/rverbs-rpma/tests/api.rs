@@ -72,7 +72,7 @@ fn error_codes_are_librpmas() {
 }
 
 /// rpma_mr_reg(3) with the access rights librpma 1.2 derives from the usage
-/// (rpma-rdmacm.md §1.2).
+/// (docs/rpma-rdmacm.md §1.2).
 #[test]
 fn usage_maps_to_access_as_librpma_does() {
     let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();

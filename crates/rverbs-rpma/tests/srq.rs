@@ -38,7 +38,7 @@ fn srq_rcq_and_conn_cfg() {
     without.delete().unwrap();
 }
 
-/// rpma-rdmacm.md §1.3: a shared completion channel together with an SRQ that has its
+/// docs/rpma-rdmacm.md §1.3: a shared completion channel together with an SRQ that has its
 /// own receive CQ is `Inval` when the connection request is created, on both sides (the
 /// passive request is rejected); with an SRQ without a receive CQ it is allowed.
 #[test]

@@ -22,7 +22,7 @@ impl Gid {
         Ipv6Addr::from(self.0).to_ipv4_mapped()
     }
 
-    /// The IP address a RoCE v2 GID stands for (rocev2-wire.md §5.1): IPv4 if the GID is
+    /// The IP address a RoCE v2 GID stands for (docs/rocev2-wire.md §5.1): IPv4 if the GID is
     /// IPv4-mapped, else the GID itself as an IPv6 address.
     pub fn to_ip(&self) -> IpAddr {
         match self.to_ipv4() {

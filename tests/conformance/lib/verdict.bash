@@ -25,7 +25,7 @@ perftest_checks() {
 
 # pcap_checks CAP FILTER MIN WORKDIR ADDR...: tshark decodes at least MIN packets of the
 # capture CAP matching FILTER as RoCE (InfiniBand on UDP port 4791, the heuristic payload
-# dissectors off, rocev2-wire.md §6) with nothing malformed or warned, and the ICRC of
+# dissectors off, docs/rocev2-wire.md §6) with nothing malformed or warned, and the ICRC of
 # every record, recomputed from the record alone (`rverbs-probe check-pcap`, its output in
 # WORKDIR/icrc.log), is right — with good ICRCs counted from each ADDR and no bad one.
 # Sets `pcap_packets` to the count tshark decoded.

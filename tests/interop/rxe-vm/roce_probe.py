@@ -20,7 +20,7 @@
       Waits for one RoCEv2 packet (UDP dport 4791) from SRC_IP on IFACE, checks its ICRC
       and prints its BTH. Exit 0 when one arrived with a valid ICRC.
 
-The ICRC rule (shared/reference/rocev2-wire.md §2): CRC-32 over 8 bytes of 0xFF, then the
+The ICRC rule (docs/rocev2-wire.md §2): CRC-32 over 8 bytes of 0xFF, then the
 IPv4 header with TOS, TTL and checksum set to all ones, the UDP header with the checksum
 set to all ones, the BTH with byte 4 set to all ones, then the rest up to the ICRC; sent
 little-endian. The sender uses an unconnected UDP socket with IP_PMTUDISC_DO, for which
@@ -53,7 +53,7 @@ def icrc(ip_udp_bth_rest: bytes) -> bytes:
 
 
 def check_vectors():
-    """V1 of rocev2-wire.md §2.4, so a broken ICRC here cannot pass as a guest failure."""
+    """V1 of docs/rocev2-wire.md §2.4, so a broken ICRC here cannot pass as a guest failure."""
     wire = bytes.fromhex("45000034123440004011a531c0a80101c0a80102c12312b7002000000430ffff"
                          "000000118000010068656c6c6f00000078fcce4e")
     assert icrc(wire[:-4]) == wire[-4:], "ICRC self-check failed"

@@ -262,7 +262,7 @@ pub struct rdma_event_channel {
 }
 
 /// `struct rdma_cm_id` (416 bytes): every field is read or written by applications
-/// (rdma_cma.h; rpma-rdmacm.md §2.2).
+/// (rdma_cma.h; docs/rpma-rdmacm.md §2.2).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct rdma_cm_id {

@@ -1,5 +1,5 @@
 //! `rdma_getaddrinfo` / `rdma_freeaddrinfo`: a wrapper over the C library's
-//! `getaddrinfo`, with rdma-core 44's behaviour (`librdmacm/addrinfo.c`; rpma-rdmacm.md
+//! `getaddrinfo`, with rdma-core 44's behaviour (`librdmacm/addrinfo.c`; docs/rpma-rdmacm.md
 //! §2.5):
 //!
 //! * `node`, `service` and `hints` all NULL: -1, `errno = EINVAL`. No RDMA device:

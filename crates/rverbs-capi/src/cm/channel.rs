@@ -1,7 +1,7 @@
 //! Event channels and event retrieval (rdma_create_event_channel(3),
 //! rdma_get_cm_event(3), rdma_ack_cm_event(3)).
 //!
-//! Contract (rdma-core 44, rpma-rdmacm.md §2.3/§3.7): `fd` is the core channel's
+//! Contract (rdma-core 44, docs/rpma-rdmacm.md §2.3/§3.7): `fd` is the core channel's
 //! descriptor — pollable, `FD_CLOEXEC`, readable exactly while an event is queued;
 //! `rdma_get_cm_event` blocks unless the fd is `O_NONBLOCK` (then -1 with `EAGAIN`); an
 //! event's private data lives until `rdma_ack_cm_event`; destroying a channel while

@@ -1,7 +1,7 @@
 //! The CM's device context and `rdma_get_devices` / `rdma_free_devices`.
 //!
 //! rdma_cm hands out one `ibv_context` per device, opened by the library, shared by every
-//! id on that device (`id->verbs`) and never closed (rpma-rdmacm.md §2.7):
+//! id on that device (`id->verbs`) and never closed (docs/rpma-rdmacm.md §2.7):
 //! `rdma_create_qp` compares a PD's context with `id->verbs`, applications allocate
 //! PDs/CQs on `id->verbs` and on `rdma_get_devices()` entries interchangeably.
 //! [`cm_context`] is that context for `rverbs0`.

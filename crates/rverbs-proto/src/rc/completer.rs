@@ -1,6 +1,6 @@
 //! The completer (rxe `rxe_comp.c`): responses against the oldest WQE.
 //!
-//! Read before editing: rocev2-wire.md §3.4 (every step below cites it) and §4.
+//! Read before editing: docs/rocev2-wire.md §3.4 (every step below cites it) and §4.
 
 use std::time::Instant;
 
@@ -31,7 +31,7 @@ impl Requester {
     /// goes, if it carries any the driver must place.
     ///
     /// Rule: a response naming a PSN at or beyond the highest one sent is dropped.
-    /// Rule: rocev2-wire.md §3.4 CHECK_PSN: a response beyond a pending SEND/WRITE's last
+    /// Rule: docs/rocev2-wire.md §3.4 CHECK_PSN: a response beyond a pending SEND/WRITE's last
     /// PSN implicitly acknowledges it (one ACK retires many WQEs); beyond a pending
     /// READ/atomic it is an implicit NAK (retry); a response below `comp.psn` completes the
     /// WQE only if it names its last PSN; a READ/atomic response above `comp.psn` is

@@ -1,6 +1,6 @@
 //! The RC transport (with UC and UD as modes of the same machines), sans I/O.
 //!
-//! Read before editing: rocev2-wire.md §1.5–§1.6 (opcodes, segmentation, PSNs), §3.1
+//! Read before editing: docs/rocev2-wire.md §1.5–§1.6 (opcodes, segmentation, PSNs), §3.1
 //! (constants), §3.2 (requester, rxe `rxe_req.c`), §3.3 (responder, `rxe_resp.c`), §3.4
 //! (completer, `rxe_comp.c`), §3.5 (UC and UD) and §4 (completion statuses).
 //!
@@ -48,10 +48,10 @@ pub use self::requester::{Requester, RequesterState};
 pub use self::responder::{Responder, ResponderState};
 
 /// Most PSNs a requester may have unacknowledged (rxe `RXE_MAX_UNACKED_PSNS`,
-/// rocev2-wire.md §3.1): it stalls while `req.psn > comp.psn + 128`.
+/// docs/rocev2-wire.md §3.1): it stalls while `req.psn > comp.psn + 128`.
 pub const MAX_UNACKED_PSNS: u32 = 128;
 
-/// rxe `RXE_MAX_PKT_PER_ACK` (rocev2-wire.md §1.2, §3.1): AckReq is set on a packet that
+/// rxe `RXE_MAX_PKT_PER_ACK` (docs/rocev2-wire.md §1.2, §3.1): AckReq is set on a packet that
 /// ends a message, and on the packet where the count of packets sent without AckReq
 /// exceeds this.
 pub const MAX_PKT_PER_ACK: u32 = 64;
@@ -60,10 +60,10 @@ pub const MAX_PKT_PER_ACK: u32 = 64;
 /// `max_msg_sz`), so that every message is one ONLY request and one response.
 pub const UNSEGMENTED_MTU: u32 = 1 << 31;
 
-/// Bytes a UD receive reserves for the GRH before the payload (rocev2-wire.md §5.3).
+/// Bytes a UD receive reserves for the GRH before the payload (docs/rocev2-wire.md §5.3).
 pub const UD_GRH_LEN: u64 = 40;
 
-/// The transport a machine runs (rocev2-wire.md §3.5: UC and UD are RC without parts).
+/// The transport a machine runs (docs/rocev2-wire.md §3.5: UC and UD are RC without parts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
     /// Reliable connected: ACKs, retries, reads and atomics.
@@ -148,14 +148,14 @@ impl SendWqe {
         ud: None,
     };
 
-    /// Whether it needs a read/atomic credit (rocev2-wire.md §3.2 step 5): READ, atomics
+    /// Whether it needs a read/atomic credit (docs/rocev2-wire.md §3.2 step 5): READ, atomics
     /// and ATOMIC_WRITE; FLUSH does not.
     fn needs_credit(&self) -> bool {
         self.opcode.is_read_or_atomic() || self.opcode == WrOpcode::AtomicWrite
     }
 
     /// Whether its responses carry data the completer waits for (READ/atomic: a later
-    /// response is an implicit NAK for them, rocev2-wire.md §3.4 CHECK_PSN).
+    /// response is an implicit NAK for them, docs/rocev2-wire.md §3.4 CHECK_PSN).
     fn is_read_or_atomic(&self) -> bool {
         self.opcode.is_read_or_atomic()
     }
@@ -236,7 +236,7 @@ impl Request {
 }
 
 /// Where the data of a READ response comes from at the responder: the driver gathers
-/// `len` bytes at `va` under `rkey` (re-looked-up per packet, rocev2-wire.md §3.3).
+/// `len` bytes at `va` under `rkey` (re-looked-up per packet, docs/rocev2-wire.md §3.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadSource {
     /// The R_Key of the READ.
@@ -283,12 +283,12 @@ impl Response {
 }
 
 /// A send-side work completion (ibv_poll_cq(3)); written only when the WQE was signaled,
-/// the QP signals all, or it failed (rocev2-wire.md §3.4 "Signalled completions").
+/// the QP signals all, or it failed (docs/rocev2-wire.md §3.4 "Signalled completions").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
     /// The WQE's id.
     pub id: u64,
-    /// Status (rocev2-wire.md §4).
+    /// Status (docs/rocev2-wire.md §4).
     pub status: WcStatus,
     /// Opcode; `None` on error (only meaningful on success).
     pub opcode: Option<WcOpcode>,
@@ -301,7 +301,7 @@ pub struct Completion {
     pub atomic_original: Option<u64>,
 }
 
-/// A responder-side receive completion (rocev2-wire.md §4, "inbound SEND", "inbound
+/// A responder-side receive completion (docs/rocev2-wire.md §4, "inbound SEND", "inbound
 /// WRITE_WITH_IMM", and the error rows).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecvCompletion {
@@ -352,7 +352,7 @@ pub struct RecvSlot {
     pub capacity: u64,
 }
 
-/// An atomic the responder asks the device to execute (rocev2-wire.md §3.3 "Execute").
+/// An atomic the responder asks the device to execute (docs/rocev2-wire.md §3.3 "Execute").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicOp {
     /// CMP_SWAP: store `swap` if the word equals `compare`.
@@ -366,7 +366,7 @@ pub enum AtomicOp {
     FetchAdd(u64),
 }
 
-/// The device side of a responder: key checks and receive queues (rocev2-wire.md §3.3).
+/// The device side of a responder: key checks and receive queues (docs/rocev2-wire.md §3.3).
 ///
 /// The responder decides *whether* and *where*; the target knows the keys and memory.
 pub trait Target {
@@ -410,7 +410,7 @@ pub trait Target {
     fn invalidate(&mut self, rkey: u32) -> bool;
 }
 
-/// Where the driver puts a request's payload (rocev2-wire.md §3.3 "Execute").
+/// Where the driver puts a request's payload (docs/rocev2-wire.md §3.3 "Execute").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
     /// Into registered memory: `rkey` was checked for the whole message at its first packet.
@@ -437,7 +437,7 @@ pub struct Delivery {
     /// Copy the packet's payload here (`None`: nothing to place, or dropped).
     pub place: Option<Placement>,
     /// Then publish this receive completion. If the receive CQ overflows, call
-    /// [`Responder::enter_error`] (no ACK is then sent, rocev2-wire.md §3.3 table).
+    /// [`Responder::enter_error`] (no ACK is then sent, docs/rocev2-wire.md §3.3 table).
     pub recv: Option<RecvCompletion>,
     /// The request was executed (false: dropped silently, a duplicate answered from
     /// the responder's state, or refused with a NAK).
@@ -485,7 +485,7 @@ impl fmt::Display for PostError {
 
 impl std::error::Error for PostError {}
 
-/// The requester's attributes (ibv_modify_qp(3) at RTS; rocev2-wire.md §3.1).
+/// The requester's attributes (ibv_modify_qp(3) at RTS; docs/rocev2-wire.md §3.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequesterConfig {
     /// Transport.
@@ -500,7 +500,7 @@ pub struct RequesterConfig {
     pub timeout: u8,
     /// `retry_cnt` (3 bits).
     pub retry_cnt: u8,
-    /// rxe's reading of `retry_cnt` 7 as infinite (rocev2-wire.md §3.1); off by default,
+    /// rxe's reading of `retry_cnt` 7 as infinite (docs/rocev2-wire.md §3.1); off by default,
     /// since rverbs reads 7 as seven retries (ARCHITECTURE.md §12).
     pub retry_cnt_7_infinite: bool,
     /// `rnr_retry` (3 bits; 7 = infinite).
@@ -537,7 +537,7 @@ impl RequesterConfig {
     };
 }
 
-/// The responder's attributes (ibv_modify_qp(3) at RTR; rocev2-wire.md §3.1, §3.3).
+/// The responder's attributes (ibv_modify_qp(3) at RTR; docs/rocev2-wire.md §3.1, §3.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResponderConfig {
     /// Transport.
@@ -573,7 +573,7 @@ impl ResponderConfig {
     };
 }
 
-/// `max(1, ceil(len / mtu))`: packets of a message, and PSNs of a READ (rocev2-wire.md §1.6).
+/// `max(1, ceil(len / mtu))`: packets of a message, and PSNs of a READ (docs/rocev2-wire.md §1.6).
 pub const fn packets(len: u32, mtu: u32) -> u32 {
     if len == 0 {
         1

@@ -1,7 +1,7 @@
 //! The send side of a QP: the requester (rxe `rxe_req.c`) and, in `completer.rs`, the
 //! completer (`rxe_comp.c`), over one send queue.
 //!
-//! Read before editing: rocev2-wire.md §1.6 (segmentation, PSNs), §3.1, §3.2, §3.4, §3.5.
+//! Read before editing: docs/rocev2-wire.md §1.6 (segmentation, PSNs), §3.1, §3.2, §3.4, §3.5.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -17,7 +17,7 @@ use crate::verbs::{QpType, SendFlags, WcStatus, WrOpcode};
 use crate::wire::{AtomicEthRepr, DethRepr, FethRepr, OpCode, Operation, Placement as FlushPlacement};
 use crate::wire::{RethRepr, Selectivity};
 
-/// Where the send side is (rocev2-wire.md §3.2, §3.4). Every change goes through
+/// Where the send side is (docs/rocev2-wire.md §3.2, §3.4). Every change goes through
 /// `Requester::set_state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RequesterState {
@@ -56,7 +56,7 @@ pub(super) struct Entry {
     pub(super) credit: bool,
 }
 
-/// The send side of one QP: requester and completer (rocev2-wire.md §3.2, §3.4).
+/// The send side of one QP: requester and completer (docs/rocev2-wire.md §3.2, §3.4).
 ///
 /// Calling order, per quinn's `Connection`: mutators (`post`, `enter_error`), then
 /// `poll_transmit` until `None`, `poll_timeout`, `poll_completion` until `None`; feed
@@ -173,7 +173,7 @@ impl Requester {
 
     /// Queues a send work request.
     ///
-    /// Rule: ibv_post_send(3): the opcode must be allowed on the transport (rocev2-wire.md
+    /// Rule: ibv_post_send(3): the opcode must be allowed on the transport (docs/rocev2-wire.md
     /// §1.5); atomics and ATOMIC_WRITE move 8 bytes.
     /// Rule: a WQE posted to a QP in error completes at once with WR_FLUSH_ERR (§4).
     /// Errors: `PostError::Opcode` for opcodes the transport or this core does not run
@@ -241,7 +241,7 @@ impl Requester {
         self.timers.next_timeout()
     }
 
-    /// Runs the timers due at `now` (rocev2-wire.md §3.4).
+    /// Runs the timers due at `now` (docs/rocev2-wire.md §3.4).
     ///
     /// Rule: §3.4 RNR_RETRY: when the RNR timer fires the requester retries from `comp.psn`.
     /// Rule: §3.4 "Retransmit timer": firing is an ERROR_RETRY with `timeout_retry`.
@@ -254,7 +254,7 @@ impl Requester {
         }
     }
 
-    /// The next request packet to send, if the rules allow one now (rocev2-wire.md §3.2).
+    /// The next request packet to send, if the rules allow one now (docs/rocev2-wire.md §3.2).
     ///
     /// Rule: §3.2 step 1: a requested retry rewinds to `comp.psn` first (go-back-N).
     /// Rule: §3.2 step 2: FENCE waits until every earlier READ/atomic completed.
@@ -451,12 +451,12 @@ pub(super) struct Segment {
     pub(super) sent: u32,
 }
 
-/// Makes `r` (whose PSN is set) the packet of `w` that starts at byte `sent` (rocev2-wire.md §1.5,
-/// §1.6): the opcode by position (FIRST/MIDDLE/LAST/ONLY from the remaining length and the
-/// MTU), RETH on the first packet of a WRITE and on READ/FLUSH/ATOMIC_WRITE, AtomicETH,
-/// ImmDt and IETH on the last packet, SE on the last packet of a SEND or WRITE_WITH_IMM,
-/// DETH for UD. AckReq is left to the caller. A resumed READ asks for the rest: VA +=
-/// `sent`, length = what remains (§3.2 step 1).
+/// Makes `r` (whose PSN is set) the packet of `w` that starts at byte `sent`
+/// (docs/rocev2-wire.md §1.5, §1.6): the opcode by position (FIRST/MIDDLE/LAST/ONLY from
+/// the remaining length and the MTU), RETH on the first packet of a WRITE and on
+/// READ/FLUSH/ATOMIC_WRITE, AtomicETH, ImmDt and IETH on the last packet, SE on the last
+/// packet of a SEND or WRITE_WITH_IMM, DETH for UD. AckReq is left to the caller. A resumed
+/// READ asks for the rest: VA += `sent`, length = what remains (§3.2 step 1).
 #[inline(always)]
 pub(super) fn segment(mode: Mode, src_qpn: u32, w: &SendWqe, sent: u32, mtu: u32, r: &mut Request) -> Segment {
     let transport = mode.transport();

@@ -1,7 +1,7 @@
 //! The receive side of a QP (rxe `rxe_resp.c`).
 //!
-//! Read before editing: rocev2-wire.md §3.3 (the state walk GET_REQ → CHK_PSN → CHK_OP_SEQ
-//! → CHK_OP_VALID → CHK_RESOURCE → CHK_LENGTH → CHK_RKEY → EXECUTE → COMPLETE →
+//! Read before editing: docs/rocev2-wire.md §3.3 (the state walk GET_REQ → CHK_PSN →
+//! CHK_OP_SEQ → CHK_OP_VALID → CHK_RESOURCE → CHK_LENGTH → CHK_RKEY → EXECUTE → COMPLETE →
 //! ACKNOWLEDGE is kept in this order), §3.5 (UC, UD) and §4.
 
 use std::collections::VecDeque;
@@ -68,7 +68,7 @@ enum Work {
     Read { psn: Psn, rkey: u32, va: u64, resid: u32, started: bool },
 }
 
-/// The receive side of one QP (rocev2-wire.md §3.3).
+/// The receive side of one QP (docs/rocev2-wire.md §3.3).
 ///
 /// Calling order: `handle_request` for each inbound request (carry out the returned
 /// [`Delivery`]), then `poll_transmit` until `None`.
@@ -161,7 +161,7 @@ impl Responder {
     }
 
     /// The next response to send: ACKs and NAKs in the order they were decided, READ
-    /// responses one packet per call (rocev2-wire.md §3.3 "Execute").
+    /// responses one packet per call (docs/rocev2-wire.md §3.3 "Execute").
     ///
     /// Rule: §3.3: READ responses are ONLY if the rest fits the MTU at the start, else
     /// FIRST, MIDDLE…, LAST; FIRST/LAST/ONLY carry AETH (ACK, MSN), MIDDLE none; PSN =
@@ -210,7 +210,7 @@ impl Responder {
         !self.out.is_empty()
     }
 
-    /// Processes one inbound request (rocev2-wire.md §3.3; §3.5 for UC/UD).
+    /// Processes one inbound request (docs/rocev2-wire.md §3.3; §3.5 for UC/UD).
     ///
     /// Rule: §1.7: a request of another transport, or to a QP in ERR, is dropped.
     /// Rule: §3.3 CHK_PSN (RC): ahead of `resp.psn` → one NAK-sequence (PSN = expected),

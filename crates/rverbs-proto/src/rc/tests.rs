@@ -1,4 +1,4 @@
-//! Virtual-time tests, one per rule of rocev2-wire.md §3 (named `subject_condition_outcome`).
+//! Virtual-time tests, one per rule of docs/rocev2-wire.md §3 (named `subject_condition_outcome`).
 
 use std::time::{Duration, Instant};
 

@@ -1,10 +1,10 @@
 //! The requester's timers: a fixed table, one slot per kind (quinn `connection/timer.rs`).
 //!
-//! Read before editing: rocev2-wire.md §3.4 ("Retransmit timer", "RNR_RETRY").
+//! Read before editing: docs/rocev2-wire.md §3.4 ("Retransmit timer", "RNR_RETRY").
 
 use std::time::Instant;
 
-/// A requester timer (rocev2-wire.md §3.4).
+/// A requester timer (docs/rocev2-wire.md §3.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(usize)]
 pub enum Timer {

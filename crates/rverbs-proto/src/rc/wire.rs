@@ -1,5 +1,5 @@
 //! Conversions between the packet descriptors and [`crate::wire::roce::Repr`], the seam to
-//! a transport that sends real packets (rocev2-wire.md §1.2–§1.5).
+//! a transport that sends real packets (docs/rocev2-wire.md §1.2–§1.5).
 //!
 //! Payload bytes stay outside: `to_repr` sets `payload_len`; the driver writes the payload
 //! (gathered from the WQE's range, or read at `source`) into `packet.payload_mut()`.
@@ -8,7 +8,7 @@ use super::{Request, Response};
 use crate::psn::Psn;
 use crate::wire::{AethRepr, AtomicAckEthRepr, BthRepr, IethRepr, ImmDtRepr, RoceRepr};
 
-/// The P_Key rxe sends (rocev2-wire.md §1.2).
+/// The P_Key rxe sends (docs/rocev2-wire.md §1.2).
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
 fn bth(opcode: crate::wire::OpCode, psn: Psn, dest_qp: u32, ack_req: bool, solicited: bool) -> BthRepr {
@@ -29,7 +29,8 @@ fn bth(opcode: crate::wire::OpCode, psn: Psn, dest_qp: u32, ack_req: bool, solic
 impl Request {
     /// The packet for this request to `dest_qp` (UD: `self.dest_qpn` wins).
     ///
-    /// Rule: rocev2-wire.md §1.2: TVer 0, P_Key 0xFFFF, M 0; §1.5: the headers of the opcode.
+    /// Rule: docs/rocev2-wire.md §1.2: TVer 0, P_Key 0xFFFF, M 0; §1.5: the headers of the
+    /// opcode.
     pub fn to_repr(&self, dest_qp: u32) -> RoceRepr {
         let dest = self.dest_qpn.unwrap_or(dest_qp);
         let mut r = RoceRepr::new(bth(self.opcode, self.psn, dest, self.ack_req, self.solicited), self.payload_len as usize);

@@ -139,7 +139,7 @@ fn ipv4_pseudo_headers(
 }
 
 /// As [`compute_ipv4_pseudo`] for a packet sent with IPv4 Identification `id` (rxe and
-/// NICs send non-zero IDs; rocev2-wire.md §2.5).
+/// NICs send non-zero IDs; docs/rocev2-wire.md §2.5).
 pub fn ipv4_pseudo_with_id(
     src: Ipv4Addr,
     dst: Ipv4Addr,

@@ -88,7 +88,7 @@ impl<'a> QpInit<'a> {
 /// The receive side of a connected QP whose requester is on another host (the network
 /// transport, `transport::net`): the protocol core's responder machine, made at the first
 /// request after RTR from `rq_psn`, and the receive WQE a SEND of several packets is
-/// being placed into (rocev2-wire.md §3.3).
+/// being placed into (docs/rocev2-wire.md §3.3).
 #[derive(Default)]
 pub(crate) struct NetResponder {
     /// `rq_psn` as of the last move to RTR.

@@ -5,7 +5,7 @@
 //! Rules (IBTA Vol 1 §13.4–§13.5, Annex A16/A17 for RoCE; rxe `rxe_recv.c`,
 //! `check_keys`): QP1 is QP number 1 of every port; a MAD travels as a UD SEND_ONLY to
 //! QP1 with P_Key 0xFFFF and the GSI Q_Key 0x8001_0000, from source QP 1, its 256 bytes
-//! the whole payload. A RoCEv2 host is reached at `address:4791` (rocev2-wire.md §1).
+//! the whole payload. A RoCEv2 host is reached at `address:4791` (docs/rocev2-wire.md §1).
 //!
 //! Receiving: every process of a host is an endpoint of the host-wide device, and only
 //! the owner of `address:4791` receives what the network sends there

@@ -242,7 +242,7 @@ fn moved_failed(qp: &QpInner, t: &impl Target, wqe: &SendWqe, e: CmaError, v: Vi
 }
 
 /// RC and UC: the core's responder machine of the connection takes the whole message as
-/// one request (rocev2-wire.md §3.3: its checks, in rxe's order, and its plan); this
+/// one request (docs/rocev2-wire.md §3.3: its checks, in rxe's order, and its plan); this
 /// driver moves the bytes the plan names, publishes the receive completion, and turns
 /// the machine's response into the requester's completion (§3.4, §4).
 fn connected<T: Target>(
@@ -448,7 +448,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
 }
 
 /// Sends `wqe` as one UD SEND_ONLY(_WITH_IMMEDIATE) packet from `sock` to `dst`
-/// (rocev2-wire.md §1.2, §1.5: BTH with P_Key 0xFFFF, DETH with the Q_Key and this QP's
+/// (docs/rocev2-wire.md §1.2, §1.5: BTH with P_Key 0xFFFF, DETH with the Q_Key and this QP's
 /// number, ImmDt, the payload and its pad, the ICRC).
 fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, net: &super::udp::Net, sgid: &crate::gid::Gid, dst: std::net::IpAddr) {
     let Some(ud) = &wqe.ud else { return };
@@ -524,7 +524,7 @@ fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t
 }
 
 /// A UD message as it reaches a responder: the request, the 40-byte GRH area its receive
-/// gets (rocev2-wire.md §5.3), the payload, and the service level for the completion.
+/// gets (docs/rocev2-wire.md §5.3), the payload, and the service level for the completion.
 pub(crate) struct UdMessage<'a, 's, 'p> {
     pub(crate) request: &'a Request,
     pub(crate) header: &'a [u8],
@@ -533,7 +533,7 @@ pub(crate) struct UdMessage<'a, 's, 'p> {
 }
 
 /// Delivers one UD message to `t` through the core's UD responder (kept in `slot`,
-/// reconfigured with `t`'s Q_Key): rocev2-wire.md §3.5: Q_Key, MTU, a receive WQE with
+/// reconfigured with `t`'s Q_Key): docs/rocev2-wire.md §3.5: Q_Key, MTU, a receive WQE with
 /// room for the GRH area and the payload; silent drops otherwise.
 pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: Instant, mtu: u32, msg: UdMessage<'_, '_, '_>) {
     t.note_inbound();

@@ -2,7 +2,7 @@
 //! driven over RoCEv2/UDP (issue 12; the sockets are [`super::udp`]'s).
 //!
 //! Read before editing: `rverbs_proto::rc` (the machines and their calling order),
-//! rocev2-wire.md §1.6 (segmentation), §3.2–§3.4 (requester, responder, completer), §4
+//! docs/rocev2-wire.md §1.6 (segmentation), §3.2–§3.4 (requester, responder, completer), §4
 //! (statuses), and ARCHITECTURE.md §6.
 //!
 //! Requester: the send queue hands its work requests, oldest first, to the core's
@@ -241,7 +241,7 @@ fn build(qp: &QpInner, sq: &SendQueue, conn: &mut NetRequester, r: &Request) {
     repr.emit(&mut packet);
     let payload = packet.payload_mut();
     let filled = if let Some(v) = r.atomic_write {
-        // rocev2-wire.md §1.3: ATOMIC_WRITE's 8 bytes go verbatim.
+        // docs/rocev2-wire.md §1.3: ATOMIC_WRITE's 8 bytes go verbatim.
         payload.copy_from_slice(&v.to_ne_bytes());
         true
     } else if r.payload_len == 0 {

@@ -1,7 +1,7 @@
 //! The device side of the protocol core's responder, for the same-host transport.
 //!
 //! Read before editing: `rverbs_proto::rc` (the responder decides *whether* and *where*,
-//! in rxe's order of checks, rocev2-wire.md §3.3) and [`super::target`] (the responder QP
+//! in rxe's order of checks, docs/rocev2-wire.md §3.3) and [`super::target`] (the responder QP
 //! wherever it is). [`Responding`] answers the core's questions — keys, receive WQEs,
 //! atomics, flushes, invalidations — against a [`Target`], and keeps what each answer
 //! pinned so that the placement that follows copies into exactly the memory that was
@@ -69,7 +69,7 @@ impl<'t, T: Target> Responding<'t, T> {
     /// MTU-sized packets): a SEND packet goes into the receive WQE at its offset; the first
     /// packet of a WRITE into the memory CHK_RKEY pinned for the whole message; a later
     /// one into its own range, looked up again under the message's R_Key (rxe resolves
-    /// the MR per packet, rocev2-wire.md §3.3 "Execute").
+    /// the MR per packet, docs/rocev2-wire.md §3.3 "Execute").
     ///
     /// Errors: the violation the responder answers a failed placement with.
     pub(crate) fn place_packet(&self, place: rc::Placement, data: &[u8]) -> Result<(), Violation> {

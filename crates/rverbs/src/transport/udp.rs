@@ -2,14 +2,14 @@
 //! on this host (issue 12), over IPv4 and IPv6: the sockets, the receive path, UD, and the
 //! relay to other processes of the host; RC and UC are driven by [`super::net`].
 //!
-//! Read before editing: rocev2-wire.md §1 (packets), §2.5 (the ICRC and the IPv4
+//! Read before editing: docs/rocev2-wire.md §1 (packets), §2.5 (the ICRC and the IPv4
 //! Identification a UDP socket cannot see), §5 (GIDs, the GRH area of a UD receive) and
 //! DESIGN §6.
 //!
 //! Sockets: one UDP socket per IP address of the GID table (loopback and IPv6 link-local
 //! excluded), bound to `address:4791`, unconnected, with path MTU discovery "do" so the
 //! kernel sends IPv4 ID 0 with DF and the ICRC can be computed before sending
-//! (rocev2-wire.md §2.5; IPv6 has no ID). Packets go out from
+//! (docs/rocev2-wire.md §2.5; IPv6 has no ID). Packets go out from
 //! the socket of the QP's source GID to `destination:4791`. The progress thread reads the
 //! sockets (`progress::NetRx`), up to [`RX_BATCH`] datagrams per `recvmmsg`
 //! ([`NetSock::receive`]), a train of datagrams coalesced by the kernel (`UDP_GRO`) cut
@@ -140,7 +140,7 @@ impl Trace {
     /// Records one datagram from `from` to `to`, with IPv4 Identification `id` (IPv6 has
     /// none: `id` is ignored).
     ///
-    /// Rule: the headers a socket sender puts on it (rocev2-wire.md §1.1, §2.5): IPv4 DF,
+    /// Rule: the headers a socket sender puts on it (docs/rocev2-wire.md §1.1, §2.5): IPv4 DF,
     /// TTL 64; IPv6 traffic class 0, flow label 0, hop limit 64, a computed UDP checksum.
     /// The masked fields (TTL, hop limit, class, flow) are not what a receiver saw, but the
     /// ICRC does not cover them, so every record's ICRC checks from the record alone.
@@ -247,7 +247,7 @@ pub(crate) struct NetSock {
     owner_port: u16,
     pub(crate) gid: Gid,
     /// The largest IB MTU the address's link carries (bytes): its netdev's MTU less the
-    /// RoCEv2 headers, as rxe derives a port's active MTU (rocev2-wire.md §1.6).
+    /// RoCEv2 headers, as rxe derives a port's active MTU (docs/rocev2-wire.md §1.6).
     pub(crate) link_mtu: u32,
     sock: UdpSocket,
     trace: Option<Arc<Trace>>,
@@ -552,7 +552,7 @@ impl NetSock {
             IpAddr::V4(_) => sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)?,
             IpAddr::V6(_) => sockopt::set_ipv6_mtu_discover(&sock, sockopt::Ipv6PathMtuDiscovery::DO)?,
         }
-        // A window of 128 unacknowledged packets (rocev2-wire.md §3.1) from each of several
+        // A window of 128 unacknowledged packets (docs/rocev2-wire.md §3.1) from each of several
         // connections arrives in bursts: a receive buffer of the default size (about 90
         // datagrams) overflows and every overflow is a go-back-N. Ask for 4 MiB (the kernel
         // caps it at net.core.rmem_max; best effort).
@@ -589,7 +589,7 @@ impl NetSock {
     /// Sends the RoCEv2 packet `packet` (BTH to ICRC; the ICRC's 4 bytes last, written
     /// here) to `dst`.
     ///
-    /// Rule: rocev2-wire.md §2.5: over IPv4 the ICRC covers a pseudo header with ID 0 and
+    /// Rule: docs/rocev2-wire.md §2.5: over IPv4 the ICRC covers a pseudo header with ID 0 and
     /// DF, which is what the kernel sends from this socket; IPv6 has no ID.
     fn send_to(&self, dst: SocketAddr, packet: &mut [u8]) {
         if self.seal(dst, packet) {
@@ -635,7 +635,7 @@ impl NetSock {
     /// udp(7)), up to [`TRAIN_PACKETS`] and [`TRAIN_BYTES`], the trains of a batch in one
     /// `sendmmsg`; what the kernel refuses is lost, as a failed [`NetSock::transmit`].
     ///
-    /// Rule (rocev2-wire.md §2.5): over IPv4 the ICRC covers the IPv4 Identification. The
+    /// Rule (docs/rocev2-wire.md §2.5): over IPv4 the ICRC covers the IPv4 Identification. The
     /// kernel cuts a train into datagrams that carry the train's ID plus their index
     /// (`inet_gso_segment`), and the train of an unconnected `IP_PMTUDISC_DO` socket has
     /// ID 0 (`ip_select_ident_segs`), so packet `k` of a train is sealed with ID `k`; a
@@ -961,7 +961,7 @@ pub(crate) mod relay {
 }
 
 /// Whether the packet's ICRC is right, and under which IPv4 Identification: 0 (what rverbs
-/// and any `IP_PMTUDISC_DO` sender use), else the one solved from the ICRC (rocev2-wire.md
+/// and any `IP_PMTUDISC_DO` sender use), else the one solved from the ICRC (docs/rocev2-wire.md
 /// §2.5); IPv6 has no ID (0). `None`: corrupted.
 fn icrc_id(from: SocketAddr, to: SocketAddr, packet: &Packet<&[u8]>) -> Option<u16> {
     let body = packet.without_icrc();
@@ -1076,7 +1076,7 @@ fn own_request(engine: &Engine, repr: &Repr) -> Option<u32> {
 }
 
 /// Delivers one checked packet (rxe `rxe_rcv`: the destination QP must exist with the
-/// packet's transport, accept requests and match the DETH's Q_Key; rocev2-wire.md §3.5).
+/// packet's transport, accept requests and match the DETH's Q_Key; docs/rocev2-wire.md §3.5).
 ///
 /// The QP may be of another process of this host (its number names its endpoint): the
 /// process that owns the port delivers a UD message into that process's queues through
@@ -1125,7 +1125,7 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr,
     let Some(deth) = repr.deth else { return unserved() };
     let Some(target) = ud_target(engine, repr.bth.dest_qp, deth.qkey) else { return unserved() };
     let request = Request::from_repr(repr, packet.payload());
-    // rocev2-wire.md §5.3: the receive's GRH area holds the packet's IP header.
+    // docs/rocev2-wire.md §5.3: the receive's GRH area holds the packet's IP header.
     let header = grh::build(&Gid::from_ip(src), &sock.gid, 0, 64, 0, repr.payload_len, repr.immdt.is_some());
     let msg = UdMessage { request: &request, header: &header, data: Source::Bytes(packet.payload()), sl: 0 };
     let mut slot = net.ud_responder.lock().expect("UD responder");
@@ -1234,7 +1234,7 @@ mod tests {
         assert_eq!(ib_mtu_for_link(None), 4096);
     }
 
-    /// rocev2-wire.md §2: a packet whose ICRC is right arrives; one with a flipped bit is
+    /// docs/rocev2-wire.md §2: a packet whose ICRC is right arrives; one with a flipped bit is
     /// dropped and counted, never delivered.
     #[test]
     fn receive_delivers_good_packets_and_counts_corrupted_ones() {
@@ -1348,7 +1348,7 @@ mod tests {
         assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 0);
     }
 
-    /// rocev2-wire.md §2.5: rxe and NICs send non-zero IPv4 IDs; the receive side finds the
+    /// docs/rocev2-wire.md §2.5: rxe and NICs send non-zero IPv4 IDs; the receive side finds the
     /// ID from the ICRC instead of rejecting the packet.
     #[test]
     fn a_packet_sent_with_a_nonzero_ipv4_id_is_accepted_with_that_id() {
@@ -1366,7 +1366,7 @@ mod tests {
         assert_ne!(icrc_id(from, to, &packet), Some(0x718c));
     }
 
-    /// rocev2-wire.md §2.5: IPv6 carries no ID; its ICRC is checked as it is.
+    /// docs/rocev2-wire.md §2.5: IPv6 carries no ID; its ICRC is checked as it is.
     #[test]
     fn ipv6_packets_are_checked_without_an_id() {
         let gid = Gid::from_ip(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST));
