@@ -33,6 +33,7 @@ vendor_errors! {
     LOCAL_LENGTH = 0x14, "the message exceeds the port's maximum message size";
     RECV_TOO_SMALL = 0x15, "the receive buffers are smaller than the incoming message";
     RECV_WQE_BAD = 0x16, "the receive WQE's scatter list failed its lkey, PD, bounds or access check";
+    LOCAL_NO_OPCODE = 0x17, "the QP's transport has no wire opcode for this work request (UC SEND with Invalidate)";
     REMOTE_RKEY = 0x20, "the rkey is not registered at the responder";
     REMOTE_PD = 0x21, "the rkey's memory belongs to another protection domain than the responder QP";
     REMOTE_BOUNDS = 0x22, "the remote range lies outside the rkey's memory";

@@ -297,6 +297,15 @@ impl WrOpcode {
         matches!(self, WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm)
     }
 
+    /// Whether a QP of `qp_type` has a wire opcode for this work request (IBTA vol. 1
+    /// §9.2, the opcode table: SEND with Invalidate exists for RC and XRC only). rxe
+    /// accepts the post of one that has none (its post-time table admits SEND_WITH_INV
+    /// on UC) and fails it when its requester finds no opcode (`next_opcode_uc`):
+    /// LOC_QP_OP_ERR.
+    pub const fn has_wire_opcode(self, qp_type: QpType) -> bool {
+        !matches!((self, qp_type), (WrOpcode::SendWithInv, QpType::Uc))
+    }
+
     /// Whether this opcode may be posted on a QP of the given type (ibv_post_send(3);
     /// rxe's opcode table: UC allows SEND, WRITE, BIND_MW and SEND_WITH_INV; UD only
     /// SEND; LOCAL_INV, READ, atomics, ATOMIC_WRITE and FLUSH are RC/XRC only).
@@ -501,6 +510,8 @@ mod tests {
         assert!(!WrOpcode::RdmaWrite.allowed_on(QpType::Ud));
         assert!(WrOpcode::SendWithImm.allowed_on(QpType::Ud));
         assert!(!WrOpcode::AtomicFetchAndAdd.allowed_on(QpType::Uc));
+        assert!(WrOpcode::SendWithInv.allowed_on(QpType::Uc) && !WrOpcode::SendWithInv.has_wire_opcode(QpType::Uc));
+        assert!(WrOpcode::SendWithInv.has_wire_opcode(QpType::Rc));
     }
 
     #[test]

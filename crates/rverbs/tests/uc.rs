@@ -61,3 +61,20 @@ fn uc_to_a_missing_peer_completes_as_sent() {
     a.qp.post_send(&[SendWr::write(1, &[], 0, 0).signaled()]).unwrap();
     assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
 }
+
+// UC has no SEND with Invalidate on the wire (IBTA opcode table: RC and XRC only). rxe
+// accepts the post (its opcode table admits it for UC) and its requester finds no UC
+// opcode for it (`next_opcode_uc`): the WR completes with LOC_QP_OP_ERR. rverbs executed
+// it on the same host and, across hosts, sent an opcode byte the peer's UC QP drops,
+// completing it with success. (A UC send error stops the send queue: SQE, section 10.)
+#[test]
+fn uc_send_with_invalidate_fails_as_in_rxe() {
+    let (a, b) = pair(QpType::Uc);
+    post_recv(&b, 1, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(5, &sge).with_inv(b.mr.rkey()).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (5, WcStatus::LocQpOpErr));
+    assert_eq!(a.qp.query().qp_state, QpState::Sqe);
+    assert_empty(&b.cq);
+}

@@ -177,11 +177,13 @@ impl Requester {
     /// §1.5); atomics and ATOMIC_WRITE move 8 bytes.
     /// Rule: a WQE posted to a QP in error completes at once with WR_FLUSH_ERR (§4).
     /// Errors: `PostError::Opcode` for opcodes the transport or this core does not run
-    /// (local operations LOCAL_INV and BIND_MW are the driver's), `NoDestination` for UD
+    /// (local operations LOCAL_INV and BIND_MW are the driver's; one without a wire opcode
+    /// on this transport, [`WrOpcode::has_wire_opcode`], is the driver's to fail), `NoDestination` for UD
     /// without `ud`, `QueueFull` when `max_send_wr` WQEs are outstanding.
     pub fn post(&mut self, wqe: SendWqe) -> Result<(), PostError> {
         let op = wqe.opcode;
         if !op.allowed_on(self.qp_type())
+            || !op.has_wire_opcode(self.qp_type())
             || matches!(op, WrOpcode::LocalInv | WrOpcode::BindMw | WrOpcode::Tso | WrOpcode::Driver1)
         {
             return Err(PostError::Opcode(op));

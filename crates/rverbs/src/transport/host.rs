@@ -67,6 +67,7 @@ pub(crate) fn execute(
     match op {
         WrOpcode::BindMw => return super::local::bind_mw(qp, wqe),
         WrOpcode::LocalInv => return super::local::local_inv(qp, wqe),
+        _ if !op.has_wire_opcode(qp.qp_type) => return no_wire_opcode(qp, wqe),
         _ => {}
     }
 
@@ -117,6 +118,12 @@ pub(crate) fn execute(
         }
         _ => Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::REMOTE_INVALID)),
     }
+}
+
+/// A work request the QP's transport has no opcode for (UC SEND with Invalidate): posted,
+/// then failed with LOC_QP_OP_ERR, as rxe's requester does (`WrOpcode::has_wire_opcode`).
+pub(crate) fn no_wire_opcode(qp: &QpInner, wqe: &SendWqe) -> Exec {
+    Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_NO_OPCODE))
 }
 
 fn local_fault(qp: &QpInner, wqe: &SendWqe, f: Fault) -> Exec {

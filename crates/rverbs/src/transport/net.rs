@@ -174,12 +174,14 @@ fn hand_over(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> 
         } else {
             None
         };
-        if fault.is_some() || matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv) {
+        let no_wire = !op.has_wire_opcode(qp.qp_type);
+        if fault.is_some() || no_wire || matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv) {
             if conn.handed > 0 {
                 return true;
             }
             let exec = match (op, fault) {
                 (_, Some(f)) => super::Exec::Done(Cqe::error(w.wr_id, qp.qpn, WcStatus::LocProtErr, f.local_vendor_err())),
+                _ if no_wire => super::host::no_wire_opcode(qp, w),
                 (WrOpcode::BindMw, None) => super::local::bind_mw(qp, w),
                 _ => super::local::local_inv(qp, w),
             };
