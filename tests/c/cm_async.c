@@ -98,9 +98,10 @@ int main(void)
 	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	CHECK(rdma_bind_addr(listener, (struct sockaddr *)&addr) == 0, "rdma_bind_addr 127.0.0.1:0");
 	port = ntohs(rdma_get_src_port(listener));
-	CHECK(port != 0 && listener->verbs != NULL && listener->port_num == 1 &&
-		      listener->pd != NULL,
-	      "bound: ephemeral port %u, verbs, port_num 1, the CM's PD", port);
+	/* The kernel's rdma_cm attaches no device to a loopback bind (measured on rxe):
+	 * like the any-address, the device comes with the connection request. */
+	CHECK(port != 0 && listener->verbs == NULL,
+	      "bound to loopback: ephemeral port %u, no device (as the kernel's rdma_cm)", port);
 	CHECK(rdma_get_local_addr(listener)->sa_family == AF_INET &&
 		      ((struct sockaddr_in *)rdma_get_local_addr(listener))->sin_addr.s_addr ==
 			      htonl(INADDR_LOOPBACK),
@@ -122,10 +123,10 @@ int main(void)
 		      "the client channel is readable with an event queued");
 	}
 	ev = expect_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED, "client");
-	CHECK(ev->id == client && client->verbs != NULL && client->verbs == listener->verbs &&
+	CHECK(ev->id == client && client->verbs != NULL &&
 		      client->port_num == 1 && rdma_get_src_port(client) != 0 &&
 		      ntohs(rdma_get_dst_port(client)) == port,
-	      "ADDR_RESOLVED: the same verbs context as every id, port_num, ports");
+	      "ADDR_RESOLVED: a verbs context, port_num, ports");
 	CHECK(rdma_resolve_route(client, 2000) == 0, "rdma_resolve_route before the ack");
 	REQUIRE(rdma_ack_cm_event(ev) == 0, "rdma_ack_cm_event");
 	ev = expect_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED, "client");

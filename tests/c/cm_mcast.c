@@ -42,7 +42,9 @@ static struct sockaddr_in in4(uint32_t host_order_addr)
 	return a;
 }
 
-/* A UD id on `ch` (NULL: synchronous) bound to 127.0.0.1 with a QP from rdma_create_qp. */
+/* A UD id on `ch` (NULL: synchronous) resolved from 127.0.0.1 to the loopback, which
+ * attaches the device (an id only bound to 127.0.0.1 has none, as in the kernel), with a
+ * QP from rdma_create_qp. */
 static struct rdma_cm_id *member(struct rdma_event_channel *ch)
 {
 	struct rdma_cm_id *id;
@@ -50,7 +52,15 @@ static struct rdma_cm_id *member(struct rdma_event_channel *ch)
 	struct ibv_qp_init_attr qia;
 
 	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) == 0, "rdma_create_id(UDP)");
-	REQUIRE(rdma_bind_addr(id, (struct sockaddr *)&lo) == 0, "rdma_bind_addr(127.0.0.1)");
+	REQUIRE(rdma_resolve_addr(id, (struct sockaddr *)&lo, (struct sockaddr *)&lo, 2000) == 0,
+		"rdma_resolve_addr(127.0.0.1 -> 127.0.0.1)");
+	if (ch) {
+		struct rdma_cm_event *ev;
+
+		REQUIRE(rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+			"ADDR_RESOLVED");
+		rdma_ack_cm_event(ev);
+	}
 	memset(&qia, 0, sizeof(qia));
 	qia.qp_type = IBV_QPT_UD;
 	qia.cap.max_send_wr = qia.cap.max_recv_wr = 4;

@@ -17,6 +17,13 @@ fn next(ch: &EventChannel) -> Event {
     ch.try_get_event().expect("readable channel has an event")
 }
 
+/// Resolves the loopback from 127.0.0.1, which attaches rverbs0 to `id`.
+fn on_loopback(ch: &EventChannel, id: &CmId) {
+    id.resolve_addr(Some("127.0.0.1:0".parse().unwrap()), "127.0.0.1:9".parse().unwrap(), 2000).unwrap();
+    expect(ch, EventKind::AddrResolved);
+    assert!(id.has_device());
+}
+
 fn expect(ch: &EventChannel, kind: EventKind) -> Event {
     let ev = next(ch);
     assert_eq!(ev.kind, kind, "unexpected event {ev:?}");
@@ -43,7 +50,8 @@ struct Member {
     mr: Mr,
 }
 
-/// A UD id bound to 127.0.0.1 with a QP (RTS).
+/// A UD id with rverbs0 attached through the loopback and a QP (RTS). An id only bound
+/// to 127.0.0.1 has no device (as in the kernel); resolving the loopback attaches one.
 fn member() -> Member {
     let ctx = devices().unwrap()[0].open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
@@ -52,7 +60,7 @@ fn member() -> Member {
     let mr = pd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
     let ch = EventChannel::new().unwrap();
     let id = CmId::new(&ch, PortSpace::Udp, QpType::Ud, 0).unwrap();
-    id.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    on_loopback(&ch, &id);
     id.attach_qp(qp.clone()).unwrap();
     Member { ch, id, qp, cq, pd, mr }
 }
@@ -102,8 +110,11 @@ fn who_may_join() {
     let rc = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
     rc.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
     assert_eq!(rc.join_multicast(g, JoinFlag::FullMember, 0).unwrap_err().errno(), libc::EINVAL, "not UD");
+    let lo = CmId::new(&ch, PortSpace::Udp, QpType::Ud, 0).unwrap();
+    lo.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    assert_eq!(lo.join_multicast(g, JoinFlag::FullMember, 0).unwrap_err().errno(), libc::EINVAL, "bound to loopback: no device");
     let ud = CmId::new(&ch, PortSpace::Udp, QpType::Ud, 0).unwrap();
-    ud.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    on_loopback(&ch, &ud);
     let zero: SocketAddr = "0.0.0.0:0".parse().unwrap();
     assert_eq!(ud.join_multicast(zero, JoinFlag::FullMember, 0).unwrap_err().errno(), libc::EINVAL, "0.0.0.0");
     let v6: SocketAddr = "[ff0e::1]:0".parse().unwrap();

@@ -443,7 +443,15 @@ pub(crate) fn bind_addr(id: &CmId, addr: SocketAddr) -> Result<()> {
     if s.st != St::Idle || s.binding.is_some() {
         return Err(Error::invalid("rdma_bind_addr", "the id is already bound"));
     }
-    bind_locked(e, n, s, addr)
+    bind_locked(e, n, s, addr)?;
+    // The kernel's rdma_cm attaches no device to an id bound to a loopback address (no
+    // RDMA device sits on `lo`: `id->verbs` stays NULL, as for the any-address; measured
+    // on rxe), and a later rdma_resolve_addr picks the device from the destination.
+    // libfabric's verbs provider relies on it when it binds `localhost`.
+    if crate::addr::canonical(addr.ip()).is_loopback() {
+        s.sgid = None;
+    }
+    Ok(())
 }
 
 pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, timeout_ms: i32) -> Result<()> {
