@@ -232,13 +232,16 @@ fn client(addr: &str, port: u16, args: &[String]) -> Result<()> {
     wait_and_disconnect(conn)
 }
 
-/// The server (idle timeout 1 s) and three clients one after another, as threads.
+/// The server (idle timeout 1 s) and three clients one after another, as threads over
+/// [`common::host_addr`].
 fn all_in_one() -> Result<()> {
+    let addr = common::host_addr()?;
+    let saddr = addr.clone();
     let _ = IDLE.set(Duration::from_secs(1));
     let (tx, rx) = std::sync::mpsc::channel();
     let s = std::thread::spawn(move || {
         let tx = std::sync::Mutex::new(tx);
-        server("127.0.0.1", 0, &|p| {
+        server(&saddr, 0, &|p| {
             let _ = tx.lock().unwrap().send(p);
         })
     });
@@ -248,7 +251,7 @@ fn all_in_one() -> Result<()> {
     let c = port.and_then(|p| {
         ["8", "9", "11"]
             .iter()
-            .try_for_each(|seed| client("127.0.0.1", p, &[seed.to_string()]))
+            .try_for_each(|seed| client(&addr, p, &[seed.to_string()]))
     });
     let s = s.join().expect("server thread");
     s.and(c)

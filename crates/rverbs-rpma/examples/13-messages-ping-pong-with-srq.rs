@@ -189,13 +189,16 @@ fn client(addr: &str, port: u16, args: &[String]) -> Result<()> {
     result
 }
 
-/// The server (timeout 1 s) and three clients in parallel, as threads.
+/// The server (timeout 1 s) and three clients in parallel, as threads over
+/// [`common::host_addr`].
 fn all_in_one() -> Result<()> {
+    let addr = common::host_addr()?;
+    let saddr = addr.clone();
     let _ = LISTEN_TIMEOUT.set(Duration::from_secs(1));
     let (tx, rx) = std::sync::mpsc::channel();
     let s = std::thread::spawn(move || {
         let tx = std::sync::Mutex::new(tx);
-        server("127.0.0.1", 0, &|p| {
+        server(&saddr, 0, &|p| {
             let _ = tx.lock().unwrap().send(p);
         })
     });
@@ -207,9 +210,10 @@ fn all_in_one() -> Result<()> {
             .iter()
             .map(|seed| {
                 let args = [seed.to_string(), "3".to_string()];
+                let addr = addr.clone();
                 std::thread::Builder::new()
                     .name(format!("client{seed}"))
-                    .spawn(move || client("127.0.0.1", p, &args))
+                    .spawn(move || client(&addr, p, &args))
                     .expect("spawn a client")
             })
             .collect();

@@ -35,12 +35,17 @@ fn write_and_flush(addr: &str, port: u16) -> Result<()> {
 }
 // README end
 
+mod common;
+
 fn main() -> Result<()> {
-    let peer = Peer::new("127.0.0.1", ContextType::Local)?;
-    let ep = Endpoint::listen(&peer, "127.0.0.1", 0)?;
+    // An address of this host's network interface (the server names its device by its
+    // address, and the loopback names none, as in the kernel's rdma_cm).
+    let addr = common::host_addr()?;
+    let peer = Peer::new(&addr, ContextType::Local)?;
+    let ep = Endpoint::listen(&peer, &addr, 0)?;
     let port = ep.local_addr().unwrap().port();
     let server = std::thread::spawn(move || serve(&peer, &ep));
-    write_and_flush("127.0.0.1", port)?;
+    write_and_flush(&addr, port)?;
     let mr = server.join().unwrap()?;
     println!("New value: {}", String::from_utf8_lossy(&mr.to_vec(0, 12)?));
     Ok(())

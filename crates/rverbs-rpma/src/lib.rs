@@ -79,8 +79,14 @@
 //! use rverbs_rpma::*;
 //! use std::time::Duration;
 //!
-//! let peer = Peer::new("127.0.0.1", ContextType::Local)?;
-//! let ep = Endpoint::listen(&peer, "127.0.0.1", 0)?;
+//! // The server's address names its device: an address of a network interface of
+//! // this host, not the loopback (the kernel's rdma_cm, and so rverbs, attaches no
+//! // device to an id bound to 127.0.0.1). Here: the first IPv4 one of rverbs0's GIDs.
+//! let ctx = rverbs::devices()?[0].open()?;
+//! let addr = ctx.query_gid_table().iter().map(|e| e.gid.to_ip())
+//!     .find(|ip| ip.is_ipv4() && !ip.is_loopback()).expect("a non-loopback IPv4 address").to_string();
+//! let peer = Peer::new(&addr, ContextType::Local)?;
+//! let ep = Endpoint::listen(&peer, &addr, 0)?;
 //! let port = ep.local_addr().unwrap().port();
 //!
 //! let server = std::thread::spawn(move || -> Result<()> {
@@ -95,9 +101,9 @@
 //!     conn.delete()
 //! });
 //!
-//! let peer = Peer::new("127.0.0.1", ContextType::Remote)?;
+//! let peer = Peer::new(&addr, ContextType::Remote)?;
 //! let dst = MrLocal::new(&peer, 64, Usage::READ_DST)?;
-//! let req = ConnReq::new(&peer, "127.0.0.1", port, None)?;
+//! let req = ConnReq::new(&peer, &addr, port, None)?;
 //! let conn = req.connect(None)?;
 //! assert_eq!(conn.next_event()?, ConnEvent::Established);
 //! let src = MrRemote::from_descriptor(conn.private_data().unwrap())?;

@@ -32,9 +32,15 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// GID table holds the id's source address (rdma_cm(7): an IP address names the device
 /// that holds it). The id is destroyed before returning.
 ///
+/// A local loopback address (127.0.0.0/8, `::1`) names no device: the kernel's rdma_cm
+/// attaches none to an id bound to it, as to the any-address (ARCHITECTURE.md §14), so
+/// librpma 1.x returns a NULL context for it and rpma_peer_new(3) then fails; here that
+/// is `ENODEV`. A server serves on an address of a network interface. As a remote
+/// address the loopback resolves to this host's device (cma_resolve_loopback).
+///
 /// Errors: `Provider` if the address cannot be bound or resolved (e.g.
 /// `EADDRNOTAVAIL` for an address of no local interface) or names no device
-/// (`ENODEV`, e.g. a wildcard address).
+/// (`ENODEV`: a wildcard or, as `Local`, a loopback address).
 pub fn context_for(addr: &str, ty: ContextType) -> Result<Context> {
     let sa = util::lookup(addr, 0)?;
     let ch = EventChannel::new()?;

@@ -75,7 +75,7 @@ fn error_codes_are_librpmas() {
 /// (docs/rpma-rdmacm.md §1.2).
 #[test]
 fn usage_maps_to_access_as_librpma_does() {
-    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let peer = Peer::new(host(), ContextType::Local).unwrap();
     let cases = [
         (Usage::READ_SRC, Access::REMOTE_READ),
         (Usage::FLUSH_TYPE_VISIBILITY, Access::REMOTE_READ),
@@ -102,7 +102,7 @@ fn usage_maps_to_access_as_librpma_does() {
 /// little-endian address, length, rkey, usage; INVAL below 21 bytes or with usage 0.
 #[test]
 fn mr_descriptors() {
-    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let peer = Peer::new(host(), ContextType::Local).unwrap();
     let mr = MrLocal::new(&peer, 4096, Usage::WRITE_DST | Usage::FLUSH_TYPE_VISIBILITY).unwrap();
     let d = mr.descriptor();
     assert_eq!(d.len(), MR_DESCRIPTOR_SIZE);
@@ -157,8 +157,8 @@ fn target_pair(usage: Usage) -> (Pair, MrRemote, MrLocal, MrLocal) {
 
 /// As [`target_pair`], both peers' native operations limited to `allow`.
 fn target_pair_with(usage: Usage, allow: Native) -> (Pair, MrRemote, MrLocal, MrLocal) {
-    let speer = Peer::new_with("127.0.0.1", ContextType::Local, allow).unwrap();
-    let cpeer = Peer::new_with("127.0.0.1", ContextType::Remote, allow).unwrap();
+    let speer = Peer::new_with(host(), ContextType::Local, allow).unwrap();
+    let cpeer = Peer::new_with(host(), ContextType::Remote, allow).unwrap();
     let target = MrLocal::new(&speer, 64, usage).unwrap();
     let desc = target.descriptor();
     let p = pair_with(speer, cpeer, None, None, |_| {}, Some(&desc), None);
@@ -271,13 +271,13 @@ fn native_operations_are_decided_as_librpma_does() {
     ] {
         assert_eq!(Native::from_cap_flags_ex(flags), want, "{flags:#x}");
     }
-    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let peer = Peer::new(host(), ContextType::Local).unwrap();
     let caps = peer.context().query_device().device_cap_flags_ex;
     assert_eq!(peer.native(), Native::from_cap_flags_ex(caps));
     assert_eq!(peer.native(), n(true, false), "rverbs: ATOMIC_WRITE and FLUSH_GLOBAL, no FLUSH_PERSISTENT");
-    let emu = Peer::new_with("127.0.0.1", ContextType::Local, Native::EMULATED).unwrap();
+    let emu = Peer::new_with(host(), ContextType::Local, Native::EMULATED).unwrap();
     assert_eq!(emu.native(), Native::EMULATED);
-    let only_flush = Peer::new_with("127.0.0.1", ContextType::Local, n(false, true)).unwrap();
+    let only_flush = Peer::new_with(host(), ContextType::Local, n(false, true)).unwrap();
     assert_eq!(only_flush.native(), Native::EMULATED, "allowing never enables what the device lacks");
 }
 
@@ -297,7 +297,7 @@ fn native_flush_maps_flush_usages_to_flush_access() {
         assert_eq!(usage.access_for(false), usage.access(), "{usage:?}");
     }
     assert_eq!(Usage::FLUSH_TYPE_VISIBILITY.access_for(false), Access::REMOTE_READ);
-    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let peer = Peer::new(host(), ContextType::Local).unwrap();
     let mr = MrLocal::new(&peer, 64, Usage::WRITE_DST | Usage::FLUSH_TYPE_VISIBILITY).unwrap();
     assert_eq!(mr.as_verbs().access(), Access::REMOTE_WRITE | Access::LOCAL_WRITE | Access::REMOTE_READ, "rverbs peers emulate the flush");
 }

@@ -1,4 +1,5 @@
-//! Connections in one process: a server thread and a client thread over 127.0.0.1,
+//! Connections in one process: a server thread and a client thread over an address of
+//! this host ([`common::host`], not the loopback, as librpma needs on a real host),
 //! each listening endpoint on its own (ephemeral, so distinct) port; every wait is
 //! bounded.
 
@@ -16,8 +17,8 @@ use rverbs_rpma::*;
 #[test]
 fn private_data_both_ways_and_server_initiated_disconnect() {
     bounded(60, || {
-        let speer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
-        let ep = Endpoint::listen(&speer, "127.0.0.1", 0).unwrap();
+        let speer = Peer::new(host(), ContextType::Local).unwrap();
+        let ep = Endpoint::listen(&speer, host(), 0).unwrap();
         let port = ep.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {
             let req = ep.next_conn_req_timeout(None, WAIT).unwrap();
@@ -32,8 +33,8 @@ fn private_data_both_ways_and_server_initiated_disconnect() {
             ep.shutdown().unwrap();
             pd
         });
-        let cpeer = Peer::new("127.0.0.1", ContextType::Remote).unwrap();
-        let req = ConnReq::new(&cpeer, "127.0.0.1", port, None).unwrap();
+        let cpeer = Peer::new(host(), ContextType::Remote).unwrap();
+        let req = ConnReq::new(&cpeer, host(), port, None).unwrap();
         assert!(!req.is_passive());
         assert_eq!(req.private_data(), None);
         let conn = req.connect(Some(b"Hello server!\0")).unwrap();
@@ -56,14 +57,14 @@ fn private_data_both_ways_and_server_initiated_disconnect() {
 #[test]
 fn rejected_when_nobody_listens() {
     bounded(60, || {
-        let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+        let peer = Peer::new(host(), ContextType::Local).unwrap();
         let port = {
-            let ep = Endpoint::listen(&peer, "127.0.0.1", 0).unwrap();
+            let ep = Endpoint::listen(&peer, host(), 0).unwrap();
             let p = ep.local_addr().unwrap().port();
             ep.shutdown().unwrap();
             p
         };
-        let conn = ConnReq::new(&peer, "127.0.0.1", port, None).unwrap().connect(None).unwrap();
+        let conn = ConnReq::new(&peer, host(), port, None).unwrap().connect(None).unwrap();
         assert_eq!(conn.next_event_timeout(WAIT).unwrap(), ConnEvent::Rejected);
         conn.delete().unwrap();
     });
@@ -73,15 +74,15 @@ fn rejected_when_nobody_listens() {
 #[test]
 fn dropping_a_passive_request_rejects_it() {
     bounded(60, || {
-        let speer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
-        let ep = Endpoint::listen(&speer, "127.0.0.1", 0).unwrap();
+        let speer = Peer::new(host(), ContextType::Local).unwrap();
+        let ep = Endpoint::listen(&speer, host(), 0).unwrap();
         let port = ep.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {
             let req = ep.next_conn_req_timeout(None, WAIT).unwrap();
             drop(req);
         });
-        let cpeer = Peer::new("127.0.0.1", ContextType::Remote).unwrap();
-        let conn = ConnReq::new(&cpeer, "127.0.0.1", port, None).unwrap().connect(None).unwrap();
+        let cpeer = Peer::new(host(), ContextType::Remote).unwrap();
+        let conn = ConnReq::new(&cpeer, host(), port, None).unwrap().connect(None).unwrap();
         assert_eq!(conn.next_event_timeout(WAIT).unwrap(), ConnEvent::Rejected);
         server.join().unwrap();
     });
@@ -93,13 +94,13 @@ fn dropping_a_passive_request_rejects_it() {
 #[test]
 fn non_blocking_fds_report_no_event() {
     bounded(60, || {
-        let speer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
-        let ep = Endpoint::listen(&speer, "127.0.0.1", 0).unwrap();
+        let speer = Peer::new(host(), ContextType::Local).unwrap();
+        let ep = Endpoint::listen(&speer, host(), 0).unwrap();
         rustix::fs::fcntl_setfl(ep.fd(), rustix::fs::OFlags::NONBLOCK).unwrap();
         assert_eq!(ep.next_conn_req(None).err(), Some(Error::NoEvent));
         let port = ep.local_addr().unwrap().port();
-        let cpeer = Peer::new("127.0.0.1", ContextType::Remote).unwrap();
-        let client = ConnReq::new(&cpeer, "127.0.0.1", port, None).unwrap().connect(None).unwrap();
+        let cpeer = Peer::new(host(), ContextType::Remote).unwrap();
+        let client = ConnReq::new(&cpeer, host(), port, None).unwrap().connect(None).unwrap();
         let mut fds = [rustix::event::PollFd::from_borrowed_fd(ep.fd(), rustix::event::PollFlags::IN)];
         let ts = rustix::time::Timespec { tv_sec: 10, tv_nsec: 0 };
         assert_eq!(rustix::event::poll(&mut fds, Some(&ts)).unwrap(), 1, "the request makes the fd readable");
@@ -120,8 +121,8 @@ fn non_blocking_fds_report_no_event() {
 #[test]
 fn receive_posted_before_accept_takes_the_first_message() {
     bounded(60, || {
-        let speer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
-        let ep = Endpoint::listen(&speer, "127.0.0.1", 0).unwrap();
+        let speer = Peer::new(host(), ContextType::Local).unwrap();
+        let ep = Endpoint::listen(&speer, host(), 0).unwrap();
         let port = ep.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {
             let buf = MrLocal::new(&speer, 32, Usage::RECV).unwrap();
@@ -138,10 +139,10 @@ fn receive_posted_before_accept_takes_the_first_message() {
             conn.disconnect().unwrap();
             buf.to_vec(0, 5).unwrap()
         });
-        let cpeer = Peer::new("127.0.0.1", ContextType::Remote).unwrap();
+        let cpeer = Peer::new(host(), ContextType::Remote).unwrap();
         let msg = MrLocal::new(&cpeer, 8, Usage::SEND).unwrap();
         msg.write(0, b"first").unwrap();
-        let conn = ConnReq::new(&cpeer, "127.0.0.1", port, None).unwrap().connect(None).unwrap();
+        let conn = ConnReq::new(&cpeer, host(), port, None).unwrap().connect(None).unwrap();
         assert_eq!(conn.next_event_timeout(WAIT).unwrap(), ConnEvent::Established);
         // Unsignaled, right before the disconnect (rpma example 08's "I'm done").
         conn.send(&msg, 0, 5, CompletionFlags::OnError, 1).unwrap();
@@ -157,19 +158,19 @@ fn receive_posted_before_accept_takes_the_first_message() {
 #[test]
 fn private_data_limits() {
     bounded(60, || {
-        let speer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
-        let ep = Endpoint::listen(&speer, "127.0.0.1", 0).unwrap();
+        let speer = Peer::new(host(), ContextType::Local).unwrap();
+        let ep = Endpoint::listen(&speer, host(), 0).unwrap();
         let port = ep.local_addr().unwrap().port();
-        let req = ConnReq::new(&speer, "127.0.0.1", port, None).unwrap();
+        let req = ConnReq::new(&speer, host(), port, None).unwrap();
         assert_eq!(req.connect(Some(&[])).err(), Some(Error::Inval));
-        let req = ConnReq::new(&speer, "127.0.0.1", port, None).unwrap();
+        let req = ConnReq::new(&speer, host(), port, None).unwrap();
         assert_eq!(req.connect(Some(&[1; 256])).err(), Some(Error::Inval));
-        let req = ConnReq::new(&speer, "127.0.0.1", port, None).unwrap();
+        let req = ConnReq::new(&speer, host(), port, None).unwrap();
         assert_eq!(req.connect(Some(&[1; 57])).err(), Some(Error::Provider(libc::EINVAL)));
         // Nothing reached the endpoint.
         assert_eq!(ep.next_conn_req_timeout(None, Duration::from_millis(100)).err(), Some(Error::Provider(libc::ETIMEDOUT)));
         // 56 bytes connect; 197 bytes do not accept, and the requester is rejected.
-        let client = ConnReq::new(&speer, "127.0.0.1", port, None).unwrap().connect(Some(&[2; 56])).unwrap();
+        let client = ConnReq::new(&speer, host(), port, None).unwrap().connect(Some(&[2; 56])).unwrap();
         let req = ep.next_conn_req_timeout(None, WAIT).unwrap();
         assert_eq!(req.private_data(), Some(&[2u8; 56][..]));
         assert_eq!(req.connect(Some(&[3; 197])).err(), Some(Error::Provider(libc::EINVAL)));
@@ -179,20 +180,28 @@ fn private_data_limits() {
 
 /// rpma_utils_get_ibv_context(3) + rpma_peer_new(3), rpma_ep_listen(3): an address of
 /// no local interface, or a wildcard, names no device; a port listened on is in use.
+/// A local loopback address names no device either (the kernel's rdma_cm attaches none
+/// to a loopback bind; librpma then gets a NULL context), while resolving it as a remote
+/// address does (cma_resolve_loopback), and an endpoint may listen on it.
 #[test]
 fn peers_and_endpoints_from_addresses() {
     bounded(60, || {
         assert_eq!(Peer::new("192.0.2.77", ContextType::Local).err(), Some(Error::Provider(libc::EADDRNOTAVAIL)));
         assert_eq!(Peer::new("0.0.0.0", ContextType::Local).err(), Some(Error::Provider(libc::ENODEV)));
-        let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+        assert_eq!(Peer::new("127.0.0.1", ContextType::Local).err(), Some(Error::Provider(libc::ENODEV)));
+        assert_eq!(context_for("127.0.0.1", ContextType::Local).err(), Some(Error::Provider(libc::ENODEV)));
+        let lo = Peer::new("127.0.0.1", ContextType::Remote).unwrap();
+        assert_eq!(lo.context().device_name(), "rverbs0");
+        Endpoint::listen(&lo, "127.0.0.1", 0).unwrap().shutdown().unwrap();
+        let peer = Peer::new(host(), ContextType::Local).unwrap();
         assert_eq!(peer.context().device_name(), "rverbs0");
-        let remote = Peer::new("127.0.0.1", ContextType::Remote).unwrap();
+        let remote = Peer::new(host(), ContextType::Remote).unwrap();
         assert_eq!(remote.context().device_name(), "rverbs0");
-        let ep = Endpoint::listen(&peer, "127.0.0.1", 0).unwrap();
+        let ep = Endpoint::listen(&peer, host(), 0).unwrap();
         let port = ep.local_addr().unwrap().port();
-        assert_eq!(Endpoint::listen(&peer, "127.0.0.1", port).err(), Some(Error::Provider(libc::EADDRINUSE)));
+        assert_eq!(Endpoint::listen(&peer, host(), port).err(), Some(Error::Provider(libc::EADDRINUSE)));
         ep.shutdown().unwrap();
-        let again = Endpoint::listen(&peer, "127.0.0.1", port).unwrap();
+        let again = Endpoint::listen(&peer, host(), port).unwrap();
         drop(again);
         // A region keeps the protection domain busy (rpma_peer_delete(3) fails).
         let mr = MrLocal::new(&remote, 8, Usage::SEND).unwrap();

@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+mod common;
+use common::host;
+
 const EXAMPLES: [&str; 18] = [
     "readme",
     "01-connection",
@@ -120,7 +123,7 @@ fn ex03_read_to_persistent() {
 #[test]
 fn ex03_as_two_processes() {
     let (mut server, port, lines) = start_server("03-read-to-persistent", &[]);
-    let out = run("03-read-to-persistent", &["client", "127.0.0.1", &port]);
+    let out = run("03-read-to-persistent", &["client", host(), &port]);
     assert_lines("03 client", &out, &["Next value: Hello world!", "Translation: ¡Hola Mundo!"]);
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(server.wait().unwrap().success(), "{rest:?}");
@@ -172,7 +175,7 @@ fn ex09_flush_to_persistent_gpspm() {
 fn ex09_as_two_processes() {
     for name in EX09 {
         let (mut server, port, lines) = start_server(name, &[]);
-        let out = run(name, &["client", "127.0.0.1", &port]);
+        let out = run(name, &["client", host(), &port]);
         assert_lines(name, &out, &["Next value: Hello world!", "Translation: ¡Hola Mundo!"]);
         let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
         assert!(server.wait().unwrap().success(), "{name}: {rest:?}");
@@ -194,7 +197,7 @@ fn ex07_atomic_write() {
 #[test]
 fn ex07_as_two_processes() {
     let (mut server, port, lines) = start_server("07-atomic-write", &[]);
-    let out = run("07-atomic-write", &["client", "127.0.0.1", &port, "alpha", "beta"]);
+    let out = run("07-atomic-write", &["client", host(), &port, "alpha", "beta"]);
     assert_lines("07 client", &out, &["used value: 16"]);
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(server.wait().unwrap().success(), "{rest:?}");
@@ -243,22 +246,22 @@ fn ex08srq_as_two_processes() {
     let mut server = Command::new("timeout")
         .arg("120")
         .arg(&exe)
-        .args(["server", "127.0.0.1", "0", "r"])
+        .args(["server", host(), "0", "r"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start the server");
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a line from the server").unwrap();
-    let port = first.strip_prefix("Waiting for incoming connection on 127.0.0.1:").unwrap_or_else(|| panic!("{first}"));
-    let out = run("08srq-simple-messages-ping-pong-with-srq", &["client", "127.0.0.1", port, "40", "2"]);
+    let port = first.strip_prefix(format!("Waiting for incoming connection on {}:", host()).as_str()).unwrap_or_else(|| panic!("{first}"));
+    let out = run("08srq-simple-messages-ping-pong-with-srq", &["client", host(), port, "40", "2"]);
     assert_lines("08srq client", &out, &["Value sent: 40", "Value received: 41", "Value sent: 41", "Value received: 42"]);
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(server.wait().unwrap().success(), "{rest:?}");
     assert_eq!(rest, ["Value received: 40", "Value sent: 41", "Value received: 41", "Value sent: 42"]);
 }
 
-/// Starts `name` as a server on an ephemeral port of 127.0.0.1 with the extra
+/// Starts `name` as a server on an ephemeral port of [`host`]'s address with the extra
 /// arguments `args`; returns it, the port (from its "Waiting for incoming connection"
 /// line) and its further stdout lines.
 fn start_server(
@@ -272,7 +275,7 @@ fn start_server(
     let mut server = Command::new("timeout")
         .arg("120")
         .arg(examples_dir().join(name))
-        .args(["server", "127.0.0.1", "0"])
+        .args(["server", host(), "0"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -281,7 +284,7 @@ fn start_server(
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a line from the server").unwrap();
     let port = first
-        .strip_prefix("Waiting for incoming connection on 127.0.0.1:")
+        .strip_prefix(format!("Waiting for incoming connection on {}:", host()).as_str())
         .unwrap_or_else(|| panic!("{first}"));
     (server, port.to_string(), lines)
 }
@@ -316,7 +319,7 @@ fn ex06_processes(example: &str) {
     let (mut server, port, lines) = start_server(example, &["2"]);
     let mut names = Vec::new();
     for seed in ["8", "9", "11", "12"] {
-        let out = run(example, &["client", "127.0.0.1", &port, seed]);
+        let out = run(example, &["client", host(), &port, seed]);
         let name = out
             .lines()
             .find_map(|l| l.strip_prefix("My names is: "))
@@ -414,7 +417,7 @@ fn ex13_as_processes() {
                     seed,
                     run(
                         "13-messages-ping-pong-with-srq",
-                        &["client", "127.0.0.1", &port, &seed.to_string(), "3"],
+                        &["client", host(), &port, &seed.to_string(), "3"],
                     ),
                 )
             })
@@ -478,15 +481,15 @@ fn ex10_as_two_processes() {
     let mut server = Command::new("timeout")
         .arg("120")
         .arg(&exe)
-        .args(["server", "127.0.0.1", "0"])
+        .args(["server", host(), "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start the server");
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a line from the server").unwrap();
-    let port = first.strip_prefix("Waiting for incoming connection on 127.0.0.1:").unwrap_or_else(|| panic!("{first}"));
-    let out = run("10-send-with-imm", &["client", "127.0.0.1", port, "77"]);
+    let port = first.strip_prefix(format!("Waiting for incoming connection on {}:", host()).as_str()).unwrap_or_else(|| panic!("{first}"));
+    let out = run("10-send-with-imm", &["client", host(), port, "77"]);
     assert_lines("10 client", &out, &["Sending immediate data '77'"]);
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(server.wait().unwrap().success(), "{rest:?}");

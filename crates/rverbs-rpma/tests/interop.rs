@@ -130,7 +130,7 @@ fn c_command(role: &str, port: u16, mode: &str, rust: bool, args: &[String]) -> 
     let mut c = Command::new("timeout");
     c.arg("60")
         .arg(c_peer())
-        .args([role, "127.0.0.1", &port.to_string(), mode])
+        .args([role, host(), &port.to_string(), mode])
         .args(rust.then_some("rust"))
         .args(args)
         .env("LD_LIBRARY_PATH", dropin())
@@ -220,8 +220,8 @@ fn finish_c_server(mode: &str, server: Child, lines: std::io::Lines<BufReader<Ch
 
 /// A port nobody listens on now (an ephemeral one, released).
 fn free_port() -> u16 {
-    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
-    let ep = Endpoint::listen(&peer, "127.0.0.1", 0).unwrap();
+    let peer = Peer::new(host(), ContextType::Local).unwrap();
+    let ep = Endpoint::listen(&peer, host(), 0).unwrap();
     let port = ep.local_addr().unwrap().port();
     ep.shutdown().unwrap();
     port
@@ -339,13 +339,13 @@ fn ping_pong(conn: &Conn, mem: &MrLocal, mut v: u64) {
 /// The Rust client's part of `mode` (but multi) against a server at `port`; `index`
 /// numbers the client of srq.
 fn rust_client(mode: &str, port: u16, peer_text: &[u8], index: usize) {
-    let peer = Peer::new("127.0.0.1", ContextType::Remote).unwrap();
+    let peer = Peer::new(host(), ContextType::Remote).unwrap();
     let mem = MrLocal::new(&peer, REGION, Usage::READ_DST | Usage::WRITE_SRC | Usage::SEND | Usage::RECV).unwrap();
     let mut cfg = ConnCfg::new();
     if matches!(mode, "rcq" | "scch") {
         cfg.set_rcq_size(RCQ_SIZE).set_compl_channel(mode == "scch");
     }
-    let conn = ConnReq::new(&peer, "127.0.0.1", port, Some(&cfg)).unwrap().connect(None).unwrap();
+    let conn = ConnReq::new(&peer, host(), port, Some(&cfg)).unwrap().connect(None).unwrap();
     assert_eq!(conn.next_event_timeout(WAIT).unwrap(), ConnEvent::Established);
     assert_eq!(conn.get_rcq().is_some(), matches!(mode, "rcq" | "scch"));
     if mode == "scch" {
@@ -450,10 +450,10 @@ fn rust_client(mode: &str, port: u16, peer_text: &[u8], index: usize) {
 /// is described in the connect's private data; it receives the names of all `n`
 /// clients (receive posted before connecting).
 fn rust_client_multi(port: u16, index: usize, n: usize) {
-    let peer = Peer::new("127.0.0.1", ContextType::Remote).unwrap();
+    let peer = Peer::new(host(), ContextType::Remote).unwrap();
     let mem = MrLocal::new(&peer, NAME_SIZE * (n + 1), Usage::READ_SRC | Usage::RECV).unwrap();
     mem.write(0, &client_name(true, index)).unwrap();
-    let req = ConnReq::new(&peer, "127.0.0.1", port, None).unwrap();
+    let req = ConnReq::new(&peer, host(), port, None).unwrap();
     req.recv(&mem, NAME_SIZE, n * NAME_SIZE, 1).unwrap();
     let conn = req.connect(Some(&layout(&mem))).unwrap();
     assert_eq!(conn.next_event_timeout(WAIT).unwrap(), ConnEvent::Established);
@@ -482,7 +482,7 @@ fn rust_clients(mode: &str, port: u16, peer_text: &[u8]) {
 /// The Rust server's part of `mode` (but srq and multi): listens on an ephemeral port,
 /// hands it to `start_client`, serves one connection.
 fn rust_server(mode: &str, start_client: impl FnOnce(u16)) {
-    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let peer = Peer::new(host(), ContextType::Local).unwrap();
     let usage = match mode {
         "read" => Usage::READ_SRC,
         "write" | "aw" => Usage::WRITE_DST | Usage::FLUSH_TYPE_VISIBILITY,
@@ -498,7 +498,7 @@ fn rust_server(mode: &str, start_client: impl FnOnce(u16)) {
     if rcq_mode {
         cfg.set_rcq_size(RCQ_SIZE).set_compl_channel(mode == "scch");
     }
-    let ep = Endpoint::listen(&peer, "127.0.0.1", 0).unwrap();
+    let ep = Endpoint::listen(&peer, host(), 0).unwrap();
     start_client(ep.local_addr().unwrap().port());
     let req = ep.next_conn_req_timeout(Some(&cfg), WAIT).unwrap();
     match mode {
@@ -595,7 +595,7 @@ fn rust_server(mode: &str, start_client: impl FnOnce(u16)) {
 /// connections in turn, ROUNDS ping-pongs each; every receive names the connection's
 /// QP and carries the client's value.
 fn rust_server_srq(start_clients: impl FnOnce(u16)) {
-    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let peer = Peer::new(host(), ContextType::Local).unwrap();
     let mut scfg = SrqCfg::new();
     scfg.set_rq_size(2 * SRQ_SLOTS as u32).set_rcq_size(RCQ_SIZE);
     let srq = Srq::new(&peer, Some(&scfg)).unwrap();
@@ -607,7 +607,7 @@ fn rust_server_srq(start_clients: impl FnOnce(u16)) {
     for s in 0..SRQ_SLOTS {
         srq.recv(&msg, 8 * s, 8, s as u64).unwrap();
     }
-    let ep = Endpoint::listen(&peer, "127.0.0.1", 0).unwrap();
+    let ep = Endpoint::listen(&peer, host(), 0).unwrap();
     start_clients(ep.local_addr().unwrap().port());
     for k in 0..CLIENTS {
         let req = ep.next_conn_req_timeout(Some(&cfg), WAIT).unwrap_or_else(|e| panic!("client {k}: next_conn_req: {e:?}"));
@@ -658,10 +658,10 @@ fn rust_server_multi(start_clients: impl FnOnce(u16)) {
         answered: bool,
     }
     let n = CLIENTS;
-    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let peer = Peer::new(host(), ContextType::Local).unwrap();
     let names = MrLocal::new(&peer, n * NAME_SIZE, Usage::READ_DST).unwrap();
     let answer = MrLocal::new(&peer, n * NAME_SIZE, Usage::SEND).unwrap();
-    let ep = Endpoint::listen(&peer, "127.0.0.1", 0).unwrap();
+    let ep = Endpoint::listen(&peer, host(), 0).unwrap();
     let set = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
     let watch = |fd: BorrowedFd<'_>, token: u64| {
         set_nonblock(fd);

@@ -102,7 +102,7 @@ fn local_operations_use_caller_memory() {
 /// anything is registered; the access rights follow the usage as for allocated regions.
 #[test]
 fn reg_argument_errors_and_access() {
-    let peer = Peer::new("127.0.0.1", ContextType::Local).unwrap();
+    let peer = Peer::new(host(), ContextType::Local).unwrap();
     let mut buf = vec![0u8; 256];
     let p = buf.as_mut_ptr();
     // SAFETY: every registration below fails or is deregistered before `buf` is dropped.

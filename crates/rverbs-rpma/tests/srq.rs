@@ -48,15 +48,15 @@ fn shared_channel_with_srq_rcq_is_inval() {
         let srq = Srq::new(&cpeer, None).unwrap();
         let mut cfg = ConnCfg::new();
         cfg.set_compl_channel(true).set_srq(Some(&srq));
-        let ep = Endpoint::listen(&speer, "127.0.0.1", 0).unwrap();
+        let ep = Endpoint::listen(&speer, host(), 0).unwrap();
         let port = ep.local_addr().unwrap().port();
-        assert_eq!(ConnReq::new(&cpeer, "127.0.0.1", port, Some(&cfg)).err(), Some(Error::Inval));
+        assert_eq!(ConnReq::new(&cpeer, host(), port, Some(&cfg)).err(), Some(Error::Inval));
 
         // Passive: the request fails and is rejected.
         let ssrq = Srq::new(&speer, None).unwrap();
         let mut scfg = ConnCfg::new();
         scfg.set_compl_channel(true).set_srq(Some(&ssrq));
-        let client = ConnReq::new(&cpeer, "127.0.0.1", port, None).unwrap().connect(None).unwrap();
+        let client = ConnReq::new(&cpeer, host(), port, None).unwrap().connect(None).unwrap();
         assert_eq!(ep.next_conn_req_timeout(Some(&scfg), WAIT).err(), Some(Error::Inval));
         assert_eq!(client.next_event_timeout(WAIT).unwrap(), ConnEvent::Rejected);
         drop(client);
@@ -64,7 +64,7 @@ fn shared_channel_with_srq_rcq_is_inval() {
         // Without the SRQ's own receive CQ the channel may be shared.
         let plain = Srq::new(&cpeer, Some(SrqCfg::new().set_rcq_size(0))).unwrap();
         cfg.set_srq(Some(&plain)).set_rcq_size(4);
-        let req = ConnReq::new(&cpeer, "127.0.0.1", port, Some(&cfg)).unwrap();
+        let req = ConnReq::new(&cpeer, host(), port, Some(&cfg)).unwrap();
         drop(req);
     });
 }

@@ -56,21 +56,41 @@ fn port(s: &str) -> Result<u16> {
     s.parse().map_err(|_| Error::Inval)
 }
 
-/// The server and the client as two threads over 127.0.0.1, the server on an ephemeral
-/// port.
+/// An IPv4 address of this host on an interface other than the loopback, from rverbs0's
+/// GID table. A server names its device by its address (rpma_utils_get_ibv_context(3)
+/// binds it), and the kernel's rdma_cm attaches no device to an id bound to 127.0.0.1,
+/// so librpma's examples serve on a NIC's address, never on the loopback.
+///
+/// Errors: `Provider(EADDRNOTAVAIL)`, with the reason on stderr, on a host without one.
+pub fn host_addr() -> Result<String> {
+    let ctx = rverbs_rpma::rverbs::devices()?[0].open()?;
+    let found = ctx.query_gid_table().iter().map(|e| e.gid.to_ip()).find(|ip| match ip {
+        std::net::IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_unspecified(),
+        std::net::IpAddr::V6(_) => false,
+    });
+    found.map(|ip| ip.to_string()).ok_or_else(|| {
+        eprintln!("no IPv4 address on an interface other than the loopback: run `server <addr> <port>` and `client <addr> <port>`");
+        Error::Provider(libc::EADDRNOTAVAIL)
+    })
+}
+
+/// The server and the client as two threads over [`host_addr`], the server on an
+/// ephemeral port.
 fn both(server: Server, client: Client, default_args: &[&str]) -> Result<()> {
+    let addr = host_addr()?;
+    let saddr = addr.clone();
     let (tx, rx) = mpsc::channel();
     let s = std::thread::spawn(move || {
         // Dropped when the server returns, which ends the wait for the port if it
         // failed before listening.
         let tx = std::sync::Mutex::new(tx);
-        server("127.0.0.1", 0, &|p| {
+        server(&saddr, 0, &|p| {
             let _ = tx.lock().unwrap().send(p);
         })
     });
     let port = rx.recv_timeout(TIMEOUT).map_err(|_| Error::Provider(libc::ETIMEDOUT));
     let args: Vec<String> = default_args.iter().map(|s| s.to_string()).collect();
-    let c = port.and_then(|p| client("127.0.0.1", p, &args));
+    let c = port.and_then(|p| client(&addr, p, &args));
     let s = s.join().expect("server thread");
     s.and(c)
 }

@@ -2,7 +2,8 @@
 //! waiting for completions.
 #![allow(dead_code)]
 
-use std::sync::mpsc;
+use std::net::IpAddr;
+use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rverbs_rpma::*;
@@ -30,7 +31,30 @@ pub fn bounded<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'sta
     }
 }
 
-/// A client and a server connection over 127.0.0.1, set up in one thread (the
+/// An IPv4 address of this host on an interface other than the loopback, taken from
+/// rverbs0's GID table: the address a server listens on, as on a real host (a NIC's).
+/// Not 127.0.0.1: rpma_utils_get_ibv_context(3) finds the server's device by binding
+/// its address, and the kernel's rdma_cm attaches no device to a loopback bind
+/// (ARCHITECTURE.md §14), so librpma cannot serve on the loopback.
+///
+/// Panics, failing the test with the reason, on a host without such an address.
+pub fn host() -> &'static str {
+    static ADDR: OnceLock<String> = OnceLock::new();
+    ADDR.get_or_init(|| {
+        let ctx = rverbs::devices().expect("devices")[0].open().expect("open rverbs0");
+        ctx.query_gid_table()
+            .iter()
+            .map(|e| e.gid.to_ip())
+            .find(|ip| matches!(ip, IpAddr::V4(v4) if !v4.is_loopback() && !v4.is_unspecified()))
+            .map(|ip| ip.to_string())
+            .expect(
+                "this test needs an IPv4 address of this host on an interface other than the loopback \
+                 (librpma cannot serve on 127.0.0.1: a loopback bind has no device, as in the kernel's rdma_cm)",
+            )
+    })
+}
+
+/// A client and a server connection over [`host`]'s address, set up in one thread (the
 /// connection manager's engine runs the handshake), each side with its own peer.
 pub struct Pair {
     pub client: Conn,
@@ -42,8 +66,8 @@ pub struct Pair {
 
 /// The two peers of a pair.
 pub fn peers() -> (Peer, Peer) {
-    let speer = Peer::new("127.0.0.1", ContextType::Local).expect("server peer");
-    let cpeer = Peer::new("127.0.0.1", ContextType::Remote).expect("client peer");
+    let speer = Peer::new(host(), ContextType::Local).expect("server peer");
+    let cpeer = Peer::new(host(), ContextType::Remote).expect("client peer");
     (speer, cpeer)
 }
 
@@ -58,9 +82,9 @@ pub fn pair_with(
     spdata: Option<&[u8]>,
     cpdata: Option<&[u8]>,
 ) -> Pair {
-    let ep = Endpoint::listen(&speer, "127.0.0.1", 0).expect("listen");
+    let ep = Endpoint::listen(&speer, host(), 0).expect("listen");
     let port = ep.local_addr().expect("bound").port();
-    let client = ConnReq::new(&cpeer, "127.0.0.1", port, ccfg).expect("conn req").connect(cpdata).expect("connect");
+    let client = ConnReq::new(&cpeer, host(), port, ccfg).expect("conn req").connect(cpdata).expect("connect");
     let req = ep.next_conn_req_timeout(scfg, WAIT).expect("next_conn_req");
     prep(&req);
     let server = req.connect(spdata).expect("accept");
