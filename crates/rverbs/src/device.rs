@@ -362,6 +362,19 @@ impl DeviceInner {
                 ifindex: sys::ifindex(&name),
             });
         }
+        // The port's active MTU: the smallest link among the up, non-loopback interfaces
+        // that hold a GID (ARCHITECTURE.md §2, `limits::port_active_mtu`).
+        let mut links: Vec<&str> = ifs
+            .iter()
+            .filter(|i| i.flags & libc::IFF_UP as u32 != 0 && i.flags & libc::IFF_LOOPBACK as u32 == 0)
+            .map(|i| i.name.as_str())
+            .collect();
+        links.sort_unstable();
+        links.dedup();
+        let active_mtu = limits::port_active_mtu(links.into_iter().filter_map(|name| {
+            let ix = sys::ifindex(name);
+            (ix != 0 && gids.iter().any(|g| g.ifindex == ix)).then(|| sys::if_mtu(name)).flatten()
+        }));
         let (reg, dir) = match Registry::claim(&crate::shm::runtime_dir(), crate::progress::watch_peer) {
             Ok(r) => {
                 let d = r.dir.clone();
@@ -384,7 +397,7 @@ impl DeviceInner {
         }
         DeviceInner {
             net,
-            engine: Engine::new(Endpoint::new(reg, dir), gids),
+            engine: Engine::new(Endpoint::new(reg, dir), gids, active_mtu),
             name: DEVICE_NAME,
             node_guid: u64::from_be_bytes(eui),
             mcast: Default::default(),
@@ -450,11 +463,10 @@ impl DeviceInner {
     }
 
     pub(crate) fn port_attr(&self) -> PortAttr {
-        use rverbs_proto::verbs::Mtu;
         PortAttr {
             state: PortState::Active,
-            max_mtu: Mtu::Mtu4096,
-            active_mtu: limits::ACTIVE_MTU,
+            max_mtu: limits::MAX_MTU,
+            active_mtu: self.engine.active_mtu,
             gid_tbl_len: self.gids.len() as u32,
             port_cap_flags: PORT_CM_SUP,
             max_msg_sz: limits::MAX_MSG_SZ,

@@ -26,6 +26,8 @@ pub(crate) struct Engine {
     pub(crate) srqs: Table<SrqInner>,
     /// The GID table of the port (ibv_query_gid(3)).
     pub(crate) gids: Vec<GidEntry>,
+    /// The port's active MTU (`limits::port_active_mtu`): also the largest UD message.
+    pub(crate) active_mtu: rverbs_proto::verbs::Mtu,
 }
 
 impl std::ops::Deref for Engine {
@@ -37,9 +39,9 @@ impl std::ops::Deref for Engine {
 }
 
 impl Engine {
-    /// The engine of `endpoint`, with GID table `gids` and no objects yet; QP and SRQ
-    /// numbers carry the endpoint's number.
-    pub(crate) fn new(endpoint: Endpoint, gids: Vec<GidEntry>) -> Engine {
+    /// The engine of `endpoint`, with GID table `gids`, the port's active MTU
+    /// `active_mtu` and no objects yet; QP and SRQ numbers carry the endpoint's number.
+    pub(crate) fn new(endpoint: Endpoint, gids: Vec<GidEntry>, active_mtu: rverbs_proto::verbs::Mtu) -> Engine {
         let ep = endpoint.ep();
         Engine {
             endpoint,
@@ -47,6 +49,7 @@ impl Engine {
             qps: Table::new("queue pairs", ep),
             srqs: Table::new("shared receive queues", ep),
             gids,
+            active_mtu,
         }
     }
 

@@ -67,8 +67,48 @@ pub const MAX_MCAST_GRP: u32 = 8192;
 /// QPs per multicast group.
 pub const MAX_MCAST_QP_ATTACH: u32 = 56;
 
-/// The port's active MTU (ibv_query_port(3) `active_mtu`), also the largest UD message.
-pub const ACTIVE_MTU: rverbs_proto::verbs::Mtu = rverbs_proto::verbs::Mtu::Mtu4096;
+/// The port's largest MTU (ibv_query_port(3) `max_mtu`), as rxe's `RXE_PORT_MAX_MTU`:
+/// the bound of every path MTU (ibv_modify_qp(3) `path_mtu`).
+///
+/// The port's *active* MTU, which is also the largest UD message (IBTA C10-93.1.1),
+/// depends on the host's links: [`port_active_mtu`].
+pub const MAX_MTU: rverbs_proto::verbs::Mtu = rverbs_proto::verbs::Mtu::Mtu4096;
+
+/// Bytes of headers rxe reserves around a RoCEv2 payload when it derives an IB MTU from
+/// a netdev's MTU (`RXE_MAX_HDR_LENGTH`, `eth_mtu_int_to_enum` in rxe_param.h).
+pub const ROCE_HEADROOM: u32 = 80;
+
+/// The largest IB MTU (256 … 4096 bytes) a link of netdev MTU `netdev_mtu` carries, as
+/// rxe sets its port's active MTU from its netdev (`rxe_set_mtu`): the netdev MTU less
+/// [`ROCE_HEADROOM`], rounded down to an IB MTU, at least 256, at most [`MAX_MTU`]
+/// (1500 → 1024, 9000 → 4096).
+pub const fn ib_mtu_for_link(netdev_mtu: u32) -> rverbs_proto::verbs::Mtu {
+    use rverbs_proto::verbs::Mtu;
+    let room = netdev_mtu.saturating_sub(ROCE_HEADROOM);
+    if room >= 4096 {
+        Mtu::Mtu4096
+    } else if room >= 2048 {
+        Mtu::Mtu2048
+    } else if room >= 1024 {
+        Mtu::Mtu1024
+    } else if room >= 512 {
+        Mtu::Mtu512
+    } else {
+        Mtu::Mtu256
+    }
+}
+
+/// The active MTU of the device's one port (ibv_query_port(3) `active_mtu`), whose GID
+/// table spans every interface of the host: the smallest [`ib_mtu_for_link`] of the
+/// interfaces that are up, are not a loopback and hold a GID (`links`: their netdev
+/// MTUs), or [`MAX_MTU`] when there is none (a host with only the loopback, where any
+/// size fits). rxe's port takes its one netdev's; the smallest is the value for which
+/// every UD message the port accepts fits whichever link it leaves by (a UD message
+/// above the active MTU is not sent, C10-93.1.1), which is what applications size UD
+/// messages by (ibv_ud_pingpong, UCX's ud_verbs).
+pub fn port_active_mtu(links: impl IntoIterator<Item = u32>) -> rverbs_proto::verbs::Mtu {
+    links.into_iter().map(ib_mtu_for_link).min_by_key(|m| m.bytes()).unwrap_or(MAX_MTU)
+}
 
 /// Endpoints (processes using the device) one host can have; endpoint numbers are the top
 /// 8 bits of QP numbers and keys' owners (ARCHITECTURE.md §2).

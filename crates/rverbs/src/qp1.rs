@@ -156,14 +156,15 @@ impl Qp1 {
         self.write_to(ep, &gsi::record(mad.from, &mad.bytes))
     }
 
-    /// The largest path MTU (bytes) a connection from this host's address `local` to
-    /// another host can use: the IB MTU that fits the link of `local` (as rxe derives a
-    /// port's active MTU from its netdev), 4096 where the network transport does not
-    /// serve `local`.
+    /// The largest path MTU (bytes) a connection from this host's address `local` can
+    /// use: the IB MTU that fits the link of `local` (as the kernel's rdma_cm takes it
+    /// from the bound netdev, `cma_resolve_iboe_route`: `iboe_get_mtu(ndev->mtu)`), the
+    /// port's largest (4096) where the network transport does not serve `local` (the
+    /// loopback, whose 65536-byte MTU gives 4096 in the kernel too).
     pub fn link_mtu(&self, local: IpAddr) -> u32 {
         self.net
             .and_then(|n| n.sock_of(&crate::gid::Gid::from_ip(local)))
-            .map_or(crate::limits::ACTIVE_MTU.bytes(), |s| s.link_mtu)
+            .map_or(crate::limits::MAX_MTU.bytes(), |s| s.link_mtu)
     }
 
     fn write_to(&self, to: u32, rec: &[u8; RECORD_LEN]) -> Result<()> {

@@ -64,6 +64,8 @@ pub(crate) struct IfAddr {
     pub(crate) ipv4: Option<Ipv4Addr>,
     pub(crate) ipv6: Option<std::net::Ipv6Addr>,
     pub(crate) mac: Option<[u8; 6]>,
+    /// The interface's flags (`ifa_flags`: `IFF_UP`, `IFF_LOOPBACK`, ...).
+    pub(crate) flags: u32,
 }
 
 /// The host's interfaces with their IPv4 and IPv6 addresses and MAC addresses
@@ -91,7 +93,7 @@ pub(crate) fn interfaces() -> Vec<IfAddr> {
         // SAFETY: ifa_addr is non-null and points to a sockaddr whose family tells
         // its real type.
         let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-        let mut entry = IfAddr { name: name.clone(), ipv4: None, ipv6: None, mac: None };
+        let mut entry = IfAddr { name: name.clone(), ipv4: None, ipv6: None, mac: None, flags: ifa.ifa_flags };
         match family {
             libc::AF_INET => {
                 // SAFETY: family AF_INET means the address is a sockaddr_in.
@@ -119,6 +121,32 @@ pub(crate) fn interfaces() -> Vec<IfAddr> {
     // SAFETY: `head` came from a successful getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
     out
+}
+
+/// The MTU of the network interface `name` in this process's network namespace
+/// (`SIOCGIFMTU`, netdevice(7)); `None` if there is no such interface. (Not sysfs: a
+/// namespace entered with `unshare -n` still sees the mount of the one it left.)
+pub(crate) fn if_mtu(name: &str) -> Option<u32> {
+    let bytes = name.as_bytes();
+    // SAFETY: an all-zero `ifreq` is a valid value of this plain C struct.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if bytes.is_empty() || bytes.len() >= req.ifr_name.len() || bytes.contains(&0) {
+        return None;
+    }
+    for (d, b) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = *b as libc::c_char;
+    }
+    let sock = rustix::net::socket(rustix::net::AddressFamily::INET, rustix::net::SocketType::DGRAM, None).ok()?;
+    // SAFETY: SIOCGIFMTU reads the NUL-terminated name in `req` and writes the MTU into
+    // its union; `req` is a valid, exclusively borrowed `ifreq` for the whole call and the
+    // descriptor is an open socket.
+    let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&sock), libc::SIOCGIFMTU, &mut req) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: the call succeeded, so the kernel wrote `ifru_mtu`, an int, into the union.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    u32::try_from(mtu).ok()
 }
 
 /// The index of the network interface `name`, or 0 (`if_nametoindex(3)`).

@@ -38,10 +38,60 @@ fn port_one_is_active_ethernet() {
     assert_eq!(p.lid, 0);
     assert!(p.gid_tbl_len >= 2);
     assert!(p.max_msg_sz > 4096);
-    assert_eq!(p.active_mtu, Mtu::Mtu4096);
+    assert_eq!(p.max_mtu, Mtu::Mtu4096);
     assert!(p.pkey_tbl_len >= 1);
     assert_eq!(ctx.query_port(2).unwrap_err().errno(), libc::EINVAL);
     assert_eq!(ctx.query_port(0).unwrap_err().errno(), libc::EINVAL);
+}
+
+/// The largest IB MTU a link of netdev MTU `mtu` carries, as rxe computes its port's
+/// active MTU (`rxe_set_mtu`: the netdev MTU less `RXE_MAX_HDR_LENGTH`, 80 bytes, down to
+/// an IB MTU, at least 256).
+fn rxe_ib_mtu(mtu: u32) -> u32 {
+    let room = mtu.saturating_sub(80);
+    [4096, 2048, 1024, 512, 256].into_iter().find(|&m| m <= room).unwrap_or(256)
+}
+
+#[test]
+fn rxe_ib_mtu_matches_the_kernels_examples() {
+    assert_eq!((rxe_ib_mtu(1500), rxe_ib_mtu(9000), rxe_ib_mtu(1400), rxe_ib_mtu(2128)), (1024, 4096, 1024, 2048));
+}
+
+/// ibv_query_port(3): the port's active MTU is what rxe would report for the smallest
+/// link behind the GID table (every interface that is up, is not a loopback and holds
+/// a GID), 4096 with none; `max_mtu` is 4096. Computed here from /sys/class/net (index,
+/// flags, MTU of each interface), not from the library's own reading.
+#[test]
+fn active_mtu_is_the_smallest_link_behind_the_gid_table() {
+    let ctx = open();
+    let p = ctx.query_port(1).unwrap();
+    let read = |dir: &std::path::Path, f: &str| std::fs::read_to_string(dir.join(f)).unwrap().trim().to_string();
+    let mut links = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/sys/class/net").unwrap() {
+        let dir = e.unwrap().path();
+        let index: u32 = read(&dir, "ifindex").parse().unwrap();
+        let flags = u32::from_str_radix(read(&dir, "flags").trim_start_matches("0x"), 16).unwrap();
+        let mtu: u32 = read(&dir, "mtu").parse().unwrap();
+        links.insert(index, (dir, flags, mtu));
+    }
+    let mut expected: Option<u32> = None;
+    let mut behind = Vec::new();
+    for g in ctx.query_gid_table() {
+        let (dir, flags, mtu) = links
+            .get(&g.ifindex)
+            .unwrap_or_else(|| panic!("GID {} names interface {}, not in /sys/class/net", g.gid, g.ifindex));
+        const IFF_UP: u32 = 0x1;
+        const IFF_LOOPBACK: u32 = 0x8;
+        if flags & IFF_UP == 0 || flags & IFF_LOOPBACK != 0 {
+            continue;
+        }
+        behind.push(format!("{} (MTU {mtu})", dir.display()));
+        expected = Some(expected.map_or(rxe_ib_mtu(*mtu), |m| m.min(rxe_ib_mtu(*mtu))));
+    }
+    let expected = expected.unwrap_or(4096);
+    assert_eq!(p.active_mtu.bytes(), expected, "links behind the GID table: {behind:?}");
+    assert_eq!(p.max_mtu, Mtu::Mtu4096);
+    eprintln!("active_mtu {expected} from {behind:?}");
 }
 
 #[test]

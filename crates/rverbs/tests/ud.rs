@@ -49,15 +49,24 @@ fn a_wrong_qkey_or_no_receive_drops_silently() {
     assert_eq!(b.qp.recv_queue_len(), 1, "the receive is still there");
 }
 
+/// IBTA C10-93.1.1 (rxe `rxe_req.c`): a UD message above the port's active MTU
+/// (ibv_query_port(3), the host's smallest link) is not sent and completes as sent; one
+/// of exactly the MTU arrives.
 #[test]
-fn messages_above_the_mtu_are_not_sent() {
+fn messages_above_the_port_mtu_are_not_sent() {
     let (a, b, ah) = ud_pair();
+    let mtu = a.ctx.query_port(1).unwrap().active_mtu.bytes();
     let big = a.pd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
     post_recv(&b, 1, 0, 10_000);
-    let sge = [big.sge(0, 4097).unwrap()];
+    let sge = [big.sge(0, mtu + 1).unwrap()];
     a.qp.post_send(&[SendWr::send(1, &sge).ud(&ah, b.qp.qp_num(), QKEY).signaled()]).unwrap();
     assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
     assert_empty(&b.cq);
+    let sge = [big.sge(0, mtu).unwrap()];
+    a.qp.post_send(&[SendWr::send(2, &sge).ud(&ah, b.qp.qp_num(), QKEY).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    let r = poll_one(&b.cq);
+    assert_eq!((r.status(), r.byte_len()), (WcStatus::Success, Some(40 + mtu)));
 }
 
 #[test]

@@ -334,7 +334,7 @@ impl QpInner {
             timeout: a.timeout,
             max_rd_atomic: a.max_rd_atomic,
             network,
-            mtu: a.path_mtu.bytes().min(limits::ACTIVE_MTU.bytes()).min(link_mtu),
+            mtu: a.path_mtu.bytes().min(limits::MAX_MTU.bytes()).min(link_mtu),
             sq_psn: a.sq_psn,
             retry_cnt: a.retry_cnt,
             rnr_retry: a.rnr_retry,

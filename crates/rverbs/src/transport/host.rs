@@ -408,7 +408,8 @@ pub(crate) fn responder_event(v: Violation) -> EventType {
 /// member of a multicast group (remote QPN 0xFFFFFF and a multicast destination GID:
 /// the attached QPs of this process, then those of other processes the host-wide record
 /// names, `crate::mcast`). The requester always completes as sent
-/// (rxe `rxe_req.c`): a message above the path MTU is not sent at all (C10-93.1.1);
+/// (rxe `rxe_req.c`): a message above the port's active MTU is not sent at all
+/// (C10-93.1.1);
 /// an unknown or not-ready QP, a Q_Key mismatch or a missing receive drop it silently.
 fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut Path) -> Exec {
     let done = Exec::Done(sent(qp, wqe));
@@ -418,7 +419,8 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
         return Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_PD));
     }
     let dev = path.engine;
-    let mtu = crate::limits::ACTIVE_MTU.bytes();
+    // C10-93.1.1: above the port's active MTU, nothing is sent and no error is reported.
+    let mtu = dev.active_mtu.bytes();
     if wqe.total_len > u64::from(mtu) {
         return done;
     }
@@ -527,7 +529,7 @@ fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t
     );
     let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), Psn::new(0));
     let msg = UdMessage { request: &request, header: &header, data: data.source(), sl: ud.ah.attr.sl };
-    deliver_ud(t, &mut path.ud, path.epoch, crate::limits::ACTIVE_MTU.bytes(), msg);
+    deliver_ud(t, &mut path.ud, path.epoch, path.engine.active_mtu.bytes(), msg);
 }
 
 /// A UD message as it reaches a responder: the request, the 40-byte GRH area its receive

@@ -379,9 +379,10 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
     let now = Instant::now();
     let mode = connected_mode(want);
     let dest_qpn = qp.rec.dest_qpn.load(Ordering::Acquire);
-    // The responder's MTU is the requester's: the path MTU, within the port's and the link's.
+    // The responder's MTU is the requester's: the path MTU, within the port's largest and
+    // the link's.
     let link_mtu = net.sock_of(local).map_or(u32::MAX, |s| s.link_mtu);
-    let mtu = qp.rec.path_mtu.load(Ordering::Acquire).min(crate::limits::ACTIVE_MTU.bytes()).min(link_mtu);
+    let mtu = qp.rec.path_mtu.load(Ordering::Acquire).min(crate::limits::MAX_MTU.bytes()).min(link_mtu);
     // Whether to move the QP to ERR (raising this event, if any) once the responder's lock
     // is released: the flush that follows takes that lock.
     let mut fail: Option<Option<EventType>> = None;

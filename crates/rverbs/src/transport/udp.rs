@@ -256,23 +256,16 @@ pub(crate) struct NetSock {
     gso: std::sync::atomic::AtomicBool,
 }
 
-/// Bytes of headers around a RoCEv2 payload that rxe reserves when it derives an IB MTU
-/// from a netdev's MTU (`RXE_MAX_HDR_LENGTH`).
-const ROCE_HEADROOM: u32 = 80;
-
-/// The largest IB MTU (256, 512, 1024, 2048 or 4096 bytes) whose packets fit a link of
-/// `netdev_mtu` bytes (rxe `eth_mtu_int_to_enum`); 4096 when the MTU is unknown.
+/// The largest IB MTU (bytes) whose packets fit a link of `netdev_mtu` bytes
+/// ([`limits::ib_mtu_for_link`], rxe `eth_mtu_int_to_enum`); 4096 when the MTU is unknown.
 pub(crate) fn ib_mtu_for_link(netdev_mtu: Option<u32>) -> u32 {
-    let Some(m) = netdev_mtu else { return 4096 };
-    let room = m.saturating_sub(ROCE_HEADROOM);
-    [4096, 2048, 1024, 512, 256].into_iter().find(|&ib| ib <= room).unwrap_or(256)
+    netdev_mtu.map_or(limits::MAX_MTU, limits::ib_mtu_for_link).bytes()
 }
 
-/// The MTU of the interface with index `ifindex`, read from sysfs (`ip netns exec` mounts
-/// the namespace's own).
+/// The MTU of the interface with index `ifindex`, in this process's network namespace.
 fn netdev_mtu(sock: &UdpSocket, ifindex: u32) -> Option<u32> {
     let name = rustix::net::netdevice::index_to_name(sock, ifindex).ok()?;
-    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).ok()?.trim().parse().ok()
+    crate::sys::if_mtu(&name)
 }
 
 /// What the receive path dropped, by reason (for tests and diagnostics).
@@ -1129,7 +1122,9 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr,
     let header = grh::build(&Gid::from_ip(src), &sock.gid, 0, 64, 0, repr.payload_len, repr.immdt.is_some());
     let msg = UdMessage { request: &request, header: &header, data: Source::Bytes(packet.payload()), sl: 0 };
     let mut slot = net.ud_responder.lock().expect("UD responder");
-    let mtu = limits::ACTIVE_MTU.bytes();
+    // rxe does not check a UD message's size on receive: anything up to the largest
+    // MTU is taken (the sender's port kept it within its link).
+    let mtu = limits::MAX_MTU.bytes();
     match target {
         UdTarget::Local(t) => deliver_ud(&t, &mut slot, Instant::now(), mtu, msg),
         UdTarget::Peer(t) => deliver_ud(&t, &mut slot, Instant::now(), mtu, msg),
