@@ -15,12 +15,16 @@
 #   PINGPONG_PORT     first TCP port to use (default: random, below the ephemeral range)
 #
 # Pairs: ibv_{rc,uc,srq,xsrq}_pingpong with -s 1, the default 4096 and -s 65536, and
-# ibv_ud_pingpong with -s 1, the default 2048 and -s 4096 (UD messages are limited to the
-# port MTU, 4096 on rverbs0; the program refuses larger sizes with "Requested size larger
-# than port MTU" and adds the 40-byte GRH to its receive buffer itself), each polling and
-# with -e (sleep on completion events); also ibv_rc_pingpong -N (the ibv_wr_* post-send
-# API) polling and with -e, and ibv_xsrq_pingpong -c 2 (two client processes sharing an
-# XRC domain through a file). rc, uc, ud and srq get -c (validate the received buffer):
+# ibv_ud_pingpong with -s 1, the default 2048 if the port's MTU allows it, and -s MTU,
+# each polling and with -e (sleep on completion events). UD messages are limited to the
+# port's active MTU, which rverbs0 derives from the host's links as rxe does from its
+# netdev (1024 on a host whose smallest link is 1500 bytes, 4096 with only the loopback:
+# `ibv_devinfo -v`): the program refuses larger sizes with "Requested size larger than
+# port MTU", as it does on rxe, so the sizes here are the ones a user of that port passes
+# (the MTU is read with ibv_devinfo, not assumed), and one more run checks that -s MTU+1
+# is refused that way. (The program adds the 40-byte GRH to its receive buffer itself.)
+# Also ibv_rc_pingpong -N (the ibv_wr_* post-send API) polling and with -e, and
+# ibv_xsrq_pingpong -c 2 (two client processes sharing an XRC domain through a file). rc, uc, ud and srq get -c (validate the received buffer):
 # the program prints "invalid data in page N" but still exits 0, so that line fails the
 # pair here. ibv_xsrq_pingpong has no buffer check (its -c is the server's client count);
 # it must print "success" on both sides. The others must print "<iters> iters in" on
@@ -67,11 +71,37 @@ run_pair() {
 }
 
 common=(-d "$DEV" -g "$GID_INDEX" -n "$ITERS")
-echo "pingpong.sh: ${common[*]} on every pair (+ -c for rc uc ud srq), client to 127.0.0.1, ${TIMEOUT} s timeout"
+# The port's active MTU (bytes), the largest UD message.
+ud_mtu=$(ibv_devinfo -d "$DEV" -i 1 | awk '/active_mtu:/ { print $2; exit }')
+case $ud_mtu in
+  256 | 512 | 1024 | 2048 | 4096) ;;
+  *) echo "pingpong.sh: ibv_devinfo reports no active_mtu for $DEV port 1 (\"$ud_mtu\")" >&2; exit 2 ;;
+esac
+echo "pingpong.sh: ${common[*]} on every pair (+ -c for rc uc ud srq), client to 127.0.0.1, ${TIMEOUT} s timeout; port MTU $ud_mtu"
+
+# ud_too_big: `ibv_ud_pingpong -s MTU+1` exits non-zero with "Requested size larger than
+# port MTU (MTU)" before it listens, as against rxe.
+ud_too_big() {
+  local size=$((ud_mtu + 1)) rc=0
+  local label="ud -s $size refused (port MTU $ud_mtu)"
+  if [ -n "$FILTER" ] && ! [[ $label =~ $FILTER ]]; then return 0; fi
+  n=$((n + 1))
+  slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
+  start=$EPOCHREALTIME why=()
+  scmd=(ibv_ud_pingpong "${common[@]}" -s "$size" -p "$next_port") ccmd=("(no client)")
+  echo "(no client)" >"$clog"
+  timeout -k 5 "$TIMEOUT" "${scmd[@]}" >"$slog" 2>&1 || rc=$?
+  [ "$rc" != 0 ] || why+=("exit 0")
+  grep -q "^Requested size larger than port MTU ($ud_mtu)" "$slog" || why+=("no \"Requested size larger than port MTU ($ud_mtu)\"")
+  report_pair "$label"
+}
 
 for t in rc uc srq ud xsrq; do
   case $t in
-    ud) sizes=(1 "" 4096) ;;    # "" = the program's default (2048 for UD)
+    ud)  # "" = the program's default (2048), where the port's MTU allows it
+      sizes=(1 "$ud_mtu")
+      [ "$ud_mtu" -lt 2048 ] || sizes=(1 "" "$ud_mtu")
+      ud_too_big ;;
     *) sizes=(1 "" 65536) ;;    # "" = the program's default (4096)
   esac
   check=iters

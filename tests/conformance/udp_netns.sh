@@ -12,6 +12,13 @@
 # receiver). A pair passes when both sides exit 0, print "<iters> iters in" and the client
 # reports no invalid data.
 #
+# Then the port's active MTU against the link's, as rxe derives it from its netdev (the
+# netdev MTU less 80 bytes of headers, down to an IB MTU): ibv_devinfo in each namespace
+# reports 4096 over the 9000-byte veth; with the veth set to 1500 it reports 1024,
+# `ibv_ud_pingpong -s 1024` passes across the namespaces and `-s 2048` (the program's
+# default) is refused by the program itself ("Requested size larger than port MTU"), as on
+# an rxe port on a 1500-byte link.
+#
 # Needs root (ip netns, veth). Prints one line per pair, "N passed, N failed"; exits 1 if
 # any pair failed.
 set -euo pipefail
@@ -165,5 +172,37 @@ corrupt_check() {
   verdict "$label ($drops drops logged)" "$slog" "$clog"
 }
 corrupt_check
+# port_mtu NS RUNTIME: the active_mtu ibv_devinfo reports for port 1 in NS.
+port_mtu() {
+  in_ns "$1" "$2" ibv_devinfo -d rverbs0 -i 1 | awk '/active_mtu:/ { print $2; exit }'
+}
+
+# mtu_check LINK_MTU PORT_MTU: both namespaces' ports report PORT_MTU over the veth at
+# LINK_MTU (each process reads its links when it opens the device).
+mtu_check() {
+  local link=$1 want=$2 why=() got_a got_b
+  got_a=$(port_mtu "$A" "$WORK/rt-a")
+  got_b=$(port_mtu "$B" "$WORK/rt-b")
+  [ "$got_a" = "$want" ] || why+=("$A: active_mtu ${got_a:-none}, expected $want")
+  [ "$got_b" = "$want" ] || why+=("$B: active_mtu ${got_b:-none}, expected $want")
+  verdict "veth MTU $link: the port's active_mtu is $want on both sides" /dev/null
+}
+mtu_check 9000 4096
+ip -n "$A" link set "${A}0" mtu 1500
+ip -n "$B" link set "${B}0" mtu 1500
+mtu_check 1500 1024
+pair "ud -s 1024 -c over a 1500-byte veth (port MTU 1024)" "$A" "$WORK/rt-a" "$IP_A" "$B" "$WORK/rt-b" "$IP_B" -c -s 1024
+too_big() {
+  local label="ud -s 2048 over a 1500-byte veth: refused by ibv_ud_pingpong (port MTU 1024)"
+  local log=$WORK/big.log rc=0 why=() gid
+  gid=$(gid_index "$A" "$WORK/rt-a" "$IP_A")
+  port=$((port + 1))
+  in_ns "$A" "$WORK/rt-a" ibv_ud_pingpong -d rverbs0 -g "$gid" -n 1 -p "$port" -s 2048 >"$log" 2>&1 || rc=$?
+  [ "$rc" != 0 ] || why+=("exit 0")
+  grep -q "^Requested size larger than port MTU (1024)" "$log" || why+=("no \"Requested size larger than port MTU (1024)\"")
+  verdict "$label" "$log"
+}
+too_big
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
