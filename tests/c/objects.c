@@ -87,8 +87,10 @@ static void queries(struct ibv_context *ctx)
 	CHECK(ibv_query_port(ctx, 1, &p.pa) == 0, "ibv_query_port (verbs_context op)");
 	CHECK(p.pa.state == IBV_PORT_ACTIVE && p.pa.link_layer == IBV_LINK_LAYER_ETHERNET &&
 		      p.pa.gid_tbl_len >= 1 && p.pa.pkey_tbl_len >= 1 &&
-		      p.pa.max_msg_sz > 4096 && p.pa.active_mtu >= IBV_MTU_1024,
-	      "port 1: ACTIVE, Ethernet, GIDs, P_Keys, max_msg_sz, active_mtu");
+		      p.pa.max_msg_sz > 4096 && p.pa.max_mtu == IBV_MTU_4096 &&
+		      p.pa.active_mtu >= IBV_MTU_256 && p.pa.active_mtu <= p.pa.max_mtu,
+	      "port 1: ACTIVE, Ethernet, GIDs, P_Keys, max_msg_sz, max_mtu 4096, active_mtu "
+	      "(the host's smallest link's, as rxe's is its netdev's) within it");
 	CHECK(p.guard[0] == 0xa5 && p.guard[7] == 0xa5, "no byte written past 52");
 	memset(compat, 0xa5, sizeof(compat));
 	/* The exported ibv_query_port@IBVERBS_1.1 (the macro is bypassed): 48 bytes. */

@@ -7,7 +7,7 @@
 #                                            on stderr (warnings would show there)
 #   fi_pingpong -p verbs -e msg -c           server and client processes (RC, rdma_cm)
 #   fi_pingpong -p "verbs;ofi_rxm" -e rdm -c (RDM over RC)
-#   fi_pingpong -p verbs -e dgram -c         (UD, sizes up to the 4096-byte MTU)
+#   fi_pingpong -p verbs -e dgram -c         (UD, sizes up to the port's active MTU)
 #
 # fi_pingpong exchanges addresses over its own TCP control connection: the client starts
 # once the server listens on its control port (ss, lib/pairs.bash), never after a fixed
@@ -69,6 +69,15 @@ fi_pair() {  # LABEL PROVIDER EP LAST_SIZE
 
 fi_pair "fi_pingpong -p verbs -e msg" verbs msg 1m
 fi_pair "fi_pingpong -p verbs;ofi_rxm -e rdm" "verbs;ofi_rxm" rdm 1m
-# Datagrams are limited to the port MTU (4096): the largest size it runs is 4k.
-fi_pair "fi_pingpong -p verbs -e dgram" verbs dgram 4k
+# Datagrams are limited to the port's active MTU, which rverbs0 derives from the host's
+# links as rxe does from its netdev (1024 where the smallest link is 1500 bytes, 4096 with
+# only the loopback): the verbs provider reports it as the endpoint's max_msg_size and
+# the largest size fi_pingpong runs is that (read here with ibv_devinfo, as on rxe).
+mtu=$(ibv_devinfo -d rverbs0 -i 1 | awk '/active_mtu:/ { print $2; exit }')
+case $mtu in
+  256 | 512) last=$mtu ;;
+  1024 | 2048 | 4096) last=$((mtu / 1024))k ;;
+  *) echo "$NAME: ibv_devinfo reports no active_mtu (\"$mtu\")" >&2; exit 2 ;;
+esac
+fi_pair "fi_pingpong -p verbs -e dgram (up to the port MTU, $mtu)" verbs dgram "$last"
 finish

@@ -160,6 +160,12 @@ mckey_pair() {  # LABEL GROUP RECEIVER-EXTRA SENDER-EXTRA
   fi
 }
 mckey_pair "mckey -m 224.0.0.251 (receiver, sender)" 224.0.0.251 "" ""
-mckey_pair "mckey -m 239.1.2.3 -C 20 -S 2000 (send-only sender -o)" 239.1.2.3 "-C 20 -S 2000" "-o -C 20 -S 2000"
+# The largest message a UD group takes is the port's active MTU, which rverbs0 derives
+# from the host's links as rxe does from its netdev (1024 where the smallest link is 1500
+# bytes, 4096 with only the loopback): mckey refuses a larger -S ("message_size ... is
+# larger than active mtu"), as on rxe, so the big-message pair sends exactly that.
+mc_mtu=$(ibv_devinfo -d rverbs0 -i 1 | awk '/active_mtu:/ { print $2; exit }')
+[[ $mc_mtu =~ ^(256|512|1024|2048|4096)$ ]] || { echo "$NAME: ibv_devinfo reports no active_mtu (\"$mc_mtu\")" >&2; exit 2; }
+mckey_pair "mckey -m 239.1.2.3 -C 20 -S $mc_mtu (the port MTU; send-only sender -o)" 239.1.2.3 "-C 20 -S $mc_mtu" "-o -C 20 -S $mc_mtu"
 
 finish
