@@ -113,3 +113,25 @@ pub fn port_active_mtu(links: impl IntoIterator<Item = u32>) -> rverbs_proto::ve
 /// Endpoints (processes using the device) one host can have; endpoint numbers are the top
 /// 8 bits of QP numbers and keys' owners (ARCHITECTURE.md §2).
 pub(crate) const MAX_ENDPOINTS: u32 = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rverbs_proto::verbs::Mtu;
+
+    /// rxe_set_mtu's values (netdev MTU less 80, down to an IB MTU, at least 256), and the
+    /// port's: the smallest link's, 4096 with none.
+    #[test]
+    fn the_port_takes_the_smallest_links_ib_mtu() {
+        assert_eq!(ib_mtu_for_link(1500), Mtu::Mtu1024);
+        assert_eq!(ib_mtu_for_link(1104), Mtu::Mtu1024);
+        assert_eq!(ib_mtu_for_link(1103), Mtu::Mtu512);
+        assert_eq!(ib_mtu_for_link(9000), Mtu::Mtu4096);
+        assert_eq!(ib_mtu_for_link(4175), Mtu::Mtu2048);
+        assert_eq!(ib_mtu_for_link(68), Mtu::Mtu256);
+        assert_eq!(port_active_mtu([]), Mtu::Mtu4096);
+        assert_eq!(port_active_mtu([9000]), Mtu::Mtu4096);
+        assert_eq!(port_active_mtu([9000, 1500, 2200]), Mtu::Mtu1024);
+        assert_eq!(port_active_mtu([65536, 576]), Mtu::Mtu256);
+    }
+}
