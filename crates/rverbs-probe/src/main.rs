@@ -15,11 +15,13 @@
 //! SEND / receive with its completion logic (a SEND is posted once the previous SEND and a
 //! receive have completed; the client sends first). rc_pingpong sends and receives in one
 //! buffer, so every message after its first echoes the one it received: each side checks
-//! the bytes it gets (the first from rc_pingpong is 0x7b bytes).
+//! the bytes it gets (the first from rc_pingpong is 0x7b bytes). After the last completion
+//! the QP keeps answering until the peer has been silent for 300 ms (`linger`).
 //!
 //! `--corrupt-tx N` flips an ICRC bit of every N-th request packet we send (rxe must drop
 //! it and our requester retry); `--drop-rx N` drops every N-th datagram we receive (our
-//! responder must NAK the gap, our requester time out, and rxe retry).
+//! responder must NAK the gap, our requester time out, and rxe retry) until every message
+//! has arrived.
 //!
 //! `check-pcap` recomputes the ICRC of every RoCEv2 packet, IPv4 or IPv6, in pcap files
 //! (raw IP or Ethernet) from the packet alone.
@@ -403,8 +405,18 @@ fn pingpong(o: &Opts) -> ExitCode {
         if result.is_err() {
             break;
         }
+        if pp.rcnt >= pp.iters {
+            // Every message has arrived: what is left is the ACK of our last SEND, and the
+            // peer destroys its QP once it has our last message, so a drop of that ACK
+            // could never be repaired (our retries would meet no QP and end in
+            // RETRY_EXC_ERR). Faults stop here.
+            q.drop_rx_every = 0;
+        }
     }
     let secs = start.elapsed().as_secs_f64();
+    if result.is_ok() {
+        linger(&mut q, deadline);
+    }
     q.finish();
     let bytes = o.size as u64 * u64::from(pp.iters) * 2;
     println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / secs / 1e6);
@@ -454,6 +466,37 @@ fn pingpong(o: &Opts) -> ExitCode {
         s.timeouts
     );
     ExitCode::SUCCESS
+}
+
+/// How long the peer must stay silent before the QP closes, and the longest wait for it.
+const LINGER_QUIET: Duration = Duration::from_millis(300);
+const LINGER_MAX: Duration = Duration::from_secs(3);
+
+/// After the last completion, keeps the QP answering (and recording) until the peer has
+/// been silent for [`LINGER_QUIET`]. rc_pingpong destroys its QP at once, but rxe's stale
+/// retransmit timer can restart the peer's last message just as we complete (a go-back-N
+/// with nothing lost, tests/interop/README.md): closed at once, we left its re-sent packets
+/// to the tap alone (the capture check failed, 27 packets) and its LAST unanswered; rxe,
+/// having taken our ACK of the original LAST while re-sending, completes that WQE only on
+/// a second ACK of it.
+fn linger(q: &mut Qp, deadline: Instant) {
+    let end = (Instant::now() + LINGER_MAX).min(deadline);
+    let mut seen = q.datagrams_received();
+    let mut quiet_from = Instant::now();
+    loop {
+        let now = Instant::now();
+        if now >= end || now.duration_since(quiet_from) >= LINGER_QUIET {
+            return;
+        }
+        if q.poll((now + Duration::from_millis(20)).min(end)).is_err() {
+            return;
+        }
+        let n = q.datagrams_received();
+        if n != seen {
+            seen = n;
+            quiet_from = Instant::now();
+        }
+    }
 }
 
 /// rc_pingpong's `pp_server_exch_dest`: accept, read the client's message, connect the

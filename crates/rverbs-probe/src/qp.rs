@@ -26,6 +26,8 @@ use rverbs_proto::wire::{icrc, FethRepr, OpCode, RocePacket, RoceRepr, Syndrome}
 
 /// The RoCEv2 UDP port (docs/rocev2-wire.md §1.1).
 pub const ROCE_PORT: u16 = 4791;
+/// The receive buffer asked for (bytes).
+const RECV_BUFFER: usize = 4 << 20;
 /// The TTL written into rebuilt IPv4 headers (masked in the ICRC; a socket does not see it).
 const PCAP_TTL: u8 = 64;
 
@@ -167,6 +169,13 @@ pub struct Qp {
 pub fn roce_socket(local: Ipv4Addr) -> io::Result<UdpSocket> {
     let sock = UdpSocket::bind(SocketAddrV4::new(local, ROCE_PORT))?;
     rustix::net::sockopt::set_ip_mtu_discover(&sock, rustix::net::sockopt::Ipv4PathMtuDiscovery::DO)?;
+    // rxe sends a 64-packet message in one burst, and on two shared cores the probe can be
+    // off CPU for 80 ms while rxe sends two of them (a go-back-N included): the default
+    // buffer (about 90 datagrams) overflowed and the tap saw packets our pcap lacked. 4 MiB,
+    // as transport::udp asks for; forced past net.core.rmem_max when root, else best effort.
+    if rustix::net::sockopt::set_socket_recv_buffer_size_force(&sock, RECV_BUFFER).is_err() {
+        let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&sock, RECV_BUFFER);
+    }
     Ok(sock)
 }
 
@@ -454,6 +463,11 @@ impl Qp {
                 eprintln!("pcap: {e}");
             }
         }
+    }
+
+    /// Datagrams received from the peer so far.
+    pub fn datagrams_received(&self) -> u64 {
+        self.datagrams_received
     }
 
     /// Records in the pcap so far.

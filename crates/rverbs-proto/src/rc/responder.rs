@@ -607,7 +607,9 @@ impl Responder {
     }
 
     /// A request behind the expected PSN (§3.3 "duplicate"):
-    /// SEND/WRITE are re-ACKed with the last acknowledged PSN and not re-executed (C9-105);
+    /// SEND/WRITE are not re-executed (C9-105); one that asks for an ACK (AckReq) is
+    /// re-ACKed with the last acknowledged PSN, the others are dropped silently, as new
+    /// packets without AckReq are (coalesced ACKs);
     /// a READ is replayed from the resource whose PSN range holds it, if its RETH is a
     /// sub-range with the same R_Key; an ATOMIC is answered with the saved original value;
     /// FLUSH / ATOMIC_WRITE with the empty READ response. No resource: silent drop.
@@ -639,9 +641,19 @@ impl Responder {
                 }
             }
             _ => {
-                // C9-105: the last acknowledged PSN, `ack_psn − 1`.
-                let ack = Response::ack(self.ack_psn.add(Psn::MASK), Syndrome::ACK, self.msn);
-                self.out.push_back(Work::One(ack));
+                // Deviation: rxe re-ACKs every duplicate SEND/WRITE packet; we only those
+                // with AckReq. A go-back-N always ends with an AckReq packet (the message's
+                // last, or one every 65), and that one is re-ACKed. One ACK per duplicate
+                // packet wedges rxe 6.1's send queue: a second ACK of the last PSN of a
+                // message it is re-sending completes that WQE while its requester is still
+                // re-sending it, and with a one-entry send queue (ibv_rc_pingpong) the next
+                // post leaves the requester's index equal to the producer's, so nothing is
+                // ever sent again (tests/interop/README.md, "rxe's stalled send queue").
+                if req.ack_req {
+                    // C9-105: the last acknowledged PSN, `ack_psn − 1`.
+                    let ack = Response::ack(self.ack_psn.add(Psn::MASK), Syndrome::ACK, self.msn);
+                    self.out.push_back(Work::One(ack));
+                }
             }
         }
     }

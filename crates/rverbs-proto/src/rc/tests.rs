@@ -193,6 +193,7 @@ fn rc_duplicate_reack_never_names_a_read_psn() {
     let now = Instant::now();
     let mut w = Request::new(OpCode::RcRdmaWriteOnly, Psn::new(0));
     w.reth = Some(crate::wire::RethRepr { va: MR_BASE, rkey: RKEY, dma_len: 0 });
+    w.ack_req = true;
     assert!(resp.handle_request(now, &w, &mut t).executed);
     let mut r = Request::new(OpCode::RcRdmaReadRequest, Psn::new(1));
     r.reth = Some(crate::wire::RethRepr { va: MR_BASE, rkey: RKEY, dma_len: 8 });
@@ -201,6 +202,60 @@ fn rc_duplicate_reack_never_names_a_read_psn() {
     // A duplicate of the WRITE is re-ACKed with PSN 0, not with the READ's PSN 1.
     assert!(!resp.handle_request(now, &w, &mut t).executed);
     assert_eq!(resp.poll_transmit(now).map(|a| a.psn.get()), Some(0));
+}
+
+/// The sequence that wedged rxe 6.1 in `proto_rxe.sh`'s 64 KiB ping-pongs (capture of
+/// 2026-11-29, rxe as rc_pingpong's server; tests/interop/README.md, "rxe's stalled send
+/// queue"): rxe sends a 64-packet SEND (PSNs 0x9f973e..0x9f977d, AckReq on the LAST only),
+/// a stale retransmit timer fires at once and it sends the message again from its FIRST.
+/// Only a duplicate asking for an ACK is re-ACKed: before, each of the 62 duplicates that
+/// rxe got out answered with an ACK of 0x9f977d, and the second such ACK made rxe complete
+/// the WQE it was still re-sending; its requester never sent again.
+#[test]
+fn rc_go_back_n_duplicates_are_reacked_only_where_ackreq_asks() {
+    let now = Instant::now();
+    let mtu = 1024;
+    let first = Psn::new(0x9f_973e);
+    let mut resp = Responder::new(ResponderConfig { mtu, rq_psn: first, ..resp_cfg() });
+    let mut t = sim::SimTarget::new(4096);
+    t.post_recv(56, 64 * mtu as u64);
+    t.post_recv(57, 64 * mtu as u64);
+    let packet = |i: u32| {
+        let opcode = match i {
+            0 => OpCode::RcSendFirst,
+            63 => OpCode::RcSendLast,
+            _ => OpCode::RcSendMiddle,
+        };
+        let mut r = Request::new(opcode, first.add(i));
+        r.payload_len = mtu;
+        r.ack_req = i == 63;
+        r
+    };
+    let acks = |resp: &mut Responder| -> Vec<(u32, u32)> {
+        std::iter::from_fn(|| resp.poll_transmit(now)).map(|a| (a.psn.get(), a.msn)).collect()
+    };
+    // The message, whole: one receive completes, one ACK (of its LAST).
+    let mut completed = Vec::new();
+    for i in 0..64 {
+        let d = resp.handle_request(now, &packet(i), &mut t);
+        assert!(d.executed);
+        completed.extend(d.recv.map(|c| c.wr_id));
+    }
+    assert_eq!(completed, [56]);
+    assert_eq!(acks(&mut resp), [(0x9f_977d, 1)]);
+    // rxe's go-back-N from the FIRST, as far as it got (0x9f973e..0x9f977b): duplicates
+    // without AckReq, neither executed nor answered.
+    for i in 0..62 {
+        let d = resp.handle_request(now, &packet(i), &mut t);
+        assert!(!d.executed && d.recv.is_none() && d.place.is_none());
+    }
+    assert_eq!(acks(&mut resp), [], "duplicates without AckReq are not re-ACKed one by one");
+    // Had it gone on, its LAST (AckReq) gets the ACK of the last acknowledged PSN.
+    assert!(!resp.handle_request(now, &packet(62), &mut t).executed);
+    assert!(!resp.handle_request(now, &packet(63), &mut t).executed);
+    assert_eq!(acks(&mut resp), [(0x9f_977d, 1)]);
+    assert_eq!(resp.expected_psn(), first.add(64));
+    assert_eq!(t.recvs.len(), 1, "receive 57 is still posted");
 }
 
 // ---- §3.3 READ and ATOMIC replay ----
