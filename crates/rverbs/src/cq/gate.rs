@@ -15,11 +15,15 @@
 //!
 //! Protocol:
 //! - enter: increment `inside[ep]` (a word left by a dead process that held the same
-//!   endpoint number is replaced: it counts nobody alive), `fence(SeqCst)`, then read
-//!   `resizing`; if set, leave again and follow the resize.
-//! - resize (`freeze`): set `resizing`, `fence(SeqCst)`, then read every `inside` word.
-//!   The two fences order the store and the load of each side (Dekker), so either the
-//!   producer sees the resize or the resizer sees the producer.
+//!   endpoint number is replaced: it counts nobody alive), then read `resizing`; if set,
+//!   leave again and follow the resize.
+//! - resize (`freeze`): set `resizing`, then read every `inside` word.
+//!   Each side's write and read are SeqCst (Dekker), so either the producer sees the
+//!   resize or the resizer sees the producer. On x86-64 the producer's SeqCst
+//!   compare-exchange is a locked instruction and its SeqCst load a plain one: no fence
+//!   on the path of every completion (a `fence(SeqCst)` there cost ~8 ns per CQE,
+//!   BENCHMARKS.md). Under loom, which models SeqCst accesses as AcqRel but SeqCst
+//!   fences exactly, the same order comes from a fence after each write ([`dekker`]).
 //! - leave: decrement `inside[ep]` with `Release`, after the CQE is published: a consumer
 //!   that reads the word with `Acquire` and finds nobody sees the publication.
 #![allow(unsafe_code)]
@@ -27,7 +31,7 @@
 #[cfg(loom)]
 use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Endpoint numbers of one host (`limits::MAX_ENDPOINTS`).
 #[cfg(not(loom))]
@@ -55,6 +59,15 @@ pub(crate) struct Gate {
 #[cfg(not(loom))]
 // SAFETY: atomics only; every bit pattern is valid (garbage counts are handled as counts).
 unsafe impl crate::shm::ShmSafe for Gate {}
+
+/// Orders a SeqCst write before the SeqCst read that follows it, as the module doc
+/// explains: nothing to add outside loom (the accesses are SeqCst), a SeqCst fence under
+/// loom (which models SeqCst accesses as AcqRel).
+#[inline(always)]
+fn dekker() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
 
 /// Bytes a [`Gate`] takes in a segment.
 pub(crate) const GATE_BYTES: usize = std::mem::size_of::<Gate>();
@@ -88,14 +101,14 @@ impl Gate {
             // A word of another pid was left by a dead process with this endpoint number
             // (a live one cannot share it): it counts nobody alive, so it is replaced.
             let next = if cur >> 32 == u64::from(who.pid) { cur.wrapping_add(1) } else { u64::from(who.pid) << 32 | 1 };
-            match w.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+            match w.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(now) => cur = now,
             }
         }
-        // Pairs with the fence in `freeze` (see the module doc).
-        fence(Ordering::SeqCst);
-        if self.resizing.load(Ordering::Relaxed) != 0 {
+        // Pairs with `freeze`'s write of `resizing` (see the module doc).
+        dekker();
+        if self.resizing.load(Ordering::SeqCst) != 0 {
             self.leave(who);
             return false;
         }
@@ -114,11 +127,11 @@ impl Gate {
 
     /// Whether some process that `alive(ep, pid)` says is alive is inside.
     ///
-    /// Reads every word with `Acquire`: when it finds nobody alive inside, every
-    /// completion published by a producer that has left is visible to the caller.
+    /// Reads every word with SeqCst (at least Acquire: when it finds nobody alive inside,
+    /// every completion published by a producer that has left is visible to the caller).
     pub(crate) fn live_inside(&self, alive: &dyn Fn(u32, u32) -> bool) -> bool {
         self.inside.iter().enumerate().any(|(ep, w)| {
-            let v = w.load(Ordering::Acquire);
+            let v = w.load(Ordering::SeqCst);
             v & 0xffff_ffff != 0 && alive(ep as u32, (v >> 32) as u32)
         })
     }
@@ -127,9 +140,9 @@ impl Gate {
     /// most `wait` (`alive` as for [`Gate::live_inside`]). A producer that died inside
     /// is not waited for.
     pub(crate) fn freeze(&self, alive: &dyn Fn(u32, u32) -> bool, wait: std::time::Duration) -> Frozen {
-        self.resizing.store(1, Ordering::Relaxed);
-        // Pairs with the fence in `enter`.
-        fence(Ordering::SeqCst);
+        self.resizing.store(1, Ordering::SeqCst);
+        // Pairs with `enter`'s count (see the module doc).
+        dekker();
         #[cfg(not(loom))]
         let start = std::time::Instant::now();
         while self.live_inside(alive) {
