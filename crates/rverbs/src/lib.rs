@@ -38,6 +38,9 @@ pub mod device;
 mod engine;
 pub mod error;
 pub(crate) mod fault;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod event;
 pub mod gid;
 pub mod limits;
