@@ -17,4 +17,6 @@ pub mod pcap_read;
 pub mod requester_acks;
 pub mod responder;
 pub mod seeds;
+pub mod shm_segments;
+pub mod udp_rx;
 pub mod wire_parse;

@@ -291,7 +291,11 @@ pub fn all() -> Vec<Seed> {
         .expect("pcap");
     seeds.push(("pcap_read", "seed-raw".into(), w.into_inner()));
 
-    cm_seeds(&mut seeds);
+    let mads = cm_seeds(&mut seeds);
+    let mut packets: Vec<Vec<u8>> = rc.requests.iter().chain(&rc.responses).chain(&uc.requests).cloned().collect();
+    packets.push(ud_packet.clone());
+    udp_rx_seeds(&mut seeds, &packets, &mads);
+    shm_seeds(&mut seeds);
     for (i, spec) in [
         "seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%",
         "delay=50us",
@@ -307,7 +311,7 @@ pub fn all() -> Vec<Seed> {
 }
 
 /// One of each CM message rverbs sends, with the private data rdma_cm puts in it.
-fn cm_seeds(seeds: &mut Vec<Seed>) {
+fn cm_seeds(seeds: &mut Vec<Seed>) -> Vec<[u8; 256]> {
     let v4 = CmaIpHeader {
         src: "10.66.0.1:40000".parse().expect("addr"),
         dst: "10.66.0.2:7471".parse().expect("addr"),
@@ -403,11 +407,112 @@ fn cm_seeds(seeds: &mut Vec<Seed>) {
         ("sidr-req", sidr.into()),
         ("sidr-rep", sidr_rep.into()),
     ];
+    let mut mads = Vec::new();
     for (i, (name, m)) in messages.into_iter().enumerate() {
-        seeds.push((
-            "cm_mad",
-            format!("seed-{name}"),
-            m.encode_with_modifier(0x1000 + i as u64, i as u32).to_vec(),
-        ));
+        let mad = m.encode_with_modifier(0x1000 + i as u64, i as u32);
+        seeds.push(("cm_mad", format!("seed-{name}"), mad.to_vec()));
+        mads.push(mad);
     }
+    mads
+}
+
+/// `udp_rx`: packets as the owner of 10.66.0.2:4791 receives them from SRC, the same
+/// relayed to a process behind the port, a GRO train, and MADs to QP1.
+fn udp_rx_seeds(seeds: &mut Vec<Seed>, packets: &[Vec<u8>], mads: &[[u8; 256]]) {
+    use crate::udp_rx::{header, OWNER_PORT};
+    use std::net::{IpAddr, SocketAddr};
+    let from = SocketAddr::new(IpAddr::V4(SRC), SPORT);
+    let owner = SocketAddr::new(IpAddr::V4(DST), OWNER_PORT);
+    for (i, p) in packets.iter().enumerate() {
+        let mut s = header(false, true, false, None, from, 0);
+        s.extend_from_slice(p);
+        seeds.push(("udp_rx", format!("seed-{i:02}"), s));
+        if i % 4 == 0 {
+            // `relay_encode` writes the whole datagram into its buffer.
+            let mut relayed = Vec::new();
+            rverbs::fuzzing::udp::relay_encode(from, 0, p, &mut relayed);
+            let mut s = header(false, false, true, None, owner, 0);
+            s.extend_from_slice(&relayed);
+            seeds.push(("udp_rx", format!("seed-relayed-{i:02}"), s));
+        }
+    }
+    let first = &packets[0];
+    let mut s = header(false, true, false, Some(first.len() as u16), from, 0);
+    s.extend_from_slice(first);
+    s.extend_from_slice(first);
+    seeds.push(("udp_rx", "seed-train".into(), s));
+    for (i, mad) in mads.iter().enumerate().step_by(3) {
+        let mut repr = RoceRepr::new(
+            BthRepr {
+                opcode: OpCode::UdSendOnly,
+                solicited: false,
+                migreq: false,
+                pad_count: 0,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: 1,
+                ack_req: false,
+                psn: i as u32,
+            },
+            mad.len(),
+        );
+        repr.deth = Some(rverbs_proto::wire::DethRepr { qkey: 0x8001_0000, src_qp: 1 });
+        let mut s = header(false, true, false, None, from, 0);
+        s.extend_from_slice(&packet(&repr, mad));
+        seeds.push(("udp_rx", format!("seed-mad-{i:02}"), s));
+    }
+}
+
+/// `shm_segments`: one of each reader's operations on a record or ring the owner wrote.
+fn shm_seeds(seeds: &mut Vec<Seed>) {
+    let u32s = |out: &mut Vec<u8>, v: &[u32]| v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    let u64s = |out: &mut Vec<u8>, v: &[u64]| v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    // A region's key record, and an access inside it.
+    let mut key = vec![0u8];
+    u32s(&mut key, &[2, 0x1234_5601]);
+    key.extend_from_slice(&[1, 1, 2]);
+    u32s(&mut key, &[0xf]);
+    key.push(0);
+    u32s(&mut key, &[0x12_3456]);
+    u64s(&mut key, &[0x10000, 4096, 0x7f00_0001_0000, 3, 64]);
+    key.extend_from_slice(&[0, 2, 0]);
+    u32s(&mut key, &[1]);
+    key.push(0);
+    u32s(&mut key, &[100]);
+    key.push(0);
+    key.extend_from_slice(&200u16.to_le_bytes());
+    u32s(&mut key, &[8192]);
+    seeds.push(("shm_segments", "seed-key".into(), key));
+    // A QP record.
+    let mut qp = vec![1u8];
+    for w in [0x10012u32, 3, 2, 0xf, 0x1111, 12, 4, 2, 0, 1, 3, 0, 1, 0, 1024, 0x20013] {
+        qp.push(128);
+        u32s(&mut qp, &[w]);
+    }
+    u64s(&mut qp, &[0, 0xffff_0a42_0001]);
+    qp.push(0);
+    seeds.push(("shm_segments", "seed-qp".into(), qp));
+    // Completion rings: a FIFO, and one overrun with IGNORE_OVERRUN.
+    seeds.push(("shm_segments", "seed-ring".into(), vec![2, 3, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2]));
+    let mut over = vec![2, 3, 1];
+    over.extend_from_slice(&[0; 7]);
+    over.extend_from_slice(&[2; 5]);
+    seeds.push(("shm_segments", "seed-ring-overrun".into(), over));
+    // A receive ring of 4 slots of 2 SGEs, head 1 and 2 queued, a slot of one SGE.
+    let mut rq = vec![3u8, 0, 4, 2];
+    u32s(&mut rq, &[4096]);
+    u64s(&mut rq, &[1 << 32 | 2]);
+    for w in [7u64, 1, 0x7f00_0000_1000, 0x1234_0000_0100, 0, 0] {
+        rq.push(1);
+        u64s(&mut rq, &[w]);
+    }
+    seeds.push(("shm_segments", "seed-rq".into(), rq));
+    // An endpoint header: pid, canary, and a relay port published for 10.66.0.2.
+    let mut hdr = vec![4u8, 3, 1, 2, 77, 2, 1, 0];
+    u32s(&mut hdr, &[0x1000, 0]);
+    hdr.extend_from_slice(&[3, 2, 0x11, 0, 0, 2, 7]);
+    hdr.extend_from_slice(&40123u16.to_le_bytes());
+    hdr.push(0);
+    seeds.push(("shm_segments", "seed-header".into(), hdr));
 }
