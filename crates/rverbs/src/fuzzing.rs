@@ -147,6 +147,27 @@ pub mod udp {
     pub const RECORD_LEN: usize = crate::transport::gsi::RECORD_LEN;
 }
 
+/// The environment variables' rules (`config`).
+pub mod config {
+    use std::ffi::OsStr;
+    use std::path::PathBuf;
+
+    /// `config::runtime_dir_from`.
+    pub fn runtime_dir_from(rverbs: Option<&OsStr>, xdg: Option<&OsStr>, uid: u32, dev_shm: bool) -> PathBuf {
+        crate::config::runtime_dir_from(rverbs, xdg, uid, dev_shm)
+    }
+
+    /// `config::is_off`.
+    pub fn is_off(value: Option<&OsStr>) -> bool {
+        crate::config::is_off(value)
+    }
+
+    /// `config::is_one`.
+    pub fn is_one(value: Option<&OsStr>) -> bool {
+        crate::config::is_one(value)
+    }
+}
+
 /// Readers of bytes other processes write: key records, QP records, receive rings,
 /// completion rings, endpoint headers.
 pub mod shm {

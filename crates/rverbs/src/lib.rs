@@ -32,6 +32,7 @@
 
 pub mod ah;
 pub mod clock;
+mod config;
 pub mod context;
 pub mod cq;
 pub mod device;

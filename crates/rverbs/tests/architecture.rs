@@ -30,7 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Operating system, primitives and the shared-memory segments themselves; the
     // asynchronous event record as it travels through a context's FIFO (`notify`: plain
     // encoding and counters, it uses nothing of the crate), which a context's core sends.
-    ("os", &["clock", "error", "fault", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma", "notify"]),
+    ("os", &["clock", "config", "error", "fault", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma", "notify"]),
     // Memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC
     // domain's), which regions, windows and everything above hold instead of the handles.

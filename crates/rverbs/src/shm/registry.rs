@@ -234,7 +234,7 @@ impl Registry {
         // lets them (ptrace access rules differ between pairs of processes).
         hdr.get::<AtomicU64>(16).store(&CANARY as *const AtomicU64 as u64, Ordering::Release);
         hdr.get::<AtomicU64>(24).store(CANARY.load(Ordering::Relaxed), Ordering::Release);
-        let refuses_cma = std::env::var_os("RVERBS_CMA").is_some_and(|v| v == "off");
+        let refuses_cma = crate::config::is_off(std::env::var_os("RVERBS_CMA").as_deref());
         hdr.get::<AtomicU64>(32).store(u64::from(refuses_cma), Ordering::Release);
         hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
         let home = Arc::new(HomeSegments { dir: dir.clone(), map: Mutex::new(HashMap::new()) });

@@ -331,7 +331,7 @@ impl Net {
     /// link-local excluded), or, where another process owns that port, `address:0` to send
     /// from. `None` when no socket could be bound or `RVERBS_NET=off`.
     pub(crate) fn open(gids: &[GidEntry]) -> Option<Net> {
-        if std::env::var_os("RVERBS_NET").is_some_and(|v| v == "off") {
+        if crate::config::is_off(std::env::var_os("RVERBS_NET").as_deref()) {
             return None;
         }
         let mut socks = Vec::new();
