@@ -100,9 +100,15 @@ fn init_logging() {
     if let Ok(filter) = std::env::var("RVERBS_LOG") {
         let _ = tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_env_filter(log_filter(&filter))
             .try_init();
     }
+}
+
+/// The diagnostics filter of a `RVERBS_LOG` value (tracing-subscriber's directive
+/// syntax; directives that do not parse are ignored).
+pub(crate) fn log_filter(value: &str) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::new(value)
 }
 
 fn list() -> Result<&'static [DeviceObj], rverbs::Error> {
