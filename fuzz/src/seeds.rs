@@ -296,6 +296,8 @@ pub fn all() -> Vec<Seed> {
     packets.push(ud_packet.clone());
     udp_rx_seeds(&mut seeds, &packets, &mads);
     shm_seeds(&mut seeds);
+    capi_seeds(&mut seeds);
+    config_seeds(&mut seeds);
     for (i, spec) in [
         "seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%",
         "delay=50us",
@@ -515,4 +517,80 @@ fn shm_seeds(seeds: &mut Vec<Seed>) {
     hdr.extend_from_slice(&40123u16.to_le_bytes());
     hdr.push(0);
     seeds.push(("shm_segments", "seed-header".into(), hdr));
+}
+
+/// `capi_structs`: one of each struct an application hands over, as a well-behaved one
+/// fills it.
+fn capi_seeds(seeds: &mut Vec<Seed>) {
+    // ibv_modify_qp to RTR: state 2 (RTR), MTU 3 (1024), with an IPv4-mapped route.
+    let mut rtr = vec![0u8, 0, 2, 0, 0, 0, 3, 0, 0];
+    for w in [0x1111_u32, 0x55, 0x66, 0x12, 0xf, 16, 1] {
+        rtr.extend_from_slice(&w.to_le_bytes());
+    }
+    let mut gid = [0u8; 16];
+    gid[10..12].copy_from_slice(&[0xff, 0xff]);
+    gid[12..].copy_from_slice(&DST.octets());
+    for global in [1u8, 0] {
+        rtr.extend_from_slice(&gid);
+        rtr.extend_from_slice(&0u32.to_le_bytes());
+        rtr.extend_from_slice(&[1, 64, 0]);
+        rtr.extend_from_slice(&0u16.to_le_bytes());
+        rtr.extend_from_slice(&[0, 0, 0, global, 1]);
+    }
+    rtr.extend_from_slice(&0u16.to_le_bytes());
+    rtr.extend_from_slice(&[1, 1, 12, 1, 14, 7, 7]);
+    rtr.extend_from_slice(&0u32.to_le_bytes());
+    rtr.push(0);
+    // STATE | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER | AV
+    let mask: u32 = 1 | 1 << 8 | 1 << 20 | 1 << 12 | 1 << 17 | 1 << 15 | 1 << 7;
+    rtr.extend_from_slice(&mask.to_le_bytes());
+    seeds.push(("capi_structs", "seed-modify-rtr".into(), rtr));
+    // A scatter list of two entries, then a receive chain of three.
+    let mut sge = vec![1u8, 0, 2, 0];
+    sge.extend((0..64).map(|i| i as u8));
+    seeds.push(("capi_structs", "seed-sges".into(), sge));
+    seeds.push(("capi_structs", "seed-recv-chain".into(), vec![2, 2, 200, 0, 1, 0, 0, 2, 0, 0, 3, 0]));
+    // Socket addresses: 10.66.0.2:7471 and [fd00::2]:7471.
+    let mut v4 = vec![3u8];
+    v4.extend_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+    v4.extend_from_slice(&7471u16.to_be_bytes());
+    v4.extend_from_slice(&DST.octets());
+    v4.resize(1 + 128, 0);
+    v4.push(0);
+    seeds.push(("capi_structs", "seed-sockaddr-v4".into(), v4));
+    let mut v6 = vec![3u8];
+    v6.extend_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+    v6.extend_from_slice(&7471u16.to_be_bytes());
+    v6.extend_from_slice(&[0; 4]);
+    v6.extend_from_slice(&"fd00::2".parse::<std::net::Ipv6Addr>().expect("v6").octets());
+    v6.resize(1 + 128, 0);
+    v6.push(1);
+    seeds.push(("capi_structs", "seed-sockaddr-v6".into(), v6));
+    // rdma_connect's parameters: 16 bytes of private data after a 4-byte prefix.
+    let mut cp = vec![4u8, 4, b'p', b'r', b'e', b'f'];
+    cp.extend((0..=255u8).map(|i| i.wrapping_mul(7)));
+    cp.extend_from_slice(&[1, 16, 4, 4, 0, 7, 7, 0]);
+    cp.extend_from_slice(&0x12u32.to_le_bytes());
+    cp.push(1);
+    seeds.push(("capi_structs", "seed-conn-param".into(), cp));
+}
+
+/// `config`: the values the README documents, and the unset and empty cases.
+fn config_seeds(seeds: &mut Vec<Seed>) {
+    let cases: [(&[u8], &[u8], &[u8], &[u8], &str); 4] = [
+        (b"/tmp/rt-a", b"/run/user/1000", b"off", b"/sys/", "info"),
+        (b"\xff", b"/run/user/1000", b"1", b"\xff", "rverbs=debug,rverbs_cm=trace"),
+        (b"", b"", b"on", b"//", "warn,rverbs::transport[recv{qpn=7}]=trace"),
+        (b"\xff", b"\xff", b"\xff", b"/custom/sys", "off"),
+    ];
+    for (i, (r, x, sw, sys, log)) in cases.iter().enumerate() {
+        let mut s = Vec::new();
+        for v in [r, x, sw, sys] {
+            push_record(&mut s, v);
+        }
+        s.extend_from_slice(&1000u32.to_le_bytes());
+        s.push(i as u8 & 1);
+        s.extend_from_slice(log.as_bytes());
+        seeds.push(("config", format!("seed-{i}"), s));
+    }
 }

@@ -17,6 +17,8 @@ fn harness(target: &str) -> fn(&[u8]) {
         "pcap_read" => rverbs_fuzz::pcap_read::run,
         "udp_rx" => rverbs_fuzz::udp_rx::run,
         "shm_segments" => rverbs_fuzz::shm_segments::run,
+        "capi_structs" => rverbs_fuzz::capi_structs::run,
+        "config" => rverbs_fuzz::config::run,
         other => panic!("no harness for {other}"),
     }
 }
@@ -35,6 +37,8 @@ fn generated_seeds_run_clean() {
         "pcap_read",
         "udp_rx",
         "shm_segments",
+        "capi_structs",
+        "config",
     ] {
         assert!(seeds.iter().any(|s| s.0 == target), "no seed for {target}");
     }
