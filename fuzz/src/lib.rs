@@ -15,6 +15,7 @@ pub mod cm_mad;
 pub mod config;
 pub mod fault_config;
 pub mod input;
+pub mod log_filter;
 pub mod pcap_read;
 pub mod requester_acks;
 pub mod responder;

@@ -575,7 +575,8 @@ fn capi_seeds(seeds: &mut Vec<Seed>) {
     seeds.push(("capi_structs", "seed-conn-param".into(), cp));
 }
 
-/// `config`: the values the README documents, and the unset and empty cases.
+/// `config` and `log_filter`: the values the README documents, and the unset and empty
+/// cases.
 fn config_seeds(seeds: &mut Vec<Seed>) {
     let cases: [(&[u8], &[u8], &[u8], &[u8], &str); 4] = [
         (b"/tmp/rt-a", b"/run/user/1000", b"off", b"/sys/", "info"),
@@ -590,7 +591,7 @@ fn config_seeds(seeds: &mut Vec<Seed>) {
         }
         s.extend_from_slice(&1000u32.to_le_bytes());
         s.push(i as u8 & 1);
-        s.extend_from_slice(log.as_bytes());
         seeds.push(("config", format!("seed-{i}"), s));
+        seeds.push(("log_filter", format!("seed-{i}"), log.as_bytes().to_vec()));
     }
 }

@@ -19,6 +19,7 @@ fn harness(target: &str) -> fn(&[u8]) {
         "shm_segments" => rverbs_fuzz::shm_segments::run,
         "capi_structs" => rverbs_fuzz::capi_structs::run,
         "config" => rverbs_fuzz::config::run,
+        "log_filter" => rverbs_fuzz::log_filter::run,
         other => panic!("no harness for {other}"),
     }
 }
@@ -39,6 +40,7 @@ fn generated_seeds_run_clean() {
         "shm_segments",
         "capi_structs",
         "config",
+        "log_filter",
     ] {
         assert!(seeds.iter().any(|s| s.0 == target), "no seed for {target}");
     }
