@@ -291,7 +291,13 @@ pub fn all() -> Vec<Seed> {
         .expect("pcap");
     seeds.push(("pcap_read", "seed-raw".into(), w.into_inner()));
 
-    cm_seeds(&mut seeds);
+    let mads = cm_seeds(&mut seeds);
+    let mut packets: Vec<Vec<u8>> = rc.requests.iter().chain(&rc.responses).chain(&uc.requests).cloned().collect();
+    packets.push(ud_packet.clone());
+    udp_rx_seeds(&mut seeds, &packets, &mads);
+    shm_seeds(&mut seeds);
+    capi_seeds(&mut seeds);
+    config_seeds(&mut seeds);
     for (i, spec) in [
         "seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%",
         "delay=50us",
@@ -307,7 +313,7 @@ pub fn all() -> Vec<Seed> {
 }
 
 /// One of each CM message rverbs sends, with the private data rdma_cm puts in it.
-fn cm_seeds(seeds: &mut Vec<Seed>) {
+fn cm_seeds(seeds: &mut Vec<Seed>) -> Vec<[u8; 256]> {
     let v4 = CmaIpHeader {
         src: "10.66.0.1:40000".parse().expect("addr"),
         dst: "10.66.0.2:7471".parse().expect("addr"),
@@ -403,11 +409,189 @@ fn cm_seeds(seeds: &mut Vec<Seed>) {
         ("sidr-req", sidr.into()),
         ("sidr-rep", sidr_rep.into()),
     ];
+    let mut mads = Vec::new();
     for (i, (name, m)) in messages.into_iter().enumerate() {
-        seeds.push((
-            "cm_mad",
-            format!("seed-{name}"),
-            m.encode_with_modifier(0x1000 + i as u64, i as u32).to_vec(),
-        ));
+        let mad = m.encode_with_modifier(0x1000 + i as u64, i as u32);
+        seeds.push(("cm_mad", format!("seed-{name}"), mad.to_vec()));
+        mads.push(mad);
+    }
+    mads
+}
+
+/// `udp_rx`: packets as the owner of 10.66.0.2:4791 receives them from SRC, the same
+/// relayed to a process behind the port, a GRO train, and MADs to QP1.
+fn udp_rx_seeds(seeds: &mut Vec<Seed>, packets: &[Vec<u8>], mads: &[[u8; 256]]) {
+    use crate::udp_rx::{header, OWNER_PORT};
+    use std::net::{IpAddr, SocketAddr};
+    let from = SocketAddr::new(IpAddr::V4(SRC), SPORT);
+    let owner = SocketAddr::new(IpAddr::V4(DST), OWNER_PORT);
+    for (i, p) in packets.iter().enumerate() {
+        let mut s = header(false, true, false, None, from, 0);
+        s.extend_from_slice(p);
+        seeds.push(("udp_rx", format!("seed-{i:02}"), s));
+        if i % 4 == 0 {
+            // `relay_encode` writes the whole datagram into its buffer.
+            let mut relayed = Vec::new();
+            rverbs::fuzzing::udp::relay_encode(from, 0, p, &mut relayed);
+            let mut s = header(false, false, true, None, owner, 0);
+            s.extend_from_slice(&relayed);
+            seeds.push(("udp_rx", format!("seed-relayed-{i:02}"), s));
+        }
+    }
+    let first = &packets[0];
+    let mut s = header(false, true, false, Some(first.len() as u16), from, 0);
+    s.extend_from_slice(first);
+    s.extend_from_slice(first);
+    seeds.push(("udp_rx", "seed-train".into(), s));
+    for (i, mad) in mads.iter().enumerate().step_by(3) {
+        let mut repr = RoceRepr::new(
+            BthRepr {
+                opcode: OpCode::UdSendOnly,
+                solicited: false,
+                migreq: false,
+                pad_count: 0,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: 1,
+                ack_req: false,
+                psn: i as u32,
+            },
+            mad.len(),
+        );
+        repr.deth = Some(rverbs_proto::wire::DethRepr { qkey: 0x8001_0000, src_qp: 1 });
+        let mut s = header(false, true, false, None, from, 0);
+        s.extend_from_slice(&packet(&repr, mad));
+        seeds.push(("udp_rx", format!("seed-mad-{i:02}"), s));
+    }
+}
+
+/// `shm_segments`: one of each reader's operations on a record or ring the owner wrote.
+fn shm_seeds(seeds: &mut Vec<Seed>) {
+    let u32s = |out: &mut Vec<u8>, v: &[u32]| v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    let u64s = |out: &mut Vec<u8>, v: &[u64]| v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    // A region's key record, and an access inside it.
+    let mut key = vec![0u8];
+    u32s(&mut key, &[2, 0x1234_5601]);
+    key.extend_from_slice(&[1, 1, 2]);
+    u32s(&mut key, &[0xf]);
+    key.push(0);
+    u32s(&mut key, &[0x12_3456]);
+    u64s(&mut key, &[0x10000, 4096, 0x7f00_0001_0000, 3, 64]);
+    key.extend_from_slice(&[0, 2, 0]);
+    u32s(&mut key, &[1]);
+    key.push(0);
+    u32s(&mut key, &[100]);
+    key.push(0);
+    key.extend_from_slice(&200u16.to_le_bytes());
+    u32s(&mut key, &[8192]);
+    seeds.push(("shm_segments", "seed-key".into(), key));
+    // A QP record.
+    let mut qp = vec![1u8];
+    for w in [0x10012u32, 3, 2, 0xf, 0x1111, 12, 4, 2, 0, 1, 3, 0, 1, 0, 1024, 0x20013] {
+        qp.push(128);
+        u32s(&mut qp, &[w]);
+    }
+    u64s(&mut qp, &[0, 0xffff_0a42_0001]);
+    qp.push(0);
+    seeds.push(("shm_segments", "seed-qp".into(), qp));
+    // Completion rings: a FIFO, and one overrun with IGNORE_OVERRUN.
+    seeds.push(("shm_segments", "seed-ring".into(), vec![2, 3, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2]));
+    let mut over = vec![2, 3, 1];
+    over.extend_from_slice(&[0; 7]);
+    over.extend_from_slice(&[2; 5]);
+    seeds.push(("shm_segments", "seed-ring-overrun".into(), over));
+    // A receive ring of 4 slots of 2 SGEs, head 1 and 2 queued, a slot of one SGE.
+    let mut rq = vec![3u8, 0, 4, 2];
+    u32s(&mut rq, &[4096]);
+    u64s(&mut rq, &[1 << 32 | 2]);
+    for w in [7u64, 1, 0x7f00_0000_1000, 0x1234_0000_0100, 0, 0] {
+        rq.push(1);
+        u64s(&mut rq, &[w]);
+    }
+    seeds.push(("shm_segments", "seed-rq".into(), rq));
+    // An endpoint header: pid, canary, and a relay port published for 10.66.0.2.
+    let mut hdr = vec![4u8, 3, 1, 2, 77, 2, 1, 0];
+    u32s(&mut hdr, &[0x1000, 0]);
+    hdr.extend_from_slice(&[3, 2, 0x11, 0, 0, 2, 7]);
+    hdr.extend_from_slice(&40123u16.to_le_bytes());
+    hdr.push(0);
+    seeds.push(("shm_segments", "seed-header".into(), hdr));
+}
+
+/// `capi_structs`: one of each struct an application hands over, as a well-behaved one
+/// fills it.
+fn capi_seeds(seeds: &mut Vec<Seed>) {
+    // ibv_modify_qp to RTR: state 2 (RTR), MTU 3 (1024), with an IPv4-mapped route.
+    let mut rtr = vec![0u8, 0, 2, 0, 0, 0, 3, 0, 0];
+    for w in [0x1111_u32, 0x55, 0x66, 0x12, 0xf, 16, 1] {
+        rtr.extend_from_slice(&w.to_le_bytes());
+    }
+    let mut gid = [0u8; 16];
+    gid[10..12].copy_from_slice(&[0xff, 0xff]);
+    gid[12..].copy_from_slice(&DST.octets());
+    for global in [1u8, 0] {
+        rtr.extend_from_slice(&gid);
+        rtr.extend_from_slice(&0u32.to_le_bytes());
+        rtr.extend_from_slice(&[1, 64, 0]);
+        rtr.extend_from_slice(&0u16.to_le_bytes());
+        rtr.extend_from_slice(&[0, 0, 0, global, 1]);
+    }
+    rtr.extend_from_slice(&0u16.to_le_bytes());
+    rtr.extend_from_slice(&[1, 1, 12, 1, 14, 7, 7]);
+    rtr.extend_from_slice(&0u32.to_le_bytes());
+    rtr.push(0);
+    // STATE | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER | AV
+    let mask: u32 = 1 | 1 << 8 | 1 << 20 | 1 << 12 | 1 << 17 | 1 << 15 | 1 << 7;
+    rtr.extend_from_slice(&mask.to_le_bytes());
+    seeds.push(("capi_structs", "seed-modify-rtr".into(), rtr));
+    // A scatter list of two entries, then a receive chain of three.
+    let mut sge = vec![1u8, 0, 2, 0];
+    sge.extend((0..64).map(|i| i as u8));
+    seeds.push(("capi_structs", "seed-sges".into(), sge));
+    seeds.push(("capi_structs", "seed-recv-chain".into(), vec![2, 2, 200, 0, 1, 0, 0, 2, 0, 0, 3, 0]));
+    // Socket addresses: 10.66.0.2:7471 and [fd00::2]:7471.
+    let mut v4 = vec![3u8];
+    v4.extend_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+    v4.extend_from_slice(&7471u16.to_be_bytes());
+    v4.extend_from_slice(&DST.octets());
+    v4.resize(1 + 128, 0);
+    v4.push(0);
+    seeds.push(("capi_structs", "seed-sockaddr-v4".into(), v4));
+    let mut v6 = vec![3u8];
+    v6.extend_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+    v6.extend_from_slice(&7471u16.to_be_bytes());
+    v6.extend_from_slice(&[0; 4]);
+    v6.extend_from_slice(&"fd00::2".parse::<std::net::Ipv6Addr>().expect("v6").octets());
+    v6.resize(1 + 128, 0);
+    v6.push(1);
+    seeds.push(("capi_structs", "seed-sockaddr-v6".into(), v6));
+    // rdma_connect's parameters: 16 bytes of private data after a 4-byte prefix.
+    let mut cp = vec![4u8, 4, b'p', b'r', b'e', b'f'];
+    cp.extend((0..=255u8).map(|i| i.wrapping_mul(7)));
+    cp.extend_from_slice(&[1, 16, 4, 4, 0, 7, 7, 0]);
+    cp.extend_from_slice(&0x12u32.to_le_bytes());
+    cp.push(1);
+    seeds.push(("capi_structs", "seed-conn-param".into(), cp));
+}
+
+/// `config` and `log_filter`: the values the README documents, and the unset and empty
+/// cases.
+fn config_seeds(seeds: &mut Vec<Seed>) {
+    let cases: [(&[u8], &[u8], &[u8], &[u8], &str); 4] = [
+        (b"/tmp/rt-a", b"/run/user/1000", b"off", b"/sys/", "info"),
+        (b"\xff", b"/run/user/1000", b"1", b"\xff", "rverbs=debug,rverbs_cm=trace"),
+        (b"", b"", b"on", b"//", "warn,rverbs::transport[recv{qpn=7}]=trace"),
+        (b"\xff", b"\xff", b"\xff", b"/custom/sys", "off"),
+    ];
+    for (i, (r, x, sw, sys, log)) in cases.iter().enumerate() {
+        let mut s = Vec::new();
+        for v in [r, x, sw, sys] {
+            push_record(&mut s, v);
+        }
+        s.extend_from_slice(&1000u32.to_le_bytes());
+        s.push(i as u8 & 1);
+        seeds.push(("config", format!("seed-{i}"), s));
+        seeds.push(("log_filter", format!("seed-{i}"), log.as_bytes().to_vec()));
     }
 }

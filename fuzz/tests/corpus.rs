@@ -15,6 +15,11 @@ fn harness(target: &str) -> fn(&[u8]) {
         "cm_mad" => rverbs_fuzz::cm_mad::run,
         "fault_config" => rverbs_fuzz::fault_config::run,
         "pcap_read" => rverbs_fuzz::pcap_read::run,
+        "udp_rx" => rverbs_fuzz::udp_rx::run,
+        "shm_segments" => rverbs_fuzz::shm_segments::run,
+        "capi_structs" => rverbs_fuzz::capi_structs::run,
+        "config" => rverbs_fuzz::config::run,
+        "log_filter" => rverbs_fuzz::log_filter::run,
         other => panic!("no harness for {other}"),
     }
 }
@@ -31,6 +36,11 @@ fn generated_seeds_run_clean() {
         "cm_mad",
         "fault_config",
         "pcap_read",
+        "udp_rx",
+        "shm_segments",
+        "capi_structs",
+        "config",
+        "log_filter",
     ] {
         assert!(seeds.iter().any(|s| s.0 == target), "no seed for {target}");
     }

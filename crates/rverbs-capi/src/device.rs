@@ -100,9 +100,24 @@ fn init_logging() {
     if let Ok(filter) = std::env::var("RVERBS_LOG") {
         let _ = tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_env_filter(log_filter(&filter))
             .try_init();
     }
+}
+
+/// The diagnostics filter of a `RVERBS_LOG` value (tracing-subscriber's directive
+/// syntax; directives that do not parse are ignored). Field values in span directives
+/// (`[span{field=value}]`) match literally, not as regular expressions: building the
+/// automaton of some patterns took minutes (`{f=7?........?......ve}`; found by the
+/// `log_filter` fuzz target), inside the first verb of the process.
+///
+/// Each comma-separated directive is trimmed first: tracing-subscriber 0.3 trims a
+/// directive but slices the untrimmed one at the trimmed one's offsets, which panics
+/// when whitespace before a directive shifts an offset into a multi-byte character
+/// (`RVERBS_LOG=" é=info"`; found by the `log_filter` fuzz target).
+pub(crate) fn log_filter(value: &str) -> tracing_subscriber::EnvFilter {
+    let trimmed: Vec<&str> = value.split(',').map(str::trim).collect();
+    tracing_subscriber::EnvFilter::builder().with_regex(false).parse_lossy(trimmed.join(","))
 }
 
 fn list() -> Result<&'static [DeviceObj], rverbs::Error> {
@@ -614,5 +629,26 @@ export! {
             }
             index += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rverbs_log_with_whitespace_before_a_non_ascii_directive_does_not_panic() {
+        // tracing-subscriber sliced " é=info" at the offsets of "é=info": inside 'é'.
+        let f = log_filter(" é=info, rverbs=debug");
+        assert_eq!(f.to_string(), log_filter("é=info,rverbs=debug").to_string());
+    }
+
+    #[test]
+    fn rverbs_log_field_values_are_literal_and_never_a_costly_regex() {
+        // Took 106 s with field values compiled as regular expressions.
+        let value = "wa<[{evqp=\u{16}7?........?......ve!\u{f}~+|\u{1}\u{6}|Z}]=)ba`c";
+        let t = std::time::Instant::now();
+        let _ = log_filter(value);
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
     }
 }

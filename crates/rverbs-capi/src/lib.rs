@@ -169,6 +169,9 @@ macro_rules! export {
 
 pub mod abi;
 pub mod ffi;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 
 pub mod ah;
 pub mod cm;

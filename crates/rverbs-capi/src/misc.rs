@@ -152,19 +152,24 @@ fn sysfs_path() -> &'static CStr {
         // SAFETY: getuid/geteuid have no preconditions and cannot fail.
         let not_setuid = unsafe { libc::getuid() == libc::geteuid() };
         let env = not_setuid.then(|| std::env::var_os("SYSFS_PATH")).flatten();
-        match env {
-            Some(value) => {
-                use std::os::unix::ffi::OsStrExt;
-                // rdma-core: strndup(env, IBV_SYSFS_PATH_MAX), then strip trailing '/'.
-                let bytes = value.as_bytes();
-                let bytes = &bytes[..bytes.len().min(IBV_SYSFS_PATH_MAX)];
-                let end = bytes.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
-                // An environment value contains no NUL byte.
-                CString::new(&bytes[..end]).unwrap_or_default()
-            }
-            None => c"/sys".to_owned(),
-        }
+        sysfs_path_from(env.as_deref())
     })
+}
+
+/// The sysfs path for a `SYSFS_PATH` value (`None`: unset, or a set-uid process).
+pub(crate) fn sysfs_path_from(env: Option<&std::ffi::OsStr>) -> CString {
+    match env {
+        Some(value) => {
+            use std::os::unix::ffi::OsStrExt;
+            // rdma-core: strndup(env, IBV_SYSFS_PATH_MAX), then strip trailing '/'.
+            let bytes = value.as_bytes();
+            let bytes = &bytes[..bytes.len().min(IBV_SYSFS_PATH_MAX)];
+            let end = bytes.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+            // An environment value contains no NUL byte.
+            CString::new(&bytes[..end]).unwrap_or_default()
+        }
+        None => c"/sys".to_owned(),
+    }
 }
 
 export! {

@@ -14,7 +14,7 @@ const RECV_CHUNK: usize = 8;
 
 /// More scatter/gather entries than any queue of the device accepts: refused before a
 /// slice is formed, so a wild `num_sge` never makes us read past the caller's array.
-const MAX_ANY_SGE: usize = {
+pub(crate) const MAX_ANY_SGE: usize = {
     let (a, b) = (
         rverbs::device::limits::MAX_SGE,
         rverbs::device::limits::MAX_SRQ_SGE,

@@ -32,12 +32,16 @@
 
 pub mod ah;
 pub mod clock;
+mod config;
 pub mod context;
 pub mod cq;
 pub mod device;
 mod engine;
 pub mod error;
 pub(crate) mod fault;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod event;
 pub mod gid;
 pub mod limits;

@@ -30,7 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Operating system, primitives and the shared-memory segments themselves; the
     // asynchronous event record as it travels through a context's FIFO (`notify`: plain
     // encoding and counters, it uses nothing of the crate), which a context's core sends.
-    ("os", &["clock", "error", "fault", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma", "notify"]),
+    ("os", &["clock", "config", "error", "fault", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma", "notify"]),
     // Memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC
     // domain's), which regions, windows and everything above hold instead of the handles.
@@ -43,8 +43,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress"]),
     // Transports: how a request reaches its responder.
     ("transports", &["transport", "transport::grh", "transport::gsi", "transport::local", "transport::net", "transport::host", "transport::respond", "transport::route", "transport::udp", "transport::target", "mcast", "qp1"]),
-    // The public verbs objects.
-    ("verbs", &["device", "context", "pd", "ah", "xrcd"]),
+    // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
+    // `fuzzing` only), which reaches into every layer below.
+    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing"]),
 ];
 
 /// Upward imports still present (importer, imported). See the module docs: a ratchet,

@@ -41,7 +41,7 @@ unsafe fn bytes<'a>(p: *const c_void, len: usize) -> &'a [u8] {
 ///
 /// # Safety
 /// `p` is NULL or a valid `rdma_conn_param` whose private data is readable.
-unsafe fn core_param(p: *const rdma_conn_param, prefix: &[u8]) -> ConnParam {
+pub(crate) unsafe fn core_param(p: *const rdma_conn_param, prefix: &[u8]) -> ConnParam {
     // SAFETY: caller contract.
     match unsafe { p.as_ref() } {
         Some(p) => {

@@ -96,6 +96,17 @@ struct ExAttr {
     extended: bool,
 }
 
+/// The attributes and mask of an ibv_modify_qp(3) call as the core's: mask bits beyond
+/// the standard ones are `EOPNOTSUPP`, an undefined enum value in a field the mask names
+/// is `EINVAL` (`conv::qp_attr_from_c`).
+pub(crate) fn modify_attr_from_c(a: &ibv_qp_attr, attr_mask: c_int) -> Result<(rverbs::QpAttr, QpAttrMask), c_int> {
+    if attr_mask & !STANDARD_QP_ATTR_BITS != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let mask = QpAttrMask::from_bits_truncate(attr_mask as u32);
+    Ok((conv::qp_attr_from_c(a, mask)?, mask))
+}
+
 /// Wraps a core QP into the C object, filling the public fields from the attributes.
 fn publish(
     core: rverbs::Qp,
@@ -343,11 +354,7 @@ export! {
         let Some(a) = (unsafe { attr.as_ref() }) else {
             return libc::EINVAL;
         };
-        if attr_mask & !STANDARD_QP_ATTR_BITS != 0 {
-            return libc::EOPNOTSUPP;
-        }
-        let mask = QpAttrMask::from_bits_truncate(attr_mask as u32);
-        let core_attr = match conv::qp_attr_from_c(a, mask) {
+        let (core_attr, mask) = match modify_attr_from_c(a, attr_mask) {
             Ok(c) => c,
             Err(e) => return e,
         };

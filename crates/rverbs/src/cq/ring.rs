@@ -95,8 +95,8 @@ enum Backing {
         slots: *const Slot,
         cap: usize,
     },
-    /// Process memory (unit tests and loom models).
-    #[cfg(any(test, loom))]
+    /// Process memory (unit tests, loom models and the fuzz harness).
+    #[cfg(any(test, loom, feature = "fuzzing"))]
     Heap { hdr: Box<RingHdr>, slots: Box<[Slot]> },
 }
 
@@ -140,7 +140,7 @@ impl Ring {
     }
 
     /// A ring in process memory with room for at least `min_entries` CQEs.
-    #[cfg(any(test, loom))]
+    #[cfg(any(test, loom, feature = "fuzzing"))]
     pub(crate) fn new(min_entries: usize) -> Self {
         let cap = min_entries.max(1).next_power_of_two();
         let slots: Box<[Slot]> = (0..cap)
@@ -159,7 +159,7 @@ impl Ring {
             // SAFETY: checked in-bounds and aligned at construction; the mapping lives as
             // long as `self` (the backing holds it); RingHdr is ShmSafe.
             Backing::Shm { hdr, .. } => unsafe { &**hdr },
-            #[cfg(any(test, loom))]
+            #[cfg(any(test, loom, feature = "fuzzing"))]
             Backing::Heap { hdr, .. } => hdr,
         }
     }
@@ -169,7 +169,7 @@ impl Ring {
             #[cfg(not(loom))]
             // SAFETY: as in `hdr`, for `cap` slots.
             Backing::Shm { slots, cap, .. } => unsafe { std::slice::from_raw_parts(*slots, *cap) },
-            #[cfg(any(test, loom))]
+            #[cfg(any(test, loom, feature = "fuzzing"))]
             Backing::Heap { slots, .. } => slots,
         }
     }
@@ -196,6 +196,10 @@ impl Ring {
         let cap = self.capacity() as u64;
         let mut t = self.hdr().tail.load(Ordering::Relaxed);
         loop {
+            // As in `pop`: a tail at the last position was scribbled.
+            if t == u64::MAX {
+                return Err(PushError::Corrupt);
+            }
             if !overwrite {
                 let h = self.hdr().head.load(Ordering::Acquire);
                 if h > t {
@@ -244,6 +248,12 @@ impl Ring {
         let cap = self.capacity() as u64;
         let mut h = self.hdr().head.load(Ordering::Relaxed);
         loop {
+            // No producer reaches the last position (2^64 CQEs): a head there was
+            // scribbled, and `h + 1` would overflow.
+            if h == u64::MAX {
+                self.hdr().head.store(self.tail(), Ordering::Release);
+                return Pop::Corrupt;
+            }
             let slot = self.slot(h);
             let s1 = slot.seq.load(Ordering::Acquire);
             if s1 == 0 || s1 < h + 1 {
@@ -281,6 +291,14 @@ impl Ring {
         }
     }
 
+    /// The producer and consumer indices and the sequence word of slot `i` (modulo the
+    /// capacity), for a harness standing in for a process that scribbles over the ring.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn raw_words(&self, i: usize) -> (&AtomicU64, &AtomicU64, &AtomicU64) {
+        let slot = &self.slots()[i & self.mask as usize];
+        (&*self.hdr().tail, &*self.hdr().head, &slot.seq)
+    }
+
     /// The position the next CQE will take: every CQE reserved so far is below it.
     pub(crate) fn tail(&self) -> u64 {
         self.hdr().tail.load(Ordering::Acquire)
@@ -299,7 +317,7 @@ impl Ring {
     /// [`Ring::stalled_at`] returned `h`); `false` if `h` was published meanwhile or the
     /// consumer is elsewhere. Consumer only.
     pub(crate) fn skip(&self, h: u64) -> bool {
-        if self.hdr().head.load(Ordering::Relaxed) != h || self.slot(h).seq.load(Ordering::Acquire) == h + 1 {
+        if h == u64::MAX || self.hdr().head.load(Ordering::Relaxed) != h || self.slot(h).seq.load(Ordering::Acquire) == h + 1 {
             return false;
         }
         self.hdr().head.store(h + 1, Ordering::Release);
@@ -394,6 +412,22 @@ mod tests {
             r.push(&cqe(i), false).unwrap();
             assert_eq!(pop_n(&r), Some(i));
         }
+    }
+
+    #[test]
+    fn indices_scribbled_to_the_last_position_are_corrupt_not_an_overflow() {
+        // Found by the `shm_segments` fuzz target: a head of u64::MAX overflowed `h + 1`
+        // (a panic in a build with overflow checks, in the process polling the CQ).
+        let r = Ring::new(4);
+        let (tail, head, seq) = r.raw_words(3);
+        head.store(u64::MAX, Ordering::Relaxed);
+        seq.store(5, Ordering::Relaxed);
+        assert_eq!(r.pop(), Pop::Corrupt);
+        assert_eq!(r.pop(), Pop::Empty, "the consumer resynchronised");
+        tail.store(u64::MAX, Ordering::Relaxed);
+        head.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(r.push(&cqe(1), false), Err(PushError::Corrupt));
+        assert_eq!(r.push(&cqe(1), true), Err(PushError::Corrupt));
     }
 
     #[test]

@@ -163,10 +163,7 @@ impl<'a> KeySpace<'a> {
     /// PD `pd`, and pins it.
     pub(crate) fn pin(&self, key: u32, pd: u32, used: KeyUse, va: u64, len: u64, need: Access) -> Result<Pinned<'a>, Fault> {
         let d = self.check(key, pd, used, need)?;
-        let off = va.checked_sub(d.iova).ok_or(Fault::Bounds)?;
-        if off.checked_add(len).ok_or(Fault::Bounds)? > d.len {
-            return Err(Fault::Bounds);
-        }
+        let off = offset_in(&d, va, len)?;
         let via = Via { key, pd, used, need, va };
         self.hold(key, &d, off, len, via, |p| p)
     }
@@ -175,10 +172,7 @@ impl<'a> KeySpace<'a> {
     /// stays (the data path pins into lists it keeps in place).
     pub(crate) fn pin_into(&self, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
         let d = self.check(via.key, via.pd, via.used, via.need)?;
-        let off = via.va.checked_sub(d.iova).ok_or(Fault::Bounds)?;
-        if off.checked_add(len).ok_or(Fault::Bounds)? > d.len {
-            return Err(Fault::Bounds);
-        }
+        let off = offset_in(&d, via.va, len)?;
         self.hold(via.key, &d, off, len, via, |p| out.push(p))
     }
 
@@ -202,20 +196,7 @@ impl<'a> KeySpace<'a> {
         if self.peer.is_none() && !self.me.keys.vouches(key >> 8, &d) {
             return Err(Fault::Key);
         }
-        if used == KeyUse::Local && d.kind != KEY_KIND_MR {
-            return Err(Fault::Key);
-        }
-        if d.pd != pd {
-            return Err(Fault::Pd);
-        }
-        if let KeyUse::Remote { qpn } = used {
-            if d.kind == KEY_KIND_MW2 && d.qpn != qpn {
-                return Err(Fault::Pd);
-            }
-        }
-        if !Access::from_bits_truncate(d.access).contains(need) {
-            return Err(Fault::Access);
-        }
+        check_desc(&d, key, pd, used, need)?;
         Ok(d)
     }
 
@@ -269,14 +250,58 @@ impl<'a> KeySpace<'a> {
             return Ok(Place::Cma { pid: peer.pid, addr: d.va.wrapping_add(off) as usize });
         }
         let (base, seg_len) = cache.get(peer, d.loc).ok_or(Fault::Key)?;
-        let start = d.seg_off.checked_add(off).ok_or(Fault::Bounds)?;
-        // The record comes from another process: never trust it to stay in the mapping.
-        if start.checked_add(len).is_none_or(|end| end > seg_len as u64) {
-            return Err(Fault::Bounds);
-        }
+        let start = segment_offset(d, off, len, seg_len)?;
         // Mapped until the cache drops, which outlives every `Pinned` of this key space.
-        Ok(Place::Local(base + start as usize))
+        Ok(Place::Local(base + start))
     }
+}
+
+/// Whether the key record copy `d` grants an access through `key` by a QP of PD `pd`
+/// used as `used` with rights `need` (after the key and its state were found to match:
+/// [`KeySpace::check`]): a local key names a region, the PD matches, a type 2 window is
+/// used by the QP it is bound to, the rights are granted. Pure: `d` may come from another
+/// process.
+pub(crate) fn check_desc(d: &KeyDesc, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<(), Fault> {
+    if d.key != key || d.state != KEY_STATE_VALID {
+        return Err(Fault::Key);
+    }
+    if used == KeyUse::Local && d.kind != KEY_KIND_MR {
+        return Err(Fault::Key);
+    }
+    if d.pd != pd {
+        return Err(Fault::Pd);
+    }
+    if let KeyUse::Remote { qpn } = used {
+        if d.kind == KEY_KIND_MW2 && d.qpn != qpn {
+            return Err(Fault::Pd);
+        }
+    }
+    if !Access::from_bits_truncate(d.access).contains(need) {
+        return Err(Fault::Access);
+    }
+    Ok(())
+}
+
+/// The offset of `[va, va+len)` in the range of the key record copy `d`
+/// (`[iova, iova+len)`), or `Fault::Bounds` if it leaves it.
+pub(crate) fn offset_in(d: &KeyDesc, va: u64, len: u64) -> Result<u64, Fault> {
+    let off = va.checked_sub(d.iova).ok_or(Fault::Bounds)?;
+    if off.checked_add(len).ok_or(Fault::Bounds)? > d.len {
+        return Err(Fault::Bounds);
+    }
+    Ok(off)
+}
+
+/// Where the bytes `[off, off+len)` of the key's range are in its shared segment of
+/// `seg_len` bytes (the record's `seg_off` names the range's first byte), or
+/// `Fault::Bounds`: the record comes from another process, never trust it to stay in the
+/// mapping.
+pub(crate) fn segment_offset(d: &KeyDesc, off: u64, len: u64, seg_len: usize) -> Result<usize, Fault> {
+    let start = d.seg_off.checked_add(off).ok_or(Fault::Bounds)?;
+    if start.checked_add(len).is_none_or(|end| end > seg_len as u64) {
+        return Err(Fault::Bounds);
+    }
+    usize::try_from(start).map_err(|_| Fault::Bounds)
 }
 
 /// The pinned ranges of one message's scatter or gather list (up to `MAX_SGE`; most

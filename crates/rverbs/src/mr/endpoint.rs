@@ -58,7 +58,7 @@ impl Endpoint {
     /// The endpoint of registry entry `reg` (none: a private endpoint) in directory
     /// `dir`: creates its shared tables and maps the host-wide segment.
     pub(crate) fn new(reg: Option<Registry>, dir: PathBuf) -> Endpoint {
-        let share_caller_memory = reg.is_some() && std::env::var_os("RVERBS_SHARED_MR").is_some_and(|v| v == "1");
+        let share_caller_memory = reg.is_some() && crate::config::is_one(std::env::var_os("RVERBS_SHARED_MR").as_deref());
         let tables: &'static Tables = Box::leak(Box::new(
             Tables::create(&dir).expect("cannot create the endpoint's shared tables"),
         ));

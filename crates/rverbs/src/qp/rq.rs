@@ -77,6 +77,44 @@ fn slot_words(max_sge: usize) -> usize {
     2 + 2 * max_sge
 }
 
+/// The ring geometry a segment header gives (capacity, SGEs per slot), checked against
+/// the segment's length `seg_len`: `None` if no ring of the owner's making has it (a peer
+/// may have written anything there).
+pub(crate) fn geometry(cap: u32, max_sge: u32, seg_len: usize) -> Option<(usize, usize)> {
+    let (cap, max_sge) = (cap as usize, max_sge as usize);
+    if cap == 0 || max_sge == 0 || max_sge > MAX_SGE {
+        return None;
+    }
+    let bytes = cap.checked_mul(slot_words(max_sge) * 8)?.checked_add(HDR_BYTES)?;
+    (bytes <= seg_len).then_some((cap, max_sge))
+}
+
+/// Byte offset and words of slot `i` in a ring of `max_sge` SGEs per slot.
+pub(crate) fn slot_at(i: usize, max_sge: usize) -> (usize, usize) {
+    let w = slot_words(max_sge);
+    (HDR_BYTES + i * w * 8, w)
+}
+
+/// The head and count of the header's `state` word, clamped to a ring of `cap` slots
+/// (a peer may have written anything).
+pub(crate) fn clamp_state(state: u64, cap: usize) -> (usize, usize) {
+    let (head, count) = unpack(state);
+    (head % cap, count.min(cap))
+}
+
+/// The receive a slot's words hold (wr_id, num_sge, then the SGEs), at most `max_sge`
+/// entries whatever `num_sge` says: a peer could have written any value.
+pub(crate) fn read_slot(s: &[AtomicU64], max_sge: usize) -> RecvWqe {
+    let n = (s[1].load(Ordering::Relaxed) as usize).min(max_sge).min((s.len() - 2) / 2);
+    let sges = (0..n)
+        .map(|k| {
+            let lk = s[3 + 2 * k].load(Ordering::Relaxed);
+            Sge { addr: s[2 + 2 * k].load(Ordering::Relaxed), length: lk as u32, lkey: (lk >> 32) as u32 }
+        })
+        .collect();
+    RecvWqe { wr_id: s[0].load(Ordering::Relaxed), sges }
+}
+
 /// The name of a QP's receive queue segment.
 pub(crate) fn qp_segment_name(qpn: u32, gen: u32) -> String {
     format!("rq-{qpn}-{gen}")
@@ -126,11 +164,8 @@ impl RecvRing {
     /// A peer's view of a ring another endpoint created, from this process's endpoint `me`.
     pub(crate) fn open(seg: Arc<Segment>, me: &'static Endpoint) -> Result<RecvRing> {
         let h = seg.get::<RqHdr>(0);
-        let cap = h.cap.load(Ordering::Acquire) as usize;
-        let max_sge = h.max_sge.load(Ordering::Acquire) as usize;
-        if cap == 0 || max_sge == 0 || max_sge > MAX_SGE || HDR_BYTES + cap * slot_words(max_sge) * 8 > seg.len() {
-            return Err(Error::Bug("malformed receive queue segment"));
-        }
+        let (cap, max_sge) = geometry(h.cap.load(Ordering::Acquire), h.max_sge.load(Ordering::Acquire), seg.len())
+            .ok_or(Error::Bug("malformed receive queue segment"))?;
         Ok(RecvRing { seg, me, cap, max_sge })
     }
 
@@ -139,8 +174,8 @@ impl RecvRing {
     }
 
     fn slot(&self, i: usize) -> &[AtomicU64] {
-        let w = slot_words(self.max_sge);
-        self.seg.slice(HDR_BYTES + i * w * 8, w)
+        let (at, w) = slot_at(i, self.max_sge);
+        self.seg.slice(at, w)
     }
 
     fn lock(&self) -> crate::shm::lock::ShmGuard<'_> {
@@ -163,8 +198,7 @@ impl RecvRing {
 
     /// The queue's head and count, clamped to the ring (a peer may have written anything).
     fn load_state(&self) -> (usize, usize) {
-        let (head, count) = unpack(self.hdr().state.load(Ordering::Acquire));
-        (head % self.cap, count.min(self.cap))
+        clamp_state(self.hdr().state.load(Ordering::Acquire), self.cap)
     }
 
     /// The SRQ limit (0: not armed).
@@ -239,16 +273,7 @@ impl RecvRing {
     }
 
     fn read_slot(&self, i: usize) -> RecvWqe {
-        let s = self.slot(i);
-        // A peer could have written any value: clamp what indexes our arrays.
-        let n = (s[1].load(Ordering::Relaxed) as usize).min(self.max_sge);
-        let sges = (0..n)
-            .map(|k| {
-                let lk = s[3 + 2 * k].load(Ordering::Relaxed);
-                Sge { addr: s[2 + 2 * k].load(Ordering::Relaxed), length: lk as u32, lkey: (lk >> 32) as u32 }
-            })
-            .collect();
-        RecvWqe { wr_id: s[0].load(Ordering::Relaxed), sges }
+        read_slot(self.slot(i), self.max_sge)
     }
 
     /// Removes every receive, oldest first, returning their wr_ids.

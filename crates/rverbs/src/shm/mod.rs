@@ -43,18 +43,12 @@ unsafe impl ShmSafe for AtomicU8 {}
 /// The per-user runtime directory: `$RVERBS_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/rverbs`,
 /// else `/dev/shm/rverbs-<uid>`, else `/tmp/rverbs-<uid>`.
 pub(crate) fn runtime_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("RVERBS_RUNTIME_DIR") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        return PathBuf::from(d).join("rverbs");
-    }
-    let uid = rustix::process::getuid().as_raw();
-    if Path::new("/dev/shm").is_dir() {
-        PathBuf::from(format!("/dev/shm/rverbs-{uid}"))
-    } else {
-        PathBuf::from(format!("/tmp/rverbs-{uid}"))
-    }
+    crate::config::runtime_dir_from(
+        std::env::var_os("RVERBS_RUNTIME_DIR").as_deref(),
+        std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
+        rustix::process::getuid().as_raw(),
+        Path::new("/dev/shm").is_dir(),
+    )
 }
 
 /// A shared mapping of a file in the runtime directory.

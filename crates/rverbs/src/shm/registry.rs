@@ -277,7 +277,7 @@ impl Registry {
         // lets them (ptrace access rules differ between pairs of processes).
         hdr.get::<AtomicU64>(16).store(&CANARY as *const AtomicU64 as u64, Ordering::Release);
         hdr.get::<AtomicU64>(24).store(CANARY.load(Ordering::Relaxed), Ordering::Release);
-        let refuses_cma = std::env::var_os("RVERBS_CMA").is_some_and(|v| v == "off");
+        let refuses_cma = crate::config::is_off(std::env::var_os("RVERBS_CMA").as_deref());
         hdr.get::<AtomicU64>(32).store(u64::from(refuses_cma), Ordering::Release);
         hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
         let home = Arc::new(HomeSegments { dir: dir.clone(), map: Mutex::new(HashMap::new()) });
@@ -291,19 +291,7 @@ impl Registry {
     /// Rule: the entry's tag is written last (Release), so a peer that reads a valid tag
     /// (Acquire) reads the whole entry.
     pub(crate) fn publish_net_port(&self, netns: u64, ip: IpAddr, port: u16) -> bool {
-        let (family, hi, lo) = ip_words(ip);
-        for i in 0..MAX_NET_PORTS {
-            let e = self.hdr.slice::<AtomicU64>(PORTS_OFF + i * PORT_WORDS * 8, PORT_WORDS);
-            if e[3].load(Ordering::Acquire) != 0 {
-                continue;
-            }
-            e[0].store(hi, Ordering::Relaxed);
-            e[1].store(lo, Ordering::Relaxed);
-            e[2].store(netns, Ordering::Relaxed);
-            e[3].store(PORT_VALID | family << 16 | u64::from(port), Ordering::Release);
-            return true;
-        }
-        false
+        publish_in(self.hdr.slice::<AtomicU64>(0, HDR_WORDS), netns, ip, port)
     }
 
     /// Whether endpoint `ep` is alive: this process, a known live peer, or an endpoint
@@ -358,10 +346,8 @@ impl Registry {
         if hdr.len() < HDR_LEN {
             return Err(Error::Bug("peer endpoint header too short"));
         }
-        if hdr.get::<AtomicU64>(0).load(Ordering::Acquire) != HDR_MAGIC {
-            return Err(Error::Again { verb: "reach peer", why: "endpoint still starting" });
-        }
-        let pid = hdr.get::<AtomicU64>(8).load(Ordering::Acquire) as i32;
+        let info = header_info(hdr.slice::<AtomicU64>(0, HDR_LEN / 8))?;
+        let pid = info.pid;
         let pidfd = rustix::process::Pid::from_raw(pid)
             .ok_or(Error::Bug("bad pid in endpoint header"))
             .and_then(|p| Ok(rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())?))?;
@@ -371,9 +357,7 @@ impl Registry {
             return Err(Error::Again { verb: "reach peer", why: "endpoint died" });
         }
         let tables = super::tables::Tables::open(&dir)?;
-        let canary = (hdr.get::<AtomicU64>(16).load(Ordering::Acquire), hdr.get::<AtomicU64>(24).load(Ordering::Acquire));
-        let refused = hdr.get::<AtomicU64>(32).load(Ordering::Acquire) & 1 != 0;
-        let cma = !refused && probe_cma(pid, canary);
+        let cma = !info.refuses_cma && probe_cma(pid, info.canary);
         if !cma {
             tracing::info!(ep, pid, "cross-memory attach to this peer is refused: its private memory is reached through it (proxy)");
         }
@@ -436,6 +420,76 @@ fn ip_words(ip: IpAddr) -> (u64, u64, u64) {
     (family, hi, lo)
 }
 
+/// Words of an endpoint header.
+pub(crate) const HDR_WORDS: usize = HDR_LEN / 8;
+
+/// What a peer's endpoint header says of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HeaderInfo {
+    /// Its process (not checked here: `pidfd_open` refuses a pid that names nobody).
+    pub(crate) pid: i32,
+    /// The canary's address and value in its memory (`probe_cma`).
+    pub(crate) canary: (u64, u64),
+    /// It refuses cross-memory attach (`RVERBS_CMA=off`).
+    pub(crate) refuses_cma: bool,
+}
+
+/// Reads a peer's endpoint header `words` (at least [`HDR_WORDS`]; another process
+/// wrote them): `Again` while its magic is not there yet, `Bug` for a header too short
+/// or a pid no process can have.
+pub(crate) fn header_info(words: &[AtomicU64]) -> Result<HeaderInfo> {
+    if words.len() < HDR_WORDS {
+        return Err(Error::Bug("peer endpoint header too short"));
+    }
+    if words[0].load(Ordering::Acquire) != HDR_MAGIC {
+        return Err(Error::Again { verb: "reach peer", why: "endpoint still starting" });
+    }
+    let pid = i32::try_from(words[1].load(Ordering::Acquire))
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or(Error::Bug("bad pid in endpoint header"))?;
+    Ok(HeaderInfo {
+        pid,
+        canary: (words[2].load(Ordering::Acquire), words[3].load(Ordering::Acquire)),
+        refuses_cma: words[4].load(Ordering::Acquire) & 1 != 0,
+    })
+}
+
+/// Publishes `port` for `ip` in `netns` in the first free entry of the header `words`
+/// ([`Registry::publish_net_port`]); `false` when the table is full.
+pub(crate) fn publish_in(words: &[AtomicU64], netns: u64, ip: IpAddr, port: u16) -> bool {
+    let (family, hi, lo) = ip_words(ip);
+    let Some(table) = words.get(PORTS_OFF / 8..HDR_WORDS) else { return false };
+    for e in table.chunks_exact(PORT_WORDS) {
+        if e[3].load(Ordering::Acquire) != 0 {
+            continue;
+        }
+        e[0].store(hi, Ordering::Relaxed);
+        e[1].store(lo, Ordering::Relaxed);
+        e[2].store(netns, Ordering::Relaxed);
+        e[3].store(PORT_VALID | family << 16 | u64::from(port), Ordering::Release);
+        return true;
+    }
+    false
+}
+
+/// The UDP port a peer's endpoint header `words` publishes for local address `ip` in
+/// network namespace `netns` ([`Peer::net_port`]); never 0 (a peer could write garbage:
+/// port 0 names no socket).
+pub(crate) fn find_net_port(words: &[AtomicU64], netns: u64, ip: IpAddr) -> Option<u16> {
+    let (family, hi, lo) = ip_words(ip);
+    let table = words.get(PORTS_OFF / 8..HDR_WORDS)?;
+    table.chunks_exact(PORT_WORDS).find_map(|e| {
+        let tag = e[3].load(Ordering::Acquire);
+        let same = tag & PORT_VALID != 0
+            && (tag >> 16) & 0xffff == family
+            && e[0].load(Ordering::Relaxed) == hi
+            && e[1].load(Ordering::Relaxed) == lo
+            && e[2].load(Ordering::Relaxed) == netns;
+        (same && tag & 0xffff != 0).then_some(tag as u16)
+    })
+}
+
 /// Whether process_vm_readv(2) on `pid` works, reading its published canary `(addr,
 /// value)`. If the kernel refuses (EPERM: Yama `ptrace_scope`, a non-dumpable peer, no
 /// ptrace rights), or the peer refuses with `RVERBS_CMA=off`, the peer's private memory
@@ -492,18 +546,7 @@ impl Peer {
     /// `ip` in network namespace `netns`, as it published it
     /// ([`Registry::publish_net_port`]); `None` if it published none.
     pub(crate) fn net_port(&self, netns: u64, ip: IpAddr) -> Option<u16> {
-        let (family, hi, lo) = ip_words(ip);
-        (0..MAX_NET_PORTS).find_map(|i| {
-            let e = self.hdr.slice::<AtomicU64>(PORTS_OFF + i * PORT_WORDS * 8, PORT_WORDS);
-            let tag = e[3].load(Ordering::Acquire);
-            let same = tag & PORT_VALID != 0
-                && (tag >> 16) & 0xffff == family
-                && e[0].load(Ordering::Relaxed) == hi
-                && e[1].load(Ordering::Relaxed) == lo
-                && e[2].load(Ordering::Relaxed) == netns;
-            // A peer could write garbage: port 0 names no socket.
-            (same && tag & 0xffff != 0).then_some(tag as u16)
-        })
+        find_net_port(self.hdr.slice::<AtomicU64>(0, HDR_LEN / 8), netns, ip)
     }
 
     /// The peer's shared tables.

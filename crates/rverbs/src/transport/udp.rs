@@ -324,7 +324,7 @@ impl Net {
     /// link-local excluded), or, where another process owns that port, `address:0` to send
     /// from. `None` when no socket could be bound or `RVERBS_NET=off`.
     pub(crate) fn open(gids: &[GidEntry]) -> Option<Net> {
-        if std::env::var_os("RVERBS_NET").is_some_and(|v| v == "off") {
+        if crate::config::is_off(std::env::var_os("RVERBS_NET").as_deref()) {
             return None;
         }
         let mut socks = Vec::new();
@@ -745,16 +745,7 @@ impl NetSock {
             };
             for i in 0..n {
                 let Some((from, datagram)) = batch.get(i) else { continue };
-                match batch.segment_size(i) {
-                    // A train (GSO from the peer, or coalesced by the kernel): its
-                    // datagrams one by one.
-                    Some(size) if size < datagram.len() => {
-                        for d in datagram.chunks(size) {
-                            take(self.check(stats, from, d));
-                        }
-                    }
-                    _ => take(self.check(stats, from, datagram)),
-                }
+                for_each_segment(datagram, batch.segment_size(i), |d| take(self.check(stats, from, d)));
             }
             if !run.is_empty() {
                 deliver(&run);
@@ -775,56 +766,33 @@ impl NetSock {
         });
     }
 
-    /// Checks one datagram `datagram` from `from` (relay header, parse, ICRC; traced):
-    /// the packet, or `None` when it is dropped (and counted).
+    /// Checks one datagram `datagram` from `from` ([`check_datagram`]; traced, drops
+    /// counted): the packet, or `None` when it is dropped.
     fn check<'b>(&self, stats: &NetStats, from: SocketAddr, datagram: &'b [u8]) -> Option<Checked<'b>> {
-        // `to`: where the packet was sent (a relayed one: to the owner's port).
-        let (from, to, bytes, relayed_id) = match self.relayed(from, datagram) {
-            Relayed::No => (from, SocketAddr::new(self.ip, self.port), datagram, None),
-            Relayed::Packet(r) => (r.src, SocketAddr::new(self.ip, self.owner_port), r.packet, Some(r.id)),
-            Relayed::Malformed => {
-                stats.bad_relay.fetch_add(1, Ordering::Relaxed);
+        let r = check_datagram(self.rx_addr(), from, datagram);
+        if let (Some(t), Some(seen)) = (&self.trace, r.seen) {
+            t.record(seen.from, seen.to, seen.id, seen.bytes);
+        }
+        let counter = match r.verdict {
+            Ok(c) => return Some(c),
+            Err(RxDrop::RelayHeader) => {
                 tracing::debug!(%from, "relay datagram dropped: malformed");
-                return None;
+                &stats.bad_relay
+            }
+            Err(RxDrop::RelayedMalformed) => &stats.bad_relay,
+            Err(RxDrop::Malformed) => &stats.malformed,
+            Err(RxDrop::BadIcrc) => {
+                tracing::debug!(%from, "RoCEv2 packet dropped: bad ICRC");
+                &stats.bad_icrc
             }
         };
-        let dropped = if relayed_id.is_some() { &stats.bad_relay } else { &stats.malformed };
-        let packet = Packet::new_checked(bytes);
-        let checked = match relayed_id {
-            // The owner checked the ICRC and found the ID.
-            Some(id) => Some(id),
-            None => packet.as_ref().ok().and_then(|p| icrc_id(from, to, p)),
-        };
-        if let Some(t) = &self.trace {
-            t.record(from, to, checked.unwrap_or(0), bytes);
-        }
-        let Ok(packet) = packet else {
-            dropped.fetch_add(1, Ordering::Relaxed);
-            return None;
-        };
-        let Ok(repr) = Repr::parse(&packet) else {
-            dropped.fetch_add(1, Ordering::Relaxed);
-            return None;
-        };
-        let Some(id) = checked else {
-            stats.bad_icrc.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%from, "RoCEv2 packet dropped: bad ICRC");
-            return None;
-        };
-        Some(Checked { from, id, packet, repr })
+        counter.fetch_add(1, Ordering::Relaxed);
+        None
     }
 
-    /// Whether the datagram `bytes` from `from` is a relay datagram for this socket: it
-    /// does not own its address's port, and the datagram comes from that address's owner
-    /// (the same address, the owner's port) and starts with [`relay::MAGIC`]. Anything
-    /// else is an ordinary datagram (a relay header from elsewhere does not parse as
-    /// RoCEv2: its first byte is an opcode nobody serves).
-    fn relayed<'b>(&self, from: SocketAddr, bytes: &'b [u8]) -> Relayed<'b> {
-        let from_owner = from.ip() == self.ip && from.port() == self.owner_port;
-        if self.owns_port() || !from_owner || !bytes.starts_with(&relay::MAGIC) {
-            return Relayed::No;
-        }
-        relay::decode(bytes).map_or(Relayed::Malformed, Relayed::Packet)
+    /// Where this socket receives ([`check_datagram`]).
+    fn rx_addr(&self) -> RxAddr {
+        RxAddr { ip: self.ip, port: self.port, owner_port: self.owner_port }
     }
 
     /// Relays the checked packet `packet`, which came from `src` with IPv4 ID `id`, to
@@ -840,6 +808,102 @@ impl NetSock {
             self.sock.send_to(out, to).map_err(|err| tracing::debug!(%to, %err, "relay failed")).is_ok()
         })
     }
+}
+
+/// The datagrams of a received buffer: a train (GSO from the peer, or coalesced by the
+/// kernel; `segment_size` from `UDP_GRO`) one by one, anything else as one datagram (an
+/// empty one too: it is counted as malformed).
+pub(crate) fn for_each_segment<'d>(datagram: &'d [u8], segment_size: Option<usize>, f: impl FnMut(&'d [u8])) {
+    match segment_size {
+        Some(size) if size > 0 && size < datagram.len() => datagram.chunks(size).for_each(f),
+        _ => std::iter::once(datagram).for_each(f),
+    }
+}
+
+/// Where a socket receives: its address and bound port, and the port the address's
+/// owner receives on (`port == owner_port`: this socket is the owner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RxAddr {
+    pub(crate) ip: IpAddr,
+    pub(crate) port: u16,
+    pub(crate) owner_port: u16,
+}
+
+impl RxAddr {
+    /// Whether this socket owns its address's RoCEv2 port.
+    pub(crate) fn owns_port(&self) -> bool {
+        self.port == self.owner_port
+    }
+}
+
+/// Why [`check_datagram`] dropped a datagram (each counted in [`NetStats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RxDrop {
+    /// A relay datagram from the owner whose header does not decode (`bad_relay`).
+    RelayHeader,
+    /// A relay datagram whose packet does not parse (`bad_relay`).
+    RelayedMalformed,
+    /// A datagram that is not a RoCEv2 packet (`malformed`).
+    Malformed,
+    /// A RoCEv2 packet whose ICRC is wrong under every IPv4 Identification (`bad_icrc`).
+    BadIcrc,
+}
+
+/// What the packet trace records of a datagram: where it came from and was sent to (a
+/// relayed packet: its original source, and the owner's port), the ID its ICRC was
+/// checked with (0 when it did not check), and the packet's bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seen<'b> {
+    pub(crate) from: SocketAddr,
+    pub(crate) to: SocketAddr,
+    pub(crate) id: u16,
+    pub(crate) bytes: &'b [u8],
+}
+
+/// The outcome of [`check_datagram`].
+pub(crate) struct Received<'b> {
+    /// What the trace records (`None`: a relay datagram whose header does not decode).
+    pub(crate) seen: Option<Seen<'b>>,
+    pub(crate) verdict: Result<Checked<'b>, RxDrop>,
+}
+
+/// The receive checks of one datagram `datagram` from `from` arriving at `rx`, before
+/// the protocol core, without I/O: the relay header ([`relay`]; only a socket that does
+/// not own its address's port takes one, and only from that port's owner, whose ICRC
+/// check and ID it carries; a relay header from elsewhere does not parse as RoCEv2: its
+/// first byte is an opcode nobody serves), the packet's parse, and the ICRC under the
+/// IPv4 Identification it was sent with ([`icrc_id`]).
+pub(crate) fn check_datagram(rx: RxAddr, from: SocketAddr, datagram: &[u8]) -> Received<'_> {
+    let from_owner = from.ip() == rx.ip && from.port() == rx.owner_port;
+    let relayed = !rx.owns_port() && from_owner && datagram.starts_with(&relay::MAGIC);
+    // `to`: where the packet was sent (a relayed one: to the owner's port).
+    let (from, to, bytes, relayed_id) = if relayed {
+        match relay::decode(datagram) {
+            Some(r) => (r.src, SocketAddr::new(rx.ip, rx.owner_port), r.packet, Some(r.id)),
+            None => return Received { seen: None, verdict: Err(RxDrop::RelayHeader) },
+        }
+    } else {
+        (from, SocketAddr::new(rx.ip, rx.port), datagram, None)
+    };
+    let dropped = if relayed_id.is_some() { RxDrop::RelayedMalformed } else { RxDrop::Malformed };
+    let packet = Packet::new_checked(bytes);
+    let checked = match relayed_id {
+        // The owner checked the ICRC and found the ID.
+        Some(id) => Some(id),
+        None => packet.as_ref().ok().and_then(|p| icrc_id(from, to, p)),
+    };
+    let seen = Some(Seen { from, to, id: checked.unwrap_or(0), bytes });
+    let verdict = match packet {
+        Err(_) => Err(dropped),
+        Ok(packet) => match Repr::parse(&packet) {
+            Err(_) => Err(dropped),
+            Ok(repr) => match checked {
+                None => Err(RxDrop::BadIcrc),
+                Some(id) => Ok(Checked { from, id, packet, repr }),
+            },
+        },
+    };
+    Received { seen, verdict }
 }
 
 /// Datagrams one `recvmmsg` takes at most ([`NetSock::receive`]).
@@ -868,16 +932,6 @@ const RX_DATAGRAM: usize = 1 << 16;
 /// fresh, its pages resident only once a datagram is written into them), with each one's
 /// source address (`sys::DatagramBatch`: `recvmmsg`).
 pub(crate) type RxBatch = crate::sys::DatagramBatch<RX_BATCH, RX_DATAGRAM>;
-
-/// What a datagram is to a socket that does not own its address's port.
-enum Relayed<'b> {
-    /// An ordinary datagram.
-    No,
-    /// A relay datagram from the owner, decoded.
-    Packet(relay::Relay<'b>),
-    /// A relay datagram from the owner that does not decode.
-    Malformed,
-}
 
 /// The relay header the owner of an address's RoCEv2 port puts before a packet it passes
 /// to another process of the host (module docs, "Demultiplexing"). 28 bytes, then the
@@ -993,11 +1047,6 @@ fn icrc_id(from: SocketAddr, to: SocketAddr, packet: &Packet<&[u8]>) -> Option<u
     }
 }
 
-/// Whether a parsed packet is a UD request this slice serves.
-pub(crate) fn is_ud(repr: &Repr) -> bool {
-    repr.bth.opcode.transport() == Transport::Ud
-}
-
 /// The progress thread found socket `index` ([`Net::rx_sock`]) readable: receives and
 /// delivers what waits.
 pub(crate) fn readable(engine: &'static Engine, net: &Net, index: usize) {
@@ -1063,9 +1112,50 @@ fn deliver_run(engine: &'static Engine, net: &Net, sock: &NetSock, run: &[Checke
 /// The QP an RC/UC request is for, when that QP is this process's (the others are relayed
 /// or answered by [`deliver`]).
 fn own_request(engine: &Engine, repr: &Repr) -> Option<u32> {
+    match route(engine.ep(), repr) {
+        Route::Request { qpn } => Some(qpn),
+        _ => None,
+    }
+}
+
+/// Where a checked packet goes ([`route`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// A UD SEND_ONLY to QP1: a MAD, with the Q_Key its DETH names (0: none), for
+    /// `super::gsi::deliver`.
+    Mad { qkey: u32 },
+    /// An RC/UC packet for a QP of another endpoint of this host: relayed to it.
+    Relay { qpn: u32 },
+    /// An RC/UC request for QP `qpn` of this endpoint: to its responder.
+    Request { qpn: u32 },
+    /// An RC/UC response for QP `qpn` of this endpoint: to its requester.
+    Response { qpn: u32 },
+    /// A UD SEND (with or without immediate) for QP `qpn`, with the DETH's Q_Key.
+    Ud { qpn: u32, qkey: u32 },
+    /// Nothing here serves it (counted as unserved).
+    Unserved,
+}
+
+/// Where a checked packet goes, from its headers alone, in endpoint `ep` (rxe
+/// `rxe_rcv`): the QP's number names its endpoint; QP1 takes only UD SEND_ONLY; other
+/// UD QPs only UD SENDs with a DETH.
+pub(crate) fn route(ep: u32, repr: &Repr) -> Route {
     let qpn = repr.bth.dest_qp;
-    let connected = matches!(repr.bth.opcode.transport(), Transport::Rc | Transport::Uc);
-    (connected && repr.bth.opcode.is_request() && endpoint_of(qpn) == engine.ep()).then_some(qpn)
+    let operation = repr.bth.opcode.operation();
+    match repr.bth.opcode.transport() {
+        Transport::Ud if qpn == super::gsi::GSI_QPN => match operation {
+            Some(Operation::SendOnly) => Route::Mad { qkey: repr.deth.map_or(0, |d| d.qkey) },
+            _ => Route::Unserved,
+        },
+        Transport::Rc | Transport::Uc if endpoint_of(qpn) != ep => Route::Relay { qpn },
+        Transport::Rc | Transport::Uc if repr.bth.opcode.is_request() => Route::Request { qpn },
+        Transport::Rc | Transport::Uc => Route::Response { qpn },
+        Transport::Ud => match (operation, repr.deth) {
+            (Some(Operation::SendOnly | Operation::SendOnlyWithImmediate), Some(deth)) => Route::Ud { qpn, qkey: deth.qkey },
+            _ => Route::Unserved,
+        },
+        _ => Route::Unserved,
+    }
 }
 
 /// Delivers one checked packet (rxe `rxe_rcv`: the destination QP must exist with the
@@ -1080,43 +1170,38 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr,
         net.stats.unserved.fetch_add(1, Ordering::Relaxed);
     };
     let src = from.ip();
-    let transport = repr.bth.opcode.transport();
-    if transport == Transport::Ud && repr.bth.dest_qp == super::gsi::GSI_QPN {
-        // A MAD for QP1: to the endpoint it is for (`super::gsi`).
-        let ud_send = repr.bth.opcode.operation() == Some(Operation::SendOnly);
-        let qkey = repr.deth.map_or(0, |d| d.qkey);
-        if ud_send && super::gsi::deliver(engine, sock, from, qkey, packet.payload()) {
-            net.stats.delivered.fetch_add(1, Ordering::Relaxed);
-        } else {
-            unserved();
+    let (qpn, qkey) = match route(engine.ep(), repr) {
+        Route::Mad { qkey } => {
+            // A MAD for QP1: to the endpoint it is for (`super::gsi`).
+            if super::gsi::deliver(engine, sock, from, qkey, packet.payload()) {
+                net.stats.delivered.fetch_add(1, Ordering::Relaxed);
+            } else {
+                unserved();
+            }
+            return;
         }
-        return;
-    }
-    if matches!(transport, Transport::Rc | Transport::Uc) && endpoint_of(repr.bth.dest_qp) != engine.ep() {
-        if relay_packet(engine, net, sock, from, id, packet, repr) {
-            net.stats.relayed.fetch_add(1, Ordering::Relaxed);
-        } else {
-            unserved();
+        Route::Relay { .. } => {
+            if relay_packet(engine, net, sock, from, id, packet, repr) {
+                net.stats.relayed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                unserved();
+            }
+            return;
         }
-        return;
-    }
-    if matches!(transport, Transport::Rc | Transport::Uc) {
-        // Connected QPs: responses to their requesters (requests went to their responders
-        // in runs, `deliver_run`).
-        let taken = !repr.bth.opcode.is_request() && super::net::handle_response(engine, src, repr, packet.payload());
-        if taken {
-            net.stats.delivered.fetch_add(1, Ordering::Relaxed);
-        } else {
-            unserved();
+        Route::Response { .. } => {
+            // Connected QPs: responses to their requesters (requests went to their
+            // responders in runs, `deliver_run`).
+            if super::net::handle_response(engine, src, repr, packet.payload()) {
+                net.stats.delivered.fetch_add(1, Ordering::Relaxed);
+            } else {
+                unserved();
+            }
+            return;
         }
-        return;
-    }
-    let ud_send = matches!(repr.bth.opcode.operation(), Some(Operation::SendOnly | Operation::SendOnlyWithImmediate));
-    if !is_ud(repr) || !ud_send {
-        return unserved();
-    }
-    let Some(deth) = repr.deth else { return unserved() };
-    let Some(target) = ud_target(engine, repr.bth.dest_qp, deth.qkey) else { return unserved() };
+        Route::Request { .. } | Route::Unserved => return unserved(),
+        Route::Ud { qpn, qkey } => (qpn, qkey),
+    };
+    let Some(target) = ud_target(engine, qpn, qkey) else { return unserved() };
     let request = Request::from_repr(repr, packet.payload());
     // docs/rocev2-wire.md §5.3: the receive's GRH area holds the packet's IP header.
     let header = grh::build(&Gid::from_ip(src), &sock.gid, 0, 64, 0, repr.payload_len, repr.immdt.is_some());

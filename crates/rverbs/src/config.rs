@@ -1,0 +1,62 @@
+//! The environment variables the device reads, as pure functions of their values (the
+//! callers read the environment): so the rules are stated once and can be tested with
+//! any value (the `config` fuzz target). `RVERBS_FAULTS` has its parser in
+//! `rverbs_proto::fault`.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+
+/// The per-user runtime directory from `RVERBS_RUNTIME_DIR` (`rverbs`) and
+/// `XDG_RUNTIME_DIR` (`xdg`): the first, else `<xdg>/rverbs`, else
+/// `/dev/shm/rverbs-<uid>` where `/dev/shm` is a directory (`dev_shm`), else
+/// `/tmp/rverbs-<uid>`. A variable set to the empty string counts as unset (as the XDG
+/// base directory specification has it for `XDG_RUNTIME_DIR`, and as the shell mirror
+/// `cm_runtime_dir` of tests/conformance/lib/cm.bash reads both): an empty path would
+/// put the endpoints in the current directory of each process.
+pub(crate) fn runtime_dir_from(rverbs: Option<&OsStr>, xdg: Option<&OsStr>, uid: u32, dev_shm: bool) -> PathBuf {
+    if let Some(d) = rverbs.filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = xdg.filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("rverbs");
+    }
+    if dev_shm {
+        PathBuf::from(format!("/dev/shm/rverbs-{uid}"))
+    } else {
+        PathBuf::from(format!("/tmp/rverbs-{uid}"))
+    }
+}
+
+/// An `on`/`off` switch that is on unless set to exactly `off` (`RVERBS_NET`,
+/// `RVERBS_CMA`): whether it is off.
+pub(crate) fn is_off(value: Option<&OsStr>) -> bool {
+    value.is_some_and(|v| v == "off")
+}
+
+/// A switch that is off unless set to exactly `1` (`RVERBS_SHARED_MR`): whether it is on.
+pub(crate) fn is_one(value: Option<&OsStr>) -> bool {
+    value.is_some_and(|v| v == "1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_runtime_dir_variable_counts_as_unset() {
+        // Found writing the `config` fuzz target: `RVERBS_RUNTIME_DIR=` put the
+        // endpoints in each process's current directory (the path ""), where the shell
+        // mirror in tests/conformance/lib/cm.bash looked under XDG_RUNTIME_DIR.
+        let e = Some(OsStr::new(""));
+        assert_eq!(runtime_dir_from(e, Some(OsStr::new("/run/user/7")), 7, true), PathBuf::from("/run/user/7/rverbs"));
+        assert_eq!(runtime_dir_from(e, e, 7, true), PathBuf::from("/dev/shm/rverbs-7"));
+        assert_eq!(runtime_dir_from(None, e, 7, false), PathBuf::from("/tmp/rverbs-7"));
+        assert_eq!(runtime_dir_from(Some(OsStr::new("/r")), e, 7, true), PathBuf::from("/r"));
+    }
+
+    #[test]
+    fn switches_take_exactly_their_word() {
+        assert!(is_off(Some(OsStr::new("off"))) && !is_off(Some(OsStr::new("OFF"))) && !is_off(None));
+        assert!(is_one(Some(OsStr::new("1"))) && !is_one(Some(OsStr::new("yes"))) && !is_one(None));
+    }
+}

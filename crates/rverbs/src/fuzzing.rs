@@ -1,0 +1,400 @@
+//! Entries for the libFuzzer harnesses of `fuzz/` into code that is private to this
+//! crate: the pure checks and decoders under the I/O of the UDP receive path and of the
+//! shared-segment readers. Compiled only with the feature `fuzzing`, which only
+//! `fuzz/Cargo.toml` enables (its harnesses also run as plain tests there, without
+//! `--cfg fuzzing`), hidden from the documentation, and no part of the API: the
+//! functions wrap the crate's own, converting to plain types, and add no logic of their
+//! own beyond building the in-memory stand-ins for segments.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use rverbs_proto::verbs::{Access, QpType};
+use rverbs_proto::wire::roce::Repr;
+
+use crate::gid::Gid;
+
+/// The UDP receive path (`transport::udp`) and what follows it before the queues.
+pub mod udp {
+    use super::*;
+    use crate::transport::udp as u;
+
+    /// Where a socket receives (`port == owner_port`: it owns the address's port).
+    #[derive(Clone, Copy, Debug)]
+    pub struct RxAddr {
+        pub ip: IpAddr,
+        pub port: u16,
+        pub owner_port: u16,
+    }
+
+    /// A packet the receive checks passed.
+    #[derive(Debug)]
+    pub struct RxPacket<'b> {
+        pub from: SocketAddr,
+        pub id: u16,
+        pub bytes: &'b [u8],
+        pub repr: Repr,
+    }
+
+    /// The outcome of the receive checks of one datagram.
+    #[derive(Debug)]
+    pub struct Rx<'b> {
+        /// What the trace records: source, destination, ID, bytes.
+        pub seen: Option<(SocketAddr, SocketAddr, u16, &'b [u8])>,
+        /// The packet, or why it was dropped (the `RxDrop` variant's name).
+        pub verdict: Result<RxPacket<'b>, String>,
+    }
+
+    /// `udp::check_datagram`.
+    pub fn check_datagram(rx: RxAddr, from: SocketAddr, datagram: &[u8]) -> Rx<'_> {
+        let r = u::check_datagram(u::RxAddr { ip: rx.ip, port: rx.port, owner_port: rx.owner_port }, from, datagram);
+        Rx {
+            seen: r.seen.map(|s| (s.from, s.to, s.id, s.bytes)),
+            verdict: r
+                .verdict
+                .map(|c| RxPacket { from: c.from, id: c.id, bytes: c.packet.into_inner(), repr: c.repr })
+                .map_err(|d| format!("{d:?}")),
+        }
+    }
+
+    /// `udp::for_each_segment`.
+    pub fn for_each_segment<'d>(datagram: &'d [u8], segment_size: Option<usize>, f: impl FnMut(&'d [u8])) {
+        u::for_each_segment(datagram, segment_size, f)
+    }
+
+    /// Bytes of the relay header.
+    pub const RELAY_LEN: usize = u::relay::LEN;
+
+    /// `udp::relay::encode`.
+    pub fn relay_encode(src: SocketAddr, id: u16, packet: &[u8], out: &mut Vec<u8>) {
+        u::relay::encode(src, id, packet, out)
+    }
+
+    /// `udp::relay::decode`: (source, ID, packet).
+    pub fn relay_decode(bytes: &[u8]) -> Option<(SocketAddr, u16, &[u8])> {
+        u::relay::decode(bytes).map(|r| (r.src, r.id, r.packet))
+    }
+
+    /// Where a checked packet goes (`udp::Route`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Route {
+        Mad { qkey: u32 },
+        Relay { qpn: u32 },
+        Request { qpn: u32 },
+        Response { qpn: u32 },
+        Ud { qpn: u32, qkey: u32 },
+        Unserved,
+    }
+
+    /// `udp::route` in endpoint `ep`.
+    pub fn route(ep: u32, repr: &Repr) -> Route {
+        match u::route(ep, repr) {
+            u::Route::Mad { qkey } => Route::Mad { qkey },
+            u::Route::Relay { qpn } => Route::Relay { qpn },
+            u::Route::Request { qpn } => Route::Request { qpn },
+            u::Route::Response { qpn } => Route::Response { qpn },
+            u::Route::Ud { qpn, qkey } => Route::Ud { qpn, qkey },
+            u::Route::Unserved => Route::Unserved,
+        }
+    }
+
+    /// The endpoint a QP number names.
+    pub fn endpoint_of(qpn: u32) -> u32 {
+        crate::table::endpoint_of(qpn)
+    }
+
+    /// The GRH area a UD receive gets for a packet from `src` to `dst` (`transport::grh`,
+    /// as `udp::deliver` builds it).
+    pub fn grh(src: IpAddr, dst: IpAddr, payload: usize, imm: bool) -> [u8; 40] {
+        crate::transport::grh::build(&Gid::from_ip(src), &Gid::from_ip(dst), 0, 64, 0, payload, imm)
+    }
+
+    /// Bytes of a MAD.
+    pub const MAD_LEN: usize = crate::transport::gsi::MAD_LEN;
+    /// The GSI Q_Key.
+    pub const GSI_QKEY: u32 = crate::transport::gsi::GSI_QKEY;
+
+    /// `gsi::receiver`: `Some(Some(ep))` for an endpoint, `Some(None)` for the
+    /// dispatcher, `None` for a MAD nobody here serves.
+    pub fn mad_receiver(mad: &[u8; MAD_LEN]) -> Option<Option<u32>> {
+        crate::transport::gsi::receiver(mad).map(|r| match r {
+            crate::transport::gsi::Receiver::Endpoint(ep) => Some(ep),
+            crate::transport::gsi::Receiver::Dispatcher => None,
+        })
+    }
+
+    /// The QP1 receive record of a MAD from `peer` arrived at `local`, parsed back
+    /// (`gsi::record`, `gsi::parse_record`): (peer, local, MAD).
+    pub fn mad_record_round_trip(peer: IpAddr, local: IpAddr, mad: &[u8; MAD_LEN]) -> (IpAddr, IpAddr, [u8; MAD_LEN]) {
+        use crate::transport::gsi::{parse_record, record, MadPeer};
+        match parse_record(&record(MadPeer::Remote { peer, local }, mad)) {
+            (MadPeer::Remote { peer, local }, m) => (peer, local, m),
+            (MadPeer::Endpoint(ep), _) => panic!("a remote record parsed as endpoint {ep}"),
+        }
+    }
+
+    /// A QP1 receive record of `bytes` (what a FIFO hands over), parsed: (endpoint, or
+    /// the remote (peer, local) addresses).
+    pub fn mad_record_parse(bytes: &[u8; crate::transport::gsi::RECORD_LEN]) -> Result<u32, (IpAddr, IpAddr)> {
+        use crate::transport::gsi::{parse_record, MadPeer};
+        match parse_record(bytes).0 {
+            MadPeer::Endpoint(ep) => Ok(ep),
+            MadPeer::Remote { peer, local } => Err((peer, local)),
+        }
+    }
+
+    /// Bytes of a QP1 receive record.
+    pub const RECORD_LEN: usize = crate::transport::gsi::RECORD_LEN;
+}
+
+/// The environment variables' rules (`config`).
+pub mod config {
+    use std::ffi::OsStr;
+    use std::path::PathBuf;
+
+    /// `config::runtime_dir_from`.
+    pub fn runtime_dir_from(rverbs: Option<&OsStr>, xdg: Option<&OsStr>, uid: u32, dev_shm: bool) -> PathBuf {
+        crate::config::runtime_dir_from(rverbs, xdg, uid, dev_shm)
+    }
+
+    /// `config::is_off`.
+    pub fn is_off(value: Option<&OsStr>) -> bool {
+        crate::config::is_off(value)
+    }
+
+    /// `config::is_one`.
+    pub fn is_one(value: Option<&OsStr>) -> bool {
+        crate::config::is_one(value)
+    }
+}
+
+/// Readers of bytes other processes write: key records, QP records, receive rings,
+/// completion rings, endpoint headers.
+pub mod shm {
+    use super::*;
+    use crate::cq::ring::{Pop, PushError, Ring, DATA_WORDS};
+    use crate::mr::access::{self, Fault, KeyUse};
+    use crate::shm::tables::{KeyDesc, KeyRecord, QpRecord};
+
+    /// The descriptive fields of a key record as raw words (`tables::KeyFields`).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct KeyWords {
+        pub seq: u32,
+        pub key: u32,
+        pub kind: u32,
+        pub state: u32,
+        pub pd: u32,
+        pub access: u32,
+        pub qpn: u32,
+        pub mr_index: u32,
+        pub iova: u64,
+        pub len: u64,
+        pub va: u64,
+        pub loc: u64,
+        pub seg_off: u64,
+    }
+
+    /// A key record whose words are `w` (as another process left them), read with the
+    /// seqlock reader (`KeyFields::read`; an odd `seq` reads as empty after 500 ms, so
+    /// the harness gives even ones).
+    pub fn key_read(w: &KeyWords) -> KeyWords {
+        let r = KeyRecord::default();
+        r.seq.store(w.seq, Ordering::Relaxed);
+        r.key.store(w.key, Ordering::Relaxed);
+        r.kind.store(w.kind, Ordering::Relaxed);
+        r.state.store(w.state, Ordering::Relaxed);
+        r.pd.store(w.pd, Ordering::Relaxed);
+        r.access.store(w.access, Ordering::Relaxed);
+        r.qpn.store(w.qpn, Ordering::Relaxed);
+        r.mr_index.store(w.mr_index, Ordering::Relaxed);
+        r.iova.store(w.iova, Ordering::Relaxed);
+        r.len.store(w.len, Ordering::Relaxed);
+        r.va.store(w.va, Ordering::Relaxed);
+        r.loc.store(w.loc, Ordering::Relaxed);
+        r.seg_off.store(w.seg_off, Ordering::Relaxed);
+        let d = r.read();
+        KeyWords {
+            seq: 0,
+            key: d.key,
+            kind: d.kind,
+            state: d.state,
+            pd: d.pd,
+            access: d.access,
+            qpn: d.qpn,
+            mr_index: d.mr_index,
+            iova: d.iova,
+            len: d.len,
+            va: d.va,
+            loc: d.loc,
+            seg_off: d.seg_off,
+        }
+    }
+
+    /// `KEY_STATE_VALID`, `KEY_KIND_MR`, `KEY_KIND_MW2`.
+    pub const KEY_STATE_VALID: u32 = crate::shm::tables::KEY_STATE_VALID;
+    pub const KEY_KIND_MR: u32 = crate::shm::tables::KEY_KIND_MR;
+    pub const KEY_KIND_MW2: u32 = crate::shm::tables::KEY_KIND_MW2;
+
+    /// The checks of an access of `[va, va+len)` through `key` by a QP of PD `pd`
+    /// (`remote_qpn`: an rkey used by that responder QP; `None`: an lkey) with rights
+    /// `need`, on the record copy `d`, and where it lands in a shared segment of
+    /// `seg_len` bytes (`mr::access::{check_desc, offset_in, segment_offset}`): the offset
+    /// in the key's range and in the segment, or the fault's name.
+    #[allow(clippy::too_many_arguments)]
+    pub fn key_access(d: &KeyWords, key: u32, pd: u32, remote_qpn: Option<u32>, need: u32, va: u64, len: u64, seg_len: usize) -> Result<(u64, usize), String> {
+        let desc = KeyDesc {
+            key: d.key,
+            kind: d.kind,
+            state: d.state,
+            pd: d.pd,
+            access: d.access,
+            qpn: d.qpn,
+            mr_index: d.mr_index,
+            iova: d.iova,
+            len: d.len,
+            va: d.va,
+            loc: d.loc,
+            seg_off: d.seg_off,
+        };
+        let used = remote_qpn.map_or(KeyUse::Local, |qpn| KeyUse::Remote { qpn });
+        let go = || -> Result<(u64, usize), Fault> {
+            access::check_desc(&desc, key, pd, used, Access::from_bits_truncate(need))?;
+            let off = access::offset_in(&desc, va, len)?;
+            Ok((off, access::segment_offset(&desc, off, len, seg_len)?))
+        };
+        go().map_err(|f| format!("{f:?}"))
+    }
+
+    /// What the readers of a QP record make of its words (`tables::QpRecord`): state
+    /// (raw), type (raw), access bits, destination GID, whether it is live QP `qpn` of
+    /// type `qp_type` (`route::is_qp`), and the responder attributes
+    /// (`route::responder_config`: access bits, max_dest_rd_atomic, min_rnr_timer, qkey).
+    #[derive(Debug)]
+    pub struct QpView {
+        pub state: u32,
+        pub qp_type: Option<u32>,
+        pub access: u32,
+        pub dgid: [u8; 16],
+        pub is_qp: bool,
+        pub responder: (u32, u8, u8, u32),
+    }
+
+    /// Reads a QP record whose first 16 words are `w` and whose GID halves are `dgid`.
+    pub fn qp_read(w: &[u32; 16], dgid: [u64; 2], qpn: u32, qp_type: u32) -> QpView {
+        let r = QpRecord::default();
+        let fields: [&AtomicU32; 16] = [
+            &r.qpn, &r.state, &r.qp_type, &r.access, &r.qkey, &r.min_rnr_timer, &r.max_dest_rd_atomic, &r.pd, &r.srqn,
+            &r.rq_gen, &r.recv_cq, &r.recv_cq, &r.ctx, &r.flags, &r.path_mtu, &r.dest_qpn,
+        ];
+        for (f, v) in fields.iter().zip(w) {
+            f.store(*v, Ordering::Relaxed);
+        }
+        r.dgid[0].store(dgid[0], Ordering::Relaxed);
+        r.dgid[1].store(dgid[1], Ordering::Relaxed);
+        let want = QpType::from_raw(qp_type).unwrap_or(QpType::Rc);
+        let cfg = crate::transport::route::responder_config(rverbs_proto::rc::Mode::Rc, &r, 4096);
+        QpView {
+            state: r.state().raw(),
+            qp_type: r.qp_type().map(|t| t.raw()),
+            access: r.access().bits(),
+            dgid: r.dgid().0,
+            is_qp: crate::transport::route::is_qp(&r, qpn, want),
+            responder: (cfg.access.bits(), cfg.max_dest_rd_atomic, cfg.min_rnr_timer, cfg.qkey),
+        }
+    }
+
+    /// A completion ring in process memory standing in for a CQ segment.
+    pub struct FuzzRing(Ring);
+
+    /// Words of a CQE.
+    pub const CQE_WORDS: usize = DATA_WORDS;
+
+    /// What a pop found (`ring::Pop`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Popped {
+        Entry([u64; CQE_WORDS], u64),
+        Empty,
+        Corrupt,
+    }
+
+    impl FuzzRing {
+        /// A ring of at least `min_entries` (a power of two).
+        pub fn new(min_entries: usize) -> FuzzRing {
+            FuzzRing(Ring::new(min_entries))
+        }
+        pub fn capacity(&self) -> usize {
+            self.0.capacity()
+        }
+        pub fn len(&self) -> usize {
+            self.0.len()
+        }
+        pub fn is_empty(&self) -> bool {
+            self.0.len() == 0
+        }
+        /// `Ok`, or `Err(true)` for full, `Err(false)` for corrupt indices.
+        pub fn push(&self, data: &[u64; CQE_WORDS], overwrite: bool) -> Result<(), bool> {
+            self.0.push(data, overwrite).map_err(|e| e == PushError::Full)
+        }
+        pub fn pop(&self) -> Popped {
+            match self.0.pop() {
+                Pop::Entry(d, p) => Popped::Entry(d, p),
+                Pop::Empty => Popped::Empty,
+                Pop::Corrupt => Popped::Corrupt,
+            }
+        }
+        /// (tail, head).
+        pub fn indices(&self) -> (u64, u64) {
+            let (t, h, _) = self.0.raw_words(0);
+            (t.load(Ordering::Relaxed), h.load(Ordering::Relaxed))
+        }
+        /// Another process writes `value` into the tail (0), the head (1) or the sequence
+        /// word of slot `slot` (2).
+        pub fn scribble(&self, what: u8, slot: usize, value: u64) {
+            let (t, h, s) = self.0.raw_words(slot);
+            [t, h, s][usize::from(what % 3)].store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// Receive rings (`qp::rq`): the largest SGE count.
+    pub const RQ_MAX_SGE: usize = crate::qp::rq::MAX_SGE;
+
+    /// `rq::geometry`.
+    pub fn rq_geometry(cap: u32, max_sge: u32, seg_len: usize) -> Option<(usize, usize)> {
+        crate::qp::rq::geometry(cap, max_sge, seg_len)
+    }
+
+    /// `rq::slot_at`: byte offset and words of slot `i`.
+    pub fn rq_slot_at(i: usize, max_sge: usize) -> (usize, usize) {
+        crate::qp::rq::slot_at(i, max_sge)
+    }
+
+    /// `rq::clamp_state`.
+    pub fn rq_clamp_state(state: u64, cap: usize) -> (usize, usize) {
+        crate::qp::rq::clamp_state(state, cap)
+    }
+
+    /// `rq::read_slot` over `words`: wr_id and SGEs (addr, length, lkey).
+    pub fn rq_read_slot(words: &[u64], max_sge: usize) -> (u64, Vec<(u64, u32, u32)>) {
+        let atomics: Vec<AtomicU64> = words.iter().map(|&w| AtomicU64::new(w)).collect();
+        let w = crate::qp::rq::read_slot(&atomics, max_sge);
+        (w.wr_id, w.sges().iter().map(|s| (s.addr, s.length, s.lkey)).collect())
+    }
+
+    /// Words of an endpoint header.
+    pub const HDR_WORDS: usize = crate::shm::registry::HDR_WORDS;
+
+    /// `registry::header_info`: (pid, canary, refuses CMA) or the error.
+    pub fn header_info(words: &[u64]) -> Result<(i32, (u64, u64), bool), String> {
+        let atomics: Vec<AtomicU64> = words.iter().map(|&w| AtomicU64::new(w)).collect();
+        crate::shm::registry::header_info(&atomics).map(|h| (h.pid, h.canary, h.refuses_cma)).map_err(|e| e.to_string())
+    }
+
+    /// `registry::find_net_port`, after `registry::publish_in` of `publish` (netns, ip,
+    /// port) into the header `words` (which stay as another process wrote them
+    /// otherwise): (published, found).
+    pub fn net_port(words: &[u64], publish: Option<(u64, IpAddr, u16)>, netns: u64, ip: IpAddr) -> (bool, Option<u16>) {
+        let atomics: Vec<AtomicU64> = words.iter().map(|&w| AtomicU64::new(w)).collect();
+        let published = publish.is_some_and(|(n, i, p)| crate::shm::registry::publish_in(&atomics, n, i, p));
+        (published, crate::shm::registry::find_net_port(&atomics, netns, ip))
+    }
+}
