@@ -244,31 +244,22 @@ behind_owner "rping behind ibv_rc_pingpong (an owner without a connection manage
 
 # rdma_resolve_addr(3) towards an address of the link that nobody holds: the kernel's
 # rdma_cm resolves the next hop's neighbour within the caller's timeout (rping: 2 s) and
-# fails with ADDR_ERROR (-ETIMEDOUT, or -EHOSTUNREACH once ARP gave up); it must not
-# resolve at once and leave rping silent until the CM's retries run out a minute later.
-label="rping to an address nobody answers: ADDR_ERROR within rping's 2 s timeout"
-if [[ -z $FILTER || $label =~ $FILTER ]]; then
+# fails with ADDR_ERROR (-ETIMEDOUT, or -EHOSTUNREACH once ARP or neighbour discovery
+# gave up); it must not resolve at once and leave rping silent until the CM's retries run
+# out a minute later. Over IPv6 rverbs reads the kernel's neighbour table over rtnetlink.
+unreachable_case() {  # LABEL ADDRESS
+  local label=$1
+  [[ -z $FILTER || $label =~ $FILTER ]] || return 0
   n=$((n + 1)) start=$EPOCHREALTIME why=()
-  slog=/dev/null clog=$WORK/logs/$n.client scmd=(none) ccmd=(rping -c -a 10.69.0.99 -p "$port" -C 1 -v)
-  rc=0
+  slog=/dev/null clog=$WORK/logs/$n.client scmd=(none) ccmd=(rping -c -a "$2" -p "$port" -C 1 -v)
+  local rc=0
   "${on_b[@]}" timeout -k 5 15 "${ccmd[@]}" >"$clog" 2>&1 || rc=$?
   [ "$rc" != 124 ] && [ "$rc" != 137 ] || why+=("rping still waiting after 15 s")
   [ "$rc" != 0 ] || why+=("rping succeeded")
   grep -Eq 'RDMA_CM_EVENT_ADDR_ERROR, error -(110|113)' "$clog" || why+=("no ADDR_ERROR with -ETIMEDOUT or -EHOSTUNREACH")
   report_pair "$label"
-fi
-# The same over IPv6: neighbour discovery instead of ARP (rverbs reads the kernel's IPv6
-# neighbour table over rtnetlink).
-label="rping to an IPv6 address nobody answers: ADDR_ERROR within rping's 2 s timeout"
-if [[ -z $FILTER || $label =~ $FILTER ]]; then
-  n=$((n + 1)) start=$EPOCHREALTIME why=()
-  slog=/dev/null clog=$WORK/logs/$n.client scmd=(none) ccmd=(rping -c -a fd69::99 -p "$port" -C 1 -v)
-  rc=0
-  "${on_b[@]}" timeout -k 5 15 "${ccmd[@]}" >"$clog" 2>&1 || rc=$?
-  [ "$rc" != 124 ] && [ "$rc" != 137 ] || why+=("rping still waiting after 15 s")
-  [ "$rc" != 0 ] || why+=("rping succeeded")
-  grep -Eq 'RDMA_CM_EVENT_ADDR_ERROR, error -(110|113)' "$clog" || why+=("no ADDR_ERROR with -ETIMEDOUT or -EHOSTUNREACH")
-  report_pair "$label"
-fi
+}
+unreachable_case "rping to an address nobody answers: ADDR_ERROR within rping's 2 s timeout" 10.69.0.99
+unreachable_case "rping to an IPv6 address nobody answers: ADDR_ERROR within rping's 2 s timeout" fd69::99
 
 finish

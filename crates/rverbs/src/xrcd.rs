@@ -266,7 +266,7 @@ mod host {
     pub(crate) fn open(reg: &Registry, (dev, ino): (u64, u64), oflags: i32) -> Result<Entry> {
         let table = reg.root.join("xrcd");
         std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).recursive(true).create(&table)?;
-        let lock = rustix::fs::open(&table.join("lock"), OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
+        let lock = rustix::fs::open(table.join("lock"), OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
         // Held for a few file operations by each opener; released by the kernel if the
         // holder dies.
         rustix::fs::flock(&lock, FlockOperation::LockExclusive)?;

@@ -533,7 +533,8 @@ pub(crate) fn copy_out(p: &Pinned<'_>, dst: &mut [u8]) -> Result<(), CmaError> {
 /// Executes a 64-bit atomic on the 8 pinned bytes of `p` and returns the original value.
 pub(crate) fn atomic(p: &Pinned<'_>, op: mem::AtomicOp) -> Result<u64, CmaError> {
     debug_assert!(p.len >= 8);
-    let _g = p.host_atomics.map(Endpoint::atomic_lock);
+    // A progress thread waiting for the lock serves its own proxy requests meanwhile.
+    let _g = p.host_atomics.map(|e| e.atomic_lock(super::proxy::serve_own_pending));
     match p.place {
         Place::Local(addr) if p.host_atomics.is_none() => {
             debug_assert_eq!(addr % 8, 0);

@@ -98,12 +98,13 @@ impl Endpoint {
     /// Takes the host-wide lock of device atomics (IBV_ATOMIC_HCA).
     ///
     /// Its holder may be waiting for this process's progress thread to serve a proxied
-    /// read or write (`mr::proxy`, a peer's private memory without cross-memory attach);
-    /// a progress thread waiting here serves them meanwhile, or the two would wait on
-    /// each other. A live holder keeps it up to [`ATOMIC_STUCK`]: taking it over sooner
-    /// would let two read-modify-writes interleave.
-    pub(crate) fn atomic_lock(&self) -> ShmGuard<'_> {
-        self.host.get::<ShmLock>(0).lock_with(self.ep(), |ep| self.alive(ep), ATOMIC_STUCK, super::proxy::serve_own_pending)
+    /// read or write (`mr::proxy`, a peer's private memory without cross-memory attach):
+    /// the waiter runs `waiting` between looks (the caller passes what serves them, or
+    /// the two would wait on each other). A live holder keeps it up to
+    /// [`ATOMIC_STUCK`]: taking it over sooner would let two read-modify-writes
+    /// interleave.
+    pub(crate) fn atomic_lock(&self, waiting: impl FnMut()) -> ShmGuard<'_> {
+        self.host.get::<ShmLock>(0).lock_with(self.ep(), |ep| self.alive(ep), ATOMIC_STUCK, waiting)
     }
 
     /// The endpoint number of this process.

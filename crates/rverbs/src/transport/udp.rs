@@ -545,8 +545,8 @@ impl NetSock {
             IpAddr::V4(_) => sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)?,
             IpAddr::V6(_) => sockopt::set_ipv6_mtu_discover(&sock, sockopt::Ipv6PathMtuDiscovery::DO)?,
         }
-        // A window of 128 unacknowledged packets (docs/rocev2-wire.md §3.1) from each of several
-        // connections arrives in bursts: a receive buffer of the default size (about 90
+        // A window of up to 512 unacknowledged packets (`net::WINDOW`; rxe's is 128,
+        // docs/rocev2-wire.md §3.1) from each of several connections arrives in bursts: a receive buffer of the default size (about 90
         // datagrams) overflows and every overflow is a go-back-N. Ask for 4 MiB (the kernel
         // caps it at net.core.rmem_max; best effort).
         let _ = sockopt::set_socket_recv_buffer_size(&sock, RECV_BUFFER);
