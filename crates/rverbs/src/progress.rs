@@ -88,7 +88,7 @@ pub(crate) fn net_active() -> bool {
     NET_CONNECTIONS.load(std::sync::atomic::Ordering::Relaxed) != 0
 }
 
-/// DESIGN §5 (no latency path waits on a sleeping thread): an application thread that
+/// ARCHITECTURE.md §8 (no latency path waits on a sleeping thread): an application thread that
 /// polls an empty CQ while network connections exist receives and delivers what waits on
 /// the sockets itself, instead of waiting for the progress thread to be scheduled (on a
 /// machine whose cores busy-pollers keep, that wait is a scheduler tick, milliseconds).

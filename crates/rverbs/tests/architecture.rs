@@ -1,5 +1,5 @@
 //! The architecture test: the `rverbs` crate is built in declared layers, and no module
-//! imports a layer above its own (DESIGN §2, ARCHITECTURE.md §0).
+//! imports a layer above its own (ARCHITECTURE.md §0).
 //!
 //! It reads the crate's sources with `syn`, finds every path a module names inside the
 //! crate (`use crate::…`, `crate::…` in code, types and macro arguments, `super::…`), and
