@@ -212,21 +212,20 @@ pub mod shm {
         r.va.store(w.va, Ordering::Relaxed);
         r.loc.store(w.loc, Ordering::Relaxed);
         r.seg_off.store(w.seg_off, Ordering::Relaxed);
-        let d = r.read();
-        KeyWords {
-            seq: 0,
-            key: d.key,
-            kind: d.kind,
-            state: d.state,
-            pd: d.pd,
-            access: d.access,
-            qpn: d.qpn,
-            mr_index: d.mr_index,
-            iova: d.iova,
-            len: d.len,
-            va: d.va,
-            loc: d.loc,
-            seg_off: d.seg_off,
+        KeyWords::of(&r.read())
+    }
+
+    impl KeyWords {
+        /// The words of a record copy (`seq` 0: a copy has none).
+        fn of(d: &KeyDesc) -> KeyWords {
+            let KeyDesc { key, kind, state, pd, access, qpn, mr_index, iova, len, va, loc, seg_off } = *d;
+            KeyWords { seq: 0, key, kind, state, pd, access, qpn, mr_index, iova, len, va, loc, seg_off }
+        }
+
+        /// The record copy these words make.
+        fn desc(&self) -> KeyDesc {
+            let KeyWords { seq: _, key, kind, state, pd, access, qpn, mr_index, iova, len, va, loc, seg_off } = *self;
+            KeyDesc { key, kind, state, pd, access, qpn, mr_index, iova, len, va, loc, seg_off }
         }
     }
 
@@ -242,20 +241,7 @@ pub mod shm {
     /// in the key's range and in the segment, or the fault's name.
     #[allow(clippy::too_many_arguments)]
     pub fn key_access(d: &KeyWords, key: u32, pd: u32, remote_qpn: Option<u32>, need: u32, va: u64, len: u64, seg_len: usize) -> Result<(u64, usize), String> {
-        let desc = KeyDesc {
-            key: d.key,
-            kind: d.kind,
-            state: d.state,
-            pd: d.pd,
-            access: d.access,
-            qpn: d.qpn,
-            mr_index: d.mr_index,
-            iova: d.iova,
-            len: d.len,
-            va: d.va,
-            loc: d.loc,
-            seg_off: d.seg_off,
-        };
+        let desc = d.desc();
         let used = remote_qpn.map_or(KeyUse::Local, |qpn| KeyUse::Remote { qpn });
         let go = || -> Result<(u64, usize), Fault> {
             access::check_desc(&desc, key, pd, used, Access::from_bits_truncate(need))?;

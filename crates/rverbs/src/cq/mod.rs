@@ -41,12 +41,9 @@ pub(crate) fn producer_of(endpoint: &crate::mr::endpoint::Endpoint) -> Producer 
 }
 
 /// Whether producer `pid` of endpoint `ep` is alive, as the owner of a CQ of `endpoint`
-/// sees it.
+/// sees it (`Registry::owner_alive`; without a registry only this process produces).
 fn producer_alive(endpoint: &crate::mr::endpoint::Endpoint, ep: u32, pid: u32) -> bool {
-    match &endpoint.reg {
-        Some(r) if r.ep != ep => r.owner_alive(ep, pid),
-        _ => pid == endpoint.pid,
-    }
+    endpoint.reg.as_ref().map_or(pid == endpoint.pid, |r| r.owner_alive(ep, pid))
 }
 
 bitflags! {
