@@ -18,6 +18,7 @@ use rverbs::{Qp, QpType};
 
 use crate::channel::EventChannel;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::event::{ConnParam, Event, EventKind};
 use crate::id::{CmId, PortSpace};
 
@@ -81,7 +82,7 @@ impl Listener {
     pub fn next_request(&self, timeout: Duration) -> Result<Request> {
         let ev = wait_event(&self.ch, timeout)?;
         if ev.kind != EventKind::ConnectRequest {
-            return Err(Error::invalid("Listener::next_request", "an event other than CONNECT_REQUEST"));
+            return Err(Error::invalid("Listener::next_request", Rule::UnexpectedEvent { kind: ev.kind }));
         }
         let id = ev.id.clone();
         let param = ev.conn.clone();

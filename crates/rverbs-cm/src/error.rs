@@ -1,16 +1,19 @@
 //! Errors of the connection manager, each with the errno librdmacm reports.
 
+pub use crate::rule::Rule;
+
 /// What a connection-manager call can fail with. [`Error::errno`] is the value
 /// rdma_cm(7) functions leave in `errno` when they return -1.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// An argument or the id's state does not allow the call (`EINVAL`).
-    #[error("{verb}: invalid argument: {why}")]
+    /// An argument or the id's state does not allow the call (`EINVAL`): the rule it
+    /// breaks, with the values that broke it.
+    #[error("{verb}: {rule}")]
     Invalid {
         /// The call that refused.
         verb: &'static str,
-        /// Why.
-        why: &'static str,
+        /// The rule broken.
+        rule: Rule,
     },
     /// The address and port are bound by another id (`EADDRINUSE`).
     #[error("address already in use")]
@@ -49,8 +52,16 @@ impl Error {
         }
     }
 
-    pub(crate) const fn invalid(verb: &'static str, why: &'static str) -> Self {
-        Error::Invalid { verb, why }
+    pub(crate) const fn invalid(verb: &'static str, rule: Rule) -> Self {
+        Error::Invalid { verb, rule }
+    }
+
+    /// The rule broken, for an [`Error::Invalid`].
+    pub fn rule(&self) -> Option<Rule> {
+        match self {
+            Error::Invalid { rule, .. } => Some(*rule),
+            _ => None,
+        }
     }
 }
 

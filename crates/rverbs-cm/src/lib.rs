@@ -36,12 +36,14 @@ pub mod error;
 mod event;
 mod id;
 pub mod mad;
+mod rule;
 pub mod table;
 
 pub use channel::EventChannel;
 pub use conn::{connect, Connection, Listener, Request};
 pub use engine::mcast::JoinFlag;
 pub use engine::RDMA_UDP_QKEY;
-pub use error::{Error, Result};
+pub use engine::St as CmState;
+pub use error::{Error, Result, Rule};
 pub use event::{ConnParam, Event, EventKind, UdParam};
 pub use id::{CmId, PortSpace, Route};

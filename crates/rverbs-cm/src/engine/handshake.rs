@@ -27,6 +27,7 @@ use super::qp::{connect_qp, qp_to_err, RDMA_UDP_QKEY};
 use super::state::TimerKind;
 use super::{emit, engine, simple_event, Engine, St, State};
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::event::{ConnParam, Event, EventKind, UdParam};
 use crate::id::{CmId, PortSpace};
 use crate::mad::CmMessage;
@@ -62,7 +63,7 @@ fn rd_param(e: &Engine, verb: &'static str, v: u8, peer: Option<u8>) -> Result<u
     if v == MAX_RDMA {
         Ok(peer.map_or(max, |p| p.min(max)))
     } else if v > max {
-        Err(Error::invalid(verb, "responder resources or initiator depth exceed the device's maximum"))
+        Err(Error::invalid(verb, Rule::RdmaDepth { asked: v, max }))
     } else {
         Ok(v)
     }
@@ -76,15 +77,15 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
     let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
     {
         let s = st.id(id)?;
-        if s.st != St::RouteResolved {
-            return Err(Error::invalid("rdma_connect", "the route is not resolved"));
+        if s.st() != St::RouteResolved {
+            return Err(Error::invalid("rdma_connect", Rule::RouteNotResolved { state: s.st() }));
         }
         let limit = if datagram { SIDR_REQ_PDATA } else { REQ_PDATA };
         if param.private_data.len() > limit {
-            return Err(Error::invalid("rdma_connect", "private data too long"));
+            return Err(Error::invalid("rdma_connect", Rule::PrivateDataTooLong { len: param.private_data.len(), max: limit }));
         }
         if !datagram && s.qp.is_none() && param.qp_num == 0 {
-            return Err(Error::invalid("rdma_connect", "no QP on the id and no qp_num"));
+            return Err(Error::invalid("rdma_connect", Rule::NoQp));
         }
     }
     let rr = rd_param(e, "rdma_connect", param.responder_resources, None)?;
@@ -107,7 +108,7 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
     let (src, dst) = (s.src.expect("resolved"), s.dst.expect("resolved"));
     st.by_comm.insert(comm, n);
     let s = st.id(id)?;
-    s.st = St::ReqSent;
+    s.enter(St::ReqSent);
 
     // Who listens? Another host's connection manager finds its own listener; on this
     // host the listener table says.
@@ -122,7 +123,7 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
         // IBTA: a REQ for a service nobody provides is rejected with "invalid service
         // ID" (8); for SIDR the reply status is "service ID not supported" (1), which
         // rdma_cm reports as UNREACHABLE.
-        s.st = St::Failed;
+        s.enter(St::Failed);
         qp_to_err(s);
         if datagram {
             simple_event(&st, n, EventKind::Unreachable, 1);
@@ -173,7 +174,7 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
     let bytes = message.encode_with_modifier(tid, ece_options);
     if e.send(owner, &bytes).is_err() {
         let s = st.id(id)?;
-        s.st = St::Failed;
+        s.enter(St::Failed);
         s.disarm();
         qp_to_err(s);
         simple_event(&st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
@@ -190,17 +191,17 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
     let n = id.number();
     let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
     let s = st.id(id)?;
-    if s.st != St::ReqRcvd {
-        return Err(Error::invalid("rdma_accept", "the id has no connection request to accept"));
+    if s.st() != St::ReqRcvd {
+        return Err(Error::invalid("rdma_accept", Rule::NoRequest { state: s.st() }));
     }
     let default = ConnParam { responder_resources: MAX_RDMA, initiator_depth: MAX_RDMA, rnr_retry_count: 7, ..ConnParam::default() };
     if param.is_none() && s.qp.is_none() {
-        return Err(Error::invalid("rdma_accept", "no QP on the id and no parameters"));
+        return Err(Error::invalid("rdma_accept", Rule::NoQp));
     }
     let p = param.unwrap_or(&default);
     let limit = if datagram { SIDR_REP_PDATA } else { REP_PDATA };
     if p.private_data.len() > limit {
-        return Err(Error::invalid("rdma_accept", "private data too long"));
+        return Err(Error::invalid("rdma_accept", Rule::PrivateDataTooLong { len: p.private_data.len(), max: limit }));
     }
     // s.responder_resources / initiator_depth hold what the peer offered (its initiator
     // depth / responder resources); 0xFF takes the most both allow.
@@ -222,7 +223,7 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
             &p.private_data,
         );
         let tid = s.tid;
-        s.st = St::Established;
+        s.enter(St::Established);
         let _ = e.send(remote, &CmMessage::SidrRep(rep).encode(tid));
         return Ok(());
     }
@@ -233,7 +234,7 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
         // The QP cannot take the connection: the peer learns it as a reject.
         let rej = msg::rej(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), msg::Rejected::Req, Reason::NO_QP, &[]);
         let tid = s.tid;
-        s.st = St::Failed;
+        s.enter(St::Failed);
         qp_to_err(s);
         let _ = e.send(remote, &CmMessage::Rej(rej).encode(tid));
         return Err(err);
@@ -253,12 +254,12 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
         private_data: &p.private_data,
     });
     let (tid, wait, ece_options) = (s.tid, s.response_wait(), s.local_ece.1);
-    s.st = St::RepSent;
+    s.enter(St::RepSent);
     s.arm(TimerKind::Rep, wait);
     let bytes = CmMessage::Rep(rep).encode_with_modifier(tid, ece_options);
     if e.send(remote, &bytes).is_err() {
         let s = st.id(id)?;
-        s.st = St::Failed;
+        s.enter(St::Failed);
         s.disarm();
         qp_to_err(s);
         simple_event(&st, n, EventKind::ConnectError, -libc::ECONNRESET);
@@ -274,12 +275,12 @@ pub(crate) fn reject(id: &CmId, private_data: &[u8], reason: u16) -> Result<()> 
     let mut st = e.lock();
     let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
     let s = st.id(id)?;
-    if s.st != St::ReqRcvd {
-        return Err(Error::invalid("rdma_reject", "the id has no connection request to reject"));
+    if s.st() != St::ReqRcvd {
+        return Err(Error::invalid("rdma_reject", Rule::NoRequest { state: s.st() }));
     }
     let limit = if datagram { SIDR_REP_PDATA } else { REJ_PDATA };
     if private_data.len() > limit {
-        return Err(Error::invalid("rdma_reject", "private data too long"));
+        return Err(Error::invalid("rdma_reject", Rule::PrivateDataTooLong { len: private_data.len(), max: limit }));
     }
     let remote = s.remote.expect("requests come from a peer");
     let tid = s.tid;
@@ -294,7 +295,7 @@ pub(crate) fn reject(id: &CmId, private_data: &[u8], reason: u16) -> Result<()> 
             private_data,
         ))
     };
-    s.st = St::Failed;
+    s.enter(St::Failed);
     qp_to_err(s);
     let _ = e.send(remote, &m.encode(tid));
     Ok(())
@@ -305,16 +306,16 @@ pub(crate) fn disconnect(id: &CmId) -> Result<()> {
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
-    match s.st {
+    match s.st() {
         St::Idle | St::Bound | St::AddrResolved | St::RouteResolved | St::Listen => {
-            Err(Error::invalid("rdma_disconnect", "the id is not connected"))
+            Err(Error::invalid("rdma_disconnect", Rule::NotConnected { state: s.st() }))
         }
         St::Established | St::RepSent if s.handle.qp_type() != QpType::Ud && !s.handle.ps().is_datagram() => {
             qp_to_err(s);
             let dreq = msg::dreq(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), s.remote_qpn);
             s.tid = s.tid.wrapping_add(1);
             let (tid, wait) = (s.tid, s.response_wait());
-            s.st = St::DreqSent;
+            s.enter(St::DreqSent);
             s.arm(TimerKind::Dreq, wait);
             let bytes = CmMessage::Dreq(dreq).encode(tid);
             let sent = s.remote.map(|peer| e.send(peer, &bytes));
@@ -323,7 +324,7 @@ pub(crate) fn disconnect(id: &CmId) -> Result<()> {
             } else {
                 // The peer is gone: nobody will answer.
                 let s = st.id(id)?;
-                s.st = St::Disconnected;
+                s.enter(St::Disconnected);
                 s.disarm();
                 simple_event(&st, n, EventKind::Disconnected, 0);
             }
@@ -333,7 +334,7 @@ pub(crate) fn disconnect(id: &CmId) -> Result<()> {
         St::DreqRcvd => {
             qp_to_err(s);
             let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
-            s.st = St::Disconnected;
+            s.enter(St::Disconnected);
             let tid = s.tid;
             if let Some(peer) = s.remote {
                 let _ = e.send(peer, &CmMessage::Drep(drep).encode(tid));
@@ -353,11 +354,11 @@ pub(crate) fn establish(id: &CmId) -> Result<()> {
     let e = engine()?;
     let mut st = e.lock();
     let s = st.id(id)?;
-    if s.st != St::RepRcvd {
-        return Err(Error::invalid("rdma_establish", "no connection response to complete"));
+    if s.st() != St::RepRcvd {
+        return Err(Error::invalid("rdma_establish", Rule::NoResponse { state: s.st() }));
     }
     let rtu = msg::rtu(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
-    s.st = St::Established;
+    s.enter(St::Established);
     let tid = s.tid;
     if let Some(peer) = s.remote {
         let _ = e.send(peer, &CmMessage::Rtu(rtu).encode(tid));
@@ -406,7 +407,7 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
         CmMessage::Mra(m) => {
             let Some(n) = mine(st, m.remote_comm_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
-            if s.st == St::ReqSent {
+            if s.st() == St::ReqSent {
                 // The REQ arrived: no need to send it again; the answer will come.
                 s.resend = None;
                 let extra = Duration::from_nanos(4096u64 << m.service_timeout.min(31));
@@ -419,8 +420,8 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
         CmMessage::Rtu(rtu) => {
             let Some(n) = mine(st, rtu.remote_comm_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
-            if s.st == St::RepSent {
-                s.st = St::Established;
+            if s.st() == St::RepSent {
+                s.enter(St::Established);
                 s.disarm();
                 simple_event(st, n, EventKind::Established, 0);
             }
@@ -428,9 +429,9 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
         CmMessage::Rej(rej) => {
             let Some(n) = mine(st, rej.remote_comm_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
-            if matches!(s.st, St::ReqSent | St::RepRcvd | St::RepSent | St::ReqRcvd) {
-                let was_child_pending = s.st == St::ReqRcvd;
-                s.st = St::Failed;
+            if matches!(s.st(), St::ReqSent | St::RepRcvd | St::RepSent | St::ReqRcvd) {
+                let was_child_pending = s.st() == St::ReqRcvd;
+                s.enter(St::Failed);
                 s.disarm();
                 qp_to_err(s);
                 if !was_child_pending {
@@ -448,16 +449,16 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
             };
             let s = st.ids.get_mut(&n).expect("mine");
             s.tid = tid;
-            match s.st {
+            match s.st() {
                 St::Established | St::RepSent => {
-                    s.st = St::DreqRcvd;
+                    s.enter(St::DreqRcvd);
                     s.disarm();
                     simple_event(st, n, EventKind::Disconnected, 0);
                 }
                 St::DreqSent => {
                     // Both sides disconnected at once: the peer's DREQ is our DREP.
                     let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
-                    s.st = St::Disconnected;
+                    s.enter(St::Disconnected);
                     s.disarm();
                     let _ = e.send(from, &CmMessage::Drep(drep).encode(tid));
                     simple_event(st, n, EventKind::Disconnected, 0);
@@ -472,8 +473,8 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
         CmMessage::Drep(drep) => {
             let Some(n) = mine(st, drep.remote_comm_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
-            if s.st == St::DreqSent {
-                s.st = St::Disconnected;
+            if s.st() == St::DreqSent {
+                s.enter(St::Disconnected);
                 s.disarm();
                 simple_event(st, n, EventKind::Disconnected, 0);
             }
@@ -482,16 +483,16 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
             let v = msg::SidrRepView::from(&rep);
             let Some(n) = mine(st, v.request_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
-            if s.st != St::ReqSent {
+            if s.st() != St::ReqSent {
                 return;
             }
             s.disarm();
             if v.status != msg::SIDR_SUCCESS {
-                s.st = St::Failed;
+                s.enter(St::Failed);
                 simple_event(st, n, EventKind::Unreachable, i32::from(v.status));
                 return;
             }
-            s.st = St::Established;
+            s.enter(St::Established);
             s.remote_qpn = v.qpn;
             s.remote_qkey = v.qkey;
             let sgid = s.sgid.expect("resolved");
@@ -567,7 +568,7 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
             return;
         }
     }
-    let listener = owner.filter(|o| o.ep == me).map(|o| o.id).filter(|l| st.ids.get(l).is_some_and(|s| s.st == St::Listen));
+    let listener = owner.filter(|o| o.ep == me).map(|o| o.id).filter(|l| st.ids.get(l).is_some_and(|s| s.st() == St::Listen));
     let Some(l) = listener else {
         refuse(e, Reason::INVALID_SERVICE_ID);
         return;
@@ -596,7 +597,7 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
     let comm = st.new_comm_id(me);
     st.by_comm.insert(comm, cn);
     let s = st.ids.get_mut(&cn).expect("just made");
-    s.st = St::ReqRcvd;
+    s.enter(St::ReqRcvd);
     s.listener = Some(l);
     s.src = Some(dst);
     s.dst = Some(src);
@@ -648,8 +649,8 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
 fn on_rep(e: &Engine, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate::mad::Rep) {
     let Some(n) = mine(st, rep.remote_comm_id, from) else { return };
     let s = st.ids.get_mut(&n).expect("mine");
-    if s.st != St::ReqSent {
-        if matches!(s.st, St::Established) {
+    if s.st() != St::ReqSent {
+        if matches!(s.st(), St::Established) {
             // A repeated REP: the RTU got lost on the way; repeat it.
             let rtu = msg::rtu(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
             let _ = e.send(from, &CmMessage::Rtu(rtu).encode(s.tid));
@@ -676,7 +677,7 @@ fn on_rep(e: &Engine, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate::
         qp_num: rep.local_qpn,
     };
     if s.qp.is_none() {
-        s.st = St::RepRcvd;
+        s.enter(St::RepRcvd);
         let mut ev = Event::new(EventKind::ConnectResponse, 0, &s.handle, s.handle.shared.acks.clone());
         ev.conn = conn;
         emit(st, n, ev);
@@ -685,14 +686,14 @@ fn on_rep(e: &Engine, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate::
     if let Err(err) = connect_qp(s) {
         tracing::debug!(%err, "moving the QP to RTS after REP failed");
         let rej = msg::rej(s.local_comm.unwrap_or(0), rep.local_comm_id, msg::Rejected::Rep, Reason::NO_QP, &[]);
-        s.st = St::Failed;
+        s.enter(St::Failed);
         qp_to_err(s);
         let _ = e.send(from, &CmMessage::Rej(rej).encode(s.tid));
         simple_event(st, n, EventKind::ConnectError, -err.errno());
         return;
     }
     let rtu = msg::rtu(s.local_comm.unwrap_or(0), rep.local_comm_id);
-    s.st = St::Established;
+    s.enter(St::Established);
     let _ = e.send(from, &CmMessage::Rtu(rtu).encode(s.tid));
     let mut ev = Event::new(EventKind::Established, 0, &s.handle, s.handle.shared.acks.clone());
     ev.conn = conn;
@@ -703,11 +704,11 @@ fn on_rep(e: &Engine, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate::
 pub(crate) fn timeout(e: &Engine, st: &mut State, n: u64) {
     let Some(s) = st.ids.get_mut(&n) else { return };
     let kind = s.timer_kind.take();
-    match (kind, s.st) {
+    match (kind, s.st()) {
         (Some(TimerKind::Req), St::ReqSent) | (Some(TimerKind::Rep), St::RepSent) => {
             // IBTA: the peer did not answer in time; tell it (REJ "timeout"), give up.
             let rej = msg::rej(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), msg::Rejected::Other, Reason::TIMEOUT, &[]);
-            s.st = St::Failed;
+            s.enter(St::Failed);
             qp_to_err(s);
             if let Some(peer) = s.remote {
                 let _ = e.send(peer, &CmMessage::Rej(rej).encode(s.tid));
@@ -715,7 +716,7 @@ pub(crate) fn timeout(e: &Engine, st: &mut State, n: u64) {
             simple_event(st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
         }
         (Some(TimerKind::Dreq), St::DreqSent) => {
-            s.st = St::Disconnected;
+            s.enter(St::Disconnected);
             simple_event(st, n, EventKind::Disconnected, -libc::ETIMEDOUT);
         }
         _ => {}
@@ -726,23 +727,23 @@ pub(crate) fn timeout(e: &Engine, st: &mut State, n: u64) {
 pub(crate) fn peer_gone(_e: &Engine, st: &mut State, n: u64) {
     let Some(s) = st.ids.get_mut(&n) else { return };
     s.disarm();
-    match s.st {
+    match s.st() {
         St::ReqSent => {
-            s.st = St::Failed;
+            s.enter(St::Failed);
             qp_to_err(s);
             simple_event(st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
         }
         St::RepRcvd | St::RepSent => {
-            s.st = St::Failed;
+            s.enter(St::Failed);
             qp_to_err(s);
             simple_event(st, n, EventKind::ConnectError, -libc::ECONNRESET);
         }
         St::Established | St::DreqSent => {
-            s.st = St::Disconnected;
+            s.enter(St::Disconnected);
             qp_to_err(s);
             simple_event(st, n, EventKind::Disconnected, 0);
         }
-        St::ReqRcvd => s.st = St::Failed,
+        St::ReqRcvd => s.enter(St::Failed),
         _ => {}
     }
 }
@@ -752,7 +753,7 @@ pub(crate) fn peer_gone(_e: &Engine, st: &mut State, n: u64) {
 pub(crate) fn abandon(e: &Engine, st: &mut State, n: u64) {
     let Some(s) = st.ids.get_mut(&n) else { return };
     let (local, remote) = (s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
-    let m = match s.st {
+    let m = match s.st() {
         St::ReqSent => Some(CmMessage::Rej(msg::rej(local, remote, msg::Rejected::Req, Reason::TIMEOUT, &[]))),
         St::ReqRcvd | St::RepSent | St::RepRcvd if !s.handle.ps().is_datagram() => {
             Some(CmMessage::Rej(msg::rej(local, remote, msg::Rejected::Req, Reason::CONSUMER_DEFINED, &[])))
@@ -765,7 +766,7 @@ pub(crate) fn abandon(e: &Engine, st: &mut State, n: u64) {
         St::DreqRcvd => Some(CmMessage::Drep(msg::drep(local, remote))),
         _ => None,
     };
-    s.st = St::Failed;
+    s.enter(St::Failed);
     if let (Some(m), Some(peer)) = (m, s.remote) {
         let _ = e.send(peer, &m.encode(s.tid));
     }

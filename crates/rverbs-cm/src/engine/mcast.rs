@@ -38,6 +38,7 @@ use rverbs::{AhAttr, Gid, GlobalRoute, Qp, QpType};
 
 use super::{emit, engine, St, State, RDMA_UDP_QKEY};
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::event::{Event, EventKind, UdParam};
 use crate::id::CmId;
 
@@ -89,7 +90,7 @@ pub(crate) struct Joins {
 pub(crate) fn mgid_of(ip: IpAddr) -> Result<Gid> {
     let verb = "rdma_join_multicast";
     if ip.is_unspecified() {
-        return Err(Error::invalid(verb, "the group address is a wildcard"));
+        return Err(Error::invalid(verb, Rule::WildcardGroup));
     }
     match ip {
         IpAddr::V4(v4) => Ok(Gid::from_ipv4(v4)),
@@ -103,11 +104,11 @@ pub(crate) fn join(id: &CmId, addr: SocketAddr, flag: JoinFlag, context: usize) 
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
-    if s.sgid.is_none() || !matches!(s.st, St::Bound | St::AddrResolved) {
-        return Err(Error::invalid(verb, "the id is not bound or address-resolved to the device"));
+    if s.sgid.is_none() || !matches!(s.st(), St::Bound | St::AddrResolved) {
+        return Err(Error::invalid(verb, Rule::JoinState { state: s.st() }));
     }
     if id.qp_type() != QpType::Ud {
-        return Err(Error::invalid(verb, "only UD ids join multicast groups"));
+        return Err(Error::invalid(verb, Rule::NotUd));
     }
     let mgid = mgid_of(addr.ip())?;
     st.mcast.by_id.entry(n).or_default().push(Join { addr, mgid, flag, context, pending: true, attached: None });

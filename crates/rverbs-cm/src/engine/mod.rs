@@ -28,6 +28,7 @@ use rverbs::{Context, QpType};
 
 use crate::channel::EventChannel;
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::event::{Event, EventKind};
 use crate::id::{CmId, PortSpace};
 use crate::table::{Owner, Table};
@@ -36,7 +37,8 @@ pub(crate) use handshake::{accept, connect, disconnect, establish, reject};
 pub(crate) use msg::Reason;
 pub(crate) use qp::{attach_qp, init_qp_attr};
 pub use qp::RDMA_UDP_QKEY;
-pub(crate) use state::{IdState, St};
+pub(crate) use state::IdState;
+pub use state::St;
 
 /// The process's engine.
 pub(crate) struct Engine {
@@ -234,8 +236,9 @@ impl Engine {
     /// retry over, the id's response timer decides.
     fn resend_due(&self, st: &mut State, now: Instant) {
         for s in st.ids.values_mut() {
+            let state = s.st();
             let Some(r) = s.resend.as_mut().filter(|r| r.at <= now) else { continue };
-            if r.while_in != s.st || r.left == 0 {
+            if r.while_in != state || r.left == 0 {
                 s.resend = None;
                 continue;
             }
@@ -330,7 +333,7 @@ impl State {
     }
 
     pub(crate) fn id(&mut self, id: &CmId) -> Result<&mut IdState> {
-        self.ids.get_mut(&id.number()).ok_or(Error::invalid("rdma_cm", "the id was destroyed"))
+        self.ids.get_mut(&id.number()).ok_or(Error::invalid("rdma_cm", Rule::Destroyed))
     }
 
     /// A random 24-bit PSN (IBTA: the starting PSN should be random).
@@ -398,7 +401,7 @@ pub(crate) fn with_id<T>(id: &CmId, f: impl FnOnce(&mut IdState) -> T) -> Result
 pub(crate) fn set_bind_opt(id: &CmId, reuse: Option<bool>, afonly: Option<bool>) -> Result<()> {
     with_id(id, |s| {
         if s.binding.is_some() {
-            return Err(Error::invalid("rdma_set_option", "the id is already bound"));
+            return Err(Error::invalid("rdma_set_option", Rule::AlreadyBound { state: s.st() }));
         }
         if let Some(r) = reuse {
             s.reuse_addr = r;
@@ -429,8 +432,8 @@ fn bind_locked(e: &Engine, n: u64, s: &mut IdState, addr: SocketAddr) -> Result<
     s.src = Some(binding.addr());
     s.binding = Some(binding);
     s.sgid = local;
-    if s.st == St::Idle {
-        s.st = St::Bound;
+    if s.st() == St::Idle {
+        s.enter(St::Bound);
     }
     Ok(())
 }
@@ -440,8 +443,8 @@ pub(crate) fn bind_addr(id: &CmId, addr: SocketAddr) -> Result<()> {
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
-    if s.st != St::Idle || s.binding.is_some() {
-        return Err(Error::invalid("rdma_bind_addr", "the id is already bound"));
+    if s.st() != St::Idle || s.binding.is_some() {
+        return Err(Error::invalid("rdma_bind_addr", Rule::AlreadyBound { state: s.st() }));
     }
     bind_locked(e, n, s, addr)?;
     // The kernel's rdma_cm attaches no device to an id bound to a loopback address (no
@@ -462,12 +465,12 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
     // The kernel's resolve_prepare_src: from IDLE (binding first) or ADDR_BOUND only, so an
     // address already resolved is EINVAL; and the destination's family must be the bound
     // address's (cma_family).
-    if !matches!(s.st, St::Idle | St::Bound) || s.resolving.is_some() {
-        return Err(Error::invalid("rdma_resolve_addr", "the id is not idle or bound"));
+    if !matches!(s.st(), St::Idle | St::Bound) || s.resolving.is_some() {
+        return Err(Error::invalid("rdma_resolve_addr", Rule::ResolveAddrState { state: s.st() }));
     }
     if let Some(bound) = s.src.filter(|_| s.binding.is_some()) {
         if bound.is_ipv4() != dst.is_ipv4() {
-            return Err(Error::invalid("rdma_resolve_addr", "the destination's family is not the bound address's"));
+            return Err(Error::invalid("rdma_resolve_addr", Rule::FamilyMismatch { bound, dst }));
         }
     }
     // A wildcard destination is this host (the kernel's cma_resolve_loopback).
@@ -517,7 +520,7 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
     };
     let ev = match status {
         Ok(()) => {
-            s.st = St::AddrResolved;
+            s.enter(St::AddrResolved);
             (n, EventKind::AddrResolved, 0)
         }
         Err(errno) => (n, EventKind::AddrError, -errno),
@@ -536,7 +539,7 @@ fn resolve_due(st: &mut State, now: Instant) {
         let ev = match r.poll(now) {
             rverbs::neigh::Probe::Pending => continue,
             rverbs::neigh::Probe::Reachable => {
-                s.st = St::AddrResolved;
+                s.enter(St::AddrResolved);
                 (*n, EventKind::AddrResolved, 0)
             }
             rverbs::neigh::Probe::Unreachable(errno) => {
@@ -558,10 +561,10 @@ pub(crate) fn resolve_route(id: &CmId, _timeout_ms: i32) -> Result<()> {
     let n = id.number();
     let s = st.id(id)?;
     // The kernel's rdma_resolve_route: ADDR_RESOLVED only (a resolved route is EINVAL).
-    if s.st != St::AddrResolved {
-        return Err(Error::invalid("rdma_resolve_route", "the address is not resolved, or the route already is"));
+    if s.st() != St::AddrResolved {
+        return Err(Error::invalid("rdma_resolve_route", Rule::ResolveRouteState { state: s.st() }));
     }
-    s.st = St::RouteResolved;
+    s.enter(St::RouteResolved);
     s.num_paths = 1;
     st.deferred.push((n, EventKind::RouteResolved, 0));
     e.kick();
@@ -573,22 +576,22 @@ pub(crate) fn listen(id: &CmId, backlog: i32) -> Result<()> {
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
-    if s.st == St::Listen {
+    if s.st() == St::Listen {
         // The kernel's rdma_listen: a listening id is not ADDR_BOUND, and rebinding it
         // (rdma_bind_addr from IDLE only) fails.
-        return Err(Error::invalid("rdma_listen", "the id already listens"));
+        return Err(Error::invalid("rdma_listen", Rule::AlreadyListening));
     }
-    if s.st == St::Idle {
+    if s.st() == St::Idle {
         // rdma_listen(3) on an unbound id binds it to the wildcard address with an
         // ephemeral port, as the kernel does.
         bind_locked(e, n, s, SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0))?;
     }
-    if s.st != St::Bound {
-        return Err(Error::invalid("rdma_listen", "the id is not bound"));
+    if s.st() != St::Bound {
+        return Err(Error::invalid("rdma_listen", Rule::NotBound { state: s.st() }));
     }
     s.binding.as_ref().expect("bound").listen(backlog).map_err(Error::Os)?;
     s.backlog = effective_backlog(backlog);
-    s.st = St::Listen;
+    s.enter(St::Listen);
     Ok(())
 }
 
@@ -624,7 +627,7 @@ pub(crate) fn destroy(id: &CmId) -> Result<()> {
     let mut st = e.lock();
     let n = id.number();
     if !st.ids.contains_key(&n) {
-        return Err(Error::invalid("rdma_destroy_id", "the id was destroyed"));
+        return Err(Error::invalid("rdma_destroy_id", Rule::Destroyed));
     }
     handshake::abandon(e, &mut st, n);
     mcast::leave_all(&mut st, n);

@@ -16,6 +16,7 @@ use rverbs::{Access, AhAttr, GlobalRoute, Qp, QpAttr, QpAttrMask, QpState, QpTyp
 
 use super::{engine, IdState};
 use crate::error::{Error, Result};
+use crate::rule::Rule;
 use crate::id::CmId;
 
 /// Q_Key of rdma_cm datagram services (`RDMA_UDP_QKEY`).
@@ -35,10 +36,10 @@ fn requester(t: QpType) -> bool {
 pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
     let verb = "rdma_init_qp_attr";
     let qp_type = s.handle.qp_type();
-    let sgid = s.sgid.ok_or(Error::invalid(verb, "the id has no device (unbound or wildcard)"))?;
+    let sgid = s.sgid.ok_or(Error::invalid(verb, Rule::NoDevice))?;
     let mut a = QpAttr { qp_state: state, port_num: 1, ..QpAttr::default() };
     let mut m = QpAttrMask::STATE;
-    let negotiated = s.remote_comm.is_some() || matches!(s.st, super::St::RepRcvd | super::St::ReqRcvd);
+    let negotiated = s.remote_comm.is_some() || matches!(s.st(), super::St::RepRcvd | super::St::ReqRcvd);
     match (state, qp_type) {
         (QpState::Init, QpType::Ud) => {
             a.qkey = RDMA_UDP_QKEY;
@@ -56,7 +57,7 @@ pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)>
         (QpState::Rtr, QpType::Ud) => {}
         (QpState::Rtr, _) => {
             if !negotiated {
-                return Err(Error::invalid(verb, "RTR needs the peer's answer"));
+                return Err(Error::invalid(verb, Rule::NotNegotiated { state }));
             }
             a.path_mtu = s.path_mtu;
             a.dest_qp_num = s.remote_qpn;
@@ -85,7 +86,7 @@ pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)>
         }
         (QpState::Rts, _) => {
             if !negotiated {
-                return Err(Error::invalid(verb, "RTS needs the peer's answer"));
+                return Err(Error::invalid(verb, Rule::NotNegotiated { state }));
             }
             a.sq_psn = s.psn;
             m |= QpAttrMask::SQ_PSN;
@@ -103,7 +104,7 @@ pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)>
             }
         }
         (QpState::Err, _) | (QpState::Reset, _) => {}
-        _ => return Err(Error::invalid(verb, "no attributes for that state")),
+        _ => return Err(Error::invalid(verb, Rule::NoAttrs { state })),
     }
     Ok((a, m))
 }
@@ -124,10 +125,10 @@ pub(crate) fn attach_qp(id: &CmId, qp: Qp) -> Result<()> {
     let mut st = e.lock();
     let s = st.id(id)?;
     if s.qp.is_some() {
-        return Err(Error::invalid("rdma_create_qp", "the id already has a QP"));
+        return Err(Error::invalid("rdma_create_qp", Rule::QpExists));
     }
     if s.sgid.is_none() {
-        return Err(Error::invalid("rdma_create_qp", "the id has no device (bind or resolve it first)"));
+        return Err(Error::invalid("rdma_create_qp", Rule::NoDevice));
     }
     if qp.qp_type() == QpType::Ud {
         for state in [QpState::Init, QpState::Rtr, QpState::Rts] {

@@ -12,11 +12,12 @@ use crate::channel::EventChannel;
 use crate::id::{CmId, PortSpace, Route};
 use crate::table::Binding;
 
-/// The states of an id, named after the kernel's `enum rdma_cm_state` and the IBTA CM
-/// states they stand for (IBTA Vol 1 §12.9, Figure 158: the communication state
-/// diagram).
+/// The states of an id (public as [`CmState`](crate::CmState)), named after the
+/// kernel's `enum rdma_cm_state` and the IBTA CM states they stand for (IBTA Vol 1
+/// §12.9, Figure 158: the communication state diagram).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum St {
+#[non_exhaustive]
+pub enum St {
     /// Created (RDMA_CM_IDLE).
     Idle,
     /// Bound to an address (RDMA_CM_ADDR_BOUND).
@@ -50,6 +51,30 @@ pub(crate) enum St {
     Failed,
 }
 
+impl St {
+    /// Whether an id may go from `self` to `to`: the edges of the rdma_cm state machine
+    /// (the kernel's `enum rdma_cm_state` transitions; IBTA Vol 1 §12.9, Figure 158).
+    /// Any state may fail (a reject, a timeout, a dead peer, `rdma_destroy_id`).
+    pub(crate) fn can_enter(self, to: St) -> bool {
+        use St::*;
+        matches!(
+            (self, to),
+            (_, Failed)
+                | (Idle, Bound)
+                | (Bound, AddrResolved | Listen)
+                | (AddrResolved, RouteResolved)
+                | (RouteResolved, ReqSent)
+                | (ReqSent, RepRcvd | Established)
+                | (Idle, ReqRcvd)
+                | (ReqRcvd, RepSent | Established)
+                | (RepRcvd, Established)
+                | (RepSent, Established | DreqSent | DreqRcvd)
+                | (Established, DreqSent | DreqRcvd | Disconnected)
+                | (DreqSent | DreqRcvd, Disconnected)
+        )
+    }
+}
+
 /// What a pending timer is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TimerKind {
@@ -65,7 +90,8 @@ pub(crate) enum TimerKind {
 pub(crate) struct IdState {
     pub(crate) handle: CmId,
     pub(crate) ps: PortSpace,
-    pub(crate) st: St,
+    /// Written only by [`IdState::enter`].
+    st: St,
     pub(crate) channel: Option<EventChannel>,
     pub(crate) binding: Option<Binding>,
     pub(crate) reuse_addr: bool,
@@ -187,6 +213,24 @@ impl IdState {
         }
     }
 
+    /// The id's state.
+    pub(crate) fn st(&self) -> St {
+        self.st
+    }
+
+    /// Moves the id to state `to`: the one place the state is written, so every
+    /// transition is an edge of [`St::can_enter`] (checked in debug builds; logged as an
+    /// engine bug otherwise, and taken, so that a release build behaves as before).
+    pub(crate) fn enter(&mut self, to: St) {
+        let from = self.st;
+        if !from.can_enter(to) {
+            debug_assert!(false, "rdma_cm state {from:?} -> {to:?} is not a transition");
+            tracing::error!(?from, ?to, "connection manager bug: not a transition of the state machine");
+        }
+        tracing::trace!(id = self.handle.number(), ?from, ?to, "rdma_cm state");
+        self.st = to;
+    }
+
     pub(crate) fn route(&self) -> Route {
         Route {
             sgid: self.sgid.map_or(Gid([0; 16]), |g| g.gid),
@@ -244,5 +288,38 @@ impl IdState {
     /// 67 ms, the order rdma_cm derives from a RoCE path's packet lifetime).
     pub(crate) fn qp_timeout(&self) -> u8 {
         self.ack_timeout.unwrap_or(14)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::St::{self, *};
+
+    #[test]
+    fn the_handshake_paths_are_transitions() {
+        let active = [Idle, Bound, AddrResolved, RouteResolved, ReqSent, Established, DreqSent, Disconnected];
+        let passive = [Idle, ReqRcvd, RepSent, Established, DreqRcvd, Disconnected];
+        let no_qp = [RouteResolved, ReqSent, RepRcvd, Established];
+        for path in [&active[..], &passive, &no_qp, &[Idle, Bound, Listen]] {
+            for w in path.windows(2) {
+                assert!(w[0].can_enter(w[1]), "{:?} -> {:?}", w[0], w[1]);
+            }
+        }
+    }
+
+    #[test]
+    fn no_state_is_left_backwards_and_every_state_can_fail() {
+        let all: [St; 14] = [
+            Idle, Bound, AddrResolved, RouteResolved, Listen, ReqSent, RepRcvd, ReqRcvd, RepSent, Established, DreqSent,
+            DreqRcvd, Disconnected, Failed,
+        ];
+        for s in all {
+            assert!(s.can_enter(Failed), "{s:?} can fail");
+            assert!(!Failed.can_enter(s) || s == Failed, "Failed is final, not {s:?}");
+            assert!(!Disconnected.can_enter(s) || s == Failed, "Disconnected -> {s:?}");
+        }
+        assert!(!Listen.can_enter(ReqSent), "a listener does not connect");
+        assert!(!Established.can_enter(ReqSent), "no reconnect on one id");
+        assert!(!Idle.can_enter(Established));
     }
 }
