@@ -23,9 +23,10 @@ use rverbs::qp1::{Mad, MadPeer};
 use rverbs::{AhAttr, GlobalRoute, Mtu, QpType};
 
 use super::msg::{self, Reason};
-use super::qp::{connect_qp, qp_to_err, RDMA_UDP_QKEY};
+use super::qp::{connect_qp, RDMA_UDP_QKEY};
 use super::state::TimerKind;
-use super::{emit, engine, simple_event, Engine, St, State};
+use super::world::{Action, Cx};
+use super::{emit, simple_event, St, State};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::event::{ConnParam, Event, EventKind, UdParam};
@@ -47,10 +48,6 @@ const MAX_RDMA: u8 = 0xff;
 /// (the kernel's rdma_cm sends 24: about 69 s).
 const MRA_SERVICE_TIMEOUT: u8 = 24;
 
-fn device_max_rd(e: &Engine) -> u8 {
-    e.ctx.query_device().max_qp_rd_atom.min(255) as u8
-}
-
 fn pad(data: &[u8], len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     let n = data.len().min(len);
@@ -58,8 +55,8 @@ fn pad(data: &[u8], len: usize) -> Vec<u8> {
     v
 }
 
-fn rd_param(e: &Engine, verb: &'static str, v: u8, peer: Option<u8>) -> Result<u8> {
-    let max = device_max_rd(e);
+fn rd_param(cx: &Cx, verb: &'static str, v: u8, peer: Option<u8>) -> Result<u8> {
+    let max = cx.world.max_rd_atom();
     if v == MAX_RDMA {
         Ok(peer.map_or(max, |p| p.min(max)))
     } else if v > max {
@@ -69,11 +66,9 @@ fn rd_param(e: &Engine, verb: &'static str, v: u8, peer: Option<u8>) -> Result<u
     }
 }
 
-pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
-    let e = engine()?;
-    let mut st = e.lock();
+pub(crate) fn connect(cx: &mut Cx, st: &mut State, id: &CmId, param: &ConnParam) -> Result<()> {
     let n = id.number();
-    let me = e.qp1.endpoint();
+    let me = cx.world.endpoint();
     let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
     {
         let s = st.id(id)?;
@@ -88,8 +83,8 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
             return Err(Error::invalid("rdma_connect", Rule::NoQp));
         }
     }
-    let rr = rd_param(e, "rdma_connect", param.responder_resources, None)?;
-    let init = rd_param(e, "rdma_connect", param.initiator_depth, None)?;
+    let rr = rd_param(cx, "rdma_connect", param.responder_resources, None)?;
+    let init = rd_param(cx, "rdma_connect", param.initiator_depth, None)?;
     // IBTA Vol 1 §12.7.20 as the kernel's CM reads it: the REQ's starting PSN is the
     // PSN the passive side sends with, so this side's receive PSN; the REP's is the PSN
     // this side sends with.
@@ -112,24 +107,24 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
 
     // Who listens? Another host's connection manager finds its own listener; on this
     // host the listener table says.
-    let other_host = crate::addr::local_gid(&e.ctx, dst.ip()).is_none();
+    let other_host = cx.world.local_gid(dst.ip()).is_none();
     let owner = if other_host {
-        s.path_mtu = mtu_of_bytes(e.qp1.link_mtu(src.ip()));
+        s.path_mtu = mtu_of_bytes(cx.world.link_mtu(src.ip()));
         Some((MadPeer::Remote { peer: dst.ip(), local: src.ip() }, None))
     } else {
-        super::lookup_listener(e, id.ps(), dst).map(|o| (MadPeer::Endpoint(o.ep), Some(o.pid)))
+        cx.world.listener(id.ps(), dst).map(|o| (MadPeer::Endpoint(o.ep), Some(o.pid)))
     };
     let Some((owner, owner_pid)) = owner else {
         // IBTA: a REQ for a service nobody provides is rejected with "invalid service
         // ID" (8); for SIDR the reply status is "service ID not supported" (1), which
         // rdma_cm reports as UNREACHABLE.
         s.enter(St::Failed);
-        qp_to_err(s);
+        cx.qp_to_err(s);
         if datagram {
-            simple_event(&st, n, EventKind::Unreachable, 1);
+            simple_event(cx, st, n, EventKind::Unreachable, 1);
         } else {
-            let ev = rejected_event(&st, n, Reason::INVALID_SERVICE_ID, &[]);
-            emit(&st, n, ev);
+            let ev = rejected_event(st, n, Reason::INVALID_SERVICE_ID, &[]);
+            emit(cx, st, n, ev);
         }
         return Ok(());
     };
@@ -143,7 +138,7 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
             ps: id.ps(),
             src,
             dst,
-            ca_guid: e.ctx.query_device().node_guid,
+            ca_guid: cx.world.node_guid(),
             qpn: s.local_qpn,
             qp_type: id.qp_type(),
             psn,
@@ -169,25 +164,16 @@ pub(crate) fn connect(id: &CmId, param: &ConnParam) -> Result<()> {
     let ece_options = s.local_ece.1;
     s.remote = Some(owner);
     s.remote_pid = owner_pid;
-    s.arm(TimerKind::Req, wait);
-    e.watch(&mut st, owner, owner_pid);
+    s.arm(TimerKind::Req, cx.now + wait);
     let bytes = message.encode_with_modifier(tid, ece_options);
-    if e.send(owner, &bytes).is_err() {
-        let s = st.id(id)?;
-        s.enter(St::Failed);
-        s.disarm();
-        qp_to_err(s);
-        simple_event(&st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
-    } else {
-        st.id(id)?.resend_until_answered(&bytes);
-    }
-    e.kick();
+    s.resend_until_answered(&bytes, cx.now);
+    cx.out.push(Action::Watch { peer: owner, pid: owner_pid });
+    // Not sent: the peer is gone (`peer_gone`: UNREACHABLE, -ETIMEDOUT).
+    cx.send_for(n, owner, bytes);
     Ok(())
 }
 
-pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
-    let e = engine()?;
-    let mut st = e.lock();
+pub(crate) fn accept(cx: &mut Cx, st: &mut State, id: &CmId, param: Option<&ConnParam>) -> Result<()> {
     let n = id.number();
     let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
     let s = st.id(id)?;
@@ -206,8 +192,8 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
     // s.responder_resources / initiator_depth hold what the peer offered (its initiator
     // depth / responder resources); 0xFF takes the most both allow.
     let (peer_init, peer_rr) = (s.responder_resources, s.initiator_depth);
-    let rr = rd_param(e, "rdma_accept", p.responder_resources, Some(peer_init))?;
-    let init = rd_param(e, "rdma_accept", p.initiator_depth, Some(peer_rr))?;
+    let rr = rd_param(cx, "rdma_accept", p.responder_resources, Some(peer_init))?;
+    let init = rd_param(cx, "rdma_accept", p.initiator_depth, Some(peer_rr))?;
     let s = st.id(id)?;
     let remote = s.remote.expect("requests come from a peer");
     let local_qpn = s.qp.as_ref().map_or(p.qp_num, |q| q.qp_num());
@@ -224,7 +210,7 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
         );
         let tid = s.tid;
         s.enter(St::Established);
-        let _ = e.send(remote, &CmMessage::SidrRep(rep).encode(tid));
+        cx.send(remote, CmMessage::SidrRep(rep).encode(tid));
         return Ok(());
     }
     s.responder_resources = rr;
@@ -235,8 +221,8 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
         let rej = msg::rej(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), msg::Rejected::Req, Reason::NO_QP, &[]);
         let tid = s.tid;
         s.enter(St::Failed);
-        qp_to_err(s);
-        let _ = e.send(remote, &CmMessage::Rej(rej).encode(tid));
+        cx.qp_to_err(s);
+        cx.send(remote, CmMessage::Rej(rej).encode(tid));
         return Err(err);
     }
     let rep = msg::rep(&msg::RepArgs {
@@ -249,30 +235,21 @@ pub(crate) fn accept(id: &CmId, param: Option<&ConnParam>) -> Result<()> {
         flow_control: p.flow_control != 0,
         rnr_retry_count: s.rnr_retry_count,
         srq: p.srq != 0,
-        ca_guid: e.ctx.query_device().node_guid,
+        ca_guid: cx.world.node_guid(),
         ece_vendor: s.local_ece.0,
         private_data: &p.private_data,
     });
     let (tid, wait, ece_options) = (s.tid, s.response_wait(), s.local_ece.1);
     s.enter(St::RepSent);
-    s.arm(TimerKind::Rep, wait);
+    s.arm(TimerKind::Rep, cx.now + wait);
     let bytes = CmMessage::Rep(rep).encode_with_modifier(tid, ece_options);
-    if e.send(remote, &bytes).is_err() {
-        let s = st.id(id)?;
-        s.enter(St::Failed);
-        s.disarm();
-        qp_to_err(s);
-        simple_event(&st, n, EventKind::ConnectError, -libc::ECONNRESET);
-    } else {
-        st.id(id)?.resend_until_answered(&bytes);
-    }
-    e.kick();
+    s.resend_until_answered(&bytes, cx.now);
+    // Not sent: the peer is gone (`peer_gone`: CONNECT_ERROR, -ECONNRESET).
+    cx.send_for(n, remote, bytes);
     Ok(())
 }
 
-pub(crate) fn reject(id: &CmId, private_data: &[u8], reason: u16) -> Result<()> {
-    let e = engine()?;
-    let mut st = e.lock();
+pub(crate) fn reject(cx: &mut Cx, st: &mut State, id: &CmId, private_data: &[u8], reason: u16) -> Result<()> {
     let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
     let s = st.id(id)?;
     if s.st() != St::ReqRcvd {
@@ -296,14 +273,12 @@ pub(crate) fn reject(id: &CmId, private_data: &[u8], reason: u16) -> Result<()> 
         ))
     };
     s.enter(St::Failed);
-    qp_to_err(s);
-    let _ = e.send(remote, &m.encode(tid));
+    cx.qp_to_err(s);
+    cx.send(remote, m.encode(tid));
     Ok(())
 }
 
-pub(crate) fn disconnect(id: &CmId) -> Result<()> {
-    let e = engine()?;
-    let mut st = e.lock();
+pub(crate) fn disconnect(cx: &mut Cx, st: &mut State, id: &CmId) -> Result<()> {
     let n = id.number();
     let s = st.id(id)?;
     match s.st() {
@@ -311,48 +286,44 @@ pub(crate) fn disconnect(id: &CmId) -> Result<()> {
             Err(Error::invalid("rdma_disconnect", Rule::NotConnected { state: s.st() }))
         }
         St::Established | St::RepSent if s.handle.qp_type() != QpType::Ud && !s.handle.ps().is_datagram() => {
-            qp_to_err(s);
+            cx.qp_to_err(s);
             let dreq = msg::dreq(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), s.remote_qpn);
             s.tid = s.tid.wrapping_add(1);
             let (tid, wait) = (s.tid, s.response_wait());
             s.enter(St::DreqSent);
-            s.arm(TimerKind::Dreq, wait);
+            s.arm(TimerKind::Dreq, cx.now + wait);
             let bytes = CmMessage::Dreq(dreq).encode(tid);
-            let sent = s.remote.map(|peer| e.send(peer, &bytes));
-            if matches!(sent, Some(Ok(()))) {
-                s.resend_until_answered(&bytes);
-            } else {
-                // The peer is gone: nobody will answer.
-                let s = st.id(id)?;
-                s.enter(St::Disconnected);
-                s.disarm();
-                simple_event(&st, n, EventKind::Disconnected, 0);
+            match s.remote {
+                Some(peer) => {
+                    s.resend_until_answered(&bytes, cx.now);
+                    // Not sent: the peer is gone (`peer_gone`: DISCONNECTED).
+                    cx.send_for(n, peer, bytes);
+                }
+                // Nobody to answer.
+                None => peer_gone(cx, st, n),
             }
-            e.kick();
             Ok(())
         }
         St::DreqRcvd => {
-            qp_to_err(s);
+            cx.qp_to_err(s);
             let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
             s.enter(St::Disconnected);
             let tid = s.tid;
             if let Some(peer) = s.remote {
-                let _ = e.send(peer, &CmMessage::Drep(drep).encode(tid));
+                cx.send(peer, CmMessage::Drep(drep).encode(tid));
             }
             Ok(())
         }
         _ => {
             // Already disconnecting or over, or never established: the QP goes to ERR,
             // nothing else changes (rdma_disconnect(3) is idempotent).
-            qp_to_err(s);
+            cx.qp_to_err(s);
             Ok(())
         }
     }
 }
 
-pub(crate) fn establish(id: &CmId) -> Result<()> {
-    let e = engine()?;
-    let mut st = e.lock();
+pub(crate) fn establish(cx: &mut Cx, st: &mut State, id: &CmId) -> Result<()> {
     let s = st.id(id)?;
     if s.st() != St::RepRcvd {
         return Err(Error::invalid("rdma_establish", Rule::NoResponse { state: s.st() }));
@@ -361,7 +332,7 @@ pub(crate) fn establish(id: &CmId) -> Result<()> {
     s.enter(St::Established);
     let tid = s.tid;
     if let Some(peer) = s.remote {
-        let _ = e.send(peer, &CmMessage::Rtu(rtu).encode(tid));
+        cx.send(peer, CmMessage::Rtu(rtu).encode(tid));
     }
     Ok(())
 }
@@ -391,7 +362,7 @@ fn mtu_of_bytes(bytes: u32) -> Mtu {
 }
 
 /// A MAD that reached this endpoint's QP1.
-pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
+pub(crate) fn receive(cx: &mut Cx, st: &mut State, mad: &Mad) {
     let (from, bytes) = (mad.from, &mad.bytes);
     let (tid, attr_mod, m) = match CmMessage::decode_with_modifier(bytes) {
         Ok(x) => x,
@@ -402,8 +373,8 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
     };
     tracing::trace!(?m, ?from, "CM MAD");
     match m {
-        CmMessage::Req(req) => on_req(e, st, mad, tid, attr_mod, msg::ReqView::from(&req)),
-        CmMessage::SidrReq(req) => on_req(e, st, mad, tid, 0, msg::ReqView::from(&req)),
+        CmMessage::Req(req) => on_req(cx, st, mad, tid, attr_mod, msg::ReqView::from(&req)),
+        CmMessage::SidrReq(req) => on_req(cx, st, mad, tid, 0, msg::ReqView::from(&req)),
         CmMessage::Mra(m) => {
             let Some(n) = mine(st, m.remote_comm_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
@@ -412,18 +383,17 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
                 s.resend = None;
                 let extra = Duration::from_nanos(4096u64 << m.service_timeout.min(31));
                 let wait = s.response_wait() + extra;
-                s.arm(TimerKind::Req, wait);
-                e.kick();
+                s.arm(TimerKind::Req, cx.now + wait);
             }
         }
-        CmMessage::Rep(rep) => on_rep(e, st, from, attr_mod, rep),
+        CmMessage::Rep(rep) => on_rep(cx, st, from, attr_mod, rep),
         CmMessage::Rtu(rtu) => {
             let Some(n) = mine(st, rtu.remote_comm_id, from) else { return };
             let s = st.ids.get_mut(&n).expect("mine");
             if s.st() == St::RepSent {
                 s.enter(St::Established);
                 s.disarm();
-                simple_event(st, n, EventKind::Established, 0);
+                simple_event(cx, st, n, EventKind::Established, 0);
             }
         }
         CmMessage::Rej(rej) => {
@@ -433,10 +403,10 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
                 let was_child_pending = s.st() == St::ReqRcvd;
                 s.enter(St::Failed);
                 s.disarm();
-                qp_to_err(s);
+                cx.qp_to_err(s);
                 if !was_child_pending {
                     let ev = rejected_event(st, n, msg::reason_of(&rej), msg::rej_private_data(&rej));
-                    emit(st, n, ev);
+                    emit(cx, st, n, ev);
                 }
             }
         }
@@ -444,7 +414,7 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
             let Some(n) = mine(st, dreq.remote_comm_id, from) else {
                 // IBTA: a DREQ for a connection that no longer exists is answered.
                 let drep = msg::drep(dreq.remote_comm_id, dreq.local_comm_id);
-                let _ = e.send(from, &CmMessage::Drep(drep).encode(tid));
+                cx.send(from, CmMessage::Drep(drep).encode(tid));
                 return;
             };
             let s = st.ids.get_mut(&n).expect("mine");
@@ -453,19 +423,19 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
                 St::Established | St::RepSent => {
                     s.enter(St::DreqRcvd);
                     s.disarm();
-                    simple_event(st, n, EventKind::Disconnected, 0);
+                    simple_event(cx, st, n, EventKind::Disconnected, 0);
                 }
                 St::DreqSent => {
                     // Both sides disconnected at once: the peer's DREQ is our DREP.
                     let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
                     s.enter(St::Disconnected);
                     s.disarm();
-                    let _ = e.send(from, &CmMessage::Drep(drep).encode(tid));
-                    simple_event(st, n, EventKind::Disconnected, 0);
+                    cx.send(from, CmMessage::Drep(drep).encode(tid));
+                    simple_event(cx, st, n, EventKind::Disconnected, 0);
                 }
                 St::Disconnected => {
                     let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
-                    let _ = e.send(from, &CmMessage::Drep(drep).encode(tid));
+                    cx.send(from, CmMessage::Drep(drep).encode(tid));
                 }
                 _ => {}
             }
@@ -476,7 +446,7 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
             if s.st() == St::DreqSent {
                 s.enter(St::Disconnected);
                 s.disarm();
-                simple_event(st, n, EventKind::Disconnected, 0);
+                simple_event(cx, st, n, EventKind::Disconnected, 0);
             }
         }
         CmMessage::SidrRep(rep) => {
@@ -489,7 +459,7 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
             s.disarm();
             if v.status != msg::SIDR_SUCCESS {
                 s.enter(St::Failed);
-                simple_event(st, n, EventKind::Unreachable, i32::from(v.status));
+                simple_event(cx, st, n, EventKind::Unreachable, i32::from(v.status));
                 return;
             }
             s.enter(St::Established);
@@ -513,7 +483,7 @@ pub(crate) fn receive(e: &Engine, st: &mut State, mad: &Mad) {
                 qp_num: v.qpn,
                 qkey: v.qkey,
             };
-            emit(st, n, ev);
+            emit(cx, st, n, ev);
         }
     }
 }
@@ -526,13 +496,13 @@ fn mine(st: &State, comm: u32, from: MadPeer) -> Option<u64> {
     (s.remote == Some(from)).then_some(n)
 }
 
-fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: msg::ReqView<'_>) {
-    let me = e.qp1.endpoint();
+fn on_req(cx: &mut Cx, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: msg::ReqView<'_>) {
+    let me = cx.world.endpoint();
     let from = mad.from;
     // The process behind the sending endpoint now (a number of a process that died may
     // already be another's: its ids are not this one's).
     let from_pid = match from {
-        MadPeer::Endpoint(ep) => e.qp1.owner_pid(ep),
+        MadPeer::Endpoint(ep) => cx.world.owner_pid(ep),
         MadPeer::Remote { .. } => None,
     };
     // A retransmitted or duplicate request: the connection already exists. If it was
@@ -541,40 +511,39 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
         st.ids.values().find(|s| s.remote == Some(from) && s.remote_pid == from_pid && s.remote_comm == Some(req.comm))
     {
         if let Some(r) = s.resend.as_ref() {
-            let _ = e.send(from, &r.mad);
+            cx.send(from, r.mad);
         }
         return;
     }
-    let refuse = |e: &Engine, reason: u16| {
+    let refusal = |reason: u16| {
         let m = if req.datagram {
             CmMessage::SidrRep(msg::sidr_rep(req.comm, msg::SIDR_UNSUPPORTED, 0, 0, 0, req.ps.unwrap_or(PortSpace::Udp), &[]))
         } else {
             CmMessage::Rej(msg::rej(0, req.comm, msg::Rejected::Req, reason, &[]))
         };
-        let _ = e.send(from, &m.encode(tid));
+        m.encode(tid)
     };
     let (Some(ps), Some((src, dst))) = (req.ps, req.addrs) else {
-        refuse(e, Reason::INVALID_SERVICE_ID);
+        cx.send(from, refusal(Reason::INVALID_SERVICE_ID));
         return;
     };
-    let owner = super::lookup_listener(e, ps, dst);
+    let owner = cx.world.listener(ps, dst);
     if let (Some(o), MadPeer::Remote { .. }) = (owner, from) {
         if o.ep != me {
             // This process is the GSI dispatcher (`rverbs::qp1`) for a request from
             // another host that another endpoint of this host serves: hand it on.
-            if e.qp1.forward(o.ep, mad).is_err() {
-                refuse(e, Reason::INVALID_SERVICE_ID);
-            }
+            let refuse = refusal(Reason::INVALID_SERVICE_ID);
+            cx.out.push(Action::Forward { ep: o.ep, mad: Box::new(mad.clone()), refuse });
             return;
         }
     }
     let listener = owner.filter(|o| o.ep == me).map(|o| o.id).filter(|l| st.ids.get(l).is_some_and(|s| s.st() == St::Listen));
     let Some(l) = listener else {
-        refuse(e, Reason::INVALID_SERVICE_ID);
+        cx.send(from, refusal(Reason::INVALID_SERVICE_ID));
         return;
     };
-    let Some(sgid) = crate::addr::local_gid(&e.ctx, dst.ip()) else {
-        refuse(e, Reason::INVALID_SERVICE_ID);
+    let Some(sgid) = cx.world.local_gid(dst.ip()) else {
+        cx.send(from, refusal(Reason::INVALID_SERVICE_ID));
         return;
     };
     let (channel, context, qp_type, backlog, lacks) = {
@@ -586,7 +555,7 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
         c.count_where(|ev| ev.kind == EventKind::ConnectRequest && std::sync::Arc::ptr_eq(&ev.acct, &lacks))
     });
     if queued >= backlog {
-        refuse(e, Reason::CONSUMER_DEFINED);
+        cx.send(from, refusal(Reason::CONSUMER_DEFINED));
         return;
     }
     let child = st.new_id(ps, qp_type, context, channel);
@@ -620,7 +589,7 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
     s.tid = tid;
     s.tos = req.traffic_class;
     s.remote_ece = (req.ece_vendor, attr_mod);
-    e.watch(st, from, from_pid);
+    cx.out.push(Action::Watch { peer: from, pid: from_pid });
     let s = &st.ids[&cn];
     let mut ev = Event::new(EventKind::ConnectRequest, 0, &s.handle, lacks);
     ev.listen_id = Some(st.ids[&l].handle.clone());
@@ -638,22 +607,22 @@ fn on_req(e: &Engine, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: m
             qp_num: req.qpn,
         };
     }
-    emit(st, cn, ev);
+    emit(cx, st, cn, ev);
     if !req.datagram {
         // Ask the requester to wait while the application decides, as rdma_cm does.
         let mra = msg::mra(comm, req.comm, MRA_SERVICE_TIMEOUT);
-        let _ = e.send(from, &CmMessage::Mra(mra).encode(tid));
+        cx.send(from, CmMessage::Mra(mra).encode(tid));
     }
 }
 
-fn on_rep(e: &Engine, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate::mad::Rep) {
+fn on_rep(cx: &mut Cx, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate::mad::Rep) {
     let Some(n) = mine(st, rep.remote_comm_id, from) else { return };
     let s = st.ids.get_mut(&n).expect("mine");
     if s.st() != St::ReqSent {
         if matches!(s.st(), St::Established) {
             // A repeated REP: the RTU got lost on the way; repeat it.
             let rtu = msg::rtu(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
-            let _ = e.send(from, &CmMessage::Rtu(rtu).encode(s.tid));
+            cx.send(from, CmMessage::Rtu(rtu).encode(s.tid));
         }
         return;
     }
@@ -680,28 +649,28 @@ fn on_rep(e: &Engine, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate::
         s.enter(St::RepRcvd);
         let mut ev = Event::new(EventKind::ConnectResponse, 0, &s.handle, s.handle.shared.acks.clone());
         ev.conn = conn;
-        emit(st, n, ev);
+        emit(cx, st, n, ev);
         return;
     }
     if let Err(err) = connect_qp(s) {
         tracing::debug!(%err, "moving the QP to RTS after REP failed");
         let rej = msg::rej(s.local_comm.unwrap_or(0), rep.local_comm_id, msg::Rejected::Rep, Reason::NO_QP, &[]);
         s.enter(St::Failed);
-        qp_to_err(s);
-        let _ = e.send(from, &CmMessage::Rej(rej).encode(s.tid));
-        simple_event(st, n, EventKind::ConnectError, -err.errno());
+        cx.qp_to_err(s);
+        cx.send(from, CmMessage::Rej(rej).encode(s.tid));
+        simple_event(cx, st, n, EventKind::ConnectError, -err.errno());
         return;
     }
     let rtu = msg::rtu(s.local_comm.unwrap_or(0), rep.local_comm_id);
     s.enter(St::Established);
-    let _ = e.send(from, &CmMessage::Rtu(rtu).encode(s.tid));
+    cx.send(from, CmMessage::Rtu(rtu).encode(s.tid));
     let mut ev = Event::new(EventKind::Established, 0, &s.handle, s.handle.shared.acks.clone());
     ev.conn = conn;
-    emit(st, n, ev);
+    emit(cx, st, n, ev);
 }
 
 /// A timer of id `n` expired.
-pub(crate) fn timeout(e: &Engine, st: &mut State, n: u64) {
+pub(crate) fn timeout(cx: &mut Cx, st: &mut State, n: u64) {
     let Some(s) = st.ids.get_mut(&n) else { return };
     let kind = s.timer_kind.take();
     match (kind, s.st()) {
@@ -709,39 +678,39 @@ pub(crate) fn timeout(e: &Engine, st: &mut State, n: u64) {
             // IBTA: the peer did not answer in time; tell it (REJ "timeout"), give up.
             let rej = msg::rej(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), msg::Rejected::Other, Reason::TIMEOUT, &[]);
             s.enter(St::Failed);
-            qp_to_err(s);
+            cx.qp_to_err(s);
             if let Some(peer) = s.remote {
-                let _ = e.send(peer, &CmMessage::Rej(rej).encode(s.tid));
+                cx.send(peer, CmMessage::Rej(rej).encode(s.tid));
             }
-            simple_event(st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
+            simple_event(cx, st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
         }
         (Some(TimerKind::Dreq), St::DreqSent) => {
             s.enter(St::Disconnected);
-            simple_event(st, n, EventKind::Disconnected, -libc::ETIMEDOUT);
+            simple_event(cx, st, n, EventKind::Disconnected, -libc::ETIMEDOUT);
         }
         _ => {}
     }
 }
 
 /// The process of id `n`'s peer died.
-pub(crate) fn peer_gone(_e: &Engine, st: &mut State, n: u64) {
+pub(crate) fn peer_gone(cx: &mut Cx, st: &mut State, n: u64) {
     let Some(s) = st.ids.get_mut(&n) else { return };
     s.disarm();
     match s.st() {
         St::ReqSent => {
             s.enter(St::Failed);
-            qp_to_err(s);
-            simple_event(st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
+            cx.qp_to_err(s);
+            simple_event(cx, st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
         }
         St::RepRcvd | St::RepSent => {
             s.enter(St::Failed);
-            qp_to_err(s);
-            simple_event(st, n, EventKind::ConnectError, -libc::ECONNRESET);
+            cx.qp_to_err(s);
+            simple_event(cx, st, n, EventKind::ConnectError, -libc::ECONNRESET);
         }
         St::Established | St::DreqSent => {
             s.enter(St::Disconnected);
-            qp_to_err(s);
-            simple_event(st, n, EventKind::Disconnected, 0);
+            cx.qp_to_err(s);
+            simple_event(cx, st, n, EventKind::Disconnected, 0);
         }
         St::ReqRcvd => s.enter(St::Failed),
         _ => {}
@@ -750,7 +719,7 @@ pub(crate) fn peer_gone(_e: &Engine, st: &mut State, n: u64) {
 
 /// What destroying id `n` tells its peer (IBTA: destroying a communication id in each
 /// state; the kernel's cm_destroy_id).
-pub(crate) fn abandon(e: &Engine, st: &mut State, n: u64) {
+pub(crate) fn abandon(cx: &mut Cx, st: &mut State, n: u64) {
     let Some(s) = st.ids.get_mut(&n) else { return };
     let (local, remote) = (s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
     let m = match s.st() {
@@ -759,7 +728,7 @@ pub(crate) fn abandon(e: &Engine, st: &mut State, n: u64) {
             Some(CmMessage::Rej(msg::rej(local, remote, msg::Rejected::Req, Reason::CONSUMER_DEFINED, &[])))
         }
         St::Established if s.handle.qp_type() != QpType::Ud && !s.handle.ps().is_datagram() => {
-            qp_to_err(s);
+            cx.qp_to_err(s);
             s.tid = s.tid.wrapping_add(1);
             Some(CmMessage::Dreq(msg::dreq(local, remote, s.remote_qpn)))
         }
@@ -768,21 +737,50 @@ pub(crate) fn abandon(e: &Engine, st: &mut State, n: u64) {
     };
     s.enter(St::Failed);
     if let (Some(m), Some(peer)) = (m, s.remote) {
-        let _ = e.send(peer, &m.encode(s.tid));
+        cx.send(peer, m.encode(s.tid));
     }
 }
 
 /// A child whose CONNECT_REQUEST nobody retrieved before its listener was destroyed:
 /// rejected and forgotten (the kernel rejects such requests).
-pub(crate) fn reject_orphan(e: &Engine, st: &mut State, c: u64) {
-    abandon(e, st, c);
+pub(crate) fn reject_orphan(cx: &mut Cx, st: &mut State, c: u64) {
+    abandon(cx, st, c);
     if let Some(s) = st.ids.remove(&c) {
         if let Some(comm) = s.local_comm {
             st.by_comm.remove(&comm);
         }
         if let Some(peer) = s.remote {
-            e.unwatch(st, peer, s.remote_pid);
+            cx.out.push(Action::Unwatch { peer, pid: s.remote_pid });
         }
     }
 }
 
+
+/// The clock reached `cx.now`: messages to another host still unanswered are sent again
+/// (IBTA Vol 1 §12.7.27; the last retry over, the response timer decides), then every
+/// expired timer fires ([`timeout`]).
+pub(crate) fn tick(cx: &mut Cx, st: &mut State) {
+    let now = cx.now;
+    for s in st.ids.values_mut() {
+        let state = s.st();
+        let Some(r) = s.resend.as_mut().filter(|r| r.at <= now) else { continue };
+        if r.while_in != state || r.left == 0 {
+            s.resend = None;
+            continue;
+        }
+        r.left -= 1;
+        r.at = now + r.every;
+        let mad = r.mad;
+        if let Some(peer) = s.remote {
+            tracing::debug!(?peer, "CM message resent: no answer yet");
+            cx.send(peer, mad);
+        }
+    }
+    let due: Vec<u64> = st.ids.iter().filter(|(_, s)| s.timer.is_some_and(|t| t <= now)).map(|(n, _)| *n).collect();
+    for n in due {
+        if let Some(s) = st.ids.get_mut(&n) {
+            s.timer = None;
+        }
+        timeout(cx, st, n);
+    }
+}

@@ -36,6 +36,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use rverbs::{AhAttr, Gid, GlobalRoute, Qp, QpType};
 
+use super::world::Cx;
 use super::{emit, engine, St, State, RDMA_UDP_QKEY};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
@@ -119,7 +120,7 @@ pub(crate) fn join(id: &CmId, addr: SocketAddr, flag: JoinFlag, context: usize) 
 
 /// Queues the MULTICAST_JOIN (or MULTICAST_ERROR) of every pending join of id `n`,
 /// attaching the id's QP to the groups first (engine thread).
-pub(crate) fn deliver(st: &mut State, n: u64) {
+pub(crate) fn deliver(cx: &mut Cx, st: &mut State, n: u64) {
     let Some(s) = st.ids.get(&n) else {
         st.mcast.by_id.remove(&n);
         return;
@@ -157,7 +158,7 @@ pub(crate) fn deliver(st: &mut State, n: u64) {
         events.push(ev);
     }
     for ev in events {
-        emit(st, n, ev);
+        emit(cx, st, n, ev);
     }
 }
 

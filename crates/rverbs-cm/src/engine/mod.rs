@@ -7,6 +7,13 @@
 //! progresses while the application blocks elsewhere (in ibv_get_cq_event(3), say) —
 //! as with the kernel's rdma_cm, which is asynchronous.
 //!
+//! The handshake itself is a sans-I/O state machine (`handshake.rs`, with the boundary
+//! in `world.rs`): each input (a call, a MAD, the clock, a peer's death) is handed to it
+//! under the state lock with a [`Cx`], and the [`Action`]s it returns are executed here
+//! before the lock is released, in order: MADs sent on QP1, peers watched with pidfds,
+//! events queued on channels, QPs flushed. Address and route resolution, binding and
+//! listening stay here: they are the host's tables and the kernel's neighbours.
+//!
 //! Lock order: the engine state, then a channel's queue, then an id's
 //! acknowledgement counters. Nothing waits for acknowledgements while holding the state.
 
@@ -15,6 +22,9 @@ pub(crate) mod mcast;
 mod msg;
 mod qp;
 mod state;
+#[cfg(test)]
+mod tests;
+mod world;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -32,8 +42,8 @@ use crate::rule::Rule;
 use crate::event::{Event, EventKind};
 use crate::id::{CmId, PortSpace};
 use crate::table::{Owner, Table};
+use world::{Action, Cx, World};
 
-pub(crate) use handshake::{accept, connect, disconnect, establish, reject};
 pub(crate) use msg::Reason;
 pub(crate) use qp::{attach_qp, init_qp_attr};
 pub use qp::RDMA_UDP_QKEY;
@@ -129,17 +139,7 @@ impl Engine {
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
             ^ (u64::from(qp1.pid() as u32) << 32);
         Ok(Engine {
-            state: Mutex::new(State {
-                ids: HashMap::new(),
-                by_comm: HashMap::new(),
-                watches: HashMap::new(),
-                dead: Vec::new(),
-                next_id: 1,
-                next_comm: 1,
-                rng: seed | 1,
-                deferred: Vec::new(),
-                mcast: mcast::Joins::default(),
-            }),
+            state: Mutex::new(State::new(seed)),
             qp1,
             table,
             ctx,
@@ -193,14 +193,55 @@ impl Engine {
         }
     }
 
-    fn deliver_deferred(&self) {
-        let mut st = self.lock();
-        for (n, kind, status) in std::mem::take(&mut st.deferred) {
-            match kind {
-                EventKind::MulticastJoin => mcast::deliver(&mut st, n),
-                _ => simple_event(&st, n, kind, status),
+    /// Runs `f`, one input of the state machine, at `now` with the state locked, and
+    /// executes the actions it returns.
+    fn input<T>(&self, st: &mut State, now: Instant, f: impl FnOnce(&mut Cx, &mut State) -> T) -> T {
+        let mut cx = Cx::new(self, now);
+        let r = f(&mut cx, st);
+        self.execute(st, cx.out, now);
+        r
+    }
+
+    /// Executes `actions` in order (`world.rs`). A MAD that could not be sent to an id's
+    /// peer is that peer's death, an input whose actions run next.
+    fn execute(&self, st: &mut State, actions: Vec<Action>, now: Instant) {
+        let mut queue = std::collections::VecDeque::from(actions);
+        while let Some(a) = queue.pop_front() {
+            match a {
+                Action::Send { to, mad, id } => {
+                    if let Err(err) = self.qp1.send_to(to, &mad) {
+                        tracing::debug!(%err, ?to, "CM message not sent");
+                        if let Some(n) = id {
+                            let mut cx = Cx::new(self, now);
+                            handshake::peer_gone(&mut cx, st, n);
+                            queue.extend(cx.out);
+                        }
+                    }
+                }
+                Action::Forward { ep, mad, refuse } => {
+                    if self.qp1.forward(ep, &mad).is_err() {
+                        let _ = self.qp1.send_to(mad.from, &refuse);
+                    }
+                }
+                Action::Watch { peer, pid } => self.watch(st, peer, pid),
+                Action::Unwatch { peer, pid } => self.unwatch(st, peer, pid),
+                Action::Deliver { channel, event } => channel.push(event),
+                Action::QpToErr(qp) => qp::to_err(&qp),
             }
         }
+    }
+
+    fn deliver_deferred(&self) {
+        let mut st = self.lock();
+        let deferred = std::mem::take(&mut st.deferred);
+        self.input(&mut st, Instant::now(), |cx, st| {
+            for (n, kind, status) in deferred {
+                match kind {
+                    EventKind::MulticastJoin => mcast::deliver(cx, st, n),
+                    _ => simple_event(cx, st, n, kind, status),
+                }
+            }
+        });
     }
 
     fn drain_qp1(&self) {
@@ -208,7 +249,7 @@ impl Engine {
             match self.qp1.recv() {
                 Ok(Some(mad)) => {
                     let mut st = self.lock();
-                    handshake::receive(self, &mut st, &mad);
+                    self.input(&mut st, Instant::now(), |cx, st| handshake::receive(cx, st, &mad));
                 }
                 Ok(None) => return,
                 Err(e) => {
@@ -221,35 +262,10 @@ impl Engine {
 
     fn fire_timers(&self, now: Instant) {
         let mut st = self.lock();
-        self.resend_due(&mut st, now);
-        resolve_due(&mut st, now);
-        let due: Vec<u64> = st.ids.iter().filter(|(_, s)| s.timer.is_some_and(|t| t <= now)).map(|(n, _)| *n).collect();
-        for n in due {
-            if let Some(s) = st.ids.get_mut(&n) {
-                s.timer = None;
-            }
-            handshake::timeout(self, &mut st, n);
-        }
-    }
-
-    /// Sends again what waits for an answer from another host and is due; the last
-    /// retry over, the id's response timer decides.
-    fn resend_due(&self, st: &mut State, now: Instant) {
-        for s in st.ids.values_mut() {
-            let state = s.st();
-            let Some(r) = s.resend.as_mut().filter(|r| r.at <= now) else { continue };
-            if r.while_in != state || r.left == 0 {
-                s.resend = None;
-                continue;
-            }
-            r.left -= 1;
-            r.at = now + r.every;
-            let mad = r.mad;
-            if let Some(peer) = s.remote {
-                tracing::debug!(?peer, "CM message resent: no answer yet");
-                let _ = self.qp1.send_to(peer, &mad);
-            }
-        }
+        self.input(&mut st, now, |cx, st| {
+            resolve_due(cx, st);
+            handshake::tick(cx, st);
+        });
     }
 
     /// Process `pid`, which held endpoint `ep`, died: the ids that talked to it (not those
@@ -266,9 +282,11 @@ impl Engine {
             .filter(|(_, s)| s.remote == Some(MadPeer::Endpoint(ep)) && s.remote_pid == Some(pid))
             .map(|(n, _)| *n)
             .collect();
-        for n in ids {
-            handshake::peer_gone(self, &mut st, n);
-        }
+        self.input(&mut st, Instant::now(), |cx, st| {
+            for n in ids {
+                handshake::peer_gone(cx, st, n);
+            }
+        });
         drop(st);
         self.table.reclaim();
     }
@@ -311,10 +329,69 @@ impl Engine {
         }
     }
 
-    /// Sends a MAD to `peer`'s QP1.
-    pub(crate) fn send(&self, peer: MadPeer, mad: &[u8; 256]) -> Result<()> {
-        self.qp1.send_to(peer, mad).map_err(Error::from)
+}
+
+/// The host as the handshake reads it: this process's QP1, device and listener table.
+impl World for Engine {
+    fn endpoint(&self) -> u32 {
+        self.qp1.endpoint()
     }
+
+    fn max_rd_atom(&self) -> u8 {
+        self.ctx.query_device().max_qp_rd_atom.min(255) as u8
+    }
+
+    fn node_guid(&self) -> u64 {
+        self.ctx.query_device().node_guid
+    }
+
+    fn local_gid(&self, ip: std::net::IpAddr) -> Option<crate::addr::LocalGid> {
+        crate::addr::local_gid(&self.ctx, ip)
+    }
+
+    fn listener(&self, ps: PortSpace, dst: SocketAddr) -> Option<Owner> {
+        self.table.lookup(ps as u16, dst)
+    }
+
+    fn owner_pid(&self, ep: u32) -> Option<i32> {
+        self.qp1.owner_pid(ep)
+    }
+
+    fn link_mtu(&self, local: std::net::IpAddr) -> u32 {
+        self.qp1.link_mtu(local)
+    }
+}
+
+/// Runs `f`, a verbs call of the state machine, in the process's engine: at the time of
+/// the call, with the state locked, its actions executed before the lock is released;
+/// the thread then recomputes its next deadline.
+fn call<T>(f: impl FnOnce(&mut Cx, &mut State) -> Result<T>) -> Result<T> {
+    let e = engine()?;
+    let mut st = e.lock();
+    let r = e.input(&mut st, Instant::now(), f);
+    drop(st);
+    e.kick();
+    r
+}
+
+pub(crate) fn connect(id: &CmId, param: &crate::event::ConnParam) -> Result<()> {
+    call(|cx, st| handshake::connect(cx, st, id, param))
+}
+
+pub(crate) fn accept(id: &CmId, param: Option<&crate::event::ConnParam>) -> Result<()> {
+    call(|cx, st| handshake::accept(cx, st, id, param))
+}
+
+pub(crate) fn reject(id: &CmId, private_data: &[u8], reason: u16) -> Result<()> {
+    call(|cx, st| handshake::reject(cx, st, id, private_data, reason))
+}
+
+pub(crate) fn disconnect(id: &CmId) -> Result<()> {
+    call(|cx, st| handshake::disconnect(cx, st, id))
+}
+
+pub(crate) fn establish(id: &CmId) -> Result<()> {
+    call(|cx, st| handshake::establish(cx, st, id))
 }
 
 fn owner_alive(ep: u32, pid: i32) -> bool {
@@ -328,6 +405,21 @@ fn owner_alive(ep: u32, pid: i32) -> bool {
 }
 
 impl State {
+    /// No ids yet; `seed` starts the PSN generator.
+    fn new(seed: u64) -> State {
+        State {
+            ids: HashMap::new(),
+            by_comm: HashMap::new(),
+            watches: HashMap::new(),
+            dead: Vec::new(),
+            next_id: 1,
+            next_comm: 1,
+            rng: seed | 1,
+            deferred: Vec::new(),
+            mcast: mcast::Joins::default(),
+        }
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         self.ids.values().filter_map(|s| s.next_deadline()).min()
     }
@@ -371,18 +463,18 @@ impl State {
 }
 
 /// Queues an event for the id's channel.
-pub(crate) fn emit(st: &State, n: u64, ev: Event) {
+pub(crate) fn emit(cx: &mut Cx, st: &State, n: u64, event: Event) {
     match st.ids.get(&n).and_then(|s| s.channel.clone()) {
-        Some(ch) => ch.push(ev),
-        None => tracing::debug!(?ev, "event for an id without a channel dropped"),
+        Some(channel) => cx.out.push(Action::Deliver { channel, event }),
+        None => tracing::debug!(?event, "event for an id without a channel dropped"),
     }
 }
 
 /// A simple event of `kind` with `status` for id `n`.
-pub(crate) fn simple_event(st: &State, n: u64, kind: EventKind, status: i32) {
+pub(crate) fn simple_event(cx: &mut Cx, st: &State, n: u64, kind: EventKind, status: i32) {
     if let Some(s) = st.ids.get(&n) {
         let ev = Event::new(kind, status, &s.handle, s.handle.shared.acks.clone());
-        emit(st, n, ev);
+        emit(cx, st, n, ev);
     }
 }
 
@@ -532,7 +624,8 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
 
 /// Address resolutions waiting for a neighbour that are due: resolved, failed, or looked
 /// at again later (`neigh.rs`).
-fn resolve_due(st: &mut State, now: Instant) {
+fn resolve_due(cx: &mut Cx, st: &mut State) {
+    let now = cx.now;
     let mut done = Vec::new();
     for (n, s) in st.ids.iter_mut() {
         let Some(r) = s.resolving.as_mut().filter(|r| r.next <= now) else { continue };
@@ -551,7 +644,7 @@ fn resolve_due(st: &mut State, now: Instant) {
         done.push(ev);
     }
     for (n, kind, status) in done {
-        simple_event(st, n, kind, status);
+        simple_event(cx, st, n, kind, status);
     }
 }
 
@@ -629,7 +722,7 @@ pub(crate) fn destroy(id: &CmId) -> Result<()> {
     if !st.ids.contains_key(&n) {
         return Err(Error::invalid("rdma_destroy_id", Rule::Destroyed));
     }
-    handshake::abandon(e, &mut st, n);
+    e.input(&mut st, Instant::now(), |cx, st| handshake::abandon(cx, st, n));
     mcast::leave_all(&mut st, n);
     let s = st.ids.remove(&n).expect("present");
     if let Some(c) = s.local_comm {
@@ -648,16 +741,15 @@ pub(crate) fn destroy(id: &CmId) -> Result<()> {
             }
         }
     }
-    for c in orphans {
-        handshake::reject_orphan(e, &mut st, c);
-    }
+    e.input(&mut st, Instant::now(), |cx, st| {
+        for c in orphans {
+            handshake::reject_orphan(cx, st, c);
+        }
+    });
     drop(s);
     drop(st);
     id.shared.acks.wait_all_acked();
     Ok(())
 }
 
-/// The engine's view of a listener's owner for a request to `dst`.
-pub(crate) fn lookup_listener(e: &Engine, ps: PortSpace, dst: SocketAddr) -> Option<Owner> {
-    e.table.lookup(ps as u16, dst)
-}
+

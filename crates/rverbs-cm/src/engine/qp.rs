@@ -159,14 +159,11 @@ pub(crate) fn connect_qp(s: &IdState) -> Result<()> {
     Ok(())
 }
 
-/// Moves the id's QP to ERR (its outstanding work requests flush).
-pub(crate) fn qp_to_err(s: &IdState) {
-    if let Some(qp) = &s.qp {
-        if qp.qp_type() != QpType::Ud {
-            let a = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
-            if let Err(err) = qp.modify(&a, QpAttrMask::STATE) {
-                tracing::debug!(%err, "moving the id's QP to ERR");
-            }
-        }
+/// Moves `qp` to ERR (its outstanding work requests flush): the engine's execution of
+/// [`Action::QpToErr`](super::world::Action::QpToErr).
+pub(crate) fn to_err(qp: &Qp) {
+    let a = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+    if let Err(err) = qp.modify(&a, QpAttrMask::STATE) {
+        tracing::debug!(%err, "moving the id's QP to ERR");
     }
 }

@@ -254,8 +254,9 @@ impl IdState {
         one * (u32::from(self.cm_retries) + 1)
     }
 
-    pub(crate) fn arm(&mut self, kind: TimerKind, after: Duration) {
-        self.timer = Some(Instant::now() + after);
+    /// Arms the id's timer for `kind`, to expire at `at`.
+    pub(crate) fn arm(&mut self, kind: TimerKind, at: Instant) {
+        self.timer = Some(at);
         self.timer_kind = Some(kind);
     }
 
@@ -268,12 +269,12 @@ impl IdState {
     /// Keeps `mad`, just sent to another host while the id is in state `while_in`, to be
     /// resent every CM response timeout, at most `cm_retries` times, until the answer
     /// comes (`disarm`) or the id leaves that state. Nothing for a peer of this host.
-    pub(crate) fn resend_until_answered(&mut self, mad: &[u8; 256]) {
+    pub(crate) fn resend_until_answered(&mut self, mad: &[u8; 256], now: Instant) {
         if !matches!(self.remote, Some(MadPeer::Remote { .. })) {
             return;
         }
         let every = Duration::from_nanos(4096u64 << self.cm_timeout.min(31));
-        self.resend = Some(Resend { mad: *mad, while_in: self.st, at: Instant::now() + every, every, left: self.cm_retries });
+        self.resend = Some(Resend { mad: *mad, while_in: self.st, at: now + every, every, left: self.cm_retries });
     }
 
     /// The earliest of the id's deadlines.
