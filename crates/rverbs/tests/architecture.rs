@@ -1,5 +1,5 @@
 //! The architecture test: the `rverbs` crate is built in declared layers, and no module
-//! imports a layer above its own (ARCHITECTURE.md §0).
+//! imports a layer above its own (ARCHITECTURE.md, "Layers").
 //!
 //! It reads the crate's sources with `syn`, finds every path a module names inside the
 //! crate (`use crate::…`, `crate::…` in code, types and macro arguments, `super::…`), and
@@ -12,7 +12,7 @@
 //! holds a core or calls a trait of its own layer: the domain objects' cores live in
 //! `mr::domain` (memory layer: `ContextCore`, `PdCore`, `XrcdCore`), which the verbs
 //! handles wrap; the engine asks the device and the transports through the traits of
-//! `qp::device` (`QpDevice`, `SendPath`), which they implement (ARCHITECTURE.md §0).
+//! `qp::device` (`QpDevice`, `SendPath`), which they implement (ARCHITECTURE.md, "Layers").
 //!
 //! [`KNOWN_UPWARD`] is the ratchet that took the crate there (issue 11): an upward import
 //! not in the list fails, and so does an entry that no longer exists, so the list only
