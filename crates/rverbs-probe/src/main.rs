@@ -207,8 +207,8 @@ fn make_qp(o: &Opts, my_psn: u32, remote: &Dest) -> io::Result<Qp> {
         timeout: 14,
         retry_cnt: 7,
         // rxe 6.1 reads 7 as "forever"; rverbs reads it as seven retries
-        // (docs/rxe-differences.md). Seven retries of a 67 ms timer is plenty on a link that
-        // loses nothing.
+        // (docs/rxe-differences.md, "`retry_cnt` 7 is seven retries"). Seven retries of a 67 ms
+        // timer is plenty on a link that loses nothing.
         retry_cnt_7_infinite: false,
         rnr_retry: 7,
         max_rd_atomic: 1,
