@@ -15,7 +15,7 @@
  * and rxe (drivers/infiniband/core/uverbs_cmd.c, rdma_core.c, umem.c, verbs.c,
  * include/rdma/ib_verbs.h, drivers/infiniband/sw/rxe/), the man pages. Where rverbs
  * deliberately differs from rxe, the row says "rverbs differs" and points at
- * ARCHITECTURE.md §12. Only behaviour rdma-core defines is exercised: no NULL object
+ * docs/rxe-differences.md. Only behaviour rdma-core defines is exercised: no NULL object
  * pointers, no freed pointers (tests/c/foreign_ptr.c covers what the library detects
  * there), nothing that is undefined against the real library.
  */
@@ -375,7 +375,7 @@ static int r_resize_below_queued(void)
 		wr[i].next = i < 3 ? &wr[i + 1] : NULL;
 	}
 	REQUIRE(ibv_post_send(s->qp, wr, &bad) == 0, "post 4 writes");
-	/* In-process traffic completes inside ibv_post_send (ARCHITECTURE.md §8): the four
+	/* In-process traffic completes inside ibv_post_send (docs/progress-and-events.md): the four
 	 * completions are queued now. */
 	ret = ibv_resize_cq(s->send_cq, 2);
 	while (n < 4) {
@@ -1052,7 +1052,7 @@ static const struct row rows[] = {
 	ROW("ibv_modify_qp", "qp_state 42 (unchanged)", r_modify_state_out_of_range, EINVAL,
 	    "uverbs_cmd.c modify_qp: qp_state > IB_QPS_ERR"),
 	ROW("ibv_modify_qp", "cur_qp_state not the state (unchanged)", r_modify_wrong_cur_state,
-	    EINVAL, "rverbs differs (ARCHITECTURE.md §12): rxe uses the caller's value"),
+	    EINVAL, "rverbs differs (docs/rxe-differences.md): rxe uses the caller's value"),
 	ROW("ibv_modify_qp", "INIT -> RTR without DEST_QPN (unchanged)",
 	    r_modify_rtr_missing_dest_qpn, EINVAL,
 	    "kernel verbs.c ib_modify_qp_is_ok: required attributes"),

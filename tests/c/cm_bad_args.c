@@ -19,7 +19,7 @@
  * librdmacm reaches it: drivers/infiniband/core/ucma.c (U) and cma.c (K). Rows marked
  * "rverbs differs (§9)" pass something rdma-core does not check and dereferences (a NULL
  * out-pointer, a NULL rdma_addrinfo, an id without a device where librdmacm reads
- * id->verbs): rverbs refuses it with EINVAL instead (ARCHITECTURE.md §9). Foreign and
+ * id->verbs): rverbs refuses it with EINVAL instead (docs/capi.md). Foreign and
  * freed pointers are cm_foreign_ptr.c's.
  *
  * Not here, on purpose: rdma_destroy_id of an id whose retrieved event is not acked
@@ -1180,7 +1180,7 @@ struct row {
 };
 
 #define ROW(c, a, f, e, s) {c, a, f, e, s}
-#define DIFFERS "rverbs differs (ARCHITECTURE.md §9): "
+#define DIFFERS "rverbs differs (docs/capi.md): "
 /* A mismatch not fixed here (rverbs-cm engine::resolve_addr is being reworked on main):
  * the row pins rverbs' present answer, the source says what the kernel gives. */
 #define OPEN "OPEN, rverbs answers otherwise: "

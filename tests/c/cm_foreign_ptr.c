@@ -1,4 +1,4 @@
-/* Foreign and freed rdma_cm object pointers (ARCHITECTURE.md §9: they are refused, not
+/* Foreign and freed rdma_cm object pointers (docs/capi.md: they are refused, not
  * dereferenced): 4 bytes that end where a PROT_NONE page begins (a read past them
  * faults, so the test fails if the library reads through the pointer), a malloc(4) and
  * a stack byte, cast to rdma_event_channel / rdma_cm_id / rdma_cm_event:

@@ -3,7 +3,7 @@
  *
  * Every CHECK prints "ok - <what>" or "FAIL - <what> (<file>:<line>)" and exits 1 on the
  * first failure. Polling loops are bounded by a number of iterations, never by sleeps:
- * the device completes in-process traffic inside ibv_post_send (ARCHITECTURE.md §8).
+ * the device completes in-process traffic inside ibv_post_send (docs/progress-and-events.md).
  */
 #ifndef RVERBS_TEST_COMMON_H
 #define RVERBS_TEST_COMMON_H

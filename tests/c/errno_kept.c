@@ -1,7 +1,7 @@
 /* A verb that succeeds leaves the caller's errno alone, even when internal work failed
  * on the way: here UDP port 4791 is taken by a socket of this program before the device
  * starts, so the device's bind of <address>:4791 fails (EADDRINUSE) and it falls back to
- * an ephemeral port (ARCHITECTURE.md §6, Network). The application must not find that
+ * an ephemeral port (docs/network.md). The application must not find that
  * EADDRINUSE in errno after ibv_get_device_list / ibv_open_device succeeded (it would
  * print it as its own error, as ibv_rc_pingpong does on a later failure).
  *

@@ -1,4 +1,4 @@
-/* Foreign and destroyed object pointers (ARCHITECTURE.md §9: they are refused, not
+/* Foreign and destroyed object pointers (docs/capi.md: they are refused, not
  * dereferenced):
  *  - a pointer to a 4-byte allocation that ends where an inaccessible page begins, one
  *    that starts right after an inaccessible page, a malloc(4) and a stack byte, cast to

@@ -16,7 +16,7 @@
 #   b  client of "ab" and server of "bc", RVERBS_CMA=off (peers reach its private memory
 #      through it, so its own key checks guard every write into it: a peer that may use
 #      cross-memory attach takes the address from the key record, and a process able to
-#      rewrite that record can then write the memory itself, ARCHITECTURE.md §3):
+#      rewrite that record can then write the memory itself, docs/shared-state.md):
 #      attacked only through the segments and records of "ab" (its inventory, b.inv),
 #      its doorbell and other FIFOs;
 #   c  client of "bc": never attacked; "bc" must complete every message, checked.
@@ -74,7 +74,7 @@ gcc -O2 -Wall -Wextra -Werror -o "$work/victim" tests/chaos/victim.c -libverbs |
 export LD_LIBRARY_PATH=$DROPIN
 # Stalls: 4 s on "ab"; 10 s on "bc", whose ends share a process (b) with "ab", where a
 # verb on an attacked object may block b's only thread up to the bounds of
-# ARCHITECTURE.md §3 (4 s for a CQ left "resizing").
+# docs/shared-state.md (4 s for a CQ left "resizing").
 export VICTIM_STALL=$STALL
 # The victims' warnings (what they noticed and survived) go to their logs.
 export RVERBS_LOG=${RVERBS_LOG:-info}

@@ -13,8 +13,9 @@ appends one line to <log> before it acts: "<round> <kind> <victim> <detail>", so
 victim that hangs or crashes can be blamed on the attack that preceded it. The last
 line is "done <count per kind>".
 
-The layouts are those of crates/rverbs (ARCHITECTURE.md §3, §5): cq/seg.rs, cq/ring.rs,
-qp/rq.rs, shm/tables.rs, shm/registry.rs. Written from those files, for this harness.
+The layouts are those of crates/rverbs (docs/shared-state.md, docs/completion-queues.md):
+cq/seg.rs, cq/ring.rs, qp/rq.rs, shm/tables.rs, shm/registry.rs. Written from those files,
+for this harness.
 """
 import mmap
 import os

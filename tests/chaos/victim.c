@@ -71,7 +71,7 @@ struct link {
 static struct ibv_context *ctx;
 /* Seconds a connection may wait for one step before it reports a stall: VICTIM_STALL,
  * or the link's own ("c:<tag>:<seconds>"). A verb on an attacked object may block the
- * (single) thread of its process for the bounds of ARCHITECTURE.md §3 (up to 4 s), so
+ * (single) thread of its process for the bounds of docs/shared-state.md (up to 4 s), so
  * the untouched connection's two ends get more. */
 static double STALL_DEFAULT = 5.0;
 #define STALL_SEC (l->stall)

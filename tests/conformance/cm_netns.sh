@@ -120,7 +120,7 @@ if [[ -z $FILTER || $label =~ $FILTER ]]; then
   pair_done "$label"
 fi
 
-# The network may lose or repeat any MAD (ARCHITECTURE.md §14, "Across hosts"). Every
+# The network may lose or repeat any MAD (docs/connection-manager.md, "Across hosts"). Every
 # packet of both sides sent twice: the repeated REQ, MRA, REP, RTU, DREQ and DREP must
 # change nothing. The server's REP lost: RVERBS_FAULTS seed 8 at 10 % keeps the server's
 # first packet (its MRA) and loses its second (the REP), so the REP must be sent again

@@ -20,7 +20,7 @@ docs/rocev2-wire.md §3.3-§4 documents them:
                    region: NAK remote access error -> REM_ACCESS_ERR
   send-too-large   SEND of 256 bytes into a posted receive of 64. An rverbs server answers
                    NAK invalid request -> REM_INV_REQ_ERR at the client (docs/rocev2-wire.md §4,
-                   IBTA) and completes its receive LOC_LEN_ERR (ARCHITECTURE.md §12,
+                   IBTA) and completes its receive LOC_LEN_ERR (docs/rxe-differences.md,
                    ibv_poll_cq(3)), checked. rxe (Debian 12's 6.1, measured rxe against
                    rxe) takes the too-small receive for a malformed WQE: NAK remote
                    operational error, receive LOC_QP_OP_ERR, so the client must report
@@ -363,7 +363,7 @@ def server_check(sc, res, dev, deadline):
                          f'(rverbs: IBV_WC_LOC_LEN_ERR; rxe: IBV_WC_LOC_QP_OP_ERR)')
             if dev.is_rverbs and (wc.status, wc.vendor_err) != (e.IBV_WC_LOC_LEN_ERR, VE_RECV_TOO_SMALL):
                 why.append(f'receive: expected {wc_name(e.IBV_WC_LOC_LEN_ERR)} vendor_err '
-                           f'{VE_RECV_TOO_SMALL:#x} (ARCHITECTURE.md §12), got {wc_name(wc.status)} '
+                           f'{VE_RECV_TOO_SMALL:#x} (docs/rxe-differences.md), got {wc_name(wc.status)} '
                            f'vendor_err {wc.vendor_err:#x}')
     return {'lines': lines, 'why': why, 'recv_status': recv_status}
 

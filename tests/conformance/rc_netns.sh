@@ -125,8 +125,8 @@ done
 pair pingpong "rc -s 4096 -c over IPv6 GIDs ($IP6_A, $IP6_B)" "$A" "$WORK/rt-a" "$IP6_A" "$B" "$WORK/rt-b" "$IP6_B" ibv_rc_pingpong -c -s 4096
 
 # No -m: perftest takes the port's active MTU, 1024 in each namespace as on an rxe port
-# over a 1500-byte link (ARCHITECTURE.md §2); each network connection is capped at its
-# link's anyway (ARCHITECTURE.md §6). One pair asks for 1024 itself.
+# over a 1500-byte link (docs/device.md, "Active MTU"); each network connection is capped at its
+# link's anyway (docs/network.md). One pair asks for 1024 itself.
 for t in ib_write_bw ib_read_bw ib_send_bw; do
   pair perftest "$t -s 65536" "${ab[@]}" "$t" -s 65536
 done

@@ -166,7 +166,7 @@ udaddy_pair guest "rxe server, rverbs client"
 
 # Nobody listens: the REQ is rejected with "invalid service ID" (8) whoever answers. On
 # the host, the answer comes from the connection manager of an rverbs process there (the
-# GSI dispatcher, ARCHITECTURE.md §14), here an rping server on another port.
+# GSI dispatcher, docs/connection-manager.md), here an rping server on another port.
 reject_check() {
   local label="a REQ to a port nobody listens on: REJECTED 8, $1"
   [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0

@@ -15,13 +15,13 @@
 #      reports (docs/rocev2-wire.md §3.3-§4); rverbs' vendor_err codes are checked.
 #   2. rverbs server, rxe client: rverbs' responder must send the NAKs (and stay silent)
 #      so that rxe's completer reports those same statuses; the server's own receive
-#      status for the oversized SEND (LOC_LEN_ERR, ARCHITECTURE.md §12) is checked.
+#      status for the oversized SEND (LOC_LEN_ERR, docs/rxe-differences.md) is checked.
 # The client-side statuses required are the ones docs/rocev2-wire.md §4 lists for rxe
 # (RNR_RETRY_EXC_ERR, RETRY_EXC_ERR, REM_ACCESS_ERR, REM_INV_REQ_ERR), except for the
 # SEND larger than the receive against rxe's responder: this rxe (6.1) answers NAK remote
 # operational error there, so the client must report REM_OP_ERR as rxe's completer does
 # (net_errors.py, expected()). Against rverbs' responder an rxe client gets
-# REM_INV_REQ_ERR (rverbs NAKs invalid request: IBTA; ARCHITECTURE.md §12).
+# REM_INV_REQ_ERR (rverbs NAKs invalid request: IBTA; docs/rxe-differences.md).
 #
 # Prints each run's PASS/FAIL lines per scenario, then "N passed, N failed" over the three
 # runs; exits 1 if anything failed. Needs root (netns, tap). Boots its own guest

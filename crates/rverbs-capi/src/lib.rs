@@ -1,7 +1,7 @@
 //! The C ABI of rverbs: a drop-in `libibverbs.so.1` for binaries built against
 //! rdma-core 44 (Debian 12). The contract is rdma-core's: `libibverbs/verbs.h` (the inline
 //! ABI and struct layouts), `libibverbs/libibverbs.map.in` (the export map) and the man
-//! pages; ARCHITECTURE.md §9 describes this crate.
+//! pages; docs/capi.md describes this crate.
 //!
 //! # What this crate is (and is not)
 //!

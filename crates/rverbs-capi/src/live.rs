@@ -1,7 +1,7 @@
 //! The registry of live C objects: which addresses this library handed to C, per kind,
 //! and not yet destroyed.
 //!
-//! Rule (ARCHITECTURE.md §9): a pointer C passes in is looked up here *before* anything
+//! Rule (docs/capi.md): a pointer C passes in is looked up here *before* anything
 //! is read through it, so a foreign pointer (another library's object, a smaller
 //! allocation, garbage) or the pointer of a destroyed object is refused without being
 //! dereferenced. Every object is [`insert`]ed once it is fully built, before its

@@ -169,7 +169,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     })?;
     let taken = keys.len();
     drop(keys);
-    // The table's pages stay reserved once used (a high-water mark, ARCHITECTURE.md §3):
+    // The table's pages stay reserved once used (a high-water mark, docs/shared-state.md):
     // the space is not given back to the directory, but every freed key is reused.
     for _ in 0..taken {
         #[allow(unsafe_code)]

@@ -7,7 +7,7 @@
 //! (127/8, ::1) map to the device as the kernel's rdma_cm maps them to the first active
 //! device.
 //!
-//! rverbs0's GID table holds the host's IPv4 addresses (ARCHITECTURE.md §2), 127.0.0.1
+//! rverbs0's GID table holds the host's IPv4 addresses (docs/device.md, "GID table, port"), 127.0.0.1
 //! last; every 127/8 address maps to that entry. IPv6 addresses are found in the table
 //! when it holds them; `::1` maps to the 127.0.0.1 entry (one host, one loopback GID),
 //! and an IPv4-mapped IPv6 address to its IPv4 entry.

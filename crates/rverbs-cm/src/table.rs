@@ -6,7 +6,7 @@
 //! give an active id an ephemeral port, and an incoming connection request can find the
 //! id that rdma_listen(3) made a listener. rverbs has no kernel part: this table is
 //! that list, shared by every process of the user through the runtime directory (the
-//! one of the device, ARCHITECTURE.md §2). It answers one question for the connection
+//! one of the device, docs/device.md). It answers one question for the connection
 //! manager: which endpoint process, and which id in it, listens on (port space,
 //! address, port)? The kernel's own TCP and UDP ports are not consulted, as the kernel's
 //! rdma_cm does not consult them either.
@@ -136,7 +136,7 @@ pub type Alive = Arc<dyn Fn(u32, i32) -> bool + Send + Sync>;
 /// number for the `rdma_cm_id`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Owner {
-    /// The endpoint number of the owning process (ARCHITECTURE.md §2).
+    /// The endpoint number of the owning process (docs/device.md).
     pub ep: u32,
     /// The owning process.
     pub pid: i32,

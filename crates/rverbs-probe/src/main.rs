@@ -206,8 +206,9 @@ fn make_qp(o: &Opts, my_psn: u32, remote: &Dest) -> io::Result<Qp> {
         sq_psn: Psn::new(my_psn),
         timeout: 14,
         retry_cnt: 7,
-        // rxe 6.1 reads 7 as "forever"; rverbs reads it as seven retries (ARCHITECTURE.md
-        // §12). Seven retries of a 67 ms timer is plenty on a link that loses nothing.
+        // rxe 6.1 reads 7 as "forever"; rverbs reads it as seven retries
+        // (docs/rxe-differences.md, "`retry_cnt` 7 is seven retries"). Seven retries of a 67 ms
+        // timer is plenty on a link that loses nothing.
         retry_cnt_7_infinite: false,
         rnr_retry: 7,
         max_rd_atomic: 1,

@@ -6,7 +6,7 @@
 //! waited for on the connection ([`Conn::wait`], which says which CQ woke it). As in
 //! librpma's example, the client expects its send's completion before the response's
 //! (rverbs notifies a requester's completion before the responder can answer,
-//! ARCHITECTURE.md §5), and each completion must come from the CQ of its opcode.
+//! docs/completion-queues.md), and each completion must come from the CQ of its opcode.
 //!
 //! `cargo run --example 09scch-flush-to-persistent-GPSPM` runs both sides as two
 //! threads; `server <addr> <port>` / `client <addr> <port>` as two processes. Prints

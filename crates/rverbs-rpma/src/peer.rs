@@ -33,10 +33,10 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// that holds it). The id is destroyed before returning.
 ///
 /// A local loopback address (127.0.0.0/8, `::1`) names no device: the kernel's rdma_cm
-/// attaches none to an id bound to it, as to the any-address (ARCHITECTURE.md §14), so
-/// librpma 1.x returns a NULL context for it and rpma_peer_new(3) then fails; here that
-/// is `ENODEV`. A server serves on an address of a network interface. As a remote
-/// address the loopback resolves to this host's device (cma_resolve_loopback).
+/// attaches none to an id bound to it, as to the any-address (docs/connection-manager.md,
+/// "Addresses"), so librpma 1.x returns a NULL context for it and rpma_peer_new(3) then
+/// fails; here that is `ENODEV`. A server serves on an address of a network interface. As a
+/// remote address the loopback resolves to this host's device (cma_resolve_loopback).
 ///
 /// Errors: `Provider` if the address cannot be bound or resolved (e.g.
 /// `EADDRNOTAVAIL` for an address of no local interface) or names no device

@@ -363,7 +363,7 @@ impl DeviceInner {
             });
         }
         // The port's active MTU: the smallest link among the up, non-loopback interfaces
-        // that hold a GID (ARCHITECTURE.md §2, `limits::port_active_mtu`).
+        // that hold a GID (docs/device.md, "Active MTU"; `limits::port_active_mtu`).
         let mut links: Vec<&str> = ifs
             .iter()
             .filter(|i| i.flags & libc::IFF_UP as u32 != 0 && i.flags & libc::IFF_LOOPBACK as u32 == 0)

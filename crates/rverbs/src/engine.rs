@@ -2,7 +2,7 @@
 //! and the live objects the engine and the transports find by number — CQs, QPs and
 //! SRQs — with the GID table requests are addressed by.
 //!
-//! Rule (ARCHITECTURE.md §0): a layer owns the state it uses. The device
+//! Rule (ARCHITECTURE.md, "Layers"): a layer owns the state it uses. The device
 //! (`device::DeviceInner`) is this engine state plus what only the verbs objects use; it
 //! hands `&'static Engine` down to the code that looks objects up (routing a request,
 //! delivering a completion event), which never names the device.

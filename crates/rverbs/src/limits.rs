@@ -111,7 +111,7 @@ pub fn port_active_mtu(links: impl IntoIterator<Item = u32>) -> rverbs_proto::ve
 }
 
 /// Endpoints (processes using the device) one host can have; endpoint numbers are the top
-/// 8 bits of QP numbers and keys' owners (ARCHITECTURE.md §2).
+/// 8 bits of QP numbers and keys' owners (docs/device.md, "Numbers").
 pub(crate) const MAX_ENDPOINTS: u32 = 256;
 
 #[cfg(test)]

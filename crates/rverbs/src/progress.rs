@@ -1,6 +1,6 @@
 //! The progress thread: runs what cannot run inside the application's calls.
 //!
-//! One thread per process (ARCHITECTURE.md §8), started with the device, asleep in epoll
+//! One thread per process (docs/progress-and-events.md), started with the device, asleep in epoll
 //! while there is nothing to do. It handles
 //! - timers: the RNR wait and the ACK timeout after which a send queue retries its head
 //!   work request;
@@ -88,7 +88,7 @@ pub(crate) fn net_active() -> bool {
     NET_CONNECTIONS.load(std::sync::atomic::Ordering::Relaxed) != 0
 }
 
-/// ARCHITECTURE.md §8 (no latency path waits on a sleeping thread): an application thread that
+/// docs/progress-and-events.md (no latency path waits on a sleeping thread): an application thread that
 /// polls an empty CQ while network connections exist receives and delivers what waits on
 /// the sockets itself, instead of waiting for the progress thread to be scheduled (on a
 /// machine whose cores busy-pollers keep, that wait is a scheduler tick, milliseconds).

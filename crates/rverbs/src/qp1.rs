@@ -221,7 +221,7 @@ fn write_record(fd: BorrowedFd<'_>, rec: &[u8]) -> Result<()> {
     }
 }
 
-/// The endpoint a QP number belongs to (its top 8 bits; ARCHITECTURE.md §2).
+/// The endpoint a QP number belongs to (its top 8 bits; docs/device.md, "Numbers").
 pub fn endpoint_of_qpn(qpn: u32) -> u32 {
     (qpn >> 16) & 0xff
 }

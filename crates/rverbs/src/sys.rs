@@ -2,7 +2,7 @@
 //! anonymous memory, the host's interface addresses, the process generation that
 //! `fork` starts, and batched datagram receives.
 //!
-//! This is one of the few modules allowed `unsafe` (ARCHITECTURE.md §1): `mmap`,
+//! This is one of the few modules allowed `unsafe` (ARCHITECTURE.md, "Crates"): `mmap`,
 //! `getifaddrs` and `recvmmsg` have no safe equivalents in rustix.
 #![allow(unsafe_code)]
 

@@ -1,5 +1,5 @@
 //! The architecture test: the `rverbs` crate is built in declared layers, and no module
-//! imports a layer above its own (ARCHITECTURE.md §0).
+//! imports a layer above its own (ARCHITECTURE.md, "Layers").
 //!
 //! It reads the crate's sources with `syn`, finds every path a module names inside the
 //! crate (`use crate::…`, `crate::…` in code, types and macro arguments, `super::…`), and
@@ -12,7 +12,7 @@
 //! holds a core or calls a trait of its own layer: the domain objects' cores live in
 //! `mr::domain` (memory layer: `ContextCore`, `PdCore`, `XrcdCore`), which the verbs
 //! handles wrap; the engine asks the device and the transports through the traits of
-//! `qp::device` (`QpDevice`, `SendPath`), which they implement (ARCHITECTURE.md §0).
+//! `qp::device` (`QpDevice`, `SendPath`), which they implement (ARCHITECTURE.md, "Layers").
 //!
 //! [`KNOWN_UPWARD`] is the ratchet that took the crate there (issue 11): an upward import
 //! not in the list fails, and so does an entry that no longer exists, so the list only
@@ -467,4 +467,299 @@ fn the_checker_sees_imports_in_every_form() {
     let mut refs = Refs { here: vec!["qp".into()], ..Refs::default() };
     refs.visit_file(&ast);
     assert_eq!(refs.paths.iter().map(|(p, _)| p.join("::")).collect::<Vec<_>>(), ["device::DeviceInner"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// The documentation the code cites (issue 21): ARCHITECTURE.md is a short guide, the
+// topics are pages of docs/, and every link and citation between them resolves.
+// ---------------------------------------------------------------------------------------
+
+/// The repository's root directory.
+fn repo_root() -> PathBuf {
+    std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")).expect("the repository root")
+}
+
+/// Every file under `dir` whose name ends with one of `exts`, skipping build output,
+/// version control and fuzz inputs (`target*`, dot-directories, `corpus`, `regressions`).
+fn files_under(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries {
+        let p = e.expect("dir entry").path();
+        let name = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        if p.is_dir() {
+            let skip = name.starts_with('.') || name.starts_with("target") || name == "corpus" || name == "regressions";
+            if !skip {
+                files_under(&p, exts, out);
+            }
+        } else if exts.iter().any(|x| name.ends_with(x)) {
+            out.push(p);
+        }
+    }
+}
+
+/// GitHub's anchor for a heading's text: the rendered text (code spans, emphasis and
+/// link targets removed) in lower case, every character that is not a letter, a digit,
+/// `_`, `-` or a space dropped, spaces turned into `-`.
+fn slug(heading: &str) -> String {
+    let mut text = String::new();
+    let mut rest = heading;
+    // A link keeps its text: `[text](target)` renders as `text`.
+    while let Some(open) = rest.find('[') {
+        text.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find("](").and_then(|close| after[close..].find(')').map(|end| (close, close + end))) {
+            Some((close, end)) => {
+                text.push_str(&after[..close]);
+                rest = &after[end + 1..];
+            }
+            None => {
+                text.push('[');
+                rest = after;
+            }
+        }
+    }
+    text.push_str(rest);
+    text.to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The lines of a Markdown text outside fenced code blocks, with their line numbers.
+fn prose_lines(md: &str) -> Vec<(usize, &str)> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for (i, line) in md.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            out.push((i + 1, line));
+        }
+    }
+    out
+}
+
+/// The headings of a Markdown text, as written (`## 1.2 Title` gives `1.2 Title`).
+fn headings(md: &str) -> Vec<String> {
+    prose_lines(md)
+        .into_iter()
+        .filter_map(|(_, l)| {
+            let t = l.trim_start_matches('#');
+            (t.len() < l.len() && l.len() - t.len() <= 6 && t.starts_with(' ')).then(|| t.trim().to_owned())
+        })
+        .collect()
+}
+
+/// The anchors GitHub gives the headings of a Markdown text (a repeated slug gets `-1`,
+/// `-2`, ...).
+fn anchors(md: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    for h in headings(md) {
+        let s = slug(&h);
+        let n = seen.entry(s.clone()).or_insert(0);
+        out.insert(if *n == 0 { s.clone() } else { format!("{s}-{n}") });
+        *n += 1;
+    }
+    out
+}
+
+/// The targets of the inline links `[text](target)` of a Markdown text, outside code
+/// blocks and code spans, with their line numbers.
+fn link_targets(md: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (n, line) in prose_lines(md) {
+        // Drop code spans: `a](b)` inside backticks is not a link.
+        let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut rest = prose.as_str();
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let end = after.find(')').unwrap_or(after.len());
+            out.push((n, after[..end].to_owned()));
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+/// What is wrong with the relative links of the Markdown file `file` (text `md`): a
+/// target file that does not exist, or an `#anchor` its Markdown target does not have.
+fn broken_links(file: &Path, md: &str, read: &dyn Fn(&Path) -> Option<String>) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (n, target) in link_targets(md) {
+        if target.contains("://") || target.starts_with("mailto:") {
+            continue;
+        }
+        let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+        let dest = if path.is_empty() { file.to_path_buf() } else { file.parent().unwrap().join(path) };
+        let Some(text) = read(&dest) else {
+            if !dest.exists() {
+                bad.push(format!("{}:{n}: {target}: no such file", file.display()));
+            }
+            continue;
+        };
+        if !anchor.is_empty() && dest.extension().is_some_and(|x| x == "md") && !anchors(&text).contains(anchor) {
+            bad.push(format!("{}:{n}: {target}: no heading with that anchor", file.display()));
+        }
+    }
+    bad
+}
+
+fn read_file(p: &Path) -> Option<String> {
+    if p.is_file() { std::fs::read_to_string(p).ok() } else { None }
+}
+
+/// Every relative link and `#anchor` of the repository's Markdown (README.md,
+/// ARCHITECTURE.md, TESTING.md, BENCHMARKS.md, docs/*.md and the tests' READMEs) resolves.
+#[test]
+fn documentation_links_resolve() {
+    let mut files = Vec::new();
+    files_under(&repo_root(), &[".md"], &mut files);
+    let root_docs = ["README.md", "ARCHITECTURE.md", "TESTING.md", "BENCHMARKS.md"];
+    for name in root_docs {
+        assert!(files.contains(&repo_root().join(name)), "{name} not found among {files:?}");
+    }
+    let mut bad = Vec::new();
+    let mut links = 0;
+    for f in &files {
+        let md = std::fs::read_to_string(f).unwrap();
+        links += link_targets(&md).len();
+        bad.extend(broken_links(f, &md, &read_file));
+    }
+    assert!(links > 100, "the links were not read: {links} in {files:?}");
+    assert!(bad.is_empty(), "broken links in the documentation:\n{}", bad.join("\n"));
+}
+
+/// The link checker itself: anchors as GitHub makes them, links in code ignored, a
+/// missing file and a missing anchor both found.
+#[test]
+fn the_link_checker_sees_missing_files_and_anchors() {
+    assert_eq!(slug("Registry (`shm::registry`)"), "registry-shmregistry");
+    assert_eq!(slug("Active MTU (`limits::port_active_mtu`)"), "active-mtu-limitsport_active_mtu");
+    assert_eq!(slug("The active MTU and a network connection's MTU"), "the-active-mtu-and-a-network-connections-mtu");
+    assert_eq!(slug("What hardening costs (issue 20; 2026-11-29, 11:05–11:15 UTC)"), "what-hardening-costs-issue-20-2026-11-29-11051115-utc");
+    assert_eq!(slug("See [the page](x.md) now"), "see-the-page-now");
+    let page = "# Title\n\n## Part\n\n## Part\n\n```\n## not a heading\n```\n";
+    assert_eq!(anchors(page), BTreeSet::from(["title".into(), "part".into(), "part-1".into()]));
+    let md = "# Here\n[a](other.md#part-1) [b](other.md#gone) [c](missing.md) `[d](missing.md)`\n\
+              [e](#here) [f](https://example.invalid/x) [g](#nowhere)\n```\n[h](missing.md)\n```\n";
+    let read = |p: &Path| match p.file_name()?.to_str()? {
+        "other.md" => Some(page.to_owned()),
+        "this.md" => Some(md.to_owned()),
+        _ => None,
+    };
+    let bad = broken_links(Path::new("/nonexistent/this.md"), md, &read);
+    assert_eq!(bad.len(), 3, "{bad:?}");
+    assert!(bad[0].contains("other.md#gone") && bad[1].contains("missing.md") && bad[2].contains("#nowhere"), "{bad:?}");
+}
+
+/// ARCHITECTURE.md is the guide a newcomer reads in a quarter of an hour; the details are
+/// pages of docs/, each of which it names.
+#[test]
+fn architecture_md_is_a_short_guide_to_the_pages() {
+    let arch = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let lines = arch.lines().count();
+    assert!(lines <= 400, "ARCHITECTURE.md has {lines} lines; move details to a page of docs/");
+    let mut pages = Vec::new();
+    files_under(&repo_root().join("docs"), &[".md"], &mut pages);
+    assert!(pages.len() >= 10, "docs/ pages not found: {pages:?}");
+    for p in pages {
+        let name = format!("docs/{}", p.file_name().unwrap().to_string_lossy());
+        assert!(arch.contains(&format!("]({name})")), "ARCHITECTURE.md does not link {name}");
+    }
+}
+
+/// The layer diagram of ARCHITECTURE.md names every module of [`LAYERS`] (`a::{b,c}`
+/// stands for `a::b` and `a::c`).
+#[test]
+fn the_layer_diagram_names_every_module() {
+    let arch = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let layers = arch.split("\n## Layers\n").nth(1).expect("ARCHITECTURE.md has a \"Layers\" section");
+    let diagram = layers.split("```").nth(1).expect("the Layers section has a diagram");
+    let mut named = BTreeSet::new();
+    for word in diagram.split_whitespace() {
+        match word.split_once("::{") {
+            Some((base, inner)) => {
+                for leaf in inner.trim_end_matches(|c| c != '}').trim_end_matches('}').split(',') {
+                    named.insert(format!("{base}::{leaf}"));
+                }
+            }
+            None => {
+                named.insert(word.to_owned());
+            }
+        }
+    }
+    let missing: Vec<&str> = LAYERS.iter().flat_map(|(_, ms)| ms.iter().copied()).filter(|m| !named.contains(*m)).collect();
+    assert!(missing.is_empty(), "modules of LAYERS missing from ARCHITECTURE.md's layer diagram: {missing:?}");
+}
+
+/// Citations of the documentation in code, scripts, tests and docs name pages that
+/// exist: `docs/<page>.md`, a section `§N.M` of a numbered page, a heading quoted after
+/// the page (`docs/<page>.md, "Heading"` or `("Heading")`); and no citation names a
+/// section number of ARCHITECTURE.md, which has none.
+#[test]
+fn cited_pages_and_sections_exist() {
+    let root = repo_root();
+    let mut files = Vec::new();
+    for dir in ["crates", "tests", "scripts", "fuzz", "docs", ".ci"] {
+        files_under(&root.join(dir), &[".rs", ".sh", ".py", ".c", ".h", ".bash", ".md", ".toml", "run"], &mut files);
+    }
+    for top in ["README.md", "ARCHITECTURE.md", "TESTING.md", "BENCHMARKS.md"] {
+        files.push(root.join(top));
+    }
+    let mut bad = Vec::new();
+    let mut cited = 0;
+    for f in &files {
+        let Ok(text) = std::fs::read_to_string(f) else { continue };
+        for (n, line) in text.lines().enumerate() {
+            let at = format!("{}:{}", f.strip_prefix(&root).unwrap_or(f).display(), n + 1);
+            // (Spelled in pieces so that this line does not cite itself.)
+            if line.contains(concat!("ARCHITECTURE", ".md §")) || line.contains(concat!("ARCHITECTURE", " §")) {
+                bad.push(format!("{at}: ARCHITECTURE.md has no numbered sections: {line}"));
+            }
+            for page in ["docs/", "ARCHITECTURE.md", "TESTING.md"] {
+                let mut rest = line;
+                while let Some(i) = rest.find(page) {
+                    let tail = &rest[i..];
+                    rest = &rest[i + page.len()..];
+                    // The page's path: up to the end of `.md`.
+                    let Some(end) = tail.find(".md").map(|e| e + 3) else { continue };
+                    let path = &tail[..end];
+                    if path.contains(|c: char| !(c.is_ascii_alphanumeric() || "/-_.".contains(c))) {
+                        continue;
+                    }
+                    // Only pages of this repository's root docs/ (a path such as
+                    // tests/conformance/docs/ is not one).
+                    let before = &line[..line.len() - tail.len()];
+                    if before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '/' || c == '.') {
+                        continue;
+                    }
+                    cited += 1;
+                    let Some(target) = read_file(&root.join(path)) else {
+                        bad.push(format!("{at}: {path}: no such page"));
+                        continue;
+                    };
+                    let after = &tail[end..];
+                    if let Some(sec) = after.strip_prefix(" §").or_else(|| after.strip_prefix(", §")) {
+                        let num: String = sec.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+                        let num = num.trim_end_matches('.');
+                        let found = headings(&target).iter().any(|h| h.strip_prefix(num).is_some_and(|r| r.starts_with(". ") || r.starts_with(' ')));
+                        if !num.is_empty() && !found {
+                            bad.push(format!("{at}: {path} has no section {num}"));
+                        }
+                    }
+                    let quoted = after.strip_prefix(", \"").or_else(|| after.strip_prefix(" (\""));
+                    if let Some(q) = quoted.and_then(|q| q.split_once('"')).map(|(q, _)| q) {
+                        let found = headings(&target).iter().any(|h| h == q || h.starts_with(&format!("{q} (")));
+                        if !found {
+                            bad.push(format!("{at}: {path} has no heading \"{q}\""));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(cited > 100, "citations were not read: {cited}");
+    assert!(bad.is_empty(), "citations of pages, sections or headings that do not exist:\n{}", bad.join("\n"));
 }

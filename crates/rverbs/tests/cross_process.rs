@@ -1,4 +1,4 @@
-//! Two processes on one host (ARCHITECTURE.md §2): a QP reaches a QP of another process
+//! Two processes on one host (docs/device.md): a QP reaches a QP of another process
 //! knowing only its GID and QPN, and every operation executes without the target's CPU.
 //!
 //! Each test re-executes this test binary as the peer (`RVERBS_TEST_ROLE` names the
@@ -793,7 +793,7 @@ fn run_group(pid: u32) -> Gid {
     Gid(g)
 }
 
-/// The host-wide record of group `gid` (ARCHITECTURE.md §6, Multicast): the entry names
+/// The host-wide record of group `gid` (docs/queue-pairs.md, "Multicast"): the entry names
 /// under `<runtime dir>/mcast/<gid hex>/`.
 fn group_entries(gid: &Gid) -> Vec<String> {
     let root = rverbs::endpoint_dir().parent().unwrap().to_owned();

@@ -2,7 +2,7 @@
 //! process that completes to another process's CQ can be killed between reserving a ring
 //! position and publishing it. The CQ's owner must not stay stuck behind that hole: the
 //! completions after it are delivered, once no live producer can be holding it
-//! (ARCHITECTURE.md §5, "A producer that dies inside publish").
+//! (docs/completion-queues.md, "A producer that dies inside publish").
 //!
 //! The dead producer is played by this test writing the CQ segment as that process left
 //! it: its gate word (its endpoint number, its pid, one thread inside) and one more

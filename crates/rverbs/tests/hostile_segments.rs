@@ -19,8 +19,9 @@ fn own_tables() -> std::path::PathBuf {
     std::path::Path::new(hdr).with_file_name("tables")
 }
 
-/// Byte offset of key record `index` in `tables` (ARCHITECTURE.md §3: 65 536 QP records
-/// of 128 bytes, 65 536 SRQ records of 64, 65 536 CQ records of 16, then keys of 384).
+/// Byte offset of key record `index` in `tables` (docs/shared-state.md, "The `tables`
+/// segment": 65 536 QP records of 128 bytes, 65 536 SRQ records of 64, 65 536 CQ records of
+/// 16, then keys of 384).
 fn key_record(index: u32) -> u64 {
     (65_536 * 128 + 65_536 * 64 + 65_536 * 16 + index as usize * 384) as u64
 }

@@ -172,7 +172,7 @@ fn memory_unmapped_after_registration_gives_access_errors_not_signals() {
     let mr = unsafe { b.pd.reg_mr(target, 2 * 4096, ALL_ACCESS) }.unwrap();
     unmap(target, 2);
     // Checked before anything else is mapped (a later mapping may reuse the addresses,
-    // which a NIC's pinned pages would not: ARCHITECTURE.md §12).
+    // which a NIC's pinned pages would not: docs/rxe-differences.md, "Registered memory unmapped later").
     // The safe accessors report the fault as EFAULT.
     let mut buf = [0u8; 8];
     assert_eq!(mr.read(0, &mut buf).unwrap_err().errno(), libc::EFAULT);
@@ -205,7 +205,7 @@ fn memory_unmapped_after_registration_gives_access_errors_not_signals() {
 fn alloc_mr_beyond_the_runtime_directory_space_is_enomem_and_leaves_nothing() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    // The runtime directory as ARCHITECTURE.md §13 defines it.
+    // The runtime directory as docs/environment.md defines it.
     let dir = std::env::var_os("RVERBS_RUNTIME_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
         match std::env::var_os("XDG_RUNTIME_DIR") {
             Some(x) => std::path::PathBuf::from(x).join("rverbs"),

@@ -7,7 +7,7 @@
 # <runtime>/mcast/<group GID, 32 hex digits>/<QPN, 6 hex digits>.<pid>, one empty file
 # per QP attached to the group.
 
-# The runtime directory, computed as the device does (ARCHITECTURE.md §2).
+# The runtime directory, computed as the device does (docs/device.md, "Registry").
 cm_runtime_dir() {
   if [ -n "${RVERBS_RUNTIME_DIR:-}" ]; then
     printf '%s\n' "$RVERBS_RUNTIME_DIR"

@@ -437,7 +437,7 @@ impl State {
     }
 
     /// A new local communication id: this endpoint in the top 8 bits, so the peer's
-    /// messages find this process (ARCHITECTURE.md: like QPNs), and a counter that
+    /// messages find this process (docs/device.md, "Numbers": like QPNs), and a counter that
     /// cycles through 2^24 values before reuse.
     pub(crate) fn new_comm_id(&mut self, ep: u32) -> u32 {
         loop {

@@ -227,7 +227,7 @@ impl Requester {
                         // only, so a second loss before the next ACK waits for the
                         // retransmit timer, and under steady loss a window of 64-packet
                         // messages spends its `retry_cnt` on timeouts while the peer answers
-                        // (ARCHITECTURE.md §12).
+                        // (docs/rxe-differences.md, "A sequence NAK refills the retry counters").
                         if resp.psn.diff(self.comp_psn) > 0 {
                             self.comp_psn = resp.psn;
                             self.reset_retry_counters();

@@ -501,7 +501,8 @@ pub struct RequesterConfig {
     /// `retry_cnt` (3 bits).
     pub retry_cnt: u8,
     /// rxe's reading of `retry_cnt` 7 as infinite (docs/rocev2-wire.md §3.1); off by default,
-    /// since rverbs reads 7 as seven retries (ARCHITECTURE.md §12).
+    /// since rverbs reads 7 as seven retries (docs/rxe-differences.md, "`retry_cnt` 7 is
+    /// seven retries").
     pub retry_cnt_7_infinite: bool,
     /// `rnr_retry` (3 bits; 7 = infinite).
     pub rnr_retry: u8,

@@ -749,7 +749,8 @@ impl Responder {
     /// Q_Key or a payload above the MTU drop silently. The payload lands after the 40-byte
     /// GRH area (§5.3).
     /// Deviation: a receive too small for GRH + payload completes REM_INV_REQ_ERR (it was
-    /// already taken), where rxe drops the message (ARCHITECTURE.md §12).
+    /// already taken), where rxe drops the message (docs/rxe-differences.md,
+    /// "A UD receive too small").
     fn handle_ud(&mut self, req: &Request, target: &mut impl Target) -> Delivery {
         let dropped = Delivery::default();
         let Some(deth) = req.deth else { return dropped };

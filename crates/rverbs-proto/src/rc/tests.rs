@@ -118,7 +118,8 @@ fn rc_psn_gap_in_multi_packet_send_resends_from_the_gap() {
 
 /// A second loss inside a go-back-N, before any ACK: the responder NAKs the new gap, and
 /// that NAK — which moves `comp.psn` forward — starts the next go-back-N at once instead
-/// of waiting for the retransmit timer (deviation from rxe, ARCHITECTURE.md §12), and it
+/// of waiting for the retransmit timer (deviation from rxe, docs/rxe-differences.md, "A sequence NAK refills the retry
+/// counters"), and it
 /// refills the retry budget, which counts consecutive failures only.
 #[test]
 fn rc_second_gap_before_any_ack_is_retried_on_its_nak_not_on_the_timer() {

@@ -35,7 +35,7 @@ pub fn bounded<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'sta
 /// rverbs0's GID table: the address a server listens on, as on a real host (a NIC's).
 /// Not 127.0.0.1: rpma_utils_get_ibv_context(3) finds the server's device by binding
 /// its address, and the kernel's rdma_cm attaches no device to a loopback bind
-/// (ARCHITECTURE.md §14), so librpma cannot serve on the loopback.
+/// (docs/connection-manager.md, "Addresses"), so librpma cannot serve on the loopback.
 ///
 /// Panics, failing the test with the reason, on a host without such an address.
 pub fn host() -> &'static str {

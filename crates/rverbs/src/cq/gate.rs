@@ -2,7 +2,7 @@
 //! can tell a producer that is slow from one that died, and a resize waits only for the
 //! living.
 //!
-//! Read before editing: ARCHITECTURE.md §5 ("A producer that dies inside publish").
+//! Read before editing: docs/completion-queues.md ("A producer that dies inside publish").
 //!
 //! Rule: a completion queue belongs to one process, but producers are every process whose
 //! QPs complete to it (`crate::cq::seg`). A producer that dies with SIGKILL between

@@ -1,6 +1,6 @@
 //! Completion queues: creation, batch polling, overrun, notification, resize, destroy.
 //!
-//! Read before editing: ibv_poll_cq(3), ibv_create_cq_ex(3) and ARCHITECTURE.md §5. The
+//! Read before editing: ibv_poll_cq(3), ibv_create_cq_ex(3) and docs/completion-queues.md. The
 //! ring itself is in [`ring`]; extended polling in [`ex`]; completion channels in
 //! [`channel`].
 

@@ -1,7 +1,7 @@
 //! The completion ring: fixed-size CQEs in a power-of-two array, many producers, one
 //! consumer at a time.
 //!
-//! Read before editing: ARCHITECTURE.md §5, ibv_poll_cq(3) and ibv_create_cq_ex(3).
+//! Read before editing: docs/completion-queues.md, ibv_poll_cq(3) and ibv_create_cq_ex(3).
 //!
 //! Protocol (after rxe_queue.h, and Vyukov's bounded queue for the many producers):
 //! - A producer reserves position `t` by a compare-exchange on `tail`, after checking

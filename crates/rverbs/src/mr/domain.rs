@@ -3,7 +3,7 @@
 //! and the transports read of the objects they belong to, and nothing of the public
 //! handles (`context::Context`, `pd::Pd`, `xrcd::Xrcd`), which wrap these cores.
 //!
-//! Rule (ARCHITECTURE.md §0): no module imports a layer above its own. A
+//! Rule (ARCHITECTURE.md, "Layers"): no module imports a layer above its own. A
 //! region checks keys against its PD's number and reaches its device's endpoint through
 //! the PD it holds; an event is raised on the context a CQ, QP or SRQ holds; a QP or SRQ
 //! of an XRC domain knows the domain by its key. The verbs layer builds these cores and

@@ -3,7 +3,7 @@
 //! and what reaching memory across processes needs (shared registrations, the host-wide
 //! atomic lock; the proxy channels are kept by the registry).
 //!
-//! Rule (ARCHITECTURE.md §0): a layer owns the state it uses. The device
+//! Rule (ARCHITECTURE.md, "Layers"): a layer owns the state it uses. The device
 //! (`device::DeviceInner`) is this endpoint plus the objects of the layers above; it
 //! creates the endpoint and hands `&'static Endpoint` down to the regions and windows
 //! that need it, which never reach the device themselves.

@@ -8,7 +8,7 @@
 //! mapped over the same addresses (`MAP_FIXED`), contents preserved. The application
 //! sees the same bytes at the same addresses; peers map the file and write into it.
 //!
-//! Hazards (ARCHITECTURE.md, "Shareable registrations"), why it is not the default:
+//! Hazards (docs/memory.md, "Shareable registrations"), why it is not the default:
 //! - Registration is not atomic with respect to other threads writing the same pages:
 //!   a store that lands between the copy and the remap is lost.
 //! - Whole pages move, including bytes around the region (partial first and last

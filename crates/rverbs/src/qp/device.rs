@@ -1,7 +1,7 @@
 //! The device as a QP sees it: what the engine asks of the layers above it, as traits
 //! the engine defines and the device implements.
 //!
-//! Rule (ARCHITECTURE.md §0): no module imports a layer above its own, and
+//! Rule (ARCHITECTURE.md, "Layers"): no module imports a layer above its own, and
 //! device state is passed down explicitly. A QP is given its device ([`QpDevice`]) when
 //! it is created; the device gives each send queue its [`SendPath`], the transports'
 //! per-queue state, which holds the device state the transports use (the engine's

@@ -2,7 +2,7 @@
 //!
 //! Read before editing: ibv_create_qp(3), ibv_modify_qp(3), ibv_post_send(3),
 //! ibv_post_recv(3), ibv_query_qp_data_in_order(3), ibv_poll_cq(3) (statuses), rxe
-//! `rxe_req.c` / `rxe_resp.c` / `rxe_comp.c`, and ARCHITECTURE.md §6.
+//! `rxe_req.c` / `rxe_resp.c` / `rxe_comp.c`, and docs/queue-pairs.md.
 //!
 //! Locking: `attrs` (modify/query) → `sq` (the requester; one executor at a time) →
 //! another QP's receive queue → CQ producer side. The data path reads a peer QP's

@@ -2,7 +2,7 @@
 //! apply.
 //!
 //! Read before editing: ibv_modify_qp(3), `rverbs_proto::state` (the IBTA table), the
-//! locking note of the `qp` module and ARCHITECTURE.md §6.
+//! locking note of the `qp` module and docs/queue-pairs.md.
 //!
 //! Writers. A QP's state lives in its shared record ([`QpRecord::state`]) and changes only
 //! through [`QpRecord::transition`], whoever changes it: `modify_qp` (the application),
@@ -318,14 +318,15 @@ impl QpInner {
         let dev = self.dev;
         let dgid = a.ah_attr.grh.map(|g| g.dgid).unwrap_or_default();
         let sgid = a.ah_attr.grh.and_then(|g| dev.gids().get(usize::from(g.sgid_index))).map(|e| e.gid).unwrap_or_default();
-        // ARCHITECTURE.md §6: a connected QP whose destination is not this device goes
-        // over the network if a socket serves its source GID.
+        // docs/network.md, "RC and UC across hosts": a connected QP whose destination is not this
+        // device goes over the network if a socket serves its source GID.
         let link = dev.network_link(&sgid);
         let network = matches!(self.qp_type, QpType::Rc | QpType::Uc)
             && dgid != Gid::default()
             && !dev.owns_gid(&dgid)
             && link.is_some();
-        // A network connection's packets must also fit its link (ARCHITECTURE.md §12).
+        // A network connection's packets must also fit its link (docs/network.md, "MTU of a network
+        // connection").
         let link_mtu = link.filter(|_| network).unwrap_or(u32::MAX);
         let req = ReqView {
             dest_qpn: a.dest_qp_num,

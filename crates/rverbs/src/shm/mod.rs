@@ -1,4 +1,4 @@
-//! Shared memory between the processes of one host (ARCHITECTURE.md §2, §3).
+//! Shared memory between the processes of one host (docs/device.md, docs/shared-state.md).
 //!
 //! Every process using rverbs is an *endpoint* of the host-wide device. Its objects that
 //! peers must reach without its CPU — receive queues, completion rings, the memory-key

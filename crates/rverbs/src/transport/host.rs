@@ -72,7 +72,8 @@ pub(crate) fn execute(
     }
 
     // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR, as
-    // ibv_poll_cq(3) describes it; rxe reports LOC_QP_OP_ERR for them — see ARCHITECTURE.md).
+    // ibv_poll_cq(3) describes it; rxe reports LOC_QP_OP_ERR for them — see
+    // docs/rxe-differences.md, "A local SGE fault is LOC_PROT_ERR").
     let own = KeySpace::local(qp.pd.endpoint());
     let mut pins = PinList::new();
     let gathered = if !op.carries_payload() {

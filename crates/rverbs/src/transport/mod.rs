@@ -1,6 +1,6 @@
 //! Transports: how a send work request reaches the QP it is for.
 //!
-//! The transport is chosen from the destination GID (ARCHITECTURE.md §6):
+//! The transport is chosen from the destination GID (docs/queue-pairs.md, "Route"):
 //! - [`host`], for QPs of this host — of this process or of a peer process, whose QPN
 //!   names its endpoint — executes the whole operation (requester, responder and
 //!   completer) inside the caller;

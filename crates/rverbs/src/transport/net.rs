@@ -3,7 +3,7 @@
 //!
 //! Read before editing: `rverbs_proto::rc` (the machines and their calling order),
 //! docs/rocev2-wire.md §1.6 (segmentation), §3.2–§3.4 (requester, responder, completer), §4
-//! (statuses), and ARCHITECTURE.md §6.
+//! (statuses), and docs/network.md.
 //!
 //! Requester: the send queue hands its work requests, oldest first, to the core's
 //! [`Requester`] of the connection ([`NetRequester`], kept in the queue's `route::Path`);
@@ -474,11 +474,11 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
             }
             drop(at);
             nr.held = held;
-            // ARCHITECTURE.md §12: the receive completion is published after the ACK is
-            // sent (rxe completes first): the application may exit the instant it sees
-            // the completion, and a message it saw must not be left unacknowledged. A
-            // receive CQ that overruns still ends the QP (QP_FATAL), though its message
-            // was ACKed.
+            // docs/rxe-differences.md, "The receive completion after the ACK": the receive
+            // completion is published after the ACK is sent (rxe completes first): the
+            // application may exit the instant it sees the completion, and a message it saw
+            // must not be left unacknowledged. A receive CQ that overruns still ends the QP
+            // (QP_FATAL), though its message was ACKed.
             if let Some(c) = completed {
                 if t.complete(recv_cqe(&t, &c)).is_err() {
                     machine.enter_error();

@@ -3,10 +3,10 @@
 //!
 //! The responder logic ([`super::host`]) is written once, against [`Target`]; each
 //! implementation supplies how to read the responder's attributes, take its receives,
-//! complete to its CQ, raise its events and resolve its memory keys. A peer target does
-//! all of that without the peer's CPU (ARCHITECTURE.md §6): the only thing left to the peer is
-//! flushing its own send queue when a request pushed the QP into ERR, which the doorbell
-//! asks its progress thread to do.
+//! complete to its CQ, raise its events and resolve its memory keys. A peer target does all
+//! of that without the peer's CPU (docs/queue-pairs.md, "Execution"): the only thing left
+//! to the peer is flushing its own send queue when a request pushed the QP into ERR, which
+//! the doorbell asks its progress thread to do.
 
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;

@@ -4,7 +4,7 @@
 //!
 //! Read before editing: docs/rocev2-wire.md §1 (packets), §2.5 (the ICRC and the IPv4
 //! Identification a UDP socket cannot see), §5 (GIDs, the GRH area of a UD receive) and
-//! ARCHITECTURE.md §6 ("Network").
+//! docs/network.md.
 //!
 //! Sockets: one UDP socket per IP address of the GID table (loopback and IPv6 link-local
 //! excluded), bound to `address:4791`, unconnected, with path MTU discovery "do" so the
