@@ -20,7 +20,7 @@ use crate::channel::EventChannel;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::event::{ConnParam, Event, EventKind};
-use crate::id::{CmId, PortSpace};
+use crate::handle::{CmId, PortSpace};
 
 /// Waits up to `timeout` for the next event of `ch`.
 fn wait_event(ch: &EventChannel, timeout: Duration) -> Result<Event> {

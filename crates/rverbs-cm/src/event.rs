@@ -8,11 +8,11 @@
 //! space), zero-padded, and lives until the event is acknowledged. Here an [`Event`] is
 //! acknowledged when it is dropped (or by [`Event::ack`]).
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use rverbs::AhAttr;
 
-use crate::id::CmId;
+use crate::handle::{AckCount, CmId};
 
 /// The event types of rdma_cm(7), with the values of `enum rdma_cm_event_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -90,33 +90,6 @@ pub struct UdParam {
     pub qp_num: u32,
     /// The remote Q_Key.
     pub qkey: u32,
-}
-
-/// Acknowledgement counters of an id (`events_reported`/`events_completed` of
-/// librdmacm): destroy and migrate wait until they are equal.
-#[derive(Debug, Default)]
-pub(crate) struct AckCount {
-    counts: Mutex<(u64, u64)>,
-    changed: Condvar,
-}
-
-impl AckCount {
-    pub(crate) fn retrieved(&self) {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
-    }
-
-    pub(crate) fn acked(&self) {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
-        self.changed.notify_all();
-    }
-
-    /// Blocks until every retrieved event was acknowledged.
-    pub(crate) fn wait_all_acked(&self) {
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        while c.0 != c.1 {
-            c = self.changed.wait(c).unwrap_or_else(|p| p.into_inner());
-        }
-    }
 }
 
 /// A connection-manager event. Dropping it acknowledges it (rdma_ack_cm_event(3)).

@@ -12,112 +12,16 @@
 //! (rdma_init_qp_attr(3), rdma_establish(3)).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use rverbs::{Gid, Mtu, Qp, QpAttr, QpAttrMask, QpState, QpType};
 
 use crate::channel::EventChannel;
 use crate::engine;
 use crate::error::Result;
-use crate::event::{AckCount, ConnParam};
-
-/// Port spaces (`enum rdma_port_space`): separate namespaces of ports. The TCP space
-/// carries connected (RC) services, the UDP space datagram (UD) services.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum PortSpace {
-    /// RDMA_PS_IPOIB.
-    Ipoib = 0x0002,
-    /// RDMA_PS_IB (any QP type).
-    Ib = 0x013F,
-    /// RDMA_PS_TCP (RC).
-    Tcp = 0x0106,
-    /// RDMA_PS_UDP (UD).
-    Udp = 0x0111,
-}
-
-impl PortSpace {
-    /// The port space of a `enum rdma_port_space` value.
-    pub fn from_raw(v: u32) -> Option<PortSpace> {
-        Some(match v {
-            0x0002 => PortSpace::Ipoib,
-            0x013F => PortSpace::Ib,
-            0x0106 => PortSpace::Tcp,
-            0x0111 => PortSpace::Udp,
-            _ => return None,
-        })
-    }
-
-    /// Whether connections of this space are datagram services (SIDR instead of
-    /// REQ/REP/RTU).
-    pub fn is_datagram(self) -> bool {
-        matches!(self, PortSpace::Udp | PortSpace::Ipoib)
-    }
-}
-
-/// What an id has resolved about its path (`struct rdma_route`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Route {
-    /// Source GID (`route.addr.addr.ibaddr.sgid`).
-    pub sgid: Gid,
-    /// Destination GID.
-    pub dgid: Gid,
-    /// The source GID's index in the device's table.
-    pub sgid_index: u8,
-    /// P_Key.
-    pub pkey: u16,
-    /// Path MTU.
-    pub mtu: Mtu,
-    /// Hop limit of the GRH.
-    pub hop_limit: u8,
-    /// Traffic class (from the TOS option).
-    pub traffic_class: u8,
-    /// Number of path records (1 once the route is resolved).
-    pub num_paths: u32,
-}
-
-pub(crate) struct IdShared {
-    pub(crate) number: u64,
-    pub(crate) ps: PortSpace,
-    pub(crate) qp_type: QpType,
-    context: AtomicUsize,
-    user: AtomicUsize,
-    pub(crate) acks: Arc<AckCount>,
-}
-
-/// A connection id. Cloning shares the id; [`CmId::destroy`] ends it for every clone.
-#[derive(Clone)]
-pub struct CmId {
-    pub(crate) shared: Arc<IdShared>,
-}
-
-impl std::fmt::Debug for CmId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CmId").field("number", &self.shared.number).field("ps", &self.shared.ps).finish()
-    }
-}
-
-impl PartialEq for CmId {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
-    }
-}
+use crate::event::ConnParam;
+use crate::handle::{CmId, PortSpace, Route};
 
 impl CmId {
-    pub(crate) fn with_number(number: u64, ps: PortSpace, qp_type: QpType, context: usize) -> CmId {
-        CmId {
-            shared: Arc::new(IdShared {
-                number,
-                ps,
-                qp_type,
-                context: AtomicUsize::new(context),
-                user: AtomicUsize::new(0),
-                acks: Arc::new(AckCount::default()),
-            }),
-        }
-    }
-
     /// Creates an id whose events go to `channel` (rdma_create_id(3)). `context` is the
     /// application's cookie (`id->context`), inherited by the ids of connection
     /// requests a listener receives.
@@ -125,41 +29,6 @@ impl CmId {
     /// Errors: `ENODEV` when the device cannot serve connection management (no QP1).
     pub fn new(channel: &EventChannel, ps: PortSpace, qp_type: QpType, context: usize) -> Result<CmId> {
         engine::create_id(channel, ps, qp_type, context)
-    }
-
-    /// The id's number (unique in this process for its life).
-    pub fn number(&self) -> u64 {
-        self.shared.number
-    }
-
-    /// The port space.
-    pub fn ps(&self) -> PortSpace {
-        self.shared.ps
-    }
-
-    /// The QP type.
-    pub fn qp_type(&self) -> QpType {
-        self.shared.qp_type
-    }
-
-    /// The application's cookie (`id->context`).
-    pub fn context(&self) -> usize {
-        self.shared.context.load(Ordering::Acquire)
-    }
-
-    /// Sets the application's cookie.
-    pub fn set_context(&self, v: usize) {
-        self.shared.context.store(v, Ordering::Release)
-    }
-
-    /// A word for the layer above (the C library keeps its `rdma_cm_id` here).
-    pub fn user(&self) -> usize {
-        self.shared.user.load(Ordering::Acquire)
-    }
-
-    /// Sets the layer-above word.
-    pub fn set_user(&self, v: usize) {
-        self.shared.user.store(v, Ordering::Release)
     }
 
     /// The channel the id's events go to.
@@ -341,8 +210,8 @@ impl CmId {
     /// the id's QP, if any and unless `flag` is send-only, is attached to the group.
     ///
     /// Errors: `EINVAL` (state, QP type, wildcard address), `EOPNOTSUPP` (an IPv6 group).
-    pub fn join_multicast(&self, addr: SocketAddr, flag: crate::JoinFlag, context: usize) -> Result<()> {
-        engine::mcast::join(self, addr, flag, context)
+    pub fn join_multicast(&self, addr: SocketAddr, flag: engine::JoinFlag, context: usize) -> Result<()> {
+        engine::join_multicast(self, addr, flag, context)
     }
 
     /// Leaves the group joined with `addr` (rdma_leave_multicast(3)): the QP is detached
@@ -350,7 +219,7 @@ impl CmId {
     ///
     /// Errors: `EADDRNOTAVAIL` if the id did not join `addr`.
     pub fn leave_multicast(&self, addr: SocketAddr) -> Result<()> {
-        engine::mcast::leave(self, addr)
+        engine::leave_multicast(self, addr)
     }
 
     /// Ends the id (rdma_destroy_id(3)): a connection is disconnected (the peer sees

@@ -30,10 +30,12 @@
 
 pub mod addr;
 mod channel;
+mod cm_state;
 pub mod conn;
 mod engine;
 pub mod error;
 mod event;
+mod handle;
 mod id;
 pub mod mad;
 mod rule;
@@ -41,9 +43,9 @@ pub mod table;
 
 pub use channel::EventChannel;
 pub use conn::{connect, Connection, Listener, Request};
-pub use engine::mcast::JoinFlag;
+pub use engine::JoinFlag;
 pub use engine::RDMA_UDP_QKEY;
-pub use engine::St as CmState;
+pub use cm_state::CmState;
 pub use error::{Error, Result, Rule};
 pub use event::{ConnParam, Event, EventKind, UdParam};
-pub use id::{CmId, PortSpace, Route};
+pub use handle::{CmId, PortSpace, Route};

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use rverbs::QpState;
 
-use crate::engine::St as CmState;
+use crate::cm_state::CmState;
 use crate::event::EventKind;
 
 /// A rule of rdma_cm(7) that a call broke (always reported as `EINVAL`).

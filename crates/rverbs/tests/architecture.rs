@@ -424,6 +424,48 @@ fn the_c_layer_has_no_import_loop() {
     assert!(found.is_empty(), "rverbs-capi modules that import each other in a loop: {found:?}");
 }
 
+/// The connection manager's sources (`rverbs-cm`).
+fn cm_src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../rverbs-cm/src")
+}
+
+/// rverbs-cm's layers, lowest first, by module path prefix: the values every layer names
+/// (the id as a value, its state, events, rules and errors, the messages, the listener
+/// table, addresses), the engine (the sans-I/O handshake and its shell), the API on top
+/// (the verbs on an id, the Rust helpers).
+const CM_LAYERS: &[(&str, &[&str])] = &[
+    ("values", &["cm_state", "handle", "table", "mad", "event", "rule", "error", "channel", "addr"]),
+    ("engine", &["engine"]),
+    ("api", &["id", "conn"]),
+];
+
+fn cm_layer(module: &str) -> usize {
+    let top = module.split("::").next().unwrap_or("");
+    CM_LAYERS
+        .iter()
+        .position(|(_, mods)| mods.contains(&top))
+        .unwrap_or_else(|| panic!("give rverbs-cm's module `{module}` a layer in CM_LAYERS"))
+}
+
+#[test]
+fn the_connection_manager_has_no_import_loop_and_no_upward_import_file_by_file() {
+    // Issue 21: file by file (submodules too), not only between top-level modules.
+    let (edges, mods) = dependencies_in(&cm_src_dir());
+    assert!(edges.len() > 30, "rverbs-cm's files were not read: {edges:?}");
+    let files: BTreeSet<(String, String)> = edges.keys().cloned().collect();
+    let found = loops(&files);
+    assert!(found.is_empty(), "rverbs-cm files that import each other in a loop: {found:?}");
+    let upward: Vec<String> = edges
+        .iter()
+        .filter(|((from, to), _)| cm_layer(to) > cm_layer(from))
+        .map(|((from, to), line)| format!("{}:{line}: `{from}` imports `{to}`", mods[from].display()))
+        .collect();
+    assert!(upward.is_empty(), "rverbs-cm imports that run up a layer:\n{}", upward.join("\n"));
+    for m in mods.keys().filter(|m| !m.is_empty()) {
+        cm_layer(m);
+    }
+}
+
 /// The imports between different top-level modules ("components") among `edges` whose
 /// (importer, imported) modules pass `keep`, as (component, component).
 fn component_edges(edges: &Edges, keep: impl Fn(&str, &str) -> bool) -> BTreeSet<(String, String)> {

@@ -24,13 +24,12 @@ use rverbs::{AhAttr, GlobalRoute, Mtu, QpType};
 
 use super::msg::{self, Reason};
 use super::qp::{connect_qp, RDMA_UDP_QKEY};
-use super::state::TimerKind;
+use super::state::{emit, simple_event, St, State, TimerKind};
 use super::world::{Action, Cx};
-use super::{emit, simple_event, St, State};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::event::{ConnParam, Event, EventKind, UdParam};
-use crate::id::{CmId, PortSpace};
+use crate::handle::{CmId, PortSpace};
 use crate::mad::CmMessage;
 
 /// User private data limits (rdma_connect(3), rdma_accept(3), rdma_reject(3)): the IBTA
@@ -119,7 +118,7 @@ pub(crate) fn connect(cx: &mut Cx, st: &mut State, id: &CmId, param: &ConnParam)
         // ID" (8); for SIDR the reply status is "service ID not supported" (1), which
         // rdma_cm reports as UNREACHABLE.
         s.enter(St::Failed);
-        cx.qp_to_err(s);
+        s.qp_to_err(cx);
         if datagram {
             simple_event(cx, st, n, EventKind::Unreachable, 1);
         } else {
@@ -221,7 +220,7 @@ pub(crate) fn accept(cx: &mut Cx, st: &mut State, id: &CmId, param: Option<&Conn
         let rej = msg::rej(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), msg::Rejected::Req, Reason::NO_QP, &[]);
         let tid = s.tid;
         s.enter(St::Failed);
-        cx.qp_to_err(s);
+        s.qp_to_err(cx);
         cx.send(remote, CmMessage::Rej(rej).encode(tid));
         return Err(err);
     }
@@ -273,7 +272,7 @@ pub(crate) fn reject(cx: &mut Cx, st: &mut State, id: &CmId, private_data: &[u8]
         ))
     };
     s.enter(St::Failed);
-    cx.qp_to_err(s);
+    s.qp_to_err(cx);
     cx.send(remote, m.encode(tid));
     Ok(())
 }
@@ -286,7 +285,7 @@ pub(crate) fn disconnect(cx: &mut Cx, st: &mut State, id: &CmId) -> Result<()> {
             Err(Error::invalid("rdma_disconnect", Rule::NotConnected { state: s.st() }))
         }
         St::Established | St::RepSent if s.handle.qp_type() != QpType::Ud && !s.handle.ps().is_datagram() => {
-            cx.qp_to_err(s);
+            s.qp_to_err(cx);
             let dreq = msg::dreq(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), s.remote_qpn);
             s.tid = s.tid.wrapping_add(1);
             let (tid, wait) = (s.tid, s.response_wait());
@@ -305,7 +304,7 @@ pub(crate) fn disconnect(cx: &mut Cx, st: &mut State, id: &CmId) -> Result<()> {
             Ok(())
         }
         St::DreqRcvd => {
-            cx.qp_to_err(s);
+            s.qp_to_err(cx);
             let drep = msg::drep(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0));
             s.enter(St::Disconnected);
             let tid = s.tid;
@@ -317,7 +316,7 @@ pub(crate) fn disconnect(cx: &mut Cx, st: &mut State, id: &CmId) -> Result<()> {
         _ => {
             // Already disconnecting or over, or never established: the QP goes to ERR,
             // nothing else changes (rdma_disconnect(3) is idempotent).
-            cx.qp_to_err(s);
+            s.qp_to_err(cx);
             Ok(())
         }
     }
@@ -403,7 +402,7 @@ pub(crate) fn receive(cx: &mut Cx, st: &mut State, mad: &Mad) {
                 let was_child_pending = s.st() == St::ReqRcvd;
                 s.enter(St::Failed);
                 s.disarm();
-                cx.qp_to_err(s);
+                s.qp_to_err(cx);
                 if !was_child_pending {
                     let ev = rejected_event(st, n, msg::reason_of(&rej), msg::rej_private_data(&rej));
                     emit(cx, st, n, ev);
@@ -656,7 +655,7 @@ fn on_rep(cx: &mut Cx, st: &mut State, from: MadPeer, attr_mod: u32, rep: crate:
         tracing::debug!(%err, "moving the QP to RTS after REP failed");
         let rej = msg::rej(s.local_comm.unwrap_or(0), rep.local_comm_id, msg::Rejected::Rep, Reason::NO_QP, &[]);
         s.enter(St::Failed);
-        cx.qp_to_err(s);
+        s.qp_to_err(cx);
         cx.send(from, CmMessage::Rej(rej).encode(s.tid));
         simple_event(cx, st, n, EventKind::ConnectError, -err.errno());
         return;
@@ -678,7 +677,7 @@ pub(crate) fn timeout(cx: &mut Cx, st: &mut State, n: u64) {
             // IBTA: the peer did not answer in time; tell it (REJ "timeout"), give up.
             let rej = msg::rej(s.local_comm.unwrap_or(0), s.remote_comm.unwrap_or(0), msg::Rejected::Other, Reason::TIMEOUT, &[]);
             s.enter(St::Failed);
-            cx.qp_to_err(s);
+            s.qp_to_err(cx);
             if let Some(peer) = s.remote {
                 cx.send(peer, CmMessage::Rej(rej).encode(s.tid));
             }
@@ -699,17 +698,17 @@ pub(crate) fn peer_gone(cx: &mut Cx, st: &mut State, n: u64) {
     match s.st() {
         St::ReqSent => {
             s.enter(St::Failed);
-            cx.qp_to_err(s);
+            s.qp_to_err(cx);
             simple_event(cx, st, n, EventKind::Unreachable, -libc::ETIMEDOUT);
         }
         St::RepRcvd | St::RepSent => {
             s.enter(St::Failed);
-            cx.qp_to_err(s);
+            s.qp_to_err(cx);
             simple_event(cx, st, n, EventKind::ConnectError, -libc::ECONNRESET);
         }
         St::Established | St::DreqSent => {
             s.enter(St::Disconnected);
-            cx.qp_to_err(s);
+            s.qp_to_err(cx);
             simple_event(cx, st, n, EventKind::Disconnected, 0);
         }
         St::ReqRcvd => s.enter(St::Failed),
@@ -728,7 +727,7 @@ pub(crate) fn abandon(cx: &mut Cx, st: &mut State, n: u64) {
             Some(CmMessage::Rej(msg::rej(local, remote, msg::Rejected::Req, Reason::CONSUMER_DEFINED, &[])))
         }
         St::Established if s.handle.qp_type() != QpType::Ud && !s.handle.ps().is_datagram() => {
-            cx.qp_to_err(s);
+            s.qp_to_err(cx);
             s.tid = s.tid.wrapping_add(1);
             Some(CmMessage::Dreq(msg::dreq(local, remote, s.remote_qpn)))
         }

@@ -31,61 +31,23 @@
 //!   call, so it does not wait.
 //! * Destroying the id leaves its groups.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-use rverbs::{AhAttr, Gid, GlobalRoute, Qp, QpType};
+use rverbs::{AhAttr, Gid, GlobalRoute, QpType};
 
+use super::joins::{Join, JoinFlag};
+use super::qp::RDMA_UDP_QKEY;
+use super::state::{emit, St, State};
 use super::world::Cx;
-use super::{emit, engine, St, State, RDMA_UDP_QKEY};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::event::{Event, EventKind, UdParam};
-use crate::id::CmId;
-
-/// How an id joins a group (`enum rdma_cm_mc_join_flags`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum JoinFlag {
-    /// RDMA_MC_JOIN_FLAG_FULLMEMBER: send and receive (the id's QP is attached).
-    #[default]
-    FullMember,
-    /// RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: send only (the QP is not attached).
-    SendOnlyFullMember,
-}
-
-impl JoinFlag {
-    /// The flag of a raw `enum rdma_cm_mc_join_flags` value (0 or 1).
-    pub fn from_raw(v: u32) -> Option<JoinFlag> {
-        match v {
-            0 => Some(JoinFlag::FullMember),
-            1 => Some(JoinFlag::SendOnlyFullMember),
-            _ => None,
-        }
-    }
-}
+use crate::handle::CmId;
 
 /// The QPN a UD send names to reach a group.
 const MULTICAST_QPN: u32 = 0xff_ffff;
 /// IPV6_DEFAULT_HOPLIMIT: the hop limit of an IPv4 group on a RoCE v2 port.
 const MC_HOP_LIMIT: u8 = 64;
-
-/// One join of an id.
-struct Join {
-    addr: SocketAddr,
-    mgid: Gid,
-    flag: JoinFlag,
-    context: usize,
-    /// MULTICAST_JOIN (or ERROR) still to be queued by the engine thread.
-    pending: bool,
-    /// The QP this join attached to the group.
-    attached: Option<Qp>,
-}
-
-/// The joins of every id, by id number.
-#[derive(Default)]
-pub(crate) struct Joins {
-    by_id: HashMap<u64, Vec<Join>>,
-}
 
 /// The MGID of group address `ip` on a RoCE v2 port (`cma_iboe_set_mgid`).
 pub(crate) fn mgid_of(ip: IpAddr) -> Result<Gid> {
@@ -99,10 +61,10 @@ pub(crate) fn mgid_of(ip: IpAddr) -> Result<Gid> {
     }
 }
 
-pub(crate) fn join(id: &CmId, addr: SocketAddr, flag: JoinFlag, context: usize) -> Result<()> {
+/// rdma_join_multicast(3) on id `id`: the join is recorded, its event queued for the
+/// engine thread (`deliver`).
+pub(crate) fn join(st: &mut State, id: &CmId, addr: SocketAddr, flag: JoinFlag, context: usize) -> Result<()> {
     let verb = "rdma_join_multicast";
-    let e = engine()?;
-    let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
     if s.sgid.is_none() || !matches!(s.st(), St::Bound | St::AddrResolved) {
@@ -114,7 +76,6 @@ pub(crate) fn join(id: &CmId, addr: SocketAddr, flag: JoinFlag, context: usize) 
     let mgid = mgid_of(addr.ip())?;
     st.mcast.by_id.entry(n).or_default().push(Join { addr, mgid, flag, context, pending: true, attached: None });
     st.deferred.push((n, EventKind::MulticastJoin, 0));
-    e.kick();
     Ok(())
 }
 
@@ -173,9 +134,8 @@ fn detach(j: &Join, rest: &[Join]) {
     }
 }
 
-pub(crate) fn leave(id: &CmId, addr: SocketAddr) -> Result<()> {
-    let e = engine()?;
-    let mut st = e.lock();
+/// rdma_leave_multicast(3) of the join of `id` made with `addr`.
+pub(crate) fn leave(st: &mut State, id: &CmId, addr: SocketAddr) -> Result<()> {
     let n = id.number();
     st.id(id)?;
     let joins = st.mcast.by_id.get_mut(&n).ok_or(Error::AddrNotAvail)?;

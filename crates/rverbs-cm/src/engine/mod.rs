@@ -18,7 +18,8 @@
 //! acknowledgement counters. Nothing waits for acknowledgements while holding the state.
 
 mod handshake;
-pub(crate) mod mcast;
+mod joins;
+mod mcast;
 mod msg;
 mod qp;
 mod state;
@@ -26,7 +27,6 @@ mod state;
 mod tests;
 mod world;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -36,19 +36,20 @@ use rustix::event::epoll;
 use rverbs::qp1::{MadPeer, Qp1};
 use rverbs::{Context, QpType};
 
+use rverbs::{Qp, QpAttr, QpAttrMask, QpState};
+
 use crate::channel::EventChannel;
 use crate::error::{Error, Result};
+use crate::event::EventKind;
+use crate::handle::{CmId, PortSpace};
 use crate::rule::Rule;
-use crate::event::{Event, EventKind};
-use crate::id::{CmId, PortSpace};
 use crate::table::{Owner, Table};
+use state::{simple_event, IdState, St, State};
 use world::{Action, Cx, World};
 
+pub use joins::JoinFlag;
 pub(crate) use msg::Reason;
-pub(crate) use qp::{attach_qp, init_qp_attr};
 pub use qp::RDMA_UDP_QKEY;
-pub(crate) use state::IdState;
-pub use state::St;
 
 /// The process's engine.
 pub(crate) struct Engine {
@@ -58,28 +59,6 @@ pub(crate) struct Engine {
     state: Mutex<State>,
     epoll: OwnedFd,
     wake: OwnedFd,
-}
-
-/// Everything the engine knows, under one lock.
-pub(crate) struct State {
-    pub(crate) ids: HashMap<u64, IdState>,
-    /// Local communication id → id number.
-    pub(crate) by_comm: HashMap<u32, u64>,
-    /// Peers this process has connections with: (endpoint, pid) → its pidfd and how many
-    /// ids depend on it. The pid is part of the key because endpoint numbers are reused:
-    /// a process that took over the number of one that died is another peer.
-    watches: HashMap<(u32, i32), (OwnedFd, usize)>,
-    /// Peers found dead when a watch was asked for, for the thread to handle as deaths.
-    dead: Vec<(u32, i32)>,
-    next_id: u64,
-    next_comm: u32,
-    rng: u64,
-    /// Events the thread delivers, not the call that caused them (address and route
-    /// resolution: the kernel's rdma_cm completes them from a work queue, never inside
-    /// the call).
-    deferred: Vec<(u64, EventKind, i32)>,
-    /// Multicast joins of the ids.
-    pub(crate) mcast: mcast::Joins,
 }
 
 const KEY_QP1: u64 = u64::MAX;
@@ -404,80 +383,6 @@ fn owner_alive(ep: u32, pid: i32) -> bool {
     }
 }
 
-impl State {
-    /// No ids yet; `seed` starts the PSN generator.
-    fn new(seed: u64) -> State {
-        State {
-            ids: HashMap::new(),
-            by_comm: HashMap::new(),
-            watches: HashMap::new(),
-            dead: Vec::new(),
-            next_id: 1,
-            next_comm: 1,
-            rng: seed | 1,
-            deferred: Vec::new(),
-            mcast: mcast::Joins::default(),
-        }
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.ids.values().filter_map(|s| s.next_deadline()).min()
-    }
-
-    pub(crate) fn id(&mut self, id: &CmId) -> Result<&mut IdState> {
-        self.ids.get_mut(&id.number()).ok_or(Error::invalid("rdma_cm", Rule::Destroyed))
-    }
-
-    /// A random 24-bit PSN (IBTA: the starting PSN should be random).
-    pub(crate) fn random_psn(&mut self) -> u32 {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        (self.rng as u32) & 0xff_ffff
-    }
-
-    /// A new local communication id: this endpoint in the top 8 bits, so the peer's
-    /// messages find this process (docs/device.md, "Numbers": like QPNs), and a counter that
-    /// cycles through 2^24 values before reuse.
-    pub(crate) fn new_comm_id(&mut self, ep: u32) -> u32 {
-        loop {
-            let c = self.next_comm & 0xff_ffff;
-            self.next_comm = self.next_comm.wrapping_add(1);
-            if c == 0 {
-                continue;
-            }
-            let id = (ep << 24) | c;
-            if !self.by_comm.contains_key(&id) {
-                return id;
-            }
-        }
-    }
-
-    pub(crate) fn new_id(&mut self, ps: PortSpace, qp_type: QpType, context: usize, channel: Option<EventChannel>) -> CmId {
-        let n = self.next_id;
-        self.next_id += 1;
-        let id = CmId::with_number(n, ps, qp_type, context);
-        self.ids.insert(n, IdState::new(&id, channel));
-        id
-    }
-}
-
-/// Queues an event for the id's channel.
-pub(crate) fn emit(cx: &mut Cx, st: &State, n: u64, event: Event) {
-    match st.ids.get(&n).and_then(|s| s.channel.clone()) {
-        Some(channel) => cx.out.push(Action::Deliver { channel, event }),
-        None => tracing::debug!(?event, "event for an id without a channel dropped"),
-    }
-}
-
-/// A simple event of `kind` with `status` for id `n`.
-pub(crate) fn simple_event(cx: &mut Cx, st: &State, n: u64, kind: EventKind, status: i32) {
-    if let Some(s) = st.ids.get(&n) {
-        let ev = Event::new(kind, status, &s.handle, s.handle.shared.acks.clone());
-        emit(cx, st, n, ev);
-    }
-}
-
 pub(crate) fn create_id(channel: &EventChannel, ps: PortSpace, qp_type: QpType, context: usize) -> Result<CmId> {
     let e = engine()?;
     let mut st = e.lock();
@@ -752,4 +657,29 @@ pub(crate) fn destroy(id: &CmId) -> Result<()> {
     Ok(())
 }
 
+pub(crate) fn init_qp_attr(id: &CmId, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
+    let e = engine()?;
+    let mut st = e.lock();
+    qp::attrs(st.id(id)?, state)
+}
 
+pub(crate) fn attach_qp(id: &CmId, qp: Qp) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    qp::attach(st.id(id)?, qp)
+}
+
+pub(crate) fn join_multicast(id: &CmId, addr: SocketAddr, flag: JoinFlag, context: usize) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    mcast::join(&mut st, id, addr, flag, context)?;
+    drop(st);
+    e.kick();
+    Ok(())
+}
+
+pub(crate) fn leave_multicast(id: &CmId, addr: SocketAddr) -> Result<()> {
+    let e = engine()?;
+    let mut st = e.lock();
+    mcast::leave(&mut st, id, addr)
+}

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use rverbs::{Gid, QpType};
 
-use crate::id::PortSpace;
+use crate::handle::PortSpace;
 use crate::mad::{
     cma_ip::CMA_IP_HEADER_LEN, service, CmaIpHeader, Drep, Dreq, MessageKind, Mra, Path, Rej, RejReason, Rep, Req,
     Rtu, SidrRep, SidrReq, SidrStatus, TransportServiceType,

@@ -14,10 +14,9 @@
 
 use rverbs::{Access, AhAttr, GlobalRoute, Qp, QpAttr, QpAttrMask, QpState, QpType};
 
-use super::{engine, IdState};
+use super::state::{IdState, St};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
-use crate::id::CmId;
 
 /// Q_Key of rdma_cm datagram services (`RDMA_UDP_QKEY`).
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
@@ -39,7 +38,7 @@ pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)>
     let sgid = s.sgid.ok_or(Error::invalid(verb, Rule::NoDevice))?;
     let mut a = QpAttr { qp_state: state, port_num: 1, ..QpAttr::default() };
     let mut m = QpAttrMask::STATE;
-    let negotiated = s.remote_comm.is_some() || matches!(s.st(), super::St::RepRcvd | super::St::ReqRcvd);
+    let negotiated = s.remote_comm.is_some() || matches!(s.st(), St::RepRcvd | St::ReqRcvd);
     match (state, qp_type) {
         (QpState::Init, QpType::Ud) => {
             a.qkey = RDMA_UDP_QKEY;
@@ -109,21 +108,13 @@ pub(crate) fn attrs(s: &IdState, state: QpState) -> Result<(QpAttr, QpAttrMask)>
     Ok((a, m))
 }
 
-pub(crate) fn init_qp_attr(id: &CmId, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
-    let e = engine()?;
-    let mut st = e.lock();
-    attrs(st.id(id)?, state)
-}
-
 fn modify(qp: &Qp, s: &IdState, state: QpState) -> Result<()> {
     let (a, m) = attrs(s, state)?;
     qp.modify(&a, m).map_err(Error::from)
 }
 
-pub(crate) fn attach_qp(id: &CmId, qp: Qp) -> Result<()> {
-    let e = engine()?;
-    let mut st = e.lock();
-    let s = st.id(id)?;
+/// rdma_create_qp(3): `qp` becomes id `s`'s QP, moved to INIT (a datagram QP to RTS).
+pub(crate) fn attach(s: &mut IdState, qp: Qp) -> Result<()> {
     if s.qp.is_some() {
         return Err(Error::invalid("rdma_create_qp", Rule::QpExists));
     }

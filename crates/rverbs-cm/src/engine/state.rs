@@ -1,79 +1,24 @@
 //! The state of one id: where it is in the rdma_cm state machine and what the handshake
 //! negotiated.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use rverbs::qp1::MadPeer;
-use rverbs::{Gid, Mtu, Qp};
+use rverbs::{Gid, Mtu, Qp, QpType};
 
 use crate::addr::LocalGid;
+pub(crate) use crate::cm_state::CmState as St;
 use crate::channel::EventChannel;
-use crate::id::{CmId, PortSpace, Route};
+use crate::handle::{CmId, PortSpace, Route};
+use crate::error::{Error, Result};
+use crate::event::{Event, EventKind};
+use crate::rule::Rule;
 use crate::table::Binding;
-
-/// The states of an id (public as [`CmState`](crate::CmState)), named after the
-/// kernel's `enum rdma_cm_state` and the IBTA CM states they stand for (IBTA Vol 1
-/// §12.9, Figure 158: the communication state diagram).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum St {
-    /// Created (RDMA_CM_IDLE).
-    Idle,
-    /// Bound to an address (RDMA_CM_ADDR_BOUND).
-    Bound,
-    /// Address resolved (RDMA_CM_ADDR_RESOLVED).
-    AddrResolved,
-    /// Route resolved (RDMA_CM_ROUTE_RESOLVED).
-    RouteResolved,
-    /// Listening (RDMA_CM_LISTEN).
-    Listen,
-    /// Active: REQ (or SIDR_REQ) sent, waiting for REP/REJ (IBTA REQ Sent).
-    ReqSent,
-    /// Active without a QP: REP received, CONNECT_RESPONSE delivered, waiting for
-    /// rdma_establish (IBTA REP Rcvd).
-    RepRcvd,
-    /// Passive: REQ received, CONNECT_REQUEST delivered, waiting for accept or reject
-    /// (IBTA REQ Rcvd / MRA Sent).
-    ReqRcvd,
-    /// Passive: REP sent, waiting for RTU (IBTA REP Sent).
-    RepSent,
-    /// Connected (IBTA Established; for datagram ids: the SIDR exchange is done).
-    Established,
-    /// This side sent DREQ, waiting for DREP (IBTA DREQ Sent).
-    DreqSent,
-    /// The peer sent DREQ; DISCONNECTED delivered; this side's rdma_disconnect sends
-    /// DREP (IBTA DREQ Rcvd).
-    DreqRcvd,
-    /// The connection is over (IBTA TimeWait/Idle): DISCONNECTED was delivered.
-    Disconnected,
-    /// The request was rejected, timed out or failed.
-    Failed,
-}
-
-impl St {
-    /// Whether an id may go from `self` to `to`: the edges of the rdma_cm state machine
-    /// (the kernel's `enum rdma_cm_state` transitions; IBTA Vol 1 §12.9, Figure 158).
-    /// Any state may fail (a reject, a timeout, a dead peer, `rdma_destroy_id`).
-    pub(crate) fn can_enter(self, to: St) -> bool {
-        use St::*;
-        matches!(
-            (self, to),
-            (_, Failed)
-                | (Idle, Bound)
-                | (Bound, AddrResolved | Listen)
-                | (AddrResolved, RouteResolved)
-                | (RouteResolved, ReqSent)
-                | (ReqSent, RepRcvd | Established)
-                | (Idle, ReqRcvd)
-                | (ReqRcvd, RepSent | Established)
-                | (RepRcvd, Established)
-                | (RepSent, Established | DreqSent | DreqRcvd)
-                | (Established, DreqSent | DreqRcvd | Disconnected)
-                | (DreqSent | DreqRcvd, Disconnected)
-        )
-    }
-}
+use super::joins::Joins;
+use super::world::{Action, Cx};
 
 /// What a pending timer is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,6 +158,13 @@ impl IdState {
         }
     }
 
+    /// Moves the id's QP, if it has a connected one, to ERR (an action: `cx`).
+    pub(crate) fn qp_to_err(&self, cx: &mut Cx) {
+        if let Some(qp) = self.qp.as_ref().filter(|q| q.qp_type() != rverbs::QpType::Ud) {
+            cx.out.push(Action::QpToErr(qp.clone()));
+        }
+    }
+
     /// The id's state.
     pub(crate) fn st(&self) -> St {
         self.st
@@ -292,35 +244,98 @@ impl IdState {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::St::{self, *};
+/// Everything the engine knows, under one lock.
+pub(crate) struct State {
+    pub(crate) ids: HashMap<u64, IdState>,
+    /// Local communication id → id number.
+    pub(crate) by_comm: HashMap<u32, u64>,
+    /// Peers this process has connections with: (endpoint, pid) → its pidfd and how many
+    /// ids depend on it. The pid is part of the key because endpoint numbers are reused:
+    /// a process that took over the number of one that died is another peer.
+    pub(crate) watches: HashMap<(u32, i32), (OwnedFd, usize)>,
+    /// Peers found dead when a watch was asked for, for the thread to handle as deaths.
+    pub(crate) dead: Vec<(u32, i32)>,
+    next_id: u64,
+    next_comm: u32,
+    rng: u64,
+    /// Events the thread delivers, not the call that caused them (address and route
+    /// resolution: the kernel's rdma_cm completes them from a work queue, never inside
+    /// the call).
+    pub(crate) deferred: Vec<(u64, EventKind, i32)>,
+    /// Multicast joins of the ids.
+    pub(crate) mcast: Joins,
+}
 
-    #[test]
-    fn the_handshake_paths_are_transitions() {
-        let active = [Idle, Bound, AddrResolved, RouteResolved, ReqSent, Established, DreqSent, Disconnected];
-        let passive = [Idle, ReqRcvd, RepSent, Established, DreqRcvd, Disconnected];
-        let no_qp = [RouteResolved, ReqSent, RepRcvd, Established];
-        for path in [&active[..], &passive, &no_qp, &[Idle, Bound, Listen]] {
-            for w in path.windows(2) {
-                assert!(w[0].can_enter(w[1]), "{:?} -> {:?}", w[0], w[1]);
+impl State {
+    /// No ids yet; `seed` starts the PSN generator.
+    pub(crate) fn new(seed: u64) -> State {
+        State {
+            ids: HashMap::new(),
+            by_comm: HashMap::new(),
+            watches: HashMap::new(),
+            dead: Vec::new(),
+            next_id: 1,
+            next_comm: 1,
+            rng: seed | 1,
+            deferred: Vec::new(),
+            mcast: Joins::default(),
+        }
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.ids.values().filter_map(|s| s.next_deadline()).min()
+    }
+
+    pub(crate) fn id(&mut self, id: &CmId) -> Result<&mut IdState> {
+        self.ids.get_mut(&id.number()).ok_or(Error::invalid("rdma_cm", Rule::Destroyed))
+    }
+
+    /// A random 24-bit PSN (IBTA: the starting PSN should be random).
+    pub(crate) fn random_psn(&mut self) -> u32 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng as u32) & 0xff_ffff
+    }
+
+    /// A new local communication id: this endpoint in the top 8 bits, so the peer's
+    /// messages find this process (docs/device.md, "Numbers": like QPNs), and a counter that
+    /// cycles through 2^24 values before reuse.
+    pub(crate) fn new_comm_id(&mut self, ep: u32) -> u32 {
+        loop {
+            let c = self.next_comm & 0xff_ffff;
+            self.next_comm = self.next_comm.wrapping_add(1);
+            if c == 0 {
+                continue;
+            }
+            let id = (ep << 24) | c;
+            if !self.by_comm.contains_key(&id) {
+                return id;
             }
         }
     }
 
-    #[test]
-    fn no_state_is_left_backwards_and_every_state_can_fail() {
-        let all: [St; 14] = [
-            Idle, Bound, AddrResolved, RouteResolved, Listen, ReqSent, RepRcvd, ReqRcvd, RepSent, Established, DreqSent,
-            DreqRcvd, Disconnected, Failed,
-        ];
-        for s in all {
-            assert!(s.can_enter(Failed), "{s:?} can fail");
-            assert!(!Failed.can_enter(s) || s == Failed, "Failed is final, not {s:?}");
-            assert!(!Disconnected.can_enter(s) || s == Failed, "Disconnected -> {s:?}");
-        }
-        assert!(!Listen.can_enter(ReqSent), "a listener does not connect");
-        assert!(!Established.can_enter(ReqSent), "no reconnect on one id");
-        assert!(!Idle.can_enter(Established));
+    pub(crate) fn new_id(&mut self, ps: PortSpace, qp_type: QpType, context: usize, channel: Option<EventChannel>) -> CmId {
+        let n = self.next_id;
+        self.next_id += 1;
+        let id = CmId::with_number(n, ps, qp_type, context);
+        self.ids.insert(n, IdState::new(&id, channel));
+        id
+    }
+}
+
+/// Queues an event for the id's channel.
+pub(crate) fn emit(cx: &mut Cx, st: &State, n: u64, event: Event) {
+    match st.ids.get(&n).and_then(|s| s.channel.clone()) {
+        Some(channel) => cx.out.push(Action::Deliver { channel, event }),
+        None => tracing::debug!(?event, "event for an id without a channel dropped"),
+    }
+}
+
+/// A simple event of `kind` with `status` for id `n`.
+pub(crate) fn simple_event(cx: &mut Cx, st: &State, n: u64, kind: EventKind, status: i32) {
+    if let Some(s) = st.ids.get(&n) {
+        let ev = Event::new(kind, status, &s.handle, s.handle.shared.acks.clone());
+        emit(cx, st, n, ev);
     }
 }

@@ -15,7 +15,7 @@ use super::{handshake, St, State};
 use crate::addr::{gid_of, LocalGid};
 use crate::channel::EventChannel;
 use crate::event::{ConnParam, Event, EventKind};
-use crate::id::{CmId, PortSpace};
+use crate::handle::{CmId, PortSpace};
 use crate::mad::CmMessage;
 use crate::table::Owner;
 

@@ -24,7 +24,7 @@ use rverbs::Qp;
 use crate::addr::LocalGid;
 use crate::channel::EventChannel;
 use crate::event::Event;
-use crate::id::PortSpace;
+use crate::handle::PortSpace;
 use crate::table::Owner;
 
 /// Facts of the host the handshake reads (never changes).
@@ -78,13 +78,6 @@ impl<'a> Cx<'a> {
     /// Sends `mad` to `to`; a failure is not fed back.
     pub(crate) fn send(&mut self, to: MadPeer, mad: [u8; MAD_LEN]) {
         self.out.push(Action::Send { to, mad, id: None });
-    }
-
-    /// Moves id `s`'s QP, if it has a connected one, to ERR.
-    pub(crate) fn qp_to_err(&mut self, s: &super::IdState) {
-        if let Some(qp) = s.qp.as_ref().filter(|q| q.qp_type() != rverbs::QpType::Ud) {
-            self.out.push(Action::QpToErr(qp.clone()));
-        }
     }
 
     /// Sends `mad` to id `n`'s peer `to`; a failure means the peer is gone.

@@ -17,7 +17,8 @@
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use super::field::get_array;
-use super::{drep, dreq, mra, rej, rep, req, rtu, sidr, MadError};
+use super::common::MadError;
+use super::{drep, dreq, mra, rej, rep, req, rtu, sidr};
 
 mod field {
     use crate::mad::field::Bytes;

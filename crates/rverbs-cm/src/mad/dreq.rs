@@ -9,7 +9,7 @@
 //! ```
 
 use super::field::{bit_accessors, get_array, view};
-use super::{MadError, CM_DATA_LEN};
+use super::common::{MadError, CM_DATA_LEN};
 
 mod field {
     use crate::mad::field::{Bits, Bytes};

@@ -14,6 +14,8 @@
 
 use core::ops::Range;
 
+use super::common::MessageKind;
+
 /// An octet-aligned field: a byte range inside its view.
 pub(crate) type Bytes = Range<usize>;
 
@@ -223,7 +225,7 @@ macro_rules! view {
             /// Wraps `buffer` and checks it is long enough for every accessor.
             ///
             /// Errors: `MadError::Truncated` if `buffer` is shorter than the view.
-            pub fn new_checked(buffer: T) -> Result<Self, $crate::mad::MadError> {
+            pub fn new_checked(buffer: T) -> Result<Self, $crate::mad::common::MadError> {
                 let packet = Self::new_unchecked(buffer);
                 packet.check_len()?;
                 Ok(packet)
@@ -232,10 +234,10 @@ macro_rules! view {
             /// Checks that no accessor can panic.
             ///
             /// Errors: `MadError::Truncated` if the buffer is shorter than the view.
-            pub fn check_len(&self) -> Result<(), $crate::mad::MadError> {
+            pub fn check_len(&self) -> Result<(), $crate::mad::common::MadError> {
                 let len = self.buffer.as_ref().len();
                 if len < $len {
-                    Err($crate::mad::MadError::Truncated { len, need: $len })
+                    Err($crate::mad::common::MadError::Truncated { len, need: $len })
                 } else {
                     Ok(())
                 }
@@ -256,6 +258,16 @@ macro_rules! view {
     };
 }
 pub(crate) use view;
+
+/// The 2-bit message kind of an MRA or REJ as a field value.
+impl FieldValue for MessageKind {
+    fn from_bits(bits: u32) -> Self {
+        MessageKind::from(bits as u8)
+    }
+    fn into_bits(self) -> u32 {
+        u32::from(u8::from(self))
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -17,7 +17,7 @@
 //! must carry is checked by [`CmMessage::decode`](super::CmMessage::decode).
 
 use super::field::{bit_accessors, get_u64, set_u64, view};
-use super::{MadError, BASE_VERSION, CM_CLASS_VERSION, METHOD_SEND, MGMT_CLASS_CM};
+use super::common::{MadError, BASE_VERSION, CM_CLASS_VERSION, MAD_HEADER_LEN, METHOD_SEND, MGMT_CLASS_CM};
 
 mod field {
     use crate::mad::field::{Bits, Bytes};
@@ -35,7 +35,7 @@ mod field {
 }
 
 /// Length of the common MAD header in bytes (IBTA Vol 1 §13.4).
-pub const HEADER_LEN: usize = 24;
+pub const HEADER_LEN: usize = MAD_HEADER_LEN;
 
 view!(
     /// A view over the 24-byte common MAD header (IBTA Vol 1 §13.4), which starts at offset 0.

@@ -12,7 +12,7 @@
 //! ```
 
 use super::field::{bit_accessors, get_array, view};
-use super::{MadError, MessageKind, CM_DATA_LEN};
+use super::common::{MadError, MessageKind, CM_DATA_LEN};
 
 mod field {
     use crate::mad::field::{Bits, Bytes};

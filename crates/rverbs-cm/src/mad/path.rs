@@ -20,7 +20,7 @@
 //! them alone.
 
 use super::field::{bit_accessors, get_array, view};
-use super::MadError;
+use super::common::MadError;
 
 mod field {
     use crate::mad::field::{Bits, Bytes};

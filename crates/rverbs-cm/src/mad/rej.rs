@@ -11,7 +11,8 @@
 //! The reasons are in [`super::reason::RejReason`].
 
 use super::field::{bit_accessors, get_array, view};
-use super::{MadError, MessageKind, RejReason, CM_DATA_LEN};
+use super::common::{MadError, MessageKind, CM_DATA_LEN};
+use super::reason::RejReason;
 
 mod field {
     use crate::mad::field::{Bits, Bytes};

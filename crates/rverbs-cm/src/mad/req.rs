@@ -22,7 +22,7 @@
 
 use super::field::{bit_accessors, get_array, get_u64, set_u64, view, FieldValue};
 use super::path::{self, Path};
-use super::{MadError, CM_DATA_LEN};
+use super::common::{MadError, CM_DATA_LEN};
 
 mod field {
     use crate::mad::field::{Bits, Bytes};

@@ -21,7 +21,8 @@
 //! ```
 
 use super::field::{bit_accessors, get_array, get_u64, set_u64, view};
-use super::{MadError, SidrStatus, CM_DATA_LEN};
+use super::common::{MadError, CM_DATA_LEN};
+use super::reason::SidrStatus;
 
 mod field {
     use crate::mad::field::{Bits, Bytes};
