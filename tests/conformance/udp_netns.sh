@@ -14,7 +14,9 @@
 #
 # Then the port's active MTU against the link's, as rxe derives it from its netdev (the
 # netdev MTU less 80 bytes of headers, down to an IB MTU): ibv_devinfo in each namespace
-# reports 4096 over the 9000-byte veth; with the veth set to 1500 it reports 1024,
+# reports 4096 over the 9000-byte veth; one process that keeps the device open sees the
+# value follow the veth from 9000 to 1500 (as rxe's port follows its netdev's MTU); with
+# the veth set to 1500 every new process reports 1024,
 # `ibv_ud_pingpong -s 1024` passes across the namespaces and `-s 2048` (the program's
 # default) is refused by the program itself ("Requested size larger than port MTU"), as on
 # an rxe port on a 1500-byte link.
@@ -178,7 +180,7 @@ port_mtu() {
 }
 
 # mtu_check LINK_MTU PORT_MTU: both namespaces' ports report PORT_MTU over the veth at
-# LINK_MTU (each process reads its links when it opens the device).
+# LINK_MTU.
 mtu_check() {
   local link=$1 want=$2 why=() got_a got_b
   got_a=$(port_mtu "$A" "$WORK/rt-a")
@@ -187,7 +189,30 @@ mtu_check() {
   [ "$got_b" = "$want" ] || why+=("$B: active_mtu ${got_b:-none}, expected $want")
   verdict "veth MTU $link: the port's active_mtu is $want on both sides" /dev/null
 }
+# mtu_follows: one process that keeps the device open sees the port follow its link, as
+# rxe's port follows its netdev: pyverbs queries port 1 over a 9000-byte veth (4096, code
+# 5), the veth goes to 1500, the same context queries again (1024, code 3).
+mtu_follows() {
+  local label="one process: the port's active_mtu follows the veth from 9000 to 1500 (4096, then 1024)"
+  local log=$WORK/follow.log why=() first second
+  coproc FOLLOW { TIMEOUT=10 in_ns "$A" "$WORK/rt-a" /usr/bin/python3 -c '
+import sys
+from pyverbs.device import Context
+ctx = Context(name="rverbs0")
+print(int(ctx.query_port(1).active_mtu), flush=True)
+sys.stdin.readline()
+print(int(ctx.query_port(1).active_mtu), flush=True)' 2>"$log"; }
+  read -r -t 8 first <&"${FOLLOW[0]}" || true
+  ip -n "$A" link set "${A}0" mtu 1500
+  echo go >&"${FOLLOW[1]}"
+  read -r -t 8 second <&"${FOLLOW[0]}" || true
+  wait "$FOLLOW_PID" || true
+  [ "$first" = 5 ] || why+=("first query: ${first:-nothing}, expected 5 (4096)")
+  [ "$second" = 3 ] || why+=("after the change: ${second:-nothing}, expected 3 (1024)")
+  verdict "$label" "$log"
+}
 mtu_check 9000 4096
+mtu_follows
 ip -n "$A" link set "${A}0" mtu 1500
 ip -n "$B" link set "${B}0" mtu 1500
 mtu_check 1500 1024

@@ -371,10 +371,16 @@ impl DeviceInner {
             .collect();
         links.sort_unstable();
         links.dedup();
-        let active_mtu = limits::port_active_mtu(links.into_iter().filter_map(|name| {
-            let ix = sys::ifindex(name);
-            (ix != 0 && gids.iter().any(|g| g.ifindex == ix)).then(|| sys::if_mtu(name)).flatten()
-        }));
+        let active_mtu = limits::ActiveMtu::new(
+            links
+                .into_iter()
+                .filter(|name| {
+                    let ix = sys::ifindex(name);
+                    ix != 0 && gids.iter().any(|g| g.ifindex == ix)
+                })
+                .map(str::to_owned)
+                .collect(),
+        );
         let (reg, dir) = match Registry::claim(&crate::shm::runtime_dir(), crate::progress::watch_peer) {
             Ok(r) => {
                 let d = r.dir.clone();
@@ -466,7 +472,7 @@ impl DeviceInner {
         PortAttr {
             state: PortState::Active,
             max_mtu: limits::MAX_MTU,
-            active_mtu: self.engine.active_mtu,
+            active_mtu: self.engine.active_mtu.refresh(),
             gid_tbl_len: self.gids.len() as u32,
             port_cap_flags: PORT_CM_SUP,
             max_msg_sz: limits::MAX_MSG_SZ,

@@ -26,8 +26,8 @@ pub(crate) struct Engine {
     pub(crate) srqs: Table<SrqInner>,
     /// The GID table of the port (ibv_query_gid(3)).
     pub(crate) gids: Vec<GidEntry>,
-    /// The port's active MTU (`limits::port_active_mtu`): also the largest UD message.
-    pub(crate) active_mtu: rverbs_proto::verbs::Mtu,
+    /// The port's active MTU (`limits::ActiveMtu`): also the largest UD message.
+    pub(crate) active_mtu: crate::limits::ActiveMtu,
 }
 
 impl std::ops::Deref for Engine {
@@ -41,7 +41,7 @@ impl std::ops::Deref for Engine {
 impl Engine {
     /// The engine of `endpoint`, with GID table `gids`, the port's active MTU
     /// `active_mtu` and no objects yet; QP and SRQ numbers carry the endpoint's number.
-    pub(crate) fn new(endpoint: Endpoint, gids: Vec<GidEntry>, active_mtu: rverbs_proto::verbs::Mtu) -> Engine {
+    pub(crate) fn new(endpoint: Endpoint, gids: Vec<GidEntry>, active_mtu: crate::limits::ActiveMtu) -> Engine {
         let ep = endpoint.ep();
         Engine {
             endpoint,

@@ -110,6 +110,39 @@ pub fn port_active_mtu(links: impl IntoIterator<Item = u32>) -> rverbs_proto::ve
     links.into_iter().map(ib_mtu_for_link).min_by_key(|m| m.bytes()).unwrap_or(MAX_MTU)
 }
 
+/// The port's active MTU as the links' MTUs change: rxe sets its port's from its netdev's
+/// MTU again whenever the netdev's changes (`NETDEV_CHANGEMTU`); rverbs reads the links
+/// again whenever the port is queried (ibv_query_port(3)), so a program that asks sees
+/// the value of now, and its later UD sends are sized by it (docs/device.md, "Active
+/// MTU").
+pub(crate) struct ActiveMtu {
+    /// The up, non-loopback interfaces that hold a GID, by name.
+    links: Vec<String>,
+    /// The MTU as last read (`enum ibv_mtu`).
+    now: std::sync::atomic::AtomicU32,
+}
+
+impl ActiveMtu {
+    /// The port over `links`, read now.
+    pub(crate) fn new(links: Vec<String>) -> ActiveMtu {
+        let m = ActiveMtu { links, now: std::sync::atomic::AtomicU32::new(MAX_MTU as u32) };
+        m.refresh();
+        m
+    }
+
+    /// The MTU as last read.
+    pub(crate) fn get(&self) -> rverbs_proto::verbs::Mtu {
+        rverbs_proto::verbs::Mtu::from_raw(self.now.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(MAX_MTU)
+    }
+
+    /// Reads the links' MTUs again (an interface that is gone counts no more).
+    pub(crate) fn refresh(&self) -> rverbs_proto::verbs::Mtu {
+        let m = port_active_mtu(self.links.iter().filter_map(|name| crate::sys::if_mtu(name)));
+        self.now.store(m as u32, std::sync::atomic::Ordering::Relaxed);
+        m
+    }
+}
+
 /// Endpoints (processes using the device) one host can have; endpoint numbers are the top
 /// 8 bits of QP numbers and keys' owners (docs/device.md, "Numbers").
 pub(crate) const MAX_ENDPOINTS: u32 = 256;

@@ -421,7 +421,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
     }
     let dev = path.engine;
     // C10-93.1.1: above the port's active MTU, nothing is sent and no error is reported.
-    let mtu = dev.active_mtu.bytes();
+    let mtu = dev.active_mtu.get().bytes();
     if wqe.total_len > u64::from(mtu) {
         return done;
     }
@@ -530,7 +530,7 @@ fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t
     );
     let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), Psn::new(0));
     let msg = UdMessage { request: &request, header: &header, data: data.source(), sl: ud.ah.attr.sl };
-    deliver_ud(t, &mut path.ud, path.epoch, path.engine.active_mtu.bytes(), msg);
+    deliver_ud(t, &mut path.ud, path.epoch, path.engine.active_mtu.get().bytes(), msg);
 }
 
 /// A UD message as it reaches a responder: the request, the 40-byte GRH area its receive
