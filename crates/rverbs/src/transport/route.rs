@@ -123,6 +123,7 @@ pub(crate) fn responder_config(mode: Mode, rec: &QpRecord, mtu: u32) -> Responde
         max_dest_rd_atomic: rec.max_dest_rd_atomic.load(Ordering::Acquire) as u8,
         min_rnr_timer: rec.min_rnr_timer.load(Ordering::Acquire) as u8,
         qkey: rec.qkey.load(Ordering::Acquire),
+        xrc: false,
     }
 }
 
