@@ -8,7 +8,9 @@
 #
 # Pairs (server = XRC targets and SRQs in rvx-a, client = XRC initiators in rvx-b):
 # - Debian's ibv_xsrq_pingpong at -s 1, 4096 (its default) and 65536 (64 segments of the
-#   1024-byte path MTU), polling and with -e; one over IPv6 GIDs. The program has no data check (its -c is the client count): both sides must
+#   1024-byte path MTU), polling and with -e; one over IPv6 GIDs; -c 2 with two client
+#   processes in rvx-b, where the server reaches one client's SRQ through the other's
+#   target QP (two processes of one host, the second behind the first's RoCEv2 port). The program has no data check (its -c is the client count): both sides must
 #   print "success" and exit 0.
 # - tests/conformance/xrc_net.c (compiled here against the system's verbs.h), which
 #   checks every byte: SEND at 1 B, 4 KiB and 64 KiB and SEND with immediate into the
@@ -109,6 +111,37 @@ for ev in "" -e; do
   done
 done
 pair success "xsrq -s 4096 over IPv6 GIDs ($IP6_A, $IP6_B)" "$IP6_A" "$IP6_B" ibv_xsrq_pingpong -n "$ITERS" -s 4096
+
+# ibv_xsrq_pingpong -c 2: the server in rvx-a, two client processes in rvx-b. The server
+# sends to each client's XRC SRQ through the *other* client's target QP (the clients share
+# one domain through the file both open, /tmp/xrc_domain): the target QP and the SRQ an
+# XRCETH names are in two processes of one host, and the second client's packets reach it
+# through the first's RoCEv2 port (relayed).
+xsrq_two_clients() {
+  local label="xsrq -c 2 (two client processes on one host, SRQ and target QP in different processes)"
+  [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
+  local sgid cgid slog=$WORK/s.log clog=$WORK/c.log clog2=$WORK/c2.log src=0 crc=0 crc2=0 pid2
+  why=()
+  sgid=$(gid_index "$A" "$WORK/rt-a" "$IP_A")
+  cgid=$(gid_index "$B" "$WORK/rt-b" "$IP_B")
+  port=$((port + 1))
+  rm -f /tmp/xrc_domain
+  in_ns "$A" "$WORK/rt-a" ibv_xsrq_pingpong -d rverbs0 -g "$sgid" -p "$port" -n "$ITERS" -c 2 >"$slog" 2>&1 &
+  local spid=$!
+  wait_listen "$A" "$port"
+  in_ns "$B" "$WORK/rt-b" ibv_xsrq_pingpong -d rverbs0 -g "$cgid" -p "$port" -n "$ITERS" "$IP_A" >"$clog2" 2>&1 &
+  pid2=$!
+  in_ns "$B" "$WORK/rt-b" ibv_xsrq_pingpong -d rverbs0 -g "$cgid" -p "$port" -n "$ITERS" "$IP_A" >"$clog" 2>&1 || crc=$?
+  wait "$pid2" || crc2=$?
+  wait "$spid" || src=$?
+  [ "$src$crc$crc2" = 000 ] || why+=("exit codes: server $src, clients $crc $crc2")
+  local f
+  for f in "$slog" "$clog" "$clog2"; do
+    grep -qx success "$f" || why+=("$(basename "$f" .log) printed no \"success\"")
+  done
+  verdict "$label" "$slog" "$clog" "$clog2"
+}
+xsrq_two_clients
 
 ok="xrc_net: all checks passed"
 pair "$ok" "xrc_net (SEND, SEND_WITH_IMM, WRITE, READ, atomics, a foreign SRQ), data checked" "$IP_A" "$IP_B" "$WORK/xrc_net"

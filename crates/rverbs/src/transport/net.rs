@@ -1,9 +1,17 @@
-//! Connected QPs (RC, UC) whose peer is on another host: the protocol core's machines
-//! driven over RoCEv2/UDP (issue 12; the sockets are [`super::udp`]'s).
+//! Connected QPs (RC, UC, XRC) whose peer is on another host: the protocol core's
+//! machines driven over RoCEv2/UDP (issue 12; the sockets are [`super::udp`]'s).
 //!
 //! Read before editing: `rverbs_proto::rc` (the machines and their calling order),
-//! docs/rocev2-wire.md §1.6 (segmentation), §3.2–§3.4 (requester, responder, completer), §4
-//! (statuses), and docs/network.md.
+//! docs/rocev2-wire.md §1.6 (segmentation), §1.8 (XRC), §3.2–§3.4 (requester, responder,
+//! completer), §4 (statuses), and docs/network.md.
+//!
+//! XRC is RC with an XRCETH (docs/rocev2-wire.md §1.8): an XRC_SEND QP's requester is RC's,
+//! each work request handed over with its `xrc_remote_srqn`, so the core emits XRC
+//! opcodes and the XRCETH on every request packet; an XRC_RECV QP's responder is RC's
+//! with `ResponderConfig::xrc`, and each request is served by the XRC SRQ its XRCETH
+//! names ([`super::route::xrc_target`]: an SRQ of the QP's domain, in this process or in
+//! another of the host), whose receives, PD and CQ it uses; a request naming no such SRQ
+//! is NAKed invalid request by the core.
 //!
 //! Requester: the send queue hands its work requests, oldest first, to the core's
 //! [`Requester`] of the connection ([`NetRequester`], kept in the queue's `route::Path`);
@@ -29,8 +37,9 @@
 //! Limits of this slice: when the owner of an address's port 4791 exits, RC/UC QPs of the
 //! other processes are unreachable on that address until one of them takes the port over
 //! (within [`super::udp::TAKEOVER_PERIOD`], [`super::udp`] "Takeover"; the requester's
-//! retransmits cover the gap when its timeout × retry count is longer); XRC is not carried; attributes changed by `modify_qp` while the connection runs
-//! (timeout, retry counts) take effect at the next connection.
+//! retransmits cover the gap when its timeout × retry count is longer); XRC has no
+//! FLUSH or ATOMIC_WRITE (no opcode: LOC_QP_OP_ERR); attributes changed by `modify_qp`
+//! while the connection runs (timeout, retry counts) take effect at the next connection.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -360,7 +369,7 @@ fn put_back(sq: &mut SendQueue, conn: Box<NetRequester>) {
     }
 }
 
-/// Requests (RC/UC) from the network, all for QP `run[0].repr.bth.dest_qp` of this
+/// Requests (RC/UC/XRC) from the network, all for QP `run[0].repr.bth.dest_qp` of this
 /// process and all from `src`, in arrival order (a UDP GSO train usually, or the
 /// datagrams of one `recvmmsg`), which arrived on the socket of local GID `local`:
 /// checked as rxe's `rxe_rcv` does (the QP exists with the packets' transport, accepts

@@ -7,7 +7,9 @@
 //! source GID, and — standing in for the PSN check a stray packet would fail — it must be
 //! connected to the requesting QP. An XRC request must name an XRC SRQ of the target's
 //! domain; otherwise it is dropped (the unmerged rxe XRC series; IBTA A14 unverified). A
-//! request that finds no responder goes unanswered.
+//! request that finds no responder goes unanswered. (From another host such a request
+//! reaches the target QP's responder, which NAKs it invalid request, docs/rocev2-wire.md
+//! §1.8; [`xrc_target`] finds the SRQ for it.)
 //!
 //! The QP is in this process or in the peer process its number names (`crate::table`).
 //! A send queue keeps the responder it found ([`Route`]) until `modify_qp` changes its
