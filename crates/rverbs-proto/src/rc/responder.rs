@@ -42,6 +42,8 @@ struct InMsg {
     va: u64,
     resid: u32,
     dma_len: u32,
+    /// XRC: the SRQ the message's first packet named; its later packets name it too.
+    xrc_srq: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,8 +277,11 @@ impl Responder {
                 self.sent_psn_nak = false;
                 // docs/rocev2-wire.md §1.8: an XRC target serves each request from the SRQ
                 // its XRCETH names, which must be of the target QP's XRC domain.
+                // A message's later packets name its first packet's SRQ: the receive WQE
+                // it holds is that SRQ's.
                 if self.cfg.xrc {
                     let selected = match req.xrc_srq {
+                        Some(n) if self.cur.is_some_and(|m| m.xrc_srq != Some(n)) => Err(Violation::XrcSrqInvalid),
                         Some(srqn) => target.select_xrc_srq(srqn),
                         None => Err(Violation::XrcSrqInvalid),
                     };
@@ -371,7 +376,7 @@ impl Responder {
                 let Some(recv) = self.take_recv(target) else {
                     return self.refuse(req, Violation::ReceiveNotReady, None);
                 };
-                InMsg { kind: MsgKind::Send, recv: Some(recv), placed: 0, rkey: 0, va: 0, resid: 0, dma_len: 0 }
+                InMsg { kind: MsgKind::Send, recv: Some(recv), placed: 0, rkey: 0, va: 0, resid: 0, dma_len: 0, xrc_srq: req.xrc_srq }
             }
         };
         let recv = msg.recv.unwrap_or(RecvSlot { wr_id: 0, capacity: 0 });
@@ -452,6 +457,7 @@ impl Responder {
                     va: reth.va,
                     resid: reth.dma_len,
                     dma_len: reth.dma_len,
+                    xrc_srq: req.xrc_srq,
                 }
             }
         };

@@ -1201,3 +1201,27 @@ fn xrc_requester_refuses_flush_atomic_write_and_non_rc_modes() {
     let w = SendWqe { xrc_srq: Some(XRC_SRQ), ..wqe(WrOpcode::Send, 8) };
     assert_eq!(uc.post(w), Err(PostError::Opcode(WrOpcode::Send)));
 }
+
+#[test]
+fn xrc_srq_changed_inside_a_message_naks_invalid_request_and_fails_its_receive() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(4096);
+    t.xrc_srqs.extend([XRC_SRQ, XRC_SRQ + 1]);
+    t.post_recv(1, 4096);
+    let mut resp = Responder::new(ResponderConfig { xrc: true, ..resp_cfg() });
+    let w = SendWqe { xrc_srq: Some(XRC_SRQ), ..wqe(WrOpcode::Send, 2 * MTU) };
+    let mut first = Request::new(OpCode::Unknown(0), Psn::new(0));
+    requester::segment(Mode::Rc, 0x11, &w, 0, MTU, &mut first);
+    assert_eq!(first.opcode, OpCode::XrcSendFirst);
+    assert!(resp.handle_request(now, &first, &mut t).executed);
+    // The LAST packet names another SRQ (of the same domain): refused, and the receive the
+    // message holds completes in error.
+    let mut last = Request::new(OpCode::Unknown(0), Psn::new(1));
+    requester::segment(Mode::Rc, 0x11, &SendWqe { xrc_srq: Some(XRC_SRQ + 1), ..w }, MTU, MTU, &mut last);
+    assert_eq!((last.opcode, last.xrc_srq), (OpCode::XrcSendLast, Some(XRC_SRQ + 1)));
+    let d = resp.handle_request(now, &last, &mut t);
+    assert_eq!(d.violation, Some(Violation::XrcSrqInvalid));
+    assert_eq!(d.recv.map(|c| (c.wr_id, c.status)), Some((1, WcStatus::RemInvReqErr)));
+    assert_eq!(t.xrc_asked, [XRC_SRQ], "the second SRQ was not even looked up");
+    assert_eq!(resp.state(), ResponderState::Error);
+}
