@@ -33,6 +33,7 @@ else
 fi
 cargo test --workspace --doc
 
+# tests/conformance/xrc_netns.sh (XRC across two namespaces rvx-a/rvx-b, needs root) runs here too.
 for t in tests/conformance/*.sh tests/chaos/*.sh; do
 	[ -e "$t" ] || continue
 	echo "== $t"

@@ -88,6 +88,7 @@ pub fn wqe(inp: &mut Input<'_>, id: u64, mtu: u32) -> SendWqe {
             placement: rverbs_proto::wire::Placement::GLOBAL_VISIBILITY,
         }),
         ud: None,
+        xrc_srq: None,
     }
 }
 

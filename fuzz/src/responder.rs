@@ -203,6 +203,7 @@ pub fn config(inp: &mut Input<'_>) -> ResponderConfig {
         max_dest_rd_atomic,
         min_rnr_timer,
         qkey: QKEY,
+        xrc: false,
     }
 }
 

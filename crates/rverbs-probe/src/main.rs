@@ -224,6 +224,7 @@ fn make_qp(o: &Opts, my_psn: u32, remote: &Dest) -> io::Result<Qp> {
         max_dest_rd_atomic: 1,
         min_rnr_timer: 12,
         qkey: 0,
+        xrc: false,
     });
     let mut q = Qp::new(sock, o.local, remote_ip, o.qpn, remote.qpn, req, resp, open_pcap(&o.pcap)?);
     q.corrupt_tx_every = o.corrupt_tx;

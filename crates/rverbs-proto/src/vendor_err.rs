@@ -47,6 +47,7 @@ vendor_errors! {
     REMOTE_SEQUENCE = 0x2a, "the responder saw a packet out of its message's opcode sequence (missing FIRST or LAST)";
     REMOTE_LENGTH = 0x2b, "the responder refused a packet whose payload or RETH length breaks the length rules";
     REMOTE_ACCESS = 0x2c, "the responder answered with a remote access error NAK (bad rkey, range or rights; the exact reason stays at the responder)";
+    REMOTE_XRC_SRQ = 0x2d, "the XRC SRQ an XRC request names does not exist at the target or is of another XRC domain than the target QP";
     RNR_EXHAUSTED = 0x30, "receiver not ready and the RNR retries are exhausted";
     RETRY_EXHAUSTED = 0x31, "no response within the ACK timeout and the retries are exhausted";
     BAD_RESPONSE = 0x32, "the responder's responses broke the response sequence or did not match the work request";

@@ -82,6 +82,9 @@ pub enum Violation {
     /// A packet's payload or RETH length breaks the length rules (docs/rocev2-wire.md §3.3
     /// "Length checks", rxe `check_length`).
     InvalidLength,
+    /// An XRC request's XRCETH names no XRC SRQ, or one of another XRC domain than the
+    /// target QP (IBTA Annex A14, docs/rocev2-wire.md §1.8).
+    XrcSrqInvalid,
 }
 
 impl Violation {
@@ -96,7 +99,8 @@ impl Violation {
             | Violation::ReceiveTooSmall
             | Violation::InvalidateFailed
             | Violation::OpcodeSequence
-            | Violation::InvalidLength => Nak::InvalidRequest,
+            | Violation::InvalidLength
+            | Violation::XrcSrqInvalid => Nak::InvalidRequest,
             Violation::RkeyUnknown
             | Violation::RkeyWrongPd
             | Violation::RkeyBounds
@@ -157,6 +161,7 @@ impl Violation {
             Violation::InvalidateFailed => vendor_err::REMOTE_INVALIDATE,
             Violation::OpcodeSequence => vendor_err::REMOTE_SEQUENCE,
             Violation::InvalidLength => vendor_err::REMOTE_LENGTH,
+            Violation::XrcSrqInvalid => vendor_err::REMOTE_XRC_SRQ,
         }
     }
 
@@ -176,6 +181,7 @@ impl Violation {
         Violation::InvalidateFailed,
         Violation::OpcodeSequence,
         Violation::InvalidLength,
+        Violation::XrcSrqInvalid,
     ];
 }
 

@@ -130,6 +130,11 @@ pub struct SendWqe {
     pub flush: Option<FethRepr>,
     /// UD destination.
     pub ud: Option<UdDest>,
+    /// XRC (ibv_post_send(3) `qp_type.xrc.remote_srqn`): the SRQ at the XRC target that
+    /// receives the message. When set, every request packet of the WQE is an XRC opcode
+    /// (0xA0 + operation) with an XRCETH naming it after the BTH (IBTA Annex A14,
+    /// docs/rocev2-wire.md §1.8); the rules are RC's.
+    pub xrc_srq: Option<u32>,
 }
 
 impl SendWqe {
@@ -146,6 +151,7 @@ impl SendWqe {
         flags: SendFlags::SIGNALED,
         flush: None,
         ud: None,
+        xrc_srq: None,
     };
 
     /// Whether it needs a read/atomic credit (docs/rocev2-wire.md §3.2 step 5): READ, atomics
@@ -198,6 +204,8 @@ pub struct Request {
     pub dest_qpn: Option<u32>,
     /// ATOMIC_WRITE: the 8 bytes it stores (its payload on the wire).
     pub atomic_write: Option<u64>,
+    /// XRCETH (XRC requests): the SRQ at the target that receives the message.
+    pub xrc_srq: Option<u32>,
 }
 
 impl Request {
@@ -231,6 +239,7 @@ impl Request {
             deth: None,
             dest_qpn: None,
             atomic_write: None,
+            xrc_srq: None,
         }
     }
 }
@@ -408,6 +417,18 @@ pub trait Target {
 
     /// SEND_WITH_INV: invalidates `rkey`; `false` if it cannot be invalidated.
     fn invalidate(&mut self, rkey: u32) -> bool;
+
+    /// XRC (IBTA Annex A14, docs/rocev2-wire.md §1.8): the request's XRCETH names SRQ
+    /// `srqn`; from here on the receives, the PD of the key checks and the CQ are that
+    /// SRQ's. Asked for every request of an XRC target, after CHK_PSN and before any
+    /// other check.
+    ///
+    /// Errors: `XrcSrqInvalid` when no XRC SRQ `srqn` exists or it belongs to another
+    /// XRC domain than the target QP (NAK invalid request). The default: no XRC SRQ.
+    fn select_xrc_srq(&mut self, srqn: u32) -> Result<(), crate::violation::Violation> {
+        let _ = srqn;
+        Err(crate::violation::Violation::XrcSrqInvalid)
+    }
 }
 
 /// Where the driver puts a request's payload (docs/rocev2-wire.md §3.3 "Execute").
@@ -555,6 +576,10 @@ pub struct ResponderConfig {
     pub min_rnr_timer: u8,
     /// UD: the QP's Q_Key.
     pub qkey: u32,
+    /// An XRC target (XRC_RECV QP, IBTA Annex A14; `mode` is `Rc`): it takes XRC
+    /// requests only, asks [`Target::select_xrc_srq`] for the SRQ each one's XRCETH
+    /// names, and answers with the XRC response opcodes (docs/rocev2-wire.md §1.8).
+    pub xrc: bool,
 }
 
 impl ResponderConfig {
@@ -571,6 +596,7 @@ impl ResponderConfig {
         max_dest_rd_atomic: 16,
         min_rnr_timer: 1,
         qkey: 0x1111_1111,
+        xrc: false,
     };
 }
 

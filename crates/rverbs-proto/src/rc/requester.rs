@@ -178,7 +178,8 @@ impl Requester {
     /// Rule: a WQE posted to a QP in error completes at once with WR_FLUSH_ERR (§4).
     /// Errors: `PostError::Opcode` for opcodes the transport or this core does not run
     /// (local operations LOCAL_INV and BIND_MW are the driver's; one without a wire opcode
-    /// on this transport, [`WrOpcode::has_wire_opcode`], is the driver's to fail), `NoDestination` for UD
+    /// on this transport, [`WrOpcode::has_wire_opcode`], is the driver's to fail; an XRC
+    /// WQE (`xrc_srq`) on a non-RC machine, or an XRC FLUSH or ATOMIC_WRITE), `NoDestination` for UD
     /// without `ud`, `QueueFull` when `max_send_wr` WQEs are outstanding.
     pub fn post(&mut self, wqe: SendWqe) -> Result<(), PostError> {
         let op = wqe.opcode;
@@ -190,6 +191,11 @@ impl Requester {
         }
         if self.cfg.mode == Mode::Ud && wqe.ud.is_none() {
             return Err(PostError::NoDestination);
+        }
+        // docs/rocev2-wire.md §1.8: XRC is a variant of RC, and its opcode table (as
+        // rverbs knows it) has no FLUSH or ATOMIC_WRITE.
+        if wqe.xrc_srq.is_some() && (self.cfg.mode != Mode::Rc || matches!(op, WrOpcode::Flush | WrOpcode::AtomicWrite)) {
+            return Err(PostError::Opcode(op));
         }
         if self.queue.len() >= self.cap {
             return Err(PostError::QueueFull);
@@ -461,9 +467,12 @@ pub(super) struct Segment {
 /// READ asks for the rest: VA += `sent`, length = what remains (§3.2 step 1).
 #[inline(always)]
 pub(super) fn segment(mode: Mode, src_qpn: u32, w: &SendWqe, sent: u32, mtu: u32, r: &mut Request) -> Segment {
-    let transport = mode.transport();
+    // docs/rocev2-wire.md §1.8: an XRC request is RC's with the XRC opcode and an
+    // XRCETH naming the target's SRQ, on every packet of the message.
+    let transport = if w.xrc_srq.is_some() { crate::wire::Transport::Xrc } else { mode.transport() };
     let op_of = |o: Operation| OpCode::new(transport, o).unwrap_or(OpCode::Unknown(o as u8));
     r.wqe_id = w.id;
+    r.xrc_srq = w.xrc_srq;
     match w.opcode {
         WrOpcode::RdmaRead => {
             r.opcode = op_of(Operation::RdmaReadRequest);

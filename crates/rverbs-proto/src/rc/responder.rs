@@ -14,7 +14,7 @@ use crate::psn::Psn;
 use crate::vendor_err;
 use crate::verbs::{Access, WcFlags, WcOpcode, WcStatus};
 use crate::violation::{Nak, Violation};
-use crate::wire::{NakCode, OpCode, Operation, Placement as FlushPlacement, Syndrome};
+use crate::wire::{NakCode, OpCode, Operation, Placement as FlushPlacement, Syndrome, Transport};
 
 /// Where the receive side is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +42,8 @@ struct InMsg {
     va: u64,
     resid: u32,
     dma_len: u32,
+    /// XRC: the SRQ the message's first packet named; its later packets name it too.
+    xrc_srq: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,13 +162,34 @@ impl Responder {
         self.cur = None;
     }
 
+    /// The transport of the requests it takes and the responses it sends: the mode's,
+    /// or XRC for an XRC target.
+    fn transport(&self) -> Transport {
+        if self.cfg.xrc {
+            Transport::Xrc
+        } else {
+            self.cfg.mode.transport()
+        }
+    }
+
     /// The next response to send: ACKs and NAKs in the order they were decided, READ
     /// responses one packet per call (docs/rocev2-wire.md §3.3 "Execute").
     ///
     /// Rule: §3.3: READ responses are ONLY if the rest fits the MTU at the start, else
     /// FIRST, MIDDLE…, LAST; FIRST/LAST/ONLY carry AETH (ACK, MSN), MIDDLE none; PSN =
     /// request PSN + i. The payload is `source`, re-read by the driver per packet.
-    pub fn poll_transmit(&mut self, _now: Instant) -> Option<Response> {
+    /// Rule: §1.8: an XRC target answers with the XRC opcodes of the same operations.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Response> {
+        let mut r = self.next_response(now)?;
+        if self.cfg.xrc {
+            if let Some(op) = r.opcode.operation() {
+                r.opcode = OpCode::new(Transport::Xrc, op).unwrap_or(r.opcode);
+            }
+        }
+        Some(r)
+    }
+
+    fn next_response(&mut self, _now: Instant) -> Option<Response> {
         let mtu = self.cfg.mtu;
         let msn = self.msn;
         match self.out.front_mut()? {
@@ -228,7 +251,7 @@ impl Responder {
             return dropped;
         }
         let Some(op) = req.opcode.operation() else { return dropped };
-        if req.opcode.transport() != self.cfg.mode.transport() || !op.is_request() {
+        if req.opcode.transport() != self.transport() || !op.is_request() {
             return dropped;
         }
         if self.cfg.mode == Mode::Ud {
@@ -252,6 +275,20 @@ impl Responder {
                     return dropped;
                 }
                 self.sent_psn_nak = false;
+                // docs/rocev2-wire.md §1.8: an XRC target serves each request from the SRQ
+                // its XRCETH names, which must be of the target QP's XRC domain.
+                // A message's later packets name its first packet's SRQ: the receive WQE
+                // it holds is that SRQ's.
+                if self.cfg.xrc {
+                    let selected = match req.xrc_srq {
+                        Some(n) if self.cur.is_some_and(|m| m.xrc_srq != Some(n)) => Err(Violation::XrcSrqInvalid),
+                        Some(srqn) => target.select_xrc_srq(srqn),
+                        None => Err(Violation::XrcSrqInvalid),
+                    };
+                    if let Err(v) = selected {
+                        return self.refuse(req, v, None);
+                    }
+                }
             }
             _ => {
                 if self.uc_drop || d != 0 {
@@ -339,7 +376,7 @@ impl Responder {
                 let Some(recv) = self.take_recv(target) else {
                     return self.refuse(req, Violation::ReceiveNotReady, None);
                 };
-                InMsg { kind: MsgKind::Send, recv: Some(recv), placed: 0, rkey: 0, va: 0, resid: 0, dma_len: 0 }
+                InMsg { kind: MsgKind::Send, recv: Some(recv), placed: 0, rkey: 0, va: 0, resid: 0, dma_len: 0, xrc_srq: req.xrc_srq }
             }
         };
         let recv = msg.recv.unwrap_or(RecvSlot { wr_id: 0, capacity: 0 });
@@ -420,6 +457,7 @@ impl Responder {
                     va: reth.va,
                     resid: reth.dma_len,
                     dma_len: reth.dma_len,
+                    xrc_srq: req.xrc_srq,
                 }
             }
         };

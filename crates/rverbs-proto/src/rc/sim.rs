@@ -119,6 +119,10 @@ pub(super) struct SimTarget {
     pub(super) malformed_recv: bool,
     pub(super) invalidate_ok: bool,
     pub(super) atomics_executed: usize,
+    /// XRC: the SRQs of the target QP's domain that requests may name.
+    pub(super) xrc_srqs: Vec<u32>,
+    /// XRC: every SRQ number the responder asked about, in order.
+    pub(super) xrc_asked: Vec<u32>,
 }
 
 impl SimTarget {
@@ -135,6 +139,8 @@ impl SimTarget {
             malformed_recv: false,
             invalidate_ok: true,
             atomics_executed: 0,
+            xrc_srqs: Vec::new(),
+            xrc_asked: Vec::new(),
         }
     }
 
@@ -212,6 +218,15 @@ impl Target for SimTarget {
 
     fn invalidate(&mut self, _rkey: u32) -> bool {
         self.invalidate_ok
+    }
+
+    fn select_xrc_srq(&mut self, srqn: u32) -> Result<(), Violation> {
+        self.xrc_asked.push(srqn);
+        if self.xrc_srqs.contains(&srqn) {
+            Ok(())
+        } else {
+            Err(Violation::XrcSrqInvalid)
+        }
     }
 }
 

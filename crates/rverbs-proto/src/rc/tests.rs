@@ -1067,3 +1067,161 @@ fn rc_plain_ack_does_not_complete_read_or_atomic() {
         assert_eq!(c.atomic_original, (opcode != WrOpcode::RdmaRead).then_some(5));
     }
 }
+
+// ---- §1.8 XRC: RC with an XRCETH on every request ----
+
+const XRC_SRQ: u32 = 0x42;
+
+fn xrc_pair() -> Pair {
+    let mut p = Pair::new(req_cfg(), ResponderConfig { xrc: true, ..resp_cfg() });
+    p.target.xrc_srqs.push(XRC_SRQ);
+    p
+}
+
+/// The bytes of `r` to `dest_qp` as the network transport sends them (ICRC left zero).
+fn emitted(r: &Request, dest_qp: u32) -> Vec<u8> {
+    let repr = r.to_repr(dest_qp);
+    let mut buf = vec![0; repr.buffer_len()];
+    repr.emit(&mut crate::wire::roce::Packet::new_unchecked(&mut buf[..]));
+    buf
+}
+
+#[test]
+fn xrc_requests_carry_xrceth_on_every_packet_and_round_trip_the_wire() {
+    let mut p = xrc_pair();
+    p.target.post_recv(1, 4096);
+    let x = Some(XRC_SRQ);
+    let data = bytes(3 * MTU as usize + 5, 4);
+    let send = p.post(SendWqe { opcode: WrOpcode::Send, length: data.len() as u32, xrc_srq: x, ..SendWqe::TEMPLATE }, data.clone());
+    let wdata = bytes(2 * MTU as usize, 8);
+    let w = SendWqe { opcode: WrOpcode::RdmaWrite, length: wdata.len() as u32, remote_va: MR_BASE, rkey: RKEY, xrc_srq: x, ..SendWqe::TEMPLATE };
+    let write = p.post(w, wdata.clone());
+    let r = SendWqe { opcode: WrOpcode::RdmaRead, length: 2 * MTU, remote_va: MR_BASE, rkey: RKEY, xrc_srq: x, ..SendWqe::TEMPLATE };
+    let read = p.post(r, vec![0; 2 * MTU as usize]);
+    let before = p.target.word(MR_BASE + 1024);
+    let fa = SendWqe { opcode: WrOpcode::AtomicFetchAndAdd, remote_va: MR_BASE + 1024, rkey: RKEY, compare_add: 3, xrc_srq: x, ..SendWqe::TEMPLATE };
+    let atomic = p.post(fa, vec![0; 8]);
+    p.drive();
+    assert_all_success(&p, &[send, write, read, atomic]);
+    assert_eq!(p.target.recv_bufs[&1][..data.len()], data[..]);
+    assert_eq!(p.target.mem[..wdata.len()], wdata[..]);
+    assert_eq!(p.bufs[&read], wdata[..2 * MTU as usize]);
+    assert_eq!(p.bufs[&atomic], before.to_ne_bytes());
+    assert_eq!(p.target.word(MR_BASE + 1024), before + 3);
+    // SEND FIRST/MIDDLE/MIDDLE/LAST, WRITE FIRST/LAST, READ, FETCH_ADD.
+    assert_eq!(p.sent.len(), 8);
+    for (_, q) in &p.sent {
+        assert_eq!(q.opcode.transport(), crate::wire::Transport::Xrc, "{:?}", q.opcode);
+        assert_eq!(q.xrc_srq, x);
+        // BTH, then the XRCETH: a reserved byte and the 24-bit SRQ number.
+        let b = emitted(q, 0x99);
+        assert_eq!(b[0], 0xa0 | op(q) as u8);
+        assert_eq!(b[12..16], [0, 0, 0, 0x42]);
+        let parsed = crate::wire::roce::Repr::parse(&crate::wire::roce::Packet::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(parsed.xrceth.map(|h| h.xrc_srq), x);
+        let back = Request::from_repr(&parsed, &b[parsed.header_len()..parsed.header_len() + parsed.payload_len]);
+        assert_eq!((back.opcode, back.psn, back.xrc_srq, back.reth, back.atomic), (q.opcode, q.psn, q.xrc_srq, q.reth, q.atomic));
+    }
+    // The responder asked for the SRQ once per request packet it executed.
+    assert_eq!(p.target.xrc_asked, [XRC_SRQ; 8]);
+    // Responses are XRC's too (ACK, READ responses, ATOMIC ACK) and carry no XRCETH.
+    assert!(!p.responses.is_empty());
+    for (_, r) in &p.responses {
+        assert_eq!(r.opcode.transport(), crate::wire::Transport::Xrc, "{:?}", r.opcode);
+        assert!(r.to_repr(0x11).xrceth.is_none());
+    }
+    let ops: Vec<Operation> = p.responses.iter().map(|(_, r)| rop(r)).collect();
+    assert!(ops.contains(&Operation::RdmaReadResponseFirst) && ops.contains(&Operation::AtomicAcknowledge));
+}
+
+#[test]
+fn xrc_unknown_srq_naks_invalid_request_and_takes_no_receive() {
+    let mut p = xrc_pair();
+    p.target.post_recv(1, 4096);
+    let id = p.post(SendWqe { opcode: WrOpcode::Send, length: 16, xrc_srq: Some(XRC_SRQ + 1), ..SendWqe::TEMPLATE }, bytes(16, 1));
+    p.drive();
+    assert_eq!(p.target.xrc_asked, [XRC_SRQ + 1]);
+    let nak: Vec<Option<Syndrome>> = p.responses.iter().map(|(_, r)| r.syndrome).collect();
+    assert_eq!(nak, [Some(Syndrome::Nak(NakCode::InvalidRequest))]);
+    assert_eq!(p.responses[0].1.opcode, OpCode::XrcAcknowledge);
+    let c: Vec<(u64, WcStatus)> = p.completions.iter().map(|c| (c.id, c.status)).collect();
+    assert_eq!(c, [(id, WcStatus::RemInvReqErr)]);
+    assert_eq!(p.server.state(), ResponderState::Error, "invalid request is fatal at the responder");
+    assert_eq!(p.target.recvs.len(), 1, "no receive was taken");
+    assert!(p.recv_completions.is_empty());
+}
+
+#[test]
+fn xrc_write_to_unknown_srq_is_refused_before_the_rkey_check() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(4096);
+    let mut resp = Responder::new(ResponderConfig { xrc: true, ..resp_cfg() });
+    // An RKEY the target does not know: the SRQ check comes first, so the NAK is an
+    // invalid request, not a remote access error.
+    let w = SendWqe { xrc_srq: Some(7), rkey: RKEY + 1, ..wqe(WrOpcode::RdmaWrite, 8) };
+    let mut r = Request::new(OpCode::Unknown(0), resp.expected_psn());
+    requester::segment(Mode::Rc, 0x11, &w, 0, MTU, &mut r);
+    assert_eq!(r.opcode, OpCode::XrcRdmaWriteOnly);
+    let d = resp.handle_request(now, &r, &mut t);
+    assert_eq!(d.violation, Some(Violation::XrcSrqInvalid));
+    assert_eq!(Violation::XrcSrqInvalid.nak().requester_status(), Some(WcStatus::RemInvReqErr));
+    assert_eq!(Violation::XrcSrqInvalid.vendor_err(), vendor_err::REMOTE_XRC_SRQ);
+    let nak = resp.poll_transmit(now).expect("a NAK");
+    assert_eq!((nak.opcode, nak.syndrome), (OpCode::XrcAcknowledge, Some(Syndrome::Nak(NakCode::InvalidRequest))));
+}
+
+#[test]
+fn xrc_target_drops_rc_requests_and_rc_responder_drops_xrc_requests() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(4096);
+    t.xrc_srqs.push(XRC_SRQ);
+    t.post_recv(1, 64);
+    let rc = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::Send, 8), Psn::new(0));
+    let xrc = Request::message(Mode::Rc, 0x11, &SendWqe { xrc_srq: Some(XRC_SRQ), ..wqe(WrOpcode::Send, 8) }, Psn::new(0));
+    assert_eq!(xrc.opcode, OpCode::XrcSendOnly);
+    for (cfg, req) in [(ResponderConfig { xrc: true, ..resp_cfg() }, rc), (resp_cfg(), xrc)] {
+        let mut resp = Responder::new(cfg);
+        let d = resp.handle_request(now, &req, &mut t);
+        assert_eq!(d, Delivery::default(), "{:?} to xrc={}", req.opcode, cfg.xrc);
+        assert!(resp.poll_transmit(now).is_none());
+        assert_eq!(resp.expected_psn(), Psn::new(0));
+    }
+    assert!(t.xrc_asked.is_empty());
+    assert_eq!(t.recvs.len(), 1);
+}
+
+#[test]
+fn xrc_requester_refuses_flush_atomic_write_and_non_rc_modes() {
+    let mut r = Requester::new(req_cfg());
+    for opcode in [WrOpcode::Flush, WrOpcode::AtomicWrite] {
+        let w = SendWqe { xrc_srq: Some(XRC_SRQ), ..wqe(opcode, 8) };
+        assert_eq!(r.post(w), Err(PostError::Opcode(opcode)));
+    }
+    let mut uc = Requester::new(RequesterConfig { mode: Mode::Uc, ..req_cfg() });
+    let w = SendWqe { xrc_srq: Some(XRC_SRQ), ..wqe(WrOpcode::Send, 8) };
+    assert_eq!(uc.post(w), Err(PostError::Opcode(WrOpcode::Send)));
+}
+
+#[test]
+fn xrc_srq_changed_inside_a_message_naks_invalid_request_and_fails_its_receive() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(4096);
+    t.xrc_srqs.extend([XRC_SRQ, XRC_SRQ + 1]);
+    t.post_recv(1, 4096);
+    let mut resp = Responder::new(ResponderConfig { xrc: true, ..resp_cfg() });
+    let w = SendWqe { xrc_srq: Some(XRC_SRQ), ..wqe(WrOpcode::Send, 2 * MTU) };
+    let mut first = Request::new(OpCode::Unknown(0), Psn::new(0));
+    requester::segment(Mode::Rc, 0x11, &w, 0, MTU, &mut first);
+    assert_eq!(first.opcode, OpCode::XrcSendFirst);
+    assert!(resp.handle_request(now, &first, &mut t).executed);
+    // The LAST packet names another SRQ (of the same domain): refused, and the receive the
+    // message holds completes in error.
+    let mut last = Request::new(OpCode::Unknown(0), Psn::new(1));
+    requester::segment(Mode::Rc, 0x11, &SendWqe { xrc_srq: Some(XRC_SRQ + 1), ..w }, MTU, MTU, &mut last);
+    assert_eq!((last.opcode, last.xrc_srq), (OpCode::XrcSendLast, Some(XRC_SRQ + 1)));
+    let d = resp.handle_request(now, &last, &mut t);
+    assert_eq!(d.violation, Some(Violation::XrcSrqInvalid));
+    assert_eq!(d.recv.map(|c| (c.wr_id, c.status)), Some((1, WcStatus::RemInvReqErr)));
+    assert_eq!(t.xrc_asked, [XRC_SRQ], "the second SRQ was not even looked up");
+    assert_eq!(resp.state(), ResponderState::Error);
+}

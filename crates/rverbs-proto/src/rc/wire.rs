@@ -6,7 +6,7 @@
 
 use super::{Request, Response};
 use crate::psn::Psn;
-use crate::wire::{AethRepr, AtomicAckEthRepr, BthRepr, IethRepr, ImmDtRepr, RoceRepr};
+use crate::wire::{AethRepr, AtomicAckEthRepr, BthRepr, IethRepr, ImmDtRepr, RoceRepr, XrcEthRepr};
 
 /// The P_Key rxe sends (docs/rocev2-wire.md §1.2).
 pub const DEFAULT_PKEY: u16 = 0xffff;
@@ -40,6 +40,7 @@ impl Request {
         r.atomic_eth = self.atomic;
         r.immdt = self.imm.map(|imm| ImmDtRepr { imm });
         r.ieth = self.invalidate.map(|rkey| IethRepr { rkey });
+        r.xrceth = self.xrc_srq.map(|xrc_srq| XrcEthRepr { xrc_srq });
         r
     }
 
@@ -56,6 +57,7 @@ impl Request {
         r.invalidate = repr.ieth.map(|i| i.rkey);
         r.feth = repr.feth;
         r.deth = repr.deth;
+        r.xrc_srq = repr.xrceth.map(|x| x.xrc_srq);
         if repr.bth.opcode.operation() == Some(crate::wire::Operation::AtomicWrite) && payload.len() >= 8 {
             let mut b = [0; 8];
             b.copy_from_slice(&payload[..8]);

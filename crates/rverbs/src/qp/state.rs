@@ -321,7 +321,7 @@ impl QpInner {
         // docs/network.md, "RC and UC across hosts": a connected QP whose destination is not this
         // device goes over the network if a socket serves its source GID.
         let link = dev.network_link(&sgid);
-        let network = matches!(self.qp_type, QpType::Rc | QpType::Uc)
+        let network = matches!(self.qp_type, QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv)
             && dgid != Gid::default()
             && !dev.owns_gid(&dgid)
             && link.is_some();

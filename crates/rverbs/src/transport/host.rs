@@ -192,6 +192,9 @@ pub(crate) fn core_wqe(wqe: &SendWqe) -> rc::SendWqe {
             },
         }),
         ud: wqe.ud.as_ref().map(|u| rc::UdDest { remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey }),
+        // The network transport sets it for XRC initiators (`super::net`); the same-host
+        // transport finds the SRQ with the route and runs the RC opcodes.
+        xrc_srq: None,
     }
 }
 

@@ -1,9 +1,17 @@
-//! Connected QPs (RC, UC) whose peer is on another host: the protocol core's machines
-//! driven over RoCEv2/UDP (issue 12; the sockets are [`super::udp`]'s).
+//! Connected QPs (RC, UC, XRC) whose peer is on another host: the protocol core's
+//! machines driven over RoCEv2/UDP (issue 12; the sockets are [`super::udp`]'s).
 //!
 //! Read before editing: `rverbs_proto::rc` (the machines and their calling order),
-//! docs/rocev2-wire.md §1.6 (segmentation), §3.2–§3.4 (requester, responder, completer), §4
-//! (statuses), and docs/network.md.
+//! docs/rocev2-wire.md §1.6 (segmentation), §1.8 (XRC), §3.2–§3.4 (requester, responder,
+//! completer), §4 (statuses), and docs/network.md.
+//!
+//! XRC is RC with an XRCETH (docs/rocev2-wire.md §1.8): an XRC_SEND QP's requester is RC's,
+//! each work request handed over with its `xrc_remote_srqn`, so the core emits XRC
+//! opcodes and the XRCETH on every request packet; an XRC_RECV QP's responder is RC's
+//! with `ResponderConfig::xrc`, and each request is served by the XRC SRQ its XRCETH
+//! names ([`super::route::xrc_target`]: an SRQ of the QP's domain, in this process or in
+//! another of the host), whose receives, PD and CQ it uses; a request naming no such SRQ
+//! is NAKed invalid request by the core.
 //!
 //! Requester: the send queue hands its work requests, oldest first, to the core's
 //! [`Requester`] of the connection ([`NetRequester`], kept in the queue's `route::Path`);
@@ -29,8 +37,9 @@
 //! Limits of this slice: when the owner of an address's port 4791 exits, RC/UC QPs of the
 //! other processes are unreachable on that address until one of them takes the port over
 //! (within [`super::udp::TAKEOVER_PERIOD`], [`super::udp`] "Takeover"; the requester's
-//! retransmits cover the gap when its timeout × retry count is longer); XRC is not carried; attributes changed by `modify_qp` while the connection runs
-//! (timeout, retry counts) take effect at the next connection.
+//! retransmits cover the gap when its timeout × retry count is longer); XRC has no
+//! FLUSH or ATOMIC_WRITE (no opcode: LOC_QP_OP_ERR); attributes changed by `modify_qp`
+//! while the connection runs (timeout, retry counts) take effect at the next connection.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -47,7 +56,8 @@ use rverbs_proto::wire::Transport;
 use super::host::{core_wqe, recv_cqe, responder_event, sent};
 use super::respond::Responding;
 use super::route::{accepts_requests, connected_mode, responder_config, Path};
-use super::target::{LocalTarget, Target};
+use super::route::xrc_target;
+use super::target::{LocalTarget, Serving, SplitTarget, Target};
 use super::udp::{Checked, Net};
 use crate::engine::Engine;
 use crate::gid::Gid;
@@ -174,7 +184,9 @@ fn hand_over(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> 
         } else {
             None
         };
-        let no_wire = !op.has_wire_opcode(qp.qp_type);
+        // docs/rocev2-wire.md §1.8: XRC has no FLUSH or ATOMIC_WRITE opcode here.
+        let xrc = qp.qp_type == QpType::XrcSend;
+        let no_wire = !op.has_wire_opcode(qp.qp_type) || (xrc && matches!(op, WrOpcode::Flush | WrOpcode::AtomicWrite));
         if fault.is_some() || no_wire || matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv) {
             if conn.handed > 0 {
                 return true;
@@ -192,6 +204,8 @@ fn hand_over(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> 
         }
         let mut wqe = core_wqe(w);
         wqe.id = conn.base + conn.handed as u64;
+        // ibv_post_send(3) `qp_type.xrc.remote_srqn`: the XRCETH of every packet.
+        wqe.xrc_srq = xrc.then_some(w.xrc_srqn);
         wqe.flags |= SendFlags::SIGNALED;
         if conn.req.post(wqe).is_err() {
             // Full: the core holds as many as the send queue.
@@ -316,6 +330,10 @@ fn retire(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> Ret
 /// a network connection, are dropped (rxe `check_addr`). Returns whether it was taken.
 pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr, payload: &[u8]) -> bool {
     let Some(qp) = engine.qps.get(repr.bth.dest_qp) else { return false };
+    // rxe `check_type_state`: the response's transport is the QP's (XRC answers XRC).
+    if (repr.bth.opcode.transport() == Transport::Xrc) != (qp.qp_type == QpType::XrcSend) {
+        return false;
+    }
     let now = Instant::now();
     {
         let mut sq = qp.sq.lock();
@@ -351,7 +369,7 @@ fn put_back(sq: &mut SendQueue, conn: Box<NetRequester>) {
     }
 }
 
-/// Requests (RC/UC) from the network, all for QP `run[0].repr.bth.dest_qp` of this
+/// Requests (RC/UC/XRC) from the network, all for QP `run[0].repr.bth.dest_qp` of this
 /// process and all from `src`, in arrival order (a UDP GSO train usually, or the
 /// datagrams of one `recvmmsg`), which arrived on the socket of local GID `local`:
 /// checked as rxe's `rxe_rcv` does (the QP exists with the packets' transport, accepts
@@ -369,8 +387,10 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
     let want = match first.repr.bth.opcode.transport() {
         Transport::Rc => QpType::Rc,
         Transport::Uc => QpType::Uc,
+        Transport::Xrc => QpType::XrcRecv,
         _ => return 0,
     };
+    let xrc = want == QpType::XrcRecv;
     if qp.qp_type != want || !accepts_requests(qp.state()) || qp.rec.dgid() != Gid::from_ip(src) {
         return 0;
     }
@@ -378,6 +398,9 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
     t.note_inbound();
     let now = Instant::now();
     let mode = connected_mode(want);
+    // An XRC request is served by the SRQ its XRCETH names (docs/rocev2-wire.md §1.8),
+    // found once per SRQ number the run names in a row.
+    let mut xrc_srq: Option<(u32, Option<SplitTarget>)> = None;
     let dest_qpn = qp.rec.dest_qpn.load(Ordering::Acquire);
     // The responder's MTU is the requester's: the path MTU, within the port's largest and
     // the link's.
@@ -391,6 +414,7 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
         let mut guard = qp.net_resp.lock().expect("net responder");
         let nr = &mut *guard;
         let mut cfg = responder_config(mode, qp.rec, mtu);
+        cfg.xrc = xrc;
         cfg.rq_psn = Psn::new(nr.rq_psn);
         if nr.machine.is_none() {
             nr.live = Some(crate::progress::NetConnection::open());
@@ -403,7 +427,18 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
             taken += 1;
             let payload = a.packet.payload();
             let request = Request::from_repr(&a.repr, payload);
-            let mut at = Responding::new(&t);
+            if let (true, Some(n)) = (xrc, request.xrc_srq) {
+                if xrc_srq.as_ref().is_none_or(|(m, _)| *m != n) {
+                    xrc_srq = Some((n, xrc_target(engine, &qp, n)));
+                }
+            }
+            let split = xrc_srq.as_ref().and_then(|(n, s)| s.as_ref().filter(|_| request.xrc_srq == Some(*n)));
+            let served = match split {
+                Some(s) => Serving::Xrc(s),
+                None => Serving::Own(&t),
+            };
+            let mut at = Responding::new(&served);
+            at.xrc_srq = split.and(request.xrc_srq);
             at.recv = nr.held.take();
             let d = machine.handle_request(now, &request, &mut at);
             let mut completed = None;
@@ -420,7 +455,7 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
             }
             if let Some(v) = d.violation {
                 if let Some(c) = d.recv {
-                    let _ = t.complete(recv_cqe(&t, &c));
+                    let _ = served.complete(recv_cqe(&served, &c));
                 }
                 if v.responder_fatal() && (mode == Mode::Rc || d.recv.is_some()) {
                     // IBTA: a responder error no receive completion reports is raised as
@@ -436,14 +471,14 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
                         // the QP ends, as for a failed check.
                         machine.enter_error();
                         if let Some(r) = at.recv.take() {
-                            let _ = t.complete(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()));
+                            let _ = served.complete(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()));
                         }
                         fail = Some(Some(EventType::QpAccessErr));
                     }
                     // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
                     // completes in error, the responder enters ERR below.
                     (Ok(()), Some(c)) if c.status != WcStatus::Success => {
-                        let _ = t.complete(recv_cqe(&t, &c));
+                        let _ = served.complete(recv_cqe(&served, &c));
                     }
                     // Published once the ACK is out (below).
                     (Ok(()), Some(c)) => completed = Some(c),
@@ -480,7 +515,7 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
             // must not be left unacknowledged. A receive CQ that overruns still ends the QP
             // (QP_FATAL), though its message was ACKed.
             if let Some(c) = completed {
-                if t.complete(recv_cqe(&t, &c)).is_err() {
+                if served.complete(recv_cqe(&served, &c)).is_err() {
                     machine.enter_error();
                     fail = Some(Some(EventType::QpFatal));
                 }

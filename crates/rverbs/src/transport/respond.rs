@@ -32,11 +32,14 @@ pub(crate) struct Responding<'t, T: Target> {
     /// A data movement that failed inside an atomic (the owner unmapped the memory, or its
     /// process is gone).
     pub(crate) moved: Option<CmaError>,
+    /// XRC: the SRQ the target serves the request from (the driver found it from the
+    /// XRCETH); the core's [`rc::Target::select_xrc_srq`] must name it.
+    pub(crate) xrc_srq: Option<u32>,
 }
 
 impl<'t, T: Target> Responding<'t, T> {
     pub(crate) fn new(t: &'t T) -> Self {
-        Responding { t, keys: t.keys(), recv: None, recv_pins: PinList::new(), mem: PinList::new(), moved: None }
+        Responding { t, keys: t.keys(), recv: None, recv_pins: PinList::new(), mem: PinList::new(), moved: None, xrc_srq: None }
     }
 
     fn used(&self) -> KeyUse {
@@ -189,5 +192,13 @@ impl<T: Target> rc::Target for Responding<'_, T> {
 
     fn invalidate(&mut self, rkey: u32) -> bool {
         self.t.invalidate(rkey)
+    }
+
+    fn select_xrc_srq(&mut self, srqn: u32) -> Result<(), Violation> {
+        if self.xrc_srq == Some(srqn) {
+            Ok(())
+        } else {
+            Err(Violation::XrcSrqInvalid)
+        }
     }
 }

@@ -7,7 +7,9 @@
 //! source GID, and — standing in for the PSN check a stray packet would fail — it must be
 //! connected to the requesting QP. An XRC request must name an XRC SRQ of the target's
 //! domain; otherwise it is dropped (the unmerged rxe XRC series; IBTA A14 unverified). A
-//! request that finds no responder goes unanswered.
+//! request that finds no responder goes unanswered. (From another host such a request
+//! reaches the target QP's responder, which NAKs it invalid request, docs/rocev2-wire.md
+//! §1.8; [`xrc_target`] finds the SRQ for it.)
 //!
 //! The QP is in this process or in the peer process its number names (`crate::table`).
 //! A send queue keeps the responder it found ([`Route`]) until `modify_qp` changes its
@@ -123,6 +125,7 @@ pub(crate) fn responder_config(mode: Mode, rec: &QpRecord, mtu: u32) -> Responde
         max_dest_rd_atomic: rec.max_dest_rd_atomic.load(Ordering::Acquire) as u8,
         min_rnr_timer: rec.min_rnr_timer.load(Ordering::Acquire) as u8,
         qkey: rec.qkey.load(Ordering::Acquire),
+        xrc: false,
     }
 }
 
@@ -272,19 +275,36 @@ fn find_split(dev: &'static Engine, me: u32, req: &ReqView, wqe: &SendWqe) -> Op
     if !is_qp(rec, qpn, QpType::XrcRecv) || !answers(rec, me, req) || key == 0 {
         return None;
     }
-    let srq = if endpoint_of(srqn) == dev.ep() {
+    let srq = xrc_srq_part(dev, qpn, srqn, key)?;
+    Some(SplitTarget { qp, srq })
+}
+
+/// XRC SRQ `srqn` of this process or of a peer of the host, if it is live and of the
+/// domain `key`, as the receive side of target QP `qpn`.
+fn xrc_srq_part(dev: &'static Engine, qpn: u32, srqn: u32, key: u64) -> Option<SrqPart> {
+    if endpoint_of(srqn) == dev.ep() {
         let s = dev.srqs.get(srqn)?;
         let (x, cq) = s.xrc.clone()?;
         if x.key != key {
             return None;
         }
-        SrqPart::Local { pd: s.pd.id, endpoint: s.pd.endpoint(), srq: s, cq }
+        Some(SrqPart::Local { pd: s.pd.id, endpoint: s.pd.endpoint(), srq: s, cq })
     } else {
-        let peer = reg.peer(endpoint_of(srqn)).ok()?;
+        let peer = dev.reg.as_ref()?.peer(endpoint_of(srqn)).ok()?;
         let (pd, cq) = peer_xrc_srq(&peer, srqn, key)?;
-        SrqPart::Peer(PeerTarget::new(dev, peer, qpn, pd, PeerRecv::Srq(srqn), cq))
-    };
-    Some(SplitTarget { qp, srq })
+        Some(SrqPart::Peer(PeerTarget::new(dev, peer, qpn, pd, PeerRecv::Srq(srqn), cq)))
+    }
+}
+
+/// The responder of an XRC request from the network for target QP `qp` of this process
+/// whose XRCETH names SRQ `srqn` (docs/rocev2-wire.md §1.8): the QP's state, errors and
+/// COMM_EST; the receives, CQ, PD and memory of the SRQ, which must be an XRC SRQ of the
+/// QP's domain, in this process or another of the host. `None`: there is no such SRQ
+/// (the core NAKs the request, invalid request).
+pub(crate) fn xrc_target(dev: &'static Engine, qp: &Arc<QpInner>, srqn: u32) -> Option<SplitTarget> {
+    let key = qp.xrcd.as_ref()?.key;
+    let srq = xrc_srq_part(dev, qp.qpn, srqn, key)?;
+    Some(SplitTarget { qp: QpPart::Local(qp.clone()), srq })
 }
 
 /// As [`find`], for a QP of peer endpoint `ep`, read from its tables.

@@ -311,6 +311,79 @@ impl Target for SplitTarget {
     }
 }
 
+/// The target a request from the network is served by: the QP itself (RC, UC, and an
+/// XRC request whose SRQ was not found, which the core refuses), or an XRC target QP
+/// with the SRQ the request names.
+pub(crate) enum Serving<'a> {
+    Own(&'a LocalTarget),
+    Xrc(&'a SplitTarget),
+}
+
+impl Target for Serving<'_> {
+    fn qpn(&self) -> u32 {
+        match self {
+            Serving::Own(t) => t.qpn(),
+            Serving::Xrc(t) => t.qpn(),
+        }
+    }
+
+    fn rec(&self) -> &QpRecord {
+        match self {
+            Serving::Own(t) => t.rec(),
+            Serving::Xrc(t) => t.rec(),
+        }
+    }
+
+    fn pd(&self) -> u32 {
+        match self {
+            Serving::Own(t) => t.pd(),
+            Serving::Xrc(t) => t.pd(),
+        }
+    }
+
+    fn keys(&self) -> KeySpace<'_> {
+        match self {
+            Serving::Own(t) => t.keys(),
+            Serving::Xrc(t) => t.keys(),
+        }
+    }
+
+    fn take_recv(&self) -> Option<RecvWqe> {
+        match self {
+            Serving::Own(t) => t.take_recv(),
+            Serving::Xrc(t) => t.take_recv(),
+        }
+    }
+
+    fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
+        match self {
+            Serving::Own(t) => t.complete(cqe),
+            Serving::Xrc(t) => t.complete(cqe),
+        }
+    }
+
+    fn enter_error(&self, event: Option<EventType>) {
+        match self {
+            Serving::Own(t) => t.enter_error(event),
+            Serving::Xrc(t) => t.enter_error(event),
+        }
+    }
+
+    fn note_inbound(&self) {
+        match self {
+            Serving::Own(t) => t.note_inbound(),
+            Serving::Xrc(t) => t.note_inbound(),
+        }
+    }
+
+    fn invalidate(&self, rkey: u32) -> bool {
+        match self {
+            Serving::Own(t) => t.invalidate(rkey),
+            Serving::Xrc(t) => t.invalidate(rkey),
+        }
+    }
+}
+
 /// Queues an asynchronous event on context `ctx` of `peer`.
 pub(crate) fn raise_on(peer: &Peer, ctx: u32, kind: EventType, element: RawElement) {
     if let Ok(fd) = peer.writer(&async_fifo_name(ctx)) {

@@ -1147,9 +1147,9 @@ pub(crate) fn route(ep: u32, repr: &Repr) -> Route {
             Some(Operation::SendOnly) => Route::Mad { qkey: repr.deth.map_or(0, |d| d.qkey) },
             _ => Route::Unserved,
         },
-        Transport::Rc | Transport::Uc if endpoint_of(qpn) != ep => Route::Relay { qpn },
-        Transport::Rc | Transport::Uc if repr.bth.opcode.is_request() => Route::Request { qpn },
-        Transport::Rc | Transport::Uc => Route::Response { qpn },
+        Transport::Rc | Transport::Uc | Transport::Xrc if endpoint_of(qpn) != ep => Route::Relay { qpn },
+        Transport::Rc | Transport::Uc | Transport::Xrc if repr.bth.opcode.is_request() => Route::Request { qpn },
+        Transport::Rc | Transport::Uc | Transport::Xrc => Route::Response { qpn },
         Transport::Ud => match (operation, repr.deth) {
             (Some(Operation::SendOnly | Operation::SendOnlyWithImmediate), Some(deth)) => Route::Ud { qpn, qkey: deth.qkey },
             _ => Route::Unserved,
@@ -1224,7 +1224,13 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr,
 /// it was sent.
 fn relay_packet(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr, id: u16, packet: &Packet<&[u8]>, repr: &Repr) -> bool {
     let qpn = repr.bth.dest_qp;
-    let want = if repr.bth.opcode.transport() == Transport::Rc { QpType::Rc } else { QpType::Uc };
+    let want = match repr.bth.opcode.transport() {
+        Transport::Rc => QpType::Rc,
+        // XRC requests are for target QPs, responses for initiators.
+        Transport::Xrc if repr.bth.opcode.is_request() => QpType::XrcRecv,
+        Transport::Xrc => QpType::XrcSend,
+        _ => QpType::Uc,
+    };
     if !sock.owns_port() {
         return false;
     }
@@ -1267,6 +1273,26 @@ mod tests {
     /// `Context::set_network_faults`: an injector set at run time drops what it should
     /// (drop = 100 %: nothing arrives), and `FaultConfig::NONE` takes it off again (the
     /// next packet arrives, and is the first: loopback keeps the order).
+    /// docs/rocev2-wire.md §1.8: XRC packets go where RC's do — requests to the target
+    /// QP's responder, responses to the initiator's requester, another endpoint's relayed.
+    #[test]
+    fn route_takes_xrc_packets_as_rc() {
+        let mine = 5 << crate::table::LOCAL_BITS | 0x12;
+        let theirs = 6 << crate::table::LOCAL_BITS | 0x12;
+        let of = |opcode, dest_qp| {
+            let bth = BthRepr { opcode, solicited: false, migreq: false, pad_count: 0, pkey: 0xffff, fecn: false, becn: false, dest_qp, ack_req: false, psn: 0 };
+            route(5, &Repr::new(bth, 0))
+        };
+        for op in [OpCode::XrcSendOnly, OpCode::XrcRdmaWriteFirst, OpCode::XrcRdmaReadRequest, OpCode::XrcFetchAdd] {
+            assert_eq!(of(op, mine), Route::Request { qpn: mine }, "{op:?}");
+            assert_eq!(of(op, theirs), Route::Relay { qpn: theirs }, "{op:?}");
+        }
+        for op in [OpCode::XrcAcknowledge, OpCode::XrcRdmaReadResponseOnly, OpCode::XrcAtomicAcknowledge] {
+            assert_eq!(of(op, mine), Route::Response { qpn: mine }, "{op:?}");
+            assert_eq!(of(op, theirs), Route::Relay { qpn: theirs }, "{op:?}");
+        }
+    }
+
     #[test]
     fn faults_set_at_run_time_apply_until_taken_off() {
         let (rx_ip, rx) = (3..=250u8)
