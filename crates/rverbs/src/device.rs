@@ -239,8 +239,12 @@ impl crate::progress::NetRx for DeviceInner {
     }
 
     fn readable(&'static self, index: usize) {
+        use crate::transport::mcast_net;
         if let Some(net) = &self.net {
-            crate::transport::udp::readable(&self.engine, net, index);
+            match mcast_net::slot_of(index) {
+                Some(slot) => mcast_net::readable(net, &self.mcast, slot),
+                None => crate::transport::udp::readable(&self.engine, net, index),
+            }
         }
     }
 
@@ -263,6 +267,7 @@ impl crate::progress::NetRx for DeviceInner {
     fn receive_now(&'static self) {
         if let Some(net) = &self.net {
             crate::transport::udp::receive_now(&self.engine, net);
+            crate::transport::mcast_net::receive_now(net, &self.mcast);
         }
     }
 }
@@ -623,14 +628,17 @@ impl crate::Qp {
     /// Attaches the QP to the multicast group `gid` (ibv_attach_mcast(3)).
     ///
     /// The attachment is published host-wide (`mcast`), so sends from any process of
-    /// the host reach the QP.
+    /// the host reach the QP, and the process receives the group from the network
+    /// (`transport::mcast_net`), so sends from other hosts do.
     ///
     /// Errors: `EINVAL` for a QP that is not UD or a GID that is not multicast;
     /// `ENOMEM` beyond `max_mcast_grp` groups or `max_mcast_qp_attach` QPs per group (of
-    /// this process); the errno of a failure to write the host-wide record.
+    /// this process); the errno of a failure to write the host-wide record or to open
+    /// the group's socket.
     pub fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
         let q = self.inner();
-        of(&q.pd.ctx).mcast.attach(q, gid)
+        let d = of(&q.pd.ctx);
+        d.mcast.attach(q, gid, d.net.as_ref().map(|n| n as &dyn crate::mcast::Reception))
     }
 
     /// Detaches the QP from `gid` (ibv_detach_mcast(3)); sends that start after this
@@ -639,7 +647,8 @@ impl crate::Qp {
     /// Errors: `EINVAL` if the QP is not a member.
     pub fn detach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
         let q = self.inner();
-        of(&q.pd.ctx).mcast.detach(q, gid)
+        let d = of(&q.pd.ctx);
+        d.mcast.detach(q, gid, d.net.as_ref().map(|n| n as &dyn crate::mcast::Reception))
     }
 }
 

@@ -17,6 +17,17 @@
 //! stale even once another process has claimed the same endpoint number: a sender skips
 //! and removes entries whose endpoint is dead or owned by another pid. The limits
 //! (`max_mcast_grp`, `max_mcast_qp_attach`) count this process's attachments.
+//!
+//! Across hosts (`transport::mcast_net`): a process with at least one member of a group
+//! receives the group from the network on a UDP socket bound to `group:4791` and joined
+//! to the group on the interfaces of the addresses the network transport serves (opened
+//! by the first `Groups::attach` of the group, closed by the last
+//! `Groups::detach`; an attach whose socket cannot be opened fails with its errno);
+//! what arrives there goes to this process's members, with the same checks. A send to a
+//! group reaches this host's members as above and goes once on the network to the group's
+//! address, loopback off (this host's members already have it), with the address
+//! handle's hop limit as TTL (0: 1). This file keeps the attachment rules and tells the
+//! transport when to join and leave (`Reception`); the sockets are the transport's.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +45,16 @@ use crate::QpType;
 
 /// The QPN that addresses a multicast group.
 pub const MULTICAST_QPN: u32 = 0xff_ffff;
+
+/// Where this process receives its groups from beyond the host: the network transport
+/// (`transport::mcast_net`), told when the process's first member of a group attaches
+/// and when its last one detaches.
+pub(crate) trait Reception {
+    /// Starts receiving `gid`. Errors: the errno that keeps the group from being received.
+    fn join(&self, gid: &Gid) -> std::io::Result<()>;
+    /// Stops receiving `gid`.
+    fn leave(&self, gid: &Gid);
+}
 
 /// Whether `gid` is a multicast GID.
 pub fn is_multicast(gid: &Gid) -> bool {
@@ -137,12 +158,15 @@ impl Groups {
     /// Attaches the QP to the multicast group `gid` (ibv_attach_mcast(3)).
     ///
     /// The attachment is published host-wide (module doc), so sends from any process of
-    /// the host reach the QP.
+    /// the host reach the QP; the process's first member of a group has `net` (the
+    /// network transport, if the device has one) join the group, so sends from other
+    /// hosts do.
     ///
     /// Errors: `EINVAL` for a QP that is not UD or a GID that is not multicast;
     /// `ENOMEM` beyond `max_mcast_grp` groups or `max_mcast_qp_attach` QPs per group (of
-    /// this process); the errno of a failure to write the host-wide record.
-    pub(crate) fn attach(&self, q: &Arc<QpInner>, gid: &Gid) -> Result<()> {
+    /// this process); the errno of a failure to write the host-wide record or of `net`'s
+    /// join (rxe: the netdev refusing the group fails the attach).
+    pub(crate) fn attach(&self, q: &Arc<QpInner>, gid: &Gid, net: Option<&dyn Reception>) -> Result<()> {
         let verb = "attach_mcast";
         if q.qp_type != QpType::Ud {
             return Err(Error::invalid(verb, Rule::McastNeedsUd));
@@ -151,8 +175,14 @@ impl Groups {
             return Err(Error::invalid(verb, Rule::NotMulticast { gid: *gid }));
         }
         let mut g = self.groups.lock().expect("mcast");
-        if !g.contains_key(gid) && g.len() >= limits::MAX_MCAST_GRP as usize {
-            return Err(Error::Exhausted { what: "multicast groups" });
+        if !g.contains_key(gid) {
+            if g.len() >= limits::MAX_MCAST_GRP as usize {
+                return Err(Error::Exhausted { what: "multicast groups" });
+            }
+            // The process's first member: receive the group from the network too.
+            if let Some(net) = net {
+                net.join(gid)?;
+            }
         }
         let members = g.entry(*gid).or_default();
         members.retain(|(_, w)| w.strong_count() > 0);
@@ -166,6 +196,9 @@ impl Groups {
         if let Some(Err(e)) = dev.reg.as_ref().map(|reg| publish(&reg.root, gid, q.qpn, dev.pid)) {
             if members.is_empty() {
                 g.remove(gid);
+                if let Some(net) = net {
+                    net.leave(gid);
+                }
             }
             return Err(e.into());
         }
@@ -175,10 +208,11 @@ impl Groups {
     }
 
     /// Detaches the QP from `gid` (ibv_detach_mcast(3)); sends that start after this
-    /// returns no longer reach it, from any process.
+    /// returns no longer reach it, from any process. The process's last member of the
+    /// group has `net` leave it.
     ///
     /// Errors: `EINVAL` if the QP is not a member.
-    pub(crate) fn detach(&self, q: &Arc<QpInner>, gid: &Gid) -> Result<()> {
+    pub(crate) fn detach(&self, q: &Arc<QpInner>, gid: &Gid, net: Option<&dyn Reception>) -> Result<()> {
         let mut g = self.groups.lock().expect("mcast");
         let Some(members) = g.get_mut(gid) else {
             return Err(Error::invalid("detach_mcast", Rule::NoSuchGroup { gid: *gid }));
@@ -190,6 +224,9 @@ impl Groups {
         }
         if members.is_empty() {
             g.remove(gid);
+            if let Some(net) = net {
+                net.leave(gid);
+            }
         }
         let dev = q.pd.endpoint();
         if let Some(reg) = dev.reg.as_ref() {

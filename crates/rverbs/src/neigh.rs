@@ -51,8 +51,14 @@ pub struct Resolving {
 
 /// Starts resolving `dst` (not an address of this host) within `timeout`: `Err(verdict)`
 /// when the answer is known at once.
+///
+/// Rule: a multicast group has no neighbour to ask: its link address is computed from the
+/// group's (RFC 1112 §6.4, RFC 2464 §7; the kernel's neighbour table marks it no-ARP), and
+/// the kernel routes it out of the bound source address's interface without a route
+/// (`ip_route_output`), so a group is reachable at once (rdma_join_multicast(3) after
+/// rdma_resolve_addr(3) to the group).
 pub fn start(dst: IpAddr, timeout: Duration, now: Instant) -> Result<Resolving, Probe> {
-    if dst.is_loopback() {
+    if dst.is_loopback() || dst.is_multicast() {
         return Err(Probe::Reachable);
     }
     let family = if dst.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
@@ -314,6 +320,14 @@ mod tests {
         assert!(arp_complete("10.66.66.2".parse().unwrap(), arp));
         assert!(!arp_complete("10.66.66.3".parse().unwrap(), arp));
         assert!(!arp_complete("10.66.66.4".parse().unwrap(), arp));
+    }
+
+    #[test]
+    fn a_multicast_group_needs_no_neighbour_nor_route() {
+        let now = Instant::now();
+        for g in ["239.70.1.1", "224.0.0.251", "ff0e::1234"] {
+            assert!(matches!(start(g.parse().unwrap(), Duration::from_secs(1), now), Err(Probe::Reachable)), "{g}");
+        }
     }
 
     #[test]

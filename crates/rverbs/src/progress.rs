@@ -241,12 +241,23 @@ pub(crate) fn schedule(at: Instant, qp: Weak<dyn Timed>) {
 
 /// Adds descriptor `fd` to what the progress thread waits on, as network socket `index`
 /// ([`NetRx::readable`] is called with it): a socket the network transport bound after
-/// the thread started (a RoCEv2 port taken over from an owner that exited). `fd` must
-/// stay open as long as the process runs.
+/// the thread started (a RoCEv2 port taken over from an owner that exited, a multicast
+/// group's socket). `fd` must stay open until [`unwatch_net_fd`], or as long as the
+/// process runs. Without a progress thread (a transport used on its own, in tests)
+/// nothing waits on it.
 pub(crate) fn watch_net_fd(index: usize, fd: BorrowedFd<'_>) {
-    let p = progress();
+    let Some(p) = PROGRESS[crate::sys::process_generation()].get() else { return };
     if let Err(err) = epoll::add(&p.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), epoll::EventFlags::IN) {
         tracing::warn!(index, %err, "cannot wait on a network socket: it is read only when a CQ is polled");
+    }
+}
+
+/// Stops waiting on a descriptor [`watch_net_fd`] added, before it closes; an event for it
+/// already taken from the wait may still name its index once (the transport finds the
+/// index unused, or a new socket with nothing to read).
+pub(crate) fn unwatch_net_fd(fd: BorrowedFd<'_>) {
+    if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
+        let _ = epoll::delete(&p.epoll, fd);
     }
 }
 

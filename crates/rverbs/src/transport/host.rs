@@ -411,7 +411,8 @@ pub(crate) fn responder_event(v: Violation) -> EventType {
 /// UD: one message to the QP the address handle and `remote_qpn` name, or to every
 /// member of a multicast group (remote QPN 0xFFFFFF and a multicast destination GID:
 /// the attached QPs of this process, then those of other processes the host-wide record
-/// names, `crate::mcast`). The requester always completes as sent
+/// names, `crate::mcast`, then one packet to the group's address for the other hosts,
+/// `super::mcast_net`). The requester always completes as sent
 /// (rxe `rxe_req.c`): a message above the port's active MTU is not sent at all
 /// (C10-93.1.1);
 /// an unknown or not-ready QP, a Q_Key mismatch or a missing receive drop it silently.
@@ -441,6 +442,12 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
                 ud_deliver(qp, wqe, data, &PeerTarget::of_qp(dev, peer, qpn), path);
             }
         }
+        // And once on the network, for the members of other hosts (`super::mcast_net`).
+        if let Some(net) = path.net {
+            let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
+            let to = Wire::Group { ip: grh_attr.dgid.to_ip(), hop_limit: grh_attr.hop_limit };
+            send_ud_packet(qp, wqe, data, net, &sgid, to);
+        }
         return done;
     }
     if !dev.owns_gid(&grh_attr.dgid) {
@@ -448,7 +455,7 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
         // source GID; else it is lost, as rxe's would be without a route.
         let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
         if let Some(net) = path.net {
-            send_ud_packet(qp, wqe, data, net, &sgid, grh_attr.dgid.to_ip());
+            send_ud_packet(qp, wqe, data, net, &sgid, Wire::Host(grh_attr.dgid.to_ip()));
         }
         return done;
     }
@@ -460,10 +467,18 @@ fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut
     done
 }
 
-/// Sends `wqe` as one UD SEND_ONLY(_WITH_IMMEDIATE) packet from `sock` to `dst`
-/// (docs/rocev2-wire.md §1.2, §1.5: BTH with P_Key 0xFFFF, DETH with the Q_Key and this QP's
-/// number, ImmDt, the payload and its pad, the ICRC).
-fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, net: &super::udp::Net, sgid: &crate::gid::Gid, dst: std::net::IpAddr) {
+/// Where a UD packet goes on the network.
+enum Wire {
+    /// A host's address.
+    Host(std::net::IpAddr),
+    /// A multicast group's address, with the address handle's hop limit.
+    Group { ip: std::net::IpAddr, hop_limit: u8 },
+}
+
+/// Sends `wqe` as one UD SEND_ONLY(_WITH_IMMEDIATE) packet from the socket of `sgid` to
+/// `dst` (docs/rocev2-wire.md §1.2, §1.5: BTH with P_Key 0xFFFF, DETH with the Q_Key and
+/// this QP's number, ImmDt, the payload and its pad, the ICRC).
+fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, net: &super::udp::Net, sgid: &crate::gid::Gid, dst: Wire) {
     let Some(ud) = &wqe.ud else { return };
     // A UD QP that talks to another host counts as a network connection from now on (until
     // it is reset), so its polls receive what the network brings (`progress::net_active`).
@@ -482,8 +497,10 @@ fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, net: &su
         }
         Gathered::Pins(l) => mr::gather(l, packet.payload_mut()),
     };
-    if gathered.is_ok() {
-        net.send(sgid, dst, &mut buf);
+    match dst {
+        _ if gathered.is_err() => {}
+        Wire::Host(ip) => net.send(sgid, ip, &mut buf),
+        Wire::Group { ip, hop_limit } => super::mcast_net::send(net, sgid, ip, hop_limit, &mut buf),
     }
 }
 
@@ -512,7 +529,7 @@ pub(crate) fn ud_target(engine: &'static Engine, qpn: u32, qkey: u32) -> Option<
 }
 
 /// Whether a UD responder takes a message with `qkey`.
-fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
+pub(crate) fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
     super::route::accepts_requests(rec.state()) && rec.qkey.load(Ordering::Acquire) == qkey
 }
 

@@ -5,8 +5,8 @@
 //!   names its endpoint — executes the whole operation (requester, responder and
 //!   completer) inside the caller;
 //! - the network, for GIDs of other hosts: [`udp`] (the RoCEv2 sockets, the receive path,
-//!   UD) and [`net`] (RC and UC connections driven by the protocol core's machines, with
-//!   completions that arrive later).
+//!   UD), [`net`] (RC and UC connections driven by the protocol core's machines, with
+//!   completions that arrive later) and [`mcast_net`] (UD multicast groups across hosts).
 //!
 //! A destination the device cannot reach behaves like a peer that never answers: RC
 //! retries until `retry_cnt` is exhausted (RETRY_EXC_ERR); UC and UD complete as sent.
@@ -15,6 +15,7 @@ pub(crate) mod grh;
 pub(crate) mod gsi;
 pub(crate) mod host;
 pub(crate) mod local;
+pub(crate) mod mcast_net;
 pub(crate) mod net;
 pub(crate) mod respond;
 pub(crate) mod route;

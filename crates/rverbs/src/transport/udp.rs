@@ -295,9 +295,10 @@ pub(crate) struct Net {
     pub(crate) ud_responder: Mutex<Option<Responder>>,
     faults: Faults,
     /// Held while a thread receives (the progress thread, or an application thread that
-    /// polls an empty CQ, `receive_now`): packets of a connection are delivered in the
-    /// order they arrived.
-    rx: Mutex<()>,
+    /// polls an empty CQ, `receive_now`; on a multicast group's socket too,
+    /// `super::mcast_net`): packets of a connection are delivered in the order they
+    /// arrived.
+    pub(crate) rx: Mutex<()>,
     /// The network namespace the sockets are in ([`netns_id`]).
     netns: u64,
     /// Per socket of `socks` (same index) that does not own its address's RoCEv2 port:
@@ -307,6 +308,9 @@ pub(crate) struct Net {
     /// When the next takeover attempt is due; `None` once every address's port is this
     /// process's.
     next_takeover: Mutex<Option<Instant>>,
+    /// The multicast groups this process receives from the network, and its multicast
+    /// sends (`super::mcast_net`).
+    pub(crate) mcast: super::mcast_net::McastNet,
 }
 
 /// How often a process with a socket that does not own its address's RoCEv2 port tries
@@ -352,7 +356,20 @@ impl Net {
                 Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }
-        (!socks.is_empty()).then(|| Net::new(socks, Faults::from_env(), Instant::now()))
+        let mcast = super::mcast_net::McastNet::new(gids, &socks);
+        (!socks.is_empty()).then(|| Net { mcast, ..Net::new(socks, Faults::from_env(), Instant::now()) })
+    }
+
+    /// A transport with one socket on 127.0.0.1 and one on ::1 (ephemeral ports), whose
+    /// multicast groups are joined on the loopback interface (for tests).
+    #[cfg(test)]
+    pub(crate) fn loopback_for_tests() -> Net {
+        use super::mcast_net::{Iface, McastNet};
+        let lo = rustix::net::netdevice::name_to_index(UdpSocket::bind("127.0.0.1:0").unwrap(), "lo").unwrap();
+        let ips = [IpAddr::from(std::net::Ipv4Addr::LOCALHOST), IpAddr::from(std::net::Ipv6Addr::LOCALHOST)];
+        let socks: Vec<NetSock> = ips.iter().map(|ip| NetSock::bind(*ip, 0, Gid::from_ip(*ip)).unwrap()).collect();
+        let mcast = McastNet::with_ifaces(ips.iter().map(|ip| Iface { ip: *ip, ifindex: lo }).collect());
+        Net { mcast, ..Net::new(socks, Faults::none(), Instant::now()) }
     }
 
     /// The network transport of sockets `socks`, with fault injector `faults`; created at
@@ -369,6 +386,7 @@ impl Net {
             netns: netns_id(),
             taken,
             next_takeover: Mutex::new(next_takeover),
+            mcast: Default::default(),
         }
     }
 
@@ -545,6 +563,13 @@ impl NetSock {
             IpAddr::V4(_) => sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)?,
             IpAddr::V6(_) => sockopt::set_ipv6_mtu_discover(&sock, sockopt::Ipv6PathMtuDiscovery::DO)?,
         }
+        NetSock::wrap(sock, ip, gid)
+    }
+
+    /// The socket `sock`, bound to `ip`, for GID `gid`: its buffers sized, non-blocking,
+    /// receiving trains whole (`UDP_GRO`).
+    fn wrap(sock: UdpSocket, ip: IpAddr, gid: Gid) -> std::io::Result<NetSock> {
+        use rustix::net::sockopt;
         // A window of up to 512 unacknowledged packets (`net::WINDOW`; rxe's is 128,
         // docs/rocev2-wire.md §3.1) from each of several connections arrives in bursts: a receive buffer of the default size (about 90
         // datagrams) overflows and every overflow is a go-back-N. Ask for 4 MiB (the kernel
@@ -558,6 +583,15 @@ impl NetSock {
         crate::sys::enable_udp_gro(sock.as_fd());
         let gso = std::sync::atomic::AtomicBool::new(true);
         Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, link_mtu: 4096, sock, trace: None, gso })
+    }
+
+    /// A socket that receives what is sent to `sock`'s address (a multicast group's,
+    /// `super::mcast_net`) as the socket of GID `gid`, which owns that port (it takes no
+    /// relays), traced as this one is.
+    pub(crate) fn receiver(&self, sock: UdpSocket, gid: Gid) -> std::io::Result<NetSock> {
+        let local = sock.local_addr()?;
+        let s = NetSock::wrap(sock, local.ip(), gid)?;
+        Ok(NetSock { owner_port: s.port, trace: self.trace.clone(), ..s })
     }
 
     /// Whether this socket owns its address's RoCEv2 port (receives on it, delivers UD
@@ -1079,13 +1113,16 @@ pub(crate) fn receive_now(engine: &'static Engine, net: &Net) {
 
 /// Receives and delivers what waits on socket `index` (the caller holds `net.rx`).
 fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
+    let Some(sock) = net.rx_sock(index) else { return };
+    with_rx_batch(|buf| sock.receive(&net.stats, buf, |run| deliver_run(engine, net, sock, run)));
+}
+
+/// Runs `f` with this thread's receive buffers ([`RxBatch`], one set per thread).
+pub(crate) fn with_rx_batch<R>(f: impl FnOnce(&mut RxBatch) -> R) -> R {
     thread_local! {
         static BUF: std::cell::RefCell<RxBatch> = std::cell::RefCell::new(RxBatch::new());
     }
-    let Some(sock) = net.rx_sock(index) else { return };
-    BUF.with_borrow_mut(|buf| {
-        sock.receive(&net.stats, buf, |run| deliver_run(engine, net, sock, run));
-    });
+    BUF.with_borrow_mut(f)
 }
 
 /// Delivers a run of checked packets, in order: a stretch of RC/UC requests for one QP
