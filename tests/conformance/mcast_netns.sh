@@ -70,15 +70,10 @@ netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B" "$IP6_A" "$IP6_B"
 RT_A=$WORK/rt-a RT_B=$WORK/rt-b
 mkdir -m 700 "$RT_A" "$RT_B"
 
-# in NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as that host's process
-# (RVERBS_PCAP=$PCAP and RVERBS_LOG=$LOGF when set).
-PCAP= LOGF=
-in_ns() {
-  local ns=$1 rt=$2
-  shift 2
-  ip netns exec "$ns" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$rt" ${PCAP:+RVERBS_PCAP="$PCAP"} \
-    ${LOGF:+RVERBS_LOG="$LOGF"} timeout -k 5 "$TIMEOUT" stdbuf -oL -eL "$@"
-}
+# Commands run in a namespace with `in_ns` (lib/netns.bash), line-buffered (the checks
+# read the logs while the programs run), with capture or logging when a case sets PCAP or
+# LOGF.
+PCAP= LOGF= FAULTS= LINEBUF=1
 
 # members RUNTIME GROUP: how many QPs of live processes of that host are attached to the
 # IPv4 group (the device's multicast record, lib/cm.bash).
@@ -198,12 +193,6 @@ fi
 # must not take (each receiver checks the first message it gets is "message 0").
 PEER=$WORK/mcast_peer
 cc -O1 -Wall -o "$PEER" tests/c/mcast_peer.c -libverbs
-# gid_index NS RUNTIME IP: the index of IP's GID in the device's table in NS.
-gid_index() {
-  local gid=$3
-  [[ $gid == *:* ]] || gid=::ffff:$gid
-  in_ns "$1" "$2" ibv_devinfo -v | grep -E "[[:space:]]$gid," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
-}
 # wait_line FILE TEXT: until FILE has a line TEXT (at most 10 s).
 wait_line() {
   local i

@@ -42,15 +42,9 @@ cleanup
 mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 
 netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B"
-
-# in_ns NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as its own host, with the
-# network transport's diagnostics on stderr.
-in_ns() {
-  local ns=$1 rt=$2
-  shift 2
-  ip netns exec "$ns" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$rt" \
-    RVERBS_LOG="${RVERBS_LOG:-rverbs::transport::net=debug}" timeout -k 5 "$TIMEOUT" "$@"
-}
+# `in_ns` (lib/netns.bash) runs each side with the network requester's debug log, which
+# the checks read.
+FAULTS= PCAP= LOGF=${RVERBS_LOG:-rverbs::transport::net=debug}
 
 echo "net_errors.sh: RC error statuses between netns $A ($IP_A, server) and $B ($IP_B, client), rverbs on both"
 src=0 crc=0

@@ -55,23 +55,9 @@ mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 
 netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B" "$IP6_A" "$IP6_B"
 
-# in_ns NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as its own host (with
-# RVERBS_FAULTS=$FAULTS when FAULTS is set).
-FAULTS=
-in_ns() {
-  local ns=$1 rt=$2
-  shift 2
-  ip netns exec "$ns" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$rt" \
-    ${FAULTS:+RVERBS_FAULTS="$FAULTS"} timeout -k 5 "$TIMEOUT" "$@"
-}
-
-# The GID index of an address in the device's table inside a namespace.
-gid_index() {
-  local gid=$3
-  [[ $gid == *:* ]] || gid=::ffff:$gid
-  in_ns "$1" "$2" ibv_devinfo -v | grep -E "[[:space:]]$gid," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
-}
-
+# Commands run in a namespace with `in_ns` (lib/netns.bash), without faults unless a pair
+# sets FAULTS.
+FAULTS= PCAP= LOGF=
 passed=0 failed=0 port=18800
 # pair KIND LABEL SERVER_NS SERVER_RT SERVER_IP CLIENT_NS CLIENT_RT CLIENT_IP PROG ARGS...:
 # KIND is pingpong (PROG -g GID -n ITERS) or perftest (PROG -x GID -F -n ITERS); the

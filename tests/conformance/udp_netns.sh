@@ -53,23 +53,9 @@ mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 
 netns_pair "$A" "$B" 9000 "$IP_A" "$IP_B" "$IP6_A" "$IP6_B"
 
-# in NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as its own host (with
-# RVERBS_PCAP=$PCAP when PCAP is set).
+# Commands run in a namespace with `in_ns` (lib/netns.bash), without capture, faults or
+# logging unless a pair sets PCAP, FAULTS or LOGF.
 PCAP= FAULTS= LOGF=
-in_ns() {
-  local ns=$1 rt=$2
-  shift 2
-  ip netns exec "$ns" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$rt" ${PCAP:+RVERBS_PCAP="$PCAP"} \
-    ${FAULTS:+RVERBS_FAULTS="$FAULTS"} ${LOGF:+RVERBS_LOG="$LOGF"} timeout -k 5 "$TIMEOUT" "$@"
-}
-
-# The GID index of an address in the device's table inside a namespace.
-gid_index() {
-  local gid=$3
-  [[ $gid == *:* ]] || gid=::ffff:$gid
-  in_ns "$1" "$2" ibv_devinfo -v | grep -E "[[:space:]]$gid," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
-}
-
 passed=0 failed=0 port=18600
 # pair LABEL SERVER_NS SERVER_RUNTIME SERVER_IP CLIENT_NS CLIENT_RUNTIME CLIENT_IP ARGS...:
 # the GIDs are those of the IPs (IPv4 or IPv6); the TCP exchange goes to SERVER_IP's

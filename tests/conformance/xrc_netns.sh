@@ -60,23 +60,9 @@ cc -O2 -Wall -Werror -o "$WORK/xrc_net" tests/conformance/xrc_net.c -libverbs
 
 netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B" "$IP6_A" "$IP6_B"
 
-# in_ns NS RUNTIME CMD...: CMD in namespace NS on the drop-in, as its own host (with
-# RVERBS_FAULTS=$FAULTS and RVERBS_PCAP=$PCAP when set).
-FAULTS= PCAP=
-in_ns() {
-  local ns=$1 rt=$2
-  shift 2
-  ip netns exec "$ns" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$rt" \
-    ${FAULTS:+RVERBS_FAULTS="$FAULTS"} ${PCAP:+RVERBS_PCAP="$PCAP"} timeout -k 5 "$TIMEOUT" "$@"
-}
-
-# The GID index of an address in the device's table inside a namespace.
-gid_index() {
-  local gid=$3
-  [[ $gid == *:* ]] || gid=::ffff:$gid
-  in_ns "$1" "$2" ibv_devinfo -v | grep -E "[[:space:]]$gid," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
-}
-
+# Commands run in a namespace with `in_ns` (lib/netns.bash), without faults or capture
+# unless a pair sets FAULTS or PCAP.
+FAULTS= PCAP= LOGF=
 passed=0 failed=0 port=18900
 # pair CHECK LABEL SIP CIP PROG ARGS...: PROG -d rverbs0 -g GID -p PORT ARGS in rvx-a
 # (server, GID of SIP) and in rvx-b (client, GID of CIP, connecting to rvx-a's IPv4

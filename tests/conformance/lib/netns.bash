@@ -1,4 +1,4 @@
-# Shared by the scripts that stand two hosts up as two network namespaces (udp_netns.sh,
+# Shared by the scripts that stand two hosts up as two network namespaces (udp_netns.sh, xrc_netns.sh,
 # rc_netns.sh, net_errors.sh, scripts/bench/net_side_by_side.sh). Needs root.
 
 # netns_pair A B MTU IP_A IP_B [IP6_A IP6_B]: creates namespaces A and B joined by a veth
@@ -42,4 +42,22 @@ wait_listen() {
     ip netns exec "$1" ss -ltn "sport = :$2" | grep -q LISTEN && return 0
     sleep 0.05
   done
+}
+
+# in_ns NS RUNTIME CMD...: CMD in namespace NS on the drop-in library ($DROPIN), as its own
+# host (runtime directory RUNTIME), bounded by $TIMEOUT seconds; with RVERBS_FAULTS=$FAULTS,
+# RVERBS_PCAP=$PCAP and RVERBS_LOG=$LOGF when those are set, and line-buffered output when
+# LINEBUF is set (for checks that read a log while the program runs).
+in_ns() {
+  local ns=$1 rt=$2
+  shift 2
+  ip netns exec "$ns" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$rt" ${FAULTS:+RVERBS_FAULTS="$FAULTS"} \
+    ${PCAP:+RVERBS_PCAP="$PCAP"} ${LOGF:+RVERBS_LOG="$LOGF"} timeout -k 5 "$TIMEOUT" ${LINEBUF:+stdbuf -oL -eL} "$@"
+}
+
+# gid_index NS RUNTIME ADDR: the index of ADDR's GID in the device's table inside NS.
+gid_index() {
+  local gid=$3
+  [[ $gid == *:* ]] || gid=::ffff:$gid
+  in_ns "$1" "$2" ibv_devinfo -v | grep -E "[[:space:]]$gid," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1
 }
