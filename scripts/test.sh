@@ -32,6 +32,8 @@ else
 	cargo test --workspace --no-fail-fast
 fi
 cargo test --workspace --doc
+# The API documentation builds without a warning (broken or private intra-doc links).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 # tests/conformance/xrc_netns.sh (XRC across two namespaces rvx-a/rvx-b, needs root) runs here too.
 # tests/conformance/mcast_netns.sh (UD multicast across two namespaces rvm-a/rvm-b, needs root) runs here too.

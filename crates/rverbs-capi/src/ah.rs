@@ -24,7 +24,7 @@ unsafe impl live::Object for AhObj {
 
 impl AhObj {
     /// The AH behind an `ibv_ah *`; `None` for NULL, a foreign
-    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
+    /// pointer or a destroyed object, refused without reading through it (`live.rs`).
     ///
     /// # Safety
     /// `ah` is any pointer; if it is a live object of this library, it is not destroyed

@@ -31,7 +31,7 @@ const _: () = assert!(CONTEXT_OFFSET == 320 && size_of::<verbs_context>() == 648
 impl ContextObj {
     /// The context behind an `ibv_context *`; `None` for NULL or a pointer that is not a
     /// live context of this library (foreign or closed), refused without reading through
-    /// it ([`crate::live`]).
+    /// it (`live.rs`).
     ///
     /// # Safety
     /// `ctx` is any pointer; if it is a live context of this library, it is not closed

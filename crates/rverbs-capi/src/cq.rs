@@ -34,7 +34,7 @@ unsafe impl live::Object for ChannelObj {
 
 impl ChannelObj {
     /// The channel behind an `ibv_comp_channel *`; `None` for NULL, a foreign
-    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
+    /// pointer or a destroyed object, refused without reading through it (`live.rs`).
     ///
     /// # Safety
     /// `ch` is any pointer; if it is a live object of this library, it is not destroyed
@@ -133,7 +133,7 @@ const _: () = assert!(align_of::<rverbs::Wc>() == align_of::<ibv_wc>());
 
 impl CqObj {
     /// The CQ behind an `ibv_cq *` / `ibv_cq_ex *`; `None` for NULL, a foreign
-    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
+    /// pointer or a destroyed object, refused without reading through it (`live.rs`).
     ///
     /// # Safety
     /// `cq` is any pointer; if it is a live object of this library, it is not destroyed

@@ -34,7 +34,7 @@ unsafe impl live::Object for MwObj {
 
 impl MwObj {
     /// The window behind an `ibv_mw *`; `None` for NULL, a foreign
-    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
+    /// pointer or a destroyed object, refused without reading through it (`live.rs`).
     ///
     /// # Safety
     /// `mw` is any pointer; if it is a live object of this library, it is not destroyed

@@ -22,7 +22,7 @@ unsafe impl live::Object for PdObj {
 
 impl PdObj {
     /// The PD behind an `ibv_pd *`; `None` for NULL, a foreign
-    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
+    /// pointer or a destroyed object, refused without reading through it (`live.rs`).
     ///
     /// # Safety
     /// `pd` is any pointer; if it is a live object of this library, it is not destroyed

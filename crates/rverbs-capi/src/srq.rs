@@ -28,7 +28,7 @@ unsafe impl live::Object for SrqObj {
 
 impl SrqObj {
     /// The SRQ behind an `ibv_srq *`; `None` for NULL, a foreign
-    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
+    /// pointer or a destroyed object, refused without reading through it (`live.rs`).
     ///
     /// # Safety
     /// `srq` is any pointer; if it is a live object of this library, it is not destroyed

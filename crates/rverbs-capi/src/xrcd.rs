@@ -28,7 +28,7 @@ unsafe impl live::Object for XrcdObj {
 
 impl XrcdObj {
     /// The domain behind an `ibv_xrcd *`; `None` for NULL, a foreign
-    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
+    /// pointer or a destroyed object, refused without reading through it (`live.rs`).
     ///
     /// # Safety
     /// `xrcd` is any pointer; if it is a live object of this library, it is not destroyed

@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 use rverbs::{Qp, QpType};
 
 use crate::channel::EventChannel;
-use crate::error::{Error, Result};
+use crate::error::{Error, Peer, Result};
 use crate::rule::Rule;
 use crate::event::{ConnParam, Event, EventKind};
 use crate::handle::{CmId, PortSpace};
 
-/// Waits up to `timeout` for the next event of `ch`.
-fn wait_event(ch: &EventChannel, timeout: Duration) -> Result<Event> {
+/// Waits up to `timeout` for the next event of `ch`, which should be `awaited` (the
+/// step and the peer name the timeout).
+fn wait_event(ch: &EventChannel, timeout: Duration, step: &'static str, peer: Option<SocketAddr>, awaited: EventKind) -> Result<Event> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(ev) = ch.try_get_event() {
@@ -31,7 +32,7 @@ fn wait_event(ch: &EventChannel, timeout: Duration) -> Result<Event> {
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Error::Os(std::io::Error::from_raw_os_error(libc::ETIMEDOUT)));
+            return Err(Error::TimedOut { step, peer: Peer(peer), awaited, waited: timeout });
         }
         let ts = rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
         let mut fds = [rustix::event::PollFd::from_borrowed_fd(ch.fd(), rustix::event::PollFlags::IN)];
@@ -42,13 +43,14 @@ fn wait_event(ch: &EventChannel, timeout: Duration) -> Result<Event> {
     }
 }
 
-/// The error an unexpected event stands for.
-fn event_error(ev: &Event) -> Error {
-    match ev.kind {
-        EventKind::Rejected => Error::Os(std::io::Error::from_raw_os_error(libc::ECONNREFUSED)),
-        _ if ev.status < 0 => Error::Os(std::io::Error::from_raw_os_error(-ev.status)),
-        _ => Error::Os(std::io::Error::from_raw_os_error(libc::ECONNABORTED)),
+/// Waits for event `want` of a connection step: another event is an
+/// [`Error::Handshake`] that names the step, the peer and what happened.
+fn expect_event(ch: &EventChannel, timeout: Duration, step: &'static str, peer: Option<SocketAddr>, want: EventKind) -> Result<Event> {
+    let ev = wait_event(ch, timeout, step, peer, want)?;
+    if ev.kind != want {
+        return Err(Error::Handshake { step, peer: Peer(peer), event: ev.kind, status: ev.status });
     }
+    Ok(ev)
 }
 
 /// A listening id (rdma_listen(3)) with its own event channel.
@@ -80,7 +82,7 @@ impl Listener {
 
     /// Waits up to `timeout` for a connection request.
     pub fn next_request(&self, timeout: Duration) -> Result<Request> {
-        let ev = wait_event(&self.ch, timeout)?;
+        let ev = wait_event(&self.ch, timeout, "listening on", self.local_addr(), EventKind::ConnectRequest)?;
         if ev.kind != EventKind::ConnectRequest {
             return Err(Error::invalid("Listener::next_request", Rule::UnexpectedEvent { kind: ev.kind }));
         }
@@ -132,10 +134,7 @@ impl Request {
             ..ConnParam::default()
         };
         conn.id.accept(Some(&p))?;
-        let ev = wait_event(&conn.ch, timeout)?;
-        if ev.kind != EventKind::Established {
-            return Err(event_error(&ev));
-        }
+        expect_event(&conn.ch, timeout, "accepting from", conn.id.dst_addr(), EventKind::Established)?;
         Ok(conn)
     }
 
@@ -165,10 +164,7 @@ pub fn connect(dst: SocketAddr, qp: Qp, private_data: &[u8], timeout: Duration) 
     let mut conn = Connection { ch, id, qp: qp.clone(), peer_data: Vec::new() };
     conn.id.resolve_addr(None, dst, timeout.as_millis() as i32)?;
     for want in [EventKind::AddrResolved, EventKind::RouteResolved] {
-        let ev = wait_event(&conn.ch, timeout)?;
-        if ev.kind != want {
-            return Err(event_error(&ev));
-        }
+        expect_event(&conn.ch, timeout, "connecting to", Some(dst), want)?;
         if want == EventKind::AddrResolved {
             conn.id.resolve_route(timeout.as_millis() as i32)?;
         }
@@ -183,10 +179,7 @@ pub fn connect(dst: SocketAddr, qp: Qp, private_data: &[u8], timeout: Duration) 
         ..ConnParam::default()
     };
     conn.id.connect(&p)?;
-    let ev = wait_event(&conn.ch, timeout)?;
-    if ev.kind != EventKind::Established {
-        return Err(event_error(&ev));
-    }
+    let ev = expect_event(&conn.ch, timeout, "connecting to", Some(dst), EventKind::Established)?;
     conn.peer_data = ev.conn.private_data.clone();
     Ok(conn)
 }
@@ -220,7 +213,7 @@ impl Connection {
     /// Waits up to `timeout` for the peer to disconnect (DISCONNECTED).
     pub fn wait_disconnected(&self, timeout: Duration) -> Result<()> {
         loop {
-            let ev = wait_event(&self.ch, timeout)?;
+            let ev = wait_event(&self.ch, timeout, "waiting for the disconnection of", self.id.dst_addr(), EventKind::Disconnected)?;
             if ev.kind == EventKind::Disconnected {
                 return Ok(());
             }

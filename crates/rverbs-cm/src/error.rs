@@ -2,6 +2,43 @@
 
 pub use crate::rule::Rule;
 
+use crate::event::EventKind;
+
+/// The other side of a connection as an error names it: its address, if known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer(pub Option<std::net::SocketAddr>);
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(a) => write!(f, "{a}"),
+            None => f.write_str("(no address)"),
+        }
+    }
+}
+
+/// What event `event` with `status` means to someone who waited for another.
+fn describe(event: EventKind, status: i32) -> String {
+    let errno = |s: i32| std::io::Error::from_raw_os_error(-s);
+    match event {
+        // IBTA Table 112's reasons that rdma_cm reports most (rdma_cm(7): the status of
+        // REJECTED is the reject reason).
+        EventKind::Rejected => match status {
+            8 => "rejected: nobody listens on that port (reason 8, invalid service ID)".into(),
+            28 => "rejected by the application (reason 28, consumer reject)".into(),
+            1 => "rejected: the peer has no resources (reason 1)".into(),
+            r => format!("rejected (reason {r})"),
+        },
+        EventKind::Unreachable if status < 0 => format!("unreachable: {}", errno(status)),
+        EventKind::Unreachable => format!("unreachable (status {status})"),
+        EventKind::AddrError => format!("address resolution failed: {}", errno(status.min(-1))),
+        EventKind::RouteError => format!("route resolution failed: {}", errno(status.min(-1))),
+        EventKind::ConnectError => format!("the connection failed: {}", errno(status.min(-1))),
+        other if status < 0 => format!("{other:?}: {}", errno(status)),
+        other => format!("{other:?} (status {status})"),
+    }
+}
+
 /// What a connection-manager call can fail with. [`Error::errno`] is the value
 /// rdma_cm(7) functions leave in `errno` when they return -1.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +64,34 @@ pub enum Error {
         /// What.
         what: &'static str,
     },
+    /// A step of a connection that the Rust helpers ([`crate::conn`]) wait for ended with
+    /// another event: the peer rejected or could not be reached, an address or route did
+    /// not resolve. The errno is the one the event stands for: `ECONNREFUSED` for a
+    /// reject, the event's own status where it carries one, else `ECONNABORTED`.
+    #[error("{step} {peer}: {}", describe(*.event, *.status))]
+    Handshake {
+        /// What was being done ("connecting to", "accepting from").
+        step: &'static str,
+        /// The other side's address.
+        peer: Peer,
+        /// The event that came instead of the one awaited.
+        event: EventKind,
+        /// Its status (rdma_cm(7): a reject reason, or a negative errno).
+        status: i32,
+    },
+    /// A step of a connection waited for its event longer than the caller allowed
+    /// (`ETIMEDOUT`).
+    #[error("{step} {peer}: no {awaited:?} within {waited:?}")]
+    TimedOut {
+        /// What was being done.
+        step: &'static str,
+        /// The other side's address.
+        peer: Peer,
+        /// The event awaited.
+        awaited: EventKind,
+        /// How long.
+        waited: std::time::Duration,
+    },
     /// No event is queued and the channel's fd is non-blocking (`EAGAIN`).
     #[error("no event queued")]
     WouldBlock,
@@ -47,6 +112,10 @@ impl Error {
             Error::AddrNotAvail => libc::EADDRNOTAVAIL,
             Error::NotImplemented { .. } => libc::ENOSYS,
             Error::WouldBlock => libc::EAGAIN,
+            Error::Handshake { event: EventKind::Rejected, .. } => libc::ECONNREFUSED,
+            Error::Handshake { status, .. } if *status < 0 => -status,
+            Error::Handshake { .. } => libc::ECONNABORTED,
+            Error::TimedOut { .. } => libc::ETIMEDOUT,
             Error::Verbs(e) => e.errno(),
             Error::Os(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }

@@ -46,6 +46,6 @@ pub use conn::{connect, Connection, Listener, Request};
 pub use engine::JoinFlag;
 pub use engine::RDMA_UDP_QKEY;
 pub use cm_state::CmState;
-pub use error::{Error, Result, Rule};
+pub use error::{Error, Peer, Result, Rule};
 pub use event::{ConnParam, Event, EventKind, UdParam};
 pub use handle::{CmId, PortSpace, Route};

@@ -282,3 +282,26 @@ fn multicast_rules() {
         i.destroy().unwrap();
     }
 }
+
+#[test]
+fn connection_errors_name_the_step_the_peer_and_what_happened() {
+    let ctx = devices().unwrap()[0].open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    let dst: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let err = rverbs_cm::connect(dst, qp, b"", std::time::Duration::from_secs(5)).err().expect("nobody listens on port 9");
+    assert_eq!(err.errno(), libc::ECONNREFUSED);
+    assert!(
+        matches!(err, Error::Handshake { step: "connecting to", peer: rverbs_cm::Peer(Some(p)), event: EventKind::Rejected, status: 8 } if p == dst),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("127.0.0.1:9") && text.contains("nobody listens"), "{text}");
+
+    let l = rverbs_cm::Listener::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+    let err = l.next_request(std::time::Duration::from_millis(20)).err().expect("no request comes");
+    assert_eq!(err.errno(), libc::ETIMEDOUT);
+    assert!(matches!(err, Error::TimedOut { step: "listening on", awaited: EventKind::ConnectRequest, .. }), "{err:?}");
+    assert!(err.to_string().contains(&l.local_addr().unwrap().to_string()), "{err}");
+}

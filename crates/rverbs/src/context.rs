@@ -76,7 +76,7 @@ impl Context {
 
     /// Injects faults into the RoCEv2 packets this process sends to other hosts,
     /// deterministically (`rverbs_proto::fault`: drop, duplicate, reorder, delay, corrupt,
-    /// from a seed), from now on; [`FaultConfig::NONE`] stops. The same as `RVERBS_FAULTS`
+    /// from a seed), from now on; [`FaultConfig::NONE`](crate::FaultConfig::NONE) stops. The same as `RVERBS_FAULTS`
     /// at start, for a program's own tests (rxe has no such thing; netem would be the tool).
     /// Affects every context of the process (the sockets are the device's).
     ///

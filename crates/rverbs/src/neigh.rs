@@ -15,7 +15,7 @@
 //! `/proc/net/route` (`/proc/net/ipv6_route`) and its state from `/proc/net/arp`
 //! (complete: resolved) or, for IPv6, which has no such file, from the kernel's neighbour
 //! table over rtnetlink (`RTM_GETNEIGH`: reachable, stale, delay, probe, permanent or
-//! no-ARP: resolved; [`neighbour6`]); and the connected socket reports `EHOSTUNREACH`
+//! no-ARP: resolved; `neighbour6`); and the connected socket reports `EHOSTUNREACH`
 //! when resolution failed (and `ECONNREFUSED` when the destination itself answered,
 //! which proves the path). Everything read is the calling process's network namespace's.
 

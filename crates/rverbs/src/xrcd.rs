@@ -13,7 +13,7 @@
 //! target QP of one process steers messages into an XRC SRQ of another, as the kernel's
 //! shared domains allow (ibv_xsrq_pingpong with several clients). The file-existence
 //! rules (O_CREAT, O_EXCL) are applied per host, as the kernel's one table per device
-//! does: [`host`] records which processes hold the domain of each file.
+//! does: `host` records which processes hold the domain of each file.
 
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;

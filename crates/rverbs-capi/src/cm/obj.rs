@@ -18,7 +18,7 @@
 //!   into it, and dropping it (`rdma_ack_cm_event`) acknowledges the event.
 //!
 //! Every pointer C passes in is looked up in the registry of live objects
-//! ([`crate::live`]) before anything is read through it: a foreign, freed or NULL pointer
+//! (`live.rs`) before anything is read through it: a foreign, freed or NULL pointer
 //! is refused without being dereferenced.
 
 use core::cell::UnsafeCell;

@@ -56,7 +56,7 @@ const _: () = assert!(align_of::<Sge>() == align_of::<ibv_sge>());
 
 impl QpObj {
     /// The QP behind an `ibv_qp *`; `None` for NULL, a foreign
-    /// pointer or a destroyed object, refused without reading through it ([`crate::live`]).
+    /// pointer or a destroyed object, refused without reading through it (`live.rs`).
     ///
     /// # Safety
     /// `qp` is any pointer; if it is a live object of this library, it is not destroyed

@@ -1,7 +1,7 @@
 //! Completion queues: creation, batch polling, overrun, notification, resize, destroy.
 //!
 //! Read before editing: ibv_poll_cq(3), ibv_create_cq_ex(3) and docs/completion-queues.md. The
-//! ring itself is in [`ring`]; extended polling in [`ex`]; completion channels in
+//! ring itself is in `ring`; extended polling in [`ex`]; completion channels in
 //! [`channel`].
 
 pub mod channel;
@@ -97,7 +97,7 @@ bitflags! {
     }
 }
 
-/// Parameters of [`Context::create_cq`] (`struct ibv_cq_init_attr_ex`).
+/// Parameters of [`Context::create_cq`](crate::Context::create_cq) (`struct ibv_cq_init_attr_ex`).
 #[derive(Clone, Debug)]
 pub struct CqInit<'a> {
     /// Minimum number of entries; the CQ reports its real (power-of-two) size.

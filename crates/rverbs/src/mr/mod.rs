@@ -4,7 +4,7 @@
 //! address space starting at `iova` (the process address unless registered with
 //! ibv_reg_mr_iova(3) or ZERO_BASED); local read access is always enabled;
 //! REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE.
-//! Rule: every device access to a region goes through [`access`], which checks key,
+//! Rule: every device access to a region goes through `access`, which checks key,
 //! PD, bounds and rights and pins the region while bytes move.
 #![allow(unsafe_code)]
 

@@ -6,8 +6,8 @@
 //!
 //! Locking: `attrs` (modify/query) → `sq` (the requester; one executor at a time) →
 //! another QP's receive queue → CQ producer side. The data path reads a peer QP's
-//! responder attributes from atomics ([`RespView`]) and never takes a peer's `attrs` or
-//! `sq` lock; a peer is pushed into ERR with [`QpInner::enter_error`], which only
+//! responder attributes from its record (`qp::state`, `ResponderView`) and never takes a peer's `attrs` or
+//! `sq` lock; a peer is pushed into ERR with `QpInner::enter_error`, which only
 //! try-locks its send queue and leaves the flush to the holder if it is busy.
 //!
 //! State: every change of a QP's state goes through `QpRecord::transition` (module
