@@ -45,16 +45,7 @@ pub fn gid_of(ip: IpAddr) -> Gid {
 /// The entry of the device's GID table for local address `ip`, or `None` if `ip` is not
 /// an address of this host.
 pub fn local_gid(ctx: &Context, ip: IpAddr) -> Option<LocalGid> {
-    let mut want = gid_of(ip);
-    if let IpAddr::V4(v4) = canonical(ip) {
-        if v4.is_loopback() {
-            want = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
-        }
-    }
-    ctx.query_gid_table()
-        .iter()
-        .find(|e| e.port == 1 && e.gid == want)
-        .map(|e| LocalGid { index: e.index as u8, gid: e.gid })
+    ctx.gid_entry_of(ip).map(|e| LocalGid { index: e.index as u8, gid: e.gid })
 }
 
 /// IPv4-mapped IPv6 addresses as IPv4; everything else unchanged.

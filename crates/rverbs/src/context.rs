@@ -121,6 +121,23 @@ impl Context {
         self.dev().gids.clone()
     }
 
+    /// The GID-table entry of `ip`, an address of this host, or `None` when no entry
+    /// names it: what a RoCE program needs for its address vectors' `sgid_index` (a
+    /// RoCE v2 GID is the address, IPv4 as IPv4-mapped IPv6, ibv_query_gid(3); the table
+    /// holds every address of the host, docs/device.md). An IPv4-mapped IPv6 address is
+    /// its IPv4 address; any address of 127.0.0.0/8 is 127.0.0.1's entry.
+    pub fn gid_entry_of(&self, ip: std::net::IpAddr) -> Option<GidEntry> {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        let want = match ip {
+            std::net::IpAddr::V4(v4) if v4.is_loopback() => Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST),
+            other => Gid::from_ip(other),
+        };
+        self.dev().gids.iter().find(|e| e.port == 1 && e.gid == want).copied()
+    }
+
     /// The P_Key at `index` of `port` (ibv_query_pkey(3)): the default 0xFFFF at index 0.
     pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
         check_port("query_pkey", port)?;

@@ -128,3 +128,22 @@ fn pkey_table_has_the_default_key() {
     assert_eq!(ctx.query_pkey(1, 0).unwrap(), 0xffff);
     assert_eq!(ctx.query_pkey(1, 1).unwrap_err().errno(), libc::EINVAL);
 }
+
+#[test]
+fn gid_entry_of_finds_the_entry_of_each_address_of_the_host() {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let ctx = devices().unwrap()[0].open().unwrap();
+    let table = ctx.query_gid_table();
+    // Every IP entry of the table is found from its address, IPv4 as IPv4.
+    for e in table.iter().filter(|e| e.index > 0) {
+        let ip = e.gid.to_ip();
+        assert_eq!(ctx.gid_entry_of(ip), Some(*e), "{ip}");
+    }
+    let lo = ctx.gid_entry_of(Ipv4Addr::LOCALHOST.into()).expect("127.0.0.1 has an entry");
+    // The loopback net and the IPv4-mapped form name the same entry.
+    assert_eq!(ctx.gid_entry_of(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))), Some(lo));
+    assert_eq!(ctx.gid_entry_of(IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped())), Some(lo));
+    // An address of no interface of this host has none.
+    assert_eq!(ctx.gid_entry_of(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77))), None);
+    assert_eq!(ctx.gid_entry_of(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x77))), None);
+}

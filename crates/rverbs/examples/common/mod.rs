@@ -112,8 +112,7 @@ pub fn open() -> Result<Context> {
 /// The GID table entry both peers address each other with: the IPv4 loopback address
 /// (RoCE v2 GIDs are IPv4-mapped IPv6 addresses).
 pub fn loopback_gid(ctx: &Context) -> Result<(Gid, u8)> {
-    let lo = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
-    match ctx.query_gid_table().iter().find(|e| e.gid == lo) {
+    match ctx.gid_entry_of(Ipv4Addr::LOCALHOST.into()) {
         Some(e) => Ok((e.gid, u8::try_from(e.index)?)),
         None => fail("the GID table has no 127.0.0.1 entry"),
     }
