@@ -125,16 +125,14 @@ impl Context {
     /// names it: what a RoCE program needs for its address vectors' `sgid_index` (a
     /// RoCE v2 GID is the address, IPv4 as IPv4-mapped IPv6, ibv_query_gid(3); the table
     /// holds every address of the host, docs/device.md). An IPv4-mapped IPv6 address is
-    /// its IPv4 address; any address of 127.0.0.0/8 is 127.0.0.1's entry.
+    /// its IPv4 address; any address of 127.0.0.0/8, and ::1, is 127.0.0.1's entry (the
+    /// table has no ::1 entry: the loopback names the host once).
     pub fn gid_entry_of(&self, ip: std::net::IpAddr) -> Option<GidEntry> {
         let ip = match ip {
             std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
             v4 => v4,
         };
-        let want = match ip {
-            std::net::IpAddr::V4(v4) if v4.is_loopback() => Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST),
-            other => Gid::from_ip(other),
-        };
+        let want = if ip.is_loopback() { Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST) } else { Gid::from_ip(ip) };
         self.dev().gids.iter().find(|e| e.port == 1 && e.gid == want).copied()
     }
 

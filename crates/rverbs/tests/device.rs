@@ -143,6 +143,7 @@ fn gid_entry_of_finds_the_entry_of_each_address_of_the_host() {
     // The loopback net and the IPv4-mapped form name the same entry.
     assert_eq!(ctx.gid_entry_of(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))), Some(lo));
     assert_eq!(ctx.gid_entry_of(IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped())), Some(lo));
+    assert_eq!(ctx.gid_entry_of(IpAddr::V6(Ipv6Addr::LOCALHOST)), Some(lo));
     // An address of no interface of this host has none.
     assert_eq!(ctx.gid_entry_of(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77))), None);
     assert_eq!(ctx.gid_entry_of(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x77))), None);
