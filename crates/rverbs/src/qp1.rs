@@ -32,7 +32,7 @@ use rustix::io::Errno;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::shm::fifo::{self, Fifo};
-use crate::shm::registry::Registry;
+use crate::shm::registry::{ep_dir, Registry};
 use crate::transport::gsi::{self, RECORD_LEN};
 use crate::transport::udp::Net;
 
@@ -171,9 +171,13 @@ impl Qp1 {
         if to == self.ep {
             return write_record(self.fifo_writer_self().as_fd(), rec);
         }
+        // The endpoint's owner now and its FIFO opened now, not a mapped peer's: the peer
+        // may be a process that died and whose number another took since, before the
+        // progress thread handled the death (`Registry::owner`); its FIFO is gone, and a
+        // MAD that cannot be written means that the receiver died.
         let reg = self.reg.ok_or_else(unreachable)?;
-        let peer = reg.peer(to).map_err(|_| unreachable())?;
-        let w = peer.writer(FIFO_NAME).map_err(|_| unreachable())?;
+        reg.owner(to).ok_or_else(unreachable)?;
+        let w = fifo::open_writer(&ep_dir(&reg.root, to).join(FIFO_NAME)).map_err(|_| unreachable())?;
         write_record(w.as_fd(), rec)
     }
 
@@ -183,25 +187,32 @@ impl Qp1 {
         fifo::open_writer(&self.dir.join(FIFO_NAME)).expect("own QP1 FIFO exists while open")
     }
 
-    /// A descriptor that becomes readable when endpoint `ep`'s process dies (a pidfd,
-    /// pidfd_open(2)). Fails with `EHOSTUNREACH` if it is already dead. For this
+    /// A descriptor that becomes readable when process `pid`, which owns endpoint `ep`,
+    /// dies (a pidfd, pidfd_open(2)). Fails with `EHOSTUNREACH` if `pid` does not own
+    /// `ep` now (it died, and the number may be another process's already). For this
     /// endpoint itself, fails with `EINVAL`.
-    pub fn watch(&self, ep: u32) -> Result<OwnedFd> {
+    pub fn watch(&self, ep: u32, pid: i32) -> Result<OwnedFd> {
         if ep == self.ep {
             return Err(Error::invalid("watch endpoint", Rule::OwnEndpoint { ep }));
         }
         let reg = self.reg.ok_or_else(unreachable)?;
-        let peer = reg.peer(ep).map_err(|_| unreachable())?;
-        Ok(rustix::io::fcntl_dupfd_cloexec(peer.pidfd(), 0)?)
+        match reg.owner(ep) {
+            Some((owner, pidfd)) if owner == pid => Ok(pidfd),
+            _ => Err(unreachable()),
+        }
     }
 
-    /// The pid of the live owner of endpoint `ep`, or `None` if nobody owns it.
+    /// The pid of the live owner of endpoint `ep` now, or `None` if nobody owns it.
+    ///
+    /// Asked of the host at each call (`Registry::owner`), not of the peers this process
+    /// mapped: an endpoint number is reused as soon as its process died, before this
+    /// process's progress thread has learnt of the death, and a MAD from the number's new
+    /// owner must be taken as the new process's.
     pub fn owner_pid(&self, ep: u32) -> Option<i32> {
         if ep == self.ep {
             return Some(self.pid());
         }
-        let reg = self.reg?;
-        reg.peer(ep).ok().filter(|p| p.is_alive()).map(|p| p.pid)
+        self.reg?.owner(ep).map(|(pid, _)| pid)
     }
 }
 
@@ -245,6 +256,66 @@ mod tests {
         assert_eq!(got.bytes, m);
         assert!(q.recv().unwrap().is_none());
         assert_eq!(q.owner_pid(q.endpoint()), Some(std::process::id() as i32));
+    }
+
+    /// An endpoint number whose process died is its new owner's at once, though this
+    /// process still has the dead one mapped (its progress thread has not handled the
+    /// death yet): the connection manager takes a MAD's sender to be `owner_pid`, watches
+    /// that pid, and answers with `send`. A dead pid there made the watch fail a new
+    /// connection request (rdma_accept EINVAL, state Failed), and the dead process's
+    /// FIFO made the answer fail (the connection lost): the rpma interop tests with C
+    /// clients in turn, which take one number after another, about 1 run in 10 under load.
+    #[test]
+    fn a_reused_endpoint_number_is_its_new_owners_before_the_old_death_is_handled() {
+        use crate::shm::fifo::Fifo;
+        use crate::shm::registry::Registry;
+        use rustix::event::{poll, PollFd, PollFlags};
+        let root = std::env::temp_dir().join(format!("rverbs-qp1-owner-{}", std::process::id()));
+        let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut m = [0u8; MAD_LEN];
+        m[1] = 7;
+        let mut rec = [0u8; RECORD_LEN];
+        // The old endpoint: its header names a process that lives until its stdin closes.
+        let old = Registry::claim(&root, |_| {}).unwrap();
+        let me: &'static Registry = Box::leak(Box::new(Registry::claim(&root, |_| {}).unwrap()));
+        let tables = crate::shm::tables::Tables::create(&old.dir).unwrap();
+        let old_qp1 = Fifo::create(&old.dir.join(FIFO_NAME)).unwrap();
+        let mut child = std::process::Command::new("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
+        let dead = child.id() as i32;
+        old.set_header_pid(child.id());
+        let q = Qp1::open_in(Some(me), Box::leak(me.dir.clone().into_boxed_path()), None).unwrap();
+        let ep = old.ep;
+        assert_eq!(q.owner_pid(ep), Some(dead));
+        q.send(ep, &m).unwrap();
+        old_qp1.recv(&mut rec).unwrap();
+        assert_eq!(me.peer(ep).unwrap().pid, dead, "mapped");
+        // It dies (a zombie until reaped), and its number goes to a new process (here:
+        // this one, as another endpoint), which opens its QP1.
+        drop(child.stdin.take());
+        let pidfd = rustix::process::pidfd_open(rustix::process::Pid::from_raw(dead).unwrap(), rustix::process::PidfdFlags::empty()).unwrap();
+        assert_eq!(poll(&mut [PollFd::new(&pidfd, PollFlags::IN)], None).unwrap(), 1, "exited");
+        assert_eq!(q.owner_pid(ep), None, "exited, its number still locked");
+        drop((old_qp1, tables, old));
+        let new = Registry::claim(&root, |_| {}).unwrap();
+        assert_eq!(new.ep, ep);
+        let new_qp1 = Fifo::create(&new.dir.join(FIFO_NAME)).unwrap();
+        assert_eq!(me.peer(ep).unwrap().pid, dead, "the mapped peer is stale: nobody handled its death");
+        let now = std::process::id() as i32;
+        assert_eq!(q.owner_pid(ep), Some(now), "the number's owner now, not the dead process");
+        assert!(q.watch(ep, dead).is_err(), "the dead process owns nothing");
+        let fd = q.watch(ep, now).expect("the new owner is watched");
+        assert_eq!(poll(&mut [PollFd::new(&fd, PollFlags::IN)], Some(&zero)).unwrap(), 0, "alive");
+        q.send(ep, &m).expect("a MAD to the number reaches its new owner");
+        new_qp1.recv(&mut rec).unwrap();
+        assert_eq!(gsi::parse_record(&rec), (MadPeer::Endpoint(q.endpoint()), m));
+        // Released: nobody owns it, nothing reaches it.
+        drop((new_qp1, new));
+        assert_eq!(q.owner_pid(ep), None);
+        assert!(q.watch(ep, now).is_err());
+        assert!(q.send(ep, &m).is_err());
+        child.wait().unwrap();
+        drop(q);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

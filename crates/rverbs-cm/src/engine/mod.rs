@@ -282,8 +282,8 @@ impl Engine {
             w.1 += 1;
             return;
         }
-        // The pidfd of whoever holds the endpoint now; if that is not `pid`, `pid` is dead.
-        let fd = self.qp1.watch(ep).ok().filter(|_| self.qp1.owner_pid(ep) == Some(pid));
+        // The pidfd of `pid` if it holds the endpoint now; if not, `pid` is dead.
+        let fd = self.qp1.watch(ep, pid).ok();
         let key = (u64::from(pid as u32) << 32) | u64::from(ep);
         match fd {
             Some(fd) if epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(key), epoll::EventFlags::IN).is_ok() => {

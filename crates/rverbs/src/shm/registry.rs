@@ -155,15 +155,28 @@ const FORKED_CHILD_GRACE: std::time::Duration = std::time::Duration::from_millis
 /// Whether the process the endpoint header in `dir` names is gone (`false` when the
 /// header cannot be read or names no process: nothing is known).
 fn header_pid_dead(dir: &Path) -> bool {
+    let Some(pid) = header_pid(dir) else { return false };
+    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
+}
+
+/// The pid the endpoint header in `dir` names, read from the file now (not from a
+/// mapping: a later owner of the number writes a new file); `None` when the header cannot
+/// be read or names no process (not written yet).
+fn header_pid(dir: &Path) -> Option<rustix::process::Pid> {
     use std::os::unix::fs::FileExt;
     let mut b = [0u8; 8];
-    let Ok(f) = std::fs::File::open(dir.join("hdr")) else { return false };
-    if f.read_exact_at(&mut b, 8).is_err() {
-        return false;
-    }
-    let pid = u64::from_ne_bytes(b);
-    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
-    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
+    let f = std::fs::File::open(dir.join("hdr")).ok()?;
+    f.read_exact_at(&mut b, 8).ok()?;
+    i32::try_from(u64::from_ne_bytes(b)).ok().and_then(rustix::process::Pid::from_raw)
+}
+
+/// Whether the process of `pidfd` has exited (the pidfd is readable, pidfd_open(2)),
+/// asked now.
+fn pidfd_exited(pidfd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+    let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+    matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
 }
 
 /// Tries the lock at `path` without ever creating the file.
@@ -327,6 +340,35 @@ impl Registry {
             return false;
         }
         self.peer(ep).map_or(true, |p| p.pid as u32 == pid && p.is_alive())
+    }
+
+    /// The process that owns endpoint `ep` (another than this one) now: its pid and a
+    /// pidfd of it (pidfd_open(2)); `None` if nobody does.
+    ///
+    /// Rule: asked of the host, not of the mapped peers. Endpoint numbers are reused (the
+    /// next process to claim one takes the lowest free number), and a mapped peer is
+    /// marked dead only when the progress thread gets to its pidfd, which on a busy host
+    /// can come after the next process took the number and sent this one a MAD. The
+    /// owner writes its pid into its header before it can send anything, so the header
+    /// file names it; the answer holds if, after the pidfd was opened, the number is
+    /// still locked, the process has not exited and the header still names it. The
+    /// mapped peers are left as they are (their death stays the progress thread's).
+    pub(crate) fn owner(&self, ep: u32) -> Option<(i32, OwnedFd)> {
+        if ep == self.ep || ep >= MAX_ENDPOINTS {
+            return None;
+        }
+        let dir = ep_dir(&self.root, ep);
+        let pid = header_pid(&dir)?;
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
+        let owns = self.alive_unlocked(ep) && !pidfd_exited(pidfd.as_fd()) && header_pid(&dir) == Some(pid);
+        owns.then(|| (pid.as_raw_nonzero().get(), pidfd))
+    }
+
+    /// Makes this endpoint's header name `pid` (tests: the number as another process,
+    /// one that exits, holds it).
+    #[cfg(test)]
+    pub(crate) fn set_header_pid(&self, pid: u32) {
+        self.hdr.get::<AtomicU64>(8).store(u64::from(pid), Ordering::Release);
     }
 
     /// The live peer `ep`, mapped on first use.
@@ -556,10 +598,7 @@ impl Peer {
 
     /// Whether the peer's process has exited (its pidfd is readable), asked now.
     fn exited(&self) -> bool {
-        use rustix::event::{poll, PollFd, PollFlags};
-        let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
-        let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
-        matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+        pidfd_exited(self.pidfd.as_fd())
     }
 
     pub(crate) fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -709,6 +748,44 @@ mod tests {
         assert!(!pa.is_alive());
         child.wait().unwrap();
         drop((pa, a, b));
+        std::fs::remove_dir_all(&r).unwrap();
+    }
+
+    /// The owner of an endpoint number is the process that holds it now, even while a
+    /// peer mapped under that number still looks alive because nobody has handled its
+    /// death yet (the connection manager's view of who sent a MAD; flaky rdma_accept
+    /// EINVAL of the rpma interop tests, clients in turn on one number).
+    #[test]
+    fn the_owner_of_a_reused_number_is_read_from_the_host_not_from_the_mapped_peer() {
+        let r = root("owner");
+        let a = Registry::claim(&r, |_| {}).unwrap();
+        let b = Registry::claim(&r, |_| {}).unwrap(); // its progress thread never runs
+        let tables_a = super::super::tables::Tables::create(&a.dir).unwrap();
+        let me = std::process::id() as i32;
+        assert!(b.owner(b.ep).is_none(), "not asked of the own endpoint");
+        assert_eq!(b.owner(a.ep).map(|(pid, _)| pid), Some(me));
+        // `a`'s process, as its header names it, exits while `b` has it mapped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id() as i32;
+        a.set_header_pid(child.id());
+        let pa = b.peer(a.ep).unwrap();
+        assert_eq!(pa.pid, dead);
+        let pidfd = rustix::process::pidfd_open(rustix::process::Pid::from_raw(dead).unwrap(), rustix::process::PidfdFlags::empty()).unwrap();
+        let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+        assert_eq!(rustix::event::poll(&mut fds, None).unwrap(), 1);
+        assert_eq!(b.owner(a.ep).map(|(pid, _)| pid), None, "exited, the number still locked");
+        // The number is released and claimed again by a live process.
+        let ep_a = a.ep;
+        drop((tables_a, a));
+        assert_eq!(b.owner(ep_a).map(|(pid, _)| pid), None, "free");
+        let c = Registry::claim(&r, |_| {}).unwrap();
+        assert_eq!(c.ep, ep_a);
+        assert!(pa.is_alive() && b.peer(ep_a).unwrap().pid == dead, "the mapped peer is stale: nobody handled its death");
+        let (pid, fd) = b.owner(ep_a).expect("the new owner");
+        assert_eq!(pid, me);
+        assert!(!pidfd_exited(fd.as_fd()));
+        child.wait().unwrap();
+        drop((pa, b, c));
         std::fs::remove_dir_all(&r).unwrap();
     }
 
