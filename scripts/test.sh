@@ -34,6 +34,7 @@ fi
 cargo test --workspace --doc
 
 # tests/conformance/xrc_netns.sh (XRC across two namespaces rvx-a/rvx-b, needs root) runs here too.
+# tests/conformance/ucx_netns.sh (UCX across two namespaces rvq-a/rvq-b, needs root) runs here too.
 for t in tests/conformance/*.sh tests/chaos/*.sh; do
 	[ -e "$t" ] || continue
 	echo "== $t"
