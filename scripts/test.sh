@@ -35,8 +35,8 @@ cargo test --workspace --doc
 # The API documentation builds without a warning (broken or private intra-doc links).
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
-# tests/conformance/xrc_netns.sh (XRC across two namespaces rvx-a/rvx-b, needs root) runs here too.
-# tests/conformance/mcast_netns.sh (UD multicast across two namespaces rvm-a/rvm-b, needs root) runs here too.
+# Every conformance and chaos script runs here; the *_netns.sh ones (UD, RC, XRC, multicast,
+# rdma_cm, UCX) stand two hosts up as two network namespaces they create (needs root).
 for t in tests/conformance/*.sh tests/chaos/*.sh; do
 	[ -e "$t" ] || continue
 	echo "== $t"

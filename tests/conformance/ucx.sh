@@ -6,15 +6,8 @@
 # UCX's rdmacm connection manager.
 #
 # UCX looks for two things a kernel RDMA device has and a user-space device cannot
-# create; the harness provides them, not the library, in a private mount namespace (as
-# root: `unshare -m`; nothing outside the script sees them):
-#   - /dev/infiniband/<dev_name> (uverbs0), which UCX stats and requires to be a
-#     readable and writable character device before it considers the device usable: a
-#     node with /dev/null's numbers, in an overlay over /dev (UCX never opens it);
-#   - /sys/class/infiniband/rverbs0/ports/1/gid_attrs/{types,ndevs}/<index>, from which
-#     UCX learns each GID's RoCE version and network device (for reachability): written
-#     from the device's own GID table (ibv_devinfo -v) and the host's addresses, in an
-#     overlay over /sys/class.
+# create (/dev/infiniband/uverbs0 and the GIDs' sysfs attributes); the harness provides
+# them, not the library, in a private mount namespace (lib/ucx.bash).
 # The client starts when the server's TCP control port listens (ss, lib/pairs.bash).
 #
 # ud_verbs runs with UCX_UD_VERBS_ETH_DGID_CHECK=n, as it must on rxe: UCX 1.13's RoCE
@@ -37,35 +30,14 @@ export UCX_UD_VERBS_ETH_DGID_CHECK=n
 command -v ucx_perftest >/dev/null || { echo "$NAME: ucx_perftest missing (apt-get install ucx-utils)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "$NAME: needs root (mknod and overlay mounts in a private mount namespace)" >&2; exit 2; }
 
-# The namespace set-up, run inside `unshare -m` before each command.
-gids=$(ibv_devinfo -v -d rverbs0 | sed -n 's/.*GID\[ *\([0-9]*\)\]:[[:space:]]*\([^,]*\), \(RoCE v[12]\).*/\1 \2 \3/p')
-[ -n "$gids" ] || { echo "$NAME: no GIDs from ibv_devinfo" >&2; exit 2; }
-first_if=$(ip -o link | awk -F': ' '$2 != "lo" { print $2; exit }')
-setup="set -e
-ovl=\$(mktemp -d -p $WORK)
-mount -t tmpfs rverbs-ucx \$ovl
-mkdir -p \$ovl/du \$ovl/dw \$ovl/su \$ovl/sw
-mount -t overlay rverbs-dev -o lowerdir=/dev,upperdir=\$ovl/du,workdir=\$ovl/dw /dev
-mkdir -p /dev/infiniband && mknod -m 666 /dev/infiniband/uverbs0 c 1 3
-mount -t overlay rverbs-sys -o lowerdir=/sys/class,upperdir=\$ovl/su,workdir=\$ovl/sw /sys/class
-d=/sys/class/infiniband/rverbs0/ports/1/gid_attrs
-mkdir -p \$d/types \$d/ndevs"
-while read -r idx gid type; do
-  case $gid in
-    ::ffff:*) ndev=$(ip -o -4 addr | awk -v a="${gid#::ffff:}" '{ split($4, p, "/"); if (p[1] == a) { print $2; exit } }') ;;
-    fe80:*) ndev=${first_if%@*} ;;
-    *) ndev=$(ip -o -6 addr | awk -v a="$gid" '{ split($4, p, "/"); if (p[1] == a) { print $2; exit } }') ;;
-  esac
-  setup+="
-echo '$type' > \$d/types/$idx
-echo '${ndev:-lo}' > \$d/ndevs/$idx"
-done <<<"$gids"
-in_ns() { unshare -m --propagation private bash -c "$setup
-exec \"\$@\"" in_ns "$@"; }
+# The mount namespace set-up, run before each command (lib/ucx.bash).
+# shellcheck source=lib/ucx.bash
+source tests/conformance/lib/ucx.bash
+ucx_mount_setup "$WORK" || exit 2
+in_ns() { "${ucx_argv[@]}" "$@"; }
 # In the background: the job's shell becomes the command (exec), so its pid is the
 # command's (unshare and bash exec too) and killing it stops the program.
-in_ns_bg() { exec unshare -m --propagation private bash -c "$setup
-exec \"\$@\"" in_ns "$@"; }
+in_ns_bg() { exec "${ucx_argv[@]}" "$@"; }
 
 n=$((n + 1))
 start=$EPOCHREALTIME why=()

@@ -1,5 +1,6 @@
-# Shared by the scripts that stand two hosts up as two network namespaces (udp_netns.sh, xrc_netns.sh,
-# rc_netns.sh, net_errors.sh, scripts/bench/net_side_by_side.sh). Needs root.
+# Shared by the scripts that stand two hosts up as two network namespaces (udp_netns.sh,
+# rc_netns.sh, xrc_netns.sh, mcast_netns.sh, net_errors.sh, ucx_netns.sh,
+# scripts/bench/net_side_by_side.sh). Needs root.
 
 # netns_pair A B MTU IP_A IP_B [IP6_A IP6_B]: creates namespaces A and B joined by a veth
 # pair (A0 in A, B0 in B: the namespace names with a 0), IPv4 addresses IP_A/24 and
