@@ -195,11 +195,12 @@ fn route(rx: RxAddr, from: SocketAddr, repr: &rverbs_proto::wire::roce::Repr, pa
             }
         }
         Route::Relay { qpn } => {
-            assert!(matches!(transport, Transport::Rc | Transport::Uc) && qpn == qp);
+            // XRC is routed and relayed as RC is (docs/network.md, "XRC across hosts").
+            assert!(matches!(transport, Transport::Rc | Transport::Uc | Transport::Xrc) && qpn == qp);
             assert_ne!(udp::endpoint_of(qpn), ep);
         }
         Route::Request { qpn } | Route::Response { qpn } => {
-            assert!(matches!(transport, Transport::Rc | Transport::Uc) && qpn == qp);
+            assert!(matches!(transport, Transport::Rc | Transport::Uc | Transport::Xrc) && qpn == qp);
             assert_eq!(udp::endpoint_of(qpn), ep);
             assert_eq!(repr.bth.opcode.is_request(), matches!(udp::route(ep, repr), Route::Request { .. }));
         }
