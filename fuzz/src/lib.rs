@@ -16,6 +16,7 @@ pub mod config;
 pub mod fault_config;
 pub mod input;
 pub mod log_filter;
+pub mod neigh;
 pub mod pcap_read;
 pub mod requester_acks;
 pub mod responder;

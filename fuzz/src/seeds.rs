@@ -298,6 +298,7 @@ pub fn all() -> Vec<Seed> {
     shm_seeds(&mut seeds);
     capi_seeds(&mut seeds);
     config_seeds(&mut seeds);
+    neigh_seeds(&mut seeds);
     for (i, spec) in [
         "seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%",
         "delay=50us",
@@ -581,7 +582,7 @@ fn config_seeds(seeds: &mut Vec<Seed>) {
     let cases: [(&[u8], &[u8], &[u8], &[u8], &str); 4] = [
         (b"/tmp/rt-a", b"/run/user/1000", b"off", b"/sys/", "info"),
         (b"\xff", b"/run/user/1000", b"1", b"\xff", "rverbs=debug,rverbs_cm=trace"),
-        (b"", b"", b"on", b"//", "warn,rverbs::transport[recv{qpn=7}]=trace"),
+        (b"", b"", b"on", b"//", " warn , rverbs::transport[recv{qpn=7}]=trace,rverbs=Info,,=x"),
         (b"\xff", b"\xff", b"\xff", b"/custom/sys", "off"),
     ];
     for (i, (r, x, sw, sys, log)) in cases.iter().enumerate() {
@@ -592,6 +593,76 @@ fn config_seeds(seeds: &mut Vec<Seed>) {
         s.extend_from_slice(&1000u32.to_le_bytes());
         s.push(i as u8 & 1);
         seeds.push(("config", format!("seed-{i}"), s));
-        seeds.push(("log_filter", format!("seed-{i}"), log.as_bytes().to_vec()));
+        let mut l = Vec::new();
+        push_record(&mut l, ["rverbs::transport::net", "rverbs_cm::conn", "rverbs", "ibverbs"][i].as_bytes());
+        l.extend_from_slice(log.as_bytes());
+        seeds.push(("log_filter", format!("seed-{i}"), l));
     }
+}
+
+/// `neigh`: a neighbour dump, route tables and an ARP table as the kernel writes them.
+fn neigh_seeds(seeds: &mut Vec<Seed>) {
+    // A dump for fd69::2: an entry for it (REACHABLE, link-layer address first), one for
+    // fd69::1 (FAILED), DONE; cut at byte 0x30, nothing overwritten.
+    let mut d = vec![0u8, 2, 3];
+    d.extend_from_slice(&[0, 0x02, 0x00, 2, 0, 1, 2]);
+    d.extend_from_slice(&[1, 0x20, 0x00, 1, 2, 1]);
+    d.extend_from_slice(&[5, 0, 0, 0]);
+    d.extend_from_slice(&0x30u16.to_le_bytes());
+    d.push(0);
+    seeds.push(("neigh", "seed-dump".into(), d));
+    // The same reply as raw bytes (native endianness), asked for fd69::2.
+    let nl = |kind: u16, body: &[u8]| {
+        let mut m = ((16 + body.len()) as u32).to_ne_bytes().to_vec();
+        m.extend_from_slice(&kind.to_ne_bytes());
+        m.extend_from_slice(&[0; 10]);
+        m.extend_from_slice(body);
+        m
+    };
+    let mut body = vec![10u8, 0, 0, 0, 3, 0, 0, 0];
+    body.extend_from_slice(&2u16.to_ne_bytes());
+    body.extend_from_slice(&[0, 0]);
+    body.extend_from_slice(&20u16.to_ne_bytes());
+    body.extend_from_slice(&1u16.to_ne_bytes());
+    body.extend_from_slice(&"fd69::2".parse::<std::net::Ipv6Addr>().expect("v6").octets());
+    let mut raw = nl(28, &body);
+    raw.extend(nl(3, &[0; 4]));
+    let mut r = vec![1u8, 2];
+    push_record(&mut r, &raw);
+    seeds.push(("neigh", "seed-raw-dump".into(), r));
+    // /proc/net/route: default via 192.168.0.1 on eth0, 192.168.0.0/24 on eth0,
+    // 127.0.0.0/8 on lo; asked for 192.168.0.7; then the real text.
+    let mut t = vec![2u8, 1, 0, 7, 3];
+    t.extend_from_slice(&[0, 0, 0, 1]);
+    t.extend_from_slice(&u32::from(Ipv4Addr::new(192, 168, 0, 1)).to_le_bytes());
+    t.push(1);
+    t.extend_from_slice(&[0, 24, 0, 0, 1]);
+    t.extend_from_slice(&[1, 8, 1]);
+    t.extend_from_slice(&u32::from(Ipv4Addr::new(127, 0, 0, 0)).to_le_bytes());
+    t.extend_from_slice(&[0, 1]);
+    push_record(
+        &mut t,
+        b"Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+eth0\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+eth0\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n",
+    );
+    seeds.push(("neigh", "seed-route".into(), t));
+    // /proc/net/ipv6_route: fd69::/64 on veth0, a local route for fd69::1; asked for
+    // fd69::2.
+    let mut t6 = vec![3u8, 2, 2];
+    t6.extend_from_slice(&[1, 64, 0, 0, 1, 1]);
+    t6.extend_from_slice(&[1, 128, 1, 1, 0, 0, 1]);
+    push_record(
+        &mut t6,
+        b"fd690000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001    veth0\n",
+    );
+    seeds.push(("neigh", "seed-route6".into(), t6));
+    // /proc/net/arp: 10.66.66.2 complete, 10.66.66.3 incomplete; asked for .2.
+    let mut a = vec![4u8, 2, 2, 2, 2, 1, 3, 0, 1];
+    push_record(
+        &mut a,
+        b"IP address       HW type     Flags       HW address            Mask     Device\n\
+10.66.66.2       0x1         0x2         aa:bb:cc:dd:ee:ff     *        veth0\n",
+    );
+    seeds.push(("neigh", "seed-arp".into(), a));
 }

@@ -73,7 +73,15 @@ pub fn sysfs_path_from(env: Option<&std::ffi::OsStr>) -> std::ffi::CString {
 /// The longest `SYSFS_PATH` kept.
 pub const SYSFS_PATH_MAX: usize = crate::abi::IBV_SYSFS_PATH_MAX;
 
-/// `device::log_filter` of a `RVERBS_LOG` value, shown as tracing-subscriber shows it.
-pub fn log_filter(value: &str) -> String {
-    crate::device::log_filter(value).to_string()
+/// `device::log_filter` of a `RVERBS_LOG` value: the filter's target directives in
+/// its order (target, level as its name), the level of the `level` directive, the
+/// ignored directives; and whether the filter enables `target` at each level from
+/// error to trace (`would_enable`).
+#[allow(clippy::type_complexity)]
+pub fn log_filter(value: &str, target: &str) -> (Vec<(String, String)>, Option<String>, Vec<String>, [bool; 5]) {
+    use tracing::Level;
+    let f = crate::device::log_filter(value);
+    let dirs = f.targets.iter().map(|(t, l)| (t.to_owned(), l.to_string())).collect();
+    let enabled = [Level::ERROR, Level::WARN, Level::INFO, Level::DEBUG, Level::TRACE].map(|l| f.targets.would_enable(target, &l));
+    (dirs, f.targets.default_level().map(|l| l.to_string()), f.ignored.into_iter().map(|(d, _)| d).collect(), enabled)
 }

@@ -384,3 +384,30 @@ pub mod shm {
         (published, crate::shm::registry::find_net_port(&atomics, netns, ip))
     }
 }
+
+/// The readers of what the kernel answers about routes and neighbours (`neigh`): the
+/// text of `/proc/net/route`, `/proc/net/ipv6_route` and `/proc/net/arp`, and
+/// `RTM_GETNEIGH` dump replies.
+pub mod neigh {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    /// `neigh::next_hop`.
+    pub fn next_hop(dst: Ipv4Addr, table: &str) -> Option<Ipv4Addr> {
+        crate::neigh::next_hop(dst, table)
+    }
+
+    /// `neigh::next_hop6`.
+    pub fn next_hop6(dst: Ipv6Addr, table: &str) -> Option<Ipv6Addr> {
+        crate::neigh::next_hop6(dst, table)
+    }
+
+    /// `neigh::arp_complete`.
+    pub fn arp_complete(ip: Ipv4Addr, table: &str) -> bool {
+        crate::neigh::arp_complete(ip, table)
+    }
+
+    /// `neigh::parse_neighbours`: (state of `ip`'s entry, the dump ended).
+    pub fn parse_neighbours(buf: &[u8], ip: Ipv6Addr) -> (Option<u16>, bool) {
+        crate::neigh::parse_neighbours(buf, ip)
+    }
+}
