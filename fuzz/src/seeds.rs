@@ -518,6 +518,52 @@ fn shm_seeds(seeds: &mut Vec<Seed>) {
     hdr.extend_from_slice(&40123u16.to_le_bytes());
     hdr.push(0);
     seeds.push(("shm_segments", "seed-header".into(), hdr));
+    // A proxied read of 64 bytes through a remote key, then a write that asks for a right
+    // to write, both in a channel segment of the right size.
+    let mut px = vec![5u8, 1];
+    u32s(&mut px, &[0x1234_5601]);
+    px.extend_from_slice(&[1, 1]);
+    u32s(&mut px, &[1, 3, 0x4]);
+    u64s(&mut px, &[0x7f00_0000_1000]);
+    px.push(0);
+    px.extend_from_slice(&64u16.to_le_bytes());
+    px.push(0);
+    px.extend_from_slice(&[5, 0]);
+    u32s(&mut px, &[0x1234_5601]);
+    px.extend_from_slice(&[1, 0]);
+    u32s(&mut px, &[0, 0x1]);
+    u64s(&mut px, &[0x7f00_0000_2000]);
+    px.push(0);
+    px.extend_from_slice(&4096u16.to_le_bytes());
+    px.push(0);
+    seeds.push(("shm_segments", "seed-proxy".into(), px));
+    // A CQ of 4: its own capacity in a segment of the right size, endpoints 0 and 1
+    // alive; a channel and an arming, five publishes (the fifth an overrun), polls, a
+    // resize with nobody inside, one followed after the forwarding mark is set.
+    let mut cq = vec![6u8, 3, 0, 0, 0b11];
+    cq.extend_from_slice(&[3, 2, 0, 1]); // channel = 1
+    cq.extend_from_slice(&[5, 0, 0]); // arm for the next completion
+    for pid in [1u8, 1, 3, 1] {
+        cq.extend_from_slice(&[0, 1, pid, 0]);
+    }
+    cq.extend_from_slice(&[2, 2]);
+    cq.extend_from_slice(&[5, 1, 1]); // freeze, stay frozen
+    cq.extend_from_slice(&[3, 6, 0, 2]); // moved = 2
+    cq.extend_from_slice(&[0, 0, 1, 0]); // follows the resize
+    cq.extend_from_slice(&[5, 1, 0]); // freeze, thaw
+    for _ in 0..3 {
+        cq.extend_from_slice(&[1, 2, 1, 1]);
+    }
+    seeds.push(("shm_segments", "seed-cq".into(), cq));
+    // Lock words: free; held by a dead endpoint 5; garbage.
+    let mut lk = vec![7u8, 1, 0];
+    u64s(&mut lk, &[0b10, 0, 0, 0]);
+    lk.extend_from_slice(&[7, 1, 2, 5]);
+    u64s(&mut lk, &[0b10, 0, 0, 0]);
+    lk.extend_from_slice(&[7, 1, 3]);
+    u32s(&mut lk, &[0xffff_fff0]);
+    u64s(&mut lk, &[0, 0, 0, 0]);
+    seeds.push(("shm_segments", "seed-lock".into(), lk));
 }
 
 /// `capi_structs`: one of each struct an application hands over, as a well-behaved one
