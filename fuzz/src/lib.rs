@@ -10,6 +10,7 @@
 //! independent recomputation of the ICRC, and, for the transport machines, that nothing
 //! they plan touches a byte outside what the driver said exists.
 
+pub mod capi_send;
 pub mod capi_structs;
 pub mod cm_mad;
 pub mod config;

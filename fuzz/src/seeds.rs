@@ -299,6 +299,7 @@ pub fn all() -> Vec<Seed> {
     capi_seeds(&mut seeds);
     config_seeds(&mut seeds);
     neigh_seeds(&mut seeds);
+    capi_send_seeds(&mut seeds);
     for (i, spec) in [
         "seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%",
         "delay=50us",
@@ -712,3 +713,94 @@ eth0\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n",
     );
     seeds.push(("neigh", "seed-arp".into(), a));
 }
+
+/// `capi_send`: a send chain as a well-behaved application posts it (an inline SEND, an
+/// RDMA WRITE with immediate data, a compare-and-swap), the creation attributes of an
+/// extended RC QP with builders, and those of an extended CQ.
+fn capi_send_seeds(seeds: &mut Vec<Seed>) {
+    let sges = ibverbs::fuzzing::MAX_ANY_SGE;
+    // One request: opcode, flags selector (+ byte), count, imm, union, remote_srqn, the
+    // bind_mw member (NULL window), the scatter list (offset/2, length, not NULL), not NULL.
+    let wr = |out: &mut Vec<u8>, opcode: u8, inline: bool, n: u8, union: &[u8]| {
+        out.extend_from_slice(&[0, opcode]);
+        out.extend_from_slice(if inline { &[1, 0] } else { &[0] });
+        out.extend_from_slice(&[0, n]);
+        out.extend_from_slice(&0x1234_5678u32.to_le_bytes());
+        out.extend_from_slice(union);
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&[0, 0, 0, 0, 0]);
+        for i in 0..sges {
+            out.extend_from_slice(&[(i * 16) as u8, 24, 0]);
+        }
+        out.push(0);
+    };
+    let mut c = vec![0u8, 4, 1, 0, 2, 15];
+    let mut rdma = vec![0u8];
+    rdma.extend_from_slice(&0x7f00_0000_1000u64.to_le_bytes());
+    rdma.extend_from_slice(&0x55u32.to_le_bytes());
+    let mut atomic = vec![1u8];
+    for v in [0x7f00_0000_2000u64, 5, 6] {
+        atomic.extend_from_slice(&v.to_le_bytes());
+    }
+    atomic.extend_from_slice(&0x66u32.to_le_bytes());
+    wr(&mut c, 2, true, 2, &rdma);
+    wr(&mut c, 1, false, 1, &rdma);
+    wr(&mut c, 5, false, 1, &atomic);
+    seeds.push(("capi_send", "seed-send-chain".into(), c));
+    // ibv_create_qp_ex: RC in a PD with the SEND, RDMA WRITE and READ builders.
+    let mut q = vec![1u8];
+    for p in [1u16, 2, 2, 0] {
+        q.extend_from_slice(&p.to_le_bytes());
+    }
+    for cap in [16u32, 16, 2, 2, 64] {
+        q.extend_from_slice(&cap.to_le_bytes());
+    }
+    q.extend_from_slice(&[0, 2]);
+    q.extend_from_slice(&0u32.to_le_bytes());
+    q.push(1);
+    q.extend_from_slice(&3u16.to_le_bytes());
+    q.extend_from_slice(&0u16.to_le_bytes());
+    q.push(0);
+    q.push(0);
+    q.extend_from_slice(&0b0001_1001u16.to_le_bytes());
+    seeds.push(("capi_send", "seed-qp-init-ex".into(), q));
+    // ibv_create_cq_ex: 64 entries, vector 0, the standard flags and IGNORE_OVERRUN.
+    let mut cq = vec![2u8];
+    cq.extend_from_slice(&64u32.to_le_bytes());
+    cq.extend_from_slice(&[1, 0, 0, 0]);
+    cq.extend_from_slice(&[0, 0, 0]);
+    cq.extend_from_slice(&0x3fu16.to_le_bytes());
+    cq.extend_from_slice(&[0, 1, 0, 2]);
+    seeds.push(("capi_send", "seed-cq-init-ex".into(), cq));
+    // ibv_create_srq_ex: an XRC SRQ with its PD, domain and CQ.
+    let mut srq = vec![3u8];
+    for v in [64u32, 2, 0] {
+        srq.extend_from_slice(&v.to_le_bytes());
+    }
+    srq.extend_from_slice(&[0, 0b1111, 0, 1]);
+    for p in [1u16, 2, 3] {
+        srq.extend_from_slice(&p.to_le_bytes());
+    }
+    seeds.push(("capi_send", "seed-srq-init-ex".into(), srq));
+    // The builders' arguments: SIGNALED | INLINE flags, an atomic-write value, a list of
+    // two SGEs of four allowed, three inline pieces.
+    let mut b = vec![4u8];
+    b.extend_from_slice(&(IBV_SEND_SIGNALED_FLAG | 8).to_le_bytes());
+    b.extend_from_slice(&[1, 2, 3, 4, 1, 0, 4, 0, 2]);
+    b.extend(std::iter::repeat_n(7u8, 34 * 8));
+    b.push(0);
+    b.extend((0..=255u8).map(|i| i.wrapping_mul(3)));
+    b.push(3);
+    b.extend_from_slice(&[0, 16, 0, 32, 8, 0, 200, 0, 0]);
+    b.push(0);
+    seeds.push(("capi_send", "seed-builder-args".into(), b));
+    // rdma_create_ep: an active TCP endpoint with 16 bytes of private data.
+    let mut ep = vec![5u8];
+    ep.extend((0..64u8).map(|i| i ^ 0x33));
+    ep.extend_from_slice(&0u32.to_le_bytes());
+    ep.extend_from_slice(&[0, 2, 0, 0, 16, 1]);
+    seeds.push(("capi_send", "seed-create-ep".into(), ep));
+}
+
+/// `IBV_SEND_SIGNALED`.
+const IBV_SEND_SIGNALED_FLAG: u32 = 1 << 1;

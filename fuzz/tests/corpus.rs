@@ -21,6 +21,7 @@ fn harness(target: &str) -> fn(&[u8]) {
         "config" => rverbs_fuzz::config::run,
         "log_filter" => rverbs_fuzz::log_filter::run,
         "neigh" => rverbs_fuzz::neigh::run,
+        "capi_send" => rverbs_fuzz::capi_send::run,
         other => panic!("no harness for {other}"),
     }
 }
@@ -43,6 +44,7 @@ fn generated_seeds_run_clean() {
         "config",
         "log_filter",
         "neigh",
+        "capi_send",
     ] {
         assert!(seeds.iter().any(|s| s.0 == target), "no seed for {target}");
     }
