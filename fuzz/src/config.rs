@@ -3,8 +3,7 @@
 //! `RVERBS_RUNTIME_DIR` / `XDG_RUNTIME_DIR` (where endpoints live), the switches
 //! `RVERBS_NET=off`, `RVERBS_CMA=off`, `RVERBS_SHARED_MR=1` (crate `rverbs`, `config`),
 //! and `SYSFS_PATH` (crate `rverbs-capi`). `RVERBS_LOG` has a target of its own,
-//! `log_filter` (tracing-subscriber's parser builds regular expressions: a hundred times
-//! slower).
+//! `log_filter`.
 //!
 //! Input: four records (u16 length, then bytes): the two runtime-directory variables
 //! (each unset when its record starts with 0xff), a switch value, `SYSFS_PATH`; then a

@@ -10,12 +10,14 @@
 //! independent recomputation of the ICRC, and, for the transport machines, that nothing
 //! they plan touches a byte outside what the driver said exists.
 
+pub mod capi_send;
 pub mod capi_structs;
 pub mod cm_mad;
 pub mod config;
 pub mod fault_config;
 pub mod input;
 pub mod log_filter;
+pub mod neigh;
 pub mod pcap_read;
 pub mod requester_acks;
 pub mod responder;

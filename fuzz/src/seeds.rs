@@ -298,6 +298,8 @@ pub fn all() -> Vec<Seed> {
     shm_seeds(&mut seeds);
     capi_seeds(&mut seeds);
     config_seeds(&mut seeds);
+    neigh_seeds(&mut seeds);
+    capi_send_seeds(&mut seeds);
     for (i, spec) in [
         "seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%",
         "delay=50us",
@@ -517,6 +519,52 @@ fn shm_seeds(seeds: &mut Vec<Seed>) {
     hdr.extend_from_slice(&40123u16.to_le_bytes());
     hdr.push(0);
     seeds.push(("shm_segments", "seed-header".into(), hdr));
+    // A proxied read of 64 bytes through a remote key, then a write that asks for a right
+    // to write, both in a channel segment of the right size.
+    let mut px = vec![5u8, 1];
+    u32s(&mut px, &[0x1234_5601]);
+    px.extend_from_slice(&[1, 1]);
+    u32s(&mut px, &[1, 3, 0x4]);
+    u64s(&mut px, &[0x7f00_0000_1000]);
+    px.push(0);
+    px.extend_from_slice(&64u16.to_le_bytes());
+    px.push(0);
+    px.extend_from_slice(&[5, 0]);
+    u32s(&mut px, &[0x1234_5601]);
+    px.extend_from_slice(&[1, 0]);
+    u32s(&mut px, &[0, 0x1]);
+    u64s(&mut px, &[0x7f00_0000_2000]);
+    px.push(0);
+    px.extend_from_slice(&4096u16.to_le_bytes());
+    px.push(0);
+    seeds.push(("shm_segments", "seed-proxy".into(), px));
+    // A CQ of 4: its own capacity in a segment of the right size, endpoints 0 and 1
+    // alive; a channel and an arming, five publishes (the fifth an overrun), polls, a
+    // resize with nobody inside, one followed after the forwarding mark is set.
+    let mut cq = vec![6u8, 3, 0, 0, 0b11];
+    cq.extend_from_slice(&[3, 2, 0, 1]); // channel = 1
+    cq.extend_from_slice(&[5, 0, 0]); // arm for the next completion
+    for pid in [1u8, 1, 3, 1] {
+        cq.extend_from_slice(&[0, 1, pid, 0]);
+    }
+    cq.extend_from_slice(&[2, 2]);
+    cq.extend_from_slice(&[5, 1, 1]); // freeze, stay frozen
+    cq.extend_from_slice(&[3, 6, 0, 2]); // moved = 2
+    cq.extend_from_slice(&[0, 0, 1, 0]); // follows the resize
+    cq.extend_from_slice(&[5, 1, 0]); // freeze, thaw
+    for _ in 0..3 {
+        cq.extend_from_slice(&[1, 2, 1, 1]);
+    }
+    seeds.push(("shm_segments", "seed-cq".into(), cq));
+    // Lock words: free; held by a dead endpoint 5; garbage.
+    let mut lk = vec![7u8, 1, 0];
+    u64s(&mut lk, &[0b10, 0, 0, 0]);
+    lk.extend_from_slice(&[7, 1, 2, 5]);
+    u64s(&mut lk, &[0b10, 0, 0, 0]);
+    lk.extend_from_slice(&[7, 1, 3]);
+    u32s(&mut lk, &[0xffff_fff0]);
+    u64s(&mut lk, &[0, 0, 0, 0]);
+    seeds.push(("shm_segments", "seed-lock".into(), lk));
 }
 
 /// `capi_structs`: one of each struct an application hands over, as a well-behaved one
@@ -581,7 +629,7 @@ fn config_seeds(seeds: &mut Vec<Seed>) {
     let cases: [(&[u8], &[u8], &[u8], &[u8], &str); 4] = [
         (b"/tmp/rt-a", b"/run/user/1000", b"off", b"/sys/", "info"),
         (b"\xff", b"/run/user/1000", b"1", b"\xff", "rverbs=debug,rverbs_cm=trace"),
-        (b"", b"", b"on", b"//", "warn,rverbs::transport[recv{qpn=7}]=trace"),
+        (b"", b"", b"on", b"//", " warn , rverbs::transport[recv{qpn=7}]=trace,rverbs=Info,,=x"),
         (b"\xff", b"\xff", b"\xff", b"/custom/sys", "off"),
     ];
     for (i, (r, x, sw, sys, log)) in cases.iter().enumerate() {
@@ -592,6 +640,167 @@ fn config_seeds(seeds: &mut Vec<Seed>) {
         s.extend_from_slice(&1000u32.to_le_bytes());
         s.push(i as u8 & 1);
         seeds.push(("config", format!("seed-{i}"), s));
-        seeds.push(("log_filter", format!("seed-{i}"), log.as_bytes().to_vec()));
+        let mut l = Vec::new();
+        push_record(&mut l, ["rverbs::transport::net", "rverbs_cm::conn", "rverbs", "ibverbs"][i].as_bytes());
+        l.extend_from_slice(log.as_bytes());
+        seeds.push(("log_filter", format!("seed-{i}"), l));
     }
 }
+
+/// `neigh`: a neighbour dump, route tables and an ARP table as the kernel writes them.
+fn neigh_seeds(seeds: &mut Vec<Seed>) {
+    // A dump for fd69::2: an entry for it (REACHABLE, link-layer address first), one for
+    // fd69::1 (FAILED), DONE; cut at byte 0x30, nothing overwritten.
+    let mut d = vec![0u8, 2, 3];
+    d.extend_from_slice(&[0, 0x02, 0x00, 2, 0, 1, 2]);
+    d.extend_from_slice(&[1, 0x20, 0x00, 1, 2, 1]);
+    d.extend_from_slice(&[5, 0, 0, 0]);
+    d.extend_from_slice(&0x30u16.to_le_bytes());
+    d.push(0);
+    seeds.push(("neigh", "seed-dump".into(), d));
+    // The same reply as raw bytes (native endianness), asked for fd69::2.
+    let nl = |kind: u16, body: &[u8]| {
+        let mut m = ((16 + body.len()) as u32).to_ne_bytes().to_vec();
+        m.extend_from_slice(&kind.to_ne_bytes());
+        m.extend_from_slice(&[0; 10]);
+        m.extend_from_slice(body);
+        m
+    };
+    let mut body = vec![10u8, 0, 0, 0, 3, 0, 0, 0];
+    body.extend_from_slice(&2u16.to_ne_bytes());
+    body.extend_from_slice(&[0, 0]);
+    body.extend_from_slice(&20u16.to_ne_bytes());
+    body.extend_from_slice(&1u16.to_ne_bytes());
+    body.extend_from_slice(&"fd69::2".parse::<std::net::Ipv6Addr>().expect("v6").octets());
+    let mut raw = nl(28, &body);
+    raw.extend(nl(3, &[0; 4]));
+    let mut r = vec![1u8, 2];
+    push_record(&mut r, &raw);
+    seeds.push(("neigh", "seed-raw-dump".into(), r));
+    // /proc/net/route: default via 192.168.0.1 on eth0, 192.168.0.0/24 on eth0,
+    // 127.0.0.0/8 on lo; asked for 192.168.0.7; then the real text.
+    let mut t = vec![2u8, 1, 0, 7, 3];
+    t.extend_from_slice(&[0, 0, 0, 1]);
+    t.extend_from_slice(&u32::from(Ipv4Addr::new(192, 168, 0, 1)).to_le_bytes());
+    t.push(1);
+    t.extend_from_slice(&[0, 24, 0, 0, 1]);
+    t.extend_from_slice(&[1, 8, 1]);
+    t.extend_from_slice(&u32::from(Ipv4Addr::new(127, 0, 0, 0)).to_le_bytes());
+    t.extend_from_slice(&[0, 1]);
+    push_record(
+        &mut t,
+        b"Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+eth0\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+eth0\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n",
+    );
+    seeds.push(("neigh", "seed-route".into(), t));
+    // /proc/net/ipv6_route: fd69::/64 on veth0, a local route for fd69::1; asked for
+    // fd69::2.
+    let mut t6 = vec![3u8, 2, 2];
+    t6.extend_from_slice(&[1, 64, 0, 0, 1, 1]);
+    t6.extend_from_slice(&[1, 128, 1, 1, 0, 0, 1]);
+    push_record(
+        &mut t6,
+        b"fd690000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001    veth0\n",
+    );
+    seeds.push(("neigh", "seed-route6".into(), t6));
+    // /proc/net/arp: 10.66.66.2 complete, 10.66.66.3 incomplete; asked for .2.
+    let mut a = vec![4u8, 2, 2, 2, 2, 1, 3, 0, 1];
+    push_record(
+        &mut a,
+        b"IP address       HW type     Flags       HW address            Mask     Device\n\
+10.66.66.2       0x1         0x2         aa:bb:cc:dd:ee:ff     *        veth0\n",
+    );
+    seeds.push(("neigh", "seed-arp".into(), a));
+}
+
+/// `capi_send`: a send chain as a well-behaved application posts it (an inline SEND, an
+/// RDMA WRITE with immediate data, a compare-and-swap), the creation attributes of an
+/// extended RC QP with builders, and those of an extended CQ.
+fn capi_send_seeds(seeds: &mut Vec<Seed>) {
+    let sges = ibverbs::fuzzing::MAX_ANY_SGE;
+    // One request: opcode, flags selector (+ byte), count, imm, union, remote_srqn, the
+    // bind_mw member (NULL window), the scatter list (offset/2, length, not NULL), not NULL.
+    let wr = |out: &mut Vec<u8>, opcode: u8, inline: bool, n: u8, union: &[u8]| {
+        out.extend_from_slice(&[0, opcode]);
+        out.extend_from_slice(if inline { &[1, 0] } else { &[0] });
+        out.extend_from_slice(&[0, n]);
+        out.extend_from_slice(&0x1234_5678u32.to_le_bytes());
+        out.extend_from_slice(union);
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&[0, 0, 0, 0, 0]);
+        for i in 0..sges {
+            out.extend_from_slice(&[(i * 16) as u8, 24, 0]);
+        }
+        out.push(0);
+    };
+    let mut c = vec![0u8, 4, 1, 0, 2, 15];
+    let mut rdma = vec![0u8];
+    rdma.extend_from_slice(&0x7f00_0000_1000u64.to_le_bytes());
+    rdma.extend_from_slice(&0x55u32.to_le_bytes());
+    let mut atomic = vec![1u8];
+    for v in [0x7f00_0000_2000u64, 5, 6] {
+        atomic.extend_from_slice(&v.to_le_bytes());
+    }
+    atomic.extend_from_slice(&0x66u32.to_le_bytes());
+    wr(&mut c, 2, true, 2, &rdma);
+    wr(&mut c, 1, false, 1, &rdma);
+    wr(&mut c, 5, false, 1, &atomic);
+    seeds.push(("capi_send", "seed-send-chain".into(), c));
+    // ibv_create_qp_ex: RC in a PD with the SEND, RDMA WRITE and READ builders.
+    let mut q = vec![1u8];
+    for p in [1u16, 2, 2, 0] {
+        q.extend_from_slice(&p.to_le_bytes());
+    }
+    for cap in [16u32, 16, 2, 2, 64] {
+        q.extend_from_slice(&cap.to_le_bytes());
+    }
+    q.extend_from_slice(&[0, 2]);
+    q.extend_from_slice(&0u32.to_le_bytes());
+    q.push(1);
+    q.extend_from_slice(&3u16.to_le_bytes());
+    q.extend_from_slice(&0u16.to_le_bytes());
+    q.push(0);
+    q.push(0);
+    q.extend_from_slice(&0b0001_1001u16.to_le_bytes());
+    seeds.push(("capi_send", "seed-qp-init-ex".into(), q));
+    // ibv_create_cq_ex: 64 entries, vector 0, the standard flags and IGNORE_OVERRUN.
+    let mut cq = vec![2u8];
+    cq.extend_from_slice(&64u32.to_le_bytes());
+    cq.extend_from_slice(&[1, 0, 0, 0]);
+    cq.extend_from_slice(&[0, 0, 0]);
+    cq.extend_from_slice(&0x3fu16.to_le_bytes());
+    cq.extend_from_slice(&[0, 1, 0, 2]);
+    seeds.push(("capi_send", "seed-cq-init-ex".into(), cq));
+    // ibv_create_srq_ex: an XRC SRQ with its PD, domain and CQ.
+    let mut srq = vec![3u8];
+    for v in [64u32, 2, 0] {
+        srq.extend_from_slice(&v.to_le_bytes());
+    }
+    srq.extend_from_slice(&[0, 0b1111, 0, 1]);
+    for p in [1u16, 2, 3] {
+        srq.extend_from_slice(&p.to_le_bytes());
+    }
+    seeds.push(("capi_send", "seed-srq-init-ex".into(), srq));
+    // The builders' arguments: SIGNALED | INLINE flags, an atomic-write value, a list of
+    // two SGEs of four allowed, three inline pieces.
+    let mut b = vec![4u8];
+    b.extend_from_slice(&(IBV_SEND_SIGNALED_FLAG | 8).to_le_bytes());
+    b.extend_from_slice(&[1, 2, 3, 4, 1, 0, 4, 0, 2]);
+    b.extend(std::iter::repeat_n(7u8, 34 * 8));
+    b.push(0);
+    b.extend((0..=255u8).map(|i| i.wrapping_mul(3)));
+    b.push(3);
+    b.extend_from_slice(&[0, 16, 0, 32, 8, 0, 200, 0, 0]);
+    b.push(0);
+    seeds.push(("capi_send", "seed-builder-args".into(), b));
+    // rdma_create_ep: an active TCP endpoint with 16 bytes of private data.
+    let mut ep = vec![5u8];
+    ep.extend((0..64u8).map(|i| i ^ 0x33));
+    ep.extend_from_slice(&0u32.to_le_bytes());
+    ep.extend_from_slice(&[0, 2, 0, 0, 16, 1]);
+    seeds.push(("capi_send", "seed-create-ep".into(), ep));
+}
+
+/// `IBV_SEND_SIGNALED`.
+const IBV_SEND_SIGNALED_FLAG: u32 = 1 << 1;

@@ -20,6 +20,8 @@ fn harness(target: &str) -> fn(&[u8]) {
         "capi_structs" => rverbs_fuzz::capi_structs::run,
         "config" => rverbs_fuzz::config::run,
         "log_filter" => rverbs_fuzz::log_filter::run,
+        "neigh" => rverbs_fuzz::neigh::run,
+        "capi_send" => rverbs_fuzz::capi_send::run,
         other => panic!("no harness for {other}"),
     }
 }
@@ -41,6 +43,8 @@ fn generated_seeds_run_clean() {
         "capi_structs",
         "config",
         "log_filter",
+        "neigh",
+        "capi_send",
     ] {
         assert!(seeds.iter().any(|s| s.0 == target), "no seed for {target}");
     }

@@ -277,6 +277,46 @@ unsafe extern "C" fn rverbs_read_tm_info(_cq: *mut ibv_cq_ex, tm_info: *mut ibv_
     })
 }
 
+/// `cqe` and `comp_vector` of ibv_create_cq(3) as the core's counts: `None` (`EINVAL`)
+/// when either is negative.
+pub(crate) fn cq_counts(cqe: c_int, comp_vector: c_int) -> Option<(u32, u32)> {
+    Some((u32::try_from(cqe).ok()?, u32::try_from(comp_vector).ok()?))
+}
+
+/// What `create_cq_ex` takes from an `ibv_cq_init_attr_ex`, checked (rules:
+/// [`rverbs_create_cq_ex`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CqExAttr {
+    /// `cqe` and `comp_vector` as ibv_create_cq(3)'s (-1 beyond `c_int`: refused there).
+    pub(crate) cqe: c_int,
+    pub(crate) comp_vector: c_int,
+    pub(crate) wc_flags: WcExFlags,
+    pub(crate) flags: CqCreateFlags,
+}
+
+/// Reads and checks an `ibv_cq_init_attr_ex`: `wc_flags` beyond
+/// `IBV_CREATE_CQ_SUP_WC_FLAGS` are `EOPNOTSUPP`, `comp_mask` bits beyond FLAGS|PD
+/// `EINVAL`, a parent domain and unknown creation flags `EOPNOTSUPP`.
+pub(crate) fn cq_init_attr_ex_from_c(a: &ibv_cq_init_attr_ex) -> Result<CqExAttr, c_int> {
+    if a.wc_flags & !u64::from(IBV_CREATE_CQ_SUP_WC_FLAGS) != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
+        return Err(libc::EINVAL);
+    }
+    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let flags = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 { a.flags } else { 0 };
+    let flags = CqCreateFlags::from_bits(flags).ok_or(libc::EOPNOTSUPP)?;
+    Ok(CqExAttr {
+        cqe: c_int::try_from(a.cqe).unwrap_or(-1),
+        comp_vector: c_int::try_from(a.comp_vector).unwrap_or(-1),
+        wc_flags: WcExFlags::from_bits_retain(a.wc_flags),
+        flags,
+    })
+}
+
 /// Creates the C object for `init` (shared by `ibv_create_cq` and `create_cq_ex`).
 ///
 /// Rule: rdma-core `verbs_init_cq`: context, channel, cq_context set; counters 0;
@@ -291,7 +331,7 @@ fn create(
     wc_flags: WcExFlags,
     flags: CqCreateFlags,
 ) -> *mut ibv_cq_ex {
-    let (Ok(cqe), Ok(comp_vector)) = (u32::try_from(cqe), u32::try_from(comp_vector)) else {
+    let Some((cqe, comp_vector)) = cq_counts(cqe, comp_vector) else {
         return null_errno(libc::EINVAL);
     };
     let chan = if channel.is_null() {
@@ -404,32 +444,11 @@ pub(crate) unsafe extern "C" fn rverbs_create_cq_ex(
         let Some(a) = (unsafe { attr.as_ref() }) else {
             return null_errno(libc::EINVAL);
         };
-        if a.wc_flags & !u64::from(IBV_CREATE_CQ_SUP_WC_FLAGS) != 0 {
-            return null_errno(libc::EOPNOTSUPP);
-        }
-        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
-            return null_errno(libc::EINVAL);
-        }
-        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
-            return null_errno(libc::EOPNOTSUPP);
-        }
-        let flags = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
-            a.flags
-        } else {
-            0
+        let c = match cq_init_attr_ex_from_c(a) {
+            Ok(c) => c,
+            Err(e) => return null_errno(e),
         };
-        let Some(flags) = CqCreateFlags::from_bits(flags) else {
-            return null_errno(libc::EOPNOTSUPP);
-        };
-        create(
-            ctx,
-            c_int::try_from(a.cqe).unwrap_or(-1),
-            a.cq_context,
-            a.channel,
-            c_int::try_from(a.comp_vector).unwrap_or(-1),
-            WcExFlags::from_bits_retain(a.wc_flags),
-            flags,
-        )
+        create(ctx, c.cqe, a.cq_context, a.channel, c.comp_vector, c.wc_flags, c.flags)
     })
 }
 

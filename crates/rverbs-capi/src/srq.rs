@@ -129,45 +129,61 @@ pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
         let Some(a) = (unsafe { attr.as_mut() }) else {
             return null_errno(libc::EINVAL);
         };
-        if a.comp_mask & !(IBV_SRQ_INIT_ATTR_RESERVED - 1) != 0 {
-            return null_errno(libc::EINVAL);
-        }
-        let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
-            a.srq_type
-        } else {
-            IBV_SRQT_BASIC
+        let c = match srq_init_attr_ex_from_c(a) {
+            Ok(c) => c,
+            Err(e) => return null_errno(e),
         };
-        let xrc = match srq_type {
-            IBV_SRQT_BASIC if a.comp_mask & IBV_SRQ_INIT_ATTR_TM == 0 => false,
-            IBV_SRQT_XRC => true,
-            IBV_SRQT_TM => return null_errno(libc::EOPNOTSUPP),
-            _ => return null_errno(libc::EINVAL),
-        };
-        if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
-            return null_errno(libc::EINVAL);
-        }
         // SAFETY: caller contract.
-        let Some(pd) = (unsafe { PdObj::from_raw(a.pd) }) else {
+        let Some(pd) = (unsafe { PdObj::from_raw(c.pd) }) else {
             return null_errno(libc::EINVAL);
         };
         if pd.context_ptr() != ctx.as_ptr() {
             return null_errno(libc::EINVAL);
         }
-        if !xrc {
+        let Some((xrcd, cq)) = c.xrc else {
             return create(pd, a.srq_context, &mut a.attr, None);
-        }
-        let need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
-        if a.comp_mask & need != need {
-            return null_errno(libc::EINVAL);
-        }
+        };
         // SAFETY: caller contract: the domain and the CQ are live objects of ours.
-        let (Some(xrcd), Some(cq)) = (unsafe { XrcdObj::from_raw(a.xrcd) }, unsafe {
-            CqObj::from_raw(a.cq)
+        let (Some(xrcd), Some(cq)) = (unsafe { XrcdObj::from_raw(xrcd) }, unsafe {
+            CqObj::from_raw(cq)
         }) else {
             return null_errno(libc::EINVAL);
         };
         create(pd, a.srq_context, &mut a.attr, Some((xrcd, cq)))
     })
+}
+
+/// What `create_srq_ex` takes from an `ibv_srq_init_attr_ex`, checked before any object
+/// it names is looked up: the PD, and for an XRC SRQ its domain and CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SrqExAttr {
+    pub(crate) pd: *mut ibv_pd,
+    pub(crate) xrc: Option<(*mut ibv_xrcd, *mut ibv_cq)>,
+}
+
+/// Reads and checks an `ibv_srq_init_attr_ex` (rules: [`rverbs_create_srq_ex`]):
+/// `comp_mask` bits at or above `IBV_SRQ_INIT_ATTR_RESERVED`, an unknown type, a basic
+/// SRQ with `IBV_SRQ_INIT_ATTR_TM`, a missing PD, an XRC SRQ without domain or CQ are
+/// `EINVAL`; a tag-matching SRQ is `EOPNOTSUPP`.
+pub(crate) fn srq_init_attr_ex_from_c(a: &ibv_srq_init_attr_ex) -> Result<SrqExAttr, c_int> {
+    if a.comp_mask & !(IBV_SRQ_INIT_ATTR_RESERVED - 1) != 0 {
+        return Err(libc::EINVAL);
+    }
+    let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 { a.srq_type } else { IBV_SRQT_BASIC };
+    let xrc = match srq_type {
+        IBV_SRQT_BASIC if a.comp_mask & IBV_SRQ_INIT_ATTR_TM == 0 => false,
+        IBV_SRQT_XRC => true,
+        IBV_SRQT_TM => return Err(libc::EOPNOTSUPP),
+        _ => return Err(libc::EINVAL),
+    };
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+        return Err(libc::EINVAL);
+    }
+    let need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    if xrc && a.comp_mask & need != need {
+        return Err(libc::EINVAL);
+    }
+    Ok(SrqExAttr { pd: a.pd, xrc: xrc.then_some((a.xrcd, a.cq)) })
 }
 
 export! {

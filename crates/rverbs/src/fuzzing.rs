@@ -384,3 +384,218 @@ pub mod shm {
         (published, crate::shm::registry::find_net_port(&atomics, netns, ip))
     }
 }
+
+/// What one process reads from a segment a peer writes besides the records of `shm`: the
+/// proxy channel's request header (`mr::proxy`), a CQ segment's header and producers'
+/// gate (`cq::seg`, `cq::gate`), and shared lock words (`shm::lock`).
+pub mod peer {
+    use super::*;
+    use crate::cq::gate::{Frozen, Gate, Producer, ENDPOINTS};
+    use crate::cq::ring::Ring;
+    use crate::cq::seg::{self, CqShm, Publish};
+    use crate::mr::access::KeyUse;
+    use crate::mr::proxy::{self, RequestWords};
+    use crate::shm::lock::ShmLock;
+
+    /// A proxy request header's words (`proxy::RequestWords`): op, key, pd, remote, qpn,
+    /// need, va, len.
+    pub type ProxyWords = (u32, u32, u32, u32, u32, u32, u64, u64);
+
+    /// A request the server goes on with: (write, key, pd, remote QP or `None` for a
+    /// local key, rights, va, len).
+    pub type ProxyChecked = (bool, u32, u32, Option<u32>, u32, u64, usize);
+
+    /// `proxy::check_request` of a header in a channel segment of `seg_len` bytes.
+    pub fn proxy_check(w: ProxyWords, seg_len: usize) -> Option<ProxyChecked> {
+        let (op, key, pd, remote, qpn, need, va, len) = w;
+        let c = proxy::check_request(&RequestWords { op, key, pd, remote, qpn, need, va, len }, seg_len)?;
+        let remote = match c.used {
+            KeyUse::Local => None,
+            KeyUse::Remote { qpn } => Some(qpn),
+        };
+        Some((c.write, c.key, c.pd, remote, c.need.bits(), c.va, c.len))
+    }
+
+    /// Bytes of a proxy channel segment, and the most one request moves.
+    pub const PROXY_CHANNEL_BYTES: usize = proxy::CHANNEL_BYTES;
+    pub const PROXY_MAX_PIECE: usize = proxy::MAX_PIECE;
+
+    /// `seg::open_capacity`.
+    pub fn cq_open_capacity(cap: u64, seg_len: usize) -> Option<usize> {
+        seg::open_capacity(cap, seg_len)
+    }
+
+    /// Bytes of a CQ ring slot, of the ring's header, and before the ring.
+    pub const CQ_SLOT_BYTES: usize = std::mem::size_of::<crate::cq::ring::Slot>();
+    pub const CQ_RING_HDR_BYTES: usize = crate::cq::ring::HDR_BYTES;
+    pub const CQ_SHM_BYTES: usize = seg::SHM_BYTES;
+
+    /// Endpoint words of a gate.
+    pub const GATE_ENDPOINTS: usize = ENDPOINTS;
+
+    /// `FLAG_IGNORE_OVERRUN`, `FLAG_TIMESTAMPS`, `NOTIFY_SOLICITED`, `NOTIFY_NEXT`.
+    pub const FLAG_IGNORE_OVERRUN: u32 = seg::FLAG_IGNORE_OVERRUN;
+    pub const FLAG_TIMESTAMPS: u32 = seg::FLAG_TIMESTAMPS;
+    pub const NOTIFY_SOLICITED: u32 = seg::NOTIFY_SOLICITED;
+    pub const NOTIFY_NEXT: u32 = seg::NOTIFY_NEXT;
+
+    /// What a publish led to (`seg::Publish`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Published {
+        Done { fire: bool },
+        Overrun { first: bool },
+        Moved(u32),
+    }
+
+    /// A CQ segment's header, gate and ring in process memory.
+    pub struct FuzzCq {
+        sh: CqShm,
+        gate: Box<Gate>,
+        ring: Ring,
+    }
+
+    impl FuzzCq {
+        /// A CQ of at least `min_entries`.
+        pub fn new(min_entries: usize) -> FuzzCq {
+            FuzzCq { sh: CqShm::default(), gate: Box::new(Gate::new()), ring: Ring::new(min_entries) }
+        }
+
+        /// The ring's capacity.
+        pub fn capacity(&self) -> usize {
+            self.ring.capacity()
+        }
+
+        /// The header's words: errored, notify, channel, flags, ctx, id, moved.
+        pub fn header(&self) -> [u32; 7] {
+            let h = &self.sh;
+            [&h.errored, &h.notify, &h.channel, &h.flags, &h.ctx, &h.id, &h.moved].map(|w| w.load(Ordering::Relaxed))
+        }
+
+        /// Another process writes header word `i` (as [`FuzzCq::header`]).
+        pub fn set_header(&self, i: usize, v: u32) {
+            let h = &self.sh;
+            [&h.errored, &h.notify, &h.channel, &h.flags, &h.ctx, &h.id, &h.moved][i % 7].store(v, Ordering::Relaxed);
+        }
+
+        /// The gate's resize flag and the `inside` word of endpoint `ep`.
+        pub fn gate_word(&self, ep: usize) -> (u32, u64) {
+            let (r, inside) = self.gate.words();
+            (r.load(Ordering::Relaxed), inside[ep % ENDPOINTS].load(Ordering::Relaxed))
+        }
+
+        /// Another process writes the resize flag or the `inside` word of endpoint `ep`.
+        pub fn set_gate(&self, resizing: Option<u32>, ep: usize, inside: Option<u64>) {
+            let (r, words) = self.gate.words();
+            if let Some(v) = resizing {
+                r.store(v, Ordering::Relaxed);
+            }
+            if let Some(v) = inside {
+                words[ep % ENDPOINTS].store(v, Ordering::Relaxed);
+            }
+        }
+
+        /// `seg::publish_in` by producer (`ep`, `pid`), waiting at most `resize_wait` for a
+        /// resize (the device waits 2 s).
+        pub fn publish(&self, ep: u32, pid: u32, wr_id: u64, solicited: bool, resize_wait: std::time::Duration) -> Published {
+            let cqe = crate::wc::Cqe { wr_id, solicited, ..Default::default() };
+            match seg::publish_in(&self.sh, &self.gate, &self.ring, cqe, Producer { ep, pid }, resize_wait) {
+                Publish::Done { fire } => Published::Done { fire },
+                Publish::Overrun { first } => Published::Overrun { first },
+                Publish::Moved(g) => Published::Moved(g),
+            }
+        }
+
+        /// The next completion's `wr_id` (`None`: empty or corrupt).
+        pub fn pop(&self) -> Option<u64> {
+            match self.ring.pop() {
+                crate::cq::ring::Pop::Entry(d, _) => Some(crate::wc::Cqe::decode(&d).wr_id),
+                _ => None,
+            }
+        }
+
+        /// Arms the notification as `CqSeg::arm` does.
+        pub fn arm(&self, solicited_only: bool) {
+            let flag = if solicited_only { NOTIFY_SOLICITED } else { NOTIFY_NEXT };
+            self.sh.notify.fetch_or(flag, Ordering::AcqRel);
+        }
+
+        /// `Gate::live_inside` with `alive(ep, pid)`.
+        pub fn live_inside(&self, alive: &dyn Fn(u32, u32) -> bool) -> bool {
+            self.gate.live_inside(alive)
+        }
+
+        /// `Gate::freeze` waiting at most `wait`: whether no live producer was inside.
+        pub fn freeze(&self, alive: &dyn Fn(u32, u32) -> bool, wait: std::time::Duration) -> bool {
+            self.gate.freeze(alive, wait) == Frozen::Quiet
+        }
+
+        /// `Gate::thaw`.
+        pub fn thaw(&self) {
+            self.gate.thaw()
+        }
+
+        /// `CqSeg::skip_dead`'s decision: moves the consumer past a stalled position when
+        /// no live producer is inside.
+        pub fn skip_dead(&self, alive: &dyn Fn(u32, u32) -> bool) -> bool {
+            let Some(h) = self.ring.stalled_at() else { return false };
+            !self.gate.live_inside(alive) && self.ring.skip(h)
+        }
+
+        /// Reserves a ring position and never publishes it (a producer killed inside).
+        pub fn reserve_only(&self) {
+            let (t, _, _) = self.ring.raw_words(0);
+            t.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The largest endpoint number plus one (`limits::MAX_ENDPOINTS`).
+    pub const MAX_ENDPOINTS: u32 = crate::limits::MAX_ENDPOINTS;
+
+    /// Takes a lock whose word another process left as `word`, for endpoint `me`, with
+    /// `alive(ep)` and a holder kept at most `stuck` (`ShmLock::lock_with`): the word while
+    /// held, the endpoints asked about, and the word after the guard is dropped.
+    pub fn lock_word(word: u32, me: u32, alive: impl Fn(u32) -> bool, stuck: std::time::Duration) -> (u32, Vec<u32>, u32) {
+        let l = ShmLock::default();
+        l.set_word(word);
+        let asked = std::cell::RefCell::new(Vec::new());
+        let g = l.lock_with(
+            me,
+            |ep| {
+                asked.borrow_mut().push(ep);
+                alive(ep)
+            },
+            stuck,
+            || {},
+        );
+        let held = l.word();
+        drop(g);
+        (held, asked.into_inner(), l.word())
+    }
+}
+
+/// The readers of what the kernel answers about routes and neighbours (`neigh`): the
+/// text of `/proc/net/route`, `/proc/net/ipv6_route` and `/proc/net/arp`, and
+/// `RTM_GETNEIGH` dump replies.
+pub mod neigh {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    /// `neigh::next_hop`.
+    pub fn next_hop(dst: Ipv4Addr, table: &str) -> Option<Ipv4Addr> {
+        crate::neigh::next_hop(dst, table)
+    }
+
+    /// `neigh::next_hop6`.
+    pub fn next_hop6(dst: Ipv6Addr, table: &str) -> Option<Ipv6Addr> {
+        crate::neigh::next_hop6(dst, table)
+    }
+
+    /// `neigh::arp_complete`.
+    pub fn arp_complete(ip: Ipv4Addr, table: &str) -> bool {
+        crate::neigh::arp_complete(ip, table)
+    }
+
+    /// `neigh::parse_neighbours`: (state of `ip`'s entry, the dump ended).
+    pub fn parse_neighbours(buf: &[u8], ip: Ipv6Addr) -> (Option<u16>, bool) {
+        crate::neigh::parse_neighbours(buf, ip)
+    }
+}

@@ -124,7 +124,7 @@ pub fn resolve_blocking(dst: IpAddr, timeout: Duration) -> Result<(), i32> {
 /// The next hop towards `dst` in `/proc/net/route`'s text: the gateway of the most
 /// specific matching route, or `dst` itself on a directly connected network; `None`
 /// when the route leaves through the loopback (nothing to resolve) or no route matches.
-fn next_hop(dst: Ipv4Addr, table: &str) -> Option<Ipv4Addr> {
+pub(crate) fn next_hop(dst: Ipv4Addr, table: &str) -> Option<Ipv4Addr> {
     // Fields: Iface Destination Gateway Flags RefCnt Use Metric Mask …; each address is
     // its four network-order bytes read as a native u32, printed in hex.
     let word = |s: &str| u32::from_str_radix(s, 16).ok().map(|v| Ipv4Addr::from(v.to_ne_bytes()));
@@ -161,7 +161,7 @@ fn resolved(hop: IpAddr) -> bool {
 /// The next hop towards `dst` in `/proc/net/ipv6_route`'s text, as [`next_hop`] does for
 /// IPv4: `None` for a route through the loopback or a local one (an address of this
 /// host: nothing to resolve), or when no route matches.
-fn next_hop6(dst: Ipv6Addr, table: &str) -> Option<Ipv6Addr> {
+pub(crate) fn next_hop6(dst: Ipv6Addr, table: &str) -> Option<Ipv6Addr> {
     // Fields: destination, prefix length, source, source prefix length, next hop, metric,
     // reference count, use, flags, device; addresses in 32 hex digits, lengths and flags in
     // hex.
@@ -244,7 +244,7 @@ fn neigh_dump_request(seq: u32) -> [u8; 28] {
 /// Reads the netlink messages in `buf` (one `recv`): the state of the `RTM_NEWNEIGH`
 /// entry whose destination is `ip`, if one is there, and whether the dump ended (DONE or
 /// an error, or a message that does not fit: nothing more can be read from it).
-fn parse_neighbours(buf: &[u8], ip: Ipv6Addr) -> (Option<u16>, bool) {
+pub(crate) fn parse_neighbours(buf: &[u8], ip: Ipv6Addr) -> (Option<u16>, bool) {
     let u16_at = |b: &[u8], i: usize| b.get(i..i + 2).map(|s| u16::from_ne_bytes([s[0], s[1]]));
     let u32_at = |b: &[u8], i: usize| b.get(i..i + 4).map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]));
     let mut found = None;
@@ -284,7 +284,7 @@ fn parse_neighbours(buf: &[u8], ip: Ipv6Addr) -> (Option<u16>, bool) {
 }
 
 /// Whether `/proc/net/arp`'s text holds a complete entry (flag ATF_COM, 0x2) for `ip`.
-fn arp_complete(ip: Ipv4Addr, table: &str) -> bool {
+pub(crate) fn arp_complete(ip: Ipv4Addr, table: &str) -> bool {
     table.lines().skip(1).any(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         f.len() >= 3

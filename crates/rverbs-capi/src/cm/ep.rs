@@ -67,13 +67,25 @@ unsafe fn setup(
             return r;
         }
     }
-    if res.ai_connect_len != 0 && !res.ai_connect.is_null() {
-        // SAFETY: caller contract: ai_connect holds ai_connect_len bytes.
-        let data =
-            unsafe { core::slice::from_raw_parts(res.ai_connect.cast::<u8>(), res.ai_connect_len) };
+    // SAFETY: caller contract.
+    let data = unsafe { connect_data(res) };
+    if !data.is_empty() {
         w.extra().connect = data.to_vec();
     }
     0
+}
+
+/// The private data `rdma_create_ep` keeps for `rdma_connect` from an `rdma_addrinfo`:
+/// `ai_connect_len` bytes at `ai_connect`, none when either is 0 / NULL.
+///
+/// # Safety
+/// A non-NULL `ai_connect` holds `ai_connect_len` readable bytes (rdma_getaddrinfo(3)).
+pub(crate) unsafe fn connect_data(res: &rdma_addrinfo) -> &[u8] {
+    if res.ai_connect_len == 0 || res.ai_connect.is_null() {
+        return &[];
+    }
+    // SAFETY: function contract.
+    unsafe { core::slice::from_raw_parts(res.ai_connect.cast::<u8>(), res.ai_connect_len) }
 }
 
 cm_export! {

@@ -29,7 +29,7 @@ use crate::pd::PdObj;
 use crate::srq::SrqObj;
 use crate::xrcd::XrcdObj;
 
-mod wr;
+pub(crate) mod wr;
 
 /// A QP handed to C: `struct ibv_qp_ex` (whose prefix is `struct ibv_qp`), then the core QP.
 #[repr(C)]
@@ -164,20 +164,95 @@ fn create_xrc_recv(
     publish(core, attr, pd, xrcd.context_ptr(), ex)
 }
 
+/// The type of a QP `ibv_create_qp` (or `create_qp_ex` in a PD) creates: RC, UC, UD or
+/// XRC_SEND.
+///
+/// Errors: `EINVAL` for XRC_RECV (target QPs live in an XRC domain, which only
+/// `create_qp_ex` can name); `EOPNOTSUPP` for known transports the core does not run (raw
+/// packet, driver QPs) and for unknown types (rxe: kernel rxe_qp.c `rxe_qp_chk_init`).
+pub(crate) fn qp_type_from_c(raw: u32) -> Result<QpType, c_int> {
+    match QpType::from_raw(raw) {
+        Some(t @ (QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend)) => Ok(t),
+        Some(QpType::XrcRecv) => Err(libc::EINVAL),
+        Some(_) | None => Err(libc::EOPNOTSUPP),
+    }
+}
+
+/// Where `create_qp_ex` creates a QP: an XRC domain (XRC_RECV) or a PD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QpHome {
+    Xrcd(*mut ibv_xrcd),
+    Pd(*mut ibv_pd),
+}
+
+/// What `create_qp_ex` takes from an `ibv_qp_init_attr_ex`, checked before any object it
+/// names is looked up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpExAttr {
+    /// The `ibv_qp_init_attr` prefix the creation reads (and whose caps it writes back).
+    pub(crate) prefix: ibv_qp_init_attr,
+    /// `send_ops_flags` when `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` is in the mask.
+    pub(crate) send_ops: Option<SendOps>,
+    /// `pd` when `IBV_QP_INIT_ATTR_PD` is in the mask, else NULL.
+    pub(crate) pd: *mut ibv_pd,
+    pub(crate) home: QpHome,
+}
+
+/// Reads and checks an `ibv_qp_init_attr_ex` (rules: [`rverbs_create_qp_ex`]): `comp_mask`
+/// bits beyond `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` are `EINVAL`; TSO headers, RSS,
+/// indirection tables, non-zero create flags and `send_ops_flags` rdma-core 44 does not
+/// define are `EOPNOTSUPP`; XRC_RECV without `IBV_QP_INIT_ATTR_XRCD`, or another type
+/// without `IBV_QP_INIT_ATTR_PD`, is `EINVAL`.
+pub(crate) fn qp_init_attr_ex_from_c(a: &ibv_qp_init_attr_ex) -> Result<QpExAttr, c_int> {
+    let known = (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS << 1) - 1;
+    if a.comp_mask & !known != 0 {
+        return Err(libc::EINVAL);
+    }
+    let unsupported = IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
+    if a.comp_mask & unsupported != 0 || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0) {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+        if a.send_ops_flags & !wr::V44_SEND_OPS != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        Some(SendOps::from_bits_truncate(a.send_ops_flags))
+    } else {
+        None
+    };
+    let prefix = ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
+    let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 { a.pd } else { core::ptr::null_mut() };
+    let home = if a.qp_type == IBV_QPT_XRC_RECV {
+        if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
+            return Err(libc::EINVAL);
+        }
+        QpHome::Xrcd(a.xrcd)
+    } else {
+        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+            return Err(libc::EINVAL);
+        }
+        QpHome::Pd(a.pd)
+    };
+    Ok(QpExAttr { prefix, send_ops, pd, home })
+}
+
 /// Creates the C object (shared by `ibv_create_qp` and the `create_qp_ex` op), reading
 /// only the `ibv_qp_init_attr` prefix and writing the granted caps back.
 ///
 /// Rule: XRC initiators (`IBV_QPT_XRC_SEND`) need a send CQ and no SRQ; their receive CQ
 /// is ignored (uverbs `create_qp`: XRC_INI has no receive side).
 fn create(pd: &PdObj, attr: &mut ibv_qp_init_attr, ex: &ExAttr) -> *mut ibv_qp {
-    let qp_type = match QpType::from_raw(attr.qp_type) {
-        Some(t @ (QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend)) => t,
-        // Target QPs live in an XRC domain, which only create_qp_ex can name.
-        Some(QpType::XrcRecv) => return null_errno(libc::EINVAL),
-        // Known transports the core does not run (raw packet, driver QPs).
-        Some(_) => return null_errno(libc::EOPNOTSUPP),
-        // rxe: a type it does not run is EOPNOTSUPP (kernel rxe_qp.c `rxe_qp_chk_init`).
-        None => return null_errno(libc::EOPNOTSUPP),
+    let qp_type = match qp_type_from_c(attr.qp_type) {
+        Ok(t) => t,
+        Err(e) => return null_errno(e),
     };
     // SAFETY: caller contract: CQs/SRQ named by the attributes are live objects of ours.
     let send_cq = unsafe { CqObj::from_raw(attr.send_cq) };
@@ -261,67 +336,36 @@ pub(crate) unsafe extern "C" fn rverbs_create_qp_ex(
         let Some(a) = (unsafe { attr.as_mut() }) else {
             return null_errno(libc::EINVAL);
         };
-        let known = (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS << 1) - 1;
-        if a.comp_mask & !known != 0 {
-            return null_errno(libc::EINVAL);
-        }
-        let unsupported =
-            IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
-        if a.comp_mask & unsupported != 0
-            || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
-        {
-            return null_errno(libc::EOPNOTSUPP);
-        }
-        let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
-            if a.send_ops_flags & !wr::V44_SEND_OPS != 0 {
-                return null_errno(libc::EOPNOTSUPP);
-            }
-            Some(SendOps::from_bits_truncate(a.send_ops_flags))
-        } else {
-            None
+        let q = match qp_init_attr_ex_from_c(a) {
+            Ok(q) => q,
+            Err(e) => return null_errno(e),
         };
-        let mut prefix = ibv_qp_init_attr {
-            qp_context: a.qp_context,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all,
-        };
-        let pd_ptr = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
-            a.pd
-        } else {
-            core::ptr::null_mut()
-        };
+        let mut prefix = q.prefix;
         let ex = ExAttr {
-            send_ops,
+            send_ops: q.send_ops,
             extended: true,
         };
-        let qp = if a.qp_type == IBV_QPT_XRC_RECV {
-            if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
-                return null_errno(libc::EINVAL);
+        let qp = match q.home {
+            QpHome::Xrcd(x) => {
+                // SAFETY: caller contract.
+                let Some(xrcd) = (unsafe { XrcdObj::from_raw(x) }) else {
+                    return null_errno(libc::EINVAL);
+                };
+                if xrcd.context_ptr() != ctx.as_ptr() {
+                    return null_errno(libc::EINVAL);
+                }
+                create_xrc_recv(xrcd, &mut prefix, q.pd, &ex)
             }
-            // SAFETY: caller contract.
-            let Some(xrcd) = (unsafe { XrcdObj::from_raw(a.xrcd) }) else {
-                return null_errno(libc::EINVAL);
-            };
-            if xrcd.context_ptr() != ctx.as_ptr() {
-                return null_errno(libc::EINVAL);
+            QpHome::Pd(p) => {
+                // SAFETY: caller contract.
+                let Some(pd) = (unsafe { PdObj::from_raw(p) }) else {
+                    return null_errno(libc::EINVAL);
+                };
+                if pd.context_ptr() != ctx.as_ptr() {
+                    return null_errno(libc::EINVAL);
+                }
+                create(pd, &mut prefix, &ex)
             }
-            create_xrc_recv(xrcd, &mut prefix, pd_ptr, &ex)
-        } else {
-            if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
-                return null_errno(libc::EINVAL);
-            }
-            // SAFETY: caller contract.
-            let Some(pd) = (unsafe { PdObj::from_raw(a.pd) }) else {
-                return null_errno(libc::EINVAL);
-            };
-            if pd.context_ptr() != ctx.as_ptr() {
-                return null_errno(libc::EINVAL);
-            }
-            create(pd, &mut prefix, &ex)
         };
         if !qp.is_null() {
             a.cap = prefix.cap;
@@ -534,7 +578,7 @@ const SEND_CHUNK: usize = 4;
 /// Inline pieces (one per SGE of an `IBV_SEND_INLINE` request) per chunk.
 const INLINE_SLOTS: usize = rverbs::device::limits::MAX_SGE as usize;
 /// Why a C send work request could not be translated.
-enum Refused {
+pub(crate) enum Refused {
     /// Refuse the request with this errno.
     Errno(c_int),
     /// The chunk's inline area is full: post the chunk, then retry the request.
@@ -553,8 +597,30 @@ enum Refused {
 /// # Safety
 /// `wr` and everything it points to are valid under the C contract of ibv_post_send(3)
 /// for the duration of the post call.
-unsafe fn translate_send<'a>(
-    qp: &QpObj,
+/// What translating a C send work request needs of its QP.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendShape {
+    /// The QP's `max_send_sge` (inline pieces count against it).
+    pub(crate) max_send_sge: usize,
+    /// `wr.ud` is the union member of this QP's send work requests.
+    pub(crate) ud: bool,
+    /// `qp_type.xrc.remote_srqn` is meaningful in this QP's send work requests.
+    pub(crate) xrc_send: bool,
+}
+
+impl QpObj {
+    /// What translating this QP's send work requests needs.
+    fn send_shape(&self) -> SendShape {
+        SendShape {
+            max_send_sge: self.core.cap().max_send_sge as usize,
+            ud: self.ud,
+            xrc_send: self.xrc_send,
+        }
+    }
+}
+
+pub(crate) unsafe fn translate_send<'a>(
+    qp: SendShape,
     wr: &'a ibv_send_wr,
     inline_rest: &mut &'a mut [&'a [u8]],
 ) -> Result<SendWr<'a>, Refused> {
@@ -571,7 +637,7 @@ unsafe fn translate_send<'a>(
     let payload = if flags.contains(SendFlags::INLINE) {
         // ibv_post_send(3): inline data is copied from the addresses at post time and the
         // lkeys are not checked; the pieces count as SGEs against max_send_sge.
-        if sges.len() > qp.core.cap().max_send_sge as usize {
+        if sges.len() > qp.max_send_sge {
             return Err(Refused::Errno(libc::EINVAL));
         }
         if sges.len() > INLINE_SLOTS {
@@ -678,49 +744,63 @@ pub(crate) unsafe extern "C" fn rverbs_post_send(
             // SAFETY: bad_wr is NULL or writable.
             return unsafe { refuse(bad_wr, wr, libc::EINVAL) };
         };
-        let mut next = wr;
-        while !next.is_null() {
-            let mut store: [&[u8]; INLINE_SLOTS] = [&[]; INLINE_SLOTS];
-            let mut rest: &mut [&[u8]] = &mut store;
-            let mut wrs = [SendWr::new(0, WrOpcode::Send); SEND_CHUNK];
-            let mut ptrs = [core::ptr::null_mut::<ibv_send_wr>(); SEND_CHUNK];
-            let mut n = 0;
-            let mut refused = None;
-            while n < SEND_CHUNK && !next.is_null() {
-                // SAFETY: C contract: every request of the list is valid during the call.
-                let c = unsafe { &*next };
-                // SAFETY: as above.
-                match unsafe { translate_send(obj, c, &mut rest) } {
-                    Ok(w) => {
-                        wrs[n] = w;
-                        ptrs[n] = next;
-                        n += 1;
-                        next = c.next;
-                    }
-                    Err(Refused::NoRoom) => break,
-                    Err(Refused::Errno(e)) => {
-                        refused = Some(e);
-                        break;
-                    }
+        // SAFETY: forwarded C contract.
+        unsafe { post_send_list(wr, bad_wr, obj.send_shape(), |w| obj.core.post_send_unpinned(w)) }
+    })
+}
+
+/// Translates a C send list for a QP of `shape` and posts it through `post` in
+/// stack-sized chunks (at most `SEND_CHUNK` requests, and as many inline pieces as one
+/// request may have), reporting the first refused request in `*bad_wr`: one the
+/// translation refused (its errno), or the one `post` refused (the core's errno). The
+/// requests before it stay posted (rxe).
+///
+/// # Safety
+/// `wr` is a valid C send list (ibv_post_send(3)), `bad_wr` NULL or writable.
+pub(crate) unsafe fn post_send_list(
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+    shape: SendShape,
+    post: impl Fn(&[SendWr<'_>]) -> Result<(), rverbs::PostError>,
+) -> c_int {
+    let mut next = wr;
+    while !next.is_null() {
+        let mut store: [&[u8]; INLINE_SLOTS] = [&[]; INLINE_SLOTS];
+        let mut rest: &mut [&[u8]] = &mut store;
+        let mut wrs = [SendWr::new(0, WrOpcode::Send); SEND_CHUNK];
+        let mut ptrs = [core::ptr::null_mut::<ibv_send_wr>(); SEND_CHUNK];
+        let mut n = 0;
+        let mut refused = None;
+        while n < SEND_CHUNK && !next.is_null() {
+            // SAFETY: C contract: every request of the list is valid during the call.
+            let c = unsafe { &*next };
+            // SAFETY: as above.
+            match unsafe { translate_send(shape, c, &mut rest) } {
+                Ok(w) => {
+                    wrs[n] = w;
+                    ptrs[n] = next;
+                    n += 1;
+                    next = c.next;
+                }
+                Err(Refused::NoRoom) => break,
+                Err(Refused::Errno(e)) => {
+                    refused = Some(e);
+                    break;
                 }
             }
-            // n == 0: the batch's first request was refused before anything was posted.
-            let posted = if n == 0 {
-                Ok(())
-            } else {
-                obj.core.post_send_unpinned(&wrs[..n])
-            };
-            if let Err(pe) = posted {
-                // SAFETY: bad_wr is NULL or writable.
-                return unsafe { refuse(bad_wr, ptrs[pe.index], pe.error.c_errno()) };
-            }
-            if let Some(e) = refused {
-                // SAFETY: bad_wr is NULL or writable.
-                return unsafe { refuse(bad_wr, next, e) };
-            }
         }
-        0
-    })
+        // n == 0: the batch's first request was refused before anything was posted.
+        let posted = if n == 0 { Ok(()) } else { post(&wrs[..n]) };
+        if let Err(pe) = posted {
+            // SAFETY: bad_wr is NULL or writable.
+            return unsafe { refuse(bad_wr, ptrs[pe.index], pe.error.c_errno()) };
+        }
+        if let Some(e) = refused {
+            // SAFETY: bad_wr is NULL or writable.
+            return unsafe { refuse(bad_wr, next, e) };
+        }
+    }
+    0
 }
 
 /// `ibv_context.ops.post_recv` (`ibv_post_recv(3)`). Returns 0 or an errno with

@@ -70,6 +70,72 @@ unsafe fn with_batch(qpx: *mut ibv_qp_ex, f: impl FnOnce(&QpObj, &mut SendBatch)
     }
 }
 
+/// The send flags of a builder's request from `qpx->wr_flags`: the known ones, less
+/// `IBV_SEND_INLINE` (see the module's Deviation).
+pub(crate) fn builder_flags(wr_flags: u32) -> SendFlags {
+    SendFlags::from_bits_truncate(wr_flags) - SendFlags::INLINE
+}
+
+/// The value `ibv_wr_atomic_write` copies: the 8 bytes at `value`, `None` for NULL.
+///
+/// # Safety
+/// A non-NULL `value` points to 8 readable bytes (any alignment; C contract).
+pub(crate) unsafe fn atomic_write_value(value: *const c_void) -> Option<[u8; 8]> {
+    // SAFETY: function contract.
+    (!value.is_null()).then(|| unsafe { value.cast::<[u8; 8]>().read_unaligned() })
+}
+
+/// The list `ibv_wr_set_sge_list` copies, or `None` (refused before reading it: rxe
+/// checks `num_sge` against the queue's `max_send_sge` first) for a count above
+/// `max_send_sge` or a NULL list with entries.
+///
+/// # Safety
+/// A non-NULL `list` holds `num_sge` entries when `num_sge <= max_send_sge` (C contract).
+pub(crate) unsafe fn sge_list_arg<'a>(num_sge: usize, list: *const ibv_sge, max_send_sge: usize) -> Option<&'a [Sge]> {
+    if num_sge > max_send_sge || (num_sge != 0 && list.is_null()) {
+        return None;
+    }
+    if num_sge == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: function contract; ibv_sge and Sge have the same layout (asserted in qp.rs).
+    Some(unsafe { core::slice::from_raw_parts(list.cast::<Sge>(), num_sge) })
+}
+
+/// The pieces `ibv_wr_set_inline_data_list` reads, or why they are refused: a NULL list
+/// with entries, or a piece with bytes at NULL.
+///
+/// # Safety
+/// A non-NULL `list` holds `num_buf` entries (C contract).
+pub(crate) unsafe fn inline_list_arg<'a>(num_buf: usize, list: *const ibv_data_buf) -> Result<&'a [ibv_data_buf], &'static str> {
+    if num_buf != 0 && list.is_null() {
+        return Err("inline data list is NULL");
+    }
+    let bufs = if num_buf == 0 {
+        &[][..]
+    } else {
+        // SAFETY: function contract.
+        unsafe { core::slice::from_raw_parts(list, num_buf) }
+    };
+    if bufs.iter().any(|p| p.length != 0 && p.addr.is_null()) {
+        return Err("inline data piece is NULL");
+    }
+    Ok(bufs)
+}
+
+/// The bytes of `ibv_wr_set_inline_data_list`'s pieces, concatenated (the fuzz harness;
+/// the builder hands the pieces to the batch without copying them here).
+///
+/// # Safety
+/// As [`inline_list_arg`]; each piece names `length` readable bytes.
+#[cfg(feature = "fuzzing")]
+pub(crate) unsafe fn inline_data(num_buf: usize, list: *const ibv_data_buf) -> Result<Vec<u8>, &'static str> {
+    // SAFETY: function contract.
+    let bufs = unsafe { inline_list_arg(num_buf, list) }?;
+    // SAFETY: function contract (NULL pieces with bytes were refused).
+    Ok(bufs.iter().flat_map(|p| unsafe { inline_piece(p) }).copied().collect())
+}
+
 /// Runs an opcode builder with `qpx->wr_id` and `qpx->wr_flags` as they are now.
 ///
 /// # Safety
@@ -78,7 +144,7 @@ unsafe fn build(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut SendBatch, u64, SendFla
     // SAFETY: caller contract: qpx points to a live ibv_qp_ex; the application wrote
     // wr_id / wr_flags before this call (ibv_wr_post(3)).
     let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
-    let flags = SendFlags::from_bits_truncate(flags) - SendFlags::INLINE;
+    let flags = builder_flags(flags);
     // SAFETY: forwarded.
     unsafe { with_batch(qpx, |_, b| f(b, wr_id, flags)) }
 }
@@ -122,12 +188,8 @@ unsafe extern "C" fn wr_atomic_write(
     value: *const c_void,
 ) {
     ffi_guard!(void, {
-        let value = if value.is_null() {
-            None
-        } else {
-            // SAFETY: C contract: `value` points to 8 readable bytes (any alignment).
-            Some(unsafe { value.cast::<[u8; 8]>().read_unaligned() })
-        };
+        // SAFETY: C contract: a non-NULL `value` points to 8 readable bytes.
+        let value = unsafe { atomic_write_value(value) };
         // SAFETY: C contract of the ibv_wr_* call.
         unsafe {
             build(qpx, |b, id, f| match value {
@@ -196,20 +258,13 @@ unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, list: 
         // SAFETY: C contract of the ibv_wr_* call.
         unsafe {
             with_batch(qpx, |qp, b| {
-                if num_sge > qp.core().cap().max_send_sge as usize
-                    || (num_sge != 0 && list.is_null())
-                {
-                    b.fail(unusable("sge list: NULL or longer than max_send_sge"));
-                    return;
+                // SAFETY: C contract: `list` holds num_sge entries.
+                match sge_list_arg(num_sge, list, qp.core().cap().max_send_sge as usize) {
+                    Some(sges) => {
+                        b.set_sge_list(sges);
+                    }
+                    None => b.fail(unusable("sge list: NULL or longer than max_send_sge")),
                 }
-                let sges = if num_sge == 0 {
-                    &[][..]
-                } else {
-                    // SAFETY: C contract: `list` holds num_sge entries; ibv_sge and Sge
-                    // have the same layout (asserted in qp.rs).
-                    core::slice::from_raw_parts(list.cast::<Sge>(), num_sge)
-                };
-                b.set_sge_list(sges);
             })
         }
     })
@@ -249,20 +304,14 @@ unsafe extern "C" fn wr_set_inline_data_list(
         // SAFETY: C contract of the ibv_wr_* call.
         unsafe {
             with_batch(qpx, |_, b| {
-                if num_buf != 0 && list.is_null() {
-                    b.fail(unusable("inline data list is NULL"));
-                    return;
-                }
-                let bufs = if num_buf == 0 {
-                    &[][..]
-                } else {
-                    // SAFETY: C contract: `list` holds num_buf entries.
-                    core::slice::from_raw_parts(list, num_buf)
+                // SAFETY: C contract: `list` holds num_buf entries.
+                let bufs = match inline_list_arg(num_buf, list) {
+                    Ok(bufs) => bufs,
+                    Err(why) => {
+                        b.fail(unusable(why));
+                        return;
+                    }
                 };
-                if bufs.iter().any(|p| p.length != 0 && p.addr.is_null()) {
-                    b.fail(unusable("inline data piece is NULL"));
-                    return;
-                }
                 // C contract: each piece names `length` readable bytes, non-NULL when not
                 // empty (checked above), as inline_piece requires.
                 if bufs.len() <= INLINE_PIECES {

@@ -83,8 +83,8 @@ pub(crate) enum Frozen {
 }
 
 impl Gate {
-    /// A gate in process memory (unit tests and loom models).
-    #[cfg(any(test, loom))]
+    /// A gate in process memory (unit tests, loom models, the fuzz harness).
+    #[cfg(any(test, loom, feature = "fuzzing"))]
     pub(crate) fn new() -> Self {
         Gate { resizing: AtomicU32::new(0), _pad: AtomicU32::new(0), inside: std::array::from_fn(|_| AtomicU64::new(0)) }
     }
@@ -169,6 +169,13 @@ impl Gate {
     #[cfg(test)]
     pub(crate) fn set_resizing(&self) {
         self.resizing.store(1, Ordering::Release);
+    }
+
+    /// The resize flag and the `inside` words, for writing them as another process could
+    /// (the fuzz harness).
+    #[cfg(all(feature = "fuzzing", not(loom)))]
+    pub(crate) fn words(&self) -> (&AtomicU32, &[AtomicU64; ENDPOINTS]) {
+        (&self.resizing, &self.inside)
     }
 }
 

@@ -27,7 +27,7 @@ use crate::wc::Cqe;
 /// Where the [`Gate`] starts (after [`CqShm`]).
 const GATE_OFF: usize = 256;
 /// Bytes before the ring: [`CqShm`] and the [`Gate`], rounded up to a page.
-const SHM_BYTES: usize = 4096;
+pub(crate) const SHM_BYTES: usize = 4096;
 const _: () = assert!(GATE_OFF + GATE_BYTES <= SHM_BYTES);
 
 /// `flags` bit: overwrite the oldest entry instead of failing (IGNORE_OVERRUN).
@@ -43,6 +43,7 @@ const RESIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The shared state of a CQ.
 #[repr(C)]
+#[derive(Default)]
 pub(crate) struct CqShm {
     /// Non-zero once an overrun put the CQ in error.
     pub(crate) errored: AtomicU32,
@@ -118,15 +119,8 @@ impl CqSeg {
     /// owner can have written (not a power of two, or more slots than the file holds:
     /// another process wrote it), which would index past the mapping.
     pub(crate) fn open(seg: Arc<Segment>, gen: u32) -> Option<CqSeg> {
-        if seg.len() < SHM_BYTES + crate::cq::ring::HDR_BYTES {
-            return None;
-        }
-        let cap = seg.get::<CqShm>(0).cap.load(Ordering::Acquire);
-        let room = (seg.len() - SHM_BYTES - crate::cq::ring::HDR_BYTES) / std::mem::size_of::<crate::cq::ring::Slot>();
-        if !cap.is_power_of_two() || cap > room as u64 {
-            return None;
-        }
-        let ring = Ring::in_segment(seg.clone(), SHM_BYTES, cap as usize);
+        let cap = open_capacity(seg.get::<CqShm>(0).cap.load(Ordering::Acquire), seg.len())?;
+        let ring = Ring::in_segment(seg.clone(), SHM_BYTES, cap);
         Some(CqSeg {
             seg,
             ring,
@@ -156,43 +150,8 @@ impl CqSeg {
     /// nothing fails). Rule: ibv_req_notify_cq(3): an armed CQ fires once for the next
     /// completion, or the next solicited one; rxe treats error and flush completions as
     /// not solicited, and so does rverbs (the producer sets `cqe.solicited`).
-    pub(crate) fn publish(&self, mut cqe: Cqe, who: Producer) -> Publish {
-        let sh = self.shm();
-        if sh.errored.load(Ordering::Acquire) != 0 {
-            return Publish::Overrun { first: false };
-        }
-        let gate = self.gate();
-        let mut waiting: Option<std::time::Instant> = None;
-        while !gate.enter(who) {
-            // A resize is under way: follow it once it moved the CQ, or enter again if it
-            // was called off.
-            while gate.resizing() {
-                let m = sh.moved.load(Ordering::Acquire);
-                if m != 0 {
-                    return Publish::Moved(m);
-                }
-                // A resize moves at most the ring's completions; one still "under way"
-                // after the time a resize waits for producers (`freeze`) is a flag another
-                // process wrote: the CQ is in error, as for a scribbled ring.
-                let since = *waiting.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() > 2 * RESIZE_WAIT {
-                    return Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 };
-                }
-                std::thread::yield_now();
-            }
-        }
-        let flags = sh.flags.load(Ordering::Relaxed);
-        if flags & FLAG_TIMESTAMPS != 0 {
-            cqe.timestamp = crate::clock::device_ns();
-        }
-        let out = match self.ring.push(&cqe.encode(), flags & FLAG_IGNORE_OVERRUN != 0) {
-            // A ring whose indices another process scribbled over fails like an overrun:
-            // the CQ enters the error state and its owner gets IBV_EVENT_CQ_ERR.
-            Err(PushError::Full | PushError::Corrupt) => Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 },
-            Ok(()) => Publish::Done { fire: self.notify_if_armed(cqe.solicited) },
-        };
-        gate.leave(who);
-        out
+    pub(crate) fn publish(&self, cqe: Cqe, who: Producer) -> Publish {
+        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT)
     }
 
     fn gate(&self) -> &Gate {
@@ -213,20 +172,6 @@ impl CqSeg {
     pub(crate) fn skip_dead(&self, alive: &dyn Fn(u32, u32) -> bool) -> bool {
         let Some(h) = self.ring.stalled_at() else { return false };
         !self.gate().live_inside(alive) && self.ring.skip(h)
-    }
-
-    /// Disarms and reports whether the arming fires for this completion.
-    fn notify_if_armed(&self, solicited: bool) -> bool {
-        let sh = self.shm();
-        if sh.channel.load(Ordering::Relaxed) == 0 {
-            return false;
-        }
-        // Pairs with the fence in `arm`: either the application's poll after arming sees
-        // this CQE, or this load sees the arming (no lost wake-up).
-        fence(Ordering::SeqCst);
-        let armed = sh.notify.load(Ordering::Relaxed);
-        let fire = armed & NOTIFY_NEXT != 0 || (armed & NOTIFY_SOLICITED != 0 && solicited);
-        fire && sh.notify.compare_exchange(armed, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
     /// Arms the notification (ibv_req_notify_cq(3)).
@@ -265,6 +210,69 @@ impl CqSeg {
             x.store(y.load(Ordering::Acquire), Ordering::Release);
         }
     }
+}
+
+/// The ring capacity a peer may use in a segment of `seg_len` bytes whose header says
+/// `cap`: `None` if it is not one the owner can have written (not a power of two, or more
+/// slots than the file holds: another process wrote it), which would index past the
+/// mapping.
+pub(crate) fn open_capacity(cap: u64, seg_len: usize) -> Option<usize> {
+    let room = seg_len.checked_sub(SHM_BYTES + crate::cq::ring::HDR_BYTES)? / std::mem::size_of::<crate::cq::ring::Slot>();
+    (cap.is_power_of_two() && cap <= room as u64).then_some(cap as usize)
+}
+
+/// [`CqSeg::publish`] over the parts of a CQ segment — its header `sh`, its producers'
+/// `gate`, its `ring` — every word of which another process may have written;
+/// `resize_wait` as `RESIZE_WAIT` (a resize still under way after twice that is a flag
+/// another process wrote).
+pub(crate) fn publish_in(sh: &CqShm, gate: &Gate, ring: &Ring, mut cqe: Cqe, who: Producer, resize_wait: std::time::Duration) -> Publish {
+    if sh.errored.load(Ordering::Acquire) != 0 {
+        return Publish::Overrun { first: false };
+    }
+    let mut waiting: Option<std::time::Instant> = None;
+    while !gate.enter(who) {
+        // A resize is under way: follow it once it moved the CQ, or enter again if it
+        // was called off.
+        while gate.resizing() {
+            let m = sh.moved.load(Ordering::Acquire);
+            if m != 0 {
+                return Publish::Moved(m);
+            }
+            // A resize moves at most the ring's completions; one still "under way"
+            // after the time a resize waits for producers (`freeze`) is a flag another
+            // process wrote: the CQ is in error, as for a scribbled ring.
+            let since = *waiting.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() > 2 * resize_wait {
+                return Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 };
+            }
+            std::thread::yield_now();
+        }
+    }
+    let flags = sh.flags.load(Ordering::Relaxed);
+    if flags & FLAG_TIMESTAMPS != 0 {
+        cqe.timestamp = crate::clock::device_ns();
+    }
+    let out = match ring.push(&cqe.encode(), flags & FLAG_IGNORE_OVERRUN != 0) {
+        // A ring whose indices another process scribbled over fails like an overrun:
+        // the CQ enters the error state and its owner gets IBV_EVENT_CQ_ERR.
+        Err(PushError::Full | PushError::Corrupt) => Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 },
+        Ok(()) => Publish::Done { fire: notify_if_armed(sh, cqe.solicited) },
+    };
+    gate.leave(who);
+    out
+}
+
+/// Disarms and reports whether the arming fires for this completion.
+fn notify_if_armed(sh: &CqShm, solicited: bool) -> bool {
+    if sh.channel.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    // Pairs with the fence in `arm`: either the application's poll after arming sees
+    // this CQE, or this load sees the arming (no lost wake-up).
+    fence(Ordering::SeqCst);
+    let armed = sh.notify.load(Ordering::Relaxed);
+    let fire = armed & NOTIFY_NEXT != 0 || (armed & NOTIFY_SOLICITED != 0 && solicited);
+    fire && sh.notify.compare_exchange(armed, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
 }
 
 #[cfg(test)]

@@ -190,43 +190,127 @@ pub(crate) fn serve(me: &Endpoint, ep: u32) {
     if req.done.load(Ordering::Acquire) == seq {
         return;
     }
-    let len = req.len.load(Ordering::Relaxed) as usize;
-    let status = if len > BUF || seg.len() < HDR + BUF { STATUS_REFUSED } else { serve_one(me, req, seg.addr() + HDR, len) };
+    let words = RequestWords {
+        op: req.op.load(Ordering::Relaxed),
+        key: req.key.load(Ordering::Relaxed),
+        pd: req.pd.load(Ordering::Relaxed),
+        remote: req.remote.load(Ordering::Relaxed),
+        qpn: req.qpn.load(Ordering::Relaxed),
+        need: req.need.load(Ordering::Relaxed),
+        va: req.va.load(Ordering::Relaxed),
+        len: req.len.load(Ordering::Relaxed),
+    };
+    let status = match check_request(&words, seg.len()) {
+        Some(c) => serve_one(me, &c, seg.addr() + HDR),
+        None => STATUS_REFUSED,
+    };
     req.status.store(status, Ordering::Relaxed);
     req.done.store(seq, Ordering::Release);
     let _ = rustix::thread::futex::wake(&req.done, rustix::thread::futex::Flags::empty(), u32::MAX);
 }
 
-fn serve_one(me: &Endpoint, req: &Request, buf: usize, len: usize) -> u32 {
-    let used = if req.remote.load(Ordering::Relaxed) == 0 {
-        KeyUse::Local
-    } else {
-        KeyUse::Remote { qpn: req.qpn.load(Ordering::Relaxed) }
+/// The words of a request header as the serving process read them (another process
+/// wrote them: any values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RequestWords {
+    pub(crate) op: u32,
+    pub(crate) key: u32,
+    pub(crate) pd: u32,
+    pub(crate) remote: u32,
+    pub(crate) qpn: u32,
+    pub(crate) need: u32,
+    pub(crate) va: u64,
+    pub(crate) len: u64,
+}
+
+/// A request that may be served: the copy's direction and the access to check against
+/// the key table (which decides the rest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Checked {
+    /// Into this process's memory (`OP_WRITE`), else out of it (`OP_READ`).
+    pub(crate) write: bool,
+    pub(crate) key: u32,
+    pub(crate) pd: u32,
+    pub(crate) used: KeyUse,
+    pub(crate) need: Access,
+    pub(crate) va: u64,
+    pub(crate) len: usize,
+}
+
+/// Checks the request header `w` of a channel segment of `seg_len` bytes before anything
+/// is touched: `None` (refused) for a length beyond the buffer, a segment too short to
+/// hold the buffer, an unknown operation, or a write that asks for no right to write.
+///
+/// The request comes from another process: it is then checked like any access (the key
+/// table, [`KeySpace::pin`]), so nothing outside a region that grants it is ever
+/// touched, and nothing written without a right to write.
+pub(crate) fn check_request(w: &RequestWords, seg_len: usize) -> Option<Checked> {
+    let len = usize::try_from(w.len).ok().filter(|&l| l <= BUF && seg_len >= HDR + BUF)?;
+    let write = match w.op {
+        OP_WRITE => true,
+        OP_READ => false,
+        _ => return None,
     };
-    let need = Access::from_bits_truncate(req.need.load(Ordering::Relaxed));
-    let op = req.op.load(Ordering::Relaxed);
-    // The request comes from another process: check it like any access, so nothing
-    // outside a region that grants it is ever touched, and nothing written without a
-    // right to write.
+    let need = Access::from_bits_truncate(w.need);
     let writes = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-    if op == OP_WRITE && !need.intersects(writes) {
-        return STATUS_REFUSED;
+    if write && !need.intersects(writes) {
+        return None;
     }
+    let used = if w.remote == 0 { KeyUse::Local } else { KeyUse::Remote { qpn: w.qpn } };
+    Some(Checked { write, key: w.key, pd: w.pd, used, need, va: w.va, len })
+}
+
+/// Bytes of a channel segment: the header, then the buffer.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) const CHANNEL_BYTES: usize = HDR + BUF;
+
+/// Bytes one request moves at most.
+#[cfg(feature = "fuzzing")]
+pub(crate) const MAX_PIECE: usize = BUF;
+
+fn serve_one(me: &Endpoint, c: &Checked, buf: usize) -> u32 {
     let keys = KeySpace::local(me);
-    let key = req.key.load(Ordering::Relaxed);
-    let pd = req.pd.load(Ordering::Relaxed);
-    let Ok(p) = keys.pin(key, pd, used, req.va.load(Ordering::Relaxed), len as u64, need) else {
+    let Ok(p) = keys.pin(c.key, c.pd, c.used, c.va, c.len as u64, c.need) else {
         return STATUS_REFUSED;
     };
     let Place::Local(at) = p.place else { return STATUS_REFUSED };
-    let moved = match op {
+    let moved = if c.write {
         // SAFETY: `at` is `len` bytes of a pinned region of this process; `buf` is the
-        // channel's buffer of at least `len` bytes (checked by the caller).
-        OP_WRITE => unsafe { mem::copy(at as *mut u8, buf as *const u8, len) },
+        // channel's buffer of at least `len` bytes (checked by `check_request`).
+        unsafe { mem::copy(at as *mut u8, buf as *const u8, c.len) }
+    } else {
         // SAFETY: as above, in the other direction.
-        OP_READ => unsafe { mem::copy(buf as *mut u8, at as *const u8, len) },
-        _ => return STATUS_REFUSED,
+        unsafe { mem::copy(buf as *mut u8, at as *const u8, c.len) }
     };
     // Registered memory this process unmapped is refused like a bad key (`fault.rs`).
     if moved.is_ok() { STATUS_OK } else { STATUS_REFUSED }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words() -> RequestWords {
+        RequestWords { op: OP_READ, key: 7, pd: 2, remote: 1, qpn: 9, need: Access::REMOTE_READ.bits(), va: 0x1000, len: 64 }
+    }
+
+    #[test]
+    fn a_proxy_request_is_checked_before_anything_is_touched() {
+        let ok = check_request(&words(), CHANNEL_BYTES).expect("a read within the buffer");
+        assert_eq!(ok.used, KeyUse::Remote { qpn: 9 });
+        assert_eq!((ok.write, ok.key, ok.pd, ok.va, ok.len), (false, 7, 2, 0x1000, 64));
+        assert_eq!(check_request(&RequestWords { remote: 0, ..words() }, CHANNEL_BYTES).unwrap().used, KeyUse::Local);
+        // A length beyond the buffer, or a segment that cannot hold the buffer.
+        assert_eq!(check_request(&RequestWords { len: BUF as u64 + 1, ..words() }, CHANNEL_BYTES), None);
+        assert_eq!(check_request(&RequestWords { len: u64::MAX, ..words() }, CHANNEL_BYTES), None);
+        assert!(check_request(&RequestWords { len: BUF as u64, ..words() }, CHANNEL_BYTES).is_some());
+        assert_eq!(check_request(&words(), CHANNEL_BYTES - 1), None);
+        // Unknown operations; a write without a right to write.
+        for op in [0, 3, u32::MAX] {
+            assert_eq!(check_request(&RequestWords { op, ..words() }, CHANNEL_BYTES), None, "op {op}");
+        }
+        assert_eq!(check_request(&RequestWords { op: OP_WRITE, ..words() }, CHANNEL_BYTES), None);
+        let w = RequestWords { op: OP_WRITE, need: Access::REMOTE_WRITE.bits(), ..words() };
+        assert!(check_request(&w, CHANNEL_BYTES).unwrap().write);
+    }
 }

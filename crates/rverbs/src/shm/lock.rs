@@ -36,6 +36,18 @@ impl Drop for ShmGuard<'_> {
 }
 
 impl ShmLock {
+    /// The lock word (the fuzz harness).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn word(&self) -> u32 {
+        self.word.load(Ordering::Relaxed)
+    }
+
+    /// Writes the lock word as another process could (the fuzz harness).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn set_word(&self, v: u32) {
+        self.word.store(v, Ordering::Relaxed);
+    }
+
     /// Takes the lock for endpoint `me`; `alive(ep)` tells whether endpoint `ep` still
     /// exists (asked only after spinning, so it may be slow).
     ///
