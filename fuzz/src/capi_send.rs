@@ -43,20 +43,14 @@ const V44_SEND_OPS: u64 = 0x7ff | 1 << 12;
 
 /// Runs one input.
 pub fn run(data: &[u8]) {
-    let mut inp = Input::new(data);
-    for _ in 0..8 {
-        if inp.is_empty() {
-            break;
-        }
-        match inp.u8() % 6 {
-            0 => send_chain(&mut inp),
-            1 => qp_init_ex(&mut inp),
-            2 => cq_init_ex(&mut inp),
-            3 => srq_init_ex(&mut inp),
-            4 => builder_args(&mut inp),
-            _ => create_ep(&mut inp),
-        }
-    }
+    crate::input::each_op(data, 6, |inp, kind| match kind {
+        0 => send_chain(inp),
+        1 => qp_init_ex(inp),
+        2 => cq_init_ex(inp),
+        3 => srq_init_ex(inp),
+        4 => builder_args(inp),
+        _ => create_ep(inp),
+    });
 }
 
 fn u64(inp: &mut Input<'_>) -> u64 {

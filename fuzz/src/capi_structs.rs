@@ -30,19 +30,13 @@ use crate::input::Input;
 
 /// Runs one input.
 pub fn run(data: &[u8]) {
-    let mut inp = Input::new(data);
-    for _ in 0..8 {
-        if inp.is_empty() {
-            break;
-        }
-        match inp.u8() % 5 {
-            0 => qp_attr(&mut inp),
-            1 => sges(&mut inp),
-            2 => recv_chain(&mut inp),
-            3 => sockaddr(&mut inp),
-            _ => conn_param(&mut inp),
-        }
-    }
+    crate::input::each_op(data, 5, |inp, kind| match kind {
+        0 => qp_attr(inp),
+        1 => sges(inp),
+        2 => recv_chain(inp),
+        3 => sockaddr(inp),
+        _ => conn_param(inp),
+    });
 }
 
 /// A small value most of the time (the defined enum values are small), any otherwise.

@@ -58,6 +58,19 @@ impl<'a> Input<'a> {
     }
 }
 
+/// Runs up to 8 operations of one input: each starts with a byte that picks one of
+/// `kinds` operations (`op(input, kind)`, `kind < kinds`), until the input is used up.
+pub fn each_op(data: &[u8], kinds: u8, mut op: impl FnMut(&mut Input<'_>, u8)) {
+    let mut inp = Input::new(data);
+    for _ in 0..8 {
+        if inp.is_empty() {
+            break;
+        }
+        let kind = inp.u8() % kinds;
+        op(&mut inp, kind);
+    }
+}
+
 /// Appends `bytes` as a [`Input::record`] to `out` (the seed generator's side).
 pub fn push_record(out: &mut Vec<u8>, bytes: &[u8]) {
     let len = u16::try_from(bytes.len()).expect("a record holds at most 65535 bytes");

@@ -37,19 +37,13 @@ fn u64(inp: &mut Input<'_>) -> u64 {
 
 /// Runs one input.
 pub fn run(data: &[u8]) {
-    let mut inp = Input::new(data);
-    for _ in 0..8 {
-        if inp.is_empty() {
-            break;
-        }
-        match inp.u8() % 5 {
-            0 => dump(&mut inp),
-            1 => raw_dump(&mut inp),
-            2 => routes(&mut inp),
-            3 => routes6(&mut inp),
-            _ => arp(&mut inp),
-        }
-    }
+    crate::input::each_op(data, 5, |inp, kind| match kind {
+        0 => dump(inp),
+        1 => raw_dump(inp),
+        2 => routes(inp),
+        3 => routes6(inp),
+        _ => arp(inp),
+    });
 }
 
 /// One of a few addresses (so that entries meet the one asked about), or any.
