@@ -327,19 +327,22 @@ impl Registry {
     }
 
     /// Whether process `pid` is alive as the owner of endpoint `ep`: for this endpoint,
-    /// whether `pid` is this process; for another, whether the endpoint is alive and its
-    /// header names `pid` (a word another process of the same number left says it is
-    /// dead). When the peer cannot be mapped to read its pid, alive: the answer decides
-    /// whether a CQ may skip that process's reservation, and a wrong "dead" loses a
-    /// completion, a wrong "alive" only delays.
+    /// whether `pid` is this process; for another, whether the host says `pid` owns it
+    /// now ([`Registry::owner`]: the number locked, its header naming `pid`, `pid` not
+    /// exited; a word another process of the same number left says it is dead). Asked of
+    /// the host, not of the mapped peers: a number reused by a process still starting
+    /// has no mapping yet, and counting that as the old owner alive kept a killed XRC
+    /// domain holder alive. When the header cannot be read while the number is held,
+    /// alive: the answer decides whether a CQ may skip that process's reservation, and a
+    /// wrong "dead" loses a completion, a wrong "alive" only delays.
     pub(crate) fn owner_alive(&self, ep: u32, pid: u32) -> bool {
         if ep == self.ep {
             return pid == self.pid;
         }
-        if !self.alive(ep) {
-            return false;
+        if header_pid(&ep_dir(&self.root, ep)).is_none() {
+            return self.alive(ep);
         }
-        self.peer(ep).map_or(true, |p| p.pid as u32 == pid && p.is_alive())
+        self.owner(ep).is_some_and(|(owner, _)| owner as u32 == pid)
     }
 
     /// The process that owns endpoint `ep` (another than this one) now: its pid and a
