@@ -40,9 +40,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("rings", &["wc", "cq::ring", "cq::gate", "cq::seg", "cq::defer", "qp::attr", "qp::wr", "qp::rq"]),
     // The engine that executes work requests; what it asks of the device and the
     // transports, as traits they implement (`qp::device`).
-    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress"]),
+    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::local", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress"]),
     // Transports: how a request reaches its responder.
-    ("transports", &["transport", "transport::grh", "transport::gsi", "transport::local", "transport::mcast_net", "transport::net", "transport::host", "transport::respond", "transport::route", "transport::udp", "transport::target", "mcast", "qp1"]),
+    ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::respond", "transport::route", "transport::udp", "transport::target", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
     // `fuzzing` only), which reaches into every layer below.
     ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing"]),

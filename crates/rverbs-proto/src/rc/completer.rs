@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::requester::{Requester, RequesterState, WqeState};
 use super::timer::Timer;
-use super::{Mode, ReadPlacement, Response};
+use super::{Mode, Placed, ReadPlacement, Response};
 use crate::rnr::{ack_timeout, rnr_delay};
 use crate::vendor_err;
 use crate::verbs::{WcStatus, WrOpcode};
@@ -45,8 +45,23 @@ impl Requester {
     /// Deviation: a READ response stream may restart with FIRST/ONLY at `comp.psn` (the
     /// resume point of a go-back-N READ, §3.2 step 1), not only at the WQE's first PSN.
     pub fn handle_response(&mut self, now: Instant, resp: &Response) -> Option<ReadPlacement> {
+        let mut placement = None;
+        self.handle_response_placing(now, resp, &mut |p| {
+            placement = Some(p);
+            Placed::Done
+        });
+        placement
+    }
+
+    /// As [`Requester::handle_response`], with the driver placing a READ response's payload
+    /// through `place` before the completer takes the response: what `place` answers
+    /// decides whether the READ goes on ([`Placed::Done`]), the response counts as lost
+    /// ([`Placed::Dropped`]: nothing changes, the timer recovers), or the WQE fails
+    /// ([`Placed::Failed`], and the QP with it: §3.4 COMPST_ERROR). A READ's last response
+    /// then completes it only once its bytes are where the application will read them.
+    pub fn handle_response_placing(&mut self, now: Instant, resp: &Response, place: &mut dyn FnMut(ReadPlacement) -> Placed) {
         if self.cfg.mode != Mode::Rc || self.state == RequesterState::Error {
-            return None;
+            return;
         }
         // Rule: a response can only answer a PSN that was sent. One naming a PSN at or
         // beyond the highest ever transmitted (a "ghost" response: forged, misrouted, or
@@ -55,9 +70,8 @@ impl Requester {
         // with only PSN 0 of a three-packet SEND sent, an ACK for PSN 2 acknowledged PSNs
         // 1 and 2 before they were sent, and stopped the retransmit timer).
         if resp.psn.diff(self.sent_end) >= 0 {
-            return None;
+            return;
         }
-        let mut placement = None;
         // §3.4 GET_WQE: nothing started, nothing to complete.
         while let Some(front) = self.queue.front().copied() {
             if front.state == WqeState::Posted {
@@ -79,13 +93,15 @@ impl Requester {
                     break;
                 }
                 Check::Contents => {
-                    placement = self.check_ack(now, resp, &front);
+                    if !self.check_ack(now, resp, &front, place) {
+                        // The driver could not have the payload: as if never received.
+                        return;
+                    }
                     break;
                 }
             }
         }
         self.kick_retransmit_timer(now);
-        placement
     }
 
     /// §3.4 CHECK_PSN.
@@ -117,11 +133,18 @@ impl Requester {
     }
 
     /// §3.4 CHECK_ACK and what follows it.
-    fn check_ack(&mut self, now: Instant, resp: &Response, front: &super::requester::Entry) -> Option<ReadPlacement> {
+    /// Returns `false` when `place` dropped the response.
+    fn check_ack(
+        &mut self,
+        now: Instant,
+        resp: &Response,
+        front: &super::requester::Entry,
+        place: &mut dyn FnMut(ReadPlacement) -> Placed,
+    ) -> bool {
         use Operation as O;
         let Some(op) = resp.opcode.operation() else {
             self.bad_response(WcStatus::BadRespErr);
-            return None;
+            return true;
         };
         // Sequence: outside a READ stream only START packets; inside only MIDDLE/LAST, a
         // NAK, or a restart at the resume point.
@@ -137,14 +160,14 @@ impl Requester {
         if !in_sequence {
             // §3.4: "use IBV_WC_BAD_RESP_ERR as IBTA intends".
             self.bad_response(WcStatus::BadRespErr);
-            return None;
+            return true;
         }
         let aeth_ack = resp.syndrome.is_some_and(Syndrome::is_ack);
         match op {
             O::RdmaReadResponseFirst | O::RdmaReadResponseMiddle | O::RdmaReadResponseLast | O::RdmaReadResponseOnly => {
                 if op != O::RdmaReadResponseMiddle && !aeth_ack {
                     self.bad_response(WcStatus::BadRespErr);
-                    return None;
+                    return true;
                 }
                 match front.wqe.opcode {
                     WrOpcode::RdmaRead => {
@@ -155,40 +178,48 @@ impl Requester {
                         let whole = u64::from(front.wqe.length);
                         if end > whole || (last && end != whole) || (!last && u64::from(resp.payload_len) != mtu) {
                             self.bad_response(WcStatus::BadRespErr);
-                            return None;
+                            return true;
+                        }
+                        let placement = ReadPlacement { wqe_id: front.wqe.id, offset, len: resp.payload_len };
+                        match place(placement) {
+                            Placed::Done => {}
+                            Placed::Dropped => return false,
+                            Placed::Failed { status, vendor_err } => {
+                                self.complete_front(status, vendor_err, None);
+                                return true;
+                            }
                         }
                         self.advance_comp_psn(resp.psn.add(1));
                         self.reset_retry_counters();
                         self.in_read_stream = !last;
-                        let placement = ReadPlacement { wqe_id: front.wqe.id, offset, len: resp.payload_len };
                         if last {
                             self.complete_front(WcStatus::Success, vendor_err::NONE, None);
                         }
-                        Some(placement)
+                        true
                     }
                     // §1.5: FLUSH and ATOMIC_WRITE are answered by an empty READ_RESPONSE_ONLY.
                     WrOpcode::Flush | WrOpcode::AtomicWrite if op == O::RdmaReadResponseOnly && resp.payload_len == 0 => {
                         self.advance_comp_psn(resp.psn.add(1));
                         self.reset_retry_counters();
                         self.complete_front(WcStatus::Success, vendor_err::NONE, None);
-                        None
+                        true
                     }
                     // §4: "read response to a non-read WQE → FATAL_ERR (rxe)".
                     _ => {
                         self.bad_response(WcStatus::FatalErr);
-                        None
+                        true
                     }
                 }
             }
             O::AtomicAcknowledge => {
                 if !front.wqe.opcode.is_atomic() || !aeth_ack {
                     self.bad_response(WcStatus::BadRespErr);
-                    return None;
+                    return true;
                 }
                 self.advance_comp_psn(resp.psn.add(1));
                 self.reset_retry_counters();
                 self.complete_front(WcStatus::Success, vendor_err::NONE, Some(resp.atomic_original.unwrap_or(0)));
-                None
+                true
             }
             O::Acknowledge => {
                 match resp.syndrome {
@@ -234,20 +265,24 @@ impl Requester {
                         }
                         self.error_retry(false);
                     }
+                    // The NAK code decides the status; the rule the responder named, when
+                    // the link kept it (`Response::reason`), the vendor error.
                     Some(Syndrome::Nak(NakCode::InvalidRequest)) => {
-                        self.complete_front(WcStatus::RemInvReqErr, vendor_err::REMOTE_INVALID, None)
+                        self.complete_front(WcStatus::RemInvReqErr, reason_or(resp, vendor_err::REMOTE_INVALID), None)
                     }
                     Some(Syndrome::Nak(NakCode::RemoteAccessError)) => {
-                        self.complete_front(WcStatus::RemAccessErr, vendor_err::REMOTE_ACCESS, None)
+                        self.complete_front(WcStatus::RemAccessErr, reason_or(resp, vendor_err::REMOTE_ACCESS), None)
                     }
-                    Some(Syndrome::Nak(_)) => self.complete_front(WcStatus::RemOpErr, vendor_err::REMOTE_OP, None),
+                    Some(Syndrome::Nak(_)) => {
+                        self.complete_front(WcStatus::RemOpErr, reason_or(resp, vendor_err::REMOTE_OP), None)
+                    }
                     None => self.bad_response(WcStatus::BadRespErr),
                 }
-                None
+                true
             }
             _ => {
                 self.bad_response(WcStatus::BadRespErr);
-                None
+                true
             }
         }
     }
@@ -325,4 +360,10 @@ impl Requester {
             _ => self.timers.stop(Timer::Retransmit),
         }
     }
+}
+
+/// The vendor error of a NAK: the responder's rule when the response kept it, else the NAK
+/// code's `generic` one.
+fn reason_or(resp: &Response, generic: u32) -> u32 {
+    resp.reason.map_or(generic, crate::violation::Violation::vendor_err)
 }

@@ -274,6 +274,12 @@ pub struct Response {
     pub payload_len: u32,
     /// Responder side: where the payload comes from (`None` on responses from the wire).
     pub source: Option<ReadSource>,
+    /// Responder side: the rule a NAK answers (`None` on ACKs and on responses from the
+    /// wire, whose AETH carries only the NAK code). A link that hands the responder's
+    /// responses over without packets (the same host) keeps it, and the completer puts its
+    /// documented reason ([`crate::violation::Violation::vendor_err`]) into the error
+    /// completion instead of the NAK code's generic one.
+    pub reason: Option<crate::violation::Violation>,
 }
 
 impl Response {
@@ -287,6 +293,7 @@ impl Response {
             atomic_original: None,
             payload_len: 0,
             source: None,
+            reason: None,
         }
     }
 }
@@ -479,6 +486,26 @@ pub struct ReadPlacement {
     pub offset: u64,
     /// Bytes (the response's payload length).
     pub len: u32,
+}
+
+/// What the driver did with the payload of a READ response
+/// ([`Requester::handle_response_placing`]), asked before the completer acknowledges it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    /// The bytes are in the WQE's scatter list.
+    Done,
+    /// The bytes could not be had (the responder's memory went away on a link without
+    /// packets): the response counts as never received, and the retransmit timer
+    /// recovers.
+    Dropped,
+    /// The WQE fails with this status (a local scatter list that no longer takes the
+    /// bytes: LOC_PROT_ERR; a remote range that failed after its check: REM_ACCESS_ERR).
+    Failed {
+        /// The completion status.
+        status: WcStatus,
+        /// Its documented reason ([`crate::vendor_err`]).
+        vendor_err: u32,
+    },
 }
 
 /// Why `post` refused a work request (ibv_post_send(3): EINVAL / ENOMEM).

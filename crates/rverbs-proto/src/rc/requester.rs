@@ -159,6 +159,39 @@ impl Requester {
         self.queue.is_empty() && self.timers.next_timeout().is_none()
     }
 
+    /// `modify_qp` changed the ACK `timeout` of the running QP (ibv_modify_qp(3),
+    /// RTS → RTS or SQD → RTS): the next retransmit timer armed uses it.
+    pub fn set_timeout(&mut self, timeout: u8) {
+        self.cfg.timeout = timeout;
+    }
+
+    /// `modify_qp` changed `retry_cnt` of the running QP: a fresh budget of that many
+    /// consecutive retries (§3.1).
+    pub fn set_retry_cnt(&mut self, retry_cnt: u8) {
+        self.cfg.retry_cnt = retry_cnt;
+        self.retry = if self.cfg.retry_cnt_7_infinite {
+            RetryCounter::transport_rxe(retry_cnt)
+        } else {
+            RetryCounter::transport(retry_cnt)
+        };
+    }
+
+    /// `modify_qp` changed `rnr_retry` of the running QP: a fresh RNR budget (§3.1).
+    pub fn set_rnr_retry(&mut self, rnr_retry: u8) {
+        self.cfg.rnr_retry = rnr_retry;
+        self.rnr = RetryCounter::rnr(rnr_retry);
+    }
+
+    /// `modify_qp` changed `max_rd_atomic` of the running QP (§3.2 step 5): the credits
+    /// are the new depth less those held by outstanding READ/atomic WQEs, so a WQE that
+    /// waited for credit (depth 0) goes on once there is some.
+    pub fn set_max_rd_atomic(&mut self, max_rd_atomic: u8) {
+        let held = self.max_rd_atomic.saturating_sub(self.rd_atomic);
+        self.cfg.max_rd_atomic = max_rd_atomic;
+        self.max_rd_atomic = rd_atomic_depth(max_rd_atomic);
+        self.rd_atomic = self.max_rd_atomic.saturating_sub(held);
+    }
+
     pub(super) fn set_state(&mut self, state: RequesterState) {
         self.state = state;
     }

@@ -214,6 +214,7 @@ impl Responder {
                     atomic_original: None,
                     payload_len: len,
                     source: Some(ReadSource { rkey: *rkey, va: *va, len }),
+                    reason: None,
                 };
                 *psn = psn.add(1);
                 *va = va.wrapping_add(u64::from(len));
@@ -705,6 +706,7 @@ impl Responder {
             atomic_original: Some(original),
             payload_len: 0,
             source: None,
+            reason: None,
         }));
     }
 
@@ -717,6 +719,7 @@ impl Responder {
             atomic_original: None,
             payload_len: 0,
             source: None,
+            reason: None,
         }));
     }
 
@@ -760,7 +763,8 @@ impl Responder {
                     Nak::RemoteAccess => NakCode::RemoteAccessError,
                     _ => NakCode::RemoteOperationalError,
                 };
-                self.out.push_back(Work::One(Response::ack(req.psn, Syndrome::Nak(code), self.msn)));
+                let nak = Response { reason: Some(v), ..Response::ack(req.psn, Syndrome::Nak(code), self.msn) };
+                self.out.push_back(Work::One(nak));
                 if let (Some(r), Some(status)) = (recv, v.recv_status()) {
                     delivery.recv = Some(RecvCompletion::error(r.wr_id, status, v.vendor_err()));
                 }

@@ -1225,3 +1225,94 @@ fn xrc_srq_changed_inside_a_message_naks_invalid_request_and_fails_its_receive()
     assert_eq!(t.xrc_asked, [XRC_SRQ], "the second SRQ was not even looked up");
     assert_eq!(resp.state(), ResponderState::Error);
 }
+
+// ---- The driver's part of a READ response; modify_qp on a running requester ----
+
+/// A READ's response whose bytes the driver could not have (`Placed::Dropped`) changes
+/// nothing: the READ stays outstanding, and the same response taken later completes it.
+/// One the driver failed (`Placed::Failed`) completes the READ with that status, before
+/// any success could be seen, and flushes the rest.
+#[test]
+fn read_response_placed_by_the_driver_before_the_completer_takes_it() {
+    let now = Instant::now();
+    let read = |id| SendWqe { id, opcode: WrOpcode::RdmaRead, length: 64, rkey: RKEY, ..SendWqe::TEMPLATE };
+    let resp = Response { opcode: OpCode::RcRdmaReadResponseOnly, payload_len: 64, ..Response::ack(Psn::new(0), Syndrome::ACK, 1) };
+
+    let mut r = Requester::new(req_cfg());
+    r.post(read(1)).unwrap();
+    let _ = r.poll_transmit(now).expect("READ REQUEST");
+    let mut asked = 0;
+    r.handle_response_placing(now, &resp, &mut |p| {
+        asked += 1;
+        assert_eq!((p.wqe_id, p.offset, p.len), (1, 0, 64));
+        Placed::Dropped
+    });
+    assert_eq!(asked, 1);
+    assert_eq!((r.outstanding(), r.comp_psn()), (1, Psn::new(0)), "a dropped response changes nothing");
+    assert!(r.poll_completion().is_none());
+    assert!(r.poll_timeout().is_some(), "the retransmit timer still runs");
+    r.handle_response_placing(now, &resp, &mut |_| Placed::Done);
+    let c = r.poll_completion().expect("completed");
+    assert_eq!((c.id, c.status, c.byte_len), (1, WcStatus::Success, 64));
+
+    let mut r = Requester::new(req_cfg());
+    r.post(read(1)).unwrap();
+    r.post(read(2)).unwrap();
+    let _ = r.poll_transmit(now);
+    let _ = r.poll_transmit(now);
+    let failed = Placed::Failed { status: WcStatus::LocProtErr, vendor_err: vendor_err::LOCAL_ACCESS };
+    r.handle_response_placing(now, &resp, &mut |_| failed);
+    let got: Vec<(u64, WcStatus, u32)> = std::iter::from_fn(|| r.poll_completion()).map(|c| (c.id, c.status, c.vendor_err)).collect();
+    assert_eq!(got, [(1, WcStatus::LocProtErr, vendor_err::LOCAL_ACCESS), (2, WcStatus::WrFlushErr, vendor_err::FLUSHED)]);
+    assert_eq!(r.state(), RequesterState::Error);
+}
+
+/// A NAK that kept the responder's rule (`Response::reason`, the same host) puts the rule's
+/// vendor error into the completion; from the wire the NAK code's generic one.
+#[test]
+fn nak_reason_names_the_vendor_error() {
+    let now = Instant::now();
+    for (reason, vendor) in [(None, vendor_err::REMOTE_ACCESS), (Some(Violation::RkeyBounds), Violation::RkeyBounds.vendor_err())] {
+        let mut r = Requester::new(req_cfg());
+        r.post(SendWqe { id: 7, opcode: WrOpcode::RdmaWrite, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
+        let _ = r.poll_transmit(now);
+        let nak = Response { reason, ..Response::ack(Psn::new(0), Syndrome::Nak(NakCode::RemoteAccessError), 0) };
+        r.handle_response(now, &nak);
+        let c = r.poll_completion().expect("completed");
+        assert_eq!((c.status, c.vendor_err), (WcStatus::RemAccessErr, vendor));
+    }
+    // The responder machine keeps the rule on the NAK it queues.
+    let mut p = pair();
+    let w = p.post(SendWqe { opcode: WrOpcode::RdmaWrite, length: 8, rkey: RKEY + 1, ..SendWqe::TEMPLATE }, bytes(8, 1));
+    p.drive();
+    assert_eq!(p.responses[0].1.reason, Some(Violation::RkeyUnknown));
+    assert_eq!((p.completions[0].id, p.completions[0].vendor_err), (w, Violation::RkeyUnknown.vendor_err()));
+}
+
+/// `modify_qp` on a running requester (RTS → RTS): `max_rd_atomic` 0 holds a READ with no
+/// timer; granting credit lets it go. A new `retry_cnt` is a fresh budget, a new
+/// `timeout` the next timer's.
+#[test]
+fn modify_reaches_a_running_requester() {
+    let now = Instant::now();
+    let mut r = Requester::new(RequesterConfig { max_rd_atomic: 0, ..req_cfg() });
+    r.post(SendWqe { id: 1, opcode: WrOpcode::RdmaRead, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
+    assert_eq!(r.poll_transmit(now), None, "no credit");
+    assert_eq!(r.poll_timeout(), None, "and nothing a timer would change");
+    r.set_max_rd_atomic(1);
+    assert_eq!(r.rd_atomic_credits(), 1);
+    assert!(r.poll_transmit(now).is_some(), "credit granted: the READ goes");
+    assert_eq!(r.rd_atomic_credits(), 0);
+    r.set_max_rd_atomic(4);
+    assert_eq!(r.rd_atomic_credits(), 3, "the outstanding READ keeps its credit");
+
+    let mut r = Requester::new(RequesterConfig { retry_cnt: 1, ..req_cfg() });
+    r.set_retry_cnt(5);
+    assert_eq!(r.retries_left(), Some(5));
+    r.set_rnr_retry(2);
+    assert_eq!(r.rnr_retries_left(), Some(2));
+    r.set_timeout(12);
+    r.post(SendWqe { id: 1, opcode: WrOpcode::RdmaWrite, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
+    let _ = r.poll_transmit(now);
+    assert_eq!(r.poll_timeout(), Some(now + ack_timeout(12).unwrap()));
+}

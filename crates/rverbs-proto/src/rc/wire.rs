@@ -87,6 +87,7 @@ impl Response {
             atomic_original: repr.atomic_ack_eth.map(|a| a.original),
             payload_len: repr.payload_len as u32,
             source: None,
+            reason: None,
         }
     }
 }

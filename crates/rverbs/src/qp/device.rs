@@ -1,25 +1,25 @@
 //! The device as a QP sees it: what the engine asks of the layers above it, as traits
 //! the engine defines and the device implements.
 //!
-//! Rule (ARCHITECTURE.md, "Layers"): no module imports a layer above its own, and
-//! device state is passed down explicitly. A QP is given its device ([`QpDevice`]) when
-//! it is created; the device gives each send queue its [`SendPath`], the transports'
+//! Rule (ARCHITECTURE.md, "Layers"): no module imports a layer above its own, and device
+//! state is passed down explicitly. A QP is given its device ([`QpDevice`]) when it is
+//! created; the device gives each send queue its link ([`SendPath`]), the transports'
 //! per-queue state, which holds the device state the transports use (the engine's
 //! tables, the network sockets, the multicast groups). The engine names neither the
-//! transports nor the device: it executes a work request through the send queue's path
-//! (one dynamic call per executed request) and runs a network connection through the
-//! device.
+//! transports nor the device: the protocol core's requester of the send queue
+//! (`super::send`) hands each request packet it builds to the queue's link, and takes
+//! the responses the link brings back.
 
-use std::any::Any;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::sq::{ReqView, SendQueue, SendWqe};
+use rverbs_proto::psn::Psn;
+use rverbs_proto::rc::{Placed, Request, Response};
+
+use super::sq::{ReqView, SendWqe};
 use super::QpInner;
 use crate::gid::{Gid, GidEntry};
-use crate::mr::Sge;
+use crate::mr::{PinList, Sge};
 use crate::table::Table;
-use crate::wc::Cqe;
 
 /// What a QP reaches of its device beyond its PD and CQs.
 pub(crate) trait QpDevice: Sync {
@@ -38,68 +38,79 @@ pub(crate) trait QpDevice: Sync {
     /// (a connected QP whose destination is another host runs over it).
     fn network_link(&self, sgid: &Gid) -> Option<u32>;
 
-    /// A new send queue's path: the transports' state for it.
+    /// A new send queue's link: the transports' state for it.
     fn new_path(&'static self) -> Box<dyn SendPath>;
 }
 
-/// A send queue's way to its responders: the transports' state for one send queue (the
-/// responder found for its connection, the protocol machines, a network connection's
-/// requester) with the device state the transports reach through it. Kept in the send
-/// queue (`SendQueue::route`) and used with the queue locked.
-pub(crate) trait SendPath: Send {
-    /// Executes the head work request `wqe` (scatter list `sges`, inline bytes `inline`)
-    /// of `qp`'s send queue, whose requester's view is `req`, on this host.
-    fn execute(&mut self, qp: &Arc<QpInner>, req: &ReqView, wqe: &SendWqe, sges: &[Sge], inline: &[u8]) -> Exec;
+/// How the requester runs on a link (docs/queue-pairs.md, "One requester, two links").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// The MTU the requester segments messages at: the path MTU on the network;
+    /// `rverbs_proto::rc::UNSEGMENTED_MTU` where there are no packets (one request and one
+    /// response per message).
+    pub(crate) mtu: u32,
+    /// The most PSNs it keeps unacknowledged.
+    pub(crate) window: u32,
+    /// Whether XRC requests carry the XRCETH (the network); on the same host the link
+    /// finds the SRQ with the responder, once per connection.
+    pub(crate) xrceth: bool,
+}
 
-    /// Runs the queue's connection to another host (`req.network`): hands new work
-    /// requests (none while `draining`), sends, retires what completed. The path is
-    /// `sq`'s own, taken out of it for the call. Returns whether requests are in flight.
-    fn progress_net(&mut self, qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) -> bool;
+/// One request packet on its way out: what the requester built, and the work request it
+/// belongs to, whose bytes the link gathers.
+pub(crate) struct Tx<'a> {
+    pub(crate) request: &'a Request,
+    pub(crate) wqe: &'a SendWqe,
+    pub(crate) sges: &'a [Sge],
+    pub(crate) inline: &'a [u8],
+    /// The oldest PSN not yet acknowledged: where a responder the link starts for this
+    /// connection expects the next request (a link without packets keeps the responder's
+    /// machine itself).
+    pub(crate) comp_psn: Psn,
+}
+
+/// The payload of a READ response, wherever the link holds it (a packet's bytes, or the
+/// responder's registered memory on the same host).
+pub(crate) trait ResponseBytes {
+    /// Copies `len` bytes of it into `dst`, at byte `offset` of that list, and says what
+    /// the completer is to make of the response ([`Placed`]).
+    fn copy_into(&self, dst: &PinList<'_>, offset: usize, len: u32) -> Placed;
+}
+
+/// A packet's payload as [`ResponseBytes`] (empty for responses without one).
+pub(crate) struct Payload<'a>(pub(crate) &'a [u8]);
+
+/// Where a link hands the responses that come back for a request: at once on the same
+/// host (inside [`SendPath::transmit`]); from the network they arrive later through the
+/// receive path, which hands them to the same requester (`QpInner::on_response`).
+pub(crate) trait Answers {
+    /// One response, with its payload.
+    fn answer(&mut self, response: &Response, bytes: &dyn ResponseBytes);
+}
+
+/// A send queue's link to its responders: the transports' state for one send queue (the
+/// responder found for its connection and its machine, the network's packet batch) with
+/// the device state the transports reach through it. Kept in the send queue
+/// (`SendQueue::link`) and used with the queue locked.
+pub(crate) trait SendPath: Send {
+    /// How a requester runs on this link for a QP whose requester's view is `req`.
+    fn shape(&self, qp: &QpInner, req: &ReqView) -> Shape;
+
+    /// Sends `tx` towards the responder of `qp` (view `req`); responses that come back
+    /// at once go to `answers`. A request nobody answers is simply not answered: the
+    /// requester's timers decide what follows.
+    ///
+    /// Errors: the vendor error of a LOC_PROT_ERR when the work request's bytes can no
+    /// longer be gathered (its region went away after the request was handed over).
+    fn transmit(&mut self, qp: &Arc<QpInner>, req: &ReqView, tx: Tx<'_>, answers: &mut dyn Answers) -> Result<(), u32>;
+
+    /// Sends what [`SendPath::transmit`] batched.
+    fn flush(&mut self);
 
     /// Forgets the responder (`modify_qp` changed the path or the QP restarted).
     fn forget_route(&mut self);
 
-    /// Drops the network connection's requester (the queue was flushed or reset).
-    fn drop_net(&mut self);
-
-    /// The path as the transport that made it knows it (the receive path finds a
-    /// connection's requester through it).
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-}
-
-/// The path a send queue holds while its own is out for [`SendPath::progress_net`]:
-/// goes nowhere (zero-sized, so swapping it in allocates nothing).
-pub(crate) struct NoPath;
-
-impl SendPath for NoPath {
-    fn execute(&mut self, _: &Arc<QpInner>, _: &ReqView, _: &SendWqe, _: &[Sge], _: &[u8]) -> Exec {
-        Exec::Lost
-    }
-
-    fn progress_net(&mut self, _: &Arc<QpInner>, _: &mut SendQueue, _: bool) -> bool {
-        false
-    }
-
-    fn forget_route(&mut self) {}
-
-    fn drop_net(&mut self) {}
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-}
-
-/// What executing the head work request of a send queue led to.
-#[derive(Debug)]
-pub(crate) enum Exec {
-    /// The request is finished: its completion (success or error).
-    Done(Cqe),
-    /// The responder had no receive posted (RNR NAK): retry after the delay.
-    Rnr(Duration),
-    /// No response (unreachable or not-ready peer, dropped request): retry after the
-    /// ACK timeout.
-    Lost,
-    /// The request cannot start yet and no timer will change that (no read/atomic
-    /// credit: `max_rd_atomic` is 0).
-    Stall,
+    /// Forgets the connection: a new requester starts (RTS after RESET, or after an
+    /// error), or the queue was flushed.
+    fn reset(&mut self);
 }

@@ -17,6 +17,8 @@ pub mod attr;
 pub mod batch;
 pub mod connect;
 pub(crate) mod device;
+mod local;
+pub(crate) mod send;
 pub(crate) mod state;
 pub(crate) mod rq;
 pub(crate) mod sq;
@@ -24,9 +26,7 @@ pub mod wr;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use rverbs_proto::rnr::ack_timeout;
 use rverbs_proto::state::QpAttrMask;
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, Mtu, QpState, QpType, SendFlags, WcStatus, WrOpcode};
@@ -42,7 +42,7 @@ use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
 use crate::srq::{Srq, SrqInner};
 use crate::wc::Cqe;
 use attr::{QpAttr, QpCap};
-use device::{Exec, NoPath, QpDevice};
+use device::QpDevice;
 use rq::RecvQueue;
 use sq::SendQueue;
 use wr::{PostError, RecvWr, SendWr};
@@ -220,128 +220,6 @@ impl QpInner {
             if !self.sq_pending.load(Ordering::SeqCst) {
                 return;
             }
-        }
-    }
-
-    /// Runs the send queue as far as it can go. Called with the queue locked.
-    pub(crate) fn progress(self: &Arc<Self>, sq: &mut SendQueue) {
-        loop {
-            // SQD: no new work request starts. Only `modify` moves the QP into or out of
-            // SQD other than into ERR, and it does so under the send-queue lock, which the
-            // caller holds.
-            let draining = match self.state() {
-                QpState::Err => {
-                    self.flush_sq(sq);
-                    return;
-                }
-                QpState::Reset | QpState::Init | QpState::Rtr => return,
-                QpState::Sqd => true,
-                QpState::Rts | QpState::Sqe => false,
-            };
-            if sq.req.network {
-                // Another host: the protocol core's requester runs over UDP; it keeps
-                // many requests in flight and completes them as responses arrive.
-                // The path is taken out of the queue for the call (it runs the queue).
-                let mut path = std::mem::replace(&mut sq.route, Box::new(NoPath));
-                let in_flight = path.progress_net(self, sq, draining);
-                sq.route = path;
-                if draining && !in_flight && !self.sqd_notified.swap(true, Ordering::AcqRel) {
-                    self.raise(EventType::SqDrained);
-                }
-                return;
-            }
-            if sq.is_empty() || (draining && !sq.req_state.started()) {
-                if draining && !self.sqd_notified.swap(true, Ordering::AcqRel) {
-                    // rxe raises SQ_DRAINED whether or not en_sqd_async_notify was set.
-                    self.raise(EventType::SqDrained);
-                }
-                return;
-            }
-            if sq.req_state.holds() {
-                return;
-            }
-            // The responder's completion events wait until this step's own completion
-            // is written (crate::cq::defer: the order a NIC produces).
-            let mut step = crate::cq::defer::Step::begin();
-            let outcome = {
-                let (wqe, sges, inline, req, path) = sq.head_for_execute().expect("non-empty");
-                path.execute(self, req, wqe, sges, inline)
-            };
-            step.requester_done();
-            match outcome {
-                Exec::Done(cqe) => {
-                    sq.rnr.reset();
-                    sq.retry.reset();
-                    self.complete_head(sq, cqe);
-                }
-                Exec::Rnr(delay) => {
-                    if sq.rnr.consume() {
-                        self.wait(sq, delay);
-                        return;
-                    }
-                    let cqe = self.head_error(sq, WcStatus::RnrRetryExcErr, vendor_err::RNR_EXHAUSTED);
-                    self.complete_head(sq, cqe);
-                }
-                Exec::Lost => {
-                    if sq.retry.consume() {
-                        match ack_timeout(sq.req.timeout) {
-                            Some(d) => self.wait(sq, d),
-                            None => sq.req_state.stall(),
-                        }
-                        return;
-                    }
-                    let cqe =
-                        self.head_error(sq, WcStatus::RetryExcErr, vendor_err::RETRY_EXHAUSTED);
-                    self.complete_head(sq, cqe);
-                }
-                Exec::Stall => {
-                    sq.req_state.stall();
-                    return;
-                }
-            }
-        }
-    }
-
-    fn wait(self: &Arc<Self>, sq: &mut SendQueue, delay: std::time::Duration) {
-        let at = Instant::now() + delay;
-        sq.req_state.back_off(at);
-        let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
-        crate::progress::schedule(at, me);
-    }
-
-    fn head_error(&self, sq: &SendQueue, status: WcStatus, vendor: u32) -> Cqe {
-        let (wqe, _, _) = sq.head().expect("non-empty");
-        Cqe::error(wqe.wr_id, self.qpn, status, vendor)
-    }
-
-    /// Retires the head WQE with `cqe`: written to the send CQ if the request was
-    /// signaled, the QP signals all, or it failed (ibv_post_send(3); rxe `do_complete`).
-    /// A failure moves the QP to ERR; an overrun of the send CQ too, with QP_FATAL.
-    pub(crate) fn complete_head(self: &Arc<Self>, sq: &mut SendQueue, cqe: Cqe) {
-        let wqe = sq.pop().expect("non-empty");
-        let failed = cqe.status() != WcStatus::Success;
-        if (failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED))
-            && self.send_cq.push(cqe).is_err() {
-                self.enter_error(Some(EventType::QpFatal), state::Cause::SendCqOverrun);
-                return;
-            }
-        if failed {
-            // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
-            if matches!(self.qp_type, QpType::Uc | QpType::Ud) {
-                let _ = self.transition(state::Expect::Is(QpState::Rts), QpState::Sqe, state::Cause::SendError);
-            } else {
-                self.enter_error(None, state::Cause::SendError);
-            }
-        }
-    }
-
-    /// Completes every queued send with WR_FLUSH_ERR (always written, signaled or not);
-    /// a network requester that carried some of them is dropped.
-    fn flush_sq(&self, sq: &mut SendQueue) {
-        sq.route.drop_net();
-        while let Some(w) = sq.pop() {
-            let cqe = Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED);
-            let _ = self.send_cq.push(cqe);
         }
     }
 }

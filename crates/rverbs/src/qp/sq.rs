@@ -9,9 +9,7 @@
 //! full. The first refused request is reported; the ones before it stay posted.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use rverbs_proto::rnr::RetryCounter;
 use rverbs_proto::verbs::{Access, QpType, SendFlags, WrOpcode};
 
 use crate::gid::Gid;
@@ -68,11 +66,6 @@ pub(crate) struct BindWqe {
     pub(crate) access: Access,
 }
 
-/// The head work request with what executing it reads and updates: the WQE, its scatter
-/// list, its inline bytes, the requester's view and the route cache.
-pub(crate) type ExecuteView<'a> =
-    (&'a SendWqe, &'a [Sge], &'a [u8], &'a ReqView, &'a mut dyn SendPath);
-
 /// What completing a work request needs once it leaves the queue.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Retired {
@@ -107,7 +100,9 @@ impl SendWqe {
     }
 }
 
-pub(crate) struct SendQueue {
+/// The send queue's storage: posted work requests, oldest first, with their scatter
+/// lists and inline bytes, until they complete.
+pub(crate) struct Ring {
     cap: usize,
     max_sge: usize,
     max_inline: usize,
@@ -119,83 +114,58 @@ pub(crate) struct SendQueue {
     inline: Vec<u8>,
     head: usize,
     count: usize,
+}
+
+/// A QP's send side, under its lock: the posted work requests, the requester's view of
+/// the QP attributes, the link the requests leave by, and the protocol core's requester
+/// that runs them over it (`super::send`, from the first request after RTS until the
+/// queue is flushed or reset).
+pub(crate) struct SendQueue {
+    pub(crate) ring: Ring,
     pub(crate) req: ReqView,
-    /// The transports' state for this queue (the responder found for its path, kept
-    /// until the path changes), made by the device.
-    pub(crate) route: Box<dyn SendPath>,
-    /// Where the requester is with the head work request.
-    pub(crate) req_state: ReqState,
-    pub(crate) rnr: RetryCounter,
-    pub(crate) retry: RetryCounter,
-}
-
-/// Where the requester is with the head work request; back to `Idle` whenever the head
-/// retires. (SQD's "no new request starts" is the QP state itself: a started head
-/// finishes, an idle one does not start.)
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum ReqState {
-    /// The head, if any, has not started: it starts when the QP state lets it.
-    #[default]
-    Idle,
-    /// The head started and may run again from `until` on (an RNR NAK's delay or the
-    /// ACK timeout; the progress thread has a timer for it).
-    Backoff {
-        /// The end of the wait.
-        until: Instant,
-    },
-    /// The head waits for something no timer brings: read/atomic credit
-    /// (`max_rd_atomic` 0, until a modify gives some) or, after a lost request with an
-    /// infinite ACK timeout, forever.
-    Stalled {
-        /// The end of the backoff the head served before it stalled, if it had one:
-        /// given credit again, it resumes as if that wait had just ended.
-        resume: Option<Instant>,
-    },
-}
-
-impl ReqState {
-    /// Whether the head has started (SQD lets a started head finish).
-    pub(crate) fn started(&self) -> bool {
-        !matches!(self, ReqState::Idle)
-    }
-
-    /// The head may not run yet: stalled, or its backoff has not ended.
-    pub(crate) fn holds(&self) -> bool {
-        match *self {
-            ReqState::Idle => false,
-            ReqState::Backoff { until } => Instant::now() < until,
-            ReqState::Stalled { .. } => true,
-        }
-    }
-
-    /// The head waits until `until`.
-    pub(crate) fn back_off(&mut self, until: Instant) {
-        *self = ReqState::Backoff { until };
-    }
-
-    /// The head waits for something other than time.
-    pub(crate) fn stall(&mut self) {
-        let resume = match *self {
-            ReqState::Backoff { until } => Some(until),
-            ReqState::Stalled { resume } => resume,
-            ReqState::Idle => None,
-        };
-        *self = ReqState::Stalled { resume };
-    }
-
-    /// What stalled the head may have changed (new read/atomic credit): it runs again.
-    pub(crate) fn unstall(&mut self) {
-        if let ReqState::Stalled { resume } = *self {
-            *self = resume.map_or(ReqState::Idle, |until| ReqState::Backoff { until });
-        }
-    }
+    /// The transports' state for this queue: the link to the responders (made by the
+    /// device).
+    pub(crate) link: Box<dyn SendPath>,
+    pub(crate) conn: Option<super::send::Conn>,
 }
 
 impl SendQueue {
-    pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32, route: Box<dyn SendPath>) -> Self {
+    pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32, link: Box<dyn SendPath>) -> Self {
+        SendQueue { ring: Ring::new(max_wr, max_sge, max_inline), req: ReqView::default(), link, conn: None }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ring.is_empty()
+    }
+
+    /// Removes the newest work requests until `count` remain (an aborted batch).
+    pub(crate) fn truncate(&mut self, count: usize) {
+        self.ring.truncate(count);
+    }
+
+    /// Validates `wr` and appends it ([`Ring::push`]).
+    pub(crate) fn push(&mut self, endpoint: &Endpoint, pd: u32, qp_type: QpType, wr: &SendWr<'_>, keep: bool) -> Result<()> {
+        self.ring.push(endpoint, pd, qp_type, wr, keep)
+    }
+
+    /// Removes every work request without completing it (→ RESET, destroy), with the
+    /// requester that carried some of them and the link's state for it.
+    pub(crate) fn clear(&mut self) {
+        while self.ring.pop().is_some() {}
+        self.conn = None;
+        self.link.reset();
+    }
+}
+
+impl Ring {
+    fn new(max_wr: u32, max_sge: u32, max_inline: u32) -> Self {
         let cap = max_wr.max(1) as usize;
         let max_sge = max_sge.max(1) as usize;
-        SendQueue {
+        Ring {
             cap,
             max_sge,
             max_inline: max_inline as usize,
@@ -206,11 +176,6 @@ impl SendQueue {
             inline: vec![0; cap * max_inline as usize],
             head: 0,
             count: 0,
-            req: ReqView::default(),
-            route,
-            req_state: ReqState::Idle,
-            rnr: RetryCounter::rnr(0),
-            retry: RetryCounter::transport(0),
         }
     }
 
@@ -223,23 +188,6 @@ impl SendQueue {
     }
 
     /// The oldest work request, with its scatter list and inline bytes.
-    /// The oldest work request as [`SendQueue::head`], with the requester's view and the
-    /// route cache (borrowed apart, so executing it moves nothing).
-    pub(crate) fn head_for_execute(
-        &mut self,
-    ) -> Option<ExecuteView<'_>> {
-        if self.count == 0 {
-            return None;
-        }
-        let w = &self.wqes[self.head];
-        let base = self.head * self.max_sge;
-        let inl = w
-            .inline_len
-            .map(|n| &self.inline[self.head * self.max_inline..self.head * self.max_inline + n])
-            .unwrap_or(&[]);
-        Some((w, &self.sges[base..base + w.num_sge], inl, &self.req, &mut *self.route))
-    }
-
     pub(crate) fn head(&self) -> Option<(&SendWqe, &[Sge], &[u8])> {
         (self.count != 0).then(|| self.slot_parts(self.head))
     }
@@ -277,7 +225,6 @@ impl SendQueue {
         }
         self.head = (self.head + 1) % self.cap;
         self.count -= 1;
-        self.req_state = ReqState::Idle;
         Some(retired)
     }
 
@@ -292,13 +239,6 @@ impl SendQueue {
             }
             self.count -= 1;
         }
-    }
-
-    /// Removes every work request without completing it (→ RESET, destroy), and the
-    /// network requester that carried some of them.
-    pub(crate) fn clear(&mut self) {
-        while self.pop().is_some() {}
-        self.route.drop_net();
     }
 
     /// Validates `wr` (from a QP of PD `pd`, whose keys are `endpoint`'s) and appends it.

@@ -22,7 +22,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use rverbs_proto::rnr::RetryCounter;
 use rverbs_proto::state::{check_modify, QpAttrMask};
 use rverbs_proto::verbs::{Access, QpState, QpType};
 
@@ -162,12 +161,15 @@ pub(crate) struct ModifyPlan {
     attrs: QpAttr,
     /// The requester's view after the call.
     req: ReqView,
-    /// New transport retry counter (RETRY_CNT given).
-    retry: Option<RetryCounter>,
-    /// New RNR retry counter (RNR_RETRY given).
-    rnr: Option<RetryCounter>,
-    /// MAX_QP_RD_ATOMIC given: a head stalled for read/atomic credit runs again.
-    unstall: bool,
+    /// New `timeout` (TIMEOUT given), for a running requester.
+    timeout: Option<u8>,
+    /// New `retry_cnt` (RETRY_CNT given): a fresh retry budget.
+    retry: Option<u8>,
+    /// New `rnr_retry` (RNR_RETRY given): a fresh RNR budget.
+    rnr: Option<u8>,
+    /// New `max_rd_atomic` (MAX_QP_RD_ATOMIC given): a request waiting for read/atomic
+    /// credit goes on once there is some.
+    max_rd_atomic: Option<u8>,
 }
 
 impl ModifyPlan {
@@ -346,9 +348,10 @@ impl QpInner {
             mask,
             attrs: a,
             req,
-            retry: m.contains(QpAttrMask::RETRY_CNT).then(|| RetryCounter::transport(a.retry_cnt)),
-            rnr: m.contains(QpAttrMask::RNR_RETRY).then(|| RetryCounter::rnr(a.rnr_retry)),
-            unstall: m.contains(QpAttrMask::MAX_QP_RD_ATOMIC),
+            timeout: m.contains(QpAttrMask::TIMEOUT).then_some(a.timeout),
+            retry: m.contains(QpAttrMask::RETRY_CNT).then_some(a.retry_cnt),
+            rnr: m.contains(QpAttrMask::RNR_RETRY).then_some(a.rnr_retry),
+            max_rd_atomic: m.contains(QpAttrMask::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
         }
     }
 
@@ -398,20 +401,14 @@ impl QpInner {
         if !staged {
             view.store(self.rec);
         }
-        sq.route.forget_route();
+        sq.link.forget_route();
         if changed && matches!(plan.to, QpState::Reset | QpState::Rtr) {
             // A new connection: requests from the network start at rq_psn.
             *self.net_resp.lock().expect("net responder") = super::NetResponder { rq_psn: a.rq_psn, ..Default::default() };
         }
         sq.req = plan.req;
-        if let Some(r) = plan.retry {
-            sq.retry = r;
-        }
-        if let Some(r) = plan.rnr {
-            sq.rnr = r;
-        }
-        if plan.unstall {
-            sq.req_state.unstall();
+        if let Some(c) = &mut sq.conn {
+            c.modified(plan.timeout, plan.retry, plan.rnr, plan.max_rd_atomic);
         }
         match plan.to {
             QpState::Reset if changed => {
@@ -458,10 +455,8 @@ impl QpInner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qp::sq::ReqState;
     use crate::qp::{Qp, QpInit};
     use crate::{devices, Context, Cq, CqInit, Pd, QpCap, RemotePath};
-    use std::time::{Duration, Instant};
 
     struct Fixture {
         _ctx: Context,
@@ -566,27 +561,5 @@ mod tests {
         assert_eq!(q.transition(err, QpState::Err, Cause::ResponderFault), Ok(QpState::Err));
         assert_eq!(q.rec.state.load(Ordering::Acquire), QpState::Err.raw());
         assert_eq!(q.transition(Expect::Any, QpState::Reset, Cause::Destroy), Ok(QpState::Err));
-    }
-
-    #[test]
-    fn requester_state_stall_and_unstall_keep_the_backoff() {
-        let mut s = ReqState::Idle;
-        assert!(!s.started() && !s.holds());
-        s.stall();
-        assert_eq!(s, ReqState::Stalled { resume: None });
-        assert!(s.started() && s.holds());
-        s.unstall();
-        assert_eq!(s, ReqState::Idle, "a head that never ran is idle again");
-        let past = Instant::now();
-        s.back_off(past);
-        assert!(s.started() && !s.holds(), "a backoff that ended lets the head run");
-        s.stall();
-        assert_eq!(s, ReqState::Stalled { resume: Some(past) });
-        s.unstall();
-        assert_eq!(s, ReqState::Backoff { until: past }, "a started head stays started");
-        s.back_off(Instant::now() + Duration::from_secs(3600));
-        assert!(s.holds());
-        s.unstall();
-        assert!(matches!(s, ReqState::Backoff { .. }), "unstall leaves a backoff alone");
     }
 }

@@ -1,43 +1,42 @@
-//! The same-host transport: the requester runs the responder of the target QP directly —
-//! in this process, or in a peer process's shared state ([`Target`]) — and completes at
-//! once.
+//! The same-host link: the requester's request goes straight to the responder of the
+//! target QP — in this process, or in a peer process's shared state ([`Target`]) — and
+//! the responder's answer straight back, inside `ibv_post_send`.
 //!
-//! Read before editing: rxe `rxe_req.c` (requester), `rxe_resp.c` (responder: the order
-//! of its checks is GET_REQ → CHK_OP_VALID → CHK_RESOURCE → CHK_LENGTH → CHK_RKEY →
-//! EXECUTE, kept here), `rxe_comp.c` (completer; UC and UD complete at transmit), the
+//! Read before editing: `crate::qp::send` (the one requester this link serves),
+//! rxe `rxe_resp.c` (responder: the order of its checks is GET_REQ → CHK_OP_VALID →
+//! CHK_RESOURCE → CHK_LENGTH → CHK_RKEY → EXECUTE, kept by the core's machine), the
 //! statuses of ibv_poll_cq(3), and `transport::grh` (UD GRH).
 //!
-//! One call executes one whole message. There are no packets, so there is nothing to
-//! reorder or lose: PSNs are not needed, and a "lost" message is one the responder
-//! dropped (wrong state, unknown QP, wrong addresses, a dead peer) — the requester then
-//! retries on its ACK timer like rxe would.
+//! The requester runs with an MTU of `rverbs_proto::rc::UNSEGMENTED_MTU`: one request
+//! carries a whole message and one response answers it. Nothing is reordered or lost on
+//! the way; a request nobody answers (wrong state, unknown QP, wrong addresses, a dead
+//! peer) is simply not answered, and the requester retries on its ACK timer as it would
+//! on the network. The connection's responder machine lives in the send queue's link
+//! (`super::route`), started at the requester's oldest unacknowledged PSN.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use rverbs_proto::psn::Psn;
-use rverbs_proto::rc::{self, Mode, RecvCompletion, Request, Responder, ResponderState, UNSEGMENTED_MTU};
-use rverbs_proto::rnr::rnr_delay;
+use rverbs_proto::rc::{self, Mode, Placed, RecvCompletion, Request, Responder, ResponderState, UNSEGMENTED_MTU};
 use rverbs_proto::vendor_err;
-use rverbs_proto::verbs::{Access, EventType, QpType, WcOpcode, WcStatus, WrOpcode};
+use rverbs_proto::verbs::{Access, EventType, QpType, WcOpcode, WcStatus};
 use rverbs_proto::violation::Violation;
-
+use rverbs_proto::wire;
 use rverbs_proto::wire::roce::Packet as RocePacket;
-use rverbs_proto::wire::{self, FethRepr, Selectivity};
 
 use super::respond::Responding;
 use super::route::{connected_mode, endpoint_of, responder_config, Path, Route, Routed};
 use super::target::{LocalTarget, PeerTarget, Target};
+use crate::engine::Engine;
 use crate::mcast::{is_multicast, MULTICAST_QPN};
 use crate::mr::cma::CmaError;
-use crate::mr::{self, copy_message, Fault, KeySpace, PinList, Sge, Source};
-use crate::qp::sq::{ReqView, SendWqe};
-use crate::qp::wr::{FlushPlacement, FlushSelectivity};
+use crate::mr::{self, KeySpace, PinList, Source};
+use crate::qp::device::{Answers, Payload, ResponseBytes, Tx};
+use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 use crate::transport::grh;
-use crate::transport::Exec;
-use crate::engine::Engine;
 use crate::wc::Cqe;
 
 /// The data a request carries, gathered and checked on the requester side.
@@ -55,147 +54,48 @@ impl<'a> Gathered<'_, 'a> {
     }
 }
 
-pub(crate) fn execute(
-    qp: &Arc<QpInner>,
-    req: &ReqView,
-    wqe: &SendWqe,
-    sges: &[Sge],
-    inline: &[u8],
-    path: &mut Path,
-) -> Exec {
-    let op = wqe.opcode();
-    match op {
-        WrOpcode::BindMw => return super::local::bind_mw(qp, wqe),
-        WrOpcode::LocalInv => return super::local::local_inv(qp, wqe),
-        _ if !op.has_wire_opcode(qp.qp_type) => return no_wire_opcode(qp, wqe),
-        _ => {}
-    }
-
-    // Requester: gather the outgoing data (local SGE faults are LOC_PROT_ERR, as
-    // ibv_poll_cq(3) describes it; rxe reports LOC_QP_OP_ERR for them — see
-    // docs/rxe-differences.md, "A local SGE fault is LOC_PROT_ERR").
+/// The same-host link's [`crate::qp::device::SendPath::transmit`]: gathers the request's
+/// bytes, then hands it to its responder — the connection's (RC, UC, XRC: [`connected`])
+/// or each UD destination's ([`ud_send`]) — and the responder's answer straight back to
+/// the requester. Nobody found: no answer.
+pub(crate) fn transmit(path: &mut Path, qp: &Arc<QpInner>, req: &ReqView, tx: Tx<'_>, answers: &mut dyn Answers) -> Result<(), u32> {
+    let wqe = tx.wqe;
     let own = KeySpace::local(qp.pd.endpoint());
     let mut pins = PinList::new();
-    let gathered = if !op.carries_payload() {
+    let gathered = if !wqe.opcode().carries_payload() {
         Gathered::Inline(&[])
     } else if wqe.inline_len.is_some() {
-        Gathered::Inline(inline)
+        Gathered::Inline(tx.inline)
     } else {
         // Pinned in place: the list is large and moving it costs a memcpy per request.
-        match mr::pin_sges_into(&own, qp.pd.id, sges, Access::empty(), wqe.total_len, &mut pins) {
+        match mr::pin_sges_into(&own, qp.pd.id, tx.sges, Access::empty(), wqe.total_len, &mut pins) {
             Ok(()) => Gathered::Pins(&pins),
-            Err(f) => return local_fault(qp, wqe, f),
+            Err(f) => return Err(f.local_vendor_err()),
         }
     };
-
-    // Read/atomic credit (rxe `rxe_req.c` `check_init_depth`): with max_rd_atomic 0 the request
-    // can never be issued.
-    let needs_credit = op.is_read_or_atomic() || op == WrOpcode::AtomicWrite;
-    if needs_credit && req.max_rd_atomic == 0 && qp.qp_type.is_reliable() {
-        return Exec::Stall;
+    if qp.qp_type == QpType::Ud {
+        ud_send(qp, &tx, &gathered, path);
+        return Ok(());
     }
-
-    match qp.qp_type {
-        QpType::Ud => ud_send(qp, wqe, &gathered, path),
-        QpType::Rc | QpType::Uc | QpType::XrcSend => {
-            let now = path.epoch;
-            let Some(Route { to, responder }) = super::route::connected(path.engine, qp, req, wqe, &mut path.route) else {
-                return unanswered(qp, wqe);
-            };
-            match to {
-                Routed::Local(t) => {
-                    t.note_inbound();
-                    connected(qp, wqe, sges, &gathered, t, responder, now)
-                }
-                Routed::Peer(t) => {
-                    t.note_inbound();
-                    connected(qp, wqe, sges, &gathered, t, responder, now)
-                }
-                Routed::Split(t) => {
-                    t.note_inbound();
-                    connected(qp, wqe, sges, &gathered, t, responder, now)
-                }
-            }
-        }
-        _ => Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::REMOTE_INVALID)),
-    }
-}
-
-/// A work request the QP's transport has no opcode for (UC SEND with Invalidate): posted,
-/// then failed with LOC_QP_OP_ERR, as rxe's requester does (`WrOpcode::has_wire_opcode`).
-pub(crate) fn no_wire_opcode(qp: &QpInner, wqe: &SendWqe) -> Exec {
-    Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_NO_OPCODE))
-}
-
-fn local_fault(qp: &QpInner, wqe: &SendWqe, f: Fault) -> Exec {
-    Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocProtErr, f.local_vendor_err()))
-}
-
-/// A request nobody answered: RC retries; UC and UD complete as sent.
-fn unanswered(qp: &QpInner, wqe: &SendWqe) -> Exec {
-    if qp.qp_type.is_reliable() {
-        Exec::Lost
-    } else {
-        Exec::Done(sent(qp, wqe))
-    }
-}
-
-/// The successful requester completion of `wqe`.
-pub(crate) fn sent(qp: &QpInner, wqe: &SendWqe) -> Cqe {
-    let op = wqe.opcode();
-    let opcode = op.wc_opcode().unwrap_or(WcOpcode::Send);
-    let byte_len = match op {
-        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => 8,
-        WrOpcode::BindMw | WrOpcode::LocalInv => 0,
-        _ => wqe.total_len as u32,
+    let now = path.epoch;
+    let Some(Route { to, responder }) = super::route::connected(path.engine, qp, req, wqe, tx.comp_psn, &mut path.route) else {
+        return Ok(());
     };
-    Cqe::success(wqe.wr_id, qp.qpn, opcode, byte_len)
-}
-
-/// The core's form of a send work request: the same fields, no scatter list.
-pub(crate) fn core_wqe(wqe: &SendWqe) -> rc::SendWqe {
-    let op = wqe.opcode();
-    rc::SendWqe {
-        id: wqe.wr_id,
-        opcode: op,
-        length: match (op, wqe.flush) {
-            (WrOpcode::Flush, Some(f)) => f.len,
-            _ => wqe.total_len as u32,
-        },
-        remote_va: wqe.remote_addr,
-        rkey: wqe.rkey,
-        // `imm_data` is the 4 bytes C put in `__be32 imm_data`, kept verbatim (a native
-        // u32 of those bytes); the core and the wire's ImmDt hold its big-endian value
-        // (IBTA §9.2.3: ImmDt carries the bytes as given). The rkey of SEND_WITH_INV
-        // shares the field in host order, as `invalidate_rkey` does in C.
-        imm: match op {
-            WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => u32::from_be(wqe.imm),
-            _ => wqe.imm,
-        },
-        compare_add: wqe.compare_add,
-        swap: wqe.swap,
-        flags: wqe.flags,
-        flush: wqe.flush.map(|f| FethRepr {
-            selectivity: match f.selectivity {
-                FlushSelectivity::WholeMr => Selectivity::WholeMr,
-                FlushSelectivity::Range => Selectivity::MemoryRange,
-            },
-            placement: {
-                let mut p = wire::Placement::empty();
-                if f.placement.contains(FlushPlacement::GLOBAL) {
-                    p |= wire::Placement::GLOBAL_VISIBILITY;
-                }
-                if f.placement.contains(FlushPlacement::PERSISTENT) {
-                    p |= wire::Placement::PERSISTENCE;
-                }
-                p
-            },
-        }),
-        ud: wqe.ud.as_ref().map(|u| rc::UdDest { remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey }),
-        // The network transport sets it for XRC initiators (`super::net`); the same-host
-        // transport finds the SRQ with the route and runs the RC opcodes.
-        xrc_srq: None,
+    match to {
+        Routed::Local(t) => {
+            t.note_inbound();
+            connected(qp, &tx, &gathered, t, responder, now, answers);
+        }
+        Routed::Peer(t) => {
+            t.note_inbound();
+            connected(qp, &tx, &gathered, t, responder, now, answers);
+        }
+        Routed::Split(t) => {
+            t.note_inbound();
+            connected(qp, &tx, &gathered, t, responder, now, answers);
+        }
     }
+    Ok(())
 }
 
 /// The receive completion the core decided, as the target's CQ entry.
@@ -232,168 +132,164 @@ fn deliver_recv<T: Target>(t: &T, cqe: Cqe) -> Result<(), ()> {
     Ok(())
 }
 
-/// The error completion of receive WQE `wr_id` for a rule broken while it was in use.
-fn refused_recv(wr_id: u64, v: Violation) -> Option<RecvCompletion> {
-    Some(RecvCompletion::error(wr_id, v.recv_status()?, v.vendor_err()))
+/// What a data movement that failed after the checks means (the registered memory was
+/// unmapped by its owner, or the peer's process is gone or will not let us in): whether
+/// anybody answers. A gone peer answers nothing (the requester retries on its timer);
+/// a fault answers with the NAK of `v`.
+fn answers_after(e: CmaError) -> bool {
+    if e == CmaError::Denied {
+        tracing::warn!("cross-memory attach refused by the kernel; the peer cannot be reached");
+    }
+    e == CmaError::Fault
 }
 
-/// What a failed data movement means for the request: the peer's process is gone (or
-/// will not let us in) and nobody answers, or the registered memory was unmapped by its
-/// owner and the access fails as `violation` (out of bounds, or a bad receive WQE).
-fn moved_failed(qp: &QpInner, t: &impl Target, wqe: &SendWqe, e: CmaError, v: Violation, recv: Option<u64>) -> Exec {
-    match e {
-        CmaError::Gone | CmaError::Denied => {
-            if e == CmaError::Denied {
-                tracing::warn!("cross-memory attach refused by the kernel; the peer cannot be reached");
-            }
-            unanswered(qp, wqe)
-        }
-        CmaError::Fault => violation(qp, t, wqe, v, recv.and_then(|id| refused_recv(id, v))),
-    }
-}
-
-/// RC and UC: the core's responder machine of the connection takes the whole message as
-/// one request (docs/rocev2-wire.md §3.3: its checks, in rxe's order, and its plan); this
-/// driver moves the bytes the plan names, publishes the receive completion, and turns
-/// the machine's response into the requester's completion (§3.4, §4).
-fn connected<T: Target>(
-    qp: &Arc<QpInner>,
-    wqe: &SendWqe,
-    sges: &[Sge],
-    gathered: &Gathered<'_, '_>,
-    t: &T,
-    responder: &mut Responder,
-    now: Instant,
-) -> Exec {
-    use WrOpcode as W;
-    let carried = matches!(
-        wqe.opcode(),
-        W::Send
-            | W::SendWithImm
-            | W::SendWithInv
-            | W::RdmaWrite
-            | W::RdmaWriteWithImm
-            | W::RdmaRead
-            | W::AtomicCmpAndSwp
-            | W::AtomicFetchAndAdd
-            | W::AtomicWrite
-            | W::Flush
-    );
-    if !carried {
-        return violation(qp, t, wqe, Violation::InvalidOpcode, None);
-    }
-    let mode = connected_mode(qp.qp_type);
-    let cfg = responder_config(mode, t.rec(), UNSEGMENTED_MTU);
-    if responder.state() == ResponderState::Error {
-        // The route accepted the responder, so its QP left ERR through RESET since the
-        // machine failed (rxe "class J" leaves the requester in RTS): a new connection.
-        *responder = Responder::new(cfg);
-    } else {
-        responder.reconfigure(cfg);
-    }
-    let request = Request::message(mode, qp.qpn, &core_wqe(wqe), responder.expected_psn());
-    let mut at = Responding::new(t);
-    let delivery = responder.handle_request(now, &request, &mut at);
-    let response = responder.poll_transmit(now);
-    debug_assert!(!responder.has_transmit(), "one request, one response");
-
-    if let Some(v) = delivery.violation {
-        if let Some(e) = at.moved {
-            responder.enter_error();
-            return moved_failed(qp, t, wqe, e, v, None);
-        }
-        return match v {
-            Violation::ReceiveNotReady if mode == Mode::Rc => {
-                Exec::Rnr(rnr_delay(responder.config().min_rnr_timer))
-            }
-            Violation::ReceiveNotReady => Exec::Done(sent(qp, wqe)),
-            v => violation(qp, t, wqe, v, delivery.recv),
-        };
-    }
-    if !delivery.executed {
-        // Dropped: a responder the machine saw fail earlier answers nothing.
-        return unanswered(qp, wqe);
-    }
-    if let Some(place) = delivery.place {
-        if let Err(e) = at.place(place, None, gathered.source()) {
-            responder.enter_error();
-            let (v, recv) = match place {
-                rc::Placement::Recv { wr_id, .. } => (Violation::RecvWqeMalformed, Some(wr_id)),
-                rc::Placement::Memory { .. } => (Violation::RkeyBounds, at.recv.as_ref().map(|r| r.wr_id)),
-            };
-            return moved_failed(qp, t, wqe, e, v, recv);
-        }
-    }
-    if let Some(c) = delivery.recv {
-        if c.status != WcStatus::Success {
-            // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
-            // completes in error and the responder enters ERR, but no NAK is sent.
-            let _ = t.complete(recv_cqe(t, &c));
-        } else if deliver_recv(t, recv_cqe(t, &c)).is_err() {
-            responder.enter_error();
-            return unanswered(qp, wqe);
-        }
-    }
-    if responder.state() == ResponderState::Error {
-        t.enter_error(None);
-    }
-    match response {
-        // UC: no responses; the requester completes at transmit.
-        None => Exec::Done(sent(qp, wqe)),
-        Some(r) => completed(qp, t, wqe, sges, &at, &r),
-    }
-}
-
-/// The requester's side of a response (rxe `rxe_comp.c`): READ data and atomic results go
-/// into the local scatter list (needs LOCAL_WRITE; a fault is LOC_PROT_ERR).
-fn completed<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, sges: &[Sge], at: &Responding<'_, T>, r: &rc::Response) -> Exec {
-    if r.atomic_original.is_none() && wqe.opcode() != WrOpcode::RdmaRead {
-        return Exec::Done(sent(qp, wqe));
-    }
-    let own = KeySpace::local(qp.pd.endpoint());
-    if let Some(original) = r.atomic_original {
-        let local = match mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, 8) {
-            Ok(l) => l,
-            Err(f) => return local_fault(qp, wqe, f),
-        };
-        // The requester's own memory is always in this process: the copy cannot fail.
-        let _ = copy_message(&local, 0, Source::Bytes(&original.to_ne_bytes()));
-    } else if wqe.opcode() == WrOpcode::RdmaRead {
-        let local = match mr::pin_sges(&own, qp.pd.id, sges, Access::LOCAL_WRITE, wqe.total_len) {
-            Ok(l) => l,
-            Err(f) => return local_fault(qp, wqe, f),
-        };
-        if r.payload_len > 0 {
-            if let Err(e) = at.read_into(&local) {
-                return moved_failed(qp, t, wqe, e, Violation::RkeyBounds, None);
-            }
-        }
-    }
-    Exec::Done(sent(qp, wqe))
-}
-
-/// Applies a responder violation: completes a consumed receive with its error, moves
-/// the responder to ERR for class A/C errors, and completes the requester with the
-/// NAK's status (RC) or as sent (UC, which gets no NAK).
-fn violation<T: Target>(qp: &QpInner, t: &T, wqe: &SendWqe, v: Violation, recv: Option<RecvCompletion>) -> Exec {
-    let nak_status = v.nak().requester_status().unwrap_or(WcStatus::RemOpErr);
+/// A responder error: the target's side of it (docs/rocev2-wire.md §3.3 table). A receive
+/// WQE the message held completes in error (`recv`); RC: a class A/C error ends the target
+/// QP, raising the asynchronous event no receive completion reports (IBTA; rxe raises
+/// none, hardware does); UC: only a held receive's fatal error ends it.
+fn refused<T: Target>(qp: &QpInner, t: &T, v: Violation, recv: Option<RecvCompletion>) {
     let held = recv.is_some();
     if let Some(r) = recv {
         let _ = t.complete(Cqe::error(r.wr_id, t.qpn(), r.status, r.vendor_err));
     }
     if qp.qp_type.is_reliable() {
         if v.responder_fatal() {
-            // IBTA: a responder error no receive completion reports is raised as an
-            // asynchronous event (rxe raises none; hardware does).
-            let event = (!held).then_some(responder_event(v));
-            t.enter_error(event);
+            t.enter_error((!held).then_some(responder_event(v)));
         }
-        Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, nak_status, v.vendor_err()))
+    } else if held && v.responder_fatal() {
+        t.enter_error(None);
+    }
+}
+
+/// The NAK an RC responder answers a violation found after its checks with, keeping the
+/// rule for the completion's vendor error.
+fn nak_for(psn: Psn, v: Violation, msn: u32) -> rc::Response {
+    use rverbs_proto::violation::Nak;
+    let code = match v.nak() {
+        Nak::InvalidRequest => wire::NakCode::InvalidRequest,
+        Nak::RemoteAccess => wire::NakCode::RemoteAccessError,
+        _ => wire::NakCode::RemoteOperationalError,
+    };
+    rc::Response { reason: Some(v), ..rc::Response::ack(psn, wire::Syndrome::Nak(code), msn) }
+}
+
+/// RC and UC: the core's responder machine of the connection takes the whole message as
+/// one request (docs/rocev2-wire.md §3.3: its checks, in rxe's order, and its plan); this
+/// link moves the bytes the plan names, publishes the receive completion, and hands the
+/// machine's responses to the requester (§3.4, §4) — a READ's bytes straight from the
+/// memory the responder checked.
+fn connected<T: Target>(
+    qp: &QpInner,
+    tx: &Tx<'_>,
+    gathered: &Gathered<'_, '_>,
+    t: &T,
+    responder: &mut Responder,
+    now: Instant,
+    answers: &mut dyn Answers,
+) {
+    let mode = connected_mode(qp.qp_type);
+    let mut cfg = responder_config(mode, t.rec(), UNSEGMENTED_MTU);
+    if responder.state() == ResponderState::Error {
+        // The route accepted the responder, so its QP left ERR through RESET since the
+        // machine failed (rxe "class J" leaves the requester in RTS): a new connection,
+        // from the oldest request not yet acknowledged.
+        cfg.rq_psn = tx.comp_psn;
+        *responder = Responder::new(cfg);
     } else {
-        if held && v.responder_fatal() {
+        cfg.rq_psn = responder.config().rq_psn;
+        responder.reconfigure(cfg);
+    }
+    let request = tx.request;
+    let mut at = Responding::new(t);
+    let delivery = responder.handle_request(now, request, &mut at);
+    // Whether the machine's responses reach the requester: not when nobody answers.
+    let mut answered = true;
+    if let Some(v) = delivery.violation {
+        match at.moved {
+            // The data movement inside an atomic failed.
+            Some(e) => {
+                answered = answers_after(e);
+                if answered {
+                    refused(qp, t, v, None);
+                } else {
+                    responder.enter_error();
+                }
+            }
+            None => refused(qp, t, v, delivery.recv),
+        }
+    } else if delivery.executed {
+        let mut failed = None;
+        if let Some(place) = delivery.place {
+            if let Err(e) = at.place(place, None, gathered.source()) {
+                let (v, recv) = match place {
+                    rc::Placement::Recv { wr_id, .. } => (Violation::RecvWqeMalformed, Some(wr_id)),
+                    rc::Placement::Memory { .. } => (Violation::RkeyBounds, at.recv.as_ref().map(|r| r.wr_id)),
+                };
+                answered = answers_after(e);
+                if answered {
+                    let recv = recv.and_then(|id| Some(RecvCompletion::error(id, v.recv_status()?, v.vendor_err())));
+                    refused(qp, t, v, recv);
+                    failed = Some(v);
+                }
+                responder.enter_error();
+            }
+        }
+        if let Some(c) = delivery.recv.filter(|_| failed.is_none() && answered) {
+            if c.status != WcStatus::Success {
+                // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
+                // completes in error and the responder enters ERR, but no NAK is sent.
+                let _ = t.complete(recv_cqe(t, &c));
+            } else if deliver_recv(t, recv_cqe(t, &c)).is_err() {
+                responder.enter_error();
+                answered = false;
+            }
+        }
+        if failed.is_none() && answered && responder.state() == ResponderState::Error {
             t.enter_error(None);
         }
-        Exec::Done(sent(qp, wqe))
+        if let Some(v) = failed.filter(|_| mode == Mode::Rc) {
+            // The machine ACKed what it could not place: the requester hears the NAK.
+            let nak = nak_for(request.psn, v, responder.msn());
+            answers.answer(&nak, &Payload(&[]));
+            return;
+        }
+    }
+    let back = ReadBack { at: &at, failed: std::cell::Cell::new(None) };
+    while let Some(r) = responder.poll_transmit(now) {
+        if answered {
+            answers.answer(&r, &back);
+        }
+    }
+    if let Some(e) = back.failed.get() {
+        // A READ whose memory failed while its bytes moved.
+        responder.enter_error();
+        if e == CmaError::Fault {
+            t.enter_error(Some(responder_event(Violation::RkeyBounds)));
+        }
+    }
+}
+
+/// A READ response's bytes on the same host: the memory the responder checked, copied
+/// into the requester's list (rxe `rxe_comp.c`); a copy that fails is kept for the link.
+struct ReadBack<'a, 't, T: Target> {
+    at: &'a Responding<'t, T>,
+    failed: std::cell::Cell<Option<CmaError>>,
+}
+
+impl<T: Target> ResponseBytes for ReadBack<'_, '_, T> {
+    fn copy_into(&self, dst: &PinList<'_>, offset: usize, _len: u32) -> Placed {
+        match self.at.read_into(dst, offset) {
+            Ok(()) => Placed::Done,
+            Err(e) => {
+                self.failed.set(Some(e));
+                if answers_after(e) {
+                    let v = Violation::RkeyBounds;
+                    Placed::Failed { status: WcStatus::RemAccessErr, vendor_err: v.vendor_err() }
+                } else {
+                    Placed::Dropped
+                }
+            }
+        }
     }
 }
 
@@ -416,55 +312,50 @@ pub(crate) fn responder_event(v: Violation) -> EventType {
 /// (rxe `rxe_req.c`): a message above the port's active MTU is not sent at all
 /// (C10-93.1.1);
 /// an unknown or not-ready QP, a Q_Key mismatch or a missing receive drop it silently.
-fn ud_send(qp: &Arc<QpInner>, wqe: &SendWqe, data: &Gathered<'_, '_>, path: &mut Path) -> Exec {
-    let done = Exec::Done(sent(qp, wqe));
-    let Some(ud) = &wqe.ud else { return done };
-    if ud.ah.pd != qp.pd.id {
-        // rxe: an AH of another PD is a local QP operation error.
-        return Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_PD));
-    }
+fn ud_send(qp: &Arc<QpInner>, tx: &Tx<'_>, data: &Gathered<'_, '_>, path: &mut Path) {
+    let wqe = tx.wqe;
+    let Some(ud) = &wqe.ud else { return };
     let dev = path.engine;
     // C10-93.1.1: above the port's active MTU, nothing is sent and no error is reported.
     let mtu = dev.active_mtu.get().bytes();
     if wqe.total_len > u64::from(mtu) {
-        return done;
+        return;
     }
-    let Some(grh_attr) = ud.ah.attr.grh else { return done };
+    let Some(grh_attr) = ud.ah.attr.grh else { return };
     if ud.remote_qpn == MULTICAST_QPN && is_multicast(&grh_attr.dgid) {
         for t in path.mcast.members(&grh_attr.dgid) {
             if ud_accepts(t.rec, ud.remote_qkey) {
-                ud_deliver(qp, wqe, data, &LocalTarget::of(t), path);
+                ud_deliver(tx, data, &LocalTarget::of(t), path);
             }
         }
         for (peer, qpn) in crate::mcast::remote_members(dev, &grh_attr.dgid) {
             let rec = peer.tables().qp(qpn);
             if super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, ud.remote_qkey) {
-                ud_deliver(qp, wqe, data, &PeerTarget::of_qp(dev, peer, qpn), path);
+                ud_deliver(tx, data, &PeerTarget::of_qp(dev, peer, qpn), path);
             }
         }
         // And once on the network, for the members of other hosts (`super::mcast_net`).
         if let Some(net) = path.net {
             let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
             let to = Wire::Group { ip: grh_attr.dgid.to_ip(), hop_limit: grh_attr.hop_limit };
-            send_ud_packet(qp, wqe, data, net, &sgid, to);
+            send_ud_packet(qp, tx, data, net, &sgid, to);
         }
-        return done;
+        return;
     }
     if !dev.owns_gid(&grh_attr.dgid) {
         // Another host: one RoCEv2 packet over UDP, if the network transport serves the
         // source GID; else it is lost, as rxe's would be without a route.
         let sgid = dev.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
         if let Some(net) = path.net {
-            send_ud_packet(qp, wqe, data, net, &sgid, Wire::Host(grh_attr.dgid.to_ip()));
+            send_ud_packet(qp, tx, data, net, &sgid, Wire::Host(grh_attr.dgid.to_ip()));
         }
-        return done;
+        return;
     }
     match ud_target(dev, ud.remote_qpn, ud.remote_qkey) {
-        Some(UdTarget::Local(t)) => ud_deliver(qp, wqe, data, &t, path),
-        Some(UdTarget::Peer(t)) => ud_deliver(qp, wqe, data, &t, path),
+        Some(UdTarget::Local(t)) => ud_deliver(tx, data, &t, path),
+        Some(UdTarget::Peer(t)) => ud_deliver(tx, data, &t, path),
         None => {}
     }
-    done
 }
 
 /// Where a UD packet goes on the network.
@@ -478,15 +369,14 @@ enum Wire {
 /// Sends `wqe` as one UD SEND_ONLY(_WITH_IMMEDIATE) packet from the socket of `sgid` to
 /// `dst` (docs/rocev2-wire.md §1.2, §1.5: BTH with P_Key 0xFFFF, DETH with the Q_Key and
 /// this QP's number, ImmDt, the payload and its pad, the ICRC).
-fn send_ud_packet(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, net: &super::udp::Net, sgid: &crate::gid::Gid, dst: Wire) {
-    let Some(ud) = &wqe.ud else { return };
+fn send_ud_packet(qp: &QpInner, tx: &Tx<'_>, data: &Gathered<'_, '_>, net: &super::udp::Net, sgid: &crate::gid::Gid, dst: Wire) {
+    let Some(ud) = &tx.wqe.ud else { return };
     // A UD QP that talks to another host counts as a network connection from now on (until
     // it is reset), so its polls receive what the network brings (`progress::net_active`).
     if let Ok(mut nr) = qp.net_resp.lock() {
         nr.live.get_or_insert_with(crate::progress::NetConnection::open);
     }
-    let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), Psn::new(0));
-    let repr = request.to_repr(ud.remote_qpn);
+    let repr = tx.request.to_repr(ud.remote_qpn);
     let mut buf = vec![0u8; repr.buffer_len()];
     let mut packet = RocePacket::new_unchecked(&mut buf[..]);
     repr.emit(&mut packet);
@@ -535,7 +425,8 @@ pub(crate) fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool 
 
 /// Delivers one UD message to `t`, which accepts it (same host: the GRH is the one the
 /// path would have put on the wire).
-fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t: &T, path: &mut Path) {
+fn ud_deliver<T: Target>(tx: &Tx<'_>, data: &Gathered<'_, '_>, t: &T, path: &mut Path) {
+    let wqe = tx.wqe;
     let Some(ud) = &wqe.ud else { return };
     let Some(grh_attr) = ud.ah.attr.grh else { return };
     let sgid = path.engine.gids.get(usize::from(grh_attr.sgid_index)).map(|e| e.gid).unwrap_or_default();
@@ -548,8 +439,7 @@ fn ud_deliver<T: Target>(qp: &QpInner, wqe: &SendWqe, data: &Gathered<'_, '_>, t
         wqe.total_len as usize,
         wqe.opcode().has_imm(),
     );
-    let request = Request::message(Mode::Ud, qp.qpn, &core_wqe(wqe), Psn::new(0));
-    let msg = UdMessage { request: &request, header: &header, data: data.source(), sl: ud.ah.attr.sl };
+    let msg = UdMessage { request: tx.request, header: &header, data: data.source(), sl: ud.ah.attr.sl };
     deliver_ud(t, &mut path.ud, path.epoch, path.engine.active_mtu.get().bytes(), msg);
 }
 
@@ -606,6 +496,9 @@ pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: In
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qp::send::core_wqe;
+    use crate::qp::sq::SendWqe;
+    use rverbs_proto::verbs::WrOpcode;
     use rverbs_proto::wire::roce::Repr;
 
     /// `imm_data` reaches the wire as the 4 bytes C stored (htobe32(2) is 00 00 00 02 on

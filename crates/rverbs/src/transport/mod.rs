@@ -2,8 +2,8 @@
 //!
 //! The transport is chosen from the destination GID (docs/queue-pairs.md, "Route"):
 //! - [`host`], for QPs of this host — of this process or of a peer process, whose QPN
-//!   names its endpoint — executes the whole operation (requester, responder and
-//!   completer) inside the caller;
+//!   names its endpoint — hands each request straight to its responder and the answer
+//!   straight back to the requester, inside the caller;
 //! - the network, for GIDs of other hosts: [`udp`] (the RoCEv2 sockets, the receive path,
 //!   UD), [`net`] (RC and UC connections driven by the protocol core's machines, with
 //!   completions that arrive later) and [`mcast_net`] (UD multicast groups across hosts).
@@ -14,7 +14,6 @@
 pub(crate) mod grh;
 pub(crate) mod gsi;
 pub(crate) mod host;
-pub(crate) mod local;
 pub(crate) mod mcast_net;
 pub(crate) mod net;
 pub(crate) mod respond;
@@ -22,6 +21,3 @@ pub(crate) mod route;
 pub(crate) mod target;
 pub(crate) mod udp;
 
-/// What executing a work request led to (the engine's type: the engine executes through
-/// a send queue's path, [`crate::qp::device::SendPath`], which [`route::Path`] is).
-pub(crate) use crate::qp::device::Exec;

@@ -13,14 +13,13 @@
 //! another of the host), whose receives, PD and CQ it uses; a request naming no such SRQ
 //! is NAKed invalid request by the core.
 //!
-//! Requester: the send queue hands its work requests, oldest first, to the core's
-//! [`Requester`] of the connection ([`NetRequester`], kept in the queue's `route::Path`);
-//! several are in flight at once. Each request packet gathers its bytes from the work
-//! request's scatter list (or inline bytes), which stay in the send queue until the
-//! request completes. Responses arrive on the progress thread ([`handle_response`]): READ
-//! data is scattered into the work request's list there, and completions retire the send
-//! queue's head in order. The retransmit and RNR timers are the core's; the progress
-//! thread kicks the queue when [`Requester::poll_timeout`] passes.
+//! Requester: the send queue's one requester (`crate::qp::send`, the core's
+//! [`rverbs_proto::rc::Requester`]) runs over this link with the path MTU and a window of
+//! [`WINDOW`] PSNs; each request packet it builds is filled here ([`transmit`]) from the
+//! work request's scatter list (or inline bytes), which stay in the send queue until the
+//! request completes, and sent in batches. Responses arrive on the progress thread
+//! ([`handle_response`]) and go to the same requester; its retransmit and RNR timers run
+//! on the progress thread.
 //!
 //! Responder: requests arrive on the progress thread ([`handle_requests`], a train at a time) and go through
 //! the QP's [`rverbs_proto::rc::Responder`] (in `QpInner::net_resp`), which checks them in
@@ -38,22 +37,20 @@
 //! other processes are unreachable on that address until one of them takes the port over
 //! (within [`super::udp::TAKEOVER_PERIOD`], [`super::udp`] "Takeover"; the requester's
 //! retransmits cover the gap when its timeout × retry count is longer); XRC has no
-//! FLUSH or ATOMIC_WRITE (no opcode: LOC_QP_OP_ERR); attributes changed by `modify_qp`
-//! while the connection runs (timeout, retry counts) take effect at the next connection.
+//! FLUSH or ATOMIC_WRITE (no opcode: LOC_QP_OP_ERR).
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 
 use rverbs_proto::psn::Psn;
-use rverbs_proto::rc::{self, Mode, Request, Requester, RequesterConfig, Responder, Response};
+use rverbs_proto::rc::{self, Mode, Request, Responder, Response};
 use rverbs_proto::vendor_err;
-use rverbs_proto::verbs::{Access, EventType, QpType, SendFlags, WcStatus, WrOpcode};
+use rverbs_proto::verbs::{Access, EventType, QpType, WcStatus};
 use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::Transport;
 
-use super::host::{core_wqe, recv_cqe, responder_event, sent};
+use super::host::{recv_cqe, responder_event};
 use super::respond::Responding;
 use super::route::{accepts_requests, connected_mode, responder_config, Path};
 use super::route::xrc_target;
@@ -62,24 +59,19 @@ use super::udp::{Checked, Net};
 use crate::engine::Engine;
 use crate::gid::Gid;
 use crate::mr::{self, KeySpace};
-use crate::qp::sq::SendQueue;
+use crate::qp::device::Tx;
+use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 use crate::wc::Cqe;
 
-/// The send side of one connection to another host: the core's requester, where it sends,
-/// and which send-queue entries it carries.
-pub(crate) struct NetRequester {
-    req: Requester,
+/// The packets of one connection to another host: where they go, and the batch being
+/// built. Made at the connection's first request; dropped with the send queue's
+/// requester (`crate::qp::send`).
+pub(crate) struct NetTx {
     /// The peer's address (the path's destination GID) and this side's source GID.
     dst: IpAddr,
     sgid: Gid,
     dest_qpn: u32,
-    /// Send-queue entries, from the oldest, handed to `req`.
-    handed: usize,
-    /// The core's id of the send queue's oldest entry; entry `i` has id `base + i`.
-    base: u64,
-    /// The deadline a progress-thread timer is set for.
-    armed: Option<Instant>,
     /// The packets built by one pass, sent together (`Net::send_batch`); `out[..queued]`
     /// are waiting, the rest are spare buffers.
     out: Vec<Vec<u8>>,
@@ -88,138 +80,25 @@ pub(crate) struct NetRequester {
     _live: crate::progress::NetConnection,
 }
 
-impl NetRequester {
-    fn new(qp: &QpInner, sq: &SendQueue) -> NetRequester {
-        let r = &sq.req;
-        let cfg = RequesterConfig {
-            mode: connected_mode(qp.qp_type),
-            qpn: qp.qpn,
-            mtu: r.mtu,
-            sq_psn: Psn::new(r.sq_psn),
-            timeout: r.timeout,
-            retry_cnt: r.retry_cnt,
-            retry_cnt_7_infinite: false,
-            rnr_retry: r.rnr_retry,
-            max_rd_atomic: r.max_rd_atomic,
-            max_send_wr: qp.cap.max_send_wr,
-            // Every WQE completes in the core; the send queue decides what is written
-            // (ibv_post_send(3) SIGNALED / sq_sig_all), as for the same-host path.
-            sq_sig_all: true,
-            max_unacked_psns: WINDOW,
-        };
-        NetRequester {
-            req: Requester::new(cfg),
+impl NetTx {
+    fn new(r: &ReqView) -> NetTx {
+        NetTx {
             dst: r.dgid.to_ip(),
             sgid: r.sgid,
             dest_qpn: r.dest_qpn,
-            handed: 0,
-            base: 0,
-            armed: None,
             out: Vec::new(),
             queued: 0,
             _live: crate::progress::NetConnection::open(),
         }
     }
-}
 
-/// Runs the network requester of `qp` (its send queue `sq` locked; the QP in RTS, SQD or
-/// SQE): hands new work requests to the core (none while `draining`), sends what the core
-/// lets go, retires completed requests, and sets the progress thread's timer for the next
-/// deadline. Returns whether requests are still in flight.
-pub(crate) fn progress(path: &mut Path, qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) -> bool {
-    let Some(net) = path.net else { return false };
-    let now = Instant::now();
-    let mut conn = path.net_req.take().unwrap_or_else(|| Box::new(NetRequester::new(qp, sq)));
-    if conn.req.poll_timeout().is_some_and(|t| t <= now) {
-        conn.req.handle_timeout(now);
-        tracing::debug!(
-            qpn = qp.qpn,
-            comp_psn = conn.req.comp_psn().get(),
-            req_psn = conn.req.req_psn().get(),
-            retries_left = ?conn.req.retries_left(),
-            rnr_retries_left = ?conn.req.rnr_retries_left(),
-            state = ?conn.req.state(),
-            "network requester timer fired"
-        );
-    }
-    loop {
-        if !draining && !hand_over(qp, sq, &mut conn) {
-            // The head was finished locally (a bind, a local fault): hand again.
-            continue;
-        }
-        while let Some(r) = conn.req.poll_transmit(now) {
-            build(qp, sq, &mut conn, &r);
-            if conn.queued == BATCH {
-                send_queued(&mut conn, net);
-            }
-        }
-        send_queued(&mut conn, net);
-        match retire(qp, sq, &mut conn) {
-            Retired::Running => break,
-            Retired::Failed => return false,
+    /// Sends the packets built so far.
+    pub(crate) fn send_queued(&mut self, net: &Net) {
+        if self.queued > 0 {
+            net.send_batch(&self.sgid, self.dst, &mut self.out[..self.queued]);
+            self.queued = 0;
         }
     }
-    if let Some(t) = conn.req.poll_timeout() {
-        if conn.armed.is_none_or(|a| a > t || a <= now) {
-            conn.armed = Some(t);
-            let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(qp) as _;
-            crate::progress::schedule(t, me);
-        }
-    }
-    let in_flight = conn.handed > 0;
-    path.net_req = Some(conn);
-    in_flight
-}
-
-/// Hands the send queue's new work requests to the core. A local operation (bind,
-/// local invalidate) or a request whose scatter list fails its local checks is finished
-/// here once every earlier request has completed; returns `false` when it finished one
-/// (the caller hands again).
-fn hand_over(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> bool {
-    while let Some((w, sges, _)) = sq.nth(conn.handed) {
-        let op = w.opcode();
-        // LOC_PROT_ERR is decided before anything is sent (ibv_poll_cq(3)).
-        let fault = if op.carries_payload() && w.inline_len.is_none() {
-            pin_own(qp, sges, Access::empty(), w.total_len).err()
-        } else {
-            None
-        };
-        // docs/rocev2-wire.md §1.8: XRC has no FLUSH or ATOMIC_WRITE opcode here.
-        let xrc = qp.qp_type == QpType::XrcSend;
-        let no_wire = !op.has_wire_opcode(qp.qp_type) || (xrc && matches!(op, WrOpcode::Flush | WrOpcode::AtomicWrite));
-        if fault.is_some() || no_wire || matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv) {
-            if conn.handed > 0 {
-                return true;
-            }
-            let exec = match (op, fault) {
-                (_, Some(f)) => super::Exec::Done(Cqe::error(w.wr_id, qp.qpn, WcStatus::LocProtErr, f.local_vendor_err())),
-                _ if no_wire => super::host::no_wire_opcode(qp, w),
-                (WrOpcode::BindMw, None) => super::local::bind_mw(qp, w),
-                _ => super::local::local_inv(qp, w),
-            };
-            let super::Exec::Done(cqe) = exec else { return true };
-            qp.complete_head(sq, cqe);
-            conn.base += 1;
-            return false;
-        }
-        let mut wqe = core_wqe(w);
-        wqe.id = conn.base + conn.handed as u64;
-        // ibv_post_send(3) `qp_type.xrc.remote_srqn`: the XRCETH of every packet.
-        wqe.xrc_srq = xrc.then_some(w.xrc_srqn);
-        wqe.flags |= SendFlags::SIGNALED;
-        if conn.req.post(wqe).is_err() {
-            // Full: the core holds as many as the send queue.
-            return true;
-        }
-        conn.handed += 1;
-    }
-    true
-}
-
-/// Pins the first `need` bytes of `qp`'s own scatter list `sges` for `access` (its PD, its
-/// process's keys).
-fn pin_own<'a>(qp: &'a QpInner, sges: &[crate::mr::Sge], access: Access, need: u64) -> Result<mr::PinList<'a>, mr::Fault> {
-    mr::pin_sges(&KeySpace::local(qp.pd.endpoint()), qp.pd.id, sges, access, need)
 }
 
 /// The most PSNs a connection keeps unacknowledged (rxe: 128, `RequesterConfig`'s
@@ -229,22 +108,22 @@ fn pin_own<'a>(qp: &'a QpInner, sges: &[crate::mr::Sge], access: Access, need: u
 /// 2048 gained nothing more; 64 KiB messages, ACKed every message, did not change). The
 /// responder, rxe's included, checks sequence, not distance, so a peer sees nothing but
 /// more packets between ACKs; a loss costs a go-back-N of up to this many packets.
-const WINDOW: u32 = 512;
+pub(crate) const WINDOW: u32 = 512;
 
 /// Request packets sent with one system call, at most.
 const BATCH: usize = 64;
 
-/// Sends the packets built so far.
-fn send_queued(conn: &mut NetRequester, net: &Net) {
-    if conn.queued > 0 {
-        net.send_batch(&conn.sgid, conn.dst, &mut conn.out[..conn.queued]);
-        conn.queued = 0;
-    }
-}
-
-/// Builds one request packet into the connection's batch: the core's headers, then the
-/// payload gathered from the work request it belongs to.
-fn build(qp: &QpInner, sq: &SendQueue, conn: &mut NetRequester, r: &Request) {
+/// The network link's [`crate::qp::device::SendPath::transmit`]: builds one request
+/// packet into the connection's batch — the core's headers, then the payload gathered
+/// from the work request it belongs to — and sends the batch once it is full. Responses
+/// come back later, through [`handle_response`].
+///
+/// Errors: the vendor error of a LOC_PROT_ERR when the request's region went away after
+/// it was handed over.
+pub(crate) fn transmit(path: &mut Path, qp: &QpInner, req: &ReqView, tx: Tx<'_>) -> Result<(), u32> {
+    let Some(net) = path.net else { return Ok(()) };
+    let conn = path.net_tx.get_or_insert_with(|| NetTx::new(req));
+    let r = tx.request;
     let repr = r.to_repr(conn.dest_qpn);
     let n = repr.buffer_len();
     if conn.out.len() == conn.queued {
@@ -262,111 +141,38 @@ fn build(qp: &QpInner, sq: &SendQueue, conn: &mut NetRequester, r: &Request) {
         true
     } else if r.payload_len == 0 {
         true
+    } else if tx.wqe.inline_len.is_some() {
+        let off = r.payload_offset as usize;
+        payload.copy_from_slice(&tx.inline[off..off + payload.len()]);
+        true
     } else {
-        let idx = r.wqe_id.wrapping_sub(conn.base) as usize;
-        match sq.nth(idx) {
-            Some((w, _, inline)) if w.inline_len.is_some() => {
-                let off = r.payload_offset as usize;
-                payload.copy_from_slice(&inline[off..off + payload.len()]);
-                true
-            }
-            Some((w, sges, _)) => {
-                pin_own(qp, sges, Access::empty(), w.total_len)
-                    .ok()
-                    .is_some_and(|list| mr::gather_at(&list, r.payload_offset as usize, payload).is_ok())
-            }
-            None => false,
-        }
+        let own = KeySpace::local(qp.pd.endpoint());
+        mr::pin_sges(&own, qp.pd.id, tx.sges, Access::empty(), tx.wqe.total_len)
+            .ok()
+            .is_some_and(|list| mr::gather_at(&list, r.payload_offset as usize, payload).is_ok())
     };
     if !filled {
-        // The region went away after the request was handed over (deregistered).
-        conn.req.fail_oldest(WcStatus::LocProtErr, vendor_err::LOCAL_LKEY);
-        return;
+        return Err(vendor_err::LOCAL_LKEY);
     }
     conn.queued += 1;
-}
-
-enum Retired {
-    Running,
-    Failed,
-}
-
-/// Retires the completed requests, oldest first, into the send CQ (atomic results stored
-/// into the request's buffer first). A failure moves the QP to ERR (UC: SQE) and ends the
-/// connection.
-fn retire(qp: &Arc<QpInner>, sq: &mut SendQueue, conn: &mut NetRequester) -> Retired {
-    while let Some(c) = conn.req.poll_completion() {
-        debug_assert_eq!(c.id, conn.base, "the core completes in order");
-        let Some((w, sges, _)) = sq.head() else { break };
-        let mut cqe = if c.status == WcStatus::Success {
-            sent(qp, w)
-        } else {
-            Cqe::error(w.wr_id, qp.qpn, c.status, c.vendor_err)
-        };
-        if let Some(original) = c.atomic_original {
-            // ibv_post_send(3): the original value lands in the local buffer (LOCAL_WRITE).
-            let stored = pin_own(qp, sges, Access::LOCAL_WRITE, 8)
-                .ok()
-                .is_some_and(|l| mr::copy_message(&l, 0, mr::Source::Bytes(&original.to_ne_bytes())).is_ok());
-            if !stored {
-                cqe = Cqe::error(w.wr_id, qp.qpn, WcStatus::LocProtErr, vendor_err::LOCAL_ACCESS);
-            }
-        }
-        let failed = cqe.status() != WcStatus::Success;
-        qp.complete_head(sq, cqe);
-        conn.base += 1;
-        conn.handed -= 1;
-        if failed {
-            // The QP left RTS; what is still queued is flushed by the caller's next pass.
-            return Retired::Failed;
-        }
+    if conn.queued == BATCH {
+        conn.send_queued(net);
     }
-    Retired::Running
+    Ok(())
 }
 
 /// A response (ACK, NAK, READ response, atomic ACK) from the network for QP `qpn` of this
-/// process: fed to its connection's requester (READ data scattered into the request's
-/// list), then the send queue runs. Responses from another address, or for a QP without
-/// a network connection, are dropped (rxe `check_addr`). Returns whether it was taken.
+/// process: handed to its requester (`QpInner::on_response`: READ data scattered into the
+/// request's list), then the send queue runs. Responses from another address, or for a
+/// QP without a requester on the network, are dropped (rxe `check_addr`). Returns whether
+/// it was taken.
 pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr, payload: &[u8]) -> bool {
     let Some(qp) = engine.qps.get(repr.bth.dest_qp) else { return false };
     // rxe `check_type_state`: the response's transport is the QP's (XRC answers XRC).
     if (repr.bth.opcode.transport() == Transport::Xrc) != (qp.qp_type == QpType::XrcSend) {
         return false;
     }
-    let now = Instant::now();
-    {
-        let mut sq = qp.sq.lock();
-        let Some(mut conn) = Path::of(&mut sq).and_then(|p| p.net_req.take()) else { return false };
-        if conn.dst != src {
-            put_back(&mut sq, conn);
-            return false;
-        }
-        let r = Response::from_repr(repr);
-        if let Some(pl) = conn.req.handle_response(now, &r) {
-            let idx = pl.wqe_id.wrapping_sub(conn.base) as usize;
-            let placed = sq.nth(idx).is_some_and(|(w, sges, _)| {
-                pin_own(&qp, sges, Access::LOCAL_WRITE, w.total_len).ok().is_some_and(|l| {
-                    let n = (pl.len as usize).min(payload.len());
-                    mr::copy_message(&l, pl.offset as usize, mr::Source::Bytes(&payload[..n])).is_ok()
-                })
-            });
-            if !placed {
-                // rxe `rxe_comp.c`: a READ response that cannot be written locally.
-                conn.req.fail_oldest(WcStatus::LocProtErr, vendor_err::LOCAL_ACCESS);
-            }
-        }
-        put_back(&mut sq, conn);
-    }
-    qp.kick();
-    true
-}
-
-/// Gives `conn` back to the path of send queue `sq`, which it was taken from.
-fn put_back(sq: &mut SendQueue, conn: Box<NetRequester>) {
-    if let Some(p) = Path::of(sq) {
-        p.net_req = Some(conn);
-    }
+    qp.on_response(&Gid::from_ip(src), &Response::from_repr(repr), payload)
 }
 
 /// Requests (RC/UC/XRC) from the network, all for QP `run[0].repr.bth.dest_qp` of this

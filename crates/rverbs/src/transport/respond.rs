@@ -106,12 +106,13 @@ impl<'t, T: Target> Responding<'t, T> {
         mr::copy_out(&p, out).map_err(|_| Violation::RkeyBounds)
     }
 
-    /// Copies the READ response's bytes (the memory CHK_RKEY pinned) into `dst`.
-    pub(crate) fn read_into(&self, dst: &PinList<'_>) -> Result<(), CmaError> {
+    /// Copies the READ response's bytes (the memory CHK_RKEY pinned) into `dst`, from its
+    /// byte `offset` on.
+    pub(crate) fn read_into(&self, dst: &PinList<'_>, offset: usize) -> Result<(), CmaError> {
         if self.mem.is_empty() {
             return Ok(());
         }
-        copy_message(dst, 0, Source::Pins(&self.mem)).map(drop)
+        copy_message(dst, offset, Source::Pins(&self.mem)).map(drop)
     }
 }
 

@@ -24,10 +24,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use std::any::Any;
 use std::time::Instant;
 
-use rverbs_proto::rc::{Mode, Responder, ResponderConfig, UNSEGMENTED_MTU};
+use rverbs_proto::rc::{Mode, Responder, ResponderConfig, MAX_UNACKED_PSNS, UNSEGMENTED_MTU};
 use rverbs_proto::psn::Psn;
 use rverbs_proto::verbs::QpType;
 
@@ -35,11 +34,10 @@ use super::target::{LocalTarget, PeerRecv, PeerTarget, QpPart, SplitTarget, SrqP
 use super::udp::Net;
 use crate::engine::Engine;
 use crate::mcast::Groups;
-use crate::mr::Sge;
-use crate::qp::device::{Exec, SendPath};
+use crate::qp::device::{Answers, SendPath, Shape, Tx};
 use crate::shm::registry::Peer;
 use crate::shm::tables::QpRecord;
-use crate::qp::sq::{ReqView, SendQueue, SendWqe};
+use crate::qp::sq::{ReqView, SendWqe};
 use crate::qp::QpInner;
 pub(crate) use crate::qp::state::accepts_requests;
 pub(crate) use crate::table::endpoint_of;
@@ -52,10 +50,12 @@ pub(crate) enum Routed {
     Split(SplitTarget),
 }
 
-/// What a send queue keeps between requests: the responder of its connection with the
-/// core's machine for it, and for UD sends one machine reconfigured per destination —
-/// with the device state the transports reach for the queue, given by the device when
-/// it made the path (the queue's [`SendPath`]).
+/// A send queue's link (its [`SendPath`]): the device state the transports reach for
+/// the queue, given by the device when it made the link, and what the queue keeps
+/// between requests — on the same host the responder of its connection with the core's
+/// machine for it, and for UD sends one machine reconfigured per destination; over the
+/// network the packets being batched. Which of the two a request takes is the path's:
+/// its destination GID is this host's, or another host's (`ReqView::network`).
 pub(crate) struct Path {
     /// The engine's state: the live objects requests are routed to.
     pub(crate) engine: &'static Engine,
@@ -65,46 +65,50 @@ pub(crate) struct Path {
     pub(crate) mcast: &'static Groups,
     pub(crate) route: Option<Route>,
     pub(crate) ud: Option<Responder>,
-    /// The requester of a connection to another host (`super::net`), from the first
-    /// request after RTS until the queue is flushed or reset; a `modify_qp` that keeps the
-    /// QP running keeps it.
-    pub(crate) net_req: Option<Box<super::net::NetRequester>>,
-    /// The instant handed to the machines, which read no clock themselves and keep no
-    /// timer on the responder side.
+    /// The packets of a connection to another host being batched (`super::net`), from
+    /// its first request until the queue is flushed or reset.
+    pub(crate) net_tx: Option<super::net::NetTx>,
+    /// The instant handed to the responder machines, which read no clock themselves and
+    /// keep no timer on the responder side.
     pub(crate) epoch: Instant,
 }
 
 impl Path {
     pub(crate) fn new(engine: &'static Engine, net: Option<&'static Net>, mcast: &'static Groups) -> Path {
-        Path { engine, net, mcast, route: None, ud: None, net_req: None, epoch: Instant::now() }
-    }
-
-    /// The path of send queue `sq`: every send queue's path is a [`Path`] (the device
-    /// makes them), except while its own is out for `progress_net`.
-    pub(crate) fn of(sq: &mut SendQueue) -> Option<&mut Path> {
-        sq.route.as_any_mut().downcast_mut()
+        Path { engine, net, mcast, route: None, ud: None, net_tx: None, epoch: Instant::now() }
     }
 }
 
 impl SendPath for Path {
-    fn execute(&mut self, qp: &Arc<QpInner>, req: &ReqView, wqe: &SendWqe, sges: &[Sge], inline: &[u8]) -> Exec {
-        super::host::execute(qp, req, wqe, sges, inline, self)
+    fn shape(&self, _qp: &QpInner, req: &ReqView) -> Shape {
+        if req.network {
+            Shape { mtu: req.mtu, window: super::net::WINDOW, xrceth: true }
+        } else {
+            Shape { mtu: UNSEGMENTED_MTU, window: MAX_UNACKED_PSNS, xrceth: false }
+        }
     }
 
-    fn progress_net(&mut self, qp: &Arc<QpInner>, sq: &mut SendQueue, draining: bool) -> bool {
-        super::net::progress(self, qp, sq, draining)
+    fn transmit(&mut self, qp: &Arc<QpInner>, req: &ReqView, tx: Tx<'_>, answers: &mut dyn Answers) -> Result<(), u32> {
+        if req.network {
+            super::net::transmit(self, qp, req, tx)
+        } else {
+            super::host::transmit(self, qp, req, tx, answers)
+        }
+    }
+
+    fn flush(&mut self) {
+        if let (Some(net), Some(t)) = (self.net, self.net_tx.as_mut()) {
+            t.send_queued(net);
+        }
     }
 
     fn forget_route(&mut self) {
         self.route = None;
     }
 
-    fn drop_net(&mut self) {
-        self.net_req = None;
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
+    fn reset(&mut self) {
+        self.route = None;
+        self.net_tx = None;
     }
 }
 
@@ -209,18 +213,21 @@ impl Routed {
 }
 
 /// The responder of `wqe` from `qp` (path `req`): the one in `cache` if still valid,
-/// else a new one with a new machine, which `cache` keeps.
+/// else a new one with a new machine expecting PSN `start` (the requester's oldest
+/// unacknowledged one), which `cache` keeps.
 pub(crate) fn connected<'c>(
     dev: &'static Engine,
     qp: &QpInner,
     req: &ReqView,
     wqe: &SendWqe,
+    start: Psn,
     cache: &'c mut Option<Route>,
 ) -> Option<&'c mut Route> {
     let xrc = qp.qp_type == QpType::XrcSend;
     if !cache.as_ref().is_some_and(|r| r.to.still_valid(qp.qpn, req, wqe, xrc)) {
         *cache = find(dev, qp, req, wqe).map(|to| {
-            let cfg = responder_config(connected_mode(qp.qp_type), to.rec(), UNSEGMENTED_MTU);
+            let mut cfg = responder_config(connected_mode(qp.qp_type), to.rec(), UNSEGMENTED_MTU);
+            cfg.rq_psn = start;
             Route { responder: Responder::new(cfg), to }
         });
     }

@@ -4,7 +4,7 @@
 //! The responder logic ([`super::host`]) is written once, against [`Target`]; each
 //! implementation supplies how to read the responder's attributes, take its receives,
 //! complete to its CQ, raise its events and resolve its memory keys. A peer target does all
-//! of that without the peer's CPU (docs/queue-pairs.md, "Execution"): the only thing left
+//! of that without the peer's CPU (docs/queue-pairs.md, "One requester, two links"): the only thing left
 //! to the peer is flushing its own send queue when a request pushed the QP into ERR, which
 //! the doorbell asks its progress thread to do.
 

@@ -7,21 +7,19 @@
 //! type 2 memory windows of the QP's PD (rxe: memory regions registered by applications
 //! cannot be invalidated).
 
-use std::sync::Arc;
-
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::WcStatus;
 
+use super::send::sent;
+use super::sq::SendWqe;
+use super::QpInner;
 use crate::mw::BindSpec;
-use crate::qp::sq::SendWqe;
-use crate::qp::QpInner;
-use crate::transport::host::sent;
-use crate::transport::Exec;
 use crate::wc::Cqe;
 
-pub(crate) fn bind_mw(qp: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
+/// BIND_MW: binds the window the work request names (ibv_post_send(3) `bind_mw`).
+pub(crate) fn bind_mw(qp: &QpInner, wqe: &SendWqe) -> Cqe {
     let Some(b) = &wqe.bind else {
-        return Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::MwBindErr, vendor_err::MW_BIND));
+        return Cqe::error(wqe.wr_id, qp.qpn, WcStatus::MwBindErr, vendor_err::MW_BIND);
     };
     let spec = BindSpec {
         new_rkey: b.rkey,
@@ -31,16 +29,17 @@ pub(crate) fn bind_mw(qp: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
         access: b.access,
     };
     match b.mw.bind(&qp.pd, qp.qpn, spec) {
-        Ok(()) => Exec::Done(sent(qp, wqe)),
-        Err(_) => Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::MwBindErr, vendor_err::MW_BIND)),
+        Ok(()) => sent(qp, wqe),
+        Err(_) => Cqe::error(wqe.wr_id, qp.qpn, WcStatus::MwBindErr, vendor_err::MW_BIND),
     }
 }
 
-pub(crate) fn local_inv(qp: &Arc<QpInner>, wqe: &SendWqe) -> Exec {
+/// LOCAL_INV: invalidates the type 2 window whose rkey the work request names.
+pub(crate) fn local_inv(qp: &QpInner, wqe: &SendWqe) -> Cqe {
     let rkey = wqe.imm;
     if qp.pd.endpoint().keys.invalidate_mw(rkey, qp.pd.id) {
-        Exec::Done(sent(qp, wqe))
+        sent(qp, wqe)
     } else {
-        Exec::Done(Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_LKEY))
+        Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_LKEY)
     }
 }

@@ -1,0 +1,483 @@
+//! Running the send queue: the protocol core's requester ([`rverbs_proto::rc::Requester`])
+//! over the queue's link, for every transport and every link.
+//!
+//! Read before editing: `rverbs_proto::rc` (the machines and their calling order),
+//! docs/rocev2-wire.md §3.2 (requester), §3.4 (completer), §4 (statuses),
+//! docs/queue-pairs.md "One requester, two links", ibv_post_send(3) and ibv_poll_cq(3).
+//!
+//! The requester owns PSNs, the window, fences, read/atomic credits, the retry and RNR
+//! budgets and their timers, ordering and completion; this module only feeds it. Work
+//! requests are handed to it oldest first ([`Conn`]); each request packet it builds goes
+//! to the queue's link ([`SendPath::transmit`]), which gathers the bytes; responses come
+//! back through [`Answers`] (on the same host inside that call, from the network later
+//! through [`QpInner::on_response`]); its completions retire the queue's head in order.
+//! The link is the only thing that differs between the same host and the network.
+//!
+//! Local operations (BIND_MW, LOCAL_INV, [`super::local`]) and work requests the device
+//! fails before anything is sent (a local scatter-list fault: LOC_PROT_ERR; an opcode the
+//! transport has no wire opcode for, or an address handle of another PD: LOC_QP_OP_ERR)
+//! are finished here, in queue order, once every earlier request has completed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rverbs_proto::rc::{self, Placed, Requester, RequesterConfig, Response};
+use rverbs_proto::psn::Psn;
+use rverbs_proto::vendor_err;
+use rverbs_proto::verbs::{Access, EventType, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use rverbs_proto::wire::{self, FethRepr, Selectivity};
+
+use super::device::{Answers, Payload, ResponseBytes, Shape, Tx};
+use super::sq::{ReqView, Ring, SendQueue, SendWqe};
+use super::wr::{FlushPlacement, FlushSelectivity};
+use super::{state, QpInner};
+use crate::gid::Gid;
+use crate::mr::{self, KeySpace, PinList, Sge};
+use crate::wc::Cqe;
+
+/// The requester of one connection of a send queue: the core's machine and which queue
+/// entries it carries. Made at the first progress after RTS; dropped when the queue is
+/// flushed or reset, or a request failed.
+pub(crate) struct Conn {
+    req: Requester,
+    /// Queue entries, from the oldest, handed to `req`.
+    handed: usize,
+    /// The core's id of the queue's oldest entry; entry `i` has id `base + i`.
+    base: u64,
+    /// The deadline a progress-thread timer is set for.
+    armed: Option<Instant>,
+    /// XRC requests carry the XRCETH on this link.
+    xrceth: bool,
+}
+
+impl Conn {
+    fn new(qp: &QpInner, r: &ReqView, shape: Shape) -> Conn {
+        let cfg = RequesterConfig {
+            mode: match qp.qp_type {
+                QpType::Uc => rc::Mode::Uc,
+                QpType::Ud => rc::Mode::Ud,
+                _ => rc::Mode::Rc,
+            },
+            qpn: qp.qpn,
+            mtu: shape.mtu,
+            sq_psn: Psn::new(r.sq_psn),
+            timeout: r.timeout,
+            retry_cnt: r.retry_cnt,
+            retry_cnt_7_infinite: false,
+            rnr_retry: r.rnr_retry,
+            max_rd_atomic: r.max_rd_atomic,
+            max_send_wr: qp.cap.max_send_wr,
+            // Every WQE completes in the core; the send queue decides what is written
+            // (ibv_post_send(3) SIGNALED / sq_sig_all, `QpInner::complete_head`).
+            sq_sig_all: true,
+            max_unacked_psns: shape.window,
+        };
+        Conn { req: Requester::new(cfg), handed: 0, base: 0, armed: None, xrceth: shape.xrceth }
+    }
+
+    /// `modify_qp` changed attributes of the running requester (ibv_modify_qp(3): RTS →
+    /// RTS, SQD → RTS): they take effect at once.
+    pub(crate) fn modified(&mut self, timeout: Option<u8>, retry_cnt: Option<u8>, rnr_retry: Option<u8>, max_rd_atomic: Option<u8>) {
+        if let Some(t) = timeout {
+            self.req.set_timeout(t);
+        }
+        if let Some(n) = retry_cnt {
+            self.req.set_retry_cnt(n);
+        }
+        if let Some(n) = rnr_retry {
+            self.req.set_rnr_retry(n);
+        }
+        if let Some(n) = max_rd_atomic {
+            self.req.set_max_rd_atomic(n);
+        }
+    }
+}
+
+/// What handing the queue's next entries to the requester came to.
+enum Handed {
+    /// Everything that can go is handed (or waits for earlier requests to complete).
+    Done,
+    /// The oldest entry is finished here, with this completion.
+    Local(Cqe),
+}
+
+impl QpInner {
+    /// Runs the send queue as far as it can go. Called with the queue locked.
+    pub(crate) fn progress(self: &Arc<Self>, sq: &mut SendQueue) {
+        loop {
+            // SQD: no new work request starts. Only `modify` moves the QP into or out of
+            // SQD other than into ERR, and it does so under the send-queue lock, which the
+            // caller holds.
+            let draining = match self.state() {
+                QpState::Err => {
+                    self.flush_sq(sq);
+                    return;
+                }
+                QpState::Reset | QpState::Init | QpState::Rtr => return,
+                QpState::Sqd => true,
+                QpState::Rts | QpState::Sqe => false,
+            };
+            if sq.conn.is_none() {
+                if sq.ring.is_empty() || draining {
+                    self.drained(draining);
+                    return;
+                }
+                // A new connection on the link (the same host: a new responder machine).
+                sq.link.reset();
+                sq.conn = Some(Conn::new(self, &sq.req, sq.link.shape(self, &sq.req)));
+            }
+            match self.run(sq, draining) {
+                Ran::Idle => return,
+                // A local completion changed the state, or a request failed: look again.
+                Ran::Again => continue,
+            }
+        }
+    }
+
+    /// One pass of the requester: timers, hand-over, transmit, responses, completions.
+    fn run(self: &Arc<Self>, sq: &mut SendQueue, draining: bool) -> Ran {
+        let now = Instant::now();
+        let SendQueue { ring, req, link, conn: slot } = sq;
+        let Some(conn) = slot.as_mut() else { return Ran::Idle };
+        if conn.req.poll_timeout().is_some_and(|t| t <= now) {
+            conn.req.handle_timeout(now);
+            tracing::debug!(
+                qpn = self.qpn,
+                comp_psn = conn.req.comp_psn().get(),
+                req_psn = conn.req.req_psn().get(),
+                retries_left = ?conn.req.retries_left(),
+                rnr_retries_left = ?conn.req.rnr_retries_left(),
+                state = ?conn.req.state(),
+                "requester timer fired"
+            );
+        }
+        loop {
+            if !draining {
+                if let Handed::Local(cqe) = self.hand_over(ring, conn) {
+                    let failed = cqe.status() != WcStatus::Success;
+                    self.complete_head(ring, cqe);
+                    conn.base += 1;
+                    if failed {
+                        *slot = None;
+                        return Ran::Again;
+                    }
+                    continue;
+                }
+            }
+            // The responder's completion events wait until this step's own completions
+            // are written (crate::cq::defer: the order a NIC produces).
+            let mut step = crate::cq::defer::Step::begin();
+            while let Some(r) = conn.req.poll_transmit(now) {
+                let idx = r.wqe_id.wrapping_sub(conn.base) as usize;
+                let Some((wqe, sges, inline)) = ring.nth(idx) else { break };
+                let tx = Tx { request: &r, wqe, sges, inline, comp_psn: conn.req.comp_psn() };
+                let mut answering = Answering { qp: self, req: &mut conn.req, ring, base: conn.base, now };
+                if let Err(vendor) = link.transmit(self, req, tx, &mut answering) {
+                    // The region went away after the request was handed over.
+                    conn.req.fail_oldest(WcStatus::LocProtErr, vendor);
+                }
+            }
+            link.flush();
+            step.requester_done();
+            let retired = self.retire(ring, conn);
+            drop(step);
+            match retired {
+                Retired::Failed => {
+                    // The QP left RTS (RC: ERR, whose flush follows; UC/UD: SQE).
+                    *slot = None;
+                    return Ran::Again;
+                }
+                // Completions may let a local operation or a new request go.
+                Retired::Some if ring.len() > conn.handed && !draining => continue,
+                _ => break,
+            }
+        }
+        if let Some(t) = conn.req.poll_timeout() {
+            if conn.armed.is_none_or(|a| a > t || a <= now) {
+                conn.armed = Some(t);
+                let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
+                crate::progress::schedule(t, me);
+            }
+        }
+        if conn.handed == 0 {
+            self.drained(draining);
+        }
+        Ran::Idle
+    }
+
+    /// SQD with nothing in flight: SQ_DRAINED, once per entry into SQD (rxe raises it
+    /// whether or not `en_sqd_async_notify` was set).
+    fn drained(self: &Arc<Self>, draining: bool) {
+        if draining && !self.sqd_notified.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.raise(EventType::SqDrained);
+        }
+    }
+
+    /// Hands the queue's new work requests to the requester, oldest first, until the
+    /// first one the device finishes itself; that one is finished once every earlier
+    /// request has completed.
+    fn hand_over(&self, ring: &Ring, conn: &mut Conn) -> Handed {
+        while let Some((w, sges, _)) = ring.nth(conn.handed) {
+            if let Some(cqe) = self.finished_here(w, sges, conn.xrceth) {
+                return if conn.handed == 0 { Handed::Local(cqe()) } else { Handed::Done };
+            }
+            let mut wqe = core_wqe(w);
+            wqe.id = conn.base + conn.handed as u64;
+            // ibv_post_send(3) `qp_type.xrc.remote_srqn`: the XRCETH of every packet.
+            wqe.xrc_srq = (conn.xrceth && self.qp_type == QpType::XrcSend).then_some(w.xrc_srqn);
+            wqe.flags |= SendFlags::SIGNALED;
+            if conn.req.post(wqe).is_err() {
+                // Full: the core holds as many as the send queue.
+                break;
+            }
+            conn.handed += 1;
+        }
+        Handed::Done
+    }
+
+    /// The completion of a work request the device finishes without its requester: a
+    /// local operation, or one that fails before anything is sent; `None` for the rest.
+    fn finished_here<'w>(&'w self, w: &'w SendWqe, sges: &'w [Sge], xrceth: bool) -> Option<impl FnOnce() -> Cqe + 'w> {
+        let op = w.opcode();
+        let fail = |status, vendor| Cqe::error(w.wr_id, self.qpn, status, vendor);
+        enum Why {
+            Local,
+            NoWire,
+            Fault(mr::Fault),
+            OtherPd,
+        }
+        // docs/rocev2-wire.md §1.8: XRC has no FLUSH or ATOMIC_WRITE opcode on the wire.
+        let no_wire = !op.has_wire_opcode(self.qp_type) || (xrceth && self.qp_type == QpType::XrcSend && matches!(op, WrOpcode::Flush | WrOpcode::AtomicWrite));
+        let why = if matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv) {
+            Why::Local
+        } else if no_wire {
+            Why::NoWire
+        } else if let Some(f) = (op.carries_payload() && w.inline_len.is_none())
+            .then(|| self.pin_own(sges, Access::empty(), w.total_len).err())
+            .flatten()
+        {
+            // LOC_PROT_ERR is decided before anything is sent (ibv_poll_cq(3); rxe
+            // reports LOC_QP_OP_ERR, docs/rxe-differences.md, "A local SGE fault is
+            // LOC_PROT_ERR").
+            Why::Fault(f)
+        } else if w.ud.as_ref().is_some_and(|u| u.ah.pd != self.pd.id) {
+            // rxe: an address handle of another PD is a local QP operation error.
+            Why::OtherPd
+        } else {
+            return None;
+        };
+        Some(move || match why {
+            Why::Local if op == WrOpcode::BindMw => super::local::bind_mw(self, w),
+            Why::Local => super::local::local_inv(self, w),
+            // UC SEND with Invalidate: posted, then failed, as rxe's requester does
+            // (`WrOpcode::has_wire_opcode`).
+            Why::NoWire => fail(WcStatus::LocQpOpErr, vendor_err::LOCAL_NO_OPCODE),
+            Why::Fault(f) => fail(WcStatus::LocProtErr, f.local_vendor_err()),
+            Why::OtherPd => fail(WcStatus::LocQpOpErr, vendor_err::LOCAL_PD),
+        })
+    }
+
+    /// Pins the first `need` bytes of this QP's own scatter list `sges` for `access` (its
+    /// PD, its process's keys).
+    fn pin_own<'a>(&'a self, sges: &[Sge], access: Access, need: u64) -> Result<PinList<'a>, mr::Fault> {
+        mr::pin_sges(&KeySpace::local(self.pd.endpoint()), self.pd.id, sges, access, need)
+    }
+
+    /// Retires the requester's completions, oldest first, into the send CQ (an atomic's
+    /// original value stored into the request's buffer first, ibv_post_send(3)).
+    fn retire(self: &Arc<Self>, ring: &mut Ring, conn: &mut Conn) -> Retired {
+        let mut retired = Retired::None;
+        while let Some(c) = conn.req.poll_completion() {
+            debug_assert_eq!(c.id, conn.base, "the core completes in order");
+            let Some((w, sges, _)) = ring.head() else { break };
+            let mut cqe = if c.status == WcStatus::Success {
+                sent(self, w)
+            } else {
+                Cqe::error(w.wr_id, self.qpn, c.status, c.vendor_err)
+            };
+            if let Some(original) = c.atomic_original {
+                // The original value lands in the local buffer (LOCAL_WRITE; a fault is
+                // LOC_PROT_ERR).
+                let stored = self.pin_own(sges, Access::LOCAL_WRITE, 8).and_then(|l| {
+                    mr::copy_message(&l, 0, mr::Source::Bytes(&original.to_ne_bytes())).map(drop).map_err(|_| mr::Fault::Bounds)
+                });
+                if let Err(f) = stored {
+                    cqe = Cqe::error(w.wr_id, self.qpn, WcStatus::LocProtErr, f.local_vendor_err());
+                }
+            }
+            let failed = cqe.status() != WcStatus::Success;
+            self.complete_head(ring, cqe);
+            conn.base += 1;
+            conn.handed -= 1;
+            if failed {
+                return Retired::Failed;
+            }
+            retired = Retired::Some;
+        }
+        retired
+    }
+
+    /// Retires the head WQE with `cqe`: written to the send CQ if the request was
+    /// signaled, the QP signals all, or it failed (ibv_post_send(3); rxe `do_complete`).
+    /// A failure moves the QP to ERR (UC, UD: SQE); an overrun of the send CQ to ERR,
+    /// with QP_FATAL.
+    pub(crate) fn complete_head(self: &Arc<Self>, ring: &mut Ring, cqe: Cqe) {
+        let wqe = ring.pop().expect("non-empty");
+        let failed = cqe.status() != WcStatus::Success;
+        if (failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED)) && self.send_cq.push(cqe).is_err() {
+            self.enter_error(Some(EventType::QpFatal), state::Cause::SendCqOverrun);
+            return;
+        }
+        if failed {
+            // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
+            if matches!(self.qp_type, QpType::Uc | QpType::Ud) {
+                let _ = self.transition(state::Expect::Is(QpState::Rts), QpState::Sqe, state::Cause::SendError);
+            } else {
+                self.enter_error(None, state::Cause::SendError);
+            }
+        }
+    }
+
+    /// Completes every queued send with WR_FLUSH_ERR (always written, signaled or not);
+    /// the requester that carried some of them is dropped.
+    pub(crate) fn flush_sq(&self, sq: &mut SendQueue) {
+        sq.conn = None;
+        sq.link.reset();
+        while let Some(w) = sq.ring.pop() {
+            let cqe = Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED);
+            let _ = self.send_cq.push(cqe);
+        }
+    }
+
+    /// A response from the network for this QP's requester, from the host whose GID is
+    /// `from` (`payload`: a READ response's bytes). Dropped if the QP has no requester
+    /// running over the network to that host (rxe `check_addr`). Returns whether it was
+    /// taken; the send queue then runs.
+    pub(crate) fn on_response(self: &Arc<Self>, from: &Gid, response: &Response, payload: &[u8]) -> bool {
+        {
+            let mut sq = self.sq.lock();
+            let SendQueue { ring, req, conn, .. } = &mut *sq;
+            let Some(conn) = conn.as_mut() else { return false };
+            if !req.network || req.dgid != *from {
+                return false;
+            }
+            let mut answering = Answering { qp: self, req: &mut conn.req, ring, base: conn.base, now: Instant::now() };
+            answering.answer(response, &Payload(payload));
+        }
+        self.kick();
+        true
+    }
+}
+
+/// What a pass of the requester came to.
+enum Ran {
+    /// Nothing more to do until a post, a response or a timer.
+    Idle,
+    /// The QP's state may have changed: look again.
+    Again,
+}
+
+/// What retiring completions came to.
+#[derive(PartialEq, Eq)]
+enum Retired {
+    None,
+    Some,
+    Failed,
+}
+
+/// The requester's side of the responses a link brings back: the core's completer takes
+/// each; a READ response's bytes go into the request's own scatter list (LOCAL_WRITE; a
+/// fault is LOC_PROT_ERR) before the completer acknowledges them.
+struct Answering<'a> {
+    qp: &'a QpInner,
+    req: &'a mut Requester,
+    ring: &'a Ring,
+    base: u64,
+    now: Instant,
+}
+
+impl Answers for Answering<'_> {
+    fn answer(&mut self, response: &Response, bytes: &dyn ResponseBytes) {
+        let (qp, ring, base) = (self.qp, self.ring, self.base);
+        self.req.handle_response_placing(self.now, response, &mut |p| {
+            let Some((w, sges, _)) = ring.nth(p.wqe_id.wrapping_sub(base) as usize) else { return Placed::Dropped };
+            let local = match qp.pin_own(sges, Access::LOCAL_WRITE, w.total_len) {
+                Ok(l) => l,
+                Err(f) => return Placed::Failed { status: WcStatus::LocProtErr, vendor_err: f.local_vendor_err() },
+            };
+            if p.len == 0 {
+                return Placed::Done;
+            }
+            bytes.copy_into(&local, p.offset as usize, p.len)
+        });
+    }
+}
+
+/// A packet's payload: copied as it is; a failure is the local buffer's (LOC_PROT_ERR).
+impl ResponseBytes for Payload<'_> {
+    fn copy_into(&self, dst: &PinList<'_>, offset: usize, len: u32) -> Placed {
+        let n = (len as usize).min(self.0.len());
+        match mr::copy_message(dst, offset, mr::Source::Bytes(&self.0[..n])) {
+            Ok(_) => Placed::Done,
+            Err(_) => Placed::Failed { status: WcStatus::LocProtErr, vendor_err: vendor_err::LOCAL_ACCESS },
+        }
+    }
+}
+
+/// The successful requester completion of `wqe` (ibv_poll_cq(3): the opcode of the work
+/// request; `byte_len` its length, 8 for atomics, 0 for local operations).
+pub(crate) fn sent(qp: &QpInner, wqe: &SendWqe) -> Cqe {
+    let op = wqe.opcode();
+    let opcode = op.wc_opcode().unwrap_or(WcOpcode::Send);
+    let byte_len = match op {
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => 8,
+        WrOpcode::BindMw | WrOpcode::LocalInv => 0,
+        _ => wqe.total_len as u32,
+    };
+    Cqe::success(wqe.wr_id, qp.qpn, opcode, byte_len)
+}
+
+/// The core's form of a send work request: the same fields, no scatter list.
+pub(crate) fn core_wqe(wqe: &SendWqe) -> rc::SendWqe {
+    let op = wqe.opcode();
+    rc::SendWqe {
+        id: wqe.wr_id,
+        opcode: op,
+        length: match (op, wqe.flush) {
+            (WrOpcode::Flush, Some(f)) => f.len,
+            _ => wqe.total_len as u32,
+        },
+        remote_va: wqe.remote_addr,
+        rkey: wqe.rkey,
+        // `imm_data` is the 4 bytes C put in `__be32 imm_data`, kept verbatim (a native
+        // u32 of those bytes); the core and the wire's ImmDt hold its big-endian value
+        // (IBTA §9.2.3: ImmDt carries the bytes as given). The rkey of SEND_WITH_INV
+        // shares the field in host order, as `invalidate_rkey` does in C.
+        imm: match op {
+            WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => u32::from_be(wqe.imm),
+            _ => wqe.imm,
+        },
+        compare_add: wqe.compare_add,
+        swap: wqe.swap,
+        flags: wqe.flags,
+        flush: wqe.flush.map(|f| FethRepr {
+            selectivity: match f.selectivity {
+                FlushSelectivity::WholeMr => Selectivity::WholeMr,
+                FlushSelectivity::Range => Selectivity::MemoryRange,
+            },
+            placement: {
+                let mut p = wire::Placement::empty();
+                if f.placement.contains(FlushPlacement::GLOBAL) {
+                    p |= wire::Placement::GLOBAL_VISIBILITY;
+                }
+                if f.placement.contains(FlushPlacement::PERSISTENT) {
+                    p |= wire::Placement::PERSISTENCE;
+                }
+                p
+            },
+        }),
+        ud: wqe.ud.as_ref().map(|u| rc::UdDest { remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey }),
+        // Set by the hand-over on links that carry the XRCETH.
+        xrc_srq: None,
+    }
+}
