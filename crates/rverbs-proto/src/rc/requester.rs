@@ -149,6 +149,11 @@ impl Requester {
         self.rnr.left()
     }
 
+    /// The id of the oldest WQE not yet completed.
+    pub fn oldest(&self) -> Option<u64> {
+        self.queue.front().map(|e| e.wqe.id)
+    }
+
     /// WQEs posted and not yet completed.
     pub fn outstanding(&self) -> usize {
         self.queue.len()
@@ -190,6 +195,18 @@ impl Requester {
         self.cfg.max_rd_atomic = max_rd_atomic;
         self.max_rd_atomic = rd_atomic_depth(max_rd_atomic);
         self.rd_atomic = self.max_rd_atomic.saturating_sub(held);
+    }
+
+    /// The instant the calls since the last one that found no timer armed were given was
+    /// `by` older than the real one (a driver that reads the clock only when a timer is
+    /// needed): every armed deadline moves `by` later, to where the real instant would
+    /// have put it. Only sound when every armed timer was set from that older instant.
+    pub fn delay_timers(&mut self, by: std::time::Duration) {
+        for t in super::timer::Timer::ALL {
+            if let Some(at) = self.timers.get(t) {
+                self.timers.set(t, at + by);
+            }
+        }
     }
 
     pub(super) fn set_state(&mut self, state: RequesterState) {
@@ -308,9 +325,18 @@ impl Requester {
     /// Rule: §3.2 step 7: the retransmit timer is armed if not pending; UC/UD complete at
     /// transmit; §1.6: a UD message above the MTU completes SUCCESS with nothing sent.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Request> {
+        let mut r = Request::new(OpCode::Unknown(0), self.req_psn);
+        self.poll_transmit_into(now, &mut r).then_some(r)
+    }
+
+    /// As [`Requester::poll_transmit`], building the packet into `out` (a driver's buffer:
+    /// nothing is moved on the way out); returns whether there is one. `out` is
+    /// overwritten whole.
+    #[inline]
+    pub fn poll_transmit_into(&mut self, now: Instant, out: &mut Request) -> bool {
         loop {
             match self.state {
-                RequesterState::Error | RequesterState::RnrWait => return None,
+                RequesterState::Error | RequesterState::RnrWait => return false,
                 RequesterState::Retrying => {
                     self.rewind();
                     self.set_state(RequesterState::Ready);
@@ -320,12 +346,14 @@ impl Requester {
             let idx = self.next;
             let mtu = self.cfg.mtu;
             let mode = self.cfg.mode;
-            let e = *self.queue.get(idx)?;
-            if e.state == WqeState::Posted {
+            let Some(e) = self.queue.get(idx) else { return false };
+            // Only what the checks read (the WQE itself stays where it is).
+            let (posted, credit, needs_credit) = (e.state == WqeState::Posted, e.credit, e.wqe.needs_credit());
+            if posted {
                 // §3.2 step 2: earlier READ/atomic WQEs hold credits until they complete.
-                let own = u32::from(e.credit);
+                let own = u32::from(credit);
                 if e.wqe.flags.contains(SendFlags::FENCE) && self.rd_atomic + own < self.max_rd_atomic {
-                    return None;
+                    return false;
                 }
                 // §1.6 (C10-93.1.1): nothing is sent, the WQE completes with success.
                 if mode == Mode::Ud && e.wqe.length > mtu {
@@ -335,17 +363,17 @@ impl Requester {
             }
             // §3.2 step 4.
             if mode == Mode::Rc && self.req_psn.diff(self.comp_psn) > self.cfg.max_unacked_psns as i32 {
-                return None;
+                return false;
             }
             // §3.2 step 5.
-            if mode == Mode::Rc && e.wqe.needs_credit() && !e.credit {
+            if mode == Mode::Rc && needs_credit && !credit {
                 if self.rd_atomic == 0 {
-                    return None;
+                    return false;
                 }
                 self.rd_atomic -= 1;
                 self.queue[idx].credit = true;
             }
-            let (request, end) = self.build(idx);
+            let end = self.build(idx, out);
             if mode == Mode::Rc {
                 if !self.timers.is_armed(Timer::Retransmit) {
                     if let Some(d) = ack_timeout(self.cfg.timeout) {
@@ -361,29 +389,29 @@ impl Requester {
                 self.comp_psn = self.req_psn;
                 self.complete_front(WcStatus::Success, vendor_err::NONE, None);
             }
-            return Some(request);
+            return true;
         }
     }
 
-    /// Builds the next packet of WQE `idx` and advances `req.psn`; returns it and whether
+    /// Builds the next packet of WQE `idx` into `r` and advances `req.psn`; returns whether
     /// it ends the message.
-    fn build(&mut self, idx: usize) -> (Request, bool) {
+    fn build(&mut self, idx: usize, r: &mut Request) -> bool {
         let mtu = self.cfg.mtu;
         let mode = self.cfg.mode;
+        let qpn = self.cfg.qpn;
         let psn = self.req_psn;
         let e = &mut self.queue[idx];
-        let w = e.wqe;
         if e.state == WqeState::Posted {
             // §3.2 step 7: first/last PSN recorded at the START packet.
             e.first_psn = psn;
-            e.last_psn = psn.add(psn_span(&w, mtu) - 1);
+            e.last_psn = psn.add(psn_span(&e.wqe, mtu) - 1);
             e.state = WqeState::Processing;
             e.sent = 0;
         }
-        let mut r = Request::new(OpCode::Unknown(0), psn);
-        let seg = segment(mode, self.cfg.qpn, &w, e.sent, mtu, &mut r);
+        *r = Request::new(OpCode::Unknown(0), psn);
+        let seg = segment(mode, qpn, &e.wqe, e.sent, mtu, r);
         e.sent = seg.sent;
-        self.req_psn = match w.opcode {
+        self.req_psn = match e.wqe.opcode {
             WrOpcode::RdmaRead => e.last_psn.add(1),
             _ => psn.add(1),
         };
@@ -400,7 +428,7 @@ impl Requester {
                 self.noack_pkts = 0;
             }
         }
-        (r, seg.end)
+        seg.end
     }
 
     /// rxe `req_retry` (§3.2 step 1): back to the oldest uncompleted WQE with

@@ -54,6 +54,11 @@ pub(crate) struct Shape {
     /// Whether XRC requests carry the XRCETH (the network); on the same host the link
     /// finds the SRQ with the responder, once per connection.
     pub(crate) xrceth: bool,
+    /// Whether every request is answered (or known unanswered) inside
+    /// [`SendPath::transmit`]: the same host. The requester then reads the clock only when
+    /// a request is left waiting, and an RC request's scatter list is checked when its
+    /// bytes are gathered, not also before.
+    pub(crate) synchronous: bool,
 }
 
 /// One request packet on its way out: what the requester built, and the work request it

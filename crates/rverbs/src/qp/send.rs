@@ -48,6 +48,15 @@ pub(crate) struct Conn {
     armed: Option<Instant>,
     /// XRC requests carry the XRCETH on this link.
     xrceth: bool,
+    /// Scatter lists are checked at hand-over (LOC_PROT_ERR before anything is sent):
+    /// on the network, and for UC and UD, which complete at transmit; a same-host RC
+    /// request's list is checked when its bytes are gathered, once.
+    precheck: bool,
+    /// Every request is answered inside `transmit` (the same host): the clock is read
+    /// only when a request is left waiting (see `run`).
+    synchronous: bool,
+    /// The last instant read from the clock.
+    clock: Instant,
 }
 
 impl Conn {
@@ -72,7 +81,17 @@ impl Conn {
             sq_sig_all: true,
             max_unacked_psns: shape.window,
         };
-        Conn { req: Requester::new(cfg), handed: 0, base: 0, armed: None, xrceth: shape.xrceth }
+        let precheck = !shape.synchronous || cfg.mode != rc::Mode::Rc;
+        Conn {
+            req: Requester::new(cfg),
+            handed: 0,
+            base: 0,
+            armed: None,
+            xrceth: shape.xrceth,
+            precheck,
+            synchronous: shape.synchronous,
+            clock: Instant::now(),
+        }
     }
 
     /// `modify_qp` changed attributes of the running requester (ibv_modify_qp(3): RTS →
@@ -136,10 +155,20 @@ impl QpInner {
 
     /// One pass of the requester: timers, hand-over, transmit, responses, completions.
     fn run(self: &Arc<Self>, sq: &mut SendQueue, draining: bool) -> Ran {
-        let now = Instant::now();
         let SendQueue { ring, req, link, conn: slot } = sq;
         let Some(conn) = slot.as_mut() else { return Ran::Idle };
-        if conn.req.poll_timeout().is_some_and(|t| t <= now) {
+        // On a synchronous link with no timer armed, nothing in this pass depends on the
+        // time except the deadlines it may arm, which are moved to the real clock at the
+        // end if any is (`Requester::delay_timers`): the clock (tens of nanoseconds) is
+        // read only when a request is left waiting.
+        let stale = conn.synchronous && conn.req.poll_timeout().is_none();
+        let now = if stale {
+            conn.clock
+        } else {
+            conn.clock = Instant::now();
+            conn.clock
+        };
+        if !stale && conn.req.poll_timeout().is_some_and(|t| t <= now) {
             conn.req.handle_timeout(now);
             tracing::debug!(
                 qpn = self.qpn,
@@ -167,14 +196,20 @@ impl QpInner {
             // The responder's completion events wait until this step's own completions
             // are written (crate::cq::defer: the order a NIC produces).
             let mut step = crate::cq::defer::Step::begin();
-            while let Some(r) = conn.req.poll_transmit(now) {
+            let mut r = rc::Request::new(wire::OpCode::Unknown(0), Psn::new(0));
+            while conn.req.poll_transmit_into(now, &mut r) {
                 let idx = r.wqe_id.wrapping_sub(conn.base) as usize;
                 let Some((wqe, sges, inline)) = ring.nth(idx) else { break };
                 let tx = Tx { request: &r, wqe, sges, inline, comp_psn: conn.req.comp_psn() };
                 let mut answering = Answering { qp: self, req: &mut conn.req, ring, base: conn.base, now };
                 if let Err(vendor) = link.transmit(self, req, tx, &mut answering) {
-                    // The region went away after the request was handed over.
-                    conn.req.fail_oldest(WcStatus::LocProtErr, vendor);
+                    // The request's bytes could not be gathered (a scatter list not checked
+                    // at hand-over, or a region that went away since): LOC_PROT_ERR once it
+                    // is the oldest; until then it is a request nobody answered, which the
+                    // requester's timers bring back.
+                    if conn.req.oldest() == Some(r.wqe_id) {
+                        conn.req.fail_oldest(WcStatus::LocProtErr, vendor);
+                    }
                 }
             }
             link.flush();
@@ -192,6 +227,7 @@ impl QpInner {
                 _ => break,
             }
         }
+        self.settle_clock(conn, stale, now);
         if let Some(t) = conn.req.poll_timeout() {
             if conn.armed.is_none_or(|a| a > t || a <= now) {
                 conn.armed = Some(t);
@@ -203,6 +239,16 @@ impl QpInner {
             self.drained(draining);
         }
         Ran::Idle
+    }
+
+    /// After a pass run on the last instant read (`stale`): deadlines armed in it move to
+    /// the real clock.
+    fn settle_clock(&self, conn: &mut Conn, stale: bool, then: Instant) {
+        if stale && conn.req.poll_timeout().is_some() {
+            let real = Instant::now();
+            conn.req.delay_timers(real.saturating_duration_since(then));
+            conn.clock = real;
+        }
     }
 
     /// SQD with nothing in flight: SQ_DRAINED, once per entry into SQD (rxe raises it
@@ -218,7 +264,7 @@ impl QpInner {
     /// request has completed.
     fn hand_over(&self, ring: &Ring, conn: &mut Conn) -> Handed {
         while let Some((w, sges, _)) = ring.nth(conn.handed) {
-            if let Some(cqe) = self.finished_here(w, sges, conn.xrceth) {
+            if let Some(cqe) = self.finished_here(w, sges, conn.xrceth, conn.precheck) {
                 return if conn.handed == 0 { Handed::Local(cqe()) } else { Handed::Done };
             }
             let mut wqe = core_wqe(w);
@@ -237,7 +283,7 @@ impl QpInner {
 
     /// The completion of a work request the device finishes without its requester: a
     /// local operation, or one that fails before anything is sent; `None` for the rest.
-    fn finished_here<'w>(&'w self, w: &'w SendWqe, sges: &'w [Sge], xrceth: bool) -> Option<impl FnOnce() -> Cqe + 'w> {
+    fn finished_here<'w>(&'w self, w: &'w SendWqe, sges: &'w [Sge], xrceth: bool, precheck: bool) -> Option<impl FnOnce() -> Cqe + 'w> {
         let op = w.opcode();
         let fail = |status, vendor| Cqe::error(w.wr_id, self.qpn, status, vendor);
         enum Why {
@@ -252,7 +298,7 @@ impl QpInner {
             Why::Local
         } else if no_wire {
             Why::NoWire
-        } else if let Some(f) = (op.carries_payload() && w.inline_len.is_none())
+        } else if let Some(f) = (precheck && op.carries_payload() && w.inline_len.is_none())
             .then(|| self.pin_own(sges, Access::empty(), w.total_len).err())
             .flatten()
         {

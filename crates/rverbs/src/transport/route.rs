@@ -82,9 +82,9 @@ impl Path {
 impl SendPath for Path {
     fn shape(&self, _qp: &QpInner, req: &ReqView) -> Shape {
         if req.network {
-            Shape { mtu: req.mtu, window: super::net::WINDOW, xrceth: true }
+            Shape { mtu: req.mtu, window: super::net::WINDOW, xrceth: true, synchronous: false }
         } else {
-            Shape { mtu: UNSEGMENTED_MTU, window: MAX_UNACKED_PSNS, xrceth: false }
+            Shape { mtu: UNSEGMENTED_MTU, window: MAX_UNACKED_PSNS, xrceth: false, synchronous: true }
         }
     }
 
