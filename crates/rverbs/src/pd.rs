@@ -339,6 +339,20 @@ impl<'a> ParentDomainInit<'a> {
 /// used to create it": it dereferences to its protection domain, so MRs, QPs, SRQs and
 /// AHs created through it belong to that PD (and count against it, as rdma-core's mlx5
 /// counts them on the protection domain it wraps).
+///
+/// ```
+/// use rverbs::{Access, CqCreateFlags, CqInit, ParentDomainInit};
+/// let ctx = rverbs::devices()?[0].open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let td = ctx.alloc_td()?;
+/// let parent = ctx.alloc_parent_domain(&ParentDomainInit { td: Some(&td), ..ParentDomainInit::new(&pd) })?;
+/// let cq = parent.create_cq(&CqInit::new(16))?;
+/// assert!(cq.create_flags().contains(CqCreateFlags::SINGLE_THREADED));
+/// let mr = parent.alloc_mr(4096, Access::LOCAL_WRITE)?;
+/// assert_eq!(mr.pd().handle(), pd.handle());
+/// assert!(pd.dealloc().is_err(), "EBUSY: the parent domain uses it");
+/// # Ok::<(), rverbs::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct ParentDomain {
     inner: Arc<ParentInner>,
