@@ -327,14 +327,17 @@ fn cq_init_ex(inp: &mut Input<'_>) {
         Err(libc::EOPNOTSUPP)
     } else if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
         Err(libc::EINVAL)
-    } else if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 || flags & !known_flags != 0 {
+    } else if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && a.parent_domain.is_null() {
+        Err(libc::EINVAL)
+    } else if flags & !known_flags != 0 {
         Err(libc::EOPNOTSUPP)
     } else {
-        Ok((c_int::try_from(a.cqe).unwrap_or(-1), c_int::try_from(a.comp_vector).unwrap_or(-1), a.wc_flags, flags))
+        let parent = (a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0).then_some(a.parent_domain);
+        Ok((c_int::try_from(a.cqe).unwrap_or(-1), c_int::try_from(a.comp_vector).unwrap_or(-1), a.wc_flags, flags, parent))
     };
     let got = f::cq_init_attr_ex_from_c(&a);
     assert_eq!(got, want);
-    if let Ok((cqe, vector, _, _)) = got {
+    if let Ok((cqe, vector, _, _, _)) = got {
         let counts = f::cq_counts(cqe, vector);
         assert_eq!(counts, (cqe >= 0 && vector >= 0).then_some((cqe as u32, vector as u32)));
         if counts.is_some() {

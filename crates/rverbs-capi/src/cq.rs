@@ -14,6 +14,7 @@ use rverbs::{CqCreateFlags, CqInit, WcExFlags};
 use crate::abi::*;
 use crate::live;
 use crate::context::ContextObj;
+use crate::pd::PdObj;
 use crate::ffi::{ToErrno, minus_one_errno, null_errno, set_errno};
 
 // ---------------------------------------------------------------------------------------
@@ -292,11 +293,14 @@ pub(crate) struct CqExAttr {
     pub(crate) comp_vector: c_int,
     pub(crate) wc_flags: WcExFlags,
     pub(crate) flags: CqCreateFlags,
+    /// `parent_domain` when `IBV_CQ_INIT_ATTR_MASK_PD` is set (checked by the caller:
+    /// it must be a live parent domain of the context).
+    pub(crate) parent_domain: Option<*mut ibv_pd>,
 }
 
 /// Reads and checks an `ibv_cq_init_attr_ex`: `wc_flags` beyond
 /// `IBV_CREATE_CQ_SUP_WC_FLAGS` are `EOPNOTSUPP`, `comp_mask` bits beyond FLAGS|PD
-/// `EINVAL`, a parent domain and unknown creation flags `EOPNOTSUPP`.
+/// `EINVAL`, PD with a NULL `parent_domain` `EINVAL`, unknown creation flags `EOPNOTSUPP`.
 pub(crate) fn cq_init_attr_ex_from_c(a: &ibv_cq_init_attr_ex) -> Result<CqExAttr, c_int> {
     if a.wc_flags & !u64::from(IBV_CREATE_CQ_SUP_WC_FLAGS) != 0 {
         return Err(libc::EOPNOTSUPP);
@@ -304,9 +308,14 @@ pub(crate) fn cq_init_attr_ex_from_c(a: &ibv_cq_init_attr_ex) -> Result<CqExAttr
     if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
         return Err(libc::EINVAL);
     }
-    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
-        return Err(libc::EOPNOTSUPP);
-    }
+    let parent_domain = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+        if a.parent_domain.is_null() {
+            return Err(libc::EINVAL);
+        }
+        Some(a.parent_domain)
+    } else {
+        None
+    };
     let flags = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 { a.flags } else { 0 };
     let flags = CqCreateFlags::from_bits(flags).ok_or(libc::EOPNOTSUPP)?;
     Ok(CqExAttr {
@@ -314,24 +323,25 @@ pub(crate) fn cq_init_attr_ex_from_c(a: &ibv_cq_init_attr_ex) -> Result<CqExAttr
         comp_vector: c_int::try_from(a.comp_vector).unwrap_or(-1),
         wc_flags: WcExFlags::from_bits_retain(a.wc_flags),
         flags,
+        parent_domain,
     })
 }
 
-/// Creates the C object for `init` (shared by `ibv_create_cq` and `create_cq_ex`).
+/// Creates the C object for `a` (shared by `ibv_create_cq` and `create_cq_ex`), on
+/// `parent` when the CQ is created on a parent domain.
 ///
 /// Rule: rdma-core `verbs_init_cq`: context, channel, cq_context set; counters 0;
 /// mutex/cond initialised; `++channel->refcnt` under the context mutex; `cqe` is the
 /// real size.
 fn create(
     ctx: &ContextObj,
-    cqe: c_int,
+    a: &CqExAttr,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    comp_vector: c_int,
-    wc_flags: WcExFlags,
-    flags: CqCreateFlags,
+    parent: Option<&rverbs::ParentDomain>,
 ) -> *mut ibv_cq_ex {
-    let Some((cqe, comp_vector)) = cq_counts(cqe, comp_vector) else {
+    let (wc_flags, flags) = (a.wc_flags, a.flags);
+    let Some((cqe, comp_vector)) = cq_counts(a.cqe, a.comp_vector) else {
         return null_errno(libc::EINVAL);
     };
     let chan = if channel.is_null() {
@@ -353,7 +363,11 @@ fn create(
     if let Some(c) = chan {
         init = init.channel(&c.core);
     }
-    let core = match ctx.core().create_cq(&init) {
+    let core = match parent {
+        Some(p) => p.create_cq(&init),
+        None => ctx.core().create_cq(&init),
+    };
+    let core = match core {
         Ok(cq) => cq,
         Err(e) => return null_errno(e.c_errno()),
     };
@@ -411,16 +425,14 @@ export! {
         let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
             return null_errno(libc::EINVAL);
         };
-        create(
-            ctx,
+        let a = CqExAttr {
             cqe,
-            cq_context,
-            channel,
             comp_vector,
-            WcExFlags::STANDARD,
-            CqCreateFlags::empty(),
-        )
-        .cast()
+            wc_flags: WcExFlags::STANDARD,
+            flags: CqCreateFlags::empty(),
+            parent_domain: None,
+        };
+        create(ctx, &a, cq_context, channel, None).cast()
     }
 }
 
@@ -428,9 +440,12 @@ export! {
 ///
 /// Rule: verbs.c `__lib_ibv_create_cq_ex`: `wc_flags` beyond `IBV_CREATE_CQ_SUP_WC_FLAGS`
 /// are `EOPNOTSUPP`; the core also refuses the ones it cannot fill (CVLAN, FLOW_TAG,
-/// TM_INFO) with `EOPNOTSUPP`. `comp_mask` bits beyond FLAGS|PD are `EINVAL`; a parent
-/// domain (`IBV_CQ_INIT_ATTR_MASK_PD`) and creation flags other than SINGLE_THREADED and
-/// IGNORE_OVERRUN are `EOPNOTSUPP`.
+/// TM_INFO) with `EOPNOTSUPP`. `comp_mask` bits beyond FLAGS|PD are `EINVAL`; creation
+/// flags other than SINGLE_THREADED and IGNORE_OVERRUN are `EOPNOTSUPP`.
+/// Rule: ibv_create_cq_ex(3): with `IBV_CQ_INIT_ATTR_MASK_PD`, `parent_domain` must be a
+/// parent domain (ibv_alloc_parent_domain(3)) of this context, else `EINVAL`; the CQ
+/// keeps it (`ibv_dealloc_pd` on it is `EBUSY` until the CQ is destroyed) and is
+/// SINGLE_THREADED when it has a thread domain (docs/memory.md, "Parent and thread domains").
 pub(crate) unsafe extern "C" fn rverbs_create_cq_ex(
     context: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
@@ -448,7 +463,15 @@ pub(crate) unsafe extern "C" fn rverbs_create_cq_ex(
             Ok(c) => c,
             Err(e) => return null_errno(e),
         };
-        create(ctx, c.cqe, a.cq_context, a.channel, c.comp_vector, c.wc_flags, c.flags)
+        let parent = match c.parent_domain {
+            None => None,
+            // SAFETY: caller contract (a live PD of ours, or anything, refused unread).
+            Some(p) => match unsafe { PdObj::from_raw(p) } {
+                Some(pd) if pd.context_ptr() == ctx.as_ptr() && pd.parent().is_some() => pd.parent(),
+                _ => return null_errno(libc::EINVAL),
+            },
+        };
+        create(ctx, &c, a.cq_context, a.channel, parent)
     })
 }
 

@@ -309,9 +309,12 @@ fn context_ops() -> ibv_context_ops {
 
 /// The `verbs_context` extended ops (sorted as in the struct). Every op not set stays
 /// NULL: the inline wrappers turn that into `EOPNOTSUPP` (DM, flows, WQs, counters,
-/// parent/thread domains, CQ moderation, rate limits, advise_mr, open_qp). `close_xrcd`
-/// is set with `open_xrcd` (the inline `ibv_close_xrcd` calls it unchecked).
+/// CQ moderation, rate limits, advise_mr, open_qp). `close_xrcd` is set with
+/// `open_xrcd` (the inline `ibv_close_xrcd` calls it unchecked).
 fn fill_verbs_context(v: &mut verbs_context) {
+    v.alloc_parent_domain = Some(crate::pd::rverbs_alloc_parent_domain);
+    v.dealloc_td = Some(crate::pd::rverbs_dealloc_td);
+    v.alloc_td = Some(crate::pd::rverbs_alloc_td);
     v.query_rt_values = Some(rverbs_query_rt_values);
     v.create_cq_ex = Some(crate::cq::rverbs_create_cq_ex);
     v.query_device_ex = Some(rverbs_query_device_ex);

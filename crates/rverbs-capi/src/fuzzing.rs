@@ -128,9 +128,11 @@ pub fn qp_init_attr_ex_from_c(a: &crate::abi::ibv_qp_init_attr_ex) -> Result<QpE
     })
 }
 
-/// `cq::cq_init_attr_ex_from_c`: (cqe, comp_vector, wc_flags, flags).
-pub fn cq_init_attr_ex_from_c(a: &crate::abi::ibv_cq_init_attr_ex) -> Result<(c_int, c_int, u64, u32), c_int> {
-    crate::cq::cq_init_attr_ex_from_c(a).map(|c| (c.cqe, c.comp_vector, c.wc_flags.bits(), c.flags.bits()))
+/// `cq::cq_init_attr_ex_from_c`: (cqe, comp_vector, wc_flags, flags, parent_domain).
+pub fn cq_init_attr_ex_from_c(
+    a: &crate::abi::ibv_cq_init_attr_ex,
+) -> Result<(c_int, c_int, u64, u32, Option<*mut crate::abi::ibv_pd>), c_int> {
+    crate::cq::cq_init_attr_ex_from_c(a).map(|c| (c.cqe, c.comp_vector, c.wc_flags.bits(), c.flags.bits(), c.parent_domain))
 }
 
 /// `cq::cq_counts`.

@@ -21,7 +21,7 @@
 //!   a foreign or freed pointer is refused without being read), translates the arguments
 //!   (the private `conv` module), calls the core (`rverbs`) and maps its `Error` to the
 //!   verb's errno convention. Features the core does not have (device memory, flows,
-//!   WQs, counters, parent domains, import/export, ODP, TSO, raw packet QPs, `open_qp`)
+//!   WQs, counters, import/export, ODP, TSO, raw packet QPs, `open_qp`)
 //!   answer `EOPNOTSUPP` in rdma-core's convention for that verb, or are left NULL in
 //!   `verbs_context` where the inline wrapper turns NULL into `EOPNOTSUPP`.
 //! * Objects handed to C (rdma-core `libibverbs/driver.h` layouts): devices are immortal;

@@ -51,6 +51,8 @@ pub enum Kind {
     Ah,
     /// `struct ibv_xrcd`.
     Xrcd,
+    /// `struct ibv_td`.
+    Td,
     /// `struct rdma_event_channel`.
     CmChannel,
     /// `struct rdma_cm_id`.

@@ -1,4 +1,9 @@
-//! Protection domains.
+//! Protection domains, thread domains and parent domains.
+//!
+//! A parent domain (ibv_alloc_parent_domain(3)) is a [`PdObj`] whose `parent` is set:
+//! every verb that takes an `ibv_pd *` finds the protection domain it extends through
+//! [`PdObj::core`], so MRs, MWs, QPs, SRQs and AHs created on it belong to that PD
+//! (docs/memory.md, "Parent and thread domains").
 
 use core::ffi::c_int;
 use std::cell::UnsafeCell;
@@ -8,11 +13,13 @@ use crate::live;
 use crate::context::ContextObj;
 use crate::ffi::{ToErrno, not_supported_null, not_supported_void, null_errno};
 
-/// A PD handed to C: `struct ibv_pd`, then the core PD.
+/// A PD handed to C: `struct ibv_pd`, then the core PD, and for a parent domain the
+/// core parent domain (whose protection domain `core` is).
 #[repr(C)]
 pub struct PdObj {
     pd: UnsafeCell<ibv_pd>,
     core: rverbs::Pd,
+    parent: Option<rverbs::ParentDomain>,
 }
 
 // SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
@@ -38,9 +45,14 @@ impl PdObj {
         (self as *const Self).cast_mut().cast()
     }
 
-    /// The core PD.
+    /// The core PD (for a parent domain, the protection domain it extends).
     pub fn core(&self) -> &rverbs::Pd {
         &self.core
+    }
+
+    /// The core parent domain, when this `ibv_pd` is one.
+    pub fn parent(&self) -> Option<&rverbs::ParentDomain> {
+        self.parent.as_ref()
     }
 
     /// The context pointer recorded in the public struct.
@@ -65,7 +77,7 @@ export! {
             Err(e) => return null_errno(e.c_errno()),
         };
         let pd = ibv_pd { context: ctx.as_ptr(), handle: core.handle() };
-        let obj = Box::new(PdObj { pd: UnsafeCell::new(pd), core });
+        let obj = Box::new(PdObj { pd: UnsafeCell::new(pd), core, parent: None });
         let p = Box::into_raw(obj);
         live::register(p);
         p.cast()
@@ -73,15 +85,23 @@ export! {
 }
 
 export! {
-    /// Deallocates a protection domain (`ibv_dealloc_pd(3)`). Returns 0 or an errno
-    /// (`EBUSY` while objects still use it).
+    /// Deallocates a protection domain (`ibv_dealloc_pd(3)`), or a parent domain
+    /// (ibv_alloc_parent_domain(3)). Returns 0 or an errno.
+    ///
+    /// Rule: `EBUSY` while objects still use the PD, a parent domain among them; a parent
+    /// domain is `EBUSY` while CQs created on it exist (the objects created through it
+    /// otherwise belong to its protection domain, as with rdma-core's mlx5).
     #[export("IBVERBS_1.1", errno)]
     pub unsafe fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         // SAFETY: caller contract.
         let Some(obj) = (unsafe { PdObj::from_raw(pd) }) else {
             return libc::EINVAL;
         };
-        if let Err(e) = obj.core.dealloc() {
+        let done = match &obj.parent {
+            Some(parent) => parent.dealloc(),
+            None => obj.core.dealloc(),
+        };
+        if let Err(e) = done {
             return e.c_errno();
         }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
@@ -107,4 +127,136 @@ export! {
     pub unsafe fn ibv_unimport_pd(_pd: *mut ibv_pd) {
         not_supported_void()
     }
+}
+
+/// A thread domain handed to C: `struct ibv_td`, then the core thread domain.
+#[repr(C)]
+pub struct TdObj {
+    td: UnsafeCell<ibv_td>,
+    core: rverbs::Td,
+}
+
+// SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
+unsafe impl live::Object for TdObj {
+    const KIND: live::Kind = live::Kind::Td;
+}
+
+impl TdObj {
+    /// The thread domain behind an `ibv_td *`; `None` for NULL, a foreign pointer or a
+    /// deallocated one, refused without reading through it (`live.rs`).
+    ///
+    /// # Safety
+    /// As [`PdObj::from_raw`].
+    pub unsafe fn from_raw<'a>(td: *mut ibv_td) -> Option<&'a TdObj> {
+        // SAFETY: caller contract (any pointer; a live one stays alive while used).
+        unsafe { live::get(td) }
+    }
+}
+
+/// `verbs_context.alloc_td` (`ibv_alloc_td(3)`). Errors: NULL with `errno`.
+///
+/// Rule: `struct ibv_td_init_attr` defines no `comp_mask` bit: any bit, or a NULL
+/// `init_attr`, is `EINVAL` (rdma-core's mlx5 checks the mask against 0 the same way).
+pub(crate) unsafe extern "C" fn rverbs_alloc_td(
+    context: *mut ibv_context,
+    init_attr: *mut ibv_td_init_attr,
+) -> *mut ibv_td {
+    ffi_guard!(null, {
+        // SAFETY: caller contract.
+        let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        // SAFETY: init_attr is NULL or valid (caller contract).
+        match unsafe { init_attr.as_ref() } {
+            Some(a) if a.comp_mask == 0 => {}
+            _ => return null_errno(libc::EINVAL),
+        }
+        let core = match ctx.core().alloc_td() {
+            Ok(td) => td,
+            Err(e) => return null_errno(e.c_errno()),
+        };
+        let obj = Box::new(TdObj { td: UnsafeCell::new(ibv_td { context: ctx.as_ptr() }), core });
+        let p = Box::into_raw(obj);
+        live::register(p);
+        p.cast()
+    })
+}
+
+/// `verbs_context.dealloc_td` (`ibv_dealloc_td(3)`): 0 or an errno.
+///
+/// Rule: ibv_dealloc_td(3): `EBUSY` while a parent domain uses the thread domain.
+pub(crate) unsafe extern "C" fn rverbs_dealloc_td(td: *mut ibv_td) -> c_int {
+    ffi_guard!(errno, {
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { TdObj::from_raw(td) }) else {
+            return libc::EINVAL;
+        };
+        if let Err(e) = obj.core.dealloc() {
+            return e.c_errno();
+        }
+        // SAFETY: the caller gives the object up; `obj` is not used after this.
+        unsafe { live::free::<TdObj, _>(td) };
+        0
+    })
+}
+
+/// `verbs_context.alloc_parent_domain` (`ibv_alloc_parent_domain(3)`). Errors: NULL
+/// with `errno`.
+///
+/// Rule: `comp_mask` bits beyond ALLOCATORS | PD_CONTEXT are `EINVAL` (rdma-core's mlx5
+/// `check_comp_mask`); `pd` cannot be NULL (`EINVAL`), and must be a protection domain
+/// of this context, not a parent domain; `td`, when set, a thread domain of this context
+/// (`EINVAL`). `pd_context` is kept only with PD_CONTEXT (0 without).
+/// Deviation: with ALLOCATORS, `alloc` and `free` are accepted and never called: every
+/// queue buffer of rverbs lives in a shared segment that other processes map, so each is
+/// allocated as if `alloc` had answered `IBV_ALLOCATOR_USE_DEFAULT`
+/// (docs/memory.md, "Parent and thread domains").
+pub(crate) unsafe extern "C" fn rverbs_alloc_parent_domain(
+    context: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    ffi_guard!(null, {
+        // SAFETY: caller contract.
+        let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        // SAFETY: attr is NULL or valid (caller contract).
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return null_errno(libc::EINVAL);
+        };
+        let known = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+        if a.comp_mask & !known != 0 {
+            return null_errno(libc::EINVAL);
+        }
+        // SAFETY: caller contract (a live PD of ours, or anything, refused unread).
+        let pd = match unsafe { PdObj::from_raw(a.pd) } {
+            Some(pd) if pd.parent.is_none() && pd.context_ptr() == ctx.as_ptr() => pd,
+            _ => return null_errno(libc::EINVAL),
+        };
+        let td = if a.td.is_null() {
+            None
+        } else {
+            // SAFETY: caller contract, as for `pd`.
+            match unsafe { TdObj::from_raw(a.td) } {
+                // SAFETY: reading a field of a live TdObj.
+                Some(td) if unsafe { (*td.td.get()).context } == ctx.as_ptr() => Some(&td.core),
+                _ => return null_errno(libc::EINVAL),
+            }
+        };
+        let pd_context = if a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT != 0 {
+            a.pd_context as usize
+        } else {
+            0
+        };
+        let init = rverbs::ParentDomainInit { pd: &pd.core, td, pd_context };
+        let parent = match ctx.core().alloc_parent_domain(&init) {
+            Ok(p) => p,
+            Err(e) => return null_errno(e.c_errno()),
+        };
+        let c = ibv_pd { context: ctx.as_ptr(), handle: parent.handle() };
+        let obj = Box::new(PdObj { pd: UnsafeCell::new(c), core: parent.pd().clone(), parent: Some(parent) });
+        let p = Box::into_raw(obj);
+        live::register(p);
+        p.cast()
+    })
 }

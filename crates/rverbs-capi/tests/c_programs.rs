@@ -5,7 +5,8 @@
 //! failure; the test fails with the program's output.
 //!
 //! What each program covers is in its header comment: ibv_poll_cq(3),
-//! ibv_query_qp_data_in_order(3), ibv_create_cq_ex(3), completion channels, RC
+//! ibv_query_qp_data_in_order(3), ibv_create_cq_ex(3), parent and thread domains
+//! (ibv_alloc_parent_domain(3), ibv_alloc_td(3)), completion channels, RC
 //! traffic and error statuses, devices/contexts/object lifecycles, memory windows,
 //! ibv_rereg_mr, XRC, the ibv_wr_* builder and UD multicast; `bad_args` is the
 //! bad-argument matrix (one row per verb and case, each citing the source of its
@@ -46,6 +47,11 @@ fn poll_cq() {
 #[test]
 fn cq_ex() {
     compile_and_run("cq_ex");
+}
+
+#[test]
+fn parent_domain() {
+    compile_and_run("parent_domain");
 }
 
 #[test]

@@ -75,7 +75,7 @@ pub use error::{Error, Result, Rule};
 pub use event::{AsyncElement, AsyncEvent};
 pub use mr::{Mr, MrInfo, ReregFlags, Sge};
 pub use mw::{inc_rkey, Mw, MwBind, MwType};
-pub use pd::Pd;
+pub use pd::{ParentDomain, ParentDomainInit, Pd, Td};
 pub use qp::attr::{AddressVector, AhAttr, GlobalRoute, MigState, QpAttr, QpCap};
 pub use qp::wr::{BindMwWr, FlushPlacement, FlushSelectivity, FlushWr, Payload, PostError, RecvWr, SendWr, UdDest};
 pub use qp::batch::{SendBatch, SendOps, WrBatch};

@@ -1,15 +1,31 @@
-//! Protection domains.
+//! Protection domains, thread domains and parent domains.
 //!
 //! Rule: ibv_alloc_pd(3): memory regions, queue pairs, SRQs and address handles belong
 //! to one PD; a local or remote key is only honoured for a QP of the same PD.
 //! Rule: ibv_dealloc_pd(3): fails with EBUSY while objects still belong to the PD.
+//! Rule: ibv_alloc_td(3): a thread domain tells the device that the objects created
+//! under it are used by one thread at a time, so it may leave out its internal locks;
+//! ibv_dealloc_td(3) fails while objects still use it.
+//! Rule: ibv_alloc_parent_domain(3): a parent domain extends a protection domain with an
+//! optional thread domain and a user context; it is interchangeable with the PD it was
+//! made from and accepted wherever a PD is; ibv_dealloc_pd(3) deallocates it.
+//!
+//! What rverbs does with thread and parent domains (docs/memory.md, "Parent and thread
+//! domains"): objects created on a parent domain belong to its protection domain (keys,
+//! PD checks and `ibv_dealloc_pd`'s EBUSY are the protection domain's); a CQ created on a
+//! parent domain (ibv_create_cq_ex(3), `IBV_CQ_INIT_ATTR_MASK_PD`) keeps it, and is
+//! SINGLE_THREADED when the parent domain has a thread domain. The application's
+//! allocators are requested for no buffer: every queue ring of the device lives in a
+//! shared segment that other processes map (the page says which and why).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::context::Context;
+use crate::cq::{Cq, CqCreateFlags, CqInit};
 use crate::error::{Error, Result};
 use crate::mr::domain::{ContextCore, PdCore};
+use crate::rule::Rule;
 use crate::mr::{Mr, MrInit, ReregFlags};
 use crate::mw::Mw;
 use crate::qp::{Qp, QpInit};
@@ -197,5 +213,264 @@ impl Qp {
     /// The protection domain.
     pub fn pd(&self) -> Pd {
         Pd::from_inner(self.inner().pd.clone())
+    }
+}
+
+// ---- Thread domains and parent domains (ibv_alloc_td(3), ibv_alloc_parent_domain(3))
+
+/// `users` bit: the domain was deallocated.
+const DEALLOCATED: u32 = 1 << 31;
+
+/// Counts a user of a domain unless it was deallocated.
+fn domain_hold(users: &AtomicU32, what: &'static str) -> Result<()> {
+    users
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| (u & DEALLOCATED == 0).then_some(u + 1))
+        .map(|_| ())
+        .map_err(|_| Error::Destroyed { what })
+}
+
+/// Marks a domain deallocated if nothing uses it.
+fn domain_dealloc(users: &AtomicU32, what: &'static str) -> Result<()> {
+    match users.compare_exchange(0, DEALLOCATED, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Ok(()),
+        Err(u) if u & DEALLOCATED != 0 => Err(Error::Destroyed { what }),
+        Err(_) => Err(Error::Busy { what }),
+    }
+}
+
+impl Context {
+    /// Allocates a thread domain (ibv_alloc_td(3)).
+    pub fn alloc_td(&self) -> Result<Td> {
+        Ok(Td { inner: Arc::new(TdInner { ctx: self.inner().clone(), users: AtomicU32::new(0) }) })
+    }
+
+    /// Allocates a parent domain over `init.pd` (ibv_alloc_parent_domain(3)).
+    ///
+    /// Rule: ibv_alloc_parent_domain(3): the protection domain cannot be missing; the
+    /// thread domain is optional. Both must belong to this context.
+    /// Rule: ibv_dealloc_pd(3) on the protection domain fails with EBUSY while the parent
+    /// domain exists, and ibv_dealloc_td(3) on its thread domain likewise.
+    /// Errors: `EINVAL` for a PD or TD of another context, or one already deallocated.
+    pub fn alloc_parent_domain(&self, init: &ParentDomainInit<'_>) -> Result<ParentDomain> {
+        let pd = init.pd;
+        if pd.inner().ctx.id != self.inner().id {
+            return Err(Error::invalid("alloc_parent_domain", Rule::ForeignContext { what: "protection domain" }));
+        }
+        if let Some(td) = init.td {
+            if td.inner.ctx.id != self.inner().id {
+                return Err(Error::invalid("alloc_parent_domain", Rule::ForeignContext { what: "thread domain" }));
+            }
+        }
+        pd.inner().hold()?;
+        if let Some(td) = init.td {
+            if let Err(e) = domain_hold(&td.inner.users, "thread domain") {
+                pd.inner().release();
+                return Err(e);
+            }
+        }
+        Ok(ParentDomain {
+            inner: Arc::new(ParentInner {
+                ctx: self.inner().clone(),
+                pd: pd.clone(),
+                td: init.td.cloned(),
+                pd_context: init.pd_context,
+                users: AtomicU32::new(0),
+            }),
+        })
+    }
+}
+
+/// A thread domain (`struct ibv_td`, ibv_alloc_td(3)). Cloning shares it.
+#[derive(Clone)]
+pub struct Td {
+    inner: Arc<TdInner>,
+}
+
+struct TdInner {
+    ctx: Arc<ContextCore>,
+    /// Parent domains using the thread domain; the top bit marks it deallocated.
+    users: AtomicU32,
+}
+
+impl std::fmt::Debug for Td {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Td").field("users", &(self.inner.users.load(Ordering::Relaxed) & !DEALLOCATED)).finish()
+    }
+}
+
+impl Td {
+    /// The context the thread domain belongs to.
+    pub fn context(&self) -> Context {
+        Context::from_inner(self.inner.ctx.clone())
+    }
+
+    /// Deallocates the thread domain (ibv_dealloc_td(3)).
+    ///
+    /// Errors: `EBUSY` while a parent domain uses it; `EINVAL` if already deallocated.
+    pub fn dealloc(&self) -> Result<()> {
+        domain_dealloc(&self.inner.users, "thread domain")
+    }
+}
+
+/// What a parent domain is made of (`struct ibv_parent_domain_init_attr`).
+///
+/// Deviation: the `alloc` / `free` callbacks of the C struct have no field here: rverbs
+/// asks them for no buffer (docs/memory.md, "Parent and thread domains").
+#[derive(Clone, Copy, Debug)]
+pub struct ParentDomainInit<'a> {
+    /// The protection domain the parent domain extends (cannot be missing).
+    pub pd: &'a Pd,
+    /// An optional thread domain.
+    pub td: Option<&'a Td>,
+    /// The application's value (`pd_context`, `IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT`).
+    pub pd_context: usize,
+}
+
+impl<'a> ParentDomainInit<'a> {
+    /// A parent domain over `pd`, without thread domain and with `pd_context` 0.
+    pub fn new(pd: &'a Pd) -> Self {
+        ParentDomainInit { pd, td: None, pd_context: 0 }
+    }
+}
+
+/// A parent domain (ibv_alloc_parent_domain(3)). Cloning shares it.
+///
+/// Rule: ibv_alloc_parent_domain(3): "completely interchangeable with the struct ibv_pd
+/// used to create it": it dereferences to its protection domain, so MRs, QPs, SRQs and
+/// AHs created through it belong to that PD (and count against it, as rdma-core's mlx5
+/// counts them on the protection domain it wraps).
+///
+/// ```
+/// use rverbs::{Access, CqCreateFlags, CqInit, ParentDomainInit};
+/// let ctx = rverbs::devices()?[0].open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let td = ctx.alloc_td()?;
+/// let parent = ctx.alloc_parent_domain(&ParentDomainInit { td: Some(&td), ..ParentDomainInit::new(&pd) })?;
+/// let cq = parent.create_cq(&CqInit::new(16))?;
+/// assert!(cq.create_flags().contains(CqCreateFlags::SINGLE_THREADED));
+/// let mr = parent.alloc_mr(4096, Access::LOCAL_WRITE)?;
+/// assert_eq!(mr.pd().handle(), pd.handle());
+/// assert!(pd.dealloc().is_err(), "EBUSY: the parent domain uses it");
+/// # Ok::<(), rverbs::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct ParentDomain {
+    inner: Arc<ParentInner>,
+}
+
+struct ParentInner {
+    ctx: Arc<ContextCore>,
+    pd: Pd,
+    td: Option<Td>,
+    pd_context: usize,
+    /// CQs created on the parent domain; the top bit marks it deallocated.
+    users: AtomicU32,
+}
+
+impl ParentInner {
+    /// Gives the protection and thread domains back (once: at deallocation, or when the
+    /// last handle of a parent domain never deallocated goes).
+    fn release_domains(&self) {
+        self.pd.inner().release();
+        if let Some(td) = &self.td {
+            td.inner.users.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for ParentInner {
+    fn drop(&mut self) {
+        if self.users.load(Ordering::Acquire) & DEALLOCATED == 0 {
+            self.release_domains();
+        }
+    }
+}
+
+impl std::fmt::Debug for ParentDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParentDomain")
+            .field("pd", &self.inner.pd)
+            .field("td", &self.inner.td)
+            .field("pd_context", &self.inner.pd_context)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for ParentDomain {
+    type Target = Pd;
+
+    /// The protection domain the parent domain extends.
+    fn deref(&self) -> &Pd {
+        &self.inner.pd
+    }
+}
+
+impl ParentDomain {
+    /// The protection domain the parent domain extends (`attr->pd`).
+    pub fn pd(&self) -> &Pd {
+        &self.inner.pd
+    }
+
+    /// The thread domain, if any (`attr->td`).
+    pub fn td(&self) -> Option<&Td> {
+        self.inner.td.as_ref()
+    }
+
+    /// The application's value (`attr->pd_context`).
+    pub fn pd_context(&self) -> usize {
+        self.inner.pd_context
+    }
+
+    /// Whether `self` and `other` are the same parent domain.
+    pub fn same(&self, other: &ParentDomain) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Creates a CQ on the parent domain (ibv_create_cq_ex(3) with
+    /// `IBV_CQ_INIT_ATTR_MASK_PD` and `parent_domain`).
+    ///
+    /// Rule: ibv_alloc_td(3): objects created under a thread domain leave out the
+    /// internal locks, so with a thread domain the CQ is created SINGLE_THREADED (its
+    /// polls take no consumer lock, ibv_create_cq_ex(3)); producers of other QPs and
+    /// processes still publish into it safely, as for any SINGLE_THREADED CQ.
+    /// Rule: the parent domain cannot be deallocated while the CQ exists (EBUSY).
+    /// Errors: as [`Context::create_cq`]; `EINVAL` if the parent domain was deallocated.
+    pub fn create_cq(&self, init: &CqInit<'_>) -> Result<Cq> {
+        domain_hold(&self.inner.users, "parent domain")?;
+        let guard = ParentUse(self.clone());
+        let mut init = init.clone();
+        if self.inner.td.is_some() {
+            init.flags |= CqCreateFlags::SINGLE_THREADED;
+        }
+        let cq = Context::from_inner(self.inner.ctx.clone()).create_cq(&init)?;
+        cq.set_parent(Box::new(guard));
+        Ok(cq)
+    }
+
+    /// Deallocates the parent domain (ibv_dealloc_pd(3) on it); its protection and
+    /// thread domains stay, and can be deallocated next.
+    ///
+    /// Errors: `EBUSY` while CQs created on it exist; `EINVAL` if already deallocated.
+    pub fn dealloc(&self) -> Result<()> {
+        domain_dealloc(&self.inner.users, "parent domain")?;
+        self.inner.release_domains();
+        Ok(())
+    }
+}
+
+/// A CQ's hold on the parent domain it was created on; released with the CQ.
+struct ParentUse(ParentDomain);
+
+impl Drop for ParentUse {
+    fn drop(&mut self) {
+        self.0.inner.users.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Cq {
+    /// The parent domain the CQ was created on, if any (ibv_create_cq_ex(3),
+    /// `IBV_CQ_INIT_ATTR_MASK_PD`); `None` once the CQ is destroyed.
+    pub fn parent_domain(&self) -> Option<ParentDomain> {
+        self.with_parent(|h| h.and_then(|h| h.downcast_ref::<ParentUse>()).map(|u| u.0.clone()))
     }
 }

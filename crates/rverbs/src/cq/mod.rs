@@ -220,6 +220,10 @@ pub(crate) struct CqInner {
     /// Where the consumer found the ring stuck behind an unpublished reservation, and
     /// when it last looked for the producer's death there (`unstick`).
     stuck: Mutex<Option<(u64, std::time::Instant)>>,
+    /// The parent domain the CQ was created on (ibv_create_cq_ex(3),
+    /// `IBV_CQ_INIT_ATTR_MASK_PD`), held until the CQ is destroyed: opaque here, the verbs
+    /// layer (`pd`) puts its hold in and reads it back.
+    parent: Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// Why a completion could not be delivered.
@@ -487,6 +491,7 @@ impl Cq {
                 cookie: AtomicUsize::new(0),
                 polled: Default::default(),
                 stuck: Mutex::new(None),
+                parent: Mutex::new(None),
             }),
         };
         cqs.publish(id, &cq.inner);
@@ -502,6 +507,18 @@ impl Cq {
 
     pub(crate) fn inner(&self) -> &Arc<CqInner> {
         &self.inner
+    }
+
+    /// Keeps the verbs layer's hold on the parent domain the CQ was created on, until
+    /// the CQ is destroyed or dropped.
+    pub(crate) fn set_parent(&self, hold: Box<dyn std::any::Any + Send + Sync>) {
+        *self.inner.parent.lock().expect("cq parent") = Some(hold);
+    }
+
+    /// Runs `f` on the hold given to [`Cq::set_parent`] (`None` without one, or once the
+    /// CQ is destroyed).
+    pub(crate) fn with_parent<R>(&self, f: impl FnOnce(Option<&(dyn std::any::Any + Send + Sync)>) -> R) -> R {
+        f(self.inner.parent.lock().expect("cq parent").as_deref())
     }
 
     /// Number of entries the CQ holds (≥ the `cqe` requested, a power of two).
@@ -628,6 +645,8 @@ impl Cq {
     /// asynchronous event delivered for it has been acknowledged (this blocks).
     ///
     /// Errors: `EBUSY` while a QP or SRQ still completes to it.
+    /// Rule: a CQ created on a parent domain gives it back here, so the parent domain can
+    /// be deallocated next (ibv_alloc_parent_domain(3)).
     pub fn destroy(&self) -> Result<()> {
         match self.inner.users.compare_exchange(0, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
         {
@@ -644,6 +663,8 @@ impl Cq {
         }
         self.inner.ctx.endpoint.tables.cq(self.inner.id).id.store(0, Ordering::Release);
         self.inner.cqs.remove(self.inner.id);
+        // The parent domain can be deallocated now (ibv_alloc_parent_domain(3)).
+        self.inner.parent.lock().expect("cq parent").take();
         Ok(())
     }
 
