@@ -44,7 +44,7 @@
  * (on the same host it names the responder's rule, across hosts only the NAK code).
  * Checks that fail are named on stderr and the run goes on to the next scenario (so the
  * transcript is whole); at the end "rc_rules: all checks passed" on stderr and exit 0, or
- * "rc_rules: N checks failed" and exit 1. Every wait is bounded (completions 10 s).
+ * "rc_rules: <side>: N failed checks" and exit 1. Every wait is bounded (completions 10 s).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -702,7 +702,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	if (failures) {
-		fprintf(stderr, "rc_rules: %s: %d checks failed\n", s.name, failures);
+		fprintf(stderr, "rc_rules: %s: %d failed check%s\n", s.name, failures,
+			failures == 1 ? "" : "s");
 		return 1;
 	}
 	fprintf(stderr, "rc_rules: all checks passed\n");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One RC scenario, two links, the same completions (issue 21): rc_rules.c runs its
 # scenarios (ordering of a mixed chain, RNR with rnr_retry 0 and 7, NAKs for a wrong rkey,
-# a READ out of bounds and a SEND too large, and retries against a QP in ERR) twice:
+# a READ out of bounds and a SEND too large, and retries against a QP in ERR) three times:
 #
 # (a) same host: server and client as two processes in namespace rvs-a with one runtime
 #     directory, so the client's send queue reaches the server's QP through the same-host
@@ -11,12 +11,15 @@
 # (b) across hosts: the server in rvs-a (10.71.0.1), the client in rvs-b (10.71.0.2), a
 #     runtime directory each, joined by a veth with a 1500-byte MTU (path MTU 1024), so
 #     every request and response is a RoCEv2 packet (transport::net). Checked: the UDP
-#     counters do move.
+#     counters of rvs-b do move;
+# (c) as (b), with the client's packets dropped, duplicated, reordered and corrupted at 5 %
+#     each (RVERBS_FAULTS, fixed seed): the retransmissions must leave the completions as
+#     they are.
 #
-# Both runs must pass rc_rules' own checks (statuses, opcodes, lengths, immediates, data,
-# QP states), and the client transcripts of (a) and (b), and the server transcripts, must
-# be identical (`diff`; a difference is printed). docs/queue-pairs.md, "One requester, two
-# links".
+# Every run must pass rc_rules' own checks (statuses, opcodes, lengths, immediates, data,
+# QP states), and the client transcripts of (b) and (c) must be identical to that of (a),
+# and so must the server transcripts (`diff`; a difference is printed on stderr).
+# docs/queue-pairs.md, "One requester, two links". About 3 s.
 #
 # Needs root (ip netns, veth). Prints one line per check, "N passed, N failed"; exits 1 if
 # any check failed. RC_RULES_KEEP=1 keeps the work directory (transcripts, logs).
@@ -68,9 +71,10 @@ udp_out() {
 }
 udp_total() { udp_out "$1" | awk '{ s += $1 } END { print s + 0 }'; }
 
-# run TAG CLIENT_NS CLIENT_RT CLIENT_IP: the server in rvs-a (runtime $WORK/rt-TAG-s unless
-# the client shares it) and the client in CLIENT_NS with runtime directory CLIENT_RT, the
-# client's GID that of CLIENT_IP; transcripts in $WORK/TAG.{server,client}.out.
+# run TAG CLIENT_NS CLIENT_RT CLIENT_IP: the server in rvs-a (runtime $WORK/rt-TAG-s, which
+# the client shares when CLIENT_RT is "shared") and the client in CLIENT_NS with runtime
+# directory CLIENT_RT, the client's GID that of CLIENT_IP, RVERBS_FAULTS=$FAULTS on the
+# client only; transcripts in $WORK/TAG.{server,client}.out.
 run() {
   local tag=$1 cns=$2 crt=$3 cip=$4 srt=$WORK/rt-$1-s sgid cgid src=0 crc=0
   [ "$crt" = shared ] && crt=$srt
@@ -80,7 +84,7 @@ run() {
   cgid=$(gid_index "$cns" "$crt" "$cip")
   [ -n "$sgid" ] && [ -n "$cgid" ] || { why+=("no GID index for $IP_A or $cip"); return; }
   port=$((port + 1))
-  in_ns "$A" "$srt" "$WORK/rc_rules" -d rverbs0 -g "$sgid" -p "$port" \
+  FAULTS= in_ns "$A" "$srt" "$WORK/rc_rules" -d rverbs0 -g "$sgid" -p "$port" \
     >"$WORK/$tag.server.out" 2>"$WORK/$tag.server.err" &
   local spid=$!
   wait_listen "$A" "$port"
@@ -109,18 +113,35 @@ before=$(udp_total "$B")
 run net "$B" "$WORK/rt-net-c" "$IP_B"
 after=$(udp_total "$B")
 [ "$after" -gt "$before" ] || why+=("no UDP datagram sent in $B: not the network link")
-verdict "(b) across hosts: server in $A, client in $B, RoCEv2 over the veth ($((after - before)) UDP sends by the client, a GSO batch counting once)" \
+verdict "(b) across hosts: server in $A, client in $B, RoCEv2 over the veth (UdpOutDatagrams +$((after - before)) in $B)" \
   "$WORK/net.server.err" "$WORK/net.client.err"
 
-for role in client server; do
+# (c) as (b), the client's packets dropped, duplicated, reordered and corrupted (fixed
+# seed): the requester's retransmissions recover, the completions stay the same (a
+# duplicated atomic is answered from the responder's replay, not executed twice: the
+# server checks the word).
+before=$(udp_total "$B")
+FAULTS="seed=71,drop=5%,dup=5%,reorder=5%,reorder_by=1ms,corrupt=5%" run faults "$B" "$WORK/rt-faults-c" "$IP_B"
+after=$(udp_total "$B")
+[ "$after" -gt "$before" ] || why+=("no UDP datagram sent in $B: not the network link")
+verdict "(c) across hosts as (b), client faults drop/dup/reorder/corrupt 5%" \
+  "$WORK/faults.server.err" "$WORK/faults.client.err"
+
+# same TAG ROLE: the transcripts of ROLE in (a) and in run TAG are identical.
+same() {
+  local tag=$1 role=$2
   why=()
-  if ! diff -u --label "same-host $role" --label "net $role" \
-    "$WORK/same-host.$role.out" "$WORK/net.$role.out" >"$WORK/$role.diff"; then
+  if ! diff -u --label "same-host $role" --label "$tag $role" \
+    "$WORK/same-host.$role.out" "$WORK/$tag.$role.out" >"$WORK/$tag.$role.diff"; then
     why+=("the transcripts differ")
-    cat "$WORK/$role.diff" >&2
+    cat "$WORK/$tag.$role.diff" >&2
   fi
   [ -s "$WORK/same-host.$role.out" ] || why+=("empty transcript")
-  verdict "$role transcripts of (a) and (b) identical ($(wc -l <"$WORK/same-host.$role.out") lines)"
+  verdict "$role transcripts of (a) and ($3) identical ($(wc -l <"$WORK/same-host.$role.out") lines)"
+}
+for role in client server; do
+  same net "$role" b
+  same faults "$role" c
 done
 
 echo "$passed passed, $failed failed"
