@@ -42,7 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // transports, as traits they implement (`qp::device`).
     ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::local", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress"]),
     // Transports: how a request reaches its responder.
-    ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::respond", "transport::route", "transport::udp", "transport::target", "mcast", "qp1"]),
+    ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::respond", "transport::route", "transport::target", "transport::udp", "transport::udp::faults", "transport::udp::group", "transport::udp::relay", "transport::udp::rx", "transport::udp::socket", "transport::udp::takeover", "transport::udp::trace", "transport::dispatch", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
     // `fuzzing` only), which reaches into every layer below.
     ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing"]),
