@@ -412,6 +412,27 @@ fn the_layers_form_no_loop() {
 }
 
 #[test]
+fn the_udp_link_stands_below_the_transports_that_use_it() {
+    // Issue 21, file by file: the UDP link (`transport/udp/`: sockets, receive checks,
+    // relay, takeover, faults, capture, group sockets) imports no other transport file —
+    // where a received packet goes is decided above it (`transport::dispatch`) — and its
+    // files import each other without a loop.
+    let in_udp = |m: &str| m == "transport::udp" || m.starts_with("transport::udp::");
+    let (edges, mods) = dependencies();
+    assert!(mods.keys().filter(|m| in_udp(m)).count() > 5, "the UDP link's files were not read: {mods:?}");
+    let up: Vec<String> = edges
+        .iter()
+        .filter(|((from, to), _)| in_udp(from) && to.starts_with("transport") && !in_udp(to))
+        .map(|((from, to), line)| format!("src/{}:{line}: `{from}` imports `{to}`", mods[from].strip_prefix(src_dir()).unwrap().display()))
+        .collect();
+    assert!(up.is_empty(), "the UDP link imports a transport above it:\n{}", up.join("\n"));
+    let inside: BTreeSet<(String, String)> = edges.keys().filter(|(from, to)| in_udp(from) && in_udp(to)).cloned().collect();
+    assert!(!inside.is_empty(), "no import between the UDP link's files was seen");
+    let found = loops(&inside);
+    assert!(found.is_empty(), "files of the UDP link that import each other in a loop: {found:?}");
+}
+
+#[test]
 fn the_c_layer_has_no_import_loop() {
     // rverbs-capi has no layers of its own (each file translates one family of C calls),
     // but its top-level modules must import each other without a loop: the object types
