@@ -239,12 +239,8 @@ impl crate::progress::NetRx for DeviceInner {
     }
 
     fn readable(&'static self, index: usize) {
-        use crate::transport::mcast_net;
         if let Some(net) = &self.net {
-            match mcast_net::slot_of(index) {
-                Some(slot) => mcast_net::readable(net, &self.mcast, slot),
-                None => crate::transport::udp::readable(&self.engine, net, index),
-            }
+            crate::transport::dispatch::readable(&self.engine, net, &self.mcast, index);
         }
     }
 
@@ -254,7 +250,7 @@ impl crate::progress::NetRx for DeviceInner {
 
     fn handle_timeout(&self, now: std::time::Instant) {
         if let Some(net) = &self.net {
-            crate::transport::udp::handle_timeout(net, now);
+            net.handle_timeout(now);
         }
     }
 
@@ -266,8 +262,7 @@ impl crate::progress::NetRx for DeviceInner {
 
     fn receive_now(&'static self) {
         if let Some(net) = &self.net {
-            crate::transport::udp::receive_now(&self.engine, net);
-            crate::transport::mcast_net::receive_now(net, &self.mcast);
+            crate::transport::dispatch::receive_now(&self.engine, net, &self.mcast);
         }
     }
 }

@@ -14,7 +14,8 @@ use rverbs_proto::wire::roce::Repr;
 
 use crate::gid::Gid;
 
-/// The UDP receive path (`transport::udp`) and what follows it before the queues.
+/// The UDP receive path (`transport::udp`) and what follows it before the queues
+/// (`transport::dispatch`).
 pub mod udp {
     use super::*;
     use crate::transport::udp as u;
@@ -75,7 +76,7 @@ pub mod udp {
         u::relay::decode(bytes).map(|r| (r.src, r.id, r.packet))
     }
 
-    /// Where a checked packet goes (`udp::Route`).
+    /// Where a checked packet goes (`dispatch::Route`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum Route {
         Mad { qkey: u32 },
@@ -86,15 +87,16 @@ pub mod udp {
         Unserved,
     }
 
-    /// `udp::route` in endpoint `ep`.
+    /// `dispatch::route` in endpoint `ep`.
     pub fn route(ep: u32, repr: &Repr) -> Route {
-        match u::route(ep, repr) {
-            u::Route::Mad { qkey } => Route::Mad { qkey },
-            u::Route::Relay { qpn } => Route::Relay { qpn },
-            u::Route::Request { qpn } => Route::Request { qpn },
-            u::Route::Response { qpn } => Route::Response { qpn },
-            u::Route::Ud { qpn, qkey } => Route::Ud { qpn, qkey },
-            u::Route::Unserved => Route::Unserved,
+        use crate::transport::dispatch as d;
+        match d::route(ep, repr) {
+            d::Route::Mad { qkey } => Route::Mad { qkey },
+            d::Route::Relay { qpn } => Route::Relay { qpn },
+            d::Route::Request { qpn } => Route::Request { qpn },
+            d::Route::Response { qpn } => Route::Response { qpn },
+            d::Route::Ud { qpn, qkey } => Route::Ud { qpn, qkey },
+            d::Route::Unserved => Route::Unserved,
         }
     }
 
@@ -104,7 +106,7 @@ pub mod udp {
     }
 
     /// The GRH area a UD receive gets for a packet from `src` to `dst` (`transport::grh`,
-    /// as `udp::deliver` builds it).
+    /// as `dispatch::deliver` builds it).
     pub fn grh(src: IpAddr, dst: IpAddr, payload: usize, imm: bool) -> [u8; 40] {
         crate::transport::grh::build(&Gid::from_ip(src), &Gid::from_ip(dst), 0, 64, 0, payload, imm)
     }

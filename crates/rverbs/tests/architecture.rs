@@ -42,7 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // transports, as traits they implement (`qp::device`).
     ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::local", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress"]),
     // Transports: how a request reaches its responder.
-    ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::respond", "transport::route", "transport::udp", "transport::target", "mcast", "qp1"]),
+    ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::respond", "transport::route", "transport::target", "transport::udp", "transport::udp::faults", "transport::udp::group", "transport::udp::relay", "transport::udp::rx", "transport::udp::socket", "transport::udp::takeover", "transport::udp::trace", "transport::dispatch", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
     // `fuzzing` only), which reaches into every layer below.
     ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing"]),
@@ -409,6 +409,27 @@ fn the_layers_form_no_loop() {
     });
     let found = loops(&pairs);
     assert!(found.is_empty(), "components of one layer that import each other in a loop: {found:?}");
+}
+
+#[test]
+fn the_udp_link_stands_below_the_transports_that_use_it() {
+    // Issue 21, file by file: the UDP link (`transport/udp/`: sockets, receive checks,
+    // relay, takeover, faults, capture, group sockets) imports no other transport file —
+    // where a received packet goes is decided above it (`transport::dispatch`) — and its
+    // files import each other without a loop.
+    let in_udp = |m: &str| m == "transport::udp" || m.starts_with("transport::udp::");
+    let (edges, mods) = dependencies();
+    assert!(mods.keys().filter(|m| in_udp(m)).count() > 5, "the UDP link's files were not read: {mods:?}");
+    let up: Vec<String> = edges
+        .iter()
+        .filter(|((from, to), _)| in_udp(from) && to.starts_with("transport") && !in_udp(to))
+        .map(|((from, to), line)| format!("src/{}:{line}: `{from}` imports `{to}`", mods[from].strip_prefix(src_dir()).unwrap().display()))
+        .collect();
+    assert!(up.is_empty(), "the UDP link imports a transport above it:\n{}", up.join("\n"));
+    let inside: BTreeSet<(String, String)> = edges.keys().filter(|(from, to)| in_udp(from) && in_udp(to)).cloned().collect();
+    assert!(!inside.is_empty(), "no import between the UDP link's files was seen");
+    let found = loops(&inside);
+    assert!(found.is_empty(), "files of the UDP link that import each other in a loop: {found:?}");
 }
 
 #[test]

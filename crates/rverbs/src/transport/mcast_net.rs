@@ -1,5 +1,7 @@
-//! UD multicast across hosts: the sockets that receive a group's RoCEv2 packets from the
-//! network, and the send of a message to a group's IP address.
+//! UD multicast across hosts: the delivery of what a group's sockets receive from the
+//! network to this process's members, and the send of a message to a group's IP address
+//! (the group sockets themselves, and the options of a send, are the UDP link's:
+//! `transport::udp`'s `group` module).
 //!
 //! Read before editing: `crate::mcast` (who is a member: the attachment rules),
 //! docs/rocev2-wire.md §1 (packets), §2.5 (the ICRC covers the destination address: the
@@ -40,10 +42,8 @@
 //! packet to a group address with another DestQP as unicast to that QP; here the group's
 //! socket takes only DestQP 0xFFFFFF.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rverbs_proto::rc::Request;
@@ -53,191 +53,11 @@ use rverbs_proto::wire::{Operation, Transport};
 use super::grh;
 use super::host::{deliver_ud, ud_accepts, UdMessage};
 use super::target::LocalTarget;
-use super::udp::{Checked, Net, NetSock, NetStats, ROCE_PORT};
-use crate::gid::{Gid, GidEntry};
+use super::udp::{Checked, GroupSock, Net, NetSock, NetStats};
+use crate::gid::Gid;
 use crate::limits;
 use crate::mcast::{Groups, MULTICAST_QPN};
 use crate::mr::Source;
-use crate::progress::NetConnection;
-
-/// The progress thread's index ([`crate::progress::NetRx::readable`]) of the socket of
-/// slot 0; slot `k` is `FIRST_INDEX + k`. Above every index of the unicast sockets
-/// (`Net::rx_sock`: twice the number of addresses).
-pub(crate) const FIRST_INDEX: usize = 1 << 15;
-
-/// An interface the network transport serves an address on: groups of that address's
-/// family are joined there, and sends from that address leave there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Iface {
-    /// The served address (the source of multicast sends from it).
-    pub(crate) ip: IpAddr,
-    pub(crate) ifindex: u32,
-}
-
-/// One group this process receives: its socket, bound to `group:4791` and joined.
-struct GroupSock {
-    group: Gid,
-    sock: NetSock,
-    /// The socket counts as a network connection while it lives, so a thread that polls an
-    /// empty CQ receives from it too (`progress::receive_inline`).
-    _live: NetConnection,
-}
-
-/// The multicast state of the network transport: the group sockets of this process by
-/// slot, and the interfaces of the served addresses.
-#[derive(Default)]
-pub(crate) struct McastNet {
-    ifaces: Vec<Iface>,
-    slots: Mutex<Vec<Option<Arc<GroupSock>>>>,
-    /// Held across a multicast send: the TTL last set on each sending socket (by its
-    /// address; absent: the socket was never configured for multicast).
-    tx: Mutex<HashMap<IpAddr, u32>>,
-}
-
-impl McastNet {
-    /// The multicast state for the sockets `socks`, which serve the GIDs of `gids`: each
-    /// socket's interface is its GID's.
-    pub(crate) fn new(gids: &[GidEntry], socks: &[NetSock]) -> McastNet {
-        let ifaces = socks
-            .iter()
-            .filter_map(|s| gids.iter().find(|e| e.gid == s.gid).map(|e| Iface { ip: s.ip, ifindex: e.ifindex }))
-            .collect();
-        McastNet::with_ifaces(ifaces)
-    }
-
-    /// The multicast state for the interfaces `ifaces`.
-    pub(crate) fn with_ifaces(ifaces: Vec<Iface>) -> McastNet {
-        McastNet { ifaces, ..McastNet::default() }
-    }
-
-    /// The interfaces a group of `group`'s family is joined on: one per interface index.
-    fn ifaces_for(&self, group: IpAddr) -> Vec<Iface> {
-        let mut out: Vec<Iface> = Vec::new();
-        for i in self.ifaces.iter().filter(|i| i.ip.is_ipv4() == group.is_ipv4()) {
-            if !out.iter().any(|o| o.ifindex == i.ifindex) {
-                out.push(*i);
-            }
-        }
-        out
-    }
-
-    /// The group socket of slot `slot`, if it is open.
-    fn slot(&self, slot: usize) -> Option<Arc<GroupSock>> {
-        self.slots.lock().expect("multicast sockets").get(slot)?.clone()
-    }
-
-    /// The groups this process receives from the network, by slot.
-    #[cfg(test)]
-    pub(crate) fn groups(&self) -> Vec<Gid> {
-        self.slots.lock().expect("multicast sockets").iter().flatten().map(|g| g.group).collect()
-    }
-
-    /// The open group sockets (a few: no allocation for up to four).
-    fn open_socks(&self) -> smallvec::SmallVec<[Arc<GroupSock>; 4]> {
-        self.slots.lock().expect("multicast sockets").iter().flatten().cloned().collect()
-    }
-}
-
-/// A UDP socket bound to `group:4791` with SO_REUSEADDR (every process of the host with
-/// members binds it too), joined to the group on each of `ifaces`. A link- or
-/// interface-local IPv6 group is bound on the first interface (its scope).
-fn group_socket(group: IpAddr, ifaces: &[Iface]) -> std::io::Result<UdpSocket> {
-    use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
-    let family = if group.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
-    let fd = rustix::net::socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
-    sockopt::set_socket_reuseaddr(&fd, true)?;
-    let mut joined = 0;
-    let mut last = None;
-    match group {
-        IpAddr::V4(g) => {
-            rustix::net::bind(&fd, &SocketAddr::new(group, ROCE_PORT))?;
-            for i in ifaces {
-                let IpAddr::V4(addr) = i.ip else { continue };
-                match sockopt::set_ip_add_membership_with_ifindex(&fd, &g, &addr, i.ifindex) {
-                    Ok(()) => joined += 1,
-                    Err(e) => last = Some(e),
-                }
-            }
-        }
-        IpAddr::V6(g) => {
-            sockopt::set_ipv6_v6only(&fd, true)?;
-            // Scope 1 (interface-local) and 2 (link-local) need an interface to bind.
-            let scope = if matches!(g.octets()[1] & 0x0f, 1 | 2) { ifaces.first().map_or(0, |i| i.ifindex) } else { 0 };
-            rustix::net::bind(&fd, &SocketAddrV6::new(g, ROCE_PORT, 0, scope))?;
-            for i in ifaces {
-                match sockopt::set_ipv6_add_membership(&fd, &g, i.ifindex) {
-                    Ok(()) => joined += 1,
-                    Err(e) => last = Some(e),
-                }
-            }
-        }
-    }
-    match last {
-        Some(e) if joined == 0 => Err(e.into()),
-        _ => Ok(UdpSocket::from(fd)),
-    }
-}
-
-/// Starts receiving group `group` from the network (the first member of this process
-/// attached): opens its socket and has the progress thread wait on it. Nothing to do if
-/// the group's socket is open already, or if the transport serves no address of the
-/// group's family (no interface to join on: the group is reached on this host only).
-///
-/// Errors: the errno of the socket, its bind, or of every join failing (rxe: the netdev's
-/// refusal fails the attach).
-pub(crate) fn join(net: &Net, group: &Gid) -> std::io::Result<()> {
-    let mc = &net.mcast;
-    let ip = group.to_ip();
-    let ifaces = mc.ifaces_for(ip);
-    let Some(first) = net.socks().first() else {
-        return Ok(());
-    };
-    if ifaces.is_empty() {
-        return Ok(());
-    }
-    let mut slots = mc.slots.lock().expect("multicast sockets");
-    if slots.iter().flatten().any(|g| g.group == *group) {
-        return Ok(());
-    }
-    let sock = first.receiver(group_socket(ip, &ifaces)?, *group)?;
-    let g = Arc::new(GroupSock { group: *group, sock, _live: NetConnection::open() });
-    let slot = match slots.iter().position(Option::is_none) {
-        Some(k) => k,
-        None => {
-            slots.push(None);
-            slots.len() - 1
-        }
-    };
-    crate::progress::watch_net_fd(FIRST_INDEX + slot, g.sock.fd());
-    slots[slot] = Some(g);
-    Ok(())
-}
-
-/// Stops receiving group `group` (this process's last member detached): the progress
-/// thread stops waiting on its socket, which closes once no thread receives from it.
-pub(crate) fn leave(net: &Net, group: &Gid) {
-    let mut slots = net.mcast.slots.lock().expect("multicast sockets");
-    if let Some(s) = slots.iter_mut().find(|s| s.as_ref().is_some_and(|g| g.group == *group)) {
-        if let Some(g) = s.take() {
-            crate::progress::unwatch_net_fd(g.sock.fd());
-        }
-    }
-}
-
-impl crate::mcast::Reception for Net {
-    fn join(&self, gid: &Gid) -> std::io::Result<()> {
-        join(self, gid)
-    }
-
-    fn leave(&self, gid: &Gid) {
-        leave(self, gid)
-    }
-}
-
-/// The slot of progress-thread index `index`, if it names a group socket.
-pub(crate) fn slot_of(index: usize) -> Option<usize> {
-    index.checked_sub(FIRST_INDEX)
-}
 
 /// The progress thread found group socket `slot` readable: receives and delivers what
 /// waits to this process's members (`groups`).
@@ -325,51 +145,16 @@ pub(crate) fn send(net: &Net, sgid: &Gid, group: IpAddr, hop_limit: u8, packet: 
     let Some(sock) = net.sock_of(sgid) else {
         return;
     };
-    let mc = &net.mcast;
-    let ttl = u32::from(hop_limit.max(1));
-    // The options are the socket's, shared by every multicast send from it: set and send
-    // under one lock. (A packet the fault injector holds back leaves with the options of
-    // its release.)
-    let mut tx = mc.tx.lock().expect("multicast sends");
-    let set = tx.get(&sock.ip).copied();
-    if set != Some(ttl) {
-        let ifindex = mc.ifaces.iter().find(|i| i.ip == sock.ip).map_or(0, |i| i.ifindex);
-        if let Err(err) = configure(sock, ifindex, ttl, set.is_none()) {
-            tracing::debug!(ip = %sock.ip, %err, "multicast socket options not set");
-        }
-        tx.insert(sock.ip, ttl);
-    }
-    net.send(sgid, group, packet);
-}
-
-/// Sets the multicast TTL / hop limit of `sock`, and first (`first`) its outgoing
-/// interface (`ifindex`) and loopback (off).
-fn configure(sock: &NetSock, ifindex: u32, ttl: u32, first: bool) -> std::io::Result<()> {
-    use rustix::net::sockopt;
-    let fd = sock.fd();
-    match sock.ip {
-        IpAddr::V4(addr) => {
-            if first {
-                sockopt::set_ip_multicast_if_with_ifindex(fd, &std::net::Ipv4Addr::UNSPECIFIED, &addr, ifindex)?;
-                sockopt::set_ip_multicast_loop(fd, false)?;
-            }
-            sockopt::set_ip_multicast_ttl(fd, ttl)?;
-        }
-        IpAddr::V6(_) => {
-            if first {
-                sockopt::set_ipv6_multicast_if(fd, ifindex)?;
-                sockopt::set_ipv6_multicast_loop(fd, false)?;
-            }
-            sockopt::set_ipv6_multicast_hops(fd, ttl)?;
-        }
-    }
-    Ok(())
+    net.mcast.configured(sock, hop_limit, || net.send(sgid, group, packet));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::net::{Ipv4Addr, UdpSocket};
+
+    use crate::mcast::Reception;
+    use super::super::udp::ROCE_PORT;
 
     use rverbs_proto::wire::roce::Packet;
     use rverbs_proto::wire::{BthRepr, DethRepr, OpCode};
@@ -416,34 +201,6 @@ mod tests {
         assert_eq!(group_qkey(&repr(OpCode::RcSendOnly, MULTICAST_QPN, false, 8)), None, "RC");
     }
 
-    /// One socket per group however often it is joined; leaving closes it and frees its
-    /// slot for the next group; a family the transport serves no address of opens none.
-    #[test]
-    fn join_opens_one_socket_per_group_and_leave_closes_it() {
-        let net = Net::loopback_for_tests();
-        let g4 = Gid::from_ipv4(Ipv4Addr::new(239, 255, 77, 1));
-        let g6 = Gid::from_ip(IpAddr::V6(Ipv6Addr::new(0xff0e, 0, 0, 0, 0, 0, 0x77, 1)));
-        join(&net, &g4).unwrap();
-        join(&net, &g4).unwrap();
-        join(&net, &g6).unwrap();
-        assert_eq!(net.mcast.groups(), [g4, g6]);
-        leave(&net, &g4);
-        assert_eq!(net.mcast.groups(), [g6]);
-        let g5 = Gid::from_ipv4(Ipv4Addr::new(239, 255, 77, 5));
-        join(&net, &g5).unwrap();
-        assert_eq!(net.mcast.groups(), [g5, g6], "the free slot is taken again");
-        assert_eq!(net.mcast.slot(0).map(|g| g.group), Some(g5));
-        leave(&net, &g5);
-        leave(&net, &g6);
-        leave(&net, &g6);
-        assert!(net.mcast.groups().is_empty());
-
-        let mut v4_only = Net::loopback_for_tests();
-        v4_only.mcast = McastNet::with_ifaces(vec![net.mcast.ifaces[0]]);
-        join(&v4_only, &g6).unwrap();
-        assert!(v4_only.mcast.groups().is_empty(), "no IPv6 interface: this host only");
-    }
-
     /// A multicast send leaves from the source GID's socket to `group:4791` with loopback
     /// off and the hop limit as TTL (0: 1); on the loopback interface it comes back to the
     /// group's socket anyway, whose receive checks its ICRC with the group as destination.
@@ -453,7 +210,7 @@ mod tests {
         let net = Net::loopback_for_tests();
         let group = Ipv4Addr::new(239, 255, 77, 2);
         let ggid = Gid::from_ipv4(group);
-        join(&net, &ggid).unwrap();
+        net.join(&ggid).unwrap();
         let sgid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
         send(&net, &sgid, IpAddr::V4(group), 0, &mut packet(MULTICAST_QPN, b"to the group"));
         let sock = net.sock_of(&sgid).unwrap();
