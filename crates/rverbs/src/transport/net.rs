@@ -35,7 +35,7 @@
 //!
 //! Limits of this slice: when the owner of an address's port 4791 exits, RC/UC QPs of the
 //! other processes are unreachable on that address until one of them takes the port over
-//! (within [`super::udp::TAKEOVER_PERIOD`], [`super::udp`] "Takeover"; the requester's
+//! (within `udp::takeover::TAKEOVER_PERIOD`, [`super::udp`] "Takeover"; the requester's
 //! retransmits cover the gap when its timeout × retry count is longer); XRC has no
 //! FLUSH or ATOMIC_WRITE (no opcode: LOC_QP_OP_ERR).
 
