@@ -615,7 +615,7 @@ impl crate::qp::device::QpDevice for DeviceInner {
     }
 
     fn new_path(&'static self) -> Box<dyn crate::qp::device::SendPath> {
-        Box::new(crate::transport::route::Path::new(&self.engine, self.net.as_ref(), &self.mcast))
+        Box::new(crate::transport::link::Path::new(&self.engine, self.net.as_ref(), &self.mcast))
     }
 }
 

@@ -28,7 +28,7 @@ use crate::rule::Rule;
 use crate::mr::{Mr, Sge};
 use crate::mw::{Mw, MwBind};
 use crate::qp::attr::AddressVector;
-use crate::qp::sq::SendQueue;
+use crate::qp::send::SendQueue;
 use crate::qp::wr::{BindMwWr, FlushWr, Payload, SendWr, UdDest};
 use crate::qp::{Qp, QpInner};
 use crate::Access;

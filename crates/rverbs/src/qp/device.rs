@@ -83,7 +83,7 @@ pub(crate) trait ResponseBytes {
 }
 
 /// A packet's payload as [`ResponseBytes`] (empty for responses without one).
-pub(crate) struct Payload<'a>(pub(crate) &'a [u8]);
+pub(crate) struct PacketBytes<'a>(pub(crate) &'a [u8]);
 
 /// Where a link hands the responses that come back for a request: at once on the same
 /// host (inside [`SendPath::transmit`]); from the network they arrive later through the

@@ -10,7 +10,6 @@
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::WcStatus;
 
-use super::send::sent;
 use super::sq::SendWqe;
 use super::QpInner;
 use crate::mw::BindSpec;
@@ -29,7 +28,7 @@ pub(crate) fn bind_mw(qp: &QpInner, wqe: &SendWqe) -> Cqe {
         access: b.access,
     };
     match b.mw.bind(&qp.pd, qp.qpn, spec) {
-        Ok(()) => sent(qp, wqe),
+        Ok(()) => wqe.success(qp.qpn),
         Err(_) => Cqe::error(wqe.wr_id, qp.qpn, WcStatus::MwBindErr, vendor_err::MW_BIND),
     }
 }
@@ -38,7 +37,7 @@ pub(crate) fn bind_mw(qp: &QpInner, wqe: &SendWqe) -> Cqe {
 pub(crate) fn local_inv(qp: &QpInner, wqe: &SendWqe) -> Cqe {
     let rkey = wqe.imm;
     if qp.pd.endpoint().keys.invalidate_mw(rkey, qp.pd.id) {
-        sent(qp, wqe)
+        wqe.success(qp.qpn)
     } else {
         Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_LKEY)
     }

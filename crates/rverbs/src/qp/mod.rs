@@ -20,6 +20,7 @@ pub(crate) mod device;
 mod local;
 pub(crate) mod send;
 pub(crate) mod state;
+pub(crate) mod transition;
 pub(crate) mod rq;
 pub(crate) mod sq;
 pub mod wr;
@@ -44,7 +45,7 @@ use crate::wc::Cqe;
 use attr::{QpAttr, QpCap};
 use device::QpDevice;
 use rq::RecvQueue;
-use sq::SendQueue;
+use send::SendQueue;
 use wr::{PostError, RecvWr, SendWr};
 
 /// Parameters of [`crate::Pd::create_qp`] (`struct ibv_qp_init_attr`).
@@ -162,8 +163,8 @@ impl QpInner {
     /// Moves the QP to ERR because of a device-side fault (overrun, responder error),
     /// raising `event` if given, flushing the receive queue and making the send queue
     /// flush. Does nothing if the QP is in RESET or already in ERR.
-    pub(crate) fn enter_error(self: &Arc<Self>, event: Option<EventType>, cause: state::Cause) {
-        if self.transition(state::Expect::NotIn(state::ERR_FROM_ANY_BUT), QpState::Err, cause).is_err() {
+    pub(crate) fn enter_error(self: &Arc<Self>, event: Option<EventType>, cause: transition::Cause) {
+        if self.transition(transition::Expect::NotIn(transition::ERR_FROM_ANY_BUT), QpState::Err, cause).is_err() {
             return;
         }
         if let Some(e) = event {
@@ -364,7 +365,7 @@ impl Qp {
             None
         };
         let rec = endpoint.tables.qp(qpn);
-        let _ = rec.transition(qpn, state::Expect::Any, QpState::Reset, state::Cause::Create);
+        let _ = rec.transition(qpn, transition::Expect::Any, QpState::Reset, transition::Cause::Create);
         rec.qp_type.store(init.qp_type.raw(), Ordering::Relaxed);
         rec.access.store(0, Ordering::Relaxed);
         rec.qkey.store(0, Ordering::Relaxed);
@@ -675,7 +676,7 @@ impl Qp {
             return false;
         }
         let dest = q.attrs.lock().expect("qp attrs").dest_qp_num;
-        state::accepts_requests(q.state())
+        transition::accepts_requests(q.state())
             && crate::table::endpoint_of(dest) == q.pd.endpoint().ep()
     }
 
@@ -691,7 +692,7 @@ impl Qp {
             return Err(Error::Destroyed { what: "queue pair" });
         }
         q.rec.qpn.store(0, Ordering::Release);
-        let _ = q.transition(state::Expect::Any, QpState::Reset, state::Cause::Destroy);
+        let _ = q.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
         q.dev.qps().remove(q.qpn);
         q.sq.lock().clear();
         if let Some(rq) = &q.rq {
@@ -745,7 +746,7 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
             self.rec.qpn.store(0, Ordering::Release);
-            let _ = self.transition(state::Expect::Any, QpState::Reset, state::Cause::Destroy);
+            let _ = self.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
             self.dev.qps().remove(self.qpn);
             self.send_cq.detach();
             self.recv_cq.detach();

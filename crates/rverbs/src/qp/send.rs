@@ -24,16 +24,64 @@ use std::time::Instant;
 use rverbs_proto::rc::{self, Placed, Requester, RequesterConfig, Response};
 use rverbs_proto::psn::Psn;
 use rverbs_proto::vendor_err;
-use rverbs_proto::verbs::{Access, EventType, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use rverbs_proto::verbs::{Access, EventType, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 use rverbs_proto::wire::{self, FethRepr, Selectivity};
 
-use super::device::{Answers, Payload, ResponseBytes, Shape, Tx};
-use super::sq::{ReqView, Ring, SendQueue, SendWqe};
+use super::device::{Answers, PacketBytes, ResponseBytes, SendPath, Shape, Tx};
+use super::sq::{ReqView, Ring, SendWqe};
 use super::wr::{FlushPlacement, FlushSelectivity};
-use super::{state, QpInner};
+use super::{transition, QpInner};
 use crate::gid::Gid;
 use crate::mr::{self, KeySpace, PinList, Sge};
+use crate::error::Result;
+use crate::mr::endpoint::Endpoint;
+use crate::qp::wr::SendWr;
 use crate::wc::Cqe;
+
+/// A QP's send side, under its lock: the posted work requests, the requester's view of
+/// the QP attributes, the link the requests leave by, and the protocol core's requester
+/// that runs them over it (`super::send`, from the first request after RTS until the
+/// queue is flushed or reset).
+pub(crate) struct SendQueue {
+    pub(crate) ring: Ring,
+    pub(crate) req: ReqView,
+    /// The transports' state for this queue: the link to the responders (made by the
+    /// device).
+    pub(crate) link: Box<dyn SendPath>,
+    pub(crate) conn: Option<Conn>,
+}
+
+impl SendQueue {
+    pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32, link: Box<dyn SendPath>) -> Self {
+        SendQueue { ring: Ring::new(max_wr, max_sge, max_inline), req: ReqView::default(), link, conn: None }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ring.is_empty()
+    }
+
+    /// Removes the newest work requests until `count` remain (an aborted batch).
+    pub(crate) fn truncate(&mut self, count: usize) {
+        self.ring.truncate(count);
+    }
+
+    /// Validates `wr` and appends it ([`Ring::push`]).
+    pub(crate) fn push(&mut self, endpoint: &Endpoint, pd: u32, qp_type: QpType, wr: &SendWr<'_>, keep: bool) -> Result<()> {
+        self.ring.push(endpoint, pd, qp_type, wr, keep)
+    }
+
+    /// Removes every work request without completing it (→ RESET, destroy), with the
+    /// requester that carried some of them and the link's state for it.
+    pub(crate) fn clear(&mut self) {
+        while self.ring.pop().is_some() {}
+        self.conn = None;
+        self.link.reset();
+    }
+}
 
 /// The requester of one connection of a send queue: the core's machine and which queue
 /// entries it carries. Made at the first progress after RTS; dropped when the queue is
@@ -337,7 +385,7 @@ impl QpInner {
             debug_assert_eq!(c.id, conn.base, "the core completes in order");
             let Some((w, sges, _)) = ring.head() else { break };
             let mut cqe = if c.status == WcStatus::Success {
-                sent(self, w)
+                w.success(self.qpn)
             } else {
                 Cqe::error(w.wr_id, self.qpn, c.status, c.vendor_err)
             };
@@ -371,15 +419,15 @@ impl QpInner {
         let wqe = ring.pop().expect("non-empty");
         let failed = cqe.status() != WcStatus::Success;
         if (failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED)) && self.send_cq.push(cqe).is_err() {
-            self.enter_error(Some(EventType::QpFatal), state::Cause::SendCqOverrun);
+            self.enter_error(Some(EventType::QpFatal), transition::Cause::SendCqOverrun);
             return;
         }
         if failed {
             // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
             if matches!(self.qp_type, QpType::Uc | QpType::Ud) {
-                let _ = self.transition(state::Expect::Is(QpState::Rts), QpState::Sqe, state::Cause::SendError);
+                let _ = self.transition(transition::Expect::Is(QpState::Rts), QpState::Sqe, transition::Cause::SendError);
             } else {
-                self.enter_error(None, state::Cause::SendError);
+                self.enter_error(None, transition::Cause::SendError);
             }
         }
     }
@@ -408,7 +456,7 @@ impl QpInner {
                 return false;
             }
             let mut answering = Answering { qp: self, req: &mut conn.req, ring, base: conn.base, now: Instant::now() };
-            answering.answer(response, &Payload(payload));
+            answering.answer(response, &PacketBytes(payload));
         }
         self.kick();
         true
@@ -460,7 +508,7 @@ impl Answers for Answering<'_> {
 }
 
 /// A packet's payload: copied as it is; a failure is the local buffer's (LOC_PROT_ERR).
-impl ResponseBytes for Payload<'_> {
+impl ResponseBytes for PacketBytes<'_> {
     fn copy_into(&self, dst: &PinList<'_>, offset: usize, len: u32) -> Placed {
         let n = (len as usize).min(self.0.len());
         match mr::copy_message(dst, offset, mr::Source::Bytes(&self.0[..n])) {
@@ -468,19 +516,6 @@ impl ResponseBytes for Payload<'_> {
             Err(_) => Placed::Failed { status: WcStatus::LocProtErr, vendor_err: vendor_err::LOCAL_ACCESS },
         }
     }
-}
-
-/// The successful requester completion of `wqe` (ibv_poll_cq(3): the opcode of the work
-/// request; `byte_len` its length, 8 for atomics, 0 for local operations).
-pub(crate) fn sent(qp: &QpInner, wqe: &SendWqe) -> Cqe {
-    let op = wqe.opcode();
-    let opcode = op.wc_opcode().unwrap_or(WcOpcode::Send);
-    let byte_len = match op {
-        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => 8,
-        WrOpcode::BindMw | WrOpcode::LocalInv => 0,
-        _ => wqe.total_len as u32,
-    };
-    Cqe::success(wqe.wr_id, qp.qpn, opcode, byte_len)
 }
 
 /// The core's form of a send work request: the same fields, no scatter list.

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use rverbs_proto::verbs::{Access, QpType, SendFlags, WrOpcode};
+use rverbs_proto::verbs::{Access, QpType, SendFlags, WcOpcode, WrOpcode};
 
 use crate::gid::Gid;
 use crate::limits;
@@ -20,8 +20,8 @@ use crate::mr::endpoint::Endpoint;
 use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;
 use crate::qp::attr::AddressVector;
-use crate::qp::device::SendPath;
 use crate::qp::wr::{FlushWr, Payload, SendWr};
+use crate::wc::Cqe;
 
 /// The requester's copy of the QP attributes it needs, updated by `modify_qp` under the
 /// send-queue lock.
@@ -98,6 +98,19 @@ impl SendWqe {
     pub(crate) fn opcode(&self) -> WrOpcode {
         self.opcode.unwrap_or(WrOpcode::Send)
     }
+
+    /// Its successful completion on QP `qpn` (ibv_poll_cq(3): the opcode of the work
+    /// request; `byte_len` its length, 8 for atomics, 0 for local operations).
+    pub(crate) fn success(&self, qpn: u32) -> Cqe {
+        let op = self.opcode();
+        let opcode = op.wc_opcode().unwrap_or(WcOpcode::Send);
+        let byte_len = match op {
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => 8,
+            WrOpcode::BindMw | WrOpcode::LocalInv => 0,
+            _ => self.total_len as u32,
+        };
+        Cqe::success(self.wr_id, qpn, opcode, byte_len)
+    }
 }
 
 /// The send queue's storage: posted work requests, oldest first, with their scatter
@@ -116,53 +129,8 @@ pub(crate) struct Ring {
     count: usize,
 }
 
-/// A QP's send side, under its lock: the posted work requests, the requester's view of
-/// the QP attributes, the link the requests leave by, and the protocol core's requester
-/// that runs them over it (`super::send`, from the first request after RTS until the
-/// queue is flushed or reset).
-pub(crate) struct SendQueue {
-    pub(crate) ring: Ring,
-    pub(crate) req: ReqView,
-    /// The transports' state for this queue: the link to the responders (made by the
-    /// device).
-    pub(crate) link: Box<dyn SendPath>,
-    pub(crate) conn: Option<super::send::Conn>,
-}
-
-impl SendQueue {
-    pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32, link: Box<dyn SendPath>) -> Self {
-        SendQueue { ring: Ring::new(max_wr, max_sge, max_inline), req: ReqView::default(), link, conn: None }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.ring.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.ring.is_empty()
-    }
-
-    /// Removes the newest work requests until `count` remain (an aborted batch).
-    pub(crate) fn truncate(&mut self, count: usize) {
-        self.ring.truncate(count);
-    }
-
-    /// Validates `wr` and appends it ([`Ring::push`]).
-    pub(crate) fn push(&mut self, endpoint: &Endpoint, pd: u32, qp_type: QpType, wr: &SendWr<'_>, keep: bool) -> Result<()> {
-        self.ring.push(endpoint, pd, qp_type, wr, keep)
-    }
-
-    /// Removes every work request without completing it (→ RESET, destroy), with the
-    /// requester that carried some of them and the link's state for it.
-    pub(crate) fn clear(&mut self) {
-        while self.ring.pop().is_some() {}
-        self.conn = None;
-        self.link.reset();
-    }
-}
-
 impl Ring {
-    fn new(max_wr: u32, max_sge: u32, max_inline: u32) -> Self {
+    pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32) -> Self {
         let cap = max_wr.max(1) as usize;
         let max_sge = max_sge.max(1) as usize;
         Ring {

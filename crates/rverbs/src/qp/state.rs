@@ -1,5 +1,5 @@
-//! The QP state: the one function that writes it, and `modify_qp` as validate → plan →
-//! apply.
+//! `modify_qp` as validate → plan → apply (the one function that writes a QP's state is
+//! `super::transition`'s).
 //!
 //! Read before editing: ibv_modify_qp(3), `rverbs_proto::state` (the IBTA table), the
 //! locking note of the `qp` module and docs/queue-pairs.md.
@@ -27,74 +27,13 @@ use rverbs_proto::verbs::{Access, QpState, QpType};
 
 use super::attr::QpAttr;
 use super::sq::ReqView;
+use super::transition::{accepts_requests, Cause, Expect};
 use super::QpInner;
 use crate::error::{Error, Result};
 use crate::gid::Gid;
 use crate::limits::{self, check_port};
 use crate::rule::Rule;
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
-
-/// The state a writer expects to change from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Expect {
-    /// Exactly this state (`modify_qp`: the state it validated against).
-    Is(QpState),
-    /// Any state but these (entering ERR: not from RESET, not again). A value no state
-    /// has counts as none of them.
-    NotIn(&'static [QpState]),
-    /// Any state (creation and destruction).
-    Any,
-}
-
-impl Expect {
-    fn admits(self, raw: u32) -> bool {
-        let s = QpState::from_raw(raw);
-        match self {
-            Expect::Is(want) => s == Some(want),
-            Expect::NotIn(list) => s.is_none_or(|s| !list.contains(&s)),
-            Expect::Any => true,
-        }
-    }
-}
-
-/// Why a QP's state changes (traced with the change).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Cause {
-    /// Creation: the record, maybe used by an earlier QP, starts in RESET.
-    Create,
-    /// ibv_modify_qp(3).
-    Modify,
-    /// A send work request completed in error: UC and UD stop in SQE, RC and XRC enter ERR.
-    SendError,
-    /// A completion overran the send CQ (QP_FATAL).
-    SendCqOverrun,
-    /// A request the QP received broke a responder rule, or its receive CQ overran.
-    ResponderFault,
-    /// ibv_destroy_qp(3), or the last handle dropped.
-    Destroy,
-}
-
-/// Entering ERR is allowed from every state but these.
-pub(crate) const ERR_FROM_ANY_BUT: &[QpState] = &[QpState::Reset, QpState::Err];
-
-impl QpRecord {
-    /// Changes the state of QP `qpn` (this record's) from `from` to `to`: the only write
-    /// of a QP's state, by this process or a peer.
-    ///
-    /// Returns the state it changed from, or, if the state was not what `from` admits,
-    /// the state it found (nothing changed). A value no state has reads as ERR, as in
-    /// [`QpRecord::state`].
-    pub(crate) fn transition(&self, qpn: u32, from: Expect, to: QpState, cause: Cause) -> std::result::Result<QpState, QpState> {
-        let decode = |raw: u32| QpState::from_raw(raw).unwrap_or(QpState::Err);
-        match self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |raw| from.admits(raw).then_some(to.raw())) {
-            Ok(raw) => {
-                tracing::debug!(qpn, from = ?decode(raw), to = ?to, cause = ?cause, "QP state");
-                Ok(decode(raw))
-            }
-            Err(raw) => Err(decode(raw)),
-        }
-    }
-}
 
 /// The responder attributes peers read from the record (all of them only while the QP
 /// accepts requests: `accepts_requests`).
@@ -188,13 +127,6 @@ fn rd_atomic_depth(v: u8) -> u8 {
 }
 
 /// A test hook run between plan and apply (where another writer may change the state).
-/// Whether a responder in `state` accepts requests (rxe drops requests for QPs below
-/// RTR, and in ERR).
-pub(crate) fn accepts_requests(state: QpState) -> bool {
-    matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
-}
-
-
 #[cfg(test)]
 type Hook = Box<dyn FnOnce(&QpInner)>;
 
@@ -204,11 +136,6 @@ thread_local! {
 }
 
 impl QpInner {
-    /// Changes this QP's state ([`QpRecord::transition`]).
-    pub(crate) fn transition(&self, from: Expect, to: QpState, cause: Cause) -> std::result::Result<QpState, QpState> {
-        self.rec.transition(self.qpn, from, to, cause)
-    }
-
     /// Checks a `modify_qp` call against the state table (the QP being in `cur`) and the
     /// device's limits; returns the target state and the mask that counts. Writes nothing.
     pub(crate) fn validate_modify(&self, cur: QpState, attr: &QpAttr, mask: QpAttrMask) -> Result<(QpState, QpAttrMask)> {
@@ -455,6 +382,7 @@ impl QpInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qp::transition::ERR_FROM_ANY_BUT;
     use crate::qp::{Qp, QpInit};
     use crate::{devices, Context, Cq, CqInit, Pd, QpCap, RemotePath};
 

@@ -24,7 +24,7 @@ use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::{Operation, Transport};
 
 use super::grh;
-use super::host::{deliver_ud, ud_target, UdMessage, UdTarget};
+use super::deliver::{deliver_ud, ud_target, UdMessage, UdTarget};
 use super::udp::{with_rx_batch, Checked, Net, NetSock};
 use crate::engine::Engine;
 use crate::gid::Gid;

@@ -14,26 +14,26 @@
 //! on the network. The connection's responder machine lives in the send queue's link
 //! (`super::route`), started at the requester's oldest unacknowledged PSN.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use rverbs_proto::psn::Psn;
-use rverbs_proto::rc::{self, Mode, Placed, RecvCompletion, Request, Responder, ResponderState, UNSEGMENTED_MTU};
-use rverbs_proto::vendor_err;
-use rverbs_proto::verbs::{Access, EventType, QpType, WcOpcode, WcStatus};
+use rverbs_proto::rc::{self, Mode, Placed, RecvCompletion, Responder, ResponderState, UNSEGMENTED_MTU};
+use rverbs_proto::verbs::{Access, QpType, WcStatus};
 use rverbs_proto::violation::Violation;
 use rverbs_proto::wire;
 use rverbs_proto::wire::roce::Packet as RocePacket;
 
 use super::respond::Responding;
-use super::route::{connected_mode, endpoint_of, responder_config, Path, Route, Routed};
+use super::deliver::{deliver_recv, deliver_ud, recv_cqe, responder_event, ud_accepts, ud_target, UdMessage, UdTarget};
+use super::route::{connected_mode, responder_config, Route, Routed};
+use super::udp::Net;
 use super::target::{LocalTarget, PeerTarget, Target};
 use crate::engine::Engine;
-use crate::mcast::{is_multicast, MULTICAST_QPN};
+use crate::mcast::{is_multicast, Groups, MULTICAST_QPN};
 use crate::mr::cma::CmaError;
 use crate::mr::{self, KeySpace, PinList, Source};
-use crate::qp::device::{Answers, Payload, ResponseBytes, Tx};
+use crate::qp::device::{Answers, PacketBytes, ResponseBytes, Tx};
 use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 use crate::transport::grh;
@@ -54,11 +54,40 @@ impl<'a> Gathered<'_, 'a> {
     }
 }
 
+/// The same-host link's state for one send queue: the responder of its connection with
+/// the core's machine for it (kept until `modify_qp` changes the path or a new requester
+/// starts), one UD machine reconfigured per destination, and the device state it reaches.
+pub(crate) struct HostLink {
+    /// The engine's state: the live objects requests are routed to.
+    engine: &'static Engine,
+    /// The network transport's sockets (a UD send to another host or a group leaves by
+    /// them), if the device has any.
+    net: Option<&'static Net>,
+    /// The device's multicast groups (UD sends to a group).
+    mcast: &'static Groups,
+    route: Option<Route>,
+    ud: Option<Responder>,
+    /// The instant handed to the responder machines, which read no clock themselves and
+    /// keep no timer on the responder side.
+    epoch: Instant,
+}
+
+impl HostLink {
+    pub(crate) fn new(engine: &'static Engine, net: Option<&'static Net>, mcast: &'static Groups) -> HostLink {
+        HostLink { engine, net, mcast, route: None, ud: None, epoch: Instant::now() }
+    }
+
+    /// Forgets the responder (`modify_qp` changed the path, or a new requester starts).
+    pub(crate) fn forget_route(&mut self) {
+        self.route = None;
+    }
+}
+
 /// The same-host link's [`crate::qp::device::SendPath::transmit`]: gathers the request's
 /// bytes, then hands it to its responder — the connection's (RC, UC, XRC: [`connected`])
 /// or each UD destination's ([`ud_send`]) — and the responder's answer straight back to
 /// the requester. Nobody found: no answer.
-pub(crate) fn transmit(path: &mut Path, qp: &Arc<QpInner>, req: &ReqView, tx: Tx<'_>, answers: &mut dyn Answers) -> Result<(), u32> {
+pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx: Tx<'_>, answers: &mut dyn Answers) -> Result<(), u32> {
     let wqe = tx.wqe;
     let own = KeySpace::local(qp.pd.endpoint());
     let mut pins = PinList::new();
@@ -94,40 +123,6 @@ pub(crate) fn transmit(path: &mut Path, qp: &Arc<QpInner>, req: &ReqView, tx: Tx
             t.note_inbound();
             connected(qp, &tx, &gathered, t, responder, now, answers);
         }
-    }
-    Ok(())
-}
-
-/// The receive completion the core decided, as the target's CQ entry.
-pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {
-    if c.status != WcStatus::Success {
-        return Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err);
-    }
-    let mut cqe = Cqe::success(c.wr_id, t.qpn(), c.opcode.unwrap_or(WcOpcode::Recv), c.byte_len);
-    cqe.imm = wc_imm(c);
-    cqe.wc_flags |= c.flags.bits() as u8;
-    cqe.solicited = c.solicited;
-    cqe.src_qp = c.src_qp;
-    cqe
-}
-
-/// The completion's `imm_data` as C reads it: the bytes of the ImmDt the core holds as a
-/// big-endian value (see `core_wqe`); an invalidated rkey stays a value in host order
-/// (`invalidated_rkey`).
-fn wc_imm(c: &RecvCompletion) -> u32 {
-    if c.flags.contains(rverbs_proto::verbs::WcFlags::WITH_IMM) {
-        c.imm.to_be()
-    } else {
-        c.imm
-    }
-}
-
-/// Writes a receive completion at the target; an overrun of its CQ moves it to ERR
-/// with QP_FATAL and the message counts as unanswered (rxe: no ACK is sent).
-fn deliver_recv<T: Target>(t: &T, cqe: Cqe) -> Result<(), ()> {
-    if t.complete(cqe).is_err() {
-        t.enter_error(Some(EventType::QpFatal));
-        return Err(());
     }
     Ok(())
 }
@@ -250,7 +245,7 @@ fn connected<T: Target>(
         if let Some(v) = failed.filter(|_| mode == Mode::Rc) {
             // The machine ACKed what it could not place: the requester hears the NAK.
             let nak = nak_for(request.psn, v, responder.msn());
-            answers.answer(&nak, &Payload(&[]));
+            answers.answer(&nak, &PacketBytes(&[]));
             return;
         }
     }
@@ -293,17 +288,6 @@ impl<T: Target> ResponseBytes for ReadBack<'_, '_, T> {
     }
 }
 
-/// The asynchronous event of a responder error no receive completion reports (IBTA):
-/// QP_ACCESS_ERR for an rkey fault, QP_REQ_ERR for the rest.
-pub(crate) fn responder_event(v: Violation) -> EventType {
-    match v {
-        Violation::RkeyUnknown | Violation::RkeyWrongPd | Violation::RkeyBounds | Violation::RkeyAccess => {
-            EventType::QpAccessErr
-        }
-        _ => EventType::QpReqErr,
-    }
-}
-
 /// UD: one message to the QP the address handle and `remote_qpn` name, or to every
 /// member of a multicast group (remote QPN 0xFFFFFF and a multicast destination GID:
 /// the attached QPs of this process, then those of other processes the host-wide record
@@ -312,7 +296,7 @@ pub(crate) fn responder_event(v: Violation) -> EventType {
 /// (rxe `rxe_req.c`): a message above the port's active MTU is not sent at all
 /// (C10-93.1.1);
 /// an unknown or not-ready QP, a Q_Key mismatch or a missing receive drop it silently.
-fn ud_send(qp: &Arc<QpInner>, tx: &Tx<'_>, data: &Gathered<'_, '_>, path: &mut Path) {
+fn ud_send(qp: &Arc<QpInner>, tx: &Tx<'_>, data: &Gathered<'_, '_>, path: &mut HostLink) {
     let wqe = tx.wqe;
     let Some(ud) = &wqe.ud else { return };
     let dev = path.engine;
@@ -369,7 +353,7 @@ enum Wire {
 /// Sends `wqe` as one UD SEND_ONLY(_WITH_IMMEDIATE) packet from the socket of `sgid` to
 /// `dst` (docs/rocev2-wire.md §1.2, §1.5: BTH with P_Key 0xFFFF, DETH with the Q_Key and
 /// this QP's number, ImmDt, the payload and its pad, the ICRC).
-fn send_ud_packet(qp: &QpInner, tx: &Tx<'_>, data: &Gathered<'_, '_>, net: &super::udp::Net, sgid: &crate::gid::Gid, dst: Wire) {
+fn send_ud_packet(qp: &QpInner, tx: &Tx<'_>, data: &Gathered<'_, '_>, net: &Net, sgid: &crate::gid::Gid, dst: Wire) {
     let Some(ud) = &tx.wqe.ud else { return };
     // A UD QP that talks to another host counts as a network connection from now on (until
     // it is reset), so its polls receive what the network brings (`progress::net_active`).
@@ -394,38 +378,9 @@ fn send_ud_packet(qp: &QpInner, tx: &Tx<'_>, data: &Gathered<'_, '_>, net: &supe
     }
 }
 
-/// A UD QP of this host that takes a message: this process's, or a peer process's reached
-/// through its shared tables.
-pub(crate) enum UdTarget {
-    Local(LocalTarget),
-    Peer(PeerTarget),
-}
-
-/// The UD QP `qpn` of this host if it takes a message with Q_Key `qkey` (rxe `rxe_rcv`:
-/// the QP exists, runs UD and accepts requests; `check_keys`: the Q_Key matches); `None`
-/// drops the message silently. The same-host transport and the network's receive path
-/// both find their UD responders here.
-pub(crate) fn ud_target(engine: &'static Engine, qpn: u32, qkey: u32) -> Option<UdTarget> {
-    let ep = endpoint_of(qpn);
-    if ep == engine.ep() {
-        let t = engine.qps.get(qpn)?;
-        (t.qp_type == QpType::Ud && ud_accepts(t.rec, qkey)).then(|| UdTarget::Local(LocalTarget::of(t)))
-    } else {
-        let peer = engine.reg.as_ref()?.peer(ep).ok()?;
-        let rec = peer.tables().qp(qpn);
-        let takes = super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, qkey);
-        takes.then(|| UdTarget::Peer(PeerTarget::of_qp(&engine.endpoint, peer, qpn)))
-    }
-}
-
-/// Whether a UD responder takes a message with `qkey`.
-pub(crate) fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
-    super::route::accepts_requests(rec.state()) && rec.qkey.load(Ordering::Acquire) == qkey
-}
-
 /// Delivers one UD message to `t`, which accepts it (same host: the GRH is the one the
 /// path would have put on the wire).
-fn ud_deliver<T: Target>(tx: &Tx<'_>, data: &Gathered<'_, '_>, t: &T, path: &mut Path) {
+fn ud_deliver<T: Target>(tx: &Tx<'_>, data: &Gathered<'_, '_>, t: &T, path: &mut HostLink) {
     let wqe = tx.wqe;
     let Some(ud) = &wqe.ud else { return };
     let Some(grh_attr) = ud.ah.attr.grh else { return };
@@ -441,86 +396,4 @@ fn ud_deliver<T: Target>(tx: &Tx<'_>, data: &Gathered<'_, '_>, t: &T, path: &mut
     );
     let msg = UdMessage { request: tx.request, header: &header, data: data.source(), sl: ud.ah.attr.sl };
     deliver_ud(t, &mut path.ud, path.epoch, path.engine.active_mtu.get().bytes(), msg);
-}
-
-/// A UD message as it reaches a responder: the request, the 40-byte GRH area its receive
-/// gets (docs/rocev2-wire.md §5.3), the payload, and the service level for the completion.
-pub(crate) struct UdMessage<'a, 's, 'p> {
-    pub(crate) request: &'a Request,
-    pub(crate) header: &'a [u8],
-    pub(crate) data: Source<'s, 'p>,
-    pub(crate) sl: u8,
-}
-
-/// Delivers one UD message to `t` through the core's UD responder (kept in `slot`,
-/// reconfigured with `t`'s Q_Key): docs/rocev2-wire.md §3.5: Q_Key, MTU, a receive WQE with
-/// room for the GRH area and the payload; silent drops otherwise.
-pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: Instant, mtu: u32, msg: UdMessage<'_, '_, '_>) {
-    t.note_inbound();
-    let cfg = responder_config(Mode::Ud, t.rec(), mtu);
-    let responder = match slot {
-        // A receive WQE the target could not use ended that target's QP, not this machine's
-        // next destination: start over.
-        Some(r) if r.state() == ResponderState::Error => slot.insert(Responder::new(cfg)),
-        Some(r) => {
-            r.reconfigure(cfg);
-            r
-        }
-        None => slot.insert(Responder::new(cfg)),
-    };
-    let mut at = Responding::new(t);
-    let delivery = responder.handle_request(now, msg.request, &mut at);
-    let Some(c) = delivery.recv else { return };
-    if c.status != WcStatus::Success {
-        // rxe: with an SRQ a receive too small completes in error; without one the
-        // message is dropped — here the receive was already taken, so complete it in
-        // error. A receive WQE whose memory fails the checks also ends the QP.
-        let _ = t.complete(recv_cqe(t, &c));
-        if responder.state() == ResponderState::Error {
-            t.enter_error(None);
-        }
-        return;
-    }
-    if let Some(place) = delivery.place {
-        if at.place(place, Some(msg.header), msg.data).is_err() {
-            let _ = t.complete(Cqe::error(c.wr_id, t.qpn(), WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD));
-            t.enter_error(None);
-            return;
-        }
-    }
-    let mut cqe = recv_cqe(t, &c);
-    cqe.sl = msg.sl;
-    let _ = deliver_recv(t, cqe);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::qp::send::core_wqe;
-    use crate::qp::sq::SendWqe;
-    use rverbs_proto::verbs::WrOpcode;
-    use rverbs_proto::wire::roce::Repr;
-
-    /// `imm_data` reaches the wire as the 4 bytes C stored (htobe32(2) is 00 00 00 02 on
-    /// the wire, as rxe and udaddy expect), and a received ImmDt comes back as the same
-    /// bytes; an rkey to invalidate travels as its value (IETH, big-endian).
-    #[test]
-    fn immediate_data_crosses_the_wire_as_the_bytes_c_stored() {
-        let c_bytes = [0u8, 0, 0, 2];
-        let wqe = SendWqe { opcode: Some(WrOpcode::SendWithImm), imm: u32::from_ne_bytes(c_bytes), ..SendWqe::default() };
-        let request = Request::message(Mode::Ud, 0x12, &core_wqe(&wqe), Psn::new(0));
-        let repr: Repr = request.to_repr(0x34);
-        let mut buf = vec![0u8; repr.buffer_len()];
-        repr.emit(&mut RocePacket::new_unchecked(&mut buf[..]));
-        let at = repr.header_len() - 4;
-        assert_eq!(&buf[at..at + 4], &c_bytes, "ImmDt carries the C bytes");
-
-        let mut rc = RecvCompletion::error(7, WcStatus::Success, 0);
-        rc.flags |= rverbs_proto::verbs::WcFlags::WITH_IMM;
-        rc.imm = Request::from_repr(&repr, &[]).imm.expect("an ImmDt");
-        assert_eq!(wc_imm(&rc).to_ne_bytes(), c_bytes, "and the receiver's imm_data holds them again");
-
-        let inv = SendWqe { opcode: Some(WrOpcode::SendWithInv), imm: 0x0102_0304, ..SendWqe::default() };
-        assert_eq!(core_wqe(&inv).imm, 0x0102_0304, "an rkey is a value, not bytes");
-    }
 }

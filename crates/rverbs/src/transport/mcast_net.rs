@@ -51,7 +51,7 @@ use rverbs_proto::wire::roce::Repr;
 use rverbs_proto::wire::{Operation, Transport};
 
 use super::grh;
-use super::host::{deliver_ud, ud_accepts, UdMessage};
+use super::deliver::{deliver_ud, ud_accepts, UdMessage};
 use super::target::LocalTarget;
 use super::udp::{Checked, GroupSock, Net, NetSock, NetStats};
 use crate::gid::Gid;

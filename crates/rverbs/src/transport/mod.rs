@@ -17,7 +17,9 @@
 pub(crate) mod dispatch;
 pub(crate) mod grh;
 pub(crate) mod gsi;
+pub(crate) mod deliver;
 pub(crate) mod host;
+pub(crate) mod link;
 pub(crate) mod mcast_net;
 pub(crate) mod net;
 pub(crate) mod respond;

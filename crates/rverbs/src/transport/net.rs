@@ -50,9 +50,9 @@ use rverbs_proto::verbs::{Access, EventType, QpType, WcStatus};
 use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::Transport;
 
-use super::host::{recv_cqe, responder_event};
+use super::deliver::{recv_cqe, responder_event};
 use super::respond::Responding;
-use super::route::{accepts_requests, connected_mode, responder_config, Path};
+use super::route::{accepts_requests, connected_mode, responder_config};
 use super::route::xrc_target;
 use super::target::{LocalTarget, Serving, SplitTarget, Target};
 use super::udp::{Checked, Net};
@@ -120,9 +120,8 @@ const BATCH: usize = 64;
 ///
 /// Errors: the vendor error of a LOC_PROT_ERR when the request's region went away after
 /// it was handed over.
-pub(crate) fn transmit(path: &mut Path, qp: &QpInner, req: &ReqView, tx: Tx<'_>) -> Result<(), u32> {
-    let Some(net) = path.net else { return Ok(()) };
-    let conn = path.net_tx.get_or_insert_with(|| NetTx::new(req));
+pub(crate) fn transmit(slot: &mut Option<NetTx>, net: &Net, qp: &QpInner, req: &ReqView, tx: Tx<'_>) -> Result<(), u32> {
+    let conn = slot.get_or_insert_with(|| NetTx::new(req));
     let r = tx.request;
     let repr = r.to_repr(conn.dest_qpn);
     let n = repr.buffer_len();

@@ -24,22 +24,17 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use std::time::Instant;
-
-use rverbs_proto::rc::{Mode, Responder, ResponderConfig, MAX_UNACKED_PSNS, UNSEGMENTED_MTU};
+use rverbs_proto::rc::{Mode, Responder, ResponderConfig, UNSEGMENTED_MTU};
 use rverbs_proto::psn::Psn;
 use rverbs_proto::verbs::QpType;
 
 use super::target::{LocalTarget, PeerRecv, PeerTarget, QpPart, SplitTarget, SrqPart, Target};
-use super::udp::Net;
 use crate::engine::Engine;
-use crate::mcast::Groups;
-use crate::qp::device::{Answers, SendPath, Shape, Tx};
 use crate::shm::registry::Peer;
 use crate::shm::tables::QpRecord;
 use crate::qp::sq::{ReqView, SendWqe};
 use crate::qp::QpInner;
-pub(crate) use crate::qp::state::accepts_requests;
+pub(crate) use crate::qp::transition::accepts_requests;
 pub(crate) use crate::table::endpoint_of;
 
 /// A responder found for a connected request.
@@ -48,68 +43,6 @@ pub(crate) enum Routed {
     Peer(PeerTarget),
     /// XRC: the target QP and the named SRQ in different processes.
     Split(SplitTarget),
-}
-
-/// A send queue's link (its [`SendPath`]): the device state the transports reach for
-/// the queue, given by the device when it made the link, and what the queue keeps
-/// between requests — on the same host the responder of its connection with the core's
-/// machine for it, and for UD sends one machine reconfigured per destination; over the
-/// network the packets being batched. Which of the two a request takes is the path's:
-/// its destination GID is this host's, or another host's (`ReqView::network`).
-pub(crate) struct Path {
-    /// The engine's state: the live objects requests are routed to.
-    pub(crate) engine: &'static Engine,
-    /// The network transport's sockets, if the device has any.
-    pub(crate) net: Option<&'static Net>,
-    /// The device's multicast groups (UD sends to a group).
-    pub(crate) mcast: &'static Groups,
-    pub(crate) route: Option<Route>,
-    pub(crate) ud: Option<Responder>,
-    /// The packets of a connection to another host being batched (`super::net`), from
-    /// its first request until the queue is flushed or reset.
-    pub(crate) net_tx: Option<super::net::NetTx>,
-    /// The instant handed to the responder machines, which read no clock themselves and
-    /// keep no timer on the responder side.
-    pub(crate) epoch: Instant,
-}
-
-impl Path {
-    pub(crate) fn new(engine: &'static Engine, net: Option<&'static Net>, mcast: &'static Groups) -> Path {
-        Path { engine, net, mcast, route: None, ud: None, net_tx: None, epoch: Instant::now() }
-    }
-}
-
-impl SendPath for Path {
-    fn shape(&self, _qp: &QpInner, req: &ReqView) -> Shape {
-        if req.network {
-            Shape { mtu: req.mtu, window: super::net::WINDOW, xrceth: true, synchronous: false }
-        } else {
-            Shape { mtu: UNSEGMENTED_MTU, window: MAX_UNACKED_PSNS, xrceth: false, synchronous: true }
-        }
-    }
-
-    fn transmit(&mut self, qp: &Arc<QpInner>, req: &ReqView, tx: Tx<'_>, answers: &mut dyn Answers) -> Result<(), u32> {
-        if req.network {
-            super::net::transmit(self, qp, req, tx)
-        } else {
-            super::host::transmit(self, qp, req, tx, answers)
-        }
-    }
-
-    fn flush(&mut self) {
-        if let (Some(net), Some(t)) = (self.net, self.net_tx.as_mut()) {
-            t.send_queued(net);
-        }
-    }
-
-    fn forget_route(&mut self) {
-        self.route = None;
-    }
-
-    fn reset(&mut self) {
-        self.route = None;
-        self.net_tx = None;
-    }
 }
 
 /// A connected responder and the core's machine that answers for it.

@@ -99,7 +99,7 @@ impl Target for LocalTarget {
     }
 
     fn enter_error(&self, event: Option<EventType>) {
-        self.qp.enter_error(event, crate::qp::state::Cause::ResponderFault);
+        self.qp.enter_error(event, crate::qp::transition::Cause::ResponderFault);
     }
 
     fn note_inbound(&self) {
@@ -200,7 +200,7 @@ enum Take {
 /// Moves QP `qpn` of `peer` to ERR (a responder fault), raising `event` on its context
 /// and ringing its doorbell: its receive and send queues are flushed by its own process.
 fn peer_enter_error(peer: &Peer, qpn: u32, event: Option<EventType>) {
-    use crate::qp::state::{Cause, Expect, ERR_FROM_ANY_BUT};
+    use crate::qp::transition::{Cause, Expect, ERR_FROM_ANY_BUT};
     let rec = peer.tables().qp(qpn);
     let to = rverbs_proto::verbs::QpState::Err;
     if rec.transition(qpn, Expect::NotIn(ERR_FROM_ANY_BUT), to, Cause::ResponderFault).is_err() {
@@ -291,7 +291,7 @@ impl Target for SplitTarget {
 
     fn enter_error(&self, event: Option<EventType>) {
         match &self.qp {
-            QpPart::Local(q) => q.enter_error(event, crate::qp::state::Cause::ResponderFault),
+            QpPart::Local(q) => q.enter_error(event, crate::qp::transition::Cause::ResponderFault),
             QpPart::Peer { peer, qpn } => peer_enter_error(peer, *qpn, event),
         }
     }

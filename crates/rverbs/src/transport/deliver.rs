@@ -1,0 +1,181 @@
+//! What a responder's decisions become at the target QP, for every link: its receive
+//! completions (with the bytes of an immediate as C reads them), the asynchronous event
+//! of an error no completion reports, and UD delivery — finding the UD QP of this host
+//! that takes a message, and running the core's UD responder for it.
+//!
+//! Read before editing: docs/rocev2-wire.md §3.3 (the responder table), §3.5 (UD), §5.3
+//! (the GRH area of a UD receive), ibv_poll_cq(3) (what an error completion carries) and
+//! ibv_get_async_event(3).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use rverbs_proto::rc::{Mode, RecvCompletion, Request, Responder, ResponderState};
+use rverbs_proto::vendor_err;
+use rverbs_proto::verbs::{EventType, QpType, WcOpcode, WcStatus};
+use rverbs_proto::violation::Violation;
+
+use super::respond::Responding;
+use super::route::{endpoint_of, responder_config};
+use super::target::{LocalTarget, PeerTarget, Target};
+use crate::engine::Engine;
+use crate::mr::Source;
+use crate::wc::Cqe;
+
+/// The receive completion the core decided, as the target's CQ entry.
+pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {
+    if c.status != WcStatus::Success {
+        return Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err);
+    }
+    let mut cqe = Cqe::success(c.wr_id, t.qpn(), c.opcode.unwrap_or(WcOpcode::Recv), c.byte_len);
+    cqe.imm = wc_imm(c);
+    cqe.wc_flags |= c.flags.bits() as u8;
+    cqe.solicited = c.solicited;
+    cqe.src_qp = c.src_qp;
+    cqe
+}
+
+/// The completion's `imm_data` as C reads it: the bytes of the ImmDt the core holds as a
+/// big-endian value (see `core_wqe`); an invalidated rkey stays a value in host order
+/// (`invalidated_rkey`).
+pub(crate) fn wc_imm(c: &RecvCompletion) -> u32 {
+    if c.flags.contains(rverbs_proto::verbs::WcFlags::WITH_IMM) {
+        c.imm.to_be()
+    } else {
+        c.imm
+    }
+}
+
+/// Writes a receive completion at the target; an overrun of its CQ moves it to ERR
+/// with QP_FATAL and the message counts as unanswered (rxe: no ACK is sent).
+pub(crate) fn deliver_recv<T: Target>(t: &T, cqe: Cqe) -> Result<(), ()> {
+    if t.complete(cqe).is_err() {
+        t.enter_error(Some(EventType::QpFatal));
+        return Err(());
+    }
+    Ok(())
+}
+
+/// The asynchronous event of a responder error no receive completion reports (IBTA):
+/// QP_ACCESS_ERR for an rkey fault, QP_REQ_ERR for the rest.
+pub(crate) fn responder_event(v: Violation) -> EventType {
+    match v {
+        Violation::RkeyUnknown | Violation::RkeyWrongPd | Violation::RkeyBounds | Violation::RkeyAccess => {
+            EventType::QpAccessErr
+        }
+        _ => EventType::QpReqErr,
+    }
+}
+
+/// A UD QP of this host that takes a message: this process's, or a peer process's reached
+/// through its shared tables.
+pub(crate) enum UdTarget {
+    Local(LocalTarget),
+    Peer(PeerTarget),
+}
+
+/// The UD QP `qpn` of this host if it takes a message with Q_Key `qkey` (rxe `rxe_rcv`:
+/// the QP exists, runs UD and accepts requests; `check_keys`: the Q_Key matches); `None`
+/// drops the message silently. The same-host transport and the network's receive path
+/// both find their UD responders here.
+pub(crate) fn ud_target(engine: &'static Engine, qpn: u32, qkey: u32) -> Option<UdTarget> {
+    let ep = endpoint_of(qpn);
+    if ep == engine.ep() {
+        let t = engine.qps.get(qpn)?;
+        (t.qp_type == QpType::Ud && ud_accepts(t.rec, qkey)).then(|| UdTarget::Local(LocalTarget::of(t)))
+    } else {
+        let peer = engine.reg.as_ref()?.peer(ep).ok()?;
+        let rec = peer.tables().qp(qpn);
+        let takes = super::route::is_qp(rec, qpn, QpType::Ud) && ud_accepts(rec, qkey);
+        takes.then(|| UdTarget::Peer(PeerTarget::of_qp(&engine.endpoint, peer, qpn)))
+    }
+}
+
+/// Whether a UD responder takes a message with `qkey`.
+pub(crate) fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
+    super::route::accepts_requests(rec.state()) && rec.qkey.load(Ordering::Acquire) == qkey
+}
+
+/// A UD message as it reaches a responder: the request, the 40-byte GRH area its receive
+/// gets (docs/rocev2-wire.md §5.3), the payload, and the service level for the completion.
+pub(crate) struct UdMessage<'a, 's, 'p> {
+    pub(crate) request: &'a Request,
+    pub(crate) header: &'a [u8],
+    pub(crate) data: Source<'s, 'p>,
+    pub(crate) sl: u8,
+}
+
+/// Delivers one UD message to `t` through the core's UD responder (kept in `slot`,
+/// reconfigured with `t`'s Q_Key): docs/rocev2-wire.md §3.5: Q_Key, MTU, a receive WQE with
+/// room for the GRH area and the payload; silent drops otherwise.
+pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: Instant, mtu: u32, msg: UdMessage<'_, '_, '_>) {
+    t.note_inbound();
+    let cfg = responder_config(Mode::Ud, t.rec(), mtu);
+    let responder = match slot {
+        // A receive WQE the target could not use ended that target's QP, not this machine's
+        // next destination: start over.
+        Some(r) if r.state() == ResponderState::Error => slot.insert(Responder::new(cfg)),
+        Some(r) => {
+            r.reconfigure(cfg);
+            r
+        }
+        None => slot.insert(Responder::new(cfg)),
+    };
+    let mut at = Responding::new(t);
+    let delivery = responder.handle_request(now, msg.request, &mut at);
+    let Some(c) = delivery.recv else { return };
+    if c.status != WcStatus::Success {
+        // rxe: with an SRQ a receive too small completes in error; without one the
+        // message is dropped — here the receive was already taken, so complete it in
+        // error. A receive WQE whose memory fails the checks also ends the QP.
+        let _ = t.complete(recv_cqe(t, &c));
+        if responder.state() == ResponderState::Error {
+            t.enter_error(None);
+        }
+        return;
+    }
+    if let Some(place) = delivery.place {
+        if at.place(place, Some(msg.header), msg.data).is_err() {
+            let _ = t.complete(Cqe::error(c.wr_id, t.qpn(), WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD));
+            t.enter_error(None);
+            return;
+        }
+    }
+    let mut cqe = recv_cqe(t, &c);
+    cqe.sl = msg.sl;
+    let _ = deliver_recv(t, cqe);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rverbs_proto::psn::Psn;
+    use rverbs_proto::wire::roce::Packet as RocePacket;
+    use crate::qp::send::core_wqe;
+    use crate::qp::sq::SendWqe;
+    use rverbs_proto::verbs::WrOpcode;
+    use rverbs_proto::wire::roce::Repr;
+
+    /// `imm_data` reaches the wire as the 4 bytes C stored (htobe32(2) is 00 00 00 02 on
+    /// the wire, as rxe and udaddy expect), and a received ImmDt comes back as the same
+    /// bytes; an rkey to invalidate travels as its value (IETH, big-endian).
+    #[test]
+    fn immediate_data_crosses_the_wire_as_the_bytes_c_stored() {
+        let c_bytes = [0u8, 0, 0, 2];
+        let wqe = SendWqe { opcode: Some(WrOpcode::SendWithImm), imm: u32::from_ne_bytes(c_bytes), ..SendWqe::default() };
+        let request = Request::message(Mode::Ud, 0x12, &core_wqe(&wqe), Psn::new(0));
+        let repr: Repr = request.to_repr(0x34);
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut RocePacket::new_unchecked(&mut buf[..]));
+        let at = repr.header_len() - 4;
+        assert_eq!(&buf[at..at + 4], &c_bytes, "ImmDt carries the C bytes");
+
+        let mut rc = RecvCompletion::error(7, WcStatus::Success, 0);
+        rc.flags |= rverbs_proto::verbs::WcFlags::WITH_IMM;
+        rc.imm = Request::from_repr(&repr, &[]).imm.expect("an ImmDt");
+        assert_eq!(wc_imm(&rc).to_ne_bytes(), c_bytes, "and the receiver's imm_data holds them again");
+
+        let inv = SendWqe { opcode: Some(WrOpcode::SendWithInv), imm: 0x0102_0304, ..SendWqe::default() };
+        assert_eq!(core_wqe(&inv).imm, 0x0102_0304, "an rkey is a value, not bytes");
+    }
+}
