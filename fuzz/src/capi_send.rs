@@ -189,17 +189,7 @@ fn send_chain(inp: &mut Input<'_>) {
         _ => None,
     };
     let posted = posted.into_inner();
-    match stop {
-        None => {
-            assert_eq!((rc, bad), (0, sentinel));
-            assert_eq!(posted.len(), k);
-        }
-        Some((at, errno)) => {
-            assert_eq!(rc, errno);
-            assert_eq!(bad, base.wrapping_add(at), "*bad_wr names the first refused request");
-            assert_eq!(posted.len(), at, "exactly the requests before it are posted");
-        }
-    }
+    crate::input::assert_list_stop(rc, bad, sentinel, base, posted.len(), k, stop);
     for (i, got) in posted.iter().enumerate() {
         let w = &wrs[i];
         let op = WrOpcode::from_raw(w.opcode).expect("a posted opcode is known");

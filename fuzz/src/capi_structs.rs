@@ -249,17 +249,7 @@ fn recv_chain(inp: &mut Input<'_>) {
         _ => None,
     };
     let posted = posted.into_inner();
-    match stop {
-        None => {
-            assert_eq!((rc, bad), (0, sentinel));
-            assert_eq!(posted.len(), k);
-        }
-        Some((at, errno)) => {
-            assert_eq!(rc, errno);
-            assert_eq!(bad, base.wrapping_add(at), "*bad_wr names the first refused request");
-            assert_eq!(posted.len(), at, "exactly the requests before it are posted");
-        }
-    }
+    crate::input::assert_list_stop(rc, bad, sentinel, base, posted.len(), k, stop);
     for (i, (id, addrs)) in posted.iter().enumerate() {
         assert_eq!(*id, 1000 + i as u64);
         let n = wrs[i].num_sge as usize;

@@ -77,3 +77,23 @@ pub fn push_record(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(bytes);
 }
+
+/// The rule of a posted list (ibv_post_send(3), ibv_post_recv(3)): with no refused request
+/// (`stop` `None`) the call returns 0, leaves `*bad_wr` (`bad`, set to `sentinel` before the
+/// call) alone and posts all `k`; otherwise it returns the refusal's errno, `*bad_wr` names
+/// the first refused request (`base + at`), and exactly the `at` requests before it were
+/// posted (`posted`).
+#[track_caller]
+pub fn assert_list_stop<W>(rc: i32, bad: *mut W, sentinel: *mut W, base: *mut W, posted: usize, k: usize, stop: Option<(usize, i32)>) {
+    match stop {
+        None => {
+            assert_eq!((rc, bad), (0, sentinel));
+            assert_eq!(posted, k);
+        }
+        Some((at, errno)) => {
+            assert_eq!(rc, errno);
+            assert_eq!(bad, base.wrapping_add(at), "*bad_wr names the first refused request");
+            assert_eq!(posted, at, "exactly the requests before it are posted");
+        }
+    }
+}
