@@ -721,9 +721,10 @@ fn xrc_domains_shared_through_a_file_span_processes() {
     let got = in_domain.recv();
     assert_eq!(got, ["Success", "77", &target_qpn.to_string(), "xrc", "cross"]);
 
-    // The same target QP cannot steer into an SRQ of another domain.
+    // The same target QP cannot steer into an SRQ of another domain: refused as an
+    // invalid request (docs/rocev2-wire.md §1.8), as across hosts.
     send.post_send(&[SendWr::send(2, &sge).xrc(foreign_srqn)]).unwrap();
-    assert_eq!(poll_one(&a.cq).status(), WcStatus::RetryExcErr);
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemInvReqErr);
     foreign.send("none");
     assert_eq!(foreign.recv(), ["nothing"]);
     target.send("done");

@@ -108,6 +108,9 @@ pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx
     }
     let now = path.epoch;
     let Some(Route { to, responder }) = super::route::connected(path.engine, qp, req, wqe, tx.comp_psn, &mut path.route) else {
+        if let Some(t) = super::route::xrc_refusal(path.engine, qp, req) {
+            xrc_refused(&t, tx.request, answers);
+        }
         return Ok(());
     };
     match to {
@@ -125,6 +128,31 @@ pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx
         }
     }
     Ok(())
+}
+
+/// XRC: the target QP `t` answers the requester, but the SRQ the request names is not an
+/// XRC SRQ of its domain. Its responder refuses it as the network's does (the core's
+/// `Target::select_xrc_srq`, docs/rocev2-wire.md §1.8): invalid request, the target QP
+/// enters ERR raising QP_REQ_ERR (no receive completion reports it), and the requester
+/// hears the NAK.
+fn xrc_refused(t: &Routed, request: &rc::Request, answers: &mut dyn Answers) {
+    let v = Violation::XrcSrqInvalid;
+    let event = Some(responder_event(v));
+    match t {
+        Routed::Local(t) => {
+            t.note_inbound();
+            t.enter_error(event);
+        }
+        Routed::Peer(t) => {
+            t.note_inbound();
+            t.enter_error(event);
+        }
+        Routed::Split(t) => {
+            t.note_inbound();
+            t.enter_error(event);
+        }
+    }
+    answers.answer(&nak_for(request.psn, v, 0), &PacketBytes(&[]));
 }
 
 /// What a data movement that failed after the checks means (the registered memory was

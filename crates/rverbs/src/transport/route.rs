@@ -6,10 +6,10 @@
 //! rxe checks the packet's IP addresses, its path must point back at the requester's
 //! source GID, and — standing in for the PSN check a stray packet would fail — it must be
 //! connected to the requesting QP. An XRC request must name an XRC SRQ of the target's
-//! domain; otherwise it is dropped (the unmerged rxe XRC series; IBTA A14 unverified). A
-//! request that finds no responder goes unanswered. (From another host such a request
-//! reaches the target QP's responder, which NAKs it invalid request, docs/rocev2-wire.md
-//! §1.8; [`xrc_target`] finds the SRQ for it.)
+//! domain; otherwise the target refuses it as an invalid request ([`xrc_refusal`] finds
+//! the target for that; from another host the target QP's responder NAKs it the same way,
+//! docs/rocev2-wire.md §1.8, and [`xrc_target`] finds the SRQ for it). Any other request
+//! that finds no responder goes unanswered.
 //!
 //! The QP is in this process or in the peer process its number names (`crate::table`).
 //! A send queue keeps the responder it found ([`Route`]) until `modify_qp` changes its
@@ -192,6 +192,26 @@ fn find(dev: &'static Engine, qp: &QpInner, req: &ReqView, wqe: &SendWqe) -> Opt
         return None;
     }
     Some(Routed::Local(LocalTarget { pd: srq.pd.id, endpoint: srq.pd.endpoint(), srq: Some(srq), cq, qp: t }))
+}
+
+/// An XRC target QP of this host that answers `qp` (path `req`) although no responder was
+/// found for `wqe`: the SRQ the request names is missing, or of another XRC domain than the
+/// QP's. Its responder refuses the request as an invalid request, as it does for a request
+/// from the network (docs/rocev2-wire.md §1.8, [`xrc_target`]), so both links agree.
+pub(crate) fn xrc_refusal(dev: &'static Engine, qp: &QpInner, req: &ReqView) -> Option<Routed> {
+    if qp.qp_type != QpType::XrcSend || !dev.owns_gid(&req.dgid) {
+        return None;
+    }
+    let qpn = req.dest_qpn;
+    let ep = endpoint_of(qpn);
+    if ep == dev.ep() {
+        let t = dev.qps.get(qpn)?;
+        (t.qp_type == QpType::XrcRecv && answers(t.rec, qp.qpn, req)).then(|| Routed::Local(LocalTarget::of(t)))
+    } else {
+        let peer = dev.reg.as_ref()?.peer(ep).ok()?;
+        let rec = peer.tables().qp(qpn);
+        (is_qp(rec, qpn, QpType::XrcRecv) && answers(rec, qp.qpn, req)).then(|| Routed::Peer(PeerTarget::of_qp(dev, peer, qpn)))
+    }
 }
 
 /// An XRC responder whose target QP and named SRQ are in different processes: both must
