@@ -9,7 +9,8 @@ use rverbs::{FlushPlacement, FlushSelectivity, FlushWr, Mr, Payload, SendFlags, 
 use rverbs_cm::{CmId, EventChannel, EventKind};
 
 use crate::cq::Cq;
-use crate::ep::{post_recv, Queues};
+use crate::queues::Queues;
+use crate::recv::post_recv;
 use crate::error::{Error, Result};
 use crate::flags::{CompletionFlags, FlushType, Usage};
 use crate::mr::{MrLocal, MrRemote};

@@ -132,6 +132,8 @@ mod error;
 mod flags;
 mod mr;
 mod peer;
+mod queues;
+mod recv;
 mod srq;
 mod util;
 

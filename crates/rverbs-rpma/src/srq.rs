@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rverbs::SrqInit;
 
 use crate::cq::Cq;
-use crate::ep::post_recv_to;
+use crate::recv::post_recv_to;
 use crate::error::{Error, Result};
 use crate::mr::MrLocal;
 use crate::peer::Peer;
