@@ -34,6 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/peer_io.h"
+
 #define KIB 1024u
 #define BIG (64 * KIB)
 #define MR_LEN (512 * KIB)
@@ -80,40 +82,6 @@ struct side {
 	int gidx, events, sock;
 };
 
-static uint8_t pattern(uint32_t seed, uint32_t i)
-{
-	return (uint8_t)(i * 13u + seed * 7u + (i >> 8));
-}
-
-static void fill(uint8_t *p, uint32_t len, uint32_t seed)
-{
-	for (uint32_t i = 0; i < len; i++)
-		p[i] = pattern(seed, i);
-}
-
-static int same(const uint8_t *p, uint32_t len, uint32_t seed)
-{
-	for (uint32_t i = 0; i < len; i++)
-		if (p[i] != pattern(seed, i))
-			return 0;
-	return 1;
-}
-
-static int io_all(int fd, void *p, size_t n, int out)
-{
-	uint8_t *b = p;
-
-	while (n > 0) {
-		ssize_t r = out ? write(fd, b, n) : read(fd, b, n);
-
-		if (r <= 0)
-			return -1;
-		b += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
 /* The client's end of a phase: its work is done and checked (1); then the server's
  * verdict on what it received. */
 static int sync_phase(struct side *s, uint8_t mine)
@@ -143,14 +111,6 @@ static int reply(struct side *s, int ok)
 
 	CHECK(io_all(s->sock, &b, 1, 1) == 0, "TCP write");
 	return 0;
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* Takes exactly n completions from cq within 20 s, polling or (-e) on its channel. */
@@ -291,41 +251,6 @@ static int connect_qp(struct side *s, const struct wire *peer, int target)
 				      IBV_QP_MAX_QP_RD_ATOMIC) == 0,
 	      "modify_qp to RTS");
 	return 0;
-}
-
-static int tcp_connect(const char *host, int port)
-{
-	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-	char service[16];
-	int fd;
-
-	snprintf(service, sizeof(service), "%d", port);
-	if (getaddrinfo(host, service, &hints, &res))
-		return -1;
-	fd = socket(res->ai_family, res->ai_socktype, 0);
-	if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen)) {
-		close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(res);
-	return fd;
-}
-
-static int tcp_accept(int port)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	int one = 1, l = socket(AF_INET, SOCK_STREAM, 0), fd;
-
-	if (l < 0)
-		return -1;
-	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) || listen(l, 1)) {
-		close(l);
-		return -1;
-	}
-	fd = accept(l, NULL, NULL);
-	close(l);
-	return fd;
 }
 
 static const uint32_t SIZES[] = {1, 4096, BIG};
