@@ -36,8 +36,8 @@ use rverbs::{Payload, SendFlags, WrOpcode};
 
 use crate::input::Input;
 
-/// Inline pieces one request may have (`rverbs::device::limits::MAX_SGE`).
-const INLINE_SLOTS: usize = rverbs::device::limits::MAX_SGE as usize;
+/// Inline pieces one request may have (`rverbs::limits::MAX_SGE`).
+const INLINE_SLOTS: usize = rverbs::limits::MAX_SGE as usize;
 /// `send_ops_flags` rdma-core 44 defines: bits 0–10 and 12.
 const V44_SEND_OPS: u64 = 0x7ff | 1 << 12;
 

@@ -351,7 +351,7 @@ export! {
         vctx.context.ops = context_ops();
         vctx.context.cmd_fd = cmd_fd.as_raw_fd();
         vctx.context.async_fd = core.async_fd().as_raw_fd();
-        vctx.context.num_comp_vectors = rverbs::device::limits::NUM_COMP_VECTORS as c_int;
+        vctx.context.num_comp_vectors = rverbs::limits::NUM_COMP_VECTORS as c_int;
         vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
         let obj = Box::new(ContextObj {
             vctx: UnsafeCell::new(vctx),

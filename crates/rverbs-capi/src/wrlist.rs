@@ -16,8 +16,8 @@ const RECV_CHUNK: usize = 8;
 /// slice is formed, so a wild `num_sge` never makes us read past the caller's array.
 pub(crate) const MAX_ANY_SGE: usize = {
     let (a, b) = (
-        rverbs::device::limits::MAX_SGE,
-        rverbs::device::limits::MAX_SRQ_SGE,
+        rverbs::limits::MAX_SGE,
+        rverbs::limits::MAX_SRQ_SGE,
     );
     (if a > b { a } else { b }) as usize
 };

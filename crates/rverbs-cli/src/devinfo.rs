@@ -1,6 +1,6 @@
 //! `rverbs devinfo`: the device as `ibv_devinfo` prints it.
 
-use rverbs::device::{cap_flags, LINK_LAYER_ETHERNET};
+use rverbs::cap_flags::{self, LINK_LAYER_ETHERNET};
 use rverbs::{Context, GidType, Mtu, PortState};
 
 use crate::failure::Failure;

@@ -10,7 +10,7 @@
 //!   (event order, acknowledgements, private data limits and padding, QP transitions).
 //! - On the device: the handshake is IBTA CM messages ([`mad`]: REQ, MRA, REP, RTU, REJ,
 //!   DREQ, DREP, SIDR_REQ, SIDR_REP) with the RDMA CM IP private-data header, carried as
-//!   MADs on each endpoint's QP1 ([`rverbs::qp1`]). A host-wide table in the runtime
+//!   MADs on each endpoint's QP1 ([`rverbs::capi_support::qp1`]). A host-wide table in the runtime
 //!   directory ([`table`]) says which process listens on a port.
 //! - A peer process that dies: its partners see DISCONNECTED (their QPs flush) or
 //!   UNREACHABLE, never a hang.

@@ -108,7 +108,7 @@ impl Native {
 
     /// librpma's decision from a device's `device_cap_flags_ex` (see [`Native`]).
     pub fn from_cap_flags_ex(flags: u64) -> Native {
-        use rverbs::device::cap_flags::{EX_ATOMIC_WRITE, EX_FLUSH_GLOBAL};
+        use rverbs::cap_flags::{EX_ATOMIC_WRITE, EX_FLUSH_GLOBAL};
         let flush = EX_FLUSH_GLOBAL | EX_FLUSH_PERSISTENT;
         Native { atomic_write: flags & EX_ATOMIC_WRITE != 0, flush: flags & flush == flush }
     }

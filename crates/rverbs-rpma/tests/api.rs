@@ -258,7 +258,7 @@ fn native_atomic_write_needs_write_dst() {
 /// turns native operations off.
 #[test]
 fn native_operations_are_decided_as_librpma_does() {
-    use rverbs::device::cap_flags::{EX_ATOMIC_WRITE, EX_FLUSH_GLOBAL};
+    use rverbs::cap_flags::{EX_ATOMIC_WRITE, EX_FLUSH_GLOBAL};
     const EX_FLUSH_PERSISTENT: u64 = 1 << 39;
     let n = |atomic_write, flush| Native { atomic_write, flush };
     for (flags, want) in [

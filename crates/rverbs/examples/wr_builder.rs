@@ -31,7 +31,7 @@ mod common;
 use common::{
     bring_up, check_bytes, check_eq, expect_empty, expect_ok, open, pattern, Endpoint, Result, ALL_ACCESS, CAP, MR_LEN,
 };
-use rverbs::device::cap_flags;
+use rverbs::cap_flags;
 use rverbs::{
     Access, CqInit, FlushPlacement, FlushSelectivity, FlushWr, Mr, QpInit, QpType, SendFlags, SendOps, WcOpcode,
 };

@@ -19,11 +19,11 @@ use crate::engine::Engine;
 use crate::mr::endpoint::Endpoint;
 use crate::shm::registry::Registry;
 use crate::sys;
+use cap_flags::{LINK_LAYER_ETHERNET, PORT_CM_SUP};
+use crate::limits;
 
 /// Name of the built-in device.
 pub const DEVICE_NAME: &str = "rverbs0";
-
-pub use crate::limits;
 
 /// IEEE OUI reported as `vendor_id`: not Mellanox (0x02c9) nor Amazon (0x1d0f), so
 /// applications that switch on vendor ids (perftest, pyverbs) take their generic paths.
@@ -32,7 +32,7 @@ pub const VENDOR_ID: u32 = 0x52_5645;
 /// Frequency of the device clock in kHz (`hca_core_clock`): the clock counts nanoseconds.
 pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
 
-pub use crate::gid::{Gid, GidEntry, GidType};
+pub(crate) use crate::gid::{Gid, GidEntry, GidType};
 
 /// Device attributes (`struct ibv_device_attr` and the `_ex` additions rverbs uses).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,8 +111,18 @@ pub struct DeviceAttr {
     pub max_inline_data: u32,
 }
 
-/// `IBV_DEVICE_*` capability bits rverbs sets (verbs.h `enum ibv_device_cap_flags`).
 pub mod cap_flags {
+    //! The flag and code values of the device and port attributes (ibv_query_device(3),
+    //! ibv_query_port(3)): the `IBV_DEVICE_*` capability bits rverbs sets in
+    //! [`DeviceAttr::device_cap_flags`](crate::DeviceAttr::device_cap_flags) and
+    //! [`device_cap_flags_ex`](crate::DeviceAttr::device_cap_flags_ex) (verbs.h `enum
+    //! ibv_device_cap_flags`), the port's `IBV_PORT_*` capability bits in
+    //! [`PortAttr::port_cap_flags`](crate::PortAttr::port_cap_flags), and its link layer.
+    //!
+    //! A public namespace because these fields are raw words, as in `struct ibv_device_attr`:
+    //! an application tests a capability (memory windows, XRC, FLUSH, ATOMIC_WRITE) against
+    //! these constants.
+
     /// P_Key violation counter.
     pub const BAD_PKEY_CNTR: u32 = 1 << 1;
     /// Q_Key violation counter.
@@ -137,6 +147,14 @@ pub mod cap_flags {
     pub const EX_FLUSH_GLOBAL: u64 = 1 << 38;
     /// `IB_UVERBS_DEVICE_ATOMIC_WRITE` (device_cap_flags_ex).
     pub const EX_ATOMIC_WRITE: u64 = 1 << 40;
+
+    /// `IBV_PORT_CM_SUP`: the port supports connection management
+    /// ([`PortAttr::port_cap_flags`](crate::PortAttr::port_cap_flags)).
+    pub const PORT_CM_SUP: u32 = 1 << 16;
+
+    /// `IBV_LINK_LAYER_ETHERNET`, the port's link layer
+    /// ([`PortAttr::link_layer`](crate::PortAttr::link_layer)).
+    pub const LINK_LAYER_ETHERNET: u8 = 2;
 }
 
 /// Port state (`enum ibv_port_state`).
@@ -207,9 +225,6 @@ pub struct PortAttr {
     pub port_cap_flags2: u16,
 }
 
-/// `IBV_LINK_LAYER_ETHERNET`.
-pub const LINK_LAYER_ETHERNET: u8 = 2;
-
 /// The process-wide state of the built-in device: the engine's state ([`Engine`]: this
 /// process's endpoint, the memory layer's [`Endpoint`], and the live CQs, QPs and SRQs)
 /// and what only the layers above it use.
@@ -275,7 +290,7 @@ impl std::ops::Deref for DeviceInner {
     }
 }
 
-pub use crate::sys::{process_generation, GENERATIONS};
+pub(crate) use crate::sys::{process_generation, GENERATIONS};
 
 static DEVICES: [OnceLock<DeviceInner>; GENERATIONS] = [const { OnceLock::new() }; GENERATIONS];
 
@@ -495,9 +510,6 @@ impl DeviceInner {
         }
     }
 }
-
-/// `IBV_PORT_CM_SUP`: the port supports connection management.
-pub const PORT_CM_SUP: u32 = 1 << 16;
 
 /// Removes the endpoint directory when the process exits normally, and the directories
 /// of dead endpoints with it: a process killed before any peer reached it (so no peer

@@ -27,51 +27,74 @@
 //! safe way to get registered memory. A memory region named by a posted work request
 //! stays registered until that request completes, whatever handles the caller drops.
 //! No function panics on bad input; errors carry the errno rdma-core would report.
+//!
+//! # The surface
+//!
+//! Every public item has one path. The verbs objects ([`Context`], [`Pd`], [`Mr`],
+//! [`Mw`], [`Cq`], [`Qp`], [`Srq`], [`Ah`], [`Xrcd`], …), their parameters and results
+//! ([`QpInit`], [`QpAttr`], [`SendWr`], [`Wc`], …), the verbs enums and the one
+//! [`Error`] are at the crate root. The modules are namespaces of constants and helpers
+//! that belong together:
+//!
+//! - [`limits`]: the limits the device reports and enforces (ibv_query_device(3),
+//!   ibv_query_port(3));
+//! - [`cap_flags`]: the capability bits and codes of [`DeviceAttr`] and [`PortAttr`];
+//! - [`vendor_err`]: the `vendor_err` codes of error completions and their meanings;
+//! - [`clock`]: the device clock of completion timestamps (ibv_create_cq_ex(3),
+//!   ibv_query_rt_values_ex(3));
+//! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
+//!   manager (`rverbs-cm`) need of the device beyond the verbs API; not for applications.
+//!
+//! Everything else (the engine, the transports, the shared segments) is private to the
+//! crate; ARCHITECTURE.md draws its layers.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod ah;
+mod ah;
 pub mod clock;
 mod config;
-pub mod context;
-pub mod cq;
-pub mod device;
+mod context;
+mod cq;
+mod device;
 mod engine;
-pub mod error;
-pub(crate) mod fault;
+mod error;
+mod fault;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod event;
-pub mod gid;
+mod event;
+mod gid;
 pub mod limits;
-pub mod mcast;
-pub mod mem;
-pub mod mr;
-pub mod mw;
-pub mod neigh;
+mod mcast;
+mod mem;
+mod mr;
+mod mw;
+mod neigh;
 mod notify;
-pub mod pd;
+mod pd;
 mod progress;
-pub mod qp;
-pub mod qp1;
-pub mod rule;
+mod qp;
+mod qp1;
+mod rule;
 mod shm;
-pub mod srq;
+mod srq;
 mod spin;
 mod sys;
 mod table;
 mod transport;
-pub mod wc;
-pub mod xrcd;
+mod wc;
+mod xrcd;
 
 pub use ah::Ah;
 pub use context::Context;
 pub use cq::channel::{CompChannel, CqEvent};
 pub use cq::ex::{ExEntry, ExPoll};
 pub use cq::{Cq, CqCreateFlags, CqInit, WcExFlags};
-pub use device::{devices, device_by_name, endpoint_dir, process_generation, Device, DeviceAttr, Gid, GidEntry, GidType, PortAttr, PortState};
-pub use error::{Error, Result, Rule};
+pub use device::cap_flags;
+pub use device::{devices, device_by_name, endpoint_dir, Device, DeviceAttr, PortAttr, PortState};
+pub use gid::{Gid, GidEntry, GidType};
+pub use error::{Error, Result};
+pub use rule::Rule;
 pub use event::{AsyncElement, AsyncEvent};
 pub use mr::{Mr, MrInfo, ReregFlags, Sge};
 pub use mw::{inc_rkey, Mw, MwBind, MwType};
@@ -81,6 +104,7 @@ pub use qp::wr::{BindMwWr, FlushPlacement, FlushSelectivity, FlushWr, Payload, P
 pub use qp::batch::{SendBatch, SendOps, WrBatch};
 pub use qp::connect::RemotePath;
 pub use qp::{Qp, QpInit};
+pub use mcast::MULTICAST_QPN;
 pub use rverbs_proto::state::QpAttrMask;
 pub use rverbs_proto::fault::FaultConfig;
 pub use rverbs_proto::vendor_err;
@@ -90,6 +114,47 @@ pub use rverbs_proto::verbs::{
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInit};
 pub use wc::Wc;
 pub use xrcd::Xrcd;
+
+pub mod capi_support {
+    //! What the drop-in libraries need of the device beyond the verbs API: the one public
+    //! path into this crate's internals, for `rverbs-capi` (`libibverbs.so.1` and
+    //! `librdmacm.so.1`, docs/capi.md) and the connection manager behind its rdma_cm calls
+    //! (`rverbs-cm`, docs/connection-manager.md).
+    //!
+    //! An application has no use for these items; the verbs objects and their parameters are
+    //! at the crate root, and the device's limits and capability bits in [`limits`](crate::limits)
+    //! and [`cap_flags`](crate::cap_flags). Each item here is the only public path to it:
+    //!
+    //! - [`GENERATIONS`] and [`process_generation`]: a forked child is a new process of the
+    //!   host-wide device with its own endpoint (ibv_fork_init(3); docs/device.md), and
+    //!   state that belongs to one process's device is kept per generation, in arrays of
+    //!   `GENERATIONS` slots indexed by `process_generation()`: the C layer's default
+    //!   context, PD and XRC domain of rdma_cm ids (`rverbs-capi` `cm/context.rs`), the
+    //!   connection manager's engine and its thread (`rverbs-cm` `engine/mod.rs`).
+    //! - [`qp1`]: QP1, the General Services QP of the port (IBTA Vol 1 §13.4, §13.5): the
+    //!   management datagrams the connection manager exchanges with other endpoints of this
+    //!   host and with other hosts (`Qp1`, `Mad`, `MadPeer`, `MAD_LEN`).
+    //! - [`neigh`]: the next-hop probe rdma_resolve_addr(3) runs, so that an address nobody
+    //!   answers ends in RDMA_CM_EVENT_ADDR_ERROR within the caller's timeout, as the
+    //!   kernel's rdma_cm resolves the neighbour (`neigh::start`, `Resolving::poll`,
+    //!   `Probe`).
+
+    pub use crate::sys::{process_generation, GENERATIONS};
+
+    /// QP1, the General Services QP of the port: the connection manager's MADs. To an
+    /// endpoint of this host a MAD is a record in that endpoint's QP1 FIFO; to another
+    /// host, a RoCEv2 UD packet to its port 4791 (docs/connection-manager.md, "QP1").
+    pub mod qp1 {
+        pub use crate::qp1::{Mad, MadPeer, Qp1, GSI_QKEY, GSI_QPN, MAD_LEN};
+    }
+
+    /// The next-hop probe of rdma_resolve_addr(3) as the kernel's rdma_cm asks it: the
+    /// route's next hop is made to resolve and looked up in the kernel's neighbour table
+    /// (docs/connection-manager.md).
+    pub mod neigh {
+        pub use crate::neigh::{start, Probe, Resolving};
+    }
+}
 
 /// The README's Rust snippet, compiled and checked by `cargo test --doc`.
 #[cfg(doctest)]

@@ -43,7 +43,7 @@ use crate::shm::registry::Peer;
 use crate::table::endpoint_of;
 use crate::QpType;
 
-/// The QPN that addresses a multicast group.
+/// The destination QPN of a UD send to a multicast group (`0xFFFFFF`, ibv_attach_mcast(3)).
 pub const MULTICAST_QPN: u32 = 0xff_ffff;
 
 /// Where this process receives its groups from beyond the host: the network transport

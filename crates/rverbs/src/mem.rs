@@ -19,8 +19,6 @@
 //! placement.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::AtomicU64;
-
 pub use crate::fault::Faulted;
 use crate::fault::Rmw;
 
@@ -40,34 +38,6 @@ pub const ORDERED: bool = crate::fault::GUARDED;
 pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) -> Result<(), Faulted> {
     // SAFETY: forwarded from the caller's contract.
     unsafe { crate::fault::copy(dst, src, len) }
-}
-
-/// Writes `len` zero bytes at `dst` in increasing address order.
-///
-/// # Safety
-/// As for [`copy`]: `dst..dst+len` must be writable.
-pub unsafe fn zero(dst: *mut u8, len: usize) -> Result<(), Faulted> {
-    const ZEROS: [u8; 256] = [0; 256];
-    let mut off = 0;
-    while off < len {
-        let n = (len - off).min(ZEROS.len());
-        // SAFETY: within the caller's range; ZEROS is a valid source.
-        unsafe { copy(dst.add(off), ZEROS.as_ptr(), n) }?;
-        off += n;
-    }
-    Ok(())
-}
-
-/// The 64-bit word at `addr` as an atomic.
-///
-/// # Safety
-/// `addr` must be 8-byte aligned and point into memory valid for the lifetime `'a` that
-/// is only ever accessed atomically or by the device's copies while in use.
-pub unsafe fn atomic_u64<'a>(addr: usize) -> &'a AtomicU64 {
-    debug_assert_eq!(addr % 8, 0);
-    // SAFETY: forwarded from the caller's contract; AtomicU64 has the size and (given
-    // the check) the alignment of u64.
-    unsafe { &*(addr as *const AtomicU64) }
 }
 
 /// Executes an IBTA 64-bit atomic on host-endian memory (rxe `rxe_mr_do_atomic_op`
@@ -115,7 +85,7 @@ pub enum AtomicOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     #[test]
     fn copy_moves_every_length_exactly() {
@@ -130,16 +100,6 @@ mod tests {
                 assert!(dst[off + len..].iter().all(|&b| b == 0xAA));
             }
         }
-    }
-
-    #[test]
-    fn zero_clears_exactly() {
-        let mut dst = vec![0xFFu8; 700];
-        // SAFETY: inside the vector.
-        unsafe { zero(dst.as_mut_ptr().add(3), 600) }.unwrap();
-        assert!(dst[3..603].iter().all(|&b| b == 0));
-        assert_eq!(dst[2], 0xFF);
-        assert_eq!(dst[603], 0xFF);
     }
 
     #[test]

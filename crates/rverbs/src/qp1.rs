@@ -232,11 +232,6 @@ fn write_record(fd: BorrowedFd<'_>, rec: &[u8]) -> Result<()> {
     }
 }
 
-/// The endpoint a QP number belongs to (its top 8 bits; docs/device.md, "Numbers").
-pub fn endpoint_of_qpn(qpn: u32) -> u32 {
-    (qpn >> 16) & 0xff
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,11 +311,5 @@ mod tests {
         child.wait().unwrap();
         drop(q);
         let _ = std::fs::remove_dir_all(&root);
-    }
-
-    #[test]
-    fn endpoint_bits_of_a_qpn() {
-        assert_eq!(endpoint_of_qpn(0x03_0005), 3);
-        assert_eq!(endpoint_of_qpn(0xff_ffff), 255);
     }
 }

@@ -533,6 +533,200 @@ fn the_checker_sees_imports_in_every_form() {
 }
 
 // ---------------------------------------------------------------------------------------
+// The public surface (issue 21): one path per public item. The verbs objects, their
+// parameters and the verbs enums are re-exported at the crate root from private modules;
+// the only public modules are the namespaces below, each for a reason.
+// ---------------------------------------------------------------------------------------
+
+/// The modules `rverbs` makes public (declared `pub mod` in lib.rs, or a module
+/// re-exported there), each with the reason it is a namespace of its own. Every other
+/// module is private: what it offers the world is re-exported at the root, once.
+const PUBLIC_MODULES: &[(&str, &str)] = &[
+    ("limits", "the limits the device reports and enforces, as ibv_query_device(3) and ibv_query_port(3) list them"),
+    ("cap_flags", "the capability bits of DeviceAttr and PortAttr, raw words as in struct ibv_device_attr (re-exported from the private `device`)"),
+    ("vendor_err", "the vendor_err codes of error completions and their meanings (re-exported from rverbs-proto)"),
+    ("clock", "the device clock of completion timestamps (ibv_create_cq_ex(3), ibv_query_rt_values_ex(3))"),
+    ("capi_support", "what rverbs-capi and rverbs-cm need beyond the verbs API: the one, documented public path to those internals"),
+    ("fuzzing", "the fuzz harnesses' entry into private code: feature `fuzzing` only, hidden from the documentation"),
+];
+
+/// What is wrong with the public surface a lib.rs declares: a public module not in
+/// [`PUBLIC_MODULES`] or without a doc comment, an item re-exported from a public module
+/// (two paths), a glob re-export, an item re-exported twice, and an entry of
+/// `PUBLIC_MODULES` that is not public. `module_doc` answers whether the file of
+/// `pub mod name;` opens with a module doc.
+fn surface_problems(lib_rs: &str, module_doc: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let file = syn::parse_file(lib_rs).expect("lib.rs parses");
+    let allowed: BTreeMap<&str, &str> = PUBLIC_MODULES.iter().copied().collect();
+    let is_pub = |v: &syn::Visibility| matches!(v, syn::Visibility::Public(_));
+    let has_doc = |attrs: &[syn::Attribute]| attrs.iter().any(|a| a.path().is_ident("doc"));
+    let mut problems = Vec::new();
+    // The crate root's modules and whether each is public.
+    let mut root_mods: BTreeMap<String, bool> = BTreeMap::new();
+    for item in &file.items {
+        if let syn::Item::Mod(m) = item {
+            root_mods.insert(m.ident.to_string(), is_pub(&m.vis));
+        }
+    }
+    let mut public: BTreeSet<String> = root_mods.iter().filter(|(_, p)| **p).map(|(n, _)| n.clone()).collect();
+    for item in &file.items {
+        let syn::Item::Mod(m) = item else { continue };
+        let name = m.ident.to_string();
+        if !is_pub(&m.vis) {
+            continue;
+        }
+        if !allowed.contains_key(name.as_str()) {
+            problems.push(format!("`pub mod {name}` is not one of PUBLIC_MODULES: make it private and re-export its items at the root, or add it there with its reason"));
+        }
+        let documented = if m.content.is_some() { has_doc(&m.attrs) } else { module_doc(&name) };
+        if !documented {
+            problems.push(format!("public module `{name}` has no module doc saying what it is for"));
+        }
+    }
+    // Every `pub use`, at the root and inside the root's inline public modules: (path of
+    // the source, the re-exporting module).
+    fn uses(prefix: &mut Vec<String>, t: &syn::UseTree, out: &mut Vec<Vec<String>>, globs: &mut Vec<String>) {
+        match t {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                uses(prefix, &p.tree, out, globs);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => out.push(prefix.iter().cloned().chain([n.ident.to_string()]).collect()),
+            syn::UseTree::Rename(r) => out.push(prefix.iter().cloned().chain([r.ident.to_string()]).collect()),
+            syn::UseTree::Glob(_) => globs.push(prefix.join("::")),
+            syn::UseTree::Group(g) => g.items.iter().for_each(|i| uses(prefix, i, out, globs)),
+        }
+    }
+    fn collect(items: &[syn::Item], within: &str, out: &mut Vec<(Vec<String>, String)>, globs: &mut Vec<String>) {
+        for item in items {
+            match item {
+                syn::Item::Use(u) if matches!(u.vis, syn::Visibility::Public(_)) => {
+                    let mut paths = Vec::new();
+                    uses(&mut Vec::new(), &u.tree, &mut paths, globs);
+                    out.extend(paths.into_iter().map(|p| (p, within.to_owned())));
+                }
+                syn::Item::Mod(m) if matches!(m.vis, syn::Visibility::Public(_)) => {
+                    if let Some((_, inner)) = &m.content {
+                        let here = if within.is_empty() { m.ident.to_string() } else { format!("{within}::{}", m.ident) };
+                        collect(inner, &here, out, globs);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut reexports = Vec::new();
+    let mut globs = Vec::new();
+    collect(&file.items, "", &mut reexports, &mut globs);
+    for g in globs {
+        problems.push(format!("`pub use {g}::*`: a glob re-export has no deliberate list of items"));
+    }
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for (path, within) in &reexports {
+        let at = if within.is_empty() { "the root".to_owned() } else { format!("`{within}`") };
+        // The path inside this crate, if it is one (`crate::x::Y` or, at the root, `x::Y`).
+        let inner: Option<&[String]> = match path.first().map(String::as_str) {
+            Some("crate") => Some(&path[1..]),
+            Some(first) if within.is_empty() && root_mods.contains_key(first) => Some(&path[..]),
+            _ => None,
+        };
+        if let Some(inner) = inner {
+            if inner.len() > 1 && root_mods.get(&inner[0]) == Some(&true) {
+                problems.push(format!(
+                    "{at} re-exports `{}`, which is public already as `rverbs::{}`: two paths to one item",
+                    path.join("::"),
+                    inner.join("::")
+                ));
+            }
+        }
+        let source = path.join("::").trim_start_matches("crate::").to_owned();
+        if let Some(first) = seen.insert(source.clone(), at.clone()) {
+            problems.push(format!("`{source}` is re-exported twice, at {first} and at {at}"));
+        }
+        if within.is_empty() {
+            public.insert(path.last().unwrap().clone());
+        }
+    }
+    for (name, _) in PUBLIC_MODULES {
+        if !public.contains(*name) {
+            problems.push(format!("PUBLIC_MODULES lists `{name}`, which lib.rs does not make public"));
+        }
+    }
+    problems
+}
+
+/// The crate's public surface has one path per item, and its public modules are the
+/// deliberate namespaces of [`PUBLIC_MODULES`], each documented (ARCHITECTURE.md,
+/// "Layers"; the crate root's doc lists them).
+#[test]
+fn the_public_surface_has_one_path_per_item() {
+    let lib = std::fs::read_to_string(src_dir().join("lib.rs")).unwrap();
+    let module_doc = |name: &str| {
+        [format!("{name}.rs"), format!("{name}/mod.rs")]
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(src_dir().join(f)).ok())
+            .any(|src| src.trim_start().starts_with("//!"))
+    };
+    let mut problems = surface_problems(&lib, &module_doc);
+    // A public module that is a file is a flat namespace: a `pub use` or `pub mod` in it
+    // would give an item a second path (`device` once re-exported `limits` as
+    // `rverbs::device::limits`). The fuzzing entry is exempt: it is no part of the API.
+    for (name, _) in PUBLIC_MODULES.iter().filter(|(n, _)| *n != "fuzzing") {
+        let Ok(src) = std::fs::read_to_string(src_dir().join(format!("{name}.rs"))) else { continue };
+        let ast = syn::parse_file(&src).unwrap();
+        for item in &ast.items {
+            let nested = match item {
+                syn::Item::Use(u) => matches!(u.vis, syn::Visibility::Public(_)),
+                syn::Item::Mod(m) => matches!(m.vis, syn::Visibility::Public(_)) && !is_cfg_test(&m.attrs),
+                _ => false,
+            };
+            if nested {
+                problems.push(format!("the public module `{name}` ({name}.rs) has a `pub use` or `pub mod`: a second path"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "the public surface of rverbs:\n{}", problems.join("\n"));
+    // The crate doc names every public module, so that `cargo doc` opens on the surface.
+    let crate_doc: String = lib.lines().take_while(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
+    for (name, _) in PUBLIC_MODULES.iter().filter(|(n, _)| *n != "fuzzing") {
+        assert!(crate_doc.contains(&format!("[`{name}`]")), "the crate doc of lib.rs does not list the public module `{name}`");
+    }
+}
+
+/// The surface checker itself: a public module outside the list, an item re-exported
+/// from a public module, a glob, a duplicate and a list entry that is not public are
+/// each found; a private module re-exported at the root is not a problem.
+#[test]
+fn the_surface_checker_sees_every_second_path() {
+    let bad = r#"
+        pub mod qp;
+        pub mod limits;
+        mod cq;
+        mod device;
+        pub use qp::Qp;
+        pub use cq::{Cq, CqInit};
+        pub use cq::*;
+        pub use device::cap_flags;
+        pub mod capi_support {
+            //! Doc.
+            pub use crate::limits::MAX_SGE;
+            pub use crate::cq::Cq;
+        }
+    "#;
+    let problems = surface_problems(bad, &|name| name != "qp");
+    let has = |what: &str| problems.iter().any(|p| p.contains(what));
+    assert!(has("`pub mod qp` is not one of PUBLIC_MODULES"), "{problems:?}");
+    assert!(has("public module `qp` has no module doc"), "{problems:?}");
+    assert!(has("re-exports `qp::Qp`, which is public already as `rverbs::qp::Qp`"), "{problems:?}");
+    assert!(has("re-exports `crate::limits::MAX_SGE`, which is public already"), "{problems:?}");
+    assert!(has("`pub use cq::*`"), "{problems:?}");
+    assert!(has("`cq::Cq` is re-exported twice"), "{problems:?}");
+    assert!(has("lists `vendor_err`, which lib.rs does not make public"), "{problems:?}");
+    assert!(!problems.iter().any(|p| p.contains("CqInit") || p.contains("`cap_flags`")), "{problems:?}");
+}
+
+// ---------------------------------------------------------------------------------------
 // The documentation the code cites (issue 21): ARCHITECTURE.md is a short guide, the
 // topics are pages of docs/, and every link and citation between them resolves.
 // ---------------------------------------------------------------------------------------

@@ -857,7 +857,7 @@ fn send_to_group(a: &Side, gid: &Gid, msg: &str) -> Vec<Wc> {
     let ah = Ah::new(&a.pd, &attr).unwrap();
     a.mr.write(0, msg.as_bytes()).unwrap();
     let sge = [a.mr.sge(0, msg.len() as u32).unwrap()];
-    a.qp.post_send(&[SendWr::send(9, &sge).ud(&ah, mcast::MULTICAST_QPN, 0x1111_1111).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::send(9, &sge).ud(&ah, MULTICAST_QPN, 0x1111_1111).signaled()]).unwrap();
     let mut others = Vec::new();
     loop {
         let wc = poll_one(&a.cq);

@@ -4,6 +4,7 @@
 //! (rdma-core's pyverbs rdma_cm tests fork both sides from a parent that already opened
 //! the device.)
 
+use rverbs::capi_support::process_generation;
 use rverbs::*;
 
 fn qp_in(ctx: &Context) -> (Cq, Qp) {

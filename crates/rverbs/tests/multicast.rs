@@ -34,7 +34,7 @@ fn a_send_to_a_group_reaches_every_member() {
     post_recv(&c, 2, 0, 100);
     let ah = group_ah(&a);
     let sge = [a.mr.sge(0, 10).unwrap()];
-    a.qp.post_send(&[SendWr::send(1, &sge).ud(&ah, mcast::MULTICAST_QPN, 0x1111_1111).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::send(1, &sge).ud(&ah, MULTICAST_QPN, 0x1111_1111).signaled()]).unwrap();
     assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
     let rb = poll_one(&b.cq);
     let rc = poll_one(&c.cq);
@@ -49,7 +49,7 @@ fn a_send_to_a_group_reaches_every_member() {
     b.qp.detach_mcast(&group(), 0).unwrap();
     post_recv(&b, 3, 0, 100);
     post_recv(&c, 4, 0, 100);
-    a.qp.post_send(&[SendWr::send(2, &sge).ud(&ah, mcast::MULTICAST_QPN, 0x1111_1111)]).unwrap();
+    a.qp.post_send(&[SendWr::send(2, &sge).ud(&ah, MULTICAST_QPN, 0x1111_1111)]).unwrap();
     assert_eq!(poll_one(&c.cq).wr_id(), 4);
     assert_empty(&b.cq);
 }

@@ -25,17 +25,17 @@ type AllocPd = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
 const CM_DEVICE: &CStr = c"rverbs0";
 
 // One context and PD per process generation: a child that fork created has a device
-// (endpoint) of its own and must not use its parent's (rverbs::process_generation).
-static CONTEXT: [AtomicPtr<ibv_context>; rverbs::device::GENERATIONS] =
-    [const { AtomicPtr::new(null_mut()) }; rverbs::device::GENERATIONS];
+// (endpoint) of its own and must not use its parent's (rverbs::capi_support::process_generation).
+static CONTEXT: [AtomicPtr<ibv_context>; rverbs::capi_support::GENERATIONS] =
+    [const { AtomicPtr::new(null_mut()) }; rverbs::capi_support::GENERATIONS];
 static OPENING: Mutex<()> = Mutex::new(());
-static PD: [AtomicPtr<ibv_pd>; rverbs::device::GENERATIONS] =
-    [const { AtomicPtr::new(null_mut()) }; rverbs::device::GENERATIONS];
-static XRCD: [AtomicPtr<crate::abi::ibv_xrcd>; rverbs::device::GENERATIONS] =
-    [const { AtomicPtr::new(null_mut()) }; rverbs::device::GENERATIONS];
+static PD: [AtomicPtr<ibv_pd>; rverbs::capi_support::GENERATIONS] =
+    [const { AtomicPtr::new(null_mut()) }; rverbs::capi_support::GENERATIONS];
+static XRCD: [AtomicPtr<crate::abi::ibv_xrcd>; rverbs::capi_support::GENERATIONS] =
+    [const { AtomicPtr::new(null_mut()) }; rverbs::capi_support::GENERATIONS];
 
 fn gen() -> usize {
-    rverbs::process_generation()
+    rverbs::capi_support::process_generation()
 }
 
 /// The process-wide `ibv_context *` of `rverbs0` that every CM id uses as `id->verbs`:

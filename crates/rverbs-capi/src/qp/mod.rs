@@ -576,7 +576,7 @@ export! {
 /// Work requests translated per call of the core's post (bounded stack use).
 const SEND_CHUNK: usize = 4;
 /// Inline pieces (one per SGE of an `IBV_SEND_INLINE` request) per chunk.
-const INLINE_SLOTS: usize = rverbs::device::limits::MAX_SGE as usize;
+const INLINE_SLOTS: usize = rverbs::limits::MAX_SGE as usize;
 /// Why a C send work request could not be translated.
 pub(crate) enum Refused {
     /// Refuse the request with this errno.

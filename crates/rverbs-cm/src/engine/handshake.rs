@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use rverbs::qp1::{Mad, MadPeer};
+use rverbs::capi_support::qp1::{Mad, MadPeer};
 use rverbs::{AhAttr, GlobalRoute, Mtu, QpType};
 
 use super::msg::{self, Reason};
@@ -529,7 +529,7 @@ fn on_req(cx: &mut Cx, st: &mut State, mad: &Mad, tid: u64, attr_mod: u32, req: 
     let owner = cx.world.listener(ps, dst);
     if let (Some(o), MadPeer::Remote { .. }) = (owner, from) {
         if o.ep != me {
-            // This process is the GSI dispatcher (`rverbs::qp1`) for a request from
+            // This process is the GSI dispatcher (`rverbs::capi_support::qp1`) for a request from
             // another host that another endpoint of this host serves: hand it on.
             let refuse = refusal(Reason::INVALID_SERVICE_ID);
             cx.out.push(Action::Forward { ep: o.ep, mad: Box::new(mad.clone()), refuse });

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
-use rverbs::qp1::{MadPeer, Qp1};
+use rverbs::capi_support::qp1::{MadPeer, Qp1};
 use rverbs::{Context, QpType};
 
 use rverbs::{Qp, QpAttr, QpAttrMask, QpState};
@@ -65,12 +65,12 @@ const KEY_QP1: u64 = u64::MAX;
 const KEY_WAKE: u64 = u64::MAX - 1;
 
 /// One engine per process generation: a child that `fork` created runs its own (the
-/// device gives it its own endpoint, `rverbs::device::process_generation`).
-static ENGINES: [OnceLock<std::result::Result<Engine, i32>>; rverbs::device::GENERATIONS] =
-    [const { OnceLock::new() }; rverbs::device::GENERATIONS];
+/// device gives it its own endpoint, `rverbs::capi_support::process_generation`).
+static ENGINES: [OnceLock<std::result::Result<Engine, i32>>; rverbs::capi_support::GENERATIONS] =
+    [const { OnceLock::new() }; rverbs::capi_support::GENERATIONS];
 
 fn engine_slot() -> &'static OnceLock<std::result::Result<Engine, i32>> {
-    &ENGINES[rverbs::device::process_generation()]
+    &ENGINES[rverbs::capi_support::process_generation()]
 }
 
 /// The engine, started on first use.
@@ -92,8 +92,8 @@ pub(crate) fn engine() -> Result<&'static Engine> {
 }
 
 fn ensure_thread(e: &'static Engine) {
-    static THREADS: [OnceLock<()>; rverbs::device::GENERATIONS] = [const { OnceLock::new() }; rverbs::device::GENERATIONS];
-    THREADS[rverbs::device::process_generation()].get_or_init(|| {
+    static THREADS: [OnceLock<()>; rverbs::capi_support::GENERATIONS] = [const { OnceLock::new() }; rverbs::capi_support::GENERATIONS];
+    THREADS[rverbs::capi_support::process_generation()].get_or_init(|| {
         std::thread::Builder::new()
             .name("rverbs-cm".into())
             .spawn(move || e.run())
@@ -499,13 +499,13 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
     let status = match status {
         Ok(()) if remote => {
             let timeout = Duration::from_millis(if timeout_ms > 0 { timeout_ms as u64 } else { 2000 });
-            match rverbs::neigh::start(dst_ip, timeout, Instant::now()) {
+            match rverbs::capi_support::neigh::start(dst_ip, timeout, Instant::now()) {
                 Ok(r) => {
                     s.resolving = Some(r);
                     e.kick();
                     return Ok(());
                 }
-                Err(rverbs::neigh::Probe::Unreachable(errno)) => Err(errno),
+                Err(rverbs::capi_support::neigh::Probe::Unreachable(errno)) => Err(errno),
                 Err(_) => Ok(()),
             }
         }
@@ -535,12 +535,12 @@ fn resolve_due(cx: &mut Cx, st: &mut State) {
     for (n, s) in st.ids.iter_mut() {
         let Some(r) = s.resolving.as_mut().filter(|r| r.next <= now) else { continue };
         let ev = match r.poll(now) {
-            rverbs::neigh::Probe::Pending => continue,
-            rverbs::neigh::Probe::Reachable => {
+            rverbs::capi_support::neigh::Probe::Pending => continue,
+            rverbs::capi_support::neigh::Probe::Reachable => {
                 s.enter(St::AddrResolved);
                 (*n, EventKind::AddrResolved, 0)
             }
-            rverbs::neigh::Probe::Unreachable(errno) => {
+            rverbs::capi_support::neigh::Probe::Unreachable(errno) => {
                 tracing::debug!(dst = ?s.dst, errno, "rdma_resolve_addr: the next hop does not answer");
                 (*n, EventKind::AddrError, -errno)
             }

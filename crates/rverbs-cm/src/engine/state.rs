@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use rverbs::qp1::MadPeer;
+use rverbs::capi_support::qp1::MadPeer;
 use rverbs::{Gid, Mtu, Qp, QpType};
 
 use crate::addr::LocalGid;
@@ -94,7 +94,7 @@ pub(crate) struct IdState {
     /// A message to another host that waits for its answer, resent until it comes.
     pub(crate) resend: Option<Resend>,
     /// An address resolution waiting for the next hop's neighbour (`neigh.rs`).
-    pub(crate) resolving: Option<rverbs::neigh::Resolving>,
+    pub(crate) resolving: Option<rverbs::capi_support::neigh::Resolving>,
 }
 
 /// A request (REQ, REP, DREQ) sent to another host, kept to be sent again while no

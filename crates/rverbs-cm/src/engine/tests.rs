@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use rverbs::qp1::{Mad, MadPeer};
+use rverbs::capi_support::qp1::{Mad, MadPeer};
 use rverbs::QpType;
 
 use super::world::{Action, Cx, World};

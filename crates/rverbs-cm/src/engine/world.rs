@@ -18,7 +18,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
-use rverbs::qp1::{Mad, MadPeer, MAD_LEN};
+use rverbs::capi_support::qp1::{Mad, MadPeer, MAD_LEN};
 use rverbs::Qp;
 
 use crate::addr::LocalGid;

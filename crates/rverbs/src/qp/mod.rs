@@ -631,7 +631,7 @@ impl Qp {
     /// and ALIGNED_128_BYTES (2); unknown flag bits give 0. Only RDMA READ (data placed
     /// at this QP by its own reads), RDMA WRITE and SEND (data placed by peers) are
     /// answered, for the QP types that carry them; other opcodes give 0.
-    /// rverbs places data with [`crate::mem::copy`], in increasing address order on
+    /// rverbs places data with its ordered copy (`mem::copy`), in increasing address order on
     /// x86-64; elsewhere it claims nothing. One path is not ordered: a peer process
     /// writing into this process's private memory with cross-memory attach (a kernel
     /// copy). So RDMA WRITE and SEND, which peers place here, are claimed only if the
