@@ -45,6 +45,14 @@ impl PartialEq for EventChannel {
     }
 }
 
+/// The channel's descriptor ([`EventChannel::fd`], rdma_create_event_channel(3) `fd`):
+/// readable while an event is queued, for epoll or an async reactor.
+impl AsFd for EventChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd()
+    }
+}
+
 impl EventChannel {
     /// Creates a channel (rdma_create_event_channel(3)); its fd is close-on-exec and
     /// blocking.

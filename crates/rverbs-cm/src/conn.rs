@@ -11,7 +11,7 @@
 //! ([`Connection::fd`], [`Listener::fd`]) for poll/epoll or an async runtime's reactor.
 
 use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use rverbs::{Qp, QpType};
@@ -231,5 +231,19 @@ impl Drop for Connection {
     fn drop(&mut self) {
         let _ = self.id.disconnect();
         let _ = self.id.destroy();
+    }
+}
+
+/// The listener's event fd ([`Listener::fd`]): readable while a connection request waits.
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd()
+    }
+}
+
+/// The connection's event fd ([`Connection::fd`]): readable when the peer disconnects.
+impl AsFd for Connection {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd()
     }
 }

@@ -637,3 +637,22 @@ fn a_client_reusing_a_dead_clients_endpoint_and_ids_is_a_new_peer() {
     assert!(server.child.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The event channel is `AsFd` (issue 23): an event loop watches it as it is.
+#[test]
+fn the_event_channel_is_a_source_an_event_loop_can_watch() {
+    use std::os::fd::AsFd;
+    let ch = EventChannel::new().unwrap();
+    let poll = |ch: &EventChannel, secs| {
+        let fd = ch.as_fd();
+        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: secs, tv_nsec: 0 })).unwrap() == 1
+    };
+    assert!(!poll(&ch, 0));
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    id.resolve_addr(None, "127.0.0.1:9".parse().unwrap(), 100).unwrap();
+    assert!(poll(&ch, 10), "ADDR_RESOLVED arrives");
+    assert_eq!(ch.get_event().unwrap().kind, EventKind::AddrResolved);
+    assert!(!poll(&ch, 0));
+    id.destroy().unwrap();
+}

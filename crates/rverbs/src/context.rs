@@ -5,7 +5,7 @@
 //! of one device share the device: their QPs can reach each other (the pyverbs suite
 //! opens one context per side).
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
 use crate::cq::channel::CompChannel;
@@ -184,6 +184,15 @@ impl Context {
     /// Opaque per-context id, unique in the process.
     pub fn id(&self) -> u32 {
         self.inner.id
+    }
+}
+
+/// The context's asynchronous-event fd ([`Context::async_fd`], `ibv_context.async_fd` of
+/// ibv_get_async_event(3)): readable while an event is pending, for epoll or an async
+/// reactor; drain it with [`Context::get_async_event`].
+impl AsFd for Context {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.async_fd()
     }
 }
 

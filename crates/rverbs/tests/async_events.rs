@@ -119,3 +119,29 @@ fn qp_destroy_waits_for_its_events_to_be_acknowledged() {
     rx.recv_timeout(Duration::from_secs(10)).unwrap();
     t.join().unwrap();
 }
+
+/// A context is `AsFd` over its asynchronous-event fd (issue 23: an event loop watches the
+/// context itself): readable exactly while an event is pending.
+#[test]
+fn a_context_is_a_source_of_async_events_an_event_loop_can_watch() {
+    use std::os::fd::AsFd;
+    let ready = |ctx: &Context| {
+        let fd = ctx.as_fd();
+        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap() == 1
+    };
+    let a = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    to_init(&a.qp, ALL_ACCESS);
+    to_rtr(&a.qp, &a.ctx, b.qp.qp_num(), &PATH);
+    to_rts(&a.qp, &PATH);
+    to_init(&b.qp, ALL_ACCESS);
+    to_rtr(&b.qp, &b.ctx, a.qp.qp_num(), &PATH);
+    nonblocking(&b.ctx);
+    assert!(!ready(&b.ctx));
+    a.qp.post_send(&[SendWr::write(1, &[], 0, 0).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert!(ready(&b.ctx), "COMM_EST is pending");
+    assert_eq!(b.ctx.get_async_event().unwrap().event_type(), EventType::CommEst);
+    assert!(!ready(&b.ctx));
+}

@@ -155,3 +155,24 @@ fn one_channel_serves_several_cqs() {
     got.sort_unstable();
     assert_eq!(got, vec![1, 2]);
 }
+
+/// Whether a source a reactor would register (anything `AsFd`) is readable right now.
+fn ready_source(src: &impl std::os::fd::AsFd) -> bool {
+    readable(src.as_fd())
+}
+
+/// A completion channel is `AsFd` (issue 23: registered with epoll or `tokio::io::unix::AsyncFd`
+/// as it is): the descriptor an event loop watches is the channel's, readable exactly while an
+/// event is queued.
+#[test]
+fn a_completion_channel_is_a_source_an_event_loop_can_watch() {
+    let (a, b, ch) = pair_ch();
+    use std::os::fd::{AsFd, AsRawFd};
+    assert_eq!(ch.as_fd().as_raw_fd(), ch.fd().as_raw_fd(), "the channel's own fd");
+    b.cq.req_notify(false).unwrap();
+    assert!(!ready_source(&ch));
+    send(&a, &b, 1, SendFlags::empty());
+    assert!(ready_source(&ch));
+    ch.get_cq_event().unwrap().ack();
+    assert!(!ready_source(&ch));
+}

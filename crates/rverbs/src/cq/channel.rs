@@ -10,7 +10,7 @@
 //! queues the event itself, so the application's fd becomes readable without this
 //! process doing anything.
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -172,5 +172,14 @@ impl CompChannel {
             return Err(Error::Destroyed { what: "completion channel" });
         }
         Ok(())
+    }
+}
+
+/// The channel's fd ([`CompChannel::fd`], ibv_create_comp_channel(3) `fd`): readable while
+/// an event is queued, so a channel can be registered with epoll, `tokio`'s `AsyncFd` or
+/// any reactor, then drained with [`CompChannel::get_event`] on a non-blocking fd.
+impl AsFd for CompChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd()
     }
 }
