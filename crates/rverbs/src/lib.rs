@@ -18,9 +18,11 @@
 //! # Ok::<(), rverbs::Error>(())
 //! ```
 //!
-//! What this crate does not do (yet): reach QPs in other hosts (a request to an unknown
-//! destination is never answered: RC ends in RETRY_EXC_ERR, UC and UD complete as
-//! sent).
+//! Where a QP's peer is: in this process, in another process of this host (through shared
+//! memory), or on another host over RoCEv2/UDP when the device serves the source GID's
+//! network interface (docs/network.md); the same requester runs the QP on every link
+//! (docs/queue-pairs.md, "One requester, two links"). A destination nobody answers is
+//! handled as on a NIC: RC ends in RETRY_EXC_ERR, UC and UD complete as sent.
 //!
 //! Safety: safe code cannot make the device touch memory outside a registration.
 //! Registering caller memory is `unsafe` ([`Pd::reg_mr`]); [`Pd::alloc_mr`] is the
