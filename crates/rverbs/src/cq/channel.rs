@@ -177,7 +177,7 @@ impl CompChannel {
 
 /// The channel's fd ([`CompChannel::fd`], ibv_create_comp_channel(3) `fd`): readable while
 /// an event is queued, so a channel can be registered with epoll, `tokio`'s `AsyncFd` or
-/// any reactor, then drained with [`CompChannel::get_event`] on a non-blocking fd.
+/// any reactor, then drained with [`CompChannel::get_cq_event`] on a non-blocking fd.
 impl AsFd for CompChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd()
