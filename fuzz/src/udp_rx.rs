@@ -1,5 +1,5 @@
 //! `udp_rx`: the UDP transport's receive path of the device crate (`rverbs`,
-//! `transport/udp.rs`), from a received buffer to where each packet goes, without
+//! `transport/udp/rx.rs` and `transport/dispatch.rs`), from a received buffer to where each packet goes, without
 //! sockets: the cutting of a GRO train into datagrams, the relay header a non-owner
 //! process accepts only from the owner of its address's RoCEv2 port, the parse and the
 //! ICRC under the IPv4 Identification, the routing of a checked packet (QP1 MADs, relay
