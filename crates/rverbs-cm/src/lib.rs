@@ -14,6 +14,9 @@
 //!   directory ([`table`]) says which process listens on a port.
 //! - A peer process that dies: its partners see DISCONNECTED (their QPs flush) or
 //!   UNREACHABLE, never a hang.
+//! - [`Listener`], [`connect`], [`Connection`]: the RAII way, every wait bounded;
+//!   `examples/echo.rs` is a whole server and client with it (`cargo run -p rverbs-cm
+//!   --example echo`, run by `cargo test` too).
 //!
 //! ```no_run
 //! use rverbs_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
