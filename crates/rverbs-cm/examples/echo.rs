@@ -43,7 +43,7 @@ impl End {
     }
 
     /// Posts a receive into the second half of the buffer.
-    fn post_recv(&self, qp: &Qp) -> Result<()> {
+    fn post_recv(&self, qp: &Qp) -> rverbs_cm::Result<()> {
         let sge = [self.mr.sge(MSG, MSG as u32)?];
         qp.post_recv(&[RecvWr::new(2, &sge)])?;
         Ok(())
@@ -93,11 +93,9 @@ fn serve(listener: rverbs_cm::Listener) -> Result<()> {
     let end = End::new()?;
     let qp = end.qp()?;
     let req = listener.next_request(TIMEOUT)?;
-    let conn = req.accept(qp, b"echo server", TIMEOUT)?;
-    // The QP can take receives once accepted. A first message that comes sooner is
-    // refused with an RNR NAK and sent again (rverbs_cm connects with rnr_retry 7,
-    // infinite): nothing is lost.
-    end.post_recv(conn.qp())?;
+    // The receive for the first message is posted before the reply goes out (the QP is
+    // in INIT then), so that message finds it.
+    let conn = req.accept_with(qp, b"echo server", TIMEOUT, |qp| end.post_recv(qp))?;
     for _ in MESSAGES {
         let wc = end.next()?;
         let text = end.received(wc.byte_len().ok_or("a receive without its length")?)?;
@@ -113,8 +111,7 @@ fn serve(listener: rverbs_cm::Listener) -> Result<()> {
 fn client(addr: SocketAddr) -> Result<()> {
     let end = End::new()?;
     let qp = end.qp()?;
-    let conn = rverbs_cm::connect(addr, qp, b"echo client", TIMEOUT)?;
-    end.post_recv(conn.qp())?;
+    let conn = rverbs_cm::connect_with(addr, qp, b"echo client", TIMEOUT, |qp| end.post_recv(qp))?;
     for text in MESSAGES {
         end.send(conn.qp(), text.as_bytes())?;
         let mut echoed = None;

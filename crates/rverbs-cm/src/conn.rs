@@ -122,10 +122,29 @@ impl Request {
 
     /// Accepts with `qp` (moved to RTS) and `private_data` (≤ 196 bytes); waits up to
     /// `timeout` for the requester's RTU.
-    pub fn accept(mut self, qp: Qp, private_data: &[u8], timeout: Duration) -> Result<Connection> {
+    pub fn accept(self, qp: Qp, private_data: &[u8], timeout: Duration) -> Result<Connection> {
+        self.accept_with(qp, private_data, timeout, |_| Ok(()))
+    }
+
+    /// As [`Request::accept`], calling `ready` with the QP once it is attached to the
+    /// request's id and in INIT, before the reply is sent: the place to post the receives
+    /// the requester's first messages need (rdma_accept(3): receives posted before
+    /// accepting; a QP in RESET refuses them). An error from `ready` rejects the request
+    /// and is returned.
+    pub fn accept_with(
+        mut self,
+        qp: Qp,
+        private_data: &[u8],
+        timeout: Duration,
+        ready: impl FnOnce(&Qp) -> Result<()>,
+    ) -> Result<Connection> {
         let id = self.id.take().expect("a request has its id until answered");
         let conn = Connection { ch: self.ch.clone(), id, qp: qp.clone(), peer_data: Vec::new() };
         conn.id.attach_qp(qp)?;
+        if let Err(e) = ready(&conn.qp) {
+            let _ = conn.id.reject(&[]);
+            return Err(e);
+        }
         let p = ConnParam {
             private_data: private_data.to_vec(),
             responder_resources: 0xff,
@@ -159,6 +178,20 @@ impl Drop for Request {
 /// Connects `qp` (an RC QP of the device, in RESET) to the listener at `dst`, sending
 /// `private_data` (≤ 56 bytes); each step waits up to `timeout`.
 pub fn connect(dst: SocketAddr, qp: Qp, private_data: &[u8], timeout: Duration) -> Result<Connection> {
+    connect_with(dst, qp, private_data, timeout, |_| Ok(()))
+}
+
+/// As [`connect`], calling `ready` with the QP once it is attached and in INIT, before the
+/// connection request is sent: the place to post the receives the server's first
+/// messages need (rdma_connect(3)). An error from `ready` ends the attempt and is
+/// returned.
+pub fn connect_with(
+    dst: SocketAddr,
+    qp: Qp,
+    private_data: &[u8],
+    timeout: Duration,
+    ready: impl FnOnce(&Qp) -> Result<()>,
+) -> Result<Connection> {
     let ch = EventChannel::new()?;
     let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
     let mut conn = Connection { ch, id, qp: qp.clone(), peer_data: Vec::new() };
@@ -170,6 +203,7 @@ pub fn connect(dst: SocketAddr, qp: Qp, private_data: &[u8], timeout: Duration) 
         }
     }
     conn.id.attach_qp(qp)?;
+    ready(&conn.qp)?;
     let p = ConnParam {
         private_data: private_data.to_vec(),
         responder_resources: 0xff,

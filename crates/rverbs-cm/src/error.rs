@@ -134,6 +134,14 @@ impl Error {
     }
 }
 
+/// A refused post (ibv_post_send(3), ibv_post_recv(3)) in a [`crate::connect_with`] or
+/// [`crate::Request::accept_with`] preparation: the device's error of the refused request.
+impl From<rverbs::PostError> for Error {
+    fn from(e: rverbs::PostError) -> Self {
+        Error::Verbs(e.error)
+    }
+}
+
 impl From<rustix::io::Errno> for Error {
     fn from(e: rustix::io::Errno) -> Self {
         if e == rustix::io::Errno::AGAIN {

@@ -45,7 +45,7 @@ mod rule;
 pub mod table;
 
 pub use channel::EventChannel;
-pub use conn::{connect, Connection, Listener, Request};
+pub use conn::{connect, connect_with, Connection, Listener, Request};
 pub use engine::JoinFlag;
 pub use engine::RDMA_UDP_QKEY;
 pub use cm_state::CmState;

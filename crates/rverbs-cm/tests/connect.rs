@@ -656,3 +656,59 @@ fn the_event_channel_is_a_source_an_event_loop_can_watch() {
     assert!(!poll(&ch, 0));
     id.destroy().unwrap();
 }
+
+/// `connect_with` and `Request::accept_with` hand the QP over attached and in INIT, before
+/// the request or the reply is sent: receives can be posted there (rdma_connect(3),
+/// rdma_accept(3)), and a message sent the moment the connection is up finds one at once.
+/// An error from the preparation ends the attempt and is returned (the server's rejects).
+#[test]
+fn receives_are_posted_before_the_handshake_with_the_with_variants() {
+    let v = verbs();
+    let l = rverbs_cm::Listener::bind("127.0.0.1:0".parse().unwrap(), 0).unwrap();
+    let addr = l.local_addr().unwrap();
+    let (cq, sq) = (qp(&v, QpType::Rc), qp(&v, QpType::Rc));
+    let t = Duration::from_secs(10);
+    let mr = v.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [mr.sge(0, 8).unwrap()];
+    let seen = std::sync::Mutex::new(Vec::new());
+    let (client, _server) = std::thread::scope(|s| {
+        let client = s.spawn(|| {
+            rverbs_cm::connect_with(addr, cq, b"", t, |qp| {
+                seen.lock().unwrap().push(("client", qp.state()));
+                Ok(())
+            })
+            .unwrap()
+        });
+        let server = l
+            .next_request(t)
+            .unwrap()
+            .accept_with(sq.clone(), b"", t, |qp| {
+                seen.lock().unwrap().push(("server", qp.state()));
+                qp.post_recv(&[RecvWr::new(7, &sge)])?;
+                Ok(())
+            })
+            .unwrap();
+        (client.join().unwrap(), server)
+    });
+    let mut seen = seen.into_inner().unwrap();
+    seen.sort_by_key(|s| s.0);
+    assert_eq!(seen, [("client", QpState::Init), ("server", QpState::Init)]);
+    // The receive posted before accepting takes the first message.
+    client.qp().post_send(&[SendWr::send(1, &[]).signaled()]).unwrap();
+    let mut wc = [Wc::default(); 2];
+    let deadline = std::time::Instant::now() + t;
+    let mut got = Vec::new();
+    while got.len() < 2 && std::time::Instant::now() < deadline {
+        let n = v.cq.poll(&mut wc).unwrap();
+        got.extend(wc[..n].iter().map(|w| (w.wr_id(), w.status())));
+    }
+    got.sort_by_key(|g| g.0);
+    assert_eq!(got, [(1, WcStatus::Success), (7, WcStatus::Success)]);
+
+    // A preparation that fails: the attempt ends with its error, the requester is rejected.
+    let cq2 = qp(&v, QpType::Rc);
+    let c2 = std::thread::spawn(move || rverbs_cm::connect(addr, cq2, b"", t).map(|_| ()));
+    let err = l.next_request(t).unwrap().accept_with(qp(&v, QpType::Rc), b"", t, |_| Err(rverbs_cm::Error::WouldBlock));
+    assert!(matches!(err, Err(rverbs_cm::Error::WouldBlock)));
+    assert_eq!(c2.join().unwrap().unwrap_err().errno(), libc::ECONNREFUSED);
+}
