@@ -207,17 +207,8 @@ static int collect(struct side *s, const char *sc, const struct want *want, int 
 
 static int open_common(struct side *s, const char *dev)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_device *d = NULL;
-
-	CHECK(list != NULL, "ibv_get_device_list");
-	for (int i = 0; list[i]; i++)
-		if (!dev || !strcmp(ibv_get_device_name(list[i]), dev))
-			d = list[i];
-	CHECK(d != NULL, "the device");
-	s->ctx = ibv_open_device(d);
-	ibv_free_device_list(list);
-	CHECK(s->ctx != NULL, "ibv_open_device");
+	s->ctx = open_named_device(dev);
+	CHECK(s->ctx != NULL, "opening the device");
 	CHECK(ibv_query_gid(s->ctx, 1, s->gidx, &s->gid) == 0, "ibv_query_gid");
 	s->pd = ibv_alloc_pd(s->ctx);
 	CHECK(s->pd != NULL, "ibv_alloc_pd");

@@ -16,8 +16,9 @@ fn no_event_means_wouldblock_on_a_nonblocking_fd() {
     assert!(matches!(ctx.get_async_event(), Err(Error::WouldBlock)));
 }
 
-#[test]
-fn comm_est_is_raised_for_the_first_request_to_a_qp_in_rtr() {
+/// A connected pair whose requester `a` is in RTS and whose responder `b` stays in RTR,
+/// with `b`'s async-event fd non-blocking.
+fn requester_and_responder_in_rtr() -> (Side, Side) {
     let a = side(QpType::Rc);
     let b = side(QpType::Rc);
     to_init(&a.qp, ALL_ACCESS);
@@ -26,6 +27,12 @@ fn comm_est_is_raised_for_the_first_request_to_a_qp_in_rtr() {
     to_init(&b.qp, ALL_ACCESS);
     to_rtr(&b.qp, &b.ctx, a.qp.qp_num(), &PATH);
     nonblocking(&b.ctx);
+    (a, b)
+}
+
+#[test]
+fn comm_est_is_raised_for_the_first_request_to_a_qp_in_rtr() {
+    let (a, b) = requester_and_responder_in_rtr();
     a.qp.post_send(&[SendWr::write(1, &[], 0, 0).signaled()]).unwrap();
     a.qp.post_send(&[SendWr::write(2, &[], 0, 0).signaled()]).unwrap();
     assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
@@ -130,14 +137,7 @@ fn a_context_is_a_source_of_async_events_an_event_loop_can_watch() {
         let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
         rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap() == 1
     };
-    let a = side(QpType::Rc);
-    let b = side(QpType::Rc);
-    to_init(&a.qp, ALL_ACCESS);
-    to_rtr(&a.qp, &a.ctx, b.qp.qp_num(), &PATH);
-    to_rts(&a.qp, &PATH);
-    to_init(&b.qp, ALL_ACCESS);
-    to_rtr(&b.qp, &b.ctx, a.qp.qp_num(), &PATH);
-    nonblocking(&b.ctx);
+    let (a, b) = requester_and_responder_in_rtr();
     assert!(!ready(&b.ctx));
     a.qp.post_send(&[SendWr::write(1, &[], 0, 0).signaled()]).unwrap();
     assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);

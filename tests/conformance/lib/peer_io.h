@@ -1,7 +1,7 @@
 /* What the two-host test programs of tests/conformance share (xrc_net.c, rc_rules.c): the
- * byte pattern they write and check, whole reads and writes on the TCP socket they
- * exchange numbers and verdicts over, its two ends, and a monotonic clock for their
- * bounded waits. Header-only: each program is one `cc` invocation (see the scripts). */
+ * device they open, the byte pattern they write and check, whole reads and writes on the
+ * TCP socket they exchange numbers and verdicts over, its two ends, and a monotonic clock
+ * for their bounded waits. Header-only: each program is one `cc` invocation (see the scripts). */
 #ifndef RVERBS_CONFORMANCE_PEER_IO_H
 #define RVERBS_CONFORMANCE_PEER_IO_H
 
@@ -11,8 +11,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <infiniband/verbs.h>
 
 /* Byte i of the pattern seeded `seed`. */
 static inline uint8_t pattern(uint32_t seed, uint32_t i)
@@ -94,6 +97,24 @@ static inline int tcp_accept(int port)
 	fd = accept(l, NULL, NULL);
 	close(l);
 	return fd;
+}
+
+/* Opens the device named `dev` (NULL: the last one listed); NULL if there is none or it
+ * cannot be opened. */
+static inline struct ibv_context *open_named_device(const char *dev)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_device *d = NULL;
+	struct ibv_context *ctx;
+
+	if (!list)
+		return NULL;
+	for (int i = 0; list[i]; i++)
+		if (!dev || !strcmp(ibv_get_device_name(list[i]), dev))
+			d = list[i];
+	ctx = d ? ibv_open_device(d) : NULL;
+	ibv_free_device_list(list);
+	return ctx;
 }
 
 #endif
