@@ -12,7 +12,9 @@
 # -c, one with -e; UC at 4096 with -c; perftest ib_write_bw, ib_read_bw, ib_send_bw at
 # 64 KiB, ib_read_lat, ib_atomic_bw (fetch-and-add and compare-and-swap) — each with
 # rverbs as server and as client. Prints one line per pair, then "N passed, N failed";
-# exits 1 if any pair failed. Needs root (netns, tap).
+# exits 1 if any pair failed. A ping-pong whose rverbs side finished and whose rxe side
+# hung is run once more, and says so (rxe's end-of-run wedge, tests/interop/README.md).
+# Needs root (netns, tap).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -53,7 +55,7 @@ host() {
 host_gid=$(host ibv_devinfo -v | grep -F "::ffff:$HOST_IP," | sed -E 's/.*GID\[ *([0-9]+)\].*/\1/' | head -1)
 echo "rxe_pingpong.sh: rverbs0 GID index $host_gid ($HOST_IP), rxe0 GID index $RVX_GID_INDEX ($GUEST_IP), -n $ITERS"
 
-passed=0 failed=0 port=18700
+passed=0 failed=0 reruns=0 port=18700
 # pair LABEL SERVER(host|guest) PROGRAM ARGS...: a ping-pong (-g GID), or with
 # KIND=perftest a perftest program (-x GID -F); -n ITERS either way.
 pair() {
@@ -87,7 +89,30 @@ pair() {
   else
     pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
   fi
+  if [ ${#why[@]} -gt 0 ] && [ "$kind" = pingpong ] && [ -z "${RERUN:-}" ] && rxe_wedged "$server" "$src" "$crc" "$slog" "$clog"; then
+    # rxe's end-of-run wedge (tests/interop/README.md, "rxe's stalled send queue"): rverbs'
+    # side finished every iteration and exited; rxe's re-send of its last message lost the
+    # second ACK its completer needs, so rxe's side waits for ever. Reported, run once more.
+    echo "RERUN $label: rxe's side timed out after rverbs' side finished every iteration (${why[*]}; rxe's end-of-run wedge, tests/interop/README.md)"
+    reruns=$((reruns + 1))
+    RERUN=1 pair "$label" "$server" "$prog" "$@"
+    return
+  fi
   verdict "$label ($((SECONDS - start)) s)" "$slog" "$clog"
+}
+
+# rxe_wedged SERVER SRC CRC SLOG CLOG: rverbs' side of a ping-pong exited 0 having printed
+# "ITERS iters in", and rxe's side was killed by the timeout without printing it: the
+# signature of rxe's end-of-run wedge (a bug of the kernel's rxe, not of either program).
+rxe_wedged() {
+  local server=$1 src=$2 crc=$3 slog=$4 clog=$5 ours theirs ours_rc theirs_rc
+  if [ "$server" = host ]; then
+    ours=$slog ours_rc=$src theirs=$clog theirs_rc=$crc
+  else
+    ours=$clog ours_rc=$crc theirs=$slog theirs_rc=$src
+  fi
+  [ "$ours_rc" = 0 ] && grep -q "^$ITERS iters in" "$ours" &&
+    [ "$theirs_rc" = 124 ] && ! grep -q "^$ITERS iters in" "$theirs"
 }
 
 for s in 1 512 1024; do
@@ -132,5 +157,7 @@ for where in host guest; do
   KIND=perftest pair "ib_atomic_bw: $who" "$where" ib_atomic_bw -m 1024
   KIND=perftest pair "ib_atomic_bw -A CMP_AND_SWAP: $who" "$where" ib_atomic_bw -m 1024 -A CMP_AND_SWAP
 done
-echo "$passed passed, $failed failed"
+again=
+[ "$reruns" = 0 ] || again=", $reruns run again after rxe's end-of-run wedge"
+echo "$passed passed, $failed failed$again"
 [ "$failed" = 0 ]
