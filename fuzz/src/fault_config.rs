@@ -8,15 +8,27 @@
 //! Asserts: the parser never panics; what it accepts has probabilities in `[0, 1]`; an
 //! injector built from it sends, holds and releases packets without panicking (the first
 //! send is at "now", as the UDP transport's send path does) and never loses a copy it
-//! did not count as dropped.
+//! did not count as dropped. The verbs' fault plan of the same value
+//! (`VerbPlan::parse`): never panics; a plan it accepts decides calls of every verb
+//! without panicking, and a decision only ever names an item of the plan.
 
 use std::time::{Duration, Instant};
 
 use rverbs_proto::fault::{FaultConfig, Injector};
+use rverbs_proto::verb_fault::{Decider, Verb, VerbPlan};
 
 /// Runs one input.
 pub fn run(data: &[u8]) {
     let Ok(spec) = std::str::from_utf8(data) else { return };
+    if let Ok(plan) = VerbPlan::parse(spec) {
+        let mut d = Decider::new(plan.clone());
+        for (i, verb) in Verb::ALL.into_iter().cycle().take(64).enumerate() {
+            let hit = if i % 3 == 0 { d.complete(i as u32, i as u64) } else { d.fail(verb, Some(i as u32), Some(i as u64)) };
+            if let Some(h) = hit {
+                assert!(plan.items.iter().any(|it| it.text == h.item && it.effect == h.effect), "{h:?}");
+            }
+        }
+    }
     let Ok(cfg) = FaultConfig::parse(spec) else { return };
     for p in [cfg.drop, cfg.duplicate, cfg.reorder, cfg.corrupt] {
         assert!((0.0..=1.0).contains(&p), "{cfg:?}");

@@ -99,6 +99,8 @@ impl FaultConfig {
     /// `seed` (integer), `drop`, `dup`, `reorder`, `corrupt` (probabilities in `[0, 1]`,
     /// or percentages with a `%` suffix), `delay` and `reorder_by` (durations with a
     /// `ns`, `us`, `ms` or `s` suffix). Unnamed keys keep [`FaultConfig::NONE`]'s values.
+    /// The items of the verbs' fault plan (`fail=…`, `wc=…`) are skipped: they are
+    /// [`crate::verb_fault::VerbPlan::parse`]'s.
     /// Example: `seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%`.
     ///
     /// Errors: an unknown key, a value that does not parse, a probability outside
@@ -109,6 +111,10 @@ impl FaultConfig {
             let bad = || FaultParseError(item.to_string());
             let (key, value) = item.split_once('=').ok_or_else(bad)?;
             let (key, value) = (key.trim(), value.trim());
+            if crate::verb_fault::is_plan_key(key) {
+                // The verbs' fault plan (`crate::verb_fault::VerbPlan::parse`).
+                continue;
+            }
             match key {
                 "seed" => c.seed = value.parse().map_err(|_| bad())?,
                 "drop" => c.drop = probability(value).ok_or_else(bad)?,
@@ -151,7 +157,7 @@ pub struct FaultParseError(pub String);
 
 impl fmt::Display for FaultParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "bad fault injection item `{}` (expected seed=N, drop|dup|reorder|corrupt=P or P%, delay|reorder_by=Nus)", self.0)
+        write!(f, "bad fault injection item `{}` (expected seed=N, drop|dup|reorder|corrupt=P or P%, delay|reorder_by=Nus, fail=VERB:ERRNO[:…], wc=STATUS[:…])", self.0)
     }
 }
 

@@ -17,6 +17,8 @@
 //!   descriptors and completions out; time passed in).
 //! - [`fault`]: the deterministic fault injector (drop, duplicate, reorder, delay,
 //!   corrupt) of packet transports and of the protocol tests.
+//! - [`verb_fault`]: the fault plan of the verbs (a verb fails with a documented error, a
+//!   send work request completes with a chosen status), counted and drawn from a seed.
 //! - [`wire`]: packet views and representations for BTH and the extension headers,
 //!   the opcode table and the ICRC (IBTA vol. 1, ch. 9 and Annex A17; rxe `rxe_hdr.h`,
 //!   `rxe_opcode.c`, `rxe_icrc.c`).
@@ -36,5 +38,6 @@ pub mod rnr;
 pub mod state;
 pub mod verbs;
 pub mod vendor_err;
+pub mod verb_fault;
 pub mod violation;
 pub mod wire;

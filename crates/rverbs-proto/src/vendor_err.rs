@@ -53,6 +53,7 @@ vendor_errors! {
     BAD_RESPONSE = 0x32, "the responder's responses broke the response sequence or did not match the work request";
     CQ_OVERRUN = 0x40, "the completion queue overran";
     MW_BIND = 0x50, "the memory window bind failed its checks";
+    INJECTED = 0x60, "the fault plan (RVERBS_FAULTS wc=…) completed this work request with this status; nothing was sent";
 }
 
 #[cfg(test)]

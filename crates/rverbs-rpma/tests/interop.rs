@@ -940,3 +940,45 @@ fn c_clients_in_turn_reach_the_srq_of_c_server() {
 fn c_clients_at_once_are_multiplexed_by_c_server() {
     c_server_c_client("multi");
 }
+
+// librpma's own error paths, driven by the fault plan of the verbs (RVERBS_FAULTS `fail=`
+// and `wc=` items, docs/fault-injection.md): the C program meets the failure where a NIC
+// would give it, reports it through librpma's error, and ends at once.
+
+/// `ibv_reg_mr` failing with ENOMEM reaches the C server as rpma_mr_reg's provider error:
+/// it prints its FAIL line and exits 1, before listening.
+#[test]
+fn c_server_reports_a_registration_the_fault_plan_refused() {
+    let out = c_command("server", free_port(), "write", false, &[])
+        .env("RVERBS_FAULTS", "fail=reg_mr:ENOMEM")
+        .output()
+        .expect("run the C server");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("FAIL write rpma_mr_reg"), "{stdout}");
+    assert!(stdout.contains("Provider error occurred"), "librpma's error for a failed verb: {stdout}");
+    assert!(!stdout.contains("listening"), "{stdout}");
+    assert!(stderr.contains("fault injected: ibv_reg_mr fails with ENOMEM"), "the injection is logged: {stderr}");
+}
+
+/// A READ the fault plan completes with REM_ACCESS_ERR reaches the C client through
+/// rpma_cq_get_wc(3) with that status: it says so and exits 1, without waiting for
+/// anything more (the server, left alone, is stopped by the test).
+#[test]
+fn c_client_reports_a_completion_the_fault_plan_failed() {
+    let port = free_port();
+    let (mut server, _lines) = start_c_server("read", port, false);
+    let out = c_command("client", port, "read", false, &[])
+        .env("RVERBS_FAULTS", "wc=REM_ACCESS_ERR:nth=1")
+        .output()
+        .expect("run the C client");
+    let _ = server.kill();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("completion status: remote access error"), "{stdout}");
+    assert!(stdout.contains("FAIL read completion"), "{stdout}");
+    assert!(stderr.contains("completes with REM_ACCESS_ERR"), "the injection is logged: {stderr}");
+}

@@ -153,6 +153,9 @@ impl Context {
 
     /// Creates a completion queue (ibv_create_cq(3), ibv_create_cq_ex(3)).
     pub fn create_cq(&self, init: &CqInit) -> Result<Cq> {
+        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::CreateCq, None, None) {
+            return Err(e);
+        }
         Cq::new(self.inner.clone(), &self.dev().cqs, init)
     }
 

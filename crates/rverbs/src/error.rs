@@ -141,6 +141,19 @@ pub enum Error {
     /// A non-blocking read found no event (`EAGAIN`).
     #[error("no event is pending")]
     WouldBlock,
+    /// The fault plan made the verb fail (`RVERBS_FAULTS` `fail=…`, or
+    /// [`crate::fault_plan::install`]; docs/fault-injection.md).
+    #[error("{verb}: {name} injected by the fault plan (item `{item}`)")]
+    Injected {
+        /// The verb that failed (`reg_mr`).
+        verb: &'static str,
+        /// The errno it returns.
+        errno: i32,
+        /// Its name (`ENOMEM`).
+        name: &'static str,
+        /// The plan item that chose this call.
+        item: String,
+    },
     /// An operating-system call failed.
     #[error(transparent)]
     Os(#[from] std::io::Error),
@@ -170,6 +183,7 @@ impl Error {
             Error::Exhausted { .. } => libc::ENOMEM,
             Error::Again { .. } => libc::EAGAIN,
             Error::WouldBlock => libc::EAGAIN,
+            Error::Injected { errno, .. } => *errno,
             Error::Os(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::Bug(_) => libc::EIO,
         }

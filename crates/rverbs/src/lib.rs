@@ -44,6 +44,8 @@
 //! - [`vendor_err`]: the `vendor_err` codes of error completions and their meanings;
 //! - [`clock`]: the device clock of completion timestamps (ibv_create_cq_ex(3),
 //!   ibv_query_rt_values_ex(3));
+//! - [`fault_plan`]: the fault plan of the verbs (a verb fails with a documented error, a
+//!   send work request completes with a chosen status; `RVERBS_FAULTS`);
 //! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
 //!   manager (`rverbs-cm`) need of the device beyond the verbs API; not for applications.
 //!
@@ -61,6 +63,7 @@ mod device;
 mod engine;
 mod error;
 mod fault;
+pub mod fault_plan;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -109,6 +112,7 @@ pub use qp::{Qp, QpInit};
 pub use mcast::MULTICAST_QPN;
 pub use rverbs_proto::state::QpAttrMask;
 pub use rverbs_proto::fault::FaultConfig;
+pub use rverbs_proto::verb_fault::{Injection, VerbPlan};
 pub use rverbs_proto::vendor_err;
 pub use rverbs_proto::verbs::{
     Access, EventType, Mtu, QpState, QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode,

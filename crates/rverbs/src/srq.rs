@@ -125,6 +125,9 @@ impl Srq {
         init: &SrqInit,
         xrc: Option<(Arc<XrcdCore>, Arc<CqInner>)>,
     ) -> Result<Self> {
+        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::CreateSrq, None, None) {
+            return Err(e);
+        }
         let verb = "create_srq";
         if init.max_wr == 0 || init.max_wr > limits::MAX_SRQ_WR {
             return Err(Error::Limit {
@@ -277,8 +280,19 @@ impl Srq {
 
     /// Posts receives (ibv_post_srq_recv(3)); any state of the attached QPs.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        let keys = &self.inner.pd.endpoint().keys;
-        self.inner.queue().post(wrs, Some(keys), "post_srq_recv")
+        self.post_recv_inner(wrs, true)
+    }
+
+    fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
+        let keys = keep.then_some(&self.inner.pd.endpoint().keys);
+        let verb = rverbs_proto::verb_fault::Verb::PostSrqRecv;
+        match crate::fault_plan::fail_post(verb, None, wrs.iter().map(|w| w.wr_id)) {
+            // The fault plan's refusal: the requests before the one it names are posted.
+            Some((index, error)) => {
+                self.inner.queue().post(&wrs[..index], keys, "post_srq_recv").and(Err(PostError { index, error }))
+            }
+            None => self.inner.queue().post(wrs, keys, "post_srq_recv"),
+        }
     }
 
     /// Posts receives as [`Srq::post_recv`], naming memory regions by key only.
@@ -287,7 +301,7 @@ impl Srq {
     /// receive is pending makes it complete in error instead of staying registered.
     /// Errors: as [`Srq::post_recv`].
     pub fn post_recv_unpinned(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        self.inner.queue().post(wrs, None, "post_srq_recv")
+        self.post_recv_inner(wrs, false)
     }
 
     /// Destroys the SRQ (ibv_destroy_srq(3)).

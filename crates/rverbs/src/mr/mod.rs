@@ -382,6 +382,10 @@ fn check_len(verb: &'static str, len: usize) -> Result<()> {
 
 impl Mr {
     pub(crate) fn alloc(pd: Arc<PdCore>, len: usize, access: Access) -> Result<Self> {
+        // A registration of memory the device allocates counts as one of reg_mr.
+        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::RegMr, None, None) {
+            return Err(e);
+        }
         check_len("alloc_mr", len)?;
         let endpoint = pd.endpoint();
         let id = u64::from(endpoint.new_id());
@@ -391,6 +395,9 @@ impl Mr {
     }
 
     pub(crate) fn register(pd: Arc<PdCore>, init: MrInit) -> Result<Self> {
+        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::RegMr, None, None) {
+            return Err(e);
+        }
         check_len("reg_mr", init.len)?;
         if init.addr.checked_add(init.len).is_none() {
             return Err(Error::invalid("reg_mr", Rule::RangeWraps { addr: init.addr as u64, len: init.len as u64 }));

@@ -510,6 +510,11 @@ impl SendBatch {
 fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result<()> {
     let endpoint = q.pd.endpoint();
     for p in &buf.wrs[..n] {
+        // The fault plan (docs/fault-injection.md): a refused request fails the whole
+        // batch, as any error of ibv_wr_complete(3) does.
+        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::PostSend, Some(q.qpn), Some(p.wr_id)) {
+            return Err(e);
+        }
         let payload = match p.inline {
             Some((at, len)) => Payload::Inline(&buf.inline[at..at + len]),
             None => Payload::Sge(&buf.sges[p.sge_start..p.sge_start + p.num_sge]),
@@ -544,6 +549,9 @@ fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result
             }
             e => e,
         })?;
+        if let Some(status) = crate::fault_plan::complete(q.qpn, p.wr_id) {
+            sq.ring.fail_newest(status);
+        }
     }
     Ok(())
 }

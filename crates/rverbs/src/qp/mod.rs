@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use rverbs_proto::state::QpAttrMask;
 use rverbs_proto::vendor_err;
+use rverbs_proto::verb_fault::Verb;
 use rverbs_proto::verbs::{Access, EventType, Mtu, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
 use crate::cq::{Cq, CqInner};
@@ -290,6 +291,9 @@ impl Qp {
         xrcd: Option<Arc<XrcdCore>>,
         dev: &'static dyn QpDevice,
     ) -> Result<Self> {
+        if let Some(e) = crate::fault_plan::fail(Verb::CreateQp, None, None) {
+            return Err(e);
+        }
         match init.qp_type {
             QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend | QpType::XrcRecv => {}
             _ => return Err(Error::unsupported("create_qp", "this QP type")),
@@ -466,6 +470,9 @@ impl Qp {
     /// state in between, the call fails and no attribute it named has changed.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let q = &self.inner;
+        if let Some(e) = crate::fault_plan::fail(Verb::ModifyQp, Some(q.qpn), None) {
+            return Err(e);
+        }
         let mut a = q.attrs.lock().expect("qp attrs");
         let cur = q.state();
         let (to, mask) = q.validate_modify(cur, attr, mask)?;
@@ -524,13 +531,21 @@ impl Qp {
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_send", state } });
         }
+        // The fault plan's refusal, if any: the requests before the one it names are posted.
+        let (wrs, mut result) = match crate::fault_plan::fail_post(Verb::PostSend, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
+            Some((index, error)) => (&wrs[..index], Err(PostError { index, error })),
+            None => (wrs, Ok(())),
+        };
         let endpoint = q.pd.endpoint();
         let mut sq = q.sq.lock();
-        let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(error) = sq.push(endpoint, q.pd.id, q.qp_type, wr, keep) {
                 result = Err(PostError { index, error });
                 break;
+            }
+            // The fault plan's failed completion, if any (docs/fault-injection.md).
+            if let Some(status) = crate::fault_plan::complete(q.qpn, wr.wr_id) {
+                sq.ring.fail_newest(status);
             }
         }
         // A kick that arrived before we took the queue is served by this progress run.
@@ -579,7 +594,11 @@ impl Qp {
             });
         };
         let keys = keep.then_some(&q.pd.endpoint().keys);
-        let r = rq.post(wrs, keys, "post_recv");
+        let r = match crate::fault_plan::fail_post(Verb::PostRecv, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
+            // The fault plan's refusal: the requests before the one it names are posted.
+            Some((index, error)) => rq.post(&wrs[..index], keys, "post_recv").and(Err(PostError { index, error })),
+            None => rq.post(wrs, keys, "post_recv"),
+        };
         if q.state() == QpState::Err {
             q.flush_rq();
         }

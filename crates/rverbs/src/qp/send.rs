@@ -339,10 +339,14 @@ impl QpInner {
             NoWire,
             Fault(mr::Fault),
             OtherPd,
+            Injected(WcStatus),
         }
         // docs/rocev2-wire.md §1.8: XRC has no FLUSH or ATOMIC_WRITE opcode on the wire.
         let no_wire = !op.has_wire_opcode(self.qp_type) || (xrceth && self.qp_type == QpType::XrcSend && matches!(op, WrOpcode::Flush | WrOpcode::AtomicWrite));
-        let why = if matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv) {
+        let why = if let Some(status) = w.injected {
+            // The fault plan's status (docs/fault-injection.md): nothing is sent.
+            Why::Injected(status)
+        } else if matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv) {
             Why::Local
         } else if no_wire {
             Why::NoWire
@@ -368,6 +372,7 @@ impl QpInner {
             Why::NoWire => fail(WcStatus::LocQpOpErr, vendor_err::LOCAL_NO_OPCODE),
             Why::Fault(f) => fail(WcStatus::LocProtErr, f.local_vendor_err()),
             Why::OtherPd => fail(WcStatus::LocQpOpErr, vendor_err::LOCAL_PD),
+            Why::Injected(status) => fail(status, vendor_err::INJECTED),
         })
     }
 

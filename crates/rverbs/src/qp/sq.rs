@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use rverbs_proto::verbs::{Access, QpType, SendFlags, WcOpcode, WrOpcode};
+use rverbs_proto::verbs::{Access, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
 
 use crate::gid::Gid;
 use crate::limits;
@@ -92,6 +92,9 @@ pub(crate) struct SendWqe {
     /// Inline payload length (the bytes live in the queue's inline area).
     pub(crate) inline_len: Option<usize>,
     pub(crate) total_len: u64,
+    /// The fault plan completes it with this status, nothing sent
+    /// (docs/fault-injection.md).
+    pub(crate) injected: Option<WcStatus>,
 }
 
 impl SendWqe {
@@ -194,6 +197,15 @@ impl Ring {
         self.head = (self.head + 1) % self.cap;
         self.count -= 1;
         Some(retired)
+    }
+
+    /// The newest work request completes with `status` instead of running (the fault
+    /// plan, docs/fault-injection.md).
+    pub(crate) fn fail_newest(&mut self, status: WcStatus) {
+        if self.count > 0 {
+            let slot = (self.head + self.count - 1) % self.cap;
+            self.wqes[slot].injected = Some(status);
+        }
     }
 
     /// Removes the newest work requests until `count` remain (an aborted batch).
@@ -321,6 +333,7 @@ impl Ring {
         wqe.num_sge = 0;
         wqe.inline_len = None;
         wqe.total_len = total;
+        wqe.injected = None;
         if inline_flag {
             let dst = &mut self.inline[slot * self.max_inline..(slot + 1) * self.max_inline];
             let mut off = 0;

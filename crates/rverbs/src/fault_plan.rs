@@ -1,0 +1,139 @@
+//! The fault plan of the verbs: chosen verbs fail with an error their man page documents,
+//! chosen send work requests complete with a chosen error status, selected by verb, QP,
+//! `wr_id`, the Nth call or a seeded probability (docs/fault-injection.md;
+//! [`VerbPlan`] has the grammar).
+//!
+//! A C program gets its plan from the `fail=…` and `wc=…` items of `RVERBS_FAULTS`, read
+//! at the first verb; a Rust program may [`install`] one instead. Every injection is
+//! kept, as an [`Injection`], for [`take_injected`] (a test harness
+//! asserts on them), and logged: on stderr, one line each, when the plan came from the
+//! environment (the program did not ask for it, its user did); through `tracing` (warn)
+//! when it was installed. So a failing run names every fault it met and replays exactly
+//! from the same plan and seed.
+//!
+//! Without a plan a verb pays one relaxed load.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, Once};
+
+use rverbs_proto::verb_fault::{Decider, Effect, Injection, Verb, VerbPlan};
+use rverbs_proto::verbs::WcStatus;
+
+use crate::error::Error;
+
+/// How many injections [`take_injected`] keeps (the oldest go first): a probabilistic
+/// plan over a long run injects without end.
+const KEPT: usize = 4096;
+
+static FROM_ENV: Once = Once::new();
+static ON: AtomicBool = AtomicBool::new(false);
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+struct State {
+    decider: Decider,
+    kept: VecDeque<Injection>,
+    /// The plan came from `RVERBS_FAULTS`: each injection is written on stderr.
+    echo: bool,
+}
+
+/// Installs `plan` for the whole process, in place of the one `RVERBS_FAULTS` set (which
+/// is then never read) or an earlier one, with fresh counts; an empty plan switches the
+/// injection off. Verbs called before see the plan they met.
+pub fn install(plan: VerbPlan) {
+    FROM_ENV.call_once(|| {});
+    set(plan, false);
+}
+
+/// The injections since the last call, oldest first (at most the last 4096).
+pub fn take_injected() -> Vec<Injection> {
+    lock().as_mut().map(|s| s.kept.drain(..).collect()).unwrap_or_default()
+}
+
+fn set(plan: VerbPlan, echo: bool) {
+    let on = !plan.is_empty();
+    *lock() = on.then(|| State { decider: Decider::new(plan), kept: VecDeque::new(), echo });
+    ON.store(on, Ordering::Release);
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Option<State>> {
+    // A panic while it was held (none is possible in what holds it) left a consistent plan.
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[inline]
+fn on() -> bool {
+    FROM_ENV.call_once(from_env);
+    ON.load(Ordering::Relaxed)
+}
+
+fn from_env() {
+    let Some(spec) = std::env::var_os("RVERBS_FAULTS") else { return };
+    let plan = spec.to_str().map(VerbPlan::parse);
+    match plan {
+        Some(Ok(plan)) => {
+            if !plan.is_empty() {
+                eprintln!("rverbs: fault plan (RVERBS_FAULTS): {} item(s), seed {}", plan.items.len(), plan.seed);
+            }
+            set(plan, true);
+        }
+        Some(Err(e)) => eprintln!("rverbs: RVERBS_FAULTS: {e}; no verb fault is injected"),
+        None => eprintln!("rverbs: RVERBS_FAULTS is not UTF-8; no verb fault is injected"),
+    }
+}
+
+fn decide(f: impl FnOnce(&mut Decider) -> Option<Injection>) -> Option<Injection> {
+    let mut guard = lock();
+    let s = guard.as_mut()?;
+    let hit = f(&mut s.decider)?;
+    if s.echo {
+        eprintln!("rverbs: fault injected: {hit}");
+    } else {
+        tracing::warn!(injection = %hit, "fault injected");
+    }
+    if s.kept.len() == KEPT {
+        s.kept.pop_front();
+    }
+    s.kept.push_back(hit.clone());
+    Some(hit)
+}
+
+/// The error the plan gives this call of `verb` (on QP `qp`; for the post verbs, the work
+/// request `wr_id`), if any: the verb returns it before doing anything.
+#[inline]
+pub(crate) fn fail(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Error> {
+    if !on() {
+        return None;
+    }
+    let hit = decide(|d| d.fail(verb, qp, wr_id))?;
+    match hit.effect {
+        Effect::Fail(verb, errno) => {
+            Some(Error::Injected { verb: verb.name(), errno: errno.number(), name: errno.name(), item: hit.item })
+        }
+        Effect::Complete(_) => None,
+    }
+}
+
+/// The first of the work requests `wr_ids` (posted by `verb` on QP `qp`) the plan makes
+/// the post fail at, each counted as one call: its index and the error. The requests
+/// before it are posted; it and those after are not (ibv_post_send(3) `bad_wr`).
+#[inline]
+pub(crate) fn fail_post(verb: Verb, qp: Option<u32>, wr_ids: impl Iterator<Item = u64>) -> Option<(usize, Error)> {
+    if !on() {
+        return None;
+    }
+    wr_ids.enumerate().find_map(|(i, w)| fail(verb, qp, Some(w)).map(|e| (i, e)))
+}
+
+/// The status the plan completes the send work request `wr_id` of QP `qpn` with, if any:
+/// the request is accepted, never sent, and completes with it in its turn.
+#[inline]
+pub(crate) fn complete(qpn: u32, wr_id: u64) -> Option<WcStatus> {
+    if !on() {
+        return None;
+    }
+    match decide(|d| d.complete(qpn, wr_id))?.effect {
+        Effect::Complete(status) => Some(status),
+        Effect::Fail(..) => None,
+    }
+}

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The fault plan of the verbs (RVERBS_FAULTS `fail=` and `wc=` items,
+# docs/fault-injection.md) driving the error paths of unmodified programs on the drop-in
+# libraries: Debian's ibv_rc_pingpong (ibverbs-utils) and rping (rdmacm-utils). librpma's
+# are driven from crates/rverbs-rpma/tests/interop.rs (its C peer), the Rust API's from
+# crates/rverbs/tests/fault_plan.rs.
+#
+# Each case puts one plan on one process. The faulted process must meet the fault as the
+# error a verbs provider returns (NULL and errno from a creating verb, an error from a
+# post, an error completion), report it with its own message, and exit non-zero within
+# TIMEOUT; and the drop-in must log the injection on stderr ("fault injected: …"). Where
+# the program has a peer:
+#   - rping: the peer must end too, within TIMEOUT, once they were connected (the
+#     connection manager tells it); a client that fails before connecting leaves the
+#     server waiting for a client, which the script stops;
+#   - ibv_rc_pingpong: the peer waits for ever for messages that will not come, on any
+#     device (an RC connection has no keep-alive and the program no timeout), so the
+#     script stops it once the faulted side has ended (a stopped peer is no failure).
+# Last, a probabilistic plan with a seed, run twice, must inject the same faults at the
+# same calls (the replay promise of the plan).
+#
+# usage: verb_faults.sh [FILTER]   (FILTER: a bash regex on the case labels)
+#
+# Environment: DROPIN_DIR (default: scripts/build-dropin.sh), VERB_FAULTS_TIMEOUT
+# (seconds per process, default 20).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+FILTER=${1:-}
+NAME=verb_faults.sh
+FIRST_PORT=
+TIMEOUT=${VERB_FAULTS_TIMEOUT:-20}
+for p in ibv_rc_pingpong rping timeout; do
+  command -v "$p" >/dev/null || { echo "$NAME: $p not found (apt-get install ibverbs-utils rdmacm-utils)" >&2; exit 2; }
+done
+# shellcheck source=lib/pairs.bash
+source tests/conformance/lib/pairs.bash
+# shellcheck source=lib/cm.bash
+source tests/conformance/lib/cm.bash
+
+# faulted_checks LOG RC MESSAGE LOGGED: the faulted process exited non-zero before the
+# timeout, printed MESSAGE, and the drop-in logged "fault injected: LOGGED".
+faulted_checks() {
+  local log=$1 rc=$2 msg=$3 logged=$4
+  case $rc in
+    0) why+=("the faulted process exited 0: the fault did not reach it") ;;
+    124 | 137) why+=("the faulted process $(exit_text "$rc")") ;;
+  esac
+  grep -qF -- "$msg" "$log" || why+=("the faulted process did not print \"$msg\"")
+  grep -qF -- "fault injected: $logged" "$log" || why+=("no \"fault injected: $logged\" on its stderr")
+}
+
+# alone LABEL SPEC MESSAGE LOGGED PROGRAM ARGS...: one process under RVERBS_FAULTS=SPEC.
+alone() {
+  local label=$1 spec=$2 msg=$3 logged=$4 rc=0
+  shift 4
+  [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
+  n=$((n + 1))
+  slog=$WORK/logs/$n.faulted clog=$WORK/logs/$n.none
+  start=$EPOCHREALTIME why=()
+  scmd=(RVERBS_FAULTS="$spec" "$@") ccmd=("(no peer)")
+  echo "(no peer)" >"$clog"
+  RVERBS_FAULTS=$spec timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "$@" >"$slog" 2>&1 || rc=$?
+  faulted_checks "$slog" "$rc" "$msg" "$logged"
+  report_pair "$label"
+}
+
+# pair LABEL FAULTED(server|client) SPEC MESSAGE LOGGED PEER(ends|stopped) WAIT SERVER -- CLIENT:
+# the SERVER command in the background, then the CLIENT once WAIT says the server is
+# ready ("tcp PORT": a TCP listener; "cm PORT": an rdma_cm listener), RVERBS_FAULTS=SPEC on
+# the FAULTED side. PEER: "ends" = the other side must exit within TIMEOUT (any status);
+# "stopped" = it is stopped once the faulted side has ended.
+pair() {
+  local label=$1 faulted=$2 spec=$3 msg=$4 logged=$5 peer=$6 wait=$7
+  shift 7
+  [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
+  local s=() c=() src=0 crc=0 senv=() cenv=() flog frc
+  while [ "$1" != -- ]; do s+=("$1"); shift; done
+  shift
+  c=("$@")
+  n=$((n + 1))
+  slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
+  start=$EPOCHREALTIME why=()
+  if [ "$faulted" = server ]; then senv=(RVERBS_FAULTS="$spec"); else cenv=(RVERBS_FAULTS="$spec"); fi
+  scmd=("${senv[@]}" "${s[@]}") ccmd=("${cenv[@]}" "${c[@]}")
+  env "${senv[@]}" timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${s[@]}" >"$slog" 2>&1 &
+  server_pid=$!
+  case ${wait%% *} in
+    tcp) wait_listen "${wait#* }" "$server_pid" || why+=("the server did not listen on TCP port ${wait#* }") ;;
+    cm) cm_wait_listen tcp "${wait#* }" 10 || why+=("the server did not listen on rdma_cm port ${wait#* }") ;;
+  esac
+  env "${cenv[@]}" timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${c[@]}" >"$clog" 2>&1 &
+  client_pid=$!
+  # The faulted side ends first; a peer that waits for ever is stopped then.
+  if [ "$faulted" = server ]; then
+    wait "$server_pid" || src=$?
+    [ "$peer" = ends ] || kill "$client_pid" 2>/dev/null || true
+    wait "$client_pid" || crc=$?
+  else
+    wait "$client_pid" || crc=$?
+    [ "$peer" = ends ] || kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" || src=$?
+  fi
+  server_pid= client_pid=
+  if [ "$faulted" = server ]; then flog=$slog frc=$src; else flog=$clog frc=$crc; fi
+  faulted_checks "$flog" "$frc" "$msg" "$logged"
+  if [ "$peer" = ends ]; then
+    local orc=$crc
+    [ "$faulted" = server ] || orc=$src
+    case $orc in 124 | 137) why+=("the peer $(exit_text "$orc")") ;; esac
+  fi
+  report_pair "$label"
+}
+
+port() {
+  local p=$next_port
+  while port_busy "$p"; do p=$((p + 1)); done
+  next_port=$((p + 1))
+  echo "$p"
+}
+
+# One process: each creating verb, and the first posts, refused as a provider refuses them.
+pp=(ibv_rc_pingpong -d rverbs0 -g 1)
+alone "ibv_alloc_pd ENOMEM" "fail=alloc_pd:ENOMEM" "Couldn't allocate PD" "ibv_alloc_pd fails with ENOMEM" "${pp[@]}" -p "$(port)"
+alone "ibv_reg_mr ENOMEM" "fail=reg_mr:ENOMEM" "Couldn't register MR" "ibv_reg_mr fails with ENOMEM" "${pp[@]}" -p "$(port)"
+alone "ibv_create_cq ENOMEM" "fail=create_cq:ENOMEM" "Couldn't create CQ" "ibv_create_cq fails with ENOMEM" "${pp[@]}" -p "$(port)"
+alone "ibv_create_qp ENOMEM" "fail=create_qp:ENOMEM" "Couldn't create QP" "ibv_create_qp fails with ENOMEM" "${pp[@]}" -p "$(port)"
+alone "ibv_modify_qp EINVAL (to INIT)" "fail=modify_qp:EINVAL:nth=1" "Failed to modify QP to INIT" "ibv_modify_qp fails with EINVAL" "${pp[@]}" -p "$(port)"
+alone "ibv_post_recv ENOMEM (the 5th receive)" "fail=post_recv:ENOMEM:nth=5" "Couldn't post receive (4)" "ibv_post_recv fails with ENOMEM" "${pp[@]}" -p "$(port)"
+
+# A connected ibv_rc_pingpong: a post refused mid-run, and a SEND completed in error.
+p=$(port)
+pair "ibv_post_send ENOMEM (the 3rd send), client" client "fail=post_send:ENOMEM:nth=3" "Couldn't post send" \
+  "ibv_post_send fails with ENOMEM" stopped "tcp $p" "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
+p=$(port)
+pair "SEND completed with RETRY_EXC_ERR (the 5th), client" client "wc=RETRY_EXC_ERR:nth=5" \
+  "Failed status transport retry counter exceeded (12) for wr_id 2" "send work request completes with RETRY_EXC_ERR" stopped "tcp $p" \
+  "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
+p=$(port)
+pair "SEND completed with RNR_RETRY_EXC_ERR, server" server "wc=RNR_RETRY_EXC_ERR:nth=2" \
+  "Failed status RNR retry counter exceeded (13) for wr_id 2" "send work request completes with RNR_RETRY_EXC_ERR" stopped "tcp $p" \
+  "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
+
+# rping: the connection manager ends the peer too.
+p=$(port)
+pair "rping: the server's ibv_reg_mr ENOMEM" server "fail=reg_mr:ENOMEM" "recv_buf reg_mr failed" \
+  "ibv_reg_mr fails with ENOMEM" ends "cm $p" \
+  rping -s -a 127.0.0.1 -p "$p" -C 3 -v -- rping -c -a 127.0.0.1 -p "$p" -C 3 -v
+p=$(port)
+pair "rping: the client's first SEND completed with REM_ACCESS_ERR" client "wc=REM_ACCESS_ERR:nth=1" \
+  "cq completion failed status 10" "send work request completes with REM_ACCESS_ERR" ends "cm $p" \
+  rping -s -a 127.0.0.1 -p "$p" -C 3 -v -- rping -c -a 127.0.0.1 -p "$p" -C 3 -v
+p=$(port)
+pair "rping: the client's ibv_create_qp ENOMEM" client "fail=create_qp:ENOMEM" "rdma_create_qp: Cannot allocate memory" \
+  "ibv_create_qp fails with ENOMEM" stopped "cm $p" \
+  rping -s -a 127.0.0.1 -p "$p" -C 3 -v -- rping -c -a 127.0.0.1 -p "$p" -C 3 -v
+
+# Replay: the same seeded, probabilistic plan twice meets the same calls.
+label="replay: seed=11 wc=RETRY_EXC_ERR:p=2% twice, the same injection"
+if [ -z "$FILTER" ] || [[ $label =~ $FILTER ]]; then
+  spec="seed=11,wc=RETRY_EXC_ERR:p=2%"
+  for run in 1 2; do
+    p=$(port)
+    pair "$label (run $run)" client "$spec" "Failed status transport retry counter exceeded (12)" \
+      "send work request completes with RETRY_EXC_ERR" stopped "tcp $p" "${pp[@]}" -n 500 -p "$p" -- "${pp[@]}" -n 500 -p "$p" 127.0.0.1
+    grep -F "fault injected:" "$clog" | sed 's/QP 0x[0-9a-f]*, //' >"$WORK/replay.$run"
+  done
+  n=$((n + 1)) start=$EPOCHREALTIME why=()
+  [ -s "$WORK/replay.1" ] || why+=("no injection in the first run")
+  cmp -s "$WORK/replay.1" "$WORK/replay.2" || why+=("the runs injected differently: $(paste -d'|' "$WORK/replay.1" "$WORK/replay.2" | head -3)")
+  slog=$WORK/replay.1 clog=$WORK/replay.2 scmd=(run 1) ccmd=(run 2)
+  report_pair "$label"
+fi
+
+finish
