@@ -81,8 +81,9 @@ pub struct RunArgs {
 pub const AFTER_HELP: &str = "\
 The program runs with the drop-in directory first in LD_LIBRARY_PATH (the caller's value
 kept after it) and keeps rverbs' process id (rverbs execs it): its exit status, or the
-signal that ended it, is rverbs run's. rverbs run's own failures exit 125 (no drop-in
-libraries, a bad --faults spec), 126 (the program cannot be executed) or 127 (not found).
+signal that ended it, is rverbs run's. rverbs run's own failures exit 2 (a usage error,
+a --faults spec that does not parse among them), 125 (no drop-in libraries), 126 (the
+program cannot be executed) or 127 (not found), before the program starts.
 
 Programs written for a kernel RDMA device look for paths the kernel creates: UCX wants
 /dev/infiniband/uverbs0 and reads /sys/class/infiniband/rverbs0/ports/1/gid_attrs; pyverbs

@@ -361,3 +361,37 @@ fn rootless_run_uses_a_user_namespace_or_says_why() {
         );
     }
 }
+
+#[test]
+fn without_any_namespace_the_program_runs_and_one_line_says_why() {
+    if !rustix::process::geteuid().is_root() {
+        return; // the rootless case of the namespace test above covers it
+    }
+    // A user namespace (unshare -r) that allows no further one, and a program without
+    // CAP_SYS_ADMIN in it: both unshare calls of rverbs run are refused.
+    let unshare = "/usr/bin/unshare";
+    assert!(Path::new(unshare).is_file(), "{unshare} is missing (util-linux)");
+    let dir = dropin("no-namespace-possible");
+    let out = Command::new("timeout")
+        .args(["60", unshare, "-r", "sh", "-c"])
+        .arg(
+            "echo 0 > /proc/sys/user/max_user_namespaces && \
+             exec setpriv --bounding-set=-sys_admin \"$0\" run --lib-dir \"$1\" -- sh -c 'echo ran; exit 4'",
+        )
+        .arg(RVERBS)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(4), "{stdout}{stderr}");
+    assert_eq!(stdout, "ran\n");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    for part in [
+        "rverbs run: running sh without /dev/infiniband/uverbs*, /sys/class/infiniband/{rverbs0}",
+        "unshare(CLONE_NEWNS): Operation not permitted",
+        "with a user namespace: No space left on device",
+    ] {
+        assert!(lines[0].contains(part), "{part:?} not in {stderr}");
+    }
+}
