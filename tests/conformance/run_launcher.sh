@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# `rverbs run` (docs/run.md) as its users start it, with none of the set-up the other
-# conformance scripts do by hand: no LD_LIBRARY_PATH, no mount namespace, no sysfs or
-# /dev entries made by the harness. The release `rverbs` finds the drop-in in
-# <target>/dropin/ by itself (scripts/build-dropin.sh makes it; DROPIN_DIR, if set, is
-# passed as --lib-dir instead) and gives each program the paths of a kernel device.
+# `rverbs run` (docs/environment.md, "The launcher: rverbs run") as its users start it,
+# with none of the set-up the other conformance scripts do by hand: no LD_LIBRARY_PATH,
+# no mount namespace, no sysfs or /dev entries made by the harness. The release `rverbs`
+# finds the drop-in in <target>/dropin/ by itself (scripts/build-dropin.sh makes it;
+# DROPIN_DIR, if set, is passed as --lib-dir instead) and gives each program the paths of
+# a kernel device.
 #
 #   - UCX 1.13 (Debian ucx-utils): `ucx_info -d` lists rverbs0 with rc_verbs (UCX only
 #     considers the device once /dev/infiniband/uverbs0 is a character device), and

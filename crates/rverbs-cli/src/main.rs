@@ -9,7 +9,8 @@
 //!   iteration counts.
 //! - `rverbs run [--sanitize[=abort]] [--faults SPEC] -- PROGRAM [ARGS…]` runs an
 //!   unmodified program on the drop-in libraries, with the paths of a kernel RDMA device
-//!   it may look for in a private mount namespace (`run`, `namespace`; docs/run.md).
+//!   it may look for in a private mount namespace (`run`, `namespace`; docs/environment.md,
+//!   "The launcher: rverbs run").
 //!
 //! Every figure printed comes from a timed loop over the safe `rverbs` API; nothing here
 //! touches registered memory except through `Mr::read`/`Mr::write`.

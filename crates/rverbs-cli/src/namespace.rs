@@ -1,5 +1,6 @@
-//! The private mount namespace of `rverbs run` (docs/run.md): the paths a kernel RDMA
-//! device has and programs look for, given to one program and nothing else.
+//! The private mount namespace of `rverbs run` (docs/environment.md, "The launcher:
+//! rverbs run"): the paths a kernel RDMA device has and programs look for, given to one
+//! program and nothing else.
 //!
 //! - `/dev/infiniband/uverbs<N>`: UCX stats it and wants a character device before it uses
 //!   the device (it never opens it). As root a node with `/dev/null`'s numbers (1:3);

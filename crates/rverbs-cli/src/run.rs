@@ -1,6 +1,6 @@
 //! `rverbs run [--sanitize[=abort]] [--faults SPEC] -- PROGRAM [ARGS…]`: runs an
 //! unmodified program on the drop-in `libibverbs.so.1` and `librdmacm.so.1`
-//! (docs/run.md).
+//! (docs/environment.md, "The launcher: rverbs run").
 //!
 //! In order, before anything runs: the drop-in directory is found (or the command says
 //! where it looked), the fault spec is parsed (`rverbs_proto::fault`, the parser
@@ -93,7 +93,7 @@ allows one, the caller's uid and gid mapped to themselves), from the device's ow
 table. Nothing outside the program sees them. This is what a test harness would set up,
 not behaviour of the library, which never reads them. Where no namespace can be made the
 program runs without them and one line on stderr says which are missing and why.
-docs/run.md has the details.";
+docs/environment.md, \"The launcher: rverbs run\", has the details.";
 
 /// Checks a fault spec with the parser `RVERBS_FAULTS` goes through.
 fn parse_faults(spec: &str) -> Result<String, String> {
@@ -293,7 +293,7 @@ pub fn launch(args: RunArgs) -> ExitCode {
         let devices = sysfs_devices();
         match namespace::enter(&devices) {
             Ok(outcome) if !outcome.missing.is_empty() => eprintln!(
-                "rverbs run: running {} without {} (programs that look for them, such as UCX, will not see the device; docs/run.md)",
+                "rverbs run: running {} without {} (programs that look for them, such as UCX, will not see the device; docs/environment.md)",
                 Path::new(program).display(),
                 outcome.missing.join("; ")
             ),

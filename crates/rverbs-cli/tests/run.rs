@@ -1,6 +1,7 @@
-//! `rverbs run` (docs/run.md), run as a user runs it: the built `rverbs` executable, a
-//! program after `--`, and what that program sees (its environment, its exit status, the
-//! drop-in device, the paths of the private mount namespace) and what the host keeps.
+//! `rverbs run` (docs/environment.md, "The launcher: rverbs run"), run as a user runs
+//! it: the built `rverbs` executable, a program after `--`, and what that program sees
+//! (its environment, its exit status, the drop-in device, the paths of the private mount
+//! namespace) and what the host keeps.
 //!
 //! The drop-in libraries are the ones cargo builds for this package's dev-dependencies
 //! (`rverbs-capi`, `rverbs-rdmacm`), put in a directory under their loader names, as the
