@@ -228,20 +228,28 @@ fn mirror(dir: &Path, flags: MountFlags) -> Result<(), String> {
         || format!("mount a tmpfs on {}", dir.display()),
         mount::mount("rverbs-run", dir, "tmpfs", flags | MountFlags::NOSUID, c"mode=755"),
     )?;
-    if let Some(whole) = &whole {
-        attach(whole, &dir.join(HOST))?;
-    }
-    for e in &entries {
-        let at = dir.join(&e.name);
-        match &e.kind {
-            Kind::Dir(tree) => attach(tree, &at)?,
-            Kind::Symlink(target) => step(|| format!("symlink {}", at.display()), symlink(target, &at))?,
-            Kind::Other => {
-                step(|| format!("symlink {}", at.display()), symlink(Path::new(HOST).join(&e.name), &at))?
+    let populate = || -> Result<(), String> {
+        if let Some(whole) = &whole {
+            attach(whole, &dir.join(HOST))?;
+        }
+        for e in &entries {
+            let at = dir.join(&e.name);
+            match &e.kind {
+                Kind::Dir(tree) => attach(tree, &at)?,
+                Kind::Symlink(target) => step(|| format!("symlink {}", at.display()), symlink(target, &at))?,
+                Kind::Other => {
+                    step(|| format!("symlink {}", at.display()), symlink(Path::new(HOST).join(&e.name), &at))?
+                }
             }
         }
-    }
-    Ok(())
+        Ok(())
+    };
+    // A mirror missing some of the host's entries is worse than none: the program gets
+    // the host's directory back.
+    populate().map_err(|e| match mount::unmount(dir, mount::UnmountFlags::DETACH) {
+        Ok(()) => e,
+        Err(u) => format!("{e}; and {} stays a partial copy (umount: {u})", dir.display()),
+    })
 }
 
 /// Makes `dir` (in a mirrored parent) writable: mirrors it when the host has it, else
