@@ -36,7 +36,8 @@ cargo test --workspace --doc
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 # Every conformance and chaos script runs here; the *_netns.sh ones (UD, RC, XRC, multicast,
-# rdma_cm, UCX) stand two hosts up as two network namespaces they create (needs root).
+# rdma_cm, UCX) stand two hosts up as two network namespaces they create (needs root);
+# run_launcher.sh runs UCX and pyverbs under `rverbs run` with no harness set-up.
 for t in tests/conformance/*.sh tests/chaos/*.sh; do
 	[ -e "$t" ] || continue
 	echo "== $t"

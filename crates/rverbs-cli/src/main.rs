@@ -7,17 +7,24 @@
 //!   verdict per part. It exits non-zero if any completion or data check fails.
 //! - `rverbs pingpong` and `rverbs write-bw` run one of those parts with chosen sizes and
 //!   iteration counts.
+//! - `rverbs run [--sanitize[=abort]] [--faults SPEC] -- PROGRAM [ARGS…]` runs an
+//!   unmodified program on the drop-in libraries, with the paths of a kernel RDMA device
+//!   it may look for in a private mount namespace (`run`, `namespace`; docs/environment.md,
+//!   "The launcher: rverbs run").
 //!
 //! Every figure printed comes from a timed loop over the safe `rverbs` API; nothing here
 //! touches registered memory except through `Mr::read`/`Mr::write`.
-#![forbid(unsafe_code)]
+// Only `namespace` (unshare(2)) has an `unsafe` block.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod devinfo;
 mod failure;
+mod namespace;
 mod pair;
 mod perf;
 mod report;
+mod run;
 
 use std::process::ExitCode;
 
@@ -77,6 +84,13 @@ enum Command {
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
         cq_mod: u32,
     },
+    /// Run an unmodified program on the drop-in libibverbs.so.1 and librdmacm.so.1, with
+    /// the device's /dev and /sys entries in a private mount namespace.
+    #[command(after_help = run::AFTER_HELP)]
+    Run(run::RunArgs),
+    /// The GID table as `rverbs run` needs it (internal: `run` calls it in a child process).
+    #[command(name = run::SYSFS_ATTRS, hide = true)]
+    SysfsAttrs,
 }
 
 /// Parses `4096`, `4K`, `4KiB`, `1M`, `1MiB` (binary multiples).
@@ -231,8 +245,8 @@ fn demo() -> Result<bool, Failure> {
     Ok(ok)
 }
 
-fn run(cli: Cli) -> Result<bool, Failure> {
-    match cli.command.unwrap_or(Command::Demo) {
+fn run(command: Command) -> Result<bool, Failure> {
+    match command {
         Command::Devinfo {
             verbose,
             device,
@@ -288,11 +302,17 @@ fn run(cli: Cli) -> Result<bool, Failure> {
             }),
             |_| "each destination equal to its source byte for byte, guard bytes untouched".into(),
         )),
+        Command::SysfsAttrs => run::print_sysfs_attrs().map(|()| true).map_err(Failure::from),
+        Command::Run(_) => unreachable!("main handles run"),
     }
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let command = Cli::parse().command.unwrap_or(Command::Demo);
+    if let Command::Run(args) = command {
+        return run::launch(args);
+    }
+    match run(command) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
