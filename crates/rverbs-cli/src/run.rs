@@ -95,9 +95,12 @@ not behaviour of the library, which never reads them. Where no namespace can be 
 program runs without them and one line on stderr says which are missing and why.
 docs/environment.md, \"The launcher: rverbs run\", has the details.";
 
-/// Checks a fault spec with the parser `RVERBS_FAULTS` goes through.
+/// Checks a fault spec with the parsers `RVERBS_FAULTS` goes through: the packet faults
+/// and the verb plan (docs/fault-injection.md).
 fn parse_faults(spec: &str) -> Result<String, String> {
-    rverbs::FaultConfig::parse(spec).map(|_| spec.to_string()).map_err(|e| e.to_string())
+    rverbs::FaultConfig::parse(spec).map_err(|e| e.to_string())?;
+    rverbs::VerbPlan::parse(spec).map_err(|e| e.to_string())?;
+    Ok(spec.to_string())
 }
 
 /// Where the drop-in libraries are looked for, relative to the directory of the `rverbs`

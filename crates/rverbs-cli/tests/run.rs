@@ -138,6 +138,14 @@ fn faults_spec_is_checked_before_the_program_runs_and_reaches_it() {
     assert!(!marker.exists(), "the program ran despite a bad --faults");
     let out = run_with(&dir, &["--faults", "seed=7,drop=1%", "--", "sh", "-c", "echo \"$RVERBS_FAULTS\""], &[]);
     assert_eq!(assert_ran(&out).trim(), "seed=7,drop=1%");
+    // The verb plan's items (docs/fault-injection.md) are checked too: an error the verb
+    // never returns is refused up front, a good item goes through.
+    let out = run_with(&dir, &["--faults", "fail=reg_mr:EBADF", "--", "touch", marker.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("ibv_reg_mr does not return `EBADF`"), "{}", text(&out.stderr));
+    assert!(!marker.exists(), "the program ran despite a bad --faults");
+    let out = run_with(&dir, &["--faults", "fail=reg_mr:ENOMEM:nth=2", "--", "sh", "-c", "echo \"$RVERBS_FAULTS\""], &[]);
+    assert_eq!(assert_ran(&out).trim(), "fail=reg_mr:ENOMEM:nth=2");
 }
 
 #[test]
