@@ -154,22 +154,33 @@ impl Ring {
         self.count
     }
 
+    /// The slot of position `i` of the ring, `i < 2 × cap` (a head and an offset within
+    /// the count): one compare instead of a division on every post, hand-over and retire.
+    #[inline]
+    fn wrap(&self, i: usize) -> usize {
+        debug_assert!(i < 2 * self.cap);
+        if i >= self.cap { i - self.cap } else { i }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.count == 0
     }
 
     /// The oldest work request, with its scatter list and inline bytes.
+    #[inline]
     pub(crate) fn head(&self) -> Option<(&SendWqe, &[Sge], &[u8])> {
         (self.count != 0).then(|| self.slot_parts(self.head))
     }
 
     /// The work request `i` places after the oldest (0 is the oldest), with its scatter
     /// list and inline bytes.
+    #[inline]
     pub(crate) fn nth(&self, i: usize) -> Option<(&SendWqe, &[Sge], &[u8])> {
-        (i < self.count).then(|| self.slot_parts((self.head + i) % self.cap))
+        (i < self.count).then(|| self.slot_parts(self.wrap(self.head + i)))
     }
 
     /// The WQE of `slot` with its scatter list and inline bytes.
+    #[inline]
     fn slot_parts(&self, slot: usize) -> (&SendWqe, &[Sge], &[u8]) {
         let w = &self.wqes[slot];
         let base = slot * self.max_sge;
@@ -194,7 +205,7 @@ impl Ring {
                 *k = None;
             }
         }
-        self.head = (self.head + 1) % self.cap;
+        self.head = self.wrap(self.head + 1);
         self.count -= 1;
         Some(retired)
     }
@@ -203,7 +214,7 @@ impl Ring {
     /// plan, docs/fault-injection.md).
     pub(crate) fn fail_newest(&mut self, status: WcStatus) {
         if self.count > 0 {
-            let slot = (self.head + self.count - 1) % self.cap;
+            let slot = self.wrap(self.head + self.count - 1);
             self.wqes[slot].injected = Some(status);
         }
     }
@@ -211,7 +222,7 @@ impl Ring {
     /// Removes the newest work requests until `count` remain (an aborted batch).
     pub(crate) fn truncate(&mut self, count: usize) {
         while self.count > count {
-            let slot = (self.head + self.count - 1) % self.cap;
+            let slot = self.wrap(self.head + self.count - 1);
             self.wqes[slot] = SendWqe::default();
             let base = slot * self.max_sge;
             for k in &mut self.keep[base..base + self.max_sge] {
@@ -308,7 +319,7 @@ impl Ring {
         if self.count == self.cap {
             return Err(Error::QueueFull { verb, max: self.cap as u32 });
         }
-        let slot = (self.head + self.count) % self.cap;
+        let slot = self.wrap(self.head + self.count);
         // Written in place: a work request is a few hundred bytes, posted on the hot path.
         let wqe = &mut self.wqes[slot];
         wqe.wr_id = wr.wr_id;
