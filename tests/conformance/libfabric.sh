@@ -37,32 +37,14 @@ fi
 report_pair "fi_info -p verbs"
 
 fi_pair() {  # LABEL PROVIDER EP LAST_SIZE
-  local label=$1 prov=$2 ep=$3 last=$4 src=0 crc=0 port
+  local label=$1 prov=$2 ep=$3 last=$4 port
   n=$((n + 1))
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
   start=$EPOCHREALTIME why=()
-  port=$next_port
-  while port_busy "$port"; do port=$((port + 1)); done
-  next_port=$((port + 1))
+  pick_port
   scmd=(fi_pingpong -p "$prov" -e "$ep" -I 100 -c -B "$port")
   ccmd=(fi_pingpong -p "$prov" -e "$ep" -I 100 -c -P "$port" 127.0.0.1)
-  timeout -k 5 $((TIMEOUT + 5)) "${linebuf[@]}" "${scmd[@]}" >"$slog" 2>&1 &
-  server_pid=$!
-  local ready=0
-  wait_listen "$port" "$server_pid" || ready=$?
-  if [ "$ready" = 0 ]; then
-    timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${ccmd[@]}" >"$clog" 2>&1 &
-    client_pid=$!
-    wait "$client_pid" || crc=$?
-    client_pid=
-    [ "$crc" = 0 ] || why+=("client $(exit_text "$crc")")
-  else
-    why+=("server not listening on its control port $port")
-    kill "$server_pid" 2>/dev/null || true
-  fi
-  wait "$server_pid" || src=$?
-  server_pid=
-  [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
+  serve_and_connect "$port"
   grep -Eq "^$last +100 +=100" "$clog" || why+=("client printed no result for size $last")
   report_pair "$label"
 }

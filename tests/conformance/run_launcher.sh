@@ -62,32 +62,15 @@ report_pair "rverbs run -- ucx_info -d (rverbs0: rc_verbs)"
 
 # ucx_perftest over rc_verbs on one host, ucx.sh's arguments, each side under rverbs run.
 ucx_pair() {  # TEST
-  local t=$1 src=0 crc=0 port ready=0
+  local t=$1 port
   n=$((n + 1))
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
   start=$EPOCHREALTIME why=()
-  port=$next_port
-  while port_busy "$port"; do port=$((port + 1)); done
-  next_port=$((port + 1))
+  pick_port
   scmd=("${rv[@]}" ucx_perftest -t "$t" -x rc_verbs -d rverbs0:1 -n 1000 -p "$port")
   ccmd=("${rv[@]}" ucx_perftest 127.0.0.1 -t "$t" -x rc_verbs -d rverbs0:1 -n 1000 -p "$port")
   # rverbs run execs ucx_perftest: timeout's child is the program itself.
-  timeout -k 5 $((TIMEOUT + 5)) "${scmd[@]}" >"$slog" 2>&1 &
-  server_pid=$!
-  wait_listen "$port" "$server_pid" || ready=$?
-  if [ "$ready" = 0 ]; then
-    timeout -k 5 "$TIMEOUT" "${ccmd[@]}" >"$clog" 2>&1 &
-    client_pid=$!
-    wait "$client_pid" || crc=$?
-    client_pid=
-    [ "$crc" = 0 ] || why+=("client $(exit_text "$crc")")
-  else
-    why+=("server not listening on port $port")
-    kill "$server_pid" 2>/dev/null || true
-  fi
-  wait "$server_pid" || src=$?
-  server_pid=
-  [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
+  serve_and_connect "$port"
   grep -q '^Final: *1000 ' "$clog" || why+=("client printed no final result")
   report_pair "rverbs run -- ucx_perftest -t $t -x rc_verbs"
 }

@@ -54,13 +54,11 @@ fi
 report_pair "ucx_info -d (rverbs0: rc_verbs, ud_verbs)"
 
 ucx_pair() {  # TEST TRANSPORT (TRANSPORT "ucp": a UCP test over rc_verbs,ud_verbs,self)
-  local t=$1 tl=$2 src=0 crc=0 port ready=0 sel
+  local t=$1 tl=$2 port sel
   n=$((n + 1))
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
   start=$EPOCHREALTIME why=()
-  port=$next_port
-  while port_busy "$port"; do port=$((port + 1)); done
-  next_port=$((port + 1))
+  pick_port
   if [ "$tl" = ucp ]; then
     sel=(env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rverbs0:1 ucx_perftest)
     scmd=("${sel[@]}" -t "$t" -n 1000 -p "$port")
@@ -69,22 +67,7 @@ ucx_pair() {  # TEST TRANSPORT (TRANSPORT "ucp": a UCP test over rc_verbs,ud_ver
     scmd=(ucx_perftest -t "$t" -x "$tl" -d rverbs0:1 -n 1000 -p "$port")
     ccmd=(ucx_perftest 127.0.0.1 -t "$t" -x "$tl" -d rverbs0:1 -n 1000 -p "$port")
   fi
-  in_ns timeout -k 5 $((TIMEOUT + 5)) "${scmd[@]}" >"$slog" 2>&1 &
-  server_pid=$!
-  wait_listen "$port" "$server_pid" || ready=$?
-  if [ "$ready" = 0 ]; then
-    in_ns timeout -k 5 "$TIMEOUT" "${ccmd[@]}" >"$clog" 2>&1 &
-    client_pid=$!
-    wait "$client_pid" || crc=$?
-    client_pid=
-    [ "$crc" = 0 ] || why+=("client $(exit_text "$crc")")
-  else
-    why+=("server not listening on port $port")
-    kill "$server_pid" 2>/dev/null || true
-  fi
-  wait "$server_pid" || src=$?
-  server_pid=
-  [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
+  serve_and_connect "$port" in_ns
   grep -q '^Final: *1000 ' "$clog" || why+=("client printed no final result")
   if [ "$tl" = ucp ]; then
     report_pair "ucx_perftest -t $t (UCP: rc_verbs,ud_verbs,self)"

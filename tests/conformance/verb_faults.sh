@@ -112,45 +112,45 @@ pair() {
   report_pair "$label"
 }
 
-port() {
-  local p=$next_port
-  while port_busy "$p"; do p=$((p + 1)); done
-  next_port=$((p + 1))
-  echo "$p"
-}
 
 # One process: each creating verb, and the first posts, refused as a provider refuses them.
 pp=(ibv_rc_pingpong -d rverbs0 -g 1)
-alone "ibv_alloc_pd ENOMEM" "fail=alloc_pd:ENOMEM" "Couldn't allocate PD" "ibv_alloc_pd fails with ENOMEM" "${pp[@]}" -p "$(port)"
-alone "ibv_reg_mr ENOMEM" "fail=reg_mr:ENOMEM" "Couldn't register MR" "ibv_reg_mr fails with ENOMEM" "${pp[@]}" -p "$(port)"
-alone "ibv_create_cq ENOMEM" "fail=create_cq:ENOMEM" "Couldn't create CQ" "ibv_create_cq fails with ENOMEM" "${pp[@]}" -p "$(port)"
-alone "ibv_create_qp ENOMEM" "fail=create_qp:ENOMEM" "Couldn't create QP" "ibv_create_qp fails with ENOMEM" "${pp[@]}" -p "$(port)"
-alone "ibv_modify_qp EINVAL (to INIT)" "fail=modify_qp:EINVAL:nth=1" "Failed to modify QP to INIT" "ibv_modify_qp fails with EINVAL" "${pp[@]}" -p "$(port)"
-alone "ibv_post_recv ENOMEM (the 5th receive)" "fail=post_recv:ENOMEM:nth=5" "Couldn't post receive (4)" "ibv_post_recv fails with ENOMEM" "${pp[@]}" -p "$(port)"
+pick_port
+alone "ibv_alloc_pd ENOMEM" "fail=alloc_pd:ENOMEM" "Couldn't allocate PD" "ibv_alloc_pd fails with ENOMEM" "${pp[@]}" -p "$port"
+pick_port
+alone "ibv_reg_mr ENOMEM" "fail=reg_mr:ENOMEM" "Couldn't register MR" "ibv_reg_mr fails with ENOMEM" "${pp[@]}" -p "$port"
+pick_port
+alone "ibv_create_cq ENOMEM" "fail=create_cq:ENOMEM" "Couldn't create CQ" "ibv_create_cq fails with ENOMEM" "${pp[@]}" -p "$port"
+pick_port
+alone "ibv_create_qp ENOMEM" "fail=create_qp:ENOMEM" "Couldn't create QP" "ibv_create_qp fails with ENOMEM" "${pp[@]}" -p "$port"
+pick_port
+alone "ibv_modify_qp EINVAL (to INIT)" "fail=modify_qp:EINVAL:nth=1" "Failed to modify QP to INIT" "ibv_modify_qp fails with EINVAL" "${pp[@]}" -p "$port"
+pick_port
+alone "ibv_post_recv ENOMEM (the 5th receive)" "fail=post_recv:ENOMEM:nth=5" "Couldn't post receive (4)" "ibv_post_recv fails with ENOMEM" "${pp[@]}" -p "$port"
 
 # A connected ibv_rc_pingpong: a post refused mid-run, and a SEND completed in error.
-p=$(port)
+pick_port; p=$port
 pair "ibv_post_send ENOMEM (the 3rd send), client" client "fail=post_send:ENOMEM:nth=3" "Couldn't post send" \
   "ibv_post_send fails with ENOMEM" stopped "tcp $p" "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
-p=$(port)
+pick_port; p=$port
 pair "SEND completed with RETRY_EXC_ERR (the 5th), client" client "wc=RETRY_EXC_ERR:nth=5" \
   "Failed status transport retry counter exceeded (12) for wr_id 2" "send work request completes with RETRY_EXC_ERR" stopped "tcp $p" \
   "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
-p=$(port)
+pick_port; p=$port
 pair "SEND completed with RNR_RETRY_EXC_ERR, server" server "wc=RNR_RETRY_EXC_ERR:nth=2" \
   "Failed status RNR retry counter exceeded (13) for wr_id 2" "send work request completes with RNR_RETRY_EXC_ERR" stopped "tcp $p" \
   "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
 
 # rping: the connection manager ends the peer too.
-p=$(port)
+pick_port; p=$port
 pair "rping: the server's ibv_reg_mr ENOMEM" server "fail=reg_mr:ENOMEM" "recv_buf reg_mr failed" \
   "ibv_reg_mr fails with ENOMEM" ends "cm $p" \
   rping -s -a 127.0.0.1 -p "$p" -C 3 -v -- rping -c -a 127.0.0.1 -p "$p" -C 3 -v
-p=$(port)
+pick_port; p=$port
 pair "rping: the client's first SEND completed with REM_ACCESS_ERR" client "wc=REM_ACCESS_ERR:nth=1" \
   "cq completion failed status 10" "send work request completes with REM_ACCESS_ERR" ends "cm $p" \
   rping -s -a 127.0.0.1 -p "$p" -C 3 -v -- rping -c -a 127.0.0.1 -p "$p" -C 3 -v
-p=$(port)
+pick_port; p=$port
 pair "rping: the client's ibv_create_qp ENOMEM" client "fail=create_qp:ENOMEM" "rdma_create_qp: Cannot allocate memory" \
   "ibv_create_qp fails with ENOMEM" stopped "cm $p" \
   rping -s -a 127.0.0.1 -p "$p" -C 3 -v -- rping -c -a 127.0.0.1 -p "$p" -C 3 -v
@@ -160,7 +160,7 @@ label="replay: seed=11 wc=RETRY_EXC_ERR:p=2% twice, the same injection"
 if [ -z "$FILTER" ] || [[ $label =~ $FILTER ]]; then
   spec="seed=11,wc=RETRY_EXC_ERR:p=2%"
   for run in 1 2; do
-    p=$(port)
+    pick_port; p=$port
     pair "$label (run $run)" client "$spec" "Failed status transport retry counter exceeded (12)" \
       "send work request completes with RETRY_EXC_ERR" stopped "tcp $p" "${pp[@]}" -n 500 -p "$p" -- "${pp[@]}" -n 500 -p "$p" 127.0.0.1
     grep -F "fault injected:" "$clog" | sed 's/QP 0x[0-9a-f]*, //' >"$WORK/replay.$run"

@@ -88,6 +88,42 @@ exit_text() {
 
 passed=0 failed=0 n=0
 
+# pick_port: sets `port` to a TCP port no socket of this host holds, from `next_port` on
+# (which moves past it).
+pick_port() {
+  port=$next_port
+  while port_busy "$port"; do port=$((port + 1)); done
+  next_port=$((port + 1))
+}
+
+# serve_and_connect PORT [PREFIX...]: the server `scmd` in the background, then, once it
+# listens on TCP port PORT, the client `ccmd`, each run as `PREFIX timeout … CMD` (PREFIX:
+# e.g. a function that enters a namespace) and bounded by TIMEOUT, their outputs in
+# `slog` and `clog`. Adds to `why` a side that did not exit 0 and a server that never
+# listened (the client is then not started and the server stopped).
+serve_and_connect() {
+  local at=$1 src=0 crc=0 ready=0
+  shift
+  "$@" timeout -k 5 $((TIMEOUT + 5)) "${linebuf[@]}" "${scmd[@]}" >"$slog" 2>&1 &
+  server_pid=$!
+  wait_listen "$at" "$server_pid" || ready=$?
+  if [ "$ready" = 0 ]; then
+    # In the background too, so that a signal to the script is handled at once.
+    "$@" timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${ccmd[@]}" >"$clog" 2>&1 &
+    client_pid=$!
+    wait "$client_pid" || crc=$?
+    client_pid=
+    [ "$crc" = 0 ] || why+=("client $(exit_text "$crc")")
+  else
+    echo "(client not started)" >"$clog"
+    why+=("server not listening on port $at")
+    kill "$server_pid" 2>/dev/null || true
+  fi
+  wait "$server_pid" || src=$?
+  server_pid=
+  [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
+}
+
 # run_server_client PROGRAM ARGS...: server `PROGRAM ARGS -p PORT` in the background,
 # then client `PROGRAM ARGS -p PORT 127.0.0.1`, both bounded by TIMEOUT. Sets slog and
 # clog (their outputs), scmd and ccmd, start, and `why`: the reasons the pair failed so
