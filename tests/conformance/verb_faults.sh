@@ -60,7 +60,7 @@ alone() {
   start=$EPOCHREALTIME why=()
   scmd=(RVERBS_FAULTS="$spec" "$@") ccmd=("(no peer)")
   echo "(no peer)" >"$clog"
-  RVERBS_FAULTS=$spec timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "$@" >"$slog" 2>&1 || rc=$?
+  RVERBS_FAULTS=$spec timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "$@" </dev/null >"$slog" 2>&1 || rc=$?
   faulted_checks "$slog" "$rc" "$msg" "$logged"
   report_pair "$label"
 }
@@ -115,18 +115,18 @@ pair() {
 
 # One process: each creating verb, and the first posts, refused as a provider refuses them.
 pp=(ibv_rc_pingpong -d rverbs0 -g 1)
-pick_port
-alone "ibv_alloc_pd ENOMEM" "fail=alloc_pd:ENOMEM" "Couldn't allocate PD" "ibv_alloc_pd fails with ENOMEM" "${pp[@]}" -p "$port"
-pick_port
-alone "ibv_reg_mr ENOMEM" "fail=reg_mr:ENOMEM" "Couldn't register MR" "ibv_reg_mr fails with ENOMEM" "${pp[@]}" -p "$port"
-pick_port
-alone "ibv_create_cq ENOMEM" "fail=create_cq:ENOMEM" "Couldn't create CQ" "ibv_create_cq fails with ENOMEM" "${pp[@]}" -p "$port"
-pick_port
-alone "ibv_create_qp ENOMEM" "fail=create_qp:ENOMEM" "Couldn't create QP" "ibv_create_qp fails with ENOMEM" "${pp[@]}" -p "$port"
-pick_port
-alone "ibv_modify_qp EINVAL (to INIT)" "fail=modify_qp:EINVAL:nth=1" "Failed to modify QP to INIT" "ibv_modify_qp fails with EINVAL" "${pp[@]}" -p "$port"
-pick_port
-alone "ibv_post_recv ENOMEM (the 5th receive)" "fail=post_recv:ENOMEM:nth=5" "Couldn't post receive (4)" "ibv_post_recv fails with ENOMEM" "${pp[@]}" -p "$port"
+# LABEL|SPEC|MESSAGE|LOGGED per line.
+while IFS='|' read -r label spec msg logged; do
+  pick_port
+  alone "$label" "$spec" "$msg" "$logged" "${pp[@]}" -p "$port"
+done <<'CASES'
+ibv_alloc_pd ENOMEM|fail=alloc_pd:ENOMEM|Couldn't allocate PD|ibv_alloc_pd fails with ENOMEM
+ibv_reg_mr ENOMEM|fail=reg_mr:ENOMEM|Couldn't register MR|ibv_reg_mr fails with ENOMEM
+ibv_create_cq ENOMEM|fail=create_cq:ENOMEM|Couldn't create CQ|ibv_create_cq fails with ENOMEM
+ibv_create_qp ENOMEM|fail=create_qp:ENOMEM|Couldn't create QP|ibv_create_qp fails with ENOMEM
+ibv_modify_qp EINVAL (to INIT)|fail=modify_qp:EINVAL:nth=1|Failed to modify QP to INIT|ibv_modify_qp fails with EINVAL
+ibv_post_recv ENOMEM (the 5th receive)|fail=post_recv:ENOMEM:nth=5|Couldn't post receive (4)|ibv_post_recv fails with ENOMEM
+CASES
 
 # A connected ibv_rc_pingpong: a post refused mid-run, and a SEND completed in error.
 pick_port; p=$port
