@@ -9,8 +9,10 @@
 //! injector built from it sends, holds and releases packets without panicking (the first
 //! send is at "now", as the UDP transport's send path does) and never loses a copy it
 //! did not count as dropped. The verbs' fault plan of the same value
-//! (`VerbPlan::parse`): never panics; a plan it accepts decides calls of every verb
-//! without panicking, and a decision only ever names an item of the plan.
+//! (`VerbPlan::parse`, every item kind: `fail=` of the verbs and of the rdma_cm calls,
+//! `wc=`, `event=`): never panics; a plan it accepts decides failures, completions and
+//! events for calls of every verb without panicking, and a decision only ever names an
+//! item of the plan (an event only ever one of the verbs its item names).
 
 use std::time::{Duration, Instant};
 
@@ -23,9 +25,16 @@ pub fn run(data: &[u8]) {
     if let Ok(plan) = VerbPlan::parse(spec) {
         let mut d = Decider::new(plan.clone());
         for (i, verb) in Verb::ALL.into_iter().cycle().take(64).enumerate() {
-            let hit = if i % 3 == 0 { d.complete(i as u32, i as u64) } else { d.fail(verb, Some(i as u32), Some(i as u64)) };
+            let hit = match i % 4 {
+                0 => d.complete(i as u32, i as u64),
+                1 => d.raise(verb, Some(i as u32), Some(i as u64)),
+                _ => d.fail(verb, Some(i as u32), Some(i as u64)),
+            };
             if let Some(h) = hit {
                 assert!(plan.items.iter().any(|it| it.text == h.item && it.effect == h.effect), "{h:?}");
+                if let rverbs_proto::verb_fault::Effect::Raise(event, on) = h.effect {
+                    assert!(event.verbs().contains(&on) && on == verb, "{h:?}");
+                }
             }
         }
     }

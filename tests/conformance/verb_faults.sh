@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault plan of the verbs (RVERBS_FAULTS `fail=` and `wc=` items,
+# The fault plan of the verbs (RVERBS_FAULTS `fail=`, `wc=` and `event=` items,
 # docs/fault-injection.md) driving the error paths of unmodified programs on the drop-in
 # libraries: Debian's ibv_rc_pingpong (ibverbs-utils) and rping (rdmacm-utils). librpma's
 # are driven from crates/rverbs-rpma/tests/interop.rs (its C peer), the Rust API's from
@@ -16,6 +16,10 @@
 #   - ibv_rc_pingpong: the peer waits for ever for messages that will not come, on any
 #     device (an RC connection has no keep-alive and the program no timeout), so the
 #     script stops it once the faulted side has ended (a stopped peer is no failure).
+# Events (`event=`) leave the verb successful and put the QP or CQ in error after it,
+# which ibv_rc_pingpong meets as a flushed completion or a failed poll; rdma_cm failures
+# (`fail=resolve_addr|resolve_route|connect`) end in the error event rping prints; an
+# injected DISCONNECTED ends both rping processes before their last ping.
 # Last, a probabilistic plan with a seed, run twice, must inject the same faults at the
 # same calls (the replay promise of the plan).
 #
@@ -40,12 +44,15 @@ source tests/conformance/lib/cm.bash
 
 # faulted_checks LOG RC MESSAGE LOGGED: the faulted process exited non-zero before the
 # timeout, printed MESSAGE, and the drop-in logged "fault injected: LOGGED".
+# Optional: EXIT_ANY=1, the program may exit 0 (rping ends a disconnected run with 0);
+# UNLESS_MSG, what the faulted process prints only if the fault did not stop it.
 faulted_checks() {
   local log=$1 rc=$2 msg=$3 logged=$4
   case $rc in
-    0) why+=("the faulted process exited 0: the fault did not reach it") ;;
+    0) [ -n "${EXIT_ANY:-}" ] || why+=("the faulted process exited 0: the fault did not reach it") ;;
     124 | 137) why+=("the faulted process $(exit_text "$rc")") ;;
   esac
+  [ -z "${UNLESS_MSG:-}" ] || ! grep -qF -- "$UNLESS_MSG" "$log" || why+=("the faulted process printed \"$UNLESS_MSG\": the fault did not stop it")
   grep -qF -- "$msg" "$log" || why+=("the faulted process did not print \"$msg\"")
   grep -qF -- "fault injected: $logged" "$log" || why+=("no \"fault injected: $logged\" on its stderr")
 }
@@ -105,9 +112,11 @@ pair() {
   if [ "$faulted" = server ]; then flog=$slog frc=$src; else flog=$clog frc=$crc; fi
   faulted_checks "$flog" "$frc" "$msg" "$logged"
   if [ "$peer" = ends ]; then
-    local orc=$crc
-    [ "$faulted" = server ] || orc=$src
+    local orc=$crc olog=$clog
+    [ "$faulted" = server ] || orc=$src olog=$slog
     case $orc in 124 | 137) why+=("the peer $(exit_text "$orc")") ;; esac
+    # PEER_MSG (optional): what the peer must print when the fault reaches it too.
+    [ -z "${PEER_MSG:-}" ] || grep -qF -- "$PEER_MSG" "$olog" || why+=("the peer did not print \"$PEER_MSG\"")
   fi
   report_pair "$label"
 }
@@ -154,6 +163,40 @@ pick_port; p=$port
 pair "rping: the client's ibv_create_qp ENOMEM" client "fail=create_qp:ENOMEM" "rdma_create_qp: Cannot allocate memory" \
   "ibv_create_qp fails with ENOMEM" stopped "cm $p" \
   rping -s -a 127.0.0.1 -p "$p" -C 3 -v -- rping -c -a 127.0.0.1 -p "$p" -C 3 -v
+
+# Asynchronous events on demand: the verb succeeds, then the device acts (ibv_rc_pingpong
+# reads no async event; what it meets is the QP or CQ in error).
+pick_port; p=$port
+pair "ibv_rc_pingpong: QP_FATAL after the 5th send, client" client "event=QP_FATAL:nth=5" \
+  "Failed status Work Request Flushed Error (5)" "IBV_EVENT_QP_FATAL after ibv_post_send" stopped "tcp $p" \
+  "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
+pick_port; p=$port
+pair "ibv_rc_pingpong: CQ_ERR after the 3rd receive, server" server "event=CQ_ERR:on=post_recv:from=3" \
+  "poll CQ failed" "IBV_EVENT_CQ_ERR after ibv_post_recv" stopped "tcp $p" \
+  "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
+
+# rdma_cm failures: each call ends with its error event, which rping prints.
+rp=(rping -c -a 127.0.0.1 -C 3 -v)
+pick_port
+alone "rping: rdma_resolve_addr ETIMEDOUT" "fail=resolve_addr:ETIMEDOUT" "RDMA_CM_EVENT_ADDR_ERROR, error -110" \
+  "rdma_resolve_addr ends with RDMA_CM_EVENT_ADDR_ERROR (ETIMEDOUT)" "${rp[@]}" -p "$port"
+pick_port
+alone "rping: rdma_resolve_route ETIMEDOUT" "fail=resolve_route:ETIMEDOUT" "RDMA_CM_EVENT_ROUTE_ERROR, error -110" \
+  "rdma_resolve_route ends with RDMA_CM_EVENT_ROUTE_ERROR (ETIMEDOUT)" "${rp[@]}" -p "$port"
+pick_port; p=$port
+pair "rping: rdma_connect ETIMEDOUT (UNREACHABLE)" client "fail=connect:ETIMEDOUT" "RDMA_CM_EVENT_UNREACHABLE, error -110" \
+  "rdma_connect ends with RDMA_CM_EVENT_UNREACHABLE (ETIMEDOUT)" stopped "cm $p" \
+  rping -s -a 127.0.0.1 -p "$p" -C 3 -v -- rping -c -a 127.0.0.1 -p "$p" -C 3 -v
+pick_port; p=$port
+pair "rping: rdma_connect ECONNREFUSED (REJECTED)" client "fail=connect:ECONNREFUSED" "RDMA_CM_EVENT_REJECTED, error 28" \
+  "rdma_connect ends with RDMA_CM_EVENT_REJECTED (ECONNREFUSED)" stopped "cm $p" \
+  rping -s -a 127.0.0.1 -p "$p" -C 3 -v -- rping -c -a 127.0.0.1 -p "$p" -C 3 -v
+# A connection disconnected mid-run: both sides learn it and end, the client before its
+# 50th ping (rping exits 0 after a disconnection).
+pick_port; p=$port
+EXIT_ANY=1 UNLESS_MSG="rdma-ping-49:" PEER_MSG="server DISCONNECT EVENT" pair "rping: DISCONNECTED after the client's 4th send" client "event=DISCONNECTED:on=post_send:nth=4" \
+  "client DISCONNECT EVENT" "RDMA_CM_EVENT_DISCONNECTED after ibv_post_send" ends "cm $p" \
+  rping -s -a 127.0.0.1 -p "$p" -C 50 -v -- rping -c -a 127.0.0.1 -p "$p" -C 50 -v
 
 # Replay: the same seeded, probabilistic plan twice meets the same calls.
 label="replay: seed=11 wc=RETRY_EXC_ERR:p=2% twice, the same injection"

@@ -157,7 +157,7 @@ pub struct FaultParseError(pub String);
 
 impl fmt::Display for FaultParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "bad fault injection item `{}` (expected seed=N, drop|dup|reorder|corrupt=P or P%, delay|reorder_by=Nus, fail=VERB:ERRNO[:…], wc=STATUS[:…])", self.0)
+        write!(f, "bad fault injection item `{}` (expected seed=N, drop|dup|reorder|corrupt=P or P%, delay|reorder_by=Nus, fail=VERB:ERRNO[:…], wc=STATUS[:…], event=EVENT[:…])", self.0)
     }
 }
 

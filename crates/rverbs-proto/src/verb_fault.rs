@@ -50,11 +50,17 @@ pub enum Verb {
     PostSrqRecv,
     /// ibv_create_ah(3).
     CreateAh,
+    /// rdma_resolve_addr(3): the call succeeds and ADDR_ERROR follows.
+    ResolveAddr,
+    /// rdma_resolve_route(3): the call succeeds and ROUTE_ERROR follows.
+    ResolveRoute,
+    /// rdma_connect(3): the call succeeds and UNREACHABLE or REJECTED follows.
+    Connect,
 }
 
 impl Verb {
     /// Every verb, in the order of the documentation.
-    pub const ALL: [Verb; 10] = [
+    pub const ALL: [Verb; 13] = [
         Verb::AllocPd,
         Verb::RegMr,
         Verb::CreateCq,
@@ -65,9 +71,12 @@ impl Verb {
         Verb::PostRecv,
         Verb::PostSrqRecv,
         Verb::CreateAh,
+        Verb::ResolveAddr,
+        Verb::ResolveRoute,
+        Verb::Connect,
     ];
 
-    /// The name a plan uses (`reg_mr`): the C verb without `ibv_`.
+    /// The name a plan uses (`reg_mr`): the C verb without `ibv_` or `rdma_`.
     pub const fn name(self) -> &'static str {
         match self {
             Verb::AllocPd => "alloc_pd",
@@ -80,7 +89,16 @@ impl Verb {
             Verb::PostRecv => "post_recv",
             Verb::PostSrqRecv => "post_srq_recv",
             Verb::CreateAh => "create_ah",
+            Verb::ResolveAddr => "resolve_addr",
+            Verb::ResolveRoute => "resolve_route",
+            Verb::Connect => "connect",
         }
+    }
+
+    /// Whether the verb is an rdma_cm call (`rdma_` prefix; it reports failures as
+    /// events, rdma_get_cm_event(3)).
+    pub const fn is_cm(self) -> bool {
+        matches!(self, Verb::ResolveAddr | Verb::ResolveRoute | Verb::Connect)
     }
 
     /// The errors a plan may give this verb: those a verbs provider returns for it
@@ -98,6 +116,12 @@ impl Verb {
             Verb::ModifyQp => &[Einval, Enomem],
             Verb::PostSend | Verb::PostRecv => &[Enomem, Einval, Efault],
             Verb::PostSrqRecv => &[Enomem, Einval],
+            // rdma_resolve_addr(3): the next hop does not answer, or there is none.
+            Verb::ResolveAddr => &[Etimedout, Ehostunreach],
+            // rdma_resolve_route(3): the kernel's rdma_cm reports a timeout.
+            Verb::ResolveRoute => &[Etimedout],
+            // rdma_connect(3): no answer (UNREACHABLE) or a refusal (REJECTED).
+            Verb::Connect => &[Etimedout, Econnrefused],
         }
     }
 
@@ -112,14 +136,15 @@ impl Verb {
     }
 
     fn from_name(s: &str) -> Option<Verb> {
-        let s = s.strip_prefix("ibv_").unwrap_or(s);
+        let s = s.strip_prefix("ibv_").or_else(|| s.strip_prefix("rdma_")).unwrap_or(s);
         Verb::ALL.into_iter().find(|v| v.name() == s)
     }
 }
 
 impl fmt::Display for Verb {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ibv_{}", self.name())
+        let prefix = if self.is_cm() { "rdma" } else { "ibv" };
+        write!(f, "{prefix}_{}", self.name())
     }
 }
 
@@ -137,10 +162,25 @@ pub enum Errno {
     Eacces,
     /// `EOPNOTSUPP` (95): not supported by the device.
     Eopnotsupp,
+    /// `ETIMEDOUT` (110): no answer in time (rdma_cm's address, route and connect events).
+    Etimedout,
+    /// `EHOSTUNREACH` (113): no route to the host (rdma_cm's ADDR_ERROR).
+    Ehostunreach,
+    /// `ECONNREFUSED` (111): the peer refused the connection (rdma_cm's REJECTED).
+    Econnrefused,
 }
 
 impl Errno {
-    const ALL: [Errno; 5] = [Errno::Enomem, Errno::Einval, Errno::Efault, Errno::Eacces, Errno::Eopnotsupp];
+    const ALL: [Errno; 8] = [
+        Errno::Enomem,
+        Errno::Einval,
+        Errno::Efault,
+        Errno::Eacces,
+        Errno::Eopnotsupp,
+        Errno::Etimedout,
+        Errno::Ehostunreach,
+        Errno::Econnrefused,
+    ];
 
     /// The number (Linux).
     pub const fn number(self) -> i32 {
@@ -150,6 +190,9 @@ impl Errno {
             Errno::Efault => 14,
             Errno::Eacces => 13,
             Errno::Eopnotsupp => 95,
+            Errno::Etimedout => 110,
+            Errno::Ehostunreach => 113,
+            Errno::Econnrefused => 111,
         }
     }
 
@@ -161,6 +204,9 @@ impl Errno {
             Errno::Efault => "EFAULT",
             Errno::Eacces => "EACCES",
             Errno::Eopnotsupp => "EOPNOTSUPP",
+            Errno::Etimedout => "ETIMEDOUT",
+            Errno::Ehostunreach => "EHOSTUNREACH",
+            Errno::Econnrefused => "ECONNREFUSED",
         }
     }
 }
@@ -198,6 +244,61 @@ pub const fn status_name(s: WcStatus) -> &'static str {
     }
 }
 
+/// An event an `event=` item makes the device raise (ibv_get_async_event(3); for
+/// DISCONNECTED, rdma_get_cm_event(3)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Event {
+    /// IBV_EVENT_QP_FATAL: the QP enters ERR, its work requests flush.
+    QpFatal,
+    /// IBV_EVENT_QP_REQ_ERR: the QP enters ERR (an invalid request it received).
+    QpReqErr,
+    /// IBV_EVENT_QP_ACCESS_ERR: the QP enters ERR (an access violation it received).
+    QpAccessErr,
+    /// IBV_EVENT_CQ_ERR: a CQ of the QP enters error, as after an overrun.
+    CqErr,
+    /// IBV_EVENT_SRQ_LIMIT_REACHED: an armed SRQ reports its limit, and is disarmed.
+    SrqLimitReached,
+    /// RDMA_CM_EVENT_DISCONNECTED: the QP's rdma_cm connection is disconnected, both
+    /// sides get the event, the QP enters ERR.
+    Disconnected,
+}
+
+impl Event {
+    /// Every event, in the order of the documentation.
+    pub const ALL: [Event; 6] =
+        [Event::QpFatal, Event::QpReqErr, Event::QpAccessErr, Event::CqErr, Event::SrqLimitReached, Event::Disconnected];
+
+    /// The name a plan uses (`QP_FATAL`): the C constant without `IBV_EVENT_` or
+    /// `RDMA_CM_EVENT_`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Event::QpFatal => "QP_FATAL",
+            Event::QpReqErr => "QP_REQ_ERR",
+            Event::QpAccessErr => "QP_ACCESS_ERR",
+            Event::CqErr => "CQ_ERR",
+            Event::SrqLimitReached => "SRQ_LIMIT_REACHED",
+            Event::Disconnected => "DISCONNECTED",
+        }
+    }
+
+    /// The verbs whose calls may raise the event (the first is the default of `on=`): a
+    /// verb on a QP for the events of a QP, its CQs and its connection; ibv_post_srq_recv
+    /// for the SRQ's.
+    pub const fn verbs(self) -> &'static [Verb] {
+        match self {
+            Event::SrqLimitReached => &[Verb::PostSrqRecv],
+            _ => &[Verb::PostSend, Verb::PostRecv, Verb::ModifyQp],
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Event> {
+        let up = s.to_ascii_uppercase();
+        let up = up.strip_prefix("IBV_EVENT_").or_else(|| up.strip_prefix("RDMA_CM_EVENT_")).unwrap_or(&up);
+        Event::ALL.into_iter().find(|e| e.name() == up)
+    }
+}
+
 /// Which of the matching calls an item hits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Pick {
@@ -220,6 +321,8 @@ pub enum Effect {
     Fail(Verb, Errno),
     /// The send work request completes with this status.
     Complete(WcStatus),
+    /// The call of this verb succeeds, then the device raises this event.
+    Raise(Event, Verb),
 }
 
 /// One item of a plan: an effect, the calls it applies to, and which of them it hits.
@@ -269,12 +372,13 @@ impl VerbPlan {
         self.items.is_empty()
     }
 
-    /// The `fail=` and `wc=` items (and `seed=`) of a `RVERBS_FAULTS` spec; the packet
+    /// The `fail=`, `wc=` and `event=` items (and `seed=`) of a `RVERBS_FAULTS` spec; the packet
     /// items are left to [`crate::fault::FaultConfig::parse`], which skips these.
     ///
     /// Errors: an item of ours that does not parse — an unknown verb or status, an error
     /// the verb's man page does not give it ([`Verb::errnos`]), a selector that does not
-    /// apply (`qp=` on a verb without a QP, `wr_id=` on one that posts nothing), two picks,
+    /// apply (`qp=` on a verb without a QP, `wr_id=` on one that posts nothing), an event
+    /// `on=` a verb that cannot raise it ([`Event::verbs`]), two picks,
     /// a count of 0, a probability outside `[0, 1]`.
     pub fn parse(spec: &str) -> Result<VerbPlan, PlanParseError> {
         let mut plan = VerbPlan::default();
@@ -284,7 +388,7 @@ impl VerbPlan {
                 "seed" => {
                     plan.seed = value.trim().parse().map_err(|_| bad(item, "the seed is not an integer"))?;
                 }
-                "fail" | "wc" => plan.items.push(parse_item(item)?),
+                "fail" | "wc" | "event" => plan.items.push(parse_item(item)?),
                 _ => {}
             }
         }
@@ -294,7 +398,7 @@ impl VerbPlan {
 
 /// Whether `key` names an item of a verb plan (the packet parser skips those).
 pub fn is_plan_key(key: &str) -> bool {
-    matches!(key.trim(), "fail" | "wc")
+    matches!(key.trim(), "fail" | "wc" | "event")
 }
 
 fn bad(item: &str, why: impl Into<String>) -> PlanParseError {
@@ -320,6 +424,13 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
                 bad(item, format!("{verb} does not return `{e}` (it returns {})", ok.join(", ")))
             })?;
         Effect::Fail(verb, errno)
+    } else if key.trim() == "event" {
+        let e = parts.next().unwrap_or("");
+        let event = Event::from_name(e).ok_or_else(|| {
+            let ok: Vec<_> = Event::ALL.iter().map(|x| x.name()).collect();
+            bad(item, format!("unknown or unusable event `{e}` (one of {})", ok.join(", ")))
+        })?;
+        Effect::Raise(event, event.verbs()[0])
     } else {
         let s = parts.next().unwrap_or("");
         let want = s.to_ascii_uppercase();
@@ -335,6 +446,20 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
     };
     let mut out = Item { text: item.to_string(), effect, qp: None, wr_id: None, pick: Pick::All };
     let mut picked = false;
+    // `on=` first: what `qp=` and `wr_id=` apply to depends on the verb.
+    let parts: Vec<&str> = parts.collect();
+    for sel in &parts {
+        let Some(v) = sel.split_once('=').filter(|(k, _)| k.trim() == "on").map(|(_, v)| v.trim()) else { continue };
+        let Effect::Raise(event, _) = out.effect else {
+            return Err(bad(item, "on= applies to event items only"));
+        };
+        let verb = Verb::from_name(v).filter(|x| event.verbs().contains(x)).ok_or_else(|| {
+            let ok: Vec<_> = event.verbs().iter().map(|x| x.name()).collect();
+            bad(item, format!("{} is not raised on `{v}` (on= one of {})", event.name(), ok.join(", ")))
+        })?;
+        out.effect = Effect::Raise(event, verb);
+    }
+    let effect = out.effect;
     for sel in parts {
         let (k, v) = sel.split_once('=').ok_or_else(|| bad(item, format!("selector `{sel}` is not KEY=VALUE")))?;
         let (k, v) = (k.trim(), v.trim());
@@ -345,11 +470,11 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
         let pick = match k {
             "qp" => {
                 let applies = match effect {
-                    Effect::Fail(verb, _) => verb.on_qp(),
+                    Effect::Fail(verb, _) | Effect::Raise(_, verb) => verb.on_qp(),
                     Effect::Complete(_) => true,
                 };
                 if !applies {
-                    return Err(bad(item, "qp= applies to modify_qp, post_send, post_recv and wc only"));
+                    return Err(bad(item, "qp= applies to modify_qp, post_send, post_recv, wc and events on them only"));
                 }
                 let n = parse_u64(v).filter(|n| *n <= 0xff_ffff).ok_or_else(|| bad(item, format!("bad QPN `{v}`")))?;
                 out.qp = Some(n as u32);
@@ -357,11 +482,11 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
             }
             "wr_id" => {
                 let applies = match effect {
-                    Effect::Fail(verb, _) => verb.posts(),
+                    Effect::Fail(verb, _) | Effect::Raise(_, verb) => verb.posts(),
                     Effect::Complete(_) => true,
                 };
                 if !applies {
-                    return Err(bad(item, "wr_id= applies to the post verbs and wc only"));
+                    return Err(bad(item, "wr_id= applies to the post verbs, wc and events on them only"));
                 }
                 out.wr_id = Some(parse_u64(v).ok_or_else(|| bad(item, format!("bad wr_id `{v}`")))?);
                 None
@@ -370,7 +495,8 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
             "every" => Some(Pick::Every(count()?)),
             "from" => Some(Pick::From(count()?)),
             "p" => Some(Pick::Chance(probability(v).ok_or_else(|| bad(item, format!("bad probability `{v}`")))?)),
-            _ => return Err(bad(item, format!("unknown selector `{k}` (qp, wr_id, nth, every, from, p)"))),
+            "on" => None,
+            _ => return Err(bad(item, format!("unknown selector `{k}` (on, qp, wr_id, nth, every, from, p)"))),
         };
         if let Some(p) = pick {
             if picked {
@@ -417,8 +543,11 @@ pub struct Injection {
 impl fmt::Display for Injection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.effect {
+            Effect::Fail(verb, e) if verb.is_cm() => write!(f, "{verb} ends with {} ({})", cm_event_name(verb, e), e.name())?,
             Effect::Fail(verb, e) => write!(f, "{verb} fails with {}", e.name())?,
             Effect::Complete(s) => write!(f, "send work request completes with {} ({s})", status_name(s))?,
+            Effect::Raise(Event::Disconnected, verb) => write!(f, "RDMA_CM_EVENT_DISCONNECTED after {verb}")?,
+            Effect::Raise(ev, verb) => write!(f, "IBV_EVENT_{} after {verb}", ev.name())?,
         }
         if let Some(q) = self.qp {
             write!(f, ", QP {q:#x}")?;
@@ -427,6 +556,19 @@ impl fmt::Display for Injection {
             write!(f, ", wr_id {w:#x}")?;
         }
         write!(f, " (matching call {} of item `{}`)", self.call, self.item)
+    }
+}
+
+/// The rdma_cm event an rdma_cm call failed by the plan ends with (rdma_get_cm_event(3)):
+/// ADDR_ERROR, ROUTE_ERROR; for rdma_connect, UNREACHABLE for a timeout and REJECTED for
+/// a refusal.
+pub const fn cm_event_name(verb: Verb, errno: Errno) -> &'static str {
+    match (verb, errno) {
+        (Verb::ResolveAddr, _) => "RDMA_CM_EVENT_ADDR_ERROR",
+        (Verb::ResolveRoute, _) => "RDMA_CM_EVENT_ROUTE_ERROR",
+        (Verb::Connect, Errno::Econnrefused) => "RDMA_CM_EVENT_REJECTED",
+        (Verb::Connect, _) => "RDMA_CM_EVENT_UNREACHABLE",
+        _ => "?",
     }
 }
 
@@ -463,6 +605,12 @@ impl Decider {
     /// an item hits it.
     pub fn complete(&mut self, qp: u32, wr_id: u64) -> Option<Injection> {
         self.decide(|e| matches!(e, Effect::Complete(_)), Some(qp), Some(wr_id))
+    }
+
+    /// A call of `verb` that succeeded (on QP `qp`; for the post verbs, one work request
+    /// `wr_id` it posted): the event the device raises after it, if an item hits it.
+    pub fn raise(&mut self, verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Injection> {
+        self.decide(|e| matches!(e, Effect::Raise(_, v) if v == verb), qp, wr_id)
     }
 
     fn decide(&mut self, kind: impl Fn(Effect) -> bool, qp: Option<u32>, wr_id: Option<u64>) -> Option<Injection> {
@@ -550,6 +698,91 @@ mod tests {
         let i = d.complete(1, 9).unwrap();
         assert_eq!((i.effect, i.qp, i.wr_id), (Effect::Complete(WcStatus::RemAccessErr), Some(1), Some(9)));
         assert!(i.to_string().contains("REM_ACCESS_ERR"), "{i}");
+    }
+
+    #[test]
+    fn event_items_parse_with_their_verb_and_selectors() {
+        let p = VerbPlan::parse(
+            "event=QP_FATAL:qp=0x12:nth=3, event=IBV_EVENT_CQ_ERR:on=post_recv, event=srq_limit_reached:every=2, \
+             event=RDMA_CM_EVENT_DISCONNECTED:on=ibv_post_send:wr_id=5, event=QP_ACCESS_ERR:on=modify_qp:from=2",
+        )
+        .unwrap();
+        let effects: Vec<_> = p.items.iter().map(|i| i.effect).collect();
+        assert_eq!(
+            effects,
+            [
+                Effect::Raise(Event::QpFatal, Verb::PostSend),
+                Effect::Raise(Event::CqErr, Verb::PostRecv),
+                Effect::Raise(Event::SrqLimitReached, Verb::PostSrqRecv),
+                Effect::Raise(Event::Disconnected, Verb::PostSend),
+                Effect::Raise(Event::QpAccessErr, Verb::ModifyQp),
+            ]
+        );
+        assert_eq!((p.items[0].qp, p.items[0].pick), (Some(0x12), Pick::Nth(3)));
+        assert_eq!(p.items[2].pick, Pick::Every(2));
+        assert_eq!(p.items[3].wr_id, Some(5));
+        assert_eq!(p.items[4].pick, Pick::From(2));
+        // The packet parser leaves them alone.
+        assert_eq!(crate::fault::FaultConfig::parse("event=QP_FATAL,drop=1%").unwrap().drop, 0.01);
+    }
+
+    #[test]
+    fn cm_items_parse_as_failures_of_the_rdma_cm_calls() {
+        let p = VerbPlan::parse("fail=resolve_route:ETIMEDOUT, fail=rdma_resolve_addr:EHOSTUNREACH:nth=2, fail=connect:ECONNREFUSED").unwrap();
+        let effects: Vec<_> = p.items.iter().map(|i| i.effect).collect();
+        assert_eq!(
+            effects,
+            [
+                Effect::Fail(Verb::ResolveRoute, Errno::Etimedout),
+                Effect::Fail(Verb::ResolveAddr, Errno::Ehostunreach),
+                Effect::Fail(Verb::Connect, Errno::Econnrefused),
+            ]
+        );
+        let mut d = Decider::new(p);
+        let i = d.fail(Verb::ResolveRoute, None, None).unwrap();
+        assert_eq!(i.to_string(), "rdma_resolve_route ends with RDMA_CM_EVENT_ROUTE_ERROR (ETIMEDOUT) (matching call 1 of item `fail=resolve_route:ETIMEDOUT`)");
+        assert!(d.fail(Verb::Connect, None, None).unwrap().to_string().contains("RDMA_CM_EVENT_REJECTED"));
+        assert_eq!(cm_event_name(Verb::Connect, Errno::Etimedout), "RDMA_CM_EVENT_UNREACHABLE");
+        assert_eq!(cm_event_name(Verb::ResolveAddr, Errno::Etimedout), "RDMA_CM_EVENT_ADDR_ERROR");
+        assert_eq!(Errno::Etimedout.number(), 110);
+    }
+
+    #[test]
+    fn event_and_cm_items_the_stack_cannot_produce_are_refused_with_the_reason() {
+        let why = |s: &str| VerbPlan::parse(s).unwrap_err().why;
+        assert!(why("event=DEVICE_FATAL").contains("unknown or unusable event"));
+        assert!(why("event=PORT_ERR").contains("unknown or unusable event"));
+        assert!(why("event=COMM_EST").contains("unknown or unusable event"));
+        assert!(why("event=SRQ_LIMIT_REACHED:on=post_send").contains("not raised on `post_send`"));
+        assert!(why("event=QP_FATAL:on=reg_mr").contains("on= one of post_send, post_recv, modify_qp"));
+        assert!(why("event=QP_FATAL:on=frobnicate").contains("not raised on"));
+        assert!(why("event=SRQ_LIMIT_REACHED:qp=3").contains("qp= applies"));
+        assert!(why("event=QP_FATAL:on=modify_qp:wr_id=3").contains("wr_id= applies"));
+        assert!(why("event=QP_FATAL:nth=1:p=5%").contains("at most one"));
+        assert!(why("fail=reg_mr:ENOMEM:on=post_send").contains("on= applies to event items only"));
+        assert!(why("fail=resolve_route:ENOMEM").contains("rdma_resolve_route does not return `ENOMEM` (it returns ETIMEDOUT)"));
+        assert!(why("fail=connect:EHOSTUNREACH").contains("it returns ETIMEDOUT, ECONNREFUSED"));
+        assert!(why("fail=post_send:ETIMEDOUT").contains("ibv_post_send does not return"));
+        assert!(why("fail=connect:ETIMEDOUT:qp=1").contains("qp= applies"));
+    }
+
+    #[test]
+    fn events_count_only_successful_calls_of_their_verb() {
+        let mut d = Decider::new(VerbPlan::parse("event=QP_FATAL:qp=7:nth=2,event=SRQ_LIMIT_REACHED").unwrap());
+        // Failures and completions are other kinds: they neither hit nor count.
+        assert!(d.fail(Verb::PostSend, Some(7), Some(1)).is_none());
+        assert!(d.complete(7, 1).is_none());
+        assert!(d.raise(Verb::PostRecv, Some(7), Some(1)).is_none());
+        assert!(d.raise(Verb::PostSend, Some(8), Some(1)).is_none());
+        assert!(d.raise(Verb::PostSend, Some(7), Some(1)).is_none());
+        let i = d.raise(Verb::PostSend, Some(7), Some(2)).unwrap();
+        assert_eq!((i.effect, i.call, i.qp, i.wr_id), (Effect::Raise(Event::QpFatal, Verb::PostSend), 2, Some(7), Some(2)));
+        assert_eq!(i.to_string(), "IBV_EVENT_QP_FATAL after ibv_post_send, QP 0x7, wr_id 0x2 (matching call 2 of item `event=QP_FATAL:qp=7:nth=2`)");
+        assert!(d.raise(Verb::PostSend, Some(7), Some(3)).is_none());
+        let s = d.raise(Verb::PostSrqRecv, None, Some(4)).unwrap();
+        assert_eq!(s.effect, Effect::Raise(Event::SrqLimitReached, Verb::PostSrqRecv));
+        let mut d = Decider::new(VerbPlan::parse("event=DISCONNECTED:on=post_recv").unwrap());
+        assert!(d.raise(Verb::PostRecv, Some(1), Some(0)).unwrap().to_string().starts_with("RDMA_CM_EVENT_DISCONNECTED after ibv_post_recv"));
     }
 
     #[test]

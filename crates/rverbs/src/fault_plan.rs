@@ -1,9 +1,10 @@
 //! The fault plan of the verbs: chosen verbs fail with an error their man page documents,
-//! chosen send work requests complete with a chosen error status, selected by verb, QP,
-//! `wr_id`, the Nth call or a seeded probability (docs/fault-injection.md;
-//! [`VerbPlan`] has the grammar).
+//! chosen send work requests complete with a chosen error status, chosen calls are
+//! followed by an asynchronous event the device raises (a QP or CQ in error, an SRQ
+//! limit, an rdma_cm disconnection), selected by verb, QP, `wr_id`, the Nth call or a
+//! seeded probability (docs/fault-injection.md; [`VerbPlan`] has the grammar).
 //!
-//! A C program gets its plan from the `fail=…` and `wc=…` items of `RVERBS_FAULTS`, read
+//! A C program gets its plan from the `fail=…`, `wc=…` and `event=…` items of `RVERBS_FAULTS`, read
 //! at the first verb; a Rust program may [`install`] one instead. Every injection is
 //! kept, as an [`Injection`], for [`take_injected`] (a test harness
 //! asserts on them), and logged: on stderr, one line each, when the plan came from the
@@ -15,9 +16,9 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::{Mutex, Once, OnceLock};
 
-use rverbs_proto::verb_fault::{Decider, Effect, Injection, Verb, VerbPlan};
+use rverbs_proto::verb_fault::{Decider, Effect, Errno, Event, Injection, Verb, VerbPlan};
 use rverbs_proto::verbs::WcStatus;
 
 use crate::error::Error;
@@ -86,10 +87,16 @@ fn decide(f: impl FnOnce(&mut Decider) -> Option<Injection>) -> Option<Injection
     let mut guard = lock();
     let s = guard.as_mut()?;
     let hit = f(&mut s.decider)?;
+    let note = match hit.effect {
+        Effect::Raise(Event::Disconnected, _) if DISCONNECT.get().is_none() => {
+            "; no rdma_cm connection in this process: nothing is disconnected"
+        }
+        _ => "",
+    };
     if s.echo {
-        eprintln!("rverbs: fault injected: {hit}");
+        eprintln!("rverbs: fault injected: {hit}{note}");
     } else {
-        tracing::warn!(injection = %hit, "fault injected");
+        tracing::warn!(injection = %hit, note, "fault injected");
     }
     if s.kept.len() == KEPT {
         s.kept.pop_front();
@@ -110,7 +117,7 @@ pub(crate) fn fail(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Er
         Effect::Fail(verb, errno) => {
             Some(Error::Injected { verb: verb.name(), errno: errno.number(), name: errno.name(), item: hit.item })
         }
-        Effect::Complete(_) => None,
+        Effect::Complete(_) | Effect::Raise(..) => None,
     }
 }
 
@@ -134,6 +141,65 @@ pub(crate) fn complete(qpn: u32, wr_id: u64) -> Option<WcStatus> {
     }
     match decide(|d| d.complete(qpn, wr_id))?.effect {
         Effect::Complete(status) => Some(status),
-        Effect::Fail(..) => None,
+        Effect::Fail(..) | Effect::Raise(..) => None,
+    }
+}
+
+/// An rdma_cm call (`rdma_resolve_addr`, `rdma_resolve_route`, `rdma_connect`) the plan
+/// fails: the error whose event the call must end with (docs/fault-injection.md). For
+/// the connection manager (rverbs-cm), which reports it as rdma_get_cm_event(3) says:
+/// ADDR_ERROR or ROUTE_ERROR with status `-errno`, and for rdma_connect UNREACHABLE
+/// (ETIMEDOUT) or REJECTED (ECONNREFUSED).
+#[inline]
+pub fn cm_fail(verb: Verb) -> Option<Errno> {
+    if !on() {
+        return None;
+    }
+    match decide(|d| d.fail(verb, None, None))?.effect {
+        Effect::Fail(_, errno) => Some(errno),
+        _ => None,
+    }
+}
+
+/// How the connection manager disconnects the connection of a QP (set once, by the
+/// first engine of rverbs-cm in the process).
+static DISCONNECT: OnceLock<fn(u32)> = OnceLock::new();
+
+/// Registers how an injected RDMA_CM_EVENT_DISCONNECTED reaches the connection manager:
+/// `f(qpn)` must disconnect the connection QP `qpn` belongs to, as rdma_disconnect(3)
+/// does (both sides get DISCONNECTED, the QP enters ERR). It is called after the verb
+/// the plan picked, with no lock of the verbs held, and must not block (the connection
+/// manager queues the request for its own thread). Only the first registration counts.
+pub fn set_disconnect_hook(f: fn(u32)) {
+    let _ = DISCONNECT.set(f);
+}
+
+/// After a call of `verb` that succeeded (on QP `qp`; for the post verbs, one call per
+/// work request it posted, `wr_id`): the event the plan makes the device raise, if any.
+/// The object's module does what the device does with it (`QpInner::raise_injected`,
+/// `SrqInner::raise_injected`; docs/fault-injection.md).
+#[inline]
+pub(crate) fn raise(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Event> {
+    if !on() {
+        return None;
+    }
+    match decide(|d| d.raise(verb, qp, wr_id))?.effect {
+        Effect::Raise(event, _) => Some(event),
+        Effect::Fail(..) | Effect::Complete(_) => None,
+    }
+}
+
+/// Whether a plan is in force (the callers that must look at an object before asking
+/// [`raise`] check this first, so that no plan costs one relaxed load).
+#[inline]
+pub(crate) fn active() -> bool {
+    on()
+}
+
+/// Disconnects the rdma_cm connection of QP `qpn` through the hook the connection manager
+/// registered ([`set_disconnect_hook`]); without one there is none to disconnect.
+pub(crate) fn disconnect(qpn: u32) {
+    if let Some(f) = DISCONNECT.get() {
+        f(qpn);
     }
 }

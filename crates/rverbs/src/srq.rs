@@ -93,6 +93,28 @@ impl SrqInner {
         self.rq.lock().expect("srq").0.clone()
     }
 
+    /// After ibv_post_srq_recv(3) succeeded, one call per work request of `wr_ids`: an
+    /// SRQ_LIMIT_REACHED the fault plan raises (docs/fault-injection.md). A call matches
+    /// only while the limit is armed (a device never raises the event of an unarmed SRQ);
+    /// raising it disarms the limit, as the device does (ibv_modify_srq(3)).
+    fn raise_injected(self: &Arc<Self>, wr_ids: impl IntoIterator<Item = u64>) {
+        if !crate::fault_plan::active() {
+            return;
+        }
+        for w in wr_ids {
+            let ring = self.queue();
+            if ring.ring().limit() == 0 {
+                return;
+            }
+            if crate::fault_plan::raise(rverbs_proto::verb_fault::Verb::PostSrqRecv, None, Some(w))
+                == Some(rverbs_proto::verb_fault::Event::SrqLimitReached)
+            {
+                ring.ring().set_limit(0);
+                self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(self.srqn));
+            }
+        }
+    }
+
     /// Takes the oldest receive and fires the limit event if armed and crossed.
     pub(crate) fn take(self: &Arc<Self>) -> Option<RecvWqe> {
         let t = self.queue().take()?;
@@ -286,13 +308,16 @@ impl Srq {
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let keys = keep.then_some(&self.inner.pd.endpoint().keys);
         let verb = rverbs_proto::verb_fault::Verb::PostSrqRecv;
-        match crate::fault_plan::fail_post(verb, None, wrs.iter().map(|w| w.wr_id)) {
+        let r = match crate::fault_plan::fail_post(verb, None, wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
             Some((index, error)) => {
                 self.inner.queue().post(&wrs[..index], keys, "post_srq_recv").and(Err(PostError { index, error }))
             }
             None => self.inner.queue().post(wrs, keys, "post_srq_recv"),
-        }
+        };
+        let posted = r.as_ref().err().map_or(wrs.len(), |e| e.index);
+        self.inner.raise_injected(wrs[..posted].iter().map(|w| w.wr_id));
+        r
     }
 
     /// Posts receives as [`Srq::post_recv`], naming memory regions by key only.

@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use rverbs::*;
-use rverbs_proto::verb_fault::{Effect, Errno, Verb};
+use rverbs_proto::verb_fault::{Effect, Errno, Event, Verb};
 
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -138,4 +138,120 @@ fn probabilistic_plans_replay_from_their_seed() {
     let (one, two) = (run(), run());
     assert_eq!(one, two, "the same plan and seed fail the same calls");
     assert!(one.iter().any(|f| *f) && one.iter().any(|f| !*f), "{one:?}");
+}
+
+fn nonblocking(ctx: &Context) {
+    rustix::io::ioctl_fionbio(ctx.async_fd(), true).unwrap();
+}
+
+#[track_caller]
+fn next_event(ctx: &Context) -> AsyncEvent {
+    match ctx.get_async_event() {
+        Ok(ev) => ev,
+        Err(e) => panic!("no asynchronous event: {e}"),
+    }
+}
+
+#[test]
+fn an_injected_qp_fatal_puts_the_qp_in_err_flushes_it_and_names_it() {
+    let _turn = turn();
+    let (a, b) = pair(QpType::Rc);
+    nonblocking(&a.ctx);
+    post_recv(&a, 200, 0, 64);
+    post_recv(&a, 201, 0, 64);
+    post_recv(&b, 100, 0, 64);
+    post_recv(&b, 101, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let qpn = a.qp.qp_num();
+    let injected = with_plan(&format!("event=QP_FATAL:qp={qpn:#x}:nth=2"), || {
+        a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+        assert!(matches!(a.ctx.get_async_event(), Err(Error::WouldBlock)), "not on the first send");
+        a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+        fault_plan::take_injected()
+    });
+    let ev = next_event(&a.ctx);
+    assert_eq!(ev.event_type(), EventType::QpFatal);
+    assert!(matches!(ev.element(), AsyncElement::Qp(q) if q.qp_num() == qpn), "{:?}", ev.element());
+    drop(ev);
+    assert!(matches!(a.ctx.get_async_event(), Err(Error::WouldBlock)), "one event");
+    assert_eq!(a.qp.state(), QpState::Err);
+    // The verb itself succeeded (both sends ran); the receives outstanding on the QP flush.
+    let mut got: Vec<_> = (0..4).map(|_| poll_one(&a.cq)).map(|w| (w.wr_id(), w.status())).collect();
+    got.sort_by_key(|w| w.0);
+    assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::Success), (200, WcStatus::WrFlushErr), (201, WcStatus::WrFlushErr)]);
+    assert_eq!((poll_one(&b.cq).wr_id(), poll_one(&b.cq).wr_id()), (100, 101));
+    // Later posts flush too (the QP stays in ERR).
+    a.qp.post_send(&[SendWr::send(3, &sge).signaled()]).unwrap();
+    let w = poll_one(&a.cq);
+    assert_eq!((w.wr_id(), w.status()), (3, WcStatus::WrFlushErr));
+    assert_eq!(injected.len(), 1);
+    assert_eq!((injected[0].effect, injected[0].call, injected[0].qp, injected[0].wr_id), (Effect::Raise(Event::QpFatal, Verb::PostSend), 2, Some(qpn), Some(2)));
+}
+
+#[test]
+fn an_injected_access_error_after_modify_qp_names_the_qp() {
+    let _turn = turn();
+    let a = side(QpType::Rc);
+    nonblocking(&a.ctx);
+    let qpn = a.qp.qp_num();
+    with_plan("event=QP_ACCESS_ERR:on=modify_qp:nth=1", || to_init(&a.qp, ALL_ACCESS));
+    let ev = next_event(&a.ctx);
+    assert_eq!(ev.event_type(), EventType::QpAccessErr);
+    assert!(matches!(ev.element(), AsyncElement::Qp(q) if q.qp_num() == qpn));
+    assert_eq!(a.qp.state(), QpState::Err);
+}
+
+#[test]
+fn an_injected_cq_error_fails_the_cq_as_an_overrun_does() {
+    let _turn = turn();
+    let (a, b) = pair(QpType::Rc);
+    nonblocking(&a.ctx);
+    post_recv(&b, 100, 0, 64);
+    post_recv(&b, 101, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let injected = with_plan("event=CQ_ERR:nth=1", || {
+        a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+        fault_plan::take_injected()
+    });
+    assert_eq!(injected.len(), 1);
+    let ev = next_event(&a.ctx);
+    assert_eq!(ev.event_type(), EventType::CqErr);
+    assert!(matches!(ev.element(), AsyncElement::Cq(_)));
+    drop(ev);
+    assert!(a.cq.is_errored());
+    let mut wc = [Wc::default(); 4];
+    assert!(matches!(a.cq.poll(&mut wc), Err(Error::CqOverrun)), "polling a CQ in error fails");
+    // The next completion the CQ cannot take is lost, and its QP enters ERR (QP_FATAL).
+    a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+    let ev = next_event(&a.ctx);
+    assert_eq!(ev.event_type(), EventType::QpFatal);
+    assert_eq!(a.qp.state(), QpState::Err);
+}
+
+#[test]
+fn an_injected_srq_limit_is_raised_only_on_an_armed_srq_and_disarms_it() {
+    let _turn = turn();
+    let ctx = open();
+    nonblocking(&ctx);
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let srq = pd.create_srq(&SrqInit { max_wr: 16, max_sge: 1, srq_limit: 0, srq_context: 0 }).unwrap();
+    let sge = [mr.sge(0, 64).unwrap()];
+    let injected = with_plan("event=SRQ_LIMIT_REACHED:nth=2", || {
+        // Not armed: the calls do not match (a device never raises it then).
+        srq.post_recv(&[RecvWr::new(1, &sge), RecvWr::new(2, &sge)]).unwrap();
+        assert!(matches!(ctx.get_async_event(), Err(Error::WouldBlock)));
+        srq.modify(&SrqAttr { srq_limit: 1, ..SrqAttr::default() }, SrqAttrMask::LIMIT).unwrap();
+        srq.post_recv(&[RecvWr::new(3, &sge)]).unwrap();
+        assert!(matches!(ctx.get_async_event(), Err(Error::WouldBlock)), "the first armed call is not the 2nd");
+        srq.post_recv(&[RecvWr::new(4, &sge)]).unwrap();
+        fault_plan::take_injected()
+    });
+    let ev = next_event(&ctx);
+    assert_eq!(ev.event_type(), EventType::SrqLimitReached);
+    assert!(matches!(ev.element(), AsyncElement::Srq(_)));
+    drop(ev);
+    assert_eq!(srq.query().srq_limit, 0, "disarmed, as the device does");
+    assert_eq!(injected.len(), 1);
+    assert_eq!((injected[0].call, injected[0].wr_id), (2, Some(4)));
 }

@@ -65,7 +65,11 @@ fn rd_param(cx: &Cx, verb: &'static str, v: u8, peer: Option<u8>) -> Result<u8> 
     }
 }
 
-pub(crate) fn connect(cx: &mut Cx, st: &mut State, id: &CmId, param: &ConnParam) -> Result<()> {
+/// rdma_connect(3) on `id`. `fault`: the fault plan's failure of this call
+/// (docs/fault-injection.md), decided by the engine: the REQ is never sent and the call
+/// ends as one that met no answer (UNREACHABLE, -ETIMEDOUT) or a refusal (REJECTED,
+/// consumer reject), the QP in ERR.
+pub(crate) fn connect(cx: &mut Cx, st: &mut State, id: &CmId, param: &ConnParam, fault: Option<i32>) -> Result<()> {
     let n = id.number();
     let me = cx.world.endpoint();
     let datagram = id.ps().is_datagram() || id.qp_type() == QpType::Ud;
@@ -103,6 +107,17 @@ pub(crate) fn connect(cx: &mut Cx, st: &mut State, id: &CmId, param: &ConnParam)
     st.by_comm.insert(comm, n);
     let s = st.id(id)?;
     s.enter(St::ReqSent);
+    if let Some(errno) = fault {
+        s.enter(St::Failed);
+        s.qp_to_err(cx);
+        if errno == libc::ECONNREFUSED {
+            let ev = rejected_event(st, n, Reason::CONSUMER_DEFINED, &[]);
+            emit(cx, st, n, ev);
+        } else {
+            simple_event(cx, st, n, EventKind::Unreachable, -errno);
+        }
+        return Ok(());
+    }
 
     // Who listens? Another host's connection manager finds its own listener; on this
     // host the listener table says.

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use rustix::event::epoll;
 use rverbs::capi_support::qp1::{MadPeer, Qp1};
 use rverbs::{Context, QpType};
+use rverbs_proto::verb_fault::Verb;
 
 use rverbs::{Qp, QpAttr, QpAttrMask, QpState};
 
@@ -115,6 +116,7 @@ impl Engine {
         let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?;
         epoll::add(&epoll, qp1.fd(), epoll::EventData::new_u64(KEY_QP1), epoll::EventFlags::IN)?;
         epoll::add(&epoll, &wake, epoll::EventData::new_u64(KEY_WAKE), epoll::EventFlags::IN)?;
+        rverbs::fault_plan::set_disconnect_hook(queue_disconnect);
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
             ^ (u64::from(qp1.pid() as u32) << 32);
         Ok(Engine {
@@ -167,6 +169,7 @@ impl Engine {
             for (ep, pid) in dead {
                 self.peer_died(ep, pid);
             }
+            self.injected_disconnects();
             self.deliver_deferred();
             self.fire_timers(Instant::now());
         }
@@ -354,7 +357,43 @@ fn call<T>(f: impl FnOnce(&mut Cx, &mut State) -> Result<T>) -> Result<T> {
 }
 
 pub(crate) fn connect(id: &CmId, param: &crate::event::ConnParam) -> Result<()> {
-    call(|cx, st| handshake::connect(cx, st, id, param))
+    call(|cx, st| {
+        // The fault plan (docs/fault-injection.md) counts only the calls that may connect.
+        let fault = if st.id(id)?.st() == St::RouteResolved { rverbs::fault_plan::cm_fail(Verb::Connect) } else { None };
+        handshake::connect(cx, st, id, param, fault.map(|e| e.number()))
+    })
+}
+
+/// The QPs whose connections the fault plan disconnects (`event=DISCONNECTED`), queued by
+/// the verb that met the item for the engine's thread, which disconnects them: the verb
+/// may run inside the engine (which moves QPs), so it must not take the engine's state.
+static INJECTED_DISCONNECTS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// The fault plan's disconnect hook ([`rverbs::fault_plan::set_disconnect_hook`]).
+fn queue_disconnect(qpn: u32) {
+    INJECTED_DISCONNECTS.lock().unwrap_or_else(|p| p.into_inner()).push(qpn);
+    if let Some(Ok(e)) = engine_slot().get() {
+        e.kick();
+    }
+}
+
+impl Engine {
+    /// Disconnects the connections of the QPs the fault plan picked, as rdma_disconnect(3)
+    /// on their ids: the QP enters ERR, the peer is told, both sides get DISCONNECTED.
+    fn injected_disconnects(&self) {
+        let qpns = std::mem::take(&mut *INJECTED_DISCONNECTS.lock().unwrap_or_else(|p| p.into_inner()));
+        for qpn in qpns {
+            let mut st = self.lock();
+            let id = st.ids.values().find(|s| s.qp.as_ref().is_some_and(|q| q.qp_num() == qpn)).map(|s| s.handle.clone());
+            let Some(id) = id else {
+                tracing::warn!(qpn, "fault plan: no rdma_cm id owns the QP; nothing to disconnect");
+                continue;
+            };
+            if let Err(err) = self.input(&mut st, Instant::now(), |cx, st| handshake::disconnect(cx, st, &id)) {
+                tracing::warn!(qpn, %err, "fault plan: the injected disconnection failed");
+            }
+        }
+    }
 }
 
 pub(crate) fn accept(id: &CmId, param: Option<&crate::event::ConnParam>) -> Result<()> {
@@ -493,6 +532,15 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
     })();
     s.dst = Some(SocketAddr::new(dst_ip, dst.port()));
     s.dgid = Some(crate::addr::gid_of(dst_ip));
+    // The fault plan (docs/fault-injection.md): the resolution ends with ADDR_ERROR, as
+    // rdma_resolve_addr(3) reports a destination that does not answer.
+    if status.is_ok() {
+        if let Some(errno) = rverbs::fault_plan::cm_fail(Verb::ResolveAddr) {
+            st.deferred.push((n, EventKind::AddrError, -errno.number()));
+            e.kick();
+            return Ok(());
+        }
+    }
     // Another host: its next hop must answer within the timeout (rdma_resolve_addr(3);
     // `neigh.rs`). The kernel's default when the caller gives none is 2 s (rping's too).
     let remote = status.is_ok() && crate::addr::local_gid(&e.ctx, dst_ip).is_none();
@@ -561,6 +609,13 @@ pub(crate) fn resolve_route(id: &CmId, _timeout_ms: i32) -> Result<()> {
     // The kernel's rdma_resolve_route: ADDR_RESOLVED only (a resolved route is EINVAL).
     if s.st() != St::AddrResolved {
         return Err(Error::invalid("rdma_resolve_route", Rule::ResolveRouteState { state: s.st() }));
+    }
+    // The fault plan (docs/fault-injection.md): ROUTE_ERROR with -ETIMEDOUT, as the
+    // kernel's rdma_cm reports a path query that timed out; the id stays ADDR_RESOLVED.
+    if let Some(errno) = rverbs::fault_plan::cm_fail(Verb::ResolveRoute) {
+        st.deferred.push((n, EventKind::RouteError, -errno.number()));
+        e.kick();
+        return Ok(());
     }
     s.enter(St::RouteResolved);
     s.num_paths = 1;

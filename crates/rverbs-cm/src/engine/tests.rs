@@ -201,7 +201,7 @@ impl Net {
     /// A's REQ reaches B's listener: B's new id for it.
     fn request(&mut self, c: &CmId) -> CmId {
         let p = ConnParam { qp_num: 0x11, private_data: b"hello".to_vec(), ..ConnParam::default() };
-        self.input(0, |cx, st| handshake::connect(cx, st, c, &p)).unwrap();
+        self.input(0, |cx, st| handshake::connect(cx, st, c, &p, None)).unwrap();
         self.deliver();
         let evs = self.events(1);
         assert_eq!(evs.len(), 1, "one CONNECT_REQUEST");
@@ -261,7 +261,7 @@ fn an_unanswered_request_is_resent_each_timeout_then_unreachable_exactly_at_the_
     let c = net.client(10, 3);
     net.cut = true;
     let p = ConnParam { qp_num: 0x11, ..ConnParam::default() };
-    net.input(0, |cx, st| handshake::connect(cx, st, &c, &p)).unwrap();
+    net.input(0, |cx, st| handshake::connect(cx, st, &c, &p, None)).unwrap();
     let tick = Duration::from_micros(1);
     for k in 1..=3 {
         net.advance(every(10) - tick);
@@ -337,7 +337,7 @@ fn a_request_for_a_port_nobody_listens_on_is_rejected_with_reason_8() {
     let mut net = Net::new();
     let c = net.client(10, 3);
     let p = ConnParam { qp_num: 0x11, ..ConnParam::default() };
-    net.input(0, |cx, st| handshake::connect(cx, st, &c, &p)).unwrap();
+    net.input(0, |cx, st| handshake::connect(cx, st, &c, &p, None)).unwrap();
     net.deliver();
     assert_eq!(net.kinds(0), [(EventKind::Rejected, 8)]);
     assert_eq!(net.log, ["A:REQ", "B:REJ"]);

@@ -283,6 +283,14 @@ impl CqInner {
         }
     }
 
+    /// Puts the CQ in error as an overrun does, for the fault plan's CQ_ERR
+    /// (docs/fault-injection.md): CQ_ERR is raised once, every later poll fails.
+    pub(crate) fn inject_error(&self) {
+        if self.gens.current().shm().errored.swap(1, Ordering::AcqRel) == 0 {
+            self.ctx.raise(EventType::CqErr, RawElement::Cq(self.id));
+        }
+    }
+
     /// The current generation of the CQ's segment.
     pub(crate) fn seg(&self) -> &CqSeg {
         self.gens.current()

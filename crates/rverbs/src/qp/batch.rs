@@ -496,6 +496,8 @@ impl SendBatch {
         if q.sq_pending.load(Ordering::SeqCst) {
             q.kick();
         }
+        let wr_ids = self.buf.wrs[..latched].iter().map(|p| Some(p.wr_id));
+        q.raise_injected(rverbs_proto::verb_fault::Verb::PostSend, wr_ids);
         Ok(())
     }
 

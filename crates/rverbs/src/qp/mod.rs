@@ -175,6 +175,38 @@ impl QpInner {
         self.kick();
     }
 
+    /// After a call of `verb` on this QP that succeeded, one call per entry of `wr_ids`
+    /// (the work requests it posted; one `None` for `modify_qp`): does what the device
+    /// does for each event the fault plan raises (docs/fault-injection.md). QP events:
+    /// ERR, the event, the flushes (`enter_error`). CQ_ERR: the CQ of the verb's work (the
+    /// receive CQ for `post_recv`) enters error as after an overrun
+    /// (docs/completion-queues.md). DISCONNECTED: the connection manager's hook.
+    pub(crate) fn raise_injected(self: &Arc<Self>, verb: Verb, wr_ids: impl IntoIterator<Item = Option<u64>>) {
+        if !crate::fault_plan::active() {
+            return;
+        }
+        use rverbs_proto::verb_fault::Event;
+        for w in wr_ids {
+            let event = match crate::fault_plan::raise(verb, Some(self.qpn), w) {
+                Some(Event::QpFatal) => EventType::QpFatal,
+                Some(Event::QpReqErr) => EventType::QpReqErr,
+                Some(Event::QpAccessErr) => EventType::QpAccessErr,
+                Some(Event::CqErr) => {
+                    let cq = if verb == Verb::PostRecv { &self.recv_cq } else { &self.send_cq };
+                    cq.inject_error();
+                    continue;
+                }
+                Some(Event::Disconnected) => {
+                    crate::fault_plan::disconnect(self.qpn);
+                    continue;
+                }
+                // None, or an event of another object (the parser refuses it here).
+                _ => continue,
+            };
+            self.enter_error(Some(event), transition::Cause::Injected);
+        }
+    }
+
     /// A peer moved the QP to ERR (it raised the event): flush what only this process
     /// can flush, once.
     pub(crate) fn errored_by_peer(self: &Arc<Self>) {
@@ -484,7 +516,10 @@ impl Qp {
         }
         #[cfg(test)]
         q.run_before_apply();
-        q.apply_modify(&mut a, plan, attr)
+        q.apply_modify(&mut a, plan, attr)?;
+        drop(a);
+        q.raise_injected(Verb::ModifyQp, [None]);
+        Ok(())
     }
 
     /// The QP's attributes (ibv_query_qp(3)); `cur_qp_state` and `qp_state` are the real
@@ -560,6 +595,8 @@ impl Qp {
         if q.sq_pending.load(Ordering::SeqCst) {
             q.kick();
         }
+        let posted = result.as_ref().err().map_or(wrs.len(), |e| e.index);
+        q.raise_injected(Verb::PostSend, wrs[..posted].iter().map(|w| Some(w.wr_id)));
         result
     }
 
@@ -602,6 +639,8 @@ impl Qp {
         if q.state() == QpState::Err {
             q.flush_rq();
         }
+        let posted = r.as_ref().err().map_or(wrs.len(), |e| e.index);
+        q.raise_injected(Verb::PostRecv, wrs[..posted].iter().map(|w| Some(w.wr_id)));
         r
     }
 

@@ -56,6 +56,8 @@ pub(crate) enum Cause {
     ResponderFault,
     /// ibv_destroy_qp(3), or the last handle dropped.
     Destroy,
+    /// The fault plan raised QP_FATAL, QP_REQ_ERR or QP_ACCESS_ERR (docs/fault-injection.md).
+    Injected,
 }
 
 /// Entering ERR is allowed from every state but these.
