@@ -8,7 +8,8 @@
 //! ibv_query_qp_data_in_order(3), ibv_create_cq_ex(3), parent and thread domains
 //! (ibv_alloc_parent_domain(3), ibv_alloc_td(3)), completion channels, RC
 //! traffic and error statuses, devices/contexts/object lifecycles, memory windows,
-//! ibv_rereg_mr, XRC, the ibv_wr_* builder and UD multicast; `bad_args` is the
+//! ibv_rereg_mr, XRC, the ibv_wr_* builder, UD multicast and the fault plan's
+//! asynchronous events; `bad_args` is the
 //! bad-argument matrix (one row per verb and case, each citing the source of its
 //! expected errno), run under Valgrind's memcheck; `errno_kept` checks that verbs that
 //! succeed leave the caller's `errno` alone.
@@ -34,7 +35,8 @@ fn run_with(name: &str, env: &[(&str, &str)]) {
         Path::new(HEADER).is_file(),
         "{HEADER} missing: install libibverbs-dev"
     );
-    let tag: String = env.iter().map(|(k, v)| format!("_{k}={v}")).collect();
+    // The tag names a directory of LD_LIBRARY_PATH, where ':' would split it.
+    let tag: String = env.iter().map(|(k, v)| format!("_{k}={v}")).collect::<String>().replace([':', ','], "_");
     let dir = dropin_dir(&format!("c_{name}{tag}"));
     compile_and_run_c(name, &dir, &["-libverbs"], env);
 }
@@ -69,6 +71,13 @@ fn data_in_order() {
 #[test]
 fn data_in_order_with_shareable_registrations() {
     run_with("data_in_order", &[("RVERBS_SHARED_MR", "1")]);
+}
+
+/// The fault plan's asynchronous events (docs/fault-injection.md) as a C program sees
+/// them: CQ_ERR and QP_FATAL through ibv_get_async_event(3).
+#[test]
+fn fault_events() {
+    run_with("fault_events", &[("RVERBS_FAULTS", "event=CQ_ERR:on=post_recv:nth=3,event=QP_FATAL:nth=2")]);
 }
 
 #[test]
