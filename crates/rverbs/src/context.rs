@@ -48,6 +48,9 @@ impl Context {
         crate::fault::arm();
         let id = dev.new_id();
         let events = Fifo::create(&dev.dir.join(async_fifo_name(id)))?;
+        if crate::sanitizer::on() {
+            crate::sanitizer::created(crate::sanitizer::Kind::Context, id, None);
+        }
         Ok(Context { inner: Arc::new(ContextCore::new(id, &dev.endpoint, events, dev)) })
     }
 

@@ -213,6 +213,12 @@ impl Cqe {
         }
     }
 
+    /// Tells the sanitizer the application polled this completion (its work request is
+    /// no longer outstanding). RECV opcodes have bit 7 set (`IBV_WC_RECV` is 128).
+    pub(crate) fn sanitize_polled(&self) {
+        crate::sanitizer::completed(self.qp_num, self.wr_id, self.status == 0, self.opcode & 0x80 != 0);
+    }
+
     /// The opcode as the C enum value (RECV is 128, so one byte holds every opcode).
     pub(crate) fn opcode_raw(&self) -> u32 {
         u32::from(self.opcode)

@@ -276,6 +276,9 @@ impl Drop for Busy<'_> {
 
 impl Drop for MrInner {
     fn drop(&mut self) {
+        if crate::sanitizer::on() && self.valid.load(Ordering::Relaxed) {
+            crate::sanitizer::gone(crate::sanitizer::Kind::Mr, self.key);
+        }
         self.invalidate();
     }
 }
@@ -437,6 +440,10 @@ impl Mr {
             return Err(e);
         }
         inner.count_cma(1);
+        if crate::sanitizer::on() {
+            let (key, addr, len) = (inner.key, init.addr as u64, init.len as u64);
+            crate::sanitizer::created(crate::sanitizer::Kind::Mr, key, Some(crate::sanitizer::Object::Mr { lkey: key, addr, len }));
+        }
         Ok(Mr { inner })
     }
 
@@ -702,10 +709,18 @@ impl Mr {
         if self.inner.has_bound_windows(&mut windows) {
             return Err(Error::invalid("dereg_mr", Rule::WindowsBound));
         }
+        if crate::sanitizer::on() {
+            // Reported, then the region goes as it would on a NIC (docs/sanitizer.md).
+            let d = self.inner.desc.read().expect("mr desc");
+            crate::sanitizer::dereg(self.inner.key, d.addr as u64, d.len as u64);
+        }
         self.inner.valid.store(false, Ordering::SeqCst);
         drop(windows);
         self.inner.retire();
         self.inner.release_pd();
+        if crate::sanitizer::on() {
+            crate::sanitizer::gone(crate::sanitizer::Kind::Mr, self.inner.key);
+        }
         Ok(())
     }
 

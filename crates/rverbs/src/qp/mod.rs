@@ -274,6 +274,15 @@ impl std::fmt::Debug for Qp {
     }
 }
 
+/// The SGEs of a send work request as the sanitizer tracks them (lkey, addr, length);
+/// inline data names no region.
+fn send_sges(w: &SendWr<'_>) -> Vec<(u32, u64, u32)> {
+    match w.payload {
+        wr::Payload::Sge(s) if !w.flags.contains(SendFlags::INLINE) => s.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The capabilities a QP is granted for a request (ibv_create_qp(3) writes them back).
 fn grant_cap(init: &QpInit<'_>) -> Result<QpCap> {
     let c = init.cap;
@@ -446,6 +455,12 @@ impl Qp {
             qp_context: AtomicUsize::new(init.qp_context),
         });
         qps.publish(qpn, &inner);
+        if crate::sanitizer::on() {
+            crate::sanitizer::created(crate::sanitizer::Kind::Qp, qpn, None);
+            if let Some(srq) = init.srq {
+                crate::sanitizer::qp_uses_srq(qpn, srq.srq_num());
+            }
+        }
         Ok(Qp { inner })
     }
 
@@ -564,8 +579,16 @@ impl Qp {
         let q = &self.inner;
         let state = q.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            if crate::sanitizer::on() {
+                crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.qpn, state, wrs.first().map(|w| w.wr_id));
+            }
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_send", state } });
         }
+        // Recorded before the post: a completion another thread polls meanwhile finds it.
+        let ticket = crate::sanitizer::on().then(|| {
+            let wrs = wrs.iter().map(|w| (w.wr_id, q.sq_sig_all || w.flags.contains(SendFlags::SIGNALED), send_sges(w))).collect();
+            crate::sanitizer::posting(crate::sanitizer::Queue::Send, q.qpn, wrs)
+        });
         // The fault plan's refusal, if any: the requests before the one it names are posted.
         let (wrs, mut result) = match crate::fault_plan::fail_post(Verb::PostSend, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
             Some((index, error)) => (&wrs[..index], Err(PostError { index, error })),
@@ -597,6 +620,9 @@ impl Qp {
         }
         let posted = result.as_ref().err().map_or(wrs.len(), |e| e.index);
         q.raise_injected(Verb::PostSend, wrs[..posted].iter().map(|w| Some(w.wr_id)));
+        if let (Some(t), Err(e)) = (&ticket, &result) {
+            crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.qpn, t, e.index);
+        }
         result
     }
 
@@ -622,6 +648,9 @@ impl Qp {
         let q = &self.inner;
         let state = q.state();
         if state == QpState::Reset {
+            if crate::sanitizer::on() {
+                crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.qpn, state, wrs.first().map(|w| w.wr_id));
+            }
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_recv", state } });
         }
         let Some(rq) = &q.rq else {
@@ -631,11 +660,15 @@ impl Qp {
             });
         };
         let keys = keep.then_some(&q.pd.endpoint().keys);
+        let ticket = crate::sanitizer::on().then(|| crate::sanitizer::posting(crate::sanitizer::Queue::Recv, q.qpn, wr::tracked_recvs(wrs)));
         let r = match crate::fault_plan::fail_post(Verb::PostRecv, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
             Some((index, error)) => rq.post(&wrs[..index], keys, "post_recv").and(Err(PostError { index, error })),
             None => rq.post(wrs, keys, "post_recv"),
         };
+        if let (Some(t), Err(e)) = (&ticket, &r) {
+            crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.qpn, t, e.index);
+        }
         if q.state() == QpState::Err {
             q.flush_rq();
         }
@@ -756,6 +789,13 @@ impl Qp {
         if let Some(rq) = &q.rq {
             rq.drain();
         }
+        if crate::sanitizer::on() {
+            let unacked = q.async_events.unacked();
+            if unacked > 0 {
+                crate::sanitizer::unacked(true, crate::sanitizer::Kind::Qp, q.qpn, unacked, "ibv_destroy_qp");
+            }
+            crate::sanitizer::gone(crate::sanitizer::Kind::Qp, q.qpn);
+        }
         q.async_events.wait_all_acked();
         q.send_cq.detach();
         q.recv_cq.detach();
@@ -803,6 +843,9 @@ impl Qp {
 impl Drop for QpInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
+            if crate::sanitizer::on() {
+                crate::sanitizer::gone(crate::sanitizer::Kind::Qp, self.qpn);
+            }
             self.rec.qpn.store(0, Ordering::Release);
             let _ = self.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
             self.dev.qps().remove(self.qpn);

@@ -287,3 +287,9 @@ pub struct PostError {
     #[source]
     pub error: crate::Error,
 }
+
+/// Receive work requests as the sanitizer tracks them (docs/sanitizer.md, "What is
+/// tracked"): every receive is signaled.
+pub(crate) fn tracked_recvs(wrs: &[RecvWr<'_>]) -> Vec<crate::sanitizer::Wr> {
+    wrs.iter().map(|w| (w.wr_id, true, w.sg_list.iter().map(|g| (g.lkey, g.addr, g.length)).collect())).collect()
+}
