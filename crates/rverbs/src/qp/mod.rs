@@ -843,11 +843,11 @@ impl Qp {
 impl Drop for QpInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
+            self.rec.qpn.store(0, Ordering::Release);
+            let _ = self.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
             if crate::sanitizer::on() {
                 crate::sanitizer::gone(crate::sanitizer::Kind::Qp, self.qpn);
             }
-            self.rec.qpn.store(0, Ordering::Release);
-            let _ = self.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
             self.dev.qps().remove(self.qpn);
             self.send_cq.detach();
             self.recv_cq.detach();

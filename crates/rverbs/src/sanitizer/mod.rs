@@ -78,7 +78,7 @@ pub fn take_findings() -> Vec<Finding> {
 /// The leak-at-exit finding for the objects of this process alive now, as the report
 /// at exit would list them (`None` if none is); nothing is printed or recorded.
 pub fn leaks() -> Option<Finding> {
-    leak_finding(&track::state())
+    leak_finding(survivors(&track::state()))
 }
 
 fn site(label: impl Into<String>, at: &trace::Trace) -> Site {
@@ -131,30 +131,40 @@ pub(crate) fn created(kind: Kind, id: u32, object: Option<Object>) {
     track::state().live.insert((kind, id), track::Live { object, pid: std::process::id(), at });
 }
 
-/// An object was destroyed (or its last handle dropped).
+/// An object was destroyed (or its last handle dropped): what was kept about it goes.
 pub(crate) fn gone(kind: Kind, id: u32) {
-    track::state().live.remove(&(kind, id));
-    if kind == Kind::Srq {
-        track::state().queues.remove(&(Queue::SharedRecv, id));
+    let mut st = track::state();
+    st.live.remove(&(kind, id));
+    st.events.remove(&(false, kind, id));
+    st.events.remove(&(true, kind, id));
+    match kind {
+        Kind::Srq => drop(st.queues.remove(&(Queue::SharedRecv, id))),
+        Kind::Qp => {
+            st.history.remove(&id);
+            st.qp_srq.remove(&id);
+        }
+        _ => {}
     }
 }
 
-fn leak_finding(st: &track::State) -> Option<Finding> {
+/// The objects this process made that are alive, with their creation sites (taken
+/// under the lock; symbolized after it).
+fn survivors(st: &track::State) -> Vec<(Object, trace::Trace)> {
     let pid = std::process::id();
-    let alive: Vec<&track::Live> = st.live.values().filter(|l| l.pid == pid).collect();
+    st.live.values().filter(|l| l.pid == pid).map(|l| (l.object.clone(), l.at.clone())).collect()
+}
+
+fn leak_finding(alive: Vec<(Object, trace::Trace)>) -> Option<Finding> {
     if alive.is_empty() {
         return None;
     }
-    let mut sites = Vec::new();
-    for l in &alive {
-        sites.push(site(format!("{} created at", report::describe(&l.object)), &l.at));
-    }
+    let sites = alive.iter().map(|(o, at)| site(format!("{} created at", report::describe(o)), at)).collect();
     Some(Finding {
         kind: FindingKind::LeakAtExit,
         page: "ibv_open_device(3)",
         rule: "every object a program creates is destroyed by it (ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq, ibv_destroy_comp_channel, ibv_close_device); what is alive at exit was leaked",
         headline: format!("{} object(s) still alive at exit", alive.len()),
-        objects: alive.iter().map(|l| l.object.clone()).collect(),
+        objects: alive.into_iter().map(|(o, _)| o).collect(),
         sites,
     })
 }
@@ -169,9 +179,9 @@ extern "C" fn exit_report() {
             let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("=={}==RVERBS SANITIZER: leak check skipped: the tracking tables are held by a thread that did not finish\n", std::process::id()).as_bytes());
             return;
         };
-        let f = leak_finding(&st);
+        let alive = survivors(&st);
         drop(st);
-        if let Some(f) = f {
+        if let Some(f) = leak_finding(alive) {
             report::emit(f);
         }
     });
