@@ -99,8 +99,8 @@ for p in "${programs[@]}"; do
 	check "$name --fixed: exits 0 (rc $rc) with no report" test "$rc" = 0 -a "$(grep -c 'RVERBS SANITIZER' "$err")" = 0
 done
 
-# RVERBS_SANITIZE=abort: the first report, then SIGABRT (128 + 6); the program does not
-# go on.
+# RVERBS_SANITIZE=abort: the first report, then SIGABRT (128 + 6; bash says "Aborted");
+# the program does not go on.
 RVERBS_SANITIZE=abort run dereg_in_use "$work/a.out" "$work/a.err"
 check "abort: exit status is SIGABRT's (rc $rc)" test "$rc" = 134
 check "abort: the report, then ABORTING" grep -q '==ABORTING' "$work/a.err"

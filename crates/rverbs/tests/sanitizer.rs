@@ -206,3 +206,29 @@ fn with_the_sanitizer_off_nothing_is_recorded() {
     assert!(sanitize::leaks().is_none_or(|f| !f.objects.contains(&Object::Pd { handle: c.pd.handle() })), "objects made while off are not tracked");
     assert_eq!(poll_one(&a.cq).wr_id(), 1);
 }
+
+#[test]
+fn a_receive_of_an_srq_is_outstanding_until_the_completion_naming_its_qp_is_polled() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = (side(QpType::Rc), side(QpType::Rc));
+    let srq = b.pd.create_srq(&SrqInit { max_wr: 8, max_sge: 1, ..SrqInit::default() }).unwrap();
+    let on_srq = b.pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, &b.cq, CAP) }).unwrap();
+    let b = Side { qp: on_srq, ..b };
+    connect(&a, &b, &PATH);
+    let (first, second) = (b.pd.alloc_mr(4096, ALL_ACCESS).unwrap(), b.pd.alloc_mr(4096, ALL_ACCESS).unwrap());
+    srq.post_recv_unpinned(&[RecvWr::new(1, &[first.sge(0, 64).unwrap()]), RecvWr::new(2, &[second.sge(0, 64).unwrap()])]).unwrap();
+    a.qp.post_send(&[SendWr::send(7, &[a.mr.sge(0, 8).unwrap()]).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 7);
+    let recv = poll_one(&b.cq);
+    assert_eq!((recv.wr_id(), recv.qp_num()), (1, b.qp.qp_num()));
+    // The first receive completed (its completion names the QP, not the SRQ); the
+    // second is still posted.
+    first.dereg().unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+    let lkey = second.lkey();
+    second.dereg().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!((found[0].lkey(), found[0].wr_id()), (Some(lkey), Some(2)));
+    assert!(found[0].objects.iter().any(|o| matches!(o, Object::WorkRequest { queue: Queue::SharedRecv, num, .. } if *num == srq.srq_num())));
+}

@@ -168,6 +168,19 @@ impl State {
                 return;
             }
         }
+        // A receive from an SRQ the QP was not created with (an XRC target QP takes its
+        // receives from the SRQ each sender names): the first SRQ holding the wr_id. A
+        // wrong pick can hide a finding, never make one up.
+        if !ok || recv {
+            for ((queue, _), q) in self.queues.iter_mut() {
+                if *queue == Queue::SharedRecv {
+                    if let Some(i) = q.iter().position(|p| p.wr_id == wr_id) {
+                        q.remove(i);
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// The first outstanding work request one of whose SGEs names `lkey`.
