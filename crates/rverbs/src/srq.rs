@@ -310,9 +310,8 @@ impl Srq {
 
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let keys = keep.then_some(&self.inner.pd.endpoint().keys);
-        let srqn = self.inner.srqn;
         // Tracked by the sanitizer when it is on, before the post (docs/sanitizer.md).
-        let ticket = crate::sanitizer::on().then(|| crate::sanitizer::posting(crate::sanitizer::Queue::SharedRecv, srqn, crate::qp::wr::tracked_recvs(wrs)));
+        let ticket = if crate::sanitizer::on() { Some(crate::qp::wr::track_recvs(crate::sanitizer::Queue::SharedRecv, self.inner.srqn, wrs)) } else { None };
         let verb = rverbs_proto::verb_fault::Verb::PostSrqRecv;
         let r = match crate::fault_plan::fail_post(verb, None, wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
@@ -323,8 +322,8 @@ impl Srq {
         };
         let posted = r.as_ref().err().map_or(wrs.len(), |e| e.index);
         self.inner.raise_injected(wrs[..posted].iter().map(|w| w.wr_id));
-        if let (Some(t), Err(e)) = (&ticket, &r) {
-            crate::sanitizer::unposted(crate::sanitizer::Queue::SharedRecv, srqn, t, e.index);
+        if let (Some(t), Err(e)) = (ticket, &r) {
+            crate::sanitizer::unposted(crate::sanitizer::Queue::SharedRecv, self.inner.srqn, t, e.index);
         }
         r
     }

@@ -118,6 +118,17 @@ impl Wc {
     }
 }
 
+/// Tells the sanitizer the application polled these completions (`ibv_poll_cq`): their
+/// work requests are no longer outstanding (docs/sanitizer.md). Out of line: the poll
+/// path only tests the switch.
+#[cold]
+#[inline(never)]
+pub(crate) fn sanitize_polled(wc: &[Wc]) {
+    for w in wc {
+        crate::sanitizer::completed(w.qp_num, w.wr_id, w.status == 0, w.opcode & 0x80 != 0);
+    }
+}
+
 /// A completion as the device produces it, before it is written into a ring.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Cqe {

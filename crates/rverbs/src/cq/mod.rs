@@ -573,14 +573,13 @@ impl Cq {
     /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         let mut i = 0;
-        let sanitize = crate::sanitizer::on();
         let r = self.inner.pop_into(wc.len(), |cqe| {
-            if sanitize {
-                cqe.sanitize_polled();
-            }
             wc[i] = cqe.to_wc();
             i += 1;
         });
+        if crate::sanitizer::on() {
+            crate::wc::sanitize_polled(&wc[..i]);
+        }
         if matches!(r, Ok(0)) && crate::progress::net_active() {
             // Empty: receive what the network holds for this process; what it completes
             // is found by the next poll (a busy poller's next call).

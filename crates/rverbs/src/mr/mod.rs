@@ -191,6 +191,9 @@ impl MrInner {
     /// The rest of an invalidation, once `valid` is false: the record stops granting
     /// access, accesses in progress finish, the key is removed.
     fn retire(&self) {
+        if crate::sanitizer::on() {
+            crate::sanitizer::gone(crate::sanitizer::Kind::Mr, self.key);
+        }
         self.record().state.store(KEY_STATE_INVALID, Ordering::SeqCst);
         self.wait_idle();
         self.count_cma(-1);
@@ -276,9 +279,6 @@ impl Drop for Busy<'_> {
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        if crate::sanitizer::on() && self.valid.load(Ordering::Relaxed) {
-            crate::sanitizer::gone(crate::sanitizer::Kind::Mr, self.key);
-        }
         self.invalidate();
     }
 }
@@ -718,9 +718,6 @@ impl Mr {
         drop(windows);
         self.inner.retire();
         self.inner.release_pd();
-        if crate::sanitizer::on() {
-            crate::sanitizer::gone(crate::sanitizer::Kind::Mr, self.inner.key);
-        }
         Ok(())
     }
 

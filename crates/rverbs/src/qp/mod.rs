@@ -274,15 +274,6 @@ impl std::fmt::Debug for Qp {
     }
 }
 
-/// The SGEs of a send work request as the sanitizer tracks them (lkey, addr, length);
-/// inline data names no region.
-fn send_sges(w: &SendWr<'_>) -> Vec<(u32, u64, u32)> {
-    match w.payload {
-        wr::Payload::Sge(s) if !w.flags.contains(SendFlags::INLINE) => s.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// The capabilities a QP is granted for a request (ibv_create_qp(3) writes them back).
 fn grant_cap(init: &QpInit<'_>) -> Result<QpCap> {
     let c = init.cap;
@@ -576,19 +567,41 @@ impl Qp {
     }
 
     fn post_send_inner(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
+        if crate::sanitizer::on() {
+            return self.post_send_sanitized(wrs, keep);
+        }
+        self.post_send_plain(wrs, keep)
+    }
+
+    /// [`Qp::post_send`] with the sanitizer on (docs/sanitizer.md): a post the QP's state
+    /// cannot execute is reported (the verb's answer unchanged); the work requests are
+    /// recorded before the post, so a completion another thread polls meanwhile finds
+    /// them, and those the post refused are forgotten after it. Out of line: the post
+    /// path only tests the switch.
+    #[cold]
+    #[inline(never)]
+    fn post_send_sanitized(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
         let q = &self.inner;
         let state = q.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            if crate::sanitizer::on() {
-                crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.qpn, state, wrs.first().map(|w| w.wr_id));
-            }
+            crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.qpn, state, wrs.first().map(|w| w.wr_id));
+            return self.post_send_plain(wrs, keep);
+        }
+        let ticket = wr::track_sends(q.qpn, q.sq_sig_all, wrs);
+        let result = self.post_send_plain(wrs, keep);
+        if let Err(e) = &result {
+            crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.qpn, ticket, e.index);
+        }
+        result
+    }
+
+    #[inline(always)]
+    fn post_send_plain(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = &self.inner;
+        let state = q.state();
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_send", state } });
         }
-        // Recorded before the post: a completion another thread polls meanwhile finds it.
-        let ticket = crate::sanitizer::on().then(|| {
-            let wrs = wrs.iter().map(|w| (w.wr_id, q.sq_sig_all || w.flags.contains(SendFlags::SIGNALED), send_sges(w))).collect();
-            crate::sanitizer::posting(crate::sanitizer::Queue::Send, q.qpn, wrs)
-        });
         // The fault plan's refusal, if any: the requests before the one it names are posted.
         let (wrs, mut result) = match crate::fault_plan::fail_post(Verb::PostSend, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
             Some((index, error)) => (&wrs[..index], Err(PostError { index, error })),
@@ -620,9 +633,6 @@ impl Qp {
         }
         let posted = result.as_ref().err().map_or(wrs.len(), |e| e.index);
         q.raise_injected(Verb::PostSend, wrs[..posted].iter().map(|w| Some(w.wr_id)));
-        if let (Some(t), Err(e)) = (&ticket, &result) {
-            crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.qpn, t, e.index);
-        }
         result
     }
 
@@ -645,12 +655,35 @@ impl Qp {
     }
 
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
+        if crate::sanitizer::on() {
+            return self.post_recv_sanitized(wrs, keep);
+        }
+        self.post_recv_plain(wrs, keep)
+    }
+
+    /// [`Qp::post_recv`] with the sanitizer on, as [`Qp::post_send_sanitized`].
+    #[cold]
+    #[inline(never)]
+    fn post_recv_sanitized(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let q = &self.inner;
         let state = q.state();
         if state == QpState::Reset {
-            if crate::sanitizer::on() {
-                crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.qpn, state, wrs.first().map(|w| w.wr_id));
-            }
+            crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.qpn, state, wrs.first().map(|w| w.wr_id));
+            return self.post_recv_plain(wrs, keep);
+        }
+        let ticket = wr::track_recvs(crate::sanitizer::Queue::Recv, q.qpn, wrs);
+        let r = self.post_recv_plain(wrs, keep);
+        if let Err(e) = &r {
+            crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.qpn, ticket, e.index);
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn post_recv_plain(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = &self.inner;
+        let state = q.state();
+        if state == QpState::Reset {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_recv", state } });
         }
         let Some(rq) = &q.rq else {
@@ -660,15 +693,11 @@ impl Qp {
             });
         };
         let keys = keep.then_some(&q.pd.endpoint().keys);
-        let ticket = crate::sanitizer::on().then(|| crate::sanitizer::posting(crate::sanitizer::Queue::Recv, q.qpn, wr::tracked_recvs(wrs)));
         let r = match crate::fault_plan::fail_post(Verb::PostRecv, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
             Some((index, error)) => rq.post(&wrs[..index], keys, "post_recv").and(Err(PostError { index, error })),
             None => rq.post(wrs, keys, "post_recv"),
         };
-        if let (Some(t), Err(e)) = (&ticket, &r) {
-            crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.qpn, t, e.index);
-        }
         if q.state() == QpState::Err {
             q.flush_rq();
         }

@@ -3,16 +3,17 @@
 //! where each object involved was made.
 //!
 //! Switched on per process by `RVERBS_SANITIZE` (`1`: report and continue; `abort`:
-//! the first finding is fatal), read once, or by [`set_mode`] from Rust. Off, every hook
-//! of the verbs is `if on() { … }` on one relaxed load: nothing is tracked, captured,
-//! allocated or locked. The public names are re-exported by `rverbs::sanitize`.
+//! the first finding is fatal), read once when the first context is opened ([`init`]),
+//! or by [`set_mode`] from Rust. Off, every hook of the verbs is `if on() { … }` on one
+//! relaxed load of a flag: nothing is tracked, captured, allocated or locked. The public
+//! names are re-exported by `rverbs::sanitize`.
 
 mod finding;
 mod report;
 mod trace;
 mod track;
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use rverbs_proto::verbs::QpState;
 
@@ -23,6 +24,8 @@ pub(crate) use track::Kind;
 /// The mode before the environment was read.
 const UNREAD: u8 = u8::MAX;
 static MODE: AtomicU8 = AtomicU8::new(UNREAD);
+/// Whether the mode is `Report` or `Abort`: what the hooks test.
+static ON: AtomicBool = AtomicBool::new(false);
 
 fn encode(m: Mode) -> u8 {
     match m {
@@ -32,22 +35,28 @@ fn encode(m: Mode) -> u8 {
     }
 }
 
-/// Whether the sanitizer is on: the hooks' one test.
+/// Whether the sanitizer is on: the hooks' one test, a relaxed load. Every hooked verb
+/// runs on a context, and [`init`] ran when it was opened.
 #[inline(always)]
 pub(crate) fn on() -> bool {
-    match MODE.load(Ordering::Relaxed) {
-        0 => false,
-        UNREAD => read_env(),
-        _ => true,
+    ON.load(Ordering::Relaxed)
+}
+
+/// Reads `RVERBS_SANITIZE` once, unless [`set_mode`] came first: called when a context
+/// is opened (`Context::open`), before any object can be made.
+pub(crate) fn init() {
+    if MODE.load(Ordering::Relaxed) == UNREAD {
+        read_env();
     }
 }
 
 #[cold]
-fn read_env() -> bool {
+fn read_env() {
     let m = crate::config::sanitize_from(std::env::var_os("RVERBS_SANITIZE").as_deref());
     // A mode set from Rust meanwhile wins.
-    let _ = MODE.compare_exchange(UNREAD, encode(m), Ordering::Relaxed, Ordering::Relaxed);
-    MODE.load(Ordering::Relaxed) != 0
+    if MODE.compare_exchange(UNREAD, encode(m), Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        ON.store(m != Mode::Off, Ordering::Relaxed);
+    }
 }
 
 /// Switches the sanitizer for this process, overriding `RVERBS_SANITIZE`.
@@ -57,11 +66,12 @@ fn read_env() -> bool {
 /// about them can be missed (never made up).
 pub fn set_mode(mode: Mode) {
     MODE.store(encode(mode), Ordering::Relaxed);
+    ON.store(mode != Mode::Off, Ordering::Relaxed);
 }
 
 /// The mode in force (`RVERBS_SANITIZE`, or the last [`set_mode`]).
 pub fn mode() -> Mode {
-    on();
+    init();
     match MODE.load(Ordering::Relaxed) {
         1 => Mode::Report,
         2 => Mode::Abort,
@@ -120,6 +130,8 @@ pub fn internal<R>(f: impl FnOnce() -> R) -> R {
 
 /// An object was made: its creation site is kept until [`gone`]. The first registers
 /// the report at exit.
+#[cold]
+#[inline(never)]
 pub(crate) fn created(kind: Kind, id: u32, object: Option<Object>) {
     if INTERNAL.with(|c| c.get()) {
         return;
@@ -132,6 +144,8 @@ pub(crate) fn created(kind: Kind, id: u32, object: Option<Object>) {
 }
 
 /// An object was destroyed (or its last handle dropped): what was kept about it goes.
+#[cold]
+#[inline(never)]
 pub(crate) fn gone(kind: Kind, id: u32) {
     let mut st = track::state();
     st.live.remove(&(kind, id));
@@ -191,32 +205,52 @@ extern "C" fn exit_report() {
 
 pub(crate) use track::Wr;
 
+/// The work requests one post recorded: sequence numbers `first..first + count` (plain
+/// data, so the post path carries no drop).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ticket {
+    first: u64,
+    count: usize,
+}
+
 /// Work requests about to be posted to `queue` `num`; returns the ticket for
 /// [`unposted`].
-pub(crate) fn posting(queue: Queue, num: u32, wrs: Vec<Wr>) -> Vec<u64> {
+#[cold]
+#[inline(never)]
+pub(crate) fn posting(queue: Queue, num: u32, wrs: Vec<Wr>) -> Ticket {
     let at = trace::capture();
-    track::state().post(queue, num, wrs, &at)
+    let count = wrs.len();
+    let first = track::state().post(queue, num, wrs, &at);
+    Ticket { first, count }
 }
 
 /// The post refused the work requests from `index` on (`PostError::index`).
-pub(crate) fn unposted(queue: Queue, num: u32, ticket: &[u64], index: usize) {
-    if let Some(rest) = ticket.get(index..) {
-        track::state().unpost(queue, num, rest);
+#[cold]
+#[inline(never)]
+pub(crate) fn unposted(queue: Queue, num: u32, ticket: Ticket, index: usize) {
+    if index < ticket.count {
+        track::state().unpost(queue, num, ticket.first + index as u64..ticket.first + ticket.count as u64);
     }
 }
 
 /// A completion was polled (`ibv_poll_cq`, `ibv_start_poll`/`ibv_next_poll`).
+#[cold]
+#[inline(never)]
 pub(crate) fn completed(qpn: u32, wr_id: u64, ok: bool, recv: bool) {
     track::state().complete(qpn, wr_id, ok, recv);
 }
 
 /// QP `qpn` takes its receives from SRQ `srqn`.
+#[cold]
+#[inline(never)]
 pub(crate) fn qp_uses_srq(qpn: u32, srqn: u32) {
     track::state().qp_srq.insert(qpn, srqn);
 }
 
 /// `ibv_dereg_mr` of the region `lkey` covering `[addr, addr+len)`: a finding if an
 /// outstanding work request names it.
+#[cold]
+#[inline(never)]
 pub(crate) fn dereg(lkey: u32, addr: u64, len: u64) {
     let st = track::state();
     let Some((queue, num, p, sge)) = st.user_of(lkey) else { return };
@@ -241,6 +275,8 @@ pub(crate) fn dereg(lkey: u32, addr: u64, len: u64) {
 // ---- Events (unacked-cq-events, unacked-async-events) ----
 
 /// An event about object `id` of `kind` was handed to the application.
+#[cold]
+#[inline(never)]
 pub(crate) fn event_obtained(asynchronous: bool, kind: Kind, id: u32) {
     let at = trace::capture();
     track::state().events.insert((asynchronous, kind, id), at);
@@ -248,6 +284,8 @@ pub(crate) fn event_obtained(asynchronous: bool, kind: Kind, id: u32) {
 
 /// `verb` destroys object `id` of `kind` with `unacked` events about it not
 /// acknowledged: reported before the verb starts waiting for the acknowledgements.
+#[cold]
+#[inline(never)]
 pub(crate) fn unacked(asynchronous: bool, kind: Kind, id: u32, unacked: u64, verb: &'static str) {
     let st = track::state();
     let last = st.events.get(&(asynchronous, kind, id)).cloned();
@@ -279,6 +317,8 @@ pub(crate) fn unacked(asynchronous: bool, kind: Kind, id: u32, unacked: u64, ver
 // ---- QP states (post-in-bad-state) ----
 
 /// A transition of QP `qpn` (`QpRecord::transition`), with its cause.
+#[cold]
+#[inline(never)]
 pub(crate) fn transition(qpn: u32, from: QpState, to: QpState, cause: &'static str) {
     let at = trace::capture();
     track::state().transition(qpn, track::Step { from, to, cause, at });
@@ -293,6 +333,8 @@ fn step_text(s: &track::Step) -> String {
 }
 
 /// `verb` posted to `queue` of QP `qpn` in `state`, which cannot execute it.
+#[cold]
+#[inline(never)]
 pub(crate) fn bad_state_post(verb: &'static str, queue: Queue, qpn: u32, state: QpState, wr_id: Option<u64>) {
     let st = track::state();
     let history: Vec<(String, trace::Trace)> = st

@@ -115,21 +115,21 @@ pub(crate) fn try_state() -> Option<MutexGuard<'static, State>> {
 
 impl State {
     /// Records work requests posted to `queue` `num`, before the post runs (a completion
-    /// polled by another thread meanwhile then finds them); returns their sequence
-    /// numbers, for [`State::unpost`] of those the post refused.
-    pub(crate) fn post(&mut self, queue: Queue, num: u32, wrs: Vec<Wr>, at: &Trace) -> Vec<u64> {
+    /// polled by another thread meanwhile then finds them); returns the first one's
+    /// sequence number (the others follow it), for [`State::unpost`] of those the post
+    /// refused.
+    pub(crate) fn post(&mut self, queue: Queue, num: u32, wrs: Vec<Wr>, at: &Trace) -> u64 {
         let q = self.queues.entry((queue, num)).or_default();
-        let mut seqs = Vec::with_capacity(wrs.len());
+        let first = self.next_seq + 1;
         for (wr_id, signaled, sges) in wrs {
             self.next_seq += 1;
-            seqs.push(self.next_seq);
             q.push_back(Posted { seq: self.next_seq, wr_id, signaled, sges, at: at.clone() });
         }
-        seqs
+        first
     }
 
-    /// Forgets the work requests `seqs` (refused by the post).
-    pub(crate) fn unpost(&mut self, queue: Queue, num: u32, seqs: &[u64]) {
+    /// Forgets the work requests numbered `seqs` (refused by the post).
+    pub(crate) fn unpost(&mut self, queue: Queue, num: u32, seqs: std::ops::Range<u64>) {
         if let Some(q) = self.queues.get_mut(&(queue, num)) {
             q.retain(|p| !seqs.contains(&p.seq));
         }
