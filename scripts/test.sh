@@ -37,8 +37,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 # Every conformance and chaos script runs here; the *_netns.sh ones (UD, RC, XRC, multicast,
 # rdma_cm, UCX) stand two hosts up as two network namespaces they create (needs root);
-# run_launcher.sh runs UCX and pyverbs under `rverbs run` with no harness set-up.
-for t in tests/conformance/*.sh tests/chaos/*.sh; do
+# run_launcher.sh runs UCX and pyverbs under `rverbs run` with no harness set-up;
+# tests/sanitizer/run.sh: the verbs sanitizer's C programs (docs/sanitizer.md; gcc only).
+for t in tests/conformance/*.sh tests/chaos/*.sh tests/sanitizer/run.sh; do
 	[ -e "$t" ] || continue
 	echo "== $t"
 	bash "$t"

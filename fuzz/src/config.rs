@@ -1,7 +1,8 @@
 //! `config`: the environment variables of the device besides `RVERBS_FAULTS` (which has
 //! its own target), through the functions that interpret their values:
 //! `RVERBS_RUNTIME_DIR` / `XDG_RUNTIME_DIR` (where endpoints live), the switches
-//! `RVERBS_NET=off`, `RVERBS_CMA=off`, `RVERBS_SHARED_MR=1` (crate `rverbs`, `config`),
+//! `RVERBS_NET=off`, `RVERBS_CMA=off`, `RVERBS_SHARED_MR=1`, the sanitizer's
+//! `RVERBS_SANITIZE=1|abort` (crate `rverbs`, `config`),
 //! and `SYSFS_PATH` (crate `rverbs-capi`). `RVERBS_LOG` has a target of its own,
 //! `log_filter`.
 //!
@@ -12,8 +13,8 @@
 //! Asserts: the runtime directory is the documented choice (an empty variable counts as
 //! unset, as the shell mirror in tests/conformance/lib/cm.bash has it), never the empty
 //! path, absolute whenever the variable it came from is; a switch is on or off for
-//! exactly its word; the sysfs path is the value's first 256 bytes less trailing
-//! slashes.
+//! exactly its word, and the sanitizer is on for exactly `1` and `abort`; the sysfs
+//! path is the value's first 256 bytes less trailing slashes.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -50,6 +51,12 @@ pub fn run(data: &[u8]) {
 
     assert_eq!(rverbs::fuzzing::config::is_off(switch), switch.is_some_and(|v| v.as_bytes() == b"off"));
     assert_eq!(rverbs::fuzzing::config::is_one(switch), switch.is_some_and(|v| v.as_bytes() == b"1"));
+    let want = match switch.map(OsStr::as_bytes) {
+        Some(b"1") => rverbs::sanitize::Mode::Report,
+        Some(b"abort") => rverbs::sanitize::Mode::Abort,
+        _ => rverbs::sanitize::Mode::Off,
+    };
+    assert_eq!(rverbs::fuzzing::config::sanitize_from(switch), want);
 
     let path = ibverbs::fuzzing::sysfs_path_from(sysfs);
     match sysfs {

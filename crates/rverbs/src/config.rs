@@ -38,6 +38,30 @@ pub(crate) fn is_one(value: Option<&OsStr>) -> bool {
     value.is_some_and(|v| v == "1")
 }
 
+/// What the verbs sanitizer does (`RVERBS_SANITIZE`, docs/sanitizer.md); the public
+/// name is `rverbs::sanitize::Mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Sanitize {
+    /// No checks, nothing tracked (the default).
+    #[default]
+    Off,
+    /// Each finding is reported and recorded; the program continues.
+    Report,
+    /// The first finding is reported, then the process aborts (`SIGABRT`).
+    Abort,
+}
+
+/// `RVERBS_SANITIZE`: `1` reports and continues, `abort` reports the first finding and
+/// aborts; unset or any other value leaves the sanitizer off.
+pub(crate) fn sanitize_from(value: Option<&OsStr>) -> Sanitize {
+    match value {
+        Some(v) if v == "1" => Sanitize::Report,
+        Some(v) if v == "abort" => Sanitize::Abort,
+        _ => Sanitize::Off,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +82,15 @@ mod tests {
     fn switches_take_exactly_their_word() {
         assert!(is_off(Some(OsStr::new("off"))) && !is_off(Some(OsStr::new("OFF"))) && !is_off(None));
         assert!(is_one(Some(OsStr::new("1"))) && !is_one(Some(OsStr::new("yes"))) && !is_one(None));
+    }
+
+    #[test]
+    fn the_sanitizer_switch_takes_one_or_abort_and_nothing_else() {
+        assert_eq!(sanitize_from(None), Sanitize::Off);
+        assert_eq!(sanitize_from(Some(OsStr::new("1"))), Sanitize::Report);
+        assert_eq!(sanitize_from(Some(OsStr::new("abort"))), Sanitize::Abort);
+        for other in ["", "0", "yes", "ABORT", "1 ", "true"] {
+            assert_eq!(sanitize_from(Some(OsStr::new(other))), Sanitize::Off, "{other:?}");
+        }
     }
 }

@@ -46,8 +46,13 @@ impl Context {
     pub(crate) fn open(dev: &'static DeviceInner) -> Result<Self> {
         // Device accesses to memory the application unmaps become errors, not signals.
         crate::fault::arm();
+        // RVERBS_SANITIZE is read before the first object is made (docs/sanitizer.md).
+        crate::sanitizer::init();
         let id = dev.new_id();
         let events = Fifo::create(&dev.dir.join(async_fifo_name(id)))?;
+        if crate::sanitizer::on() {
+            crate::sanitizer::created(crate::sanitizer::Kind::Context, id, None);
+        }
         Ok(Context { inner: Arc::new(ContextCore::new(id, &dev.endpoint, events, dev)) })
     }
 

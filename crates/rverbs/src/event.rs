@@ -57,16 +57,25 @@ impl AsyncEvent {
             RawElement::Cq(id) => {
                 let cq = cqs.get(id).filter(|c| !c.is_destroyed())?;
                 cq.async_events.delivered();
+                if crate::sanitizer::on() {
+                    crate::sanitizer::event_obtained(true, crate::sanitizer::Kind::Cq, id);
+                }
                 AsyncElement::Cq(Cq::from_inner(cq))
             }
             RawElement::Qp(qpn) => {
                 let qp = qps.get(qpn).filter(|q| !q.is_destroyed())?;
                 qp.async_events.delivered();
+                if crate::sanitizer::on() {
+                    crate::sanitizer::event_obtained(true, crate::sanitizer::Kind::Qp, qpn);
+                }
                 AsyncElement::Qp(Qp::from_inner(qp))
             }
             RawElement::Srq(srqn) => {
                 let srq = srqs.get(srqn).filter(|s| !s.is_destroyed())?;
                 srq.async_events.delivered();
+                if crate::sanitizer::on() {
+                    crate::sanitizer::event_obtained(true, crate::sanitizer::Kind::Srq, srqn);
+                }
                 AsyncElement::Srq(Srq::from_inner(srq))
             }
         };

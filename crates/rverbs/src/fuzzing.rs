@@ -168,6 +168,11 @@ pub mod config {
     pub fn is_one(value: Option<&OsStr>) -> bool {
         crate::config::is_one(value)
     }
+
+    /// `config::sanitize_from` (`RVERBS_SANITIZE`).
+    pub fn sanitize_from(value: Option<&OsStr>) -> crate::sanitize::Mode {
+        crate::config::sanitize_from(value)
+    }
 }
 
 /// Readers of bytes other processes write: key records, QP records, receive rings,

@@ -46,6 +46,8 @@
 //!   ibv_query_rt_values_ex(3));
 //! - [`fault_plan`]: the fault plan of the verbs (a verb fails with a documented error, a
 //!   send work request completes with a chosen status; `RVERBS_FAULTS`);
+//! - [`sanitize`]: the verbs sanitizer (`RVERBS_SANITIZE`, docs/sanitizer.md): its
+//!   switch and its findings as values;
 //! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
 //!   manager (`rverbs-cm`) need of the device beyond the verbs API; not for applications.
 //!
@@ -81,6 +83,7 @@ mod progress;
 mod qp;
 mod qp1;
 mod rule;
+mod sanitizer;
 mod shm;
 mod srq;
 mod spin;
@@ -121,6 +124,21 @@ pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInit};
 pub use wc::Wc;
 pub use xrcd::Xrcd;
 
+pub mod sanitize {
+    //! The verbs sanitizer (docs/sanitizer.md): checks of the rules the man pages give
+    //! verbs programs, each broken rule reported on stderr as AddressSanitizer reports a
+    //! memory error, with the backtraces of where the objects involved were made.
+    //!
+    //! Off by default, at no cost. `RVERBS_SANITIZE=1` (report and continue) or
+    //! `RVERBS_SANITIZE=abort` (the first finding is fatal) switches it on for a process,
+    //! C programs on the drop-in library included; [`set_mode`] does from Rust, before
+    //! the first device is opened. `RVERBS_SANITIZE_LOG=PATH` appends the reports to a
+    //! file too. A Rust test harness reads the findings as values with
+    //! [`take_findings`] and asks for the objects alive now with [`leaks`].
+
+    pub use crate::sanitizer::{leaks, mode, set_mode, take_findings, Finding, FindingKind, Frame, Mode, Object, Queue, Site};
+}
+
 pub mod capi_support {
     //! What the drop-in libraries need of the device beyond the verbs API: the one public
     //! path into this crate's internals, for `rverbs-capi` (`libibverbs.so.1` and
@@ -144,8 +162,12 @@ pub mod capi_support {
     //!   answers ends in RDMA_CM_EVENT_ADDR_ERROR within the caller's timeout, as the
     //!   kernel's rdma_cm resolves the neighbour (`neigh::start`, `Resolving::poll`,
     //!   `Probe`).
+    //! - [`sanitizer_internal`]: objects the C libraries and the connection manager keep
+    //!   for the life of the process are made inside it, so the verbs sanitizer does not
+    //!   report them as leaks (docs/sanitizer.md).
 
     pub use crate::sys::{process_generation, GENERATIONS};
+    pub use crate::sanitizer::internal as sanitizer_internal;
 
     /// QP1, the General Services QP of the port: the connection manager's MADs. To an
     /// endpoint of this host a MAD is a record in that endpoint's QP1 FIFO; to another

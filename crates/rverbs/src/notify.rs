@@ -82,6 +82,12 @@ impl EventCounter {
         self.acked.notify_all();
     }
 
+    /// Events delivered and not acknowledged yet.
+    pub(crate) fn unacked(&self) -> u64 {
+        let c = self.counts.lock().expect("event counter");
+        c.0.saturating_sub(c.1)
+    }
+
     /// Blocks until every delivered event has been acknowledged.
     pub(crate) fn wait_all_acked(&self) {
         let mut c = self.counts.lock().expect("event counter");

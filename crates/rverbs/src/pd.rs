@@ -52,6 +52,9 @@ static FREE_PDS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 // when the core goes.
 impl Drop for PdCore {
     fn drop(&mut self) {
+        if crate::sanitizer::on() {
+            crate::sanitizer::gone(crate::sanitizer::Kind::Pd, self.id);
+        }
         // Nothing names the handle any more: its regions, QPs and SRQs held the PD.
         FREE_PDS.lock().expect("pd handles").push(self.id);
     }
@@ -83,6 +86,9 @@ impl Pd {
                 id
             }
         };
+        if crate::sanitizer::on() {
+            crate::sanitizer::created(crate::sanitizer::Kind::Pd, id, None);
+        }
         Ok(Pd {
             inner: Arc::new(PdCore::new(ctx, id)),
         })
@@ -160,7 +166,11 @@ impl Pd {
     ///
     /// Errors: `EBUSY` while MRs, QPs, SRQs or AHs still belong to it.
     pub fn dealloc(&self) -> Result<()> {
-        self.inner.dealloc()
+        self.inner.dealloc()?;
+        if crate::sanitizer::on() {
+            crate::sanitizer::gone(crate::sanitizer::Kind::Pd, self.inner.id);
+        }
+        Ok(())
     }
 }
 

@@ -225,6 +225,9 @@ impl Srq {
             }),
         };
         srqs.publish(srqn, &srq.inner);
+        if crate::sanitizer::on() {
+            crate::sanitizer::created(crate::sanitizer::Kind::Srq, srqn, None);
+        }
         Ok(srq)
     }
 
@@ -307,6 +310,8 @@ impl Srq {
 
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let keys = keep.then_some(&self.inner.pd.endpoint().keys);
+        // Tracked by the sanitizer when it is on, before the post (docs/sanitizer.md).
+        let ticket = if crate::sanitizer::on() { Some(crate::qp::wr::track_recvs(crate::sanitizer::Queue::SharedRecv, self.inner.srqn, wrs)) } else { None };
         let verb = rverbs_proto::verb_fault::Verb::PostSrqRecv;
         let r = match crate::fault_plan::fail_post(verb, None, wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
@@ -317,6 +322,9 @@ impl Srq {
         };
         let posted = r.as_ref().err().map_or(wrs.len(), |e| e.index);
         self.inner.raise_injected(wrs[..posted].iter().map(|w| w.wr_id));
+        if let (Some(t), Err(e)) = (ticket, &r) {
+            crate::sanitizer::unposted(crate::sanitizer::Queue::SharedRecv, self.inner.srqn, t, e.index);
+        }
         r
     }
 
@@ -338,6 +346,13 @@ impl Srq {
         }
         if self.inner.destroyed.swap(true, Ordering::AcqRel) {
             return Err(Error::Destroyed { what: "shared receive queue" });
+        }
+        if crate::sanitizer::on() {
+            let unacked = self.inner.async_events.unacked();
+            if unacked > 0 {
+                crate::sanitizer::unacked(true, crate::sanitizer::Kind::Srq, self.inner.srqn, unacked, "ibv_destroy_srq");
+            }
+            crate::sanitizer::gone(crate::sanitizer::Kind::Srq, self.inner.srqn);
         }
         self.inner.async_events.wait_all_acked();
         self.inner.teardown();
@@ -389,6 +404,9 @@ impl SrqInner {
 impl Drop for SrqInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
+            if crate::sanitizer::on() {
+                crate::sanitizer::gone(crate::sanitizer::Kind::Srq, self.srqn);
+            }
             self.teardown();
         }
     }

@@ -589,3 +589,14 @@ mod sigpipe_tests {
         assert_eq!(r, Err(Errno::PIPE));
     }
 }
+
+/// Runs `f` when the process exits normally (return from `main`, `exit`), after the
+/// handlers registered later (atexit(3)).
+pub(crate) fn at_exit(f: extern "C" fn()) {
+    // SAFETY: atexit only stores the pointer of a plain extern "C" function with no
+    // arguments, which lives as long as the library (never unloaded: the drop-in is
+    // linked at start-up).
+    unsafe {
+        libc::atexit(f);
+    }
+}

@@ -118,6 +118,17 @@ impl Wc {
     }
 }
 
+/// Tells the sanitizer the application polled these completions (`ibv_poll_cq`): their
+/// work requests are no longer outstanding (docs/sanitizer.md). Out of line: the poll
+/// path only tests the switch.
+#[cold]
+#[inline(never)]
+pub(crate) fn sanitize_polled(wc: &[Wc]) {
+    for w in wc {
+        crate::sanitizer::completed(w.qp_num, w.wr_id, w.status == 0, w.opcode & 0x80 != 0);
+    }
+}
+
 /// A completion as the device produces it, before it is written into a ring.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Cqe {
@@ -211,6 +222,12 @@ impl Cqe {
             solicited: (w[4] >> 40) & 1 == 1,
             timestamp: w[5],
         }
+    }
+
+    /// Tells the sanitizer the application polled this completion (its work request is
+    /// no longer outstanding). RECV opcodes have bit 7 set (`IBV_WC_RECV` is 128).
+    pub(crate) fn sanitize_polled(&self) {
+        crate::sanitizer::completed(self.qp_num, self.wr_id, self.status == 0, self.opcode & 0x80 != 0);
     }
 
     /// The opcode as the C enum value (RECV is 128, so one byte holds every opcode).

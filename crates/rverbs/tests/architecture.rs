@@ -30,7 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Operating system, primitives and the shared-memory segments themselves; the
     // asynchronous event record as it travels through a context's FIFO (`notify`: plain
     // encoding and counters, it uses nothing of the crate), which a context's core sends.
-    ("os", &["clock", "config", "error", "fault", "fault_plan", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma", "notify"]),
+    ("os", &["sanitizer", "sanitizer::finding", "sanitizer::report", "sanitizer::trace", "sanitizer::track", "clock", "config", "error", "fault", "fault_plan", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma", "notify"]),
     // Memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC
     // domain's), which regions, windows and everything above hold instead of the handles.
@@ -547,6 +547,7 @@ const PUBLIC_MODULES: &[(&str, &str)] = &[
     ("vendor_err", "the vendor_err codes of error completions and their meanings (re-exported from rverbs-proto)"),
     ("fault_plan", "the fault plan of the verbs (RVERBS_FAULTS fail= and wc= items, or installed from Rust) and the injections it made"),
     ("clock", "the device clock of completion timestamps (ibv_create_cq_ex(3), ibv_query_rt_values_ex(3))"),
+    ("sanitize", "the verbs sanitizer's switch and its findings as values (docs/sanitizer.md): re-exported from the private `sanitizer`, whose hooks the verbs call"),
     ("capi_support", "what rverbs-capi and rverbs-cm need beyond the verbs API: the one, documented public path to those internals"),
     ("fuzzing", "the fuzz harnesses' entry into private code: feature `fuzzing` only, hidden from the documentation"),
 ];

@@ -55,7 +55,8 @@ pub fn cm_context() -> *mut ibv_context {
     if !ctx.is_null() {
         return ctx;
     }
-    let ctx = open_cm_device();
+    // Librdmacm's own, never closed: not a leak of the application's.
+    let ctx = rverbs::capi_support::sanitizer_internal(open_cm_device);
     if !ctx.is_null() {
         CONTEXT[gen()].store(ctx, Ordering::Release);
     }
@@ -81,7 +82,7 @@ pub fn cm_pd() -> *mut ibv_pd {
         return pd;
     }
     // SAFETY: `ctx` is our immortal CM context.
-    let pd = unsafe { own_verb!(crate::pd, ibv_alloc_pd as AllocPd)(ctx) };
+    let pd = rverbs::capi_support::sanitizer_internal(|| unsafe { own_verb!(crate::pd, ibv_alloc_pd as AllocPd)(ctx) });
     if !pd.is_null() {
         PD[gen()].store(pd, Ordering::Release);
     }

@@ -104,11 +104,10 @@ fn ensure_thread(e: &'static Engine) {
 
 impl Engine {
     fn start() -> Result<Engine> {
-        let ctx = rverbs::devices()?
-            .into_iter()
-            .next()
-            .ok_or(Error::Os(std::io::Error::from_raw_os_error(libc::ENODEV)))?
-            .open()?;
+        // The engine's own context, for the life of the process: not a leak of the
+        // application's (docs/sanitizer.md).
+        let device = rverbs::devices()?.into_iter().next().ok_or(Error::Os(std::io::Error::from_raw_os_error(libc::ENODEV)))?;
+        let ctx = rverbs::capi_support::sanitizer_internal(|| device.open())?;
         let qp1 = Qp1::open()?;
         let alive_qp1 = Arc::new(move |ep: u32, pid: i32| owner_alive(ep, pid));
         let table = Table::open(qp1.runtime_dir(), qp1.endpoint(), qp1.pid(), alive_qp1)?;

@@ -44,6 +44,14 @@ pub(crate) struct ChannelInner {
     destroyed: std::sync::atomic::AtomicBool,
 }
 
+impl Drop for ChannelInner {
+    fn drop(&mut self) {
+        if crate::sanitizer::on() && !self.destroyed.load(Ordering::Acquire) {
+            crate::sanitizer::gone(crate::sanitizer::Kind::CompChannel, self.id);
+        }
+    }
+}
+
 impl ChannelInner {
     /// Whether the channel belongs to context `ctx` of the endpoint whose CQs are `cqs`
     /// (a CQ may only use a channel of its own context).
@@ -128,6 +136,9 @@ impl CompChannel {
     pub(crate) fn new(endpoint: &Endpoint, cqs: &'static Table<CqInner>, ctx: u32) -> Result<Self> {
         let id = endpoint.new_id();
         let fifo = Fifo::create(&endpoint.dir.join(fifo_name(id)))?;
+        if crate::sanitizer::on() {
+            crate::sanitizer::created(crate::sanitizer::Kind::CompChannel, id, None);
+        }
         Ok(CompChannel {
             inner: Arc::new(ChannelInner { cqs, ctx, id, fifo, users: AtomicU32::new(0), destroyed: Default::default() }),
         })
@@ -152,6 +163,9 @@ impl CompChannel {
                 continue;
             }
             cq.comp_events.delivered();
+            if crate::sanitizer::on() {
+                crate::sanitizer::event_obtained(false, crate::sanitizer::Kind::Cq, id);
+            }
             return Ok(CqEvent { cq: Cq::from_inner(cq), acked: false });
         }
     }
@@ -170,6 +184,9 @@ impl CompChannel {
         }
         if self.inner.destroyed.swap(true, Ordering::AcqRel) {
             return Err(Error::Destroyed { what: "completion channel" });
+        }
+        if crate::sanitizer::on() {
+            crate::sanitizer::gone(crate::sanitizer::Kind::CompChannel, self.inner.id);
         }
         Ok(())
     }

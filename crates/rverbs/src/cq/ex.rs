@@ -63,6 +63,9 @@ impl CqInner {
     /// Removes the oldest completion and makes it the current one of the batch.
     fn pop_polled(&self) -> Option<ExEntry> {
         let current = self.pop_live(self.seg())?;
+        if crate::sanitizer::on() {
+            current.sanitize_polled();
+        }
         for (slot, w) in self.polled.iter().zip(current.encode()) {
             slot.store(w, Ordering::Relaxed);
         }

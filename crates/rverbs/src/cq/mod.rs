@@ -226,6 +226,15 @@ pub(crate) struct CqInner {
     parent: Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // A destroyed CQ's id may name a new CQ already (its entry went at destroy).
+        if crate::sanitizer::on() && !self.is_destroyed() {
+            crate::sanitizer::gone(crate::sanitizer::Kind::Cq, self.id);
+        }
+    }
+}
+
 /// Why a completion could not be delivered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Overrun;
@@ -503,6 +512,9 @@ impl Cq {
             }),
         };
         cqs.publish(id, &cq.inner);
+        if crate::sanitizer::on() {
+            crate::sanitizer::created(crate::sanitizer::Kind::Cq, id, None);
+        }
         let rec = endpoint.tables.cq(id);
         rec.gen.store(1, Ordering::Relaxed);
         rec.id.store(id + 1, Ordering::Release);
@@ -565,6 +577,9 @@ impl Cq {
             wc[i] = cqe.to_wc();
             i += 1;
         });
+        if crate::sanitizer::on() {
+            crate::wc::sanitize_polled(&wc[..i]);
+        }
         if matches!(r, Ok(0)) && crate::progress::net_active() {
             // Empty: receive what the network holds for this process; what it completes
             // is found by the next poll (a busy poller's next call).
@@ -663,6 +678,20 @@ impl Cq {
                 return Err(Error::Destroyed { what: "completion queue" })
             }
             Err(_) => return Err(Error::Busy { what: "completion queue" }),
+        }
+        if crate::sanitizer::on() {
+            // Reported before the waits below, which block for ever without the acks
+            // (ibv_get_cq_event(3)).
+            let id = self.inner.id;
+            let comp = self.inner.comp_events.unacked();
+            if comp > 0 {
+                crate::sanitizer::unacked(false, crate::sanitizer::Kind::Cq, id, comp, "ibv_destroy_cq");
+            }
+            let asynchronous = self.inner.async_events.unacked();
+            if asynchronous > 0 {
+                crate::sanitizer::unacked(true, crate::sanitizer::Kind::Cq, id, asynchronous, "ibv_destroy_cq");
+            }
+            crate::sanitizer::gone(crate::sanitizer::Kind::Cq, id);
         }
         self.inner.comp_events.wait_all_acked();
         self.inner.async_events.wait_all_acked();

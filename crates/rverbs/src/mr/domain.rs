@@ -38,6 +38,14 @@ pub(crate) struct ContextCore {
     pub(crate) device: &'static (dyn Any + Send + Sync),
 }
 
+impl Drop for ContextCore {
+    fn drop(&mut self) {
+        if crate::sanitizer::on() {
+            crate::sanitizer::gone(crate::sanitizer::Kind::Context, self.id);
+        }
+    }
+}
+
 impl ContextCore {
     pub(crate) fn new(id: u32, endpoint: &'static Endpoint, events: Fifo, device: &'static (dyn Any + Send + Sync)) -> Self {
         ContextCore { id, endpoint, events, device }

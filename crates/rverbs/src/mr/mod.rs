@@ -191,6 +191,9 @@ impl MrInner {
     /// The rest of an invalidation, once `valid` is false: the record stops granting
     /// access, accesses in progress finish, the key is removed.
     fn retire(&self) {
+        if crate::sanitizer::on() {
+            crate::sanitizer::gone(crate::sanitizer::Kind::Mr, self.key);
+        }
         self.record().state.store(KEY_STATE_INVALID, Ordering::SeqCst);
         self.wait_idle();
         self.count_cma(-1);
@@ -437,6 +440,10 @@ impl Mr {
             return Err(e);
         }
         inner.count_cma(1);
+        if crate::sanitizer::on() {
+            let (key, addr, len) = (inner.key, init.addr as u64, init.len as u64);
+            crate::sanitizer::created(crate::sanitizer::Kind::Mr, key, Some(crate::sanitizer::Object::Mr { lkey: key, addr, len }));
+        }
         Ok(Mr { inner })
     }
 
@@ -701,6 +708,11 @@ impl Mr {
         }
         if self.inner.has_bound_windows(&mut windows) {
             return Err(Error::invalid("dereg_mr", Rule::WindowsBound));
+        }
+        if crate::sanitizer::on() {
+            // Reported, then the region goes as it would on a NIC (docs/sanitizer.md).
+            let d = self.inner.desc.read().expect("mr desc");
+            crate::sanitizer::dereg(self.inner.key, d.addr as u64, d.len as u64);
         }
         self.inner.valid.store(false, Ordering::SeqCst);
         drop(windows);

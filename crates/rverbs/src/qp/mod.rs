@@ -446,6 +446,12 @@ impl Qp {
             qp_context: AtomicUsize::new(init.qp_context),
         });
         qps.publish(qpn, &inner);
+        if crate::sanitizer::on() {
+            crate::sanitizer::created(crate::sanitizer::Kind::Qp, qpn, None);
+            if let Some(srq) = init.srq {
+                crate::sanitizer::qp_uses_srq(qpn, srq.srq_num());
+            }
+        }
         Ok(Qp { inner })
     }
 
@@ -561,6 +567,36 @@ impl Qp {
     }
 
     fn post_send_inner(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
+        if crate::sanitizer::on() {
+            return self.post_send_sanitized(wrs, keep);
+        }
+        self.post_send_plain(wrs, keep)
+    }
+
+    /// [`Qp::post_send`] with the sanitizer on (docs/sanitizer.md): a post the QP's state
+    /// cannot execute is reported (the verb's answer unchanged); the work requests are
+    /// recorded before the post, so a completion another thread polls meanwhile finds
+    /// them, and those the post refused are forgotten after it. Out of line: the post
+    /// path only tests the switch.
+    #[cold]
+    #[inline(never)]
+    fn post_send_sanitized(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = &self.inner;
+        let state = q.state();
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.qpn, state, wrs.first().map(|w| w.wr_id));
+            return self.post_send_plain(wrs, keep);
+        }
+        let ticket = wr::track_sends(q.qpn, q.sq_sig_all, wrs);
+        let result = self.post_send_plain(wrs, keep);
+        if let Err(e) = &result {
+            crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.qpn, ticket, e.index);
+        }
+        result
+    }
+
+    #[inline(always)]
+    fn post_send_plain(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
         let q = &self.inner;
         let state = q.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
@@ -619,6 +655,32 @@ impl Qp {
     }
 
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
+        if crate::sanitizer::on() {
+            return self.post_recv_sanitized(wrs, keep);
+        }
+        self.post_recv_plain(wrs, keep)
+    }
+
+    /// [`Qp::post_recv`] with the sanitizer on, as [`Qp::post_send_sanitized`].
+    #[cold]
+    #[inline(never)]
+    fn post_recv_sanitized(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = &self.inner;
+        let state = q.state();
+        if state == QpState::Reset {
+            crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.qpn, state, wrs.first().map(|w| w.wr_id));
+            return self.post_recv_plain(wrs, keep);
+        }
+        let ticket = wr::track_recvs(crate::sanitizer::Queue::Recv, q.qpn, wrs);
+        let r = self.post_recv_plain(wrs, keep);
+        if let Err(e) = &r {
+            crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.qpn, ticket, e.index);
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn post_recv_plain(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let q = &self.inner;
         let state = q.state();
         if state == QpState::Reset {
@@ -756,6 +818,13 @@ impl Qp {
         if let Some(rq) = &q.rq {
             rq.drain();
         }
+        if crate::sanitizer::on() {
+            let unacked = q.async_events.unacked();
+            if unacked > 0 {
+                crate::sanitizer::unacked(true, crate::sanitizer::Kind::Qp, q.qpn, unacked, "ibv_destroy_qp");
+            }
+            crate::sanitizer::gone(crate::sanitizer::Kind::Qp, q.qpn);
+        }
         q.async_events.wait_all_acked();
         q.send_cq.detach();
         q.recv_cq.detach();
@@ -805,6 +874,9 @@ impl Drop for QpInner {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
             self.rec.qpn.store(0, Ordering::Release);
             let _ = self.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
+            if crate::sanitizer::on() {
+                crate::sanitizer::gone(crate::sanitizer::Kind::Qp, self.qpn);
+            }
             self.dev.qps().remove(self.qpn);
             self.send_cq.detach();
             self.recv_cq.detach();

@@ -60,6 +60,21 @@ pub(crate) enum Cause {
     Injected,
 }
 
+impl Cause {
+    /// The cause as the sanitizer's state history names it (docs/sanitizer.md).
+    fn name(self) -> &'static str {
+        match self {
+            Cause::Create => "created",
+            Cause::Modify => "ibv_modify_qp",
+            Cause::SendError => "a send work request completed in error",
+            Cause::SendCqOverrun => "the send CQ overran",
+            Cause::ResponderFault => "a request broke a responder rule, or the receive CQ overran",
+            Cause::Destroy => "destroyed",
+            Cause::Injected => "the fault plan raised an event",
+        }
+    }
+}
+
 /// Entering ERR is allowed from every state but these.
 pub(crate) const ERR_FROM_ANY_BUT: &[QpState] = &[QpState::Reset, QpState::Err];
 
@@ -75,11 +90,22 @@ impl QpRecord {
         match self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |raw| from.admits(raw).then_some(to.raw())) {
             Ok(raw) => {
                 tracing::debug!(qpn, from = ?decode(raw), to = ?to, cause = ?cause, "QP state");
+                if crate::sanitizer::on() {
+                    sanitize(qpn, raw, to, cause);
+                }
                 Ok(decode(raw))
             }
             Err(raw) => Err(decode(raw)),
         }
     }
+}
+
+/// Tells the sanitizer about a transition (its state history, docs/sanitizer.md). Out
+/// of line: the state change only tests the switch.
+#[cold]
+#[inline(never)]
+fn sanitize(qpn: u32, raw: u32, to: QpState, cause: Cause) {
+    crate::sanitizer::transition(qpn, QpState::from_raw(raw).unwrap_or(QpState::Err), to, cause.name());
 }
 
 /// Whether a responder in `state` accepts requests (rxe drops requests for QPs below

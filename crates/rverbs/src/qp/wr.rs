@@ -287,3 +287,27 @@ pub struct PostError {
     #[source]
     pub error: crate::Error,
 }
+
+/// Receive work requests about to be posted to `queue` `num`, recorded by the sanitizer
+/// (docs/sanitizer.md, "What is tracked"): every receive is signaled. Out of line: the
+/// post path only tests the switch.
+#[cold]
+#[inline(never)]
+pub(crate) fn track_recvs(queue: crate::sanitizer::Queue, num: u32, wrs: &[RecvWr<'_>]) -> crate::sanitizer::Ticket {
+    let wrs = wrs.iter().map(|w| (w.wr_id, true, w.sg_list.iter().map(|g| (g.lkey, g.addr, g.length)).collect())).collect();
+    crate::sanitizer::posting(queue, num, wrs)
+}
+
+/// Send work requests about to be posted to QP `qpn`, recorded by the sanitizer: each
+/// with whether it is signaled (`SIGNALED`, or `sq_sig_all`) and the SGEs that name
+/// regions (inline data names none).
+#[cold]
+#[inline(never)]
+pub(crate) fn track_sends(qpn: u32, sq_sig_all: bool, wrs: &[SendWr<'_>]) -> crate::sanitizer::Ticket {
+    let sges = |w: &SendWr<'_>| match w.payload {
+        Payload::Sge(s) if !w.flags.contains(SendFlags::INLINE) => s.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),
+        _ => Vec::new(),
+    };
+    let wrs = wrs.iter().map(|w| (w.wr_id, sq_sig_all || w.flags.contains(SendFlags::SIGNALED), sges(w))).collect();
+    crate::sanitizer::posting(crate::sanitizer::Queue::Send, qpn, wrs)
+}

@@ -1,0 +1,195 @@
+//! A finding of the verbs sanitizer as a value (docs/sanitizer.md, "Findings"): which
+//! rule of which man page was broken, the objects involved and where each was made.
+
+use rverbs_proto::verbs::QpState;
+
+/// What kind of mistake a [`Finding`] reports; each names one rule of the man pages
+/// (docs/sanitizer.md lists them with their rules).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FindingKind {
+    /// `ibv_dereg_mr` of a region whose lkey an outstanding work request names
+    /// (ibv_dereg_mr(3)).
+    DeregMrInUse,
+    /// `ibv_destroy_cq` of a CQ with completion events obtained by `ibv_get_cq_event`
+    /// and not acknowledged (ibv_get_cq_event(3)): rdma-core's destroy waits for ever.
+    UnackedCqEvents,
+    /// The destruction of a CQ, QP or SRQ with asynchronous events about it not
+    /// acknowledged (ibv_get_async_event(3)).
+    UnackedAsyncEvents,
+    /// Resources still alive when the process exits, with their creation sites.
+    LeakAtExit,
+    /// A work request posted to a QP in a state that cannot execute it
+    /// (ibv_post_send(3), ibv_post_recv(3), ibv_modify_qp(3)).
+    PostInBadState,
+}
+
+impl FindingKind {
+    /// The kind's name in reports, e.g. `dereg-mr-in-use`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FindingKind::DeregMrInUse => "dereg-mr-in-use",
+            FindingKind::UnackedCqEvents => "unacked-cq-events",
+            FindingKind::UnackedAsyncEvents => "unacked-async-events",
+            FindingKind::LeakAtExit => "leak-at-exit",
+            FindingKind::PostInBadState => "post-in-bad-state",
+        }
+    }
+}
+
+/// Which queue a work request was posted to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Queue {
+    /// A QP's send queue (ibv_post_send(3)).
+    Send,
+    /// A QP's receive queue (ibv_post_recv(3)).
+    Recv,
+    /// A shared receive queue (ibv_post_srq_recv(3)).
+    SharedRecv,
+}
+
+impl Queue {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Queue::Send => "send queue",
+            Queue::Recv => "receive queue",
+            Queue::SharedRecv => "shared receive queue",
+        }
+    }
+}
+
+/// An object a finding names, with the numbers a program sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Object {
+    /// A device context ([`crate::Context::id`]).
+    Context {
+        /// Its id.
+        id: u32,
+    },
+    /// A protection domain (`ibv_pd.handle`).
+    Pd {
+        /// Its handle.
+        handle: u32,
+    },
+    /// A memory region and the range it covers.
+    Mr {
+        /// Its local key (equal to its rkey on this device).
+        lkey: u32,
+        /// The process address of its first byte.
+        addr: u64,
+        /// Its length in bytes.
+        len: u64,
+    },
+    /// A completion queue (`ibv_cq.handle`).
+    Cq {
+        /// Its id.
+        id: u32,
+    },
+    /// A queue pair.
+    Qp {
+        /// Its number.
+        qpn: u32,
+        /// Its state when the finding was made, where it matters.
+        state: Option<QpState>,
+    },
+    /// A shared receive queue.
+    Srq {
+        /// Its number.
+        srqn: u32,
+    },
+    /// A completion channel.
+    CompChannel {
+        /// Its id.
+        id: u32,
+    },
+    /// A work request.
+    WorkRequest {
+        /// Its `wr_id`.
+        wr_id: u64,
+        /// The queue it was posted to.
+        queue: Queue,
+        /// The QPN (send and receive queues) or SRQ number of that queue.
+        num: u32,
+        /// The scatter/gather entry that names the region in question, as (address,
+        /// length), if one does.
+        sge: Option<(u64, u32)>,
+    },
+    /// Events obtained and not acknowledged.
+    Events {
+        /// How many.
+        unacked: u64,
+    },
+}
+
+/// One frame of a backtrace, as symbolized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The function (demangled for Rust).
+    pub function: String,
+    /// The source file, when the code has line tables (C built with `-g`).
+    pub file: Option<String>,
+    /// The line in `file`.
+    pub line: Option<u32>,
+}
+
+/// A labelled backtrace: where an object was created, a work request posted, the
+/// offending call made. The frames start at the application's (the sanitizer's, the
+/// library's and the standard library's frames are left out).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// What happened there ("posted at", "created at", …).
+    pub label: String,
+    /// The application's frames, innermost first.
+    pub frames: Vec<Frame>,
+}
+
+/// One finding of the sanitizer (docs/sanitizer.md, "Report").
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finding {
+    /// The kind.
+    pub kind: FindingKind,
+    /// The man page whose rule was broken, e.g. `ibv_dereg_mr(3)`.
+    pub page: &'static str,
+    /// The rule, in one sentence.
+    pub rule: &'static str,
+    /// The one-line description of this occurrence.
+    pub headline: String,
+    /// The objects involved.
+    pub objects: Vec<Object>,
+    /// Where each was made, and where the offending call was.
+    pub sites: Vec<Site>,
+}
+
+impl Finding {
+    /// The QPN of the first queue pair or work request the finding names.
+    pub fn qpn(&self) -> Option<u32> {
+        self.objects.iter().find_map(|o| match o {
+            Object::Qp { qpn, .. } => Some(*qpn),
+            Object::WorkRequest { num, queue: Queue::Send | Queue::Recv, .. } => Some(*num),
+            _ => None,
+        })
+    }
+
+    /// The lkey of the first memory region the finding names.
+    pub fn lkey(&self) -> Option<u32> {
+        self.objects.iter().find_map(|o| match o {
+            Object::Mr { lkey, .. } => Some(*lkey),
+            _ => None,
+        })
+    }
+
+    /// The `wr_id` of the first work request the finding names.
+    pub fn wr_id(&self) -> Option<u64> {
+        self.objects.iter().find_map(|o| match o {
+            Object::WorkRequest { wr_id, .. } => Some(*wr_id),
+            _ => None,
+        })
+    }
+
+    /// The site whose label starts with `label`.
+    pub fn site(&self, label: &str) -> Option<&Site> {
+        self.sites.iter().find(|s| s.label.starts_with(label))
+    }
+}

@@ -1,0 +1,366 @@
+//! The verbs sanitizer (docs/sanitizer.md): checks of the rules the man pages give
+//! programs, reported as AddressSanitizer reports memory errors, with the backtraces of
+//! where each object involved was made.
+//!
+//! Switched on per process by `RVERBS_SANITIZE` (`1`: report and continue; `abort`:
+//! the first finding is fatal), read once when the first context is opened ([`init`]),
+//! or by [`set_mode`] from Rust. Off, every hook of the verbs is `if on() { … }` on one
+//! relaxed load of a flag: nothing is tracked, captured, allocated or locked. The public
+//! names are re-exported by `rverbs::sanitize`.
+
+mod finding;
+mod report;
+mod trace;
+mod track;
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use rverbs_proto::verbs::QpState;
+
+pub use crate::config::Sanitize as Mode;
+pub use finding::{Finding, FindingKind, Frame, Object, Queue, Site};
+pub(crate) use track::Kind;
+
+/// The mode before the environment was read.
+const UNREAD: u8 = u8::MAX;
+static MODE: AtomicU8 = AtomicU8::new(UNREAD);
+/// Whether the mode is `Report` or `Abort`: what the hooks test.
+static ON: AtomicBool = AtomicBool::new(false);
+
+fn encode(m: Mode) -> u8 {
+    match m {
+        Mode::Off => 0,
+        Mode::Report => 1,
+        Mode::Abort => 2,
+    }
+}
+
+/// Whether the sanitizer is on: the hooks' one test, a relaxed load. Every hooked verb
+/// runs on a context, and [`init`] ran when it was opened.
+#[inline(always)]
+pub(crate) fn on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// Reads `RVERBS_SANITIZE` once, unless [`set_mode`] came first: called when a context
+/// is opened (`Context::open`), before any object can be made.
+pub(crate) fn init() {
+    if MODE.load(Ordering::Relaxed) == UNREAD {
+        read_env();
+    }
+}
+
+#[cold]
+fn read_env() {
+    let m = crate::config::sanitize_from(std::env::var_os("RVERBS_SANITIZE").as_deref());
+    // A mode set from Rust meanwhile wins.
+    if MODE.compare_exchange(UNREAD, encode(m), Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        ON.store(m != Mode::Off, Ordering::Relaxed);
+    }
+}
+
+/// Switches the sanitizer for this process, overriding `RVERBS_SANITIZE`.
+///
+/// Rule: docs/sanitizer.md, "Switching it on": set it before the first device is opened;
+/// objects made and work requests posted while it was off are not tracked, so a finding
+/// about them can be missed (never made up).
+pub fn set_mode(mode: Mode) {
+    MODE.store(encode(mode), Ordering::Relaxed);
+    ON.store(mode != Mode::Off, Ordering::Relaxed);
+}
+
+/// The mode in force (`RVERBS_SANITIZE`, or the last [`set_mode`]).
+pub fn mode() -> Mode {
+    init();
+    match MODE.load(Ordering::Relaxed) {
+        1 => Mode::Report,
+        2 => Mode::Abort,
+        _ => Mode::Off,
+    }
+}
+
+/// The findings reported since the last call, oldest first: the report of each was
+/// printed already (docs/sanitizer.md, "From Rust").
+pub fn take_findings() -> Vec<Finding> {
+    report::take()
+}
+
+/// The leak-at-exit finding for the objects of this process alive now, as the report
+/// at exit would list them (`None` if none is); nothing is printed or recorded.
+pub fn leaks() -> Option<Finding> {
+    leak_finding(survivors(&track::state()))
+}
+
+fn site(label: impl Into<String>, at: &trace::Trace) -> Site {
+    Site { label: label.into(), frames: trace::frames(at) }
+}
+
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Context => "context",
+        Kind::Pd => "pd",
+        Kind::Mr => "mr",
+        Kind::Cq => "cq",
+        Kind::Qp => "qp",
+        Kind::Srq => "srq",
+        Kind::CompChannel => "completion channel",
+    }
+}
+
+// ---- Object lifetimes (leak-at-exit) ----
+
+std::thread_local! {
+    /// Set while the library makes objects of its own ([`internal`]).
+    static INTERNAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, whose objects are the library's own, kept for the life of the process (the
+/// connection manager's context and PD, as librdmacm keeps its devices' open): not
+/// tracked, so never reported as leaks (docs/sanitizer.md, "Findings").
+pub fn internal<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INTERNAL.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(INTERNAL.with(|c| c.replace(true)));
+    f()
+}
+
+/// An object was made: its creation site is kept until [`gone`]. The first registers
+/// the report at exit.
+#[cold]
+#[inline(never)]
+pub(crate) fn created(kind: Kind, id: u32, object: Option<Object>) {
+    if INTERNAL.with(|c| c.get()) {
+        return;
+    }
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| crate::sys::at_exit(exit_report));
+    let at = trace::capture();
+    let object = object.unwrap_or_else(|| kind.object(id));
+    track::state().live.insert((kind, id), track::Live { object, pid: std::process::id(), at });
+}
+
+/// An object was destroyed (or its last handle dropped): what was kept about it goes.
+#[cold]
+#[inline(never)]
+pub(crate) fn gone(kind: Kind, id: u32) {
+    let mut st = track::state();
+    st.live.remove(&(kind, id));
+    st.events.remove(&(false, kind, id));
+    st.events.remove(&(true, kind, id));
+    match kind {
+        Kind::Srq => drop(st.queues.remove(&(Queue::SharedRecv, id))),
+        Kind::Qp => {
+            st.history.remove(&id);
+            st.qp_srq.remove(&id);
+        }
+        _ => {}
+    }
+}
+
+/// The objects this process made that are alive, with their creation sites (taken
+/// under the lock; symbolized after it).
+fn survivors(st: &track::State) -> Vec<(Object, trace::Trace)> {
+    let pid = std::process::id();
+    st.live.values().filter(|l| l.pid == pid).map(|l| (l.object.clone(), l.at.clone())).collect()
+}
+
+fn leak_finding(alive: Vec<(Object, trace::Trace)>) -> Option<Finding> {
+    if alive.is_empty() {
+        return None;
+    }
+    let sites = alive.iter().map(|(o, at)| site(format!("{} created at", report::describe(o)), at)).collect();
+    Some(Finding {
+        kind: FindingKind::LeakAtExit,
+        page: "ibv_open_device(3)",
+        rule: "every object a program creates is destroyed by it (ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq, ibv_destroy_comp_channel, ibv_close_device); what is alive at exit was leaked",
+        headline: format!("{} object(s) still alive at exit", alive.len()),
+        objects: alive.into_iter().map(|(o, _)| o).collect(),
+        sites,
+    })
+}
+
+/// The report at exit (atexit(3)): never panics, never waits for ever for the lock.
+extern "C" fn exit_report() {
+    let _ = std::panic::catch_unwind(|| {
+        if !on() {
+            return;
+        }
+        let Some(st) = track::try_state() else {
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("=={}==RVERBS SANITIZER: leak check skipped: the tracking tables are held by a thread that did not finish\n", std::process::id()).as_bytes());
+            return;
+        };
+        let alive = survivors(&st);
+        drop(st);
+        if let Some(f) = leak_finding(alive) {
+            report::emit(f);
+        }
+    });
+}
+
+// ---- Work requests (dereg-mr-in-use) ----
+
+pub(crate) use track::Wr;
+
+/// The work requests one post recorded: sequence numbers `first..first + count` (plain
+/// data, so the post path carries no drop).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ticket {
+    first: u64,
+    count: usize,
+}
+
+/// Work requests about to be posted to `queue` `num`; returns the ticket for
+/// [`unposted`].
+#[cold]
+#[inline(never)]
+pub(crate) fn posting(queue: Queue, num: u32, wrs: Vec<Wr>) -> Ticket {
+    let at = trace::capture();
+    let count = wrs.len();
+    let first = track::state().post(queue, num, wrs, &at);
+    Ticket { first, count }
+}
+
+/// The post refused the work requests from `index` on (`PostError::index`).
+#[cold]
+#[inline(never)]
+pub(crate) fn unposted(queue: Queue, num: u32, ticket: Ticket, index: usize) {
+    if index < ticket.count {
+        track::state().unpost(queue, num, ticket.first + index as u64..ticket.first + ticket.count as u64);
+    }
+}
+
+/// A completion was polled (`ibv_poll_cq`, `ibv_start_poll`/`ibv_next_poll`).
+#[cold]
+#[inline(never)]
+pub(crate) fn completed(qpn: u32, wr_id: u64, ok: bool, recv: bool) {
+    track::state().complete(qpn, wr_id, ok, recv);
+}
+
+/// QP `qpn` takes its receives from SRQ `srqn`.
+#[cold]
+#[inline(never)]
+pub(crate) fn qp_uses_srq(qpn: u32, srqn: u32) {
+    track::state().qp_srq.insert(qpn, srqn);
+}
+
+/// `ibv_dereg_mr` of the region `lkey` covering `[addr, addr+len)`: a finding if an
+/// outstanding work request names it.
+#[cold]
+#[inline(never)]
+pub(crate) fn dereg(lkey: u32, addr: u64, len: u64) {
+    let st = track::state();
+    let Some((queue, num, p, sge)) = st.user_of(lkey) else { return };
+    let (wr_id, posted) = (p.wr_id, p.at.clone());
+    let registered = st.live.get(&(Kind::Mr, lkey)).map(|l| l.at.clone());
+    drop(st);
+    let mut sites = vec![site("posted at", &posted), site("deregistered at", &trace::capture())];
+    if let Some(r) = registered {
+        sites.push(site("mr registered at", &r));
+    }
+    let qp = if queue == Queue::SharedRecv { format!("SRQ {num:#x}") } else { format!("QPN {num:#x}") };
+    report::emit(Finding {
+        kind: FindingKind::DeregMrInUse,
+        page: "ibv_dereg_mr(3)",
+        rule: "the buffers of a work request may be reused only once it has fully executed and its completion was retrieved from the CQ (ibv_post_send(3), ibv_post_recv(3), NOTES): deregistering their region before then takes them from the device while it may still use them",
+        headline: format!("ibv_dereg_mr of mr lkey {lkey:#x} while work request wr_id {wr_id:#x} on {qp} ({}) uses it", queue.describe()),
+        objects: vec![Object::Mr { lkey, addr, len }, Object::WorkRequest { wr_id, queue, num, sge: Some(sge) }],
+        sites,
+    });
+}
+
+// ---- Events (unacked-cq-events, unacked-async-events) ----
+
+/// An event about object `id` of `kind` was handed to the application.
+#[cold]
+#[inline(never)]
+pub(crate) fn event_obtained(asynchronous: bool, kind: Kind, id: u32) {
+    let at = trace::capture();
+    track::state().events.insert((asynchronous, kind, id), at);
+}
+
+/// `verb` destroys object `id` of `kind` with `unacked` events about it not
+/// acknowledged: reported before the verb starts waiting for the acknowledgements.
+#[cold]
+#[inline(never)]
+pub(crate) fn unacked(asynchronous: bool, kind: Kind, id: u32, unacked: u64, verb: &'static str) {
+    let st = track::state();
+    let last = st.events.get(&(asynchronous, kind, id)).cloned();
+    let created = st.live.get(&(kind, id)).map(|l| l.at.clone());
+    drop(st);
+    let what = kind_name(kind);
+    let mut sites = vec![site(format!("{verb} called at"), &trace::capture())];
+    if let Some(c) = created {
+        sites.push(site(format!("{what} created at"), &c));
+    }
+    if let Some(l) = last {
+        sites.push(site("last unacknowledged event obtained at", &l));
+    }
+    let (fkind, page, rule, ack) = if asynchronous {
+        (FindingKind::UnackedAsyncEvents, "ibv_get_async_event(3)", "every event ibv_get_async_event returns must be acknowledged with ibv_ack_async_event; destroying the object an event names waits until all are", "ibv_ack_async_event")
+    } else {
+        (FindingKind::UnackedCqEvents, "ibv_get_cq_event(3)", "all completion events ibv_get_cq_event returns must be acknowledged with ibv_ack_cq_events; destroying a CQ waits for all its completion events to be acknowledged", "ibv_ack_cq_events")
+    };
+    report::emit(Finding {
+        kind: fkind,
+        page,
+        rule,
+        headline: format!("{verb} of {} with {unacked} event(s) not acknowledged: it waits for {ack} for ever", report::describe(&kind.object(id))),
+        objects: vec![kind.object(id), Object::Events { unacked }],
+        sites,
+    });
+}
+
+// ---- QP states (post-in-bad-state) ----
+
+/// A transition of QP `qpn` (`QpRecord::transition`), with its cause.
+#[cold]
+#[inline(never)]
+pub(crate) fn transition(qpn: u32, from: QpState, to: QpState, cause: &'static str) {
+    let at = trace::capture();
+    track::state().transition(qpn, track::Step { from, to, cause, at });
+}
+
+fn step_text(s: &track::Step) -> String {
+    if s.cause == "created" {
+        format!("created in {:?}", s.to)
+    } else {
+        format!("{:?} -> {:?} ({})", s.from, s.to, s.cause)
+    }
+}
+
+/// `verb` posted to `queue` of QP `qpn` in `state`, which cannot execute it.
+#[cold]
+#[inline(never)]
+pub(crate) fn bad_state_post(verb: &'static str, queue: Queue, qpn: u32, state: QpState, wr_id: Option<u64>) {
+    let st = track::state();
+    let history: Vec<(String, trace::Trace)> = st
+        .history
+        .get(&qpn)
+        .map(|h| h.iter().map(|s| (step_text(s), s.at.clone())).collect())
+        .unwrap_or_default();
+    drop(st);
+    let mut sites = vec![site(format!("{verb} called at"), &trace::capture())];
+    for (i, (what, at)) in history.iter().enumerate() {
+        sites.push(site(format!("state change {}: {what}, at", i + 1), at));
+    }
+    let (page, rule) = match queue {
+        Queue::Send => ("ibv_modify_qp(3)", "a QP executes send work requests once it is in RTS (Reset --> Init --> RTR --> RTS); in RESET, INIT or RTR ibv_post_send is an error (rdma-core's rxe refuses it with EINVAL)"),
+        _ => ("ibv_modify_qp(3)", "a QP takes receive work requests once it is in INIT; in RESET ibv_post_recv is an error (rdma-core's rxe refuses it with EINVAL)"),
+    };
+    let mut objects = vec![Object::Qp { qpn, state: Some(state) }];
+    if let Some(wr_id) = wr_id {
+        objects.push(Object::WorkRequest { wr_id, queue, num: qpn, sge: None });
+    }
+    report::emit(Finding {
+        kind: FindingKind::PostInBadState,
+        page,
+        rule,
+        headline: format!("{verb} to QPN {qpn:#x} in state {state:?}, which cannot execute it"),
+        objects,
+        sites,
+    });
+}

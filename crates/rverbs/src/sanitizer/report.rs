@@ -1,0 +1,98 @@
+//! Reports of the sanitizer: one block per finding on stderr, in the manner of
+//! AddressSanitizer, also appended to `RVERBS_SANITIZE_LOG` when set; the findings kept
+//! for [`take_findings`](super::take_findings); the abort of `RVERBS_SANITIZE=abort`
+//! (docs/sanitizer.md, "Report").
+
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
+
+use super::finding::{Finding, Object};
+use super::trace;
+
+/// Findings kept for `take_findings`; beyond this many the oldest are dropped (a
+/// program that repeats a mistake in a loop must not grow without bound).
+const KEPT: usize = 4096;
+
+static FINDINGS: Mutex<Vec<Finding>> = Mutex::new(Vec::new());
+
+/// The findings recorded since the last call, oldest first.
+pub(crate) fn take() -> Vec<Finding> {
+    std::mem::take(&mut *FINDINGS.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Reports `f`: the block on stderr (and the log file), the finding kept; with
+/// `RVERBS_SANITIZE=abort`, the process aborts after the report.
+pub(crate) fn emit(f: Finding) {
+    let text = render(&f);
+    write_out(&text);
+    {
+        let mut kept = FINDINGS.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= KEPT {
+            kept.remove(0);
+        }
+        kept.push(f);
+    }
+    if super::mode() == super::Mode::Abort {
+        write_out(&format!("=={}==ABORTING\n", std::process::id()));
+        std::process::abort();
+    }
+}
+
+/// Writes a block to stderr in one call, and appends it to `RVERBS_SANITIZE_LOG`.
+fn write_out(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    static LOG: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    let log = LOG.get_or_init(|| std::env::var_os("RVERBS_SANITIZE_LOG").filter(|v| !v.is_empty()).map(Into::into));
+    if let Some(path) = log {
+        if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = file.write_all(text.as_bytes());
+        }
+    }
+}
+
+/// One object as the report names it.
+pub(crate) fn describe(o: &Object) -> String {
+    match o {
+        Object::Context { id } => format!("context {id}"),
+        Object::Pd { handle } => format!("pd handle {handle}"),
+        Object::Mr { lkey, addr, len } => format!("mr lkey {lkey:#x} [{addr:#x}-{:#x})", addr.saturating_add(*len)),
+        Object::Cq { id } => format!("cq {id}"),
+        Object::Qp { qpn, state: Some(s) } => format!("qp QPN {qpn:#x} in {s:?}"),
+        Object::Qp { qpn, state: None } => format!("qp QPN {qpn:#x}"),
+        Object::Srq { srqn } => format!("srq {srqn:#x}"),
+        Object::CompChannel { id } => format!("completion channel {id}"),
+        Object::WorkRequest { wr_id, queue, num, sge } => {
+            let on = match queue {
+                super::Queue::SharedRecv => format!("SRQ {num:#x}"),
+                _ => format!("QPN {num:#x}"),
+            };
+            let sge = sge.map_or(String::new(), |(a, l)| format!(", sge [{a:#x}-{:#x})", a.saturating_add(u64::from(l))));
+            format!("wr_id {wr_id:#x} on {on} ({}){sge}", queue.describe())
+        }
+        Object::Events { unacked } => format!("{unacked} unacknowledged event(s)"),
+    }
+}
+
+/// The text block of a finding.
+pub(crate) fn render(f: &Finding) -> String {
+    use std::fmt::Write as _;
+    let pid = std::process::id();
+    let mut s = String::new();
+    let _ = writeln!(s, "=={pid}==RVERBS SANITIZER: {}: {}", f.kind.name(), f.headline);
+    let _ = writeln!(s, "  rule: {}: {}", f.page, f.rule);
+    for o in &f.objects {
+        let _ = writeln!(s, "  {}", describe(o));
+    }
+    for site in &f.sites {
+        let _ = writeln!(s, "  {}:", site.label);
+        if site.frames.is_empty() {
+            let _ = writeln!(s, "    (no frame of the application)");
+        }
+        for (i, fr) in site.frames.iter().enumerate() {
+            let _ = writeln!(s, "    #{i} {}", trace::render(fr));
+        }
+    }
+    let top = f.sites.first().and_then(|s| s.frames.first()).map_or(String::new(), |fr| format!(" {}", trace::render(fr)));
+    let _ = writeln!(s, "SUMMARY: RVERBS SANITIZER: {}{top}", f.kind.name());
+    s
+}

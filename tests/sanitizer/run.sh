@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The verbs sanitizer against C programs (docs/sanitizer.md): one small program per
+# finding, each with exactly that bug on the line marked with a BUG comment, built with
+# -g -O0 against the installed <infiniband/verbs.h> and run on the drop-in
+# libibverbs.so.1 with RVERBS_SANITIZE=1. For each the report must name the finding's
+# kind, the object the program printed (lkey, QPN) and the file:line of the BUG line in
+# a backtrace, and be the only report; the same program with --fixed must exit 0 with
+# no report at all. Then: RVERBS_SANITIZE=abort ends the program with SIGABRT after the
+# first report, RVERBS_SANITIZE unset reports nothing, RVERBS_SANITIZE_LOG gets a copy.
+#
+# unacked_events blocks for ever in ibv_destroy_cq, as it does on rdma-core
+# (ibv_get_cq_event(3): destroying a CQ waits for every event to be acknowledged): the
+# run is bounded by `timeout`, must have printed the report before the wait, and is
+# killed.
+#
+# Needs gcc and libibverbs-dev (the header), no root. Environment: DROPIN_DIR, the
+# directory holding libibverbs.so.1 (default: scripts/build-dropin.sh builds it).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+dropin=${DROPIN_DIR:-$("$repo/scripts/build-dropin.sh")}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+pass=0 fail=0
+ok() { echo "ok - $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL - $*"; fail=$((fail + 1)); }
+check() { # check DESCRIPTION COMMAND...
+	local what=$1
+	shift
+	if "$@"; then ok "$what"; else bad "$what"; fi
+}
+
+programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:leak-at-exit post_in_reset:post-in-bad-state)
+for p in "${programs[@]}"; do
+	gcc -g -O0 -Wall -Werror -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
+done
+
+# run NAME OUT ERR [ARGS...]: the program on the drop-in, bounded; sets $rc.
+run() {
+	local name=$1 out=$2 err=$3
+	shift 3
+	rc=0
+	LD_LIBRARY_PATH=$dropin timeout -s KILL 10 "$work/$name" "$@" >"$out" 2>"$err" || rc=$?
+}
+
+for p in "${programs[@]}"; do
+	name=${p%%:*} kind=${p#*:}
+	line=$(grep -n 'BUG \*/' "$here/$name.c" | cut -d: -f1)
+	out=$work/$name.out err=$work/$name.err
+	if [ "$name" = unacked_events ]; then
+		# In the background: wait (at most 10 s) for the report, then the program must
+		# still be inside ibv_destroy_cq; it is killed.
+		LD_LIBRARY_PATH=$dropin RVERBS_SANITIZE=1 timeout -s KILL 20 "$work/$name" >"$out" 2>"$err" &
+		pid=$!
+		for _ in $(seq 100); do
+			grep -q '^SUMMARY: RVERBS SANITIZER' "$err" && break
+			kill -0 $pid 2>/dev/null || break
+			sleep 0.1
+		done
+		alive=no
+		kill -0 $pid 2>/dev/null && alive=yes
+		kill -KILL $pid 2>/dev/null || true
+		wait $pid 2>/dev/null || true
+		check "$name: after the report, ibv_destroy_cq still waits for the acknowledgement (as rdma-core's)" test $alive = yes
+	else
+		RVERBS_SANITIZE=1 run "$name" "$out" "$err"
+		check "$name: exits 0 with the sanitizer reporting (rc $rc)" test "$rc" = 0
+	fi
+	check "$name: one report, of kind $kind" test "$(grep -c '==RVERBS SANITIZER: ' "$err")" = 1 -a "$(grep -c "==RVERBS SANITIZER: $kind: " "$err")" = 1
+	check "$name: a backtrace names $name.c:$line, the BUG line" grep -q "($here/$name.c:$line)" "$err"
+	case $name in
+	dereg_in_use)
+		lkey=$(sed -n 's/^lkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\).*/\1/p' "$out")
+		qpn=$(sed -n 's/^lkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\).*/\2/p' "$out")
+		check "$name: the report names mr lkey $lkey and wr_id 0x5a on QPN $qpn" \
+			grep -q "ibv_dereg_mr of mr lkey $lkey while work request wr_id 0x5a on QPN $qpn (send queue)" "$err"
+		check "$name: the post's backtrace is there" grep -q '^  posted at:' "$err" ;;
+	unacked_events)
+		check "$name: the report came before the wait" grep -q '^destroying the cq' "$out"
+		check "$name: it names one unacknowledged event and where it was obtained" \
+			grep -q 'with 1 event(s) not acknowledged' "$err"
+		check "$name: where the event was obtained" grep -q '^  last unacknowledged event obtained at:' "$err" ;;
+	leak)
+		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
+		check "$name: the report lists qp QPN $qpn created at the BUG line" \
+			grep -q -A2 "^  qp QPN $qpn created at:" "$err"
+		check "$name: ... whose first frames include $name.c:$line" \
+			sh -c 'grep -A2 "^  qp QPN $1 created at:" "$2" | grep -q "$3"' _ "$qpn" "$err" "$name.c:$line"
+		check "$name: and the other survivors (context, pd, mr, cq)" \
+			grep -q '^  context .* created at:' "$err" ;;
+	post_in_reset)
+		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
+		check "$name: the report names QPN $qpn in Init" grep -q "ibv_post_send to QPN $qpn in state Init" "$err"
+		check "$name: the verb's answer is unchanged (EINVAL)" grep -q '^ibv_post_send returned 22' "$out"
+		check "$name: the state history shows Reset -> Init (ibv_modify_qp)" grep -q 'Reset -> Init (ibv_modify_qp), at:' "$err" ;;
+	esac
+	RVERBS_SANITIZE=1 run "$name" "$out" "$err" --fixed
+	check "$name --fixed: exits 0 (rc $rc) with no report" test "$rc" = 0 -a "$(grep -c 'RVERBS SANITIZER' "$err")" = 0
+done
+
+# RVERBS_SANITIZE=abort: the first report, then SIGABRT (128 + 6; bash says "Aborted");
+# the program does not go on.
+RVERBS_SANITIZE=abort run dereg_in_use "$work/a.out" "$work/a.err"
+check "abort: exit status is SIGABRT's (rc $rc)" test "$rc" = 134
+check "abort: the report, then ABORTING" grep -q '==ABORTING' "$work/a.err"
+check "abort: the program stopped at the finding" test "$(grep -c '^done' "$work/a.out")" = 0
+
+# Off (unset, and a value that is not a mode): no report, no change.
+for v in unset 0; do
+	if [ $v = unset ]; then run dereg_in_use "$work/o.out" "$work/o.err"; else RVERBS_SANITIZE=$v run dereg_in_use "$work/o.out" "$work/o.err"; fi
+	check "off ($v): exits 0 (rc $rc) with no report" test "$rc" = 0 -a "$(grep -c 'RVERBS SANITIZER' "$work/o.err")" = 0
+done
+
+# RVERBS_SANITIZE_LOG: the report is appended to the file too.
+RVERBS_SANITIZE=1 RVERBS_SANITIZE_LOG=$work/log run post_in_reset "$work/l.out" "$work/l.err"
+check "RVERBS_SANITIZE_LOG: the file holds the report" grep -q '==RVERBS SANITIZER: post-in-bad-state: ' "$work/log"
+
+echo "sanitizer: $pass passed, $fail failed"
+[ "$fail" = 0 ]
