@@ -4,7 +4,9 @@
 # -g -O0 against the installed <infiniband/verbs.h> and run on the drop-in
 # libibverbs.so.1 with RVERBS_SANITIZE=1. For each the report must name the finding's
 # kind, the object the program printed (lkey, QPN) and the file:line of the BUG line in
-# a backtrace, and be the only report; the same program with --fixed must exit 0 with
+# a backtrace (for send_buffer_changed, whose bug is a plain store the library cannot
+# see, the BUG line must lie between the post and the poll the report names), and be
+# the only report; the same program with --fixed must exit 0 with
 # no report at all. Then: RVERBS_SANITIZE=abort ends the program with SIGABRT after the
 # first report, RVERBS_SANITIZE unset reports nothing, RVERBS_SANITIZE_LOG gets a copy.
 #
@@ -31,7 +33,8 @@ check() { # check DESCRIPTION COMMAND...
 	if "$@"; then ok "$what"; else bad "$what"; fi
 }
 
-programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:leak-at-exit post_in_reset:post-in-bad-state)
+programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:leak-at-exit post_in_reset:post-in-bad-state
+	send_buffer_changed:send-buffer-changed cq_too_small:cq-too-small)
 for p in "${programs[@]}"; do
 	gcc -g -O0 -Wall -Werror -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
 done
@@ -68,7 +71,16 @@ for p in "${programs[@]}"; do
 		check "$name: exits 0 with the sanitizer reporting (rc $rc)" test "$rc" = 0
 	fi
 	check "$name: one report, of kind $kind" test "$(grep -c '==RVERBS SANITIZER: ' "$err")" = 1 -a "$(grep -c "==RVERBS SANITIZER: $kind: " "$err")" = 1
-	check "$name: a backtrace names $name.c:$line, the BUG line" grep -q "($here/$name.c:$line)" "$err"
+	if [ "$name" = send_buffer_changed ]; then
+		# The change itself leaves no trace the library sees: the report names the post
+		# and the poll, and the BUG line must lie between them.
+		at() { sed -n "/^  $1:/,/^  [a-z]/p" "$err" | sed -n "s|.*($here/$name.c:\([0-9]*\)).*|\1|p" | head -n 1; }
+		posted=$(at 'posted at') polled=$(at 'completion polled at')
+		check "$name: posted at line ${posted:-?} < the BUG line $line < polled at line ${polled:-?}" \
+			test -n "$posted" -a -n "$polled" -a "${posted:-0}" -lt "$line" -a "$line" -lt "${polled:-0}"
+	else
+		check "$name: a backtrace names $name.c:$line, the BUG line" grep -q "($here/$name.c:$line)" "$err"
+	fi
 	case $name in
 	dereg_in_use)
 		lkey=$(sed -n 's/^lkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\).*/\1/p' "$out")
@@ -89,6 +101,23 @@ for p in "${programs[@]}"; do
 			sh -c 'grep -A2 "^  qp QPN $1 created at:" "$2" | grep -q "$3"' _ "$qpn" "$err" "$name.c:$line"
 		check "$name: and the other survivors (context, pd, mr, cq)" \
 			grep -q '^  context .* created at:' "$err" ;;
+	send_buffer_changed)
+		read -r lkey qpn addr < <(sed -n 's/^lkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\) addr \(0x[0-9a-f]*\).*/\1 \2 \3/p' "$out")
+		end=$(printf '0x%x' $((addr + 64)))
+		check "$name: the report names wr_id 0x5b on QPN $qpn and the SGE [$addr-$end)" \
+			grep -q "the buffer \[$addr-$end) of work request wr_id 0x5b on QPN $qpn (send queue) changed before its completion was polled" "$err"
+		check "$name: and the region, lkey $lkey" grep -q "^  mr lkey $lkey \[$addr-" "$err"
+		check "$name: the peer got the first message (the program went on)" grep -q '^done' "$out" ;;
+	cq_too_small)
+		cqe=$(sed -n 's/^cqe \([0-9]*\)/\1/p' "$out")
+		cq=$(sed -n 's/.*cq-too-small: cq \([0-9]*\) holds.*/\1/p' "$err")
+		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
+		check "$name: the report names cq ${cq:-?} of $cqe entries (ibv_cq.cqe) against 32 outstanding" \
+			grep -q "cq $cq holds $cqe completions, but the queues completing to it can have 32 completing work requests outstanding" "$err"
+		check "$name: and QPN $qpn's depths" sh -c 'grep -q "^  QPN $1 send queue: max_send_wr 16" "$2" && grep -q "^  QPN $1 receive queue: max_recv_wr 16" "$2"' _ "$qpn" "$err"
+		check "$name: the BUG line is where cq $cq was created" \
+			sh -c 'sed -n "/^  cq $1 created at:/,/^  [a-z]/p" "$2" | grep -q "$3"' _ "$cq" "$err" "$name.c:$line"
+		check "$name: warned at ibv_create_qp" grep -q '^  ibv_create_qp called at:' "$err" ;;
 	post_in_reset)
 		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
 		check "$name: the report names QPN $qpn in Init" grep -q "ibv_post_send to QPN $qpn in state Init" "$err"

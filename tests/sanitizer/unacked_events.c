@@ -18,16 +18,15 @@ int main(int argc, char **argv)
 	cq = ibv_create_cq(a.ctx, 16, NULL, ch, 0);
 	REQUIRE(cq != NULL, "ibv_create_cq with a channel");
 	REQUIRE(ibv_req_notify_cq(cq, 0) == 0, "ibv_req_notify_cq");
-	/* A second QP of side a completes to the CQ with the channel. */
+	/* Side a's QP is replaced by one that completes to the CQ with the channel (the
+	 * old one goes first: both on a's receive CQ of 16 would not fit, cq-too-small). */
 	{
 		struct ibv_cq *keep = a.send_cq;
-		struct ibv_qp *qp;
 
+		REQUIRE(ibv_destroy_qp(a.qp) == 0, "ibv_destroy_qp");
 		a.send_cq = cq;
-		qp = make_qp(&a, IBV_QPT_RC, 16);
+		a.qp = make_qp(&a, IBV_QPT_RC, 16);
 		a.send_cq = keep;
-		ibv_destroy_qp(a.qp);
-		a.qp = qp;
 		REQUIRE(ibv_destroy_qp(b.qp) == 0, "ibv_destroy_qp");
 		b.qp = make_qp(&b, IBV_QPT_RC, 16);
 		to_rts(a.qp, b.qp->qp_num, loopback_gid_index(a.ctx), ALL_ACCESS);

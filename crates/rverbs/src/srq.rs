@@ -227,6 +227,10 @@ impl Srq {
         srqs.publish(srqn, &srq.inner);
         if crate::sanitizer::on() {
             crate::sanitizer::created(crate::sanitizer::Kind::Srq, srqn, None);
+            // An XRC SRQ's receives complete to its own CQ.
+            if let Some((_, cq)) = &srq.inner.xrc {
+                crate::sanitizer::completes_to("ibv_create_srq_ex", &[(cq.id, crate::sanitizer::Queue::SharedRecv, srqn, init.max_wr)]);
+            }
         }
         Ok(srq)
     }
@@ -311,7 +315,7 @@ impl Srq {
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let keys = keep.then_some(&self.inner.pd.endpoint().keys);
         // Tracked by the sanitizer when it is on, before the post (docs/sanitizer.md).
-        let ticket = if crate::sanitizer::on() { Some(crate::qp::wr::track_recvs(crate::sanitizer::Queue::SharedRecv, self.inner.srqn, wrs)) } else { None };
+        let ticket = if crate::sanitizer::on() { Some(crate::qp::wr::track_recvs(self.inner.pd.endpoint(), crate::sanitizer::Queue::SharedRecv, self.inner.srqn, wrs)) } else { None };
         let verb = rverbs_proto::verb_fault::Verb::PostSrqRecv;
         let r = match crate::fault_plan::fail_post(verb, None, wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.

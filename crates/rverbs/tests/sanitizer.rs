@@ -135,7 +135,8 @@ fn destroy_cq_with_an_unacknowledged_event_reports_before_it_waits() {
     let _g = with_mode(Mode::Report);
     let (a, peer) = (side(QpType::Rc), side(QpType::Rc));
     let ch = a.ctx.create_comp_channel().unwrap();
-    let cq = a.ctx.create_cq(&CqInit::new(16).channel(&ch)).unwrap();
+    // 128 entries: the QP's 64 + 64 work requests fit (cq-too-small otherwise).
+    let cq = a.ctx.create_cq(&CqInit::new(128).channel(&ch)).unwrap();
     let me = Side { qp: a.pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap(), cq: cq.clone(), ..a };
     connect(&me, &peer, &PATH);
     let qp = me.qp.clone();
@@ -231,4 +232,186 @@ fn a_receive_of_an_srq_is_outstanding_until_the_completion_naming_its_qp_is_poll
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!((found[0].lkey(), found[0].wr_id()), (Some(lkey), Some(2)));
     assert!(found[0].objects.iter().any(|o| matches!(o, Object::WorkRequest { queue: Queue::SharedRecv, num, .. } if *num == srq.srq_num())));
+}
+
+/// A region only the application and the local device may write: its bytes are watched
+/// while a SEND or RDMA WRITE reads them (docs/sanitizer.md, "send-buffer-changed").
+fn local_only(pd: &Pd) -> Mr {
+    pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap()
+}
+
+#[test]
+fn a_send_buffer_changed_before_the_completion_was_polled_is_a_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let src = local_only(&a.pd);
+    src.write(0, &[7; 64]).unwrap();
+    let sge = [src.sge(0, 64).unwrap()];
+    a.qp.post_send(&[SendWr::write(0x77, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    src.write(10, b"reused").unwrap();
+    assert_eq!(sanitize::take_findings(), vec![], "found when the completion is polled");
+    assert_eq!(poll_one(&a.cq).wr_id(), 0x77);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::SendBufferChanged, "send-buffer-changed", "ibv_post_send(3)"));
+    assert_eq!((f.wr_id(), f.qpn(), f.lkey()), (Some(0x77), Some(a.qp.qp_num()), Some(src.lkey())));
+    assert!(f.objects.contains(&Object::WorkRequest { wr_id: 0x77, queue: Queue::Send, num: a.qp.qp_num(), sge: Some((sge[0].addr, 64)) }));
+    assert!(site_in_this_file(f, "posted at"));
+    assert!(site_in_this_file(f, "completion polled at"));
+    assert!(site_in_this_file(f, "mr registered at"));
+}
+
+#[test]
+fn a_send_buffer_changed_after_the_poll_or_rewritten_unchanged_is_no_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let src = local_only(&a.pd);
+    let sge = [src.sge(0, 64).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    // The same bytes written again: the buffer did not change.
+    src.write(0, &[0; 64]).unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 1);
+    src.write(0, b"after the poll").unwrap();
+    b.qp.post_recv(&[RecvWr::new(3, &[b.mr.sge(0, 64).unwrap()])]).unwrap();
+    a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+    // Bytes outside the SGE are not the request's.
+    src.write(64, b"beside").unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 2);
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+#[test]
+fn an_unsignaled_send_whose_buffer_changed_is_found_when_a_later_completion_releases_it() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let (first, second) = (local_only(&a.pd), local_only(&a.pd));
+    let (s1, s2) = ([first.sge(0, 32).unwrap()], [second.sge(0, 32).unwrap()]);
+    a.qp.post_send(&[SendWr::write(1, &s1, b.mr.iova(), b.mr.rkey()), SendWr::write(2, &s2, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    first.write(0, b"x").unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 2);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!((found[0].kind, found[0].wr_id(), found[0].lkey()), (FindingKind::SendBufferChanged, Some(1), Some(first.lkey())));
+}
+
+#[test]
+fn a_buffer_the_device_may_write_meanwhile_is_not_watched() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    // A region a peer may write (REMOTE_WRITE): its changes are no finding.
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    a.mr.write(0, b"changed").unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 1);
+    // One buffer for the receive and the send (ibv_rc_pingpong's): the peer's message
+    // lands in it before the send's completion is polled.
+    let buf = local_only(&a.pd);
+    let both = [buf.sge(0, 64).unwrap()];
+    a.qp.post_recv(&[RecvWr::new(10, &both)]).unwrap();
+    a.qp.post_send(&[SendWr::send(11, &both).signaled()]).unwrap();
+    let rsge = [b.mr.sge(128, 64).unwrap()];
+    b.qp.post_recv(&[RecvWr::new(20, &rsge)]).unwrap();
+    b.mr.write(0, &[9; 64]).unwrap();
+    b.qp.post_send(&[SendWr::send(21, &[b.mr.sge(0, 64).unwrap()]).signaled()]).unwrap();
+    let mut ids = vec![poll_one(&a.cq).wr_id(), poll_one(&a.cq).wr_id()];
+    ids.sort_unstable();
+    assert_eq!(ids, vec![10, 11]);
+    let mut got = [0u8; 64];
+    buf.read(0, &mut got).unwrap();
+    assert_eq!(got, [9; 64], "the receive changed the send's buffer");
+    assert_eq!(sanitize::take_findings(), vec![]);
+    drop(b);
+}
+
+/// A QP of `CAP` (64 sends, 64 receives) on `cq` whose sends are all signaled.
+fn signaling_qp(a: &Side, cq: &Cq) -> Qp {
+    a.pd.create_qp(&QpInit { sq_sig_all: true, ..QpInit::new(QpType::Rc, cq, CAP) }).unwrap()
+}
+
+#[test]
+fn a_cq_smaller_than_the_work_of_its_qps_is_a_finding_at_create_qp_once() {
+    let _g = with_mode(Mode::Report);
+    let a = side_with(QpType::Rc, 256, CAP);
+    let cq = a.ctx.create_cq(&CqInit::new(16)).unwrap();
+    assert_eq!(cq.cqe(), 16);
+    let qp = signaling_qp(&a, &cq);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::CqTooSmall, "cq-too-small", "ibv_create_cq(3)"));
+    assert!(f.objects.iter().any(|o| matches!(o, Object::CqCapacity { cqe: 16, demand: 128, .. })), "{:#?}", f.objects);
+    assert!(f.objects.contains(&Object::QueueDepth { queue: Queue::Send, num: qp.qp_num(), depth: 64 }));
+    assert!(f.objects.contains(&Object::QueueDepth { queue: Queue::Recv, num: qp.qp_num(), depth: 64 }));
+    assert_eq!(f.qpn(), Some(qp.qp_num()));
+    assert!(site_in_this_file(f, "ibv_create_qp called at"));
+    assert!(f.sites.iter().any(|s| s.label.starts_with("cq ") && s.label.ends_with("created at")), "{:#?}", f.sites);
+    assert!(site_in_this_file(f, &format!("qp QPN {:#x} created at", qp.qp_num())));
+    // Once per CQ.
+    let more = signaling_qp(&a, &cq);
+    assert_eq!(sanitize::take_findings(), vec![]);
+    more.destroy().unwrap();
+    qp.destroy().unwrap();
+}
+
+#[test]
+fn the_sends_of_a_qp_count_only_when_all_are_signaled() {
+    let _g = with_mode(Mode::Report);
+    let a = side_with(QpType::Rc, 256, CAP);
+    // 64 receives in 64: the 64 sends may be signaled one in n (sq_sig_all off).
+    let cq = a.ctx.create_cq(&CqInit::new(64)).unwrap();
+    let some = a.pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+    some.destroy().unwrap();
+    // The same CQ for a QP that signals every send: 128 in 64.
+    let all = signaling_qp(&a, &cq);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].objects.iter().any(|o| matches!(o, Object::CqCapacity { cqe: 64, demand: 128, .. })), "{:#?}", found[0].objects);
+    all.destroy().unwrap();
+}
+
+#[test]
+fn a_cq_that_holds_the_work_ignores_overruns_or_whose_qps_use_an_srq_is_no_finding() {
+    let _g = with_mode(Mode::Report);
+    let a = side_with(QpType::Rc, 128, CAP);
+    // Exactly full: 64 + 64 in 128.
+    let full = a.ctx.create_cq(&CqInit::new(128)).unwrap();
+    let q0 = signaling_qp(&a, &full);
+    let ignoring = a.ctx.create_cq(&CqInit { flags: CqCreateFlags::IGNORE_OVERRUN, ..CqInit::new(16) }).unwrap();
+    let q1 = signaling_qp(&a, &ignoring);
+    // The receives of a QP with an SRQ complete through the SRQ's count, not the QP's.
+    let srq = a.pd.create_srq(&SrqInit { max_wr: 64, max_sge: 1, ..SrqInit::default() }).unwrap();
+    let cq = a.ctx.create_cq(&CqInit::new(64)).unwrap();
+    let q2 = a.pd.create_qp(&QpInit { srq: Some(&srq), sq_sig_all: true, ..QpInit::new(QpType::Rc, &cq, CAP) }).unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+    for q in [q2, q1, q0] {
+        q.destroy().unwrap();
+    }
+}
+
+#[test]
+fn resizing_a_cq_below_the_work_of_its_qps_is_a_finding() {
+    let _g = with_mode(Mode::Report);
+    let a = side_with(QpType::Rc, 256, CAP);
+    assert_eq!(a.cq.resize(512).unwrap(), 512);
+    assert_eq!(a.cq.resize(64).unwrap(), 64);
+    assert_eq!(sanitize::take_findings(), vec![], "larger, then just large enough for 64 receives");
+    assert_eq!(a.cq.resize(32).unwrap(), 32);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].kind, FindingKind::CqTooSmall);
+    assert!(found[0].objects.iter().any(|o| matches!(o, Object::CqCapacity { cqe: 32, demand: 64, .. })), "{:#?}", found[0].objects);
+    assert!(site_in_this_file(&found[0], "ibv_resize_cq called at"));
+}
+
+#[test]
+fn a_destroyed_qp_gives_its_depth_back() {
+    let _g = with_mode(Mode::Report);
+    let a = side_with(QpType::Rc, 256, CAP);
+    let cq = a.ctx.create_cq(&CqInit::new(128)).unwrap();
+    signaling_qp(&a, &cq).destroy().unwrap();
+    let second = signaling_qp(&a, &cq);
+    assert_eq!(sanitize::take_findings(), vec![], "128 in 128: the first QP's are gone");
+    second.destroy().unwrap();
 }

@@ -514,6 +514,7 @@ impl Cq {
         cqs.publish(id, &cq.inner);
         if crate::sanitizer::on() {
             crate::sanitizer::created(crate::sanitizer::Kind::Cq, id, None);
+            crate::sanitizer::cq_sized(id, cq.cqe(), init.flags.contains(CqCreateFlags::IGNORE_OVERRUN), false);
         }
         let rec = endpoint.tables.cq(id);
         rec.gen.store(1, Ordering::Relaxed);
@@ -661,7 +662,11 @@ impl Cq {
         endpoint.tables.cq(self.inner.id).gen.store(gen, Ordering::Release);
         seg.shm().moved.store(gen, Ordering::Release);
         seg.unlink();
-        Ok(new.ring().capacity() as u32)
+        let cqe = new.ring().capacity() as u32;
+        if crate::sanitizer::on() {
+            crate::sanitizer::cq_sized(self.inner.id, cqe, false, true);
+        }
+        Ok(cqe)
     }
 
     /// Destroys the CQ (ibv_destroy_cq(3)) after every completion event and

@@ -292,6 +292,84 @@ pub(crate) fn offset_in(d: &KeyDesc, va: u64, len: u64) -> Result<u64, Fault> {
     Ok(off)
 }
 
+/// A range of a memory region of this process, as [`local_range`] finds it.
+pub(crate) struct LocalRange {
+    /// Where the range's first byte is in this process.
+    pub(crate) addr: usize,
+    /// The region's rights.
+    pub(crate) access: Access,
+    /// The region's first byte in this process and its length.
+    pub(crate) region: (u64, u64),
+}
+
+/// Where `[va, va+len)` through local key `key` of this process's endpoint `me` is in
+/// this process, or `None` if `key` names no valid memory region of this process
+/// covering it. Only looks: nothing is pinned or counted (the sanitizer's checksums of
+/// work-request buffers, docs/sanitizer.md).
+pub(crate) fn local_range(me: &Endpoint, key: u32, va: u64, len: u64) -> Option<LocalRange> {
+    let d = me.tables.key(key >> 8)?.read();
+    if d.key != key || d.state != KEY_STATE_VALID || d.kind != KEY_KIND_MR || !me.keys.vouches(key >> 8, &d) {
+        return None;
+    }
+    let off = offset_in(&d, va, len).ok()?;
+    let addr = usize::try_from(d.va.checked_add(off)?).ok()?;
+    Some(LocalRange { addr, access: Access::from_bits_truncate(d.access), region: (d.va, d.len) })
+}
+
+/// Rights under which a peer may write a region: the sanitizer never watches its ranges
+/// (an RDMA WRITE or atomic from the peer, or through a window bound to it, changes them
+/// legitimately and leaves no trace in this process).
+const REMOTELY_WRITABLE: Access = Access::REMOTE_WRITE.union(Access::REMOTE_ATOMIC).union(Access::MW_BIND);
+
+/// The SGEs of a SEND or RDMA WRITE the sanitizer watches (docs/sanitizer.md,
+/// send-buffer-changed): each in a valid region of this process that no peer may write,
+/// with the checksum of its bytes, as long as the request's total stays within
+/// `MAX_WATCHED`.
+pub(crate) fn watch_sges(me: &'static Endpoint, sges: &[Sge]) -> Vec<crate::sanitizer::Watched> {
+    let mut out = Vec::new();
+    let mut total = 0usize;
+    for g in sges {
+        let len = g.length as usize;
+        if len == 0 || total + len > crate::sanitizer::MAX_WATCHED {
+            continue;
+        }
+        let Some(r) = local_range(me, g.lkey, g.addr, u64::from(g.length)) else { continue };
+        if r.access.intersects(REMOTELY_WRITABLE) {
+            continue;
+        }
+        let Some(crc) = checksum(r.addr, len) else { continue };
+        total += len;
+        let (key, iova, at) = (g.lkey, g.addr, r.addr);
+        let recheck = Box::new(move || match local_range(me, key, iova, len as u64) {
+            Some(now) if now.addr == at => checksum(at, len),
+            _ => None,
+        });
+        out.push(crate::sanitizer::Watched { lkey: g.lkey, iova: g.addr, len: g.length, addr: r.addr, region: r.region, crc, recheck });
+    }
+    out
+}
+
+/// The ranges of this process the device writes for a request (receive buffers, RDMA
+/// READ and atomic results), `[start, end)`, for the sanitizer.
+pub(crate) fn sink_ranges(me: &Endpoint, sges: &[Sge]) -> Vec<(usize, usize)> {
+    sges.iter()
+        .filter(|g| g.length > 0)
+        .filter_map(|g| local_range(me, g.lkey, g.addr, u64::from(g.length)).map(|r| (r.addr, r.addr + g.length as usize)))
+        .collect()
+}
+
+/// The CRC-32 of `len` bytes at `addr` of this process, read with the guarded copy
+/// (`None` if the memory faults).
+fn checksum(addr: usize, len: usize) -> Option<u32> {
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` is a distinct Rust buffer of `len` bytes. The source is application
+    // memory inside a registered region of this process (`local_range` just found it
+    // valid), read as the device reads it; no Rust reference of ours covers it. A
+    // concurrent change gives other bytes, an unmap a fault that the copy returns.
+    unsafe { mem::copy(buf.as_mut_ptr(), addr as *const u8, len) }.ok()?;
+    Some(crc32fast::hash(&buf))
+}
+
 /// Where the bytes `[off, off+len)` of the key's range are in its shared segment of
 /// `seg_len` bytes (the record's `seg_off` names the range's first byte), or
 /// `Fault::Bounds`: the record comes from another process, never trust it to stay in the

@@ -451,6 +451,13 @@ impl Qp {
             if let Some(srq) = init.srq {
                 crate::sanitizer::qp_uses_srq(qpn, srq.srq_num());
             }
+            // Every receive completes; a send only when signaled, which only sq_sig_all
+            // promises at creation (an application that signals one send in n sizes
+            // its CQ for those: ibv_xsrq_pingpong, perftest).
+            let (send_cq, recv_cq) = (init.send_cq.inner().id, init.recv_cq.inner().id);
+            let sends = if init.sq_sig_all { cap.max_send_wr } else { 0 };
+            use crate::sanitizer::Queue;
+            crate::sanitizer::completes_to("ibv_create_qp", &[(send_cq, Queue::Send, qpn, sends), (recv_cq, Queue::Recv, qpn, cap.max_recv_wr)]);
         }
         Ok(Qp { inner })
     }
@@ -587,7 +594,7 @@ impl Qp {
             crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.qpn, state, wrs.first().map(|w| w.wr_id));
             return self.post_send_plain(wrs, keep);
         }
-        let ticket = wr::track_sends(q.qpn, q.sq_sig_all, wrs);
+        let ticket = wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, wrs);
         let result = self.post_send_plain(wrs, keep);
         if let Err(e) = &result {
             crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.qpn, ticket, e.index);
@@ -671,7 +678,7 @@ impl Qp {
             crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.qpn, state, wrs.first().map(|w| w.wr_id));
             return self.post_recv_plain(wrs, keep);
         }
-        let ticket = wr::track_recvs(crate::sanitizer::Queue::Recv, q.qpn, wrs);
+        let ticket = wr::track_recvs(q.pd.endpoint(), crate::sanitizer::Queue::Recv, q.qpn, wrs);
         let r = self.post_recv_plain(wrs, keep);
         if let Err(e) = &r {
             crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.qpn, ticket, e.index);

@@ -4,6 +4,7 @@ use rverbs_proto::verbs::{SendFlags, WrOpcode};
 
 use bitflags::bitflags;
 
+use crate::mr::endpoint::Endpoint;
 use crate::mr::Sge;
 use crate::mw::{Mw, MwBind};
 use crate::qp::attr::AddressVector;
@@ -289,25 +290,52 @@ pub struct PostError {
 }
 
 /// Receive work requests about to be posted to `queue` `num`, recorded by the sanitizer
-/// (docs/sanitizer.md, "What is tracked"): every receive is signaled. Out of line: the
-/// post path only tests the switch.
+/// (docs/sanitizer.md, "What is tracked"): every receive is signaled, and the device
+/// writes its buffers. Out of line: the post path only tests the switch.
 #[cold]
 #[inline(never)]
-pub(crate) fn track_recvs(queue: crate::sanitizer::Queue, num: u32, wrs: &[RecvWr<'_>]) -> crate::sanitizer::Ticket {
-    let wrs = wrs.iter().map(|w| (w.wr_id, true, w.sg_list.iter().map(|g| (g.lkey, g.addr, g.length)).collect())).collect();
+pub(crate) fn track_recvs(me: &'static Endpoint, queue: crate::sanitizer::Queue, num: u32, wrs: &[RecvWr<'_>]) -> crate::sanitizer::Ticket {
+    let wrs = wrs
+        .iter()
+        .map(|w| crate::sanitizer::Wr {
+            wr_id: w.wr_id,
+            signaled: true,
+            sges: w.sg_list.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),
+            watched: Vec::new(),
+            sinks: crate::mr::sink_ranges(me, w.sg_list),
+        })
+        .collect();
     crate::sanitizer::posting(queue, num, wrs)
 }
 
 /// Send work requests about to be posted to QP `qpn`, recorded by the sanitizer: each
 /// with whether it is signaled (`SIGNALED`, or `sq_sig_all`) and the SGEs that name
-/// regions (inline data names none).
+/// regions (inline data names none); the bytes a SEND or RDMA WRITE reads are watched,
+/// the buffers an RDMA READ or atomic writes are sinks (docs/sanitizer.md,
+/// "send-buffer-changed").
 #[cold]
 #[inline(never)]
-pub(crate) fn track_sends(qpn: u32, sq_sig_all: bool, wrs: &[SendWr<'_>]) -> crate::sanitizer::Ticket {
-    let sges = |w: &SendWr<'_>| match w.payload {
-        Payload::Sge(s) if !w.flags.contains(SendFlags::INLINE) => s.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),
-        _ => Vec::new(),
-    };
-    let wrs = wrs.iter().map(|w| (w.wr_id, sq_sig_all || w.flags.contains(SendFlags::SIGNALED), sges(w))).collect();
+pub(crate) fn track_sends(me: &'static Endpoint, qpn: u32, sq_sig_all: bool, wrs: &[SendWr<'_>]) -> crate::sanitizer::Ticket {
+    let wrs = wrs
+        .iter()
+        .map(|w| {
+            let sges: &[Sge] = match w.payload {
+                Payload::Sge(s) if !w.flags.contains(SendFlags::INLINE) => s,
+                _ => &[],
+            };
+            let (watched, sinks) = match w.opcode {
+                WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => (crate::mr::watch_sges(me, sges), Vec::new()),
+                WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => (Vec::new(), crate::mr::sink_ranges(me, sges)),
+                _ => (Vec::new(), Vec::new()),
+            };
+            crate::sanitizer::Wr {
+                wr_id: w.wr_id,
+                signaled: sq_sig_all || w.flags.contains(SendFlags::SIGNALED),
+                sges: sges.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),
+                watched,
+                sinks,
+            }
+        })
+        .collect();
     crate::sanitizer::posting(crate::sanitizer::Queue::Send, qpn, wrs)
 }

@@ -22,6 +22,12 @@ pub enum FindingKind {
     /// A work request posted to a QP in a state that cannot execute it
     /// (ibv_post_send(3), ibv_post_recv(3), ibv_modify_qp(3)).
     PostInBadState,
+    /// A buffer an outstanding SEND or RDMA WRITE reads changed before the completion
+    /// that released the request was polled (ibv_post_send(3), NOTES).
+    SendBufferChanged,
+    /// The queues completing to a CQ can have more work outstanding than it holds: the
+    /// overrun that is coming (ibv_create_cq(3)).
+    CqTooSmall,
 }
 
 impl FindingKind {
@@ -33,6 +39,8 @@ impl FindingKind {
             FindingKind::UnackedAsyncEvents => "unacked-async-events",
             FindingKind::LeakAtExit => "leak-at-exit",
             FindingKind::PostInBadState => "post-in-bad-state",
+            FindingKind::SendBufferChanged => "send-buffer-changed",
+            FindingKind::CqTooSmall => "cq-too-small",
         }
     }
 }
@@ -115,6 +123,24 @@ pub enum Object {
         /// length), if one does.
         sge: Option<(u64, u32)>,
     },
+    /// A CQ's size against the work its queues can have outstanding.
+    CqCapacity {
+        /// The CQ's id.
+        id: u32,
+        /// The completions it holds (`ibv_cq.cqe`).
+        cqe: u32,
+        /// The work requests its queues can have outstanding.
+        demand: u64,
+    },
+    /// A queue completing to a CQ, and its depth.
+    QueueDepth {
+        /// The queue.
+        queue: Queue,
+        /// The QPN (send and receive queues) or SRQ number.
+        num: u32,
+        /// Its depth: `max_send_wr`, `max_recv_wr`, or an XRC SRQ's `max_wr`.
+        depth: u32,
+    },
     /// Events obtained and not acknowledged.
     Events {
         /// How many.
@@ -168,6 +194,7 @@ impl Finding {
         self.objects.iter().find_map(|o| match o {
             Object::Qp { qpn, .. } => Some(*qpn),
             Object::WorkRequest { num, queue: Queue::Send | Queue::Recv, .. } => Some(*num),
+            Object::QueueDepth { num, queue: Queue::Send | Queue::Recv, .. } => Some(*num),
             _ => None,
         })
     }

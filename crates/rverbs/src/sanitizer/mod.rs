@@ -19,6 +19,7 @@ use rverbs_proto::verbs::QpState;
 
 pub use crate::config::Sanitize as Mode;
 pub use finding::{Finding, FindingKind, Frame, Object, Queue, Site};
+pub(crate) use track::{Watched, MAX_WATCHED};
 pub(crate) use track::Kind;
 
 /// The mode before the environment was read.
@@ -152,10 +153,18 @@ pub(crate) fn gone(kind: Kind, id: u32) {
     st.events.remove(&(false, kind, id));
     st.events.remove(&(true, kind, id));
     match kind {
-        Kind::Srq => drop(st.queues.remove(&(Queue::SharedRecv, id))),
+        Kind::Srq => {
+            st.queues.remove(&(Queue::SharedRecv, id));
+            st.demand.retain(|&(_, q, n), _| !(q == Queue::SharedRecv && n == id));
+        }
         Kind::Qp => {
             st.history.remove(&id);
             st.qp_srq.remove(&id);
+            st.demand.retain(|&(_, q, n), _| !(q != Queue::SharedRecv && n == id));
+        }
+        Kind::Cq => {
+            st.cqs.remove(&id);
+            st.demand.retain(|&(cq, _, _), _| cq != id);
         }
         _ => {}
     }
@@ -233,11 +242,39 @@ pub(crate) fn unposted(queue: Queue, num: u32, ticket: Ticket, index: usize) {
     }
 }
 
-/// A completion was polled (`ibv_poll_cq`, `ibv_start_poll`/`ibv_next_poll`).
+/// A completion was polled (`ibv_poll_cq`, `ibv_start_poll`/`ibv_next_poll`): the
+/// send requests it released are checked for changed buffers after the lock is left.
 #[cold]
 #[inline(never)]
 pub(crate) fn completed(qpn: u32, wr_id: u64, ok: bool, recv: bool) {
-    track::state().complete(qpn, wr_id, ok, recv);
+    let released = track::state().complete(qpn, wr_id, ok, recv);
+    for p in released {
+        if let Some(w) = p.watched.iter().find(|w| w.changed()) {
+            buffer_changed(qpn, &p, w);
+        }
+    }
+}
+
+/// The bytes of watched SGE `w` of send request `p` of QP `qpn` changed between its
+/// post and the poll of the completion that released it (send-buffer-changed).
+fn buffer_changed(qpn: u32, p: &track::Posted, w: &track::Watched) {
+    let registered = track::state().live.get(&(Kind::Mr, w.lkey)).map(|l| l.at.clone());
+    let mut sites = vec![site("posted at", &p.at), site("completion polled at", &trace::capture())];
+    if let Some(r) = registered {
+        sites.push(site("mr registered at", &r));
+    }
+    let (wr_id, end) = (p.wr_id, w.iova.saturating_add(u64::from(w.len)));
+    report::emit(Finding {
+        kind: FindingKind::SendBufferChanged,
+        page: "ibv_post_send(3)",
+        rule: "the buffers used by a work request can only be safely reused after the request is fully executed and a work completion has been retrieved from the CQ (NOTES; with IBV_SEND_INLINE at once): bytes changed meanwhile may be sent as they were, as they are, or mixed",
+        headline: format!("the buffer [{:#x}-{end:#x}) of work request wr_id {wr_id:#x} on QPN {qpn:#x} (send queue) changed before its completion was polled", w.iova),
+        objects: vec![
+            Object::Mr { lkey: w.lkey, addr: w.region.0, len: w.region.1 },
+            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: Some((w.iova, w.len)) },
+        ],
+        sites,
+    });
 }
 
 /// QP `qpn` takes its receives from SRQ `srqn`.
@@ -360,6 +397,91 @@ pub(crate) fn bad_state_post(verb: &'static str, queue: Queue, qpn: u32, state: 
         page,
         rule,
         headline: format!("{verb} to QPN {qpn:#x} in state {state:?}, which cannot execute it"),
+        objects,
+        sites,
+    });
+}
+
+// ---- CQ sizes (cq-too-small) ----
+
+/// CQ `id` was created (or resized, `resized`) to hold `cqe` completions; one created
+/// with IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN (`ignore_overrun`) is never reported. A
+/// resize to a smaller size checks the CQ again.
+#[cold]
+#[inline(never)]
+pub(crate) fn cq_sized(id: u32, cqe: u32, ignore_overrun: bool, resized: bool) {
+    let mut st = track::state();
+    let smaller = match st.cqs.get_mut(&id) {
+        Some(c) if resized => {
+            let smaller = cqe < c.cqe;
+            c.cqe = cqe;
+            smaller
+        }
+        Some(_) => false,
+        None if resized => return,
+        None => {
+            st.cqs.insert(id, track::CqSize { cqe, ignore_overrun, reported: false });
+            false
+        }
+    };
+    if smaller {
+        let over = st.overcommitted(id);
+        drop(st);
+        if let Some((cqe, queues)) = over {
+            cq_too_small("ibv_resize_cq", id, cqe, queues);
+        }
+    }
+}
+
+/// Queues that complete to CQs were made (`verb`: a QP's send and receive queues, an
+/// XRC SRQ): each `(cq, queue, num, depth)`, a depth of 0 for none. Each CQ they
+/// complete to is checked.
+#[cold]
+#[inline(never)]
+pub(crate) fn completes_to(verb: &'static str, queues: &[(u32, Queue, u32, u32)]) {
+    let mut st = track::state();
+    for &(cq, queue, num, depth) in queues {
+        if depth > 0 {
+            st.demand.insert((cq, queue, num), depth);
+        }
+    }
+    let mut over = Vec::new();
+    for &(cq, ..) in queues {
+        if let Some(o) = st.overcommitted(cq) {
+            over.push((cq, o));
+        }
+    }
+    drop(st);
+    for (cq, (cqe, queues)) in over {
+        cq_too_small(verb, cq, cqe, queues);
+    }
+}
+
+/// The queues `queues` completing to CQ `cq` of `cqe` entries can have more work
+/// outstanding than it holds.
+fn cq_too_small(verb: &'static str, cq: u32, cqe: u32, queues: Vec<track::Depth>) {
+    let demand: u64 = queues.iter().map(|&(_, _, d)| u64::from(d)).sum();
+    let st = track::state();
+    let created = st.live.get(&(Kind::Cq, cq)).map(|l| l.at.clone());
+    let mut owners: Vec<(Kind, u32)> = queues.iter().map(|&(q, n, _)| (if q == Queue::SharedRecv { Kind::Srq } else { Kind::Qp }, n)).collect();
+    owners.sort();
+    owners.dedup();
+    let made: Vec<(Kind, u32, trace::Trace)> = owners.iter().filter_map(|&(k, n)| st.live.get(&(k, n)).map(|l| (k, n, l.at.clone()))).collect();
+    drop(st);
+    let mut sites = vec![site(format!("{verb} called at"), &trace::capture())];
+    if let Some(c) = created {
+        sites.push(site(format!("cq {cq} created at"), &c));
+    }
+    for (k, n, at) in &made {
+        sites.push(site(format!("{} created at", report::describe(&k.object(*n))), at));
+    }
+    let mut objects = vec![Object::CqCapacity { id: cq, cqe, demand }];
+    objects.extend(queues.into_iter().map(|(queue, num, depth)| Object::QueueDepth { queue, num, depth }));
+    report::emit(Finding {
+        kind: FindingKind::CqTooSmall,
+        page: "ibv_create_cq(3)",
+        rule: "a CQ must hold every completion the application may have to poll: the completions its queues can have outstanding (max_recv_wr of the QPs it is the receive CQ of without an SRQ, max_wr of the XRC SRQs completing to it, and max_send_wr of the QPs it is the send CQ of that signal every send, sq_sig_all) must fit in its cqe entries; an overrun is an error that moves the QPs to the error state (ibv_create_cq_ex(3), IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: an application must be designed to avoid ever overflowing the CQ; docs/completion-queues.md)",
+        headline: format!("cq {cq} holds {cqe} completions, but the queues completing to it can have {demand} completing work requests outstanding"),
         objects,
         sites,
     });

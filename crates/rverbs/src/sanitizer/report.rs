@@ -70,6 +70,12 @@ pub(crate) fn describe(o: &Object) -> String {
             format!("wr_id {wr_id:#x} on {on} ({}){sge}", queue.describe())
         }
         Object::Events { unacked } => format!("{unacked} unacknowledged event(s)"),
+        Object::CqCapacity { id, cqe, demand } => format!("cq {id}: {cqe} entries, {demand} work requests can be outstanding on the queues completing to it"),
+        Object::QueueDepth { queue: queue @ (super::Queue::Send | super::Queue::Recv), num, depth } => {
+            let cap = if *queue == super::Queue::Send { "max_send_wr" } else { "max_recv_wr" };
+            format!("QPN {num:#x} {}: {cap} {depth}", queue.describe())
+        }
+        Object::QueueDepth { num, depth, .. } => format!("XRC SRQ {num:#x}: max_wr {depth}"),
     }
 }
 

@@ -1,8 +1,9 @@
 //! What the sanitizer tracks, and only while it is on (docs/sanitizer.md, "What is
 //! tracked"): the live objects and their creation sites, the outstanding work requests
 //! of every queue, each QP's state history, and where the last event about an object
-//! was obtained. One lock, a leaf: nothing is called while it is held but captures of
-//! backtraces.
+//! was obtained, the checksums of the buffers outstanding sends read, and the CQs'
+//! sizes against the depths of the queues completing to them. One lock, a leaf: nothing
+//! is called while it is held but captures of backtraces.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -11,6 +12,45 @@ use rverbs_proto::verbs::QpState;
 
 use super::finding::{Object, Queue};
 use super::trace::Trace;
+
+// ---- The bytes of outstanding work requests (docs/sanitizer.md, send-buffer-changed):
+// a checksum of each SGE the device reads, taken at the post and compared when the
+// completion that releases the request is polled, and the ranges the device writes,
+// which excuse a change of a watched range they overlap. The memory layer finds the
+// ranges and reads the bytes (`mr::access::watch_sges`); the tracking holds what it
+// found. Rule: ibv_post_send(3), NOTES: the buffers of a work request may be reused
+// only once it has fully executed and its completion was retrieved; with
+// IBV_SEND_INLINE at once (inline data is copied by the post, so it is never watched).
+
+/// The bytes watched per work request: SGEs that would take a request past this many
+/// bytes are not watched (a 64 KiB checksum at the post and again at the poll).
+pub(crate) const MAX_WATCHED: usize = 64 * 1024;
+
+/// The checksum of a watched range now, or `None` if its region is no longer valid,
+/// has moved, or its memory faults (no finding then: dereg-mr-in-use covers the first).
+pub(crate) type Recheck = Box<dyn Fn() -> Option<u32> + Send>;
+
+/// One SGE of an outstanding request whose bytes are watched.
+pub(crate) struct Watched {
+    pub(crate) lkey: u32,
+    /// The SGE's address as the application gave it (an iova of the region).
+    pub(crate) iova: u64,
+    pub(crate) len: u32,
+    /// Where the bytes are in this process.
+    pub(crate) addr: usize,
+    /// The region's first byte and length in this process (for the report).
+    pub(crate) region: (u64, u64),
+    /// The checksum at the post.
+    pub(crate) crc: u32,
+    pub(crate) recheck: Recheck,
+}
+
+impl Watched {
+    /// Whether the bytes differ from those at the post.
+    pub(crate) fn changed(&self) -> bool {
+        (self.recheck)().is_some_and(|c| c != self.crc)
+    }
+}
 
 /// The kinds of object whose lives are tracked (the leak report's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,9 +86,19 @@ pub(crate) struct Live {
     pub(crate) at: Trace,
 }
 
-/// One work request as the tracking takes it: (wr_id, signaled, SGEs as (lkey, addr,
-/// length)).
-pub(crate) type Wr = (u64, bool, Vec<(u32, u64, u32)>);
+/// One work request as the tracking takes it.
+pub(crate) struct Wr {
+    pub(crate) wr_id: u64,
+    /// Whether its completion is written on success.
+    pub(crate) signaled: bool,
+    /// (lkey, addr, length) of each SGE that names a region.
+    pub(crate) sges: Vec<(u32, u64, u32)>,
+    /// The SGEs the device reads, with their checksums at the post (send-buffer-changed).
+    pub(crate) watched: Vec<Watched>,
+    /// The ranges of this process the device writes for it, `[start, end)`: receive
+    /// buffers, RDMA READ and atomic results.
+    pub(crate) sinks: Vec<(usize, usize)>,
+}
 
 /// A posted work request not yet completed (polled).
 pub(crate) struct Posted {
@@ -59,7 +109,30 @@ pub(crate) struct Posted {
     pub(crate) signaled: bool,
     /// (lkey, addr, length) of each SGE.
     pub(crate) sges: Vec<(u32, u64, u32)>,
+    /// As [`Wr::watched`].
+    pub(crate) watched: Vec<Watched>,
+    /// As [`Wr::sinks`].
+    pub(crate) sinks: Vec<(usize, usize)>,
+    /// A device write (a receive, an RDMA READ or atomic result) may have reached a
+    /// watched range while the request was outstanding: a change is then no finding.
+    pub(crate) touched: bool,
     pub(crate) at: Trace,
+}
+
+/// Whether a range of `a` and one of `b` overlap (`[start, end)` each).
+fn overlap(a: &[(usize, usize)], b: &[Watched]) -> bool {
+    a.iter().any(|&(s, e)| b.iter().any(|w| s < w.addr + w.len as usize && w.addr < e))
+}
+
+/// A queue completing to a CQ: (queue, QPN or SRQ number, depth).
+pub(crate) type Depth = (Queue, u32, u32);
+
+/// A CQ's size as the sanitizer keeps it (cq-too-small).
+pub(crate) struct CqSize {
+    pub(crate) cqe: u32,
+    pub(crate) ignore_overrun: bool,
+    /// Reported already: once per CQ.
+    pub(crate) reported: bool,
 }
 
 /// One change of a QP's state.
@@ -82,6 +155,11 @@ pub(crate) struct State {
     pub(crate) history: BTreeMap<u32, Vec<Step>>,
     /// Where the last event was obtained: (asynchronous, kind, id).
     pub(crate) events: BTreeMap<(bool, Kind, u32), Trace>,
+    /// The CQs and their sizes.
+    pub(crate) cqs: BTreeMap<u32, CqSize>,
+    /// The work that can complete to each CQ: (CQ id, queue, QPN or SRQ number) → the
+    /// queue's depth.
+    pub(crate) demand: BTreeMap<(u32, Queue, u32), u32>,
     next_seq: u64,
 }
 
@@ -91,6 +169,8 @@ static STATE: Mutex<State> = Mutex::new(State {
     qp_srq: BTreeMap::new(),
     history: BTreeMap::new(),
     events: BTreeMap::new(),
+    cqs: BTreeMap::new(),
+    demand: BTreeMap::new(),
     next_seq: 0,
 });
 
@@ -118,12 +198,25 @@ impl State {
     /// polled by another thread meanwhile then finds them); returns the first one's
     /// sequence number (the others follow it), for [`State::unpost`] of those the post
     /// refused.
+    /// A request that the device writes into a range another outstanding request
+    /// watches touches that one; one that watches a range an outstanding request writes
+    /// into is touched from its post (send-buffer-changed: two requests' lives overlap
+    /// exactly when one is posted while the other is outstanding).
     pub(crate) fn post(&mut self, queue: Queue, num: u32, wrs: Vec<Wr>, at: &Trace) -> u64 {
-        let q = self.queues.entry((queue, num)).or_default();
         let first = self.next_seq + 1;
-        for (wr_id, signaled, sges) in wrs {
+        for w in wrs {
+            let mut touched = false;
+            if !w.sinks.is_empty() || !w.watched.is_empty() {
+                for p in self.queues.values_mut().flat_map(|q| q.iter_mut()) {
+                    if !p.watched.is_empty() && overlap(&w.sinks, &p.watched) {
+                        p.touched = true;
+                    }
+                    touched |= overlap(&p.sinks, &w.watched);
+                }
+            }
             self.next_seq += 1;
-            q.push_back(Posted { seq: self.next_seq, wr_id, signaled, sges, at: at.clone() });
+            let posted = Posted { seq: self.next_seq, wr_id: w.wr_id, signaled: w.signaled, sges: w.sges, watched: w.watched, sinks: w.sinks, touched, at: at.clone() };
+            self.queues.entry((queue, num)).or_default().push_back(posted);
         }
         first
     }
@@ -139,8 +232,10 @@ impl State {
     /// receive opcode or not); an error may come from any of the QP's queues, which are
     /// asked in the order send, receive, SRQ. On the send queue the completion also ends
     /// the unsignaled requests posted before it (ibv_post_send(3): their completion is
-    /// implied by a later one of the same queue).
-    pub(crate) fn complete(&mut self, qpn: u32, wr_id: u64, ok: bool, recv: bool) {
+    /// implied by a later one of the same queue). Returns the send requests a successful
+    /// completion released whose watched ranges no device write touched, to be checked
+    /// (send-buffer-changed).
+    pub(crate) fn complete(&mut self, qpn: u32, wr_id: u64, ok: bool, recv: bool) -> Vec<Posted> {
         let srq = self.qp_srq.get(&qpn).copied();
         let mut order: smallvec::SmallVec<[(Queue, u32); 3]> = smallvec::SmallVec::new();
         if !ok || !recv {
@@ -161,11 +256,10 @@ impl State {
             };
             if let Some(i) = hit {
                 if key.0 == Queue::Send {
-                    q.drain(..=i);
-                } else {
-                    q.remove(i);
+                    return q.drain(..=i).filter(|p| ok && !p.touched && !p.watched.is_empty()).collect();
                 }
-                return;
+                q.remove(i);
+                return Vec::new();
             }
         }
         // A receive from an SRQ the QP was not created with (an XRC target QP takes its
@@ -176,11 +270,12 @@ impl State {
                 if *queue == Queue::SharedRecv {
                     if let Some(i) = q.iter().position(|p| p.wr_id == wr_id) {
                         q.remove(i);
-                        return;
+                        return Vec::new();
                     }
                 }
             }
         }
+        Vec::new()
     }
 
     /// The first outstanding work request one of whose SGEs names `lkey`.
@@ -206,5 +301,21 @@ impl State {
             h.remove(1);
         }
         h.push(step);
+    }
+
+    /// The queues of CQ `cq` and their depths, when they exceed its size and it was not
+    /// reported yet (it is then marked reported): cq-too-small.
+    pub(crate) fn overcommitted(&mut self, cq: u32) -> Option<(u32, Vec<Depth>)> {
+        let size = self.cqs.get_mut(&cq)?;
+        if size.ignore_overrun || size.reported {
+            return None;
+        }
+        let queues: Vec<Depth> = self.demand.range((cq, Queue::Send, 0)..=(cq, Queue::SharedRecv, u32::MAX)).map(|(&(_, q, n), &d)| (q, n, d)).collect();
+        let demand: u64 = queues.iter().map(|&(_, _, d)| u64::from(d)).sum();
+        if demand <= u64::from(size.cqe) {
+            return None;
+        }
+        size.reported = true;
+        Some((size.cqe, queues))
     }
 }
