@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sanitizer on correct programs (issue 22, "no false positives"): Debian's
 # ibverbs-utils ping-pongs (pingpong.sh), rdmacm-utils (rdmacm_utils.sh) and every
-# perftest program as server and client, unmodified, under RVERBS_SANITIZE=1 with the
+# perftest program as server and client (and those that can, with -e: completion
+# events), unmodified, under RVERBS_SANITIZE=1 with the
 # reports collected in RVERBS_SANITIZE_LOG (docs/sanitizer.md). Every pair must pass as it
 # does without the sanitizer, and the sanitizer must find nothing — except two leaks at
 # exit that perftest 4.5 really has, which must be found (they show that the sanitizer is
@@ -49,12 +50,15 @@ suite "rdmacm-utils (rdmacm_utils.sh)" tests/conformance/rdmacm_utils.sh
 
 # perftest: each program once as server and client (-n 5, its default size), each side
 # with its own log of findings. EXPECT: "server" or "client", the side whose leak is
-# perftest's own, or "-".
-while read -r prog expect; do
+# perftest's own, or "-". OPTS: more options ("-" for none); -e sleeps on completion
+# events (arm, then poll: no lost-wakeup; perftest refuses -e for WRITE and atomics).
+while read -r prog opts expect; do
+  extra=()
+  [ "$opts" = - ] || read -r -a extra <<<"$opts"
   pick_port
   n=$((n + 1)) start=$EPOCHREALTIME why=()
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
-  scmd=("$prog" -d rverbs0 -x 1 -F -n 5 -p "$port") ccmd=("$prog" -d rverbs0 -x 1 -F -n 5 -p "$port" 127.0.0.1)
+  scmd=("$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port") ccmd=("$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port" 127.0.0.1)
   # Each side its own log: the variable differs per side, so the sides start here.
   RVERBS_SANITIZE_LOG=$slog.findings timeout -k 5 "$TIMEOUT" "${scmd[@]}" >"$slog" 2>&1 &
   server_pid=$!
@@ -83,19 +87,22 @@ while read -r prog expect; do
     fi
   done
   if [ "$expect" = - ]; then
-    report_pair "$prog under the sanitizer: nothing found"
+    report_pair "$prog${extra[*]:+ ${extra[*]}} under the sanitizer: nothing found"
   else
-    report_pair "$prog under the sanitizer: only perftest's own leak in the $expect"
+    report_pair "$prog${extra[*]:+ ${extra[*]}} under the sanitizer: only perftest's own leak in the $expect"
   fi
 done <<'PROGRAMS'
-ib_write_bw -
-ib_write_lat -
-ib_read_bw -
-ib_read_lat -
-ib_send_bw client
-ib_send_lat -
-ib_atomic_bw -
-ib_atomic_lat server
+ib_write_bw - -
+ib_write_lat - -
+ib_read_bw - -
+ib_read_lat - -
+ib_send_bw - client
+ib_send_lat - -
+ib_atomic_bw - -
+ib_atomic_lat - server
+ib_send_bw -e -
+ib_send_lat -e -
+ib_read_lat -e -
 PROGRAMS
 
 finish

@@ -34,9 +34,10 @@ check() { # check DESCRIPTION COMMAND...
 }
 
 programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:leak-at-exit post_in_reset:post-in-bad-state
-	send_buffer_changed:send-buffer-changed cq_too_small:cq-too-small)
+	send_buffer_changed:send-buffer-changed cq_too_small:cq-too-small poll_unfinished:cq-poll-unfinished
+	single_threaded_shared:single-threaded-cq-shared lost_wakeup:lost-wakeup)
 for p in "${programs[@]}"; do
-	gcc -g -O0 -Wall -Werror -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
+	gcc -g -O0 -Wall -Werror -pthread -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
 done
 
 # run NAME OUT ERR [ARGS...]: the program on the drop-in, bounded; sets $rc.
@@ -118,6 +119,24 @@ for p in "${programs[@]}"; do
 		check "$name: the BUG line is where cq $cq was created" \
 			sh -c 'sed -n "/^  cq $1 created at:/,/^  [a-z]/p" "$2" | grep -q "$3"' _ "$cq" "$err" "$name.c:$line"
 		check "$name: warned at ibv_create_qp" grep -q '^  ibv_create_qp called at:' "$err" ;;
+	poll_unfinished)
+		check "$name: the report names the CQ destroyed with its batch open" \
+			grep -q 'ibv_destroy_cq of cq [0-9]* while a batch ibv_start_poll opened was not ended with ibv_end_poll' "$err"
+		check "$name: and where the unfinished batch started, in $name.c" \
+			sh -c 'sed -n "/^  unfinished poll started at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:"
+		check "$name: the program went on" grep -q '^done' "$out" ;;
+	single_threaded_shared)
+		check "$name: the report names the single-threaded CQ the second thread polled" \
+			grep -q 'ibv_poll_cq of single-threaded cq [0-9]* while another thread is inside a poll of it' "$err"
+		check "$name: and where the first thread's batch started, in $name.c" \
+			sh -c 'sed -n "/^  the other thread.s poll started at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:"
+		check "$name: the second thread got the other completion" grep -q '^polled 1' "$out" ;;
+	lost_wakeup)
+		check "$name: the report names the channel and the CQ armed holding one completion" \
+			grep -q 'ibv_get_cq_event on completion channel [0-9]* while cq [0-9]* was armed holding 1 completion(s) and not polled since' "$err"
+		check "$name: and where the CQ was armed, in $name.c" \
+			sh -c 'sed -n "/^  cq [0-9]* armed at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:"
+		check "$name: the program went on" grep -q '^done' "$out" ;;
 	post_in_reset)
 		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
 		check "$name: the report names QPN $qpn in Init" grep -q "ibv_post_send to QPN $qpn in state Init" "$err"

@@ -40,4 +40,43 @@ static inline void write_to(struct side *s, uint64_t wr_id, uint32_t len, uint64
 	REQUIRE(ibv_post_send(s->qp, &wr, &bad) == 0, "ibv_post_send (RDMA WRITE)");
 }
 
+/* Replaces a's and b's QPs by new connected RC QPs of 16 work requests, a's sending to
+ * `cq` (the old ones go first: both on a's receive CQ would not fit, cq-too-small). */
+static inline void reconnect_sending_to(struct side *a, struct side *b, struct ibv_cq *cq)
+{
+	struct ibv_cq *keep = a->send_cq;
+	int gid = loopback_gid_index(a->ctx);
+
+	REQUIRE(ibv_destroy_qp(a->qp) == 0, "ibv_destroy_qp");
+	REQUIRE(ibv_destroy_qp(b->qp) == 0, "ibv_destroy_qp");
+	a->send_cq = cq;
+	a->qp = make_qp(a, IBV_QPT_RC, 16);
+	a->send_cq = keep;
+	b->qp = make_qp(b, IBV_QPT_RC, 16);
+	to_rts(a->qp, b->qp->qp_num, gid, ALL_ACCESS);
+	to_rts(b->qp, a->qp->qp_num, gid, ALL_ACCESS);
+}
+
+/* Undoes reconnect_sending_to before free_side: a's QP is replaced by one on its own
+ * CQs, then `cq` is destroyed. */
+static inline void unhook(struct side *a, struct ibv_cq *cq)
+{
+	REQUIRE(ibv_destroy_qp(a->qp) == 0, "ibv_destroy_qp");
+	a->qp = make_qp(a, IBV_QPT_RC, 16);
+	if (cq)
+		REQUIRE(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
+}
+
+/* Starts a batch of extended polling on `cq`, bounded; returns what ibv_start_poll
+ * returned last. */
+static inline int start_poll_bounded(struct ibv_cq_ex *cq)
+{
+	struct ibv_poll_cq_attr attr = {0};
+	int ret = ENOENT;
+
+	for (long i = 0; i < POLL_BOUND && ret == ENOENT; i++)
+		ret = ibv_start_poll(cq, &attr);
+	return ret;
+}
+
 #endif

@@ -415,3 +415,171 @@ fn a_destroyed_qp_gives_its_depth_back() {
     assert_eq!(sanitize::take_findings(), vec![], "128 in 128: the first QP's are gone");
     second.destroy().unwrap();
 }
+
+/// A side whose QP completes to a CQ made with `init` (64 entries: the QP's 64 + 64 work
+/// requests would not fit, cq-too-small, so the QP has 16 + 16), connected to a peer.
+fn cq_side(init: impl FnOnce(CqInit<'static>) -> CqInit<'static>) -> (Side, Side) {
+    let (a, peer) = (side(QpType::Rc), side(QpType::Rc));
+    let cq = a.ctx.create_cq(&init(CqInit::new(64))).unwrap();
+    let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, ..CAP };
+    let me = Side { qp: a.pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap(), cq, ..a };
+    connect(&me, &peer, &PATH);
+    (me, peer)
+}
+
+/// Posts `n` signaled RDMA WRITEs from `a` to `peer` and waits (bounded) until their
+/// completions are in `a`'s CQ.
+#[track_caller]
+fn complete_writes(a: &Side, peer: &Side, n: usize) {
+    let before = a.cq.len();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    for i in 0..n {
+        a.qp.post_send(&[SendWr::write(i as u64, &sge, peer.mr.iova(), peer.mr.rkey()).signaled()]).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while a.cq.len() < before + n {
+        assert!(std::time::Instant::now() < deadline, "no completions within 10 s");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_second_start_poll_without_end_poll_is_a_finding() {
+    let _g = with_mode(Mode::Report);
+    // SINGLE_THREADED: no lock, so the second start_poll returns (on a locked CQ it waits
+    // for ever, as rdma-core's providers do, after the report).
+    let (a, peer) = cq_side(|i| i.flags(CqCreateFlags::SINGLE_THREADED));
+    complete_writes(&a, &peer, 2);
+    assert!(a.cq.start_poll().unwrap().is_some());
+    assert_eq!(sanitize::take_findings(), vec![], "an open batch alone is no finding");
+    assert!(a.cq.start_poll().unwrap().is_some());
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::CqPollUnfinished, "cq-poll-unfinished", "ibv_create_cq_ex(3)"));
+    assert!(matches!(f.objects[..], [Object::Cq { .. }]), "{:#?}", f.objects);
+    assert!(site_in_this_file(f, "ibv_start_poll called at"));
+    assert!(site_in_this_file(f, "unfinished poll started at"));
+    a.cq.end_poll();
+    // Ended: a batch after it, and the destroy, are no finding.
+    complete_writes(&a, &peer, 1);
+    assert!(a.cq.start_poll().unwrap().is_some());
+    a.cq.end_poll();
+    assert!(a.cq.start_poll().unwrap().is_none(), "ENOENT opens no batch");
+    a.qp.destroy().unwrap();
+    a.cq.destroy().unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+#[test]
+fn destroy_cq_with_a_batch_open_is_a_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, peer) = cq_side(|i| i);
+    complete_writes(&a, &peer, 1);
+    assert!(a.cq.start_poll().unwrap().is_some());
+    a.qp.destroy().unwrap();
+    a.cq.destroy().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].kind, FindingKind::CqPollUnfinished);
+    assert!(site_in_this_file(&found[0], "ibv_destroy_cq called at"));
+    assert!(site_in_this_file(&found[0], "unfinished poll started at"));
+}
+
+/// Thread 1 opens a batch of `a`'s CQ; thread 2 polls it between two barriers, so that
+/// the batch is open during its poll (`overlap`) or ended before it (not `overlap`).
+fn poll_from_two_threads(a: &Side, overlap: bool) {
+    let (entered, done) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            entered.wait();
+            let mut wc = [Wc::default(); 1];
+            assert_eq!(a.cq.poll(&mut wc).unwrap(), 1);
+            done.wait();
+        });
+        assert!(a.cq.start_poll().unwrap().is_some());
+        if !overlap {
+            a.cq.end_poll();
+        }
+        entered.wait();
+        done.wait();
+        if overlap {
+            a.cq.end_poll();
+        }
+    });
+}
+
+#[test]
+fn a_single_threaded_cq_polled_by_two_threads_at_once_is_a_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, peer) = cq_side(|i| i.flags(CqCreateFlags::SINGLE_THREADED));
+    complete_writes(&a, &peer, 2);
+    poll_from_two_threads(&a, true);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::SingleThreadedCqShared, "single-threaded-cq-shared", "ibv_create_cq_ex(3)"));
+    assert!(site_in_this_file(f, "ibv_poll_cq called at"));
+    assert!(site_in_this_file(f, "the other thread's poll started at"));
+    // Once per CQ.
+    complete_writes(&a, &peer, 2);
+    poll_from_two_threads(&a, true);
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+#[test]
+fn a_single_threaded_cq_polled_by_two_threads_in_turn_or_a_locked_cq_is_no_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, peer) = cq_side(|i| i.flags(CqCreateFlags::SINGLE_THREADED));
+    complete_writes(&a, &peer, 2);
+    poll_from_two_threads(&a, false);
+    // A CQ with its lock: the second thread's poll waits for the batch (no barrier
+    // across it), which is the provider's job, not a mistake.
+    let (b, peer_b) = cq_side(|i| i);
+    complete_writes(&b, &peer_b, 2);
+    std::thread::scope(|s| {
+        assert!(b.cq.start_poll().unwrap().is_some());
+        let t = s.spawn(|| poll_one(&b.cq));
+        b.cq.end_poll();
+        t.join().unwrap();
+    });
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+#[test]
+fn waiting_for_an_event_after_arming_a_cq_that_held_completions_unpolled_is_a_lost_wakeup() {
+    let _g = with_mode(Mode::Report);
+    let (a0, peer) = (side(QpType::Rc), side(QpType::Rc));
+    let ch = a0.ctx.create_comp_channel().unwrap();
+    let cq = a0.ctx.create_cq(&CqInit::new(64).channel(&ch)).unwrap();
+    let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, ..CAP };
+    let a = Side { qp: a0.pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap(), cq: cq.clone(), ..a0 };
+    connect(&a, &peer, &PATH);
+    complete_writes(&a, &peer, 1);
+    cq.req_notify(false).unwrap();
+    // A completion after the arming fires the event, so the wait below returns; the one
+    // held at the arming raised none.
+    complete_writes(&a, &peer, 1);
+    let event = ch.get_cq_event().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::LostWakeup, "lost-wakeup", "ibv_get_cq_event(3)"));
+    assert!(f.headline.contains("holding 1 completion(s)"), "{}", f.headline);
+    assert!(matches!(f.objects[..], [Object::CompChannel { .. }, Object::Cq { .. }]), "{:#?}", f.objects);
+    assert!(site_in_this_file(f, "ibv_get_cq_event called at"));
+    assert!(f.sites.iter().any(|s| s.label.ends_with("armed at") && s.frames.iter().any(|fr| fr.file.as_deref().is_some_and(|p| p.ends_with("tests/sanitizer.rs")))), "{:#?}", f.sites);
+    event.ack();
+    // The man page's pattern: arm, poll again, then wait. No finding.
+    poll_one(&cq);
+    poll_one(&cq);
+    complete_writes(&a, &peer, 1);
+    cq.req_notify(false).unwrap();
+    poll_one(&cq);
+    complete_writes(&a, &peer, 1);
+    ch.get_cq_event().unwrap().ack();
+    poll_one(&cq);
+    assert_eq!(sanitize::take_findings(), vec![]);
+    a.qp.destroy().unwrap();
+    cq.destroy().unwrap();
+}

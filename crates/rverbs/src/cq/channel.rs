@@ -154,6 +154,10 @@ impl CompChannel {
     /// Events of CQs destroyed since they were queued are skipped.
     pub fn get_cq_event(&self) -> Result<CqEvent> {
         let cqs = self.inner.cqs;
+        if crate::sanitizer::on() {
+            // lost-wakeup: reported before the wait.
+            crate::sanitizer::waiting_for_event(self.inner.id);
+        }
         let mut rec = [0u8; RECORD_LEN];
         loop {
             self.inner.fifo.recv(&mut rec)?;

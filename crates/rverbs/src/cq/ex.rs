@@ -88,9 +88,18 @@ impl Cq {
         if cq.errored() {
             return Err(Error::CqOverrun);
         }
+        let sanitize = crate::sanitizer::on();
+        let marked = sanitize && cq.sanitize_poll_entered(true);
         cq.hold_consumer();
         let entry = cq.pop_polled();
+        if sanitize && entry.is_some() {
+            crate::sanitizer::batch_opened(cq.id, crate::sanitizer::thread_token());
+        }
         if entry.is_none() {
+            if marked {
+                // ENOENT: no batch is open, the poll is over.
+                cq.sanitize_poll_left();
+            }
             cq.release_consumer();
             if crate::progress::net_active() {
                 // Empty: receive what the network holds for this process (no lock held);
@@ -122,7 +131,15 @@ impl Cq {
     /// Calling it without an open batch releases a batch another thread holds (as with a
     /// provider's lock): its completions stay whole, but that poller loses its exclusion.
     pub fn end_poll(&self) {
-        self.inner().release_consumer();
+        let cq: &CqInner = self.inner();
+        if crate::sanitizer::on() {
+            // Before the lock is released: the next batch's record is not ours.
+            crate::sanitizer::batch_ended(cq.id, crate::sanitizer::thread_token());
+            if cq.flags.contains(CqCreateFlags::SINGLE_THREADED) {
+                cq.sanitize_poll_left();
+            }
+        }
+        cq.release_consumer();
     }
 
     /// The completion the open batch is positioned on (what the `ibv_wc_read_*`

@@ -224,6 +224,11 @@ pub(crate) struct CqInner {
     /// `IBV_CQ_INIT_ATTR_MASK_PD`), held until the CQ is destroyed: opaque here, the verbs
     /// layer (`pd`) puts its hold in and reads it back.
     parent: Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
+    /// Sanitizer only (single-threaded-cq-shared): the thread inside a poll of a
+    /// SINGLE_THREADED CQ (`sanitizer::thread_token`), 0 for none.
+    poller: AtomicU64,
+    /// Sanitizer only (lost-wakeup): armed while holding completions, not polled since.
+    armed_full: AtomicBool,
 }
 
 impl Drop for CqInner {
@@ -400,6 +405,41 @@ impl CqInner {
         }
     }
 
+    /// Sanitizer (docs/sanitizer.md): a poll of this CQ starts on this thread (`batch`:
+    /// an `ibv_start_poll`). Ends a pending lost-wakeup arming; checks for an unfinished
+    /// batch of this thread (cq-poll-unfinished) and, on a SINGLE_THREADED CQ, for
+    /// another thread inside a poll (single-threaded-cq-shared). Returns whether this
+    /// thread took the poller marker, to give back with [`CqInner::sanitize_poll_left`].
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn sanitize_poll_entered(&self, batch: bool) -> bool {
+        // A load first: the flag is rarely set, and a swap would write the line per poll.
+        if self.armed_full.load(Ordering::Relaxed) && self.armed_full.swap(false, Ordering::Relaxed) {
+            crate::sanitizer::polled_after_arming(self.id);
+        }
+        let me = crate::sanitizer::thread_token();
+        let verb = if batch { "ibv_start_poll" } else { "ibv_poll_cq" };
+        if batch {
+            crate::sanitizer::batch_starting(verb, self.id, Some(me));
+        }
+        if !self.flags.contains(CqCreateFlags::SINGLE_THREADED) {
+            return false;
+        }
+        match self.poller.compare_exchange(0, me, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(t) if t == me => false,
+            Err(other) => {
+                crate::sanitizer::shared_poll(verb, self.id, other);
+                false
+            }
+        }
+    }
+
+    /// Sanitizer: the poll [`CqInner::sanitize_poll_entered`] marked is over.
+    pub(crate) fn sanitize_poll_left(&self) {
+        self.poller.store(0, Ordering::Release);
+    }
+
     /// Removes up to `max` CQEs, oldest first, handing each to `f`.
     fn pop_into(&self, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
         let _g = self.lock_consumer();
@@ -509,6 +549,8 @@ impl Cq {
                 polled: Default::default(),
                 stuck: Mutex::new(None),
                 parent: Mutex::new(None),
+                poller: AtomicU64::new(0),
+                armed_full: AtomicBool::new(false),
             }),
         };
         cqs.publish(id, &cq.inner);
@@ -573,12 +615,17 @@ impl Cq {
     /// Rule: ibv_poll_cq(3) NOTES: each polled completion is removed for good.
     /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
+        let sanitize = crate::sanitizer::on();
+        let marked = sanitize && self.inner.sanitize_poll_entered(false);
         let mut i = 0;
         let r = self.inner.pop_into(wc.len(), |cqe| {
             wc[i] = cqe.to_wc();
             i += 1;
         });
-        if crate::sanitizer::on() {
+        if sanitize {
+            if marked {
+                self.inner.sanitize_poll_left();
+            }
             crate::wc::sanitize_polled(&wc[..i]);
         }
         if matches!(r, Ok(0)) && crate::progress::net_active() {
@@ -593,13 +640,31 @@ impl Cq {
     /// completion, or for the next solicited one when `solicited_only`.
     ///
     /// Rule: completions already in the CQ do not fire the event; the usual pattern is
-    /// arm, then poll once more.
+    /// arm, then poll once more (ibv_get_cq_event(3); the sanitizer's lost-wakeup).
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         if self.inner.is_destroyed() {
             return Err(Error::Destroyed { what: "completion queue" });
         }
+        if crate::sanitizer::on() {
+            self.sanitize_arming();
+        }
         self.inner.gens.current().arm(solicited_only);
         Ok(())
+    }
+
+    /// Sanitizer (lost-wakeup): the CQ is about to be armed; what it holds now raises no
+    /// event (counted before the arming: a completion published after it fires).
+    #[cold]
+    #[inline(never)]
+    fn sanitize_arming(&self) {
+        let Some(ch) = &self.inner.channel else { return };
+        let held = self.len();
+        if held > 0 {
+            self.inner.armed_full.store(true, Ordering::Relaxed);
+            crate::sanitizer::armed_holding(self.inner.id, ch.id, held);
+        } else if self.inner.armed_full.swap(false, Ordering::Relaxed) {
+            crate::sanitizer::polled_after_arming(self.inner.id);
+        }
     }
 
     /// Acknowledges `n` completion events (ibv_ack_cq_events(3)).
@@ -696,6 +761,7 @@ impl Cq {
             if asynchronous > 0 {
                 crate::sanitizer::unacked(true, crate::sanitizer::Kind::Cq, id, asynchronous, "ibv_destroy_cq");
             }
+            crate::sanitizer::batch_starting("ibv_destroy_cq", id, None);
             crate::sanitizer::gone(crate::sanitizer::Kind::Cq, id);
         }
         self.inner.comp_events.wait_all_acked();

@@ -28,6 +28,17 @@ pub enum FindingKind {
     /// The queues completing to a CQ can have more work outstanding than it holds: the
     /// overrun that is coming (ibv_create_cq(3)).
     CqTooSmall,
+    /// `ibv_start_poll` again, or `ibv_destroy_cq`, while a batch that succeeded
+    /// `ibv_start_poll` on the same thread was not ended with `ibv_end_poll`
+    /// (ibv_create_cq_ex(3)).
+    CqPollUnfinished,
+    /// A CQ created `IBV_CREATE_CQ_ATTR_SINGLE_THREADED` polled by a thread while another
+    /// was inside a poll of it (ibv_create_cq_ex(3)).
+    SingleThreadedCqShared,
+    /// `ibv_get_cq_event` on a channel one of whose CQs was armed while it held
+    /// completions and was not polled since (ibv_get_cq_event(3)): those completions
+    /// raise no event.
+    LostWakeup,
 }
 
 impl FindingKind {
@@ -41,6 +52,9 @@ impl FindingKind {
             FindingKind::PostInBadState => "post-in-bad-state",
             FindingKind::SendBufferChanged => "send-buffer-changed",
             FindingKind::CqTooSmall => "cq-too-small",
+            FindingKind::CqPollUnfinished => "cq-poll-unfinished",
+            FindingKind::SingleThreadedCqShared => "single-threaded-cq-shared",
+            FindingKind::LostWakeup => "lost-wakeup",
         }
     }
 }

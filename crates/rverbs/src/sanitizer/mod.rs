@@ -13,7 +13,7 @@ mod report;
 mod trace;
 mod track;
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use rverbs_proto::verbs::QpState;
 
@@ -165,6 +165,9 @@ pub(crate) fn gone(kind: Kind, id: u32) {
         Kind::Cq => {
             st.cqs.remove(&id);
             st.demand.retain(|&(cq, _, _), _| cq != id);
+            st.batches.retain(|&(cq, _), _| cq != id);
+            st.shared.remove(&id);
+            st.armed.remove(&id);
         }
         _ => {}
     }
@@ -485,4 +488,148 @@ fn cq_too_small(verb: &'static str, cq: u32, cqe: u32, queues: Vec<track::Depth>
         objects,
         sites,
     });
+}
+
+// ---- Polling (cq-poll-unfinished, single-threaded-cq-shared) ----
+
+/// A number naming the calling thread, never 0 (the CQs' poller markers hold it).
+pub(crate) fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    std::thread_local! {
+        static TOKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    TOKEN.with(|t| {
+        if t.get() == 0 {
+            t.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        t.get()
+    })
+}
+
+const BATCH_RULE: &str = "after ibv_start_poll returns 0, ibv_end_poll must be called once the completions are processed, before the next ibv_start_poll and before the CQ is destroyed (the provider holds the CQ's lock from start_poll to end_poll: a second start_poll of the same thread waits for ever on rdma-core's providers)";
+
+/// `verb` (`ibv_start_poll`, `ibv_destroy_cq`) of CQ `cq` by thread `me`: a finding if
+/// a batch of this thread (for `ibv_destroy_cq`, of any thread) is open. Reported
+/// before the verb takes the CQ's lock.
+#[cold]
+#[inline(never)]
+pub(crate) fn batch_starting(verb: &'static str, cq: u32, me: Option<u64>) {
+    let st = track::state();
+    let open = match me {
+        Some(t) => st.batches.get(&(cq, t)).cloned(),
+        None => st.batches.range((cq, 0)..=(cq, u64::MAX)).next().map(|(_, at)| at.clone()),
+    };
+    let Some(started) = open else { return };
+    let created = st.live.get(&(Kind::Cq, cq)).map(|l| l.at.clone());
+    drop(st);
+    let mut sites = vec![site(format!("{verb} called at"), &trace::capture()), site("unfinished poll started at", &started)];
+    if let Some(c) = created {
+        sites.push(site(format!("cq {cq} created at"), &c));
+    }
+    report::emit(Finding {
+        kind: FindingKind::CqPollUnfinished,
+        page: "ibv_create_cq_ex(3)",
+        rule: BATCH_RULE,
+        headline: format!("{verb} of cq {cq} while a batch ibv_start_poll opened was not ended with ibv_end_poll"),
+        objects: vec![Object::Cq { id: cq }],
+        sites,
+    });
+}
+
+/// `ibv_start_poll` of thread `me` opened a batch on CQ `cq`.
+#[cold]
+#[inline(never)]
+pub(crate) fn batch_opened(cq: u32, me: u64) {
+    let at = trace::capture();
+    track::state().batches.insert((cq, me), at);
+}
+
+/// `ibv_end_poll` of thread `me` on CQ `cq`: its batch ends (one another thread opened
+/// if this one has none: the provider's lock is released whoever calls).
+#[cold]
+#[inline(never)]
+pub(crate) fn batch_ended(cq: u32, me: u64) {
+    let mut st = track::state();
+    if st.batches.remove(&(cq, me)).is_none() {
+        st.batches.retain(|&(c, _), _| c != cq);
+    }
+}
+
+/// Thread `me` entered a poll of SINGLE_THREADED CQ `cq` while thread `other` was
+/// inside one (single-threaded-cq-shared); reported once per CQ.
+#[cold]
+#[inline(never)]
+pub(crate) fn shared_poll(verb: &'static str, cq: u32, other: u64) {
+    let mut st = track::state();
+    if !st.shared.insert(cq) {
+        return;
+    }
+    let theirs = st.batches.get(&(cq, other)).cloned();
+    let created = st.live.get(&(Kind::Cq, cq)).map(|l| l.at.clone());
+    drop(st);
+    let mut sites = vec![site(format!("{verb} called at"), &trace::capture())];
+    if let Some(t) = theirs {
+        sites.push(site("the other thread's poll started at", &t));
+    }
+    if let Some(c) = created {
+        sites.push(site(format!("cq {cq} created at"), &c));
+    }
+    report::emit(Finding {
+        kind: FindingKind::SingleThreadedCqShared,
+        page: "ibv_create_cq_ex(3)",
+        rule: "IBV_CREATE_CQ_ATTR_SINGLE_THREADED: the CQ is accessed from a single thread, so the provider takes no lock: two threads polling it at once corrupt its state (completions lost, returned twice, or torn)",
+        headline: format!("{verb} of single-threaded cq {cq} while another thread is inside a poll of it"),
+        objects: vec![Object::Cq { id: cq }],
+        sites,
+    });
+}
+
+// ---- Notification (lost-wakeup) ----
+
+/// CQ `cq`, reporting to completion channel `channel`, is armed while it holds `held`
+/// completions (counted before the arming).
+#[cold]
+#[inline(never)]
+pub(crate) fn armed_holding(cq: u32, channel: u32, held: usize) {
+    let at = trace::capture();
+    track::state().armed.insert(cq, track::Armed { channel, held, at });
+}
+
+/// CQ `cq` was polled (or armed empty) after an arming that held completions.
+#[cold]
+#[inline(never)]
+pub(crate) fn polled_after_arming(cq: u32) {
+    track::state().armed.remove(&cq);
+}
+
+/// `ibv_get_cq_event` on completion channel `channel`, before it waits: a finding for
+/// each CQ of the channel armed while it held completions and not polled since (once
+/// per such arming).
+#[cold]
+#[inline(never)]
+pub(crate) fn waiting_for_event(channel: u32) {
+    let mut st = track::state();
+    let cqs: Vec<u32> = st.armed.iter().filter(|(_, a)| a.channel == channel).map(|(&cq, _)| cq).collect();
+    let mut found = Vec::new();
+    for cq in cqs {
+        if let Some(a) = st.armed.remove(&cq) {
+            let created = st.live.get(&(Kind::Cq, cq)).map(|l| l.at.clone());
+            found.push((cq, a, created));
+        }
+    }
+    drop(st);
+    for (cq, a, created) in found {
+        let mut sites = vec![site("ibv_get_cq_event called at", &trace::capture()), site(format!("cq {cq} armed at"), &a.at)];
+        if let Some(c) = created {
+            sites.push(site(format!("cq {cq} created at"), &c));
+        }
+        report::emit(Finding {
+            kind: FindingKind::LostWakeup,
+            page: "ibv_get_cq_event(3)",
+            rule: "ibv_req_notify_cq arms the CQ for the next completion: completions already in the CQ raise no event, so after arming the CQ must be polled again (the man page's example: arm, then poll) before waiting for an event",
+            headline: format!("ibv_get_cq_event on completion channel {channel} while cq {cq} was armed holding {} completion(s) and not polled since: they raise no event", a.held),
+            objects: vec![Object::CompChannel { id: channel }, Object::Cq { id: cq }],
+            sites,
+        });
+    }
 }

@@ -2,10 +2,11 @@
 //! tracked"): the live objects and their creation sites, the outstanding work requests
 //! of every queue, each QP's state history, and where the last event about an object
 //! was obtained, the checksums of the buffers outstanding sends read, and the CQs'
-//! sizes against the depths of the queues completing to them. One lock, a leaf: nothing
+//! sizes against the depths of the queues completing to them, the open batches of
+//! extended polling, and the CQs armed while they held completions. One lock, a leaf: nothing
 //! is called while it is held but captures of backtraces.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use rverbs_proto::verbs::QpState;
@@ -160,7 +161,25 @@ pub(crate) struct State {
     /// The work that can complete to each CQ: (CQ id, queue, QPN or SRQ number) → the
     /// queue's depth.
     pub(crate) demand: BTreeMap<(u32, Queue, u32), u32>,
+    /// The open batches of extended polling (cq-poll-unfinished): (CQ id, thread token)
+    /// → where `ibv_start_poll` opened it.
+    pub(crate) batches: BTreeMap<(u32, u64), Trace>,
+    /// The SINGLE_THREADED CQs reported as polled by two threads at once (once per CQ).
+    pub(crate) shared: BTreeSet<u32>,
+    /// The CQs armed while they held completions and not polled since (lost-wakeup): CQ
+    /// id → the arming.
+    pub(crate) armed: BTreeMap<u32, Armed>,
     next_seq: u64,
+}
+
+/// An arming of a CQ that held completions (lost-wakeup).
+pub(crate) struct Armed {
+    /// The completion channel the CQ reports to.
+    pub(crate) channel: u32,
+    /// The completions it held when armed.
+    pub(crate) held: usize,
+    /// Where `ibv_req_notify_cq` was called.
+    pub(crate) at: Trace,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -171,6 +190,9 @@ static STATE: Mutex<State> = Mutex::new(State {
     events: BTreeMap::new(),
     cqs: BTreeMap::new(),
     demand: BTreeMap::new(),
+    batches: BTreeMap::new(),
+    shared: BTreeSet::new(),
+    armed: BTreeMap::new(),
     next_seq: 0,
 });
 
