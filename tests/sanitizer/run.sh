@@ -34,7 +34,7 @@ check() { # check DESCRIPTION COMMAND...
 }
 
 programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:leak-at-exit post_in_reset:post-in-bad-state
-	send_buffer_changed:send-buffer-changed cq_too_small:cq-too-small)
+	send_buffer_changed:send-buffer-changed cq_too_small:cq-too-small unsignaled_fill:unsignaled-fill)
 for p in "${programs[@]}"; do
 	gcc -g -O0 -Wall -Werror -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
 done
@@ -118,6 +118,16 @@ for p in "${programs[@]}"; do
 		check "$name: the BUG line is where cq $cq was created" \
 			sh -c 'sed -n "/^  cq $1 created at:/,/^  [a-z]/p" "$2" | grep -q "$3"' _ "$cq" "$err" "$name.c:$line"
 		check "$name: warned at ibv_create_qp" grep -q '^  ibv_create_qp called at:' "$err" ;;
+	unsignaled_fill)
+		read -r qpn depth < <(sed -n 's/^qpn \(0x[0-9a-f]*\) depth \([0-9]*\)/\1 \2/p' "$out")
+		check "$name: the report names QPN $qpn, its depth $depth, full of $depth unsignaled requests" \
+			grep -q "ibv_post_send to QPN $qpn finds its send queue of depth $depth full of $depth unsignaled work requests" "$err"
+		check "$name: the first request of the run, wr_id 0x100" grep -q "^  wr_id 0x100 on QPN $qpn (send queue)" "$err"
+		check "$name: the post that found no slot is the BUG line" \
+			sh -c 'sed -n "/^  ibv_post_send called at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "$name.c:$line"
+		check "$name: the run began before it" \
+			sh -c 'sed -n "/^  first unsignaled work request of the run posted at:/,/^  [a-z]/p" "$1" | grep -q "$2.c:"' _ "$err" "$name"
+		check "$name: the program went on (rverbs took the post)" grep -q '^done' "$out" ;;
 	post_in_reset)
 		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
 		check "$name: the report names QPN $qpn in Init" grep -q "ibv_post_send to QPN $qpn in state Init" "$err"

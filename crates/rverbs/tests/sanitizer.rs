@@ -415,3 +415,76 @@ fn a_destroyed_qp_gives_its_depth_back() {
     assert_eq!(sanitize::take_findings(), vec![], "128 in 128: the first QP's are gone");
     second.destroy().unwrap();
 }
+
+/// A connected RC pair whose send queues hold `depth` requests.
+fn pair_of_depth(depth: u32) -> (Side, Side) {
+    pair_with(QpType::Rc, &PATH, 256, QpCap { max_send_wr: depth, ..CAP })
+}
+
+#[test]
+fn a_send_queue_filled_by_unsignaled_requests_is_a_finding_once_per_run() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair_of_depth(4);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    for i in 0..4 {
+        a.qp.post_send(&[SendWr::write(0x10 + i, &sge, b.mr.iova(), b.mr.rkey())]).unwrap();
+    }
+    assert_eq!(sanitize::take_findings(), vec![], "four unsignaled in four slots: no post found the queue full yet");
+    // The fifth post needs a slot that no completion will free (rverbs executed the
+    // four already and takes it; a NIC refuses it).
+    let _ = a.qp.post_send(&[SendWr::write(0x14, &sge, b.mr.iova(), b.mr.rkey()).signaled()]);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::UnsignaledFill, "unsignaled-fill", "ibv_post_send(3)"));
+    assert_eq!(f.qpn(), Some(a.qp.qp_num()));
+    assert!(f.objects.contains(&Object::QueueDepth { queue: Queue::Send, num: a.qp.qp_num(), depth: 4 }), "{:#?}", f.objects);
+    assert_eq!(f.wr_id(), Some(0x10), "the first request of the run");
+    assert!(site_in_this_file(f, "ibv_post_send called at"));
+    assert!(site_in_this_file(f, "first unsignaled work request of the run posted at"));
+    // Once per run: the same requests outstanding, another post refused or not, no second report.
+    let _ = a.qp.post_send(&[SendWr::write(0x15, &sge, b.mr.iova(), b.mr.rkey())]);
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+#[test]
+fn a_send_queue_full_with_a_signaled_request_outstanding_or_sq_sig_all_is_no_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair_of_depth(4);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    // One signaled in four, as perftest's cq_mod: its completion frees the others.
+    for i in 0..4u64 {
+        let wr = SendWr::write(i, &sge, b.mr.iova(), b.mr.rkey());
+        a.qp.post_send(&[if i == 1 { wr.signaled() } else { wr }]).unwrap();
+    }
+    assert_eq!(sanitize::take_findings(), vec![]);
+    assert_eq!(poll_one(&a.cq).wr_id(), 1);
+    // Requests 0 and 1 are released, 2 and 3 outstanding: two more fill the queue with
+    // unsignaled requests only, and the next post finds no slot.
+    for i in 4..6u64 {
+        a.qp.post_send(&[SendWr::write(i, &sge, b.mr.iova(), b.mr.rkey())]).unwrap();
+    }
+    assert_eq!(sanitize::take_findings(), vec![]);
+    let _ = a.qp.post_send(&[SendWr::write(6, &sge, b.mr.iova(), b.mr.rkey())]);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!((found[0].kind, found[0].wr_id()), (FindingKind::UnsignaledFill, Some(2)));
+    // A QP that signals every send.
+    let all = a.pd.create_qp(&QpInit { sq_sig_all: true, ..QpInit::new(QpType::Rc, &a.cq, QpCap { max_send_wr: 4, ..CAP }) }).unwrap();
+    let peer = b.pd.create_qp(&QpInit::new(QpType::Rc, &b.cq, CAP)).unwrap();
+    for (qp, ctx, dest) in [(&all, &a.ctx, peer.qp_num()), (&peer, &b.ctx, all.qp_num())] {
+        to_init(qp, ALL_ACCESS);
+        to_rtr(qp, ctx, dest, &PATH);
+        to_rts(qp, &PATH);
+    }
+    for i in 0..4u64 {
+        all.post_send(&[SendWr::write(0x20 + i, &sge, b.mr.iova(), b.mr.rkey())]).unwrap();
+    }
+    let fifth = all.post_send(&[SendWr::write(0x24, &sge, b.mr.iova(), b.mr.rkey())]);
+    assert_eq!(sanitize::take_findings(), vec![]);
+    for _ in 0..4 + usize::from(fifth.is_ok()) {
+        poll_one(&a.cq);
+    }
+    all.destroy().unwrap();
+    peer.destroy().unwrap();
+}

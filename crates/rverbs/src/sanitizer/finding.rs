@@ -28,6 +28,10 @@ pub enum FindingKind {
     /// The queues completing to a CQ can have more work outstanding than it holds: the
     /// overrun that is coming (ibv_create_cq(3)).
     CqTooSmall,
+    /// A send queue filled by unsignaled work requests with none signaled outstanding:
+    /// its slots are freed only by a later completion, which none will make
+    /// (ibv_post_send(3), IBV_SEND_SIGNALED; ibv_create_qp(3), sq_sig_all).
+    UnsignaledFill,
 }
 
 impl FindingKind {
@@ -41,6 +45,7 @@ impl FindingKind {
             FindingKind::PostInBadState => "post-in-bad-state",
             FindingKind::SendBufferChanged => "send-buffer-changed",
             FindingKind::CqTooSmall => "cq-too-small",
+            FindingKind::UnsignaledFill => "unsignaled-fill",
         }
     }
 }

@@ -158,6 +158,7 @@ pub(crate) fn gone(kind: Kind, id: u32) {
             st.demand.retain(|&(_, q, n), _| !(q == Queue::SharedRecv && n == id));
         }
         Kind::Qp => {
+            st.filled.remove(&id);
             st.history.remove(&id);
             st.qp_srq.remove(&id);
             st.demand.retain(|&(_, q, n), _| !(q != Queue::SharedRecv && n == id));
@@ -484,5 +485,30 @@ fn cq_too_small(verb: &'static str, cq: u32, cqe: u32, queues: Vec<track::Depth>
         headline: format!("cq {cq} holds {cqe} completions, but the queues completing to it can have {demand} completing work requests outstanding"),
         objects,
         sites,
+    });
+}
+
+// ---- Send queues (unsignaled-fill) ----
+
+/// A post to the send queue of QP `qpn` of depth `depth` (`max_send_wr`) is about to
+/// run: a finding if the queue holds `depth` outstanding requests already, none of them
+/// signaled, so that no slot is free for the post nor will be. Rule: ibv_post_send(3):
+/// an unsignaled request's slot is freed only when a later completion of its send queue
+/// is polled (docs/sanitizer.md, "unsignaled-fill").
+#[cold]
+#[inline(never)]
+pub(crate) fn send_posting(qpn: u32, depth: u32) {
+    let Some((wr_id, first, outstanding)) = track::state().unsignaled_run(qpn, depth) else { return };
+    report::emit(Finding {
+        kind: FindingKind::UnsignaledFill,
+        page: "ibv_post_send(3)",
+        rule: "the slot of an unsignaled send work request (no IBV_SEND_SIGNALED, and the QP made without sq_sig_all, ibv_create_qp(3)) is freed only when a later completion of the same send queue is polled: a send queue filled with unsignaled requests, with no signaled one outstanding, never drains, and a NIC refuses every further post (ENOMEM); signal one request in every max_send_wr at least, and poll its completion",
+        headline: format!("ibv_post_send to QPN {qpn:#x} finds its send queue of depth {depth} full of {outstanding} unsignaled work requests, with no signaled one whose completion would free their slots"),
+        objects: vec![
+            Object::Qp { qpn, state: None },
+            Object::QueueDepth { queue: Queue::Send, num: qpn, depth },
+            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None },
+        ],
+        sites: vec![site("ibv_post_send called at", &trace::capture()), site("first unsignaled work request of the run posted at", &first)],
     });
 }

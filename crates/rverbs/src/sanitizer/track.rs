@@ -160,6 +160,9 @@ pub(crate) struct State {
     /// The work that can complete to each CQ: (CQ id, queue, QPN or SRQ number) → the
     /// queue's depth.
     pub(crate) demand: BTreeMap<(u32, Queue, u32), u32>,
+    /// unsignaled-fill: per QPN, the sequence number of the first request of the
+    /// unsignaled run already reported (once per run).
+    pub(crate) filled: BTreeMap<u32, u64>,
     next_seq: u64,
 }
 
@@ -171,6 +174,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     events: BTreeMap::new(),
     cqs: BTreeMap::new(),
     demand: BTreeMap::new(),
+    filled: BTreeMap::new(),
     next_seq: 0,
 });
 
@@ -219,6 +223,20 @@ impl State {
             self.queues.entry((queue, num)).or_default().push_back(posted);
         }
         first
+    }
+
+    /// The first request of the send queue of QP `qpn` when at least `depth` requests
+    /// are outstanding there and none of them is signaled, and that run was not reported
+    /// yet (it is then marked reported): unsignaled-fill.
+    pub(crate) fn unsignaled_run(&mut self, qpn: u32, depth: u32) -> Option<(u64, Trace, usize)> {
+        let q = self.queues.get(&(Queue::Send, qpn))?;
+        let first = q.front()?;
+        if depth == 0 || q.len() < depth as usize || q.iter().any(|p| p.signaled) || self.filled.get(&qpn) == Some(&first.seq) {
+            return None;
+        }
+        let found = (first.wr_id, first.at.clone(), q.len());
+        self.filled.insert(qpn, first.seq);
+        Some(found)
     }
 
     /// Forgets the work requests numbered `seqs` (refused by the post).
