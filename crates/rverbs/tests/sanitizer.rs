@@ -488,3 +488,65 @@ fn a_send_queue_full_with_a_signaled_request_outstanding_or_sq_sig_all_is_no_fin
     all.destroy().unwrap();
     peer.destroy().unwrap();
 }
+
+/// The remote-access-explained finding of the one error completion of `a`'s WRITE `wr_id`.
+#[track_caller]
+fn explained(a: &Side, wr_id: u64) -> sanitize::Finding {
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (wr_id, WcStatus::RemAccessErr));
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = found.into_iter().next().unwrap();
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::RemoteAccessExplained, "remote-access-explained", "ibv_post_send(3)"));
+    assert_eq!((f.wr_id(), f.qpn()), (Some(wr_id), Some(a.qp.qp_num())));
+    assert!(site_in_this_file(&f, "posted at"));
+    assert!(site_in_this_file(&f, "error completion polled at"));
+    f
+}
+
+#[test]
+fn a_write_beyond_the_region_is_explained_with_the_regions_range_and_registration() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    let (start, len) = (b.mr.iova(), MR_LEN as u64);
+    let raddr = start + len - 32;
+    a.qp.post_send(&[SendWr::write(0x61, &sge, raddr, b.mr.rkey()).signaled()]).unwrap();
+    let f = explained(&a, 0x61);
+    assert!(f.objects.contains(&Object::RemoteRange { rkey: b.mr.rkey(), addr: raddr, len: 64 }), "{:#?}", f.objects);
+    let want = format!("the range [{raddr:#x}-{:#x}) leaves the region, which covers [{start:#x}-{:#x})", raddr + 64, start + len);
+    assert!(f.headline.contains(&want), "{}", f.headline);
+    assert!(site_in_this_file(&f, "target region registered at"));
+}
+
+#[test]
+fn a_missing_access_flag_and_an_unknown_rkey_are_explained() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let read_only = b.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
+    a.qp.post_send(&[SendWr::write(0x62, &sge, read_only.iova(), read_only.rkey()).signaled()]).unwrap();
+    let f = explained(&a, 0x62);
+    assert!(f.headline.contains("the region does not grant IBV_ACCESS_REMOTE_WRITE (its access flags: "), "{}", f.headline);
+    assert!(f.headline.contains("REMOTE_READ"), "{}", f.headline);
+    // The QP is in error now: a fresh pair for the unknown key.
+    let (c, d) = pair(QpType::Rc);
+    let sge = [c.mr.sge(0, 8).unwrap()];
+    let gone = d.pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let (rkey, iova) = (gone.rkey(), gone.iova());
+    gone.dereg().unwrap();
+    c.qp.post_send(&[SendWr::write(0x63, &sge, iova, rkey).signaled()]).unwrap();
+    let f = explained(&c, 0x63);
+    assert!(f.headline.contains(&format!("no region or window of the target has rkey {rkey:#x}")), "{}", f.headline);
+    assert!(f.site("target region registered at").is_none(), "a deregistered region has no registration left");
+}
+
+#[test]
+fn a_successful_remote_access_is_no_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    a.qp.post_send(&[SendWr::write(0x64, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(sanitize::take_findings(), vec![]);
+}

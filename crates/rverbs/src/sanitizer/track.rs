@@ -52,6 +52,24 @@ impl Watched {
     }
 }
 
+/// The region a remote key names on this host now: its first address (iova), length,
+/// and access flags as text; `None` if no valid region of this process has the key
+/// (remote-access-explained).
+pub(crate) type KeyLookup = std::sync::Arc<dyn Fn() -> Option<(u64, u64, String)> + Send + Sync>;
+
+/// The remote range an RDMA READ, WRITE or atomic asks for (remote-access-explained).
+#[derive(Clone)]
+pub(crate) struct Remote {
+    pub(crate) rkey: u32,
+    pub(crate) va: u64,
+    pub(crate) len: u64,
+    /// The operation, as ibv_post_send(3) names it (`IBV_WR_RDMA_WRITE`, ...).
+    pub(crate) op: &'static str,
+    /// The right the operation needs (`IBV_ACCESS_REMOTE_WRITE`, ...).
+    pub(crate) need: &'static str,
+    pub(crate) lookup: KeyLookup,
+}
+
 /// The kinds of object whose lives are tracked (the leak report's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Kind {
@@ -98,6 +116,8 @@ pub(crate) struct Wr {
     /// The ranges of this process the device writes for it, `[start, end)`: receive
     /// buffers, RDMA READ and atomic results.
     pub(crate) sinks: Vec<(usize, usize)>,
+    /// The remote range it asks for, if it names one.
+    pub(crate) remote: Option<Remote>,
 }
 
 /// A posted work request not yet completed (polled).
@@ -116,6 +136,8 @@ pub(crate) struct Posted {
     /// A device write (a receive, an RDMA READ or atomic result) may have reached a
     /// watched range while the request was outstanding: a change is then no finding.
     pub(crate) touched: bool,
+    /// As [`Wr::remote`].
+    pub(crate) remote: Option<Remote>,
     pub(crate) at: Trace,
 }
 
@@ -219,7 +241,7 @@ impl State {
                 }
             }
             self.next_seq += 1;
-            let posted = Posted { seq: self.next_seq, wr_id: w.wr_id, signaled: w.signaled, sges: w.sges, watched: w.watched, sinks: w.sinks, touched, at: at.clone() };
+            let posted = Posted { seq: self.next_seq, wr_id: w.wr_id, signaled: w.signaled, sges: w.sges, watched: w.watched, sinks: w.sinks, touched, remote: w.remote, at: at.clone() };
             self.queues.entry((queue, num)).or_default().push_back(posted);
         }
         first
@@ -294,6 +316,13 @@ impl State {
             }
         }
         Vec::new()
+    }
+
+    /// The remote range and post site of the outstanding send request `wr_id` of QP
+    /// `qpn` (the first such, as [`State::complete`] matches errors).
+    pub(crate) fn remote_of(&self, qpn: u32, wr_id: u64) -> Option<(Remote, Trace)> {
+        let p = self.queues.get(&(Queue::Send, qpn))?.iter().find(|p| p.wr_id == wr_id)?;
+        Some((p.remote.clone()?, p.at.clone()))
     }
 
     /// The first outstanding work request one of whose SGEs names `lkey`.
