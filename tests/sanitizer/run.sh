@@ -35,7 +35,8 @@ check() { # check DESCRIPTION COMMAND...
 
 programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:leak-at-exit post_in_reset:post-in-bad-state
 	send_buffer_changed:send-buffer-changed cq_too_small:cq-too-small poll_unfinished:cq-poll-unfinished
-	single_threaded_shared:single-threaded-cq-shared lost_wakeup:lost-wakeup)
+	single_threaded_shared:single-threaded-cq-shared lost_wakeup:lost-wakeup unsignaled_fill:unsignaled-fill
+	remote_access:remote-access-explained)
 for p in "${programs[@]}"; do
 	gcc -g -O0 -Wall -Werror -pthread -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
 done
@@ -137,6 +138,24 @@ for p in "${programs[@]}"; do
 		check "$name: and where the CQ was armed, in $name.c" \
 			sh -c 'sed -n "/^  cq [0-9]* armed at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:"
 		check "$name: the program went on" grep -q '^done' "$out" ;;
+	unsignaled_fill)
+		read -r qpn depth < <(sed -n 's/^qpn \(0x[0-9a-f]*\) depth \([0-9]*\)/\1 \2/p' "$out")
+		check "$name: the report names QPN $qpn, its depth $depth, full of $depth unsignaled requests" \
+			grep -q "ibv_post_send to QPN $qpn finds its send queue of depth $depth full of $depth unsignaled work requests" "$err"
+		check "$name: the first request of the run, wr_id 0x100" grep -q "^  wr_id 0x100 on QPN $qpn (send queue)" "$err"
+		check "$name: the post that found no slot is the BUG line" \
+			sh -c 'sed -n "/^  ibv_post_send called at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "$name.c:$line"
+		check "$name: the run began before it" \
+			sh -c 'sed -n "/^  first unsignaled work request of the run posted at:/,/^  [a-z]/p" "$1" | grep -q "$2.c:"' _ "$err" "$name"
+		check "$name: the program went on (rverbs took the post)" grep -q '^done' "$out" ;;
+	remote_access)
+		read -r rkey qpn raddr start end < <(sed -n 's/^rkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\) raddr \(0x[0-9a-f]*\) region \(0x[0-9a-f]*\)-\(0x[0-9a-f]*\)/\1 \2 \3 \4 \5/p' "$out")
+		rend=$(printf '0x%x' $((raddr + 64)))
+		check "$name: the report names wr_id 0x5c on QPN $qpn, REM_ACCESS_ERR, the range [$raddr-$rend) beyond the region [$start-$end)" \
+			grep -q "work request wr_id 0x5c (IBV_WR_RDMA_WRITE) on QPN $qpn completed with IBV_WC_REM_ACCESS_ERR: the range \[$raddr-$rend) leaves the region, which covers \[$start-$end)" "$err"
+		check "$name: and rkey $rkey" grep -q "^  remote range \[$raddr-$rend) through rkey $rkey" "$err"
+		check "$name: where the target region was registered" grep -q '^  target region registered at:' "$err"
+		check "$name: reported when the error completion was polled" grep -q '^  error completion polled at:' "$err" ;;
 	post_in_reset)
 		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
 		check "$name: the report names QPN $qpn in Init" grep -q "ibv_post_send to QPN $qpn in state Init" "$err"

@@ -125,6 +125,9 @@ impl Wc {
 #[inline(never)]
 pub(crate) fn sanitize_polled(wc: &[Wc]) {
     for w in wc {
+        if w.status == WcStatus::RemAccessErr as u32 || w.status == WcStatus::RemInvReqErr as u32 {
+            crate::sanitizer::remote_error(w.qp_num, w.wr_id, w.status, w.vendor_err);
+        }
         crate::sanitizer::completed(w.qp_num, w.wr_id, w.status == 0, w.opcode & 0x80 != 0);
     }
 }
@@ -227,6 +230,9 @@ impl Cqe {
     /// Tells the sanitizer the application polled this completion (its work request is
     /// no longer outstanding). RECV opcodes have bit 7 set (`IBV_WC_RECV` is 128).
     pub(crate) fn sanitize_polled(&self) {
+        if u32::from(self.status) == WcStatus::RemAccessErr as u32 || u32::from(self.status) == WcStatus::RemInvReqErr as u32 {
+            crate::sanitizer::remote_error(self.qp_num, self.wr_id, u32::from(self.status), self.vendor_err);
+        }
         crate::sanitizer::completed(self.qp_num, self.wr_id, self.status == 0, self.opcode & 0x80 != 0);
     }
 

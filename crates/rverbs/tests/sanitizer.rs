@@ -583,3 +583,138 @@ fn waiting_for_an_event_after_arming_a_cq_that_held_completions_unpolled_is_a_lo
     a.qp.destroy().unwrap();
     cq.destroy().unwrap();
 }
+
+/// A connected RC pair whose send queues hold `depth` requests.
+fn pair_of_depth(depth: u32) -> (Side, Side) {
+    pair_with(QpType::Rc, &PATH, 256, QpCap { max_send_wr: depth, ..CAP })
+}
+
+#[test]
+fn a_send_queue_filled_by_unsignaled_requests_is_a_finding_once_per_run() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair_of_depth(4);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    for i in 0..4 {
+        a.qp.post_send(&[SendWr::write(0x10 + i, &sge, b.mr.iova(), b.mr.rkey())]).unwrap();
+    }
+    assert_eq!(sanitize::take_findings(), vec![], "four unsignaled in four slots: no post found the queue full yet");
+    // The fifth post needs a slot that no completion will free (rverbs executed the
+    // four already and takes it; a NIC refuses it).
+    let _ = a.qp.post_send(&[SendWr::write(0x14, &sge, b.mr.iova(), b.mr.rkey()).signaled()]);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::UnsignaledFill, "unsignaled-fill", "ibv_post_send(3)"));
+    assert_eq!(f.qpn(), Some(a.qp.qp_num()));
+    assert!(f.objects.contains(&Object::QueueDepth { queue: Queue::Send, num: a.qp.qp_num(), depth: 4 }), "{:#?}", f.objects);
+    assert_eq!(f.wr_id(), Some(0x10), "the first request of the run");
+    assert!(site_in_this_file(f, "ibv_post_send called at"));
+    assert!(site_in_this_file(f, "first unsignaled work request of the run posted at"));
+    // Once per run: the same requests outstanding, another post refused or not, no second report.
+    let _ = a.qp.post_send(&[SendWr::write(0x15, &sge, b.mr.iova(), b.mr.rkey())]);
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+#[test]
+fn a_send_queue_full_with_a_signaled_request_outstanding_or_sq_sig_all_is_no_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair_of_depth(4);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    // One signaled in four, as perftest's cq_mod: its completion frees the others.
+    for i in 0..4u64 {
+        let wr = SendWr::write(i, &sge, b.mr.iova(), b.mr.rkey());
+        a.qp.post_send(&[if i == 1 { wr.signaled() } else { wr }]).unwrap();
+    }
+    assert_eq!(sanitize::take_findings(), vec![]);
+    assert_eq!(poll_one(&a.cq).wr_id(), 1);
+    // Requests 0 and 1 are released, 2 and 3 outstanding: two more fill the queue with
+    // unsignaled requests only, and the next post finds no slot.
+    for i in 4..6u64 {
+        a.qp.post_send(&[SendWr::write(i, &sge, b.mr.iova(), b.mr.rkey())]).unwrap();
+    }
+    assert_eq!(sanitize::take_findings(), vec![]);
+    let _ = a.qp.post_send(&[SendWr::write(6, &sge, b.mr.iova(), b.mr.rkey())]);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!((found[0].kind, found[0].wr_id()), (FindingKind::UnsignaledFill, Some(2)));
+    // A QP that signals every send.
+    let all = a.pd.create_qp(&QpInit { sq_sig_all: true, ..QpInit::new(QpType::Rc, &a.cq, QpCap { max_send_wr: 4, ..CAP }) }).unwrap();
+    let peer = b.pd.create_qp(&QpInit::new(QpType::Rc, &b.cq, CAP)).unwrap();
+    for (qp, ctx, dest) in [(&all, &a.ctx, peer.qp_num()), (&peer, &b.ctx, all.qp_num())] {
+        to_init(qp, ALL_ACCESS);
+        to_rtr(qp, ctx, dest, &PATH);
+        to_rts(qp, &PATH);
+    }
+    for i in 0..4u64 {
+        all.post_send(&[SendWr::write(0x20 + i, &sge, b.mr.iova(), b.mr.rkey())]).unwrap();
+    }
+    let fifth = all.post_send(&[SendWr::write(0x24, &sge, b.mr.iova(), b.mr.rkey())]);
+    assert_eq!(sanitize::take_findings(), vec![]);
+    for _ in 0..4 + usize::from(fifth.is_ok()) {
+        poll_one(&a.cq);
+    }
+    all.destroy().unwrap();
+    peer.destroy().unwrap();
+}
+
+/// The remote-access-explained finding of the one error completion of `a`'s WRITE `wr_id`.
+#[track_caller]
+fn explained(a: &Side, wr_id: u64) -> sanitize::Finding {
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (wr_id, WcStatus::RemAccessErr));
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = found.into_iter().next().unwrap();
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::RemoteAccessExplained, "remote-access-explained", "ibv_post_send(3)"));
+    assert_eq!((f.wr_id(), f.qpn()), (Some(wr_id), Some(a.qp.qp_num())));
+    assert!(site_in_this_file(&f, "posted at"));
+    assert!(site_in_this_file(&f, "error completion polled at"));
+    f
+}
+
+#[test]
+fn a_write_beyond_the_region_is_explained_with_the_regions_range_and_registration() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    let (start, len) = (b.mr.iova(), MR_LEN as u64);
+    let raddr = start + len - 32;
+    a.qp.post_send(&[SendWr::write(0x61, &sge, raddr, b.mr.rkey()).signaled()]).unwrap();
+    let f = explained(&a, 0x61);
+    assert!(f.objects.contains(&Object::RemoteRange { rkey: b.mr.rkey(), addr: raddr, len: 64 }), "{:#?}", f.objects);
+    let want = format!("the range [{raddr:#x}-{:#x}) leaves the region, which covers [{start:#x}-{:#x})", raddr + 64, start + len);
+    assert!(f.headline.contains(&want), "{}", f.headline);
+    assert!(site_in_this_file(&f, "target region registered at"));
+}
+
+#[test]
+fn a_missing_access_flag_and_an_unknown_rkey_are_explained() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let read_only = b.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
+    a.qp.post_send(&[SendWr::write(0x62, &sge, read_only.iova(), read_only.rkey()).signaled()]).unwrap();
+    let f = explained(&a, 0x62);
+    assert!(f.headline.contains("the region does not grant IBV_ACCESS_REMOTE_WRITE (its access flags: "), "{}", f.headline);
+    assert!(f.headline.contains("REMOTE_READ"), "{}", f.headline);
+    // The QP is in error now: a fresh pair for the unknown key.
+    let (c, d) = pair(QpType::Rc);
+    let sge = [c.mr.sge(0, 8).unwrap()];
+    let gone = d.pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let (rkey, iova) = (gone.rkey(), gone.iova());
+    gone.dereg().unwrap();
+    c.qp.post_send(&[SendWr::write(0x63, &sge, iova, rkey).signaled()]).unwrap();
+    let f = explained(&c, 0x63);
+    assert!(f.headline.contains(&format!("no region or window of the target has rkey {rkey:#x}")), "{}", f.headline);
+    assert!(f.site("target region registered at").is_none(), "a deregistered region has no registration left");
+}
+
+#[test]
+fn a_successful_remote_access_is_no_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    a.qp.post_send(&[SendWr::write(0x64, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(sanitize::take_findings(), vec![]);
+}

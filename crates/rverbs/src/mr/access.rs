@@ -316,6 +316,17 @@ pub(crate) fn local_range(me: &Endpoint, key: u32, va: u64, len: u64) -> Option<
     Some(LocalRange { addr, access: Access::from_bits_truncate(d.access), region: (d.va, d.len) })
 }
 
+/// The region or window remote key `key` names among this process's keys now: its first
+/// address (iova), length and rights as text, or `None` if no valid one has the key. Only
+/// looks (the sanitizer's explanation of a remote access error, docs/sanitizer.md).
+pub(crate) fn key_record(me: &Endpoint, key: u32) -> Option<(u64, u64, String)> {
+    let d = me.tables.key(key >> 8)?.read();
+    if d.key != key || d.state != KEY_STATE_VALID || !me.keys.vouches(key >> 8, &d) {
+        return None;
+    }
+    Some((d.iova, d.len, format!("{:?}", Access::from_bits_truncate(d.access))))
+}
+
 /// Rights under which a peer may write a region: the sanitizer never watches its ranges
 /// (an RDMA WRITE or atomic from the peer, or through a window bound to it, changes them
 /// legitimately and leaves no trace in this process).

@@ -594,6 +594,9 @@ impl Qp {
             crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.qpn, state, wrs.first().map(|w| w.wr_id));
             return self.post_send_plain(wrs, keep);
         }
+        if !wrs.is_empty() {
+            crate::sanitizer::send_posting(q.qpn, q.cap.max_send_wr);
+        }
         let ticket = wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, wrs);
         let result = self.post_send_plain(wrs, keep);
         if let Err(e) = &result {

@@ -303,9 +303,31 @@ pub(crate) fn track_recvs(me: &'static Endpoint, queue: crate::sanitizer::Queue,
             sges: w.sg_list.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),
             watched: Vec::new(),
             sinks: crate::mr::sink_ranges(me, w.sg_list),
+            remote: None,
         })
         .collect();
     crate::sanitizer::posting(queue, num, wrs)
+}
+
+/// The remote range an RDMA READ, WRITE or atomic asks for, with a look-up of its rkey
+/// in this process's keys (docs/sanitizer.md, remote-access-explained).
+fn remote_of(me: &'static Endpoint, w: &SendWr<'_>, sges: &[Sge]) -> Option<crate::sanitizer::Remote> {
+    let (op, need) = match w.opcode {
+        WrOpcode::RdmaWrite => ("IBV_WR_RDMA_WRITE", "IBV_ACCESS_REMOTE_WRITE"),
+        WrOpcode::RdmaWriteWithImm => ("IBV_WR_RDMA_WRITE_WITH_IMM", "IBV_ACCESS_REMOTE_WRITE"),
+        WrOpcode::RdmaRead => ("IBV_WR_RDMA_READ", "IBV_ACCESS_REMOTE_READ"),
+        WrOpcode::AtomicCmpAndSwp => ("IBV_WR_ATOMIC_CMP_AND_SWP", "IBV_ACCESS_REMOTE_ATOMIC"),
+        WrOpcode::AtomicFetchAndAdd => ("IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_ACCESS_REMOTE_ATOMIC"),
+        _ => return None,
+    };
+    let len = match (w.opcode, w.payload) {
+        (WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd, _) => 8,
+        (_, Payload::Inline(d)) => d.len() as u64,
+        (_, Payload::InlineList(l)) => l.iter().map(|d| d.len() as u64).sum(),
+        (_, Payload::Sge(_)) => sges.iter().map(|g| u64::from(g.length)).sum(),
+    };
+    let rkey = w.rkey;
+    Some(crate::sanitizer::Remote { rkey, va: w.remote_addr, len, op, need, lookup: std::sync::Arc::new(move || crate::mr::key_record(me, rkey)) })
 }
 
 /// Send work requests about to be posted to QP `qpn`, recorded by the sanitizer: each
@@ -334,6 +356,7 @@ pub(crate) fn track_sends(me: &'static Endpoint, qpn: u32, sq_sig_all: bool, wrs
                 sges: sges.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),
                 watched,
                 sinks,
+                remote: remote_of(me, w, sges),
             }
         })
         .collect();

@@ -39,6 +39,14 @@ pub enum FindingKind {
     /// completions and was not polled since (ibv_get_cq_event(3)): those completions
     /// raise no event.
     LostWakeup,
+    /// A send queue filled by unsignaled work requests with none signaled outstanding:
+    /// its slots are freed only by a later completion, which none will make
+    /// (ibv_post_send(3), IBV_SEND_SIGNALED; ibv_create_qp(3), sq_sig_all).
+    UnsignaledFill,
+    /// A work request completed with a remote access error (or a remote invalid request
+    /// for its length), explained: the rkey, the range asked, which check failed, and
+    /// where the target region was registered when it is of this process (informative).
+    RemoteAccessExplained,
 }
 
 impl FindingKind {
@@ -55,6 +63,8 @@ impl FindingKind {
             FindingKind::CqPollUnfinished => "cq-poll-unfinished",
             FindingKind::SingleThreadedCqShared => "single-threaded-cq-shared",
             FindingKind::LostWakeup => "lost-wakeup",
+            FindingKind::UnsignaledFill => "unsignaled-fill",
+            FindingKind::RemoteAccessExplained => "remote-access-explained",
         }
     }
 }
@@ -154,6 +164,15 @@ pub enum Object {
         num: u32,
         /// Its depth: `max_send_wr`, `max_recv_wr`, or an XRC SRQ's `max_wr`.
         depth: u32,
+    },
+    /// The remote range a work request asked for through an rkey.
+    RemoteRange {
+        /// The rkey.
+        rkey: u32,
+        /// The first remote address asked for.
+        addr: u64,
+        /// The length asked for.
+        len: u64,
     },
     /// Events obtained and not acknowledged.
     Events {

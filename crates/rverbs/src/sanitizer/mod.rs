@@ -19,7 +19,7 @@ use rverbs_proto::verbs::QpState;
 
 pub use crate::config::Sanitize as Mode;
 pub use finding::{Finding, FindingKind, Frame, Object, Queue, Site};
-pub(crate) use track::{Watched, MAX_WATCHED};
+pub(crate) use track::{Remote, Watched, MAX_WATCHED};
 pub(crate) use track::Kind;
 
 /// The mode before the environment was read.
@@ -158,6 +158,7 @@ pub(crate) fn gone(kind: Kind, id: u32) {
             st.demand.retain(|&(_, q, n), _| !(q == Queue::SharedRecv && n == id));
         }
         Kind::Qp => {
+            st.filled.remove(&id);
             st.history.remove(&id);
             st.qp_srq.remove(&id);
             st.demand.retain(|&(_, q, n), _| !(q != Queue::SharedRecv && n == id));
@@ -632,4 +633,82 @@ pub(crate) fn waiting_for_event(channel: u32) {
             sites,
         });
     }
+}
+// ---- Send queues (unsignaled-fill) ----
+
+/// A post to the send queue of QP `qpn` of depth `depth` (`max_send_wr`) is about to
+/// run: a finding if the queue holds `depth` outstanding requests already, none of them
+/// signaled, so that no slot is free for the post nor will be. Rule: ibv_post_send(3):
+/// an unsignaled request's slot is freed only when a later completion of its send queue
+/// is polled (docs/sanitizer.md, "unsignaled-fill").
+#[cold]
+#[inline(never)]
+pub(crate) fn send_posting(qpn: u32, depth: u32) {
+    let Some((wr_id, first, outstanding)) = track::state().unsignaled_run(qpn, depth) else { return };
+    report::emit(Finding {
+        kind: FindingKind::UnsignaledFill,
+        page: "ibv_post_send(3)",
+        rule: "the slot of an unsignaled send work request (no IBV_SEND_SIGNALED, and the QP made without sq_sig_all, ibv_create_qp(3)) is freed only when a later completion of the same send queue is polled: a send queue filled with unsignaled requests, with no signaled one outstanding, never drains, and a NIC refuses every further post (ENOMEM); signal one request in every max_send_wr at least, and poll its completion",
+        headline: format!("ibv_post_send to QPN {qpn:#x} finds its send queue of depth {depth} full of {outstanding} unsignaled work requests, with no signaled one whose completion would free their slots"),
+        objects: vec![
+            Object::Qp { qpn, state: None },
+            Object::QueueDepth { queue: Queue::Send, num: qpn, depth },
+            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None },
+        ],
+        sites: vec![site("ibv_post_send called at", &trace::capture()), site("first unsignaled work request of the run posted at", &first)],
+    });
+}
+
+// ---- Remote access errors (remote-access-explained) ----
+
+/// A completion of QP `qpn` for `wr_id` with IBV_WC_REM_ACCESS_ERR or REM_INV_REQ_ERR
+/// (`status`) and `vendor_err` was polled: explained if the request asked for a remote
+/// range (ibv_post_send(3), ibv_reg_mr(3); docs/sanitizer.md, "remote-access-explained").
+#[cold]
+#[inline(never)]
+pub(crate) fn remote_error(qpn: u32, wr_id: u64, status: u32, vendor_err: u32) {
+    use rverbs_proto::vendor_err as ve;
+    let st = track::state();
+    let Some((r, posted)) = st.remote_of(qpn, wr_id) else { return };
+    let registered = st.live.get(&(Kind::Mr, r.rkey)).filter(|l| l.pid == std::process::id()).map(|l| l.at.clone());
+    drop(st);
+    // A REM_INV_REQ_ERR is explained only for a length the responder refused.
+    let inv_req = status == rverbs_proto::verbs::WcStatus::RemInvReqErr as u32;
+    if inv_req && !matches!(vendor_err, ve::REMOTE_LENGTH | ve::REMOTE_BOUNDS | ve::REMOTE_INVALID) {
+        return;
+    }
+    let region = (r.lookup)();
+    let end = r.va.saturating_add(r.len);
+    let why = match (vendor_err, &region) {
+        (ve::REMOTE_RKEY, _) => format!("no region or window of the target has rkey {:#x} (never registered, deregistered, or invalidated)", r.rkey),
+        (ve::REMOTE_BOUNDS, Some((start, len, _))) => format!("the range [{:#x}-{end:#x}) leaves the region, which covers [{start:#x}-{:#x})", r.va, start.saturating_add(*len)),
+        (ve::REMOTE_MR_ACCESS, Some((_, _, flags))) => format!("the region does not grant {} (its access flags: {flags})", r.need),
+        (ve::REMOTE_QP_ACCESS, _) => format!("the responder QP's qp_access_flags (ibv_modify_qp(3)) do not allow {}: {} is missing there", r.op, r.need),
+        (ve::REMOTE_PD, _) => "the region belongs to another protection domain than the responder QP".to_string(),
+        (code, _) => match ve::ALL.iter().find(|e| e.0 == code) {
+            Some((_, name, text)) => format!("{text} (vendor_err {name})"),
+            None => format!("vendor_err {code:#x}"),
+        },
+    };
+    let region_text = match &region {
+        _ if matches!(vendor_err, ve::REMOTE_BOUNDS | ve::REMOTE_MR_ACCESS) => String::new(),
+        Some((start, len, flags)) => format!("; the region of rkey {:#x} on this host covers [{start:#x}-{:#x}) with {flags}", r.rkey, start.saturating_add(*len)),
+        None => String::new(),
+    };
+    let mut sites = vec![site("posted at", &posted), site("error completion polled at", &trace::capture())];
+    if let Some(at) = registered {
+        sites.push(site("target region registered at", &at));
+    }
+    let status_name = if inv_req { "IBV_WC_REM_INV_REQ_ERR" } else { "IBV_WC_REM_ACCESS_ERR" };
+    report::emit(Finding {
+        kind: FindingKind::RemoteAccessExplained,
+        page: "ibv_post_send(3)",
+        rule: "an RDMA READ, WRITE or atomic names remote memory by rkey and address: the range must lie in a region (or window) of the responder's PD registered with the matching remote right (ibv_reg_mr(3): IBV_ACCESS_REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC), and the responder QP must allow the operation (ibv_modify_qp(3), qp_access_flags); otherwise the request completes with IBV_WC_REM_ACCESS_ERR (ibv_poll_cq(3)). Informative: the program may handle the error",
+        headline: format!("work request wr_id {wr_id:#x} ({}) on QPN {qpn:#x} completed with {status_name}: {why}{region_text}", r.op),
+        objects: vec![
+            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None },
+            Object::RemoteRange { rkey: r.rkey, addr: r.va, len: r.len },
+        ],
+        sites,
+    });
 }

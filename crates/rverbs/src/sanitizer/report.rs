@@ -69,6 +69,7 @@ pub(crate) fn describe(o: &Object) -> String {
             let sge = sge.map_or(String::new(), |(a, l)| format!(", sge [{a:#x}-{:#x})", a.saturating_add(u64::from(l))));
             format!("wr_id {wr_id:#x} on {on} ({}){sge}", queue.describe())
         }
+        Object::RemoteRange { rkey, addr, len } => format!("remote range [{addr:#x}-{:#x}) through rkey {rkey:#x}", addr.saturating_add(*len)),
         Object::Events { unacked } => format!("{unacked} unacknowledged event(s)"),
         Object::CqCapacity { id, cqe, demand } => format!("cq {id}: {cqe} entries, {demand} work requests can be outstanding on the queues completing to it"),
         Object::QueueDepth { queue: queue @ (super::Queue::Send | super::Queue::Recv), num, depth } => {

@@ -53,6 +53,24 @@ impl Watched {
     }
 }
 
+/// The region a remote key names on this host now: its first address (iova), length,
+/// and access flags as text; `None` if no valid region of this process has the key
+/// (remote-access-explained).
+pub(crate) type KeyLookup = std::sync::Arc<dyn Fn() -> Option<(u64, u64, String)> + Send + Sync>;
+
+/// The remote range an RDMA READ, WRITE or atomic asks for (remote-access-explained).
+#[derive(Clone)]
+pub(crate) struct Remote {
+    pub(crate) rkey: u32,
+    pub(crate) va: u64,
+    pub(crate) len: u64,
+    /// The operation, as ibv_post_send(3) names it (`IBV_WR_RDMA_WRITE`, ...).
+    pub(crate) op: &'static str,
+    /// The right the operation needs (`IBV_ACCESS_REMOTE_WRITE`, ...).
+    pub(crate) need: &'static str,
+    pub(crate) lookup: KeyLookup,
+}
+
 /// The kinds of object whose lives are tracked (the leak report's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Kind {
@@ -99,6 +117,8 @@ pub(crate) struct Wr {
     /// The ranges of this process the device writes for it, `[start, end)`: receive
     /// buffers, RDMA READ and atomic results.
     pub(crate) sinks: Vec<(usize, usize)>,
+    /// The remote range it asks for, if it names one.
+    pub(crate) remote: Option<Remote>,
 }
 
 /// A posted work request not yet completed (polled).
@@ -117,6 +137,8 @@ pub(crate) struct Posted {
     /// A device write (a receive, an RDMA READ or atomic result) may have reached a
     /// watched range while the request was outstanding: a change is then no finding.
     pub(crate) touched: bool,
+    /// As [`Wr::remote`].
+    pub(crate) remote: Option<Remote>,
     pub(crate) at: Trace,
 }
 
@@ -169,6 +191,9 @@ pub(crate) struct State {
     /// The CQs armed while they held completions and not polled since (lost-wakeup): CQ
     /// id → the arming.
     pub(crate) armed: BTreeMap<u32, Armed>,
+    /// unsignaled-fill: per QPN, the sequence number of the first request of the
+    /// unsignaled run already reported (once per run).
+    pub(crate) filled: BTreeMap<u32, u64>,
     next_seq: u64,
 }
 
@@ -193,6 +218,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     batches: BTreeMap::new(),
     shared: BTreeSet::new(),
     armed: BTreeMap::new(),
+    filled: BTreeMap::new(),
     next_seq: 0,
 });
 
@@ -237,10 +263,24 @@ impl State {
                 }
             }
             self.next_seq += 1;
-            let posted = Posted { seq: self.next_seq, wr_id: w.wr_id, signaled: w.signaled, sges: w.sges, watched: w.watched, sinks: w.sinks, touched, at: at.clone() };
+            let posted = Posted { seq: self.next_seq, wr_id: w.wr_id, signaled: w.signaled, sges: w.sges, watched: w.watched, sinks: w.sinks, touched, remote: w.remote, at: at.clone() };
             self.queues.entry((queue, num)).or_default().push_back(posted);
         }
         first
+    }
+
+    /// The first request of the send queue of QP `qpn` when at least `depth` requests
+    /// are outstanding there and none of them is signaled, and that run was not reported
+    /// yet (it is then marked reported): unsignaled-fill.
+    pub(crate) fn unsignaled_run(&mut self, qpn: u32, depth: u32) -> Option<(u64, Trace, usize)> {
+        let q = self.queues.get(&(Queue::Send, qpn))?;
+        let first = q.front()?;
+        if depth == 0 || q.len() < depth as usize || q.iter().any(|p| p.signaled) || self.filled.get(&qpn) == Some(&first.seq) {
+            return None;
+        }
+        let found = (first.wr_id, first.at.clone(), q.len());
+        self.filled.insert(qpn, first.seq);
+        Some(found)
     }
 
     /// Forgets the work requests numbered `seqs` (refused by the post).
@@ -298,6 +338,13 @@ impl State {
             }
         }
         Vec::new()
+    }
+
+    /// The remote range and post site of the outstanding send request `wr_id` of QP
+    /// `qpn` (the first such, as [`State::complete`] matches errors).
+    pub(crate) fn remote_of(&self, qpn: u32, wr_id: u64) -> Option<(Remote, Trace)> {
+        let p = self.queues.get(&(Queue::Send, qpn))?.iter().find(|p| p.wr_id == wr_id)?;
+        Some((p.remote.clone()?, p.at.clone()))
     }
 
     /// The first outstanding work request one of whose SGEs names `lkey`.

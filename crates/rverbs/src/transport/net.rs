@@ -214,6 +214,8 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
     // Whether to move the QP to ERR (raising this event, if any) once the responder's lock
     // is released: the flush that follows takes that lock.
     let mut fail: Option<Option<EventType>> = None;
+    // The responses to the packet that set `fail`, sent after the QP entered ERR.
+    let mut last_words: Vec<Vec<u8>> = Vec::new();
     let mut taken = 0;
     {
         let mut guard = qp.net_resp.lock().expect("net responder");
@@ -310,7 +312,14 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
                         break;
                     }
                 }
-                net.send(local, src, &mut buf);
+                if fail.is_some() {
+                    // The NAK of an error that ends the QP leaves once the QP is in ERR
+                    // (below), as on the same host: a requester that hears it and tells the
+                    // application, which tells the target's, finds the target QP in ERR.
+                    last_words.push(buf.clone());
+                } else {
+                    net.send(local, src, &mut buf);
+                }
             }
             drop(at);
             nr.held = held;
@@ -334,6 +343,9 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
     }
     if let Some(event) = fail {
         t.enter_error(event);
+    }
+    for mut packet in last_words {
+        net.send(local, src, &mut packet);
     }
     taken
 }
