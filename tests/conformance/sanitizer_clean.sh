@@ -58,23 +58,10 @@ while read -r prog opts expect; do
   pick_port
   n=$((n + 1)) start=$EPOCHREALTIME why=()
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
-  scmd=("$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port") ccmd=("$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port" 127.0.0.1)
-  # Each side its own log: the variable differs per side, so the sides start here.
-  RVERBS_SANITIZE_LOG=$slog.findings timeout -k 5 "$TIMEOUT" "${scmd[@]}" >"$slog" 2>&1 &
-  server_pid=$!
-  ready=0
-  wait_listen "$port" "$server_pid" || ready=$?
-  crc=0 src=0
-  if [ "$ready" = 0 ]; then
-    RVERBS_SANITIZE_LOG=$clog.findings timeout -k 5 "$TIMEOUT" "${ccmd[@]}" </dev/null >"$clog" 2>&1 || crc=$?
-  else
-    why+=("server not listening on port $port")
-    kill "$server_pid" 2>/dev/null || true
-  fi
-  wait "$server_pid" || src=$?
-  server_pid=
-  [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
-  [ "$crc" = 0 ] || why+=("client $(exit_text "$crc")")
+  # Each side its own log of findings.
+  scmd=(env RVERBS_SANITIZE_LOG="$slog.findings" "$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port")
+  ccmd=(env RVERBS_SANITIZE_LOG="$clog.findings" "$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port" 127.0.0.1)
+  serve_and_connect "$port"
   for side in server client; do
     f=$WORK/logs/$n.$side.findings
     count=0
