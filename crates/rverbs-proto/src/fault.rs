@@ -99,8 +99,8 @@ impl FaultConfig {
     /// `seed` (integer), `drop`, `dup`, `reorder`, `corrupt` (probabilities in `[0, 1]`,
     /// or percentages with a `%` suffix), `delay` and `reorder_by` (durations with a
     /// `ns`, `us`, `ms` or `s` suffix). Unnamed keys keep [`FaultConfig::NONE`]'s values.
-    /// The items of the verbs' fault plan (`fail=…`, `wc=…`) are skipped: they are
-    /// [`crate::verb_fault::VerbPlan::parse`]'s.
+    /// The items of the verbs' fault plan (`fail=…`, `wc=…`, `event=…`,
+    /// [`is_verb_plan_key`]) are skipped: `verb_fault::VerbPlan::parse` reads them.
     /// Example: `seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%`.
     ///
     /// Errors: an unknown key, a value that does not parse, a probability outside
@@ -111,8 +111,7 @@ impl FaultConfig {
             let bad = || FaultParseError(item.to_string());
             let (key, value) = item.split_once('=').ok_or_else(bad)?;
             let (key, value) = (key.trim(), value.trim());
-            if crate::verb_fault::is_plan_key(key) {
-                // The verbs' fault plan (`crate::verb_fault::VerbPlan::parse`).
+            if is_verb_plan_key(key) {
                 continue;
             }
             match key {
@@ -149,6 +148,13 @@ fn duration(v: &str) -> Option<Duration> {
         _ => return None,
     };
     (d <= FaultConfig::MAX_DELAY).then_some(d)
+}
+
+/// Whether `key` names an item of the verbs' fault plan in a `RVERBS_FAULTS` spec
+/// (`fail`, `wc`, `event`): the one list of those keys, which the packet parser skips and
+/// `verb_fault::VerbPlan::parse` reads.
+pub fn is_verb_plan_key(key: &str) -> bool {
+    matches!(key.trim(), "fail" | "wc" | "event")
 }
 
 /// A fault specification that did not parse; holds the offending item.

@@ -388,17 +388,12 @@ impl VerbPlan {
                 "seed" => {
                     plan.seed = value.trim().parse().map_err(|_| bad(item, "the seed is not an integer"))?;
                 }
-                "fail" | "wc" | "event" => plan.items.push(parse_item(item)?),
+                k if crate::fault::is_verb_plan_key(k) => plan.items.push(parse_item(item)?),
                 _ => {}
             }
         }
         Ok(plan)
     }
-}
-
-/// Whether `key` names an item of a verb plan (the packet parser skips those).
-pub fn is_plan_key(key: &str) -> bool {
-    matches!(key.trim(), "fail" | "wc" | "event")
 }
 
 fn bad(item: &str, why: impl Into<String>) -> PlanParseError {
