@@ -80,9 +80,6 @@ pub struct Responder {
     state: ResponderState,
     /// `resp.psn`.
     expected: Psn,
-    /// `resp.ack_psn`: the PSN after the last SEND/WRITE packet executed (READ and
-    /// atomics do not move it), so a duplicate's re-ACK never names a READ/atomic PSN.
-    ack_psn: Psn,
     msn: u32,
     sent_psn_nak: bool,
     cur: Option<InMsg>,
@@ -103,7 +100,6 @@ impl Responder {
             cfg,
             state: ResponderState::Ready,
             expected: cfg.rq_psn,
-            ack_psn: cfg.rq_psn,
             msn: 0,
             sent_psn_nak: false,
             cur: None,
@@ -395,7 +391,6 @@ impl Responder {
         let place = Some(Placement::Recv { wr_id: recv.wr_id, offset: msg.placed });
         msg.placed += len;
         self.expected = req.psn.add(1);
-        self.ack_psn = self.expected;
         let mut delivery = Delivery { place, recv: None, executed: true, violation: None };
         if op.position() == crate::wire::Position::Last || op.position() == crate::wire::Position::Only {
             self.cur = None;
@@ -480,7 +475,6 @@ impl Responder {
         msg.va = msg.va.wrapping_add(u64::from(len));
         msg.resid -= len;
         self.expected = req.psn.add(1);
-        self.ack_psn = self.expected;
         let mut delivery = Delivery { place, recv: None, executed: true, violation: None };
         if last {
             self.cur = None;
@@ -647,8 +641,9 @@ impl Responder {
 
     /// A request behind the expected PSN (§3.3 "duplicate"):
     /// SEND/WRITE are not re-executed (C9-105); one that asks for an ACK (AckReq) is
-    /// re-ACKed with the last acknowledged PSN, the others are dropped silently, as new
-    /// packets without AckReq are (coalesced ACKs);
+    /// re-ACKed with its own PSN (every PSN up to it was received: a coalesced ACK that
+    /// can never name a PSN the requester is still re-sending a message around), the
+    /// others are dropped silently, as new packets without AckReq are;
     /// a READ is replayed from the resource whose PSN range holds it, if its RETH is a
     /// sub-range with the same R_Key; an ATOMIC is answered with the saved original value;
     /// FLUSH / ATOMIC_WRITE with the empty READ response. No resource: silent drop.
@@ -680,17 +675,20 @@ impl Responder {
                 }
             }
             _ => {
-                // Deviation: rxe re-ACKs every duplicate SEND/WRITE packet; we only those
-                // with AckReq. A go-back-N always ends with an AckReq packet (the message's
-                // last, or one every 65), and that one is re-ACKed. One ACK per duplicate
-                // packet wedges rxe 6.1's send queue: a second ACK of the last PSN of a
-                // message it is re-sending completes that WQE while its requester is still
-                // re-sending it, and with a one-entry send queue (ibv_rc_pingpong) the next
-                // post leaves the requester's index equal to the producer's, so nothing is
-                // ever sent again (tests/interop/README.md, "rxe's stalled send queue").
+                // Deviation: rxe re-ACKs every duplicate SEND/WRITE packet with the last
+                // acknowledged PSN; we only those with AckReq, each with its own PSN. A
+                // go-back-N always ends with an AckReq packet (the message's last, or one
+                // every 65), and that one is re-ACKed. An ACK naming the last PSN of a
+                // message rxe 6.1 is re-sending wedges its send queue: that second ACK
+                // completes the WQE while its requester is still re-sending it, and with a
+                // one-entry send queue (ibv_rc_pingpong) the next post leaves the
+                // requester's index equal to the producer's, so nothing is ever sent
+                // again. rxe's AckReq counter runs across an interrupted re-send, so a
+                // MIDDLE of the re-sent message can ask for an ACK: answered with its own
+                // PSN, it names nothing rxe completes (tests/interop/README.md, "rxe's
+                // stalled send queue").
                 if req.ack_req {
-                    // C9-105: the last acknowledged PSN, `ack_psn − 1`.
-                    let ack = Response::ack(self.ack_psn.add(Psn::MASK), Syndrome::ACK, self.msn);
+                    let ack = Response::ack(req.psn, Syndrome::ACK, self.msn);
                     self.out.push_back(Work::One(ack));
                 }
             }

@@ -180,7 +180,7 @@ fn rc_duplicate_send_and_write_are_reacked_not_reexecuted() {
     assert_eq!(p.sent.len(), 4, "each sent twice");
     assert_eq!(p.executed, [0, 1], "duplicates are not executed again");
     assert_eq!(p.recv_completions.len(), 1, "one receive consumed");
-    // Each duplicate was answered with an ACK of the last acknowledged PSN.
+    // Each duplicate (AckReq: each is a message's only packet) was re-ACKed with its own PSN.
     let acks: Vec<u32> = p.responses.iter().map(|(_, r)| r.psn.get()).collect();
     assert_eq!(acks, [0, 0, 1, 1]);
     assert_all_success(&p, &[s, w]);
@@ -209,9 +209,9 @@ fn rc_duplicate_reack_never_names_a_read_psn() {
 /// 2026-11-29, rxe as rc_pingpong's server; tests/interop/README.md, "rxe's stalled send
 /// queue"): rxe sends a 64-packet SEND (PSNs 0x9f973e..0x9f977d, AckReq on the LAST only),
 /// a stale retransmit timer fires at once and it sends the message again from its FIRST.
-/// Only a duplicate asking for an ACK is re-ACKed: before, each of the 62 duplicates that
-/// rxe got out answered with an ACK of 0x9f977d, and the second such ACK made rxe complete
-/// the WQE it was still re-sending; its requester never sent again.
+/// Only a duplicate asking for an ACK is re-ACKed, with its own PSN: before, each of the 62
+/// duplicates that rxe got out answered with an ACK of 0x9f977d, and the second such ACK
+/// made rxe complete the WQE it was still re-sending; its requester never sent again.
 #[test]
 fn rc_go_back_n_duplicates_are_reacked_only_where_ackreq_asks() {
     let now = Instant::now();
@@ -251,7 +251,15 @@ fn rc_go_back_n_duplicates_are_reacked_only_where_ackreq_asks() {
         assert!(!d.executed && d.recv.is_none() && d.place.is_none());
     }
     assert_eq!(acks(&mut resp), [], "duplicates without AckReq are not re-ACKed one by one");
-    // Had it gone on, its LAST (AckReq) gets the ACK of the last acknowledged PSN.
+    // rxe's AckReq counter runs on across an interrupted re-send, so a MIDDLE of the next
+    // re-send can ask for an ACK (CI capture of 2026-11-29: the stall came back that way).
+    // Its re-ACK names its own PSN: an ACK of 0x9f977d here would be the second one that
+    // completes the WQE under rxe's requester.
+    let mut middle = packet(10);
+    middle.ack_req = true;
+    assert!(!resp.handle_request(now, &middle, &mut t).executed);
+    assert_eq!(acks(&mut resp), [(0x9f_9748, 1)]);
+    // Had it gone on, its LAST (AckReq) gets the ACK of the last PSN, its own.
     assert!(!resp.handle_request(now, &packet(62), &mut t).executed);
     assert!(!resp.handle_request(now, &packet(63), &mut t).executed);
     assert_eq!(acks(&mut resp), [(0x9f_977d, 1)]);
