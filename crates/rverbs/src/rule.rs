@@ -308,6 +308,20 @@ pub enum Rule {
         qpn: u32,
     },
 
+    // ---- awaiting completions (`aio`, ibv_get_cq_event(3))
+    /// An async CQ waits on the CQ's own completion channel.
+    #[error("the completion channel is not the CQ's")]
+    NotTheCqsChannel,
+    /// An async CQ reads every event of its channel, so the channel serves that CQ alone.
+    #[error("the completion channel serves {cqs} CQs; an async CQ needs one of its own")]
+    SharedChannel {
+        /// CQs attached to the channel.
+        cqs: u32,
+    },
+    /// A poll needs room for at least one completion.
+    #[error("no room for a completion (empty array)")]
+    NoRoomForCompletion,
+
     // ---- QP1 endpoints (rverbs-cm)
     /// An endpoint cannot watch itself.
     #[error("endpoint {ep} is the caller's own")]

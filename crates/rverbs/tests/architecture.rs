@@ -44,8 +44,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Transports: how a request reaches its responder.
     ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::deliver", "transport::link", "transport::respond", "transport::route", "transport::target", "transport::udp", "transport::udp::faults", "transport::udp::group", "transport::udp::relay", "transport::udp::rx", "transport::udp::socket", "transport::udp::takeover", "transport::udp::trace", "transport::dispatch", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
-    // `fuzzing` only), which reaches into every layer below.
-    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing"]),
+    // `fuzzing` only), which reaches into every layer below; and completions and events
+    // awaited on tokio's reactor (`aio`, feature `tokio`), over a context's objects.
+    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing", "aio"]),
 ];
 
 /// Upward imports still present (importer, imported). See the module docs: a ratchet,
@@ -549,6 +550,7 @@ const PUBLIC_MODULES: &[(&str, &str)] = &[
     ("clock", "the device clock of completion timestamps (ibv_create_cq_ex(3), ibv_query_rt_values_ex(3))"),
     ("sanitize", "the verbs sanitizer's switch and its findings as values (docs/sanitizer.md): re-exported from the private `sanitizer`, whose hooks the verbs call"),
     ("capi_support", "what rverbs-capi and rverbs-cm need beyond the verbs API: the one, documented public path to those internals"),
+    ("aio", "completions and asynchronous events as futures and streams on tokio's reactor (feature `tokio`)"),
     ("fuzzing", "the fuzz harnesses' entry into private code: feature `fuzzing` only, hidden from the documentation"),
 ];
 

@@ -63,6 +63,11 @@ impl ChannelInner {
         self.users.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// How many CQs report to the channel.
+    pub(crate) fn users(&self) -> u32 {
+        self.users.load(Ordering::Acquire)
+    }
+
     pub(crate) fn is_destroyed(&self) -> bool {
         self.destroyed.load(Ordering::Acquire)
     }

@@ -1,0 +1,256 @@
+//! Completions and asynchronous events as futures and streams, on tokio's reactor
+//! (feature `tokio`).
+//!
+//! A completion channel's fd and a context's `async_fd` are real fds, readable while an
+//! event is queued (ibv_get_cq_event(3), ibv_get_async_event(3)), so an async program
+//! registers them with its reactor instead of blocking a thread in `get_cq_event`:
+//!
+//! - [`AsyncCq`]: the completions of one CQ, as `completions(&mut [Wc]).await` or as a
+//!   [`Stream`] of [`Wc`]. It follows ibv_get_cq_event(3)'s example: poll; when the CQ is
+//!   empty, arm it (ibv_req_notify_cq(3)) and poll once more, since completions already
+//!   in the CQ raise no event; only then wait for the channel; acknowledge each event
+//!   (ibv_ack_cq_events(3)) and poll again.
+//! - [`AsyncChannel`]: the events of a channel that serves several CQs.
+//! - [`AsyncEvents`]: a context's asynchronous events (QP_FATAL, CQ_ERR, …).
+//!
+//! **Cancellation.** Dropping a future loses nothing: a completion stays in its CQ until a
+//! poll returns it, and an event is read from the fd only inside the poll that returns it
+//! (a CQ's event is acknowledged there and its CQ polled at once). What an [`AsyncCq`]
+//! remembers between futures (whether the CQ is armed) lives in the value, not in the
+//! future.
+//!
+//! **No empty wake-ups.** A future resolves only with at least one completion or event:
+//! a wake-up whose read finds nothing (another reader took the event, or the event was of
+//! an arming whose completion an earlier poll already returned) clears the readiness and
+//! waits again.
+//!
+//! The fds are made non-blocking, so the blocking `get_cq_event` / `get_async_event` of
+//! the same channel or context return `Error::WouldBlock` afterwards. The types must be
+//! created inside a tokio runtime with I/O enabled (`tokio::io::unix::AsyncFd`).
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::pin::Pin;
+use std::task::{ready, Context as TaskContext, Poll};
+
+use futures_core::Stream;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+use crate::cq::channel::{CompChannel, CqEvent};
+use crate::cq::Cq;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::event::AsyncEvent;
+use crate::rule::Rule;
+use crate::wc::Wc;
+
+/// An object whose fd the reactor watches (tokio wants `AsRawFd`).
+#[derive(Debug)]
+struct Watched<T>(T);
+
+impl<T: AsFd> AsRawFd for Watched<T> {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// An fd registered with the current runtime's reactor for reading, made non-blocking
+/// first.
+#[allow(unsafe_code)]
+fn register<T: AsFd>(inner: T) -> Result<AsyncFd<Watched<T>>> {
+    // Without a runtime tokio would panic; say so instead.
+    tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+    rustix::io::ioctl_fionbio(inner.as_fd(), true)?;
+    // SAFETY: the fd is the channel's or the context's own, opened with it and closed
+    // only when the last clone of it is dropped; `Watched` holds a clone for as long as
+    // the `AsyncFd` lives, and `as_fd` returns that same fd on every call.
+    let fd = unsafe { AsyncFd::register_with_interest(Watched(inner), Interest::READABLE) };
+    Ok(fd.map_err(io::Error::from)?)
+}
+
+/// Reads one event with `read` once the fd is readable: an empty read (`WouldBlock`)
+/// clears the readiness and waits again, so `Pending` or an event, never nothing.
+fn poll_read<T: AsFd, E>(fd: &AsyncFd<Watched<T>>, cx: &mut TaskContext<'_>, read: impl Fn(&T) -> Result<E>) -> Poll<Result<E>> {
+    loop {
+        let mut guard = ready!(fd.poll_read_ready(cx))?;
+        let r = guard.try_io(|fd| match read(&fd.get_ref().0) {
+            Err(Error::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+            other => Ok(other),
+        });
+        match r {
+            Ok(Ok(event)) => return Poll::Ready(event),
+            Ok(Err(e)) => return Poll::Ready(Err(e.into())),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// A completion channel's events, awaited (ibv_get_cq_event(3)).
+///
+/// Each [`CqEvent`] is acknowledged when dropped (ibv_ack_cq_events(3)); the CQ it names
+/// must be re-armed (ibv_req_notify_cq(3)) for the next one and polled after arming.
+#[derive(Debug)]
+pub struct AsyncChannel {
+    fd: AsyncFd<Watched<CompChannel>>,
+}
+
+impl AsyncChannel {
+    /// Registers `channel` with the current tokio runtime and makes its fd non-blocking.
+    ///
+    /// Errors: `Os` if there is no runtime with I/O enabled, or registering fails.
+    pub fn new(channel: CompChannel) -> Result<AsyncChannel> {
+        Ok(AsyncChannel { fd: register(channel)? })
+    }
+
+    /// The channel.
+    pub fn channel(&self) -> &CompChannel {
+        &self.fd.get_ref().0
+    }
+
+    /// Polls for the next event: `Ready` only with an event (or an error).
+    pub fn poll_event(&self, cx: &mut TaskContext<'_>) -> Poll<Result<CqEvent>> {
+        poll_read(&self.fd, cx, CompChannel::get_cq_event)
+    }
+
+    /// The next event. Cancellation-safe: an event is read only when it is returned.
+    pub async fn event(&self) -> Result<CqEvent> {
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+}
+
+/// The completions of one CQ, awaited (ibv_poll_cq(3) with ibv_req_notify_cq(3) and
+/// ibv_get_cq_event(3), in the order of ibv_get_cq_event(3)'s example).
+///
+/// The CQ's completion channel serves this CQ alone: the constructor refuses a channel
+/// other CQs use, and a CQ created on it later would have its events read (and dropped)
+/// here. For a channel shared by CQs, use [`AsyncChannel`].
+#[derive(Debug)]
+pub struct AsyncCq {
+    cq: Cq,
+    channel: AsyncChannel,
+    /// Armed since the last event was consumed: an empty poll waits for the channel.
+    armed: bool,
+}
+
+impl AsyncCq {
+    /// The CQ `cq`, whose completion channel is `channel`, registered with the current
+    /// tokio runtime.
+    ///
+    /// Errors: `Invalid` if `cq` does not report to `channel`, or other CQs do;
+    /// those of [`AsyncChannel::new`].
+    pub fn new(cq: Cq, channel: CompChannel) -> Result<AsyncCq> {
+        if !cq.inner().channel_is(channel.inner()) {
+            return Err(Error::invalid("AsyncCq::new", Rule::NotTheCqsChannel));
+        }
+        let cqs = channel.inner().users();
+        if cqs != 1 {
+            return Err(Error::invalid("AsyncCq::new", Rule::SharedChannel { cqs }));
+        }
+        Ok(AsyncCq { cq, channel: AsyncChannel::new(channel)?, armed: false })
+    }
+
+    /// The CQ, for what the async API does not cover (resize, query, ex polling).
+    pub fn cq(&self) -> &Cq {
+        &self.cq
+    }
+
+    /// Polls for completions into `wc`: `Ready(Ok(n))` with `1 ≤ n ≤ wc.len()`, oldest
+    /// first, or `Pending` (the waker is woken by the channel).
+    ///
+    /// Errors: those of [`Cq::poll`] (`CqOverrun` once the CQ is in error) and
+    /// [`Cq::req_notify`]; `Invalid` if `wc` is empty.
+    pub fn poll_completions(&mut self, cx: &mut TaskContext<'_>, wc: &mut [Wc]) -> Poll<Result<usize>> {
+        if wc.is_empty() {
+            return Poll::Ready(Err(Error::invalid("AsyncCq::poll_completions", Rule::NoRoomForCompletion)));
+        }
+        loop {
+            let n = self.cq.poll(wc)?;
+            if n > 0 {
+                return Poll::Ready(Ok(n));
+            }
+            if !self.armed {
+                // Arm, then poll once more: what arrived before the arming fires nothing.
+                self.cq.req_notify(false)?;
+                self.armed = true;
+                continue;
+            }
+            let event = ready!(self.channel.poll_event(cx))?;
+            // Acknowledged here; the arming it answered is spent.
+            drop(event);
+            self.armed = false;
+        }
+    }
+
+    /// Waits for completions into `wc` and returns how many (at least one).
+    /// Cancellation-safe ([module docs](self)).
+    pub async fn completions(&mut self, wc: &mut [Wc]) -> Result<usize> {
+        std::future::poll_fn(|cx| self.poll_completions(cx, wc)).await
+    }
+
+    /// The next completion. Cancellation-safe.
+    pub async fn next_completion(&mut self) -> Result<Wc> {
+        let mut wc = [Wc::default()];
+        self.completions(&mut wc).await?;
+        Ok(wc[0])
+    }
+}
+
+/// The CQ's completions one by one; the stream never ends (an error is an item: a CQ in
+/// error keeps returning `CqOverrun`).
+impl Stream for AsyncCq {
+    type Item = Result<Wc>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        let mut wc = [Wc::default()];
+        let this = self.get_mut();
+        this.poll_completions(cx, &mut wc).map(|r| Some(r.map(|_| wc[0])))
+    }
+}
+
+/// A context's asynchronous events, awaited (ibv_get_async_event(3)); each is
+/// acknowledged when dropped (ibv_ack_async_event(3)).
+#[derive(Debug)]
+pub struct AsyncEvents {
+    fd: AsyncFd<Watched<Context>>,
+}
+
+impl AsyncEvents {
+    /// The events of `ctx`, registered with the current tokio runtime (its `async_fd`
+    /// becomes non-blocking).
+    ///
+    /// Errors: those of [`AsyncChannel::new`].
+    pub fn new(ctx: Context) -> Result<AsyncEvents> {
+        Ok(AsyncEvents { fd: register(ctx)? })
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Context {
+        &self.fd.get_ref().0
+    }
+
+    /// Polls for the next event: `Ready` only with an event (or an error).
+    pub fn poll_event(&self, cx: &mut TaskContext<'_>) -> Poll<Result<AsyncEvent>> {
+        poll_read(&self.fd, cx, Context::get_async_event)
+    }
+
+    /// The next event. Cancellation-safe: an event is read only when it is returned.
+    pub async fn event(&self) -> Result<AsyncEvent> {
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+}
+
+/// The context's events; the stream never ends.
+impl Stream for AsyncEvents {
+    type Item = Result<AsyncEvent>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_event(cx).map(Some)
+    }
+}
+
+impl AsFd for AsyncCq {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.channel.channel().fd()
+    }
+}
