@@ -188,7 +188,7 @@ impl CompChannel {
     ///
     /// Errors: `EBUSY` while CQs use it; `EINVAL` if already destroyed.
     pub fn destroy(&self) -> Result<()> {
-        if self.inner.users.load(Ordering::Acquire) != 0 {
+        if self.inner.users() != 0 {
             return Err(Error::Busy { what: "completion channel" });
         }
         if self.inner.destroyed.swap(true, Ordering::AcqRel) {
