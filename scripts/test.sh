@@ -32,17 +32,19 @@ else
 	cargo test --workspace --no-fail-fast
 fi
 cargo test --workspace --doc
-# rverbs' feature `tokio` (rverbs::aio): its tests need the feature, which the workspace
-# run above leaves off.
+# The feature `tokio` of rverbs and rverbs-cm (rverbs::aio, rverbs_cm::aio): their tests and
+# the async echo example need it, which the workspace run above leaves off.
 if cargo nextest --version >/dev/null 2>&1; then
-	cargo nextest run -p rverbs --features tokio --no-fail-fast -E 'binary(aio)'
+	cargo nextest run -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs-cm/tokio --no-fail-fast \
+		-E 'binary(aio) | binary(async_echo)'
 else
-	cargo test -p rverbs --features tokio --test aio --no-fail-fast
+	cargo test -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs-cm/tokio --no-fail-fast \
+		--test aio --example async_echo
 fi
 # The API documentation builds without a warning (broken or private intra-doc links),
 # with the optional features' modules.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
-RUSTDOCFLAGS="-D warnings" cargo doc -p rverbs --features tokio --no-deps --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs-cm/tokio --no-deps --quiet
 
 # Every conformance and chaos script runs here; the *_netns.sh ones (UD, RC, XRC, multicast,
 # rdma_cm, UCX) stand two hosts up as two network namespaces they create (needs root);

@@ -83,6 +83,19 @@ impl Listener {
     /// Waits up to `timeout` for a connection request.
     pub fn next_request(&self, timeout: Duration) -> Result<Request> {
         let ev = wait_event(&self.ch, timeout, "listening on", self.local_addr(), EventKind::ConnectRequest)?;
+        Request::from_event(ev)
+    }
+
+    /// The listener's channel (the async listener watches it).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn channel(&self) -> &EventChannel {
+        &self.ch
+    }
+}
+
+impl Request {
+    /// The request that event `ev` of a listener announces, on a channel of its own.
+    pub(crate) fn from_event(ev: Event) -> Result<Request> {
         if ev.kind != EventKind::ConnectRequest {
             return Err(Error::invalid("Listener::next_request", Rule::UnexpectedEvent { kind: ev.kind }));
         }
@@ -132,10 +145,23 @@ impl Request {
     /// accepting; a QP in RESET refuses them). An error from `ready` rejects the request
     /// and is returned.
     pub fn accept_with(
-        mut self,
+        self,
         qp: Qp,
         private_data: &[u8],
         timeout: Duration,
+        ready: impl FnOnce(&Qp) -> Result<()>,
+    ) -> Result<Connection> {
+        let conn = self.start_accept(qp, private_data, ready)?;
+        expect_event(&conn.ch, timeout, ACCEPTING, conn.id.dst_addr(), EventKind::Established)?;
+        Ok(conn)
+    }
+
+    /// Accepting up to the wait for ESTABLISHED: the QP attached, `ready` called, the
+    /// reply sent.
+    pub(crate) fn start_accept(
+        mut self,
+        qp: Qp,
+        private_data: &[u8],
         ready: impl FnOnce(&Qp) -> Result<()>,
     ) -> Result<Connection> {
         let id = self.id.take().expect("a request has its id until answered");
@@ -153,7 +179,6 @@ impl Request {
             ..ConnParam::default()
         };
         conn.id.accept(Some(&p))?;
-        expect_event(&conn.ch, timeout, "accepting from", conn.id.dst_addr(), EventKind::Established)?;
         Ok(conn)
     }
 
@@ -192,30 +217,58 @@ pub fn connect_with(
     timeout: Duration,
     ready: impl FnOnce(&Qp) -> Result<()>,
 ) -> Result<Connection> {
-    let ch = EventChannel::new()?;
-    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
-    let mut conn = Connection { ch, id, qp: qp.clone(), peer_data: Vec::new() };
-    conn.id.resolve_addr(None, dst, timeout.as_millis() as i32)?;
-    for want in [EventKind::AddrResolved, EventKind::RouteResolved] {
-        expect_event(&conn.ch, timeout, "connecting to", Some(dst), want)?;
-        if want == EventKind::AddrResolved {
-            conn.id.resolve_route(timeout.as_millis() as i32)?;
-        }
-    }
-    conn.id.attach_qp(qp)?;
-    ready(&conn.qp)?;
-    let p = ConnParam {
-        private_data: private_data.to_vec(),
-        responder_resources: 0xff,
-        initiator_depth: 0xff,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        ..ConnParam::default()
-    };
-    conn.id.connect(&p)?;
-    let ev = expect_event(&conn.ch, timeout, "connecting to", Some(dst), EventKind::Established)?;
+    let mut conn = Connection::start_connect(dst, qp, timeout)?;
+    expect_event(&conn.ch, timeout, CONNECTING, Some(dst), EventKind::AddrResolved)?;
+    conn.id.resolve_route(timeout.as_millis() as i32)?;
+    expect_event(&conn.ch, timeout, CONNECTING, Some(dst), EventKind::RouteResolved)?;
+    conn.send_request(private_data, ready)?;
+    let ev = expect_event(&conn.ch, timeout, CONNECTING, Some(dst), EventKind::Established)?;
     conn.peer_data = ev.conn.private_data.clone();
     Ok(conn)
+}
+
+/// The steps of a connection, named in errors.
+pub(crate) const CONNECTING: &str = "connecting to";
+pub(crate) const ACCEPTING: &str = "accepting from";
+
+impl Connection {
+    /// Connecting, first step: an id on a channel of its own, resolving `dst` (its
+    /// ADDR_RESOLVED or ADDR_ERROR comes within `timeout`).
+    pub(crate) fn start_connect(dst: SocketAddr, qp: Qp, timeout: Duration) -> Result<Connection> {
+        let ch = EventChannel::new()?;
+        let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
+        let conn = Connection { ch, id, qp, peer_data: Vec::new() };
+        conn.id.resolve_addr(None, dst, timeout.as_millis() as i32)?;
+        Ok(conn)
+    }
+
+    /// Connecting, once the route is resolved: the QP attached, `ready` called, the
+    /// request sent (rdma_connect(3)).
+    pub(crate) fn send_request(&self, private_data: &[u8], ready: impl FnOnce(&Qp) -> Result<()>) -> Result<()> {
+        self.id.attach_qp(self.qp.clone())?;
+        ready(&self.qp)?;
+        let p = ConnParam {
+            private_data: private_data.to_vec(),
+            responder_resources: 0xff,
+            initiator_depth: 0xff,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        };
+        self.id.connect(&p)
+    }
+
+    /// The connection's channel and id (the async connection waits on them).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn parts(&self) -> (&EventChannel, &CmId) {
+        (&self.ch, &self.id)
+    }
+
+    /// Keeps the server's private data of ESTABLISHED.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn set_peer_data(&mut self, data: Vec<u8>) {
+        self.peer_data = data;
+    }
 }
 
 /// An established connection. Dropping it disconnects (if still connected) and destroys

@@ -17,6 +17,9 @@
 //! - [`Listener`], [`connect`], [`Connection`]: the RAII way, every wait bounded;
 //!   `examples/echo.rs` is a whole server and client with it (`cargo run -p rverbs-cm
 //!   --example echo`, run by `cargo test` too).
+//! - `aio` (feature `tokio`): the same awaited on tokio's reactor (`AsyncListener`,
+//!   `aio::connect`, `AsyncConnection`, a `Stream` of events); `examples/async_echo.rs`
+//!   serves 64 connections from one thread.
 //!
 //! ```no_run
 //! use rverbs_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
@@ -32,6 +35,8 @@
 #![warn(missing_docs)]
 
 pub mod addr;
+#[cfg(feature = "tokio")]
+pub mod aio;
 mod channel;
 mod cm_state;
 pub mod conn;

@@ -45,7 +45,26 @@ use crate::event::AsyncEvent;
 use crate::rule::Rule;
 use crate::wc::Wc;
 
-/// An object whose fd the reactor watches (tokio wants `AsRawFd`).
+/// An object whose fd stays the same open descriptor for as long as the object lives, so
+/// that a reactor may watch it.
+///
+/// # Safety
+///
+/// Every call of `as_fd` on a value returns the same descriptor, open from the value's
+/// creation until it is dropped (and its clones, if it shares the descriptor with them).
+#[allow(unsafe_code)]
+pub unsafe trait StableFd: AsFd {}
+
+// SAFETY: a channel's FIFO fd is opened with it and closed when its last clone drops.
+#[allow(unsafe_code)]
+unsafe impl StableFd for CompChannel {}
+
+// SAFETY: a context's async-event FIFO fd is opened with it and closed when its last
+// clone drops.
+#[allow(unsafe_code)]
+unsafe impl StableFd for Context {}
+
+/// The object as tokio wants it (`AsRawFd`).
 #[derive(Debug)]
 struct Watched<T>(T);
 
@@ -55,35 +74,56 @@ impl<T: AsFd> AsRawFd for Watched<T> {
     }
 }
 
-/// An fd registered with the current runtime's reactor for reading, made non-blocking
-/// first.
-#[allow(unsafe_code)]
-fn register<T: AsFd>(inner: T) -> Result<AsyncFd<Watched<T>>> {
-    // Without a runtime tokio would panic; say so instead.
-    tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
-    rustix::io::ioctl_fionbio(inner.as_fd(), true)?;
-    // SAFETY: the fd is the channel's or the context's own, opened with it and closed
-    // only when the last clone of it is dropped; `Watched` holds a clone for as long as
-    // the `AsyncFd` lives, and `as_fd` returns that same fd on every call.
-    let fd = unsafe { AsyncFd::register_with_interest(Watched(inner), Interest::READABLE) };
-    Ok(fd.map_err(io::Error::from)?)
+/// An object whose fd is readable while it holds something to read (a completion
+/// channel, a context's async events, an rdma_cm event channel), registered with tokio's
+/// reactor: the building block of the async types here and in `rverbs-cm`.
+#[derive(Debug)]
+pub struct AsyncSource<T: StableFd> {
+    fd: AsyncFd<Watched<T>>,
 }
 
-/// Reads one event with `read` once the fd is readable: an empty read (`WouldBlock`)
-/// clears the readiness and waits again, so `Pending` or an event, never nothing.
-fn poll_read<T: AsFd, E>(fd: &AsyncFd<Watched<T>>, cx: &mut TaskContext<'_>, read: impl Fn(&T) -> Result<E>) -> Poll<Result<E>> {
-    loop {
-        let mut guard = ready!(fd.poll_read_ready(cx))?;
-        let r = guard.try_io(|fd| match read(&fd.get_ref().0) {
-            Err(Error::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
-            other => Ok(other),
-        });
-        match r {
-            Ok(Ok(event)) => return Poll::Ready(event),
-            Ok(Err(e)) => return Poll::Ready(Err(e.into())),
-            Err(_would_block) => continue,
+impl<T: StableFd> AsyncSource<T> {
+    /// Makes `inner`'s fd non-blocking and registers it with the current tokio runtime
+    /// for reading.
+    ///
+    /// Errors: `Os` if there is no runtime with I/O enabled, or registering fails.
+    #[allow(unsafe_code)]
+    pub fn new(inner: T) -> io::Result<AsyncSource<T>> {
+        // Without a runtime tokio would panic; say so instead.
+        tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        rustix::io::ioctl_fionbio(inner.as_fd(), true)?;
+        // SAFETY: `StableFd`: the fd stays the same open descriptor while `inner`
+        // lives, and the `AsyncFd` owns `inner`.
+        let fd = unsafe { AsyncFd::register_with_interest(Watched(inner), Interest::READABLE) };
+        Ok(AsyncSource { fd: fd.map_err(io::Error::from)? })
+    }
+
+    /// The object.
+    pub fn get_ref(&self) -> &T {
+        &self.fd.get_ref().0
+    }
+
+    /// Once the fd is readable, reads with `read`, which returns `None` when there was
+    /// nothing after all (the fd's readiness is then cleared and the wait goes on): so
+    /// `Pending`, or `Ready` with what `read` found, never an empty wake-up.
+    pub fn poll_read_with<R>(&self, cx: &mut TaskContext<'_>, mut read: impl FnMut(&T) -> Option<R>) -> Poll<io::Result<R>> {
+        loop {
+            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            match guard.try_io(|fd| read(&fd.get_ref().0).ok_or_else(|| io::ErrorKind::WouldBlock.into())) {
+                Ok(r) => return Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
         }
     }
+}
+
+/// Reads one event with `read` (a non-blocking `get_*_event`): `WouldBlock` waits again.
+fn poll_read<T: StableFd, E>(src: &AsyncSource<T>, cx: &mut TaskContext<'_>, read: impl Fn(&T) -> Result<E>) -> Poll<Result<E>> {
+    let r = ready!(src.poll_read_with(cx, |t| match read(t) {
+        Err(Error::WouldBlock) => None,
+        other => Some(other),
+    }));
+    Poll::Ready(r.map_err(Error::from).and_then(|r| r))
 }
 
 /// A completion channel's events, awaited (ibv_get_cq_event(3)).
@@ -92,7 +132,7 @@ fn poll_read<T: AsFd, E>(fd: &AsyncFd<Watched<T>>, cx: &mut TaskContext<'_>, rea
 /// must be re-armed (ibv_req_notify_cq(3)) for the next one and polled after arming.
 #[derive(Debug)]
 pub struct AsyncChannel {
-    fd: AsyncFd<Watched<CompChannel>>,
+    fd: AsyncSource<CompChannel>,
 }
 
 impl AsyncChannel {
@@ -100,12 +140,12 @@ impl AsyncChannel {
     ///
     /// Errors: `Os` if there is no runtime with I/O enabled, or registering fails.
     pub fn new(channel: CompChannel) -> Result<AsyncChannel> {
-        Ok(AsyncChannel { fd: register(channel)? })
+        Ok(AsyncChannel { fd: AsyncSource::new(channel)? })
     }
 
     /// The channel.
     pub fn channel(&self) -> &CompChannel {
-        &self.fd.get_ref().0
+        self.fd.get_ref()
     }
 
     /// Polls for the next event: `Ready` only with an event (or an error).
@@ -212,7 +252,7 @@ impl Stream for AsyncCq {
 /// acknowledged when dropped (ibv_ack_async_event(3)).
 #[derive(Debug)]
 pub struct AsyncEvents {
-    fd: AsyncFd<Watched<Context>>,
+    fd: AsyncSource<Context>,
 }
 
 impl AsyncEvents {
@@ -221,12 +261,12 @@ impl AsyncEvents {
     ///
     /// Errors: those of [`AsyncChannel::new`].
     pub fn new(ctx: Context) -> Result<AsyncEvents> {
-        Ok(AsyncEvents { fd: register(ctx)? })
+        Ok(AsyncEvents { fd: AsyncSource::new(ctx)? })
     }
 
     /// The context.
     pub fn context(&self) -> &Context {
-        &self.fd.get_ref().0
+        self.fd.get_ref()
     }
 
     /// Polls for the next event: `Ready` only with an event (or an error).

@@ -48,7 +48,7 @@
 //!   send work request completes with a chosen status; `RVERBS_FAULTS`);
 //! - [`sanitize`]: the verbs sanitizer (`RVERBS_SANITIZE`, docs/sanitizer.md): its
 //!   switch and its findings as values;
-//! - [`aio`] (feature `tokio`): completions and asynchronous events as futures and
+//! - `aio` (feature `tokio`): completions and asynchronous events as futures and
 //!   streams on tokio's reactor, cancellation-safe;
 //! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
 //!   manager (`rverbs-cm`) need of the device beyond the verbs API; not for applications.
