@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The verbs sanitizer against C programs (docs/sanitizer.md): one small program per
-# finding, each with exactly that bug on the line marked with a BUG comment, built with
+# finding, each with exactly that bug on the line marked with a BUG comment (and
+# builder_dereg: dereg-mr-in-use of a request built with ibv_wr_*), built with
 # -g -O0 against the installed <infiniband/verbs.h> and run on the drop-in
 # libibverbs.so.1 with RVERBS_SANITIZE=1. For each the report must name the finding's
 # kind, the object the program printed (lkey, QPN) and the file:line of the BUG line in
@@ -37,7 +38,7 @@ programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:lea
 	send_buffer_changed:send-buffer-changed cq_too_small:cq-too-small poll_unfinished:cq-poll-unfinished
 	single_threaded_shared:single-threaded-cq-shared lost_wakeup:lost-wakeup unsignaled_fill:unsignaled-fill
 	remote_access:remote-access-explained rereg_in_use:rereg-mr-in-use dealloc_mw_in_use:dealloc-mw-in-use
-	destroy_qp_in_use:destroy-qp-in-use wc_field:wc-field-not-requested)
+	destroy_qp_in_use:destroy-qp-in-use wc_field:wc-field-not-requested builder_dereg:dereg-mr-in-use)
 for p in "${programs[@]}"; do
 	gcc -g -O0 -Wall -Werror -pthread -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
 done
@@ -157,6 +158,13 @@ for p in "${programs[@]}"; do
 		check "$name: and rkey $rkey" grep -q "^  remote range \[$raddr-$rend) through rkey $rkey" "$err"
 		check "$name: where the target region was registered" grep -q '^  target region registered at:' "$err"
 		check "$name: reported when the error completion was polled" grep -q '^  error completion polled at:' "$err" ;;
+	builder_dereg)
+		read -r lkey qpn < <(sed -n 's/^lkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\).*/\1 \2/p' "$out")
+		check "$name: the report names mr lkey $lkey and wr_id 0x5f on QPN $qpn" \
+			grep -q "ibv_dereg_mr of mr lkey $lkey while work request wr_id 0x5f on QPN $qpn (send queue) uses it" "$err"
+		wc_line=$(grep -n 'ibv_wr_complete(qpx)' "$here/$name.c" | cut -d: -f1)
+		check "$name: posted at the ibv_wr_complete line, $name.c:$wc_line" \
+			sh -c 'sed -n "/^  posted at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:$wc_line)" ;;
 	rereg_in_use)
 		read -r lkey qpn < <(sed -n 's/^lkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\).*/\1 \2/p' "$out")
 		check "$name: the report names mr lkey $lkey and wr_id 0x5d on QPN $qpn" \
