@@ -11,6 +11,10 @@
 #     receive CQ it created only for latency tests, servers, duplex or event runs);
 #   - ib_atomic_lat's server exits with every object it created alive.
 # Each is required to be exactly one leak-at-exit report, in that process only.
+# ibv_srq_pingpong has a real bug the sanitizer may find, depending on timing: it counts
+# send completions over all its QPs against one total, so up to 15 of its 16 QPs can have
+# a SEND (wr_id 2) in flight when it stops, and it destroys them so (destroy-qp-in-use).
+# Its pairs run apart from the other ping-pongs and may report that, and only that.
 #
 # pyverbs is left out: its suite breaks the rules on purpose (a test posts a receive in
 # RESET to see EINVAL) and its teardown deregisters regions under receives still posted,
@@ -31,22 +35,27 @@ done
 source tests/conformance/lib/pairs.bash
 export DROPIN_DIR=$dropin RVERBS_SANITIZE=1
 
-# suite LABEL SCRIPT ARGS...: a whole conformance script under the sanitizer; it must pass
-# and the sanitizer must report nothing.
+# suite LABEL ALLOW SCRIPT ARGS...: a whole conformance script under the sanitizer; it
+# must pass and the sanitizer must report nothing but findings matching the extended
+# regex ALLOW ("-": nothing).
 suite() {
-  local label=$1 log
-  shift
+  local label=$1 allow=$2 log others
+  shift 2
   n=$((n + 1)) start=$EPOCHREALTIME why=()
   log=$WORK/logs/$n.findings slog=$WORK/logs/$n.out clog=$log
   scmd=("$@") ccmd=("(the sanitizer's reports)")
   RVERBS_SANITIZE_LOG=$log bash "$@" >"$slog" 2>&1 || why+=("$1 failed under the sanitizer: $(tail -n 1 "$slog")")
-  [ ! -s "$log" ] || why+=("$(grep -c '^==[0-9]*==RVERBS SANITIZER:' "$log") finding(s): $(grep -m1 '^==[0-9]*==RVERBS SANITIZER:' "$log")")
   [ -e "$log" ] || : >"$log"
+  others=$(grep '^==[0-9]*==RVERBS SANITIZER:' "$log" | { [ "$allow" = - ] && cat || grep -Ev "$allow"; } || true)
+  [ -z "$others" ] || why+=("$(wc -l <<<"$others") finding(s): $(head -n 1 <<<"$others")")
   report_pair "$label"
 }
 
-suite "ibverbs-utils ping-pongs (pingpong.sh, 32 pairs)" tests/conformance/pingpong.sh
-suite "rdmacm-utils (rdmacm_utils.sh)" tests/conformance/rdmacm_utils.sh
+suite "ibverbs-utils ping-pongs but srq (pingpong.sh, 26 pairs)" - tests/conformance/pingpong.sh '^(rc|uc|ud|xsrq)( |$)'
+suite "ibv_srq_pingpong (pingpong.sh, 6 pairs): at most its own SENDs destroyed in flight" \
+  'RVERBS SANITIZER: destroy-qp-in-use: ibv_destroy_qp of QPN 0x[0-9a-f]+ while the device has not finished 1 send work request\(s\) \(the first: wr_id 0x2, signaled\)' \
+  tests/conformance/pingpong.sh '^srq '
+suite "rdmacm-utils (rdmacm_utils.sh)" - tests/conformance/rdmacm_utils.sh
 
 # perftest: each program once as server and client (-n 5, its default size), each side
 # with its own log of findings. EXPECT: "server" or "client", the side whose leak is

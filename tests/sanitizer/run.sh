@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The verbs sanitizer against C programs (docs/sanitizer.md): one small program per
-# finding, each with exactly that bug on the line marked with a BUG comment, built with
+# finding, each with exactly that bug on the line marked with a BUG comment (and
+# builder_dereg: dereg-mr-in-use of a request built with ibv_wr_*), built with
 # -g -O0 against the installed <infiniband/verbs.h> and run on the drop-in
 # libibverbs.so.1 with RVERBS_SANITIZE=1. For each the report must name the finding's
 # kind, the object the program printed (lkey, QPN) and the file:line of the BUG line in
@@ -36,7 +37,8 @@ check() { # check DESCRIPTION COMMAND...
 programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:leak-at-exit post_in_reset:post-in-bad-state
 	send_buffer_changed:send-buffer-changed cq_too_small:cq-too-small poll_unfinished:cq-poll-unfinished
 	single_threaded_shared:single-threaded-cq-shared lost_wakeup:lost-wakeup unsignaled_fill:unsignaled-fill
-	remote_access:remote-access-explained)
+	remote_access:remote-access-explained rereg_in_use:rereg-mr-in-use dealloc_mw_in_use:dealloc-mw-in-use
+	destroy_qp_in_use:destroy-qp-in-use wc_field:wc-field-not-requested builder_dereg:dereg-mr-in-use)
 for p in "${programs[@]}"; do
 	gcc -g -O0 -Wall -Werror -pthread -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
 done
@@ -156,6 +158,43 @@ for p in "${programs[@]}"; do
 		check "$name: and rkey $rkey" grep -q "^  remote range \[$raddr-$rend) through rkey $rkey" "$err"
 		check "$name: where the target region was registered" grep -q '^  target region registered at:' "$err"
 		check "$name: reported when the error completion was polled" grep -q '^  error completion polled at:' "$err" ;;
+	builder_dereg)
+		read -r lkey qpn < <(sed -n 's/^lkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\).*/\1 \2/p' "$out")
+		check "$name: the report names mr lkey $lkey and wr_id 0x5f on QPN $qpn" \
+			grep -q "ibv_dereg_mr of mr lkey $lkey while work request wr_id 0x5f on QPN $qpn (send queue) uses it" "$err"
+		wc_line=$(grep -n 'ibv_wr_complete(qpx)' "$here/$name.c" | cut -d: -f1)
+		check "$name: posted at the ibv_wr_complete line, $name.c:$wc_line" \
+			sh -c 'sed -n "/^  posted at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:$wc_line)" ;;
+	rereg_in_use)
+		read -r lkey qpn < <(sed -n 's/^lkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\).*/\1 \2/p' "$out")
+		check "$name: the report names mr lkey $lkey and wr_id 0x5d on QPN $qpn" \
+			grep -q "ibv_rereg_mr (changing translation or PD) of mr lkey $lkey while work request wr_id 0x5d on QPN $qpn (send queue) uses it" "$err"
+		check "$name: where the WRITE was posted and the region re-registered" \
+			sh -c 'grep -q "^  posted at:" "$1" && grep -q "^  re-registered at:" "$1"' _ "$err"
+		check "$name: the program went on (the region moved)" grep -q '^done' "$out" ;;
+	dealloc_mw_in_use)
+		read -r rkey qpn < <(sed -n 's/^rkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\).*/\1 \2/p' "$out")
+		check "$name: the report names mw rkey $rkey and the bind wr_id 0x71 on QPN $qpn" \
+			grep -q "ibv_dealloc_mw of mw rkey $rkey while the bind work request wr_id 0x71 on QPN $qpn (send queue) is outstanding" "$err"
+		check "$name: where the bind was posted, in $name.c" \
+			sh -c 'sed -n "/^  bind posted at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:"
+		check "$name: the program went on (the bind's completion polled after)" grep -q '^done' "$out" ;;
+	destroy_qp_in_use)
+		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\).*/\1/p' "$out")
+		check "$name: the report names QPN $qpn and the unfinished SEND wr_id 0x5e" \
+			grep -q "ibv_destroy_qp of QPN $qpn while the device has not finished 1 send work request(s) (the first: wr_id 0x5e, signaled): they are discarded without completions" "$err"
+		check "$name: where the SEND was posted, in $name.c" \
+			sh -c 'sed -n "/^  posted at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:"
+		check "$name: the receive posted at the destroy is not reported" test "$(grep -c 'receive queue' "$err")" = 0 ;;
+	wc_field)
+		read -r qpn wcf < <(sed -n 's/^qpn \(0x[0-9a-f]*\) wc_flags \(0x[0-9a-f]*\)/\1 \2/p' "$out")
+		cq=$(sed -n 's/.*wc-field-not-requested: ibv_wc_read_qp_num of cq \([0-9]*\),.*/\1/p' "$err")
+		check "$name: the report names ibv_wc_read_qp_num of cq ${cq:-?} without IBV_WC_EX_WITH_QP_NUM" \
+			grep -q "ibv_wc_read_qp_num of cq $cq, created without IBV_WC_EX_WITH_QP_NUM in its wc_flags" "$err"
+		check "$name: and the CQ's wc_flags, $wcf" grep -q "^  cq $cq created with wc_flags $wcf, without IBV_WC_EX_WITH_QP_NUM" "$err"
+		check "$name: where cq $cq was created, in $name.c" \
+			sh -c 'sed -n "/^  cq $1 created at:/,/^  [a-z]/p" "$2" | grep -q "$3"' _ "$cq" "$err" "($here/$name.c:"
+		check "$name: the read still returned the field (QPN $qpn)" grep -q "^read qp_num $qpn" "$out" ;;
 	post_in_reset)
 		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
 		check "$name: the report names QPN $qpn in Init" grep -q "ibv_post_send to QPN $qpn in state Init" "$err"

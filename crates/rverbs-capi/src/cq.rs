@@ -222,15 +222,26 @@ unsafe extern "C" fn rverbs_end_poll(cq: *mut ibv_cq_ex) {
 }
 
 /// Defines an `ibv_cq_ex.read_*` function returning a field of the current completion
-/// ([`rverbs::Cq::polled`]).
+/// ([`rverbs::Cq::polled`]); with `needs FLAG`, the field is one the CQ's `wc_flags`
+/// must request (ibv_create_cq_ex(3)), which the verbs sanitizer checks
+/// (`sanitizer_wc_read`: one relaxed load when it is off).
 macro_rules! read_fn {
     ($name:ident -> $ty:ty, |$c:ident| $e:expr) => {
+        read_fn!(@ $name -> $ty, |$c| $e, |_obj| {});
+    };
+    ($name:ident -> $ty:ty, needs $flag:ident ($read:literal, $cname:literal), |$c:ident| $e:expr) => {
+        read_fn!(@ $name -> $ty, |$c| $e, |obj| {
+            rverbs::capi_support::sanitizer_wc_read(&obj.core, WcExFlags::$flag, $read, $cname)
+        });
+    };
+    (@ $name:ident -> $ty:ty, |$c:ident| $e:expr, |$obj:ident| $check:expr) => {
         unsafe extern "C" fn $name(cq: *mut ibv_cq_ex) -> $ty {
             ffi_guard!(value(0), {
                 // SAFETY: caller contract.
                 match unsafe { ex_obj(cq) } {
-                    Some(obj) => {
-                        let $c = obj.core.polled();
+                    Some($obj) => {
+                        $check;
+                        let $c = $obj.core.polled();
                         $e
                     }
                     None => {
@@ -252,25 +263,36 @@ fn wc(e: &rverbs::ExEntry) -> ibv_wc {
     unsafe { core::mem::transmute::<rverbs::Wc, ibv_wc>(e.to_wc()) }
 }
 
+// Always available (ibv_create_cq_ex(3)): wr_id and status in the struct, opcode,
+// vendor_err and wc_flags through their readers.
 read_fn!(rverbs_read_opcode -> ibv_wc_opcode, |c| wc(&c).opcode);
 read_fn!(rverbs_read_vendor_err -> u32, |c| wc(&c).vendor_err);
-read_fn!(rverbs_read_byte_len -> u32, |c| wc(&c).byte_len);
-read_fn!(rverbs_read_imm_data -> u32, |c| wc(&c).imm_data);
-read_fn!(rverbs_read_qp_num -> u32, |c| wc(&c).qp_num);
-read_fn!(rverbs_read_src_qp -> u32, |c| wc(&c).src_qp);
 read_fn!(rverbs_read_wc_flags -> c_uint, |c| wc(&c).wc_flags);
-read_fn!(rverbs_read_slid -> u32, |c| u32::from(wc(&c).slid));
-read_fn!(rverbs_read_sl -> u8, |c| wc(&c).sl);
-read_fn!(rverbs_read_dlid_path_bits -> u8, |c| wc(&c).dlid_path_bits);
-read_fn!(rverbs_read_completion_ts -> u64, |c| c.completion_ts().unwrap_or(0));
-read_fn!(rverbs_read_completion_wallclock_ns -> u64, |c| c.completion_wallclock_ns().unwrap_or(0));
+// ibv_wc_read_invalidated_rkey is ibv_wc_read_imm_data (verbs.h), under the same flag.
+read_fn!(rverbs_read_byte_len -> u32, needs BYTE_LEN("ibv_wc_read_byte_len", "IBV_WC_EX_WITH_BYTE_LEN"), |c| wc(&c).byte_len);
+read_fn!(rverbs_read_imm_data -> u32, needs IMM("ibv_wc_read_imm_data", "IBV_WC_EX_WITH_IMM"), |c| wc(&c).imm_data);
+read_fn!(rverbs_read_qp_num -> u32, needs QP_NUM("ibv_wc_read_qp_num", "IBV_WC_EX_WITH_QP_NUM"), |c| wc(&c).qp_num);
+read_fn!(rverbs_read_src_qp -> u32, needs SRC_QP("ibv_wc_read_src_qp", "IBV_WC_EX_WITH_SRC_QP"), |c| wc(&c).src_qp);
+read_fn!(rverbs_read_slid -> u32, needs SLID("ibv_wc_read_slid", "IBV_WC_EX_WITH_SLID"), |c| u32::from(wc(&c).slid));
+read_fn!(rverbs_read_sl -> u8, needs SL("ibv_wc_read_sl", "IBV_WC_EX_WITH_SL"), |c| wc(&c).sl);
+read_fn!(rverbs_read_dlid_path_bits -> u8, needs DLID_PATH_BITS("ibv_wc_read_dlid_path_bits", "IBV_WC_EX_WITH_DLID_PATH_BITS"), |c| wc(&c).dlid_path_bits);
+read_fn!(rverbs_read_completion_ts -> u64, needs COMPLETION_TIMESTAMP("ibv_wc_read_completion_ts", "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP"), |c| c.completion_ts().unwrap_or(0));
+read_fn!(
+    rverbs_read_completion_wallclock_ns -> u64,
+    needs COMPLETION_TIMESTAMP_WALLCLOCK("ibv_wc_read_completion_wallclock_ns", "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK"),
+    |c| c.completion_wallclock_ns().unwrap_or(0)
+);
 // No VLANs or flow tags on this device (the CQ refuses those wc_flags).
-read_fn!(rverbs_read_cvlan -> u16, |_c| 0);
-read_fn!(rverbs_read_flow_tag -> u32, |_c| 0);
+read_fn!(rverbs_read_cvlan -> u16, needs CVLAN("ibv_wc_read_cvlan", "IBV_WC_EX_WITH_CVLAN"), |_c| 0);
+read_fn!(rverbs_read_flow_tag -> u32, needs FLOW_TAG("ibv_wc_read_flow_tag", "IBV_WC_EX_WITH_FLOW_TAG"), |_c| 0);
 
-unsafe extern "C" fn rverbs_read_tm_info(_cq: *mut ibv_cq_ex, tm_info: *mut ibv_wc_tm_info) {
+unsafe extern "C" fn rverbs_read_tm_info(cq: *mut ibv_cq_ex, tm_info: *mut ibv_wc_tm_info) {
     // No tag matching (the CQ refuses IBV_WC_EX_WITH_TM_INFO): report an empty tag.
     ffi_guard!(void, {
+        // SAFETY: caller contract.
+        if let Some(obj) = unsafe { ex_obj(cq) } {
+            rverbs::capi_support::sanitizer_wc_read(&obj.core, WcExFlags::TM_INFO, "ibv_wc_read_tm_info", "IBV_WC_EX_WITH_TM_INFO");
+        }
         // SAFETY: tm_info is NULL or writable (caller contract).
         if let Some(t) = unsafe { tm_info.as_mut() } {
             *t = ibv_wc_tm_info::default();

@@ -168,10 +168,23 @@ pub mod capi_support {
     //!   `Probe`).
     //! - [`sanitizer_internal`]: objects the C libraries and the connection manager keep
     //!   for the life of the process are made inside it, so the verbs sanitizer does not
-    //!   report them as leaks (docs/sanitizer.md).
+    //!   report them as leaks (docs/sanitizer.md); [`sanitizer_wc_read`]: the check of the
+    //!   extended CQ's `ibv_wc_read_*` functions, which only the C library has.
 
     pub use crate::sys::{process_generation, GENERATIONS};
     pub use crate::sanitizer::internal as sanitizer_internal;
+
+    /// The verbs sanitizer's check of an `ibv_wc_read_*` of extended CQ `cq` reading the
+    /// field that `field` (`flag`, e.g. `IBV_WC_EX_WITH_BYTE_LEN`) requests: reported
+    /// if the CQ was created without it (ibv_create_cq_ex(3): "only fields that the user
+    /// requested via wc_flags in ibv_create_cq_ex could be queried"; docs/sanitizer.md,
+    /// wc-field-not-requested). Off, one relaxed load.
+    #[inline(always)]
+    pub fn sanitizer_wc_read(cq: &crate::Cq, field: crate::WcExFlags, read: &'static str, flag: &'static str) {
+        if crate::sanitizer::on() {
+            crate::sanitizer::wc_read(cq, field, read, flag);
+        }
+    }
 
     /// QP1, the General Services QP of the port: the connection manager's MADs. To an
     /// endpoint of this host a MAD is a record in that endpoint's QP1 FIFO; to another

@@ -335,6 +335,10 @@ impl Mw {
         if self.inner.released.load(Ordering::Acquire) {
             return Err(Error::Destroyed { what: "memory window" });
         }
+        if crate::sanitizer::on() {
+            // Reported, then the window goes as it would on a NIC (docs/sanitizer.md).
+            crate::sanitizer::dealloc_mw(Arc::as_ptr(&self.inner) as usize, self.inner.rkey());
+        }
         self.inner.release();
         Ok(())
     }

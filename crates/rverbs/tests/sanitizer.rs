@@ -718,3 +718,209 @@ fn a_successful_remote_access_is_no_finding() {
     assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
     assert_eq!(sanitize::take_findings(), vec![]);
 }
+
+#[test]
+fn rereg_of_the_pd_or_translation_of_a_region_an_unpolled_send_uses_is_a_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let other = a.ctx.alloc_pd().unwrap();
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    a.qp.post_send_unpinned(&[SendWr::write(0x5d, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    // Access flags only: the region's memory and PD stay, no finding.
+    a.mr.rereg(ReregFlags::ACCESS, None, Some(ALL_ACCESS)).unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+    let lkey = a.mr.lkey();
+    a.mr.rereg(ReregFlags::PD, Some(&other), None).unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::ReregMrInUse, "rereg-mr-in-use", "ibv_rereg_mr(3)"));
+    assert_eq!((f.lkey(), f.wr_id(), f.qpn()), (Some(lkey), Some(0x5d), Some(a.qp.qp_num())));
+    assert!(f.headline.starts_with("ibv_rereg_mr (changing translation or PD) of mr lkey"), "{}", f.headline);
+    assert!(site_in_this_file(f, "posted at"));
+    assert!(site_in_this_file(f, "re-registered at"));
+    // The verb behaved as without the sanitizer: the region is in the other PD now.
+    assert!(a.mr.is_valid());
+    assert_eq!(poll_one(&a.cq).wr_id(), 0x5d);
+    // Once the completion was polled, moving it back is no finding.
+    a.mr.rereg(ReregFlags::PD, Some(&a.pd), None).unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+#[test]
+fn dealloc_of_a_window_an_unpolled_bind_binds_is_a_finding() {
+    let _g = with_mode(Mode::Report);
+    let (_a, b) = pair(QpType::Rc);
+    let mb = b.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::MW_BIND).unwrap();
+    let info = MwBind { mr: Some(&mb), addr: mb.iova(), length: 4096, access: Access::REMOTE_WRITE | Access::LOCAL_WRITE };
+    let mw = Mw::new(&b.pd, 1).unwrap();
+    let rkey = b.qp.bind_mw(&mw, &info, 0x71, SendFlags::SIGNALED).unwrap();
+    mw.dealloc().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::DeallocMwInUse, "dealloc-mw-in-use", "ibv_dealloc_mw(3)"));
+    assert_eq!((f.wr_id(), f.qpn()), (Some(0x71), Some(b.qp.qp_num())));
+    assert!(f.objects.contains(&Object::Mw { rkey }), "{:#?}", f.objects);
+    assert!(site_in_this_file(f, "bind posted at"));
+    assert!(site_in_this_file(f, "deallocated at"));
+    assert_eq!(poll_one(&b.cq).wr_id(), 0x71);
+    // A bind whose completion was polled first: no finding; nor is an unbound window.
+    let mw = Mw::new(&b.pd, 1).unwrap();
+    b.qp.bind_mw(&mw, &info, 0x72, SendFlags::SIGNALED).unwrap();
+    assert_eq!(poll_one(&b.cq).wr_id(), 0x72);
+    mw.dealloc().unwrap();
+    Mw::new(&b.pd, 1).unwrap().dealloc().unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+    mb.dereg().unwrap();
+}
+
+#[test]
+fn destroy_qp_with_a_send_the_device_has_not_finished_is_a_finding() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    // A WRITE that completed, its completion not polled, then a SEND the peer cannot take
+    // (no receive posted: RNR NAKs, retried for ever with rnr_retry 7), which stays on
+    // the send queue.
+    a.qp.post_send(&[SendWr::write(0x81, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::send(0x82, &sge)]).unwrap();
+    assert_eq!(a.qp.send_queue_len(), 1, "the SEND waits for a receive");
+    a.qp.destroy().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::DestroyQpInUse, "destroy-qp-in-use", "ibv_destroy_qp(3)"));
+    assert_eq!((f.qpn(), f.wr_id()), (Some(a.qp.qp_num()), Some(0x82)), "the unfinished request is named, not the finished one");
+    assert!(f.headline.contains("while the device has not finished 1 send work request(s) (the first: wr_id 0x82, unsignaled)"), "{}", f.headline);
+    assert!(f.objects.contains(&Object::Qp { qpn: a.qp.qp_num(), state: Some(QpState::Rts) }), "{:#?}", f.objects);
+    assert!(site_in_this_file(f, "ibv_destroy_qp called at"));
+    assert!(site_in_this_file(f, "posted at"));
+    assert!(site_in_this_file(f, "qp QPN"));
+}
+
+#[test]
+fn destroy_qp_with_receives_posted_or_sends_finished_or_flushed_is_no_finding() {
+    let _g = with_mode(Mode::Report);
+    // Receives posted at destroy: what every server does.
+    let (a, b) = pair(QpType::Rc);
+    post_recv(&b, 1, 0, 64);
+    post_recv(&b, 2, 64, 64);
+    // A send that the device finished, its completion polled or not.
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(3, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    poll_one(&a.cq);
+    a.qp.post_send(&[SendWr::write(4, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(a.qp.send_queue_len(), 0);
+    a.qp.destroy().unwrap();
+    b.qp.destroy().unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+    // A SEND waiting for a receive, flushed by a move to ERR (its flush completion not
+    // even polled); another discarded by a move to RESET.
+    let (c, d) = pair(QpType::Rc);
+    let sge = [c.mr.sge(0, 8).unwrap()];
+    c.qp.post_send(&[SendWr::send(5, &sge).signaled()]).unwrap();
+    assert_eq!(c.qp.send_queue_len(), 1);
+    c.qp.modify(&QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    c.qp.destroy().unwrap();
+    d.qp.post_send(&[SendWr::send(6, &sge).signaled()]).unwrap();
+    d.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    d.qp.destroy().unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+#[test]
+fn reading_a_field_the_cq_did_not_request_is_a_finding_once_per_cq_and_field() {
+    let _g = with_mode(Mode::Report);
+    let ctx = open();
+    let cq = ctx.create_cq(&CqInit::new(16).wc_flags(WcExFlags::QP_NUM)).unwrap();
+    let read = |field, name, flag| rverbs::capi_support::sanitizer_wc_read(&cq, field, name, flag);
+    read(WcExFlags::QP_NUM, "ibv_wc_read_qp_num", "IBV_WC_EX_WITH_QP_NUM");
+    assert_eq!(sanitize::take_findings(), vec![], "a requested field");
+    read(WcExFlags::BYTE_LEN, "ibv_wc_read_byte_len", "IBV_WC_EX_WITH_BYTE_LEN");
+    read(WcExFlags::BYTE_LEN, "ibv_wc_read_byte_len", "IBV_WC_EX_WITH_BYTE_LEN");
+    read(WcExFlags::IMM, "ibv_wc_read_imm_data", "IBV_WC_EX_WITH_IMM");
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 2, "once per CQ and field: {found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::WcFieldNotRequested, "wc-field-not-requested", "ibv_create_cq_ex(3)"));
+    let id = match f.objects[0] {
+        Object::WcField { cq, read, flag, wc_flags } => {
+            assert_eq!((read, flag, wc_flags), ("ibv_wc_read_byte_len", "IBV_WC_EX_WITH_BYTE_LEN", WcExFlags::QP_NUM.bits()));
+            cq
+        }
+        ref o => panic!("{o:?}"),
+    };
+    assert_eq!(f.headline, format!("ibv_wc_read_byte_len of cq {id}, created without IBV_WC_EX_WITH_BYTE_LEN in its wc_flags"));
+    assert!(site_in_this_file(f, "ibv_wc_read_byte_len called at"));
+    assert!(site_in_this_file(f, &format!("cq {id} created at")));
+    assert_eq!(found[1].headline, format!("ibv_wc_read_imm_data of cq {id}, created without IBV_WC_EX_WITH_IMM in its wc_flags"));
+    cq.destroy().unwrap();
+    // Off: nothing.
+    sanitize::set_mode(Mode::Off);
+    let cq = ctx.create_cq(&CqInit::new(16).wc_flags(WcExFlags::QP_NUM)).unwrap();
+    rverbs::capi_support::sanitizer_wc_read(&cq, WcExFlags::SL, "ibv_wc_read_sl", "IBV_WC_EX_WITH_SL");
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+/// A connected RC pair whose `a` QP builds work requests (ibv_wr_start(3)).
+fn builder_pair() -> (Side, Side) {
+    let (a, b) = (side(QpType::Rc), side(QpType::Rc));
+    let qp = a.pd.create_qp(&QpInit { send_ops: Some(SendOps::SEND | SendOps::RDMA_WRITE), ..QpInit::new(QpType::Rc, &a.cq, CAP) }).unwrap();
+    let a = Side { qp, ..a };
+    connect(&a, &b, &PATH);
+    (a, b)
+}
+
+#[test]
+fn work_requests_of_the_builder_are_tracked_as_posted_ones() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = builder_pair();
+    let mut w = a.qp.wr_start().unwrap();
+    w.send(0x90, SendFlags::SIGNALED).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    w.complete().unwrap();
+    a.qp.destroy().unwrap();
+    a.mr.dereg().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.iter().map(|f| (f.kind, f.wr_id())).collect::<Vec<_>>(), vec![(FindingKind::DestroyQpInUse, Some(0x90))], "{found:#?}");
+    assert!(site_in_this_file(&found[0], "posted at"));
+    drop(b);
+    // The destroy discarded the request: the dereg after it is no finding. On a live QP
+    // the builder's request keeps its region in use until its completion is polled.
+    let (a, b) = builder_pair();
+    let mut w = a.qp.wr_start().unwrap();
+    w.rdma_write(0x92, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova()).set_sge(a.mr.lkey(), a.mr.iova(), 64);
+    w.complete().unwrap();
+    let lkey = a.mr.lkey();
+    a.mr.dereg().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.iter().map(|f| (f.kind, f.wr_id(), f.lkey())).collect::<Vec<_>>(), vec![(FindingKind::DeregMrInUse, Some(0x92), Some(lkey))], "{found:#?}");
+    assert_eq!(poll_one(&a.cq).wr_id(), 0x92);
+    let (a, b) = builder_pair();
+    let mut w = a.qp.wr_start().unwrap();
+    w.rdma_write(0x93, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova()).set_sge(a.mr.lkey(), a.mr.iova(), 64);
+    w.complete().unwrap();
+    let other = a.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    other.dereg().unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+    assert_eq!(poll_one(&a.cq).wr_id(), 0x93);
+    a.mr.dereg().unwrap();
+    assert_eq!(sanitize::take_findings(), vec![]);
+}
+
+#[test]
+fn a_builder_batch_that_fails_or_completes_in_init_posts_nothing_to_track() {
+    let _g = with_mode(Mode::Report);
+    let a = side(QpType::Rc);
+    let qp = a.pd.create_qp(&QpInit { send_ops: Some(SendOps::RDMA_WRITE), ..QpInit::new(QpType::Rc, &a.cq, CAP) }).unwrap();
+    to_init(&qp, ALL_ACCESS);
+    let mut w = qp.wr_start().unwrap();
+    w.rdma_write(0x94, SendFlags::SIGNALED, 0, 0).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    assert_eq!(w.complete().unwrap_err().errno(), libc::EINVAL);
+    let found = sanitize::take_findings();
+    assert_eq!(found.iter().map(|f| (f.kind, f.wr_id())).collect::<Vec<_>>(), vec![(FindingKind::PostInBadState, Some(0x94))], "{found:#?}");
+    assert!(found[0].headline.contains("ibv_wr_complete"), "{}", found[0].headline);
+    a.mr.dereg().unwrap();
+    qp.destroy().unwrap();
+    assert_eq!(sanitize::take_findings(), vec![], "the refused batch left nothing outstanding");
+}

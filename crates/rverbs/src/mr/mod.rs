@@ -636,6 +636,11 @@ impl Mr {
         if self.inner.has_bound_windows(&mut windows) {
             return Err(Error::Busy { what: "memory region with bound memory windows" });
         }
+        if crate::sanitizer::on() && flags.intersects(ReregFlags::TRANSLATION | ReregFlags::PD) {
+            // Reported, then the region changes as it would on a NIC (docs/sanitizer.md).
+            let d = self.inner.desc.read().expect("mr desc");
+            crate::sanitizer::rereg(self.inner.key, d.addr as u64, d.len as u64);
+        }
         if let Some(p) = &new_pd {
             p.hold()?;
         }

@@ -464,11 +464,45 @@ impl SendBatch {
     }
 
     fn post(&mut self) -> Result<()> {
-        let q: &QpInner = self.qp.inner();
         let (latched, error) = match self.error.take() {
             Some((closed, e)) => (closed, Some(e)),
             None => (self.buf.wrs.len(), None),
         };
+        if crate::sanitizer::on() {
+            return self.post_sanitized(latched, error);
+        }
+        self.post_plain(latched, error)
+    }
+
+    /// [`SendBatch::complete`] with the sanitizer on (docs/sanitizer.md): as
+    /// `Qp::post_send_sanitized`, the batch's requests are checked and recorded before
+    /// they are pushed, and forgotten if the batch fails (it then posts nothing).
+    #[cold]
+    #[inline(never)]
+    fn post_sanitized(&mut self, latched: usize, error: Option<Error>) -> Result<()> {
+        use crate::sanitizer::Queue;
+        let q: &QpInner = self.qp.inner();
+        let state = q.state();
+        if error.is_none() && latched > 0 && matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            crate::sanitizer::bad_state_post("ibv_wr_complete", Queue::Send, q.qpn, state, Some(self.buf.wrs[0].wr_id));
+            return self.post_plain(latched, error);
+        }
+        if latched == 0 {
+            return self.post_plain(latched, error);
+        }
+        crate::sanitizer::send_posting(q.qpn, q.cap.max_send_wr);
+        let wrs: Vec<SendWr<'_>> = self.buf.wrs[..latched].iter().map(|p| wr_of(&self.buf, p)).collect();
+        let ticket = super::wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, &wrs);
+        drop(wrs);
+        let (qpn, result) = (q.qpn, self.post_plain(latched, error));
+        if result.is_err() {
+            crate::sanitizer::unposted(Queue::Send, qpn, ticket, 0);
+        }
+        result
+    }
+
+    fn post_plain(&mut self, latched: usize, error: Option<Error>) -> Result<()> {
+        let q: &QpInner = self.qp.inner();
         let mut sq = q.sq.lock();
         let mark = sq.len();
         let mut error = match push_all(&mut sq, q, &self.buf, latched) {
@@ -508,6 +542,35 @@ impl SendBatch {
     pub fn abort(self) {}
 }
 
+/// Work request `p` of `buf` as `ibv_post_send` takes it.
+fn wr_of<'a>(buf: &'a BatchBuf, p: &'a Pending) -> SendWr<'a> {
+    let payload = match p.inline {
+        Some((at, len)) => Payload::Inline(&buf.inline[at..at + len]),
+        None => Payload::Sge(&buf.sges[p.sge_start..p.sge_start + p.num_sge]),
+    };
+    let bind = p.bind.as_ref().map(|(mw, rkey, mr, addr, length, access)| BindMwWr {
+        mw,
+        rkey: *rkey,
+        bind: MwBind { mr: mr.as_ref(), addr: *addr, length: *length, access: *access },
+    });
+    let inline = if p.inline.is_some() { SendFlags::INLINE } else { SendFlags::empty() };
+    SendWr {
+        wr_id: p.wr_id,
+        opcode: p.opcode,
+        flags: p.flags | inline,
+        payload,
+        imm_data: p.imm,
+        remote_addr: p.remote_addr,
+        rkey: p.rkey,
+        compare_add: p.compare_add,
+        swap: p.swap,
+        ud: p.ud.as_ref().map(|(ah, qpn, qkey)| UdDest { ah, remote_qpn: *qpn, remote_qkey: *qkey }),
+        bind,
+        flush: p.flush,
+        xrc_remote_srqn: p.xrc_srqn,
+    }
+}
+
 /// Pushes the first `n` work requests of `buf` into the send queue, in order.
 fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result<()> {
     let endpoint = q.pd.endpoint();
@@ -517,31 +580,7 @@ fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result
         if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::PostSend, Some(q.qpn), Some(p.wr_id)) {
             return Err(e);
         }
-        let payload = match p.inline {
-            Some((at, len)) => Payload::Inline(&buf.inline[at..at + len]),
-            None => Payload::Sge(&buf.sges[p.sge_start..p.sge_start + p.num_sge]),
-        };
-        let bind = p.bind.as_ref().map(|(mw, rkey, mr, addr, length, access)| BindMwWr {
-            mw,
-            rkey: *rkey,
-            bind: MwBind { mr: mr.as_ref(), addr: *addr, length: *length, access: *access },
-        });
-        let inline = if p.inline.is_some() { SendFlags::INLINE } else { SendFlags::empty() };
-        let wr = SendWr {
-            wr_id: p.wr_id,
-            opcode: p.opcode,
-            flags: p.flags | inline,
-            payload,
-            imm_data: p.imm,
-            remote_addr: p.remote_addr,
-            rkey: p.rkey,
-            compare_add: p.compare_add,
-            swap: p.swap,
-            ud: p.ud.as_ref().map(|(ah, qpn, qkey)| UdDest { ah, remote_qpn: *qpn, remote_qkey: *qkey }),
-            bind,
-            flush: p.flush,
-            xrc_remote_srqn: p.xrc_srqn,
-        };
+        let wr = wr_of(buf, p);
         sq.push(endpoint, q.pd.id, q.qp_type, &wr, true).map_err(|e| match e {
             // rxe's builders report every lack of room as ENOSPC (`providers/rxe/rxe.c`).
             Error::QueueFull { .. } => Error::NoSpace { verb: "wr_*", why: "send queue full" },

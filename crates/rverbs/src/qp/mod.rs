@@ -821,6 +821,15 @@ impl Qp {
         if q.destroyed.swap(true, Ordering::AcqRel) {
             return Err(Error::Destroyed { what: "queue pair" });
         }
+        if crate::sanitizer::on() {
+            // Before the move to RESET discards them (docs/sanitizer.md): the requests the
+            // device still holds.
+            let unfinished: Vec<u64> = {
+                let sq = q.sq.lock();
+                (0..sq.len()).filter_map(|i| sq.ring.nth(i).map(|(w, ..)| w.wr_id)).collect()
+            };
+            crate::sanitizer::destroying_qp(q.qpn, q.state(), &unfinished);
+        }
         q.rec.qpn.store(0, Ordering::Release);
         let _ = q.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
         q.dev.qps().remove(q.qpn);

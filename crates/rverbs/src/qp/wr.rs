@@ -304,6 +304,7 @@ pub(crate) fn track_recvs(me: &'static Endpoint, queue: crate::sanitizer::Queue,
             watched: Vec::new(),
             sinks: crate::mr::sink_ranges(me, w.sg_list),
             remote: None,
+            mw: None,
         })
         .collect();
     crate::sanitizer::posting(queue, num, wrs)
@@ -357,6 +358,7 @@ pub(crate) fn track_sends(me: &'static Endpoint, qpn: u32, sq_sig_all: bool, wrs
                 watched,
                 sinks,
                 remote: remote_of(me, w, sges),
+                mw: w.bind.as_ref().map(|b| std::sync::Arc::as_ptr(b.mw.inner()) as usize),
             }
         })
         .collect();

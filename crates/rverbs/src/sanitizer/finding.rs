@@ -47,6 +47,20 @@ pub enum FindingKind {
     /// for its length), explained: the rkey, the range asked, which check failed, and
     /// where the target region was registered when it is of this process (informative).
     RemoteAccessExplained,
+    /// `ibv_rereg_mr` changing the translation or the PD of a region whose lkey an
+    /// outstanding work request names (ibv_rereg_mr(3), ibv_post_send(3) NOTES).
+    ReregMrInUse,
+    /// `ibv_dealloc_mw` of a window that an outstanding bind work request names (its
+    /// completion not polled yet; ibv_dealloc_mw(3), ibv_bind_mw(3)).
+    DeallocMwInUse,
+    /// `ibv_destroy_qp` of a QP with send work requests outstanding: posted, their
+    /// completion not polled, not discarded by a move to RESET (ibv_destroy_qp(3),
+    /// ibv_post_send(3) NOTES). Posted receives are no finding.
+    DestroyQpInUse,
+    /// An `ibv_wc_read_*` of an extended CQ's field whose `IBV_WC_EX_WITH_*` flag was
+    /// not in the `wc_flags` of `ibv_create_cq_ex` (ibv_create_cq_ex(3)); once per CQ
+    /// and field.
+    WcFieldNotRequested,
 }
 
 impl FindingKind {
@@ -65,6 +79,10 @@ impl FindingKind {
             FindingKind::LostWakeup => "lost-wakeup",
             FindingKind::UnsignaledFill => "unsignaled-fill",
             FindingKind::RemoteAccessExplained => "remote-access-explained",
+            FindingKind::ReregMrInUse => "rereg-mr-in-use",
+            FindingKind::DeallocMwInUse => "dealloc-mw-in-use",
+            FindingKind::DestroyQpInUse => "destroy-qp-in-use",
+            FindingKind::WcFieldNotRequested => "wc-field-not-requested",
         }
     }
 }
@@ -173,6 +191,22 @@ pub enum Object {
         addr: u64,
         /// The length asked for.
         len: u64,
+    },
+    /// A memory window (ibv_alloc_mw(3)).
+    Mw {
+        /// Its rkey when the finding was made.
+        rkey: u32,
+    },
+    /// A field of an extended CQ's completions read with `ibv_wc_read_*` (ibv_create_cq_ex(3)).
+    WcField {
+        /// The CQ's id.
+        cq: u32,
+        /// The reader, e.g. `ibv_wc_read_byte_len`.
+        read: &'static str,
+        /// The flag that requests the field, e.g. `IBV_WC_EX_WITH_BYTE_LEN`.
+        flag: &'static str,
+        /// The `wc_flags` the CQ was created with.
+        wc_flags: u64,
     },
     /// Events obtained and not acknowledged.
     Events {

@@ -169,6 +169,7 @@ pub(crate) fn gone(kind: Kind, id: u32) {
             st.batches.retain(|&(cq, _), _| cq != id);
             st.shared.remove(&id);
             st.armed.remove(&id);
+            st.fields.retain(|&(cq, _)| cq != id);
         }
         _ => {}
     }
@@ -289,26 +290,149 @@ pub(crate) fn qp_uses_srq(qpn: u32, srqn: u32) {
 }
 
 /// `ibv_dereg_mr` of the region `lkey` covering `[addr, addr+len)`: a finding if an
-/// outstanding work request names it.
+/// outstanding work request names it (dereg-mr-in-use).
 #[cold]
 #[inline(never)]
 pub(crate) fn dereg(lkey: u32, addr: u64, len: u64) {
+    mr_in_use(false, lkey, addr, len);
+}
+
+/// `ibv_rereg_mr` changing the translation or the PD of the region `lkey` covering
+/// `[addr, addr+len)`: a finding if an outstanding work request names it
+/// (rereg-mr-in-use). ibv_rereg_mr(3): "conceptually, this call performs the functions
+/// deregister memory region followed by register memory region".
+#[cold]
+#[inline(never)]
+pub(crate) fn rereg(lkey: u32, addr: u64, len: u64) {
+    mr_in_use(true, lkey, addr, len);
+}
+
+fn mr_in_use(rereg: bool, lkey: u32, addr: u64, len: u64) {
     let st = track::state();
     let Some((queue, num, p, sge)) = st.user_of(lkey) else { return };
     let (wr_id, posted) = (p.wr_id, p.at.clone());
     let registered = st.live.get(&(Kind::Mr, lkey)).map(|l| l.at.clone());
     drop(st);
-    let mut sites = vec![site("posted at", &posted), site("deregistered at", &trace::capture())];
+    let label = if rereg { "re-registered at" } else { "deregistered at" };
+    let mut sites = vec![site("posted at", &posted), site(label, &trace::capture())];
     if let Some(r) = registered {
         sites.push(site("mr registered at", &r));
     }
     let qp = if queue == Queue::SharedRecv { format!("SRQ {num:#x}") } else { format!("QPN {num:#x}") };
+    let (kind, page, rule, verb) = if rereg {
+        (
+            FindingKind::ReregMrInUse,
+            "ibv_rereg_mr(3)",
+            "ibv_rereg_mr conceptually deregisters the region and registers it again: with IBV_REREG_MR_CHANGE_TRANSLATION or IBV_REREG_MR_CHANGE_PD it moves the region's memory or protection domain, so, as for ibv_dereg_mr, the buffers of a work request naming it may be changed only once the request has fully executed and its completion was retrieved from the CQ (ibv_post_send(3), ibv_post_recv(3), NOTES)",
+            "ibv_rereg_mr (changing translation or PD)",
+        )
+    } else {
+        (
+            FindingKind::DeregMrInUse,
+            "ibv_dereg_mr(3)",
+            "the buffers of a work request may be reused only once it has fully executed and its completion was retrieved from the CQ (ibv_post_send(3), ibv_post_recv(3), NOTES): deregistering their region before then takes them from the device while it may still use them",
+            "ibv_dereg_mr",
+        )
+    };
     report::emit(Finding {
-        kind: FindingKind::DeregMrInUse,
-        page: "ibv_dereg_mr(3)",
-        rule: "the buffers of a work request may be reused only once it has fully executed and its completion was retrieved from the CQ (ibv_post_send(3), ibv_post_recv(3), NOTES): deregistering their region before then takes them from the device while it may still use them",
-        headline: format!("ibv_dereg_mr of mr lkey {lkey:#x} while work request wr_id {wr_id:#x} on {qp} ({}) uses it", queue.describe()),
+        kind,
+        page,
+        rule,
+        headline: format!("{verb} of mr lkey {lkey:#x} while work request wr_id {wr_id:#x} on {qp} ({}) uses it", queue.describe()),
         objects: vec![Object::Mr { lkey, addr, len }, Object::WorkRequest { wr_id, queue, num, sge: Some(sge) }],
+        sites,
+    });
+}
+
+/// `ibv_dealloc_mw` of the window at `mw` (its `MwInner`'s address), of rkey `rkey`: a
+/// finding if an outstanding BIND_MW work request binds it (dealloc-mw-in-use).
+#[cold]
+#[inline(never)]
+pub(crate) fn dealloc_mw(mw: usize, rkey: u32) {
+    let st = track::state();
+    let Some((qpn, p)) = st.binder_of(mw) else { return };
+    let (wr_id, posted) = (p.wr_id, p.at.clone());
+    drop(st);
+    report::emit(Finding {
+        kind: FindingKind::DeallocMwInUse,
+        page: "ibv_dealloc_mw(3)",
+        rule: "a bind (ibv_bind_mw(3), or an IBV_WR_BIND_MW work request, ibv_post_send(3)) is a work request on the send queue: it has executed only once its completion was retrieved from the CQ (an unsignaled one: a later completion of its send queue); deallocating the window before then takes from the device the object the bind is still changing, and the rkey the bind returned may never have been valid",
+        headline: format!("ibv_dealloc_mw of mw rkey {rkey:#x} while the bind work request wr_id {wr_id:#x} on QPN {qpn:#x} (send queue) is outstanding"),
+        objects: vec![Object::Mw { rkey }, Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None }],
+        sites: vec![site("bind posted at", &posted), site("deallocated at", &trace::capture())],
+    });
+}
+
+/// `ibv_destroy_qp` of QP `qpn` in `state`, before its queues are discarded, while the
+/// device still holds the send requests `unfinished` (their wr_ids, oldest first): a
+/// finding if there is one (destroy-qp-in-use). Requests the device finished, whose
+/// completions wait in the CQ unpolled, are not: the device is done with them (a flushed
+/// one too). Receives are not asked: a QP destroyed with receives posted is what every
+/// server does (docs/sanitizer.md, destroy-qp-in-use).
+#[cold]
+#[inline(never)]
+pub(crate) fn destroying_qp(qpn: u32, state: QpState, unfinished: &[u64]) {
+    let Some(&wr_id) = unfinished.first() else { return };
+    let st = track::state();
+    let first = st.first_unfinished(qpn, unfinished).map(|p| (p.signaled, p.at.clone()));
+    let created = st.live.get(&(Kind::Qp, qpn)).map(|l| l.at.clone());
+    drop(st);
+    let mut sites = vec![site("ibv_destroy_qp called at", &trace::capture())];
+    if let Some((_, posted)) = &first {
+        sites.push(site("posted at", posted));
+    }
+    if let Some(c) = created {
+        sites.push(site(format!("qp QPN {qpn:#x} created at"), &c));
+    }
+    let which = match first {
+        Some((true, _)) => ", signaled",
+        Some((false, _)) => ", unsignaled",
+        None => "",
+    };
+    let count = unfinished.len();
+    report::emit(Finding {
+        kind: FindingKind::DestroyQpInUse,
+        page: "ibv_destroy_qp(3)",
+        rule: "a send work request is outstanding from its post until its completion is retrieved from the CQ, and its buffers are the device's until then (ibv_post_send(3), NOTES); destroying the QP discards the requests the device has not finished without completions: the messages may never be sent, and the program cannot know. Wait for their completions (or move the QP to ERR, which flushes them with completions) before ibv_destroy_qp; receives still posted at destroy are normal and not reported",
+        headline: format!("ibv_destroy_qp of QPN {qpn:#x} while the device has not finished {count} send work request(s) (the first: wr_id {wr_id:#x}{which}): they are discarded without completions"),
+        objects: vec![Object::Qp { qpn, state: Some(state) }, Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None }],
+        sites,
+    });
+}
+
+/// `read` (`ibv_wc_read_*`) of CQ `cq` reads the field `field` requests (`flag`): a
+/// finding if the CQ was created without it.
+#[cold]
+#[inline(never)]
+pub(crate) fn wc_read(cq: &crate::Cq, field: crate::WcExFlags, read: &'static str, flag: &'static str) {
+    let inner = cq.inner();
+    if !inner.wc_flags.contains(field) {
+        field_not_requested(inner.id, inner.wc_flags.bits(), field.bits(), read, flag);
+    }
+}
+
+/// `read` (`ibv_wc_read_*`) of CQ `cq`, created with `wc_flags`, read the field that
+/// `bit` (`flag`) requests, which those flags lack (wc-field-not-requested); once per CQ
+/// and field.
+#[cold]
+#[inline(never)]
+pub(crate) fn field_not_requested(cq: u32, wc_flags: u64, bit: u64, read: &'static str, flag: &'static str) {
+    let mut st = track::state();
+    if !st.fields.insert((cq, bit)) {
+        return;
+    }
+    let created = st.live.get(&(Kind::Cq, cq)).map(|l| l.at.clone());
+    drop(st);
+    let mut sites = vec![site(format!("{read} called at"), &trace::capture())];
+    if let Some(c) = created {
+        sites.push(site(format!("cq {cq} created at"), &c));
+    }
+    report::emit(Finding {
+        kind: FindingKind::WcFieldNotRequested,
+        page: "ibv_create_cq_ex(3)",
+        rule: "only the fields the user requested via wc_flags in ibv_create_cq_ex can be queried (wr_id, status, opcode, vendor_err and wc_flags always can): a provider fills only the requested fields, so another field read is undefined (rverbs returns the field, a NIC's provider what its CQE holds or nothing)",
+        headline: format!("{read} of cq {cq}, created without {flag} in its wc_flags"),
+        objects: vec![Object::WcField { cq, read, flag, wc_flags }],
         sites,
     });
 }

@@ -119,6 +119,8 @@ pub(crate) struct Wr {
     pub(crate) sinks: Vec<(usize, usize)>,
     /// The remote range it asks for, if it names one.
     pub(crate) remote: Option<Remote>,
+    /// The window a BIND_MW request binds (its `MwInner`'s address; dealloc-mw-in-use).
+    pub(crate) mw: Option<usize>,
 }
 
 /// A posted work request not yet completed (polled).
@@ -139,6 +141,8 @@ pub(crate) struct Posted {
     pub(crate) touched: bool,
     /// As [`Wr::remote`].
     pub(crate) remote: Option<Remote>,
+    /// As [`Wr::mw`].
+    pub(crate) mw: Option<usize>,
     pub(crate) at: Trace,
 }
 
@@ -194,6 +198,9 @@ pub(crate) struct State {
     /// unsignaled-fill: per QPN, the sequence number of the first request of the
     /// unsignaled run already reported (once per run).
     pub(crate) filled: BTreeMap<u32, u64>,
+    /// wc-field-not-requested: the (CQ id, `IBV_WC_EX_WITH_*` bit) pairs reported (once
+    /// per CQ and field).
+    pub(crate) fields: BTreeSet<(u32, u64)>,
     next_seq: u64,
 }
 
@@ -219,6 +226,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     shared: BTreeSet::new(),
     armed: BTreeMap::new(),
     filled: BTreeMap::new(),
+    fields: BTreeSet::new(),
     next_seq: 0,
 });
 
@@ -263,7 +271,7 @@ impl State {
                 }
             }
             self.next_seq += 1;
-            let posted = Posted { seq: self.next_seq, wr_id: w.wr_id, signaled: w.signaled, sges: w.sges, watched: w.watched, sinks: w.sinks, touched, remote: w.remote, at: at.clone() };
+            let posted = Posted { seq: self.next_seq, wr_id: w.wr_id, signaled: w.signaled, sges: w.sges, watched: w.watched, sinks: w.sinks, touched, remote: w.remote, mw: w.mw, at: at.clone() };
             self.queues.entry((queue, num)).or_default().push_back(posted);
         }
         first
@@ -352,6 +360,22 @@ impl State {
         self.queues.iter().find_map(|(&(queue, num), q)| {
             q.iter().find_map(|p| p.sges.iter().find(|s| s.0 == lkey).map(|s| (queue, num, p, (s.1, s.2))))
         })
+    }
+
+    /// The first outstanding BIND_MW request that binds window `mw` (its QPN).
+    pub(crate) fn binder_of(&self, mw: usize) -> Option<(u32, &Posted)> {
+        self.queues.iter().filter(|((queue, _), _)| *queue == Queue::Send).find_map(|(&(_, qpn), q)| q.iter().find(|p| p.mw == Some(mw)).map(|p| (qpn, p)))
+    }
+
+    /// The tracked send request of QP `qpn` that is the first of the `unfinished` ones
+    /// (the wr_ids of the requests the device still holds, oldest first): the device
+    /// finishes a send queue in order, so they are the last `unfinished.len()` tracked
+    /// ones; with a wr_id that does not match there (requests posted while the sanitizer
+    /// was off), the first tracked one with that wr_id.
+    pub(crate) fn first_unfinished(&self, qpn: u32, unfinished: &[u64]) -> Option<&Posted> {
+        let q = self.queues.get(&(Queue::Send, qpn))?;
+        let wr_id = *unfinished.first()?;
+        q.len().checked_sub(unfinished.len()).and_then(|i| q.get(i)).filter(|p| p.wr_id == wr_id).or_else(|| q.iter().find(|p| p.wr_id == wr_id))
     }
 
     /// A transition of QP `qpn`: kept in its history; to RESET (ibv_modify_qp(3), and
