@@ -38,7 +38,8 @@ programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:lea
 	send_buffer_changed:send-buffer-changed cq_too_small:cq-too-small poll_unfinished:cq-poll-unfinished
 	single_threaded_shared:single-threaded-cq-shared lost_wakeup:lost-wakeup unsignaled_fill:unsignaled-fill
 	remote_access:remote-access-explained rereg_in_use:rereg-mr-in-use dealloc_mw_in_use:dealloc-mw-in-use
-	destroy_qp_in_use:destroy-qp-in-use wc_field:wc-field-not-requested builder_dereg:dereg-mr-in-use)
+	destroy_qp_in_use:destroy-qp-in-use wc_field:wc-field-not-requested builder_dereg:dereg-mr-in-use
+	mr_unmapped:mr-memory-unmapped)
 for p in "${programs[@]}"; do
 	gcc -g -O0 -Wall -Werror -pthread -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
 done
@@ -195,6 +196,14 @@ for p in "${programs[@]}"; do
 		check "$name: where cq $cq was created, in $name.c" \
 			sh -c 'sed -n "/^  cq $1 created at:/,/^  [a-z]/p" "$2" | grep -q "$3"' _ "$cq" "$err" "($here/$name.c:"
 		check "$name: the read still returned the field (QPN $qpn)" grep -q "^read qp_num $qpn" "$out" ;;
+	mr_unmapped)
+		read -r lkey pages hole < <(sed -n 's/^lkey \(0x[0-9a-f]*\) pages \(0x[0-9a-f]*\) hole \(0x[0-9a-f]*\)/\1 \2 \3/p' "$out")
+		end=$(printf '0x%x' $((pages + 8192)))
+		check "$name: the report names mr lkey $lkey [$pages-$end) unmapped from $hole" \
+			grep -q "the memory of mr lkey $lkey \[$pages-$end) is not mapped from $hole on, while the region is registered (ibv_dereg_mr)" "$err"
+		check "$name: where the region was registered, in $name.c" \
+			sh -c 'sed -n "/^  mr registered at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:"
+		check "$name: the program went on (the region deregistered)" grep -q '^done' "$out" ;;
 	post_in_reset)
 		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
 		check "$name: the report names QPN $qpn in Init" grep -q "ibv_post_send to QPN $qpn in state Init" "$err"

@@ -182,7 +182,7 @@ pub mod capi_support {
     #[inline(always)]
     pub fn sanitizer_wc_read(cq: &crate::Cq, field: crate::WcExFlags, read: &'static str, flag: &'static str) {
         if crate::sanitizer::on() {
-            crate::sanitizer::wc_read(cq, field, read, flag);
+            cq.sanitize_wc_read(field, read, flag);
         }
     }
 

@@ -600,3 +600,46 @@ pub(crate) fn at_exit(f: extern "C" fn()) {
         libc::atexit(f);
     }
 }
+
+/// The first page of `[addr, addr+len)` that is not mapped in this process, if any: the
+/// sanitizer's check that registered memory is still there (docs/sanitizer.md,
+/// mr-memory-unmapped). mincore(2) fails with `ENOMEM` over a range holding an unmapped
+/// page: the range is asked in chunks of `CHUNK` pages, and the first chunk that fails is
+/// bisected.
+pub(crate) fn first_unmapped(addr: usize, len: usize) -> Option<usize> {
+    const CHUNK: usize = 4096;
+    if len == 0 {
+        return None;
+    }
+    let page = rustix::param::page_size();
+    let start = addr & !(page - 1);
+    let end = addr.checked_add(len)?.checked_add(page - 1)? & !(page - 1);
+    let mut vec = [0u8; CHUNK];
+    // Whether `[at, at + n pages)` is all mapped (n ≤ CHUNK).
+    let mut mapped = |at: usize, n: usize| -> bool {
+        // SAFETY: mincore only reads the page tables of `[at, at + n pages)` and writes one
+        // byte per page into `vec`, which holds CHUNK ≥ n bytes; it never touches the
+        // memory itself, mapped or not.
+        let r = unsafe { libc::mincore(at as *mut libc::c_void, n * page, vec.as_mut_ptr()) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOMEM)
+    };
+    let mut at = start;
+    while at < end {
+        let n = ((end - at) / page).min(CHUNK);
+        if !mapped(at, n) {
+            // [at, lo pages) is mapped, [at, hi pages) is not.
+            let (mut lo, mut hi) = (0, n);
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if mapped(at, mid) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            return Some(at + lo * page);
+        }
+        at += n * page;
+    }
+    None
+}

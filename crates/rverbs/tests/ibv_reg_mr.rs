@@ -102,21 +102,6 @@ fn dereg_twice_fails() {
     assert!(mr.read(0, &mut b).is_err());
 }
 
-/// `pages` fresh private anonymous pages with protection `prot`.
-fn map(pages: usize, prot: i32) -> *mut u8 {
-    // SAFETY: a new mapping at an address the kernel chooses; nothing else is affected.
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), pages * 4096, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    p.cast()
-}
-
-fn unmap(p: *mut u8, pages: usize) {
-    // SAFETY: unmapping pages this test mapped; no Rust reference covers them.
-    assert_eq!(unsafe { libc::munmap(p.cast(), pages * 4096) }, 0);
-}
-
 // ibv_reg_mr(3) + the kernel's page pinning (rxe: ib_umem_get): memory that is not
 // mapped with the access asked is refused with EFAULT.
 #[test]
@@ -163,17 +148,6 @@ fn memory_that_is_not_mapped_with_the_access_asked_is_refused_with_efault() {
 // A NIC keeps writing the pages it pinned when the application unmaps them; rverbs
 // reaches memory with the CPU, so an access to a registration whose memory the
 // application gave back must end in an error completion, never in a signal.
-/// Whether any mapping of this process overlaps `[p, p + len)` (/proc/self/maps).
-fn overlaps_a_mapping(p: *mut u8, len: usize) -> bool {
-    let (lo, hi) = (p as usize, p as usize + len);
-    std::fs::read_to_string("/proc/self/maps").unwrap().lines().any(|l| {
-        let range = l.split_whitespace().next().unwrap_or("");
-        let (a, b) = range.split_once('-').unwrap_or(("0", "0"));
-        let (a, b) = (usize::from_str_radix(a, 16).unwrap_or(0), usize::from_str_radix(b, 16).unwrap_or(0));
-        a < hi && lo < b
-    })
-}
-
 #[test]
 fn memory_unmapped_after_registration_gives_access_errors_not_signals() {
     // Another thread of the process (the progress thread mapping a peer's segment) may

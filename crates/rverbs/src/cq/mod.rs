@@ -667,6 +667,17 @@ impl Cq {
         }
     }
 
+    /// Sanitizer (wc-field-not-requested): `read` (`ibv_wc_read_*`) reads the field that
+    /// `field` (`flag`) requests; a finding if the CQ was created without it.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn sanitize_wc_read(&self, field: WcExFlags, read: &'static str, flag: &'static str) {
+        let inner = &self.inner;
+        if !inner.wc_flags.contains(field) {
+            crate::sanitizer::field_not_requested(inner.id, inner.wc_flags.bits(), field.bits(), read, flag);
+        }
+    }
+
     /// Acknowledges `n` completion events (ibv_ack_cq_events(3)).
     pub fn ack_events(&self, n: u32) {
         self.inner.comp_events.ack(n);

@@ -360,6 +360,18 @@ pub(crate) fn watch_sges(me: &'static Endpoint, sges: &[Sge]) -> Vec<crate::sani
     out
 }
 
+/// The sanitizer's check that the memory of each SGE's region of this process is still
+/// mapped when a work request naming it is posted (docs/sanitizer.md,
+/// mr-memory-unmapped): `wr` is the request's queue, number and wr_id.
+pub(crate) fn check_mapped(me: &Endpoint, verb: &'static str, wr: (crate::sanitizer::Queue, u32, u64), sges: &[Sge]) {
+    for g in sges.iter().filter(|g| g.length > 0) {
+        let Some(r) = local_range(me, g.lkey, g.addr, u64::from(g.length)) else { continue };
+        if let Some(first) = crate::sys::first_unmapped(r.addr, g.length as usize) {
+            crate::sanitizer::memory_unmapped(verb, g.lkey, r.region, first, Some(wr));
+        }
+    }
+}
+
 /// The ranges of this process the device writes for a request (receive buffers, RDMA
 /// READ and atomic results), `[start, end)`, for the sanitizer.
 pub(crate) fn sink_ranges(me: &Endpoint, sges: &[Sge]) -> Vec<(usize, usize)> {

@@ -31,7 +31,7 @@ use crate::shm::tables::{KeyDesc, KeyRecord, KEY_KIND_MR, KEY_STATE_INVALID, KEY
 use crate::shm::Segment;
 use crate::Access;
 use endpoint::Endpoint;
-pub(crate) use access::{atomic, copy_message, copy_out, flush_global, gather, gather_at, key_record, pin_sges, sink_ranges, watch_sges, pin_sges_into, Fault, KeySpace, KeyUse, PinList, Pinned, Source, Via};
+pub(crate) use access::{atomic, copy_message, copy_out, flush_global, gather, gather_at, key_record, pin_sges, sink_ranges, watch_sges, check_mapped, pin_sges_into, Fault, KeySpace, KeyUse, PinList, Pinned, Source, Via};
 pub(crate) use keys::{KeyTable, KeyTarget, Window};
 
 /// A scatter/gather entry (`struct ibv_sge`): `length` bytes at IO virtual address

@@ -295,6 +295,10 @@ pub struct PostError {
 #[cold]
 #[inline(never)]
 pub(crate) fn track_recvs(me: &'static Endpoint, queue: crate::sanitizer::Queue, num: u32, wrs: &[RecvWr<'_>]) -> crate::sanitizer::Ticket {
+    let verb = if queue == crate::sanitizer::Queue::SharedRecv { "ibv_post_srq_recv" } else { "ibv_post_recv" };
+    for w in wrs {
+        crate::mr::check_mapped(me, verb, (queue, num, w.wr_id), w.sg_list);
+    }
     let wrs = wrs
         .iter()
         .map(|w| crate::sanitizer::Wr {
@@ -346,6 +350,7 @@ pub(crate) fn track_sends(me: &'static Endpoint, qpn: u32, sq_sig_all: bool, wrs
                 Payload::Sge(s) if !w.flags.contains(SendFlags::INLINE) => s,
                 _ => &[],
             };
+            crate::mr::check_mapped(me, "ibv_post_send", (crate::sanitizer::Queue::Send, qpn, w.wr_id), sges);
             let (watched, sinks) = match w.opcode {
                 WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => (crate::mr::watch_sges(me, sges), Vec::new()),
                 WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => (Vec::new(), crate::mr::sink_ranges(me, sges)),

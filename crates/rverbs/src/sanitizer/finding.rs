@@ -61,6 +61,11 @@ pub enum FindingKind {
     /// not in the `wc_flags` of `ibv_create_cq_ex` (ibv_create_cq_ex(3)); once per CQ
     /// and field.
     WcFieldNotRequested,
+    /// Memory of a registered region no longer mapped (unmapped, or freed back to the
+    /// system) while the region is registered, found when a work request names it or at
+    /// `ibv_dereg_mr` (ibv_reg_mr(3): a NIC keeps the pages it pinned until the
+    /// deregistration); once per region.
+    MrMemoryUnmapped,
 }
 
 impl FindingKind {
@@ -83,6 +88,7 @@ impl FindingKind {
             FindingKind::DeallocMwInUse => "dealloc-mw-in-use",
             FindingKind::DestroyQpInUse => "destroy-qp-in-use",
             FindingKind::WcFieldNotRequested => "wc-field-not-requested",
+            FindingKind::MrMemoryUnmapped => "mr-memory-unmapped",
         }
     }
 }

@@ -295,6 +295,50 @@ pub(crate) fn qp_uses_srq(qpn: u32, srqn: u32) {
 #[inline(never)]
 pub(crate) fn dereg(lkey: u32, addr: u64, len: u64) {
     mr_in_use(false, lkey, addr, len);
+    if let Some(first) = crate::sys::first_unmapped(addr as usize, len as usize) {
+        memory_unmapped("ibv_dereg_mr", lkey, (addr, len), first, None);
+    }
+    // The key may name a new region from now on.
+    track::state().unmapped.remove(&lkey);
+}
+
+/// The memory of region `lkey` (`region`: its first byte and length in this process) is
+/// not mapped from page `first` on, found by `verb` (the post of work request `wr` that
+/// names it, or the deregistration): mr-memory-unmapped, once per region.
+#[cold]
+#[inline(never)]
+pub(crate) fn memory_unmapped(verb: &'static str, lkey: u32, region: (u64, u64), first: usize, wr: Option<(Queue, u32, u64)>) {
+    let mut st = track::state();
+    if !st.unmapped.insert(lkey) {
+        return;
+    }
+    let registered = st.live.get(&(Kind::Mr, lkey)).map(|l| l.at.clone());
+    drop(st);
+    let label = if wr.is_some() { "posted at" } else { "deregistered at" };
+    let mut sites = vec![site(label, &trace::capture())];
+    if let Some(r) = registered {
+        sites.push(site("mr registered at", &r));
+    }
+    let (addr, len) = region;
+    let mut objects = vec![Object::Mr { lkey, addr, len }];
+    let by = match wr {
+        Some((queue, num, wr_id)) => {
+            objects.push(Object::WorkRequest { wr_id, queue, num, sge: None });
+            format!("work request wr_id {wr_id:#x} posted to {}", queue.describe())
+        }
+        None => verb.to_string(),
+    };
+    report::emit(Finding {
+        kind: FindingKind::MrMemoryUnmapped,
+        page: "ibv_reg_mr(3)",
+        rule: "a registered region's memory stays mapped until ibv_dereg_mr: a NIC pins its pages and keeps their translation for the whole registration, so after munmap (or a free that returns the pages to the system) it still reads and writes the old pages, where the program no longer sees them (rverbs fails such an access instead: IBV_WC_LOC_PROT_ERR, or a remote access error for a peer; docs/memory.md)",
+        headline: format!(
+            "the memory of mr lkey {lkey:#x} [{addr:#x}-{:#x}) is not mapped from {first:#x} on, while the region is registered ({by})",
+            addr.saturating_add(len)
+        ),
+        objects,
+        sites,
+    });
 }
 
 /// `ibv_rereg_mr` changing the translation or the PD of the region `lkey` covering
@@ -398,17 +442,6 @@ pub(crate) fn destroying_qp(qpn: u32, state: QpState, unfinished: &[u64]) {
         objects: vec![Object::Qp { qpn, state: Some(state) }, Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None }],
         sites,
     });
-}
-
-/// `read` (`ibv_wc_read_*`) of CQ `cq` reads the field `field` requests (`flag`): a
-/// finding if the CQ was created without it.
-#[cold]
-#[inline(never)]
-pub(crate) fn wc_read(cq: &crate::Cq, field: crate::WcExFlags, read: &'static str, flag: &'static str) {
-    let inner = cq.inner();
-    if !inner.wc_flags.contains(field) {
-        field_not_requested(inner.id, inner.wc_flags.bits(), field.bits(), read, flag);
-    }
 }
 
 /// `read` (`ibv_wc_read_*`) of CQ `cq`, created with `wc_flags`, read the field that

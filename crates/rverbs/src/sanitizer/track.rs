@@ -201,6 +201,9 @@ pub(crate) struct State {
     /// wc-field-not-requested: the (CQ id, `IBV_WC_EX_WITH_*` bit) pairs reported (once
     /// per CQ and field).
     pub(crate) fields: BTreeSet<(u32, u64)>,
+    /// mr-memory-unmapped: the regions (lkeys) reported, until deregistered (once per
+    /// region).
+    pub(crate) unmapped: BTreeSet<u32>,
     next_seq: u64,
 }
 
@@ -227,6 +230,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     armed: BTreeMap::new(),
     filled: BTreeMap::new(),
     fields: BTreeSet::new(),
+    unmapped: BTreeSet::new(),
     next_seq: 0,
 });
 

@@ -167,3 +167,32 @@ pub fn post_recv(s: &Side, wr_id: u64, offset: usize, len: u32) {
     let sge = [s.mr.sge(offset, len).unwrap()];
     s.qp.post_recv(&[RecvWr::new(wr_id, &sge)]).unwrap();
 }
+
+/// `pages` new anonymous pages of 4 KiB with protection `prot`.
+pub fn map(pages: usize, prot: i32) -> *mut u8 {
+    // SAFETY: a new mapping at an address the kernel chooses; nothing else is affected.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), pages * 4096, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p.cast()
+}
+
+/// Unmaps `pages` pages at `p` that the test mapped.
+pub fn unmap(p: *mut u8, pages: usize) {
+    // SAFETY: unmapping pages this test mapped; no Rust reference covers them.
+    assert_eq!(unsafe { libc::munmap(p.cast(), pages * 4096) }, 0);
+}
+
+/// Whether `[p, p+len)` overlaps a mapping of this process now (/proc/self/maps): a hole
+/// a test made may have been mapped again by another thread.
+pub fn overlaps_a_mapping(p: *mut u8, len: usize) -> bool {
+    let (lo, hi) = (p as usize, p as usize + len);
+    std::fs::read_to_string("/proc/self/maps").unwrap().lines().any(|l| {
+        let range = l.split_whitespace().next().unwrap_or("");
+        let (a, b) = range.split_once('-').unwrap_or(("0", "0"));
+        let (a, b) = (usize::from_str_radix(a, 16).unwrap_or(0), usize::from_str_radix(b, 16).unwrap_or(0));
+        a < hi && lo < b
+    })
+}
+
