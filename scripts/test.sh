@@ -32,14 +32,14 @@ else
 	cargo test --workspace --no-fail-fast
 fi
 cargo test --workspace --doc
-# The feature `tokio` of rverbs and rverbs-cm (rverbs::aio, rverbs_cm::aio): their tests and
-# the async echo example need it, which the workspace run above leaves off.
+# The feature `tokio` of rverbs and rverbs-cm (rverbs::aio, rverbs_cm::aio and ::stream):
+# their tests and the async examples need it, which the workspace run above leaves off.
 if cargo nextest --version >/dev/null 2>&1; then
 	cargo nextest run -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs-cm/tokio --no-fail-fast \
-		-E 'binary(aio) | binary(async_echo)'
+		-E 'binary(aio) | binary(async_echo) | binary(stream) | binary(stream_echo)'
 else
 	cargo test -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs-cm/tokio --no-fail-fast \
-		--test aio --example async_echo
+		--test aio --test stream --example async_echo --example stream_echo
 fi
 # The API documentation builds without a warning (broken or private intra-doc links),
 # with the optional features' modules.

@@ -203,8 +203,16 @@ impl AsyncConnection {
 
     /// Waits for the peer to disconnect (DISCONNECTED); other events are skipped.
     pub async fn disconnected(&self) -> Result<()> {
-        while self.events.event().await?.kind != EventKind::Disconnected {}
-        Ok(())
+        std::future::poll_fn(|cx| self.poll_disconnected(cx)).await
+    }
+
+    /// Polls for the peer's disconnection (DISCONNECTED); other events are skipped.
+    pub fn poll_disconnected(&self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
+        loop {
+            if ready!(self.events.poll_event(cx))?.kind == EventKind::Disconnected {
+                return Poll::Ready(Ok(()));
+            }
+        }
     }
 
     /// Disconnects (rdma_disconnect(3)): the QP moves to ERR; the peer sees

@@ -19,7 +19,8 @@
 //!   --example echo`, run by `cargo test` too).
 //! - `aio` (feature `tokio`): the same awaited on tokio's reactor (`AsyncListener`,
 //!   `aio::connect`, `AsyncConnection`, a `Stream` of events); `examples/async_echo.rs`
-//!   serves 64 connections from one thread.
+//!   serves 64 connections from one thread. `stream` (feature `tokio`): `RdmaStream`,
+//!   tokio's `AsyncRead` + `AsyncWrite` over an RC connection (SEND/RECV with credits).
 //!
 //! ```no_run
 //! use rverbs_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
@@ -37,6 +38,8 @@
 pub mod addr;
 #[cfg(feature = "tokio")]
 pub mod aio;
+#[cfg(feature = "tokio")]
+pub mod stream;
 mod channel;
 mod cm_state;
 pub mod conn;

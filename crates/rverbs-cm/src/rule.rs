@@ -155,4 +155,8 @@ pub enum Rule {
         /// The event received.
         kind: EventKind,
     },
+    /// A stream accepts only the connection requests of streams (`stream::MAGIC` in the
+    /// private data); it rejected this one.
+    #[error("the connection request is not an rverbs stream's")]
+    NotAStream,
 }

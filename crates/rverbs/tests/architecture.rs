@@ -458,7 +458,7 @@ fn cm_src_dir() -> PathBuf {
 const CM_LAYERS: &[(&str, &[&str])] = &[
     ("values", &["cm_state", "handle", "table", "mad", "event", "rule", "error", "channel", "addr"]),
     ("engine", &["engine"]),
-    ("api", &["id", "conn", "aio"]),
+    ("api", &["id", "conn", "aio", "stream"]),
 ];
 
 fn cm_layer(module: &str) -> usize {
