@@ -56,11 +56,13 @@ pub enum Verb {
     ResolveRoute,
     /// rdma_connect(3): the call succeeds and UNREACHABLE or REJECTED follows.
     Connect,
+    /// ibv_open_device(3).
+    OpenDevice,
 }
 
 impl Verb {
     /// Every verb, in the order of the documentation.
-    pub const ALL: [Verb; 13] = [
+    pub const ALL: [Verb; 14] = [
         Verb::AllocPd,
         Verb::RegMr,
         Verb::CreateCq,
@@ -74,6 +76,7 @@ impl Verb {
         Verb::ResolveAddr,
         Verb::ResolveRoute,
         Verb::Connect,
+        Verb::OpenDevice,
     ];
 
     /// The name a plan uses (`reg_mr`): the C verb without `ibv_` or `rdma_`.
@@ -92,6 +95,7 @@ impl Verb {
             Verb::ResolveAddr => "resolve_addr",
             Verb::ResolveRoute => "resolve_route",
             Verb::Connect => "connect",
+            Verb::OpenDevice => "open_device",
         }
     }
 
@@ -109,7 +113,7 @@ impl Verb {
     pub const fn errnos(self) -> &'static [Errno] {
         use Errno::*;
         match self {
-            Verb::AllocPd => &[Enomem],
+            Verb::AllocPd | Verb::OpenDevice => &[Enomem],
             Verb::RegMr => &[Enomem, Einval, Efault, Eacces],
             Verb::CreateCq | Verb::CreateSrq | Verb::CreateAh => &[Enomem, Einval],
             Verb::CreateQp => &[Enomem, Einval, Eopnotsupp],
@@ -262,12 +266,29 @@ pub enum Event {
     /// RDMA_CM_EVENT_DISCONNECTED: the QP's rdma_cm connection is disconnected, both
     /// sides get the event, the QP enters ERR.
     Disconnected,
+    /// IBV_EVENT_PORT_ERR: port 1 of the process's view of the device goes DOWN; what
+    /// the process sends does not leave, what arrives for it is dropped.
+    PortErr,
+    /// IBV_EVENT_PORT_ACTIVE: port 1 is ACTIVE again, traffic flows.
+    PortActive,
+    /// IBV_EVENT_DEVICE_FATAL: the device is dead for the process: its QPs enter ERR
+    /// and flush, later creating and posting verbs fail with EIO.
+    DeviceFatal,
 }
 
 impl Event {
     /// Every event, in the order of the documentation.
-    pub const ALL: [Event; 6] =
-        [Event::QpFatal, Event::QpReqErr, Event::QpAccessErr, Event::CqErr, Event::SrqLimitReached, Event::Disconnected];
+    pub const ALL: [Event; 9] = [
+        Event::QpFatal,
+        Event::QpReqErr,
+        Event::QpAccessErr,
+        Event::CqErr,
+        Event::SrqLimitReached,
+        Event::Disconnected,
+        Event::PortErr,
+        Event::PortActive,
+        Event::DeviceFatal,
+    ];
 
     /// The name a plan uses (`QP_FATAL`): the C constant without `IBV_EVENT_` or
     /// `RDMA_CM_EVENT_`.
@@ -279,17 +300,30 @@ impl Event {
             Event::CqErr => "CQ_ERR",
             Event::SrqLimitReached => "SRQ_LIMIT_REACHED",
             Event::Disconnected => "DISCONNECTED",
+            Event::PortErr => "PORT_ERR",
+            Event::PortActive => "PORT_ACTIVE",
+            Event::DeviceFatal => "DEVICE_FATAL",
         }
     }
 
     /// The verbs whose calls may raise the event (the first is the default of `on=`): a
     /// verb on a QP for the events of a QP, its CQs and its connection; ibv_post_srq_recv
-    /// for the SRQ's.
+    /// for the SRQ's; for the device's events (port, fatal) those and ibv_open_device,
+    /// so that a program that only queries the device meets them.
     pub const fn verbs(self) -> &'static [Verb] {
         match self {
             Event::SrqLimitReached => &[Verb::PostSrqRecv],
+            Event::PortErr | Event::PortActive | Event::DeviceFatal => {
+                &[Verb::PostSend, Verb::PostRecv, Verb::ModifyQp, Verb::OpenDevice]
+            }
             _ => &[Verb::PostSend, Verb::PostRecv, Verb::ModifyQp],
         }
+    }
+
+    /// Whether the event is about the device (a port, or the whole device) rather than
+    /// one of its objects: every open context of the device in the process gets it.
+    pub const fn is_device(self) -> bool {
+        matches!(self, Event::PortErr | Event::PortActive | Event::DeviceFatal)
     }
 
     fn from_name(s: &str) -> Option<Event> {
@@ -722,6 +756,27 @@ mod tests {
     }
 
     #[test]
+    fn device_event_items_parse_on_the_qp_verbs_and_open_device() {
+        let p = VerbPlan::parse("event=PORT_ERR:on=open_device, event=IBV_EVENT_PORT_ACTIVE:on=post_recv:nth=2, event=device_fatal:qp=0x21, fail=open_device:ENOMEM")
+            .unwrap();
+        let effects: Vec<_> = p.items.iter().map(|i| i.effect).collect();
+        assert_eq!(
+            effects,
+            [
+                Effect::Raise(Event::PortErr, Verb::OpenDevice),
+                Effect::Raise(Event::PortActive, Verb::PostRecv),
+                Effect::Raise(Event::DeviceFatal, Verb::PostSend),
+                Effect::Fail(Verb::OpenDevice, Errno::Enomem),
+            ]
+        );
+        assert_eq!(p.items[2].qp, Some(0x21));
+        assert!(Event::ALL.iter().filter(|e| e.is_device()).eq([Event::PortErr, Event::PortActive, Event::DeviceFatal].iter()));
+        let mut d = Decider::new(p);
+        let i = d.raise(Verb::OpenDevice, None, None).unwrap();
+        assert_eq!(i.to_string(), "IBV_EVENT_PORT_ERR after ibv_open_device (matching call 1 of item `event=PORT_ERR:on=open_device`)");
+    }
+
+    #[test]
     fn cm_items_parse_as_failures_of_the_rdma_cm_calls() {
         let p = VerbPlan::parse("fail=resolve_route:ETIMEDOUT, fail=rdma_resolve_addr:EHOSTUNREACH:nth=2, fail=connect:ECONNREFUSED").unwrap();
         let effects: Vec<_> = p.items.iter().map(|i| i.effect).collect();
@@ -745,8 +800,11 @@ mod tests {
     #[test]
     fn event_and_cm_items_the_stack_cannot_produce_are_refused_with_the_reason() {
         let why = |s: &str| VerbPlan::parse(s).unwrap_err().why;
-        assert!(why("event=DEVICE_FATAL").contains("unknown or unusable event"));
-        assert!(why("event=PORT_ERR").contains("unknown or unusable event"));
+        assert!(why("event=SRQ_ERR").contains("unknown or unusable event"));
+        assert!(why("event=SM_CHANGE").contains("unknown or unusable event"));
+        assert!(why("event=PORT_ERR:on=post_srq_recv").contains("on= one of post_send, post_recv, modify_qp, open_device"));
+        assert!(why("event=DEVICE_FATAL:on=open_device:qp=3").contains("qp= applies"));
+        assert!(why("fail=open_device:EINVAL").contains("ibv_open_device does not return"));
         assert!(why("event=COMM_EST").contains("unknown or unusable event"));
         assert!(why("event=SRQ_LIMIT_REACHED:on=post_send").contains("not raised on `post_send`"));
         assert!(why("event=QP_FATAL:on=reg_mr").contains("on= one of post_send, post_recv, modify_qp"));
