@@ -46,14 +46,16 @@ source tests/conformance/lib/cm.bash
 # faulted_checks LOG RC MESSAGE LOGGED: the faulted process exited non-zero before the
 # timeout, printed MESSAGE, and the drop-in logged "fault injected: LOGGED".
 # Optional: EXIT_ANY=1, the program may exit 0 (rping ends a disconnected run with 0);
+# EXIT_ZERO=1, it must exit 0 (a fault that only delays);
 # UNLESS_MSG, what the faulted process prints only if the fault did not stop it; OR_MSG,
 # another message that may stand for MESSAGE (where the program's timing picks which of
 # two clean failures it meets).
 faulted_checks() {
   local log=$1 rc=$2 msg=$3 logged=$4
   case $rc in
-    0) [ -n "${EXIT_ANY:-}" ] || why+=("the faulted process exited 0: the fault did not reach it") ;;
+    0) [ -n "${EXIT_ANY:-}${EXIT_ZERO:-}" ] || why+=("the faulted process exited 0: the fault did not reach it") ;;
     124 | 137) why+=("the faulted process $(exit_text "$rc")") ;;
+    *) [ -z "${EXIT_ZERO:-}" ] || why+=("the faulted process exited $rc: the fault must only slow it down") ;;
   esac
   [ -z "${UNLESS_MSG:-}" ] || ! grep -qF -- "$UNLESS_MSG" "$log" || why+=("the faulted process printed \"$UNLESS_MSG\": the fault did not stop it")
   grep -qF -- "$msg" "$log" || { [ -n "${OR_MSG:-}" ] && grep -qF -- "$OR_MSG" "$log"; } ||
@@ -206,6 +208,17 @@ pick_port; p=$port
 EXIT_ANY=1 UNLESS_MSG="rdma-ping-49:" OR_MSG="post send error 5" pair "rping: DEVICE_FATAL after the client's 4th send" client \
   "event=DEVICE_FATAL:on=post_send:nth=4" "client DISCONNECT EVENT" "IBV_EVENT_DEVICE_FATAL after ibv_post_send" ends "cm $p" \
   rping -s -a 127.0.0.1 -p "$p" -C 50 -v -- rping -c -a 127.0.0.1 -p "$p" -C 50 -v
+
+# Held-back completions (wc_delay=): the programs only slow down; both rping (which sleeps
+# in its completion channel) and ibv_rc_pingpong -e (the same) must finish their run.
+pick_port; p=$port
+EXIT_ZERO=1 PEER_MSG="server DISCONNECT EVENT" pair "rping: every 3rd completion of the client held back 20 ms" client "wc_delay=20:every=3" \
+  "ping data: rdma-ping-9:" "send work request's completion held back 20 ms" ends "cm $p" \
+  rping -s -a 127.0.0.1 -p "$p" -C 10 -v -- rping -c -a 127.0.0.1 -p "$p" -C 10 -v
+pick_port; p=$port
+EXIT_ZERO=1 pair "ibv_rc_pingpong -e: every 5th completion of the client held back 10 ms" client "wc_delay=10:every=5" \
+  "50 iters in" "send work request's completion held back 10 ms" ends "tcp $p" \
+  "${pp[@]}" -e -n 50 -p "$p" -- "${pp[@]}" -e -n 50 -p "$p" 127.0.0.1
 
 # rdma_cm failures: each call ends with its error event, which rping prints.
 rp=(rping -c -a 127.0.0.1 -C 3 -v)

@@ -151,10 +151,10 @@ fn duration(v: &str) -> Option<Duration> {
 }
 
 /// Whether `key` names an item of the verbs' fault plan in a `RVERBS_FAULTS` spec
-/// (`fail`, `wc`, `event`): the one list of those keys, which the packet parser skips and
+/// (`fail`, `wc`, `event`, `wc_delay`): the one list of those keys, which the packet parser skips and
 /// `verb_fault::VerbPlan::parse` reads.
 pub fn is_verb_plan_key(key: &str) -> bool {
-    matches!(key.trim(), "fail" | "wc" | "event")
+    matches!(key.trim(), "fail" | "wc" | "event" | "wc_delay")
 }
 
 /// A fault specification that did not parse; holds the offending item.

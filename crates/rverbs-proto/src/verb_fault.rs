@@ -11,7 +11,10 @@
 //!   return it and name the refused request in `bad_wr`);
 //! - `wc=STATUS[:SELECT…]`: a send work request is accepted, then completes with `STATUS`
 //!   (and the QP goes where that status sends it: RC to ERR, UC and UD to SQE), as a
-//!   request the network or the responder failed would.
+//!   request the network or the responder failed would;
+//! - `event=EVENT[:on=VERB][:SELECT…]`: the call succeeds, then the device raises `EVENT`;
+//! - `wc_delay=MS[:SELECT…]`: a send work request's completion is held back `MS`
+//!   milliseconds before it can be polled (later completions of its CQ wait behind it).
 //!
 //! `SELECT` narrows and picks the calls: `qp=QPN` (verbs on a QP, and `wc`), `wr_id=N`
 //! (post verbs and `wc`), then at most one of `nth=N` (only the Nth matching call, from 1),
@@ -333,6 +336,10 @@ impl Event {
     }
 }
 
+/// The longest hold of a `wc_delay=` item, in milliseconds (a minute: far beyond any
+/// completion an application waits for without a timeout of its own).
+pub const MAX_HOLD_MS: u32 = 60_000;
+
 /// Which of the matching calls an item hits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Pick {
@@ -357,6 +364,8 @@ pub enum Effect {
     Complete(WcStatus),
     /// The call of this verb succeeds, then the device raises this event.
     Raise(Event, Verb),
+    /// The send work request's completion is held back this many milliseconds.
+    Hold(u32),
 }
 
 /// One item of a plan: an effect, the calls it applies to, and which of them it hits.
@@ -453,6 +462,13 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
                 bad(item, format!("{verb} does not return `{e}` (it returns {})", ok.join(", ")))
             })?;
         Effect::Fail(verb, errno)
+    } else if key.trim() == "wc_delay" {
+        let v = parts.next().unwrap_or("");
+        let ms = v.strip_suffix("ms").unwrap_or(v).trim();
+        let ms = ms.parse::<u32>().ok().filter(|m| (1..=MAX_HOLD_MS).contains(m)).ok_or_else(|| {
+            bad(item, format!("`{v}` is not a delay in milliseconds from 1 to {MAX_HOLD_MS} (wc_delay=MS)"))
+        })?;
+        Effect::Hold(ms)
     } else if key.trim() == "event" {
         let e = parts.next().unwrap_or("");
         let event = Event::from_name(e).ok_or_else(|| {
@@ -500,7 +516,7 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
             "qp" => {
                 let applies = match effect {
                     Effect::Fail(verb, _) | Effect::Raise(_, verb) => verb.on_qp(),
-                    Effect::Complete(_) => true,
+                    Effect::Complete(_) | Effect::Hold(_) => true,
                 };
                 if !applies {
                     return Err(bad(item, "qp= applies to modify_qp, post_send, post_recv, wc and events on them only"));
@@ -512,7 +528,7 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
             "wr_id" => {
                 let applies = match effect {
                     Effect::Fail(verb, _) | Effect::Raise(_, verb) => verb.posts(),
-                    Effect::Complete(_) => true,
+                    Effect::Complete(_) | Effect::Hold(_) => true,
                 };
                 if !applies {
                     return Err(bad(item, "wr_id= applies to the post verbs, wc and events on them only"));
@@ -577,6 +593,7 @@ impl fmt::Display for Injection {
             Effect::Complete(s) => write!(f, "send work request completes with {} ({s})", status_name(s))?,
             Effect::Raise(Event::Disconnected, verb) => write!(f, "RDMA_CM_EVENT_DISCONNECTED after {verb}")?,
             Effect::Raise(ev, verb) => write!(f, "IBV_EVENT_{} after {verb}", ev.name())?,
+            Effect::Hold(ms) => write!(f, "send work request's completion held back {ms} ms")?,
         }
         if let Some(q) = self.qp {
             write!(f, ", QP {q:#x}")?;
@@ -634,6 +651,12 @@ impl Decider {
     /// an item hits it.
     pub fn complete(&mut self, qp: u32, wr_id: u64) -> Option<Injection> {
         self.decide(|e| matches!(e, Effect::Complete(_)), Some(qp), Some(wr_id))
+    }
+
+    /// A send work request `wr_id` accepted on QP `qp`: how long its completion is held
+    /// back, if an item hits it.
+    pub fn hold(&mut self, qp: u32, wr_id: u64) -> Option<Injection> {
+        self.decide(|e| matches!(e, Effect::Hold(_)), Some(qp), Some(wr_id))
     }
 
     /// A call of `verb` that succeeded (on QP `qp`; for the post verbs, one work request
@@ -774,6 +797,29 @@ mod tests {
         let mut d = Decider::new(p);
         let i = d.raise(Verb::OpenDevice, None, None).unwrap();
         assert_eq!(i.to_string(), "IBV_EVENT_PORT_ERR after ibv_open_device (matching call 1 of item `event=PORT_ERR:on=open_device`)");
+    }
+
+    #[test]
+    fn delay_items_hold_chosen_completions_and_count_apart_from_wc_items() {
+        let p = VerbPlan::parse("wc_delay=250:qp=0x12:nth=2, wc_delay=5ms, wc=REM_OP").unwrap();
+        assert_eq!(p.items[0].effect, Effect::Hold(250));
+        assert_eq!((p.items[0].qp, p.items[0].pick), (Some(0x12), Pick::Nth(2)));
+        assert_eq!(p.items[1].effect, Effect::Hold(5));
+        let mut d = Decider::new(p);
+        assert!(d.complete(0x12, 1).is_some(), "wc items are decided apart");
+        // The first call is counted by the first item (not its 2nd) and hit by the second.
+        assert_eq!(d.hold(0x12, 1).map(|i| i.effect), Some(Effect::Hold(5)));
+        let i = d.hold(0x12, 2).unwrap();
+        assert_eq!((i.effect, i.call), (Effect::Hold(250), 2));
+        assert!(i.to_string().starts_with("send work request's completion held back 250 ms, QP 0x12, wr_id 0x2"), "{i}");
+        let why = |s: &str| VerbPlan::parse(s).unwrap_err().why;
+        assert!(why("wc_delay=0").contains("from 1 to 60000"));
+        assert!(why("wc_delay=60001").contains("from 1 to 60000"));
+        assert!(why("wc_delay=1s").contains("milliseconds"));
+        assert!(why("wc_delay=5:on=post_send").contains("on= applies to event items only"));
+        // The packet parser leaves it alone, and keeps its own `delay`.
+        let packets = crate::fault::FaultConfig::parse("wc_delay=5,delay=1ms").unwrap();
+        assert_eq!(packets.delay, core::time::Duration::from_millis(1));
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub(crate) fn fail(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Er
         Effect::Fail(verb, errno) => {
             Some(Error::Injected { verb: verb.name(), errno: errno.number(), name: errno.name(), item: hit.item })
         }
-        Effect::Complete(_) | Effect::Raise(..) => None,
+        Effect::Complete(_) | Effect::Raise(..) | Effect::Hold(_) => None,
     }
 }
 
@@ -159,7 +159,21 @@ pub(crate) fn complete(qpn: u32, wr_id: u64) -> Option<WcStatus> {
     }
     match decide(|d| d.complete(qpn, wr_id))?.effect {
         Effect::Complete(status) => Some(status),
-        Effect::Fail(..) | Effect::Raise(..) => None,
+        Effect::Fail(..) | Effect::Raise(..) | Effect::Hold(_) => None,
+    }
+}
+
+/// How long the plan holds back the completion of the send work request `wr_id` of QP
+/// `qpn`, if at all (`wc_delay=`): it becomes pollable that much later, and later
+/// completions of its CQ wait behind it (docs/fault-injection.md).
+#[inline]
+pub(crate) fn hold(qpn: u32, wr_id: u64) -> Option<std::time::Duration> {
+    if !on() {
+        return None;
+    }
+    match decide(|d| d.hold(qpn, wr_id))?.effect {
+        Effect::Hold(ms) => Some(std::time::Duration::from_millis(u64::from(ms))),
+        Effect::Fail(..) | Effect::Complete(_) | Effect::Raise(..) => None,
     }
 }
 
@@ -203,7 +217,7 @@ pub(crate) fn raise(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<E
     }
     match decide(|d| d.raise(verb, qp, wr_id))?.effect {
         Effect::Raise(event, _) => Some(event),
-        Effect::Fail(..) | Effect::Complete(_) => None,
+        Effect::Fail(..) | Effect::Complete(_) | Effect::Hold(_) => None,
     }
 }
 

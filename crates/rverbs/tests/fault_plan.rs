@@ -429,3 +429,74 @@ fn an_injected_device_fatal_reaches_every_context_flushes_every_qp_and_fails_lat
     assert_eq!(injected.len(), 1);
     assert_eq!(injected[0].effect, Effect::Raise(Event::DeviceFatal, Verb::PostSend));
 }
+
+#[test]
+fn a_held_completion_is_polled_after_its_delay_and_later_completions_of_its_cq_wait_behind_it() {
+    let _turn = turn();
+    // One CQ for both queues of each side (`side`).
+    let (a, b) = pair(QpType::Rc);
+    post_recv(&a, 300, 0, 64);
+    post_recv(&b, 100, 0, 64);
+    post_recv(&b, 101, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let bsge = [b.mr.sge(0, 8).unwrap()];
+    let qpn = a.qp.qp_num();
+    let delay = std::time::Duration::from_millis(150);
+    let start = std::time::Instant::now();
+    let injected = with_plan(&format!("wc_delay=150:qp={qpn:#x}:nth=1"), || {
+        a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+        // The request ran (same host: inside post_send), its completion is held.
+        assert_eq!(poll_one(&b.cq).wr_id(), 100);
+        assert_empty(&a.cq);
+        // A later send of the QP, and a receive of the same CQ, wait behind it.
+        a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+        assert_eq!(poll_one(&b.cq).wr_id(), 101);
+        b.qp.post_send(&[SendWr::send(50, &bsge).signaled()]).unwrap();
+        let w = poll_one(&b.cq);
+        assert_eq!((w.wr_id(), w.status()), (50, WcStatus::Success), "other CQs are not held");
+        assert_empty(&a.cq);
+        fault_plan::take_injected()
+    });
+    let got: Vec<_> = (0..3).map(|_| poll_one(&a.cq)).map(|w| (w.wr_id(), w.status(), w.opcode())).collect();
+    assert!(start.elapsed() >= delay, "polled after {:?}", start.elapsed());
+    assert_eq!(
+        got,
+        [(1, WcStatus::Success, Some(WcOpcode::Send)), (2, WcStatus::Success, Some(WcOpcode::Send)), (300, WcStatus::Success, Some(WcOpcode::Recv))]
+    );
+    assert_empty(&a.cq);
+    assert_eq!(injected.len(), 1);
+    assert_eq!((injected[0].effect, injected[0].wr_id), (Effect::Hold(150), Some(1)));
+}
+
+/// Waits until `fd` is readable, at most 10 s.
+#[track_caller]
+fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = rustix::time::Timespec { tv_sec: 10, tv_nsec: 0 };
+    assert_eq!(poll(&mut fds, Some(&ts)).unwrap(), 1, "not readable within 10 s");
+}
+
+#[test]
+fn a_held_completion_wakes_an_armed_completion_channel_when_it_is_published() {
+    let _turn = turn();
+    let a = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    let ch = a.ctx.create_comp_channel().unwrap();
+    let cq = a.ctx.create_cq(&CqInit::new(64).channel(&ch)).unwrap();
+    let qp = a.pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    let a = Side { cq, qp, ..a };
+    connect(&a, &b, &PATH);
+    post_recv(&b, 100, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.cq.req_notify(false).unwrap();
+    with_plan("wc_delay=50", || a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap());
+    assert_empty(&a.cq);
+    // An event-driven program sleeps in the channel: the publication wakes it.
+    wait_readable(ch.fd());
+    let ev = ch.get_cq_event().unwrap();
+    assert!(ev.cq().same_as(&a.cq));
+    ev.ack();
+    let w = poll_one(&a.cq);
+    assert_eq!((w.wr_id(), w.status()), (1, WcStatus::Success));
+}

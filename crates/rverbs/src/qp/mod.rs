@@ -691,6 +691,9 @@ impl Qp {
             if let Some(status) = crate::fault_plan::complete(q.qpn, wr.wr_id) {
                 sq.ring.fail_newest(status);
             }
+            if let Some(delay) = crate::fault_plan::hold(q.qpn, wr.wr_id) {
+                sq.ring.hold_newest(delay);
+            }
         }
         // A kick that arrived before we took the queue is served by this progress run.
         if q.sq_pending.load(Ordering::Relaxed) {
