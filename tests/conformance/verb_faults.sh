@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault plan of the verbs (RVERBS_FAULTS `fail=`, `wc=` and `event=` items,
+# The fault plan of the verbs (RVERBS_FAULTS `fail=`, `wc=`, `wc_delay=` and `event=` items,
 # docs/fault-injection.md) driving the error paths of unmodified programs on the drop-in
 # libraries: Debian's ibv_rc_pingpong (ibverbs-utils) and rping (rdmacm-utils). librpma's
 # are driven from crates/rverbs-rpma/tests/interop.rs (its C peer), the Rust API's from

@@ -99,7 +99,7 @@ impl FaultConfig {
     /// `seed` (integer), `drop`, `dup`, `reorder`, `corrupt` (probabilities in `[0, 1]`,
     /// or percentages with a `%` suffix), `delay` and `reorder_by` (durations with a
     /// `ns`, `us`, `ms` or `s` suffix). Unnamed keys keep [`FaultConfig::NONE`]'s values.
-    /// The items of the verbs' fault plan (`fail=…`, `wc=…`, `event=…`,
+    /// The items of the verbs' fault plan (`fail=…`, `wc=…`, `wc_delay=…`, `event=…`,
     /// [`is_verb_plan_key`]) are skipped: `verb_fault::VerbPlan::parse` reads them.
     /// Example: `seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%`.
     ///

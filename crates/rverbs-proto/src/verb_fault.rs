@@ -66,6 +66,7 @@ pub enum Verb {
 impl Verb {
     /// Every verb, in the order of the documentation.
     pub const ALL: [Verb; 14] = [
+        Verb::OpenDevice,
         Verb::AllocPd,
         Verb::RegMr,
         Verb::CreateCq,
@@ -79,7 +80,6 @@ impl Verb {
         Verb::ResolveAddr,
         Verb::ResolveRoute,
         Verb::Connect,
-        Verb::OpenDevice,
     ];
 
     /// The name a plan uses (`reg_mr`): the C verb without `ibv_` or `rdma_`.
@@ -415,7 +415,7 @@ impl VerbPlan {
         self.items.is_empty()
     }
 
-    /// The `fail=`, `wc=` and `event=` items (and `seed=`) of a `RVERBS_FAULTS` spec; the packet
+    /// The `fail=`, `wc=`, `wc_delay=` and `event=` items (and `seed=`) of a `RVERBS_FAULTS` spec; the packet
     /// items are left to [`crate::fault::FaultConfig::parse`], which skips these.
     ///
     /// Errors: an item of ours that does not parse — an unknown verb or status, an error

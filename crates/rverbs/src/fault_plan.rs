@@ -4,7 +4,7 @@
 //! limit, an rdma_cm disconnection), selected by verb, QP, `wr_id`, the Nth call or a
 //! seeded probability (docs/fault-injection.md; [`VerbPlan`] has the grammar).
 //!
-//! A C program gets its plan from the `fail=…`, `wc=…` and `event=…` items of `RVERBS_FAULTS`, read
+//! A C program gets its plan from the `fail=…`, `wc=…`, `wc_delay=…` and `event=…` items of `RVERBS_FAULTS`, read
 //! at the first verb; a Rust program may [`install`] one instead. Every injection is
 //! kept, as an [`Injection`], for [`take_injected`] (a test harness
 //! asserts on them), and logged: on stderr, one line each, when the plan came from the
