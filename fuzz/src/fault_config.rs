@@ -10,8 +10,8 @@
 //! send is at "now", as the UDP transport's send path does) and never loses a copy it
 //! did not count as dropped. The verbs' fault plan of the same value
 //! (`VerbPlan::parse`, every item kind: `fail=` of the verbs and of the rdma_cm calls,
-//! `wc=`, `event=`): never panics; a plan it accepts decides failures, completions and
-//! events for calls of every verb without panicking, and a decision only ever names an
+//! `wc=`, `event=`, `wc_delay=`): never panics; a plan it accepts decides failures,
+//! completions, holds and events for calls of every verb without panicking, and a decision only ever names an
 //! item of the plan (an event only ever one of the verbs its item names).
 
 use std::time::{Duration, Instant};
@@ -25,9 +25,10 @@ pub fn run(data: &[u8]) {
     if let Ok(plan) = VerbPlan::parse(spec) {
         let mut d = Decider::new(plan.clone());
         for (i, verb) in Verb::ALL.into_iter().cycle().take(64).enumerate() {
-            let hit = match i % 4 {
+            let hit = match i % 5 {
                 0 => d.complete(i as u32, i as u64),
                 1 => d.raise(verb, Some(i as u32), Some(i as u64)),
+                2 => d.hold(i as u32, i as u64),
                 _ => d.fail(verb, Some(i as u32), Some(i as u64)),
             };
             if let Some(h) = hit {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault plan of the verbs (RVERBS_FAULTS `fail=`, `wc=` and `event=` items,
+# The fault plan of the verbs (RVERBS_FAULTS `fail=`, `wc=`, `wc_delay=` and `event=` items,
 # docs/fault-injection.md) driving the error paths of unmodified programs on the drop-in
 # libraries: Debian's ibv_rc_pingpong (ibverbs-utils) and rping (rdmacm-utils). librpma's
 # are driven from crates/rverbs-rpma/tests/interop.rs (its C peer), the Rust API's from
@@ -17,7 +17,8 @@
 #     device (an RC connection has no keep-alive and the program no timeout), so the
 #     script stops it once the faulted side has ended (a stopped peer is no failure).
 # Events (`event=`) leave the verb successful and put the QP or CQ in error after it,
-# which ibv_rc_pingpong meets as a flushed completion or a failed poll; rdma_cm failures
+# which ibv_rc_pingpong meets as a flushed completion or a failed poll (the device's
+# events: a port down shows in ibv_devinfo and runs RC retries out; a dead device flushes); rdma_cm failures
 # (`fail=resolve_addr|resolve_route|connect`) end in the error event rping prints; an
 # injected DISCONNECTED ends both rping processes before their last ping.
 # Last, a probabilistic plan with a seed, run twice, must inject the same faults at the
@@ -45,15 +46,20 @@ source tests/conformance/lib/cm.bash
 # faulted_checks LOG RC MESSAGE LOGGED: the faulted process exited non-zero before the
 # timeout, printed MESSAGE, and the drop-in logged "fault injected: LOGGED".
 # Optional: EXIT_ANY=1, the program may exit 0 (rping ends a disconnected run with 0);
-# UNLESS_MSG, what the faulted process prints only if the fault did not stop it.
+# EXIT_ZERO=1, it must exit 0 (a fault that only delays);
+# UNLESS_MSG, what the faulted process prints only if the fault did not stop it; OR_MSG,
+# another message that may stand for MESSAGE (where the program's timing picks which of
+# two clean failures it meets).
 faulted_checks() {
   local log=$1 rc=$2 msg=$3 logged=$4
   case $rc in
-    0) [ -n "${EXIT_ANY:-}" ] || why+=("the faulted process exited 0: the fault did not reach it") ;;
+    0) [ -n "${EXIT_ANY:-}${EXIT_ZERO:-}" ] || why+=("the faulted process exited 0: the fault did not reach it") ;;
     124 | 137) why+=("the faulted process $(exit_text "$rc")") ;;
+    *) [ -z "${EXIT_ZERO:-}" ] || why+=("the faulted process exited $rc: the fault must only slow it down") ;;
   esac
   [ -z "${UNLESS_MSG:-}" ] || ! grep -qF -- "$UNLESS_MSG" "$log" || why+=("the faulted process printed \"$UNLESS_MSG\": the fault did not stop it")
-  grep -qF -- "$msg" "$log" || why+=("the faulted process did not print \"$msg\"")
+  grep -qF -- "$msg" "$log" || { [ -n "${OR_MSG:-}" ] && grep -qF -- "$OR_MSG" "$log"; } ||
+    why+=("the faulted process did not print \"$msg\"${OR_MSG:+ (or \"$OR_MSG\")}")
   grep -qF -- "fault injected: $logged" "$log" || why+=("no \"fault injected: $logged\" on its stderr")
 }
 
@@ -174,6 +180,45 @@ pick_port; p=$port
 pair "ibv_rc_pingpong: CQ_ERR after the 3rd receive, server" server "event=CQ_ERR:on=post_recv:from=3" \
   "poll CQ failed" "IBV_EVENT_CQ_ERR after ibv_post_recv" stopped "tcp $p" \
   "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
+
+# The device's own events (docs/fault-injection.md, "Port and device events"): a port
+# taken down, and a device dead. ibv_devinfo calls no verb but ibv_open_device that the
+# plan can follow, so it shows the port DOWN under on=open_device (and exits 0); a
+# connected ibv_rc_pingpong whose port goes down before its first SEND meets that SEND's
+# retries running out; one whose device dies meets its receive flushed or its next post
+# refused with EIO (which comes first is the peer's timing; both end the run); rping's
+# client, whose device dies, is disconnected or has its next post refused with EIO
+# (rping skips flushed completions silently), and both rping processes end.
+EXIT_ANY=1 UNLESS_MSG="PORT_ACTIVE" alone "ibv_devinfo: PORT_ERR after ibv_open_device, the port DOWN" \
+  "event=PORT_ERR:on=open_device" "PORT_DOWN (1)" "IBV_EVENT_PORT_ERR after ibv_open_device" ibv_devinfo -d rverbs0
+EXIT_ANY=1 UNLESS_MSG="LINK_UP" alone "ibv_devinfo -v: its physical state POLLING" \
+  "event=PORT_ERR:on=open_device" "POLLING (2)" "IBV_EVENT_PORT_ERR after ibv_open_device" ibv_devinfo -v -d rverbs0
+pick_port; p=$port
+pair "ibv_rc_pingpong: PORT_ERR after the client's move to RTS, its first SEND runs out of retries" client "event=PORT_ERR:on=modify_qp:nth=3" \
+  "Failed status transport retry counter exceeded (12)" "IBV_EVENT_PORT_ERR after ibv_modify_qp" stopped "tcp $p" \
+  "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
+pick_port; p=$port
+pair "ibv_rc_pingpong: DEVICE_FATAL after the 5th send, client" client "event=DEVICE_FATAL:nth=5" \
+  "parse WC failed" "IBV_EVENT_DEVICE_FATAL after ibv_post_send" stopped "tcp $p" \
+  "${pp[@]}" -n 50 -p "$p" -- "${pp[@]}" -n 50 -p "$p" 127.0.0.1
+pick_port
+alone "ibv_rc_pingpong: DEVICE_FATAL after the 3rd receive, the 4th fails (EIO)" "event=DEVICE_FATAL:on=post_recv:nth=3" \
+  "Couldn't post receive (3)" "IBV_EVENT_DEVICE_FATAL after ibv_post_recv" "${pp[@]}" -p "$port"
+pick_port; p=$port
+EXIT_ANY=1 UNLESS_MSG="rdma-ping-49:" OR_MSG="post send error 5" pair "rping: DEVICE_FATAL after the client's 4th send" client \
+  "event=DEVICE_FATAL:on=post_send:nth=4" "client DISCONNECT EVENT" "IBV_EVENT_DEVICE_FATAL after ibv_post_send" ends "cm $p" \
+  rping -s -a 127.0.0.1 -p "$p" -C 50 -v -- rping -c -a 127.0.0.1 -p "$p" -C 50 -v
+
+# Held-back completions (wc_delay=): the programs only slow down; both rping (which sleeps
+# in its completion channel) and ibv_rc_pingpong -e (the same) must finish their run.
+pick_port; p=$port
+EXIT_ZERO=1 PEER_MSG="server DISCONNECT EVENT" pair "rping: every 3rd completion of the client held back 20 ms" client "wc_delay=20:every=3" \
+  "ping data: rdma-ping-9:" "send work request's completion held back 20 ms" ends "cm $p" \
+  rping -s -a 127.0.0.1 -p "$p" -C 10 -v -- rping -c -a 127.0.0.1 -p "$p" -C 10 -v
+pick_port; p=$port
+EXIT_ZERO=1 pair "ibv_rc_pingpong -e: every 5th completion of the client held back 10 ms" client "wc_delay=10:every=5" \
+  "50 iters in" "send work request's completion held back 10 ms" ends "tcp $p" \
+  "${pp[@]}" -e -n 50 -p "$p" -- "${pp[@]}" -e -n 50 -p "$p" 127.0.0.1
 
 # rdma_cm failures: each call ends with its error event, which rping prints.
 rp=(rping -c -a 127.0.0.1 -C 3 -v)

@@ -39,6 +39,8 @@ export! {
             AsyncElement::Qp(qp) => ibv_async_event_element { qp: qp.cookie() as *mut ibv_qp },
             AsyncElement::Srq(srq) => ibv_async_event_element { srq: srq.cookie() as *mut ibv_srq },
             AsyncElement::Port(p) => ibv_async_event_element { port_num: c_int::from(p) },
+            // DEVICE_FATAL names no object; the port number field reads 0.
+            AsyncElement::Device => ibv_async_event_element { port_num: 0 },
         };
         // SAFETY: event is writable (caller contract, checked non-NULL).
         unsafe { event.write(ibv_async_event { element, event_type: kind.raw() }) };

@@ -9,7 +9,7 @@
 //! (ibv_alloc_parent_domain(3), ibv_alloc_td(3)), completion channels, RC
 //! traffic and error statuses, devices/contexts/object lifecycles, memory windows,
 //! ibv_rereg_mr, XRC, the ibv_wr_* builder, UD multicast and the fault plan's
-//! asynchronous events; `bad_args` is the
+//! asynchronous events (of objects, and of the port and the device); `bad_args` is the
 //! bad-argument matrix (one row per verb and case, each citing the source of its
 //! expected errno), run under Valgrind's memcheck; `errno_kept` checks that verbs that
 //! succeed leave the caller's `errno` alone.
@@ -78,6 +78,17 @@ fn data_in_order_with_shareable_registrations() {
 #[test]
 fn fault_events() {
     run_with("fault_events", &[("RVERBS_FAULTS", "event=CQ_ERR:on=post_recv:nth=3,event=QP_FATAL:nth=2")]);
+}
+
+/// The fault plan's port and device events (docs/fault-injection.md): PORT_ERR on every
+/// context and ibv_query_port DOWN, PORT_ACTIVE, DEVICE_FATAL with its flushes, EIO and
+/// a clean teardown, as a C program sees them.
+#[test]
+fn device_events() {
+    run_with(
+        "device_events",
+        &[("RVERBS_FAULTS", "event=PORT_ERR:on=open_device:nth=3,event=PORT_ACTIVE:on=post_recv:nth=1,event=DEVICE_FATAL:nth=1")],
+    );
 }
 
 #[test]

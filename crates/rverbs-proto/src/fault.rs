@@ -99,7 +99,7 @@ impl FaultConfig {
     /// `seed` (integer), `drop`, `dup`, `reorder`, `corrupt` (probabilities in `[0, 1]`,
     /// or percentages with a `%` suffix), `delay` and `reorder_by` (durations with a
     /// `ns`, `us`, `ms` or `s` suffix). Unnamed keys keep [`FaultConfig::NONE`]'s values.
-    /// The items of the verbs' fault plan (`fail=…`, `wc=…`, `event=…`,
+    /// The items of the verbs' fault plan (`fail=…`, `wc=…`, `wc_delay=…`, `event=…`,
     /// [`is_verb_plan_key`]) are skipped: `verb_fault::VerbPlan::parse` reads them.
     /// Example: `seed=7,drop=1%,dup=0.5%,reorder=5%,reorder_by=200us,corrupt=1%`.
     ///
@@ -151,10 +151,10 @@ fn duration(v: &str) -> Option<Duration> {
 }
 
 /// Whether `key` names an item of the verbs' fault plan in a `RVERBS_FAULTS` spec
-/// (`fail`, `wc`, `event`): the one list of those keys, which the packet parser skips and
+/// (`fail`, `wc`, `event`, `wc_delay`): the one list of those keys, which the packet parser skips and
 /// `verb_fault::VerbPlan::parse` reads.
 pub fn is_verb_plan_key(key: &str) -> bool {
-    matches!(key.trim(), "fail" | "wc" | "event")
+    matches!(key.trim(), "fail" | "wc" | "event" | "wc_delay")
 }
 
 /// A fault specification that did not parse; holds the offending item.

@@ -11,7 +11,10 @@
 //!   return it and name the refused request in `bad_wr`);
 //! - `wc=STATUS[:SELECT…]`: a send work request is accepted, then completes with `STATUS`
 //!   (and the QP goes where that status sends it: RC to ERR, UC and UD to SQE), as a
-//!   request the network or the responder failed would.
+//!   request the network or the responder failed would;
+//! - `event=EVENT[:on=VERB][:SELECT…]`: the call succeeds, then the device raises `EVENT`;
+//! - `wc_delay=MS[:SELECT…]`: a send work request's completion is held back `MS`
+//!   milliseconds before it can be polled (later completions of its CQ wait behind it).
 //!
 //! `SELECT` narrows and picks the calls: `qp=QPN` (verbs on a QP, and `wc`), `wr_id=N`
 //! (post verbs and `wc`), then at most one of `nth=N` (only the Nth matching call, from 1),
@@ -56,11 +59,14 @@ pub enum Verb {
     ResolveRoute,
     /// rdma_connect(3): the call succeeds and UNREACHABLE or REJECTED follows.
     Connect,
+    /// ibv_open_device(3).
+    OpenDevice,
 }
 
 impl Verb {
     /// Every verb, in the order of the documentation.
-    pub const ALL: [Verb; 13] = [
+    pub const ALL: [Verb; 14] = [
+        Verb::OpenDevice,
         Verb::AllocPd,
         Verb::RegMr,
         Verb::CreateCq,
@@ -92,6 +98,7 @@ impl Verb {
             Verb::ResolveAddr => "resolve_addr",
             Verb::ResolveRoute => "resolve_route",
             Verb::Connect => "connect",
+            Verb::OpenDevice => "open_device",
         }
     }
 
@@ -109,7 +116,7 @@ impl Verb {
     pub const fn errnos(self) -> &'static [Errno] {
         use Errno::*;
         match self {
-            Verb::AllocPd => &[Enomem],
+            Verb::AllocPd | Verb::OpenDevice => &[Enomem],
             Verb::RegMr => &[Enomem, Einval, Efault, Eacces],
             Verb::CreateCq | Verb::CreateSrq | Verb::CreateAh => &[Enomem, Einval],
             Verb::CreateQp => &[Enomem, Einval, Eopnotsupp],
@@ -262,12 +269,29 @@ pub enum Event {
     /// RDMA_CM_EVENT_DISCONNECTED: the QP's rdma_cm connection is disconnected, both
     /// sides get the event, the QP enters ERR.
     Disconnected,
+    /// IBV_EVENT_PORT_ERR: port 1 of the process's view of the device goes DOWN; what
+    /// the process sends does not leave, what arrives for it is dropped.
+    PortErr,
+    /// IBV_EVENT_PORT_ACTIVE: port 1 is ACTIVE again, traffic flows.
+    PortActive,
+    /// IBV_EVENT_DEVICE_FATAL: the device is dead for the process: its QPs enter ERR
+    /// and flush, later creating and posting verbs fail with EIO.
+    DeviceFatal,
 }
 
 impl Event {
     /// Every event, in the order of the documentation.
-    pub const ALL: [Event; 6] =
-        [Event::QpFatal, Event::QpReqErr, Event::QpAccessErr, Event::CqErr, Event::SrqLimitReached, Event::Disconnected];
+    pub const ALL: [Event; 9] = [
+        Event::QpFatal,
+        Event::QpReqErr,
+        Event::QpAccessErr,
+        Event::CqErr,
+        Event::SrqLimitReached,
+        Event::Disconnected,
+        Event::PortErr,
+        Event::PortActive,
+        Event::DeviceFatal,
+    ];
 
     /// The name a plan uses (`QP_FATAL`): the C constant without `IBV_EVENT_` or
     /// `RDMA_CM_EVENT_`.
@@ -279,17 +303,30 @@ impl Event {
             Event::CqErr => "CQ_ERR",
             Event::SrqLimitReached => "SRQ_LIMIT_REACHED",
             Event::Disconnected => "DISCONNECTED",
+            Event::PortErr => "PORT_ERR",
+            Event::PortActive => "PORT_ACTIVE",
+            Event::DeviceFatal => "DEVICE_FATAL",
         }
     }
 
     /// The verbs whose calls may raise the event (the first is the default of `on=`): a
     /// verb on a QP for the events of a QP, its CQs and its connection; ibv_post_srq_recv
-    /// for the SRQ's.
+    /// for the SRQ's; for the device's events (port, fatal) those and ibv_open_device,
+    /// so that a program that only queries the device meets them.
     pub const fn verbs(self) -> &'static [Verb] {
         match self {
             Event::SrqLimitReached => &[Verb::PostSrqRecv],
+            Event::PortErr | Event::PortActive | Event::DeviceFatal => {
+                &[Verb::PostSend, Verb::PostRecv, Verb::ModifyQp, Verb::OpenDevice]
+            }
             _ => &[Verb::PostSend, Verb::PostRecv, Verb::ModifyQp],
         }
+    }
+
+    /// Whether the event is about the device (a port, or the whole device) rather than
+    /// one of its objects: every open context of the device in the process gets it.
+    pub const fn is_device(self) -> bool {
+        matches!(self, Event::PortErr | Event::PortActive | Event::DeviceFatal)
     }
 
     fn from_name(s: &str) -> Option<Event> {
@@ -298,6 +335,10 @@ impl Event {
         Event::ALL.into_iter().find(|e| e.name() == up)
     }
 }
+
+/// The longest hold of a `wc_delay=` item, in milliseconds (a minute: far beyond any
+/// completion an application waits for without a timeout of its own).
+pub const MAX_HOLD_MS: u32 = 60_000;
 
 /// Which of the matching calls an item hits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -323,6 +364,8 @@ pub enum Effect {
     Complete(WcStatus),
     /// The call of this verb succeeds, then the device raises this event.
     Raise(Event, Verb),
+    /// The send work request's completion is held back this many milliseconds.
+    Hold(u32),
 }
 
 /// One item of a plan: an effect, the calls it applies to, and which of them it hits.
@@ -372,7 +415,7 @@ impl VerbPlan {
         self.items.is_empty()
     }
 
-    /// The `fail=`, `wc=` and `event=` items (and `seed=`) of a `RVERBS_FAULTS` spec; the packet
+    /// The `fail=`, `wc=`, `wc_delay=` and `event=` items (and `seed=`) of a `RVERBS_FAULTS` spec; the packet
     /// items are left to [`crate::fault::FaultConfig::parse`], which skips these.
     ///
     /// Errors: an item of ours that does not parse — an unknown verb or status, an error
@@ -419,6 +462,13 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
                 bad(item, format!("{verb} does not return `{e}` (it returns {})", ok.join(", ")))
             })?;
         Effect::Fail(verb, errno)
+    } else if key.trim() == "wc_delay" {
+        let v = parts.next().unwrap_or("");
+        let ms = v.strip_suffix("ms").unwrap_or(v).trim();
+        let ms = ms.parse::<u32>().ok().filter(|m| (1..=MAX_HOLD_MS).contains(m)).ok_or_else(|| {
+            bad(item, format!("`{v}` is not a delay in milliseconds from 1 to {MAX_HOLD_MS} (wc_delay=MS)"))
+        })?;
+        Effect::Hold(ms)
     } else if key.trim() == "event" {
         let e = parts.next().unwrap_or("");
         let event = Event::from_name(e).ok_or_else(|| {
@@ -466,7 +516,7 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
             "qp" => {
                 let applies = match effect {
                     Effect::Fail(verb, _) | Effect::Raise(_, verb) => verb.on_qp(),
-                    Effect::Complete(_) => true,
+                    Effect::Complete(_) | Effect::Hold(_) => true,
                 };
                 if !applies {
                     return Err(bad(item, "qp= applies to modify_qp, post_send, post_recv, wc and events on them only"));
@@ -478,7 +528,7 @@ fn parse_item(item: &str) -> Result<Item, PlanParseError> {
             "wr_id" => {
                 let applies = match effect {
                     Effect::Fail(verb, _) | Effect::Raise(_, verb) => verb.posts(),
-                    Effect::Complete(_) => true,
+                    Effect::Complete(_) | Effect::Hold(_) => true,
                 };
                 if !applies {
                     return Err(bad(item, "wr_id= applies to the post verbs, wc and events on them only"));
@@ -543,6 +593,7 @@ impl fmt::Display for Injection {
             Effect::Complete(s) => write!(f, "send work request completes with {} ({s})", status_name(s))?,
             Effect::Raise(Event::Disconnected, verb) => write!(f, "RDMA_CM_EVENT_DISCONNECTED after {verb}")?,
             Effect::Raise(ev, verb) => write!(f, "IBV_EVENT_{} after {verb}", ev.name())?,
+            Effect::Hold(ms) => write!(f, "send work request's completion held back {ms} ms")?,
         }
         if let Some(q) = self.qp {
             write!(f, ", QP {q:#x}")?;
@@ -600,6 +651,12 @@ impl Decider {
     /// an item hits it.
     pub fn complete(&mut self, qp: u32, wr_id: u64) -> Option<Injection> {
         self.decide(|e| matches!(e, Effect::Complete(_)), Some(qp), Some(wr_id))
+    }
+
+    /// A send work request `wr_id` accepted on QP `qp`: how long its completion is held
+    /// back, if an item hits it.
+    pub fn hold(&mut self, qp: u32, wr_id: u64) -> Option<Injection> {
+        self.decide(|e| matches!(e, Effect::Hold(_)), Some(qp), Some(wr_id))
     }
 
     /// A call of `verb` that succeeded (on QP `qp`; for the post verbs, one work request
@@ -722,6 +779,50 @@ mod tests {
     }
 
     #[test]
+    fn device_event_items_parse_on_the_qp_verbs_and_open_device() {
+        let p = VerbPlan::parse("event=PORT_ERR:on=open_device, event=IBV_EVENT_PORT_ACTIVE:on=post_recv:nth=2, event=device_fatal:qp=0x21, fail=open_device:ENOMEM")
+            .unwrap();
+        let effects: Vec<_> = p.items.iter().map(|i| i.effect).collect();
+        assert_eq!(
+            effects,
+            [
+                Effect::Raise(Event::PortErr, Verb::OpenDevice),
+                Effect::Raise(Event::PortActive, Verb::PostRecv),
+                Effect::Raise(Event::DeviceFatal, Verb::PostSend),
+                Effect::Fail(Verb::OpenDevice, Errno::Enomem),
+            ]
+        );
+        assert_eq!(p.items[2].qp, Some(0x21));
+        assert!(Event::ALL.iter().filter(|e| e.is_device()).eq([Event::PortErr, Event::PortActive, Event::DeviceFatal].iter()));
+        let mut d = Decider::new(p);
+        let i = d.raise(Verb::OpenDevice, None, None).unwrap();
+        assert_eq!(i.to_string(), "IBV_EVENT_PORT_ERR after ibv_open_device (matching call 1 of item `event=PORT_ERR:on=open_device`)");
+    }
+
+    #[test]
+    fn delay_items_hold_chosen_completions_and_count_apart_from_wc_items() {
+        let p = VerbPlan::parse("wc_delay=250:qp=0x12:nth=2, wc_delay=5ms, wc=REM_OP").unwrap();
+        assert_eq!(p.items[0].effect, Effect::Hold(250));
+        assert_eq!((p.items[0].qp, p.items[0].pick), (Some(0x12), Pick::Nth(2)));
+        assert_eq!(p.items[1].effect, Effect::Hold(5));
+        let mut d = Decider::new(p);
+        assert!(d.complete(0x12, 1).is_some(), "wc items are decided apart");
+        // The first call is counted by the first item (not its 2nd) and hit by the second.
+        assert_eq!(d.hold(0x12, 1).map(|i| i.effect), Some(Effect::Hold(5)));
+        let i = d.hold(0x12, 2).unwrap();
+        assert_eq!((i.effect, i.call), (Effect::Hold(250), 2));
+        assert!(i.to_string().starts_with("send work request's completion held back 250 ms, QP 0x12, wr_id 0x2"), "{i}");
+        let why = |s: &str| VerbPlan::parse(s).unwrap_err().why;
+        assert!(why("wc_delay=0").contains("from 1 to 60000"));
+        assert!(why("wc_delay=60001").contains("from 1 to 60000"));
+        assert!(why("wc_delay=1s").contains("milliseconds"));
+        assert!(why("wc_delay=5:on=post_send").contains("on= applies to event items only"));
+        // The packet parser leaves it alone, and keeps its own `delay`.
+        let packets = crate::fault::FaultConfig::parse("wc_delay=5,delay=1ms").unwrap();
+        assert_eq!(packets.delay, core::time::Duration::from_millis(1));
+    }
+
+    #[test]
     fn cm_items_parse_as_failures_of_the_rdma_cm_calls() {
         let p = VerbPlan::parse("fail=resolve_route:ETIMEDOUT, fail=rdma_resolve_addr:EHOSTUNREACH:nth=2, fail=connect:ECONNREFUSED").unwrap();
         let effects: Vec<_> = p.items.iter().map(|i| i.effect).collect();
@@ -745,8 +846,11 @@ mod tests {
     #[test]
     fn event_and_cm_items_the_stack_cannot_produce_are_refused_with_the_reason() {
         let why = |s: &str| VerbPlan::parse(s).unwrap_err().why;
-        assert!(why("event=DEVICE_FATAL").contains("unknown or unusable event"));
-        assert!(why("event=PORT_ERR").contains("unknown or unusable event"));
+        assert!(why("event=SRQ_ERR").contains("unknown or unusable event"));
+        assert!(why("event=SM_CHANGE").contains("unknown or unusable event"));
+        assert!(why("event=PORT_ERR:on=post_srq_recv").contains("on= one of post_send, post_recv, modify_qp, open_device"));
+        assert!(why("event=DEVICE_FATAL:on=open_device:qp=3").contains("qp= applies"));
+        assert!(why("fail=open_device:EINVAL").contains("ibv_open_device does not return"));
         assert!(why("event=COMM_EST").contains("unknown or unusable event"));
         assert!(why("event=SRQ_LIMIT_REACHED:on=post_send").contains("not raised on `post_send`"));
         assert!(why("event=QP_FATAL:on=reg_mr").contains("on= one of post_send, post_recv, modify_qp"));

@@ -22,8 +22,23 @@ use crate::Gid;
 
 impl Device {
     /// Opens a context on the device (ibv_open_device(3)).
+    ///
+    /// Errors: those the fault plan injects (`fail=open_device:ENOMEM`; `EIO` once an
+    /// injected DEVICE_FATAL killed the device, docs/fault-injection.md).
     pub fn open(&self) -> Result<Context> {
-        Context::open(device())
+        use rverbs_proto::verb_fault::Verb;
+        if let Some(e) = crate::fault_plan::fail(Verb::OpenDevice, None, None) {
+            return Err(e);
+        }
+        let dev = device();
+        let ctx = Context::open(dev)?;
+        // An event of the device the plan raises after this call (`on=open_device`).
+        if crate::fault_plan::active() {
+            if let Some(e) = crate::fault_plan::raise(Verb::OpenDevice, None, None).filter(|e| e.is_device()) {
+                crate::qp::device_event(&dev.engine.qps, e);
+            }
+        }
+        Ok(ctx)
     }
 }
 
@@ -53,7 +68,7 @@ impl Context {
         if crate::sanitizer::on() {
             crate::sanitizer::created(crate::sanitizer::Kind::Context, id, None);
         }
-        Ok(Context { inner: Arc::new(ContextCore::new(id, &dev.endpoint, events, dev)) })
+        Ok(Context { inner: Arc::new(ContextCore::new(id, &dev.endpoint, events, dev)).listed() })
     }
 
     pub(crate) fn inner(&self) -> &Arc<ContextCore> {

@@ -483,9 +483,14 @@ impl DeviceInner {
         }
     }
 
+    /// Port 1's attributes. Rule: after an injected PORT_ERR (or DEVICE_FATAL) the port
+    /// reads DOWN with physical state POLLING (2), as rxe's port does while its netdev is
+    /// up and its carrier lost (rxe_query_port); ACTIVE and LinkUp (5) otherwise
+    /// (docs/fault-injection.md).
     pub(crate) fn port_attr(&self) -> PortAttr {
+        let down = crate::fault_plan::port_down();
         PortAttr {
-            state: PortState::Active,
+            state: if down { PortState::Down } else { PortState::Active },
             max_mtu: limits::MAX_MTU,
             active_mtu: self.engine.active_mtu.refresh(),
             gid_tbl_len: self.gids.len() as u32,
@@ -503,7 +508,7 @@ impl DeviceInner {
             init_type_reply: 0,
             active_width: 1,
             active_speed: 32,
-            phys_state: 5,
+            phys_state: if down { 2 } else { 5 },
             link_layer: LINK_LAYER_ETHERNET,
             flags: 0,
             port_cap_flags2: 0,

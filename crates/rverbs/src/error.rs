@@ -154,6 +154,15 @@ pub enum Error {
         /// The plan item that chose this call.
         item: String,
     },
+    /// The device reported a fatal error (IBV_EVENT_DEVICE_FATAL, injected by the fault
+    /// plan) and is dead for this process: creating and posting verbs fail (`EIO`);
+    /// ibv_get_async_event(3): the application must destroy its resources and close the
+    /// context, which still works.
+    #[error("{verb}: the device had a fatal error (IBV_EVENT_DEVICE_FATAL); destroy its resources and close the context")]
+    DeviceFatal {
+        /// The verb that failed (`post_send`).
+        verb: &'static str,
+    },
     /// An operating-system call failed.
     #[error(transparent)]
     Os(#[from] std::io::Error),
@@ -184,6 +193,7 @@ impl Error {
             Error::Again { .. } => libc::EAGAIN,
             Error::WouldBlock => libc::EAGAIN,
             Error::Injected { errno, .. } => *errno,
+            Error::DeviceFatal { .. } => libc::EIO,
             Error::Os(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::Bug(_) => libc::EIO,
         }
@@ -235,6 +245,7 @@ mod tests {
             Error::Exhausted { what: "w" },
             Error::Again { verb: "v", why: "w" },
             Error::WouldBlock,
+            Error::DeviceFatal { verb: "v" },
             Error::Os(std::io::Error::from_raw_os_error(libc::EPERM)),
             Error::Bug("b"),
         ];
@@ -256,6 +267,7 @@ mod tests {
             libc::ENOMEM,
             libc::EAGAIN,
             libc::EAGAIN,
+            libc::EIO,
             libc::EPERM,
             libc::EIO,
         ];

@@ -27,6 +27,8 @@ pub enum AsyncElement {
     Srq(Srq),
     /// A port (PORT_ACTIVE, PORT_ERR).
     Port(u8),
+    /// The device itself (DEVICE_FATAL; ibv_get_async_event(3) names no object for it).
+    Device,
 }
 
 impl std::fmt::Debug for AsyncElement {
@@ -36,6 +38,7 @@ impl std::fmt::Debug for AsyncElement {
             AsyncElement::Qp(q) => write!(f, "Qp({})", q.qp_num()),
             AsyncElement::Srq(_) => f.write_str("Srq"),
             AsyncElement::Port(p) => write!(f, "Port({p})"),
+            AsyncElement::Device => f.write_str("Device"),
         }
     }
 }
@@ -78,6 +81,10 @@ impl AsyncEvent {
                 }
                 AsyncElement::Srq(Srq::from_inner(srq))
             }
+            // Events of the device and its port: nothing to wait for on destroy
+            // (ibv_ack_async_event(3) counts them nowhere).
+            RawElement::Port(p) => AsyncElement::Port(p),
+            RawElement::Device => AsyncElement::Device,
         };
         Some(AsyncEvent { kind: raw.kind, element, acked: false })
     }
@@ -112,7 +119,7 @@ impl AsyncEvent {
             AsyncElement::Cq(c) => c.inner().async_events.ack(1),
             AsyncElement::Qp(q) => q.inner().async_events.ack(1),
             AsyncElement::Srq(s) => s.inner().async_events.ack(1),
-            AsyncElement::Port(_) => {}
+            AsyncElement::Port(_) | AsyncElement::Device => {}
         }
     }
 }

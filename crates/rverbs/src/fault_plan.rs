@@ -4,7 +4,7 @@
 //! limit, an rdma_cm disconnection), selected by verb, QP, `wr_id`, the Nth call or a
 //! seeded probability (docs/fault-injection.md; [`VerbPlan`] has the grammar).
 //!
-//! A C program gets its plan from the `fail=…`, `wc=…` and `event=…` items of `RVERBS_FAULTS`, read
+//! A C program gets its plan from the `fail=…`, `wc=…`, `wc_delay=…` and `event=…` items of `RVERBS_FAULTS`, read
 //! at the first verb; a Rust program may [`install`] one instead. Every injection is
 //! kept, as an [`Injection`], for [`take_injected`] (a test harness
 //! asserts on them), and logged: on stderr, one line each, when the plan came from the
@@ -13,9 +13,15 @@
 //! from the same plan and seed.
 //!
 //! Without a plan a verb pays one relaxed load.
+//!
+//! The device's events (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL) change the process's view
+//! of the device, kept here: port 1 down ([`port_down`]: the transports send nothing and
+//! take nothing for this process, ibv_query_port(3) reports DOWN), or the device dead
+//! ([`fail`] refuses every creating and posting verb with EIO). The view is per process,
+//! as the plan is: other processes of the host see their own device as it was.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, Once, OnceLock};
 
 use rverbs_proto::verb_fault::{Decider, Effect, Errno, Event, Injection, Verb, VerbPlan};
@@ -41,8 +47,14 @@ struct State {
 /// Installs `plan` for the whole process, in place of the one `RVERBS_FAULTS` set (which
 /// is then never read) or an earlier one, with fresh counts; an empty plan switches the
 /// injection off. Verbs called before see the plan they met.
+///
+/// The process's view of the device starts again too (a test harness's reset): port 1
+/// up and the device alive for what is created and posted from now on. Objects an
+/// injected DEVICE_FATAL put in ERR stay there, and QPs made while the port was down
+/// keep refusing peers' requests (bring the port up with an injected PORT_ACTIVE first).
 pub fn install(plan: VerbPlan) {
     FROM_ENV.call_once(|| {});
+    DEVICE.store(0, Ordering::Release);
     set(plan, false);
 }
 
@@ -106,18 +118,24 @@ fn decide(f: impl FnOnce(&mut Decider) -> Option<Injection>) -> Option<Injection
 }
 
 /// The error the plan gives this call of `verb` (on QP `qp`; for the post verbs, the work
-/// request `wr_id`), if any: the verb returns it before doing anything.
+/// request `wr_id`), if any: the verb returns it before doing anything. After an injected
+/// DEVICE_FATAL every call fails with EIO (`Error::DeviceFatal`), as the verbs of a
+/// device that reported IBV_EVENT_DEVICE_FATAL do (ibv_get_async_event(3): the
+/// application must destroy its resources and close the context).
 #[inline]
 pub(crate) fn fail(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Error> {
     if !on() {
         return None;
+    }
+    if dead() {
+        return Some(Error::DeviceFatal { verb: verb.name() });
     }
     let hit = decide(|d| d.fail(verb, qp, wr_id))?;
     match hit.effect {
         Effect::Fail(verb, errno) => {
             Some(Error::Injected { verb: verb.name(), errno: errno.number(), name: errno.name(), item: hit.item })
         }
-        Effect::Complete(_) | Effect::Raise(..) => None,
+        Effect::Complete(_) | Effect::Raise(..) | Effect::Hold(_) => None,
     }
 }
 
@@ -141,7 +159,21 @@ pub(crate) fn complete(qpn: u32, wr_id: u64) -> Option<WcStatus> {
     }
     match decide(|d| d.complete(qpn, wr_id))?.effect {
         Effect::Complete(status) => Some(status),
-        Effect::Fail(..) | Effect::Raise(..) => None,
+        Effect::Fail(..) | Effect::Raise(..) | Effect::Hold(_) => None,
+    }
+}
+
+/// How long the plan holds back the completion of the send work request `wr_id` of QP
+/// `qpn`, if at all (`wc_delay=`): it becomes pollable that much later, and later
+/// completions of its CQ wait behind it (docs/fault-injection.md).
+#[inline]
+pub(crate) fn hold(qpn: u32, wr_id: u64) -> Option<std::time::Duration> {
+    if !on() {
+        return None;
+    }
+    match decide(|d| d.hold(qpn, wr_id))?.effect {
+        Effect::Hold(ms) => Some(std::time::Duration::from_millis(u64::from(ms))),
+        Effect::Fail(..) | Effect::Complete(_) | Effect::Raise(..) => None,
     }
 }
 
@@ -185,7 +217,7 @@ pub(crate) fn raise(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<E
     }
     match decide(|d| d.raise(verb, qp, wr_id))?.effect {
         Effect::Raise(event, _) => Some(event),
-        Effect::Fail(..) | Effect::Complete(_) => None,
+        Effect::Fail(..) | Effect::Complete(_) | Effect::Hold(_) => None,
     }
 }
 
@@ -194,6 +226,45 @@ pub(crate) fn raise(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<E
 #[inline]
 pub(crate) fn active() -> bool {
     on()
+}
+
+/// The process's view of the device: [`PORT_DOWN`], [`DEAD`] (both set once dead).
+/// Only an injected event changes it, so without a plan it stays 0.
+static DEVICE: AtomicU8 = AtomicU8::new(0);
+/// Port 1 is DOWN (an injected PORT_ERR, or the device dead).
+const PORT_DOWN: u8 = 1;
+/// An injected DEVICE_FATAL: the device is dead for this process.
+const DEAD: u8 = 2;
+
+/// Whether port 1 of this process's view of the device is down (or the device dead):
+/// nothing this process sends leaves, nothing addressed to it is taken
+/// (docs/fault-injection.md). One relaxed load: a sender that misses the change by a
+/// moment sends as a NIC does while its link goes down.
+#[inline]
+pub(crate) fn port_down() -> bool {
+    DEVICE.load(Ordering::Relaxed) != 0
+}
+
+/// Whether an injected DEVICE_FATAL killed the device for this process.
+#[inline]
+pub(crate) fn dead() -> bool {
+    DEVICE.load(Ordering::Relaxed) & DEAD != 0
+}
+
+/// Takes port 1 down (`up == false`) or up; whether its state changed (a port already in
+/// that state, or a dead device's, does not change, and the device raises nothing).
+pub(crate) fn set_port(up: bool) -> bool {
+    let r = DEVICE.fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| match (d, up) {
+        (0, false) => Some(PORT_DOWN),
+        (PORT_DOWN, true) => Some(0),
+        _ => None,
+    });
+    r.is_ok()
+}
+
+/// Kills the device for this process (port down with it); whether it was alive.
+pub(crate) fn kill() -> bool {
+    DEVICE.fetch_or(DEAD | PORT_DOWN, Ordering::AcqRel) & DEAD == 0
 }
 
 /// Disconnects the rdma_cm connection of QP `qpn` through the hook the connection manager

@@ -32,6 +32,10 @@ pub(crate) enum RawElement {
     Cq(u32),
     Qp(u32),
     Srq(u32),
+    /// A port (PORT_ERR, PORT_ACTIVE).
+    Port(u8),
+    /// The device itself (DEVICE_FATAL).
+    Device,
 }
 
 impl RawAsyncEvent {
@@ -42,6 +46,8 @@ impl RawAsyncEvent {
             RawElement::Cq(i) => (1u32, i),
             RawElement::Qp(i) => (2, i),
             RawElement::Srq(i) => (3, i),
+            RawElement::Port(p) => (4, u32::from(p)),
+            RawElement::Device => (5, 0),
         };
         let mut r = [0u8; Self::LEN];
         r[..4].copy_from_slice(&self.kind.raw().to_ne_bytes());
@@ -57,6 +63,8 @@ impl RawAsyncEvent {
             1 => RawElement::Cq(id),
             2 => RawElement::Qp(id),
             3 => RawElement::Srq(id),
+            4 => RawElement::Port(u8::try_from(id).ok()?),
+            5 => RawElement::Device,
             _ => return None,
         };
         Some(RawAsyncEvent { kind, element })
@@ -113,6 +121,8 @@ mod tests {
             RawAsyncEvent { kind: EventType::CqErr, element: RawElement::Cq(7) },
             RawAsyncEvent { kind: EventType::QpFatal, element: RawElement::Qp(0x12_3456) },
             RawAsyncEvent { kind: EventType::SrqLimitReached, element: RawElement::Srq(3) },
+            RawAsyncEvent { kind: EventType::PortErr, element: RawElement::Port(1) },
+            RawAsyncEvent { kind: EventType::DeviceFatal, element: RawElement::Device },
         ] {
             assert_eq!(RawAsyncEvent::decode(&e.encode()), Some(e));
         }

@@ -116,13 +116,20 @@ impl Qp1 {
         self.fifo.fd()
     }
 
-    /// Takes the next received MAD, if any.
+    /// Takes the next received MAD, if any. While the port of this process's view of
+    /// the device is down (an injected PORT_ERR, docs/fault-injection.md) what arrives is
+    /// dropped, as a port whose link is down receives nothing.
     pub fn recv(&self) -> Result<Option<Mad>> {
         let mut rec = [0u8; RECORD_LEN];
-        match self.fifo.recv(&mut rec) {
-            Ok(()) => {}
-            Err(Error::WouldBlock) => return Ok(None),
-            Err(e) => return Err(e),
+        loop {
+            match self.fifo.recv(&mut rec) {
+                Ok(()) => {}
+                Err(Error::WouldBlock) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+            if !crate::fault_plan::port_down() {
+                break;
+            }
         }
         let (from, bytes) = gsi::parse_record(&rec);
         Ok(Some(Mad { from, bytes }))
@@ -131,7 +138,14 @@ impl Qp1 {
     /// Sends `mad` to QP1 of endpoint `to` (this endpoint included). Fails with
     /// `EHOSTUNREACH` if that endpoint is not alive or has no QP1 open, and with `EAGAIN`
     /// if its queue is full.
+    ///
+    /// While the port of this process's view of the device is down (docs/fault-injection.md)
+    /// the MAD is lost on the way, as on a link that is down: the call succeeds and
+    /// nothing arrives (the connection manager's timeouts notice).
     pub fn send(&self, to: u32, mad: &[u8; MAD_LEN]) -> Result<()> {
+        if crate::fault_plan::port_down() {
+            return Ok(());
+        }
         self.write_to(to, &gsi::record(MadPeer::Endpoint(self.ep), mad))
     }
 
@@ -142,6 +156,7 @@ impl Qp1 {
     pub fn send_to(&self, to: MadPeer, mad: &[u8; MAD_LEN]) -> Result<()> {
         match to {
             MadPeer::Endpoint(ep) => self.send(ep, mad),
+            MadPeer::Remote { .. } if crate::fault_plan::port_down() => Ok(()),
             MadPeer::Remote { peer, local } => {
                 let net = self.net.ok_or_else(unreachable)?;
                 gsi::send(net, local, peer, mad).map_err(Error::Os)

@@ -89,6 +89,18 @@ impl<T> Table<T> {
         }
     }
 
+    /// Every live object of the table (a snapshot).
+    pub(crate) fn live(&self) -> Vec<Arc<T>> {
+        let slots = self.slots.read().expect("table");
+        slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Live(w) => w.upgrade(),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The live object with number `num` in this process.
     pub(crate) fn get(&self, num: u32) -> Option<Arc<T>> {
         if num >> LOCAL_BITS != self.endpoint {

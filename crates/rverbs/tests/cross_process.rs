@@ -947,3 +947,70 @@ fn a_detached_member_in_another_process_no_longer_receives() {
     peer.send("bye");
     peer.finish();
 }
+
+/// The fault plan's port state is the process's own (docs/fault-injection.md): a peer
+/// whose port an injected PORT_ERR took down takes no request (a SEND to it ends in
+/// RETRY_EXC_ERR here, its receive untouched) and sends none (its SEND ends in
+/// RETRY_EXC_ERR there and nothing arrives here), while this process's port stays up.
+#[test]
+fn a_peer_whose_port_is_down_neither_takes_nor_sends_requests() {
+    // timeout 8: 4.096 µs × 2^8 ≈ 1 ms per try; 2 retries.
+    let path = Path { timeout: 8, retry_cnt: 2, ..PATH };
+    if role().as_deref() == Some("port-down") {
+        let mut parent = Parent::new();
+        let (b1, b2) = (side(QpType::Rc), side(QpType::Rc));
+        parent.say(&format!("{} {}", b1.qp.qp_num(), b2.qp.qp_num()));
+        let qpns = parent.hear();
+        for (b, q) in [(&b1, &qpns[0]), (&b2, &qpns[1])] {
+            to_init(&b.qp, ALL_ACCESS);
+            to_rtr(&b.qp, &b.ctx, num(q) as u32, &path);
+            to_rts(&b.qp, &path);
+        }
+        // The process's first receive raises PORT_ERR (RVERBS_FAULTS, set by the parent).
+        post_recv(&b1, 1, 0, 64);
+        let port = b1.ctx.query_port(1).unwrap();
+        assert_eq!(port.state, PortState::Down);
+        parent.say("down");
+        assert_eq!(parent.hear(), ["send"]);
+        let sge = [b2.mr.sge(0, 64).unwrap()];
+        b2.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+        let wc = poll_one(&b2.cq);
+        parent.say(&format!("sent {} {}", wc.wr_id(), wc.status() as u32));
+        assert_eq!(parent.hear(), ["check"]);
+        assert_empty(&b1.cq);
+        assert_eq!(b1.qp.state(), QpState::Rts, "the requests never reached the QP");
+        parent.say("done");
+        return;
+    }
+    let mut peer = Peer::spawn_with(
+        "a_peer_whose_port_is_down_neither_takes_nor_sends_requests",
+        "port-down",
+        &[("RVERBS_FAULTS", "event=PORT_ERR:on=post_recv:nth=1")],
+    );
+    let (a1, a2) = (side(QpType::Rc), side(QpType::Rc));
+    let qpns = peer.recv();
+    peer.send(&format!("{} {}", a1.qp.qp_num(), a2.qp.qp_num()));
+    for (a, q) in [(&a1, &qpns[0]), (&a2, &qpns[1])] {
+        to_init(&a.qp, ALL_ACCESS);
+        to_rtr(&a.qp, &a.ctx, num(q) as u32, &path);
+        to_rts(&a.qp, &path);
+    }
+    post_recv(&a2, 20, 0, 64);
+    assert_eq!(peer.recv(), ["down"]);
+    assert_eq!(a1.ctx.query_port(1).unwrap().state, PortState::Active, "this process's port is its own");
+
+    // The peer's SEND never leaves it: its retries run out, nothing arrives here.
+    peer.send("send");
+    assert_eq!(peer.recv(), ["sent", "2", &(WcStatus::RetryExcErr as u32).to_string()]);
+    assert_empty(&a2.cq);
+    assert_eq!(a2.qp.state(), QpState::Rts);
+
+    // A SEND to the peer is not taken: RETRY_EXC_ERR here.
+    let sge = [a1.mr.sge(0, 64).unwrap()];
+    a1.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+    let wc = poll_one(&a1.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (1, WcStatus::RetryExcErr));
+    peer.send("check");
+    assert_eq!(peer.recv(), ["done"]);
+    peer.finish();
+}

@@ -255,3 +255,248 @@ fn an_injected_srq_limit_is_raised_only_on_an_armed_srq_and_disarms_it() {
     assert_eq!(injected.len(), 1);
     assert_eq!((injected[0].call, injected[0].wr_id), (2, Some(4)));
 }
+
+#[track_caller]
+fn assert_no_event(ctx: &Context) {
+    match ctx.get_async_event() {
+        Err(Error::WouldBlock) => {}
+        Ok(ev) => panic!("unexpected event {:?} on {:?}", ev.event_type(), ev.element()),
+        Err(e) => panic!("get_async_event failed: {e}"),
+    }
+}
+
+#[track_caller]
+fn assert_port_event(ctx: &Context, want: EventType) {
+    let ev = next_event(ctx);
+    assert_eq!(ev.event_type(), want);
+    assert!(matches!(ev.element(), AsyncElement::Port(1)), "{:?}", ev.element());
+}
+
+#[test]
+fn an_injected_port_err_takes_port_1_down_for_every_context_and_an_rc_send_runs_out_of_retries() {
+    let _turn = turn();
+    let path = Path { timeout: 1, retry_cnt: 1, ..PATH };
+    let (a, b) = pair_with(QpType::Rc, &path, 256, CAP);
+    let other = open();
+    for ctx in [&a.ctx, &b.ctx, &other] {
+        nonblocking(ctx);
+    }
+    post_recv(&b, 100, 0, 64);
+    post_recv(&b, 101, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let qpn = a.qp.qp_num();
+    let injected = with_plan(&format!("event=PORT_ERR:qp={qpn:#x}:nth=1"), || {
+        assert_eq!(a.ctx.query_port(1).unwrap().state, PortState::Active);
+        a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+        // The send that raised it ran; then the port is down, for every context.
+        let w = poll_one(&a.cq);
+        assert_eq!((w.wr_id(), w.status()), (1, WcStatus::Success));
+        assert_eq!(poll_one(&b.cq).wr_id(), 100);
+        for ctx in [&a.ctx, &b.ctx, &other] {
+            let port = ctx.query_port(1).unwrap();
+            assert_eq!((port.state, port.phys_state), (PortState::Down, 2), "DOWN, physical state POLLING");
+            assert_port_event(ctx, EventType::PortErr);
+            assert_no_event(ctx);
+        }
+        // A send while the port is down never leaves: no answer, retries, RETRY_EXC_ERR.
+        a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+        let w = poll_one(&a.cq);
+        assert_eq!((w.wr_id(), w.status()), (2, WcStatus::RetryExcErr));
+        assert_eq!(a.qp.state(), QpState::Err);
+        assert_empty(&b.cq);
+        fault_plan::take_injected()
+    });
+    assert_eq!(injected.len(), 1);
+    assert_eq!(injected[0].effect, Effect::Raise(Event::PortErr, Verb::PostSend));
+}
+
+#[test]
+fn while_the_port_is_down_a_uc_send_completes_and_nothing_arrives() {
+    let _turn = turn();
+    let (a, b) = pair(QpType::Uc);
+    nonblocking(&a.ctx);
+    post_recv(&b, 100, 0, 64);
+    post_recv(&b, 101, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    with_plan("event=PORT_ERR:nth=1", || {
+        a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+        assert_port_event(&a.ctx, EventType::PortErr);
+        assert_eq!(poll_one(&b.cq).wr_id(), 100, "the send that raised it arrived");
+        a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+        let w = poll_one(&a.cq);
+        assert_eq!((w.wr_id(), w.status()), (1, WcStatus::Success));
+        let w = poll_one(&a.cq);
+        assert_eq!((w.wr_id(), w.status()), (2, WcStatus::Success), "UC completes at transmit");
+        // Same-host delivery happens inside post_send: had it left, it would be here.
+        assert_empty(&b.cq);
+    });
+}
+
+#[test]
+fn port_active_brings_the_port_back_and_a_send_retrying_meanwhile_succeeds() {
+    let _turn = turn();
+    // ACK timeout 268 ms, 7 retries: the retry budget outlasts the test's steps.
+    let path = Path { timeout: 16, retry_cnt: 7, ..PATH };
+    let (a, b) = pair_with(QpType::Rc, &path, 256, CAP);
+    nonblocking(&a.ctx);
+    nonblocking(&b.ctx);
+    for i in 0..3 {
+        post_recv(&b, 100 + i, 0, 64);
+    }
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
+    let spec = format!("event=PORT_ERR:qp={qa:#x}:nth=1,event=PORT_ACTIVE:on=post_recv:qp={qb:#x}:nth=1");
+    with_plan(&spec, || {
+        a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).wr_id(), 1);
+        assert_port_event(&a.ctx, EventType::PortErr);
+        a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+        // Not delivered: the same host would have answered inside post_send.
+        assert_empty(&a.cq);
+        assert_eq!(poll_one(&b.cq).wr_id(), 100);
+        assert_empty(&b.cq);
+        // A receive posted on B brings the port up.
+        post_recv(&b, 103, 0, 64);
+        assert_port_event(&a.ctx, EventType::PortActive);
+        assert_port_event(&b.ctx, EventType::PortErr);
+        assert_port_event(&b.ctx, EventType::PortActive);
+        assert_eq!(a.ctx.query_port(1).unwrap().state, PortState::Active);
+        assert_eq!(a.ctx.query_port(1).unwrap().phys_state, 5);
+        // The request still retrying gets through at its next retry.
+        let w = poll_one(&a.cq);
+        assert_eq!((w.wr_id(), w.status()), (2, WcStatus::Success));
+        assert_eq!(poll_one(&b.cq).wr_id(), 101);
+        // And a new one flows at once.
+        a.qp.post_send(&[SendWr::send(3, &sge).signaled()]).unwrap();
+        let w = poll_one(&a.cq);
+        assert_eq!((w.wr_id(), w.status()), (3, WcStatus::Success));
+        assert_eq!(poll_one(&b.cq).wr_id(), 102);
+        // A second PORT_ACTIVE on an active port changes nothing and raises nothing.
+        assert_no_event(&a.ctx);
+    });
+}
+
+#[test]
+fn an_injected_device_fatal_reaches_every_context_flushes_every_qp_and_fails_later_verbs_with_eio() {
+    let _turn = turn();
+    let (a, b) = pair(QpType::Rc);
+    nonblocking(&a.ctx);
+    nonblocking(&b.ctx);
+    post_recv(&a, 200, 0, 64);
+    post_recv(&b, 100, 0, 64);
+    post_recv(&b, 101, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let qpn = a.qp.qp_num();
+    let injected = with_plan(&format!("event=DEVICE_FATAL:qp={qpn:#x}:nth=1"), || {
+        a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+        for ctx in [&a.ctx, &b.ctx] {
+            let ev = next_event(ctx);
+            assert_eq!(ev.event_type(), EventType::DeviceFatal);
+            assert!(matches!(ev.element(), AsyncElement::Device), "{:?}", ev.element());
+            drop(ev);
+            assert_no_event(ctx);
+        }
+        // Every QP of the process is in ERR, and what was outstanding flushed.
+        assert_eq!((a.qp.state(), b.qp.state()), (QpState::Err, QpState::Err));
+        let mut got: Vec<_> = (0..2).map(|_| poll_one(&a.cq)).map(|w| (w.wr_id(), w.status())).collect();
+        got.sort_by_key(|w| w.0);
+        assert_eq!(got, [(1, WcStatus::Success), (200, WcStatus::WrFlushErr)]);
+        let w = poll_one(&b.cq);
+        assert_eq!((w.wr_id(), w.status()), (100, WcStatus::Success));
+        let w = poll_one(&b.cq);
+        assert_eq!((w.wr_id(), w.status()), (101, WcStatus::WrFlushErr));
+        // Creating and posting verbs fail with EIO from now on.
+        assert_eq!(a.ctx.alloc_pd().unwrap_err().errno(), libc::EIO);
+        assert_eq!(a.ctx.create_cq(&CqInit::new(16)).unwrap_err().errno(), libc::EIO);
+        assert_eq!(a.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap_err().errno(), libc::EIO);
+        assert_eq!(a.pd.create_qp(&QpInit::new(QpType::Rc, &a.cq, CAP)).unwrap_err().errno(), libc::EIO);
+        let e = a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap_err();
+        assert_eq!((e.index, e.error.errno()), (0, libc::EIO));
+        let rsge = [b.mr.sge(0, 64).unwrap()];
+        assert_eq!(b.qp.post_recv(&[RecvWr::new(102, &rsge)]).unwrap_err().error.errno(), libc::EIO);
+        assert_eq!(devices().unwrap()[0].open().unwrap_err().errno(), libc::EIO);
+        assert_eq!(a.ctx.query_port(1).unwrap().state, PortState::Down);
+        assert_empty(&a.cq);
+        // Clean-up works: the program can destroy everything and exit.
+        for s in [&a, &b] {
+            s.qp.destroy().unwrap();
+            s.mr.dereg().unwrap();
+            s.cq.destroy().unwrap();
+            s.pd.dealloc().unwrap();
+        }
+        fault_plan::take_injected()
+    });
+    assert_eq!(injected.len(), 1);
+    assert_eq!(injected[0].effect, Effect::Raise(Event::DeviceFatal, Verb::PostSend));
+}
+
+#[test]
+fn a_held_completion_is_polled_after_its_delay_and_later_completions_of_its_cq_wait_behind_it() {
+    let _turn = turn();
+    // One CQ for both queues of each side (`side`).
+    let (a, b) = pair(QpType::Rc);
+    post_recv(&a, 300, 0, 64);
+    post_recv(&b, 100, 0, 64);
+    post_recv(&b, 101, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let bsge = [b.mr.sge(0, 8).unwrap()];
+    let qpn = a.qp.qp_num();
+    let delay = std::time::Duration::from_millis(150);
+    let start = std::time::Instant::now();
+    let injected = with_plan(&format!("wc_delay=150:qp={qpn:#x}:nth=1"), || {
+        a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+        // The request ran (same host: inside post_send), its completion is held.
+        assert_eq!(poll_one(&b.cq).wr_id(), 100);
+        assert_empty(&a.cq);
+        // A later send of the QP, and a receive of the same CQ, wait behind it.
+        a.qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
+        assert_eq!(poll_one(&b.cq).wr_id(), 101);
+        b.qp.post_send(&[SendWr::send(50, &bsge).signaled()]).unwrap();
+        let w = poll_one(&b.cq);
+        assert_eq!((w.wr_id(), w.status()), (50, WcStatus::Success), "other CQs are not held");
+        assert_empty(&a.cq);
+        fault_plan::take_injected()
+    });
+    let got: Vec<_> = (0..3).map(|_| poll_one(&a.cq)).map(|w| (w.wr_id(), w.status(), w.opcode())).collect();
+    assert!(start.elapsed() >= delay, "polled after {:?}", start.elapsed());
+    assert_eq!(
+        got,
+        [(1, WcStatus::Success, Some(WcOpcode::Send)), (2, WcStatus::Success, Some(WcOpcode::Send)), (300, WcStatus::Success, Some(WcOpcode::Recv))]
+    );
+    assert_empty(&a.cq);
+    assert_eq!(injected.len(), 1);
+    assert_eq!((injected[0].effect, injected[0].wr_id), (Effect::Hold(150), Some(1)));
+}
+
+/// Waits until `fd` is readable, at most 10 s.
+#[track_caller]
+fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = rustix::time::Timespec { tv_sec: 10, tv_nsec: 0 };
+    assert_eq!(poll(&mut fds, Some(&ts)).unwrap(), 1, "not readable within 10 s");
+}
+
+#[test]
+fn a_held_completion_wakes_an_armed_completion_channel_when_it_is_published() {
+    let _turn = turn();
+    let a = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    let ch = a.ctx.create_comp_channel().unwrap();
+    let cq = a.ctx.create_cq(&CqInit::new(64).channel(&ch)).unwrap();
+    let qp = a.pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    let a = Side { cq, qp, ..a };
+    connect(&a, &b, &PATH);
+    post_recv(&b, 100, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.cq.req_notify(false).unwrap();
+    with_plan("wc_delay=50", || a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap());
+    assert_empty(&a.cq);
+    // An event-driven program sleeps in the channel: the publication wakes it.
+    wait_readable(ch.fd());
+    let ev = ch.get_cq_event().unwrap();
+    assert!(ev.cq().same_as(&a.cq));
+    ev.ack();
+    let w = poll_one(&a.cq);
+    assert_eq!((w.wr_id(), w.status()), (1, WcStatus::Success));
+}

@@ -229,6 +229,19 @@ pub(crate) struct CqInner {
     poller: AtomicU64,
     /// Sanitizer only (lost-wakeup): armed while holding completions, not polled since.
     armed_full: AtomicBool,
+    /// Completions the fault plan holds back (`wc_delay=`, docs/fault-injection.md), each
+    /// with the time it may be published, oldest first, and those this process wrote
+    /// after them, which wait behind them (due at once).
+    held: Mutex<std::collections::VecDeque<(std::time::Instant, Cqe)>>,
+    /// Whether `held` may be non-empty: the one load a push pays without a plan.
+    holding: AtomicBool,
+}
+
+/// The progress thread's timer of held completions ([`CqInner::push_held`]).
+impl crate::progress::Timed for CqInner {
+    fn fire(self: Arc<Self>) {
+        self.release_held();
+    }
 }
 
 impl Drop for CqInner {
@@ -266,6 +279,62 @@ impl CqInner {
     /// Publishes a completion (see [`CqSeg::publish`] for the rules): an overrun raises
     /// CQ_ERR once; a fired notification queues one event on the channel.
     pub(crate) fn push(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
+        if self.holding.load(Ordering::Relaxed) && self.queue_behind_held(cqe) {
+            return Ok(());
+        }
+        self.publish(cqe)
+    }
+
+    /// Queues `cqe` behind the completions the fault plan holds back, if any are still
+    /// held (a NIC's CQ is ordered: what comes later is polled later). Returns whether
+    /// it was queued.
+    #[cold]
+    fn queue_behind_held(&self, cqe: Cqe) -> bool {
+        let mut held = self.held.lock().expect("held completions");
+        if held.is_empty() {
+            return false;
+        }
+        held.push_back((std::time::Instant::now(), cqe));
+        true
+    }
+
+    /// Writes `cqe` to the CQ `delay` from now (the fault plan's `wc_delay=`,
+    /// docs/fault-injection.md): until then it cannot be polled, and neither can the
+    /// completions this process writes to the CQ after it. The progress thread publishes
+    /// them in order when the time comes. An overrun then puts the CQ in error as any
+    /// overrun does (CQ_ERR); the QP whose completion it lost is not moved to ERR.
+    #[cold]
+    pub(crate) fn push_held(self: &Arc<Self>, cqe: Cqe, delay: std::time::Duration) {
+        let due = std::time::Instant::now() + delay;
+        let mut held = self.held.lock().expect("held completions");
+        self.holding.store(true, Ordering::Relaxed);
+        let first = held.is_empty();
+        held.push_back((due, cqe));
+        drop(held);
+        if first {
+            let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
+            crate::progress::schedule(due, me);
+        }
+    }
+
+    /// Publishes the held completions that are due, in order; schedules the next.
+    fn release_held(self: &Arc<Self>) {
+        let now = std::time::Instant::now();
+        let mut held = self.held.lock().expect("held completions");
+        while let Some(&(due, cqe)) = held.front() {
+            if due > now {
+                let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
+                crate::progress::schedule(due, me);
+                return;
+            }
+            held.pop_front();
+            let _ = self.publish(cqe);
+        }
+        self.holding.store(false, Ordering::Relaxed);
+    }
+
+    /// Writes `cqe` to the ring now (the body of [`CqInner::push`]).
+    fn publish(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
         let me = producer_of(self.ctx.endpoint);
         let mut outcome = self.gens.current().publish(cqe, me);
         // A resize replaced the generation: publish into the new one (bounded: resizes
@@ -551,6 +620,8 @@ impl Cq {
                 parent: Mutex::new(None),
                 poller: AtomicU64::new(0),
                 armed_full: AtomicBool::new(false),
+                held: Mutex::new(std::collections::VecDeque::new()),
+                holding: AtomicBool::new(false),
             }),
         };
         cqs.publish(id, &cq.inner);

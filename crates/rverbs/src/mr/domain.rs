@@ -15,7 +15,7 @@
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use rverbs_proto::verbs::EventType;
 
@@ -61,7 +61,30 @@ impl ContextCore {
     pub(crate) fn events(&self) -> &Fifo {
         &self.events
     }
+
+    /// Lists the context among the open contexts of the process, which events of the
+    /// device itself reach ([`ContextCore::raise_everywhere`]).
+    pub(crate) fn listed(self: Arc<Self>) -> Arc<Self> {
+        let mut all = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&self));
+        self
+    }
+
+    /// Queues an event of the device (a port's, DEVICE_FATAL) on every context of the
+    /// process still open: ibv_get_async_event(3), "affiliated" events go to the
+    /// context of the object, the device's to every context open on it.
+    pub(crate) fn raise_everywhere(kind: EventType, element: RawElement) {
+        let live: Vec<Arc<ContextCore>> = OPEN.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect();
+        for ctx in live {
+            ctx.raise(kind, element);
+        }
+    }
 }
+
+/// The open contexts of the process ([`ContextCore::listed`]); a closed one's entry is
+/// dropped at the next listing.
+static OPEN: Mutex<Vec<Weak<ContextCore>>> = Mutex::new(Vec::new());
 
 /// The core of a protection domain (`struct ibv_pd`).
 pub(crate) struct PdCore {

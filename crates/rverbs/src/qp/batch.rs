@@ -590,8 +590,13 @@ fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result
             }
             e => e,
         })?;
-        if let Some(status) = crate::fault_plan::complete(q.qpn, p.wr_id) {
-            sq.ring.fail_newest(status);
+        if crate::fault_plan::active() {
+            if let Some(status) = crate::fault_plan::complete(q.qpn, p.wr_id) {
+                sq.ring.fail_newest(status);
+            }
+            if let Some(delay) = crate::fault_plan::hold(q.qpn, p.wr_id) {
+                sq.ring.hold_newest(delay);
+            }
         }
     }
     Ok(())

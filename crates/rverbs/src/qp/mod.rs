@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
-use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
+use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST, QP_FLAG_PORT_DOWN};
 use crate::srq::{Srq, SrqInner};
 use crate::wc::Cqe;
 use attr::{QpAttr, QpCap};
@@ -141,6 +141,54 @@ pub(crate) struct QpInner {
     qp_context: AtomicUsize,
 }
 
+/// What the device does for one of its own events the fault plan raised
+/// (docs/fault-injection.md, "Port and device events"); `qps` are the device's QPs in
+/// this process, the plan's view of the device being the process's:
+///
+/// - PORT_ERR: port 1 goes DOWN (`fault_plan::port_down`: sends do not leave, arrivals
+///   are dropped), every QP's record says so (peers' requests are not taken), and every
+///   open context gets IBV_EVENT_PORT_ERR with element port 1;
+/// - PORT_ACTIVE: the port is ACTIVE again, IBV_EVENT_PORT_ACTIVE, traffic flows (RC
+///   requests still retrying succeed at their next retry);
+/// - DEVICE_FATAL: the device is dead for the process (creating and posting verbs fail
+///   with EIO), every context gets IBV_EVENT_DEVICE_FATAL, every QP enters ERR and
+///   flushes (no QP event: the device's event says it, ibv_get_async_event(3)).
+///
+/// A port already in the state asked, or a dead device, changes nothing and raises
+/// nothing (a NIC reports changes).
+pub(crate) fn device_event(qps: &crate::table::Table<QpInner>, event: rverbs_proto::verb_fault::Event) {
+    use crate::mr::domain::ContextCore;
+    use rverbs_proto::verb_fault::Event;
+    let live = || qps.live().into_iter().filter(|q| !q.is_destroyed());
+    match event {
+        Event::PortErr | Event::PortActive => {
+            let up = event == Event::PortActive;
+            if !crate::fault_plan::set_port(up) {
+                return;
+            }
+            for qp in live() {
+                qp.set_port_down(!up);
+            }
+            let kind = if up { EventType::PortActive } else { EventType::PortErr };
+            ContextCore::raise_everywhere(kind, RawElement::Port(1));
+        }
+        Event::DeviceFatal => {
+            if !crate::fault_plan::kill() {
+                return;
+            }
+            let all: Vec<_> = live().collect();
+            for qp in &all {
+                qp.set_port_down(true);
+            }
+            ContextCore::raise_everywhere(EventType::DeviceFatal, RawElement::Device);
+            for qp in &all {
+                qp.enter_error(None, transition::Cause::Injected);
+            }
+        }
+        _ => {}
+    }
+}
+
 impl QpInner {
     pub(crate) fn state(&self) -> QpState {
         self.rec.state()
@@ -180,7 +228,8 @@ impl QpInner {
     /// does for each event the fault plan raises (docs/fault-injection.md). QP events:
     /// ERR, the event, the flushes (`enter_error`). CQ_ERR: the CQ of the verb's work (the
     /// receive CQ for `post_recv`) enters error as after an overrun
-    /// (docs/completion-queues.md). DISCONNECTED: the connection manager's hook.
+    /// (docs/completion-queues.md). DISCONNECTED: the connection manager's hook. The
+    /// device's events (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL): [`device_event`].
     pub(crate) fn raise_injected(self: &Arc<Self>, verb: Verb, wr_ids: impl IntoIterator<Item = Option<u64>>) {
         if !crate::fault_plan::active() {
             return;
@@ -200,10 +249,23 @@ impl QpInner {
                     crate::fault_plan::disconnect(self.qpn);
                     continue;
                 }
+                Some(e) if e.is_device() => {
+                    device_event(self.dev.qps(), e);
+                    continue;
+                }
                 // None, or an event of another object (the parser refuses it here).
                 _ => continue,
             };
             self.enter_error(Some(event), transition::Cause::Injected);
+        }
+    }
+
+    /// Marks the QP's record with its owner's port state (`QP_FLAG_PORT_DOWN`).
+    fn set_port_down(&self, down: bool) {
+        if down {
+            self.rec.flags.fetch_or(QP_FLAG_PORT_DOWN, Ordering::AcqRel);
+        } else {
+            self.rec.flags.fetch_and(!QP_FLAG_PORT_DOWN, Ordering::AcqRel);
         }
     }
 
@@ -413,7 +475,8 @@ impl Qp {
         rec.recv_cq.store(init.recv_cq.inner().id, Ordering::Relaxed);
         rec.xrcd.store(xrcd.as_ref().map_or(0, |x| x.key), Ordering::Relaxed);
         rec.ctx.store(ctx.id, Ordering::Relaxed);
-        rec.flags.store(0, Ordering::Relaxed);
+        // A QP made while the port is down takes nothing either (docs/fault-injection.md).
+        rec.flags.store(if crate::fault_plan::port_down() { QP_FLAG_PORT_DOWN } else { 0 }, Ordering::Relaxed);
         rec.path_mtu.store(Mtu::Mtu256.bytes(), Ordering::Relaxed);
         rec.dest_qpn.store(0, Ordering::Relaxed);
         rec.set_dgid(Gid::default());
@@ -624,9 +687,15 @@ impl Qp {
                 result = Err(PostError { index, error });
                 break;
             }
-            // The fault plan's failed completion, if any (docs/fault-injection.md).
-            if let Some(status) = crate::fault_plan::complete(q.qpn, wr.wr_id) {
-                sq.ring.fail_newest(status);
+            // The fault plan's failed or held-back completion, if any
+            // (docs/fault-injection.md); without a plan, one relaxed load.
+            if crate::fault_plan::active() {
+                if let Some(status) = crate::fault_plan::complete(q.qpn, wr.wr_id) {
+                    sq.ring.fail_newest(status);
+                }
+                if let Some(delay) = crate::fault_plan::hold(q.qpn, wr.wr_id) {
+                    sq.ring.hold_newest(delay);
+                }
             }
         }
         // A kick that arrived before we took the queue is served by this progress run.

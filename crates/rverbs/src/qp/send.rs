@@ -423,7 +423,12 @@ impl QpInner {
     pub(crate) fn complete_head(self: &Arc<Self>, ring: &mut Ring, cqe: Cqe) {
         let wqe = ring.pop().expect("non-empty");
         let failed = cqe.status() != WcStatus::Success;
-        if (failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED)) && self.send_cq.push(cqe).is_err() {
+        let written = failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED);
+        if written && wqe.hold_ms > 0 {
+            // The fault plan holds the completion back (docs/fault-injection.md); the CQ
+            // publishes it, and what follows it, when the time has come.
+            self.send_cq.push_held(cqe, std::time::Duration::from_millis(u64::from(wqe.hold_ms)));
+        } else if written && self.send_cq.push(cqe).is_err() {
             self.enter_error(Some(EventType::QpFatal), transition::Cause::SendCqOverrun);
             return;
         }

@@ -71,6 +71,8 @@ pub(crate) struct BindWqe {
 pub(crate) struct Retired {
     pub(crate) wr_id: u64,
     pub(crate) flags: SendFlags,
+    /// [`SendWqe::hold_ms`].
+    pub(crate) hold_ms: u32,
 }
 
 /// A posted send work request.
@@ -95,6 +97,9 @@ pub(crate) struct SendWqe {
     /// The fault plan completes it with this status, nothing sent
     /// (docs/fault-injection.md).
     pub(crate) injected: Option<WcStatus>,
+    /// The fault plan holds its completion back this many milliseconds (0: not held;
+    /// `wc_delay=`, docs/fault-injection.md).
+    pub(crate) hold_ms: u32,
 }
 
 impl SendWqe {
@@ -196,7 +201,7 @@ impl Ring {
         // Retire in place: only the handles the WQE holds are released (the rest is
         // overwritten by the next post), so nothing large is moved.
         let w = &mut self.wqes[self.head];
-        let retired = Retired { wr_id: w.wr_id, flags: w.flags };
+        let retired = Retired { wr_id: w.wr_id, flags: w.flags, hold_ms: w.hold_ms };
         w.ud = None;
         w.bind = None;
         if self.keeps {
@@ -216,6 +221,15 @@ impl Ring {
         if self.count > 0 {
             let slot = self.wrap(self.head + self.count - 1);
             self.wqes[slot].injected = Some(status);
+        }
+    }
+
+    /// The newest work request's completion is held back `delay` (the fault plan's
+    /// `wc_delay=`, docs/fault-injection.md).
+    pub(crate) fn hold_newest(&mut self, delay: std::time::Duration) {
+        if self.count > 0 {
+            let slot = self.wrap(self.head + self.count - 1);
+            self.wqes[slot].hold_ms = u32::try_from(delay.as_millis()).unwrap_or(u32::MAX);
         }
     }
 
@@ -345,6 +359,7 @@ impl Ring {
         wqe.inline_len = None;
         wqe.total_len = total;
         wqe.injected = None;
+        wqe.hold_ms = 0;
         if inline_flag {
             let dst = &mut self.inline[slot * self.max_inline..(slot + 1) * self.max_inline];
             let mut off = 0;

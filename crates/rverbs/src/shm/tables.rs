@@ -120,6 +120,17 @@ impl QpRecord {
 
 /// `QpRecord::flags`: COMM_EST was raised since the QP left RESET.
 pub(crate) const QP_FLAG_COMM_EST: u32 = 1;
+/// `QpRecord::flags`: the port of the owner's view of the device is down (an injected
+/// PORT_ERR or DEVICE_FATAL, docs/fault-injection.md): requests for the QP are not
+/// taken, by the owner or by peers, as nothing reaches a port whose link is down.
+pub(crate) const QP_FLAG_PORT_DOWN: u32 = 2;
+
+impl QpRecord {
+    /// Whether the QP's owner has its port down ([`QP_FLAG_PORT_DOWN`]).
+    pub(crate) fn port_down(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & QP_FLAG_PORT_DOWN != 0
+    }
+}
 
 /// What peers need of a shared receive queue.
 #[repr(C, align(64))]

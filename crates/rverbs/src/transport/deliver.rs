@@ -91,9 +91,10 @@ pub(crate) fn ud_target(engine: &'static Engine, qpn: u32, qkey: u32) -> Option<
     }
 }
 
-/// Whether a UD responder takes a message with `qkey`.
+/// Whether a UD responder takes a message with `qkey` (and its owner's port is up,
+/// docs/fault-injection.md).
 pub(crate) fn ud_accepts(rec: &crate::shm::tables::QpRecord, qkey: u32) -> bool {
-    super::route::accepts_requests(rec.state()) && rec.qkey.load(Ordering::Acquire) == qkey
+    super::route::accepts_requests(rec.state()) && !rec.port_down() && rec.qkey.load(Ordering::Acquire) == qkey
 }
 
 /// A UD message as it reaches a responder: the request, the 40-byte GRH area its receive

@@ -74,7 +74,16 @@ fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
 /// ([`deliver`]).
 fn deliver_run(engine: &'static Engine, net: &Net, sock: &NetSock, run: &[Checked<'_>]) {
     let mut rest = run;
+    let port_down = crate::fault_plan::port_down();
     while let Some(c) = rest.first() {
+        if port_down && for_this_endpoint(engine, &c.repr) {
+            // docs/fault-injection.md: the port of this process's view of the device is
+            // down; what arrives for its QPs is dropped (relayed packets and MADs for
+            // other processes of the host still pass).
+            net.stats.unserved.fetch_add(1, Ordering::Relaxed);
+            rest = &rest[1..];
+            continue;
+        }
         let Some(qpn) = own_request(engine, &c.repr) else {
             deliver(engine, net, sock, c.from, c.id, &c.packet, &c.repr);
             rest = &rest[1..];
@@ -95,6 +104,16 @@ fn own_request(engine: &Engine, repr: &Repr) -> Option<u32> {
     match route(engine.ep(), repr) {
         Route::Request { qpn } => Some(qpn),
         _ => None,
+    }
+}
+
+/// Whether a packet is for a QP of this endpoint (an RC/UC request or response, a UD
+/// message), the packets a port that is down does not take.
+fn for_this_endpoint(engine: &Engine, repr: &Repr) -> bool {
+    match route(engine.ep(), repr) {
+        Route::Request { .. } | Route::Response { .. } => true,
+        Route::Ud { qpn, .. } => endpoint_of(qpn) == engine.ep(),
+        Route::Mad { .. } | Route::Relay { .. } | Route::Unserved => false,
     }
 }
 

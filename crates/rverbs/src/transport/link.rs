@@ -45,6 +45,14 @@ impl SendPath for Path {
     }
 
     fn transmit(&mut self, qp: &Arc<QpInner>, req: &ReqView, tx: Tx<'_>, answers: &mut dyn Answers) -> Result<(), u32> {
+        // The port of this process's view of the device is down (docs/fault-injection.md):
+        // the request does not leave, as on a NIC whose link is down. Nobody answers: an
+        // RC request retries on its ACK timer until the port is up or its retries run out
+        // (RETRY_EXC_ERR); UC and UD complete at transmit, successfully, and nothing
+        // arrives.
+        if crate::fault_plan::port_down() {
+            return Ok(());
+        }
         match (req.network, self.net) {
             (true, Some(net)) => super::net::transmit(&mut self.net_tx, net, qp, req, tx),
             // A network path without sockets: nobody answers.
