@@ -590,6 +590,16 @@ mod sigpipe_tests {
     }
 }
 
+/// Runs `prepare` in the forking thread before every fork(2), `parent` in the parent and
+/// `child` in the child after it (pthread_atfork(3)).
+pub(crate) fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: pthread_atfork only stores the pointers of plain extern "C" functions with
+    // no arguments, which live as long as the library (never unloaded).
+    unsafe {
+        libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
+    }
+}
+
 /// Runs `f` when the process exits normally (return from `main`, `exit`), after the
 /// handlers registered later (atexit(3)).
 pub(crate) fn at_exit(f: extern "C" fn()) {

@@ -1011,3 +1011,70 @@ fn memory_unmapped_after_its_deregistration_is_no_finding() {
     unmap(page, 1);
     assert_eq!(sanitize::take_findings(), vec![]);
 }
+
+/// Waits at most 10 s for child `pid`; its exit status, or `None` (then killed) if it
+/// did not end.
+fn wait_child(pid: libc::pid_t) -> Option<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for a child this test forked, without blocking.
+        match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+            0 if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(1)),
+            0 => {
+                // SAFETY: the child is ours and still running.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                // SAFETY: reaps it.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                return None;
+            }
+            _ => return Some(status),
+        }
+    }
+}
+
+#[test]
+fn a_fork_while_another_thread_posts_leaves_the_child_a_usable_sanitizer() {
+    let _g = with_mode(Mode::Report);
+    let (a, b) = pair(QpType::Rc);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    /// Stops the posting thread however the forking loop ends (a failed assertion too).
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|s| {
+        // Every post and every poll takes the sanitizer's tracking lock.
+        s.spawn(|| {
+            let sge = [a.mr.sge(0, 8).unwrap()];
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                a.qp.post_send(&[SendWr::write(i, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+                assert_eq!(poll_one(&a.cq).wr_id(), i);
+                i += 1;
+            }
+        });
+        let _stop = Stop(&stop);
+        for round in 0..50 {
+            // SAFETY: the child uses only this library (a new process generation) and
+            // leaves with _exit.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // Tracked verbs take the lock: a child that inherited it held would wait
+                // for ever.
+                let code = std::panic::catch_unwind(|| {
+                    let ctx = devices().unwrap()[0].open().unwrap();
+                    ctx.alloc_pd().unwrap();
+                })
+                .map_or(1, |()| 0);
+                // SAFETY: ends the child without the parent's atexit handlers.
+                unsafe { libc::_exit(code) };
+            }
+            assert!(pid > 0, "fork failed");
+            let status = wait_child(pid).unwrap_or_else(|| panic!("fork {round}: the child hung in the sanitizer"));
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "fork {round}: child failed: {status:#x}");
+        }
+    });
+}

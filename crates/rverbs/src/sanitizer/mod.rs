@@ -56,6 +56,9 @@ fn read_env() {
     let m = crate::config::sanitize_from(std::env::var_os("RVERBS_SANITIZE").as_deref());
     // A mode set from Rust meanwhile wins.
     if MODE.compare_exchange(UNREAD, encode(m), Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        if m != Mode::Off {
+            track::guard_forks();
+        }
         ON.store(m != Mode::Off, Ordering::Relaxed);
     }
 }
@@ -67,6 +70,9 @@ fn read_env() {
 /// about them can be missed (never made up).
 pub fn set_mode(mode: Mode) {
     MODE.store(encode(mode), Ordering::Relaxed);
+    if mode != Mode::Off {
+        track::guard_forks();
+    }
     ON.store(mode != Mode::Off, Ordering::Relaxed);
 }
 

@@ -13,8 +13,15 @@ pub(crate) type Trace = Arc<Backtrace>;
 /// The frames shown per site: the application's innermost ones.
 const MAX_FRAMES: usize = 12;
 
+/// Held (shared) while a backtrace is captured or symbolized, and exclusively by a thread
+/// about to fork: the standard library's backtrace lock (and the unwinder's) must not be
+/// inherited held by the child, whose first capture would wait for ever
+/// ([`super::track::guard_forks`]).
+pub(crate) static TRACING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// Captures the current stack (only ever called with the sanitizer on).
 pub(crate) fn capture() -> Trace {
+    let _tracing = TRACING.read().unwrap_or_else(|p| p.into_inner());
     Arc::new(Backtrace::force_capture())
 }
 
@@ -25,7 +32,10 @@ pub(crate) fn frames(bt: &Backtrace) -> Vec<Frame> {
     // std has no stable frame API: its full text form is parsed, "N: function" lines
     // each followed by an optional "at file:line:column" line (inlined functions are
     // further function lines of the same frame).
-    let text = format!("{bt:#}");
+    let text = {
+        let _tracing = TRACING.read().unwrap_or_else(|p| p.into_inner());
+        format!("{bt:#}")
+    };
     parse(&text).into_iter().filter(|f| !internal(f)).take(MAX_FRAMES).collect()
 }
 

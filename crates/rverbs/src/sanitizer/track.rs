@@ -240,6 +240,34 @@ pub(crate) fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What the forking thread holds from the fork's prepare handler to its parent or child
+/// handler: the tables' lock, then no backtrace being captured or symbolized.
+type HeldAcrossFork = (MutexGuard<'static, State>, std::sync::RwLockWriteGuard<'static, ()>);
+
+thread_local! {
+    static HELD_ACROSS_FORK: std::cell::RefCell<Option<HeldAcrossFork>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Keeps every fork (fork(2), pthread_atfork(3)) from happening while another thread holds
+/// the tables' lock or is inside a backtrace (the standard library's lock): the child
+/// would inherit the lock held with no thread to release it, and its first tracked verb
+/// would wait for ever. The forking thread takes the tables, then waits out the
+/// backtraces (in that order: a thread holding the tables may still capture one; a
+/// capture never waits for the tables) before the fork, and releases both after, in the
+/// parent and in the child. Registered once, when the sanitizer is first switched on.
+pub(crate) fn guard_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn prepare() {
+        let tables = state();
+        let tracing = super::trace::TRACING.write().unwrap_or_else(|p| p.into_inner());
+        HELD_ACROSS_FORK.with(|h| *h.borrow_mut() = Some((tables, tracing)));
+    }
+    extern "C" fn after() {
+        HELD_ACROSS_FORK.with(|h| drop(h.borrow_mut().take()));
+    }
+    ONCE.call_once(|| crate::sys::at_fork(prepare, after, after));
+}
+
 /// As [`state`], for exit-time code: gives up after a bounded number of attempts rather
 /// than wait for a thread that may never run again.
 pub(crate) fn try_state() -> Option<MutexGuard<'static, State>> {
