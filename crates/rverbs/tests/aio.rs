@@ -210,13 +210,7 @@ fn a_shared_channel_yields_the_event_of_each_cq() {
 #[test]
 fn asynchronous_events_are_awaited() {
     // The responder stays in RTR: the first request to it raises COMM_EST.
-    let a = side(QpType::Rc);
-    let b = side(QpType::Rc);
-    to_init(&a.qp, ALL_ACCESS);
-    to_rtr(&a.qp, &a.ctx, b.qp.qp_num(), &PATH);
-    to_rts(&a.qp, &PATH);
-    to_init(&b.qp, ALL_ACCESS);
-    to_rtr(&b.qp, &b.ctx, a.qp.qp_num(), &PATH);
+    let (a, b) = requester_rts_responder_rtr();
     let rt = runtime();
     rt.block_on(async {
         let events = AsyncEvents::new(b.ctx.clone()).unwrap();

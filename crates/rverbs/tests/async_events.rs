@@ -16,16 +16,9 @@ fn no_event_means_wouldblock_on_a_nonblocking_fd() {
     assert!(matches!(ctx.get_async_event(), Err(Error::WouldBlock)));
 }
 
-/// A connected pair whose requester `a` is in RTS and whose responder `b` stays in RTR,
-/// with `b`'s async-event fd non-blocking.
+/// [`requester_rts_responder_rtr`] with `b`'s async-event fd non-blocking.
 fn requester_and_responder_in_rtr() -> (Side, Side) {
-    let a = side(QpType::Rc);
-    let b = side(QpType::Rc);
-    to_init(&a.qp, ALL_ACCESS);
-    to_rtr(&a.qp, &a.ctx, b.qp.qp_num(), &PATH);
-    to_rts(&a.qp, &PATH);
-    to_init(&b.qp, ALL_ACCESS);
-    to_rtr(&b.qp, &b.ctx, a.qp.qp_num(), &PATH);
+    let (a, b) = requester_rts_responder_rtr();
     nonblocking(&b.ctx);
     (a, b)
 }

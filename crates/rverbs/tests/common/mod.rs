@@ -137,6 +137,19 @@ pub fn connect(a: &Side, b: &Side, path: &Path) {
     }
 }
 
+/// A connected RC pair whose requester `a` is in RTS and whose responder `b` stays in
+/// RTR (its first request raises COMM_EST).
+pub fn requester_rts_responder_rtr() -> (Side, Side) {
+    let a = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    to_init(&a.qp, ALL_ACCESS);
+    to_rtr(&a.qp, &a.ctx, b.qp.qp_num(), &PATH);
+    to_rts(&a.qp, &PATH);
+    to_init(&b.qp, ALL_ACCESS);
+    to_rtr(&b.qp, &b.ctx, a.qp.qp_num(), &PATH);
+    (a, b)
+}
+
 pub fn pair(qp_type: QpType) -> (Side, Side) {
     pair_with(qp_type, &PATH, 256, CAP)
 }
