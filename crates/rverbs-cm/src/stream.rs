@@ -12,11 +12,12 @@
 //! - **Credits.** An end may send only into a receive the peer has posted: it starts with
 //!   `SLOTS` credits and spends one per message. A receive buffer is posted again once
 //!   the application has read all of it (a credit-only message at once); the credits of
-//!   those re-posts travel back in the header of the next message. Data keeps one credit
-//!   in reserve; when half the receives were re-posted and no data is going out, that
-//!   reserve carries a credit-only message. So no end ever sends into a missing receive
-//!   (no RNR), and a reader that stops reading stops its writer (backpressure, as a TCP
-//!   window).
+//!   those re-posts travel back in the header of the next message. Data and `FIN` keep
+//!   one credit in reserve for a credit-only message, sent when half the receives wait to
+//!   be announced, or when any do and the peer may be unable to send (this end's count of
+//!   the peer's credits, an upper bound, is below 2). So no end ever sends into a missing
+//!   receive (no RNR), a reader that stops reading stops its writer (backpressure, as a
+//!   TCP window), and a writer whose reader reads always gets its credits back.
 //! - **End of stream.** `poll_shutdown` sends a message flagged `FIN`; the peer's reads
 //!   return 0 once everything before it was read. A failed completion (the peer's
 //!   disconnection flushes the QP) makes reads and writes fail with `ConnectionReset`
@@ -106,6 +107,10 @@ pub struct RdmaStream {
     returned: usize,
     /// Receives of the peer this end may send into.
     credits: usize,
+    /// What the peer may send into this end's receives, as far as this end knows: what
+    /// it was told, less what arrived (an upper bound: announcements in flight have not
+    /// reached it, messages in flight have not reached us).
+    peer_credits: usize,
     /// Send buffers free (their SEND completed).
     free: Vec<usize>,
     /// The peer's FIN arrived (reads end once `filled` is empty).
@@ -149,6 +154,7 @@ impl RdmaStream {
             filled: VecDeque::new(),
             returned: 0,
             credits: SLOTS,
+            peer_credits: SLOTS,
             free: (0..SLOTS).rev().collect(),
             peer_done: false,
             done: false,
@@ -189,7 +195,7 @@ impl RdmaStream {
                     }
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(io::Error::other(e))),
-                Poll::Pending if any => return Poll::Ready(Ok(())),
+                Poll::Pending if any => return Poll::Ready(self.return_credits()),
                 Poll::Pending => return Poll::Pending,
             }
         }
@@ -214,6 +220,7 @@ impl RdmaStream {
         self.mr.read(slot * SLOT_LEN, &mut h).map_err(io::Error::other)?;
         let len = u32::from_le_bytes(h[..4].try_into().expect("4 bytes")) as usize;
         self.credits += usize::from(u16::from_le_bytes([h[4], h[5]]));
+        self.peer_credits = self.peer_credits.saturating_sub(1);
         let flags = u16::from_le_bytes([h[6], h[7]]);
         if len != got - HEADER {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "a stream header that does not match its message"));
@@ -230,11 +237,21 @@ impl RdmaStream {
     }
 
     /// Posts receive `slot` again; its credit goes back with the next message, or in a
-    /// credit-only message once half the receives wait to be announced.
+    /// credit-only message ([`RdmaStream::return_credits`]).
     fn repost(&mut self, slot: usize) -> io::Result<()> {
         post_recv(self.conn.qp(), &self.mr, slot).map_err(io::Error::other)?;
         self.returned += 1;
-        if self.returned >= SLOTS / 2 && self.credits >= 1 {
+        self.return_credits()
+    }
+
+    /// Sends the credits of the re-posted receives in a credit-only message (with the
+    /// reserved credit) when half the receives wait to be announced, or when any do and
+    /// the peer may be unable to send data (fewer than 2 credits by this end's count);
+    /// called after each re-post and after each pass over the CQ (a send buffer may have
+    /// come free).
+    fn return_credits(&mut self) -> io::Result<()> {
+        let due = self.returned >= SLOTS / 2 || (self.returned > 0 && self.peer_credits < 2);
+        if due && self.credits >= 1 {
             if let Some(s) = self.free.pop() {
                 self.send(s, &[], 0)?;
             }
@@ -249,6 +266,7 @@ impl RdmaStream {
         self.mr.write(at + HEADER, data).map_err(io::Error::other)?;
         let sge = [self.mr.sge(at, (HEADER + data.len()) as u32).map_err(io::Error::other)?];
         self.conn.qp().post_send(&[SendWr::send(SEND_TAG + slot as u64, &sge).signaled()]).map_err(|e| io::Error::other(e.error))?;
+        self.peer_credits += self.returned;
         self.returned = 0;
         self.credits -= 1;
         Ok(())
@@ -352,7 +370,8 @@ impl AsyncWrite for RdmaStream {
             if this.broken.is_some() {
                 return Poll::Ready(Err(this.broken_error()));
             }
-            if this.credits >= 1 {
+            // The reserved credit stays for credit-only messages: the peer may still write.
+            if this.credits >= 2 {
                 if let Some(slot) = this.free.pop() {
                     this.send(slot, &[], FIN)?;
                     this.done = true;
