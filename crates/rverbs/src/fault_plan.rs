@@ -15,9 +15,9 @@
 //! Without a plan a verb pays one relaxed load.
 //!
 //! The device's events (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL) change the process's view
-//! of the device, kept here: port 1 down ([`port_down`]: the transports send nothing and
+//! of the device, kept here: port 1 down (`port_down`: the transports send nothing and
 //! take nothing for this process, ibv_query_port(3) reports DOWN), or the device dead
-//! ([`fail`] refuses every creating and posting verb with EIO). The view is per process,
+//! (`fail` refuses every creating and posting verb with EIO). The view is per process,
 //! as the plan is: other processes of the host see their own device as it was.
 
 use std::collections::VecDeque;
