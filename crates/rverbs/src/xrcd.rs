@@ -243,12 +243,6 @@ mod host {
         }
     }
 
-    /// Whether process `pid` exists (signal 0 does not say ESRCH).
-    fn process_exists(pid: u32) -> bool {
-        let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
-        rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH)
-    }
-
     /// Whether a live process holds the domain whose entries are in `dir`; removes the
     /// entries of dead processes.
     fn held(reg: &Registry, dir: &Path) -> bool {
@@ -257,13 +251,8 @@ mod host {
         for e in entries.flatten() {
             let name = e.file_name();
             let holder = name.to_str().and_then(|n| n.split_once('.')).and_then(|(ep, pid)| Some((ep.parse().ok()?, pid.parse().ok()?)));
-            // `owner_alive` errs towards alive while a new owner of the number has not
-            // written its header yet (right for a CQ's reservations, where a wrong "dead"
-            // loses a completion); a holder whose process is gone is dead whatever the
-            // number says (the killed holder of `cross_process.rs` was kept alive by a
-            // test process claiming its endpoint number meanwhile).
             match holder {
-                Some((ep, pid)) if process_exists(pid) && reg.owner_alive(ep, pid) => live = true,
+                Some((ep, pid)) if reg.owner_alive(ep, pid) => live = true,
                 _ => {
                     let _ = std::fs::remove_file(e.path());
                 }

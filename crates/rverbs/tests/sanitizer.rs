@@ -973,6 +973,7 @@ fn a_post_naming_registered_memory_that_was_unmapped_is_a_finding_once() {
     assert_eq!(f.page, "ibv_reg_mr(3)");
     assert_eq!((f.lkey(), f.wr_id()), (Some(ids.0), Some(0x77)), "the first post that named it");
     assert!(f.headline.contains(&format!("{:#x}", ids.1)), "names the first unmapped page: {}", f.headline);
+    assert!(f.headline.contains("ibv_post_recv of work request wr_id 0x77"), "names the post: {}", f.headline);
     assert!(site_in_this_file(f, "posted at"));
     assert!(site_in_this_file(f, "mr registered at"));
 }

@@ -330,7 +330,7 @@ pub(crate) fn memory_unmapped(verb: &'static str, lkey: u32, region: (u64, u64),
     let by = match wr {
         Some((queue, num, wr_id)) => {
             objects.push(Object::WorkRequest { wr_id, queue, num, sge: None });
-            format!("work request wr_id {wr_id:#x} posted to {}", queue.describe())
+            format!("{verb} of work request wr_id {wr_id:#x} to {}", queue.describe())
         }
         None => verb.to_string(),
     };

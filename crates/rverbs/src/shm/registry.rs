@@ -155,7 +155,11 @@ const FORKED_CHILD_GRACE: std::time::Duration = std::time::Duration::from_millis
 /// Whether the process the endpoint header in `dir` names is gone (`false` when the
 /// header cannot be read or names no process: nothing is known).
 fn header_pid_dead(dir: &Path) -> bool {
-    let Some(pid) = header_pid(dir) else { return false };
+    header_pid(dir).is_some_and(process_gone)
+}
+
+/// Whether process `pid` no longer exists (signal 0 says ESRCH).
+fn process_gone(pid: rustix::process::Pid) -> bool {
     rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
 }
 
@@ -334,10 +338,15 @@ impl Registry {
     /// has no mapping yet, and counting that as the old owner alive kept a killed XRC
     /// domain holder alive. When the header cannot be read while the number is held,
     /// alive: the answer decides whether a CQ may skip that process's reservation, and a
-    /// wrong "dead" loses a completion, a wrong "alive" only delays.
+    /// wrong "dead" loses a completion, a wrong "alive" only delays. A process that no
+    /// longer exists is dead whatever its number says: a killed XRC domain holder was
+    /// kept alive by a test process claiming its number before writing its header.
     pub(crate) fn owner_alive(&self, ep: u32, pid: u32) -> bool {
         if ep == self.ep {
             return pid == self.pid;
+        }
+        if i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw).is_some_and(process_gone) {
+            return false;
         }
         if header_pid(&ep_dir(&self.root, ep)).is_none() {
             return self.alive(ep);
