@@ -18,7 +18,7 @@ use crate::event::AsyncEvent;
 use crate::mr::domain::ContextCore;
 use crate::notify::{async_fifo_name, RawAsyncEvent};
 use crate::shm::fifo::Fifo;
-use crate::Gid;
+use crate::gid::Gid;
 
 impl Device {
     /// Opens a context on the device (ibv_open_device(3)).
@@ -102,7 +102,7 @@ impl Context {
     ///
     /// Errors: `EOPNOTSUPP` when the device has no network transport (no address could be
     /// bound, or `RVERBS_NET=off`).
-    pub fn set_network_faults(&self, cfg: crate::FaultConfig) -> Result<()> {
+    pub fn set_network_faults(&self, cfg: rverbs_proto::fault::FaultConfig) -> Result<()> {
         let Some(net) = self.dev().net.as_ref() else {
             return Err(Error::unsupported("set_network_faults", "no network transport on this device"));
         };

@@ -114,10 +114,10 @@ pub struct DeviceAttr {
 pub mod cap_flags {
     //! The flag and code values of the device and port attributes (ibv_query_device(3),
     //! ibv_query_port(3)): the `IBV_DEVICE_*` capability bits rverbs sets in
-    //! [`DeviceAttr::device_cap_flags`](crate::DeviceAttr::device_cap_flags) and
-    //! [`device_cap_flags_ex`](crate::DeviceAttr::device_cap_flags_ex) (verbs.h `enum
+    //! [`DeviceAttr::device_cap_flags`](crate::device::DeviceAttr::device_cap_flags) and
+    //! [`device_cap_flags_ex`](crate::device::DeviceAttr::device_cap_flags_ex) (verbs.h `enum
     //! ibv_device_cap_flags`), the port's `IBV_PORT_*` capability bits in
-    //! [`PortAttr::port_cap_flags`](crate::PortAttr::port_cap_flags), and its link layer.
+    //! [`PortAttr::port_cap_flags`](crate::device::PortAttr::port_cap_flags), and its link layer.
     //!
     //! A public namespace because these fields are raw words, as in `struct ibv_device_attr`:
     //! an application tests a capability (memory windows, XRC, FLUSH, ATOMIC_WRITE) against
@@ -149,11 +149,11 @@ pub mod cap_flags {
     pub const EX_ATOMIC_WRITE: u64 = 1 << 40;
 
     /// `IBV_PORT_CM_SUP`: the port supports connection management
-    /// ([`PortAttr::port_cap_flags`](crate::PortAttr::port_cap_flags)).
+    /// ([`PortAttr::port_cap_flags`](crate::device::PortAttr::port_cap_flags)).
     pub const PORT_CM_SUP: u32 = 1 << 16;
 
     /// `IBV_LINK_LAYER_ETHERNET`, the port's link layer
-    /// ([`PortAttr::link_layer`](crate::PortAttr::link_layer)).
+    /// ([`PortAttr::link_layer`](crate::device::PortAttr::link_layer)).
     pub const LINK_LAYER_ETHERNET: u8 = 2;
 }
 
@@ -636,7 +636,7 @@ impl crate::qp::device::QpDevice for DeviceInner {
     }
 }
 
-impl crate::Qp {
+impl crate::qp::Qp {
     /// Attaches the QP to the multicast group `gid` (ibv_attach_mcast(3)).
     ///
     /// The attachment is published host-wide (`mcast`), so sends from any process of

@@ -11,7 +11,7 @@ use crate::cq::CqInner;
 use crate::gid::{Gid, GidEntry};
 use crate::mr::endpoint::Endpoint;
 use crate::qp::QpInner;
-use crate::srq::SrqInner;
+use crate::qp::srq::SrqInner;
 use crate::table::Table;
 
 /// This process's endpoint with its live objects (one per process generation).

@@ -11,7 +11,7 @@ use rverbs_proto::verbs::EventType;
 
 use crate::cq::{Cq, CqInner};
 use crate::qp::{Qp, QpInner};
-use crate::srq::{Srq, SrqInner};
+use crate::qp::srq::{Srq, SrqInner};
 use crate::table::Table;
 
 use crate::notify::{RawAsyncEvent, RawElement};

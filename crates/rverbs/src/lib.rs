@@ -89,7 +89,6 @@ mod qp1;
 mod rule;
 mod sanitizer;
 mod shm;
-mod srq;
 mod spin;
 mod sys;
 mod table;
@@ -124,7 +123,7 @@ pub use rverbs_proto::vendor_err;
 pub use rverbs_proto::verbs::{
     Access, EventType, Mtu, QpState, QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
-pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInit};
+pub use qp::srq::{Srq, SrqAttr, SrqAttrMask, SrqInit};
 pub use wc::Wc;
 pub use xrcd::Xrcd;
 

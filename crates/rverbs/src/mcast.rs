@@ -41,7 +41,7 @@ use crate::rule::Rule;
 use crate::qp::QpInner;
 use crate::shm::registry::Peer;
 use crate::table::endpoint_of;
-use crate::QpType;
+use rverbs_proto::verbs::QpType;
 
 /// The destination QPN of a UD send to a multicast group (`0xFFFFFF`, ibv_attach_mcast(3)).
 pub const MULTICAST_QPN: u32 = 0xff_ffff;

@@ -20,7 +20,7 @@ use crate::mr::domain::PdCore;
 use crate::shm::tables::{
     KeyDesc, KeyRecord, KEY_KIND_MW1, KEY_KIND_MW2, KEY_STATE_FREE, KEY_STATE_INVALID, KEY_STATE_VALID,
 };
-use crate::Access;
+use rverbs_proto::verbs::Access;
 
 /// The type of a memory window (`enum ibv_mw_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,8 +29,8 @@ use crate::rule::Rule;
 use crate::mr::{Mr, MrInit, ReregFlags};
 use crate::mw::Mw;
 use crate::qp::{Qp, QpInit};
-use crate::srq::{Srq, SrqInit};
-use crate::Access;
+use crate::qp::srq::{Srq, SrqInit};
+use rverbs_proto::verbs::Access;
 use rverbs_proto::verb_fault::Verb;
 
 impl Context {

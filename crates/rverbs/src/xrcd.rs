@@ -27,9 +27,9 @@ use crate::mr::domain::{ContextCore, PdCore, XrcdCore};
 use crate::rule::Rule;
 use crate::pd::Pd;
 use crate::qp::{Qp, QpInit};
-use crate::srq::{Srq, SrqInit};
-use crate::QpCap;
-use crate::QpType;
+use crate::qp::srq::{Srq, SrqInit};
+use crate::qp::attr::QpCap;
+use rverbs_proto::verbs::QpType;
 
 /// Domains shared per (st_dev, st_ino) of the file they were opened with, per process
 /// generation (each has its device, `sys::process_generation`). The table is the XRC

@@ -27,20 +27,21 @@ use syn::visit::Visit;
 /// listed before it. Modules are files, named by their path (`qp::sq` is `src/qp/sq.rs`,
 /// `qp` is `src/qp/mod.rs`).
 const LAYERS: &[(&str, &[&str])] = &[
-    // Operating system, primitives and the shared-memory segments themselves; the
+    // Operating system and primitives; the
     // asynchronous event record as it travels through a context's FIFO (`notify`: plain
     // encoding and counters, it uses nothing of the crate), which a context's core sends.
-    ("os", &["sanitizer", "sanitizer::finding", "sanitizer::report", "sanitizer::trace", "sanitizer::track", "clock", "config", "error", "fault", "fault_plan", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "shm", "shm::fifo", "shm::lock", "mr::cma", "notify"]),
-    // Memory keys and regions: the key table, registrations, every access to their bytes;
+    ("os", &["sanitizer", "sanitizer::finding", "sanitizer::report", "sanitizer::trace", "sanitizer::track", "clock", "config", "error", "fault", "fault_plan", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "notify"]),
+    // Shared memory between the processes of one host (`shm`: segments, FIFOs, locks,
+    // cross-memory attach, the key tables and the peer registry); memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC
     // domain's), which regions, windows and everything above hold instead of the handles.
-    ("memory", &["shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::access", "mr::proxy", "mr::domain", "mr", "mw"]),
+    ("memory", &["shm", "shm::fifo", "shm::lock", "shm::cma", "shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::access", "mr::proxy", "mr::domain", "mr", "mw"]),
     // Completion and receive rings; work requests and QP attributes as data (a UD work
     // request carries an address vector, `qp::attr`).
     ("rings", &["wc", "cq::ring", "cq::gate", "cq::seg", "cq::defer", "qp::attr", "qp::wr", "qp::rq"]),
     // The engine that executes work requests; what it asks of the device and the
     // transports, as traits they implement (`qp::device`).
-    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::local", "qp::transition", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "event", "srq", "progress"]),
+    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::local", "qp::transition", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "event", "qp::srq", "progress"]),
     // Transports: how a request reaches its responder.
     ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::deliver", "transport::link", "transport::respond", "transport::route", "transport::target", "transport::udp", "transport::udp::faults", "transport::udp::group", "transport::udp::relay", "transport::udp::rx", "transport::udp::socket", "transport::udp::takeover", "transport::udp::trace", "transport::dispatch", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
@@ -336,6 +337,46 @@ fn every_module_has_a_layer() {
     assert!(missing.is_empty(), "give these modules a layer in tests/architecture.rs: {missing:?}");
     let stale: Vec<&&str> = layers.keys().filter(|m| !mods.contains_key(**m)).collect();
     assert!(stale.is_empty(), "these modules no longer exist; remove them from LAYERS: {stale:?}");
+}
+
+/// Folders that still hold files of two layers (folder, its layers lowest first): a
+/// ratchet like [`KNOWN_UPWARD`]. A folder not listed must hold one layer's files only,
+/// and an entry that is no longer true fails, so the list only shrinks. `qp/` and `cq/`
+/// keep their rings (`cq::{ring,gate,seg,defer}`, `qp::{attr,wr,rq}`: data below the
+/// engine that runs them) beside the engine's files; every other folder is one layer.
+const FOLDERS_ACROSS_LAYERS: &[(&str, &[&str])] = &[("cq", &["rings", "engine"]), ("qp", &["rings", "engine"])];
+
+#[test]
+fn every_folder_lies_in_one_layer() {
+    let layers = layer_of();
+    let mut folders: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+    for (module, &layer) in &layers {
+        // `qp` is `src/qp/mod.rs`: a folder's own module belongs to it.
+        let folder = match module.rsplit_once("::") {
+            Some((parent, _)) => parent,
+            None if src_dir().join(module).is_dir() => module,
+            None => continue,
+        };
+        folders.entry(folder).or_default().insert(layer);
+    }
+    let known: BTreeMap<&str, &[&str]> = FOLDERS_ACROSS_LAYERS.iter().copied().collect();
+    let mut problems = Vec::new();
+    for (folder, spans) in &folders {
+        let names: Vec<&str> = spans.iter().map(|&l| LAYERS[l].0).collect();
+        match known.get(folder) {
+            Some(expected) if names != *expected => {
+                problems.push(format!("src/{folder}/ now spans {names:?}, not {expected:?}: update FOLDERS_ACROSS_LAYERS"))
+            }
+            None if names.len() > 1 => problems.push(format!("src/{folder}/ holds files of layers {names:?}: one folder, one layer")),
+            _ => {}
+        }
+    }
+    for folder in known.keys() {
+        if !folders.contains_key(folder) {
+            problems.push(format!("src/{folder}/ no longer exists: remove it from FOLDERS_ACROSS_LAYERS"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]

@@ -296,7 +296,7 @@ impl ExEntry {
 
     /// The current completion as a plain [`crate::Wc`] (every field, whatever the flags;
     /// what ibv_poll_cq on an extended CQ returns).
-    pub fn to_wc(&self) -> crate::Wc {
+    pub fn to_wc(&self) -> crate::wc::Wc {
         self.current.to_wc()
     }
 }

@@ -17,14 +17,14 @@ use std::sync::Arc;
 use rverbs_proto::vendor_err;
 use rverbs_proto::violation::Violation;
 
-use super::cma::{self, CmaError};
+use crate::shm::cma::{self, CmaError};
 use super::endpoint::Endpoint;
 use crate::mem;
 use crate::mr::Sge;
 use crate::shm::registry::Peer;
 use crate::shm::tables::{KeyDesc, Tables, KEY_KIND_MR, KEY_KIND_MW2, KEY_STATE_VALID};
 use crate::shm::Segment;
-use crate::Access;
+use rverbs_proto::verbs::Access;
 
 /// Where the bytes of a pinned range are.
 #[derive(Clone, Copy, Debug)]

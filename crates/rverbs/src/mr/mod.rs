@@ -9,7 +9,6 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod access;
-pub(crate) mod cma;
 pub(crate) mod domain;
 pub(crate) mod endpoint;
 pub(crate) mod keys;
@@ -29,7 +28,7 @@ use crate::mem;
 use domain::PdCore;
 use crate::shm::tables::{KeyDesc, KeyRecord, KEY_KIND_MR, KEY_STATE_INVALID, KEY_STATE_VALID};
 use crate::shm::Segment;
-use crate::Access;
+use rverbs_proto::verbs::Access;
 use endpoint::Endpoint;
 pub(crate) use access::{atomic, copy_message, copy_out, flush_global, gather, gather_at, key_record, pin_sges, sink_ranges, watch_sges, check_mapped, pin_sges_into, Fault, KeySpace, KeyUse, PinList, Pinned, Source, Via};
 pub(crate) use keys::{KeyTable, KeyTarget, Window};

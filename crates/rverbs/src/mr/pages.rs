@@ -14,7 +14,7 @@
 //! permission instead (a page past the end of a file is then not detected: the device's
 //! accesses still fail cleanly, `fault.rs`).
 
-use crate::Access;
+use rverbs_proto::verbs::Access;
 
 const MADV_POPULATE_READ: i32 = 22;
 const MADV_POPULATE_WRITE: i32 = 23;

@@ -20,12 +20,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::access::{KeySpace, KeyUse, Place};
-use super::cma::CmaError;
+use crate::shm::cma::CmaError;
 use super::endpoint::Endpoint;
 use crate::mem;
 use crate::shm::registry::{bell, Peer};
 use crate::shm::ShmSafe;
-use crate::Access;
+use rverbs_proto::verbs::Access;
 
 /// Bytes one request moves at most.
 const BUF: usize = 256 * 1024;

@@ -190,7 +190,7 @@ impl AhAttr {
     /// Checks an address vector against the device whose GID table has `gids` entries
     /// (ibv_create_ah(3), ibv_modify_qp(3) with IBV_QP_AV): the one port, a GRH (RoCE
     /// address vectors are global) and a source GID index inside the table.
-    pub(crate) fn check(&self, verb: &'static str, gids: usize) -> crate::Result<()> {
+    pub(crate) fn check(&self, verb: &'static str, gids: usize) -> crate::error::Result<()> {
         check_port(verb, self.port_num)?;
         let grh = self.grh.ok_or(Error::invalid(verb, Rule::GrhRequired))?;
         if usize::from(grh.sgid_index) >= gids {

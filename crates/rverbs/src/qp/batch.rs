@@ -31,7 +31,7 @@ use crate::qp::attr::AddressVector;
 use crate::qp::send::SendQueue;
 use crate::qp::wr::{BindMwWr, FlushWr, Payload, SendWr, UdDest};
 use crate::qp::{Qp, QpInner};
-use crate::Access;
+use rverbs_proto::verbs::Access;
 
 bitflags! {
     /// The operations a QP's builder may post (`enum ibv_qp_create_send_ops_flags`).

@@ -23,6 +23,7 @@ pub(crate) mod state;
 pub(crate) mod transition;
 pub(crate) mod rq;
 pub(crate) mod sq;
+pub(crate) mod srq;
 pub mod wr;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -41,7 +42,7 @@ use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST, QP_FLAG_PORT_DOWN};
-use crate::srq::{Srq, SrqInner};
+use self::srq::{Srq, SrqInner};
 use crate::wc::Cqe;
 use attr::{QpAttr, QpCap};
 use device::QpDevice;
@@ -794,13 +795,13 @@ impl Qp {
     /// as [`Qp::post_send`]. A bind that fails its checks completes with MW_BIND_ERR.
     pub fn bind_mw(
         &self,
-        mw: &crate::Mw,
-        bind: &crate::MwBind<'_>,
+        mw: &crate::mw::Mw,
+        bind: &crate::mw::MwBind<'_>,
         wr_id: u64,
         flags: SendFlags,
     ) -> Result<u32> {
         let verb = "bind_mw";
-        if mw.mw_type() != crate::MwType::Type1 {
+        if mw.mw_type() != crate::mw::MwType::Type1 {
             return Err(Error::invalid(verb, Rule::BindType1Only));
         }
         if bind.mr.is_none() && (bind.addr != 0 || bind.length != 0) {

@@ -286,7 +286,7 @@ pub struct PostError {
     pub index: usize,
     /// Why it was refused.
     #[source]
-    pub error: crate::Error,
+    pub error: crate::error::Error,
 }
 
 /// Receive work requests about to be posted to `queue` `num`, recorded by the sanitizer

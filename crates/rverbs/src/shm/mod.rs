@@ -12,6 +12,7 @@
 //! reads undefined behaviour.
 #![allow(unsafe_code)]
 
+pub(crate) mod cma;
 pub(crate) mod fifo;
 pub(crate) mod lock;
 pub(crate) mod registry;

@@ -551,7 +551,7 @@ pub(crate) fn find_net_port(words: &[AtomicU64], netns: u64, ip: IpAddr) -> Opti
 fn probe_cma(pid: i32, (addr, value): (u64, u64)) -> bool {
     let mut got = [0u8; 8];
     // SAFETY: `got` is a live 8-byte buffer of this process.
-    let r = unsafe { crate::mr::cma::read(pid, got.as_mut_ptr(), addr as usize, 8) };
+    let r = unsafe { crate::shm::cma::read(pid, got.as_mut_ptr(), addr as usize, 8) };
     r.is_ok() && u64::from_ne_bytes(got) == value
 }
 

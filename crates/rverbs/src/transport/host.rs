@@ -31,7 +31,7 @@ use super::udp::Net;
 use super::target::{LocalTarget, PeerTarget, Target};
 use crate::engine::Engine;
 use crate::mcast::{is_multicast, Groups, MULTICAST_QPN};
-use crate::mr::cma::CmaError;
+use crate::shm::cma::CmaError;
 use crate::mr::{self, KeySpace, PinList, Source};
 use crate::qp::device::{Answers, PacketBytes, ResponseBytes, Tx};
 use crate::qp::sq::ReqView;

@@ -119,7 +119,7 @@ fn deliver(net: &Net, groups: &Groups, group: &Gid, c: &Checked<'_>) -> bool {
     let members: Vec<_> = groups
         .members(group)
         .into_iter()
-        .filter(|t| t.qp_type == crate::QpType::Ud && ud_accepts(t.rec, qkey))
+        .filter(|t| t.qp_type == rverbs_proto::verbs::QpType::Ud && ud_accepts(t.rec, qkey))
         .collect();
     if members.is_empty() {
         return false;

@@ -14,7 +14,7 @@ use rverbs_proto::wire::{FethRepr, Placement as FlushPlacement, Selectivity};
 
 use super::target::Target;
 use crate::mem::AtomicOp;
-use crate::mr::cma::CmaError;
+use crate::shm::cma::CmaError;
 use crate::mr::{self, copy_message, KeySpace, KeyUse, PinList, Pinned, Source, Via};
 use crate::qp::rq::RecvWqe;
 

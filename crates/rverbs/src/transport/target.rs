@@ -27,7 +27,7 @@ use crate::qp::QpInner;
 use crate::shm::fifo::send_on;
 use crate::shm::registry::Peer;
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
-use crate::srq::SrqInner;
+use crate::qp::srq::SrqInner;
 use crate::wc::Cqe;
 
 /// What the responder logic needs of the QP a request reached.
