@@ -48,6 +48,8 @@
 //!   send work request completes with a chosen status; `RVERBS_FAULTS`);
 //! - [`sanitize`]: the verbs sanitizer (`RVERBS_SANITIZE`, docs/sanitizer.md): its
 //!   switch and its findings as values;
+//! - [`typed`]: queue pairs with the transport in the type and work requests by opcode
+//!   family, so that a request the transport cannot carry does not compile;
 //! - `aio` (feature `tokio`): completions and asynchronous events as futures and
 //!   streams on tokio's reactor, cancellation-safe;
 //! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
@@ -93,6 +95,7 @@ mod spin;
 mod sys;
 mod table;
 mod transport;
+pub mod typed;
 mod wc;
 mod xrcd;
 

@@ -47,7 +47,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
     // `fuzzing` only), which reaches into every layer below; and completions and events
     // awaited on tokio's reactor (`aio`, feature `tokio`), over a context's objects.
-    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing", "aio"]),
+    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr"]),
 ];
 
 /// Upward imports still present (importer, imported). See the module docs: a ratchet,
@@ -592,6 +592,7 @@ const PUBLIC_MODULES: &[(&str, &str)] = &[
     ("sanitize", "the verbs sanitizer's switch and its findings as values (docs/sanitizer.md): re-exported from the private `sanitizer`, whose hooks the verbs call"),
     ("capi_support", "what rverbs-capi and rverbs-cm need beyond the verbs API: the one, documented public path to those internals"),
     ("aio", "completions and asynchronous events as futures and streams on tokio's reactor (feature `tokio`)"),
+    ("typed", "queue pairs with the transport in the type and work requests by opcode family (compile-time checks of ibv_post_send(3)'s rules)"),
     ("fuzzing", "the fuzz harnesses' entry into private code: feature `fuzzing` only, hidden from the documentation"),
 ];
 
