@@ -12,7 +12,7 @@
 //!
 //! All setup (connecting, registering, filling buffers) happens before the clock starts.
 //!
-//! Run: `cargo bench -p rverbs --bench rc_loopback`
+//! Run: `cargo bench -p rverbs-bench --bench rc_loopback`
 
 mod common;
 

@@ -10,7 +10,7 @@
 //!   `CqCreateFlags::SINGLE_THREADED` (no consumer lock).
 //! - `cq_poll_empty/<default|single_threaded>`: one `poll` call that finds nothing.
 //!
-//! Run: `cargo bench -p rverbs --bench cq_poll`
+//! Run: `cargo bench -p rverbs-bench --bench cq_poll`
 
 mod common;
 

@@ -11,7 +11,7 @@ The report gives, per benchmark, the median over reps and the min-max range, and
 write_bw the median over reps of the same-rep ratio to peer_memcpy.
 
 Usage (from the repository root):
-    CARGO_TARGET_DIR=/tmp/cli-target python3 crates/rverbs/benches/reps.py [REPS] [OUT_DIR]
+    CARGO_TARGET_DIR=/tmp/cli-target python3 crates/rverbs-bench/benches/reps.py [REPS] [OUT_DIR]
 Standard library only. Prints markdown tables to stdout; logs, criterion data and raw
 per-rep JSON go to OUT_DIR (default /tmp/rverbs-bench-reps). REPS 0 re-prints the report
 of the reps already in OUT_DIR.
@@ -50,7 +50,7 @@ def loadavg():
 def build(out_dir):
     """Builds the bench binaries once and copies them to OUT_DIR, so every rep runs the
     same code even if the sources change during the run."""
-    cmd = ["cargo", "bench", "-p", "rverbs", "--no-run", "--message-format=json"]
+    cmd = ["cargo", "bench", "-p", "rverbs-bench", "--no-run", "--message-format=json"]
     cmd += [f"--bench={b}" for b in BENCHES]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     exes = {}
