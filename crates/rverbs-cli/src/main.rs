@@ -356,7 +356,10 @@ mod tests {
 
     #[test]
     fn every_demo_part_passes_with_small_counts() {
-        assert_eq!(perf::pingpong(8, 50).unwrap().messages, 100);
+        let m = perf::pingpong(8, 50).unwrap();
+        assert_eq!(m.messages, 100);
+        let l = m.latency.expect("ping-pong reports percentiles");
+        assert!(0.0 < l.p50_us && l.p50_us <= l.p99_us && l.p99_us <= l.p999_us && l.p999_us <= l.max_us, "{l:?}");
         assert_eq!(perf::pingpong(4096, 10).unwrap().messages, 20);
         assert_eq!(perf::pingpong(1, 10).unwrap().messages, 20);
         for size in [1, 64, 4096, 100_000] {
@@ -368,8 +371,9 @@ mod tests {
             })
             .unwrap();
             assert_eq!(m.messages, 100);
+            assert_eq!(m.latency, None, "a bandwidth test has no per-message times");
         }
-        perf::read_lat(4096, 10).unwrap();
-        perf::atomics(100).unwrap();
+        assert!(perf::read_lat(4096, 10).unwrap().latency.is_some());
+        assert!(perf::atomics(100).unwrap().latency.is_some());
     }
 }

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use rverbs::{RecvWr, SendWr, Wc, WcOpcode};
 
 use crate::failure::Failure;
@@ -28,6 +29,61 @@ pub struct Measurement {
     pub messages: u64,
     /// Wall time of the timed loop.
     pub elapsed: Duration,
+    /// Percentiles of the time per message, for the latency tests (ping-pong: half of
+    /// each round trip, as perftest's `*_lat` report; READ and atomics: each operation).
+    pub latency: Option<Latency>,
+}
+
+/// Percentiles of the times of one test's messages, from an HDR histogram of every
+/// iteration (perftest's `t_typical` is the median; its `99%` and `99.9%` columns match).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Latency {
+    /// The median, in µs.
+    pub p50_us: f64,
+    /// The 99th percentile, in µs.
+    pub p99_us: f64,
+    /// The 99.9th percentile, in µs.
+    pub p999_us: f64,
+    /// The longest, in µs.
+    pub max_us: f64,
+}
+
+/// The times of one test's iterations, in nanoseconds (1 ns to 60 s, 3 significant
+/// digits).
+struct Times {
+    hist: Histogram<u64>,
+    /// What one iteration's time is divided by (2 for a round trip reported one way).
+    per: u64,
+}
+
+impl Times {
+    fn new(per: u64) -> Times {
+        let hist = Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds are valid");
+        Times { hist, per }
+    }
+
+    /// Records the time since `since`.
+    fn record(&mut self, since: Instant) {
+        self.record_ns(u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Records one iteration of `ns` nanoseconds (saturated at the histogram's bound).
+    fn record_ns(&mut self, ns: u64) {
+        self.hist.saturating_record((ns / self.per).max(1));
+    }
+
+    fn latency(&self) -> Option<Latency> {
+        if self.hist.is_empty() {
+            return None;
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Some(Latency {
+            p50_us: us(self.hist.value_at_quantile(0.5)),
+            p99_us: us(self.hist.value_at_quantile(0.99)),
+            p999_us: us(self.hist.value_at_quantile(0.999)),
+            max_us: us(self.hist.max()),
+        })
+    }
 }
 
 impl Measurement {
@@ -148,8 +204,10 @@ pub fn pingpong(size: usize, iters: u64) -> Result<Measurement, Failure> {
     a.qp.post_recv(&[RecvWr::new(0, &a_recv)])?;
     b.qp.post_recv(&[RecvWr::new(0, &b_recv)])?;
 
+    let mut times = Times::new(2);
     let start = Instant::now();
     for i in 0..iters {
+        let round = Instant::now();
         stamp(&a.mr, 0, size, i)?;
         a.qp.post_send(&[SendWr::send(i, &a_send).signaled()])?;
         poll_expect(&a.cq, "ping: send completion", WcOpcode::Send)?;
@@ -165,6 +223,7 @@ pub fn pingpong(size: usize, iters: u64) -> Result<Measurement, Failure> {
         check_len(&wc, size, "pong: received byte_len")?;
         check_stamp(&a.mr, recv_off, size, i, "pong: iteration stamp")?;
         a.qp.post_recv(&[RecvWr::new(i + 1, &a_recv)])?;
+        times.record(round);
     }
     let elapsed = start.elapsed();
 
@@ -188,6 +247,7 @@ pub fn pingpong(size: usize, iters: u64) -> Result<Measurement, Failure> {
         iters,
         messages: 2 * iters,
         elapsed,
+        latency: times.latency(),
     })
 }
 
@@ -285,6 +345,7 @@ pub fn write_bw(p: WriteBw) -> Result<Measurement, Failure> {
         iters: p.iters,
         messages: p.iters,
         elapsed,
+        latency: None,
     })
 }
 
@@ -303,11 +364,14 @@ pub fn read_lat(size: usize, iters: u64) -> Result<Measurement, Failure> {
     b.mr.write(0, &body)?;
     let sge = [a.mr.sge(0, size32)?];
     let (remote, rkey) = (b.mr.iova(), b.mr.rkey());
+    let mut times = Times::new(1);
     let start = Instant::now();
     for i in 0..iters {
+        let op = Instant::now();
         a.qp.post_send(&[SendWr::read(i, &sge, remote, rkey).signaled()])?;
         let wc = poll_expect(&a.cq, "read: completion", WcOpcode::RdmaRead)?;
         check_len(&wc, size, "read: byte_len")?;
+        times.record(op);
     }
     let elapsed = start.elapsed();
     if iters > 0 {
@@ -324,6 +388,7 @@ pub fn read_lat(size: usize, iters: u64) -> Result<Measurement, Failure> {
         iters,
         messages: iters,
         elapsed,
+        latency: times.latency(),
     })
 }
 
@@ -343,10 +408,13 @@ pub fn atomics(iters: u64) -> Result<Measurement, Failure> {
     let result = [a.mr.sge(0, 8)?];
     let (remote, rkey) = (b.mr.iova(), b.mr.rkey());
 
+    let mut times = Times::new(1);
     let start = Instant::now();
     for i in 0..iters {
+        let op = Instant::now();
         a.qp.post_send(&[SendWr::fetch_add(i, &result, remote, rkey, 1).signaled()])?;
         poll_expect(&a.cq, "fetch-and-add: completion", WcOpcode::FetchAdd)?;
+        times.record(op);
         let old = a.mr.read_u64(0)?;
         if old != ATOMIC_START + i {
             return Err(Failure::Value {
@@ -397,5 +465,27 @@ pub fn atomics(iters: u64) -> Result<Measurement, Failure> {
         iters,
         messages: iters,
         elapsed,
+        latency: times.latency(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_come_from_every_iteration() {
+        let mut t = Times::new(2);
+        assert_eq!(t.latency(), None, "no iteration, no percentiles");
+        // Round trips of 2, 4, …, 2000 µs: one-way 1 … 1000 µs.
+        for k in 1..=1000u64 {
+            t.record_ns(k * 2_000);
+        }
+        let l = t.latency().unwrap();
+        let near = |got: f64, want: f64| (got - want).abs() <= want / 500.0;
+        assert!(near(l.p50_us, 500.0), "{l:?}");
+        assert!(near(l.p99_us, 990.0), "{l:?}");
+        assert!(near(l.p999_us, 999.0), "{l:?}");
+        assert!(near(l.max_us, 1000.0), "{l:?}");
+    }
 }
