@@ -181,6 +181,9 @@ impl Context {
 
     /// Creates a completion channel (ibv_create_comp_channel(3)).
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        if let Some(e) = crate::fault_plan::fatal("create_comp_channel") {
+            return Err(e);
+        }
         let dev = self.dev();
         CompChannel::new(dev, &dev.cqs, self.inner.id)
     }

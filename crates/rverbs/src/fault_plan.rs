@@ -139,6 +139,16 @@ pub(crate) fn fail(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Er
     }
 }
 
+/// After an injected DEVICE_FATAL, the EIO of a creating verb the plan has no name for
+/// (`verb`: ibv_create_comp_channel, ibv_alloc_mw, ibv_open_xrcd, ibv_resize_cq,
+/// ibv_rereg_mr): as [`fail`]'s, every command the device would execute fails once it
+/// reported IBV_EVENT_DEVICE_FATAL (ibv_get_async_event(3)); destroying verbs still
+/// succeed, as rdma-core's do on a disassociated device.
+#[inline]
+pub(crate) fn fatal(verb: &'static str) -> Option<Error> {
+    (on() && dead()).then_some(Error::DeviceFatal { verb })
+}
+
 /// The first of the work requests `wr_ids` (posted by `verb` on QP `qp`) the plan makes
 /// the post fail at, each counted as one call: its index and the error. The requests
 /// before it are posted; it and those after are not (ibv_post_send(3) `bad_wr`).

@@ -415,6 +415,12 @@ fn an_injected_device_fatal_reaches_every_context_flushes_every_qp_and_fails_lat
         let rsge = [b.mr.sge(0, 64).unwrap()];
         assert_eq!(b.qp.post_recv(&[RecvWr::new(102, &rsge)]).unwrap_err().error.errno(), libc::EIO);
         assert_eq!(devices().unwrap()[0].open().unwrap_err().errno(), libc::EIO);
+        // So do the creating verbs the plan has no name for.
+        assert_eq!(a.ctx.create_comp_channel().unwrap_err().errno(), libc::EIO);
+        assert_eq!(Mw::new(&a.pd, 1).unwrap_err().errno(), libc::EIO);
+        assert_eq!(a.ctx.open_xrcd(None, 0).unwrap_err().errno(), libc::EIO);
+        assert_eq!(a.cq.resize(32).unwrap_err().errno(), libc::EIO);
+        assert_eq!(a.mr.rereg(ReregFlags::ACCESS, None, Some(Access::LOCAL_WRITE)).unwrap_err().errno(), libc::EIO);
         assert_eq!(a.ctx.query_port(1).unwrap().state, PortState::Down);
         assert_empty(&a.cq);
         // Clean-up works: the program can destroy everything and exit.

@@ -595,6 +595,9 @@ impl Mr {
         access: Option<Access>,
         range: Option<(usize, usize)>,
     ) -> Result<()> {
+        if let Some(e) = crate::fault_plan::fatal("rereg_mr") {
+            return Err(e);
+        }
         let verb = "rereg_mr";
         if flags.is_empty() {
             return Err(Error::invalid(verb, Rule::NoChange));
