@@ -474,6 +474,42 @@ fn a_held_completion_is_polled_after_its_delay_and_later_completions_of_its_cq_w
     assert_eq!((injected[0].effect, injected[0].wr_id), (Effect::Hold(150), Some(1)));
 }
 
+#[test]
+fn a_held_completion_that_overruns_its_cq_when_published_fails_its_qp_as_an_overrun_does() {
+    let _turn = turn();
+    let (a, b) = pair_with(QpType::Rc, &PATH, 4, CAP);
+    nonblocking(&a.ctx);
+    let room = a.cq.cqe() as u64;
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    // The CQ is full of completions nobody polled.
+    for i in 0..room {
+        a.qp.post_send(&[SendWr::write(i, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    }
+    let qpn = a.qp.qp_num();
+    with_plan(&format!("wc_delay=30:qp={qpn:#x}:nth=1"), || {
+        a.qp.post_send(&[SendWr::write(99, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    });
+    // When it is published it finds no room: CQ_ERR for the CQ, then QP_FATAL for the QP.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut events = Vec::new();
+    while events.len() < 2 {
+        match a.ctx.get_async_event() {
+            Ok(ev) => {
+                events.push(ev.event_type());
+                if let AsyncElement::Qp(qp) = ev.element() {
+                    assert_eq!(qp.qp_num(), qpn);
+                }
+            }
+            Err(_) => {
+                assert!(std::time::Instant::now() < deadline, "events so far: {events:?}");
+                std::thread::yield_now();
+            }
+        }
+    }
+    assert_eq!(events, [EventType::CqErr, EventType::QpFatal]);
+    assert_eq!(a.qp.state(), QpState::Err);
+}
+
 /// Waits until `fd` is readable, at most 10 s.
 #[track_caller]
 fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {

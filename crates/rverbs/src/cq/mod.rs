@@ -232,7 +232,7 @@ pub(crate) struct CqInner {
     /// Completions the fault plan holds back (`wc_delay=`, docs/fault-injection.md), each
     /// with the time it may be published, oldest first, and those this process wrote
     /// after them, which wait behind them (due at once).
-    held: Mutex<std::collections::VecDeque<(std::time::Instant, Cqe)>>,
+    held: Mutex<std::collections::VecDeque<Held>>,
     /// Whether `held` may be non-empty: the one load a push pays without a plan.
     holding: AtomicBool,
 }
@@ -256,6 +256,18 @@ impl Drop for CqInner {
 /// Why a completion could not be delivered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Overrun;
+
+/// The writer of a held completion ([`CqInner::push_held`]): told when the CQ overran as
+/// the completion was published, so that it fails as it would had the CQ overrun when
+/// it wrote the completion (a QP: ERR with QP_FATAL, ibv_create_cq(3)).
+pub(crate) trait Overran: Send + Sync {
+    /// The CQ overran publishing this writer's held completion.
+    fn overran(self: Arc<Self>);
+}
+
+/// A completion the fault plan holds back: when it is due, what it is, who wrote it (no
+/// one for a completion queued behind a held one by [`CqInner::push`]).
+type Held = (std::time::Instant, Cqe, Option<std::sync::Weak<dyn Overran>>);
 
 impl CqInner {
     pub(crate) fn is_destroyed(&self) -> bool {
@@ -294,7 +306,7 @@ impl CqInner {
         if held.is_empty() {
             return false;
         }
-        held.push_back((std::time::Instant::now(), cqe));
+        held.push_back((std::time::Instant::now(), cqe, None));
         true
     }
 
@@ -302,14 +314,15 @@ impl CqInner {
     /// docs/fault-injection.md): until then it cannot be polled, and neither can the
     /// completions this process writes to the CQ after it. The progress thread publishes
     /// them in order when the time comes. An overrun then puts the CQ in error as any
-    /// overrun does (CQ_ERR); the QP whose completion it lost is not moved to ERR.
+    /// overrun does (CQ_ERR), and `writer` is told ([`Overran`]); the writers of the
+    /// completions queued behind it are not known here and are not told.
     #[cold]
-    pub(crate) fn push_held(self: &Arc<Self>, cqe: Cqe, delay: std::time::Duration) {
+    pub(crate) fn push_held(self: &Arc<Self>, cqe: Cqe, delay: std::time::Duration, writer: std::sync::Weak<dyn Overran>) {
         let due = std::time::Instant::now() + delay;
         let mut held = self.held.lock().expect("held completions");
         self.holding.store(true, Ordering::Relaxed);
         let first = held.is_empty();
-        held.push_back((due, cqe));
+        held.push_back((due, cqe, Some(writer)));
         drop(held);
         if first {
             let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
@@ -320,17 +333,28 @@ impl CqInner {
     /// Publishes the held completions that are due, in order; schedules the next.
     fn release_held(self: &Arc<Self>) {
         let now = std::time::Instant::now();
+        let mut overran = Vec::new();
         let mut held = self.held.lock().expect("held completions");
-        while let Some(&(due, cqe)) = held.front() {
+        while let Some((due, cqe, _)) = held.front() {
+            let (due, cqe) = (*due, *cqe);
             if due > now {
                 let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
                 crate::progress::schedule(due, me);
-                return;
+                break;
             }
-            held.pop_front();
-            let _ = self.publish(cqe);
+            let writer = held.pop_front().and_then(|h| h.2);
+            if self.publish(cqe).is_err() {
+                overran.extend(writer.and_then(|w| w.upgrade()));
+            }
         }
-        self.holding.store(false, Ordering::Relaxed);
+        if held.is_empty() {
+            self.holding.store(false, Ordering::Relaxed);
+        }
+        drop(held);
+        // Outside the lock: a writer failing flushes its queues into this CQ.
+        for w in overran {
+            w.overran();
+        }
     }
 
     /// Writes `cqe` to the ring now (the body of [`CqInner::push`]).

@@ -427,7 +427,8 @@ impl QpInner {
         if written && wqe.hold_ms > 0 {
             // The fault plan holds the completion back (docs/fault-injection.md); the CQ
             // publishes it, and what follows it, when the time has come.
-            self.send_cq.push_held(cqe, std::time::Duration::from_millis(u64::from(wqe.hold_ms)));
+            let me: std::sync::Weak<dyn crate::cq::Overran> = Arc::downgrade(self) as _;
+            self.send_cq.push_held(cqe, std::time::Duration::from_millis(u64::from(wqe.hold_ms)), me);
         } else if written && self.send_cq.push(cqe).is_err() {
             self.enter_error(Some(EventType::QpFatal), transition::Cause::SendCqOverrun);
             return;
@@ -570,5 +571,13 @@ pub(crate) fn core_wqe(wqe: &SendWqe) -> rc::SendWqe {
         ud: wqe.ud.as_ref().map(|u| rc::UdDest { remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey }),
         // Set by the hand-over on links that carry the XRCETH.
         xrc_srq: None,
+    }
+}
+
+/// A held send completion that overran the send CQ when it was published fails the QP as
+/// an overrun at write time does ([`QpInner::complete_head`]): ERR, with QP_FATAL.
+impl crate::cq::Overran for QpInner {
+    fn overran(self: Arc<Self>) {
+        self.enter_error(Some(EventType::QpFatal), transition::Cause::SendCqOverrun);
     }
 }
