@@ -763,6 +763,26 @@ pub(crate) unsafe fn post_send_list(
     shape: SendShape,
     post: impl Fn(&[SendWr<'_>]) -> Result<(), rverbs::PostError>,
 ) -> c_int {
+    // One request (the common case): no chunk arrays to fill.
+    // SAFETY: C contract: every request of the list is valid during the call.
+    if let Some(c) = unsafe { wr.as_ref() }.filter(|c| c.next.is_null()) {
+        let mut store: [&[u8]; 2] = [&[]; 2];
+        let mut rest: &mut [&[u8]] = &mut store;
+        // SAFETY: as above.
+        match unsafe { translate_send(shape, c, &mut rest) } {
+            Ok(w) => {
+                return match post(std::slice::from_ref(&w)) {
+                    Ok(()) => 0,
+                    // SAFETY: bad_wr is NULL or writable.
+                    Err(pe) => unsafe { refuse(bad_wr, wr, pe.error.c_errno()) },
+                };
+            }
+            // SAFETY: bad_wr is NULL or writable.
+            Err(Refused::Errno(e)) => return unsafe { refuse(bad_wr, wr, e) },
+            // More inline pieces than this store holds: the general path below.
+            Err(Refused::NoRoom) => {}
+        }
+    }
     let mut next = wr;
     while !next.is_null() {
         let mut store: [&[u8]; INLINE_SLOTS] = [&[]; INLINE_SLOTS];
