@@ -7,6 +7,7 @@
  *   ex      the extended verbs: ibv_wr_start / ibv_wr_rdma_write / ibv_wr_set_sge /
  *           ibv_wr_complete on a QP created with send_ops_flags, then ibv_start_poll /
  *           ibv_end_poll on a CQ made by ibv_create_cq_ex.
+ *   empty   ibv_poll_cq on an empty CQ (the cost of finding nothing).
  *
  *   scripts/build-dropin.sh >/dev/null
  *   gcc -O2 -I tests/c -o /tmp/post_poll scripts/bench/post_poll.c -L target/dropin -libverbs
@@ -103,6 +104,20 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "ex"))
 		return run_ex();
 	make_pair(&a, &b, IBV_QPT_RC, 256, 64);
+	if (argc > 1 && !strcmp(argv[1], "empty")) {
+		for (int round = 0; round < 3; round++) {
+			double t0 = now();
+
+			for (int i = 0; i < n; i++) {
+				if (ibv_poll_cq(a.send_cq, 1, &wc) != 0) {
+					fprintf(stderr, "a completion in an empty CQ\n");
+					return 1;
+				}
+			}
+			printf("poll_cq on an empty CQ: %.1f ns\n", (now() - t0) / n * 1e9);
+		}
+		return 0;
+	}
 	for (int round = 0; round < 3; round++) {
 		double t0 = now();
 

@@ -304,6 +304,16 @@ impl Ring {
         self.hdr().tail.load(Ordering::Acquire)
     }
 
+    /// Whether no producer has reserved a position the consumer has not passed: the ring
+    /// holds nothing, and nothing is on its way. Lock-free, for any thread: a head read
+    /// late only makes the answer `false` (conservative), and a reservation made after
+    /// the tail is read is a completion that arrived after this look.
+    #[inline]
+    pub(crate) fn nothing_reserved(&self) -> bool {
+        let h = self.hdr().head.load(Ordering::Relaxed);
+        self.tail() == h
+    }
+
     /// The consumer's position if a producer reserved it and has not published it yet
     /// (what [`Ring::pop`] reported `Empty` for although later positions may be ready).
     /// Consumer only.
