@@ -92,6 +92,7 @@ pub fn device_attr_ex(a: &DeviceAttr) -> ibv_device_attr_ex {
     d.hca_core_clock = a.hca_core_clock;
     d.device_cap_flags_ex = u64::from(a.device_cap_flags);
     d.phys_port_cnt_ex = u32::from(a.phys_port_cnt);
+    d.max_dm_size = rverbs::limits::MAX_DM_SIZE;
     d
 }
 

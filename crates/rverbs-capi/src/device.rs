@@ -308,11 +308,14 @@ fn context_ops() -> ibv_context_ops {
 }
 
 /// The `verbs_context` extended ops (sorted as in the struct). Every op not set stays
-/// NULL: the inline wrappers turn that into `EOPNOTSUPP` (DM, flows, WQs, counters,
+/// NULL: the inline wrappers turn that into `EOPNOTSUPP` (flows, WQs, counters,
 /// CQ moderation, rate limits, advise_mr, open_qp). `close_xrcd` is set with
 /// `open_xrcd` (the inline `ibv_close_xrcd` calls it unchecked).
 fn fill_verbs_context(v: &mut verbs_context) {
     v.alloc_parent_domain = Some(crate::pd::rverbs_alloc_parent_domain);
+    v.free_dm = Some(crate::dm::rverbs_free_dm);
+    v.alloc_dm = Some(crate::dm::rverbs_alloc_dm);
+    v.reg_dm_mr = Some(crate::dm::rverbs_reg_dm_mr);
     v.dealloc_td = Some(crate::pd::rverbs_dealloc_td);
     v.alloc_td = Some(crate::pd::rverbs_alloc_td);
     v.query_rt_values = Some(rverbs_query_rt_values);

@@ -179,6 +179,7 @@ mod conv;
 pub mod context;
 pub mod cq;
 pub mod device;
+pub mod dm;
 pub mod event;
 mod live;
 pub mod misc;

@@ -53,6 +53,8 @@ pub enum Kind {
     Xrcd,
     /// `struct ibv_td`.
     Td,
+    /// `struct ibv_dm`.
+    Dm,
     /// `struct rdma_event_channel`.
     CmChannel,
     /// `struct rdma_cm_id`.

@@ -38,6 +38,14 @@ impl MrObj {
     pub fn core(&self) -> &rverbs::Mr {
         &self.core
     }
+
+    /// Hands `core` to C as a new live `struct ibv_mr` of `pd` in `context` at `addr`.
+    pub(crate) fn register_new(context: *mut ibv_context, pd: *mut ibv_pd, addr: *mut c_void, length: usize, core: rverbs::Mr) -> *mut MrObj {
+        let mr = ibv_mr { context, pd, addr, length, handle: core.lkey(), lkey: core.lkey(), rkey: core.rkey() };
+        let p = Box::into_raw(Box::new(MrObj { mr: UnsafeCell::new(mr), core }));
+        live::register(p);
+        p
+    }
 }
 
 export! {
@@ -111,19 +119,7 @@ export! {
                 Ok(mr) => mr,
                 Err(e) => return null_errno(e.c_errno()),
             };
-        let mr = ibv_mr {
-            context: pd_obj.context_ptr(),
-            pd,
-            addr,
-            length,
-            handle: core.lkey(),
-            lkey: core.lkey(),
-            rkey: core.rkey(),
-        };
-        let obj = Box::new(MrObj { mr: UnsafeCell::new(mr), core });
-        let p = Box::into_raw(obj);
-        live::register(p);
-        p.cast()
+        MrObj::register_new(pd_obj.context_ptr(), pd, addr, length, core).cast()
     }
 }
 

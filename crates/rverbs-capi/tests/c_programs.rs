@@ -101,6 +101,13 @@ fn objects() {
     compile_and_run("objects");
 }
 
+/// Device memory: ibv_alloc_dm, the inline copies, ibv_reg_dm_mr and a peer QP's WRITE
+/// and READ through the zero-based region, ibv_free_dm's EBUSY (`tests/c/dm.c`).
+#[test]
+fn dm() {
+    compile_and_run("dm");
+}
+
 #[test]
 fn mw() {
     compile_and_run("mw");

@@ -8,11 +8,11 @@ mod common;
 
 use common::{dropin_dir, repo_root, run};
 
-/// Passing tests over the module set below, as of the last measurement (98 passed,
-/// 0 failed, 31 skipped: device memory, dma-buf, raw packet QPs, one GID-table bad
+/// Passing tests over the module set below, as of the last measurement (111 passed,
+/// 0 failed, 18 skipped: object import, dma-buf, raw packet QPs, one GID-table bad
 /// flow and the parent-domain test that needs 2 MiB huge pages;
 /// tests/conformance/README.md).
-const MIN_PASSED: &str = "98";
+const MIN_PASSED: &str = "111";
 
 #[test]
 fn pyverbs_suite_passes() {

@@ -179,6 +179,18 @@ impl Context {
         Cq::new(self.inner.clone(), &self.dev().cqs, init)
     }
 
+    /// Allocates `len` bytes of device memory aligned to `2^log_align_req` bytes
+    /// (ibv_alloc_dm(3)); see [`Dm`](crate::Dm).
+    ///
+    /// Errors: `ENOMEM` past the device's `max_dm_size` (with this process's other
+    /// allocations); `EINVAL` for a zero length or an alignment above a page.
+    pub fn alloc_dm(&self, len: usize, log_align_req: u32) -> Result<crate::mr::dm::Dm> {
+        if let Some(e) = crate::fault_plan::fatal("alloc_dm") {
+            return Err(e);
+        }
+        crate::mr::dm::Dm::alloc(self.inner.endpoint, len, log_align_req)
+    }
+
     /// Creates a completion channel (ibv_create_comp_channel(3)).
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
         if let Some(e) = crate::fault_plan::fatal("create_comp_channel") {

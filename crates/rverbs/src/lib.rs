@@ -110,6 +110,7 @@ pub use gid::{Gid, GidEntry, GidType};
 pub use error::{Error, Result};
 pub use rule::Rule;
 pub use event::{AsyncElement, AsyncEvent};
+pub use mr::dm::Dm;
 pub use mr::{Mr, MrInfo, ReregFlags, Sge};
 pub use mw::{inc_rkey, Mw, MwBind, MwType};
 pub use pd::{ParentDomain, ParentDomainInit, Pd, Td};

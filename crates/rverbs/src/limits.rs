@@ -40,6 +40,9 @@ pub const MAX_MR: u32 = (1 << KEY_INDEX_BITS) - 1;
 pub const MAX_MR_SIZE: u64 = 1 << 46;
 /// Protection domains.
 pub const MAX_PD: u32 = 1 << 20;
+/// Bytes of device memory a process can allocate (`max_dm_size`, ibv_alloc_dm(3)); each
+/// allocation is a shared segment (`mr::dm`). The size of a ConnectX-6's on-chip memory.
+pub const MAX_DM_SIZE: u64 = 1 << 18;
 /// Outstanding RDMA READ/atomic per QP, as target and as initiator.
 pub const MAX_QP_RD_ATOM: u32 = 128;
 /// Responder resources for RDMA READ/atomic in all.

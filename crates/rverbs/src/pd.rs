@@ -123,6 +123,21 @@ impl Pd {
         Mr::alloc(self.inner.clone(), len, access)
     }
 
+    /// Registers `len` bytes of device memory `dm` from `offset` (ibv_reg_dm_mr, in
+    /// ibv_alloc_dm(3)): a zero-based region, whose remote addresses are offsets from its
+    /// first byte; peer processes of the host reach it with plain loads and stores.
+    /// [`Mr::read`] and [`Mr::write`] work on it as on any region.
+    ///
+    /// Errors: `EINVAL` without [`Access::ZERO_BASED`] ([`Rule::DmMrZeroBased`]), for a
+    /// range outside the allocation or freed memory ([`Rule::DmRange`]), or an illegal
+    /// access combination.
+    ///
+    /// [`Rule::DmMrZeroBased`]: crate::Rule::DmMrZeroBased
+    /// [`Rule::DmRange`]: crate::Rule::DmRange
+    pub fn reg_dm_mr(&self, dm: &crate::mr::dm::Dm, offset: u64, len: usize, access: Access) -> Result<Mr> {
+        Mr::register_dm(self.inner.clone(), dm, offset, len, access)
+    }
+
     /// Registers caller memory `[addr, addr + len)` (ibv_reg_mr(3)); local and remote
     /// addresses of the region equal the process addresses.
     ///

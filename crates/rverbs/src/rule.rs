@@ -243,6 +243,36 @@ pub enum Rule {
     /// A FLUSH work request needs its parameters (type and level).
     #[error("FLUSH needs its parameters")]
     FlushParams,
+    /// Device memory is aligned to at most a page (ibv_alloc_dm(3) `log_align_req`).
+    #[error("device memory alignment 2^{log_align_req}: at most 2^{max} bytes")]
+    DmAlignment {
+        /// The alignment asked for, as a power of two.
+        log_align_req: u32,
+        /// The largest power of two.
+        max: u32,
+    },
+    /// Device memory is copied in 4-byte units (ibv_memcpy_to_dm, ibv_memcpy_from_dm).
+    #[error("device memory is copied in 4-byte units (offset {offset}, length {len})")]
+    DmCopyUnit {
+        /// The offset asked for.
+        offset: u64,
+        /// The length asked for.
+        len: u64,
+    },
+    /// A device-memory range must lie inside the allocation (the copies, ibv_reg_dm_mr).
+    #[error("device memory range [{offset}, {offset} + {len}) beyond its {size} bytes")]
+    DmRange {
+        /// The offset asked for.
+        offset: u64,
+        /// The length asked for.
+        len: u64,
+        /// The allocation's size.
+        size: u64,
+    },
+    /// A memory region over device memory is zero-based (ibv_reg_dm_mr: `access` must
+    /// include IBV_ACCESS_ZERO_BASED).
+    #[error("a memory region over device memory needs IBV_ACCESS_ZERO_BASED")]
+    DmMrZeroBased,
     /// Atomic operations move exactly 8 bytes.
     #[error("atomic operations move exactly 8 bytes (got {len})")]
     AtomicLength {

@@ -9,6 +9,7 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod access;
+pub(crate) mod dm;
 pub(crate) mod domain;
 pub(crate) mod endpoint;
 pub(crate) mod keys;
@@ -69,23 +70,41 @@ pub(crate) enum MrMem {
     /// Caller memory moved onto a shared file at registration ([`share`]), held in the
     /// endpoint's `shares`.
     Moved { hold: Option<share::ShareHold>, shares: &'static share::Shares, id: u64, offset: u64 },
+    /// Device memory (`dm`), from `offset`: its segment, which peers map; the region holds
+    /// the allocation (ibv_free_dm is EBUSY) until it is deregistered (`held`), and keeps
+    /// it mapped while it lives.
+    Dm { dm: Arc<dm::DmInner>, offset: u64, held: AtomicBool },
 }
 
 impl MrMem {
+    /// A region over device memory stops holding it (deregistered or gone), once.
+    fn unhold_dm(&self) {
+        if let MrMem::Dm { dm, held, .. } = self {
+            if held.swap(false, Ordering::AcqRel) {
+                dm.release();
+            }
+        }
+    }
+
     fn loc(&self) -> (u64, u64) {
         match self {
             MrMem::Owned { id, .. } => (*id, 0),
             MrMem::Moved { id, offset, .. } => (*id, *offset),
+            MrMem::Dm { dm, offset, .. } => (dm.location().0, *offset),
         }
     }
 }
 
 impl Drop for MrMem {
     fn drop(&mut self) {
-        if let MrMem::Moved { hold, shares, .. } = self {
-            if let Some(h) = hold.take() {
-                shares.release(h);
+        match self {
+            MrMem::Moved { hold, shares, .. } => {
+                if let Some(h) = hold.take() {
+                    shares.release(h);
+                }
             }
+            MrMem::Dm { .. } => self.unhold_dm(),
+            MrMem::Owned { .. } => {}
         }
     }
 }
@@ -394,6 +413,28 @@ impl Mr {
         let seg = Segment::create(&endpoint.dir.join(segment_name(id)), len)?;
         let addr = seg.addr();
         Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(MrMem::Owned { _seg: seg, id }))
+    }
+
+    /// A region over `len` bytes of device memory `dm` from `offset` (ibv_reg_dm_mr):
+    /// zero-based, so remote addresses are offsets from the region's first byte.
+    ///
+    /// Rule: `access` must include ZERO_BASED; the range must lie inside the allocation;
+    /// a zero length is allowed (mlx5 registers it). Errors: `EINVAL` otherwise.
+    pub(crate) fn register_dm(pd: Arc<PdCore>, dm: &dm::Dm, offset: u64, len: usize, access: Access) -> Result<Self> {
+        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::RegMr, None, None) {
+            return Err(e);
+        }
+        if !access.contains(Access::ZERO_BASED) {
+            return Err(Error::invalid("reg_dm_mr", Rule::DmMrZeroBased));
+        }
+        let size = dm.len() as u64;
+        if dm.is_freed() || offset.checked_add(len as u64).is_none_or(|end| end > size) {
+            return Err(Error::invalid("reg_dm_mr", Rule::DmRange { offset, len: len as u64, size }));
+        }
+        let inner = dm.inner().clone();
+        inner.hold();
+        let addr = inner.location().1 + offset as usize;
+        Self::build(pd, MrInit { addr, len, iova: 0, access }, Some(MrMem::Dm { dm: inner, offset, held: AtomicBool::new(true) }))
     }
 
     pub(crate) fn register(pd: Arc<PdCore>, init: MrInit) -> Result<Self> {
@@ -725,6 +766,9 @@ impl Mr {
         drop(windows);
         self.inner.retire();
         self.inner.release_pd();
+        if let Some(mem) = &self.inner.desc.read().expect("mr desc").mem {
+            mem.unhold_dm();
+        }
         Ok(())
     }
 
