@@ -89,25 +89,37 @@ pub(crate) unsafe extern "C" fn rverbs_free_dm(dm: *mut ibv_dm) -> c_int {
     })
 }
 
+/// The body both copies share: the live device memory, a zero length done, a NULL host
+/// address `EFAULT`, then `copy` with it and the core's errno.
+///
+/// # Safety
+/// `host_addr` is NULL or points to `length` bytes `copy` may read or write.
+unsafe fn dm_copy(dm: *mut ibv_dm, host_addr: *mut u8, length: usize, copy: impl FnOnce(&rverbs::Dm, *mut u8) -> rverbs::Result<()>) -> c_int {
+    // SAFETY: caller contract.
+    let Some(obj) = (unsafe { DmObj::from_raw(dm) }) else {
+        return libc::EINVAL;
+    };
+    if length == 0 {
+        return 0;
+    }
+    if host_addr.is_null() {
+        return libc::EFAULT;
+    }
+    match copy(&obj.core, host_addr) {
+        Ok(()) => 0,
+        Err(e) => e.c_errno(),
+    }
+}
+
 /// `ibv_dm.memcpy_to_dm` (`ibv_memcpy_to_dm`): 0 or an errno (`EINVAL` for an offset or
 /// length not in 4-byte units, or outside the allocation; `EFAULT` for a NULL source).
 unsafe extern "C" fn rverbs_memcpy_to_dm(dm: *mut ibv_dm, dm_offset: u64, host_addr: *const c_void, length: usize) -> c_int {
     ffi_guard!(errno, {
-        // SAFETY: caller contract.
-        let Some(obj) = (unsafe { DmObj::from_raw(dm) }) else {
-            return libc::EINVAL;
-        };
-        if length == 0 {
-            return 0;
-        }
-        if host_addr.is_null() {
-            return libc::EFAULT;
-        }
         // SAFETY: C contract: `host_addr` points to `length` readable bytes.
-        let data = unsafe { core::slice::from_raw_parts(host_addr.cast::<u8>(), length) };
-        match obj.core.copy_to(dm_offset, data) {
-            Ok(()) => 0,
-            Err(e) => e.c_errno(),
+        unsafe {
+            dm_copy(dm, host_addr.cast_mut().cast(), length, |core, p| {
+                core.copy_to(dm_offset, core::slice::from_raw_parts(p, length))
+            })
         }
     })
 }
@@ -116,21 +128,11 @@ unsafe extern "C" fn rverbs_memcpy_to_dm(dm: *mut ibv_dm, dm_offset: u64, host_a
 /// way.
 unsafe extern "C" fn rverbs_memcpy_from_dm(host_addr: *mut c_void, dm: *mut ibv_dm, dm_offset: u64, length: usize) -> c_int {
     ffi_guard!(errno, {
-        // SAFETY: caller contract.
-        let Some(obj) = (unsafe { DmObj::from_raw(dm) }) else {
-            return libc::EINVAL;
-        };
-        if length == 0 {
-            return 0;
-        }
-        if host_addr.is_null() {
-            return libc::EFAULT;
-        }
         // SAFETY: C contract: `host_addr` points to `length` writable bytes.
-        let out = unsafe { core::slice::from_raw_parts_mut(host_addr.cast::<u8>(), length) };
-        match obj.core.copy_from(dm_offset, out) {
-            Ok(()) => 0,
-            Err(e) => e.c_errno(),
+        unsafe {
+            dm_copy(dm, host_addr.cast(), length, |core, p| {
+                core.copy_from(dm_offset, core::slice::from_raw_parts_mut(p, length))
+            })
         }
     })
 }
