@@ -106,9 +106,11 @@ static void queries(struct ibv_context *ctx)
 	      "ibv_query_device, ibv_query_device_ex");
 	CHECK(!memcmp(&attr, &ax.orig_attr, sizeof(attr)), "orig_attr == ibv_query_device");
 	CHECK(ax.phys_port_cnt_ex == attr.phys_port_cnt && ax.hca_core_clock > 0 &&
-		      ax.completion_timestamp_mask != 0 && ax.odp_caps.general_caps == 0 &&
+		      ax.completion_timestamp_mask != 0 &&
+		      ax.odp_caps.general_caps == (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT) &&
+		      ax.odp_caps.per_transport_caps.rc_odp_caps == 0x3f && ax.xrc_odp_caps == 0x3f &&
 		      ax.max_dm_size == 256 * 1024,
-	      "phys_port_cnt_ex, hca_core_clock, timestamp mask; no ODP; 256 KiB of device memory (dm.c)");
+	      "phys_port_cnt_ex, hca_core_clock, timestamp mask; ODP, implicit too, every RC/XRC operation; 256 KiB of device memory (dm.c)");
 	CHECK(ibv_query_device_ex(ctx, &in, &ax) == EINVAL, "input comp_mask != 0: EINVAL");
 
 	printf("# GIDs and P_Keys\n");

@@ -93,6 +93,20 @@ pub fn device_attr_ex(a: &DeviceAttr) -> ibv_device_attr_ex {
     d.device_cap_flags_ex = u64::from(a.device_cap_flags);
     d.phys_port_cnt_ex = u32::from(a.phys_port_cnt);
     d.max_dm_size = rverbs::limits::MAX_DM_SIZE;
+    // On-demand paging, implicit too, for every operation of every transport: a
+    // registration never pins, and every access goes through the device's guarded copy
+    // (docs/memory.md, "On-demand paging").
+    let all = IBV_ODP_SUPPORT_SEND
+        | IBV_ODP_SUPPORT_RECV
+        | IBV_ODP_SUPPORT_WRITE
+        | IBV_ODP_SUPPORT_READ
+        | IBV_ODP_SUPPORT_ATOMIC
+        | IBV_ODP_SUPPORT_SRQ_RECV;
+    d.odp_caps.general_caps = u64::from(IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT);
+    d.odp_caps.per_transport_caps.rc_odp_caps = all;
+    d.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+    d.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+    d.xrc_odp_caps = all;
     d
 }
 

@@ -309,10 +309,11 @@ fn context_ops() -> ibv_context_ops {
 
 /// The `verbs_context` extended ops (sorted as in the struct). Every op not set stays
 /// NULL: the inline wrappers turn that into `EOPNOTSUPP` (flows, WQs, counters,
-/// CQ moderation, rate limits, advise_mr, open_qp). `close_xrcd` is set with
+/// CQ moderation, rate limits, open_qp). `close_xrcd` is set with
 /// `open_xrcd` (the inline `ibv_close_xrcd` calls it unchecked).
 fn fill_verbs_context(v: &mut verbs_context) {
     v.alloc_parent_domain = Some(crate::pd::rverbs_alloc_parent_domain);
+    v.advise_mr = Some(crate::mr::rverbs_advise_mr);
     v.free_dm = Some(crate::dm::rverbs_free_dm);
     v.alloc_dm = Some(crate::dm::rverbs_alloc_dm);
     v.reg_dm_mr = Some(crate::dm::rverbs_reg_dm_mr);

@@ -103,14 +103,19 @@ export! {
         let Some(pd_obj) = (unsafe { PdObj::from_raw(pd) }) else {
             return null_errno(libc::EINVAL);
         };
-        if addr.is_null() {
+        let access = rverbs::Access::from_bits_retain(access);
+        let odp = access.contains(rverbs::Access::ON_DEMAND);
+        // Implicit on-demand paging (ibv_reg_mr(3)): NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND.
+        let implicit = odp && addr.is_null() && length == usize::MAX;
+        if addr.is_null() && !implicit {
             // The kernel's `ib_umem_get`: no pages is EINVAL, pinning page 0 fails EFAULT.
             return null_errno(if length == 0 { libc::EINVAL } else { libc::EFAULT });
         }
-        if let Err(e) = check_pages(addr as usize, length) {
-            return null_errno(e);
+        if !odp {
+            if let Err(e) = check_pages(addr as usize, length) {
+                return null_errno(e);
+            }
         }
-        let access = rverbs::Access::from_bits_retain(access);
         // SAFETY: the C contract of ibv_reg_mr(3): [addr, addr + length) is memory of
         // the caller that stays valid until ibv_dereg_mr; the device accesses it
         // concurrently like a NIC.
@@ -296,4 +301,42 @@ fn check_pages(addr: usize, length: usize) -> Result<(), c_int> {
         return Err(libc::EINVAL);
     }
     Ok(())
+}
+
+/// `verbs_context.advise_mr` (`ibv_advise_mr(3)`): 0 or an errno.
+///
+/// Rule: ibv_advise_mr(3): `EINVAL` for an invalid PD or flags (only
+/// `IBV_ADVISE_MR_FLAG_FLUSH`, which asks for the prefetch to be done on return: it always
+/// is here), or an empty list; `EOPNOTSUPP` for an advice outside `enum
+/// ibv_advise_mr_advice`; `EFAULT` for an invalid lkey, a range outside its region or
+/// the address space, or PREFETCH_WRITE on a region without write access (the core's
+/// rules, `Pd::advise_mr`).
+pub(crate) unsafe extern "C" fn rverbs_advise_mr(
+    pd: *mut ibv_pd,
+    advice: ibv_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    ffi_guard!(errno, {
+        // SAFETY: caller contract.
+        let Some(pd_obj) = (unsafe { PdObj::from_raw(pd) }) else {
+            return libc::EINVAL;
+        };
+        if flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0 || num_sge == 0 || sg_list.is_null() {
+            return libc::EINVAL;
+        }
+        let advice = match advice {
+            IBV_ADVISE_MR_ADVICE_PREFETCH => rverbs::Advice::Prefetch,
+            IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => rverbs::Advice::PrefetchWrite,
+            IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => rverbs::Advice::PrefetchNoFault,
+            _ => return libc::EOPNOTSUPP,
+        };
+        // SAFETY: C contract: `sg_list` holds `num_sge` entries; `ibv_sge` is `Sge`.
+        let sges = unsafe { core::slice::from_raw_parts(sg_list.cast::<rverbs::Sge>(), num_sge as usize) };
+        match pd_obj.core().advise_mr(advice, sges) {
+            Ok(()) => 0,
+            Err(e) => e.c_errno(),
+        }
+    })
 }

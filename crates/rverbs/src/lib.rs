@@ -111,7 +111,7 @@ pub use error::{Error, Result};
 pub use rule::Rule;
 pub use event::{AsyncElement, AsyncEvent};
 pub use mr::dm::Dm;
-pub use mr::{Mr, MrInfo, ReregFlags, Sge};
+pub use mr::{Advice, Mr, MrInfo, ReregFlags, Sge};
 pub use mw::{inc_rkey, Mw, MwBind, MwType};
 pub use pd::{ParentDomain, ParentDomainInit, Pd, Td};
 pub use qp::attr::{AddressVector, AhAttr, GlobalRoute, MigState, QpAttr, QpCap};

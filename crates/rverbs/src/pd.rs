@@ -118,7 +118,7 @@ impl Pd {
     ///
     /// Rule: ibv_reg_mr(3): REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE.
     /// Errors: `EINVAL` for a zero length, an illegal access combination or unknown
-    /// access bits; `EOPNOTSUPP` for ON_DEMAND.
+    /// access bits.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
         Mr::alloc(self.inner.clone(), len, access)
     }
@@ -141,9 +141,14 @@ impl Pd {
     /// Registers caller memory `[addr, addr + len)` (ibv_reg_mr(3)); local and remote
     /// addresses of the region equal the process addresses.
     ///
+    /// With [`Access::ON_DEMAND`] (on-demand paging, docs/memory.md) nothing is checked
+    /// or faulted in: pages may be mapped later, and an access to a page that is not
+    /// there fails as on a NIC (a protection or access error completion).
+    ///
     /// # Safety
     /// The range must be valid, writable memory that stays allocated until the returned
-    /// `Mr` is deregistered or dropped and every work request naming it has completed.
+    /// `Mr` is deregistered or dropped and every work request naming it has completed
+    /// (on demand: whatever is mapped there when the device accesses it is reached).
     /// The device reads and writes it concurrently with the program, like a NIC.
     #[allow(unsafe_code)]
     pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: Access) -> Result<Mr> {
@@ -165,6 +170,33 @@ impl Pd {
         access: Access,
     ) -> Result<Mr> {
         Mr::register(self.inner.clone(), MrInit { addr: addr as usize, len, iova, access })
+    }
+
+    /// Registers the whole address space on demand: implicit on-demand paging
+    /// (ibv_reg_mr(3) with address NULL, length SIZE_MAX and IBV_ACCESS_ON_DEMAND, which
+    /// `odp_caps` advertises as IBV_ODP_SUPPORT_IMPLICIT). Any address of the process is
+    /// reached through the region's keys, its remote addresses equal to the process's;
+    /// memory mapped after the registration is reached too.
+    ///
+    /// # Safety
+    /// Every byte of the process may be read and written by the device through the
+    /// region's keys (by peers, through its rkey, as `access` allows), concurrently with
+    /// the program, until the region is deregistered and its work requests completed.
+    #[allow(unsafe_code)]
+    pub unsafe fn reg_mr_implicit(&self, access: Access) -> Result<Mr> {
+        Mr::register(self.inner.clone(), MrInit { addr: 0, len: usize::MAX, iova: 0, access: access | Access::ON_DEMAND })
+    }
+
+    /// Advises the device of how the ranges `sges` name will be used (ibv_advise_mr(3)):
+    /// PREFETCH and PREFETCH_WRITE fault their pages in now, PREFETCH_NO_FAULT does
+    /// nothing (pages that are there are found anyway). The regions must be on-demand
+    /// regions of this PD.
+    ///
+    /// Errors: `EFAULT` for an lkey naming no region of this PD, a range outside its
+    /// region, PREFETCH_WRITE on a region that is not writable, or pages outside the
+    /// address space; `EINVAL` for a region registered without ON_DEMAND.
+    pub fn advise_mr(&self, advice: crate::mr::Advice, sges: &[crate::mr::Sge]) -> Result<()> {
+        crate::mr::advise(&self.inner, advice, sges)
     }
 
     /// Creates a queue pair (ibv_create_qp(3)).

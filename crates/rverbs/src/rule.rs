@@ -269,6 +269,12 @@ pub enum Rule {
         /// The allocation's size.
         size: u64,
     },
+    /// ibv_advise_mr(3) applies to on-demand regions only (IBV_ACCESS_ON_DEMAND).
+    #[error("lkey {lkey:#x} names a region registered without IBV_ACCESS_ON_DEMAND")]
+    NotOnDemand {
+        /// The lkey.
+        lkey: u32,
+    },
     /// A memory region over device memory is zero-based (ibv_reg_dm_mr: `access` must
     /// include IBV_ACCESS_ZERO_BASED).
     #[error("a memory region over device memory needs IBV_ACCESS_ZERO_BASED")]

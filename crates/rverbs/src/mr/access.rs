@@ -366,6 +366,10 @@ pub(crate) fn watch_sges(me: &'static Endpoint, sges: &[Sge]) -> Vec<crate::sani
 pub(crate) fn check_mapped(me: &Endpoint, verb: &'static str, wr: (crate::sanitizer::Queue, u32, u64), sges: &[Sge]) {
     for g in sges.iter().filter(|g| g.length > 0) {
         let Some(r) = local_range(me, g.lkey, g.addr, u64::from(g.length)) else { continue };
+        if r.access.contains(Access::ON_DEMAND) {
+            // Pages of an on-demand region may come and go: only the access finds out.
+            continue;
+        }
         if let Some(first) = crate::sys::first_unmapped(r.addr, g.length as usize) {
             crate::sanitizer::memory_unmapped(verb, g.lkey, r.region, first, Some(wr));
         }

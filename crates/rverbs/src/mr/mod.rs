@@ -323,10 +323,6 @@ fn check_access(verb: &'static str, access: Access) -> Result<Access> {
     if raw & !known != 0 {
         return Err(Error::invalid(verb, Rule::UnknownAccessFlags { flags: raw & !known }));
     }
-    if access.contains(Access::ON_DEMAND) {
-        // A device without on-demand paging: EOPNOTSUPP (the kernel's answer since 6.1).
-        return Err(Error::unsupported(verb, "on-demand paging"));
-    }
     if access.contains(Access::FLUSH_PERSISTENT) {
         // rxe refuses FLUSH_PERSISTENT for memory that is not persistent (pmem); none of
         // the memory this device registers is.
@@ -441,9 +437,22 @@ impl Mr {
         if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::RegMr, None, None) {
             return Err(e);
         }
-        check_len("reg_mr", init.len)?;
+        // On-demand paging (ibv_reg_mr(3) IBV_ACCESS_ON_DEMAND; docs/memory.md, "On-demand
+        // paging"): nothing is checked or faulted in at registration, and the memory is
+        // left where it is; a device access to a page that is not there fails as any
+        // faulting access does. Implicit: address 0 and length SIZE_MAX, the whole address
+        // space.
+        let odp = init.access.contains(Access::ON_DEMAND);
+        let implicit = odp && init.addr == 0 && init.len == usize::MAX;
+        if !implicit {
+            check_len("reg_mr", init.len)?;
+        }
         if init.addr.checked_add(init.len).is_none() {
             return Err(Error::invalid("reg_mr", Rule::RangeWraps { addr: init.addr as u64, len: init.len as u64 }));
+        }
+        if odp {
+            check_access("reg_mr", init.access)?;
+            return Self::build(pd, init, None);
         }
         check_pages("reg_mr", init.addr, init.len, init.access)?;
         let mem = caller_memory(pd.endpoint(), init.addr, init.len);
@@ -760,7 +769,7 @@ impl Mr {
         if crate::sanitizer::on() {
             // Reported, then the region goes as it would on a NIC (docs/sanitizer.md).
             let d = self.inner.desc.read().expect("mr desc");
-            crate::sanitizer::dereg(self.inner.key, d.addr as u64, d.len as u64);
+            crate::sanitizer::dereg(self.inner.key, d.addr as u64, d.len as u64, d.access.contains(Access::ON_DEMAND));
         }
         self.inner.valid.store(false, Ordering::SeqCst);
         drop(windows);
@@ -776,4 +785,58 @@ impl Mr {
     pub fn is_valid(&self) -> bool {
         self.inner.is_valid()
     }
+}
+
+/// What ibv_advise_mr(3) asks of the pages of on-demand regions (`enum
+/// ibv_advise_mr_advice`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// Fault the pages in for reading (`IBV_ADVISE_MR_ADVICE_PREFETCH`).
+    Prefetch,
+    /// Fault the pages in for writing (`IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE`).
+    PrefetchWrite,
+    /// Map only the pages that are there, faulting none
+    /// (`IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT`).
+    PrefetchNoFault,
+}
+
+/// ibv_advise_mr(3) on the ranges `sges` name, for PD `pd`: each lkey must name a valid
+/// on-demand region of the PD, the range must lie inside it, and PREFETCH_WRITE needs a
+/// writable region; the pages are then faulted in (nothing is pinned: every access finds
+/// its pages anyway, so this only moves the page faults earlier).
+///
+/// Errors: `EFAULT` (`Error::BadAddress`) for an lkey that names no valid region of the
+/// PD, a range outside it, a PREFETCH_WRITE of a region that is not writable, or pages
+/// that are not part of the address space; `EINVAL` ([`Rule::NotOnDemand`]) for a
+/// region registered without IBV_ACCESS_ON_DEMAND.
+pub(crate) fn advise(pd: &Arc<PdCore>, advice: Advice, sges: &[Sge]) -> Result<()> {
+    let fault = |s: &Sge| Error::BadAddress { verb: "advise_mr", addr: s.addr, len: u64::from(s.length) };
+    let mut ranges = Vec::with_capacity(sges.len());
+    for s in sges {
+        let mr = pd.endpoint().keys.mr(s.lkey).filter(|m| m.is_valid()).ok_or_else(|| fault(s))?;
+        let d = mr.desc.read().expect("mr desc");
+        if d.pd.id != pd.id {
+            return Err(fault(s));
+        }
+        if !d.access.contains(Access::ON_DEMAND) {
+            return Err(Error::invalid("advise_mr", Rule::NotOnDemand { lkey: s.lkey }));
+        }
+        if advice == Advice::PrefetchWrite && !pages::writable(d.access) {
+            return Err(fault(s));
+        }
+        let off = s.addr.checked_sub(d.iova).ok_or_else(|| fault(s))?;
+        if off.checked_add(u64::from(s.length)).is_none_or(|end| end > d.len as u64) {
+            return Err(fault(s));
+        }
+        ranges.push(((d.addr as u64 + off) as usize, s.length as usize));
+    }
+    if advice == Advice::PrefetchNoFault {
+        return Ok(());
+    }
+    for ((addr, len), s) in ranges.into_iter().zip(sges) {
+        if len > 0 {
+            pages::check(addr, len, advice == Advice::PrefetchWrite).map_err(|pages::NotMapped| fault(s))?;
+        }
+    }
+    Ok(())
 }

@@ -176,7 +176,10 @@ impl QpInner {
                 | Access::REMOTE_ATOMIC
                 | Access::MW_BIND
                 | Access::FLUSH_GLOBAL
-                | Access::FLUSH_PERSISTENT;
+                | Access::FLUSH_PERSISTENT
+                // A memory-region flag a QP has no use for, accepted and ignored as mlx5
+                // does (pyverbs' ODP tests give a QP their regions' access flags).
+                | Access::ON_DEMAND;
             if !known.contains(attr.qp_access_flags.difference(Access::RELAXED_ORDERING)) {
                 return Err(Error::invalid(verb, Rule::AccessFlags { flags: attr.qp_access_flags.bits() }));
             }

@@ -296,11 +296,16 @@ pub(crate) fn qp_uses_srq(qpn: u32, srqn: u32) {
 }
 
 /// `ibv_dereg_mr` of the region `lkey` covering `[addr, addr+len)`: a finding if an
-/// outstanding work request names it (dereg-mr-in-use).
+/// outstanding work request names it (dereg-mr-in-use), or if its memory was unmapped
+/// while registered (not for an on-demand region, `odp`, whose pages may come and go).
 #[cold]
 #[inline(never)]
-pub(crate) fn dereg(lkey: u32, addr: u64, len: u64) {
+pub(crate) fn dereg(lkey: u32, addr: u64, len: u64, odp: bool) {
     mr_in_use(false, lkey, addr, len);
+    if odp {
+        track::state().unmapped.remove(&lkey);
+        return;
+    }
     if let Some(first) = crate::sys::first_unmapped(addr as usize, len as usize) {
         memory_unmapped("ibv_dereg_mr", lkey, (addr, len), first, None);
     }
