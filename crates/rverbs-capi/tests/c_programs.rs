@@ -108,6 +108,14 @@ fn dm() {
     compile_and_run("dm");
 }
 
+/// Device memory and an implicit on-demand region of one process, reached by a forked
+/// peer process's RC QP: WRITEs and a READ, the bytes checked on both sides
+/// (`tests/c/peer_memory.c`).
+#[test]
+fn peer_memory() {
+    compile_and_run("peer_memory");
+}
+
 #[test]
 fn mw() {
     compile_and_run("mw");
