@@ -152,3 +152,41 @@ fn an_atomic_result_is_eight_bytes() {
     assert_eq!(AtomicResult::new(s.mr.sge(0, 8).unwrap()).unwrap().sge().length, 8);
     assert!(AtomicResult::in_mr(&s.mr, MR_LEN - 4).is_err(), "past the region's end");
 }
+
+#[test]
+fn xrc_requests_name_their_srq() {
+    use rverbs::typed::{ToSrq, Xrc};
+    // One side with the target (domain, XRC SRQ, target QP), the other with the typed
+    // initiator; connected both ways as ibv_xsrq_pingpong does.
+    let t = side(QpType::Rc);
+    let xrcd = t.ctx.open_xrcd(None, 0).unwrap();
+    let srq = t.pd.create_srq_xrc(&SrqInit { max_wr: 16, max_sge: 1, ..SrqInit::default() }, &xrcd, &t.cq).unwrap();
+    let target = xrcd.create_recv_qp(0).unwrap();
+    let i = side(QpType::Rc);
+    let init = QpInit { sq_sig_all: true, ..QpInit::new(QpType::Rc, &i.cq, CAP) };
+    let qp = TypedQp::<Xrc>::create_with(&i.pd, &init).unwrap();
+    assert_eq!(qp.untyped().qp_type(), QpType::XrcSend);
+    target.connect(&remote(&t.ctx, qp.qp_num(), &PATH, ALL_ACCESS)).unwrap();
+    qp.connect(&remote(&i.ctx, target.qp_num(), &PATH, Access::empty())).unwrap();
+
+    let rs = [t.mr.sge(0, 64).unwrap()];
+    srq.post_recv(&[RecvWr::new(21, &rs)]).unwrap();
+    i.mr.write(0, b"to an srq").unwrap();
+    let ss = [i.mr.sge(0, 9).unwrap()];
+    qp.post(&ToSrq::new(srq.srq_num(), Send::new(1, &ss).with_imm(3))).unwrap();
+    qp.post(&ToSrq::new(srq.srq_num(), Write::new(2, &ss, Remote::of(&t.mr, 128)))).unwrap();
+    let fetched = AtomicResult::in_mr(&i.mr, 256).unwrap();
+    qp.post(&ToSrq::new(srq.srq_num(), FetchAdd::new(3, fetched, Remote::of(&t.mr, 512), 5))).unwrap();
+    for id in 1..=3 {
+        let wc = poll_one(&i.cq);
+        assert_eq!((wc.wr_id(), wc.status()), (id, WcStatus::Success), "{wc:?}");
+    }
+    let r = poll_one(&t.cq);
+    assert_eq!((r.wr_id(), r.imm_data(), r.qp_num()), (21, Some(3), target.qp_num()), "{r:?}");
+    let mut got = [0u8; 9];
+    t.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"to an srq");
+    t.mr.read(128, &mut got).unwrap();
+    assert_eq!(&got, b"to an srq");
+    assert_eq!(t.mr.read_u64(512).unwrap(), 5);
+}
