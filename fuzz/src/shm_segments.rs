@@ -1,6 +1,6 @@
 //! `shm_segments`: the readers of bytes other processes of the user can write into the
 //! device's shared segments (crate `rverbs`, `shm/`, `cq/ring.rs`, `qp/rq.rs`,
-//! `mr/access.rs`), over in-memory stand-ins for the segments: key records (seqlock
+//! `mr/keyspace.rs`), over in-memory stand-ins for the segments: key records (seqlock
 //! read, then the access checks and where the access lands in the key's segment), QP
 //! records (what the responder path reads), completion rings (consumer and producers
 //! against scribbled indices and sequence words), receive rings (geometry from the

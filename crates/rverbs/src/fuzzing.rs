@@ -180,7 +180,7 @@ pub mod config {
 pub mod shm {
     use super::*;
     use crate::cq::ring::{Pop, PushError, Ring, DATA_WORDS};
-    use crate::mr::access::{self, Fault, KeyUse};
+    use crate::mr::keyspace::{self as access, Fault, KeyUse};
     use crate::shm::tables::{KeyDesc, KeyRecord, QpRecord};
 
     /// The descriptive fields of a key record as raw words (`tables::KeyFields`).
@@ -244,7 +244,7 @@ pub mod shm {
     /// The checks of an access of `[va, va+len)` through `key` by a QP of PD `pd`
     /// (`remote_qpn`: an rkey used by that responder QP; `None`: an lkey) with rights
     /// `need`, on the record copy `d`, and where it lands in a shared segment of
-    /// `seg_len` bytes (`mr::access::{check_desc, offset_in, segment_offset}`): the offset
+    /// `seg_len` bytes (`mr::keyspace::{check_desc, offset_in, segment_offset}`): the offset
     /// in the key's range and in the segment, or the fault's name.
     #[allow(clippy::too_many_arguments)]
     pub fn key_access(d: &KeyWords, key: u32, pd: u32, remote_qpn: Option<u32>, need: u32, va: u64, len: u64, seg_len: usize) -> Result<(u64, usize), String> {
@@ -400,7 +400,7 @@ pub mod peer {
     use crate::cq::gate::{Frozen, Gate, Producer, ENDPOINTS};
     use crate::cq::ring::Ring;
     use crate::cq::seg::{self, CqShm, Publish};
-    use crate::mr::access::KeyUse;
+    use crate::mr::keyspace::KeyUse;
     use crate::mr::proxy::{self, RequestWords};
     use crate::shm::lock::ShmLock;
 

@@ -13,6 +13,7 @@ pub(crate) mod dm;
 pub(crate) mod domain;
 pub(crate) mod endpoint;
 pub(crate) mod keys;
+pub(crate) mod keyspace;
 pub(crate) mod pages;
 pub(crate) mod proxy;
 pub(crate) mod share;
@@ -31,7 +32,8 @@ use crate::shm::tables::{KeyDesc, KeyRecord, KEY_KIND_MR, KEY_STATE_INVALID, KEY
 use crate::shm::Segment;
 use rverbs_proto::verbs::Access;
 use endpoint::Endpoint;
-pub(crate) use access::{atomic, copy_message, copy_out, flush_global, gather, gather_at, key_record, pin_sges, sink_ranges, watch_sges, check_mapped, pin_sges_into, Fault, KeySpace, KeyUse, PinList, Pinned, Source, Via};
+pub(crate) use access::{atomic, copy_message, copy_out, flush_global, gather, gather_at, pin_sges, sink_ranges, watch_sges, check_mapped, pin_sges_into, Source};
+pub(crate) use keyspace::{key_record, Fault, KeySpace, KeyUse, PinList, Pinned, Via};
 pub(crate) use keys::{KeyTable, KeyTarget, Window};
 
 /// A scatter/gather entry (`struct ibv_sge`): `length` bytes at IO virtual address

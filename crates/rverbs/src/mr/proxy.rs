@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::access::{KeySpace, KeyUse, Place};
+use super::keyspace::{KeySpace, KeyUse, Place, ProxyRef};
 use crate::shm::cma::CmaError;
 use super::endpoint::Endpoint;
 use crate::mem;
@@ -64,18 +64,6 @@ struct Request {
 unsafe impl ShmSafe for Request {}
 
 const HDR: usize = std::mem::size_of::<Request>();
-
-/// Where a piece of a peer's private memory is, for the peer to check and copy.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ProxyRef<'a> {
-    /// The peer whose memory it is (it serves the copy).
-    pub(crate) peer: &'a Peer,
-    pub(crate) key: u32,
-    pub(crate) pd: u32,
-    pub(crate) used: KeyUse,
-    pub(crate) need: Access,
-    pub(crate) va: u64,
-}
 
 /// The channel name in the requester's directory for peer `ep`.
 fn channel_name(ep: u32) -> String {

@@ -331,7 +331,7 @@ impl KeyFields {
         self.loc.store(d.loc, Ordering::Relaxed);
         self.seg_off.store(d.seg_off, Ordering::Relaxed);
         // The state goes last and sequentially consistent: an access that counted itself
-        // in `busy` and then sees the state still valid may proceed (see `mr::access`).
+        // in `busy` and then sees the state still valid may proceed (see `mr::keyspace`).
         self.state.store(d.state, Ordering::SeqCst);
         self.seq.store((s.wrapping_add(1) | 1).wrapping_add(1), Ordering::Release);
     }

@@ -18,7 +18,7 @@ use crate::cq::channel;
 use crate::cq::seg::{self, CqSeg, Publish};
 use crate::cq::{CqInner, Overrun};
 use crate::notify::{async_fifo_name, RawAsyncEvent, RawElement};
-use crate::mr::access::SegCache;
+use crate::mr::keyspace::SegCache;
 use crate::mr::endpoint::Endpoint;
 use crate::mr::KeySpace;
 use crate::shm::registry::bell;
