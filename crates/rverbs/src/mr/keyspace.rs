@@ -64,6 +64,7 @@ pub(crate) struct Pinned<'a> {
 
 impl<'a> Pinned<'a> {
     /// The endpoint whose host-wide atomic lock atomics on these bytes take, if any.
+    #[inline]
     pub(crate) fn host_atomics(&self) -> Option<&'a Endpoint> {
         self.host_atomics
     }
@@ -167,17 +168,20 @@ pub(crate) struct KeySpace<'a> {
 
 impl<'a> KeySpace<'a> {
     /// This process's keys.
+    #[inline]
     pub(crate) fn local(me: &'a Endpoint) -> Self {
         KeySpace { tables: me.tables, me, peer: None }
     }
 
     /// A peer's keys, reached from this process's endpoint `me`.
+    #[inline]
     pub(crate) fn of_peer(me: &'a Endpoint, peer: &'a Peer, cache: &'a SegCache) -> Self {
         KeySpace { tables: peer.tables(), me, peer: Some((peer, cache)) }
     }
 
     /// Checks an access of `[va, va+len)` with rights `need` through `key` for a QP of
     /// PD `pd`, and pins it.
+    #[inline]
     pub(crate) fn pin(&self, key: u32, pd: u32, used: KeyUse, va: u64, len: u64, need: Access) -> Result<Pinned<'a>, Fault> {
         let d = self.check(key, pd, used, need)?;
         let off = offset_in(&d, va, len)?;
@@ -187,6 +191,7 @@ impl<'a> KeySpace<'a> {
 
     /// As [`KeySpace::pin`], appending the pinned range to `out`: the pin is built where it
     /// stays (the data path pins into lists it keeps in place).
+    #[inline]
     pub(crate) fn pin_into(&self, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
         let d = self.check(via.key, via.pd, via.used, via.need)?;
         let off = offset_in(&d, via.va, len)?;
@@ -280,29 +285,35 @@ pub(crate) struct PinList<'a> {
 }
 
 impl<'a> PinList<'a> {
+    #[inline]
     pub(crate) fn new() -> Self {
         PinList { items: smallvec::SmallVec::new() }
     }
 
+    #[inline]
     pub(crate) fn push(&mut self, p: Pinned<'a>) {
         self.items.push(p);
     }
 
     /// The first range (a remote access pins one).
+    #[inline]
     pub(crate) fn first(&self) -> Option<&Pinned<'a>> {
         self.items.first()
     }
 
     /// The pinned ranges, in list order.
+    #[inline]
     pub(crate) fn as_slice(&self) -> &[Pinned<'a>] {
         self.items.as_slice()
     }
 
     /// Whether nothing is pinned.
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
+    #[inline]
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Pinned<'a>> {
         self.items.iter()
     }
@@ -313,6 +324,7 @@ impl<'a> PinList<'a> {
 /// [`KeySpace::check`]): a local key names a region, the PD matches, a type 2 window is
 /// used by the QP it is bound to, the rights are granted. Pure: `d` may come from another
 /// process.
+#[inline]
 pub(crate) fn check_desc(d: &KeyDesc, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<(), Fault> {
     if d.key != key || d.state != KEY_STATE_VALID {
         return Err(Fault::Key);
@@ -336,6 +348,7 @@ pub(crate) fn check_desc(d: &KeyDesc, key: u32, pd: u32, used: KeyUse, need: Acc
 
 /// The offset of `[va, va+len)` in the range of the key record copy `d`
 /// (`[iova, iova+len)`), or `Fault::Bounds` if it leaves it.
+#[inline]
 pub(crate) fn offset_in(d: &KeyDesc, va: u64, len: u64) -> Result<u64, Fault> {
     let off = va.checked_sub(d.iova).ok_or(Fault::Bounds)?;
     if off.checked_add(len).ok_or(Fault::Bounds)? > d.len {
@@ -383,6 +396,7 @@ pub(crate) fn key_record(me: &Endpoint, key: u32) -> Option<(u64, u64, String)> 
 /// `seg_len` bytes (the record's `seg_off` names the range's first byte), or
 /// `Fault::Bounds`: the record comes from another process, never trust it to stay in the
 /// mapping.
+#[inline]
 pub(crate) fn segment_offset(d: &KeyDesc, off: u64, len: u64, seg_len: usize) -> Result<usize, Fault> {
     let start = d.seg_off.checked_add(off).ok_or(Fault::Bounds)?;
     if start.checked_add(len).is_none_or(|end| end > seg_len as u64) {
