@@ -91,9 +91,6 @@ impl Cq {
         let sanitize = crate::sanitizer::on();
         if !sanitize && cq.surely_empty() {
             // ENOENT without taking the consumer lock (the busy poller's common case).
-            if crate::progress::net_active() {
-                crate::progress::receive_inline();
-            }
             return Ok(None);
         }
         let marked = sanitize && cq.sanitize_poll_entered(true);

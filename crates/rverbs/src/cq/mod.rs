@@ -533,17 +533,23 @@ impl CqInner {
         self.poller.store(0, Ordering::Release);
     }
 
-    /// Removes up to `max` CQEs, oldest first, handing each to `f`.
     /// Whether a poll would find nothing, known without the consumer lock: the CQ is not
     /// in error and no producer reserved a position (ibv_poll_cq(3) on an empty CQ, the
     /// busy poller's common case, pays two loads). `false` means "take the lock and
-    /// look", not "not empty".
+    /// look", not "not empty". When it is empty, what the network holds for this process
+    /// is received (a busy poller's next poll finds what it completes), as after a poll
+    /// that found nothing under the lock.
     #[inline]
     pub(crate) fn surely_empty(&self) -> bool {
         let seg = self.gens.current();
-        seg.shm().errored.load(Ordering::Relaxed) == 0 && seg.ring().nothing_reserved()
+        let empty = seg.shm().errored.load(Ordering::Relaxed) == 0 && seg.ring().nothing_reserved();
+        if empty && crate::progress::net_active() {
+            crate::progress::receive_inline();
+        }
+        empty
     }
 
+    /// Removes up to `max` CQEs, oldest first, handing each to `f`.
     fn pop_into(&self, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
         let _g = self.lock_consumer();
         let seg = self.gens.current();
@@ -722,9 +728,6 @@ impl Cq {
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         let sanitize = crate::sanitizer::on();
         if !sanitize && self.inner.surely_empty() {
-            if crate::progress::net_active() {
-                crate::progress::receive_inline();
-            }
             return Ok(0);
         }
         let marked = sanitize && self.inner.sanitize_poll_entered(false);

@@ -453,7 +453,7 @@ impl Mr {
             return Err(Error::invalid("reg_mr", Rule::RangeWraps { addr: init.addr as u64, len: init.len as u64 }));
         }
         if odp {
-            check_access("reg_mr", init.access)?;
+            // `build` checks the access flags.
             return Self::build(pd, init, None);
         }
         check_pages("reg_mr", init.addr, init.len, init.access)?;
