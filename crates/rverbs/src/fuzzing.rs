@@ -179,7 +179,7 @@ pub mod config {
 /// completion rings, endpoint headers.
 pub mod shm {
     use super::*;
-    use crate::cq::ring::{Pop, PushError, Ring, DATA_WORDS};
+    use crate::rings::completion_ring::{Pop, PushError, Ring, DATA_WORDS};
     use crate::mr::keyspace::{self as access, Fault, KeyUse};
     use crate::shm::tables::{KeyDesc, KeyRecord, QpRecord};
 
@@ -302,7 +302,7 @@ pub mod shm {
     /// Words of a CQE.
     pub const CQE_WORDS: usize = DATA_WORDS;
 
-    /// What a pop found (`ring::Pop`).
+    /// What a pop found (`completion_ring::Pop`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum Popped {
         Entry([u64; CQE_WORDS], u64),
@@ -394,12 +394,12 @@ pub mod shm {
 
 /// What one process reads from a segment a peer writes besides the records of `shm`: the
 /// proxy channel's request header (`mr::proxy`), a CQ segment's header and producers'
-/// gate (`cq::seg`, `cq::gate`), and shared lock words (`shm::lock`).
+/// gate (`rings::cq_segment`, `rings::producer_gate`), and shared lock words (`shm::lock`).
 pub mod peer {
     use super::*;
-    use crate::cq::gate::{Frozen, Gate, Producer, ENDPOINTS};
-    use crate::cq::ring::Ring;
-    use crate::cq::seg::{self, CqShm, Publish};
+    use crate::rings::producer_gate::{Frozen, Gate, Producer, ENDPOINTS};
+    use crate::rings::completion_ring::Ring;
+    use crate::rings::cq_segment::{self, CqShm, Publish};
     use crate::mr::keyspace::KeyUse;
     use crate::mr::proxy::{self, RequestWords};
     use crate::shm::lock::ShmLock;
@@ -427,26 +427,26 @@ pub mod peer {
     pub const PROXY_CHANNEL_BYTES: usize = proxy::CHANNEL_BYTES;
     pub const PROXY_MAX_PIECE: usize = proxy::MAX_PIECE;
 
-    /// `seg::open_capacity`.
+    /// `cq_segment::open_capacity`.
     pub fn cq_open_capacity(cap: u64, seg_len: usize) -> Option<usize> {
-        seg::open_capacity(cap, seg_len)
+        cq_segment::open_capacity(cap, seg_len)
     }
 
     /// Bytes of a CQ ring slot, of the ring's header, and before the ring.
-    pub const CQ_SLOT_BYTES: usize = std::mem::size_of::<crate::cq::ring::Slot>();
-    pub const CQ_RING_HDR_BYTES: usize = crate::cq::ring::HDR_BYTES;
-    pub const CQ_SHM_BYTES: usize = seg::SHM_BYTES;
+    pub const CQ_SLOT_BYTES: usize = std::mem::size_of::<crate::rings::completion_ring::Slot>();
+    pub const CQ_RING_HDR_BYTES: usize = crate::rings::completion_ring::HDR_BYTES;
+    pub const CQ_SHM_BYTES: usize = cq_segment::SHM_BYTES;
 
     /// Endpoint words of a gate.
     pub const GATE_ENDPOINTS: usize = ENDPOINTS;
 
     /// `FLAG_IGNORE_OVERRUN`, `FLAG_TIMESTAMPS`, `NOTIFY_SOLICITED`, `NOTIFY_NEXT`.
-    pub const FLAG_IGNORE_OVERRUN: u32 = seg::FLAG_IGNORE_OVERRUN;
-    pub const FLAG_TIMESTAMPS: u32 = seg::FLAG_TIMESTAMPS;
-    pub const NOTIFY_SOLICITED: u32 = seg::NOTIFY_SOLICITED;
-    pub const NOTIFY_NEXT: u32 = seg::NOTIFY_NEXT;
+    pub const FLAG_IGNORE_OVERRUN: u32 = cq_segment::FLAG_IGNORE_OVERRUN;
+    pub const FLAG_TIMESTAMPS: u32 = cq_segment::FLAG_TIMESTAMPS;
+    pub const NOTIFY_SOLICITED: u32 = cq_segment::NOTIFY_SOLICITED;
+    pub const NOTIFY_NEXT: u32 = cq_segment::NOTIFY_NEXT;
 
-    /// What a publish led to (`seg::Publish`).
+    /// What a publish led to (`cq_segment::Publish`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum Published {
         Done { fire: bool },
@@ -501,11 +501,11 @@ pub mod peer {
             }
         }
 
-        /// `seg::publish_in` by producer (`ep`, `pid`), waiting at most `resize_wait` for a
+        /// `cq_segment::publish_in` by producer (`ep`, `pid`), waiting at most `resize_wait` for a
         /// resize (the device waits 2 s).
         pub fn publish(&self, ep: u32, pid: u32, wr_id: u64, solicited: bool, resize_wait: std::time::Duration) -> Published {
             let cqe = crate::wc::Cqe { wr_id, solicited, ..Default::default() };
-            match seg::publish_in(&self.sh, &self.gate, &self.ring, cqe, Producer { ep, pid }, resize_wait) {
+            match cq_segment::publish_in(&self.sh, &self.gate, &self.ring, cqe, Producer { ep, pid }, resize_wait) {
                 Publish::Done { fire } => Published::Done { fire },
                 Publish::Overrun { first } => Published::Overrun { first },
                 Publish::Moved(g) => Published::Moved(g),
@@ -515,7 +515,7 @@ pub mod peer {
         /// The next completion's `wr_id` (`None`: empty or corrupt).
         pub fn pop(&self) -> Option<u64> {
             match self.ring.pop() {
-                crate::cq::ring::Pop::Entry(d, _) => Some(crate::wc::Cqe::decode(&d).wr_id),
+                crate::rings::completion_ring::Pop::Entry(d, _) => Some(crate::wc::Cqe::decode(&d).wr_id),
                 _ => None,
             }
         }

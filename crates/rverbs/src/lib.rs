@@ -88,6 +88,7 @@ mod pd;
 mod progress;
 mod qp;
 mod qp1;
+mod rings;
 mod rule;
 mod sanitizer;
 mod shm;

@@ -150,7 +150,7 @@ impl Cq {
     /// functions read); outside a batch, the last one polled.
     pub fn polled(&self) -> ExEntry {
         let cq: &CqInner = self.inner();
-        let mut words = [0u64; crate::cq::ring::DATA_WORDS];
+        let mut words = [0u64; crate::rings::completion_ring::DATA_WORDS];
         for (w, slot) in words.iter_mut().zip(cq.polled.iter()) {
             *w = slot.load(Ordering::Relaxed);
         }

@@ -1,15 +1,11 @@
 //! Completion queues: creation, batch polling, overrun, notification, resize, destroy.
 //!
 //! Read before editing: ibv_poll_cq(3), ibv_create_cq_ex(3) and docs/completion-queues.md. The
-//! ring itself is in `ring`; extended polling in [`ex`]; completion channels in
+//! ring itself is in `rings::completion_ring`; extended polling in [`ex`]; completion channels in
 //! [`channel`].
 
 pub mod channel;
-pub(crate) mod defer;
-pub(crate) mod gate;
 pub mod ex;
-pub(crate) mod ring;
-pub(crate) mod seg;
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,15 +23,15 @@ use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::wc::{Cqe, Wc};
 use channel::{ChannelInner, CompChannel};
-use gate::Producer;
-use ring::Pop;
-use seg::{CqSeg, Publish};
+use crate::rings::producer_gate::Producer;
+use crate::rings::completion_ring::Pop;
+use crate::rings::cq_segment::{self, CqSeg, Publish};
 
 /// How long the consumer waits behind an unpublished reservation before asking whether
 /// the producers inside are alive, and how often it asks again (`CqInner::unstick`).
 const STUCK_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// This process as a producer of completions (`cq::gate`).
+/// This process as a producer of completions (`rings::producer_gate`).
 pub(crate) fn producer_of(endpoint: &crate::mr::endpoint::Endpoint) -> Producer {
     Producer { ep: endpoint.reg.as_ref().map_or(0, |r| r.ep), pid: endpoint.pid }
 }
@@ -216,7 +212,7 @@ pub(crate) struct CqInner {
     /// The completion extended polling is positioned on ([`ex`]), as ring words: atomic,
     /// so a misbehaving second poller reads stale values, never undefined behaviour.
     /// Written and read by the poller only, like `consumer`.
-    polled: [AtomicU64; ring::DATA_WORDS],
+    polled: [AtomicU64; crate::rings::completion_ring::DATA_WORDS],
     /// Where the consumer found the ring stuck behind an unpublished reservation, and
     /// when it last looked for the producer's death there (`unstick`).
     stuck: Mutex<Option<(u64, std::time::Instant)>>,
@@ -374,7 +370,7 @@ impl CqInner {
                 if fire {
                     if let Some(ch) = &self.channel {
                         let (ch, id) = (ch.clone(), self.id);
-                        defer::fire_or_hold(move || ch.fire(id));
+                        crate::rings::deferred_notify::fire_or_hold(move || ch.fire(id));
                     }
                 }
                 Ok(())
@@ -626,10 +622,10 @@ impl Cq {
         };
         let mut flags = 0;
         if init.flags.contains(CqCreateFlags::IGNORE_OVERRUN) {
-            flags |= seg::FLAG_IGNORE_OVERRUN;
+            flags |= cq_segment::FLAG_IGNORE_OVERRUN;
         }
         if init.wc_flags.intersects(WcExFlags::COMPLETION_TIMESTAMP | WcExFlags::COMPLETION_TIMESTAMP_WALLCLOCK) {
-            flags |= seg::FLAG_TIMESTAMPS;
+            flags |= cq_segment::FLAG_TIMESTAMPS;
         }
         let sh = seg.shm();
         sh.flags.store(flags, Ordering::Release);

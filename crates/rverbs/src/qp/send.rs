@@ -242,8 +242,8 @@ impl QpInner {
                 }
             }
             // The responder's completion events wait until this step's own completions
-            // are written (crate::cq::defer: the order a NIC produces).
-            let mut step = crate::cq::defer::Step::begin();
+            // are written (crate::rings::deferred_notify: the order a NIC produces).
+            let mut step = crate::rings::deferred_notify::Step::begin();
             let mut r = rc::Request::new(wire::OpCode::Unknown(0), Psn::new(0));
             while conn.req.poll_transmit_into(now, &mut r) {
                 let idx = r.wqe_id.wrapping_sub(conn.base) as usize;

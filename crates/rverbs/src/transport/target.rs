@@ -15,7 +15,7 @@ use std::sync::Arc;
 use rverbs_proto::verbs::EventType;
 
 use crate::cq::channel;
-use crate::cq::seg::{self, CqSeg, Publish};
+use crate::rings::cq_segment::{self, CqSeg, Publish};
 use crate::cq::{CqInner, Overrun};
 use crate::notify::{async_fifo_name, RawAsyncEvent, RawElement};
 use crate::mr::keyspace::SegCache;
@@ -403,21 +403,21 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
         if rec.id.load(Ordering::Acquire) != id + 1 {
             return Err(Overrun);
         }
-        let name = || seg::name(id, gen);
+        let name = || cq_segment::name(id, gen);
         if cached.as_ref().is_none_or(|c| c.gen != gen) {
             let Ok(s) = peer.segment(&name()) else { return Err(Overrun) };
             let Some(c) = CqSeg::open(s, gen) else { return Err(Overrun) };
             *cached = Some(c);
         }
         let cq = cached.as_ref().expect("just mapped");
-        let me = crate::cq::gate::Producer { ep: peer.home_ep(), pid: peer.home_pid() };
+        let me = crate::rings::producer_gate::Producer { ep: peer.home_ep(), pid: peer.home_pid() };
         match cq.publish(cqe, me) {
             Publish::Done { fire } => {
                 if fire {
                     let ch = cq.shm().channel.load(Ordering::Acquire);
                     if ch != 0 {
                         if let Ok(fd) = peer.writer(&channel::fifo_name(ch - 1)) {
-                            crate::cq::defer::fire_or_hold(move || {
+                            crate::rings::deferred_notify::fire_or_hold(move || {
                                 send_on(std::os::fd::AsFd::as_fd(&*fd), &channel::record(id))
                             });
                         }

@@ -18,8 +18,8 @@ use std::path::Path;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::cq::gate::{Frozen, Gate, Producer, GATE_BYTES};
-use crate::cq::ring::{PushError, Ring};
+use crate::rings::producer_gate::{Frozen, Gate, Producer, GATE_BYTES};
+use crate::rings::completion_ring::{PushError, Ring};
 use crate::error::Result;
 use crate::shm::{Segment, ShmSafe};
 use crate::wc::Cqe;
@@ -217,7 +217,7 @@ impl CqSeg {
 /// slots than the file holds: another process wrote it), which would index past the
 /// mapping.
 pub(crate) fn open_capacity(cap: u64, seg_len: usize) -> Option<usize> {
-    let room = seg_len.checked_sub(SHM_BYTES + crate::cq::ring::HDR_BYTES)? / std::mem::size_of::<crate::cq::ring::Slot>();
+    let room = seg_len.checked_sub(SHM_BYTES + crate::rings::completion_ring::HDR_BYTES)? / std::mem::size_of::<crate::rings::completion_ring::Slot>();
     (cap.is_power_of_two() && cap <= room as u64).then_some(cap as usize)
 }
 

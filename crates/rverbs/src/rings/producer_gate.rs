@@ -5,7 +5,7 @@
 //! Read before editing: docs/completion-queues.md ("A producer that dies inside publish").
 //!
 //! Rule: a completion queue belongs to one process, but producers are every process whose
-//! QPs complete to it (`crate::cq::seg`). A producer that dies with SIGKILL between
+//! QPs complete to it (`crate::rings::cq_segment`). A producer that dies with SIGKILL between
 //! reserving a ring position and publishing it would leave a hole the consumer never gets
 //! past: every later completion of the CQ would be stuck behind it, and a resize would
 //! wait for a producer that never leaves. The gate records, per endpoint number, the pid
@@ -227,7 +227,7 @@ mod tests {
 }
 
 /// Exhaustive interleavings of the gate (run with
-/// `RUSTFLAGS="--cfg loom" cargo test -p rverbs --release --lib cq::gate`).
+/// `RUSTFLAGS="--cfg loom" cargo test -p rverbs --release --lib rings::producer_gate`).
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;

@@ -220,7 +220,7 @@ impl Ring {
                 }
             }
             // Release: a consumer that acquires `tail` past `t` also sees that this
-            // producer entered the CQ's gate before reserving (`cq::gate`), so a
+            // producer entered the CQ's gate before reserving (`rings::producer_gate`), so a
             // reservation it finds unpublished is held by a producer it can see.
             match self.hdr().tail.compare_exchange_weak(t, t + 1, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => break,
@@ -550,7 +550,7 @@ mod tests {
 }
 
 /// Exhaustive interleavings of the ring protocol (run with
-/// `RUSTFLAGS="--cfg loom" cargo test -p rverbs --release --lib cq::ring`).
+/// `RUSTFLAGS="--cfg loom" cargo test -p rverbs --release --lib rings::completion_ring`).
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
@@ -621,7 +621,7 @@ mod loom_tests {
     /// The consumer's loop of `cq::CqInner::pop_live` and `unstick`: pops until an entry
     /// comes, skipping an unpublished reservation when no producer `alive` says is alive
     /// is inside the gate; `may_skip` false asserts no skip ever happens.
-    fn first_entry(r: &Ring, g: &crate::cq::gate::Gate, alive: &dyn Fn(u32, u32) -> bool, may_skip: bool) -> u64 {
+    fn first_entry(r: &Ring, g: &crate::rings::producer_gate::Gate, alive: &dyn Fn(u32, u32) -> bool, may_skip: bool) -> u64 {
         loop {
             match r.pop() {
                 Pop::Entry(e, _) => return e[0],
@@ -640,11 +640,11 @@ mod loom_tests {
     }
 
     /// The owner skips a reservation only when no live producer is inside the CQ's gate
-    /// (`cq::gate`): a live producer between reserving and publishing is never skipped,
+    /// (`rings::producer_gate`): a live producer between reserving and publishing is never skipped,
     /// and its entry is delivered once.
     #[test]
     fn a_live_producers_reservation_is_never_skipped() {
-        use crate::cq::gate::{Gate, Producer};
+        use crate::rings::producer_gate::{Gate, Producer};
         model(|| {
             let r = Arc::new(Ring::new(2));
             let g = Arc::new(Gate::new());
@@ -666,7 +666,7 @@ mod loom_tests {
     /// under its pid) does not hold back the completions published after it.
     #[test]
     fn a_dead_producers_reservation_is_skipped() {
-        use crate::cq::gate::{Gate, Producer};
+        use crate::rings::producer_gate::{Gate, Producer};
         model(|| {
             let r = Arc::new(Ring::new(2));
             let g = Arc::new(Gate::new());

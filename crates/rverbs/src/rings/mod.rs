@@ -1,0 +1,20 @@
+//! The rings layer (ARCHITECTURE.md, "Layers"): completion and receive rings in shared
+//! segments, and the data they carry, below the engine that runs them.
+//!
+//! One concept per file:
+//! - [`completion_ring`]: a CQ's ring of CQEs, many producers and one consumer
+//!   (docs/completion-queues.md);
+//! - [`producer_gate`]: who is inside a CQ's publish, so that a dead producer is skipped
+//!   and a resize waits only for the living;
+//! - [`cq_segment`]: a CQ's shared segment (its state, its gate, its ring) and the one
+//!   protocol by which every process publishes into it;
+//! - [`deferred_notify`]: the completion event a responder's CQ raises, held back until
+//!   the requester's own completion is published.
+//!
+//! Nothing here imports the engine (`cq`, `qp`) or any layer above it
+//! (`crates/rverbs/tests/architecture.rs`).
+
+pub(crate) mod completion_ring;
+pub(crate) mod cq_segment;
+pub(crate) mod deferred_notify;
+pub(crate) mod producer_gate;
