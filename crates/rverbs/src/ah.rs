@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::mr::domain::PdCore;
 use crate::pd::Pd;
-use crate::qp::attr::{AddressVector, AhAttr};
+use crate::rings::qp_attr::{AddressVector, AhAttr};
 
 /// The state of an address handle: its PD (held until the handle is destroyed) and the
 /// resolved address vector sends through it use.

@@ -348,28 +348,28 @@ pub mod shm {
         }
     }
 
-    /// Receive rings (`qp::rq`): the largest SGE count.
-    pub const RQ_MAX_SGE: usize = crate::qp::rq::MAX_SGE;
+    /// Receive rings (`rings::recv_ring`): the largest SGE count.
+    pub const RQ_MAX_SGE: usize = crate::rings::recv_ring::MAX_SGE;
 
     /// `rq::geometry`.
     pub fn rq_geometry(cap: u32, max_sge: u32, seg_len: usize) -> Option<(usize, usize)> {
-        crate::qp::rq::geometry(cap, max_sge, seg_len)
+        crate::rings::recv_ring::geometry(cap, max_sge, seg_len)
     }
 
     /// `rq::slot_at`: byte offset and words of slot `i`.
     pub fn rq_slot_at(i: usize, max_sge: usize) -> (usize, usize) {
-        crate::qp::rq::slot_at(i, max_sge)
+        crate::rings::recv_ring::slot_at(i, max_sge)
     }
 
     /// `rq::clamp_state`.
     pub fn rq_clamp_state(state: u64, cap: usize) -> (usize, usize) {
-        crate::qp::rq::clamp_state(state, cap)
+        crate::rings::recv_ring::clamp_state(state, cap)
     }
 
     /// `rq::read_slot` over `words`: wr_id and SGEs (addr, length, lkey).
     pub fn rq_read_slot(words: &[u64], max_sge: usize) -> (u64, Vec<(u64, u32, u32)>) {
         let atomics: Vec<AtomicU64> = words.iter().map(|&w| AtomicU64::new(w)).collect();
-        let w = crate::qp::rq::read_slot(&atomics, max_sge);
+        let w = crate::rings::recv_ring::read_slot(&atomics, max_sge);
         (w.wr_id, w.sges().iter().map(|s| (s.addr, s.length, s.lkey)).collect())
     }
 

@@ -28,7 +28,7 @@ use crate::rule::Rule;
 use crate::pd::Pd;
 use crate::qp::{Qp, QpInit};
 use crate::qp::srq::{Srq, SrqInit};
-use crate::qp::attr::QpCap;
+use crate::rings::qp_attr::QpCap;
 use rverbs_proto::verbs::QpType;
 
 /// Domains shared per (st_dev, st_ino) of the file they were opened with, per process

@@ -27,9 +27,9 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::mr::{Mr, Sge};
 use crate::mw::{Mw, MwBind};
-use crate::qp::attr::AddressVector;
+use crate::rings::qp_attr::AddressVector;
 use crate::qp::send::SendQueue;
-use crate::qp::wr::{BindMwWr, FlushWr, Payload, SendWr, UdDest};
+use crate::rings::wr::{BindMwWr, FlushWr, Payload, SendWr, UdDest};
 use crate::qp::{Qp, QpInner};
 use rverbs_proto::verbs::Access;
 
@@ -492,7 +492,7 @@ impl SendBatch {
         }
         crate::sanitizer::send_posting(q.qpn, q.cap.max_send_wr);
         let wrs: Vec<SendWr<'_>> = self.buf.wrs[..latched].iter().map(|p| wr_of(&self.buf, p)).collect();
-        let ticket = super::wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, &wrs);
+        let ticket = crate::rings::wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, &wrs);
         drop(wrs);
         let (qpn, result) = (q.qpn, self.post_plain(latched, error));
         if result.is_err() {

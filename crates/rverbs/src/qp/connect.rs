@@ -7,7 +7,7 @@
 use rverbs_proto::state::{transition, QpAttrMask, TransitionError};
 use rverbs_proto::verbs::{Access, Mtu, QpState};
 
-use super::attr::{AhAttr, GlobalRoute, QpAttr};
+use crate::rings::qp_attr::{AhAttr, GlobalRoute, QpAttr};
 use super::Qp;
 use crate::error::{Error, Result};
 use crate::gid::Gid;

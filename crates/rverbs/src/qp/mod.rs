@@ -13,7 +13,6 @@
 //! State: every change of a QP's state goes through `QpRecord::transition` (module
 //! `state`), which traces it; `modify` is validate → plan → apply there.
 
-pub mod attr;
 pub mod batch;
 pub mod connect;
 pub(crate) mod device;
@@ -21,10 +20,8 @@ mod local;
 pub(crate) mod send;
 pub(crate) mod state;
 pub(crate) mod transition;
-pub(crate) mod rq;
 pub(crate) mod sq;
 pub(crate) mod srq;
-pub mod wr;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,11 +41,11 @@ use crate::mr::domain::{PdCore, XrcdCore};
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST, QP_FLAG_PORT_DOWN};
 use self::srq::{Srq, SrqInner};
 use crate::wc::Cqe;
-use attr::{QpAttr, QpCap};
+use crate::rings::qp_attr::{QpAttr, QpCap};
 use device::QpDevice;
-use rq::RecvQueue;
+use crate::rings::recv_ring::{self, RecvQueue};
 use send::SendQueue;
-use wr::{PostError, RecvWr, SendWr};
+use crate::rings::wr::{self, PostError, RecvWr, SendWr};
 
 /// Parameters of [`crate::Pd::create_qp`] (`struct ibv_qp_init_attr`).
 #[derive(Clone, Copy, Debug)]
@@ -97,7 +94,7 @@ pub(crate) struct NetResponder {
     /// `rq_psn` as of the last move to RTR.
     pub(crate) rq_psn: u32,
     pub(crate) machine: Option<rverbs_proto::rc::Responder>,
-    pub(crate) held: Option<rq::RecvWqe>,
+    pub(crate) held: Option<recv_ring::RecvWqe>,
     /// Counted while the QP has a network peer (`progress::net_active`): set with the
     /// machine, or by a UD send to another host; dropped at RESET/RTR and destroy.
     pub(crate) live: Option<crate::progress::NetConnection>,
@@ -444,7 +441,7 @@ impl Qp {
         }
         let attrs = QpAttr { cap, ..QpAttr::default() };
         let rq = if cap.max_recv_wr > 0 {
-            match RecvQueue::new(&endpoint.dir.join(rq::qp_segment_name(qpn, 1)), cap.max_recv_wr, cap.max_recv_sge, endpoint) {
+            match RecvQueue::new(&endpoint.dir.join(recv_ring::qp_segment_name(qpn, 1)), cap.max_recv_wr, cap.max_recv_sge, endpoint) {
                 Ok(rq) => Some(rq),
                 Err(e) => {
                     init.send_cq.inner().detach();

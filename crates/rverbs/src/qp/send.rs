@@ -29,13 +29,13 @@ use rverbs_proto::wire::{self, FethRepr, Selectivity};
 
 use super::device::{Answers, PacketBytes, ResponseBytes, SendPath, Shape, Tx};
 use super::sq::{ReqView, Ring, SendWqe};
-use super::wr::{FlushPlacement, FlushSelectivity};
+use crate::rings::wr::{FlushPlacement, FlushSelectivity};
 use super::{transition, QpInner};
 use crate::gid::Gid;
 use crate::mr::{self, KeySpace, PinList, Sge};
 use crate::error::Result;
 use crate::mr::endpoint::Endpoint;
-use crate::qp::wr::SendWr;
+use crate::rings::wr::SendWr;
 use crate::wc::Cqe;
 
 /// A QP's send side, under its lock: the posted work requests, the requester's view of

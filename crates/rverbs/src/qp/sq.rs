@@ -19,8 +19,8 @@ use crate::rule::Rule;
 use crate::mr::endpoint::Endpoint;
 use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;
-use crate::qp::attr::AddressVector;
-use crate::qp::wr::{FlushWr, Payload, SendWr};
+use crate::rings::qp_attr::AddressVector;
+use crate::rings::wr::{FlushWr, Payload, SendWr};
 use crate::wc::Cqe;
 
 /// The requester's copy of the QP attributes it needs, updated by `modify_qp` under the

@@ -18,9 +18,9 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
-use crate::qp::rq::{srq_segment_name, RecvQueue, RecvWqe};
+use crate::rings::recv_ring::{srq_segment_name, RecvQueue, RecvWqe};
 use crate::shm::tables::SrqRecord;
-use crate::qp::wr::{PostError, RecvWr};
+use crate::rings::wr::{PostError, RecvWr};
 use crate::table::Table;
 
 /// Parameters of [`crate::Pd::create_srq`] (`struct ibv_srq_init_attr`).
@@ -315,7 +315,7 @@ impl Srq {
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let keys = keep.then_some(&self.inner.pd.endpoint().keys);
         // Tracked by the sanitizer when it is on, before the post (docs/sanitizer.md).
-        let ticket = if crate::sanitizer::on() { Some(crate::qp::wr::track_recvs(self.inner.pd.endpoint(), crate::sanitizer::Queue::SharedRecv, self.inner.srqn, wrs)) } else { None };
+        let ticket = if crate::sanitizer::on() { Some(crate::rings::wr::track_recvs(self.inner.pd.endpoint(), crate::sanitizer::Queue::SharedRecv, self.inner.srqn, wrs)) } else { None };
         let verb = rverbs_proto::verb_fault::Verb::PostSrqRecv;
         let r = match crate::fault_plan::fail_post(verb, None, wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.

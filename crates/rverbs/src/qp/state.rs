@@ -25,7 +25,7 @@ use std::sync::Arc;
 use rverbs_proto::state::{check_modify, QpAttrMask};
 use rverbs_proto::verbs::{Access, QpState, QpType};
 
-use super::attr::QpAttr;
+use crate::rings::qp_attr::QpAttr;
 use super::sq::ReqView;
 use super::transition::{accepts_requests, Cause, Expect};
 use super::QpInner;

@@ -9,7 +9,13 @@
 //! - [`cq_segment`]: a CQ's shared segment (its state, its gate, its ring) and the one
 //!   protocol by which every process publishes into it;
 //! - [`deferred_notify`]: the completion event a responder's CQ raises, held back until
-//!   the requester's own completion is published.
+//!   the requester's own completion is published;
+//! - [`recv_ring`]: a receive queue's ring (a QP's own, or an SRQ's) in its shared
+//!   segment (ibv_post_recv(3));
+//! - [`wr`]: work requests as the Rust API takes them (`struct ibv_send_wr`,
+//!   `struct ibv_recv_wr`);
+//! - [`qp_attr`]: QP attributes, capabilities and address vectors (`struct ibv_qp_attr`;
+//!   a UD work request carries an address vector).
 //!
 //! Nothing here imports the engine (`cq`, `qp`) or any layer above it
 //! (`crates/rverbs/tests/architecture.rs`).
@@ -18,3 +24,6 @@ pub(crate) mod completion_ring;
 pub(crate) mod cq_segment;
 pub(crate) mod deferred_notify;
 pub(crate) mod producer_gate;
+pub mod qp_attr;
+pub(crate) mod recv_ring;
+pub mod wr;

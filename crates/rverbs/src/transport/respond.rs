@@ -16,7 +16,7 @@ use super::target::Target;
 use crate::mem::AtomicOp;
 use crate::shm::cma::CmaError;
 use crate::mr::{self, copy_message, KeySpace, KeyUse, PinList, Pinned, Source, Via};
-use crate::qp::rq::RecvWqe;
+use crate::rings::recv_ring::RecvWqe;
 
 /// One request's conversation between the core's responder and the target QP.
 pub(crate) struct Responding<'t, T: Target> {

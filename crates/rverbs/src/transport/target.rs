@@ -22,7 +22,7 @@ use crate::mr::keyspace::SegCache;
 use crate::mr::endpoint::Endpoint;
 use crate::mr::KeySpace;
 use crate::shm::registry::bell;
-use crate::qp::rq::{qp_segment_name, srq_segment_name, RecvRing, RecvWqe};
+use crate::rings::recv_ring::{qp_segment_name, srq_segment_name, RecvRing, RecvWqe};
 use crate::qp::QpInner;
 use crate::shm::fifo::send_on;
 use crate::shm::registry::Peer;
@@ -191,7 +191,7 @@ impl PeerTarget {
 
 /// What taking from a peer's receive ring found.
 enum Take {
-    Got(crate::qp::rq::Taken),
+    Got(crate::rings::recv_ring::Taken),
     Empty,
     /// The ring was replaced (SRQ resize): look in the next generation.
     Moved,

@@ -125,9 +125,9 @@ use smallvec::SmallVec;
 use crate::cq::Cq;
 use crate::error::Result;
 use crate::pd::Pd;
-use crate::qp::attr::{QpAttr, QpCap};
+use crate::rings::qp_attr::{QpAttr, QpCap};
 use crate::qp::connect::RemotePath;
-use crate::qp::wr::{PostError, RecvWr, SendWr};
+use crate::rings::wr::{PostError, RecvWr, SendWr};
 use crate::qp::{Qp, QpInit};
 use rverbs_proto::state::QpAttrMask;
 

@@ -12,7 +12,7 @@ use rverbs_proto::verbs::{SendFlags, WrOpcode};
 
 use crate::error::{Error, Result};
 use crate::mr::{Mr, Sge};
-use crate::qp::wr::{Payload, SendWr, UdDest};
+use crate::rings::wr::{Payload, SendWr, UdDest};
 use crate::rule::Rule;
 
 use super::{Connected, Reliable, Transport, Ud, Xrc};

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 use crate::mr::endpoint::Endpoint;
 use crate::mr::{MrInner, Sge};
-use crate::qp::wr::{PostError, RecvWr};
+use crate::rings::wr::{PostError, RecvWr};
 use crate::shm::lock::ShmLock;
 use crate::shm::{Segment, ShmSafe};
 

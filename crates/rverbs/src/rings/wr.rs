@@ -7,7 +7,7 @@ use bitflags::bitflags;
 use crate::mr::endpoint::Endpoint;
 use crate::mr::Sge;
 use crate::mw::{Mw, MwBind};
-use crate::qp::attr::AddressVector;
+use crate::rings::qp_attr::AddressVector;
 
 /// Where a send work request's data comes from.
 #[derive(Clone, Copy, Debug)]
