@@ -43,7 +43,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::AsyncEvent;
 use crate::rule::Rule;
-use crate::wc::Wc;
+use crate::rings::wc::Wc;
 
 /// An object whose fd stays the same open descriptor for as long as the object lives, so
 /// that a reactor may watch it.

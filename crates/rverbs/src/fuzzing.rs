@@ -504,7 +504,7 @@ pub mod peer {
         /// `cq_segment::publish_in` by producer (`ep`, `pid`), waiting at most `resize_wait` for a
         /// resize (the device waits 2 s).
         pub fn publish(&self, ep: u32, pid: u32, wr_id: u64, solicited: bool, resize_wait: std::time::Duration) -> Published {
-            let cqe = crate::wc::Cqe { wr_id, solicited, ..Default::default() };
+            let cqe = crate::rings::wc::Cqe { wr_id, solicited, ..Default::default() };
             match cq_segment::publish_in(&self.sh, &self.gate, &self.ring, cqe, Producer { ep, pid }, resize_wait) {
                 Publish::Done { fire } => Published::Done { fire },
                 Publish::Overrun { first } => Published::Overrun { first },
@@ -515,7 +515,7 @@ pub mod peer {
         /// The next completion's `wr_id` (`None`: empty or corrupt).
         pub fn pop(&self) -> Option<u64> {
             match self.ring.pop() {
-                crate::rings::completion_ring::Pop::Entry(d, _) => Some(crate::wc::Cqe::decode(&d).wr_id),
+                crate::rings::completion_ring::Pop::Entry(d, _) => Some(crate::rings::wc::Cqe::decode(&d).wr_id),
                 _ => None,
             }
         }

@@ -97,7 +97,6 @@ mod sys;
 mod table;
 mod transport;
 pub mod typed;
-mod wc;
 mod xrcd;
 
 pub use ah::Ah;
@@ -129,7 +128,7 @@ pub use rverbs_proto::verbs::{
     Access, EventType, Mtu, QpState, QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 pub use qp::srq::{Srq, SrqAttr, SrqAttrMask, SrqInit};
-pub use wc::Wc;
+pub use rings::wc::Wc;
 pub use xrcd::Xrcd;
 
 pub mod sanitize {

@@ -23,7 +23,7 @@ use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 
 use crate::cq::{Cq, CqCreateFlags, CqInner, WcExFlags};
 use crate::error::{Error, Result};
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 
 /// One batch of extended polling as a guard, positioned on a completion
 /// ([`Cq::ex_poll`]); dropping it ends the batch ([`Cq::end_poll`]).
@@ -300,7 +300,7 @@ impl ExEntry {
 
     /// The current completion as a plain [`crate::Wc`] (every field, whatever the flags;
     /// what ibv_poll_cq on an extended CQ returns).
-    pub fn to_wc(&self) -> crate::wc::Wc {
+    pub fn to_wc(&self) -> crate::rings::wc::Wc {
         self.current.to_wc()
     }
 }

@@ -21,7 +21,7 @@ use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
-use crate::wc::{Cqe, Wc};
+use crate::rings::wc::{Cqe, Wc};
 use channel::{ChannelInner, CompChannel};
 use crate::rings::producer_gate::Producer;
 use crate::rings::completion_ring::Pop;
@@ -736,7 +736,7 @@ impl Cq {
             if marked {
                 self.inner.sanitize_poll_left();
             }
-            crate::wc::sanitize_polled(&wc[..i]);
+            crate::rings::wc::sanitize_polled(&wc[..i]);
         }
         if matches!(r, Ok(0)) && crate::progress::net_active() {
             // Empty: receive what the network holds for this process; what it completes

@@ -13,7 +13,7 @@ use rverbs_proto::verbs::WcStatus;
 use super::sq::SendWqe;
 use super::QpInner;
 use crate::mw::BindSpec;
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 
 /// BIND_MW: binds the window the work request names (ibv_post_send(3) `bind_mw`).
 pub(crate) fn bind_mw(qp: &QpInner, wqe: &SendWqe) -> Cqe {

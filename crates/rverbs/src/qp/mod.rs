@@ -40,7 +40,7 @@ use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST, QP_FLAG_PORT_DOWN};
 use self::srq::{Srq, SrqInner};
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 use crate::rings::qp_attr::{QpAttr, QpCap};
 use device::QpDevice;
 use crate::rings::recv_ring::{self, RecvQueue};

@@ -36,7 +36,7 @@ use crate::mr::{self, KeySpace, PinList, Sge};
 use crate::error::Result;
 use crate::mr::endpoint::Endpoint;
 use crate::rings::wr::SendWr;
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 
 /// A QP's send side, under its lock: the posted work requests, the requester's view of
 /// the QP attributes, the link the requests leave by, and the protocol core's requester

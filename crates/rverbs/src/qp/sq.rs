@@ -21,7 +21,7 @@ use crate::mr::{self, MrInner, Sge};
 use crate::mw::MwInner;
 use crate::rings::qp_attr::AddressVector;
 use crate::rings::wr::{FlushWr, Payload, SendWr};
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 
 /// The requester's copy of the QP attributes it needs, updated by `modify_qp` under the
 /// send-queue lock.

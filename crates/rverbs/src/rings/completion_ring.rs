@@ -32,7 +32,7 @@ use crossbeam_utils::CachePadded;
 
 /// Number of data words of a slot, after its sequence word: what a CQE encodes into
 /// (its format, in `wc`).
-pub(crate) const DATA_WORDS: usize = crate::wc::CQE_WORDS;
+pub(crate) const DATA_WORDS: usize = crate::rings::wc::CQE_WORDS;
 
 /// One CQE slot: 64 bytes, one cache line.
 #[repr(C, align(64))]

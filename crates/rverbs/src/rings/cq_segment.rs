@@ -22,7 +22,7 @@ use crate::rings::producer_gate::{Frozen, Gate, Producer, GATE_BYTES};
 use crate::rings::completion_ring::{PushError, Ring};
 use crate::error::Result;
 use crate::shm::{Segment, ShmSafe};
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 
 /// Where the [`Gate`] starts (after [`CqShm`]).
 const GATE_OFF: usize = 256;

@@ -2,6 +2,8 @@
 //! segments, and the data they carry, below the engine that runs them.
 //!
 //! One concept per file:
+//! - [`wc`]: work completions, the public `Wc` (`struct ibv_wc`) and the CQE a ring
+//!   carries;
 //! - [`completion_ring`]: a CQ's ring of CQEs, many producers and one consumer
 //!   (docs/completion-queues.md);
 //! - [`producer_gate`]: who is inside a CQ's publish, so that a dead producer is skipped
@@ -26,4 +28,5 @@ pub(crate) mod deferred_notify;
 pub(crate) mod producer_gate;
 pub mod qp_attr;
 pub(crate) mod recv_ring;
+pub(crate) mod wc;
 pub mod wr;

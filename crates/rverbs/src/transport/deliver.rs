@@ -20,7 +20,7 @@ use super::route::{endpoint_of, responder_config};
 use super::target::{LocalTarget, PeerTarget, Target};
 use crate::engine::Engine;
 use crate::mr::Source;
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 
 /// The receive completion the core decided, as the target's CQ entry.
 pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {

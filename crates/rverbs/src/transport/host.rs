@@ -37,7 +37,7 @@ use crate::qp::device::{Answers, PacketBytes, ResponseBytes, Tx};
 use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 use crate::transport::grh;
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 
 /// The data a request carries, gathered and checked on the requester side.
 enum Gathered<'g, 'a> {

@@ -62,7 +62,7 @@ use crate::mr::{self, KeySpace};
 use crate::qp::device::Tx;
 use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 
 /// The packets of one connection to another host: where they go, and the batch being
 /// built. Made at the connection's first request; dropped with the send queue's

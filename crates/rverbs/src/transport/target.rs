@@ -28,7 +28,7 @@ use crate::shm::fifo::send_on;
 use crate::shm::registry::Peer;
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
 use crate::qp::srq::SrqInner;
-use crate::wc::Cqe;
+use crate::rings::wc::Cqe;
 
 /// What the responder logic needs of the QP a request reached.
 pub(crate) trait Target {
