@@ -1,5 +1,5 @@
 //! `shm_segments`: the readers of bytes other processes of the user can write into the
-//! device's shared segments (crate `rverbs`, `shm/`, `cq/ring.rs`, `qp/rq.rs`,
+//! device's shared segments (crate `rverbs`, `shm/`, `rings/completion_ring.rs`, `rings/recv_ring.rs`,
 //! `mr/keyspace.rs`), over in-memory stand-ins for the segments: key records (seqlock
 //! read, then the access checks and where the access lands in the key's segment), QP
 //! records (what the responder path reads), completion rings (consumer and producers
@@ -7,7 +7,7 @@
 //! header, clamped head and count, slots with any `num_sge`), and endpoint headers
 //! (pid, canary, refusal of cross-memory attach, the table of relay ports); and what a
 //! process reads from a segment a peer writes besides those records (`mr/proxy.rs`,
-//! `cq/seg.rs`, `cq/gate.rs`, `shm/lock.rs`): proxy request headers, a CQ segment's header
+//! `rings/cq_segment.rs`, `rings/producer_gate.rs`, `shm/lock.rs`): proxy request headers, a CQ segment's header
 //! (capacity, error, arming, channel, flags, forwarding mark) and producers' gate with a
 //! completion ring behind them, and lock words.
 //!

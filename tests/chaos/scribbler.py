@@ -14,7 +14,7 @@ victim that hangs or crashes can be blamed on the attack that preceded it. The l
 line is "done <count per kind>".
 
 The layouts are those of crates/rverbs (docs/shared-state.md, docs/completion-queues.md):
-cq/seg.rs, cq/ring.rs, qp/rq.rs, shm/tables.rs, shm/registry.rs. Written from those files,
+rings/cq_segment.rs, rings/completion_ring.rs, rings/recv_ring.rs, shm/tables.rs, shm/registry.rs. Written from those files,
 for this harness.
 """
 import mmap
@@ -44,15 +44,15 @@ KEY_FIELDS = {
     "va": (48, 8), "loc": (56, 8), "seg_off": (64, 8), "busy_local": (128, 4),
     "busy_remote": (256, 4),
 }
-# cq/seg.rs: CqShm at 0, the producers' gate at 256 (cq/gate.rs: resize word, pad, one
-# word per endpoint: pid << 32 | threads inside), ring from 4096; cq/ring.rs: tail and
+# rings/cq_segment.rs: CqShm at 0, the producers' gate at 256 (rings/producer_gate.rs: resize word, pad, one
+# word per endpoint: pid << 32 | threads inside), ring from 4096; rings/completion_ring.rs: tail and
 # head each on a 128-byte line (crossbeam's CachePadded on x86-64), then 64-byte slots
 # (seq, 7 data words).
 CQ_SHM = {"errored": (0, 4), "notify": (4, 4), "channel": (8, 4), "flags": (12, 4),
           "ctx": (16, 4), "id": (20, 4), "moved": (24, 4), "cap": (32, 8),
           "resizing": (256, 4), "gate_ep0": (264, 8), "gate_ep1": (272, 8), "gate_ep2": (280, 8)}
 RING, TAIL, HEAD, SLOTS = 4096, 4096, 4096 + 128, 4096 + 256
-# qp/rq.rs: RqHdr (64 bytes): lock, cap, max_sge, limit, moved, pad, state (head<<32|count)
+# rings/recv_ring.rs: RqHdr (64 bytes): lock, cap, max_sge, limit, moved, pad, state (head<<32|count)
 RQ_HDR = {"lock": (0, 4), "cap": (4, 4), "max_sge": (8, 4), "limit": (12, 4), "moved": (16, 4),
           "state": (24, 8)}
 # shm/registry.rs: magic, pid, canary address, canary value, refuse-CMA flag, ports

@@ -1,6 +1,6 @@
 //! The order of completion notifications across the two sides of one request: the
 //! requester's send completion is written before the responder's completion channel
-//! fires (crates/rverbs/src/cq/defer.rs). On a NIC the requester completes (on the ACK)
+//! fires (crates/rverbs/src/rings/deferred_notify.rs). On a NIC the requester completes (on the ACK)
 //! long before the responder's application can react to its receive; applications such
 //! as librpma's shared-channel examples rely on it. The responder here is woken through
 //! its channel and checks that the requester's completion is already in the requester's

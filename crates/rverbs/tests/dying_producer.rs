@@ -6,9 +6,9 @@
 //!
 //! The dead producer is played by this test writing the CQ segment as that process left
 //! it: its gate word (its endpoint number, its pid, one thread inside) and one more
-//! reserved position in the ring's tail. Layout: `crates/rverbs/src/cq/seg.rs` and
-//! `cq/gate.rs` (gate at byte 256: a resize word, a pad word, then one word per
-//! endpoint), `cq/ring.rs` (the tail is the ring's first word, at byte 4096).
+//! reserved position in the ring's tail. Layout: `crates/rverbs/src/rings/cq_segment.rs` and
+//! `rings/producer_gate.rs` (gate at byte 256: a resize word, a pad word, then one word per
+//! endpoint), `rings/completion_ring.rs` (the tail is the ring's first word, at byte 4096).
 
 mod common;
 
