@@ -64,8 +64,8 @@ static void ud_send(struct side *s, struct ibv_ah *ah, uint32_t qpn, uint64_t wr
 static void bad_creation(struct ibv_context *ctx)
 {
 	struct ibv_cq_init_attr_ex attr = {.cqe = 8, .wc_flags = IBV_WC_STANDARD_FLAGS};
-	uint64_t refused[] = {IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG,
-			      IBV_WC_EX_WITH_TM_INFO, 1ull << 20};
+	uint64_t refused[] = {IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG, 1ull << 20};
+	struct ibv_cq_ex *tm;
 
 	for (unsigned i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
 		attr.wc_flags = IBV_WC_STANDARD_FLAGS | refused[i];
@@ -74,6 +74,10 @@ static void bad_creation(struct ibv_context *ctx)
 		      "wc_flags 0x%llx the device cannot fill: NULL/EOPNOTSUPP",
 		      (unsigned long long)refused[i]);
 	}
+	/* Tag-matching information is filled (tests/c/tag_matching.c reads it). */
+	attr.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_TM_INFO;
+	tm = ibv_create_cq_ex(ctx, &attr);
+	CHECK(tm && ibv_destroy_cq(ibv_cq_ex_to_cq(tm)) == 0, "wc_flags with IBV_WC_EX_WITH_TM_INFO: created");
 	attr.wc_flags = IBV_WC_STANDARD_FLAGS;
 	attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
 	attr.flags = 1u << 5;

@@ -107,6 +107,14 @@ pub fn device_attr_ex(a: &DeviceAttr) -> ibv_device_attr_ex {
     d.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
     d.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
     d.xrc_odp_caps = all;
+    // Tag matching on RC (docs/tag-matching.md): the limits of `rverbs::limits`.
+    d.tm_caps = ibv_tm_caps {
+        max_rndv_hdr_size: rverbs::limits::TM_MAX_RNDV_HDR,
+        max_num_tags: rverbs::limits::TM_MAX_TAGS,
+        flags: IBV_TM_CAP_RC,
+        max_ops: rverbs::limits::TM_MAX_OPS,
+        max_sge: rverbs::limits::TM_MAX_SGE,
+    };
     d
 }
 

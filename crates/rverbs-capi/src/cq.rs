@@ -286,16 +286,22 @@ read_fn!(
 read_fn!(rverbs_read_cvlan -> u16, needs CVLAN("ibv_wc_read_cvlan", "IBV_WC_EX_WITH_CVLAN"), |_c| 0);
 read_fn!(rverbs_read_flow_tag -> u32, needs FLOW_TAG("ibv_wc_read_flow_tag", "IBV_WC_EX_WITH_FLOW_TAG"), |_c| 0);
 
+/// `ibv_cq_ex.read_tm_info` (`ibv_wc_read_tm_info`, seed ibv_create_cq_ex.3): the tag and
+/// the TMH's application context of a tag-matched receive (IBV_WC_TM_MATCH); zeros for
+/// any other completion ([`rverbs::ExEntry::tm_info`]).
 unsafe extern "C" fn rverbs_read_tm_info(cq: *mut ibv_cq_ex, tm_info: *mut ibv_wc_tm_info) {
-    // No tag matching (the CQ refuses IBV_WC_EX_WITH_TM_INFO): report an empty tag.
     ffi_guard!(void, {
         // SAFETY: caller contract.
-        if let Some(obj) = unsafe { ex_obj(cq) } {
-            rverbs::capi_support::sanitizer_wc_read(&obj.core, WcExFlags::TM_INFO, "ibv_wc_read_tm_info", "IBV_WC_EX_WITH_TM_INFO");
-        }
+        let info = match unsafe { ex_obj(cq) } {
+            Some(obj) => {
+                rverbs::capi_support::sanitizer_wc_read(&obj.core, WcExFlags::TM_INFO, "ibv_wc_read_tm_info", "IBV_WC_EX_WITH_TM_INFO");
+                obj.core.polled().tm_info().unwrap_or((0, 0))
+            }
+            None => (0, 0),
+        };
         // SAFETY: tm_info is NULL or writable (caller contract).
         if let Some(t) = unsafe { tm_info.as_mut() } {
-            *t = ibv_wc_tm_info::default();
+            *t = ibv_wc_tm_info { tag: info.0, priv_: info.1 };
         }
     })
 }
@@ -461,8 +467,8 @@ export! {
 /// `verbs_context.create_cq_ex` (`ibv_create_cq_ex(3)`).
 ///
 /// Rule: verbs.c `__lib_ibv_create_cq_ex`: `wc_flags` beyond `IBV_CREATE_CQ_SUP_WC_FLAGS`
-/// are `EOPNOTSUPP`; the core also refuses the ones it cannot fill (CVLAN, FLOW_TAG,
-/// TM_INFO) with `EOPNOTSUPP`. `comp_mask` bits beyond FLAGS|PD are `EINVAL`; creation
+/// are `EOPNOTSUPP`; the core also refuses the ones it cannot fill (CVLAN, FLOW_TAG)
+/// with `EOPNOTSUPP`. `comp_mask` bits beyond FLAGS|PD are `EINVAL`; creation
 /// flags other than SINGLE_THREADED and IGNORE_OVERRUN are `EOPNOTSUPP`.
 /// Rule: ibv_create_cq_ex(3): with `IBV_CQ_INIT_ATTR_MASK_PD`, `parent_domain` must be a
 /// parent domain (ibv_alloc_parent_domain(3)) of this context, else `EINVAL`; the CQ

@@ -325,6 +325,7 @@ fn fill_verbs_context(v: &mut verbs_context) {
     v.create_qp_ex = Some(crate::qp::rverbs_create_qp_ex);
     v.get_srq_num = Some(crate::srq::rverbs_get_srq_num);
     v.create_srq_ex = Some(crate::srq::rverbs_create_srq_ex);
+    v.post_srq_ops = Some(crate::srq::rverbs_post_srq_ops);
     v.open_xrcd = Some(crate::xrcd::rverbs_open_xrcd);
     v.close_xrcd = Some(crate::xrcd::rverbs_close_xrcd);
     v.query_port = Some(rverbs_query_port);

@@ -57,6 +57,7 @@ fn create(
     srq_context: *mut core::ffi::c_void,
     attr: &mut ibv_srq_attr,
     xrc: Option<(&XrcdObj, &CqObj)>,
+    tm: Option<(rverbs::TmCap, &CqObj)>,
 ) -> *mut ibv_srq {
     let init = SrqInit {
         max_wr: attr.max_wr,
@@ -64,9 +65,10 @@ fn create(
         srq_limit: attr.srq_limit,
         srq_context: srq_context as usize,
     };
-    let made = match xrc {
-        Some((xrcd, cq)) => pd.core().create_srq_xrc(&init, xrcd.core(), cq.core()),
-        None => pd.core().create_srq(&init),
+    let made = match (xrc, tm) {
+        (Some((xrcd, cq)), _) => pd.core().create_srq_xrc(&init, xrcd.core(), cq.core()),
+        (None, Some((cap, cq))) => pd.core().create_srq_tm(&init, cap, cq.core()),
+        (None, None) => pd.core().create_srq(&init),
     };
     let core = match made {
         Ok(s) => s,
@@ -105,7 +107,7 @@ export! {
         let Some(a) = (unsafe { srq_init_attr.as_mut() }) else {
             return null_errno(libc::EINVAL);
         };
-        create(pd, a.srq_context, &mut a.attr, None)
+        create(pd, a.srq_context, &mut a.attr, None, None)
     }
 }
 
@@ -114,8 +116,10 @@ export! {
 /// Rule: rdma-core `ibv_cmd_create_srq_ex`: `comp_mask` bits at or above
 /// `IBV_SRQ_INIT_ATTR_RESERVED` and a missing `IBV_SRQ_INIT_ATTR_PD` are `EINVAL`; an
 /// XRC SRQ (`IBV_SRQT_XRC`) needs `IBV_SRQ_INIT_ATTR_XRCD` and `IBV_SRQ_INIT_ATTR_CQ`
-/// (`EINVAL`), and every receive of it completes on that CQ. Tag-matching SRQs are
-/// `EOPNOTSUPP`. For a basic SRQ `IBV_SRQ_INIT_ATTR_CQ` is accepted and unused.
+/// (`EINVAL`), and every receive of it completes on that CQ. A tag-matching SRQ
+/// (`IBV_SRQT_TM`) needs `IBV_SRQ_INIT_ATTR_TM` and `IBV_SRQ_INIT_ATTR_CQ` (`EINVAL`):
+/// its receives and list operations complete on that CQ, `tm_cap` within `tm_caps`
+/// (docs/tag-matching.md). For a basic SRQ `IBV_SRQ_INIT_ATTR_CQ` is accepted and unused.
 pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
     context: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
@@ -140,8 +144,16 @@ pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
         if pd.context_ptr() != ctx.as_ptr() {
             return null_errno(libc::EINVAL);
         }
+        if let Some((cap, cq)) = c.tm {
+            // SAFETY: caller contract: the CQ is a live object of ours (or refused unread).
+            let Some(cq) = (unsafe { CqObj::from_raw(cq) }) else {
+                return null_errno(libc::EINVAL);
+            };
+            let cap = rverbs::TmCap { max_num_tags: cap.max_num_tags, max_ops: cap.max_ops };
+            return create(pd, a.srq_context, &mut a.attr, None, Some((cap, cq)));
+        }
         let Some((xrcd, cq)) = c.xrc else {
-            return create(pd, a.srq_context, &mut a.attr, None);
+            return create(pd, a.srq_context, &mut a.attr, None, None);
         };
         // SAFETY: caller contract: the domain and the CQ are live objects of ours.
         let (Some(xrcd), Some(cq)) = (unsafe { XrcdObj::from_raw(xrcd) }, unsafe {
@@ -149,7 +161,7 @@ pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
         }) else {
             return null_errno(libc::EINVAL);
         };
-        create(pd, a.srq_context, &mut a.attr, Some((xrcd, cq)))
+        create(pd, a.srq_context, &mut a.attr, Some((xrcd, cq)), None)
     })
 }
 
@@ -159,21 +171,23 @@ pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
 pub(crate) struct SrqExAttr {
     pub(crate) pd: *mut ibv_pd,
     pub(crate) xrc: Option<(*mut ibv_xrcd, *mut ibv_cq)>,
+    /// A tag-matching SRQ: its `tm_cap` and CQ.
+    pub(crate) tm: Option<(ibv_tm_cap, *mut ibv_cq)>,
 }
 
 /// Reads and checks an `ibv_srq_init_attr_ex` (rules: [`rverbs_create_srq_ex`]):
 /// `comp_mask` bits at or above `IBV_SRQ_INIT_ATTR_RESERVED`, an unknown type, a basic
-/// SRQ with `IBV_SRQ_INIT_ATTR_TM`, a missing PD, an XRC SRQ without domain or CQ are
-/// `EINVAL`; a tag-matching SRQ is `EOPNOTSUPP`.
+/// SRQ with `IBV_SRQ_INIT_ATTR_TM`, a missing PD, an XRC SRQ without domain or CQ, a
+/// tag-matching SRQ without `tm_cap` or CQ are `EINVAL`.
 pub(crate) fn srq_init_attr_ex_from_c(a: &ibv_srq_init_attr_ex) -> Result<SrqExAttr, c_int> {
     if a.comp_mask & !(IBV_SRQ_INIT_ATTR_RESERVED - 1) != 0 {
         return Err(libc::EINVAL);
     }
     let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 { a.srq_type } else { IBV_SRQT_BASIC };
-    let xrc = match srq_type {
-        IBV_SRQT_BASIC if a.comp_mask & IBV_SRQ_INIT_ATTR_TM == 0 => false,
-        IBV_SRQT_XRC => true,
-        IBV_SRQT_TM => return Err(libc::EOPNOTSUPP),
+    let (xrc, tm) = match srq_type {
+        IBV_SRQT_BASIC if a.comp_mask & IBV_SRQ_INIT_ATTR_TM == 0 => (false, false),
+        IBV_SRQT_XRC => (true, false),
+        IBV_SRQT_TM => (false, true),
         _ => return Err(libc::EINVAL),
     };
     if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
@@ -183,7 +197,11 @@ pub(crate) fn srq_init_attr_ex_from_c(a: &ibv_srq_init_attr_ex) -> Result<SrqExA
     if xrc && a.comp_mask & need != need {
         return Err(libc::EINVAL);
     }
-    Ok(SrqExAttr { pd: a.pd, xrc: xrc.then_some((a.xrcd, a.cq)) })
+    let need = IBV_SRQ_INIT_ATTR_TM | IBV_SRQ_INIT_ATTR_CQ;
+    if tm && a.comp_mask & need != need {
+        return Err(libc::EINVAL);
+    }
+    Ok(SrqExAttr { pd: a.pd, xrc: xrc.then_some((a.xrcd, a.cq)), tm: tm.then_some((a.tm_cap, a.cq)) })
 }
 
 export! {
@@ -306,6 +324,66 @@ pub(crate) unsafe extern "C" fn rverbs_get_srq_num(srq: *mut ibv_srq, srq_num: *
         }
         // SAFETY: srq_num is writable (caller contract, checked non-NULL).
         unsafe { srq_num.write(obj.core().srq_num()) };
+        0
+    })
+}
+
+/// `verbs_context.post_srq_ops` (`ibv_post_srq_ops(3)`): the tag-list operations of a
+/// tag-matching SRQ, in list order ([`rverbs::Srq::post_tag_op`]); an ADD writes its
+/// handle into `tm.handle`. Returns 0 or an errno with `*bad_op` = the first refused
+/// operation (those before it are done): `EINVAL` for an SRQ that is not tag matching,
+/// an unknown opcode or flag, a bad scatter list; `ENOMEM` when the list is full.
+pub(crate) unsafe extern "C" fn rverbs_post_srq_ops(
+    srq: *mut ibv_srq,
+    op: *mut ibv_ops_wr,
+    bad_op: *mut *mut ibv_ops_wr,
+) -> c_int {
+    ffi_guard!(errno, {
+        if !bad_op.is_null() {
+            // SAFETY: caller contract: bad_op is writable.
+            unsafe { bad_op.write(core::ptr::null_mut()) };
+        }
+        // SAFETY: caller contract.
+        let Some(obj) = (unsafe { SrqObj::from_raw(srq) }) else {
+            // SAFETY: bad_op is NULL or writable.
+            return unsafe { crate::wrlist::refuse(bad_op, op, libc::EINVAL) };
+        };
+        let mut next = op;
+        while !next.is_null() {
+            // SAFETY: C contract: every operation of the list is valid during the call.
+            let c = unsafe { &mut *next };
+            let Some(flags) = rverbs::TagOpFlags::from_bits(c.flags as u32) else {
+                // SAFETY: bad_op is NULL or writable.
+                return unsafe { crate::wrlist::refuse(bad_op, next, libc::EINVAL) };
+            };
+            let kind = match c.opcode {
+                IBV_WR_TAG_ADD => {
+                    // SAFETY: C contract: sg_list holds num_sge entries.
+                    let sg_list = match unsafe { crate::wrlist::sge_slice(c.tm.add.sg_list, c.tm.add.num_sge) } {
+                        Ok(s) => s,
+                        // SAFETY: bad_op is NULL or writable.
+                        Err(e) => return unsafe { crate::wrlist::refuse(bad_op, next, e) },
+                    };
+                    let a = c.tm.add;
+                    rverbs::TagOpKind::Add { recv_wr_id: a.recv_wr_id, sg_list, tag: a.tag, mask: a.mask }
+                }
+                IBV_WR_TAG_DEL => rverbs::TagOpKind::Del { handle: c.tm.handle },
+                IBV_WR_TAG_SYNC => rverbs::TagOpKind::Sync,
+                // SAFETY: bad_op is NULL or writable.
+                _ => return unsafe { crate::wrlist::refuse(bad_op, next, libc::EINVAL) },
+            };
+            let wr = rverbs::TagOp { wr_id: c.wr_id, kind, flags, unexpected_cnt: c.tm.unexpected_cnt };
+            match obj.core.post_tag_op(&wr) {
+                Ok(handle) => {
+                    if let Some(h) = handle {
+                        c.tm.handle = h;
+                    }
+                }
+                // SAFETY: bad_op is NULL or writable.
+                Err(e) => return unsafe { crate::wrlist::refuse(bad_op, next, e.c_errno()) },
+            }
+            next = c.next;
+        }
         0
     })
 }

@@ -209,6 +209,16 @@ c_enum! {
         Recv = 128,
         /// Receive consumed by an RDMA WRITE with immediate.
         RecvRdmaWithImm = 129,
+        /// Tag-matching SRQ: a tag was added (ibv_post_srq_ops(3), IBV_WR_TAG_ADD).
+        TmAdd = 130,
+        /// Tag-matching SRQ: a tag was removed (IBV_WR_TAG_DEL).
+        TmDel = 131,
+        /// Tag-matching SRQ: the unexpected-message count was synchronised (IBV_WR_TAG_SYNC).
+        TmSync = 132,
+        /// Tag-matching SRQ: a tagged message arrived (matched, or unexpected).
+        TmRecv = 133,
+        /// Tag-matching SRQ: a message sent with the NO_TAG operation arrived.
+        TmNoTag = 134,
     }
 }
 

@@ -53,6 +53,14 @@ pub const MAX_SRQ: u32 = crate::table::MAX_LOCAL_QPS;
 pub const MAX_SRQ_WR: u32 = 32_768;
 /// Scatter/gather entries per SRQ work request.
 pub const MAX_SRQ_SGE: u32 = 32;
+/// Tagged buffers in a tag-matching SRQ's list (`tm_caps.max_num_tags`).
+pub const TM_MAX_TAGS: u32 = 256;
+/// Outstanding tag-list operations (`tm_caps.max_ops`; they complete at once here).
+pub const TM_MAX_OPS: u32 = 1024;
+/// Scatter/gather entries of a tagged buffer (`tm_caps.max_sge`).
+pub const TM_MAX_SGE: u32 = 4;
+/// Largest rendezvous request, TMH and RVH included (`tm_caps.max_rndv_hdr_size`).
+pub const TM_MAX_RNDV_HDR: u32 = 64;
 /// Address handles.
 pub const MAX_AH: u32 = 1 << 20;
 /// Memory windows (they share the key table with the regions).

@@ -206,7 +206,23 @@ impl Pd {
 
     /// Creates a shared receive queue (ibv_create_srq(3)).
     pub fn create_srq(&self, init: &SrqInit) -> Result<Srq> {
-        Srq::new_in(self.inner.clone(), &crate::device::of(&self.inner.ctx).srqs, init, None)
+        Srq::new_in(self.inner.clone(), &crate::device::of(&self.inner.ctx).srqs, init, None, None)
+    }
+
+    /// Creates a tag-matching SRQ (ibv_create_srq_ex(3) with `IBV_SRQT_TM`, `tm_cap`):
+    /// its receives and its list operations complete to `cq`; tagged buffers are managed
+    /// with [`Srq::post_tag_op`], plain receives (for unexpected messages) posted as on any
+    /// SRQ (docs/tag-matching.md).
+    ///
+    /// Errors: `EINVAL` for `max_num_tags` of 0 or above `tm_caps.max_num_tags`, `max_ops`
+    /// above `tm_caps.max_ops`, or a CQ of another context; otherwise as
+    /// [`Pd::create_srq`].
+    pub fn create_srq_tm(&self, init: &SrqInit, tm: crate::rings::tag_list::TmCap, cq: &crate::cq::Cq) -> Result<Srq> {
+        if !Arc::ptr_eq(&cq.inner().ctx, &self.inner.ctx) {
+            return Err(Error::invalid("create_srq_ex", crate::rule::Rule::ForeignContext { what: "CQ" }));
+        }
+        let srqs = &crate::device::of(&self.inner.ctx).srqs;
+        Srq::new_in(self.inner.clone(), srqs, init, None, Some((tm, cq.inner().clone())))
     }
 
     /// Deallocates the PD (ibv_dealloc_pd(3)).

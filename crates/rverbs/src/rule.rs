@@ -275,6 +275,9 @@ pub enum Rule {
         /// The lkey.
         lkey: u32,
     },
+    /// ibv_post_srq_ops(3) operates on tag-matching SRQs only (IBV_SRQT_TM).
+    #[error("the SRQ is not a tag-matching SRQ (IBV_SRQT_TM)")]
+    NotTagMatching,
     /// A memory region over device memory is zero-based (ibv_reg_dm_mr: `access` must
     /// include IBV_ACCESS_ZERO_BASED).
     #[error("a memory region over device memory needs IBV_ACCESS_ZERO_BASED")]

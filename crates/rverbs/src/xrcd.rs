@@ -139,7 +139,7 @@ impl Srq {
             return Err(Error::invalid("create_srq_ex", Rule::ForeignContext { what: "XRC domain or CQ" }));
         }
         let srqs = &pd.context().dev().srqs;
-        Srq::new_in(pd.inner().clone(), srqs, init, Some((xrcd.inner.core.clone(), cq.inner().clone())))
+        Srq::new_in(pd.inner().clone(), srqs, init, Some((xrcd.inner.core.clone(), cq.inner().clone())), None)
     }
 }
 

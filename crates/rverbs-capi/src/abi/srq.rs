@@ -37,7 +37,7 @@ pub struct ibv_srq_init_attr {
 
 /// `struct ibv_tm_cap`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ibv_tm_cap {
     pub max_num_tags: u32,
     pub max_ops: u32,

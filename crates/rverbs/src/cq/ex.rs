@@ -291,6 +291,18 @@ impl ExEntry {
         self.has(WcExFlags::COMPLETION_TIMESTAMP).then_some(self.current.timestamp)
     }
 
+    /// The tag and the TMH application context of a tag-matched receive
+    /// (ibv_wc_read_tm_info, `struct ibv_wc_tm_info`): requires `TM_INFO`. A completion
+    /// without IBV_WC_TM_MATCH (an unexpected message, a list operation, the data
+    /// completion of a rendezvous) reads as tag 0, context 0.
+    pub fn tm_info(&self) -> Option<(u64, u32)> {
+        if !self.has(WcExFlags::TM_INFO) {
+            return None;
+        }
+        let matched = WcFlags::from_bits_retain(u32::from(self.current.wc_flags)).contains(WcFlags::TM_MATCH);
+        Some(if matched { (self.current.tm_tag, self.current.imm) } else { (0, 0) })
+    }
+
     /// Completion time in wall-clock nanoseconds: requires
     /// `COMPLETION_TIMESTAMP_WALLCLOCK`.
     pub fn completion_wallclock_ns(&self) -> Option<u64> {

@@ -66,7 +66,7 @@ bitflags! {
         const CVLAN = 1 << 8;
         /// Flow tag (not supported).
         const FLOW_TAG = 1 << 9;
-        /// Tag matching info (not supported).
+        /// Tag-matching information (`ibv_wc_read_tm_info`).
         const TM_INFO = 1 << 10;
         /// Completion time in wall-clock nanoseconds.
         const COMPLETION_TIMESTAMP_WALLCLOCK = 1 << 11;
@@ -79,7 +79,8 @@ impl WcExFlags {
     /// The flags rverbs supports.
     pub const SUPPORTED: WcExFlags = WcExFlags::STANDARD
         .union(WcExFlags::COMPLETION_TIMESTAMP)
-        .union(WcExFlags::COMPLETION_TIMESTAMP_WALLCLOCK);
+        .union(WcExFlags::COMPLETION_TIMESTAMP_WALLCLOCK)
+        .union(WcExFlags::TM_INFO);
 }
 
 bitflags! {
@@ -597,7 +598,7 @@ impl Cq {
         }
         let unsupported = init.wc_flags.difference(WcExFlags::SUPPORTED);
         if !unsupported.is_empty() {
-            return Err(Error::unsupported("create_cq_ex", "wc_flags (cvlan, flow tag, TM info)"));
+            return Err(Error::unsupported("create_cq_ex", "wc_flags (cvlan, flow tag)"));
         }
         if let Some(ch) = init.channel {
             if !ch.inner().belongs_to(cqs, ctx.id) {

@@ -154,13 +154,24 @@ fn move_piece(dst: Place<'_>, src: Place<'_>, n: usize) -> Result<(), CmaError> 
 
 /// Copies `src` into the ranges of `dst`, starting `dst_offset` bytes into them, in
 /// message order; returns the bytes copied (limited by the room in `dst`).
+#[inline]
 pub(crate) fn copy_message(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>) -> Result<usize, CmaError> {
+    copy_message_from(dst, dst_offset, src, 0)
+}
+
+/// As [`copy_message`], leaving out the first `src_skip` bytes of `src` (a tag-matching
+/// header that is not delivered, `crate::rings::tag_list`).
+#[inline]
+pub(crate) fn copy_message_from(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>, src_skip: usize) -> Result<usize, CmaError> {
+    if src_skip > 0 {
+        return copy_pieces(dst, dst_offset, src, src_skip);
+    }
     // One range to one range, the common case: no piece list.
     if let ([d], 0) = (dst.as_slice(), dst_offset) {
         let (sp, sl) = match src {
             Source::Bytes(b) => (Place::Local(b.as_ptr() as usize), b.len()),
             Source::Pins(l) if l.as_slice().len() == 1 => (l.as_slice()[0].place, l.as_slice()[0].len),
-            Source::Pins(_) => return copy_pieces(dst, dst_offset, src),
+            Source::Pins(_) => return copy_pieces(dst, dst_offset, src, 0),
         };
         let n = d.len.min(sl);
         if n > 0 {
@@ -168,14 +179,25 @@ pub(crate) fn copy_message(dst: &PinList<'_>, dst_offset: usize, src: Source<'_,
         }
         return Ok(n);
     }
-    copy_pieces(dst, dst_offset, src)
+    copy_pieces(dst, dst_offset, src, 0)
 }
 
-fn copy_pieces(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>) -> Result<usize, CmaError> {
-    let src_pieces: smallvec::SmallVec<[(Place<'_>, usize); 2]> = match src {
+fn copy_pieces(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>, mut src_skip: usize) -> Result<usize, CmaError> {
+    let mut src_pieces: smallvec::SmallVec<[(Place<'_>, usize); 2]> = match src {
         Source::Bytes(b) => smallvec::smallvec![(Place::Local(b.as_ptr() as usize), b.len())],
         Source::Pins(l) => l.iter().map(|p| (p.place, p.len)).collect(),
     };
+    // The source's first `src_skip` bytes are left out.
+    src_pieces.retain(|(p, len)| {
+        if src_skip >= *len {
+            src_skip -= *len;
+            return false;
+        }
+        *p = advance(*p, src_skip);
+        *len -= src_skip;
+        src_skip = 0;
+        true
+    });
     let src_n = src_pieces.len();
     let mut copied = 0;
     let mut skip = dst_offset;

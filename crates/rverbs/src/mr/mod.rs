@@ -32,7 +32,7 @@ use crate::shm::tables::{KeyDesc, KeyRecord, KEY_KIND_MR, KEY_STATE_INVALID, KEY
 use crate::shm::Segment;
 use rverbs_proto::verbs::Access;
 use endpoint::Endpoint;
-pub(crate) use access::{atomic, copy_message, copy_out, flush_global, gather, gather_at, pin_sges, sink_ranges, watch_sges, check_mapped, pin_sges_into, Source};
+pub(crate) use access::{atomic, copy_message, copy_message_from, copy_out, flush_global, gather, gather_at, pin_sges, sink_ranges, watch_sges, check_mapped, pin_sges_into, Source};
 pub(crate) use keyspace::{key_record, Fault, KeySpace, KeyUse, PinList, Pinned, Via};
 pub(crate) use keys::{KeyTable, KeyTarget, Window};
 

@@ -19,6 +19,9 @@ use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
 use crate::rings::recv_ring::{srq_segment_name, RecvQueue, RecvWqe};
+use crate::rings::tag_list::{Header, TagList, TagOp, TagOpFlags, TagOpKind, TmCap};
+use crate::rings::wc::Cqe;
+use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 use crate::shm::tables::SrqRecord;
 use crate::rings::wr::{PostError, RecvWr};
 use crate::table::Table;
@@ -65,6 +68,9 @@ pub(crate) struct SrqInner {
     pub(crate) srqn: u32,
     /// XRC SRQs: the domain and the CQ every receive completes to.
     pub(crate) xrc: Option<(Arc<XrcdCore>, Arc<CqInner>)>,
+    /// Tag-matching SRQs: the matching list and the CQ every receive and list operation
+    /// completes to (ibv_create_srq_ex(3), `IBV_SRQT_TM`).
+    pub(crate) tm: Option<(TagList, Arc<CqInner>)>,
     /// The queue and its generation (a resize makes a new one).
     rq: Mutex<(Arc<RecvQueue>, u32)>,
     /// The SRQ's record in the endpoint's shared tables.
@@ -115,6 +121,15 @@ impl SrqInner {
         }
     }
 
+    /// Takes the receive a message whose first bytes are `head` (of `msg_len` in all)
+    /// goes to: on a tag-matching SRQ the list decides (`rings::tag_list`), otherwise the oldest.
+    pub(crate) fn take_for(self: &Arc<Self>, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
+        match &self.tm {
+            Some((list, _)) => list.deliver(Header::parse(head, msg_len), || self.take()),
+            None => self.take(),
+        }
+    }
+
     /// Takes the oldest receive and fires the limit event if armed and crossed.
     pub(crate) fn take(self: &Arc<Self>) -> Option<RecvWqe> {
         let t = self.queue().take()?;
@@ -146,6 +161,7 @@ impl Srq {
         srqs: &'static Table<SrqInner>,
         init: &SrqInit,
         xrc: Option<(Arc<XrcdCore>, Arc<CqInner>)>,
+        tm: Option<(TmCap, Arc<CqInner>)>,
     ) -> Result<Self> {
         if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::CreateSrq, None, None) {
             return Err(e);
@@ -170,6 +186,9 @@ impl Srq {
         if init.srq_limit > init.max_wr {
             return Err(Error::invalid(verb, Rule::SrqLimit { limit: init.srq_limit, max_wr: init.max_wr }));
         }
+        if let Some((cap, _)) = &tm {
+            crate::rings::tag_list::check_cap(cap)?;
+        }
         let endpoint = pd.endpoint();
         let srqn = srqs.reserve()?;
         if let Err(e) = endpoint.tables.reserve_srq(srqn) {
@@ -188,12 +207,35 @@ impl Srq {
             }
             x.hold();
         }
-        let queue = RecvQueue::new(&endpoint.dir.join(srq_segment_name(srqn, 1)), init.max_wr, init.max_sge.max(1), endpoint);
-        let queue = match queue {
+        let tm_cq = tm.as_ref().map(|(_, cq)| cq.clone());
+        if let Some(cq) = &tm_cq {
+            if let Err(e) = cq.attach() {
+                if let Some((x, cq)) = &xrc {
+                    x.release();
+                    cq.detach();
+                }
+                pd.release();
+                srqs.remove(srqn);
+                return Err(e);
+            }
+        }
+        let list = match &tm {
+            Some((cap, _)) => {
+                let path = endpoint.dir.join(crate::rings::tag_list::segment_name(srqn));
+                Some(TagList::create(&path, cap.max_num_tags, limits::TM_MAX_SGE, endpoint))
+            }
+            None => None,
+        };
+        let queue = RecvQueue::new(&endpoint.dir.join(srq_segment_name(srqn, 1)), init.max_wr, init.max_sge.max(1), endpoint)
+            .and_then(|q| list.transpose().map(|l| (q, l)));
+        let (queue, list) = match queue {
             Ok(q) => q,
             Err(e) => {
                 if let Some((x, cq)) = &xrc {
                     x.release();
+                    cq.detach();
+                }
+                if let Some(cq) = &tm_cq {
                     cq.detach();
                 }
                 pd.release();
@@ -207,6 +249,7 @@ impl Srq {
         rec.rq_gen.store(1, Ordering::Relaxed);
         rec.xrc_cq.store(xrc.as_ref().map_or(0, |(_, cq)| cq.id + 1), Ordering::Relaxed);
         rec.xrcd.store(xrc.as_ref().map_or(0, |(x, _)| x.key), Ordering::Relaxed);
+        rec.tm_cq.store(tm_cq.as_ref().map_or(0, |cq| cq.id + 1), Ordering::Relaxed);
         rec.ctx.store(pd.ctx.id, Ordering::Relaxed);
         rec.srqn.store(srqn, Ordering::Release);
         let srq = Srq {
@@ -215,6 +258,7 @@ impl Srq {
                 srqs,
                 srqn,
                 xrc,
+                tm: list.zip(tm_cq),
                 rq: Mutex::new((Arc::new(queue), 1)),
                 rec,
                 qps: AtomicU32::new(0),
@@ -238,6 +282,45 @@ impl Srq {
     /// The SRQ number (ibv_get_srq_num(3)): what XRC initiators name as `remote_srqn`.
     pub fn srq_num(&self) -> u32 {
         self.inner.srqn
+    }
+
+    /// Whether this is a tag-matching SRQ.
+    pub fn is_tag_matching(&self) -> bool {
+        self.inner.tm.is_some()
+    }
+
+    /// Carries out one operation on a tag-matching SRQ's list (ibv_post_srq_ops(3)) and
+    /// returns the handle of an ADD. A signaled operation completes to the SRQ's CQ with
+    /// IBV_WC_TM_ADD / TM_DEL / TM_SYNC, carrying IBV_WC_TM_SYNC_REQ while software has
+    /// not reported every unexpected message; a DEL whose entry a message consumed
+    /// meanwhile completes with IBV_WC_TM_ERR, signaled or not.
+    ///
+    /// Rule: a tagged buffer is checked when a message lands in it, as a receive posted
+    /// with [`Srq::post_recv_unpinned`] is: a region gone by then completes it in error.
+    ///
+    /// Errors: `EINVAL` on an SRQ that is not tag matching or an ADD with more SGEs than
+    /// `tm_caps.max_sge`; `ENOMEM` when the list is full.
+    pub fn post_tag_op(&self, op: &TagOp<'_>) -> Result<Option<u32>> {
+        let Some((list, cq)) = &self.inner.tm else {
+            return Err(Error::invalid("post_srq_ops", Rule::NotTagMatching));
+        };
+        let done = list.apply(op)?;
+        if op.flags.contains(TagOpFlags::SIGNALED) || done.failed {
+            let opcode = match op.kind {
+                TagOpKind::Add { .. } => WcOpcode::TmAdd,
+                TagOpKind::Del { .. } => WcOpcode::TmDel,
+                TagOpKind::Sync => WcOpcode::TmSync,
+            };
+            let mut cqe = Cqe::success(op.wr_id, 0, opcode, 0);
+            if done.failed {
+                cqe = Cqe::error(op.wr_id, 0, WcStatus::TmErr, 0);
+            } else if done.sync_req {
+                cqe.wc_flags |= WcFlags::TM_SYNC_REQ.bits() as u8;
+            }
+            // An overrun is the CQ's to report (CQ_ERR); the operation itself is done.
+            let _ = cq.push(cqe);
+        }
+        Ok(done.handle)
     }
 
     /// Whether this is an XRC SRQ.
@@ -400,6 +483,9 @@ impl SrqInner {
         self.pd.release();
         if let Some((x, cq)) = &self.xrc {
             x.release();
+            cq.detach();
+        }
+        if let Some((_, cq)) = &self.tm {
             cq.detach();
         }
     }

@@ -14,6 +14,8 @@
 //!   the requester's own completion is published;
 //! - [`recv_ring`]: a receive queue's ring (a QP's own, or an SRQ's) in its shared
 //!   segment (ibv_post_recv(3));
+//! - [`tag_list`]: a tag-matching SRQ's list of tagged buffers in its shared segment,
+//!   and the rule that matches a message to one (docs/tag-matching.md);
 //! - [`wr`]: work requests as the Rust API takes them (`struct ibv_send_wr`,
 //!   `struct ibv_recv_wr`);
 //! - [`qp_attr`]: QP attributes, capabilities and address vectors (`struct ibv_qp_attr`;
@@ -28,5 +30,6 @@ pub(crate) mod deferred_notify;
 pub(crate) mod producer_gate;
 pub mod qp_attr;
 pub(crate) mod recv_ring;
+pub(crate) mod tag_list;
 pub(crate) mod wc;
 pub mod wr;

@@ -29,9 +29,15 @@ pub(crate) const MAX_SGE: usize = crate::limits::MAX_SGE as usize;
 pub(crate) struct RecvWqe {
     pub(crate) wr_id: u64,
     sges: smallvec::SmallVec<[Sge; 4]>,
+    /// Taken by a tag-matching SRQ: how the message is delivered (`rings::tag_list`).
+    pub(crate) tm: Option<crate::rings::tag_list::TmRecv>,
 }
 
 impl RecvWqe {
+    pub(crate) fn new(wr_id: u64, sges: smallvec::SmallVec<[Sge; 4]>) -> Self {
+        RecvWqe { wr_id, sges, tm: None }
+    }
+
     pub(crate) fn sges(&self) -> &[Sge] {
         &self.sges
     }
@@ -112,7 +118,7 @@ pub(crate) fn read_slot(s: &[AtomicU64], max_sge: usize) -> RecvWqe {
             Sge { addr: s[2 + 2 * k].load(Ordering::Relaxed), length: lk as u32, lkey: (lk >> 32) as u32 }
         })
         .collect();
-    RecvWqe { wr_id: s[0].load(Ordering::Relaxed), sges }
+    RecvWqe::new(s[0].load(Ordering::Relaxed), sges)
 }
 
 /// The name of a QP's receive queue segment.

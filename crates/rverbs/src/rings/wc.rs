@@ -152,6 +152,9 @@ pub(crate) struct Cqe {
     pub(crate) timestamp: u64,
     /// Whether the completion may fire a solicited-only notification.
     pub(crate) solicited: bool,
+    /// A tag-matched receive (IBV_WC_TM_MATCH): the message's tag; its TMH application
+    /// context travels in `imm` (such a completion has no immediate data).
+    pub(crate) tm_tag: u64,
 }
 
 impl Cqe {
@@ -191,7 +194,7 @@ impl Cqe {
                 | u64::from(self.dlid_path_bits) << 32
                 | u64::from(self.solicited) << 40,
             self.timestamp,
-            0,
+            self.tm_tag,
         ]
     }
 
@@ -224,6 +227,7 @@ impl Cqe {
             dlid_path_bits: (w[4] >> 32) as u8,
             solicited: (w[4] >> 40) & 1 == 1,
             timestamp: w[5],
+            tm_tag: w[6],
         }
     }
 
@@ -282,6 +286,7 @@ mod tests {
             dlid_path_bits: 1,
             timestamp: u64::MAX - 5,
             solicited: true,
+            tm_tag: 0x0123_4567_89ab_cdef,
         };
         assert_eq!(Cqe::decode(&c.encode()), c);
     }

@@ -145,7 +145,8 @@ pub(crate) struct SrqRecord {
     pub(crate) xrc_cq: AtomicU32,
     /// The context whose async FIFO gets SRQ_LIMIT_REACHED.
     pub(crate) ctx: AtomicU32,
-    _pad: AtomicU32,
+    /// Tag-matching SRQs: the CQ their receives complete to, plus one (0: not TM).
+    pub(crate) tm_cq: AtomicU32,
     /// XRC SRQs: the host-wide key of their domain (0: not XRC; `mr::domain::XrcdCore::key`).
     pub(crate) xrcd: AtomicU64,
 }

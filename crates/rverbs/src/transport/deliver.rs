@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use rverbs_proto::rc::{Mode, RecvCompletion, Request, Responder, ResponderState};
 use rverbs_proto::vendor_err;
-use rverbs_proto::verbs::{EventType, QpType, WcOpcode, WcStatus};
+use rverbs_proto::verbs::{EventType, QpType, WcFlags, WcOpcode, WcStatus};
 use rverbs_proto::violation::Violation;
 
 use super::respond::Responding;
@@ -20,6 +20,7 @@ use super::route::{endpoint_of, responder_config};
 use super::target::{LocalTarget, PeerTarget, Target};
 use crate::engine::Engine;
 use crate::mr::Source;
+use crate::rings::tag_list::{TmRecv, TMH_LEN};
 use crate::rings::wc::Cqe;
 
 /// The receive completion the core decided, as the target's CQ entry.
@@ -33,6 +34,40 @@ pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {
     cqe.solicited = c.solicited;
     cqe.src_qp = c.src_qp;
     cqe
+}
+
+/// A receive completion of a tag-matching SRQ as `tm` decided it (docs/tag-matching.md):
+/// the opcode (TM_NO_TAG, TM_RECV), the match flags, the tag and application context of a
+/// match, and the length of an EAGER payload without its TMH.
+pub(crate) fn tm_completion(cqe: &mut Cqe, tm: TmRecv) {
+    let matched = |cqe: &mut Cqe, tag: u64, app_ctx: u32| {
+        cqe.opcode = WcOpcode::TmRecv as u32 as u8;
+        cqe.wc_flags |= WcFlags::TM_MATCH.bits() as u8;
+        cqe.tm_tag = tag;
+        // The context shares the immediate's word; a SEND with immediate keeps its own.
+        if u32::from(cqe.wc_flags) & WcFlags::WITH_IMM.bits() == 0 {
+            cqe.imm = app_ctx;
+        }
+    };
+    match tm {
+        TmRecv::Plain => {}
+        TmRecv::NoTag => cqe.opcode = WcOpcode::TmNoTag as u32 as u8,
+        TmRecv::Unexpected => cqe.opcode = WcOpcode::TmRecv as u32 as u8,
+        TmRecv::Eager { tag, app_ctx } => {
+            matched(cqe, tag, app_ctx);
+            cqe.wc_flags |= WcFlags::TM_DATA_VALID.bits() as u8;
+            cqe.byte_len = cqe.byte_len.saturating_sub(TMH_LEN as u32);
+        }
+        TmRecv::Rndv { tag, app_ctx, offload, .. } => {
+            matched(cqe, tag, app_ctx);
+            if offload {
+                // The match alone: the data completion follows once the read is done.
+                cqe.byte_len = 0;
+            } else if cqe.status == WcStatus::Success as u32 as u8 {
+                cqe.status = WcStatus::TmRndvIncomplete as u32 as u8;
+            }
+        }
+    }
 }
 
 /// The completion's `imm_data` as C reads it: the bytes of the ImmDt the core holds as a

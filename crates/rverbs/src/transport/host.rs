@@ -25,7 +25,10 @@ use rverbs_proto::wire;
 use rverbs_proto::wire::roce::Packet as RocePacket;
 
 use super::respond::Responding;
-use super::deliver::{deliver_recv, deliver_ud, recv_cqe, responder_event, ud_accepts, ud_target, UdMessage, UdTarget};
+use super::deliver::{deliver_recv, deliver_ud, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
+use super::rendezvous::Rendezvous;
+use super::respond::Head;
+use crate::rings::tag_list::TmRecv;
 use super::route::{connected_mode, responder_config, Route, Routed};
 use super::udp::Net;
 use super::target::{LocalTarget, PeerTarget, Target};
@@ -202,7 +205,7 @@ fn nak_for(psn: Psn, v: Violation, msn: u32) -> rc::Response {
 /// machine's responses to the requester (§3.4, §4) — a READ's bytes straight from the
 /// memory the responder checked.
 fn connected<T: Target>(
-    qp: &QpInner,
+    qp: &Arc<QpInner>,
     tx: &Tx<'_>,
     gathered: &Gathered<'_, '_>,
     t: &T,
@@ -224,6 +227,13 @@ fn connected<T: Target>(
     }
     let request = tx.request;
     let mut at = Responding::new(t);
+    if t.tag_matching() && super::respond::starts_send(request.opcode) {
+        let len = u64::from(request.payload_len);
+        at.head = Some(match gathered {
+            Gathered::Inline(b) => Head::of(b, len, true),
+            Gathered::Pins(p) => Head::gathered(p, len),
+        });
+    }
     let delivery = responder.handle_request(now, request, &mut at);
     // Whether the machine's responses reach the requester: not when nobody answers.
     let mut answered = true;
@@ -258,13 +268,20 @@ fn connected<T: Target>(
             }
         }
         if let Some(c) = delivery.recv.filter(|_| failed.is_none() && answered) {
+            let mut cqe = recv_cqe(t, &c);
+            let tm = at.recv.as_ref().and_then(|r| r.tm);
+            if let Some(tm) = tm {
+                tm_completion(&mut cqe, tm);
+            }
             if c.status != WcStatus::Success {
                 // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
                 // completes in error and the responder enters ERR, but no NAK is sent.
-                let _ = t.complete(recv_cqe(t, &c));
-            } else if deliver_recv(t, recv_cqe(t, &c)).is_err() {
+                let _ = t.complete(cqe);
+            } else if deliver_recv(t, cqe).is_err() {
                 responder.enter_error();
                 answered = false;
+            } else if let (Some(TmRecv::Rndv { offload: true, va, rkey, len, .. }), Some(r)) = (tm, at.recv.as_ref()) {
+                super::rendezvous::run(qp, t, r, Rendezvous { va, rkey, len }, at.head.as_ref());
             }
         }
         if failed.is_none() && answered && responder.state() == ResponderState::Error {

@@ -22,6 +22,7 @@ pub(crate) mod host;
 pub(crate) mod link;
 pub(crate) mod mcast_net;
 pub(crate) mod net;
+pub(crate) mod rendezvous;
 pub(crate) mod respond;
 pub(crate) mod route;
 pub(crate) mod target;

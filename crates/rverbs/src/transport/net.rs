@@ -48,10 +48,10 @@ use rverbs_proto::rc::{self, Mode, Request, Responder, Response};
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpType, WcStatus};
 use rverbs_proto::wire::roce::{Packet, Repr};
-use rverbs_proto::wire::Transport;
+use rverbs_proto::wire::{Position, Transport};
 
-use super::deliver::{recv_cqe, responder_event};
-use super::respond::Responding;
+use super::deliver::{recv_cqe, responder_event, tm_completion};
+use super::respond::{starts_send, Head, Responding};
 use super::route::{accepts_requests, connected_mode, responder_config};
 use super::route::xrc_target;
 use super::target::{LocalTarget, Serving, SplitTarget, Target};
@@ -247,6 +247,12 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
             let mut at = Responding::new(&served);
             at.xrc_srq = split.and(request.xrc_srq);
             at.recv = nr.held.take();
+            if served.tag_matching() && starts_send(request.opcode) {
+                // The first packet's bytes choose the receive (a rendezvous read over the
+                // network is left to software, docs/tag-matching.md).
+                let len = if request.opcode.position() == Some(Position::Only) { payload.len() as u64 } else { u64::MAX };
+                at.head = Some(Head::of(payload, len, false));
+            }
             let d = machine.handle_request(now, &request, &mut at);
             let mut completed = None;
             if d.violation.is_some() || !d.executed {
@@ -288,7 +294,13 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
                         let _ = served.complete(recv_cqe(&served, &c));
                     }
                     // Published once the ACK is out (below).
-                    (Ok(()), Some(c)) => completed = Some(c),
+                    (Ok(()), Some(c)) => {
+                        let mut cqe = recv_cqe(&served, &c);
+                        if let Some(tm) = at.recv.as_ref().and_then(|r| r.tm) {
+                            tm_completion(&mut cqe, tm);
+                        }
+                        completed = Some(cqe);
+                    }
                     (Ok(()), None) => {}
                 }
             }
@@ -328,8 +340,8 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
             // application may exit the instant it sees the completion, and a message it saw
             // must not be left unacknowledged. A receive CQ that overruns still ends the QP
             // (QP_FATAL), though its message was ACKed.
-            if let Some(c) = completed {
-                if served.complete(recv_cqe(&served, &c)).is_err() {
+            if let Some(cqe) = completed {
+                if served.complete(cqe).is_err() {
                     machine.enter_error();
                     fail = Some(Some(EventType::QpFatal));
                 }

@@ -17,6 +17,7 @@ use crate::mem::AtomicOp;
 use crate::shm::cma::CmaError;
 use crate::mr::{self, copy_message, KeySpace, KeyUse, PinList, Pinned, Source, Via};
 use crate::rings::recv_ring::RecvWqe;
+use crate::rings::tag_list::{TmRecv, RVH_LEN, TMH_LEN};
 
 /// One request's conversation between the core's responder and the target QP.
 pub(crate) struct Responding<'t, T: Target> {
@@ -35,11 +36,58 @@ pub(crate) struct Responding<'t, T: Target> {
     /// XRC: the SRQ the target serves the request from (the driver found it from the
     /// XRCETH); the core's [`rc::Target::select_xrc_srq`] must name it.
     pub(crate) xrc_srq: Option<u32>,
+    /// A tag-matching target: the message's first bytes (TMH and RVH) and its length,
+    /// which choose its receive (`crate::rings::tag_list`); set by the link before the request.
+    pub(crate) head: Option<Head>,
+}
+
+/// Whether `op` starts a SEND message (the packet a receive is taken for).
+pub(crate) fn starts_send(op: rverbs_proto::wire::OpCode) -> bool {
+    use rverbs_proto::wire::Operation as O;
+    matches!(op.operation(), Some(O::SendFirst | O::SendOnly | O::SendOnlyWithImmediate | O::SendOnlyWithInvalidate))
+}
+
+/// The first bytes of a message, for a tag-matching SRQ to match.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Head {
+    bytes: [u8; TMH_LEN + RVH_LEN],
+    n: usize,
+    msg_len: u64,
+    /// Whether the link can carry out a rendezvous read (the same host): otherwise a
+    /// matched RNDV request is handed to software (IBV_WC_TM_RNDV_INCOMPLETE).
+    rndv: bool,
+}
+
+impl Head {
+    /// The first bytes of `first` (a message of `msg_len` bytes, or its first packet);
+    /// `rndv`: whether the link reads a matched rendezvous request's data itself.
+    pub(crate) fn of(first: &[u8], msg_len: u64, rndv: bool) -> Head {
+        let mut bytes = [0; TMH_LEN + RVH_LEN];
+        let n = first.len().min(bytes.len());
+        bytes[..n].copy_from_slice(&first[..n]);
+        Head { bytes, n, msg_len, rndv }
+    }
+
+    /// The first bytes of a message gathered from pinned memory.
+    pub(crate) fn gathered(src: &PinList<'_>, msg_len: u64) -> Head {
+        let mut bytes = [0; TMH_LEN + RVH_LEN];
+        let n = (msg_len.min(bytes.len() as u64)) as usize;
+        if mr::gather_at(src, 0, &mut bytes[..n]).is_err() {
+            // Unreadable: the message fails when its bytes are moved; no header here.
+            return Head { bytes, n: 0, msg_len, rndv: true };
+        }
+        Head { bytes, n, msg_len, rndv: true }
+    }
+
+    /// The bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.n]
+    }
 }
 
 impl<'t, T: Target> Responding<'t, T> {
     pub(crate) fn new(t: &'t T) -> Self {
-        Responding { t, keys: t.keys(), recv: None, recv_pins: PinList::new(), mem: PinList::new(), moved: None, xrc_srq: None }
+        Responding { t, keys: t.keys(), recv: None, recv_pins: PinList::new(), mem: PinList::new(), moved: None, xrc_srq: None, head: None }
     }
 
     fn used(&self) -> KeyUse {
@@ -63,7 +111,10 @@ impl<'t, T: Target> Responding<'t, T> {
                 if let Some(h) = header {
                     copy_message(&self.recv_pins, 0, Source::Bytes(h))?;
                 }
-                copy_message(&self.recv_pins, offset as usize, data).map(drop)
+                // A tag-matched EAGER message goes in without its TMH.
+                let skip = self.tm_skip();
+                let (at, from) = (offset.saturating_sub(skip), skip.saturating_sub(offset));
+                mr::copy_message_from(&self.recv_pins, at as usize, data, from as usize).map(drop)
             }
         }
     }
@@ -89,6 +140,12 @@ impl<'t, T: Target> Responding<'t, T> {
             rc::Placement::Memory { .. } => self.place(place, None, Source::Bytes(data)).map_err(|_| Violation::RkeyBounds),
             rc::Placement::Recv { .. } => self.place(place, None, Source::Bytes(data)).map_err(|_| Violation::RecvWqeMalformed),
         }
+    }
+
+    /// The bytes at the start of the message the receive does not take (a tag-matched
+    /// EAGER message's TMH).
+    fn tm_skip(&self) -> u64 {
+        self.recv.as_ref().and_then(|r| r.tm).map_or(0, |t| t.skip())
     }
 
     /// Copies the bytes a READ response packet carries (`src`: the READ's R_Key and the
@@ -132,15 +189,32 @@ impl<T: Target> rc::Target for Responding<'_, T> {
     }
 
     fn take_recv(&mut self) -> Option<RecvSlot> {
-        let r = self.t.take_recv()?;
-        let slot = RecvSlot { wr_id: r.wr_id, capacity: r.capacity() };
+        let mut r = match &self.head {
+            Some(h) => self.t.take_for(h.bytes(), h.msg_len)?,
+            None => self.t.take_recv()?,
+        };
+        if let (Some(TmRecv::Rndv { offload, .. }), Some(h)) = (&mut r.tm, &self.head) {
+            *offload &= h.rndv;
+        }
+        // A tag-matched message: its TMH is not placed (EAGER), or nothing is (a
+        // rendezvous request, whose data the device reads).
+        let capacity = match r.tm {
+            Some(t) if !t.places() => u64::from(u32::MAX),
+            Some(t) => r.capacity() + t.skip(),
+            None => r.capacity(),
+        };
+        let slot = RecvSlot { wr_id: r.wr_id, capacity };
         self.recv = Some(r);
         Some(slot)
     }
 
     fn check_recv(&mut self, _slot: &RecvSlot, offset: u64, len: u64) -> Result<(), Violation> {
         let Some(r) = &self.recv else { return Err(Violation::RecvWqeMalformed) };
-        mr::pin_sges_into(&self.keys, self.t.pd(), r.sges(), Access::LOCAL_WRITE, offset + len, &mut self.recv_pins)
+        if r.tm.is_some_and(|t| !t.places()) {
+            return Ok(());
+        }
+        let need = (offset + len).saturating_sub(self.tm_skip());
+        mr::pin_sges_into(&self.keys, self.t.pd(), r.sges(), Access::LOCAL_WRITE, need, &mut self.recv_pins)
             .map_err(|_| Violation::RecvWqeMalformed)
     }
 

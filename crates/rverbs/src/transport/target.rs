@@ -28,6 +28,7 @@ use crate::shm::fifo::send_on;
 use crate::shm::registry::Peer;
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
 use crate::qp::srq::SrqInner;
+use crate::rings::tag_list::{Header, TagList};
 use crate::rings::wc::Cqe;
 
 /// What the responder logic needs of the QP a request reached.
@@ -42,6 +43,17 @@ pub(crate) trait Target {
     fn keys(&self) -> KeySpace<'_>;
     /// Takes a receive, from its SRQ or its own receive queue.
     fn take_recv(&self) -> Option<RecvWqe>;
+    /// Whether its receives come from a tag-matching SRQ, where a message's first bytes
+    /// decide which receive it takes (`crate::rings::tag_list`).
+    fn tag_matching(&self) -> bool {
+        false
+    }
+    /// Takes the receive for a message of `msg_len` bytes whose first bytes are `head`
+    /// (a tag-matching SRQ matches its header; anything else takes the next receive).
+    fn take_for(&self, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
+        let _ = (head, msg_len);
+        self.take_recv()
+    }
     /// Writes a receive completion to its CQ.
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun>;
     /// Moves it to ERR because of a responder-side fault, raising `event` if given.
@@ -66,7 +78,12 @@ pub(crate) struct LocalTarget {
 
 impl LocalTarget {
     pub(crate) fn of(qp: Arc<QpInner>) -> LocalTarget {
-        LocalTarget { pd: qp.pd.id, endpoint: qp.pd.endpoint(), srq: qp.srq.clone(), cq: qp.recv_cq.clone(), qp }
+        // A tag-matching SRQ's receives complete to the SRQ's CQ.
+        let cq = match qp.srq.as_ref().and_then(|s| s.tm.as_ref()) {
+            Some((_, cq)) => cq.clone(),
+            None => qp.recv_cq.clone(),
+        };
+        LocalTarget { pd: qp.pd.id, endpoint: qp.pd.endpoint(), srq: qp.srq.clone(), cq, qp }
     }
 }
 
@@ -91,6 +108,17 @@ impl Target for LocalTarget {
         match &self.srq {
             Some(srq) => srq.take(),
             None => self.qp.rq.as_ref()?.take().map(|t| t.wqe),
+        }
+    }
+
+    fn tag_matching(&self) -> bool {
+        self.srq.as_ref().is_some_and(|s| s.tm.is_some())
+    }
+
+    fn take_for(&self, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
+        match &self.srq {
+            Some(srq) => srq.take_for(head, msg_len),
+            None => self.take_recv(),
         }
     }
 
@@ -136,11 +164,24 @@ pub(crate) struct PeerTarget {
     ring: RefCell<Option<(u32, RecvRing)>>,
     /// The CQ segment in use.
     cq_seg: RefCell<Option<CqSeg>>,
+    /// A tag-matching SRQ's list, once mapped.
+    tags: RefCell<Option<TagList>>,
 }
 
 impl PeerTarget {
     pub(crate) fn new(me: &'static Endpoint, peer: Arc<Peer>, qpn: u32, pd: u32, recv: PeerRecv, cq: u32) -> PeerTarget {
-        PeerTarget { me, peer, qpn, pd, recv, cq, segs: SegCache::default(), ring: RefCell::new(None), cq_seg: RefCell::new(None) }
+        PeerTarget {
+            me,
+            peer,
+            qpn,
+            pd,
+            recv,
+            cq,
+            segs: SegCache::default(),
+            ring: RefCell::new(None),
+            cq_seg: RefCell::new(None),
+            tags: RefCell::new(None),
+        }
     }
 
     /// Queues an asynchronous event on the peer's context `ctx`.
@@ -154,7 +195,14 @@ impl PeerTarget {
         let rec = peer.tables().qp(qpn);
         let srqn = rec.srqn.load(Ordering::Acquire);
         let recv = if srqn != 0 { PeerRecv::Srq(srqn) } else { PeerRecv::Rq(rec.rq_gen.load(Ordering::Acquire)) };
-        let (pd, cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
+        let (pd, mut cq) = (rec.pd.load(Ordering::Acquire), rec.recv_cq.load(Ordering::Acquire));
+        if srqn != 0 {
+            // A tag-matching SRQ's receives complete to the SRQ's CQ.
+            let tm_cq = peer.tables().srq(srqn).tm_cq.load(Ordering::Acquire);
+            if tm_cq != 0 {
+                cq = tm_cq - 1;
+            }
+        }
         PeerTarget::new(me, peer, qpn, pd, recv, cq)
     }
 
@@ -355,6 +403,20 @@ impl Target for Serving<'_> {
         }
     }
 
+    fn tag_matching(&self) -> bool {
+        match self {
+            Serving::Own(t) => t.tag_matching(),
+            Serving::Xrc(t) => t.tag_matching(),
+        }
+    }
+
+    fn take_for(&self, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
+        match self {
+            Serving::Own(t) => t.take_for(head, msg_len),
+            Serving::Xrc(t) => t.take_for(head, msg_len),
+        }
+    }
+
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
         match self {
             Serving::Own(t) => t.complete(cqe),
@@ -488,6 +550,27 @@ impl Target for PeerTarget {
                 None
             }
         }
+    }
+
+    fn tag_matching(&self) -> bool {
+        match self.recv {
+            PeerRecv::Srq(srqn) => self.peer.tables().srq(srqn).tm_cq.load(Ordering::Acquire) != 0,
+            PeerRecv::Rq(_) => false,
+        }
+    }
+
+    fn take_for(&self, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
+        let PeerRecv::Srq(srqn) = self.recv else { return self.take_recv() };
+        if !self.tag_matching() {
+            return self.take_recv();
+        }
+        let mut tags = self.tags.borrow_mut();
+        if tags.is_none() {
+            let seg = self.peer.segment(&crate::rings::tag_list::segment_name(srqn)).ok()?;
+            *tags = Some(TagList::open(seg, self.me).ok()?);
+        }
+        let list = tags.as_ref()?;
+        list.deliver(Header::parse(head, msg_len), || self.take_recv())
     }
 
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
