@@ -11,13 +11,17 @@
  *   - for rows about a completion, the completion's status (the row says so).
  * A row whose outcome differs prints "FAIL" and the program exits 1 after the table.
  *
- * Sources: rdma-core 44 (libibverbs/verbs.c, providers/rxe/rxe.c), the kernel's uverbs
- * and rxe (drivers/infiniband/core/uverbs_cmd.c, rdma_core.c, umem.c, verbs.c,
- * include/rdma/ib_verbs.h, drivers/infiniband/sw/rxe/), the man pages. Where rverbs
- * deliberately differs from rxe, the row says "rverbs differs" and points at
+ * Sources: rdma-core 44 (libibverbs/verbs.c, providers/rxe/rxe.c; for device memory and
+ * on-demand paging, which rxe 6.1 lacks, providers/mlx5/verbs.c and libibverbs/cmd_dm.c),
+ * the kernel's uverbs, rxe and mlx5 (drivers/infiniband/core/uverbs_cmd.c, rdma_core.c,
+ * umem.c, umem_odp.c, uverbs_std_types_{dm,mr}.c, verbs.c, include/rdma/ib_verbs.h,
+ * drivers/infiniband/sw/rxe/, drivers/infiniband/hw/mlx5/{dm,mr,odp}.c), the man pages.
+ * Where rverbs deliberately differs from rxe (or, for device memory and on-demand paging,
+ * from mlx5), the row says "rverbs differs" and points at
  * docs/rxe-differences.md. Only behaviour rdma-core defines is exercised: no NULL object
  * pointers, no freed pointers (tests/c/foreign_ptr.c covers what the library detects
- * there), nothing that is undefined against the real library.
+ * there), nothing that is undefined against the real library, except where a row says
+ * "rverbs differs" and why (a device-memory copy whose offset + length wraps).
  */
 #include <sys/mman.h>
 #include <unistd.h>
@@ -36,6 +40,7 @@ struct fixture {
 	struct ibv_qp *srq_qp;     /* RC, RESET, receives from srq */
 	int gid;
 	struct ibv_device_attr dev;
+	uint64_t max_dm_size;
 };
 
 static struct fixture F;
@@ -322,6 +327,286 @@ static int r_dereg_mr_with_bound_mw(void)
 	REQUIRE(ibv_dealloc_mw(mw) == 0, "ibv_dealloc_mw");
 	if (ret) /* refused: the region is still there to deregister */
 		REQUIRE(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr once the window is gone");
+	return ret;
+}
+
+/* ---- device memory (ibv_alloc_dm(3)) ---------------------------------------------- */
+
+#define DM_LEN 4096
+
+static int alloc_dm(size_t length, uint32_t log_align, uint32_t comp_mask)
+{
+	struct ibv_alloc_dm_attr attr = {.length = length, .log_align_req = log_align,
+					 .comp_mask = comp_mask};
+	struct ibv_dm *dm;
+
+	errno = 0;
+	dm = ibv_alloc_dm(F.a.ctx, &attr);
+	if (dm) {
+		REQUIRE(ibv_free_dm(dm) == 0, "ibv_free_dm");
+		return 0;
+	}
+	return errno;
+}
+
+static struct ibv_dm *dm_of(size_t length)
+{
+	struct ibv_alloc_dm_attr attr = {.length = length};
+	struct ibv_dm *dm = ibv_alloc_dm(F.a.ctx, &attr);
+
+	REQUIRE(dm != NULL, "ibv_alloc_dm(%zu)", length);
+	return dm;
+}
+
+static int r_alloc_dm_zero(void) { return alloc_dm(0, 0, 0); }
+static int r_alloc_dm_above_max(void) { return alloc_dm(F.max_dm_size + 1, 0, 0); }
+static int r_alloc_dm_align_13(void) { return alloc_dm(64, 13, 0); }
+static int r_alloc_dm_align_max(void) { return alloc_dm(64, UINT32_MAX, 0); }
+static int r_alloc_dm_align_page(void) { return alloc_dm(64, 12, 0); }
+static int r_alloc_dm_mask_1(void) { return alloc_dm(64, 0, 1); }
+static int r_alloc_dm_mask_31(void) { return alloc_dm(64, 0, 1u << 31); }
+
+/* All of max_dm_size taken, then 64 bytes more; once it is freed the 64 bytes fit. */
+static int r_alloc_dm_none_left(void)
+{
+	struct ibv_dm *all = dm_of(F.max_dm_size);
+	int ret = alloc_dm(64, 0, 0);
+
+	REQUIRE(ibv_free_dm(all) == 0, "ibv_free_dm(all)");
+	if (ret && alloc_dm(64, 0, 0) != 0)
+		return SIDE_EFFECT;
+	return ret;
+}
+
+/* Refused: the memory still copies, the region still deregisters, then the free works. */
+static int r_free_dm_with_mr(void)
+{
+	struct ibv_dm *dm = dm_of(DM_LEN);
+	struct ibv_mr *mr = ibv_reg_dm_mr(F.a.pd, dm, 0, 64,
+					  IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE);
+	uint32_t w = 0x5a5a5a5a, r = 0;
+	int ret;
+
+	REQUIRE(mr != NULL, "ibv_reg_dm_mr");
+	ret = ibv_free_dm(dm);
+	if (ret) {
+		if (ibv_memcpy_to_dm(dm, 8, &w, 4) || ibv_memcpy_from_dm(&r, dm, 8, 4) || r != w)
+			ret = SIDE_EFFECT;
+		REQUIRE(ibv_dereg_mr(mr) == 0 && ibv_free_dm(dm) == 0, "dereg, then free");
+	}
+	return ret;
+}
+
+/* A copy into device memory filled with 0xa5: a refused copy leaves every byte as it
+ * was (no partial write at the end of the allocation). */
+static int copy_to(uint64_t off, size_t len)
+{
+	static unsigned char fill[DM_LEN], src[16], back[DM_LEN];
+	struct ibv_dm *dm = dm_of(DM_LEN);
+	int ret;
+
+	memset(fill, 0xa5, sizeof(fill));
+	memset(src, 0x11, sizeof(src));
+	REQUIRE(ibv_memcpy_to_dm(dm, 0, fill, DM_LEN) == 0, "fill the device memory");
+	ret = ibv_memcpy_to_dm(dm, off, src, len);
+	REQUIRE(ibv_memcpy_from_dm(back, dm, 0, DM_LEN) == 0, "read it back");
+	if (ret && memcmp(back, fill, DM_LEN))
+		ret = SIDE_EFFECT;
+	REQUIRE(ibv_free_dm(dm) == 0, "ibv_free_dm");
+	return ret;
+}
+
+/* A copy out of device memory into a buffer of 0x3c: a refused one writes nothing. */
+static int copy_from(uint64_t off, size_t len)
+{
+	unsigned char dst[16], want[16];
+	struct ibv_dm *dm = dm_of(DM_LEN);
+	int ret;
+
+	memset(dst, 0x3c, sizeof(dst));
+	memset(want, 0x3c, sizeof(want));
+	ret = ibv_memcpy_from_dm(dst, dm, off, len);
+	if (ret && memcmp(dst, want, sizeof(dst)))
+		ret = SIDE_EFFECT;
+	REQUIRE(ibv_free_dm(dm) == 0, "ibv_free_dm");
+	return ret;
+}
+
+static int r_copy_to_past_end(void) { return copy_to(DM_LEN, 4); }
+static int r_copy_to_across_end(void) { return copy_to(DM_LEN - 4, 8); }
+static int r_copy_from_wraps(void) { return copy_from(UINT64_MAX - 3, 8); }
+static int r_copy_to_offset_2(void) { return copy_to(2, 4); }
+static int r_copy_to_length_6(void) { return copy_to(0, 6); }
+static int r_copy_from_unaligned_across_end(void) { return copy_from(DM_LEN - 2, 6); }
+static int r_copy_to_empty_past_end(void) { return copy_to(DM_LEN + 4, 0); }
+static int r_copy_from_empty_at_end(void) { return copy_from(DM_LEN, 0); }
+
+/* A refused registration holds nothing: the memory frees at once afterwards. */
+static int reg_dm(uint64_t off, size_t len, unsigned access)
+{
+	struct ibv_dm *dm = dm_of(DM_LEN);
+	struct ibv_mr *mr;
+	int ret;
+
+	errno = 0;
+	mr = ibv_reg_dm_mr(F.a.pd, dm, off, len, access);
+	ret = mr ? 0 : errno;
+	if (mr) {
+		if (mr->addr != NULL || mr->length != len)
+			ret = SIDE_EFFECT;
+		REQUIRE(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+	}
+	if (ibv_free_dm(dm) != 0)
+		return SIDE_EFFECT;
+	return ret;
+}
+
+#define ZB_LW (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE)
+
+static int r_reg_dm_no_zero_based(void) { return reg_dm(0, 64, ALL_ACCESS); }
+static int r_reg_dm_across_end(void) { return reg_dm(4000, 100, ZB_LW); }
+static int r_reg_dm_offset_past_end(void) { return reg_dm(DM_LEN + 1, 0, ZB_LW); }
+static int r_reg_dm_length_past_end(void) { return reg_dm(0, DM_LEN + 1, ZB_LW); }
+static int r_reg_dm_wraps(void) { return reg_dm(UINT64_MAX, 2, ZB_LW); }
+static int r_reg_dm_on_demand(void) { return reg_dm(0, 64, ZB_LW | IBV_ACCESS_ON_DEMAND); }
+static int r_reg_dm_mw_bind(void) { return reg_dm(0, 64, ZB_LW | IBV_ACCESS_MW_BIND); }
+static int r_reg_dm_hugetlb(void) { return reg_dm(0, 64, ZB_LW | IBV_ACCESS_HUGETLB); }
+static int r_reg_dm_unknown(void) { return reg_dm(0, 64, ZB_LW | (1u << 15)); }
+static int r_reg_dm_rw_no_lw(void)
+{
+	return reg_dm(0, 64, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_REMOTE_WRITE);
+}
+static int r_reg_dm_relaxed(void) { return reg_dm(0, 64, ZB_LW | IBV_ACCESS_RELAXED_ORDERING); }
+static int r_reg_dm_empty(void) { return reg_dm(8, 0, ZB_LW); }
+static int r_reg_dm_all(void) { return reg_dm(0, DM_LEN, IBV_ACCESS_ZERO_BASED | ALL_ACCESS); }
+
+/* ---- on-demand paging (ibv_reg_mr(3) IBV_ACCESS_ON_DEMAND, ibv_advise_mr(3)) ------ */
+
+static int reg_iova(void *addr, size_t len, uint64_t iova, unsigned access)
+{
+	struct ibv_mr *mr;
+
+	errno = 0;
+	mr = ibv_reg_mr_iova2(F.a.pd, addr, len, iova, access);
+	if (mr) {
+		REQUIRE(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+		return 0;
+	}
+	return errno;
+}
+
+#define ODP_LW (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE)
+
+static int r_odp_null_addr(void) { return reg(NULL, 64, ODP_LW); }
+static int r_odp_size_max_not_null(void) { return reg(F.a.buf, SIZE_MAX, ODP_LW); }
+static int r_odp_wraps(void) { return reg((void *)(uintptr_t)-4096, 8192, ODP_LW); }
+static int r_odp_zero_len(void) { return reg(F.a.buf, 0, ODP_LW); }
+static int r_odp_null_zero_len(void) { return reg(NULL, 0, ODP_LW); }
+static int r_odp_implicit(void) { return reg(NULL, SIZE_MAX, ODP_LW | IBV_ACCESS_REMOTE_WRITE); }
+static int r_odp_implicit_iova(void) { return reg_iova(NULL, SIZE_MAX, 4096, ODP_LW); }
+static int r_odp_implicit_rw_no_lw(void)
+{
+	return reg(NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_REMOTE_WRITE);
+}
+
+/* An on-demand region over F.a.buf's first two pages (read-only if asked). */
+static struct ibv_mr *odp_mr(struct ibv_pd *pd, unsigned access)
+{
+	struct ibv_mr *mr = ibv_reg_mr(pd, F.a.buf, 8192, (int)(IBV_ACCESS_ON_DEMAND | access));
+
+	REQUIRE(mr != NULL, "ibv_reg_mr(ON_DEMAND)");
+	return mr;
+}
+
+static int advise(enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sge,
+		  uint32_t n)
+{
+	return ibv_advise_mr(F.a.pd, advice, flags, sge, n);
+}
+
+#define PREFETCH IBV_ADVISE_MR_ADVICE_PREFETCH
+#define FLUSH IBV_ADVISE_MR_FLAG_FLUSH
+
+/* `sge` over [off, off + len) of a fresh on-demand region of F.a.pd, then the advice. */
+static int advise_odp(enum ibv_advise_mr_advice advice, uint32_t flags, uint64_t off,
+		      uint32_t len, unsigned access, uint32_t n)
+{
+	struct ibv_mr *mr = odp_mr(F.a.pd, access);
+	struct ibv_sge sge = {.addr = (uintptr_t)F.a.buf + off, .length = len, .lkey = mr->lkey};
+	int ret = advise(advice, flags, &sge, n);
+
+	REQUIRE(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+	return ret;
+}
+
+static int r_advise_ok(void)
+{
+	return advise_odp(IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, FLUSH, 100, 8000,
+			  IBV_ACCESS_LOCAL_WRITE, 1);
+}
+static int r_advise_unknown_advice(void)
+{
+	return advise_odp((enum ibv_advise_mr_advice)3, FLUSH, 0, 64, IBV_ACCESS_LOCAL_WRITE, 1);
+}
+static int r_advise_unknown_flag(void)
+{
+	return advise_odp(PREFETCH, FLUSH | (1u << 1), 0, 64, IBV_ACCESS_LOCAL_WRITE, 1);
+}
+static int r_advise_no_sge(void) { return advise_odp(PREFETCH, FLUSH, 0, 64, IBV_ACCESS_LOCAL_WRITE, 0); }
+static int r_advise_outside(void)
+{
+	return advise_odp(PREFETCH, FLUSH, 4096, 8192, IBV_ACCESS_LOCAL_WRITE, 1);
+}
+static int r_advise_outside_no_flush(void)
+{
+	return advise_odp(PREFETCH, 0, 8192, 8, IBV_ACCESS_LOCAL_WRITE, 1);
+}
+static int r_advise_write_read_only(void)
+{
+	return advise_odp(IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, FLUSH, 0, 64, 0, 1);
+}
+
+static int r_advise_not_odp(void)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)F.a.buf, .length = 64, .lkey = F.a.mr->lkey};
+
+	return advise(PREFETCH, FLUSH, &sge, 1);
+}
+
+static int r_advise_no_such_lkey(void)
+{
+	struct ibv_mr *mr = odp_mr(F.a.pd, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = {.addr = (uintptr_t)F.a.buf, .length = 64, .lkey = mr->lkey};
+
+	REQUIRE(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+	return advise(PREFETCH, FLUSH, &sge, 1);
+}
+
+static int r_advise_other_pd(void)
+{
+	struct ibv_pd *pd = ibv_alloc_pd(F.a.ctx);
+	struct ibv_mr *mr;
+	struct ibv_sge sge = {.addr = (uintptr_t)F.a.buf, .length = 64};
+	int ret;
+
+	REQUIRE(pd != NULL, "ibv_alloc_pd");
+	mr = odp_mr(pd, IBV_ACCESS_LOCAL_WRITE);
+	sge.lkey = mr->lkey;
+	ret = advise(PREFETCH, FLUSH, &sge, 1);
+	REQUIRE(ibv_dereg_mr(mr) == 0 && ibv_dealloc_pd(pd) == 0, "teardown");
+	return ret;
+}
+
+static int r_advise_window_key(void)
+{
+	struct ibv_mw *mw = ibv_alloc_mw(F.a.pd, IBV_MW_TYPE_2);
+	struct ibv_sge sge = {.addr = (uintptr_t)F.a.buf, .length = 64};
+	int ret;
+
+	REQUIRE(mw != NULL, "ibv_alloc_mw(type 2)");
+	sge.lkey = mw->rkey;
+	ret = advise(PREFETCH, FLUSH, &sge, 1);
+	REQUIRE(ibv_dealloc_mw(mw) == 0, "ibv_dealloc_mw");
 	return ret;
 }
 
@@ -1002,6 +1287,106 @@ static const struct row rows[] = {
 	    "rdma-core rxe.c rxe_bind_mw"),
 	ROW("ibv_dereg_mr", "region with a bound type 1 window", r_dereg_mr_with_bound_mw, EINVAL,
 	    "kernel rxe_mr.c rxe_dereg_mr: num_mw > 0 (IBA 10.6.7.2.6)"),
+	/* device memory */
+	ROW("ibv_alloc_dm", "length 0", r_alloc_dm_zero, EINVAL,
+	    "kernel mlx5 dm.c mlx5_cmd_alloc_memic: !length"),
+	ROW("ibv_alloc_dm", "length max_dm_size + 1", r_alloc_dm_above_max, EINVAL,
+	    "rdma-core mlx5 verbs.c alloc_dm_memic: length > max_dm_size"),
+	ROW("ibv_alloc_dm", "fits max_dm_size, none left (frees after)", r_alloc_dm_none_left,
+	    ENOMEM, "kernel mlx5 dm.c mlx5_cmd_alloc_memic: no free pages; man: no memory left"),
+	ROW("ibv_alloc_dm", "log_align_req 13 (beyond a page)", r_alloc_dm_align_13, EINVAL,
+	    "kernel mlx5 dm.c mlx5_cmd_alloc_memic: > max alignment (rverbs: a page)"),
+	ROW("ibv_alloc_dm", "log_align_req UINT32_MAX", r_alloc_dm_align_max, EINVAL,
+	    "kernel mlx5 dm.c mlx5_cmd_alloc_memic: > max alignment"),
+	ROW("ibv_alloc_dm", "log_align_req 12 (a page)", r_alloc_dm_align_page, 0,
+	    "man ibv_alloc_dm: alignment for atomics; rverbs' largest"),
+	ROW("ibv_alloc_dm", "comp_mask 1", r_alloc_dm_mask_1, EINVAL,
+	    "rdma-core mlx5 verbs.c _mlx5dv_alloc_dm: check_comp_mask"),
+	ROW("ibv_alloc_dm", "comp_mask 1<<31", r_alloc_dm_mask_31, EINVAL,
+	    "rdma-core mlx5 verbs.c _mlx5dv_alloc_dm: check_comp_mask"),
+	ROW("ibv_free_dm", "a region over it (still copies, frees after)", r_free_dm_with_mr, EBUSY,
+	    "kernel uverbs_std_types_dm.c uverbs_free_dm: ib_destroy_usecnt"),
+	ROW("ibv_memcpy_to_dm", "offset = length (nothing written)", r_copy_to_past_end, EFAULT,
+	    "rdma-core mlx5 verbs.c mlx5_access_dm: offset + length > length"),
+	ROW("ibv_memcpy_to_dm", "across the end (nothing written)", r_copy_to_across_end, EFAULT,
+	    "rdma-core mlx5 verbs.c mlx5_access_dm: offset + length > length"),
+	ROW("ibv_memcpy_from_dm", "offset + length wraps (nothing read)", r_copy_from_wraps, EFAULT,
+	    "rverbs differs (docs/rxe-differences.md): mlx5_access_dm's sum wraps"),
+	ROW("ibv_memcpy_to_dm", "offset 2 (nothing written)", r_copy_to_offset_2, EINVAL,
+	    "rdma-core mlx5 verbs.c mlx5_access_dm: 4-byte units"),
+	ROW("ibv_memcpy_to_dm", "length 6 (nothing written)", r_copy_to_length_6, EINVAL,
+	    "rdma-core mlx5 verbs.c mlx5_access_dm: 4-byte units"),
+	ROW("ibv_memcpy_from_dm", "unaligned and across the end", r_copy_from_unaligned_across_end,
+	    EFAULT, "rdma-core mlx5 verbs.c mlx5_access_dm: the range before the units"),
+	ROW("ibv_memcpy_to_dm", "length 0 past the end", r_copy_to_empty_past_end, EFAULT,
+	    "rdma-core mlx5 verbs.c mlx5_access_dm: offset + 0 > length"),
+	ROW("ibv_memcpy_from_dm", "length 0 at the end", r_copy_from_empty_at_end, 0,
+	    "rdma-core mlx5 verbs.c mlx5_access_dm: nothing to copy"),
+	ROW("ibv_reg_dm_mr", "without ZERO_BASED (frees after)", r_reg_dm_no_zero_based, EINVAL,
+	    "rdma-core cmd_dm.c ibv_cmd_reg_dm_mr: !ZERO_BASED; man ibv_alloc_dm"),
+	ROW("ibv_reg_dm_mr", "offset 4000, length 100 (4096)", r_reg_dm_across_end, EINVAL,
+	    "kernel uverbs_std_types_mr.c DM_MR_REG: length > dm->length - offset"),
+	ROW("ibv_reg_dm_mr", "offset 4097, length 0", r_reg_dm_offset_past_end, EINVAL,
+	    "kernel uverbs_std_types_mr.c DM_MR_REG: offset > dm->length"),
+	ROW("ibv_reg_dm_mr", "length 4097", r_reg_dm_length_past_end, EINVAL,
+	    "kernel uverbs_std_types_mr.c DM_MR_REG: length > dm->length"),
+	ROW("ibv_reg_dm_mr", "offset UINT64_MAX, length 2", r_reg_dm_wraps, EINVAL,
+	    "kernel uverbs_std_types_mr.c DM_MR_REG: offset > dm->length"),
+	ROW("ibv_reg_dm_mr", "ON_DEMAND", r_reg_dm_on_demand, EINVAL,
+	    "rdma-core mlx5 verbs.c mlx5_reg_dm_mr: MLX5_DM_ALLOWED_ACCESS"),
+	ROW("ibv_reg_dm_mr", "MW_BIND", r_reg_dm_mw_bind, EINVAL,
+	    "rdma-core mlx5 verbs.c mlx5_reg_dm_mr: MLX5_DM_ALLOWED_ACCESS"),
+	ROW("ibv_reg_dm_mr", "HUGETLB", r_reg_dm_hugetlb, EINVAL,
+	    "rdma-core mlx5 verbs.c mlx5_reg_dm_mr: MLX5_DM_ALLOWED_ACCESS"),
+	ROW("ibv_reg_dm_mr", "unknown bit 1<<15", r_reg_dm_unknown, EINVAL,
+	    "rdma-core mlx5 verbs.c mlx5_reg_dm_mr: MLX5_DM_ALLOWED_ACCESS"),
+	ROW("ibv_reg_dm_mr", "REMOTE_WRITE without LOCAL_WRITE", r_reg_dm_rw_no_lw, EINVAL,
+	    "kernel uverbs_std_types_mr.c DM_MR_REG: ib_check_mr_access"),
+	ROW("ibv_reg_dm_mr", "RELAXED_ORDERING (optional range)", r_reg_dm_relaxed, 0,
+	    "rdma-core mlx5 verbs.c: MLX5_DM_ALLOWED_ACCESS has OPTIONAL_RANGE"),
+	ROW("ibv_reg_dm_mr", "offset 8, length 0", r_reg_dm_empty, 0,
+	    "kernel uverbs_std_types_mr.c DM_MR_REG: inside the allocation"),
+	ROW("ibv_reg_dm_mr", "all of it, all remote access", r_reg_dm_all, 0,
+	    "rdma-core cmd_dm.c ibv_cmd_reg_dm_mr: addr NULL (zero-based)"),
+	/* on-demand paging */
+	ROW("ibv_reg_mr", "ON_DEMAND, addr NULL, length 64", r_odp_null_addr, 0,
+	    "kernel umem_odp.c ib_umem_odp_get: nothing pinned"),
+	ROW("ibv_reg_mr", "ON_DEMAND, addr != NULL, length SIZE_MAX", r_odp_size_max_not_null,
+	    EOVERFLOW, "kernel umem_odp.c ib_init_umem_odp: address + length overflows"),
+	ROW("ibv_reg_mr", "ON_DEMAND, range wraps past 2^64", r_odp_wraps, EOVERFLOW,
+	    "kernel umem_odp.c ib_init_umem_odp: address + length overflows"),
+	ROW("ibv_reg_mr", "ON_DEMAND, length 0 (page-aligned addr)", r_odp_zero_len, EINVAL,
+	    "kernel umem_odp.c ib_init_umem_odp: no pages"),
+	ROW("ibv_reg_mr", "ON_DEMAND, addr NULL, length 0", r_odp_null_zero_len, EOVERFLOW,
+	    "kernel umem_odp.c ib_init_umem_odp: end rounds to 0 < page"),
+	ROW("ibv_reg_mr", "implicit (NULL, SIZE_MAX, ON_DEMAND)", r_odp_implicit, 0,
+	    "kernel mlx5 mr.c create_user_odp_mr: odp_caps IMPLICIT"),
+	ROW("ibv_reg_mr_iova2", "implicit with iova 4096", r_odp_implicit_iova, EINVAL,
+	    "kernel mlx5 mr.c create_user_odp_mr: implicit needs iova 0"),
+	ROW("ibv_reg_mr", "implicit, REMOTE_WRITE w/o LOCAL_WRITE", r_odp_implicit_rw_no_lw, EINVAL,
+	    "ib_verbs.h ib_check_mr_access (uverbs_cmd.c ib_uverbs_reg_mr)"),
+	ROW("ibv_advise_mr", "PREFETCH_WRITE | FLUSH inside", r_advise_ok, 0,
+	    "man ibv_advise_mr"),
+	ROW("ibv_advise_mr", "advice 3", r_advise_unknown_advice, EOPNOTSUPP,
+	    "kernel mlx5 mr.c mlx5_ib_advise_mr: unknown advice"),
+	ROW("ibv_advise_mr", "flags 1<<1", r_advise_unknown_flag, EINVAL,
+	    "kernel uverbs_std_types_mr.c ADVISE_MR: uverbs_get_flags32"),
+	ROW("ibv_advise_mr", "num_sge 0", r_advise_no_sge, EINVAL,
+	    "kernel uverbs_std_types_mr.c ADVISE_MR: SGE list below its minimum size"),
+	ROW("ibv_advise_mr", "SGE on a region without ON_DEMAND", r_advise_not_odp, ENOENT,
+	    "kernel mlx5 odp.c get_prefetchable_mr: not an on-demand key"),
+	ROW("ibv_advise_mr", "lkey of a deregistered region", r_advise_no_such_lkey, ENOENT,
+	    "kernel mlx5 odp.c get_prefetchable_mr: no such key (man: EFAULT, wrong)"),
+	ROW("ibv_advise_mr", "a memory window's key", r_advise_window_key, EINVAL,
+	    "kernel mlx5 odp.c get_prefetchable_mr: mkey not an MR"),
+	ROW("ibv_advise_mr", "region of another PD", r_advise_other_pd, EPERM,
+	    "kernel mlx5 odp.c get_prefetchable_mr: pd mismatch"),
+	ROW("ibv_advise_mr", "PREFETCH_WRITE, read-only region", r_advise_write_read_only, EPERM,
+	    "kernel mlx5 odp.c get_prefetchable_mr: !writable"),
+	ROW("ibv_advise_mr", "range outside the region, FLUSH", r_advise_outside, EFAULT,
+	    "kernel mlx5 odp.c pagefault_mr: outside the umem"),
+	ROW("ibv_advise_mr", "range outside the region, no FLUSH", r_advise_outside_no_flush, EFAULT,
+	    "rverbs differs (docs/rxe-differences.md): mlx5 queues it, returns 0"),
 	/* completion queues and channels */
 	ROW("ibv_create_cq", "cqe 0", r_cq_zero, EINVAL, "kernel rxe_cq.c rxe_cq_chk_attr: cqe <= 0"),
 	ROW("ibv_create_cq", "cqe -1", r_cq_negative, EINVAL,
@@ -1157,6 +1542,13 @@ static void setup(void)
 	make_pair(&F.a, &F.b, IBV_QPT_RC, 16, 8);
 	F.gid = loopback_gid_index(F.a.ctx);
 	REQUIRE(ibv_query_device(F.a.ctx, &F.dev) == 0, "ibv_query_device");
+	{
+		struct ibv_device_attr_ex ax;
+
+		REQUIRE(ibv_query_device_ex(F.a.ctx, NULL, &ax) == 0 && ax.max_dm_size >= 4096,
+			"ibv_query_device_ex: max_dm_size");
+		F.max_dm_size = ax.max_dm_size;
+	}
 	F.reset_qp = new_rc_qp(&F.a, NULL);
 	F.init_qp = new_rc_qp(&F.a, NULL);
 	to_init(F.init_qp, ALL_ACCESS);

@@ -3,9 +3,10 @@
  *  - a pointer to a 4-byte allocation that ends where an inaccessible page begins, one
  *    that starts right after an inaccessible page, a malloc(4) and a stack byte, cast to
  *    ibv_context / ibv_pd / ibv_mr / ibv_mw / ibv_cq / ibv_comp_channel / ibv_qp /
- *    ibv_srq / ibv_ah / ibv_xrcd and passed to every verb (or ops slot: the inline
- *    wrappers dereference the object themselves) that takes one: each returns its
- *    documented error (EINVAL in that verb's convention). A read past or before the
+ *    ibv_srq / ibv_ah / ibv_xrcd / ibv_dm and passed to every verb (or ops slot: the
+ *    inline wrappers dereference the object themselves; the device-memory copies are
+ *    reached through a live ibv_dm's own function pointers) that takes one: each returns
+ *    its documented error (EINVAL in that verb's convention). A read past or before the
  *    4 guarded bytes faults (SIGSEGV, the test fails) whichever library performs it, so
  *    this also checks that the library reads nothing through a pointer it did not hand
  *    out (AddressSanitizer would only see reads of instrumented code, not of the library);
@@ -43,7 +44,7 @@ static void *start_of_page(void)
 /* Every verb that takes an object, given `f` (not an object of the library) as that
  * object; `ctx`, `pd` and `cq` are live objects for the other arguments. */
 static void refuse_all(const char *what, void *f, struct ibv_context *ctx, struct ibv_pd *pd,
-		       struct ibv_cq *cq)
+		       struct ibv_cq *cq, struct ibv_dm *dm)
 {
 	struct verbs_context *vctx = verbs_get_ctx(ctx);
 	struct ibv_device_attr dattr;
@@ -59,6 +60,8 @@ static void refuse_all(const char *what, void *f, struct ibv_context *ctx, struc
 	struct ibv_xrcd_init_attr xinit = {.comp_mask = IBV_XRCD_INIT_ATTR_FD |
 						       IBV_XRCD_INIT_ATTR_OFLAGS,
 					   .fd = -1, .oflags = O_CREAT};
+	struct ibv_alloc_dm_attr dm_attr = {.length = 64};
+	struct ibv_sge odp_sge = {.addr = 0, .length = 8, .lkey = 0};
 	struct ibv_cq *cq_out;
 	void *ctx_out;
 	char buf[64];
@@ -151,6 +154,25 @@ static void refuse_all(const char *what, void *f, struct ibv_context *ctx, struc
 	/* AHs and XRC domains. */
 	CHECK(ibv_destroy_ah(f) == EINVAL, "%s: ibv_destroy_ah -> EINVAL", what);
 	CHECK(vctx->close_xrcd(f) == EINVAL, "%s: close_xrcd -> EINVAL", what);
+	/* Device memory (ibv_alloc_dm(3)), and ibv_advise_mr(3) on a PD. */
+	errno = 0;
+	CHECK(vctx->alloc_dm(f, &dm_attr) == NULL && errno == EINVAL,
+	      "%s: alloc_dm(ctx) -> NULL/EINVAL", what);
+	CHECK(vctx->free_dm(f) == EINVAL, "%s: free_dm -> EINVAL", what);
+	memset(buf, 0x77, sizeof(buf));
+	CHECK(dm->memcpy_to_dm(f, 0, buf, 8) == EINVAL, "%s: memcpy_to_dm -> EINVAL", what);
+	CHECK(dm->memcpy_from_dm(buf, f, 0, 8) == EINVAL && buf[0] == 0x77 && buf[7] == 0x77,
+	      "%s: memcpy_from_dm -> EINVAL, nothing written", what);
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, f, 0, 64, IBV_ACCESS_ZERO_BASED) == NULL && errno == EINVAL,
+	      "%s: ibv_reg_dm_mr(dm) -> NULL/EINVAL", what);
+	errno = 0;
+	CHECK(vctx->reg_dm_mr(f, dm, 0, 64, IBV_ACCESS_ZERO_BASED) == NULL && errno == EINVAL,
+	      "%s: reg_dm_mr(pd) -> NULL/EINVAL", what);
+	odp_sge.addr = (uintptr_t)buf;
+	CHECK(vctx->advise_mr(f, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &odp_sge,
+			      1) == EINVAL,
+	      "%s: advise_mr(pd) -> EINVAL", what);
 }
 
 int main(void)
@@ -158,6 +180,10 @@ int main(void)
 	struct ibv_context *ctx = open_ctx();
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	struct ibv_alloc_dm_attr dm_attr = {.length = 64};
+	struct ibv_dm *dm = ibv_alloc_dm(ctx, &dm_attr);
+	struct verbs_context *vctx = verbs_get_ctx(ctx);
+	struct ibv_dm *dead_dm;
 	struct ibv_cq *dead_cq;
 	struct ibv_pd *dead_pd;
 	struct ibv_qp *dead_qp;
@@ -174,12 +200,12 @@ int main(void)
 	char buf[64];
 	void *small = malloc(4);
 
-	REQUIRE(pd && cq && small, "setup: PD, CQ, malloc(4)");
+	REQUIRE(pd && cq && dm && small, "setup: PD, CQ, device memory, malloc(4)");
 	memset(small, 0x5a, 4);
-	refuse_all("4 bytes before a PROT_NONE page", end_of_page(4), ctx, pd, cq);
-	refuse_all("4 bytes after a PROT_NONE page", start_of_page(), ctx, pd, cq);
-	refuse_all("malloc(4)", small, ctx, pd, cq);
-	refuse_all("a stack byte", &stack_byte, ctx, pd, cq);
+	refuse_all("4 bytes before a PROT_NONE page", end_of_page(4), ctx, pd, cq, dm);
+	refuse_all("4 bytes after a PROT_NONE page", start_of_page(), ctx, pd, cq, dm);
+	refuse_all("malloc(4)", small, ctx, pd, cq, dm);
+	refuse_all("a stack byte", &stack_byte, ctx, pd, cq, dm);
 
 	printf("# live objects of another kind\n");
 	CHECK(ctx->ops.poll_cq((struct ibv_cq *)pd, 1, &wc) == -EINVAL,
@@ -188,6 +214,14 @@ int main(void)
 	CHECK(ibv_destroy_qp((struct ibv_qp *)cq) == EINVAL, "a CQ as a QP: ibv_destroy_qp -> EINVAL");
 	CHECK(ibv_close_device((struct ibv_context *)pd) == EINVAL,
 	      "a PD as a context: ibv_close_device -> EINVAL");
+	CHECK(vctx->free_dm((struct ibv_dm *)pd) == EINVAL, "a PD as device memory: free_dm -> EINVAL");
+	CHECK(dm->memcpy_to_dm((struct ibv_dm *)cq, 0, buf, 8) == EINVAL,
+	      "a CQ as device memory: memcpy_to_dm -> EINVAL");
+	CHECK(ibv_dealloc_pd((struct ibv_pd *)dm) == EINVAL, "device memory as a PD: ibv_dealloc_pd -> EINVAL");
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, (struct ibv_dm *)pd, 0, 8, IBV_ACCESS_ZERO_BASED) == NULL &&
+		      errno == EINVAL,
+	      "a PD as device memory: ibv_reg_dm_mr -> NULL/EINVAL");
 
 	printf("# destroyed objects\n");
 	dead_mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
@@ -215,6 +249,17 @@ int main(void)
 	CHECK(ibv_reg_mr(dead_pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) == NULL &&
 		      errno == EINVAL,
 	      "ibv_reg_mr on a deallocated PD -> NULL/EINVAL");
+	dead_dm = ibv_alloc_dm(ctx, &dm_attr);
+	REQUIRE(dead_dm && ibv_free_dm(dead_dm) == 0, "alloc + free device memory");
+	CHECK(vctx->free_dm(dead_dm) == EINVAL, "free_dm of freed device memory -> EINVAL");
+	CHECK(dm->memcpy_to_dm(dead_dm, 0, buf, 8) == EINVAL,
+	      "memcpy_to_dm into freed device memory -> EINVAL");
+	memset(buf, 0x77, sizeof(buf));
+	CHECK(dm->memcpy_from_dm(buf, dead_dm, 0, 8) == EINVAL && buf[0] == 0x77,
+	      "memcpy_from_dm out of freed device memory -> EINVAL, nothing written");
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, dead_dm, 0, 8, IBV_ACCESS_ZERO_BASED) == NULL && errno == EINVAL,
+	      "ibv_reg_dm_mr over freed device memory -> NULL/EINVAL");
 	dead_ctx = open_ctx();
 	REQUIRE(ibv_close_device(dead_ctx) == 0, "open + close a context");
 	CHECK(ibv_close_device(dead_ctx) == EINVAL, "ibv_close_device of a closed context -> EINVAL");
@@ -222,7 +267,8 @@ int main(void)
 	CHECK(ibv_alloc_pd(dead_ctx) == NULL && errno == EINVAL,
 	      "ibv_alloc_pd on a closed context -> NULL/EINVAL");
 
-	REQUIRE(ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0 && ibv_close_device(ctx) == 0,
+	REQUIRE(ibv_free_dm(dm) == 0 && ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0 &&
+			ibv_close_device(ctx) == 0,
 		"teardown");
 	free(small);
 	printf("# foreign_ptr: all checks passed\n");

@@ -43,7 +43,9 @@ impl DmObj {
 /// `verbs_context.alloc_dm` (`ibv_alloc_dm(3)`). Errors: NULL with `errno`.
 ///
 /// Rule: `struct ibv_alloc_dm_attr` defines no `comp_mask` bit: any bit, or a NULL
-/// `attr`, is `EINVAL`; the length beyond `max_dm_size` is `ENOMEM` (the core's rules).
+/// `attr`, is `EINVAL` (mlx5's `_mlx5dv_alloc_dm`, `check_comp_mask`); a length beyond
+/// `max_dm_size` is `EINVAL`, one that fits it but not what is left `ENOMEM` (the core's
+/// rules).
 pub(crate) unsafe extern "C" fn rverbs_alloc_dm(context: *mut ibv_context, attr: *mut ibv_alloc_dm_attr) -> *mut ibv_dm {
     ffi_guard!(null, {
         // SAFETY: caller contract.
@@ -89,8 +91,9 @@ pub(crate) unsafe extern "C" fn rverbs_free_dm(dm: *mut ibv_dm) -> c_int {
     })
 }
 
-/// The body both copies share: the live device memory, a zero length done, a NULL host
-/// address `EFAULT`, then `copy` with it and the core's errno.
+/// The body both copies share: the live device memory, a NULL host address with a
+/// length `EFAULT`, then `copy` with the host bytes (an empty slice for a zero length,
+/// whose offset the core still checks, as mlx5 does) and the core's errno.
 ///
 /// # Safety
 /// `host_addr` is NULL or points to `length` bytes `copy` may read or write.
@@ -99,23 +102,24 @@ unsafe fn dm_copy(dm: *mut ibv_dm, host_addr: *mut u8, length: usize, copy: impl
     let Some(obj) = (unsafe { DmObj::from_raw(dm) }) else {
         return libc::EINVAL;
     };
-    if length == 0 {
-        return 0;
-    }
-    if host_addr.is_null() {
+    if host_addr.is_null() && length != 0 {
         return libc::EFAULT;
     }
-    match copy(&obj.core, host_addr) {
+    // A slice may not start at NULL, even an empty one.
+    let host = if length == 0 { core::ptr::NonNull::dangling().as_ptr() } else { host_addr };
+    match copy(&obj.core, host) {
         Ok(()) => 0,
         Err(e) => e.c_errno(),
     }
 }
 
-/// `ibv_dm.memcpy_to_dm` (`ibv_memcpy_to_dm`): 0 or an errno (`EINVAL` for an offset or
-/// length not in 4-byte units, or outside the allocation; `EFAULT` for a NULL source).
+/// `ibv_dm.memcpy_to_dm` (`ibv_memcpy_to_dm`): 0 or an errno (`EFAULT` for a range
+/// outside the allocation or a NULL source, then `EINVAL` for an offset or length not in
+/// 4-byte units: the core's rules, mlx5's order).
 unsafe extern "C" fn rverbs_memcpy_to_dm(dm: *mut ibv_dm, dm_offset: u64, host_addr: *const c_void, length: usize) -> c_int {
     ffi_guard!(errno, {
-        // SAFETY: C contract: `host_addr` points to `length` readable bytes.
+        // SAFETY: C contract: `host_addr` points to `length` readable bytes; `dm_copy`
+        // hands a non-null `p` (dangling only for a zero length).
         unsafe {
             dm_copy(dm, host_addr.cast_mut().cast(), length, |core, p| {
                 core.copy_to(dm_offset, core::slice::from_raw_parts(p, length))
@@ -128,7 +132,8 @@ unsafe extern "C" fn rverbs_memcpy_to_dm(dm: *mut ibv_dm, dm_offset: u64, host_a
 /// way.
 unsafe extern "C" fn rverbs_memcpy_from_dm(host_addr: *mut c_void, dm: *mut ibv_dm, dm_offset: u64, length: usize) -> c_int {
     ffi_guard!(errno, {
-        // SAFETY: C contract: `host_addr` points to `length` writable bytes.
+        // SAFETY: C contract: `host_addr` points to `length` writable bytes; `dm_copy`
+        // hands a non-null `p` (dangling only for a zero length).
         unsafe {
             dm_copy(dm, host_addr.cast(), length, |core, p| {
                 core.copy_from(dm_offset, core::slice::from_raw_parts_mut(p, length))
@@ -138,8 +143,8 @@ unsafe extern "C" fn rverbs_memcpy_from_dm(host_addr: *mut c_void, dm: *mut ibv_
 }
 
 /// `verbs_context.reg_dm_mr` (`ibv_reg_dm_mr`, in ibv_alloc_dm(3)). Errors: NULL with
-/// `errno` (`EINVAL` without IBV_ACCESS_ZERO_BASED or for a range outside the
-/// allocation: the core's rules).
+/// `errno` (`EINVAL` for access bits a region over device memory cannot have, without
+/// IBV_ACCESS_ZERO_BASED, or for a range outside the allocation: the core's rules).
 pub(crate) unsafe extern "C" fn rverbs_reg_dm_mr(
     pd: *mut ibv_pd,
     dm: *mut ibv_dm,

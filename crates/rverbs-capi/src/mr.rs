@@ -89,8 +89,9 @@ export! {
     /// Rule: verbs.h: `IBV_ACCESS_OPTIONAL_RANGE` bits are ignored (the core
     /// masks them); remote VA `x` maps to `addr + (x - iova)`; fill context, pd, addr,
     /// length, lkey, rkey.
-    /// Errors: `EINVAL` for a NULL PD, `EFAULT` for a NULL `addr` (as rxe: the kernel
-    /// fails to pin page 0); the core's errno otherwise.
+    /// Errors: `EINVAL` for a NULL PD, `EFAULT` for a NULL `addr` without
+    /// IBV_ACCESS_ON_DEMAND (as rxe: the kernel fails to pin page 0); the core's errno
+    /// otherwise (on demand: `EOVERFLOW` for a range that wraps, as `ib_umem_odp_get`).
     #[export("IBVERBS_1.8", null)]
     pub unsafe fn ibv_reg_mr_iova2(
         pd: *mut ibv_pd,
@@ -106,9 +107,10 @@ export! {
         let access = rverbs::Access::from_bits_retain(access);
         let odp = access.contains(rverbs::Access::ON_DEMAND);
         // Implicit on-demand paging (ibv_reg_mr(3)): NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND.
-        let implicit = odp && addr.is_null() && length == usize::MAX;
-        if addr.is_null() && !implicit {
+        if addr.is_null() && !odp {
             // The kernel's `ib_umem_get`: no pages is EINVAL, pinning page 0 fails EFAULT.
+            // An on-demand registration pins nothing (`ib_umem_odp_get`): page 0 is a
+            // range like any other, whose accesses fault (the core's rules).
             return null_errno(if length == 0 { libc::EINVAL } else { libc::EFAULT });
         }
         if !odp {
@@ -307,10 +309,10 @@ fn check_pages(addr: usize, length: usize) -> Result<(), c_int> {
 ///
 /// Rule: ibv_advise_mr(3): `EINVAL` for an invalid PD or flags (only
 /// `IBV_ADVISE_MR_FLAG_FLUSH`, which asks for the prefetch to be done on return: it always
-/// is here), or an empty list; `EOPNOTSUPP` for an advice outside `enum
-/// ibv_advise_mr_advice`; `EFAULT` for an invalid lkey, a range outside its region or
-/// the address space, or PREFETCH_WRITE on a region without write access (the core's
-/// rules, `Pd::advise_mr`).
+/// is here), or an empty list (the kernel's UVERBS_METHOD_ADVISE_MR, uverbs_std_types_mr.c:
+/// `uverbs_get_flags32`, the SGE list's minimum size); `EOPNOTSUPP` for an advice outside
+/// `enum ibv_advise_mr_advice` (mlx5's `mlx5_ib_advise_mr`); then the core's rules per SGE
+/// (`Pd::advise_mr`: `ENOENT`, `EINVAL`, `EPERM`, `EFAULT`, in mlx5's order).
 pub(crate) unsafe extern "C" fn rverbs_advise_mr(
     pd: *mut ibv_pd,
     advice: ibv_advise_mr_advice,

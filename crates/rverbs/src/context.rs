@@ -182,8 +182,10 @@ impl Context {
     /// Allocates `len` bytes of device memory aligned to `2^log_align_req` bytes
     /// (ibv_alloc_dm(3)); see [`Dm`](crate::Dm).
     ///
-    /// Errors: `ENOMEM` past the device's `max_dm_size` (with this process's other
-    /// allocations); `EINVAL` for a zero length or an alignment above a page.
+    /// Errors: `EINVAL` for a zero length, a length above the device's `max_dm_size`
+    /// ([`Rule::DmTooLarge`](crate::Rule::DmTooLarge)) or an alignment above a page;
+    /// `ENOMEM` when it fits `max_dm_size` but this process's other allocations leave too
+    /// little of it.
     pub fn alloc_dm(&self, len: usize, log_align_req: u32) -> Result<crate::mr::dm::Dm> {
         if let Some(e) = crate::fault_plan::fatal("alloc_dm") {
             return Err(e);

@@ -112,6 +112,47 @@ pub enum Error {
         /// Length of the range in bytes.
         len: u64,
     },
+    /// A range lies outside the object the verb reaches (`EFAULT`): an
+    /// `ibv_memcpy_to_dm` / `ibv_memcpy_from_dm` past the device memory (mlx5's
+    /// `mlx5_access_dm` in rdma-core's providers/mlx5/verbs.c checks the range first,
+    /// EFAULT), an `ibv_advise_mr(3)` range outside its region ("out of the MR bounds").
+    #[error("{verb}: [{offset}, +{len}) lies outside the {size} bytes it names")]
+    OutOfRange {
+        /// The verb that refused.
+        verb: &'static str,
+        /// Offset (or address) of the range in the object.
+        offset: u64,
+        /// Length of the range in bytes.
+        len: u64,
+        /// Size of the object in bytes.
+        size: u64,
+    },
+    /// A key names no object of the kind the verb needs (`ENOENT`): ibv_advise_mr(3)
+    /// with an lkey that names no on-demand region ("the providing lkeys aren't
+    /// consistent with the MR's"; the kernel's mlx5 `get_prefetchable_mr` looks the key
+    /// up among on-demand keys only).
+    #[error("{verb}: key {key:#x} names no {what}")]
+    NoSuchKey {
+        /// The verb that refused.
+        verb: &'static str,
+        /// The key.
+        key: u32,
+        /// What the key had to name.
+        what: &'static str,
+    },
+    /// A range's end, rounded up to a page, wraps the address space (`EOVERFLOW`): an
+    /// on-demand registration (ibv_reg_mr(3) IBV_ACCESS_ON_DEMAND), as the kernel's
+    /// `ib_init_umem_odp` (drivers/infiniband/core/umem_odp.c) reports it (an empty
+    /// range at address 0 counts: its end rounds to 0).
+    #[error("{verb}: the range {addr:#x} + {len} wraps the address space")]
+    Overflow {
+        /// The verb that refused.
+        verb: &'static str,
+        /// Start of the range.
+        addr: u64,
+        /// Its length in bytes.
+        len: u64,
+    },
     /// The destination's next hop does not answer (the errno of the neighbour
     /// resolution: `ETIMEDOUT`, `EHOSTUNREACH` or `ENETUNREACH`), as the kernel's RoCE
     /// providers report at ibv_modify_qp(3) to RTR.
@@ -188,6 +229,9 @@ impl Error {
             Error::Destroyed { .. } => libc::EINVAL,
             Error::CqOverrun => libc::EIO,
             Error::BadAddress { .. } => libc::EFAULT,
+            Error::OutOfRange { .. } => libc::EFAULT,
+            Error::NoSuchKey { .. } => libc::ENOENT,
+            Error::Overflow { .. } => libc::EOVERFLOW,
             Error::Unreachable { errno, .. } => *errno,
             Error::Exhausted { .. } => libc::ENOMEM,
             Error::Again { .. } => libc::EAGAIN,
@@ -241,6 +285,9 @@ mod tests {
             Error::Destroyed { what: "w" },
             Error::CqOverrun,
             Error::BadAddress { verb: "v", addr: 0, len: 1 },
+            Error::OutOfRange { verb: "v", offset: 4, len: 4, size: 4 },
+            Error::NoSuchKey { verb: "v", key: 1, what: "w" },
+            Error::Overflow { verb: "v", addr: 1, len: u64::MAX },
             Error::Unreachable { verb: "v", dgid: crate::gid::Gid::default(), errno: libc::ETIMEDOUT },
             Error::Exhausted { what: "w" },
             Error::Again { verb: "v", why: "w" },
@@ -263,6 +310,9 @@ mod tests {
             libc::EINVAL,
             libc::EIO,
             libc::EFAULT,
+            libc::EFAULT,
+            libc::ENOENT,
+            libc::EOVERFLOW,
             libc::ETIMEDOUT,
             libc::ENOMEM,
             libc::EAGAIN,

@@ -128,10 +128,12 @@ impl Pd {
     /// first byte; peer processes of the host reach it with plain loads and stores.
     /// [`Mr::read`] and [`Mr::write`] work on it as on any region.
     ///
-    /// Errors: `EINVAL` without [`Access::ZERO_BASED`] ([`Rule::DmMrZeroBased`]), for a
-    /// range outside the allocation or freed memory ([`Rule::DmRange`]), or an illegal
-    /// access combination.
+    /// Errors: `EINVAL` for access a region over device memory cannot have (ON_DEMAND,
+    /// MW_BIND, HUGETLB, FLUSH, unknown bits: [`Rule::DmMrAccess`]), without
+    /// [`Access::ZERO_BASED`] ([`Rule::DmMrZeroBased`]), for a range outside the
+    /// allocation or freed memory ([`Rule::DmRange`]), or an illegal access combination.
     ///
+    /// [`Rule::DmMrAccess`]: crate::Rule::DmMrAccess
     /// [`Rule::DmMrZeroBased`]: crate::Rule::DmMrZeroBased
     /// [`Rule::DmRange`]: crate::Rule::DmRange
     pub fn reg_dm_mr(&self, dm: &crate::mr::dm::Dm, offset: u64, len: usize, access: Access) -> Result<Mr> {
@@ -192,9 +194,11 @@ impl Pd {
     /// nothing (pages that are there are found anyway). The regions must be on-demand
     /// regions of this PD.
     ///
-    /// Errors: `EFAULT` for an lkey naming no region of this PD, a range outside its
-    /// region, PREFETCH_WRITE on a region that is not writable, or pages outside the
-    /// address space; `EINVAL` for a region registered without ON_DEMAND.
+    /// Errors, per SGE in mlx5's order (drivers/infiniband/hw/mlx5/odp.c): `ENOENT` for
+    /// an lkey naming no on-demand region (none, or one without ON_DEMAND); `EINVAL` for
+    /// a memory window's key; `EPERM` for a region of another PD, or PREFETCH_WRITE on a
+    /// region that is not writable; `EFAULT` for a range outside its region or pages
+    /// outside the address space.
     pub fn advise_mr(&self, advice: crate::mr::Advice, sges: &[crate::mr::Sge]) -> Result<()> {
         crate::mr::advise(&self.inner, advice, sges)
     }

@@ -251,6 +251,24 @@ pub enum Rule {
         /// The largest power of two.
         max: u32,
     },
+    /// One allocation of device memory is at most `max_dm_size` bytes (ibv_alloc_dm(3);
+    /// mlx5's `alloc_dm_memic` in rdma-core's providers/mlx5/verbs.c refuses a larger
+    /// length with EINVAL before asking the kernel).
+    #[error("device memory of {len} bytes: max_dm_size is {max}")]
+    DmTooLarge {
+        /// The length asked for.
+        len: u64,
+        /// The device's `max_dm_size`.
+        max: u64,
+    },
+    /// A memory region over device memory has local and remote read, write and atomic
+    /// access, ZERO_BASED and the optional-range flags, nothing else (no ON_DEMAND,
+    /// MW_BIND, HUGETLB or FLUSH: mlx5's `mlx5_reg_dm_mr`, `MLX5_DM_ALLOWED_ACCESS`).
+    #[error("access flags {flags:#x} are not allowed on a memory region over device memory")]
+    DmMrAccess {
+        /// The bits that are not allowed.
+        flags: u32,
+    },
     /// Device memory is copied in 4-byte units (ibv_memcpy_to_dm, ibv_memcpy_from_dm).
     #[error("device memory is copied in 4-byte units (offset {offset}, length {len})")]
     DmCopyUnit {
@@ -269,11 +287,13 @@ pub enum Rule {
         /// The allocation's size.
         size: u64,
     },
-    /// ibv_advise_mr(3) applies to on-demand regions only (IBV_ACCESS_ON_DEMAND).
-    #[error("lkey {lkey:#x} names a region registered without IBV_ACCESS_ON_DEMAND")]
-    NotOnDemand {
-        /// The lkey.
-        lkey: u32,
+    /// ibv_advise_mr(3): the lkeys name memory regions; the key of a memory window is
+    /// EINVAL ("the requested address doesn't belong to a MR, but a MW"; the kernel's
+    /// mlx5 `get_prefetchable_mr`).
+    #[error("key {key:#x} names a memory window, not a memory region")]
+    KeyNamesWindow {
+        /// The key.
+        key: u32,
     },
     /// ibv_post_srq_ops(3) operates on tag-matching SRQs only (IBV_SRQT_TM).
     #[error("the SRQ is not a tag-matching SRQ (IBV_SRQT_TM)")]

@@ -78,16 +78,60 @@ fn advice_applies_to_on_demand_regions_inside_them() {
     for advice in [Advice::Prefetch, Advice::PrefetchWrite, Advice::PrefetchNoFault] {
         s.pd.advise_mr(advice, &[inside]).unwrap();
     }
+    // The errnos and their order are mlx5's (drivers/infiniband/hw/mlx5/odp.c).
     let outside = Sge { length: 4 * PAGE as u32, ..inside };
-    assert_eq!(s.pd.advise_mr(Advice::Prefetch, &[outside]).unwrap_err().errno(), libc::EFAULT);
-    let no_key = Sge { lkey: odp.lkey() ^ 0x100, ..inside };
-    assert_eq!(s.pd.advise_mr(Advice::Prefetch, &[no_key]).unwrap_err().errno(), libc::EFAULT);
+    let err = s.pd.advise_mr(Advice::Prefetch, &[outside]).unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { .. }) && err.errno() == libc::EFAULT, "{err:?}");
+    let below = Sge { addr: p as u64 - 8, length: 16, ..inside };
+    assert_eq!(s.pd.advise_mr(Advice::Prefetch, &[below]).unwrap_err().errno(), libc::EFAULT);
+    let no_key = Sge { lkey: odp.lkey() ^ 1, ..inside }; // the index of odp, another key byte
+    let err = s.pd.advise_mr(Advice::Prefetch, &[no_key]).unwrap_err();
+    assert!(matches!(err, Error::NoSuchKey { .. }) && err.errno() == libc::ENOENT, "{err:?}");
     let read_only = Sge { addr: p as u64, length: 64, lkey: ro.lkey() };
-    assert_eq!(s.pd.advise_mr(Advice::PrefetchWrite, &[read_only]).unwrap_err().errno(), libc::EFAULT);
+    assert_eq!(s.pd.advise_mr(Advice::PrefetchWrite, &[read_only]).unwrap_err().errno(), libc::EPERM);
     s.pd.advise_mr(Advice::Prefetch, &[read_only]).unwrap();
+    // A region without ON_DEMAND is not an on-demand key: ENOENT before its PD or range.
     let plain = s.mr.sge(0, 64).unwrap();
     let err = s.pd.advise_mr(Advice::Prefetch, &[plain]).unwrap_err();
-    assert!(matches!(err, Error::Invalid { rule: Rule::NotOnDemand { .. }, .. }), "{err:?}");
+    assert!(matches!(err, Error::NoSuchKey { key, .. } if key == plain.lkey) && err.errno() == libc::ENOENT, "{err:?}");
+    // A window's key: EINVAL.
+    let mw = Mw::new(&s.pd, 2).unwrap();
+    let window = Sge { lkey: mw.rkey(), ..inside };
+    let err = s.pd.advise_mr(Advice::Prefetch, &[window]).unwrap_err();
+    assert!(matches!(err, Error::Invalid { rule: Rule::KeyNamesWindow { .. }, .. }), "{err:?}");
+    // Another PD's on-demand region: EPERM, and the first bad SGE of a list decides.
+    let other = s.ctx.alloc_pd().unwrap();
+    let err = other.advise_mr(Advice::Prefetch, &[inside]).unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied { .. }) && err.errno() == libc::EPERM, "{err:?}");
+    assert_eq!(s.pd.advise_mr(Advice::Prefetch, &[inside, no_key, outside]).unwrap_err().errno(), libc::ENOENT);
+    drop(mw);
     drop((odp, ro));
     unmap(p, 4);
+}
+
+/// The range checks of an on-demand registration are the kernel's `ib_init_umem_odp`
+/// (drivers/infiniband/core/umem_odp.c): nothing is pinned, so a range at address 0 is
+/// registered (its accesses fault), and one whose end wraps is EOVERFLOW.
+#[test]
+fn an_on_demand_registration_pins_nothing_and_refuses_a_wrapping_range_with_eoverflow() {
+    let (a, b) = pair(QpType::Rc);
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::ON_DEMAND;
+    // SAFETY: page 0 is never mapped: the device reaches nothing through this key.
+    let zero = unsafe { b.pd.reg_mr(std::ptr::null_mut(), 64, access) }.expect("ODP at address 0");
+    assert_eq!(zero.iova(), 0);
+    assert_ne!(write_8(&a, 9, 8, zero.rkey()), WcStatus::Success, "page 0 is not there");
+    drop(zero);
+    let p = map(1, libc::PROT_READ | libc::PROT_WRITE);
+    for (addr, len) in [(p as usize, usize::MAX), (usize::MAX - PAGE + 1, 2 * PAGE), (usize::MAX - PAGE + 2, PAGE - 2), (0, 0)] {
+        // SAFETY: refused before anything is registered.
+        let err = unsafe { b.pd.reg_mr(addr as *mut u8, len, access) }.unwrap_err();
+        assert!(matches!(err, Error::Overflow { .. }) && err.errno() == libc::EOVERFLOW, "{addr:#x}+{len}: {err:?}");
+    }
+    // Without ON_DEMAND the same range is the pinning path's EINVAL.
+    // SAFETY: refused before anything is registered.
+    let err = unsafe { b.pd.reg_mr(usize::MAX as *mut u8, 2, Access::LOCAL_WRITE) }.unwrap_err();
+    assert_eq!(err.errno(), libc::EINVAL, "{err:?}");
+    // SAFETY: refused: no pages.
+    assert_eq!(unsafe { b.pd.reg_mr(p, 0, access) }.unwrap_err().errno(), libc::EINVAL);
+    unmap(p, 1);
 }

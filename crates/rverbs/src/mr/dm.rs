@@ -7,12 +7,16 @@
 //! location, so peer processes of the host map it and reach it with plain loads and
 //! stores (docs/memory.md, "Device memory").
 //!
-//! Rule: ibv_alloc_dm(3): the allocation fails when the size exceeds the device's
-//! `max_dm_size` ([`limits::MAX_DM_SIZE`], ENOMEM; also when this process's allocations
-//! together would); `comp_mask` must be 0 (EINVAL, checked by the C layer).
-//! Rule: ibv_memcpy_to_dm / ibv_memcpy_from_dm: offsets and lengths in 4-byte units
-//! (the granularity of mlx5's device memory, which pyverbs' tests check), inside the
-//! allocation (EINVAL otherwise).
+//! Rule: ibv_alloc_dm(3): one allocation is at most the device's `max_dm_size`
+//! ([`limits::MAX_DM_SIZE`]; EINVAL beyond, as mlx5's `alloc_dm_memic` in rdma-core's
+//! providers/mlx5/verbs.c); the allocation fails with ENOMEM when "the device has no
+//! more free device memory left", here when this process's allocations together would
+//! exceed `max_dm_size` (the kernel's mlx5 `mlx5_cmd_alloc_memic`, no free pages);
+//! `comp_mask` must be 0 (EINVAL, checked by the C layer).
+//! Rule: ibv_memcpy_to_dm / ibv_memcpy_from_dm: the range inside the allocation
+//! (EFAULT otherwise), then offsets and lengths in 4-byte units (EINVAL otherwise): the
+//! order, errnos and granularity of mlx5's `mlx5_access_dm` (rdma-core
+//! providers/mlx5/verbs.c), whose 4-byte units pyverbs' tests check.
 //! Rule: ibv_free_dm(3) while a memory region uses the memory is EBUSY (the kernel keeps
 //! the memory referenced by its regions).
 
@@ -92,6 +96,9 @@ impl Dm {
             return Err(Error::invalid("alloc_dm", Rule::DmAlignment { log_align_req, max: MAX_LOG_ALIGN }));
         }
         let len64 = len as u64;
+        if len64 > limits::MAX_DM_SIZE {
+            return Err(Error::invalid("alloc_dm", Rule::DmTooLarge { len: len64, max: limits::MAX_DM_SIZE }));
+        }
         let reserved = IN_USE.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
             used.checked_add(len64).filter(|&total| total <= limits::MAX_DM_SIZE)
         });
@@ -135,26 +142,29 @@ impl Dm {
         self.inner.id as u32
     }
 
-    /// Checks `[offset, offset + len)` for a copy: 4-byte units, inside the allocation,
-    /// not freed. Returns the start as a `usize`.
+    /// Checks `[offset, offset + len)` for a copy: not freed, inside the allocation
+    /// (EFAULT), in 4-byte units (EINVAL), in mlx5's order (the module's rules; a range
+    /// that wraps is outside, where mlx5's unchecked sum would wrap). Returns the start
+    /// as a `usize`.
     fn check(&self, verb: &'static str, offset: u64, len: usize) -> Result<usize> {
         if self.inner.freed.load(Ordering::Acquire) {
             return Err(Error::invalid(verb, Rule::Closed { what: "device memory" }));
         }
-        let len64 = len as u64;
+        let (len64, size) = (len as u64, self.inner.len as u64);
+        if offset.checked_add(len64).is_none_or(|end| end > size) {
+            return Err(Error::OutOfRange { verb, offset, len: len64, size });
+        }
         if !offset.is_multiple_of(DM_COPY_UNIT) || !len64.is_multiple_of(DM_COPY_UNIT) {
             return Err(Error::invalid(verb, Rule::DmCopyUnit { offset, len: len64 }));
         }
-        match offset.checked_add(len64) {
-            Some(end) if end <= self.inner.len as u64 => Ok(offset as usize),
-            _ => Err(Error::invalid(verb, Rule::DmRange { offset, len: len64, size: self.inner.len as u64 })),
-        }
+        Ok(offset as usize)
     }
 
     /// Copies `data` into the device memory at `offset` (ibv_memcpy_to_dm).
     ///
-    /// Errors: `EINVAL` ([`Rule::DmCopyUnit`], [`Rule::DmRange`]) for an offset or length
-    /// that is not a multiple of 4 bytes, or a range outside the allocation.
+    /// Errors: `EFAULT` ([`Error::OutOfRange`]) for a range outside the allocation, then
+    /// `EINVAL` ([`Rule::DmCopyUnit`]) for an offset or length that is not a multiple of
+    /// 4 bytes.
     pub fn copy_to(&self, offset: u64, data: &[u8]) -> Result<()> {
         let start = self.check("memcpy_to_dm", offset, data.len())?;
         // SAFETY: `[start, start + len)` is inside the segment (checked), mapped while

@@ -335,6 +335,15 @@ fn check_access(verb: &'static str, access: Access) -> Result<Access> {
     Ok(Access::from_bits_truncate(raw & !(Access::OPTIONAL_RANGE | Access::HUGETLB.bits())))
 }
 
+/// The access a memory region over device memory can have, besides the optional-range
+/// flags (ibv_reg_dm_mr, in ibv_alloc_dm(3)): mlx5's `MLX5_DM_ALLOWED_ACCESS` (rdma-core
+/// providers/mlx5/verbs.c), the provider that implements device memory.
+pub(crate) const DM_MR_ACCESS: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC)
+    .union(Access::ZERO_BASED);
+
 bitflags! {
     /// What [`Mr::rereg`] changes (`enum ibv_rereg_mr_flags`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -416,11 +425,21 @@ impl Mr {
     /// A region over `len` bytes of device memory `dm` from `offset` (ibv_reg_dm_mr):
     /// zero-based, so remote addresses are offsets from the region's first byte.
     ///
-    /// Rule: `access` must include ZERO_BASED; the range must lie inside the allocation;
-    /// a zero length is allowed (mlx5 registers it). Errors: `EINVAL` otherwise.
+    /// Rule: `access` must include ZERO_BASED and have no bit outside [`DM_MR_ACCESS`]
+    /// and the optional-range flags ([`Rule::DmMrAccess`]); the range must lie inside the
+    /// allocation; a zero length is allowed (mlx5 registers it). Errors: `EINVAL`
+    /// otherwise.
     pub(crate) fn register_dm(pd: Arc<PdCore>, dm: &dm::Dm, offset: u64, len: usize, access: Access) -> Result<Self> {
         if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::RegMr, None, None) {
             return Err(e);
+        }
+        // mlx5's `mlx5_reg_dm_mr` (rdma-core providers/mlx5/verbs.c) refuses the access
+        // bits a region over device memory cannot have before it asks the kernel, whose
+        // UVERBS_METHOD_DM_MR_REG (uverbs_std_types_mr.c) then wants ZERO_BASED, legal
+        // access (`ib_check_mr_access`, in `build`) and the range inside the allocation.
+        let not_allowed = access.bits() & !(DM_MR_ACCESS.bits() | Access::OPTIONAL_RANGE);
+        if not_allowed != 0 {
+            return Err(Error::invalid("reg_dm_mr", Rule::DmMrAccess { flags: not_allowed }));
         }
         if !access.contains(Access::ZERO_BASED) {
             return Err(Error::invalid("reg_dm_mr", Rule::DmMrZeroBased));
@@ -446,6 +465,17 @@ impl Mr {
         // space.
         let odp = init.access.contains(Access::ON_DEMAND);
         let implicit = odp && init.addr == 0 && init.len == usize::MAX;
+        if odp && !implicit {
+            // The kernel's `ib_init_umem_odp` (drivers/infiniband/core/umem_odp.c): the
+            // range's end, rounded up to a page, must not wrap to below a page
+            // (EOVERFLOW, before any length check; a non-null address with SIZE_MAX is
+            // such a range, and so is nothing at address 0).
+            let page = rustix::param::page_size();
+            let end = init.addr.checked_add(init.len).and_then(|end| end.checked_next_multiple_of(page));
+            if end.is_none_or(|end| end < page) {
+                return Err(Error::Overflow { verb: "reg_mr", addr: init.addr as u64, len: init.len as u64 });
+            }
+        }
         if !implicit {
             check_len("reg_mr", init.len)?;
         }
@@ -807,28 +837,42 @@ pub enum Advice {
 /// writable region; the pages are then faulted in (nothing is pinned: every access finds
 /// its pages anyway, so this only moves the page faults earlier).
 ///
-/// Errors: `EFAULT` (`Error::BadAddress`) for an lkey that names no valid region of the
-/// PD, a range outside it, a PREFETCH_WRITE of a region that is not writable, or pages
-/// that are not part of the address space; `EINVAL` ([`Rule::NotOnDemand`]) for a
-/// region registered without IBV_ACCESS_ON_DEMAND.
+/// The order and the errnos are the kernel's mlx5 (drivers/infiniband/hw/mlx5/odp.c,
+/// `get_prefetchable_mr`, then `pagefault_mr`), the driver that implements on-demand
+/// paging, which the man page's list of errors does not match (it names EFAULT for an
+/// invalid lkey; the kernel's maintainers answered that the page is wrong).
+///
+/// Errors: `ENOENT` ([`Error::NoSuchKey`]) for an lkey that names no valid on-demand
+/// region (none at all, or one registered without ON_DEMAND: mlx5 looks keys up among
+/// on-demand ones only); `EINVAL` ([`Rule::KeyNamesWindow`]) for the key of a memory
+/// window; `EPERM` for a region of another PD, or PREFETCH_WRITE of one that is not
+/// writable; `EFAULT` for a range outside the region ([`Error::OutOfRange`]) or pages
+/// that are not part of the address space ([`Error::BadAddress`]).
 pub(crate) fn advise(pd: &Arc<PdCore>, advice: Advice, sges: &[Sge]) -> Result<()> {
-    let fault = |s: &Sge| Error::BadAddress { verb: "advise_mr", addr: s.addr, len: u64::from(s.length) };
+    let keys = &pd.endpoint().keys;
     let mut ranges = Vec::with_capacity(sges.len());
     for s in sges {
-        let mr = pd.endpoint().keys.mr(s.lkey).filter(|m| m.is_valid()).ok_or_else(|| fault(s))?;
+        let no_region = Error::NoSuchKey { verb: "advise_mr", key: s.lkey, what: "on-demand memory region" };
+        let Some(mr) = keys.mr(s.lkey).filter(|m| m.is_valid()) else {
+            if matches!(keys.get(s.lkey), Some(KeyTarget::Mw(_))) {
+                return Err(Error::invalid("advise_mr", Rule::KeyNamesWindow { key: s.lkey }));
+            }
+            return Err(no_region);
+        };
         let d = mr.desc.read().expect("mr desc");
-        if d.pd.id != pd.id {
-            return Err(fault(s));
-        }
         if !d.access.contains(Access::ON_DEMAND) {
-            return Err(Error::invalid("advise_mr", Rule::NotOnDemand { lkey: s.lkey }));
+            return Err(no_region);
+        }
+        if d.pd.id != pd.id {
+            return Err(Error::PermissionDenied { verb: "advise_mr", why: "the lkey names a region of another protection domain" });
         }
         if advice == Advice::PrefetchWrite && !pages::writable(d.access) {
-            return Err(fault(s));
+            return Err(Error::PermissionDenied { verb: "advise_mr", why: "PREFETCH_WRITE of a region without write access" });
         }
-        let off = s.addr.checked_sub(d.iova).ok_or_else(|| fault(s))?;
+        let outside = |offset| Error::OutOfRange { verb: "advise_mr", offset, len: u64::from(s.length), size: d.len as u64 };
+        let off = s.addr.checked_sub(d.iova).ok_or_else(|| outside(s.addr.wrapping_sub(d.iova)))?;
         if off.checked_add(u64::from(s.length)).is_none_or(|end| end > d.len as u64) {
-            return Err(fault(s));
+            return Err(outside(off));
         }
         ranges.push(((d.addr as u64 + off) as usize, s.length as usize));
     }
@@ -837,7 +881,8 @@ pub(crate) fn advise(pd: &Arc<PdCore>, advice: Advice, sges: &[Sge]) -> Result<(
     }
     for ((addr, len), s) in ranges.into_iter().zip(sges) {
         if len > 0 {
-            pages::check(addr, len, advice == Advice::PrefetchWrite).map_err(|pages::NotMapped| fault(s))?;
+            pages::check(addr, len, advice == Advice::PrefetchWrite)
+                .map_err(|pages::NotMapped| Error::BadAddress { verb: "advise_mr", addr: s.addr, len: u64::from(s.length) })?;
         }
     }
     Ok(())
