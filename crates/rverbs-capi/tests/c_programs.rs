@@ -116,6 +116,14 @@ fn peer_memory() {
     compile_and_run("peer_memory");
 }
 
+/// Tag matching across two processes: eager, unexpected, rendezvous with its FIN,
+/// NO_TAG, a tag removed before its message, phase sync and `ibv_wc_read_tm_info`
+/// (`tests/c/tag_matching.c`, docs/tag-matching.md).
+#[test]
+fn tag_matching() {
+    compile_and_run("tag_matching");
+}
+
 #[test]
 fn mw() {
     compile_and_run("mw");

@@ -15,8 +15,9 @@
 //! - phase synchronisation: the device counts unexpected messages; software reports how
 //!   many it has handled (`unexpected_cnt` with IBV_OPS_TM_SYNC). A tag posted while
 //!   software had not seen every unexpected message (its `unexpected_cnt` is behind the
-//!   device's count) does not match until software and device are in sync again, and the
-//!   list operations' completions carry IBV_WC_TM_SYNC_REQ while they are not.
+//!   device's count) does not match until a sync puts software and device in step again
+//!   (tags posted before stay in use), and the list operations' completions carry
+//!   IBV_WC_TM_SYNC_REQ when their `unexpected_cnt` is not the device's count.
 //!
 //! The list lives in a shared segment (`tm-<srqn>`), so that a process of this host that
 //! delivers a message into the SRQ (docs/queue-pairs.md) matches it as the owner does.
@@ -202,7 +203,7 @@ unsafe impl ShmSafe for ListHdr {}
 const HDR_BYTES: usize = std::mem::size_of::<ListHdr>();
 
 /// Words of one entry: state (0 free, else generation << 1 | 1), seq, tag, mask,
-/// recv_wr_id, phase (the ADD's unexpected_cnt), num_sge, then (addr, length | lkey << 32)
+/// recv_wr_id, active (1: the entry may match), num_sge, then (addr, length | lkey << 32)
 /// per SGE.
 const FIXED_WORDS: usize = 7;
 
@@ -285,6 +286,13 @@ impl TagList {
         let h = self.hdr();
         if op.flags.contains(TagOpFlags::TM_SYNC) {
             h.sw_synced.store(op.unexpected_cnt, Ordering::Release);
+            if self.in_sync() {
+                // Software has handled every unexpected message: the tags it posted
+                // meanwhile may match from now on.
+                for i in 0..self.max_tags {
+                    self.entry(i)[5].store(1, Ordering::Relaxed);
+                }
+            }
         }
         let hw = h.hw_unexpected.load(Ordering::Acquire);
         let mut done = OpDone { handle: None, failed: false, sync_req: false };
@@ -303,7 +311,9 @@ impl TagList {
                 e[2].store(tag & mask, Ordering::Relaxed);
                 e[3].store(mask, Ordering::Relaxed);
                 e[4].store(recv_wr_id, Ordering::Relaxed);
-                e[5].store(u64::from(op.unexpected_cnt), Ordering::Relaxed);
+                // A tag posted while software had not seen every unexpected message might
+                // belong to one of them: it waits for the next sync.
+                e[5].store(u64::from(op.unexpected_cnt == hw || self.in_sync()), Ordering::Relaxed);
                 e[6].store(sg_list.len() as u64, Ordering::Relaxed);
                 for (k, s) in sg_list.iter().enumerate() {
                     e[FIXED_WORDS + 2 * k].store(s.addr, Ordering::Relaxed);
@@ -367,13 +377,10 @@ impl TagList {
         Some(wqe)
     }
 
-    /// Removes and returns the earliest-posted eligible entry matching `tag` (caller holds
-    /// the lock). An entry is eligible when software and device are in sync, or when it
-    /// was posted knowing every unexpected message so far.
+    /// Removes and returns the earliest-posted active entry matching `tag` (caller holds
+    /// the lock). An entry is active when it was posted knowing every unexpected message
+    /// so far, or once a sync put software and device back in step.
     fn take_match(&self, tag: u64) -> Option<RecvWqe> {
-        let h = self.hdr();
-        let hw = u64::from(h.hw_unexpected.load(Ordering::Acquire));
-        let synced = self.in_sync();
         let mut best: Option<(u64, usize)> = None;
         for i in 0..self.max_tags {
             let e = self.entry(i);
@@ -381,7 +388,7 @@ impl TagList {
                 continue;
             }
             let (seq, want, mask) = (e[1].load(Ordering::Relaxed), e[2].load(Ordering::Relaxed), e[3].load(Ordering::Relaxed));
-            let eligible = synced || e[5].load(Ordering::Relaxed) == hw;
+            let eligible = e[5].load(Ordering::Relaxed) == 1;
             if eligible && tag & mask == want & mask && best.is_none_or(|(s, _)| seq < s) {
                 best = Some((seq, i));
             }
@@ -480,6 +487,17 @@ mod tests {
         // No plain receive: RNR, and the message is not counted as unexpected.
         assert!(l.deliver(Header::parse(&tmh(TmhOp::Eager, 0x98, 0), 16), || None).is_none());
         assert_eq!(l.hdr().hw_unexpected.load(Ordering::Relaxed), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_tag_posted_before_an_unexpected_message_stays_in_use() {
+        let (l, d) = list("before", 4);
+        add(&l, 1, 0x10, 0);
+        let w = l.deliver(Header::parse(&tmh(TmhOp::Eager, 0x50, 0), 16), plain).unwrap();
+        assert_eq!(w.tm, Some(TmRecv::Unexpected));
+        let w = l.deliver(Header::parse(&tmh(TmhOp::Eager, 0x10, 0), 16), plain).unwrap();
+        assert_eq!(w.wr_id, 1, "posted in step with the device: still matches");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
