@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# XRC over RoCEv2/UDP between two "hosts": two network namespaces joined by a veth pair
+# XRC (and tag matching, tm_net.c) over RoCEv2/UDP between two "hosts": two network namespaces joined by a veth pair
 # that this script creates (rvx-a 10.68.0.1 and rvx-b 10.68.0.2, fd68::1/2, link MTU
 # 1500) and removes. Each side runs on rverbs' drop-in libibverbs.so.1 with its own
 # runtime directory, so every XRC message crosses the link: XRC opcodes (0xA0 + operation)
@@ -57,6 +57,7 @@ trap cleanup EXIT
 cleanup
 mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 cc -O2 -Wall -Werror -o "$WORK/xrc_net" tests/conformance/xrc_net.c -libverbs
+cc -O2 -Wall -Werror -o "$WORK/tm_net" tests/conformance/tm_net.c -libverbs
 
 netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B" "$IP6_A" "$IP6_B"
 
@@ -135,6 +136,14 @@ pair "$ok" "xrc_net -e, data checked" "$IP_A" "$IP_B" "$WORK/xrc_net" -e
 pair "$ok" "xrc_net over IPv6 GIDs, data checked" "$IP6_A" "$IP6_B" "$WORK/xrc_net"
 FAULTS="seed=68,drop=5%,dup=5%,reorder=5%,reorder_by=1ms,corrupt=5%" \
   pair "$ok" "xrc_net, client faults drop/dup/reorder/corrupt 5%, data checked" "$IP_A" "$IP_B" "$WORK/xrc_net"
+
+# Tag matching over the link (an RC QP on a tag-matching SRQ, docs/tag-matching.md): a
+# three-packet EAGER message placed without its header across packet boundaries, an
+# unexpected one, and a RNDV request left to software; once under client faults.
+tm="tm_net: all checks passed"
+pair "$tm" "tm_net (tag matching: 3-packet EAGER, unexpected, RNDV left to software), data checked" "$IP_A" "$IP_B" "$WORK/tm_net"
+FAULTS="seed=69,drop=5%,dup=5%,reorder=5%,reorder_by=1ms,corrupt=5%" \
+  pair "$tm" "tm_net, client faults drop/dup/reorder/corrupt 5%, data checked" "$IP_A" "$IP_B" "$WORK/tm_net"
 
 # The wire: every packet is an XRC opcode; every request the client sent has an XRCETH
 # naming the SRQ it meant (tshark 4.0 decodes XRC opcodes but not the XRCETH, so its
