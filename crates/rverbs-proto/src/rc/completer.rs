@@ -292,14 +292,14 @@ impl Requester {
     }
 
     /// `comp.psn = max(comp.psn, psn)`.
-    fn advance_comp_psn(&mut self, psn: crate::psn::Psn) {
+    pub(super) fn advance_comp_psn(&mut self, psn: crate::psn::Psn) {
         if psn.diff(self.comp_psn) > 0 {
             self.comp_psn = psn;
         }
     }
 
     /// §3.1 `reset_retry_counters`: counts are of consecutive failures.
-    fn reset_retry_counters(&mut self) {
+    pub(super) fn reset_retry_counters(&mut self) {
         self.retry.reset();
         self.rnr.reset();
         self.started_retry = false;

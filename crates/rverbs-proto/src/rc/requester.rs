@@ -269,6 +269,41 @@ impl Requester {
         Ok(())
     }
 
+    /// The express lane of a synchronous link (docs/queue-pairs.md, "The express lane"):
+    /// the PSN an RC request of `length` bytes would carry if the link executed it and its
+    /// responder acknowledged it inside the post, instead of the request being queued;
+    /// `None` unless that is what [`Requester::post`], [`Requester::poll_transmit`] and the
+    /// ACK would do. That holds when nothing is outstanding (no WQE, no completion, no
+    /// timer, `req.psn == comp.psn`), the state is Ready and the message is one packet: the
+    /// request is then the oldest, the newest and the only one, and a single ONLY packet
+    /// with AckReq whose ACK completes it.
+    pub fn express_psn(&self, length: u32) -> Option<Psn> {
+        let idle = self.queue.is_empty()
+            && self.completions.is_empty()
+            && self.timers.next_timeout().is_none()
+            && self.req_psn == self.comp_psn
+            && !self.in_read_stream;
+        (self.cfg.mode == Mode::Rc && self.state == RequesterState::Ready && idle && length <= self.cfg.mtu)
+            .then_some(self.req_psn)
+    }
+
+    /// The request [`Requester::express_psn`] named was executed and acknowledged: the
+    /// state moves exactly as posting it, transmitting its ONLY packet (AckReq) and the ACK
+    /// of its PSN would move it (`req.psn`, `comp.psn` and the highest PSN sent advance by
+    /// one, the retry budgets refill, no timer is left armed). Its completion, always a
+    /// success, is the caller's to write.
+    pub fn express_acked(&mut self) {
+        debug_assert!(self.queue.is_empty() && self.req_psn == self.comp_psn);
+        let next = self.req_psn.add(1);
+        self.req_psn = next;
+        if next.diff(self.sent_end) > 0 {
+            self.sent_end = next;
+        }
+        self.noack_pkts = 0;
+        self.reset_retry_counters();
+        self.advance_comp_psn(next);
+    }
+
     /// Moves the send side to ERR (a `modify_qp` to ERR, or a fatal error found by the
     /// driver): every outstanding WQE completes with WR_FLUSH_ERR (§3.4 COMPST_ERROR).
     pub fn enter_error(&mut self) {

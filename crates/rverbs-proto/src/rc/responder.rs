@@ -323,6 +323,31 @@ impl Responder {
         }
     }
 
+    /// The express lane of a synchronous link (docs/queue-pairs.md, "The express lane"):
+    /// whether an RDMA WRITE ONLY without immediate data of `len` bytes (1 ≤ `len` ≤ MTU) at
+    /// PSN `psn`, with AckReq, whose R_Key the link checked for REMOTE_WRITE, passes every
+    /// check of [`Responder::handle_request`] and is executed: RC, not XRC, not in ERR, no
+    /// message in progress and nothing waiting to be sent, the expected PSN, the QP's
+    /// REMOTE_WRITE access.
+    pub fn express_write_ok(&self, psn: Psn, len: u32) -> bool {
+        self.cfg.mode == Mode::Rc
+            && !self.cfg.xrc
+            && self.state != ResponderState::Error
+            && self.cur.is_none()
+            && self.out.is_empty()
+            && psn == self.expected
+            && (1..=self.cfg.mtu).contains(&len)
+            && self.cfg.access.contains(Access::REMOTE_WRITE)
+    }
+
+    /// The WRITE [`Responder::express_write_ok`] accepted was placed: the state moves as
+    /// handling it and sending its ACK would (the expected PSN and the MSN advance).
+    pub fn express_write_done(&mut self, psn: Psn) {
+        self.sent_psn_nak = false;
+        self.expected = psn.add(1);
+        self.msn = (self.msn + 1) & Psn::MASK;
+    }
+
     /// CHK_OP_SEQ (§3.3): inside a SEND only SEND_MIDDLE/LAST*, inside a WRITE only
     /// WRITE_MIDDLE/LAST*; a MIDDLE/LAST outside a message is a missing FIRST.
     fn check_op_seq(&self, op: Operation) -> Result<(), Violation> {

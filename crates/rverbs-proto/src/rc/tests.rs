@@ -1324,3 +1324,73 @@ fn modify_reaches_a_running_requester() {
     let _ = r.poll_transmit(now);
     assert_eq!(r.poll_timeout(), Some(now + ack_timeout(12).unwrap()));
 }
+
+// ---- The express lane: the same state as the queued way ----
+
+/// What a requester exposes of its state.
+fn requester_state(r: &Requester) -> (Psn, Psn, Option<u8>, Option<u8>, Option<Instant>, RequesterState, usize, bool) {
+    (r.req_psn(), r.comp_psn(), r.retries_left(), r.rnr_retries_left(), r.poll_timeout(), r.state(), r.outstanding(), r.is_idle())
+}
+
+/// A WRITE of `len` bytes the queued way: posted, its ONLY packet transmitted and handled by
+/// `resp`, the ACK handed back; returns its completion.
+fn queued_write(req: &mut Requester, resp: &mut Responder, t: &mut sim::SimTarget, id: u64, len: u32, now: Instant) -> Completion {
+    req.post(SendWqe { id, ..wqe(WrOpcode::RdmaWrite, len) }).unwrap();
+    let r = req.poll_transmit(now).expect("the WRITE");
+    assert_eq!((op(&r), r.ack_req), (Operation::RdmaWriteOnly, true));
+    assert!(resp.handle_request(now, &r, t).executed);
+    let ack = resp.poll_transmit(now).expect("its ACK");
+    assert!(resp.poll_transmit(now).is_none());
+    req.handle_response(now, &ack);
+    req.poll_completion().expect("its completion")
+}
+
+#[test]
+fn express_write_leaves_both_machines_as_the_queued_way_does() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(1 << 16);
+    let rcfg = RequesterConfig { mtu: UNSEGMENTED_MTU, timeout: 10, ..RequesterConfig::TEMPLATE };
+    let scfg = ResponderConfig { mtu: UNSEGMENTED_MTU, ..ResponderConfig::TEMPLATE };
+    let (mut qa, mut ra) = (Requester::new(rcfg), Responder::new(scfg));
+    let (mut qb, mut rb) = (Requester::new(rcfg), Responder::new(scfg));
+    for i in 0..5u64 {
+        let c = queued_write(&mut qa, &mut ra, &mut t, i, 64, now);
+        assert_eq!(c.status, WcStatus::Success);
+        let psn = qb.express_psn(64).expect("idle: the express lane is open");
+        assert!(rb.express_write_ok(psn, 64));
+        rb.express_write_done(psn);
+        qb.express_acked();
+        assert_eq!(requester_state(&qa), requester_state(&qb), "after WRITE {i}");
+        assert_eq!((ra.expected_psn(), ra.msn(), ra.state()), (rb.expected_psn(), rb.msn(), rb.state()));
+    }
+    // Then both take the queued way and build the same packets.
+    let a = queued_write(&mut qa, &mut ra, &mut t, 9, 8, now);
+    let b = queued_write(&mut qb, &mut rb, &mut t, 9, 8, now);
+    assert_eq!((a.id, a.status, a.byte_len), (b.id, b.status, b.byte_len));
+    assert_eq!(requester_state(&qa), requester_state(&qb));
+}
+
+#[test]
+fn express_lane_is_closed_while_anything_is_outstanding_or_not_plain() {
+    let now = Instant::now();
+    let rcfg = RequesterConfig { mtu: 1024, timeout: 10, ..RequesterConfig::TEMPLATE };
+    let mut q = Requester::new(rcfg);
+    assert!(q.express_psn(1024).is_some());
+    assert!(q.express_psn(1025).is_none(), "more than one packet");
+    q.post(SendWqe { id: 1, ..wqe(WrOpcode::RdmaWrite, 8) }).unwrap();
+    assert!(q.express_psn(8).is_none(), "a WQE is queued");
+    let _ = q.poll_transmit(now).unwrap();
+    assert!(q.express_psn(8).is_none(), "a WQE is outstanding, its timer armed");
+    let uc = Requester::new(RequesterConfig { mode: Mode::Uc, ..rcfg });
+    assert!(uc.express_psn(8).is_none(), "RC only");
+
+    let scfg = ResponderConfig { mtu: 1024, ..ResponderConfig::TEMPLATE };
+    let r = Responder::new(scfg);
+    let psn = r.expected_psn();
+    assert!(r.express_write_ok(psn, 8));
+    assert!(!r.express_write_ok(psn.add(1), 8), "not the expected PSN");
+    assert!(!r.express_write_ok(psn, 0), "a zero-length WRITE takes the queued way");
+    assert!(!r.express_write_ok(psn, 1025), "more than one packet");
+    let ro = Responder::new(ResponderConfig { access: Access::REMOTE_READ, ..scfg });
+    assert!(!ro.express_write_ok(psn, 8), "no REMOTE_WRITE access: the queued way NAKs");
+}

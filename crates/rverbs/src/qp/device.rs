@@ -74,6 +74,25 @@ pub(crate) struct Tx<'a> {
     pub(crate) comp_psn: Psn,
 }
 
+/// An RDMA WRITE offered to the express lane (docs/queue-pairs.md, "The express lane"):
+/// one packet, nothing outstanding on the queue, the PSN the requester gave it.
+pub(crate) struct ExpressWrite<'a> {
+    pub(crate) psn: Psn,
+    pub(crate) data: ExpressData<'a>,
+    /// Its length (1 ..= the requester's MTU).
+    pub(crate) len: u32,
+    pub(crate) rkey: u32,
+    pub(crate) va: u64,
+}
+
+/// Where an express WRITE's bytes are.
+pub(crate) enum ExpressData<'a> {
+    /// Registered memory of the requester's PD.
+    Sges(&'a [Sge]),
+    /// Inline bytes.
+    Inline(&'a [u8]),
+}
+
 /// The payload of a READ response, wherever the link holds it (a packet's bytes, or the
 /// responder's registered memory on the same host).
 pub(crate) trait ResponseBytes {
@@ -109,6 +128,14 @@ pub(crate) trait SendPath: Send {
     /// longer be gathered (its region went away after the request was handed over).
     fn transmit(&mut self, qp: &Arc<QpInner>, req: &ReqView, tx: Tx<'_>, answers: &mut dyn Answers) -> Result<(), u32>;
 
+    /// The express lane: executes `w` on the connection's responder and has it
+    /// acknowledged at once, if the link can (the same host, a responder of this process
+    /// that expects it and takes it) and everything about it passes; `false` changes
+    /// nothing, and the request takes the queued way, which decides its outcome.
+    fn express_write(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &ExpressWrite<'_>) -> bool {
+        let _ = (qp, req, w);
+        false
+    }
     /// Sends what [`SendPath::transmit`] batched.
     fn flush(&mut self);
 

@@ -680,7 +680,15 @@ impl Qp {
         };
         let endpoint = q.pd.endpoint();
         let mut sq = q.sq.lock();
+        // The express lane (docs/queue-pairs.md): RTS, no fault plan, no sanitizer (its
+        // tracking follows the queue); each request it takes is complete on return.
+        let express = state == QpState::Rts && !crate::fault_plan::active() && !crate::sanitizer::on();
+        let mut queued = false;
         for (index, wr) in wrs.iter().enumerate() {
+            if express && !queued && q.express(&mut sq, wr) {
+                continue;
+            }
+            queued = true;
             if let Err(error) = sq.push(endpoint, q.pd.id, q.qp_type, wr, keep) {
                 result = Err(PostError { index, error });
                 break;
@@ -697,10 +705,14 @@ impl Qp {
             }
         }
         // A kick that arrived before we took the queue is served by this progress run.
-        if q.sq_pending.load(Ordering::Relaxed) {
+        let kicked = q.sq_pending.load(Ordering::Relaxed);
+        if kicked {
             q.sq_pending.store(false, Ordering::SeqCst);
         }
-        q.progress(&mut sq);
+        // Requests the express lane completed left nothing for the queue to run.
+        if queued || kicked || !express || wrs.is_empty() {
+            q.progress(&mut sq);
+        }
         drop(sq);
         // A kick that came while we held the queue found it busy and left the run to us:
         // its store precedes its failed try-lock, which precedes our release, which

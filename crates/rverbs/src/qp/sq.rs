@@ -138,6 +138,11 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
+    /// The scatter entries and inline bytes a work request of this queue may have.
+    pub(crate) fn limits(&self) -> (usize, usize) {
+        (self.max_sge, self.max_inline)
+    }
+
     pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32) -> Self {
         let cap = max_wr.max(1) as usize;
         let max_sge = max_sge.max(1) as usize;

@@ -36,7 +36,7 @@ use crate::engine::Engine;
 use crate::mcast::{is_multicast, Groups, MULTICAST_QPN};
 use crate::shm::cma::CmaError;
 use crate::mr::{self, KeySpace, PinList, Source};
-use crate::qp::device::{Answers, PacketBytes, ResponseBytes, Tx};
+use crate::qp::device::{Answers, ExpressData, ExpressWrite, PacketBytes, ResponseBytes, Tx};
 use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 use crate::transport::grh;
@@ -131,6 +131,51 @@ pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx
         }
     }
     Ok(())
+}
+
+/// The same-host link's express lane ([`crate::qp::device::SendPath::express_write`];
+/// docs/queue-pairs.md, "The express lane"): an RDMA WRITE to the connection's responder
+/// when it is a QP of this process, placed and acknowledged without the request and its
+/// ACK being built. Every check of the queued way is made, in its order, before anything
+/// moves: the route still answers, the responder machine accepts the WRITE at its PSN
+/// ([`Responder::express_write_ok`], with the QP's current attributes), the requester's
+/// scatter list gathers, the R_Key grants REMOTE_WRITE on the range; a failure of any of
+/// them, or of the copy itself (which the queued way repeats: a WRITE places the same
+/// bytes again), leaves the request to the queued way, which decides its outcome.
+pub(crate) fn express_write(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: &ExpressWrite<'_>) -> bool {
+    let Some(Route { to: Routed::Local(t), responder }) = path.route.as_mut() else { return false };
+    if qp.qp_type != QpType::Rc || t.qp.is_destroyed() || !super::route::answers(t.qp.rec, qp.qpn, req) {
+        return false;
+    }
+    let mut cfg = responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU);
+    cfg.rq_psn = responder.config().rq_psn;
+    responder.reconfigure(cfg);
+    if !responder.express_write_ok(w.psn, w.len) {
+        return false;
+    }
+    let own = KeySpace::local(qp.pd.endpoint());
+    let mut pins = PinList::new();
+    let src = match w.data {
+        ExpressData::Inline(b) => Source::Bytes(b),
+        ExpressData::Sges(s) => {
+            if mr::pin_sges_into(&own, qp.pd.id, s, Access::empty(), u64::from(w.len), &mut pins).is_err() {
+                return false;
+            }
+            Source::Pins(&pins)
+        }
+    };
+    let keys = t.keys();
+    let mut mem = PinList::new();
+    let via = mr::Via { key: w.rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_WRITE, va: w.va };
+    if keys.pin_into(via, u64::from(w.len), &mut mem).is_err() {
+        return false;
+    }
+    t.note_inbound();
+    if mr::copy_message(&mem, 0, src).is_err() {
+        return false;
+    }
+    responder.express_write_done(w.psn);
+    true
 }
 
 /// XRC: the target QP `t` answers the requester, but the SRQ the request names is not an

@@ -13,7 +13,7 @@ use super::net::NetTx;
 use super::udp::Net;
 use crate::engine::Engine;
 use crate::mcast::Groups;
-use crate::qp::device::{Answers, SendPath, Shape, Tx};
+use crate::qp::device::{Answers, ExpressWrite, SendPath, Shape, Tx};
 use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 
@@ -59,6 +59,10 @@ impl SendPath for Path {
             (true, None) => Ok(()),
             (false, _) => super::host::transmit(&mut self.host, qp, req, tx, answers),
         }
+    }
+
+    fn express_write(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &ExpressWrite<'_>) -> bool {
+        !req.network && !crate::fault_plan::port_down() && super::host::express_write(&mut self.host, qp, req, w)
     }
 
     fn flush(&mut self) {

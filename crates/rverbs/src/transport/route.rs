@@ -88,7 +88,7 @@ impl Routed {
 /// Whether the QP whose record is `rec` answers requests from QP `me` with path `req`:
 /// it accepts requests, its path points back at the requester's source GID, and it is
 /// connected to the requester; and its owner's port is up (docs/fault-injection.md).
-fn answers(rec: &QpRecord, me: u32, req: &ReqView) -> bool {
+pub(crate) fn answers(rec: &QpRecord, me: u32, req: &ReqView) -> bool {
     accepts_requests(rec.state()) && !rec.port_down() && rec.dgid() == req.sgid && rec.dest_qpn.load(Ordering::Acquire) == me
 }
 
