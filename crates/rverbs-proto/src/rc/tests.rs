@@ -1328,8 +1328,25 @@ fn modify_reaches_a_running_requester() {
 // ---- The express lane: the same state as the queued way ----
 
 /// What a requester exposes of its state.
-fn requester_state(r: &Requester) -> (Psn, Psn, Option<u8>, Option<u8>, Option<Instant>, RequesterState, usize, bool) {
-    (r.req_psn(), r.comp_psn(), r.retries_left(), r.rnr_retries_left(), r.poll_timeout(), r.state(), r.outstanding(), r.is_idle())
+#[derive(Debug, PartialEq)]
+struct Seen {
+    psns: (Psn, Psn),
+    retries: (Option<u8>, Option<u8>),
+    timeout: Option<Instant>,
+    state: RequesterState,
+    outstanding: usize,
+    idle: bool,
+}
+
+fn requester_state(r: &Requester) -> Seen {
+    Seen {
+        psns: (r.req_psn(), r.comp_psn()),
+        retries: (r.retries_left(), r.rnr_retries_left()),
+        timeout: r.poll_timeout(),
+        state: r.state(),
+        outstanding: r.outstanding(),
+        idle: r.is_idle(),
+    }
 }
 
 /// A WRITE of `len` bytes the queued way: posted, its ONLY packet transmitted and handled by
