@@ -22,6 +22,11 @@
 # default 30 s), both exit codes 0 and each side's expected line printed. One
 # `PASS label (s)` / `FAIL label (s): reasons` line per case, then `N passed, N failed`;
 # exit 1 if any failed. An optional argument is a bash regex on the labels.
+#
+# Across two hosts: tests/conformance/rsockets_netns.sh creates two network namespaces
+# and runs this script with RSOCKETS_SERVER_NS / RSOCKETS_CLIENT_NS (the namespaces the
+# server and the client run in, each as its own host: its own runtime directory) and
+# RSOCKETS_SERVER_ADDR (the address the clients connect to; default 127.0.0.1).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 NAME=rsockets.sh
@@ -58,6 +63,16 @@ done
 export LD_LIBRARY_PATH=$dropin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export RVERBS_RUNTIME_DIR=$WORK/runtime
 mkdir -m 700 "$RVERBS_RUNTIME_DIR"
+SERVER_NS=${RSOCKETS_SERVER_NS:-} CLIENT_NS=${RSOCKETS_CLIENT_NS:-}
+ADDR=${RSOCKETS_SERVER_ADDR:-127.0.0.1}
+on_server=() on_client=()
+if [ -n "$SERVER_NS" ]; then
+  # The server's host is RVERBS_RUNTIME_DIR (where cm_listening looks); the client's
+  # host has its own runtime directory.
+  mkdir -m 700 "$WORK/runtime-client"
+  on_server=(ip netns exec "$SERVER_NS" env RVERBS_RUNTIME_DIR="$RVERBS_RUNTIME_DIR" TCPCOPY_ADDR="$ADDR")
+  on_client=(ip netns exec "$CLIENT_NS" env RVERBS_RUNTIME_DIR="$WORK/runtime-client")
+fi
 
 cat >"$WORK/client.py" <<'PY'
 import socket, sys
@@ -105,11 +120,11 @@ case_() {
   [[ -z $filter || $label =~ $filter ]] || return 0
   rm -f "$WORK/dst.bin"
   # shellcheck disable=SC2086
-  (cd "$WORK" && exec timeout "$TIMEOUT" "${linebuf[@]}" $scmd) >"$slog" 2>&1 &
+  (cd "$WORK" && exec "${on_server[@]}" timeout "$TIMEOUT" "${linebuf[@]}" $scmd) >"$slog" 2>&1 &
   server_pid=$!
   if wait_listen "$port" "$server_pid"; then
     # shellcheck disable=SC2086
-    timeout "$TIMEOUT" "${linebuf[@]}" $ccmd >"$clog" 2>&1 &
+    "${on_client[@]}" timeout "$TIMEOUT" "${linebuf[@]}" $ccmd >"$clog" 2>&1 &
     client_pid=$!
     wait "$client_pid"; crc=$?
   else
@@ -151,26 +166,26 @@ case_() {
 
 bw='^1m_bw +1m +100 '
 custom='^custom '
-case_ "rstream blocking" 7471 "rstream -T b -T v" "$bw" "rstream -s 127.0.0.1 -T b -T v" "$bw"
+case_ "rstream blocking" 7471 "rstream -T b -T v" "$bw" "rstream -s $ADDR -T b -T v" "$bw"
 case_ "rstream non-blocking" 7471 "rstream -T v -S 100000 -C 300" "$custom" \
-  "rstream -s 127.0.0.1 -T v -S 100000 -C 300" "$custom"
+  "rstream -s $ADDR -T v -S 100000 -C 300" "$custom"
 case_ "rstream rpoll" 7471 "rstream -T a -T v -S 100000 -C 300" "$custom" \
-  "rstream -s 127.0.0.1 -T a -T v -S 100000 -C 300" "$custom"
+  "rstream -s $ADDR -T a -T v -S 100000 -C 300" "$custom"
 case_ "rstream rpoll small" 7471 "rstream -T a -T v -S 64 -C 2000" "$custom" \
-  "rstream -s 127.0.0.1 -T a -T v -S 64 -C 2000" "$custom"
+  "rstream -s $ADDR -T a -T v -S 64 -C 2000" "$custom"
 case_ "riostream" 7471 "riostream -T v -S 1000000 -C 100" "$custom" \
-  "riostream -s 127.0.0.1 -T v -S 1000000 -C 100" "$custom"
+  "riostream -s $ADDR -T v -S 1000000 -C 100" "$custom"
 case_ "riostream blocking" 7471 "riostream -T b -T v -S 4096 -C 1000" "$custom" \
-  "riostream -s 127.0.0.1 -T b -T v -S 4096 -C 1000" "$custom"
+  "riostream -s $ADDR -T b -T v -S 4096 -C 1000" "$custom"
 case_ "rcopy" 7427 "rcopy" '^waiting for connection' \
-  "rcopy $WORK/src.bin 127.0.0.1:$WORK/dst.bin" '^[0-9]+ bytes in ' persistent cmp
+  "rcopy $WORK/src.bin $ADDR:$WORK/dst.bin" '^[0-9]+ bytes in ' persistent cmp
 case_ "preload tcpcopy" 7600 "env LD_PRELOAD=$PRELOAD $WORK/tcpcopy server 7600 $WORK/dst.bin" \
   '^server: received 4000000 bytes$' \
-  "env LD_PRELOAD=$PRELOAD $WORK/tcpcopy client 127.0.0.1 7600 $WORK/src.bin" \
+  "env LD_PRELOAD=$PRELOAD $WORK/tcpcopy client $ADDR 7600 $WORK/src.bin" \
   '^client: sent 4000000 bytes, server said: got 4000000$' "" cmp
 case_ "preload python3 client" 7600 "env LD_PRELOAD=$PRELOAD $WORK/tcpcopy server 7600 $WORK/dst.bin" \
   '^server: received 4000000 bytes$' \
-  "env LD_PRELOAD=$PRELOAD python3 $WORK/client.py 127.0.0.1 7600 $WORK/src.bin" \
+  "env LD_PRELOAD=$PRELOAD python3 $WORK/client.py $ADDR 7600 $WORK/src.bin" \
   '^client: sent 4000000 bytes, server said: got 4000000$' "" cmp
 
 echo "$passed passed, $failed failed"
