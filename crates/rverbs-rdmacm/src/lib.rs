@@ -13,8 +13,9 @@
 //! * [`forward`]: the 41 `rdma_*` functions, each a forwarder with the C signature
 //!   (pointers as `*mut c_void`/`*const c_void`, integers and return types exact) that
 //!   calls `__rv_<name>` in `libibverbs.so.1`;
-//! * [`rsocket`]: the 27 rsocket functions (`rsocket`, `rsend`, …), defined here and
-//!   failing cleanly with `ENOSYS`: rverbs has no rsockets.
+//! * [`rsocket`]: the 27 rsocket functions (`rsocket`, `rsend`, …), implemented here
+//!   over the `rdma_*` forwarders and the verbs of `libibverbs.so.1`
+//!   (docs/rsockets.md).
 //!
 //! # Finding libibverbs.so.1
 //!
@@ -242,7 +243,8 @@ macro_rules! export {
         ///
         /// # Safety
         ///
-        /// C entry point; it dereferences no argument.
+        /// C entry point: the contract of the C function of the same name in
+        /// `<rdma/rsocket.h>` (rdma-core 44).
         pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? $body
         bind_version!($name, $node);
     )*};

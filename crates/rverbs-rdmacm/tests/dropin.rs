@@ -4,7 +4,7 @@
 //! * a C program compiled against the installed `<rdma/rdma_cma.h>` and linked with
 //!   `-lrdmacm -libverbs` gets rdma-core's answers from the functions that are real
 //!   without the connection-manager engine (`rdma_event_str`, `rdma_getaddrinfo`,
-//!   `rdma_get_devices`, the ports) and `ENOSYS` from the rsockets;
+//!   `rdma_get_devices`, the ports) and the rsockets' refusals;
 //! * the shim finds `libibverbs.so.1` in its own directory when the program did not
 //!   load one, and fails cleanly (one line on stderr) next to rdma-core's libibverbs;
 //! * `rping`, `ucmatose`, `udaddy`, `ib_write_bw` and `librpma.so.0` load with
@@ -87,10 +87,17 @@ int main(void)
 	printf("ports=%d %d\n", ntohs(rdma_get_src_port(&id)), rdma_get_dst_port(&id));
 
 	errno = 0;
+	ret = rsocket(AF_INET, SOCK_DGRAM, 0);
+	printf("rsocket_dgram=%d %d\n", ret, errno);
 	ret = rsocket(AF_INET, SOCK_STREAM, 0);
-	printf("rsocket=%d %d\n", ret, errno);
+	printf("rsocket=%d\n", ret >= 0);
+	int closed = rclose(ret);
+	printf("rclose=%d\n", closed);
 	errno = 0;
-	long off = (long)riomap(3, NULL, 0, 0, 0, 0);
+	closed = rclose(ret);
+	printf("rclose_again=%d %d\n", closed, errno);
+	errno = 0;
+	long off = (long)riomap(99999, NULL, 0, 0, 0, 0);
 	printf("riomap=%ld %d\n", off, errno);
 	return 0;
 }
@@ -182,8 +189,14 @@ fn c_program_gets_the_real_functions_through_the_pair() {
 
     assert_eq!(value(&stdout, "devices"), "1 1 rverbs0 1 1");
     assert_eq!(value(&stdout, "ports"), "18515 0");
-    assert_eq!(value(&stdout, "rsocket"), format!("-1 {}", libc::ENOSYS));
-    assert_eq!(value(&stdout, "riomap"), format!("-1 {}", libc::ENOSYS));
+    // rsockets: datagram sockets are not implemented (EOPNOTSUPP, never a fake
+    // success); a stream socket opens and closes once; a number that is no rsocket
+    // is EBADF.
+    assert_eq!(value(&stdout, "rsocket_dgram"), format!("-1 {}", libc::EOPNOTSUPP));
+    assert_eq!(value(&stdout, "rsocket"), "1");
+    assert_eq!(value(&stdout, "rclose"), "0");
+    assert_eq!(value(&stdout, "rclose_again"), format!("-1 {}", libc::EBADF));
+    assert_eq!(value(&stdout, "riomap"), format!("-1 {}", libc::EBADF));
 }
 
 const EVENT_STR_C: &str = r#"

@@ -16,7 +16,7 @@ use common::{exports, our_lib, our_libibverbs, readelf, version_definitions, Exp
 
 const NODES: [&str; 4] = ["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"];
 
-/// The rsocket family: implemented (as ENOSYS) by the shim itself, not forwarded.
+/// The rsocket family: implemented by the shim itself (docs/rsockets.md), not forwarded.
 const RSOCKETS: [&str; 27] = [
     "rsocket",
     "rbind",

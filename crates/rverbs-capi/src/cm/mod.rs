@@ -48,7 +48,8 @@
 //! [`CmId`]: rverbs_cm::CmId
 //! [`Event`]: rverbs_cm::Event
 //!
-//! The rsocket family (`rsocket`, `rsend`, …) is not here: the shim answers it itself.
+//! The rsocket family (`rsocket`, `rsend`, …) is not here: the shim implements it over
+//! these functions (docs/rsockets.md).
 //!
 //! # Error conventions (rdma-core 44)
 //!
