@@ -53,8 +53,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// (st_dev, st_ino, is a regular file) of `fd`, or `None` if it is not an open descriptor.
-fn stat_key(fd: RawFd) -> Option<(InodeKey, bool)> {
+/// (st_dev, st_ino) and the file type (`S_IFMT` bits) of `fd`, or `None` if it is not an
+/// open descriptor.
+fn stat_key(fd: RawFd) -> Option<(InodeKey, libc::mode_t)> {
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes a `struct stat` into the buffer; any fd value is allowed.
     if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
@@ -62,7 +63,7 @@ fn stat_key(fd: RawFd) -> Option<(InodeKey, bool)> {
     }
     // SAFETY: fstat succeeded, so the buffer is initialised.
     let st = unsafe { st.assume_init() };
-    Some(((st.st_dev, st.st_ino), st.st_mode & libc::S_IFMT == libc::S_IFREG))
+    Some(((st.st_dev, st.st_ino), st.st_mode & libc::S_IFMT))
 }
 
 /// The pid in the header of `fd` if it is an rverbs command file (a sealed memfd that
@@ -135,14 +136,19 @@ impl CmdFile {
     ///
     /// Errors: `EINVAL` for a descriptor that is not open or not an rverbs command fd
     /// (rdma-core's `ibv_import_device`: `fstat` fails or the fd is not a character
-    /// device), or for the very descriptor a context owns (not duplicated);
+    /// device), or for the very descriptor a context owns (not duplicated); `ENODEV` for a
+    /// character device (rdma-core: no verbs device has that device number);
     /// `EOPNOTSUPP` for the command fd of a context of another process (passed with
     /// `SCM_RIGHTS`, or inherited over `fork`), or of a file none of whose contexts, PDs
     /// and MRs is left: their objects cannot be reached from here.
     pub fn find(fd: RawFd) -> Result<Arc<CmdFile>, c_int> {
-        let Some((key, regular)) = stat_key(fd) else {
+        let Some((key, kind)) = stat_key(fd) else {
             return Err(libc::EINVAL);
         };
+        if kind == libc::S_IFCHR {
+            return Err(libc::ENODEV);
+        }
+        let regular = kind == libc::S_IFREG;
         let found = if regular {
             lock(&FILES).iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade())
         } else {

@@ -405,7 +405,8 @@ export! {
     /// the caller keeps it.
     /// Errors: `EINVAL` for a descriptor that is not open or not a command fd of rverbs
     /// (rdma-core: `fstat` fails or it is no character device), or for a context's own
-    /// `cmd_fd` (not duplicated: two contexts would close it).
+    /// `cmd_fd` (not duplicated: two contexts would close it); `ENODEV` for a character
+    /// device (rdma-core: no verbs device has its number).
     /// Deviation: `EOPNOTSUPP` for the command fd of a context of another process (passed
     /// with `SCM_RIGHTS` or inherited over `fork`), whose objects live in that process,
     /// and for a file of which no context, PD or MR is left (the kernel keeps the file's
