@@ -11,8 +11,9 @@
  *   - for rows about a completion, the completion's status (the row says so).
  * A row whose outcome differs prints "FAIL" and the program exits 1 after the table.
  *
- * Sources: rdma-core 44 (libibverbs/verbs.c, providers/rxe/rxe.c; for device memory and
- * on-demand paging, which rxe 6.1 lacks, providers/mlx5/verbs.c and libibverbs/cmd_dm.c),
+ * Sources: rdma-core 44 (libibverbs/verbs.c, providers/rxe/rxe.c; for device memory,
+ * on-demand paging and object import, which rxe 6.1 lacks, providers/mlx5/verbs.c,
+ * libibverbs/cmd_dm.c, cmd_mr.c and device.c),
  * the kernel's uverbs, rxe and mlx5 (drivers/infiniband/core/uverbs_cmd.c, rdma_core.c,
  * umem.c, umem_odp.c, uverbs_std_types_{dm,mr}.c, verbs.c, include/rdma/ib_verbs.h,
  * drivers/infiniband/sw/rxe/, drivers/infiniband/hw/mlx5/{dm,mr,odp}.c), the man pages.
@@ -23,6 +24,7 @@
  * there), nothing that is undefined against the real library, except where a row says
  * "rverbs differs" and why (a device-memory copy whose offset + length wraps).
  */
+#define _GNU_SOURCE
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -1214,6 +1216,138 @@ static int r_attach_mcast_unicast_gid(void)
 
 /* ---- the table -------------------------------------------------------------------- */
 
+/* ---- sharing a context through its command fd --------------------------------------- */
+
+/* ibv_import_device(fd) must refuse and leave `fd` open (the caller keeps it). */
+static int import_device(int fd, int close_after)
+{
+	struct ibv_context *ctx;
+	int ret;
+
+	errno = 0;
+	ctx = ibv_import_device(fd);
+	if (ctx) {
+		REQUIRE(ibv_close_device(ctx) == 0, "ibv_close_device(imported)");
+		return 0;
+	}
+	ret = errno;
+	if (fd >= 0 && close_after >= 0 && fcntl(fd, F_GETFD) == -1)
+		return SIDE_EFFECT;
+	if (close_after > 0)
+		close(fd);
+	return ret;
+}
+
+static int r_import_device_minus_one(void) { return import_device(-1, -1); }
+static int r_import_device_closed_fd(void)
+{
+	int fd = dup(0);
+
+	REQUIRE(fd >= 0 && close(fd) == 0, "a closed descriptor number");
+	return import_device(fd, -1);
+}
+static int r_import_device_pipe(void)
+{
+	int p[2], ret;
+
+	REQUIRE(pipe(p) == 0, "pipe");
+	ret = import_device(p[0], 1);
+	close(p[1]);
+	return ret;
+}
+static int r_import_device_regular_file(void)
+{
+	int fd = memfd_create("bad_args", 0);
+
+	REQUIRE(fd >= 0, "memfd_create");
+	return import_device(fd, 1);
+}
+static int r_import_device_dev_null(void)
+{
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	REQUIRE(fd >= 0, "open /dev/null");
+	return import_device(fd, 1);
+}
+static int r_import_device_own_cmd_fd(void) { return import_device(F.a.ctx->cmd_fd, 0); }
+
+static int import_pd(struct ibv_context *ctx, uint32_t handle)
+{
+	struct ibv_pd *pd;
+
+	errno = 0;
+	pd = ibv_import_pd(ctx, handle);
+	if (pd) {
+		ibv_unimport_pd(pd);
+		return 0;
+	}
+	return errno;
+}
+
+static int import_mr(struct ibv_pd *pd, uint32_t handle)
+{
+	struct ibv_mr *mr;
+
+	errno = 0;
+	mr = ibv_import_mr(pd, handle);
+	if (mr) {
+		ibv_unimport_mr(mr);
+		return 0;
+	}
+	return errno;
+}
+
+static int r_import_pd_unknown(void) { return import_pd(F.a.ctx, 0x7fffff); }
+static int r_import_pd_deallocated(void)
+{
+	struct ibv_pd *pd = ibv_alloc_pd(F.a.ctx);
+	uint32_t handle;
+
+	REQUIRE(pd != NULL, "ibv_alloc_pd");
+	handle = pd->handle;
+	REQUIRE(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+	return import_pd(F.a.ctx, handle);
+}
+static int r_import_pd_other_context(void) { return import_pd(F.a.ctx, F.b.pd->handle); }
+static int r_import_mr_unknown(void) { return import_mr(F.a.pd, 0x7fffffff); }
+static int r_import_mr_deregistered(void)
+{
+	struct ibv_mr *mr = ibv_reg_mr(F.a.pd, F.a.buf, 64, IBV_ACCESS_LOCAL_WRITE);
+	uint32_t handle;
+
+	REQUIRE(mr != NULL, "ibv_reg_mr");
+	handle = mr->handle;
+	REQUIRE(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+	return import_mr(F.a.pd, handle);
+}
+static int r_import_mr_other_context(void) { return import_mr(F.a.pd, F.b.mr->handle); }
+static int r_rereg_imported_mr(void)
+{
+	struct ibv_mr *mr = ibv_import_mr(F.a.pd, F.a.mr->handle);
+	int ret;
+
+	REQUIRE(mr != NULL, "ibv_import_mr");
+	errno = 0;
+	ret = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
+	ret = ret == IBV_REREG_MR_ERR_INPUT ? errno : ret == 0 ? 0 : ANY_ERR;
+	ibv_unimport_mr(mr);
+	return ret;
+}
+
+/* ECE: the ibv_ece must come back untouched. */
+static int ece_call(int set, uint32_t vendor_id)
+{
+	struct ibv_ece ece = {.vendor_id = vendor_id, .options = 0x5a, .comp_mask = 0};
+	int ret = set ? ibv_set_ece(F.a.qp, &ece) : ibv_query_ece(F.a.qp, &ece);
+
+	if (ret && (ece.vendor_id != vendor_id || ece.options != 0x5a))
+		return SIDE_EFFECT;
+	return ret;
+}
+static int r_query_ece(void) { return ece_call(0, 0x02c9); }
+static int r_set_ece_vendor_0(void) { return ece_call(1, 0); }
+static int r_set_ece_vendor_mlx(void) { return ece_call(1, 0x02c9); }
+
 struct row {
 	const char *verb;
 	const char *arg;
@@ -1387,6 +1521,42 @@ static const struct row rows[] = {
 	    "kernel mlx5 odp.c pagefault_mr: outside the umem"),
 	ROW("ibv_advise_mr", "range outside the region, no FLUSH", r_advise_outside_no_flush, EFAULT,
 	    "rverbs differs (docs/rxe-differences.md): mlx5 queues it, returns 0"),
+	/* sharing a context through its command fd; rxe has no import (rdma-core's dummy
+	 * ops: EOPNOTSUPP), so the values are rdma-core's and the kernel's as mlx5 reaches
+	 * them (docs/rxe-differences.md) */
+	ROW("ibv_import_device", "fd -1 (not open)", r_import_device_minus_one, EINVAL,
+	    "rdma-core device.c ibv_import_device: fstat fails"),
+	ROW("ibv_import_device", "a closed descriptor", r_import_device_closed_fd, EINVAL,
+	    "rdma-core device.c ibv_import_device: fstat fails"),
+	ROW("ibv_import_device", "a pipe (stays open)", r_import_device_pipe, EINVAL,
+	    "rdma-core device.c ibv_import_device: !S_ISCHR"),
+	ROW("ibv_import_device", "a regular file (stays open)", r_import_device_regular_file,
+	    EINVAL, "rdma-core device.c ibv_import_device: !S_ISCHR"),
+	ROW("ibv_import_device", "/dev/null (stays open)", r_import_device_dev_null, ENODEV,
+	    "rdma-core device.c ibv_import_device: no device has that cdev"),
+	ROW("ibv_import_device", "the context's own cmd_fd (stays open)",
+	    r_import_device_own_cmd_fd, EINVAL,
+	    "rverbs differs (docs/rxe-differences.md): man says dup it; rdma-core takes it"),
+	ROW("ibv_import_pd", "handle naming nothing", r_import_pd_unknown, ENOENT,
+	    "kernel rdma_core.c lookup_get_idr_uobject (mlx5_import_pd)"),
+	ROW("ibv_import_pd", "handle of a deallocated PD", r_import_pd_deallocated, ENOENT,
+	    "kernel rdma_core.c lookup_get_idr_uobject: removed at destroy"),
+	ROW("ibv_import_pd", "handle of another context's PD", r_import_pd_other_context, ENOENT,
+	    "kernel rdma_core.c lookup_get_idr_uobject: per-file table"),
+	ROW("ibv_import_mr", "handle naming nothing", r_import_mr_unknown, ENOENT,
+	    "kernel rdma_core.c lookup_get_idr_uobject (ibv_cmd_query_mr)"),
+	ROW("ibv_import_mr", "handle of a deregistered MR", r_import_mr_deregistered, ENOENT,
+	    "kernel rdma_core.c lookup_get_idr_uobject: removed at destroy"),
+	ROW("ibv_import_mr", "handle of another context's MR", r_import_mr_other_context, ENOENT,
+	    "kernel rdma_core.c lookup_get_idr_uobject: per-file table"),
+	ROW("ibv_rereg_mr", "an imported MR", r_rereg_imported_mr, EINVAL,
+	    "rdma-core verbs.c ibv_rereg_mr: mr_type != IBV_MR_TYPE_MR"),
+	ROW("ibv_query_ece", "device without ECE (ece untouched)", r_query_ece, EOPNOTSUPP,
+	    "rdma-core dummy_ops.c query_ece (rxe sets none)"),
+	ROW("ibv_set_ece", "vendor_id 0 (ece untouched)", r_set_ece_vendor_0, EOPNOTSUPP,
+	    "rdma-core verbs.c ibv_set_ece: !vendor_id"),
+	ROW("ibv_set_ece", "vendor_id 0x2c9 (ece untouched)", r_set_ece_vendor_mlx, EOPNOTSUPP,
+	    "rdma-core dummy_ops.c set_ece (rxe sets none)"),
 	/* completion queues and channels */
 	ROW("ibv_create_cq", "cqe 0", r_cq_zero, EINVAL, "kernel rxe_cq.c rxe_cq_chk_attr: cqe <= 0"),
 	ROW("ibv_create_cq", "cqe -1", r_cq_negative, EINVAL,

@@ -11,7 +11,9 @@
  *    this also checks that the library reads nothing through a pointer it did not hand
  *    out (AddressSanitizer would only see reads of instrumented code, not of the library);
  *  - a live object of one kind passed as another kind is refused the same way;
- *  - after destroy, the pointer is refused too (second destroy, post/poll through it).
+ *  - after destroy, the pointer is refused too (second destroy, post/poll through it);
+ *  - the import verbs (ibv_import_pd/mr, ibv_unimport_pd/mr) and ECE among them: the
+ *    unimport calls, which return nothing, set errno EINVAL and release nothing.
  */
 #include <sys/mman.h>
 #include <unistd.h>
@@ -63,6 +65,7 @@ static void refuse_all(const char *what, void *f, struct ibv_context *ctx, struc
 	struct ibv_alloc_dm_attr dm_attr = {.length = 64};
 	struct ibv_sge odp_sge = {.addr = 0, .length = 8, .lkey = 0};
 	struct ibv_cq *cq_out;
+	struct ibv_ece ece = {.vendor_id = 1, .options = 7};
 	void *ctx_out;
 	char buf[64];
 
@@ -173,6 +176,23 @@ static void refuse_all(const char *what, void *f, struct ibv_context *ctx, struc
 	CHECK(vctx->advise_mr(f, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &odp_sge,
 			      1) == EINVAL,
 	      "%s: advise_mr(pd) -> EINVAL", what);
+	/* Import (ibv_import_pd(3), ibv_import_mr(3)) and ECE (ibv_query_ece(3)). */
+	errno = 0;
+	CHECK(ibv_import_pd(f, pd->handle) == NULL && errno == EINVAL,
+	      "%s: ibv_import_pd(ctx) -> NULL/EINVAL", what);
+	errno = 0;
+	CHECK(ibv_import_mr(f, 1) == NULL && errno == EINVAL,
+	      "%s: ibv_import_mr(pd) -> NULL/EINVAL", what);
+	errno = 0;
+	ibv_unimport_pd(f);
+	CHECK(errno == EINVAL, "%s: ibv_unimport_pd sets EINVAL", what);
+	errno = 0;
+	ibv_unimport_mr(f);
+	CHECK(errno == EINVAL, "%s: ibv_unimport_mr sets EINVAL", what);
+	CHECK(ibv_query_ece(f, &ece) == EINVAL && ece.options == 7,
+	      "%s: ibv_query_ece(qp) -> EINVAL, ece untouched", what);
+	CHECK(ibv_set_ece(f, &ece) == EINVAL && ece.options == 7,
+	      "%s: ibv_set_ece(qp, vendor_id 1) -> EINVAL, ece untouched", what);
 }
 
 int main(void)
@@ -222,11 +242,29 @@ int main(void)
 	CHECK(ibv_reg_dm_mr(pd, (struct ibv_dm *)pd, 0, 8, IBV_ACCESS_ZERO_BASED) == NULL &&
 		      errno == EINVAL,
 	      "a PD as device memory: ibv_reg_dm_mr -> NULL/EINVAL");
+	errno = 0;
+	ibv_unimport_mr((struct ibv_mr *)pd);
+	CHECK(errno == EINVAL, "a PD as an MR: ibv_unimport_mr sets EINVAL");
+	{
+		struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+
+		CHECK(mr != NULL && ibv_dereg_mr(mr) == 0, "... and the PD stays usable");
+	}
+	errno = 0;
+	ibv_unimport_pd((struct ibv_pd *)cq);
+	CHECK(errno == EINVAL && ibv_req_notify_cq(cq, 0) == 0,
+	      "a CQ as a PD: ibv_unimport_pd sets EINVAL, the CQ stays");
+	errno = 0;
+	CHECK(ibv_import_mr((struct ibv_pd *)ctx, 1) == NULL && errno == EINVAL,
+	      "a context as a PD: ibv_import_mr -> NULL/EINVAL");
 
 	printf("# destroyed objects\n");
 	dead_mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	REQUIRE(dead_mr && ibv_dereg_mr(dead_mr) == 0, "reg + dereg an MR");
 	CHECK(ibv_dereg_mr(dead_mr) == EINVAL, "ibv_dereg_mr of a deregistered MR -> EINVAL");
+	errno = 0;
+	ibv_unimport_mr(dead_mr);
+	CHECK(errno == EINVAL, "ibv_unimport_mr of a deregistered MR sets EINVAL");
 	init.send_cq = init.recv_cq = cq;
 	dead_qp = ibv_create_qp(pd, &init);
 	REQUIRE(dead_qp && ibv_destroy_qp(dead_qp) == 0, "create + destroy a QP");
@@ -234,6 +272,12 @@ int main(void)
 	CHECK(ctx->ops.post_send(dead_qp, &swr, &sbad) == EINVAL && sbad == &swr,
 	      "post_send on a destroyed QP -> EINVAL");
 	CHECK(ibv_destroy_qp(dead_qp) == EINVAL, "ibv_destroy_qp of a destroyed QP -> EINVAL");
+	{
+		struct ibv_ece ece = {.vendor_id = 1};
+
+		CHECK(ibv_query_ece(dead_qp, &ece) == EINVAL && ibv_set_ece(dead_qp, &ece) == EINVAL,
+		      "ibv_query_ece / ibv_set_ece on a destroyed QP -> EINVAL");
+	}
 	dead_cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
 	REQUIRE(dead_cq && ibv_destroy_cq(dead_cq) == 0, "create + destroy a CQ");
 	CHECK(ctx->ops.poll_cq(dead_cq, 1, &wc) == -EINVAL, "poll_cq on a destroyed CQ -> -EINVAL");
@@ -245,6 +289,12 @@ int main(void)
 	dead_pd = ibv_alloc_pd(ctx);
 	REQUIRE(dead_pd && ibv_dealloc_pd(dead_pd) == 0, "alloc + dealloc a PD");
 	CHECK(ibv_dealloc_pd(dead_pd) == EINVAL, "ibv_dealloc_pd of a deallocated PD -> EINVAL");
+	errno = 0;
+	ibv_unimport_pd(dead_pd);
+	CHECK(errno == EINVAL, "ibv_unimport_pd of a deallocated PD sets EINVAL");
+	errno = 0;
+	CHECK(ibv_import_mr(dead_pd, 1) == NULL && errno == EINVAL,
+	      "ibv_import_mr on a deallocated PD -> NULL/EINVAL");
 	errno = 0;
 	CHECK(ibv_reg_mr(dead_pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) == NULL &&
 		      errno == EINVAL,
@@ -266,6 +316,9 @@ int main(void)
 	errno = 0;
 	CHECK(ibv_alloc_pd(dead_ctx) == NULL && errno == EINVAL,
 	      "ibv_alloc_pd on a closed context -> NULL/EINVAL");
+	errno = 0;
+	CHECK(ibv_import_pd(dead_ctx, pd->handle) == NULL && errno == EINVAL,
+	      "ibv_import_pd on a closed context -> NULL/EINVAL");
 
 	REQUIRE(ibv_free_dm(dm) == 0 && ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0 &&
 			ibv_close_device(ctx) == 0,

@@ -9,10 +9,12 @@
 use core::ffi::c_int;
 use core::mem::offset_of;
 use std::cell::UnsafeCell;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 
 use crate::ffi::ToErrno;
 use crate::abi::*;
+use crate::cmd_file::CmdFile;
 use crate::live::{self, Kind};
 
 /// A context handed to C: `struct verbs_context` (the `ibv_context` at +320), then the
@@ -21,8 +23,18 @@ use crate::live::{self, Kind};
 pub struct ContextObj {
     pub(crate) vctx: UnsafeCell<verbs_context>,
     pub(crate) core: rverbs::Context,
-    /// `cmd_fd`: a real fd (an eventfd) nothing reads; pyverbs `os.dup()`s it.
-    pub(crate) _cmd_fd: OwnedFd,
+    /// The command file the context is one of (`cmd_file.rs`): shared with every context
+    /// imported from it, and with the PDs and MRs made through them.
+    pub(crate) file: Arc<CmdFile>,
+    /// `cmd_fd`: a descriptor of the file (the memfd for an opened context, the duplicate
+    /// it was given for an imported one), closed with the context (ibv_import_device(3)).
+    pub(crate) cmd_fd: OwnedFd,
+}
+
+impl Drop for ContextObj {
+    fn drop(&mut self) {
+        self.file.detach(self.cmd_fd.as_raw_fd());
+    }
 }
 
 pub(crate) const CONTEXT_OFFSET: usize = offset_of!(verbs_context, context);
@@ -62,6 +74,11 @@ impl ContextObj {
     /// The core context.
     pub fn core(&self) -> &rverbs::Context {
         &self.core
+    }
+
+    /// The command file of the context (`ibv_context.cmd_fd`).
+    pub fn file(&self) -> &Arc<CmdFile> {
+        &self.file
     }
 
     /// Locks `ibv_context.mutex` (rdma-core guards channel reference counts with it).

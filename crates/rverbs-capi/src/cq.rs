@@ -495,7 +495,7 @@ pub(crate) unsafe extern "C" fn rverbs_create_cq_ex(
             None => None,
             // SAFETY: caller contract (a live PD of ours, or anything, refused unread).
             Some(p) => match unsafe { PdObj::from_raw(p) } {
-                Some(pd) if pd.context_ptr() == ctx.as_ptr() && pd.parent().is_some() => pd.parent(),
+                Some(pd) if pd.in_file_of(ctx) && pd.parent().is_some() => pd.parent(),
                 _ => return null_errno(libc::EINVAL),
             },
         };

@@ -10,11 +10,12 @@ use core::ffi::{c_char, c_int, c_void};
 use core::mem::offset_of;
 use std::cell::UnsafeCell;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::abi::*;
 use crate::conv;
 use crate::ffi::{ToErrno, minus_one_errno, null_errno, set_errno};
+use crate::cmd_file::CmdFile;
 use crate::context::{gid_entry, ContextObj, CONTEXT_OFFSET};
 use crate::live::{self, Kind};
 
@@ -332,8 +333,29 @@ fn fill_verbs_context(v: &mut verbs_context) {
     v.sz = size_of::<verbs_context>();
 }
 
+/// Hands C a new context of `dev` over `core`, one of the command file `file`, owning
+/// `cmd_fd` (a descriptor of that file).
+fn publish_context(dev: &DeviceObj, core: rverbs::Context, file: Arc<CmdFile>, cmd_fd: OwnedFd) -> *mut ibv_context {
+    let mut vctx = verbs_context::zeroed();
+    fill_verbs_context(&mut vctx);
+    vctx.context.device = dev.as_ptr();
+    vctx.context.ops = context_ops();
+    vctx.context.cmd_fd = cmd_fd.as_raw_fd();
+    vctx.context.async_fd = core.async_fd().as_raw_fd();
+    vctx.context.num_comp_vectors = rverbs::limits::NUM_COMP_VECTORS as c_int;
+    vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
+    file.attach(cmd_fd.as_raw_fd());
+    let obj = Box::new(ContextObj { vctx: UnsafeCell::new(vctx), core, file, cmd_fd });
+    let ctx: *mut ibv_context = Box::into_raw(obj).cast::<u8>().wrapping_add(CONTEXT_OFFSET).cast();
+    live::insert(Kind::Context, ctx);
+    ctx
+}
+
 export! {
     /// Opens a device context (`ibv_open_device(3)`). Errors: NULL with `errno`.
+    ///
+    /// Rule: `cmd_fd` names the context's command file, which `ibv_import_device` shares
+    /// (docs/device.md, "Sharing a context through its command fd").
     #[export("IBVERBS_1.1", null)]
     pub unsafe fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         let Some(dev) = DeviceObj::from_raw(device) else {
@@ -343,30 +365,11 @@ export! {
             Ok(c) => c,
             Err(e) => return null_errno(e.c_errno()),
         };
-        // SAFETY: eventfd has no memory preconditions; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return core::ptr::null_mut(); // errno from eventfd
-        }
-        // SAFETY: fd is a freshly created fd we own.
-        let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut vctx = verbs_context::zeroed();
-        fill_verbs_context(&mut vctx);
-        vctx.context.device = dev.as_ptr();
-        vctx.context.ops = context_ops();
-        vctx.context.cmd_fd = cmd_fd.as_raw_fd();
-        vctx.context.async_fd = core.async_fd().as_raw_fd();
-        vctx.context.num_comp_vectors = rverbs::limits::NUM_COMP_VECTORS as c_int;
-        vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
-        let obj = Box::new(ContextObj {
-            vctx: UnsafeCell::new(vctx),
-            core,
-            _cmd_fd: cmd_fd,
-        });
-        let ctx: *mut ibv_context =
-            Box::into_raw(obj).cast::<u8>().wrapping_add(CONTEXT_OFFSET).cast();
-        live::insert(Kind::Context, ctx);
-        ctx
+        let (file, cmd_fd) = match CmdFile::create(core.clone()) {
+            Ok(f) => f,
+            Err(e) => return null_errno(e),
+        };
+        publish_context(dev, core, file, cmd_fd)
     }
 }
 
@@ -392,12 +395,39 @@ export! {
 }
 
 export! {
-    /// Imports a context shared through a command fd (`ibv_import_device(3)`).
-    /// Errors: NULL with `errno = EOPNOTSUPP`: rverbs contexts cannot be shared between
-    /// processes (the `cmd_fd` is a private eventfd).
+    /// Opens another context over the command file of a context of this process
+    /// (`ibv_import_device(3)`): it shares the original's core context, so the PDs and MRs
+    /// of either are importable in both by handle, and objects of the two may be mixed as
+    /// objects of one context. Errors: NULL with `errno`.
+    ///
+    /// Rule: ibv_import_device(3): `cmd_fd` is a duplicate of a context's `cmd_fd` (`dup`,
+    /// `SCM_RIGHTS`); the new context owns it and `ibv_close_device` closes it. On failure
+    /// the caller keeps it.
+    /// Errors: `EINVAL` for a descriptor that is not open or not a command fd of rverbs
+    /// (rdma-core: `fstat` fails or it is no character device), or for a context's own
+    /// `cmd_fd` (not duplicated: two contexts would close it); `ENODEV` for a character
+    /// device (rdma-core: no verbs device has its number).
+    /// Deviation: `EOPNOTSUPP` for the command fd of a context of another process (passed
+    /// with `SCM_RIGHTS` or inherited over `fork`), whose objects live in that process,
+    /// and for a file of which no context, PD or MR is left (the kernel keeps the file's
+    /// objects while any descriptor of it is open, which a library cannot observe).
     #[export("IBVERBS_1.10", null)]
-    pub unsafe fn ibv_import_device(_cmd_fd: c_int) -> *mut ibv_context {
-        null_errno(libc::EOPNOTSUPP)
+    pub unsafe fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
+        let file = match CmdFile::find(cmd_fd) {
+            Ok(f) => f,
+            Err(e) => return null_errno(e),
+        };
+        let dev = match list() {
+            Ok(devs) => match devs.iter().find(|d| d.core.name() == file.core().device_name()) {
+                Some(d) => d,
+                None => return null_errno(libc::ENODEV),
+            },
+            Err(e) => return null_errno(e.c_errno()),
+        };
+        // SAFETY: CmdFile::find checked that `cmd_fd` is open; ibv_import_device(3) hands it
+        // over to the new context.
+        let fd = unsafe { OwnedFd::from_raw_fd(cmd_fd) };
+        publish_context(dev, file.core().clone(), file, fd)
     }
 }
 

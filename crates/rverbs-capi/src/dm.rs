@@ -163,7 +163,7 @@ pub(crate) unsafe extern "C" fn rverbs_reg_dm_mr(
             Err(e) => return null_errno(e.c_errno()),
         };
         // Zero-based: the region's address in the C struct is 0, as mlx5 reports it.
-        let p = MrObj::register_new(pd_obj.context_ptr(), pd, core::ptr::null_mut(), length, core);
+        let p = MrObj::register_new(pd_obj, pd, core::ptr::null_mut(), length, core);
         p.cast()
     })
 }

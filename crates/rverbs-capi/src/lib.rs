@@ -175,6 +175,7 @@ pub mod fuzzing;
 
 pub mod ah;
 pub mod cm;
+pub mod cmd_file;
 mod conv;
 pub mod context;
 pub mod cq;

@@ -10,11 +10,14 @@ use crate::live;
 use crate::ffi::{ToErrno, not_supported_null, not_supported_void, null_errno, set_errno};
 use crate::pd::PdObj;
 
-/// An MR handed to C: `struct ibv_mr`, then the core MR.
+/// An MR handed to C: `struct ibv_mr`, then the core MR, whether this `ibv_mr` was
+/// imported (ibv_import_mr(3)), and the command file in which `mr->handle` names it.
 #[repr(C)]
 pub struct MrObj {
     mr: UnsafeCell<ibv_mr>,
     core: rverbs::Mr,
+    imported: bool,
+    file: std::sync::Arc<crate::cmd_file::CmdFile>,
 }
 
 // SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
@@ -39,10 +42,25 @@ impl MrObj {
         &self.core
     }
 
-    /// Hands `core` to C as a new live `struct ibv_mr` of `pd` in `context` at `addr`.
-    pub(crate) fn register_new(context: *mut ibv_context, pd: *mut ibv_pd, addr: *mut c_void, length: usize, core: rverbs::Mr) -> *mut MrObj {
-        let mr = ibv_mr { context, pd, addr, length, handle: core.lkey(), lkey: core.lkey(), rkey: core.rkey() };
-        let p = Box::into_raw(Box::new(MrObj { mr: UnsafeCell::new(mr), core }));
+    /// Hands `core`, just registered on `pd` (`pd_ptr`, as C passed it), to C as a new live
+    /// `struct ibv_mr` at `addr`; its handle, the lkey, names it in the command file.
+    pub(crate) fn register_new(pd: &PdObj, pd_ptr: *mut ibv_pd, addr: *mut c_void, length: usize, core: rverbs::Mr) -> *mut MrObj {
+        pd.file().add_mr(&core);
+        Self::publish(pd, pd_ptr, addr, length, core, false)
+    }
+
+    fn publish(pd: &PdObj, pd_ptr: *mut ibv_pd, addr: *mut c_void, length: usize, core: rverbs::Mr, imported: bool) -> *mut MrObj {
+        let mr = ibv_mr {
+            context: pd.context_ptr(),
+            pd: pd_ptr,
+            addr,
+            length,
+            handle: core.lkey(),
+            lkey: core.lkey(),
+            rkey: core.rkey(),
+        };
+        let obj = MrObj { mr: UnsafeCell::new(mr), core, imported, file: pd.file().clone() };
+        let p = Box::into_raw(Box::new(obj));
         live::register(p);
         p
     }
@@ -126,7 +144,7 @@ export! {
                 Ok(mr) => mr,
                 Err(e) => return null_errno(e.c_errno()),
             };
-        MrObj::register_new(pd_obj.context_ptr(), pd, addr, length, core).cast()
+        MrObj::register_new(pd_obj, pd, addr, length, core).cast()
     }
 }
 
@@ -151,7 +169,8 @@ export! {
     /// Re-registers a memory region (`ibv_rereg_mr(3)`). Returns 0 or a negative
     /// `IBV_REREG_MR_ERR_*` code with `errno`.
     ///
-    /// Rule: verbs.c (`ibv_rereg_mr`): not a plain MR, unknown flags, CHANGE_TRANSLATION
+    /// Rule: verbs.c (`ibv_rereg_mr`): not a plain MR (an imported one,
+    /// `IBV_MR_TYPE_IMPORTED_MR`), unknown flags, CHANGE_TRANSLATION
     /// with a NULL `addr` or 0 `length`, or `access` without CHANGE_ACCESS give
     /// `IBV_REREG_MR_ERR_INPUT` with `errno = EINVAL` and leave the MR as it was.
     /// Rule: otherwise the core changes the region in place (the keys stay the same) and
@@ -174,7 +193,8 @@ export! {
             return IBV_REREG_MR_ERR_INPUT;
         };
         let flags = flags as c_uint;
-        let bad_input = flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+        let bad_input = obj.imported
+            || flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
             || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
             || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0);
         if bad_input {
@@ -188,9 +208,9 @@ export! {
         let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
             // SAFETY: caller contract.
             match unsafe { PdObj::from_raw(pd) } {
-                // uverbs looks the PD handle up in the MR's own context.
-                // SAFETY: reading a field of our own allocation.
-                Some(p) if p.context_ptr() == unsafe { (*obj.mr.get()).context } => Some(p),
+                // uverbs looks the PD handle up in the MR's own context's file.
+                // Contexts sharing a command file share it (ibv_import_device(3)).
+                Some(p) if std::sync::Arc::ptr_eq(p.file(), &obj.file) => Some(p),
                 _ => return cmd_err(libc::EINVAL),
             }
         } else {
@@ -245,6 +265,8 @@ export! {
         if let Err(e) = obj.core.dereg() {
             return e.c_errno();
         }
+        // Its handle names nothing any more, in every context of the file.
+        obj.file.remove_mr(obj.core.lkey());
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
         // the call); `obj` is not used after this.
         unsafe { live::free::<MrObj, _>(mr) };
@@ -253,20 +275,48 @@ export! {
 }
 
 export! {
-    /// Imports an MR of another process by handle (`ibv_import_mr(3)`).
-    /// Errors: NULL with `errno = EOPNOTSUPP` (contexts cannot be imported).
+    /// Another `ibv_mr` for an MR of the command file of `pd`'s context, named by its
+    /// handle (`ibv_import_mr(3)`): the same registration (keys, length), on `pd`.
+    /// Errors: NULL with `errno`.
+    ///
+    /// Rule: ibv_import_mr(3): `mr_handle` is `mr->handle` of an MR of the context, or of a
+    /// context sharing its command fd; NOTES: the imported MR's `addr` is NULL. As the
+    /// kernel's query of the handle (`ibv_cmd_query_mr`), the MR is not checked against
+    /// `pd`, which becomes `mr->pd`. The import is released by `ibv_unimport_mr`, the MR
+    /// destroyed by `ibv_dereg_mr` of any of its `ibv_mr`s; `ibv_rereg_mr` refuses an
+    /// imported MR (rdma-core's `ibv_rereg_mr`: not `IBV_MR_TYPE_MR`).
+    /// Errors: `EINVAL` for a PD that is not ours; `ENOENT` for a handle that names no MR
+    /// of the file (never registered, deregistered, or of another context's file: the
+    /// kernel's uverbs lookup, `lookup_get_idr_uobject`).
     #[export("IBVERBS_1.10", null)]
-    pub unsafe fn ibv_import_mr(_pd: *mut ibv_pd, _mr_handle: u32) -> *mut ibv_mr {
-        not_supported_null()
+    pub unsafe fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr {
+        // SAFETY: caller contract.
+        let Some(pd_obj) = (unsafe { PdObj::from_raw(pd) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        let Some(core) = pd_obj.file().mr(mr_handle) else {
+            return null_errno(libc::ENOENT);
+        };
+        let length = core.len();
+        MrObj::publish(pd_obj, pd, core::ptr::null_mut(), length, core, true).cast()
     }
 }
 
 export! {
-    /// Releases an imported MR without deregistering it (`ibv_unimport_mr(3)`).
+    /// Releases an `ibv_mr` without deregistering the MR (`ibv_unimport_mr(3)`): the MR
+    /// stays in its command file, importable by handle, until `ibv_dereg_mr`.
+    ///
+    /// Rule: ibv_unimport_mr(3) undoes what the import did without going to the kernel;
+    /// as in rdma-core's mlx5 (it frees the `ibv_mr`), any `ibv_mr` may be released so.
+    /// Errors (`errno`, nothing released): `EINVAL` for a pointer that is not a live MR of
+    /// ours.
     #[export("IBVERBS_1.10", void)]
-    pub unsafe fn ibv_unimport_mr(_mr: *mut ibv_mr) {
-        // Nothing can have been imported.
-        not_supported_void()
+    pub unsafe fn ibv_unimport_mr(mr: *mut ibv_mr) {
+        // SAFETY: the caller gives the `ibv_mr` up; a pointer that is not a live MR of ours
+        // is refused unread.
+        if !unsafe { live::free::<MrObj, _>(mr) } {
+            set_errno(libc::EINVAL);
+        }
     }
 }
 

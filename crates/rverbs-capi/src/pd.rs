@@ -7,19 +7,23 @@
 
 use core::ffi::c_int;
 use std::cell::UnsafeCell;
+use std::sync::Arc;
 
 use crate::abi::*;
+use crate::cmd_file::CmdFile;
 use crate::live;
 use crate::context::ContextObj;
-use crate::ffi::{ToErrno, not_supported_null, not_supported_void, null_errno};
+use crate::ffi::{ToErrno, null_errno, set_errno};
 
 /// A PD handed to C: `struct ibv_pd`, then the core PD, and for a parent domain the
-/// core parent domain (whose protection domain `core` is).
+/// core parent domain (whose protection domain `core` is); then the command file of its
+/// context (`cmd_file.rs`), in which `pd->handle` names the PD.
 #[repr(C)]
 pub struct PdObj {
     pd: UnsafeCell<ibv_pd>,
     core: rverbs::Pd,
     parent: Option<rverbs::ParentDomain>,
+    file: Arc<CmdFile>,
 }
 
 // SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
@@ -60,6 +64,26 @@ impl PdObj {
         // SAFETY: reading a field of our own allocation.
         unsafe { (*self.pd.get()).context }
     }
+
+    /// The command file of the PD's context.
+    pub fn file(&self) -> &Arc<CmdFile> {
+        &self.file
+    }
+
+    /// Whether the PD belongs to `ctx`'s command file: to `ctx` or to a context imported
+    /// from it or it from (the kernel checks objects against the uverbs file, not the
+    /// `ibv_context`).
+    pub fn in_file_of(&self, ctx: &ContextObj) -> bool {
+        Arc::ptr_eq(&self.file, ctx.file())
+    }
+
+    fn publish(ctx: &ContextObj, core: rverbs::Pd, parent: Option<rverbs::ParentDomain>) -> *mut ibv_pd {
+        let pd = ibv_pd { context: ctx.as_ptr(), handle: core.handle() };
+        let obj = Box::new(PdObj { pd: UnsafeCell::new(pd), core, parent, file: ctx.file().clone() });
+        let p = Box::into_raw(obj);
+        live::register(p);
+        p.cast()
+    }
 }
 
 export! {
@@ -76,11 +100,8 @@ export! {
             Ok(pd) => pd,
             Err(e) => return null_errno(e.c_errno()),
         };
-        let pd = ibv_pd { context: ctx.as_ptr(), handle: core.handle() };
-        let obj = Box::new(PdObj { pd: UnsafeCell::new(pd), core, parent: None });
-        let p = Box::into_raw(obj);
-        live::register(p);
-        p.cast()
+        ctx.file().add_pd(&core);
+        PdObj::publish(ctx, core, None)
     }
 }
 
@@ -104,6 +125,10 @@ export! {
         if let Err(e) = done {
             return e.c_errno();
         }
+        if obj.parent.is_none() {
+            // Its handle names nothing any more, in every context of the file.
+            obj.file.remove_pd(obj.core.handle());
+        }
         // SAFETY: the caller gives the object up (ibv_destroy_*: the pointer is dead after
         // the call); `obj` is not used after this.
         unsafe { live::free::<PdObj, _>(pd) };
@@ -112,20 +137,48 @@ export! {
 }
 
 export! {
-    /// Imports a PD of another process by handle (`ibv_import_pd(3)`).
-    /// Errors: NULL with `errno = EOPNOTSUPP` (contexts cannot be imported).
+    /// Another `ibv_pd` for a PD of the context's command file, named by its handle
+    /// (`ibv_import_pd(3)`): the same protection domain (objects and keys of either are
+    /// of one PD), in `context`. Errors: NULL with `errno`.
+    ///
+    /// Rule: ibv_import_pd(3): `pd_handle` is `pd->handle` of a PD of the context, or of a
+    /// context sharing its command fd (ibv_import_device(3)); the import is released by
+    /// `ibv_unimport_pd`, the PD destroyed by `ibv_dealloc_pd` of any of its `ibv_pd`s.
+    /// Errors: `EINVAL` for a context that is not ours; `ENOENT` for a handle that names no
+    /// PD of the file (never allocated, deallocated, or of another context's file): the
+    /// kernel's uverbs lookup (`lookup_get_idr_uobject`) answers so.
     #[export("IBVERBS_1.10", null)]
-    pub unsafe fn ibv_import_pd(_context: *mut ibv_context, _pd_handle: u32) -> *mut ibv_pd {
-        not_supported_null()
+    pub unsafe fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd {
+        // SAFETY: caller contract.
+        let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
+            return null_errno(libc::EINVAL);
+        };
+        match ctx.file().pd(pd_handle) {
+            Some(core) => PdObj::publish(ctx, core, None),
+            None => null_errno(libc::ENOENT),
+        }
     }
 }
 
 export! {
-    /// Releases an imported PD without destroying it (`ibv_unimport_pd(3)`); nothing can
-    /// have been imported, so this only sets `errno = EOPNOTSUPP`.
+    /// Releases an `ibv_pd` without destroying the PD (`ibv_unimport_pd(3)`): the PD stays
+    /// in its command file, importable by handle, until `ibv_dealloc_pd`.
+    ///
+    /// Rule: ibv_unimport_pd(3) undoes what the import did without going to the kernel;
+    /// as in rdma-core's mlx5, any `ibv_pd` of a PD may be released so.
+    /// Errors (`errno`, nothing released): `EINVAL` for a pointer that is not a live PD of
+    /// ours, or a parent domain (ibv_alloc_parent_domain(3): not an object of the command
+    /// file, so never imported; `ibv_dealloc_pd` releases it).
     #[export("IBVERBS_1.10", void)]
-    pub unsafe fn ibv_unimport_pd(_pd: *mut ibv_pd) {
-        not_supported_void()
+    pub unsafe fn ibv_unimport_pd(pd: *mut ibv_pd) {
+        // SAFETY: caller contract.
+        match unsafe { PdObj::from_raw(pd) } {
+            Some(obj) if obj.parent.is_none() => {
+                // SAFETY: the caller gives the `ibv_pd` up; `obj` is not used after this.
+                unsafe { live::free::<PdObj, _>(pd) };
+            }
+            _ => set_errno(libc::EINVAL),
+        }
     }
 }
 
@@ -230,7 +283,7 @@ pub(crate) unsafe extern "C" fn rverbs_alloc_parent_domain(
         }
         // SAFETY: caller contract (a live PD of ours, or anything, refused unread).
         let pd = match unsafe { PdObj::from_raw(a.pd) } {
-            Some(pd) if pd.parent.is_none() && pd.context_ptr() == ctx.as_ptr() => pd,
+            Some(pd) if pd.parent.is_none() && pd.in_file_of(ctx) => pd,
             _ => return null_errno(libc::EINVAL),
         };
         let td = if a.td.is_null() {
@@ -238,8 +291,8 @@ pub(crate) unsafe extern "C" fn rverbs_alloc_parent_domain(
         } else {
             // SAFETY: caller contract, as for `pd`.
             match unsafe { TdObj::from_raw(a.td) } {
-                // SAFETY: reading a field of a live TdObj.
-                Some(td) if unsafe { (*td.td.get()).context } == ctx.as_ptr() => Some(&td.core),
+                // Of this context's command file: one core context.
+                Some(td) if td.core.context().id() == ctx.core().id() => Some(&td.core),
                 _ => return null_errno(libc::EINVAL),
             }
         };
@@ -253,10 +306,6 @@ pub(crate) unsafe extern "C" fn rverbs_alloc_parent_domain(
             Ok(p) => p,
             Err(e) => return null_errno(e.c_errno()),
         };
-        let c = ibv_pd { context: ctx.as_ptr(), handle: parent.handle() };
-        let obj = Box::new(PdObj { pd: UnsafeCell::new(c), core: parent.pd().clone(), parent: Some(parent) });
-        let p = Box::into_raw(obj);
-        live::register(p);
-        p.cast()
+        PdObj::publish(ctx, parent.pd().clone(), Some(parent))
     })
 }

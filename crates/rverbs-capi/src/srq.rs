@@ -141,7 +141,7 @@ pub(crate) unsafe extern "C" fn rverbs_create_srq_ex(
         let Some(pd) = (unsafe { PdObj::from_raw(c.pd) }) else {
             return null_errno(libc::EINVAL);
         };
-        if pd.context_ptr() != ctx.as_ptr() {
+        if !pd.in_file_of(ctx) {
             return null_errno(libc::EINVAL);
         }
         if let Some((cap, cq)) = c.tm {

@@ -8,7 +8,8 @@
 //! ibv_query_qp_data_in_order(3), ibv_create_cq_ex(3), parent and thread domains
 //! (ibv_alloc_parent_domain(3), ibv_alloc_td(3)), completion channels, RC
 //! traffic and error statuses, devices/contexts/object lifecycles, memory windows,
-//! ibv_rereg_mr, XRC, the ibv_wr_* builder, UD multicast and the fault plan's
+//! ibv_rereg_mr, XRC, the ibv_wr_* builder, UD multicast, sharing a context through its
+//! command fd (`import`) and the fault plan's
 //! asynchronous events (of objects, and of the port and the device); `bad_args` is the
 //! bad-argument matrix (one row per verb and case, each citing the source of its
 //! expected errno), run under Valgrind's memcheck; `errno_kept` checks that verbs that
@@ -99,6 +100,13 @@ fn rc_traffic() {
 #[test]
 fn objects() {
     compile_and_run("objects");
+}
+
+/// ibv_import_device(3), ibv_import_pd(3), ibv_import_mr(3) and their unimport calls
+/// (docs/device.md, "Sharing a context through its command fd"); ECE not offered.
+#[test]
+fn import() {
+    compile_and_run("import");
 }
 
 /// Device memory: ibv_alloc_dm, the inline copies, ibv_reg_dm_mr and a peer QP's WRITE

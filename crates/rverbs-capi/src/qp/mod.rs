@@ -361,7 +361,7 @@ pub(crate) unsafe extern "C" fn rverbs_create_qp_ex(
                 let Some(pd) = (unsafe { PdObj::from_raw(p) }) else {
                     return null_errno(libc::EINVAL);
                 };
-                if pd.context_ptr() != ctx.as_ptr() {
+                if !pd.in_file_of(ctx) {
                     return null_errno(libc::EINVAL);
                 }
                 create(pd, &mut prefix, &ex)
@@ -532,19 +532,48 @@ export! {
 
 export! {
     /// Reads the QP's enhanced connection establishment options (`ibv_query_ece(3)`).
-    /// Returns 0 or an errno: `EOPNOTSUPP`, the device has no ECE.
+    /// Returns 0 or an errno.
+    ///
+    /// Rule: ibv_query_ece(3): `EOPNOTSUPP` when the provider does not support ECE, as
+    /// here (rdma-core's default `query_ece`, which rxe keeps); `EINVAL` for an invalid QP.
+    /// Errors: `EINVAL` for a pointer that is not a live QP of ours or a NULL `ece` (rdma-core
+    /// reads through both); `EOPNOTSUPP` otherwise, `*ece` untouched.
     #[export("IBVERBS_1.10", errno)]
-    pub unsafe fn ibv_query_ece(_qp: *mut ibv_qp, _ece: *mut ibv_ece) -> c_int {
-        not_supported_errno()
+    pub unsafe fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+        // SAFETY: caller contract (any pointer; a live QP stays alive during the call).
+        if unsafe { QpObj::from_raw(qp) }.is_none() || ece.is_null() {
+            return libc::EINVAL;
+        }
+        libc::EOPNOTSUPP
     }
 }
 
 export! {
     /// Sets the QP's enhanced connection establishment options (`ibv_set_ece(3)`).
-    /// Returns 0 or an errno (with `errno` set, as rdma-core does): `EOPNOTSUPP`, the
-    /// device has no ECE.
+    /// Returns 0 or an errno.
+    ///
+    /// Rule: ibv_set_ece(3): `EOPNOTSUPP` when the provider does not support ECE, as here;
+    /// `EINVAL` for an invalid QP. rdma-core's `ibv_set_ece` answers `EOPNOTSUPP` with
+    /// `errno` set for `vendor_id` 0 before it looks at the QP, and its default `set_ece`
+    /// (which rxe keeps) `EOPNOTSUPP` for any other.
+    /// Errors: `EINVAL` for a NULL `ece` (rdma-core reads through it); `EOPNOTSUPP` for
+    /// `vendor_id` 0; `EINVAL` for a pointer that is not a live QP of ours; `EOPNOTSUPP`
+    /// otherwise. `errno` is set with each; `*ece` is left untouched.
     #[export("IBVERBS_1.10", errno)]
-    pub unsafe fn ibv_set_ece(_qp: *mut ibv_qp, _ece: *mut ibv_ece) -> c_int {
+    pub unsafe fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+        // SAFETY: caller contract: `ece` is NULL or a valid `struct ibv_ece`.
+        let Some(e) = (unsafe { ece.as_ref() }) else {
+            set_errno(libc::EINVAL);
+            return libc::EINVAL;
+        };
+        if e.vendor_id == 0 {
+            return not_supported_errno();
+        }
+        // SAFETY: caller contract (any pointer; a live QP stays alive during the call).
+        if unsafe { QpObj::from_raw(qp) }.is_none() {
+            set_errno(libc::EINVAL);
+            return libc::EINVAL;
+        }
         not_supported_errno()
     }
 }
