@@ -135,7 +135,8 @@ pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx
 
 /// The same-host link's express lane ([`crate::qp::device::SendPath::express_write`];
 /// docs/queue-pairs.md, "The express lane"): an RDMA WRITE to the connection's responder
-/// when it is a QP of this process, placed and acknowledged without the request and its
+/// when it is a QP of this process or of another process of the host (not an XRC split
+/// target), placed and acknowledged without the request and its
 /// ACK being built. Every check of the queued way is made, in its order, before anything
 /// moves: the route still answers, the responder machine accepts the WRITE at its PSN
 /// ([`Responder::express_write_ok`], with the QP's current attributes), the requester's
@@ -143,10 +144,23 @@ pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx
 /// them, or of the copy itself (which the queued way repeats: a WRITE places the same
 /// bytes again), leaves the request to the queued way, which decides its outcome.
 pub(crate) fn express_write(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: &ExpressWrite<'_>) -> bool {
-    let Some(Route { to: Routed::Local(t), responder }) = path.route.as_mut() else { return false };
-    if qp.qp_type != QpType::Rc || t.qp.is_destroyed() || !super::route::answers(t.qp.rec, qp.qpn, req) {
+    if qp.qp_type != QpType::Rc {
         return false;
     }
+    match path.route.as_mut() {
+        Some(Route { to: Routed::Local(t), responder }) => {
+            !t.qp.is_destroyed() && super::route::answers(t.qp.rec, qp.qpn, req) && express_write_to(qp, t, responder, w)
+        }
+        Some(Route { to: Routed::Peer(t), responder }) => {
+            t.still_valid() && super::route::answers(t.rec(), qp.qpn, req) && express_write_to(qp, t, responder, w)
+        }
+        _ => false,
+    }
+}
+
+/// [`express_write`] once the route is known to answer: the responder machine's and the
+/// memory's checks, then the copy.
+fn express_write_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &ExpressWrite<'_>) -> bool {
     let mut cfg = responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU);
     cfg.rq_psn = responder.config().rq_psn;
     responder.reconfigure(cfg);
