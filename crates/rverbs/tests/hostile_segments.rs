@@ -69,3 +69,102 @@ fn a_key_record_rewritten_by_another_process_does_not_move_the_owners_writes() {
     // SAFETY: unmapping what this test mapped.
     unsafe { libc::munmap(area as *mut libc::c_void, 3 * page) };
 }
+
+/// This process's segment named `name` (its last path component), found among its mappings.
+fn own_segment(name: &str) -> std::path::PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let path = maps
+        .lines()
+        .filter_map(|l| l.find('/').map(|i| &l[i..]))
+        .find(|p| p.contains("/ep-") && p.ends_with(&format!("/{name}")))
+        .unwrap_or_else(|| panic!("segment {name} is mapped"));
+    std::path::PathBuf::from(path)
+}
+
+// Another process of the user rewrites a tag-matching SRQ's list (`tm-<srqn>`,
+// docs/tag-matching.md) with seeded garbage, words of entries and counters alike (the lock
+// word excepted: a forged holder is the bounded-wait rule's, tested with the other
+// locks). Tagged messages keep arriving: each completes (matched, unexpected, or in
+// error), and the device writes nowhere but the registered page.
+#[test]
+fn a_tag_list_rewritten_by_another_process_never_moves_the_devices_writes() {
+    use std::os::unix::fs::FileExt;
+    let page = 4096usize;
+    let sender = side(QpType::Rc);
+    let r = side(QpType::Rc);
+    let tm_cq = r.ctx.create_cq(&CqInit::new(256).wc_flags(WcExFlags::STANDARD | WcExFlags::TM_INFO)).unwrap();
+    let srq = r
+        .pd
+        .create_srq_tm(&SrqInit { max_wr: 64, max_sge: 1, ..SrqInit::default() }, TmCap { max_num_tags: 8, max_ops: 8 }, &tm_cq)
+        .unwrap();
+    let qp = r.pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, &r.cq, CAP) }).unwrap();
+    let recv = Side { qp, ..r };
+    connect(&sender, &recv, &PATH);
+    // [canary page][registered page][canary page]
+    // SAFETY: a fresh private anonymous mapping of three pages, used only by this test.
+    let area = unsafe {
+        libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    } as *mut u8;
+    assert_ne!(area as *mut libc::c_void, libc::MAP_FAILED);
+    // SAFETY: inside the mapping.
+    unsafe { std::ptr::write_bytes(area, 0xC5, 3 * page) };
+    // SAFETY: the middle page stays mapped for the test's life.
+    let mr = unsafe { recv.pd.reg_mr(area.add(page), page, ALL_ACCESS) }.unwrap();
+    let seg = std::fs::OpenOptions::new().read(true).write(true).open(own_segment(&format!("tm-{}", srq.srq_num()))).unwrap();
+    let len = seg.metadata().unwrap().len();
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut completions = 0;
+    for round in 0..40u64 {
+        // Tags and plain receives, all inside the registered page.
+        let s = [mr.sge(((round % 8) * 256) as usize, 256).unwrap()];
+        let kind = TagOpKind::Add { recv_wr_id: round, sg_list: &s, tag: round % 4, mask: 3 };
+        let _ = srq.post_tag_op(&TagOp { wr_id: round, kind, flags: TagOpFlags::empty(), unexpected_cnt: 0 });
+        let p = [mr.sge(2048 + ((round % 8) * 256) as usize, 256).unwrap()];
+        let _ = srq.post_recv(&[RecvWr::new(1000 + round, &p)]);
+        // The hostile writes: a few words of the segment past its lock, some of them the
+        // registered MR's own lkey or an address beside the page.
+        for _ in 0..8 {
+            let at = 64 + (next() % (len - 72)) & !7;
+            let word = match next() % 4 {
+                0 => u64::from(mr.lkey()) << 32 | 4096,
+                1 => area as u64 + (next() % (3 * page as u64)),
+                _ => next(),
+            };
+            seg.write_all_at(&word.to_ne_bytes(), at).unwrap();
+        }
+        let mut msg = [0u8; 48];
+        msg[0] = if round % 3 == 0 { TmhOp::Rndv as u8 } else { TmhOp::Eager as u8 };
+        msg[8..16].copy_from_slice(&(round % 4).to_be_bytes());
+        msg[16..24].copy_from_slice(&(area as u64).to_be_bytes());
+        msg[24..28].copy_from_slice(&mr.rkey().to_be_bytes());
+        msg[28..32].copy_from_slice(&4096u32.to_be_bytes());
+        sender.mr.write(0, &msg).unwrap();
+        let _ = sender.qp.post_send(&[SendWr::send(round, &[sender.mr.sge(0, 48).unwrap()])]);
+        let mut wc = [Wc::default(); 8];
+        loop {
+            let n = tm_cq.poll(&mut wc).unwrap();
+            completions += n;
+            if n == 0 {
+                break;
+            }
+        }
+        if recv.qp.query().qp_state == QpState::Err {
+            break;
+        }
+    }
+    assert!(completions > 0, "messages were delivered");
+    // SAFETY: reading the canary pages of the mapping.
+    let below = unsafe { std::slice::from_raw_parts(area, page) };
+    // SAFETY: as above.
+    let above = unsafe { std::slice::from_raw_parts(area.add(2 * page), page) };
+    assert!(below.iter().chain(above).all(|&x| x == 0xC5), "the device wrote outside the registered page");
+    drop((mr, srq));
+    // SAFETY: unmapping what this test mapped.
+    unsafe { libc::munmap(area as *mut libc::c_void, 3 * page) };
+}
