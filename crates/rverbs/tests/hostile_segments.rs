@@ -130,7 +130,7 @@ fn a_tag_list_rewritten_by_another_process_never_moves_the_devices_writes() {
         // The hostile writes: a few words of the segment past its lock, some of them the
         // registered MR's own lkey or an address beside the page.
         for _ in 0..8 {
-            let at = 64 + (next() % (len - 72)) & !7;
+            let at = (64 + next() % (len - 72)) & !7;
             let word = match next() % 4 {
                 0 => u64::from(mr.lkey()) << 32 | 4096,
                 1 => area as u64 + (next() % (3 * page as u64)),
