@@ -348,6 +348,42 @@ impl Responder {
         self.msn = (self.msn + 1) & Psn::MASK;
     }
 
+    /// The express lane for a SEND ONLY without immediate data or invalidation of `len`
+    /// bytes (≤ MTU) at PSN `psn`, with AckReq: whether it passes the checks of
+    /// [`Responder::handle_request`] that do not depend on the receive (RC, not XRC, not in
+    /// ERR, no message in progress, nothing waiting to be sent, no held receive, the
+    /// expected PSN); the link then takes a receive that holds it and places it.
+    pub fn express_send_ok(&self, psn: Psn, len: u32) -> bool {
+        self.cfg.mode == Mode::Rc
+            && !self.cfg.xrc
+            && self.state != ResponderState::Error
+            && self.cur.is_none()
+            && self.spare_recv.is_none()
+            && self.out.is_empty()
+            && psn == self.expected
+            && len <= self.cfg.mtu
+    }
+
+    /// The SEND [`Responder::express_send_ok`] accepted was placed into receive `wr_id`:
+    /// the state moves as handling it and sending its ACK would, and the receive
+    /// completion is the one it would give (`solicited`: the request's SE bit).
+    pub fn express_send_done(&mut self, psn: Psn, wr_id: u64, len: u32, solicited: bool) -> RecvCompletion {
+        self.sent_psn_nak = false;
+        self.expected = psn.add(1);
+        self.msn = (self.msn + 1) & Psn::MASK;
+        RecvCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: Some(WcOpcode::Recv),
+            byte_len: len,
+            flags: WcFlags::empty(),
+            imm: 0,
+            src_qp: 0,
+            solicited,
+            vendor_err: vendor_err::NONE,
+        }
+    }
+
     /// CHK_OP_SEQ (§3.3): inside a SEND only SEND_MIDDLE/LAST*, inside a WRITE only
     /// WRITE_MIDDLE/LAST*; a MIDDLE/LAST outside a message is a missing FIRST.
     fn check_op_seq(&self, op: Operation) -> Result<(), Violation> {

@@ -1411,3 +1411,25 @@ fn express_lane_is_closed_while_anything_is_outstanding_or_not_plain() {
     let ro = Responder::new(ResponderConfig { access: Access::REMOTE_READ, ..scfg });
     assert!(!ro.express_write_ok(psn, 8), "no REMOTE_WRITE access: the queued way NAKs");
 }
+
+#[test]
+fn express_send_completes_the_receive_and_moves_the_responder_as_the_queued_way() {
+    let now = Instant::now();
+    let scfg = ResponderConfig { mtu: UNSEGMENTED_MTU, ..ResponderConfig::TEMPLATE };
+    let (mut ra, mut rb) = (Responder::new(scfg), Responder::new(scfg));
+    let mut t = sim::SimTarget::new(1 << 16);
+    for (i, solicited) in [(0u64, false), (1, true), (2, false)] {
+        t.post_recv(10 + i, 4096);
+        let mut r = Request::message(Mode::Rc, 0x11, &wqe(WrOpcode::Send, 100), ra.expected_psn());
+        r.solicited = solicited;
+        let d = ra.handle_request(now, &r, &mut t);
+        let queued = d.recv.expect("a receive completion");
+        let _ = ra.poll_transmit(now).expect("the ACK");
+        assert!(rb.express_send_ok(rb.expected_psn(), 100));
+        let psn = rb.expected_psn();
+        let express = rb.express_send_done(psn, 10 + i, 100, solicited);
+        assert_eq!(queued, express);
+        assert_eq!((ra.expected_psn(), ra.msn(), ra.state()), (rb.expected_psn(), rb.msn(), rb.state()));
+    }
+    assert!(!rb.express_send_ok(rb.expected_psn().add(3), 8), "not the expected PSN");
+}

@@ -125,6 +125,7 @@ pub(crate) fn pin_sges_into<'a>(
 }
 
 /// Where a message's bytes come from.
+#[derive(Clone, Copy)]
 pub(crate) enum Source<'s, 'a> {
     /// A Rust buffer (inline data, a synthesized header, an atomic result).
     Bytes(&'s [u8]),

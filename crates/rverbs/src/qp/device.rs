@@ -74,15 +74,23 @@ pub(crate) struct Tx<'a> {
     pub(crate) comp_psn: Psn,
 }
 
-/// An RDMA WRITE offered to the express lane (docs/queue-pairs.md, "The express lane"):
-/// one packet, nothing outstanding on the queue, the PSN the requester gave it.
-pub(crate) struct ExpressWrite<'a> {
+/// A request offered to the express lane (docs/queue-pairs.md, "The express lane"): one
+/// packet, nothing outstanding on the queue, the PSN the requester gave it.
+pub(crate) struct Express<'a> {
     pub(crate) psn: Psn,
+    pub(crate) op: ExpressOp,
     pub(crate) data: ExpressData<'a>,
-    /// Its length (1 ..= the requester's MTU).
+    /// Its length (≤ the requester's MTU; a WRITE has at least 1 byte).
     pub(crate) len: u32,
-    pub(crate) rkey: u32,
-    pub(crate) va: u64,
+}
+
+/// What an express request does.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ExpressOp {
+    /// RDMA WRITE without immediate data.
+    Write { rkey: u32, va: u64 },
+    /// SEND without immediate data or invalidation; `solicited`: IBV_SEND_SOLICITED.
+    Send { solicited: bool },
 }
 
 /// Where an express WRITE's bytes are.
@@ -132,7 +140,7 @@ pub(crate) trait SendPath: Send {
     /// acknowledged at once, if the link can (the same host, a responder of this process
     /// that expects it and takes it) and everything about it passes; `false` changes
     /// nothing, and the request takes the queued way, which decides its outcome.
-    fn express_write(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &ExpressWrite<'_>) -> bool {
+    fn express(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> bool {
         let _ = (qp, req, w);
         false
     }

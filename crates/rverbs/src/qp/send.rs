@@ -27,7 +27,7 @@ use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 use rverbs_proto::wire::{self, FethRepr, Selectivity};
 
-use super::device::{Answers, ExpressData, ExpressWrite, PacketBytes, ResponseBytes, SendPath, Shape, Tx};
+use super::device::{Answers, Express, ExpressData, ExpressOp, PacketBytes, ResponseBytes, SendPath, Shape, Tx};
 use super::sq::{ReqView, Ring, SendWqe};
 use crate::rings::wr::{FlushPlacement, FlushSelectivity};
 use super::{transition, QpInner};
@@ -162,18 +162,25 @@ impl Conn {
 
 impl QpInner {
     /// The express lane (docs/queue-pairs.md, "The express lane"): a signaled or
-    /// unsignaled RDMA WRITE of an RC QP in RTS whose send queue holds nothing, executed
-    /// and acknowledged inside the post without entering the queue, when the requester
-    /// ([`Requester::express_psn`]) and the link ([`SendPath::express_write`]) both find it
-    /// is what the queued way would do at once. Returns whether it was done; `false`
-    /// changes nothing. Its completion is written as [`QpInner::complete_head`] writes a
-    /// success. The caller checked the state, the sanitizer and the fault plan.
+    /// unsignaled RDMA WRITE or SEND (without immediate data or invalidation) of an RC QP
+    /// in RTS whose send queue holds nothing, executed and acknowledged inside the post
+    /// without entering the queue, when the requester ([`Requester::express_psn`]) and the
+    /// link ([`SendPath::express`]) both find it is what the queued way would do at once.
+    /// Returns whether it was done; `false` leaves the request to the queued way. Its
+    /// completion is written as [`QpInner::complete_head`] writes a success, the
+    /// responder's notification held until it is ([`crate::rings::deferred_notify`]). The
+    /// caller checked the state, the sanitizer and the fault plan.
     pub(crate) fn express(self: &Arc<Self>, sq: &mut SendQueue, wr: &SendWr<'_>) -> bool {
         let SendQueue { ring, req, link, conn } = sq;
         let Some(conn) = conn.as_mut() else { return false };
-        if !ring.is_empty() || !conn.synchronous || self.qp_type != QpType::Rc || wr.opcode != WrOpcode::RdmaWrite {
+        if !ring.is_empty() || !conn.synchronous || self.qp_type != QpType::Rc {
             return false;
         }
+        let (op, wc_opcode) = match wr.opcode {
+            WrOpcode::RdmaWrite => (ExpressOp::Write { rkey: wr.rkey, va: wr.remote_addr }, rverbs_proto::verbs::WcOpcode::RdmaWrite),
+            WrOpcode::Send => (ExpressOp::Send { solicited: wr.flags.contains(SendFlags::SOLICITED) }, rverbs_proto::verbs::WcOpcode::Send),
+            _ => return false,
+        };
         let (max_sge, max_inline) = ring.limits();
         let (data, len) = match wr.payload {
             crate::rings::wr::Payload::Sge(s) if s.len() <= max_sge && !wr.flags.contains(SendFlags::INLINE) => {
@@ -183,21 +190,29 @@ impl QpInner {
             _ => return false,
         };
         let Ok(len) = u32::try_from(len) else { return false };
-        if len == 0 || len > crate::limits::MAX_MSG_SZ {
+        if len > crate::limits::MAX_MSG_SZ || (len == 0 && matches!(op, ExpressOp::Write { .. })) {
             return false;
         }
         let Some(psn) = conn.req.express_psn(len) else { return false };
-        let w = ExpressWrite { psn, data, len, rkey: wr.rkey, va: wr.remote_addr };
-        if !link.express_write(self, req, &w) {
+        let w = Express { psn, op, data, len };
+        // The responder's completion events wait until this request's own is written
+        // (crate::rings::deferred_notify: the order a NIC produces).
+        // (A WRITE without immediate data gives the responder no completion.)
+        let mut step = matches!(op, ExpressOp::Send { .. }).then(crate::rings::deferred_notify::Step::begin);
+        if !link.express(self, req, &w) {
             return false;
         }
         conn.req.express_acked();
+        if let Some(s) = step.as_mut() {
+            s.requester_done();
+        }
         if self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
-            let cqe = Cqe::success(wr.wr_id, self.qpn, rverbs_proto::verbs::WcOpcode::RdmaWrite, len);
+            let cqe = Cqe::success(wr.wr_id, self.qpn, wc_opcode, len);
             if self.send_cq.push(cqe).is_err() {
                 self.enter_error(Some(EventType::QpFatal), transition::Cause::SendCqOverrun);
             }
         }
+        drop(step);
         true
     }
 }

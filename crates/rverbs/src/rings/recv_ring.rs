@@ -250,6 +250,13 @@ impl RecvRing {
 
     /// Takes the oldest receive, if any; also tells whether the SRQ limit fired.
     pub(crate) fn take(&self) -> Option<Taken> {
+        self.take_if(|_| true)
+    }
+
+    /// Takes the oldest receive only if `fits` says so, under the ring's lock (the express
+    /// lane places a message into it before committing the take: `docs/queue-pairs.md`);
+    /// also tells whether the SRQ limit fired.
+    pub(crate) fn take_if(&self, fits: impl FnOnce(&RecvWqe) -> bool) -> Option<Taken> {
         let _g = self.lock();
         let h = self.hdr();
         let (head, count) = self.load_state();
@@ -257,6 +264,9 @@ impl RecvRing {
             return None;
         }
         let wqe = self.read_slot(head);
+        if !fits(&wqe) {
+            return None;
+        }
         let left = count - 1;
         h.state.store(pack((head + 1) % self.cap, left), Ordering::Release);
         let limit = h.limit.load(Ordering::Acquire);

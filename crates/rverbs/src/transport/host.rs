@@ -36,8 +36,9 @@ use crate::engine::Engine;
 use crate::mcast::{is_multicast, Groups, MULTICAST_QPN};
 use crate::shm::cma::CmaError;
 use crate::mr::{self, KeySpace, PinList, Source};
-use crate::qp::device::{Answers, ExpressData, ExpressWrite, PacketBytes, ResponseBytes, Tx};
+use crate::qp::device::{Answers, Express, ExpressData, ExpressOp, PacketBytes, ResponseBytes, Tx};
 use crate::qp::sq::ReqView;
+use crate::rings::recv_ring::RecvWqe;
 use crate::qp::QpInner;
 use crate::transport::grh;
 use crate::rings::wc::Cqe;
@@ -133,38 +134,44 @@ pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx
     Ok(())
 }
 
-/// The same-host link's express lane ([`crate::qp::device::SendPath::express_write`];
-/// docs/queue-pairs.md, "The express lane"): an RDMA WRITE to the connection's responder
-/// when it is a QP of this process or of another process of the host (not an XRC split
-/// target), placed and acknowledged without the request and its
-/// ACK being built. Every check of the queued way is made, in its order, before anything
-/// moves: the route still answers, the responder machine accepts the WRITE at its PSN
-/// ([`Responder::express_write_ok`], with the QP's current attributes), the requester's
-/// scatter list gathers, the R_Key grants REMOTE_WRITE on the range; a failure of any of
-/// them, or of the copy itself (which the queued way repeats: a WRITE places the same
-/// bytes again), leaves the request to the queued way, which decides its outcome.
-pub(crate) fn express_write(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: &ExpressWrite<'_>) -> bool {
+/// The same-host link's express lane ([`crate::qp::device::SendPath::express`];
+/// docs/queue-pairs.md, "The express lane"): an RDMA WRITE or a SEND to the connection's
+/// responder when it is a QP of this process or of another process of the host (not an
+/// XRC split target), executed and acknowledged without the request and its ACK being
+/// built. Every check of the queued way is made before anything moves: the route still
+/// answers, the responder machine accepts the request at its PSN (with the QP's current
+/// attributes), the requester's scatter list gathers; a WRITE's R_Key grants REMOTE_WRITE
+/// on the range; a SEND's receive (the QP's own receive queue) holds it, its scatter list
+/// takes it, and the copy is done before the receive is taken. A failure of any of them,
+/// or of a WRITE's copy (which the queued way repeats: the same bytes again), leaves the
+/// request to the queued way, which decides its outcome. One thing moves before `false`:
+/// a receive CQ that overruns once the SEND is placed ends the responder (QP_FATAL), as in
+/// the queued way, whose retries then find nobody to answer them.
+pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> bool {
     if qp.qp_type != QpType::Rc {
         return false;
     }
     match path.route.as_mut() {
         Some(Route { to: Routed::Local(t), responder }) => {
-            !t.qp.is_destroyed() && super::route::answers(t.qp.rec, qp.qpn, req) && express_write_to(qp, t, responder, w)
+            !t.qp.is_destroyed() && super::route::answers(t.qp.rec, qp.qpn, req) && express_to(qp, t, responder, w)
         }
         Some(Route { to: Routed::Peer(t), responder }) => {
-            t.still_valid() && super::route::answers(t.rec(), qp.qpn, req) && express_write_to(qp, t, responder, w)
+            t.still_valid() && super::route::answers(t.rec(), qp.qpn, req) && express_to(qp, t, responder, w)
         }
         _ => false,
     }
 }
 
-/// [`express_write`] once the route is known to answer: the responder machine's and the
-/// memory's checks, then the copy.
-fn express_write_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &ExpressWrite<'_>) -> bool {
+/// [`express`] once the route is known to answer.
+fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &Express<'_>) -> bool {
     let mut cfg = responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU);
     cfg.rq_psn = responder.config().rq_psn;
     responder.reconfigure(cfg);
-    if !responder.express_write_ok(w.psn, w.len) {
+    let accepted = match w.op {
+        ExpressOp::Write { .. } => responder.express_write_ok(w.psn, w.len),
+        ExpressOp::Send { .. } => responder.express_send_ok(w.psn, w.len),
+    };
+    if !accepted {
         return false;
     }
     let own = KeySpace::local(qp.pd.endpoint());
@@ -179,16 +186,39 @@ fn express_write_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w
         }
     };
     let keys = t.keys();
-    let mut mem = PinList::new();
-    let via = mr::Via { key: w.rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_WRITE, va: w.va };
-    if keys.pin_into(via, u64::from(w.len), &mut mem).is_err() {
-        return false;
+    match w.op {
+        ExpressOp::Write { rkey, va } => {
+            let mut mem = PinList::new();
+            let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_WRITE, va };
+            if keys.pin_into(via, u64::from(w.len), &mut mem).is_err() {
+                return false;
+            }
+            t.note_inbound();
+            if mr::copy_message(&mem, 0, src).is_err() {
+                return false;
+            }
+            responder.express_write_done(w.psn);
+        }
+        ExpressOp::Send { solicited } => {
+            let need = u64::from(w.len);
+            let pd = t.pd();
+            let mut fits = |r: &RecvWqe| {
+                if r.capacity() < need {
+                    return false;
+                }
+                let mut dst = PinList::new();
+                mr::pin_sges_into(&keys, pd, r.sges(), Access::LOCAL_WRITE, need, &mut dst).is_ok()
+                    && mr::copy_message(&dst, 0, src).is_ok()
+            };
+            t.note_inbound();
+            let Some(wr_id) = t.express_recv(&mut fits) else { return false };
+            let c = responder.express_send_done(w.psn, wr_id, w.len, solicited);
+            if deliver_recv(t, recv_cqe(t, &c)).is_err() {
+                responder.enter_error();
+                return false;
+            }
+        }
     }
-    t.note_inbound();
-    if mr::copy_message(&mem, 0, src).is_err() {
-        return false;
-    }
-    responder.express_write_done(w.psn);
     true
 }
 

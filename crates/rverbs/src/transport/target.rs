@@ -54,6 +54,13 @@ pub(crate) trait Target {
         let _ = (head, msg_len);
         self.take_recv()
     }
+    /// The express lane (docs/queue-pairs.md): takes the next receive of the QP's own
+    /// receive queue only if `fits` (which places the message into it) says so; `None` for
+    /// anything else (an SRQ, an empty queue, a receive that does not fit), nothing taken.
+    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<u64> {
+        let _ = fits;
+        None
+    }
     /// Writes a receive completion to its CQ.
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun>;
     /// Moves it to ERR because of a responder-side fault, raising `event` if given.
@@ -113,6 +120,13 @@ impl Target for LocalTarget {
 
     fn tag_matching(&self) -> bool {
         self.srq.as_ref().is_some_and(|s| s.tm.is_some())
+    }
+
+    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<u64> {
+        if self.srq.is_some() {
+            return None;
+        }
+        self.qp.rq.as_ref()?.ring().take_if(|w| fits(w)).map(|t| t.wqe.wr_id)
     }
 
     fn take_for(&self, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
@@ -557,6 +571,17 @@ impl Target for PeerTarget {
             PeerRecv::Srq(srqn) => self.peer.tables().srq(srqn).tm_cq.load(Ordering::Acquire) != 0,
             PeerRecv::Rq(_) => false,
         }
+    }
+
+    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<u64> {
+        let PeerRecv::Rq(gen) = self.recv else { return None };
+        let mut cached = self.ring.borrow_mut();
+        if cached.as_ref().is_none_or(|(g, _)| *g != gen) {
+            let ring = self.peer.segment(&qp_segment_name(self.qpn, gen)).ok().and_then(|s| RecvRing::open(s, self.me).ok())?;
+            *cached = Some((gen, ring));
+        }
+        let (_, ring) = cached.as_ref()?;
+        ring.take_if(|w| fits(w)).map(|t| t.wqe.wr_id)
     }
 
     fn take_for(&self, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
