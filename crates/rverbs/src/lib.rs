@@ -25,9 +25,12 @@
 //! handled as on a NIC: RC ends in RETRY_EXC_ERR, UC and UD complete as sent.
 //!
 //! Safety: safe code cannot make the device touch memory outside a registration.
-//! Registering caller memory is `unsafe` ([`Pd::reg_mr`]); [`Pd::alloc_mr`] is the
-//! safe way to get registered memory. A memory region named by a posted work request
-//! stays registered until that request completes, whatever handles the caller drops.
+//! Registering caller memory is `unsafe` ([`Pd::reg_mr`]); [`Pd::alloc_mr`] and
+//! [`Pd::reg_owned`] (a buffer the region owns, [`owned`]) are the safe ways to get
+//! registered memory. A memory region named by a posted work request
+//! stays registered until that request completes, whatever handles the caller drops
+//! (except an owned region, whose registration ends when it gives its buffer back; a
+//! request still naming it then completes in error).
 //! No function panics on bad input; errors carry the errno rdma-core would report.
 //!
 //! # The surface
@@ -50,6 +53,9 @@
 //!   switch and its findings as values;
 //! - [`typed`]: queue pairs with the transport in the type and work requests by opcode
 //!   family, so that a request the transport cannot carry does not compile;
+//! - [`owned`]: registered `Vec`s, boxed slices and `BytesMut`s given back at
+//!   deregistration, and work requests that lease them until their completion, so that
+//!   zero copy needs no `unsafe`;
 //! - `aio` (feature `tokio`): completions and asynchronous events as futures and
 //!   streams on tokio's reactor, cancellation-safe;
 //! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
@@ -84,6 +90,7 @@ mod mr;
 mod mw;
 mod neigh;
 mod notify;
+pub mod owned;
 mod pd;
 mod progress;
 mod qp;

@@ -269,6 +269,15 @@ pub enum Rule {
         /// The bits that are not allowed.
         flags: u32,
     },
+    /// An owned region ([`Pd::reg_owned`](crate::Pd::reg_owned), docs/rust-api.md,
+    /// "Owned buffers") has no MW_BIND (a bound window would keep it from being
+    /// deregistered when its buffer is given back) and no ON_DEMAND (its pages are
+    /// there: it owns them).
+    #[error("access flags {flags:#x} are not allowed on an owned memory region")]
+    OwnedMrAccess {
+        /// The bits that are not allowed.
+        flags: u32,
+    },
     /// Device memory is copied in 4-byte units (ibv_memcpy_to_dm, ibv_memcpy_from_dm).
     #[error("device memory is copied in 4-byte units (offset {offset}, length {len})")]
     DmCopyUnit {

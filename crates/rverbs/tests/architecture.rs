@@ -46,8 +46,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::deliver", "transport::link", "transport::respond", "transport::rendezvous", "transport::route", "transport::target", "transport::udp", "transport::udp::faults", "transport::udp::group", "transport::udp::relay", "transport::udp::rx", "transport::udp::socket", "transport::udp::takeover", "transport::udp::trace", "transport::dispatch", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
     // `fuzzing` only), which reaches into every layer below; and completions and events
-    // awaited on tokio's reactor (`aio`, feature `tokio`), over a context's objects.
-    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr"]),
+    // awaited on tokio's reactor (`aio`, feature `tokio`), over a context's objects;
+    // owned buffers and the leases of the requests posted from them (`owned`).
+    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr", "owned", "owned::buf", "owned::region", "owned::lease"]),
 ];
 
 /// Upward imports still present (importer, imported). See the module docs: a ratchet,
@@ -593,6 +594,7 @@ const PUBLIC_MODULES: &[(&str, &str)] = &[
     ("capi_support", "what rverbs-capi and rverbs-cm need beyond the verbs API: the one, documented public path to those internals"),
     ("aio", "completions and asynchronous events as futures and streams on tokio's reactor (feature `tokio`)"),
     ("typed", "queue pairs with the transport in the type and work requests by opcode family (compile-time checks of ibv_post_send(3)'s rules)"),
+    ("owned", "registered buffers the region owns and gives back, and the leases of the work requests posted from them (zero copy without unsafe; docs/rust-api.md, Owned buffers)"),
     ("fuzzing", "the fuzz harnesses' entry into private code: feature `fuzzing` only, hidden from the documentation"),
 ];
 

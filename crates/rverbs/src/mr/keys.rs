@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::error::{Error, Result};
 use crate::mr::MrInner;
-use crate::shm::tables::{KeyDesc, KeyRecord, Tables, KEY_RECORDS};
+use crate::shm::tables::{KeyDesc, KeyRecord, Tables, ACCESS_COUNT_LOCAL, KEY_RECORDS};
 
 /// A memory window as keys and regions see it.
 ///
@@ -90,11 +90,14 @@ impl KeyTable {
     }
 
     /// The fingerprint of the fields of `d` that say where its bytes are and which key
-    /// names them. Each step is a bijection of the running value, so two descriptors
-    /// that differ in one field never share a fingerprint.
+    /// names them, and of whether this process's accesses to them are counted
+    /// ([`ACCESS_COUNT_LOCAL`], in the kind's word: kinds are small). Each step is a
+    /// bijection of the running value, so two descriptors that differ in one field never
+    /// share a fingerprint.
     fn fingerprint(&self, d: &KeyDesc) -> u64 {
         let mut h = self.secret;
-        for w in [u64::from(d.key) | u64::from(d.kind) << 32, d.iova, d.len, d.va, d.loc, d.seg_off, u64::from(d.mr_index)] {
+        let kind = u64::from(d.kind | (d.access & ACCESS_COUNT_LOCAL));
+        for w in [u64::from(d.key) | kind << 32, d.iova, d.len, d.va, d.loc, d.seg_off, u64::from(d.mr_index)] {
             h = (h ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
         }
         h

@@ -21,7 +21,7 @@ use rverbs_proto::verbs::Access;
 
 use super::endpoint::Endpoint;
 use crate::shm::registry::Peer;
-use crate::shm::tables::{KeyDesc, Tables, KEY_KIND_MR, KEY_KIND_MW2, KEY_STATE_VALID};
+use crate::shm::tables::{KeyDesc, Tables, ACCESS_COUNT_LOCAL, KEY_KIND_MR, KEY_KIND_MW2, KEY_STATE_VALID};
 use crate::shm::Segment;
 
 /// Where a piece of a peer's private memory is, for the peer to check and copy.
@@ -229,13 +229,17 @@ impl<'a> KeySpace<'a> {
     /// inside the call that posted its work request, and ibv_dereg_mr(3) on a region a
     /// request still names breaks the caller's contract (the Rust API keeps its regions
     /// registered until completion). What the network writes — remote keys, and any key
-    /// of a peer — is always counted: deregistration must stop it. The pin goes to `sink`.
+    /// of a peer — is always counted: deregistration must stop it; so is every access to
+    /// an owned region ([`ACCESS_COUNT_LOCAL`]), whose bytes go back to the program. The
+    /// pin goes to `sink`.
     #[inline]
     fn hold<R>(&self, key: u32, d: &KeyDesc, off: u64, len: u64, via: Via, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
         let rec = self.tables.key(key >> 8).ok_or(Fault::Key)?;
         let mr = if d.kind == KEY_KIND_MR { rec } else { self.tables.key(d.mr_index).ok_or(Fault::Key)? };
         let busy: Option<&'a AtomicU32> = match (self.peer.is_some(), via.used) {
-            (false, KeyUse::Local) => None,
+            // An owned region counts this process's accesses too (`crate::owned`: the
+            // bytes go back to the program only once every access has finished).
+            (false, KeyUse::Local) if d.access & ACCESS_COUNT_LOCAL == 0 => None,
             (false, _) => Some(&mr.busy_local),
             (true, _) => Some(&mr.busy_remote),
         };

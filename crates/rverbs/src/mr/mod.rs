@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::mem;
 use domain::PdCore;
-use crate::shm::tables::{KeyDesc, KeyRecord, KEY_KIND_MR, KEY_STATE_INVALID, KEY_STATE_VALID};
+use crate::shm::tables::{KeyDesc, KeyRecord, ACCESS_COUNT_LOCAL, KEY_KIND_MR, KEY_STATE_INVALID, KEY_STATE_VALID};
 use crate::shm::Segment;
 use rverbs_proto::verbs::Access;
 use endpoint::Endpoint;
@@ -131,6 +131,8 @@ pub(crate) struct MrDesc {
     pub(crate) access: Access,
     /// Library-allocated backing memory, if any.
     mem: Option<MrMem>,
+    /// This process's accesses are counted too (an owned region: [`ACCESS_COUNT_LOCAL`]).
+    counted: bool,
 }
 
 impl MrDesc {
@@ -141,7 +143,7 @@ impl MrDesc {
             kind: KEY_KIND_MR,
             state,
             pd: self.pd.id,
-            access: self.access.bits(),
+            access: self.access.bits() | if self.counted { ACCESS_COUNT_LOCAL } else { 0 },
             qpn: 0,
             mr_index: 0,
             iova: self.iova,
@@ -234,6 +236,12 @@ impl MrInner {
 
     /// Waits until no access (of this process or a peer) is in progress.
     fn wait_idle(&self) {
+        self.drain();
+    }
+
+    /// Waits until no access (of this process or a peer) is in progress, for up to
+    /// [`IDLE_WAIT`]: whether none is.
+    fn drain(&self) -> bool {
         let rec = self.record();
         let start = Instant::now();
         while rec.busy() != 0 {
@@ -241,9 +249,32 @@ impl MrInner {
                 // The count stays as it is: a slow accessor that finishes later still
                 // decrements it correctly.
                 tracing::warn!(key = self.key, "gave up waiting for accesses to a region; a peer may have died in one");
-                return;
+                return false;
             }
             std::thread::yield_now();
+        }
+        true
+    }
+
+    /// Closes the region to the device without deregistering it (an owned region taken
+    /// back by the program, `crate::owned`): its keys grant nothing from now on, and the
+    /// call waits for the accesses in progress, every one of which is counted in such a
+    /// region ([`ACCESS_COUNT_LOCAL`]). Whether none is left (`false`: one was still in
+    /// progress after [`IDLE_WAIT`]; the keys stay closed).
+    ///
+    /// Why no access can touch the bytes once this returns `true`: an access counts itself
+    /// in `busy` first, then checks the record's state (`KeySpace::hold`, both SeqCst);
+    /// here the state is stored first, then `busy` read (SeqCst). So an access either saw
+    /// the closed state and gave up, or was counted before the read and is waited for.
+    pub(crate) fn close_keys(&self) -> bool {
+        self.record().state.store(KEY_STATE_INVALID, Ordering::SeqCst);
+        self.drain()
+    }
+
+    /// Opens a region closed by [`MrInner::close_keys`] again, unless it was deregistered.
+    pub(crate) fn open_keys(&self) {
+        if self.valid.load(Ordering::SeqCst) {
+            self.record().state.store(KEY_STATE_VALID, Ordering::SeqCst);
         }
     }
 
@@ -419,7 +450,7 @@ impl Mr {
         let id = u64::from(endpoint.new_id());
         let seg = Segment::create(&endpoint.dir.join(segment_name(id)), len)?;
         let addr = seg.addr();
-        Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(MrMem::Owned { _seg: seg, id }))
+        Self::build(pd, MrInit { addr, len, iova: addr as u64, access }, Some(MrMem::Owned { _seg: seg, id }), false)
     }
 
     /// A region over `len` bytes of device memory `dm` from `offset` (ibv_reg_dm_mr):
@@ -451,10 +482,16 @@ impl Mr {
         let inner = dm.inner().clone();
         inner.hold();
         let addr = inner.location().1 + offset as usize;
-        Self::build(pd, MrInit { addr, len, iova: 0, access }, Some(MrMem::Dm { dm: inner, offset, held: AtomicBool::new(true) }))
+        Self::build(pd, MrInit { addr, len, iova: 0, access }, Some(MrMem::Dm { dm: inner, offset, held: AtomicBool::new(true) }), false)
     }
 
     pub(crate) fn register(pd: Arc<PdCore>, init: MrInit) -> Result<Self> {
+        Self::register_with(pd, init, false)
+    }
+
+    /// As [`Mr::register`]; with `counted`, this process's accesses to the region are
+    /// counted too ([`ACCESS_COUNT_LOCAL`]: an owned region, `crate::owned`).
+    pub(crate) fn register_with(pd: Arc<PdCore>, init: MrInit, counted: bool) -> Result<Self> {
         if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::RegMr, None, None) {
             return Err(e);
         }
@@ -484,14 +521,14 @@ impl Mr {
         }
         if odp {
             // `build` checks the access flags.
-            return Self::build(pd, init, None);
+            return Self::build(pd, init, None, counted);
         }
         check_pages("reg_mr", init.addr, init.len, init.access)?;
         let mem = caller_memory(pd.endpoint(), init.addr, init.len);
-        Self::build(pd, init, mem)
+        Self::build(pd, init, mem, counted)
     }
 
-    fn build(pd: Arc<PdCore>, mut init: MrInit, mem: Option<MrMem>) -> Result<Self> {
+    fn build(pd: Arc<PdCore>, mut init: MrInit, mem: Option<MrMem>, counted: bool) -> Result<Self> {
         init.access = check_access("reg_mr", init.access)?;
         if init.access.contains(Access::ZERO_BASED) {
             init.iova = 0;
@@ -501,7 +538,7 @@ impl Mr {
         }
         pd.hold()?;
         let endpoint = pd.endpoint();
-        let desc = MrDesc { pd: pd.clone(), addr: init.addr, len: init.len, iova: init.iova, access: init.access, mem };
+        let desc = MrDesc { pd: pd.clone(), addr: init.addr, len: init.len, iova: init.iova, access: init.access, mem, counted };
         let record = desc.record(KEY_STATE_VALID);
         let mut key = Ok(0);
         let inner = Arc::new_cyclic(|weak: &Weak<MrInner>| {

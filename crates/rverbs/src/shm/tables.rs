@@ -253,6 +253,14 @@ pub(crate) const KEY_STATE_VALID: u32 = 1;
 /// A type 2 window not bound (grants nothing; can be bound).
 pub(crate) const KEY_STATE_FREE: u32 = 2;
 
+/// A bit of a region record's `access` that no `IBV_ACCESS_*` flag uses (those end
+/// below bit 30, `IBV_ACCESS_OPTIONAL_RANGE`): this process's own accesses through the
+/// region's local key are counted in `busy_local` too, so that waiting for `busy` to
+/// drain waits for every access in progress (an owned region, `crate::owned`; other
+/// regions leave local accesses uncounted, `mr::keyspace`). Part of the owner's
+/// fingerprint (`mr::keys`), so another process cannot clear it.
+pub(crate) const ACCESS_COUNT_LOCAL: u32 = 1 << 31;
+
 /// A consistent copy of a key record's descriptive fields.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct KeyDesc {
