@@ -4,13 +4,17 @@
 # kernel's TCP (ucx_perftest, UCX_TLS=tcp). Same machine, same run, same link.
 #
 #   rverbs: ib_send_lat / ib_write_lat -s 8 (perftest, path MTU 1024), ib_write_bw and
-#           ib_send_bw -s 65536, ib_write_bw -s 1 MiB, on the drop-in libibverbs.so.1 in
+#           ib_send_bw -s 65536, ib_write_bw -s 1 MiB, ib_read_bw -s 65536 and 1 MiB (READ
+#           responses against WRITE requests, issue 24), on the drop-in libibverbs.so.1 in
 #           each namespace.
 #   UCX:    ucx_perftest tag_lat -s 8, tag_bw -s 65536 and 1 MiB over tcp.
 #   UDP:    scripts/bench/udp_probe.c: 8-byte ping-pongs, and sendmmsg of RoCEv2-sized
 #           datagrams (the floor a UDP transport stands on).
 #
 # BENCH_LINK_MTU=9000 runs the same on a jumbo link (path MTU 4096, 4124-byte datagrams).
+# BENCH_BASE_DIR=<dir holding libibverbs.so.1 and librdmacm.so.1 of another build> runs each
+# rverbs row with that build too, just before the current one ("base" rows): a before/after
+# in one run, on the same link. BENCH_ROWS=bw runs only the bandwidth rows.
 #
 # Prints one line per measurement. Needs root (netns). Not a test: numbers go to
 # BENCHMARKS.md with the command that produced them.
@@ -24,6 +28,8 @@ if [ "$LINK_MTU" -ge 4176 ]; then PMTU=4096; else PMTU=1024; fi
 DGRAM=$((PMTU + 28))
 A=rvb-a B=rvb-b IP_A=10.68.0.1 IP_B=10.68.0.2
 DROPIN=${DROPIN_DIR:-$(bash scripts/build-dropin.sh | tail -1)}
+BASE=${BENCH_BASE_DIR:-}
+ROWS=${BENCH_ROWS:-all}
 # shellcheck source=tests/conformance/lib/netns.bash
 source tests/conformance/lib/netns.bash
 WORK=$(mktemp -d /tmp/net-bench.XXXXXX)
@@ -36,19 +42,26 @@ netns_pair "$A" "$B" "$LINK_MTU" "$IP_A" "$IP_B"
 mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 
 port=19100
-# perftest PROG ARGS...: server in A, client in B; prints the client's result row.
-perftest() {
-  local prog=$1
-  shift
+# perftest_on LABEL LIBDIR PROG ARGS...: server in A, client in B, both on the libraries
+# of LIBDIR; prints the client's result row.
+perftest_on() {
+  local label=$1 lib=$2 prog=$3
+  shift 3
   port=$((port + 1))
-  ip netns exec "$A" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt-a" timeout 120 \
+  ip netns exec "$A" env LD_LIBRARY_PATH="$lib" RVERBS_RUNTIME_DIR="$WORK/rt-a" timeout 120 \
     "$prog" -d rverbs0 -x 1 -F -m "$PMTU" -p "$port" "$@" >"$WORK/s.log" 2>&1 &
   local spid=$!
   wait_listen "$A" "$port"
-  ip netns exec "$B" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt-b" timeout 120 \
+  ip netns exec "$B" env LD_LIBRARY_PATH="$lib" RVERBS_RUNTIME_DIR="$WORK/rt-b" timeout 120 \
     "$prog" -d rverbs0 -x 1 -F -m "$PMTU" -p "$port" "$@" "$IP_A" >"$WORK/c.log" 2>&1 || true
   wait "$spid" || true
-  printf 'rverbs %-12s %-22s %s\n' "$prog" "$*" "$(grep -E '^ +[0-9]+ +[0-9]+ ' "$WORK/c.log" | tail -1 | tr -s ' ')"
+  printf '%-6s %-12s %-22s %s\n' "$label" "$prog" "$*" "$(grep -E '^ +[0-9]+ +[0-9]+ ' "$WORK/c.log" | tail -1 | tr -s ' ')"
+}
+
+# perftest PROG ARGS...: PROG on the drop-in libraries, after the base build's if one is set.
+perftest() {
+  [ -z "$BASE" ] || perftest_on base "$BASE" "$@"
+  perftest_on rverbs "$DROPIN" "$@"
 }
 
 # ucx TEST SIZE: ucx_perftest over TCP, server in A, client in B.
@@ -86,17 +99,21 @@ udp() {
   wait "$spid" 2>/dev/null || true
 }
 
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) N=$N link MTU $LINK_MTU, path MTU $PMTU"
-perftest ib_send_lat -s 8 -n "$N"
-perftest ib_write_lat -s 8 -n "$N"
-perftest ib_send_lat -s 8 -n "$N" -e
-ucx tag_lat 8
-udp lat
-udp latpoll
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) N=$N link MTU $LINK_MTU, path MTU $PMTU${BASE:+, base $BASE}"
+if [ "$ROWS" != bw ]; then
+  perftest ib_send_lat -s 8 -n "$N"
+  perftest ib_write_lat -s 8 -n "$N"
+  perftest ib_send_lat -s 8 -n "$N" -e
+  ucx tag_lat 8
+  udp lat
+  udp latpoll
+fi
 perftest ib_write_bw -s 65536 -n 5000
+perftest ib_read_bw -s 65536 -n 5000
 perftest ib_send_bw -s 65536 -n 5000
 ucx tag_bw 65536
 perftest ib_write_bw -s 1048576 -n 1000
+perftest ib_read_bw -s 1048576 -n 1000
 ucx tag_bw 1048576
 udp bw
 udp gso

@@ -25,7 +25,8 @@
 //! the QP's [`rverbs_proto::rc::Responder`] (in `QpInner::net_resp`), which checks them in
 //! rxe's order; the payload is placed packet by packet (a SEND keeps its receive WQE
 //! until its last packet; a WRITE's later packets are looked up again under its R_Key) and
-//! the machine's ACKs, NAKs and READ/atomic responses go back to the requester's address.
+//! the machine's ACKs, NAKs and READ/atomic responses go back to the requester's address,
+//! batched as its requests came ([`Batch`]; a READ's responses as GSO trains, issue 24).
 //!
 //! Any process of the host can have such QPs: a packet for a QP of a process that does
 //! not own the address's port 4791 reaches it relayed by the owner, with its original
@@ -44,7 +45,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use rverbs_proto::psn::Psn;
-use rverbs_proto::rc::{self, Mode, Request, Responder, Response};
+use rverbs_proto::rc::{self, Mode, ReadSource, Request, Responder, Response};
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpType, WcStatus};
 use rverbs_proto::wire::roce::{Packet, Repr};
@@ -64,6 +65,58 @@ use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 use crate::rings::wc::Cqe;
 
+/// Packets for one peer, built one by one and sent together (`Net::send_batch`: one
+/// `sendmmsg`, consecutive packets of one size as one GSO train, docs/network.md
+/// "Trains"): `out[..queued]` wait, in the order they were built; the rest are spare
+/// buffers kept for the next packets, so a long stream allocates only its first
+/// [`BATCH`] buffers.
+#[derive(Default)]
+pub(crate) struct Batch {
+    out: Vec<Vec<u8>>,
+    queued: usize,
+}
+
+impl Batch {
+    /// A buffer of `len` zero bytes for the next packet; it waits only once
+    /// [`Batch::commit`] queues it (a packet that could not be filled is never sent).
+    fn next(&mut self, len: usize) -> &mut [u8] {
+        if self.out.len() == self.queued {
+            self.out.push(Vec::new());
+        }
+        let buf = &mut self.out[self.queued];
+        buf.clear();
+        buf.resize(len, 0);
+        buf
+    }
+
+    /// Queues the packet last built by [`Batch::next`]; returns whether the batch is full
+    /// ([`BATCH`] packets: time to send it).
+    fn commit(&mut self) -> bool {
+        self.queued += 1;
+        self.queued >= BATCH
+    }
+
+    /// The packets waiting, oldest first.
+    #[cfg(test)]
+    fn queued(&self) -> &[Vec<u8>] {
+        &self.out[..self.queued]
+    }
+
+    /// Forgets the packets waiting (their buffers stay for the next ones).
+    fn clear(&mut self) {
+        self.queued = 0;
+    }
+
+    /// Sends the packets waiting from the socket of local GID `sgid` to `dst`, in the
+    /// order they were built.
+    fn send(&mut self, net: &Net, sgid: &Gid, dst: IpAddr) {
+        if self.queued > 0 {
+            net.send_batch(sgid, dst, &mut self.out[..self.queued]);
+            self.queued = 0;
+        }
+    }
+}
+
 /// The packets of one connection to another host: where they go, and the batch being
 /// built. Made at the connection's first request; dropped with the send queue's
 /// requester (`crate::qp::send`).
@@ -72,10 +125,8 @@ pub(crate) struct NetTx {
     dst: IpAddr,
     sgid: Gid,
     dest_qpn: u32,
-    /// The packets built by one pass, sent together (`Net::send_batch`); `out[..queued]`
-    /// are waiting, the rest are spare buffers.
-    out: Vec<Vec<u8>>,
-    queued: usize,
+    /// The packets built by one pass, sent together.
+    out: Batch,
     /// Counted while it lives (`progress::net_active`).
     _live: crate::progress::NetConnection,
 }
@@ -86,18 +137,14 @@ impl NetTx {
             dst: r.dgid.to_ip(),
             sgid: r.sgid,
             dest_qpn: r.dest_qpn,
-            out: Vec::new(),
-            queued: 0,
+            out: Batch::default(),
             _live: crate::progress::NetConnection::open(),
         }
     }
 
     /// Sends the packets built so far.
     pub(crate) fn send_queued(&mut self, net: &Net) {
-        if self.queued > 0 {
-            net.send_batch(&self.sgid, self.dst, &mut self.out[..self.queued]);
-            self.queued = 0;
-        }
+        self.out.send(net, &self.sgid, self.dst);
     }
 }
 
@@ -110,7 +157,8 @@ impl NetTx {
 /// more packets between ACKs; a loss costs a go-back-N of up to this many packets.
 pub(crate) const WINDOW: u32 = 512;
 
-/// Request packets sent with one system call, at most.
+/// Packets sent with one system call, at most: a pass's requests, or the responses of a
+/// run of requests (a READ's responses among them, [`queue_responses`]).
 const BATCH: usize = 64;
 
 /// The network link's [`crate::qp::device::SendPath::transmit`]: builds one request
@@ -124,14 +172,7 @@ pub(crate) fn transmit(slot: &mut Option<NetTx>, net: &Net, qp: &QpInner, req: &
     let conn = slot.get_or_insert_with(|| NetTx::new(req));
     let r = tx.request;
     let repr = r.to_repr(conn.dest_qpn);
-    let n = repr.buffer_len();
-    if conn.out.len() == conn.queued {
-        conn.out.push(Vec::new());
-    }
-    let buf = &mut conn.out[conn.queued];
-    buf.clear();
-    buf.resize(n, 0);
-    let mut packet = Packet::new_unchecked(&mut buf[..]);
+    let mut packet = Packet::new_unchecked(conn.out.next(repr.buffer_len()));
     repr.emit(&mut packet);
     let payload = packet.payload_mut();
     let filled = if let Some(v) = r.atomic_write {
@@ -153,8 +194,7 @@ pub(crate) fn transmit(slot: &mut Option<NetTx>, net: &Net, qp: &QpInner, req: &
     if !filled {
         return Err(vendor_err::LOCAL_LKEY);
     }
-    conn.queued += 1;
-    if conn.queued == BATCH {
+    if conn.out.commit() {
         conn.send_queued(net);
     }
     Ok(())
@@ -185,8 +225,37 @@ pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr,
 ///
 /// The QP is looked up, its responder locked and its attributes read once for the run,
 /// not per packet: a train of 64 packets costs one lookup, as a NIC's QP context cache
-/// does.
+/// does. The responses of the run are batched as a requester's packets are
+/// ([`queue_responses`]: a READ's responses leave as GSO trains, up to [`BATCH`] packets
+/// per system call), and the batch is sent before any completion is published and before
+/// the QP leaves for ERR, so a receive completion still follows its ACK.
 pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: &[Checked<'_>]) -> usize {
+    with_response_batch(|out| {
+        // Anything left by a run that did not finish (a panic) was for its peer, not this one.
+        out.clear();
+        let taken = serve_run(engine, net, local, src, run, out);
+        out.send(net, local, src);
+        taken
+    })
+}
+
+/// Runs `f` with this thread's batch of responses (one per receiving thread: the progress
+/// thread, or an application thread polling an empty CQ), or a new one should the
+/// thread's be in use.
+fn with_response_batch<R>(f: impl FnOnce(&mut Batch) -> R) -> R {
+    thread_local! {
+        static OUT: std::cell::RefCell<Batch> = std::cell::RefCell::new(Batch::default());
+    }
+    OUT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut out) => f(&mut out),
+        Err(_) => f(&mut Batch::default()),
+    })
+}
+
+/// [`handle_requests`], the responses queued into `out` (sent when it fills, before a
+/// completion is published and before the QP enters ERR; what is left at the end is the
+/// caller's to send).
+fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: &[Checked<'_>], out: &mut Batch) -> usize {
     let Some(first) = run.first() else { return 0 };
     let Some(qp) = engine.qps.get(first.repr.bth.dest_qp) else { return 0 };
     let want = match first.repr.bth.opcode.transport() {
@@ -215,7 +284,7 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
     // is released: the flush that follows takes that lock.
     let mut fail: Option<Option<EventType>> = None;
     // The responses to the packet that set `fail`, sent after the QP entered ERR.
-    let mut last_words: Vec<Vec<u8>> = Vec::new();
+    let mut last_words = Batch::default();
     let mut taken = 0;
     {
         let mut guard = qp.net_resp.lock().expect("net responder");
@@ -228,7 +297,6 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
         }
         let machine = nr.machine.get_or_insert_with(|| Responder::new(cfg));
         machine.reconfigure(cfg);
-        let mut buf = Vec::new();
         for a in run {
             debug_assert_eq!(a.repr.bth.dest_qp, qp.qpn, "a run is for one QP");
             taken += 1;
@@ -268,6 +336,7 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
             }
             if let Some(v) = d.violation {
                 if let Some(c) = d.recv {
+                    out.send(net, local, src);
                     let _ = served.complete(recv_cqe(&served, &c));
                 }
                 if v.responder_fatal() && (mode == Mode::Rc || d.recv.is_some()) {
@@ -284,6 +353,7 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
                         // the QP ends, as for a failed check.
                         machine.enter_error();
                         if let Some(r) = at.recv.take() {
+                            out.send(net, local, src);
                             let _ = served.complete(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()));
                         }
                         fail = Some(Some(EventType::QpAccessErr));
@@ -291,6 +361,7 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
                     // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
                     // completes in error, the responder enters ERR below.
                     (Ok(()), Some(c)) if c.status != WcStatus::Success => {
+                        out.send(net, local, src);
                         let _ = served.complete(recv_cqe(&served, &c));
                     }
                     // Published once the ACK is out (below).
@@ -310,28 +381,15 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
             // The receive WQE stays taken while its message goes on (or, UC, while the
             // core keeps it for the next message); one that completed is gone.
             let held = at.recv.take().filter(|w| d.recv.is_none_or(|c| c.wr_id != w.wr_id));
-            // Responses go back to the requester, READ data gathered per packet.
-            while let Some(resp) = machine.poll_transmit(now) {
-                let repr = resp.to_repr(dest_qpn);
-                buf.clear();
-                buf.resize(repr.buffer_len(), 0);
-                let mut packet = Packet::new_unchecked(&mut buf[..]);
-                repr.emit(&mut packet);
-                if let Some(s) = resp.source {
-                    if at.read_source(s, packet.payload_mut()).is_err() {
-                        // The region was deregistered during the READ: nothing more is
-                        // sent; the requester times out.
-                        break;
-                    }
-                }
-                if fail.is_some() {
-                    // The NAK of an error that ends the QP leaves once the QP is in ERR
-                    // (below), as on the same host: a requester that hears it and tells the
-                    // application, which tells the target's, finds the target QP in ERR.
-                    last_words.push(buf.clone());
-                } else {
-                    net.send(local, src, &mut buf);
-                }
+            // Responses go back to the requester, READ data gathered per packet. The NAK of
+            // an error that ends the QP leaves once the QP is in ERR (below), as on the same
+            // host: a requester that hears it and tells the application, which tells the
+            // target's, finds the target QP in ERR.
+            let read = |s, payload: &mut [u8]| at.read_source(s, payload).is_ok();
+            if fail.is_some() {
+                queue_responses(machine, now, dest_qpn, read, &mut last_words, |_| {});
+            } else {
+                queue_responses(machine, now, dest_qpn, read, out, |full| full.send(net, local, src));
             }
             drop(at);
             nr.held = held;
@@ -341,6 +399,7 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
             // must not be left unacknowledged. A receive CQ that overruns still ends the QP
             // (QP_FATAL), though its message was ACKed.
             if let Some(cqe) = completed {
+                out.send(net, local, src);
                 if served.complete(cqe).is_err() {
                     machine.enter_error();
                     fail = Some(Some(EventType::QpFatal));
@@ -354,10 +413,198 @@ pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, s
         }
     }
     if let Some(event) = fail {
+        // What answered the packets before the failing one leaves first.
+        out.send(net, local, src);
         t.enter_error(event);
     }
-    for mut packet in last_words {
-        net.send(local, src, &mut packet);
-    }
+    last_words.send(net, local, src);
     taken
+}
+
+/// Builds the responses `machine` has ready into `out`, in PSN order (a READ's FIRST,
+/// MIDDLE…, LAST), READ data copied per packet by `read` (the region looked up again for
+/// each, docs/rocev2-wire.md §3.3 "Execute"); `full` gets the batch each time it fills
+/// ([`BATCH`] packets) and sends it. Nothing paces a READ's responses but the link (IBTA
+/// has no response window; the requester's ACK timeout and retries cover a loss), so a
+/// READ of many packets leaves as full batches — GSO trains of MIDDLE packets — instead
+/// of one system call per packet.
+///
+/// When `read` fails (the region was deregistered during the READ) the packet is not
+/// queued and nothing more is built: the requester times out (the READ's remaining
+/// responses stay with the machine, as it left them).
+fn queue_responses(
+    machine: &mut Responder,
+    now: Instant,
+    dest_qpn: u32,
+    mut read: impl FnMut(ReadSource, &mut [u8]) -> bool,
+    out: &mut Batch,
+    mut full: impl FnMut(&mut Batch),
+) {
+    while let Some(resp) = machine.poll_transmit(now) {
+        let repr = resp.to_repr(dest_qpn);
+        let mut packet = Packet::new_unchecked(out.next(repr.buffer_len()));
+        repr.emit(&mut packet);
+        if let Some(s) = resp.source {
+            if !read(s, packet.payload_mut()) {
+                break;
+            }
+        }
+        if out.commit() {
+            full(out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rverbs_proto::rc::{AtomicOp, RecvSlot, ResponderConfig, Target};
+    use rverbs_proto::violation::Violation;
+    use rverbs_proto::wire::{FethRepr, OpCode, Operation, RethRepr};
+
+    const MTU: u32 = 1024;
+    const RKEY: u32 = 0x77;
+    const VA: u64 = 0x10_0000;
+    const DEST_QPN: u32 = 0x12;
+
+    /// A responder's target that grants every key (the checks are the core's to test).
+    struct AnyKey;
+
+    impl Target for AnyKey {
+        fn check_rkey(&mut self, _: u32, _: u64, _: u64, _: Access) -> Result<(), Violation> {
+            Ok(())
+        }
+        fn take_recv(&mut self) -> Option<RecvSlot> {
+            None
+        }
+        fn atomic(&mut self, _: u32, _: u64, _: AtomicOp) -> Result<u64, Violation> {
+            Err(Violation::RkeyAccess)
+        }
+        fn atomic_write(&mut self, _: u32, _: u64, _: u64) -> Result<(), Violation> {
+            Err(Violation::RkeyAccess)
+        }
+        fn flush(&mut self, _: u32, _: u64, _: u32, _: FethRepr) -> Result<(), Violation> {
+            Err(Violation::RkeyAccess)
+        }
+        fn invalidate(&mut self, _: u32) -> bool {
+            false
+        }
+    }
+
+    /// A responder (RC, MTU 1024) that executed an RDMA READ of `len` bytes at [`VA`] with
+    /// PSN 0.
+    fn responder_after_read(len: u32) -> Responder {
+        let mut machine = Responder::new(ResponderConfig { mtu: MTU, ..ResponderConfig::TEMPLATE });
+        let d = machine.handle_request(Instant::now(), &read_request(0, VA, len), &mut AnyKey);
+        assert!(d.executed && d.violation.is_none());
+        machine
+    }
+
+    fn read_request(psn: u32, va: u64, len: u32) -> Request {
+        let mut r = Request::new(OpCode::RcRdmaReadRequest, Psn::new(psn));
+        r.reth = Some(RethRepr { va, rkey: RKEY, dma_len: len });
+        r.ack_req = true;
+        r
+    }
+
+    /// The bytes a READ response carries for the range at `va`: each byte the low byte of
+    /// its MTU-sized block's number, so a packet read from the wrong place shows.
+    fn fill(s: ReadSource, payload: &mut [u8]) -> bool {
+        assert_eq!(payload.len(), s.len as usize);
+        payload.fill(((s.va - VA) / u64::from(MTU)) as u8);
+        true
+    }
+
+    /// Drains `machine`'s responses as the network responder does ([`queue_responses`]),
+    /// each packet's data by `read`: the batches handed over full, then what is left to
+    /// send at the end of the run.
+    fn drain(machine: &mut Responder, read: impl FnMut(ReadSource, &mut [u8]) -> bool) -> (Vec<Vec<Vec<u8>>>, Vec<Vec<u8>>) {
+        let mut out = Batch::default();
+        let mut handed = Vec::new();
+        queue_responses(machine, Instant::now(), DEST_QPN, read, &mut out, |full| {
+            handed.push(full.queued().to_vec());
+            full.clear();
+        });
+        (handed, out.queued().to_vec())
+    }
+
+    /// Each packet's opcode, PSN, payload length and first payload byte (parsed back).
+    #[track_caller]
+    fn parsed(packets: &[Vec<u8>]) -> Vec<(Operation, u32, usize, u8)> {
+        packets
+            .iter()
+            .map(|b| {
+                let p = Packet::new_checked(&b[..]).expect("a whole packet");
+                let r = Repr::parse(&p).expect("a valid packet");
+                assert_eq!(r.bth.dest_qp, DEST_QPN);
+                let op = r.bth.opcode.operation().expect("a known opcode");
+                (op, r.bth.psn, r.payload_len, p.payload().first().copied().unwrap_or(0))
+            })
+            .collect()
+    }
+
+    /// The packets of a READ of `n` MTU-sized blocks from PSN `from`: FIRST, MIDDLE…, LAST
+    /// (or ONLY), block `k`'s bytes in packet `k`.
+    fn read_stream(from: u32, n: u32) -> Vec<(Operation, u32, usize, u8)> {
+        (from..from + n)
+            .map(|psn| {
+                let op = match (psn == from, psn == from + n - 1) {
+                    (true, true) => Operation::RdmaReadResponseOnly,
+                    (true, false) => Operation::RdmaReadResponseFirst,
+                    (false, false) => Operation::RdmaReadResponseMiddle,
+                    (false, true) => Operation::RdmaReadResponseLast,
+                };
+                (op, psn, MTU as usize, psn as u8)
+            })
+            .collect()
+    }
+
+    /// Issue 24: the responses of one READ go to the socket layer in batches of [`BATCH`]
+    /// (one `sendmmsg` each, their MIDDLE packets GSO trains), not one system call per
+    /// packet; in PSN order, every packet with its own range's bytes. 64 KiB at MTU 1024 is
+    /// one full batch; 1 MiB sixteen; 65 packets one batch and one packet left for the
+    /// end of the run.
+    #[test]
+    fn read_responses_are_handed_over_in_full_batches_in_psn_order() {
+        for (len, batches, left) in [(64 << 10, 1, 0), (1 << 20, 16, 0), (65 << 10, 1, 1)] {
+            let mut machine = responder_after_read(len);
+            let (handed, rest) = drain(&mut machine, fill);
+            assert_eq!(handed.len(), batches, "{len} bytes");
+            assert!(handed.iter().all(|b| b.len() == BATCH), "{len} bytes: only full batches are handed over early");
+            assert_eq!(rest.len(), left, "{len} bytes");
+            let all: Vec<Vec<u8>> = handed.into_iter().flatten().chain(rest).collect();
+            assert_eq!(parsed(&all), read_stream(0, len / MTU), "{len} bytes");
+            // The MIDDLE packets are of one size: they leave as GSO trains.
+            let middle = &all[1..all.len() - 1];
+            assert!(middle.iter().all(|p| p.len() == middle[0].len()));
+            assert!(!machine.has_transmit());
+        }
+    }
+
+    /// docs/rocev2-wire.md §3.3: a region deregistered during a READ stops its stream: the
+    /// packets before the one whose bytes could not be read leave, that one and the rest do
+    /// not (the requester times out and retries).
+    #[test]
+    fn a_read_whose_region_went_away_stops_at_that_packet() {
+        let mut machine = responder_after_read(64 << 10);
+        let (handed, rest) = drain(&mut machine, |s, p| s.va < VA + 10 * u64::from(MTU) && fill(s, p));
+        assert!(handed.is_empty());
+        assert_eq!(parsed(&rest), read_stream(0, 64)[..10]);
+    }
+
+    /// docs/rocev2-wire.md §3.3 "duplicate": a duplicate READ inside the original is
+    /// answered again from its own PSN, its bytes read again, batched as the first time.
+    #[test]
+    fn a_duplicate_read_is_replayed_from_its_psn_in_batches() {
+        let mut machine = responder_after_read(128 << 10);
+        let (handed, rest) = drain(&mut machine, fill);
+        assert_eq!((handed.len(), rest.len()), (2, 0));
+        let dup = read_request(32, VA + 32 * u64::from(MTU), 96 << 10);
+        let d = machine.handle_request(Instant::now(), &dup, &mut AnyKey);
+        assert!(d.violation.is_none());
+        let (handed, rest) = drain(&mut machine, fill);
+        assert_eq!((handed.len(), rest.len()), (1, 32));
+        let all: Vec<Vec<u8>> = handed.into_iter().flatten().chain(rest).collect();
+        assert_eq!(parsed(&all), read_stream(32, 96));
+    }
 }
