@@ -345,19 +345,22 @@ fn srq_init_ex(inp: &mut Input<'_>) {
     a.pd = ptr(inp);
     a.xrcd = ptr(inp);
     a.cq = ptr(inp);
+    a.tm_cap = ibv_tm_cap { max_num_tags: inp.u32(), max_ops: inp.u32() };
     let m = a.comp_mask;
     let ty = if m & IBV_SRQ_INIT_ATTR_TYPE != 0 { a.srq_type } else { IBV_SRQT_BASIC };
     let xrc_need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    let tm_need = IBV_SRQ_INIT_ATTR_TM | IBV_SRQ_INIT_ATTR_CQ;
     let want = if m >= IBV_SRQ_INIT_ATTR_RESERVED {
         Err(libc::EINVAL)
-    } else if ty == IBV_SRQT_TM {
-        Err(libc::EOPNOTSUPP)
-    } else if !(ty == IBV_SRQT_XRC || (ty == IBV_SRQT_BASIC && m & IBV_SRQ_INIT_ATTR_TM == 0)) {
+    } else if !(ty == IBV_SRQT_XRC || ty == IBV_SRQT_TM || (ty == IBV_SRQT_BASIC && m & IBV_SRQ_INIT_ATTR_TM == 0)) {
         Err(libc::EINVAL)
-    } else if m & IBV_SRQ_INIT_ATTR_PD == 0 || (ty == IBV_SRQT_XRC && m & xrc_need != xrc_need) {
+    } else if m & IBV_SRQ_INIT_ATTR_PD == 0
+        || (ty == IBV_SRQT_XRC && m & xrc_need != xrc_need)
+        || (ty == IBV_SRQT_TM && m & tm_need != tm_need)
+    {
         Err(libc::EINVAL)
     } else {
-        Ok((a.pd, (ty == IBV_SRQT_XRC).then_some((a.xrcd, a.cq))))
+        Ok((a.pd, (ty == IBV_SRQT_XRC).then_some((a.xrcd, a.cq)), (ty == IBV_SRQT_TM).then_some((a.tm_cap, a.cq))))
     };
     assert_eq!(f::srq_init_attr_ex_from_c(&a), want, "mask {m:#x} type {}", a.srq_type);
 }

@@ -140,12 +140,20 @@ pub fn cq_counts(cqe: c_int, comp_vector: c_int) -> Option<(u32, u32)> {
     crate::cq::cq_counts(cqe, comp_vector)
 }
 
-/// `srq::srq_init_attr_ex_from_c`: the PD, and for an XRC SRQ its domain and CQ.
+/// `srq::srq_init_attr_ex_from_c`: the PD, for an XRC SRQ its domain and CQ, for a
+/// tag-matching SRQ its `tm_cap` and CQ.
 #[allow(clippy::type_complexity)]
 pub fn srq_init_attr_ex_from_c(
     a: &crate::abi::ibv_srq_init_attr_ex,
-) -> Result<(*mut crate::abi::ibv_pd, Option<(*mut crate::abi::ibv_xrcd, *mut crate::abi::ibv_cq)>), c_int> {
-    crate::srq::srq_init_attr_ex_from_c(a).map(|c| (c.pd, c.xrc))
+) -> Result<
+    (
+        *mut crate::abi::ibv_pd,
+        Option<(*mut crate::abi::ibv_xrcd, *mut crate::abi::ibv_cq)>,
+        Option<(crate::abi::ibv_tm_cap, *mut crate::abi::ibv_cq)>,
+    ),
+    c_int,
+> {
+    crate::srq::srq_init_attr_ex_from_c(a).map(|c| (c.pd, c.xrc, c.tm))
 }
 
 /// `cm::ep::connect_data`: the private data `rdma_create_ep` keeps from an addrinfo.
