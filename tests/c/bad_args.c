@@ -43,6 +43,7 @@ struct fixture {
 	int gid;
 	struct ibv_device_attr dev;
 	uint64_t max_dm_size;
+	uint32_t tm_max_tags, tm_max_sge; /* tm_caps */
 };
 
 static struct fixture F;
@@ -1169,6 +1170,94 @@ static int r_modify_srq_resize_above(void)
 
 static int r_destroy_srq_busy(void) { return ibv_destroy_srq(F.srq); }
 
+/* Tag-matching SRQs (ibv_create_srq_ex(3) IBV_SRQT_TM, ibv_post_srq_ops(3)). */
+static int tm_srq(uint32_t max_tags, uint32_t comp_mask, struct ibv_srq **out)
+{
+	struct ibv_srq_init_attr_ex a = {
+		.attr = {.max_wr = 4, .max_sge = 1}, .comp_mask = comp_mask,
+		.srq_type = IBV_SRQT_TM, .pd = F.a.pd, .cq = F.a.recv_cq,
+		.tm_cap = {.max_num_tags = max_tags, .max_ops = 4}};
+
+	*out = ibv_create_srq_ex(F.a.ctx, &a);
+	return *out ? 0 : errno;
+}
+
+static int tm_create(uint32_t max_tags, uint32_t comp_mask)
+{
+	struct ibv_srq *srq;
+	int err = tm_srq(max_tags, comp_mask, &srq);
+
+	if (!err) {
+		REQUIRE(ibv_destroy_srq(srq) == 0, "ibv_destroy_srq");
+		return SIDE_EFFECT;
+	}
+	return err;
+}
+
+#define TM_MASK (IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM)
+static int r_tm_no_cq(void) { return tm_create(4, TM_MASK & ~IBV_SRQ_INIT_ATTR_CQ); }
+static int r_tm_no_tm(void) { return tm_create(4, TM_MASK & ~IBV_SRQ_INIT_ATTR_TM); }
+static int r_tm_tags_zero(void) { return tm_create(0, TM_MASK); }
+static int r_tm_tags_above(void) { return tm_create(F.tm_max_tags + 1, TM_MASK); }
+
+/* Posts `op` on a fresh tag-matching SRQ of `max_tags` tags after `before` ADDs; the
+ * errno, or SIDE_EFFECT if bad_op does not name the refused operation. */
+static int tm_ops(uint32_t max_tags, int before, struct ibv_ops_wr *op)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)F.a.buf, .length = 64, .lkey = F.a.mr->lkey};
+	struct ibv_ops_wr add = {.opcode = IBV_WR_TAG_ADD,
+				 .tm = {.add = {.sg_list = &sge, .num_sge = 1, .tag = 7, .mask = ~0ull}}};
+	struct ibv_ops_wr *bad = NULL;
+	struct ibv_srq *srq;
+	int ret;
+
+	REQUIRE(tm_srq(max_tags, TM_MASK, &srq) == 0, "a tag-matching SRQ");
+	for (int i = 0; i < before; i++)
+		REQUIRE(ibv_post_srq_ops(srq, &add, &bad) == 0, "ibv_post_srq_ops ADD");
+	ret = ibv_post_srq_ops(srq, op, &bad);
+	REQUIRE(ibv_destroy_srq(srq) == 0, "ibv_destroy_srq");
+	if (ret && bad != op)
+		return SIDE_EFFECT;
+	return ret;
+}
+
+static int r_ops_basic_srq(void)
+{
+	struct ibv_ops_wr op = {.opcode = IBV_WR_TAG_SYNC}, *bad = NULL;
+	int ret = ibv_post_srq_ops(F.srq, &op, &bad);
+
+	return ret && bad != &op ? SIDE_EFFECT : ret;
+}
+static int r_ops_null(void) { return tm_ops(4, 0, NULL); }
+static int r_ops_opcode(void)
+{
+	struct ibv_ops_wr op = {.opcode = (enum ibv_ops_wr_opcode)7};
+
+	return tm_ops(4, 0, &op);
+}
+static int r_ops_flag(void)
+{
+	struct ibv_ops_wr op = {.opcode = IBV_WR_TAG_SYNC, .flags = 1 << 5};
+
+	return tm_ops(4, 0, &op);
+}
+static int r_ops_add_sges(void)
+{
+	struct ibv_sge sge[32] = {{.addr = (uintptr_t)F.a.buf, .length = 1, .lkey = F.a.mr->lkey}};
+	struct ibv_ops_wr op = {.opcode = IBV_WR_TAG_ADD,
+				.tm = {.add = {.sg_list = sge, .num_sge = F.tm_max_sge + 1, .mask = ~0ull}}};
+
+	return tm_ops(4, 0, &op);
+}
+static int r_ops_add_full(void)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)F.a.buf, .length = 8, .lkey = F.a.mr->lkey};
+	struct ibv_ops_wr op = {.opcode = IBV_WR_TAG_ADD,
+				.tm = {.add = {.sg_list = &sge, .num_sge = 1, .tag = 8, .mask = ~0ull}}};
+
+	return tm_ops(2, 2, &op);
+}
+
 /* ---- address handles, multicast --------------------------------------------------- */
 
 static int create_ah(int port, int global, int sgid_index)
@@ -1675,6 +1764,26 @@ static const struct row rows[] = {
 	    "kernel rxe_srq.c rxe_srq_chk_attr"),
 	ROW("ibv_destroy_srq", "SRQ of a QP", r_destroy_srq_busy, EBUSY,
 	    "kernel uverbs_std_types_srq.c uverbs_free_srq: ib_destroy_usecnt"),
+	/* tag-matching SRQs */
+	ROW("ibv_create_srq_ex", "IBV_SRQT_TM without IBV_SRQ_INIT_ATTR_CQ", r_tm_no_cq, EINVAL,
+	    "ibv_create_srq_ex(3): TM SRQs need cq; mlx5 verbs.c mlx5_create_srq_ex"),
+	ROW("ibv_create_srq_ex", "IBV_SRQT_TM without IBV_SRQ_INIT_ATTR_TM", r_tm_no_tm, EINVAL,
+	    "ibv_create_srq_ex(3): tm_cap valid with IBV_SRQ_INIT_ATTR_TM; mlx5 verbs.c"),
+	ROW("ibv_create_srq_ex", "tm_cap.max_num_tags 0", r_tm_tags_zero, EINVAL,
+	    "kernel mlx5 srq.c: max_num_tags within tm_caps"),
+	ROW("ibv_create_srq_ex", "tm_cap.max_num_tags tm_caps.max_num_tags + 1", r_tm_tags_above,
+	    EINVAL, "kernel mlx5 srq.c: max_num_tags within tm_caps"),
+	ROW("ibv_post_srq_ops", "basic SRQ (bad_op = op)", r_ops_basic_srq, EINVAL,
+	    "rdma-core mlx5 verbs.c mlx5_post_srq_ops: no command QP"),
+	ROW("ibv_post_srq_ops", "op NULL", r_ops_null, 0, "mlx5_post_srq_ops: empty list"),
+	ROW("ibv_post_srq_ops", "opcode 7 (bad_op = op)", r_ops_opcode, EINVAL,
+	    "mlx5_post_srq_ops: unknown opcode"),
+	ROW("ibv_post_srq_ops", "flags bit 5 (bad_op = op)", r_ops_flag, EINVAL,
+	    "ibv_post_srq_ops(3): enum ibv_ops_flags; rverbs refuses unknown bits"),
+	ROW("ibv_post_srq_ops", "ADD num_sge tm_caps.max_sge + 1 (bad_op = op)", r_ops_add_sges,
+	    EINVAL, "mlx5_post_srq_ops (MLX5_DEBUG): num_sge above the tagged buffer's"),
+	ROW("ibv_post_srq_ops", "ADD to a full tag list (bad_op = op)", r_ops_add_full, ENOMEM,
+	    "mlx5_post_srq_ops: tag matching list is full"),
 	/* address handles, multicast */
 	ROW("ibv_create_ah", "port 2", r_ah_port_2, EINVAL,
 	    "uverbs_cmd.c ib_uverbs_create_ah: rdma_is_port_valid"),
@@ -1718,6 +1827,9 @@ static void setup(void)
 		REQUIRE(ibv_query_device_ex(F.a.ctx, NULL, &ax) == 0 && ax.max_dm_size >= 4096,
 			"ibv_query_device_ex: max_dm_size");
 		F.max_dm_size = ax.max_dm_size;
+		F.tm_max_tags = ax.tm_caps.max_num_tags;
+		F.tm_max_sge = ax.tm_caps.max_sge;
+		REQUIRE(F.tm_max_tags >= 2 && F.tm_max_sge < 32, "ibv_query_device_ex: tm_caps");
 	}
 	F.reset_qp = new_rc_qp(&F.a, NULL);
 	F.init_qp = new_rc_qp(&F.a, NULL);

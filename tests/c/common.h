@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CHECK(cond, ...)                                                     \
 	do {                                                                 \
@@ -266,6 +267,18 @@ static inline void destroy_side(struct side *s)
 
 /* Reads every pending async event (the async fd made non-blocking), acks each, and
  * returns how many had `type` about `element` (a cq/qp pointer). */
+/* Writes all `n` bytes to the pipe `fd` of a forked peer, or fails the test. */
+static inline void put(int fd, const void *p, size_t n)
+{
+	REQUIRE(write(fd, p, n) == (ssize_t)n, "pipe write");
+}
+
+/* Reads exactly `n` bytes from the pipe `fd` of a forked peer, or fails the test. */
+static inline void get(int fd, void *p, size_t n)
+{
+	REQUIRE(read(fd, p, n) == (ssize_t)n, "pipe read");
+}
+
 static inline int drain_async(struct ibv_context *ctx, enum ibv_event_type type, void *element)
 {
 	struct ibv_async_event ev;

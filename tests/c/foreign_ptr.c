@@ -154,6 +154,12 @@ static void refuse_all(const char *what, void *f, struct ibv_context *ctx, struc
 	CHECK(ibv_query_srq(f, &sattr) == EINVAL, "%s: ibv_query_srq -> EINVAL", what);
 	CHECK(ibv_modify_srq(f, &sattr, 0) == EINVAL, "%s: ibv_modify_srq -> EINVAL", what);
 	CHECK(ibv_destroy_srq(f) == EINVAL, "%s: ibv_destroy_srq -> EINVAL", what);
+	{
+		struct ibv_ops_wr op = {.opcode = IBV_WR_TAG_SYNC}, *obad = NULL;
+
+		CHECK(vctx->post_srq_ops(f, &op, &obad) == EINVAL && obad == &op,
+		      "%s: post_srq_ops -> EINVAL, *bad_op = op", what);
+	}
 	/* AHs and XRC domains. */
 	CHECK(ibv_destroy_ah(f) == EINVAL, "%s: ibv_destroy_ah -> EINVAL", what);
 	CHECK(vctx->close_xrcd(f) == EINVAL, "%s: close_xrcd -> EINVAL", what);
@@ -277,6 +283,29 @@ int main(void)
 
 		CHECK(ibv_query_ece(dead_qp, &ece) == EINVAL && ibv_set_ece(dead_qp, &ece) == EINVAL,
 		      "ibv_query_ece / ibv_set_ece on a destroyed QP -> EINVAL");
+	}
+	{
+		/* A tag-matching SRQ: its list operations through the pointer after destroy,
+		 * and a live one passed as a QP. */
+		struct ibv_srq_init_attr_ex tm = {
+			.attr = {.max_wr = 4, .max_sge = 1},
+			.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+				     IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM,
+			.srq_type = IBV_SRQT_TM, .pd = pd, .cq = cq,
+			.tm_cap = {.max_num_tags = 4, .max_ops = 4}};
+		struct ibv_ops_wr op = {.opcode = IBV_WR_TAG_SYNC}, *obad = NULL;
+		struct ibv_srq *srq = ibv_create_srq_ex(ctx, &tm);
+
+		REQUIRE(srq != NULL, "a tag-matching SRQ");
+		CHECK(ibv_destroy_qp((struct ibv_qp *)srq) == EINVAL,
+		      "a tag-matching SRQ as a QP: ibv_destroy_qp -> EINVAL");
+		CHECK(vctx->post_srq_ops((struct ibv_srq *)cq, &op, &obad) == EINVAL && obad == &op,
+		      "a CQ as a tag-matching SRQ: post_srq_ops -> EINVAL");
+		REQUIRE(ibv_destroy_srq(srq) == 0, "destroy the tag-matching SRQ");
+		obad = NULL;
+		CHECK(vctx->post_srq_ops(srq, &op, &obad) == EINVAL && obad == &op,
+		      "post_srq_ops on a destroyed tag-matching SRQ -> EINVAL");
+		CHECK(ibv_destroy_srq(srq) == EINVAL, "ibv_destroy_srq of a destroyed SRQ -> EINVAL");
 	}
 	dead_cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
 	REQUIRE(dead_cq && ibv_destroy_cq(dead_cq) == 0, "create + destroy a CQ");

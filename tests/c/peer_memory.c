@@ -16,16 +16,6 @@ struct offer {
 	uint64_t later;
 };
 
-static void put(int fd, const void *p, size_t n)
-{
-	REQUIRE(write(fd, p, n) == (ssize_t)n, "pipe write");
-}
-
-static void get(int fd, void *p, size_t n)
-{
-	REQUIRE(read(fd, p, n) == (ssize_t)n, "pipe read");
-}
-
 static int child(int rd, int wr)
 {
 	struct side c;

@@ -28,16 +28,6 @@
 #define TAG_GONE 0x33
 #define RNDV_LEN 2000
 
-static void put(int fd, const void *p, size_t n)
-{
-	REQUIRE(write(fd, p, n) == (ssize_t)n, "pipe write");
-}
-
-static void get(int fd, void *p, size_t n)
-{
-	REQUIRE(read(fd, p, n) == (ssize_t)n, "pipe read");
-}
-
 static void tmh(void *at, uint8_t op, uint64_t tag, uint32_t app_ctx)
 {
 	struct ibv_tmh h = {.opcode = op, .app_ctx = htobe32(app_ctx), .tag = htobe64(tag)};

@@ -92,3 +92,46 @@ fn qp_rules_name_the_attribute_and_the_opcode() {
         err.error
     );
 }
+
+#[test]
+fn srq_rules_name_the_tag_list_and_its_limits() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let init = SrqInit { max_wr: 4, max_sge: 1, ..SrqInit::default() };
+    // ibv_post_srq_ops(3) on an SRQ that is not IBV_SRQT_TM.
+    let plain = pd.create_srq(&init).unwrap();
+    let sync = TagOp { wr_id: 1, kind: TagOpKind::Sync, flags: TagOpFlags::empty(), unexpected_cnt: 0 };
+    assert_eq!(rule_of(plain.post_tag_op(&sync)).0, Rule::NotTagMatching);
+    // tm_cap beyond tm_caps is a limit, not a rule (ibv_create_srq_ex(3)).
+    let too_many = TmCap { max_num_tags: 100_000, max_ops: 1 };
+    let e = pd.create_srq_tm(&init, too_many, &cq).unwrap_err();
+    assert!(matches!(e, Error::Limit { what: "max_num_tags", got: 100_000, .. }), "{e:?}");
+    // The tag list holds max_num_tags: one more ADD is refused (ENOMEM), the list unchanged.
+    let tm = pd.create_srq_tm(&init, TmCap { max_num_tags: 1, max_ops: 4 }, &cq).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [Sge { addr: mr.addr() as u64, length: 64, lkey: mr.lkey() }];
+    let add = |tag| TagOp {
+        wr_id: tag,
+        kind: TagOpKind::Add { recv_wr_id: tag, sg_list: &sge, tag, mask: u64::MAX },
+        flags: TagOpFlags::empty(),
+        unexpected_cnt: 0,
+    };
+    let handle = tm.post_tag_op(&add(1)).unwrap().expect("an ADD gives a handle");
+    let full = tm.post_tag_op(&add(2)).unwrap_err();
+    assert!(matches!(full, Error::QueueFull { verb: "post_srq_ops", max: 1 }), "{full:?}");
+    assert_eq!(full.errno(), libc::ENOMEM);
+    let del = TagOp { wr_id: 3, kind: TagOpKind::Del { handle }, flags: TagOpFlags::empty(), unexpected_cnt: 0 };
+    tm.post_tag_op(&del).unwrap();
+    tm.post_tag_op(&add(4)).unwrap().expect("the freed slot takes a new tag");
+    // An ADD with more SGEs than a tagged buffer holds.
+    let sges = vec![sge[0]; 16];
+    let wide = TagOp {
+        wr_id: 5,
+        kind: TagOpKind::Add { recv_wr_id: 5, sg_list: &sges, tag: 5, mask: u64::MAX },
+        flags: TagOpFlags::empty(),
+        unexpected_cnt: 0,
+    };
+    let e = tm.post_tag_op(&wide).unwrap_err();
+    assert!(matches!(e, Error::TooManySge { got: 16, .. }), "{e:?}");
+}

@@ -330,22 +330,32 @@ impl Responder {
     /// message in progress and nothing waiting to be sent, the expected PSN, the QP's
     /// REMOTE_WRITE access.
     pub fn express_write_ok(&self, psn: Psn, len: u32) -> bool {
+        self.express_idle(psn) && (1..=self.cfg.mtu).contains(&len) && self.cfg.access.contains(Access::REMOTE_WRITE)
+    }
+
+    /// The conditions both express checks share: RC, not XRC, not in ERR, no message in
+    /// progress, nothing waiting to be sent, and `psn` the expected PSN.
+    fn express_idle(&self, psn: Psn) -> bool {
         self.cfg.mode == Mode::Rc
             && !self.cfg.xrc
             && self.state != ResponderState::Error
             && self.cur.is_none()
             && self.out.is_empty()
             && psn == self.expected
-            && (1..=self.cfg.mtu).contains(&len)
-            && self.cfg.access.contains(Access::REMOTE_WRITE)
+    }
+
+    /// The state moves as handling the express request at `psn` and sending its ACK would
+    /// (the expected PSN and the MSN advance).
+    fn express_advance(&mut self, psn: Psn) {
+        self.sent_psn_nak = false;
+        self.expected = psn.add(1);
+        self.msn = (self.msn + 1) & Psn::MASK;
     }
 
     /// The WRITE [`Responder::express_write_ok`] accepted was placed: the state moves as
     /// handling it and sending its ACK would (the expected PSN and the MSN advance).
     pub fn express_write_done(&mut self, psn: Psn) {
-        self.sent_psn_nak = false;
-        self.expected = psn.add(1);
-        self.msn = (self.msn + 1) & Psn::MASK;
+        self.express_advance(psn);
     }
 
     /// The express lane for a SEND ONLY without immediate data or invalidation of `len`
@@ -354,23 +364,14 @@ impl Responder {
     /// ERR, no message in progress, nothing waiting to be sent, no held receive, the
     /// expected PSN); the link then takes a receive that holds it and places it.
     pub fn express_send_ok(&self, psn: Psn, len: u32) -> bool {
-        self.cfg.mode == Mode::Rc
-            && !self.cfg.xrc
-            && self.state != ResponderState::Error
-            && self.cur.is_none()
-            && self.spare_recv.is_none()
-            && self.out.is_empty()
-            && psn == self.expected
-            && len <= self.cfg.mtu
+        self.express_idle(psn) && self.spare_recv.is_none() && len <= self.cfg.mtu
     }
 
     /// The SEND [`Responder::express_send_ok`] accepted was placed into receive `wr_id`:
     /// the state moves as handling it and sending its ACK would, and the receive
     /// completion is the one it would give (`solicited`: the request's SE bit).
     pub fn express_send_done(&mut self, psn: Psn, wr_id: u64, len: u32, solicited: bool) -> RecvCompletion {
-        self.sent_psn_nak = false;
-        self.expected = psn.add(1);
-        self.msn = (self.msn + 1) & Psn::MASK;
+        self.express_advance(psn);
         RecvCompletion {
             wr_id,
             status: WcStatus::Success,

@@ -12,16 +12,29 @@ use std::time::Instant;
 
 use rverbs_proto::rc::{Mode, RecvCompletion, Request, Responder, ResponderState};
 use rverbs_proto::vendor_err;
-use rverbs_proto::verbs::{EventType, QpType, WcFlags, WcOpcode, WcStatus};
+use rverbs_proto::verbs::{Access, EventType, QpType, WcFlags, WcOpcode, WcStatus};
 use rverbs_proto::violation::Violation;
 
 use super::respond::Responding;
 use super::route::{endpoint_of, responder_config};
 use super::target::{LocalTarget, PeerTarget, Target};
 use crate::engine::Engine;
-use crate::mr::Source;
+use crate::mr::{self, PinList, Source};
+use crate::rings::recv_ring::RecvWqe;
 use crate::rings::tag_list::{TmRecv, TMH_LEN};
 use crate::rings::wc::Cqe;
+
+/// Places a whole message of `n` bytes from `src` into receive `r` of target `t`: the
+/// receive must hold it, and its SGEs are pinned for LOCAL_WRITE under `t`'s PD before a
+/// byte is copied (ibv_post_recv(3); docs/rocev2-wire.md §3.3). Whether it was placed.
+pub(crate) fn place_message<T: Target>(t: &T, r: &RecvWqe, src: Source<'_, '_>, n: u64) -> bool {
+    if r.capacity() < n {
+        return false;
+    }
+    let mut dst = PinList::new();
+    mr::pin_sges_into(&t.keys(), t.pd(), r.sges(), Access::LOCAL_WRITE, n, &mut dst).is_ok()
+        && mr::copy_message(&dst, 0, src).is_ok()
+}
 
 /// The receive completion the core decided, as the target's CQ entry.
 pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {

@@ -18,14 +18,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rverbs_proto::psn::Psn;
-use rverbs_proto::rc::{self, Mode, Placed, RecvCompletion, Responder, ResponderState, UNSEGMENTED_MTU};
+use rverbs_proto::rc::{self, Mode, Placed, RecvCompletion, Responder, ResponderConfig, ResponderState, UNSEGMENTED_MTU};
 use rverbs_proto::verbs::{Access, QpType, WcStatus};
 use rverbs_proto::violation::Violation;
 use rverbs_proto::wire;
 use rverbs_proto::wire::roce::Packet as RocePacket;
 
 use super::respond::Responding;
-use super::deliver::{deliver_recv, deliver_ud, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
+use super::deliver::{deliver_recv, deliver_ud, place_message, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
 use super::rendezvous::Rendezvous;
 use super::respond::Head;
 use crate::rings::tag_list::TmRecv;
@@ -162,11 +162,16 @@ pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: 
     }
 }
 
-/// [`express`] once the route is known to answer.
-fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &Express<'_>) -> bool {
-    let mut cfg = responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU);
+/// Gives `responder` the target QP's current attributes `cfg` (a modify may have changed
+/// them since the last request), keeping its expected PSN.
+fn refresh(responder: &mut Responder, mut cfg: ResponderConfig) {
     cfg.rq_psn = responder.config().rq_psn;
     responder.reconfigure(cfg);
+}
+
+/// [`express`] once the route is known to answer.
+fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &Express<'_>) -> bool {
+    refresh(responder, responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU));
     let accepted = match w.op {
         ExpressOp::Write { .. } => responder.express_write_ok(w.psn, w.len),
         ExpressOp::Send { .. } => responder.express_send_ok(w.psn, w.len),
@@ -200,16 +205,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &Exp
             responder.express_write_done(w.psn);
         }
         ExpressOp::Send { solicited } => {
-            let need = u64::from(w.len);
-            let pd = t.pd();
-            let mut fits = |r: &RecvWqe| {
-                if r.capacity() < need {
-                    return false;
-                }
-                let mut dst = PinList::new();
-                mr::pin_sges_into(&keys, pd, r.sges(), Access::LOCAL_WRITE, need, &mut dst).is_ok()
-                    && mr::copy_message(&dst, 0, src).is_ok()
-            };
+            let mut fits = |r: &RecvWqe| place_message(t, r, src, u64::from(w.len));
             t.note_inbound();
             let Some(wr_id) = t.express_recv(&mut fits) else { return false };
             let c = responder.express_send_done(w.psn, wr_id, w.len, solicited);
@@ -311,8 +307,7 @@ fn connected<T: Target>(
         cfg.rq_psn = tx.comp_psn;
         *responder = Responder::new(cfg);
     } else {
-        cfg.rq_psn = responder.config().rq_psn;
-        responder.reconfigure(cfg);
+        refresh(responder, cfg);
     }
     let request = tx.request;
     let mut at = Responding::new(t);

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use rverbs_proto::verbs::{Access, WcFlags, WcOpcode, WcStatus};
 
-use super::deliver::{deliver_recv, tm_completion};
+use super::deliver::{deliver_recv, place_message, tm_completion};
 use super::respond::Head;
 use super::target::{LocalTarget, Target};
 use crate::mr::{self, copy_message, KeySpace, KeyUse, PinList, Source};
@@ -84,20 +84,13 @@ fn deliver_fin(qp: &Arc<QpInner>, from: u32, fin: &[u8]) {
     }
     let t = LocalTarget::of(qp.clone());
     let Some(r) = t.take_for(fin, fin.len() as u64) else { return };
-    let keys = t.keys();
-    let mut dst = PinList::new();
     let n = fin.len() as u64;
-    let placed = mr::pin_sges_into(&keys, t.pd(), r.sges(), Access::LOCAL_WRITE, n, &mut dst)
-        .ok()
-        .filter(|_| r.capacity() >= n)
-        .and_then(|_| copy_message(&dst, 0, Source::Bytes(fin)).ok());
-    let mut cqe = match placed {
-        Some(_) => {
-            let mut c = Cqe::success(r.wr_id, qp.qpn, WcOpcode::Recv, n as u32);
-            c.src_qp = from;
-            c
-        }
-        None => Cqe::error(r.wr_id, qp.qpn, WcStatus::LocLenErr, rverbs_proto::vendor_err::LOCAL_BOUNDS),
+    let mut cqe = if place_message(&t, &r, Source::Bytes(fin), n) {
+        let mut c = Cqe::success(r.wr_id, qp.qpn, WcOpcode::Recv, n as u32);
+        c.src_qp = from;
+        c
+    } else {
+        Cqe::error(r.wr_id, qp.qpn, WcStatus::LocLenErr, rverbs_proto::vendor_err::LOCAL_BOUNDS)
     };
     if let Some(tm) = r.tm {
         tm_completion(&mut cqe, tm);

@@ -230,8 +230,9 @@ impl PeerTarget {
         self.peer.is_alive() && self.rec().qpn.load(Ordering::Acquire) == self.qpn
     }
 
-    /// Takes from the ring of generation `gen` of segment `name`, mapping it if needed.
-    fn take_from(&self, gen: u32, name: impl FnOnce() -> String) -> Take {
+    /// Takes from the ring of generation `gen` of segment `name`, mapping it if needed,
+    /// the receive at its head only if `fits` accepts it ([`RecvRing::take_if`]).
+    fn take_from(&self, gen: u32, name: impl FnOnce() -> String, fits: impl FnOnce(&RecvWqe) -> bool) -> Take {
         let mut cached = self.ring.borrow_mut();
         if cached.as_ref().is_none_or(|(g, _)| *g != gen) {
             let Some(ring) = self.peer.segment(&name()).ok().and_then(|s| RecvRing::open(s, self.me).ok()) else {
@@ -240,7 +241,7 @@ impl PeerTarget {
             *cached = Some((gen, ring));
         }
         let Some((_, ring)) = cached.as_ref() else { return Take::Empty };
-        if let Some(t) = ring.take() {
+        if let Some(t) = ring.take_if(fits) {
             return Take::Got(t);
         }
         if ring.moved() != 0 {
@@ -537,7 +538,7 @@ impl Target for PeerTarget {
 
     fn take_recv(&self) -> Option<RecvWqe> {
         match self.recv {
-            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen)) {
+            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |_| true) {
                 Take::Got(t) => Some(t.wqe),
                 _ => None,
             },
@@ -548,7 +549,7 @@ impl Target for PeerTarget {
                         return None;
                     }
                     let gen = rec.rq_gen.load(Ordering::Acquire);
-                    match self.take_from(gen, || srq_segment_name(srqn, gen)) {
+                    match self.take_from(gen, || srq_segment_name(srqn, gen), |_| true) {
                         Take::Got(t) => {
                             if t.limit_fired {
                                 let ctx = rec.ctx.load(Ordering::Acquire);
@@ -575,13 +576,10 @@ impl Target for PeerTarget {
 
     fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<u64> {
         let PeerRecv::Rq(gen) = self.recv else { return None };
-        let mut cached = self.ring.borrow_mut();
-        if cached.as_ref().is_none_or(|(g, _)| *g != gen) {
-            let ring = self.peer.segment(&qp_segment_name(self.qpn, gen)).ok().and_then(|s| RecvRing::open(s, self.me).ok())?;
-            *cached = Some((gen, ring));
+        match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w)) {
+            Take::Got(t) => Some(t.wqe.wr_id),
+            _ => None,
         }
-        let (_, ring) = cached.as_ref()?;
-        ring.take_if(|w| fits(w)).map(|t| t.wqe.wr_id)
     }
 
     fn take_for(&self, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
