@@ -261,7 +261,9 @@ pub(crate) fn unwatch_net_fd(fd: BorrowedFd<'_>) {
     }
 }
 
-/// Watches a peer's pidfd: its death is noticed at once.
+/// Watches a peer's pidfd: its death is noticed at once. Once: a pidfd stays readable
+/// after the exit, and a peer's number may belong to a new process by the time the event
+/// is handled ([`peer_died`]).
 pub(crate) fn watch_peer(peer: &Arc<Peer>) {
     let p = progress();
     p.peers.lock().expect("peers").insert(peer.ep, Arc::downgrade(peer));
@@ -269,7 +271,7 @@ pub(crate) fn watch_peer(peer: &Arc<Peer>) {
         &p.epoll,
         peer.pidfd(),
         epoll::EventData::new_u64(TOKEN_PEER | u64::from(peer.ep)),
-        epoll::EventFlags::IN,
+        epoll::EventFlags::IN | epoll::EventFlags::ONESHOT,
     );
 }
 
@@ -370,7 +372,17 @@ fn run_deferred(p: &Progress) {
 }
 
 fn peer_died(p: &Progress, ep: u32) {
-    if let Some(peer) = p.peers.lock().expect("peers").remove(&ep).and_then(|w| w.upgrade()) {
+    let mut peers = p.peers.lock().expect("peers");
+    // The event names the number only: a peer watched under it whose process has not
+    // exited is the number's next owner, and the event its predecessor's (whose pidfd,
+    // watched once, fires no more).
+    let owns = |peer: &Peer| p.endpoint.reg.as_ref().map_or(!peer.exited(), |r| r.owns_now(peer));
+    if peers.get(&ep).and_then(Weak::upgrade).is_some_and(|peer| owns(&peer)) {
+        return;
+    }
+    let gone = peers.remove(&ep).and_then(|w| w.upgrade());
+    drop(peers);
+    if let Some(peer) = gone {
         tracing::info!(ep, pid = peer.pid, "peer endpoint died");
         peer.mark_dead();
         let _ = epoll::delete(&p.epoll, peer.pidfd());

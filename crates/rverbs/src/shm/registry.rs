@@ -442,10 +442,23 @@ impl Registry {
     /// Forgets a peer that died and returns what it left in the runtime directory
     /// (called by the progress thread when the peer's pidfd fires).
     pub(crate) fn forget(&self, ep: u32) {
-        if let Some(p) = self.peers.lock().expect("peers").remove(&ep) {
+        let mut peers = self.peers.lock().expect("peers");
+        // The death names a number only: a peer mapped under it that owns it now is
+        // the number's next owner, and the death was its predecessor's.
+        if peers.get(&ep).is_some_and(|p| self.owns_now(p)) {
+            return;
+        }
+        if let Some(p) = peers.remove(&ep) {
             p.alive.store(false, Ordering::Release);
         }
+        drop(peers);
         self.reclaim(ep);
+    }
+
+    /// Whether mapped peer `p` owns its number now: its process has not exited and the
+    /// number's lock is held (by it: a process holds its number until it exits).
+    pub(crate) fn owns_now(&self, p: &Peer) -> bool {
+        !p.exited() && matches!(probe_lock(&lock_path(&self.root, p.ep)), Ok(Probe::Held))
     }
 
     /// Removes the directory of endpoint `ep` if its lock is free (its owner is dead and
@@ -609,7 +622,7 @@ impl Peer {
     }
 
     /// Whether the peer's process has exited (its pidfd is readable), asked now.
-    fn exited(&self) -> bool {
+    pub(crate) fn exited(&self) -> bool {
         pidfd_exited(self.pidfd.as_fd())
     }
 
@@ -798,6 +811,44 @@ mod tests {
         assert!(!pidfd_exited(fd.as_fd()));
         child.wait().unwrap();
         drop((pa, b, c));
+        std::fs::remove_dir_all(&r).unwrap();
+    }
+
+    /// The death of an endpoint's process is known by its number only (the pidfd's
+    /// event): when it is handled after a new process claimed the number and was mapped,
+    /// the new owner stays alive and mapped (notes of stop 27: `peer_died` keyed by
+    /// endpoint could mark a new owner dead).
+    #[test]
+    fn a_late_death_of_a_number_leaves_its_new_owner_alive() {
+        let r = root("late");
+        let a = Registry::claim(&r, |_| {}).unwrap();
+        let b = Registry::claim(&r, |_| {}).unwrap(); // its progress thread never runs
+        let tables_a = super::super::tables::Tables::create(&a.dir).unwrap();
+        // `a`'s process, as its header names it, has exited.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+        let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+        assert_eq!(rustix::event::poll(&mut fds, None).unwrap(), 1);
+        a.set_header_pid(child.id());
+        let old = b.peer(a.ep).unwrap();
+        // The number goes to a new, live process, which `b` maps before the death of the
+        // old one is handled.
+        let ep = a.ep;
+        drop((tables_a, a));
+        let c = Registry::claim(&r, |_| {}).unwrap();
+        let _tables_c = super::super::tables::Tables::create(&c.dir).unwrap();
+        assert_eq!(c.ep, ep);
+        assert!(!b.alive(ep), "the mapped old peer has exited");
+        let new = b.peer(ep).unwrap();
+        assert_eq!(new.pid, std::process::id() as i32);
+        // The old process's death, handled now.
+        b.forget(ep);
+        assert!(new.is_alive(), "the new owner was marked dead");
+        assert!(b.alive(ep));
+        assert!(Arc::ptr_eq(&b.peer(ep).unwrap(), &new), "the new owner was unmapped");
+        child.wait().unwrap();
+        drop((old, new, b, c));
         std::fs::remove_dir_all(&r).unwrap();
     }
 
