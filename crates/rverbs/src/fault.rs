@@ -180,6 +180,13 @@ mod imp {
     extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
         let begin = rverbs_guard_begin as *const () as usize;
         let end = rverbs_guard_end as *const () as usize;
+        if sig == libc::SIGSEGV {
+            // SAFETY: the kernel passes a valid siginfo for a synchronous SIGSEGV.
+            let addr = unsafe { (*info).si_addr() } as usize;
+            if super::wait_out_move(addr) {
+                return; // the store runs again, on the moved pages
+            }
+        }
         let uc = ctx.cast::<libc::ucontext_t>();
         // SAFETY: the kernel passes the interrupted context of this thread (SA_SIGINFO).
         let rip = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] };
@@ -325,6 +332,42 @@ fn replace_truncated(addr: usize) -> bool {
         return true;
     }
     false
+}
+
+/// The page range being moved (`mr::share`: onto a file, or back to private memory),
+/// `(start, len)`, start 0 when none. Moves are one at a time; during one the range is
+/// read-only, and a store to it by any thread of this process (the application's, the
+/// device's) faults and waits here until the move is done, then runs again on the new
+/// pages: no store is lost to the move (docs/memory.md, "Shareable registrations").
+static MOVING_START: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static MOVING_LEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Marks `[start, start+len)` as being moved (before it is made read-only); [`moved`]
+/// ends it. Only where [`GUARDED`] (the handler that waits exists).
+pub(crate) fn moving(start: usize, len: usize) {
+    MOVING_LEN.store(len, Ordering::Relaxed);
+    MOVING_START.store(start, Ordering::Release);
+}
+
+/// The move [`moving`] announced is done: stores that waited run again.
+pub(crate) fn moved() {
+    MOVING_START.store(0, Ordering::Release);
+}
+
+/// The SIGSEGV handler's part: if `addr` is inside the range being moved, waits until
+/// the move is done and says so (the faulting instruction then runs again).
+/// Async-signal-safe: atomics and sched_yield.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+fn wait_out_move(addr: usize) -> bool {
+    let start = MOVING_START.load(Ordering::Acquire);
+    if start == 0 || addr < start || addr - start >= MOVING_LEN.load(Ordering::Relaxed) {
+        return false;
+    }
+    while MOVING_START.load(Ordering::Acquire) == start {
+        // SAFETY: sched_yield has no arguments and is async-signal-safe.
+        unsafe { libc::sched_yield() };
+    }
+    true
 }
 
 static ARMED: Once = Once::new();

@@ -8,15 +8,29 @@
 //! mapped over the same addresses (`MAP_FIXED`), contents preserved. The application
 //! sees the same bytes at the same addresses; peers map the file and write into it.
 //!
-//! Hazards (docs/memory.md, "Shareable registrations"), why it is not the default:
-//! - Registration is not atomic with respect to other threads writing the same pages:
-//!   a store that lands between the copy and the remap is lost.
+//! What keeps the move invisible to the application (docs/memory.md, "Shareable
+//! registrations"):
+//! - **No store is lost.** During the copy the range is read-only; a store to it by any
+//!   thread of the process faults and waits in the fault handler until the file is in
+//!   place, then runs again on it (`fault::moving`). Moves are one at a time ([`MOVES`]).
+//! - **Deregistration gives the memory back as it was:** the last registration of a
+//!   range copies it onto private anonymous pages moved over the same addresses
+//!   (`mremap`), the same way, so `MADV_DONTNEED` zero-fills and `fork` copies on write
+//!   again.
+//! - **A forked child gets its own copy** of every range moved at the fork, taken in the
+//!   child (a `pthread_atfork` handler) before `fork` returns there, as the kernel's
+//!   copy-on-write gives a child of a process whose pages a NIC pinned
+//!   (ibv_fork_init(3), `IBV_FORK_UNNEEDED`). No move runs across a fork.
+//!
+//! Limits that remain:
 //! - Whole pages move, including bytes around the region (partial first and last
 //!   pages): they become shared too (peers still cannot reach them: keys are checked).
-//! - After `fork`, parent and child share these pages instead of copying them on write.
-//! - `madvise(MADV_DONTNEED)` no longer zero-fills them (the file keeps its contents),
-//!   which breaks allocators that count on it (e.g. calloc after a heap trim).
-//! - Deregistration leaves the pages on the (now unlinked) file; they stay valid memory.
+//! - While registered, `madvise(MADV_DONTNEED)` does not zero-fill the pages (the file
+//!   keeps its contents): a NIC's pinned pages would also keep the device's view.
+//! - A store the kernel makes on the application's behalf into the range during the copy
+//!   (a `read(2)` into a buffer on the same pages, on another thread) fails with EFAULT
+//!   instead of waiting; `fork` through a raw system call (no `pthread_atfork`) shares
+//!   the pages with the child.
 //! - While the file exists, any process of the user can truncate it. The moved range is
 //!   known to the SIGBUS handler meanwhile (`fault::watch`), like a segment: the next
 //!   access, the application's own included, finds zero-filled private pages instead of
@@ -24,17 +38,19 @@
 //!   and last pages) are lost.
 //!
 //! Only private anonymous memory (heap, `mmap(MAP_ANONYMOUS|MAP_PRIVATE)`) and pages a
-//! previous registration already moved are moved; anything else (stacks, file or shared
-//! mappings, ranges overlapping a live shared registration partially) stays where it is
-//! and peers reach it with cross-memory attach.
+//! previous registration already moved are moved, and only where the fault handler can
+//! hold a store (`fault::GUARDED`); anything else (stacks, file or shared mappings,
+//! ranges overlapping a live shared registration partially) stays where it is and peers
+//! reach it with cross-memory attach.
 #![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use rustix::fs::{Mode, OFlags};
-use rustix::mm::{MapFlags, ProtFlags};
+use rustix::mm::{MapFlags, MprotectFlags, MremapFlags, ProtFlags};
 
 use crate::mem;
 
@@ -109,15 +125,20 @@ impl Shares {
         }
     }
 
-    /// Gives back a registration's hold: the last one unlinks the file (the pages stay
-    /// mapped and keep their contents).
+    /// Gives back a registration's hold: the last one moves the range back onto private
+    /// anonymous pages with the same contents and unlinks the file.
     pub(crate) fn release(&self, hold: ShareHold) {
         let mut moved = self.moved.lock().expect("shares");
         if let Some(m) = moved.get_mut(&hold.start) {
             m.refs -= 1;
             if m.refs == 0 {
+                let len = m.end - hold.start;
+                match unmove_pages(hold.start, len) {
+                    Ok(()) => crate::fault::unwatch(&m.watch),
+                    // The pages stay on the file, still known to the SIGBUS handler.
+                    Err(e) => tracing::warn!(%e, "could not give a deregistered range back to private memory"),
+                }
                 let _ = std::fs::remove_file(&m.path);
-                crate::fault::unwatch(&m.watch);
                 moved.remove(&hold.start);
             }
         }
@@ -128,6 +149,9 @@ impl Shares {
 /// registration of this process moved onto one of `files`), according to
 /// /proc/self/maps.
 fn movable(p0: usize, p1: usize, files: &std::collections::HashSet<String>) -> bool {
+    if !crate::fault::GUARDED {
+        return false; // no handler to hold a store during the move
+    }
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
     let mut covered = p0;
     for line in maps.lines() {
@@ -158,36 +182,148 @@ fn movable(p0: usize, p1: usize, files: &std::collections::HashSet<String>) -> b
     false
 }
 
+/// Serialises moves (onto a file and back) with each other and with `fork`: the
+/// forking thread holds it from the prepare handler to the parent and child handlers
+/// ([`guard_forks`]), so a child never inherits a range in the middle of a move.
+static MOVES: Mutex<()> = Mutex::new(());
+
+/// The ranges moved onto files, `(start, len)`, start 0 when free: what a forked child
+/// copies ([`guard_forks`]). Written under [`MOVES`], read by the child handler while
+/// the forking thread holds it.
+const RANGE_SLOTS: usize = 1 << 13;
+static RANGES: [(AtomicUsize, AtomicUsize); RANGE_SLOTS] = [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; RANGE_SLOTS];
+
+fn moves() -> MutexGuard<'static, ()> {
+    MOVES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `step` with `[p0, p0+len)` read-only, a store to it by another thread waiting
+/// in the fault handler until `step` is done (`fault::moving`). `step` must leave the
+/// range readable and writable when it succeeds (a new mapping), and must not allocate
+/// or take a lock: a thread waiting on the range may hold the allocator's. Called
+/// under [`MOVES`].
+fn with_range_held(p0: usize, len: usize, step: impl FnOnce() -> rustix::io::Result<()>) -> rustix::io::Result<()> {
+    crate::fault::moving(p0, len);
+    // SAFETY: the range is this process's own mapping (checked by the caller); only its
+    // protection changes, and it is restored below or replaced by `step`.
+    let held = unsafe { rustix::mm::mprotect(p0 as *mut _, len, MprotectFlags::READ) };
+    let result = held.and_then(|()| step());
+    if result.is_err() {
+        // SAFETY: as above: the original protection of private read-write memory.
+        let _ = unsafe { rustix::mm::mprotect(p0 as *mut _, len, MprotectFlags::READ | MprotectFlags::WRITE) };
+    }
+    crate::fault::moved();
+    result
+}
+
 /// Copies the pages `[p0, p0+len)` into a new file at `path` and maps the file over them.
 fn move_pages(path: &Path, p0: usize, len: usize) -> rustix::io::Result<()> {
+    guard_forks();
     let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
     rustix::fs::ftruncate(&fd, len as u64)?;
     // SAFETY: a fresh shared mapping of the new file at an address the kernel chooses.
     let tmp = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &fd, 0)? };
-    // SAFETY: `[p0, p0+len)` is mapped readable (checked in /proc/self/maps by the
-    // caller) and `tmp` is our fresh mapping of the same length.
-    let copied = unsafe { mem::copy(tmp.cast(), p0 as *const u8, len) };
-    if copied.is_err() {
+    let _one = moves();
+    let Some(slot) = RANGES.iter().find(|(start, _)| start.load(Ordering::Relaxed) == 0) else {
         // SAFETY: unmapping exactly the temporary mapping made above.
         unsafe { rustix::mm::munmap(tmp, len)? };
-        return Err(rustix::io::Errno::FAULT);
-    }
+        return Err(rustix::io::Errno::NOSPC);
+    };
+    let result = with_range_held(p0, len, || {
+        // SAFETY: `[p0, p0+len)` is mapped readable (checked in /proc/self/maps by the
+        // caller) and `tmp` is our fresh mapping of the same length.
+        unsafe { mem::copy(tmp.cast(), p0 as *const u8, len) }.map_err(|_| rustix::io::Errno::FAULT)?;
+        // SAFETY: replaces the caller's pages at the same addresses with the file holding
+        // their contents; the range is the registration's own page range, private
+        // anonymous memory of this process (checked by the caller), so no other mapping
+        // is affected.
+        unsafe {
+            rustix::mm::mmap(p0 as *mut std::ffi::c_void, len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED | MapFlags::FIXED, &fd, 0)?
+        };
+        Ok(())
+    });
     // SAFETY: unmapping exactly the temporary mapping made above.
     unsafe { rustix::mm::munmap(tmp, len)? };
-    // SAFETY: replaces the caller's pages at the same addresses with the file holding
-    // their contents; the range is the registration's own page range, private anonymous
-    // memory of this process (checked by the caller), so no other mapping is affected.
-    unsafe {
-        rustix::mm::mmap(
-            p0 as *mut std::ffi::c_void,
-            len,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::SHARED | MapFlags::FIXED,
-            &fd,
-            0,
-        )?
-    };
-    Ok(())
+    if result.is_ok() {
+        slot.1.store(len, Ordering::Relaxed);
+        slot.0.store(p0, Ordering::Release);
+    }
+    result
+}
+
+/// Moves the range `[p0, p0+len)`, on its file since [`move_pages`], back onto private
+/// anonymous pages with the same contents.
+fn unmove_pages(p0: usize, len: usize) -> rustix::io::Result<()> {
+    // SAFETY: a fresh private anonymous mapping at an address the kernel chooses.
+    let tmp = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)? };
+    let _one = moves();
+    let result = with_range_held(p0, len, || {
+        // SAFETY: the range is our mapping of the file (readable), `tmp` our fresh one.
+        unsafe { mem::copy(tmp.cast(), p0 as *const u8, len) }.map_err(|_| rustix::io::Errno::FAULT)?;
+        // SAFETY: moves our private copy over the range, replacing exactly the file
+        // mapping this process made there; `tmp` is no longer mapped afterwards.
+        unsafe { rustix::mm::mremap_fixed(tmp, len, len, MremapFlags::MAYMOVE, p0 as *mut _)? };
+        Ok(())
+    });
+    match result {
+        Ok(()) => {
+            if let Some(slot) = RANGES.iter().find(|(start, _)| start.load(Ordering::Relaxed) == p0) {
+                slot.0.store(0, Ordering::Release);
+            }
+        }
+        // SAFETY: the copy failed, so `tmp` is still our temporary mapping.
+        Err(_) => unsafe {
+            let _ = rustix::mm::munmap(tmp, len);
+        },
+    }
+    result
+}
+
+thread_local! {
+    /// The forking thread's hold on [`MOVES`], from the prepare handler to the parent's
+    /// or the child's.
+    static HELD_ACROSS_FORK: std::cell::RefCell<Option<MutexGuard<'static, ()>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Registers, once, the fork handlers that give a forked child private copies of the
+/// moved ranges (module doc). The child's copy is taken in the child before `fork`
+/// returns there; only the child's one thread runs then.
+fn guard_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn prepare() {
+        let g = moves();
+        HELD_ACROSS_FORK.with(|h| *h.borrow_mut() = Some(g));
+    }
+    extern "C" fn parent() {
+        HELD_ACROSS_FORK.with(|h| drop(h.borrow_mut().take()));
+    }
+    extern "C" fn child() {
+        for (start, len) in &RANGES {
+            let (p0, n) = (start.load(Ordering::Acquire), len.load(Ordering::Relaxed));
+            if p0 == 0 {
+                continue;
+            }
+            // SAFETY: mmap, the guarded copy and mremap are system calls and a leaf
+            // routine (async-signal-safe, as a fork child handler needs); the range is a
+            // mapping of the file this process made, the copy a fresh private one moved
+            // over exactly that range.
+            unsafe {
+                let Ok(tmp) = rustix::mm::mmap_anonymous(std::ptr::null_mut(), n, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)
+                else {
+                    continue;
+                };
+                if mem::copy(tmp.cast(), p0 as *const u8, n).is_err()
+                    || rustix::mm::mremap_fixed(tmp, n, n, MremapFlags::MAYMOVE, p0 as *mut _).is_err()
+                {
+                    let _ = rustix::mm::munmap(tmp, n);
+                    continue;
+                }
+            }
+            start.store(0, Ordering::Relaxed);
+        }
+        HELD_ACROSS_FORK.with(|h| drop(h.borrow_mut().take()));
+    }
+    ONCE.call_once(|| crate::sys::at_fork(prepare, parent, child));
 }
 
 #[cfg(test)]
@@ -265,6 +401,166 @@ mod tests {
         shares.release(at.hold);
         // SAFETY: unmapping the test's own mapping.
         unsafe { rustix::mm::munmap(base as *mut _, 2 * page).unwrap() };
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn anonymous_pages(n: usize) -> usize {
+        let len = n * rustix::param::page_size();
+        // SAFETY: a fresh private anonymous mapping of `n` pages.
+        let p = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE) };
+        p.unwrap() as usize
+    }
+
+    /// The mapping that holds `addr`, as /proc/self/maps shows it: its permissions and
+    /// inode.
+    fn mapping_of(addr: usize) -> (String, String) {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (s, e) = f[0].split_once('-').unwrap();
+            let (s, e) = (usize::from_str_radix(s, 16).unwrap(), usize::from_str_radix(e, 16).unwrap());
+            if (s..e).contains(&addr) {
+                return (f[1].to_owned(), f[4].to_owned());
+            }
+        }
+        panic!("{addr:#x} is not mapped");
+    }
+
+    /// Issue 24's first hazard: threads storing inside the region and around it on the
+    /// same pages while it is registered and deregistered, again and again; every store
+    /// is found afterwards (the copy used to lose those landing between the copy and the
+    /// remap).
+    #[test]
+    fn stores_during_moves_are_never_lost() {
+        crate::fault::arm();
+        let dir = std::env::temp_dir().join(format!("rverbs-share-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page = rustix::param::page_size();
+        let base = anonymous_pages(2);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // One counter inside the registered bytes, one before them on the same page, one
+        // on the second page after them.
+        let spots = [base + 64, base + 8, base + page + 512];
+        let writers: Vec<_> = spots
+            .iter()
+            .map(|&at| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    // SAFETY: an aligned word of the test's mapping, only this thread's.
+                    let word = unsafe { &*(at as *const std::sync::atomic::AtomicU64) };
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) && n < 50_000_000 {
+                        // A plain read and write, as C code increments: a store lost to a
+                        // move leaves the word behind `n`.
+                        word.store(word.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let shares = Shares::default();
+        for id in 0..300 {
+            let at = shares.share(&dir, 100 + id, base + 64, page).expect("anonymous memory is movable");
+            shares.release(at.hold);
+        }
+        stop.store(true, Ordering::Relaxed);
+        for (w, &at) in writers.into_iter().zip(&spots) {
+            let n = w.join().unwrap();
+            // SAFETY: as above; the writer is done.
+            let word = unsafe { &*(at as *const std::sync::atomic::AtomicU64) }.load(Ordering::Relaxed);
+            assert_eq!(word, n, "stores at {:#x} lost during the moves", at - base);
+        }
+        // SAFETY: unmapping the test's own mapping; nothing refers to it any more.
+        unsafe { rustix::mm::munmap(base as *mut _, 2 * page).unwrap() };
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 24's third hazard: after the last deregistration the pages are private
+    /// anonymous memory again, with their contents: `MADV_DONTNEED` zero-fills them.
+    #[test]
+    fn a_released_range_is_private_anonymous_memory_again() {
+        crate::fault::arm();
+        let dir = std::env::temp_dir().join(format!("rverbs-share-back-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page = rustix::param::page_size();
+        let base = anonymous_pages(1);
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::write_bytes(base as *mut u8, 0x5a, page) };
+        let shares = Shares::default();
+        let at = shares.share(&dir, 200, base, 128).unwrap();
+        assert_eq!(mapping_of(base).0, "rw-s", "moved onto the file");
+        shares.release(at.hold);
+        assert_eq!(mapping_of(base), ("rw-p".to_owned(), "0".to_owned()), "private anonymous again");
+        // SAFETY: inside the mapping.
+        assert_eq!(unsafe { std::ptr::read_volatile((base + 100) as *const u8) }, 0x5a, "contents kept");
+        // SAFETY: advice on the test's own mapping.
+        unsafe { rustix::mm::madvise(base as *mut _, page, rustix::mm::Advice::LinuxDontNeed).unwrap() };
+        // SAFETY: inside the mapping.
+        assert_eq!(unsafe { std::ptr::read_volatile((base + 100) as *const u8) }, 0, "MADV_DONTNEED zero-fills");
+        // SAFETY: unmapping the test's own mapping.
+        unsafe { rustix::mm::munmap(base as *mut _, page).unwrap() };
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 24's second hazard: a forked child gets its own copy of registered pages, as
+    /// copy-on-write gives it: what the child stores stays the child's, what the parent
+    /// stores after the fork stays the parent's.
+    #[test]
+    fn a_forked_child_gets_private_copies_of_registered_pages() {
+        crate::fault::arm();
+        let dir = std::env::temp_dir().join(format!("rverbs-share-fork-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page = rustix::param::page_size();
+        let base = anonymous_pages(1);
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::write_bytes(base as *mut u8, 1, page) };
+        let shares = Shares::default();
+        let at = shares.share(&dir, 300, base, 64).unwrap();
+        let (mut to_child, mut to_parent) = ([0i32; 2], [0i32; 2]);
+        // SAFETY: two pipes of the test's own.
+        assert_eq!(unsafe { libc::pipe(to_child.as_mut_ptr()) }, 0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::pipe(to_parent.as_mut_ptr()) }, 0);
+        let byte = |at: usize| {
+            // SAFETY: inside the test's mapping.
+            unsafe { std::ptr::read_volatile(at as *const u8) }
+        };
+        let put = |at: usize, v: u8| {
+            // SAFETY: inside the test's mapping.
+            unsafe { std::ptr::write_volatile(at as *mut u8, v) }
+        };
+        // SAFETY: the child runs only system calls and volatile accesses before _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // The child stores 2; then, once the parent stored 3, still reads its own 2.
+            put(base + 10, 2);
+            let mut b = [0u8; 1];
+            // SAFETY: the pipes are open in the child.
+            unsafe {
+                libc::write(to_parent[1], b"x".as_ptr().cast(), 1);
+                libc::read(to_child[0], b.as_mut_ptr().cast(), 1);
+            }
+            let code = if byte(base + 10) == 2 && byte(base + 20) == 1 && (mapping_of(base).0 == "rw-p") { 0 } else { 1 };
+            // SAFETY: leaves the child without running the test harness's exit path.
+            unsafe { libc::_exit(code) };
+        }
+        let mut b = [0u8; 1];
+        // SAFETY: the pipes are open.
+        unsafe { libc::read(to_parent[0], b.as_mut_ptr().cast(), 1) };
+        assert_eq!(byte(base + 10), 1, "the child's store reached the parent");
+        put(base + 20, 3);
+        // SAFETY: as above.
+        unsafe { libc::write(to_child[1], b"x".as_ptr().cast(), 1) };
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child saw the parent's store, or no private copy: {status:#x}");
+        assert_eq!(mapping_of(base).0, "rw-s", "the parent's pages stay on the file");
+        shares.release(at.hold);
+        // SAFETY: unmapping the test's own mapping.
+        unsafe { rustix::mm::munmap(base as *mut _, page).unwrap() };
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
