@@ -5,8 +5,9 @@
 //! [`PdObj::core`], so MRs, MWs, QPs, SRQs and AHs created on it belong to that PD
 //! (docs/memory.md, "Parent and thread domains").
 
-use core::ffi::c_int;
+use core::ffi::{c_int, c_void};
 use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
 use crate::abi::*;
@@ -260,10 +261,19 @@ pub(crate) unsafe extern "C" fn rverbs_dealloc_td(td: *mut ibv_td) -> c_int {
 /// `check_comp_mask`); `pd` cannot be NULL (`EINVAL`), and must be a protection domain
 /// of this context, not a parent domain; `td`, when set, a thread domain of this context
 /// (`EINVAL`). `pd_context` is kept only with PD_CONTEXT (0 without).
-/// Deviation: with ALLOCATORS, `alloc` and `free` are accepted and never called: every
-/// queue buffer of rverbs lives in a shared segment that other processes map, so each is
-/// allocated as if `alloc` had answered `IBV_ALLOCATOR_USE_DEFAULT`
-/// (docs/memory.md, "Parent and thread domains").
+/// Rule: with ALLOCATORS and both callbacks set (mlx5's `mlx5_is_custom_alloc`; one of
+/// them NULL: no custom allocation), `alloc` is asked for the send queue's ring of every
+/// QP created on the parent domain (`ibv_create_qp`, `ibv_create_qp_ex`), with the parent
+/// domain as `pd`, its `pd_context`, alignment 64 and `resource_type` 1
+/// (`RDMA_DRIVER_UNKNOWN << 32 | 1`: rverbs has no kernel driver id; 1 is the code mlx5
+/// gives its QP buffer). NULL fails the create with `ENOMEM`, `IBV_ALLOCATOR_USE_DEFAULT`
+/// lets rverbs allocate it; `free` gets the same pointer and type once, in
+/// `ibv_destroy_qp` (or when the create fails after `alloc`). The parent domain stays
+/// `EBUSY` while such QPs exist, so `pd` is valid in `free`.
+/// Deviation: no other buffer is asked for: the CQ, receive-queue and SRQ rings are
+/// shared segments other processes map, allocated as if `alloc` had answered
+/// `IBV_ALLOCATOR_USE_DEFAULT`, and rverbs has no doorbell record
+/// (docs/memory.md, "Custom allocators").
 pub(crate) unsafe extern "C" fn rverbs_alloc_parent_domain(
     context: *mut ibv_context,
     attr: *mut ibv_parent_domain_init_attr,
@@ -301,11 +311,70 @@ pub(crate) unsafe extern "C" fn rverbs_alloc_parent_domain(
         } else {
             0
         };
-        let init = rverbs::ParentDomainInit { pd: &pd.core, td, pd_context };
+        let callbacks = match (a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS != 0, a.alloc, a.free) {
+            (true, Some(alloc), Some(free)) => Some(Arc::new(CAllocator {
+                alloc,
+                free,
+                pd: AtomicPtr::new(core::ptr::null_mut()),
+                pd_context,
+            })),
+            _ => None,
+        };
+        let init = rverbs::ParentDomainInit {
+            pd: &pd.core,
+            td,
+            pd_context,
+            alloc: callbacks.clone().map(|c| c as Arc<dyn rverbs::QueueAllocator>),
+        };
         let parent = match ctx.core().alloc_parent_domain(&init) {
             Ok(p) => p,
             Err(e) => return null_errno(e.c_errno()),
         };
-        PdObj::publish(ctx, parent.pd().clone(), Some(parent))
+        let p = PdObj::publish(ctx, parent.pd().clone(), Some(parent));
+        if let Some(c) = callbacks {
+            // Before the pointer reaches the application, so before any QP can ask.
+            c.pd.store(p, Ordering::Release);
+        }
+        p
     })
+}
+
+/// `IBV_ALLOCATOR_USE_DEFAULT` of verbs.h (`(void *)-1`): `alloc` leaves the buffer to
+/// the provider (ibv_alloc_parent_domain(3)). A pointer, so not among the integer
+/// constants of `abi` that tests/layout.rs compares with the header.
+const IBV_ALLOCATOR_USE_DEFAULT: *mut c_void = core::ptr::without_provenance_mut(usize::MAX);
+
+/// `alloc` / `free` of an `ibv_parent_domain_init_attr`, as the core's allocator.
+struct CAllocator {
+    alloc: unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void,
+    free: unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64),
+    /// The parent domain's `ibv_pd *`, set once it is published.
+    pd: AtomicPtr<ibv_pd>,
+    /// `attr->pd_context` with PD_CONTEXT, NULL without (as mlx5 passes it).
+    pd_context: usize,
+}
+
+// SAFETY: ibv_alloc_parent_domain(3) makes the application's `alloc` promise a buffer of
+// the size and alignment asked (the core also checks the alignment), owned by the
+// provider until it calls `free`; NULL and IBV_ALLOCATOR_USE_DEFAULT are told apart
+// below. The callbacks are called from any thread, as a provider calls them.
+unsafe impl rverbs::QueueAllocator for CAllocator {
+    fn alloc(&self, buf: &rverbs::QueueBuffer) -> rverbs::Allocation {
+        let pd = self.pd.load(Ordering::Acquire);
+        // SAFETY: the application's callback, called as ibv_alloc_parent_domain(3) says.
+        let p = unsafe { (self.alloc)(pd, self.pd_context as *mut c_void, buf.size, buf.alignment, buf.resource_type) };
+        if p == IBV_ALLOCATOR_USE_DEFAULT {
+            return rverbs::Allocation::UseDefault;
+        }
+        match core::ptr::NonNull::new(p.cast::<u8>()) {
+            Some(p) => rverbs::Allocation::Buffer(p),
+            None => rverbs::Allocation::Failed,
+        }
+    }
+
+    fn free(&self, ptr: core::ptr::NonNull<u8>, buf: &rverbs::QueueBuffer) {
+        let pd = self.pd.load(Ordering::Acquire);
+        // SAFETY: the application's callback, with a pointer its `alloc` returned.
+        unsafe { (self.free)(pd, self.pd_context as *mut c_void, ptr.as_ptr().cast(), buf.resource_type) };
+    }
 }

@@ -6,7 +6,8 @@
 //!
 //! What each program covers is in its header comment: ibv_poll_cq(3),
 //! ibv_query_qp_data_in_order(3), ibv_create_cq_ex(3), parent and thread domains
-//! (ibv_alloc_parent_domain(3), ibv_alloc_td(3)), completion channels, RC
+//! (ibv_alloc_parent_domain(3), ibv_alloc_td(3)) and their custom allocators
+//! (`parent_domain_alloc`), completion channels, RC
 //! traffic and error statuses, devices/contexts/object lifecycles, memory windows,
 //! ibv_rereg_mr, XRC, the ibv_wr_* builder, UD multicast, sharing a context through its
 //! command fd (`import`) and the fault plan's
@@ -55,6 +56,11 @@ fn cq_ex() {
 #[test]
 fn parent_domain() {
     compile_and_run("parent_domain");
+}
+
+#[test]
+fn parent_domain_alloc() {
+    compile_and_run("parent_domain_alloc");
 }
 
 #[test]

@@ -126,6 +126,7 @@ pub use rings::wr::{BindMwWr, FlushPlacement, FlushSelectivity, FlushWr, Payload
 pub use qp::batch::{SendBatch, SendOps, WrBatch};
 pub use qp::connect::RemotePath;
 pub use qp::{Qp, QpInit};
+pub use qp::sq::mem::{Allocation, QueueAllocator, QueueBuffer};
 pub use mcast::MULTICAST_QPN;
 pub use rverbs_proto::state::QpAttrMask;
 pub use rverbs_proto::fault::FaultConfig;

@@ -14,9 +14,11 @@
 //! domains"): objects created on a parent domain belong to its protection domain (keys,
 //! PD checks and `ibv_dealloc_pd`'s EBUSY are the protection domain's); a CQ created on a
 //! parent domain (ibv_create_cq_ex(3), `IBV_CQ_INIT_ATTR_MASK_PD`) keeps it, and is
-//! SINGLE_THREADED when the parent domain has a thread domain. The application's
-//! allocators are requested for no buffer: every queue ring of the device lives in a
-//! shared segment that other processes map (the page says which and why).
+//! SINGLE_THREADED when the parent domain has a thread domain; a QP created on it holds
+//! it too (mlx5 counts both). The application's allocator ([`QueueAllocator`]) is asked
+//! for the ring of the send queue of every QP created on it, the one queue buffer that is
+//! this process's alone; the completion, receive and SRQ rings are shared segments that
+//! other processes map, and never come from it (the page says which and why).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -28,7 +30,8 @@ use crate::mr::domain::{ContextCore, PdCore};
 use crate::rule::Rule;
 use crate::mr::{Mr, MrInit, ReregFlags};
 use crate::mw::Mw;
-use crate::qp::{Qp, QpInit};
+use crate::qp::{ParentHold, Qp, QpInit};
+use crate::qp::sq::mem::{QueueAllocator, SharedAllocator};
 use crate::qp::srq::{Srq, SrqInit};
 use rverbs_proto::verbs::Access;
 use rverbs_proto::verb_fault::Verb;
@@ -355,6 +358,7 @@ impl Context {
                 pd: pd.clone(),
                 td: init.td.cloned(),
                 pd_context: init.pd_context,
+                alloc: init.alloc.clone(),
                 users: AtomicU32::new(0),
             }),
         })
@@ -394,10 +398,7 @@ impl Td {
 }
 
 /// What a parent domain is made of (`struct ibv_parent_domain_init_attr`).
-///
-/// Deviation: the `alloc` / `free` callbacks of the C struct have no field here: rverbs
-/// asks them for no buffer (docs/memory.md, "Parent and thread domains").
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct ParentDomainInit<'a> {
     /// The protection domain the parent domain extends (cannot be missing).
     pub pd: &'a Pd,
@@ -405,12 +406,32 @@ pub struct ParentDomainInit<'a> {
     pub td: Option<&'a Td>,
     /// The application's value (`pd_context`, `IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT`).
     pub pd_context: usize,
+    /// The application's allocator (`alloc` / `free` with
+    /// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`), asked for the send queue's ring of each
+    /// QP created on the parent domain ([`ParentDomain::create_qp`]).
+    ///
+    /// Deviation: rverbs asks it for no other buffer: the completion, receive and SRQ
+    /// rings are shared segments other processes map, allocated as if it had answered
+    /// `IBV_ALLOCATOR_USE_DEFAULT` (docs/memory.md, "Custom allocators").
+    pub alloc: Option<Arc<dyn QueueAllocator>>,
 }
 
 impl<'a> ParentDomainInit<'a> {
-    /// A parent domain over `pd`, without thread domain and with `pd_context` 0.
+    /// A parent domain over `pd`, without thread domain, with `pd_context` 0 and no
+    /// allocator.
     pub fn new(pd: &'a Pd) -> Self {
-        ParentDomainInit { pd, td: None, pd_context: 0 }
+        ParentDomainInit { pd, td: None, pd_context: 0, alloc: None }
+    }
+}
+
+impl std::fmt::Debug for ParentDomainInit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParentDomainInit")
+            .field("pd", &self.pd)
+            .field("td", &self.td)
+            .field("pd_context", &self.pd_context)
+            .field("alloc", &self.alloc.is_some())
+            .finish()
     }
 }
 
@@ -419,7 +440,8 @@ impl<'a> ParentDomainInit<'a> {
 /// Rule: ibv_alloc_parent_domain(3): "completely interchangeable with the struct ibv_pd
 /// used to create it": it dereferences to its protection domain, so MRs, QPs, SRQs and
 /// AHs created through it belong to that PD (and count against it, as rdma-core's mlx5
-/// counts them on the protection domain it wraps).
+/// counts them on the protection domain it wraps). Its own [`ParentDomain::create_cq`]
+/// and [`ParentDomain::create_qp`] make objects that hold the parent domain itself.
 ///
 /// ```
 /// use rverbs::{Access, CqCreateFlags, CqInit, ParentDomainInit};
@@ -444,7 +466,8 @@ struct ParentInner {
     pd: Pd,
     td: Option<Td>,
     pd_context: usize,
-    /// CQs created on the parent domain; the top bit marks it deallocated.
+    alloc: Option<SharedAllocator>,
+    /// CQs and QPs created on the parent domain; the top bit marks it deallocated.
     users: AtomicU32,
 }
 
@@ -473,6 +496,7 @@ impl std::fmt::Debug for ParentDomain {
             .field("pd", &self.inner.pd)
             .field("td", &self.inner.td)
             .field("pd_context", &self.inner.pd_context)
+            .field("alloc", &self.inner.alloc.is_some())
             .finish()
     }
 }
@@ -528,10 +552,36 @@ impl ParentDomain {
         Ok(cq)
     }
 
+    /// Creates a QP on the parent domain (ibv_create_qp(3) with the parent domain as
+    /// `pd`): a QP of its protection domain, whose send queue's ring comes from the
+    /// parent domain's allocator when it has one.
+    ///
+    /// Rule: ibv_alloc_parent_domain(3): provider buffers come from `alloc`; an answer of
+    /// `IBV_ALLOCATOR_USE_DEFAULT` leaves the buffer to the device, NULL is an error;
+    /// `free` takes back what `alloc` gave, here when the QP is destroyed (the contract
+    /// is on [`QueueAllocator`]). The request: [`QueueBuffer::SEND_QUEUE`],
+    /// [`QueueBuffer::ALIGNMENT`].
+    /// Rule: the parent domain cannot be deallocated while the QP exists (EBUSY; mlx5
+    /// counts QPs on the parent domain).
+    /// Errors: as [`Pd::create_qp`]; `ENOMEM` when the allocator fails (or panics);
+    /// `EINVAL` when it answers a buffer not aligned as asked (given back at once), or
+    /// the parent domain was deallocated.
+    ///
+    /// [`QueueBuffer::SEND_QUEUE`]: crate::QueueBuffer::SEND_QUEUE
+    /// [`QueueBuffer::ALIGNMENT`]: crate::QueueBuffer::ALIGNMENT
+    pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
+        domain_hold(&self.inner.users, "parent domain")?;
+        let hold = ParentHold { hold: Box::new(ParentUse(self.clone())), alloc: self.inner.alloc.clone() };
+        let pd = self.inner.pd.inner().clone();
+        let dev = crate::device::of(&pd.ctx);
+        Qp::new_on_parent(pd, init, dev, hold)
+    }
+
     /// Deallocates the parent domain (ibv_dealloc_pd(3) on it); its protection and
     /// thread domains stay, and can be deallocated next.
     ///
-    /// Errors: `EBUSY` while CQs created on it exist; `EINVAL` if already deallocated.
+    /// Errors: `EBUSY` while CQs or QPs created on it exist; `EINVAL` if already
+    /// deallocated.
     pub fn dealloc(&self) -> Result<()> {
         domain_dealloc(&self.inner.users, "parent domain")?;
         self.inner.release_domains();
@@ -539,12 +589,20 @@ impl ParentDomain {
     }
 }
 
-/// A CQ's hold on the parent domain it was created on; released with the CQ.
+/// A CQ's or QP's hold on the parent domain it was created on; released with it.
 struct ParentUse(ParentDomain);
 
 impl Drop for ParentUse {
     fn drop(&mut self) {
         self.0.inner.users.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Qp {
+    /// The parent domain the QP was created on ([`ParentDomain::create_qp`]), if any;
+    /// `None` once the QP is destroyed.
+    pub fn parent_domain(&self) -> Option<ParentDomain> {
+        self.parent_use(|h| h.and_then(|h| h.hold.downcast_ref::<ParentUse>()).map(|u| u.0.clone()))
     }
 }
 

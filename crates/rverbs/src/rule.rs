@@ -53,6 +53,16 @@ pub enum Rule {
         what: &'static str,
     },
 
+    // ---- parent domains (ibv_alloc_parent_domain(3))
+    /// A parent domain's allocator answered a buffer that is not aligned as asked.
+    #[error("the parent domain allocator's buffer at {addr:#x} is not aligned to {alignment} bytes")]
+    MisalignedQueueBuffer {
+        /// The buffer's address.
+        addr: usize,
+        /// The alignment asked for.
+        alignment: usize,
+    },
+
     // ---- address vectors (ibv_create_ah(3))
     /// On RoCE every address vector carries a GRH (`is_global`).
     #[error("RoCE address vectors need a GRH (is_global)")]

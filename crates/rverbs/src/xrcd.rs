@@ -182,7 +182,7 @@ impl Xrcd {
             qp_context,
             ..QpInit::new(QpType::XrcRecv, &cq, QpCap::default())
         };
-        Qp::new_in(pd.inner().clone(), &init, Some(self.inner.core.clone()), pd.context().dev())
+        Qp::new_in(pd.inner().clone(), &init, Some(self.inner.core.clone()), pd.context().dev(), None)
     }
 
     /// Closes the domain (ibv_close_xrcd(3)).

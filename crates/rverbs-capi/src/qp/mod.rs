@@ -284,7 +284,13 @@ fn create(pd: &PdObj, attr: &mut ibv_qp_init_attr, ex: &ExAttr) -> *mut ibv_qp {
         qp_context: attr.qp_context as usize,
         send_ops: ex.send_ops,
     };
-    let core = match pd.core().create_qp(&init) {
+    // On a parent domain: its allocator gives the send queue's ring (docs/memory.md,
+    // "Custom allocators"), and the QP holds it.
+    let created = match pd.parent() {
+        Some(parent) => parent.create_qp(&init),
+        None => pd.core().create_qp(&init),
+    };
+    let core = match created {
         Ok(q) => q,
         Err(e) => return null_errno(e.c_errno()),
     };

@@ -100,6 +100,15 @@ pub(crate) struct NetResponder {
     pub(crate) live: Option<crate::progress::NetConnection>,
 }
 
+/// A QP's hold on the parent domain it was created on (made by `crate::pd`, a layer
+/// above, as the CQ's is), with the parent domain's allocator, if it has one.
+pub(crate) struct ParentHold {
+    /// Released when the QP is destroyed.
+    pub(crate) hold: Box<dyn std::any::Any + Send + Sync>,
+    /// Gives the send queue's ring (docs/memory.md, "Custom allocators").
+    pub(crate) alloc: Option<sq::mem::SharedAllocator>,
+}
+
 pub(crate) struct QpInner {
     pub(crate) pd: Arc<PdCore>,
     /// The device, given at creation (the engine's tables and the transports).
@@ -137,6 +146,9 @@ pub(crate) struct QpInner {
     destroyed: AtomicBool,
     cookie: AtomicUsize,
     qp_context: AtomicUsize,
+    /// The parent domain the QP was created on, held until it is destroyed (declared
+    /// after `sq`: a QP dropped without destroy gives its ring back first).
+    parent: Mutex<Option<ParentHold>>,
 }
 
 /// What the device does for one of its own events the fault plan raised
@@ -373,15 +385,36 @@ impl Qp {
         if init.qp_type == QpType::XrcRecv {
             return Err(Error::invalid("create_qp", Rule::XrcTgtNeedsXrcd));
         }
-        Self::new_in(pd, init, None, dev)
+        Self::new_in(pd, init, None, dev, None)
     }
 
-    /// As [`Qp::new`], for an XRC target QP of domain `xrcd` too.
+    /// As [`Qp::new`], for a QP created on the parent domain `parent` holds.
+    pub(crate) fn new_on_parent(
+        pd: Arc<PdCore>,
+        init: &QpInit<'_>,
+        dev: &'static dyn QpDevice,
+        parent: ParentHold,
+    ) -> Result<Self> {
+        if init.qp_type == QpType::XrcRecv {
+            return Err(Error::invalid("create_qp", Rule::XrcTgtNeedsXrcd));
+        }
+        Self::new_in(pd, init, None, dev, Some(parent))
+    }
+
+    /// Runs `f` with the hold on the parent domain the QP was created on, if any.
+    pub(crate) fn parent_use<R>(&self, f: impl FnOnce(Option<&ParentHold>) -> R) -> R {
+        f(self.inner.parent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref())
+    }
+
+    /// As [`Qp::new`], for an XRC target QP of domain `xrcd` too, and for a QP created on
+    /// a parent domain (`parent`, held until the QP is destroyed), whose allocator, if
+    /// any, gives the send queue's ring (docs/memory.md, "Custom allocators").
     pub(crate) fn new_in(
         pd: Arc<PdCore>,
         init: &QpInit<'_>,
         xrcd: Option<Arc<XrcdCore>>,
         dev: &'static dyn QpDevice,
+        parent: Option<ParentHold>,
     ) -> Result<Self> {
         if let Some(e) = crate::fault_plan::fail(Verb::CreateQp, None, None) {
             return Err(e);
@@ -410,6 +443,14 @@ impl Qp {
             }
         }
         let cap = grant_cap(init)?;
+        // Asked before anything else is taken: a failure here leaves nothing to undo, and
+        // a later failure drops the ring, which gives the buffer back to the allocator.
+        let ring = sq::Ring::new(
+            cap.max_send_wr,
+            cap.max_send_sge,
+            cap.max_inline_data,
+            parent.as_ref().and_then(|p| p.alloc.as_ref()),
+        )?;
         let (qps, endpoint) = (dev.qps(), pd.endpoint());
         let qpn = qps.reserve()?;
         if let Err(e) = endpoint.tables.reserve_qp(qpn) {
@@ -493,7 +534,7 @@ impl Qp {
             send_ops: init.send_ops,
             rec,
             attrs: Mutex::new(attrs),
-            sq: crate::spin::SpinMutex::new(SendQueue::new(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data, dev.new_path())),
+            sq: crate::spin::SpinMutex::new(SendQueue::new(ring, dev.new_path())),
             batch_spare: Box::new(crate::spin::SpinMutex::new(batch::BatchBuf::default())),
             sq_pending: AtomicBool::new(false),
             rq,
@@ -505,6 +546,7 @@ impl Qp {
             destroyed: AtomicBool::new(false),
             cookie: AtomicUsize::new(0),
             qp_context: AtomicUsize::new(init.qp_context),
+            parent: Mutex::new(parent),
         });
         qps.publish(qpn, &inner);
         if crate::sanitizer::on() {
@@ -912,7 +954,17 @@ impl Qp {
         q.rec.qpn.store(0, Ordering::Release);
         let _ = q.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
         q.dev.qps().remove(q.qpn);
-        q.sq.lock().clear();
+        let lent = {
+            let mut sq = q.sq.lock();
+            sq.clear();
+            // A ring from the parent domain's allocator goes back to it now, outside the
+            // lock (ibv_alloc_parent_domain(3): buffers are freed with the resource).
+            sq.ring.lent().then(|| {
+                let empty = sq.ring.emptied();
+                std::mem::replace(&mut sq.ring, empty)
+            })
+        };
+        drop(lent);
         if let Some(rq) = &q.rq {
             rq.drain();
         }
@@ -933,6 +985,7 @@ impl Qp {
             x.release();
         }
         q.pd.release();
+        drop(q.parent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
         Ok(())
     }
 

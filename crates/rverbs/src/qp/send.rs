@@ -52,8 +52,8 @@ pub(crate) struct SendQueue {
 }
 
 impl SendQueue {
-    pub(crate) fn new(max_wr: u32, max_sge: u32, max_inline: u32, link: Box<dyn SendPath>) -> Self {
-        SendQueue { ring: Ring::new(max_wr, max_sge, max_inline), req: ReqView::default(), link, conn: None }
+    pub(crate) fn new(ring: Ring, link: Box<dyn SendPath>) -> Self {
+        SendQueue { ring, req: ReqView::default(), link, conn: None }
     }
 
     pub(crate) fn len(&self) -> usize {
