@@ -215,7 +215,7 @@ impl Requester {
             // nothing to ask. A READ REQUEST at `first_psn + got` would name the next
             // WQE's PSN, a new request to the responder.
             e.reread = false;
-            self.rereads -= 1;
+            self.rereads = self.rereads.saturating_sub(1);
         }
         self.reset_retry_counters();
         self.complete_received_reads();

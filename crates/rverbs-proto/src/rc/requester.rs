@@ -329,6 +329,7 @@ impl Requester {
         self.set_state(RequesterState::Error);
         self.timers.stop_all();
         self.next = 0;
+        self.rereads = 0;
         while let Some(e) = self.queue.pop_front() {
             self.completions.push_back(flushed(e.wqe.id));
         }
@@ -524,7 +525,7 @@ impl Requester {
             return false;
         };
         e.reread = false;
-        self.rereads -= 1;
+        self.rereads = self.rereads.saturating_sub(1);
         e.sent = e.got.saturating_mul(mtu).min(e.wqe.length);
         *r = Request::new(OpCode::Unknown(0), e.first_psn.add(e.got));
         let _ = segment(mode, qpn, &e.wqe, e.sent, mtu, r);
@@ -583,7 +584,7 @@ impl Requester {
             self.rd_atomic += 1;
         }
         if e.reread {
-            self.rereads -= 1;
+            self.rereads = self.rereads.saturating_sub(1);
         }
         if self.next > 0 {
             self.next -= 1;
