@@ -128,6 +128,8 @@ impl Requester {
     /// response lost).
     /// Rule: a response of a later READ ends the streams of the earlier ones: a READ that
     /// lacks its last responses is asked again for them.
+    /// Rule: §3.4 ERROR_RETRY: the re-reads asked between two responses that make
+    /// progress use one retry together; progress refills the budget (§3.1).
     /// Rule: SEND/WRITE WQEs before the READ are implicitly acknowledged (CHECK_PSN).
     /// Deviation: rxe's completer matches every response against the oldest WQE only: a
     /// gap inside a READ waits for the retransmit timer, and a response of a later READ is
@@ -241,10 +243,14 @@ impl Requester {
         if e.state != WqeState::Pending || e.reread || (asked_here && !restart) {
             return true;
         }
-        // §3.4 ERROR_RETRY: a retry; progress refills the budget.
-        if !self.retry.consume() {
-            self.complete_front(WcStatus::RetryExcErr, vendor_err::RETRY_EXHAUSTED, None);
-            return false;
+        // §3.4 ERROR_RETRY: a retry, one for all the re-reads until the next progress
+        // (which refills the budget, §3.1).
+        if !self.reread_charged {
+            if !self.retry.consume() {
+                self.complete_front(WcStatus::RetryExcErr, vendor_err::RETRY_EXHAUSTED, None);
+                return false;
+            }
+            self.reread_charged = true;
         }
         let e = &mut self.queue[i];
         e.reread = true;
@@ -476,6 +482,7 @@ impl Requester {
         self.retry.reset();
         self.rnr.reset();
         self.started_retry = false;
+        self.reread_charged = false;
     }
 
     /// §3.4 ERROR_RETRY (timeout, NAK-sequence, implicit NAK).

@@ -97,6 +97,9 @@ pub struct Requester {
     pub(super) in_read_stream: bool,
     /// READ WQEs whose re-read request waits to be sent (`Entry::reread`).
     pub(super) rereads: u32,
+    /// A re-read has used a retry since the last progress: the re-reads of one loss event
+    /// (several READs short at once) count as one retry, as one go-back-N would.
+    pub(super) reread_charged: bool,
     pub(super) timers: TimerTable,
     completions: VecDeque<Completion>,
     cap: usize,
@@ -128,6 +131,7 @@ impl Requester {
             started_retry: false,
             in_read_stream: false,
             rereads: 0,
+            reread_charged: false,
             timers: TimerTable::default(),
             completions: VecDeque::with_capacity(cap),
             cap,

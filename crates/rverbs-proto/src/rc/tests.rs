@@ -414,6 +414,38 @@ fn rc_lost_last_read_response_is_reread_when_the_next_read_answers() {
     assert_eq!(p.bufs[&b][..], p.target.mem[len as usize..2 * len as usize]);
 }
 
+/// docs/rocev2-wire.md §3.4 "READ responses": one response of the fourth READ shows three
+/// earlier READs short at once (the last of the first, all of the second, the last of the
+/// third). The three re-reads are one retry: with `retry_cnt` 1 every READ completes, each
+/// short READ asked again from its own first missing response, before the timer.
+#[test]
+fn rc_rereads_found_together_use_one_retry() {
+    let mut p = Pair::new(RequesterConfig { retry_cnt: 1, ..req_cfg() }, resp_cfg());
+    let len = 4 * MTU;
+    let ids: Vec<u64> = (0..4).map(|i| p.post_read(MR_BASE + u64::from(i * len), len)).collect();
+    let mut dropped = Vec::new();
+    p.back.filter = Some(Box::new(move |pkt| {
+        let psn = pkt.resp.psn.get();
+        if [3, 4, 5, 6, 7, 11].contains(&psn) && !dropped.contains(&psn) {
+            dropped.push(psn);
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.drive();
+    let reads = read_requests(&p);
+    let again: Vec<(u32, u64, u32)> = reads[4..].iter().map(|&(_, psn, va, l)| (psn, va, l)).collect();
+    let m = u64::from(MTU);
+    assert_eq!(again, [(3, MR_BASE + 3 * m, MTU), (4, MR_BASE + 4 * m, len), (11, MR_BASE + 11 * m, MTU)]);
+    assert!(reads.iter().all(|&(at, ..)| at < ack_timeout(10).unwrap()), "{reads:?}");
+    assert_all_success(&p, &ids);
+    for (i, id) in ids.iter().enumerate() {
+        let o = i * len as usize;
+        assert_eq!(p.bufs[id][..], p.target.mem[o..o + len as usize], "READ {i}");
+    }
+}
+
 #[test]
 fn rc_duplicate_read_outside_the_original_range_is_dropped() {
     let mut resp = Responder::new(resp_cfg());
