@@ -34,8 +34,11 @@ impl Requester {
     /// Rule: docs/rocev2-wire.md §3.4 CHECK_PSN: a response beyond a pending SEND/WRITE's last
     /// PSN implicitly acknowledges it (one ACK retires many WQEs); beyond a pending
     /// READ/atomic it is an implicit NAK (retry); a response below `comp.psn` completes the
-    /// WQE only if it names its last PSN; a READ/atomic response above `comp.psn` is
-    /// dropped (the timer recovers).
+    /// WQE only if it names its last PSN; an atomic response above `comp.psn` is dropped
+    /// (the timer recovers).
+    /// Rule: §3.4 "READ responses": a READ response is matched against its own READ
+    /// (`take_read_response`): a gap asks that READ again at once from its first missing
+    /// response.
     /// Rule: §3.4 CHECK_ACK: response sequence; READ data; ATOMIC ACK original value;
     /// ACK / RNR NAK / NAK 0x60 (implicit ACK of earlier PSNs, then retry) / 0x61
     /// REM_INV_REQ_ERR / 0x62 REM_ACCESS_ERR / 0x63 and unknown codes REM_OP_ERR.
@@ -44,6 +47,8 @@ impl Requester {
     /// outstanding.
     /// Deviation: a READ response stream may restart with FIRST/ONLY at `comp.psn` (the
     /// resume point of a go-back-N READ, §3.2 step 1), not only at the WQE's first PSN.
+    /// Deviation: a lost READ response is asked for again at once, for that READ alone
+    /// (docs/rxe-differences.md, "A lost READ response is asked for again at once, alone").
     pub fn handle_response(&mut self, now: Instant, resp: &Response) -> Option<ReadPlacement> {
         let mut placement = None;
         self.handle_response_placing(now, resp, &mut |p| {
