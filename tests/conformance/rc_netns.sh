@@ -15,7 +15,8 @@
 # such processes when its owner exits, over IPv4 and IPv6 GIDs; and rc_pingpong -c through
 # the fault injector (RVERBS_FAULTS on the client's packets: drop, duplicate, reorder,
 # corrupt at 1, 5 and 10 %, alone and together; WRITE and READ bandwidth at 5 % of all
-# four) — reliable delivery must hide them.
+# four, and READ bandwidth with them on the server's READ responses) — reliable delivery
+# must hide them.
 # A pair passes when both sides exit 0 and print their result lines (ping-pongs: "<iters>
 # iters in", no invalid data with -c; perftest: a result row).
 #
@@ -56,13 +57,13 @@ mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 netns_pair "$A" "$B" 1500 "$IP_A" "$IP_B" "$IP6_A" "$IP6_B"
 
 # Commands run in a namespace with `in_ns` (lib/netns.bash), without faults unless a pair
-# sets FAULTS.
-FAULTS= PCAP= LOGF=
+# sets FAULTS (the client's packets) or SFAULTS (the server's).
+FAULTS= SFAULTS= PCAP= LOGF=
 passed=0 failed=0 port=18800
 # pair KIND LABEL SERVER_NS SERVER_RT SERVER_IP CLIENT_NS CLIENT_RT CLIENT_IP PROG ARGS...:
 # KIND is pingpong (PROG -g GID -n ITERS) or perftest (PROG -x GID -F -n ITERS); the
 # GIDs are those of the IPs; the TCP exchange goes to the server's IPv4 address. The
-# client runs with RVERBS_FAULTS=$FAULTS.
+# client runs with RVERBS_FAULTS=$FAULTS, the server with RVERBS_FAULTS=$SFAULTS.
 pair() {
   local kind=$1 label=$2 sns=$3 srt=$4 sip=$5 cns=$6 crt=$7 cip=$8 prog=$9
   shift 9
@@ -73,7 +74,7 @@ pair() {
   [[ $sip == *:* ]] && sip=$IP_A
   [ "$kind" = perftest ] && gflag=-x extra=(-F)
   port=$((port + 1))
-  FAULTS= in_ns "$sns" "$srt" "$prog" -d rverbs0 "$gflag" "$sgid" "${extra[@]}" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
+  FAULTS=$SFAULTS in_ns "$sns" "$srt" "$prog" -d rverbs0 "$gflag" "$sgid" "${extra[@]}" -n "$ITERS" -p "$port" "$@" >"$slog" 2>&1 &
   local spid=$!
   wait_listen "$sns" "$port"
   in_ns "$cns" "$crt" "$prog" -d rverbs0 "$gflag" "$cgid" "${extra[@]}" -n "$ITERS" -p "$port" "$@" "$sip" >"$clog" 2>&1 || crc=$?
@@ -268,6 +269,11 @@ for t in ib_write_bw ib_read_bw; do
   FAULTS="seed=21,drop=5%,dup=5%,reorder=5%,reorder_by=1ms,corrupt=5%" \
     pair perftest "$t -s 65536, client faults drop/dup/reorder/corrupt 5%" "${ab[@]}" "$t" -s 65536
 done
+# The same faults on the READ responder's packets (its READ responses): a lost response is
+# asked for again from where the data stopped, the rest of the abandoned stream ignored
+# (docs/rocev2-wire.md §3.4, "READ responses").
+SFAULTS="seed=22,drop=5%,dup=5%,reorder=5%,reorder_by=1ms,corrupt=5%" \
+  pair perftest "ib_read_bw -s 65536, server (READ responder) faults drop/dup/reorder/corrupt 5%" "${ab[@]}" ib_read_bw -s 65536
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

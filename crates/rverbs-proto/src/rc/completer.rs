@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::requester::{Requester, RequesterState, WqeState};
 use super::timer::Timer;
-use super::{Mode, Placed, ReadPlacement, Response};
+use super::{packets, Mode, Placed, ReadPlacement, Response};
 use crate::rnr::{ack_timeout, rnr_delay};
 use crate::vendor_err;
 use crate::verbs::{WcStatus, WrOpcode};
@@ -34,8 +34,11 @@ impl Requester {
     /// Rule: docs/rocev2-wire.md §3.4 CHECK_PSN: a response beyond a pending SEND/WRITE's last
     /// PSN implicitly acknowledges it (one ACK retires many WQEs); beyond a pending
     /// READ/atomic it is an implicit NAK (retry); a response below `comp.psn` completes the
-    /// WQE only if it names its last PSN; a READ/atomic response above `comp.psn` is
-    /// dropped (the timer recovers).
+    /// WQE only if it names its last PSN; an atomic response above `comp.psn` is dropped
+    /// (the timer recovers).
+    /// Rule: §3.4 "READ responses": a READ response is matched against its own READ
+    /// (`take_read_response`): a gap asks that READ again at once from its first missing
+    /// response.
     /// Rule: §3.4 CHECK_ACK: response sequence; READ data; ATOMIC ACK original value;
     /// ACK / RNR NAK / NAK 0x60 (implicit ACK of earlier PSNs, then retry) / 0x61
     /// REM_INV_REQ_ERR / 0x62 REM_ACCESS_ERR / 0x63 and unknown codes REM_OP_ERR.
@@ -44,6 +47,8 @@ impl Requester {
     /// outstanding.
     /// Deviation: a READ response stream may restart with FIRST/ONLY at `comp.psn` (the
     /// resume point of a go-back-N READ, §3.2 step 1), not only at the WQE's first PSN.
+    /// Deviation: a lost READ response is asked for again at once, for that READ alone
+    /// (docs/rxe-differences.md, "A lost READ response is asked for again at once, alone").
     pub fn handle_response(&mut self, now: Instant, resp: &Response) -> Option<ReadPlacement> {
         let mut placement = None;
         self.handle_response_placing(now, resp, &mut |p| {
@@ -71,6 +76,15 @@ impl Requester {
         // 1 and 2 before they were sent, and stopped the retransmit timer).
         if resp.psn.diff(self.sent_end) >= 0 {
             return;
+        }
+        match self.take_read_response(resp, place) {
+            Some(true) => {
+                self.kick_retransmit_timer(now);
+                return;
+            }
+            // The driver could not have the payload: as if never received.
+            Some(false) => return,
+            None => {}
         }
         // §3.4 GET_WQE: nothing started, nothing to complete.
         while let Some(front) = self.queue.front().copied() {
@@ -102,6 +116,176 @@ impl Requester {
             }
         }
         self.kick_retransmit_timer(now);
+    }
+
+    /// docs/rocev2-wire.md §3.4 "READ responses": a READ response for a READ WQE with only
+    /// READs before it, matched by its PSN against that WQE (not only the oldest). Returns
+    /// `None` when the response is not one of those (the in-order completer takes it),
+    /// `Some(false)` when `place` dropped it, `Some(true)` when it was taken or dropped here.
+    ///
+    /// Rule: a response at the next position of its READ (`got`) is placed and taken, and
+    /// completes the READ at its last PSN once every earlier WQE has completed; one at an
+    /// earlier position is a duplicate, dropped.
+    /// Rule: one beyond that position is a gap: the READ is asked again at once from its
+    /// first missing response (PSN `first_psn + got`, VA + the bytes received, length the
+    /// rest), and the responses of the abandoned stream that follow are dropped without
+    /// asking again, until the new stream is seen restarting below them (its own first
+    /// response lost).
+    /// Rule: a response of a later READ ends the streams of the earlier ones: a READ that
+    /// lacks its last responses is asked again for them.
+    /// Rule: §3.4 ERROR_RETRY: the re-reads asked between two responses that make
+    /// progress use one retry together; progress refills the budget (§3.1).
+    /// Rule: SEND/WRITE WQEs before the READ are implicitly acknowledged (CHECK_PSN).
+    /// Deviation: rxe's completer matches every response against the oldest WQE only: a
+    /// gap inside a READ waits for the retransmit timer, and a response of a later READ is
+    /// an implicit NAK that re-sends every request from `comp.psn` (go-back-N), each later
+    /// READ in full (docs/rxe-differences.md, "A lost READ response is asked for again at
+    /// once, alone").
+    fn take_read_response(&mut self, resp: &Response, place: &mut dyn FnMut(ReadPlacement) -> Placed) -> Option<bool> {
+        use Operation as O;
+        let op = resp.opcode.operation()?;
+        if !matches!(op, O::RdmaReadResponseFirst | O::RdmaReadResponseMiddle | O::RdmaReadResponseLast | O::RdmaReadResponseOnly) {
+            return None;
+        }
+        // §3.4 CHECK_PSN: a response beyond a pending SEND/WRITE acknowledges it.
+        while let Some(front) = self.queue.front().copied() {
+            if front.state != WqeState::Pending || front.wqe.is_read_or_atomic() || resp.psn.diff(front.last_psn) <= 0 {
+                break;
+            }
+            self.reset_retry_counters();
+            self.advance_comp_psn(front.last_psn.add(1));
+            self.complete_front(WcStatus::Success, vendor_err::NONE, None);
+        }
+        let mut found = None;
+        for (i, e) in self.queue.iter().enumerate() {
+            if e.state == WqeState::Posted || e.wqe.opcode != WrOpcode::RdmaRead {
+                break;
+            }
+            if resp.psn.diff(e.first_psn) >= 0 && resp.psn.diff(e.last_psn) <= 0 {
+                found = Some(i);
+                break;
+            }
+        }
+        let j = found?;
+        // The streams of the READs before this one have ended.
+        for i in 0..j {
+            let e = &self.queue[i];
+            if e.got < packets(e.wqe.length, self.cfg.mtu) && !self.read_gap(i, None) {
+                return Some(true);
+            }
+        }
+        let mtu = self.cfg.mtu;
+        let e = self.queue[j];
+        let pos = resp.psn.diff(e.first_psn) as u32;
+        if pos < e.got {
+            return Some(true);
+        }
+        if pos > e.got {
+            self.read_gap(j, Some(pos));
+            return Some(true);
+        }
+        // §3.4 CHECK_ACK: FIRST, LAST and ONLY carry an ACK; a stream starts with FIRST or
+        // ONLY (at the READ's first PSN, or where a re-read asked); FIRST and MIDDLE carry
+        // the MTU, LAST and ONLY what remains.
+        let aeth_ack = resp.syndrome.is_some_and(crate::wire::Syndrome::is_ack);
+        let offset = u64::from(pos) * u64::from(mtu);
+        let end = offset + u64::from(resp.payload_len);
+        let last = matches!(op, O::RdmaReadResponseLast | O::RdmaReadResponseOnly);
+        let whole = u64::from(e.wqe.length);
+        if (op != O::RdmaReadResponseMiddle && !aeth_ack)
+            || (pos == 0 && !resp.opcode.is_start())
+            || end > whole
+            || (last && end != whole)
+            || (!last && resp.payload_len != mtu)
+        {
+            self.bad_response(WcStatus::BadRespErr);
+            return Some(true);
+        }
+        match place(ReadPlacement { wqe_id: e.wqe.id, offset, len: resp.payload_len }) {
+            Placed::Done => {}
+            Placed::Dropped => return Some(false),
+            // A later READ's failure shows once it is the oldest (its responses are asked
+            // again then); the oldest fails now.
+            Placed::Failed { status, vendor_err } => {
+                if j == 0 {
+                    self.complete_front(status, vendor_err, None);
+                    return Some(true);
+                }
+                return Some(false);
+            }
+        }
+        let e = &mut self.queue[j];
+        e.got += 1;
+        e.seen_hi = e.seen_hi.max(pos);
+        if e.reread && e.got >= packets(e.wqe.length, mtu) {
+            // Every response arrived (from the abandoned stream, or an earlier re-read):
+            // nothing to ask. A READ REQUEST at `first_psn + got` would name the next
+            // WQE's PSN, a new request to the responder.
+            e.reread = false;
+            self.rereads = self.rereads.saturating_sub(1);
+        }
+        self.reset_retry_counters();
+        self.complete_received_reads();
+        Some(true)
+    }
+
+    /// A gap in the responses of READ `i`: one at position `pos`, or (`None`) the stream
+    /// ended (a later READ answered) before its last response. Asks for a re-read from
+    /// the first missing response unless one was asked from there and this is a response
+    /// of the abandoned stream (see `take_read_response`). Returns `false` when the retry
+    /// budget ran out and the QP entered ERR.
+    fn read_gap(&mut self, i: usize, pos: Option<u32>) -> bool {
+        let total = packets(self.queue[i].wqe.length, self.cfg.mtu);
+        let e = &mut self.queue[i];
+        let p = pos.unwrap_or(total);
+        let asked_here = e.reread_from == Some(e.got);
+        // The stream asked for restarted below what the abandoned one reached: its own
+        // first response was lost.
+        let restart = asked_here && pos.is_some() && p < e.seen_hi;
+        e.seen_hi = e.seen_hi.max(p);
+        // Not yet (re)sent whole (a go-back-N will ask it again), already asked, or a
+        // response of the abandoned stream.
+        if e.state != WqeState::Pending || e.reread || (asked_here && !restart) {
+            return true;
+        }
+        // §3.4 ERROR_RETRY: a retry, one for all the re-reads until the next progress
+        // (which refills the budget, §3.1).
+        if !self.reread_charged {
+            if !self.retry.consume() {
+                self.complete_front(WcStatus::RetryExcErr, vendor_err::RETRY_EXHAUSTED, None);
+                return false;
+            }
+            self.reread_charged = true;
+        }
+        let e = &mut self.queue[i];
+        e.reread = true;
+        e.reread_from = Some(e.got);
+        e.seen_hi = p;
+        self.rereads += 1;
+        true
+    }
+
+    /// Completes the READs at the front whose responses have all arrived, moves
+    /// `comp.psn` to the first response the oldest READ lacks, and notes whether it is
+    /// inside its response stream.
+    fn complete_received_reads(&mut self) {
+        let mtu = self.cfg.mtu;
+        while let Some(f) = self.queue.front() {
+            if f.wqe.opcode != WrOpcode::RdmaRead || f.state == WqeState::Posted || f.got < packets(f.wqe.length, mtu) {
+                break;
+            }
+            let next = f.last_psn.add(1);
+            self.advance_comp_psn(next);
+            self.complete_front(WcStatus::Success, vendor_err::NONE, None);
+        }
+        self.in_read_stream = false;
+        if let Some(f) = self.queue.front() {
+            if f.wqe.opcode == WrOpcode::RdmaRead && f.state != WqeState::Posted {
+                let at = f.first_psn.add(f.got);
+                self.in_read_stream = f.got > 0;
+                self.advance_comp_psn(at);
+            }
+        }
     }
 
     /// §3.4 CHECK_PSN.
@@ -303,6 +487,7 @@ impl Requester {
         self.retry.reset();
         self.rnr.reset();
         self.started_retry = false;
+        self.reread_charged = false;
     }
 
     /// §3.4 ERROR_RETRY (timeout, NAK-sequence, implicit NAK).

@@ -54,6 +54,18 @@ pub(super) struct Entry {
     pub(super) sent: u32,
     /// Holds a read/atomic credit (§3.2 step 5), returned at completion.
     pub(super) credit: bool,
+    /// READ: response packets received in order from `first_psn` (the prefix whose
+    /// bytes are placed), kept across re-reads and go-back-N (docs/rocev2-wire.md §3.4,
+    /// "READ responses").
+    pub(super) got: u32,
+    /// READ: a re-read of the rest (from `got`) waits to be sent.
+    pub(super) reread: bool,
+    /// READ: `got` when the last re-read was asked; while `got` stays there, a gap is a
+    /// response of an abandoned stream, not a new loss.
+    pub(super) reread_from: Option<u32>,
+    /// READ: the highest response position seen since the last re-read was asked; a gap
+    /// below it is the re-read's own stream restarting after a loss.
+    pub(super) seen_hi: u32,
 }
 
 /// The send side of one QP: requester and completer (docs/rocev2-wire.md §3.2, §3.4).
@@ -83,6 +95,11 @@ pub struct Requester {
     pub(super) started_retry: bool,
     /// The completer is inside a READ response stream (rxe `comp.opcode` FIRST/MIDDLE).
     pub(super) in_read_stream: bool,
+    /// READ WQEs whose re-read request waits to be sent (`Entry::reread`).
+    pub(super) rereads: u32,
+    /// A re-read has used a retry since the last progress: the re-reads of one loss event
+    /// (several READs short at once) count as one retry, as one go-back-N would.
+    pub(super) reread_charged: bool,
     pub(super) timers: TimerTable,
     completions: VecDeque<Completion>,
     cap: usize,
@@ -113,6 +130,8 @@ impl Requester {
             rnr: RetryCounter::rnr(cfg.rnr_retry),
             started_retry: false,
             in_read_stream: false,
+            rereads: 0,
+            reread_charged: false,
             timers: TimerTable::default(),
             completions: VecDeque::with_capacity(cap),
             cap,
@@ -265,6 +284,10 @@ impl Requester {
             last_psn: self.req_psn,
             sent: 0,
             credit: false,
+            got: 0,
+            reread: false,
+            reread_from: None,
+            seen_hi: 0,
         });
         Ok(())
     }
@@ -310,6 +333,7 @@ impl Requester {
         self.set_state(RequesterState::Error);
         self.timers.stop_all();
         self.next = 0;
+        self.rereads = 0;
         while let Some(e) = self.queue.pop_front() {
             self.completions.push_back(flushed(e.wqe.id));
         }
@@ -378,12 +402,24 @@ impl Requester {
                 }
                 RequesterState::Ready => {}
             }
+            // docs/rocev2-wire.md §3.4 "READ responses": a re-read goes before new requests.
+            if self.rereads > 0 && self.emit_reread(now, out) {
+                return true;
+            }
             let idx = self.next;
             let mtu = self.cfg.mtu;
             let mode = self.cfg.mode;
             let Some(e) = self.queue.get(idx) else { return false };
             // Only what the checks read (the WQE itself stays where it is).
             let (posted, credit, needs_credit) = (e.state == WqeState::Posted, e.credit, e.wqe.needs_credit());
+            // A READ resumed by a go-back-N whose responses all arrived already (while an
+            // earlier READ was re-read): nothing to ask again.
+            if !posted && e.wqe.opcode == WrOpcode::RdmaRead && e.got >= packets(e.wqe.length, mtu) {
+                self.req_psn = e.last_psn.add(1);
+                self.queue[idx].state = WqeState::Pending;
+                self.next += 1;
+                continue;
+            }
             if posted {
                 // §3.2 step 2: earlier READ/atomic WQEs hold credits until they complete.
                 let own = u32::from(credit);
@@ -443,6 +479,14 @@ impl Requester {
             e.state = WqeState::Processing;
             e.sent = 0;
         }
+        // A READ asks from the first response it lacks (§3.2 step 1): its PSN, address
+        // and length follow what arrived, here too for a READ that is not the oldest.
+        let psn = if e.wqe.opcode == WrOpcode::RdmaRead {
+            e.sent = e.got.saturating_mul(mtu).min(e.wqe.length);
+            e.first_psn.add(e.got)
+        } else {
+            psn
+        };
         *r = Request::new(OpCode::Unknown(0), psn);
         let seg = segment(mode, qpn, &e.wqe, e.sent, mtu, r);
         e.sent = seg.sent;
@@ -466,6 +510,38 @@ impl Requester {
         seg.end
     }
 
+    /// Builds the re-read of the oldest READ that waits for one into `r` (docs/rocev2-wire.md
+    /// §3.4 "READ responses"): a READ REQUEST with the PSN of the first response it lacks,
+    /// the address advanced and the length reduced by what arrived. `req.psn` does not
+    /// move: the PSN was sent before, and the responder answers it as a duplicate READ
+    /// (§3.3). Returns whether there was one.
+    fn emit_reread(&mut self, now: Instant, r: &mut Request) -> bool {
+        let mtu = self.cfg.mtu;
+        let (mode, qpn) = (self.cfg.mode, self.cfg.qpn);
+        // Only a PSN inside the READ is a re-read: one at `first_psn + got` of a READ whose
+        // responses all arrived would name the next WQE's PSN, a new request to the
+        // responder (the completer clears the flag then; this is the guard).
+        let Some(e) = self.queue.iter_mut().find(|e| e.reread && e.got < packets(e.wqe.length, mtu)) else {
+            for e in self.queue.iter_mut() {
+                e.reread = false;
+            }
+            self.rereads = 0;
+            return false;
+        };
+        e.reread = false;
+        self.rereads = self.rereads.saturating_sub(1);
+        e.sent = e.got.saturating_mul(mtu).min(e.wqe.length);
+        *r = Request::new(OpCode::Unknown(0), e.first_psn.add(e.got));
+        let _ = segment(mode, qpn, &e.wqe, e.sent, mtu, r);
+        r.ack_req = true;
+        if !self.timers.is_armed(Timer::Retransmit) {
+            if let Some(d) = ack_timeout(self.cfg.timeout) {
+                self.timers.set(Timer::Retransmit, now + d);
+            }
+        }
+        true
+    }
+
     /// rxe `req_retry` (§3.2 step 1): back to the oldest uncompleted WQE with
     /// `req.psn = comp.psn`; the first WQE skips what was acknowledged (SEND/WRITE:
     /// `comp.psn − first_psn` packets; READ: the bytes already received), later WQEs
@@ -473,13 +549,20 @@ impl Requester {
     fn rewind(&mut self) {
         self.next = 0;
         self.req_psn = self.comp_psn;
+        self.rereads = 0;
         let mtu = self.cfg.mtu;
         let comp_psn = self.comp_psn;
         for (i, e) in self.queue.iter_mut().enumerate() {
             if e.state == WqeState::Posted {
                 break;
             }
-            if i == 0 {
+            e.reread = false;
+            e.reread_from = None;
+            if e.wqe.opcode == WrOpcode::RdmaRead {
+                // A READ keeps what arrived (its PSNs do not move: every WQE before it is
+                // re-sent with the same ones) and is asked again from there (`build`).
+                e.state = WqeState::Processing;
+            } else if i == 0 {
                 let done = comp_psn.diff(e.first_psn).max(0) as u32;
                 e.sent = match e.wqe.opcode {
                     op if op.carries_payload() || op == WrOpcode::RdmaRead => {
@@ -503,6 +586,9 @@ impl Requester {
         let Some(e) = self.queue.pop_front() else { return };
         if e.credit {
             self.rd_atomic += 1;
+        }
+        if e.reread {
+            self.rereads = self.rereads.saturating_sub(1);
         }
         if self.next > 0 {
             self.next -= 1;

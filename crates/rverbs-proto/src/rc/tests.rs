@@ -299,6 +299,153 @@ fn rc_lost_read_response_resumes_with_va_advanced_and_responder_replays_subrange
     assert_eq!(p.bufs[&id][..], p.target.mem[o..o + len as usize]);
 }
 
+/// The READ requests `p`'s requester sent, with their times: (PSN, RETH VA, RETH length).
+fn read_requests(p: &Pair) -> Vec<(Duration, u32, u64, u32)> {
+    p.sent
+        .iter()
+        .filter(|(_, r)| op(r) == Operation::RdmaReadRequest)
+        .map(|(t, r)| {
+            let reth = r.reth.expect("READ REQUEST carries a RETH");
+            (*t - p.t0, r.psn.get(), reth.va, reth.dma_len)
+        })
+        .collect()
+}
+
+/// Drops the READ responses whose PSN is `psn`, the first `times` times each is sent.
+fn drop_read_response(p: &mut Pair, psn: u32, times: usize) {
+    let mut seen = 0;
+    p.back.filter = Some(Box::new(move |pkt| {
+        if pkt.resp.psn.get() == psn && pkt.resp.source.is_some() && seen < times {
+            seen += 1;
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+}
+
+/// docs/rocev2-wire.md §3.4 "READ responses": response 10 of a 64-packet READ is lost.
+/// Response 11 shows the gap and the READ is asked again at once (long before the
+/// retransmit timer) from PSN 10, VA + 10 MTUs, for the 54 MTUs left: responses 0–9 are
+/// not asked again, and responses 11–63 of the abandoned stream, arriving after the
+/// re-read was asked, ask nothing more.
+#[test]
+fn rc_lost_read_response_is_reread_at_once_from_the_gap_only_once() {
+    let mut p = pair();
+    let len = 64 * MTU;
+    let id = p.post_read(MR_BASE, len);
+    drop_read_response(&mut p, 10, 1);
+    p.drive();
+    let reads = read_requests(&p);
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    assert_eq!((reads[0].1, reads[0].2, reads[0].3), (0, MR_BASE, len));
+    let (at, psn, va, dma_len) = reads[1];
+    assert_eq!((psn, va, dma_len), (10, MR_BASE + 10 * u64::from(MTU), 54 * MTU));
+    assert!(at < ack_timeout(10).unwrap(), "asked at {at:?}, not on the timer");
+    // The responder sent 0..63, then 10..63 again; nothing below 10 twice.
+    let psns: Vec<u32> = p.responses.iter().map(|(_, r)| r.psn.get()).collect();
+    assert_eq!(psns, (0..64).chain(10..64).collect::<Vec<u32>>());
+    assert_eq!(rop(&p.responses[64].1), Operation::RdmaReadResponseFirst, "the re-read is a new stream");
+    assert_eq!(p.server.msn(), 1, "a duplicate READ is not a new message");
+    assert_all_success(&p, &[id]);
+    assert_eq!(p.bufs[&id][..], p.target.mem[..len as usize]);
+}
+
+/// docs/rocev2-wire.md §3.4 "READ responses": with four READs in flight, a response lost
+/// in the first asks again for the rest of the first only; the responses of the three
+/// later READs are taken from the stream they came in, not asked for again (rxe's
+/// go-back-N would re-send every later READ REQUEST, and the responder all their data).
+#[test]
+fn rc_lost_read_response_rereads_that_read_only_not_the_later_ones() {
+    let mut p = pair();
+    let len = 8 * MTU;
+    let ids: Vec<u64> = (0..4).map(|i| p.post_read(MR_BASE + u64::from(i * len), len)).collect();
+    drop_read_response(&mut p, 3, 1);
+    p.drive();
+    let reads: Vec<(u32, u64, u32)> = read_requests(&p).into_iter().map(|(_, psn, va, l)| (psn, va, l)).collect();
+    let mut want: Vec<(u32, u64, u32)> = (0..4).map(|i| (i * 8, MR_BASE + u64::from(i * len), len)).collect();
+    want.push((3, MR_BASE + 3 * u64::from(MTU), 5 * MTU));
+    assert_eq!(reads, want);
+    assert_eq!(p.responses.len(), 32 + 5, "each response sent once, the five re-read ones twice");
+    assert_all_success(&p, &ids);
+    for (i, id) in ids.iter().enumerate() {
+        let o = i * len as usize;
+        assert_eq!(p.bufs[id][..], p.target.mem[o..o + len as usize], "READ {i}");
+    }
+}
+
+/// docs/rocev2-wire.md §3.4 "READ responses": the re-read's own first response is lost
+/// too. Its stream then restarts below where the abandoned one had reached, which shows
+/// it is not the abandoned stream: asked again from the same PSN, still before the timer.
+#[test]
+fn rc_reread_whose_first_response_is_lost_is_asked_again_before_the_timer() {
+    let mut p = pair();
+    let len = 64 * MTU;
+    let id = p.post_read(MR_BASE, len);
+    drop_read_response(&mut p, 10, 2);
+    p.drive();
+    let reads = read_requests(&p);
+    assert_eq!(reads.len(), 3, "{reads:?}");
+    for &(at, psn, va, dma_len) in &reads[1..] {
+        assert_eq!((psn, va, dma_len), (10, MR_BASE + 10 * u64::from(MTU), 54 * MTU));
+        assert!(at < ack_timeout(10).unwrap(), "asked at {at:?}, not on the timer");
+    }
+    assert_all_success(&p, &[id]);
+    assert_eq!(p.bufs[&id][..], p.target.mem[..len as usize]);
+}
+
+/// docs/rocev2-wire.md §3.4 "READ responses": the LAST response of a READ is lost; the
+/// next READ's responses end its stream, so it is asked again for that one packet, and
+/// the next READ (whose responses arrived) is not asked again.
+#[test]
+fn rc_lost_last_read_response_is_reread_when_the_next_read_answers() {
+    let mut p = pair();
+    let len = 4 * MTU;
+    let a = p.post_read(MR_BASE, len);
+    let b = p.post_read(MR_BASE + u64::from(len), len);
+    drop_read_response(&mut p, 3, 1);
+    p.drive();
+    let reads: Vec<(u32, u64, u32)> = read_requests(&p).into_iter().map(|(_, psn, va, l)| (psn, va, l)).collect();
+    assert_eq!(reads, [(0, MR_BASE, len), (4, MR_BASE + u64::from(len), len), (3, MR_BASE + 3 * u64::from(MTU), MTU)]);
+    let last = p.responses.last().expect("responses").1;
+    assert_eq!((last.psn.get(), rop(&last)), (3, Operation::RdmaReadResponseOnly));
+    assert_all_success(&p, &[a, b]);
+    assert_eq!(p.bufs[&a][..], p.target.mem[..len as usize]);
+    assert_eq!(p.bufs[&b][..], p.target.mem[len as usize..2 * len as usize]);
+}
+
+/// docs/rocev2-wire.md §3.4 "READ responses": one response of the fourth READ shows three
+/// earlier READs short at once (the last of the first, all of the second, the last of the
+/// third). The three re-reads are one retry: with `retry_cnt` 1 every READ completes, each
+/// short READ asked again from its own first missing response, before the timer.
+#[test]
+fn rc_rereads_found_together_use_one_retry() {
+    let mut p = Pair::new(RequesterConfig { retry_cnt: 1, ..req_cfg() }, resp_cfg());
+    let len = 4 * MTU;
+    let ids: Vec<u64> = (0..4).map(|i| p.post_read(MR_BASE + u64::from(i * len), len)).collect();
+    let mut dropped = Vec::new();
+    p.back.filter = Some(Box::new(move |pkt| {
+        let psn = pkt.resp.psn.get();
+        if [3, 4, 5, 6, 7, 11].contains(&psn) && !dropped.contains(&psn) {
+            dropped.push(psn);
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.drive();
+    let reads = read_requests(&p);
+    let again: Vec<(u32, u64, u32)> = reads[4..].iter().map(|&(_, psn, va, l)| (psn, va, l)).collect();
+    let m = u64::from(MTU);
+    assert_eq!(again, [(3, MR_BASE + 3 * m, MTU), (4, MR_BASE + 4 * m, len), (11, MR_BASE + 11 * m, MTU)]);
+    assert!(reads.iter().all(|&(at, ..)| at < ack_timeout(10).unwrap()), "{reads:?}");
+    assert_all_success(&p, &ids);
+    for (i, id) in ids.iter().enumerate() {
+        let o = i * len as usize;
+        assert_eq!(p.bufs[id][..], p.target.mem[o..o + len as usize], "READ {i}");
+    }
+}
+
 #[test]
 fn rc_duplicate_read_outside_the_original_range_is_dropped() {
     let mut resp = Responder::new(resp_cfg());
@@ -1433,3 +1580,4 @@ fn express_send_completes_the_receive_and_moves_the_responder_as_the_queued_way(
     }
     assert!(!rb.express_send_ok(rb.expected_psn().add(3), 8), "not the expected PSN");
 }
+
