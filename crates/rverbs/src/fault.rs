@@ -341,10 +341,15 @@ fn replace_truncated(addr: usize) -> bool {
 /// pages: no store is lost to the move (docs/memory.md, "Shareable registrations").
 static MOVING_START: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static MOVING_LEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The thread that moves: a fault of its own in the range is not waited out (it would
+/// wait for itself) but handled as any other.
+static MOVER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-/// Marks `[start, start+len)` as being moved (before it is made read-only); [`moved`]
-/// ends it. Only where [`GUARDED`] (the handler that waits exists).
+/// Marks `[start, start+len)` as being moved by this thread (before it is made
+/// read-only); [`moved`] ends it. Only where [`GUARDED`] (the handler that waits exists).
 pub(crate) fn moving(start: usize, len: usize) {
+    // SAFETY: gettid has no arguments and cannot fail.
+    MOVER.store(unsafe { libc::gettid() }, Ordering::Relaxed);
     MOVING_LEN.store(len, Ordering::Relaxed);
     MOVING_START.store(start, Ordering::Release);
 }
@@ -361,6 +366,10 @@ pub(crate) fn moved() {
 fn wait_out_move(addr: usize) -> bool {
     let start = MOVING_START.load(Ordering::Acquire);
     if start == 0 || addr < start || addr - start >= MOVING_LEN.load(Ordering::Relaxed) {
+        return false;
+    }
+    // SAFETY: gettid has no arguments and is async-signal-safe.
+    if unsafe { libc::gettid() } == MOVER.load(Ordering::Relaxed) {
         return false;
     }
     while MOVING_START.load(Ordering::Acquire) == start {

@@ -133,7 +133,7 @@ impl Shares {
             m.refs -= 1;
             if m.refs == 0 {
                 let len = m.end - hold.start;
-                match unmove_pages(hold.start, len) {
+                match unmove_pages(hold.start, len, &m.path) {
                     Ok(()) => crate::fault::unwatch(&m.watch),
                     // The pages stay on the file, still known to the SIGBUS handler.
                     Err(e) => tracing::warn!(%e, "could not give a deregistered range back to private memory"),
@@ -216,6 +216,35 @@ fn with_range_held(p0: usize, len: usize, step: impl FnOnce() -> rustix::io::Res
     result
 }
 
+/// Whether every page of `[p0, p1)` is still this process's shared mapping of `path`
+/// (/proc/self/maps), as [`move_pages`] left it.
+fn still_on(p0: usize, p1: usize, path: &Path) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    let want = path.display().to_string();
+    let mut covered = p0;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(_inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let Some((s, e)) = range.split_once('-') else { continue };
+        let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) else { continue };
+        if e <= covered || s >= p1 {
+            continue;
+        }
+        let name = f.collect::<Vec<_>>().join(" ");
+        if s > covered || perms != "rw-s" || name.trim_end_matches(" (deleted)") != want {
+            return false;
+        }
+        covered = e;
+        if covered >= p1 {
+            return true;
+        }
+    }
+    false
+}
+
 /// Copies the pages `[p0, p0+len)` into a new file at `path` and maps the file over them.
 fn move_pages(path: &Path, p0: usize, len: usize) -> rustix::io::Result<()> {
     guard_forks();
@@ -251,9 +280,21 @@ fn move_pages(path: &Path, p0: usize, len: usize) -> rustix::io::Result<()> {
     result
 }
 
-/// Moves the range `[p0, p0+len)`, on its file since [`move_pages`], back onto private
-/// anonymous pages with the same contents.
-fn unmove_pages(p0: usize, len: usize) -> rustix::io::Result<()> {
+/// Moves the range `[p0, p0+len)`, on file `path` since [`move_pages`], back onto
+/// private anonymous pages with the same contents — if it is still there: an application
+/// that unmapped (or mapped something else over) registered memory before deregistering
+/// it keeps what it has now, and the range is forgotten.
+fn unmove_pages(p0: usize, len: usize, path: &Path) -> rustix::io::Result<()> {
+    let forget = || {
+        if let Some(slot) = RANGES.iter().find(|(start, _)| start.load(Ordering::Relaxed) == p0) {
+            slot.0.store(0, Ordering::Release);
+        }
+    };
+    if !still_on(p0, p0 + len, path) {
+        let _one = moves();
+        forget();
+        return Ok(());
+    }
     // SAFETY: a fresh private anonymous mapping at an address the kernel chooses.
     let tmp = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)? };
     let _one = moves();
@@ -266,11 +307,7 @@ fn unmove_pages(p0: usize, len: usize) -> rustix::io::Result<()> {
         Ok(())
     });
     match result {
-        Ok(()) => {
-            if let Some(slot) = RANGES.iter().find(|(start, _)| start.load(Ordering::Relaxed) == p0) {
-                slot.0.store(0, Ordering::Release);
-            }
-        }
+        Ok(()) => forget(),
         // SAFETY: the copy failed, so `tmp` is still our temporary mapping.
         Err(_) => unsafe {
             let _ = rustix::mm::munmap(tmp, len);
