@@ -50,7 +50,12 @@ pub fn run(data: &[u8]) {
     assert_eq!(dir.is_absolute(), from_var.is_none_or(|v| Path::new(v).is_absolute()));
 
     assert_eq!(rverbs::fuzzing::config::is_off(switch), switch.is_some_and(|v| v.as_bytes() == b"off"));
-    assert_eq!(rverbs::fuzzing::config::is_one(switch), switch.is_some_and(|v| v.as_bytes() == b"1"));
+    let want = match switch.map(OsStr::as_bytes) {
+        Some(b"1") => Some(true),
+        Some(b"0" | b"off") => Some(false),
+        _ => None,
+    };
+    assert_eq!(rverbs::fuzzing::config::shared_mr(switch), want);
     let want = match switch.map(OsStr::as_bytes) {
         Some(b"1") => rverbs::sanitize::Mode::Report,
         Some(b"abort") => rverbs::sanitize::Mode::Abort,

@@ -33,9 +33,14 @@ pub(crate) fn is_off(value: Option<&OsStr>) -> bool {
     value.is_some_and(|v| v == "off")
 }
 
-/// A switch that is off unless set to exactly `1` (`RVERBS_SHARED_MR`): whether it is on.
-pub(crate) fn is_one(value: Option<&OsStr>) -> bool {
-    value.is_some_and(|v| v == "1")
+/// `RVERBS_SHARED_MR` (docs/memory.md, "Shareable registrations"): `1` on, `0` or `off`
+/// off, unset or anything else: the device decides (`None`).
+pub(crate) fn shared_mr(value: Option<&OsStr>) -> Option<bool> {
+    match value {
+        Some(v) if v == "1" => Some(true),
+        Some(v) if v == "0" || v == "off" => Some(false),
+        _ => None,
+    }
 }
 
 /// What the verbs sanitizer does (`RVERBS_SANITIZE`, docs/sanitizer.md); the public
@@ -81,7 +86,9 @@ mod tests {
     #[test]
     fn switches_take_exactly_their_word() {
         assert!(is_off(Some(OsStr::new("off"))) && !is_off(Some(OsStr::new("OFF"))) && !is_off(None));
-        assert!(is_one(Some(OsStr::new("1"))) && !is_one(Some(OsStr::new("yes"))) && !is_one(None));
+        assert_eq!(shared_mr(Some(OsStr::new("1"))), Some(true));
+        assert_eq!((shared_mr(Some(OsStr::new("0"))), shared_mr(Some(OsStr::new("off")))), (Some(false), Some(false)));
+        assert_eq!((shared_mr(Some(OsStr::new("yes"))), shared_mr(None)), (None, None));
     }
 
     #[test]

@@ -354,8 +354,28 @@ pub(crate) fn moving(start: usize, len: usize) {
     MOVING_START.store(start, Ordering::Release);
 }
 
+/// Moves recently done: a store that faulted during one may reach the handler only
+/// after it ended (the thread was descheduled in between); it then runs again too. A
+/// fault there that is not the move's (the application protected the memory since)
+/// faults again, and after [`LATE_RETRIES`] such retries of that move goes to the
+/// program's handler as before. `(start, len, retries)`, written under the mover's lock.
+const RECENT_MOVES: usize = 64;
+const LATE_RETRIES: u32 = 64;
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_MOVE: (std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicU32) =
+    (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicU32::new(0));
+static RECENT: [(std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicU32); RECENT_MOVES] =
+    [NO_MOVE; RECENT_MOVES];
+static RECENT_NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The move [`moving`] announced is done: stores that waited run again.
 pub(crate) fn moved() {
+    let (start, len) = (MOVING_START.load(Ordering::Relaxed), MOVING_LEN.load(Ordering::Relaxed));
+    let r = &RECENT[RECENT_NEXT.fetch_add(1, Ordering::Relaxed) % RECENT_MOVES];
+    r.0.store(0, Ordering::Release);
+    r.1.store(len, Ordering::Relaxed);
+    r.2.store(0, Ordering::Relaxed);
+    r.0.store(start, Ordering::Release);
     MOVING_START.store(0, Ordering::Release);
 }
 
@@ -366,7 +386,11 @@ pub(crate) fn moved() {
 fn wait_out_move(addr: usize) -> bool {
     let start = MOVING_START.load(Ordering::Acquire);
     if start == 0 || addr < start || addr - start >= MOVING_LEN.load(Ordering::Relaxed) {
-        return false;
+        // A move that ended between the fault and now.
+        return RECENT.iter().any(|r| {
+            let s = r.0.load(Ordering::Acquire);
+            s != 0 && addr >= s && addr - s < r.1.load(Ordering::Relaxed) && r.2.fetch_add(1, Ordering::Relaxed) < LATE_RETRIES
+        });
     }
     // SAFETY: gettid has no arguments and is async-signal-safe.
     if unsafe { libc::gettid() } == MOVER.load(Ordering::Relaxed) {

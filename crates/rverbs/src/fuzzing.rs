@@ -164,9 +164,9 @@ pub mod config {
         crate::config::is_off(value)
     }
 
-    /// `config::is_one`.
-    pub fn is_one(value: Option<&OsStr>) -> bool {
-        crate::config::is_one(value)
+    /// `config::shared_mr` (`RVERBS_SHARED_MR`).
+    pub fn shared_mr(value: Option<&OsStr>) -> Option<bool> {
+        crate::config::shared_mr(value)
     }
 
     /// `config::sanitize_from` (`RVERBS_SANITIZE`).

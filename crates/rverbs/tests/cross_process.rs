@@ -179,7 +179,8 @@ fn rc_operations_reach_a_peer_process() {
     if role().as_deref() == Some("rc") {
         return rc_child();
     }
-    rc_parent(Peer::spawn("rc_operations_reach_a_peer_process", "rc"), "private");
+    // Caller memory left where it is: peers reach it with cross-memory attach.
+    rc_parent(Peer::spawn_with("rc_operations_reach_a_peer_process", "rc", &[("RVERBS_SHARED_MR", "0")]), "private");
 }
 
 /// The same with `RVERBS_SHARED_MR=1` in the peer: its caller-memory region is moved onto
@@ -193,6 +194,34 @@ fn rc_operations_reach_a_peer_process_with_shareable_registrations() {
     rc_parent(Peer::spawn_with(test, "rc", &[("RVERBS_SHARED_MR", "1")]), "shared");
 }
 
+/// With no setting, shareable registrations are the default where the runtime directory
+/// is a memory filesystem (docs/memory.md, "Shareable registrations"; /dev/shm is, unless
+/// RVERBS_RUNTIME_DIR or XDG_RUNTIME_DIR name another), and caller memory stays private
+/// elsewhere.
+#[test]
+fn rc_operations_reach_a_peer_process_with_the_default_setting() {
+    if role().as_deref() == Some("rc") {
+        return rc_child();
+    }
+    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let dir = nonempty("RVERBS_RUNTIME_DIR").map(std::path::PathBuf::from).or_else(|| nonempty("XDG_RUNTIME_DIR").map(|x| std::path::Path::new(&x).join("rverbs")));
+    let dir = dir.unwrap_or_else(|| {
+        let uid = rustix::process::getuid().as_raw();
+        std::path::PathBuf::from(if std::path::Path::new("/dev/shm").is_dir() { format!("/dev/shm/rverbs-{uid}") } else { format!("/tmp/rverbs-{uid}") })
+    });
+    // The directory, or the one it will be made in.
+    let existing = dir.ancestors().find(|d| d.exists()).expect("/ exists");
+    let fs = rustix::fs::statfs(existing).unwrap();
+    let in_memory = matches!(fs.f_type as u64, 0x0102_1994 | 0x8584_58f6); // tmpfs, ramfs
+    let test = "rc_operations_reach_a_peer_process_with_the_default_setting";
+    let mut peer = Peer::spawn(test, "rc");
+    if std::env::var_os("RVERBS_SHARED_MR").is_some() {
+        peer.child.kill().ok();
+        return; // the setting was given: the tests above cover both values
+    }
+    rc_parent(peer, if in_memory { "shared" } else { "private" });
+}
+
 /// The same with `RVERBS_CMA=off` in the peer: its caller-memory region cannot be reached
 /// with cross-memory attach, so the peer's progress thread copies for us (the fallback
 /// for peers the kernel does not let us attach to).
@@ -202,7 +231,7 @@ fn rc_operations_reach_a_peer_process_that_refuses_cross_memory_attach() {
         return rc_child();
     }
     let test = "rc_operations_reach_a_peer_process_that_refuses_cross_memory_attach";
-    rc_parent(Peer::spawn_with(test, "rc", &[("RVERBS_CMA", "off")]), "private");
+    rc_parent(Peer::spawn_with(test, "rc", &[("RVERBS_CMA", "off"), ("RVERBS_SHARED_MR", "0")]), "private");
 }
 
 /// Whether the page at `addr` of this process is a shared mapping (/proc/self/maps).

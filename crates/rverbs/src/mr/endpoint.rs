@@ -45,8 +45,9 @@ pub(crate) struct Endpoint {
     pub(crate) cma_regions: AtomicUsize,
     /// Caller memory moved onto shared files by registrations.
     pub(crate) shares: Shares,
-    /// `RVERBS_SHARED_MR=1`: registrations of caller memory make it shareable
-    /// (`crate::mr::share`); otherwise peers reach it with cross-memory attach.
+    /// Registrations of caller memory make it shareable (`crate::mr::share`; the default
+    /// on a memory filesystem, `RVERBS_SHARED_MR`); otherwise peers reach it with
+    /// cross-memory attach.
     pub(crate) share_caller_memory: bool,
 }
 
@@ -58,7 +59,11 @@ impl Endpoint {
     /// The endpoint of registry entry `reg` (none: a private endpoint) in directory
     /// `dir`: creates its shared tables and maps the host-wide segment.
     pub(crate) fn new(reg: Option<Registry>, dir: PathBuf) -> Endpoint {
-        let share_caller_memory = reg.is_some() && crate::config::is_one(std::env::var_os("RVERBS_SHARED_MR").as_deref());
+        // Shareable registrations are the default where their files live in memory
+        // (docs/memory.md, "Shareable registrations"); `RVERBS_SHARED_MR` decides else.
+        let share_caller_memory = reg.is_some()
+            && crate::config::shared_mr(std::env::var_os("RVERBS_SHARED_MR").as_deref())
+                .unwrap_or_else(|| super::share::in_memory(&dir));
         let tables: &'static Tables = Box::leak(Box::new(
             Tables::create(&dir).expect("cannot create the endpoint's shared tables"),
         ));

@@ -1,5 +1,6 @@
 //! Shareable registrations: making caller memory reachable by peers with plain loads and
-//! stores (opt-in with `RVERBS_SHARED_MR=1`).
+//! stores (the default where the endpoint directory is a memory filesystem;
+//! `RVERBS_SHARED_MR=0` turns it off, `=1` on anywhere).
 //!
 //! Cross-memory attach costs a system call per access (about a microsecond), which a
 //! one-sided write cannot afford if it is to compete with shared-memory transports. So a
@@ -145,6 +146,14 @@ impl Shares {
     }
 }
 
+/// Whether files in `dir` live in memory (tmpfs, ramfs): the default for shareable
+/// registrations, whose pages would otherwise be written back to a disk.
+pub(crate) fn in_memory(dir: &Path) -> bool {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    rustix::fs::statfs(dir).is_ok_and(|s| matches!(s.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC))
+}
+
 /// Whether every page of `[p0, p1)` is private anonymous memory (or pages an earlier
 /// registration of this process moved onto one of `files`), according to
 /// /proc/self/maps.
@@ -153,7 +162,15 @@ fn movable(p0: usize, p1: usize, files: &std::collections::HashSet<String>) -> b
         return false; // no handler to hold a store during the move
     }
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    // This thread's stack: the move makes its range read-only, and the mover's own store
+    // there could not wait for itself.
+    let here = 0u8;
+    let sp = std::ptr::addr_of!(here) as usize;
     let mut covered = p0;
+    // The end of the mapping before, if it is an inaccessible anonymous one: a thread
+    // stack's guard page lies right below the stack (pthread_create(3) with the default
+    // guard size), and a stack must not move (the kernel writes signal frames there).
+    let mut guard_end = None;
     for line in maps.lines() {
         let mut f = line.split_whitespace();
         let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
@@ -163,6 +180,8 @@ fn movable(p0: usize, p1: usize, files: &std::collections::HashSet<String>) -> b
         let path = f.collect::<Vec<_>>().join(" ");
         let Some((s, e)) = range.split_once('-') else { continue };
         let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) else { continue };
+        let after_guard = guard_end == Some(s);
+        guard_end = (perms == "---p" && inode == "0" && path.is_empty()).then_some(e);
         if e <= covered || s >= p1 {
             continue;
         }
@@ -171,7 +190,8 @@ fn movable(p0: usize, p1: usize, files: &std::collections::HashSet<String>) -> b
         }
         let anonymous = perms == "rw-p" && inode == "0" && (path.is_empty() || path == "[heap]");
         let moved_before = perms == "rw-s" && files.contains(path.trim_end_matches(" (deleted)"));
-        if !(anonymous || moved_before) {
+        let stack = (s..e).contains(&sp) || (anonymous && path.is_empty() && after_guard);
+        if !(anonymous || moved_before) || stack {
             return false;
         }
         covered = e;
@@ -598,6 +618,33 @@ mod tests {
         shares.release(at.hold);
         // SAFETY: unmapping the test's own mapping.
         unsafe { rustix::mm::munmap(base as *mut _, page).unwrap() };
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Stacks stay where they are (the kernel writes signal frames there, and the mover's
+    /// own stack could not wait for its move): this thread's, and another thread's,
+    /// found by the guard page below it.
+    #[test]
+    fn thread_stacks_are_not_moved() {
+        crate::fault::arm();
+        let dir = std::env::temp_dir().join(format!("rverbs-share-stack-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shares = std::sync::Arc::new(Shares::default());
+        let mine = [0u8; 64];
+        assert!(shares.share(&dir, 400, mine.as_ptr() as usize, 64).is_none(), "this thread's stack");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let theirs = [0u8; 64];
+            tx.send(theirs.as_ptr() as usize).unwrap();
+            done_rx.recv().unwrap();
+            std::hint::black_box(&theirs);
+        });
+        let at = rx.recv().unwrap();
+        assert!(shares.share(&dir, 401, at, 64).is_none(), "another thread's stack");
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert!(!dir.join("mr-400").exists() && !dir.join("mr-401").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
