@@ -8,7 +8,7 @@
 //! - `rverbs pingpong` and `rverbs write-bw` run one of those parts with chosen sizes and
 //!   iteration counts.
 //! - `rverbs stat [--json]` prints the hardware counters of every process using the
-//!   device, as `rdma statistic show` prints a port's (`stat`; docs/counters.md).
+//!   device, as `rdma statistic show` prints a port's (`stat`; docs/device.md, "Hardware counters").
 //! - `rverbs run [--sanitize[=abort]] [--faults SPEC] -- PROGRAM [ARGS…]` runs an
 //!   unmodified program on the drop-in libraries, with the paths of a kernel RDMA device
 //!   it may look for in a private mount namespace (`run`, `namespace`; docs/environment.md,
@@ -88,7 +88,7 @@ enum Command {
         cq_mod: u32,
     },
     /// Print the hardware counters of every process that has the device open, like
-    /// `rdma statistic show` (rxe's counter names; docs/counters.md).
+    /// `rdma statistic show` (rxe's counter names; docs/device.md, "Hardware counters").
     Stat {
         /// Print one JSON array, like `rdma -j statistic show`.
         #[arg(long)]

@@ -1,7 +1,7 @@
 //! `rverbs stat`: the hardware counters of every live endpoint (process) of the device,
 //! as `rdma statistic show` prints a port's (one line per endpoint, rxe's counter names;
 //! `--json` as `rdma -j statistic show`), read from the counters segments in the runtime
-//! directory (`RVERBS_RUNTIME_DIR`) without opening the device (docs/counters.md).
+//! directory (`RVERBS_RUNTIME_DIR`) without opening the device (docs/device.md, "Hardware counters").
 
 use std::fmt::Write as _;
 

@@ -1,4 +1,4 @@
-//! `rverbs stat` (docs/counters.md), run as a user runs it: the built `rverbs` executable
+//! `rverbs stat` (docs/device.md, "Hardware counters"), run as a user runs it: the built `rverbs` executable
 //! lists a live peer process that holds the device, with the counters its known traffic
 //! moved, in text and JSON; once the peer exits, nothing.
 //!

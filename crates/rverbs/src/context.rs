@@ -110,7 +110,7 @@ impl Context {
         Ok(())
     }
 
-    /// The hardware counters of this process's endpoint of the device (docs/counters.md):
+    /// The hardware counters of this process's endpoint of the device (docs/device.md, "Hardware counters"):
     /// what every context, queue pair and network socket of the process did since it
     /// first opened the device (a forked child that uses the device has its own), under
     /// rxe's names (`/sys/class/infiniband/<dev>/ports/1/hw_counters/`, `rdma statistic

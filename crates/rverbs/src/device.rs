@@ -313,7 +313,7 @@ pub(crate) fn device() -> &'static DeviceInner {
 
 /// The hardware counters of every live endpoint (process) of the device in the runtime
 /// directory (`RVERBS_RUNTIME_DIR`, docs/environment.md), lowest endpoint number first,
-/// read from the segments their owners count in (docs/counters.md). Does not open the
+/// read from the segments their owners count in (docs/device.md, "Hardware counters"). Does not open the
 /// device: the calling process is listed only if it did (its own are also
 /// [`crate::Context::counters`]). An endpoint still starting, or gone while it was read,
 /// is left out (as is one whose counters cannot be read: a process of a version

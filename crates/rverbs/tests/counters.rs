@@ -1,4 +1,4 @@
-//! The endpoint's hardware counters (docs/counters.md; rxe's names,
+//! The endpoint's hardware counters (docs/device.md, "Hardware counters"; rxe's names,
 //! `rdma statistic show`): traffic of a known shape between two QPs of this process
 //! moves each counter by exactly what it did, and nothing else.
 //!

@@ -35,7 +35,7 @@ pub(crate) struct Endpoint {
     next_id: AtomicU32,
     /// This endpoint's shared tables (what peers read to reach its objects).
     pub(crate) tables: &'static Tables,
-    /// This endpoint's hardware counters (docs/counters.md), in a segment of its
+    /// This endpoint's hardware counters (docs/device.md, "Hardware counters"), in a segment of its
     /// directory that `rverbs stat` reads; only this process adds to them.
     pub(crate) counters: &'static CounterBlock,
     /// The host-wide segment whose lock serialises device atomics on memory that peers

@@ -166,7 +166,7 @@ pub(crate) struct QpInner {
 ///
 /// A port already in the state asked, or a dead device, changes nothing and raises
 /// nothing (a NIC reports changes).
-/// A port that goes down counts in `counters` (rxe `link_downed`, docs/counters.md).
+/// A port that goes down counts in `counters` (rxe `link_downed`, docs/device.md, "Hardware counters").
 pub(crate) fn device_event(qps: &crate::table::Table<QpInner>, event: rverbs_proto::verb_fault::Event, counters: &crate::shm::counters::CounterBlock) {
     use crate::mr::domain::ContextCore;
     use rverbs_proto::verb_fault::Event;

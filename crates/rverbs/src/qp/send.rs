@@ -446,7 +446,7 @@ impl QpInner {
     }
 
     /// Adds the events the requester counted since the last call to the endpoint's
-    /// counters (docs/counters.md).
+    /// counters (docs/device.md, "Hardware counters").
     fn count(&self, req: &mut Requester) {
         let c = req.take_counts();
         if c != rc::RequesterCounts::default() {

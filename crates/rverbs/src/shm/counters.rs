@@ -1,8 +1,8 @@
 //! The endpoint's hardware counters: what this process's part of the device did, as rxe
 //! counts it for a port (`/sys/class/infiniband/<dev>/ports/1/hw_counters/`, printed by
-//! `rdma statistic show`), in a segment of the endpoint directory (docs/counters.md).
+//! `rdma statistic show`), in a segment of the endpoint directory (docs/device.md, "Hardware counters").
 //!
-//! Rule (docs/counters.md, "Where they live"): the segment `counters` is written by its
+//! Rule (docs/device.md, "Hardware counters"): the segment `counters` is written by its
 //! owner only, with relaxed atomic adds (no ordering is promised between counters; each
 //! is a monotonic count), so no cache line of it is written by two processes; other
 //! processes (`rverbs stat`) only read it. On the same host the process that executes a
@@ -166,7 +166,7 @@ pub(crate) fn read(dir: &Path) -> Result<Counters> {
 
 /// The hardware counters of one endpoint of the device (one process): what its send and
 /// receive queues, its network sockets and the responders it ran did since it opened the
-/// device (docs/counters.md). The names and meanings are rxe's
+/// device (docs/device.md, "Hardware counters"). The names and meanings are rxe's
 /// (`rxe_hw_counters.c`, `rdma statistic show`) where rverbs has the same event;
 /// `local_requests` is rverbs' own. rxe's `ack_deferred` (its completer task scheduled
 /// instead of run at once) has no counterpart: rverbs completes inline.

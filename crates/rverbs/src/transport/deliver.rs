@@ -110,7 +110,7 @@ pub(crate) fn deliver_recv<T: Target>(t: &T, cqe: Cqe, counters: &CounterBlock) 
     Ok(())
 }
 
-/// Counts in `counters` what a responder did with one request (docs/counters.md): the
+/// Counts in `counters` what a responder did with one request (docs/device.md, "Hardware counters"): the
 /// duplicates and out-of-sequence requests the core counted, and an RNR NAK sent (RC:
 /// a SEND found no receive, §3.3 CHK_RESOURCE; UC drops it).
 pub(crate) fn count_delivery(counters: &CounterBlock, responder: &mut Responder, mode: Mode, d: &rverbs_proto::rc::Delivery) {

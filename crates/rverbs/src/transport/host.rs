@@ -216,7 +216,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &Exp
             }
         }
     }
-    // docs/counters.md: a request delivered on this host, without packets.
+    // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
     qp.pd.endpoint().counters.add(Counter::LocalRequests);
     true
 }
@@ -323,7 +323,7 @@ fn connected<T: Target>(
     }
     let delivery = responder.handle_request(now, request, &mut at);
     let counters = qp.pd.endpoint().counters;
-    // docs/counters.md: a request delivered on this host, without packets.
+    // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
     counters.add(Counter::LocalRequests);
     count_delivery(counters, responder, mode, &delivery);
     // Whether the machine's responses reach the requester: not when nobody answers.
@@ -531,7 +531,7 @@ fn ud_deliver<T: Target>(tx: &Tx<'_>, data: &Gathered<'_, '_>, t: &T, path: &mut
         wqe.opcode().has_imm(),
     );
     let msg = UdMessage { request: tx.request, header: &header, data: data.source(), sl: ud.ah.attr.sl };
-    // docs/counters.md: a request delivered on this host, without packets.
+    // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
     path.engine.endpoint.counters.add(Counter::LocalRequests);
     deliver_ud(t, &mut path.ud, path.epoch, path.engine.active_mtu.get().bytes(), msg, path.engine.endpoint.counters);
 }

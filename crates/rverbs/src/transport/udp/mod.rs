@@ -101,7 +101,7 @@ impl Net {
     /// link-local excluded), or, where another process owns that port, `address:0` to send
     /// from. `None` when no socket could be bound or `RVERBS_NET=off`.
     /// Its sockets count what they send and receive in `counters` (the endpoint's,
-    /// docs/counters.md).
+    /// docs/device.md, "Hardware counters").
     pub(crate) fn open(gids: &[GidEntry], counters: &'static CounterBlock) -> Option<Net> {
         if crate::config::is_off(std::env::var_os("RVERBS_NET").as_deref()) {
             return None;

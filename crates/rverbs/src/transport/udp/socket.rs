@@ -59,7 +59,7 @@ pub(crate) struct NetSock {
     /// good the first time the kernel refuses one (a route without checksum offload).
     pub(super) gso: std::sync::atomic::AtomicBool,
     /// Where the datagrams sent, refused and received are counted (the endpoint's
-    /// counters, docs/counters.md; [`DETACHED`] until [`NetSock::on_link`]).
+    /// counters, docs/device.md, "Hardware counters"; [`DETACHED`] until [`NetSock::on_link`]).
     pub(super) counters: &'static CounterBlock,
 }
 
