@@ -88,7 +88,8 @@ unsafe impl ShmSafe for CounterBlock {}
 pub(crate) static DETACHED: CounterBlock = CounterBlock::zero();
 
 impl CounterBlock {
-    const fn zero() -> CounterBlock {
+    /// All zero, in process memory (a socket's own counters in tests).
+    pub(crate) const fn zero() -> CounterBlock {
         CounterBlock { magic: AtomicU64::new(0), values: [const { AtomicU64::new(0) }; COUNT] }
     }
 
@@ -283,7 +284,7 @@ mod tests {
     }
 
     #[test]
-    fn another_process_reads_what_the_owner_counted() {
+    fn a_reader_mapping_the_segment_sees_what_the_owner_counted() {
         let dir = std::env::temp_dir().join(format!("rverbs-counters-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();

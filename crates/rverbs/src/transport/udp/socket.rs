@@ -456,6 +456,46 @@ mod tests {
         assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
     }
 
+    /// docs/device.md, "Hardware counters": every datagram the kernel takes is
+    /// `sent_pkts` (each of a train too), one it refuses `send_err`; a datagram received is
+    /// `rcvd_pkts` once its ICRC checks.
+    #[test]
+    fn datagrams_sent_refused_and_received_are_counted() {
+        let gid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
+        let (tx_counts, rx_counts): (&'static CounterBlock, &'static CounterBlock) =
+            (Box::leak(Box::new(CounterBlock::zero())), Box::leak(Box::new(CounterBlock::zero())));
+        let rx = NetSock { counters: rx_counts, ..NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap() };
+        let tx = NetSock { counters: tx_counts, ..NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap() };
+        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), rx.port);
+        tx.send_to(to, &mut ud_packet(b"one"));
+        let mut train: Vec<Vec<u8>> = (0..3).map(|_| ud_packet(b"same size")).collect();
+        tx.transmit_all(to, &mut train);
+        // Corrupted after sealing, sent around the counting socket: received, not counted.
+        let mut bad = ud_packet(b"bad");
+        assert!(tx.seal(to, &mut bad));
+        let n = bad.len();
+        bad[n - 9] ^= 0x10;
+        tx.sock.send_to(&bad, to).unwrap();
+        // Larger than any UDP datagram: the kernel refuses it (EMSGSIZE).
+        let mut huge = vec![0u8; 70_000];
+        tx.send_to(to, &mut huge);
+
+        let stats = NetStats::default();
+        let mut buf = RxBatch::new();
+        let mut got = 0;
+        for _ in 0..1000 {
+            rx.receive_each(&stats, &mut buf, |_, _, _, _| got += 1);
+            if got == 4 && stats.bad_icrc.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(got, 4);
+        let (t, r) = (tx_counts.snapshot(), rx_counts.snapshot());
+        assert_eq!((t.sent_pkts, t.send_err, t.rcvd_pkts), (4, 1, 0));
+        assert_eq!((r.sent_pkts, r.send_err, r.rcvd_pkts), (0, 0, 4));
+    }
+
     /// More datagrams than one `recvmmsg` takes (`RX_BATCH`): every good packet is
     /// delivered, in arrival order, across the batches; the corrupted ones among them are
     /// dropped and counted, never delivered.
