@@ -66,7 +66,12 @@ impl Endpoint {
         let tables: &'static Tables = Box::leak(Box::new(
             Tables::create(&dir).expect("cannot create the endpoint's shared tables"),
         ));
-        let counters = crate::shm::counters::create(&dir).expect("cannot create the endpoint's counters");
+        // Counting goes on without the segment (a full runtime directory): only readers in
+        // other processes miss it.
+        let counters = crate::shm::counters::create(&dir).unwrap_or_else(|e| {
+            tracing::warn!(%e, "no counters segment: `rverbs stat` will not list this process");
+            Box::leak(Box::new(CounterBlock::zero()))
+        });
         let host_path = reg.as_ref().map_or_else(|| dir.join(HOST_SEGMENT), |r| r.root.join(HOST_SEGMENT));
         let host = Segment::open_or_create(&host_path, std::mem::size_of::<ShmLock>())
             .expect("cannot map the host-wide device segment");
