@@ -7,6 +7,8 @@
 //!   verdict per part. It exits non-zero if any completion or data check fails.
 //! - `rverbs pingpong` and `rverbs write-bw` run one of those parts with chosen sizes and
 //!   iteration counts.
+//! - `rverbs stat [--json]` prints the hardware counters of every process using the
+//!   device, as `rdma statistic show` prints a port's (`stat`; docs/device.md, "Hardware counters").
 //! - `rverbs run [--sanitize[=abort]] [--faults SPEC] -- PROGRAM [ARGS…]` runs an
 //!   unmodified program on the drop-in libraries, with the paths of a kernel RDMA device
 //!   it may look for in a private mount namespace (`run`, `namespace`; docs/environment.md,
@@ -25,6 +27,7 @@ mod pair;
 mod perf;
 mod report;
 mod run;
+mod stat;
 
 use std::process::ExitCode;
 
@@ -84,6 +87,13 @@ enum Command {
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
         cq_mod: u32,
     },
+    /// Print the hardware counters of every process that has the device open, like
+    /// `rdma statistic show` (rxe's counter names; docs/device.md, "Hardware counters").
+    Stat {
+        /// Print one JSON array, like `rdma -j statistic show`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run an unmodified program on the drop-in libibverbs.so.1 and librdmacm.so.1, with
     /// the device's /dev and /sys entries in a private mount namespace.
     #[command(after_help = run::AFTER_HELP)]
@@ -92,6 +102,9 @@ enum Command {
     #[command(name = run::SYSFS_ATTRS, hide = true)]
     SysfsAttrs,
 }
+
+/// The device's name (the one `rverbs devinfo` lists).
+const DEVICE_NAME: &str = "rverbs0";
 
 /// Parses `4096`, `4K`, `4KiB`, `1M`, `1MiB` (binary multiples).
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -302,6 +315,10 @@ fn run(command: Command) -> Result<bool, Failure> {
             }),
             |_| "each destination equal to its source byte for byte, guard bytes untouched".into(),
         )),
+        Command::Stat { json } => {
+            stat::print(DEVICE_NAME, json);
+            Ok(true)
+        }
         Command::SysfsAttrs => run::print_sysfs_attrs().map(|()| true).map_err(Failure::from),
         Command::Run(_) => unreachable!("main handles run"),
     }

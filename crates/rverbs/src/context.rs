@@ -35,7 +35,7 @@ impl Device {
         // An event of the device the plan raises after this call (`on=open_device`).
         if crate::fault_plan::active() {
             if let Some(e) = crate::fault_plan::raise(Verb::OpenDevice, None, None).filter(|e| e.is_device()) {
-                crate::qp::device_event(&dev.engine.qps, e);
+                crate::qp::device_event(&dev.engine.qps, e, dev.engine.endpoint.counters);
             }
         }
         Ok(ctx)
@@ -108,6 +108,15 @@ impl Context {
         };
         net.set_faults(cfg);
         Ok(())
+    }
+
+    /// The hardware counters of this process's endpoint of the device (docs/device.md, "Hardware counters"):
+    /// what every context, queue pair and network socket of the process did since it
+    /// first opened the device (a forked child that uses the device has its own), under
+    /// rxe's names (`/sys/class/infiniband/<dev>/ports/1/hw_counters/`, `rdma statistic
+    /// show`). Other processes read them with [`crate::host_counters`] (`rverbs stat`).
+    pub fn counters(&self) -> crate::Counters {
+        self.inner.endpoint.counters.snapshot()
     }
 
     /// Attributes of `port` (ibv_query_port(3)).

@@ -311,6 +311,26 @@ pub(crate) fn device() -> &'static DeviceInner {
     d
 }
 
+/// The hardware counters of every live endpoint (process) of the device in the runtime
+/// directory (`RVERBS_RUNTIME_DIR`, docs/environment.md), lowest endpoint number first,
+/// read from the segments their owners count in (docs/device.md, "Hardware counters"). Does not open the
+/// device: the calling process is listed only if it did (its own are also
+/// [`crate::Context::counters`]). An endpoint still starting, or gone while it was read,
+/// is left out (as is one whose counters cannot be read: a process of a version
+/// without them); a runtime directory that cannot be read lists nothing.
+pub fn host_counters() -> Vec<crate::EndpointCounters> {
+    let root = crate::shm::runtime_dir();
+    let mut out = Vec::new();
+    for (ep, pid) in crate::shm::registry::live_endpoints(&root) {
+        match crate::shm::counters::read(&crate::shm::registry::ep_dir(&root, ep)) {
+            Ok(counters) => out.push(crate::EndpointCounters { ep, pid, counters }),
+            // Starting, gone meanwhile, or of a version without counters.
+            Err(_) => continue,
+        }
+    }
+    out
+}
+
 /// The directory of this process's endpoint in the host-wide runtime directory, where
 /// its shared segments and FIFOs are (for diagnostics and tests; a forked child gets its
 /// own).
@@ -410,15 +430,16 @@ impl DeviceInner {
             }
         };
         register_cleanup(&dir);
-        let net = crate::transport::udp::Net::open(&gids);
-        if let (Some(net), Some(reg)) = (&net, &reg) {
+        let endpoint = Endpoint::new(reg, dir);
+        let net = crate::transport::udp::Net::open(&gids, endpoint.counters);
+        if let (Some(net), Some(reg)) = (&net, &endpoint.reg) {
             // Where the owner of an address's RoCEv2 port relays this process's RC/UC
             // packets.
             net.publish(reg);
         }
         DeviceInner {
             net,
-            engine: Engine::new(Endpoint::new(reg, dir), gids, active_mtu),
+            engine: Engine::new(endpoint, gids, active_mtu),
             name: DEVICE_NAME,
             node_guid: u64::from_be_bytes(eui),
             mcast: Default::default(),

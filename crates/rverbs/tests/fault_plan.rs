@@ -285,6 +285,7 @@ fn an_injected_port_err_takes_port_1_down_for_every_context_and_an_rc_send_runs_
     post_recv(&b, 101, 0, 64);
     let sge = [a.mr.sge(0, 8).unwrap()];
     let qpn = a.qp.qp_num();
+    let before = a.ctx.counters();
     let injected = with_plan(&format!("event=PORT_ERR:qp={qpn:#x}:nth=1"), || {
         assert_eq!(a.ctx.query_port(1).unwrap().state, PortState::Active);
         a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
@@ -308,6 +309,14 @@ fn an_injected_port_err_takes_port_1_down_for_every_context_and_an_rc_send_runs_
     });
     assert_eq!(injected.len(), 1);
     assert_eq!(injected[0].effect, Effect::Raise(Event::PortErr, Verb::PostSend));
+    // docs/device.md, "Hardware counters": the port went down once; the one SEND that
+    // completed, the one retry (retry_cnt 1) and the request that ran out of them.
+    let after = a.ctx.counters();
+    let moved = |f: fn(&Counters) -> u64| f(&after) - f(&before);
+    assert_eq!(moved(|c| c.link_downed), 1);
+    assert_eq!(moved(|c| c.rdma_sends), 1);
+    assert_eq!(moved(|c| c.completer_retry_err), 1);
+    assert_eq!(moved(|c| c.retry_exceeded_err), 1);
 }
 
 #[test]

@@ -432,7 +432,10 @@ impl Requester {
                             self.advance_comp_psn(resp.psn.add(1));
                         }
                     }
-                    Some(Syndrome::RnrNak { timer }) => self.rnr_retry(now, timer),
+                    Some(Syndrome::RnrNak { timer }) => {
+                        self.counts.rnr_naks += 1;
+                        self.rnr_retry(now, timer)
+                    }
                     Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
                         // A NAK implicitly acknowledges every earlier PSN. One that moves
                         // `comp.psn` forward is progress: the retry budget counts
@@ -444,6 +447,7 @@ impl Requester {
                         // messages spends its `retry_cnt` on timeouts while the peer answers
                         // (docs/rxe-differences.md, "A sequence NAK refills the retry counters").
                         if resp.psn.diff(self.comp_psn) > 0 {
+                            self.counts.seq_naks += 1;
                             self.comp_psn = resp.psn;
                             self.reset_retry_counters();
                         }
@@ -505,6 +509,7 @@ impl Requester {
         }
         if self.retry.consume() {
             if self.req_psn.diff(self.comp_psn) > 0 {
+                self.counts.retries += 1;
                 self.started_retry = true;
                 // The RNR timer, if running, still gates the retry (rxe `wait_for_rnr_timer`).
                 if self.state == RequesterState::Ready {

@@ -44,8 +44,8 @@ use crate::psn::Psn;
 use crate::verbs::{QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use crate::wire::{AtomicEthRepr, DethRepr, FethRepr, OpCode, RethRepr, Syndrome};
 
-pub use self::requester::{Requester, RequesterState};
-pub use self::responder::{Responder, ResponderState};
+pub use self::requester::{Requester, RequesterCounts, RequesterState};
+pub use self::responder::{Responder, ResponderCounts, ResponderState};
 
 /// Most PSNs a requester may have unacknowledged (rxe `RXE_MAX_UNACKED_PSNS`,
 /// docs/rocev2-wire.md §3.1): it stalls while `req.psn > comp.psn + 128`.

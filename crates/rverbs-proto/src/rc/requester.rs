@@ -103,6 +103,22 @@ pub struct Requester {
     pub(super) timers: TimerTable,
     completions: VecDeque<Completion>,
     cap: usize,
+    /// Events counted since the driver last took them ([`Requester::take_counts`]).
+    pub(super) counts: RequesterCounts,
+}
+
+/// Events of a requester the driver counts (rxe's hardware counters of the same names,
+/// `rxe_hw_counters.c`), since it last took them ([`Requester::take_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequesterCounts {
+    /// Go-back-N retransmissions started, by the retransmit timer or a NAK (§3.4
+    /// ERROR_RETRY with retries left and PSNs outstanding): rxe `completer_retry_err`.
+    pub retries: u64,
+    /// RNR NAKs the completer took (§3.4 CHECK_ACK): rxe `rcvd_rnr_err`.
+    pub rnr_naks: u64,
+    /// NAK-sequence errors that moved `comp.psn` forward (§3.4 CHECK_ACK): rxe
+    /// `rcvd_seq_err`.
+    pub seq_naks: u64,
 }
 
 impl Requester {
@@ -135,7 +151,15 @@ impl Requester {
             timers: TimerTable::default(),
             completions: VecDeque::with_capacity(cap),
             cap,
+            counts: RequesterCounts::default(),
         }
+    }
+
+    /// The events counted since the last call, and starts counting again from zero (the
+    /// driver adds them to its counters; the core keeps no totals).
+    #[inline]
+    pub fn take_counts(&mut self) -> RequesterCounts {
+        std::mem::take(&mut self.counts)
     }
 
     /// The state.

@@ -90,6 +90,23 @@ pub struct Responder {
     resources: Vec<Option<Resource>>,
     res_next: usize,
     out: VecDeque<Work>,
+    /// Events counted since the driver last took them ([`Responder::take_counts`]).
+    counts: ResponderCounts,
+}
+
+/// Events of an RC responder the driver counts (rxe's hardware counters of the same
+/// names, `rxe_hw_counters.c`), since it last took them ([`Responder::take_counts`]).
+/// What the driver can see in each [`Delivery`] (an RNR NAK is its `violation`, a
+/// receive completion its `recv`) is not counted here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResponderCounts {
+    /// Requests behind the expected PSN (§3.3 CHK_PSN, "duplicate"): rxe
+    /// `duplicate_request`.
+    pub duplicates: u64,
+    /// Requests ahead of the expected PSN answered with a NAK-sequence (§3.3 CHK_PSN;
+    /// later ones are dropped silently until the expected PSN, and not counted, as rxe):
+    /// rxe `out_of_seq_request`.
+    pub out_of_sequence: u64,
 }
 
 impl Responder {
@@ -108,7 +125,15 @@ impl Responder {
             resources: vec![None; ring],
             res_next: 0,
             out: VecDeque::with_capacity(ring.max(16) * 2),
+            counts: ResponderCounts::default(),
         }
+    }
+
+    /// The events counted since the last call, and starts counting again from zero (the
+    /// driver adds them to its counters; the core keeps no totals).
+    #[inline]
+    pub fn take_counts(&mut self) -> ResponderCounts {
+        std::mem::take(&mut self.counts)
     }
 
     /// Takes new attributes (ibv_modify_qp(3) on the responder QP: access flags, RNR
@@ -262,12 +287,14 @@ impl Responder {
                 if d > 0 {
                     if !self.sent_psn_nak {
                         self.sent_psn_nak = true;
+                        self.counts.out_of_sequence += 1;
                         let nak = Syndrome::Nak(NakCode::PsnSequenceError);
                         self.out.push_back(Work::One(Response::ack(self.expected, nak, self.msn)));
                     }
                     return dropped;
                 }
                 if d < 0 {
+                    self.counts.duplicates += 1;
                     self.duplicate(req, op);
                     return dropped;
                 }

@@ -1581,3 +1581,75 @@ fn express_send_completes_the_receive_and_moves_the_responder_as_the_queued_way(
     assert!(!rb.express_send_ok(rb.expected_psn().add(3), 8), "not the expected PSN");
 }
 
+// ---- Counts for the driver's hardware counters (rxe_hw_counters.c names) ----
+
+/// A gap at PSN 0: the responder counts one out-of-sequence request (its one NAK), the
+/// requester one go-back-N; the NAK names `comp.psn` itself, which rxe does not count as
+/// `rcvd_seq_err`. Taking the counts starts them again from zero.
+#[test]
+fn rc_counts_a_gap_as_one_out_of_sequence_request_and_one_retry() {
+    let mut p = pair();
+    for i in 0..4 {
+        p.target.post_recv(100 + i, 4096);
+    }
+    let ids: Vec<u64> = (0..4).map(|i| p.post_send(bytes(100, i))).collect();
+    drop_requests_once(&mut p, &[0]);
+    p.drive();
+    assert_all_success(&p, &ids);
+    assert_eq!(p.server.take_counts(), ResponderCounts { duplicates: 0, out_of_sequence: 1 });
+    assert_eq!(p.client.take_counts(), RequesterCounts { retries: 1, rnr_naks: 0, seq_naks: 0 });
+    assert_eq!(p.server.take_counts(), ResponderCounts::default());
+    assert_eq!(p.client.take_counts(), RequesterCounts::default());
+}
+
+/// A gap inside a multi-packet SEND: the NAK names PSN 2 while `comp.psn` is 0, so it
+/// acknowledges new PSNs (`rcvd_seq_err`) and starts one go-back-N.
+#[test]
+fn rc_counts_a_sequence_nak_that_acknowledges_new_psns() {
+    let mut p = pair();
+    p.target.post_recv(1, 4096);
+    let id = p.post_send(bytes(4 * MTU as usize, 9));
+    drop_requests_once(&mut p, &[2]);
+    p.drive();
+    assert_all_success(&p, &[id]);
+    assert_eq!(p.server.take_counts(), ResponderCounts { duplicates: 0, out_of_sequence: 1 });
+    assert_eq!(p.client.take_counts(), RequesterCounts { retries: 1, rnr_naks: 0, seq_naks: 1 });
+}
+
+/// Lost ACKs: each request is sent again on the timer (a retry each) and is a
+/// duplicate at the responder.
+#[test]
+fn rc_counts_timeout_retries_and_the_duplicates_they_make() {
+    let mut p = pair();
+    p.target.post_recv(1, 4096);
+    p.back.filter = Some(Box::new({
+        let mut seen = Vec::new();
+        move |pkt| {
+            let psn = pkt.resp.psn.get();
+            if seen.contains(&psn) {
+                Verdict::Pass
+            } else {
+                seen.push(psn);
+                Verdict::Drop
+            }
+        }
+    }));
+    let s = p.post_send(bytes(10, 1));
+    p.drive();
+    let w = p.post_write(MR_BASE + 64, bytes(16, 2));
+    p.drive();
+    assert_all_success(&p, &[s, w]);
+    assert_eq!(p.server.take_counts(), ResponderCounts { duplicates: 2, out_of_sequence: 0 });
+    assert_eq!(p.client.take_counts(), RequesterCounts { retries: 2, rnr_naks: 0, seq_naks: 0 });
+}
+
+/// Every RNR NAK the completer takes is counted, the one that exhausts `rnr_retry` too;
+/// RNR retries are not go-back-N retries.
+#[test]
+fn rc_counts_every_rnr_nak_taken() {
+    let mut p = Pair::new(RequesterConfig { rnr_retry: 2, ..req_cfg() }, ResponderConfig { min_rnr_timer: 1, ..resp_cfg() });
+    let id = p.post_send(bytes(20, 1));
+    p.drive();
+    assert_eq!((p.completions[0].id, p.completions[0].status), (id, WcStatus::RnrRetryExcErr));
+    assert_eq!(p.client.take_counts(), RequesterCounts { retries: 0, rnr_naks: 3, seq_naks: 0 });
+}

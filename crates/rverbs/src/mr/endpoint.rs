@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use super::keys::KeyTable;
 use super::share::Shares;
+use crate::shm::counters::CounterBlock;
 use crate::shm::lock::{ShmGuard, ShmLock};
 use crate::shm::registry::Registry;
 use crate::shm::tables::Tables;
@@ -34,6 +35,9 @@ pub(crate) struct Endpoint {
     next_id: AtomicU32,
     /// This endpoint's shared tables (what peers read to reach its objects).
     pub(crate) tables: &'static Tables,
+    /// This endpoint's hardware counters (docs/device.md, "Hardware counters"), in a segment of its
+    /// directory that `rverbs stat` reads; only this process adds to them.
+    pub(crate) counters: &'static CounterBlock,
     /// The host-wide segment whose lock serialises device atomics on memory that peers
     /// reach with cross-memory attach.
     host: Segment,
@@ -67,6 +71,12 @@ impl Endpoint {
         let tables: &'static Tables = Box::leak(Box::new(
             Tables::create(&dir).expect("cannot create the endpoint's shared tables"),
         ));
+        // Counting goes on without the segment (a full runtime directory): only readers in
+        // other processes miss it.
+        let counters = crate::shm::counters::create(&dir).unwrap_or_else(|e| {
+            tracing::warn!(%e, "no counters segment: `rverbs stat` will not list this process");
+            Box::leak(Box::new(CounterBlock::zero()))
+        });
         let host_path = reg.as_ref().map_or_else(|| dir.join(HOST_SEGMENT), |r| r.root.join(HOST_SEGMENT));
         let host = Segment::open_or_create(&host_path, std::mem::size_of::<ShmLock>())
             .expect("cannot map the host-wide device segment");
@@ -76,6 +86,7 @@ impl Endpoint {
             pid: std::process::id(),
             next_id: AtomicU32::new(1),
             tables,
+            counters,
             host,
             keys: KeyTable::new(tables),
             cma_regions: AtomicUsize::new(0),

@@ -166,7 +166,8 @@ pub(crate) struct QpInner {
 ///
 /// A port already in the state asked, or a dead device, changes nothing and raises
 /// nothing (a NIC reports changes).
-pub(crate) fn device_event(qps: &crate::table::Table<QpInner>, event: rverbs_proto::verb_fault::Event) {
+/// A port that goes down counts in `counters` (rxe `link_downed`, docs/device.md, "Hardware counters").
+pub(crate) fn device_event(qps: &crate::table::Table<QpInner>, event: rverbs_proto::verb_fault::Event, counters: &crate::shm::counters::CounterBlock) {
     use crate::mr::domain::ContextCore;
     use rverbs_proto::verb_fault::Event;
     let live = || qps.live().into_iter().filter(|q| !q.is_destroyed());
@@ -175,6 +176,9 @@ pub(crate) fn device_event(qps: &crate::table::Table<QpInner>, event: rverbs_pro
             let up = event == Event::PortActive;
             if !crate::fault_plan::set_port(up) {
                 return;
+            }
+            if !up {
+                counters.add(crate::shm::counters::Counter::LinkDowned);
             }
             for qp in live() {
                 qp.set_port_down(!up);
@@ -260,7 +264,7 @@ impl QpInner {
                     continue;
                 }
                 Some(e) if e.is_device() => {
-                    device_event(self.dev.qps(), e);
+                    device_event(self.dev.qps(), e, self.pd.endpoint().counters);
                     continue;
                 }
                 // None, or an event of another object (the parser refuses it here).

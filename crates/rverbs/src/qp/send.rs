@@ -37,6 +37,7 @@ use crate::error::Result;
 use crate::mr::endpoint::Endpoint;
 use crate::rings::wr::SendWr;
 use crate::rings::wc::Cqe;
+use crate::shm::counters::Counter;
 
 /// A QP's send side, under its lock: the posted work requests, the requester's view of
 /// the QP attributes, the link the requests leave by, and the protocol core's requester
@@ -205,6 +206,9 @@ impl QpInner {
         conn.req.express_acked();
         if let Some(s) = step.as_mut() {
             s.requester_done();
+            // rxe `rdma_sends`: a SEND completed (the same-host link counted the request
+            // and the receive).
+            self.pd.endpoint().counters.add(Counter::RdmaSends);
         }
         if self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
             let cqe = Cqe::success(wr.wr_id, self.qpn, wc_opcode, len);
@@ -275,6 +279,7 @@ impl QpInner {
         };
         if !stale && conn.req.poll_timeout().is_some_and(|t| t <= now) {
             conn.req.handle_timeout(now);
+            self.count(&mut conn.req);
             tracing::debug!(
                 qpn = self.qpn,
                 comp_psn = conn.req.comp_psn().get(),
@@ -318,6 +323,7 @@ impl QpInner {
                 }
             }
             link.flush();
+            self.count(&mut conn.req);
             step.requester_done();
             let retired = self.retire(ring, conn);
             drop(step);
@@ -439,6 +445,30 @@ impl QpInner {
         mr::pin_sges(&KeySpace::local(self.pd.endpoint()), self.pd.id, sges, access, need)
     }
 
+    /// Adds the events the requester counted since the last call to the endpoint's
+    /// counters (docs/device.md, "Hardware counters").
+    fn count(&self, req: &mut Requester) {
+        let c = req.take_counts();
+        if c != rc::RequesterCounts::default() {
+            let counters = self.pd.endpoint().counters;
+            counters.add_n(Counter::CompleterRetryErr, c.retries);
+            counters.add_n(Counter::RcvdRnrErr, c.rnr_naks);
+            counters.add_n(Counter::RcvdSeqErr, c.seq_naks);
+        }
+    }
+
+    /// Counts the completion of a send work request of opcode `op` with `status` the
+    /// requester retired (rxe counts these in its completer, `do_complete`).
+    fn count_completion(&self, op: WrOpcode, status: WcStatus) {
+        let counter = match status {
+            WcStatus::Success if matches!(op, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) => Counter::RdmaSends,
+            WcStatus::RetryExcErr => Counter::RetryExceededErr,
+            WcStatus::RnrRetryExcErr => Counter::RetryRnrExceededErr,
+            _ => return,
+        };
+        self.pd.endpoint().counters.add(counter);
+    }
+
     /// Retires the requester's completions, oldest first, into the send CQ (an atomic's
     /// original value stored into the request's buffer first, ibv_post_send(3)).
     fn retire(self: &Arc<Self>, ring: &mut Ring, conn: &mut Conn) -> Retired {
@@ -462,6 +492,7 @@ impl QpInner {
                 }
             }
             let failed = cqe.status() != WcStatus::Success;
+            self.count_completion(w.opcode(), cqe.status());
             self.complete_head(ring, cqe);
             conn.base += 1;
             conn.handed -= 1;
@@ -525,6 +556,7 @@ impl QpInner {
             }
             let mut answering = Answering { qp: self, req: &mut conn.req, ring, base: conn.base, now: Instant::now() };
             answering.answer(response, &PacketBytes(payload));
+            self.count(&mut conn.req);
         }
         self.kick();
         true

@@ -13,6 +13,7 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod cma;
+pub(crate) mod counters;
 pub(crate) mod fifo;
 pub(crate) mod lock;
 pub(crate) mod registry;

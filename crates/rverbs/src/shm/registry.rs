@@ -212,6 +212,22 @@ fn try_lock(path: &Path) -> Result<Option<OwnedFd>> {
     }
 }
 
+/// The live endpoints under `root`, lowest number first, each with the pid its header
+/// names: the number's lock is held, the header written and its process there. Asked
+/// without claiming a number or creating a file (`probe_lock`), for readers that are no
+/// endpoint themselves (`rverbs stat`, [`crate::host_counters`]).
+pub(crate) fn live_endpoints(root: &Path) -> Vec<(u32, u32)> {
+    (0..MAX_ENDPOINTS)
+        .filter_map(|ep| {
+            if !matches!(probe_lock(&lock_path(root, ep)), Ok(Probe::Held)) {
+                return None;
+            }
+            let pid = header_pid(&ep_dir(root, ep))?;
+            (!process_gone(pid)).then(|| (ep, pid.as_raw_nonzero().get() as u32))
+        })
+        .collect()
+}
+
 impl Registry {
     /// Claims the lowest free endpoint number under `root` (created if missing); `watch`
     /// is called with every peer when it is first mapped.

@@ -23,6 +23,7 @@ use crate::mr::{self, PinList, Source};
 use crate::rings::recv_ring::RecvWqe;
 use crate::rings::tag_list::{TmRecv, TMH_LEN};
 use crate::rings::wc::Cqe;
+use crate::shm::counters::{Counter, CounterBlock};
 
 /// Places a whole message of `n` bytes from `src` into receive `r` of target `t`: the
 /// receive must hold it, and its SGEs are pinned for LOCAL_WRITE under `t`'s PD before a
@@ -96,12 +97,29 @@ pub(crate) fn wc_imm(c: &RecvCompletion) -> u32 {
 
 /// Writes a receive completion at the target; an overrun of its CQ moves it to ERR
 /// with QP_FATAL and the message counts as unanswered (rxe: no ACK is sent).
-pub(crate) fn deliver_recv<T: Target>(t: &T, cqe: Cqe) -> Result<(), ()> {
+pub(crate) fn deliver_recv<T: Target>(t: &T, cqe: Cqe, counters: &CounterBlock) -> Result<(), ()> {
+    let success = cqe.status() == WcStatus::Success;
     if t.complete(cqe).is_err() {
         t.enter_error(Some(EventType::QpFatal));
         return Err(());
     }
+    if success {
+        // rxe `rdma_recvs` (its responder's `do_complete`, status success).
+        counters.add(Counter::RdmaRecvs);
+    }
     Ok(())
+}
+
+/// Counts in `counters` what a responder did with one request (docs/device.md, "Hardware counters"): the
+/// duplicates and out-of-sequence requests the core counted, and an RNR NAK sent (RC:
+/// a SEND found no receive, §3.3 CHK_RESOURCE; UC drops it).
+pub(crate) fn count_delivery(counters: &CounterBlock, responder: &mut Responder, mode: Mode, d: &rverbs_proto::rc::Delivery) {
+    let c = responder.take_counts();
+    counters.add_n(Counter::DuplicateRequest, c.duplicates);
+    counters.add_n(Counter::OutOfSeqRequest, c.out_of_sequence);
+    if mode == Mode::Rc && d.violation == Some(Violation::ReceiveNotReady) {
+        counters.add(Counter::SendRnrErr);
+    }
 }
 
 /// The asynchronous event of a responder error no receive completion reports (IBTA):
@@ -157,7 +175,7 @@ pub(crate) struct UdMessage<'a, 's, 'p> {
 /// Delivers one UD message to `t` through the core's UD responder (kept in `slot`,
 /// reconfigured with `t`'s Q_Key): docs/rocev2-wire.md §3.5: Q_Key, MTU, a receive WQE with
 /// room for the GRH area and the payload; silent drops otherwise.
-pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: Instant, mtu: u32, msg: UdMessage<'_, '_, '_>) {
+pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: Instant, mtu: u32, msg: UdMessage<'_, '_, '_>, counters: &CounterBlock) {
     t.note_inbound();
     let cfg = responder_config(Mode::Ud, t.rec(), mtu);
     let responder = match slot {
@@ -192,7 +210,7 @@ pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: In
     }
     let mut cqe = recv_cqe(t, &c);
     cqe.sl = msg.sl;
-    let _ = deliver_recv(t, cqe);
+    let _ = deliver_recv(t, cqe, counters);
 }
 
 #[cfg(test)]

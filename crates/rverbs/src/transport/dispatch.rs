@@ -210,8 +210,8 @@ fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr,
     // MTU is taken (the sender's port kept it within its link).
     let mtu = limits::MAX_MTU.bytes();
     match target {
-        UdTarget::Local(t) => deliver_ud(&t, &mut slot, Instant::now(), mtu, msg),
-        UdTarget::Peer(t) => deliver_ud(&t, &mut slot, Instant::now(), mtu, msg),
+        UdTarget::Local(t) => deliver_ud(&t, &mut slot, Instant::now(), mtu, msg, engine.endpoint.counters),
+        UdTarget::Peer(t) => deliver_ud(&t, &mut slot, Instant::now(), mtu, msg, engine.endpoint.counters),
     }
     net.stats.delivered.fetch_add(1, Ordering::Relaxed);
 }

@@ -25,7 +25,7 @@ use rverbs_proto::wire;
 use rverbs_proto::wire::roce::Packet as RocePacket;
 
 use super::respond::Responding;
-use super::deliver::{deliver_recv, deliver_ud, place_message, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
+use super::deliver::{count_delivery, deliver_recv, deliver_ud, place_message, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
 use super::rendezvous::Rendezvous;
 use super::respond::Head;
 use crate::rings::tag_list::TmRecv;
@@ -42,6 +42,7 @@ use crate::rings::recv_ring::RecvWqe;
 use crate::qp::QpInner;
 use crate::transport::grh;
 use crate::rings::wc::Cqe;
+use crate::shm::counters::Counter;
 
 /// The data a request carries, gathered and checked on the requester side.
 enum Gathered<'g, 'a> {
@@ -209,12 +210,14 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &Exp
             t.note_inbound();
             let Some(wr_id) = t.express_recv(&mut fits) else { return false };
             let c = responder.express_send_done(w.psn, wr_id, w.len, solicited);
-            if deliver_recv(t, recv_cqe(t, &c)).is_err() {
+            if deliver_recv(t, recv_cqe(t, &c), qp.pd.endpoint().counters).is_err() {
                 responder.enter_error();
                 return false;
             }
         }
     }
+    // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
+    qp.pd.endpoint().counters.add(Counter::LocalRequests);
     true
 }
 
@@ -319,6 +322,10 @@ fn connected<T: Target>(
         });
     }
     let delivery = responder.handle_request(now, request, &mut at);
+    let counters = qp.pd.endpoint().counters;
+    // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
+    counters.add(Counter::LocalRequests);
+    count_delivery(counters, responder, mode, &delivery);
     // Whether the machine's responses reach the requester: not when nobody answers.
     let mut answered = true;
     if let Some(v) = delivery.violation {
@@ -361,7 +368,7 @@ fn connected<T: Target>(
                 // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
                 // completes in error and the responder enters ERR, but no NAK is sent.
                 let _ = t.complete(cqe);
-            } else if deliver_recv(t, cqe).is_err() {
+            } else if deliver_recv(t, cqe, counters).is_err() {
                 responder.enter_error();
                 answered = false;
             } else if let (Some(TmRecv::Rndv { offload: true, va, rkey, len, .. }), Some(r)) = (tm, at.recv.as_ref()) {
@@ -524,5 +531,7 @@ fn ud_deliver<T: Target>(tx: &Tx<'_>, data: &Gathered<'_, '_>, t: &T, path: &mut
         wqe.opcode().has_imm(),
     );
     let msg = UdMessage { request: tx.request, header: &header, data: data.source(), sl: ud.ah.attr.sl };
-    deliver_ud(t, &mut path.ud, path.epoch, path.engine.active_mtu.get().bytes(), msg);
+    // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
+    path.engine.endpoint.counters.add(Counter::LocalRequests);
+    deliver_ud(t, &mut path.ud, path.epoch, path.engine.active_mtu.get().bytes(), msg, path.engine.endpoint.counters);
 }

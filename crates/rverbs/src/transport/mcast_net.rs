@@ -132,7 +132,8 @@ fn deliver(net: &Net, groups: &Groups, group: &Gid, c: &Checked<'_>) -> bool {
         let msg = UdMessage { request: &request, header: &header, data: Source::Bytes(c.packet.payload()), sl: 0 };
         // As for unicast: no size check on receive (the sender's port kept it within its
         // link).
-        deliver_ud(&LocalTarget::of(t), &mut slot, Instant::now(), limits::MAX_MTU.bytes(), msg);
+        let counters = t.pd.endpoint().counters;
+        deliver_ud(&LocalTarget::of(t), &mut slot, Instant::now(), limits::MAX_MTU.bytes(), msg, counters);
     }
     true
 }

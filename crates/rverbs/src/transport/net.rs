@@ -51,7 +51,7 @@ use rverbs_proto::verbs::{Access, EventType, QpType, WcStatus};
 use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::{Position, Transport};
 
-use super::deliver::{recv_cqe, responder_event, tm_completion};
+use super::deliver::{count_delivery, recv_cqe, responder_event, tm_completion};
 use super::respond::{starts_send, Head, Responding};
 use super::route::{accepts_requests, connected_mode, responder_config};
 use super::route::xrc_target;
@@ -64,6 +64,7 @@ use crate::qp::device::Tx;
 use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 use crate::rings::wc::Cqe;
+use crate::shm::counters::Counter;
 
 /// Packets for one peer, built one by one and sent together (`Net::send_batch`: one
 /// `sendmmsg`, consecutive packets of one size as one GSO train, docs/network.md
@@ -272,6 +273,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
     t.note_inbound();
     let now = Instant::now();
     let mode = connected_mode(want);
+    let counters = qp.pd.endpoint().counters;
     // An XRC request is served by the SRQ its XRCETH names (docs/rocev2-wire.md §1.8),
     // found once per SRQ number the run names in a row.
     let mut xrc_srq: Option<(u32, Option<SplitTarget>)> = None;
@@ -322,6 +324,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                 at.head = Some(Head::of(payload, len, false));
             }
             let d = machine.handle_request(now, &request, &mut at);
+            count_delivery(counters, machine, mode, &d);
             let mut completed = None;
             if d.violation.is_some() || !d.executed {
                 tracing::debug!(
@@ -403,6 +406,9 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                 if served.complete(cqe).is_err() {
                     machine.enter_error();
                     fail = Some(Some(EventType::QpFatal));
+                } else {
+                    // rxe `rdma_recvs` (its responder's `do_complete`, status success).
+                    counters.add(Counter::RdmaRecvs);
                 }
             }
             if fail.is_some() {

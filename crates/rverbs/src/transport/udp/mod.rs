@@ -43,6 +43,7 @@ use rverbs_proto::fault::FaultConfig;
 use rverbs_proto::rc::Responder;
 
 use crate::gid::{Gid, GidEntry};
+use crate::shm::counters::CounterBlock;
 use crate::shm::registry::Registry;
 
 mod faults;
@@ -99,7 +100,9 @@ impl Net {
     /// Binds `address:4791` for the address of each GID of `gids` (loopback and IPv6
     /// link-local excluded), or, where another process owns that port, `address:0` to send
     /// from. `None` when no socket could be bound or `RVERBS_NET=off`.
-    pub(crate) fn open(gids: &[GidEntry]) -> Option<Net> {
+    /// Its sockets count what they send and receive in `counters` (the endpoint's,
+    /// docs/device.md, "Hardware counters").
+    pub(crate) fn open(gids: &[GidEntry], counters: &'static CounterBlock) -> Option<Net> {
         if crate::config::is_off(std::env::var_os("RVERBS_NET").as_deref()) {
             return None;
         }
@@ -121,7 +124,7 @@ impl Net {
                 NetSock::bind(ip, 0, e.gid)
             });
             match sock {
-                Ok(sock) => socks.push(sock.on_link(e.ifindex, trace.clone())),
+                Ok(sock) => socks.push(sock.on_link(e.ifindex, trace.clone(), counters)),
                 Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }

@@ -77,6 +77,8 @@ pub(crate) struct Received<'b> {
     /// What the trace records (`None`: a relay datagram whose header does not decode).
     pub(crate) seen: Option<Seen<'b>>,
     pub(crate) verdict: Result<Checked<'b>, RxDrop>,
+    /// The datagram was a relay from the owner of the port (which received the packet).
+    pub(crate) relayed: bool,
 }
 
 /// The receive checks of one datagram `datagram` from `from` arriving at `rx`, before
@@ -92,7 +94,7 @@ pub(crate) fn check_datagram(rx: RxAddr, from: SocketAddr, datagram: &[u8]) -> R
     let (from, to, bytes, relayed_id) = if relayed {
         match relay::decode(datagram) {
             Some(r) => (r.src, SocketAddr::new(rx.ip, rx.owner_port), r.packet, Some(r.id)),
-            None => return Received { seen: None, verdict: Err(RxDrop::RelayHeader) },
+            None => return Received { seen: None, verdict: Err(RxDrop::RelayHeader), relayed },
         }
     } else {
         (from, SocketAddr::new(rx.ip, rx.port), datagram, None)
@@ -115,7 +117,7 @@ pub(crate) fn check_datagram(rx: RxAddr, from: SocketAddr, datagram: &[u8]) -> R
             },
         },
     };
-    Received { seen, verdict }
+    Received { seen, verdict, relayed }
 }
 
 /// Datagrams one `recvmmsg` takes at most (`NetSock::receive`).

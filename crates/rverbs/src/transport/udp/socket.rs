@@ -26,6 +26,7 @@ use super::rx::{check_datagram, for_each_segment, Checked, RxAddr, RxBatch, RxDr
 use super::trace::Trace;
 use crate::gid::Gid;
 use crate::limits;
+use crate::shm::counters::{Counter, CounterBlock, DETACHED};
 
 /// The most datagrams one GSO train carries (the kernel's `UDP_MAX_SEGMENTS` of 6.1).
 const TRAIN_PACKETS: usize = 64;
@@ -57,6 +58,9 @@ pub(crate) struct NetSock {
     /// Whether batches may go out as GSO trains ([`NetSock::transmit_all`]); cleared for
     /// good the first time the kernel refuses one (a route without checksum offload).
     pub(super) gso: std::sync::atomic::AtomicBool,
+    /// Where the datagrams sent, refused and received are counted (the endpoint's
+    /// counters, docs/device.md, "Hardware counters"; [`DETACHED`] until [`NetSock::on_link`]).
+    pub(super) counters: &'static CounterBlock,
 }
 
 /// The largest IB MTU (bytes) whose packets fit a link of `netdev_mtu` bytes
@@ -118,7 +122,7 @@ impl NetSock {
         // one receive for many packets (`receive` cuts them apart again).
         crate::sys::enable_udp_gro(sock.as_fd());
         let gso = std::sync::atomic::AtomicBool::new(true);
-        Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, link_mtu: 4096, sock, trace: None, gso })
+        Ok(NetSock { ip, port, owner_port: ROCE_PORT, gid, link_mtu: 4096, sock, trace: None, gso, counters: &DETACHED })
     }
 
     /// A socket that receives what is sent to `sock`'s address (a multicast group's,
@@ -127,14 +131,14 @@ impl NetSock {
     pub(super) fn receiver(&self, sock: UdpSocket, gid: Gid) -> std::io::Result<NetSock> {
         let local = sock.local_addr()?;
         let s = NetSock::wrap(sock, local.ip(), gid)?;
-        Ok(NetSock { owner_port: s.port, trace: self.trace.clone(), ..s })
+        Ok(NetSock { owner_port: s.port, trace: self.trace.clone(), counters: self.counters, ..s })
     }
 
     /// This socket (of an address served at start) with the link MTU of interface
-    /// `ifindex` ([`ib_mtu_for_link`]), tracing into `trace`.
-    pub(super) fn on_link(self, ifindex: u32, trace: Option<Arc<Trace>>) -> NetSock {
+    /// `ifindex` ([`ib_mtu_for_link`]), tracing into `trace`, counting into `counters`.
+    pub(super) fn on_link(self, ifindex: u32, trace: Option<Arc<Trace>>, counters: &'static CounterBlock) -> NetSock {
         let link_mtu = ib_mtu_for_link(netdev_mtu(&self.sock, ifindex));
-        NetSock { trace, link_mtu, ..self }
+        NetSock { trace, link_mtu, counters, ..self }
     }
 
     /// Whether this socket owns its address's RoCEv2 port (receives on it, delivers UD
@@ -184,10 +188,14 @@ impl NetSock {
         if let Some(t) = &self.trace {
             t.record(SocketAddr::new(self.ip, self.port), dst, 0, packet);
         }
-        if let Err(err) = self.sock.send_to(packet, dst) {
-            // A datagram transport: a failed send is a lost packet, which the protocol
-            // (RC retries; UD is unreliable) already handles.
-            tracing::debug!(%dst, %err, "RoCEv2 send failed");
+        match self.sock.send_to(packet, dst) {
+            Ok(_) => self.counters.add(Counter::SentPkts),
+            Err(err) => {
+                // A datagram transport: a failed send is a lost packet, which the protocol
+                // (RC retries; UD is unreliable) already handles.
+                self.counters.add(Counter::SendErr);
+                tracing::debug!(%dst, %err, "RoCEv2 send failed");
+            }
         }
     }
 
@@ -241,8 +249,12 @@ impl NetSock {
                 crate::sys::sendmmsg_trains(self.sock.as_fd(), dst, &batch)
             };
             match sent {
-                Ok(0) => break,
+                Ok(0) => {
+                    self.counters.add_n(Counter::SendErr, unsent(&trains[done..]));
+                    break;
+                }
                 Ok(n) => {
+                    self.counters.add_n(Counter::SentPkts, unsent(&trains[done..done + n]));
                     // Into the trace what the kernel took, each with the ID it carries.
                     if let Some(t) = &self.trace {
                         for r in &trains[done..done + n] {
@@ -268,6 +280,7 @@ impl NetSock {
                     // A datagram transport: unsent packets are lost packets, which the
                     // protocol already handles.
                     tracing::debug!(%dst, %err, unsent = trains.len() - done, "RoCEv2 sendmmsg failed");
+                    self.counters.add_n(Counter::SendErr, unsent(&trains[done..]));
                     break;
                 }
             }
@@ -343,7 +356,14 @@ impl NetSock {
             t.record(seen.from, seen.to, seen.id, seen.bytes);
         }
         let counter = match r.verdict {
-            Ok(c) => return Some(c),
+            Ok(c) => {
+                // rxe `rcvd_pkts`: parsed, ICRC checked. A relayed packet was counted by
+                // the owner of the port, which received it from the network.
+                if !r.relayed {
+                    self.counters.add(Counter::RcvdPkts);
+                }
+                return Some(c);
+            }
             Err(RxDrop::RelayHeader) => {
                 tracing::debug!(%from, "relay datagram dropped: malformed");
                 &stats.bad_relay
@@ -370,6 +390,11 @@ impl NetSock {
     pub(crate) fn relay_to(&self, port: u16, src: SocketAddr, id: u16, packet: &[u8]) -> bool {
         relay::send(&self.sock, self.ip, port, src, id, packet)
     }
+}
+
+/// Datagrams in the trains `trains` (ranges of packets).
+fn unsent(trains: &[std::ops::Range<usize>]) -> u64 {
+    trains.iter().map(|r| r.len() as u64).sum()
 }
 
 #[cfg(test)]
@@ -429,6 +454,46 @@ mod tests {
         assert_eq!(got, [b"hello".to_vec(), b"world".to_vec(), b"again".to_vec()]);
         assert_eq!(stats.bad_icrc.load(Ordering::Relaxed), 1);
         assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+    }
+
+    /// docs/device.md, "Hardware counters": every datagram the kernel takes is
+    /// `sent_pkts` (each of a train too), one it refuses `send_err`; a datagram received is
+    /// `rcvd_pkts` once its ICRC checks.
+    #[test]
+    fn datagrams_sent_refused_and_received_are_counted() {
+        let gid = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
+        let (tx_counts, rx_counts): (&'static CounterBlock, &'static CounterBlock) =
+            (Box::leak(Box::new(CounterBlock::zero())), Box::leak(Box::new(CounterBlock::zero())));
+        let rx = NetSock { counters: rx_counts, ..NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap() };
+        let tx = NetSock { counters: tx_counts, ..NetSock::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 0, gid).unwrap() };
+        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), rx.port);
+        tx.send_to(to, &mut ud_packet(b"one"));
+        let mut train: Vec<Vec<u8>> = (0..3).map(|_| ud_packet(b"same size")).collect();
+        tx.transmit_all(to, &mut train);
+        // Corrupted after sealing, sent around the counting socket: received, not counted.
+        let mut bad = ud_packet(b"bad");
+        assert!(tx.seal(to, &mut bad));
+        let n = bad.len();
+        bad[n - 9] ^= 0x10;
+        tx.sock.send_to(&bad, to).unwrap();
+        // Larger than any UDP datagram: the kernel refuses it (EMSGSIZE).
+        let mut huge = vec![0u8; 70_000];
+        tx.send_to(to, &mut huge);
+
+        let stats = NetStats::default();
+        let mut buf = RxBatch::new();
+        let mut got = 0;
+        for _ in 0..1000 {
+            rx.receive_each(&stats, &mut buf, |_, _, _, _| got += 1);
+            if got == 4 && stats.bad_icrc.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(got, 4);
+        let (t, r) = (tx_counts.snapshot(), rx_counts.snapshot());
+        assert_eq!((t.sent_pkts, t.send_err, t.rcvd_pkts), (4, 1, 0));
+        assert_eq!((r.sent_pkts, r.send_err, r.rcvd_pkts), (0, 0, 4));
     }
 
     /// More datagrams than one `recvmmsg` takes (`RX_BATCH`): every good packet is

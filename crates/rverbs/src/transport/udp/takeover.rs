@@ -111,6 +111,6 @@ impl NetSock {
     /// process holds it.
     fn take_over(&self) -> std::io::Result<NetSock> {
         let sock = NetSock::bind(self.ip, self.owner_port, self.gid)?;
-        Ok(NetSock { owner_port: self.owner_port, trace: self.trace.clone(), ..sock })
+        Ok(NetSock { owner_port: self.owner_port, trace: self.trace.clone(), counters: self.counters, ..sock })
     }
 }

@@ -1,0 +1,89 @@
+//! `rverbs stat`: the hardware counters of every live endpoint (process) of the device,
+//! as `rdma statistic show` prints a port's (one line per endpoint, rxe's counter names;
+//! `--json` as `rdma -j statistic show`), read from the counters segments in the runtime
+//! directory (`RVERBS_RUNTIME_DIR`) without opening the device (docs/device.md, "Hardware counters").
+
+use std::fmt::Write as _;
+
+use rverbs::EndpointCounters;
+
+/// The name of process `pid` (`/proc/<pid>/comm`, without its newline); `?` when it
+/// cannot be read (the process exited meanwhile).
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).map_or_else(|_| "?".into(), |s| s.trim_end_matches('\n').to_owned())
+}
+
+/// One endpoint as one line: `link rverbs0/1 ep N pid P comm NAME` and each counter's
+/// name and value.
+fn line(device: &str, e: &EndpointCounters, comm: &str) -> String {
+    let mut s = format!("link {device}/1 ep {} pid {} comm {}", e.ep, e.pid, comm);
+    for (name, value) in e.counters.named() {
+        let _ = write!(s, " {name} {value}");
+    }
+    s
+}
+
+/// `s` as a JSON string (RFC 8259 §7: quote, backslash and control characters escaped).
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Every endpoint as a JSON array of objects, as `rdma -j statistic show` prints ports:
+/// `ifname`, `port`, then `ep`, `pid`, `comm` and the counters.
+fn json(device: &str, all: &[(EndpointCounters, String)]) -> String {
+    let mut s = String::from("[");
+    for (i, (e, comm)) in all.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{{\"ifname\":{},\"port\":1,\"ep\":{},\"pid\":{},\"comm\":{}", json_string(device), e.ep, e.pid, json_string(comm));
+        for (name, value) in e.counters.named() {
+            let _ = write!(s, ",\"{name}\":{value}");
+        }
+        s.push('}');
+    }
+    s.push(']');
+    s
+}
+
+/// Prints the counters of every live endpoint (`json`: as one JSON array). Nothing
+/// (`[]`) when no process has the device open.
+pub fn print(device: &str, as_json: bool) {
+    let all: Vec<(EndpointCounters, String)> = rverbs::host_counters().into_iter().map(|e| (e, comm(e.pid))).collect();
+    if as_json {
+        println!("{}", json(device, &all));
+    } else {
+        for (e, comm) in &all {
+            println!("{}", line(device, e, comm));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_escape_quotes_backslashes_and_controls() {
+        assert_eq!(json_string("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\u000a\\u0001\"");
+        assert_eq!(json_string("rverbs0"), "\"rverbs0\"");
+    }
+
+    #[test]
+    fn no_endpoint_is_an_empty_json_array() {
+        assert_eq!(json("rverbs0", &[]), "[]");
+    }
+}
