@@ -255,6 +255,7 @@ impl Requester {
                 self.complete_front(WcStatus::RetryExcErr, vendor_err::RETRY_EXHAUSTED, None);
                 return false;
             }
+            self.counts.retries += 1; // rxe's completer_retry_err: a retry started
             self.reread_charged = true;
         }
         let e = &mut self.queue[i];

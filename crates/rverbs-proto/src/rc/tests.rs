@@ -349,6 +349,7 @@ fn rc_lost_read_response_is_reread_at_once_from_the_gap_only_once() {
     assert_eq!(p.server.msn(), 1, "a duplicate READ is not a new message");
     assert_all_success(&p, &[id]);
     assert_eq!(p.bufs[&id][..], p.target.mem[..len as usize]);
+    assert_eq!(p.client.take_counts().retries, 1, "the re-read is one retry (completer_retry_err)");
 }
 
 /// docs/rocev2-wire.md §3.4 "READ responses": with four READs in flight, a response lost
