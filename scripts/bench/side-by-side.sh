@@ -38,8 +38,10 @@
 #
 # Environment:
 #   RVERBS_ENV     extra VAR=VALUE words for the rverbs runs, e.g.
-#                  RVERBS_ENV="RVERBS_SHARED_MR=1". Unset: run two configurations,
-#                  default and RVERBS_SHARED_MR=1 (set but empty: default only).
+#                  RVERBS_ENV="RVERBS_SHARED_MR=0". Unset: run two configurations,
+#                  default (shareable registrations: the runtime directory is on /dev/shm)
+#                  and RVERBS_SHARED_MR=0 (caller memory private, reached with
+#                  process_vm_writev) (set but empty: default only).
 #   SBS_TIMEOUT    seconds a perftest / ucx_perftest run may take (default 15)
 #   SBS_MAX_FAILS  failed reps after which a rverbs cell is skipped (default 2; 0 = never)
 #   SBS_DROPIN     use this drop-in directory instead of running scripts/build-dropin.sh
@@ -80,7 +82,7 @@ GRACE=2 # seconds the other side may linger once one side of a pair has exited
 
 # rverbs configurations: words of extra environment, "" = default.
 if [[ -z ${RVERBS_ENV+x} ]]; then
-	CONFIGS=("" "RVERBS_SHARED_MR=1")
+	CONFIGS=("" "RVERBS_SHARED_MR=0")
 else
 	CONFIGS=("$RVERBS_ENV")
 fi
