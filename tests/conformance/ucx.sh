@@ -25,6 +25,9 @@ NAME=ucx.sh
 TIMEOUT=${UCX_TIMEOUT:-30}
 FIRST_PORT=
 # shellcheck source=lib/pairs.bash
+# Not on /dev/shm: the mount namespace below lays an overlay over /dev, which hides the
+# /dev/shm mount (and a runtime directory there) from the programs.
+RVERBS_TEST_TMP=${RVERBS_TEST_TMP:-${TMPDIR:-/tmp}}
 source tests/conformance/lib/pairs.bash
 export UCX_UD_VERBS_ETH_DGID_CHECK=n
 command -v ucx_perftest >/dev/null || { echo "$NAME: ucx_perftest missing (apt-get install ucx-utils)" >&2; exit 2; }

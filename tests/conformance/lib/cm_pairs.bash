@@ -16,7 +16,11 @@
 
 source tests/conformance/lib/cm.bash
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/rverbs-${NAME%.sh}.XXXXXX")
+# On /dev/shm when there is one, as the device's own default runtime directory is: a
+# memory filesystem, where registrations of caller memory are shareable by default
+# (docs/memory.md, "Shareable registrations"); RVERBS_TEST_TMP overrides.
+tmp_base=${RVERBS_TEST_TMP:-$([ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")}
+WORK=$(mktemp -d "$tmp_base/rverbs-${NAME%.sh}.XXXXXX")
 server_pid= client_pid=
 cleanup() {
   local pid
