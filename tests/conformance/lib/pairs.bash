@@ -15,23 +15,7 @@ eph_lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 3276
 next_port=${FIRST_PORT:-$((10000 + RANDOM % ((eph_lo - 11000) / 100) * 100))}
 
 t0=$EPOCHREALTIME
-# On /dev/shm when there is one, as the device's own default runtime directory is: a
-# memory filesystem, where registrations of caller memory are shareable by default
-# (docs/memory.md, "Shareable registrations"); RVERBS_TEST_TMP overrides.
-tmp_base=${RVERBS_TEST_TMP:-$([ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")}
-WORK=$(mktemp -d "$tmp_base/rverbs-${NAME%.sh}.XXXXXX")
-server_pid= client_pid=
-cleanup() {
-  local pid
-  for pid in $client_pid $server_pid; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+source tests/conformance/lib/workdir.bash
 
 dropin=${DROPIN_DIR:-$(scripts/build-dropin.sh)}
 [ -e "$dropin/libibverbs.so.1" ] || { echo "$NAME: no libibverbs.so.1 in $dropin" >&2; exit 2; }
