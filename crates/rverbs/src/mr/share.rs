@@ -154,22 +154,23 @@ pub(crate) fn in_memory(dir: &Path) -> bool {
     rustix::fs::statfs(dir).is_ok_and(|s| matches!(s.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
-/// Whether every page of `[p0, p1)` is private anonymous memory (or pages an earlier
-/// registration of this process moved onto one of `files`), according to
-/// /proc/self/maps.
-fn movable(p0: usize, p1: usize, files: &std::collections::HashSet<String>) -> bool {
-    if !crate::fault::GUARDED {
-        return false; // no handler to hold a store during the move
-    }
+/// One line of /proc/self/maps.
+struct Mapping<'a> {
+    start: usize,
+    end: usize,
+    perms: &'a str,
+    inode: &'a str,
+    /// The path or pseudo-path, " (deleted)" removed; empty for anonymous memory.
+    name: String,
+}
+
+/// Whether the mappings of /proc/self/maps cover `[p0, p1)` without a hole, each of
+/// those that overlap it accepted by `ok`, which is also told whether the mapping starts
+/// right where an inaccessible anonymous one ends (a thread stack lies right above its
+/// guard page, pthread_create(3) with the default guard size).
+fn maps_cover(p0: usize, p1: usize, mut ok: impl FnMut(&Mapping<'_>, bool) -> bool) -> bool {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
-    // This thread's stack: the move makes its range read-only, and the mover's own store
-    // there could not wait for itself.
-    let here = 0u8;
-    let sp = std::ptr::addr_of!(here) as usize;
     let mut covered = p0;
-    // The end of the mapping before, if it is an inaccessible anonymous one: a thread
-    // stack's guard page lies right below the stack (pthread_create(3) with the default
-    // guard size), and a stack must not move (the kernel writes signal frames there).
     let mut guard_end = None;
     for line in maps.lines() {
         let mut f = line.split_whitespace();
@@ -177,29 +178,44 @@ fn movable(p0: usize, p1: usize, files: &std::collections::HashSet<String>) -> b
         else {
             continue;
         };
-        let path = f.collect::<Vec<_>>().join(" ");
         let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) else { continue };
-        let after_guard = guard_end == Some(s);
-        guard_end = (perms == "---p" && inode == "0" && path.is_empty()).then_some(e);
-        if e <= covered || s >= p1 {
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) else { continue };
+        let joined = f.collect::<Vec<_>>().join(" ");
+        let m = Mapping { start, end, perms, inode, name: joined.trim_end_matches(" (deleted)").to_owned() };
+        let after_guard = guard_end == Some(m.start);
+        guard_end = (m.perms == "---p" && m.inode == "0" && m.name.is_empty()).then_some(m.end);
+        if m.end <= covered || m.start >= p1 {
             continue;
         }
-        if s > covered {
-            return false; // a hole
+        if m.start > covered || !ok(&m, after_guard) {
+            return false; // a hole, or a mapping that does not qualify
         }
-        let anonymous = perms == "rw-p" && inode == "0" && (path.is_empty() || path == "[heap]");
-        let moved_before = perms == "rw-s" && files.contains(path.trim_end_matches(" (deleted)"));
-        let stack = (s..e).contains(&sp) || (anonymous && path.is_empty() && after_guard);
-        if !(anonymous || moved_before) || stack {
-            return false;
-        }
-        covered = e;
+        covered = m.end;
         if covered >= p1 {
             return true;
         }
     }
     false
+}
+
+/// Whether every page of `[p0, p1)` is private anonymous memory (or pages an earlier
+/// registration of this process moved onto one of `files`), according to
+/// /proc/self/maps.
+fn movable(p0: usize, p1: usize, files: &std::collections::HashSet<String>) -> bool {
+    if !crate::fault::GUARDED {
+        return false; // no handler to hold a store during the move
+    }
+    // This thread's stack: the move makes its range read-only, and the mover's own store
+    // there could not wait for itself.
+    let here = 0u8;
+    let sp = std::ptr::addr_of!(here) as usize;
+    maps_cover(p0, p1, |m, after_guard| {
+        let anonymous = m.perms == "rw-p" && m.inode == "0" && (m.name.is_empty() || m.name == "[heap]");
+        let moved_before = m.perms == "rw-s" && files.contains(&m.name);
+        // A stack must not move (the kernel writes signal frames there).
+        let stack = (m.start..m.end).contains(&sp) || (anonymous && m.name.is_empty() && after_guard);
+        (anonymous || moved_before) && !stack
+    })
 }
 
 /// Serialises moves (onto a file and back) with each other and with `fork`: the
@@ -239,30 +255,28 @@ fn with_range_held(p0: usize, len: usize, step: impl FnOnce() -> rustix::io::Res
 /// Whether every page of `[p0, p1)` is still this process's shared mapping of `path`
 /// (/proc/self/maps), as [`move_pages`] left it.
 fn still_on(p0: usize, p1: usize, path: &Path) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
     let want = path.display().to_string();
-    let mut covered = p0;
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(_inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            continue;
-        };
-        let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) else { continue };
-        if e <= covered || s >= p1 {
-            continue;
-        }
-        let name = f.collect::<Vec<_>>().join(" ");
-        if s > covered || perms != "rw-s" || name.trim_end_matches(" (deleted)") != want {
-            return false;
-        }
-        covered = e;
-        if covered >= p1 {
-            return true;
-        }
+    maps_cover(p0, p1, |m, _| m.perms == "rw-s" && m.name == want)
+}
+
+/// Replaces the mapping `[p0, p0+len)` with private anonymous pages holding its
+/// contents: a fresh private mapping, the copy, then `mremap` of the copy over the range.
+/// Async-signal-safe (system calls and a leaf copy routine), as the fork child handler
+/// needs; on failure the range is left as it was.
+fn replace_with_private_copy(p0: usize, len: usize) -> rustix::io::Result<()> {
+    // SAFETY: a fresh private anonymous mapping at an address the kernel chooses.
+    let tmp = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)? };
+    // SAFETY: the range is readable (a mapping of this process the callers name), `tmp`
+    // our fresh mapping of the same length.
+    let copied = unsafe { mem::copy(tmp.cast(), p0 as *const u8, len) }.map_err(|_| rustix::io::Errno::FAULT);
+    // SAFETY: moves our private copy over the range, replacing exactly the mapping the
+    // caller names; `tmp` is no longer mapped afterwards.
+    let result = copied.and_then(|()| unsafe { rustix::mm::mremap_fixed(tmp, len, len, MremapFlags::MAYMOVE, p0 as *mut _) }.map(drop));
+    if result.is_err() {
+        // SAFETY: the copy or the move failed, so `tmp` is still our temporary mapping.
+        let _ = unsafe { rustix::mm::munmap(tmp, len) };
     }
-    false
+    result
 }
 
 /// Copies the pages `[p0, p0+len)` into a new file at `path` and maps the file over them.
@@ -315,23 +329,10 @@ fn unmove_pages(p0: usize, len: usize, path: &Path) -> rustix::io::Result<()> {
         forget();
         return Ok(());
     }
-    // SAFETY: a fresh private anonymous mapping at an address the kernel chooses.
-    let tmp = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)? };
     let _one = moves();
-    let result = with_range_held(p0, len, || {
-        // SAFETY: the range is our mapping of the file (readable), `tmp` our fresh one.
-        unsafe { mem::copy(tmp.cast(), p0 as *const u8, len) }.map_err(|_| rustix::io::Errno::FAULT)?;
-        // SAFETY: moves our private copy over the range, replacing exactly the file
-        // mapping this process made there; `tmp` is no longer mapped afterwards.
-        unsafe { rustix::mm::mremap_fixed(tmp, len, len, MremapFlags::MAYMOVE, p0 as *mut _)? };
-        Ok(())
-    });
-    match result {
-        Ok(()) => forget(),
-        // SAFETY: the copy failed, so `tmp` is still our temporary mapping.
-        Err(_) => unsafe {
-            let _ = rustix::mm::munmap(tmp, len);
-        },
+    let result = with_range_held(p0, len, || replace_with_private_copy(p0, len));
+    if result.is_ok() {
+        forget();
     }
     result
 }
@@ -360,21 +361,8 @@ fn guard_forks() {
             if p0 == 0 {
                 continue;
             }
-            // SAFETY: mmap, the guarded copy and mremap are system calls and a leaf
-            // routine (async-signal-safe, as a fork child handler needs); the range is a
-            // mapping of the file this process made, the copy a fresh private one moved
-            // over exactly that range.
-            unsafe {
-                let Ok(tmp) = rustix::mm::mmap_anonymous(std::ptr::null_mut(), n, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)
-                else {
-                    continue;
-                };
-                if mem::copy(tmp.cast(), p0 as *const u8, n).is_err()
-                    || rustix::mm::mremap_fixed(tmp, n, n, MremapFlags::MAYMOVE, p0 as *mut _).is_err()
-                {
-                    let _ = rustix::mm::munmap(tmp, n);
-                    continue;
-                }
+            if replace_with_private_copy(p0, n).is_err() {
+                continue;
             }
             start.store(0, Ordering::Relaxed);
         }
