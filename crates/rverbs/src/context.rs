@@ -115,7 +115,7 @@ impl Context {
     /// first opened the device (a forked child that uses the device has its own), under
     /// rxe's names (`/sys/class/infiniband/<dev>/ports/1/hw_counters/`, `rdma statistic
     /// show`). Other processes read them with [`crate::host_counters`] (`rverbs stat`).
-    pub fn counters(&self) -> crate::Counters {
+    pub fn counters(&self) -> crate::shm::counters::Counters {
         self.inner.endpoint.counters.snapshot()
     }
 

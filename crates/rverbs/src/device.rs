@@ -318,12 +318,12 @@ pub(crate) fn device() -> &'static DeviceInner {
 /// [`crate::Context::counters`]). An endpoint still starting, or gone while it was read,
 /// is left out (as is one whose counters cannot be read: a process of a version
 /// without them); a runtime directory that cannot be read lists nothing.
-pub fn host_counters() -> Vec<crate::EndpointCounters> {
+pub fn host_counters() -> Vec<crate::shm::counters::EndpointCounters> {
     let root = crate::shm::runtime_dir();
     let mut out = Vec::new();
     for (ep, pid) in crate::shm::registry::live_endpoints(&root) {
         match crate::shm::counters::read(&crate::shm::registry::ep_dir(&root, ep)) {
-            Ok(counters) => out.push(crate::EndpointCounters { ep, pid, counters }),
+            Ok(counters) => out.push(crate::shm::counters::EndpointCounters { ep, pid, counters }),
             // Starting, gone meanwhile, or of a version without counters.
             Err(_) => continue,
         }

@@ -567,8 +567,8 @@ impl ParentDomain {
     /// `EINVAL` when it answers a buffer not aligned as asked (given back at once), or
     /// the parent domain was deallocated.
     ///
-    /// [`QueueBuffer::SEND_QUEUE`]: crate::QueueBuffer::SEND_QUEUE
-    /// [`QueueBuffer::ALIGNMENT`]: crate::QueueBuffer::ALIGNMENT
+    /// [`QueueBuffer::SEND_QUEUE`]: crate::qp::sq::mem::QueueBuffer::SEND_QUEUE
+    /// [`QueueBuffer::ALIGNMENT`]: crate::qp::sq::mem::QueueBuffer::ALIGNMENT
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
         domain_hold(&self.inner.users, "parent domain")?;
         let hold = ParentHold { hold: Box::new(ParentUse(self.clone())), alloc: self.inner.alloc.clone() };
