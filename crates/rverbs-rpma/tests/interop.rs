@@ -763,15 +763,31 @@ fn c_server_rust_client(mode: &'static str) {
 /// A Rust server and C clients.
 fn rust_server_c_client(mode: &'static str) {
     c_peer();
-    let outs = bounded(60, move || {
+    let outs = bounded(90, move || {
         let (tx, rx) = std::sync::mpsc::channel();
         let start = move |port| tx.send(start_c_clients(mode, port, true)).unwrap();
-        match mode {
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match mode {
             "srq" => rust_server_srq(start),
             "multi" => rust_server_multi(start),
             _ => rust_server(mode, start),
+        }));
+        // The server's resources are gone once it returned or unwound: the clients end
+        // (each within its `timeout`), and their outputs say what they saw.
+        let outs = rx.recv().map(|clients| clients.join().unwrap()).unwrap_or_default();
+        if let Err(p) = served {
+            let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            let mut seen = String::new();
+            for (i, out) in outs.iter().enumerate() {
+                seen += &format!(
+                    "--- C client {i} ({}):\n{}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            panic!("the Rust server of {mode} failed: {}\n{seen}", why.unwrap_or_default());
         }
-        rx.recv().unwrap().join().unwrap()
+        outs
     });
     assert_eq!(outs.len(), clients(mode));
     for out in &outs {
