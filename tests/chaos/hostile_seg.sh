@@ -23,9 +23,10 @@
 # Each victim runs under `timeout -s KILL`; the scribbler (tests/chaos/scribbler.py,
 # seeded) runs CHAOS_ROUNDS rounds spread over the traffic. Then, while the victims still
 # run, each one's progress thread is sampled for a second: busy more than half of it is
-# a spin. Failures (exit 1): a victim killed by a signal or printing a crash (SIGBUS,
+# a spin, and `rverbs stat` reads every endpoint's counters segment (scribbled, truncated
+# and deleted in a): it may leave an endpoint out, never crash or hang. Failures (exit 1): a victim killed by a signal or printing a crash (SIGBUS,
 # SIGSEGV, abort, a Rust panic in any thread), a victim killed by the timeout (a hang:
-# the last attack before it is printed), a spinning progress thread, a canary page
+# the last attack before it is printed), a spinning progress thread, `rverbs stat` crashing or hanging, a canary page
 # changed, "bc" not ok on both ends, a setup failure.
 #
 # As root, also checks that another user cannot reach anything: the runtime directory
@@ -71,6 +72,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 gcc -O2 -Wall -Wextra -Werror -o "$work/victim" tests/chaos/victim.c -libverbs || exit 1
+# `rverbs stat`, the reader of every endpoint's counters segment (attacked in a).
+cargo build -q --release -p rverbs-cli >&2 || exit 1
+target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+STAT=${target:-target}/release/rverbs
 export LD_LIBRARY_PATH=$DROPIN
 # Stalls: 4 s on "ab"; 10 s on "bc", whose ends share a process (b) with "ab", where a
 # verb on an attacked object may block b's only thread up to the bounds of
@@ -134,6 +139,17 @@ epoch() {
 		"$(awk "BEGIN { print $SECONDS_PER_EPOCH * 0.8 }")" "$x/attacks.log" ||
 		fail "epoch $e: the scribbler itself failed (seed $seed)"
 	find "$rt" >"$x/runtime-dir.after" 2>&1
+	# The counters of every endpoint, read from the attacked directory as `rverbs stat`
+	# reads them: an error or an endpoint left out is fine, a crash or a hang is not.
+	RVERBS_RUNTIME_DIR=$rt timeout -s KILL 10 "$STAT" stat --json >"$x/stat.out" 2>"$x/stat.err"
+	local src=$?
+	if [ $src = 137 ]; then
+		hangs=$((hangs + 1))
+		fail "epoch $e: rverbs stat hung; last attack: $(last_attack "$x/attacks.log")"
+	elif [ $src -gt 128 ] || grep -Eqi 'bus error|segmentation fault|panicked' "$x/stat.err"; then
+		crashes=$((crashes + 1))
+		fail "epoch $e: rverbs stat crashed (status $src): $(head -2 "$x/stat.err" | tr '\n' ' ')"
+	fi
 	# Spin check: each victim's progress thread, for a second, while the victims still
 	# run (their own threads busy-poll by design; the progress thread sleeps when idle).
 	local v n child

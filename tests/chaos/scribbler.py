@@ -60,9 +60,9 @@ HDR_FIELDS = {"magic": (0, 8), "pid": (8, 8), "canary_addr": (16, 8), "canary": 
               "cma_off": (32, 8), "port_tag": (64 + 24, 8), "port_addr": (64, 8)}
 
 KINDS = ["bytes", "cq_idx", "cq_seq", "cq_shm", "rq_idx", "rq_lock", "rq_slot", "qp_rec",
-         "key_rec", "key_busy", "cq_rec", "hdr", "fifo", "truncate", "delete"]
+         "key_rec", "key_busy", "cq_rec", "hdr", "fifo", "truncate", "delete", "counters"]
 # Destructive kinds end a connection for good: rarer, so that most rounds meet live state.
-WEIGHTS = {"truncate": 0.35, "delete": 0.35, "hdr": 0.5}
+WEIGHTS = {"truncate": 0.35, "delete": 0.35, "hdr": 0.5, "counters": 0.5}
 
 
 class Victim:
@@ -148,7 +148,7 @@ def attack(kind, v, rng):
     d = v.dir
     pick = lambda pat: (lambda c: os.path.join(d, rng.choice(c)) if c else None)(v.candidates(pat))
     if kind == "bytes":
-        p = pick(r"(cq|rq|srq)-" if not v.whole else r"(cq|rq|srq|hdr|px)-?")
+        p = pick(r"(cq|rq|srq)-" if not v.whole else r"(cq|rq|srq|hdr|px|counters)-?")
         if p is None:
             return None
         return f"{os.path.basename(p)} {scribble_bytes(p, rng)}"
@@ -295,8 +295,20 @@ def attack(kind, v, rng):
         finally:
             os.close(fd)
         return f"{name} {how} {len(data)} bytes"
+    if kind == "counters":
+        # shm/counters.rs: the magic word, then one word per counter; written by its
+        # owner, read by `rverbs stat` (hostile_seg.sh runs it after the rounds).
+        p = pick(r"counters$")
+        if p is None:
+            return None
+        how = rng.choice(["scribble", "short", "empty"])
+        if how == "scribble":
+            return f"counters {scribble_bytes(p, rng)}"
+        size = 0 if how == "empty" else rng.choice([4, 8, 64])
+        os.truncate(p, size)
+        return f"counters truncated to {size}"
     if kind == "truncate":
-        p = pick(r"(cq|rq|srq|mr|tables|hdr|px)")
+        p = pick(r"(cq|rq|srq|mr|tables|hdr|px|counters)")
         if p is None:
             return None
         size = rng.choice([0, PAGE])
@@ -306,7 +318,7 @@ def attack(kind, v, rng):
             return f"{os.path.basename(p)} truncate failed ({e.errno})"
         return f"{os.path.basename(p)} to {size}"
     if kind == "delete":
-        p = pick(r"(cq|rq|srq|mr|tables|hdr|px|bell|ch-|async-)")
+        p = pick(r"(cq|rq|srq|mr|tables|hdr|px|counters|bell|ch-|async-)")
         if p is None:
             return None
         try:
