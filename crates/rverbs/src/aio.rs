@@ -1,5 +1,6 @@
 //! Completions and asynchronous events as futures and streams, on tokio's reactor
-//! (feature `tokio`).
+//! (feature `tokio`) or on async-io's (feature `async-io`), which wakes the tasks of any
+//! executor: smol, `futures::executor`, or a hand-written `block_on`.
 //!
 //! A completion channel's fd and a context's `async_fd` are real fds, readable while an
 //! event is queued (ibv_get_cq_event(3), ibv_get_async_event(3)), so an async program
@@ -24,9 +25,14 @@
 //! an arming whose completion an earlier poll already returned) clears the readiness and
 //! waits again.
 //!
+//! **Which reactor.** A type created inside a tokio runtime with I/O enabled registers
+//! its fd with that runtime (`tokio::io::unix::AsyncFd`). Elsewhere, with the feature
+//! `async-io`, it registers with async-io's reactor (`async_io::Async`), whose thread
+//! wakes whatever executor polls the future; with `tokio` alone, creating one outside a
+//! runtime is an error.
+//!
 //! The fds are made non-blocking, so the blocking `get_cq_event` / `get_async_event` of
-//! the same channel or context return `Error::WouldBlock` afterwards. The types must be
-//! created inside a tokio runtime with I/O enabled (`tokio::io::unix::AsyncFd`).
+//! the same channel or context return `Error::WouldBlock` afterwards.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -34,8 +40,8 @@ use std::pin::Pin;
 use std::task::{ready, Context as TaskContext, Poll};
 
 use futures_core::Stream;
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
+#[cfg(feature = "tokio")]
+use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::cq::channel::{CompChannel, CqEvent};
 use crate::cq::Cq;
@@ -64,7 +70,7 @@ unsafe impl StableFd for CompChannel {}
 #[allow(unsafe_code)]
 unsafe impl StableFd for Context {}
 
-/// The object as tokio wants it (`AsRawFd`).
+/// The object as the reactors want it (tokio: `AsRawFd`; async-io: `AsFd`).
 #[derive(Debug)]
 struct Watched<T>(T);
 
@@ -74,45 +80,98 @@ impl<T: AsFd> AsRawFd for Watched<T> {
     }
 }
 
+impl<T: AsFd> AsFd for Watched<T> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// The reactor an [`AsyncSource`] is registered with (module doc, "Which reactor").
+#[derive(Debug)]
+enum Registered<T: StableFd> {
+    #[cfg(feature = "tokio")]
+    Tokio(AsyncFd<Watched<T>>),
+    #[cfg(feature = "async-io")]
+    AsyncIo(async_io::Async<Watched<T>>),
+}
+
 /// An object whose fd is readable while it holds something to read (a completion
-/// channel, a context's async events, an rdma_cm event channel), registered with tokio's
-/// reactor: the building block of the async types here and in `rverbs-cm`.
+/// channel, a context's async events, an rdma_cm event channel), registered with a
+/// reactor (module doc, "Which reactor"): the building block of the async types here and
+/// in `rverbs-cm`.
 #[derive(Debug)]
 pub struct AsyncSource<T: StableFd> {
-    fd: AsyncFd<Watched<T>>,
+    fd: Registered<T>,
 }
 
 impl<T: StableFd> AsyncSource<T> {
-    /// Makes `inner`'s fd non-blocking and registers it with the current tokio runtime
-    /// for reading.
+    /// Makes `inner`'s fd non-blocking and registers it for reading: with the current
+    /// tokio runtime if there is one (feature `tokio`), else with async-io's reactor
+    /// (feature `async-io`).
     ///
-    /// Errors: `Os` if there is no runtime with I/O enabled, or registering fails.
-    #[allow(unsafe_code)]
+    /// Errors: `Os` if registering fails, or (without the feature `async-io`) if there is
+    /// no tokio runtime with I/O enabled.
     pub fn new(inner: T) -> io::Result<AsyncSource<T>> {
-        // Without a runtime tokio would panic; say so instead.
-        tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        #[cfg(all(feature = "tokio", feature = "async-io"))]
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Self::on_tokio(inner);
+        }
+        #[cfg(all(feature = "tokio", not(feature = "async-io")))]
+        {
+            // Without a runtime tokio would panic; say so instead.
+            tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+            Self::on_tokio(inner)
+        }
+        #[cfg(feature = "async-io")]
+        {
+            // async_io::Async::new makes the fd non-blocking; it deregisters the fd before
+            // dropping `inner` (`StableFd` keeps the fd the same meanwhile).
+            Ok(AsyncSource { fd: Registered::AsyncIo(async_io::Async::new(Watched(inner))?) })
+        }
+    }
+
+    #[cfg(feature = "tokio")]
+    #[allow(unsafe_code)]
+    fn on_tokio(inner: T) -> io::Result<AsyncSource<T>> {
         rustix::io::ioctl_fionbio(inner.as_fd(), true)?;
         // SAFETY: `StableFd`: the fd stays the same open descriptor while `inner`
         // lives, and the `AsyncFd` owns `inner`.
         let fd = unsafe { AsyncFd::register_with_interest(Watched(inner), Interest::READABLE) };
-        Ok(AsyncSource { fd: fd.map_err(io::Error::from)? })
+        Ok(AsyncSource { fd: Registered::Tokio(fd.map_err(io::Error::from)?) })
     }
 
     /// The object.
     pub fn get_ref(&self) -> &T {
-        &self.fd.get_ref().0
+        match &self.fd {
+            #[cfg(feature = "tokio")]
+            Registered::Tokio(fd) => &fd.get_ref().0,
+            #[cfg(feature = "async-io")]
+            Registered::AsyncIo(fd) => &fd.get_ref().0,
+        }
     }
 
     /// Once the fd is readable, reads with `read`, which returns `None` when there was
     /// nothing after all (the fd's readiness is then cleared and the wait goes on): so
     /// `Pending`, or `Ready` with what `read` found, never an empty wake-up.
     pub fn poll_read_with<R>(&self, cx: &mut TaskContext<'_>, mut read: impl FnMut(&T) -> Option<R>) -> Poll<io::Result<R>> {
-        loop {
-            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
-            match guard.try_io(|fd| read(&fd.get_ref().0).ok_or_else(|| io::ErrorKind::WouldBlock.into())) {
-                Ok(r) => return Poll::Ready(r),
-                Err(_would_block) => continue,
-            }
+        match &self.fd {
+            #[cfg(feature = "tokio")]
+            Registered::Tokio(fd) => loop {
+                let mut guard = ready!(fd.poll_read_ready(cx))?;
+                match guard.try_io(|fd| read(&fd.get_ref().0).ok_or_else(|| io::ErrorKind::WouldBlock.into())) {
+                    Ok(r) => return Poll::Ready(r),
+                    Err(_would_block) => continue,
+                }
+            },
+            // async-io reports a readiness once per event of its reactor: after a read
+            // that found nothing, the next poll_readable waits for a new one.
+            #[cfg(feature = "async-io")]
+            Registered::AsyncIo(fd) => loop {
+                ready!(fd.poll_readable(cx))?;
+                if let Some(r) = read(&fd.get_ref().0) {
+                    return Poll::Ready(Ok(r));
+                }
+            },
         }
     }
 }
@@ -136,9 +195,10 @@ pub struct AsyncChannel {
 }
 
 impl AsyncChannel {
-    /// Registers `channel` with the current tokio runtime and makes its fd non-blocking.
+    /// Registers `channel` with a reactor ([`AsyncSource::new`]) and makes its fd
+    /// non-blocking.
     ///
-    /// Errors: `Os` if there is no runtime with I/O enabled, or registering fails.
+    /// Errors: those of [`AsyncSource::new`].
     pub fn new(channel: CompChannel) -> Result<AsyncChannel> {
         Ok(AsyncChannel { fd: AsyncSource::new(channel)? })
     }
@@ -174,8 +234,8 @@ pub struct AsyncCq {
 }
 
 impl AsyncCq {
-    /// The CQ `cq`, whose completion channel is `channel`, registered with the current
-    /// tokio runtime.
+    /// The CQ `cq`, whose completion channel is `channel`, registered with a reactor
+    /// ([`AsyncSource::new`]).
     ///
     /// Errors: `Invalid` if `cq` does not report to `channel`, or other CQs do;
     /// those of [`AsyncChannel::new`].
@@ -256,8 +316,8 @@ pub struct AsyncEvents {
 }
 
 impl AsyncEvents {
-    /// The events of `ctx`, registered with the current tokio runtime (its `async_fd`
-    /// becomes non-blocking).
+    /// The events of `ctx`, registered with a reactor ([`AsyncSource::new`]; its
+    /// `async_fd` becomes non-blocking).
     ///
     /// Errors: those of [`AsyncChannel::new`].
     pub fn new(ctx: Context) -> Result<AsyncEvents> {

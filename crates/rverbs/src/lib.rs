@@ -56,8 +56,8 @@
 //! - [`owned`]: registered `Vec`s, boxed slices and `BytesMut`s given back at
 //!   deregistration, and work requests that lease them until their completion, so that
 //!   zero copy needs no `unsafe`;
-//! - `aio` (feature `tokio`): completions and asynchronous events as futures and
-//!   streams on tokio's reactor, cancellation-safe;
+//! - `aio` (feature `tokio`, or `async-io` for any executor): completions and
+//!   asynchronous events as futures and streams, cancellation-safe;
 //! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
 //!   manager (`rverbs-cm`) need of the device beyond the verbs API; not for applications.
 //!
@@ -67,7 +67,7 @@
 #![warn(missing_docs)]
 
 mod ah;
-#[cfg(feature = "tokio")]
+#[cfg(any(feature = "tokio", feature = "async-io"))]
 pub mod aio;
 pub mod clock;
 mod config;

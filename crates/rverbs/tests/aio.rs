@@ -15,24 +15,6 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap()
 }
 
-/// A connected RC pair whose receiver `b` completes to a CQ on its own channel.
-fn pair_ch() -> (Side, Side, CompChannel) {
-    let a = side(QpType::Rc);
-    let b = side(QpType::Rc);
-    let ch = b.ctx.create_comp_channel().unwrap();
-    let cq = b.ctx.create_cq(&CqInit::new(64).channel(&ch)).unwrap();
-    let qp = b.pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
-    let b = Side { cq, qp, ..b };
-    connect(&a, &b, &PATH);
-    (a, b, ch)
-}
-
-fn send(a: &Side, b: &Side, wr_id: u64) {
-    post_recv(b, wr_id, 0, 64);
-    let sge = [a.mr.sge(0, 8).unwrap()];
-    a.qp.post_send(&[SendWr::send(wr_id, &sge)]).unwrap();
-}
-
 /// Polls `fut` once with a waker that does nothing.
 fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
     fut.poll(&mut TaskContext::from_waker(Waker::noop()))
@@ -46,7 +28,7 @@ async fn bounded<T>(fut: impl Future<Output = T>) -> T {
 
 #[test]
 fn a_completion_posted_by_another_thread_wakes_the_awaiting_task() {
-    let (a, b, ch) = pair_ch();
+    let (a, b, ch) = pair_on_channel();
     let rt = runtime();
     rt.block_on(async {
         let mut cq = AsyncCq::new(b.cq.clone(), ch).unwrap();
@@ -54,7 +36,7 @@ fn a_completion_posted_by_another_thread_wakes_the_awaiting_task() {
         let mut wait = pin!(cq.next_completion());
         assert!(poll_once(wait.as_mut()).is_pending());
         let sender = std::thread::spawn(move || {
-            send(&a, &b, 7);
+            send_one(&a, &b, 7);
             (a, b)
         });
         let wc = bounded(wait).await.unwrap();
@@ -66,10 +48,10 @@ fn a_completion_posted_by_another_thread_wakes_the_awaiting_task() {
 
 #[test]
 fn completions_already_queued_are_returned_without_waiting_for_an_event() {
-    let (a, b, ch) = pair_ch();
+    let (a, b, ch) = pair_on_channel();
     // Queued before the CQ was ever armed: no event will come for them.
     for i in 1..=3 {
-        send(&a, &b, i);
+        send_one(&a, &b, i);
     }
     let rt = runtime();
     rt.block_on(async {
@@ -87,7 +69,7 @@ fn completions_already_queued_are_returned_without_waiting_for_an_event() {
 
 #[test]
 fn a_dropped_future_loses_no_completion_and_leaves_the_cq_armed() {
-    let (a, b, ch) = pair_ch();
+    let (a, b, ch) = pair_on_channel();
     let rt = runtime();
     rt.block_on(async {
         let mut cq = AsyncCq::new(b.cq.clone(), ch.clone()).unwrap();
@@ -97,14 +79,14 @@ fn a_dropped_future_loses_no_completion_and_leaves_the_cq_armed() {
             assert!(poll_once(fut.as_mut()).is_pending());
         }
         // The completion arrives with no future alive; the arming fires its event.
-        send(&a, &b, 11);
+        send_one(&a, &b, 11);
         // A new future returns it.
         let wc = bounded(cq.next_completion()).await.unwrap();
         assert_eq!(wc.wr_id(), 11);
         // The next one: the spent event is acknowledged, the CQ re-armed, nothing more.
         let mut fut = pin!(cq.next_completion());
         assert!(poll_once(fut.as_mut()).is_pending());
-        send(&a, &b, 12);
+        send_one(&a, &b, 12);
         assert_eq!(bounded(fut).await.unwrap().wr_id(), 12);
     });
     // Every event obtained was acknowledged: the CQ can be destroyed without waiting.
@@ -114,7 +96,7 @@ fn a_dropped_future_loses_no_completion_and_leaves_the_cq_armed() {
 
 #[test]
 fn a_wakeup_whose_event_finds_the_cq_empty_does_not_surface() {
-    let (a, b, ch) = pair_ch();
+    let (a, b, ch) = pair_on_channel();
     let rt = runtime();
     rt.block_on(async {
         let mut cq = AsyncCq::new(b.cq.clone(), ch).unwrap();
@@ -122,25 +104,25 @@ fn a_wakeup_whose_event_finds_the_cq_empty_does_not_surface() {
         assert!(poll_once(fut.as_mut()).is_pending());
         // The completion fires the arming; a plain poll takes it behind the async CQ's
         // back, so the event it will read names an empty CQ.
-        send(&a, &b, 21);
+        send_one(&a, &b, 21);
         assert_eq!(poll_one(&b.cq).wr_id(), 21);
         // The future reads the event, finds nothing, re-arms and waits again: Pending,
         // not an empty result.
         assert!(poll_once(fut.as_mut()).is_pending());
-        send(&a, &b, 22);
+        send_one(&a, &b, 22);
         assert_eq!(bounded(fut).await.unwrap().wr_id(), 22);
     });
 }
 
 #[test]
 fn the_cq_is_a_stream_of_work_completions() {
-    let (a, b, ch) = pair_ch();
+    let (a, b, ch) = pair_on_channel();
     let rt = runtime();
     rt.block_on(async {
         let mut cq = AsyncCq::new(b.cq.clone(), ch).unwrap();
         let sender = std::thread::spawn(move || {
             for i in 0..16 {
-                send(&a, &b, 100 + i);
+                send_one(&a, &b, 100 + i);
             }
             (a, b)
         });
@@ -198,7 +180,7 @@ fn a_shared_channel_yields_the_event_of_each_cq() {
         cq2.req_notify(false).unwrap();
         let mut fut = pin!(chan.event());
         assert!(poll_once(fut.as_mut()).is_pending(), "nothing completed yet");
-        send(&a, &b, 5);
+        send_one(&a, &b, 5);
         let ev = bounded(fut).await.unwrap();
         assert_eq!(ev.cq_context(), 1, "the receive completed to cq1");
         drop(ev);

@@ -46,7 +46,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::deliver", "transport::link", "transport::respond", "transport::rendezvous", "transport::route", "transport::target", "transport::udp", "transport::udp::faults", "transport::udp::group", "transport::udp::relay", "transport::udp::rx", "transport::udp::socket", "transport::udp::takeover", "transport::udp::trace", "transport::dispatch", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
     // `fuzzing` only), which reaches into every layer below; and completions and events
-    // awaited on tokio's reactor (`aio`, feature `tokio`), over a context's objects;
+    // awaited on a reactor (`aio`, feature `tokio` or `async-io`), over a context's objects;
     // owned buffers and the leases of the requests posted from them (`owned`).
     ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr", "owned", "owned::buf", "owned::region", "owned::lease"]),
 ];
@@ -592,7 +592,7 @@ const PUBLIC_MODULES: &[(&str, &str)] = &[
     ("clock", "the device clock of completion timestamps (ibv_create_cq_ex(3), ibv_query_rt_values_ex(3))"),
     ("sanitize", "the verbs sanitizer's switch and its findings as values (docs/sanitizer.md): re-exported from the private `sanitizer`, whose hooks the verbs call"),
     ("capi_support", "what rverbs-capi and rverbs-cm need beyond the verbs API: the one, documented public path to those internals"),
-    ("aio", "completions and asynchronous events as futures and streams on tokio's reactor (feature `tokio`)"),
+    ("aio", "completions and asynchronous events as futures and streams on tokio's reactor (feature `tokio`) or async-io's (feature `async-io`)"),
     ("typed", "queue pairs with the transport in the type and work requests by opcode family (compile-time checks of ibv_post_send(3)'s rules)"),
     ("owned", "registered buffers the region owns and gives back, and the leases of the work requests posted from them (zero copy without unsafe; docs/rust-api.md, Owned buffers)"),
     ("fuzzing", "the fuzz harnesses' entry into private code: feature `fuzzing` only, hidden from the documentation"),

@@ -209,3 +209,23 @@ pub fn overlaps_a_mapping(p: *mut u8, len: usize) -> bool {
     })
 }
 
+
+/// A connected RC pair whose receiver `b` completes to a CQ on its own channel (the
+/// async tests).
+pub fn pair_on_channel() -> (Side, Side, CompChannel) {
+    let a = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    let ch = b.ctx.create_comp_channel().unwrap();
+    let cq = b.ctx.create_cq(&CqInit::new(64).channel(&ch)).unwrap();
+    let qp = b.pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    let b = Side { cq, qp, ..b };
+    connect(&a, &b, &PATH);
+    (a, b, ch)
+}
+
+/// One 8-byte SEND from `a` into a receive `b` posts first, both with `wr_id`.
+pub fn send_one(a: &Side, b: &Side, wr_id: u64) {
+    post_recv(b, wr_id, 0, 64);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(wr_id, &sge)]).unwrap();
+}
