@@ -1,4 +1,5 @@
-//! The connection manager awaited on tokio's reactor (feature `tokio`): the events of a
+//! The connection manager awaited on tokio's reactor (feature `tokio`) or on async-io's,
+//! for any executor (feature `async-io`; which one as in `rverbs::aio`): the events of a
 //! channel as a stream, and listening, accepting and connecting as `async fn`s.
 //!
 //! An event channel's fd is readable exactly while an event is queued
@@ -40,9 +41,9 @@ pub struct AsyncEventChannel {
 }
 
 impl AsyncEventChannel {
-    /// Registers `ch` with the current tokio runtime (its fd becomes non-blocking).
+    /// Registers `ch` with a reactor ([`AsyncSource::new`]; its fd becomes non-blocking).
     ///
-    /// Errors: `Os` if there is no runtime with I/O enabled, or registering fails.
+    /// Errors: those of [`AsyncSource::new`].
     pub fn new(ch: EventChannel) -> Result<AsyncEventChannel> {
         Ok(AsyncEventChannel { src: AsyncSource::new(ch)? })
     }
@@ -91,7 +92,7 @@ pub struct AsyncListener {
 
 impl AsyncListener {
     /// Binds `addr` (port 0: an ephemeral port) in the TCP port space and listens
-    /// (rdma_bind_addr(3), rdma_listen(3)), registered with the current tokio runtime.
+    /// (rdma_bind_addr(3), rdma_listen(3)), registered with a reactor ([`AsyncSource::new`]).
     pub fn bind(addr: SocketAddr, backlog: i32) -> Result<AsyncListener> {
         let listener = Listener::bind(addr, backlog)?;
         let events = AsyncEventChannel::new(listener.channel().clone())?;

@@ -87,7 +87,7 @@ impl Listener {
     }
 
     /// The listener's channel (the async listener watches it).
-    #[cfg(feature = "tokio")]
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
     pub(crate) fn channel(&self) -> &EventChannel {
         &self.ch
     }
@@ -259,13 +259,13 @@ impl Connection {
     }
 
     /// The connection's channel and id (the async connection waits on them).
-    #[cfg(feature = "tokio")]
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
     pub(crate) fn parts(&self) -> (&EventChannel, &CmId) {
         (&self.ch, &self.id)
     }
 
     /// Keeps the server's private data of ESTABLISHED.
-    #[cfg(feature = "tokio")]
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
     pub(crate) fn set_peer_data(&mut self, data: Vec<u8>) {
         self.peer_data = data;
     }

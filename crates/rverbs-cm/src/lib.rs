@@ -17,8 +17,8 @@
 //! - [`Listener`], [`connect`], [`Connection`]: the RAII way, every wait bounded;
 //!   `examples/echo.rs` is a whole server and client with it (`cargo run -p rverbs-cm
 //!   --example echo`, run by `cargo test` too).
-//! - `aio` (feature `tokio`): the same awaited on tokio's reactor (`AsyncListener`,
-//!   `aio::connect`, `AsyncConnection`, a `Stream` of events); `examples/async_echo.rs`
+//! - `aio` (feature `tokio`, or `async-io` for any executor): the same awaited
+//!   (`AsyncListener`, `aio::connect`, `AsyncConnection`, a `Stream` of events); `examples/async_echo.rs`
 //!   serves 64 connections from one thread. `stream` (feature `tokio`): `RdmaStream`,
 //!   tokio's `AsyncRead` + `AsyncWrite` over an RC connection (SEND/RECV with credits).
 //!
@@ -36,7 +36,7 @@
 #![warn(missing_docs)]
 
 pub mod addr;
-#[cfg(feature = "tokio")]
+#[cfg(any(feature = "tokio", feature = "async-io"))]
 pub mod aio;
 #[cfg(feature = "tokio")]
 pub mod stream;

@@ -1,0 +1,84 @@
+//! `rverbs_cm::aio` without tokio (feature `async-io`): listening, accepting, connecting
+//! and the disconnection awaited on async-io's reactor, each side driven by a minimal
+//! `block_on` on a thread of its own (an executor that only parks its thread until a
+//! waker unparks it).
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use rverbs::{CqInit, Pd, Qp, QpCap, QpInit, QpState, QpType};
+use rverbs_cm::aio::{connect, AsyncListener};
+
+fn pd() -> Pd {
+    rverbs::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap()
+}
+
+fn qp(pd: &Pd) -> Qp {
+    let cq = pd.context().create_cq(&CqInit::new(8)).unwrap();
+    let cap = QpCap { max_send_wr: 2, max_recv_wr: 2, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap()
+}
+
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls `fut` on this thread, parking between polls until its waker runs; the deadline
+/// turns a lost wake-up into a failure and decides nothing else.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = TaskContext::from_waker(&waker);
+    let mut fut = pin!(fut);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        let left = deadline.checked_duration_since(Instant::now()).expect("not woken within 10 s");
+        std::thread::park_timeout(left);
+    }
+}
+
+fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    fut.poll(&mut TaskContext::from_waker(Waker::noop()))
+}
+
+#[test]
+fn a_connection_is_accepted_and_its_disconnection_awaited_on_any_executor() {
+    let pd = pd();
+    // No tokio runtime anywhere: the channels go to async-io's reactor.
+    let listener = AsyncListener::bind("127.0.0.1:0".parse().unwrap(), 4).unwrap();
+    let addr = listener.local_addr().unwrap();
+    {
+        // Nothing requested yet: the listener's future waits (and, dropped, loses nothing).
+        let mut next = pin!(listener.next_request());
+        assert!(poll_once(next.as_mut()).is_pending());
+    }
+    let client_qp = qp(&pd);
+    let client = std::thread::spawn(move || block_on(connect(addr, client_qp, b"hello", Duration::from_secs(5))));
+    let server = block_on(async {
+        let req = listener.next_request().await.unwrap();
+        assert_eq!(&req.param().private_data[..5], b"hello");
+        req.accept(qp(&pd), b"welcome").await.unwrap()
+    });
+    let client = client.join().unwrap().unwrap();
+    assert_eq!(&client.peer_private_data()[..7], b"welcome");
+    assert_eq!((client.qp().state(), server.qp().state()), (QpState::Rts, QpState::Rts));
+    // rdma_disconnect(3) on the client: the server's task wakes with DISCONNECTED and
+    // answers with its own disconnect, and then the client's wakes.
+    let mut gone = pin!(server.disconnected());
+    assert!(poll_once(gone.as_mut()).is_pending(), "still connected");
+    client.disconnect().unwrap();
+    block_on(gone).unwrap();
+    let mut client_done = pin!(client.disconnected());
+    assert!(poll_once(client_done.as_mut()).is_pending(), "not before the server's answer");
+    server.disconnect().unwrap();
+    block_on(client_done).unwrap();
+}
