@@ -3,21 +3,36 @@
 //! region over caller memory. ibv_reg_mr(3): a NIC keeps the pages it pinned until
 //! `ibv_dereg_mr`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use super::{report, site, trace, track, Finding, FindingKind, Kind, Object, Queue, BUSY};
+
+/// How many regions `caller_mrs` holds, kept with it under the tables' lock: a release
+/// while there are none takes no lock.
+static CALLER_MRS: AtomicUsize = AtomicUsize::new(0);
+
+/// Publishes the number of regions over caller memory after a change of `caller_mrs`.
+pub(crate) fn counted(st: &track::State) {
+    CALLER_MRS.store(st.caller_mrs.len(), Ordering::Relaxed);
+}
 
 /// A region over caller memory (not on-demand) was registered: a heap block released
 /// under it is mr-memory-freed.
 #[cold]
 #[inline(never)]
 pub(crate) fn caller_region(lkey: u32, addr: u64, len: u64) {
-    track::state().caller_mrs.insert(lkey, (addr, len));
+    let mut st = track::state();
+    st.caller_mrs.insert(lkey, (addr, len));
+    counted(&st);
 }
 
 /// The region `lkey` no longer covers caller memory it can be blamed for.
 #[cold]
 #[inline(never)]
 pub(crate) fn caller_region_gone(lkey: u32) {
-    track::state().caller_mrs.remove(&lkey);
+    let mut st = track::state();
+    st.caller_mrs.remove(&lkey);
+    counted(&st);
 }
 
 /// The heap block `[addr, addr+len)` is being released (`free`, or the part of a
@@ -28,7 +43,7 @@ pub(crate) fn caller_region_gone(lkey: u32) {
 #[cold]
 #[inline(never)]
 pub(crate) fn released(addr: usize, len: usize) {
-    if BUSY.try_with(|b| b.get()).unwrap_or(1) != 0 || len == 0 {
+    if BUSY.try_with(|b| b.get()).unwrap_or(1) != 0 || len == 0 || CALLER_MRS.load(Ordering::Relaxed) == 0 {
         return;
     }
     let (start, end) = (addr as u64, addr as u64 + len as u64);

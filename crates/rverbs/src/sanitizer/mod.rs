@@ -160,6 +160,7 @@ pub(crate) fn gone(kind: Kind, id: u32) {
     st.live.remove(&(kind, id));
     if kind == Kind::Mr {
         st.caller_mrs.remove(&id);
+        freed::counted(&st);
     }
     st.events.remove(&(false, kind, id));
     st.events.remove(&(true, kind, id));
