@@ -38,7 +38,8 @@ pub(crate) fn caller_region_gone(lkey: u32) {
 /// The heap block `[addr, addr+len)` is being released (`free`, or the part of a
 /// `realloc`'d block given back), reported by the drop-in's `free` watch: a finding if
 /// a live region over caller memory covers any of it (mr-memory-freed), once per
-/// region. Not checked (a miss, never a made-up finding) while this thread is inside
+/// region, and only for regions this process registered (not those a forked child
+/// inherited). Not checked (a miss, never a made-up finding) while this thread is inside
 /// the sanitizer's own code, or its thread-locals are gone (thread exit).
 #[cold]
 #[inline(never)]
@@ -50,7 +51,9 @@ pub(crate) fn released(addr: usize, len: usize) {
     let mut st = track::state();
     let hit = st.caller_mrs.iter().find(|(_, &(a, l))| a < end && start < a.saturating_add(l)).map(|(&k, &r)| (k, r));
     let Some((lkey, (mr_addr, mr_len))) = hit else { return };
-    if !st.unmapped.insert(lkey) {
+    // A forked child inherits the tables: the parent's regions are not the child's.
+    let live = st.live.get(&(Kind::Mr, lkey));
+    if live.is_some_and(|l| l.pid != std::process::id()) || !st.unmapped.insert(lkey) {
         return;
     }
     let registered = st.live.get(&(Kind::Mr, lkey)).map(|l| l.at.clone());
