@@ -40,7 +40,8 @@ pub(crate) fn caller_region_gone(lkey: u32) {
 /// a live region over caller memory covers any of it (mr-memory-freed), once per
 /// region, and only for regions this process registered (not those a forked child
 /// inherited). Not checked (a miss, never a made-up finding) while this thread is inside
-/// the sanitizer's own code, or its thread-locals are gone (thread exit).
+/// the sanitizer's own code, its thread-locals are gone (thread exit), or the tables stay
+/// held by another thread through [`track::try_state`]'s bounded wait.
 #[cold]
 #[inline(never)]
 pub(crate) fn released(addr: usize, len: usize) {
@@ -48,7 +49,10 @@ pub(crate) fn released(addr: usize, len: usize) {
         return;
     }
     let (start, end) = (addr as u64, addr as u64 + len as u64);
-    let mut st = track::state();
+    // Bounded: a thread holding the tables may be waiting for a lock this one holds
+    // outside the sanitizer (the standard library's backtrace lock, taken by a panic's
+    // report); giving up is a miss, waiting could be a deadlock.
+    let Some(mut st) = track::try_state() else { return };
     let hit = st.caller_mrs.iter().find(|(_, &(a, l))| a < end && start < a.saturating_add(l)).map(|(&k, &r)| (k, r));
     let Some((lkey, (mr_addr, mr_len))) = hit else { return };
     // A forked child inherits the tables: the parent's regions are not the child's.

@@ -293,7 +293,7 @@ pub(crate) fn guard_forks() {
     ONCE.call_once(|| crate::sys::at_fork(prepare, after, after));
 }
 
-/// As [`state`], for exit-time code: gives up after a bounded number of attempts rather
+/// As [`state`], for exit-time code and the free watch: gives up after a bounded number of attempts rather
 /// than wait for a thread that may never run again.
 pub(crate) fn try_state() -> Option<StateGuard> {
     for _ in 0..10_000 {
