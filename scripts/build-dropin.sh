@@ -4,6 +4,8 @@
 #
 #   <target>/dropin/libibverbs.so.1 -> ../release/libibverbs.so
 #   <target>/dropin/librdmacm.so.1  -> ../release/librdmacm.so
+#   <target>/dropin/librverbs_free.so             (the sanitizer's free watch, if gcc is
+#                                                  there: crates/rverbs-capi/preload/)
 #
 # cargo names the cdylibs libibverbs.so and librdmacm.so; the dynamic loader opens the
 # NEEDED names libibverbs.so.1 and librdmacm.so.1, hence the links (symlinks, so a
@@ -35,6 +37,14 @@ dropin="$target_dir/dropin"
 mkdir -p "$dropin"
 ln -sfn ../release/libibverbs.so "$dropin/libibverbs.so.1"
 ln -sfn ../release/librdmacm.so "$dropin/librdmacm.so.1"
+# The verbs sanitizer's watch of free(3) (docs/sanitizer.md, mr-memory-freed), which
+# `rverbs run --sanitize` preloads; C, so built here rather than by cargo.
+if command -v gcc >/dev/null; then
+	gcc -shared -fPIC -O2 -g -Wall -Werror -o "$dropin/librverbs_free.so" \
+		crates/rverbs-capi/preload/free_watch.c -ldl >&2
+else
+	echo "build-dropin: no gcc, so no librverbs_free.so (the sanitizer's free watch)" >&2
+fi
 
 echo "build-dropin: LD_LIBRARY_PATH=$dropin <program>" >&2
 echo "$dropin"

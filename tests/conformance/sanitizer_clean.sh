@@ -2,7 +2,7 @@
 # The sanitizer on correct programs (issue 22, "no false positives"): Debian's
 # ibverbs-utils ping-pongs (pingpong.sh), rdmacm-utils (rdmacm_utils.sh) and every
 # perftest program as server and client (and those that can, with -e: completion
-# events), unmodified, under RVERBS_SANITIZE=1 with the
+# events), unmodified, under RVERBS_SANITIZE=1 and the free watch (librverbs_free.so) with the
 # reports collected in RVERBS_SANITIZE_LOG (docs/sanitizer.md). Every pair must pass as it
 # does without the sanitizer, and the sanitizer must find nothing — except two leaks at
 # exit that perftest 4.5 really has, which must be found (they show that the sanitizer is
@@ -34,6 +34,10 @@ done
 # shellcheck source=lib/pairs.bash
 source tests/conformance/lib/pairs.bash
 export DROPIN_DIR=$dropin RVERBS_SANITIZE=1
+# The free watch (mr-memory-freed), preloaded as `rverbs run --sanitize` does; processes
+# without the drop-in (the shell, timeout) only pass their calls on.
+[ -f "$dropin/librverbs_free.so" ] || { echo "$NAME: $dropin/librverbs_free.so missing (scripts/build-dropin.sh)" >&2; exit 2; }
+export LD_PRELOAD=$dropin/librverbs_free.so
 
 # suite LABEL ALLOW SCRIPT ARGS...: a whole conformance script under the sanitizer; it
 # must pass and the sanitizer must report nothing but findings matching the extended

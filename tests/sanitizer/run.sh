@@ -16,12 +16,19 @@
 # run is bounded by `timeout`, must have printed the report before the wait, and is
 # killed.
 #
+# mr_freed's bug is a free(3) the library sees only through the free watch
+# (librverbs_free.so from build-dropin.sh), preloaded for every program here.
+#
 # Needs gcc and libibverbs-dev (the header), no root. Environment: DROPIN_DIR, the
 # directory holding libibverbs.so.1 (default: scripts/build-dropin.sh builds it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 dropin=${DROPIN_DIR:-$("$repo/scripts/build-dropin.sh")}
+# Every program runs with the sanitizer's free watch preloaded, as `rverbs run
+# --sanitize` starts programs (mr_freed needs it; the others must stay as they are).
+watch=$dropin/librverbs_free.so
+[ -f "$watch" ] || { echo "sanitizer: $watch missing (scripts/build-dropin.sh builds it with gcc)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -39,7 +46,7 @@ programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:lea
 	single_threaded_shared:single-threaded-cq-shared lost_wakeup:lost-wakeup unsignaled_fill:unsignaled-fill
 	remote_access:remote-access-explained rereg_in_use:rereg-mr-in-use dealloc_mw_in_use:dealloc-mw-in-use
 	destroy_qp_in_use:destroy-qp-in-use wc_field:wc-field-not-requested builder_dereg:dereg-mr-in-use
-	mr_unmapped:mr-memory-unmapped)
+	mr_unmapped:mr-memory-unmapped mr_freed:mr-memory-freed)
 for p in "${programs[@]}"; do
 	gcc -g -O0 -Wall -Werror -pthread -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
 done
@@ -49,7 +56,7 @@ run() {
 	local name=$1 out=$2 err=$3
 	shift 3
 	rc=0
-	LD_LIBRARY_PATH=$dropin timeout -s KILL 10 "$work/$name" "$@" >"$out" 2>"$err" || rc=$?
+	LD_PRELOAD=$watch LD_LIBRARY_PATH=$dropin timeout -s KILL 10 "$work/$name" "$@" >"$out" 2>"$err" || rc=$?
 }
 
 for p in "${programs[@]}"; do
@@ -59,7 +66,7 @@ for p in "${programs[@]}"; do
 	if [ "$name" = unacked_events ]; then
 		# In the background: wait (at most 10 s) for the report, then the program must
 		# still be inside ibv_destroy_cq; it is killed.
-		LD_LIBRARY_PATH=$dropin RVERBS_SANITIZE=1 timeout -s KILL 20 "$work/$name" >"$out" 2>"$err" &
+		LD_PRELOAD=$watch LD_LIBRARY_PATH=$dropin RVERBS_SANITIZE=1 timeout -s KILL 20 "$work/$name" >"$out" 2>"$err" &
 		pid=$!
 		for _ in $(seq 100); do
 			grep -q '^SUMMARY: RVERBS SANITIZER' "$err" && break
@@ -204,6 +211,18 @@ for p in "${programs[@]}"; do
 		check "$name: where the region was registered, in $name.c" \
 			sh -c 'sed -n "/^  mr registered at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:"
 		check "$name: the program went on (the region deregistered)" grep -q '^done' "$out" ;;
+	mr_freed)
+		read -r lkey qpn buf < <(sed -n 's/^lkey \(0x[0-9a-f]*\) qpn \(0x[0-9a-f]*\) buf \(0x[0-9a-f]*\)/\1 \2 \3/p' "$out")
+		end=$(printf '0x%x' $((buf + 4096)))
+		check "$name: the report names the block at $buf and mr lkey $lkey [$buf-$end) over it" \
+			grep -q "heap block \[$buf-0x[0-9a-f]*) released while mr lkey $lkey \[$buf-$end) is registered over it" "$err"
+		check "$name: and the outstanding receive wr_id 0x61 on QPN $qpn" \
+			grep -q "and work request wr_id 0x61 on QPN $qpn (receive queue) uses it" "$err"
+		check "$name: freed at the BUG line, first frame (the watch's own frames left out)" \
+			sh -c 'sed -n "/^  freed at:/{n;p}" "$1" | grep -q "#0 main ($2)"' _ "$err" "$here/$name.c:$line"
+		check "$name: where the receive was posted and the region registered" \
+			sh -c 'grep -q "^  posted at:" "$1" && grep -q "^  mr registered at:" "$1"' _ "$err"
+		check "$name: the program went on" grep -q '^done' "$out" ;;
 	post_in_reset)
 		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
 		check "$name: the report names QPN $qpn in Init" grep -q "ibv_post_send to QPN $qpn in state Init" "$err"

@@ -182,6 +182,7 @@ pub mod cq;
 pub mod device;
 pub mod dm;
 pub mod event;
+pub mod free_watch;
 mod live;
 pub mod misc;
 pub mod mr;

@@ -24,6 +24,7 @@ mod devinfo;
 mod failure;
 mod namespace;
 mod pair;
+mod pci;
 mod perf;
 mod report;
 mod run;

@@ -12,6 +12,9 @@
 //!   interfaces the device's GIDs live on (pyverbs lists it to find the device's IP
 //!   address). `/sys/class/infiniband_verbs/uverbs<N>/ibdev` names the device of the
 //!   `dev_path` the drop-in library reports.
+//! - `device` itself is a link to a PCI function under `/sys/devices`, with the
+//!   `/sys/class/pci_bus` links that reach it: NCCL and RCCL read it to place the NIC in
+//!   their topology ([`crate::pci`]); `/sys/devices` is mirrored as `/sys/class` is.
 //!
 //! How: `unshare(CLONE_NEWNS)` (root), else `unshare(CLONE_NEWUSER | CLONE_NEWNS)` with the
 //! caller's own uid and gid mapped (unshare(2), user_namespaces(7)); every mount made
@@ -150,8 +153,9 @@ pub fn enter(devices: &Result<Vec<SysfsDevice>, String>) -> Result<Outcome, Stri
     }
     match devices {
         Ok(devices) => {
-            if let Err(e) = provide_sys(devices) {
-                missing.push(format!("/sys/class/infiniband/*: {e}"));
+            match provide_sys(devices) {
+                Ok(m) => missing.extend(m),
+                Err(e) => missing.push(format!("/sys/class/infiniband/*: {e}")),
             }
         }
         Err(e) => missing.push(format!("/sys/class/infiniband/*: the GID table could not be read: {e}")),
@@ -299,8 +303,10 @@ fn provide_dev(indices: &[usize], mode: Mode) -> Result<(), String> {
 }
 
 /// `/sys/class/infiniband/<dev>/…` and `/sys/class/infiniband_verbs/uverbs<N>/ibdev` for
-/// each device the host does not have.
-fn provide_sys(devices: &[SysfsDevice]) -> Result<(), String> {
+/// each device the host does not have; `device` is a link to a PCI function under
+/// `/sys/devices` ([`crate::pci`]), or, if that cannot be made (a miss, returned), a
+/// directory holding `net/` only.
+fn provide_sys(devices: &[SysfsDevice]) -> Result<Vec<String>, String> {
     let class = Path::new("/sys/class");
     let flags = MountFlags::NODEV | MountFlags::NOEXEC;
     mirror(class, flags)?;
@@ -308,20 +314,23 @@ fn provide_sys(devices: &[SysfsDevice]) -> Result<(), String> {
     writable_dir(&ib, flags)?;
     let verbs = class.join("infiniband_verbs");
     writable_dir(&verbs, flags)?;
-    let write = |path: PathBuf, text: String| -> Result<(), String> {
-        if let Some(parent) = path.parent() {
-            step(|| format!("mkdir {}", parent.display()), fs::create_dir_all(parent))?;
+    let mut missing = Vec::new();
+    let pci = match pci_space(flags) {
+        Ok(domain) => Some(domain),
+        Err(e) => {
+            missing.push(format!("/sys/class/infiniband/*/device as a PCI function: {e}"));
+            None
         }
-        step(|| format!("write {}", path.display()), fs::write(&path, text))
     };
+    let numa = if Path::new("/sys/devices/system/node/node0").is_dir() { 0 } else { -1 };
     for d in devices {
         let root = ib.join(&d.name);
         if root.symlink_metadata().is_err() {
             for g in &d.gids {
                 let attrs = root.join(format!("ports/{}/gid_attrs", g.port));
-                write(attrs.join(format!("types/{}", g.index)), format!("{}\n", g.gid_type))?;
+                write(&attrs.join(format!("types/{}", g.index)), &format!("{}\n", g.gid_type))?;
                 if let Some(ndev) = &g.ndev {
-                    write(attrs.join(format!("ndevs/{}", g.index)), format!("{ndev}\n"))?;
+                    write(&attrs.join(format!("ndevs/{}", g.index)), &format!("{ndev}\n"))?;
                 }
             }
             // The network interfaces of the device (a kernel RoCE device's netdev): those
@@ -339,15 +348,66 @@ fn provide_sys(devices: &[SysfsDevice]) -> Result<(), String> {
                 .collect();
             nets.sort_unstable();
             nets.dedup();
-            for n in nets {
-                let p = root.join("device/net").join(n);
-                step(|| format!("mkdir {}", p.display()), fs::create_dir_all(&p))?;
-            }
             step(|| format!("mkdir {}", root.display()), fs::create_dir_all(&root))?;
+            let entries = pci.and_then(|domain| crate::pci::entries(domain, d.index, &d.name, &nets, numa));
+            match entries {
+                Some(entries) => make(&entries)?,
+                None => {
+                    if pci.is_some() {
+                        missing.push(format!("/sys/class/infiniband/{}/device as a PCI function: index {} has no bus number", d.name, d.index));
+                    }
+                    for n in nets {
+                        let p = root.join("device/net").join(n);
+                        step(|| format!("mkdir {}", p.display()), fs::create_dir_all(&p))?;
+                    }
+                }
+            }
         }
         let uverbs = verbs.join(format!("uverbs{}", d.index));
         if uverbs.symlink_metadata().is_err() {
-            write(uverbs.join("ibdev"), format!("{}\n", d.name))?;
+            write(&uverbs.join("ibdev"), &format!("{}\n", d.name))?;
+        }
+    }
+    Ok(missing)
+}
+
+/// Writes `text` to `path`, making its parent directories.
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(parent) = path.parent() {
+        step(|| format!("mkdir {}", parent.display()), fs::create_dir_all(parent))?;
+    }
+    step(|| format!("write {}", path.display()), fs::write(path, text))
+}
+
+/// Makes `/sys/devices` and `/sys/class/pci_bus` writable and returns a PCI domain the
+/// host does not use.
+fn pci_space(flags: MountFlags) -> Result<u16, String> {
+    let buses = Path::new("/sys/class/pci_bus");
+    let taken: Vec<String> = match fs::read_dir(buses) {
+        Ok(dir) => dir.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+        Err(_) => Vec::new(),
+    };
+    let domain = crate::pci::free_domain(&taken).ok_or("every PCI domain is in use")?;
+    mirror(Path::new("/sys/devices"), flags)?;
+    writable_dir(buses, flags)?;
+    Ok(domain)
+}
+
+/// Makes the entries of [`crate::pci::entries`] (paths relative to `/sys`).
+fn make(entries: &[crate::pci::SysEntry]) -> Result<(), String> {
+    use crate::pci::SysEntry;
+    let sys = Path::new("/sys");
+    for e in entries {
+        match e {
+            SysEntry::Dir(p) => {
+                let p = sys.join(p);
+                step(|| format!("mkdir {}", p.display()), fs::create_dir_all(&p))?;
+            }
+            SysEntry::File(p, text) => write(&sys.join(p), text)?,
+            SysEntry::Link(at, target) => {
+                let at = sys.join(at);
+                step(|| format!("symlink {}", at.display()), symlink(target, &at))?;
+            }
         }
     }
     Ok(())

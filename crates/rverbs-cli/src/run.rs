@@ -178,6 +178,21 @@ pub fn resolve_program(program: &OsStr, path: Option<&OsStr>) -> Result<PathBuf,
     Err((EXIT_NOT_FOUND, format!("{shown}: command not found in PATH")))
 }
 
+/// The verbs sanitizer's watch of free(3) in the drop-in directory (docs/sanitizer.md,
+/// mr-memory-freed), preloaded under `--sanitize`.
+pub const FREE_WATCH: &str = "librverbs_free.so";
+
+/// `LD_PRELOAD` with `lib` first and the caller's value (if any) after it (ld.so(8):
+/// entries are separated by spaces or colons).
+pub fn preload(lib: &Path, old: Option<&OsStr>) -> OsString {
+    let mut v = lib.as_os_str().to_os_string();
+    if let Some(old) = old.filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(old);
+    }
+    v
+}
+
 /// `LD_LIBRARY_PATH` with `dir` first and the caller's value (if any) after it.
 pub fn library_path(dir: &Path, old: Option<&OsStr>) -> OsString {
     let mut v = dir.as_os_str().to_os_string();
@@ -309,6 +324,11 @@ pub fn launch(args: RunArgs) -> ExitCode {
     cmd.env("LD_LIBRARY_PATH", library_path(&lib_dir, std::env::var_os("LD_LIBRARY_PATH").as_deref()));
     if let Some(s) = args.sanitize {
         cmd.env("RVERBS_SANITIZE", s.value());
+        // The sanitizer's watch of free(3) (mr-memory-freed), where build-dropin.sh made it.
+        let watch = lib_dir.join(FREE_WATCH);
+        if watch.is_file() {
+            cmd.env("LD_PRELOAD", preload(&watch, std::env::var_os("LD_PRELOAD").as_deref()));
+        }
     }
     if let Some(spec) = &args.faults {
         cmd.env("RVERBS_FAULTS", spec);
@@ -325,6 +345,14 @@ pub fn launch(args: RunArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_free_watch_is_preloaded_first_and_the_callers_preloads_kept() {
+        let w = Path::new("/d/librverbs_free.so");
+        assert_eq!(preload(w, None), OsString::from("/d/librverbs_free.so"));
+        assert_eq!(preload(w, Some(OsStr::new(""))), OsString::from("/d/librverbs_free.so"));
+        assert_eq!(preload(w, Some(OsStr::new("/x/a.so"))), OsString::from("/d/librverbs_free.so:/x/a.so"));
+    }
 
     #[test]
     fn library_path_puts_the_dropin_first_and_keeps_the_callers() {

@@ -162,6 +162,24 @@ fn sanitize_sets_rverbs_sanitize() {
 }
 
 #[test]
+fn sanitize_preloads_the_free_watch_of_the_dropin_dir_before_the_callers() {
+    let dir = dropin("free-watch");
+    let show = ["--", "sh", "-c", "echo \"${LD_PRELOAD-unset}\""];
+    let caller = [("LD_PRELOAD", "/nonexistent/a.so")];
+    // No watch in the directory: the caller's preload as it was.
+    let out = run_with(&dir, &[&["--sanitize"][..], &show].concat(), &caller);
+    assert_eq!(assert_ran(&out).trim(), "/nonexistent/a.so");
+    // With one (an empty stand-in: ld.so says it cannot preload it and goes on), first;
+    // without --sanitize, never.
+    let watch = dir.join("librverbs_free.so");
+    std::fs::write(&watch, b"").unwrap();
+    let out = run_with(&dir, &[&["--sanitize"][..], &show].concat(), &caller);
+    assert_eq!(assert_ran(&out).trim(), format!("{}:/nonexistent/a.so", watch.display()));
+    let out = run_with(&dir, &show, &[]);
+    assert_eq!(assert_ran(&out).trim(), "unset");
+}
+
+#[test]
 fn the_programs_exit_status_and_signal_come_back() {
     let dir = dropin("status");
     assert_eq!(run_with(&dir, &["--", "sh", "-c", "exit 0"], &[]).status.code(), Some(0));

@@ -187,6 +187,16 @@ pub mod capi_support {
     pub use crate::sys::{process_generation, GENERATIONS};
     pub use crate::sanitizer::internal as sanitizer_internal;
 
+    /// A heap block `[addr, addr+len)` is being released (`free`, or the part of a block
+    /// `realloc` gives back): the verbs sanitizer's mr-memory-freed check
+    /// (docs/sanitizer.md), called by the drop-in's `free` watch. Off, one relaxed load.
+    #[inline]
+    pub fn sanitizer_released(addr: usize, len: usize) {
+        if crate::sanitizer::on() {
+            crate::sanitizer::released(addr, len);
+        }
+    }
+
     /// The verbs sanitizer's check of an `ibv_wc_read_*` of extended CQ `cq` reading the
     /// field that `field` (`flag`, e.g. `IBV_WC_EX_WITH_BYTE_LEN`) requests: reported
     /// if the CQ was created without it (ibv_create_cq_ex(3): "only fields that the user

@@ -1079,3 +1079,47 @@ fn a_fork_while_another_thread_posts_leaves_the_child_a_usable_sanitizer() {
         }
     });
 }
+
+#[test]
+fn a_heap_block_released_under_a_region_of_caller_memory_is_a_finding_once() {
+    let _g = with_mode(Mode::Report);
+    let b = side(QpType::Rc);
+    let block = vec![0u8; 4096];
+    let at = block.as_ptr() as usize;
+    // SAFETY: the block outlives the region: it is deregistered below before `block` drops.
+    let mr = unsafe { b.pd.reg_mr(block.as_ptr() as *mut u8, 4096, ALL_ACCESS) }.unwrap();
+    // What the drop-in's free watch calls when free(3) is given a block (the C program
+    // tests/sanitizer/mr_freed.c drives it through the real free): beside the region,
+    // nothing; over its last byte, the finding; the same region again, nothing.
+    rverbs::capi_support::sanitizer_released(at + 4096, 64);
+    assert_eq!(sanitize::take_findings(), vec![]);
+    rverbs::capi_support::sanitizer_released(at + 4095, 64);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name(), f.page), (FindingKind::MrMemoryFreed, "mr-memory-freed", "ibv_reg_mr(3)"));
+    assert_eq!(f.lkey(), Some(mr.lkey()));
+    assert!(f.objects.contains(&Object::Mr { lkey: mr.lkey(), addr: at as u64, len: 4096 }));
+    assert!(site_in_this_file(f, "freed at"));
+    assert!(site_in_this_file(f, "mr registered at"));
+    rverbs::capi_support::sanitizer_released(at, 4096);
+    assert_eq!(sanitize::take_findings(), vec![], "once per region");
+    mr.dereg().unwrap();
+    // A new region over the block, deregistered: its release is no finding.
+    // SAFETY: as above.
+    let again = unsafe { b.pd.reg_mr(block.as_ptr() as *mut u8, 4096, ALL_ACCESS) }.unwrap();
+    again.dereg().unwrap();
+    rverbs::capi_support::sanitizer_released(at, 4096);
+    assert_eq!(sanitize::take_findings(), vec![]);
+    drop(block);
+}
+
+#[test]
+fn library_memory_is_not_blamed_for_a_heap_release() {
+    let _g = with_mode(Mode::Report);
+    let b = side(QpType::Rc);
+    // The side's own region is memory the library allocated (alloc_mr): not heap.
+    let (addr, len) = (b.mr.addr() as usize, b.mr.len());
+    rverbs::capi_support::sanitizer_released(addr, len);
+    assert_eq!(sanitize::take_findings(), vec![]);
+}

@@ -561,6 +561,10 @@ impl Mr {
         if crate::sanitizer::on() {
             let (key, addr, len) = (inner.key, init.addr as u64, init.len as u64);
             crate::sanitizer::created(crate::sanitizer::Kind::Mr, key, Some(crate::sanitizer::Object::Mr { lkey: key, addr, len }));
+            let caller = matches!(inner.desc.read().expect("mr desc").mem, None | Some(MrMem::Moved { .. }));
+            if caller && !init.access.contains(Access::ON_DEMAND) {
+                crate::sanitizer::caller_region(key, addr, len);
+            }
         }
         Ok(Mr { inner })
     }
@@ -791,6 +795,14 @@ impl Mr {
                 (true, false) => drop(self.inner.endpoint.cma_regions.fetch_sub(1, Ordering::AcqRel)),
                 (false, true) => drop(self.inner.endpoint.cma_regions.fetch_add(1, Ordering::AcqRel)),
                 _ => {}
+            }
+        }
+        if range.is_some() && crate::sanitizer::on() {
+            // The region covers other caller memory from now on (mr-memory-freed).
+            if d.access.contains(Access::ON_DEMAND) {
+                crate::sanitizer::caller_region_gone(self.inner.key);
+            } else {
+                crate::sanitizer::caller_region(self.inner.key, d.addr as u64, d.len as u64);
             }
         }
         let mut record = d.record(KEY_STATE_VALID);

@@ -66,6 +66,10 @@ pub enum FindingKind {
     /// `ibv_dereg_mr` (ibv_reg_mr(3): a NIC keeps the pages it pinned until the
     /// deregistration); once per region.
     MrMemoryUnmapped,
+    /// A heap block (`free`, or a `realloc` that moved or shrank it) released while a
+    /// registered region covers part of it, found with the drop-in's `free` watch
+    /// (`librverbs_free.so`, preloaded); once per region (with [`Self::MrMemoryUnmapped`]).
+    MrMemoryFreed,
 }
 
 impl FindingKind {
@@ -89,6 +93,7 @@ impl FindingKind {
             FindingKind::DestroyQpInUse => "destroy-qp-in-use",
             FindingKind::WcFieldNotRequested => "wc-field-not-requested",
             FindingKind::MrMemoryUnmapped => "mr-memory-unmapped",
+            FindingKind::MrMemoryFreed => "mr-memory-freed",
         }
     }
 }

@@ -9,6 +9,7 @@
 //! names are re-exported by `rverbs::sanitize`.
 
 mod finding;
+mod freed;
 mod report;
 mod trace;
 mod track;
@@ -21,6 +22,7 @@ pub use crate::config::Sanitize as Mode;
 pub use finding::{Finding, FindingKind, Frame, Object, Queue, Site};
 pub(crate) use track::{Remote, Watched, MAX_WATCHED};
 pub(crate) use track::Kind;
+pub(crate) use freed::{caller_region, caller_region_gone, released};
 
 /// The mode before the environment was read.
 const UNREAD: u8 = u8::MAX;
@@ -156,6 +158,10 @@ pub(crate) fn created(kind: Kind, id: u32, object: Option<Object>) {
 pub(crate) fn gone(kind: Kind, id: u32) {
     let mut st = track::state();
     st.live.remove(&(kind, id));
+    if kind == Kind::Mr {
+        st.caller_mrs.remove(&id);
+        freed::counted(&st);
+    }
     st.events.remove(&(false, kind, id));
     st.events.remove(&(true, kind, id));
     match kind {
@@ -350,6 +356,31 @@ pub(crate) fn memory_unmapped(verb: &'static str, lkey: u32, region: (u64, u64),
         objects,
         sites,
     });
+}
+
+// ---- mr-memory-freed: heap blocks released under a registered region ----
+
+std::thread_local! {
+    /// How deep this thread is in the sanitizer's own code (its tables' lock held, a
+    /// backtrace, a report): a block freed meanwhile is not checked, since the check
+    /// would take those locks again.
+    pub(super) static BUSY: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// This thread inside the sanitizer's own code while the value lives ([`released`]).
+pub(crate) struct Busy(());
+
+impl Busy {
+    pub(crate) fn enter() -> Busy {
+        let _ = BUSY.try_with(|b| b.set(b.get() + 1));
+        Busy(())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let _ = BUSY.try_with(|b| b.set(b.get().saturating_sub(1)));
+    }
 }
 
 /// `ibv_rereg_mr` changing the translation or the PD of the region `lkey` covering

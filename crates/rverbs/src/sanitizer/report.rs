@@ -17,12 +17,14 @@ static FINDINGS: Mutex<Vec<Finding>> = Mutex::new(Vec::new());
 
 /// The findings recorded since the last call, oldest first.
 pub(crate) fn take() -> Vec<Finding> {
+    let _busy = super::Busy::enter();
     std::mem::take(&mut *FINDINGS.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// Reports `f`: the block on stderr (and the log file), the finding kept; with
 /// `RVERBS_SANITIZE=abort`, the process aborts after the report.
 pub(crate) fn emit(f: Finding) {
+    let _busy = super::Busy::enter();
     let text = render(&f);
     write_out(&text);
     {

@@ -21,6 +21,7 @@ pub(crate) static TRACING: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// Captures the current stack (only ever called with the sanitizer on).
 pub(crate) fn capture() -> Trace {
+    let _busy = super::Busy::enter();
     let _tracing = TRACING.read().unwrap_or_else(|p| p.into_inner());
     Arc::new(Backtrace::force_capture())
 }
@@ -32,6 +33,7 @@ pub(crate) fn frames(bt: &Backtrace) -> Vec<Frame> {
     // std has no stable frame API: its full text form is parsed, "N: function" lines
     // each followed by an optional "at file:line:column" line (inlined functions are
     // further function lines of the same frame).
+    let _busy = super::Busy::enter();
     let text = {
         let _tracing = TRACING.read().unwrap_or_else(|p| p.into_inner());
         format!("{bt:#}")
@@ -98,6 +100,7 @@ fn internal(f: &Frame) -> bool {
                 || (file.contains("crates/rverbs") && file.contains("/src/"))
                 || file.ends_with("infiniband/verbs.h")
                 || file.ends_with("rdma/rdma_cma.h")
+                || file.ends_with("preload/free_watch.c")
         }
         // The drop-in's exports without line tables: the verbs the application called.
         None => ["ibv_", "rdma_", "__rv_", "rverbs_", "_ZN"].iter().any(|p| f.function.starts_with(p)),

@@ -201,9 +201,12 @@ pub(crate) struct State {
     /// wc-field-not-requested: the (CQ id, `IBV_WC_EX_WITH_*` bit) pairs reported (once
     /// per CQ and field).
     pub(crate) fields: BTreeSet<(u32, u64)>,
-    /// mr-memory-unmapped: the regions (lkeys) reported, until deregistered (once per
-    /// region).
+    /// mr-memory-unmapped and mr-memory-freed: the regions (lkeys) reported, until
+    /// deregistered (once per region, for either).
     pub(crate) unmapped: BTreeSet<u32>,
+    /// mr-memory-freed: the live regions over caller memory, not on-demand: lkey →
+    /// (first byte in this process, length).
+    pub(crate) caller_mrs: BTreeMap<u32, (u64, u64)>,
     next_seq: u64,
 }
 
@@ -231,18 +234,40 @@ static STATE: Mutex<State> = Mutex::new(State {
     filled: BTreeMap::new(),
     fields: BTreeSet::new(),
     unmapped: BTreeSet::new(),
+    caller_mrs: BTreeMap::new(),
     next_seq: 0,
 });
 
+/// The tracking tables held, with this thread marked busy in the sanitizer
+/// ([`super::Busy`]) until the guard goes.
+pub(crate) struct StateGuard {
+    tables: MutexGuard<'static, State>,
+    _busy: super::Busy,
+}
+
+impl std::ops::Deref for StateGuard {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.tables
+    }
+}
+
+impl std::ops::DerefMut for StateGuard {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.tables
+    }
+}
+
 /// The tracking tables (a poisoned lock is taken over: the tables stay consistent, each
 /// change is one map operation).
-pub(crate) fn state() -> MutexGuard<'static, State> {
-    STATE.lock().unwrap_or_else(|p| p.into_inner())
+pub(crate) fn state() -> StateGuard {
+    let busy = super::Busy::enter();
+    StateGuard { tables: STATE.lock().unwrap_or_else(|p| p.into_inner()), _busy: busy }
 }
 
 /// What the forking thread holds from the fork's prepare handler to its parent or child
 /// handler: the tables' lock, then no backtrace being captured or symbolized.
-type HeldAcrossFork = (MutexGuard<'static, State>, std::sync::RwLockWriteGuard<'static, ()>);
+type HeldAcrossFork = (StateGuard, std::sync::RwLockWriteGuard<'static, ()>);
 
 thread_local! {
     static HELD_ACROSS_FORK: std::cell::RefCell<Option<HeldAcrossFork>> = const { std::cell::RefCell::new(None) };
@@ -268,13 +293,14 @@ pub(crate) fn guard_forks() {
     ONCE.call_once(|| crate::sys::at_fork(prepare, after, after));
 }
 
-/// As [`state`], for exit-time code: gives up after a bounded number of attempts rather
+/// As [`state`], for exit-time code and the free watch: gives up after a bounded number of attempts rather
 /// than wait for a thread that may never run again.
-pub(crate) fn try_state() -> Option<MutexGuard<'static, State>> {
+pub(crate) fn try_state() -> Option<StateGuard> {
     for _ in 0..10_000 {
+        let busy = super::Busy::enter();
         match STATE.try_lock() {
-            Ok(g) => return Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Ok(g) => return Some(StateGuard { tables: g, _busy: busy }),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(StateGuard { tables: p.into_inner(), _busy: busy }),
             Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
         }
     }
