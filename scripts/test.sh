@@ -33,16 +33,17 @@ else
 fi
 cargo test --workspace --doc
 # The features `tokio` of rverbs and rverbs-cm (rverbs::aio, rverbs_cm::aio and ::stream)
-# and `async-io` of both (their aio on any executor): their tests and the async
+# and `async-io` of both (their aio on any executor, the stream with the `futures`
+# traits): their tests and the async
 # examples need them, which the workspace run above leaves off. With both on, a type made
 # inside a tokio runtime uses tokio's reactor (tests/aio.rs) and one made elsewhere
 # async-io's (tests/aio_any_executor.rs, driven by a minimal block_on).
 if cargo nextest --version >/dev/null 2>&1; then
 	cargo nextest run -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs/async-io,rverbs-cm/tokio,rverbs-cm/async-io --no-fail-fast \
-		-E 'binary(aio) | binary(aio_any_executor) | binary(async_echo) | binary(stream) | binary(stream_echo)'
+		-E 'binary(aio) | binary(aio_any_executor) | binary(async_echo) | binary(stream) | binary(stream_any_executor) | binary(stream_echo)'
 else
 	cargo test -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs/async-io,rverbs-cm/tokio,rverbs-cm/async-io --no-fail-fast \
-		--test aio --test aio_any_executor --test stream --example async_echo --example stream_echo
+		--test aio --test aio_any_executor --test stream --test stream_any_executor --example async_echo --example stream_echo
 fi
 # The API documentation builds without a warning (broken or private intra-doc links),
 # with the optional features' modules.

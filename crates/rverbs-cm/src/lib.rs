@@ -19,8 +19,9 @@
 //!   --example echo`, run by `cargo test` too).
 //! - `aio` (feature `tokio`, or `async-io` for any executor): the same awaited
 //!   (`AsyncListener`, `aio::connect`, `AsyncConnection`, a `Stream` of events); `examples/async_echo.rs`
-//!   serves 64 connections from one thread. `stream` (feature `tokio`): `RdmaStream`,
-//!   tokio's `AsyncRead` + `AsyncWrite` over an RC connection (SEND/RECV with credits).
+//!   serves 64 connections from one thread. `stream` (feature `tokio` or `async-io`):
+//!   `RdmaStream`, an `AsyncRead` + `AsyncWrite` over an RC connection (SEND/RECV with
+//!   credits), with tokio's traits or the `futures` ones.
 //!
 //! ```no_run
 //! use rverbs_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
@@ -38,7 +39,7 @@
 pub mod addr;
 #[cfg(any(feature = "tokio", feature = "async-io"))]
 pub mod aio;
-#[cfg(feature = "tokio")]
+#[cfg(any(feature = "tokio", feature = "async-io"))]
 pub mod stream;
 mod channel;
 mod cm_state;

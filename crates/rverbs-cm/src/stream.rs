@@ -1,6 +1,7 @@
-//! A byte stream over an RC connection, for tokio (feature `tokio`): [`RdmaStream`]
-//! implements `AsyncRead` and `AsyncWrite`, so a tokio program (`tokio::io::copy`, a
-//! codec, an HTTP or gRPC stack over any `AsyncRead + AsyncWrite`) runs over RDMA.
+//! A byte stream over an RC connection: [`RdmaStream`] implements tokio's `AsyncRead` and
+//! `AsyncWrite` (feature `tokio`) and the `futures` traits of the same names (feature
+//! `async-io`: smol, async-std, `futures::io`), so a program (`tokio::io::copy`, a codec,
+//! an HTTP or gRPC stack over any `AsyncRead + AsyncWrite`) runs over RDMA.
 //!
 //! **The protocol** (both ends are `RdmaStream`s; the connection request's private data
 //! starts with [`MAGIC`], anything else is rejected). Each end registers one region of
@@ -39,7 +40,6 @@ use std::time::Duration;
 
 use rverbs::aio::AsyncCq;
 use rverbs::{Access, CqInit, Mr, Pd, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, Wc, WcOpcode, WcStatus};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::aio::{connect_with, AsyncConnection, AsyncRequest};
 use crate::error::{Error, Result};
@@ -299,59 +299,97 @@ fn post_all(qp: &Qp, mr: &Mr) -> Result<()> {
     (0..SLOTS).try_for_each(|s| post_recv(qp, mr, s))
 }
 
-impl AsyncRead for RdmaStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        *this.wakers.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+impl RdmaStream {
+    /// Reads into `out` what has arrived (what tokio's and futures' `poll_read` share):
+    /// `Ready(Ok(0))` at the end of the stream (or for an empty `out`).
+    fn poll_read_into(&mut self, cx: &mut TaskContext<'_>, out: &mut [u8]) -> Poll<io::Result<usize>> {
+        *self.wakers.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
         loop {
-            if let Some(f) = this.filled.front_mut() {
-                let n = (f.len - f.read).min(buf.remaining());
+            if let Some(f) = self.filled.front_mut() {
+                let n = (f.len - f.read).min(out.len());
                 let at = f.slot * SLOT_LEN + HEADER + f.read;
-                this.mr.read(at, buf.initialize_unfilled_to(n)).map_err(io::Error::other)?;
-                buf.advance(n);
+                self.mr.read(at, &mut out[..n]).map_err(io::Error::other)?;
                 f.read += n;
                 if f.read == f.len {
                     let slot = f.slot;
-                    this.filled.pop_front();
-                    this.repost(slot)?;
+                    self.filled.pop_front();
+                    self.repost(slot)?;
                 }
-                return Poll::Ready(Ok(()));
+                return Poll::Ready(Ok(n));
             }
-            if this.peer_done {
-                return Poll::Ready(Ok(()));
+            if self.peer_done {
+                return Poll::Ready(Ok(0));
             }
-            if this.broken.is_some() {
-                return Poll::Ready(Err(this.broken_error()));
+            if self.broken.is_some() {
+                return Poll::Ready(Err(self.broken_error()));
             }
-            std::task::ready!(this.progress())?;
+            std::task::ready!(self.progress())?;
         }
     }
-}
 
-impl AsyncWrite for RdmaStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        *this.wakers.writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
-        if this.done {
+    /// Sends what of `data` one message holds, once a credit and a buffer are free.
+    fn poll_write_from(&mut self, cx: &mut TaskContext<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        *self.wakers.writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+        if self.done {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "the stream was shut down")));
         }
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
         loop {
-            if this.broken.is_some() {
-                return Poll::Ready(Err(this.broken_error()));
+            if self.broken.is_some() {
+                return Poll::Ready(Err(self.broken_error()));
             }
             // One credit stays in reserve for a credit-only message.
-            if this.credits >= 2 {
-                if let Some(slot) = this.free.pop() {
+            if self.credits >= 2 {
+                if let Some(slot) = self.free.pop() {
                     let n = data.len().min(SLOT_LEN - HEADER);
-                    this.send(slot, &data[..n], 0)?;
+                    self.send(slot, &data[..n], 0)?;
                     return Poll::Ready(Ok(n));
                 }
             }
-            std::task::ready!(this.progress())?;
+            std::task::ready!(self.progress())?;
         }
+    }
+
+    /// Sends `FIN` (the peer's reads then end), once.
+    fn poll_finish(&mut self, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        *self.wakers.writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+        loop {
+            if self.done {
+                return Poll::Ready(Ok(()));
+            }
+            if self.broken.is_some() {
+                return Poll::Ready(Err(self.broken_error()));
+            }
+            // The reserved credit stays for credit-only messages: the peer may still write.
+            if self.credits >= 2 {
+                if let Some(slot) = self.free.pop() {
+                    self.send(slot, &[], FIN)?;
+                    self.done = true;
+                    return Poll::Ready(Ok(()));
+                }
+            }
+            std::task::ready!(self.progress())?;
+        }
+    }
+}
+
+/// tokio's `AsyncRead`: a read of 0 bytes is the end of the stream.
+#[cfg(feature = "tokio")]
+impl tokio::io::AsyncRead for RdmaStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let n = std::task::ready!(self.get_mut().poll_read_into(cx, buf.initialize_unfilled()))?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// tokio's `AsyncWrite`; `poll_shutdown` sends `FIN`.
+#[cfg(feature = "tokio")]
+impl tokio::io::AsyncWrite for RdmaStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_write_from(cx, data)
     }
 
     /// Every accepted byte is already in a posted SEND: nothing to flush.
@@ -359,26 +397,33 @@ impl AsyncWrite for RdmaStream {
         Poll::Ready(Ok(()))
     }
 
-    /// Sends `FIN` (the peer's reads then end), once.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        *this.wakers.writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
-        loop {
-            if this.done {
-                return Poll::Ready(Ok(()));
-            }
-            if this.broken.is_some() {
-                return Poll::Ready(Err(this.broken_error()));
-            }
-            // The reserved credit stays for credit-only messages: the peer may still write.
-            if this.credits >= 2 {
-                if let Some(slot) = this.free.pop() {
-                    this.send(slot, &[], FIN)?;
-                    this.done = true;
-                    return Poll::Ready(Ok(()));
-                }
-            }
-            std::task::ready!(this.progress())?;
-        }
+        self.get_mut().poll_finish(cx)
+    }
+}
+
+/// The `futures` traits' `AsyncRead` (smol, async-std, `futures::io`): a read of 0 bytes
+/// is the end of the stream.
+#[cfg(feature = "async-io")]
+impl futures_io::AsyncRead for RdmaStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_read_into(cx, buf)
+    }
+}
+
+/// The `futures` traits' `AsyncWrite`; `poll_close` sends `FIN`.
+#[cfg(feature = "async-io")]
+impl futures_io::AsyncWrite for RdmaStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_write_from(cx, data)
+    }
+
+    /// Every accepted byte is already in a posted SEND: nothing to flush.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_finish(cx)
     }
 }
