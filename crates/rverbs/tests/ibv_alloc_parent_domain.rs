@@ -433,3 +433,25 @@ fn qp_on_a_plain_pd_or_a_parent_domain_without_allocator_asks_nothing() {
     plain.dealloc().unwrap();
     assert_eq!(arena.allocs().len(), before);
 }
+
+#[test]
+fn a_typed_qp_created_on_a_parent_domain_takes_its_ring_from_the_allocator() {
+    use rverbs::typed::{Rc, TypedQp};
+    let arena = Arena::new();
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let alloc: Arc<dyn QueueAllocator> = arena.clone();
+    let parent = ctx.alloc_parent_domain(&ParentDomainInit { alloc: Some(alloc), ..ParentDomainInit::new(&pd) }).unwrap();
+    let cq = parent.create_cq(&CqInit::new(16)).unwrap();
+    // The parent domain itself, not the protection domain it dereferences to.
+    let qp = TypedQp::<Rc>::create(&parent, &cq, CAP).unwrap();
+    assert_eq!(arena.allocs().len(), 1, "the send ring came from the parent domain's allocator");
+    assert!(qp.untyped().parent_domain().is_some_and(|p| p.same(&parent)));
+    assert_errno(parent.dealloc(), libc::EBUSY);
+    // On the plain PD: the default ring, no parent domain.
+    let plain = TypedQp::<Rc>::create(&pd, &cq, CAP).unwrap();
+    assert_eq!(arena.allocs().len(), 1);
+    assert!(plain.untyped().parent_domain().is_none());
+    qp.untyped().destroy().unwrap();
+    assert_eq!(arena.frees().len(), 1);
+}

@@ -136,6 +136,38 @@ pub use self::wr::{AtomicResult, CompareSwap, FetchAdd, PostOn, Read, Remote, Se
 mod sealed {
     /// Only the four transports of this module.
     pub trait Sealed {}
+    /// Only [`crate::Pd`] and [`crate::ParentDomain`].
+    pub trait SealedDomain {}
+}
+
+/// Where a typed QP is created: a protection domain ([`Pd::create_qp`]) or a parent
+/// domain ([`ParentDomain::create_qp`], whose allocator then supplies the send ring and
+/// which the QP holds, ibv_alloc_parent_domain(3)). Sealed.
+///
+/// A parent domain is passed as itself, not as the protection domain it wraps (to which
+/// it dereferences): `TypedQp::<Rc>::create(&parent, ..)` creates the QP on the parent
+/// domain, as `ibv_create_qp(parent_pd, ..)` does.
+///
+/// [`ParentDomain::create_qp`]: crate::ParentDomain::create_qp
+pub trait QpDomain: sealed::SealedDomain {
+    /// Creates a QP of `init` here.
+    #[doc(hidden)]
+    fn create_qp_here(&self, init: &QpInit<'_>) -> Result<Qp>;
+}
+
+impl sealed::SealedDomain for Pd {}
+impl sealed::SealedDomain for crate::pd::ParentDomain {}
+
+impl QpDomain for Pd {
+    fn create_qp_here(&self, init: &QpInit<'_>) -> Result<Qp> {
+        self.create_qp(init)
+    }
+}
+
+impl QpDomain for crate::pd::ParentDomain {
+    fn create_qp_here(&self, init: &QpInit<'_>) -> Result<Qp> {
+        self.create_qp(init)
+    }
 }
 
 /// A transport a QP can have, as a type (`enum ibv_qp_type`). Sealed.
@@ -208,21 +240,22 @@ impl<T: Transport> Clone for TypedQp<T> {
 }
 
 impl<T: Transport> TypedQp<T> {
-    /// Creates a QP of transport `T` in `pd`, completing to `cq` for both queues
-    /// ([`Pd::create_qp`] with [`QpInit::new`]).
+    /// Creates a QP of transport `T` in `pd` (a [`Pd`] or a parent domain,
+    /// [`QpDomain`]), completing to `cq` for both queues ([`Pd::create_qp`] with
+    /// [`QpInit::new`]).
     ///
     /// Errors: as [`Pd::create_qp`].
-    pub fn create(pd: &Pd, cq: &Cq, cap: QpCap) -> Result<Self> {
+    pub fn create<D: QpDomain>(pd: &D, cq: &Cq, cap: QpCap) -> Result<Self> {
         Self::create_with(pd, &QpInit::new(T::QP_TYPE, cq, cap))
     }
 
-    /// Creates a QP of transport `T` in `pd` with the other attributes of `init` (its
-    /// `qp_type` is `T`'s, whatever it says).
+    /// Creates a QP of transport `T` in `pd` ([`QpDomain`]) with the other attributes of
+    /// `init` (its `qp_type` is `T`'s, whatever it says).
     ///
     /// Errors: as [`Pd::create_qp`].
-    pub fn create_with(pd: &Pd, init: &QpInit<'_>) -> Result<Self> {
+    pub fn create_with<D: QpDomain>(pd: &D, init: &QpInit<'_>) -> Result<Self> {
         let init = QpInit { qp_type: T::QP_TYPE, ..*init };
-        Ok(TypedQp { qp: pd.create_qp(&init)?, _transport: PhantomData })
+        Ok(TypedQp { qp: pd.create_qp_here(&init)?, _transport: PhantomData })
     }
 
     /// The typed handle of `qp` if its transport is `T`; `qp` back otherwise.
