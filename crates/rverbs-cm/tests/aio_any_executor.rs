@@ -3,14 +3,14 @@
 //! `block_on` on a thread of its own (an executor that only parks its thread until a
 //! waker unparks it).
 
-use std::future::Future;
 use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rverbs::{CqInit, Pd, Qp, QpCap, QpInit, QpState, QpType};
 use rverbs_cm::aio::{connect, AsyncListener};
+
+mod executor;
+use executor::{block_on, poll_once};
 
 fn pd() -> Pd {
     rverbs::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap()
@@ -20,34 +20,6 @@ fn qp(pd: &Pd) -> Qp {
     let cq = pd.context().create_cq(&CqInit::new(8)).unwrap();
     let cap = QpCap { max_send_wr: 2, max_recv_wr: 2, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap()
-}
-
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls `fut` on this thread, parking between polls until its waker runs; the deadline
-/// turns a lost wake-up into a failure and decides nothing else.
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = TaskContext::from_waker(&waker);
-    let mut fut = pin!(fut);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        let left = deadline.checked_duration_since(Instant::now()).expect("not woken within 10 s");
-        std::thread::park_timeout(left);
-    }
-}
-
-fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-    fut.poll(&mut TaskContext::from_waker(Waker::noop()))
 }
 
 #[test]

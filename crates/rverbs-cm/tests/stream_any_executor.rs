@@ -4,44 +4,21 @@
 //! the writer waits for the reader's credits many times; `poll_close` ends the reader's
 //! stream.
 
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::io;
-use std::pin::{pin, Pin};
-use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::pin::Pin;
+use std::time::Duration;
 
 use futures_io::{AsyncRead, AsyncWrite};
 use rverbs::Pd;
 use rverbs_cm::aio::AsyncListener;
 use rverbs_cm::stream::{RdmaStream, SLOTS, SLOT_LEN};
 
+mod executor;
+use executor::block_on;
+
 fn pd() -> Pd {
     rverbs::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap()
-}
-
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls `fut` on this thread, parking between polls until its waker runs; the deadline
-/// turns a lost wake-up into a failure and decides nothing else.
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = TaskContext::from_waker(&waker);
-    let mut fut = pin!(fut);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        let left = deadline.checked_duration_since(Instant::now()).expect("not woken within 20 s");
-        std::thread::park_timeout(left);
-    }
 }
 
 /// `write_all` and `close` of the `futures` traits, by hand (no futures-util here).
