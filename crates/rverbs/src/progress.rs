@@ -113,6 +113,13 @@ pub(crate) fn receive_inline() {
     }
 }
 
+/// Whether the application said it busy-polls (`RVERBS_BUSY_POLL=1`, read when the
+/// device started): its inline receives then also hold ACKs for its next requests
+/// (docs/network.md, "Coalesced ACKs").
+pub(crate) fn busy_poll() -> bool {
+    PROGRESS[crate::sys::process_generation()].get().is_some_and(|p| p.busy_poll)
+}
+
 /// `RVERBS_BUSY_POLL=1`: how recently an application thread must have received inline
 /// for the progress thread to leave a readable socket to it, and how long it stays away
 /// from the sockets after the last such receive.

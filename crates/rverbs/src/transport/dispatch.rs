@@ -55,13 +55,15 @@ pub(crate) fn receive_now(engine: &'static Engine, net: &Net, groups: &Groups) {
 }
 
 /// [`receive_now`] on the unicast sockets. The ACKs this process held back go first: the
-/// application polls an empty CQ, so it has nothing to send them with for now
-/// (docs/network.md, "Coalesced ACKs"); this receive may hold new ones.
+/// application polls an empty CQ, so it has nothing to send them with for now; this
+/// receive holds new ones if the application said it busy-polls (docs/network.md,
+/// "Coalesced ACKs").
 fn receive_unicast_now(engine: &'static Engine, net: &Net) {
     super::net::send_due_acks(engine, net, None, true);
     let Ok(_rx) = net.rx.try_lock() else { return };
+    let hold = crate::progress::busy_poll();
     for index in 0..2 * net.socks().len() {
-        receive_on(engine, net, index, true);
+        receive_on(engine, net, index, hold);
     }
 }
 
