@@ -3,7 +3,8 @@
 # with the peer an RDMA engineer would compare it with on the same link: UCX over the
 # kernel's TCP (ucx_perftest, UCX_TLS=tcp). Same machine, same run, same link.
 #
-#   rverbs: ib_send_lat / ib_write_lat -s 8 (perftest, path MTU 1024), ib_write_bw and
+#   rverbs: ib_send_lat / ib_write_lat -s 8 (perftest, path MTU 1024; "busy" rows with
+#           RVERBS_BUSY_POLL=1, docs/progress-and-events.md), ib_write_bw and
 #           ib_send_bw -s 65536, ib_write_bw -s 1 MiB, ib_read_bw -s 65536 and 1 MiB (READ
 #           responses against WRITE requests, issue 24), on the drop-in libibverbs.so.1 in
 #           each namespace.
@@ -43,16 +44,16 @@ mkdir -p "$WORK/rt-a" "$WORK/rt-b"
 
 port=19100
 # perftest_on LABEL LIBDIR PROG ARGS...: server in A, client in B, both on the libraries
-# of LIBDIR; prints the client's result row.
+# of LIBDIR (and the environment BUSY, if set); prints the client's result row.
 perftest_on() {
   local label=$1 lib=$2 prog=$3
   shift 3
   port=$((port + 1))
-  ip netns exec "$A" env LD_LIBRARY_PATH="$lib" RVERBS_RUNTIME_DIR="$WORK/rt-a" timeout 120 \
+  ip netns exec "$A" env LD_LIBRARY_PATH="$lib" RVERBS_RUNTIME_DIR="$WORK/rt-a" ${BUSY:+RVERBS_BUSY_POLL=1} timeout 120 \
     "$prog" -d rverbs0 -x 1 -F -m "$PMTU" -p "$port" "$@" >"$WORK/s.log" 2>&1 &
   local spid=$!
   wait_listen "$A" "$port"
-  ip netns exec "$B" env LD_LIBRARY_PATH="$lib" RVERBS_RUNTIME_DIR="$WORK/rt-b" timeout 120 \
+  ip netns exec "$B" env LD_LIBRARY_PATH="$lib" RVERBS_RUNTIME_DIR="$WORK/rt-b" ${BUSY:+RVERBS_BUSY_POLL=1} timeout 120 \
     "$prog" -d rverbs0 -x 1 -F -m "$PMTU" -p "$port" "$@" "$IP_A" >"$WORK/c.log" 2>&1 || true
   wait "$spid" || true
   printf '%-6s %-12s %-22s %s\n' "$label" "$prog" "$*" "$(grep -E '^ +[0-9]+ +[0-9]+ ' "$WORK/c.log" | tail -1 | tr -s ' ')"
@@ -104,6 +105,8 @@ if [ "$ROWS" != bw ]; then
   perftest ib_send_lat -s 8 -n "$N"
   perftest ib_write_lat -s 8 -n "$N"
   perftest ib_send_lat -s 8 -n "$N" -e
+  BUSY=1 perftest_on busy "$DROPIN" ib_send_lat -s 8 -n "$N"
+  BUSY=1 perftest_on busy "$DROPIN" ib_write_lat -s 8 -n "$N"
   ucx tag_lat 8
   udp lat
   udp latpoll

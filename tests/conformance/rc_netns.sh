@@ -12,9 +12,11 @@
 # (fetch-and-add and compare-and-swap), ib_read_lat, ib_write_bw -c UC, the bw and lat
 # tests with -a (2 B to 8 MiB), ib_atomic_lat; two rc_pingpong server processes behind one RoCEv2 port (the second reached
 # through the first's relay), over IPv4 and IPv6 GIDs; the port taken over by one of two
-# such processes when its owner exits, over IPv4 and IPv6 GIDs; and rc_pingpong -c through
-# the fault injector (RVERBS_FAULTS on the client's packets: drop, duplicate, reorder,
-# corrupt at 1, 5 and 10 %, alone and together; WRITE and READ bandwidth at 5 % of all
+# such processes when its owner exits, over IPv4 and IPv6 GIDs; a polling rc_pingpong with
+# RVERBS_BUSY_POLL=1 whose server is traced: some of its ACKs must leave after its next SEND
+# (coalesced, docs/network.md "Coalesced ACKs"), and every one of them must leave (the pair
+# completes: the client waits for each ACK); and rc_pingpong -c through the fault injector
+# (RVERBS_FAULTS on the client's packets: drop, duplicate, reorder, corrupt at 1, 5 and 10 %, alone and together; WRITE and READ bandwidth at 5 % of all
 # four, and READ bandwidth with them on the server's READ responses) — reliable delivery
 # must hide them.
 # A pair passes when both sides exit 0 and print their result lines (ping-pongs: "<iters>
@@ -253,6 +255,42 @@ takeover() {
 }
 takeover "$IP_A" "$IP_B"
 takeover "$IP6_A" "$IP6_B" "over IPv6 GIDs ($IP6_A, $IP6_B)"
+
+# docs/network.md, "Coalesced ACKs": a polling server with RVERBS_BUSY_POLL=1 receives the
+# client's SENDs itself and holds their ACKs for its own next SEND, one sendmmsg for both
+# (the SEND first). In its capture, what it sends right after receiving a request is then
+# its SEND, not the ACK, whenever its poll received the request (without coalescing: always
+# the ACK, sent before the receive completion). The pair must pass too: each client SEND waits for its ACK, the last one
+# leaving when the server destroys its QP.
+coalesced() {
+  local label="rc -s 1 polling, RVERBS_BUSY_POLL=1: the server's ACKs coalesced with its next SEND"
+  [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
+  local cap=$WORK/coalesced.pcap slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=() sgid cgid
+  sgid=$(gid_index "$A" "$WORK/rt-a" "$IP_A")
+  cgid=$(gid_index "$B" "$WORK/rt-b" "$IP_B")
+  port=$((port + 1))
+  PCAP=$cap in_ns "$A" "$WORK/rt-a" env RVERBS_BUSY_POLL=1 ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$port" -s 1 >"$slog" 2>&1 &
+  local spid=$!
+  wait_listen "$A" "$port"
+  in_ns "$B" "$WORK/rt-b" env RVERBS_BUSY_POLL=1 ibv_rc_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$port" -s 1 "$IP_A" >"$clog" 2>&1 || crc=$?
+  wait "$spid" || src=$?
+  pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
+  # After each request received from the client (opcode 4, SEND_ONLY), the server's next
+  # sent packet: its own SEND (4: the ACK was held) or an ACK (17).
+  local after
+  after=$(tshark -r "$cap" -d udp.port==4791,infiniband -T fields -e ip.src -e infiniband.bth.opcode 2>/dev/null |
+    awk -v me="$IP_A" '$1 != me && $2 == 4 { want = 1; next } want && $1 == me { n[$2]++; want = 0 }
+      END { printf "%d %d", n[4], n[17] }')
+  local held=${after% *} acked=${after#* }
+  [ $((held + acked)) -ge $((ITERS / 2)) ] || why+=("only $((held + acked)) requests answered in the capture")
+  # Without coalescing the ACK always leaves first (before the receive completion the
+  # SEND waits for); how often the server's own poll receives the request, rather than
+  # its progress thread, depends on the scheduler, so one coalesced ACK is what is asked.
+  [ "$held" -ge 1 ] || why+=("after a request the server never sent its SEND first (the ACK first $acked times)")
+  label="$label ($held of $((held + acked)))"
+  verdict "$label" "$slog" "$clog"
+}
+coalesced
 
 # Loss, duplication, reordering and corruption of the client's packets: RC recovers
 # (NAK sequence error and go-back-N, duplicate detection, the retransmit timer).

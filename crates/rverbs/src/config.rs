@@ -43,6 +43,12 @@ pub(crate) fn shared_mr(value: Option<&OsStr>) -> Option<bool> {
     }
 }
 
+/// `RVERBS_BUSY_POLL` (docs/progress-and-events.md, "Busy-polling applications"): `1`
+/// on; unset or anything else off.
+pub(crate) fn busy_poll(value: Option<&OsStr>) -> bool {
+    value.is_some_and(|v| v == "1")
+}
+
 /// What the verbs sanitizer does (`RVERBS_SANITIZE`, docs/sanitizer.md); the public
 /// name is `rverbs::sanitize::Mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -89,6 +95,14 @@ mod tests {
         assert_eq!(shared_mr(Some(OsStr::new("1"))), Some(true));
         assert_eq!((shared_mr(Some(OsStr::new("0"))), shared_mr(Some(OsStr::new("off")))), (Some(false), Some(false)));
         assert_eq!((shared_mr(Some(OsStr::new("yes"))), shared_mr(None)), (None, None));
+    }
+
+    #[test]
+    fn busy_polling_is_on_only_with_one() {
+        assert!(busy_poll(Some(OsStr::new("1"))));
+        for other in [None, Some(""), Some("0"), Some("yes"), Some("1 ")] {
+            assert!(!busy_poll(other.map(OsStr::new)), "{other:?}");
+        }
     }
 
     #[test]

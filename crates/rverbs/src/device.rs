@@ -260,12 +260,18 @@ impl crate::progress::NetRx for DeviceInner {
     }
 
     fn poll_timeout(&self) -> Option<std::time::Instant> {
-        self.net.as_ref()?.poll_timeout()
+        let net = self.net.as_ref()?.poll_timeout();
+        // Held ACKs (docs/network.md, "Coalesced ACKs") leave alone once they waited long.
+        match (net, self.engine.acks_due.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn handle_timeout(&self, now: std::time::Instant) {
         if let Some(net) = &self.net {
             net.handle_timeout(now);
+            crate::transport::net::send_due_acks(&self.engine, net, Some(now), true);
         }
     }
 
@@ -308,7 +314,25 @@ pub(crate) fn device() -> &'static DeviceInner {
     // given what it serves (the progress thread never reaches up to the device).
     let net: Option<&'static dyn crate::progress::NetRx> = d.net.as_ref().map(|_| d as _);
     crate::progress::start(&d.endpoint, &d.qps, net);
+    if d.net.is_some() {
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        AT_EXIT.call_once(|| crate::sys::at_exit(send_held_acks_at_exit));
+    }
     d
+}
+
+/// At exit (atexit(3)): the ACKs this process still holds leave (docs/network.md,
+/// "Coalesced ACKs"); a responder another thread holds locked is skipped, never waited
+/// for. Nothing unwinds out of it (a log line of a failed send may find the thread-locals
+/// of the log already gone).
+extern "C" fn send_held_acks_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(d) = slot().get() {
+            if let Some(net) = &d.net {
+                crate::transport::net::send_due_acks(&d.engine, net, None, false);
+            }
+        }
+    });
 }
 
 /// The hardware counters of every live endpoint (process) of the device in the runtime

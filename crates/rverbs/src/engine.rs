@@ -28,6 +28,8 @@ pub(crate) struct Engine {
     pub(crate) gids: Vec<GidEntry>,
     /// The port's active MTU (`limits::ActiveMtu`): also the largest UD message.
     pub(crate) active_mtu: crate::limits::ActiveMtu,
+    /// The QPs whose network responders hold ACKs (docs/network.md, "Coalesced ACKs").
+    pub(crate) acks_due: crate::qp::acks::AcksDue,
 }
 
 impl std::ops::Deref for Engine {
@@ -50,6 +52,7 @@ impl Engine {
             srqs: Table::new("shared receive queues", ep),
             gids,
             active_mtu,
+            acks_due: Default::default(),
         }
     }
 

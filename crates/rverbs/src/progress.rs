@@ -15,12 +15,20 @@
 //!
 //! Work requests otherwise execute inside `post_send`, so no latency-critical path waits
 //! for this thread to wake.
+//!
+//! With `RVERBS_BUSY_POLL=1` (docs/progress-and-events.md, "Busy-polling applications")
+//! the sockets wait one-shot: while an application thread received inline within the
+//! last [`STANDBY`], a readable socket is left to it and not watched again until the
+//! application stopped polling for that long, so a busy poller's datagrams do not wake
+//! this thread one by one.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
@@ -97,10 +105,25 @@ pub(crate) fn net_active() -> bool {
 pub(crate) fn receive_inline() {
     if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
         if let Some(net) = p.net {
+            if p.busy_poll {
+                p.inline_at.store(p.since_start(Instant::now()), Ordering::Relaxed);
+            }
             net.receive_now();
         }
     }
 }
+
+/// Whether the application said it busy-polls (`RVERBS_BUSY_POLL=1`, read when the
+/// device started): its inline receives then also hold ACKs for its next requests
+/// (docs/network.md, "Coalesced ACKs").
+pub(crate) fn busy_poll() -> bool {
+    PROGRESS[crate::sys::process_generation()].get().is_some_and(|p| p.busy_poll)
+}
+
+/// `RVERBS_BUSY_POLL=1`: how recently an application thread must have received inline
+/// for the progress thread to leave a readable socket to it, and how long it stays away
+/// from the sockets after the last such receive.
+pub(crate) const STANDBY: Duration = Duration::from_micros(200);
 
 struct Timer {
     at: Instant,
@@ -152,6 +175,51 @@ struct Progress {
     qps: &'static dyn Kicks,
     /// The network transport's sockets, if it has any.
     net: Option<&'static dyn NetRx>,
+    /// `RVERBS_BUSY_POLL=1`: the sockets wait one-shot, and are left to application
+    /// threads that receive inline (see the module doc).
+    busy_poll: bool,
+    /// When the thread started: `inline_at` counts from it.
+    start: Instant,
+    /// When an application thread last received inline (nanoseconds since `start`;
+    /// kept only with `busy_poll`).
+    inline_at: AtomicU64,
+    /// The network descriptors waited on, by index (re-armed one-shot with `busy_poll`).
+    net_fds: Mutex<HashMap<usize, RawFd>>,
+}
+
+impl Progress {
+    fn since_start(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.start).as_nanos() as u64
+    }
+
+    /// With `busy_poll`: whether an application thread received inline within
+    /// [`STANDBY`] of `now`; if so, until when the sockets are left to it.
+    fn standing_by(&self, now: Instant) -> Option<Instant> {
+        let until = self.start + Duration::from_nanos(self.inline_at.load(Ordering::Relaxed)) + STANDBY;
+        (self.busy_poll && self.inline_at.load(Ordering::Relaxed) != 0 && now < until).then_some(until)
+    }
+
+    /// The epoll flags of a network descriptor: one-shot with `busy_poll`.
+    fn net_flags(&self) -> epoll::EventFlags {
+        if self.busy_poll {
+            epoll::EventFlags::IN | epoll::EventFlags::ONESHOT
+        } else {
+            epoll::EventFlags::IN
+        }
+    }
+
+    /// Watches network descriptor `index` again (one-shot: it fires at once if readable).
+    fn rearm(&self, index: usize) {
+        let fds = self.net_fds.lock().expect("net fds");
+        if let Some(&raw) = fds.get(&index) {
+            // SAFETY: `raw` is open while it is in `net_fds` (the lock is held): a socket
+            // bound at start lives as long as the process, and one added later is removed
+            // from the map by `unwatch_net_fd` before it closes.
+            #[allow(unsafe_code)]
+            let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+            let _ = epoll::modify(&self.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), self.net_flags());
+        }
+    }
 }
 
 /// The progress thread of each process generation: a forked child has no threads and a
@@ -177,9 +245,15 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
             .expect("epoll add");
     }
+    let busy_poll = net.is_some() && crate::config::busy_poll(std::env::var_os("RVERBS_BUSY_POLL").as_deref());
+    let mut net_fds = HashMap::new();
+    let mut flags = epoll::EventFlags::IN;
+    if busy_poll {
+        flags |= epoll::EventFlags::ONESHOT;
+    }
     for (i, fd) in net.map(|n| n.fds()).unwrap_or_default().into_iter().enumerate() {
-        epoll::add(&epoll, fd, epoll::EventData::new_u64(TOKEN_NET + i as u64), epoll::EventFlags::IN)
-            .expect("epoll add");
+        epoll::add(&epoll, fd, epoll::EventData::new_u64(TOKEN_NET + i as u64), flags).expect("epoll add");
+        net_fds.insert(i, fd.as_raw_fd());
     }
     let p: &'static Progress = Box::leak(Box::new(Progress {
         timers: Mutex::default(),
@@ -191,6 +265,10 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         endpoint,
         qps,
         net,
+        busy_poll,
+        start: Instant::now(),
+        inline_at: AtomicU64::new(0),
+        net_fds: Mutex::new(net_fds),
     }));
     std::thread::Builder::new()
         .name("rverbs-progress".into())
@@ -247,9 +325,12 @@ pub(crate) fn schedule(at: Instant, qp: Weak<dyn Timed>) {
 /// nothing waits on it.
 pub(crate) fn watch_net_fd(index: usize, fd: BorrowedFd<'_>) {
     let Some(p) = PROGRESS[crate::sys::process_generation()].get() else { return };
-    if let Err(err) = epoll::add(&p.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), epoll::EventFlags::IN) {
+    let mut fds = p.net_fds.lock().expect("net fds");
+    if let Err(err) = epoll::add(&p.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), p.net_flags()) {
         tracing::warn!(index, %err, "cannot wait on a network socket: it is read only when a CQ is polled");
+        return;
     }
+    fds.insert(index, fd.as_raw_fd());
 }
 
 /// Stops waiting on a descriptor [`watch_net_fd`] added, before it closes; an event for it
@@ -257,6 +338,8 @@ pub(crate) fn watch_net_fd(index: usize, fd: BorrowedFd<'_>) {
 /// index unused, or a new socket with nothing to read).
 pub(crate) fn unwatch_net_fd(fd: BorrowedFd<'_>) {
     if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
+        let mut fds = p.net_fds.lock().expect("net fds");
+        fds.retain(|_, raw| *raw != fd.as_raw_fd());
         let _ = epoll::delete(&p.epoll, fd);
     }
 }
@@ -277,6 +360,9 @@ pub(crate) fn watch_peer(peer: &Arc<Peer>) {
 
 fn run(p: &'static Progress) {
     let mut events: Vec<epoll::Event> = Vec::with_capacity(16);
+    // With `busy_poll`: network descriptors left to an application thread that receives
+    // inline, watched again once it stopped (`Progress::standing_by`).
+    let mut left: Vec<usize> = Vec::new();
     loop {
         // Fire due timers; find the next deadline.
         let next = loop {
@@ -303,10 +389,17 @@ fn run(p: &'static Progress) {
             }
             n.poll_timeout().map(|at| at.saturating_duration_since(now))
         });
-        let next = match (next, net_next) {
+        let mut next = match (next, net_next) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        if !left.is_empty() {
+            let now = Instant::now();
+            match p.standing_by(now) {
+                Some(until) => next = Some(next.map_or(until - now, |d| d.min(until - now))),
+                None => left.drain(..).for_each(|i| p.rearm(i)),
+            }
+        }
         let timeout = next.map(|d| {
             // An early wake-up is harmless: the loop checks the deadline again.
             rustix::time::Timespec {
@@ -329,8 +422,17 @@ fn run(p: &'static Progress) {
                 TOKEN_BELL => ring_bell(p),
                 t if t & TOKEN_PEER != 0 => peer_died(p, (t & 0xffff_ffff) as u32),
                 t if t >= TOKEN_NET => {
+                    let index = (t - TOKEN_NET) as usize;
+                    if p.standing_by(Instant::now()).is_some() {
+                        // An application thread receives: the socket is its until it stops.
+                        left.push(index);
+                        continue;
+                    }
                     if let Some(net) = p.net {
-                        net.readable((t - TOKEN_NET) as usize);
+                        net.readable(index);
+                    }
+                    if p.busy_poll {
+                        p.rearm(index);
                     }
                 }
                 _ => {}

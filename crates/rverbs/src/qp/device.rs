@@ -144,8 +144,15 @@ pub(crate) trait SendPath: Send {
         let _ = (qp, req, w);
         false
     }
-    /// Sends what [`SendPath::transmit`] batched.
-    fn flush(&mut self);
+    /// Sends what [`SendPath::transmit`] batched; ACKs `qp`'s responder holds for the same
+    /// peer go with it (docs/network.md, "Coalesced ACKs").
+    fn flush(&mut self, qp: &QpInner);
+
+    /// Sends the ACKs `qp`'s responder holds, at once (the QP leaves RTS/RTR or is
+    /// destroyed: docs/network.md, "Coalesced ACKs").
+    fn release_acks(&mut self, qp: &QpInner) {
+        let _ = qp;
+    }
 
     /// Forgets the responder (`modify_qp` changed the path or the QP restarted).
     fn forget_route(&mut self);

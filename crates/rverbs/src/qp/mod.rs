@@ -13,6 +13,7 @@
 //! State: every change of a QP's state goes through `QpRecord::transition` (module
 //! `state`), which traces it; `modify` is validate → plan → apply there.
 
+pub(crate) mod acks;
 pub mod batch;
 pub mod connect;
 pub(crate) mod device;
@@ -98,6 +99,9 @@ pub(crate) struct NetResponder {
     /// Counted while the QP has a network peer (`progress::net_active`): set with the
     /// machine, or by a UD send to another host; dropped at RESET/RTR and destroy.
     pub(crate) live: Option<crate::progress::NetConnection>,
+    /// ACKs held back to leave with the next requests (`acks`, docs/network.md,
+    /// "Coalesced ACKs"); sent before this responder is replaced.
+    pub(crate) held_acks: acks::HeldAcks,
 }
 
 /// A QP's hold on the parent domain it was created on (made by `crate::pd`, a layer
@@ -955,6 +959,8 @@ impl Qp {
             };
             crate::sanitizer::destroying_qp(q.qpn, q.state(), &unfinished);
         }
+        // docs/network.md, "Coalesced ACKs": what the responder holds leaves before the QP goes.
+        q.sq.lock().link.release_acks(q);
         q.rec.qpn.store(0, Ordering::Release);
         let _ = q.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
         q.dev.qps().remove(q.qpn);

@@ -322,7 +322,7 @@ impl QpInner {
                     }
                 }
             }
-            link.flush();
+            link.flush(self);
             self.count(&mut conn.req);
             step.requester_done();
             let retired = self.retire(ring, conn);
@@ -534,6 +534,8 @@ impl QpInner {
     /// Completes every queued send with WR_FLUSH_ERR (always written, signaled or not);
     /// the requester that carried some of them is dropped.
     pub(crate) fn flush_sq(&self, sq: &mut SendQueue) {
+        // ACKs for messages delivered before the error still leave.
+        sq.link.release_acks(self);
         sq.conn = None;
         sq.link.reset();
         while let Some(w) = sq.ring.pop() {

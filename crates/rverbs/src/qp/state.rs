@@ -333,7 +333,9 @@ impl QpInner {
         }
         sq.link.forget_route();
         if changed && matches!(plan.to, QpState::Reset | QpState::Rtr) {
-            // A new connection: requests from the network start at rq_psn.
+            // A new connection: requests from the network start at rq_psn (the old one's
+            // held ACKs leave first).
+            sq.link.release_acks(self);
             *self.net_resp.lock().expect("net responder") = super::NetResponder { rq_psn: a.rq_psn, ..Default::default() };
         }
         sq.req = plan.req;

@@ -41,7 +41,7 @@ pub(crate) fn readable(engine: &'static Engine, net: &Net, groups: &Groups, inde
         Some(slot) => super::mcast_net::readable(net, groups, slot),
         None => {
             let _rx = net.rx.lock().expect("receive lock");
-            receive_on(engine, net, index);
+            receive_on(engine, net, index, false);
         }
     }
 }
@@ -54,25 +54,31 @@ pub(crate) fn receive_now(engine: &'static Engine, net: &Net, groups: &Groups) {
     super::mcast_net::receive_now(net, groups);
 }
 
-/// [`receive_now`] on the unicast sockets.
+/// [`receive_now`] on the unicast sockets. The ACKs this process held back go first: the
+/// application polls an empty CQ, so it has nothing to send them with for now; this
+/// receive holds new ones if the application said it busy-polls (docs/network.md,
+/// "Coalesced ACKs").
 fn receive_unicast_now(engine: &'static Engine, net: &Net) {
+    super::net::send_due_acks(engine, net, None, true);
     let Ok(_rx) = net.rx.try_lock() else { return };
+    let hold = crate::progress::busy_poll();
     for index in 0..2 * net.socks().len() {
-        receive_on(engine, net, index);
+        receive_on(engine, net, index, hold);
     }
 }
 
-/// Receives and delivers what waits on socket `index` (the caller holds `net.rx`).
-fn receive_on(engine: &'static Engine, net: &Net, index: usize) {
+/// Receives and delivers what waits on socket `index` (the caller holds `net.rx`);
+/// `hold`: an application thread, which keeps plain ACKs for its next requests.
+fn receive_on(engine: &'static Engine, net: &Net, index: usize, hold: bool) {
     let Some(sock) = net.rx_sock(index) else { return };
-    with_rx_batch(|buf| sock.receive(&net.stats, buf, |run| deliver_run(engine, net, sock, run)));
+    with_rx_batch(|buf| sock.receive(&net.stats, buf, |run| deliver_run(engine, net, sock, run, hold)));
 }
 
 /// Delivers a run of checked packets, in order: a stretch of RC/UC requests for one QP
 /// of this process from one address goes to its responder together
 /// ([`super::net::handle_requests`]: one lookup per train), every other packet alone
 /// ([`deliver`]).
-fn deliver_run(engine: &'static Engine, net: &Net, sock: &NetSock, run: &[Checked<'_>]) {
+fn deliver_run(engine: &'static Engine, net: &Net, sock: &NetSock, run: &[Checked<'_>], hold: bool) {
     let mut rest = run;
     let port_down = crate::fault_plan::port_down();
     while let Some(c) = rest.first() {
@@ -91,7 +97,7 @@ fn deliver_run(engine: &'static Engine, net: &Net, sock: &NetSock, run: &[Checke
         };
         let src = c.from.ip();
         let n = rest.iter().take_while(|d| d.from.ip() == src && own_request(engine, &d.repr) == Some(qpn)).count();
-        let taken = super::net::handle_requests(engine, net, &sock.gid, src, &rest[..n]);
+        let taken = super::net::handle_requests(engine, net, &sock.gid, src, &rest[..n], hold);
         net.stats.delivered.fetch_add(taken as u64, Ordering::Relaxed);
         net.stats.unserved.fetch_add((n - taken) as u64, Ordering::Relaxed);
         rest = &rest[n..];

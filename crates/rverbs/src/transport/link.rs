@@ -65,9 +65,15 @@ impl SendPath for Path {
         !req.network && !crate::fault_plan::port_down() && super::host::express(&mut self.host, qp, req, w)
     }
 
-    fn flush(&mut self) {
+    fn flush(&mut self, qp: &QpInner) {
         if let (Some(net), Some(t)) = (self.net, self.net_tx.as_mut()) {
-            t.send_queued(net);
+            t.send_queued(net, qp);
+        }
+    }
+
+    fn release_acks(&mut self, qp: &QpInner) {
+        if let Some(net) = self.net {
+            super::net::send_held_acks(net, qp, true);
         }
     }
 

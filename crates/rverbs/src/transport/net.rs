@@ -108,6 +108,22 @@ impl Batch {
         self.queued = 0;
     }
 
+    /// Queues `packet`, built elsewhere (an ACK held back, [`crate::qp::acks`]).
+    fn push(&mut self, packet: Vec<u8>) {
+        if self.out.len() > self.queued {
+            self.out[self.queued] = packet;
+        } else {
+            self.out.push(packet);
+        }
+        self.queued += 1;
+    }
+
+    /// Takes the packets waiting, oldest first (their buffers go with them).
+    fn take_queued(&mut self) -> impl Iterator<Item = Vec<u8>> + '_ {
+        let n = std::mem::take(&mut self.queued);
+        self.out.drain(..n)
+    }
+
     /// Sends the packets waiting from the socket of local GID `sgid` to `dst`, in the
     /// order they were built.
     fn send(&mut self, net: &Net, sgid: &Gid, dst: IpAddr) {
@@ -143,9 +159,51 @@ impl NetTx {
         }
     }
 
-    /// Sends the packets built so far.
-    pub(crate) fn send_queued(&mut self, net: &Net) {
+    /// Sends the packets built so far; the ACKs `qp`'s responder holds for the same peer
+    /// leave with them, after them, in the same system call (docs/network.md, "Coalesced
+    /// ACKs").
+    pub(crate) fn send_queued(&mut self, net: &Net, qp: &QpInner) {
+        if self.out.queued == 0 {
+            return;
+        }
+        // Never wait for the responder here: a thread serving requests holds it, and takes
+        // the held ACKs along itself.
+        if let Ok(mut nr) = qp.net_resp.try_lock() {
+            if nr.held_acks.route() == Some((self.sgid, self.dst)) {
+                for p in nr.held_acks.take() {
+                    self.out.push(p);
+                }
+            }
+        }
         self.out.send(net, &self.sgid, self.dst);
+    }
+}
+
+/// Sends the ACKs `qp`'s network responder holds (docs/network.md, "Coalesced ACKs"), at
+/// once: their time has come, the QP leaves RTS/RTR, or the process exits. `wait`: wait
+/// for the responder's lock (not at exit, where its holder may never run again).
+pub(crate) fn send_held_acks(net: &Net, qp: &QpInner, wait: bool) {
+    let nr = if wait {
+        qp.net_resp.lock().ok()
+    } else {
+        qp.net_resp.try_lock().ok()
+    };
+    let Some(mut nr) = nr else { return };
+    if let Some((sgid, dst)) = nr.held_acks.route() {
+        let mut packets = nr.held_acks.take();
+        drop(nr);
+        net.send_batch(&sgid, dst, &mut packets);
+    }
+}
+
+/// Sends the held ACKs of the QPs whose time has come at `now` (`None`: of every QP that
+/// holds some): the progress thread at its deadline, an application thread at its next
+/// inline receive, the process at exit (`wait` false).
+pub(crate) fn send_due_acks(engine: &Engine, net: &Net, now: Option<Instant>, wait: bool) {
+    for qpn in engine.acks_due.take_due(now) {
+        if let Some(qp) = engine.qps.get(qpn) {
+            send_held_acks(net, &qp, wait);
+        }
     }
 }
 
@@ -196,7 +254,7 @@ pub(crate) fn transmit(slot: &mut Option<NetTx>, net: &Net, qp: &QpInner, req: &
         return Err(vendor_err::LOCAL_LKEY);
     }
     if conn.out.commit() {
-        conn.send_queued(net);
+        conn.out.send(net, &conn.sgid, conn.dst);
     }
     Ok(())
 }
@@ -229,12 +287,14 @@ pub(crate) fn handle_response(engine: &'static Engine, src: IpAddr, repr: &Repr,
 /// does. The responses of the run are batched as a requester's packets are
 /// ([`queue_responses`]: a READ's responses leave as GSO trains, up to [`BATCH`] packets
 /// per system call), and the batch is sent before any completion is published and before
-/// the QP leaves for ERR, so a receive completion still follows its ACK.
-pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: &[Checked<'_>]) -> usize {
+/// the QP leaves for ERR, so a receive completion follows its ACK — unless `hold`: an
+/// application thread receiving inline keeps a run's plain ACKs for the QP's next
+/// requests (docs/network.md, "Coalesced ACKs"; [`crate::qp::acks`]).
+pub(crate) fn handle_requests(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: &[Checked<'_>], hold: bool) -> usize {
     with_response_batch(|out| {
         // Anything left by a run that did not finish (a panic) was for its peer, not this one.
         out.clear();
-        let taken = serve_run(engine, net, local, src, run, out);
+        let taken = serve_run(engine, net, local, src, run, out, hold);
         out.send(net, local, src);
         taken
     })
@@ -254,9 +314,10 @@ fn with_response_batch<R>(f: impl FnOnce(&mut Batch) -> R) -> R {
 }
 
 /// [`handle_requests`], the responses queued into `out` (sent when it fills, before a
-/// completion is published and before the QP enters ERR; what is left at the end is the
-/// caller's to send).
-fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: &[Checked<'_>], out: &mut Batch) -> usize {
+/// completion is published unless they are ACKs to hold, and before the QP enters ERR;
+/// what is left at the end is the caller's to send, or, `hold` and only plain ACKs, held
+/// by the QP's responder).
+fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: &[Checked<'_>], out: &mut Batch, hold: bool) -> usize {
     let Some(first) = run.first() else { return 0 };
     let Some(qp) = engine.qps.get(first.repr.bth.dest_qp) else { return 0 };
     let want = match first.repr.bth.opcode.transport() {
@@ -299,6 +360,16 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
         }
         let machine = nr.machine.get_or_insert_with(|| Responder::new(cfg));
         machine.reconfigure(cfg);
+        // ACKs held from earlier runs go first, with this run's responses (kept in order):
+        // held again at the end, or sent with them.
+        match nr.held_acks.route() {
+            Some(r) if r == (*local, src) => nr.held_acks.take().into_iter().for_each(|p| out.push(p)),
+            Some((sgid, dst)) => net.send_batch(&sgid, dst, &mut nr.held_acks.take()),
+            None => {}
+        }
+        // Whether everything queued in `out` is a plain ACK (which `hold` keeps back).
+        let mut only_acks = mode == Mode::Rc || xrc;
+        let machine = nr.machine.as_mut().expect("made above");
         for a in run {
             debug_assert_eq!(a.repr.bth.dest_qp, qp.qpn, "a run is for one QP");
             taken += 1;
@@ -392,7 +463,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             if fail.is_some() {
                 queue_responses(machine, now, dest_qpn, read, &mut last_words, |_| {});
             } else {
-                queue_responses(machine, now, dest_qpn, read, out, |full| full.send(net, local, src));
+                only_acks &= queue_responses(machine, now, dest_qpn, read, out, |full| full.send(net, local, src));
             }
             drop(at);
             nr.held = held;
@@ -402,7 +473,9 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             // must not be left unacknowledged. A receive CQ that overruns still ends the QP
             // (QP_FATAL), though its message was ACKed.
             if let Some(cqe) = completed {
-                out.send(net, local, src);
+                if !(hold && only_acks) {
+                    out.send(net, local, src);
+                }
                 if served.complete(cqe).is_err() {
                     machine.enter_error();
                     fail = Some(Some(EventType::QpFatal));
@@ -416,6 +489,12 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                 // responder (the QP leaves RTS below and drops it, as a later run would).
                 break;
             }
+        }
+        if hold && only_acks && fail.is_none() && out.queued > 0 {
+            // docs/network.md, "Coalesced ACKs": they leave with the QP's next requests, at
+            // this thread's next inline receive, or after `acks::ACK_DELAY`.
+            nr.held_acks.hold(*local, src, out.take_queued());
+            engine.acks_due.add(qp.qpn, now);
         }
     }
     if let Some(event) = fail {
@@ -438,6 +517,9 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
 /// When `read` fails (the region was deregistered during the READ) the packet is not
 /// queued and nothing more is built: the requester times out (the READ's remaining
 /// responses stay with the machine, as it left them).
+///
+/// Returns whether every response it built was a plain ACK (no NAK, READ response or
+/// atomic ACK), which an inline receive may hold ([`crate::qp::acks`]).
 fn queue_responses(
     machine: &mut Responder,
     now: Instant,
@@ -445,8 +527,11 @@ fn queue_responses(
     mut read: impl FnMut(ReadSource, &mut [u8]) -> bool,
     out: &mut Batch,
     mut full: impl FnMut(&mut Batch),
-) {
+) -> bool {
+    let mut only_acks = true;
     while let Some(resp) = machine.poll_transmit(now) {
+        only_acks &= resp.opcode.operation() == Some(rverbs_proto::wire::Operation::Acknowledge)
+            && matches!(resp.syndrome, Some(rverbs_proto::wire::Syndrome::Ack { .. }));
         let repr = resp.to_repr(dest_qpn);
         let mut packet = Packet::new_unchecked(out.next(repr.buffer_len()));
         repr.emit(&mut packet);
@@ -459,6 +544,7 @@ fn queue_responses(
             full(out);
         }
     }
+    only_acks
 }
 
 #[cfg(test)]
@@ -563,6 +649,43 @@ mod tests {
                 (op, psn, MTU as usize, psn as u8)
             })
             .collect()
+    }
+
+    /// docs/network.md, "Coalesced ACKs": only plain ACKs may be held by an inline
+    /// receive. A WRITE that asks for an ACK gets one (holdable); a SEND with no receive
+    /// posted gets an RNR NAK, and a READ its response (neither holdable).
+    #[test]
+    fn only_plain_acks_may_be_held() {
+        let held = |req: &Request| {
+            let mut machine = Responder::new(ResponderConfig { mtu: MTU, ..ResponderConfig::TEMPLATE });
+            let _ = machine.handle_request(Instant::now(), req, &mut AnyKey);
+            let mut out = Batch::default();
+            let only_acks = queue_responses(&mut machine, Instant::now(), DEST_QPN, fill, &mut out, |_| {});
+            (only_acks, out.queued().len())
+        };
+        let mut write = Request::new(OpCode::RcRdmaWriteOnly, Psn::new(0));
+        write.reth = Some(RethRepr { va: VA, rkey: RKEY, dma_len: 0 });
+        write.ack_req = true;
+        assert_eq!(held(&write), (true, 1));
+        let mut send = Request::new(OpCode::RcSendOnly, Psn::new(0));
+        send.ack_req = true;
+        assert_eq!(held(&send), (false, 1), "an RNR NAK");
+        assert_eq!(held(&read_request(0, VA, 8)), (false, 1), "a READ response");
+    }
+
+    /// Held ACKs join a batch after the packets built there, in order, and leave it with them.
+    #[test]
+    fn packets_pushed_into_a_batch_follow_those_built_there() {
+        let mut out = Batch::default();
+        out.next(3).copy_from_slice(&[1, 1, 1]);
+        out.commit();
+        out.push(vec![2]);
+        out.push(vec![3]);
+        assert_eq!(out.queued(), [vec![1, 1, 1], vec![2], vec![3]]);
+        assert_eq!(out.take_queued().collect::<Vec<_>>(), [vec![1, 1, 1], vec![2], vec![3]]);
+        assert!(out.queued().is_empty());
+        out.push(vec![4]);
+        assert_eq!(out.queued(), [vec![4]]);
     }
 
     /// Issue 24: the responses of one READ go to the socket layer in batches of [`BATCH`]

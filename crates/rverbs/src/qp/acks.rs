@@ -1,0 +1,156 @@
+//! ACKs a network responder holds back so that they leave with the QP's next requests
+//! (docs/network.md, "Coalesced ACKs"; issue 24).
+//!
+//! Rule: an ACK is coalesced, never lost. In a process that said it busy-polls
+//! (`RVERBS_BUSY_POLL=1`, `progress::busy_poll`), an application thread that received
+//! requests inline (it polled an empty CQ, `progress::receive_inline`) keeps the plain ACKs
+//! they produced here instead of sending them; they leave
+//! - in the same `sendmmsg` as the next request packets of the QP's requester (to the same
+//!   peer, from the same address), or
+//! - at that process's next inline receive (the application polled an empty CQ again:
+//!   it has nothing to send for now), or
+//! - once [`ACK_DELAY`] has passed, from the progress thread (an application that stopped
+//!   polling), or
+//! - when the QP leaves RTS/RTR (ERR, RESET) or is destroyed, and at process exit.
+//!
+//! A NAK, an RNR NAK, a READ response or an atomic ACK is never held: the requester waits
+//! on those. The progress thread never holds an ACK either (nothing tells it that a
+//! request follows). IBTA ACKs are cumulative (docs/rocev2-wire.md §3.4 "coalesced
+//! ACKs"), but nothing here relies on it: every held ACK is sent, in order.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::gid::Gid;
+
+/// How long an ACK may wait for a request to ride with before the progress thread sends
+/// it alone. Far below any requester's ACK timeout but the shortest ones (timeout 1–4:
+/// 8–64 µs, which then retransmit and are ACKed again).
+pub(crate) const ACK_DELAY: Duration = Duration::from_micros(200);
+
+/// The ACK packets a QP's network responder holds, for one peer.
+#[derive(Default)]
+pub(crate) struct HeldAcks {
+    /// The packets (BTH to ICRC, ICRC not yet written), oldest first.
+    packets: Vec<Vec<u8>>,
+    /// The local GID whose socket they leave from, and the peer's address.
+    route: Option<(Gid, IpAddr)>,
+}
+
+impl HeldAcks {
+    /// Whether nothing is held.
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    /// Holds `packets` (in order, after those held already) for the peer at `dst`, to
+    /// leave from the socket of `sgid`. The caller sends what is held for another route
+    /// first ([`HeldAcks::route`], [`HeldAcks::take`]).
+    pub(crate) fn hold(&mut self, sgid: Gid, dst: IpAddr, packets: impl IntoIterator<Item = Vec<u8>>) {
+        if self.route != Some((sgid, dst)) {
+            debug_assert!(self.packets.is_empty(), "held ACKs are sent before the route changes");
+            self.route = Some((sgid, dst));
+        }
+        self.packets.extend(packets);
+    }
+
+    /// The route of what is held: the source GID and the peer's address.
+    pub(crate) fn route(&self) -> Option<(Gid, IpAddr)> {
+        self.route.filter(|_| !self.packets.is_empty())
+    }
+
+    /// Takes every held packet, oldest first.
+    pub(crate) fn take(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.packets)
+    }
+}
+
+/// The QPs of this process that hold ACKs, with when each started holding: the progress
+/// thread sends what waited [`ACK_DELAY`]; an inline receive sends everything.
+#[derive(Default)]
+pub(crate) struct AcksDue {
+    /// Whether `qps` may be non-empty (one load on the inline receive path).
+    any: AtomicBool,
+    qps: Mutex<Vec<(u32, Instant)>>,
+}
+
+impl AcksDue {
+    /// QP `qpn` started holding ACKs at `now` (a QP already listed keeps its time).
+    pub(crate) fn add(&self, qpn: u32, now: Instant) {
+        let mut q = self.qps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !q.iter().any(|(n, _)| *n == qpn) {
+            q.push((qpn, now));
+        }
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// Whether any QP may hold ACKs.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
+
+    /// When the oldest holding started waiting plus [`ACK_DELAY`], if any QP holds ACKs.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        if !self.any() {
+            return None;
+        }
+        let q = self.qps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        q.iter().map(|(_, t)| *t + ACK_DELAY).min()
+    }
+
+    /// Removes and returns the QPs whose ACKs are due at `now` (`None`: all of them).
+    pub(crate) fn take_due(&self, now: Option<Instant>) -> Vec<u32> {
+        if !self.any() {
+            return Vec::new();
+        }
+        let mut q = self.qps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut due = Vec::new();
+        q.retain(|&(n, t)| {
+            let is_due = now.is_none_or(|now| t + ACK_DELAY <= now);
+            if is_due {
+                due.push(n);
+            }
+            !is_due
+        });
+        self.any.store(!q.is_empty(), Ordering::Release);
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn held_acks_come_back_in_order_with_their_route() {
+        let mut h = HeldAcks::default();
+        assert!(h.is_empty() && h.route().is_none());
+        let (gid, dst) = (Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+        h.hold(gid, dst, [vec![1], vec![2]]);
+        h.hold(gid, dst, [vec![3]]);
+        assert_eq!(h.route(), Some((gid, dst)));
+        assert_eq!(h.take(), [vec![1], vec![2], vec![3]]);
+        assert!(h.is_empty() && h.route().is_none());
+    }
+
+    #[test]
+    fn a_qp_is_due_once_its_first_held_ack_waited_the_delay() {
+        let due = AcksDue::default();
+        let t0 = Instant::now();
+        assert_eq!((due.any(), due.deadline()), (false, None));
+        due.add(7, t0);
+        due.add(9, t0 + ACK_DELAY / 2);
+        due.add(7, t0 + ACK_DELAY); // keeps its first time
+        assert_eq!(due.deadline(), Some(t0 + ACK_DELAY));
+        assert_eq!(due.take_due(Some(t0 + ACK_DELAY - Duration::from_nanos(1))), [0u32; 0]);
+        assert_eq!(due.take_due(Some(t0 + ACK_DELAY)), [7]);
+        assert_eq!(due.deadline(), Some(t0 + ACK_DELAY / 2 + ACK_DELAY));
+        assert_eq!(due.take_due(None), [9]);
+        assert_eq!((due.any(), due.deadline()), (false, None));
+    }
+}
