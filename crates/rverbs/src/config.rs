@@ -73,6 +73,177 @@ pub(crate) fn sanitize_from(value: Option<&OsStr>) -> Sanitize {
     }
 }
 
+/// Name of the built-in device (ibv_get_device_name(3)), unless a [`DeviceConfig`] names it.
+pub(crate) const DEVICE_NAME: &str = "rverbs0";
+
+/// The settings of one soft device (issue 23's per-device configuration): what the
+/// `RVERBS_*` variables set for the device every process lists
+/// (docs/environment.md), as values, so that one process can run several devices with
+/// different settings (a second endpoint of the host beside the first, one with network
+/// faults beside one without, one per runtime directory).
+///
+/// [`DeviceConfig::new`] starts from the built-in defaults and reads no variable;
+/// [`DeviceConfig::from_env`] starts from the variables, as the device of
+/// [`crate::devices`] and the drop-in C library do. A device is opened with
+/// [`DeviceConfig::open`] and lives as long as the process (ibv_get_device_list(3): a
+/// device outlives its list), each on an endpoint of its own, with its own progress
+/// thread (docs/device.md, "Several devices in one process").
+///
+/// The verb fault plan ([`crate::fault_plan`]) and the sanitizer stay per process: they
+/// watch the program, not one device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceConfig {
+    pub(crate) name: String,
+    pub(crate) runtime_dir: PathBuf,
+    pub(crate) net: bool,
+    pub(crate) cma: bool,
+    pub(crate) shared_mr: Option<bool>,
+    pub(crate) busy_poll: bool,
+    pub(crate) pcap: Option<PathBuf>,
+    pub(crate) net_faults: Option<rverbs_proto::fault::FaultConfig>,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig::new()
+    }
+}
+
+impl DeviceConfig {
+    /// The built-in defaults, as if no `RVERBS_*` variable were set: the device
+    /// `rverbs0`, the default runtime directory (`$XDG_RUNTIME_DIR/rverbs`, else
+    /// `/dev/shm/rverbs-<uid>`, else `/tmp/rverbs-<uid>`), the network transport on,
+    /// cross-memory attach allowed, shareable registrations where the runtime directory
+    /// is in memory, no busy polling, no capture, no network faults.
+    pub fn new() -> Self {
+        DeviceConfig {
+            name: DEVICE_NAME.to_owned(),
+            runtime_dir: runtime_dir_from(None, std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid(), dev_shm()),
+            net: true,
+            cma: true,
+            shared_mr: None,
+            busy_poll: false,
+            pcap: None,
+            net_faults: None,
+        }
+    }
+
+    /// The settings the `RVERBS_*` variables give (docs/environment.md): those of the
+    /// device [`crate::devices`] lists. A `RVERBS_FAULTS` whose packet faults do not parse
+    /// is logged and injects none, as the device has always done.
+    pub fn from_env() -> Self {
+        let var = std::env::var_os;
+        DeviceConfig {
+            runtime_dir: runtime_dir_from_env(),
+            net: !is_off(var("RVERBS_NET").as_deref()),
+            cma: !is_off(var("RVERBS_CMA").as_deref()),
+            shared_mr: shared_mr(var("RVERBS_SHARED_MR").as_deref()),
+            busy_poll: busy_poll(var("RVERBS_BUSY_POLL").as_deref()),
+            pcap: var("RVERBS_PCAP").filter(|v| !v.is_empty()).map(PathBuf::from),
+            net_faults: net_faults_from(std::env::var("RVERBS_FAULTS").ok().as_deref()),
+            ..DeviceConfig::new()
+        }
+    }
+
+    /// The device's name (ibv_get_device_name(3)); `rverbs0` by default.
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
+    /// The runtime directory (`RVERBS_RUNTIME_DIR`): devices of the host see each other
+    /// only if they use the same one, in one process as across processes.
+    pub fn runtime_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.runtime_dir = dir.into();
+        self
+    }
+
+    /// Whether the network transport binds sockets (`RVERBS_NET=off` is `false`): without
+    /// it only devices of the same runtime directory are reachable.
+    pub fn net(mut self, on: bool) -> Self {
+        self.net = on;
+        self
+    }
+
+    /// Whether peers may use cross-memory attach on this device's memory
+    /// (`RVERBS_CMA=off` is `false`): if not, they reach its private memory through its
+    /// progress thread (docs/memory.md).
+    pub fn cma(mut self, allowed: bool) -> Self {
+        self.cma = allowed;
+        self
+    }
+
+    /// Shareable registrations of caller memory (`RVERBS_SHARED_MR`): `Some(true)`
+    /// anywhere, `Some(false)` never, `None` where the runtime directory is in memory
+    /// (docs/memory.md, "Shareable registrations").
+    pub fn shared_mr(mut self, share: Option<bool>) -> Self {
+        self.shared_mr = share;
+        self
+    }
+
+    /// The application busy-polls this device's CQs (`RVERBS_BUSY_POLL=1`): its polls
+    /// receive from the network and hold ACKs (docs/progress-and-events.md,
+    /// "Busy-polling applications").
+    pub fn busy_poll(mut self, on: bool) -> Self {
+        self.busy_poll = on;
+        self
+    }
+
+    /// Records every datagram the device's network transport sends and receives in a
+    /// pcap file at `path` (`RVERBS_PCAP`, docs/network.md, "Capture and fault injection").
+    pub fn pcap(mut self, path: Option<PathBuf>) -> Self {
+        self.pcap = path;
+        self
+    }
+
+    /// Packet faults on the device's RoCEv2 send path (the packet part of
+    /// `RVERBS_FAULTS`, `rverbs_proto::fault`); `None` injects none.
+    pub fn net_faults(mut self, faults: Option<rverbs_proto::fault::FaultConfig>) -> Self {
+        self.net_faults = faults.filter(|f| !f.is_none());
+        self
+    }
+
+    /// The runtime directory these settings name.
+    pub fn runtime_dir_path(&self) -> &std::path::Path {
+        &self.runtime_dir
+    }
+}
+
+/// The runtime directory the variables name (`RVERBS_RUNTIME_DIR`, `XDG_RUNTIME_DIR`,
+/// [`runtime_dir_from`]).
+pub(crate) fn runtime_dir_from_env() -> PathBuf {
+    runtime_dir_from(
+        std::env::var_os("RVERBS_RUNTIME_DIR").as_deref(),
+        std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
+        uid(),
+        dev_shm(),
+    )
+}
+
+fn uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+fn dev_shm() -> bool {
+    std::path::Path::new("/dev/shm").is_dir()
+}
+
+/// The packet faults of a `RVERBS_FAULTS` value (`None`: unset, injecting nothing, or not
+/// parsing, which is logged: the verb plan of the same value reports its own errors).
+pub(crate) fn net_faults_from(spec: Option<&str>) -> Option<rverbs_proto::fault::FaultConfig> {
+    match rverbs_proto::fault::FaultConfig::parse(spec?) {
+        Ok(cfg) if cfg.is_none() => None,
+        Ok(cfg) => {
+            tracing::info!(?cfg, "RVERBS_FAULTS: injecting faults on the RoCEv2 send path");
+            Some(cfg)
+        }
+        Err(err) => {
+            tracing::warn!(%err, "RVERBS_FAULTS ignored");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::cq::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
 use crate::limits::check_port;
-use crate::device::{device, Device, DeviceAttr, DeviceInner, GidEntry, PortAttr};
+use crate::device::{Device, DeviceAttr, DeviceInner, GidEntry, PortAttr};
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::event::AsyncEvent;
@@ -30,7 +30,7 @@ impl Device {
         if let Some(e) = crate::fault_plan::fail(Verb::OpenDevice, None, None) {
             return Err(e);
         }
-        let dev = device();
+        let dev = self.inner()?;
         let ctx = Context::open(dev)?;
         // An event of the device the plan raises after this call (`on=open_device`).
         if crate::fault_plan::active() {

@@ -13,6 +13,7 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
+use crate::config::DeviceConfig;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::engine::Engine;
@@ -21,9 +22,6 @@ use crate::shm::registry::Registry;
 use crate::sys;
 use cap_flags::{LINK_LAYER_ETHERNET, PORT_CM_SUP};
 use crate::limits;
-
-/// Name of the built-in device.
-pub const DEVICE_NAME: &str = "rverbs0";
 
 /// IEEE OUI reported as `vendor_id`: not Mellanox (0x02c9) nor Amazon (0x1d0f), so
 /// applications that switch on vendor ids (perftest, pyverbs) take their generic paths.
@@ -298,27 +296,74 @@ impl std::ops::Deref for DeviceInner {
 
 pub(crate) use crate::sys::{process_generation, GENERATIONS};
 
-static DEVICES: [OnceLock<DeviceInner>; GENERATIONS] = [const { OnceLock::new() }; GENERATIONS];
-
-fn slot() -> &'static OnceLock<DeviceInner> {
-    &DEVICES[process_generation()]
+/// A device of the process: its settings, and its state in each process generation (a
+/// forked child starts its own endpoint, as a process does).
+pub(crate) struct Slot {
+    config: DeviceConfig,
+    /// The device [`devices`] lists (its generation `g` has device slot `g`); else one
+    /// [`DeviceConfig::open`] made, which takes a free device slot per generation.
+    listed: bool,
+    gens: [OnceLock<DeviceInner>; GENERATIONS],
 }
 
+/// The device [`devices`] lists, with the settings of the `RVERBS_*` variables.
+fn listed() -> &'static Slot {
+    static LISTED: OnceLock<&'static Slot> = OnceLock::new();
+    LISTED.get_or_init(|| Slot::new(DeviceConfig::from_env(), true))
+}
+
+/// Every device of the process, for what runs at exit.
+static ALL: std::sync::Mutex<Vec<&'static Slot>> = std::sync::Mutex::new(Vec::new());
+
+impl Slot {
+    fn new(config: DeviceConfig, listed: bool) -> &'static Slot {
+        let s: &'static Slot = Box::leak(Box::new(Slot { config, listed, gens: [const { OnceLock::new() }; GENERATIONS] }));
+        ALL.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+        s
+    }
+
+    /// The device's state in this process generation, started on first use.
+    ///
+    /// Errors (a configured device only; the listed one falls back to a private endpoint):
+    /// `EMFILE`-like exhaustion of the process's device slots (`sys::MAX_DEVICES`), or the
+    /// errno of claiming an endpoint in the runtime directory.
+    fn inner(&'static self) -> Result<&'static DeviceInner> {
+        let cell = &self.gens[process_generation()];
+        if let Some(d) = cell.get() {
+            return Ok(d);
+        }
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = STARTING.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = cell.get() {
+            return Ok(d);
+        }
+        crate::sys::count_forks();
+        let slot = if self.listed {
+            crate::sys::default_device_slot()
+        } else {
+            crate::sys::configured_device_slot().ok_or(Error::Exhausted { what: "devices in this process" })?
+        };
+        let d = DeviceInner::new(&self.config, slot, self.listed)?;
+        let d: &'static DeviceInner = match cell.set(d) {
+            Ok(()) => cell.get().expect("just set"),
+            Err(_) => unreachable!("set under the starting lock"),
+        };
+        // Peers may ring this endpoint's doorbell from now on: its reader must run. It is
+        // given what it serves (the progress thread never reaches up to the device).
+        let net: Option<&'static dyn crate::progress::NetRx> = d.net.as_ref().map(|_| d as _);
+        crate::progress::start(&d.endpoint, &d.qps, net, self.config.busy_poll);
+        if d.net.is_some() {
+            static AT_EXIT: std::sync::Once = std::sync::Once::new();
+            AT_EXIT.call_once(|| crate::sys::at_exit(send_held_acks_at_exit));
+        }
+        Ok(d)
+    }
+}
+
+/// The listed device's state in this process generation (the device of
+/// [`crate::qp1::Qp1::open`], [`endpoint_dir`], and the crate's unit tests).
 pub(crate) fn device() -> &'static DeviceInner {
-    if let Some(d) = slot().get() {
-        return d;
-    }
-    crate::sys::count_forks();
-    let d = slot().get_or_init(DeviceInner::new);
-    // Peers may ring this endpoint's doorbell from now on: its reader must run. It is
-    // given what it serves (the progress thread never reaches up to the device).
-    let net: Option<&'static dyn crate::progress::NetRx> = d.net.as_ref().map(|_| d as _);
-    crate::progress::start(&d.endpoint, &d.qps, net);
-    if d.net.is_some() {
-        static AT_EXIT: std::sync::Once = std::sync::Once::new();
-        AT_EXIT.call_once(|| crate::sys::at_exit(send_held_acks_at_exit));
-    }
-    d
+    listed().inner().expect("the listed device falls back to a private endpoint")
 }
 
 /// At exit (atexit(3)): the ACKs this process still holds leave (docs/network.md,
@@ -327,9 +372,12 @@ pub(crate) fn device() -> &'static DeviceInner {
 /// of the log already gone).
 extern "C" fn send_held_acks_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        if let Some(d) = slot().get() {
-            if let Some(net) = &d.net {
-                crate::transport::net::send_due_acks(&d.engine, net, None, false);
+        let Ok(all) = ALL.try_lock() else { return };
+        for slot in all.iter() {
+            if let Some(d) = slot.gens[process_generation()].get() {
+                if let Some(net) = &d.net {
+                    crate::transport::net::send_due_acks(&d.engine, net, None, false);
+                }
             }
         }
     });
@@ -343,10 +391,13 @@ extern "C" fn send_held_acks_at_exit() {
 /// is left out (as is one whose counters cannot be read: a process of a version
 /// without them); a runtime directory that cannot be read lists nothing.
 pub fn host_counters() -> Vec<crate::shm::counters::EndpointCounters> {
-    let root = crate::shm::runtime_dir();
+    counters_under(&crate::shm::runtime_dir())
+}
+
+fn counters_under(root: &std::path::Path) -> Vec<crate::shm::counters::EndpointCounters> {
     let mut out = Vec::new();
-    for (ep, pid) in crate::shm::registry::live_endpoints(&root) {
-        match crate::shm::counters::read(&crate::shm::registry::ep_dir(&root, ep)) {
+    for (ep, pid) in crate::shm::registry::live_endpoints(root) {
+        match crate::shm::counters::read(&crate::shm::registry::ep_dir(root, ep)) {
             Ok(counters) => out.push(crate::shm::counters::EndpointCounters { ep, pid, counters }),
             // Starting, gone meanwhile, or of a version without counters.
             Err(_) => continue,
@@ -363,7 +414,11 @@ pub fn endpoint_dir() -> std::path::PathBuf {
 }
 
 impl DeviceInner {
-    fn new() -> Self {
+    /// The device with settings `cfg` in device slot `slot`. `fallback`: if no endpoint
+    /// can be claimed in the runtime directory, run on a private one (only in-process
+    /// traffic works) rather than fail (the listed device, which every verbs program
+    /// opens with no say in its settings).
+    fn new(cfg: &'static DeviceConfig, slot: usize, fallback: bool) -> Result<Self> {
         let ifs = sys::interfaces();
         // GID 0 is the link-local GID of the interface whose MAC it is built from, as a
         // RoCE device's default GID belongs to its netdev; with no such interface, it is
@@ -440,34 +495,36 @@ impl DeviceInner {
                 .map(str::to_owned)
                 .collect(),
         );
-        let (reg, dir) = match Registry::claim(&crate::shm::runtime_dir(), crate::progress::watch_peer) {
+        let watch = move |peer: &std::sync::Arc<crate::shm::registry::Peer>| crate::progress::watch_peer(slot, peer);
+        let (reg, dir) = match Registry::claim(&cfg.runtime_dir, !cfg.cma, watch) {
             Ok(r) => {
                 let d = r.dir.clone();
                 (Some(r), d)
             }
-            Err(e) => {
+            Err(e) if fallback => {
                 tracing::warn!(%e, "no host-wide endpoint: only in-process traffic will work");
-                let d = std::env::temp_dir().join(format!("rverbs-private-{}", std::process::id()));
+                let d = std::env::temp_dir().join(format!("rverbs-private-{}-{slot}", std::process::id()));
                 let _ = std::fs::remove_dir_all(&d);
                 let _ = std::fs::create_dir_all(&d);
                 (None, d)
             }
+            Err(e) => return Err(e),
         };
         register_cleanup(&dir);
-        let endpoint = Endpoint::new(reg, dir);
-        let net = crate::transport::udp::Net::open(&gids, endpoint.counters);
+        let endpoint = Endpoint::new(reg, dir, slot, cfg.shared_mr);
+        let net = crate::transport::udp::Net::open(&gids, endpoint.counters, cfg, slot);
         if let (Some(net), Some(reg)) = (&net, &endpoint.reg) {
             // Where the owner of an address's RoCEv2 port relays this process's RC/UC
             // packets.
             net.publish(reg);
         }
-        DeviceInner {
+        Ok(DeviceInner {
             net,
             engine: Engine::new(endpoint, gids, active_mtu),
-            name: DEVICE_NAME,
+            name: &cfg.name,
             node_guid: u64::from_be_bytes(eui),
             mcast: Default::default(),
-        }
+        })
     }
 
     pub(crate) fn attr(&self) -> DeviceAttr {
@@ -569,26 +626,28 @@ impl DeviceInner {
 /// A child forked after the device started shares the parent's endpoint and must leave
 /// its directory alone.
 fn register_cleanup(dir: &std::path::Path) {
-    static DIR: std::sync::Mutex<Option<(std::path::PathBuf, u32)>> = std::sync::Mutex::new(None);
+    static DIRS: std::sync::Mutex<Vec<(std::path::PathBuf, u32)>> = std::sync::Mutex::new(Vec::new());
     static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     extern "C" fn cleanup() {
-        if let Ok(g) = DIR.lock() {
-            if let Some((d, pid)) = g.as_ref() {
-                if *pid == std::process::id() {
-                    let _ = std::fs::remove_dir_all(d);
-                    if let Some(root) = d.parent() {
-                        crate::shm::registry::Registry::reclaim_dead(root);
-                    }
+        if let Ok(g) = DIRS.lock() {
+            for (d, pid) in g.iter().filter(|(_, pid)| *pid == std::process::id()) {
+                let _ = pid;
+                let _ = std::fs::remove_dir_all(d);
+                if let Some(root) = d.parent() {
+                    crate::shm::registry::Registry::reclaim_dead(root);
                 }
             }
         }
     }
-    // A forked child that starts its own device replaces the parent's entry (inherited
-    // through fork) with its own directory.
-    *DIR.lock().unwrap_or_else(|p| p.into_inner()) = Some((dir.to_owned(), std::process::id()));
+    // A forked child that starts its own devices drops the parent's entries (inherited
+    // through fork) for its own directories.
+    let mut dirs = DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    dirs.retain(|(_, pid)| *pid == std::process::id());
+    dirs.push((dir.to_owned(), std::process::id()));
+    drop(dirs);
     if !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: registering a plain extern "C" function with no arguments; it only
-        // reads a OnceLock that is set before registration.
+        // reads a mutex-guarded list of paths.
         #[allow(unsafe_code)]
         unsafe {
             libc::atexit(cleanup);
@@ -606,28 +665,31 @@ fn eui64(mac: [u8; 6]) -> [u8; 8] {
 }
 
 
-/// A device as listed by [`devices`].
+/// A device as listed by [`devices`], or opened with [`DeviceConfig::open`].
 ///
-/// Rule: ibv_get_device_list(3): devices stay valid after the list is freed; the
-/// built-in device lives for the whole process. The handle names the device, not one
-/// process generation's state: opened in a child that `fork` created, it opens the
-/// child's own endpoint (a handle listed before the fork stays usable, as an
-/// `ibv_device` from before `fork` is in rdma-core).
+/// Rule: ibv_get_device_list(3): devices stay valid after the list is freed; a device
+/// lives for the whole process. The handle names the device, not one process
+/// generation's state: opened in a child that `fork` created, it opens the child's own
+/// endpoint (a handle listed before the fork stays usable, as an `ibv_device` from before
+/// `fork` is in rdma-core).
 #[derive(Clone, Copy)]
 pub struct Device {
-    _priv: (),
+    slot: &'static Slot,
 }
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Device").field("name", &self.name()).finish()
+        f.debug_struct("Device").field("name", &self.name()).field("runtime_dir", &self.slot.config.runtime_dir).finish()
     }
 }
 
-/// Lists the RDMA devices (ibv_get_device_list(3)): the built-in soft device.
+/// Lists the RDMA devices (ibv_get_device_list(3)): the built-in soft device, with the
+/// settings of the `RVERBS_*` variables ([`DeviceConfig::from_env`]). Devices a program
+/// configures itself are not listed: [`DeviceConfig::open`] returns them.
 pub fn devices() -> Result<Vec<Device>> {
-    let _ = device();
-    Ok(vec![Device { _priv: () }])
+    let slot = listed();
+    slot.inner()?;
+    Ok(vec![Device { slot }])
 }
 
 /// The device called `name`, if there is one.
@@ -638,15 +700,56 @@ pub fn device_by_name(name: &str) -> Result<Device> {
         .ok_or(Error::invalid("device_by_name", Rule::NoSuchDevice))
 }
 
+impl DeviceConfig {
+    /// Starts a device with these settings, beside the listed one and any other
+    /// (docs/device.md, "Several devices in one process"): an endpoint of its own in the
+    /// runtime directory (so devices of one directory reach each other's QPs, in one
+    /// process as across processes), its own progress thread, its own network sockets
+    /// (where another device of the host owns an address's RoCEv2 port, it sends from an
+    /// ephemeral port and receives through the owner, as a second process does). The
+    /// device lives as long as the process.
+    ///
+    /// Errors: `Exhausted` once the process started 56 configured devices
+    /// (`sys::MAX_DEVICES` less the listed device's generations); the errno of creating
+    /// the runtime directory or of claiming an endpoint in it.
+    pub fn open(self) -> Result<Device> {
+        let slot = Slot::new(self, false);
+        slot.inner()?;
+        Ok(Device { slot })
+    }
+}
+
 impl Device {
     /// The device name (ibv_get_device_name(3)).
     pub fn name(&self) -> &'static str {
-        device().name
+        &self.slot.config.name
     }
 
-    /// The node GUID in host byte order (ibv_get_device_guid(3) returns it big-endian).
+    /// The node GUID in host byte order (ibv_get_device_guid(3) returns it big-endian);
+    /// 0 if the device cannot start in this process generation.
     pub fn guid(&self) -> u64 {
-        device().node_guid
+        self.slot.inner().map_or(0, |d| d.node_guid)
+    }
+
+    /// The device's settings.
+    pub fn config(&self) -> &'static DeviceConfig {
+        &self.slot.config
+    }
+
+    /// The directory of this device's endpoint in its runtime directory (for diagnostics
+    /// and tests; a forked child gets its own).
+    pub fn endpoint_dir(&self) -> Result<std::path::PathBuf> {
+        Ok(self.slot.inner()?.dir.clone())
+    }
+
+    /// The hardware counters of every live endpoint in this device's runtime directory
+    /// ([`host_counters`] for the listed device).
+    pub fn host_counters(&self) -> Vec<crate::shm::counters::EndpointCounters> {
+        counters_under(&self.slot.config.runtime_dir)
+    }
+
+    pub(crate) fn inner(&self) -> Result<&'static DeviceInner> {
+        self.slot.inner()
     }
 }
 

@@ -18,6 +18,20 @@
 //! # Ok::<(), rverbs::Error>(())
 //! ```
 //!
+//! [`devices()`] lists the device with the settings of the `RVERBS_*` variables
+//! (docs/environment.md); a program can start more devices beside it, each with its own
+//! settings ([`DeviceConfig`]): another endpoint of the host, a device in a runtime
+//! directory of its own (another "host"), one with network faults beside one without.
+//!
+//! ```
+//! let dir = std::env::temp_dir().join(format!("rverbs-doc-{}", std::process::id()));
+//! let second = rverbs::DeviceConfig::new().runtime_dir(&dir).net(false).open()?;
+//! let ctx = second.open()?;
+//! assert!(second.endpoint_dir()?.starts_with(&dir));
+//! # drop(ctx); let _ = std::fs::remove_dir_all(&dir);
+//! # Ok::<(), rverbs::Error>(())
+//! ```
+//!
 //! Where a QP's peer is: in this process, in another process of this host (through shared
 //! memory), or on another host over RoCEv2/UDP when the device serves the source GID's
 //! network interface (docs/network.md); the same requester runs the QP on every link
@@ -107,6 +121,7 @@ pub mod typed;
 mod xrcd;
 
 pub use ah::Ah;
+pub use config::DeviceConfig;
 pub use context::Context;
 pub use cq::channel::{CompChannel, CqEvent};
 pub use cq::ex::{ExEntry, ExPoll};

@@ -1,7 +1,8 @@
 //! The progress thread: runs what cannot run inside the application's calls.
 //!
-//! One thread per process (docs/progress-and-events.md), started with the device, asleep in epoll
-//! while there is nothing to do. It handles
+//! One thread per device of the process (docs/progress-and-events.md), started with the
+//! device, asleep in epoll while there is nothing to do; each is found by its device's
+//! slot ([`Endpoint::slot`], `sys::MAX_DEVICES`). It handles
 //! - timers: the RNR wait and the ACK timeout after which a send queue retries its head
 //!   work request;
 //! - the doorbell: a FIFO peers write to when they changed one of this process's QPs
@@ -102,8 +103,8 @@ pub(crate) fn net_active() -> bool {
 /// machine whose cores busy-pollers keep, that wait is a scheduler tick, milliseconds).
 /// The caller holds no lock.
 #[cold]
-pub(crate) fn receive_inline() {
-    if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
+pub(crate) fn receive_inline(ep: &Endpoint) {
+    if let Some(p) = started(ep.slot) {
         if let Some(net) = p.net {
             if p.busy_poll {
                 p.inline_at.store(p.since_start(Instant::now()), Ordering::Relaxed);
@@ -113,11 +114,11 @@ pub(crate) fn receive_inline() {
     }
 }
 
-/// Whether the application said it busy-polls (`RVERBS_BUSY_POLL=1`, read when the
-/// device started): its inline receives then also hold ACKs for its next requests
-/// (docs/network.md, "Coalesced ACKs").
-pub(crate) fn busy_poll() -> bool {
-    PROGRESS[crate::sys::process_generation()].get().is_some_and(|p| p.busy_poll)
+/// Whether the application said it busy-polls endpoint `ep`'s device
+/// (`RVERBS_BUSY_POLL=1`, `DeviceConfig::busy_poll`): its inline receives then also hold
+/// ACKs for its next requests (docs/network.md, "Coalesced ACKs").
+pub(crate) fn busy_poll(ep: &Endpoint) -> bool {
+    started(ep.slot).is_some_and(|p| p.busy_poll)
 }
 
 /// `RVERBS_BUSY_POLL=1`: how recently an application thread must have received inline
@@ -222,18 +223,24 @@ impl Progress {
     }
 }
 
-/// The progress thread of each process generation: a forked child has no threads and a
-/// device of its own (`sys::process_generation`).
-static PROGRESS: [OnceLock<&'static Progress>; crate::sys::GENERATIONS] = [const { OnceLock::new() }; crate::sys::GENERATIONS];
+/// The progress thread of each device slot: a forked child has no threads and devices of
+/// its own, in other slots (`sys::default_device_slot`).
+static PROGRESS: [OnceLock<&'static Progress>; crate::sys::MAX_DEVICES] = [const { OnceLock::new() }; crate::sys::MAX_DEVICES];
 
-/// This generation's progress thread. The device starts it ([`start`]) before anything
+/// The progress thread of slot `slot`. The device starts it ([`start`]) before anything
 /// can ask for it, except another thread that found the device just published: that one
 /// waits the moment it takes the device to start it.
-fn progress() -> &'static Progress {
-    PROGRESS[crate::sys::process_generation()].wait()
+fn progress(slot: usize) -> &'static Progress {
+    PROGRESS[slot].wait()
 }
 
-fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>) -> &'static Progress {
+/// The progress thread of slot `slot` if it started (`usize::MAX`, a transport used on its
+/// own in tests, has none).
+fn started(slot: usize) -> Option<&'static Progress> {
+    PROGRESS.get(slot)?.get().copied()
+}
+
+fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>, busy_poll: bool) -> &'static Progress {
     let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
     let wake = EventFd::new().expect("eventfd");
     rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
@@ -245,7 +252,7 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
             .expect("epoll add");
     }
-    let busy_poll = net.is_some() && crate::config::busy_poll(std::env::var_os("RVERBS_BUSY_POLL").as_deref());
+    let busy_poll = net.is_some() && busy_poll;
     let mut net_fds = HashMap::new();
     let mut flags = epoll::EventFlags::IN;
     if busy_poll {
@@ -274,6 +281,7 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         .name("rverbs-progress".into())
         .spawn(move || {
             crate::mr::proxy::serve_while_waiting(serve_own_proxies);
+            SERVING.set(Some(p));
             run(p)
         })
         .expect("spawn the rverbs progress thread");
@@ -284,28 +292,36 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
 /// loop. The progress thread runs this while it waits for a peer's proxy itself
 /// (`mr::proxy::serve_while_waiting`), so two progress threads never wait on each other.
 fn serve_own_proxies() {
-    read_bell(progress(), false);
+    if let Some(p) = SERVING.get() {
+        read_bell(p, false);
+    }
 }
 
-/// Starts this generation's progress thread, once (the device does as soon as it exists,
-/// so peers can ring the bell), serving the device's endpoint (whose directory holds the
-/// doorbell), its QPs `qps` and the network transport's sockets `net`.
-pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>) {
-    PROGRESS[crate::sys::process_generation()].get_or_init(|| spawn(endpoint, qps, net));
+thread_local! {
+    /// The progress thread the calling thread is (none on other threads).
+    static SERVING: std::cell::Cell<Option<&'static Progress>> = const { std::cell::Cell::new(None) };
 }
 
-/// Wakes the progress thread to look at its deadlines again (the network transport holds
-/// a packet back).
-pub(crate) fn wake() {
+/// Starts the progress thread of endpoint `endpoint`'s slot, once (the device does as
+/// soon as it exists, so peers can ring the bell), serving the endpoint (whose directory
+/// holds the doorbell), its QPs `qps` and the network transport's sockets `net`;
+/// `busy_poll` is the device's `RVERBS_BUSY_POLL` setting (see the module doc).
+pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>, busy_poll: bool) {
+    PROGRESS[endpoint.slot].get_or_init(|| spawn(endpoint, qps, net, busy_poll));
+}
+
+/// Wakes the progress thread of slot `slot` to look at its deadlines again (the network
+/// transport holds a packet back).
+pub(crate) fn wake(slot: usize) {
     // Not started yet (a transport used on its own, in tests): nothing to wake.
-    if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
+    if let Some(p) = started(slot) {
         p.wake.signal();
     }
 }
 
-/// Asks the progress thread to kick `qp`'s send queue at `at`.
-pub(crate) fn schedule(at: Instant, qp: Weak<dyn Timed>) {
-    let p = progress();
+/// Asks the progress thread of endpoint `ep`'s device to kick `qp`'s send queue at `at`.
+pub(crate) fn schedule(ep: &Endpoint, at: Instant, qp: Weak<dyn Timed>) {
+    let p = progress(ep.slot);
     let mut t = p.timers.lock().expect("timers");
     t.seq += 1;
     let seq = t.seq;
@@ -323,8 +339,8 @@ pub(crate) fn schedule(at: Instant, qp: Weak<dyn Timed>) {
 /// group's socket). `fd` must stay open until [`unwatch_net_fd`], or as long as the
 /// process runs. Without a progress thread (a transport used on its own, in tests)
 /// nothing waits on it.
-pub(crate) fn watch_net_fd(index: usize, fd: BorrowedFd<'_>) {
-    let Some(p) = PROGRESS[crate::sys::process_generation()].get() else { return };
+pub(crate) fn watch_net_fd(slot: usize, index: usize, fd: BorrowedFd<'_>) {
+    let Some(p) = started(slot) else { return };
     let mut fds = p.net_fds.lock().expect("net fds");
     if let Err(err) = epoll::add(&p.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), p.net_flags()) {
         tracing::warn!(index, %err, "cannot wait on a network socket: it is read only when a CQ is polled");
@@ -336,8 +352,8 @@ pub(crate) fn watch_net_fd(index: usize, fd: BorrowedFd<'_>) {
 /// Stops waiting on a descriptor [`watch_net_fd`] added, before it closes; an event for it
 /// already taken from the wait may still name its index once (the transport finds the
 /// index unused, or a new socket with nothing to read).
-pub(crate) fn unwatch_net_fd(fd: BorrowedFd<'_>) {
-    if let Some(p) = PROGRESS[crate::sys::process_generation()].get() {
+pub(crate) fn unwatch_net_fd(slot: usize, fd: BorrowedFd<'_>) {
+    if let Some(p) = started(slot) {
         let mut fds = p.net_fds.lock().expect("net fds");
         fds.retain(|_, raw| *raw != fd.as_raw_fd());
         let _ = epoll::delete(&p.epoll, fd);
@@ -347,8 +363,8 @@ pub(crate) fn unwatch_net_fd(fd: BorrowedFd<'_>) {
 /// Watches a peer's pidfd: its death is noticed at once. Once: a pidfd stays readable
 /// after the exit, and a peer's number may belong to a new process by the time the event
 /// is handled ([`peer_died`]).
-pub(crate) fn watch_peer(peer: &Arc<Peer>) {
-    let p = progress();
+pub(crate) fn watch_peer(slot: usize, peer: &Arc<Peer>) {
+    let p = progress(slot);
     p.peers.lock().expect("peers").insert(peer.ep, Arc::downgrade(peer));
     let _ = epoll::add(
         &p.epoll,

@@ -286,8 +286,8 @@ mod tests {
         m[1] = 7;
         let mut rec = [0u8; RECORD_LEN];
         // The old endpoint: its header names a process that lives until its stdin closes.
-        let old = Registry::claim(&root, |_| {}).unwrap();
-        let me: &'static Registry = Box::leak(Box::new(Registry::claim(&root, |_| {}).unwrap()));
+        let old = Registry::claim(&root, false, |_| {}).unwrap();
+        let me: &'static Registry = Box::leak(Box::new(Registry::claim(&root, false, |_| {}).unwrap()));
         let tables = crate::shm::tables::Tables::create(&old.dir).unwrap();
         let old_qp1 = Fifo::create(&old.dir.join(FIFO_NAME)).unwrap();
         let mut child = std::process::Command::new("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
@@ -306,7 +306,7 @@ mod tests {
         assert_eq!(poll(&mut [PollFd::new(&pidfd, PollFlags::IN)], None).unwrap(), 1, "exited");
         assert_eq!(q.owner_pid(ep), None, "exited, its number still locked");
         drop((old_qp1, tables, old));
-        let new = Registry::claim(&root, |_| {}).unwrap();
+        let new = Registry::claim(&root, false, |_| {}).unwrap();
         assert_eq!(new.ep, ep);
         let new_qp1 = Fifo::create(&new.dir.join(FIFO_NAME)).unwrap();
         assert_eq!(me.peer(ep).unwrap().pid, dead, "the mapped peer is stale: nobody handled its death");

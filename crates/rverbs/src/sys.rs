@@ -179,11 +179,30 @@ pub fn process_generation() -> usize {
 /// (its directory never reclaimed). The fork handler points each of these descriptor
 /// numbers at /dev/null in the child ([`release_in_children`]), except those of the
 /// generation the child shares (after `GENERATIONS - 1` nested forks).
-static CHILD_RELEASES: [(std::sync::atomic::AtomicI32, std::sync::atomic::AtomicUsize); GENERATIONS] =
-    [const { (std::sync::atomic::AtomicI32::new(-1), std::sync::atomic::AtomicUsize::new(0)) }; GENERATIONS];
+static CHILD_RELEASES: [(std::sync::atomic::AtomicI32, std::sync::atomic::AtomicUsize); MAX_DEVICES] =
+    [const { (std::sync::atomic::AtomicI32::new(-1), std::sync::atomic::AtomicUsize::new(0)) }; MAX_DEVICES];
 
-/// Makes forked children drop their reference to `fd`'s open file description (this
-/// generation's endpoint lock): in the child the number stays open, on /dev/null, so
+/// Devices (each an endpoint with a progress thread) a process can start over its life,
+/// its forked generations included: the slots of the per-device state kept in statics
+/// (the progress threads, the endpoint locks forked children drop).
+pub(crate) const MAX_DEVICES: usize = 64;
+
+/// The slot of a device: generation `g`'s device of [`crate::devices`] has slot `g`; a
+/// configured device takes the next free one above them ([`configured_device_slot`]).
+pub(crate) fn default_device_slot() -> usize {
+    process_generation()
+}
+
+/// A slot for a configured device (`DeviceConfig::open`), `None` once [`MAX_DEVICES`]
+/// were taken. A forked child counts on from its parent's count.
+pub(crate) fn configured_device_slot() -> Option<usize> {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(GENERATIONS);
+    let s = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (s < MAX_DEVICES).then_some(s)
+}
+
+/// Makes forked children drop their reference to `fd`'s open file description (an
+/// endpoint lock of this generation): in the child the number stays open, on /dev/null, so
 /// the parent's owner of `fd` stays valid and still closes a descriptor it owns.
 pub(crate) fn release_in_children(fd: std::os::fd::BorrowedFd<'_>) {
     use std::os::fd::AsRawFd;

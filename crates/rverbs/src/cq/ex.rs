@@ -108,7 +108,7 @@ impl Cq {
             if crate::progress::net_active() {
                 // Empty: receive what the network holds for this process (no lock held);
                 // what it completes is found by the next poll.
-                crate::progress::receive_inline();
+                crate::progress::receive_inline(cq.ctx.endpoint);
             }
         }
         Ok(entry)

@@ -323,7 +323,7 @@ impl CqInner {
         drop(held);
         if first {
             let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
-            crate::progress::schedule(due, me);
+            crate::progress::schedule(self.ctx.endpoint, due, me);
         }
     }
 
@@ -336,7 +336,7 @@ impl CqInner {
             let (due, cqe) = (*due, *cqe);
             if due > now {
                 let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
-                crate::progress::schedule(due, me);
+                crate::progress::schedule(self.ctx.endpoint, due, me);
                 break;
             }
             let writer = held.pop_front().and_then(|h| h.2);
@@ -541,7 +541,7 @@ impl CqInner {
         let seg = self.gens.current();
         let empty = seg.shm().errored.load(Ordering::Relaxed) == 0 && seg.ring().nothing_reserved();
         if empty && crate::progress::net_active() {
-            crate::progress::receive_inline();
+            crate::progress::receive_inline(self.ctx.endpoint);
         }
         empty
     }
@@ -742,7 +742,7 @@ impl Cq {
         if matches!(r, Ok(0)) && crate::progress::net_active() {
             // Empty: receive what the network holds for this process; what it completes
             // is found by the next poll (a busy poller's next call).
-            crate::progress::receive_inline();
+            crate::progress::receive_inline(self.inner.ctx.endpoint);
         }
         r
     }

@@ -22,8 +22,12 @@ use crate::shm::Segment;
 /// The host-wide segment of the device, in the runtime directory.
 const HOST_SEGMENT: &str = "device";
 
-/// This process's endpoint (one per process generation).
+/// An endpoint of this process: one per device it started (`DeviceConfig::open`), per
+/// process generation.
 pub(crate) struct Endpoint {
+    /// The device's slot in this process (`sys::MAX_DEVICES`): which progress thread
+    /// serves the endpoint (`progress`).
+    pub(crate) slot: usize,
     /// The host-wide registry entry (`None` if the runtime directory was unusable: then
     /// only in-process traffic works).
     pub(crate) reg: Option<Registry>,
@@ -61,13 +65,12 @@ const ATOMIC_STUCK: std::time::Duration = std::time::Duration::from_secs(12);
 
 impl Endpoint {
     /// The endpoint of registry entry `reg` (none: a private endpoint) in directory
-    /// `dir`: creates its shared tables and maps the host-wide segment.
-    pub(crate) fn new(reg: Option<Registry>, dir: PathBuf) -> Endpoint {
+    /// `dir`, of the device in slot `slot`: creates its shared tables and maps the
+    /// host-wide segment. `shared_mr` is the device's `RVERBS_SHARED_MR` setting.
+    pub(crate) fn new(reg: Option<Registry>, dir: PathBuf, slot: usize, shared_mr: Option<bool>) -> Endpoint {
         // Shareable registrations are the default where their files live in memory
         // (docs/memory.md, "Shareable registrations"); `RVERBS_SHARED_MR` decides else.
-        let share_caller_memory = reg.is_some()
-            && crate::config::shared_mr(std::env::var_os("RVERBS_SHARED_MR").as_deref())
-                .unwrap_or_else(|| super::share::in_memory(&dir));
+        let share_caller_memory = reg.is_some() && shared_mr.unwrap_or_else(|| super::share::in_memory(&dir));
         let tables: &'static Tables = Box::leak(Box::new(
             Tables::create(&dir).expect("cannot create the endpoint's shared tables"),
         ));
@@ -81,6 +84,7 @@ impl Endpoint {
         let host = Segment::open_or_create(&host_path, std::mem::size_of::<ShmLock>())
             .expect("cannot map the host-wide device segment");
         Endpoint {
+            slot,
             reg,
             dir,
             pid: std::process::id(),

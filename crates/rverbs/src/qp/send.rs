@@ -343,7 +343,7 @@ impl QpInner {
             if conn.armed.is_none_or(|a| a > t || a <= now) {
                 conn.armed = Some(t);
                 let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
-                crate::progress::schedule(t, me);
+                crate::progress::schedule(self.pd.endpoint(), t, me);
             }
         }
         if conn.handed == 0 {

@@ -42,15 +42,11 @@ unsafe impl ShmSafe for AtomicU32 {}
 // SAFETY: as above.
 unsafe impl ShmSafe for AtomicU8 {}
 
-/// The per-user runtime directory: `$RVERBS_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/rverbs`,
-/// else `/dev/shm/rverbs-<uid>`, else `/tmp/rverbs-<uid>`.
+/// The per-user runtime directory of the device [`crate::devices`] lists:
+/// `$RVERBS_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/rverbs`, else `/dev/shm/rverbs-<uid>`,
+/// else `/tmp/rverbs-<uid>` (`config::runtime_dir_from`).
 pub(crate) fn runtime_dir() -> PathBuf {
-    crate::config::runtime_dir_from(
-        std::env::var_os("RVERBS_RUNTIME_DIR").as_deref(),
-        std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
-        rustix::process::getuid().as_raw(),
-        Path::new("/dev/shm").is_dir(),
-    )
+    crate::config::runtime_dir_from_env()
 }
 
 /// A shared mapping of a file in the runtime directory.

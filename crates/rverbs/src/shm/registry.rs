@@ -60,7 +60,11 @@ const HDR_LEN: usize = PORTS_OFF + MAX_NET_PORTS * PORT_WORDS * 8;
 /// kill harness found such remains, 2–7 files, about 1 round in 400).
 static RECLAIMING: Mutex<()> = Mutex::new(());
 
-/// This process's endpoint.
+/// What the registry calls with each peer it maps first (the progress thread's
+/// `watch_peer` of the device).
+type WatchPeer = Box<dyn Fn(&Arc<Peer>) + Send + Sync>;
+
+/// An endpoint of this process (one per device).
 pub(crate) struct Registry {
     pub(crate) ep: u32,
     /// The pid the endpoint header names: the process that claimed the endpoint (a
@@ -76,7 +80,7 @@ pub(crate) struct Registry {
     peers: Mutex<HashMap<u32, Arc<Peer>>>,
     /// Called with each peer when it is first mapped, to watch its death (the progress
     /// thread's; given at [`Registry::claim`], so the registry does not reach up to it).
-    watch: fn(&Arc<Peer>),
+    watch: WatchPeer,
     /// Segments this endpoint keeps for its peers, shared with every [`Peer`].
     home: Arc<HomeSegments>,
 }
@@ -230,8 +234,9 @@ pub(crate) fn live_endpoints(root: &Path) -> Vec<(u32, u32)> {
 
 impl Registry {
     /// Claims the lowest free endpoint number under `root` (created if missing); `watch`
-    /// is called with every peer when it is first mapped.
-    pub(crate) fn claim(root: &Path, watch: fn(&Arc<Peer>)) -> Result<Registry> {
+    /// is called with every peer when it is first mapped. `refuses_cma`: peers must not
+    /// use cross-memory attach on this process (`RVERBS_CMA=off`), published in the header.
+    pub(crate) fn claim(root: &Path, refuses_cma: bool, watch: impl Fn(&Arc<Peer>) + Send + Sync + 'static) -> Result<Registry> {
         std::fs::create_dir_all(root)?;
         let _ = std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o700));
         let mut mine: Option<(u32, OwnedFd)> = None;
@@ -251,7 +256,7 @@ impl Registry {
             // Other free endpoints are unlocked again when `fd` drops.
         }
         let (ep, lock) = mine.ok_or(Error::Exhausted { what: "endpoints on this host" })?;
-        Self::claimed(root, ep, lock, watch)
+        Self::claimed(root, ep, lock, refuses_cma, Box::new(watch))
     }
 
     /// Removes the directory of every endpoint under `root` whose lock is free: what
@@ -295,7 +300,7 @@ impl Registry {
     }
 
     /// The rest of [`Registry::claim`], once endpoint `ep` is locked.
-    fn claimed(root: &Path, ep: u32, lock: OwnedFd, watch: fn(&Arc<Peer>)) -> Result<Registry> {
+    fn claimed(root: &Path, ep: u32, lock: OwnedFd, refuses_cma: bool, watch: WatchPeer) -> Result<Registry> {
         // The lock is this process's alone: a forked child must not hold it (it would
         // keep this endpoint "alive" after this process died).
         crate::sys::release_in_children(lock.as_fd());
@@ -310,7 +315,6 @@ impl Registry {
         // lets them (ptrace access rules differ between pairs of processes).
         hdr.get::<AtomicU64>(16).store(&CANARY as *const AtomicU64 as u64, Ordering::Release);
         hdr.get::<AtomicU64>(24).store(CANARY.load(Ordering::Relaxed), Ordering::Release);
-        let refuses_cma = crate::config::is_off(std::env::var_os("RVERBS_CMA").as_deref());
         hdr.get::<AtomicU64>(32).store(u64::from(refuses_cma), Ordering::Release);
         hdr.get::<AtomicU64>(0).store(HDR_MAGIC, Ordering::Release);
         let home = Arc::new(HomeSegments { dir: dir.clone(), map: Mutex::new(HashMap::new()) });
@@ -709,8 +713,8 @@ mod tests {
     #[test]
     fn endpoints_are_exclusive_and_released_with_their_lock() {
         let r = root("excl");
-        let a = Registry::claim(&r, |_| {}).unwrap();
-        let b = Registry::claim(&r, |_| {}).unwrap();
+        let a = Registry::claim(&r, false, |_| {}).unwrap();
+        let b = Registry::claim(&r, false, |_| {}).unwrap();
         assert_ne!(a.ep, b.ep);
         assert!(a.alive(b.ep));
         assert!(b.dir.join("hdr").exists());
@@ -723,7 +727,7 @@ mod tests {
         assert!(!a.alive(ep_b), "a released lock means a dead endpoint");
         // The next claim reuses the number and clears what the dead one left.
         std::fs::write(dir_b.join("stale"), b"x").unwrap();
-        let c = Registry::claim(&r, |_| {}).unwrap();
+        let c = Registry::claim(&r, false, |_| {}).unwrap();
         assert_eq!(c.ep, ep_b);
         assert!(!dir_b.join("stale").exists());
         drop((a, c));
@@ -737,7 +741,7 @@ mod tests {
     #[test]
     fn asking_about_endpoints_that_never_existed_creates_no_file() {
         let r = root("probe");
-        let a = Registry::claim(&r, |_| {}).unwrap();
+        let a = Registry::claim(&r, false, |_| {}).unwrap();
         let listing = || {
             let mut v: Vec<String> = std::fs::read_dir(&r).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
             v.sort();
@@ -752,7 +756,7 @@ mod tests {
         assert!(!a.alive(MAX_ENDPOINTS + 7));
         assert_eq!(listing(), before, "the runtime directory changed");
         // A real peer is still seen alive, and dead once it is gone.
-        let b = Registry::claim(&r, |_| {}).unwrap();
+        let b = Registry::claim(&r, false, |_| {}).unwrap();
         assert!(a.alive(b.ep));
         let ep_b = b.ep;
         drop(b);
@@ -773,8 +777,8 @@ mod tests {
     fn a_mapped_peer_that_exited_is_dead_before_its_pidfd_is_handled() {
         use rustix::event::{poll, PollFd, PollFlags};
         let r = root("exited");
-        let a = Registry::claim(&r, |_| {}).unwrap();
-        let b = Registry::claim(&r, |_| {}).unwrap(); // its progress thread never runs
+        let a = Registry::claim(&r, false, |_| {}).unwrap();
+        let b = Registry::claim(&r, false, |_| {}).unwrap(); // its progress thread never runs
         let _tables_a = super::super::tables::Tables::create(&a.dir).unwrap();
         // `a`'s process, as its header names it, has exited (a zombie: not reaped yet).
         let mut child = std::process::Command::new("true").spawn().unwrap();
@@ -799,8 +803,8 @@ mod tests {
     #[test]
     fn the_owner_of_a_reused_number_is_read_from_the_host_not_from_the_mapped_peer() {
         let r = root("owner");
-        let a = Registry::claim(&r, |_| {}).unwrap();
-        let b = Registry::claim(&r, |_| {}).unwrap(); // its progress thread never runs
+        let a = Registry::claim(&r, false, |_| {}).unwrap();
+        let b = Registry::claim(&r, false, |_| {}).unwrap(); // its progress thread never runs
         let tables_a = super::super::tables::Tables::create(&a.dir).unwrap();
         let me = std::process::id() as i32;
         assert!(b.owner(b.ep).is_none(), "not asked of the own endpoint");
@@ -819,7 +823,7 @@ mod tests {
         let ep_a = a.ep;
         drop((tables_a, a));
         assert_eq!(b.owner(ep_a).map(|(pid, _)| pid), None, "free");
-        let c = Registry::claim(&r, |_| {}).unwrap();
+        let c = Registry::claim(&r, false, |_| {}).unwrap();
         assert_eq!(c.ep, ep_a);
         assert!(pa.is_alive() && b.peer(ep_a).unwrap().pid == dead, "the mapped peer is stale: nobody handled its death");
         let (pid, fd) = b.owner(ep_a).expect("the new owner");
@@ -837,8 +841,8 @@ mod tests {
     #[test]
     fn a_late_death_of_a_number_leaves_its_new_owner_alive() {
         let r = root("late");
-        let a = Registry::claim(&r, |_| {}).unwrap();
-        let b = Registry::claim(&r, |_| {}).unwrap(); // its progress thread never runs
+        let a = Registry::claim(&r, false, |_| {}).unwrap();
+        let b = Registry::claim(&r, false, |_| {}).unwrap(); // its progress thread never runs
         let tables_a = super::super::tables::Tables::create(&a.dir).unwrap();
         // `a`'s process, as its header names it, has exited.
         let mut child = std::process::Command::new("true").spawn().unwrap();
@@ -852,7 +856,7 @@ mod tests {
         // old one is handled.
         let ep = a.ep;
         drop((tables_a, a));
-        let c = Registry::claim(&r, |_| {}).unwrap();
+        let c = Registry::claim(&r, false, |_| {}).unwrap();
         let _tables_c = super::super::tables::Tables::create(&c.dir).unwrap();
         assert_eq!(c.ep, ep);
         assert!(!b.alive(ep), "the mapped old peer has exited");
@@ -872,8 +876,8 @@ mod tests {
     fn published_net_ports_are_found_per_namespace_and_address_and_reclaimed() {
         use std::net::{Ipv4Addr, Ipv6Addr};
         let r = root("ports");
-        let a = Registry::claim(&r, |_| {}).unwrap();
-        let b = Registry::claim(&r, |_| {}).unwrap();
+        let a = Registry::claim(&r, false, |_| {}).unwrap();
+        let b = Registry::claim(&r, false, |_| {}).unwrap();
         // A peer is mapped with its tables.
         let tables_a = super::super::tables::Tables::create(&a.dir).unwrap();
         let v4 = IpAddr::V4(Ipv4Addr::new(10, 67, 0, 1));
@@ -901,7 +905,7 @@ mod tests {
         let ep_a = a.ep;
         drop((pa, tables_a, a));
         b.forget(ep_a);
-        let c = Registry::claim(&r, |_| {}).unwrap();
+        let c = Registry::claim(&r, false, |_| {}).unwrap();
         assert_eq!(c.ep, ep_a);
         let _tables_c = super::super::tables::Tables::create(&c.dir).unwrap();
         assert_eq!(b.peer(c.ep).unwrap().net_port(7, v4), None);

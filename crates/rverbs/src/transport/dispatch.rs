@@ -61,7 +61,7 @@ pub(crate) fn receive_now(engine: &'static Engine, net: &Net, groups: &Groups) {
 fn receive_unicast_now(engine: &'static Engine, net: &Net) {
     super::net::send_due_acks(engine, net, None, true);
     let Ok(_rx) = net.rx.try_lock() else { return };
-    let hold = crate::progress::busy_poll();
+    let hold = crate::progress::busy_poll(&engine.endpoint);
     for index in 0..2 * net.socks().len() {
         receive_on(engine, net, index, hold);
     }

@@ -37,27 +37,23 @@ pub(super) struct Faults {
     /// Whether an injector is set (the send path's one check when none is).
     on: AtomicBool,
     inj: Mutex<Option<Injector<Datagram>>>,
+    /// The device slot whose progress thread sends what is held back.
+    slot: usize,
 }
 
 impl Faults {
-    /// No injector.
+    /// No injector, and no progress thread to wake (a transport used on its own, in tests).
     pub(super) fn none() -> Faults {
-        Faults { on: AtomicBool::new(false), inj: Mutex::new(None) }
+        Faults { on: AtomicBool::new(false), inj: Mutex::new(None), slot: usize::MAX }
     }
 
-    /// The injector `RVERBS_FAULTS` sets, if any (a spec that does not parse is logged and
-    /// ignored).
-    pub(super) fn from_env() -> Faults {
-        let f = Faults::none();
-        let Ok(spec) = std::env::var("RVERBS_FAULTS") else { return f };
-        match FaultConfig::parse(&spec) {
-            Ok(cfg) => {
-                if !cfg.is_none() {
-                    tracing::info!(?cfg, "RVERBS_FAULTS: injecting faults on the RoCEv2 send path");
-                }
-                f.set(cfg);
-            }
-            Err(err) => tracing::warn!(%err, "RVERBS_FAULTS ignored"),
+    /// The injector of the device's setting `cfg` (`RVERBS_FAULTS`'s packet faults,
+    /// `DeviceConfig::net_faults`), if any, waking the progress thread of device slot
+    /// `slot` when it holds a packet back.
+    pub(super) fn with(cfg: Option<FaultConfig>, slot: usize) -> Faults {
+        let f = Faults { slot, ..Faults::none() };
+        if let Some(cfg) = cfg {
+            f.set(cfg);
         }
         f
     }
@@ -93,7 +89,7 @@ impl Faults {
         if !cfg.is_none() {
             tracing::info!(?cfg, "injecting faults on the RoCEv2 send path");
         }
-        crate::progress::wake();
+        crate::progress::wake(self.slot);
     }
 
     /// Sends the RoCEv2 packet `packet` (BTH to ICRC; the ICRC written here) from `sock`,
@@ -114,7 +110,7 @@ impl Faults {
         release(socks, inj, now);
         if inj.poll_timeout().is_some() {
             // Held back: the progress thread sends it when due.
-            crate::progress::wake();
+            crate::progress::wake(self.slot);
         }
     }
 

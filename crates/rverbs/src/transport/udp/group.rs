@@ -40,24 +40,32 @@ pub(crate) struct GroupSock {
 
 /// The multicast state of the network transport: the group sockets of this process by
 /// slot, and the interfaces of the served addresses.
-#[derive(Default)]
 pub(crate) struct McastNet {
     ifaces: Vec<Iface>,
     slots: Mutex<Vec<Option<Arc<GroupSock>>>>,
     /// Held across a multicast send: the TTL last set on each sending socket (by its
     /// address; absent: the socket was never configured for multicast).
     tx: Mutex<HashMap<IpAddr, u32>>,
+    /// The device slot whose progress thread waits on the groups' sockets.
+    slot: usize,
+}
+
+impl Default for McastNet {
+    /// No interface, no group, and no progress thread (a transport used on its own).
+    fn default() -> Self {
+        McastNet { ifaces: Vec::new(), slots: Mutex::default(), tx: Mutex::default(), slot: usize::MAX }
+    }
 }
 
 impl McastNet {
     /// The multicast state for the sockets `socks`, which serve the GIDs of `gids`: each
     /// socket's interface is its GID's.
-    pub(super) fn new(gids: &[GidEntry], socks: &[NetSock]) -> McastNet {
+    pub(super) fn new(gids: &[GidEntry], socks: &[NetSock], slot: usize) -> McastNet {
         let ifaces = socks
             .iter()
             .filter_map(|s| gids.iter().find(|e| e.gid == s.gid).map(|e| Iface { ip: s.ip, ifindex: e.ifindex }))
             .collect();
-        McastNet::with_ifaces(ifaces)
+        McastNet { slot, ..McastNet::with_ifaces(ifaces) }
     }
 
     /// The multicast state for the interfaces `ifaces`.
@@ -132,7 +140,7 @@ impl McastNet {
                 slots.len() - 1
             }
         };
-        crate::progress::watch_net_fd(FIRST_INDEX + slot, g.sock.fd());
+        crate::progress::watch_net_fd(self.slot, FIRST_INDEX + slot, g.sock.fd());
         slots[slot] = Some(g);
         Ok(())
     }
@@ -143,7 +151,7 @@ impl McastNet {
         let mut slots = self.slots.lock().expect("multicast sockets");
         if let Some(s) = slots.iter_mut().find(|s| s.as_ref().is_some_and(|g| g.group == *group)) {
             if let Some(g) = s.take() {
-                crate::progress::unwatch_net_fd(g.sock.fd());
+                crate::progress::unwatch_net_fd(self.slot, g.sock.fd());
             }
         }
     }

@@ -85,6 +85,9 @@ pub(crate) struct Net {
     /// Which ports of the addresses of `socks` this process took over from an owner that
     /// exited, and when it next tries (`takeover`).
     takeover: Takeover,
+    /// The device slot whose progress thread waits on the sockets (`usize::MAX`: none, a
+    /// transport used on its own in tests).
+    slot: usize,
     /// The multicast groups this process receives from the network, and its multicast
     /// sends (`transport::mcast_net`).
     pub(crate) mcast: McastNet,
@@ -99,15 +102,17 @@ fn netns_id() -> u64 {
 impl Net {
     /// Binds `address:4791` for the address of each GID of `gids` (loopback and IPv6
     /// link-local excluded), or, where another process owns that port, `address:0` to send
-    /// from. `None` when no socket could be bound or `RVERBS_NET=off`.
+    /// from. `None` when no socket could be bound or the device's network is off
+    /// (`RVERBS_NET=off`, `DeviceConfig::net`).
     /// Its sockets count what they send and receive in `counters` (the endpoint's,
-    /// docs/device.md, "Hardware counters").
-    pub(crate) fn open(gids: &[GidEntry], counters: &'static CounterBlock) -> Option<Net> {
-        if crate::config::is_off(std::env::var_os("RVERBS_NET").as_deref()) {
+    /// docs/device.md, "Hardware counters"); `cfg` gives the capture file and the packet
+    /// faults; `slot` is the device's, whose progress thread waits on the sockets.
+    pub(crate) fn open(gids: &[GidEntry], counters: &'static CounterBlock, cfg: &crate::config::DeviceConfig, slot: usize) -> Option<Net> {
+        if !cfg.net {
             return None;
         }
         let mut socks = Vec::new();
-        let trace = Trace::open();
+        let trace = cfg.pcap.as_deref().and_then(Trace::create);
         for e in gids {
             let ip = e.gid.to_ip();
             // Link-local IPv6 addresses need a scope (an interface) to be reached: not served.
@@ -128,8 +133,8 @@ impl Net {
                 Err(err) => tracing::warn!(%ip, %err, "no RoCEv2 socket for this address"),
             }
         }
-        let mcast = McastNet::new(gids, &socks);
-        (!socks.is_empty()).then(|| Net { mcast, ..Net::new(socks, Faults::from_env(), Instant::now()) })
+        let mcast = McastNet::new(gids, &socks, slot);
+        (!socks.is_empty()).then(|| Net { mcast, slot, ..Net::new(socks, Faults::with(cfg.net_faults, slot), Instant::now()) })
     }
 
     /// A transport with one socket on 127.0.0.1 and one on ::1 (ephemeral ports), whose
@@ -154,6 +159,7 @@ impl Net {
             netns: netns_id(),
             takeover,
             mcast: Default::default(),
+            slot: usize::MAX,
         }
     }
 
@@ -221,7 +227,7 @@ impl Net {
         self.faults.release_due(&self.socks, now);
         for index in self.take_over(now) {
             if let Some(s) = self.rx_sock(index) {
-                crate::progress::watch_net_fd(index, s.fd());
+                crate::progress::watch_net_fd(self.slot, index, s.fd());
             }
         }
     }

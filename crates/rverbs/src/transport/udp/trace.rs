@@ -12,17 +12,12 @@ use std::sync::{Arc, Mutex};
 
 use rverbs_proto::pcap::{self, PcapWriter};
 
-/// The capture file every socket of the process writes to (`RVERBS_PCAP`).
+/// The capture file every socket of a device writes to (`RVERBS_PCAP`, `DeviceConfig::pcap`).
 pub(super) struct Trace {
     out: Mutex<PcapWriter<std::fs::File>>,
 }
 
 impl Trace {
-    /// The trace `RVERBS_PCAP` names, if any.
-    pub(super) fn open() -> Option<Arc<Trace>> {
-        Trace::create(std::path::Path::new(&std::env::var_os("RVERBS_PCAP")?))
-    }
-
     /// A trace writing to a new file at `path`; `None` (logged) if it cannot be created.
     pub(super) fn create(path: &std::path::Path) -> Option<Arc<Trace>> {
         let file = std::fs::File::create(path)

@@ -1,0 +1,135 @@
+//! Several devices in one process (issue 23, `DeviceConfig`; docs/device.md, "Several
+//! devices in one process"): each configured device is an endpoint of its own with its
+//! own settings, beside the device `devices()` lists.
+
+mod common;
+
+use common::{ALL_ACCESS, CAP, MR_LEN, PATH};
+use rverbs::*;
+
+/// One side of a connection on device `dev`.
+fn side_on(dev: &Device) -> common::Side {
+    let ctx = dev.open().expect("open the device");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(64)).unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    let mr = pd.alloc_mr(MR_LEN, ALL_ACCESS).unwrap();
+    common::Side { ctx, pd, cq, qp, mr }
+}
+
+/// A fresh runtime directory of this test.
+fn runtime_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("rverbs-devcfg-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn one_mapping_of(addr: usize) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .find(|l| {
+            let (a, b) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
+            let (a, b) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap());
+            a <= addr && addr < b
+        })
+        .expect("the buffer is mapped")
+        .to_owned()
+}
+
+#[test]
+fn two_devices_of_one_runtime_directory_reach_each_other_and_count_apart() {
+    let listed = devices().unwrap()[0];
+    let second = DeviceConfig::from_env().open().expect("a second device");
+    assert_eq!(second.config().runtime_dir_path(), listed.config().runtime_dir_path());
+    let (dir_a, dir_b) = (listed.endpoint_dir().unwrap(), second.endpoint_dir().unwrap());
+    assert_ne!(dir_a, dir_b, "each device has an endpoint of its own");
+    assert_eq!(dir_a.parent(), dir_b.parent());
+
+    let a = side_on(&listed);
+    let b = side_on(&second);
+    assert_ne!(a.qp.qp_num() >> 16, b.qp.qp_num() >> 16, "QP numbers carry their endpoint");
+    common::connect(&a, &b, &PATH);
+    let (sends_a, sends_b) = (a.ctx.counters().rdma_sends, b.ctx.counters().rdma_sends);
+
+    // SEND from the listed device to the second one.
+    b.mr.write(0, b"to the second device").unwrap();
+    common::post_recv(&b, 7, 4096, 64);
+    a.mr.write(0, b"from the listed one!").unwrap();
+    let sge = [a.mr.sge(0, 20).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+    assert_eq!(common::poll_one(&a.cq).status(), WcStatus::Success);
+    let wc = common::poll_one(&b.cq);
+    assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (7, WcStatus::Success, Some(20)));
+    let mut got = [0u8; 20];
+    b.mr.read(4096, &mut got).unwrap();
+    assert_eq!(&got, b"from the listed one!");
+
+    // An RDMA WRITE the other way, into the listed device's region.
+    let sge = [b.mr.sge(0, 20).unwrap()];
+    b.qp.post_send(&[SendWr::write(2, &sge, a.mr.addr() as u64 + 8192, a.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(common::poll_one(&b.cq).status(), WcStatus::Success);
+    a.mr.read(8192, &mut got).unwrap();
+    assert_eq!(&got, b"to the second device");
+
+    // Each device counts in its own endpoint's segment (on one host the requester counts
+    // both ends, docs/device.md, "Hardware counters"): the SEND in the listed device's.
+    assert_eq!(a.ctx.counters().rdma_sends, sends_a + 1);
+    assert_eq!(b.ctx.counters().rdma_sends, sends_b, "the second device sent no SEND");
+    // Both endpoints are live in the runtime directory.
+    let live: Vec<u32> = second.host_counters().iter().map(|e| e.ep).collect();
+    for qp in [&a.qp, &b.qp] {
+        assert!(live.contains(&(qp.qp_num() >> 16)), "endpoint of QP {:#x} not in {live:?}", qp.qp_num());
+    }
+}
+
+#[test]
+fn a_device_in_its_own_runtime_directory_is_a_host_of_its_own() {
+    let dir = runtime_dir("own");
+    let dev = DeviceConfig::new().name("rverbs-own").runtime_dir(&dir).net(false).open().unwrap();
+    assert_eq!(dev.name(), "rverbs-own");
+    let ep_dir = dev.endpoint_dir().unwrap();
+    assert!(ep_dir.starts_with(&dir), "{} is not under {}", ep_dir.display(), dir.display());
+    let ctx = dev.open().unwrap();
+    assert_eq!(ctx.device_name(), "rverbs-own");
+    let pid = std::process::id();
+    let own: Vec<_> = dev.host_counters().into_iter().map(|e| (e.ep, e.pid)).collect();
+    assert_eq!(own.len(), 1, "only this device's endpoint lives there: {own:?}");
+    assert_eq!(own[0].1, pid);
+    // The listed device's directory does not hold it.
+    let listed = devices().unwrap()[0];
+    assert!(!listed.endpoint_dir().unwrap().starts_with(&dir));
+    // Loopback traffic between two QPs of the device.
+    let a = side_on(&dev);
+    let b = side_on(&dev);
+    common::connect(&a, &b, &PATH);
+    common::send_one(&a, &b, 11);
+    assert_eq!(common::poll_one(&b.cq).wr_id(), 11);
+    drop((a, b, ctx));
+    // The device lives on (as long as the process); this test's directory goes now.
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn each_device_shares_caller_memory_as_its_settings_say() {
+    let never = DeviceConfig::from_env().shared_mr(Some(false)).open().unwrap();
+    let always = DeviceConfig::from_env().shared_mr(Some(true)).open().unwrap();
+    let page = 4096;
+    for (dev, shared) in [(never, false), (always, true)] {
+        let pd = dev.open().unwrap().alloc_pd().unwrap();
+        let buf = common::map(4, libc::PROT_READ | libc::PROT_WRITE);
+        // SAFETY: `buf` is 4 mapped pages this test owns and touches only through the MR
+        // until it is deregistered.
+        let mr = unsafe { pd.reg_mr(buf, 4 * page, ALL_ACCESS) }.unwrap();
+        let line = one_mapping_of(buf as usize + page);
+        let ep_dir = dev.endpoint_dir().unwrap();
+        assert_eq!(line.contains(ep_dir.to_str().unwrap()), shared, "shared_mr {shared}: {line}");
+        drop(mr);
+        common::unmap(buf, 4);
+    }
+}
+
+#[test]
+fn a_runtime_directory_that_cannot_be_made_is_an_error_for_a_configured_device() {
+    let err = DeviceConfig::new().runtime_dir("/proc/self/no-such-dir/rverbs").open().unwrap_err();
+    assert!(err.errno() != 0, "{err}");
+}
