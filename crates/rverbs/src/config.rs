@@ -101,6 +101,7 @@ pub struct DeviceConfig {
     pub(crate) busy_poll: bool,
     pub(crate) pcap: Option<PathBuf>,
     pub(crate) net_faults: Option<rverbs_proto::fault::FaultConfig>,
+    pub(crate) addresses: Option<Vec<std::net::IpAddr>>,
 }
 
 impl Default for DeviceConfig {
@@ -125,6 +126,7 @@ impl DeviceConfig {
             busy_poll: false,
             pcap: None,
             net_faults: None,
+            addresses: None,
         }
     }
 
@@ -200,6 +202,21 @@ impl DeviceConfig {
     /// `RVERBS_FAULTS`, `rverbs_proto::fault`); `None` injects none.
     pub fn net_faults(mut self, faults: Option<rverbs_proto::fault::FaultConfig>) -> Self {
         self.net_faults = faults.filter(|f| !f.is_none());
+        self
+    }
+
+    /// The addresses the device serves, as a host of its own (`None`, the default: every
+    /// address of the host, docs/device.md, "GID table, port"). Its GID table is then
+    /// GID 0 and one entry per address, in this order, and its network transport binds
+    /// exactly these, loopback addresses included: two devices in runtime directories of
+    /// their own on `127.0.1.1` and `127.0.1.2` are two hosts that talk RoCEv2 over the
+    /// loopback interface, in one process, without privilege.
+    ///
+    /// [`DeviceConfig::open`] fails with `EADDRNOTAVAIL` for an address no interface holds
+    /// that is not a loopback address (any of 127.0.0.0/8 and ::1 can be bound), and with
+    /// `EINVAL` for an empty list.
+    pub fn addresses(mut self, addresses: Option<Vec<std::net::IpAddr>>) -> Self {
+        self.addresses = addresses;
         self
     }
 

@@ -155,14 +155,16 @@ impl Context {
     /// RoCE v2 GID is the address, IPv4 as IPv4-mapped IPv6, ibv_query_gid(3); the table
     /// holds every address of the host, docs/device.md). An IPv4-mapped IPv6 address is
     /// its IPv4 address; any address of 127.0.0.0/8, and ::1, is 127.0.0.1's entry (the
-    /// table has no ::1 entry: the loopback names the host once).
+    /// table has no ::1 entry: the loopback names the host once), unless the device serves
+    /// that loopback address itself (`DeviceConfig::addresses`).
     pub fn gid_entry_of(&self, ip: std::net::IpAddr) -> Option<GidEntry> {
         let ip = match ip {
             std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
             v4 => v4,
         };
-        let want = if ip.is_loopback() { Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST) } else { Gid::from_ip(ip) };
-        self.dev().gids.iter().find(|e| e.port == 1 && e.gid == want).copied()
+        let entry = |want: Gid| self.dev().gids.iter().find(|e| e.port == 1 && e.gid == want).copied();
+        // A loopback address a device serves itself (`DeviceConfig::addresses`) is its own.
+        entry(Gid::from_ip(ip)).or_else(|| ip.is_loopback().then(|| entry(Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST))).flatten())
     }
 
     /// The P_Key at `index` of `port` (ibv_query_pkey(3)): the default 0xFFFF at index 0.

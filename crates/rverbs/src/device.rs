@@ -476,6 +476,10 @@ impl DeviceInner {
                 ifindex: sys::ifindex(&name),
             });
         }
+        if let Some(addresses) = &cfg.addresses {
+            gids.truncate(1);
+            gids.extend(served_gids(addresses, &ifs)?);
+        }
         // The port's active MTU: the smallest link among the up, non-loopback interfaces
         // that hold a GID (docs/device.md, "Active MTU"; `limits::port_active_mtu`).
         let mut links: Vec<&str> = ifs
@@ -653,6 +657,33 @@ fn register_cleanup(dir: &std::path::Path) {
             libc::atexit(cleanup);
         }
     }
+}
+
+/// The GID entries of a device that serves exactly `addresses` (`DeviceConfig::addresses`),
+/// from index 1, each on the interface of `ifs` that holds it, or on the loopback
+/// interface for a loopback address none holds (the kernel delivers all of 127.0.0.0/8
+/// locally).
+fn served_gids(addresses: &[std::net::IpAddr], ifs: &[sys::IfAddr]) -> Result<Vec<GidEntry>> {
+    if addresses.is_empty() {
+        return Err(Error::invalid("DeviceConfig::addresses", Rule::NoAddresses));
+    }
+    let mut out = Vec::new();
+    for (i, ip) in addresses.iter().enumerate() {
+        let holder = ifs.iter().find(|f| f.ipv4.map(std::net::IpAddr::V4) == Some(*ip) || f.ipv6.map(std::net::IpAddr::V6) == Some(*ip));
+        let ifname = match holder {
+            Some(f) => f.name.as_str(),
+            None if ip.is_loopback() => "lo",
+            None => return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EADDRNOTAVAIL))),
+        };
+        out.push(GidEntry {
+            gid: Gid::from_ip(*ip),
+            index: i as u32 + 1,
+            port: 1,
+            gid_type: GidType::RoceV2,
+            ifindex: sys::ifindex(ifname),
+        });
+    }
+    Ok(out)
 }
 
 /// A locally administered MAC used when the host has no interface with one.

@@ -38,6 +38,10 @@ pub enum Rule {
     /// No device has this name (ibv_get_device_list(3)).
     #[error("no device with that name")]
     NoSuchDevice,
+    /// A device configured to serve no address (`DeviceConfig::addresses`): its GID table
+    /// would hold no address to reach it by.
+    #[error("a device must serve at least one address")]
+    NoAddresses,
 
     // ---- objects belong to one context (ibv_create_qp(3), ibv_create_cq(3), ibv_rereg_mr(3))
     /// An object handed to a verb belongs to another device context.

@@ -133,3 +133,95 @@ fn a_runtime_directory_that_cannot_be_made_is_an_error_for_a_configured_device()
     let err = DeviceConfig::new().runtime_dir("/proc/self/no-such-dir/rverbs").open().unwrap_err();
     assert!(err.errno() != 0, "{err}");
 }
+
+/// A simulated host: a device in a runtime directory of its own serving loopback address
+/// `ip` only, so that what reaches it from another such device crosses UDP.
+fn host(tag: &str, ip: [u8; 4]) -> (Device, std::path::PathBuf) {
+    let dir = runtime_dir(tag);
+    let addr = std::net::IpAddr::from(ip);
+    let dev = DeviceConfig::new().name(tag).runtime_dir(&dir).addresses(Some(vec![addr])).open().unwrap();
+    (dev, dir)
+}
+
+/// Connects `a` to `b` (RC) over their GIDs at index 1, with ACK timeout code `timeout`
+/// and `retry_cnt` retries.
+fn connect_hosts(a: &common::Side, b: &common::Side, timeout: u8, retry_cnt: u8) {
+    for (x, y) in [(a, b), (b, a)] {
+        let dgid = y.ctx.query_gid(1, 1).unwrap();
+        let path = RemotePath { access: ALL_ACCESS, timeout, retry_cnt, ..RemotePath::new(dgid, 1, y.qp.qp_num()) };
+        x.qp.connect(&path).unwrap();
+    }
+}
+
+#[test]
+fn two_hosts_in_one_process_talk_rocev2_over_the_loopback() {
+    let (ha, dir_a) = host("host-a", [127, 0, 1, 1]);
+    let (hb, dir_b) = host("host-b", [127, 0, 1, 2]);
+    let a = side_on(&ha);
+    let b = side_on(&hb);
+    // Each serves its own address and not the other's.
+    let gid_a = a.ctx.query_gid(1, 1).unwrap();
+    assert_eq!(gid_a.to_ipv4(), Some(std::net::Ipv4Addr::new(127, 0, 1, 1)));
+    assert_eq!(a.ctx.query_gid_table().len(), 2, "GID 0 and the served address");
+    assert!(b.ctx.gid_entry_of("127.0.1.1".parse().unwrap()).is_none());
+    assert_eq!(b.ctx.gid_entry_of("127.0.1.2".parse().unwrap()).map(|e| e.index), Some(1));
+    connect_hosts(&a, &b, 14, 7);
+
+    let (sent_a, rcvd_b) = (a.ctx.counters().sent_pkts, b.ctx.counters().rcvd_pkts);
+    b.mr.write(0, b"written by host b...").unwrap();
+    common::post_recv(&b, 3, 4096, 4096);
+    a.mr.write(0, b"sent by host a, 4 KiB").unwrap();
+    let sge = [a.mr.sge(0, 4096).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+    let wc = common::poll_one(&a.cq);
+    assert_eq!(wc.status(), WcStatus::Success, "{wc:?}");
+    let wc = common::poll_one(&b.cq);
+    assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (3, WcStatus::Success, Some(4096)));
+    let mut got = [0u8; 21];
+    b.mr.read(4096, &mut got).unwrap();
+    assert_eq!(&got, b"sent by host a, 4 KiB");
+    // An RDMA READ of host b's region from host a.
+    let sge = [a.mr.sge(8192, 20).unwrap()];
+    a.qp.post_send(&[SendWr::read(2, &sge, b.mr.addr() as u64, b.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(common::poll_one(&a.cq).status(), WcStatus::Success);
+    let mut got = [0u8; 20];
+    a.mr.read(8192, &mut got).unwrap();
+    assert_eq!(&got, b"written by host b...");
+    // It crossed the network: four 1024-byte packets at least left host a and reached b.
+    assert!(a.ctx.counters().sent_pkts >= sent_a + 4, "{:?}", a.ctx.counters());
+    assert!(b.ctx.counters().rcvd_pkts >= rcvd_b + 4, "{:?}", b.ctx.counters());
+    drop((a, b));
+    for d in [dir_a, dir_b] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn packet_faults_of_one_device_leave_another_alone() {
+    let (hb, dir_b) = host("host-fb", [127, 0, 2, 2]);
+    let lossy = DeviceConfig::new()
+        .runtime_dir(runtime_dir("host-fa"))
+        .addresses(Some(vec!["127.0.2.1".parse().unwrap()]))
+        .net_faults(Some(rverbs_proto::fault::FaultConfig::parse("drop=100%").unwrap()))
+        .open()
+        .unwrap();
+    let (clean, dir_c) = host("host-fc", [127, 0, 2, 3]);
+    let b1 = side_on(&hb);
+    let b2 = side_on(&hb);
+    let (l, c) = (side_on(&lossy), side_on(&clean));
+    // Every packet of the lossy device is lost: its request fails after one retry of a
+    // 1 ms timeout; the clean one has pyverbs' patience (67 ms, 7 retries).
+    connect_hosts(&l, &b1, 8, 1);
+    connect_hosts(&c, &b2, 14, 7);
+    for (s, r, want) in [(&c, &b2, WcStatus::Success), (&l, &b1, WcStatus::RetryExcErr)] {
+        common::post_recv(r, 5, 0, 64);
+        let sge = [s.mr.sge(0, 8).unwrap()];
+        s.qp.post_send(&[SendWr::send(6, &sge).signaled()]).unwrap();
+        let wc = common::poll_one(&s.cq);
+        assert_eq!(wc.status(), want, "{wc:?}");
+    }
+    drop((l, c, b1, b2));
+    for d in [dir_b, dir_c, lossy.config().runtime_dir_path().to_owned()] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

@@ -117,7 +117,10 @@ impl Net {
             let ip = e.gid.to_ip();
             // Link-local IPv6 addresses need a scope (an interface) to be reached: not served.
             let link_local = matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local());
-            if ip.is_loopback() || link_local || socks.iter().any(|s: &NetSock| s.ip == ip) {
+            // Loopback addresses name this host, reached without the network, unless the
+            // device was given its addresses (a simulated host, `DeviceConfig::addresses`).
+            let loopback = ip.is_loopback() && cfg.addresses.is_none();
+            if loopback || link_local || socks.iter().any(|s: &NetSock| s.ip == ip) {
                 continue;
             }
             // Another process of the namespace may own ip:4791: then this one sends from
