@@ -129,7 +129,7 @@ for p in "${programs[@]}"; do
 		check "$name: and QPN $qpn's depths" sh -c 'grep -q "^  QPN $1 send queue: max_send_wr 16" "$2" && grep -q "^  QPN $1 receive queue: max_recv_wr 16" "$2"' _ "$qpn" "$err"
 		check "$name: the BUG line is where cq $cq was created" \
 			sh -c 'sed -n "/^  cq $1 created at:/,/^  [a-z]/p" "$2" | grep -q "$3"' _ "$cq" "$err" "$name.c:$line"
-		check "$name: warned at ibv_create_qp" grep -q '^  ibv_create_qp called at:' "$err" ;;
+		check "$name: warned at the first post, ibv_post_recv" grep -q '^  ibv_post_recv called at:' "$err" ;;
 	poll_unfinished)
 		check "$name: the report names the CQ destroyed with its batch open" \
 			grep -q 'ibv_destroy_cq of cq [0-9]* while a batch ibv_start_poll opened was not ended with ibv_end_poll' "$err"

@@ -4,29 +4,17 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
-use rverbs::{CqInit, Pd, Qp, QpCap, QpInit, QpState, QpType};
+use rverbs::{QpState, QpType};
 use rverbs_cm::aio::{connect, AsyncEventChannel, AsyncListener};
+
+mod common;
+use common::{pd, poll_once, qp};
 use rverbs_cm::{CmId, EventChannel, EventKind, Error, PortSpace};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap()
-}
-
-fn pd() -> Pd {
-    rverbs::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap()
-}
-
-fn qp(pd: &Pd) -> Qp {
-    let cq = pd.context().create_cq(&CqInit::new(8)).unwrap();
-    let cap = QpCap { max_send_wr: 2, max_recv_wr: 2, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap()
-}
-
-fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-    fut.poll(&mut TaskContext::from_waker(Waker::noop()))
 }
 
 /// Bounds a wait that must end: the deadline only turns a hang into a failure.

@@ -6,21 +6,11 @@
 use std::pin::pin;
 use std::time::Duration;
 
-use rverbs::{CqInit, Pd, Qp, QpCap, QpInit, QpState, QpType};
+use rverbs::QpState;
 use rverbs_cm::aio::{connect, AsyncListener};
 
-mod executor;
-use executor::{block_on, poll_once};
-
-fn pd() -> Pd {
-    rverbs::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap()
-}
-
-fn qp(pd: &Pd) -> Qp {
-    let cq = pd.context().create_cq(&CqInit::new(8)).unwrap();
-    let cap = QpCap { max_send_wr: 2, max_recv_wr: 2, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap()
-}
+mod common;
+use common::{block_on, pd, poll_once, qp};
 
 #[test]
 fn a_connection_is_accepted_and_its_disconnection_awaited_on_any_executor() {

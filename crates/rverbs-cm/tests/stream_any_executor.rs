@@ -14,8 +14,8 @@ use rverbs::Pd;
 use rverbs_cm::aio::AsyncListener;
 use rverbs_cm::stream::{RdmaStream, SLOTS, SLOT_LEN};
 
-mod executor;
-use executor::block_on;
+mod common;
+use common::block_on;
 
 fn pd() -> Pd {
     rverbs::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap()

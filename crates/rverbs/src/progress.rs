@@ -196,8 +196,9 @@ impl Progress {
     /// With `busy_poll`: whether an application thread received inline within
     /// [`STANDBY`] of `now`; if so, until when the sockets are left to it.
     fn standing_by(&self, now: Instant) -> Option<Instant> {
-        let until = self.start + Duration::from_nanos(self.inline_at.load(Ordering::Relaxed)) + STANDBY;
-        (self.busy_poll && self.inline_at.load(Ordering::Relaxed) != 0 && now < until).then_some(until)
+        let at = self.inline_at.load(Ordering::Relaxed);
+        let until = self.start + Duration::from_nanos(at) + STANDBY;
+        (self.busy_poll && at != 0 && now < until).then_some(until)
     }
 
     /// The epoll flags of a network descriptor: one-shot with `busy_poll`.

@@ -7,17 +7,12 @@ use rverbs::aio::{AsyncChannel, AsyncCq, AsyncEvents};
 use rverbs::*;
 use std::future::Future;
 use std::pin::pin;
-use std::task::{Context as TaskContext, Poll, Waker};
+use std::task::Poll;
 use std::time::Duration;
 
 /// A current-thread runtime with I/O and timers.
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap()
-}
-
-/// Polls `fut` once with a waker that does nothing.
-fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-    fut.poll(&mut TaskContext::from_waker(Waker::noop()))
 }
 
 /// Bounds a wait that must end (no sleep decides the outcome: the deadline only turns a

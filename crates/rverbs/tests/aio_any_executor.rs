@@ -40,11 +40,6 @@ fn block_on<F: Future>(fut: F) -> F::Output {
     }
 }
 
-/// Polls `fut` once with a waker that does nothing.
-fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-    fut.poll(&mut TaskContext::from_waker(Waker::noop()))
-}
-
 #[test]
 fn a_completion_posted_by_another_thread_wakes_a_task_of_any_executor() {
     let (a, b, ch) = pair_on_channel();

@@ -329,13 +329,22 @@ fn signaling_qp(a: &Side, cq: &Cq) -> Qp {
     a.pd.create_qp(&QpInit { sq_sig_all: true, ..QpInit::new(QpType::Rc, cq, CAP) }).unwrap()
 }
 
+/// The first post to `qp` (of side `a`'s PD): to INIT, then one receive into `a`'s region.
+fn first_post(a: &Side, qp: &Qp) {
+    to_init(qp, ALL_ACCESS);
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    qp.post_recv(&[RecvWr::new(1, &sge)]).unwrap();
+}
+
 #[test]
-fn a_cq_smaller_than_the_work_of_its_qps_is_a_finding_at_create_qp_once() {
+fn a_cq_smaller_than_the_work_of_its_qps_is_a_finding_at_the_first_post_once() {
     let _g = with_mode(Mode::Report);
     let a = side_with(QpType::Rc, 256, CAP);
     let cq = a.ctx.create_cq(&CqInit::new(16)).unwrap();
     assert_eq!(cq.cqe(), 16);
     let qp = signaling_qp(&a, &cq);
+    assert_eq!(sanitize::take_findings(), vec![], "a QP never posted to (a probe of the device) overruns nothing");
+    first_post(&a, &qp);
     let found = sanitize::take_findings();
     assert_eq!(found.len(), 1, "{found:#?}");
     let f = &found[0];
@@ -344,11 +353,12 @@ fn a_cq_smaller_than_the_work_of_its_qps_is_a_finding_at_create_qp_once() {
     assert!(f.objects.contains(&Object::QueueDepth { queue: Queue::Send, num: qp.qp_num(), depth: 64 }));
     assert!(f.objects.contains(&Object::QueueDepth { queue: Queue::Recv, num: qp.qp_num(), depth: 64 }));
     assert_eq!(f.qpn(), Some(qp.qp_num()));
-    assert!(site_in_this_file(f, "ibv_create_qp called at"));
+    assert!(site_in_this_file(f, "ibv_post_recv called at"));
     assert!(f.sites.iter().any(|s| s.label.starts_with("cq ") && s.label.ends_with("created at")), "{:#?}", f.sites);
     assert!(site_in_this_file(f, &format!("qp QPN {:#x} created at", qp.qp_num())));
     // Once per CQ.
     let more = signaling_qp(&a, &cq);
+    first_post(&a, &more);
     assert_eq!(sanitize::take_findings(), vec![]);
     more.destroy().unwrap();
     qp.destroy().unwrap();
@@ -361,10 +371,12 @@ fn the_sends_of_a_qp_count_only_when_all_are_signaled() {
     // 64 receives in 64: the 64 sends may be signaled one in n (sq_sig_all off).
     let cq = a.ctx.create_cq(&CqInit::new(64)).unwrap();
     let some = a.pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    first_post(&a, &some);
     assert_eq!(sanitize::take_findings(), vec![]);
     some.destroy().unwrap();
     // The same CQ for a QP that signals every send: 128 in 64.
     let all = signaling_qp(&a, &cq);
+    first_post(&a, &all);
     let found = sanitize::take_findings();
     assert_eq!(found.len(), 1, "{found:#?}");
     assert!(found[0].objects.iter().any(|o| matches!(o, Object::CqCapacity { cqe: 64, demand: 128, .. })), "{:#?}", found[0].objects);
@@ -384,6 +396,13 @@ fn a_cq_that_holds_the_work_ignores_overruns_or_whose_qps_use_an_srq_is_no_findi
     let srq = a.pd.create_srq(&SrqInit { max_wr: 64, max_sge: 1, ..SrqInit::default() }).unwrap();
     let cq = a.ctx.create_cq(&CqInit::new(64)).unwrap();
     let q2 = a.pd.create_qp(&QpInit { srq: Some(&srq), sq_sig_all: true, ..QpInit::new(QpType::Rc, &cq, CAP) }).unwrap();
+    first_post(&a, &q0);
+    first_post(&a, &q1);
+    // q2 receives through the SRQ: its first post is a WRITE to itself (connected to itself).
+    q2.connect(&remote(&a.ctx, q2.qp_num(), &PATH, ALL_ACCESS)).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    q2.post_send(&[SendWr::write(2, &sge, a.mr.iova() + 64, a.mr.rkey())]).unwrap();
+    assert_eq!(poll_one(&cq).status(), WcStatus::Success);
     assert_eq!(sanitize::take_findings(), vec![]);
     for q in [q2, q1, q0] {
         q.destroy().unwrap();
@@ -410,14 +429,18 @@ fn a_destroyed_qp_gives_its_depth_back() {
     let _g = with_mode(Mode::Report);
     let a = side_with(QpType::Rc, 256, CAP);
     let cq = a.ctx.create_cq(&CqInit::new(128)).unwrap();
-    signaling_qp(&a, &cq).destroy().unwrap();
+    let first = signaling_qp(&a, &cq);
+    first_post(&a, &first);
+    first.destroy().unwrap();
     let second = signaling_qp(&a, &cq);
+    first_post(&a, &second);
     assert_eq!(sanitize::take_findings(), vec![], "128 in 128: the first QP's are gone");
     second.destroy().unwrap();
 }
 
 /// A side whose QP completes to a CQ made with `init` (64 entries: the QP's 64 + 64 work
-/// requests would not fit, cq-too-small, so the QP has 16 + 16), connected to a peer.
+/// requests would not fit, cq-too-small at its first post, so the QP has 16 + 16),
+/// connected to a peer.
 fn cq_side(init: impl FnOnce(CqInit<'static>) -> CqInit<'static>) -> (Side, Side) {
     let (a, peer) = (side(QpType::Rc), side(QpType::Rc));
     let cq = a.ctx.create_cq(&init(CqInit::new(64))).unwrap();

@@ -568,7 +568,7 @@ impl Qp {
             let (send_cq, recv_cq) = (init.send_cq.inner().id, init.recv_cq.inner().id);
             let sends = if init.sq_sig_all { cap.max_send_wr } else { 0 };
             use crate::sanitizer::Queue;
-            crate::sanitizer::completes_to("ibv_create_qp", &[(send_cq, Queue::Send, qpn, sends), (recv_cq, Queue::Recv, qpn, cap.max_recv_wr)]);
+            crate::sanitizer::completes_to(&[(send_cq, Queue::Send, qpn, sends), (recv_cq, Queue::Recv, qpn, cap.max_recv_wr)]);
         }
         Ok(Qp { inner })
     }

@@ -273,7 +273,7 @@ impl Srq {
             crate::sanitizer::created(crate::sanitizer::Kind::Srq, srqn, None);
             // An XRC SRQ's receives complete to its own CQ.
             if let Some((_, cq)) = &srq.inner.xrc {
-                crate::sanitizer::completes_to("ibv_create_srq_ex", &[(cq.id, crate::sanitizer::Queue::SharedRecv, srqn, init.max_wr)]);
+                crate::sanitizer::completes_to(&[(cq.id, crate::sanitizer::Queue::SharedRecv, srqn, init.max_wr)]);
             }
         }
         Ok(srq)

@@ -110,6 +110,15 @@ pub enum Queue {
 }
 
 impl Queue {
+    /// The verb that posts to this queue.
+    pub(crate) fn post_verb(self) -> &'static str {
+        match self {
+            Queue::Send => "ibv_post_send",
+            Queue::Recv => "ibv_post_recv",
+            Queue::SharedRecv => "ibv_post_srq_recv",
+        }
+    }
+
     pub(crate) fn describe(self) -> &'static str {
         match self {
             Queue::Send => "send queue",

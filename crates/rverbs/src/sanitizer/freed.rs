@@ -57,10 +57,13 @@ pub(crate) fn released(addr: usize, len: usize) {
     let Some((lkey, (mr_addr, mr_len))) = hit else { return };
     // A forked child inherits the tables: the parent's regions are not the child's.
     let live = st.live.get(&(Kind::Mr, lkey));
-    if live.is_some_and(|l| l.pid != std::process::id()) || !st.unmapped.insert(lkey) {
+    if live.is_some_and(|l| l.pid != std::process::id()) {
         return;
     }
-    let registered = st.live.get(&(Kind::Mr, lkey)).map(|l| l.at.clone());
+    let registered = live.map(|l| l.at.clone());
+    if !st.unmapped.insert(lkey) {
+        return;
+    }
     let user = st.user_of(lkey).map(|(queue, num, p, sge)| (queue, num, p.wr_id, sge, p.at.clone()));
     drop(st);
     let mut sites = vec![site("freed at", &trace::capture())];

@@ -246,7 +246,15 @@ pub(crate) struct Ticket {
 pub(crate) fn posting(queue: Queue, num: u32, wrs: Vec<Wr>) -> Ticket {
     let at = trace::capture();
     let count = wrs.len();
-    let first = track::state().post(queue, num, wrs, &at);
+    let mut st = track::state();
+    let first = st.post(queue, num, wrs, &at);
+    // cq-too-small is reported at the first post that can lead to the overrun (a QP made
+    // only to probe the device, never posted to, is no finding).
+    let over: Vec<(u32, (u32, Vec<track::Depth>))> = st.cqs_fed_by(queue, num).into_iter().filter_map(|cq| Some((cq, st.overcommitted(cq)?))).collect();
+    drop(st);
+    for (cq, (cqe, queues)) in over {
+        cq_too_small(queue.post_verb(), cq, cqe, queues);
+    }
     Ticket { first, count }
 }
 
@@ -636,27 +644,18 @@ pub(crate) fn cq_sized(id: u32, cqe: u32, ignore_overrun: bool, resized: bool) {
     }
 }
 
-/// Queues that complete to CQs were made (`verb`: a QP's send and receive queues, an
-/// XRC SRQ): each `(cq, queue, num, depth)`, a depth of 0 for none. Each CQ they
-/// complete to is checked.
+/// Queues that complete to CQs were made (a QP's send and receive queues, an XRC SRQ):
+/// each `(cq, queue, num, depth)`, a depth of 0 for none. The CQs they complete to are
+/// checked at their first post ([`posting`]): a QP made only to probe what the device
+/// grants (libfabric's `fi_getinfo` makes some on one-entry CQs) can overrun nothing.
 #[cold]
 #[inline(never)]
-pub(crate) fn completes_to(verb: &'static str, queues: &[(u32, Queue, u32, u32)]) {
+pub(crate) fn completes_to(queues: &[(u32, Queue, u32, u32)]) {
     let mut st = track::state();
     for &(cq, queue, num, depth) in queues {
         if depth > 0 {
             st.demand.insert((cq, queue, num), depth);
         }
-    }
-    let mut over = Vec::new();
-    for &(cq, ..) in queues {
-        if let Some(o) = st.overcommitted(cq) {
-            over.push((cq, o));
-        }
-    }
-    drop(st);
-    for (cq, (cqe, queues)) in over {
-        cq_too_small(verb, cq, cqe, queues);
     }
 }
 

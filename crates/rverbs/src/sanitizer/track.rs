@@ -469,4 +469,14 @@ impl State {
         size.reported = true;
         Some((size.cqe, queues))
     }
+
+    /// The CQs that the queues of QP or SRQ `num` (posted to on `queue`) complete work
+    /// to and that they contribute to: those to check when it is posted to.
+    pub(crate) fn cqs_fed_by(&self, queue: Queue, num: u32) -> Vec<u32> {
+        let srq = queue == Queue::SharedRecv;
+        let mut cqs: Vec<u32> =
+            self.demand.keys().filter(|&&(_, q, n)| n == num && (q == Queue::SharedRecv) == srq).map(|&(cq, ..)| cq).collect();
+        cqs.dedup();
+        cqs
+    }
 }

@@ -229,3 +229,8 @@ pub fn send_one(a: &Side, b: &Side, wr_id: u64) {
     let sge = [a.mr.sge(0, 8).unwrap()];
     a.qp.post_send(&[SendWr::send(wr_id, &sge)]).unwrap();
 }
+
+/// Polls `fut` once with a waker that does nothing (the async tests).
+pub fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
+    fut.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}

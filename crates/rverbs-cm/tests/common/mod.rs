@@ -1,7 +1,22 @@
-//! The minimal executor of the `*_any_executor` tests: it only parks its thread until a
+//! Fixtures of the async tests: a PD and a small RC QP on the listed device, and the
+//! minimal executor of the `*_any_executor` tests, which only parks its thread until a
 //! waker unparks it, so the futures it drives depend on no runtime (async-io's reactor
 //! wakes them).
 #![allow(dead_code)]
+
+use rverbs::{CqInit, Pd, Qp, QpCap, QpInit, QpType};
+
+/// A PD of a new context of the listed device.
+pub fn pd() -> Pd {
+    rverbs::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap()
+}
+
+/// An RC QP of `pd` with room for two sends and two receives, on a CQ of its own.
+pub fn qp(pd: &Pd) -> Qp {
+    let cq = pd.context().create_cq(&CqInit::new(8)).unwrap();
+    let cap = QpCap { max_send_wr: 2, max_recv_wr: 2, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap()
+}
 
 use std::future::Future;
 use std::pin::pin;
