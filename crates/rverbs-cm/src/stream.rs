@@ -39,7 +39,8 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::Duration;
 
 use rverbs::aio::AsyncCq;
-use rverbs::{Access, CqInit, Mr, Pd, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, Wc, WcOpcode, WcStatus};
+use rverbs::typed::QpDomain;
+use rverbs::{Access, CqInit, Mr, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, Wc, WcOpcode, WcStatus};
 
 use crate::aio::{connect_with, AsyncConnection, AsyncRequest};
 use crate::error::{Error, Result};
@@ -125,17 +126,20 @@ pub struct RdmaStream {
 
 impl RdmaStream {
     /// Connects to the stream listener at `dst` (an [`crate::aio::AsyncListener`] whose
-    /// requests are given to [`RdmaStream::accept`]) with a QP, CQ and buffers of `pd`;
-    /// address and route resolution each end within `timeout`.
-    pub async fn connect(pd: &Pd, dst: SocketAddr, timeout: Duration) -> Result<RdmaStream> {
+    /// requests are given to [`RdmaStream::accept`]) with a QP, CQ and buffers of `pd` (a
+    /// [`rverbs::Pd`], or a [`rverbs::ParentDomain`], whose allocator then supplies the
+    /// QP's send ring and which the QP holds); address and route resolution each end
+    /// within `timeout`.
+    pub async fn connect<D: QpDomain>(pd: &D, dst: SocketAddr, timeout: Duration) -> Result<RdmaStream> {
         let (qp, cq, mr) = resources(pd)?;
         let conn = connect_with(dst, qp, MAGIC, timeout, |qp| post_all(qp, &mr)).await?;
         Ok(RdmaStream::new(conn, cq, mr))
     }
 
-    /// Accepts connection request `req` as a stream (with resources of `pd`); a request
-    /// that is not a stream's (its private data lacks [`MAGIC`]) is rejected.
-    pub async fn accept(pd: &Pd, req: AsyncRequest) -> Result<RdmaStream> {
+    /// Accepts connection request `req` as a stream (with resources of `pd`, a PD or a
+    /// parent domain as for [`RdmaStream::connect`]); a request that is not a stream's (its
+    /// private data lacks [`MAGIC`]) is rejected.
+    pub async fn accept<D: QpDomain>(pd: &D, req: AsyncRequest) -> Result<RdmaStream> {
         if !req.param().private_data.starts_with(MAGIC) {
             req.reject(b"not an rverbs stream")?;
             return Err(Error::invalid("RdmaStream::accept", Rule::NotAStream));
@@ -278,13 +282,14 @@ impl RdmaStream {
 }
 
 /// The stream's QP, its CQ on a channel of its own, and its buffers.
-fn resources(pd: &Pd) -> Result<(Qp, AsyncCq, Mr)> {
+fn resources<D: QpDomain>(domain: &D) -> Result<(Qp, AsyncCq, Mr)> {
+    let pd = domain.pd_here();
     let ctx = pd.context();
     let ch = ctx.create_comp_channel()?;
     let cq = ctx.create_cq(&CqInit::new(4 * SLOTS as u32).channel(&ch))?;
     let n = SLOTS as u32;
     let cap = QpCap { max_send_wr: n, max_recv_wr: n, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap))?;
+    let qp = domain.create_qp_here(&QpInit::new(QpType::Rc, &cq, cap))?;
     let mr = pd.alloc_mr(2 * SLOTS * SLOT_LEN, Access::LOCAL_WRITE)?;
     Ok((qp, AsyncCq::new(cq, ch)?, mr))
 }

@@ -27,7 +27,7 @@ async fn bounded<T>(fut: impl Future<Output = T>) -> T {
 }
 
 /// A connected pair of streams: (client, server).
-async fn pair(pd: &Pd) -> (RdmaStream, RdmaStream) {
+async fn pair<D: rverbs::typed::QpDomain>(pd: &D) -> (RdmaStream, RdmaStream) {
     let listener = AsyncListener::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
     let addr = listener.local_addr().unwrap();
     let server = async { RdmaStream::accept(pd, listener.next_request().await.unwrap()).await.unwrap() };
@@ -38,6 +38,22 @@ async fn pair(pd: &Pd) -> (RdmaStream, RdmaStream) {
 /// One `poll_write` of `data` with a waker that does nothing.
 fn try_write(s: &mut RdmaStream, data: &[u8]) -> Poll<std::io::Result<usize>> {
     std::pin::Pin::new(s).poll_write(&mut TaskContext::from_waker(Waker::noop()), data)
+}
+
+#[test]
+fn streams_on_a_parent_domain_hold_it_and_carry_bytes() {
+    let pd = pd();
+    let parent = pd.context().alloc_parent_domain(&rverbs::ParentDomainInit::new(&pd)).unwrap();
+    runtime().block_on(async {
+        let (mut client, mut server) = pair(&parent).await;
+        // Their QPs were created on the parent domain itself (not on the PD it
+        // dereferences to): it cannot go while they live (ibv_alloc_parent_domain(3)).
+        assert_eq!(parent.dealloc().unwrap_err().errno(), libc::EBUSY);
+        bounded(client.write_all(b"through a parent domain")).await.unwrap();
+        let mut got = [0u8; 23];
+        bounded(server.read_exact(&mut got)).await.unwrap();
+        assert_eq!(&got, b"through a parent domain");
+    });
 }
 
 #[test]

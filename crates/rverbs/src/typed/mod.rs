@@ -153,6 +153,9 @@ pub trait QpDomain: sealed::SealedDomain {
     /// Creates a QP of `init` here.
     #[doc(hidden)]
     fn create_qp_here(&self, init: &QpInit<'_>) -> Result<Qp>;
+    /// The protection domain the QP's memory belongs to (a parent domain's own).
+    #[doc(hidden)]
+    fn pd_here(&self) -> &Pd;
 }
 
 impl sealed::SealedDomain for Pd {}
@@ -162,11 +165,19 @@ impl QpDomain for Pd {
     fn create_qp_here(&self, init: &QpInit<'_>) -> Result<Qp> {
         self.create_qp(init)
     }
+
+    fn pd_here(&self) -> &Pd {
+        self
+    }
 }
 
 impl QpDomain for crate::pd::ParentDomain {
     fn create_qp_here(&self, init: &QpInit<'_>) -> Result<Qp> {
         self.create_qp(init)
+    }
+
+    fn pd_here(&self) -> &Pd {
+        self.pd()
     }
 }
 
