@@ -43,7 +43,7 @@ impl std::fmt::Debug for Ah {
 impl Ah {
     /// Creates an address handle (ibv_create_ah(3)).
     pub fn new(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
-        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::CreateAh, None, None) {
+        if let Some(e) = crate::fault_plan::fail(pd.inner().endpoint().slot, rverbs_proto::verb_fault::Verb::CreateAh, None, None) {
             return Err(e);
         }
         attr.check("create_ah", crate::device::of(&pd.inner().ctx).gids.len())?;

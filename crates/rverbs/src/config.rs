@@ -89,8 +89,9 @@ pub(crate) const DEVICE_NAME: &str = "rverbs0";
 /// device outlives its list), each on an endpoint of its own, with its own progress
 /// thread (docs/device.md, "Several devices in one process").
 ///
-/// The verb fault plan ([`crate::fault_plan`]) and the sanitizer stay per process: they
-/// watch the program, not one device.
+/// The sanitizer stays per process: it watches the program, not one device. The verb
+/// fault plan of `RVERBS_FAULTS` (or [`crate::fault_plan::install`]) is the process's,
+/// for every device without a plan of its own ([`DeviceConfig::fault_plan`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceConfig {
     pub(crate) name: String,
@@ -102,6 +103,7 @@ pub struct DeviceConfig {
     pub(crate) pcap: Option<PathBuf>,
     pub(crate) net_faults: Option<rverbs_proto::fault::FaultConfig>,
     pub(crate) addresses: Option<Vec<std::net::IpAddr>>,
+    pub(crate) fault_plan: Option<rverbs_proto::verb_fault::VerbPlan>,
 }
 
 impl Default for DeviceConfig {
@@ -127,6 +129,7 @@ impl DeviceConfig {
             pcap: None,
             net_faults: None,
             addresses: None,
+            fault_plan: None,
         }
     }
 
@@ -217,6 +220,18 @@ impl DeviceConfig {
     /// `EINVAL` for an empty list.
     pub fn addresses(mut self, addresses: Option<Vec<std::net::IpAddr>>) -> Self {
         self.addresses = addresses;
+        self
+    }
+
+    /// A verb fault plan for this device alone (`fail=`, `wc=`, `wc_delay=`, `event=`
+    /// items, docs/fault-injection.md), in place of the process's (`RVERBS_FAULTS`,
+    /// [`crate::fault_plan::install`]) for its verbs; injected events of the device
+    /// (PORT_ERR, DEVICE_FATAL) change this device's port and state only. Its injections
+    /// are logged through `tracing` and returned by [`crate::fault_plan::take_injected`]
+    /// with the others. `None` (the default, and what [`DeviceConfig::from_env`] gives):
+    /// the process's plan applies.
+    pub fn fault_plan(mut self, plan: Option<rverbs_proto::verb_fault::VerbPlan>) -> Self {
+        self.fault_plan = plan;
         self
     }
 

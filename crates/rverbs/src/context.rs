@@ -27,15 +27,15 @@ impl Device {
     /// injected DEVICE_FATAL killed the device, docs/fault-injection.md).
     pub fn open(&self) -> Result<Context> {
         use rverbs_proto::verb_fault::Verb;
-        if let Some(e) = crate::fault_plan::fail(Verb::OpenDevice, None, None) {
+        let dev = self.inner()?;
+        if let Some(e) = crate::fault_plan::fail(dev.endpoint.slot, Verb::OpenDevice, None, None) {
             return Err(e);
         }
-        let dev = self.inner()?;
         let ctx = Context::open(dev)?;
         // An event of the device the plan raises after this call (`on=open_device`).
         if crate::fault_plan::active() {
-            if let Some(e) = crate::fault_plan::raise(Verb::OpenDevice, None, None).filter(|e| e.is_device()) {
-                crate::qp::device_event(&dev.engine.qps, e, dev.engine.endpoint.counters);
+            if let Some(e) = crate::fault_plan::raise(dev.endpoint.slot, Verb::OpenDevice, None, None).filter(|e| e.is_device()) {
+                crate::qp::device_event(dev.endpoint.slot, &dev.engine.qps, e, dev.engine.endpoint.counters);
             }
         }
         Ok(ctx)
@@ -184,7 +184,7 @@ impl Context {
 
     /// Creates a completion queue (ibv_create_cq(3), ibv_create_cq_ex(3)).
     pub fn create_cq(&self, init: &CqInit) -> Result<Cq> {
-        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::CreateCq, None, None) {
+        if let Some(e) = crate::fault_plan::fail(self.inner.endpoint.slot, rverbs_proto::verb_fault::Verb::CreateCq, None, None) {
             return Err(e);
         }
         Cq::new(self.inner.clone(), &self.dev().cqs, init)
@@ -198,7 +198,7 @@ impl Context {
     /// `ENOMEM` when it fits `max_dm_size` but this process's other allocations leave too
     /// little of it.
     pub fn alloc_dm(&self, len: usize, log_align_req: u32) -> Result<crate::mr::dm::Dm> {
-        if let Some(e) = crate::fault_plan::fatal("alloc_dm") {
+        if let Some(e) = crate::fault_plan::fatal(self.inner.endpoint.slot, "alloc_dm") {
             return Err(e);
         }
         crate::mr::dm::Dm::alloc(self.inner.endpoint, len, log_align_req)
@@ -206,7 +206,7 @@ impl Context {
 
     /// Creates a completion channel (ibv_create_comp_channel(3)).
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        if let Some(e) = crate::fault_plan::fatal("create_comp_channel") {
+        if let Some(e) = crate::fault_plan::fatal(self.inner.endpoint.slot, "create_comp_channel") {
             return Err(e);
         }
         let dev = self.dev();

@@ -515,6 +515,9 @@ impl DeviceInner {
             Err(e) => return Err(e),
         };
         register_cleanup(&dir);
+        if let Some(plan) = &cfg.fault_plan {
+            crate::fault_plan::install_for(slot, plan.clone());
+        }
         let endpoint = Endpoint::new(reg, dir, slot, cfg.shared_mr);
         let net = crate::transport::udp::Net::open(&gids, endpoint.counters, cfg, slot);
         if let (Some(net), Some(reg)) = (&net, &endpoint.reg) {
@@ -594,7 +597,7 @@ impl DeviceInner {
     /// up and its carrier lost (rxe_query_port); ACTIVE and LinkUp (5) otherwise
     /// (docs/fault-injection.md).
     pub(crate) fn port_attr(&self) -> PortAttr {
-        let down = crate::fault_plan::port_down();
+        let down = crate::fault_plan::port_down(self.endpoint.slot);
         PortAttr {
             state: if down { PortState::Down } else { PortState::Active },
             max_mtu: limits::MAX_MTU,

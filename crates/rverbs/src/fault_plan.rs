@@ -17,8 +17,14 @@
 //! The device's events (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL) change the process's view
 //! of the device, kept here: port 1 down (`port_down`: the transports send nothing and
 //! take nothing for this process, ibv_query_port(3) reports DOWN), or the device dead
-//! (`fail` refuses every creating and posting verb with EIO). The view is per process,
-//! as the plan is: other processes of the host see their own device as it was.
+//! (`fail` refuses every creating and posting verb with EIO). The view is per device of
+//! the process: other processes of the host, and the process's other devices
+//! (`DeviceConfig`), see their own device as it was.
+//!
+//! A device can have a plan of its own (`DeviceConfig::fault_plan`), which replaces the
+//! process's for the verbs of that device; the process's plan (`RVERBS_FAULTS`,
+//! [`install`]) applies to every other device. Each function takes the device's slot
+//! (`sys::MAX_DEVICES`; the connection manager's calls are the listed device's).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -28,18 +34,27 @@ use rverbs_proto::verb_fault::{Decider, Effect, Errno, Event, Injection, Verb, V
 use rverbs_proto::verbs::WcStatus;
 
 use crate::error::Error;
+use crate::sys::MAX_DEVICES;
 
 /// How many injections [`take_injected`] keeps (the oldest go first): a probabilistic
 /// plan over a long run injects without end.
-const KEPT: usize = 4096;
+const KEPT_MAX: usize = 4096;
 
 static FROM_ENV: Once = Once::new();
+/// Whether any plan is in force, the process's or a device's: the one load a verb pays
+/// without one.
 static ON: AtomicBool = AtomicBool::new(false);
+/// The process's plan.
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// Each device slot's own plan, if it has one.
+static DEVICE_PLANS: [Mutex<Option<State>>; MAX_DEVICES] = [const { Mutex::new(None) }; MAX_DEVICES];
+/// Which slots have a plan of their own.
+static DEVICE_ON: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
+/// The injections not yet taken ([`take_injected`]), of every plan.
+static KEPT: Mutex<VecDeque<Injection>> = Mutex::new(VecDeque::new());
 
 struct State {
     decider: Decider,
-    kept: VecDeque<Injection>,
     /// The plan came from `RVERBS_FAULTS`: each injection is written on stderr.
     echo: bool,
 }
@@ -54,24 +69,40 @@ struct State {
 /// keep refusing peers' requests (bring the port up with an injected PORT_ACTIVE first).
 pub fn install(plan: VerbPlan) {
     FROM_ENV.call_once(|| {});
-    DEVICE.store(0, Ordering::Release);
+    for d in &DEVICE {
+        d.store(0, Ordering::Release);
+    }
     set(plan, false);
 }
 
-/// The injections since the last call, oldest first (at most the last 4096).
+/// Gives device slot `slot` a plan of its own (`DeviceConfig::fault_plan`), in place of
+/// the process's for that device's verbs, with fresh counts; an empty plan takes it
+/// back (the process's applies again). Its injections are logged through `tracing`.
+pub(crate) fn install_for(slot: usize, plan: VerbPlan) {
+    FROM_ENV.call_once(from_env);
+    let on = !plan.is_empty();
+    *lock(&DEVICE_PLANS[slot]) = on.then(|| State { decider: Decider::new(plan), echo: false });
+    DEVICE_ON[slot].store(on, Ordering::Release);
+    if on {
+        ON.store(true, Ordering::Release);
+    }
+}
+
+/// The injections since the last call, of every plan, oldest first (at most the last
+/// 4096).
 pub fn take_injected() -> Vec<Injection> {
-    lock().as_mut().map(|s| s.kept.drain(..).collect()).unwrap_or_default()
+    KEPT.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect()
 }
 
 fn set(plan: VerbPlan, echo: bool) {
     let on = !plan.is_empty();
-    *lock() = on.then(|| State { decider: Decider::new(plan), kept: VecDeque::new(), echo });
-    ON.store(on, Ordering::Release);
+    *lock(&STATE) = on.then(|| State { decider: Decider::new(plan), echo });
+    ON.store(on || DEVICE_ON.iter().any(|d| d.load(Ordering::Relaxed)), Ordering::Release);
 }
 
-fn lock() -> std::sync::MutexGuard<'static, Option<State>> {
+fn lock(state: &'static Mutex<Option<State>>) -> std::sync::MutexGuard<'static, Option<State>> {
     // A panic while it was held (none is possible in what holds it) left a consistent plan.
-    STATE.lock().unwrap_or_else(|p| p.into_inner())
+    state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[inline]
@@ -95,8 +126,10 @@ fn from_env() {
     }
 }
 
-fn decide(f: impl FnOnce(&mut Decider) -> Option<Injection>) -> Option<Injection> {
-    let mut guard = lock();
+/// Asks the plan of device slot `slot` (its own, else the process's).
+fn decide(slot: usize, f: impl FnOnce(&mut Decider) -> Option<Injection>) -> Option<Injection> {
+    let own = DEVICE_ON.get(slot).is_some_and(|d| d.load(Ordering::Acquire));
+    let mut guard = lock(if own { &DEVICE_PLANS[slot] } else { &STATE });
     let s = guard.as_mut()?;
     let hit = f(&mut s.decider)?;
     let note = match hit.effect {
@@ -110,10 +143,12 @@ fn decide(f: impl FnOnce(&mut Decider) -> Option<Injection>) -> Option<Injection
     } else {
         tracing::warn!(injection = %hit, note, "fault injected");
     }
-    if s.kept.len() == KEPT {
-        s.kept.pop_front();
+    drop(guard);
+    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    if kept.len() == KEPT_MAX {
+        kept.pop_front();
     }
-    s.kept.push_back(hit.clone());
+    kept.push_back(hit.clone());
     Some(hit)
 }
 
@@ -123,14 +158,14 @@ fn decide(f: impl FnOnce(&mut Decider) -> Option<Injection>) -> Option<Injection
 /// device that reported IBV_EVENT_DEVICE_FATAL do (ibv_get_async_event(3): the
 /// application must destroy its resources and close the context).
 #[inline]
-pub(crate) fn fail(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Error> {
+pub(crate) fn fail(slot: usize, verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Error> {
     if !on() {
         return None;
     }
-    if dead() {
+    if dead(slot) {
         return Some(Error::DeviceFatal { verb: verb.name() });
     }
-    let hit = decide(|d| d.fail(verb, qp, wr_id))?;
+    let hit = decide(slot, |d| d.fail(verb, qp, wr_id))?;
     match hit.effect {
         Effect::Fail(verb, errno) => {
             Some(Error::Injected { verb: verb.name(), errno: errno.number(), name: errno.name(), item: hit.item })
@@ -145,29 +180,29 @@ pub(crate) fn fail(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Er
 /// reported IBV_EVENT_DEVICE_FATAL (ibv_get_async_event(3)); destroying verbs still
 /// succeed, as rdma-core's do on a disassociated device.
 #[inline]
-pub(crate) fn fatal(verb: &'static str) -> Option<Error> {
-    (on() && dead()).then_some(Error::DeviceFatal { verb })
+pub(crate) fn fatal(slot: usize, verb: &'static str) -> Option<Error> {
+    (on() && dead(slot)).then_some(Error::DeviceFatal { verb })
 }
 
 /// The first of the work requests `wr_ids` (posted by `verb` on QP `qp`) the plan makes
 /// the post fail at, each counted as one call: its index and the error. The requests
 /// before it are posted; it and those after are not (ibv_post_send(3) `bad_wr`).
 #[inline]
-pub(crate) fn fail_post(verb: Verb, qp: Option<u32>, wr_ids: impl Iterator<Item = u64>) -> Option<(usize, Error)> {
+pub(crate) fn fail_post(slot: usize, verb: Verb, qp: Option<u32>, wr_ids: impl Iterator<Item = u64>) -> Option<(usize, Error)> {
     if !on() {
         return None;
     }
-    wr_ids.enumerate().find_map(|(i, w)| fail(verb, qp, Some(w)).map(|e| (i, e)))
+    wr_ids.enumerate().find_map(|(i, w)| fail(slot, verb, qp, Some(w)).map(|e| (i, e)))
 }
 
 /// The status the plan completes the send work request `wr_id` of QP `qpn` with, if any:
 /// the request is accepted, never sent, and completes with it in its turn.
 #[inline]
-pub(crate) fn complete(qpn: u32, wr_id: u64) -> Option<WcStatus> {
+pub(crate) fn complete(slot: usize, qpn: u32, wr_id: u64) -> Option<WcStatus> {
     if !on() {
         return None;
     }
-    match decide(|d| d.complete(qpn, wr_id))?.effect {
+    match decide(slot, |d| d.complete(qpn, wr_id))?.effect {
         Effect::Complete(status) => Some(status),
         Effect::Fail(..) | Effect::Raise(..) | Effect::Hold(_) => None,
     }
@@ -177,11 +212,11 @@ pub(crate) fn complete(qpn: u32, wr_id: u64) -> Option<WcStatus> {
 /// `qpn`, if at all (`wc_delay=`): it becomes pollable that much later, and later
 /// completions of its CQ wait behind it (docs/fault-injection.md).
 #[inline]
-pub(crate) fn hold(qpn: u32, wr_id: u64) -> Option<std::time::Duration> {
+pub(crate) fn hold(slot: usize, qpn: u32, wr_id: u64) -> Option<std::time::Duration> {
     if !on() {
         return None;
     }
-    match decide(|d| d.hold(qpn, wr_id))?.effect {
+    match decide(slot, |d| d.hold(qpn, wr_id))?.effect {
         Effect::Hold(ms) => Some(std::time::Duration::from_millis(u64::from(ms))),
         Effect::Fail(..) | Effect::Complete(_) | Effect::Raise(..) => None,
     }
@@ -197,7 +232,7 @@ pub fn cm_fail(verb: Verb) -> Option<Errno> {
     if !on() {
         return None;
     }
-    match decide(|d| d.fail(verb, None, None))?.effect {
+    match decide(crate::sys::default_device_slot(), |d| d.fail(verb, None, None))?.effect {
         Effect::Fail(_, errno) => Some(errno),
         _ => None,
     }
@@ -221,11 +256,11 @@ pub fn set_disconnect_hook(f: fn(u32)) {
 /// The object's module does what the device does with it (`QpInner::raise_injected`,
 /// `SrqInner::raise_injected`; docs/fault-injection.md).
 #[inline]
-pub(crate) fn raise(verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Event> {
+pub(crate) fn raise(slot: usize, verb: Verb, qp: Option<u32>, wr_id: Option<u64>) -> Option<Event> {
     if !on() {
         return None;
     }
-    match decide(|d| d.raise(verb, qp, wr_id))?.effect {
+    match decide(slot, |d| d.raise(verb, qp, wr_id))?.effect {
         Effect::Raise(event, _) => Some(event),
         Effect::Fail(..) | Effect::Complete(_) | Effect::Hold(_) => None,
     }
@@ -238,9 +273,9 @@ pub(crate) fn active() -> bool {
     on()
 }
 
-/// The process's view of the device: [`PORT_DOWN`], [`DEAD`] (both set once dead).
-/// Only an injected event changes it, so without a plan it stays 0.
-static DEVICE: AtomicU8 = AtomicU8::new(0);
+/// The process's view of each device (by slot): [`PORT_DOWN`], [`DEAD`] (both set once
+/// dead). Only an injected event changes it, so without a plan it stays 0.
+static DEVICE: [AtomicU8; MAX_DEVICES] = [const { AtomicU8::new(0) }; MAX_DEVICES];
 /// Port 1 is DOWN (an injected PORT_ERR, or the device dead).
 const PORT_DOWN: u8 = 1;
 /// An injected DEVICE_FATAL: the device is dead for this process.
@@ -251,20 +286,20 @@ const DEAD: u8 = 2;
 /// (docs/fault-injection.md). One relaxed load: a sender that misses the change by a
 /// moment sends as a NIC does while its link goes down.
 #[inline]
-pub(crate) fn port_down() -> bool {
-    DEVICE.load(Ordering::Relaxed) != 0
+pub(crate) fn port_down(slot: usize) -> bool {
+    DEVICE[slot].load(Ordering::Relaxed) != 0
 }
 
-/// Whether an injected DEVICE_FATAL killed the device for this process.
+/// Whether an injected DEVICE_FATAL killed device slot `slot` for this process.
 #[inline]
-pub(crate) fn dead() -> bool {
-    DEVICE.load(Ordering::Relaxed) & DEAD != 0
+pub(crate) fn dead(slot: usize) -> bool {
+    DEVICE[slot].load(Ordering::Relaxed) & DEAD != 0
 }
 
 /// Takes port 1 down (`up == false`) or up; whether its state changed (a port already in
 /// that state, or a dead device's, does not change, and the device raises nothing).
-pub(crate) fn set_port(up: bool) -> bool {
-    let r = DEVICE.fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| match (d, up) {
+pub(crate) fn set_port(slot: usize, up: bool) -> bool {
+    let r = DEVICE[slot].fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| match (d, up) {
         (0, false) => Some(PORT_DOWN),
         (PORT_DOWN, true) => Some(0),
         _ => None,
@@ -272,9 +307,9 @@ pub(crate) fn set_port(up: bool) -> bool {
     r.is_ok()
 }
 
-/// Kills the device for this process (port down with it); whether it was alive.
-pub(crate) fn kill() -> bool {
-    DEVICE.fetch_or(DEAD | PORT_DOWN, Ordering::AcqRel) & DEAD == 0
+/// Kills device slot `slot` for this process (port down with it); whether it was alive.
+pub(crate) fn kill(slot: usize) -> bool {
+    DEVICE[slot].fetch_or(DEAD | PORT_DOWN, Ordering::AcqRel) & DEAD == 0
 }
 
 /// Disconnects the rdma_cm connection of QP `qpn` through the hook the connection manager

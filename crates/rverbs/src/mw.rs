@@ -282,7 +282,7 @@ pub struct MwBind<'a> {
 impl Mw {
     /// A window of `mw_type` in PD `pd` (`Mw::new`, in `pd`).
     pub(crate) fn new_in(pd: &Arc<PdCore>, mw_type: u32) -> Result<Mw> {
-        if let Some(e) = crate::fault_plan::fatal("alloc_mw") {
+        if let Some(e) = crate::fault_plan::fatal(pd.endpoint().slot, "alloc_mw") {
             return Err(e);
         }
         let mw_type = match mw_type {

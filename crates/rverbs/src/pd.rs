@@ -39,7 +39,7 @@ use rverbs_proto::verb_fault::Verb;
 impl Context {
     /// Allocates a protection domain (ibv_alloc_pd(3)).
     pub fn alloc_pd(&self) -> Result<Pd> {
-        if let Some(e) = crate::fault_plan::fail(Verb::AllocPd, None, None) {
+        if let Some(e) = crate::fault_plan::fail(self.inner().endpoint.slot, Verb::AllocPd, None, None) {
             return Err(e);
         }
         Pd::new(self.inner().clone())

@@ -127,7 +127,7 @@ impl Qp1 {
                 Err(Error::WouldBlock) => return Ok(None),
                 Err(e) => return Err(e),
             }
-            if !crate::fault_plan::port_down() {
+            if !crate::fault_plan::port_down(crate::sys::default_device_slot()) {
                 break;
             }
         }
@@ -143,7 +143,7 @@ impl Qp1 {
     /// the MAD is lost on the way, as on a link that is down: the call succeeds and
     /// nothing arrives (the connection manager's timeouts notice).
     pub fn send(&self, to: u32, mad: &[u8; MAD_LEN]) -> Result<()> {
-        if crate::fault_plan::port_down() {
+        if crate::fault_plan::port_down(crate::sys::default_device_slot()) {
             return Ok(());
         }
         self.write_to(to, &gsi::record(MadPeer::Endpoint(self.ep), mad))
@@ -156,7 +156,7 @@ impl Qp1 {
     pub fn send_to(&self, to: MadPeer, mad: &[u8; MAD_LEN]) -> Result<()> {
         match to {
             MadPeer::Endpoint(ep) => self.send(ep, mad),
-            MadPeer::Remote { .. } if crate::fault_plan::port_down() => Ok(()),
+            MadPeer::Remote { .. } if crate::fault_plan::port_down(crate::sys::default_device_slot()) => Ok(()),
             MadPeer::Remote { peer, local } => {
                 let net = self.net.ok_or_else(unreachable)?;
                 gsi::send(net, local, peer, mad).map_err(Error::Os)

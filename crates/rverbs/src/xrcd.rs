@@ -91,7 +91,7 @@ impl Context {
     /// Errors: `EAGAIN` when no domain exists for the file and `oflags` lacks O_CREAT;
     /// `EINVAL` when one exists and `oflags` has O_EXCL; `EBADF` for a bad fd.
     pub fn open_xrcd(&self, file: Option<BorrowedFd<'_>>, oflags: i32) -> Result<Xrcd> {
-        if let Some(e) = crate::fault_plan::fatal("open_xrcd") {
+        if let Some(e) = crate::fault_plan::fatal(self.inner().endpoint.slot, "open_xrcd") {
             return Err(e);
         }
         let Some(fd) = file else {

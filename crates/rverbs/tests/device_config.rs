@@ -225,3 +225,19 @@ fn packet_faults_of_one_device_leave_another_alone() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+#[test]
+fn a_fault_plan_of_one_device_leaves_the_others_alone() {
+    use rverbs_proto::verb_fault::VerbPlan;
+    let plan = VerbPlan::parse("fail=alloc_pd:ENOMEM,event=PORT_ERR:on=open_device").unwrap();
+    let faulty = DeviceConfig::from_env().fault_plan(Some(plan)).open().unwrap();
+    let listed = devices().unwrap()[0];
+    let (f, l) = (faulty.open().unwrap(), listed.open().unwrap());
+    // The event the plan raised at the faulty device's open took its port down only.
+    assert_eq!(f.query_port(1).unwrap().state, PortState::Down);
+    assert_eq!(l.query_port(1).unwrap().state, PortState::Active);
+    assert_eq!(f.alloc_pd().unwrap_err().errno(), libc::ENOMEM, "the faulty device's plan");
+    l.alloc_pd().expect("the listed device has no plan");
+    let injected = rverbs::fault_plan::take_injected();
+    assert_eq!(injected.len(), 2, "{injected:?}");
+}

@@ -805,7 +805,7 @@ impl Cq {
     /// Errors: `EINVAL` if `cqe` is 0, above `max_cqe`, or smaller than the number of
     /// completions the CQ holds (rxe `rxe_cq_chk_attr`).
     pub fn resize(&self, cqe: u32) -> Result<u32> {
-        if let Some(e) = crate::fault_plan::fatal("resize_cq") {
+        if let Some(e) = crate::fault_plan::fatal(self.inner.ctx.endpoint.slot, "resize_cq") {
             return Err(e);
         }
         if cqe == 0 || cqe > limits::MAX_CQE {

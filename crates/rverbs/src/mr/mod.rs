@@ -442,7 +442,7 @@ fn check_len(verb: &'static str, len: usize) -> Result<()> {
 impl Mr {
     pub(crate) fn alloc(pd: Arc<PdCore>, len: usize, access: Access) -> Result<Self> {
         // A registration of memory the device allocates counts as one of reg_mr.
-        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::RegMr, None, None) {
+        if let Some(e) = crate::fault_plan::fail(pd.endpoint().slot, rverbs_proto::verb_fault::Verb::RegMr, None, None) {
             return Err(e);
         }
         check_len("alloc_mr", len)?;
@@ -461,7 +461,7 @@ impl Mr {
     /// allocation; a zero length is allowed (mlx5 registers it). Errors: `EINVAL`
     /// otherwise.
     pub(crate) fn register_dm(pd: Arc<PdCore>, dm: &dm::Dm, offset: u64, len: usize, access: Access) -> Result<Self> {
-        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::RegMr, None, None) {
+        if let Some(e) = crate::fault_plan::fail(pd.endpoint().slot, rverbs_proto::verb_fault::Verb::RegMr, None, None) {
             return Err(e);
         }
         // mlx5's `mlx5_reg_dm_mr` (rdma-core providers/mlx5/verbs.c) refuses the access
@@ -492,7 +492,7 @@ impl Mr {
     /// As [`Mr::register`]; with `counted`, this process's accesses to the region are
     /// counted too ([`ACCESS_COUNT_LOCAL`]: an owned region, `crate::owned`).
     pub(crate) fn register_with(pd: Arc<PdCore>, init: MrInit, counted: bool) -> Result<Self> {
-        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::RegMr, None, None) {
+        if let Some(e) = crate::fault_plan::fail(pd.endpoint().slot, rverbs_proto::verb_fault::Verb::RegMr, None, None) {
             return Err(e);
         }
         // On-demand paging (ibv_reg_mr(3) IBV_ACCESS_ON_DEMAND; docs/memory.md, "On-demand
@@ -718,7 +718,7 @@ impl Mr {
         access: Option<Access>,
         range: Option<(usize, usize)>,
     ) -> Result<()> {
-        if let Some(e) = crate::fault_plan::fatal("rereg_mr") {
+        if let Some(e) = crate::fault_plan::fatal(self.inner().endpoint.slot, "rereg_mr") {
             return Err(e);
         }
         let verb = "rereg_mr";

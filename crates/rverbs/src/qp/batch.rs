@@ -608,7 +608,7 @@ fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result
     for p in &buf.wrs[..n] {
         // The fault plan (docs/fault-injection.md): a refused request fails the whole
         // batch, as any error of ibv_wr_complete(3) does.
-        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::PostSend, Some(q.qpn), Some(p.wr_id)) {
+        if let Some(e) = crate::fault_plan::fail(q.slot(), rverbs_proto::verb_fault::Verb::PostSend, Some(q.qpn), Some(p.wr_id)) {
             return Err(e);
         }
         let wr = wr_of(buf, p);
@@ -622,10 +622,10 @@ fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result
             e => e,
         })?;
         if crate::fault_plan::active() {
-            if let Some(status) = crate::fault_plan::complete(q.qpn, p.wr_id) {
+            if let Some(status) = crate::fault_plan::complete(q.slot(), q.qpn, p.wr_id) {
                 sq.ring.fail_newest(status);
             }
-            if let Some(delay) = crate::fault_plan::hold(q.qpn, p.wr_id) {
+            if let Some(delay) = crate::fault_plan::hold(q.slot(), q.qpn, p.wr_id) {
                 sq.ring.hold_newest(delay);
             }
         }

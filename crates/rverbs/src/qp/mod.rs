@@ -171,14 +171,14 @@ pub(crate) struct QpInner {
 /// A port already in the state asked, or a dead device, changes nothing and raises
 /// nothing (a NIC reports changes).
 /// A port that goes down counts in `counters` (rxe `link_downed`, docs/device.md, "Hardware counters").
-pub(crate) fn device_event(qps: &crate::table::Table<QpInner>, event: rverbs_proto::verb_fault::Event, counters: &crate::shm::counters::CounterBlock) {
+pub(crate) fn device_event(slot: usize, qps: &crate::table::Table<QpInner>, event: rverbs_proto::verb_fault::Event, counters: &crate::shm::counters::CounterBlock) {
     use crate::mr::domain::ContextCore;
     use rverbs_proto::verb_fault::Event;
     let live = || qps.live().into_iter().filter(|q| !q.is_destroyed());
     match event {
         Event::PortErr | Event::PortActive => {
             let up = event == Event::PortActive;
-            if !crate::fault_plan::set_port(up) {
+            if !crate::fault_plan::set_port(slot, up) {
                 return;
             }
             if !up {
@@ -191,7 +191,7 @@ pub(crate) fn device_event(qps: &crate::table::Table<QpInner>, event: rverbs_pro
             ContextCore::raise_everywhere(kind, RawElement::Port(1));
         }
         Event::DeviceFatal => {
-            if !crate::fault_plan::kill() {
+            if !crate::fault_plan::kill(slot) {
                 return;
             }
             let all: Vec<_> = live().collect();
@@ -248,13 +248,19 @@ impl QpInner {
     /// receive CQ for `post_recv`) enters error as after an overrun
     /// (docs/completion-queues.md). DISCONNECTED: the connection manager's hook. The
     /// device's events (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL): [`device_event`].
+    /// The slot of the QP's device (`sys::MAX_DEVICES`): whose fault plan and port it has.
+    #[inline]
+    pub(crate) fn slot(&self) -> usize {
+        self.pd.endpoint().slot
+    }
+
     pub(crate) fn raise_injected(self: &Arc<Self>, verb: Verb, wr_ids: impl IntoIterator<Item = Option<u64>>) {
         if !crate::fault_plan::active() {
             return;
         }
         use rverbs_proto::verb_fault::Event;
         for w in wr_ids {
-            let event = match crate::fault_plan::raise(verb, Some(self.qpn), w) {
+            let event = match crate::fault_plan::raise(self.slot(), verb, Some(self.qpn), w) {
                 Some(Event::QpFatal) => EventType::QpFatal,
                 Some(Event::QpReqErr) => EventType::QpReqErr,
                 Some(Event::QpAccessErr) => EventType::QpAccessErr,
@@ -268,7 +274,7 @@ impl QpInner {
                     continue;
                 }
                 Some(e) if e.is_device() => {
-                    device_event(self.dev.qps(), e, self.pd.endpoint().counters);
+                    device_event(self.slot(), self.dev.qps(), e, self.pd.endpoint().counters);
                     continue;
                 }
                 // None, or an event of another object (the parser refuses it here).
@@ -424,7 +430,7 @@ impl Qp {
         dev: &'static dyn QpDevice,
         parent: Option<ParentHold>,
     ) -> Result<Self> {
-        if let Some(e) = crate::fault_plan::fail(Verb::CreateQp, None, None) {
+        if let Some(e) = crate::fault_plan::fail(pd.endpoint().slot, Verb::CreateQp, None, None) {
             return Err(e);
         }
         match init.qp_type {
@@ -523,7 +529,7 @@ impl Qp {
         rec.xrcd.store(xrcd.as_ref().map_or(0, |x| x.key), Ordering::Relaxed);
         rec.ctx.store(ctx.id, Ordering::Relaxed);
         // A QP made while the port is down takes nothing either (docs/fault-injection.md).
-        rec.flags.store(if crate::fault_plan::port_down() { QP_FLAG_PORT_DOWN } else { 0 }, Ordering::Relaxed);
+        rec.flags.store(if crate::fault_plan::port_down(pd.endpoint().slot) { QP_FLAG_PORT_DOWN } else { 0 }, Ordering::Relaxed);
         rec.path_mtu.store(Mtu::Mtu256.bytes(), Ordering::Relaxed);
         rec.dest_qpn.store(0, Ordering::Relaxed);
         rec.set_dgid(Gid::default());
@@ -626,7 +632,7 @@ impl Qp {
     /// state in between, the call fails and no attribute it named has changed.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let q = &self.inner;
-        if let Some(e) = crate::fault_plan::fail(Verb::ModifyQp, Some(q.qpn), None) {
+        if let Some(e) = crate::fault_plan::fail(q.slot(), Verb::ModifyQp, Some(q.qpn), None) {
             return Err(e);
         }
         let mut a = q.attrs.lock().expect("qp attrs");
@@ -724,7 +730,7 @@ impl Qp {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_send", state } });
         }
         // The fault plan's refusal, if any: the requests before the one it names are posted.
-        let (wrs, mut result) = match crate::fault_plan::fail_post(Verb::PostSend, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
+        let (wrs, mut result) = match crate::fault_plan::fail_post(q.slot(), Verb::PostSend, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
             Some((index, error)) => (&wrs[..index], Err(PostError { index, error })),
             None => (wrs, Ok(())),
         };
@@ -746,10 +752,10 @@ impl Qp {
             // The fault plan's failed or held-back completion, if any
             // (docs/fault-injection.md); without a plan, one relaxed load.
             if crate::fault_plan::active() {
-                if let Some(status) = crate::fault_plan::complete(q.qpn, wr.wr_id) {
+                if let Some(status) = crate::fault_plan::complete(q.slot(), q.qpn, wr.wr_id) {
                     sq.ring.fail_newest(status);
                 }
-                if let Some(delay) = crate::fault_plan::hold(q.qpn, wr.wr_id) {
+                if let Some(delay) = crate::fault_plan::hold(q.slot(), q.qpn, wr.wr_id) {
                     sq.ring.hold_newest(delay);
                 }
             }
@@ -832,7 +838,7 @@ impl Qp {
             });
         };
         let keys = keep.then_some(&q.pd.endpoint().keys);
-        let r = match crate::fault_plan::fail_post(Verb::PostRecv, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
+        let r = match crate::fault_plan::fail_post(q.slot(), Verb::PostRecv, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
             Some((index, error)) => rq.post(&wrs[..index], keys, "post_recv").and(Err(PostError { index, error })),
             None => rq.post(wrs, keys, "post_recv"),

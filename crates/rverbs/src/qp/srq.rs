@@ -112,7 +112,7 @@ impl SrqInner {
             if ring.ring().limit() == 0 {
                 return;
             }
-            if crate::fault_plan::raise(rverbs_proto::verb_fault::Verb::PostSrqRecv, None, Some(w))
+            if crate::fault_plan::raise(self.pd.endpoint().slot, rverbs_proto::verb_fault::Verb::PostSrqRecv, None, Some(w))
                 == Some(rverbs_proto::verb_fault::Event::SrqLimitReached)
             {
                 ring.ring().set_limit(0);
@@ -163,7 +163,7 @@ impl Srq {
         xrc: Option<(Arc<XrcdCore>, Arc<CqInner>)>,
         tm: Option<(TmCap, Arc<CqInner>)>,
     ) -> Result<Self> {
-        if let Some(e) = crate::fault_plan::fail(rverbs_proto::verb_fault::Verb::CreateSrq, None, None) {
+        if let Some(e) = crate::fault_plan::fail(pd.endpoint().slot, rverbs_proto::verb_fault::Verb::CreateSrq, None, None) {
             return Err(e);
         }
         let verb = "create_srq";
@@ -400,7 +400,7 @@ impl Srq {
         // Tracked by the sanitizer when it is on, before the post (docs/sanitizer.md).
         let ticket = if crate::sanitizer::on() { Some(crate::rings::wr::track_recvs(self.inner.pd.endpoint(), crate::sanitizer::Queue::SharedRecv, self.inner.srqn, wrs)) } else { None };
         let verb = rverbs_proto::verb_fault::Verb::PostSrqRecv;
-        let r = match crate::fault_plan::fail_post(verb, None, wrs.iter().map(|w| w.wr_id)) {
+        let r = match crate::fault_plan::fail_post(self.inner.pd.endpoint().slot, verb, None, wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
             Some((index, error)) => {
                 self.inner.queue().post(&wrs[..index], keys, "post_srq_recv").and(Err(PostError { index, error }))

@@ -80,7 +80,7 @@ fn receive_on(engine: &'static Engine, net: &Net, index: usize, hold: bool) {
 /// ([`deliver`]).
 fn deliver_run(engine: &'static Engine, net: &Net, sock: &NetSock, run: &[Checked<'_>], hold: bool) {
     let mut rest = run;
-    let port_down = crate::fault_plan::port_down();
+    let port_down = crate::fault_plan::port_down(engine.endpoint.slot);
     while let Some(c) = rest.first() {
         if port_down && for_this_endpoint(engine, &c.repr) {
             // docs/fault-injection.md: the port of this process's view of the device is

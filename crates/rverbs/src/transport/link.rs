@@ -50,7 +50,7 @@ impl SendPath for Path {
         // RC request retries on its ACK timer until the port is up or its retries run out
         // (RETRY_EXC_ERR); UC and UD complete at transmit, successfully, and nothing
         // arrives.
-        if crate::fault_plan::port_down() {
+        if crate::fault_plan::port_down(qp.pd.endpoint().slot) {
             return Ok(());
         }
         match (req.network, self.net) {
@@ -62,7 +62,7 @@ impl SendPath for Path {
     }
 
     fn express(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> bool {
-        !req.network && !crate::fault_plan::port_down() && super::host::express(&mut self.host, qp, req, w)
+        !req.network && !crate::fault_plan::port_down(qp.pd.endpoint().slot) && super::host::express(&mut self.host, qp, req, w)
     }
 
     fn flush(&mut self, qp: &QpInner) {
