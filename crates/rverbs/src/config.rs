@@ -89,7 +89,8 @@ pub(crate) const DEVICE_NAME: &str = "rverbs0";
 /// device outlives its list), each on an endpoint of its own, with its own progress
 /// thread (docs/device.md, "Several devices in one process").
 ///
-/// The sanitizer stays per process: it watches the program, not one device. The verb
+/// The sanitizer is the process's: it watches the program, not one device
+/// ([`DeviceConfig::sanitize`] switches it when the device opens). The verb
 /// fault plan of `RVERBS_FAULTS` (or [`crate::fault_plan::install`]) is the process's,
 /// for every device without a plan of its own ([`DeviceConfig::fault_plan`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -104,6 +105,7 @@ pub struct DeviceConfig {
     pub(crate) net_faults: Option<rverbs_proto::fault::FaultConfig>,
     pub(crate) addresses: Option<Vec<std::net::IpAddr>>,
     pub(crate) fault_plan: Option<rverbs_proto::verb_fault::VerbPlan>,
+    pub(crate) sanitize: Option<Sanitize>,
 }
 
 impl Default for DeviceConfig {
@@ -130,6 +132,7 @@ impl DeviceConfig {
             net_faults: None,
             addresses: None,
             fault_plan: None,
+            sanitize: None,
         }
     }
 
@@ -232,6 +235,15 @@ impl DeviceConfig {
     /// the process's plan applies.
     pub fn fault_plan(mut self, plan: Option<rverbs_proto::verb_fault::VerbPlan>) -> Self {
         self.fault_plan = plan;
+        self
+    }
+
+    /// Switches the verbs sanitizer (docs/sanitizer.md) for the whole process when the
+    /// device is opened, as `RVERBS_SANITIZE` does (`rverbs::sanitize::set_mode`): it
+    /// checks the program's use of every device. `None` (the default) leaves it as it
+    /// is. Open the device before making the objects to be checked.
+    pub fn sanitize(mut self, mode: Option<Sanitize>) -> Self {
+        self.sanitize = mode;
         self
     }
 

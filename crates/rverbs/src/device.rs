@@ -747,6 +747,9 @@ impl DeviceConfig {
     /// (`sys::MAX_DEVICES` less the listed device's generations); the errno of creating
     /// the runtime directory or of claiming an endpoint in it.
     pub fn open(self) -> Result<Device> {
+        if let Some(mode) = self.sanitize {
+            crate::sanitizer::set_mode(mode);
+        }
         let slot = Slot::new(self, false);
         slot.inner()?;
         Ok(Device { slot })

@@ -241,3 +241,22 @@ fn a_fault_plan_of_one_device_leaves_the_others_alone() {
     let injected = rverbs::fault_plan::take_injected();
     assert_eq!(injected.len(), 2, "{injected:?}");
 }
+
+#[test]
+fn a_device_configuration_switches_the_processs_sanitizer_on() {
+    use rverbs::sanitize::{self, FindingKind, Mode};
+    let dev = DeviceConfig::from_env().sanitize(Some(Mode::Report)).open().unwrap();
+    assert_eq!(sanitize::mode(), Mode::Report);
+    // It checks: a CQ of 4 entries under a QP of 16 receives is found at the first post.
+    let ctx = dev.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(4)).unwrap();
+    let cap = QpCap { max_send_wr: 1, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    common::to_init(&qp, Access::LOCAL_WRITE);
+    let sge = [mr.sge(0, 8).unwrap()];
+    qp.post_recv(&[RecvWr::new(1, &sge)]).unwrap();
+    let found = sanitize::take_findings();
+    assert!(found.iter().any(|f| f.kind == FindingKind::CqTooSmall), "{found:#?}");
+}
