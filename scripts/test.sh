@@ -45,10 +45,19 @@ else
 	cargo test -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs/async-io,rverbs-cm/tokio,rverbs-cm/async-io --no-fail-fast \
 		--test aio --test aio_any_executor --test stream --test stream_any_executor --example async_echo --example stream_echo
 fi
+# The rdma-core backend (feature `rdma-core`, docs/rdma-core-backend.md) run for real:
+# it loads the drop-in libibverbs.so.1 as it would any libibverbs (RVERBS_LIBIBVERBS),
+# and fails when that lists no device.
+dropin=$(bash scripts/build-dropin.sh)
+if cargo nextest --version >/dev/null 2>&1; then
+	RVERBS_LIBIBVERBS="$dropin/libibverbs.so.1" cargo nextest run -p rverbs --features rdma-core --no-fail-fast -E 'binary(rdma_core_backend)'
+else
+	RVERBS_LIBIBVERBS="$dropin/libibverbs.so.1" cargo test -p rverbs --features rdma-core --no-fail-fast --test rdma_core_backend
+fi
 # The API documentation builds without a warning (broken or private intra-doc links),
 # with the optional features' modules.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
-RUSTDOCFLAGS="-D warnings" cargo doc -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs/async-io,rverbs-cm/tokio,rverbs-cm/async-io --no-deps --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs/async-io,rverbs/rdma-core,rverbs-cm/tokio,rverbs-cm/async-io --no-deps --quiet
 
 # Every conformance and chaos script runs here; the *_netns.sh ones (UD, RC, XRC, multicast,
 # rdma_cm, UCX) stand two hosts up as two network namespaces they create (needs root);
