@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use rverbs::rdma_core::{devices, Ah, CompChannel, Context, Cq, CqInit, Mr, Pd, Qp, QpInit};
+use rverbs::rdma_core::{device_by_name, devices, Ah, CompChannel, Context, Cq, CqInit, Mr, Pd, Qp, QpInit};
 use rverbs::{
     Access, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr,
     UdDest, Wc, WcFlags, WcOpcode, WcStatus,
@@ -152,6 +152,10 @@ fn the_device_is_listed_opened_and_queried() {
     let (_, gid) = own_gid(&ctx);
     assert_ne!(gid.0, [0; 16]);
     assert!(ctx.query_port(0).is_err(), "port 0 does not exist");
+    // Chosen at run time by name.
+    let by_name = device_by_name(devs[0].name()).expect("device_by_name");
+    assert_eq!(by_name.guid(), devs[0].guid());
+    assert_eq!(device_by_name("no-such-device").expect_err("unknown").errno(), libc::EINVAL);
 }
 
 #[test]

@@ -8,7 +8,8 @@ use rverbs_abi::ibv_device;
 
 use super::conv;
 use super::library::Verbs;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::rule::Rule;
 
 /// The array ibv_get_device_list(3) returned, freed with ibv_free_device_list(3) once no
 /// [`Device`] of it is left ("the devices in the list are no longer valid" after that).
@@ -89,6 +90,16 @@ pub fn devices() -> Result<Vec<Device>> {
         out.push(Device { list: list.clone(), dev, name, guid });
     }
     Ok(out)
+}
+
+/// The device libibverbs calls `name` (ibv_get_device_name(3)), e.g. `mlx5_0` or
+/// `rverbs0`: how a program picks its device at run time. None of that name is `EINVAL`
+/// (as the soft [`crate::device_by_name`]).
+pub fn device_by_name(name: &str) -> Result<Device> {
+    devices()?
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or(Error::invalid("device_by_name", Rule::NoSuchDevice))
 }
 
 impl Device {

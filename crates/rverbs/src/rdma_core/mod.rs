@@ -47,7 +47,7 @@ pub use ah::Ah;
 pub use channel::CompChannel;
 pub use context::Context;
 pub use cq::{Cq, CqEvent, CqInit};
-pub use device::{devices, Device};
+pub use device::{device_by_name, devices, Device};
 pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{Qp, QpInit};
