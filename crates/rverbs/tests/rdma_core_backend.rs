@@ -181,6 +181,34 @@ fn rc_send_with_immediate_arrives_with_its_bytes() {
 }
 
 #[test]
+fn an_inline_send_needs_no_region_on_the_sending_side() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    // Each inline piece is one `struct ibv_sge`, counted against max_send_sge.
+    let cap = QpCap { max_inline_data: 64, max_send_sge: 2, ..cap() };
+    let a = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap();
+    assert!(a.cap().max_inline_data >= 64, "the provider grants at least what was asked");
+    let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap();
+    let p = path(&ctx);
+    connect(&a, p, b.qp_num(), Access::LOCAL_WRITE);
+    connect(&b, p, a.qp_num(), Access::LOCAL_WRITE);
+    let dst = region(&pd, 64);
+    b.post_recv(&[RecvWr::new(1, &[dst.whole()])]).unwrap();
+    let pieces: [&[u8]; 2] = [b"in", b"line"];
+    let mut wr = SendWr::new(2, rverbs::WrOpcode::Send).signaled();
+    wr.payload = rverbs::Payload::InlineList(&pieces);
+    a.post_send(&[wr]).expect("inline post_send");
+    let mut seen = [one(&cq), one(&cq)];
+    seen.sort_by_key(|w| w.wr_id());
+    assert!(seen.iter().all(|w| w.is_success()), "{seen:?}");
+    assert_eq!(seen[0].byte_len(), Some(6));
+    let mut got = [0u8; 6];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"inline");
+}
+
+#[test]
 fn rdma_write_and_read_move_the_bytes() {
     let p = rc_pair(remote_access());
     let local = region(&p.pd, 4096);

@@ -201,7 +201,9 @@ impl Qp {
     /// the inline function does). On failure, `index` is the first request not posted
     /// (the provider's `bad_wr`), and the requests before it were posted. Opcodes and
     /// features the backend does not carry (memory windows, FLUSH, ATOMIC_WRITE, XRC) are
-    /// `EOPNOTSUPP` before anything is posted.
+    /// `EOPNOTSUPP` before anything is posted. Inline data is one `struct ibv_sge` per
+    /// piece with `IBV_SEND_INLINE`, as C passes it: the pieces count against
+    /// `max_send_sge` for the provider.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
         if wrs.is_empty() {
             return Ok(());
