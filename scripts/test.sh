@@ -38,17 +38,26 @@ cargo test --workspace --doc
 # examples need them, which the workspace run above leaves off. With both on, a type made
 # inside a tokio runtime uses tokio's reactor (tests/aio.rs) and one made elsewhere
 # async-io's (tests/aio_any_executor.rs, driven by a minimal block_on).
+# In the same build (one compile of rverbs with the optional features), the rdma-core
+# backend (feature `rdma-core`, docs/rdma-core-backend.md) runs for real: it loads the
+# drop-in libibverbs.so.1 as it would any libibverbs (RVERBS_LIBIBVERBS), and fails
+# when that lists no device.
+dropin=$(bash scripts/build-dropin.sh)
+export RVERBS_LIBIBVERBS="$dropin/libibverbs.so.1"
+features=rverbs/tokio,rverbs/async-io,rverbs/rdma-core,rverbs-cm/tokio,rverbs-cm/async-io
 if cargo nextest --version >/dev/null 2>&1; then
-	cargo nextest run -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs/async-io,rverbs-cm/tokio,rverbs-cm/async-io --no-fail-fast \
-		-E 'binary(aio) | binary(aio_any_executor) | binary(async_echo) | binary(stream) | binary(stream_any_executor) | binary(stream_echo)'
+	cargo nextest run -p rverbs -p rverbs-cm --features "$features" --no-fail-fast \
+		-E 'binary(aio) | binary(aio_any_executor) | binary(async_echo) | binary(stream) | binary(stream_any_executor) | binary(stream_echo) | binary(rdma_core_backend)'
 else
-	cargo test -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs/async-io,rverbs-cm/tokio,rverbs-cm/async-io --no-fail-fast \
-		--test aio --test aio_any_executor --test stream --test stream_any_executor --example async_echo --example stream_echo
+	cargo test -p rverbs -p rverbs-cm --features "$features" --no-fail-fast \
+		--test aio --test aio_any_executor --test stream --test stream_any_executor --example async_echo --example stream_echo \
+		--test rdma_core_backend
 fi
+unset RVERBS_LIBIBVERBS
 # The API documentation builds without a warning (broken or private intra-doc links),
 # with the optional features' modules.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
-RUSTDOCFLAGS="-D warnings" cargo doc -p rverbs -p rverbs-cm --features rverbs/tokio,rverbs/async-io,rverbs-cm/tokio,rverbs-cm/async-io --no-deps --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc -p rverbs -p rverbs-cm --features "$features" --no-deps --quiet
 
 # Every conformance and chaos script runs here; the *_netns.sh ones (UD, RC, XRC, multicast,
 # rdma_cm, UCX) stand two hosts up as two network namespaces they create (needs root);

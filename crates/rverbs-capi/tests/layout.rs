@@ -1,4 +1,4 @@
-//! Every `#[repr(C)]` mirror in `src/abi` against the *installed* rdma-core headers.
+//! Every `#[repr(C)]` mirror (crate `rverbs-abi`, and `src/abi`'s kernel records) against the *installed* rdma-core headers.
 //!
 //! The tables below list each mirrored struct/union with every field (nested members of
 //! anonymous C unions/structs by path), each enum alias and each constant. The test
@@ -7,7 +7,7 @@
 //! `rdma/ib_user_verbs.h`, `rdma/ib_user_sa.h`), runs it, and compares every printed value
 //! with Rust's `size_of`/`align_of`/`offset_of!`/constant.
 //!
-//! A second test parses `src/abi/*.rs` and fails if a mirrored type, field, enum alias
+//! A second test parses `../rverbs-abi/src/*.rs` and `src/abi/*.rs` and fails if a mirrored type, field, enum alias
 //! or constant is missing from the tables, so nothing escapes the comparison.
 //!
 //! Missing header or compiler = failure, never a skip.
@@ -553,8 +553,11 @@ fn layout_matches_installed_verbs_h() {
 #[test]
 fn every_mirrored_item_is_compared() {
     let l = layout();
-    let sources: Vec<_> = std::fs::read_dir(manifest_dir().join("src/abi"))
-        .expect("src/abi")
+    // The mirrors live in crate `rverbs-abi`; the kernel records only the drop-in uses
+    // stay in `src/abi` here. Both are compared.
+    let sources: Vec<_> = ["../rverbs-abi/src", "src/abi"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(manifest_dir().join(dir)).expect(dir))
         .map(|e| e.expect("dir entry").path())
         .collect();
     let d = parse_abi_sources(&sources);
@@ -563,7 +566,7 @@ fn every_mirrored_item_is_compared() {
     let missing = not_compared(&l, &d, ANONYMOUS, &not_in_headers);
     assert!(
         missing.is_empty(),
-        "mirrored in src/abi but not compared with the header by tests/layout.rs:\n  {}",
+        "mirrored in rverbs-abi or src/abi but not compared with the header by tests/layout.rs:\n  {}",
         missing.join("\n  ")
     );
 }

@@ -72,6 +72,8 @@
 //!   zero copy needs no `unsafe`;
 //! - `aio` (feature `tokio`, or `async-io` for any executor): completions and
 //!   asynchronous events as futures and streams, cancellation-safe;
+//! - `rdma_core` (feature `rdma-core`): the same verbs over any libibverbs device
+//!   (mlx5, rxe, siw, efa, or the drop-in), loaded at run time;
 //! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
 //!   manager (`rverbs-cm`) need of the device beyond the verbs API; not for applications.
 //!
@@ -109,6 +111,8 @@ mod pd;
 mod progress;
 mod qp;
 mod qp1;
+#[cfg(feature = "rdma-core")]
+pub mod rdma_core;
 mod rings;
 mod rule;
 mod sanitizer;

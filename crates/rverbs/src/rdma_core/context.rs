@@ -1,0 +1,140 @@
+//! An opened device (ibv_open_device(3)): its attributes, ports and GIDs, and the
+//! factory of PDs, CQs and completion channels.
+
+use core::ffi::c_int;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use rverbs_abi::*;
+
+use super::conv;
+use super::device::{Device, DeviceList};
+use super::library::{check, last_errno, Verbs};
+use crate::device::{DeviceAttr, PortAttr};
+use crate::error::Result;
+use crate::gid::Gid;
+use crate::rings::qp_attr::AddressVector;
+
+/// What the context's table knows of an address handle (implemented in `ah`): enough for
+/// a UD work request that names its [`AddressVector`].
+pub(super) trait AddressHandle: Send + Sync {
+    /// The `struct ibv_ah`.
+    fn raw(&self) -> *mut ibv_ah;
+    /// Whether `av` is this handle's address vector.
+    fn is(&self, av: &AddressVector) -> bool;
+}
+
+/// The shared state of a [`Context`]: the `struct ibv_context`, the library, and the
+/// address handles made in it (for the UD work requests that name them).
+pub(super) struct ContextInner {
+    pub(super) ctx: *mut ibv_context,
+    pub(super) verbs: Arc<Verbs>,
+    attr: DeviceAttr,
+    /// Address handles by the address of their [`AddressVector`](crate::AddressVector),
+    /// which a UD [`SendWr`](crate::SendWr) names.
+    pub(super) ahs: Mutex<HashMap<usize, Weak<dyn AddressHandle>>>,
+    _list: Arc<DeviceList>,
+}
+
+// SAFETY: `ctx` is owned by this value and libibverbs' verbs are thread-safe (verbs(7),
+// thread safety: any verb from any thread, on any object, except using an object while
+// or after it is destroyed, which the ownership here rules out); the map is behind a Mutex.
+unsafe impl Send for ContextInner {}
+// SAFETY: as for Send.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // Every child holds an Arc of this value, so none is left (ibv_close_device(3)).
+        // SAFETY: `ctx` came from ibv_open_device and is closed once, here.
+        if let Err(e) = check(unsafe { (self.verbs.sym.ibv_close_device)(self.ctx) }) {
+            tracing::warn!("rdma_core: ibv_close_device failed: {e}");
+        }
+    }
+}
+
+/// An opened device (ibv_open_device(3)). Clones share it; it is closed when the last
+/// clone and the last object made in it are gone.
+#[derive(Clone)]
+pub struct Context {
+    pub(super) inner: Arc<ContextInner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("ctx", &self.inner.ctx).finish()
+    }
+}
+
+impl Device {
+    /// Opens the device (ibv_open_device(3)); the context keeps libibverbs loaded. A
+    /// device that cannot be opened is the `errno` libibverbs set.
+    pub fn open(&self) -> Result<Context> {
+        Context::open(&self.list, self.dev)
+    }
+}
+
+impl Context {
+    fn open(list: &Arc<DeviceList>, dev: *mut ibv_device) -> Result<Context> {
+        let verbs = list.verbs.clone();
+        // SAFETY: `dev` is a device of the live `list`.
+        let ctx = unsafe { (verbs.sym.ibv_open_device)(dev) };
+        if ctx.is_null() {
+            return Err(last_errno());
+        }
+        let mut raw = ibv_device_attr::zeroed();
+        // SAFETY: `ctx` is open; `raw` is a valid out-struct.
+        let rc = unsafe { (verbs.sym.ibv_query_device)(ctx, &mut raw) };
+        let inner = ContextInner {
+            ctx,
+            verbs,
+            attr: conv::device_attr(&raw),
+            ahs: Mutex::new(HashMap::new()),
+            _list: list.clone(),
+        };
+        check(rc)?;
+        Ok(Context { inner: Arc::new(inner) })
+    }
+
+    /// The device's attributes (ibv_query_device(3)), read once when it was opened: they
+    /// do not change while it is open.
+    pub fn query_device(&self) -> DeviceAttr {
+        self.inner.attr.clone()
+    }
+
+    /// Port `port`'s attributes (ibv_query_port(3)); as verbs.h's `ibv_query_port` does,
+    /// through `verbs_context.query_port` when the provider's context is extended, else
+    /// through the exported compatibility symbol. A port that does not exist is `EINVAL`.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        let ctx = self.inner.ctx;
+        let mut raw = ibv_port_attr::zeroed();
+        // SAFETY: `ctx` is open. `abi_compat` says whether a `verbs_context` sits in
+        // front of it (verbs.h `verbs_get_ctx`); only then are `sz` and the op read, and
+        // `sz` says whether the op lies within what the provider allocated.
+        let rc = unsafe {
+            let op = if (*ctx).abi_compat as usize == VERBS_ABI_IS_EXTENDED {
+                let vctx = ctx.byte_sub(core::mem::offset_of!(verbs_context, context)).cast::<verbs_context>();
+                let need = core::mem::size_of::<verbs_context>() - core::mem::offset_of!(verbs_context, query_port);
+                if (*vctx).sz >= need { (*vctx).query_port } else { None }
+            } else {
+                None
+            };
+            match op {
+                Some(query_port) => query_port(ctx, port, &mut raw, core::mem::size_of::<ibv_port_attr>()),
+                None => (self.inner.verbs.sym.ibv_query_port)(ctx, port, (&mut raw as *mut ibv_port_attr).cast()),
+            }
+        };
+        check(rc)?;
+        Ok(conv::port_attr(&raw))
+    }
+
+    /// Entry `index` of port `port`'s GID table (ibv_query_gid(3)); an index past the
+    /// table is the provider's error (`EINVAL` or `ENODATA`).
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        let index = c_int::try_from(index).map_err(|_| crate::error::Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let mut raw = ibv_gid::zeroed();
+        // SAFETY: `ctx` is open; `raw` is a valid out-union.
+        check(unsafe { (self.inner.verbs.sym.ibv_query_gid)(self.inner.ctx, port, index, &mut raw) })?;
+        Ok(conv::gid_from_c(&raw))
+    }
+}

@@ -1,0 +1,266 @@
+//! Completion queues (ibv_create_cq(3)); polled and armed through the context's ops
+//! table, as verbs.h's inline `ibv_poll_cq` and `ibv_req_notify_cq` do.
+
+use core::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use rverbs_abi::{ibv_cq, ibv_wc};
+
+use super::channel::{ChannelInner, CompChannel};
+use super::context::{Context, ContextInner};
+use super::library::{check, last_errno, unsupported};
+use crate::error::{Error, Result};
+use crate::rings::wc::Wc;
+
+// The soft API's `Wc` is `struct ibv_wc` field for field (rings::wc): the provider
+// writes completions straight into the caller's slice.
+const _: () = assert!(core::mem::size_of::<Wc>() == core::mem::size_of::<ibv_wc>());
+const _: () = assert!(core::mem::align_of::<Wc>() == core::mem::align_of::<ibv_wc>());
+
+/// What to create a completion queue with (the arguments of ibv_create_cq(3)).
+#[derive(Clone, Copy, Debug)]
+pub struct CqInit<'a> {
+    /// Minimum number of entries.
+    pub cqe: u32,
+    /// The user value ibv_get_cq_event(3) gives back (`cq_context`).
+    pub cq_context: usize,
+    /// The channel that reports the CQ's completion events.
+    pub channel: Option<&'a CompChannel>,
+    /// Completion vector (below the context's `num_comp_vectors`).
+    pub comp_vector: u32,
+}
+
+impl<'a> CqInit<'a> {
+    /// A CQ of at least `cqe` entries, no channel, vector 0.
+    pub fn new(cqe: u32) -> Self {
+        CqInit { cqe, cq_context: 0, channel: None, comp_vector: 0 }
+    }
+
+    /// Reports completion events on `channel`.
+    pub fn channel(mut self, channel: &'a CompChannel) -> Self {
+        self.channel = Some(channel);
+        self
+    }
+
+    /// Sets the user value of the CQ's events.
+    pub fn cq_context(mut self, value: usize) -> Self {
+        self.cq_context = value;
+        self
+    }
+}
+
+pub(super) struct CqInner {
+    pub(super) cq: *mut ibv_cq,
+    pub(super) ctx: Arc<ContextInner>,
+    channel: Option<Arc<ChannelInner>>,
+    cq_context: usize,
+    destroyed: bool,
+}
+
+// SAFETY: `cq` is owned by this value; libibverbs' verbs are thread-safe (a provider's
+// poll_cq locks the CQ unless it was created single-threaded, which this backend never
+// asks for).
+unsafe impl Send for CqInner {}
+// SAFETY: as for Send.
+unsafe impl Sync for CqInner {}
+
+impl CqInner {
+    fn destroy(&mut self) -> Result<()> {
+        self.destroyed = true;
+        if let Some(ch) = &self.channel {
+            ch.forget(self.cq);
+        }
+        // SAFETY: `cq` came from ibv_create_cq; no QP of it is left (each holds an Arc of
+        // this value) and every event handed out was acknowledged (a `CqEvent` holds the
+        // CQ); destroyed once.
+        check(unsafe { (self.ctx.verbs.sym.ibv_destroy_cq)(self.cq) })
+    }
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        if !self.destroyed {
+            if let Err(e) = self.destroy() {
+                tracing::warn!("rdma_core: ibv_destroy_cq failed: {e}");
+            }
+        }
+    }
+}
+
+/// A completion queue (ibv_create_cq(3)). Clones share it; QPs that use it and
+/// undelivered events keep it alive.
+#[derive(Clone)]
+pub struct Cq {
+    pub(super) inner: Arc<CqInner>,
+}
+
+impl std::fmt::Debug for Cq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cq").field("cq", &self.inner.cq).finish()
+    }
+}
+
+impl Context {
+    /// Creates a completion queue (ibv_create_cq(3)) of at least `init.cqe` entries.
+    pub fn create_cq(&self, init: &CqInit<'_>) -> Result<Cq> {
+        Cq::create(self, init)
+    }
+}
+
+impl Cq {
+    fn create(ctx: &Context, init: &CqInit<'_>) -> Result<Cq> {
+        let cqe = c_int::try_from(init.cqe).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let vector = c_int::try_from(init.comp_vector).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        if let Some(ch) = init.channel {
+            if !Arc::ptr_eq(&ch.inner.ctx, &ctx.inner) {
+                return Err(unsupported("create_cq", "a completion channel of another context"));
+            }
+        }
+        let channel = init.channel.map(|c| c.inner.clone());
+        let ch_ptr = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.channel);
+        let c = &ctx.inner;
+        // SAFETY: the context is open; the channel (if any) is live and of it.
+        let cq = unsafe { (c.verbs.sym.ibv_create_cq)(c.ctx, cqe, init.cq_context as *mut c_void, ch_ptr, vector) };
+        if cq.is_null() {
+            return Err(last_errno());
+        }
+        let inner = Arc::new(CqInner { cq, ctx: c.clone(), channel, cq_context: init.cq_context, destroyed: false });
+        if let Some(ch) = &inner.channel {
+            let weak: std::sync::Weak<dyn std::any::Any + Send + Sync> = Arc::downgrade(&inner) as _;
+            ch.register(cq, weak);
+        }
+        Ok(Cq { inner })
+    }
+
+    /// The number of entries the provider gave the CQ (`cqe`, at least the number asked).
+    pub fn cqe(&self) -> u32 {
+        // SAFETY: `cq` is live; `cqe` is written only by ibv_resize_cq, which this
+        // backend never calls.
+        u32::try_from(unsafe { (*self.inner.cq).cqe }).unwrap_or(0)
+    }
+
+    /// The user value given at creation.
+    pub fn cq_context(&self) -> usize {
+        self.inner.cq_context
+    }
+
+    /// Polls up to `wc.len()` completions, oldest first (ibv_poll_cq(3), through
+    /// `context->ops.poll_cq` as the inline function does); returns how many it wrote. A
+    /// provider's failure (a negative return) is `EIO`.
+    pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
+        let n = c_int::try_from(wc.len()).unwrap_or(c_int::MAX);
+        let cq = self.inner.cq;
+        // SAFETY: `cq` and its context are live; `Wc` is `struct ibv_wc` (asserted
+        // above, and every field a plain integer, so any bits the provider writes are a
+        // valid `Wc`); at most `n` entries are written.
+        let rc = unsafe {
+            let poll = (*(*cq).context).ops.poll_cq.ok_or_else(|| unsupported("poll_cq", "the provider has no poll_cq"))?;
+            poll(cq, n, wc.as_mut_ptr().cast::<ibv_wc>())
+        };
+        usize::try_from(rc).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EIO)))
+    }
+
+    /// Arms the CQ for one completion event on its channel (ibv_req_notify_cq(3), through
+    /// `context->ops.req_notify_cq`): the next completion, or the next solicited one.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        let cq = self.inner.cq;
+        // SAFETY: `cq` and its context are live.
+        let rc = unsafe {
+            let arm = (*(*cq).context).ops.req_notify_cq.ok_or_else(|| unsupported("req_notify_cq", "the provider has no req_notify_cq"))?;
+            arm(cq, c_int::from(solicited_only))
+        };
+        check(rc)
+    }
+
+    /// Acknowledges `n` completion events of the CQ (ibv_ack_cq_events(3)); a
+    /// [`CqEvent`] acknowledges its own, so this is for events taken with
+    /// [`CqEvent::into_cq`].
+    pub fn ack_events(&self, n: u32) {
+        // SAFETY: `cq` is live.
+        unsafe { (self.inner.ctx.verbs.sym.ibv_ack_cq_events)(self.inner.cq, n) }
+    }
+
+    /// Whether `self` and `other` are the same CQ.
+    pub fn same_as(&self, other: &Cq) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Destroys the CQ now (ibv_destroy_cq(3)) and returns its error; `EBUSY` without
+    /// destroying while another handle, a QP or an unacknowledged event holds it.
+    /// Dropping the last handle destroys too, logging an error.
+    pub fn destroy(self) -> Result<()> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => inner.destroy(),
+            Err(_) => Err(Error::Busy { what: "completion queue" }),
+        }
+    }
+}
+
+/// A completion event (ibv_get_cq_event(3)): the CQ that had it. Dropping the event
+/// acknowledges it (ibv_ack_cq_events(3)), as the soft [`crate::CqEvent`] does.
+#[derive(Debug)]
+pub struct CqEvent {
+    cq: Cq,
+    acked: bool,
+}
+
+impl CqEvent {
+    /// The CQ the event is for.
+    pub fn cq(&self) -> &Cq {
+        &self.cq
+    }
+
+    /// The CQ's user value.
+    pub fn cq_context(&self) -> usize {
+        self.cq.cq_context()
+    }
+
+    /// Acknowledges the event now.
+    pub fn ack(mut self) {
+        self.acked = true;
+        self.cq.ack_events(1);
+    }
+
+    /// The CQ, leaving the event unacknowledged: the caller acknowledges it with
+    /// [`Cq::ack_events`] (before destroying the CQ, ibv_destroy_cq(3)).
+    pub fn into_cq(mut self) -> Cq {
+        self.acked = true;
+        self.cq.clone()
+    }
+}
+
+impl Drop for CqEvent {
+    fn drop(&mut self) {
+        if !self.acked {
+            self.cq.ack_events(1);
+        }
+    }
+}
+
+impl CompChannel {
+    /// Waits for the next completion event (ibv_get_cq_event(3)); blocks unless the fd
+    /// was made non-blocking, in which case no event is `EAGAIN`.
+    pub fn get_cq_event(&self) -> Result<CqEvent> {
+        let sym = &self.inner.ctx.verbs.sym;
+        loop {
+            let mut cq: *mut ibv_cq = std::ptr::null_mut();
+            let mut user: *mut core::ffi::c_void = std::ptr::null_mut();
+            // SAFETY: the channel is live; both out-pointers are valid.
+            if unsafe { (sym.ibv_get_cq_event)(self.inner.channel, &mut cq, &mut user) } != 0 {
+                return Err(last_errno());
+            }
+            let found = self.inner.lookup(cq).and_then(|any| any.downcast::<CqInner>().ok());
+            match found {
+                Some(inner) => return Ok(CqEvent { cq: Cq { inner }, acked: false }),
+                // The CQ is being destroyed, and ibv_destroy_cq(3) waits for this event's
+                // acknowledgement: give it, and wait for the next event.
+                None => {
+                    // SAFETY: the CQ's destroy waits for this acknowledgement, so the
+                    // `struct ibv_cq` is still live.
+                    unsafe { (sym.ibv_ack_cq_events)(cq, 1) }
+                }
+            }
+        }
+    }
+
+}

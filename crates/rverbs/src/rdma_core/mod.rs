@@ -1,0 +1,53 @@
+//! The `rdma-core` backend (feature `rdma-core`): the verbs API over any libibverbs
+//! device — mlx5, rxe, siw, efa, or rverbs' own drop-in `libibverbs.so.1`.
+//!
+//! libibverbs is loaded at run time (`dlopen` of `libibverbs.so.1`, or the file named
+//! by `RVERBS_LIBIBVERBS`), so the crate never links it and builds where it is absent;
+//! without it [`devices`] is `EOPNOTSUPP`. The objects take and give the soft API's
+//! value types ([`SendWr`](crate::SendWr), [`RecvWr`](crate::RecvWr),
+//! [`Sge`](crate::Sge), [`Wc`](crate::Wc), [`QpAttr`](crate::QpAttr),
+//! [`QpAttrMask`](crate::QpAttrMask), [`QpCap`](crate::QpCap), [`AhAttr`](crate::AhAttr),
+//! [`Gid`](crate::Gid), [`PortAttr`](crate::PortAttr), [`DeviceAttr`](crate::DeviceAttr),
+//! [`Access`](crate::Access), [`Error`](crate::Error)) and have the soft types' method
+//! names, so that one program runs on either.
+//!
+//! ```no_run
+//! use rverbs::rdma_core::{devices, CqInit, QpInit};
+//! use rverbs::{QpCap, QpType};
+//! let dev = devices()?.into_iter().next().expect("an RDMA device");
+//! let ctx = dev.open()?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(&CqInit::new(16))?;
+//! let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+//! let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap))?;
+//! assert_eq!(qp.state(), rverbs::QpState::Reset);
+//! # Ok::<(), rverbs::Error>(())
+//! ```
+//!
+//! Ownership: a child holds its parents (a QP its PD and CQs, a CQ its context and
+//! channel, every object the context, the context the loaded library); dropping the last
+//! handle destroys the object, logging an error; `destroy(self)` (`dealloc`, `dereg`)
+//! destroys now and returns the error, or `EBUSY` while something else holds it. What the
+//! backend covers and what the soft device offers that it cannot: docs/rdma-core-backend.md.
+#![allow(unsafe_code)] // FFI into libibverbs: each block says why it is sound.
+
+mod ah;
+mod channel;
+mod context;
+mod conv;
+mod cq;
+mod device;
+mod library;
+mod mr;
+mod pd;
+mod qp;
+mod wr;
+
+pub use ah::Ah;
+pub use channel::CompChannel;
+pub use context::Context;
+pub use cq::{Cq, CqEvent, CqInit};
+pub use device::{device_by_name, devices, Device};
+pub use mr::Mr;
+pub use pd::Pd;
+pub use qp::{Qp, QpInit};

@@ -1,0 +1,264 @@
+//! Queue pairs (ibv_create_qp(3)): RC, UC and UD; modified with ibv_modify_qp(3), posted
+//! to through the context's ops table as verbs.h's inline `ibv_post_send` and
+//! `ibv_post_recv` do.
+
+use core::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use rverbs_abi::*;
+use rverbs_proto::state::QpAttrMask;
+use rverbs_proto::verbs::{QpState, QpType};
+
+use super::conv;
+use super::cq::{Cq, CqInner};
+use super::library::{check, last_errno, unsupported};
+use super::pd::{Pd, PdInner};
+use super::wr;
+use crate::error::{Error, Result};
+use crate::rings::qp_attr::{QpAttr, QpCap};
+use crate::rings::wr::{PostError, RecvWr, SendWr};
+
+/// What to create a queue pair with (`struct ibv_qp_init_attr`), as the soft
+/// [`crate::QpInit`] without the features this backend lacks (SRQ, send ops).
+#[derive(Clone, Copy, Debug)]
+pub struct QpInit<'a> {
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// The CQ of send completions.
+    pub send_cq: &'a Cq,
+    /// The CQ of receive completions.
+    pub recv_cq: &'a Cq,
+    /// Queue sizes asked for.
+    pub cap: QpCap,
+    /// Every send request completes signaled.
+    pub sq_sig_all: bool,
+    /// A user value (`qp_context`).
+    pub qp_context: usize,
+}
+
+impl<'a> QpInit<'a> {
+    /// A QP of `qp_type` whose sends and receives complete on `cq`.
+    pub fn new(qp_type: QpType, cq: &'a Cq, cap: QpCap) -> Self {
+        QpInit { qp_type, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, qp_context: 0 }
+    }
+}
+
+struct QpInner {
+    qp: *mut ibv_qp,
+    pd: Arc<PdInner>,
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
+    qp_type: QpType,
+    cap: QpCap,
+    qp_context: usize,
+    destroyed: bool,
+}
+
+// SAFETY: `qp` is owned by this value; libibverbs' verbs are thread-safe (providers lock
+// their queues).
+unsafe impl Send for QpInner {}
+// SAFETY: as for Send.
+unsafe impl Sync for QpInner {}
+
+impl QpInner {
+    fn destroy(&mut self) -> Result<()> {
+        self.destroyed = true;
+        // SAFETY: `qp` came from ibv_create_qp and is destroyed once, here; its CQs and
+        // PD are held until after.
+        check(unsafe { (self.pd.ctx.verbs.sym.ibv_destroy_qp)(self.qp) })
+    }
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        if !self.destroyed {
+            if let Err(e) = self.destroy() {
+                tracing::warn!("rdma_core: ibv_destroy_qp failed: {e}");
+            }
+        }
+    }
+}
+
+/// A queue pair (ibv_create_qp(3)). Clones share it; it keeps its PD and CQs alive.
+#[derive(Clone)]
+pub struct Qp {
+    inner: Arc<QpInner>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp").field("qp_num", &self.qp_num()).field("qp_type", &self.inner.qp_type).finish()
+    }
+}
+
+impl Pd {
+    /// Creates a queue pair (ibv_create_qp(3)): RC, UC or UD; other types are
+    /// `EOPNOTSUPP` in this backend. The capabilities the provider granted (at least those
+    /// asked) are in [`Qp::cap`].
+    pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
+        Qp::create(self, init)
+    }
+
+}
+
+impl Qp {
+    fn create(pd: &Pd, init: &QpInit<'_>) -> Result<Qp> {
+        if !matches!(init.qp_type, QpType::Rc | QpType::Uc | QpType::Ud) {
+            return Err(unsupported("create_qp", "QP types other than RC, UC and UD"));
+        }
+        let p = &pd.inner;
+        for cq in [init.send_cq, init.recv_cq] {
+            if !Arc::ptr_eq(&cq.inner.ctx, &p.ctx) {
+                return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)));
+            }
+        }
+        let mut attr = ibv_qp_init_attr {
+            qp_context: init.qp_context as *mut c_void,
+            send_cq: init.send_cq.inner.cq,
+            recv_cq: init.recv_cq.inner.cq,
+            srq: std::ptr::null_mut(),
+            cap: conv::cap(&init.cap),
+            qp_type: init.qp_type.raw(),
+            sq_sig_all: c_int::from(init.sq_sig_all),
+        };
+        // SAFETY: the PD and both CQs are live and of one context.
+        let qp = unsafe { (p.ctx.verbs.sym.ibv_create_qp)(p.pd, &mut attr) };
+        if qp.is_null() {
+            return Err(last_errno());
+        }
+        Ok(Qp {
+            inner: Arc::new(QpInner {
+                qp,
+                pd: p.clone(),
+                _send_cq: init.send_cq.inner.clone(),
+                _recv_cq: init.recv_cq.inner.clone(),
+                qp_type: init.qp_type,
+                // ibv_create_qp(3): "the actual capabilities ... are returned in cap".
+                cap: conv::cap_from_c(&attr.cap),
+                qp_context: init.qp_context,
+                destroyed: false,
+            }),
+        })
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: `qp` is live; `qp_num` is set at creation and never changes.
+        unsafe { (*self.inner.qp).qp_num }
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// The capabilities the provider granted at creation (at least those asked).
+    pub fn cap(&self) -> QpCap {
+        self.inner.cap
+    }
+
+    /// The user value given at creation.
+    pub fn qp_context(&self) -> usize {
+        self.inner.qp_context
+    }
+
+    /// The PD the QP belongs to.
+    pub fn pd(&self) -> Pd {
+        Pd { inner: self.inner.pd.clone() }
+    }
+
+    /// The current state, as ibv_query_qp(3) reports it (the device may have moved the
+    /// QP to ERR); a QP the provider cannot query reads as `Err`.
+    pub fn state(&self) -> QpState {
+        self.query_mask(QpAttrMask::STATE).map_or(QpState::Err, |a| a.qp_state)
+    }
+
+    /// The QP's attributes (ibv_query_qp(3), every attribute asked).
+    pub fn query(&self) -> Result<QpAttr> {
+        self.query_mask(QpAttrMask::all())
+    }
+
+    fn query_mask(&self, mask: QpAttrMask) -> Result<QpAttr> {
+        let mut attr = ibv_qp_attr::zeroed();
+        let mut init = ibv_qp_init_attr::zeroed();
+        let all = c_int::try_from(mask.bits()).unwrap_or(c_int::MAX);
+        // SAFETY: `qp` is live; both out-structs are valid.
+        check(unsafe { (self.inner.pd.ctx.verbs.sym.ibv_query_qp)(self.inner.qp, &mut attr, all, &mut init) })?;
+        Ok(conv::qp_attr_from_c(&attr))
+    }
+
+    /// Modifies the attributes `mask` names (ibv_modify_qp(3)): the provider checks the
+    /// state table and the required and optional attributes of each transition; a
+    /// transition it refuses is its errno (`EINVAL`).
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let mut raw = conv::qp_attr(attr);
+        let mask = c_int::try_from(mask.bits()).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        // SAFETY: `qp` is live; `raw` is a valid attribute struct.
+        check(unsafe { (self.inner.pd.ctx.verbs.sym.ibv_modify_qp)(self.inner.qp, &mut raw, mask) })
+    }
+
+    /// Posts send work requests (ibv_post_send(3), through `context->ops.post_send` as
+    /// the inline function does). On failure, `index` is the first request not posted
+    /// (the provider's `bad_wr`), and the requests before it were posted. Opcodes and
+    /// features the backend does not carry (memory windows, FLUSH, ATOMIC_WRITE, XRC) are
+    /// `EOPNOTSUPP` before anything is posted. Inline data is one `struct ibv_sge` per
+    /// piece with `IBV_SEND_INLINE`, as C passes it: the pieces count against
+    /// `max_send_sge` for the provider.
+    pub fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let mut chain = wr::send_chain(&self.inner.pd.ctx, wrs).map_err(|(index, error)| PostError { index, error })?;
+        let qp = self.inner.qp;
+        let base = chain.wrs.as_mut_ptr();
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: `qp` and its context are live; the chain and everything it points to
+        // (scatter lists of registered memory, inline bytes, address handles) live until
+        // the call returns.
+        let rc = unsafe {
+            match (*(*qp).context).ops.post_send {
+                Some(post) => post(qp, base, &mut bad),
+                None => return Err(PostError { index: 0, error: unsupported("post_send", "the provider has no post_send") }),
+            }
+        };
+        check(rc).map_err(|error| PostError { index: bad_index(base, bad, wrs.len()), error })
+    }
+
+    /// Posts receive work requests (ibv_post_recv(3), through `context->ops.post_recv`);
+    /// failure as for [`Qp::post_send`].
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let mut chain = wr::recv_chain(wrs);
+        let qp = self.inner.qp;
+        let base = chain.as_mut_ptr();
+        let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: as in `post_send`.
+        let rc = unsafe {
+            match (*(*qp).context).ops.post_recv {
+                Some(post) => post(qp, base, &mut bad),
+                None => return Err(PostError { index: 0, error: unsupported("post_recv", "the provider has no post_recv") }),
+            }
+        };
+        check(rc).map_err(|error| PostError { index: bad_index(base, bad, wrs.len()), error })
+    }
+
+    /// Destroys the QP now (ibv_destroy_qp(3)) and returns its error; `EBUSY` without
+    /// destroying while another handle holds it. Dropping the last handle destroys too,
+    /// logging an error.
+    pub fn destroy(self) -> Result<()> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => inner.destroy(),
+            Err(_) => Err(Error::Busy { what: "queue pair" }),
+        }
+    }
+}
+
+/// The index of `bad` in the chain starting at `base` (`len` long); a pointer outside it
+/// (a provider that did not set it) counts as the first.
+fn bad_index<T>(base: *mut T, bad: *mut T, len: usize) -> usize {
+    let (b, x) = (base as usize, bad as usize);
+    let size = core::mem::size_of::<T>();
+    if x >= b && x < b + len * size { (x - b) / size } else { 0 }
+}

@@ -1,0 +1,396 @@
+//! The `rdma-core` backend (`rverbs::rdma_core`) run for real on a libibverbs device.
+//!
+//! It loads the libibverbs named by `RVERBS_LIBIBVERBS` (scripts/test.sh points it at the
+//! drop-in `libibverbs.so.1` of scripts/build-dropin.sh; any other device works too), so
+//! the traffic below goes through a real libibverbs ABI: the exported verbs, and the ops
+//! table the inline `ibv_post_send`/`ibv_poll_cq` call. No device is a failure, never a
+//! skip. Every test is two QPs of one context, looped back over the device's own GID.
+#![cfg(feature = "rdma-core")]
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use rverbs::rdma_core::{device_by_name, devices, Ah, CompChannel, Context, Cq, CqInit, Mr, Pd, Qp, QpInit};
+use rverbs::{
+    Access, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr,
+    UdDest, Wc, WcFlags, WcOpcode, WcStatus,
+};
+
+const PORT: u8 = 1;
+const QKEY: u32 = 0x1111_1111;
+/// How long a completion may take before the test fails (a bound, not a synchronisation).
+const DEADLINE: Duration = Duration::from_secs(10);
+/// The bytes a UD receive buffer reserves for the GRH (ibv_post_recv(3)).
+const GRH_LEN: usize = 40;
+
+fn open() -> Context {
+    let devs = devices().expect("libibverbs loads (RVERBS_LIBIBVERBS or libibverbs.so.1)");
+    assert!(!devs.is_empty(), "libibverbs lists no device: set RVERBS_LIBIBVERBS to the drop-in (scripts/build-dropin.sh)");
+    devs[0].open().expect("ibv_open_device")
+}
+
+/// The GID index and GID the loopback paths use: 127.0.0.1's entry if the table has one
+/// (rverbs' device), else the first non-zero entry (a NIC's own GID).
+fn own_gid(ctx: &Context) -> (u8, Gid) {
+    let len = ctx.query_port(PORT).expect("query_port").gid_tbl_len;
+    let gids: Vec<(u8, Gid)> =
+        (0..len.min(256)).filter_map(|i| Some((u8::try_from(i).ok()?, ctx.query_gid(PORT, i).ok()?))).collect();
+    let lo = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
+    gids.iter()
+        .find(|(_, g)| *g == lo)
+        .or_else(|| gids.iter().find(|(_, g)| g.0 != [0; 16]))
+        .copied()
+        .expect("the port has a GID")
+}
+
+fn path(ctx: &Context) -> AhAttr {
+    let (index, gid) = own_gid(ctx);
+    AhAttr {
+        grh: Some(GlobalRoute { dgid: gid, sgid_index: index, hop_limit: 64, ..GlobalRoute::default() }),
+        port_num: PORT,
+        ..AhAttr::default()
+    }
+}
+
+fn cap() -> QpCap {
+    QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }
+}
+
+/// RESET → INIT → RTR → RTS with the attributes ibv_modify_qp(3) requires of a connected QP.
+fn connect(qp: &Qp, ah: AhAttr, dest: u32, access: Access) {
+    let init = QpAttr { qp_state: QpState::Init, port_num: PORT, qp_access_flags: access, ..QpAttr::default() };
+    qp.modify(&init, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)
+        .expect("modify to INIT");
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr: ah,
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: dest,
+        rq_psn: 0,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    qp.modify(&rtr, m).expect("modify to RTR");
+    let rts = QpAttr { qp_state: QpState::Rts, timeout: 14, retry_cnt: 7, rnr_retry: 7, sq_psn: 0, max_rd_atomic: 4, ..QpAttr::default() };
+    let m = QpAttrMask::STATE
+        | QpAttrMask::TIMEOUT
+        | QpAttrMask::RETRY_CNT
+        | QpAttrMask::RNR_RETRY
+        | QpAttrMask::SQ_PSN
+        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    qp.modify(&rts, m).expect("modify to RTS");
+    assert_eq!(qp.state(), QpState::Rts);
+}
+
+/// Polls `cq` until one completion arrives, failing after [`DEADLINE`].
+fn one(cq: &Cq) -> Wc {
+    let mut wc = [Wc::default()];
+    let start = Instant::now();
+    loop {
+        if cq.poll(&mut wc).expect("poll_cq") == 1 {
+            return wc[0];
+        }
+        assert!(start.elapsed() < DEADLINE, "no completion within {DEADLINE:?}");
+        std::thread::yield_now();
+    }
+}
+
+/// Two RC QPs of one context connected to each other, each with its own CQ, granting
+/// `access` to the other.
+struct Pair {
+    ctx: Context,
+    pd: Pd,
+    a: Qp,
+    b: Qp,
+    cq_a: Cq,
+    cq_b: Cq,
+}
+
+fn rc_pair(access: Access) -> Pair {
+    let ctx = open();
+    let pd = ctx.alloc_pd().expect("alloc_pd");
+    let cq_a = ctx.create_cq(&CqInit::new(32)).expect("create_cq");
+    let cq_b = ctx.create_cq(&CqInit::new(32)).expect("create_cq");
+    let a = pd.create_qp(&QpInit::new(QpType::Rc, &cq_a, cap())).expect("create_qp");
+    let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq_b, cap())).expect("create_qp");
+    assert_eq!(a.state(), QpState::Reset);
+    let p = path(&ctx);
+    connect(&a, p, b.qp_num(), access);
+    connect(&b, p, a.qp_num(), access);
+    Pair { ctx, pd, a, b, cq_a, cq_b }
+}
+
+fn remote_access() -> Access {
+    Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
+}
+
+fn region(pd: &Pd, len: usize) -> Mr {
+    pd.alloc_mr(len, remote_access()).expect("alloc_mr")
+}
+
+#[test]
+fn the_device_is_listed_opened_and_queried() {
+    let devs = devices().expect("libibverbs loads");
+    assert!(!devs.is_empty(), "no device");
+    assert!(!devs[0].name().is_empty());
+    let ctx = devs[0].open().expect("open");
+    let attr = ctx.query_device();
+    assert!(attr.max_qp > 0 && attr.max_cqe > 0 && attr.phys_port_cnt >= 1, "{attr:?}");
+    assert_eq!(attr.node_guid, devs[0].guid(), "ibv_query_device and ibv_get_device_guid agree");
+    let port = ctx.query_port(PORT).expect("query_port");
+    assert_eq!(port.state, rverbs::PortState::Active);
+    assert!(port.gid_tbl_len > 0);
+    let (_, gid) = own_gid(&ctx);
+    assert_ne!(gid.0, [0; 16]);
+    assert!(ctx.query_port(0).is_err(), "port 0 does not exist");
+    // Chosen at run time by name.
+    let by_name = device_by_name(devs[0].name()).expect("device_by_name");
+    assert_eq!(by_name.guid(), devs[0].guid());
+    assert_eq!(device_by_name("no-such-device").expect_err("unknown").errno(), libc::EINVAL);
+}
+
+#[test]
+fn rc_send_with_immediate_arrives_with_its_bytes() {
+    let p = rc_pair(remote_access());
+    let src = region(&p.pd, 64);
+    let dst = region(&p.pd, 64);
+    src.write(0, b"hello over libibverbs").unwrap();
+    p.b.post_recv(&[RecvWr::new(7, &[dst.sge(0, 64).unwrap()])]).expect("post_recv");
+    let sge = [src.sge(0, 21).unwrap()];
+    p.a.post_send(&[SendWr::send(1, &sge).with_imm(0x1234_5678).signaled()]).expect("post_send");
+    let s = one(&p.cq_a);
+    assert_eq!((s.status(), s.wr_id(), s.opcode()), (WcStatus::Success, 1, Some(WcOpcode::Send)));
+    let r = one(&p.cq_b);
+    assert_eq!((r.status(), r.wr_id(), r.opcode()), (WcStatus::Success, 7, Some(WcOpcode::Recv)));
+    assert_eq!(r.byte_len(), Some(21));
+    assert!(r.wc_flags().unwrap().contains(WcFlags::WITH_IMM));
+    assert_eq!(r.imm_data(), Some(0x1234_5678));
+    assert_eq!(r.qp_num(), p.b.qp_num());
+    let mut got = [0u8; 21];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"hello over libibverbs");
+}
+
+#[test]
+fn an_inline_send_needs_no_region_on_the_sending_side() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    // Each inline piece is one `struct ibv_sge`, counted against max_send_sge.
+    let cap = QpCap { max_inline_data: 64, max_send_sge: 2, ..cap() };
+    let a = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap();
+    assert!(a.cap().max_inline_data >= 64, "the provider grants at least what was asked");
+    let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap();
+    let p = path(&ctx);
+    connect(&a, p, b.qp_num(), Access::LOCAL_WRITE);
+    connect(&b, p, a.qp_num(), Access::LOCAL_WRITE);
+    let dst = region(&pd, 64);
+    b.post_recv(&[RecvWr::new(1, &[dst.whole()])]).unwrap();
+    let pieces: [&[u8]; 2] = [b"in", b"line"];
+    let mut wr = SendWr::new(2, rverbs::WrOpcode::Send).signaled();
+    wr.payload = rverbs::Payload::InlineList(&pieces);
+    a.post_send(&[wr]).expect("inline post_send");
+    let mut seen = [one(&cq), one(&cq)];
+    seen.sort_by_key(|w| w.wr_id());
+    assert!(seen.iter().all(|w| w.is_success()), "{seen:?}");
+    assert_eq!(seen[0].byte_len(), Some(6));
+    let mut got = [0u8; 6];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"inline");
+}
+
+#[test]
+fn rdma_write_and_read_move_the_bytes() {
+    let p = rc_pair(remote_access());
+    let local = region(&p.pd, 4096);
+    let remote = region(&p.pd, 4096);
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    local.write(0, &pattern).unwrap();
+    let sge = [local.whole()];
+    p.a.post_send(&[SendWr::write(2, &sge, remote.addr() as u64, remote.rkey()).signaled()]).unwrap();
+    let wc = one(&p.cq_a);
+    assert_eq!((wc.status(), wc.opcode()), (WcStatus::Success, Some(WcOpcode::RdmaWrite)));
+    let mut got = vec![0u8; 4096];
+    remote.read(0, &mut got).unwrap();
+    assert_eq!(got, pattern);
+
+    // READ it back into a third region, at an offset.
+    remote.fill(100, 10, 0xab).unwrap();
+    let back = region(&p.pd, 4096);
+    let sge = [back.sge(0, 200).unwrap()];
+    p.a.post_send(&[SendWr::read(3, &sge, remote.addr() as u64, remote.rkey()).signaled()]).unwrap();
+    let wc = one(&p.cq_a);
+    assert_eq!((wc.status(), wc.opcode(), wc.byte_len()), (WcStatus::Success, Some(WcOpcode::RdmaRead), Some(200)));
+    let mut got = vec![0u8; 200];
+    back.read(0, &mut got).unwrap();
+    let mut want = pattern[..200].to_vec();
+    want[100..110].fill(0xab);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn compare_and_swap_swaps_when_equal_and_returns_the_old_value() {
+    let p = rc_pair(remote_access());
+    assert_ne!(p.ctx.query_device().atomic_cap, 0, "the drop-in offers atomics (IBV_ATOMIC_HCA)");
+    let target = region(&p.pd, 8);
+    let result = region(&p.pd, 8);
+    target.write(0, &41u64.to_ne_bytes()).unwrap();
+    let sge = [result.sge(0, 8).unwrap()];
+    p.a.post_send(&[SendWr::compare_swap(4, &sge, target.addr() as u64, target.rkey(), 41, 99).signaled()]).unwrap();
+    let wc = one(&p.cq_a);
+    assert_eq!((wc.status(), wc.opcode()), (WcStatus::Success, Some(WcOpcode::CompSwap)));
+    assert_eq!(result.read_u64(0).unwrap(), 41);
+    assert_eq!(target.read_u64(0).unwrap(), 99);
+    // Unequal: no swap, the old value comes back again.
+    p.a.post_send(&[SendWr::compare_swap(5, &sge, target.addr() as u64, target.rkey(), 41, 7).signaled()]).unwrap();
+    assert_eq!(one(&p.cq_a).status(), WcStatus::Success);
+    assert_eq!(result.read_u64(0).unwrap(), 99);
+    assert_eq!(target.read_u64(0).unwrap(), 99);
+}
+
+#[test]
+fn a_bad_rkey_completes_in_remote_access_error() {
+    let p = rc_pair(remote_access());
+    let local = region(&p.pd, 64);
+    let remote = region(&p.pd, 64);
+    let sge = [local.whole()];
+    p.a.post_send(&[SendWr::write(6, &sge, remote.addr() as u64, remote.rkey() ^ 0x5a5a_0000).signaled()]).unwrap();
+    let wc = one(&p.cq_a);
+    assert_eq!(wc.wr_id(), 6);
+    assert_eq!(wc.status(), WcStatus::RemAccessErr);
+    assert_eq!(p.a.state(), QpState::Err, "an RC error completion moves the requester to ERR");
+}
+
+#[test]
+fn a_modify_to_a_state_the_table_forbids_is_einval() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap())).unwrap();
+    let rts = QpAttr { qp_state: QpState::Rts, ..QpAttr::default() };
+    let err = qp.modify(&rts, QpAttrMask::STATE).expect_err("RESET → RTS is not a transition");
+    assert_eq!(err.errno(), libc::EINVAL);
+    assert_eq!(qp.state(), QpState::Reset);
+}
+
+#[test]
+fn ud_send_goes_through_an_address_handle() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+    let ud = || {
+        let qp = pd.create_qp(&QpInit::new(QpType::Ud, &cq, cap())).unwrap();
+        let init = QpAttr { qp_state: QpState::Init, port_num: PORT, qkey: QKEY, ..QpAttr::default() };
+        qp.modify(&init, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY).unwrap();
+        qp.modify(&QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+        let rts = QpAttr { qp_state: QpState::Rts, sq_psn: 0, ..QpAttr::default() };
+        qp.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN).unwrap();
+        qp
+    };
+    let a = ud();
+    let b = ud();
+    let ah = Ah::new(&pd, &path(&ctx)).expect("create_ah");
+    let src = region(&pd, 64);
+    let dst = region(&pd, GRH_LEN + 64);
+    src.write(0, b"datagram").unwrap();
+    b.post_recv(&[RecvWr::new(8, &[dst.whole()])]).unwrap();
+    let sge = [src.sge(0, 8).unwrap()];
+    let mut wr = SendWr::send(9, &sge).signaled();
+    wr.ud = Some(UdDest { ah: (&ah).into(), remote_qpn: b.qp_num(), remote_qkey: QKEY });
+    a.post_send(&[wr]).expect("UD post_send");
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(one(&cq));
+    }
+    let recv = seen.iter().find(|w| w.wr_id() == 8).expect("the receive completed");
+    assert_eq!(recv.status(), WcStatus::Success);
+    assert_eq!(recv.byte_len(), Some((GRH_LEN + 8) as u32));
+    assert_eq!(recv.src_qp(), Some(a.qp_num()));
+    let mut got = [0u8; 8];
+    dst.read(GRH_LEN, &mut got).unwrap();
+    assert_eq!(&got, b"datagram");
+    assert!(seen.iter().any(|w| w.wr_id() == 9 && w.is_success()));
+
+    // An address handle of another context is not this QP's: EINVAL, nothing posted.
+    let other = open();
+    let other_ah = Ah::new(&other.alloc_pd().unwrap(), &path(&other)).unwrap();
+    let mut wr = SendWr::send(10, &sge);
+    wr.ud = Some(UdDest { ah: (&other_ah).into(), remote_qpn: b.qp_num(), remote_qkey: QKEY });
+    let err = a.post_send(&[wr]).expect_err("foreign AH");
+    assert_eq!((err.index, err.error.errno()), (0, libc::EINVAL));
+}
+
+/// Waits until `ch`'s fd is readable, failing after [`DEADLINE`].
+fn readable(ch: &CompChannel) -> bool {
+    let mut pfd = libc::pollfd { fd: ch.fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, DEADLINE.as_millis() as libc::c_int) };
+    n == 1 && pfd.revents & libc::POLLIN != 0
+}
+
+#[test]
+fn an_armed_cq_wakes_its_completion_channel() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let ch = ctx.create_comp_channel().expect("create_comp_channel");
+    let cq_a = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let cq_b = ctx.create_cq(&CqInit::new(8).channel(&ch).cq_context(0xfeed)).unwrap();
+    let a = pd.create_qp(&QpInit::new(QpType::Rc, &cq_a, cap())).unwrap();
+    let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq_b, cap())).unwrap();
+    let p = path(&ctx);
+    connect(&a, p, b.qp_num(), Access::LOCAL_WRITE);
+    connect(&b, p, a.qp_num(), Access::LOCAL_WRITE);
+    let buf = region(&pd, 16);
+    b.post_recv(&[RecvWr::new(1, &[buf.whole()])]).unwrap();
+    cq_b.req_notify(false).expect("req_notify_cq");
+    let sge = [buf.sge(0, 4).unwrap()];
+    a.post_send(&[SendWr::send(2, &sge)]).unwrap();
+    assert!(readable(&ch), "the channel's fd became readable");
+    let ev = ch.get_cq_event().expect("get_cq_event");
+    assert!(ev.cq().same_as(&cq_b));
+    assert_eq!(ev.cq_context(), 0xfeed);
+    ev.ack();
+    assert_eq!(one(&cq_b).wr_id(), 1);
+    // The CQ is held by the QP: destroying it now is EBUSY, and destroys nothing.
+    assert_eq!(cq_b.clone().destroy().expect_err("held").errno(), libc::EBUSY);
+    drop((a, b));
+    drop(cq_b);
+    ch.destroy().expect("the channel is free once its CQ is gone");
+}
+
+#[test]
+fn children_keep_their_parents_and_destroy_reports_errors() {
+    let p = rc_pair(Access::LOCAL_WRITE);
+    let Pair { ctx, pd, a, b, cq_a, cq_b } = p;
+    // The context, PD and CQs are held by the QPs: dropping the handles destroys nothing
+    // yet, and the QPs still work.
+    drop((ctx, cq_a));
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    b.post_recv(&[RecvWr::new(1, &[mr.sge(0, 8).unwrap()])]).unwrap();
+    a.post_send(&[SendWr::send(2, &[mr.sge(8, 8).unwrap()]).signaled()]).unwrap();
+    assert_eq!(one(&cq_b).wr_id(), 1);
+    assert_eq!(pd.clone().dealloc().expect_err("in use").errno(), libc::EBUSY);
+    mr.dereg().expect("dereg_mr");
+    a.destroy().expect("destroy_qp");
+    b.destroy().expect("destroy_qp");
+    cq_b.destroy().expect("destroy_cq");
+    pd.dealloc().expect("dealloc_pd");
+}
+
+#[test]
+fn what_the_backend_does_not_carry_is_eopnotsupp() {
+    let p = rc_pair(remote_access());
+    let err = p.a.post_send(&[SendWr::local_inv(1, 0x1234)]).expect_err("LOCAL_INV");
+    assert_eq!((err.index, err.error.errno()), (0, libc::EOPNOTSUPP));
+    let err = p.pd.create_qp(&QpInit::new(QpType::XrcSend, &p.cq_a, cap())).expect_err("XRC");
+    assert_eq!(err.errno(), libc::EOPNOTSUPP);
+}
