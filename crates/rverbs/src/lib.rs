@@ -74,6 +74,8 @@
 //!   asynchronous events as futures and streams, cancellation-safe;
 //! - `rdma_core` (feature `rdma-core`): the same verbs over any libibverbs device
 //!   (mlx5, rxe, siw, efa, or the drop-in), loaded at run time;
+//! - `c_abi` (feature `c-abi`): the C structs of `<infiniband/verbs.h>` to and from the
+//!   value types, for the drop-in C library and the rdma-core backend;
 //! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
 //!   manager (`rverbs-cm`) need of the device beyond the verbs API; not for applications.
 //!
@@ -113,6 +115,8 @@ mod qp;
 mod qp1;
 #[cfg(feature = "rdma-core")]
 pub mod rdma_core;
+#[cfg(feature = "c-abi")]
+pub mod c_abi;
 mod rings;
 mod rule;
 mod sanitizer;

@@ -50,7 +50,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // owned buffers and the leases of the requests posted from them (`owned`); the same
     // verbs over a libibverbs loaded at run time (`rdma_core`, feature `rdma-core`), which
     // takes the soft API's value types.
-    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr", "owned", "owned::buf", "owned::region", "owned::lease", "rdma_core", "rdma_core::ah", "rdma_core::channel", "rdma_core::context", "rdma_core::conv", "rdma_core::cq", "rdma_core::device", "rdma_core::library", "rdma_core::mr", "rdma_core::pd", "rdma_core::qp", "rdma_core::wr"]),
+    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr", "owned", "owned::buf", "owned::region", "owned::lease", "c_abi", "rdma_core", "rdma_core::ah", "rdma_core::channel", "rdma_core::context", "rdma_core::conv", "rdma_core::cq", "rdma_core::device", "rdma_core::library", "rdma_core::mr", "rdma_core::pd", "rdma_core::qp", "rdma_core::wr"]),
 ];
 
 /// Upward imports still present (importer, imported). See the module docs: a ratchet,
@@ -598,6 +598,7 @@ const PUBLIC_MODULES: &[(&str, &str)] = &[
     ("typed", "queue pairs with the transport in the type and work requests by opcode family (compile-time checks of ibv_post_send(3)'s rules)"),
     ("owned", "registered buffers the region owns and gives back, and the leases of the work requests posted from them (zero copy without unsafe; docs/rust-api.md, Owned buffers)"),
     ("rdma_core", "the rdma-core backend (feature `rdma-core`): the verbs objects over any libibverbs device, loaded at run time, beside the soft device's objects of the same names (docs/rdma-core-backend.md)"),
+    ("c_abi", "the C structs of <infiniband/verbs.h> to and from the value types, both ways (feature `c-abi`): the one home of the drop-in C library's and the rdma-core backend's conversions"),
     ("fuzzing", "the fuzz harnesses' entry into private code: feature `fuzzing` only, hidden from the documentation"),
 ];
 
@@ -739,11 +740,11 @@ fn the_public_surface_has_one_path_per_item() {
     }
     assert!(problems.is_empty(), "the public surface of rverbs:\n{}", problems.join("\n"));
     // The crate doc names every public module, so that `cargo doc` opens on the surface;
-    // a module of an optional feature (`aio`, `rdma_core`) is named without a link, which
+    // a module of an optional feature (`aio`, `rdma_core`, `c_abi`) is named without a link, which
     // would be broken in the documentation built without the feature.
     let crate_doc: String = lib.lines().take_while(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
     for (name, _) in PUBLIC_MODULES.iter().filter(|(n, _)| *n != "fuzzing") {
-        let named = if matches!(*name, "aio" | "rdma_core") { format!("`{name}` (feature") } else { format!("[`{name}`]") };
+        let named = if matches!(*name, "aio" | "rdma_core" | "c_abi") { format!("`{name}` (feature") } else { format!("[`{name}`]") };
         assert!(crate_doc.contains(&named), "the crate doc of lib.rs does not list the public module `{name}`");
     }
 }

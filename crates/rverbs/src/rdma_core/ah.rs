@@ -5,7 +5,6 @@ use std::sync::Arc;
 use rverbs_abi::ibv_ah;
 
 use super::context::AddressHandle;
-use super::conv;
 use super::library::{check, last_errno};
 use super::pd::{Pd, PdInner};
 use crate::error::{Error, Result};
@@ -72,7 +71,7 @@ impl Ah {
     /// Creates an address handle for `attr` in `pd` (ibv_create_ah(3)).
     pub fn new(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
         let p = &pd.inner;
-        let mut raw = conv::ah_attr(attr);
+        let mut raw = crate::c_abi::ah_attr_to_c(attr);
         // SAFETY: the PD is live; `raw` is a valid attribute struct.
         let ah = unsafe { (p.ctx.verbs.sym.ibv_create_ah)(p.pd, &mut raw) };
         if ah.is_null() {

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, Weak};
 
 use rverbs_abi::*;
 
-use super::conv;
 use super::device::{Device, DeviceList};
 use super::library::{check, last_errno, Verbs};
 use crate::device::{DeviceAttr, PortAttr};
@@ -88,7 +87,7 @@ impl Context {
         let inner = ContextInner {
             ctx,
             verbs,
-            attr: conv::device_attr(&raw),
+            attr: crate::c_abi::device_attr_from_c(&raw),
             ahs: Mutex::new(HashMap::new()),
             _list: list.clone(),
         };
@@ -125,7 +124,7 @@ impl Context {
             }
         };
         check(rc)?;
-        Ok(conv::port_attr(&raw))
+        Ok(crate::c_abi::port_attr_from_c(&raw))
     }
 
     /// Entry `index` of port `port`'s GID table (ibv_query_gid(3)); an index past the
@@ -135,6 +134,6 @@ impl Context {
         let mut raw = ibv_gid::zeroed();
         // SAFETY: `ctx` is open; `raw` is a valid out-union.
         check(unsafe { (self.inner.verbs.sym.ibv_query_gid)(self.inner.ctx, port, index, &mut raw) })?;
-        Ok(conv::gid_from_c(&raw))
+        Ok(crate::c_abi::gid_from_c(&raw))
     }
 }

@@ -9,7 +9,6 @@ use rverbs_abi::*;
 use rverbs_proto::state::QpAttrMask;
 use rverbs_proto::verbs::{QpState, QpType};
 
-use super::conv;
 use super::cq::{Cq, CqInner};
 use super::library::{check, last_errno, unsupported};
 use super::pd::{Pd, PdInner};
@@ -117,7 +116,7 @@ impl Qp {
             send_cq: init.send_cq.inner.cq,
             recv_cq: init.recv_cq.inner.cq,
             srq: std::ptr::null_mut(),
-            cap: conv::cap(&init.cap),
+            cap: crate::c_abi::cap_to_c(&init.cap),
             qp_type: init.qp_type.raw(),
             sq_sig_all: c_int::from(init.sq_sig_all),
         };
@@ -134,7 +133,7 @@ impl Qp {
                 _recv_cq: init.recv_cq.inner.clone(),
                 qp_type: init.qp_type,
                 // ibv_create_qp(3): "the actual capabilities ... are returned in cap".
-                cap: conv::cap_from_c(&attr.cap),
+                cap: crate::c_abi::cap_from_c(&attr.cap),
                 qp_context: init.qp_context,
                 destroyed: false,
             }),
@@ -184,14 +183,14 @@ impl Qp {
         let all = c_int::try_from(mask.bits()).unwrap_or(c_int::MAX);
         // SAFETY: `qp` is live; both out-structs are valid.
         check(unsafe { (self.inner.pd.ctx.verbs.sym.ibv_query_qp)(self.inner.qp, &mut attr, all, &mut init) })?;
-        Ok(conv::qp_attr_from_c(&attr))
+        Ok(crate::c_abi::qp_attr_from_query(&attr))
     }
 
     /// Modifies the attributes `mask` names (ibv_modify_qp(3)): the provider checks the
     /// state table and the required and optional attributes of each transition; a
     /// transition it refuses is its errno (`EINVAL`).
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        let mut raw = conv::qp_attr(attr);
+        let mut raw = crate::c_abi::qp_attr_to_c(attr);
         let mask = c_int::try_from(mask.bits()).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
         // SAFETY: `qp` is live; `raw` is a valid attribute struct.
         check(unsafe { (self.inner.pd.ctx.verbs.sym.ibv_modify_qp)(self.inner.qp, &mut raw, mask) })
