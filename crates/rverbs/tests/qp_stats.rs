@@ -105,6 +105,8 @@ fn extended_polling_counts_each_entry_and_each_enoent() {
     assert!(a.cq.start_poll().unwrap().is_none());
     let s = a.cq.stats();
     assert_eq!((s.polled, s.empty_polls), (2, 1));
+    // Another handle of the CQ reads the same record.
+    assert_eq!(a.cq.clone().stats(), s);
     let q = a.qp.stats();
     assert_eq!((q.send_wrs, q.send_completions, q.send_bytes), (2, 2, 16));
 }

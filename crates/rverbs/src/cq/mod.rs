@@ -250,6 +250,11 @@ impl Drop for CqInner {
         if crate::sanitizer::on() && !self.is_destroyed() {
             crate::sanitizer::gone(crate::sanitizer::Kind::Cq, self.id);
         }
+        // Dropped without destroy: its statistics record is free (a destroyed CQ's
+        // was freed at destroy, and its slot may be a new CQ's).
+        if let (Some(stats), false) = (self.stats, self.is_destroyed()) {
+            stats.release_cq(self.id);
+        }
     }
 }
 
