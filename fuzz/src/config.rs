@@ -2,7 +2,7 @@
 //! its own target), through the functions that interpret their values:
 //! `RVERBS_RUNTIME_DIR` / `XDG_RUNTIME_DIR` (where endpoints live), the switches
 //! `RVERBS_NET=off`, `RVERBS_CMA=off`, `RVERBS_SHARED_MR=1`, the sanitizer's
-//! `RVERBS_SANITIZE=1|abort` (crate `rverbs`, `config`),
+//! `RVERBS_SANITIZE=1|abort`, `RVERBS_STATS=1` (crate `rverbs`, `config`),
 //! and `SYSFS_PATH` (crate `rverbs-capi`). `RVERBS_LOG` has a target of its own,
 //! `log_filter`.
 //!
@@ -13,7 +13,8 @@
 //! Asserts: the runtime directory is the documented choice (an empty variable counts as
 //! unset, as the shell mirror in tests/conformance/lib/cm.bash has it), never the empty
 //! path, absolute whenever the variable it came from is; a switch is on or off for
-//! exactly its word, and the sanitizer is on for exactly `1` and `abort`; the sysfs
+//! exactly its word, the sanitizer is on for exactly `1` and `abort`, statistics for
+//! exactly `1`; the sysfs
 //! path is the value's first 256 bytes less trailing slashes.
 
 use std::ffi::OsStr;
@@ -62,6 +63,7 @@ pub fn run(data: &[u8]) {
         _ => rverbs::sanitize::Mode::Off,
     };
     assert_eq!(rverbs::fuzzing::config::sanitize_from(switch), want);
+    assert_eq!(rverbs::fuzzing::config::stats_from(switch), switch.is_some_and(|v| v.as_bytes() == b"1"));
 
     let path = ibverbs::fuzzing::sysfs_path_from(sysfs);
     match sysfs {

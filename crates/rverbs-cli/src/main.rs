@@ -8,7 +8,10 @@
 //! - `rverbs pingpong` and `rverbs write-bw` run one of those parts with chosen sizes and
 //!   iteration counts.
 //! - `rverbs stat [--json]` prints the hardware counters of every process using the
-//!   device, as `rdma statistic show` prints a port's (`stat`; docs/device.md, "Hardware counters").
+//!   device, as `rdma statistic show` prints a port's (`stat`; docs/device.md, "Hardware counters");
+//!   `rverbs stat --qp [--json]` the counts of every live QP of the processes that count
+//!   them (`RVERBS_STATS=1`), as `rdma statistic qp show` (docs/device.md, "Per-QP and
+//!   per-CQ statistics").
 //! - `rverbs run [--sanitize[=abort]] [--faults SPEC] -- PROGRAM [ARGS…]` runs an
 //!   unmodified program on the drop-in libraries, with the paths of a kernel RDMA device
 //!   it may look for in a private mount namespace (`run`, `namespace`; docs/environment.md,
@@ -94,6 +97,10 @@ enum Command {
         /// Print one JSON array, like `rdma -j statistic show`.
         #[arg(long)]
         json: bool,
+        /// Print one line per live QP of the processes that count statistics
+        /// (`RVERBS_STATS=1`), like `rdma statistic qp show`.
+        #[arg(long)]
+        qp: bool,
     },
     /// Run an unmodified program on the drop-in libibverbs.so.1 and librdmacm.so.1, with
     /// the device's /dev and /sys entries in a private mount namespace.
@@ -316,7 +323,11 @@ fn run(command: Command) -> Result<bool, Failure> {
             }),
             |_| "each destination equal to its source byte for byte, guard bytes untouched".into(),
         )),
-        Command::Stat { json } => {
+        Command::Stat { json, qp: true } => {
+            stat::print_qps(DEVICE_NAME, json);
+            Ok(true)
+        }
+        Command::Stat { json, qp: false } => {
             stat::print(DEVICE_NAME, json);
             Ok(true)
         }

@@ -2,10 +2,13 @@
 //! as `rdma statistic show` prints a port's (one line per endpoint, rxe's counter names;
 //! `--json` as `rdma -j statistic show`), read from the counters segments in the runtime
 //! directory (`RVERBS_RUNTIME_DIR`) without opening the device (docs/device.md, "Hardware counters").
+//! `rverbs stat --qp`: one line per live QP of every endpoint that counts statistics
+//! (`RVERBS_STATS=1`), as `rdma statistic qp show` prints per-QP counters (docs/device.md,
+//! "Per-QP and per-CQ statistics").
 
 use std::fmt::Write as _;
 
-use rverbs::EndpointCounters;
+use rverbs::{EndpointCounters, EndpointQpStats, QpStats};
 
 /// The name of process `pid` (`/proc/<pid>/comm`, without its newline); `?` when it
 /// cannot be read (the process exited meanwhile).
@@ -72,6 +75,64 @@ pub fn print(device: &str, as_json: bool) {
     }
 }
 
+/// One QP as one line: `link rverbs0/1 lqpn Q ep N pid P comm NAME` and each count's
+/// name and value (`rdma statistic qp show` names the QP `lqpn`).
+fn qp_line(device: &str, e: &EndpointQpStats, q: &QpStats, comm: &str) -> String {
+    let mut s = format!("link {device}/1 lqpn {} ep {} pid {} comm {}", q.qpn, e.ep, e.pid, comm);
+    for (name, value) in q.named() {
+        let _ = write!(s, " {name} {value}");
+    }
+    s
+}
+
+/// Every QP as one JSON array of objects: `ifname`, `port`, `lqpn`, `ep`, `pid`, `comm`
+/// and the counts.
+fn qp_json(device: &str, all: &[(EndpointQpStats, String)]) -> String {
+    let mut s = String::from("[");
+    let mut first = true;
+    for (e, comm) in all {
+        for q in &e.qps {
+            if !first {
+                s.push(',');
+            }
+            first = false;
+            let _ = write!(
+                s,
+                "{{\"ifname\":{},\"port\":1,\"lqpn\":{},\"ep\":{},\"pid\":{},\"comm\":{}",
+                json_string(device),
+                q.qpn,
+                e.ep,
+                e.pid,
+                json_string(comm)
+            );
+            for (name, value) in q.named() {
+                let _ = write!(s, ",\"{name}\":{value}");
+            }
+            s.push('}');
+        }
+    }
+    s.push(']');
+    s
+}
+
+/// Prints every live QP of the endpoints that count statistics (`json`: as one JSON
+/// array). Nothing (`[]`) when none does.
+pub fn print_qps(device: &str, as_json: bool) {
+    let all: Vec<(EndpointQpStats, String)> = rverbs::host_qp_stats().into_iter().map(|e| {
+        let c = comm(e.pid);
+        (e, c)
+    }).collect();
+    if as_json {
+        println!("{}", qp_json(device, &all));
+    } else {
+        for (e, comm) in &all {
+            for q in &e.qps {
+                println!("{}", qp_line(device, e, q, comm));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +146,6 @@ mod tests {
     #[test]
     fn no_endpoint_is_an_empty_json_array() {
         assert_eq!(json("rverbs0", &[]), "[]");
+        assert_eq!(qp_json("rverbs0", &[]), "[]");
     }
 }

@@ -1,6 +1,8 @@
 //! `rverbs stat` (docs/device.md, "Hardware counters"), run as a user runs it: the built `rverbs` executable
 //! lists a live peer process that holds the device, with the counters its known traffic
-//! moved, in text and JSON; once the peer exits, nothing.
+//! moved, in text and JSON, and with `--qp` each of its QPs with what its traffic
+//! posted and polled (docs/device.md, "Per-QP and per-CQ statistics"); once the peer
+//! exits, nothing.
 //!
 //! The peer is this test binary again (`RVERBS_TEST_ROLE=peer`), in a runtime directory
 //! of its own that `rverbs stat` is pointed at (`RVERBS_RUNTIME_DIR`); it reports
@@ -95,6 +97,7 @@ fn spawn_peer(dir: &Path) -> Child {
         .env("RVERBS_TEST_ROLE", "peer")
         .env("RVERBS_RUNTIME_DIR", dir)
         .env("RVERBS_NET", "off")
+        .env("RVERBS_STATS", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -149,9 +152,32 @@ fn stat_lists_a_live_peer_with_its_counters() {
     assert!(json.contains(&format!("\"local_requests\":{}}}]", WRITES + SENDS)), "{json}");
     assert!(json.contains(&format!("\"rdma_sends\":{SENDS},")), "{json}");
 
+    // Per QP: `a` posted and polled every WRITE and SEND, `b` every receive.
+    let text = stat(&dir, &["--qp"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "two QPs: {text}");
+    let counts = |line: &str| -> Vec<(String, String)> {
+        let w: Vec<&str> = line.split(' ').collect();
+        assert_eq!(w[..3], ["link", "rverbs0/1", "lqpn"]);
+        assert_eq!(w[6..8], ["pid".to_string(), pid.to_string()]);
+        w[10..].chunks(2).map(|c| (c[0].to_owned(), c[1].to_owned())).collect()
+    };
+    let n = |v: u64| v.to_string();
+    let want_a = [("send_wrs", n(WRITES + SENDS)), ("recv_wrs", n(0)), ("send_completions", n(WRITES + SENDS)), ("send_bytes", n(64 * (WRITES + SENDS))), ("recv_completions", n(0)), ("recv_bytes", n(0)), ("error_completions", n(0))];
+    let want_b = [("send_wrs", n(0)), ("recv_wrs", n(SENDS)), ("send_completions", n(0)), ("send_bytes", n(0)), ("recv_completions", n(SENDS)), ("recv_bytes", n(64 * SENDS)), ("error_completions", n(0))];
+    for (line, want) in [(lines[0], want_a), (lines[1], want_b)] {
+        let want: Vec<(String, String)> = want.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+        assert_eq!(counts(line), want, "{line}");
+    }
+    let json = stat(&dir, &["--qp", "--json"]);
+    assert!(json.starts_with("[{\"ifname\":\"rverbs0\",\"port\":1,\"lqpn\":"), "{json}");
+    assert!(json.contains(&format!("\"send_wrs\":{},", WRITES + SENDS)), "{json}");
+    assert!(json.contains(&format!("\"recv_bytes\":{},\"error_completions\":0}}]", 64 * SENDS)), "{json}");
+
     drop(child.stdin.take());
     let status = child.wait().expect("the peer exits");
     assert!(status.success(), "peer: {status}");
     assert_eq!(stat(&dir, &[]), "", "a peer that exited is not listed");
     assert_eq!(stat(&dir, &["--json"]), "[]\n");
+    assert_eq!(stat(&dir, &["--qp"]), "", "nor are its QPs");
 }

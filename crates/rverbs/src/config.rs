@@ -49,6 +49,12 @@ pub(crate) fn busy_poll(value: Option<&OsStr>) -> bool {
     value.is_some_and(|v| v == "1")
 }
 
+/// `RVERBS_STATS` (docs/device.md, "Per-QP and per-CQ statistics"): `1` counts; unset or
+/// anything else does not.
+pub(crate) fn stats_from(value: Option<&OsStr>) -> bool {
+    value.is_some_and(|v| v == "1")
+}
+
 /// What the verbs sanitizer does (`RVERBS_SANITIZE`, docs/sanitizer.md); the public
 /// name is `rverbs::sanitize::Mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -106,6 +112,7 @@ pub struct DeviceConfig {
     pub(crate) addresses: Option<Vec<std::net::IpAddr>>,
     pub(crate) fault_plan: Option<rverbs_proto::verb_fault::VerbPlan>,
     pub(crate) sanitize: Option<Sanitize>,
+    pub(crate) stats: bool,
 }
 
 impl Default for DeviceConfig {
@@ -133,6 +140,7 @@ impl DeviceConfig {
             addresses: None,
             fault_plan: None,
             sanitize: None,
+            stats: false,
         }
     }
 
@@ -149,6 +157,7 @@ impl DeviceConfig {
             busy_poll: busy_poll(var("RVERBS_BUSY_POLL").as_deref()),
             pcap: var("RVERBS_PCAP").filter(|v| !v.is_empty()).map(PathBuf::from),
             net_faults: net_faults_from(std::env::var("RVERBS_FAULTS").ok().as_deref()),
+            stats: stats_from(var("RVERBS_STATS").as_deref()),
             ..DeviceConfig::new()
         }
     }
@@ -247,6 +256,16 @@ impl DeviceConfig {
         self
     }
 
+    /// Per-QP and per-CQ statistics (`RVERBS_STATS=1`; docs/device.md, "Per-QP and per-CQ
+    /// statistics"): the device counts what the owner of each QP posts and polls
+    /// ([`crate::Qp::stats`], [`crate::Cq::stats`]) in a segment `rverbs stat --qp`
+    /// reads. Off by default: then the post and poll paths test one field and count
+    /// nothing.
+    pub fn stats(mut self, on: bool) -> Self {
+        self.stats = on;
+        self
+    }
+
     /// The runtime directory these settings name.
     pub fn runtime_dir_path(&self) -> &std::path::Path {
         &self.runtime_dir
@@ -317,6 +336,14 @@ mod tests {
         assert!(busy_poll(Some(OsStr::new("1"))));
         for other in [None, Some(""), Some("0"), Some("yes"), Some("1 ")] {
             assert!(!busy_poll(other.map(OsStr::new)), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn statistics_are_on_only_with_one() {
+        assert!(stats_from(Some(OsStr::new("1"))));
+        for other in [None, Some(""), Some("0"), Some("on"), Some("1 ")] {
+            assert!(!stats_from(other.map(OsStr::new)), "{other:?}");
         }
     }
 

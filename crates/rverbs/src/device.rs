@@ -406,6 +406,25 @@ fn counters_under(root: &std::path::Path) -> Vec<crate::shm::counters::EndpointC
     out
 }
 
+/// The live QPs' statistics of every live endpoint of the device in the runtime directory
+/// that counts them (`RVERBS_STATS=1`, `DeviceConfig::stats`; docs/device.md, "Per-QP and
+/// per-CQ statistics"), lowest endpoint number first, as [`host_counters`] reads the
+/// counters: without opening the device, leaving out an endpoint without statistics.
+pub fn host_qp_stats() -> Vec<crate::shm::stats::EndpointQpStats> {
+    qp_stats_under(&crate::shm::runtime_dir())
+}
+
+fn qp_stats_under(root: &std::path::Path) -> Vec<crate::shm::stats::EndpointQpStats> {
+    let mut out = Vec::new();
+    for (ep, pid) in crate::shm::registry::live_endpoints(root) {
+        // Statistics off, starting, or gone meanwhile.
+        if let Ok(qps) = crate::shm::stats::read_qps(&crate::shm::registry::ep_dir(root, ep)) {
+            out.push(crate::shm::stats::EndpointQpStats { ep, pid, qps });
+        }
+    }
+    out
+}
+
 /// The directory of this process's endpoint in the host-wide runtime directory, where
 /// its shared segments and FIFOs are (for diagnostics and tests; a forked child gets its
 /// own).
@@ -518,7 +537,7 @@ impl DeviceInner {
         if let Some(plan) = &cfg.fault_plan {
             crate::fault_plan::install_for(slot, plan.clone());
         }
-        let endpoint = Endpoint::new(reg, dir, slot, cfg.shared_mr);
+        let endpoint = Endpoint::new(reg, dir, slot, cfg.shared_mr, cfg.stats);
         let net = crate::transport::udp::Net::open(&gids, endpoint.counters, cfg, slot);
         if let (Some(net), Some(reg)) = (&net, &endpoint.reg) {
             // Where the owner of an address's RoCEv2 port relays this process's RC/UC
@@ -783,6 +802,12 @@ impl Device {
     /// ([`host_counters`] for the listed device).
     pub fn host_counters(&self) -> Vec<crate::shm::counters::EndpointCounters> {
         counters_under(&self.slot.config.runtime_dir)
+    }
+
+    /// The live QPs' statistics of every endpoint in this device's runtime directory
+    /// that counts them ([`host_qp_stats`] for the listed device).
+    pub fn host_qp_stats(&self) -> Vec<crate::shm::stats::EndpointQpStats> {
+        qp_stats_under(&self.slot.config.runtime_dir)
     }
 
     pub(crate) fn inner(&self) -> Result<&'static DeviceInner> {

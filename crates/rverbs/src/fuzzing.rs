@@ -173,6 +173,11 @@ pub mod config {
     pub fn sanitize_from(value: Option<&OsStr>) -> crate::sanitize::Mode {
         crate::config::sanitize_from(value)
     }
+
+    /// `config::stats_from` (`RVERBS_STATS`).
+    pub fn stats_from(value: Option<&OsStr>) -> bool {
+        crate::config::stats_from(value)
+    }
 }
 
 /// Readers of bytes other processes write: key records, QP records, receive rings,

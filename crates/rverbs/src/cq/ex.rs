@@ -66,6 +66,10 @@ impl CqInner {
         if crate::sanitizer::on() {
             current.sanitize_polled();
         }
+        if let Some(stats) = self.stats {
+            stats.completion(current.qp_num, current.polled());
+            stats.polled(self.id, 1);
+        }
         for (slot, w) in self.polled.iter().zip(current.encode()) {
             slot.store(w, Ordering::Relaxed);
         }
@@ -91,6 +95,9 @@ impl Cq {
         let sanitize = crate::sanitizer::on();
         if !sanitize && cq.surely_empty() {
             // ENOENT without taking the consumer lock (the busy poller's common case).
+            if let Some(stats) = cq.stats {
+                stats.polled(cq.id, 0);
+            }
             return Ok(None);
         }
         let marked = sanitize && cq.sanitize_poll_entered(true);
@@ -100,6 +107,9 @@ impl Cq {
             crate::sanitizer::batch_opened(cq.id, crate::sanitizer::thread_token());
         }
         if entry.is_none() {
+            if let Some(stats) = cq.stats {
+                stats.polled(cq.id, 0);
+            }
             if marked {
                 // ENOENT: no batch is open, the poll is over.
                 cq.sanitize_poll_left();

@@ -232,6 +232,9 @@ pub(crate) struct CqInner {
     held: Mutex<std::collections::VecDeque<Held>>,
     /// Whether `held` may be non-empty: the one load a push pays without a plan.
     holding: AtomicBool,
+    /// The endpoint's statistics segment when the device counts them
+    /// (`DeviceConfig::stats`): the one load a poll pays when it does not.
+    pub(crate) stats: Option<&'static crate::shm::stats::Stats>,
 }
 
 /// The progress thread's timer of held completions ([`CqInner::push_held`]).
@@ -246,6 +249,11 @@ impl Drop for CqInner {
         // A destroyed CQ's id may name a new CQ already (its entry went at destroy).
         if crate::sanitizer::on() && !self.is_destroyed() {
             crate::sanitizer::gone(crate::sanitizer::Kind::Cq, self.id);
+        }
+        // Dropped without destroy: its statistics record is free (a destroyed CQ's
+        // was freed at destroy, and its slot may be a new CQ's).
+        if let (Some(stats), false) = (self.stats, self.is_destroyed()) {
+            stats.release_cq(self.id);
         }
     }
 }
@@ -546,6 +554,22 @@ impl CqInner {
         empty
     }
 
+    /// [`CqInner::pop_into`] on a device that counts statistics: each CQE on its QP's
+    /// record, then the poll on the CQ's (out of line: the plain poll only tests the
+    /// switch).
+    #[cold]
+    #[inline(never)]
+    fn pop_counted(&self, stats: &crate::shm::stats::Stats, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
+        let r = self.pop_into(max, |cqe| {
+            stats.completion(cqe.qp_num, cqe.polled());
+            f(cqe);
+        });
+        if let Ok(n) = r {
+            stats.polled(self.id, n);
+        }
+        r
+    }
+
     /// Removes up to `max` CQEs, oldest first, handing each to `f`.
     fn pop_into(&self, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
         let _g = self.lock_consumer();
@@ -614,6 +638,12 @@ impl Cq {
             cqs.remove(id);
             return Err(e);
         }
+        if let Some(stats) = endpoint.stats {
+            if let Err(e) = stats.claim_cq(id) {
+                cqs.remove(id);
+                return Err(e);
+            }
+        }
         let seg = match CqSeg::create(&endpoint.dir, id, 1, init.cqe as usize) {
             Ok(s) => s,
             Err(e) => {
@@ -659,6 +689,7 @@ impl Cq {
                 armed_full: AtomicBool::new(false),
                 held: Mutex::new(std::collections::VecDeque::new()),
                 holding: AtomicBool::new(false),
+                stats: endpoint.stats,
             }),
         };
         cqs.publish(id, &cq.inner);
@@ -725,14 +756,23 @@ impl Cq {
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         let sanitize = crate::sanitizer::on();
         if !sanitize && self.inner.surely_empty() {
+            if let Some(stats) = self.inner.stats {
+                stats.polled(self.inner.id, 0);
+            }
             return Ok(0);
         }
         let marked = sanitize && self.inner.sanitize_poll_entered(false);
         let mut i = 0;
-        let r = self.inner.pop_into(wc.len(), |cqe| {
-            wc[i] = cqe.to_wc();
-            i += 1;
-        });
+        let r = match self.inner.stats {
+            None => self.inner.pop_into(wc.len(), |cqe| {
+                wc[i] = cqe.to_wc();
+                i += 1;
+            }),
+            Some(stats) => self.inner.pop_counted(stats, wc.len(), |cqe| {
+                wc[i] = cqe.to_wc();
+                i += 1;
+            }),
+        };
         if sanitize {
             if marked {
                 self.inner.sanitize_poll_left();
@@ -895,6 +935,9 @@ impl Cq {
             ch.detach();
         }
         self.inner.ctx.endpoint.tables.cq(self.inner.id).id.store(0, Ordering::Release);
+        if let Some(stats) = self.inner.stats {
+            stats.release_cq(self.inner.id);
+        }
         self.inner.cqs.remove(self.inner.id);
         // The parent domain can be deallocated now (ibv_alloc_parent_domain(3)).
         self.inner.parent.lock().expect("cq parent").take();
@@ -925,6 +968,13 @@ impl Cq {
     /// Attaches an opaque word to the CQ, read back by [`Cq::cookie`] on any handle.
     pub fn set_cookie(&self, value: usize) {
         self.inner.cookie.store(value, Ordering::Release);
+    }
+
+    /// What the owner polled from this CQ ([`crate::CqStats`]; docs/device.md, "Per-QP
+    /// and per-CQ statistics"): all zero unless the device counts statistics
+    /// (`DeviceConfig::stats`, `RVERBS_STATS=1`).
+    pub fn stats(&self) -> crate::shm::stats::CqStats {
+        self.inner.stats.and_then(|s| s.cq_stats(self.inner.id)).unwrap_or_default()
     }
 
     /// Whether two handles name the same CQ.

@@ -42,6 +42,9 @@ pub(crate) struct Endpoint {
     /// This endpoint's hardware counters (docs/device.md, "Hardware counters"), in a segment of its
     /// directory that `rverbs stat` reads; only this process adds to them.
     pub(crate) counters: &'static CounterBlock,
+    /// This endpoint's per-QP and per-CQ statistics (docs/device.md, "Per-QP and per-CQ
+    /// statistics"), when the device counts them (`DeviceConfig::stats`).
+    pub(crate) stats: Option<&'static crate::shm::stats::Stats>,
     /// The host-wide segment whose lock serialises device atomics on memory that peers
     /// reach with cross-memory attach.
     host: Segment,
@@ -66,8 +69,9 @@ const ATOMIC_STUCK: std::time::Duration = std::time::Duration::from_secs(12);
 impl Endpoint {
     /// The endpoint of registry entry `reg` (none: a private endpoint) in directory
     /// `dir`, of the device in slot `slot`: creates its shared tables and maps the
-    /// host-wide segment. `shared_mr` is the device's `RVERBS_SHARED_MR` setting.
-    pub(crate) fn new(reg: Option<Registry>, dir: PathBuf, slot: usize, shared_mr: Option<bool>) -> Endpoint {
+    /// host-wide segment. `shared_mr` is the device's `RVERBS_SHARED_MR` setting, `stats`
+    /// its `RVERBS_STATS`.
+    pub(crate) fn new(reg: Option<Registry>, dir: PathBuf, slot: usize, shared_mr: Option<bool>, stats: bool) -> Endpoint {
         // Shareable registrations are the default where their files live in memory
         // (docs/memory.md, "Shareable registrations"); `RVERBS_SHARED_MR` decides else.
         let share_caller_memory = reg.is_some() && shared_mr.unwrap_or_else(|| super::share::in_memory(&dir));
@@ -80,6 +84,15 @@ impl Endpoint {
             tracing::warn!(%e, "no counters segment: `rverbs stat` will not list this process");
             Box::leak(Box::new(CounterBlock::zero()))
         });
+        // Statistics asked for but without room for their segment: the device runs
+        // without them (the objects' stats read zero), as it would with them off.
+        let stats = stats
+            .then(|| {
+                crate::shm::stats::Stats::create(&dir)
+                    .map_err(|e| tracing::warn!(%e, "no stats segment: per-QP and per-CQ statistics are off"))
+                    .ok()
+            })
+            .flatten();
         let host_path = reg.as_ref().map_or_else(|| dir.join(HOST_SEGMENT), |r| r.root.join(HOST_SEGMENT));
         let host = Segment::open_or_create(&host_path, std::mem::size_of::<ShmLock>())
             .expect("cannot map the host-wide device segment");
@@ -91,6 +104,7 @@ impl Endpoint {
             next_id: AtomicU32::new(1),
             tables,
             counters,
+            stats,
             host,
             keys: KeyTable::new(tables),
             cma_regions: AtomicUsize::new(0),

@@ -515,6 +515,13 @@ impl Qp {
         } else {
             None
         };
+        if let Some(stats) = endpoint.stats {
+            // Without room for the record's page the QP is simply not counted: creating
+            // it must not fail for an observation.
+            if let Err(e) = stats.claim_qp(qpn) {
+                tracing::warn!(%e, qpn, "no stats record: this QP is not counted");
+            }
+        }
         let rec = endpoint.tables.qp(qpn);
         let _ = rec.transition(qpn, transition::Expect::Any, QpState::Reset, transition::Cause::Create);
         rec.qp_type.store(init.qp_type.raw(), Ordering::Relaxed);
@@ -777,6 +784,9 @@ impl Qp {
             q.kick();
         }
         let posted = result.as_ref().err().map_or(wrs.len(), |e| e.index);
+        if let Some(stats) = endpoint.stats {
+            stats.sends_posted(q.qpn, posted);
+        }
         q.raise_injected(Verb::PostSend, wrs[..posted].iter().map(|w| Some(w.wr_id)));
         result
     }
@@ -847,6 +857,9 @@ impl Qp {
             q.flush_rq();
         }
         let posted = r.as_ref().err().map_or(wrs.len(), |e| e.index);
+        if let Some(stats) = q.pd.endpoint().stats {
+            stats.recvs_posted(q.qpn, posted);
+        }
         q.raise_injected(Verb::PostRecv, wrs[..posted].iter().map(|w| Some(w.wr_id)));
         r
     }
@@ -968,6 +981,9 @@ impl Qp {
         // docs/network.md, "Coalesced ACKs": what the responder holds leaves before the QP goes.
         q.sq.lock().link.release_acks(q);
         q.rec.qpn.store(0, Ordering::Release);
+        if let Some(stats) = q.pd.endpoint().stats {
+            stats.release_qp(q.qpn);
+        }
         let _ = q.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
         q.dev.qps().remove(q.qpn);
         let lent = {
@@ -1025,6 +1041,14 @@ impl Qp {
         self.inner.cookie.store(value, Ordering::Release);
     }
 
+    /// What the owner posted on this QP and polled of its completions
+    /// ([`crate::QpStats`]; docs/device.md, "Per-QP and per-CQ statistics"): all zero
+    /// unless the device counts statistics (`DeviceConfig::stats`, `RVERBS_STATS=1`).
+    pub fn stats(&self) -> crate::shm::stats::QpStats {
+        let q = &self.inner;
+        q.pd.endpoint().stats.and_then(|s| s.qp_stats(q.qpn)).unwrap_or(crate::shm::stats::QpStats { qpn: q.qpn, ..Default::default() })
+    }
+
     /// Send work requests waiting to complete (a snapshot).
     pub fn send_queue_len(&self) -> usize {
         self.inner.sq.lock().len()
@@ -1040,6 +1064,9 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
             self.rec.qpn.store(0, Ordering::Release);
+            if let Some(stats) = self.pd.endpoint().stats {
+                stats.release_qp(self.qpn);
+            }
             let _ = self.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
             if crate::sanitizer::on() {
                 crate::sanitizer::gone(crate::sanitizer::Kind::Qp, self.qpn);

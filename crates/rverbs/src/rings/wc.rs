@@ -245,6 +245,19 @@ impl Cqe {
         u32::from(self.opcode)
     }
 
+    /// What the completion counts as on its QP's statistics (`shm::stats::Polled`,
+    /// whose doc gives the rule).
+    pub(crate) fn polled(&self) -> crate::shm::stats::Polled {
+        use crate::shm::stats::Polled;
+        if self.status != 0 {
+            Polled::Error
+        } else if self.opcode_raw() & WcOpcode::Recv as u32 != 0 {
+            Polled::Recv { bytes: self.byte_len }
+        } else {
+            Polled::Send { bytes: self.byte_len }
+        }
+    }
+
     pub(crate) fn to_wc(self) -> Wc {
         Wc {
             wr_id: self.wr_id,

@@ -17,6 +17,7 @@ pub(crate) mod counters;
 pub(crate) mod fifo;
 pub(crate) mod lock;
 pub(crate) mod registry;
+pub(crate) mod stats;
 pub(crate) mod tables;
 
 use std::os::fd::{AsFd, OwnedFd};
