@@ -429,11 +429,12 @@ impl CqInner {
         }
     }
 
-    /// Forgets the completions QP `qpn` wrote so far (the QP was reset or destroyed).
+    /// Forgets the completions QP `qpn` wrote so far (the QP was reset).
     ///
     /// Rule: as mlx5 does on the transition to RESET (rxe does not), so a QP that is
     /// reset and reconnected does not see stale completions of its previous life
-    /// (pyverbs' rereg tests rely on this).
+    /// (pyverbs' rereg tests rely on this). Destroying a QP does not purge, as on rxe
+    /// (docs/completion-queues.md, "Purge on RESET").
     pub(crate) fn purge(&self, qpn: u32) {
         let until = self.gens.current().ring().tail();
         self.purges.lock().expect("cq purges").push((qpn, until));
