@@ -325,8 +325,8 @@ impl Slot {
     /// The device's state in this process generation, started on first use.
     ///
     /// Errors (a configured device only; the listed one falls back to a private endpoint):
-    /// `EMFILE`-like exhaustion of the process's device slots (`sys::MAX_DEVICES`), or the
-    /// errno of claiming an endpoint in the runtime directory.
+    /// `Error::Exhausted` once the process's device slots are taken (`sys::MAX_DEVICES`),
+    /// or the errno of claiming an endpoint in the runtime directory.
     fn inner(&'static self) -> Result<&'static DeviceInner> {
         let cell = &self.gens[process_generation()];
         if let Some(d) = cell.get() {
@@ -343,11 +343,8 @@ impl Slot {
         } else {
             crate::sys::configured_device_slot().ok_or(Error::Exhausted { what: "devices in this process" })?
         };
-        let d = DeviceInner::new(&self.config, slot, self.listed)?;
-        let d: &'static DeviceInner = match cell.set(d) {
-            Ok(()) => cell.get().expect("just set"),
-            Err(_) => unreachable!("set under the starting lock"),
-        };
+        let _ = cell.set(DeviceInner::new(&self.config, slot, self.listed)?);
+        let d: &'static DeviceInner = cell.get().expect("set under the starting lock");
         // Peers may ring this endpoint's doorbell from now on: its reader must run. It is
         // given what it serves (the progress thread never reaches up to the device).
         let net: Option<&'static dyn crate::progress::NetRx> = d.net.as_ref().map(|_| d as _);
@@ -395,15 +392,22 @@ pub fn host_counters() -> Vec<crate::shm::counters::EndpointCounters> {
 }
 
 fn counters_under(root: &std::path::Path) -> Vec<crate::shm::counters::EndpointCounters> {
-    let mut out = Vec::new();
-    for (ep, pid) in crate::shm::registry::live_endpoints(root) {
-        match crate::shm::counters::read(&crate::shm::registry::ep_dir(root, ep)) {
-            Ok(counters) => out.push(crate::shm::counters::EndpointCounters { ep, pid, counters }),
-            // Starting, gone meanwhile, or of a version without counters.
-            Err(_) => continue,
-        }
-    }
-    out
+    // Starting, gone meanwhile, or of a version without counters: left out.
+    read_live_endpoints(root, crate::shm::counters::read, |ep, pid, counters| crate::shm::counters::EndpointCounters { ep, pid, counters })
+}
+
+/// What `read` finds in the directory of each live endpoint under `root` (lowest
+/// endpoint number first), made into a record with the endpoint's number and pid by
+/// `record`; an endpoint whose read fails is left out.
+fn read_live_endpoints<T, R>(
+    root: &std::path::Path,
+    read: impl Fn(&std::path::Path) -> Result<T>,
+    record: impl Fn(u32, u32, T) -> R,
+) -> Vec<R> {
+    crate::shm::registry::live_endpoints(root)
+        .into_iter()
+        .filter_map(|(ep, pid)| read(&crate::shm::registry::ep_dir(root, ep)).ok().map(|t| record(ep, pid, t)))
+        .collect()
 }
 
 /// The live QPs' statistics of every live endpoint of the device in the runtime directory
@@ -415,14 +419,8 @@ pub fn host_qp_stats() -> Vec<crate::shm::stats::EndpointQpStats> {
 }
 
 fn qp_stats_under(root: &std::path::Path) -> Vec<crate::shm::stats::EndpointQpStats> {
-    let mut out = Vec::new();
-    for (ep, pid) in crate::shm::registry::live_endpoints(root) {
-        // Statistics off, starting, or gone meanwhile.
-        if let Ok(qps) = crate::shm::stats::read_qps(&crate::shm::registry::ep_dir(root, ep)) {
-            out.push(crate::shm::stats::EndpointQpStats { ep, pid, qps });
-        }
-    }
-    out
+    // Statistics off, starting, or gone meanwhile: left out.
+    read_live_endpoints(root, crate::shm::stats::read_qps, |ep, pid, qps| crate::shm::stats::EndpointQpStats { ep, pid, qps })
 }
 
 /// The directory of this process's endpoint in the host-wide runtime directory, where
@@ -656,8 +654,7 @@ fn register_cleanup(dir: &std::path::Path) {
     static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     extern "C" fn cleanup() {
         if let Ok(g) = DIRS.lock() {
-            for (d, pid) in g.iter().filter(|(_, pid)| *pid == std::process::id()) {
-                let _ = pid;
+            for (d, _) in g.iter().filter(|(_, pid)| *pid == std::process::id()) {
                 let _ = std::fs::remove_dir_all(d);
                 if let Some(root) = d.parent() {
                     crate::shm::registry::Registry::reclaim_dead(root);
