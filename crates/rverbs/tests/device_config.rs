@@ -260,3 +260,16 @@ fn a_device_configuration_switches_the_processs_sanitizer_on() {
     let found = sanitize::take_findings();
     assert!(found.iter().any(|f| f.kind == FindingKind::CqTooSmall), "{found:#?}");
 }
+
+#[test]
+fn addresses_a_device_cannot_serve_are_refused_and_leave_no_endpoint() {
+    let dir = runtime_dir("bad-addresses");
+    let none = DeviceConfig::new().runtime_dir(&dir).addresses(Some(vec![])).open().unwrap_err();
+    assert!(matches!(none, Error::Invalid { rule: Rule::NoAddresses, .. }), "{none:?}");
+    // An address no interface of the host holds (TEST-NET-3, RFC 5737), not a loopback one.
+    let foreign = DeviceConfig::new().runtime_dir(&dir).addresses(Some(vec!["203.0.113.7".parse().unwrap()])).open().unwrap_err();
+    assert_eq!(foreign.errno(), libc::EADDRNOTAVAIL, "{foreign:?}");
+    // Neither claimed an endpoint there.
+    assert!(!dir.exists() || std::fs::read_dir(&dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with("ep-")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
