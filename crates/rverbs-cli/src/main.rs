@@ -10,8 +10,8 @@
 //! - `rverbs stat [--json]` prints the hardware counters of every process using the
 //!   device, as `rdma statistic show` prints a port's (`stat`; docs/device.md, "Hardware counters");
 //!   `rverbs stat --qp [--json]` the counts of every live QP of the processes that count
-//!   them (`RVERBS_STATS=1`), as `rdma statistic qp show` (docs/device.md, "Per-QP and
-//!   per-CQ statistics").
+//!   them (`RVERBS_STATS=1`), as `rdma statistic qp show`, with send-latency
+//!   percentiles; `--cq` every live CQ's (docs/device.md, "Per-QP and per-CQ statistics").
 //! - `rverbs run [--sanitize[=abort]] [--faults SPEC] -- PROGRAM [ARGS…]` runs an
 //!   unmodified program on the drop-in libraries, with the paths of a kernel RDMA device
 //!   it may look for in a private mount namespace (`run`, `namespace`; docs/environment.md,
@@ -98,9 +98,14 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Print one line per live QP of the processes that count statistics
-        /// (`RVERBS_STATS=1`), like `rdma statistic qp show`.
-        #[arg(long)]
+        /// (`RVERBS_STATS=1`), like `rdma statistic qp show`, with the percentiles of
+        /// its send latency.
+        #[arg(long, conflicts_with = "cq")]
         qp: bool,
+        /// Print one line per live CQ of the processes that count statistics: its size,
+        /// what was polled, its deepest poll and whether it overran.
+        #[arg(long)]
+        cq: bool,
     },
     /// Run an unmodified program on the drop-in libibverbs.so.1 and librdmacm.so.1, with
     /// the device's /dev and /sys entries in a private mount namespace.
@@ -323,11 +328,15 @@ fn run(command: Command) -> Result<bool, Failure> {
             }),
             |_| "each destination equal to its source byte for byte, guard bytes untouched".into(),
         )),
-        Command::Stat { json, qp: true } => {
-            stat::print_qps(DEVICE_NAME, json);
+        Command::Stat { json, qp: true, .. } => {
+            stat::print_objects(DEVICE_NAME, stat::Kind::Qp, json);
             Ok(true)
         }
-        Command::Stat { json, qp: false } => {
+        Command::Stat { json, cq: true, .. } => {
+            stat::print_objects(DEVICE_NAME, stat::Kind::Cq, json);
+            Ok(true)
+        }
+        Command::Stat { json, .. } => {
             stat::print(DEVICE_NAME, json);
             Ok(true)
         }

@@ -3,12 +3,13 @@
 //! `--json` as `rdma -j statistic show`), read from the counters segments in the runtime
 //! directory (`RVERBS_RUNTIME_DIR`) without opening the device (docs/device.md, "Hardware counters").
 //! `rverbs stat --qp`: one line per live QP of every endpoint that counts statistics
-//! (`RVERBS_STATS=1`), as `rdma statistic qp show` prints per-QP counters (docs/device.md,
+//! (`RVERBS_STATS=1`), as `rdma statistic qp show` prints per-QP counters, with the
+//! percentiles of its send latency; `rverbs stat --cq` one line per live CQ (docs/device.md,
 //! "Per-QP and per-CQ statistics").
 
 use std::fmt::Write as _;
 
-use rverbs::{EndpointCounters, EndpointQpStats, QpStats};
+use rverbs::{CqStats, EndpointCounters, EndpointStats, QpStats};
 
 /// The name of process `pid` (`/proc/<pid>/comm`, without its newline); `?` when it
 /// cannot be read (the process exited meanwhile).
@@ -75,37 +76,74 @@ pub fn print(device: &str, as_json: bool) {
     }
 }
 
-/// One QP as one line: `link rverbs0/1 lqpn Q ep N pid P comm NAME` and each count's
-/// name and value (`rdma statistic qp show` names the QP `lqpn`).
-fn qp_line(device: &str, e: &EndpointQpStats, q: &QpStats, comm: &str) -> String {
-    let mut s = format!("link {device}/1 lqpn {} ep {} pid {} comm {}", q.qpn, e.ep, e.pid, comm);
-    for (name, value) in q.named() {
+/// The named values of one QP: its counts, then the figures of its send latency, named
+/// `send_lat_…`.
+fn qp_values(q: &QpStats) -> Vec<(String, u64)> {
+    let counts = q.named().into_iter().map(|(n, v)| (n.to_owned(), v));
+    counts.chain(q.send_latency.named().into_iter().map(|(n, v)| (format!("send_lat_{n}"), v))).collect()
+}
+
+/// The named values of one CQ: its size, then its counts.
+fn cq_values(c: &CqStats) -> Vec<(String, u64)> {
+    std::iter::once(("cqe".to_owned(), u64::from(c.size))).chain(c.named().into_iter().map(|(n, v)| (n.to_owned(), v))).collect()
+}
+
+/// The QPs (`Kind::Qp`) or CQs of an endpoint, each as its number and named values.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// `--qp`: named `lqpn`, as `rdma statistic qp show` names a QP.
+    Qp,
+    /// `--cq`: named `cqn`, as `rdma resource show cq` names a CQ.
+    Cq,
+}
+
+impl Kind {
+    fn key(self) -> &'static str {
+        match self {
+            Kind::Qp => "lqpn",
+            Kind::Cq => "cqn",
+        }
+    }
+
+    fn objects(self, e: &EndpointStats) -> Vec<(u32, Vec<(String, u64)>)> {
+        match self {
+            Kind::Qp => e.qps.iter().map(|q| (q.qpn, qp_values(q))).collect(),
+            Kind::Cq => e.cqs.iter().map(|c| (c.cq, cq_values(c))).collect(),
+        }
+    }
+}
+
+/// One QP or CQ as one line: `link rverbs0/1 lqpn Q ep N pid P comm NAME` (`cqn` for a
+/// CQ) and each value's name and value.
+fn object_line(device: &str, kind: Kind, num: u32, e: &EndpointStats, values: &[(String, u64)], comm: &str) -> String {
+    let mut s = format!("link {device}/1 {} {num} ep {} pid {} comm {}", kind.key(), e.ep, e.pid, comm);
+    for (name, value) in values {
         let _ = write!(s, " {name} {value}");
     }
     s
 }
 
-/// Every QP as one JSON array of objects: `ifname`, `port`, `lqpn`, `ep`, `pid`, `comm`
-/// and the counts.
-fn qp_json(device: &str, all: &[(EndpointQpStats, String)]) -> String {
+/// Every QP or CQ as one JSON array of objects: `ifname`, `port`, `lqpn` or `cqn`, `ep`,
+/// `pid`, `comm` and the values.
+fn objects_json(device: &str, kind: Kind, all: &[(EndpointStats, String)]) -> String {
     let mut s = String::from("[");
     let mut first = true;
     for (e, comm) in all {
-        for q in &e.qps {
+        for (num, values) in kind.objects(e) {
             if !first {
                 s.push(',');
             }
             first = false;
             let _ = write!(
                 s,
-                "{{\"ifname\":{},\"port\":1,\"lqpn\":{},\"ep\":{},\"pid\":{},\"comm\":{}",
+                "{{\"ifname\":{},\"port\":1,\"{}\":{num},\"ep\":{},\"pid\":{},\"comm\":{}",
                 json_string(device),
-                q.qpn,
+                kind.key(),
                 e.ep,
                 e.pid,
                 json_string(comm)
             );
-            for (name, value) in q.named() {
+            for (name, value) in values {
                 let _ = write!(s, ",\"{name}\":{value}");
             }
             s.push('}');
@@ -115,19 +153,19 @@ fn qp_json(device: &str, all: &[(EndpointQpStats, String)]) -> String {
     s
 }
 
-/// Prints every live QP of the endpoints that count statistics (`json`: as one JSON
-/// array). Nothing (`[]`) when none does.
-pub fn print_qps(device: &str, as_json: bool) {
-    let all: Vec<(EndpointQpStats, String)> = rverbs::host_qp_stats().into_iter().map(|e| {
+/// Prints every live QP or CQ of the endpoints that count statistics (`json`: as one
+/// JSON array). Nothing (`[]`) when none does.
+pub fn print_objects(device: &str, kind: Kind, as_json: bool) {
+    let all: Vec<(EndpointStats, String)> = rverbs::host_stats().into_iter().map(|e| {
         let c = comm(e.pid);
         (e, c)
     }).collect();
     if as_json {
-        println!("{}", qp_json(device, &all));
+        println!("{}", objects_json(device, kind, &all));
     } else {
         for (e, comm) in &all {
-            for q in &e.qps {
-                println!("{}", qp_line(device, e, q, comm));
+            for (num, values) in kind.objects(e) {
+                println!("{}", object_line(device, kind, num, e, &values, comm));
             }
         }
     }
@@ -146,6 +184,7 @@ mod tests {
     #[test]
     fn no_endpoint_is_an_empty_json_array() {
         assert_eq!(json("rverbs0", &[]), "[]");
-        assert_eq!(qp_json("rverbs0", &[]), "[]");
+        assert_eq!(objects_json("rverbs0", Kind::Qp, &[]), "[]");
+        assert_eq!(objects_json("rverbs0", Kind::Cq, &[]), "[]");
     }
 }

@@ -1,8 +1,8 @@
 //! `rverbs stat` (docs/device.md, "Hardware counters"), run as a user runs it: the built `rverbs` executable
 //! lists a live peer process that holds the device, with the counters its known traffic
 //! moved, in text and JSON, and with `--qp` each of its QPs with what its traffic
-//! posted and polled (docs/device.md, "Per-QP and per-CQ statistics"); once the peer
-//! exits, nothing.
+//! posted and polled and its send latency's percentiles, and with `--cq` each of its CQs
+//! (docs/device.md, "Per-QP and per-CQ statistics"); once the peer exits, nothing.
 //!
 //! The peer is this test binary again (`RVERBS_TEST_ROLE=peer`), in a runtime directory
 //! of its own that `rverbs stat` is pointed at (`RVERBS_RUNTIME_DIR`); it reports
@@ -165,14 +165,40 @@ fn stat_lists_a_live_peer_with_its_counters() {
     let n = |v: u64| v.to_string();
     let want_a = [("send_wrs", n(WRITES + SENDS)), ("recv_wrs", n(0)), ("send_completions", n(WRITES + SENDS)), ("send_bytes", n(64 * (WRITES + SENDS))), ("recv_completions", n(0)), ("recv_bytes", n(0)), ("error_completions", n(0))];
     let want_b = [("send_wrs", n(0)), ("recv_wrs", n(SENDS)), ("send_completions", n(0)), ("send_bytes", n(0)), ("recv_completions", n(SENDS)), ("recv_bytes", n(64 * SENDS)), ("error_completions", n(0))];
-    for (line, want) in [(lines[0], want_a), (lines[1], want_b)] {
+    // Then the send latency: one value per successful send work request.
+    let lat = ["send_lat_count", "send_lat_min_ns", "send_lat_p50_ns", "send_lat_p99_ns", "send_lat_p999_ns", "send_lat_max_ns"];
+    for (line, want, sent) in [(lines[0], want_a, WRITES + SENDS), (lines[1], want_b, 0)] {
         let want: Vec<(String, String)> = want.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
-        assert_eq!(counts(line), want, "{line}");
+        let got = counts(line);
+        assert_eq!(got[..7], want, "{line}");
+        let names: Vec<&str> = got[7..].iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, lat, "{line}");
+        assert_eq!(got[7].1, n(sent), "{line}");
+        let figures: Vec<u64> = got[8..].iter().map(|(_, v)| v.parse().unwrap()).collect();
+        assert!(figures.windows(2).all(|w| w[0] <= w[1]), "min <= p50 <= p99 <= p99.9 <= max: {line}");
+        assert_eq!(figures.iter().all(|v| *v == 0), sent == 0, "{line}");
     }
     let json = stat(&dir, &["--qp", "--json"]);
     assert!(json.starts_with("[{\"ifname\":\"rverbs0\",\"port\":1,\"lqpn\":"), "{json}");
     assert!(json.contains(&format!("\"send_wrs\":{},", WRITES + SENDS)), "{json}");
-    assert!(json.contains(&format!("\"recv_bytes\":{},\"error_completions\":0}}]", 64 * SENDS)), "{json}");
+    assert!(json.contains(&format!("\"recv_bytes\":{},\"error_completions\":0,\"send_lat_count\":0,", 64 * SENDS)), "{json}");
+    assert!(json.contains(&format!("\"send_lat_count\":{},", WRITES + SENDS)), "{json}");
+
+    // Per CQ: `a`'s CQ polled every WRITE and SEND, `b`'s every receive, one at a time.
+    let text = stat(&dir, &["--cq"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "two CQs: {text}");
+    for (line, polled) in [(lines[0], WRITES + SENDS), (lines[1], SENDS)] {
+        let w: Vec<&str> = line.split(' ').collect();
+        assert_eq!(w[..3], ["link", "rverbs0/1", "cqn"], "{line}");
+        let values: Vec<(&str, &str)> = w[10..].chunks(2).map(|c| (c[0], c[1])).collect();
+        let cqe: u64 = values[0].1.parse().unwrap();
+        assert!(values[0].0 == "cqe" && cqe >= 64, "{line}");
+        assert_eq!(values[1..], [("polled", n(polled).as_str()), ("empty_polls", "0"), ("deepest", "1"), ("overrun", "0")], "{line}");
+    }
+    let json = stat(&dir, &["--cq", "--json"]);
+    assert!(json.starts_with("[{\"ifname\":\"rverbs0\",\"port\":1,\"cqn\":"), "{json}");
+    assert!(json.contains(&format!("\"polled\":{},\"empty_polls\":0,\"deepest\":1,\"overrun\":0}}", WRITES + SENDS)), "{json}");
 
     drop(child.stdin.take());
     let status = child.wait().expect("the peer exits");
@@ -180,4 +206,5 @@ fn stat_lists_a_live_peer_with_its_counters() {
     assert_eq!(stat(&dir, &[]), "", "a peer that exited is not listed");
     assert_eq!(stat(&dir, &["--json"]), "[]\n");
     assert_eq!(stat(&dir, &["--qp"]), "", "nor are its QPs");
+    assert_eq!(stat(&dir, &["--cq"]), "", "nor its CQs");
 }

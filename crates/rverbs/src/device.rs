@@ -410,17 +410,17 @@ fn read_live_endpoints<T, R>(
         .collect()
 }
 
-/// The live QPs' statistics of every live endpoint of the device in the runtime directory
+/// The live QPs' and CQs' statistics of every live endpoint of the device in the runtime directory
 /// that counts them (`RVERBS_STATS=1`, `DeviceConfig::stats`; docs/device.md, "Per-QP and
 /// per-CQ statistics"), lowest endpoint number first, as [`host_counters`] reads the
 /// counters: without opening the device, leaving out an endpoint without statistics.
-pub fn host_qp_stats() -> Vec<crate::shm::stats::EndpointQpStats> {
-    qp_stats_under(&crate::shm::runtime_dir())
+pub fn host_stats() -> Vec<crate::shm::stats::EndpointStats> {
+    stats_under(&crate::shm::runtime_dir())
 }
 
-fn qp_stats_under(root: &std::path::Path) -> Vec<crate::shm::stats::EndpointQpStats> {
+fn stats_under(root: &std::path::Path) -> Vec<crate::shm::stats::EndpointStats> {
     // Statistics off, starting, or gone meanwhile: left out.
-    read_live_endpoints(root, crate::shm::stats::read_qps, |ep, pid, qps| crate::shm::stats::EndpointQpStats { ep, pid, qps })
+    read_live_endpoints(root, crate::shm::stats::read_live, |ep, pid, (qps, cqs)| crate::shm::stats::EndpointStats { ep, pid, qps, cqs })
 }
 
 /// The directory of this process's endpoint in the host-wide runtime directory, where
@@ -801,10 +801,10 @@ impl Device {
         counters_under(&self.slot.config.runtime_dir)
     }
 
-    /// The live QPs' statistics of every endpoint in this device's runtime directory
-    /// that counts them ([`host_qp_stats`] for the listed device).
-    pub fn host_qp_stats(&self) -> Vec<crate::shm::stats::EndpointQpStats> {
-        qp_stats_under(&self.slot.config.runtime_dir)
+    /// The live QPs' and CQs' statistics of every endpoint in this device's runtime directory
+    /// that counts them ([`host_stats`] for the listed device).
+    pub fn host_stats(&self) -> Vec<crate::shm::stats::EndpointStats> {
+        stats_under(&self.slot.config.runtime_dir)
     }
 
     pub(crate) fn inner(&self) -> Result<&'static DeviceInner> {

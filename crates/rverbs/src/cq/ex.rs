@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 
 use crate::cq::{Cq, CqCreateFlags, CqInner, WcExFlags};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::rings::wc::Cqe;
 
 /// One batch of extended polling as a guard, positioned on a completion
@@ -67,6 +67,8 @@ impl CqInner {
             current.sanitize_polled();
         }
         if let Some(stats) = self.stats {
+            // What was waiting: the rest of the ring and this one.
+            stats.waiting(self.id, self.seg().ring().len() + 1);
             stats.completion(current.qp_num, current.polled());
             stats.polled(self.id, 1);
         }
@@ -90,7 +92,7 @@ impl Cq {
     pub fn start_poll(&self) -> Result<Option<ExEntry>> {
         let cq: &CqInner = self.inner();
         if cq.errored() {
-            return Err(Error::CqOverrun);
+            return Err(cq.overrun_seen());
         }
         let sanitize = crate::sanitizer::on();
         if !sanitize && cq.surely_empty() {
@@ -133,7 +135,7 @@ impl Cq {
     pub fn next_poll(&self) -> Result<Option<ExEntry>> {
         let cq: &CqInner = self.inner();
         if cq.errored() {
-            return Err(Error::CqOverrun);
+            return Err(cq.overrun_seen());
         }
         Ok(cq.pop_polled())
     }

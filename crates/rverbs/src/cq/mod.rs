@@ -561,14 +561,26 @@ impl CqInner {
     #[cold]
     #[inline(never)]
     fn pop_counted(&self, stats: &crate::shm::stats::Stats, max: usize, mut f: impl FnMut(Cqe)) -> Result<usize> {
+        stats.waiting(self.id, self.gens.current().ring().len());
         let r = self.pop_into(max, |cqe| {
             stats.completion(cqe.qp_num, cqe.polled());
             f(cqe);
         });
-        if let Ok(n) = r {
-            stats.polled(self.id, n);
+        match r {
+            Ok(n) => stats.polled(self.id, n),
+            Err(Error::CqOverrun) => stats.overrun(self.id),
+            Err(_) => {}
         }
         r
+    }
+
+    /// The error of a poll that found the CQ overrun, noted on its statistics.
+    #[cold]
+    pub(crate) fn overrun_seen(&self) -> Error {
+        if let Some(stats) = self.stats {
+            stats.overrun(self.id);
+        }
+        Error::CqOverrun
     }
 
     /// Removes up to `max` CQEs, oldest first, handing each to `f`.
@@ -694,6 +706,9 @@ impl Cq {
             }),
         };
         cqs.publish(id, &cq.inner);
+        if let Some(stats) = endpoint.stats {
+            stats.sized(id, cq.cqe());
+        }
         if crate::sanitizer::on() {
             crate::sanitizer::created(crate::sanitizer::Kind::Cq, id, None);
             crate::sanitizer::cq_sized(id, cq.cqe(), init.flags.contains(CqCreateFlags::IGNORE_OVERRUN), false);
@@ -894,6 +909,9 @@ impl Cq {
         seg.shm().moved.store(gen, Ordering::Release);
         seg.unlink();
         let cqe = new.ring().capacity() as u32;
+        if let Some(stats) = self.inner.stats {
+            stats.sized(self.inner.id, cqe);
+        }
         if crate::sanitizer::on() {
             crate::sanitizer::cq_sized(self.inner.id, cqe, false, true);
         }

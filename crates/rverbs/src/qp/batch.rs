@@ -550,7 +550,11 @@ impl SendBatch {
         }
         let wr = wr_of(&self.buf, &self.buf.wrs[0]);
         let mut sq = q.sq.lock();
-        if !q.express(&mut sq, &wr) {
+        let done = match q.stats {
+            None => q.express(&mut sq, &wr),
+            Some(stats) => q.express_counted(stats, &mut sq, &wr),
+        };
+        if !done {
             return false;
         }
         // As post_send: a kick that came before we took the queue is served here, one

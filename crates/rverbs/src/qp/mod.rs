@@ -153,6 +153,9 @@ pub(crate) struct QpInner {
     /// The parent domain the QP was created on, held until it is destroyed (declared
     /// after `sq`: a QP dropped without destroy gives its ring back first).
     parent: Mutex<Option<ParentHold>>,
+    /// The device's statistics, if it counts them (`shm::stats`): the endpoint's, kept
+    /// here for the post paths.
+    pub(crate) stats: Option<&'static crate::shm::stats::Stats>,
 }
 
 /// What the device does for one of its own events the fault plan raised
@@ -568,6 +571,7 @@ impl Qp {
             cookie: AtomicUsize::new(0),
             qp_context: AtomicUsize::new(init.qp_context),
             parent: Mutex::new(parent),
+            stats: endpoint.stats,
         });
         qps.publish(qpn, &inner);
         if crate::sanitizer::on() {
@@ -748,8 +752,14 @@ impl Qp {
         let express = state == QpState::Rts && !crate::fault_plan::active() && !crate::sanitizer::on();
         let mut queued = false;
         for (index, wr) in wrs.iter().enumerate() {
-            if express && !queued && q.express(&mut sq, wr) {
-                continue;
+            if express && !queued {
+                let done = match endpoint.stats {
+                    None => q.express(&mut sq, wr),
+                    Some(stats) => q.express_counted(stats, &mut sq, wr),
+                };
+                if done {
+                    continue;
+                }
             }
             queued = true;
             if let Err(error) = sq.push(endpoint, q.pd.id, q.qp_type, wr, keep) {

@@ -219,6 +219,20 @@ impl QpInner {
         drop(step);
         true
     }
+
+    /// [`QpInner::express`] on a device that counts statistics (`stats`): a request the
+    /// lane completes has this call's duration as its latency (`shm::stats`). Out of
+    /// line: the plain post only chooses between the two.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn express_counted(self: &Arc<Self>, stats: &crate::shm::stats::Stats, sq: &mut SendQueue, wr: &SendWr<'_>) -> bool {
+        let posted_ns = crate::clock::device_ns();
+        let done = self.express(sq, wr);
+        if done {
+            stats.send_latency(self.qpn, crate::clock::device_ns().saturating_sub(posted_ns));
+        }
+        done
+    }
 }
 
 /// What handing the queue's next entries to the requester came to.
@@ -520,6 +534,11 @@ impl QpInner {
         } else if written && self.send_cq.push(cqe).is_err() {
             self.enter_error(Some(EventType::QpFatal), transition::Cause::SendCqOverrun);
             return;
+        }
+        if !failed && wqe.posted_ns != 0 {
+            if let Some(stats) = self.pd.endpoint().stats {
+                stats.send_latency(self.qpn, crate::clock::device_ns().saturating_sub(wqe.posted_ns));
+            }
         }
         if failed {
             // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.

@@ -74,6 +74,8 @@ pub(crate) struct Retired {
     pub(crate) flags: SendFlags,
     /// [`SendWqe::hold_ms`].
     pub(crate) hold_ms: u32,
+    /// [`SendWqe::posted_ns`].
+    pub(crate) posted_ns: u64,
 }
 
 /// A posted send work request.
@@ -101,6 +103,9 @@ pub(crate) struct SendWqe {
     /// The fault plan holds its completion back this many milliseconds (0: not held;
     /// `wc_delay=`, docs/fault-injection.md).
     pub(crate) hold_ms: u32,
+    /// When it was posted ([`crate::clock::device_ns`]) on a device that counts
+    /// statistics, for its QP's latency histogram (`shm::stats`); 0 otherwise.
+    pub(crate) posted_ns: u64,
 }
 
 impl SendWqe {
@@ -229,7 +234,7 @@ impl Ring {
         // Retire in place: only the handles the WQE holds are released (the rest is
         // overwritten by the next post), so nothing large is moved.
         let w = &mut self.mem.wqes[self.head];
-        let retired = Retired { wr_id: w.wr_id, flags: w.flags, hold_ms: w.hold_ms };
+        let retired = Retired { wr_id: w.wr_id, flags: w.flags, hold_ms: w.hold_ms, posted_ns: w.posted_ns };
         w.ud = None;
         w.bind = None;
         if self.keeps {
@@ -388,6 +393,7 @@ impl Ring {
         wqe.total_len = total;
         wqe.injected = None;
         wqe.hold_ms = 0;
+        wqe.posted_ns = if endpoint.stats.is_some() { crate::clock::device_ns() } else { 0 };
         if inline_flag {
             let dst = &mut self.mem.inline[slot * self.max_inline..(slot + 1) * self.max_inline];
             let mut off = 0;

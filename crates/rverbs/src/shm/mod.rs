@@ -15,6 +15,7 @@
 pub(crate) mod cma;
 pub(crate) mod counters;
 pub(crate) mod fifo;
+pub(crate) mod latency;
 pub(crate) mod lock;
 pub(crate) mod registry;
 pub(crate) mod stats;

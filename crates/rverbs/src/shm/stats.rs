@@ -10,21 +10,23 @@
 //! Layout: a header (magic, written last with Release; the highest QP and CQ slot used
 //! plus one, so a reader scans only those), then one [`QpStatsRecord`] per QP slot (the
 //! QP table index, the low [`crate::table::LOCAL_BITS`] bits of the QPN, docs/device.md
-//! "Numbers"), then one [`CqStatsRecord`] per CQ slot. A record is tagged with its
-//! object's number plus one while the object lives (0: free); the segment is sparse and
-//! a record's page is reserved when its object is created.
+//! "Numbers"), then one [`CqStatsRecord`] per CQ slot, then one [`LatencyRecord`] per QP
+//! slot (`shm::latency`). A record is tagged with its object's number plus one while the
+//! object lives (0: free); the segment is sparse and a record's pages are reserved when
+//! its object is created.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::latency::{Latency, LatencyRecord};
 use super::{Segment, ShmSafe};
 use crate::error::{Error, Result};
 
 /// Name of the statistics segment in the endpoint directory.
 pub(crate) const NAME: &str = "stats";
 
-/// "rvstat" and the layout's version (1: the records below).
-const MAGIC: u64 = 0x7276_7374_6174_0001;
+/// "rvstat" and the layout's version (2: the records below, with the latency buckets).
+const MAGIC: u64 = 0x7276_7374_6174_0002;
 
 /// Records of each kind: one per slot of the QP and CQ tables.
 const RECORDS: usize = 1 << crate::table::LOCAL_BITS;
@@ -61,7 +63,13 @@ pub(crate) struct CqStatsRecord {
     tag: AtomicU64,
     polled: AtomicU64,
     empty_polls: AtomicU64,
-    _spare: [AtomicU64; 5],
+    /// 1 once a poll found the CQ overrun.
+    overrun: AtomicU64,
+    /// The most completions a poll found waiting.
+    deepest: AtomicU64,
+    /// The CQ's size (`cqe` of ibv_create_cq(3), ibv_resize_cq(3)).
+    size: AtomicU64,
+    _spare: [AtomicU64; 2],
 }
 
 // SAFETY: `#[repr(C)]` structs of `AtomicU64` only, without padding: every bit pattern is
@@ -78,7 +86,8 @@ const _: () = assert!(std::mem::size_of::<CqStatsRecord>() == 64);
 
 const QP_OFF: usize = std::mem::size_of::<Header>();
 const CQ_OFF: usize = QP_OFF + RECORDS * std::mem::size_of::<QpStatsRecord>();
-const TOTAL: usize = CQ_OFF + RECORDS * std::mem::size_of::<CqStatsRecord>();
+const LAT_OFF: usize = CQ_OFF + RECORDS * std::mem::size_of::<CqStatsRecord>();
+const TOTAL: usize = LAT_OFF + RECORDS * std::mem::size_of::<LatencyRecord>();
 
 /// The slot of a QP or CQ number (its endpoint bits dropped).
 fn slot(num: u32) -> usize {
@@ -134,15 +143,22 @@ impl Stats {
         self.seg.get(CQ_OFF + slot(num) * std::mem::size_of::<CqStatsRecord>())
     }
 
+    fn latency(&self, num: u32) -> &LatencyRecord {
+        self.seg.get(LAT_OFF + slot(num) * std::mem::size_of::<LatencyRecord>())
+    }
+
     /// Starts the counts of QP `qpn` (at its creation): its record zeroed and tagged.
     /// Errors: ENOMEM when the runtime directory has no room for the record's page.
     pub(crate) fn claim_qp(&self, qpn: u32) -> Result<()> {
         let off = QP_OFF + slot(qpn) * std::mem::size_of::<QpStatsRecord>();
         self.seg.reserve(off, std::mem::size_of::<QpStatsRecord>())?;
+        let lat = LAT_OFF + slot(qpn) * std::mem::size_of::<LatencyRecord>();
+        self.seg.reserve(lat, std::mem::size_of::<LatencyRecord>())?;
         let r = self.qp(qpn);
         for w in [&r.send_wrs, &r.recv_wrs, &r.send_ok, &r.send_bytes, &r.recv_ok, &r.recv_bytes, &r.errors] {
             w.store(0, Ordering::Relaxed);
         }
+        self.latency(qpn).clear();
         r.tag.store(u64::from(qpn) + 1, Ordering::Release);
         self.header().qp_high.fetch_max(slot(qpn) as u64 + 1, Ordering::Relaxed);
         Ok(())
@@ -158,8 +174,9 @@ impl Stats {
         let off = CQ_OFF + slot(id) * std::mem::size_of::<CqStatsRecord>();
         self.seg.reserve(off, std::mem::size_of::<CqStatsRecord>())?;
         let r = self.cq(id);
-        r.polled.store(0, Ordering::Relaxed);
-        r.empty_polls.store(0, Ordering::Relaxed);
+        for w in [&r.polled, &r.empty_polls, &r.overrun, &r.deepest, &r.size] {
+            w.store(0, Ordering::Relaxed);
+        }
         r.tag.store(u64::from(id) + 1, Ordering::Release);
         self.header().cq_high.fetch_max(slot(id) as u64 + 1, Ordering::Relaxed);
         Ok(())
@@ -184,6 +201,31 @@ impl Stats {
         if n != 0 {
             self.qp(qpn).recv_wrs.fetch_add(n as u64, Ordering::Relaxed);
         }
+    }
+
+    /// Counts the latency of one send work request of QP `qpn` that completed
+    /// successfully, `ns` nanoseconds from its post to its completion.
+    #[inline]
+    pub(crate) fn send_latency(&self, qpn: u32, ns: u64) {
+        if self.qp(qpn).tag.load(Ordering::Relaxed) == u64::from(qpn) + 1 {
+            self.latency(qpn).record(ns);
+        }
+    }
+
+    /// Notes the size of CQ `id` (created or resized).
+    pub(crate) fn sized(&self, id: u32, size: u32) {
+        self.cq(id).size.store(u64::from(size), Ordering::Relaxed);
+    }
+
+    /// Notes that a poll of CQ `id` found `waiting` completions (before taking any).
+    #[inline]
+    pub(crate) fn waiting(&self, id: u32, waiting: usize) {
+        self.cq(id).deepest.fetch_max(waiting as u64, Ordering::Relaxed);
+    }
+
+    /// Notes that a poll of CQ `id` found it overrun.
+    pub(crate) fn overrun(&self, id: u32) {
+        self.cq(id).overrun.store(1, Ordering::Relaxed);
     }
 
     /// Counts one poll of CQ `id` that returned `n` completions (0: an empty poll).
@@ -237,6 +279,7 @@ impl Stats {
             recv_completions: v(&r.recv_ok),
             recv_bytes: v(&r.recv_bytes),
             error_completions: v(&r.errors),
+            send_latency: Latency::from_buckets(&self.latency(qpn).snapshot()),
         })
     }
 
@@ -246,29 +289,49 @@ impl Stats {
         if r.tag.load(Ordering::Acquire) != u64::from(id) + 1 {
             return None;
         }
-        Some(CqStats { polled: r.polled.load(Ordering::Relaxed), empty_polls: r.empty_polls.load(Ordering::Relaxed) })
+        let v = |w: &AtomicU64| w.load(Ordering::Relaxed);
+        Some(CqStats {
+            cq: id,
+            size: u32::try_from(v(&r.size)).unwrap_or(u32::MAX),
+            polled: v(&r.polled),
+            empty_polls: v(&r.empty_polls),
+            deepest: v(&r.deepest),
+            overrun: v(&r.overrun) != 0,
+        })
     }
 
     /// Every live QP's counts, lowest slot first.
     fn live_qps(&self) -> Vec<QpStats> {
-        let high = (self.header().qp_high.load(Ordering::Relaxed) as usize).min(RECORDS);
-        (0..high)
-            .filter_map(|i| {
-                let tag = self.qp(i as u32).tag.load(Ordering::Acquire);
-                // A tag names its own slot; another value is a peer's garbage.
-                let qpn = u32::try_from(tag.checked_sub(1)?).ok().filter(|q| slot(*q) == i)?;
-                self.qp_stats(qpn)
-            })
-            .collect()
+        live(&self.header().qp_high, |i| &self.qp(i).tag, |qpn| self.qp_stats(qpn))
+    }
+
+    /// Every live CQ's counts, lowest slot first.
+    fn live_cqs(&self) -> Vec<CqStats> {
+        live(&self.header().cq_high, |i| &self.cq(i).tag, |id| self.cq_stats(id))
     }
 }
 
-/// The live QPs' counts of the endpoint whose directory is `dir` (another process's):
-/// mapped, read and unmapped.
+/// The records of the slots below `high` whose tag names a live object: `tag(slot)` reads
+/// a slot's tag, `read(number)` the object's record.
+fn live<'a, T>(high: &AtomicU64, tag: impl Fn(u32) -> &'a AtomicU64, read: impl Fn(u32) -> Option<T>) -> Vec<T> {
+    let high = (high.load(Ordering::Relaxed) as usize).min(RECORDS);
+    (0..high)
+        .filter_map(|i| {
+            let t = tag(i as u32).load(Ordering::Acquire);
+            // A tag names its own slot; another value is a peer's garbage.
+            let num = u32::try_from(t.checked_sub(1)?).ok().filter(|n| slot(*n) == i)?;
+            read(num)
+        })
+        .collect()
+}
+
+/// The live QPs' and CQs' counts of the endpoint whose directory is `dir` (another
+/// process's): mapped, read and unmapped.
 ///
 /// Errors: `Again` while the segment is not there (statistics off, or an endpoint still
-/// starting) or not written yet; `Bug` for a segment too short.
-pub(crate) fn read_qps(dir: &Path) -> Result<Vec<QpStats>> {
+/// starting) or not written yet (or written by another version of rverbs); `Bug` for a
+/// segment too short.
+pub(crate) fn read_live(dir: &Path) -> Result<(Vec<QpStats>, Vec<CqStats>)> {
     let seg = match Segment::open(&dir.join(NAME)) {
         Ok(s) => s,
         Err(Error::Os(e)) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -276,14 +339,17 @@ pub(crate) fn read_qps(dir: &Path) -> Result<Vec<QpStats>> {
         }
         Err(e) => return Err(e),
     };
-    if seg.len() < TOTAL {
+    if seg.len() < std::mem::size_of::<Header>() {
         return Err(Error::Bug("stats segment too short"));
     }
     let stats = Stats { seg };
     if stats.header().magic.load(Ordering::Acquire) != MAGIC {
-        return Err(Error::Again { verb: "read stats", why: "the endpoint's statistics are not written yet" });
+        return Err(Error::Again { verb: "read stats", why: "the endpoint's statistics are not written yet (or by another layout)" });
     }
-    Ok(stats.live_qps())
+    if stats.seg.len() < TOTAL {
+        return Err(Error::Bug("stats segment too short"));
+    }
+    Ok((stats.live_qps(), stats.live_cqs()))
 }
 
 /// What the owner of one QP posted on it and polled of its completions, counted while
@@ -314,6 +380,12 @@ pub struct QpStats {
     /// Completions in error polled, sends and receives alike: ibv_poll_cq(3) makes a
     /// failed completion's opcode and `byte_len` undefined, so neither is counted.
     pub error_completions: u64,
+    /// How long its send work requests took, from `ibv_post_send` to the device's
+    /// completion of each (ibv_post_send(3): the completion is generated when the work
+    /// request is complete; for RC, when the responder's ACK or response arrived):
+    /// successful ones only, signaled or not. The time the completion then waited in the
+    /// CQ is the application's, not counted.
+    pub send_latency: Latency,
 }
 
 impl QpStats {
@@ -337,24 +409,43 @@ impl QpStats {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct CqStats {
+    /// The CQ's number (the `cq` of `rverbs stat --cq`; 0 when statistics are off).
+    pub cq: u32,
+    /// Its size (`cqe`, ibv_create_cq(3), ibv_resize_cq(3); 0 when statistics are off).
+    pub size: u32,
     /// Completions polled (ibv_poll_cq(3), and each entry of an extended poll
     /// batch, ibv_start_poll(3)).
     pub polled: u64,
     /// Polls that found the CQ empty (ibv_poll_cq(3) returned 0; ibv_start_poll(3)
     /// returned ENOENT).
     pub empty_polls: u64,
+    /// The most completions a poll found waiting: how close the CQ came to its size.
+    pub deepest: u64,
+    /// Whether a poll found the CQ overrun (ibv_poll_cq(3) NOTES: a completion arriving
+    /// at a full CQ puts it in error; `IBV_EVENT_CQ_ERR`).
+    pub overrun: bool,
 }
 
-/// The live QPs' statistics of one endpoint of the device ([`crate::host_qp_stats`]).
+impl CqStats {
+    /// Each count with its name (the field's), after `cq` and `size`: what `rverbs stat
+    /// --cq` prints.
+    pub fn named(&self) -> [(&'static str, u64); 4] {
+        [("polled", self.polled), ("empty_polls", self.empty_polls), ("deepest", self.deepest), ("overrun", u64::from(self.overrun))]
+    }
+}
+
+/// The live QPs' and CQs' statistics of one endpoint of the device ([`crate::host_stats`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct EndpointQpStats {
+pub struct EndpointStats {
     /// The endpoint number (the top 8 bits of its QPNs, docs/device.md "Registry").
     pub ep: u32,
     /// The process that owns it.
     pub pid: u32,
     /// Its live QPs, lowest slot first.
     pub qps: Vec<QpStats>,
+    /// Its live CQs, lowest slot first.
+    pub cqs: Vec<CqStats>,
 }
 
 #[cfg(test)]
@@ -366,27 +457,44 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rverbs-stats-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        assert!(matches!(read_qps(&dir), Err(Error::Again { .. })));
+        assert!(matches!(read_live(&dir), Err(Error::Again { .. })));
         let s = Stats::create(&dir).unwrap();
         let (a, b, cq) = (0x03_0002, 0x03_0005, 0x03_0002);
         s.claim_qp(a).unwrap();
         s.claim_qp(b).unwrap();
         s.claim_cq(cq).unwrap();
+        s.sized(cq, 16);
         s.sends_posted(a, 2);
         s.recvs_posted(b, 1);
         s.polled(cq, 0);
+        s.waiting(cq, 5);
+        s.waiting(cq, 3);
         s.polled(cq, 4);
+        s.send_latency(a, 1000);
+        s.send_latency(a, 1000);
+        s.send_latency(a, 3000);
+        s.send_latency(b, 7);
         s.completion(a, Polled::Send { bytes: 16 });
         s.completion(b, Polled::Recv { bytes: 16 });
         s.completion(a, Polled::Error);
         // Another endpoint's QP in the same slot: not ours.
         s.completion(0x04_0002, Polled::Send { bytes: 99 });
         s.release_qp(b);
-        let qps = read_qps(&dir).unwrap();
+        let (qps, cqs) = read_live(&dir).unwrap();
         assert_eq!(qps.len(), 1);
         let q = qps[0];
         assert_eq!((q.qpn, q.send_wrs, q.send_completions, q.send_bytes, q.error_completions), (a, 2, 1, 16, 1));
-        assert_eq!(s.cq_stats(cq), Some(CqStats { polled: 4, empty_polls: 1 }));
+        let near = |v: u64, want: u64| v.abs_diff(want) * 8 <= want;
+        assert_eq!(q.send_latency.count, 3);
+        assert!(near(q.send_latency.p50_ns, 1000) && near(q.send_latency.max_ns, 3000), "{:?}", q.send_latency);
+        let want = CqStats { cq, size: 16, polled: 4, empty_polls: 1, deepest: 5, overrun: false };
+        assert_eq!(cqs, [want]);
+        s.overrun(cq);
+        assert_eq!(s.cq_stats(cq), Some(CqStats { overrun: true, ..want }));
+        // A QP slot used again starts with empty buckets.
+        s.claim_qp(b).unwrap();
+        assert_eq!(s.qp_stats(b).unwrap().send_latency.count, 0);
+        s.release_qp(b);
         assert_eq!(s.qp_stats(b), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
