@@ -27,6 +27,8 @@
 #   * latencies are in microseconds. ib_write_lat / ib_send_lat t_typical (perftest's
 #     median) and UCX *_lat p50 are both one-way = half the round trip; ib_read_lat is a
 #     full round trip (a READ is one), so it is labelled RTT; store_lat is half RTT;
+#   * rverbs' latency tails: perftest's 99% and 99.9% percentiles of each run (over every
+#     iteration), median over the reps, in a table of their own beside t_typical (p50);
 #   * bandwidths are in MiB/s (2^20 B/s): perftest's "MB/sec" is MiB/s (format factor
 #     0x100000 in perftest's print_report_bw; its --help says so), UCX's "MB/s" is MiB/s
 #     too; the probe prints MiB/s directly;
@@ -246,8 +248,9 @@ run_pair() {
 # ---- parsers (print one number or nothing) ------------------------------------------------
 # perftest: find the header line (#bytes ...), name its columns (a name may hold one space:
 # "BW average[MB/sec]", "99% percentile[usec]"), and read the wanted column of the first
-# numeric row. lat: t_typical in usec. bw: BW average, converted to MiB/s.
-parse_perftest() { # FILE lat|bw
+# numeric row. lat: t_typical in usec; p99 / p999: the 99% / 99.9% percentile in usec
+# (perftest's, over every iteration). bw: BW average, converted to MiB/s.
+parse_perftest() { # FILE lat|p99|p999|bw
 	awk -v kind="$2" '
 	/#bytes/ && !hdr {
 		n = split($0, tok, /[ \t]+/); nc = 0
@@ -258,6 +261,8 @@ parse_perftest() { # FILE lat|bw
 		}
 		for (i = 1; i <= nc; i++) {
 			if (kind == "lat" && col[i] ~ /^t_typical\[usec\]/) want = i
+			if (kind == "p99" && col[i] ~ /^99% percentile\[usec\]/) want = i
+			if (kind == "p999" && col[i] ~ /^99\.9% percentile\[usec\]/) want = i
 			if (kind == "bw" && col[i] ~ /^BW average\[/) { want = i; unit = col[i] }
 		}
 		hdr = 1; next
@@ -335,6 +340,15 @@ rverbs_run() {
 	if [[ -n $val ]]; then
 		record "$rep" rverbs "$label" "$metric" "$val" ok "$base.client.log"
 		log "rep $rep rverbs[$label] $metric = $val"
+		if [[ $kind == lat ]]; then
+			# The tail of the same run (perftest prints it for every latency test).
+			local tail q
+			for q in p99 p999; do
+				tail=$(parse_perftest "$base.client.log" "$q")
+				if [[ -n $tail ]]; then record "$rep" rverbs "$label" "${metric}_$q" "$tail" ok "$base.client.log"; else
+					record "$rep" rverbs "$label" "${metric}_$q" "" fail "$base.client.log"; fi
+			done
+		fi
 	else
 		if [[ -z ${FAILS[$key]:-} ]]; then
 			FAIL_KEYS+=("$key")
@@ -536,6 +550,30 @@ ucx_ver=$(dpkg-query -W -f='${Version}' ucx-utils 2>/dev/null || echo "?")
 		row "write_bw $sl" "MiB/s" "UCX cma put_bw $sl" "ucx_cma_put_bw_$size" "write_bw_$size" bw ""
 		row "write_bw $sl" "MiB/s" "UCX posix put_bw $sl" "ucx_posix_put_bw_$size" "write_bw_$size" bw "memcpy into a shared mapping"
 		row "read_bw $sl" "MiB/s" "process_vm_readv $sl" "pvm_read_bw_$size" "read_bw_$size" bw ""
+	done
+	echo
+	echo "### rverbs latency percentiles (median over reps of each run's percentile)"
+	echo
+	echo "perftest's own percentiles over every iteration of a run (t_typical is its median). The peers"
+	echo "report none comparable (ucx_perftest's UCT tests print the typical value; the probe times"
+	echo "batches), so this table has no ratio."
+	echo
+	thdr="| metric | unit"
+	tsep="|---|---"
+	for c in "${CONFIGS[@]}"; do
+		thdr+=" | [$(cfg_label "$c")] p50 | p99 | p99.9"
+		tsep+="|---:|---:|---:"
+	done
+	echo "$thdr |"
+	echo "$tsep|"
+	for m in "write_lat_8|write_lat 8 B|µs one-way" "send_lat_8|send_lat 8 B|µs one-way" "read_lat_8|read_lat 8 B|µs RTT"; do
+		IFS='|' read -r metric mlabel unit <<<"$m"
+		line="| $mlabel | $unit"
+		for c in "${CONFIGS[@]}"; do
+			l=$(cfg_label "$c")
+			line+=" | $(cell rverbs "$l" "$metric" lat) | $(cell rverbs "$l" "${metric}_p99" lat) | $(cell rverbs "$l" "${metric}_p999" lat)"
+		done
+		echo "$line |"
 	done
 	echo
 	echo "### Peers (median; min – max over reps)"
