@@ -27,6 +27,16 @@ pub struct LocalGid {
     pub gid: Gid,
 }
 
+/// The GID address `ip` has on a device that serves addresses of its own
+/// (`rverbs::DeviceConfig::addresses`, a simulated host): every address is its own,
+/// 127/8 ones included (each simulated host is one of them), IPv4-mapped for IPv4.
+pub fn exact_gid_of(ip: IpAddr) -> Gid {
+    match canonical(ip) {
+        IpAddr::V4(v4) => Gid::from_ipv4(v4),
+        IpAddr::V6(v6) => Gid(v6.octets()),
+    }
+}
+
 /// The GID an IP address has on the wire (RoCEv2: IPv4-mapped for IPv4).
 pub fn gid_of(ip: IpAddr) -> Gid {
     match ip {
@@ -65,7 +75,11 @@ pub fn is_wildcard(ip: IpAddr) -> bool {
 /// source): the destination itself when it is local (the kernel routes local
 /// destinations through loopback with that source), otherwise what the routing table
 /// picks (a connected UDP socket's local address; no packet is sent).
-pub fn source_for(ctx: &Context, dst: IpAddr) -> Result<IpAddr> {
+///
+/// On a device that serves addresses of its own (`served`: a simulated host), a source
+/// it does not serve is replaced by its first served address of the destination's family,
+/// as a host with one interface sends from that interface's address.
+pub fn source_for(ctx: &Context, dst: IpAddr, served: Option<&[IpAddr]>) -> Result<IpAddr> {
     if local_gid(ctx, dst).is_some() {
         return Ok(dst);
     }
@@ -74,7 +88,13 @@ pub fn source_for(ctx: &Context, dst: IpAddr) -> Result<IpAddr> {
         IpAddr::V6(_) => UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0)),
     }?;
     probe.connect(SocketAddr::new(dst, 9)).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH)))?;
-    Ok(probe.local_addr()?.ip())
+    let routed = probe.local_addr()?.ip();
+    match served {
+        Some(own) if local_gid(ctx, routed).is_none() => {
+            own.iter().copied().find(|a| a.is_ipv4() == dst.is_ipv4()).ok_or(Error::AddrNotAvail)
+        }
+        _ => Ok(routed),
+    }
 }
 
 #[cfg(test)]
@@ -90,7 +110,7 @@ mod tests {
         assert_eq!(local_gid(&ctx, "::1".parse().unwrap()), Some(lo));
         assert_eq!(local_gid(&ctx, "::ffff:127.0.0.1".parse().unwrap()), Some(lo));
         assert_eq!(local_gid(&ctx, "192.0.2.77".parse().unwrap()), None, "TEST-NET-1 is nobody's address");
-        assert_eq!(source_for(&ctx, "127.0.0.3".parse().unwrap()).unwrap(), "127.0.0.3".parse::<IpAddr>().unwrap());
+        assert_eq!(source_for(&ctx, "127.0.0.3".parse().unwrap(), None).unwrap(), "127.0.0.3".parse::<IpAddr>().unwrap());
         assert_eq!(gid_of("127.0.0.2".parse().unwrap()), lo.gid, "a 127/8 peer is reached at the loopback GID");
         assert_eq!(gid_of("::ffff:127.0.0.9".parse().unwrap()), lo.gid);
     }

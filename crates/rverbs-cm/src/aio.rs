@@ -94,7 +94,15 @@ impl AsyncListener {
     /// Binds `addr` (port 0: an ephemeral port) in the TCP port space and listens
     /// (rdma_bind_addr(3), rdma_listen(3)), registered with a reactor ([`AsyncSource::new`]).
     pub fn bind(addr: SocketAddr, backlog: i32) -> Result<AsyncListener> {
-        let listener = Listener::bind(addr, backlog)?;
+        AsyncListener::of(Listener::bind(addr, backlog)?)
+    }
+
+    /// As [`AsyncListener::bind`], on `device` ([`Listener::bind_on`]).
+    pub fn bind_on(device: &rverbs::Device, addr: SocketAddr, backlog: i32) -> Result<AsyncListener> {
+        AsyncListener::of(Listener::bind_on(device, addr, backlog)?)
+    }
+
+    fn of(listener: Listener) -> Result<AsyncListener> {
         let events = AsyncEventChannel::new(listener.channel().clone())?;
         Ok(AsyncListener { listener, events })
     }

@@ -25,6 +25,9 @@ use crate::event::Event;
 pub(crate) struct ChannelInner {
     queue: Mutex<VecDeque<Event>>,
     fd: OwnedFd,
+    /// The device whose connection manager the channel's ids use (`None`: the listed
+    /// device).
+    device: Option<rverbs::Device>,
 }
 
 /// An event channel (`struct rdma_event_channel`). Cloning shares the channel.
@@ -57,8 +60,29 @@ impl EventChannel {
     /// Creates a channel (rdma_create_event_channel(3)); its fd is close-on-exec and
     /// blocking.
     pub fn new() -> Result<EventChannel> {
+        EventChannel::with_device(None)
+    }
+
+    /// Creates a channel whose ids work on `device` (a device of its own configuration,
+    /// `rverbs::DeviceConfig::open`): they bind and resolve the addresses that device
+    /// serves, and their handshakes run through its QP1 and its runtime directory's
+    /// listener table, as the kernel's rdma_cm binds an id to the device of its address
+    /// (rdma_bind_addr(3)). The ids of a channel made by [`EventChannel::new`] work on the
+    /// device `rverbs::devices()` lists. An id keeps its device for its life
+    /// ([`Rule::OtherDevice`](crate::Rule::OtherDevice)). docs/connection-manager.md,
+    /// "Several devices".
+    pub fn on(device: &rverbs::Device) -> Result<EventChannel> {
+        EventChannel::with_device(Some(*device))
+    }
+
+    pub(crate) fn with_device(device: Option<rverbs::Device>) -> Result<EventChannel> {
         let fd = rustix::event::eventfd(0, EventfdFlags::SEMAPHORE | EventfdFlags::CLOEXEC)?;
-        Ok(EventChannel { inner: Arc::new(ChannelInner { queue: Mutex::new(VecDeque::new()), fd }) })
+        Ok(EventChannel { inner: Arc::new(ChannelInner { queue: Mutex::new(VecDeque::new()), fd, device }) })
+    }
+
+    /// The device of the channel's ids (`None`: the listed device).
+    pub fn device(&self) -> Option<rverbs::Device> {
+        self.inner.device
     }
 
     /// The channel's descriptor: readable while an event is queued.

@@ -60,9 +60,20 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Binds `addr` (port 0: an ephemeral port) in the TCP port space and listens.
+    /// Binds `addr` (port 0: an ephemeral port) in the TCP port space and listens, on the
+    /// listed device.
     pub fn bind(addr: SocketAddr, backlog: i32) -> Result<Listener> {
-        let ch = EventChannel::new()?;
+        Listener::listen_on(EventChannel::new()?, addr, backlog)
+    }
+
+    /// As [`Listener::bind`], on `device` (a device of its own configuration, such as a
+    /// simulated host of `rverbs::DeviceConfig::addresses`): `addr` is one it serves
+    /// ([`EventChannel::on`]). Requests and their connections stay on that device.
+    pub fn bind_on(device: &rverbs::Device, addr: SocketAddr, backlog: i32) -> Result<Listener> {
+        Listener::listen_on(EventChannel::on(device)?, addr, backlog)
+    }
+
+    fn listen_on(ch: EventChannel, addr: SocketAddr, backlog: i32) -> Result<Listener> {
         let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
         let l = Listener { ch, id };
         l.id.bind_addr(addr)?;
@@ -102,8 +113,9 @@ impl Request {
         let id = ev.id.clone();
         let param = ev.conn.clone();
         drop(ev);
-        // The connection gets its own channel, so its events never mix with requests.
-        let ch = EventChannel::new()?;
+        // The connection gets its own channel, so its events never mix with requests; of
+        // the listener's device, as the id is.
+        let ch = EventChannel::with_device(crate::engine::device_of(&id)?)?;
         id.migrate(&ch)?;
         Ok(Request { ch, id: Some(id), param })
     }
@@ -200,8 +212,10 @@ impl Drop for Request {
     }
 }
 
-/// Connects `qp` (an RC QP of the device, in RESET) to the listener at `dst`, sending
-/// `private_data` (≤ 56 bytes); each step waits up to `timeout`.
+/// Connects `qp` (an RC QP, in RESET) to the listener at `dst`, sending `private_data`
+/// (≤ 56 bytes); each step waits up to `timeout`. The connection manager of the QP's
+/// device runs the handshake (a QP of a configured device connects from the addresses
+/// that device serves, [`EventChannel::on`]).
 pub fn connect(dst: SocketAddr, qp: Qp, private_data: &[u8], timeout: Duration) -> Result<Connection> {
     connect_with(dst, qp, private_data, timeout, |_| Ok(()))
 }
@@ -235,7 +249,7 @@ impl Connection {
     /// Connecting, first step: an id on a channel of its own, resolving `dst` (its
     /// ADDR_RESOLVED or ADDR_ERROR comes within `timeout`).
     pub(crate) fn start_connect(dst: SocketAddr, qp: Qp, timeout: Duration) -> Result<Connection> {
-        let ch = EventChannel::new()?;
+        let ch = EventChannel::with_device(rverbs::capi_support::device_of_qp(&qp))?;
         let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
         let conn = Connection { ch, id, qp, peer_data: Vec::new() };
         conn.id.resolve_addr(None, dst, timeout.as_millis() as i32)?;

@@ -64,6 +64,8 @@ pub struct Route {
 
 pub(crate) struct IdShared {
     pub(crate) number: u64,
+    /// The device slot of the engine the id belongs to (`engine::engine_of`).
+    pub(crate) slot: usize,
     pub(crate) ps: PortSpace,
     pub(crate) qp_type: QpType,
     context: AtomicUsize,
@@ -90,10 +92,11 @@ impl PartialEq for CmId {
 }
 
 impl CmId {
-    pub(crate) fn with_number(number: u64, ps: PortSpace, qp_type: QpType, context: usize) -> CmId {
+    pub(crate) fn with_number(number: u64, slot: usize, ps: PortSpace, qp_type: QpType, context: usize) -> CmId {
         CmId {
             shared: Arc::new(IdShared {
                 number,
+                slot,
                 ps,
                 qp_type,
                 context: AtomicUsize::new(context),

@@ -22,6 +22,10 @@
 //!   serves 64 connections from one thread. `stream` (feature `tokio` or `async-io`):
 //!   `RdmaStream`, an `AsyncRead` + `AsyncWrite` over an RC connection (SEND/RECV with
 //!   credits), with tokio's traits or the `futures` ones.
+//! - Several devices: an id works on the device of its channel ([`EventChannel::on`];
+//!   [`Listener::bind_on`]; [`connect`] takes the QP's), one engine per device, so two
+//!   simulated hosts of `rverbs::DeviceConfig::addresses` connect through rdma_cm in one
+//!   process (docs/connection-manager.md, "Several devices").
 //!
 //! ```no_run
 //! use rverbs_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};

@@ -22,6 +22,17 @@ pub enum Rule {
     /// The id was destroyed: no call but its own drop may name it.
     #[error("the id was destroyed")]
     Destroyed,
+    /// An id works on the device of the channel it was created on
+    /// ([`EventChannel::on`](crate::EventChannel::on); the listed device otherwise) for
+    /// its life: it moves only to a channel of that device (rdma_migrate_id(3)) and
+    /// takes only that device's QPs (rdma_create_qp(3): the PD is of the id's device).
+    #[error("the id works on device slot {id_device}; this is of device slot {other}")]
+    OtherDevice {
+        /// The device slot of the id's engine.
+        id_device: usize,
+        /// The device slot of the channel or QP given.
+        other: usize,
+    },
 
     // ---- addresses (rdma_bind_addr(3), rdma_set_option(3), rdma_resolve_addr(3))
     /// An id is bound once, from the IDLE state; the bind options (REUSEADDR, AFONLY)

@@ -270,6 +270,12 @@ impl DeviceConfig {
     pub fn runtime_dir_path(&self) -> &std::path::Path {
         &self.runtime_dir
     }
+
+    /// The addresses the device serves alone ([`DeviceConfig::addresses`]): `None` for
+    /// the host's.
+    pub fn served_addresses(&self) -> Option<&[std::net::IpAddr]> {
+        self.addresses.as_deref()
+    }
 }
 
 /// The runtime directory the variables name (`RVERBS_RUNTIME_DIR`, `XDG_RUNTIME_DIR`,

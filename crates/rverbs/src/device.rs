@@ -877,8 +877,45 @@ impl crate::qp1::Qp1 {
     /// (its FIFO exists).
     pub fn open() -> Result<crate::qp1::Qp1> {
         let dev = device();
-        crate::qp1::Qp1::open_in(dev.reg.as_ref(), &dev.dir, dev.net.as_ref())
+        crate::qp1::Qp1::open_in(dev.reg.as_ref(), &dev.dir, dev.net.as_ref(), dev.slot)
     }
+
+    /// Opens this process's QP1 on the endpoint of `device` (a device of its own
+    /// configuration, [`DeviceConfig::open`]: its runtime directory, its addresses).
+    /// Fails with `EBUSY` if it is already open in this process.
+    pub fn open_on(device: &Device) -> Result<crate::qp1::Qp1> {
+        let dev = device.inner()?;
+        crate::qp1::Qp1::open_in(dev.reg.as_ref(), &dev.dir, dev.net.as_ref(), dev.slot)
+    }
+}
+
+impl Device {
+    /// The device slot of this process's view of the device (for the connection manager
+    /// of `rverbs-cm`, which keeps one engine per device): the listed device's is
+    /// [`crate::sys::default_device_slot`] in each process generation.
+    ///
+    /// Errors: those of opening the device.
+    #[doc(hidden)]
+    pub fn slot_index(&self) -> Result<usize> {
+        Ok(self.inner()?.slot)
+    }
+}
+
+/// The device whose endpoint has slot `slot` in this process, if one was opened.
+fn device_at_slot(slot: usize) -> Option<Device> {
+    let all = ALL.lock().unwrap_or_else(|p| p.into_inner());
+    all.iter().find(|s| s.gens.iter().any(|g| g.get().is_some_and(|d| d.slot == slot))).map(|s| Device { slot: s })
+}
+
+/// The device QP `qp` was created on (for `rverbs-cm`, which connects a QP through the
+/// connection manager of its device).
+#[doc(hidden)]
+pub fn device_of_qp(qp: &crate::Qp) -> Option<Device> {
+    let slot = qp.inner().slot();
+    if slot == crate::sys::default_device_slot() {
+        return Some(Device { slot: listed() });
+    }
+    device_at_slot(slot)
 }
 
 #[cfg(test)]

@@ -241,6 +241,15 @@ pub mod capi_support {
         pub use crate::qp1::{Mad, MadPeer, Qp1, GSI_QKEY, GSI_QPN, MAD_LEN};
     }
 
+    /// The device a QP was created on, for the connection manager, which keeps one
+    /// engine (QP1, listener table, context) per device (docs/connection-manager.md,
+    /// "Several devices").
+    pub use crate::device::device_of_qp;
+
+    /// Device slots of a process: the connection manager indexes its engines by the
+    /// slot of their device ([`crate::Device::slot_index`]).
+    pub use crate::sys::{default_device_slot, MAX_DEVICES};
+
     /// The next-hop probe of rdma_resolve_addr(3) as the kernel's rdma_cm asks it: the
     /// route's next hop is made to resolve and looked up in the kernel's neighbour table
     /// (docs/connection-manager.md).

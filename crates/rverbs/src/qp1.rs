@@ -67,6 +67,9 @@ pub struct Qp1 {
     net: Option<&'static Net>,
     ep: u32,
     fifo: Fifo,
+    /// The device slot (`sys::MAX_DEVICES`) of the endpoint, whose port state (an
+    /// injected PORT_ERR) this QP1 follows.
+    slot: usize,
 }
 
 impl std::fmt::Debug for Qp1 {
@@ -79,7 +82,7 @@ impl Qp1 {
     /// Opens the QP1 of the endpoint `reg` (none: a private device) whose directory is
     /// `dir`, reaching other hosts through `net` ([`Qp1::open`] opens the device's).
     /// Fails with `EBUSY` if it is already open in this process (its FIFO exists).
-    pub(crate) fn open_in(reg: Option<&'static Registry>, dir: &'static Path, net: Option<&'static Net>) -> Result<Qp1> {
+    pub(crate) fn open_in(reg: Option<&'static Registry>, dir: &'static Path, net: Option<&'static Net>, slot: usize) -> Result<Qp1> {
         let ep = reg.map_or(0, |r| r.ep);
         let path = dir.join(FIFO_NAME);
         let fifo = match Fifo::create(&path) {
@@ -90,7 +93,7 @@ impl Qp1 {
             Err(e) => return Err(e),
         };
         rustix::io::ioctl_fionbio(fifo.fd(), true)?;
-        Ok(Qp1 { reg, dir, net, ep, fifo })
+        Ok(Qp1 { reg, dir, net, ep, fifo, slot })
     }
 
     /// This process's endpoint number (the top 8 bits of its QPNs).
@@ -127,7 +130,7 @@ impl Qp1 {
                 Err(Error::WouldBlock) => return Ok(None),
                 Err(e) => return Err(e),
             }
-            if !crate::fault_plan::port_down(crate::sys::default_device_slot()) {
+            if !crate::fault_plan::port_down(self.slot) {
                 break;
             }
         }
@@ -143,7 +146,7 @@ impl Qp1 {
     /// the MAD is lost on the way, as on a link that is down: the call succeeds and
     /// nothing arrives (the connection manager's timeouts notice).
     pub fn send(&self, to: u32, mad: &[u8; MAD_LEN]) -> Result<()> {
-        if crate::fault_plan::port_down(crate::sys::default_device_slot()) {
+        if crate::fault_plan::port_down(self.slot) {
             return Ok(());
         }
         self.write_to(to, &gsi::record(MadPeer::Endpoint(self.ep), mad))
@@ -156,7 +159,7 @@ impl Qp1 {
     pub fn send_to(&self, to: MadPeer, mad: &[u8; MAD_LEN]) -> Result<()> {
         match to {
             MadPeer::Endpoint(ep) => self.send(ep, mad),
-            MadPeer::Remote { .. } if crate::fault_plan::port_down(crate::sys::default_device_slot()) => Ok(()),
+            MadPeer::Remote { .. } if crate::fault_plan::port_down(self.slot) => Ok(()),
             MadPeer::Remote { peer, local } => {
                 let net = self.net.ok_or_else(unreachable)?;
                 gsi::send(net, local, peer, mad).map_err(Error::Os)
@@ -293,7 +296,7 @@ mod tests {
         let mut child = std::process::Command::new("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
         let dead = child.id() as i32;
         old.set_header_pid(child.id());
-        let q = Qp1::open_in(Some(me), Box::leak(me.dir.clone().into_boxed_path()), None).unwrap();
+        let q = Qp1::open_in(Some(me), Box::leak(me.dir.clone().into_boxed_path()), None, crate::sys::default_device_slot()).unwrap();
         let ep = old.ep;
         assert_eq!(q.owner_pid(ep), Some(dead));
         q.send(ep, &m).unwrap();

@@ -185,11 +185,11 @@ static CHILD_RELEASES: [(std::sync::atomic::AtomicI32, std::sync::atomic::Atomic
 /// Devices (each an endpoint with a progress thread) a process can start over its life,
 /// its forked generations included: the slots of the per-device state kept in statics
 /// (the progress threads, the endpoint locks forked children drop).
-pub(crate) const MAX_DEVICES: usize = 64;
+pub const MAX_DEVICES: usize = 64;
 
 /// The slot of a device: generation `g`'s device of [`crate::devices`] has slot `g`; a
-/// configured device takes the next free one above them ([`configured_device_slot`]).
-pub(crate) fn default_device_slot() -> usize {
+/// configured device takes the next free one above them (`configured_device_slot`).
+pub fn default_device_slot() -> usize {
     process_generation()
 }
 

@@ -1,7 +1,9 @@
 //! The connection-manager engine of this process: every id's state, the QP1 MADs it
 //! sends and receives, its timers and its watch on peer processes.
 //!
-//! One engine per process, started with the first id. Application calls lock the
+//! One engine per device of the process (the listed device's, and one per device a
+//! channel was made for with [`EventChannel::on`]), started with its first id; an id
+//! belongs to the engine of its channel's device for its life. Application calls lock the
 //! engine's state, act (move a QP, send a MAD, queue an event) and return; a thread
 //! receives MADs from QP1, fires timers and notices peer deaths, so the handshake
 //! progresses while the application blocks elsewhere (in ibv_get_cq_event(3), say) —
@@ -52,8 +54,16 @@ pub use joins::JoinFlag;
 pub(crate) use msg::Reason;
 pub use qp::RDMA_UDP_QKEY;
 
-/// The process's engine.
+/// The connection manager of one device of the process.
 pub(crate) struct Engine {
+    /// The device (`None`: the listed one, `rverbs::devices()`).
+    pub(crate) device: Option<rverbs::Device>,
+    /// Its device slot, the index of [`ENGINES`].
+    slot: usize,
+    /// The addresses the device serves alone (`rverbs::DeviceConfig::addresses`: a
+    /// simulated host), `None` for the host's. Its loopback addresses are then addresses
+    /// like any other: bound with the device, reached at their own GID.
+    served: Option<Vec<std::net::IpAddr>>,
     pub(crate) qp1: Qp1,
     pub(crate) table: Table,
     pub(crate) ctx: Context,
@@ -65,18 +75,19 @@ pub(crate) struct Engine {
 const KEY_QP1: u64 = u64::MAX;
 const KEY_WAKE: u64 = u64::MAX - 1;
 
-/// One engine per process generation: a child that `fork` created runs its own (the
-/// device gives it its own endpoint, `rverbs::capi_support::process_generation`).
-static ENGINES: [OnceLock<std::result::Result<Engine, i32>>; rverbs::capi_support::GENERATIONS] =
-    [const { OnceLock::new() }; rverbs::capi_support::GENERATIONS];
+/// One engine per device slot (`rverbs::capi_support::MAX_DEVICES`). The listed device
+/// of each process generation has a slot of its own, so a child that `fork` created runs
+/// its own engine on its own endpoint (`rverbs::capi_support::default_device_slot`).
+static ENGINES: [OnceLock<std::result::Result<Engine, i32>>; rverbs::capi_support::MAX_DEVICES] =
+    [const { OnceLock::new() }; rverbs::capi_support::MAX_DEVICES];
 
-fn engine_slot() -> &'static OnceLock<std::result::Result<Engine, i32>> {
-    &ENGINES[rverbs::capi_support::process_generation()]
-}
-
-/// The engine, started on first use.
-pub(crate) fn engine() -> Result<&'static Engine> {
-    let e = engine_slot().get_or_init(|| match Engine::start() {
+/// The engine of `device` (`None`: the listed device), started on first use.
+pub(crate) fn engine_on(device: Option<&rverbs::Device>) -> Result<&'static Engine> {
+    let slot = match device {
+        Some(d) => d.slot_index()?,
+        None => rverbs::capi_support::default_device_slot(),
+    };
+    let e = ENGINES[slot].get_or_init(|| match Engine::start(device.copied(), slot) {
         Ok(e) => Ok(e),
         Err(err) => {
             tracing::warn!(%err, "connection manager unavailable");
@@ -92,9 +103,35 @@ pub(crate) fn engine() -> Result<&'static Engine> {
     }
 }
 
+/// The device slot of the engine `channel`'s ids use.
+fn channel_slot(channel: &EventChannel) -> Result<usize> {
+    match channel.device() {
+        Some(d) => Ok(d.slot_index()?),
+        None => Ok(rverbs::capi_support::default_device_slot()),
+    }
+}
+
+/// The device of id `id` (`None`: the listed device), for a channel of its own.
+pub(crate) fn device_of(id: &CmId) -> Result<Option<rverbs::Device>> {
+    Ok(engine_of(id)?.device)
+}
+
+/// The engine id `id` belongs to (started: it made the id).
+pub(crate) fn engine_of(id: &CmId) -> Result<&'static Engine> {
+    match ENGINES.get(id.shared.slot).and_then(|e| e.get()) {
+        Some(Ok(e)) => Ok(e),
+        _ => Err(Error::Os(std::io::Error::from_raw_os_error(libc::ENODEV))),
+    }
+}
+
+/// The engines started so far.
+fn started_engines() -> impl Iterator<Item = &'static Engine> {
+    ENGINES.iter().filter_map(|e| e.get().and_then(|r| r.as_ref().ok()))
+}
+
 fn ensure_thread(e: &'static Engine) {
-    static THREADS: [OnceLock<()>; rverbs::capi_support::GENERATIONS] = [const { OnceLock::new() }; rverbs::capi_support::GENERATIONS];
-    THREADS[rverbs::capi_support::process_generation()].get_or_init(|| {
+    static THREADS: [OnceLock<()>; rverbs::capi_support::MAX_DEVICES] = [const { OnceLock::new() }; rverbs::capi_support::MAX_DEVICES];
+    THREADS[e.slot].get_or_init(|| {
         std::thread::Builder::new()
             .name("rverbs-cm".into())
             .spawn(move || e.run())
@@ -103,13 +140,19 @@ fn ensure_thread(e: &'static Engine) {
 }
 
 impl Engine {
-    fn start() -> Result<Engine> {
+    fn start(configured: Option<rverbs::Device>, slot: usize) -> Result<Engine> {
         // The engine's own context, for the life of the process: not a leak of the
         // application's (docs/sanitizer.md).
-        let device = rverbs::devices()?.into_iter().next().ok_or(Error::Os(std::io::Error::from_raw_os_error(libc::ENODEV)))?;
+        let device = match configured {
+            Some(d) => d,
+            None => rverbs::devices()?.into_iter().next().ok_or(Error::Os(std::io::Error::from_raw_os_error(libc::ENODEV)))?,
+        };
         let ctx = rverbs::capi_support::sanitizer_internal(|| device.open())?;
-        let qp1 = Qp1::open()?;
-        let alive_qp1 = Arc::new(move |ep: u32, pid: i32| owner_alive(ep, pid));
+        let qp1 = match configured {
+            Some(d) => Qp1::open_on(&d)?,
+            None => Qp1::open()?,
+        };
+        let alive_qp1 = Arc::new(move |ep: u32, pid: i32| owner_alive(slot, ep, pid));
         let table = Table::open(qp1.runtime_dir(), qp1.endpoint(), qp1.pid(), alive_qp1)?;
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?;
@@ -119,7 +162,10 @@ impl Engine {
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
             ^ (u64::from(qp1.pid() as u32) << 32);
         Ok(Engine {
-            state: Mutex::new(State::new(seed)),
+            device: configured,
+            slot,
+            served: configured.and_then(|d| d.config().served_addresses().map(<[_]>::to_vec)),
+            state: Mutex::new(State::new(seed, slot)),
             qp1,
             table,
             ctx,
@@ -343,11 +389,11 @@ impl World for Engine {
     }
 }
 
-/// Runs `f`, a verbs call of the state machine, in the process's engine: at the time of
-/// the call, with the state locked, its actions executed before the lock is released;
-/// the thread then recomputes its next deadline.
-fn call<T>(f: impl FnOnce(&mut Cx, &mut State) -> Result<T>) -> Result<T> {
-    let e = engine()?;
+/// Runs `f`, a verbs call of the state machine on id `id`, in the id's engine: at the
+/// time of the call, with the state locked, its actions executed before the lock is
+/// released; the thread then recomputes its next deadline.
+fn call<T>(id: &CmId, f: impl FnOnce(&mut Cx, &mut State) -> Result<T>) -> Result<T> {
+    let e = engine_of(id)?;
     let mut st = e.lock();
     let r = e.input(&mut st, Instant::now(), f);
     drop(st);
@@ -356,7 +402,7 @@ fn call<T>(f: impl FnOnce(&mut Cx, &mut State) -> Result<T>) -> Result<T> {
 }
 
 pub(crate) fn connect(id: &CmId, param: &crate::event::ConnParam) -> Result<()> {
-    call(|cx, st| {
+    call(id, |cx, st| {
         // The fault plan (docs/fault-injection.md) counts only the calls that may connect.
         let fault = if st.id(id)?.st() == St::RouteResolved { rverbs::fault_plan::cm_fail(Verb::Connect) } else { None };
         handshake::connect(cx, st, id, param, fault.map(|e| e.number()))
@@ -371,7 +417,7 @@ static INJECTED_DISCONNECTS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 /// The fault plan's disconnect hook ([`rverbs::fault_plan::set_disconnect_hook`]).
 fn queue_disconnect(qpn: u32) {
     INJECTED_DISCONNECTS.lock().unwrap_or_else(|p| p.into_inner()).push(qpn);
-    if let Some(Ok(e)) = engine_slot().get() {
+    for e in started_engines() {
         e.kick();
     }
 }
@@ -380,7 +426,24 @@ impl Engine {
     /// Disconnects the connections of the QPs the fault plan picked, as rdma_disconnect(3)
     /// on their ids: the QP enters ERR, the peer is told, both sides get DISCONNECTED.
     fn injected_disconnects(&self) {
-        let qpns = std::mem::take(&mut *INJECTED_DISCONNECTS.lock().unwrap_or_else(|p| p.into_inner()));
+        // This engine's QPs; another device's are left to its engine, which was kicked too.
+        let qpns: Vec<u32> = {
+            let mut all = INJECTED_DISCONNECTS.lock().unwrap_or_else(|p| p.into_inner());
+            if all.is_empty() {
+                return;
+            }
+            let st = self.lock();
+            let mine = |qpn: u32| st.ids.values().any(|s| s.qp.as_ref().is_some_and(|q| q.qp_num() == qpn));
+            let mut taken = Vec::new();
+            all.retain(|&q| {
+                let m = mine(q) || started_engines().count() == 1;
+                if m {
+                    taken.push(q);
+                }
+                !m
+            });
+            taken
+        };
         for qpn in qpns {
             let mut st = self.lock();
             let id = st.ids.values().find(|s| s.qp.as_ref().is_some_and(|q| q.qp_num() == qpn)).map(|s| s.handle.clone());
@@ -396,23 +459,23 @@ impl Engine {
 }
 
 pub(crate) fn accept(id: &CmId, param: Option<&crate::event::ConnParam>) -> Result<()> {
-    call(|cx, st| handshake::accept(cx, st, id, param))
+    call(id, |cx, st| handshake::accept(cx, st, id, param))
 }
 
 pub(crate) fn reject(id: &CmId, private_data: &[u8], reason: u16) -> Result<()> {
-    call(|cx, st| handshake::reject(cx, st, id, private_data, reason))
+    call(id, |cx, st| handshake::reject(cx, st, id, private_data, reason))
 }
 
 pub(crate) fn disconnect(id: &CmId) -> Result<()> {
-    call(|cx, st| handshake::disconnect(cx, st, id))
+    call(id, |cx, st| handshake::disconnect(cx, st, id))
 }
 
 pub(crate) fn establish(id: &CmId) -> Result<()> {
-    call(|cx, st| handshake::establish(cx, st, id))
+    call(id, |cx, st| handshake::establish(cx, st, id))
 }
 
-fn owner_alive(ep: u32, pid: i32) -> bool {
-    match engine_slot().get() {
+fn owner_alive(slot: usize, ep: u32, pid: i32) -> bool {
+    match ENGINES[slot].get() {
         Some(Ok(e)) => e.qp1.owner_pid(ep) == Some(pid),
         // Before the engine exists (the table is opened while it starts): ask the
         // device directly through a short-lived view is not possible, so treat every
@@ -422,13 +485,13 @@ fn owner_alive(ep: u32, pid: i32) -> bool {
 }
 
 pub(crate) fn create_id(channel: &EventChannel, ps: PortSpace, qp_type: QpType, context: usize) -> Result<CmId> {
-    let e = engine()?;
+    let e = engine_on(channel.device().as_ref())?;
     let mut st = e.lock();
     Ok(st.new_id(ps, qp_type, context, Some(channel.clone())))
 }
 
 pub(crate) fn with_id<T>(id: &CmId, f: impl FnOnce(&mut IdState) -> T) -> Result<T> {
-    let e = engine()?;
+    let e = engine_of(id)?;
     let mut st = e.lock();
     Ok(f(st.id(id)?))
 }
@@ -474,7 +537,7 @@ fn bind_locked(e: &Engine, n: u64, s: &mut IdState, addr: SocketAddr) -> Result<
 }
 
 pub(crate) fn bind_addr(id: &CmId, addr: SocketAddr) -> Result<()> {
-    let e = engine()?;
+    let e = engine_of(id)?;
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
@@ -486,14 +549,15 @@ pub(crate) fn bind_addr(id: &CmId, addr: SocketAddr) -> Result<()> {
     // RDMA device sits on `lo`: `id->verbs` stays NULL, as for the any-address; measured
     // on rxe), and a later rdma_resolve_addr picks the device from the destination.
     // libfabric's verbs provider relies on it when it binds `localhost`.
-    if crate::addr::canonical(addr.ip()).is_loopback() {
+    // A simulated host's loopback address is its interface's, not `lo`'s.
+    if crate::addr::canonical(addr.ip()).is_loopback() && e.served.is_none() {
         s.sgid = None;
     }
     Ok(())
 }
 
 pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, timeout_ms: i32) -> Result<()> {
-    let e = engine()?;
+    let e = engine_of(id)?;
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
@@ -518,19 +582,19 @@ pub(crate) fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, 
         if s.binding.is_none() {
             let src_ip = match src.map(|a| crate::addr::canonical(a.ip())) {
                 Some(ip) if !crate::addr::is_wildcard(ip) => ip,
-                _ => crate::addr::source_for(&e.ctx, dst_ip)?,
+                _ => crate::addr::source_for(&e.ctx, dst_ip, e.served.as_deref())?,
             };
             bind_locked(e, n, s, SocketAddr::new(src_ip, src.map_or(0, |a| a.port())))?;
         } else if s.sgid.is_none() {
             // Bound to a wildcard: the source the host would use, same port.
-            let src_ip = crate::addr::source_for(&e.ctx, dst_ip)?;
+            let src_ip = crate::addr::source_for(&e.ctx, dst_ip, e.served.as_deref())?;
             s.sgid = Some(crate::addr::local_gid(&e.ctx, src_ip).ok_or(Error::AddrNotAvail)?);
             s.src = Some(SocketAddr::new(src_ip, s.src.map_or(0, |a| a.port())));
         }
         Ok(())
     })();
     s.dst = Some(SocketAddr::new(dst_ip, dst.port()));
-    s.dgid = Some(crate::addr::gid_of(dst_ip));
+    s.dgid = Some(if e.served.is_some() { crate::addr::exact_gid_of(dst_ip) } else { crate::addr::gid_of(dst_ip) });
     // The fault plan (docs/fault-injection.md): the resolution ends with ADDR_ERROR, as
     // rdma_resolve_addr(3) reports a destination that does not answer.
     if status.is_ok() {
@@ -601,7 +665,7 @@ fn resolve_due(cx: &mut Cx, st: &mut State) {
 }
 
 pub(crate) fn resolve_route(id: &CmId, _timeout_ms: i32) -> Result<()> {
-    let e = engine()?;
+    let e = engine_of(id)?;
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
@@ -624,7 +688,7 @@ pub(crate) fn resolve_route(id: &CmId, _timeout_ms: i32) -> Result<()> {
 }
 
 pub(crate) fn listen(id: &CmId, backlog: i32) -> Result<()> {
-    let e = engine()?;
+    let e = engine_of(id)?;
     let mut st = e.lock();
     let n = id.number();
     let s = st.id(id)?;
@@ -656,7 +720,11 @@ fn effective_backlog(b: i32) -> usize {
 }
 
 pub(crate) fn migrate(id: &CmId, channel: &EventChannel) -> Result<()> {
-    let e = engine()?;
+    let e = engine_of(id)?;
+    let other = channel_slot(channel)?;
+    if other != e.slot {
+        return Err(Error::invalid("rdma_migrate_id", Rule::OtherDevice { id_device: e.slot, other }));
+    }
     let mut st = e.lock();
     let s = st.id(id)?;
     let old = s.channel.replace(channel.clone());
@@ -675,7 +743,7 @@ pub(crate) fn migrate(id: &CmId, channel: &EventChannel) -> Result<()> {
 }
 
 pub(crate) fn destroy(id: &CmId) -> Result<()> {
-    let e = engine()?;
+    let e = engine_of(id)?;
     let mut st = e.lock();
     let n = id.number();
     if !st.ids.contains_key(&n) {
@@ -712,19 +780,25 @@ pub(crate) fn destroy(id: &CmId) -> Result<()> {
 }
 
 pub(crate) fn init_qp_attr(id: &CmId, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
-    let e = engine()?;
+    let e = engine_of(id)?;
     let mut st = e.lock();
     qp::attrs(st.id(id)?, state)
 }
 
 pub(crate) fn attach_qp(id: &CmId, qp: Qp) -> Result<()> {
-    let e = engine()?;
+    let e = engine_of(id)?;
+    if let Some(d) = rverbs::capi_support::device_of_qp(&qp) {
+        let other = d.slot_index()?;
+        if other != e.slot {
+            return Err(Error::invalid("rdma_create_qp", Rule::OtherDevice { id_device: e.slot, other }));
+        }
+    }
     let mut st = e.lock();
     qp::attach(st.id(id)?, qp)
 }
 
 pub(crate) fn join_multicast(id: &CmId, addr: SocketAddr, flag: JoinFlag, context: usize) -> Result<()> {
-    let e = engine()?;
+    let e = engine_of(id)?;
     let mut st = e.lock();
     mcast::join(&mut st, id, addr, flag, context)?;
     drop(st);
@@ -733,7 +807,7 @@ pub(crate) fn join_multicast(id: &CmId, addr: SocketAddr, flag: JoinFlag, contex
 }
 
 pub(crate) fn leave_multicast(id: &CmId, addr: SocketAddr) -> Result<()> {
-    let e = engine()?;
+    let e = engine_of(id)?;
     let mut st = e.lock();
     mcast::leave(&mut st, id, addr)
 }

@@ -264,17 +264,21 @@ pub(crate) struct State {
     pub(crate) deferred: Vec<(u64, EventKind, i32)>,
     /// Multicast joins of the ids.
     pub(crate) mcast: Joins,
+    /// The device slot of the engine (each id carries it).
+    slot: usize,
 }
 
 impl State {
-    /// No ids yet; `seed` starts the PSN generator.
-    pub(crate) fn new(seed: u64) -> State {
+    /// No ids yet, for the engine of device slot `slot`; `seed` starts the PSN generator.
+    /// Id numbers start at `slot << 48`, so ids of different devices' engines differ.
+    pub(crate) fn new(seed: u64, slot: usize) -> State {
         State {
+            slot,
             ids: HashMap::new(),
             by_comm: HashMap::new(),
             watches: HashMap::new(),
             dead: Vec::new(),
-            next_id: 1,
+            next_id: ((slot as u64) << 48) | 1,
             next_comm: 1,
             rng: seed | 1,
             deferred: Vec::new(),
@@ -318,7 +322,7 @@ impl State {
     pub(crate) fn new_id(&mut self, ps: PortSpace, qp_type: QpType, context: usize, channel: Option<EventChannel>) -> CmId {
         let n = self.next_id;
         self.next_id += 1;
-        let id = CmId::with_number(n, ps, qp_type, context);
+        let id = CmId::with_number(n, self.slot, ps, qp_type, context);
         self.ids.insert(n, IdState::new(&id, channel));
         id
     }

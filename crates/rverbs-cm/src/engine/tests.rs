@@ -90,7 +90,7 @@ impl Net {
     fn new() -> Net {
         let host = |i: u8| Host {
             facts: Facts { ip: IpAddr::from([10, 0, 0, i + 1]), ep: u32::from(i) + 1, listener: None },
-            st: State::new(0x9e37_79b9 + u64::from(i)),
+            st: State::new(0x9e37_79b9 + u64::from(i), 0),
             ch: EventChannel::new().unwrap(),
         };
         Net { hosts: [host(0), host(1)], now: Instant::now(), wire: VecDeque::new(), log: Vec::new(), lose: Vec::new(), cut: false }
