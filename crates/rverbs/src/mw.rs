@@ -386,13 +386,13 @@ mod tests {
             len: 4096,
             access: Access::REMOTE_WRITE | Access::LOCAL_WRITE,
         };
-        mw.inner().bind(pd.inner(), 0, spec)
+        mw.inner().bind(pd.inner().expect("a soft PD"), 0, spec)
     }
 
     /// A zero-length type 1 bind with no region: unbinds.
     fn unbind(pd: &Pd, mw: &Mw) -> Result<(), BindError> {
         let spec = BindSpec { new_rkey: inc_rkey(mw.rkey()), mr: None, addr: 0, len: 0, access: Access::empty() };
-        mw.inner().bind(pd.inner(), 0, spec)
+        mw.inner().bind(pd.inner().expect("a soft PD"), 0, spec)
     }
 
     fn is_windows_bound(e: &Error) -> bool {

@@ -394,3 +394,49 @@ fn what_the_backend_does_not_carry_is_eopnotsupp() {
     let err = p.pd.create_qp(&QpInit::new(QpType::XrcSend, &p.cq_a, cap())).expect_err("XRC");
     assert_eq!(err.errno(), libc::EOPNOTSUPP);
 }
+
+/// The public types over the backend: a device of `devices_of(Backend::RdmaCore)` opens
+/// through libibverbs, and what it returns is the provider's (here the drop-in's).
+#[test]
+fn the_public_types_open_a_libibverbs_device_and_allocate_in_it() {
+    use rverbs::Backend;
+    let devs = rverbs::devices_of(Backend::RdmaCore).expect("libibverbs loads");
+    let dev = *devs.first().expect("libibverbs lists a device");
+    assert_eq!(dev.backend(), Backend::RdmaCore);
+    assert_eq!(dev.guid(), devices().unwrap()[0].guid(), "the same device as the backend lists");
+    assert!(dev.endpoint_dir().is_err_and(|e| e.errno() == libc::EOPNOTSUPP), "no endpoint of the soft device");
+    let ctx = dev.open().expect("ibv_open_device");
+    assert_eq!((ctx.backend(), ctx.device_name()), (Backend::RdmaCore, dev.name()));
+    assert_eq!(ctx.query_device().node_guid, dev.guid());
+    let port = ctx.query_port(PORT).expect("query_port");
+    assert!(ctx.query_port(0).is_err(), "port 0 does not exist");
+    // ibv_query_gid_ex reads the same table as ibv_query_gid.
+    let table = ctx.query_gid_table();
+    assert!(!table.is_empty() && table.len() <= port.gid_tbl_len as usize);
+    for e in &table {
+        assert_eq!(ctx.query_gid(PORT, e.index).expect("query_gid"), e.gid);
+    }
+    let lo = ctx.gid_entry_of(Ipv4Addr::LOCALHOST.into()).expect("the drop-in's table has 127.0.0.1");
+    assert_eq!((lo.gid, lo.gid_type), (Gid::from_ipv4(Ipv4Addr::LOCALHOST), rverbs::GidType::RoceV2));
+    let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
+    assert_eq!(pd.context().backend(), Backend::RdmaCore);
+    let attr = path_of(lo);
+    let ah = rverbs::Ah::new(&pd, &attr).expect("ibv_create_ah");
+    assert_eq!(ah.attr(), attr);
+    // Verbs of the soft device the backend does not carry are EOPNOTSUPP, not a panic.
+    assert_eq!(ctx.get_async_event().expect_err("async events").errno(), libc::EOPNOTSUPP);
+    assert_eq!(ctx.alloc_td().expect_err("thread domains").errno(), libc::EOPNOTSUPP);
+    assert_eq!(ah.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
+    assert_eq!(pd.dealloc().expect_err("dealloc(&self)").errno(), libc::EOPNOTSUPP);
+    // Chosen by name: a name the soft device does not have is looked up in libibverbs.
+    assert_eq!(rverbs::device_by_name("no-such-device").expect_err("unknown").errno(), libc::EINVAL);
+}
+
+fn path_of(e: rverbs::GidEntry) -> AhAttr {
+    let index = u8::try_from(e.index).expect("a small GID index");
+    AhAttr {
+        grh: Some(GlobalRoute { dgid: e.gid, sgid_index: index, hop_limit: 64, ..GlobalRoute::default() }),
+        port_num: PORT,
+        ..AhAttr::default()
+    }
+}

@@ -100,7 +100,7 @@ impl Pd {
         let (held, raw) = buf.hold();
         let at = raw.ptr.as_ptr() as usize;
         let init = MrInit { addr: at, len: raw.len, iova: at as u64, access };
-        match Mr::register_with(self.inner().clone(), init, true) {
+        match Mr::register_with(self.inner()?.clone(), init, true) {
             Ok(mr) => Ok(OwnedMr { mr, buf: Some((held, raw)), open: true, pending: None }),
             Err(e) => {
                 // SAFETY: from the `hold` above; the registration failed, so the device
@@ -308,7 +308,7 @@ mod tests {
     fn closing_waits_for_a_local_access_in_progress() {
         let ctx = crate::devices().unwrap()[0].open().unwrap();
         let pd = ctx.alloc_pd().unwrap();
-        let core = pd.inner().clone();
+        let core = pd.inner().expect("a soft PD").clone();
         let keys = KeySpace::local(core.endpoint());
         let plain = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
         let pin = keys.pin(plain.lkey(), core.id, KeyUse::Local, plain.iova(), 8, Access::LOCAL_WRITE).unwrap();

@@ -136,4 +136,25 @@ impl Context {
         check(unsafe { (self.inner.verbs.sym.ibv_query_gid)(self.inner.ctx, port, index, &mut raw) })?;
         Ok(crate::c_abi::gid_from_c(&raw))
     }
+
+    /// Entry `index` of port `port`'s GID table with its type and interface
+    /// (ibv_query_gid_ex(3), the exported `_ibv_query_gid_ex` the header's inline calls
+    /// with `flags` 0); an empty entry is the provider's `ENODATA`.
+    pub fn query_gid_ex(&self, port: u8, index: u32) -> Result<crate::gid::GidEntry> {
+        let mut raw = core::mem::MaybeUninit::<ibv_gid_entry>::zeroed();
+        // SAFETY: `ctx` is open; `raw` is a writable entry of the size passed.
+        check(unsafe {
+            (self.inner.verbs.sym._ibv_query_gid_ex)(self.inner.ctx, port.into(), index, raw.as_mut_ptr(), 0, core::mem::size_of::<ibv_gid_entry>())
+        })?;
+        // SAFETY: zero-initialised plain data the provider filled.
+        Ok(crate::c_abi::gid_entry_from_c(unsafe { &raw.assume_init() }))
+    }
+
+    /// The context's asynchronous-event fd (`ibv_context.async_fd`, ibv_get_async_event(3)),
+    /// open as long as the context.
+    pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: `ctx` is open for as long as `self` lives, and libibverbs keeps its
+        // `async_fd` open until ibv_close_device(3), which only the last drop calls.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw((*self.inner.ctx).async_fd) }
+    }
 }

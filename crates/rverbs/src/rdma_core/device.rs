@@ -114,3 +114,17 @@ impl Device {
         self.guid
     }
 }
+
+impl crate::device::NativeDevice for Device {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn guid(&self) -> u64 {
+        self.guid
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
