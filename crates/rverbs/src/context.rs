@@ -32,7 +32,7 @@ impl Device {
         use rverbs_proto::verb_fault::Verb;
         #[cfg(feature = "rdma-core")]
         if let Some(dev) = self.native().and_then(|d| d.as_any().downcast_ref::<crate::rdma_core::Device>()) {
-            return Ok(Context { repr: Repr::Native(Native::open(dev)?) });
+            return Ok(Context { repr: Repr::Native(dev.open()?) });
         }
         let dev = self.inner()?;
         if let Some(e) = crate::fault_plan::fail(dev.endpoint.slot, Verb::OpenDevice, None, None) {
@@ -64,27 +64,7 @@ pub struct Context {
 enum Repr {
     Soft(Arc<ContextCore>),
     #[cfg(feature = "rdma-core")]
-    Native(Native),
-}
-
-/// A context of the rdma-core backend, with the device it was opened on and its id.
-#[cfg(feature = "rdma-core")]
-#[derive(Clone)]
-pub(crate) struct Native {
-    pub(crate) ctx: crate::rdma_core::Context,
-    dev: &'static crate::rdma_core::Device,
-    id: u32,
-}
-
-#[cfg(feature = "rdma-core")]
-impl Native {
-    fn open(dev: &'static crate::rdma_core::Device) -> Result<Native> {
-        /// Ids of the backend's contexts: the upper half of the id space, apart from the
-        /// soft device's (which count up from 1).
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1 << 31);
-        let ctx = dev.open()?;
-        Ok(Native { ctx, dev, id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) })
-    }
+    Native(crate::rdma_core::Context),
 }
 
 impl std::fmt::Debug for Context {
@@ -119,11 +99,17 @@ impl Context {
 
     /// The backend's context, for a context of the rdma-core backend.
     #[cfg(feature = "rdma-core")]
-    pub(crate) fn native(&self) -> Option<&Native> {
+    pub(crate) fn native(&self) -> Option<&crate::rdma_core::Context> {
         match &self.repr {
             Repr::Soft(_) => None,
             Repr::Native(n) => Some(n),
         }
+    }
+
+    /// The public context of a context of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(ctx: crate::rdma_core::Context) -> Self {
+        Context { repr: Repr::Native(ctx) }
     }
 
     pub(crate) fn from_inner(inner: Arc<ContextCore>) -> Self {
@@ -150,7 +136,7 @@ impl Context {
         match &self.repr {
             Repr::Soft(core) => crate::device::of(core).name,
             #[cfg(feature = "rdma-core")]
-            Repr::Native(n) => n.dev.name(),
+            Repr::Native(n) => n.device_name(),
         }
     }
 
@@ -159,7 +145,7 @@ impl Context {
         match &self.repr {
             Repr::Soft(core) => crate::device::of(core).attr(),
             #[cfg(feature = "rdma-core")]
-            Repr::Native(n) => n.ctx.query_device(),
+            Repr::Native(n) => n.query_device(),
         }
     }
 
@@ -201,7 +187,7 @@ impl Context {
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         #[cfg(feature = "rdma-core")]
         if let Some(n) = self.native() {
-            return n.ctx.query_port(port);
+            return n.query_port(port);
         }
         check_port("query_port", port)?;
         Ok(self.dev()?.port_attr())
@@ -214,7 +200,7 @@ impl Context {
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         #[cfg(feature = "rdma-core")]
         if let Some(n) = self.native() {
-            return n.ctx.query_gid(port, index);
+            return n.query_gid(port, index);
         }
         Ok(self.query_gid_ex(port, index)?.gid)
     }
@@ -223,7 +209,7 @@ impl Context {
     pub fn query_gid_ex(&self, port: u8, index: u32) -> Result<GidEntry> {
         #[cfg(feature = "rdma-core")]
         if let Some(n) = self.native() {
-            return n.ctx.query_gid_ex(port, index);
+            return n.query_gid_ex(port, index);
         }
         check_port("query_gid", port)?;
         let dev = self.dev()?;
@@ -238,8 +224,8 @@ impl Context {
             Repr::Soft(core) => crate::device::of(core).gids.clone(),
             #[cfg(feature = "rdma-core")]
             Repr::Native(n) => {
-                let len = n.ctx.query_port(1).map_or(0, |p| p.gid_tbl_len);
-                (0..len).filter_map(|i| n.ctx.query_gid_ex(1, i).ok()).collect()
+                let len = n.query_port(1).map_or(0, |p| p.gid_tbl_len);
+                (0..len).filter_map(|i| n.query_gid_ex(1, i).ok()).collect()
             }
         }
     }
@@ -291,7 +277,28 @@ impl Context {
     }
 
     /// Creates a completion queue (ibv_create_cq(3), ibv_create_cq_ex(3)).
+    ///
+    /// On the rdma-core backend: `cqe`, `cq_context`, `comp_vector` and a channel of the
+    /// same context; other `wc_flags` than the standard ones and creation flags (an
+    /// extended CQ) are `EOPNOTSUPP`, and so is a parent domain's CQ.
     pub fn create_cq(&self, init: &CqInit) -> Result<Cq> {
+        #[cfg(feature = "rdma-core")]
+        if let Some(n) = self.native() {
+            if !crate::cq::WcExFlags::STANDARD.contains(init.wc_flags) || !init.flags.is_empty() {
+                return Err(Error::native_unsupported("create_cq_ex"));
+            }
+            let channel = match init.channel {
+                Some(ch) => {
+                    let native = ch.native().and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::CompChannel>());
+                    Some(native.ok_or(Error::invalid("create_cq", Rule::ForeignContext { what: "completion channel" }))?)
+                }
+                None => None,
+            };
+            let mut ci = crate::rdma_core::CqInit::new(init.cqe).cq_context(init.cq_context);
+            ci.comp_vector = init.comp_vector;
+            ci.channel = channel;
+            return Ok(Cq::from_native(Arc::new(n.create_cq(&ci)?)));
+        }
         let core = self.inner()?;
         if let Some(e) = crate::fault_plan::fail(core.endpoint.slot, rverbs_proto::verb_fault::Verb::CreateCq, None, None) {
             return Err(e);
@@ -316,6 +323,10 @@ impl Context {
 
     /// Creates a completion channel (ibv_create_comp_channel(3)).
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        #[cfg(feature = "rdma-core")]
+        if let Some(n) = self.native() {
+            return Ok(CompChannel::from_native(Arc::new(n.create_comp_channel()?)));
+        }
         let core = self.inner()?;
         if let Some(e) = crate::fault_plan::fatal(core.endpoint.slot, "create_comp_channel") {
             return Err(e);
@@ -346,7 +357,7 @@ impl Context {
         match &self.repr {
             Repr::Soft(core) => core.events().fd(),
             #[cfg(feature = "rdma-core")]
-            Repr::Native(n) => n.ctx.async_fd(),
+            Repr::Native(n) => n.async_fd(),
         }
     }
 
@@ -355,7 +366,7 @@ impl Context {
         match &self.repr {
             Repr::Soft(core) => core.id,
             #[cfg(feature = "rdma-core")]
-            Repr::Native(n) => n.id,
+            Repr::Native(n) => n.id(),
         }
     }
 }
@@ -372,6 +383,14 @@ impl AsFd for Context {
 impl Cq {
     /// The context the CQ belongs to.
     pub fn context(&self) -> Context {
-        Context::from_inner(self.inner().ctx.clone())
+        #[cfg(feature = "rdma-core")]
+        if let Some(cq) = self.native().and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::Cq>()) {
+            return Context::from_native(cq.context());
+        }
+        match self.inner() {
+            Ok(inner) => Context::from_inner(inner.ctx.clone()),
+            // A CQ is soft or the backend's: the arm above took the backend's.
+            Err(_) => unreachable!("a CQ of the rdma-core backend is an rdma_core::Cq"),
+        }
     }
 }

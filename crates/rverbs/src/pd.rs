@@ -41,7 +41,7 @@ impl Context {
     pub fn alloc_pd(&self) -> Result<Pd> {
         #[cfg(feature = "rdma-core")]
         if let Some(n) = self.native() {
-            return Ok(Pd { repr: Repr::Native(n.ctx.alloc_pd()?, self.clone()) });
+            return Ok(Pd { repr: Repr::Native(n.alloc_pd()?) });
         }
         let core = self.inner()?;
         if let Some(e) = crate::fault_plan::fail(core.endpoint.slot, Verb::AllocPd, None, None) {
@@ -80,7 +80,7 @@ pub struct Pd {
 enum Repr {
     Soft(Arc<PdCore>),
     #[cfg(feature = "rdma-core")]
-    Native(crate::rdma_core::Pd, Context),
+    Native(crate::rdma_core::Pd),
 }
 
 impl std::fmt::Debug for Pd {
@@ -128,7 +128,7 @@ impl Pd {
     pub(crate) fn native(&self) -> Option<&crate::rdma_core::Pd> {
         match &self.repr {
             Repr::Soft(_) => None,
-            Repr::Native(pd, _) => Some(pd),
+            Repr::Native(pd) => Some(pd),
         }
     }
 
@@ -137,7 +137,7 @@ impl Pd {
         match &self.repr {
             Repr::Soft(core) => Context::from_inner(core.ctx.clone()),
             #[cfg(feature = "rdma-core")]
-            Repr::Native(_, ctx) => ctx.clone(),
+            Repr::Native(pd) => Context::from_native(pd.context()),
         }
     }
 
@@ -147,7 +147,7 @@ impl Pd {
         match &self.repr {
             Repr::Soft(core) => core.id,
             #[cfg(feature = "rdma-core")]
-            Repr::Native(pd, _) => pd.handle(),
+            Repr::Native(pd) => pd.handle(),
         }
     }
 
@@ -264,11 +264,11 @@ impl Pd {
     /// [`Pd::create_srq`].
     pub fn create_srq_tm(&self, init: &SrqInit, tm: crate::rings::tag_list::TmCap, cq: &crate::cq::Cq) -> Result<Srq> {
         let core = self.inner()?;
-        if !Arc::ptr_eq(&cq.inner().ctx, &core.ctx) {
+        if !Arc::ptr_eq(&cq.inner()?.ctx, &core.ctx) {
             return Err(Error::invalid("create_srq_ex", crate::rule::Rule::ForeignContext { what: "CQ" }));
         }
         let srqs = &crate::device::of(&core.ctx).srqs;
-        Srq::new_in(core.clone(), srqs, init, None, Some((tm, cq.inner().clone())))
+        Srq::new_in(core.clone(), srqs, init, None, Some((tm, cq.inner()?.clone())))
     }
 
     /// Deallocates the PD (ibv_dealloc_pd(3)).

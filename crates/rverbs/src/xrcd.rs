@@ -135,11 +135,11 @@ impl Srq {
     pub fn new_xrc(pd: &Pd, init: &SrqInit, xrcd: &Xrcd, cq: &Cq) -> Result<Self> {
         xrcd.check_open("create_srq_ex")?;
         let ctx = &pd.inner()?.ctx;
-        if !Arc::ptr_eq(&xrcd.inner.ctx, ctx) || !Arc::ptr_eq(&cq.inner().ctx, ctx) {
+        if !Arc::ptr_eq(&xrcd.inner.ctx, ctx) || !Arc::ptr_eq(&cq.inner()?.ctx, ctx) {
             return Err(Error::invalid("create_srq_ex", Rule::ForeignContext { what: "XRC domain or CQ" }));
         }
         let srqs = &pd.context().dev()?.srqs;
-        Srq::new_in(pd.inner()?.clone(), srqs, init, Some((xrcd.inner.core.clone(), cq.inner().clone())), None)
+        Srq::new_in(pd.inner()?.clone(), srqs, init, Some((xrcd.inner.core.clone(), cq.inner()?.clone())), None)
     }
 }
 
@@ -152,7 +152,7 @@ impl XrcdInner {
             core: Arc::new(XrcdCore::new(key.unwrap_or(private))),
             ctx: ctx.inner()?.clone(),
             pd: pd.inner()?.clone(),
-            cq: cq.inner().clone(),
+            cq: cq.inner()?.clone(),
             shared: std::sync::atomic::AtomicBool::new(false),
             _host: host,
         }))

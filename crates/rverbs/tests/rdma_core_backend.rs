@@ -329,6 +329,13 @@ fn ud_send_goes_through_an_address_handle() {
     assert_eq!((err.index, err.error.errno()), (0, libc::EINVAL));
 }
 
+/// Whether `fd` is readable now, without waiting.
+fn readable_now(fd: std::os::fd::RawFd) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+}
+
 /// Waits until `ch`'s fd is readable, failing after [`DEADLINE`].
 fn readable(ch: &CompChannel) -> bool {
     let mut pfd = libc::pollfd { fd: ch.fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
@@ -355,9 +362,10 @@ fn an_armed_cq_wakes_its_completion_channel() {
     let sge = [buf.sge(0, 4).unwrap()];
     a.post_send(&[SendWr::send(2, &sge)]).unwrap();
     assert!(readable(&ch), "the channel's fd became readable");
+    // The event is the public `CqEvent`, over the backend's CQ.
     let ev = ch.get_cq_event().expect("get_cq_event");
-    assert!(ev.cq().same_as(&cq_b));
-    assert_eq!(ev.cq_context(), 0xfeed);
+    assert_eq!((ev.cq().cqe(), ev.cq_context()), (cq_b.cqe(), 0xfeed));
+    assert_eq!(ev.cq().context().backend(), rverbs::Backend::RdmaCore);
     ev.ack();
     assert_eq!(one(&cq_b).wr_id(), 1);
     // The CQ is held by the QP: destroying it now is EBUSY, and destroys nothing.
@@ -398,7 +406,7 @@ fn what_the_backend_does_not_carry_is_eopnotsupp() {
 /// The public types over the backend: a device of `devices_of(Backend::RdmaCore)` opens
 /// through libibverbs, and what it returns is the provider's (here the drop-in's).
 #[test]
-fn the_public_types_open_a_libibverbs_device_and_allocate_in_it() {
+fn the_public_types_open_a_libibverbs_device_and_create_in_it() {
     use rverbs::Backend;
     let devs = rverbs::devices_of(Backend::RdmaCore).expect("libibverbs loads");
     let dev = *devs.first().expect("libibverbs lists a device");
@@ -428,6 +436,28 @@ fn the_public_types_open_a_libibverbs_device_and_allocate_in_it() {
     assert_eq!(ctx.alloc_td().expect_err("thread domains").errno(), libc::EOPNOTSUPP);
     assert_eq!(ah.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
     assert_eq!(pd.dealloc().expect_err("dealloc(&self)").errno(), libc::EOPNOTSUPP);
+    // CQs and completion channels.
+    let ch = ctx.create_comp_channel().expect("ibv_create_comp_channel");
+    let cq = ctx.create_cq(&rverbs::CqInit::new(8).channel(&ch).cq_context(0xfeed)).expect("ibv_create_cq");
+    assert!(cq.cqe() >= 8);
+    assert_eq!((cq.cq_context(), cq.context().backend()), (0xfeed, Backend::RdmaCore));
+    assert!(cq.same_as(&cq.clone()) && !cq.same_as(&ctx.create_cq(&rverbs::CqInit::new(8)).unwrap()));
+    let mut wc = [Wc::default(); 4];
+    assert_eq!(cq.poll(&mut wc).expect("ibv_poll_cq"), 0);
+    cq.req_notify(false).expect("ibv_req_notify_cq");
+    assert!(!readable_now(ch.fd().as_raw_fd()), "no completion, no event");
+    cq.set_cookie(7);
+    assert_eq!(cq.clone().cookie(), 7, "every handle reads the same word");
+    let soft = rverbs::devices_of(Backend::Soft).unwrap()[0].open().unwrap();
+    let soft_ch = soft.create_comp_channel().unwrap();
+    let err = ctx.create_cq(&rverbs::CqInit::new(8).channel(&soft_ch)).expect_err("a soft channel");
+    assert_eq!(err.errno(), libc::EINVAL);
+    let err = ctx.create_cq(&rverbs::CqInit::new(8).wc_flags(rverbs::WcExFlags::COMPLETION_TIMESTAMP)).expect_err("extended");
+    assert_eq!(err.errno(), libc::EOPNOTSUPP);
+    assert_eq!(cq.resize(16).expect_err("resize").errno(), libc::EOPNOTSUPP);
+    assert_eq!(cq.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
+    assert_eq!(ch.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
+    assert_eq!(cq.start_poll().expect_err("extended polling").errno(), libc::EOPNOTSUPP);
     // Chosen by name: a name the soft device does not have is looked up in libibverbs.
     assert_eq!(rverbs::device_by_name("no-such-device").expect_err("unknown").errno(), libc::EINVAL);
 }

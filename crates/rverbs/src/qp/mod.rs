@@ -447,7 +447,7 @@ impl Qp {
         }
         let ctx = &pd.ctx;
         for cq in [init.send_cq, init.recv_cq] {
-            if !Arc::ptr_eq(&cq.inner().ctx, ctx) {
+            if !Arc::ptr_eq(&cq.inner()?.ctx, ctx) {
                 return Err(Error::invalid("create_qp", Rule::ForeignContext { what: "CQ" }));
             }
         }
@@ -473,12 +473,12 @@ impl Qp {
         }
         let attach = || -> Result<()> {
             pd.hold()?;
-            if let Err(e) = init.send_cq.inner().attach() {
+            if let Err(e) = init.send_cq.inner()?.attach() {
                 pd.release();
                 return Err(e);
             }
-            if let Err(e) = init.recv_cq.inner().attach() {
-                init.send_cq.inner().detach();
+            if let Err(e) = init.recv_cq.inner()?.attach() {
+                init.send_cq.inner()?.detach();
                 pd.release();
                 return Err(e);
             }
@@ -499,8 +499,8 @@ impl Qp {
             match RecvQueue::new(&endpoint.dir.join(recv_ring::qp_segment_name(qpn, 1)), cap.max_recv_wr, cap.max_recv_sge, endpoint) {
                 Ok(rq) => Some(rq),
                 Err(e) => {
-                    init.send_cq.inner().detach();
-                    init.recv_cq.inner().detach();
+                    init.send_cq.inner()?.detach();
+                    init.recv_cq.inner()?.detach();
                     if let Some(srq) = init.srq {
                         srq.inner().detach_qp();
                     }
@@ -532,7 +532,7 @@ impl Qp {
         rec.pd.store(pd.id, Ordering::Relaxed);
         rec.srqn.store(init.srq.map_or(0, |s| s.srq_num()), Ordering::Relaxed);
         rec.rq_gen.store(u32::from(rq.is_some()), Ordering::Relaxed);
-        rec.recv_cq.store(init.recv_cq.inner().id, Ordering::Relaxed);
+        rec.recv_cq.store(init.recv_cq.inner()?.id, Ordering::Relaxed);
         rec.xrcd.store(xrcd.as_ref().map_or(0, |x| x.key), Ordering::Relaxed);
         rec.ctx.store(ctx.id, Ordering::Relaxed);
         // A QP made while the port is down takes nothing either (docs/fault-injection.md).
@@ -546,8 +546,8 @@ impl Qp {
             dev,
             qp_type: init.qp_type,
             qpn,
-            send_cq: init.send_cq.inner().clone(),
-            recv_cq: init.recv_cq.inner().clone(),
+            send_cq: init.send_cq.inner()?.clone(),
+            recv_cq: init.recv_cq.inner()?.clone(),
             srq: init.srq.map(|s| s.inner().clone()),
             xrcd,
             sq_sig_all: init.sq_sig_all,
@@ -578,7 +578,7 @@ impl Qp {
             // Every receive completes; a send only when signaled, which only sq_sig_all
             // promises at creation (an application that signals one send in n sizes
             // its CQ for those: ibv_xsrq_pingpong, perftest).
-            let (send_cq, recv_cq) = (init.send_cq.inner().id, init.recv_cq.inner().id);
+            let (send_cq, recv_cq) = (init.send_cq.inner()?.id, init.recv_cq.inner()?.id);
             let sends = if init.sq_sig_all { cap.max_send_wr } else { 0 };
             use crate::sanitizer::Queue;
             crate::sanitizer::completes_to(&[(send_cq, Queue::Send, qpn, sends), (recv_cq, Queue::Recv, qpn, cap.max_recv_wr)]);

@@ -32,6 +32,11 @@ pub(super) struct ContextInner {
     /// Address handles by the address of their [`AddressVector`](crate::AddressVector),
     /// which a UD [`SendWr`](crate::SendWr) names.
     pub(super) ahs: Mutex<HashMap<usize, Weak<dyn AddressHandle>>>,
+    /// The device's name (ibv_get_device_name(3)).
+    name: &'static str,
+    /// The context's id in the process: the upper half of the id space, apart from the
+    /// soft device's contexts (which count up from 1).
+    id: u32,
     _list: Arc<DeviceList>,
 }
 
@@ -69,12 +74,13 @@ impl Device {
     /// Opens the device (ibv_open_device(3)); the context keeps libibverbs loaded. A
     /// device that cannot be opened is the `errno` libibverbs set.
     pub fn open(&self) -> Result<Context> {
-        Context::open(&self.list, self.dev)
+        Context::open(&self.list, self.dev, self.name)
     }
 }
 
 impl Context {
-    fn open(list: &Arc<DeviceList>, dev: *mut ibv_device) -> Result<Context> {
+    fn open(list: &Arc<DeviceList>, dev: *mut ibv_device, name: &'static str) -> Result<Context> {
+        static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1 << 31);
         let verbs = list.verbs.clone();
         // SAFETY: `dev` is a device of the live `list`.
         let ctx = unsafe { (verbs.sym.ibv_open_device)(dev) };
@@ -89,10 +95,22 @@ impl Context {
             verbs,
             attr: crate::c_abi::device_attr_from_c(&raw),
             ahs: Mutex::new(HashMap::new()),
+            name,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             _list: list.clone(),
         };
         check(rc)?;
         Ok(Context { inner: Arc::new(inner) })
+    }
+
+    /// The name of the device the context is open on.
+    pub fn device_name(&self) -> &'static str {
+        self.inner.name
+    }
+
+    /// The context's id, unique in the process (and apart from the soft device's).
+    pub fn id(&self) -> u32 {
+        self.inner.id
     }
 
     /// The device's attributes (ibv_query_device(3)), read once when it was opened: they

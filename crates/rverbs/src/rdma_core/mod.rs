@@ -46,7 +46,7 @@ mod wr;
 pub use ah::Ah;
 pub use channel::CompChannel;
 pub use context::Context;
-pub use cq::{Cq, CqEvent, CqInit};
+pub use cq::{Cq, CqInit};
 pub use device::{device_by_name, devices, Device};
 pub use mr::Mr;
 pub use pd::Pd;
