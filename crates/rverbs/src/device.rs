@@ -942,7 +942,7 @@ impl crate::qp::Qp {
     /// this process); the errno of a failure to write the host-wide record or to open
     /// the group's socket.
     pub fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let q = self.inner();
+        let q = self.inner()?;
         let d = of(&q.pd.ctx);
         d.mcast.attach(q, gid, d.net.as_ref().map(|n| n as &dyn crate::mcast::Reception))
     }
@@ -952,7 +952,7 @@ impl crate::qp::Qp {
     ///
     /// Errors: `EINVAL` if the QP is not a member.
     pub fn detach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let q = self.inner();
+        let q = self.inner()?;
         let d = of(&q.pd.ctx);
         d.mcast.detach(q, gid, d.net.as_ref().map(|n| n as &dyn crate::mcast::Reception))
     }

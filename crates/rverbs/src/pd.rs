@@ -113,6 +113,12 @@ impl Pd {
         Pd { repr: Repr::Soft(inner) }
     }
 
+    /// The public PD of a PD of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(pd: crate::rdma_core::Pd) -> Self {
+        Pd { repr: Repr::Native(pd) }
+    }
+
     /// The soft PD's core; `EOPNOTSUPP` for a PD of the rdma-core backend (what its
     /// caller does, the backend does not offer).
     pub(crate) fn inner(&self) -> Result<&Arc<PdCore>> {
@@ -159,6 +165,10 @@ impl Pd {
     /// Errors: `EINVAL` for a zero length, an illegal access combination or unknown
     /// access bits.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        #[cfg(feature = "rdma-core")]
+        if let Some(pd) = self.native() {
+            return Ok(Mr::from_native(Arc::new(pd.alloc_mr(len, access)?)));
+        }
         Mr::alloc(self.inner()?.clone(), len, access)
     }
 
@@ -210,6 +220,14 @@ impl Pd {
         iova: u64,
         access: Access,
     ) -> Result<Mr> {
+        #[cfg(feature = "rdma-core")]
+        if let Some(pd) = self.native() {
+            if iova != addr as u64 {
+                return Err(Error::native_unsupported("reg_mr_iova (an IO virtual address other than the address)"));
+            }
+            // SAFETY: forwarded from the caller's contract.
+            return Ok(Mr::from_native(Arc::new(unsafe { pd.reg_mr(addr, len, access)? })));
+        }
         Mr::register(self.inner()?.clone(), MrInit { addr: addr as usize, len, iova, access })
     }
 
@@ -243,7 +261,26 @@ impl Pd {
     }
 
     /// Creates a queue pair (ibv_create_qp(3)).
+    ///
+    /// On the rdma-core backend: RC, UC and UD, with CQs of the same backend (others are
+    /// `EINVAL`); an SRQ or `send_ops` (the work-request builder) is `EOPNOTSUPP`.
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
+        #[cfg(feature = "rdma-core")]
+        if let Some(pd) = self.native() {
+            if init.srq.is_some() || init.send_ops.is_some() {
+                return Err(Error::native_unsupported("create_qp (SRQ, send_ops)"));
+            }
+            fn native_cq(cq: &Cq) -> Result<&crate::rdma_core::Cq> {
+                cq.native()
+                    .and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::Cq>())
+                    .ok_or(Error::invalid("create_qp", Rule::ForeignContext { what: "CQ" }))
+            }
+            let mut ri = crate::rdma_core::QpInit::new(init.qp_type, native_cq(init.send_cq)?, init.cap);
+            ri.recv_cq = native_cq(init.recv_cq)?;
+            ri.sq_sig_all = init.sq_sig_all;
+            ri.qp_context = init.qp_context;
+            return Ok(Qp::from_native(Arc::new(pd.create_qp(&ri)?)));
+        }
         let core = self.inner()?;
         Qp::new(core.clone(), init, crate::device::of(&core.ctx))
     }
@@ -292,7 +329,15 @@ impl Pd {
 impl Mr {
     /// The protection domain.
     pub fn pd(&self) -> Pd {
-        Pd::from_inner(self.inner().pd())
+        #[cfg(feature = "rdma-core")]
+        if let Some(mr) = self.native().and_then(|m| m.as_any().downcast_ref::<crate::rdma_core::Mr>()) {
+            return Pd::from_native(mr.pd());
+        }
+        match self.inner() {
+            Ok(inner) => Pd::from_inner(inner.pd()),
+            // A region is soft or the backend's: the arm above took the backend's.
+            Err(_) => unreachable!("a region of the rdma-core backend is an rdma_core::Mr"),
+        }
     }
 
     /// Changes the PD and/or the access rights in place (ibv_rereg_mr(3)); the keys stay
@@ -338,7 +383,15 @@ impl Mw {
 impl Qp {
     /// The protection domain.
     pub fn pd(&self) -> Pd {
-        Pd::from_inner(self.inner().pd.clone())
+        #[cfg(feature = "rdma-core")]
+        if let Some(qp) = self.native().and_then(|q| q.as_any().downcast_ref::<crate::rdma_core::Qp>()) {
+            return Pd::from_native(qp.pd());
+        }
+        match self.inner() {
+            Ok(q) => Pd::from_inner(q.pd.clone()),
+            // A QP is soft or the backend's: the arm above took the backend's.
+            Err(_) => unreachable!("a QP of the rdma-core backend is an rdma_core::Qp"),
+        }
     }
 }
 

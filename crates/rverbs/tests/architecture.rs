@@ -35,13 +35,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     // cross-memory attach, the key tables and the peer registry); memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC
     // domain's), which regions, windows and everything above hold instead of the handles.
-    ("memory", &["shm", "shm::fifo", "shm::lock", "shm::cma", "shm::counters", "shm::stats", "shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::keyspace", "mr::access", "mr::proxy", "mr::domain", "mr::dm", "mr", "mw"]),
+    ("memory", &["shm", "shm::fifo", "shm::lock", "shm::cma", "shm::counters", "shm::stats", "shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::keyspace", "mr::access", "mr::proxy", "mr::domain", "mr::dm", "mr::native", "mr", "mw"]),
     // Completion and receive rings; work requests and QP attributes as data (a UD work
     // request carries an address vector, `rings::qp_attr`).
     ("rings", &["rings", "rings::wc", "rings::completion_ring", "rings::producer_gate", "rings::cq_segment", "rings::deferred_notify", "rings::qp_attr", "rings::wr", "rings::recv_ring", "rings::tag_list"]),
     // The engine that executes work requests; what it asks of the device and the
     // transports, as traits they implement (`qp::device`).
-    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::acks", "qp::local", "qp::transition", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "cq::native", "event", "qp::srq", "progress"]),
+    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::acks", "qp::local", "qp::transition", "qp::batch", "qp::device", "qp::native", "qp", "cq", "cq::ex", "cq::channel", "cq::native", "event", "qp::srq", "progress"]),
     // Transports: how a request reaches its responder.
     ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::deliver", "transport::link", "transport::respond", "transport::rendezvous", "transport::route", "transport::target", "transport::udp", "transport::udp::faults", "transport::udp::group", "transport::udp::relay", "transport::udp::rx", "transport::udp::socket", "transport::udp::takeover", "transport::udp::trace", "transport::dispatch", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature

@@ -23,6 +23,8 @@ pub(crate) mod state;
 pub(crate) mod transition;
 pub(crate) mod sq;
 pub(crate) mod srq;
+#[cfg(feature = "rdma-core")]
+pub(crate) mod native;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -347,15 +349,25 @@ impl QpInner {
 /// A queue pair (`struct ibv_qp`). Cloning shares it.
 #[derive(Clone)]
 pub struct Qp {
-    inner: Arc<QpInner>,
+    repr: Repr,
+}
+
+/// What a [`Qp`] is: the soft device's, or (feature `rdma-core`) one of the rdma-core
+/// backend. Without the feature the one variant costs nothing; with it the soft post
+/// path pays one predictable branch.
+#[derive(Clone)]
+enum Repr {
+    Soft(Arc<QpInner>),
+    #[cfg(feature = "rdma-core")]
+    Native(Arc<dyn native::NativeQp>),
 }
 
 impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Qp")
-            .field("qp_num", &self.inner.qpn)
-            .field("qp_type", &self.inner.qp_type)
-            .field("state", &self.inner.state())
+            .field("qp_num", &self.qp_num())
+            .field("qp_type", &self.qp_type())
+            .field("state", &self.state())
             .finish()
     }
 }
@@ -417,7 +429,10 @@ impl Qp {
 
     /// Runs `f` with the hold on the parent domain the QP was created on, if any.
     pub(crate) fn parent_use<R>(&self, f: impl FnOnce(Option<&ParentHold>) -> R) -> R {
-        f(self.inner.parent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref())
+        match self.inner() {
+            Ok(q) => f(q.parent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref()),
+            Err(_) => f(None),
+        }
     }
 
     /// As [`Qp::new`], for an XRC target QP of domain `xrcd` too, and for a QP created on
@@ -583,45 +598,90 @@ impl Qp {
             use crate::sanitizer::Queue;
             crate::sanitizer::completes_to(&[(send_cq, Queue::Send, qpn, sends), (recv_cq, Queue::Recv, qpn, cap.max_recv_wr)]);
         }
-        Ok(Qp { inner })
+        Ok(Qp { repr: Repr::Soft(inner) })
     }
 
     pub(crate) fn from_inner(inner: Arc<QpInner>) -> Self {
-        Qp { inner }
+        Qp { repr: Repr::Soft(inner) }
     }
 
-    pub(crate) fn inner(&self) -> &Arc<QpInner> {
-        &self.inner
+    /// A QP of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(qp: Arc<dyn native::NativeQp>) -> Self {
+        Qp { repr: Repr::Native(qp) }
+    }
+
+    /// The backend's QP, for a QP of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn native(&self) -> Option<&Arc<dyn native::NativeQp>> {
+        match &self.repr {
+            Repr::Soft(_) => None,
+            Repr::Native(qp) => Some(qp),
+        }
+    }
+
+    /// The soft QP's state; `EOPNOTSUPP` for a QP of the rdma-core backend (what its
+    /// caller does, the backend does not offer).
+    pub(crate) fn inner(&self) -> Result<&Arc<QpInner>> {
+        match &self.repr {
+            Repr::Soft(inner) => Ok(inner),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(Error::native_unsupported("a verb of the soft device")),
+        }
     }
 
     /// The QP number (24 bits, unique on the device).
     pub fn qp_num(&self) -> u32 {
-        self.inner.qpn
+        match &self.repr {
+            Repr::Soft(inner) => inner.qpn,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.qp_num(),
+        }
     }
 
     /// The transport.
     pub fn qp_type(&self) -> QpType {
-        self.inner.qp_type
+        match &self.repr {
+            Repr::Soft(inner) => inner.qp_type,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.qp_type(),
+        }
     }
 
     /// The current state.
     pub fn state(&self) -> QpState {
-        self.inner.state()
+        match &self.repr {
+            Repr::Soft(inner) => inner.state(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.state(),
+        }
     }
 
     /// The capabilities granted at creation (ibv_create_qp(3) writes them back).
     pub fn cap(&self) -> QpCap {
-        self.inner.cap
+        match &self.repr {
+            Repr::Soft(inner) => inner.cap,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.cap(),
+        }
     }
 
     /// The `qp_context` given at creation.
     pub fn qp_context(&self) -> usize {
-        self.inner.qp_context.load(Ordering::Relaxed)
+        match &self.repr {
+            Repr::Soft(inner) => inner.qp_context.load(Ordering::Relaxed),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.qp_context(),
+        }
     }
 
     /// Whether signaling is for all send work requests.
     pub fn sq_sig_all(&self) -> bool {
-        self.inner.sq_sig_all
+        match &self.repr {
+            Repr::Soft(inner) => inner.sq_sig_all,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.sq_sig_all(),
+        }
     }
 
     /// Changes attributes and possibly the state (ibv_modify_qp(3)).
@@ -637,8 +697,14 @@ impl Qp {
     /// Rule: the call is validated, then planned, then applied once its state change is
     /// won (`qp::state`): if another writer (a peer's ERR, a failed send's SQE) changed the
     /// state in between, the call fails and no attribute it named has changed.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        let q = &self.inner;
+        let q = match &self.repr {
+            Repr::Soft(q) => q,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => return qp.modify(attr, mask),
+        };
         if let Some(e) = crate::fault_plan::fail(q.slot(), Verb::ModifyQp, Some(q.qpn), None) {
             return Err(e);
         }
@@ -660,9 +726,19 @@ impl Qp {
     }
 
     /// The QP's attributes (ibv_query_qp(3)); `cur_qp_state` and `qp_state` are the real
-    /// state and `sq_draining` says whether an SQD drain is under way.
+    /// state and `sq_draining` says whether an SQD drain is under way. On the rdma-core
+    /// backend, ibv_query_qp(3) with every attribute; should the provider fail it (a QP
+    /// it lost), the default attributes with the state the QP was last left in.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn query(&self) -> QpAttr {
-        let q = &self.inner;
+        let q = match &self.repr {
+            Repr::Soft(q) => q,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => {
+                return qp.query().unwrap_or_else(|_| QpAttr { qp_state: qp.state(), cur_qp_state: qp.state(), cap: qp.cap(), ..QpAttr::default() })
+            }
+        };
         let mut a = *q.attrs.lock().expect("qp attrs");
         let state = q.state();
         a.qp_state = state;
@@ -697,11 +773,18 @@ impl Qp {
         self.post_send_inner(wrs, false)
     }
 
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     fn post_send_inner(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = match &self.repr {
+            Repr::Soft(q) => q,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => return qp.post_send(wrs),
+        };
         if crate::sanitizer::on() {
-            return self.post_send_sanitized(wrs, keep);
+            return self.post_send_sanitized(q, wrs, keep);
         }
-        self.post_send_plain(wrs, keep)
+        self.post_send_plain(q, wrs, keep)
     }
 
     /// [`Qp::post_send`] with the sanitizer on (docs/sanitizer.md): a post the QP's state
@@ -711,18 +794,17 @@ impl Qp {
     /// path only tests the switch.
     #[cold]
     #[inline(never)]
-    fn post_send_sanitized(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
-        let q = &self.inner;
+    fn post_send_sanitized(&self, q: &Arc<QpInner>, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.qpn, state, wrs.first().map(|w| w.wr_id));
-            return self.post_send_plain(wrs, keep);
+            return self.post_send_plain(q, wrs, keep);
         }
         if !wrs.is_empty() {
             crate::sanitizer::send_posting(q.qpn, q.cap.max_send_wr);
         }
         let ticket = wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, wrs);
-        let result = self.post_send_plain(wrs, keep);
+        let result = self.post_send_plain(q, wrs, keep);
         if let Err(e) = &result {
             crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.qpn, ticket, e.index);
         }
@@ -730,8 +812,7 @@ impl Qp {
     }
 
     #[inline(always)]
-    fn post_send_plain(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
-        let q = &self.inner;
+    fn post_send_plain(&self, q: &Arc<QpInner>, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_send", state } });
@@ -809,25 +890,31 @@ impl Qp {
         self.post_recv_inner(wrs, false)
     }
 
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = match &self.repr {
+            Repr::Soft(q) => q,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => return qp.post_recv(wrs),
+        };
         if crate::sanitizer::on() {
-            return self.post_recv_sanitized(wrs, keep);
+            return self.post_recv_sanitized(q, wrs, keep);
         }
-        self.post_recv_plain(wrs, keep)
+        self.post_recv_plain(q, wrs, keep)
     }
 
     /// [`Qp::post_recv`] with the sanitizer on, as [`Qp::post_send_sanitized`].
     #[cold]
     #[inline(never)]
-    fn post_recv_sanitized(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
-        let q = &self.inner;
+    fn post_recv_sanitized(&self, q: &Arc<QpInner>, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if state == QpState::Reset {
             crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.qpn, state, wrs.first().map(|w| w.wr_id));
-            return self.post_recv_plain(wrs, keep);
+            return self.post_recv_plain(q, wrs, keep);
         }
         let ticket = wr::track_recvs(q.pd.endpoint(), crate::sanitizer::Queue::Recv, q.qpn, wrs);
-        let r = self.post_recv_plain(wrs, keep);
+        let r = self.post_recv_plain(q, wrs, keep);
         if let Err(e) = &r {
             crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.qpn, ticket, e.index);
         }
@@ -835,8 +922,7 @@ impl Qp {
     }
 
     #[inline(always)]
-    fn post_recv_plain(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
-        let q = &self.inner;
+    fn post_recv_plain(&self, q: &Arc<QpInner>, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if state == QpState::Reset {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_recv", state } });
@@ -886,7 +972,7 @@ impl Qp {
             return Err(Error::invalid(verb, Rule::BindNeedsMr));
         }
         if let Some(mr) = bind.mr {
-            if !Arc::ptr_eq(&mr.inner().pd(), &mw.inner().pd) {
+            if !Arc::ptr_eq(&mr.inner()?.pd(), &mw.inner().pd) {
                 return Err(Error::PermissionDenied { verb, why: "region and window in different PDs" });
             }
         }
@@ -917,7 +1003,10 @@ impl Qp {
     /// region of this process is reached that way now (regions allocated by the library
     /// or made shareable, `RVERBS_SHARED_MR=1`, or `RVERBS_CMA=off`). RDMA READ responses
     /// are always placed by this process's ordered copy.
+    ///
+    /// On the rdma-core backend: 0, no guarantee (rverbs does not know the provider's).
     pub fn data_in_order(&self, op: WrOpcode, flags: u32) -> u32 {
+        let Ok(q) = self.inner() else { return 0 };
         const RETURN_CAPS: u32 = 1;
         const WHOLE_MSG: u32 = 1;
         const ALIGNED_128: u32 = 2;
@@ -935,9 +1024,9 @@ impl Qp {
                 | WrOpcode::Send
                 | WrOpcode::SendWithImm
                 | WrOpcode::SendWithInv
-        ) && (op.allowed_on(self.inner.qp_type) || self.inner.qp_type == QpType::XrcRecv);
+        ) && (op.allowed_on(q.qp_type) || q.qp_type == QpType::XrcRecv);
         let placed_by_peers = op != WrOpcode::RdmaRead;
-        let ordered = crate::mem::ORDERED && (!placed_by_peers || self.writer_is_here() || !self.inner.pd.endpoint().peers_copy_unordered());
+        let ordered = crate::mem::ORDERED && (!placed_by_peers || Self::writer_is_here(q) || !q.pd.endpoint().peers_copy_unordered());
         let caps = if answered && ordered { WHOLE_MSG | ALIGNED_128 } else { 0 };
         if flags & RETURN_CAPS != 0 {
             caps
@@ -948,8 +1037,7 @@ impl Qp {
 
     /// Whether only this process can write into this QP: it is connected (RTR or later)
     /// to a QP of this process.
-    fn writer_is_here(&self) -> bool {
-        let q = &self.inner;
+    fn writer_is_here(q: &QpInner) -> bool {
         if !matches!(q.qp_type, QpType::Rc | QpType::Uc | QpType::XrcRecv) {
             return false;
         }
@@ -960,9 +1048,11 @@ impl Qp {
 
     /// Destroys the QP (ibv_destroy_qp(3)) after every asynchronous event delivered for
     /// it has been acknowledged. Outstanding work requests are discarded without
-    /// completions; peers sending to it see no response.
+    /// completions; peers sending to it see no response. `EOPNOTSUPP` on the rdma-core
+    /// backend, whose QP is destroyed when its last handle goes (a `&self` destroy would
+    /// race with a post through a clone).
     pub fn destroy(&self) -> Result<()> {
-        let q = &self.inner;
+        let q = self.soft("destroy_qp")?;
         if q.mcast_attached.load(Ordering::Acquire) != 0 {
             return Err(Error::Busy { what: "queue pair attached to a multicast group" });
         }
@@ -1022,8 +1112,11 @@ impl Qp {
     }
 
     /// Acknowledges `n` asynchronous events about this QP (ibv_ack_async_event(3)).
+    /// Nothing on the rdma-core backend, which delivers no asynchronous event.
     pub fn ack_async_events(&self, n: u32) {
-        self.inner.async_events.ack(n);
+        if let Ok(q) = self.inner() {
+            q.async_events.ack(n);
+        }
     }
 
     /// The word the owner of the QP attached with [`Qp::set_cookie`] (0 until then).
@@ -1033,30 +1126,50 @@ impl Qp {
     /// language binding keeps the address of its own QP object here, as `container_of`
     /// does for a C provider).
     pub fn cookie(&self) -> usize {
-        self.inner.cookie.load(Ordering::Acquire)
+        match &self.repr {
+            Repr::Soft(q) => q.cookie.load(Ordering::Acquire),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.cookie(),
+        }
     }
 
     /// Attaches an opaque word to the QP, read back by [`Qp::cookie`] on any handle.
     pub fn set_cookie(&self, value: usize) {
-        self.inner.cookie.store(value, Ordering::Release);
+        match &self.repr {
+            Repr::Soft(q) => q.cookie.store(value, Ordering::Release),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.set_cookie(value),
+        }
     }
 
     /// What the owner posted on this QP and polled of its completions
     /// ([`crate::QpStats`]; docs/device.md, "Per-QP and per-CQ statistics"): all zero
     /// unless the device counts statistics (`DeviceConfig::stats`, `RVERBS_STATS=1`).
     pub fn stats(&self) -> crate::shm::stats::QpStats {
-        let q = &self.inner;
+        let Ok(q) = self.inner() else { return crate::shm::stats::QpStats { qpn: self.qp_num(), ..Default::default() } };
         q.pd.endpoint().stats.and_then(|s| s.qp_stats(q.qpn)).unwrap_or(crate::shm::stats::QpStats { qpn: q.qpn, ..Default::default() })
     }
 
-    /// Send work requests waiting to complete (a snapshot).
+    /// Send work requests waiting to complete (a snapshot; 0 on the rdma-core backend,
+    /// which does not see into a provider's queues).
     pub fn send_queue_len(&self) -> usize {
-        self.inner.sq.lock().len()
+        self.inner().map_or(0, |q| q.sq.lock().len())
     }
 
-    /// Receive work requests waiting (a snapshot; 0 with an SRQ).
+    /// Receive work requests waiting (a snapshot; 0 with an SRQ, and on the rdma-core
+    /// backend).
     pub fn recv_queue_len(&self) -> usize {
-        self.inner.rq.as_ref().map_or(0, RecvQueue::len)
+        self.inner().map_or(0, |q| q.rq.as_ref().map_or(0, RecvQueue::len))
+    }
+
+    /// The soft QP's state; `EOPNOTSUPP` naming `verb` on the rdma-core backend.
+    #[cfg_attr(not(feature = "rdma-core"), allow(unused_variables))]
+    fn soft(&self, verb: &'static str) -> Result<&Arc<QpInner>> {
+        match &self.repr {
+            Repr::Soft(inner) => Ok(inner),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(Error::native_unsupported(verb)),
+        }
     }
 }
 
