@@ -192,6 +192,7 @@ impl Ring {
 
     /// Publishes a CQE. With `overwrite` false a full ring refuses it (`PushError::Full`);
     /// with `overwrite` true the oldest entry is lost instead (IGNORE_OVERRUN).
+    #[inline]
     pub(crate) fn push(&self, data: &[u64; DATA_WORDS], overwrite: bool) -> Result<(), PushError> {
         let cap = self.capacity() as u64;
         let mut t = self.hdr().tail.load(Ordering::Relaxed);

@@ -179,6 +179,7 @@ impl Cqe {
         WcStatus::from_raw(u32::from(self.status)).unwrap_or(WcStatus::GeneralErr)
     }
 
+    #[inline]
     pub(crate) fn encode(&self) -> [u64; CQE_WORDS] {
         [
             self.wr_id,
