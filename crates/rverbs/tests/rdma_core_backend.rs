@@ -1,4 +1,7 @@
-//! The `rdma-core` backend (`rverbs::rdma_core`) run for real on a libibverbs device.
+//! The `rdma-core` backend run for real on a libibverbs device, through the public types
+//! (`rverbs::{Context, Pd, Cq, Qp, Mr, Ah, CompChannel}` on a device of
+//! `devices_of(Backend::RdmaCore)`), and its own types (`rverbs::rdma_core`) where their
+//! semantics differ (`destroy(self)`, the raw device list).
 //!
 //! It loads the libibverbs named by `RVERBS_LIBIBVERBS` (scripts/test.sh points it at the
 //! drop-in `libibverbs.so.1` of scripts/build-dropin.sh; any other device works too), so
@@ -11,7 +14,8 @@ use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use rverbs::rdma_core::{device_by_name, devices, Ah, CompChannel, Context, Cq, CqInit, Mr, Pd, Qp, QpInit};
+use rverbs::rdma_core::{self as backend, device_by_name, devices};
+use rverbs::{Ah, Backend, CompChannel, Context, Cq, CqInit, Mr, Pd, Qp, QpInit};
 use rverbs::{
     Access, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr,
     UdDest, Wc, WcFlags, WcOpcode, WcStatus,
@@ -24,10 +28,13 @@ const DEADLINE: Duration = Duration::from_secs(10);
 /// The bytes a UD receive buffer reserves for the GRH (ibv_post_recv(3)).
 const GRH_LEN: usize = 40;
 
+/// A context of libibverbs' first device, through the public types.
 fn open() -> Context {
-    let devs = devices().expect("libibverbs loads (RVERBS_LIBIBVERBS or libibverbs.so.1)");
+    let devs = rverbs::devices_of(Backend::RdmaCore).expect("libibverbs loads (RVERBS_LIBIBVERBS or libibverbs.so.1)");
     assert!(!devs.is_empty(), "libibverbs lists no device: set RVERBS_LIBIBVERBS to the drop-in (scripts/build-dropin.sh)");
-    devs[0].open().expect("ibv_open_device")
+    let ctx = devs[0].open().expect("ibv_open_device");
+    assert_eq!(ctx.backend(), Backend::RdmaCore);
+    ctx
 }
 
 /// The GID index and GID the loopback paths use: 127.0.0.1's entry if the table has one
@@ -138,7 +145,7 @@ fn region(pd: &Pd, len: usize) -> Mr {
 }
 
 #[test]
-fn the_device_is_listed_opened_and_queried() {
+fn the_backend_lists_opens_and_queries_the_device() {
     let devs = devices().expect("libibverbs loads");
     assert!(!devs.is_empty(), "no device");
     assert!(!devs[0].name().is_empty());
@@ -149,7 +156,7 @@ fn the_device_is_listed_opened_and_queried() {
     let port = ctx.query_port(PORT).expect("query_port");
     assert_eq!(port.state, rverbs::PortState::Active);
     assert!(port.gid_tbl_len > 0);
-    let (_, gid) = own_gid(&ctx);
+    let gid = ctx.query_gid(PORT, 0).expect("query_gid");
     assert_ne!(gid.0, [0; 16]);
     assert!(ctx.query_port(0).is_err(), "port 0 does not exist");
     // Chosen at run time by name.
@@ -364,19 +371,14 @@ fn an_armed_cq_wakes_its_completion_channel() {
     assert!(readable(&ch), "the channel's fd became readable");
     // The event is the public `CqEvent`, over the backend's CQ.
     let ev = ch.get_cq_event().expect("get_cq_event");
-    assert_eq!((ev.cq().cqe(), ev.cq_context()), (cq_b.cqe(), 0xfeed));
-    assert_eq!(ev.cq().context().backend(), rverbs::Backend::RdmaCore);
+    assert!(ev.cq().same_as(&cq_b));
+    assert_eq!(ev.cq_context(), 0xfeed);
     ev.ack();
     assert_eq!(one(&cq_b).wr_id(), 1);
-    // The CQ is held by the QP: destroying it now is EBUSY, and destroys nothing.
-    assert_eq!(cq_b.clone().destroy().expect_err("held").errno(), libc::EBUSY);
-    drop((a, b));
-    drop(cq_b);
-    ch.destroy().expect("the channel is free once its CQ is gone");
 }
 
 #[test]
-fn children_keep_their_parents_and_destroy_reports_errors() {
+fn children_keep_their_parents() {
     let p = rc_pair(Access::LOCAL_WRITE);
     let Pair { ctx, pd, a, b, cq_a, cq_b } = p;
     // The context, PD and CQs are held by the QPs: dropping the handles destroys nothing
@@ -386,11 +388,30 @@ fn children_keep_their_parents_and_destroy_reports_errors() {
     b.post_recv(&[RecvWr::new(1, &[mr.sge(0, 8).unwrap()])]).unwrap();
     a.post_send(&[SendWr::send(2, &[mr.sge(8, 8).unwrap()]).signaled()]).unwrap();
     assert_eq!(one(&cq_b).wr_id(), 1);
+    assert_eq!(mr.pd().handle(), pd.handle());
+    assert_eq!(a.pd().context().backend(), Backend::RdmaCore);
+    // `&self` destroys are the soft device's: on the backend, the last handle destroys.
+    assert_eq!(a.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
+    assert_eq!(mr.dereg().expect_err("dereg(&self)").errno(), libc::EOPNOTSUPP);
+}
+
+/// The backend's own types destroy by value (`destroy(self)`): now, or `EBUSY` while a
+/// handle, a child or an event holds the object.
+#[test]
+fn the_backends_own_destroy_is_ebusy_while_held() {
+    let ctx = devices().expect("libibverbs loads")[0].open().expect("open");
+    let pd = ctx.alloc_pd().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq(&backend::CqInit::new(8).channel(&ch)).unwrap();
+    let qp = pd.create_qp(&backend::QpInit::new(QpType::Rc, &cq, cap())).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     assert_eq!(pd.clone().dealloc().expect_err("in use").errno(), libc::EBUSY);
+    assert_eq!(cq.clone().destroy().expect_err("held by the QP").errno(), libc::EBUSY);
+    assert_eq!(ch.clone().destroy().expect_err("held by the CQ").errno(), libc::EBUSY);
     mr.dereg().expect("dereg_mr");
-    a.destroy().expect("destroy_qp");
-    b.destroy().expect("destroy_qp");
-    cq_b.destroy().expect("destroy_cq");
+    qp.destroy().expect("destroy_qp");
+    cq.destroy().expect("destroy_cq");
+    ch.destroy().expect("destroy_comp_channel");
     pd.dealloc().expect("dealloc_pd");
 }
 
@@ -412,6 +433,7 @@ fn the_public_types_open_a_libibverbs_device_and_create_in_it() {
     let dev = *devs.first().expect("libibverbs lists a device");
     assert_eq!(dev.backend(), Backend::RdmaCore);
     assert_eq!(dev.guid(), devices().unwrap()[0].guid(), "the same device as the backend lists");
+    assert_eq!(rverbs::device_by_name("no-such-device").expect_err("unknown").errno(), libc::EINVAL);
     assert!(dev.endpoint_dir().is_err_and(|e| e.errno() == libc::EOPNOTSUPP), "no endpoint of the soft device");
     let ctx = dev.open().expect("ibv_open_device");
     assert_eq!((ctx.backend(), ctx.device_name()), (Backend::RdmaCore, dev.name()));
@@ -458,8 +480,6 @@ fn the_public_types_open_a_libibverbs_device_and_create_in_it() {
     assert_eq!(cq.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
     assert_eq!(ch.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
     assert_eq!(cq.start_poll().expect_err("extended polling").errno(), libc::EOPNOTSUPP);
-    // Chosen by name: a name the soft device does not have is looked up in libibverbs.
-    assert_eq!(rverbs::device_by_name("no-such-device").expect_err("unknown").errno(), libc::EINVAL);
 }
 
 fn path_of(e: rverbs::GidEntry) -> AhAttr {
