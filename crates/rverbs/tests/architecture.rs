@@ -597,7 +597,7 @@ const PUBLIC_MODULES: &[(&str, &str)] = &[
     ("aio", "completions and asynchronous events as futures and streams on tokio's reactor (feature `tokio`) or async-io's (feature `async-io`)"),
     ("typed", "queue pairs with the transport in the type and work requests by opcode family (compile-time checks of ibv_post_send(3)'s rules)"),
     ("owned", "registered buffers the region owns and gives back, and the leases of the work requests posted from them (zero copy without unsafe; docs/rust-api.md, Owned buffers)"),
-    ("rdma_core", "the rdma-core backend (feature `rdma-core`): the verbs objects over any libibverbs device, loaded at run time, beside the soft device's objects of the same names (docs/rdma-core-backend.md)"),
+    ("rdma_core", "the rdma-core backend (feature `rdma-core`): the verbs objects over any libibverbs device, loaded at run time, which the public types dispatch to for a device of Backend::RdmaCore (docs/rdma-core-backend.md)"),
     ("c_abi", "the C structs of <infiniband/verbs.h> to and from the value types, both ways (feature `c-abi`): the one home of the drop-in C library's and the rdma-core backend's conversions"),
     ("fuzzing", "the fuzz harnesses' entry into private code: feature `fuzzing` only, hidden from the documentation"),
 ];
