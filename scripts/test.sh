@@ -41,17 +41,19 @@ cargo test --workspace --doc
 # In the same build (one compile of rverbs with the optional features), the rdma-core
 # backend (feature `rdma-core`, docs/rdma-core-backend.md) runs for real: it loads the
 # drop-in libibverbs.so.1 as it would any libibverbs (RVERBS_LIBIBVERBS), and fails
-# when that lists no device.
+# when that lists no device; the examples rc_pingpong, ud_send, uc_write, cq_events and
+# typed_atomics run through the public types on it (tests/rdma_core_examples.rs sets
+# RVERBS_BACKEND=rdma-core for its own processes).
 dropin=$(bash scripts/build-dropin.sh)
 export RVERBS_LIBIBVERBS="$dropin/libibverbs.so.1"
 features=rverbs/tokio,rverbs/async-io,rverbs/rdma-core,rverbs-cm/tokio,rverbs-cm/async-io
 if cargo nextest --version >/dev/null 2>&1; then
 	cargo nextest run -p rverbs -p rverbs-cm --features "$features" --no-fail-fast \
-		-E 'binary(aio) | binary(aio_any_executor) | binary(async_echo) | binary(stream) | binary(stream_any_executor) | binary(stream_echo) | binary(rdma_core_backend)'
+		-E 'binary(aio) | binary(aio_any_executor) | binary(async_echo) | binary(stream) | binary(stream_any_executor) | binary(stream_echo) | binary(rdma_core_backend) | binary(rdma_core_examples)'
 else
 	cargo test -p rverbs -p rverbs-cm --features "$features" --no-fail-fast \
 		--test aio --test aio_any_executor --test stream --test stream_any_executor --example async_echo --example stream_echo \
-		--test rdma_core_backend
+		--test rdma_core_backend --test rdma_core_examples
 fi
 unset RVERBS_LIBIBVERBS
 # The API documentation builds without a warning (broken or private intra-doc links),

@@ -41,8 +41,14 @@ use rverbs::{CompChannel, Context, Cq, CqInit, QpInit, QpType, SendWr, Wc, WcExF
 const MESSAGES: u64 = 4;
 const CQ_CONTEXT: usize = 0xb0b;
 
-fn main() -> Result {
+pub fn main() -> Result {
     completion_channel()?;
+    // Extended CQs are the soft device's: the rdma-core backend makes none
+    // (docs/rdma-core-backend.md), so on a libibverbs device part 2 is left out.
+    if open()?.backend() == rverbs::Backend::RdmaCore {
+        println!("-- extended CQ: not offered by the rdma-core backend, left out");
+        return Ok(());
+    }
     extended_cq()?;
     println!("cq_events: all checks passed");
     Ok(())

@@ -36,7 +36,7 @@ const RDMA_OFF: usize = 48 * 1024;
 const ATOMIC_OFF: usize = 60 * 1024; // 8-byte aligned, as atomics require
 const RESULT_OFF: usize = 61 * 1024;
 
-fn main() -> Result {
+pub fn main() -> Result {
     let (a, b) = connected_pair(QpType::Rc)?;
     println!("RC QPs connected: a = {:#x}, b = {:#x}", a.qp.qp_num(), b.qp.qp_num());
 

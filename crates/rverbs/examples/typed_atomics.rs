@@ -27,7 +27,7 @@ const LOCK: u64 = 0;
 const COUNTER: u64 = 8;
 const ROUNDS: u64 = 50;
 
-fn main() -> Result {
+pub fn main() -> Result {
     let (client, server) = connected_pair(QpType::Rc)?;
     let qp = match TypedQp::<Rc>::from_qp(client.qp.clone()) {
         Ok(qp) => qp,

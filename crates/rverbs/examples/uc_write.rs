@@ -27,7 +27,7 @@ use rverbs::{QpState, QpType, SendWr, WcFlags, WcOpcode};
 
 const WRITE_OFF: usize = 32 * 1024;
 
-fn main() -> Result {
+pub fn main() -> Result {
     let (a, b) = connected_pair(QpType::Uc)?;
     println!("UC QPs connected: a = {:#x}, b = {:#x}", a.qp.qp_num(), b.qp.qp_num());
 

@@ -37,7 +37,7 @@ use rverbs::{Ah, AhAttr, Context, Gid, GlobalRoute, QpType, SendWr, Wc, WcFlags,
 const GRH_LEN: usize = 40;
 const PAYLOAD: usize = 1000;
 
-fn main() -> Result {
+pub fn main() -> Result {
     let a = ud_endpoint()?;
     let b = ud_endpoint()?;
     println!("UD QPs ready: a = {:#x}, b = {:#x}, Q_Key {QKEY:#x}", a.qp.qp_num(), b.qp.qp_num());
@@ -210,7 +210,11 @@ fn reply_to_a(a: &Endpoint, b: &Endpoint, to_a: &Ah, a_qpn: u32) -> Result {
     b.qp.post_send(&[SendWr::send(2, &sge).ud(to_a, a_qpn, QKEY ^ 1).signaled()])?;
     expect_ok(&b.cq, 2, WcOpcode::Send)?; // UD completes when sent, delivered or not
     expect_empty(&a.cq, "a datagram with the wrong Q_Key is dropped")?;
-    check_eq("receives still posted at a", a.qp.recv_queue_len(), 1)?;
+    // The soft device shows its receive queue; a libibverbs provider's is not seen
+    // (rverbs::Qp::recv_queue_len is 0 there), so the reply below is the proof.
+    if a.ctx.backend() == rverbs::Backend::Soft {
+        check_eq("receives still posted at a", a.qp.recv_queue_len(), 1)?;
+    }
     println!("reply with Q_Key {:#x}: dropped by a, its receive still posted", QKEY ^ 1);
 
     b.qp.post_send(&[SendWr::send(3, &sge).ud(to_a, a_qpn, QKEY).signaled()])?;

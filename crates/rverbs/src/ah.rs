@@ -31,43 +31,74 @@ impl Drop for AhInner {
 /// An address handle (`struct ibv_ah`). Cloning shares it.
 #[derive(Clone)]
 pub struct Ah {
-    inner: Arc<AhInner>,
+    repr: Repr,
+}
+
+/// What an [`Ah`] is: the soft device's, or (feature `rdma-core`) one of the rdma-core
+/// backend.
+#[derive(Clone)]
+enum Repr {
+    Soft(Arc<AhInner>),
+    #[cfg(feature = "rdma-core")]
+    Native(crate::rdma_core::Ah),
 }
 
 impl std::fmt::Debug for Ah {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ah").field("attr", &self.inner.av.attr).finish()
+        f.debug_struct("Ah").field("attr", &self.attr()).finish()
     }
 }
 
 impl Ah {
     /// Creates an address handle (ibv_create_ah(3)).
     pub fn new(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
-        if let Some(e) = crate::fault_plan::fail(pd.inner().endpoint().slot, rverbs_proto::verb_fault::Verb::CreateAh, None, None) {
+        #[cfg(feature = "rdma-core")]
+        if let Some(pd) = pd.native() {
+            return Ok(Ah { repr: Repr::Native(crate::rdma_core::Ah::new(pd, attr)?) });
+        }
+        let core = pd.inner()?;
+        if let Some(e) = crate::fault_plan::fail(core.endpoint().slot, rverbs_proto::verb_fault::Verb::CreateAh, None, None) {
             return Err(e);
         }
-        attr.check("create_ah", crate::device::of(&pd.inner().ctx).gids.len())?;
-        pd.inner().hold()?;
+        attr.check("create_ah", crate::device::of(&core.ctx).gids.len())?;
+        core.hold()?;
         Ok(Ah {
-            inner: Arc::new(AhInner {
-                pd: pd.inner().clone(),
-                av: AddressVector { attr: *attr, pd: pd.inner().id },
+            repr: Repr::Soft(Arc::new(AhInner {
+                pd: core.clone(),
+                av: AddressVector { attr: *attr, pd: core.id },
                 destroyed: AtomicBool::new(false),
-            }),
+            })),
         })
+    }
+
+    /// The soft handle's state; `EOPNOTSUPP` (naming `verb`) on the rdma-core backend.
+    #[cfg_attr(not(feature = "rdma-core"), allow(unused_variables))]
+    fn soft(&self, verb: &'static str) -> Result<&Arc<AhInner>> {
+        match &self.repr {
+            Repr::Soft(inner) => Ok(inner),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(crate::Error::native_unsupported(verb)),
+        }
     }
 
     /// The address vector.
     pub fn attr(&self) -> AhAttr {
-        self.inner.av.attr
+        match &self.repr {
+            Repr::Soft(inner) => inner.av.attr,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(ah) => ah.attr(),
+        }
     }
 
     /// Destroys the handle (ibv_destroy_ah(3)); sends already posted keep working.
+    /// `EOPNOTSUPP` on the rdma-core backend, whose handle is destroyed when its last
+    /// clone is dropped.
     pub fn destroy(&self) -> Result<()> {
-        if self.inner.destroyed.swap(true, Ordering::AcqRel) {
+        let inner = self.soft("destroy_ah")?;
+        if inner.destroyed.swap(true, Ordering::AcqRel) {
             return Err(Error::Destroyed { what: "address handle" });
         }
-        self.inner.pd.release();
+        inner.pd.release();
         Ok(())
     }
 }
@@ -76,6 +107,10 @@ impl Ah {
 /// carries (`SendWr::ud(&ah, …)`, `WrBatch::set_ud_addr(&ah, …)`, [`crate::UdDest`]).
 impl<'a> From<&'a Ah> for &'a AddressVector {
     fn from(ah: &'a Ah) -> &'a AddressVector {
-        &ah.inner.av
+        match &ah.repr {
+            Repr::Soft(inner) => &inner.av,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(ah) => ah.into(),
+        }
     }
 }

@@ -240,10 +240,10 @@ impl AsyncCq {
     /// Errors: `Invalid` if `cq` does not report to `channel`, or other CQs do;
     /// those of [`AsyncChannel::new`].
     pub fn new(cq: Cq, channel: CompChannel) -> Result<AsyncCq> {
-        if !cq.inner().channel_is(channel.inner()) {
+        if !cq.inner()?.channel_is(channel.inner()?) {
             return Err(Error::invalid("AsyncCq::new", Rule::NotTheCqsChannel));
         }
-        let cqs = channel.inner().users();
+        let cqs = channel.inner()?.users();
         if cqs != 1 {
             return Err(Error::invalid("AsyncCq::new", Rule::SharedChannel { cqs }));
         }

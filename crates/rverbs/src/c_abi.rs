@@ -42,6 +42,22 @@ pub fn gid_entry(e: &GidEntry) -> ibv_gid_entry {
     }
 }
 
+/// A `struct ibv_gid_entry` as a core GID table entry; a type this crate does not name
+/// (none other exists in rdma-core 44) reads as RoCE v2.
+pub fn gid_entry_from_c(e: &ibv_gid_entry) -> GidEntry {
+    GidEntry {
+        gid: gid_from_c(&e.gid),
+        index: e.gid_index,
+        port: e.port_num,
+        gid_type: match e.gid_type {
+            IBV_GID_TYPE_IB => GidType::Ib,
+            IBV_GID_TYPE_ROCE_V1 => GidType::RoceV1,
+            _ => GidType::RoceV2,
+        },
+        ifindex: e.ndev_ifindex,
+    }
+}
+
 /// A `u32` limit as the `int` field C declares.
 fn int(v: u32) -> c_int {
     c_int::try_from(v).unwrap_or(c_int::MAX)

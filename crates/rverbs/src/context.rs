@@ -25,8 +25,15 @@ impl Device {
     ///
     /// Errors: those the fault plan injects (`fail=open_device:ENOMEM`; `EIO` once an
     /// injected DEVICE_FATAL killed the device, docs/fault-injection.md).
+    ///
+    /// A device of the rdma-core backend opens through libibverbs (ibv_open_device(3));
+    /// its errors are libibverbs' `errno`.
     pub fn open(&self) -> Result<Context> {
         use rverbs_proto::verb_fault::Verb;
+        #[cfg(feature = "rdma-core")]
+        if let Some(dev) = self.native().and_then(|d| d.as_any().downcast_ref::<crate::rdma_core::Device>()) {
+            return Ok(Context { repr: Repr::Native(dev.open()?) });
+        }
         let dev = self.inner()?;
         if let Some(e) = crate::fault_plan::fail(dev.endpoint.slot, Verb::OpenDevice, None, None) {
             return Err(e);
@@ -48,12 +55,21 @@ impl Device {
 /// The context's state is its core (`mr::domain::ContextCore`), which the CQs, PDs and
 /// the objects in them hold; the device it is open on is read back from the core.
 pub struct Context {
-    inner: Arc<ContextCore>,
+    repr: Repr,
+}
+
+/// What a [`Context`] is: the soft device's context core, or (feature `rdma-core`) a
+/// context libibverbs opened. Without the feature the one variant costs nothing.
+#[derive(Clone)]
+enum Repr {
+    Soft(Arc<ContextCore>),
+    #[cfg(feature = "rdma-core")]
+    Native(crate::rdma_core::Context),
 }
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("device", &self.dev().name).finish()
+        f.debug_struct("Context").field("device", &self.device_name()).field("backend", &self.backend()).finish()
     }
 }
 
@@ -68,30 +84,69 @@ impl Context {
         if crate::sanitizer::on() {
             crate::sanitizer::created(crate::sanitizer::Kind::Context, id, None);
         }
-        Ok(Context { inner: Arc::new(ContextCore::new(id, &dev.endpoint, events, dev)).listed() })
+        Ok(Context { repr: Repr::Soft(Arc::new(ContextCore::new(id, &dev.endpoint, events, dev)).listed()) })
     }
 
-    pub(crate) fn inner(&self) -> &Arc<ContextCore> {
-        &self.inner
+    /// The soft context's core; `EOPNOTSUPP` for a context of the rdma-core backend
+    /// (what its caller does, the backend does not offer).
+    pub(crate) fn inner(&self) -> Result<&Arc<ContextCore>> {
+        match &self.repr {
+            Repr::Soft(core) => Ok(core),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(crate::Error::native_unsupported("a verb of the soft device")),
+        }
+    }
+
+    /// The backend's context, for a context of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn native(&self) -> Option<&crate::rdma_core::Context> {
+        match &self.repr {
+            Repr::Soft(_) => None,
+            Repr::Native(n) => Some(n),
+        }
+    }
+
+    /// The public context of a context of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(ctx: crate::rdma_core::Context) -> Self {
+        Context { repr: Repr::Native(ctx) }
     }
 
     pub(crate) fn from_inner(inner: Arc<ContextCore>) -> Self {
-        Context { inner }
+        Context { repr: Repr::Soft(inner) }
     }
 
-    /// The device the context is open on.
-    pub(crate) fn dev(&self) -> &'static DeviceInner {
-        crate::device::of(&self.inner)
+    /// The device the soft context is open on; `EOPNOTSUPP` for the rdma-core backend.
+    pub(crate) fn dev(&self) -> Result<&'static DeviceInner> {
+        Ok(crate::device::of(self.inner()?))
+    }
+
+    /// The implementation behind the context: that of the device it was opened on
+    /// ([`Device::backend`]).
+    pub fn backend(&self) -> crate::Backend {
+        match &self.repr {
+            Repr::Soft(_) => crate::Backend::Soft,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => crate::Backend::RdmaCore,
+        }
     }
 
     /// The name of the device the context is open on.
     pub fn device_name(&self) -> &'static str {
-        self.dev().name
+        match &self.repr {
+            Repr::Soft(core) => crate::device::of(core).name,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(n) => n.device_name(),
+        }
     }
 
     /// Device attributes (ibv_query_device(3), ibv_query_device_ex(3)).
     pub fn query_device(&self) -> DeviceAttr {
-        self.dev().attr()
+        match &self.repr {
+            Repr::Soft(core) => crate::device::of(core).attr(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(n) => n.query_device(),
+        }
     }
 
     /// Injects faults into the RoCEv2 packets this process sends to other hosts,
@@ -103,7 +158,7 @@ impl Context {
     /// Errors: `EOPNOTSUPP` when the device has no network transport (no address could be
     /// bound, or `RVERBS_NET=off`).
     pub fn set_network_faults(&self, cfg: rverbs_proto::fault::FaultConfig) -> Result<()> {
-        let Some(net) = self.dev().net.as_ref() else {
+        let Some(net) = self.dev()?.net.as_ref() else {
             return Err(Error::unsupported("set_network_faults", "no network transport on this device"));
         };
         net.set_faults(cfg);
@@ -115,16 +170,27 @@ impl Context {
     /// first opened the device (a forked child that uses the device has its own), under
     /// rxe's names (`/sys/class/infiniband/<dev>/ports/1/hw_counters/`, `rdma statistic
     /// show`). Other processes read them with [`crate::host_counters`] (`rverbs stat`).
+    /// All zero on a context of the rdma-core backend: its provider's counters are the
+    /// kernel's (sysfs `hw_counters`), which rverbs does not read.
     pub fn counters(&self) -> crate::shm::counters::Counters {
-        self.inner.endpoint.counters.snapshot()
+        match &self.repr {
+            Repr::Soft(core) => core.endpoint.counters.snapshot(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => crate::shm::counters::Counters::default(),
+        }
     }
 
     /// Attributes of `port` (ibv_query_port(3)).
     ///
-    /// Errors: `EINVAL` for any port but 1.
+    /// Errors: `EINVAL` for any port but 1 (on the rdma-core backend, for a port the
+    /// device lacks).
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        #[cfg(feature = "rdma-core")]
+        if let Some(n) = self.native() {
+            return n.query_port(port);
+        }
         check_port("query_port", port)?;
-        Ok(self.dev().port_attr())
+        Ok(self.dev()?.port_attr())
     }
 
     /// The GID at `index` of `port` (ibv_query_gid(3)).
@@ -132,22 +198,36 @@ impl Context {
     /// Rule: an index inside the table but without an entry reads as the zero GID.
     /// Errors: `EINVAL` for a bad port or an index ≥ `gid_tbl_len`.
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        #[cfg(feature = "rdma-core")]
+        if let Some(n) = self.native() {
+            return n.query_gid(port, index);
+        }
         Ok(self.query_gid_ex(port, index)?.gid)
     }
 
     /// The GID table entry at `index` of `port` (ibv_query_gid_ex(3)).
     pub fn query_gid_ex(&self, port: u8, index: u32) -> Result<GidEntry> {
+        #[cfg(feature = "rdma-core")]
+        if let Some(n) = self.native() {
+            return n.query_gid_ex(port, index);
+        }
         check_port("query_gid", port)?;
-        self.dev()
-            .gids
-            .get(index as usize)
-            .copied()
-            .ok_or(Error::invalid("query_gid", Rule::GidIndex { index, len: self.dev().gids.len() as u32 }))
+        let dev = self.dev()?;
+        dev.gids.get(index as usize).copied().ok_or(Error::invalid("query_gid", Rule::GidIndex { index, len: dev.gids.len() as u32 }))
     }
 
-    /// The whole GID table (ibv_query_gid_table(3)).
+    /// The whole GID table (ibv_query_gid_table(3)): its entries that hold a GID. On the
+    /// rdma-core backend, port 1's entries ibv_query_gid_ex(3) reads, up to
+    /// `gid_tbl_len` (none when the port cannot be queried).
     pub fn query_gid_table(&self) -> Vec<GidEntry> {
-        self.dev().gids.clone()
+        match &self.repr {
+            Repr::Soft(core) => crate::device::of(core).gids.clone(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(n) => {
+                let len = n.query_port(1).map_or(0, |p| p.gid_tbl_len);
+                (0..len).filter_map(|i| n.query_gid_ex(1, i).ok()).collect()
+            }
+        }
     }
 
     /// The GID-table entry of `ip`, an address of this host, or `None` when no entry
@@ -162,13 +242,26 @@ impl Context {
             std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
             v4 => v4,
         };
-        let entry = |want: Gid| self.dev().gids.iter().find(|e| e.port == 1 && e.gid == want).copied();
+        #[cfg(feature = "rdma-core")]
+        if self.native().is_some() {
+            // A NIC lists a RoCE v1 and a v2 entry of each address: v2's is the one of
+            // routable traffic.
+            let table = self.query_gid_table();
+            let entry = |want: Gid| {
+                let of = |e: &&GidEntry| e.port == 1 && e.gid == want;
+                table.iter().filter(of).find(|e| e.gid_type == crate::gid::GidType::RoceV2).or_else(|| table.iter().find(of)).copied()
+            };
+            return entry(Gid::from_ip(ip)).or_else(|| ip.is_loopback().then(|| entry(Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST))).flatten());
+        }
+        let Ok(dev) = self.dev() else { return None };
+        let entry = |want: Gid| dev.gids.iter().find(|e| e.port == 1 && e.gid == want).copied();
         // A loopback address a device serves itself (`DeviceConfig::addresses`) is its own.
         entry(Gid::from_ip(ip)).or_else(|| ip.is_loopback().then(|| entry(Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST))).flatten())
     }
 
     /// The P_Key at `index` of `port` (ibv_query_pkey(3)): the default 0xFFFF at index 0.
     pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        self.inner()?;
         check_port("query_pkey", port)?;
         if index == 0 {
             Ok(0xffff)
@@ -178,16 +271,39 @@ impl Context {
     }
 
     /// The device clock in nanoseconds and the wall clock (ibv_query_rt_values_ex(3)).
+    /// On the rdma-core backend, the soft device's clock (the host's), not the NIC's.
     pub fn query_rt_values(&self) -> crate::clock::RtValues {
         crate::clock::rt_values()
     }
 
     /// Creates a completion queue (ibv_create_cq(3), ibv_create_cq_ex(3)).
+    ///
+    /// On the rdma-core backend: `cqe`, `cq_context`, `comp_vector` and a channel of the
+    /// same context; other `wc_flags` than the standard ones and creation flags (an
+    /// extended CQ) are `EOPNOTSUPP`, and so is a parent domain's CQ.
     pub fn create_cq(&self, init: &CqInit) -> Result<Cq> {
-        if let Some(e) = crate::fault_plan::fail(self.inner.endpoint.slot, rverbs_proto::verb_fault::Verb::CreateCq, None, None) {
+        #[cfg(feature = "rdma-core")]
+        if let Some(n) = self.native() {
+            if !crate::cq::WcExFlags::STANDARD.contains(init.wc_flags) || !init.flags.is_empty() {
+                return Err(Error::native_unsupported("create_cq_ex"));
+            }
+            let channel = match init.channel {
+                Some(ch) => {
+                    let native = ch.native().and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::CompChannel>());
+                    Some(native.ok_or(Error::invalid("create_cq", Rule::ForeignContext { what: "completion channel" }))?)
+                }
+                None => None,
+            };
+            let mut ci = crate::rdma_core::CqInit::new(init.cqe).cq_context(init.cq_context);
+            ci.comp_vector = init.comp_vector;
+            ci.channel = channel;
+            return Ok(Cq::from_native(Arc::new(n.create_cq(&ci)?)));
+        }
+        let core = self.inner()?;
+        if let Some(e) = crate::fault_plan::fail(core.endpoint.slot, rverbs_proto::verb_fault::Verb::CreateCq, None, None) {
             return Err(e);
         }
-        Cq::new(self.inner.clone(), &self.dev().cqs, init)
+        Cq::new(core.clone(), &crate::device::of(core).cqs, init)
     }
 
     /// Allocates `len` bytes of device memory aligned to `2^log_align_req` bytes
@@ -198,43 +314,60 @@ impl Context {
     /// `ENOMEM` when it fits `max_dm_size` but this process's other allocations leave too
     /// little of it.
     pub fn alloc_dm(&self, len: usize, log_align_req: u32) -> Result<crate::mr::dm::Dm> {
-        if let Some(e) = crate::fault_plan::fatal(self.inner.endpoint.slot, "alloc_dm") {
+        let core = self.inner()?;
+        if let Some(e) = crate::fault_plan::fatal(core.endpoint.slot, "alloc_dm") {
             return Err(e);
         }
-        crate::mr::dm::Dm::alloc(self.inner.endpoint, len, log_align_req)
+        crate::mr::dm::Dm::alloc(core.endpoint, len, log_align_req)
     }
 
     /// Creates a completion channel (ibv_create_comp_channel(3)).
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        if let Some(e) = crate::fault_plan::fatal(self.inner.endpoint.slot, "create_comp_channel") {
+        #[cfg(feature = "rdma-core")]
+        if let Some(n) = self.native() {
+            return Ok(CompChannel::from_native(Arc::new(n.create_comp_channel()?)));
+        }
+        let core = self.inner()?;
+        if let Some(e) = crate::fault_plan::fatal(core.endpoint.slot, "create_comp_channel") {
             return Err(e);
         }
-        let dev = self.dev();
-        CompChannel::new(dev, &dev.cqs, self.inner.id)
+        let dev = crate::device::of(core);
+        CompChannel::new(dev, &dev.cqs, core.id)
     }
 
     /// Waits for the next asynchronous event (ibv_get_async_event(3)). Blocks unless
     /// [`Context::async_fd`] was made non-blocking, in which case an empty queue gives
     /// `Error::WouldBlock`.
     pub fn get_async_event(&self) -> Result<AsyncEvent> {
+        let core = self.inner()?;
         let mut rec = [0u8; RawAsyncEvent::LEN];
         loop {
-            self.inner.events().recv(&mut rec)?;
-            let dev = self.dev();
+            core.events().recv(&mut rec)?;
+            let dev = crate::device::of(core);
             if let Some(ev) = RawAsyncEvent::decode(&rec).and_then(|raw| AsyncEvent::deliver(raw, &dev.cqs, &dev.qps, &dev.srqs)) {
                 return Ok(ev);
             }
         }
     }
 
-    /// The fd that is readable while an asynchronous event is pending (`async_fd`).
+    /// The fd that is readable while an asynchronous event is pending (`async_fd`); on
+    /// the rdma-core backend, libibverbs' `ibv_context.async_fd` (whose events
+    /// [`Context::get_async_event`] does not read there: `EOPNOTSUPP`).
     pub fn async_fd(&self) -> BorrowedFd<'_> {
-        self.inner.events().fd()
+        match &self.repr {
+            Repr::Soft(core) => core.events().fd(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(n) => n.async_fd(),
+        }
     }
 
     /// Opaque per-context id, unique in the process.
     pub fn id(&self) -> u32 {
-        self.inner.id
+        match &self.repr {
+            Repr::Soft(core) => core.id,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(n) => n.id(),
+        }
     }
 }
 
@@ -250,6 +383,14 @@ impl AsFd for Context {
 impl Cq {
     /// The context the CQ belongs to.
     pub fn context(&self) -> Context {
-        Context::from_inner(self.inner().ctx.clone())
+        #[cfg(feature = "rdma-core")]
+        if let Some(cq) = self.native().and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::Cq>()) {
+            return Context::from_native(cq.context());
+        }
+        match self.inner() {
+            Ok(inner) => Context::from_inner(inner.ctx.clone()),
+            // A CQ is soft or the backend's: the arm above took the backend's.
+            Err(_) => unreachable!("a CQ of the rdma-core backend is an rdma_core::Cq"),
+        }
     }
 }

@@ -300,13 +300,13 @@ pub(crate) use crate::sys::{process_generation, GENERATIONS};
 /// forked child starts its own endpoint, as a process does).
 pub(crate) struct Slot {
     config: DeviceConfig,
-    /// The device [`devices`] lists (its generation `g` has device slot `g`); else one
+    /// The device [`crate::devices`] lists (its generation `g` has device slot `g`); else one
     /// [`DeviceConfig::open`] made, which takes a free device slot per generation.
     listed: bool,
     gens: [OnceLock<DeviceInner>; GENERATIONS],
 }
 
-/// The device [`devices`] lists, with the settings of the `RVERBS_*` variables.
+/// The device [`crate::devices`] lists, with the settings of the `RVERBS_*` variables.
 fn listed() -> &'static Slot {
     static LISTED: OnceLock<&'static Slot> = OnceLock::new();
     LISTED.get_or_init(|| Slot::new(DeviceConfig::from_env(), true))
@@ -715,7 +715,7 @@ fn eui64(mac: [u8; 6]) -> [u8; 8] {
 }
 
 
-/// A device as listed by [`devices`], or opened with [`DeviceConfig::open`].
+/// A device as listed by [`crate::devices`], or opened with [`DeviceConfig::open`].
 ///
 /// Rule: ibv_get_device_list(3): devices stay valid after the list is freed; a device
 /// lives for the whole process. The handle names the device, not one process
@@ -724,30 +724,65 @@ fn eui64(mac: [u8; 6]) -> [u8; 8] {
 /// `fork` is in rdma-core).
 #[derive(Clone, Copy)]
 pub struct Device {
-    slot: &'static Slot,
+    at: At,
+}
+
+/// Which device a [`Device`] names: a soft one, or (feature `rdma-core`) one of
+/// libibverbs' (listed once and kept by `backend`).
+#[derive(Clone, Copy)]
+enum At {
+    Soft(&'static Slot),
+    #[cfg(feature = "rdma-core")]
+    Native(&'static dyn NativeDevice),
+}
+
+/// The implementation behind a [`Device`] and everything opened on it
+/// ([`Device::backend`], [`Context::backend`](crate::Context::backend)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// rverbs' own soft device, in this process.
+    Soft,
+    /// A device of libibverbs (mlx5, rxe, siw, efa, … or rverbs' drop-in
+    /// `libibverbs.so.1`) through the `rdma-core` backend (feature `rdma-core`).
+    RdmaCore,
+}
+
+/// A device of libibverbs' list as this layer sees it (the rdma-core backend's device
+/// implements it): its name and GUID, and itself for the layer that opens it.
+#[cfg(feature = "rdma-core")]
+pub(crate) trait NativeDevice: Send + Sync {
+    /// ibv_get_device_name(3).
+    fn name(&self) -> &str;
+    /// ibv_get_device_guid(3), in host order.
+    fn guid(&self) -> u64;
+    /// The backend's device.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Device").field("name", &self.name()).field("runtime_dir", &self.slot.config.runtime_dir).finish()
+        match self.at {
+            At::Soft(slot) => f.debug_struct("Device").field("name", &self.name()).field("runtime_dir", &slot.config.runtime_dir).finish(),
+            #[cfg(feature = "rdma-core")]
+            At::Native(d) => f.debug_struct("Device").field("name", &d.name()).field("backend", &Backend::RdmaCore).finish(),
+        }
     }
 }
 
-/// Lists the RDMA devices (ibv_get_device_list(3)): the built-in soft device, with the
-/// settings of the `RVERBS_*` variables ([`DeviceConfig::from_env`]). Devices a program
-/// configures itself are not listed: [`DeviceConfig::open`] returns them.
-pub fn devices() -> Result<Vec<Device>> {
-    let slot = listed();
-    slot.inner()?;
-    Ok(vec![Device { slot }])
-}
+impl Device {
+    /// The listed soft device ([`crate::devices`] without `RVERBS_BACKEND`), started.
+    pub(crate) fn listed() -> Result<Device> {
+        let slot = listed();
+        slot.inner()?;
+        Ok(Device { at: At::Soft(slot) })
+    }
 
-/// The device called `name`, if there is one.
-pub fn device_by_name(name: &str) -> Result<Device> {
-    devices()?
-        .into_iter()
-        .find(|d| d.name() == name)
-        .ok_or(Error::invalid("device_by_name", Rule::NoSuchDevice))
+    /// A device of libibverbs' list, kept for the process.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(dev: &'static dyn NativeDevice) -> Device {
+        Device { at: At::Native(dev) }
+    }
 }
 
 impl DeviceConfig {
@@ -768,47 +803,99 @@ impl DeviceConfig {
         }
         let slot = Slot::new(self, false);
         slot.inner()?;
-        Ok(Device { slot })
+        Ok(Device { at: At::Soft(slot) })
     }
 }
 
 impl Device {
     /// The device name (ibv_get_device_name(3)).
     pub fn name(&self) -> &'static str {
-        &self.slot.config.name
+        match self.at {
+            At::Soft(slot) => &slot.config.name,
+            #[cfg(feature = "rdma-core")]
+            At::Native(d) => d.name(),
+        }
+    }
+
+    /// The implementation behind the device: [`Backend::Soft`](Backend::Soft)
+    /// for rverbs' own, [`Backend::RdmaCore`](Backend::RdmaCore) for a device of
+    /// libibverbs (feature `rdma-core`).
+    pub fn backend(&self) -> crate::Backend {
+        match self.at {
+            At::Soft(_) => Backend::Soft,
+            #[cfg(feature = "rdma-core")]
+            At::Native(_) => Backend::RdmaCore,
+        }
     }
 
     /// The node GUID in host byte order (ibv_get_device_guid(3) returns it big-endian);
     /// 0 if the device cannot start in this process generation.
     pub fn guid(&self) -> u64 {
-        self.slot.inner().map_or(0, |d| d.node_guid)
+        match self.at {
+            At::Soft(slot) => slot.inner().map_or(0, |d| d.node_guid),
+            #[cfg(feature = "rdma-core")]
+            At::Native(d) => d.guid(),
+        }
     }
 
-    /// The device's settings.
+    /// The device's settings. A device of the rdma-core backend has none of rverbs':
+    /// its settings are the defaults ([`DeviceConfig::new`]), which it does not use.
     pub fn config(&self) -> &'static DeviceConfig {
-        &self.slot.config
+        match self.at {
+            At::Soft(slot) => &slot.config,
+            #[cfg(feature = "rdma-core")]
+            At::Native(_) => {
+                static DEFAULTS: OnceLock<DeviceConfig> = OnceLock::new();
+                DEFAULTS.get_or_init(DeviceConfig::new)
+            }
+        }
     }
 
     /// The directory of this device's endpoint in its runtime directory (for diagnostics
-    /// and tests; a forked child gets its own).
+    /// and tests; a forked child gets its own). `EOPNOTSUPP` on a device of the rdma-core
+    /// backend, which has none.
     pub fn endpoint_dir(&self) -> Result<std::path::PathBuf> {
-        Ok(self.slot.inner()?.dir.clone())
+        Ok(self.inner()?.dir.clone())
     }
 
     /// The hardware counters of every live endpoint in this device's runtime directory
-    /// ([`host_counters`] for the listed device).
+    /// ([`host_counters`] for the listed device); none for a device of the rdma-core
+    /// backend (its provider's counters are in sysfs).
     pub fn host_counters(&self) -> Vec<crate::shm::counters::EndpointCounters> {
-        counters_under(&self.slot.config.runtime_dir)
+        match self.at {
+            At::Soft(slot) => counters_under(&slot.config.runtime_dir),
+            #[cfg(feature = "rdma-core")]
+            At::Native(_) => Vec::new(),
+        }
     }
 
-    /// The live QPs' and CQs' statistics of every endpoint in this device's runtime directory
-    /// that counts them ([`host_stats`] for the listed device).
+    /// The live QPs' and CQs' statistics of every endpoint in this device's runtime
+    /// directory that counts them ([`host_stats`] for the listed device); none for a
+    /// device of the rdma-core backend.
     pub fn host_stats(&self) -> Vec<crate::shm::stats::EndpointStats> {
-        stats_under(&self.slot.config.runtime_dir)
+        match self.at {
+            At::Soft(slot) => stats_under(&slot.config.runtime_dir),
+            #[cfg(feature = "rdma-core")]
+            At::Native(_) => Vec::new(),
+        }
     }
 
+    /// The soft device's state; `EOPNOTSUPP` for a device of the rdma-core backend.
     pub(crate) fn inner(&self) -> Result<&'static DeviceInner> {
-        self.slot.inner()
+        match self.at {
+            At::Soft(slot) => slot.inner(),
+            #[cfg(feature = "rdma-core")]
+            At::Native(_) => Err(Error::native_unsupported("the soft device's state")),
+        }
+    }
+
+    /// The libibverbs device a device of the rdma-core backend is; `None` for a soft one.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn native(&self) -> Option<&'static dyn NativeDevice> {
+        match self.at {
+            At::Soft(_) => None,
+            At::Native(d) => Some(d),
+        }
     }
 }
 
@@ -855,7 +942,7 @@ impl crate::qp::Qp {
     /// this process); the errno of a failure to write the host-wide record or to open
     /// the group's socket.
     pub fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let q = self.inner();
+        let q = self.inner()?;
         let d = of(&q.pd.ctx);
         d.mcast.attach(q, gid, d.net.as_ref().map(|n| n as &dyn crate::mcast::Reception))
     }
@@ -865,7 +952,7 @@ impl crate::qp::Qp {
     ///
     /// Errors: `EINVAL` if the QP is not a member.
     pub fn detach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let q = self.inner();
+        let q = self.inner()?;
         let d = of(&q.pd.ctx);
         d.mcast.detach(q, gid, d.net.as_ref().map(|n| n as &dyn crate::mcast::Reception))
     }
@@ -904,16 +991,17 @@ impl Device {
 /// The device whose endpoint has slot `slot` in this process, if one was opened.
 fn device_at_slot(slot: usize) -> Option<Device> {
     let all = ALL.lock().unwrap_or_else(|p| p.into_inner());
-    all.iter().find(|s| s.gens.iter().any(|g| g.get().is_some_and(|d| d.slot == slot))).map(|s| Device { slot: s })
+    all.iter().find(|s| s.gens.iter().any(|g| g.get().is_some_and(|d| d.slot == slot))).map(|s| Device { at: At::Soft(s) })
 }
 
 /// The device QP `qp` was created on (for `rverbs-cm`, which connects a QP through the
 /// connection manager of its device).
 #[doc(hidden)]
 pub fn device_of_qp(qp: &crate::Qp) -> Option<Device> {
-    let slot = qp.inner().slot();
+    // A QP of the rdma-core backend has no soft device.
+    let slot = qp.inner().ok()?.slot();
     if slot == crate::sys::default_device_slot() {
-        return Some(Device { slot: listed() });
+        return Some(Device { at: At::Soft(listed()) });
     }
     device_at_slot(slot)
 }

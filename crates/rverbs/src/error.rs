@@ -250,6 +250,13 @@ impl Error {
     pub(crate) const fn unsupported(verb: &'static str, what: &'static str) -> Self {
         Error::Unsupported { verb, what }
     }
+
+    /// A method the rdma-core backend does not offer, called on one of its objects
+    /// (docs/rdma-core-backend.md lists them): `EOPNOTSUPP`.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) const fn native_unsupported(verb: &'static str) -> Self {
+        Error::Unsupported { verb, what: "not offered on a device of the rdma-core backend" }
+    }
 }
 
 impl From<rustix::io::Errno> for Error {

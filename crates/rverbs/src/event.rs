@@ -116,8 +116,8 @@ impl AsyncEvent {
             return;
         }
         match &self.element {
-            AsyncElement::Cq(c) => c.inner().async_events.ack(1),
-            AsyncElement::Qp(q) => q.inner().async_events.ack(1),
+            AsyncElement::Cq(c) => c.ack_async_events(1),
+            AsyncElement::Qp(q) => q.ack_async_events(1),
             AsyncElement::Srq(s) => s.inner().async_events.ack(1),
             AsyncElement::Port(_) | AsyncElement::Device => {}
         }

@@ -73,7 +73,9 @@
 //! - `aio` (feature `tokio`, or `async-io` for any executor): completions and
 //!   asynchronous events as futures and streams, cancellation-safe;
 //! - `rdma_core` (feature `rdma-core`): the same verbs over any libibverbs device
-//!   (mlx5, rxe, siw, efa, or the drop-in), loaded at run time;
+//!   (mlx5, rxe, siw, efa, or the drop-in), loaded at run time; the public types
+//!   dispatch to it for a device of [`Backend::RdmaCore`], which [`devices`] lists with
+//!   `RVERBS_BACKEND=rdma-core` and [`device_by_name`] finds by its libibverbs name;
 //! - `c_abi` (feature `c-abi`): the C structs of `<infiniband/verbs.h>` to and from the
 //!   value types, for the drop-in C library and the rdma-core backend;
 //! - [`capi_support`]: what the drop-in C libraries (`rverbs-capi`) and the connection
@@ -85,6 +87,7 @@
 #![warn(missing_docs)]
 
 mod ah;
+mod backend;
 #[cfg(any(feature = "tokio", feature = "async-io"))]
 pub mod aio;
 pub mod clock;
@@ -129,13 +132,14 @@ pub mod typed;
 mod xrcd;
 
 pub use ah::Ah;
+pub use backend::{device_by_name, devices, devices_of};
 pub use config::DeviceConfig;
 pub use context::Context;
 pub use cq::channel::{CompChannel, CqEvent};
 pub use cq::ex::{ExEntry, ExPoll};
 pub use cq::{Cq, CqCreateFlags, CqInit, WcExFlags};
 pub use device::cap_flags;
-pub use device::{devices, device_by_name, endpoint_dir, host_counters, host_stats, Device, DeviceAttr, PortAttr, PortState};
+pub use device::{endpoint_dir, host_counters, host_stats, Backend, Device, DeviceAttr, PortAttr, PortState};
 pub use shm::counters::{Counters, EndpointCounters};
 pub use shm::latency::Latency;
 pub use shm::stats::{CqStats, EndpointStats, QpStats};

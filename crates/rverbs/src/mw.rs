@@ -381,18 +381,18 @@ mod tests {
     fn bind(pd: &Pd, mw: &Mw, mr: &Mr) -> Result<(), BindError> {
         let spec = BindSpec {
             new_rkey: inc_rkey(mw.rkey()),
-            mr: Some(mr.inner().clone()),
+            mr: Some(mr.inner().expect("a soft region").clone()),
             addr: mr.iova(),
             len: 4096,
             access: Access::REMOTE_WRITE | Access::LOCAL_WRITE,
         };
-        mw.inner().bind(pd.inner(), 0, spec)
+        mw.inner().bind(pd.inner().expect("a soft PD"), 0, spec)
     }
 
     /// A zero-length type 1 bind with no region: unbinds.
     fn unbind(pd: &Pd, mw: &Mw) -> Result<(), BindError> {
         let spec = BindSpec { new_rkey: inc_rkey(mw.rkey()), mr: None, addr: 0, len: 0, access: Access::empty() };
-        mw.inner().bind(pd.inner(), 0, spec)
+        mw.inner().bind(pd.inner().expect("a soft PD"), 0, spec)
     }
 
     fn is_windows_bound(e: &Error) -> bool {
@@ -416,7 +416,7 @@ mod tests {
                         match bind(&pd, &mw, &mr) {
                             // Bound: no deregistration may succeed until the unbind.
                             Ok(()) => {
-                                assert!(mw.inner().is_bound_to(mr.inner()));
+                                assert!(mw.inner().is_bound_to(mr.inner().unwrap()));
                                 assert!(mr.is_valid(), "region deregistered while a window was bound");
                             }
                             // The only reason this bind fails: the region is gone, for good.
@@ -444,7 +444,7 @@ mod tests {
             assert!(!mr.is_valid());
             assert!(matches!(mr.dereg(), Err(Error::Destroyed { .. })));
             assert_eq!(bind(&pd, &mw, &mr), Err(BindError), "bind to a deregistered region");
-            assert!(!mw.inner().is_bound_to(mr.inner()));
+            assert!(!mw.inner().is_bound_to(mr.inner().unwrap()));
         }
     }
 
@@ -463,7 +463,7 @@ mod tests {
                         bind(&pd, &mw, &mr).expect("the region stays registered");
                         // Bound: no re-registration may change the region until the unbind.
                         let before = mr.access();
-                        assert!(mw.inner().is_bound_to(mr.inner()));
+                        assert!(mw.inner().is_bound_to(mr.inner().unwrap()));
                         assert_eq!(mr.access(), before, "region re-registered while a window was bound");
                         unbind(&pd, &mw).unwrap();
                     }

@@ -39,10 +39,15 @@ use rverbs_proto::verb_fault::Verb;
 impl Context {
     /// Allocates a protection domain (ibv_alloc_pd(3)).
     pub fn alloc_pd(&self) -> Result<Pd> {
-        if let Some(e) = crate::fault_plan::fail(self.inner().endpoint.slot, Verb::AllocPd, None, None) {
+        #[cfg(feature = "rdma-core")]
+        if let Some(n) = self.native() {
+            return Ok(Pd { repr: Repr::Native(n.alloc_pd()?) });
+        }
+        let core = self.inner()?;
+        if let Some(e) = crate::fault_plan::fail(core.endpoint.slot, Verb::AllocPd, None, None) {
             return Err(e);
         }
-        Pd::new(self.inner().clone())
+        Pd::new(core.clone())
     }
 }
 
@@ -66,12 +71,21 @@ impl Drop for PdCore {
 /// A protection domain (`struct ibv_pd`). Cloning shares it.
 #[derive(Clone)]
 pub struct Pd {
-    inner: Arc<PdCore>,
+    repr: Repr,
+}
+
+/// What a [`Pd`] is: the soft device's PD core, or (feature `rdma-core`) a PD of the
+/// rdma-core backend with the public context it was allocated in.
+#[derive(Clone)]
+enum Repr {
+    Soft(Arc<PdCore>),
+    #[cfg(feature = "rdma-core")]
+    Native(crate::rdma_core::Pd),
 }
 
 impl std::fmt::Debug for Pd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pd").field("handle", &self.inner.id).finish()
+        f.debug_struct("Pd").field("handle", &self.handle()).finish()
     }
 }
 
@@ -92,27 +106,55 @@ impl Pd {
         if crate::sanitizer::on() {
             crate::sanitizer::created(crate::sanitizer::Kind::Pd, id, None);
         }
-        Ok(Pd {
-            inner: Arc::new(PdCore::new(ctx, id)),
-        })
+        Ok(Pd { repr: Repr::Soft(Arc::new(PdCore::new(ctx, id))) })
     }
 
     pub(crate) fn from_inner(inner: Arc<PdCore>) -> Self {
-        Pd { inner }
+        Pd { repr: Repr::Soft(inner) }
     }
 
-    pub(crate) fn inner(&self) -> &Arc<PdCore> {
-        &self.inner
+    /// The public PD of a PD of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(pd: crate::rdma_core::Pd) -> Self {
+        Pd { repr: Repr::Native(pd) }
+    }
+
+    /// The soft PD's core; `EOPNOTSUPP` for a PD of the rdma-core backend (what its
+    /// caller does, the backend does not offer).
+    pub(crate) fn inner(&self) -> Result<&Arc<PdCore>> {
+        match &self.repr {
+            Repr::Soft(core) => Ok(core),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(..) => Err(crate::Error::native_unsupported("a verb of the soft device")),
+        }
+    }
+
+    /// The backend's PD, for a PD of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn native(&self) -> Option<&crate::rdma_core::Pd> {
+        match &self.repr {
+            Repr::Soft(_) => None,
+            Repr::Native(pd) => Some(pd),
+        }
     }
 
     /// The context the PD belongs to.
     pub fn context(&self) -> Context {
-        Context::from_inner(self.inner.ctx.clone())
+        match &self.repr {
+            Repr::Soft(core) => Context::from_inner(core.ctx.clone()),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(pd) => Context::from_native(pd.context()),
+        }
     }
 
-    /// A number identifying the PD in the process (`ibv_pd.handle`).
+    /// A number identifying the PD in the process (`ibv_pd.handle`; on the rdma-core
+    /// backend, the handle the provider gave it).
     pub fn handle(&self) -> u32 {
-        self.inner.id
+        match &self.repr {
+            Repr::Soft(core) => core.id,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(pd) => pd.handle(),
+        }
     }
 
     /// Allocates a page-aligned, zero-filled buffer of `len` bytes and registers it
@@ -123,7 +165,11 @@ impl Pd {
     /// Errors: `EINVAL` for a zero length, an illegal access combination or unknown
     /// access bits.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
-        Mr::alloc(self.inner.clone(), len, access)
+        #[cfg(feature = "rdma-core")]
+        if let Some(pd) = self.native() {
+            return Ok(Mr::from_native(Arc::new(pd.alloc_mr(len, access)?)));
+        }
+        Mr::alloc(self.inner()?.clone(), len, access)
     }
 
     /// Registers `len` bytes of device memory `dm` from `offset` (ibv_reg_dm_mr, in
@@ -140,7 +186,7 @@ impl Pd {
     /// [`Rule::DmMrZeroBased`]: crate::Rule::DmMrZeroBased
     /// [`Rule::DmRange`]: crate::Rule::DmRange
     pub fn reg_dm_mr(&self, dm: &crate::mr::dm::Dm, offset: u64, len: usize, access: Access) -> Result<Mr> {
-        Mr::register_dm(self.inner.clone(), dm, offset, len, access)
+        Mr::register_dm(self.inner()?.clone(), dm, offset, len, access)
     }
 
     /// Registers caller memory `[addr, addr + len)` (ibv_reg_mr(3)); local and remote
@@ -174,7 +220,15 @@ impl Pd {
         iova: u64,
         access: Access,
     ) -> Result<Mr> {
-        Mr::register(self.inner.clone(), MrInit { addr: addr as usize, len, iova, access })
+        #[cfg(feature = "rdma-core")]
+        if let Some(pd) = self.native() {
+            if iova != addr as u64 {
+                return Err(Error::native_unsupported("reg_mr_iova (an IO virtual address other than the address)"));
+            }
+            // SAFETY: forwarded from the caller's contract.
+            return Ok(Mr::from_native(Arc::new(unsafe { pd.reg_mr(addr, len, access)? })));
+        }
+        Mr::register(self.inner()?.clone(), MrInit { addr: addr as usize, len, iova, access })
     }
 
     /// Registers the whole address space on demand: implicit on-demand paging
@@ -189,7 +243,7 @@ impl Pd {
     /// the program, until the region is deregistered and its work requests completed.
     #[allow(unsafe_code)]
     pub unsafe fn reg_mr_implicit(&self, access: Access) -> Result<Mr> {
-        Mr::register(self.inner.clone(), MrInit { addr: 0, len: usize::MAX, iova: 0, access: access | Access::ON_DEMAND })
+        Mr::register(self.inner()?.clone(), MrInit { addr: 0, len: usize::MAX, iova: 0, access: access | Access::ON_DEMAND })
     }
 
     /// Advises the device of how the ranges `sges` name will be used (ibv_advise_mr(3)):
@@ -203,17 +257,38 @@ impl Pd {
     /// region that is not writable; `EFAULT` for a range outside its region or pages
     /// outside the address space.
     pub fn advise_mr(&self, advice: crate::mr::Advice, sges: &[crate::mr::Sge]) -> Result<()> {
-        crate::mr::advise(&self.inner, advice, sges)
+        crate::mr::advise(self.inner()?, advice, sges)
     }
 
     /// Creates a queue pair (ibv_create_qp(3)).
+    ///
+    /// On the rdma-core backend: RC, UC and UD, with CQs of the same backend (others are
+    /// `EINVAL`); an SRQ or `send_ops` (the work-request builder) is `EOPNOTSUPP`.
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
-        Qp::new(self.inner.clone(), init, crate::device::of(&self.inner.ctx))
+        #[cfg(feature = "rdma-core")]
+        if let Some(pd) = self.native() {
+            if init.srq.is_some() || init.send_ops.is_some() {
+                return Err(Error::native_unsupported("create_qp (SRQ, send_ops)"));
+            }
+            fn native_cq(cq: &Cq) -> Result<&crate::rdma_core::Cq> {
+                cq.native()
+                    .and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::Cq>())
+                    .ok_or(Error::invalid("create_qp", Rule::ForeignContext { what: "CQ" }))
+            }
+            let mut ri = crate::rdma_core::QpInit::new(init.qp_type, native_cq(init.send_cq)?, init.cap);
+            ri.recv_cq = native_cq(init.recv_cq)?;
+            ri.sq_sig_all = init.sq_sig_all;
+            ri.qp_context = init.qp_context;
+            return Ok(Qp::from_native(Arc::new(pd.create_qp(&ri)?)));
+        }
+        let core = self.inner()?;
+        Qp::new(core.clone(), init, crate::device::of(&core.ctx))
     }
 
     /// Creates a shared receive queue (ibv_create_srq(3)).
     pub fn create_srq(&self, init: &SrqInit) -> Result<Srq> {
-        Srq::new_in(self.inner.clone(), &crate::device::of(&self.inner.ctx).srqs, init, None, None)
+        let core = self.inner()?;
+        Srq::new_in(core.clone(), &crate::device::of(&core.ctx).srqs, init, None, None)
     }
 
     /// Creates a tag-matching SRQ (ibv_create_srq_ex(3) with `IBV_SRQT_TM`, `tm_cap`):
@@ -225,20 +300,24 @@ impl Pd {
     /// above `tm_caps.max_ops`, or a CQ of another context; otherwise as
     /// [`Pd::create_srq`].
     pub fn create_srq_tm(&self, init: &SrqInit, tm: crate::rings::tag_list::TmCap, cq: &crate::cq::Cq) -> Result<Srq> {
-        if !Arc::ptr_eq(&cq.inner().ctx, &self.inner.ctx) {
+        let core = self.inner()?;
+        if !Arc::ptr_eq(&cq.inner()?.ctx, &core.ctx) {
             return Err(Error::invalid("create_srq_ex", crate::rule::Rule::ForeignContext { what: "CQ" }));
         }
-        let srqs = &crate::device::of(&self.inner.ctx).srqs;
-        Srq::new_in(self.inner.clone(), srqs, init, None, Some((tm, cq.inner().clone())))
+        let srqs = &crate::device::of(&core.ctx).srqs;
+        Srq::new_in(core.clone(), srqs, init, None, Some((tm, cq.inner()?.clone())))
     }
 
     /// Deallocates the PD (ibv_dealloc_pd(3)).
     ///
-    /// Errors: `EBUSY` while MRs, QPs, SRQs or AHs still belong to it.
+    /// Errors: `EBUSY` while MRs, QPs, SRQs or AHs still belong to it. `EOPNOTSUPP` on
+    /// the rdma-core backend, whose PD is deallocated when its last handle and object
+    /// are dropped (a `&self` deallocation would race with a call through a clone).
     pub fn dealloc(&self) -> Result<()> {
-        self.inner.dealloc()?;
+        let core = self.inner()?;
+        core.dealloc()?;
         if crate::sanitizer::on() {
-            crate::sanitizer::gone(crate::sanitizer::Kind::Pd, self.inner.id);
+            crate::sanitizer::gone(crate::sanitizer::Kind::Pd, core.id);
         }
         Ok(())
     }
@@ -250,7 +329,15 @@ impl Pd {
 impl Mr {
     /// The protection domain.
     pub fn pd(&self) -> Pd {
-        Pd::from_inner(self.inner().pd())
+        #[cfg(feature = "rdma-core")]
+        if let Some(mr) = self.native().and_then(|m| m.as_any().downcast_ref::<crate::rdma_core::Mr>()) {
+            return Pd::from_native(mr.pd());
+        }
+        match self.inner() {
+            Ok(inner) => Pd::from_inner(inner.pd()),
+            // A region is soft or the backend's: the arm above took the backend's.
+            Err(_) => unreachable!("a region of the rdma-core backend is an rdma_core::Mr"),
+        }
     }
 
     /// Changes the PD and/or the access rights in place (ibv_rereg_mr(3)); the keys stay
@@ -262,7 +349,7 @@ impl Mr {
     /// Errors: `EINVAL` for bad combinations or access flags, `EBUSY` while memory
     /// windows are bound.
     pub fn rereg(&self, flags: ReregFlags, pd: Option<&Pd>, access: Option<Access>) -> Result<()> {
-        self.rereg_inner(flags, pd.map(Pd::inner), access, None)
+        self.rereg_inner(flags, pd.map(Pd::inner).transpose()?, access, None)
     }
 
     /// As [`Mr::rereg`], also moving the region to caller memory `[addr, addr + len)`
@@ -280,7 +367,7 @@ impl Mr {
         pd: Option<&Pd>,
         access: Option<Access>,
     ) -> Result<()> {
-        self.rereg_inner(flags | ReregFlags::TRANSLATION, pd.map(Pd::inner), access, Some((addr as usize, len)))
+        self.rereg_inner(flags | ReregFlags::TRANSLATION, pd.map(Pd::inner).transpose()?, access, Some((addr as usize, len)))
     }
 }
 
@@ -289,14 +376,22 @@ impl Mw {
     ///
     /// Errors: `EINVAL` for any other type (uverbs refuses it before the driver).
     pub fn new(pd: &Pd, mw_type: u32) -> Result<Mw> {
-        Mw::new_in(pd.inner(), mw_type)
+        Mw::new_in(pd.inner()?, mw_type)
     }
 }
 
 impl Qp {
     /// The protection domain.
     pub fn pd(&self) -> Pd {
-        Pd::from_inner(self.inner().pd.clone())
+        #[cfg(feature = "rdma-core")]
+        if let Some(qp) = self.native().and_then(|q| q.as_any().downcast_ref::<crate::rdma_core::Qp>()) {
+            return Pd::from_native(qp.pd());
+        }
+        match self.inner() {
+            Ok(q) => Pd::from_inner(q.pd.clone()),
+            // A QP is soft or the backend's: the arm above took the backend's.
+            Err(_) => unreachable!("a QP of the rdma-core backend is an rdma_core::Qp"),
+        }
     }
 }
 
@@ -325,7 +420,7 @@ fn domain_dealloc(users: &AtomicU32, what: &'static str) -> Result<()> {
 impl Context {
     /// Allocates a thread domain (ibv_alloc_td(3)).
     pub fn alloc_td(&self) -> Result<Td> {
-        Ok(Td { inner: Arc::new(TdInner { ctx: self.inner().clone(), users: AtomicU32::new(0) }) })
+        Ok(Td { inner: Arc::new(TdInner { ctx: self.inner()?.clone(), users: AtomicU32::new(0) }) })
     }
 
     /// Allocates a parent domain over `init.pd` (ibv_alloc_parent_domain(3)).
@@ -337,24 +432,25 @@ impl Context {
     /// Errors: `EINVAL` for a PD or TD of another context, or one already deallocated.
     pub fn alloc_parent_domain(&self, init: &ParentDomainInit<'_>) -> Result<ParentDomain> {
         let pd = init.pd;
-        if pd.inner().ctx.id != self.inner().id {
+        let (core, pd_core) = (self.inner()?, pd.inner()?);
+        if pd_core.ctx.id != core.id {
             return Err(Error::invalid("alloc_parent_domain", Rule::ForeignContext { what: "protection domain" }));
         }
         if let Some(td) = init.td {
-            if td.inner.ctx.id != self.inner().id {
+            if td.inner.ctx.id != core.id {
                 return Err(Error::invalid("alloc_parent_domain", Rule::ForeignContext { what: "thread domain" }));
             }
         }
-        pd.inner().hold()?;
+        pd_core.hold()?;
         if let Some(td) = init.td {
             if let Err(e) = domain_hold(&td.inner.users, "thread domain") {
-                pd.inner().release();
+                pd_core.release();
                 return Err(e);
             }
         }
         Ok(ParentDomain {
             inner: Arc::new(ParentInner {
-                ctx: self.inner().clone(),
+                ctx: core.clone(),
                 pd: pd.clone(),
                 td: init.td.cloned(),
                 pd_context: init.pd_context,
@@ -475,7 +571,10 @@ impl ParentInner {
     /// Gives the protection and thread domains back (once: at deallocation, or when the
     /// last handle of a parent domain never deallocated goes).
     fn release_domains(&self) {
-        self.pd.inner().release();
+        // The PD is a soft one: `alloc_parent_domain` took only such.
+        if let Ok(core) = self.pd.inner() {
+            core.release();
+        }
         if let Some(td) = &self.td {
             td.inner.users.fetch_sub(1, Ordering::AcqRel);
         }
@@ -572,7 +671,7 @@ impl ParentDomain {
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
         domain_hold(&self.inner.users, "parent domain")?;
         let hold = ParentHold { hold: Box::new(ParentUse(self.clone())), alloc: self.inner.alloc.clone() };
-        let pd = self.inner.pd.inner().clone();
+        let pd = self.inner.pd.inner()?.clone();
         let dev = crate::device::of(&pd.ctx);
         Qp::new_on_parent(pd, init, dev, hold)
     }

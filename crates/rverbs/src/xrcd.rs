@@ -91,7 +91,7 @@ impl Context {
     /// Errors: `EAGAIN` when no domain exists for the file and `oflags` lacks O_CREAT;
     /// `EINVAL` when one exists and `oflags` has O_EXCL; `EBADF` for a bad fd.
     pub fn open_xrcd(&self, file: Option<BorrowedFd<'_>>, oflags: i32) -> Result<Xrcd> {
-        if let Some(e) = crate::fault_plan::fatal(self.inner().endpoint.slot, "open_xrcd") {
+        if let Some(e) = crate::fault_plan::fatal(self.inner()?.endpoint.slot, "open_xrcd") {
             return Err(e);
         }
         let Some(fd) = file else {
@@ -108,7 +108,7 @@ impl Context {
         }
         // Not in this process: other processes may hold it (without a registry, the
         // runtime directory being unusable, only this process's domains are known).
-        let entry = match &self.inner().endpoint.reg {
+        let entry = match &self.inner()?.endpoint.reg {
             Some(reg) => Some(host::open(reg, id, oflags)?),
             None if oflags & libc::O_CREAT == 0 => return Err(no_domain()),
             None => None,
@@ -134,12 +134,12 @@ impl Srq {
     /// it use this SRQ's PD.
     pub fn new_xrc(pd: &Pd, init: &SrqInit, xrcd: &Xrcd, cq: &Cq) -> Result<Self> {
         xrcd.check_open("create_srq_ex")?;
-        let ctx = &pd.inner().ctx;
-        if !Arc::ptr_eq(&xrcd.inner.ctx, ctx) || !Arc::ptr_eq(&cq.inner().ctx, ctx) {
+        let ctx = &pd.inner()?.ctx;
+        if !Arc::ptr_eq(&xrcd.inner.ctx, ctx) || !Arc::ptr_eq(&cq.inner()?.ctx, ctx) {
             return Err(Error::invalid("create_srq_ex", Rule::ForeignContext { what: "XRC domain or CQ" }));
         }
-        let srqs = &pd.context().dev().srqs;
-        Srq::new_in(pd.inner().clone(), srqs, init, Some((xrcd.inner.core.clone(), cq.inner().clone())), None)
+        let srqs = &pd.context().dev()?.srqs;
+        Srq::new_in(pd.inner()?.clone(), srqs, init, Some((xrcd.inner.core.clone(), cq.inner()?.clone())), None)
     }
 }
 
@@ -147,12 +147,12 @@ impl XrcdInner {
     fn new(ctx: &Context, key: Option<u64>, host: Option<host::Entry>) -> Result<Arc<Self>> {
         let pd = ctx.alloc_pd()?;
         let cq = ctx.create_cq(&CqInit::new(1))?;
-        let private = 1 << 62 | u64::from(ctx.dev().ep()) << 32 | u64::from(pd.inner().id);
+        let private = 1 << 62 | u64::from(ctx.dev()?.ep()) << 32 | u64::from(pd.inner()?.id);
         Ok(Arc::new(XrcdInner {
             core: Arc::new(XrcdCore::new(key.unwrap_or(private))),
-            ctx: ctx.inner().clone(),
-            pd: pd.inner().clone(),
-            cq: cq.inner().clone(),
+            ctx: ctx.inner()?.clone(),
+            pd: pd.inner()?.clone(),
+            cq: cq.inner()?.clone(),
             shared: std::sync::atomic::AtomicBool::new(false),
             _host: host,
         }))
@@ -182,7 +182,7 @@ impl Xrcd {
             qp_context,
             ..QpInit::new(QpType::XrcRecv, &cq, QpCap::default())
         };
-        Qp::new_in(pd.inner().clone(), &init, Some(self.inner.core.clone()), pd.context().dev(), None)
+        Qp::new_in(pd.inner()?.clone(), &init, Some(self.inner.core.clone()), pd.context().dev()?, None)
     }
 
     /// Closes the domain (ibv_close_xrcd(3)).

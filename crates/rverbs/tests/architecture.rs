@@ -35,13 +35,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     // cross-memory attach, the key tables and the peer registry); memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC
     // domain's), which regions, windows and everything above hold instead of the handles.
-    ("memory", &["shm", "shm::fifo", "shm::lock", "shm::cma", "shm::counters", "shm::stats", "shm::latency", "shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::keyspace", "mr::access", "mr::proxy", "mr::domain", "mr::dm", "mr", "mw"]),
+    ("memory", &["shm", "shm::fifo", "shm::lock", "shm::cma", "shm::counters", "shm::stats", "shm::latency", "shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::keyspace", "mr::access", "mr::proxy", "mr::domain", "mr::dm", "mr::native", "mr", "mw"]),
     // Completion and receive rings; work requests and QP attributes as data (a UD work
     // request carries an address vector, `rings::qp_attr`).
     ("rings", &["rings", "rings::wc", "rings::completion_ring", "rings::producer_gate", "rings::cq_segment", "rings::deferred_notify", "rings::qp_attr", "rings::wr", "rings::recv_ring", "rings::tag_list"]),
     // The engine that executes work requests; what it asks of the device and the
     // transports, as traits they implement (`qp::device`).
-    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::acks", "qp::local", "qp::transition", "qp::batch", "qp::device", "qp", "cq", "cq::ex", "cq::channel", "event", "qp::srq", "progress"]),
+    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::acks", "qp::local", "qp::transition", "qp::batch", "qp::device", "qp::native", "qp", "cq", "cq::ex", "cq::channel", "cq::native", "event", "qp::srq", "progress"]),
     // Transports: how a request reaches its responder.
     ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::deliver", "transport::link", "transport::respond", "transport::rendezvous", "transport::route", "transport::target", "transport::udp", "transport::udp::faults", "transport::udp::group", "transport::udp::relay", "transport::udp::rx", "transport::udp::socket", "transport::udp::takeover", "transport::udp::trace", "transport::dispatch", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature
@@ -49,8 +49,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // awaited on a reactor (`aio`, feature `tokio` or `async-io`), over a context's objects;
     // owned buffers and the leases of the requests posted from them (`owned`); the same
     // verbs over a libibverbs loaded at run time (`rdma_core`, feature `rdma-core`), which
-    // takes the soft API's value types.
-    ("verbs", &["device", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr", "owned", "owned::buf", "owned::region", "owned::lease", "c_abi", "rdma_core", "rdma_core::ah", "rdma_core::channel", "rdma_core::context", "rdma_core::conv", "rdma_core::cq", "rdma_core::device", "rdma_core::library", "rdma_core::mr", "rdma_core::pd", "rdma_core::qp", "rdma_core::wr"]),
+    // takes the soft API's value types, and the choice of a device between the two
+    // (`backend`).
+    ("verbs", &["device", "backend", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr", "owned", "owned::buf", "owned::region", "owned::lease", "c_abi", "rdma_core", "rdma_core::ah", "rdma_core::channel", "rdma_core::context", "rdma_core::conv", "rdma_core::cq", "rdma_core::device", "rdma_core::library", "rdma_core::mr", "rdma_core::pd", "rdma_core::qp", "rdma_core::wr"]),
 ];
 
 /// Upward imports still present (importer, imported). See the module docs: a ratchet,
@@ -597,7 +598,7 @@ const PUBLIC_MODULES: &[(&str, &str)] = &[
     ("aio", "completions and asynchronous events as futures and streams on tokio's reactor (feature `tokio`) or async-io's (feature `async-io`)"),
     ("typed", "queue pairs with the transport in the type and work requests by opcode family (compile-time checks of ibv_post_send(3)'s rules)"),
     ("owned", "registered buffers the region owns and gives back, and the leases of the work requests posted from them (zero copy without unsafe; docs/rust-api.md, Owned buffers)"),
-    ("rdma_core", "the rdma-core backend (feature `rdma-core`): the verbs objects over any libibverbs device, loaded at run time, beside the soft device's objects of the same names (docs/rdma-core-backend.md)"),
+    ("rdma_core", "the rdma-core backend (feature `rdma-core`): the verbs objects over any libibverbs device, loaded at run time, which the public types dispatch to for a device of Backend::RdmaCore (docs/rdma-core-backend.md)"),
     ("c_abi", "the C structs of <infiniband/verbs.h> to and from the value types, both ways (feature `c-abi`): the one home of the drop-in C library's and the rdma-core backend's conversions"),
     ("fuzzing", "the fuzz harnesses' entry into private code: feature `fuzzing` only, hidden from the documentation"),
 ];

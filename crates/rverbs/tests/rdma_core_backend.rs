@@ -1,4 +1,7 @@
-//! The `rdma-core` backend (`rverbs::rdma_core`) run for real on a libibverbs device.
+//! The `rdma-core` backend run for real on a libibverbs device, through the public types
+//! (`rverbs::{Context, Pd, Cq, Qp, Mr, Ah, CompChannel}` on a device of
+//! `devices_of(Backend::RdmaCore)`), and its own types (`rverbs::rdma_core`) where their
+//! semantics differ (`destroy(self)`, the raw device list).
 //!
 //! It loads the libibverbs named by `RVERBS_LIBIBVERBS` (scripts/test.sh points it at the
 //! drop-in `libibverbs.so.1` of scripts/build-dropin.sh; any other device works too), so
@@ -11,7 +14,8 @@ use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use rverbs::rdma_core::{device_by_name, devices, Ah, CompChannel, Context, Cq, CqInit, Mr, Pd, Qp, QpInit};
+use rverbs::rdma_core::{self as backend, device_by_name, devices};
+use rverbs::{Ah, Backend, CompChannel, Context, Cq, CqInit, Mr, Pd, Qp, QpInit};
 use rverbs::{
     Access, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr,
     UdDest, Wc, WcFlags, WcOpcode, WcStatus,
@@ -24,10 +28,13 @@ const DEADLINE: Duration = Duration::from_secs(10);
 /// The bytes a UD receive buffer reserves for the GRH (ibv_post_recv(3)).
 const GRH_LEN: usize = 40;
 
+/// A context of libibverbs' first device, through the public types.
 fn open() -> Context {
-    let devs = devices().expect("libibverbs loads (RVERBS_LIBIBVERBS or libibverbs.so.1)");
+    let devs = rverbs::devices_of(Backend::RdmaCore).expect("libibverbs loads (RVERBS_LIBIBVERBS or libibverbs.so.1)");
     assert!(!devs.is_empty(), "libibverbs lists no device: set RVERBS_LIBIBVERBS to the drop-in (scripts/build-dropin.sh)");
-    devs[0].open().expect("ibv_open_device")
+    let ctx = devs[0].open().expect("ibv_open_device");
+    assert_eq!(ctx.backend(), Backend::RdmaCore);
+    ctx
 }
 
 /// The GID index and GID the loopback paths use: 127.0.0.1's entry if the table has one
@@ -138,7 +145,7 @@ fn region(pd: &Pd, len: usize) -> Mr {
 }
 
 #[test]
-fn the_device_is_listed_opened_and_queried() {
+fn the_backend_lists_opens_and_queries_the_device() {
     let devs = devices().expect("libibverbs loads");
     assert!(!devs.is_empty(), "no device");
     assert!(!devs[0].name().is_empty());
@@ -149,7 +156,7 @@ fn the_device_is_listed_opened_and_queried() {
     let port = ctx.query_port(PORT).expect("query_port");
     assert_eq!(port.state, rverbs::PortState::Active);
     assert!(port.gid_tbl_len > 0);
-    let (_, gid) = own_gid(&ctx);
+    let gid = ctx.query_gid(PORT, 0).expect("query_gid");
     assert_ne!(gid.0, [0; 16]);
     assert!(ctx.query_port(0).is_err(), "port 0 does not exist");
     // Chosen at run time by name.
@@ -329,6 +336,13 @@ fn ud_send_goes_through_an_address_handle() {
     assert_eq!((err.index, err.error.errno()), (0, libc::EINVAL));
 }
 
+/// Whether `fd` is readable now, without waiting.
+fn readable_now(fd: std::os::fd::RawFd) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+}
+
 /// Waits until `ch`'s fd is readable, failing after [`DEADLINE`].
 fn readable(ch: &CompChannel) -> bool {
     let mut pfd = libc::pollfd { fd: ch.fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
@@ -355,20 +369,16 @@ fn an_armed_cq_wakes_its_completion_channel() {
     let sge = [buf.sge(0, 4).unwrap()];
     a.post_send(&[SendWr::send(2, &sge)]).unwrap();
     assert!(readable(&ch), "the channel's fd became readable");
+    // The event is the public `CqEvent`, over the backend's CQ.
     let ev = ch.get_cq_event().expect("get_cq_event");
     assert!(ev.cq().same_as(&cq_b));
     assert_eq!(ev.cq_context(), 0xfeed);
     ev.ack();
     assert_eq!(one(&cq_b).wr_id(), 1);
-    // The CQ is held by the QP: destroying it now is EBUSY, and destroys nothing.
-    assert_eq!(cq_b.clone().destroy().expect_err("held").errno(), libc::EBUSY);
-    drop((a, b));
-    drop(cq_b);
-    ch.destroy().expect("the channel is free once its CQ is gone");
 }
 
 #[test]
-fn children_keep_their_parents_and_destroy_reports_errors() {
+fn children_keep_their_parents() {
     let p = rc_pair(Access::LOCAL_WRITE);
     let Pair { ctx, pd, a, b, cq_a, cq_b } = p;
     // The context, PD and CQs are held by the QPs: dropping the handles destroys nothing
@@ -378,11 +388,30 @@ fn children_keep_their_parents_and_destroy_reports_errors() {
     b.post_recv(&[RecvWr::new(1, &[mr.sge(0, 8).unwrap()])]).unwrap();
     a.post_send(&[SendWr::send(2, &[mr.sge(8, 8).unwrap()]).signaled()]).unwrap();
     assert_eq!(one(&cq_b).wr_id(), 1);
+    assert_eq!(mr.pd().handle(), pd.handle());
+    assert_eq!(a.pd().context().backend(), Backend::RdmaCore);
+    // `&self` destroys are the soft device's: on the backend, the last handle destroys.
+    assert_eq!(a.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
+    assert_eq!(mr.dereg().expect_err("dereg(&self)").errno(), libc::EOPNOTSUPP);
+}
+
+/// The backend's own types destroy by value (`destroy(self)`): now, or `EBUSY` while a
+/// handle, a child or an event holds the object.
+#[test]
+fn the_backends_own_destroy_is_ebusy_while_held() {
+    let ctx = devices().expect("libibverbs loads")[0].open().expect("open");
+    let pd = ctx.alloc_pd().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq(&backend::CqInit::new(8).channel(&ch)).unwrap();
+    let qp = pd.create_qp(&backend::QpInit::new(QpType::Rc, &cq, cap())).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     assert_eq!(pd.clone().dealloc().expect_err("in use").errno(), libc::EBUSY);
+    assert_eq!(cq.clone().destroy().expect_err("held by the QP").errno(), libc::EBUSY);
+    assert_eq!(ch.clone().destroy().expect_err("held by the CQ").errno(), libc::EBUSY);
     mr.dereg().expect("dereg_mr");
-    a.destroy().expect("destroy_qp");
-    b.destroy().expect("destroy_qp");
-    cq_b.destroy().expect("destroy_cq");
+    qp.destroy().expect("destroy_qp");
+    cq.destroy().expect("destroy_cq");
+    ch.destroy().expect("destroy_comp_channel");
     pd.dealloc().expect("dealloc_pd");
 }
 
@@ -393,4 +422,71 @@ fn what_the_backend_does_not_carry_is_eopnotsupp() {
     assert_eq!((err.index, err.error.errno()), (0, libc::EOPNOTSUPP));
     let err = p.pd.create_qp(&QpInit::new(QpType::XrcSend, &p.cq_a, cap())).expect_err("XRC");
     assert_eq!(err.errno(), libc::EOPNOTSUPP);
+}
+
+/// The public types over the backend: a device of `devices_of(Backend::RdmaCore)` opens
+/// through libibverbs, and what it returns is the provider's (here the drop-in's).
+#[test]
+fn the_public_types_open_a_libibverbs_device_and_create_in_it() {
+    use rverbs::Backend;
+    let devs = rverbs::devices_of(Backend::RdmaCore).expect("libibverbs loads");
+    let dev = *devs.first().expect("libibverbs lists a device");
+    assert_eq!(dev.backend(), Backend::RdmaCore);
+    assert_eq!(dev.guid(), devices().unwrap()[0].guid(), "the same device as the backend lists");
+    assert_eq!(rverbs::device_by_name("no-such-device").expect_err("unknown").errno(), libc::EINVAL);
+    assert!(dev.endpoint_dir().is_err_and(|e| e.errno() == libc::EOPNOTSUPP), "no endpoint of the soft device");
+    let ctx = dev.open().expect("ibv_open_device");
+    assert_eq!((ctx.backend(), ctx.device_name()), (Backend::RdmaCore, dev.name()));
+    assert_eq!(ctx.query_device().node_guid, dev.guid());
+    let port = ctx.query_port(PORT).expect("query_port");
+    assert!(ctx.query_port(0).is_err(), "port 0 does not exist");
+    // ibv_query_gid_ex reads the same table as ibv_query_gid.
+    let table = ctx.query_gid_table();
+    assert!(!table.is_empty() && table.len() <= port.gid_tbl_len as usize);
+    for e in &table {
+        assert_eq!(ctx.query_gid(PORT, e.index).expect("query_gid"), e.gid);
+    }
+    let lo = ctx.gid_entry_of(Ipv4Addr::LOCALHOST.into()).expect("the drop-in's table has 127.0.0.1");
+    assert_eq!((lo.gid, lo.gid_type), (Gid::from_ipv4(Ipv4Addr::LOCALHOST), rverbs::GidType::RoceV2));
+    let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
+    assert_eq!(pd.context().backend(), Backend::RdmaCore);
+    let attr = path_of(lo);
+    let ah = rverbs::Ah::new(&pd, &attr).expect("ibv_create_ah");
+    assert_eq!(ah.attr(), attr);
+    // Verbs of the soft device the backend does not carry are EOPNOTSUPP, not a panic.
+    assert_eq!(ctx.get_async_event().expect_err("async events").errno(), libc::EOPNOTSUPP);
+    assert_eq!(ctx.alloc_td().expect_err("thread domains").errno(), libc::EOPNOTSUPP);
+    assert_eq!(ah.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
+    assert_eq!(pd.dealloc().expect_err("dealloc(&self)").errno(), libc::EOPNOTSUPP);
+    // CQs and completion channels.
+    let ch = ctx.create_comp_channel().expect("ibv_create_comp_channel");
+    let cq = ctx.create_cq(&rverbs::CqInit::new(8).channel(&ch).cq_context(0xfeed)).expect("ibv_create_cq");
+    assert!(cq.cqe() >= 8);
+    assert_eq!((cq.cq_context(), cq.context().backend()), (0xfeed, Backend::RdmaCore));
+    assert!(cq.same_as(&cq.clone()) && !cq.same_as(&ctx.create_cq(&rverbs::CqInit::new(8)).unwrap()));
+    let mut wc = [Wc::default(); 4];
+    assert_eq!(cq.poll(&mut wc).expect("ibv_poll_cq"), 0);
+    cq.req_notify(false).expect("ibv_req_notify_cq");
+    assert!(!readable_now(ch.fd().as_raw_fd()), "no completion, no event");
+    cq.set_cookie(7);
+    assert_eq!(cq.clone().cookie(), 7, "every handle reads the same word");
+    let soft = rverbs::devices_of(Backend::Soft).unwrap()[0].open().unwrap();
+    let soft_ch = soft.create_comp_channel().unwrap();
+    let err = ctx.create_cq(&rverbs::CqInit::new(8).channel(&soft_ch)).expect_err("a soft channel");
+    assert_eq!(err.errno(), libc::EINVAL);
+    let err = ctx.create_cq(&rverbs::CqInit::new(8).wc_flags(rverbs::WcExFlags::COMPLETION_TIMESTAMP)).expect_err("extended");
+    assert_eq!(err.errno(), libc::EOPNOTSUPP);
+    assert_eq!(cq.resize(16).expect_err("resize").errno(), libc::EOPNOTSUPP);
+    assert_eq!(cq.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
+    assert_eq!(ch.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
+    assert_eq!(cq.start_poll().expect_err("extended polling").errno(), libc::EOPNOTSUPP);
+}
+
+fn path_of(e: rverbs::GidEntry) -> AhAttr {
+    let index = u8::try_from(e.index).expect("a small GID index");
+    AhAttr {
+        grh: Some(GlobalRoute { dgid: e.gid, sgid_index: index, hop_limit: 64, ..GlobalRoute::default() }),
+        port_num: PORT,
+        ..AhAttr::default()
+    }
 }

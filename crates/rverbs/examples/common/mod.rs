@@ -100,7 +100,9 @@ pub fn check_bytes(what: &str, mr: &Mr, offset: usize, want: &[u8]) -> Result {
     }
 }
 
-/// Opens the first device (the built-in `rverbs0`).
+/// Opens the first device [`rverbs::devices`] lists: the built-in `rverbs0`, or, with
+/// the feature `rdma-core` and `RVERBS_BACKEND=rdma-core`, libibverbs' first device (an
+/// example runs unchanged on either, docs/rdma-core-backend.md).
 pub fn open() -> Result<Context> {
     let devices = rverbs::devices()?;
     let Some(dev) = devices.first() else {

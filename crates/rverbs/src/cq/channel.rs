@@ -85,12 +85,25 @@ impl ChannelInner {
 /// A completion channel (`struct ibv_comp_channel`). Cloning shares it.
 #[derive(Clone)]
 pub struct CompChannel {
-    inner: Arc<ChannelInner>,
+    repr: Repr,
+}
+
+/// What a [`CompChannel`] is: the soft device's, or (feature `rdma-core`) one of the
+/// rdma-core backend.
+#[derive(Clone)]
+enum Repr {
+    Soft(Arc<ChannelInner>),
+    #[cfg(feature = "rdma-core")]
+    Native(Arc<dyn super::native::NativeChannel>),
 }
 
 impl std::fmt::Debug for CompChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompChannel").field("id", &self.inner.id).finish_non_exhaustive()
+        match &self.repr {
+            Repr::Soft(inner) => f.debug_struct("CompChannel").field("id", &inner.id).finish_non_exhaustive(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => f.debug_struct("CompChannel").field("fd", &self.fd()).finish_non_exhaustive(),
+        }
     }
 }
 
@@ -103,6 +116,12 @@ pub struct CqEvent {
 }
 
 impl CqEvent {
+    /// An event of a CQ of the rdma-core backend, not acknowledged yet.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn of_native(cq: Arc<dyn super::native::NativeCq>) -> Self {
+        CqEvent { cq: Cq::from_native(cq), acked: false }
+    }
+
     /// The CQ that got the event.
     pub fn cq(&self) -> &Cq {
         &self.cq
@@ -145,30 +164,57 @@ impl CompChannel {
             crate::sanitizer::created(crate::sanitizer::Kind::CompChannel, id, None);
         }
         Ok(CompChannel {
-            inner: Arc::new(ChannelInner { cqs, ctx, id, fifo, users: AtomicU32::new(0), destroyed: Default::default() }),
+            repr: Repr::Soft(Arc::new(ChannelInner { cqs, ctx, id, fifo, users: AtomicU32::new(0), destroyed: Default::default() })),
         })
     }
 
-    pub(crate) fn inner(&self) -> &Arc<ChannelInner> {
-        &self.inner
+    /// A channel of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(ch: Arc<dyn super::native::NativeChannel>) -> Self {
+        CompChannel { repr: Repr::Native(ch) }
+    }
+
+    /// The backend's channel, for a channel of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn native(&self) -> Option<&Arc<dyn super::native::NativeChannel>> {
+        match &self.repr {
+            Repr::Soft(_) => None,
+            Repr::Native(ch) => Some(ch),
+        }
+    }
+
+    /// The soft channel's state; `EOPNOTSUPP` for a channel of the rdma-core backend.
+    pub(crate) fn inner(&self) -> Result<&Arc<ChannelInner>> {
+        match &self.repr {
+            Repr::Soft(inner) => Ok(inner),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(Error::native_unsupported("a verb of the soft device")),
+        }
     }
 
     /// Waits for the next completion event. Blocks unless [`CompChannel::fd`] was made
     /// non-blocking, in which case `Error::WouldBlock` means no event is queued.
     ///
     /// Events of CQs destroyed since they were queued are skipped.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn get_cq_event(&self) -> Result<CqEvent> {
-        let cqs = self.inner.cqs;
+        let inner = match &self.repr {
+            Repr::Soft(inner) => inner,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(ch) => return Ok(CqEvent { cq: Cq::from_native(ch.get_cq_event()?), acked: false }),
+        };
+        let cqs = inner.cqs;
         if crate::sanitizer::on() {
             // lost-wakeup: reported before the wait.
-            crate::sanitizer::waiting_for_event(self.inner.id);
+            crate::sanitizer::waiting_for_event(inner.id);
         }
         let mut rec = [0u8; RECORD_LEN];
         loop {
-            self.inner.fifo.recv(&mut rec)?;
+            inner.fifo.recv(&mut rec)?;
             let id = u64::from_ne_bytes(rec) as u32;
             let Some(cq) = cqs.get(id).filter(|c| !c.is_destroyed()) else { continue };
-            if !cq.channel_is(&self.inner) {
+            if !cq.channel_is(inner) {
                 continue;
             }
             cq.comp_events.delivered();
@@ -181,21 +227,33 @@ impl CompChannel {
 
     /// The channel's fd: readable while an event is queued.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.inner.fifo.fd()
+        match &self.repr {
+            Repr::Soft(inner) => inner.fifo.fd(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(ch) => ch.fd(),
+        }
     }
 
     /// Destroys the channel (ibv_destroy_comp_channel(3)).
     ///
-    /// Errors: `EBUSY` while CQs use it; `EINVAL` if already destroyed.
+    /// Errors: `EBUSY` while CQs use it; `EINVAL` if already destroyed. `EOPNOTSUPP` on
+    /// the rdma-core backend, whose channel is destroyed when its last handle and CQ go.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn destroy(&self) -> Result<()> {
-        if self.inner.users() != 0 {
+        let inner = match &self.repr {
+            Repr::Soft(inner) => inner,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => return Err(Error::native_unsupported("destroy_comp_channel")),
+        };
+        if inner.users() != 0 {
             return Err(Error::Busy { what: "completion channel" });
         }
-        if self.inner.destroyed.swap(true, Ordering::AcqRel) {
+        if inner.destroyed.swap(true, Ordering::AcqRel) {
             return Err(Error::Destroyed { what: "completion channel" });
         }
         if crate::sanitizer::on() {
-            crate::sanitizer::gone(crate::sanitizer::Kind::CompChannel, self.inner.id);
+            crate::sanitizer::gone(crate::sanitizer::Kind::CompChannel, inner.id);
         }
         Ok(())
     }

@@ -90,7 +90,7 @@ impl Cq {
     /// this CQ wait); a SINGLE_THREADED CQ takes no lock.
     /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
     pub fn start_poll(&self) -> Result<Option<ExEntry>> {
-        let cq: &CqInner = self.inner();
+        let cq: &CqInner = self.inner()?;
         if cq.errored() {
             return Err(cq.overrun_seen());
         }
@@ -133,7 +133,7 @@ impl Cq {
     /// ENOENT or an error the batch is still ended with `end_poll`.
     /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
     pub fn next_poll(&self) -> Result<Option<ExEntry>> {
-        let cq: &CqInner = self.inner();
+        let cq: &CqInner = self.inner()?;
         if cq.errored() {
             return Err(cq.overrun_seen());
         }
@@ -147,7 +147,8 @@ impl Cq {
     /// Calling it without an open batch releases a batch another thread holds (as with a
     /// provider's lock): its completions stay whole, but that poller loses its exclusion.
     pub fn end_poll(&self) {
-        let cq: &CqInner = self.inner();
+        // A CQ of the rdma-core backend never opens a batch (`start_poll` is EOPNOTSUPP).
+        let Ok(cq) = self.inner() else { return };
         if crate::sanitizer::on() {
             // Before the lock is released: the next batch's record is not ours.
             crate::sanitizer::batch_ended(cq.id, crate::sanitizer::thread_token());
@@ -159,10 +160,13 @@ impl Cq {
     }
 
     /// The completion the open batch is positioned on (what the `ibv_wc_read_*`
-    /// functions read); outside a batch, the last one polled.
+    /// functions read); outside a batch, the last one polled (an empty entry on the
+    /// rdma-core backend, which has no extended polling).
     pub fn polled(&self) -> ExEntry {
-        let cq: &CqInner = self.inner();
         let mut words = [0u64; crate::rings::completion_ring::DATA_WORDS];
+        let Ok(cq) = self.inner() else {
+            return ExEntry { flags: WcExFlags::empty(), current: Cqe::decode(&words) };
+        };
         for (w, slot) in words.iter_mut().zip(cq.polled.iter()) {
             *w = slot.load(Ordering::Relaxed);
         }
@@ -339,13 +343,13 @@ mod tests {
         let ctx = crate::devices().unwrap()[0].open().unwrap();
         let cq = ctx.create_cq(&CqInit::new(8).flags(flags)).unwrap();
         for wr_id in 0..n {
-            cq.inner().push(Cqe::success(wr_id, 1, WcOpcode::Send, 0)).unwrap();
+            cq.inner().unwrap().push(Cqe::success(wr_id, 1, WcOpcode::Send, 0)).unwrap();
         }
         cq
     }
 
     fn locked(cq: &Cq) -> bool {
-        cq.inner().consumer.try_lock().is_none()
+        cq.inner().unwrap().consumer.try_lock().is_none()
     }
 
     #[test]

@@ -6,6 +6,8 @@
 
 pub mod channel;
 pub mod ex;
+#[cfg(feature = "rdma-core")]
+pub(crate) mod native;
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -607,7 +609,17 @@ impl CqInner {
 /// A completion queue (`struct ibv_cq` / `struct ibv_cq_ex`). Cloning shares it.
 #[derive(Clone)]
 pub struct Cq {
-    inner: Arc<CqInner>,
+    repr: Repr,
+}
+
+/// What a [`Cq`] is: the soft device's, or (feature `rdma-core`) one of the rdma-core
+/// backend. Without the feature the one variant costs nothing; with it the soft path pays
+/// one predictable branch.
+#[derive(Clone)]
+enum Repr {
+    Soft(Arc<CqInner>),
+    #[cfg(feature = "rdma-core")]
+    Native(Arc<dyn native::NativeCq>),
 }
 
 impl std::fmt::Debug for Cq {
@@ -637,11 +649,15 @@ impl Cq {
         if !unsupported.is_empty() {
             return Err(Error::unsupported("create_cq_ex", "wc_flags (cvlan, flow tag)"));
         }
-        if let Some(ch) = init.channel {
-            if !ch.inner().belongs_to(cqs, ctx.id) {
+        let channel = match init.channel {
+            Some(ch) => Some(ch.inner().map_err(|_| Error::invalid("create_cq", Rule::ForeignContext { what: "completion channel" }))?),
+            None => None,
+        };
+        if let Some(ch) = channel {
+            if !ch.belongs_to(cqs, ctx.id) {
                 return Err(Error::invalid("create_cq", Rule::ForeignContext { what: "completion channel" }));
             }
-            if ch.inner().is_destroyed() {
+            if ch.is_destroyed() {
                 return Err(Error::invalid("create_cq", Rule::Closed { what: "completion channel" }));
             }
         }
@@ -674,12 +690,11 @@ impl Cq {
         let sh = seg.shm();
         sh.flags.store(flags, Ordering::Release);
         sh.ctx.store(ctx.id, Ordering::Release);
-        if let Some(ch) = init.channel {
-            sh.channel.store(ch.inner().id + 1, Ordering::Release);
-            ch.inner().attach();
+        if let Some(ch) = channel {
+            sh.channel.store(ch.id + 1, Ordering::Release);
+            ch.attach();
         }
-        let cq = Cq {
-            inner: Arc::new(CqInner {
+        let inner = Arc::new(CqInner {
                 ctx,
                 cqs,
                 id,
@@ -687,7 +702,7 @@ impl Cq {
                 consumer: SpinMutex::new(()),
                 flags: init.flags,
                 wc_flags: init.wc_flags,
-                channel: init.channel.map(|c| c.inner().clone()),
+                channel: channel.cloned(),
                 cq_context: AtomicUsize::new(init.cq_context),
                 comp_events: EventCounter::default(),
                 async_events: EventCounter::default(),
@@ -703,9 +718,9 @@ impl Cq {
                 held: Mutex::new(std::collections::VecDeque::new()),
                 holding: AtomicBool::new(false),
                 stats: endpoint.stats,
-            }),
-        };
-        cqs.publish(id, &cq.inner);
+            });
+        cqs.publish(id, &inner);
+        let cq = Cq { repr: Repr::Soft(inner) };
         if let Some(stats) = endpoint.stats {
             stats.sized(id, cq.cqe());
         }
@@ -720,48 +735,98 @@ impl Cq {
     }
 
     pub(crate) fn from_inner(inner: Arc<CqInner>) -> Self {
-        Cq { inner }
+        Cq { repr: Repr::Soft(inner) }
     }
 
-    pub(crate) fn inner(&self) -> &Arc<CqInner> {
-        &self.inner
+    /// A CQ of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(cq: Arc<dyn native::NativeCq>) -> Self {
+        Cq { repr: Repr::Native(cq) }
+    }
+
+    /// The backend's CQ, for a CQ of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn native(&self) -> Option<&Arc<dyn native::NativeCq>> {
+        match &self.repr {
+            Repr::Soft(_) => None,
+            Repr::Native(cq) => Some(cq),
+        }
+    }
+
+    /// The soft CQ's state; `EOPNOTSUPP` for a CQ of the rdma-core backend (what its
+    /// caller does, the backend does not offer).
+    pub(crate) fn inner(&self) -> Result<&Arc<CqInner>> {
+        match &self.repr {
+            Repr::Soft(inner) => Ok(inner),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(Error::native_unsupported("a verb of the soft device")),
+        }
     }
 
     /// Keeps the verbs layer's hold on the parent domain the CQ was created on, until
-    /// the CQ is destroyed or dropped.
+    /// the CQ is destroyed or dropped (a soft CQ's: only those are made on a parent domain).
     pub(crate) fn set_parent(&self, hold: Box<dyn std::any::Any + Send + Sync>) {
-        *self.inner.parent.lock().expect("cq parent") = Some(hold);
+        if let Ok(inner) = self.inner() {
+            *inner.parent.lock().expect("cq parent") = Some(hold);
+        }
     }
 
     /// Runs `f` on the hold given to [`Cq::set_parent`] (`None` without one, or once the
     /// CQ is destroyed).
     pub(crate) fn with_parent<R>(&self, f: impl FnOnce(Option<&(dyn std::any::Any + Send + Sync)>) -> R) -> R {
-        f(self.inner.parent.lock().expect("cq parent").as_deref())
+        match self.inner() {
+            Ok(inner) => f(inner.parent.lock().expect("cq parent").as_deref()),
+            Err(_) => f(None),
+        }
     }
 
-    /// Number of entries the CQ holds (≥ the `cqe` requested, a power of two).
+    /// Number of entries the CQ holds (≥ the `cqe` requested, a power of two; on the
+    /// rdma-core backend, what the provider gave, `ibv_cq.cqe`).
     pub fn cqe(&self) -> u32 {
-        self.inner.gens.current().ring().capacity() as u32
+        match &self.repr {
+            Repr::Soft(inner) => inner.gens.current().ring().capacity() as u32,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(cq) => cq.cqe(),
+        }
     }
 
-    /// The fields extended polling may read.
+    /// The fields extended polling may read (none on the rdma-core backend, which makes
+    /// no extended CQ).
     pub fn wc_flags(&self) -> WcExFlags {
-        self.inner.wc_flags
+        match &self.repr {
+            Repr::Soft(inner) => inner.wc_flags,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => WcExFlags::empty(),
+        }
     }
 
-    /// The creation flags.
+    /// The creation flags (none on the rdma-core backend).
     pub fn create_flags(&self) -> CqCreateFlags {
-        self.inner.flags
+        match &self.repr {
+            Repr::Soft(inner) => inner.flags,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => CqCreateFlags::empty(),
+        }
     }
 
     /// The `cq_context` given at creation.
     pub fn cq_context(&self) -> usize {
-        self.inner.cq_context()
+        match &self.repr {
+            Repr::Soft(inner) => inner.cq_context(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(cq) => cq.cq_context(),
+        }
     }
 
-    /// Whether an overrun put the CQ in the error state.
+    /// Whether an overrun put the CQ in the error state. Always false on the rdma-core
+    /// backend: a provider reports an overrun as an asynchronous event (`CQ_ERR`), which
+    /// the backend does not read.
     pub fn is_errored(&self) -> bool {
-        self.inner.errored()
+        match &self.repr {
+            Repr::Soft(inner) => inner.errored(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => false,
+        }
     }
 
     /// Removes up to `wc.len()` completions, oldest first, into `wc`; returns how many.
@@ -769,36 +834,43 @@ impl Cq {
     /// Rule: ibv_poll_cq(3), RETURN VALUE: returns min(n, available); 0 when empty.
     /// Rule: ibv_poll_cq(3) NOTES: each polled completion is removed for good.
     /// Errors: `Error::CqOverrun` once an overrun put the CQ in error.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
+        let inner = match &self.repr {
+            Repr::Soft(inner) => inner,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(cq) => return cq.poll(wc),
+        };
         let sanitize = crate::sanitizer::on();
-        if !sanitize && self.inner.surely_empty() {
-            if let Some(stats) = self.inner.stats {
-                stats.polled(self.inner.id, 0);
+        if !sanitize && inner.surely_empty() {
+            if let Some(stats) = inner.stats {
+                stats.polled(inner.id, 0);
             }
             return Ok(0);
         }
-        let marked = sanitize && self.inner.sanitize_poll_entered(false);
+        let marked = sanitize && inner.sanitize_poll_entered(false);
         let mut i = 0;
-        let r = match self.inner.stats {
-            None => self.inner.pop_into(wc.len(), |cqe| {
+        let r = match inner.stats {
+            None => inner.pop_into(wc.len(), |cqe| {
                 wc[i] = cqe.to_wc();
                 i += 1;
             }),
-            Some(stats) => self.inner.pop_counted(stats, wc.len(), |cqe| {
+            Some(stats) => inner.pop_counted(stats, wc.len(), |cqe| {
                 wc[i] = cqe.to_wc();
                 i += 1;
             }),
         };
         if sanitize {
             if marked {
-                self.inner.sanitize_poll_left();
+                inner.sanitize_poll_left();
             }
             crate::rings::wc::sanitize_polled(&wc[..i]);
         }
         if matches!(r, Ok(0)) && crate::progress::net_active() {
             // Empty: receive what the network holds for this process; what it completes
             // is found by the next poll (a busy poller's next call).
-            crate::progress::receive_inline(self.inner.ctx.endpoint);
+            crate::progress::receive_inline(inner.ctx.endpoint);
         }
         r
     }
@@ -808,14 +880,21 @@ impl Cq {
     ///
     /// Rule: completions already in the CQ do not fire the event; the usual pattern is
     /// arm, then poll once more (ibv_get_cq_event(3); the sanitizer's lost-wakeup).
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        if self.inner.is_destroyed() {
+        let inner = match &self.repr {
+            Repr::Soft(inner) => inner,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(cq) => return cq.req_notify(solicited_only),
+        };
+        if inner.is_destroyed() {
             return Err(Error::Destroyed { what: "completion queue" });
         }
         if crate::sanitizer::on() {
-            self.sanitize_arming();
+            self.sanitize_arming(inner);
         }
-        self.inner.gens.current().arm(solicited_only);
+        inner.gens.current().arm(solicited_only);
         Ok(())
     }
 
@@ -823,14 +902,14 @@ impl Cq {
     /// event (counted before the arming: a completion published after it fires).
     #[cold]
     #[inline(never)]
-    fn sanitize_arming(&self) {
-        let Some(ch) = &self.inner.channel else { return };
+    fn sanitize_arming(&self, inner: &CqInner) {
+        let Some(ch) = &inner.channel else { return };
         let held = self.len();
         if held > 0 {
-            self.inner.armed_full.store(true, Ordering::Relaxed);
-            crate::sanitizer::armed_holding(self.inner.id, ch.id, held);
-        } else if self.inner.armed_full.swap(false, Ordering::Relaxed) {
-            crate::sanitizer::polled_after_arming(self.inner.id);
+            inner.armed_full.store(true, Ordering::Relaxed);
+            crate::sanitizer::armed_holding(inner.id, ch.id, held);
+        } else if inner.armed_full.swap(false, Ordering::Relaxed) {
+            crate::sanitizer::polled_after_arming(inner.id);
         }
     }
 
@@ -839,7 +918,7 @@ impl Cq {
     #[cold]
     #[inline(never)]
     pub(crate) fn sanitize_wc_read(&self, field: WcExFlags, read: &'static str, flag: &'static str) {
-        let inner = &self.inner;
+        let Ok(inner) = self.inner() else { return };
         if !inner.wc_flags.contains(field) {
             crate::sanitizer::field_not_requested(inner.id, inner.wc_flags.bits(), field.bits(), read, flag);
         }
@@ -847,36 +926,45 @@ impl Cq {
 
     /// Acknowledges `n` completion events (ibv_ack_cq_events(3)).
     pub fn ack_events(&self, n: u32) {
-        self.inner.comp_events.ack(n);
+        match &self.repr {
+            Repr::Soft(inner) => inner.comp_events.ack(n),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(cq) => cq.ack_events(n),
+        }
     }
 
     /// Acknowledges `n` asynchronous events about this CQ (ibv_ack_async_event(3)).
+    /// Nothing on the rdma-core backend, which delivers no asynchronous event.
     pub fn ack_async_events(&self, n: u32) {
-        self.inner.async_events.ack(n);
+        if let Ok(inner) = self.inner() {
+            inner.async_events.ack(n);
+        }
     }
 
     /// Changes the size to at least `cqe` entries (ibv_resize_cq(3)); returns the new
     /// size. Completions in the CQ are kept.
     ///
     /// Errors: `EINVAL` if `cqe` is 0, above `max_cqe`, or smaller than the number of
-    /// completions the CQ holds (rxe `rxe_cq_chk_attr`).
+    /// completions the CQ holds (rxe `rxe_cq_chk_attr`); `EOPNOTSUPP` on the rdma-core
+    /// backend.
     pub fn resize(&self, cqe: u32) -> Result<u32> {
-        if let Some(e) = crate::fault_plan::fatal(self.inner.ctx.endpoint.slot, "resize_cq") {
+        let inner = self.soft("resize_cq")?;
+        if let Some(e) = crate::fault_plan::fatal(inner.ctx.endpoint.slot, "resize_cq") {
             return Err(e);
         }
         if cqe == 0 || cqe > limits::MAX_CQE {
             return Err(Error::invalid("resize_cq", Rule::CqeRange { cqe, max: limits::MAX_CQE }));
         }
-        let _g = self.inner.consumer.lock();
-        let seg = self.inner.gens.current();
-        let endpoint = self.inner.ctx.endpoint;
+        let _g = inner.consumer.lock();
+        let seg = inner.gens.current();
+        let endpoint = inner.ctx.endpoint;
         let alive = |ep, pid| producer_alive(endpoint, ep, pid);
         seg.freeze(&alive);
         if (cqe as usize) < seg.ring().len() {
             seg.thaw();
             return Err(Error::invalid("resize_cq", Rule::CqeBelowQueued { cqe, queued: seg.ring().len() as u32 }));
         }
-        let new = match CqSeg::create(&endpoint.dir, self.inner.id, seg.gen + 1, cqe as usize) {
+        let new = match CqSeg::create(&endpoint.dir, inner.id, seg.gen + 1, cqe as usize) {
             Ok(n) => n,
             Err(e) => {
                 seg.thaw();
@@ -884,13 +972,13 @@ impl Cq {
             }
         };
         new.inherit(seg);
-        let ignore = self.inner.flags.contains(CqCreateFlags::IGNORE_OVERRUN);
+        let ignore = inner.flags.contains(CqCreateFlags::IGNORE_OVERRUN);
         // Purged completions are dropped on the way: the purge records hold positions of
         // the old ring, which mean nothing in the new one.
         // No live producer is inside: a reservation still unpublished is a dead one's,
         // skipped so the completions after it move too.
         loop {
-            match self.inner.pop_live(seg) {
+            match inner.pop_live(seg) {
                 Some(c) => {
                     let _ = new.ring().push(&c.encode(), ignore);
                 }
@@ -898,22 +986,22 @@ impl Cq {
                 None => break,
             }
         }
-        self.inner.purges.lock().expect("cq purges").clear();
-        self.inner.purging.store(false, Ordering::Release);
+        inner.purges.lock().expect("cq purges").clear();
+        inner.purging.store(false, Ordering::Release);
         // The new generation becomes current, then producers that meet the frozen one
         // follow the mark (this process's reload `current`; peers open the segment the
         // record names).
         let gen = new.gen;
-        let new = self.inner.gens.advance(new);
-        endpoint.tables.cq(self.inner.id).gen.store(gen, Ordering::Release);
+        let new = inner.gens.advance(new);
+        endpoint.tables.cq(inner.id).gen.store(gen, Ordering::Release);
         seg.shm().moved.store(gen, Ordering::Release);
         seg.unlink();
         let cqe = new.ring().capacity() as u32;
-        if let Some(stats) = self.inner.stats {
-            stats.sized(self.inner.id, cqe);
+        if let Some(stats) = inner.stats {
+            stats.sized(inner.id, cqe);
         }
         if crate::sanitizer::on() {
-            crate::sanitizer::cq_sized(self.inner.id, cqe, false, true);
+            crate::sanitizer::cq_sized(inner.id, cqe, false, true);
         }
         Ok(cqe)
     }
@@ -921,11 +1009,14 @@ impl Cq {
     /// Destroys the CQ (ibv_destroy_cq(3)) after every completion event and
     /// asynchronous event delivered for it has been acknowledged (this blocks).
     ///
-    /// Errors: `EBUSY` while a QP or SRQ still completes to it.
+    /// Errors: `EBUSY` while a QP or SRQ still completes to it. `EOPNOTSUPP` on the
+    /// rdma-core backend, whose CQ is destroyed when its last handle, QP and event go (a
+    /// `&self` destroy would race with a call through a clone).
     /// Rule: a CQ created on a parent domain gives it back here, so the parent domain can
     /// be deallocated next (ibv_alloc_parent_domain(3)).
     pub fn destroy(&self) -> Result<()> {
-        match self.inner.users.compare_exchange(0, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
+        let inner = self.soft("destroy_cq")?;
+        match inner.users.compare_exchange(0, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
         {
             Ok(_) => {}
             Err(u) if u & DESTROYED != 0 => {
@@ -936,36 +1027,41 @@ impl Cq {
         if crate::sanitizer::on() {
             // Reported before the waits below, which block for ever without the acks
             // (ibv_get_cq_event(3)).
-            let id = self.inner.id;
-            let comp = self.inner.comp_events.unacked();
+            let id = inner.id;
+            let comp = inner.comp_events.unacked();
             if comp > 0 {
                 crate::sanitizer::unacked(false, crate::sanitizer::Kind::Cq, id, comp, "ibv_destroy_cq");
             }
-            let asynchronous = self.inner.async_events.unacked();
+            let asynchronous = inner.async_events.unacked();
             if asynchronous > 0 {
                 crate::sanitizer::unacked(true, crate::sanitizer::Kind::Cq, id, asynchronous, "ibv_destroy_cq");
             }
             crate::sanitizer::batch_starting("ibv_destroy_cq", id, None);
             crate::sanitizer::gone(crate::sanitizer::Kind::Cq, id);
         }
-        self.inner.comp_events.wait_all_acked();
-        self.inner.async_events.wait_all_acked();
-        if let Some(ch) = &self.inner.channel {
+        inner.comp_events.wait_all_acked();
+        inner.async_events.wait_all_acked();
+        if let Some(ch) = &inner.channel {
             ch.detach();
         }
-        self.inner.ctx.endpoint.tables.cq(self.inner.id).id.store(0, Ordering::Release);
-        if let Some(stats) = self.inner.stats {
-            stats.release_cq(self.inner.id);
+        inner.ctx.endpoint.tables.cq(inner.id).id.store(0, Ordering::Release);
+        if let Some(stats) = inner.stats {
+            stats.release_cq(inner.id);
         }
-        self.inner.cqs.remove(self.inner.id);
+        inner.cqs.remove(inner.id);
         // The parent domain can be deallocated now (ibv_alloc_parent_domain(3)).
-        self.inner.parent.lock().expect("cq parent").take();
+        inner.parent.lock().expect("cq parent").take();
         Ok(())
     }
 
-    /// Number of completions waiting (a snapshot).
+    /// Number of completions waiting (a snapshot). 0 on the rdma-core backend, which
+    /// cannot look into a provider's queue without polling it.
     pub fn len(&self) -> usize {
-        self.inner.gens.current().ring().len()
+        match &self.repr {
+            Repr::Soft(inner) => inner.gens.current().ring().len(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => 0,
+        }
     }
 
     /// Whether no completion is waiting (a snapshot).
@@ -981,23 +1077,47 @@ impl Cq {
     /// CQ object here, as `container_of` does for a C provider). Unlike
     /// [`Cq::cq_context`] it is not the application's value of the C API.
     pub fn cookie(&self) -> usize {
-        self.inner.cookie.load(Ordering::Acquire)
+        match &self.repr {
+            Repr::Soft(inner) => inner.cookie.load(Ordering::Acquire),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(cq) => cq.cookie(),
+        }
     }
 
     /// Attaches an opaque word to the CQ, read back by [`Cq::cookie`] on any handle.
     pub fn set_cookie(&self, value: usize) {
-        self.inner.cookie.store(value, Ordering::Release);
+        match &self.repr {
+            Repr::Soft(inner) => inner.cookie.store(value, Ordering::Release),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(cq) => cq.set_cookie(value),
+        }
     }
 
     /// What the owner polled from this CQ ([`crate::CqStats`]; docs/device.md, "Per-QP
     /// and per-CQ statistics"): all zero unless the device counts statistics
     /// (`DeviceConfig::stats`, `RVERBS_STATS=1`).
     pub fn stats(&self) -> crate::shm::stats::CqStats {
-        self.inner.stats.and_then(|s| s.cq_stats(self.inner.id)).unwrap_or_default()
+        self.inner().ok().and_then(|inner| inner.stats.and_then(|s| s.cq_stats(inner.id))).unwrap_or_default()
     }
 
     /// Whether two handles name the same CQ.
     pub fn same_as(&self, other: &Cq) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        match (&self.repr, &other.repr) {
+            (Repr::Soft(a), Repr::Soft(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "rdma-core")]
+            (Repr::Native(a), Repr::Native(b)) => a.same_as(&**b),
+            #[cfg(feature = "rdma-core")]
+            _ => false,
+        }
+    }
+
+    /// The soft CQ's state; `EOPNOTSUPP` naming `verb` on the rdma-core backend.
+    #[cfg_attr(not(feature = "rdma-core"), allow(unused_variables))]
+    fn soft(&self, verb: &'static str) -> Result<&Arc<CqInner>> {
+        match &self.repr {
+            Repr::Soft(inner) => Ok(inner),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(Error::native_unsupported(verb)),
+        }
     }
 }

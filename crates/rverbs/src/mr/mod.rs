@@ -17,6 +17,8 @@ pub(crate) mod keyspace;
 pub(crate) mod pages;
 pub(crate) mod proxy;
 pub(crate) mod share;
+#[cfg(feature = "rdma-core")]
+pub(crate) mod native;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -410,14 +412,23 @@ pub struct MrInfo {
 /// explicit [`Mr::dereg`].
 #[derive(Clone)]
 pub struct Mr {
-    inner: Arc<MrInner>,
+    repr: Repr,
+}
+
+/// What an [`Mr`] is: the soft device's, or (feature `rdma-core`) one the rdma-core
+/// backend registered.
+#[derive(Clone)]
+enum Repr {
+    Soft(Arc<MrInner>),
+    #[cfg(feature = "rdma-core")]
+    Native(Arc<dyn native::NativeMr>),
 }
 
 impl std::fmt::Debug for Mr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let d = self.inner.desc.read().expect("mr desc");
+        let d = self.query();
         f.debug_struct("Mr")
-            .field("lkey", &self.inner.key)
+            .field("lkey", &d.key)
             .field("addr", &format_args!("{:#x}", d.addr))
             .field("len", &d.len)
             .finish()
@@ -566,32 +577,69 @@ impl Mr {
                 crate::sanitizer::caller_region(key, addr, len);
             }
         }
-        Ok(Mr { inner })
+        Ok(Mr { repr: Repr::Soft(inner) })
     }
 
-    pub(crate) fn inner(&self) -> &Arc<MrInner> {
-        &self.inner
+    /// A region the rdma-core backend registered.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(mr: Arc<dyn native::NativeMr>) -> Self {
+        Mr { repr: Repr::Native(mr) }
+    }
+
+    /// The backend's region, for a region of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn native(&self) -> Option<&Arc<dyn native::NativeMr>> {
+        match &self.repr {
+            Repr::Soft(_) => None,
+            Repr::Native(mr) => Some(mr),
+        }
+    }
+
+    /// The soft region's state; `EOPNOTSUPP` for a region of the rdma-core backend (what
+    /// its caller does, the backend does not offer).
+    pub(crate) fn inner(&self) -> Result<&Arc<MrInner>> {
+        match &self.repr {
+            Repr::Soft(inner) => Ok(inner),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(Error::native_unsupported("a verb of the soft device")),
+        }
     }
 
     /// The local key.
     pub fn lkey(&self) -> u32 {
-        self.inner.key
+        match &self.repr {
+            Repr::Soft(inner) => inner.key,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(mr) => mr.lkey(),
+        }
     }
 
-    /// The remote key (equal to the local key on this device).
+    /// The remote key (equal to the local key on this device; the provider's on the
+    /// rdma-core backend).
     pub fn rkey(&self) -> u32 {
-        self.inner.key
+        match &self.repr {
+            Repr::Soft(inner) => inner.key,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(mr) => mr.rkey(),
+        }
     }
 
     /// What the region covers now (addresses, access, PD).
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn query(&self) -> MrInfo {
-        let d = self.inner.desc.read().expect("mr desc");
+        let inner = match &self.repr {
+            Repr::Soft(inner) => inner,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(mr) => return mr.info(),
+        };
+        let d = inner.desc.read().expect("mr desc");
         MrInfo {
             addr: d.addr,
             len: d.len,
             iova: d.iova,
             access: d.access,
-            key: self.inner.key,
+            key: inner.key,
             pd_handle: d.pd.id,
         }
     }
@@ -627,13 +675,13 @@ impl Mr {
     /// Errors: `EINVAL` if the range leaves the region.
     pub fn sge(&self, offset: usize, len: u32) -> Result<Sge> {
         let d = self.check_range("sge", offset, len as usize)?;
-        Ok(Sge { addr: d.iova + offset as u64, length: len, lkey: self.inner.key })
+        Ok(Sge { addr: d.iova + offset as u64, length: len, lkey: d.key })
     }
 
     /// An SGE covering the whole region (lengths above 4 GiB are clamped).
     pub fn whole(&self) -> Sge {
         let d = self.query();
-        Sge { addr: d.iova, length: d.len.min(u32::MAX as usize) as u32, lkey: self.inner.key }
+        Sge { addr: d.iova, length: d.len.min(u32::MAX as usize) as u32, lkey: d.key }
     }
 
     fn check_range(&self, verb: &'static str, offset: usize, len: usize) -> Result<MrInfo> {
@@ -645,8 +693,15 @@ impl Mr {
     }
 
     /// Copies `buf.len()` bytes out of the region at `offset`.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        let g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
+        let inner = match &self.repr {
+            Repr::Soft(inner) => inner,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(mr) => return mr.read(offset, buf),
+        };
+        let g = inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
         let at = g.range("read", offset, buf.len())?;
         // SAFETY: the range is inside the live registration (checked above while `g`
         // holds off deregistration and rereg) and `buf` is a distinct Rust buffer.
@@ -655,8 +710,15 @@ impl Mr {
     }
 
     /// Copies `data` into the region at `offset`.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        let g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
+        let inner = match &self.repr {
+            Repr::Soft(inner) => inner,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(mr) => return mr.write(offset, data),
+        };
+        let g = inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
         let at = g.range("write", offset, data.len())?;
         // SAFETY: as in `read`.
         unsafe { mem::copy(at as *mut u8, data.as_ptr(), data.len()) }
@@ -677,8 +739,15 @@ impl Mr {
     }
 
     /// The 64-bit word at `offset` (8-byte aligned), read atomically.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn read_u64(&self, offset: usize) -> Result<u64> {
-        let g = self.inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
+        let inner = match &self.repr {
+            Repr::Soft(inner) => inner,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(mr) => return mr.read_u64(offset),
+        };
+        let g = inner.begin().ok_or(Error::Destroyed { what: "memory region" })?;
         let at = g.range("read_u64", offset, 8)?;
         if at % 8 != 0 {
             return Err(Error::invalid("read_u64", Rule::Unaligned { offset: offset as u64 }));
@@ -718,7 +787,8 @@ impl Mr {
         access: Option<Access>,
         range: Option<(usize, usize)>,
     ) -> Result<()> {
-        if let Some(e) = crate::fault_plan::fatal(self.inner().endpoint.slot, "rereg_mr") {
+        let inner = self.inner()?;
+        if let Some(e) = crate::fault_plan::fatal(inner.endpoint.slot, "rereg_mr") {
             return Err(e);
         }
         let verb = "rereg_mr";
@@ -730,7 +800,7 @@ impl Mr {
         }
         let new_pd = match (flags.contains(ReregFlags::PD), pd) {
             (true, Some(p)) => {
-                let same_ctx = Arc::ptr_eq(&p.ctx, &self.inner.desc.read().expect("mr desc").pd.ctx);
+                let same_ctx = Arc::ptr_eq(&p.ctx, &inner.desc.read().expect("mr desc").pd.ctx);
                 if !same_ctx {
                     return Err(Error::invalid(verb, Rule::ForeignContext { what: "protection domain" }));
                 }
@@ -754,27 +824,27 @@ impl Mr {
         }
         // Held to the end: no window binds to the region while it changes (a bind waits,
         // then sees the new description; see `Mr::dereg` for the argument).
-        let mut windows = self.inner.windows.lock().expect("mr windows");
-        if !self.inner.is_valid() {
+        let mut windows = inner.windows.lock().expect("mr windows");
+        if !inner.is_valid() {
             return Err(Error::Destroyed { what: "memory region" });
         }
-        if self.inner.has_bound_windows(&mut windows) {
+        if inner.has_bound_windows(&mut windows) {
             return Err(Error::Busy { what: "memory region with bound memory windows" });
         }
         if crate::sanitizer::on() && flags.intersects(ReregFlags::TRANSLATION | ReregFlags::PD) {
             // Reported, then the region changes as it would on a NIC (docs/sanitizer.md).
-            let d = self.inner.desc.read().expect("mr desc");
-            crate::sanitizer::rereg(self.inner.key, d.addr as u64, d.len as u64);
+            let d = inner.desc.read().expect("mr desc");
+            crate::sanitizer::rereg(inner.key, d.addr as u64, d.len as u64);
         }
         if let Some(p) = &new_pd {
             p.hold()?;
         }
         // Accesses through the API wait on the lock; device accesses are refused while
         // the record is invalid; accesses in progress finish first.
-        let mut d = self.inner.desc.write().expect("mr desc");
-        let rec = self.inner.record();
+        let mut d = inner.desc.write().expect("mr desc");
+        let rec = inner.record();
         rec.state.store(KEY_STATE_INVALID, Ordering::SeqCst);
-        self.inner.wait_idle();
+        inner.wait_idle();
         if let Some(p) = new_pd {
             let old = std::mem::replace(&mut d.pd, p);
             old.release();
@@ -790,24 +860,24 @@ impl Mr {
             d.len = len;
             d.iova = if d.access.contains(Access::ZERO_BASED) { 0 } else { addr as u64 };
             let was_private = d.mem.is_none();
-            d.mem = caller_memory(self.inner.endpoint, addr, len);
+            d.mem = caller_memory(inner.endpoint, addr, len);
             match (was_private, d.mem.is_none()) {
-                (true, false) => drop(self.inner.endpoint.cma_regions.fetch_sub(1, Ordering::AcqRel)),
-                (false, true) => drop(self.inner.endpoint.cma_regions.fetch_add(1, Ordering::AcqRel)),
+                (true, false) => drop(inner.endpoint.cma_regions.fetch_sub(1, Ordering::AcqRel)),
+                (false, true) => drop(inner.endpoint.cma_regions.fetch_add(1, Ordering::AcqRel)),
                 _ => {}
             }
         }
         if range.is_some() && crate::sanitizer::on() {
             // The region covers other caller memory from now on (mr-memory-freed).
             if d.access.contains(Access::ON_DEMAND) {
-                crate::sanitizer::caller_region_gone(self.inner.key);
+                crate::sanitizer::caller_region_gone(inner.key);
             } else {
-                crate::sanitizer::caller_region(self.inner.key, d.addr as u64, d.len as u64);
+                crate::sanitizer::caller_region(inner.key, d.addr as u64, d.len as u64);
             }
         }
         let mut record = d.record(KEY_STATE_VALID);
-        record.key = self.inner.key;
-        self.inner.endpoint.keys.publish(self.inner.key >> 8, &record);
+        record.key = inner.key;
+        inner.endpoint.keys.publish(inner.key >> 8, &record);
         Ok(())
     }
 
@@ -818,6 +888,7 @@ impl Mr {
     /// Errors: `EINVAL` once deregistered, or while memory windows are bound to it (rxe;
     /// ibv_alloc_mw(3): "ibv_dereg_mr() fails if any memory window is still bound").
     pub fn dereg(&self) -> Result<()> {
+        let inner = self.inner()?;
         // Why a bind racing this call cannot leave a window bound to a deregistered
         // region, nor make this call deregister a region with a window bound to it.
         // 1. A window becomes bound to this region only through a bind
@@ -840,31 +911,36 @@ impl Mr {
         // Windows are asked with the list held, which the lock order allows (list, then
         // window: a bind too takes the list first), so there is no inversion. rereg
         // holds the list the same way until its new description is in place.
-        let mut windows = self.inner.windows.lock().expect("mr windows");
-        if !self.inner.is_valid() {
+        let mut windows = inner.windows.lock().expect("mr windows");
+        if !inner.is_valid() {
             return Err(Error::Destroyed { what: "memory region" });
         }
-        if self.inner.has_bound_windows(&mut windows) {
+        if inner.has_bound_windows(&mut windows) {
             return Err(Error::invalid("dereg_mr", Rule::WindowsBound));
         }
         if crate::sanitizer::on() {
             // Reported, then the region goes as it would on a NIC (docs/sanitizer.md).
-            let d = self.inner.desc.read().expect("mr desc");
-            crate::sanitizer::dereg(self.inner.key, d.addr as u64, d.len as u64, d.access.contains(Access::ON_DEMAND));
+            let d = inner.desc.read().expect("mr desc");
+            crate::sanitizer::dereg(inner.key, d.addr as u64, d.len as u64, d.access.contains(Access::ON_DEMAND));
         }
-        self.inner.valid.store(false, Ordering::SeqCst);
+        inner.valid.store(false, Ordering::SeqCst);
         drop(windows);
-        self.inner.retire();
-        self.inner.release_pd();
-        if let Some(mem) = &self.inner.desc.read().expect("mr desc").mem {
+        inner.retire();
+        inner.release_pd();
+        if let Some(mem) = &inner.desc.read().expect("mr desc").mem {
             mem.unhold_dm();
         }
         Ok(())
     }
 
-    /// Whether the registration is still valid.
+    /// Whether the registration is still valid (always, on the rdma-core backend, whose
+    /// region lives until its last handle goes).
     pub fn is_valid(&self) -> bool {
-        self.inner.is_valid()
+        match &self.repr {
+            Repr::Soft(inner) => inner.is_valid(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => true,
+        }
     }
 }
 

@@ -100,7 +100,7 @@ impl Pd {
         let (held, raw) = buf.hold();
         let at = raw.ptr.as_ptr() as usize;
         let init = MrInit { addr: at, len: raw.len, iova: at as u64, access };
-        match Mr::register_with(self.inner().clone(), init, true) {
+        match Mr::register_with(self.inner()?.clone(), init, true) {
             Ok(mr) => Ok(OwnedMr { mr, buf: Some((held, raw)), open: true, pending: None }),
             Err(e) => {
                 // SAFETY: from the `hold` above; the registration failed, so the device
@@ -157,7 +157,10 @@ impl<B: StableBuf> OwnedMr<B> {
     /// Opens the region to the device: its keys grant what its access flags say, for
     /// this process's requests and for peers, until it is closed.
     pub fn open(&mut self) {
-        self.mr.inner().open_keys();
+        // The region is a soft one: an owned region registers on a soft PD only.
+        if let Ok(inner) = self.mr.inner() {
+            inner.open_keys();
+        }
         self.open = true;
     }
 
@@ -181,7 +184,7 @@ impl<B: StableBuf> OwnedMr<B> {
         if !self.open {
             return Ok(());
         }
-        if self.mr.inner().close_keys() {
+        if self.mr.inner()?.close_keys() {
             self.open = false;
             Ok(())
         } else {
@@ -270,7 +273,7 @@ impl<B: StableBuf> OwnedMr<B> {
     /// given back already).
     fn give_back(&mut self) -> Option<B> {
         let (held, raw) = self.buf.take()?;
-        let drained = self.mr.inner().close_keys();
+        let drained = self.mr.inner().is_ok_and(|inner| inner.close_keys());
         // Refused only for a region already deregistered or with bound windows, which an
         // owned region never is (its `Mr` is never lent, MW_BIND is refused); the keys
         // are closed either way.
@@ -308,16 +311,16 @@ mod tests {
     fn closing_waits_for_a_local_access_in_progress() {
         let ctx = crate::devices().unwrap()[0].open().unwrap();
         let pd = ctx.alloc_pd().unwrap();
-        let core = pd.inner().clone();
+        let core = pd.inner().expect("a soft PD").clone();
         let keys = KeySpace::local(core.endpoint());
         let plain = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
         let pin = keys.pin(plain.lkey(), core.id, KeyUse::Local, plain.iova(), 8, Access::LOCAL_WRITE).unwrap();
-        assert_eq!(plain.inner().record().busy(), 0, "an ordinary region's local accesses are not counted");
+        assert_eq!(plain.inner().unwrap().record().busy(), 0, "an ordinary region's local accesses are not counted");
         drop(pin);
 
         let mut owned = pd.reg_owned(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
         let pin = keys.pin(owned.lkey(), core.id, KeyUse::Local, owned.iova(), 8, Access::LOCAL_WRITE).unwrap();
-        let inner = owned.mr.inner().clone();
+        let inner = owned.mr.inner().unwrap().clone();
         assert_eq!(inner.record().busy(), 1, "an owned region's local access is counted");
         let done = AtomicBool::new(false);
         std::thread::scope(|s| {

@@ -156,7 +156,9 @@ impl BatchBuf {
 /// The batch holds no lock while it is filled; `complete` takes the send queue once.
 #[must_use = "a batch posts nothing until complete()"]
 pub struct SendBatch {
-    qp: Qp,
+    /// The soft QP (the work-request builder is the soft device's: `start_batch` on a QP
+    /// of the rdma-core backend is EOPNOTSUPP).
+    q: std::sync::Arc<QpInner>,
     buf: BatchBuf,
     /// The first error and how many work requests were closed before it (their own
     /// errors, found when `complete` pushes them, come first).
@@ -178,12 +180,12 @@ impl Qp {
     /// Rule: ibv_wr_post(3): only a QP created with `send_ops_flags` builds work requests.
     /// Errors: `EINVAL` if the QP was created without `send_ops`.
     pub fn start_batch(&self) -> Result<SendBatch> {
-        let q = self.inner();
+        let q = self.inner()?;
         if q.send_ops.is_none() {
             return Err(Error::invalid("wr_start", Rule::NoSendOps));
         }
         let buf = std::mem::take(&mut *q.batch_spare.lock());
-        Ok(SendBatch { qp: self.clone(), buf, error: None })
+        Ok(SendBatch { q: q.clone(), buf, error: None })
     }
 
     /// Opens a batch as a guard borrowing the QP (ibv_wr_start(3)); see [`SendBatch`].
@@ -219,7 +221,7 @@ impl SendBatch {
         if self.error.is_some() {
             return None;
         }
-        let allowed = self.qp.inner().send_ops.unwrap_or_default();
+        let allowed = self.q.send_ops.unwrap_or_default();
         if !allowed.contains(SendOps::of(opcode)) {
             let closed = self.buf.wrs.len();
             self.latch(closed, Error::invalid("wr_*", Rule::OpNotInSendOps));
@@ -481,7 +483,7 @@ impl SendBatch {
     #[inline(never)]
     fn post_sanitized(&mut self, latched: usize, error: Option<Error>) -> Result<()> {
         use crate::sanitizer::Queue;
-        let q: &QpInner = self.qp.inner();
+        let q: &QpInner = &self.q;
         let state = q.state();
         if error.is_none() && latched > 0 && matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             crate::sanitizer::bad_state_post("ibv_wr_complete", Queue::Send, q.qpn, state, Some(self.buf.wrs[0].wr_id));
@@ -505,7 +507,7 @@ impl SendBatch {
         if latched == 1 && error.is_none() && self.express_one() {
             return Ok(());
         }
-        let q: &QpInner = self.qp.inner();
+        let q: &QpInner = &self.q;
         let mut sq = q.sq.lock();
         let mark = sq.len();
         let mut error = match push_all(&mut sq, q, &self.buf, latched) {
@@ -527,7 +529,7 @@ impl SendBatch {
         if q.sq_pending.load(Ordering::Relaxed) {
             q.sq_pending.store(false, Ordering::SeqCst);
         }
-        let q = self.qp.inner();
+        let q = &self.q;
         q.progress(&mut sq);
         drop(sq);
         if q.sq_pending.load(Ordering::SeqCst) {
@@ -544,7 +546,7 @@ impl SendBatch {
     /// whole or not at all (ibv_wr_post(3)), which requests executed one by one inside
     /// the call could not honour, so it takes the queued way. Whether the request is done.
     fn express_one(&self) -> bool {
-        let q = self.qp.inner();
+        let q = &self.q;
         if q.state() != QpState::Rts || crate::fault_plan::active() || crate::sanitizer::on() {
             return false;
         }
@@ -642,7 +644,7 @@ impl Drop for SendBatch {
         // The buffer goes back to the QP for its next batch, emptied (the handles it
         // holds are released now); taking it leaves empty vectors, which allocate nothing.
         self.buf.clear();
-        *self.qp.inner().batch_spare.lock() = std::mem::take(&mut self.buf);
+        *self.q.batch_spare.lock() = std::mem::take(&mut self.buf);
     }
 }
 

@@ -23,6 +23,8 @@ pub(crate) mod state;
 pub(crate) mod transition;
 pub(crate) mod sq;
 pub(crate) mod srq;
+#[cfg(feature = "rdma-core")]
+pub(crate) mod native;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -350,15 +352,25 @@ impl QpInner {
 /// A queue pair (`struct ibv_qp`). Cloning shares it.
 #[derive(Clone)]
 pub struct Qp {
-    inner: Arc<QpInner>,
+    repr: Repr,
+}
+
+/// What a [`Qp`] is: the soft device's, or (feature `rdma-core`) one of the rdma-core
+/// backend. Without the feature the one variant costs nothing; with it the soft post
+/// path pays one predictable branch.
+#[derive(Clone)]
+enum Repr {
+    Soft(Arc<QpInner>),
+    #[cfg(feature = "rdma-core")]
+    Native(Arc<dyn native::NativeQp>),
 }
 
 impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Qp")
-            .field("qp_num", &self.inner.qpn)
-            .field("qp_type", &self.inner.qp_type)
-            .field("state", &self.inner.state())
+            .field("qp_num", &self.qp_num())
+            .field("qp_type", &self.qp_type())
+            .field("state", &self.state())
             .finish()
     }
 }
@@ -420,7 +432,10 @@ impl Qp {
 
     /// Runs `f` with the hold on the parent domain the QP was created on, if any.
     pub(crate) fn parent_use<R>(&self, f: impl FnOnce(Option<&ParentHold>) -> R) -> R {
-        f(self.inner.parent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref())
+        match self.inner() {
+            Ok(q) => f(q.parent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref()),
+            Err(_) => f(None),
+        }
     }
 
     /// As [`Qp::new`], for an XRC target QP of domain `xrcd` too, and for a QP created on
@@ -450,7 +465,7 @@ impl Qp {
         }
         let ctx = &pd.ctx;
         for cq in [init.send_cq, init.recv_cq] {
-            if !Arc::ptr_eq(&cq.inner().ctx, ctx) {
+            if !Arc::ptr_eq(&cq.inner()?.ctx, ctx) {
                 return Err(Error::invalid("create_qp", Rule::ForeignContext { what: "CQ" }));
             }
         }
@@ -476,12 +491,12 @@ impl Qp {
         }
         let attach = || -> Result<()> {
             pd.hold()?;
-            if let Err(e) = init.send_cq.inner().attach() {
+            if let Err(e) = init.send_cq.inner()?.attach() {
                 pd.release();
                 return Err(e);
             }
-            if let Err(e) = init.recv_cq.inner().attach() {
-                init.send_cq.inner().detach();
+            if let Err(e) = init.recv_cq.inner()?.attach() {
+                init.send_cq.inner()?.detach();
                 pd.release();
                 return Err(e);
             }
@@ -502,8 +517,8 @@ impl Qp {
             match RecvQueue::new(&endpoint.dir.join(recv_ring::qp_segment_name(qpn, 1)), cap.max_recv_wr, cap.max_recv_sge, endpoint) {
                 Ok(rq) => Some(rq),
                 Err(e) => {
-                    init.send_cq.inner().detach();
-                    init.recv_cq.inner().detach();
+                    init.send_cq.inner()?.detach();
+                    init.recv_cq.inner()?.detach();
                     if let Some(srq) = init.srq {
                         srq.inner().detach_qp();
                     }
@@ -535,7 +550,7 @@ impl Qp {
         rec.pd.store(pd.id, Ordering::Relaxed);
         rec.srqn.store(init.srq.map_or(0, |s| s.srq_num()), Ordering::Relaxed);
         rec.rq_gen.store(u32::from(rq.is_some()), Ordering::Relaxed);
-        rec.recv_cq.store(init.recv_cq.inner().id, Ordering::Relaxed);
+        rec.recv_cq.store(init.recv_cq.inner()?.id, Ordering::Relaxed);
         rec.xrcd.store(xrcd.as_ref().map_or(0, |x| x.key), Ordering::Relaxed);
         rec.ctx.store(ctx.id, Ordering::Relaxed);
         // A QP made while the port is down takes nothing either (docs/fault-injection.md).
@@ -549,8 +564,8 @@ impl Qp {
             dev,
             qp_type: init.qp_type,
             qpn,
-            send_cq: init.send_cq.inner().clone(),
-            recv_cq: init.recv_cq.inner().clone(),
+            send_cq: init.send_cq.inner()?.clone(),
+            recv_cq: init.recv_cq.inner()?.clone(),
             srq: init.srq.map(|s| s.inner().clone()),
             xrcd,
             sq_sig_all: init.sq_sig_all,
@@ -582,50 +597,95 @@ impl Qp {
             // Every receive completes; a send only when signaled, which only sq_sig_all
             // promises at creation (an application that signals one send in n sizes
             // its CQ for those: ibv_xsrq_pingpong, perftest).
-            let (send_cq, recv_cq) = (init.send_cq.inner().id, init.recv_cq.inner().id);
+            let (send_cq, recv_cq) = (init.send_cq.inner()?.id, init.recv_cq.inner()?.id);
             let sends = if init.sq_sig_all { cap.max_send_wr } else { 0 };
             use crate::sanitizer::Queue;
             crate::sanitizer::completes_to(&[(send_cq, Queue::Send, qpn, sends), (recv_cq, Queue::Recv, qpn, cap.max_recv_wr)]);
         }
-        Ok(Qp { inner })
+        Ok(Qp { repr: Repr::Soft(inner) })
     }
 
     pub(crate) fn from_inner(inner: Arc<QpInner>) -> Self {
-        Qp { inner }
+        Qp { repr: Repr::Soft(inner) }
     }
 
-    pub(crate) fn inner(&self) -> &Arc<QpInner> {
-        &self.inner
+    /// A QP of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_native(qp: Arc<dyn native::NativeQp>) -> Self {
+        Qp { repr: Repr::Native(qp) }
+    }
+
+    /// The backend's QP, for a QP of the rdma-core backend.
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn native(&self) -> Option<&Arc<dyn native::NativeQp>> {
+        match &self.repr {
+            Repr::Soft(_) => None,
+            Repr::Native(qp) => Some(qp),
+        }
+    }
+
+    /// The soft QP's state; `EOPNOTSUPP` for a QP of the rdma-core backend (what its
+    /// caller does, the backend does not offer).
+    pub(crate) fn inner(&self) -> Result<&Arc<QpInner>> {
+        match &self.repr {
+            Repr::Soft(inner) => Ok(inner),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(Error::native_unsupported("a verb of the soft device")),
+        }
     }
 
     /// The QP number (24 bits, unique on the device).
     pub fn qp_num(&self) -> u32 {
-        self.inner.qpn
+        match &self.repr {
+            Repr::Soft(inner) => inner.qpn,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.qp_num(),
+        }
     }
 
     /// The transport.
     pub fn qp_type(&self) -> QpType {
-        self.inner.qp_type
+        match &self.repr {
+            Repr::Soft(inner) => inner.qp_type,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.qp_type(),
+        }
     }
 
     /// The current state.
     pub fn state(&self) -> QpState {
-        self.inner.state()
+        match &self.repr {
+            Repr::Soft(inner) => inner.state(),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.state(),
+        }
     }
 
     /// The capabilities granted at creation (ibv_create_qp(3) writes them back).
     pub fn cap(&self) -> QpCap {
-        self.inner.cap
+        match &self.repr {
+            Repr::Soft(inner) => inner.cap,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.cap(),
+        }
     }
 
     /// The `qp_context` given at creation.
     pub fn qp_context(&self) -> usize {
-        self.inner.qp_context.load(Ordering::Relaxed)
+        match &self.repr {
+            Repr::Soft(inner) => inner.qp_context.load(Ordering::Relaxed),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.qp_context(),
+        }
     }
 
     /// Whether signaling is for all send work requests.
     pub fn sq_sig_all(&self) -> bool {
-        self.inner.sq_sig_all
+        match &self.repr {
+            Repr::Soft(inner) => inner.sq_sig_all,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.sq_sig_all(),
+        }
     }
 
     /// Changes attributes and possibly the state (ibv_modify_qp(3)).
@@ -641,8 +701,14 @@ impl Qp {
     /// Rule: the call is validated, then planned, then applied once its state change is
     /// won (`qp::state`): if another writer (a peer's ERR, a failed send's SQE) changed the
     /// state in between, the call fails and no attribute it named has changed.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        let q = &self.inner;
+        let q = match &self.repr {
+            Repr::Soft(q) => q,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => return qp.modify(attr, mask),
+        };
         if let Some(e) = crate::fault_plan::fail(q.slot(), Verb::ModifyQp, Some(q.qpn), None) {
             return Err(e);
         }
@@ -664,9 +730,19 @@ impl Qp {
     }
 
     /// The QP's attributes (ibv_query_qp(3)); `cur_qp_state` and `qp_state` are the real
-    /// state and `sq_draining` says whether an SQD drain is under way.
+    /// state and `sq_draining` says whether an SQD drain is under way. On the rdma-core
+    /// backend, ibv_query_qp(3) with every attribute; should the provider fail it (a QP
+    /// it lost), the default attributes with the state the QP was last left in.
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn query(&self) -> QpAttr {
-        let q = &self.inner;
+        let q = match &self.repr {
+            Repr::Soft(q) => q,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => {
+                return qp.query().unwrap_or_else(|_| QpAttr { qp_state: qp.state(), cur_qp_state: qp.state(), cap: qp.cap(), ..QpAttr::default() })
+            }
+        };
         let mut a = *q.attrs.lock().expect("qp attrs");
         let state = q.state();
         a.qp_state = state;
@@ -701,11 +777,18 @@ impl Qp {
         self.post_send_inner(wrs, false)
     }
 
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     fn post_send_inner(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = match &self.repr {
+            Repr::Soft(q) => q,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => return qp.post_send(wrs),
+        };
         if crate::sanitizer::on() {
-            return self.post_send_sanitized(wrs, keep);
+            return self.post_send_sanitized(q, wrs, keep);
         }
-        self.post_send_plain(wrs, keep)
+        self.post_send_plain(q, wrs, keep)
     }
 
     /// [`Qp::post_send`] with the sanitizer on (docs/sanitizer.md): a post the QP's state
@@ -715,18 +798,17 @@ impl Qp {
     /// path only tests the switch.
     #[cold]
     #[inline(never)]
-    fn post_send_sanitized(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
-        let q = &self.inner;
+    fn post_send_sanitized(&self, q: &Arc<QpInner>, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.qpn, state, wrs.first().map(|w| w.wr_id));
-            return self.post_send_plain(wrs, keep);
+            return self.post_send_plain(q, wrs, keep);
         }
         if !wrs.is_empty() {
             crate::sanitizer::send_posting(q.qpn, q.cap.max_send_wr);
         }
         let ticket = wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, wrs);
-        let result = self.post_send_plain(wrs, keep);
+        let result = self.post_send_plain(q, wrs, keep);
         if let Err(e) = &result {
             crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.qpn, ticket, e.index);
         }
@@ -734,8 +816,7 @@ impl Qp {
     }
 
     #[inline(always)]
-    fn post_send_plain(&self, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
-        let q = &self.inner;
+    fn post_send_plain(&self, q: &Arc<QpInner>, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_send", state } });
@@ -819,25 +900,31 @@ impl Qp {
         self.post_recv_inner(wrs, false)
     }
 
+    // Without the feature `rdma-core` the match has one arm (no cost, no branch).
+    #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
+        let q = match &self.repr {
+            Repr::Soft(q) => q,
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => return qp.post_recv(wrs),
+        };
         if crate::sanitizer::on() {
-            return self.post_recv_sanitized(wrs, keep);
+            return self.post_recv_sanitized(q, wrs, keep);
         }
-        self.post_recv_plain(wrs, keep)
+        self.post_recv_plain(q, wrs, keep)
     }
 
     /// [`Qp::post_recv`] with the sanitizer on, as [`Qp::post_send_sanitized`].
     #[cold]
     #[inline(never)]
-    fn post_recv_sanitized(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
-        let q = &self.inner;
+    fn post_recv_sanitized(&self, q: &Arc<QpInner>, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if state == QpState::Reset {
             crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.qpn, state, wrs.first().map(|w| w.wr_id));
-            return self.post_recv_plain(wrs, keep);
+            return self.post_recv_plain(q, wrs, keep);
         }
         let ticket = wr::track_recvs(q.pd.endpoint(), crate::sanitizer::Queue::Recv, q.qpn, wrs);
-        let r = self.post_recv_plain(wrs, keep);
+        let r = self.post_recv_plain(q, wrs, keep);
         if let Err(e) = &r {
             crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.qpn, ticket, e.index);
         }
@@ -845,8 +932,7 @@ impl Qp {
     }
 
     #[inline(always)]
-    fn post_recv_plain(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
-        let q = &self.inner;
+    fn post_recv_plain(&self, q: &Arc<QpInner>, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if state == QpState::Reset {
             return Err(PostError { index: 0, error: Error::QpStateForbids { verb: "post_recv", state } });
@@ -896,7 +982,7 @@ impl Qp {
             return Err(Error::invalid(verb, Rule::BindNeedsMr));
         }
         if let Some(mr) = bind.mr {
-            if !Arc::ptr_eq(&mr.inner().pd(), &mw.inner().pd) {
+            if !Arc::ptr_eq(&mr.inner()?.pd(), &mw.inner().pd) {
                 return Err(Error::PermissionDenied { verb, why: "region and window in different PDs" });
             }
         }
@@ -927,7 +1013,10 @@ impl Qp {
     /// region of this process is reached that way now (regions allocated by the library
     /// or made shareable, `RVERBS_SHARED_MR=1`, or `RVERBS_CMA=off`). RDMA READ responses
     /// are always placed by this process's ordered copy.
+    ///
+    /// On the rdma-core backend: 0, no guarantee (rverbs does not know the provider's).
     pub fn data_in_order(&self, op: WrOpcode, flags: u32) -> u32 {
+        let Ok(q) = self.inner() else { return 0 };
         const RETURN_CAPS: u32 = 1;
         const WHOLE_MSG: u32 = 1;
         const ALIGNED_128: u32 = 2;
@@ -945,9 +1034,9 @@ impl Qp {
                 | WrOpcode::Send
                 | WrOpcode::SendWithImm
                 | WrOpcode::SendWithInv
-        ) && (op.allowed_on(self.inner.qp_type) || self.inner.qp_type == QpType::XrcRecv);
+        ) && (op.allowed_on(q.qp_type) || q.qp_type == QpType::XrcRecv);
         let placed_by_peers = op != WrOpcode::RdmaRead;
-        let ordered = crate::mem::ORDERED && (!placed_by_peers || self.writer_is_here() || !self.inner.pd.endpoint().peers_copy_unordered());
+        let ordered = crate::mem::ORDERED && (!placed_by_peers || Self::writer_is_here(q) || !q.pd.endpoint().peers_copy_unordered());
         let caps = if answered && ordered { WHOLE_MSG | ALIGNED_128 } else { 0 };
         if flags & RETURN_CAPS != 0 {
             caps
@@ -958,8 +1047,7 @@ impl Qp {
 
     /// Whether only this process can write into this QP: it is connected (RTR or later)
     /// to a QP of this process.
-    fn writer_is_here(&self) -> bool {
-        let q = &self.inner;
+    fn writer_is_here(q: &QpInner) -> bool {
         if !matches!(q.qp_type, QpType::Rc | QpType::Uc | QpType::XrcRecv) {
             return false;
         }
@@ -970,9 +1058,11 @@ impl Qp {
 
     /// Destroys the QP (ibv_destroy_qp(3)) after every asynchronous event delivered for
     /// it has been acknowledged. Outstanding work requests are discarded without
-    /// completions; peers sending to it see no response.
+    /// completions; peers sending to it see no response. `EOPNOTSUPP` on the rdma-core
+    /// backend, whose QP is destroyed when its last handle goes (a `&self` destroy would
+    /// race with a post through a clone).
     pub fn destroy(&self) -> Result<()> {
-        let q = &self.inner;
+        let q = self.soft("destroy_qp")?;
         if q.mcast_attached.load(Ordering::Acquire) != 0 {
             return Err(Error::Busy { what: "queue pair attached to a multicast group" });
         }
@@ -1032,8 +1122,11 @@ impl Qp {
     }
 
     /// Acknowledges `n` asynchronous events about this QP (ibv_ack_async_event(3)).
+    /// Nothing on the rdma-core backend, which delivers no asynchronous event.
     pub fn ack_async_events(&self, n: u32) {
-        self.inner.async_events.ack(n);
+        if let Ok(q) = self.inner() {
+            q.async_events.ack(n);
+        }
     }
 
     /// The word the owner of the QP attached with [`Qp::set_cookie`] (0 until then).
@@ -1043,30 +1136,50 @@ impl Qp {
     /// language binding keeps the address of its own QP object here, as `container_of`
     /// does for a C provider).
     pub fn cookie(&self) -> usize {
-        self.inner.cookie.load(Ordering::Acquire)
+        match &self.repr {
+            Repr::Soft(q) => q.cookie.load(Ordering::Acquire),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.cookie(),
+        }
     }
 
     /// Attaches an opaque word to the QP, read back by [`Qp::cookie`] on any handle.
     pub fn set_cookie(&self, value: usize) {
-        self.inner.cookie.store(value, Ordering::Release);
+        match &self.repr {
+            Repr::Soft(q) => q.cookie.store(value, Ordering::Release),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => qp.set_cookie(value),
+        }
     }
 
     /// What the owner posted on this QP and polled of its completions
     /// ([`crate::QpStats`]; docs/device.md, "Per-QP and per-CQ statistics"): all zero
     /// unless the device counts statistics (`DeviceConfig::stats`, `RVERBS_STATS=1`).
     pub fn stats(&self) -> crate::shm::stats::QpStats {
-        let q = &self.inner;
+        let Ok(q) = self.inner() else { return crate::shm::stats::QpStats { qpn: self.qp_num(), ..Default::default() } };
         q.pd.endpoint().stats.and_then(|s| s.qp_stats(q.qpn)).unwrap_or(crate::shm::stats::QpStats { qpn: q.qpn, ..Default::default() })
     }
 
-    /// Send work requests waiting to complete (a snapshot).
+    /// Send work requests waiting to complete (a snapshot; 0 on the rdma-core backend,
+    /// which does not see into a provider's queues).
     pub fn send_queue_len(&self) -> usize {
-        self.inner.sq.lock().len()
+        self.inner().map_or(0, |q| q.sq.lock().len())
     }
 
-    /// Receive work requests waiting (a snapshot; 0 with an SRQ).
+    /// Receive work requests waiting (a snapshot; 0 with an SRQ, and on the rdma-core
+    /// backend).
     pub fn recv_queue_len(&self) -> usize {
-        self.inner.rq.as_ref().map_or(0, RecvQueue::len)
+        self.inner().map_or(0, |q| q.rq.as_ref().map_or(0, RecvQueue::len))
+    }
+
+    /// The soft QP's state; `EOPNOTSUPP` naming `verb` on the rdma-core backend.
+    #[cfg_attr(not(feature = "rdma-core"), allow(unused_variables))]
+    fn soft(&self, verb: &'static str) -> Result<&Arc<QpInner>> {
+        match &self.repr {
+            Repr::Soft(inner) => Ok(inner),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(_) => Err(Error::native_unsupported(verb)),
+        }
     }
 }
 

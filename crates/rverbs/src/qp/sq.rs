@@ -378,14 +378,18 @@ impl Ring {
         wqe.compare_add = wr.compare_add;
         wqe.swap = wr.swap;
         wqe.ud = wr.ud.map(|u| UdAv { ah: *u.ah, remote_qpn: u.remote_qpn, remote_qkey: u.remote_qkey });
-        wqe.bind = wr.bind.map(|b| BindWqe {
-            mw: b.mw.inner().clone(),
-            rkey: b.rkey,
-            mr: b.bind.mr.map(|m| m.inner().clone()),
-            addr: b.bind.addr,
-            len: b.bind.length,
-            access: b.bind.access,
-        });
+        wqe.bind = match wr.bind {
+            // A region of the rdma-core backend cannot be bound to a soft window: EOPNOTSUPP.
+            Some(b) => Some(BindWqe {
+                mw: b.mw.inner().clone(),
+                rkey: b.rkey,
+                mr: b.bind.mr.map(|m| m.inner().cloned()).transpose()?,
+                addr: b.bind.addr,
+                len: b.bind.length,
+                access: b.bind.access,
+            }),
+            None => None,
+        };
         wqe.flush = wr.flush;
         wqe.xrc_srqn = wr.xrc_remote_srqn;
         wqe.num_sge = 0;

@@ -421,7 +421,7 @@ mod tests {
         let f = rc_qp();
         let p = path(Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST));
         f.qp.connect_until(&p, QpState::Init).unwrap();
-        let q = f.qp.inner();
+        let q = f.qp.inner().unwrap();
         let attrs_before = f.qp.query();
         let view_before = ResponderView::load(q.rec);
         let req_before = q.sq.lock().req;
@@ -443,7 +443,7 @@ mod tests {
         let f = rc_qp();
         let p = path(Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST));
         f.qp.connect_until(&p, QpState::Rtr).unwrap();
-        let q = f.qp.inner();
+        let q = f.qp.inner().unwrap();
         let view_before = ResponderView::load(q.rec);
         QpInner::before_apply(peer_moves_to_err);
         // RTR → RTS with a changed min_rnr_timer (optional) and the required attributes.
@@ -473,14 +473,14 @@ mod tests {
         f.qp.connect(&p).unwrap();
         let a = f.qp.query();
         assert_eq!((a.dest_qp_num, a.timeout), (0x42, 20));
-        assert_eq!(f.qp.inner().rec.dest_qpn.load(Ordering::Acquire), 0x42);
-        assert_eq!(f.qp.inner().sq.lock().req.timeout, 20);
+        assert_eq!(f.qp.inner().unwrap().rec.dest_qpn.load(Ordering::Acquire), 0x42);
+        assert_eq!(f.qp.inner().unwrap().sq.lock().req.timeout, 20);
     }
 
     #[test]
     fn transition_changes_only_from_an_admitted_state() {
         let f = rc_qp();
-        let q = f.qp.inner();
+        let q = f.qp.inner().unwrap();
         assert_eq!(q.transition(Expect::Is(QpState::Init), QpState::Rtr, Cause::Modify), Err(QpState::Reset));
         assert_eq!(q.state(), QpState::Reset);
         let err = Expect::NotIn(ERR_FROM_ANY_BUT);

@@ -32,6 +32,11 @@ pub(super) struct ContextInner {
     /// Address handles by the address of their [`AddressVector`](crate::AddressVector),
     /// which a UD [`SendWr`](crate::SendWr) names.
     pub(super) ahs: Mutex<HashMap<usize, Weak<dyn AddressHandle>>>,
+    /// The device's name (ibv_get_device_name(3)).
+    name: &'static str,
+    /// The context's id in the process: the upper half of the id space, apart from the
+    /// soft device's contexts (which count up from 1).
+    id: u32,
     _list: Arc<DeviceList>,
 }
 
@@ -69,12 +74,13 @@ impl Device {
     /// Opens the device (ibv_open_device(3)); the context keeps libibverbs loaded. A
     /// device that cannot be opened is the `errno` libibverbs set.
     pub fn open(&self) -> Result<Context> {
-        Context::open(&self.list, self.dev)
+        Context::open(&self.list, self.dev, self.name)
     }
 }
 
 impl Context {
-    fn open(list: &Arc<DeviceList>, dev: *mut ibv_device) -> Result<Context> {
+    fn open(list: &Arc<DeviceList>, dev: *mut ibv_device, name: &'static str) -> Result<Context> {
+        static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1 << 31);
         let verbs = list.verbs.clone();
         // SAFETY: `dev` is a device of the live `list`.
         let ctx = unsafe { (verbs.sym.ibv_open_device)(dev) };
@@ -89,10 +95,22 @@ impl Context {
             verbs,
             attr: crate::c_abi::device_attr_from_c(&raw),
             ahs: Mutex::new(HashMap::new()),
+            name,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             _list: list.clone(),
         };
         check(rc)?;
         Ok(Context { inner: Arc::new(inner) })
+    }
+
+    /// The name of the device the context is open on.
+    pub fn device_name(&self) -> &'static str {
+        self.inner.name
+    }
+
+    /// The context's id, unique in the process (and apart from the soft device's).
+    pub fn id(&self) -> u32 {
+        self.inner.id
     }
 
     /// The device's attributes (ibv_query_device(3)), read once when it was opened: they
@@ -135,5 +153,26 @@ impl Context {
         // SAFETY: `ctx` is open; `raw` is a valid out-union.
         check(unsafe { (self.inner.verbs.sym.ibv_query_gid)(self.inner.ctx, port, index, &mut raw) })?;
         Ok(crate::c_abi::gid_from_c(&raw))
+    }
+
+    /// Entry `index` of port `port`'s GID table with its type and interface
+    /// (ibv_query_gid_ex(3), the exported `_ibv_query_gid_ex` the header's inline calls
+    /// with `flags` 0); an empty entry is the provider's `ENODATA`.
+    pub fn query_gid_ex(&self, port: u8, index: u32) -> Result<crate::gid::GidEntry> {
+        let mut raw = core::mem::MaybeUninit::<ibv_gid_entry>::zeroed();
+        // SAFETY: `ctx` is open; `raw` is a writable entry of the size passed.
+        check(unsafe {
+            (self.inner.verbs.sym._ibv_query_gid_ex)(self.inner.ctx, port.into(), index, raw.as_mut_ptr(), 0, core::mem::size_of::<ibv_gid_entry>())
+        })?;
+        // SAFETY: zero-initialised plain data the provider filled.
+        Ok(crate::c_abi::gid_entry_from_c(unsafe { &raw.assume_init() }))
+    }
+
+    /// The context's asynchronous-event fd (`ibv_context.async_fd`, ibv_get_async_event(3)),
+    /// open as long as the context.
+    pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: `ctx` is open for as long as `self` lives, and libibverbs keeps its
+        // `async_fd` open until ibv_close_device(3), which only the last drop calls.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw((*self.inner.ctx).async_fd) }
     }
 }

@@ -54,6 +54,8 @@ pub(super) struct CqInner {
     pub(super) ctx: Arc<ContextInner>,
     channel: Option<Arc<ChannelInner>>,
     cq_context: usize,
+    /// The word the public [`crate::Cq::set_cookie`] attaches.
+    cookie: std::sync::atomic::AtomicUsize,
     destroyed: bool,
 }
 
@@ -124,7 +126,7 @@ impl Cq {
         if cq.is_null() {
             return Err(last_errno());
         }
-        let inner = Arc::new(CqInner { cq, ctx: c.clone(), channel, cq_context: init.cq_context, destroyed: false });
+        let inner = Arc::new(CqInner { cq, ctx: c.clone(), channel, cq_context: init.cq_context, cookie: Default::default(), destroyed: false });
         if let Some(ch) = &inner.channel {
             let weak: std::sync::Weak<dyn std::any::Any + Send + Sync> = Arc::downgrade(&inner) as _;
             ch.register(cq, weak);
@@ -140,6 +142,11 @@ impl Cq {
     }
 
     /// The user value given at creation.
+    pub fn context(&self) -> Context {
+        Context { inner: self.inner.ctx.clone() }
+    }
+
+    /// The CQ's user value.
     pub fn cq_context(&self) -> usize {
         self.inner.cq_context
     }
@@ -173,8 +180,8 @@ impl Cq {
     }
 
     /// Acknowledges `n` completion events of the CQ (ibv_ack_cq_events(3)); a
-    /// [`CqEvent`] acknowledges its own, so this is for events taken with
-    /// [`CqEvent::into_cq`].
+    /// [`crate::CqEvent`] acknowledges its own, so this is for events taken with
+    /// [`crate::CqEvent::into_cq`].
     pub fn ack_events(&self, n: u32) {
         // SAFETY: `cq` is live.
         unsafe { (self.inner.ctx.verbs.sym.ibv_ack_cq_events)(self.inner.cq, n) }
@@ -196,51 +203,15 @@ impl Cq {
     }
 }
 
-/// A completion event (ibv_get_cq_event(3)): the CQ that had it. Dropping the event
-/// acknowledges it (ibv_ack_cq_events(3)), as the soft [`crate::CqEvent`] does.
-#[derive(Debug)]
-pub struct CqEvent {
-    cq: Cq,
-    acked: bool,
-}
-
-impl CqEvent {
-    /// The CQ the event is for.
-    pub fn cq(&self) -> &Cq {
-        &self.cq
-    }
-
-    /// The CQ's user value.
-    pub fn cq_context(&self) -> usize {
-        self.cq.cq_context()
-    }
-
-    /// Acknowledges the event now.
-    pub fn ack(mut self) {
-        self.acked = true;
-        self.cq.ack_events(1);
-    }
-
-    /// The CQ, leaving the event unacknowledged: the caller acknowledges it with
-    /// [`Cq::ack_events`] (before destroying the CQ, ibv_destroy_cq(3)).
-    pub fn into_cq(mut self) -> Cq {
-        self.acked = true;
-        self.cq.clone()
-    }
-}
-
-impl Drop for CqEvent {
-    fn drop(&mut self) {
-        if !self.acked {
-            self.cq.ack_events(1);
-        }
-    }
-}
-
 impl CompChannel {
     /// Waits for the next completion event (ibv_get_cq_event(3)); blocks unless the fd
     /// was made non-blocking, in which case no event is `EAGAIN`.
-    pub fn get_cq_event(&self) -> Result<CqEvent> {
+    pub fn get_cq_event(&self) -> Result<crate::CqEvent> {
+        Ok(crate::CqEvent::of_native(Arc::new(self.next_event()?)))
+    }
+
+    /// The CQ of the next event, unacknowledged (ibv_get_cq_event(3)).
+    fn next_event(&self) -> Result<Cq> {
         let sym = &self.inner.ctx.verbs.sym;
         loop {
             let mut cq: *mut ibv_cq = std::ptr::null_mut();
@@ -251,7 +222,7 @@ impl CompChannel {
             }
             let found = self.inner.lookup(cq).and_then(|any| any.downcast::<CqInner>().ok());
             match found {
-                Some(inner) => return Ok(CqEvent { cq: Cq { inner }, acked: false }),
+                Some(inner) => return Ok(Cq { inner }),
                 // The CQ is being destroyed, and ibv_destroy_cq(3) waits for this event's
                 // acknowledgement: give it, and wait for the next event.
                 None => {
@@ -263,4 +234,56 @@ impl CompChannel {
         }
     }
 
+}
+
+impl crate::cq::native::NativeCq for Cq {
+    fn cqe(&self) -> u32 {
+        Cq::cqe(self)
+    }
+
+    fn cq_context(&self) -> usize {
+        Cq::cq_context(self)
+    }
+
+    fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
+        Cq::poll(self, wc)
+    }
+
+    fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        Cq::req_notify(self, solicited_only)
+    }
+
+    fn ack_events(&self, n: u32) {
+        Cq::ack_events(self, n)
+    }
+
+    fn cookie(&self) -> usize {
+        self.inner.cookie.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_cookie(&self, value: usize) {
+        self.inner.cookie.store(value, std::sync::atomic::Ordering::Release)
+    }
+
+    fn same_as(&self, other: &dyn crate::cq::native::NativeCq) -> bool {
+        other.as_any().downcast_ref::<Cq>().is_some_and(|o| Cq::same_as(self, o))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl crate::cq::native::NativeChannel for CompChannel {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        CompChannel::fd(self)
+    }
+
+    fn get_cq_event(&self) -> Result<Arc<dyn crate::cq::native::NativeCq>> {
+        Ok(Arc::new(self.next_event()?))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }

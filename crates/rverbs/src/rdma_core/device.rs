@@ -36,8 +36,21 @@ impl Drop for DeviceList {
 pub struct Device {
     pub(super) list: Arc<DeviceList>,
     pub(super) dev: *mut ibv_device,
-    name: String,
+    pub(super) name: &'static str,
     guid: u64,
+}
+
+/// `name`, kept for the rest of the process: each distinct device name is stored once,
+/// so that a context can give its device's name as the soft API does (`&'static str`).
+fn interned(name: String) -> &'static str {
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(n) = names.iter().find(|n| **n == name) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.into_boxed_str());
+    names.push(n);
+    n
 }
 
 // SAFETY: `dev` points into the list this value keeps alive; libibverbs' verbs are
@@ -84,7 +97,7 @@ pub fn devices() -> Result<Vec<Device>> {
             break;
         }
         // SAFETY: `dev` is a device of the live list; the name is NUL-terminated.
-        let name = unsafe { conv::c_string((list.verbs.sym.ibv_get_device_name)(dev)) };
+        let name = interned(unsafe { conv::c_string((list.verbs.sym.ibv_get_device_name)(dev)) });
         // SAFETY: as above; the GUID comes in network order.
         let guid = u64::from_be(unsafe { (list.verbs.sym.ibv_get_device_guid)(dev) });
         out.push(Device { list: list.clone(), dev, name, guid });
@@ -104,13 +117,27 @@ pub fn device_by_name(name: &str) -> Result<Device> {
 
 impl Device {
     /// The device's name (ibv_get_device_name(3)), e.g. `mlx5_0`, `rxe0`, `rverbs0`.
-    pub fn name(&self) -> &str {
-        &self.name
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// The device's node GUID in host order (ibv_get_device_guid(3) gives it in network
     /// order).
     pub fn guid(&self) -> u64 {
         self.guid
+    }
+}
+
+impl crate::device::NativeDevice for Device {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn guid(&self) -> u64 {
+        self.guid
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

@@ -58,6 +58,7 @@ symbols! {
     ibv_query_device: fn(*mut ibv_context, *mut ibv_device_attr) -> c_int;
     ibv_query_port: fn(*mut ibv_context, u8, *mut _compat_ibv_port_attr) -> c_int;
     ibv_query_gid: fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int;
+    _ibv_query_gid_ex: fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize) -> c_int;
     ibv_alloc_pd: fn(*mut ibv_context) -> *mut ibv_pd;
     ibv_dealloc_pd: fn(*mut ibv_pd) -> c_int;
     ibv_reg_mr_iova2: fn(*mut ibv_pd, *mut c_void, usize, u64, u32) -> *mut ibv_mr;

@@ -11,6 +11,14 @@
 //! [`Access`](crate::Access), [`Error`](crate::Error)) and have the soft types' method
 //! names, so that one program runs on either.
 //!
+//! A program normally reaches these objects through the public types: a device of
+//! [`crate::Backend::RdmaCore`] (listed by [`crate::devices`] with
+//! `RVERBS_BACKEND=rdma-core`, by [`crate::devices_of`], or found by
+//! [`crate::device_by_name`]) opens a [`crate::Context`] whose PDs, CQs, channels, QPs,
+//! regions and address handles are this module's, behind `rverbs`' own types (their
+//! `Repr`; docs/rdma-core-backend.md lists what they carry). Used directly, as below, the
+//! objects destroy by value (`destroy(self)`).
+//!
 //! ```no_run
 //! use rverbs::rdma_core::{devices, CqInit, QpInit};
 //! use rverbs::{QpCap, QpType};
@@ -46,7 +54,7 @@ mod wr;
 pub use ah::Ah;
 pub use channel::CompChannel;
 pub use context::Context;
-pub use cq::{Cq, CqEvent, CqInit};
+pub use cq::{Cq, CqInit};
 pub use device::{device_by_name, devices, Device};
 pub use mr::Mr;
 pub use pd::Pd;

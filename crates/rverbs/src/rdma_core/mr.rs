@@ -22,6 +22,8 @@ struct MrInner {
     len: usize,
     lkey: u32,
     rkey: u32,
+    /// The access flags it was registered with.
+    access: Access,
     /// The allocation the region owns, freed after deregistration.
     owned: Option<Layout>,
     destroyed: bool,
@@ -113,7 +115,7 @@ impl Mr {
         }
         // SAFETY: ibv_reg_mr_iova2 returned a valid region, whose keys do not change.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        Ok(Mr { inner: MrInner { mr, pd: p.clone(), addr, len, lkey, rkey, owned, destroyed: false } })
+        Ok(Mr { inner: MrInner { mr, pd: p.clone(), addr, len, lkey, rkey, access, owned, destroyed: false } })
     }
 
     fn alloc(pd: &Pd, len: usize, access: Access) -> Result<Mr> {
@@ -220,5 +222,43 @@ impl Mr {
     /// deregistration.
     pub fn dereg(mut self) -> Result<()> {
         self.inner.dereg()
+    }
+}
+
+impl crate::mr::native::NativeMr for Mr {
+    fn lkey(&self) -> u32 {
+        Mr::lkey(self)
+    }
+
+    fn rkey(&self) -> u32 {
+        Mr::rkey(self)
+    }
+
+    fn info(&self) -> crate::mr::MrInfo {
+        crate::mr::MrInfo {
+            addr: self.inner.addr as usize,
+            len: self.inner.len,
+            // Registered with ibv_reg_mr_iova2(addr, …, iova = addr).
+            iova: self.inner.addr as u64,
+            access: self.inner.access,
+            key: self.inner.lkey,
+            pd_handle: self.pd().handle(),
+        }
+    }
+
+    fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        Mr::read(self, offset, buf)
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        Mr::write(self, offset, data)
+    }
+
+    fn read_u64(&self, offset: usize) -> Result<u64> {
+        Mr::read_u64(self, offset)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

@@ -69,6 +69,12 @@ impl Pd {
         Ok(Pd { inner: Arc::new(PdInner { pd, ctx: ctx.inner.clone(), destroyed: false }) })
     }
 
+    /// The PD's handle (`ibv_pd.handle`), the number the provider gave it.
+    pub fn handle(&self) -> u32 {
+        // SAFETY: `pd` is allocated for as long as `self` lives.
+        unsafe { (*self.inner.pd).handle }
+    }
+
     /// The context the PD was allocated in.
     pub fn context(&self) -> Context {
         Context { inner: self.inner.ctx.clone() }

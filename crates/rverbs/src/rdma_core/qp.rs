@@ -50,6 +50,9 @@ struct QpInner {
     qp_type: QpType,
     cap: QpCap,
     qp_context: usize,
+    sq_sig_all: bool,
+    /// The word the public [`crate::Qp::set_cookie`] attaches.
+    cookie: std::sync::atomic::AtomicUsize,
     destroyed: bool,
 }
 
@@ -135,6 +138,8 @@ impl Qp {
                 // ibv_create_qp(3): "the actual capabilities ... are returned in cap".
                 cap: crate::c_abi::cap_from_c(&attr.cap),
                 qp_context: init.qp_context,
+                sq_sig_all: init.sq_sig_all,
+                cookie: Default::default(),
                 destroyed: false,
             }),
         })
@@ -260,4 +265,58 @@ fn bad_index<T>(base: *mut T, bad: *mut T, len: usize) -> usize {
     let (b, x) = (base as usize, bad as usize);
     let size = core::mem::size_of::<T>();
     if x >= b && x < b + len * size { (x - b) / size } else { 0 }
+}
+
+impl crate::qp::native::NativeQp for Qp {
+    fn qp_num(&self) -> u32 {
+        Qp::qp_num(self)
+    }
+
+    fn qp_type(&self) -> QpType {
+        Qp::qp_type(self)
+    }
+
+    fn state(&self) -> QpState {
+        Qp::state(self)
+    }
+
+    fn cap(&self) -> QpCap {
+        Qp::cap(self)
+    }
+
+    fn qp_context(&self) -> usize {
+        Qp::qp_context(self)
+    }
+
+    fn sq_sig_all(&self) -> bool {
+        self.inner.sq_sig_all
+    }
+
+    fn cookie(&self) -> usize {
+        self.inner.cookie.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_cookie(&self, value: usize) {
+        self.inner.cookie.store(value, std::sync::atomic::Ordering::Release)
+    }
+
+    fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        Qp::modify(self, attr, mask)
+    }
+
+    fn query(&self) -> Result<QpAttr> {
+        Qp::query(self)
+    }
+
+    fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
+        Qp::post_send(self, wrs)
+    }
+
+    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+        Qp::post_recv(self, wrs)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
