@@ -191,6 +191,20 @@ mod imp {
         // SAFETY: the kernel passes the interrupted context of this thread (SA_SIGINFO).
         let rip = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] };
         let pc = *rip as usize;
+        if sig == libc::SIGSEGV {
+            let watch = super::READ_WATCH.load(std::sync::atomic::Ordering::Acquire);
+            if watch != 0 {
+                // SAFETY: as above; bit 1 of the page fault's error code is set for a write.
+                let write = unsafe { (*uc).uc_mcontext.gregs[libc::REG_ERR as usize] } & 2 != 0;
+                // SAFETY: as above.
+                let addr = unsafe { (*info).si_addr() } as usize;
+                // SAFETY: only `set_read_watch` stores here, a `ReadWatch`.
+                let f: super::ReadWatch = unsafe { std::mem::transmute::<usize, super::ReadWatch>(watch) };
+                if f(addr, write, (begin..end).contains(&pc)) {
+                    return; // the access runs again, on the pages given back
+                }
+            }
+        }
         if (begin..end).contains(&pc) {
             *rip = rverbs_guard_fixup as *const () as usize as i64;
             return;
@@ -401,6 +415,24 @@ fn wait_out_move(addr: usize) -> bool {
         unsafe { libc::sched_yield() };
     }
     true
+}
+
+/// The sanitizer's watch of receive buffers (sanitizer `early`): given a fault's
+/// address, whether it was a store, and whether it was inside a guarded routine, it says
+/// whether the fault was on a page it protected (then given back: the access runs again).
+/// Async-signal-safe in its common path.
+pub(crate) type ReadWatch = fn(usize, bool, bool) -> bool;
+static READ_WATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Installs the sanitizer's [`ReadWatch`] (once its first page is protected).
+pub(crate) fn set_read_watch(f: ReadWatch) {
+    READ_WATCH.store(f as usize, Ordering::Release);
+}
+
+/// Whether this thread is moving pages now ([`moving`]): its faults are the move's.
+pub(crate) fn moving_here() -> bool {
+    // SAFETY: gettid has no arguments and is async-signal-safe.
+    MOVING_START.load(Ordering::Acquire) != 0 && unsafe { libc::gettid() } == MOVER.load(Ordering::Relaxed)
 }
 
 static ARMED: Once = Once::new();
