@@ -16,6 +16,11 @@
 # run is bounded by `timeout`, must have printed the report before the wait, and is
 # killed.
 #
+# read_before_completion forks its sender (a process of its own, so that its QP answers
+# 0 to ibv_query_qp_data_in_order for SENDs); its report must name the read at the BUG
+# line and the ibv_post_recv, its early read must see the old bytes (placed late), and
+# without the sanitizer the same read sees the message.
+#
 # mr_freed's bug is a free(3) the library sees only through the free watch
 # (librverbs_free.so from build-dropin.sh), preloaded for every program here.
 #

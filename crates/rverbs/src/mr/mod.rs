@@ -571,6 +571,10 @@ impl Mr {
             if caller && !init.access.contains(Access::ON_DEMAND) {
                 crate::sanitizer::caller_region(key, addr, len);
             }
+            if init.access.contains(Access::ON_DEMAND) && init.access.intersects(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC | Access::MW_BIND) {
+                // Peers may reach any page now (docs/sanitizer.md, read-before-completion).
+                crate::sanitizer::early::peers_reach_anywhere();
+            }
         }
         Ok(Mr { inner })
     }

@@ -140,10 +140,21 @@ fn free_slot(i: usize) {
 
 // ---- The engine's side ----
 
+/// Set once an on-demand region with remote rights was registered: peers may then reach
+/// any page of the process (an implicit region covers them all), and a protected page
+/// would fail their access; no receive is staged from then on.
+static PEERS_REACH_ANYWHERE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// An on-demand region with remote rights was registered ([`PEERS_REACH_ANYWHERE`]).
+pub(crate) fn peers_reach_anywhere() {
+    PEERS_REACH_ANYWHERE.store(true, Ordering::Relaxed);
+}
+
 /// Whether receives of QP `qpn` may be staged: ibv_query_qp_data_in_order never told the
-/// program that SENDs land in order there.
+/// program that SENDs land in order there, and no on-demand region opens every page to
+/// peers.
 pub(crate) fn may_stage(qpn: u32) -> bool {
-    with(|st| !st.in_order.contains(&qpn))
+    !PEERS_REACH_ANYWHERE.load(Ordering::Relaxed) && with(|st| !st.in_order.contains(&qpn))
 }
 
 /// ibv_query_qp_data_in_order answered 1 for a SEND on QP `qpn`.
@@ -171,7 +182,7 @@ pub(crate) fn stage(s: Stage) -> u64 {
     static HOOKED: std::sync::Once = std::sync::Once::new();
     HOOKED.call_once(|| {
         crate::sys::at_fork(fork_prepare, fork_parent, fork_child);
-        crate::fault::set_read_watch(on_fault);
+        crate::fault::set_read_watch(on_fault, reported);
     });
     let at = trace::capture();
     let mut st_guard = state();
@@ -351,9 +362,12 @@ pub(crate) fn plain_rw(start: usize, end: usize) -> bool {
 
 /// The SIGSEGV handler's part (`fault.rs`): a fault at `addr` on a watched page. A load
 /// by the program (not a store, not the library's guarded copy, not a move of the pages
-/// by `mr::share`, in the process that staged it) is reported; every such fault gives
-/// the pages back and runs the instruction again. Returns whether the fault was ours.
-pub(crate) fn on_fault(addr: usize, write: bool, guarded: bool) -> bool {
+/// by `mr::share`, in the process that staged it, not inside the sanitizer) is to be
+/// reported, which [`reported`] does on the thread's own stack; any other fault there gives
+/// the page back. Either way the access runs again. Async-signal-safe: atomics and
+/// `mprotect`.
+pub(crate) fn on_fault(addr: usize, write: bool, guarded: bool) -> crate::fault::WatchSays {
+    use crate::fault::WatchSays as Watched;
     let pid = std::process::id();
     for s in &SLOTS {
         let start = s.start.load(Ordering::Acquire);
@@ -363,15 +377,14 @@ pub(crate) fn on_fault(addr: usize, write: bool, guarded: bool) -> bool {
         let id = s.id.load(Ordering::Relaxed);
         let ours = s.pid.load(Ordering::Relaxed) == pid;
         let inside = super::BUSY.try_with(|b| b.get()).unwrap_or(1) != 0;
-        if ours && !write && !guarded && !inside && !crate::fault::moving_here() && read_early(id, addr) {
-            return true;
+        if ours && !write && !guarded && !inside && !crate::fault::moving_here() {
+            return Watched::Report(id, addr as u64);
         }
-        // Not reportable: this page only is given back.
         let p = page();
         protect(addr & !(p - 1), p, false);
-        return true;
+        return Watched::Again;
     }
-    RECENT.iter().any(|r| {
+    let late = RECENT.iter().any(|r| {
         let s = r.0.load(Ordering::Acquire);
         if s != 0 && addr >= s && addr - s < r.1.load(Ordering::Relaxed) && r.2.fetch_add(1, Ordering::Relaxed) < LATE_RETRIES {
             // SAFETY: sched_yield has no arguments and is async-signal-safe.
@@ -379,22 +392,36 @@ pub(crate) fn on_fault(addr: usize, write: bool, guarded: bool) -> bool {
             return true;
         }
         false
-    })
+    });
+    if late {
+        Watched::Again
+    } else {
+        Watched::NotOurs
+    }
 }
 
-/// The report of a load at `addr` of the buffer of staged receive `id`, then its pages
-/// given back; `false` if the tables are busy (another thread holds them: the caller
-/// gives the page back without a report).
-fn read_early(id: u64, addr: usize) -> bool {
+/// The report of a load at `addr` of the buffer of staged receive `id` (called by the
+/// fault's trampoline on the faulting thread's stack, before the load runs again), then
+/// its pages given back; the page of `addr` is given back in any case.
+fn reported(id: u64, addr: u64) {
+    let addr = addr as usize;
+    read_early(id, addr);
+    let p = page();
+    protect(addr & !(p - 1), p, false);
+}
+
+/// The report of a load at `addr` of the buffer of staged receive `id`, its pages given
+/// back; nothing if the receive ended meanwhile (its pages were given back then).
+fn read_early(id: u64, addr: usize) {
     let _busy = super::Busy::enter();
-    let Ok(mut g) = STATE.try_lock() else { return false };
-    let Some(st) = g.as_mut() else { return false };
-    let Some(e) = st.entries.get(&id) else { return false };
+    let read = trace::capture();
+    let mut g = state();
+    let Some(st) = g.as_mut() else { return };
+    let Some(e) = st.entries.get(&id) else { return };
     let (qpn, wr_id, at) = (e.qpn, e.wr_id, e.at.clone());
     let sge = e.sges.iter().find(|s| (addr as u64) >= s.1 && (addr as u64) - s.1 < u64::from(s.2)).copied();
     unwatch(st, id);
     drop(g);
-    let read = trace::capture();
     let (lkey, sa, sl) = sge.unwrap_or((0, addr as u64, 1));
     report::emit(Finding {
         kind: FindingKind::ReadBeforeCompletion,
@@ -411,7 +438,6 @@ fn read_early(id: u64, addr: usize) -> bool {
         ],
         sites: vec![site("read at", &read), site("posted at", &at)],
     });
-    true
 }
 
 thread_local! {
