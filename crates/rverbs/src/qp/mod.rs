@@ -1047,6 +1047,7 @@ impl Qp {
                 crate::sanitizer::unacked(true, crate::sanitizer::Kind::Qp, q.qpn, unacked, "ibv_destroy_qp");
             }
             crate::sanitizer::gone(crate::sanitizer::Kind::Qp, q.qpn);
+            crate::rings::staging::qp_gone(q.pd.id, q.qpn);
         }
         q.async_events.wait_all_acked();
         q.send_cq.detach();

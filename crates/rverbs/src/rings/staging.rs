@@ -81,7 +81,11 @@ fn stage_one(pd: &Arc<PdCore>, qpn: u32, w: &RecvWr<'_>) -> Option<(u64, Sge)> {
     if extents.is_empty() {
         return None;
     }
-    let mr = crate::sanitizer::internal(|| crate::mr::Mr::alloc(pd.clone(), total as usize, Access::LOCAL_WRITE)).ok()?;
+    let key = (pd.id, qpn);
+    let mr = match take_pooled(key, total as usize) {
+        Some(mr) => mr,
+        None => crate::sanitizer::internal(|| crate::mr::Mr::alloc(pd.clone(), (total as usize).next_power_of_two().max(4096), Access::LOCAL_WRITE)).ok()?,
+    };
     let sge = Sge { addr: mr.addr() as u64, length: total as u32, lkey: mr.lkey() };
     let sges: Vec<Sge> = w.sg_list.to_vec();
     let scatter = Box::new(move |n: usize, dead: &[u32]| {
@@ -99,11 +103,44 @@ fn stage_one(pd: &Arc<PdCore>, qpn: u32, w: &RecvWr<'_>) -> Option<(u64, Sge)> {
             }
             off += g.length as usize;
         }
-        drop(mr);
+        give_back(key, mr);
     });
     let stage = crate::sanitizer::early::Stage { qpn, wr_id: w.wr_id, sges: w.sg_list.iter().map(|g| (g.lkey, g.addr, g.length)).collect(), extents, scatter };
     let id = crate::sanitizer::early::stage(stage);
     (id != 0).then_some((id, sge))
+}
+
+/// Staging regions kept per QP for its next receives (a region per receive made and
+/// freed each time costs a segment file, its mappings here and at the peer), at most
+/// [`POOLED`] per QP; freed when the QP is destroyed ([`qp_gone`]), before its PD can be.
+static POOL: std::sync::Mutex<std::collections::BTreeMap<(u32, u32), Vec<crate::mr::Mr>>> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+const POOLED: usize = 64;
+
+fn take_pooled(key: (u32, u32), len: usize) -> Option<crate::mr::Mr> {
+    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    let regions = pool.get_mut(&key)?;
+    let i = regions.iter().position(|m| m.len() >= len)?;
+    Some(regions.swap_remove(i))
+}
+
+fn give_back(key: (u32, u32), mr: crate::mr::Mr) {
+    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    let regions = pool.entry(key).or_default();
+    if regions.len() < POOLED {
+        regions.push(mr);
+        return;
+    }
+    drop(pool);
+    drop(mr);
+}
+
+/// QP `qpn` of PD `pd` is destroyed: its staging regions are freed (outside the pool's
+/// lock).
+#[cold]
+#[inline(never)]
+pub(crate) fn qp_gone(pd: u32, qpn: u32) {
+    let gone = POOL.lock().unwrap_or_else(|p| p.into_inner()).remove(&(pd, qpn));
+    drop(gone);
 }
 
 /// Whether a region of this process over caller memory that peers reach by themselves

@@ -157,6 +157,11 @@ pub(crate) fn created(kind: Kind, id: u32, object: Option<Object>) {
 #[cold]
 #[inline(never)]
 pub(crate) fn gone(kind: Kind, id: u32) {
+    if kind == Kind::Qp {
+        // Before the tables' lock: the staging's lock is never taken under it (a fork
+        // takes the staging's, then the tables').
+        early::qp_gone(id);
+    }
     let mut st = track::state();
     st.live.remove(&(kind, id));
     if kind == Kind::Mr {
@@ -171,7 +176,6 @@ pub(crate) fn gone(kind: Kind, id: u32) {
             st.demand.retain(|&(_, q, n), _| !(q == Queue::SharedRecv && n == id));
         }
         Kind::Qp => {
-            early::qp_gone(id);
             st.filled.remove(&id);
             st.history.remove(&id);
             st.qp_srq.remove(&id);
