@@ -1152,17 +1152,22 @@ fn library_memory_is_not_blamed_for_a_heap_release() {
 /// another device of this process; a one-page receive buffer registered for local
 /// writes, and a receive `0x62` posted into it by key (as the C library posts).
 fn receiver_not_in_order() -> (Side, Side, Mr, *mut u8) {
+    receiver_not_in_order_on(CqInit::new(256))
+}
+
+/// As [`receiver_not_in_order`], the receiver's CQ made with `cq`.
+fn receiver_not_in_order_on(cq: CqInit) -> (Side, Side, Mr, *mut u8) {
     let recv_dev = DeviceConfig::from_env().shared_mr(Some(false)).open().unwrap();
     let send_dev = DeviceConfig::from_env().open().unwrap();
-    let on = |dev: &Device| {
+    let on = |dev: &Device, init: &CqInit| {
         let ctx = dev.open().unwrap();
         let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(&CqInit::new(256)).unwrap();
+        let cq = ctx.create_cq(init).unwrap();
         let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
         let mr = pd.alloc_mr(MR_LEN, ALL_ACCESS).unwrap();
         Side { ctx, pd, cq, qp, mr }
     };
-    let (a, b) = (on(&send_dev), on(&recv_dev));
+    let (a, b) = (on(&send_dev, &CqInit::new(256)), on(&recv_dev, &cq));
     connect(&a, &b, &PATH);
     let buf = map(1, libc::PROT_READ | libc::PROT_WRITE);
     // SAFETY: one page this test mapped, read only through `buf` below and unmapped after
@@ -1218,5 +1223,55 @@ fn a_receive_buffer_read_after_its_completion_is_no_finding_and_holds_the_messag
     assert_eq!(got, b"hello from the peer");
     assert_eq!(sanitize::take_findings(), vec![]);
     drop(mr);
+    unmap(buf, 1);
+}
+
+#[test]
+fn an_extended_cq_returns_a_staged_receive_with_its_message_in_the_buffer() {
+    let _g = with_mode(Mode::Report);
+    let (_a, b, mr, buf) = receiver_not_in_order_on(CqInit::new(256).wc_flags(WcExFlags::STANDARD | WcExFlags::BYTE_LEN));
+    let mut e = None;
+    for _ in 0..1_000_000 {
+        e = b.cq.start_poll().unwrap();
+        if e.is_some() {
+            break;
+        }
+    }
+    let e = e.expect("the receive's completion");
+    assert_eq!((e.wr_id(), e.byte_len()), (0x62, Some(64)));
+    // SAFETY: the mapped page of the receive buffer, once ibv_start_poll returned it.
+    let got = unsafe { std::slice::from_raw_parts(buf, 19) }.to_vec();
+    b.cq.end_poll();
+    assert_eq!(got, b"hello from the peer");
+    assert_eq!(sanitize::take_findings(), vec![]);
+    drop(mr);
+    unmap(buf, 1);
+}
+
+#[test]
+fn a_staged_receive_ended_by_the_destroy_or_the_deregistration_gives_its_pages_back() {
+    let _g = with_mode(Mode::Report);
+    // Destroyed with the receive outstanding (its message waits in the staging region):
+    // the page is readable again and nothing is reported (destroy-qp-in-use ignores
+    // receives).
+    let (_a, b, mr, buf) = receiver_not_in_order();
+    b.qp.destroy().unwrap();
+    // SAFETY: the mapped page of the receive buffer, the receive discarded.
+    assert_eq!(unsafe { std::ptr::read_volatile(buf) }, 0, "nothing was scattered");
+    assert_eq!(sanitize::take_findings(), vec![]);
+    drop(mr);
+    unmap(buf, 1);
+    // Deregistered with the receive outstanding: dereg-mr-in-use, and the page is given
+    // back (no read-before-completion for a read after it).
+    let (_a, b, mr, buf) = receiver_not_in_order();
+    mr.dereg().unwrap();
+    // SAFETY: as above; the region is gone, the mapping is the test's.
+    assert_eq!(unsafe { std::ptr::read_volatile(buf) }, 0);
+    let kinds: Vec<FindingKind> = sanitize::take_findings().iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, vec![FindingKind::DeregMrInUse]);
+    // The completion is still returned; nothing is scattered into the region that went.
+    assert_eq!(poll_one(&b.cq).wr_id(), 0x62);
+    // SAFETY: as above.
+    assert_eq!(unsafe { std::ptr::read_volatile(buf) }, 0);
     unmap(buf, 1);
 }
