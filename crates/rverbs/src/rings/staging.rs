@@ -123,10 +123,13 @@ fn take_pooled(key: (u32, u32), len: usize) -> Option<crate::mr::Mr> {
     Some(regions.swap_remove(i))
 }
 
+/// Keeps `mr` for the next receive of QP `key.1`, unless the QP is gone: a poll that
+/// raced with its destroy frees it (checked under the pool's lock, which [`qp_gone`]
+/// takes after the QP left the tracking, so nothing is left in the pool to hold its PD).
 fn give_back(key: (u32, u32), mr: crate::mr::Mr) {
     let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
     let regions = pool.entry(key).or_default();
-    if regions.len() < POOLED {
+    if regions.len() < POOLED && crate::sanitizer::qp_alive(key.1) {
         regions.push(mr);
         return;
     }

@@ -318,6 +318,12 @@ pub(crate) fn caller_regions_over(start: usize, end: usize) -> Vec<(u32, u64, u6
     track::state().caller_mrs.iter().filter(|(_, &(a, l))| a < end && start < a.saturating_add(l)).map(|(&k, &(a, l))| (k, a, l)).collect()
 }
 
+/// Whether QP `qpn` is alive as the tracking knows it (created with the sanitizer on,
+/// not destroyed yet).
+pub(crate) fn qp_alive(qpn: u32) -> bool {
+    track::state().live.contains_key(&(Kind::Qp, qpn))
+}
+
 /// QP `qpn` takes its receives from SRQ `srqn`.
 #[cold]
 #[inline(never)]
