@@ -16,6 +16,11 @@
 # run is bounded by `timeout`, must have printed the report before the wait, and is
 # killed.
 #
+# read_before_completion forks its sender (a process of its own, so that its QP answers
+# 0 to ibv_query_qp_data_in_order for SENDs); its report must name the read at the BUG
+# line and the ibv_post_recv, its early read must see the old bytes (placed late), and
+# without the sanitizer the same read sees the message.
+#
 # mr_freed's bug is a free(3) the library sees only through the free watch
 # (librverbs_free.so from build-dropin.sh), preloaded for every program here.
 #
@@ -46,7 +51,7 @@ programs=(dereg_in_use:dereg-mr-in-use unacked_events:unacked-cq-events leak:lea
 	single_threaded_shared:single-threaded-cq-shared lost_wakeup:lost-wakeup unsignaled_fill:unsignaled-fill
 	remote_access:remote-access-explained rereg_in_use:rereg-mr-in-use dealloc_mw_in_use:dealloc-mw-in-use
 	destroy_qp_in_use:destroy-qp-in-use wc_field:wc-field-not-requested builder_dereg:dereg-mr-in-use
-	mr_unmapped:mr-memory-unmapped mr_freed:mr-memory-freed)
+	mr_unmapped:mr-memory-unmapped mr_freed:mr-memory-freed read_before_completion:read-before-completion)
 for p in "${programs[@]}"; do
 	gcc -g -O0 -Wall -Werror -pthread -o "$work/${p%%:*}" "$here/${p%%:*}.c" -libverbs
 done
@@ -223,6 +228,24 @@ for p in "${programs[@]}"; do
 		check "$name: where the receive was posted and the region registered" \
 			sh -c 'grep -q "^  posted at:" "$1" && grep -q "^  mr registered at:" "$1"' _ "$err"
 		check "$name: the program went on" grep -q '^done' "$out" ;;
+	read_before_completion)
+		read -r qpn lkey addr < <(sed -n 's/^qpn \(0x[0-9a-f]*\) lkey \(0x[0-9a-f]*\) addr \(0x[0-9a-f]*\).*/\1 \2 \3/p' "$out")
+		end=$(printf '0x%x' $((addr + 4096)))
+		check "$name: the report names the read of $addr in [$addr-$end) of wr_id 0x62 on QPN $qpn" \
+			grep -q "read of $addr in the buffer \[$addr-$end) of receive work request wr_id 0x62 on QPN $qpn before its completion was polled" "$err"
+		check "$name: and the SGE's lkey $lkey" grep -q "^  read of $addr (sge of lkey $lkey)" "$err"
+		post_line=$(grep -n 'ibv_post_recv(r.qp' "$here/$name.c" | cut -d: -f1)
+		check "$name: posted at the ibv_post_recv line, $name.c:$post_line" \
+			sh -c 'sed -n "/^  posted at:/,/^  [a-z]/p" "$1" | grep -q "$2"' _ "$err" "($here/$name.c:$post_line)"
+		check "$name: the read is the first site, at the BUG line" \
+			sh -c 'sed -n "/^  read at:/{n;p}" "$1" | grep -q "#0 main ($2)"' _ "$err" "$here/$name.c:$line"
+		check "$name: the early read saw the old bytes (placed late), the poll the message" \
+			sh -c 'grep -q "^early read saw the old bytes" "$1" && grep -q "^done" "$1"' _ "$out"
+		# Off, the same program reads the message early (rverbs placed it at the send),
+		# so the sanitizer changed only what a late NIC could show.
+		run "$name" "$work/off.out" "$work/off.err"
+		check "$name: off, the early read already sees the message (rc $rc)" \
+			sh -c 'test "$1" = 0 && grep -q "^early read saw the message" "$2"' _ "$rc" "$work/off.out" ;;
 	post_in_reset)
 		qpn=$(sed -n 's/^qpn \(0x[0-9a-f]*\)/\1/p' "$out")
 		check "$name: the report names QPN $qpn in Init" grep -q "ibv_post_send to QPN $qpn in state Init" "$err"

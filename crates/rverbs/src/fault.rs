@@ -157,7 +157,93 @@ mod imp {
         ".popsection",
     );
 
+    // rverbs_watch_trampoline: where a thread resumes after a fault that the sanitizer's
+    // read watch wants reported (`super::ReadWatch`), on the thread's own stack rather
+    // than the signal handler's (an alternate signal stack, as Rust threads have, is a
+    // few KiB: too small to symbolize a backtrace). The handler made the interrupted
+    // context look as if the faulting instruction had called it: below the red zone,
+    // at R = rsp - 136, the faulting rip; at R - 64 and R - 72 the two arguments of the
+    // report. It saves every register the called code may change (the general ones the
+    // ABI lets a callee clobber, the flags, and the x87/SSE/AVX state with xsave), calls
+    // `rverbs_watch_report(a, b)`, restores them and returns to the faulting instruction
+    // with `ret 128`, which leaves rsp as it was. Its CFI describes that frame (a
+    // signal frame: the faulting pc is exact), so a backtrace taken in the report
+    // unwinds into the program's frames.
+    std::arch::global_asm!(
+        ".pushsection .text.rverbs_watch,\"ax\",@progbits",
+        ".p2align 4",
+        ".globl rverbs_watch_trampoline",
+        ".hidden rverbs_watch_trampoline",
+        "rverbs_watch_trampoline:",
+        ".cfi_startproc",
+        ".cfi_signal_frame",
+        ".cfi_def_cfa rsp, 136",
+        ".cfi_offset rip, -136",
+        "push rbp",
+        ".cfi_def_cfa rsp, 144",
+        ".cfi_offset rbp, -144",
+        "mov rbp, rsp",
+        ".cfi_def_cfa_register rbp",
+        "sub rsp, 80",
+        "pushfq",
+        "push rax",
+        "push rcx",
+        "push rdx",
+        "push rsi",
+        "push rdi",
+        "push r8",
+        "push r9",
+        "push r10",
+        "push r11",
+        "cld",
+        "mov [rbp - 80], rsp",
+        "and rsp, -64",
+        "sub rsp, 8192",
+        "lea rdi, [rsp + 512]",
+        "xor eax, eax",
+        "mov ecx, 8",
+        "rep stosq",
+        "mov eax, -1",
+        "mov edx, -1",
+        "xsave64 [rsp]",
+        "mov rdi, [rbp - 56]",
+        "mov rsi, [rbp - 64]",
+        "call {report}",
+        "mov eax, -1",
+        "mov edx, -1",
+        "xrstor64 [rsp]",
+        "mov rsp, [rbp - 80]",
+        "pop r11",
+        "pop r10",
+        "pop r9",
+        "pop r8",
+        "pop rdi",
+        "pop rsi",
+        "pop rdx",
+        "pop rcx",
+        "pop rax",
+        "popfq",
+        "mov rsp, rbp",
+        "pop rbp",
+        ".cfi_def_cfa rsp, 136",
+        "ret 128",
+        ".cfi_endproc",
+        ".popsection",
+        report = sym watch_report,
+    );
+
+    /// Called by the trampoline on the faulting thread's stack.
+    extern "C" fn watch_report(a: u64, b: u64) {
+        let f = super::WATCH_REPORT.load(std::sync::atomic::Ordering::Acquire);
+        if f != 0 {
+            // SAFETY: only `set_read_watch` stores here, a `WatchReport`.
+            let f: super::WatchReport = unsafe { std::mem::transmute::<usize, super::WatchReport>(f) };
+            f(a, b);
+        }
+    }
+
     extern "C" {
+        fn rverbs_watch_trampoline();
         fn rverbs_guard_begin();
         fn rverbs_guard_fixup();
         fn rverbs_guard_end();
@@ -191,6 +277,38 @@ mod imp {
         // SAFETY: the kernel passes the interrupted context of this thread (SA_SIGINFO).
         let rip = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] };
         let pc = *rip as usize;
+        if sig == libc::SIGSEGV {
+            let watch = super::READ_WATCH.load(std::sync::atomic::Ordering::Acquire);
+            if watch != 0 {
+                // SAFETY: as above; bit 1 of the page fault's error code is set for a write.
+                let write = unsafe { (*uc).uc_mcontext.gregs[libc::REG_ERR as usize] } & 2 != 0;
+                // SAFETY: as above.
+                let addr = unsafe { (*info).si_addr() } as usize;
+                // SAFETY: only `set_read_watch` stores here, a `ReadWatch`.
+                let f: super::ReadWatch = unsafe { std::mem::transmute::<usize, super::ReadWatch>(watch) };
+                match f(addr, write, (begin..end).contains(&pc)) {
+                    super::WatchSays::NotOurs => {}
+                    super::WatchSays::Again => return, // the access runs again, on the pages given back
+                    super::WatchSays::Report(a, b) => {
+                        // The report runs on this thread's stack, then the access again
+                        // (the trampoline above; it gives the pages back).
+                        // SAFETY: as above.
+                        let rsp = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RSP as usize] } as usize;
+                        let r = rsp - 136;
+                        // SAFETY: below the interrupted code's red zone on its own stack,
+                        // which it no longer uses: what a call from there would write.
+                        unsafe {
+                            *(r as *mut u64) = *rip as u64;
+                            *((r - 64) as *mut u64) = a;
+                            *((r - 72) as *mut u64) = b;
+                            (*uc).uc_mcontext.gregs[libc::REG_RSP as usize] = r as i64;
+                        }
+                        *rip = rverbs_watch_trampoline as *const () as usize as i64;
+                        return;
+                    }
+                }
+            }
+        }
         if (begin..end).contains(&pc) {
             *rip = rverbs_guard_fixup as *const () as usize as i64;
             return;
@@ -401,6 +519,41 @@ fn wait_out_move(addr: usize) -> bool {
         unsafe { libc::sched_yield() };
     }
     true
+}
+
+/// What the sanitizer's watch of receive buffers says of a fault ([`ReadWatch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WatchSays {
+    /// Not on a page it protected.
+    NotOurs,
+    /// On one: it was given back, the access runs again.
+    Again,
+    /// On one, and to be reported: [`WatchReport`] is called with these two values on
+    /// the faulting thread's own stack (it gives the pages back), then the access runs
+    /// again.
+    Report(u64, u64),
+}
+
+/// The sanitizer's watch of receive buffers (sanitizer `early`): given a fault's
+/// address, whether it was a store, and whether it was inside a guarded routine, says
+/// what to do. Called in the signal handler: async-signal-safe.
+pub(crate) type ReadWatch = fn(usize, bool, bool) -> WatchSays;
+/// The report of a [`WatchSays::Report`], called outside the signal handler.
+pub(crate) type WatchReport = fn(u64, u64);
+static READ_WATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static WATCH_REPORT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Installs the sanitizer's [`ReadWatch`] and its report (once its first page is
+/// protected; only where [`GUARDED`]).
+pub(crate) fn set_read_watch(f: ReadWatch, report: WatchReport) {
+    WATCH_REPORT.store(report as usize, Ordering::Release);
+    READ_WATCH.store(f as usize, Ordering::Release);
+}
+
+/// Whether this thread is moving pages now ([`moving`]): its faults are the move's.
+pub(crate) fn moving_here() -> bool {
+    // SAFETY: gettid has no arguments and is async-signal-safe.
+    MOVING_START.load(Ordering::Acquire) != 0 && unsafe { libc::gettid() } == MOVER.load(Ordering::Relaxed)
 }
 
 static ARMED: Once = Once::new();

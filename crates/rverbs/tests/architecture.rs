@@ -30,7 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Operating system and primitives; the
     // asynchronous event record as it travels through a context's FIFO (`notify`: plain
     // encoding and counters, it uses nothing of the crate), which a context's core sends.
-    ("os", &["sanitizer", "sanitizer::finding", "sanitizer::freed", "sanitizer::report", "sanitizer::trace", "sanitizer::track", "clock", "config", "error", "fault", "fault_plan", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "notify"]),
+    ("os", &["sanitizer", "sanitizer::early", "sanitizer::finding", "sanitizer::freed", "sanitizer::report", "sanitizer::trace", "sanitizer::track", "clock", "config", "error", "fault", "fault_plan", "gid", "limits", "mem", "neigh", "rule", "spin", "sys", "table", "notify"]),
     // Shared memory between the processes of one host (`shm`: segments, FIFOs, locks,
     // cross-memory attach, the key tables and the peer registry); memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC
@@ -38,7 +38,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("memory", &["shm", "shm::fifo", "shm::lock", "shm::cma", "shm::counters", "shm::stats", "shm::latency", "shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::keyspace", "mr::access", "mr::proxy", "mr::domain", "mr::dm", "mr::native", "mr", "mw"]),
     // Completion and receive rings; work requests and QP attributes as data (a UD work
     // request carries an address vector, `rings::qp_attr`).
-    ("rings", &["rings", "rings::wc", "rings::completion_ring", "rings::producer_gate", "rings::cq_segment", "rings::deferred_notify", "rings::qp_attr", "rings::wr", "rings::recv_ring", "rings::tag_list"]),
+    ("rings", &["rings", "rings::wc", "rings::completion_ring", "rings::producer_gate", "rings::cq_segment", "rings::deferred_notify", "rings::qp_attr", "rings::wr", "rings::recv_ring", "rings::tag_list", "rings::staging"]),
     // The engine that executes work requests; what it asks of the device and the
     // transports, as traits they implement (`qp::device`).
     ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::acks", "qp::local", "qp::transition", "qp::batch", "qp::device", "qp::native", "qp", "cq", "cq::ex", "cq::channel", "cq::native", "event", "qp::srq", "progress"]),

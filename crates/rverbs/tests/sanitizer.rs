@@ -1146,3 +1146,132 @@ fn library_memory_is_not_blamed_for_a_heap_release() {
     rverbs::capi_support::sanitizer_released(addr, len);
     assert_eq!(sanitize::take_findings(), vec![]);
 }
+
+/// A receiver on a device of its own whose caller memory stays private (peers reach it
+/// with cross-memory attach, so SENDs are not in order there), connected to a sender on
+/// another device of this process; a one-page receive buffer registered for local
+/// writes, and a receive `0x62` posted into it by key (as the C library posts).
+fn receiver_not_in_order() -> (Side, Side, Mr, *mut u8) {
+    receiver_not_in_order_on(CqInit::new(256))
+}
+
+/// As [`receiver_not_in_order`], the receiver's CQ made with `cq`.
+fn receiver_not_in_order_on(cq: CqInit) -> (Side, Side, Mr, *mut u8) {
+    let recv_dev = DeviceConfig::from_env().shared_mr(Some(false)).open().unwrap();
+    let send_dev = DeviceConfig::from_env().open().unwrap();
+    let on = |dev: &Device, init: &CqInit| {
+        let ctx = dev.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(init).unwrap();
+        let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+        let mr = pd.alloc_mr(MR_LEN, ALL_ACCESS).unwrap();
+        Side { ctx, pd, cq, qp, mr }
+    };
+    let (a, b) = (on(&send_dev, &CqInit::new(256)), on(&recv_dev, &cq));
+    connect(&a, &b, &PATH);
+    let buf = map(1, libc::PROT_READ | libc::PROT_WRITE);
+    // SAFETY: one page this test mapped, read only through `buf` below and unmapped after
+    // the region is gone.
+    let mr = unsafe { b.pd.reg_mr(buf, 4096, Access::LOCAL_WRITE) }.unwrap();
+    assert_eq!(b.qp.data_in_order(WrOpcode::Send, 0), 0, "a private region: SENDs not in order");
+    let sge = [mr.sge(0, 4096).unwrap()];
+    b.qp.post_recv_unpinned(&[RecvWr::new(0x62, &sge)]).unwrap();
+    a.mr.write(0, b"hello from the peer").unwrap();
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success, "the SEND was placed");
+    (a, b, mr, buf)
+}
+
+#[test]
+fn a_receive_buffer_read_before_its_completion_where_sends_are_not_in_order_is_a_finding() {
+    let _g = with_mode(Mode::Report);
+    let (_a, b, mr, buf) = receiver_not_in_order();
+    // The bug: the data is polled for, not the completion.
+    // SAFETY: `buf` is the mapped page of the receive buffer; a plain load of it.
+    let early = unsafe { std::ptr::read_volatile(buf) };
+    assert_eq!(early, 0, "placed late: the early read sees the old bytes");
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.kind.name()), (FindingKind::ReadBeforeCompletion, "read-before-completion"));
+    assert_eq!((f.wr_id(), f.qpn()), (Some(0x62), Some(b.qp.qp_num())));
+    assert!(f.objects.contains(&Object::Read { addr: buf as u64, lkey: mr.lkey() }), "{f:#?}");
+    assert!(f.objects.contains(&Object::WorkRequest { wr_id: 0x62, queue: Queue::Recv, num: b.qp.qp_num(), sge: Some((buf as u64, 4096)) }));
+    assert!(site_in_this_file(f, "read at"));
+    assert!(site_in_this_file(f, "posted at"));
+    // The poll returns the completion with the message in the buffer.
+    let wc = poll_one(&b.cq);
+    assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (0x62, WcStatus::Success, Some(64)));
+    // SAFETY: as above, after the completion.
+    let got = unsafe { std::slice::from_raw_parts(buf, 19) }.to_vec();
+    assert_eq!(got, b"hello from the peer");
+    assert_eq!(sanitize::take_findings(), vec![], "once per receive");
+    drop(mr);
+    unmap(buf, 1);
+}
+
+#[test]
+fn a_receive_buffer_read_after_its_completion_is_no_finding_and_holds_the_message() {
+    let _g = with_mode(Mode::Report);
+    let (_a, b, mr, buf) = receiver_not_in_order();
+    assert_eq!(b.qp.data_in_order(WrOpcode::Send, 0), 0, "0 while the receive is placed late");
+    let wc = poll_one(&b.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (0x62, WcStatus::Success));
+    // SAFETY: the mapped page of the receive buffer, after the completion.
+    let got = unsafe { std::slice::from_raw_parts(buf, 19) }.to_vec();
+    assert_eq!(got, b"hello from the peer");
+    assert_eq!(sanitize::take_findings(), vec![]);
+    drop(mr);
+    unmap(buf, 1);
+}
+
+#[test]
+fn an_extended_cq_returns_a_staged_receive_with_its_message_in_the_buffer() {
+    let _g = with_mode(Mode::Report);
+    let (_a, b, mr, buf) = receiver_not_in_order_on(CqInit::new(256).wc_flags(WcExFlags::STANDARD | WcExFlags::BYTE_LEN));
+    let mut e = None;
+    for _ in 0..1_000_000 {
+        e = b.cq.start_poll().unwrap();
+        if e.is_some() {
+            break;
+        }
+    }
+    let e = e.expect("the receive's completion");
+    assert_eq!((e.wr_id(), e.byte_len()), (0x62, Some(64)));
+    // SAFETY: the mapped page of the receive buffer, once ibv_start_poll returned it.
+    let got = unsafe { std::slice::from_raw_parts(buf, 19) }.to_vec();
+    b.cq.end_poll();
+    assert_eq!(got, b"hello from the peer");
+    assert_eq!(sanitize::take_findings(), vec![]);
+    drop(mr);
+    unmap(buf, 1);
+}
+
+#[test]
+fn a_staged_receive_ended_by_the_destroy_or_the_deregistration_gives_its_pages_back() {
+    let _g = with_mode(Mode::Report);
+    // Destroyed with the receive outstanding (its message waits in the staging region):
+    // the page is readable again and nothing is reported (destroy-qp-in-use ignores
+    // receives).
+    let (_a, b, mr, buf) = receiver_not_in_order();
+    b.qp.destroy().unwrap();
+    // SAFETY: the mapped page of the receive buffer, the receive discarded.
+    assert_eq!(unsafe { std::ptr::read_volatile(buf) }, 0, "nothing was scattered");
+    assert_eq!(sanitize::take_findings(), vec![]);
+    drop(mr);
+    unmap(buf, 1);
+    // Deregistered with the receive outstanding: dereg-mr-in-use, and the page is given
+    // back (no read-before-completion for a read after it).
+    let (_a, b, mr, buf) = receiver_not_in_order();
+    mr.dereg().unwrap();
+    // SAFETY: as above; the region is gone, the mapping is the test's.
+    assert_eq!(unsafe { std::ptr::read_volatile(buf) }, 0);
+    let kinds: Vec<FindingKind> = sanitize::take_findings().iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, vec![FindingKind::DeregMrInUse]);
+    // The completion is still returned; nothing is scattered into the region that went.
+    assert_eq!(poll_one(&b.cq).wr_id(), 0x62);
+    // SAFETY: as above.
+    assert_eq!(unsafe { std::ptr::read_volatile(buf) }, 0);
+    unmap(buf, 1);
+}

@@ -84,6 +84,19 @@ fn checksum(addr: usize, len: usize) -> Option<u32> {
 }
 
 
+/// Copies `bytes` into `[va, va+len)` through local key `key` of this process's endpoint
+/// `me`, as the device places a receive (the sanitizer's scatter of a staged receive,
+/// docs/sanitizer.md, read-before-completion); nothing if the key names no valid region
+/// covering the range, and a fault (memory unmapped since) ends the copy.
+pub(crate) fn write_local(me: &Endpoint, key: u32, va: u64, bytes: &[u8]) {
+    let Some(r) = local_range(me, key, va, bytes.len() as u64) else { return };
+    // SAFETY: `bytes` is a distinct Rust buffer; the destination is application memory
+    // inside a valid registered region of this process (`local_range` just found it),
+    // written as the device writes a receive buffer; no Rust reference of ours covers
+    // it, and a fault there ends the guarded copy.
+    let _ = unsafe { mem::copy(r.addr as *mut u8, bytes.as_ptr(), bytes.len()) };
+}
+
 /// Pins the entries of `sges` needed to cover `need` bytes (zero-length entries are
 /// skipped unchecked, as rxe's `copy_data` does), each for `access` in PD `pd`.
 pub(crate) fn pin_sges<'a>(

@@ -369,6 +369,8 @@ pub(crate) struct LocalRange {
     pub(crate) access: Access,
     /// The region's first byte in this process and its length.
     pub(crate) region: (u64, u64),
+    /// The handle of the region's PD.
+    pub(crate) pd: u32,
 }
 
 /// Where `[va, va+len)` through local key `key` of this process's endpoint `me` is in
@@ -382,7 +384,7 @@ pub(crate) fn local_range(me: &Endpoint, key: u32, va: u64, len: u64) -> Option<
     }
     let off = offset_in(&d, va, len).ok()?;
     let addr = usize::try_from(d.va.checked_add(off)?).ok()?;
-    Some(LocalRange { addr, access: Access::from_bits_truncate(d.access), region: (d.va, d.len) })
+    Some(LocalRange { addr, access: Access::from_bits_truncate(d.access), region: (d.va, d.len), pd: d.pd })
 }
 
 /// The region or window remote key `key` names among this process's keys now: its first

@@ -35,7 +35,7 @@ use crate::shm::Segment;
 use rverbs_proto::verbs::Access;
 use endpoint::Endpoint;
 pub(crate) use access::{atomic, copy_message, copy_message_from, copy_out, flush_global, gather, gather_at, pin_sges, sink_ranges, watch_sges, check_mapped, pin_sges_into, Source};
-pub(crate) use keyspace::{key_record, Fault, KeySpace, KeyUse, PinList, Pinned, Via};
+pub(crate) use keyspace::{key_record, local_range, Fault, KeySpace, KeyUse, PinList, Pinned, Via};
 pub(crate) use keys::{KeyTable, KeyTarget, Window};
 
 /// A scatter/gather entry (`struct ibv_sge`): `length` bytes at IO virtual address
@@ -506,6 +506,12 @@ impl Mr {
         if let Some(e) = crate::fault_plan::fail(pd.endpoint().slot, rverbs_proto::verb_fault::Verb::RegMr, None, None) {
             return Err(e);
         }
+        if crate::sanitizer::on() {
+            // Receive buffers the sanitizer protects there are given back first: the
+            // pages are checked, maybe moved, and reached by peers (docs/sanitizer.md,
+            // read-before-completion).
+            crate::sanitizer::early::range_reached(init.addr, init.len);
+        }
         // On-demand paging (ibv_reg_mr(3) IBV_ACCESS_ON_DEMAND; docs/memory.md, "On-demand
         // paging"): nothing is checked or faulted in at registration, and the memory is
         // left where it is; a device access to a page that is not there fails as any
@@ -575,6 +581,10 @@ impl Mr {
             let caller = matches!(inner.desc.read().expect("mr desc").mem, None | Some(MrMem::Moved { .. }));
             if caller && !init.access.contains(Access::ON_DEMAND) {
                 crate::sanitizer::caller_region(key, addr, len);
+            }
+            if init.access.contains(Access::ON_DEMAND) && init.access.intersects(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC | Access::MW_BIND) {
+                // Peers may reach any page now (docs/sanitizer.md, read-before-completion).
+                crate::sanitizer::early::peers_reach_anywhere();
             }
         }
         Ok(Mr { repr: Repr::Soft(inner) })
@@ -820,6 +830,9 @@ impl Mr {
                 return Err(Error::invalid(verb, Rule::RangeWraps { addr: addr as u64, len: len as u64 }));
             }
             let access = new_access.unwrap_or_else(|| self.access());
+            if crate::sanitizer::on() {
+                crate::sanitizer::early::range_reached(addr, len);
+            }
             check_pages(verb, addr, len, access)?;
         }
         // Held to the end: no window binds to the region while it changes (a bind waits,
@@ -835,6 +848,14 @@ impl Mr {
             // Reported, then the region changes as it would on a NIC (docs/sanitizer.md).
             let d = inner.desc.read().expect("mr desc");
             crate::sanitizer::rereg(inner.key, d.addr as u64, d.len as u64);
+        }
+        if crate::sanitizer::on() {
+            // Any change (rights too) may open the region's pages to peers: receive
+            // buffers protected there are given back (docs/sanitizer.md,
+            // read-before-completion).
+            let d = inner.desc.read().expect("mr desc");
+            crate::sanitizer::early::region_gone(inner.key);
+            crate::sanitizer::early::range_reached(d.addr, d.len);
         }
         if let Some(p) = &new_pd {
             p.hold()?;

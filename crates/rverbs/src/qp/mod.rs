@@ -923,10 +923,27 @@ impl Qp {
             crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.qpn, state, wrs.first().map(|w| w.wr_id));
             return self.post_recv_plain(q, wrs, keep);
         }
-        let ticket = wr::track_recvs(q.pd.endpoint(), crate::sanitizer::Queue::Recv, q.qpn, wrs);
-        let r = self.post_recv_plain(q, wrs, keep);
+        // read-before-completion (docs/sanitizer.md): receives of the C ABI on a QP that
+        // answers 0 for SENDs are placed late, through a staging region.
+        let staged = (!keep
+            && crate::fault::GUARDED
+            && !crate::fault_plan::active()
+            && q.srq.is_none()
+            && q.rq.is_some()
+            && state != QpState::Err
+            && self.in_order_caps(WrOpcode::Send, 0) == 0
+            && crate::sanitizer::early::may_stage(q.qpn))
+        .then(|| crate::rings::staging::stage(&q.pd, q.qpn, wrs));
+        let ticket = wr::track_recvs(q.pd.endpoint(), crate::sanitizer::Queue::Recv, q.qpn, wrs, staged.as_ref().map(|s| &s.ids[..]));
+        let r = match &staged {
+            Some(s) => self.post_recv_plain(q, &s.apply(wrs), keep),
+            None => self.post_recv_plain(q, wrs, keep),
+        };
         if let Err(e) = &r {
             crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.qpn, ticket, e.index);
+            if let Some(s) = &staged {
+                crate::sanitizer::early::discard(s.ids.get(e.index..).unwrap_or(&[]));
+            }
         }
         r
     }
@@ -1015,7 +1032,31 @@ impl Qp {
     /// are always placed by this process's ordered copy.
     ///
     /// On the rdma-core backend: 0, no guarantee (rverbs does not know the provider's).
+    /// With the sanitizer on, SENDs are answered 0 while receives it places late are
+    /// outstanding, and once 1 was answered for them the QP's receives are never placed
+    /// late (docs/sanitizer.md, read-before-completion).
     pub fn data_in_order(&self, op: WrOpcode, flags: u32) -> u32 {
+        if crate::sanitizer::on() && matches!(op, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) {
+            return self.data_in_order_sanitized(op, flags);
+        }
+        self.in_order_caps(op, flags)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn data_in_order_sanitized(&self, op: WrOpcode, flags: u32) -> u32 {
+        let Ok(q) = self.inner() else { return 0 };
+        if crate::sanitizer::early::staged_on(q.qpn) {
+            return 0;
+        }
+        let a = self.in_order_caps(op, flags);
+        if a != 0 {
+            crate::sanitizer::early::told_in_order(q.qpn);
+        }
+        a
+    }
+
+    fn in_order_caps(&self, op: WrOpcode, flags: u32) -> u32 {
         let Ok(q) = self.inner() else { return 0 };
         const RETURN_CAPS: u32 = 1;
         const WHOLE_MSG: u32 = 1;
@@ -1106,6 +1147,7 @@ impl Qp {
                 crate::sanitizer::unacked(true, crate::sanitizer::Kind::Qp, q.qpn, unacked, "ibv_destroy_qp");
             }
             crate::sanitizer::gone(crate::sanitizer::Kind::Qp, q.qpn);
+            crate::rings::staging::qp_gone(q.pd.id, q.qpn);
         }
         q.async_events.wait_all_acked();
         q.send_cq.detach();

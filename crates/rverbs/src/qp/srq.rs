@@ -398,7 +398,7 @@ impl Srq {
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let keys = keep.then_some(&self.inner.pd.endpoint().keys);
         // Tracked by the sanitizer when it is on, before the post (docs/sanitizer.md).
-        let ticket = if crate::sanitizer::on() { Some(crate::rings::wr::track_recvs(self.inner.pd.endpoint(), crate::sanitizer::Queue::SharedRecv, self.inner.srqn, wrs)) } else { None };
+        let ticket = if crate::sanitizer::on() { Some(crate::rings::wr::track_recvs(self.inner.pd.endpoint(), crate::sanitizer::Queue::SharedRecv, self.inner.srqn, wrs, None)) } else { None };
         let verb = rverbs_proto::verb_fault::Verb::PostSrqRecv;
         let r = match crate::fault_plan::fail_post(self.inner.pd.endpoint().slot, verb, None, wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.

@@ -12,6 +12,8 @@
 //!   protocol by which every process publishes into it;
 //! - [`deferred_notify`]: the completion event a responder's CQ raises, held back until
 //!   the requester's own completion is published;
+//! - [`staging`]: the sanitizer's staging of a receive, placed late so that a read of
+//!   its buffer before the completion is seen (docs/sanitizer.md, read-before-completion);
 //! - [`recv_ring`]: a receive queue's ring (a QP's own, or an SRQ's) in its shared
 //!   segment (ibv_post_recv(3));
 //! - [`tag_list`]: a tag-matching SRQ's list of tagged buffers in its shared segment,
@@ -30,6 +32,7 @@ pub(crate) mod deferred_notify;
 pub(crate) mod producer_gate;
 pub mod qp_attr;
 pub(crate) mod recv_ring;
+pub(crate) mod staging;
 pub(crate) mod tag_list;
 pub(crate) mod wc;
 pub mod wr;

@@ -128,7 +128,8 @@ pub(crate) fn sanitize_polled(wc: &[Wc]) {
         if w.status == WcStatus::RemAccessErr as u32 || w.status == WcStatus::RemInvReqErr as u32 {
             crate::sanitizer::remote_error(w.qp_num, w.wr_id, w.status, w.vendor_err);
         }
-        crate::sanitizer::completed(w.qp_num, w.wr_id, w.status == 0, w.opcode & 0x80 != 0);
+        let placed = if w.status == 0 && w.opcode == WcOpcode::Recv as u32 { w.byte_len as usize } else { 0 };
+        crate::sanitizer::completed(w.qp_num, w.wr_id, w.status == 0, w.opcode & 0x80 != 0, placed);
     }
 }
 
@@ -238,7 +239,8 @@ impl Cqe {
         if u32::from(self.status) == WcStatus::RemAccessErr as u32 || u32::from(self.status) == WcStatus::RemInvReqErr as u32 {
             crate::sanitizer::remote_error(self.qp_num, self.wr_id, u32::from(self.status), self.vendor_err);
         }
-        crate::sanitizer::completed(self.qp_num, self.wr_id, self.status == 0, self.opcode & 0x80 != 0);
+        let placed = if self.status == 0 && self.opcode_raw() == WcOpcode::Recv as u32 { self.byte_len as usize } else { 0 };
+        crate::sanitizer::completed(self.qp_num, self.wr_id, self.status == 0, self.opcode & 0x80 != 0, placed);
     }
 
     /// The opcode as the C enum value (RECV is 128, so one byte holds every opcode).

@@ -294,14 +294,20 @@ pub struct PostError {
 /// writes its buffers. Out of line: the post path only tests the switch.
 #[cold]
 #[inline(never)]
-pub(crate) fn track_recvs(me: &'static Endpoint, queue: crate::sanitizer::Queue, num: u32, wrs: &[RecvWr<'_>]) -> crate::sanitizer::Ticket {
+///
+/// `staged` holds the id of each receive's staging (0: posted as it is;
+/// `rings::staging`); `None` if none was staged.
+pub(crate) fn track_recvs(me: &'static Endpoint, queue: crate::sanitizer::Queue, num: u32, wrs: &[RecvWr<'_>], staged: Option<&[u64]>) -> crate::sanitizer::Ticket {
     let verb = if queue == crate::sanitizer::Queue::SharedRecv { "ibv_post_srq_recv" } else { "ibv_post_recv" };
     for w in wrs {
         crate::mr::check_mapped(me, verb, (queue, num, w.wr_id), w.sg_list);
     }
+    super::staging::unstaged(me, wrs, staged);
     let wrs = wrs
         .iter()
-        .map(|w| crate::sanitizer::Wr {
+        .enumerate()
+        .map(|(i, w)| crate::sanitizer::Wr {
+            staged: staged.and_then(|s| s.get(i).copied()).unwrap_or(0),
             wr_id: w.wr_id,
             signaled: true,
             sges: w.sg_list.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),
@@ -357,6 +363,7 @@ pub(crate) fn track_sends(me: &'static Endpoint, qpn: u32, sq_sig_all: bool, wrs
                 _ => (Vec::new(), Vec::new()),
             };
             crate::sanitizer::Wr {
+                staged: 0,
                 wr_id: w.wr_id,
                 signaled: sq_sig_all || w.flags.contains(SendFlags::SIGNALED),
                 sges: sges.iter().map(|g| (g.lkey, g.addr, g.length)).collect(),

@@ -70,6 +70,10 @@ pub enum FindingKind {
     /// registered region covers part of it, found with the drop-in's `free` watch
     /// (`librverbs_free.so`, preloaded); once per region (with [`Self::MrMemoryUnmapped`]).
     MrMemoryFreed,
+    /// A load of a receive buffer before the completion of its receive was polled, on a
+    /// QP for which `ibv_query_qp_data_in_order` answers 0 for SENDs
+    /// (ibv_query_qp_data_in_order(3), ibv_poll_cq(3)).
+    ReadBeforeCompletion,
 }
 
 impl FindingKind {
@@ -94,6 +98,7 @@ impl FindingKind {
             FindingKind::WcFieldNotRequested => "wc-field-not-requested",
             FindingKind::MrMemoryUnmapped => "mr-memory-unmapped",
             FindingKind::MrMemoryFreed => "mr-memory-freed",
+            FindingKind::ReadBeforeCompletion => "read-before-completion",
         }
     }
 }
@@ -227,6 +232,13 @@ pub enum Object {
         flag: &'static str,
         /// The `wc_flags` the CQ was created with.
         wc_flags: u64,
+    },
+    /// A load the program made (read-before-completion).
+    Read {
+        /// The address loaded from.
+        addr: u64,
+        /// The lkey of the SGE it lies in.
+        lkey: u32,
     },
     /// Events obtained and not acknowledged.
     Events {

@@ -8,6 +8,7 @@
 //! relaxed load of a flag: nothing is tracked, captured, allocated or locked. The public
 //! names are re-exported by `rverbs::sanitize`.
 
+pub(crate) mod early;
 mod finding;
 mod freed;
 mod report;
@@ -156,6 +157,11 @@ pub(crate) fn created(kind: Kind, id: u32, object: Option<Object>) {
 #[cold]
 #[inline(never)]
 pub(crate) fn gone(kind: Kind, id: u32) {
+    if kind == Kind::Qp {
+        // Before the tables' lock: the staging's lock is never taken under it (a fork
+        // takes the staging's, then the tables').
+        early::qp_gone(id);
+    }
     let mut st = track::state();
     st.live.remove(&(kind, id));
     if kind == Kind::Mr {
@@ -271,8 +277,11 @@ pub(crate) fn unposted(queue: Queue, num: u32, ticket: Ticket, index: usize) {
 /// send requests it released are checked for changed buffers after the lock is left.
 #[cold]
 #[inline(never)]
-pub(crate) fn completed(qpn: u32, wr_id: u64, ok: bool, recv: bool) {
-    let released = track::state().complete(qpn, wr_id, ok, recv);
+pub(crate) fn completed(qpn: u32, wr_id: u64, ok: bool, recv: bool, bytes: usize) {
+    let (released, staged) = track::state().complete(qpn, wr_id, ok, recv);
+    if staged != 0 {
+        early::polled(staged, bytes);
+    }
     for p in released {
         if let Some(w) = p.watched.iter().find(|w| w.changed()) {
             buffer_changed(qpn, &p, w);
@@ -302,6 +311,19 @@ fn buffer_changed(qpn: u32, p: &track::Posted, w: &track::Watched) {
     });
 }
 
+/// The live regions over caller memory (of any device of the process) that overlap
+/// `[start, end)`: (lkey, first byte, length).
+pub(crate) fn caller_regions_over(start: usize, end: usize) -> Vec<(u32, u64, u64)> {
+    let (start, end) = (start as u64, end as u64);
+    track::state().caller_mrs.iter().filter(|(_, &(a, l))| a < end && start < a.saturating_add(l)).map(|(&k, &(a, l))| (k, a, l)).collect()
+}
+
+/// Whether QP `qpn` is alive as the tracking knows it (created with the sanitizer on,
+/// not destroyed yet).
+pub(crate) fn qp_alive(qpn: u32) -> bool {
+    track::state().live.contains_key(&(Kind::Qp, qpn))
+}
+
 /// QP `qpn` takes its receives from SRQ `srqn`.
 #[cold]
 #[inline(never)]
@@ -315,6 +337,7 @@ pub(crate) fn qp_uses_srq(qpn: u32, srqn: u32) {
 #[cold]
 #[inline(never)]
 pub(crate) fn dereg(lkey: u32, addr: u64, len: u64, odp: bool) {
+    early::region_gone(lkey);
     mr_in_use(false, lkey, addr, len);
     if odp {
         track::state().unmapped.remove(&lkey);
@@ -398,6 +421,7 @@ impl Drop for Busy {
 #[cold]
 #[inline(never)]
 pub(crate) fn rereg(lkey: u32, addr: u64, len: u64) {
+    early::region_gone(lkey);
     mr_in_use(true, lkey, addr, len);
 }
 
@@ -569,7 +593,11 @@ pub(crate) fn unacked(asynchronous: bool, kind: Kind, id: u32, unacked: u64, ver
 #[inline(never)]
 pub(crate) fn transition(qpn: u32, from: QpState, to: QpState, cause: &'static str) {
     let at = trace::capture();
-    track::state().transition(qpn, track::Step { from, to, cause, at });
+    let staged = track::state().transition(qpn, track::Step { from, to, cause, at });
+    early::discard(&staged);
+    if to == QpState::Err {
+        early::qp_failed(qpn);
+    }
 }
 
 fn step_text(s: &track::Step) -> String {

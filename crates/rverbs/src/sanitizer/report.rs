@@ -74,6 +74,7 @@ pub(crate) fn describe(o: &Object) -> String {
         Object::RemoteRange { rkey, addr, len } => format!("remote range [{addr:#x}-{:#x}) through rkey {rkey:#x}", addr.saturating_add(*len)),
         Object::Mw { rkey } => format!("mw rkey {rkey:#x}"),
         Object::WcField { cq, read, flag, wc_flags } => format!("cq {cq} created with wc_flags {wc_flags:#x}, without {flag}: {read} reads a field not requested"),
+        Object::Read { addr, lkey } => format!("read of {addr:#x} (sge of lkey {lkey:#x})"),
         Object::Events { unacked } => format!("{unacked} unacknowledged event(s)"),
         Object::CqCapacity { id, cqe, demand } => format!("cq {id}: {cqe} entries, {demand} work requests can be outstanding on the queues completing to it"),
         Object::QueueDepth { queue: queue @ (super::Queue::Send | super::Queue::Recv), num, depth } => {

@@ -87,7 +87,7 @@ fn split_location(at: &str) -> (&str, Option<u32>) {
 /// runtime's, not the application's.
 fn internal(f: &Frame) -> bool {
     const CRATES: &[&str] = &["std::", "core::", "alloc::", "rverbs::", "rverbs_capi::", "rverbs_proto::", "rverbs_cm::", "rverbs_rdmacm::", "backtrace::"];
-    const RUNTIME: &[&str] = &["__rust", "rust_begin", "rust_panic", "__libc_start", "_start", "start_thread", "clone", "clone3", "__clone", "<unknown>"];
+    const RUNTIME: &[&str] = &["__rust", "rust_begin", "rust_panic", "__libc_start", "_start", "start_thread", "clone", "clone3", "__clone", "<unknown>", "__restore_rt"];
     let name = f.function.trim_start_matches('<');
     if CRATES.iter().any(|c| name.starts_with(c)) || RUNTIME.iter().any(|r| f.function == *r || f.function.starts_with(&format!("{r}_"))) {
         return true;

@@ -121,6 +121,8 @@ pub(crate) struct Wr {
     pub(crate) remote: Option<Remote>,
     /// The window a BIND_MW request binds (its `MwInner`'s address; dealloc-mw-in-use).
     pub(crate) mw: Option<usize>,
+    /// The id of its staging (a receive placed late, read-before-completion), 0 if none.
+    pub(crate) staged: u64,
 }
 
 /// A posted work request not yet completed (polled).
@@ -143,6 +145,8 @@ pub(crate) struct Posted {
     pub(crate) remote: Option<Remote>,
     /// As [`Wr::mw`].
     pub(crate) mw: Option<usize>,
+    /// As [`Wr::staged`].
+    pub(crate) staged: u64,
     pub(crate) at: Trace,
 }
 
@@ -329,7 +333,7 @@ impl State {
                 }
             }
             self.next_seq += 1;
-            let posted = Posted { seq: self.next_seq, wr_id: w.wr_id, signaled: w.signaled, sges: w.sges, watched: w.watched, sinks: w.sinks, touched, remote: w.remote, mw: w.mw, at: at.clone() };
+            let posted = Posted { seq: self.next_seq, wr_id: w.wr_id, signaled: w.signaled, sges: w.sges, watched: w.watched, sinks: w.sinks, touched, remote: w.remote, mw: w.mw, staged: w.staged, at: at.clone() };
             self.queues.entry((queue, num)).or_default().push_back(posted);
         }
         first
@@ -362,8 +366,8 @@ impl State {
     /// the unsignaled requests posted before it (ibv_post_send(3): their completion is
     /// implied by a later one of the same queue). Returns the send requests a successful
     /// completion released whose watched ranges no device write touched, to be checked
-    /// (send-buffer-changed).
-    pub(crate) fn complete(&mut self, qpn: u32, wr_id: u64, ok: bool, recv: bool) -> Vec<Posted> {
+    /// (send-buffer-changed), and the staging of the receive it ended (0 if none).
+    pub(crate) fn complete(&mut self, qpn: u32, wr_id: u64, ok: bool, recv: bool) -> (Vec<Posted>, u64) {
         let srq = self.qp_srq.get(&qpn).copied();
         let mut order: smallvec::SmallVec<[(Queue, u32); 3]> = smallvec::SmallVec::new();
         if !ok || !recv {
@@ -384,10 +388,10 @@ impl State {
             };
             if let Some(i) = hit {
                 if key.0 == Queue::Send {
-                    return q.drain(..=i).filter(|p| ok && !p.touched && !p.watched.is_empty()).collect();
+                    return (q.drain(..=i).filter(|p| ok && !p.touched && !p.watched.is_empty()).collect(), 0);
                 }
-                q.remove(i);
-                return Vec::new();
+                let staged = q.remove(i).map_or(0, |p| p.staged);
+                return (Vec::new(), staged);
             }
         }
         // A receive from an SRQ the QP was not created with (an XRC target QP takes its
@@ -398,12 +402,12 @@ impl State {
                 if *queue == Queue::SharedRecv {
                     if let Some(i) = q.iter().position(|p| p.wr_id == wr_id) {
                         q.remove(i);
-                        return Vec::new();
+                        return (Vec::new(), 0);
                     }
                 }
             }
         }
-        Vec::new()
+        (Vec::new(), 0)
     }
 
     /// The remote range and post site of the outstanding send request `wr_id` of QP
@@ -437,12 +441,16 @@ impl State {
     }
 
     /// A transition of QP `qpn`: kept in its history; to RESET (ibv_modify_qp(3), and
-    /// destruction) its queues are emptied without completions.
-    pub(crate) fn transition(&mut self, qpn: u32, step: Step) {
+    /// destruction) its queues are emptied without completions. Returns the stagings of
+    /// the receives so discarded.
+    pub(crate) fn transition(&mut self, qpn: u32, step: Step) -> Vec<u64> {
         let created = step.cause == "created";
+        let mut staged = Vec::new();
         if step.to == QpState::Reset {
             self.queues.remove(&(Queue::Send, qpn));
-            self.queues.remove(&(Queue::Recv, qpn));
+            if let Some(q) = self.queues.remove(&(Queue::Recv, qpn)) {
+                staged.extend(q.iter().map(|p| p.staged).filter(|&s| s != 0));
+            }
         }
         let h = self.history.entry(qpn).or_default();
         if created {
@@ -452,6 +460,7 @@ impl State {
             h.remove(1);
         }
         h.push(step);
+        staged
     }
 
     /// The queues of CQ `cq` and their depths, when they exceed its size and it was not
