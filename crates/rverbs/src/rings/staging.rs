@@ -155,19 +155,3 @@ fn peers_reach(me: &crate::mr::endpoint::Endpoint, a: usize, b: usize) -> bool {
     })
 }
 
-/// Receives posted as they are: protected pages they would have the device write are
-/// given back first (a peer writes them with cross-memory attach).
-#[cold]
-#[inline(never)]
-pub(crate) fn unstaged(me: &crate::mr::endpoint::Endpoint, wrs: &[RecvWr<'_>], ids: Option<&[u64]>) {
-    for (i, w) in wrs.iter().enumerate() {
-        if ids.is_some_and(|ids| ids.get(i).is_some_and(|&id| id != 0)) {
-            continue;
-        }
-        for g in w.sg_list.iter().filter(|g| g.length > 0) {
-            if let Some(r) = crate::mr::local_range(me, g.lkey, g.addr, u64::from(g.length)) {
-                crate::sanitizer::early::range_reached(r.addr, g.length as usize);
-            }
-        }
-    }
-}

@@ -292,17 +292,17 @@ pub struct PostError {
 /// Receive work requests about to be posted to `queue` `num`, recorded by the sanitizer
 /// (docs/sanitizer.md, "What is tracked"): every receive is signaled, and the device
 /// writes its buffers. Out of line: the post path only tests the switch.
-#[cold]
-#[inline(never)]
 ///
 /// `staged` holds the id of each receive's staging (0: posted as it is;
 /// `rings::staging`); `None` if none was staged.
+#[cold]
+#[inline(never)]
 pub(crate) fn track_recvs(me: &'static Endpoint, queue: crate::sanitizer::Queue, num: u32, wrs: &[RecvWr<'_>], staged: Option<&[u64]>) -> crate::sanitizer::Ticket {
     let verb = if queue == crate::sanitizer::Queue::SharedRecv { "ibv_post_srq_recv" } else { "ibv_post_recv" };
     for w in wrs {
         crate::mr::check_mapped(me, verb, (queue, num, w.wr_id), w.sg_list);
     }
-    super::staging::unstaged(me, wrs, staged);
+    unstaged(me, wrs, staged);
     let wrs = wrs
         .iter()
         .enumerate()
@@ -375,4 +375,21 @@ pub(crate) fn track_sends(me: &'static Endpoint, qpn: u32, sq_sig_all: bool, wrs
         })
         .collect();
     crate::sanitizer::posting(crate::sanitizer::Queue::Send, qpn, wrs)
+}
+
+/// Receives posted as they are: protected pages they would have the device write are
+/// given back first (a peer writes them with cross-memory attach).
+#[cold]
+#[inline(never)]
+fn unstaged(me: &crate::mr::endpoint::Endpoint, wrs: &[RecvWr<'_>], ids: Option<&[u64]>) {
+    for (i, w) in wrs.iter().enumerate() {
+        if ids.is_some_and(|ids| ids.get(i).is_some_and(|&id| id != 0)) {
+            continue;
+        }
+        for g in w.sg_list.iter().filter(|g| g.length > 0) {
+            if let Some(r) = crate::mr::local_range(me, g.lkey, g.addr, u64::from(g.length)) {
+                crate::sanitizer::early::range_reached(r.addr, g.length as usize);
+            }
+        }
+    }
 }
