@@ -17,7 +17,7 @@
 # Its pairs run apart from the other ping-pongs and may report that, and only that.
 #
 # pyverbs (rdma-core 44's suite, run_pyverbs.sh) passes under the sanitizer as without
-# it, and every finding must be one that docs/sanitizer.md ("pyverbs") explains, by test
+# it, and every finding must be one that docs/sanitizer.md ("Correct programs: no finding") explains, by test
 # and kind (lib/pyverbs_findings.py): its error-path tests provoke some on purpose, and its
 # resources break three rules by design (CQs smaller than their queues, deregistration and
 # re-registration under receives still posted). None at all fails too (the sanitizer off).

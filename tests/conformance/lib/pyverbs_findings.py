@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The sanitizer's findings in a verbose run of pyverbs (run_pyverbs.sh under
 RVERBS_SANITIZE=1, reports on stderr beside unittest's lines), each attributed to the test
-that was running, checked against the findings docs/sanitizer.md ("pyverbs") explains.
+that was running, checked against the findings docs/sanitizer.md ("Correct programs: no finding") explains.
 
 usage: pyverbs_findings.py LOG
 
