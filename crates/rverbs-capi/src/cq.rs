@@ -15,7 +15,7 @@ use crate::abi::*;
 use crate::live;
 use crate::context::ContextObj;
 use crate::pd::PdObj;
-use crate::ffi::{ToErrno, minus_one_errno, null_errno, set_errno};
+use crate::ffi::{ToErrno, getter_on_unknown_object, minus_one_errno, null_errno, set_errno};
 
 // ---------------------------------------------------------------------------------------
 // Completion channels
@@ -616,7 +616,7 @@ export! {
     ) -> c_int {
         // SAFETY: caller contract.
         let Some(ch) = (unsafe { ChannelObj::from_raw(channel) }) else {
-            return minus_one_errno(libc::EINVAL);
+            return getter_on_unknown_object();
         };
         if cq.is_null() || cq_context.is_null() {
             return minus_one_errno(libc::EINVAL);

@@ -7,7 +7,7 @@ use rverbs::AsyncElement;
 use crate::abi::*;
 use crate::cq::CqObj;
 use crate::context::ContextObj;
-use crate::ffi::{ToErrno, minus_one_errno, set_errno};
+use crate::ffi::{ToErrno, getter_on_unknown_object, minus_one_errno, set_errno};
 use crate::qp::QpObj;
 use crate::srq::SrqObj;
 
@@ -22,7 +22,7 @@ export! {
     pub unsafe fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int {
         // SAFETY: caller contract.
         let Some(ctx) = (unsafe { ContextObj::from_raw(context) }) else {
-            return minus_one_errno(libc::EINVAL);
+            return getter_on_unknown_object();
         };
         if event.is_null() {
             return minus_one_errno(libc::EINVAL);

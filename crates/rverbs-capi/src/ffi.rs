@@ -110,6 +110,15 @@ pub fn minus_one_errno(err: c_int) -> c_int {
     -1
 }
 
+/// A blocking event getter's answer for a channel or context that is not (or no
+/// longer) one of ours: -1 with `EINVAL`, unless another thread is running the
+/// process's exit, which then ends this one too (`park_if_exiting`; docs/capi.md,
+/// "Threads racing with exit").
+pub fn getter_on_unknown_object() -> c_int {
+    rverbs::capi_support::park_if_exiting();
+    minus_one_errno(libc::EINVAL)
+}
+
 /// "Not supported yet" for object-creating verbs: NULL, `errno = EOPNOTSUPP`.
 #[inline]
 pub fn not_supported_null<P: Nullable>() -> P {

@@ -18,6 +18,10 @@
 //!   member, leave, a synchronous join.
 //! * `cm_foreign_ptr`: foreign pointers (4 bytes before a PROT_NONE page, a malloc(4), a
 //!   stack byte) and destroyed channels/ids are refused with -1/EINVAL, never read.
+//! * `cm_exit_race`: rping's exit race (docs/capi.md, "Threads racing with exit"): once
+//!   the library's exit handlers run, another thread's `rdma_get_cm_event` or
+//!   `ibv_get_cq_event` on a destroyed channel waits for the exit instead of failing;
+//!   the exiting thread's own, and any before exit, are -1/EINVAL.
 //! * `cm_bad_args`: the librdmacm half of the bad-argument matrix (one row per call and
 //!   case, each citing librdmacm's cma.c or the kernel's ucma.c/cma.c for its errno),
 //!   also run under Valgrind's memcheck.
@@ -125,6 +129,11 @@ fn cm_mcast() {
 #[test]
 fn cm_foreign_ptr() {
     compile_and_run("cm_foreign_ptr");
+}
+
+#[test]
+fn cm_exit_race() {
+    compile_and_run("cm_exit_race");
 }
 
 #[test]

@@ -669,12 +669,7 @@ fn register_cleanup(dir: &std::path::Path) {
     dirs.push((dir.to_owned(), std::process::id()));
     drop(dirs);
     if !REGISTERED.swap(true, Ordering::AcqRel) {
-        // SAFETY: registering a plain extern "C" function with no arguments; it only
-        // reads a mutex-guarded list of paths.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::atexit(cleanup);
-        }
+        crate::sys::at_exit(cleanup);
     }
 }
 

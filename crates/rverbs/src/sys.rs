@@ -620,13 +620,47 @@ pub(crate) fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: 
 }
 
 /// Runs `f` when the process exits normally (return from `main`, `exit`), after the
-/// handlers registered later (atexit(3)).
+/// handlers registered later (atexit(3)). [`exit_began`] runs before it, so that from
+/// `f`'s start on, [`park_if_exiting`] knows the process is exiting.
 pub(crate) fn at_exit(f: extern "C" fn()) {
-    // SAFETY: atexit only stores the pointer of a plain extern "C" function with no
-    // arguments, which lives as long as the library (never unloaded: the drop-in is
-    // linked at start-up).
+    // SAFETY: atexit only stores the pointers of plain extern "C" functions with no
+    // arguments, which live as long as the library (never unloaded: the drop-in is
+    // linked at start-up). Handlers run in the reverse order of registration, so
+    // `exit_began` runs before `f`.
     unsafe {
         libc::atexit(f);
+        libc::atexit(exit_began);
+    }
+}
+
+/// The thread running the process's exit handlers (its kernel thread id), once the
+/// first of this library's has started; 0 before.
+static EXITING_THREAD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Marks the process as exiting, by the calling thread (the one that called `exit`).
+extern "C" fn exit_began() {
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    let _ = EXITING_THREAD.compare_exchange(0, tid, std::sync::atomic::Ordering::AcqRel, std::sync::atomic::Ordering::Acquire);
+}
+
+/// Never returns if the process is exiting and the caller is another thread than the one
+/// running the exit: the process ends with it, as the kernel's `exit_group` would have
+/// ended it (docs/capi.md, "Threads racing with exit"). Returns at once otherwise.
+///
+/// For a getter that found its object already destroyed: a program whose event thread
+/// calls `rdma_get_cm_event` on a channel the main thread destroyed just before
+/// returning from `main` (rping does) races with its own exit. With the kernel's stack
+/// the exit wins nearly always, because it does no work; this library's exit handlers
+/// do some (the ACKs held, the runtime directory), and the event thread would
+/// otherwise see `EINVAL` and turn the program's exit status into its error.
+pub fn park_if_exiting() {
+    let exiting = EXITING_THREAD.load(std::sync::atomic::Ordering::Acquire);
+    if exiting == 0 || exiting == rustix::thread::gettid().as_raw_nonzero().get() {
+        return;
+    }
+    loop {
+        // Ends when `exit_group` ends the process.
+        std::thread::park();
     }
 }
 

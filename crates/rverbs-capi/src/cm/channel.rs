@@ -12,7 +12,7 @@ use core::ffi::c_int;
 
 use super::abi::{rdma_cm_event, rdma_event_channel};
 use super::obj::{deliver, fail, Chan, Ev};
-use crate::ffi::{minus_one_errno, null_errno};
+use crate::ffi::{getter_on_unknown_object, minus_one_errno, null_errno};
 
 cm_export! {
     /// Opens an event channel (rdma_create_event_channel(3)). Errors: NULL with `errno`.
@@ -50,7 +50,7 @@ cm_export! {
         }
         // SAFETY: caller contract.
         let Some(ch) = (unsafe { Chan::from_raw(channel) }) else {
-            return minus_one_errno(libc::EINVAL);
+            return getter_on_unknown_object();
         };
         let ev = match ch.core().get_event() {
             Ok(ev) => ev,
