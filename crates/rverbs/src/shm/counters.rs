@@ -148,16 +148,7 @@ pub(crate) fn create(dir: &Path) -> Result<&'static CounterBlock> {
 /// Errors: `Again` while the segment is not there or not written yet (an endpoint still
 /// starting, or one of a version without counters); `Bug` for a segment too short.
 pub(crate) fn read(dir: &Path) -> Result<Counters> {
-    let seg = match Segment::open(&dir.join(NAME)) {
-        Ok(s) => s,
-        Err(Error::Os(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Again { verb: "read counters", why: "the endpoint has no counters segment" })
-        }
-        Err(e) => return Err(e),
-    };
-    if seg.len() < std::mem::size_of::<CounterBlock>() {
-        return Err(Error::Bug("counters segment too short"));
-    }
+    let seg = Segment::open_record(dir, NAME, std::mem::size_of::<CounterBlock>(), "read counters", "the endpoint has no counters segment")?;
     let block = seg.get::<CounterBlock>(0);
     if block.magic.load(Ordering::Acquire) != MAGIC {
         return Err(Error::Again { verb: "read counters", why: "the endpoint's counters are not written yet" });

@@ -197,6 +197,21 @@ impl Segment {
         Ok(Segment::new(ptr, len, path, false))
     }
 
+    /// Maps `name` in another endpoint's directory `dir` to read what its owner records
+    /// there (its counters, its statistics), at least `header` bytes long: a segment the
+    /// owner has not created is `Error::Again` with `absent` as the reason, for `verb`.
+    pub(crate) fn open_record(dir: &Path, name: &str, header: usize, verb: &'static str, absent: &'static str) -> Result<Segment> {
+        let seg = match Segment::open(&dir.join(name)) {
+            Ok(s) => s,
+            Err(Error::Os(e)) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::Again { verb, why: absent }),
+            Err(e) => return Err(e),
+        };
+        if seg.len() < header {
+            return Err(Error::Bug("record segment shorter than its header"));
+        }
+        Ok(seg)
+    }
+
     pub(crate) fn addr(&self) -> usize {
         self.ptr.as_ptr() as usize
     }

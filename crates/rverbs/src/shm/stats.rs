@@ -332,16 +332,7 @@ fn live<'a, T>(high: &AtomicU64, tag: impl Fn(u32) -> &'a AtomicU64, read: impl 
 /// starting) or not written yet (or written by another version of rverbs); `Bug` for a
 /// segment too short.
 pub(crate) fn read_live(dir: &Path) -> Result<(Vec<QpStats>, Vec<CqStats>)> {
-    let seg = match Segment::open(&dir.join(NAME)) {
-        Ok(s) => s,
-        Err(Error::Os(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Again { verb: "read stats", why: "the endpoint counts no statistics" })
-        }
-        Err(e) => return Err(e),
-    };
-    if seg.len() < std::mem::size_of::<Header>() {
-        return Err(Error::Bug("stats segment too short"));
-    }
+    let seg = Segment::open_record(dir, NAME, std::mem::size_of::<Header>(), "read stats", "the endpoint counts no statistics")?;
     let stats = Stats { seg };
     if stats.header().magic.load(Ordering::Acquire) != MAGIC {
         return Err(Error::Again { verb: "read stats", why: "the endpoint's statistics are not written yet (or by another layout)" });
