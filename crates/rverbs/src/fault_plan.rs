@@ -240,14 +240,15 @@ pub fn cm_fail(verb: Verb) -> Option<Errno> {
 
 /// How the connection manager disconnects the connection of a QP (set once, by the
 /// first engine of rverbs-cm in the process).
-static DISCONNECT: OnceLock<fn(u32)> = OnceLock::new();
+static DISCONNECT: OnceLock<fn(usize, u32)> = OnceLock::new();
 
 /// Registers how an injected RDMA_CM_EVENT_DISCONNECTED reaches the connection manager:
-/// `f(qpn)` must disconnect the connection QP `qpn` belongs to, as rdma_disconnect(3)
+/// `f(slot, qpn)` must disconnect the connection QP `qpn` of the device in slot `slot`
+/// ([`crate::Device::slot_index`]) belongs to, as rdma_disconnect(3)
 /// does (both sides get DISCONNECTED, the QP enters ERR). It is called after the verb
 /// the plan picked, with no lock of the verbs held, and must not block (the connection
 /// manager queues the request for its own thread). Only the first registration counts.
-pub fn set_disconnect_hook(f: fn(u32)) {
+pub fn set_disconnect_hook(f: fn(usize, u32)) {
     let _ = DISCONNECT.set(f);
 }
 
@@ -312,10 +313,11 @@ pub(crate) fn kill(slot: usize) -> bool {
     DEVICE[slot].fetch_or(DEAD | PORT_DOWN, Ordering::AcqRel) & DEAD == 0
 }
 
-/// Disconnects the rdma_cm connection of QP `qpn` through the hook the connection manager
-/// registered ([`set_disconnect_hook`]); without one there is none to disconnect.
-pub(crate) fn disconnect(qpn: u32) {
+/// Disconnects the rdma_cm connection of QP `qpn` of device slot `slot` through the hook
+/// the connection manager registered ([`set_disconnect_hook`]); without one there is none
+/// to disconnect.
+pub(crate) fn disconnect(slot: usize, qpn: u32) {
     if let Some(f) = DISCONNECT.get() {
-        f(qpn);
+        f(slot, qpn);
     }
 }

@@ -124,11 +124,6 @@ pub(crate) fn engine_of(id: &CmId) -> Result<&'static Engine> {
     }
 }
 
-/// The engines started so far.
-fn started_engines() -> impl Iterator<Item = &'static Engine> {
-    ENGINES.iter().filter_map(|e| e.get().and_then(|r| r.as_ref().ok()))
-}
-
 fn ensure_thread(e: &'static Engine) {
     static THREADS: [OnceLock<()>; rverbs::capi_support::MAX_DEVICES] = [const { OnceLock::new() }; rverbs::capi_support::MAX_DEVICES];
     THREADS[e.slot].get_or_init(|| {
@@ -409,38 +404,37 @@ pub(crate) fn connect(id: &CmId, param: &crate::event::ConnParam) -> Result<()> 
     })
 }
 
-/// The QPs whose connections the fault plan disconnects (`event=DISCONNECTED`), queued by
-/// the verb that met the item for the engine's thread, which disconnects them: the verb
-/// may run inside the engine (which moves QPs), so it must not take the engine's state.
-static INJECTED_DISCONNECTS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// The QPs whose connections the fault plan disconnects (`event=DISCONNECTED`), with the
+/// slot of their device, queued by the verb that met the item for that device's engine
+/// thread, which disconnects them: the verb may run inside the engine (which moves QPs),
+/// so it must not take the engine's state.
+static INJECTED_DISCONNECTS: Mutex<Vec<(usize, u32)>> = Mutex::new(Vec::new());
 
 /// The fault plan's disconnect hook ([`rverbs::fault_plan::set_disconnect_hook`]).
-fn queue_disconnect(qpn: u32) {
-    INJECTED_DISCONNECTS.lock().unwrap_or_else(|p| p.into_inner()).push(qpn);
-    for e in started_engines() {
-        e.kick();
-    }
+/// A device without a started engine has no rdma_cm id, so none owns the QP.
+fn queue_disconnect(slot: usize, qpn: u32) {
+    let Some(engine) = ENGINES.get(slot).and_then(|e| e.get()).and_then(|r| r.as_ref().ok()) else {
+        tracing::warn!(qpn, "fault plan: no rdma_cm id owns the QP; nothing to disconnect");
+        return;
+    };
+    INJECTED_DISCONNECTS.lock().unwrap_or_else(|p| p.into_inner()).push((slot, qpn));
+    engine.kick();
 }
 
 impl Engine {
-    /// Disconnects the connections of the QPs the fault plan picked, as rdma_disconnect(3)
-    /// on their ids: the QP enters ERR, the peer is told, both sides get DISCONNECTED.
+    /// Disconnects the connections of the QPs the fault plan picked on this engine's
+    /// device, as rdma_disconnect(3) on their ids: the QP enters ERR, the peer is told,
+    /// both sides get DISCONNECTED.
     fn injected_disconnects(&self) {
-        // This engine's QPs; another device's are left to its engine, which was kicked too.
         let qpns: Vec<u32> = {
             let mut all = INJECTED_DISCONNECTS.lock().unwrap_or_else(|p| p.into_inner());
-            if all.is_empty() {
-                return;
-            }
-            let st = self.lock();
-            let mine = |qpn: u32| st.ids.values().any(|s| s.qp.as_ref().is_some_and(|q| q.qp_num() == qpn));
             let mut taken = Vec::new();
-            all.retain(|&q| {
-                let m = mine(q) || started_engines().count() == 1;
-                if m {
-                    taken.push(q);
+            all.retain(|&(slot, qpn)| {
+                let mine = slot == self.slot;
+                if mine {
+                    taken.push(qpn);
                 }
-                !m
+                !mine
             });
             taken
         };

@@ -275,7 +275,7 @@ impl QpInner {
                     continue;
                 }
                 Some(Event::Disconnected) => {
-                    crate::fault_plan::disconnect(self.qpn);
+                    crate::fault_plan::disconnect(self.slot(), self.qpn);
                     continue;
                 }
                 Some(e) if e.is_device() => {
