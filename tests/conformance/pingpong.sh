@@ -131,9 +131,7 @@ run_xsrq_two_clients() {
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
   local clog2=$WORK/logs/$n.client2 port ready=0 src=0 crc=0 crc2=0 pid2
   start=$EPOCHREALTIME why=()
-  port=$next_port
-  while port_busy "$port"; do port=$((port + 1)); done
-  next_port=$((port + 1))
+  pick_port
   scmd=(ibv_xsrq_pingpong "${common[@]}" -c 2 -p "$port")
   ccmd=(ibv_xsrq_pingpong "${common[@]}" -p "$port" 127.0.0.1)
   timeout -k 5 $((TIMEOUT + 5)) "${linebuf[@]}" "${scmd[@]}" >"$slog" 2>&1 &

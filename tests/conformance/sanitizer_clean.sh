@@ -83,6 +83,13 @@ bash tests/conformance/run_pyverbs.sh "$dropin" >"$slog" 2>&1 || why+=("run_pyve
 [ -s "$clog" ] && why+=("$(wc -l <"$clog") finding(s) no note explains, the first: $(head -n 1 "$clog")")
 report_pair "pyverbs (run_pyverbs.sh) under the sanitizer: only the findings docs/sanitizer.md explains ($(cat "$clog.kinds"))"
 
+# A perftest pair's commands on `$port`, each side with its own log of findings (none yet).
+sanitized_pair() {
+  rm -f "$slog.findings" "$clog.findings"
+  scmd=(env RVERBS_SANITIZE_LOG="$slog.findings" "$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port")
+  ccmd=(env RVERBS_SANITIZE_LOG="$clog.findings" "$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port" 127.0.0.1)
+}
+
 # perftest: each program once as server and client (-n 5, its default size), each side
 # with its own log of findings. EXPECT: "server" or "client", the side whose leak is
 # perftest's own, or "-". OPTS: more options ("-" for none); -e sleeps on completion
@@ -90,21 +97,9 @@ report_pair "pyverbs (run_pyverbs.sh) under the sanitizer: only the findings doc
 while read -r prog opts expect; do
   extra=()
   [ "$opts" = - ] || read -r -a extra <<<"$opts"
-  n=$((n + 1)) start=$EPOCHREALTIME
+  n=$((n + 1)) start=$EPOCHREALTIME why=()
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
-  # Up to 3 ports, as run_server_client (lib/pairs.bash) tries them: another socket of the
-  # host may take the port between the check and the server's bind ("Couldn't listen to
-  # port"), and the client then meets that socket; not a failure of the pair.
-  for attempt in 1 2 3; do
-    pick_port
-    why=()
-    rm -f "$slog.findings" "$clog.findings"
-    # Each side its own log of findings.
-    scmd=(env RVERBS_SANITIZE_LOG="$slog.findings" "$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port")
-    ccmd=(env RVERBS_SANITIZE_LOG="$clog.findings" "$prog" -d rverbs0 -x 1 -F -n 5 "${extra[@]}" -p "$port" 127.0.0.1)
-    serve_and_connect "$port"
-    [ $attempt -lt 3 ] && grep -q "^Couldn't listen to port" "$slog" || break
-  done
+  serve_on_free_port sanitized_pair
   for side in server client; do
     f=$WORK/logs/$n.$side.findings
     count=0

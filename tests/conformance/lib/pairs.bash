@@ -104,7 +104,8 @@ serve_and_connect() {
     [ "$crc" = 0 ] || why+=("client $(exit_text "$crc")")
   else
     echo "(client not started)" >"$clog"
-    why+=("server not listening on port $at")
+    [ "$ready" = 1 ] && why+=("server exited before listening on port $at")
+    [ "$ready" = 2 ] && why+=("server not listening on port $at after 5 s")
     kill "$server_pid" 2>/dev/null || true
   fi
   wait "$server_pid" || src=$?
@@ -112,54 +113,41 @@ serve_and_connect() {
   [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
 }
 
-# run_server_client PROGRAM ARGS...: server `PROGRAM ARGS -p PORT` in the background,
-# then client `PROGRAM ARGS -p PORT 127.0.0.1`, both bounded by TIMEOUT. Sets slog and
-# clog (their outputs), scmd and ccmd, start, and `why`: the reasons the pair failed so
-# far (empty if both exited 0).
-run_server_client() {
-  local prog=$1
+# serve_on_free_port SETUP [PREFIX...]: serve_and_connect on a port no socket holds
+# (pick_port), with `scmd` and `ccmd` set by the function SETUP for `$port`. Up to 3
+# ports: another program of the host may take the port between the check and the
+# server's bind (perftest then says "Couldn't listen to port", and its client may meet
+# that other socket); that is not a failure of the pair, so `why` is as it was before the
+# attempt, and the pair runs again on the next port.
+serve_on_free_port() {
+  local setup=$1 attempt
+  local before=("${why[@]}")
   shift
+  for attempt in 1 2 3; do
+    pick_port
+    why=("${before[@]}")
+    "$setup"
+    serve_and_connect "$port" "$@"
+    [ $attempt -lt 3 ] && grep -q "^Couldn't listen to port" "$slog" || break
+  done
+}
+
+# run_server_client PROGRAM ARGS...: server `PROGRAM ARGS -p PORT` in the background,
+# then client `PROGRAM ARGS -p PORT 127.0.0.1`, both bounded by TIMEOUT, on a free port
+# (serve_on_free_port). Sets slog and clog (their outputs), scmd and ccmd, start, and
+# `why`: the reasons the pair failed so far (empty if both exited 0).
+run_server_client() {
   n=$((n + 1))
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client
   start=$EPOCHREALTIME why=()
-  local src=0 crc=0 ready port attempt
+  server_client=("$@")
+  serve_on_free_port server_client_commands
+}
 
-  # Up to 3 ports: another program of this host may take the port between our check
-  # and the server's bind ("Couldn't listen to port"); that is not a failure of the pair.
-  for attempt in 1 2 3; do
-    port=$next_port
-    while port_busy "$port"; do port=$((port + 1)); done
-    next_port=$((port + 1))
-    scmd=("$prog" "$@" -p "$port")
-    ccmd=("$prog" "$@" -p "$port" 127.0.0.1)
-    timeout -k 5 $((TIMEOUT + 5)) "${linebuf[@]}" "${scmd[@]}" >"$slog" 2>&1 &
-    server_pid=$!
-    ready=0
-    wait_listen "$port" "$server_pid" || ready=$?
-    if [ "$ready" = 1 ] && [ $attempt -lt 3 ] && grep -q "^Couldn't listen to port" "$slog"; then
-      wait "$server_pid" || true
-      server_pid=
-      continue
-    fi
-    break
-  done
-  if [ "$ready" = 0 ]; then
-    # In the background too, so that a signal to this script is handled at once.
-    timeout -k 5 "$TIMEOUT" "${linebuf[@]}" "${ccmd[@]}" >"$clog" 2>&1 &
-    client_pid=$!
-    wait "$client_pid" || crc=$?
-    client_pid=
-  else
-    echo "(client not started)" >"$clog"
-    [ "$ready" = 1 ] && why+=("server exited before listening on port $port")
-    [ "$ready" = 2 ] && why+=("server not listening on port $port after 5 s")
-    kill "$server_pid" 2>/dev/null || true
-  fi
-  wait "$server_pid" || src=$?
-  server_pid=
-
-  [ "$src" = 0 ] || why+=("server $(exit_text "$src")")
-  [ "$ready" != 0 ] || [ "$crc" = 0 ] || why+=("client $(exit_text "$crc")")
+# The commands of run_server_client's pair (`server_client`) on `$port`.
+server_client_commands() {
+  scmd=("${server_client[@]}" -p "$port")
+  ccmd=("${server_client[@]}" -p "$port" 127.0.0.1)
 }
 
 # report_pair LABEL: one PASS or FAIL line for the pair run_server_client ran (FAIL if
