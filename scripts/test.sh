@@ -31,7 +31,9 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
 	cargo test --workspace --no-fail-fast
 fi
+echo "== test.sh: the workspace's tests done at $SECONDS s"
 cargo test --workspace --doc
+echo "== test.sh: doc tests done at $SECONDS s"
 # The features `tokio` of rverbs and rverbs-cm (rverbs::aio, rverbs_cm::aio and ::stream)
 # and `async-io` of both (their aio on any executor, the stream with the `futures`
 # traits): their tests and the async
@@ -60,13 +62,17 @@ unset RVERBS_LIBIBVERBS
 # with the optional features' modules.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 RUSTDOCFLAGS="-D warnings" cargo doc -p rverbs -p rverbs-cm --features "$features" --no-deps --quiet
+echo "== test.sh: optional features and docs done at $SECONDS s"
 
 # Every conformance and chaos script runs here; the *_netns.sh ones (UD, RC, XRC, multicast,
 # rdma_cm, UCX) stand two hosts up as two network namespaces they create (needs root);
 # run_launcher.sh runs UCX and pyverbs under `rverbs run` with no harness set-up;
 # tests/sanitizer/run.sh: the verbs sanitizer's C programs (docs/sanitizer.md; gcc only).
+# Each prints its own wall time, so a slow one shows in the CI log ("== … done in N s").
 for t in tests/conformance/*.sh tests/chaos/*.sh tests/sanitizer/run.sh; do
 	[ -e "$t" ] || continue
 	echo "== $t"
+	t0=$SECONDS
 	bash "$t"
+	echo "== $t done in $((SECONDS - t0)) s (test.sh at $SECONDS s)"
 done
