@@ -3,7 +3,9 @@
  * channel and returns from main. Once the library's exit handlers run:
  *  - the exiting thread's own rdma_get_cm_event / ibv_get_cq_event on a destroyed
  *    channel is -1/EINVAL, as before exit (it must not wait for itself);
- *  - another thread's never returns: the process ends with it, with main's status.
+ *  - another thread's waits (2 s) for the exit to end the process, with main's status;
+ *    an exit that waits for that thread (a destructor joining it) goes on once the
+ *    call has failed with -1/EINVAL after that bounded wait.
  * Before exit, another thread's call is -1/EINVAL at once.
  *
  * The checks run in an atexit handler registered before the device is opened, so it runs
@@ -42,27 +44,35 @@ static void *comp_getter(void *arg)
 	return NULL;
 }
 
-/* Starts `fn` on a thread; whether it returned within `secs` seconds. */
-static int returns_within(void *(*fn)(void *), int secs)
+/* Whether thread `t` ended within `secs` seconds (then it is joined). */
+static int ends_within(pthread_t t, int secs)
 {
-	pthread_t t;
 	struct timespec until;
 
-	returned = 0;
-	if (pthread_create(&t, NULL, fn, NULL) != 0)
-		return -1;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += secs;
 	return pthread_timedjoin_np(t, NULL, &until) == 0;
 }
 
+/* Starts `fn` on a thread; whether it returned within `secs` seconds. */
+static int returns_within(void *(*fn)(void *), int secs)
+{
+	pthread_t t;
+
+	returned = 0;
+	if (pthread_create(&t, NULL, fn, NULL) != 0)
+		return -1;
+	return ends_within(t, secs);
+}
+
 /* In an atexit handler a failure leaves with _exit (exit may not be called again). */
 #define CHECK_AT_EXIT(cond, ...)                                             \
 	do {                                                                 \
-		printf((cond) ? "ok - " : "FAIL - ");                        \
+		int held_ = (cond);                                          \
+		printf(held_ ? "ok - " : "FAIL - ");                         \
 		printf(__VA_ARGS__);                                         \
 		printf("\n");                                                \
-		if (!(cond)) {                                               \
+		if (!held_) {                                                \
 			fflush(stdout);                                      \
 			_exit(1);                                            \
 		}                                                            \
@@ -80,12 +90,22 @@ static void during_exit(void)
 	errno = 0;
 	CHECK_AT_EXIT(ibv_get_cq_event(dead_comp, &cq, &ctx) == -1 && errno == EINVAL,
 		      "during exit, the exiting thread: ibv_get_cq_event(destroyed channel) -> -1/EINVAL");
-	/* A thread's call that returned fails the check at once; one that waits for the exit
-	 * is given a second to show it does not return. */
-	CHECK_AT_EXIT(returns_within(cm_getter, 1) == 0,
-		      "during exit, another thread: rdma_get_cm_event(destroyed channel) waits for the exit");
-	CHECK_AT_EXIT(returns_within(comp_getter, 1) == 0,
-		      "during exit, another thread: ibv_get_cq_event(destroyed channel) waits for the exit");
+	/* A call that returned at once fails the first check; one that waits for the exit
+	 * is still waiting a second later, and fails after its bounded wait (2 s), so that
+	 * this handler, which waits for the thread as a destructor joining it would, goes
+	 * on. */
+	for (int i = 0; i < 2; i++) {
+		void *(*fn)(void *) = i == 0 ? cm_getter : comp_getter;
+		const char *call = i == 0 ? "rdma_get_cm_event" : "ibv_get_cq_event";
+		pthread_t t;
+
+		returned = 0;
+		CHECK_AT_EXIT(pthread_create(&t, NULL, fn, NULL) == 0, "pthread_create");
+		CHECK_AT_EXIT(!ends_within(t, 1),
+			      "during exit, another thread: %s(destroyed channel) waits for the exit", call);
+		CHECK_AT_EXIT(ends_within(t, 20) && returned == EINVAL,
+			      "during exit, an exit that waits for that thread goes on: its %s fails with -1/EINVAL after the bounded wait", call);
+	}
 	printf("# cm_exit_race: all checks passed\n");
 	fflush(stdout);
 }

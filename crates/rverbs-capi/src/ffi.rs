@@ -111,9 +111,9 @@ pub fn minus_one_errno(err: c_int) -> c_int {
 }
 
 /// A blocking event getter's answer for a channel or context that is not (or no
-/// longer) one of ours: -1 with `EINVAL`, unless another thread is running the
-/// process's exit, which then ends this one too (`park_if_exiting`; docs/capi.md,
-/// "Threads racing with exit").
+/// longer) one of ours: -1 with `EINVAL`; while another thread runs the process's exit,
+/// only after 2 s, by which time the exit has normally ended this thread too
+/// (`park_if_exiting`; docs/capi.md, "Threads racing with exit").
 pub fn getter_on_unknown_object() -> c_int {
     rverbs::capi_support::park_if_exiting();
     minus_one_errno(libc::EINVAL)

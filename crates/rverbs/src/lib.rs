@@ -252,8 +252,8 @@ pub mod capi_support {
 
     /// A blocking event getter (`rdma_get_cm_event`, `ibv_get_cq_event`,
     /// `ibv_get_async_event`) that found its channel or context already destroyed while
-    /// another thread runs the process's exit waits for the exit instead of failing
-    /// (docs/capi.md, "Threads racing with exit").
+    /// another thread runs the process's exit waits (2 s at most) for the exit before
+    /// failing (docs/capi.md, "Threads racing with exit").
     pub use crate::sys::park_if_exiting;
 
     /// Device slots of a process: the connection manager indexes its engines by the

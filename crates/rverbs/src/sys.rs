@@ -643,24 +643,34 @@ extern "C" fn exit_began() {
     let _ = EXITING_THREAD.compare_exchange(0, tid, std::sync::atomic::Ordering::AcqRel, std::sync::atomic::Ordering::Acquire);
 }
 
-/// Never returns if the process is exiting and the caller is another thread than the one
-/// running the exit: the process ends with it, as the kernel's `exit_group` would have
-/// ended it (docs/capi.md, "Threads racing with exit"). Returns at once otherwise.
+/// How long [`park_if_exiting`] holds a thread before letting its call fail.
+pub(crate) const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// If the process is exiting and the caller is another thread than the one running the
+/// exit, waits [`EXIT_WAIT`] before returning: the exit normally ends the process (and
+/// the thread) long before, as the kernel's `exit_group` would have ended it
+/// (docs/capi.md, "Threads racing with exit"). Returns at once otherwise.
 ///
 /// For a getter that found its object already destroyed: a program whose event thread
 /// calls `rdma_get_cm_event` on a channel the main thread destroyed just before
 /// returning from `main` (rping does) races with its own exit. With the kernel's stack
 /// the exit wins nearly always, because it does no work; this library's exit handlers
 /// do some (the ACKs held, the runtime directory), and the event thread would
-/// otherwise see `EINVAL` and turn the program's exit status into its error.
+/// otherwise see `EINVAL` and turn the program's exit status into its error. The wait
+/// is bounded so that an exit that itself waits for that thread (a destructor that
+/// joins it) goes on, 2 s later, as it would have.
 pub fn park_if_exiting() {
     let exiting = EXITING_THREAD.load(std::sync::atomic::Ordering::Acquire);
     if exiting == 0 || exiting == rustix::thread::gettid().as_raw_nonzero().get() {
         return;
     }
+    let until = std::time::Instant::now() + EXIT_WAIT;
     loop {
-        // Ends when `exit_group` ends the process.
-        std::thread::park();
+        let now = std::time::Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::park_timeout(until - now);
     }
 }
 
