@@ -132,7 +132,7 @@ fn client(addr: SocketAddr) -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
+pub fn main() -> Result<()> {
     let listener = rverbs_cm::Listener::bind("127.0.0.1:0".parse()?, 0)?;
     let addr = listener.local_addr().ok_or("the listener has no address")?;
     let server = std::thread::spawn(move || serve(listener));

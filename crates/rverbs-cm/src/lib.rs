@@ -54,6 +54,8 @@ mod event;
 mod handle;
 mod id;
 pub mod mad;
+#[cfg(feature = "rdma-core")]
+pub mod rdma_core;
 mod rule;
 pub mod table;
 
