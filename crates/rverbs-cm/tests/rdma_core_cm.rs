@@ -196,6 +196,16 @@ fn what_librdmacm_cannot_carry_is_eopnotsupp() {
     let ch = EventChannel::new().unwrap();
     let err = CmId::new(&ch, PortSpace::Udp, QpType::Rc, 0).unwrap_err();
     assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+    // A fault plan's rdma_cm failure cannot be injected into librdmacm: refused, not
+    // ignored. Without the plan the same call goes through.
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    let dst: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    rverbs::fault_plan::install(rverbs::VerbPlan::parse("fail=resolve_addr:ETIMEDOUT").unwrap());
+    let err = id.resolve_addr(None, dst, 1000).unwrap_err();
+    assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+    rverbs::fault_plan::install(rverbs::VerbPlan::default());
+    id.resolve_addr(None, dst, 1000).unwrap();
+    assert_eq!(ch.get_event().unwrap().kind, EventKind::AddrResolved);
 }
 
 /// The QP rdma_create_qp(3) made on an id, in a PD and CQ of the id's context, as a

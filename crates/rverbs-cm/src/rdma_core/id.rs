@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use rverbs::{QpAttr, QpAttrMask, QpState, QpType};
 use rverbs_abi::rdma_cm::*;
 use rverbs_abi::{ibv_qp_attr, Zeroed};
+use rverbs_proto::verb_fault::Verb;
 
 use super::channel::{ChannelInner, EventChannel};
 use super::library::{check, unsupported, Rdmacm};
@@ -80,6 +81,16 @@ impl std::fmt::Debug for CmId {
 impl PartialEq for CmId {
     fn eq(&self, other: &CmId) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// A fault plan (`RVERBS_FAULTS`, `rverbs::fault_plan::install`) that fails this rdma_cm
+/// call (docs/fault-injection.md) asks for what the backend cannot inject into
+/// librdmacm: the call is `EOPNOTSUPP`, never a silent success.
+fn no_fault_planned(verb: Verb) -> Result<()> {
+    match rverbs::fault_plan::cm_fail(verb) {
+        Some(_) => Err(unsupported("a fault plan's rdma_cm failure (cm_fail) over librdmacm")),
+        None => Ok(()),
     }
 }
 
@@ -167,7 +178,9 @@ impl CmId {
     }
 
     /// Resolves `dst` (rdma_resolve_addr(3)): ADDR_RESOLVED or ADDR_ERROR follows.
+    /// A fault plan that fails it is `EOPNOTSUPP`.
     pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr, timeout_ms: i32) -> Result<()> {
+        no_fault_planned(Verb::ResolveAddr)?;
         let mut s = src.map(CAddr::new);
         let mut d = CAddr::new(dst);
         let sp = s.as_mut().map_or(std::ptr::null_mut(), CAddr::as_mut_ptr);
@@ -176,7 +189,9 @@ impl CmId {
     }
 
     /// Resolves the route (rdma_resolve_route(3)): ROUTE_RESOLVED or ROUTE_ERROR follows.
+    /// A fault plan that fails it is `EOPNOTSUPP`.
     pub fn resolve_route(&self, timeout_ms: i32) -> Result<()> {
+        no_fault_planned(Verb::ResolveRoute)?;
         // SAFETY: the id is live.
         check(unsafe { (self.sym().rdma_resolve_route)(self.raw(), timeout_ms) })
     }
@@ -190,7 +205,9 @@ impl CmId {
     /// Sends a connection request (rdma_connect(3)) with `param`'s private data and
     /// resources; on an id without a QP, `param.qp_num` is the QP the application
     /// manages, and CONNECT_RESPONSE follows (then [`CmId::establish`]).
+    /// A fault plan that fails it is `EOPNOTSUPP`.
     pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        no_fault_planned(Verb::Connect)?;
         let mut p = conn_param(param)?;
         // SAFETY: the id is live; `p` and the private data it points to live across the call.
         check(unsafe { (self.sym().rdma_connect)(self.raw(), &mut p) })
