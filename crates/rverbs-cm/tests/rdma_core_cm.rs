@@ -290,3 +290,18 @@ fn qps_librdmacm_creates_on_ids_connect_and_carry_a_send() {
     assert_eq!(&got, b"on librdmacm's QP");
     assert_backend_did_it(before);
 }
+
+/// The awaited helpers are the soft connection manager's: over librdmacm they refuse.
+#[cfg(feature = "tokio")]
+#[test]
+fn the_awaited_helpers_over_librdmacm_are_eopnotsupp() {
+    through_the_backend();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    rt.block_on(async {
+        let err = rverbs_cm::aio::AsyncListener::bind("127.0.0.1:0".parse().unwrap(), 0).err().expect("refused");
+        assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+        let end = End::new();
+        let err = rverbs_cm::aio::connect("127.0.0.1:9".parse().unwrap(), end.qp(), b"", TIMEOUT).await.err().expect("refused");
+        assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+    });
+}
