@@ -25,10 +25,15 @@ use rverbs_cm::{EventKind, PortSpace};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Taken by every test for its whole run: under `cargo test` the tests share one
+/// process, and one of them installs a fault plan, which is process-wide.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Points the backends at the libraries to test and asks for the rdma-core backend;
 /// every test of the binary sets the same values before anything loads (each test is a
-/// process of its own under nextest).
-fn through_the_backend() {
+/// process of its own under nextest). Returns the test's turn.
+fn through_the_backend() -> std::sync::MutexGuard<'static, ()> {
+    let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let verbs = std::env::var_os("RVERBS_LIBIBVERBS")
         .filter(|v| !v.is_empty())
         .expect("RVERBS_LIBIBVERBS names the libibverbs to test (scripts/test.sh: the drop-in of scripts/build-dropin.sh)");
@@ -39,6 +44,7 @@ fn through_the_backend() {
     std::env::set_var("RVERBS_BACKEND", "rdma-core");
     let devs = rverbs::devices().expect("libibverbs loads (RVERBS_LIBIBVERBS)");
     assert_eq!(devs.first().expect("libibverbs lists a device").backend(), Backend::RdmaCore);
+    turn
 }
 
 /// This process's endpoints in the runtime directory and the requests they counted.
@@ -57,7 +63,7 @@ fn assert_backend_did_it(before: u64) {
 
 #[test]
 fn the_echo_example_runs_over_librdmacm() {
-    through_the_backend();
+    let _turn = through_the_backend();
     let (_, before) = local_requests();
     echo::main().expect("the example's checks pass");
     assert_backend_did_it(before);
@@ -100,7 +106,7 @@ impl End {
 
 #[test]
 fn private_data_and_a_send_cross_a_librdmacm_connection() {
-    through_the_backend();
+    let _turn = through_the_backend();
     let (_, before) = local_requests();
     let listener = rverbs_cm::Listener::bind("127.0.0.1:0".parse().unwrap(), 0).unwrap();
     let addr = listener.local_addr().expect("the listener has its address");
@@ -139,7 +145,7 @@ fn private_data_and_a_send_cross_a_librdmacm_connection() {
 
 #[test]
 fn a_reject_over_librdmacm_reaches_the_client_with_its_errno() {
-    through_the_backend();
+    let _turn = through_the_backend();
     let listener = rverbs_cm::Listener::bind("127.0.0.1:0".parse().unwrap(), 0).unwrap();
     let addr = listener.local_addr().unwrap();
     let server = std::thread::spawn(move || {
@@ -156,7 +162,7 @@ fn a_reject_over_librdmacm_reaches_the_client_with_its_errno() {
 
 #[test]
 fn the_backend_event_loop_reports_ids_params_and_listen_ids() {
-    through_the_backend();
+    let _turn = through_the_backend();
     let lch = EventChannel::new().unwrap();
     let listen = CmId::new(&lch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
     listen.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -192,7 +198,7 @@ fn the_backend_event_loop_reports_ids_params_and_listen_ids() {
 
 #[test]
 fn what_librdmacm_cannot_carry_is_eopnotsupp() {
-    through_the_backend();
+    let _turn = through_the_backend();
     let ch = EventChannel::new().unwrap();
     let err = CmId::new(&ch, PortSpace::Udp, QpType::Rc, 0).unwrap_err();
     assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
@@ -245,7 +251,7 @@ fn poll_one(cq: &rverbs::rdma_core::Cq) -> Wc {
 
 #[test]
 fn qps_librdmacm_creates_on_ids_connect_and_carry_a_send() {
-    through_the_backend();
+    let _turn = through_the_backend();
     let (_, before) = local_requests();
     let lch = EventChannel::new().unwrap();
     let listen = CmId::new(&lch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
@@ -295,7 +301,7 @@ fn qps_librdmacm_creates_on_ids_connect_and_carry_a_send() {
 #[cfg(feature = "tokio")]
 #[test]
 fn the_awaited_helpers_over_librdmacm_are_eopnotsupp() {
-    through_the_backend();
+    let _turn = through_the_backend();
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     rt.block_on(async {
         let err = rverbs_cm::aio::AsyncListener::bind("127.0.0.1:0".parse().unwrap(), 0).err().expect("refused");
