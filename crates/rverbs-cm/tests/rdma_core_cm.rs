@@ -146,7 +146,9 @@ fn private_data_and_a_send_cross_a_librdmacm_connection() {
 #[test]
 fn a_reject_over_librdmacm_reaches_the_client_with_its_errno() {
     let _turn = through_the_backend();
-    let listener = rverbs_cm::Listener::bind("127.0.0.1:0".parse().unwrap(), 0).unwrap();
+    // A device of the backend listens through librdmacm too (`bind_on`).
+    let dev = rverbs::devices().unwrap()[0];
+    let listener = rverbs_cm::Listener::bind_on(&dev, "127.0.0.1:0".parse().unwrap(), 0).unwrap();
     let addr = listener.local_addr().unwrap();
     let server = std::thread::spawn(move || {
         let req = listener.next_request(TIMEOUT).unwrap();
