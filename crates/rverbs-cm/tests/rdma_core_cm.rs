@@ -313,3 +313,31 @@ fn the_awaited_helpers_over_librdmacm_are_eopnotsupp() {
         assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
     });
 }
+
+#[test]
+fn a_udp_id_resolves_its_peer_by_sidr_with_the_datagram_parameters() {
+    let _turn = through_the_backend();
+    let lch = EventChannel::new().unwrap();
+    let listen = CmId::new(&lch, PortSpace::Udp, QpType::Ud, 0).unwrap();
+    listen.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    listen.listen(1).unwrap();
+    let addr = listen.src_addr().unwrap();
+    let cch = EventChannel::new().unwrap();
+    let client = CmId::new(&cch, PortSpace::Udp, QpType::Ud, 0).unwrap();
+    assert_eq!(client.qp_type(), QpType::Ud);
+    client.resolve_addr(None, addr, 2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::RouteResolved);
+    // Neither id has a QP: each names one by number, as an application managing its own.
+    client.connect(&rverbs_cm::ConnParam { private_data: b"sidr".to_vec(), qp_num: 0x77, ..Default::default() }).unwrap();
+    let req = lch.get_event().unwrap();
+    assert_eq!(req.kind, EventKind::ConnectRequest);
+    assert!(req.ud.private_data.starts_with(b"sidr"), "a UD request's private data is in its UdParam: {:?}", req.ud);
+    req.id.accept(Some(&rverbs_cm::ConnParam { private_data: b"ok".to_vec(), qp_num: 0x88, ..Default::default() })).unwrap();
+    let est = cch.get_event().unwrap();
+    assert_eq!((est.kind, est.status), (EventKind::Established, 0));
+    assert_eq!(est.ud.qp_num, 0x88, "the server's QP number");
+    assert_eq!(est.ud.qkey, rverbs_cm::RDMA_UDP_QKEY);
+    assert!(est.ud.private_data.starts_with(b"ok"));
+}
