@@ -45,19 +45,22 @@ echo "== test.sh: doc tests done at $SECONDS s"
 # drop-in libibverbs.so.1 as it would any libibverbs (RVERBS_LIBIBVERBS), and fails
 # when that lists no device; the examples rc_pingpong, ud_send, uc_write, cq_events and
 # typed_atomics run through the public types on it (tests/rdma_core_examples.rs sets
-# RVERBS_BACKEND=rdma-core for its own processes).
+# RVERBS_BACKEND=rdma-core for its own processes); and rverbs-cm over the drop-in
+# librdmacm.so.1 (RVERBS_LIBRDMACM; crates/rverbs-cm/tests/rdma_core_cm.rs: echo.rs, a
+# connection with private data and a SEND, a reject, the backend's event loop).
 dropin=$(bash scripts/build-dropin.sh)
 export RVERBS_LIBIBVERBS="$dropin/libibverbs.so.1"
-features=rverbs/tokio,rverbs/async-io,rverbs/rdma-core,rverbs-cm/tokio,rverbs-cm/async-io
+export RVERBS_LIBRDMACM="$dropin/librdmacm.so.1"
+features=rverbs/tokio,rverbs/async-io,rverbs/rdma-core,rverbs-cm/tokio,rverbs-cm/async-io,rverbs-cm/rdma-core
 if cargo nextest --version >/dev/null 2>&1; then
 	cargo nextest run -p rverbs -p rverbs-cm --features "$features" --no-fail-fast \
-		-E 'binary(aio) | binary(aio_any_executor) | binary(async_echo) | binary(stream) | binary(stream_any_executor) | binary(stream_echo) | binary(rdma_core_backend) | binary(rdma_core_examples)'
+		-E 'binary(aio) | binary(aio_any_executor) | binary(async_echo) | binary(stream) | binary(stream_any_executor) | binary(stream_echo) | binary(rdma_core_backend) | binary(rdma_core_examples) | binary(rdma_core_cm)'
 else
 	cargo test -p rverbs -p rverbs-cm --features "$features" --no-fail-fast \
 		--test aio --test aio_any_executor --test stream --test stream_any_executor --example async_echo --example stream_echo \
-		--test rdma_core_backend --test rdma_core_examples
+		--test rdma_core_backend --test rdma_core_examples --test rdma_core_cm
 fi
-unset RVERBS_LIBIBVERBS
+unset RVERBS_LIBIBVERBS RVERBS_LIBRDMACM
 # The API documentation builds without a warning (broken or private intra-doc links),
 # with the optional features' modules.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet

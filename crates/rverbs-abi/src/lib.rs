@@ -28,6 +28,8 @@ mod cq;
 mod device;
 mod objects;
 mod qp;
+pub mod rdma_cm;
+mod sa;
 mod srq;
 mod wr;
 
@@ -42,6 +44,7 @@ pub use cq::*;
 pub use device::*;
 pub use objects::*;
 pub use qp::*;
+pub use sa::*;
 pub use srq::*;
 pub use wr::*;
 
@@ -106,6 +109,7 @@ macro_rules! zeroed {
 
 zeroed!(
     ibv_gid,
+    ibv_sa_path_rec,
     ibv_gid_global,
     ibv_gid_entry,
     _ibv_device_ops,

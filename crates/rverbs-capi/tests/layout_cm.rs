@@ -1,13 +1,13 @@
-//! Every `#[repr(C)]` mirror in `src/cm/abi.rs` against the *installed* rdma-core
-//! headers `<rdma/rdma_cma.h>`, `<rdma/rdma_verbs.h>`, `<infiniband/sa.h>` and
-//! `<infiniband/ib.h>` (librdmacm-dev, libibverbs-dev), in the style of tests/layout.rs.
+//! Every `#[repr(C)]` mirror of `rverbs_abi::rdma_cm` (`../rverbs-abi/src/rdma_cm.rs`)
+//! against the *installed* rdma-core headers `<rdma/rdma_cma.h>`, `<rdma/rdma_verbs.h>`,
+//! `<infiniband/sa.h>` and `<infiniband/ib.h>` (librdmacm-dev, libibverbs-dev), in the style of tests/layout.rs.
 //!
 //! The tables below list each mirrored struct/union with every field (members of C
 //! anonymous unions by their C path), each enum alias and each constant. The test turns
 //! them into `V(expr)` lines, compiles a dumper (the C source is below) against the
 //! headers, runs it, and compares every printed value with Rust's `size_of`/`align_of`/
-//! `offset_of!`/constant. A second test parses `src/cm/abi.rs` and fails if a mirrored
-//! type, field, enum alias or constant is missing from the tables.
+//! `offset_of!`/constant. A second test parses `../rverbs-abi/src/rdma_cm.rs` and fails
+//! if a mirrored type, field, enum alias or constant is missing from the tables.
 //!
 //! Missing header or compiler = failure, never a skip.
 
@@ -153,12 +153,12 @@ fn layout_matches_installed_rdma_cma_h() {
 #[test]
 fn every_mirrored_item_is_compared() {
     let l = layout();
-    let d = parse_abi_sources(&[manifest_dir().join("src/cm/abi.rs")]);
+    let d = parse_abi_sources(&[manifest_dir().join("../rverbs-abi/src/rdma_cm.rs")]);
     assert!(d.types.len() >= 18, "parser found only {} types", d.types.len());
     let missing = not_compared(&l, &d, ANONYMOUS, &BTreeSet::new());
     assert!(
         missing.is_empty(),
-        "mirrored in src/cm/abi.rs but not compared with the headers by tests/layout_cm.rs:\n  {}",
+        "mirrored in rverbs-abi/src/rdma_cm.rs but not compared with the headers by tests/layout_cm.rs:\n  {}",
         missing.join("\n  ")
     );
 }

@@ -103,7 +103,7 @@ impl AsyncListener {
     }
 
     fn of(listener: Listener) -> Result<AsyncListener> {
-        let events = AsyncEventChannel::new(listener.channel().clone())?;
+        let events = AsyncEventChannel::new(listener.channel()?.clone())?;
         Ok(AsyncListener { listener, events })
     }
 
@@ -174,7 +174,7 @@ pub async fn connect_with(
 ) -> Result<AsyncConnection> {
     let mut conn = AsyncConnection::new(Connection::start_connect(dst, qp, timeout)?)?;
     conn.events.expect(CONNECTING, Some(dst), EventKind::AddrResolved).await?;
-    conn.conn.parts().1.resolve_route(timeout.as_millis() as i32)?;
+    conn.conn.parts()?.1.resolve_route(timeout.as_millis() as i32)?;
     conn.events.expect(CONNECTING, Some(dst), EventKind::RouteResolved).await?;
     conn.conn.send_request(private_data, ready)?;
     let ev = conn.events.expect(CONNECTING, Some(dst), EventKind::Established).await?;
@@ -191,12 +191,12 @@ pub struct AsyncConnection {
 
 impl AsyncConnection {
     fn new(conn: Connection) -> Result<AsyncConnection> {
-        let events = AsyncEventChannel::new(conn.parts().0.clone())?;
+        let events = AsyncEventChannel::new(conn.parts()?.0.clone())?;
         Ok(AsyncConnection { conn, events })
     }
 
     fn peer_addr(&self) -> Option<SocketAddr> {
-        self.conn.parts().1.dst_addr()
+        self.conn.dst_addr()
     }
 
     /// The connected QP.

@@ -9,6 +9,12 @@
 //! destroys its id (the QP moves to ERR, the peer sees DISCONNECTED); dropping a
 //! `Request` rejects it. Every wait is bounded by a timeout, and every channel has an fd
 //! ([`Connection::fd`], [`Listener::fd`]) for poll/epoll or an async runtime's reactor.
+//!
+//! With the feature `rdma-core`, the helpers run over librdmacm (`rverbs_cm::rdma_core`)
+//! when the QP is one of `rverbs`' rdma-core backend, and a listener when
+//! `RVERBS_BACKEND=rdma-core` (or its device is the backend's): `examples/echo.rs` runs
+//! unchanged on either (docs/rdma-core-backend.md, "rverbs-cm over librdmacm"). Each type
+//! holds a private representation, the soft objects or the backend's.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -55,52 +61,115 @@ fn expect_event(ch: &EventChannel, timeout: Duration, step: &'static str, peer: 
 
 /// A listening id (rdma_listen(3)) with its own event channel.
 pub struct Listener {
-    ch: EventChannel,
-    id: CmId,
+    repr: ListenerRepr,
+}
+
+enum ListenerRepr {
+    Soft { ch: EventChannel, id: CmId },
+    #[cfg(feature = "rdma-core")]
+    Native(crate::rdma_core::conn::Listening),
+}
+
+/// Whether `RVERBS_BACKEND` asks for rverbs' rdma-core backend (as `rverbs::devices`
+/// reads it): a listener made without a device then listens through librdmacm.
+#[cfg(feature = "rdma-core")]
+fn backend_wanted() -> Result<bool> {
+    Ok(rverbs::devices()?.first().is_some_and(|d| d.backend() == rverbs::Backend::RdmaCore))
+}
+
+/// Whether `qp` is a QP of rverbs' rdma-core backend.
+#[cfg(feature = "rdma-core")]
+fn is_native(qp: &Qp) -> bool {
+    qp.pd().context().backend() == rverbs::Backend::RdmaCore
+}
+
+/// `EOPNOTSUPP` of a soft helper's step given a QP of the rdma-core backend, or the
+/// other way round.
+#[cfg(feature = "rdma-core")]
+fn foreign(what: &'static str) -> Error {
+    Error::Verbs(rverbs::Error::Unsupported { verb: "rverbs_cm::conn", what })
 }
 
 impl Listener {
     /// Binds `addr` (port 0: an ephemeral port) in the TCP port space and listens, on the
     /// listed device.
+    ///
+    /// With the feature `rdma-core` and `RVERBS_BACKEND=rdma-core`, it listens through
+    /// librdmacm instead, and its requests are accepted with QPs of that backend.
     pub fn bind(addr: SocketAddr, backlog: i32) -> Result<Listener> {
+        #[cfg(feature = "rdma-core")]
+        if backend_wanted()? {
+            return Ok(Listener { repr: ListenerRepr::Native(crate::rdma_core::conn::Listening::bind(addr, backlog)?) });
+        }
         Listener::listen_on(EventChannel::new()?, addr, backlog)
     }
 
     /// As [`Listener::bind`], on `device` (a device of its own configuration, such as a
     /// simulated host of `rverbs::DeviceConfig::addresses`): `addr` is one it serves
     /// ([`EventChannel::on`]). Requests and their connections stay on that device.
+    ///
+    /// A `device` of rverbs' rdma-core backend listens through librdmacm (which picks
+    /// the device of `addr` itself).
     pub fn bind_on(device: &rverbs::Device, addr: SocketAddr, backlog: i32) -> Result<Listener> {
+        #[cfg(feature = "rdma-core")]
+        if device.backend() == rverbs::Backend::RdmaCore {
+            return Ok(Listener { repr: ListenerRepr::Native(crate::rdma_core::conn::Listening::bind(addr, backlog)?) });
+        }
         Listener::listen_on(EventChannel::on(device)?, addr, backlog)
     }
 
     fn listen_on(ch: EventChannel, addr: SocketAddr, backlog: i32) -> Result<Listener> {
         let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
-        let l = Listener { ch, id };
-        l.id.bind_addr(addr)?;
-        l.id.listen(backlog)?;
-        Ok(l)
+        let bound = id.bind_addr(addr).and_then(|()| id.listen(backlog));
+        if let Err(e) = bound {
+            let _ = id.destroy();
+            return Err(e);
+        }
+        Ok(Listener { repr: ListenerRepr::Soft { ch, id } })
     }
 
     /// The address listened on (with the port chosen).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.id.src_addr()
+        match &self.repr {
+            ListenerRepr::Soft { id, .. } => id.src_addr(),
+            #[cfg(feature = "rdma-core")]
+            ListenerRepr::Native(l) => l.local_addr(),
+        }
     }
 
     /// The channel's fd: readable while a request waits.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.ch.fd()
+        match &self.repr {
+            ListenerRepr::Soft { ch, .. } => ch.fd(),
+            #[cfg(feature = "rdma-core")]
+            ListenerRepr::Native(l) => l.fd(),
+        }
     }
 
     /// Waits up to `timeout` for a connection request.
     pub fn next_request(&self, timeout: Duration) -> Result<Request> {
-        let ev = wait_event(&self.ch, timeout, "listening on", self.local_addr(), EventKind::ConnectRequest)?;
-        Request::from_event(ev)
+        match &self.repr {
+            ListenerRepr::Soft { ch, .. } => {
+                let ev = wait_event(ch, timeout, "listening on", self.local_addr(), EventKind::ConnectRequest)?;
+                Request::from_event(ev)
+            }
+            #[cfg(feature = "rdma-core")]
+            ListenerRepr::Native(l) => {
+                let (pending, param) = l.next_request(timeout)?;
+                Ok(Request { repr: RequestRepr::Native(pending), param })
+            }
+        }
     }
 
-    /// The listener's channel (the async listener watches it).
+    /// The listener's channel (the async listener watches it); `EOPNOTSUPP` for a
+    /// listener over librdmacm (the awaited helpers are the soft device's).
     #[cfg(any(feature = "tokio", feature = "async-io"))]
-    pub(crate) fn channel(&self) -> &EventChannel {
-        &self.ch
+    pub(crate) fn channel(&self) -> Result<&EventChannel> {
+        match &self.repr {
+            ListenerRepr::Soft { ch, .. } => Ok(ch),
+            #[cfg(feature = "rdma-core")]
+            ListenerRepr::Native(_) => Err(foreign("the awaited helpers over librdmacm")),
+        }
     }
 }
 
@@ -117,21 +186,35 @@ impl Request {
         // the listener's device, as the id is.
         let ch = EventChannel::with_device(crate::engine::device_of(&id)?)?;
         id.migrate(&ch)?;
-        Ok(Request { ch, id: Some(id), param })
+        Ok(Request { repr: RequestRepr::Soft { ch, id: Some(id) }, param })
     }
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        let _ = self.id.destroy();
+        match &self.repr {
+            ListenerRepr::Soft { id, .. } => {
+                let _ = id.destroy();
+            }
+            // The backend's id is destroyed when dropped.
+            #[cfg(feature = "rdma-core")]
+            ListenerRepr::Native(_) => {}
+        }
     }
 }
 
 /// A connection request not yet answered. Dropping it rejects it.
 pub struct Request {
-    ch: EventChannel,
-    id: Option<CmId>,
+    repr: RequestRepr,
     param: ConnParam,
+}
+
+enum RequestRepr {
+    Soft { ch: EventChannel, id: Option<CmId> },
+    /// Accepted or rejected (the value is being consumed).
+    Answered,
+    #[cfg(feature = "rdma-core")]
+    Native(crate::rdma_core::conn::Pending),
 }
 
 impl Request {
@@ -142,7 +225,12 @@ impl Request {
 
     /// The requester's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.id.as_ref().and_then(|i| i.dst_addr())
+        match &self.repr {
+            RequestRepr::Soft { id, .. } => id.as_ref().and_then(|i| i.dst_addr()),
+            RequestRepr::Answered => None,
+            #[cfg(feature = "rdma-core")]
+            RequestRepr::Native(p) => p.peer_addr(),
+        }
     }
 
     /// Accepts with `qp` (moved to RTS) and `private_data` (≤ 196 bytes); waits up to
@@ -164,25 +252,25 @@ impl Request {
         ready: impl FnOnce(&Qp) -> Result<()>,
     ) -> Result<Connection> {
         let conn = self.start_accept(qp, private_data, ready)?;
-        expect_event(&conn.ch, timeout, ACCEPTING, conn.id.dst_addr(), EventKind::Established)?;
+        match &conn.repr {
+            ConnRepr::Soft { ch, id } => {
+                expect_event(ch, timeout, ACCEPTING, id.dst_addr(), EventKind::Established)?;
+            }
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(link) => crate::rdma_core::conn::Pending::finish_accept(link, timeout)?,
+        }
         Ok(conn)
     }
 
     /// Accepting up to the wait for ESTABLISHED: the QP attached, `ready` called, the
-    /// reply sent.
+    /// reply sent. A request over librdmacm takes a QP of rverbs' rdma-core backend, a
+    /// soft request a soft QP: the other is `EOPNOTSUPP`.
     pub(crate) fn start_accept(
         mut self,
         qp: Qp,
         private_data: &[u8],
         ready: impl FnOnce(&Qp) -> Result<()>,
     ) -> Result<Connection> {
-        let id = self.id.take().expect("a request has its id until answered");
-        let conn = Connection { ch: self.ch.clone(), id, qp: qp.clone(), peer_data: Vec::new() };
-        conn.id.attach_qp(qp)?;
-        if let Err(e) = ready(&conn.qp) {
-            let _ = conn.id.reject(&[]);
-            return Err(e);
-        }
         let p = ConnParam {
             private_data: private_data.to_vec(),
             responder_resources: 0xff,
@@ -190,24 +278,65 @@ impl Request {
             rnr_retry_count: 7,
             ..ConnParam::default()
         };
-        conn.id.accept(Some(&p))?;
-        Ok(conn)
+        match std::mem::replace(&mut self.repr, RequestRepr::Answered) {
+            RequestRepr::Answered => unreachable!("a request is answered once, consuming it"),
+            RequestRepr::Soft { ch, id } => {
+                let id = id.expect("a request has its id until answered");
+                #[cfg(feature = "rdma-core")]
+                if is_native(&qp) {
+                    let _ = id.reject(&[]);
+                    let _ = id.destroy();
+                    return Err(foreign("a QP of the rdma-core backend on a request of the soft device"));
+                }
+                let conn = Connection { repr: ConnRepr::Soft { ch, id }, qp: qp.clone(), peer_data: Vec::new() };
+                let id = match &conn.repr {
+                    ConnRepr::Soft { id, .. } => id,
+                    #[cfg(feature = "rdma-core")]
+                    ConnRepr::Native(_) => unreachable!("made soft above"),
+                };
+                id.attach_qp(qp)?;
+                if let Err(e) = ready(&conn.qp) {
+                    let _ = id.reject(&[]);
+                    return Err(e);
+                }
+                id.accept(Some(&p))?;
+                Ok(conn)
+            }
+            #[cfg(feature = "rdma-core")]
+            RequestRepr::Native(pending) => {
+                if !is_native(&qp) {
+                    return Err(foreign("a soft QP on a request over librdmacm"));
+                }
+                let link = pending.start_accept(&qp, p, ready)?;
+                Ok(Connection { repr: ConnRepr::Native(link), qp, peer_data: Vec::new() })
+            }
+        }
     }
 
     /// Rejects with `private_data` (≤ 148 bytes): the requester sees REJECTED, 28.
     pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
-        let id = self.id.take().expect("a request has its id until answered");
-        let r = id.reject(private_data);
-        let _ = id.destroy();
-        r
+        match std::mem::replace(&mut self.repr, RequestRepr::Answered) {
+            RequestRepr::Answered => unreachable!("a request is answered once, consuming it"),
+            RequestRepr::Soft { id, .. } => {
+                let id = id.expect("a request has its id until answered");
+                let r = id.reject(private_data);
+                let _ = id.destroy();
+                r
+            }
+            #[cfg(feature = "rdma-core")]
+            RequestRepr::Native(pending) => pending.reject(private_data),
+        }
     }
 }
 
 impl Drop for Request {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            let _ = id.reject(&[]);
-            let _ = id.destroy();
+        // A request over librdmacm rejects itself when dropped.
+        if let RequestRepr::Soft { id, .. } = &mut self.repr {
+            if let Some(id) = id.take() {
+                let _ = id.reject(&[]);
+                let _ = id.destroy();
+            }
         }
     }
 }
@@ -215,7 +344,8 @@ impl Drop for Request {
 /// Connects `qp` (an RC QP, in RESET) to the listener at `dst`, sending `private_data`
 /// (≤ 56 bytes); each step waits up to `timeout`. The connection manager of the QP's
 /// device runs the handshake (a QP of a configured device connects from the addresses
-/// that device serves, [`EventChannel::on`]).
+/// that device serves, [`EventChannel::on`]); a QP of rverbs' rdma-core backend
+/// connects through librdmacm (feature `rdma-core`).
 pub fn connect(dst: SocketAddr, qp: Qp, private_data: &[u8], timeout: Duration) -> Result<Connection> {
     connect_with(dst, qp, private_data, timeout, |_| Ok(()))
 }
@@ -231,51 +361,71 @@ pub fn connect_with(
     timeout: Duration,
     ready: impl FnOnce(&Qp) -> Result<()>,
 ) -> Result<Connection> {
+    #[cfg(feature = "rdma-core")]
+    if is_native(&qp) {
+        let (link, peer_data) = crate::rdma_core::conn::Link::connect(dst, &qp, request_param(private_data), timeout, ready)?;
+        return Ok(Connection { repr: ConnRepr::Native(link), qp, peer_data });
+    }
     let mut conn = Connection::start_connect(dst, qp, timeout)?;
-    expect_event(&conn.ch, timeout, CONNECTING, Some(dst), EventKind::AddrResolved)?;
-    conn.id.resolve_route(timeout.as_millis() as i32)?;
-    expect_event(&conn.ch, timeout, CONNECTING, Some(dst), EventKind::RouteResolved)?;
+    let (ch, id) = conn.parts()?;
+    expect_event(ch, timeout, CONNECTING, Some(dst), EventKind::AddrResolved)?;
+    id.resolve_route(timeout.as_millis() as i32)?;
+    expect_event(ch, timeout, CONNECTING, Some(dst), EventKind::RouteResolved)?;
     conn.send_request(private_data, ready)?;
-    let ev = expect_event(&conn.ch, timeout, CONNECTING, Some(dst), EventKind::Established)?;
+    let (ch, _) = conn.parts()?;
+    let ev = expect_event(ch, timeout, CONNECTING, Some(dst), EventKind::Established)?;
     conn.peer_data = ev.conn.private_data.clone();
     Ok(conn)
 }
 
-/// The steps of a connection, named in errors.
-pub(crate) const CONNECTING: &str = "connecting to";
-pub(crate) const ACCEPTING: &str = "accepting from";
+/// The parameters of a connection request: `private_data`, the most resources, 7
+/// retries and RNR retries.
+fn request_param(private_data: &[u8]) -> ConnParam {
+    ConnParam {
+        private_data: private_data.to_vec(),
+        responder_resources: 0xff,
+        initiator_depth: 0xff,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..ConnParam::default()
+    }
+}
+
+pub(crate) use crate::error::{ACCEPTING, CONNECTING};
 
 impl Connection {
     /// Connecting, first step: an id on a channel of its own, resolving `dst` (its
-    /// ADDR_RESOLVED or ADDR_ERROR comes within `timeout`).
+    /// ADDR_RESOLVED or ADDR_ERROR comes within `timeout`). A QP of the rdma-core backend
+    /// is `EOPNOTSUPP` here (the awaited helpers are the soft device's).
     pub(crate) fn start_connect(dst: SocketAddr, qp: Qp, timeout: Duration) -> Result<Connection> {
+        #[cfg(feature = "rdma-core")]
+        if is_native(&qp) {
+            return Err(foreign("the awaited helpers over librdmacm"));
+        }
         let ch = EventChannel::with_device(rverbs::capi_support::device_of_qp(&qp))?;
         let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
-        let conn = Connection { ch, id, qp, peer_data: Vec::new() };
-        conn.id.resolve_addr(None, dst, timeout.as_millis() as i32)?;
+        let conn = Connection { repr: ConnRepr::Soft { ch, id }, qp, peer_data: Vec::new() };
+        conn.parts()?.1.resolve_addr(None, dst, timeout.as_millis() as i32)?;
         Ok(conn)
     }
 
     /// Connecting, once the route is resolved: the QP attached, `ready` called, the
     /// request sent (rdma_connect(3)).
     pub(crate) fn send_request(&self, private_data: &[u8], ready: impl FnOnce(&Qp) -> Result<()>) -> Result<()> {
-        self.id.attach_qp(self.qp.clone())?;
+        let (_, id) = self.parts()?;
+        id.attach_qp(self.qp.clone())?;
         ready(&self.qp)?;
-        let p = ConnParam {
-            private_data: private_data.to_vec(),
-            responder_resources: 0xff,
-            initiator_depth: 0xff,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            ..ConnParam::default()
-        };
-        self.id.connect(&p)
+        id.connect(&request_param(private_data))
     }
 
-    /// The connection's channel and id (the async connection waits on them).
-    #[cfg(any(feature = "tokio", feature = "async-io"))]
-    pub(crate) fn parts(&self) -> (&EventChannel, &CmId) {
-        (&self.ch, &self.id)
+    /// The connection's channel and id (the soft helpers wait on them); `EOPNOTSUPP` for
+    /// a connection over librdmacm.
+    pub(crate) fn parts(&self) -> Result<(&EventChannel, &CmId)> {
+        match &self.repr {
+            ConnRepr::Soft { ch, id } => Ok((ch, id)),
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(_) => Err(foreign("the soft connection's channel and id over librdmacm")),
+        }
     }
 
     /// Keeps the server's private data of ESTABLISHED.
@@ -288,10 +438,15 @@ impl Connection {
 /// An established connection. Dropping it disconnects (if still connected) and destroys
 /// its id.
 pub struct Connection {
-    ch: EventChannel,
-    id: CmId,
+    repr: ConnRepr,
     qp: Qp,
     peer_data: Vec<u8>,
+}
+
+enum ConnRepr {
+    Soft { ch: EventChannel, id: CmId },
+    #[cfg(feature = "rdma-core")]
+    Native(crate::rdma_core::conn::Link),
 }
 
 impl Connection {
@@ -308,30 +463,58 @@ impl Connection {
 
     /// The connection's event fd: readable when the peer disconnects.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.ch.fd()
+        match &self.repr {
+            ConnRepr::Soft { ch, .. } => ch.fd(),
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(link) => link.fd(),
+        }
+    }
+
+    /// The peer's address.
+    pub(crate) fn dst_addr(&self) -> Option<SocketAddr> {
+        match &self.repr {
+            ConnRepr::Soft { id, .. } => id.dst_addr(),
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(link) => link.dst_addr(),
+        }
     }
 
     /// Waits up to `timeout` for the peer to disconnect (DISCONNECTED).
     pub fn wait_disconnected(&self, timeout: Duration) -> Result<()> {
-        loop {
-            let ev = wait_event(&self.ch, timeout, "waiting for the disconnection of", self.id.dst_addr(), EventKind::Disconnected)?;
-            if ev.kind == EventKind::Disconnected {
-                return Ok(());
-            }
+        match &self.repr {
+            ConnRepr::Soft { ch, .. } => loop {
+                let ev = wait_event(ch, timeout, "waiting for the disconnection of", self.dst_addr(), EventKind::Disconnected)?;
+                if ev.kind == EventKind::Disconnected {
+                    return Ok(());
+                }
+            },
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(link) => link.wait_disconnected(&self.qp, timeout),
         }
     }
 
     /// Disconnects (rdma_disconnect(3)): the QP moves to ERR; the peer sees
     /// DISCONNECTED.
     pub fn disconnect(&self) -> Result<()> {
-        self.id.disconnect()
+        match &self.repr {
+            ConnRepr::Soft { id, .. } => id.disconnect(),
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(link) => link.disconnect(&self.qp),
+        }
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        let _ = self.id.disconnect();
-        let _ = self.id.destroy();
+        let _ = self.disconnect();
+        match &self.repr {
+            ConnRepr::Soft { id, .. } => {
+                let _ = id.destroy();
+            }
+            // The backend's id is destroyed when dropped.
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(_) => {}
+        }
     }
 }
 

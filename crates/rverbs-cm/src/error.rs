@@ -4,6 +4,11 @@ pub use crate::rule::Rule;
 
 use crate::event::EventKind;
 
+/// The steps of a connection, named in errors ([`Error::Handshake`],
+/// [`Error::TimedOut`]).
+pub(crate) const CONNECTING: &str = "connecting to";
+pub(crate) const ACCEPTING: &str = "accepting from";
+
 /// The other side of a connection as an error names it: its address, if known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Peer(pub Option<std::net::SocketAddr>);

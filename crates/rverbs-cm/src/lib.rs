@@ -26,6 +26,10 @@
 //!   [`Listener::bind_on`]; [`connect`] takes the QP's), one engine per device, so two
 //!   simulated hosts of `rverbs::DeviceConfig::addresses` connect through rdma_cm in one
 //!   process (docs/connection-manager.md, "Several devices").
+//! - `rdma_core` (feature `rdma-core`): rdma_cm over a librdmacm loaded at run time
+//!   (rdma-core's on a NIC, or the drop-in), beside `rverbs`' rdma-core backend; the RAII
+//!   helpers use it for that backend's QPs, so `examples/echo.rs` runs unchanged with
+//!   `RVERBS_BACKEND=rdma-core` (docs/rdma-core-backend.md, "rverbs-cm over librdmacm").
 //!
 //! ```no_run
 //! use rverbs_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
@@ -54,6 +58,8 @@ mod event;
 mod handle;
 mod id;
 pub mod mad;
+#[cfg(feature = "rdma-core")]
+pub mod rdma_core;
 mod rule;
 pub mod table;
 

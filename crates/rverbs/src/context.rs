@@ -374,6 +374,16 @@ impl Context {
 /// The context's asynchronous-event fd ([`Context::async_fd`], `ibv_context.async_fd` of
 /// ibv_get_async_event(3)): readable while an event is pending, for epoll or an async
 /// reactor; drain it with [`Context::get_async_event`].
+/// The public [`Context`] over a context of the rdma-core backend (what
+/// [`crate::Device::open`] gives on one of its devices), e.g. one adopted from librdmacm
+/// ([`crate::rdma_core::Context::adopt`]).
+#[cfg(feature = "rdma-core")]
+impl From<crate::rdma_core::Context> for Context {
+    fn from(ctx: crate::rdma_core::Context) -> Context {
+        Context::from_native(ctx)
+    }
+}
+
 impl AsFd for Context {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.async_fd()

@@ -502,7 +502,9 @@ fn cm_src_dir() -> PathBuf {
 /// (the verbs on an id, the Rust helpers).
 const CM_LAYERS: &[(&str, &[&str])] = &[
     ("values", &["cm_state", "handle", "table", "mad", "event", "rule", "error", "channel", "addr"]),
-    ("engine", &["engine"]),
+    // rdma_core: the ids, channels and helper steps over librdmacm (feature `rdma-core`),
+    // beside the engine: the RAII helpers (`conn`) dispatch to it.
+    ("engine", &["engine", "rdma_core"]),
     ("api", &["id", "conn", "aio", "stream"]),
 ];
 

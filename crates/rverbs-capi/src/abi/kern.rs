@@ -1,10 +1,7 @@
-//! Kernel ABI structs (`<rdma/ib_user_verbs.h>`, `<rdma/ib_user_sa.h>`) and the SA path
-//! record of `<infiniband/sa.h>`: what the historical `ibv_copy_*` exports convert
-//! between, plus the record formats read from the completion-channel and async fds.
-
-use core::ffi::c_int;
-
-use super::ibv_gid;
+//! Kernel ABI structs (`<rdma/ib_user_verbs.h>`, `<rdma/ib_user_sa.h>`): what the
+//! historical `ibv_copy_*` exports convert from and to (the SA path record of
+//! `<infiniband/sa.h>` is `rverbs-abi`'s), plus the record formats read from the
+//! completion-channel and async fds.
 
 /// `struct ib_uverbs_global_route`.
 #[repr(C)]
@@ -91,36 +88,6 @@ pub struct ib_user_path_rec {
     pub numb_path: u8,
     pub sl: u8,
     pub mtu_selector: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
-}
-
-/// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`, 64 bytes); librdmacm's
-/// `rdma_route.path_rec` points at these.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_sa_path_rec {
-    pub dgid: ibv_gid,
-    pub sgid: ibv_gid,
-    /// `__be16`
-    pub dlid: u16,
-    /// `__be16`
-    pub slid: u16,
-    pub raw_traffic: c_int,
-    /// `__be32`
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: c_int,
-    pub numb_path: u8,
-    /// `__be16`
-    pub pkey: u16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
     pub rate_selector: u8,
     pub rate: u8,
     pub packet_life_time_selector: u8,

@@ -32,7 +32,6 @@ zeroed!(
     ib_uverbs_ah_attr,
     ib_uverbs_qp_attr,
     ib_user_path_rec,
-    ibv_sa_path_rec,
     ib_uverbs_comp_event_desc,
     ib_uverbs_async_event_desc,
 );

@@ -37,7 +37,19 @@ pub(super) struct ContextInner {
     /// The context's id in the process: the upper half of the id space, apart from the
     /// soft device's contexts (which count up from 1).
     id: u32,
-    _list: Arc<DeviceList>,
+    /// What keeps the context open: the device list it was opened from (closed here when
+    /// the last handle goes), or the owner of a context adopted from another library,
+    /// which closes it itself.
+    origin: Origin,
+}
+
+/// Who opened a [`ContextInner`]'s context, and so who closes it.
+enum Origin {
+    /// ibv_open_device(3) on a device of this list: closed on the last drop.
+    Opened(#[allow(dead_code)] Arc<DeviceList>),
+    /// Another library (librdmacm) opened it and closes it; the value keeps that library
+    /// loaded as long as the context is used.
+    Adopted(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>),
 }
 
 // SAFETY: `ctx` is owned by this value and libibverbs' verbs are thread-safe (verbs(7),
@@ -49,12 +61,21 @@ unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        if matches!(self.origin, Origin::Adopted(_)) {
+            return;
+        }
         // Every child holds an Arc of this value, so none is left (ibv_close_device(3)).
         // SAFETY: `ctx` came from ibv_open_device and is closed once, here.
         if let Err(e) = check(unsafe { (self.verbs.sym.ibv_close_device)(self.ctx) }) {
             tracing::warn!("rdma_core: ibv_close_device failed: {e}");
         }
     }
+}
+
+/// A new context id: the upper half of the id space, apart from the soft device's.
+fn next_id() -> u32 {
+    static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1 << 31);
+    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// An opened device (ibv_open_device(3)). Clones share it; it is closed when the last
@@ -80,7 +101,6 @@ impl Device {
 
 impl Context {
     fn open(list: &Arc<DeviceList>, dev: *mut ibv_device, name: &'static str) -> Result<Context> {
-        static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1 << 31);
         let verbs = list.verbs.clone();
         // SAFETY: `dev` is a device of the live `list`.
         let ctx = unsafe { (verbs.sym.ibv_open_device)(dev) };
@@ -96,11 +116,47 @@ impl Context {
             attr: crate::c_abi::device_attr_from_c(&raw),
             ahs: Mutex::new(HashMap::new()),
             name,
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            _list: list.clone(),
+            id: next_id(),
+            origin: Origin::Opened(list.clone()),
         };
         check(rc)?;
         Ok(Context { inner: Arc::new(inner) })
+    }
+
+    /// Wraps a context another library opened with this process's libibverbs (the one
+    /// this backend loaded): librdmacm's, the `verbs` of its ids, which rdma_create_qp(3)
+    /// wants the PD and CQs of a connection's QP to be made in. The context is never
+    /// closed here (its opener does); `keep` is held as long as the context is used (the
+    /// opener's library, say). Objects made in it are this backend's, as in a context of
+    /// [`Device::open`].
+    ///
+    /// # Safety
+    ///
+    /// `ctx` is a context opened by the libibverbs this backend loaded
+    /// ([`crate::rdma_core::ibv_get_device_list_address`] tells it), and stays open as
+    /// long as `keep` lives.
+    pub unsafe fn adopt(ctx: *mut ibv_context, keep: Box<dyn std::any::Any + Send + Sync>) -> Result<Context> {
+        if ctx.is_null() {
+            return Err(crate::error::Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)));
+        }
+        let verbs = super::device::verbs()?;
+        let mut raw = ibv_device_attr::zeroed();
+        // SAFETY: the caller's contract: an open context of this libibverbs, whose
+        // `device` names its device.
+        let (rc, name) = unsafe {
+            let rc = (verbs.sym.ibv_query_device)(ctx, &mut raw);
+            (rc, super::device::interned(super::conv::c_string((verbs.sym.ibv_get_device_name)((*ctx).device))))
+        };
+        check(rc)?;
+        let attr = crate::c_abi::device_attr_from_c(&raw);
+        let inner = ContextInner { ctx, verbs, attr, ahs: Mutex::new(HashMap::new()), name, id: next_id(), origin: Origin::Adopted(keep) };
+        Ok(Context { inner: Arc::new(inner) })
+    }
+
+    /// The `struct ibv_context`, for a library that takes it (librdmacm); open as long
+    /// as `self` lives.
+    pub fn as_raw(&self) -> *mut ibv_context {
+        self.inner.ctx
     }
 
     /// The name of the device the context is open on.

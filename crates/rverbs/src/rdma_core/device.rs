@@ -42,7 +42,7 @@ pub struct Device {
 
 /// `name`, kept for the rest of the process: each distinct device name is stored once,
 /// so that a context can give its device's name as the soft API does (`&'static str`).
-fn interned(name: String) -> &'static str {
+pub(super) fn interned(name: String) -> &'static str {
     static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
     let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(n) = names.iter().find(|n| **n == name) {
@@ -66,13 +66,21 @@ impl std::fmt::Debug for Device {
 }
 
 /// The libibverbs of this process, loaded at the first call that needs it.
-fn verbs() -> Result<Arc<Verbs>> {
+pub(super) fn verbs() -> Result<Arc<Verbs>> {
     static LOADED: OnceLock<Arc<Verbs>> = OnceLock::new();
     if let Some(v) = LOADED.get() {
         return Ok(v.clone());
     }
     let v = Verbs::load()?;
     Ok(LOADED.get_or_init(|| v).clone())
+}
+
+/// The address of `ibv_get_device_list` in the libibverbs the backend loaded (loading it
+/// at the first call, as [`devices`] does): a library loaded after it that uses
+/// libibverbs too (librdmacm, for `rverbs-cm`'s backend) checks with it that it shares
+/// this copy, whose contexts its own objects then name.
+pub fn ibv_get_device_list_address() -> Result<usize> {
+    Ok(verbs()?.sym.ibv_get_device_list as usize)
 }
 
 /// The RDMA devices libibverbs finds (ibv_get_device_list(3)): every provider's device

@@ -75,6 +75,12 @@ impl Pd {
         unsafe { (*self.inner.pd).handle }
     }
 
+    /// The `struct ibv_pd`, for a library that takes it (rdma_create_qp(3)); allocated
+    /// as long as `self` lives.
+    pub fn as_raw(&self) -> *mut ibv_pd {
+        self.inner.pd
+    }
+
     /// The context the PD was allocated in.
     pub fn context(&self) -> Context {
         Context { inner: self.inner.ctx.clone() }

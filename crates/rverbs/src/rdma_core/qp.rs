@@ -40,6 +40,21 @@ impl<'a> QpInit<'a> {
     pub fn new(qp_type: QpType, cq: &'a Cq, cap: QpCap) -> Self {
         QpInit { qp_type, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, qp_context: 0 }
     }
+
+    /// The `struct ibv_qp_init_attr` of these attributes (no SRQ), for a library that
+    /// creates the QP itself (rdma_create_qp(3)); the CQs are the live ones `self`
+    /// borrows.
+    pub fn to_c(&self) -> ibv_qp_init_attr {
+        ibv_qp_init_attr {
+            qp_context: self.qp_context as *mut c_void,
+            send_cq: self.send_cq.inner.cq,
+            recv_cq: self.recv_cq.inner.cq,
+            srq: std::ptr::null_mut(),
+            cap: crate::c_abi::cap_to_c(&self.cap),
+            qp_type: self.qp_type.raw(),
+            sq_sig_all: c_int::from(self.sq_sig_all),
+        }
+    }
 }
 
 struct QpInner {
@@ -53,8 +68,14 @@ struct QpInner {
     sq_sig_all: bool,
     /// The word the public [`crate::Qp::set_cookie`] attaches.
     cookie: std::sync::atomic::AtomicUsize,
+    /// For a QP another library created ([`Qp::adopt`]): its destruction, called
+    /// instead of ibv_destroy_qp(3).
+    release: Option<Release>,
     destroyed: bool,
 }
+
+/// How an adopted QP is destroyed (its creator's call, e.g. rdma_destroy_qp(3)).
+pub type Release = Box<dyn FnOnce() -> Result<()> + Send + Sync>;
 
 // SAFETY: `qp` is owned by this value; libibverbs' verbs are thread-safe (providers lock
 // their queues).
@@ -65,6 +86,9 @@ unsafe impl Sync for QpInner {}
 impl QpInner {
     fn destroy(&mut self) -> Result<()> {
         self.destroyed = true;
+        if let Some(release) = self.release.take() {
+            return release();
+        }
         // SAFETY: `qp` came from ibv_create_qp and is destroyed once, here; its CQs and
         // PD are held until after.
         check(unsafe { (self.pd.ctx.verbs.sym.ibv_destroy_qp)(self.qp) })
@@ -114,15 +138,7 @@ impl Qp {
                 return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)));
             }
         }
-        let mut attr = ibv_qp_init_attr {
-            qp_context: init.qp_context as *mut c_void,
-            send_cq: init.send_cq.inner.cq,
-            recv_cq: init.recv_cq.inner.cq,
-            srq: std::ptr::null_mut(),
-            cap: crate::c_abi::cap_to_c(&init.cap),
-            qp_type: init.qp_type.raw(),
-            sq_sig_all: c_int::from(init.sq_sig_all),
-        };
+        let mut attr = init.to_c();
         // SAFETY: the PD and both CQs are live and of one context.
         let qp = unsafe { (p.ctx.verbs.sym.ibv_create_qp)(p.pd, &mut attr) };
         if qp.is_null() {
@@ -140,9 +156,40 @@ impl Qp {
                 qp_context: init.qp_context,
                 sq_sig_all: init.sq_sig_all,
                 cookie: Default::default(),
+                release: None,
                 destroyed: false,
             }),
         })
+    }
+
+    /// Wraps a QP another library created with `pd` and `init`'s CQs, type and
+    /// capabilities (rdma_create_qp(3) makes it for a connection id, with these
+    /// attributes as `struct ibv_qp_init_attr`, [`QpInit::to_c`]). It is destroyed by
+    /// `release`, its creator's call (rdma_destroy_qp(3)), when the last handle goes,
+    /// never with ibv_destroy_qp(3); it holds its PD and CQs as a QP of
+    /// [`Pd::create_qp`] does.
+    ///
+    /// # Safety
+    ///
+    /// `qp` is a live QP of this process's libibverbs (the one this backend loaded),
+    /// created in `pd` with `init`'s CQs, type and (granted) capabilities; nothing but
+    /// `release` destroys it, and `release` does.
+    pub unsafe fn adopt(pd: &Pd, init: &QpInit<'_>, qp: *mut ibv_qp, release: Release) -> Qp {
+        Qp {
+            inner: Arc::new(QpInner {
+                qp,
+                pd: pd.inner.clone(),
+                _send_cq: init.send_cq.inner.clone(),
+                _recv_cq: init.recv_cq.inner.clone(),
+                qp_type: init.qp_type,
+                cap: init.cap,
+                qp_context: init.qp_context,
+                sq_sig_all: init.sq_sig_all,
+                cookie: Default::default(),
+                release: Some(release),
+                destroyed: false,
+            }),
+        }
     }
 
     /// The QP number.
@@ -265,6 +312,14 @@ fn bad_index<T>(base: *mut T, bad: *mut T, len: usize) -> usize {
     let (b, x) = (base as usize, bad as usize);
     let size = core::mem::size_of::<T>();
     if x >= b && x < b + len * size { (x - b) / size } else { 0 }
+}
+
+/// The public [`crate::Qp`] over this QP (what [`crate::Pd::create_qp`] gives on a
+/// device of the backend), e.g. for a QP librdmacm created ([`Qp::adopt`]).
+impl From<Qp> for crate::qp::Qp {
+    fn from(qp: Qp) -> crate::qp::Qp {
+        crate::qp::Qp::from_native(Arc::new(qp))
+    }
 }
 
 impl crate::qp::native::NativeQp for Qp {

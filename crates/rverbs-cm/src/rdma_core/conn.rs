@@ -1,0 +1,220 @@
+//! The RAII helpers' steps over librdmacm ([`crate::Listener`], [`crate::connect`],
+//! [`crate::Request`], [`crate::Connection`] hold these for a QP of `rverbs`' rdma-core
+//! backend): the same handshake as the soft helpers, every wait bounded.
+//!
+//! The application's QP was created on its own context of the device, and librdmacm
+//! opens its own (an id's `verbs`), so the QP is not made on the id (rdma_create_qp(3)
+//! wants the id's context): the helpers manage it as rdma_cm(7) lets an application do,
+//! moving it with the attributes of rdma_init_qp_attr(3) and naming it by number in the
+//! connection parameters (`qp_num`). The active side gets CONNECT_RESPONSE, moves the
+//! QP to RTR and RTS and completes with rdma_establish(3); the passive side moves it to
+//! INIT, RTR and RTS before rdma_accept(3); a disconnection moves it to ERR, which
+//! librdmacm does only for a QP it made.
+
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use rverbs::{Qp, QpAttr, QpAttrMask, QpState, QpType};
+
+use super::channel::EventChannel;
+use super::event::Event;
+use super::id::CmId;
+use crate::error::{Error, Peer, Result, ACCEPTING, CONNECTING};
+use crate::event::{ConnParam, EventKind};
+use crate::handle::PortSpace;
+use crate::rule::Rule;
+
+/// Waits up to `timeout` for the next event of `ch` (the step, the peer and the event
+/// awaited name the timeout).
+fn wait_event(ch: &EventChannel, timeout: Duration, step: &'static str, peer: Option<SocketAddr>, awaited: EventKind) -> Result<Event> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(ev) = ch.poll_event()? {
+            return Ok(ev);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::TimedOut { step, peer: Peer(peer), awaited, waited: timeout });
+        }
+        let ts = rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
+        let mut fds = [rustix::event::PollFd::from_borrowed_fd(ch.fd(), rustix::event::PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Waits for event `want`: another is an [`Error::Handshake`].
+fn expect_event(ch: &EventChannel, timeout: Duration, step: &'static str, peer: Option<SocketAddr>, want: EventKind) -> Result<Event> {
+    let ev = wait_event(ch, timeout, step, peer, want)?;
+    if ev.kind != want {
+        return Err(Error::Handshake { step, peer: Peer(peer), event: ev.kind, status: ev.status });
+    }
+    Ok(ev)
+}
+
+/// Moves `qp` to `state` with the attributes librdmacm gives for the connection of `id`
+/// (rdma_init_qp_attr(3)).
+fn move_qp(id: &CmId, qp: &Qp, state: QpState) -> Result<()> {
+    let (attr, mask) = id.init_qp_attr(state)?;
+    qp.modify(&attr, mask)?;
+    Ok(())
+}
+
+/// Moves `qp` to ERR: its work requests flush (what rdma_disconnect(3) does to a QP
+/// librdmacm made).
+fn qp_to_err(qp: &Qp) -> Result<()> {
+    qp.modify(&QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, QpAttrMask::STATE)?;
+    Ok(())
+}
+
+/// A listening id on its own channel.
+pub(crate) struct Listening {
+    ch: EventChannel,
+    id: CmId,
+}
+
+impl Listening {
+    /// Binds `addr` in the TCP port space and listens (rdma_bind_addr(3),
+    /// rdma_listen(3)).
+    pub(crate) fn bind(addr: SocketAddr, backlog: i32) -> Result<Listening> {
+        let ch = EventChannel::new()?;
+        let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
+        id.bind_addr(addr)?;
+        id.listen(backlog)?;
+        Ok(Listening { ch, id })
+    }
+
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
+        self.id.src_addr()
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.ch.fd()
+    }
+
+    /// Waits up to `timeout` for a connection request, whose id then gets a channel of
+    /// its own (rdma_migrate_id(3)).
+    pub(crate) fn next_request(&self, timeout: Duration) -> Result<(Pending, ConnParam)> {
+        let ev = wait_event(&self.ch, timeout, "listening on", self.local_addr(), EventKind::ConnectRequest)?;
+        if ev.kind != EventKind::ConnectRequest {
+            return Err(Error::invalid("Listener::next_request", Rule::UnexpectedEvent { kind: ev.kind }));
+        }
+        let id = ev.id.clone();
+        let param = ev.conn.clone();
+        drop(ev);
+        let ch = EventChannel::new()?;
+        id.migrate(&ch)?;
+        Ok((Pending { ch, id: Some(id) }, param))
+    }
+}
+
+/// A connection request not yet answered: dropping it rejects it.
+pub(crate) struct Pending {
+    ch: EventChannel,
+    id: Option<CmId>,
+}
+
+impl Pending {
+    pub(crate) fn peer_addr(&self) -> Option<SocketAddr> {
+        self.id.as_ref().and_then(CmId::dst_addr)
+    }
+
+    /// Accepting up to the wait for ESTABLISHED: `qp` to INIT, `ready`, RTR and RTS, the
+    /// reply sent naming it.
+    pub(crate) fn start_accept(mut self, qp: &Qp, param: ConnParam, ready: impl FnOnce(&Qp) -> Result<()>) -> Result<Link> {
+        let id = self.id.take().expect("a request has its id until answered");
+        let link = Link { ch: self.ch.clone(), id };
+        let prepared = move_qp(&link.id, qp, QpState::Init).and_then(|()| ready(qp));
+        let prepared = prepared.and_then(|()| move_qp(&link.id, qp, QpState::Rtr)).and_then(|()| move_qp(&link.id, qp, QpState::Rts));
+        if let Err(e) = prepared {
+            let _ = link.id.reject(&[]);
+            return Err(e);
+        }
+        link.id.accept(Some(&ConnParam { qp_num: qp.qp_num(), ..param }))?;
+        Ok(link)
+    }
+
+    /// Waits for the requester's RTU (ESTABLISHED).
+    pub(crate) fn finish_accept(link: &Link, timeout: Duration) -> Result<()> {
+        expect_event(&link.ch, timeout, ACCEPTING, link.id.dst_addr(), EventKind::Established)?;
+        Ok(())
+    }
+
+    /// Rejects with `private_data` (rdma_reject(3)).
+    pub(crate) fn reject(mut self, private_data: &[u8]) -> Result<()> {
+        let id = self.id.take().expect("a request has its id until answered");
+        id.reject(private_data)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let _ = id.reject(&[]);
+        }
+    }
+}
+
+/// A connection's id on its own channel: established, or being connected.
+pub(crate) struct Link {
+    ch: EventChannel,
+    id: CmId,
+}
+
+impl Link {
+    /// Connects `qp` to the listener at `dst` (rdma_resolve_addr(3),
+    /// rdma_resolve_route(3), rdma_connect(3), rdma_establish(3)); returns the server's
+    /// private data.
+    pub(crate) fn connect(dst: SocketAddr, qp: &Qp, param: ConnParam, timeout: Duration, ready: impl FnOnce(&Qp) -> Result<()>) -> Result<(Link, Vec<u8>)> {
+        let ch = EventChannel::new()?;
+        let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
+        let link = Link { ch, id };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        link.id.resolve_addr(None, dst, ms)?;
+        expect_event(&link.ch, timeout, CONNECTING, Some(dst), EventKind::AddrResolved)?;
+        link.id.resolve_route(ms)?;
+        expect_event(&link.ch, timeout, CONNECTING, Some(dst), EventKind::RouteResolved)?;
+        move_qp(&link.id, qp, QpState::Init)?;
+        ready(qp)?;
+        link.id.connect(&ConnParam { qp_num: qp.qp_num(), ..param })?;
+        let ev = expect_event(&link.ch, timeout, CONNECTING, Some(dst), EventKind::ConnectResponse)?;
+        let peer_data = ev.conn.private_data.clone();
+        drop(ev);
+        let moved = move_qp(&link.id, qp, QpState::Rtr).and_then(|()| move_qp(&link.id, qp, QpState::Rts));
+        if let Err(e) = moved {
+            // The server waits for an RTU that will not come: tell it.
+            let _ = link.id.reject(&[]);
+            return Err(e);
+        }
+        link.id.establish()?;
+        Ok((link, peer_data))
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.ch.fd()
+    }
+
+    pub(crate) fn dst_addr(&self) -> Option<SocketAddr> {
+        self.id.dst_addr()
+    }
+
+    /// Waits up to `timeout` for DISCONNECTED; `qp` then moves to ERR.
+    pub(crate) fn wait_disconnected(&self, qp: &Qp, timeout: Duration) -> Result<()> {
+        loop {
+            let ev = wait_event(&self.ch, timeout, "waiting for the disconnection of", self.dst_addr(), EventKind::Disconnected)?;
+            if ev.kind == EventKind::Disconnected {
+                return qp_to_err(qp);
+            }
+        }
+    }
+
+    /// Disconnects (rdma_disconnect(3)) and moves `qp` to ERR.
+    pub(crate) fn disconnect(&self, qp: &Qp) -> Result<()> {
+        let r = self.id.disconnect();
+        qp_to_err(qp)?;
+        r
+    }
+}

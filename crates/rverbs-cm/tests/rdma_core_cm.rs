@@ -1,0 +1,343 @@
+//! rverbs-cm over librdmacm (feature `rdma-core`), run for real: the libibverbs and
+//! librdmacm loaded are the ones `RVERBS_LIBIBVERBS` and `RVERBS_LIBRDMACM` name
+//! (scripts/test.sh points them at the drop-ins of scripts/build-dropin.sh; without
+//! `RVERBS_LIBRDMACM`, the `librdmacm.so.1` beside `RVERBS_LIBIBVERBS` is used), with
+//! `RVERBS_BACKEND=rdma-core`, so `rverbs::devices()` lists libibverbs' devices and the
+//! RAII helpers run over librdmacm.
+//!
+//! Each test fails unless the backend did the work: the device is the backend's, and the
+//! drop-in's copy of the soft device is the only endpoint this process owns in the
+//! runtime directory (the soft connection manager would have started the in-crate
+//! device, a second one) and counted the requests. A missing library is a failure, never
+//! a skip.
+#![cfg(feature = "rdma-core")]
+#![allow(dead_code)] // the example's helpers the tests do not all use
+
+#[path = "../examples/echo.rs"]
+mod echo;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rverbs::{Access, Backend, Cq, CqInit, Mr, Pd, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, Wc, WcOpcode, WcStatus};
+use rverbs_cm::rdma_core::{CmId, EventChannel};
+use rverbs_cm::{EventKind, PortSpace};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Taken by every test for its whole run: under `cargo test` the tests share one
+/// process, and one of them installs a fault plan, which is process-wide.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Points the backends at the libraries to test and asks for the rdma-core backend;
+/// every test of the binary sets the same values before anything loads (each test is a
+/// process of its own under nextest). Returns the test's turn.
+fn through_the_backend() -> std::sync::MutexGuard<'static, ()> {
+    let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let verbs = std::env::var_os("RVERBS_LIBIBVERBS")
+        .filter(|v| !v.is_empty())
+        .expect("RVERBS_LIBIBVERBS names the libibverbs to test (scripts/test.sh: the drop-in of scripts/build-dropin.sh)");
+    if std::env::var_os("RVERBS_LIBRDMACM").is_none_or(|v| v.is_empty()) {
+        let dir = std::path::Path::new(&verbs).parent().expect("RVERBS_LIBIBVERBS is a path");
+        std::env::set_var("RVERBS_LIBRDMACM", dir.join("librdmacm.so.1"));
+    }
+    std::env::set_var("RVERBS_BACKEND", "rdma-core");
+    let devs = rverbs::devices().expect("libibverbs loads (RVERBS_LIBIBVERBS)");
+    assert_eq!(devs.first().expect("libibverbs lists a device").backend(), Backend::RdmaCore);
+    turn
+}
+
+/// This process's endpoints in the runtime directory and the requests they counted.
+fn local_requests() -> (usize, u64) {
+    let pid = std::process::id();
+    let mine: Vec<_> = rverbs::host_counters().into_iter().filter(|e| e.pid == pid).collect();
+    (mine.len(), mine.iter().map(|e| e.counters.local_requests).sum())
+}
+
+/// The backend did the work: one endpoint (the drop-in's), whose requests moved.
+fn assert_backend_did_it(before: u64) {
+    let (endpoints, after) = local_requests();
+    assert_eq!(endpoints, 1, "one endpoint of this process: the drop-in's, not the in-crate device's");
+    assert!(after > before, "the drop-in's device carried the requests ({before} → {after})");
+}
+
+#[test]
+fn the_echo_example_runs_over_librdmacm() {
+    let _turn = through_the_backend();
+    let (_, before) = local_requests();
+    echo::main().expect("the example's checks pass");
+    assert_backend_did_it(before);
+}
+
+/// One end: a PD, a CQ, an RC QP and a registered buffer, on libibverbs' first device.
+struct End {
+    pd: Pd,
+    cq: Cq,
+    mr: Mr,
+}
+
+impl End {
+    fn new() -> End {
+        let ctx = rverbs::devices().unwrap()[0].open().unwrap();
+        assert_eq!(ctx.backend(), Backend::RdmaCore);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+        let mr = pd.alloc_mr(256, Access::LOCAL_WRITE).unwrap();
+        End { pd, cq, mr }
+    }
+
+    fn qp(&self) -> Qp {
+        let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        self.pd.create_qp(&QpInit::new(QpType::Rc, &self.cq, cap)).unwrap()
+    }
+
+    /// The next completion within TIMEOUT (polled: the bound, not a synchronisation).
+    fn next(&self) -> Wc {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut wc = [Wc::default()];
+        while self.cq.poll(&mut wc).unwrap() == 0 {
+            assert!(Instant::now() < deadline, "no completion within {TIMEOUT:?}");
+            std::thread::yield_now();
+        }
+        assert_eq!(wc[0].status(), WcStatus::Success, "completion {:?}", wc[0]);
+        wc[0]
+    }
+}
+
+#[test]
+fn private_data_and_a_send_cross_a_librdmacm_connection() {
+    let _turn = through_the_backend();
+    let (_, before) = local_requests();
+    let listener = rverbs_cm::Listener::bind("127.0.0.1:0".parse().unwrap(), 0).unwrap();
+    let addr = listener.local_addr().expect("the listener has its address");
+    assert_ne!(addr.port(), 0, "librdmacm chose a port");
+    let server = std::thread::spawn(move || {
+        let end = End::new();
+        let req = listener.next_request(TIMEOUT).unwrap();
+        assert!(req.param().private_data.starts_with(b"from the client"), "{:?}", req.param().private_data);
+        assert_eq!(req.peer_addr().map(|a| a.ip()), Some(addr.ip()));
+        let conn = req
+            .accept_with(end.qp(), b"from the server", TIMEOUT, |qp| {
+                let sge = [end.mr.sge(0, 64)?];
+                qp.post_recv(&[RecvWr::new(7, &sge)])?;
+                Ok(())
+            })
+            .unwrap();
+        let wc = end.next();
+        assert_eq!((wc.wr_id(), wc.opcode()), (7, Some(WcOpcode::Recv)));
+        let mut got = vec![0; wc.byte_len().unwrap() as usize];
+        end.mr.read(0, &mut got).unwrap();
+        assert_eq!(got, b"a send over librdmacm");
+        conn.wait_disconnected(TIMEOUT).unwrap();
+    });
+    let end = End::new();
+    let conn = rverbs_cm::connect(addr, end.qp(), b"from the client", TIMEOUT).unwrap();
+    assert!(conn.peer_private_data().starts_with(b"from the server"), "{:?}", conn.peer_private_data());
+    end.mr.write(0, b"a send over librdmacm").unwrap();
+    let sge = [end.mr.sge(0, 21).unwrap()];
+    conn.qp().post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+    assert_eq!(end.next().wr_id(), 1);
+    conn.disconnect().unwrap();
+    assert_eq!(conn.qp().state(), rverbs::QpState::Err, "disconnecting moved the QP to ERR");
+    server.join().unwrap();
+    assert_backend_did_it(before);
+}
+
+#[test]
+fn a_reject_over_librdmacm_reaches_the_client_with_its_errno() {
+    let _turn = through_the_backend();
+    // A device of the backend listens through librdmacm too (`bind_on`).
+    let dev = rverbs::devices().unwrap()[0];
+    let listener = rverbs_cm::Listener::bind_on(&dev, "127.0.0.1:0".parse().unwrap(), 0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let req = listener.next_request(TIMEOUT).unwrap();
+        req.reject(b"not now").unwrap();
+    });
+    let end = End::new();
+    let err = rverbs_cm::connect(addr, end.qp(), b"may I", TIMEOUT).err().expect("the server rejected");
+    assert_eq!(err.errno(), libc::ECONNREFUSED, "{err}");
+    server.join().unwrap();
+    let (endpoints, _) = local_requests();
+    assert_eq!(endpoints, 1, "the soft connection manager never started");
+}
+
+#[test]
+fn the_backend_event_loop_reports_ids_params_and_listen_ids() {
+    let _turn = through_the_backend();
+    let lch = EventChannel::new().unwrap();
+    let listen = CmId::new(&lch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    listen.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    listen.listen(1).unwrap();
+    let addr: SocketAddr = listen.src_addr().unwrap();
+    let cch = EventChannel::new().unwrap();
+    let client = CmId::new(&cch, PortSpace::Tcp, QpType::Rc, 0x5eed).unwrap();
+    assert_eq!(client.context(), 0x5eed);
+    client.resolve_addr(None, addr, 2000).unwrap();
+    let ev = cch.get_event().unwrap();
+    assert_eq!((ev.kind, ev.status), (EventKind::AddrResolved, 0));
+    assert!(ev.id == client, "the event names the client's id");
+    drop(ev);
+    assert!(client.has_device(), "resolving bound the id to a device");
+    client.resolve_route(2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::RouteResolved);
+    // No QP on either id: the client names a QP number, as an application managing its
+    // own QP does; the server rejects, so no QP is needed.
+    let param = rverbs_cm::ConnParam { private_data: b"low level".to_vec(), qp_num: 0x123, retry_count: 7, ..Default::default() };
+    client.connect(&param).unwrap();
+    let req = lch.get_event().unwrap();
+    assert_eq!(req.kind, EventKind::ConnectRequest);
+    assert!(req.listen_id.as_ref() == Some(&listen), "the request names its listener");
+    assert!(req.id != listen, "and a new id");
+    assert!(req.conn.private_data.starts_with(b"low level"));
+    assert_eq!(req.conn.qp_num, 0x123, "the QP number the client named");
+    req.id.reject(b"no").unwrap();
+    let rej = cch.get_event().unwrap();
+    assert_eq!(rej.kind, EventKind::Rejected);
+    assert_eq!(rej.status, 28, "a consumer reject (IBTA reason 28)");
+    assert!(rej.conn.private_data.starts_with(b"no"));
+}
+
+#[test]
+fn what_librdmacm_cannot_carry_is_eopnotsupp() {
+    let _turn = through_the_backend();
+    let ch = EventChannel::new().unwrap();
+    let err = CmId::new(&ch, PortSpace::Udp, QpType::Rc, 0).unwrap_err();
+    assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+    // A fault plan's rdma_cm failure cannot be injected into librdmacm: refused, not
+    // ignored. Without the plan the same call goes through.
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    let dst: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    rverbs::fault_plan::install(rverbs::VerbPlan::parse("fail=resolve_addr:ETIMEDOUT").unwrap());
+    let err = id.resolve_addr(None, dst, 1000).unwrap_err();
+    assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+    rverbs::fault_plan::install(rverbs::VerbPlan::default());
+    id.resolve_addr(None, dst, 1000).unwrap();
+    assert_eq!(ch.get_event().unwrap().kind, EventKind::AddrResolved);
+}
+
+/// The QP rdma_create_qp(3) made on an id, in a PD and CQ of the id's context, as a
+/// public `rverbs::Qp`; with a registered buffer for it.
+struct IdQp {
+    qp: Qp,
+    cq: rverbs::rdma_core::Cq,
+    mr: Mr,
+}
+
+fn qp_on(id: &CmId) -> IdQp {
+    use rverbs::rdma_core::{CqInit as BCqInit, QpInit as BQpInit};
+    let ctx = id.verbs().expect("the id has a device");
+    assert_eq!(ctx.as_raw(), id.verbs().unwrap().as_raw(), "every call gives librdmacm's one context");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&BCqInit::new(8)).unwrap();
+    let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qp = id.create_qp(&pd, &BQpInit::new(QpType::Rc, &cq, cap)).unwrap();
+    assert_eq!(qp.state(), rverbs::QpState::Init, "rdma_create_qp(3) moved it to INIT");
+    let qp = Qp::from(qp);
+    assert_eq!(rverbs::Context::from(ctx).backend(), Backend::RdmaCore);
+    let mr = qp.pd().alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    IdQp { qp, cq, mr }
+}
+
+/// The first completion of `cq` within TIMEOUT (polled: a bound, not a synchronisation).
+fn poll_one(cq: &rverbs::rdma_core::Cq) -> Wc {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut wc = [Wc::default()];
+    while cq.poll(&mut wc).unwrap() == 0 {
+        assert!(Instant::now() < deadline, "no completion within {TIMEOUT:?}");
+        std::thread::yield_now();
+    }
+    assert_eq!(wc[0].status(), WcStatus::Success, "completion {:?}", wc[0]);
+    wc[0]
+}
+
+#[test]
+fn qps_librdmacm_creates_on_ids_connect_and_carry_a_send() {
+    let _turn = through_the_backend();
+    let (_, before) = local_requests();
+    let lch = EventChannel::new().unwrap();
+    let listen = CmId::new(&lch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    listen.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    listen.listen(1).unwrap();
+    let addr = listen.src_addr().unwrap();
+    let cch = EventChannel::new().unwrap();
+    let client = CmId::new(&cch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    assert!(client.verbs().is_none(), "no device before resolving");
+    client.resolve_addr(None, addr, 2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::RouteResolved);
+    let c = qp_on(&client);
+    let param = rverbs_cm::ConnParam { private_data: b"hi".to_vec(), retry_count: 7, rnr_retry_count: 7, ..Default::default() };
+    client.connect(&param).unwrap();
+
+    let req = lch.get_event().unwrap();
+    assert_eq!(req.kind, EventKind::ConnectRequest);
+    let server = req.id.clone();
+    drop(req);
+    let s = qp_on(&server);
+    let sge = [s.mr.sge(0, 64).unwrap()];
+    s.qp.post_recv(&[RecvWr::new(9, &sge)]).unwrap();
+    server.accept(Some(&rverbs_cm::ConnParam { private_data: b"ho".to_vec(), ..Default::default() })).unwrap();
+    let est = cch.get_event().unwrap();
+    assert_eq!(est.kind, EventKind::Established, "the client's QP is on its id: librdmacm completes the handshake");
+    assert!(est.conn.private_data.starts_with(b"ho"));
+    drop(est);
+    assert_eq!(lch.get_event().unwrap().kind, EventKind::Established);
+    assert_eq!(c.qp.state(), rverbs::QpState::Rts, "librdmacm moved the client's QP to RTS");
+
+    c.mr.write(0, b"on librdmacm's QP").unwrap();
+    let sge = [c.mr.sge(0, 17).unwrap()];
+    c.qp.post_send(&[SendWr::send(3, &sge).signaled()]).unwrap();
+    let wc = poll_one(&c.cq);
+    assert_eq!(wc.wr_id(), 3);
+    let wc = poll_one(&s.cq);
+    assert_eq!((wc.wr_id(), wc.byte_len()), (9, Some(17)));
+    let mut got = [0; 17];
+    s.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"on librdmacm's QP");
+    assert_backend_did_it(before);
+}
+
+/// The awaited helpers are the soft connection manager's: over librdmacm they refuse.
+#[cfg(feature = "tokio")]
+#[test]
+fn the_awaited_helpers_over_librdmacm_are_eopnotsupp() {
+    let _turn = through_the_backend();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    rt.block_on(async {
+        let err = rverbs_cm::aio::AsyncListener::bind("127.0.0.1:0".parse().unwrap(), 0).err().expect("refused");
+        assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+        let end = End::new();
+        let err = rverbs_cm::aio::connect("127.0.0.1:9".parse().unwrap(), end.qp(), b"", TIMEOUT).await.err().expect("refused");
+        assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+    });
+}
+
+#[test]
+fn a_udp_id_resolves_its_peer_by_sidr_with_the_datagram_parameters() {
+    let _turn = through_the_backend();
+    let lch = EventChannel::new().unwrap();
+    let listen = CmId::new(&lch, PortSpace::Udp, QpType::Ud, 0).unwrap();
+    listen.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    listen.listen(1).unwrap();
+    let addr = listen.src_addr().unwrap();
+    let cch = EventChannel::new().unwrap();
+    let client = CmId::new(&cch, PortSpace::Udp, QpType::Ud, 0).unwrap();
+    assert_eq!(client.qp_type(), QpType::Ud);
+    client.resolve_addr(None, addr, 2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::RouteResolved);
+    // Neither id has a QP: each names one by number, as an application managing its own.
+    client.connect(&rverbs_cm::ConnParam { private_data: b"sidr".to_vec(), qp_num: 0x77, ..Default::default() }).unwrap();
+    let req = lch.get_event().unwrap();
+    assert_eq!(req.kind, EventKind::ConnectRequest);
+    assert!(req.ud.private_data.starts_with(b"sidr"), "a UD request's private data is in its UdParam: {:?}", req.ud);
+    req.id.accept(Some(&rverbs_cm::ConnParam { private_data: b"ok".to_vec(), qp_num: 0x88, ..Default::default() })).unwrap();
+    let est = cch.get_event().unwrap();
+    assert_eq!((est.kind, est.status), (EventKind::Established, 0));
+    assert_eq!(est.ud.qp_num, 0x88, "the server's QP number");
+    assert_eq!(est.ud.qkey, rverbs_cm::RDMA_UDP_QKEY);
+    assert!(est.ud.private_data.starts_with(b"ok"));
+}
