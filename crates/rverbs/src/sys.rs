@@ -647,7 +647,7 @@ extern "C" fn exit_began() {
 pub(crate) const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// If the process is exiting and the caller is another thread than the one running the
-/// exit, waits [`EXIT_WAIT`] before returning: the exit normally ends the process (and
+/// exit, waits 2 s (`EXIT_WAIT`) before returning: the exit normally ends the process (and
 /// the thread) long before, as the kernel's `exit_group` would have ended it
 /// (docs/capi.md, "Threads racing with exit"). Returns at once otherwise.
 ///
