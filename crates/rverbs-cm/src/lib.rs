@@ -62,6 +62,7 @@ pub mod mad;
 pub mod rdma_core;
 mod rule;
 pub mod table;
+mod wait;
 
 pub use channel::EventChannel;
 pub use conn::{connect, connect_with, Connection, Listener, Request};

@@ -501,7 +501,7 @@ fn cm_src_dir() -> PathBuf {
 /// table, addresses), the engine (the sans-I/O handshake and its shell), the API on top
 /// (the verbs on an id, the Rust helpers).
 const CM_LAYERS: &[(&str, &[&str])] = &[
-    ("values", &["cm_state", "handle", "table", "mad", "event", "rule", "error", "channel", "addr"]),
+    ("values", &["cm_state", "handle", "table", "mad", "event", "rule", "error", "channel", "addr", "wait"]),
     // rdma_core: the ids, channels and helper steps over librdmacm (feature `rdma-core`),
     // beside the engine: the RAII helpers (`conn`) dispatch to it.
     ("engine", &["engine", "rdma_core"]),

@@ -13,7 +13,7 @@
 
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rverbs::{Qp, QpAttr, QpAttrMask, QpState, QpType};
 
@@ -28,22 +28,7 @@ use crate::rule::Rule;
 /// Waits up to `timeout` for the next event of `ch` (the step, the peer and the event
 /// awaited name the timeout).
 fn wait_event(ch: &EventChannel, timeout: Duration, step: &'static str, peer: Option<SocketAddr>, awaited: EventKind) -> Result<Event> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(ev) = ch.poll_event()? {
-            return Ok(ev);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::TimedOut { step, peer: Peer(peer), awaited, waited: timeout });
-        }
-        let ts = rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
-        let mut fds = [rustix::event::PollFd::from_borrowed_fd(ch.fd(), rustix::event::PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    crate::wait::next_event(ch.fd(), timeout, step, peer, awaited, || ch.poll_event())
 }
 
 /// Waits for event `want`: another is an [`Error::Handshake`].
