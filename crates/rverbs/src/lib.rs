@@ -123,6 +123,7 @@ pub mod c_abi;
 mod rings;
 mod rule;
 mod sanitizer;
+mod service_thread;
 mod shm;
 mod spin;
 mod sys;
@@ -208,6 +209,10 @@ pub mod capi_support {
     //!   answers ends in RDMA_CM_EVENT_ADDR_ERROR within the caller's timeout, as the
     //!   kernel's rdma_cm resolves the neighbour (`neigh::start`, `Resolving::poll`,
     //!   `Probe`).
+    //! - [`spawn_service_thread`]: the one way rverbs and the connection manager start
+    //!   their threads, returning once the new thread's start-up is done, so that a
+    //!   program that patches libc's memory calls right after a verb (libfabric's memory
+    //!   hooks) finds none of ours inside them (docs/progress-and-events.md).
     //! - [`sanitizer_internal`]: objects the C libraries and the connection manager keep
     //!   for the life of the process are made inside it, so the verbs sanitizer does not
     //!   report them as leaks (docs/sanitizer.md); [`sanitizer_wc_read`]: the check of the
@@ -215,6 +220,7 @@ pub mod capi_support {
 
     pub use crate::sys::{process_generation, GENERATIONS};
     pub use crate::sanitizer::internal as sanitizer_internal;
+    pub use crate::service_thread::spawn as spawn_service_thread;
 
     /// A heap block `[addr, addr+len)` is being released (`free`, or the part of a block
     /// `realloc` gives back): the verbs sanitizer's mr-memory-freed check

@@ -278,14 +278,13 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         inline_at: AtomicU64::new(0),
         net_fds: Mutex::new(net_fds),
     }));
-    std::thread::Builder::new()
-        .name("rverbs-progress".into())
-        .spawn(move || {
-            crate::mr::proxy::serve_while_waiting(serve_own_proxies);
-            SERVING.set(Some(p));
-            run(p)
-        })
-        .expect("spawn the rverbs progress thread");
+    // Returns once the thread's start-up is done (service_thread.rs says why).
+    crate::service_thread::spawn("rverbs-progress", move || {
+        crate::mr::proxy::serve_while_waiting(serve_own_proxies);
+        SERVING.set(Some(p));
+        run(p)
+    })
+    .expect("spawn the rverbs progress thread");
     p
 }
 

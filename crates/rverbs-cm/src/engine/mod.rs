@@ -127,9 +127,8 @@ pub(crate) fn engine_of(id: &CmId) -> Result<&'static Engine> {
 fn ensure_thread(e: &'static Engine) {
     static THREADS: [OnceLock<()>; rverbs::capi_support::MAX_DEVICES] = [const { OnceLock::new() }; rverbs::capi_support::MAX_DEVICES];
     THREADS[e.slot].get_or_init(|| {
-        std::thread::Builder::new()
-            .name("rverbs-cm".into())
-            .spawn(move || e.run())
+        // Returns once the thread's start-up is done (rverbs' service_thread.rs says why).
+        rverbs::capi_support::spawn_service_thread("rverbs-cm", move || e.run())
             .expect("spawn the connection manager thread");
     });
 }
