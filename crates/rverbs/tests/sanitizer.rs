@@ -1307,7 +1307,14 @@ fn qp_of_64_posted(pd: &Pd, cq: &Cq) -> (Qp, Mr) {
 #[test]
 fn cqs_of_the_same_number_on_two_devices_count_the_work_of_their_own_device_only() {
     let _g = with_mode(Mode::Report);
-    let [(_da, _ca, pa, cqa), (_db, _cb, pb, cqb)] = two_devices_same_cq_number(64);
+    let [(da, _ca, pa, cqa), (db, _cb, pb, cqb)] = two_devices_same_cq_number(64);
+    // Both CQs are alive, each named with its device (neither is the listed one).
+    let (n, slots) = (cqa.stats().cq, [da.slot_index().unwrap(), db.slot_index().unwrap()]);
+    let leaks = sanitize::leaks().unwrap();
+    assert_eq!(leaks.objects.iter().filter(|o| **o == Object::Cq { id: n }).count(), 2, "{:#?}", leaks.objects);
+    for slot in slots {
+        assert!(leaks.site(&format!("cq {n} (device slot {slot}) created at")).is_some(), "{:#?}", leaks.sites);
+    }
     // Each CQ holds exactly its own QP's 32 + 32: no finding, although both are "CQ n".
     let (qa, _ma) = qp_of_64_posted(&pa, &cqa);
     let (qb, _mb) = qp_of_64_posted(&pb, &cqb);
@@ -1317,8 +1324,8 @@ fn cqs_of_the_same_number_on_two_devices_count_the_work_of_their_own_device_only
     let found = sanitize::take_findings();
     assert_eq!(found.len(), 1, "{found:#?}");
     let f = &found[0];
-    assert_eq!(f.kind, FindingKind::CqTooSmall);
-    assert!(f.objects.iter().any(|o| matches!(o, Object::CqCapacity { cqe: 64, demand: 128, .. })), "{:#?}", f.objects);
+    assert_eq!((f.kind, f.device), (FindingKind::CqTooSmall, Some(slots[1])));
+    assert!(f.objects.contains(&Object::CqCapacity { id: n, cqe: 64, demand: 128 }), "{:#?}", f.objects);
     let queues: Vec<u32> = f.objects.iter().filter_map(|o| match o { Object::QueueDepth { num, .. } => Some(*num), _ => None }).collect();
     assert_eq!(queues.len(), 4, "{:#?}", f.objects);
     assert!(queues.iter().all(|&n| n == qb.qp_num() || n == more.qp_num()), "a queue of device A named: {:#?}", f.objects);
@@ -1332,7 +1339,7 @@ fn cqs_of_the_same_number_on_two_devices_count_the_work_of_their_own_device_only
 fn a_region_of_one_device_is_not_in_use_by_a_receive_of_another_with_the_same_lkey() {
     let _g = with_mode(Mode::Report);
     // CQs of 128: even counted together the two QPs' 64 + 64 fit (no cq-too-small).
-    let [(_da, _ca, pa, cqa), (_db, _cb, pb, cqb)] = two_devices_same_cq_number(128);
+    let [(_da, _ca, pa, cqa), (db, _cb, pb, cqb)] = two_devices_same_cq_number(128);
     let (qa, ma) = qp_of_64_posted(&pa, &cqa);
     let (qb, mb) = qp_of_64_posted(&pb, &cqb);
     assert_eq!(ma.lkey(), mb.lkey(), "the premise: memory keys repeat across devices");
@@ -1347,5 +1354,6 @@ fn a_region_of_one_device_is_not_in_use_by_a_receive_of_another_with_the_same_lk
     let found = sanitize::take_findings();
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!((found[0].kind, found[0].lkey(), found[0].wr_id(), found[0].qpn()), (FindingKind::DeregMrInUse, Some(lkey), Some(1), Some(qb.qp_num())));
+    assert_eq!(found[0].device, Some(db.slot_index().unwrap()));
     qb.destroy().unwrap();
 }

@@ -426,6 +426,7 @@ fn read_early(id: u64, addr: usize) {
     let (lkey, sa, sl) = sge.unwrap_or((0, addr as u64, 1));
     report::emit(Finding {
         kind: FindingKind::ReadBeforeCompletion,
+        device: Some(qpn.slot),
         page: "ibv_query_qp_data_in_order(3), ibv_poll_cq(3)",
         rule: "ibv_query_qp_data_in_order answers 0 for SENDs on this QP, so the data of a receive is guaranteed to be in its buffer only once its completion was polled: a read before may see old bytes, part of the message, or a mix",
         headline: format!(

@@ -79,6 +79,7 @@ pub(crate) fn released(addr: usize, len: usize) {
     }
     report::emit(Finding {
         kind: FindingKind::MrMemoryFreed,
+        device: Some(lkey.slot),
         page: "ibv_reg_mr(3)",
         rule: "a registered region's memory stays allocated until ibv_dereg_mr: a NIC keeps the pages it pinned at registration and goes on reading and writing them, so a heap block freed under a region (then reused by the next malloc) is read and overwritten by the device behind the program's back; with a work request outstanding, its buffers may be reused only once its completion was retrieved (ibv_post_send(3), ibv_post_recv(3), NOTES)",
         headline: format!(

@@ -200,22 +200,23 @@ pub(crate) fn gone(kind: Kind, id: Id) {
 
 /// The objects this process made that are alive, with their creation sites (taken
 /// under the lock; symbolized after it).
-fn survivors(st: &track::State) -> Vec<(Object, trace::Trace)> {
+fn survivors(st: &track::State) -> Vec<(Object, usize, trace::Trace)> {
     let pid = std::process::id();
-    st.live.values().filter(|l| l.pid == pid).map(|l| (l.object.clone(), l.at.clone())).collect()
+    st.live.iter().filter(|(_, l)| l.pid == pid).map(|(&(_, id), l)| (l.object.clone(), id.slot, l.at.clone())).collect()
 }
 
-fn leak_finding(alive: Vec<(Object, trace::Trace)>) -> Option<Finding> {
+fn leak_finding(alive: Vec<(Object, usize, trace::Trace)>) -> Option<Finding> {
     if alive.is_empty() {
         return None;
     }
-    let sites = alive.iter().map(|(o, at)| site(format!("{} created at", report::describe(o)), at)).collect();
+    let sites = alive.iter().map(|(o, slot, at)| site(format!("{}{} created at", report::describe(o), report::on_device(Some(*slot))), at)).collect();
     Some(Finding {
         kind: FindingKind::LeakAtExit,
+        device: None,
         page: "ibv_open_device(3)",
         rule: "every object a program creates is destroyed by it (ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq, ibv_destroy_comp_channel, ibv_close_device); what is alive at exit was leaked",
         headline: format!("{} object(s) still alive at exit", alive.len()),
-        objects: alive.into_iter().map(|(o, _)| o).collect(),
+        objects: alive.into_iter().map(|(o, ..)| o).collect(),
         sites,
     })
 }
@@ -305,6 +306,7 @@ fn buffer_changed(qpn: Id, p: &track::Posted, w: &track::Watched) {
     let (wr_id, end) = (p.wr_id, w.iova.saturating_add(u64::from(w.len)));
     report::emit(Finding {
         kind: FindingKind::SendBufferChanged,
+        device: Some(qpn.slot),
         page: "ibv_post_send(3)",
         rule: "the buffers used by a work request can only be safely reused after the request is fully executed and a work completion has been retrieved from the CQ (NOTES; with IBV_SEND_INLINE at once): bytes changed meanwhile may be sent as they were, as they are, or mixed",
         headline: format!("the buffer [{:#x}-{end:#x}) of work request wr_id {wr_id:#x} on QPN {qpn:#x} (send queue) changed before its completion was polled", w.iova),
@@ -383,6 +385,7 @@ pub(crate) fn memory_unmapped(verb: &'static str, lkey: Id, region: (u64, u64), 
     };
     report::emit(Finding {
         kind: FindingKind::MrMemoryUnmapped,
+        device: Some(lkey.slot),
         page: "ibv_reg_mr(3)",
         rule: "a registered region's memory stays mapped until ibv_dereg_mr: a NIC pins its pages and keeps their translation for the whole registration, so after munmap (or a free that returns the pages to the system) it still reads and writes the old pages, where the program no longer sees them (rverbs fails such an access instead: IBV_WC_LOC_PROT_ERR, or a remote access error for a peer; docs/memory.md)",
         headline: format!(
@@ -459,6 +462,7 @@ fn mr_in_use(rereg: bool, lkey: Id, addr: u64, len: u64) {
     };
     report::emit(Finding {
         kind,
+        device: Some(lkey.slot),
         page,
         rule,
         headline: format!("{verb} of mr lkey {lkey:#x} while work request wr_id {wr_id:#x} on {qp} ({}) uses it", queue.describe()),
@@ -478,6 +482,7 @@ pub(crate) fn dealloc_mw(mw: usize, rkey: u32) {
     drop(st);
     report::emit(Finding {
         kind: FindingKind::DeallocMwInUse,
+        device: Some(qpn.slot),
         page: "ibv_dealloc_mw(3)",
         rule: "a bind (ibv_bind_mw(3), or an IBV_WR_BIND_MW work request, ibv_post_send(3)) is a work request on the send queue: it has executed only once its completion was retrieved from the CQ (an unsignaled one: a later completion of its send queue); deallocating the window before then takes from the device the object the bind is still changing, and the rkey the bind returned may never have been valid",
         headline: format!("ibv_dealloc_mw of mw rkey {rkey:#x} while the bind work request wr_id {wr_id:#x} on QPN {qpn:#x} (send queue) is outstanding"),
@@ -515,6 +520,7 @@ pub(crate) fn destroying_qp(qpn: Id, state: QpState, unfinished: &[u64]) {
     let count = unfinished.len();
     report::emit(Finding {
         kind: FindingKind::DestroyQpInUse,
+        device: Some(qpn.slot),
         page: "ibv_destroy_qp(3)",
         rule: "a send work request is outstanding from its post until its completion is retrieved from the CQ, and its buffers are the device's until then (ibv_post_send(3), NOTES); destroying the QP discards the requests the device has not finished without completions: the messages may never be sent, and the program cannot know. Wait for their completions (or move the QP to ERR, which flushes them with completions) before ibv_destroy_qp; receives still posted at destroy are normal and not reported",
         headline: format!("ibv_destroy_qp of QPN {qpn:#x} while the device has not finished {count} send work request(s) (the first: wr_id {wr_id:#x}{which}): they are discarded without completions"),
@@ -541,6 +547,7 @@ pub(crate) fn field_not_requested(cq: Id, wc_flags: u64, bit: u64, read: &'stati
     }
     report::emit(Finding {
         kind: FindingKind::WcFieldNotRequested,
+        device: Some(cq.slot),
         page: "ibv_create_cq_ex(3)",
         rule: "only the fields the user requested via wc_flags in ibv_create_cq_ex can be queried (wr_id, status, opcode, vendor_err and wc_flags always can): a provider fills only the requested fields, so another field read is undefined (rverbs returns the field, a NIC's provider what its CQE holds or nothing)",
         headline: format!("{read} of cq {cq}, created without {flag} in its wc_flags"),
@@ -583,6 +590,7 @@ pub(crate) fn unacked(asynchronous: bool, kind: Kind, id: Id, unacked: u64, verb
     };
     report::emit(Finding {
         kind: fkind,
+        device: Some(id.slot),
         page,
         rule,
         headline: format!("{verb} of {} with {unacked} event(s) not acknowledged: it waits for {ack} for ever", report::describe(&kind.object(id.num))),
@@ -651,6 +659,7 @@ pub(crate) fn bad_state_post(verb: &'static str, queue: Queue, qpn: Id, state: Q
     }
     report::emit(Finding {
         kind: FindingKind::PostInBadState,
+        device: Some(qpn.slot),
         page,
         rule,
         headline: format!("{verb} to QPN {qpn:#x} in state {state:?}, which cannot execute it"),
@@ -727,6 +736,7 @@ fn cq_too_small(verb: &'static str, cq: Id, cqe: u32, queues: Vec<track::Depth>)
     objects.extend(queues.into_iter().map(|(queue, num, depth)| Object::QueueDepth { queue, num, depth }));
     report::emit(Finding {
         kind: FindingKind::CqTooSmall,
+        device: Some(cq.slot),
         page: "ibv_create_cq(3)",
         rule: "a CQ must hold every completion the application may have to poll: the completions its queues can have outstanding (max_recv_wr of the QPs it is the receive CQ of without an SRQ, max_wr of the XRC SRQs completing to it, and max_send_wr of the QPs it is the send CQ of that signal every send, sq_sig_all) must fit in its cqe entries; an overrun is an error that moves the QPs to the error state (ibv_create_cq_ex(3), IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: an application must be designed to avoid ever overflowing the CQ; docs/completion-queues.md)",
         headline: format!("cq {cq} holds {cqe} completions, but the queues completing to it can have {demand} completing work requests outstanding"),
@@ -773,6 +783,7 @@ pub(crate) fn batch_starting(verb: &'static str, cq: Id, me: Option<u64>) {
     }
     report::emit(Finding {
         kind: FindingKind::CqPollUnfinished,
+        device: Some(cq.slot),
         page: "ibv_create_cq_ex(3)",
         rule: BATCH_RULE,
         headline: format!("{verb} of cq {cq} while a batch ibv_start_poll opened was not ended with ibv_end_poll"),
@@ -821,6 +832,7 @@ pub(crate) fn shared_poll(verb: &'static str, cq: Id, other: u64) {
     }
     report::emit(Finding {
         kind: FindingKind::SingleThreadedCqShared,
+        device: Some(cq.slot),
         page: "ibv_create_cq_ex(3)",
         rule: "IBV_CREATE_CQ_ATTR_SINGLE_THREADED: the CQ is accessed from a single thread, so the provider takes no lock: two threads polling it at once corrupt its state (completions lost, returned twice, or torn)",
         headline: format!("{verb} of single-threaded cq {cq} while another thread is inside a poll of it"),
@@ -870,6 +882,7 @@ pub(crate) fn waiting_for_event(channel: Id) {
         }
         report::emit(Finding {
             kind: FindingKind::LostWakeup,
+            device: Some(cq.slot),
             page: "ibv_get_cq_event(3)",
             rule: "ibv_req_notify_cq arms the CQ for the next completion: completions already in the CQ raise no event, so after arming the CQ must be polled again (the man page's example: arm, then poll) before waiting for an event",
             headline: format!("ibv_get_cq_event on completion channel {channel} while cq {cq} was armed holding {} completion(s) and not polled since: they raise no event", a.held),
@@ -891,6 +904,7 @@ pub(crate) fn send_posting(qpn: Id, depth: u32) {
     let Some((wr_id, first, outstanding)) = track::state().unsignaled_run(qpn, depth) else { return };
     report::emit(Finding {
         kind: FindingKind::UnsignaledFill,
+        device: Some(qpn.slot),
         page: "ibv_post_send(3)",
         rule: "the slot of an unsignaled send work request (no IBV_SEND_SIGNALED, and the QP made without sq_sig_all, ibv_create_qp(3)) is freed only when a later completion of the same send queue is polled: a send queue filled with unsignaled requests, with no signaled one outstanding, never drains, and a NIC refuses every further post (ENOMEM); signal one request in every max_send_wr at least, and poll its completion",
         headline: format!("ibv_post_send to QPN {qpn:#x} finds its send queue of depth {depth} full of {outstanding} unsignaled work requests, with no signaled one whose completion would free their slots"),
@@ -946,6 +960,7 @@ pub(crate) fn remote_error(qpn: Id, wr_id: u64, status: u32, vendor_err: u32) {
     let status_name = if inv_req { "IBV_WC_REM_INV_REQ_ERR" } else { "IBV_WC_REM_ACCESS_ERR" };
     report::emit(Finding {
         kind: FindingKind::RemoteAccessExplained,
+        device: Some(qpn.slot),
         page: "ibv_post_send(3)",
         rule: "an RDMA READ, WRITE or atomic names remote memory by rkey and address: the range must lie in a region (or window) of the responder's PD registered with the matching remote right (ibv_reg_mr(3): IBV_ACCESS_REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC), and the responder QP must allow the operation (ibv_modify_qp(3), qp_access_flags); otherwise the request completes with IBV_WC_REM_ACCESS_ERR (ibv_poll_cq(3)). Informative: the program may handle the error",
         headline: format!("work request wr_id {wr_id:#x} ({}) on QPN {qpn:#x} completed with {status_name}: {why}{region_text}", r.op),
