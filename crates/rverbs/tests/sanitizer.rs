@@ -1357,3 +1357,45 @@ fn a_region_of_one_device_is_not_in_use_by_a_receive_of_another_with_the_same_lk
     assert_eq!(found[0].device, Some(db.slot_index().unwrap()));
     qb.destroy().unwrap();
 }
+
+/// A device in a runtime directory of its own, without the network: endpoint 0 there, so
+/// its QPNs are those of any other such device.
+fn device_in_own_dir(tag: &str) -> (Device, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("rverbs-sanitizer-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    (DeviceConfig::new().name(tag).runtime_dir(&dir).net(false).open().unwrap(), dir)
+}
+
+#[test]
+fn a_flush_polled_on_one_device_leaves_the_receive_of_the_same_qpn_on_another_outstanding() {
+    let _g = with_mode(Mode::Report);
+    let ((da, dir_a), (db, dir_b)) = (device_in_own_dir("san-a"), device_in_own_dir("san-b"));
+    let on = |dev: &Device| {
+        let ctx = dev.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(&CqInit::new(128)).unwrap();
+        (ctx, pd, cq)
+    };
+    let ((_ca, pa, cqa), (_cb, pb, cqb)) = (on(&da), on(&db));
+    // One region more on device A, so that the two receives' lkeys differ.
+    let _spare = pa.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let (qa, ma) = qp_of_64_posted(&pa, &cqa);
+    let (qb, mb) = qp_of_64_posted(&pb, &cqb);
+    assert_eq!(qa.qp_num(), qb.qp_num(), "the premise: QPNs repeat across runtime directories");
+    assert_ne!(ma.lkey(), mb.lkey());
+    // Device B's QP enters ERR: its receive (wr_id 1) is flushed, and the flush polled.
+    qb.modify(&QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    let wc = poll_one(&cqb);
+    assert_eq!((wc.wr_id(), wc.status()), (1, WcStatus::WrFlushErr));
+    assert_eq!(sanitize::take_findings(), vec![]);
+    // Device A's receive of the same QPN and wr_id is still outstanding.
+    ma.dereg().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "device B's flush completed device A's receive: {found:#?}");
+    assert_eq!((found[0].kind, found[0].device, found[0].qpn()), (FindingKind::DeregMrInUse, Some(da.slot_index().unwrap()), Some(qa.qp_num())));
+    for q in [qa, qb] {
+        q.destroy().unwrap();
+    }
+    drop((mb, _spare, cqa, cqb, pa, pb, _ca, _cb));
+    let _ = (std::fs::remove_dir_all(dir_a), std::fs::remove_dir_all(dir_b));
+}
