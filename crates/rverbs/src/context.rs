@@ -82,7 +82,7 @@ impl Context {
         let id = dev.new_id();
         let events = Fifo::create(&dev.dir.join(async_fifo_name(id)))?;
         if crate::sanitizer::on() {
-            crate::sanitizer::created(crate::sanitizer::Kind::Context, id, None);
+            crate::sanitizer::created(crate::sanitizer::Kind::Context, crate::sanitizer::Id::new(dev.endpoint.slot, id), None);
         }
         Ok(Context { repr: Repr::Soft(Arc::new(ContextCore::new(id, &dev.endpoint, events, dev)).listed()) })
     }

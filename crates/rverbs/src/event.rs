@@ -61,7 +61,7 @@ impl AsyncEvent {
                 let cq = cqs.get(id).filter(|c| !c.is_destroyed())?;
                 cq.async_events.delivered();
                 if crate::sanitizer::on() {
-                    crate::sanitizer::event_obtained(true, crate::sanitizer::Kind::Cq, id);
+                    crate::sanitizer::event_obtained(true, crate::sanitizer::Kind::Cq, cq.sanitizer_id());
                 }
                 AsyncElement::Cq(Cq::from_inner(cq))
             }
@@ -69,7 +69,7 @@ impl AsyncEvent {
                 let qp = qps.get(qpn).filter(|q| !q.is_destroyed())?;
                 qp.async_events.delivered();
                 if crate::sanitizer::on() {
-                    crate::sanitizer::event_obtained(true, crate::sanitizer::Kind::Qp, qpn);
+                    crate::sanitizer::event_obtained(true, crate::sanitizer::Kind::Qp, qp.sanitizer_id());
                 }
                 AsyncElement::Qp(Qp::from_inner(qp))
             }
@@ -77,7 +77,7 @@ impl AsyncEvent {
                 let srq = srqs.get(srqn).filter(|s| !s.is_destroyed())?;
                 srq.async_events.delivered();
                 if crate::sanitizer::on() {
-                    crate::sanitizer::event_obtained(true, crate::sanitizer::Kind::Srq, srqn);
+                    crate::sanitizer::event_obtained(true, crate::sanitizer::Kind::Srq, srq.sanitizer_id());
                 }
                 AsyncElement::Srq(Srq::from_inner(srq))
             }

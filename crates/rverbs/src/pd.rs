@@ -61,7 +61,7 @@ static FREE_PDS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 impl Drop for PdCore {
     fn drop(&mut self) {
         if crate::sanitizer::on() {
-            crate::sanitizer::gone(crate::sanitizer::Kind::Pd, self.id);
+            crate::sanitizer::gone(crate::sanitizer::Kind::Pd, crate::sanitizer::Id::new(self.endpoint().slot, self.id));
         }
         // Nothing names the handle any more: its regions, QPs and SRQs held the PD.
         FREE_PDS.lock().expect("pd handles").push(self.id);
@@ -104,7 +104,7 @@ impl Pd {
             }
         };
         if crate::sanitizer::on() {
-            crate::sanitizer::created(crate::sanitizer::Kind::Pd, id, None);
+            crate::sanitizer::created(crate::sanitizer::Kind::Pd, crate::sanitizer::Id::new(ctx.endpoint.slot, id), None);
         }
         Ok(Pd { repr: Repr::Soft(Arc::new(PdCore::new(ctx, id))) })
     }
@@ -317,7 +317,7 @@ impl Pd {
         let core = self.inner()?;
         core.dealloc()?;
         if crate::sanitizer::on() {
-            crate::sanitizer::gone(crate::sanitizer::Kind::Pd, core.id);
+            crate::sanitizer::gone(crate::sanitizer::Kind::Pd, crate::sanitizer::Id::new(core.endpoint().slot, core.id));
         }
         Ok(())
     }

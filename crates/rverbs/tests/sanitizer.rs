@@ -1275,3 +1275,127 @@ fn a_staged_receive_ended_by_the_destroy_or_the_deregistration_gives_its_pages_b
     assert_eq!(unsafe { std::ptr::read_volatile(buf) }, 0);
     unmap(buf, 1);
 }
+
+/// Two devices of this process (`DeviceConfig`), each with a context, a PD and a CQ of
+/// `cqe` entries made in the same order, so that their CQs have the same number.
+fn two_devices_same_cq_number(cqe: u32) -> [(Device, Context, Pd, Cq); 2] {
+    let on = |dev: Device| {
+        let ctx = dev.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(&CqInit::new(cqe)).unwrap();
+        (dev, ctx, pd, cq)
+    };
+    // With statistics on, so that a CQ's number can be read (`CqStats::cq`).
+    let both = [on(DeviceConfig::from_env().stats(true).open().unwrap()), on(DeviceConfig::from_env().stats(true).open().unwrap())];
+    assert_ne!(both[0].0.slot_index().unwrap(), both[1].0.slot_index().unwrap());
+    let (a, b) = (both[0].3.stats().cq, both[1].3.stats().cq);
+    assert!(a != 0 && a == b, "the premise: CQ numbers repeat across devices ({a}, {b})");
+    both
+}
+
+/// A QP of 32 signaled sends and 32 receives (64 completions at most) on `cq`, moved to
+/// INIT and posted one receive into a region of `pd`.
+fn qp_of_64_posted(pd: &Pd, cq: &Cq) -> (Qp, Mr) {
+    let cap = QpCap { max_send_wr: 32, max_recv_wr: 32, ..CAP };
+    let qp = pd.create_qp(&QpInit { sq_sig_all: true, ..QpInit::new(QpType::Rc, cq, cap) }).unwrap();
+    let mr = pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    to_init(&qp, ALL_ACCESS);
+    qp.post_recv(&[RecvWr::new(1, &[mr.sge(0, 8).unwrap()])]).unwrap();
+    (qp, mr)
+}
+
+#[test]
+fn cqs_of_the_same_number_on_two_devices_count_the_work_of_their_own_device_only() {
+    let _g = with_mode(Mode::Report);
+    let [(da, _ca, pa, cqa), (db, _cb, pb, cqb)] = two_devices_same_cq_number(64);
+    // Both CQs are alive, each named with its device (neither is the listed one).
+    let (n, slots) = (cqa.stats().cq, [da.slot_index().unwrap(), db.slot_index().unwrap()]);
+    let leaks = sanitize::leaks().unwrap();
+    assert_eq!(leaks.objects.iter().filter(|o| **o == Object::Cq { id: n }).count(), 2, "{:#?}", leaks.objects);
+    for slot in slots {
+        assert!(leaks.site(&format!("cq {n} (device slot {slot}) created at")).is_some(), "{:#?}", leaks.sites);
+    }
+    // Each CQ holds exactly its own QP's 32 + 32: no finding, although both are "CQ n".
+    let (qa, _ma) = qp_of_64_posted(&pa, &cqa);
+    let (qb, _mb) = qp_of_64_posted(&pb, &cqb);
+    assert_eq!(sanitize::take_findings(), vec![], "device A's QP counted on device B's CQ of the same number");
+    // A real overcommitment of device B's CQ is still found, naming B's queues only.
+    let (more, _mm) = qp_of_64_posted(&pb, &cqb);
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.kind, f.device), (FindingKind::CqTooSmall, Some(slots[1])));
+    assert!(f.objects.contains(&Object::CqCapacity { id: n, cqe: 64, demand: 128 }), "{:#?}", f.objects);
+    let queues: Vec<u32> = f.objects.iter().filter_map(|o| match o { Object::QueueDepth { num, .. } => Some(*num), _ => None }).collect();
+    assert_eq!(queues.len(), 4, "{:#?}", f.objects);
+    assert!(queues.iter().all(|&n| n == qb.qp_num() || n == more.qp_num()), "a queue of device A named: {:#?}", f.objects);
+    assert!(site_in_this_file(f, &format!("qp QPN {:#x} created at", more.qp_num())));
+    for q in [more, qb, qa] {
+        q.destroy().unwrap();
+    }
+}
+
+#[test]
+fn a_region_of_one_device_is_not_in_use_by_a_receive_of_another_with_the_same_lkey() {
+    let _g = with_mode(Mode::Report);
+    // CQs of 128: even counted together the two QPs' 64 + 64 fit (no cq-too-small).
+    let [(_da, _ca, pa, cqa), (db, _cb, pb, cqb)] = two_devices_same_cq_number(128);
+    let (qa, ma) = qp_of_64_posted(&pa, &cqa);
+    let (qb, mb) = qp_of_64_posted(&pb, &cqb);
+    assert_eq!(ma.lkey(), mb.lkey(), "the premise: memory keys repeat across devices");
+    assert_eq!(sanitize::take_findings(), vec![]);
+    // Device A's region: device B's receive names the same lkey, but not this region.
+    let _ = qa.destroy();
+    ma.dereg().unwrap();
+    assert_eq!(sanitize::take_findings(), vec![], "device B's receive blamed on device A's region");
+    // Device B's region, under its outstanding receive: the finding, naming B's QP.
+    let lkey = mb.lkey();
+    mb.dereg().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!((found[0].kind, found[0].lkey(), found[0].wr_id(), found[0].qpn()), (FindingKind::DeregMrInUse, Some(lkey), Some(1), Some(qb.qp_num())));
+    assert_eq!(found[0].device, Some(db.slot_index().unwrap()));
+    qb.destroy().unwrap();
+}
+
+/// A device in a runtime directory of its own, without the network: endpoint 0 there, so
+/// its QPNs are those of any other such device.
+fn device_in_own_dir(tag: &str) -> (Device, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("rverbs-sanitizer-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    (DeviceConfig::new().name(tag).runtime_dir(&dir).net(false).open().unwrap(), dir)
+}
+
+#[test]
+fn a_flush_polled_on_one_device_leaves_the_receive_of_the_same_qpn_on_another_outstanding() {
+    let _g = with_mode(Mode::Report);
+    let ((da, dir_a), (db, dir_b)) = (device_in_own_dir("san-a"), device_in_own_dir("san-b"));
+    let on = |dev: &Device| {
+        let ctx = dev.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(&CqInit::new(128)).unwrap();
+        (ctx, pd, cq)
+    };
+    let ((_ca, pa, cqa), (_cb, pb, cqb)) = (on(&da), on(&db));
+    // One region more on device A, so that the two receives' lkeys differ.
+    let _spare = pa.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let (qa, ma) = qp_of_64_posted(&pa, &cqa);
+    let (qb, mb) = qp_of_64_posted(&pb, &cqb);
+    assert_eq!(qa.qp_num(), qb.qp_num(), "the premise: QPNs repeat across runtime directories");
+    assert_ne!(ma.lkey(), mb.lkey());
+    // Device B's QP enters ERR: its receive (wr_id 1) is flushed, and the flush polled.
+    qb.modify(&QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    let wc = poll_one(&cqb);
+    assert_eq!((wc.wr_id(), wc.status()), (1, WcStatus::WrFlushErr));
+    assert_eq!(sanitize::take_findings(), vec![]);
+    // Device A's receive of the same QPN and wr_id is still outstanding.
+    ma.dereg().unwrap();
+    let found = sanitize::take_findings();
+    assert_eq!(found.len(), 1, "device B's flush completed device A's receive: {found:#?}");
+    assert_eq!((found[0].kind, found[0].device, found[0].qpn()), (FindingKind::DeregMrInUse, Some(da.slot_index().unwrap()), Some(qa.qp_num())));
+    for q in [qa, qb] {
+        q.destroy().unwrap();
+    }
+    drop((mb, _spare, cqa, cqb, pa, pb, _ca, _cb));
+    let _ = (std::fs::remove_dir_all(dir_a), std::fs::remove_dir_all(dir_b));
+}

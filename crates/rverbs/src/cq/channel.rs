@@ -39,6 +39,8 @@ pub(crate) struct ChannelInner {
     /// The context it belongs to, by id.
     ctx: u32,
     pub(crate) id: u32,
+    /// The slot of its device (`sys::MAX_DEVICES`): the sanitizer keys it by both.
+    slot: usize,
     fifo: Fifo,
     users: AtomicU32,
     destroyed: std::sync::atomic::AtomicBool,
@@ -47,12 +49,17 @@ pub(crate) struct ChannelInner {
 impl Drop for ChannelInner {
     fn drop(&mut self) {
         if crate::sanitizer::on() && !self.destroyed.load(Ordering::Acquire) {
-            crate::sanitizer::gone(crate::sanitizer::Kind::CompChannel, self.id);
+            crate::sanitizer::gone(crate::sanitizer::Kind::CompChannel, self.sanitizer_id());
         }
     }
 }
 
 impl ChannelInner {
+    /// The channel as the sanitizer keys it: its device and id.
+    pub(crate) fn sanitizer_id(&self) -> crate::sanitizer::Id {
+        crate::sanitizer::Id::new(self.slot, self.id)
+    }
+
     /// Whether the channel belongs to context `ctx` of the endpoint whose CQs are `cqs`
     /// (a CQ may only use a channel of its own context).
     pub(crate) fn belongs_to(&self, cqs: &Table<CqInner>, ctx: u32) -> bool {
@@ -161,10 +168,10 @@ impl CompChannel {
         let id = endpoint.new_id();
         let fifo = Fifo::create(&endpoint.dir.join(fifo_name(id)))?;
         if crate::sanitizer::on() {
-            crate::sanitizer::created(crate::sanitizer::Kind::CompChannel, id, None);
+            crate::sanitizer::created(crate::sanitizer::Kind::CompChannel, crate::sanitizer::Id::new(endpoint.slot, id), None);
         }
         Ok(CompChannel {
-            repr: Repr::Soft(Arc::new(ChannelInner { cqs, ctx, id, fifo, users: AtomicU32::new(0), destroyed: Default::default() })),
+            repr: Repr::Soft(Arc::new(ChannelInner { cqs, ctx, id, slot: endpoint.slot, fifo, users: AtomicU32::new(0), destroyed: Default::default() })),
         })
     }
 
@@ -207,7 +214,7 @@ impl CompChannel {
         let cqs = inner.cqs;
         if crate::sanitizer::on() {
             // lost-wakeup: reported before the wait.
-            crate::sanitizer::waiting_for_event(inner.id);
+            crate::sanitizer::waiting_for_event(inner.sanitizer_id());
         }
         let mut rec = [0u8; RECORD_LEN];
         loop {
@@ -219,7 +226,7 @@ impl CompChannel {
             }
             cq.comp_events.delivered();
             if crate::sanitizer::on() {
-                crate::sanitizer::event_obtained(false, crate::sanitizer::Kind::Cq, id);
+                crate::sanitizer::event_obtained(false, crate::sanitizer::Kind::Cq, cq.sanitizer_id());
             }
             return Ok(CqEvent { cq: Cq::from_inner(cq), acked: false });
         }
@@ -253,7 +260,7 @@ impl CompChannel {
             return Err(Error::Destroyed { what: "completion channel" });
         }
         if crate::sanitizer::on() {
-            crate::sanitizer::gone(crate::sanitizer::Kind::CompChannel, inner.id);
+            crate::sanitizer::gone(crate::sanitizer::Kind::CompChannel, inner.sanitizer_id());
         }
         Ok(())
     }

@@ -64,7 +64,7 @@ impl CqInner {
     fn pop_polled(&self) -> Option<ExEntry> {
         let current = self.pop_live(self.seg())?;
         if crate::sanitizer::on() {
-            current.sanitize_polled();
+            current.sanitize_polled(self.ctx.endpoint.slot);
         }
         if let Some(stats) = self.stats {
             // What was waiting: the rest of the ring and this one.
@@ -106,7 +106,7 @@ impl Cq {
         cq.hold_consumer();
         let entry = cq.pop_polled();
         if sanitize && entry.is_some() {
-            crate::sanitizer::batch_opened(cq.id, crate::sanitizer::thread_token());
+            crate::sanitizer::batch_opened(cq.sanitizer_id(), crate::sanitizer::thread_token());
         }
         if entry.is_none() {
             if let Some(stats) = cq.stats {
@@ -151,7 +151,7 @@ impl Cq {
         let Ok(cq) = self.inner() else { return };
         if crate::sanitizer::on() {
             // Before the lock is released: the next batch's record is not ours.
-            crate::sanitizer::batch_ended(cq.id, crate::sanitizer::thread_token());
+            crate::sanitizer::batch_ended(cq.sanitizer_id(), crate::sanitizer::thread_token());
             if cq.flags.contains(CqCreateFlags::SINGLE_THREADED) {
                 cq.sanitize_poll_left();
             }

@@ -250,7 +250,7 @@ impl Drop for CqInner {
     fn drop(&mut self) {
         // A destroyed CQ's id may name a new CQ already (its entry went at destroy).
         if crate::sanitizer::on() && !self.is_destroyed() {
-            crate::sanitizer::gone(crate::sanitizer::Kind::Cq, self.id);
+            crate::sanitizer::gone(crate::sanitizer::Kind::Cq, self.sanitizer_id());
         }
         // Dropped without destroy: its statistics record is free (a destroyed CQ's
         // was freed at destroy, and its slot may be a new CQ's).
@@ -277,6 +277,11 @@ pub(crate) trait Overran: Send + Sync {
 type Held = (std::time::Instant, Cqe, Option<std::sync::Weak<dyn Overran>>);
 
 impl CqInner {
+    /// The CQ as the sanitizer keys it: its device and number.
+    pub(crate) fn sanitizer_id(&self) -> crate::sanitizer::Id {
+        crate::sanitizer::Id::new(self.ctx.endpoint.slot, self.id)
+    }
+
     pub(crate) fn is_destroyed(&self) -> bool {
         self.users.load(Ordering::Acquire) & DESTROYED != 0
     }
@@ -516,12 +521,12 @@ impl CqInner {
     pub(crate) fn sanitize_poll_entered(&self, batch: bool) -> bool {
         // A load first: the flag is rarely set, and a swap would write the line per poll.
         if self.armed_full.load(Ordering::Relaxed) && self.armed_full.swap(false, Ordering::Relaxed) {
-            crate::sanitizer::polled_after_arming(self.id);
+            crate::sanitizer::polled_after_arming(self.sanitizer_id());
         }
         let me = crate::sanitizer::thread_token();
         let verb = if batch { "ibv_start_poll" } else { "ibv_poll_cq" };
         if batch {
-            crate::sanitizer::batch_starting(verb, self.id, Some(me));
+            crate::sanitizer::batch_starting(verb, self.sanitizer_id(), Some(me));
         }
         if !self.flags.contains(CqCreateFlags::SINGLE_THREADED) {
             return false;
@@ -530,7 +535,7 @@ impl CqInner {
             Ok(_) => true,
             Err(t) if t == me => false,
             Err(other) => {
-                crate::sanitizer::shared_poll(verb, self.id, other);
+                crate::sanitizer::shared_poll(verb, self.sanitizer_id(), other);
                 false
             }
         }
@@ -725,6 +730,7 @@ impl Cq {
             stats.sized(id, cq.cqe());
         }
         if crate::sanitizer::on() {
+            let id = crate::sanitizer::Id::new(endpoint.slot, id);
             crate::sanitizer::created(crate::sanitizer::Kind::Cq, id, None);
             crate::sanitizer::cq_sized(id, cq.cqe(), init.flags.contains(CqCreateFlags::IGNORE_OVERRUN), false);
         }
@@ -865,7 +871,7 @@ impl Cq {
             if marked {
                 inner.sanitize_poll_left();
             }
-            crate::rings::wc::sanitize_polled(&wc[..i]);
+            crate::rings::wc::sanitize_polled(inner.ctx.endpoint.slot, &wc[..i]);
         }
         if matches!(r, Ok(0)) && crate::progress::net_active() {
             // Empty: receive what the network holds for this process; what it completes
@@ -907,9 +913,9 @@ impl Cq {
         let held = self.len();
         if held > 0 {
             inner.armed_full.store(true, Ordering::Relaxed);
-            crate::sanitizer::armed_holding(inner.id, ch.id, held);
+            crate::sanitizer::armed_holding(inner.sanitizer_id(), ch.sanitizer_id(), held);
         } else if inner.armed_full.swap(false, Ordering::Relaxed) {
-            crate::sanitizer::polled_after_arming(inner.id);
+            crate::sanitizer::polled_after_arming(inner.sanitizer_id());
         }
     }
 
@@ -920,7 +926,7 @@ impl Cq {
     pub(crate) fn sanitize_wc_read(&self, field: WcExFlags, read: &'static str, flag: &'static str) {
         let Ok(inner) = self.inner() else { return };
         if !inner.wc_flags.contains(field) {
-            crate::sanitizer::field_not_requested(inner.id, inner.wc_flags.bits(), field.bits(), read, flag);
+            crate::sanitizer::field_not_requested(inner.sanitizer_id(), inner.wc_flags.bits(), field.bits(), read, flag);
         }
     }
 
@@ -1001,7 +1007,7 @@ impl Cq {
             stats.sized(inner.id, cqe);
         }
         if crate::sanitizer::on() {
-            crate::sanitizer::cq_sized(inner.id, cqe, false, true);
+            crate::sanitizer::cq_sized(inner.sanitizer_id(), cqe, false, true);
         }
         Ok(cqe)
     }
@@ -1027,7 +1033,7 @@ impl Cq {
         if crate::sanitizer::on() {
             // Reported before the waits below, which block for ever without the acks
             // (ibv_get_cq_event(3)).
-            let id = inner.id;
+            let id = inner.sanitizer_id();
             let comp = inner.comp_events.unacked();
             if comp > 0 {
                 crate::sanitizer::unacked(false, crate::sanitizer::Kind::Cq, id, comp, "ibv_destroy_cq");

@@ -57,7 +57,7 @@ pub(crate) fn check_mapped(me: &Endpoint, verb: &'static str, wr: (crate::saniti
             continue;
         }
         if let Some(first) = crate::sys::first_unmapped(r.addr, g.length as usize) {
-            crate::sanitizer::memory_unmapped(verb, g.lkey, r.region, first, Some(wr));
+            crate::sanitizer::memory_unmapped(verb, crate::sanitizer::Id::new(me.slot, g.lkey), r.region, first, Some(wr));
         }
     }
 }

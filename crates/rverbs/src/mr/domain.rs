@@ -41,7 +41,7 @@ pub(crate) struct ContextCore {
 impl Drop for ContextCore {
     fn drop(&mut self) {
         if crate::sanitizer::on() {
-            crate::sanitizer::gone(crate::sanitizer::Kind::Context, self.id);
+            crate::sanitizer::gone(crate::sanitizer::Kind::Context, crate::sanitizer::Id::new(self.endpoint.slot, self.id));
         }
     }
 }

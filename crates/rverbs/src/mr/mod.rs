@@ -216,7 +216,7 @@ impl MrInner {
     /// access, accesses in progress finish, the key is removed.
     fn retire(&self) {
         if crate::sanitizer::on() {
-            crate::sanitizer::gone(crate::sanitizer::Kind::Mr, self.key);
+            crate::sanitizer::gone(crate::sanitizer::Kind::Mr, crate::sanitizer::Id::new(self.endpoint.slot, self.key));
         }
         self.record().state.store(KEY_STATE_INVALID, Ordering::SeqCst);
         self.wait_idle();
@@ -577,10 +577,11 @@ impl Mr {
         inner.count_cma(1);
         if crate::sanitizer::on() {
             let (key, addr, len) = (inner.key, init.addr as u64, init.len as u64);
-            crate::sanitizer::created(crate::sanitizer::Kind::Mr, key, Some(crate::sanitizer::Object::Mr { lkey: key, addr, len }));
+            let id = crate::sanitizer::Id::new(inner.endpoint.slot, key);
+            crate::sanitizer::created(crate::sanitizer::Kind::Mr, id, Some(crate::sanitizer::Object::Mr { lkey: key, addr, len }));
             let caller = matches!(inner.desc.read().expect("mr desc").mem, None | Some(MrMem::Moved { .. }));
             if caller && !init.access.contains(Access::ON_DEMAND) {
-                crate::sanitizer::caller_region(key, addr, len);
+                crate::sanitizer::caller_region(id, addr, len);
             }
             if init.access.contains(Access::ON_DEMAND) && init.access.intersects(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC | Access::MW_BIND) {
                 // Peers may reach any page now (docs/sanitizer.md, read-before-completion).
@@ -847,14 +848,14 @@ impl Mr {
         if crate::sanitizer::on() && flags.intersects(ReregFlags::TRANSLATION | ReregFlags::PD) {
             // Reported, then the region changes as it would on a NIC (docs/sanitizer.md).
             let d = inner.desc.read().expect("mr desc");
-            crate::sanitizer::rereg(inner.key, d.addr as u64, d.len as u64);
+            crate::sanitizer::rereg(crate::sanitizer::Id::new(inner.endpoint.slot, inner.key), d.addr as u64, d.len as u64);
         }
         if crate::sanitizer::on() {
             // Any change (rights too) may open the region's pages to peers: receive
             // buffers protected there are given back (docs/sanitizer.md,
             // read-before-completion).
             let d = inner.desc.read().expect("mr desc");
-            crate::sanitizer::early::region_gone(inner.key);
+            crate::sanitizer::early::region_gone(crate::sanitizer::Id::new(inner.endpoint.slot, inner.key));
             crate::sanitizer::early::range_reached(d.addr, d.len);
         }
         if let Some(p) = &new_pd {
@@ -891,9 +892,9 @@ impl Mr {
         if range.is_some() && crate::sanitizer::on() {
             // The region covers other caller memory from now on (mr-memory-freed).
             if d.access.contains(Access::ON_DEMAND) {
-                crate::sanitizer::caller_region_gone(inner.key);
+                crate::sanitizer::caller_region_gone(crate::sanitizer::Id::new(inner.endpoint.slot, inner.key));
             } else {
-                crate::sanitizer::caller_region(inner.key, d.addr as u64, d.len as u64);
+                crate::sanitizer::caller_region(crate::sanitizer::Id::new(inner.endpoint.slot, inner.key), d.addr as u64, d.len as u64);
             }
         }
         let mut record = d.record(KEY_STATE_VALID);
@@ -942,7 +943,7 @@ impl Mr {
         if crate::sanitizer::on() {
             // Reported, then the region goes as it would on a NIC (docs/sanitizer.md).
             let d = inner.desc.read().expect("mr desc");
-            crate::sanitizer::dereg(inner.key, d.addr as u64, d.len as u64, d.access.contains(Access::ON_DEMAND));
+            crate::sanitizer::dereg(crate::sanitizer::Id::new(inner.endpoint.slot, inner.key), d.addr as u64, d.len as u64, d.access.contains(Access::ON_DEMAND));
         }
         inner.valid.store(false, Ordering::SeqCst);
         drop(windows);

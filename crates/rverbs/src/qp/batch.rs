@@ -486,17 +486,17 @@ impl SendBatch {
         let q: &QpInner = &self.q;
         let state = q.state();
         if error.is_none() && latched > 0 && matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            crate::sanitizer::bad_state_post("ibv_wr_complete", Queue::Send, q.qpn, state, Some(self.buf.wrs[0].wr_id));
+            crate::sanitizer::bad_state_post("ibv_wr_complete", Queue::Send, q.sanitizer_id(), state, Some(self.buf.wrs[0].wr_id));
             return self.post_plain(latched, error);
         }
         if latched == 0 {
             return self.post_plain(latched, error);
         }
-        crate::sanitizer::send_posting(q.qpn, q.cap.max_send_wr);
+        crate::sanitizer::send_posting(q.sanitizer_id(), q.cap.max_send_wr);
         let wrs: Vec<SendWr<'_>> = self.buf.wrs[..latched].iter().map(|p| wr_of(&self.buf, p)).collect();
         let ticket = crate::rings::wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, &wrs);
         drop(wrs);
-        let (qpn, result) = (q.qpn, self.post_plain(latched, error));
+        let (qpn, result) = (q.sanitizer_id(), self.post_plain(latched, error));
         if result.is_err() {
             crate::sanitizer::unposted(Queue::Send, qpn, ticket, 0);
         }

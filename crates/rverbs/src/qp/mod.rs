@@ -259,6 +259,11 @@ impl QpInner {
         self.pd.endpoint().slot
     }
 
+    /// The QP as the sanitizer keys it: its device and QPN.
+    pub(crate) fn sanitizer_id(&self) -> crate::sanitizer::Id {
+        crate::sanitizer::Id::new(self.slot(), self.qpn)
+    }
+
     pub(crate) fn raise_injected(self: &Arc<Self>, verb: Verb, wr_ids: impl IntoIterator<Item = Option<u64>>) {
         if !crate::fault_plan::active() {
             return;
@@ -541,7 +546,7 @@ impl Qp {
             }
         }
         let rec = endpoint.tables.qp(qpn);
-        let _ = rec.transition(qpn, transition::Expect::Any, QpState::Reset, transition::Cause::Create);
+        let _ = rec.transition(qpn, || Some(endpoint.slot), transition::Expect::Any, QpState::Reset, transition::Cause::Create);
         rec.qp_type.store(init.qp_type.raw(), Ordering::Relaxed);
         rec.access.store(0, Ordering::Relaxed);
         rec.qkey.store(0, Ordering::Relaxed);
@@ -590,9 +595,10 @@ impl Qp {
         });
         qps.publish(qpn, &inner);
         if crate::sanitizer::on() {
-            crate::sanitizer::created(crate::sanitizer::Kind::Qp, qpn, None);
+            let id = crate::sanitizer::Id::new(endpoint.slot, qpn);
+            crate::sanitizer::created(crate::sanitizer::Kind::Qp, id, None);
             if let Some(srq) = init.srq {
-                crate::sanitizer::qp_uses_srq(qpn, srq.srq_num());
+                crate::sanitizer::qp_uses_srq(id, id.with(srq.srq_num()));
             }
             // Every receive completes; a send only when signaled, which only sq_sig_all
             // promises at creation (an application that signals one send in n sizes
@@ -600,7 +606,7 @@ impl Qp {
             let (send_cq, recv_cq) = (init.send_cq.inner()?.id, init.recv_cq.inner()?.id);
             let sends = if init.sq_sig_all { cap.max_send_wr } else { 0 };
             use crate::sanitizer::Queue;
-            crate::sanitizer::completes_to(&[(send_cq, Queue::Send, qpn, sends), (recv_cq, Queue::Recv, qpn, cap.max_recv_wr)]);
+            crate::sanitizer::completes_to(endpoint.slot, &[(send_cq, Queue::Send, qpn, sends), (recv_cq, Queue::Recv, qpn, cap.max_recv_wr)]);
         }
         Ok(Qp { repr: Repr::Soft(inner) })
     }
@@ -801,16 +807,16 @@ impl Qp {
     fn post_send_sanitized(&self, q: &Arc<QpInner>, wrs: &[SendWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.qpn, state, wrs.first().map(|w| w.wr_id));
+            crate::sanitizer::bad_state_post("ibv_post_send", crate::sanitizer::Queue::Send, q.sanitizer_id(), state, wrs.first().map(|w| w.wr_id));
             return self.post_send_plain(q, wrs, keep);
         }
         if !wrs.is_empty() {
-            crate::sanitizer::send_posting(q.qpn, q.cap.max_send_wr);
+            crate::sanitizer::send_posting(q.sanitizer_id(), q.cap.max_send_wr);
         }
         let ticket = wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, wrs);
         let result = self.post_send_plain(q, wrs, keep);
         if let Err(e) = &result {
-            crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.qpn, ticket, e.index);
+            crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.sanitizer_id(), ticket, e.index);
         }
         result
     }
@@ -920,7 +926,7 @@ impl Qp {
     fn post_recv_sanitized(&self, q: &Arc<QpInner>, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let state = q.state();
         if state == QpState::Reset {
-            crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.qpn, state, wrs.first().map(|w| w.wr_id));
+            crate::sanitizer::bad_state_post("ibv_post_recv", crate::sanitizer::Queue::Recv, q.sanitizer_id(), state, wrs.first().map(|w| w.wr_id));
             return self.post_recv_plain(q, wrs, keep);
         }
         // read-before-completion (docs/sanitizer.md): receives of the C ABI on a QP that
@@ -932,7 +938,7 @@ impl Qp {
             && q.rq.is_some()
             && state != QpState::Err
             && self.in_order_caps(WrOpcode::Send, 0) == 0
-            && crate::sanitizer::early::may_stage(q.qpn))
+            && crate::sanitizer::early::may_stage(q.sanitizer_id()))
         .then(|| crate::rings::staging::stage(&q.pd, q.qpn, wrs));
         let ticket = wr::track_recvs(q.pd.endpoint(), crate::sanitizer::Queue::Recv, q.qpn, wrs, staged.as_ref().map(|s| &s.ids[..]));
         let r = match &staged {
@@ -940,7 +946,7 @@ impl Qp {
             None => self.post_recv_plain(q, wrs, keep),
         };
         if let Err(e) = &r {
-            crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.qpn, ticket, e.index);
+            crate::sanitizer::unposted(crate::sanitizer::Queue::Recv, q.sanitizer_id(), ticket, e.index);
             if let Some(s) = &staged {
                 crate::sanitizer::early::discard(s.ids.get(e.index..).unwrap_or(&[]));
             }
@@ -1046,12 +1052,12 @@ impl Qp {
     #[inline(never)]
     fn data_in_order_sanitized(&self, op: WrOpcode, flags: u32) -> u32 {
         let Ok(q) = self.inner() else { return 0 };
-        if crate::sanitizer::early::staged_on(q.qpn) {
+        if crate::sanitizer::early::staged_on(q.sanitizer_id()) {
             return 0;
         }
         let a = self.in_order_caps(op, flags);
         if a != 0 {
-            crate::sanitizer::early::told_in_order(q.qpn);
+            crate::sanitizer::early::told_in_order(q.sanitizer_id());
         }
         a
     }
@@ -1117,7 +1123,7 @@ impl Qp {
                 let sq = q.sq.lock();
                 (0..sq.len()).filter_map(|i| sq.ring.nth(i).map(|(w, ..)| w.wr_id)).collect()
             };
-            crate::sanitizer::destroying_qp(q.qpn, q.state(), &unfinished);
+            crate::sanitizer::destroying_qp(q.sanitizer_id(), q.state(), &unfinished);
         }
         // docs/network.md, "Coalesced ACKs": what the responder holds leaves before the QP goes.
         q.sq.lock().link.release_acks(q);
@@ -1144,10 +1150,10 @@ impl Qp {
         if crate::sanitizer::on() {
             let unacked = q.async_events.unacked();
             if unacked > 0 {
-                crate::sanitizer::unacked(true, crate::sanitizer::Kind::Qp, q.qpn, unacked, "ibv_destroy_qp");
+                crate::sanitizer::unacked(true, crate::sanitizer::Kind::Qp, q.sanitizer_id(), unacked, "ibv_destroy_qp");
             }
-            crate::sanitizer::gone(crate::sanitizer::Kind::Qp, q.qpn);
-            crate::rings::staging::qp_gone(q.pd.id, q.qpn);
+            crate::sanitizer::gone(crate::sanitizer::Kind::Qp, q.sanitizer_id());
+            crate::rings::staging::qp_gone(&q.pd, q.qpn);
         }
         q.async_events.wait_all_acked();
         q.send_cq.detach();
@@ -1234,7 +1240,7 @@ impl Drop for QpInner {
             }
             let _ = self.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
             if crate::sanitizer::on() {
-                crate::sanitizer::gone(crate::sanitizer::Kind::Qp, self.qpn);
+                crate::sanitizer::gone(crate::sanitizer::Kind::Qp, self.sanitizer_id());
             }
             self.dev.qps().remove(self.qpn);
             self.send_cq.detach();

@@ -83,6 +83,11 @@ pub(crate) struct SrqInner {
 }
 
 impl SrqInner {
+    /// The SRQ as the sanitizer keys it: its device and number.
+    pub(crate) fn sanitizer_id(&self) -> crate::sanitizer::Id {
+        crate::sanitizer::Id::new(self.pd.endpoint().slot, self.srqn)
+    }
+
     pub(crate) fn is_destroyed(&self) -> bool {
         self.destroyed.load(Ordering::Acquire)
     }
@@ -270,10 +275,10 @@ impl Srq {
         };
         srqs.publish(srqn, &srq.inner);
         if crate::sanitizer::on() {
-            crate::sanitizer::created(crate::sanitizer::Kind::Srq, srqn, None);
+            crate::sanitizer::created(crate::sanitizer::Kind::Srq, srq.inner.sanitizer_id(), None);
             // An XRC SRQ's receives complete to its own CQ.
             if let Some((_, cq)) = &srq.inner.xrc {
-                crate::sanitizer::completes_to(&[(cq.id, crate::sanitizer::Queue::SharedRecv, srqn, init.max_wr)]);
+                crate::sanitizer::completes_to(srq.inner.pd.endpoint().slot, &[(cq.id, crate::sanitizer::Queue::SharedRecv, srqn, init.max_wr)]);
             }
         }
         Ok(srq)
@@ -410,7 +415,7 @@ impl Srq {
         let posted = r.as_ref().err().map_or(wrs.len(), |e| e.index);
         self.inner.raise_injected(wrs[..posted].iter().map(|w| w.wr_id));
         if let (Some(t), Err(e)) = (ticket, &r) {
-            crate::sanitizer::unposted(crate::sanitizer::Queue::SharedRecv, self.inner.srqn, t, e.index);
+            crate::sanitizer::unposted(crate::sanitizer::Queue::SharedRecv, self.inner.sanitizer_id(), t, e.index);
         }
         r
     }
@@ -437,9 +442,9 @@ impl Srq {
         if crate::sanitizer::on() {
             let unacked = self.inner.async_events.unacked();
             if unacked > 0 {
-                crate::sanitizer::unacked(true, crate::sanitizer::Kind::Srq, self.inner.srqn, unacked, "ibv_destroy_srq");
+                crate::sanitizer::unacked(true, crate::sanitizer::Kind::Srq, self.inner.sanitizer_id(), unacked, "ibv_destroy_srq");
             }
-            crate::sanitizer::gone(crate::sanitizer::Kind::Srq, self.inner.srqn);
+            crate::sanitizer::gone(crate::sanitizer::Kind::Srq, self.inner.sanitizer_id());
         }
         self.inner.async_events.wait_all_acked();
         self.inner.teardown();
@@ -495,7 +500,7 @@ impl Drop for SrqInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
             if crate::sanitizer::on() {
-                crate::sanitizer::gone(crate::sanitizer::Kind::Srq, self.srqn);
+                crate::sanitizer::gone(crate::sanitizer::Kind::Srq, self.sanitizer_id());
             }
             self.teardown();
         }

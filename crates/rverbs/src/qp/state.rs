@@ -413,7 +413,7 @@ mod tests {
 
     /// What a peer's responder fault does to the record (`transport::target::peer_enter_error`).
     fn peer_moves_to_err(q: &QpInner) {
-        q.rec.transition(q.qpn, Expect::NotIn(ERR_FROM_ANY_BUT), QpState::Err, Cause::ResponderFault).unwrap();
+        q.rec.transition(q.qpn, || None, Expect::NotIn(ERR_FROM_ANY_BUT), QpState::Err, Cause::ResponderFault).unwrap();
     }
 
     #[test]

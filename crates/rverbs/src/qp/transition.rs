@@ -80,18 +80,20 @@ pub(crate) const ERR_FROM_ANY_BUT: &[QpState] = &[QpState::Reset, QpState::Err];
 
 impl QpRecord {
     /// Changes the state of QP `qpn` (this record's) from `from` to `to`: the only write
-    /// of a QP's state, by this process or a peer.
+    /// of a QP's state, by this process or a peer. `slot` gives the slot of the QP's
+    /// device when it is a QP of this endpoint, `None` for a peer's: the sanitizer's key,
+    /// asked only when the sanitizer is on.
     ///
     /// Returns the state it changed from, or, if the state was not what `from` admits,
     /// the state it found (nothing changed). A value no state has reads as ERR, as in
     /// [`QpRecord::state`].
-    pub(crate) fn transition(&self, qpn: u32, from: Expect, to: QpState, cause: Cause) -> std::result::Result<QpState, QpState> {
+    pub(crate) fn transition(&self, qpn: u32, slot: impl FnOnce() -> Option<usize>, from: Expect, to: QpState, cause: Cause) -> std::result::Result<QpState, QpState> {
         let decode = |raw: u32| QpState::from_raw(raw).unwrap_or(QpState::Err);
         match self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |raw| from.admits(raw).then_some(to.raw())) {
             Ok(raw) => {
                 tracing::debug!(qpn, from = ?decode(raw), to = ?to, cause = ?cause, "QP state");
                 if crate::sanitizer::on() {
-                    sanitize(qpn, raw, to, cause);
+                    sanitize(qpn, slot(), raw, to, cause);
                 }
                 Ok(decode(raw))
             }
@@ -104,8 +106,12 @@ impl QpRecord {
 /// of line: the state change only tests the switch.
 #[cold]
 #[inline(never)]
-fn sanitize(qpn: u32, raw: u32, to: QpState, cause: Cause) {
-    crate::sanitizer::transition(qpn, QpState::from_raw(raw).unwrap_or(QpState::Err), to, cause.name());
+fn sanitize(qpn: u32, slot: Option<usize>, raw: u32, to: QpState, cause: Cause) {
+    let from = QpState::from_raw(raw).unwrap_or(QpState::Err);
+    match slot {
+        Some(slot) => crate::sanitizer::transition(crate::sanitizer::Id::new(slot, qpn), from, to, cause.name()),
+        None => crate::sanitizer::peer_transition(qpn, from, to, cause.name()),
+    }
 }
 
 /// Whether a responder in `state` accepts requests (rxe drops requests for QPs below
@@ -117,6 +123,6 @@ pub(crate) fn accepts_requests(state: QpState) -> bool {
 impl QpInner {
     /// Changes this QP's state ([`QpRecord::transition`]).
     pub(crate) fn transition(&self, from: Expect, to: QpState, cause: Cause) -> std::result::Result<QpState, QpState> {
-        self.rec.transition(self.qpn, from, to, cause)
+        self.rec.transition(self.qpn, || Some(self.slot()), from, to, cause)
     }
 }

@@ -81,7 +81,7 @@ fn stage_one(pd: &Arc<PdCore>, qpn: u32, w: &RecvWr<'_>) -> Option<(u64, Sge)> {
     if extents.is_empty() {
         return None;
     }
-    let key = (pd.id, qpn);
+    let key = (me.slot, pd.id, qpn);
     let mr = match take_pooled(key, total as usize) {
         Some(mr) => mr,
         None => crate::sanitizer::internal(|| crate::mr::Mr::alloc(pd.clone(), (total as usize).next_power_of_two().max(4096), Access::LOCAL_WRITE)).ok()?,
@@ -105,7 +105,7 @@ fn stage_one(pd: &Arc<PdCore>, qpn: u32, w: &RecvWr<'_>) -> Option<(u64, Sge)> {
         }
         give_back(key, mr);
     });
-    let stage = crate::sanitizer::early::Stage { qpn, wr_id: w.wr_id, sges: w.sg_list.iter().map(|g| (g.lkey, g.addr, g.length)).collect(), extents, scatter };
+    let stage = crate::sanitizer::early::Stage { qpn: crate::sanitizer::Id::new(me.slot, qpn), wr_id: w.wr_id, sges: w.sg_list.iter().map(|g| (g.lkey, g.addr, g.length)).collect(), extents, scatter };
     let id = crate::sanitizer::early::stage(stage);
     (id != 0).then_some((id, sge))
 }
@@ -113,23 +113,25 @@ fn stage_one(pd: &Arc<PdCore>, qpn: u32, w: &RecvWr<'_>) -> Option<(u64, Sge)> {
 /// Staging regions kept per QP for its next receives (a region per receive made and
 /// freed each time costs a segment file, its mappings here and at the peer), at most
 /// [`POOLED`] per QP; freed when the QP is destroyed ([`qp_gone`]), before its PD can be.
-static POOL: std::sync::Mutex<std::collections::BTreeMap<(u32, u32), Vec<crate::mr::Mr>>> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+/// Keyed by (device slot, PD handle, QPN): QPNs repeat across devices.
+static POOL: std::sync::Mutex<std::collections::BTreeMap<PoolKey, Vec<crate::mr::Mr>>> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+type PoolKey = (usize, u32, u32);
 const POOLED: usize = 64;
 
-fn take_pooled(key: (u32, u32), len: usize) -> Option<crate::mr::Mr> {
+fn take_pooled(key: PoolKey, len: usize) -> Option<crate::mr::Mr> {
     let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
     let regions = pool.get_mut(&key)?;
     let i = regions.iter().position(|m| m.len() >= len)?;
     Some(regions.swap_remove(i))
 }
 
-/// Keeps `mr` for the next receive of QP `key.1`, unless the QP is gone: a poll that
+/// Keeps `mr` for the next receive of QP `key.2`, unless the QP is gone: a poll that
 /// raced with its destroy frees it (checked under the pool's lock, which [`qp_gone`]
 /// takes after the QP left the tracking, so nothing is left in the pool to hold its PD).
-fn give_back(key: (u32, u32), mr: crate::mr::Mr) {
+fn give_back(key: PoolKey, mr: crate::mr::Mr) {
     let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
     let regions = pool.entry(key).or_default();
-    if regions.len() < POOLED && crate::sanitizer::qp_alive(key.1) {
+    if regions.len() < POOLED && crate::sanitizer::qp_alive(crate::sanitizer::Id::new(key.0, key.2)) {
         regions.push(mr);
         return;
     }
@@ -141,17 +143,18 @@ fn give_back(key: (u32, u32), mr: crate::mr::Mr) {
 /// lock).
 #[cold]
 #[inline(never)]
-pub(crate) fn qp_gone(pd: u32, qpn: u32) {
-    let gone = POOL.lock().unwrap_or_else(|p| p.into_inner()).remove(&(pd, qpn));
+pub(crate) fn qp_gone(pd: &PdCore, qpn: u32) {
+    let gone = POOL.lock().unwrap_or_else(|p| p.into_inner()).remove(&(pd.endpoint().slot, pd.id, qpn));
     drop(gone);
 }
 
 /// Whether a region of this process over caller memory that peers reach by themselves
-/// covers part of `[a, b)`, or one the look-up cannot vouch for (another device's).
+/// covers part of `[a, b)`, or one the look-up cannot vouch for (another device's: its
+/// keys are not `me`'s).
 fn peers_reach(me: &crate::mr::endpoint::Endpoint, a: usize, b: usize) -> bool {
-    crate::sanitizer::caller_regions_over(a, b).into_iter().any(|(lkey, addr, len)| match crate::mr::local_range(me, lkey, addr, len) {
-        Some(r) => r.region != (addr, len) || r.access.intersects(REACHED_BY_PEERS),
-        None => true,
+    crate::sanitizer::caller_regions_over(a, b).into_iter().any(|(lkey, addr, len)| match crate::mr::local_range(me, lkey.num, addr, len) {
+        Some(r) if lkey.slot == me.slot => r.region != (addr, len) || r.access.intersects(REACHED_BY_PEERS),
+        _ => true,
     })
 }
 

@@ -118,18 +118,20 @@ impl Wc {
     }
 }
 
-/// Tells the sanitizer the application polled these completions (`ibv_poll_cq`): their
-/// work requests are no longer outstanding (docs/sanitizer.md). Out of line: the poll
-/// path only tests the switch.
+/// Tells the sanitizer the application polled these completions (`ibv_poll_cq`) of a CQ
+/// of the device in slot `slot` (its QPs are that device's): their work requests are no
+/// longer outstanding (docs/sanitizer.md). Out of line: the poll path only tests the
+/// switch.
 #[cold]
 #[inline(never)]
-pub(crate) fn sanitize_polled(wc: &[Wc]) {
+pub(crate) fn sanitize_polled(slot: usize, wc: &[Wc]) {
     for w in wc {
+        let qpn = crate::sanitizer::Id::new(slot, w.qp_num);
         if w.status == WcStatus::RemAccessErr as u32 || w.status == WcStatus::RemInvReqErr as u32 {
-            crate::sanitizer::remote_error(w.qp_num, w.wr_id, w.status, w.vendor_err);
+            crate::sanitizer::remote_error(qpn, w.wr_id, w.status, w.vendor_err);
         }
         let placed = if w.status == 0 && w.opcode == WcOpcode::Recv as u32 { w.byte_len as usize } else { 0 };
-        crate::sanitizer::completed(w.qp_num, w.wr_id, w.status == 0, w.opcode & 0x80 != 0, placed);
+        crate::sanitizer::completed(qpn, w.wr_id, w.status == 0, w.opcode & 0x80 != 0, placed);
     }
 }
 
@@ -233,14 +235,16 @@ impl Cqe {
         }
     }
 
-    /// Tells the sanitizer the application polled this completion (its work request is
-    /// no longer outstanding). RECV opcodes have bit 7 set (`IBV_WC_RECV` is 128).
-    pub(crate) fn sanitize_polled(&self) {
+    /// Tells the sanitizer the application polled this completion of a CQ of the device
+    /// in slot `slot` (its work request is no longer outstanding). RECV opcodes have bit
+    /// 7 set (`IBV_WC_RECV` is 128).
+    pub(crate) fn sanitize_polled(&self, slot: usize) {
+        let qpn = crate::sanitizer::Id::new(slot, self.qp_num);
         if u32::from(self.status) == WcStatus::RemAccessErr as u32 || u32::from(self.status) == WcStatus::RemInvReqErr as u32 {
-            crate::sanitizer::remote_error(self.qp_num, self.wr_id, u32::from(self.status), self.vendor_err);
+            crate::sanitizer::remote_error(qpn, self.wr_id, u32::from(self.status), self.vendor_err);
         }
         let placed = if self.status == 0 && self.opcode_raw() == WcOpcode::Recv as u32 { self.byte_len as usize } else { 0 };
-        crate::sanitizer::completed(self.qp_num, self.wr_id, self.status == 0, self.opcode & 0x80 != 0, placed);
+        crate::sanitizer::completed(qpn, self.wr_id, self.status == 0, self.opcode & 0x80 != 0, placed);
     }
 
     /// The opcode as the C enum value (RECV is 128, so one byte holds every opcode).

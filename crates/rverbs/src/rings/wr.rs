@@ -317,7 +317,7 @@ pub(crate) fn track_recvs(me: &'static Endpoint, queue: crate::sanitizer::Queue,
             mw: None,
         })
         .collect();
-    crate::sanitizer::posting(queue, num, wrs)
+    crate::sanitizer::posting(queue, crate::sanitizer::Id::new(me.slot, num), wrs)
 }
 
 /// The remote range an RDMA READ, WRITE or atomic asks for, with a look-up of its rkey
@@ -374,7 +374,7 @@ pub(crate) fn track_sends(me: &'static Endpoint, qpn: u32, sq_sig_all: bool, wrs
             }
         })
         .collect();
-    crate::sanitizer::posting(crate::sanitizer::Queue::Send, qpn, wrs)
+    crate::sanitizer::posting(crate::sanitizer::Queue::Send, crate::sanitizer::Id::new(me.slot, qpn), wrs)
 }
 
 /// Receives posted as they are: protected pages they would have the device write are

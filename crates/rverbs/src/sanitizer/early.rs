@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::trace::{self, Trace};
-use super::{report, site, Finding, FindingKind, Object, Queue};
+use super::{report, site, Finding, FindingKind, Id, Object, Queue};
 
 /// Copies the first `n` staged bytes into the receive's buffers, leaving out the SGEs of
 /// the lkeys given (regions deregistered meanwhile); dropping it frees the staging region.
@@ -27,7 +27,8 @@ pub(crate) type Scatter = Box<dyn FnOnce(usize, &[u32]) + Send>;
 
 /// A receive staged by the engine.
 pub(crate) struct Stage {
-    pub(crate) qpn: u32,
+    /// Its QP (device and QPN); the lkeys of `sges` are of that device.
+    pub(crate) qpn: Id,
     pub(crate) wr_id: u64,
     /// Its SGEs as the application gave them: (lkey, address, length).
     pub(crate) sges: Vec<(u32, u64, u32)>,
@@ -37,7 +38,7 @@ pub(crate) struct Stage {
 }
 
 struct Entry {
-    qpn: u32,
+    qpn: Id,
     wr_id: u64,
     sges: Vec<(u32, u64, u32)>,
     /// The slots of its watched extents (given back when the pages are).
@@ -55,7 +56,7 @@ struct State {
     /// How many watched extents cover each protected page.
     pages: BTreeMap<usize, u32>,
     /// QPs for which ibv_query_qp_data_in_order answered 1 for a SEND: never staged.
-    in_order: BTreeSet<u32>,
+    in_order: BTreeSet<Id>,
     next: u64,
 }
 
@@ -153,18 +154,18 @@ pub(crate) fn peers_reach_anywhere() {
 /// Whether receives of QP `qpn` may be staged: ibv_query_qp_data_in_order never told the
 /// program that SENDs land in order there, and no on-demand region opens every page to
 /// peers.
-pub(crate) fn may_stage(qpn: u32) -> bool {
+pub(crate) fn may_stage(qpn: Id) -> bool {
     !PEERS_REACH_ANYWHERE.load(Ordering::Relaxed) && with(|st| !st.in_order.contains(&qpn))
 }
 
 /// ibv_query_qp_data_in_order answered 1 for a SEND on QP `qpn`.
-pub(crate) fn told_in_order(qpn: u32) {
+pub(crate) fn told_in_order(qpn: Id) {
     with(|st| st.in_order.insert(qpn));
 }
 
 /// Whether QP `qpn` has staged receives outstanding: its SENDs are then placed late, and
 /// ibv_query_qp_data_in_order answers 0 for them.
-pub(crate) fn staged_on(qpn: u32) -> bool {
+pub(crate) fn staged_on(qpn: Id) -> bool {
     with(|st| st.entries.values().any(|e| e.qpn == qpn))
 }
 
@@ -284,7 +285,7 @@ pub(crate) fn discard(ids: &[u64]) {
 }
 
 /// QP `qpn` was destroyed: what it was told goes with it.
-pub(crate) fn qp_gone(qpn: u32) {
+pub(crate) fn qp_gone(qpn: Id) {
     with(|st| st.in_order.remove(&qpn));
 }
 
@@ -292,7 +293,7 @@ pub(crate) fn qp_gone(qpn: u32) {
 /// so their pages are given back; completions already made still scatter at their poll.
 #[cold]
 #[inline(never)]
-pub(crate) fn qp_failed(qpn: u32) {
+pub(crate) fn qp_failed(qpn: Id) {
     with(|st| {
         let ids: Vec<u64> = st.entries.iter().filter(|(_, e)| e.qpn == qpn).map(|(&id, _)| id).collect();
         for id in ids {
@@ -301,17 +302,17 @@ pub(crate) fn qp_failed(qpn: u32) {
     });
 }
 
-/// Region `lkey` is being deregistered: staged receives naming it give its pages back,
-/// and nothing will be scattered into it.
+/// Region `lkey` is being deregistered: staged receives of its device naming it give
+/// their pages back, and nothing will be scattered into it.
 #[cold]
 #[inline(never)]
-pub(crate) fn region_gone(lkey: u32) {
+pub(crate) fn region_gone(lkey: Id) {
     with(|st| {
-        let ids: Vec<u64> = st.entries.iter().filter(|(_, e)| e.sges.iter().any(|s| s.0 == lkey)).map(|(&id, _)| id).collect();
+        let ids: Vec<u64> = st.entries.iter().filter(|(_, e)| e.qpn.slot == lkey.slot && e.sges.iter().any(|s| s.0 == lkey.num)).map(|(&id, _)| id).collect();
         for id in ids {
             unwatch(st, id);
             if let Some(e) = st.entries.get_mut(&id) {
-                e.dead.push(lkey);
+                e.dead.push(lkey.num);
             }
         }
     });
@@ -425,6 +426,7 @@ fn read_early(id: u64, addr: usize) {
     let (lkey, sa, sl) = sge.unwrap_or((0, addr as u64, 1));
     report::emit(Finding {
         kind: FindingKind::ReadBeforeCompletion,
+        device: Some(qpn.slot),
         page: "ibv_query_qp_data_in_order(3), ibv_poll_cq(3)",
         rule: "ibv_query_qp_data_in_order answers 0 for SENDs on this QP, so the data of a receive is guaranteed to be in its buffer only once its completion was polled: a read before may see old bytes, part of the message, or a mix",
         headline: format!(
@@ -432,8 +434,8 @@ fn read_early(id: u64, addr: usize) {
             sa.saturating_add(u64::from(sl))
         ),
         objects: vec![
-            Object::Qp { qpn, state: None },
-            Object::WorkRequest { wr_id, queue: Queue::Recv, num: qpn, sge: Some((sa, sl)) },
+            Object::Qp { qpn: qpn.num, state: None },
+            Object::WorkRequest { wr_id, queue: Queue::Recv, num: qpn.num, sge: Some((sa, sl)) },
             Object::Read { addr: addr as u64, lkey },
         ],
         sites: vec![site("read at", &read), site("posted at", &at)],

@@ -275,6 +275,12 @@ pub struct Site {
 pub struct Finding {
     /// The kind.
     pub kind: FindingKind,
+    /// The slot of the device whose objects it names (`Device::slot_index`): their
+    /// numbers are unique on that device only. The report prints it when it is not the
+    /// listed device's (`default_device_slot`, 0 in a process that did not fork). `None`
+    /// for leak-at-exit, which lists the objects of every device (each site naming its
+    /// device when it is not the listed one).
+    pub device: Option<usize>,
     /// The man page whose rule was broken, e.g. `ibv_dereg_mr(3)`.
     pub page: &'static str,
     /// The rule, in one sentence.

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{report, site, trace, track, Finding, FindingKind, Kind, Object, Queue, BUSY};
+use super::{report, site, trace, track, Finding, FindingKind, Id, Kind, Object, Queue, BUSY};
 
 /// How many regions `caller_mrs` holds, kept with it under the tables' lock: a release
 /// while there are none takes no lock.
@@ -20,7 +20,7 @@ pub(crate) fn counted(st: &track::State) {
 /// under it is mr-memory-freed.
 #[cold]
 #[inline(never)]
-pub(crate) fn caller_region(lkey: u32, addr: u64, len: u64) {
+pub(crate) fn caller_region(lkey: Id, addr: u64, len: u64) {
     let mut st = track::state();
     st.caller_mrs.insert(lkey, (addr, len));
     counted(&st);
@@ -29,7 +29,7 @@ pub(crate) fn caller_region(lkey: u32, addr: u64, len: u64) {
 /// The region `lkey` no longer covers caller memory it can be blamed for.
 #[cold]
 #[inline(never)]
-pub(crate) fn caller_region_gone(lkey: u32) {
+pub(crate) fn caller_region_gone(lkey: Id) {
     let mut st = track::state();
     st.caller_mrs.remove(&lkey);
     counted(&st);
@@ -67,11 +67,11 @@ pub(crate) fn released(addr: usize, len: usize) {
     let user = st.user_of(lkey).map(|(queue, num, p, sge)| (queue, num, p.wr_id, sge, p.at.clone()));
     drop(st);
     let mut sites = vec![site("freed at", &trace::capture())];
-    let mut objects = vec![Object::Mr { lkey, addr: mr_addr, len: mr_len }];
+    let mut objects = vec![Object::Mr { lkey: lkey.num, addr: mr_addr, len: mr_len }];
     let mut tail = String::new();
     if let Some((queue, num, wr_id, sge, posted)) = user {
         sites.push(site("posted at", &posted));
-        objects.push(Object::WorkRequest { wr_id, queue, num, sge: Some(sge) });
+        objects.push(Object::WorkRequest { wr_id, queue, num: num.num, sge: Some(sge) });
         tail = format!(", and work request wr_id {wr_id:#x} on {} ({}) uses it", if queue == Queue::SharedRecv { format!("SRQ {num:#x}") } else { format!("QPN {num:#x}") }, queue.describe());
     }
     if let Some(r) = registered {
@@ -79,6 +79,7 @@ pub(crate) fn released(addr: usize, len: usize) {
     }
     report::emit(Finding {
         kind: FindingKind::MrMemoryFreed,
+        device: Some(lkey.slot),
         page: "ibv_reg_mr(3)",
         rule: "a registered region's memory stays allocated until ibv_dereg_mr: a NIC keeps the pages it pinned at registration and goes on reading and writing them, so a heap block freed under a region (then reused by the next malloc) is read and overwritten by the device behind the program's back; with a work request outstanding, its buffers may be reused only once its completion was retrieved (ibv_post_send(3), ibv_post_recv(3), NOTES)",
         headline: format!(

@@ -7,10 +7,14 @@
 //! or by [`set_mode`] from Rust. Off, every hook of the verbs is `if on() { … }` on one
 //! relaxed load of a flag: nothing is tracked, captured, allocated or locked. The public
 //! names are re-exported by `rverbs::sanitize`.
+//!
+//! The hooks take each object as an [`Id`], its device's slot and its number: numbers
+//! repeat across the devices of a process, so every table is keyed by both.
 
 pub(crate) mod early;
 mod finding;
 mod freed;
+mod id;
 mod report;
 mod trace;
 mod track;
@@ -24,6 +28,7 @@ pub use finding::{Finding, FindingKind, Frame, Object, Queue, Site};
 pub(crate) use track::{Remote, Watched, MAX_WATCHED};
 pub(crate) use track::Kind;
 pub(crate) use freed::{caller_region, caller_region_gone, released};
+pub(crate) use id::Id;
 
 /// The mode before the environment was read.
 const UNREAD: u8 = u8::MAX;
@@ -142,21 +147,21 @@ pub fn internal<R>(f: impl FnOnce() -> R) -> R {
 /// the report at exit.
 #[cold]
 #[inline(never)]
-pub(crate) fn created(kind: Kind, id: u32, object: Option<Object>) {
+pub(crate) fn created(kind: Kind, id: Id, object: Option<Object>) {
     if INTERNAL.with(|c| c.get()) {
         return;
     }
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
     AT_EXIT.call_once(|| crate::sys::at_exit(exit_report));
     let at = trace::capture();
-    let object = object.unwrap_or_else(|| kind.object(id));
+    let object = object.unwrap_or_else(|| kind.object(id.num));
     track::state().live.insert((kind, id), track::Live { object, pid: std::process::id(), at });
 }
 
 /// An object was destroyed (or its last handle dropped): what was kept about it goes.
 #[cold]
 #[inline(never)]
-pub(crate) fn gone(kind: Kind, id: u32) {
+pub(crate) fn gone(kind: Kind, id: Id) {
     if kind == Kind::Qp {
         // Before the tables' lock: the staging's lock is never taken under it (a fork
         // takes the staging's, then the tables').
@@ -195,22 +200,23 @@ pub(crate) fn gone(kind: Kind, id: u32) {
 
 /// The objects this process made that are alive, with their creation sites (taken
 /// under the lock; symbolized after it).
-fn survivors(st: &track::State) -> Vec<(Object, trace::Trace)> {
+fn survivors(st: &track::State) -> Vec<(Object, usize, trace::Trace)> {
     let pid = std::process::id();
-    st.live.values().filter(|l| l.pid == pid).map(|l| (l.object.clone(), l.at.clone())).collect()
+    st.live.iter().filter(|(_, l)| l.pid == pid).map(|(&(_, id), l)| (l.object.clone(), id.slot, l.at.clone())).collect()
 }
 
-fn leak_finding(alive: Vec<(Object, trace::Trace)>) -> Option<Finding> {
+fn leak_finding(alive: Vec<(Object, usize, trace::Trace)>) -> Option<Finding> {
     if alive.is_empty() {
         return None;
     }
-    let sites = alive.iter().map(|(o, at)| site(format!("{} created at", report::describe(o)), at)).collect();
+    let sites = alive.iter().map(|(o, slot, at)| site(format!("{}{} created at", report::describe(o), report::on_device(Some(*slot))), at)).collect();
     Some(Finding {
         kind: FindingKind::LeakAtExit,
+        device: None,
         page: "ibv_open_device(3)",
         rule: "every object a program creates is destroyed by it (ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq, ibv_destroy_comp_channel, ibv_close_device); what is alive at exit was leaked",
         headline: format!("{} object(s) still alive at exit", alive.len()),
-        objects: alive.into_iter().map(|(o, _)| o).collect(),
+        objects: alive.into_iter().map(|(o, ..)| o).collect(),
         sites,
     })
 }
@@ -249,14 +255,14 @@ pub(crate) struct Ticket {
 /// [`unposted`].
 #[cold]
 #[inline(never)]
-pub(crate) fn posting(queue: Queue, num: u32, wrs: Vec<Wr>) -> Ticket {
+pub(crate) fn posting(queue: Queue, num: Id, wrs: Vec<Wr>) -> Ticket {
     let at = trace::capture();
     let count = wrs.len();
     let mut st = track::state();
     let first = st.post(queue, num, wrs, &at);
     // cq-too-small is reported at the first post that can lead to the overrun (a QP made
     // only to probe the device, never posted to, is no finding).
-    let over: Vec<(u32, (u32, Vec<track::Depth>))> = st.cqs_fed_by(queue, num).into_iter().filter_map(|cq| Some((cq, st.overcommitted(cq)?))).collect();
+    let over: Vec<(Id, (u32, Vec<track::Depth>))> = st.cqs_fed_by(queue, num).into_iter().filter_map(|cq| Some((cq, st.overcommitted(cq)?))).collect();
     drop(st);
     for (cq, (cqe, queues)) in over {
         cq_too_small(queue.post_verb(), cq, cqe, queues);
@@ -267,7 +273,7 @@ pub(crate) fn posting(queue: Queue, num: u32, wrs: Vec<Wr>) -> Ticket {
 /// The post refused the work requests from `index` on (`PostError::index`).
 #[cold]
 #[inline(never)]
-pub(crate) fn unposted(queue: Queue, num: u32, ticket: Ticket, index: usize) {
+pub(crate) fn unposted(queue: Queue, num: Id, ticket: Ticket, index: usize) {
     if index < ticket.count {
         track::state().unpost(queue, num, ticket.first + index as u64..ticket.first + ticket.count as u64);
     }
@@ -277,7 +283,7 @@ pub(crate) fn unposted(queue: Queue, num: u32, ticket: Ticket, index: usize) {
 /// send requests it released are checked for changed buffers after the lock is left.
 #[cold]
 #[inline(never)]
-pub(crate) fn completed(qpn: u32, wr_id: u64, ok: bool, recv: bool, bytes: usize) {
+pub(crate) fn completed(qpn: Id, wr_id: u64, ok: bool, recv: bool, bytes: usize) {
     let (released, staged) = track::state().complete(qpn, wr_id, ok, recv);
     if staged != 0 {
         early::polled(staged, bytes);
@@ -291,8 +297,8 @@ pub(crate) fn completed(qpn: u32, wr_id: u64, ok: bool, recv: bool, bytes: usize
 
 /// The bytes of watched SGE `w` of send request `p` of QP `qpn` changed between its
 /// post and the poll of the completion that released it (send-buffer-changed).
-fn buffer_changed(qpn: u32, p: &track::Posted, w: &track::Watched) {
-    let registered = track::state().live.get(&(Kind::Mr, w.lkey)).map(|l| l.at.clone());
+fn buffer_changed(qpn: Id, p: &track::Posted, w: &track::Watched) {
+    let registered = track::state().live.get(&(Kind::Mr, qpn.with(w.lkey))).map(|l| l.at.clone());
     let mut sites = vec![site("posted at", &p.at), site("completion polled at", &trace::capture())];
     if let Some(r) = registered {
         sites.push(site("mr registered at", &r));
@@ -300,34 +306,35 @@ fn buffer_changed(qpn: u32, p: &track::Posted, w: &track::Watched) {
     let (wr_id, end) = (p.wr_id, w.iova.saturating_add(u64::from(w.len)));
     report::emit(Finding {
         kind: FindingKind::SendBufferChanged,
+        device: Some(qpn.slot),
         page: "ibv_post_send(3)",
         rule: "the buffers used by a work request can only be safely reused after the request is fully executed and a work completion has been retrieved from the CQ (NOTES; with IBV_SEND_INLINE at once): bytes changed meanwhile may be sent as they were, as they are, or mixed",
         headline: format!("the buffer [{:#x}-{end:#x}) of work request wr_id {wr_id:#x} on QPN {qpn:#x} (send queue) changed before its completion was polled", w.iova),
         objects: vec![
             Object::Mr { lkey: w.lkey, addr: w.region.0, len: w.region.1 },
-            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: Some((w.iova, w.len)) },
+            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn.num, sge: Some((w.iova, w.len)) },
         ],
         sites,
     });
 }
 
 /// The live regions over caller memory (of any device of the process) that overlap
-/// `[start, end)`: (lkey, first byte, length).
-pub(crate) fn caller_regions_over(start: usize, end: usize) -> Vec<(u32, u64, u64)> {
+/// `[start, end)`: (device and lkey, first byte, length).
+pub(crate) fn caller_regions_over(start: usize, end: usize) -> Vec<(Id, u64, u64)> {
     let (start, end) = (start as u64, end as u64);
     track::state().caller_mrs.iter().filter(|(_, &(a, l))| a < end && start < a.saturating_add(l)).map(|(&k, &(a, l))| (k, a, l)).collect()
 }
 
 /// Whether QP `qpn` is alive as the tracking knows it (created with the sanitizer on,
 /// not destroyed yet).
-pub(crate) fn qp_alive(qpn: u32) -> bool {
+pub(crate) fn qp_alive(qpn: Id) -> bool {
     track::state().live.contains_key(&(Kind::Qp, qpn))
 }
 
 /// QP `qpn` takes its receives from SRQ `srqn`.
 #[cold]
 #[inline(never)]
-pub(crate) fn qp_uses_srq(qpn: u32, srqn: u32) {
+pub(crate) fn qp_uses_srq(qpn: Id, srqn: Id) {
     track::state().qp_srq.insert(qpn, srqn);
 }
 
@@ -336,7 +343,7 @@ pub(crate) fn qp_uses_srq(qpn: u32, srqn: u32) {
 /// while registered (not for an on-demand region, `odp`, whose pages may come and go).
 #[cold]
 #[inline(never)]
-pub(crate) fn dereg(lkey: u32, addr: u64, len: u64, odp: bool) {
+pub(crate) fn dereg(lkey: Id, addr: u64, len: u64, odp: bool) {
     early::region_gone(lkey);
     mr_in_use(false, lkey, addr, len);
     if odp {
@@ -355,7 +362,7 @@ pub(crate) fn dereg(lkey: u32, addr: u64, len: u64, odp: bool) {
 /// names it, or the deregistration): mr-memory-unmapped, once per region.
 #[cold]
 #[inline(never)]
-pub(crate) fn memory_unmapped(verb: &'static str, lkey: u32, region: (u64, u64), first: usize, wr: Option<(Queue, u32, u64)>) {
+pub(crate) fn memory_unmapped(verb: &'static str, lkey: Id, region: (u64, u64), first: usize, wr: Option<(Queue, u32, u64)>) {
     let mut st = track::state();
     if !st.unmapped.insert(lkey) {
         return;
@@ -368,7 +375,7 @@ pub(crate) fn memory_unmapped(verb: &'static str, lkey: u32, region: (u64, u64),
         sites.push(site("mr registered at", &r));
     }
     let (addr, len) = region;
-    let mut objects = vec![Object::Mr { lkey, addr, len }];
+    let mut objects = vec![Object::Mr { lkey: lkey.num, addr, len }];
     let by = match wr {
         Some((queue, num, wr_id)) => {
             objects.push(Object::WorkRequest { wr_id, queue, num, sge: None });
@@ -378,6 +385,7 @@ pub(crate) fn memory_unmapped(verb: &'static str, lkey: u32, region: (u64, u64),
     };
     report::emit(Finding {
         kind: FindingKind::MrMemoryUnmapped,
+        device: Some(lkey.slot),
         page: "ibv_reg_mr(3)",
         rule: "a registered region's memory stays mapped until ibv_dereg_mr: a NIC pins its pages and keeps their translation for the whole registration, so after munmap (or a free that returns the pages to the system) it still reads and writes the old pages, where the program no longer sees them (rverbs fails such an access instead: IBV_WC_LOC_PROT_ERR, or a remote access error for a peer; docs/memory.md)",
         headline: format!(
@@ -420,12 +428,12 @@ impl Drop for Busy {
 /// deregister memory region followed by register memory region".
 #[cold]
 #[inline(never)]
-pub(crate) fn rereg(lkey: u32, addr: u64, len: u64) {
+pub(crate) fn rereg(lkey: Id, addr: u64, len: u64) {
     early::region_gone(lkey);
     mr_in_use(true, lkey, addr, len);
 }
 
-fn mr_in_use(rereg: bool, lkey: u32, addr: u64, len: u64) {
+fn mr_in_use(rereg: bool, lkey: Id, addr: u64, len: u64) {
     let st = track::state();
     let Some((queue, num, p, sge)) = st.user_of(lkey) else { return };
     let (wr_id, posted) = (p.wr_id, p.at.clone());
@@ -454,10 +462,11 @@ fn mr_in_use(rereg: bool, lkey: u32, addr: u64, len: u64) {
     };
     report::emit(Finding {
         kind,
+        device: Some(lkey.slot),
         page,
         rule,
         headline: format!("{verb} of mr lkey {lkey:#x} while work request wr_id {wr_id:#x} on {qp} ({}) uses it", queue.describe()),
-        objects: vec![Object::Mr { lkey, addr, len }, Object::WorkRequest { wr_id, queue, num, sge: Some(sge) }],
+        objects: vec![Object::Mr { lkey: lkey.num, addr, len }, Object::WorkRequest { wr_id, queue, num: num.num, sge: Some(sge) }],
         sites,
     });
 }
@@ -473,10 +482,11 @@ pub(crate) fn dealloc_mw(mw: usize, rkey: u32) {
     drop(st);
     report::emit(Finding {
         kind: FindingKind::DeallocMwInUse,
+        device: Some(qpn.slot),
         page: "ibv_dealloc_mw(3)",
         rule: "a bind (ibv_bind_mw(3), or an IBV_WR_BIND_MW work request, ibv_post_send(3)) is a work request on the send queue: it has executed only once its completion was retrieved from the CQ (an unsignaled one: a later completion of its send queue); deallocating the window before then takes from the device the object the bind is still changing, and the rkey the bind returned may never have been valid",
         headline: format!("ibv_dealloc_mw of mw rkey {rkey:#x} while the bind work request wr_id {wr_id:#x} on QPN {qpn:#x} (send queue) is outstanding"),
-        objects: vec![Object::Mw { rkey }, Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None }],
+        objects: vec![Object::Mw { rkey }, Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn.num, sge: None }],
         sites: vec![site("bind posted at", &posted), site("deallocated at", &trace::capture())],
     });
 }
@@ -489,7 +499,7 @@ pub(crate) fn dealloc_mw(mw: usize, rkey: u32) {
 /// server does (docs/sanitizer.md, destroy-qp-in-use).
 #[cold]
 #[inline(never)]
-pub(crate) fn destroying_qp(qpn: u32, state: QpState, unfinished: &[u64]) {
+pub(crate) fn destroying_qp(qpn: Id, state: QpState, unfinished: &[u64]) {
     let Some(&wr_id) = unfinished.first() else { return };
     let st = track::state();
     let first = st.first_unfinished(qpn, unfinished).map(|p| (p.signaled, p.at.clone()));
@@ -510,10 +520,11 @@ pub(crate) fn destroying_qp(qpn: u32, state: QpState, unfinished: &[u64]) {
     let count = unfinished.len();
     report::emit(Finding {
         kind: FindingKind::DestroyQpInUse,
+        device: Some(qpn.slot),
         page: "ibv_destroy_qp(3)",
         rule: "a send work request is outstanding from its post until its completion is retrieved from the CQ, and its buffers are the device's until then (ibv_post_send(3), NOTES); destroying the QP discards the requests the device has not finished without completions: the messages may never be sent, and the program cannot know. Wait for their completions (or move the QP to ERR, which flushes them with completions) before ibv_destroy_qp; receives still posted at destroy are normal and not reported",
         headline: format!("ibv_destroy_qp of QPN {qpn:#x} while the device has not finished {count} send work request(s) (the first: wr_id {wr_id:#x}{which}): they are discarded without completions"),
-        objects: vec![Object::Qp { qpn, state: Some(state) }, Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None }],
+        objects: vec![Object::Qp { qpn: qpn.num, state: Some(state) }, Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn.num, sge: None }],
         sites,
     });
 }
@@ -523,7 +534,7 @@ pub(crate) fn destroying_qp(qpn: u32, state: QpState, unfinished: &[u64]) {
 /// and field.
 #[cold]
 #[inline(never)]
-pub(crate) fn field_not_requested(cq: u32, wc_flags: u64, bit: u64, read: &'static str, flag: &'static str) {
+pub(crate) fn field_not_requested(cq: Id, wc_flags: u64, bit: u64, read: &'static str, flag: &'static str) {
     let mut st = track::state();
     if !st.fields.insert((cq, bit)) {
         return;
@@ -536,10 +547,11 @@ pub(crate) fn field_not_requested(cq: u32, wc_flags: u64, bit: u64, read: &'stat
     }
     report::emit(Finding {
         kind: FindingKind::WcFieldNotRequested,
+        device: Some(cq.slot),
         page: "ibv_create_cq_ex(3)",
         rule: "only the fields the user requested via wc_flags in ibv_create_cq_ex can be queried (wr_id, status, opcode, vendor_err and wc_flags always can): a provider fills only the requested fields, so another field read is undefined (rverbs returns the field, a NIC's provider what its CQE holds or nothing)",
         headline: format!("{read} of cq {cq}, created without {flag} in its wc_flags"),
-        objects: vec![Object::WcField { cq, read, flag, wc_flags }],
+        objects: vec![Object::WcField { cq: cq.num, read, flag, wc_flags }],
         sites,
     });
 }
@@ -549,7 +561,7 @@ pub(crate) fn field_not_requested(cq: u32, wc_flags: u64, bit: u64, read: &'stat
 /// An event about object `id` of `kind` was handed to the application.
 #[cold]
 #[inline(never)]
-pub(crate) fn event_obtained(asynchronous: bool, kind: Kind, id: u32) {
+pub(crate) fn event_obtained(asynchronous: bool, kind: Kind, id: Id) {
     let at = trace::capture();
     track::state().events.insert((asynchronous, kind, id), at);
 }
@@ -558,7 +570,7 @@ pub(crate) fn event_obtained(asynchronous: bool, kind: Kind, id: u32) {
 /// acknowledged: reported before the verb starts waiting for the acknowledgements.
 #[cold]
 #[inline(never)]
-pub(crate) fn unacked(asynchronous: bool, kind: Kind, id: u32, unacked: u64, verb: &'static str) {
+pub(crate) fn unacked(asynchronous: bool, kind: Kind, id: Id, unacked: u64, verb: &'static str) {
     let st = track::state();
     let last = st.events.get(&(asynchronous, kind, id)).cloned();
     let created = st.live.get(&(kind, id)).map(|l| l.at.clone());
@@ -578,10 +590,11 @@ pub(crate) fn unacked(asynchronous: bool, kind: Kind, id: u32, unacked: u64, ver
     };
     report::emit(Finding {
         kind: fkind,
+        device: Some(id.slot),
         page,
         rule,
-        headline: format!("{verb} of {} with {unacked} event(s) not acknowledged: it waits for {ack} for ever", report::describe(&kind.object(id))),
-        objects: vec![kind.object(id), Object::Events { unacked }],
+        headline: format!("{verb} of {} with {unacked} event(s) not acknowledged: it waits for {ack} for ever", report::describe(&kind.object(id.num))),
+        objects: vec![kind.object(id.num), Object::Events { unacked }],
         sites,
     });
 }
@@ -591,12 +604,25 @@ pub(crate) fn unacked(asynchronous: bool, kind: Kind, id: u32, unacked: u64, ver
 /// A transition of QP `qpn` (`QpRecord::transition`), with its cause.
 #[cold]
 #[inline(never)]
-pub(crate) fn transition(qpn: u32, from: QpState, to: QpState, cause: &'static str) {
+pub(crate) fn transition(qpn: Id, from: QpState, to: QpState, cause: &'static str) {
     let at = trace::capture();
     let staged = track::state().transition(qpn, track::Step { from, to, cause, at });
     early::discard(&staged);
     if to == QpState::Err {
         early::qp_failed(qpn);
+    }
+}
+
+/// A transition of QP `qpn` of another endpoint, made by this process (a responder fault,
+/// `transport::target`): recorded as [`transition`] for the QP of this process with that
+/// number when exactly one of its devices has one (a QP of another process has none here;
+/// QPNs repeat only across runtime directories, and then nothing is recorded).
+#[cold]
+#[inline(never)]
+pub(crate) fn peer_transition(qpn: u32, from: QpState, to: QpState, cause: &'static str) {
+    let ids: Vec<Id> = track::state().live.keys().filter(|&&(k, id)| k == Kind::Qp && id.num == qpn).map(|&(_, id)| id).collect();
+    if let [id] = ids[..] {
+        transition(id, from, to, cause);
     }
 }
 
@@ -611,7 +637,7 @@ fn step_text(s: &track::Step) -> String {
 /// `verb` posted to `queue` of QP `qpn` in `state`, which cannot execute it.
 #[cold]
 #[inline(never)]
-pub(crate) fn bad_state_post(verb: &'static str, queue: Queue, qpn: u32, state: QpState, wr_id: Option<u64>) {
+pub(crate) fn bad_state_post(verb: &'static str, queue: Queue, qpn: Id, state: QpState, wr_id: Option<u64>) {
     let st = track::state();
     let history: Vec<(String, trace::Trace)> = st
         .history
@@ -627,12 +653,13 @@ pub(crate) fn bad_state_post(verb: &'static str, queue: Queue, qpn: u32, state: 
         Queue::Send => ("ibv_modify_qp(3)", "a QP executes send work requests once it is in RTS (Reset --> Init --> RTR --> RTS); in RESET, INIT or RTR ibv_post_send is an error (rdma-core's rxe refuses it with EINVAL)"),
         _ => ("ibv_modify_qp(3)", "a QP takes receive work requests once it is in INIT; in RESET ibv_post_recv is an error (rdma-core's rxe refuses it with EINVAL)"),
     };
-    let mut objects = vec![Object::Qp { qpn, state: Some(state) }];
+    let mut objects = vec![Object::Qp { qpn: qpn.num, state: Some(state) }];
     if let Some(wr_id) = wr_id {
-        objects.push(Object::WorkRequest { wr_id, queue, num: qpn, sge: None });
+        objects.push(Object::WorkRequest { wr_id, queue, num: qpn.num, sge: None });
     }
     report::emit(Finding {
         kind: FindingKind::PostInBadState,
+        device: Some(qpn.slot),
         page,
         rule,
         headline: format!("{verb} to QPN {qpn:#x} in state {state:?}, which cannot execute it"),
@@ -648,7 +675,7 @@ pub(crate) fn bad_state_post(verb: &'static str, queue: Queue, qpn: u32, state: 
 /// resize to a smaller size checks the CQ again.
 #[cold]
 #[inline(never)]
-pub(crate) fn cq_sized(id: u32, cqe: u32, ignore_overrun: bool, resized: bool) {
+pub(crate) fn cq_sized(id: Id, cqe: u32, ignore_overrun: bool, resized: bool) {
     let mut st = track::state();
     let smaller = match st.cqs.get_mut(&id) {
         Some(c) if resized => {
@@ -672,43 +699,44 @@ pub(crate) fn cq_sized(id: u32, cqe: u32, ignore_overrun: bool, resized: bool) {
     }
 }
 
-/// Queues that complete to CQs were made (a QP's send and receive queues, an XRC SRQ):
-/// each `(cq, queue, num, depth)`, a depth of 0 for none. The CQs they complete to are
+/// Queues of the device in slot `slot` that complete to CQs of it were made (a QP's send
+/// and receive queues, an XRC SRQ): each `(cq, queue, num, depth)`, a depth of 0 for none. The CQs they complete to are
 /// checked at their first post ([`posting`]): a QP made only to probe what the device
 /// grants (libfabric's `fi_getinfo` makes some on one-entry CQs) can overrun nothing.
 #[cold]
 #[inline(never)]
-pub(crate) fn completes_to(queues: &[(u32, Queue, u32, u32)]) {
+pub(crate) fn completes_to(slot: usize, queues: &[(u32, Queue, u32, u32)]) {
     let mut st = track::state();
     for &(cq, queue, num, depth) in queues {
         if depth > 0 {
-            st.demand.insert((cq, queue, num), depth);
+            st.demand.insert((Id::new(slot, cq), queue, Id::new(slot, num)), depth);
         }
     }
 }
 
 /// The queues `queues` completing to CQ `cq` of `cqe` entries can have more work
 /// outstanding than it holds.
-fn cq_too_small(verb: &'static str, cq: u32, cqe: u32, queues: Vec<track::Depth>) {
+fn cq_too_small(verb: &'static str, cq: Id, cqe: u32, queues: Vec<track::Depth>) {
     let demand: u64 = queues.iter().map(|&(_, _, d)| u64::from(d)).sum();
     let st = track::state();
     let created = st.live.get(&(Kind::Cq, cq)).map(|l| l.at.clone());
-    let mut owners: Vec<(Kind, u32)> = queues.iter().map(|&(q, n, _)| (if q == Queue::SharedRecv { Kind::Srq } else { Kind::Qp }, n)).collect();
+    let mut owners: Vec<(Kind, Id)> = queues.iter().map(|&(q, n, _)| (if q == Queue::SharedRecv { Kind::Srq } else { Kind::Qp }, cq.with(n))).collect();
     owners.sort();
     owners.dedup();
-    let made: Vec<(Kind, u32, trace::Trace)> = owners.iter().filter_map(|&(k, n)| st.live.get(&(k, n)).map(|l| (k, n, l.at.clone()))).collect();
+    let made: Vec<(Kind, Id, trace::Trace)> = owners.iter().filter_map(|&(k, n)| st.live.get(&(k, n)).map(|l| (k, n, l.at.clone()))).collect();
     drop(st);
     let mut sites = vec![site(format!("{verb} called at"), &trace::capture())];
     if let Some(c) = created {
         sites.push(site(format!("cq {cq} created at"), &c));
     }
     for (k, n, at) in &made {
-        sites.push(site(format!("{} created at", report::describe(&k.object(*n))), at));
+        sites.push(site(format!("{} created at", report::describe(&k.object(n.num))), at));
     }
-    let mut objects = vec![Object::CqCapacity { id: cq, cqe, demand }];
+    let mut objects = vec![Object::CqCapacity { id: cq.num, cqe, demand }];
     objects.extend(queues.into_iter().map(|(queue, num, depth)| Object::QueueDepth { queue, num, depth }));
     report::emit(Finding {
         kind: FindingKind::CqTooSmall,
+        device: Some(cq.slot),
         page: "ibv_create_cq(3)",
         rule: "a CQ must hold every completion the application may have to poll: the completions its queues can have outstanding (max_recv_wr of the QPs it is the receive CQ of without an SRQ, max_wr of the XRC SRQs completing to it, and max_send_wr of the QPs it is the send CQ of that signal every send, sq_sig_all) must fit in its cqe entries; an overrun is an error that moves the QPs to the error state (ibv_create_cq_ex(3), IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: an application must be designed to avoid ever overflowing the CQ; docs/completion-queues.md)",
         headline: format!("cq {cq} holds {cqe} completions, but the queues completing to it can have {demand} completing work requests outstanding"),
@@ -740,7 +768,7 @@ const BATCH_RULE: &str = "after ibv_start_poll returns 0, ibv_end_poll must be c
 /// before the verb takes the CQ's lock.
 #[cold]
 #[inline(never)]
-pub(crate) fn batch_starting(verb: &'static str, cq: u32, me: Option<u64>) {
+pub(crate) fn batch_starting(verb: &'static str, cq: Id, me: Option<u64>) {
     let st = track::state();
     let open = match me {
         Some(t) => st.batches.get(&(cq, t)).cloned(),
@@ -755,10 +783,11 @@ pub(crate) fn batch_starting(verb: &'static str, cq: u32, me: Option<u64>) {
     }
     report::emit(Finding {
         kind: FindingKind::CqPollUnfinished,
+        device: Some(cq.slot),
         page: "ibv_create_cq_ex(3)",
         rule: BATCH_RULE,
         headline: format!("{verb} of cq {cq} while a batch ibv_start_poll opened was not ended with ibv_end_poll"),
-        objects: vec![Object::Cq { id: cq }],
+        objects: vec![Object::Cq { id: cq.num }],
         sites,
     });
 }
@@ -766,7 +795,7 @@ pub(crate) fn batch_starting(verb: &'static str, cq: u32, me: Option<u64>) {
 /// `ibv_start_poll` of thread `me` opened a batch on CQ `cq`.
 #[cold]
 #[inline(never)]
-pub(crate) fn batch_opened(cq: u32, me: u64) {
+pub(crate) fn batch_opened(cq: Id, me: u64) {
     let at = trace::capture();
     track::state().batches.insert((cq, me), at);
 }
@@ -775,7 +804,7 @@ pub(crate) fn batch_opened(cq: u32, me: u64) {
 /// if this one has none: the provider's lock is released whoever calls).
 #[cold]
 #[inline(never)]
-pub(crate) fn batch_ended(cq: u32, me: u64) {
+pub(crate) fn batch_ended(cq: Id, me: u64) {
     let mut st = track::state();
     if st.batches.remove(&(cq, me)).is_none() {
         st.batches.retain(|&(c, _), _| c != cq);
@@ -786,7 +815,7 @@ pub(crate) fn batch_ended(cq: u32, me: u64) {
 /// inside one (single-threaded-cq-shared); reported once per CQ.
 #[cold]
 #[inline(never)]
-pub(crate) fn shared_poll(verb: &'static str, cq: u32, other: u64) {
+pub(crate) fn shared_poll(verb: &'static str, cq: Id, other: u64) {
     let mut st = track::state();
     if !st.shared.insert(cq) {
         return;
@@ -803,10 +832,11 @@ pub(crate) fn shared_poll(verb: &'static str, cq: u32, other: u64) {
     }
     report::emit(Finding {
         kind: FindingKind::SingleThreadedCqShared,
+        device: Some(cq.slot),
         page: "ibv_create_cq_ex(3)",
         rule: "IBV_CREATE_CQ_ATTR_SINGLE_THREADED: the CQ is accessed from a single thread, so the provider takes no lock: two threads polling it at once corrupt its state (completions lost, returned twice, or torn)",
         headline: format!("{verb} of single-threaded cq {cq} while another thread is inside a poll of it"),
-        objects: vec![Object::Cq { id: cq }],
+        objects: vec![Object::Cq { id: cq.num }],
         sites,
     });
 }
@@ -817,7 +847,7 @@ pub(crate) fn shared_poll(verb: &'static str, cq: u32, other: u64) {
 /// completions (counted before the arming).
 #[cold]
 #[inline(never)]
-pub(crate) fn armed_holding(cq: u32, channel: u32, held: usize) {
+pub(crate) fn armed_holding(cq: Id, channel: Id, held: usize) {
     let at = trace::capture();
     track::state().armed.insert(cq, track::Armed { channel, held, at });
 }
@@ -825,7 +855,7 @@ pub(crate) fn armed_holding(cq: u32, channel: u32, held: usize) {
 /// CQ `cq` was polled (or armed empty) after an arming that held completions.
 #[cold]
 #[inline(never)]
-pub(crate) fn polled_after_arming(cq: u32) {
+pub(crate) fn polled_after_arming(cq: Id) {
     track::state().armed.remove(&cq);
 }
 
@@ -834,9 +864,9 @@ pub(crate) fn polled_after_arming(cq: u32) {
 /// per such arming).
 #[cold]
 #[inline(never)]
-pub(crate) fn waiting_for_event(channel: u32) {
+pub(crate) fn waiting_for_event(channel: Id) {
     let mut st = track::state();
-    let cqs: Vec<u32> = st.armed.iter().filter(|(_, a)| a.channel == channel).map(|(&cq, _)| cq).collect();
+    let cqs: Vec<Id> = st.armed.iter().filter(|(_, a)| a.channel == channel).map(|(&cq, _)| cq).collect();
     let mut found = Vec::new();
     for cq in cqs {
         if let Some(a) = st.armed.remove(&cq) {
@@ -852,10 +882,11 @@ pub(crate) fn waiting_for_event(channel: u32) {
         }
         report::emit(Finding {
             kind: FindingKind::LostWakeup,
+            device: Some(cq.slot),
             page: "ibv_get_cq_event(3)",
             rule: "ibv_req_notify_cq arms the CQ for the next completion: completions already in the CQ raise no event, so after arming the CQ must be polled again (the man page's example: arm, then poll) before waiting for an event",
             headline: format!("ibv_get_cq_event on completion channel {channel} while cq {cq} was armed holding {} completion(s) and not polled since: they raise no event", a.held),
-            objects: vec![Object::CompChannel { id: channel }, Object::Cq { id: cq }],
+            objects: vec![Object::CompChannel { id: channel.num }, Object::Cq { id: cq.num }],
             sites,
         });
     }
@@ -869,17 +900,18 @@ pub(crate) fn waiting_for_event(channel: u32) {
 /// is polled (docs/sanitizer.md, "unsignaled-fill").
 #[cold]
 #[inline(never)]
-pub(crate) fn send_posting(qpn: u32, depth: u32) {
+pub(crate) fn send_posting(qpn: Id, depth: u32) {
     let Some((wr_id, first, outstanding)) = track::state().unsignaled_run(qpn, depth) else { return };
     report::emit(Finding {
         kind: FindingKind::UnsignaledFill,
+        device: Some(qpn.slot),
         page: "ibv_post_send(3)",
         rule: "the slot of an unsignaled send work request (no IBV_SEND_SIGNALED, and the QP made without sq_sig_all, ibv_create_qp(3)) is freed only when a later completion of the same send queue is polled: a send queue filled with unsignaled requests, with no signaled one outstanding, never drains, and a NIC refuses every further post (ENOMEM); signal one request in every max_send_wr at least, and poll its completion",
         headline: format!("ibv_post_send to QPN {qpn:#x} finds its send queue of depth {depth} full of {outstanding} unsignaled work requests, with no signaled one whose completion would free their slots"),
         objects: vec![
-            Object::Qp { qpn, state: None },
-            Object::QueueDepth { queue: Queue::Send, num: qpn, depth },
-            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None },
+            Object::Qp { qpn: qpn.num, state: None },
+            Object::QueueDepth { queue: Queue::Send, num: qpn.num, depth },
+            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn.num, sge: None },
         ],
         sites: vec![site("ibv_post_send called at", &trace::capture()), site("first unsignaled work request of the run posted at", &first)],
     });
@@ -892,11 +924,11 @@ pub(crate) fn send_posting(qpn: u32, depth: u32) {
 /// range (ibv_post_send(3), ibv_reg_mr(3); docs/sanitizer.md, "remote-access-explained").
 #[cold]
 #[inline(never)]
-pub(crate) fn remote_error(qpn: u32, wr_id: u64, status: u32, vendor_err: u32) {
+pub(crate) fn remote_error(qpn: Id, wr_id: u64, status: u32, vendor_err: u32) {
     use rverbs_proto::vendor_err as ve;
     let st = track::state();
     let Some((r, posted)) = st.remote_of(qpn, wr_id) else { return };
-    let registered = st.live.get(&(Kind::Mr, r.rkey)).filter(|l| l.pid == std::process::id()).map(|l| l.at.clone());
+    let registered = st.live.get(&(Kind::Mr, qpn.with(r.rkey))).filter(|l| l.pid == std::process::id()).map(|l| l.at.clone());
     drop(st);
     // A REM_INV_REQ_ERR is explained only for a length the responder refused.
     let inv_req = status == rverbs_proto::verbs::WcStatus::RemInvReqErr as u32;
@@ -928,11 +960,12 @@ pub(crate) fn remote_error(qpn: u32, wr_id: u64, status: u32, vendor_err: u32) {
     let status_name = if inv_req { "IBV_WC_REM_INV_REQ_ERR" } else { "IBV_WC_REM_ACCESS_ERR" };
     report::emit(Finding {
         kind: FindingKind::RemoteAccessExplained,
+        device: Some(qpn.slot),
         page: "ibv_post_send(3)",
         rule: "an RDMA READ, WRITE or atomic names remote memory by rkey and address: the range must lie in a region (or window) of the responder's PD registered with the matching remote right (ibv_reg_mr(3): IBV_ACCESS_REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC), and the responder QP must allow the operation (ibv_modify_qp(3), qp_access_flags); otherwise the request completes with IBV_WC_REM_ACCESS_ERR (ibv_poll_cq(3)). Informative: the program may handle the error",
         headline: format!("work request wr_id {wr_id:#x} ({}) on QPN {qpn:#x} completed with {status_name}: {why}{region_text}", r.op),
         objects: vec![
-            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn, sge: None },
+            Object::WorkRequest { wr_id, queue: Queue::Send, num: qpn.num, sge: None },
             Object::RemoteRange { rkey: r.rkey, addr: r.va, len: r.len },
         ],
         sites,

@@ -85,12 +85,21 @@ pub(crate) fn describe(o: &Object) -> String {
     }
 }
 
+/// ` (device slot N)` for a device other than the listed one (whose reports stay as
+/// they were before devices were named), else nothing.
+pub(crate) fn on_device(slot: Option<usize>) -> String {
+    match slot {
+        Some(s) if s != crate::sys::default_device_slot() => format!(" (device slot {s})"),
+        _ => String::new(),
+    }
+}
+
 /// The text block of a finding.
 pub(crate) fn render(f: &Finding) -> String {
     use std::fmt::Write as _;
     let pid = std::process::id();
     let mut s = String::new();
-    let _ = writeln!(s, "=={pid}==RVERBS SANITIZER: {}: {}", f.kind.name(), f.headline);
+    let _ = writeln!(s, "=={pid}==RVERBS SANITIZER: {}: {}{}", f.kind.name(), f.headline, on_device(f.device));
     let _ = writeln!(s, "  rule: {}: {}", f.page, f.rule);
     for o in &f.objects {
         let _ = writeln!(s, "  {}", describe(o));
@@ -107,4 +116,25 @@ pub(crate) fn render(f: &Finding) -> String {
     let top = f.sites.first().and_then(|s| s.frames.first()).map_or(String::new(), |fr| format!(" {}", trace::render(fr)));
     let _ = writeln!(s, "SUMMARY: RVERBS SANITIZER: {}{top}", f.kind.name());
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sanitizer::{FindingKind, Object};
+
+    fn finding(device: Option<usize>) -> Finding {
+        Finding { kind: FindingKind::CqPollUnfinished, device, page: "p(3)", rule: "r", headline: "h of cq 2".into(), objects: vec![Object::Cq { id: 2 }], sites: vec![] }
+    }
+
+    #[test]
+    fn the_device_is_named_only_when_it_is_not_the_listed_one() {
+        let listed = crate::sys::default_device_slot();
+        let plain = render(&finding(Some(listed)));
+        assert_eq!(plain, render(&finding(None)), "the listed device's report is as without devices");
+        assert!(plain.lines().next().unwrap().ends_with("cq-poll-unfinished: h of cq 2"), "{plain}");
+        let other = render(&finding(Some(listed + 9)));
+        assert!(other.lines().next().unwrap().ends_with(&format!("cq-poll-unfinished: h of cq 2 (device slot {})", listed + 9)), "{other}");
+        assert_eq!(other.lines().skip(1).collect::<Vec<_>>(), plain.lines().skip(1).collect::<Vec<_>>());
+    }
 }

@@ -3,8 +3,9 @@
 //! of every queue, each QP's state history, and where the last event about an object
 //! was obtained, the checksums of the buffers outstanding sends read, and the CQs'
 //! sizes against the depths of the queues completing to them, the open batches of
-//! extended polling, and the CQs armed while they held completions. One lock, a leaf: nothing
-//! is called while it is held but captures of backtraces.
+//! extended polling, and the CQs armed while they held completions. Every object is keyed
+//! by its device and number ([`Id`]): numbers repeat across the devices of a process. One
+//! lock, a leaf: nothing is called while it is held but captures of backtraces.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -12,6 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use rverbs_proto::verbs::QpState;
 
 use super::finding::{Object, Queue};
+use super::id::Id;
 use super::trace::Trace;
 
 // ---- The bytes of outstanding work requests (docs/sanitizer.md, send-buffer-changed):
@@ -155,7 +157,7 @@ fn overlap(a: &[(usize, usize)], b: &[Watched]) -> bool {
     a.iter().any(|&(s, e)| b.iter().any(|w| s < w.addr + w.len as usize && w.addr < e))
 }
 
-/// A queue completing to a CQ: (queue, QPN or SRQ number, depth).
+/// A queue completing to a CQ: (queue, QPN or SRQ number on the CQ's device, depth).
 pub(crate) type Depth = (Queue, u32, u32);
 
 /// A CQ's size as the sanitizer keeps it (cq-too-small).
@@ -179,45 +181,45 @@ const HISTORY: usize = 16;
 
 #[derive(Default)]
 pub(crate) struct State {
-    pub(crate) live: BTreeMap<(Kind, u32), Live>,
-    pub(crate) queues: BTreeMap<(Queue, u32), VecDeque<Posted>>,
+    pub(crate) live: BTreeMap<(Kind, Id), Live>,
+    pub(crate) queues: BTreeMap<(Queue, Id), VecDeque<Posted>>,
     /// The SRQ each QP takes its receives from.
-    pub(crate) qp_srq: BTreeMap<u32, u32>,
-    pub(crate) history: BTreeMap<u32, Vec<Step>>,
+    pub(crate) qp_srq: BTreeMap<Id, Id>,
+    pub(crate) history: BTreeMap<Id, Vec<Step>>,
     /// Where the last event was obtained: (asynchronous, kind, id).
-    pub(crate) events: BTreeMap<(bool, Kind, u32), Trace>,
+    pub(crate) events: BTreeMap<(bool, Kind, Id), Trace>,
     /// The CQs and their sizes.
-    pub(crate) cqs: BTreeMap<u32, CqSize>,
+    pub(crate) cqs: BTreeMap<Id, CqSize>,
     /// The work that can complete to each CQ: (CQ id, queue, QPN or SRQ number) → the
     /// queue's depth.
-    pub(crate) demand: BTreeMap<(u32, Queue, u32), u32>,
+    pub(crate) demand: BTreeMap<(Id, Queue, Id), u32>,
     /// The open batches of extended polling (cq-poll-unfinished): (CQ id, thread token)
     /// → where `ibv_start_poll` opened it.
-    pub(crate) batches: BTreeMap<(u32, u64), Trace>,
+    pub(crate) batches: BTreeMap<(Id, u64), Trace>,
     /// The SINGLE_THREADED CQs reported as polled by two threads at once (once per CQ).
-    pub(crate) shared: BTreeSet<u32>,
+    pub(crate) shared: BTreeSet<Id>,
     /// The CQs armed while they held completions and not polled since (lost-wakeup): CQ
     /// id → the arming.
-    pub(crate) armed: BTreeMap<u32, Armed>,
+    pub(crate) armed: BTreeMap<Id, Armed>,
     /// unsignaled-fill: per QPN, the sequence number of the first request of the
     /// unsignaled run already reported (once per run).
-    pub(crate) filled: BTreeMap<u32, u64>,
+    pub(crate) filled: BTreeMap<Id, u64>,
     /// wc-field-not-requested: the (CQ id, `IBV_WC_EX_WITH_*` bit) pairs reported (once
     /// per CQ and field).
-    pub(crate) fields: BTreeSet<(u32, u64)>,
+    pub(crate) fields: BTreeSet<(Id, u64)>,
     /// mr-memory-unmapped and mr-memory-freed: the regions (lkeys) reported, until
     /// deregistered (once per region, for either).
-    pub(crate) unmapped: BTreeSet<u32>,
+    pub(crate) unmapped: BTreeSet<Id>,
     /// mr-memory-freed: the live regions over caller memory, not on-demand: lkey →
     /// (first byte in this process, length).
-    pub(crate) caller_mrs: BTreeMap<u32, (u64, u64)>,
+    pub(crate) caller_mrs: BTreeMap<Id, (u64, u64)>,
     next_seq: u64,
 }
 
 /// An arming of a CQ that held completions (lost-wakeup).
 pub(crate) struct Armed {
     /// The completion channel the CQ reports to.
-    pub(crate) channel: u32,
+    pub(crate) channel: Id,
     /// The completions it held when armed.
     pub(crate) held: usize,
     /// Where `ibv_req_notify_cq` was called.
@@ -320,7 +322,7 @@ impl State {
     /// watches touches that one; one that watches a range an outstanding request writes
     /// into is touched from its post (send-buffer-changed: two requests' lives overlap
     /// exactly when one is posted while the other is outstanding).
-    pub(crate) fn post(&mut self, queue: Queue, num: u32, wrs: Vec<Wr>, at: &Trace) -> u64 {
+    pub(crate) fn post(&mut self, queue: Queue, num: Id, wrs: Vec<Wr>, at: &Trace) -> u64 {
         let first = self.next_seq + 1;
         for w in wrs {
             let mut touched = false;
@@ -342,7 +344,7 @@ impl State {
     /// The first request of the send queue of QP `qpn` when at least `depth` requests
     /// are outstanding there and none of them is signaled, and that run was not reported
     /// yet (it is then marked reported): unsignaled-fill.
-    pub(crate) fn unsignaled_run(&mut self, qpn: u32, depth: u32) -> Option<(u64, Trace, usize)> {
+    pub(crate) fn unsignaled_run(&mut self, qpn: Id, depth: u32) -> Option<(u64, Trace, usize)> {
         let q = self.queues.get(&(Queue::Send, qpn))?;
         let first = q.front()?;
         if depth == 0 || q.len() < depth as usize || q.iter().any(|p| p.signaled) || self.filled.get(&qpn) == Some(&first.seq) {
@@ -354,7 +356,7 @@ impl State {
     }
 
     /// Forgets the work requests numbered `seqs` (refused by the post).
-    pub(crate) fn unpost(&mut self, queue: Queue, num: u32, seqs: std::ops::Range<u64>) {
+    pub(crate) fn unpost(&mut self, queue: Queue, num: Id, seqs: std::ops::Range<u64>) {
         if let Some(q) = self.queues.get_mut(&(queue, num)) {
             q.retain(|p| !seqs.contains(&p.seq));
         }
@@ -367,9 +369,9 @@ impl State {
     /// implied by a later one of the same queue). Returns the send requests a successful
     /// completion released whose watched ranges no device write touched, to be checked
     /// (send-buffer-changed), and the staging of the receive it ended (0 if none).
-    pub(crate) fn complete(&mut self, qpn: u32, wr_id: u64, ok: bool, recv: bool) -> (Vec<Posted>, u64) {
+    pub(crate) fn complete(&mut self, qpn: Id, wr_id: u64, ok: bool, recv: bool) -> (Vec<Posted>, u64) {
         let srq = self.qp_srq.get(&qpn).copied();
-        let mut order: smallvec::SmallVec<[(Queue, u32); 3]> = smallvec::SmallVec::new();
+        let mut order: smallvec::SmallVec<[(Queue, Id); 3]> = smallvec::SmallVec::new();
         if !ok || !recv {
             order.push((Queue::Send, qpn));
         }
@@ -395,11 +397,11 @@ impl State {
             }
         }
         // A receive from an SRQ the QP was not created with (an XRC target QP takes its
-        // receives from the SRQ each sender names): the first SRQ holding the wr_id. A
-        // wrong pick can hide a finding, never make one up.
+        // receives from the SRQ each sender names): the first SRQ of its device holding
+        // the wr_id. A wrong pick can hide a finding, never make one up.
         if !ok || recv {
-            for ((queue, _), q) in self.queues.iter_mut() {
-                if *queue == Queue::SharedRecv {
+            for ((queue, srqn), q) in self.queues.iter_mut() {
+                if *queue == Queue::SharedRecv && srqn.slot == qpn.slot {
                     if let Some(i) = q.iter().position(|p| p.wr_id == wr_id) {
                         q.remove(i);
                         return (Vec::new(), 0);
@@ -412,20 +414,20 @@ impl State {
 
     /// The remote range and post site of the outstanding send request `wr_id` of QP
     /// `qpn` (the first such, as [`State::complete`] matches errors).
-    pub(crate) fn remote_of(&self, qpn: u32, wr_id: u64) -> Option<(Remote, Trace)> {
+    pub(crate) fn remote_of(&self, qpn: Id, wr_id: u64) -> Option<(Remote, Trace)> {
         let p = self.queues.get(&(Queue::Send, qpn))?.iter().find(|p| p.wr_id == wr_id)?;
         Some((p.remote.clone()?, p.at.clone()))
     }
 
-    /// The first outstanding work request one of whose SGEs names `lkey`.
-    pub(crate) fn user_of(&self, lkey: u32) -> Option<(Queue, u32, &Posted, (u64, u32))> {
-        self.queues.iter().find_map(|(&(queue, num), q)| {
-            q.iter().find_map(|p| p.sges.iter().find(|s| s.0 == lkey).map(|s| (queue, num, p, (s.1, s.2))))
+    /// The first outstanding work request of `lkey`'s device one of whose SGEs names it.
+    pub(crate) fn user_of(&self, lkey: Id) -> Option<(Queue, Id, &Posted, (u64, u32))> {
+        self.queues.iter().filter(|((_, num), _)| num.slot == lkey.slot).find_map(|(&(queue, num), q)| {
+            q.iter().find_map(|p| p.sges.iter().find(|s| s.0 == lkey.num).map(|s| (queue, num, p, (s.1, s.2))))
         })
     }
 
     /// The first outstanding BIND_MW request that binds window `mw` (its QPN).
-    pub(crate) fn binder_of(&self, mw: usize) -> Option<(u32, &Posted)> {
+    pub(crate) fn binder_of(&self, mw: usize) -> Option<(Id, &Posted)> {
         self.queues.iter().filter(|((queue, _), _)| *queue == Queue::Send).find_map(|(&(_, qpn), q)| q.iter().find(|p| p.mw == Some(mw)).map(|p| (qpn, p)))
     }
 
@@ -434,7 +436,7 @@ impl State {
     /// finishes a send queue in order, so they are the last `unfinished.len()` tracked
     /// ones; with a wr_id that does not match there (requests posted while the sanitizer
     /// was off), the first tracked one with that wr_id.
-    pub(crate) fn first_unfinished(&self, qpn: u32, unfinished: &[u64]) -> Option<&Posted> {
+    pub(crate) fn first_unfinished(&self, qpn: Id, unfinished: &[u64]) -> Option<&Posted> {
         let q = self.queues.get(&(Queue::Send, qpn))?;
         let wr_id = *unfinished.first()?;
         q.len().checked_sub(unfinished.len()).and_then(|i| q.get(i)).filter(|p| p.wr_id == wr_id).or_else(|| q.iter().find(|p| p.wr_id == wr_id))
@@ -443,7 +445,7 @@ impl State {
     /// A transition of QP `qpn`: kept in its history; to RESET (ibv_modify_qp(3), and
     /// destruction) its queues are emptied without completions. Returns the stagings of
     /// the receives so discarded.
-    pub(crate) fn transition(&mut self, qpn: u32, step: Step) -> Vec<u64> {
+    pub(crate) fn transition(&mut self, qpn: Id, step: Step) -> Vec<u64> {
         let created = step.cause == "created";
         let mut staged = Vec::new();
         if step.to == QpState::Reset {
@@ -465,12 +467,12 @@ impl State {
 
     /// The queues of CQ `cq` and their depths, when they exceed its size and it was not
     /// reported yet (it is then marked reported): cq-too-small.
-    pub(crate) fn overcommitted(&mut self, cq: u32) -> Option<(u32, Vec<Depth>)> {
+    pub(crate) fn overcommitted(&mut self, cq: Id) -> Option<(u32, Vec<Depth>)> {
         let size = self.cqs.get_mut(&cq)?;
         if size.ignore_overrun || size.reported {
             return None;
         }
-        let queues: Vec<Depth> = self.demand.range((cq, Queue::Send, 0)..=(cq, Queue::SharedRecv, u32::MAX)).map(|(&(_, q, n), &d)| (q, n, d)).collect();
+        let queues: Vec<Depth> = self.demand.range((cq, Queue::Send, cq.with(0))..=(cq, Queue::SharedRecv, cq.with(u32::MAX))).map(|(&(_, q, n), &d)| (q, n.num, d)).collect();
         let demand: u64 = queues.iter().map(|&(_, _, d)| u64::from(d)).sum();
         if demand <= u64::from(size.cqe) {
             return None;
@@ -481,9 +483,9 @@ impl State {
 
     /// The CQs that the queues of QP or SRQ `num` (posted to on `queue`) complete work
     /// to and that they contribute to: those to check when it is posted to.
-    pub(crate) fn cqs_fed_by(&self, queue: Queue, num: u32) -> Vec<u32> {
+    pub(crate) fn cqs_fed_by(&self, queue: Queue, num: Id) -> Vec<Id> {
         let srq = queue == Queue::SharedRecv;
-        let mut cqs: Vec<u32> =
+        let mut cqs: Vec<Id> =
             self.demand.keys().filter(|&&(_, q, n)| n == num && (q == Queue::SharedRecv) == srq).map(|&(cq, ..)| cq).collect();
         cqs.dedup();
         cqs

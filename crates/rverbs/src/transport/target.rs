@@ -266,7 +266,7 @@ fn peer_enter_error(peer: &Peer, qpn: u32, event: Option<EventType>) {
     use crate::qp::transition::{Cause, Expect, ERR_FROM_ANY_BUT};
     let rec = peer.tables().qp(qpn);
     let to = rverbs_proto::verbs::QpState::Err;
-    if rec.transition(qpn, Expect::NotIn(ERR_FROM_ANY_BUT), to, Cause::ResponderFault).is_err() {
+    if rec.transition(qpn, || None, Expect::NotIn(ERR_FROM_ANY_BUT), to, Cause::ResponderFault).is_err() {
         return;
     }
     if let Some(e) = event {
