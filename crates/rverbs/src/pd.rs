@@ -310,10 +310,15 @@ impl Pd {
 
     /// Deallocates the PD (ibv_dealloc_pd(3)).
     ///
-    /// Errors: `EBUSY` while MRs, QPs, SRQs or AHs still belong to it. `EOPNOTSUPP` on
-    /// the rdma-core backend, whose PD is deallocated when its last handle and object
-    /// are dropped (a `&self` deallocation would race with a call through a clone).
+    /// Errors: `EBUSY` while MRs, QPs, SRQs or AHs still belong to it (not destroyed),
+    /// `EINVAL` once deallocated. On the rdma-core backend, the provider's
+    /// ibv_dealloc_pd(3), after the calls in progress through other handles return; an
+    /// error leaves the PD usable (docs/rdma-core-backend.md).
     pub fn dealloc(&self) -> Result<()> {
+        #[cfg(feature = "rdma-core")]
+        if let Repr::Native(pd) = &self.repr {
+            return pd.dealloc();
+        }
         let core = self.inner()?;
         core.dealloc()?;
         if crate::sanitizer::on() {

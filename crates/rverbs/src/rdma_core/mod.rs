@@ -17,7 +17,7 @@
 //! [`crate::device_by_name`]) opens a [`crate::Context`] whose PDs, CQs, channels, QPs,
 //! regions and address handles are this module's, behind `rverbs`' own types (their
 //! `Repr`; docs/rdma-core-backend.md lists what they carry). Used directly, as below, the
-//! objects destroy by value (`destroy(self)`).
+//! objects follow the same rules.
 //!
 //! ```no_run
 //! use rverbs::rdma_core::{devices, CqInit, QpInit};
@@ -34,8 +34,10 @@
 //!
 //! Ownership: a child holds its parents (a QP its PD and CQs, a CQ its context and
 //! channel, every object the context, the context the loaded library); dropping the last
-//! handle destroys the object, logging an error; `destroy(self)` (`dealloc`, `dereg`)
-//! destroys now and returns the error, or `EBUSY` while something else holds it. What the
+//! handle destroys the object, logging an error. `destroy(&self)` (`dealloc`, `dereg`),
+//! through any handle, destroys now and returns the error, `EBUSY` while a live child
+//! uses the object (ibv_destroy_cq(3), ibv_dealloc_pd(3)), leaving it usable; the other
+//! handles' calls are then `EINVAL`. What the
 //! backend covers and what the soft device offers that it cannot: docs/rdma-core-backend.md.
 #![allow(unsafe_code)] // FFI into libibverbs: each block says why it is sound.
 
@@ -46,6 +48,7 @@ mod conv;
 mod cq;
 mod device;
 mod library;
+mod life;
 mod mr;
 mod pd;
 mod qp;

@@ -11,6 +11,7 @@ use rverbs_proto::verbs::{QpState, QpType};
 
 use super::cq::{Cq, CqInner};
 use super::library::{check, last_errno, unsupported};
+use super::life::{Entered, Life};
 use super::pd::{Pd, PdInner};
 use super::wr;
 use crate::error::{Error, Result};
@@ -60,8 +61,9 @@ impl<'a> QpInit<'a> {
 struct QpInner {
     qp: *mut ibv_qp,
     pd: Arc<PdInner>,
-    _send_cq: Arc<CqInner>,
-    _recv_cq: Arc<CqInner>,
+    send_cq: Arc<CqInner>,
+    recv_cq: Arc<CqInner>,
+    qp_num: u32,
     qp_type: QpType,
     cap: QpCap,
     qp_context: usize,
@@ -70,8 +72,10 @@ struct QpInner {
     cookie: std::sync::atomic::AtomicUsize,
     /// For a QP another library created ([`Qp::adopt`]): its destruction, called
     /// instead of ibv_destroy_qp(3).
-    release: Option<Release>,
-    destroyed: bool,
+    release: std::sync::Mutex<Option<Release>>,
+    /// Whether the QP was adopted (`release` is, or was, its destruction).
+    adopted: bool,
+    life: Life,
 }
 
 /// How an adopted QP is destroyed (its creator's call, e.g. rdma_destroy_qp(3)).
@@ -84,21 +88,49 @@ unsafe impl Send for QpInner {}
 unsafe impl Sync for QpInner {}
 
 impl QpInner {
-    fn destroy(&mut self) -> Result<()> {
-        self.destroyed = true;
-        if let Some(release) = self.release.take() {
-            return release();
+    /// ibv_destroy_qp(3) (or an adopted QP's `release`); on success the QP stops using
+    /// its PD and CQs.
+    ///
+    /// # Safety
+    ///
+    /// Called once, with no call on the QP in progress (under [`Life::destroy`], or in
+    /// the last drop).
+    unsafe fn destroy_raw(&self) -> Result<()> {
+        let r = if self.adopted {
+            // An adopted QP's release runs once (rdma_destroy_qp(3) returns nothing):
+            // after it, the QP is its creator's no more.
+            let release = self.release.lock().unwrap_or_else(|p| p.into_inner()).take();
+            release.map_or(Ok(()), |release| release())
+        } else {
+            // SAFETY: `qp` came from ibv_create_qp; the caller's contract; its CQs and PD
+            // are held until after.
+            check(unsafe { (self.pd.ctx.verbs.sym.ibv_destroy_qp)(self.qp) })
+        };
+        if r.is_ok() {
+            self.pd.life.detach();
+            self.send_cq.life.detach();
+            if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+                self.recv_cq.life.detach();
+            }
         }
-        // SAFETY: `qp` came from ibv_create_qp and is destroyed once, here; its CQs and
-        // PD are held until after.
-        check(unsafe { (self.pd.ctx.verbs.sym.ibv_destroy_qp)(self.qp) })
+        r
+    }
+
+    /// Counts the QP as a user of its PD and CQs (once each).
+    fn attach(&self) {
+        self.pd.life.attach();
+        self.send_cq.life.attach();
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.life.attach();
+        }
     }
 }
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.destroy() {
+        if !self.life.is_destroyed() {
+            // SAFETY: the last handle is gone; not destroyed yet.
+            if let Err(e) = unsafe { self.destroy_raw() } {
                 tracing::warn!("rdma_core: ibv_destroy_qp failed: {e}");
             }
         }
@@ -138,28 +170,43 @@ impl Qp {
                 return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)));
             }
         }
+        // The PD and CQs stay live until the QP is counted as their user.
+        let _entered = Parents::enter(pd, init)?;
         let mut attr = init.to_c();
         // SAFETY: the PD and both CQs are live and of one context.
         let qp = unsafe { (p.ctx.verbs.sym.ibv_create_qp)(p.pd, &mut attr) };
         if qp.is_null() {
             return Err(last_errno());
         }
-        Ok(Qp {
-            inner: Arc::new(QpInner {
-                qp,
-                pd: p.clone(),
-                _send_cq: init.send_cq.inner.clone(),
-                _recv_cq: init.recv_cq.inner.clone(),
-                qp_type: init.qp_type,
-                // ibv_create_qp(3): "the actual capabilities ... are returned in cap".
-                cap: crate::c_abi::cap_from_c(&attr.cap),
-                qp_context: init.qp_context,
-                sq_sig_all: init.sq_sig_all,
-                cookie: Default::default(),
-                release: None,
-                destroyed: false,
-            }),
-        })
+        // ibv_create_qp(3): "the actual capabilities ... are returned in cap".
+        let cap = crate::c_abi::cap_from_c(&attr.cap);
+        // SAFETY: ibv_create_qp returned a valid QP, made by this backend's library.
+        Ok(unsafe { Qp::wrap(pd, init, qp, cap, None) })
+    }
+
+    /// # Safety
+    ///
+    /// `qp` is a live QP of this library, of `pd` and `init`'s CQs, destroyed by nothing
+    /// else than the value made here (by `release` if given, else ibv_destroy_qp(3)).
+    unsafe fn wrap(pd: &Pd, init: &QpInit<'_>, qp: *mut ibv_qp, cap: QpCap, release: Option<Release>) -> Qp {
+        let inner = QpInner {
+            qp,
+            pd: pd.inner.clone(),
+            send_cq: init.send_cq.inner.clone(),
+            recv_cq: init.recv_cq.inner.clone(),
+            // SAFETY: the caller's contract; `qp_num` never changes.
+            qp_num: unsafe { (*qp).qp_num },
+            qp_type: init.qp_type,
+            cap,
+            qp_context: init.qp_context,
+            sq_sig_all: init.sq_sig_all,
+            cookie: Default::default(),
+            adopted: release.is_some(),
+            release: std::sync::Mutex::new(release),
+            life: Life::new("queue pair"),
+        };
+        inner.attach();
+        Qp { inner: Arc::new(inner) }
     }
 
     /// Wraps a QP another library created with `pd` and `init`'s CQs, type and
@@ -175,27 +222,13 @@ impl Qp {
     /// created in `pd` with `init`'s CQs, type and (granted) capabilities; nothing but
     /// `release` destroys it, and `release` does.
     pub unsafe fn adopt(pd: &Pd, init: &QpInit<'_>, qp: *mut ibv_qp, release: Release) -> Qp {
-        Qp {
-            inner: Arc::new(QpInner {
-                qp,
-                pd: pd.inner.clone(),
-                _send_cq: init.send_cq.inner.clone(),
-                _recv_cq: init.recv_cq.inner.clone(),
-                qp_type: init.qp_type,
-                cap: init.cap,
-                qp_context: init.qp_context,
-                sq_sig_all: init.sq_sig_all,
-                cookie: Default::default(),
-                release: Some(release),
-                destroyed: false,
-            }),
-        }
+        // SAFETY: the caller's contract.
+        unsafe { Qp::wrap(pd, init, qp, init.cap, Some(release)) }
     }
 
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
-        // SAFETY: `qp` is live; `qp_num` is set at creation and never changes.
-        unsafe { (*self.inner.qp).qp_num }
+        self.inner.qp_num
     }
 
     /// The transport.
@@ -219,7 +252,7 @@ impl Qp {
     }
 
     /// The current state, as ibv_query_qp(3) reports it (the device may have moved the
-    /// QP to ERR); a QP the provider cannot query reads as `Err`.
+    /// QP to ERR); a QP the provider cannot query, or destroyed, reads as `Err`.
     pub fn state(&self) -> QpState {
         self.query_mask(QpAttrMask::STATE).map_or(QpState::Err, |a| a.qp_state)
     }
@@ -233,6 +266,7 @@ impl Qp {
         let mut attr = ibv_qp_attr::zeroed();
         let mut init = ibv_qp_init_attr::zeroed();
         let all = c_int::try_from(mask.bits()).unwrap_or(c_int::MAX);
+        let _entered = self.inner.life.enter()?;
         // SAFETY: `qp` is live; both out-structs are valid.
         check(unsafe { (self.inner.pd.ctx.verbs.sym.ibv_query_qp)(self.inner.qp, &mut attr, all, &mut init) })?;
         Ok(crate::c_abi::qp_attr_from_query(&attr))
@@ -244,6 +278,7 @@ impl Qp {
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let mut raw = crate::c_abi::qp_attr_to_c(attr);
         let mask = c_int::try_from(mask.bits()).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let _entered = self.inner.life.enter()?;
         // SAFETY: `qp` is live; `raw` is a valid attribute struct.
         check(unsafe { (self.inner.pd.ctx.verbs.sym.ibv_modify_qp)(self.inner.qp, &mut raw, mask) })
     }
@@ -259,7 +294,10 @@ impl Qp {
         if wrs.is_empty() {
             return Ok(());
         }
-        let mut chain = wr::send_chain(&self.inner.pd.ctx, wrs).map_err(|(index, error)| PostError { index, error })?;
+        let _entered = self.inner.life.enter().map_err(|error| PostError { index: 0, error })?;
+        // A UD request's address handle is not destroyed until the post returns.
+        let ahs = wrs.iter().any(|w| w.ud.is_some()).then(|| self.inner.pd.ctx.ahs.read().unwrap_or_else(|p| p.into_inner()));
+        let mut chain = wr::send_chain(ahs.as_deref(), wrs).map_err(|(index, error)| PostError { index, error })?;
         let qp = self.inner.qp;
         let base = chain.wrs.as_mut_ptr();
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
@@ -281,6 +319,7 @@ impl Qp {
         if wrs.is_empty() {
             return Ok(());
         }
+        let _entered = self.inner.life.enter().map_err(|error| PostError { index: 0, error })?;
         let mut chain = wr::recv_chain(wrs);
         let qp = self.inner.qp;
         let base = chain.as_mut_ptr();
@@ -295,14 +334,33 @@ impl Qp {
         check(rc).map_err(|error| PostError { index: bad_index(base, bad, wrs.len()), error })
     }
 
-    /// Destroys the QP now (ibv_destroy_qp(3)) and returns its error; `EBUSY` without
-    /// destroying while another handle holds it. Dropping the last handle destroys too,
-    /// logging an error.
-    pub fn destroy(self) -> Result<()> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => inner.destroy(),
-            Err(_) => Err(Error::Busy { what: "queue pair" }),
-        }
+    /// Destroys the QP now (ibv_destroy_qp(3), or an adopted QP's release) and returns
+    /// its error; `EINVAL` if it already is. Any handle may destroy it; the others' calls
+    /// are then `EINVAL` (its state reads `Err`). A refusal leaves the QP usable; once
+    /// destroyed, it no longer keeps its CQs and PD from being destroyed. Dropping the
+    /// last handle destroys too, logging an error.
+    pub fn destroy(&self) -> Result<()> {
+        // SAFETY: under the QP's exclusive lock, once (Life::destroy).
+        self.inner.life.destroy(|| unsafe { self.inner.destroy_raw() })
+    }
+}
+
+/// The PD and CQs of a QP being made, entered (none destroyed meanwhile).
+struct Parents<'a> {
+    _pd: Entered<'a>,
+    _send_cq: Entered<'a>,
+    _recv_cq: Option<Entered<'a>>,
+}
+
+impl<'a> Parents<'a> {
+    fn enter(pd: &'a Pd, init: &QpInit<'a>) -> Result<Parents<'a>> {
+        let (send, recv) = (&init.send_cq.inner, &init.recv_cq.inner);
+        Ok(Parents {
+            _pd: pd.inner.life.enter()?,
+            _send_cq: send.life.enter()?,
+            // One CQ is entered once (a read lock taken twice may wait on a writer).
+            _recv_cq: if Arc::ptr_eq(send, recv) { None } else { Some(recv.life.enter()?) },
+        })
     }
 }
 
@@ -369,6 +427,10 @@ impl crate::qp::native::NativeQp for Qp {
 
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
         Qp::post_recv(self, wrs)
+    }
+
+    fn destroy(&self) -> Result<()> {
+        Qp::destroy(self)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
