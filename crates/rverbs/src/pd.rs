@@ -267,19 +267,7 @@ impl Pd {
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
         #[cfg(feature = "rdma-core")]
         if let Some(pd) = self.native() {
-            if init.srq.is_some() || init.send_ops.is_some() {
-                return Err(Error::native_unsupported("create_qp (SRQ, send_ops)"));
-            }
-            fn native_cq(cq: &Cq) -> Result<&crate::rdma_core::Cq> {
-                cq.native()
-                    .and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::Cq>())
-                    .ok_or(Error::invalid("create_qp", Rule::ForeignContext { what: "CQ" }))
-            }
-            let mut ri = crate::rdma_core::QpInit::new(init.qp_type, native_cq(init.send_cq)?, init.cap);
-            ri.recv_cq = native_cq(init.recv_cq)?;
-            ri.sq_sig_all = init.sq_sig_all;
-            ri.qp_context = init.qp_context;
-            return Ok(Qp::from_native(Arc::new(pd.create_qp(&ri)?)));
+            return Ok(pd.create_qp(init)?.into());
         }
         let core = self.inner()?;
         Qp::new(core.clone(), init, crate::device::of(&core.ctx))

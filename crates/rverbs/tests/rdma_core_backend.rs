@@ -401,16 +401,28 @@ fn children_keep_their_parents() {
     assert_eq!(a.destroy().expect_err("twice").errno(), libc::EINVAL);
 }
 
-/// The backend's own types follow the same rule: `EBUSY` while a child uses the object
-/// (a region or QP its PD, a QP its CQ, a CQ its channel), whatever other handles exist;
-/// in the verbs' order each goes; a second destroy is `EINVAL`.
+/// The backend's own types take the public init types (whose CQs and channel are public
+/// handles over the backend's: a soft CQ is `EINVAL`) and follow the same destruction
+/// rule: `EBUSY` while a child uses the object (a region or QP its PD, a QP its CQ, a CQ
+/// its channel), whatever other handles exist; in the verbs' order each goes; a second
+/// destroy is `EINVAL`.
 #[test]
 fn the_backends_own_destroy_is_ebusy_while_a_child_uses_it() {
     let ctx = devices().expect("libibverbs loads")[0].open().expect("open");
     let pd = ctx.alloc_pd().unwrap();
     let ch = ctx.create_comp_channel().unwrap();
-    let cq = ctx.create_cq(&backend::CqInit::new(8).channel(&ch)).unwrap();
-    let qp = pd.create_qp(&backend::QpInit::new(QpType::Rc, &cq, cap())).unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8).channel(&CompChannel::from(ch.clone()))).unwrap();
+    let public_cq = Cq::from(cq.clone());
+    let soft = rverbs::devices_of(Backend::Soft).unwrap()[0].open().unwrap();
+    let soft_cq = soft.create_cq(&CqInit::new(8)).unwrap();
+    let err = pd.create_qp(&QpInit::new(QpType::Rc, &soft_cq, cap())).expect_err("a soft CQ");
+    assert_eq!(err.errno(), libc::EINVAL);
+    assert_eq!(QpInit::new(QpType::Rc, &soft_cq, cap()).to_c().expect_err("a soft CQ").errno(), libc::EINVAL);
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &public_cq, cap())).unwrap();
+    assert_eq!(backend::Cq::of(&public_cq).map(|c| c.same_as(&cq)), Some(true));
+    let raw = QpInit::new(QpType::Rc, &public_cq, cap()).to_c().expect("the backend's CQ");
+    assert_eq!(raw.send_cq, raw.recv_cq);
+    assert!(!raw.send_cq.is_null());
     let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     assert_eq!(pd.dealloc().expect_err("in use").errno(), libc::EBUSY);
     assert_eq!(cq.destroy().expect_err("used by the QP").errno(), libc::EBUSY);

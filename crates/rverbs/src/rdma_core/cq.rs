@@ -19,38 +19,6 @@ use crate::rings::wc::Wc;
 const _: () = assert!(core::mem::size_of::<Wc>() == core::mem::size_of::<ibv_wc>());
 const _: () = assert!(core::mem::align_of::<Wc>() == core::mem::align_of::<ibv_wc>());
 
-/// What to create a completion queue with (the arguments of ibv_create_cq(3)).
-#[derive(Clone, Copy, Debug)]
-pub struct CqInit<'a> {
-    /// Minimum number of entries.
-    pub cqe: u32,
-    /// The user value ibv_get_cq_event(3) gives back (`cq_context`).
-    pub cq_context: usize,
-    /// The channel that reports the CQ's completion events.
-    pub channel: Option<&'a CompChannel>,
-    /// Completion vector (below the context's `num_comp_vectors`).
-    pub comp_vector: u32,
-}
-
-impl<'a> CqInit<'a> {
-    /// A CQ of at least `cqe` entries, no channel, vector 0.
-    pub fn new(cqe: u32) -> Self {
-        CqInit { cqe, cq_context: 0, channel: None, comp_vector: 0 }
-    }
-
-    /// Reports completion events on `channel`.
-    pub fn channel(mut self, channel: &'a CompChannel) -> Self {
-        self.channel = Some(channel);
-        self
-    }
-
-    /// Sets the user value of the CQ's events.
-    pub fn cq_context(mut self, value: usize) -> Self {
-        self.cq_context = value;
-        self
-    }
-}
-
 pub(super) struct CqInner {
     pub(super) cq: *mut ibv_cq,
     pub(super) ctx: Arc<ContextInner>,
@@ -136,28 +104,42 @@ impl std::fmt::Debug for Cq {
 }
 
 impl Context {
-    /// Creates a completion queue (ibv_create_cq(3)) of at least `init.cqe` entries.
-    pub fn create_cq(&self, init: &CqInit<'_>) -> Result<Cq> {
-        Cq::create(self, init)
+    /// Creates a completion queue (ibv_create_cq(3)) of at least `init.cqe` entries, with
+    /// `init`'s `cq_context`, `comp_vector` and channel, which must be one of this
+    /// backend (a soft channel is `EINVAL`; one of another context `EOPNOTSUPP`). Other
+    /// `wc_flags` than the standard ones, or creation flags (an extended CQ,
+    /// ibv_create_cq_ex(3)), are `EOPNOTSUPP`.
+    pub fn create_cq(&self, init: &crate::CqInit<'_>) -> Result<Cq> {
+        if !crate::cq::WcExFlags::STANDARD.contains(init.wc_flags) || !init.flags.is_empty() {
+            return Err(Error::native_unsupported("create_cq_ex"));
+        }
+        let channel = match init.channel {
+            Some(ch) => {
+                let native = ch.native().and_then(|c| c.as_any().downcast_ref::<CompChannel>());
+                Some(native.ok_or(Error::invalid("create_cq", crate::rule::Rule::ForeignContext { what: "completion channel" }))?)
+            }
+            None => None,
+        };
+        Cq::create(self, init.cqe, init.cq_context, channel, init.comp_vector)
     }
 }
 
 impl Cq {
-    fn create(ctx: &Context, init: &CqInit<'_>) -> Result<Cq> {
-        let cqe = c_int::try_from(init.cqe).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
-        let vector = c_int::try_from(init.comp_vector).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
-        if let Some(ch) = init.channel {
+    fn create(ctx: &Context, cqe: u32, cq_context: usize, chan: Option<&CompChannel>, comp_vector: u32) -> Result<Cq> {
+        let cqe = c_int::try_from(cqe).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let vector = c_int::try_from(comp_vector).map_err(|_| Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        if let Some(ch) = chan {
             if !Arc::ptr_eq(&ch.inner.ctx, &ctx.inner) {
                 return Err(unsupported("create_cq", "a completion channel of another context"));
             }
         }
-        let channel = init.channel.map(|c| c.inner.clone());
+        let channel = chan.map(|c| c.inner.clone());
         // The channel stays live until the CQ is counted as its user.
-        let _entered = init.channel.map(|c| c.inner.life.enter()).transpose()?;
+        let _entered = chan.map(|c| c.inner.life.enter()).transpose()?;
         let ch_ptr = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.channel);
         let c = &ctx.inner;
         // SAFETY: the context is open; the channel (if any) is live and of it.
-        let cq = unsafe { (c.verbs.sym.ibv_create_cq)(c.ctx, cqe, init.cq_context as *mut c_void, ch_ptr, vector) };
+        let cq = unsafe { (c.verbs.sym.ibv_create_cq)(c.ctx, cqe, cq_context as *mut c_void, ch_ptr, vector) };
         if cq.is_null() {
             return Err(last_errno());
         }
@@ -167,7 +149,7 @@ impl Cq {
             cq,
             ctx: c.clone(),
             channel,
-            cq_context: init.cq_context,
+            cq_context,
             cqe: granted,
             cookie: Default::default(),
             unacked: AtomicU32::new(0),
@@ -180,6 +162,12 @@ impl Cq {
             ch.register(cq, weak);
         }
         Ok(Cq { inner })
+    }
+
+    /// The backend's CQ behind a public [`crate::Cq`] (`None` for a soft CQ), e.g. to check
+    /// the context of a [`crate::QpInit`]'s CQs.
+    pub fn of(cq: &crate::Cq) -> Option<&Cq> {
+        cq.native().and_then(|c| c.as_any().downcast_ref::<Cq>())
     }
 
     /// The number of entries the provider gave the CQ (`cqe`, at least the number asked).
@@ -359,5 +347,20 @@ impl crate::cq::native::NativeChannel for CompChannel {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+}
+
+/// The public [`crate::Cq`] over this CQ (what [`crate::Context::create_cq`] gives on a
+/// device of the backend), e.g. for a [`crate::QpInit`] of [`crate::rdma_core::Pd::create_qp`].
+impl From<Cq> for crate::cq::Cq {
+    fn from(cq: Cq) -> crate::cq::Cq {
+        crate::cq::Cq::from_native(Arc::new(cq))
+    }
+}
+
+/// The public [`crate::CompChannel`] over this channel, e.g. for a [`crate::CqInit`].
+impl From<CompChannel> for crate::CompChannel {
+    fn from(ch: CompChannel) -> crate::CompChannel {
+        crate::CompChannel::from_native(Arc::new(ch))
     }
 }

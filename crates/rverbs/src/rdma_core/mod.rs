@@ -20,12 +20,13 @@
 //! objects follow the same rules.
 //!
 //! ```no_run
-//! use rverbs::rdma_core::{devices, CqInit, QpInit};
-//! use rverbs::{QpCap, QpType};
+//! use rverbs::rdma_core::devices;
+//! use rverbs::{CqInit, QpCap, QpInit, QpType};
 //! let dev = devices()?.into_iter().next().expect("an RDMA device");
 //! let ctx = dev.open()?;
 //! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_cq(&CqInit::new(16))?;
+//! // The backend takes the public init types, whose CQs are public `Cq`s.
+//! let cq = rverbs::Cq::from(ctx.create_cq(&CqInit::new(16))?);
 //! let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
 //! let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap))?;
 //! assert_eq!(qp.state(), rverbs::QpState::Reset);
@@ -57,8 +58,8 @@ mod wr;
 pub use ah::Ah;
 pub use channel::CompChannel;
 pub use context::Context;
-pub use cq::{Cq, CqInit};
+pub use cq::Cq;
 pub use device::{device_by_name, devices, ibv_get_device_list_address, Device};
 pub use mr::Mr;
 pub use pd::Pd;
-pub use qp::{Qp, QpInit, Release};
+pub use qp::{Qp, Release};

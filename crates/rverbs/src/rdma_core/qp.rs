@@ -18,43 +18,31 @@ use crate::error::{Error, Result};
 use crate::rings::qp_attr::{QpAttr, QpCap};
 use crate::rings::wr::{PostError, RecvWr, SendWr};
 
-/// What to create a queue pair with (`struct ibv_qp_init_attr`), as the soft
-/// [`crate::QpInit`] without the features this backend lacks (SRQ, send ops).
-#[derive(Clone, Copy, Debug)]
-pub struct QpInit<'a> {
-    /// RC, UC or UD.
-    pub qp_type: QpType,
-    /// The CQ of send completions.
-    pub send_cq: &'a Cq,
-    /// The CQ of receive completions.
-    pub recv_cq: &'a Cq,
-    /// Queue sizes asked for.
-    pub cap: QpCap,
-    /// Every send request completes signaled.
-    pub sq_sig_all: bool,
-    /// A user value (`qp_context`).
-    pub qp_context: usize,
+/// The backend's CQ behind a public [`crate::Cq`]: a soft CQ is `EINVAL` (a CQ of
+/// another device, ibv_create_qp(3)).
+fn native_cq<'a>(verb: &'static str, cq: &'a crate::Cq) -> Result<&'a Cq> {
+    Cq::of(cq).ok_or(Error::invalid(verb, crate::rule::Rule::ForeignContext { what: "CQ" }))
 }
 
-impl<'a> QpInit<'a> {
-    /// A QP of `qp_type` whose sends and receives complete on `cq`.
-    pub fn new(qp_type: QpType, cq: &'a Cq, cap: QpCap) -> Self {
-        QpInit { qp_type, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, qp_context: 0 }
-    }
-
-    /// The `struct ibv_qp_init_attr` of these attributes (no SRQ), for a library that
-    /// creates the QP itself (rdma_create_qp(3)); the CQs are the live ones `self`
-    /// borrows.
-    pub fn to_c(&self) -> ibv_qp_init_attr {
-        ibv_qp_init_attr {
+impl crate::QpInit<'_> {
+    /// The `struct ibv_qp_init_attr` of these attributes, for a library that creates the
+    /// QP itself with the rdma-core backend's CQs (rdma_create_qp(3)); the CQs are the
+    /// ones `self` borrows. A soft CQ is `EINVAL`; an SRQ or `send_ops` `EOPNOTSUPP`, as
+    /// for [`Pd::create_qp`]. (Feature `rdma-core`.)
+    pub fn to_c(&self) -> Result<ibv_qp_init_attr> {
+        if self.srq.is_some() || self.send_ops.is_some() {
+            return Err(Error::native_unsupported("create_qp (SRQ, send_ops)"));
+        }
+        let (send, recv) = (native_cq("create_qp", self.send_cq)?, native_cq("create_qp", self.recv_cq)?);
+        Ok(ibv_qp_init_attr {
             qp_context: self.qp_context as *mut c_void,
-            send_cq: self.send_cq.inner.cq,
-            recv_cq: self.recv_cq.inner.cq,
+            send_cq: send.inner.cq,
+            recv_cq: recv.inner.cq,
             srq: std::ptr::null_mut(),
             cap: crate::c_abi::cap_to_c(&self.cap),
             qp_type: self.qp_type.raw(),
             sq_sig_all: c_int::from(self.sq_sig_all),
-        }
+        })
     }
 }
 
@@ -150,29 +138,31 @@ impl std::fmt::Debug for Qp {
 }
 
 impl Pd {
-    /// Creates a queue pair (ibv_create_qp(3)): RC, UC or UD; other types are
+    /// Creates a queue pair (ibv_create_qp(3)): RC, UC or UD, with CQs of this backend
+    /// and context (others are `EINVAL`); other types, an SRQ or `send_ops` are
     /// `EOPNOTSUPP` in this backend. The capabilities the provider granted (at least those
     /// asked) are in [`Qp::cap`].
-    pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
+    pub fn create_qp(&self, init: &crate::QpInit<'_>) -> Result<Qp> {
         Qp::create(self, init)
     }
 
 }
 
 impl Qp {
-    fn create(pd: &Pd, init: &QpInit<'_>) -> Result<Qp> {
+    fn create(pd: &Pd, init: &crate::QpInit<'_>) -> Result<Qp> {
         if !matches!(init.qp_type, QpType::Rc | QpType::Uc | QpType::Ud) {
             return Err(unsupported("create_qp", "QP types other than RC, UC and UD"));
         }
         let p = &pd.inner;
-        for cq in [init.send_cq, init.recv_cq] {
+        let cqs = (native_cq("create_qp", init.send_cq)?, native_cq("create_qp", init.recv_cq)?);
+        for cq in [cqs.0, cqs.1] {
             if !Arc::ptr_eq(&cq.inner.ctx, &p.ctx) {
                 return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)));
             }
         }
         // The PD and CQs stay live until the QP is counted as their user.
-        let _entered = Parents::enter(pd, init)?;
-        let mut attr = init.to_c();
+        let _entered = Parents::enter(pd, cqs)?;
+        let mut attr = init.to_c()?;
         // SAFETY: the PD and both CQs are live and of one context.
         let qp = unsafe { (p.ctx.verbs.sym.ibv_create_qp)(p.pd, &mut attr) };
         if qp.is_null() {
@@ -181,19 +171,20 @@ impl Qp {
         // ibv_create_qp(3): "the actual capabilities ... are returned in cap".
         let cap = crate::c_abi::cap_from_c(&attr.cap);
         // SAFETY: ibv_create_qp returned a valid QP, made by this backend's library.
-        Ok(unsafe { Qp::wrap(pd, init, qp, cap, None) })
+        Ok(unsafe { Qp::wrap(pd, init, cqs, qp, cap, None) })
     }
 
     /// # Safety
     ///
-    /// `qp` is a live QP of this library, of `pd` and `init`'s CQs, destroyed by nothing
-    /// else than the value made here (by `release` if given, else ibv_destroy_qp(3)).
-    unsafe fn wrap(pd: &Pd, init: &QpInit<'_>, qp: *mut ibv_qp, cap: QpCap, release: Option<Release>) -> Qp {
+    /// `qp` is a live QP of this library, of `pd` and `cqs` (`init`'s), destroyed by
+    /// nothing else than the value made here (by `release` if given, else
+    /// ibv_destroy_qp(3)).
+    unsafe fn wrap(pd: &Pd, init: &crate::QpInit<'_>, cqs: (&Cq, &Cq), qp: *mut ibv_qp, cap: QpCap, release: Option<Release>) -> Qp {
         let inner = QpInner {
             qp,
             pd: pd.inner.clone(),
-            send_cq: init.send_cq.inner.clone(),
-            recv_cq: init.recv_cq.inner.clone(),
+            send_cq: cqs.0.inner.clone(),
+            recv_cq: cqs.1.inner.clone(),
             // SAFETY: the caller's contract; `qp_num` never changes.
             qp_num: unsafe { (*qp).qp_num },
             qp_type: init.qp_type,
@@ -211,19 +202,30 @@ impl Qp {
 
     /// Wraps a QP another library created with `pd` and `init`'s CQs, type and
     /// capabilities (rdma_create_qp(3) makes it for a connection id, with these
-    /// attributes as `struct ibv_qp_init_attr`, [`QpInit::to_c`]). It is destroyed by
-    /// `release`, its creator's call (rdma_destroy_qp(3)), when the last handle goes,
-    /// never with ibv_destroy_qp(3); it holds its PD and CQs as a QP of
-    /// [`Pd::create_qp`] does.
+    /// attributes as `struct ibv_qp_init_attr`, [`crate::QpInit::to_c`]). It is destroyed
+    /// by `release`, its creator's call (rdma_destroy_qp(3)), when the last handle goes or
+    /// by [`Qp::destroy`], never with ibv_destroy_qp(3); it holds its PD and CQs as a QP of
+    /// [`Pd::create_qp`] does. CQs that are not this backend's are `EINVAL`, and the QP is
+    /// released at once.
     ///
     /// # Safety
     ///
     /// `qp` is a live QP of this process's libibverbs (the one this backend loaded),
     /// created in `pd` with `init`'s CQs, type and (granted) capabilities; nothing but
     /// `release` destroys it, and `release` does.
-    pub unsafe fn adopt(pd: &Pd, init: &QpInit<'_>, qp: *mut ibv_qp, release: Release) -> Qp {
+    pub unsafe fn adopt(pd: &Pd, init: &crate::QpInit<'_>, qp: *mut ibv_qp, release: Release) -> Result<Qp> {
+        let cqs = match (native_cq("create_qp", init.send_cq), native_cq("create_qp", init.recv_cq)) {
+            (Ok(s), Ok(r)) => (s, r),
+            (Err(e), _) | (_, Err(e)) => {
+                // Not this backend's CQs: the QP is not kept, so it goes now.
+                if let Err(r) = release() {
+                    tracing::warn!("rdma_core: releasing an adopted QP failed: {r}");
+                }
+                return Err(e);
+            }
+        };
         // SAFETY: the caller's contract.
-        unsafe { Qp::wrap(pd, init, qp, init.cap, Some(release)) }
+        Ok(unsafe { Qp::wrap(pd, init, cqs, qp, init.cap, Some(release)) })
     }
 
     /// The QP number.
@@ -353,8 +355,8 @@ struct Parents<'a> {
 }
 
 impl<'a> Parents<'a> {
-    fn enter(pd: &'a Pd, init: &QpInit<'a>) -> Result<Parents<'a>> {
-        let (send, recv) = (&init.send_cq.inner, &init.recv_cq.inner);
+    fn enter(pd: &'a Pd, cqs: (&'a Cq, &'a Cq)) -> Result<Parents<'a>> {
+        let (send, recv) = (&cqs.0.inner, &cqs.1.inner);
         Ok(Parents {
             _pd: pd.inner.life.enter()?,
             _send_cq: send.life.enter()?,
