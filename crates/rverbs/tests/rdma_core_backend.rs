@@ -438,6 +438,43 @@ fn the_backends_own_destroy_is_ebusy_while_a_child_uses_it() {
     assert_eq!(mr.dereg().expect_err("twice").errno(), libc::EINVAL);
 }
 
+/// A QP another library creates (`create_qp_with`, as rverbs-cm's rdma_create_qp(3)):
+/// the creator's error comes back, its release is never called, and the PD and CQ are
+/// not left counted as used.
+#[test]
+fn create_qp_with_returns_the_creators_error_and_keeps_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let ctx = devices().expect("libibverbs loads")[0].open().expect("open");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = Cq::from(ctx.create_cq(&CqInit::new(8)).unwrap());
+    let released = Arc::new(AtomicBool::new(false));
+    let flag = released.clone();
+    let release: backend::Release = Box::new(move || {
+        flag.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    let mut seen = None;
+    // SAFETY: `create` makes no QP.
+    let err = unsafe {
+        pd.create_qp_with(
+            &QpInit::new(QpType::Rc, &cq, cap()),
+            |attr| {
+                seen = Some((attr.send_cq, attr.qp_type));
+                Err(rverbs::Error::Os(std::io::Error::from_raw_os_error(libc::ENOMEM)))
+            },
+            release,
+        )
+    }
+    .expect_err("the creator failed");
+    assert_eq!(err.errno(), libc::ENOMEM);
+    let (send_cq, qp_type) = seen.expect("create was called with the attributes");
+    assert_eq!((send_cq.is_null(), qp_type), (false, QpType::Rc.raw()));
+    assert!(!released.load(Ordering::SeqCst), "no QP, no release");
+    cq.destroy().expect("the CQ is not counted as used");
+    pd.dealloc().expect("the PD is not counted as used");
+}
+
 /// The environment variable that makes a test run as the child of
 /// [`destroying_in_order_frees_the_providers_objects`].
 const CHILD: &str = "RVERBS_TEST_DESTROY_CHILD";

@@ -331,13 +331,6 @@ impl CmId {
         if verbs.is_null() || ctxs.iter().any(|c| *c != verbs) {
             return Err(einval());
         }
-        let mut attr = init.to_c().map_err(Error::Verbs)?;
-        // SAFETY: the id, the PD and the CQs are live and of one context; `attr` is a
-        // valid init struct, written back with the capabilities granted.
-        check(unsafe { (self.sym().rdma_create_qp)(self.raw(), pd.as_raw(), &mut attr) })?;
-        // SAFETY: rdma_create_qp succeeded: `id->qp` is the new QP.
-        let qp = unsafe { (*self.raw()).qp };
-        let granted = rverbs::QpInit { cap: rverbs::c_abi::cap_from_c(&attr.cap), ..*init };
         let id = self.clone();
         let release: rverbs::rdma_core::Release = Box::new(move || {
             // SAFETY: the id is live (held by this closure) and has the QP rdma_create_qp
@@ -345,9 +338,20 @@ impl CmId {
             unsafe { (id.sym().rdma_destroy_qp)(id.raw()) };
             Ok(())
         });
-        // SAFETY: `qp` was made by the process's libibverbs (through librdmacm) in `pd`
-        // with `granted`'s CQs, type and capabilities; only `release` destroys it.
-        unsafe { rverbs::rdma_core::Qp::adopt(pd, &granted, qp, release) }.map_err(Error::Verbs)
+        let create = |attr: &mut rverbs_abi::ibv_qp_init_attr| {
+            // SAFETY: the id is live; the PD and the CQs are live (create_qp_with keeps
+            // them so for this call) and of one context; `attr` is a valid init struct,
+            // written back with the capabilities granted.
+            check(unsafe { (self.sym().rdma_create_qp)(self.raw(), pd.as_raw(), attr) }).map_err(|e| match e {
+                Error::Verbs(v) => v,
+                other => rverbs::Error::Os(std::io::Error::from_raw_os_error(other.errno())),
+            })?;
+            // SAFETY: rdma_create_qp succeeded: `id->qp` is the new QP.
+            Ok(unsafe { (*self.raw()).qp })
+        };
+        // SAFETY: the QP `create` returns was made by the process's libibverbs (through
+        // librdmacm) in `pd` with the attributes given; only `release` destroys it.
+        unsafe { pd.create_qp_with(init, create, release) }.map_err(Error::Verbs)
     }
 
     /// Destroys the id now (rdma_destroy_id(3)); `EBUSY` without destroying while another

@@ -27,8 +27,10 @@ fn native_cq<'a>(verb: &'static str, cq: &'a crate::Cq) -> Result<&'a Cq> {
 impl crate::QpInit<'_> {
     /// The `struct ibv_qp_init_attr` of these attributes, for a library that creates the
     /// QP itself with the rdma-core backend's CQs (rdma_create_qp(3)); the CQs are the
-    /// ones `self` borrows. A soft CQ is `EINVAL`; an SRQ or `send_ops` `EOPNOTSUPP`, as
-    /// for [`Pd::create_qp`]. (Feature `rdma-core`.)
+    /// ones `self` borrows, live until one of their handles destroys them
+    /// ([`crate::rdma_core::Pd::create_qp_with`] keeps them live for the call). A soft CQ is
+    /// `EINVAL`; an SRQ or `send_ops` `EOPNOTSUPP`, as for [`Pd::create_qp`]. (Feature
+    /// `rdma-core`.)
     pub fn to_c(&self) -> Result<ibv_qp_init_attr> {
         if self.srq.is_some() || self.send_ops.is_some() {
             return Err(Error::native_unsupported("create_qp (SRQ, send_ops)"));
@@ -146,6 +148,43 @@ impl Pd {
         Qp::create(self, init)
     }
 
+    /// Creates a QP with another library's call (rdma_create_qp(3) for a connection id):
+    /// `create` gets the `struct ibv_qp_init_attr` of `init` ([`crate::QpInit::to_c`])
+    /// and returns the QP it made in this PD with those attributes (writing the granted
+    /// capabilities back into them, as ibv_create_qp(3) does). The PD and CQs are kept
+    /// from being destroyed while `create` runs, so it never passes a destroyed one. The
+    /// QP is then as one of [`Qp::adopt`]: destroyed by `release`. CQs that are not this
+    /// backend's or of another context are `EINVAL` before `create` is called; an error
+    /// of `create` is returned (and `release` dropped, never called).
+    ///
+    /// # Safety
+    ///
+    /// A QP `create` returns is a live QP of this process's libibverbs, made in this PD
+    /// with the attributes it was given; nothing but `release` destroys it, and `release`
+    /// does.
+    pub unsafe fn create_qp_with(
+        &self,
+        init: &crate::QpInit<'_>,
+        create: impl FnOnce(&mut ibv_qp_init_attr) -> Result<*mut ibv_qp>,
+        release: Release,
+    ) -> Result<Qp> {
+        let cqs = (native_cq("create_qp", init.send_cq)?, native_cq("create_qp", init.recv_cq)?);
+        for cq in [cqs.0, cqs.1] {
+            if !Arc::ptr_eq(&cq.inner.ctx, &self.inner.ctx) {
+                return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)));
+            }
+        }
+        let _entered = Parents::enter(self, cqs)?;
+        let mut attr = init.to_c()?;
+        let qp = create(&mut attr)?;
+        if qp.is_null() {
+            return Err(Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)));
+        }
+        let cap = crate::c_abi::cap_from_c(&attr.cap);
+        // SAFETY: the caller's contract; made while the PD and CQs were entered.
+        Ok(unsafe { Qp::wrap(self, init, cqs, qp, cap, Some(release)) })
+    }
+
 }
 
 impl Qp {
@@ -206,7 +245,9 @@ impl Qp {
     /// by `release`, its creator's call (rdma_destroy_qp(3)), when the last handle goes or
     /// by [`Qp::destroy`], never with ibv_destroy_qp(3); it holds its PD and CQs as a QP of
     /// [`Pd::create_qp`] does. CQs that are not this backend's are `EINVAL`, and the QP is
-    /// released at once.
+    /// released at once. (A library that creates the QP from [`crate::QpInit::to_c`]'s
+    /// attributes wants [`Pd::create_qp_with`], which keeps the CQs from being destroyed
+    /// in between.)
     ///
     /// # Safety
     ///
