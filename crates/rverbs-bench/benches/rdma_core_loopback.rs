@@ -18,7 +18,8 @@ mod common;
 use std::net::Ipv4Addr;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use rverbs::rdma_core::{devices, Cq, CqInit, Mr, Qp, QpInit};
+use rverbs::rdma_core::{devices, Cq, Mr, Qp};
+use rverbs::{CqInit, QpInit};
 use rverbs::{AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, SendWr, Wc};
 
 const SIZE: usize = 8;
@@ -65,9 +66,10 @@ fn write_lat(c: &mut Criterion) {
     let ctx = dev.open().expect("open");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     let cq = ctx.create_cq(&CqInit::new(64)).expect("create_cq");
+    let public_cq = rverbs::Cq::from(cq.clone());
     let cap = QpCap { max_send_wr: 16, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let a = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).expect("create_qp");
-    let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).expect("create_qp");
+    let a = pd.create_qp(&QpInit::new(QpType::Rc, &public_cq, cap)).expect("create_qp");
+    let b = pd.create_qp(&QpInit::new(QpType::Rc, &public_cq, cap)).expect("create_qp");
     let lo = Gid::from_ipv4(Ipv4Addr::LOCALHOST);
     let len = ctx.query_port(1).expect("query_port").gid_tbl_len;
     let index = (0..len).find(|&i| ctx.query_gid(1, i).ok() == Some(lo)).expect("loopback GID") as u8;

@@ -225,13 +225,14 @@ struct IdQp {
 }
 
 fn qp_on(id: &CmId) -> IdQp {
-    use rverbs::rdma_core::{CqInit as BCqInit, QpInit as BQpInit};
     let ctx = id.verbs().expect("the id has a device");
     assert_eq!(ctx.as_raw(), id.verbs().unwrap().as_raw(), "every call gives librdmacm's one context");
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(&BCqInit::new(8)).unwrap();
+    // The backend takes the public init types.
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let public_cq = Cq::from(cq.clone());
     let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let qp = id.create_qp(&pd, &BQpInit::new(QpType::Rc, &cq, cap)).unwrap();
+    let qp = id.create_qp(&pd, &QpInit::new(QpType::Rc, &public_cq, cap)).unwrap();
     assert_eq!(qp.state(), rverbs::QpState::Init, "rdma_create_qp(3) moved it to INIT");
     let qp = Qp::from(qp);
     assert_eq!(rverbs::Context::from(ctx).backend(), Backend::RdmaCore);

@@ -91,9 +91,14 @@ impl Ah {
     }
 
     /// Destroys the handle (ibv_destroy_ah(3)); sends already posted keep working.
-    /// `EOPNOTSUPP` on the rdma-core backend, whose handle is destroyed when its last
-    /// clone is dropped.
+    /// `EINVAL` once destroyed. On the rdma-core backend, the provider's
+    /// ibv_destroy_ah(3), once no post naming the handle is in progress; a UD request
+    /// naming it later is `EINVAL` (docs/rdma-core-backend.md).
     pub fn destroy(&self) -> Result<()> {
+        #[cfg(feature = "rdma-core")]
+        if let Repr::Native(ah) = &self.repr {
+            return ah.destroy();
+        }
         let inner = self.soft("destroy_ah")?;
         if inner.destroyed.swap(true, Ordering::AcqRel) {
             return Err(Error::Destroyed { what: "address handle" });

@@ -284,20 +284,7 @@ impl Context {
     pub fn create_cq(&self, init: &CqInit) -> Result<Cq> {
         #[cfg(feature = "rdma-core")]
         if let Some(n) = self.native() {
-            if !crate::cq::WcExFlags::STANDARD.contains(init.wc_flags) || !init.flags.is_empty() {
-                return Err(Error::native_unsupported("create_cq_ex"));
-            }
-            let channel = match init.channel {
-                Some(ch) => {
-                    let native = ch.native().and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::CompChannel>());
-                    Some(native.ok_or(Error::invalid("create_cq", Rule::ForeignContext { what: "completion channel" }))?)
-                }
-                None => None,
-            };
-            let mut ci = crate::rdma_core::CqInit::new(init.cqe).cq_context(init.cq_context);
-            ci.comp_vector = init.comp_vector;
-            ci.channel = channel;
-            return Ok(Cq::from_native(Arc::new(n.create_cq(&ci)?)));
+            return Ok(n.create_cq(init)?.into());
         }
         let core = self.inner()?;
         if let Some(e) = crate::fault_plan::fail(core.endpoint.slot, rverbs_proto::verb_fault::Verb::CreateCq, None, None) {

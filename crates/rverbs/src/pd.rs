@@ -267,19 +267,7 @@ impl Pd {
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
         #[cfg(feature = "rdma-core")]
         if let Some(pd) = self.native() {
-            if init.srq.is_some() || init.send_ops.is_some() {
-                return Err(Error::native_unsupported("create_qp (SRQ, send_ops)"));
-            }
-            fn native_cq(cq: &Cq) -> Result<&crate::rdma_core::Cq> {
-                cq.native()
-                    .and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::Cq>())
-                    .ok_or(Error::invalid("create_qp", Rule::ForeignContext { what: "CQ" }))
-            }
-            let mut ri = crate::rdma_core::QpInit::new(init.qp_type, native_cq(init.send_cq)?, init.cap);
-            ri.recv_cq = native_cq(init.recv_cq)?;
-            ri.sq_sig_all = init.sq_sig_all;
-            ri.qp_context = init.qp_context;
-            return Ok(Qp::from_native(Arc::new(pd.create_qp(&ri)?)));
+            return Ok(pd.create_qp(init)?.into());
         }
         let core = self.inner()?;
         Qp::new(core.clone(), init, crate::device::of(&core.ctx))
@@ -310,10 +298,15 @@ impl Pd {
 
     /// Deallocates the PD (ibv_dealloc_pd(3)).
     ///
-    /// Errors: `EBUSY` while MRs, QPs, SRQs or AHs still belong to it. `EOPNOTSUPP` on
-    /// the rdma-core backend, whose PD is deallocated when its last handle and object
-    /// are dropped (a `&self` deallocation would race with a call through a clone).
+    /// Errors: `EBUSY` while MRs, QPs, SRQs or AHs still belong to it (not destroyed),
+    /// `EINVAL` once deallocated. On the rdma-core backend, the provider's
+    /// ibv_dealloc_pd(3), after the calls in progress through other handles return; an
+    /// error leaves the PD usable (docs/rdma-core-backend.md).
     pub fn dealloc(&self) -> Result<()> {
+        #[cfg(feature = "rdma-core")]
+        if let Repr::Native(pd) = &self.repr {
+            return pd.dealloc();
+        }
         let core = self.inner()?;
         core.dealloc()?;
         if crate::sanitizer::on() {

@@ -51,7 +51,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // verbs over a libibverbs loaded at run time (`rdma_core`, feature `rdma-core`), which
     // takes the soft API's value types, and the choice of a device between the two
     // (`backend`).
-    ("verbs", &["device", "backend", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr", "owned", "owned::buf", "owned::region", "owned::lease", "c_abi", "rdma_core", "rdma_core::ah", "rdma_core::channel", "rdma_core::context", "rdma_core::conv", "rdma_core::cq", "rdma_core::device", "rdma_core::library", "rdma_core::mr", "rdma_core::pd", "rdma_core::qp", "rdma_core::wr"]),
+    ("verbs", &["device", "backend", "context", "pd", "ah", "xrcd", "fuzzing", "aio", "typed", "typed::wr", "owned", "owned::buf", "owned::region", "owned::lease", "c_abi", "rdma_core", "rdma_core::ah", "rdma_core::channel", "rdma_core::context", "rdma_core::conv", "rdma_core::cq", "rdma_core::device", "rdma_core::library", "rdma_core::life", "rdma_core::mr", "rdma_core::pd", "rdma_core::qp", "rdma_core::wr"]),
 ];
 
 /// Upward imports still present (importer, imported). See the module docs: a ratchet,

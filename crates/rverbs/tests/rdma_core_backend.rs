@@ -1,7 +1,7 @@
 //! The `rdma-core` backend run for real on a libibverbs device, through the public types
 //! (`rverbs::{Context, Pd, Cq, Qp, Mr, Ah, CompChannel}` on a device of
-//! `devices_of(Backend::RdmaCore)`), and its own types (`rverbs::rdma_core`) where their
-//! semantics differ (`destroy(self)`, the raw device list).
+//! `devices_of(Backend::RdmaCore)`), and its own types (`rverbs::rdma_core`): their
+//! destruction, and the raw device list.
 //!
 //! It loads the libibverbs named by `RVERBS_LIBIBVERBS` (scripts/test.sh points it at the
 //! drop-in `libibverbs.so.1` of scripts/build-dropin.sh; any other device works too), so
@@ -390,29 +390,180 @@ fn children_keep_their_parents() {
     assert_eq!(one(&cq_b).wr_id(), 1);
     assert_eq!(mr.pd().handle(), pd.handle());
     assert_eq!(a.pd().context().backend(), Backend::RdmaCore);
-    // `&self` destroys are the soft device's: on the backend, the last handle destroys.
-    assert_eq!(a.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
-    assert_eq!(mr.dereg().expect_err("dereg(&self)").errno(), libc::EOPNOTSUPP);
+    // A clone destroys what every handle shares: the others' calls are then EINVAL.
+    mr.clone().dereg().expect("ibv_dereg_mr through a clone");
+    assert!(!mr.is_valid());
+    assert_eq!(mr.read_u64(0).expect_err("a deregistered region").errno(), libc::EINVAL);
+    a.clone().destroy().expect("ibv_destroy_qp through a clone");
+    assert_eq!(a.state(), QpState::Err, "a destroyed QP reads as ERR");
+    let err = a.post_send(&[SendWr::send(3, &[]).signaled()]).expect_err("a destroyed QP");
+    assert_eq!((err.index, err.error.errno()), (0, libc::EINVAL));
+    assert_eq!(a.destroy().expect_err("twice").errno(), libc::EINVAL);
 }
 
-/// The backend's own types destroy by value (`destroy(self)`): now, or `EBUSY` while a
-/// handle, a child or an event holds the object.
+/// The backend's own types take the public init types (whose CQs and channel are public
+/// handles over the backend's: a soft CQ is `EINVAL`) and follow the same destruction
+/// rule: `EBUSY` while a child uses the object (a region or QP its PD, a QP its CQ, a CQ
+/// its channel), whatever other handles exist; in the verbs' order each goes; a second
+/// destroy is `EINVAL`.
 #[test]
-fn the_backends_own_destroy_is_ebusy_while_held() {
+fn the_backends_own_destroy_is_ebusy_while_a_child_uses_it() {
     let ctx = devices().expect("libibverbs loads")[0].open().expect("open");
     let pd = ctx.alloc_pd().unwrap();
     let ch = ctx.create_comp_channel().unwrap();
-    let cq = ctx.create_cq(&backend::CqInit::new(8).channel(&ch)).unwrap();
-    let qp = pd.create_qp(&backend::QpInit::new(QpType::Rc, &cq, cap())).unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8).channel(&CompChannel::from(ch.clone()))).unwrap();
+    let public_cq = Cq::from(cq.clone());
+    let soft = rverbs::devices_of(Backend::Soft).unwrap()[0].open().unwrap();
+    let soft_cq = soft.create_cq(&CqInit::new(8)).unwrap();
+    let err = pd.create_qp(&QpInit::new(QpType::Rc, &soft_cq, cap())).expect_err("a soft CQ");
+    assert_eq!(err.errno(), libc::EINVAL);
+    assert_eq!(QpInit::new(QpType::Rc, &soft_cq, cap()).to_c().expect_err("a soft CQ").errno(), libc::EINVAL);
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &public_cq, cap())).unwrap();
+    assert_eq!(backend::Cq::of(&public_cq).map(|c| c.same_as(&cq)), Some(true));
+    let raw = QpInit::new(QpType::Rc, &public_cq, cap()).to_c().expect("the backend's CQ");
+    assert_eq!(raw.send_cq, raw.recv_cq);
+    assert!(!raw.send_cq.is_null());
     let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
-    assert_eq!(pd.clone().dealloc().expect_err("in use").errno(), libc::EBUSY);
-    assert_eq!(cq.clone().destroy().expect_err("held by the QP").errno(), libc::EBUSY);
-    assert_eq!(ch.clone().destroy().expect_err("held by the CQ").errno(), libc::EBUSY);
+    assert_eq!(pd.dealloc().expect_err("in use").errno(), libc::EBUSY);
+    assert_eq!(cq.destroy().expect_err("used by the QP").errno(), libc::EBUSY);
+    assert_eq!(ch.destroy().expect_err("used by the CQ").errno(), libc::EBUSY);
     mr.dereg().expect("dereg_mr");
-    qp.destroy().expect("destroy_qp");
+    assert_eq!(pd.dealloc().expect_err("the QP is left").errno(), libc::EBUSY);
+    qp.clone().destroy().expect("destroy_qp");
     cq.destroy().expect("destroy_cq");
     ch.destroy().expect("destroy_comp_channel");
     pd.dealloc().expect("dealloc_pd");
+    assert_eq!(qp.destroy().expect_err("twice").errno(), libc::EINVAL);
+    assert_eq!(pd.dealloc().expect_err("twice").errno(), libc::EINVAL);
+    assert_eq!(mr.dereg().expect_err("twice").errno(), libc::EINVAL);
+}
+
+/// A QP another library creates (`create_qp_with`, as rverbs-cm's rdma_create_qp(3)):
+/// the creator's error comes back, its release is never called, and the PD and CQ are
+/// not left counted as used.
+#[test]
+fn create_qp_with_returns_the_creators_error_and_keeps_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let ctx = devices().expect("libibverbs loads")[0].open().expect("open");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = Cq::from(ctx.create_cq(&CqInit::new(8)).unwrap());
+    let released = Arc::new(AtomicBool::new(false));
+    let flag = released.clone();
+    let release: backend::Release = Box::new(move || {
+        flag.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    let mut seen = None;
+    // SAFETY: `create` makes no QP.
+    let err = unsafe {
+        pd.create_qp_with(
+            &QpInit::new(QpType::Rc, &cq, cap()),
+            |attr| {
+                seen = Some((attr.send_cq, attr.qp_type));
+                Err(rverbs::Error::Os(std::io::Error::from_raw_os_error(libc::ENOMEM)))
+            },
+            release,
+        )
+    }
+    .expect_err("the creator failed");
+    assert_eq!(err.errno(), libc::ENOMEM);
+    let (send_cq, qp_type) = seen.expect("create was called with the attributes");
+    assert_eq!((send_cq.is_null(), qp_type), (false, QpType::Rc.raw()));
+    assert!(!released.load(Ordering::SeqCst), "no QP, no release");
+    cq.destroy().expect("the CQ is not counted as used");
+    pd.dealloc().expect("the PD is not counted as used");
+}
+
+/// The environment variable that makes a test run as the child of
+/// [`destroying_in_order_frees_the_providers_objects`].
+const CHILD: &str = "RVERBS_TEST_DESTROY_CHILD";
+
+/// The drop-in's live QPs and CQs, as its statistics segment in the runtime directory
+/// lists them (`rverbs stat`): the endpoints this process owns (the drop-in's copy of
+/// the soft device; the test never starts the in-crate one).
+fn drop_in_objects() -> (usize, usize) {
+    let pid = std::process::id();
+    let mine: Vec<_> = rverbs::host_stats().into_iter().filter(|e| e.pid == pid).collect();
+    assert_eq!(mine.len(), 1, "one endpoint of this process counts statistics: the drop-in's");
+    (mine[0].qps.len(), mine[0].cqs.len())
+}
+
+/// Through the public types: a CQ still used by a QP is refused with EBUSY and stays
+/// usable; destroyed in the verbs' order (QPs, region, address handle, CQs, channel, PD)
+/// everything goes, and the drop-in's statistics show its QPs and CQs gone. Runs in a
+/// child process with `RVERBS_STATS=1`, which the drop-in reads when it starts.
+#[test]
+fn destroying_in_order_frees_the_providers_objects() {
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["destroying_in_order_frees_the_providers_objects", "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env("RVERBS_STATS", "1")
+            .output()
+            .expect("run the child");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "the child failed:\n{text}");
+        assert!(text.contains("1 passed"), "the child ran the test:\n{text}");
+        return;
+    }
+    // The child process holds nothing else: the drop-in's endpoint has just these.
+    let p = rc_pair(Access::LOCAL_WRITE);
+    let ch = p.ctx.create_comp_channel().expect("create_comp_channel");
+    let cq_ev = p.ctx.create_cq(&CqInit::new(4).channel(&ch)).expect("create_cq");
+    let mr = p.pd.alloc_mr(64, Access::LOCAL_WRITE).expect("alloc_mr");
+    let ah = rverbs::Ah::new(&p.pd, &path(&p.ctx)).expect("create_ah");
+    assert_eq!(drop_in_objects(), (2, 3));
+    // Refused while used, losing nothing: the CQ still completes the next request.
+    assert_eq!(p.cq_b.destroy().expect_err("a QP uses it").errno(), libc::EBUSY);
+    assert_eq!(p.pd.dealloc().expect_err("QPs, a region and a handle use it").errno(), libc::EBUSY);
+    assert_eq!(ch.destroy().expect_err("a CQ uses it").errno(), libc::EBUSY);
+    p.b.post_recv(&[RecvWr::new(1, &[mr.sge(0, 8).unwrap()])]).unwrap();
+    p.a.post_send(&[SendWr::send(2, &[mr.sge(8, 8).unwrap()]).signaled()]).unwrap();
+    assert_eq!(one(&p.cq_b).wr_id(), 1, "the refused CQ still works");
+    assert_eq!(one(&p.cq_a).wr_id(), 2);
+    // In the verbs' order, through the handles the test holds (the QPs still hold their
+    // PD and CQs as memory, not as users).
+    p.a.destroy().expect("destroy_qp a");
+    p.b.destroy().expect("destroy_qp b");
+    assert_eq!(drop_in_objects(), (0, 3), "the drop-in's QPs are gone");
+    mr.dereg().expect("dereg_mr");
+    ah.destroy().expect("destroy_ah");
+    p.cq_a.destroy().expect("destroy_cq a");
+    p.cq_b.destroy().expect("destroy_cq b");
+    cq_ev.destroy().expect("destroy_cq with a channel");
+    assert_eq!(drop_in_objects(), (0, 0), "the drop-in's CQs are gone");
+    ch.destroy().expect("destroy_comp_channel");
+    p.pd.dealloc().expect("dealloc_pd");
+    let mut wc = [Wc::default()];
+    assert_eq!(p.cq_b.poll(&mut wc).expect_err("a destroyed CQ").errno(), libc::EINVAL);
+    assert_eq!(p.pd.alloc_mr(8, Access::LOCAL_WRITE).expect_err("a deallocated PD").errno(), libc::EINVAL);
+}
+
+/// A CQ with a completion event handed out and not acknowledged is refused (where
+/// ibv_destroy_cq(3) would wait for the acknowledgement); acknowledged, it goes.
+#[test]
+fn a_cq_with_an_unacknowledged_event_is_busy_until_acknowledged() {
+    let p = rc_pair(Access::LOCAL_WRITE);
+    let ch = p.ctx.create_comp_channel().unwrap();
+    let cq = p.ctx.create_cq(&CqInit::new(8).channel(&ch)).unwrap();
+    let qp = p.pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap())).unwrap();
+    let sender = p.pd.create_qp(&QpInit::new(QpType::Rc, &p.cq_a, cap())).unwrap();
+    let route = path(&p.ctx);
+    connect(&qp, route, sender.qp_num(), Access::LOCAL_WRITE);
+    connect(&sender, route, qp.qp_num(), Access::LOCAL_WRITE);
+    let mr = p.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    cq.req_notify(false).unwrap();
+    qp.post_recv(&[RecvWr::new(1, &[mr.sge(0, 8).unwrap()])]).unwrap();
+    sender.post_send(&[SendWr::send(2, &[mr.sge(8, 8).unwrap()]).signaled()]).unwrap();
+    assert!(readable(&ch), "the armed CQ's event arrives");
+    let ev = ch.get_cq_event().expect("get_cq_event");
+    assert_eq!(one(&cq).wr_id(), 1);
+    qp.destroy().expect("destroy_qp");
+    assert_eq!(cq.destroy().expect_err("an event is unacknowledged").errno(), libc::EBUSY);
+    ev.ack();
+    cq.destroy().expect("destroy_cq once acknowledged");
+    ch.destroy().expect("destroy_comp_channel");
 }
 
 #[test]
@@ -456,8 +607,7 @@ fn the_public_types_open_a_libibverbs_device_and_create_in_it() {
     // Verbs of the soft device the backend does not carry are EOPNOTSUPP, not a panic.
     assert_eq!(ctx.get_async_event().expect_err("async events").errno(), libc::EOPNOTSUPP);
     assert_eq!(ctx.alloc_td().expect_err("thread domains").errno(), libc::EOPNOTSUPP);
-    assert_eq!(ah.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
-    assert_eq!(pd.dealloc().expect_err("dealloc(&self)").errno(), libc::EOPNOTSUPP);
+    assert_eq!(pd.dealloc().expect_err("the address handle uses it").errno(), libc::EBUSY);
     // CQs and completion channels.
     let ch = ctx.create_comp_channel().expect("ibv_create_comp_channel");
     let cq = ctx.create_cq(&rverbs::CqInit::new(8).channel(&ch).cq_context(0xfeed)).expect("ibv_create_cq");
@@ -477,9 +627,12 @@ fn the_public_types_open_a_libibverbs_device_and_create_in_it() {
     let err = ctx.create_cq(&rverbs::CqInit::new(8).wc_flags(rverbs::WcExFlags::COMPLETION_TIMESTAMP)).expect_err("extended");
     assert_eq!(err.errno(), libc::EOPNOTSUPP);
     assert_eq!(cq.resize(16).expect_err("resize").errno(), libc::EOPNOTSUPP);
-    assert_eq!(cq.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
-    assert_eq!(ch.destroy().expect_err("destroy(&self)").errno(), libc::EOPNOTSUPP);
     assert_eq!(cq.start_poll().expect_err("extended polling").errno(), libc::EOPNOTSUPP);
+    assert_eq!(ch.destroy().expect_err("a CQ uses it").errno(), libc::EBUSY);
+    cq.destroy().expect("ibv_destroy_cq");
+    ch.destroy().expect("ibv_destroy_comp_channel");
+    ah.destroy().expect("ibv_destroy_ah");
+    pd.dealloc().expect("ibv_dealloc_pd");
 }
 
 fn path_of(e: rverbs::GidEntry) -> AhAttr {

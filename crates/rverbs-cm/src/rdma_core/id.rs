@@ -316,23 +316,21 @@ impl CmId {
     /// Creates the id's QP (rdma_create_qp(3)) in `pd` with `init`'s CQs, type and
     /// capabilities: librdmacm moves it to INIT, and to RTR and RTS when the connection
     /// is accepted or established (no [`CmId::init_qp_attr`] needed). `pd` and the CQs
-    /// must be of the id's context ([`CmId::verbs`]), else `EINVAL`. The QP is a QP of
-    /// `rverbs`' backend (`rverbs::Qp::from` makes it the public type) whose last handle
+    /// must be of the id's context ([`CmId::verbs`]), else `EINVAL` (a soft CQ too); an
+    /// SRQ or `send_ops` is `EOPNOTSUPP`. The QP is a QP of `rverbs`' backend
+    /// (`rverbs::Qp::from` makes it the public type) whose last handle, or `destroy`,
     /// destroys it with rdma_destroy_qp(3); it holds the id until then.
-    pub fn create_qp(&self, pd: &rverbs::rdma_core::Pd, init: &rverbs::rdma_core::QpInit<'_>) -> Result<rverbs::rdma_core::Qp> {
+    pub fn create_qp(&self, pd: &rverbs::rdma_core::Pd, init: &rverbs::QpInit<'_>) -> Result<rverbs::rdma_core::Qp> {
+        use rverbs::rdma_core::Cq;
         // SAFETY: the id is live.
         let verbs = unsafe { (*self.raw()).verbs };
-        let ctxs = [pd.context().as_raw(), init.send_cq.context().as_raw(), init.recv_cq.context().as_raw()];
+        let (Some(send), Some(recv)) = (Cq::of(init.send_cq), Cq::of(init.recv_cq)) else {
+            return Err(einval());
+        };
+        let ctxs = [pd.context().as_raw(), send.context().as_raw(), recv.context().as_raw()];
         if verbs.is_null() || ctxs.iter().any(|c| *c != verbs) {
             return Err(einval());
         }
-        let mut attr = init.to_c();
-        // SAFETY: the id, the PD and the CQs are live and of one context; `attr` is a
-        // valid init struct, written back with the capabilities granted.
-        check(unsafe { (self.sym().rdma_create_qp)(self.raw(), pd.as_raw(), &mut attr) })?;
-        // SAFETY: rdma_create_qp succeeded: `id->qp` is the new QP.
-        let qp = unsafe { (*self.raw()).qp };
-        let granted = rverbs::rdma_core::QpInit { cap: rverbs::c_abi::cap_from_c(&attr.cap), ..*init };
         let id = self.clone();
         let release: rverbs::rdma_core::Release = Box::new(move || {
             // SAFETY: the id is live (held by this closure) and has the QP rdma_create_qp
@@ -340,9 +338,20 @@ impl CmId {
             unsafe { (id.sym().rdma_destroy_qp)(id.raw()) };
             Ok(())
         });
-        // SAFETY: `qp` was made by the process's libibverbs (through librdmacm) in `pd`
-        // with `granted`'s CQs, type and capabilities; only `release` destroys it.
-        Ok(unsafe { rverbs::rdma_core::Qp::adopt(pd, &granted, qp, release) })
+        let create = |attr: &mut rverbs_abi::ibv_qp_init_attr| {
+            // SAFETY: the id is live; the PD and the CQs are live (create_qp_with keeps
+            // them so for this call) and of one context; `attr` is a valid init struct,
+            // written back with the capabilities granted.
+            check(unsafe { (self.sym().rdma_create_qp)(self.raw(), pd.as_raw(), attr) }).map_err(|e| match e {
+                Error::Verbs(v) => v,
+                other => rverbs::Error::Os(std::io::Error::from_raw_os_error(other.errno())),
+            })?;
+            // SAFETY: rdma_create_qp succeeded: `id->qp` is the new QP.
+            Ok(unsafe { (*self.raw()).qp })
+        };
+        // SAFETY: the QP `create` returns was made by the process's libibverbs (through
+        // librdmacm) in `pd` with the attributes given; only `release` destroys it.
+        unsafe { pd.create_qp_with(init, create, release) }.map_err(Error::Verbs)
     }
 
     /// Destroys the id now (rdma_destroy_id(3)); `EBUSY` without destroying while another

@@ -243,15 +243,16 @@ impl CompChannel {
 
     /// Destroys the channel (ibv_destroy_comp_channel(3)).
     ///
-    /// Errors: `EBUSY` while CQs use it; `EINVAL` if already destroyed. `EOPNOTSUPP` on
-    /// the rdma-core backend, whose channel is destroyed when its last handle and CQ go.
+    /// Errors: `EBUSY` while CQs use it; `EINVAL` if already destroyed. On the rdma-core
+    /// backend, the provider's ibv_destroy_comp_channel(3), with the same errors; its
+    /// [`CompChannel::fd`] stays open as long as the handle (docs/rdma-core-backend.md).
     // Without the feature `rdma-core` the match has one arm (no cost, no branch).
     #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn destroy(&self) -> Result<()> {
         let inner = match &self.repr {
             Repr::Soft(inner) => inner,
             #[cfg(feature = "rdma-core")]
-            Repr::Native(_) => return Err(Error::native_unsupported("destroy_comp_channel")),
+            Repr::Native(ch) => return ch.destroy(),
         };
         if inner.users() != 0 {
             return Err(Error::Busy { what: "completion channel" });

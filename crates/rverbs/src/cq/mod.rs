@@ -1015,12 +1015,18 @@ impl Cq {
     /// Destroys the CQ (ibv_destroy_cq(3)) after every completion event and
     /// asynchronous event delivered for it has been acknowledged (this blocks).
     ///
-    /// Errors: `EBUSY` while a QP or SRQ still completes to it. `EOPNOTSUPP` on the
-    /// rdma-core backend, whose CQ is destroyed when its last handle, QP and event go (a
-    /// `&self` destroy would race with a call through a clone).
+    /// Errors: `EBUSY` while a QP or SRQ still completes to it, `EINVAL` once destroyed.
+    /// On the rdma-core backend, the provider's ibv_destroy_cq(3), after the calls in
+    /// progress through other handles return; `EBUSY` also while an event handed out for
+    /// it is not acknowledged (where the soft device waits); an error leaves the CQ
+    /// usable (docs/rdma-core-backend.md).
     /// Rule: a CQ created on a parent domain gives it back here, so the parent domain can
     /// be deallocated next (ibv_alloc_parent_domain(3)).
     pub fn destroy(&self) -> Result<()> {
+        #[cfg(feature = "rdma-core")]
+        if let Repr::Native(cq) = &self.repr {
+            return cq.destroy();
+        }
         let inner = self.soft("destroy_cq")?;
         match inner.users.compare_exchange(0, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
         {

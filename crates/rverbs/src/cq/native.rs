@@ -29,6 +29,8 @@ pub(crate) trait NativeCq: Send + Sync {
     fn set_cookie(&self, value: usize);
     /// Whether `other` is the same CQ.
     fn same_as(&self, other: &dyn NativeCq) -> bool;
+    /// ibv_destroy_cq(3): `EBUSY` while a QP uses it or an event of it is unacknowledged.
+    fn destroy(&self) -> Result<()>;
     /// The backend's CQ.
     fn as_any(&self) -> &dyn std::any::Any;
 }
@@ -39,6 +41,8 @@ pub(crate) trait NativeChannel: Send + Sync {
     fn fd(&self) -> BorrowedFd<'_>;
     /// ibv_get_cq_event(3): the CQ of the next event, which the caller acknowledges.
     fn get_cq_event(&self) -> Result<Arc<dyn NativeCq>>;
+    /// ibv_destroy_comp_channel(3): `EBUSY` while a CQ uses it.
+    fn destroy(&self) -> Result<()>;
     /// The backend's channel.
     fn as_any(&self) -> &dyn std::any::Any;
 }

@@ -908,8 +908,16 @@ impl Mr {
     /// that still name it complete with an error.
     ///
     /// Errors: `EINVAL` once deregistered, or while memory windows are bound to it (rxe;
-    /// ibv_alloc_mw(3): "ibv_dereg_mr() fails if any memory window is still bound").
+    /// ibv_alloc_mw(3): "ibv_dereg_mr() fails if any memory window is still bound"). On
+    /// the rdma-core backend, the provider's ibv_dereg_mr(3), after the calls in progress
+    /// through other handles return (then their reads and writes are `EINVAL`); an error
+    /// leaves the region usable; nothing checks requests that still name it
+    /// (docs/rdma-core-backend.md).
     pub fn dereg(&self) -> Result<()> {
+        #[cfg(feature = "rdma-core")]
+        if let Repr::Native(mr) = &self.repr {
+            return mr.dereg();
+        }
         let inner = self.inner()?;
         // Why a bind racing this call cannot leave a window bound to a deregistered
         // region, nor make this call deregister a region with a window bound to it.
@@ -955,13 +963,12 @@ impl Mr {
         Ok(())
     }
 
-    /// Whether the registration is still valid (always, on the rdma-core backend, whose
-    /// region lives until its last handle goes).
+    /// Whether the registration is still valid (not deregistered).
     pub fn is_valid(&self) -> bool {
         match &self.repr {
             Repr::Soft(inner) => inner.is_valid(),
             #[cfg(feature = "rdma-core")]
-            Repr::Native(_) => true,
+            Repr::Native(mr) => mr.is_valid(),
         }
     }
 }

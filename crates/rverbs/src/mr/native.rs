@@ -20,6 +20,10 @@ pub(crate) trait NativeMr: Send + Sync {
     fn write(&self, offset: usize, data: &[u8]) -> Result<()>;
     /// The aligned 64-bit word at `offset`, read atomically.
     fn read_u64(&self, offset: usize) -> Result<u64>;
+    /// ibv_dereg_mr(3).
+    fn dereg(&self) -> Result<()>;
+    /// Whether the region is still registered.
+    fn is_valid(&self) -> bool;
     /// The backend's region.
     fn as_any(&self) -> &dyn std::any::Any;
 }

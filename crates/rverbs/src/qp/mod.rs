@@ -1105,10 +1105,17 @@ impl Qp {
 
     /// Destroys the QP (ibv_destroy_qp(3)) after every asynchronous event delivered for
     /// it has been acknowledged. Outstanding work requests are discarded without
-    /// completions; peers sending to it see no response. `EOPNOTSUPP` on the rdma-core
-    /// backend, whose QP is destroyed when its last handle goes (a `&self` destroy would
-    /// race with a post through a clone).
+    /// completions; peers sending to it see no response.
+    ///
+    /// Errors: `EINVAL` once destroyed (then every call through any handle is `EINVAL`);
+    /// `EBUSY` while attached to a multicast group. On the rdma-core backend, the
+    /// provider's ibv_destroy_qp(3), after the calls in progress through other handles
+    /// return; an error leaves the QP usable (docs/rdma-core-backend.md).
     pub fn destroy(&self) -> Result<()> {
+        #[cfg(feature = "rdma-core")]
+        if let Repr::Native(qp) = &self.repr {
+            return qp.destroy();
+        }
         let q = self.soft("destroy_qp")?;
         if q.mcast_attached.load(Ordering::Acquire) != 0 {
             return Err(Error::Busy { what: "queue pair attached to a multicast group" });

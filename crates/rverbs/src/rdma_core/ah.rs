@@ -1,10 +1,10 @@
 //! Address handles (ibv_create_ah(3)): the destination of UD sends.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rverbs_abi::ibv_ah;
 
-use super::context::AddressHandle;
 use super::library::{check, last_errno};
 use super::pd::{Pd, PdInner};
 use crate::error::{Error, Result};
@@ -16,7 +16,8 @@ struct AhInner {
     /// handle in the context's table (boxed: the address stays when the value moves).
     av: Box<AddressVector>,
     pd: Arc<PdInner>,
-    destroyed: bool,
+    /// Set, under the context's table locked alone, once the handle is destroyed.
+    destroyed: AtomicBool,
 }
 
 // SAFETY: `ah` is owned by this value; libibverbs' verbs are thread-safe.
@@ -25,28 +26,27 @@ unsafe impl Send for AhInner {}
 unsafe impl Sync for AhInner {}
 
 impl AhInner {
-    fn destroy(&mut self) -> Result<()> {
-        self.destroyed = true;
-        self.pd.ctx.ahs.lock().unwrap_or_else(|p| p.into_inner()).remove(&(&*self.av as *const AddressVector as usize));
-        // SAFETY: `ah` came from ibv_create_ah and is destroyed once, here.
-        check(unsafe { (self.pd.ctx.verbs.sym.ibv_destroy_ah)(self.ah) })
-    }
-
-}
-
-impl AddressHandle for AhInner {
-    fn raw(&self) -> *mut ibv_ah {
-        self.ah
-    }
-
-    fn is(&self, av: &AddressVector) -> bool {
-        std::ptr::eq(&*self.av, av)
+    /// ibv_destroy_ah(3), with the context's table locked alone: no post naming the
+    /// handle is in progress, and none can find it after. `EINVAL` once destroyed; an
+    /// error leaves the handle as it was.
+    fn destroy(&self) -> Result<()> {
+        let mut table = self.pd.ctx.ahs.write().unwrap_or_else(|p| p.into_inner());
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(Error::Destroyed { what: "address handle" });
+        }
+        // SAFETY: `ah` came from ibv_create_ah and is not destroyed; no post uses it (the
+        // table is locked alone).
+        check(unsafe { (self.pd.ctx.verbs.sym.ibv_destroy_ah)(self.ah) })?;
+        self.destroyed.store(true, Ordering::Release);
+        table.remove(&(&*self.av as *const AddressVector as usize));
+        self.pd.life.detach();
+        Ok(())
     }
 }
 
 impl Drop for AhInner {
     fn drop(&mut self) {
-        if !self.destroyed {
+        if !self.destroyed.load(Ordering::Acquire) {
             if let Err(e) = self.destroy() {
                 tracing::warn!("rdma_core: ibv_destroy_ah failed: {e}");
             }
@@ -71,16 +71,22 @@ impl Ah {
     /// Creates an address handle for `attr` in `pd` (ibv_create_ah(3)).
     pub fn new(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
         let p = &pd.inner;
+        // The PD stays live until the handle is counted as its user.
+        let _entered = p.life.enter()?;
         let mut raw = crate::c_abi::ah_attr_to_c(attr);
         // SAFETY: the PD is live; `raw` is a valid attribute struct.
         let ah = unsafe { (p.ctx.verbs.sym.ibv_create_ah)(p.pd, &mut raw) };
         if ah.is_null() {
             return Err(last_errno());
         }
-        // SAFETY: `pd` is live; its `handle` never changes.
-        let handle = unsafe { (*p.pd).handle };
-        let inner = Arc::new(AhInner { ah, av: Box::new(AddressVector { attr: *attr, pd: handle }), pd: p.clone(), destroyed: false });
-        p.ctx.ahs.lock().unwrap_or_else(|e| e.into_inner()).insert(&*inner.av as *const AddressVector as usize, Arc::downgrade(&inner) as std::sync::Weak<dyn AddressHandle>);
+        let inner = Arc::new(AhInner {
+            ah,
+            av: Box::new(AddressVector { attr: *attr, pd: p.handle }),
+            pd: p.clone(),
+            destroyed: AtomicBool::new(false),
+        });
+        p.life.attach();
+        p.ctx.ahs.write().unwrap_or_else(|e| e.into_inner()).insert(&*inner.av as *const AddressVector as usize, ah as usize);
         Ok(Ah { inner })
     }
 
@@ -89,13 +95,12 @@ impl Ah {
         self.inner.av.attr
     }
 
-    /// Destroys the handle now (ibv_destroy_ah(3)) and returns its error; `EBUSY`
-    /// without destroying while another handle holds it.
-    pub fn destroy(self) -> Result<()> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => inner.destroy(),
-            Err(_) => Err(Error::Busy { what: "address handle" }),
-        }
+    /// Destroys the handle now (ibv_destroy_ah(3)) and returns its error; `EINVAL` if it
+    /// already is. Any handle may destroy it, once no post naming it is in progress; a UD
+    /// request that names it later is `EINVAL`. A refusal leaves it usable. Dropping the
+    /// last handle destroys too, logging an error.
+    pub fn destroy(&self) -> Result<()> {
+        self.inner.destroy()
     }
 }
 

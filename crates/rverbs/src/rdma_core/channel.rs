@@ -3,13 +3,14 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
 
 use rverbs_abi::{ibv_comp_channel, ibv_cq};
 
 use super::context::{Context, ContextInner};
 use super::library::{check, last_errno};
+use super::life::Life;
 use crate::error::{Error, Result};
 
 pub(super) struct ChannelInner {
@@ -18,7 +19,11 @@ pub(super) struct ChannelInner {
     /// The CQs reporting here, by their `struct ibv_cq` address (what
     /// ibv_get_cq_event(3) returns).
     cqs: Mutex<HashMap<usize, Weak<dyn Any + Send + Sync>>>,
-    destroyed: bool,
+    /// A duplicate of the channel's fd, what [`CompChannel::fd`] lends: open as long as
+    /// any handle lives, even after the channel is destroyed (which closes its own).
+    fd: OwnedFd,
+    /// Its CQs are its users.
+    pub(super) life: Life,
 }
 
 // SAFETY: `channel` is owned by this value; libibverbs' verbs are thread-safe; the map is
@@ -42,18 +47,24 @@ impl ChannelInner {
         self.cqs.lock().unwrap_or_else(|p| p.into_inner()).remove(&(cq as usize));
     }
 
-    fn destroy(&mut self) -> Result<()> {
-        self.destroyed = true;
-        // SAFETY: `channel` came from ibv_create_comp_channel; no CQ uses it (each holds
-        // an Arc of this value); destroyed once.
+    /// ibv_destroy_comp_channel(3).
+    ///
+    /// # Safety
+    ///
+    /// Called once, with no CQ of the channel left and no call on it in progress (under
+    /// [`Life::destroy`], or in the last drop).
+    unsafe fn destroy_raw(&self) -> Result<()> {
+        // SAFETY: `channel` came from ibv_create_comp_channel; the caller's contract.
         check(unsafe { (self.ctx.verbs.sym.ibv_destroy_comp_channel)(self.channel) })
     }
 }
 
 impl Drop for ChannelInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.destroy() {
+        if !self.life.is_destroyed() {
+            // SAFETY: the last handle and CQ are gone (each holds an Arc of this value);
+            // not destroyed yet.
+            if let Err(e) = unsafe { self.destroy_raw() } {
                 tracing::warn!("rdma_core: ibv_destroy_comp_channel failed: {e}");
             }
         }
@@ -82,27 +93,43 @@ impl Context {
         if channel.is_null() {
             return Err(last_errno());
         }
+        // SAFETY: the channel's fd is open while the channel is.
+        let fd = unsafe { BorrowedFd::borrow_raw((*channel).fd) }.try_clone_to_owned();
+        let fd = match fd {
+            Ok(fd) => fd,
+            Err(e) => {
+                // SAFETY: created above, used by nothing yet.
+                unsafe { (c.verbs.sym.ibv_destroy_comp_channel)(channel) };
+                return Err(Error::Os(e));
+            }
+        };
         Ok(CompChannel {
-            inner: Arc::new(ChannelInner { channel, ctx: c.clone(), cqs: Mutex::new(HashMap::new()), destroyed: false }),
+            inner: Arc::new(ChannelInner {
+                channel,
+                ctx: c.clone(),
+                cqs: Mutex::new(HashMap::new()),
+                fd,
+                life: Life::new("completion channel"),
+            }),
         })
     }
 }
 
 impl CompChannel {
-    /// The channel's file descriptor (`struct ibv_comp_channel` `fd`), to poll or make
-    /// non-blocking.
+    /// The channel's file descriptor, to poll or make non-blocking: a duplicate of
+    /// `struct ibv_comp_channel` `fd` (one open file, so readable and non-blocking
+    /// together), open as long as the handle, even after the channel is destroyed.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the fd belongs to the channel, open while it lives (as long as `self`).
-        unsafe { BorrowedFd::borrow_raw((*self.inner.channel).fd) }
+        self.inner.fd.as_fd()
     }
 
-    /// Destroys the channel now (ibv_destroy_comp_channel(3)) and returns its error;
-    /// `EBUSY` without destroying while another handle or a CQ holds it.
-    pub fn destroy(self) -> Result<()> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => inner.destroy(),
-            Err(_) => Err(Error::Busy { what: "completion channel" }),
-        }
+    /// Destroys the channel now (ibv_destroy_comp_channel(3)) and returns its error:
+    /// `EBUSY` while a CQ of it is not destroyed, `EINVAL` if it already is. Any handle
+    /// may destroy it; the others' calls are then `EINVAL`. A refusal leaves the channel
+    /// usable. Dropping the last handle and CQ destroys too, logging an error.
+    pub fn destroy(&self) -> Result<()> {
+        // SAFETY: under the channel's exclusive lock, once (Life::destroy).
+        self.inner.life.destroy(|| unsafe { self.inner.destroy_raw() })
     }
 }
 

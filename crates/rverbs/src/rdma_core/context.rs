@@ -3,7 +3,7 @@
 
 use core::ffi::c_int;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, RwLock};
 
 use rverbs_abi::*;
 
@@ -12,16 +12,6 @@ use super::library::{check, last_errno, Verbs};
 use crate::device::{DeviceAttr, PortAttr};
 use crate::error::Result;
 use crate::gid::Gid;
-use crate::rings::qp_attr::AddressVector;
-
-/// What the context's table knows of an address handle (implemented in `ah`): enough for
-/// a UD work request that names its [`AddressVector`].
-pub(super) trait AddressHandle: Send + Sync {
-    /// The `struct ibv_ah`.
-    fn raw(&self) -> *mut ibv_ah;
-    /// Whether `av` is this handle's address vector.
-    fn is(&self, av: &AddressVector) -> bool;
-}
 
 /// The shared state of a [`Context`]: the `struct ibv_context`, the library, and the
 /// address handles made in it (for the UD work requests that name them).
@@ -30,8 +20,10 @@ pub(super) struct ContextInner {
     pub(super) verbs: Arc<Verbs>,
     attr: DeviceAttr,
     /// Address handles by the address of their [`AddressVector`](crate::AddressVector),
-    /// which a UD [`SendWr`](crate::SendWr) names.
-    pub(super) ahs: Mutex<HashMap<usize, Weak<dyn AddressHandle>>>,
+    /// which a UD [`SendWr`](crate::SendWr) names. A post that names one holds the lock
+    /// shared until it returns, a destruction alone (so no post passes a destroyed
+    /// `struct ibv_ah`).
+    pub(super) ahs: AhTable,
     /// The device's name (ibv_get_device_name(3)).
     name: &'static str,
     /// The context's id in the process: the upper half of the id space, apart from the
@@ -42,6 +34,12 @@ pub(super) struct ContextInner {
     /// which closes it itself.
     origin: Origin,
 }
+
+/// The address handles of a context, by the address of their [`AddressVector`].
+/// Each entry is the `struct ibv_ah` (its address): entries are inserted at creation
+/// and removed, with the table locked alone, when the handle is destroyed, so an entry
+/// found under the shared lock is a live handle of this context.
+pub(super) type AhTable = RwLock<HashMap<usize, usize>>;
 
 /// Who opened a [`ContextInner`]'s context, and so who closes it.
 enum Origin {
@@ -54,7 +52,7 @@ enum Origin {
 
 // SAFETY: `ctx` is owned by this value and libibverbs' verbs are thread-safe (verbs(7),
 // thread safety: any verb from any thread, on any object, except using an object while
-// or after it is destroyed, which the ownership here rules out); the map is behind a Mutex.
+// or after it is destroyed, which the ownership here rules out); the map is behind a lock.
 unsafe impl Send for ContextInner {}
 // SAFETY: as for Send.
 unsafe impl Sync for ContextInner {}
@@ -114,7 +112,7 @@ impl Context {
             ctx,
             verbs,
             attr: crate::c_abi::device_attr_from_c(&raw),
-            ahs: Mutex::new(HashMap::new()),
+            ahs: RwLock::new(HashMap::new()),
             name,
             id: next_id(),
             origin: Origin::Opened(list.clone()),
@@ -149,7 +147,7 @@ impl Context {
         };
         check(rc)?;
         let attr = crate::c_abi::device_attr_from_c(&raw);
-        let inner = ContextInner { ctx, verbs, attr, ahs: Mutex::new(HashMap::new()), name, id: next_id(), origin: Origin::Adopted(keep) };
+        let inner = ContextInner { ctx, verbs, attr, ahs: RwLock::new(HashMap::new()), name, id: next_id(), origin: Origin::Adopted(keep) };
         Ok(Context { inner: Arc::new(inner) })
     }
 

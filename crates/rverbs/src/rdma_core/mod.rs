@@ -17,15 +17,16 @@
 //! [`crate::device_by_name`]) opens a [`crate::Context`] whose PDs, CQs, channels, QPs,
 //! regions and address handles are this module's, behind `rverbs`' own types (their
 //! `Repr`; docs/rdma-core-backend.md lists what they carry). Used directly, as below, the
-//! objects destroy by value (`destroy(self)`).
+//! objects follow the same rules.
 //!
 //! ```no_run
-//! use rverbs::rdma_core::{devices, CqInit, QpInit};
-//! use rverbs::{QpCap, QpType};
+//! use rverbs::rdma_core::devices;
+//! use rverbs::{CqInit, QpCap, QpInit, QpType};
 //! let dev = devices()?.into_iter().next().expect("an RDMA device");
 //! let ctx = dev.open()?;
 //! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_cq(&CqInit::new(16))?;
+//! // The backend takes the public init types, whose CQs are public `Cq`s.
+//! let cq = rverbs::Cq::from(ctx.create_cq(&CqInit::new(16))?);
 //! let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
 //! let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap))?;
 //! assert_eq!(qp.state(), rverbs::QpState::Reset);
@@ -34,8 +35,10 @@
 //!
 //! Ownership: a child holds its parents (a QP its PD and CQs, a CQ its context and
 //! channel, every object the context, the context the loaded library); dropping the last
-//! handle destroys the object, logging an error; `destroy(self)` (`dealloc`, `dereg`)
-//! destroys now and returns the error, or `EBUSY` while something else holds it. What the
+//! handle destroys the object, logging an error. `destroy(&self)` (`dealloc`, `dereg`),
+//! through any handle, destroys now and returns the error, `EBUSY` while a live child
+//! uses the object (ibv_destroy_cq(3), ibv_dealloc_pd(3)), leaving it usable; the other
+//! handles' calls are then `EINVAL`. What the
 //! backend covers and what the soft device offers that it cannot: docs/rdma-core-backend.md.
 #![allow(unsafe_code)] // FFI into libibverbs: each block says why it is sound.
 
@@ -46,6 +49,7 @@ mod conv;
 mod cq;
 mod device;
 mod library;
+mod life;
 mod mr;
 mod pd;
 mod qp;
@@ -54,8 +58,8 @@ mod wr;
 pub use ah::Ah;
 pub use channel::CompChannel;
 pub use context::Context;
-pub use cq::{Cq, CqInit};
+pub use cq::Cq;
 pub use device::{device_by_name, devices, ibv_get_device_list_address, Device};
 pub use mr::Mr;
 pub use pd::Pd;
-pub use qp::{Qp, QpInit, Release};
+pub use qp::{Qp, Release};

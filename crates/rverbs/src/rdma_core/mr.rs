@@ -8,6 +8,7 @@ use rverbs_abi::ibv_mr;
 use rverbs_proto::verbs::Access;
 
 use super::library::{check, last_errno};
+use super::life::Life;
 use super::pd::{Pd, PdInner};
 use crate::error::{Error, Result};
 use crate::mr::Sge;
@@ -26,7 +27,7 @@ struct MrInner {
     access: Access,
     /// The allocation the region owns, freed after deregistration.
     owned: Option<Layout>,
-    destroyed: bool,
+    life: Life,
 }
 
 // SAFETY: `mr` and the owned allocation belong to this value; libibverbs' verbs are
@@ -36,25 +37,34 @@ unsafe impl Send for MrInner {}
 unsafe impl Sync for MrInner {}
 
 impl MrInner {
-    fn dereg(&mut self) -> Result<()> {
-        self.destroyed = true;
-        // SAFETY: `mr` came from ibv_reg_mr_iova2 and is deregistered once, here.
+    /// ibv_dereg_mr(3); on success the owned memory is freed and the region stops using
+    /// its PD.
+    ///
+    /// # Safety
+    ///
+    /// Called once, with no call on the region in progress (under [`Life::destroy`], or
+    /// in the last drop).
+    unsafe fn dereg_raw(&self) -> Result<()> {
+        // SAFETY: `mr` came from ibv_reg_mr_iova2; the caller's contract.
         check(unsafe { (self.pd.ctx.verbs.sym.ibv_dereg_mr)(self.mr) })?;
-        if let Some(layout) = self.owned.take() {
+        if let Some(layout) = self.owned {
             // SAFETY: allocated in `Mr::alloc` with this layout; the device no longer
-            // reaches it (ibv_dereg_mr(3) returned success).
+            // reaches it (ibv_dereg_mr(3) returned success); freed once, as this call
+            // succeeds once.
             unsafe { std::alloc::dealloc(self.addr, layout) };
         }
+        self.pd.life.detach();
         Ok(())
     }
 }
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        if !self.destroyed {
+        if !self.life.is_destroyed() {
             // A region that failed to deregister keeps its owned memory (leaked): the
             // device may still reach it.
-            if let Err(e) = self.dereg() {
+            // SAFETY: the last handle is gone; not deregistered yet.
+            if let Err(e) = unsafe { self.dereg_raw() } {
                 tracing::warn!("rdma_core: ibv_dereg_mr failed: {e}");
             }
         }
@@ -108,6 +118,8 @@ impl Mr {
     /// allocated with, when the region is to free it.
     unsafe fn register(pd: &Pd, addr: *mut u8, len: usize, access: Access, owned: Option<Layout>) -> Result<Mr> {
         let p = &pd.inner;
+        // The PD stays live until the region is counted as its user.
+        let _entered = p.life.enter()?;
         // SAFETY: the PD is live; the caller vouches for the memory.
         let mr = unsafe { (p.ctx.verbs.sym.ibv_reg_mr_iova2)(p.pd, addr.cast::<c_void>(), len, addr as u64, access.bits()) };
         if mr.is_null() {
@@ -115,7 +127,8 @@ impl Mr {
         }
         // SAFETY: ibv_reg_mr_iova2 returned a valid region, whose keys do not change.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        Ok(Mr { inner: MrInner { mr, pd: p.clone(), addr, len, lkey, rkey, access, owned, destroyed: false } })
+        p.life.attach();
+        Ok(Mr { inner: MrInner { mr, pd: p.clone(), addr, len, lkey, rkey, access, owned, life: Life::new("memory region") } })
     }
 
     fn alloc(pd: &Pd, len: usize, access: Access) -> Result<Mr> {
@@ -187,6 +200,7 @@ impl Mr {
     /// them (a request in flight): the bytes are then some mix, as on any RDMA device.
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
         self.range("read", offset, buf.len())?;
+        let _entered = self.inner.life.enter()?;
         // SAFETY: in bounds of the registered memory, valid while the region lives (an
         // owned allocation, or the caller's promise at `reg_mr`); raw copy, no reference
         // to the region's bytes is formed.
@@ -197,6 +211,7 @@ impl Mr {
     /// Copies `data` into the region at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.range("write", offset, data.len())?;
+        let _entered = self.inner.life.enter()?;
         // SAFETY: as in `read`.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.inner.addr.add(offset), data.len()) };
         Ok(())
@@ -205,6 +220,7 @@ impl Mr {
     /// Sets `len` bytes at `offset` to `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
         self.range("fill", offset, len)?;
+        let _entered = self.inner.life.enter()?;
         // SAFETY: as in `read`.
         unsafe { std::ptr::write_bytes(self.inner.addr.add(offset), byte, len) };
         Ok(())
@@ -217,11 +233,14 @@ impl Mr {
         Ok(u64::from_ne_bytes(b))
     }
 
-    /// Deregisters the region now (ibv_dereg_mr(3)) and returns its error; dropping it
-    /// deregisters too, logging an error. Owned memory is freed only after a successful
-    /// deregistration.
-    pub fn dereg(mut self) -> Result<()> {
-        self.inner.dereg()
+    /// Deregisters the region now (ibv_dereg_mr(3)) and returns its error; `EINVAL` if
+    /// it already is. A handle that shares the region (the public [`crate::Mr`]'s
+    /// clones) may deregister it; the others' reads and writes are then `EINVAL`. A
+    /// refusal leaves the region usable. Dropping it deregisters too, logging an error.
+    /// Owned memory is freed only after a successful deregistration.
+    pub fn dereg(&self) -> Result<()> {
+        // SAFETY: under the region's exclusive lock, once (Life::destroy).
+        self.inner.life.destroy(|| unsafe { self.inner.dereg_raw() })
     }
 }
 
@@ -256,6 +275,14 @@ impl crate::mr::native::NativeMr for Mr {
 
     fn read_u64(&self, offset: usize) -> Result<u64> {
         Mr::read_u64(self, offset)
+    }
+
+    fn dereg(&self) -> Result<()> {
+        Mr::dereg(self)
+    }
+
+    fn is_valid(&self) -> bool {
+        !self.inner.life.is_destroyed()
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

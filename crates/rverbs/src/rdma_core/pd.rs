@@ -7,12 +7,16 @@ use rverbs_abi::ibv_pd;
 
 use super::context::{Context, ContextInner};
 use super::library::{check, last_errno};
+use super::life::Life;
 use crate::error::Result;
 
 pub(super) struct PdInner {
     pub(super) pd: *mut ibv_pd,
     pub(super) ctx: Arc<ContextInner>,
-    destroyed: bool,
+    /// `ibv_pd.handle`, read at allocation (it never changes).
+    pub(super) handle: u32,
+    /// Its regions, QPs and address handles are its users.
+    pub(super) life: Life,
 }
 
 // SAFETY: `pd` is owned by this value; libibverbs' verbs are thread-safe.
@@ -21,18 +25,24 @@ unsafe impl Send for PdInner {}
 unsafe impl Sync for PdInner {}
 
 impl PdInner {
-    fn dealloc(&mut self) -> Result<()> {
-        self.destroyed = true;
-        // SAFETY: `pd` came from ibv_alloc_pd; no region, QP or AH of it is left (each
-        // holds an Arc of this value); deallocated once.
+    /// ibv_dealloc_pd(3).
+    ///
+    /// # Safety
+    ///
+    /// Called once, with no call on the PD in progress (under [`Life::destroy`], or
+    /// in the last drop).
+    unsafe fn dealloc_raw(&self) -> Result<()> {
+        // SAFETY: `pd` came from ibv_alloc_pd; the caller's contract.
         check(unsafe { (self.ctx.verbs.sym.ibv_dealloc_pd)(self.pd) })
     }
 }
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.dealloc() {
+        if !self.life.is_destroyed() {
+            // SAFETY: the last handle and child are gone (each holds an Arc of this
+            // value); not deallocated yet.
+            if let Err(e) = unsafe { self.dealloc_raw() } {
                 tracing::warn!("rdma_core: ibv_dealloc_pd failed: {e}");
             }
         }
@@ -66,17 +76,18 @@ impl Pd {
         if pd.is_null() {
             return Err(last_errno());
         }
-        Ok(Pd { inner: Arc::new(PdInner { pd, ctx: ctx.inner.clone(), destroyed: false }) })
+        // SAFETY: ibv_alloc_pd returned a valid PD.
+        let handle = unsafe { (*pd).handle };
+        Ok(Pd { inner: Arc::new(PdInner { pd, ctx: ctx.inner.clone(), handle, life: Life::new("protection domain") }) })
     }
 
     /// The PD's handle (`ibv_pd.handle`), the number the provider gave it.
     pub fn handle(&self) -> u32 {
-        // SAFETY: `pd` is allocated for as long as `self` lives.
-        unsafe { (*self.inner.pd).handle }
+        self.inner.handle
     }
 
     /// The `struct ibv_pd`, for a library that takes it (rdma_create_qp(3)); allocated
-    /// as long as `self` lives.
+    /// until the PD is deallocated.
     pub fn as_raw(&self) -> *mut ibv_pd {
         self.inner.pd
     }
@@ -86,13 +97,13 @@ impl Pd {
         Context { inner: self.inner.ctx.clone() }
     }
 
-    /// Deallocates the PD now (ibv_dealloc_pd(3)) and returns its error; `EBUSY` without
-    /// deallocating while another handle, a region, a QP or an address handle of it
-    /// lives (they hold it). Dropping the last handle deallocates too, logging an error.
-    pub fn dealloc(self) -> Result<()> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => inner.dealloc(),
-            Err(_) => Err(crate::error::Error::Busy { what: "protection domain" }),
-        }
+    /// Deallocates the PD now (ibv_dealloc_pd(3): "fails if any other resource is still
+    /// associated with the PD") and returns its error: `EBUSY` while a region, a QP or an
+    /// address handle of it is not destroyed, `EINVAL` if it already is. Any handle may
+    /// deallocate it; the others' calls are then `EINVAL`. A refusal leaves the PD usable.
+    /// Dropping the last handle and child deallocates too, logging an error.
+    pub fn dealloc(&self) -> Result<()> {
+        // SAFETY: under the PD's exclusive lock, once (Life::destroy).
+        self.inner.life.destroy(|| unsafe { self.inner.dealloc_raw() })
     }
 }

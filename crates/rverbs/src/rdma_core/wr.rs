@@ -2,13 +2,11 @@
 //! `struct ibv_send_wr` / `struct ibv_recv_wr` chains ibv_post_send(3) and
 //! ibv_post_recv(3) take.
 
-use std::sync::Arc;
 
 use rverbs_abi::*;
 use rverbs_proto::verbs::{SendFlags, WrOpcode};
 use smallvec::SmallVec;
 
-use super::context::{AddressHandle, ContextInner};
 use super::library::unsupported;
 use crate::error::{Error, Result};
 use crate::mr::Sge;
@@ -26,13 +24,12 @@ const _: () = assert!(core::mem::offset_of!(Sge, lkey) == core::mem::offset_of!(
 const INLINE_WRS: usize = 4;
 
 /// A chain of `struct ibv_send_wr` built from a slice of [`SendWr`], with what it points
-/// into: the inline pieces' SGEs and the address handles of UD requests (held for the
-/// call).
+/// into: the inline pieces' SGEs (the address handles of UD requests are held by the
+/// caller's lock on the context's table).
 pub(super) struct SendChain {
     pub(super) wrs: SmallVec<[ibv_send_wr; INLINE_WRS]>,
     /// One `Vec` of SGEs per request that carries an inline list.
     _inline: Vec<Vec<ibv_sge>>,
-    _ahs: SmallVec<[Arc<dyn AddressHandle>; INLINE_WRS]>,
 }
 
 /// A scatter list as the pointer and count `struct ibv_send_wr` / `ibv_recv_wr` take.
@@ -42,15 +39,18 @@ fn sg(list: &[Sge]) -> (*mut ibv_sge, core::ffi::c_int) {
     (list.as_ptr().cast_mut().cast::<ibv_sge>(), core::ffi::c_int::try_from(list.len()).unwrap_or(core::ffi::c_int::MAX))
 }
 
+/// The context's address handles, locked shared for the post (`None` when no request
+/// is UD).
+pub(super) type Ahs<'a> = Option<&'a std::collections::HashMap<usize, usize>>;
+
 /// Builds the chain, or says which request the backend cannot express (its index and
 /// `EOPNOTSUPP`, or `EINVAL` for a UD request naming an address handle of another
-/// context or none of this backend).
-pub(super) fn send_chain(ctx: &ContextInner, list: &[SendWr<'_>]) -> std::result::Result<SendChain, (usize, Error)> {
+/// context, destroyed, or none of this backend).
+pub(super) fn send_chain(ctx: Ahs<'_>, list: &[SendWr<'_>]) -> std::result::Result<SendChain, (usize, Error)> {
     let mut inline = Vec::new();
-    let mut ahs = SmallVec::new();
     let mut wrs: SmallVec<[ibv_send_wr; INLINE_WRS]> = SmallVec::with_capacity(list.len());
     for (i, wr) in list.iter().enumerate() {
-        let c = one(ctx, wr, &mut inline, &mut ahs).map_err(|e| (i, e))?;
+        let c = one(ctx, wr, &mut inline).map_err(|e| (i, e))?;
         wrs.push(c);
     }
     // Link the chain now that the array no longer moves.
@@ -60,14 +60,13 @@ pub(super) fn send_chain(ctx: &ContextInner, list: &[SendWr<'_>]) -> std::result
         // SAFETY: `i` and `i + 1` are in bounds of the array.
         unsafe { (*base.add(i)).next = base.add(i + 1) };
     }
-    Ok(SendChain { wrs, _inline: inline, _ahs: ahs })
+    Ok(SendChain { wrs, _inline: inline })
 }
 
 fn one(
-    ctx: &ContextInner,
+    ctx: Ahs<'_>,
     wr: &SendWr<'_>,
     inline: &mut Vec<Vec<ibv_sge>>,
-    ahs: &mut SmallVec<[Arc<dyn AddressHandle>; INLINE_WRS]>,
 ) -> Result<ibv_send_wr> {
     let opcode = match wr.opcode {
         WrOpcode::RdmaWrite => IBV_WR_RDMA_WRITE,
@@ -126,16 +125,10 @@ fn one(
         };
     }
     if let Some(ud) = wr.ud {
-        let found = ctx
-            .ahs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(ud.ah as *const _ as usize))
-            .and_then(std::sync::Weak::upgrade)
-            .filter(|a| a.is(ud.ah));
-        let ah = found.ok_or(Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
-        c.wr.ud = ibv_send_wr_ud { ah: ah.raw(), remote_qpn: ud.remote_qpn, remote_qkey: ud.remote_qkey };
-        ahs.push(ah);
+        // The table is locked shared until the post returns: a handle found is live.
+        let found = ctx.and_then(|table| table.get(&(ud.ah as *const _ as usize)));
+        let ah = *found.ok_or(Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        c.wr.ud = ibv_send_wr_ud { ah: ah as *mut ibv_ah, remote_qpn: ud.remote_qpn, remote_qkey: ud.remote_qkey };
     }
     Ok(c)
 }
