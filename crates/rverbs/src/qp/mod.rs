@@ -246,13 +246,6 @@ impl QpInner {
         self.kick();
     }
 
-    /// After a call of `verb` on this QP that succeeded, one call per entry of `wr_ids`
-    /// (the work requests it posted; one `None` for `modify_qp`): does what the device
-    /// does for each event the fault plan raises (docs/fault-injection.md). QP events:
-    /// ERR, the event, the flushes (`enter_error`). CQ_ERR: the CQ of the verb's work (the
-    /// receive CQ for `post_recv`) enters error as after an overrun
-    /// (docs/completion-queues.md). DISCONNECTED: the connection manager's hook. The
-    /// device's events (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL): [`device_event`].
     /// The slot of the QP's device (`sys::MAX_DEVICES`): whose fault plan and port it has.
     #[inline]
     pub(crate) fn slot(&self) -> usize {
@@ -264,10 +257,25 @@ impl QpInner {
         crate::sanitizer::Id::new(self.slot(), self.qpn)
     }
 
+    /// After a call of `verb` on this QP that succeeded, one call per entry of `wr_ids`
+    /// (the work requests it posted; one `None` for `modify_qp`): does what the device
+    /// does for each event the fault plan raises (docs/fault-injection.md). QP events:
+    /// ERR, the event, the flushes (`enter_error`). CQ_ERR: the CQ of the verb's work (the
+    /// receive CQ for `post_recv`) enters error as after an overrun
+    /// (docs/completion-queues.md). DISCONNECTED: the connection manager's hook. The
+    /// device's events (PORT_ERR, PORT_ACTIVE, DEVICE_FATAL): [`device_event`].
+    /// Without a plan, one relaxed load, inlined into the post (the rest is out of line).
+    #[inline]
     pub(crate) fn raise_injected(self: &Arc<Self>, verb: Verb, wr_ids: impl IntoIterator<Item = Option<u64>>) {
-        if !crate::fault_plan::active() {
-            return;
+        if crate::fault_plan::active() {
+            self.raise_planned(verb, wr_ids);
         }
+    }
+
+    /// [`QpInner::raise_injected`] with a plan in force.
+    #[cold]
+    #[inline(never)]
+    fn raise_planned(self: &Arc<Self>, verb: Verb, wr_ids: impl IntoIterator<Item = Option<u64>>) {
         use rverbs_proto::verb_fault::Event;
         for w in wr_ids {
             let event = match crate::fault_plan::raise(self.slot(), verb, Some(self.qpn), w) {
