@@ -236,9 +236,20 @@ impl QpInner {
     /// raising `event` if given, flushing the receive queue and making the send queue
     /// flush. Does nothing if the QP is in RESET or already in ERR.
     pub(crate) fn enter_error(self: &Arc<Self>, event: Option<EventType>, cause: transition::Cause) {
-        if self.transition(transition::Expect::NotIn(transition::ERR_FROM_ANY_BUT), QpState::Err, cause).is_err() {
-            return;
+        if self.move_to_error(cause) {
+            self.after_error(event);
         }
+    }
+
+    /// The state change of [`QpInner::enter_error`] alone: whether the QP moved to ERR
+    /// (not if it is in RESET or already in ERR). [`QpInner::after_error`] must follow.
+    pub(crate) fn move_to_error(&self, cause: transition::Cause) -> bool {
+        self.transition(transition::Expect::NotIn(transition::ERR_FROM_ANY_BUT), QpState::Err, cause).is_ok()
+    }
+
+    /// What follows a move to ERR: `event` raised if given, the receive queue flushed,
+    /// the send queue made to flush.
+    pub(crate) fn after_error(self: &Arc<Self>, event: Option<EventType>) {
         if let Some(e) = event {
             self.raise(e);
         }

@@ -520,19 +520,34 @@ impl QpInner {
 
     /// Retires the head WQE with `cqe`: written to the send CQ if the request was
     /// signaled, the QP signals all, or it failed (ibv_post_send(3); rxe `do_complete`).
-    /// A failure moves the QP to ERR (UC, UD: SQE); an overrun of the send CQ to ERR,
-    /// with QP_FATAL.
+    /// A failure moves the QP to ERR (UC, UD: SQE) before its completion is written, so
+    /// that `ibv_query_qp` after `ibv_poll_cq` returned it finds the QP there; the flushes
+    /// follow the completion. An overrun of the send CQ moves the QP to ERR, with
+    /// QP_FATAL.
     pub(crate) fn complete_head(self: &Arc<Self>, ring: &mut Ring, cqe: Cqe) {
         let wqe = ring.pop().expect("non-empty");
         let failed = cqe.status() != WcStatus::Success;
         let written = failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED);
+        // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
+        let mut erred = false;
+        if failed {
+            if matches!(self.qp_type, QpType::Uc | QpType::Ud) {
+                let _ = self.transition(transition::Expect::Is(QpState::Rts), QpState::Sqe, transition::Cause::SendError);
+            } else {
+                erred = self.move_to_error(transition::Cause::SendError);
+            }
+        }
         if written && wqe.hold_ms > 0 {
             // The fault plan holds the completion back (docs/fault-injection.md); the CQ
             // publishes it, and what follows it, when the time has come.
             let me: std::sync::Weak<dyn crate::cq::Overran> = Arc::downgrade(self) as _;
             self.send_cq.push_held(cqe, std::time::Duration::from_millis(u64::from(wqe.hold_ms)), me);
         } else if written && self.send_cq.push(cqe).is_err() {
-            self.enter_error(Some(EventType::QpFatal), transition::Cause::SendCqOverrun);
+            if erred {
+                self.after_error(Some(EventType::QpFatal));
+            } else {
+                self.enter_error(Some(EventType::QpFatal), transition::Cause::SendCqOverrun);
+            }
             return;
         }
         if !failed && wqe.posted_ns != 0 {
@@ -540,13 +555,8 @@ impl QpInner {
                 stats.send_latency(self.qpn, crate::clock::device_ns().saturating_sub(wqe.posted_ns));
             }
         }
-        if failed {
-            // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
-            if matches!(self.qp_type, QpType::Uc | QpType::Ud) {
-                let _ = self.transition(transition::Expect::Is(QpState::Rts), QpState::Sqe, transition::Cause::SendError);
-            } else {
-                self.enter_error(None, transition::Cause::SendError);
-            }
+        if erred {
+            self.after_error(None);
         }
     }
 
