@@ -69,7 +69,8 @@
 //! (`examples/common/gpspm.rs`, checked byte for byte in `tests/gpspm.rs`).
 //!
 //! Not yet: `rpma_mr_advise`,
-//! ODP, logging; a native flush on rverbs (the device reports no FLUSH_PERSISTENT and
+//! ODP, the logging setters (failures are logged through `tracing`, as
+//! [`context_for`] logs the address and the step); a native flush on rverbs (the device reports no FLUSH_PERSISTENT and
 //! rverbs-cm grants QPs no FLUSH access).
 //!
 //! A client reads a server's memory, the server's region descriptor travelling in the

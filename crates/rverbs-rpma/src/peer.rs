@@ -40,15 +40,31 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_millis(1000);
 ///
 /// Errors: `Provider` if the address cannot be bound or resolved (e.g.
 /// `EADDRNOTAVAIL` for an address of no local interface) or names no device
-/// (`ENODEV`: a wildcard or, as `Local`, a loopback address).
+/// (`ENODEV`: a wildcard or, as `Local`, a loopback address). As librpma logs the failed
+/// step, a failure is logged (`tracing`, warning) with the address and the step.
 pub fn context_for(addr: &str, ty: ContextType) -> Result<Context> {
+    let mut step = "getaddrinfo";
+    let found = find_context(addr, ty, &mut step);
+    if let Err(err) = &found {
+        tracing::warn!(addr, ?ty, step, %err, "rpma: no device context for the address");
+    }
+    found
+}
+
+/// [`context_for`], with the step under way kept in `step`.
+fn find_context(addr: &str, ty: ContextType, step: &mut &'static str) -> Result<Context> {
     let sa = util::lookup(addr, 0)?;
+    *step = "rdma_create_id";
     let ch = EventChannel::new()?;
     let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
     let found = (|| -> Result<IpAddr> {
         match ty {
-            ContextType::Local => id.bind_addr(sa)?,
+            ContextType::Local => {
+                *step = "rdma_bind_addr";
+                id.bind_addr(sa)?
+            }
             ContextType::Remote => {
+                *step = "rdma_resolve_addr";
                 id.resolve_addr(None, sa, RESOLVE_TIMEOUT.as_millis() as i32)?;
                 let ev = util::cm_event(&ch, Some(RESOLVE_TIMEOUT))?;
                 if ev.kind != EventKind::AddrResolved {
@@ -56,6 +72,7 @@ pub fn context_for(addr: &str, ty: ContextType) -> Result<Context> {
                 }
             }
         }
+        *step = "the id's device";
         if !id.has_device() {
             return Err(Error::Provider(libc::ENODEV));
         }
@@ -63,6 +80,7 @@ pub fn context_for(addr: &str, ty: ContextType) -> Result<Context> {
     })();
     let _ = id.destroy();
     let ip = found?;
+    *step = "the device holding the source address";
     for dev in rverbs::devices()? {
         let ctx = dev.open()?;
         if rverbs_cm::addr::local_gid(&ctx, ip).is_some() {

@@ -178,6 +178,42 @@ fn private_data_limits() {
     });
 }
 
+/// A log line written into a shared buffer (a `tracing` writer for the test below).
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// As librpma logs the step that failed, a peer that cannot be made says which address
+/// and which step: the error alone is librpma's code and errno.
+#[test]
+fn a_peer_that_cannot_be_made_logs_the_address_and_the_step() {
+    let (bind, device) = bounded(60, || {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let subscriber = tracing_subscriber::fmt().with_ansi(false).with_writer(move || Log(sink.clone())).finish();
+        // The subscriber is this thread's: the peer is made on it.
+        tracing::subscriber::with_default(subscriber, || {
+            let bind = Peer::new("192.0.2.77", ContextType::Local).err();
+            let at_bind = String::from_utf8(buf.lock().unwrap().split_off(0)).unwrap();
+            let device = Peer::new("127.0.0.1", ContextType::Local).err();
+            let at_device = String::from_utf8(buf.lock().unwrap().split_off(0)).unwrap();
+            ((bind, at_bind), (device, at_device))
+        })
+    });
+    assert_eq!(bind.0, Some(Error::Provider(libc::EADDRNOTAVAIL)));
+    assert!(bind.1.contains("192.0.2.77") && bind.1.contains("rdma_bind_addr"), "{}", bind.1);
+    assert_eq!(device.0, Some(Error::Provider(libc::ENODEV)));
+    assert!(device.1.contains("127.0.0.1") && device.1.contains("the id's device"), "{}", device.1);
+}
+
 /// rpma_utils_get_ibv_context(3) + rpma_peer_new(3), rpma_ep_listen(3): an address of
 /// no local interface, or a wildcard, names no device; a port listened on is in use.
 /// A local loopback address names no device either (the kernel's rdma_cm attaches none
