@@ -413,17 +413,17 @@ static INJECTED_DISCONNECTS: Mutex<Vec<(usize, u32)>> = Mutex::new(Vec::new());
 /// A device without a started engine has no rdma_cm id, so none owns the QP.
 fn queue_disconnect(slot: usize, qpn: u32) {
     let Some(engine) = ENGINES.get(slot).and_then(|e| e.get()).and_then(|r| r.as_ref().ok()) else {
-        no_owner(qpn);
+        no_owner(qpn, "no connection manager runs on its device");
         return;
     };
     INJECTED_DISCONNECTS.lock().unwrap_or_else(|p| p.into_inner()).push((slot, qpn));
     engine.kick();
 }
 
-/// The fault plan picked a QP no rdma_cm id owns (its device has no engine, or no id
-/// holds it): there is no connection to disconnect.
-fn no_owner(qpn: u32) {
-    tracing::warn!(qpn, "fault plan: no rdma_cm id owns the QP; nothing to disconnect");
+/// The fault plan picked a QP no rdma_cm id owns, for the reason `why`: there is no
+/// connection to disconnect.
+fn no_owner(qpn: u32, why: &str) {
+    tracing::warn!(qpn, "fault plan: no rdma_cm id owns the QP ({why}); nothing to disconnect");
 }
 
 impl Engine {
@@ -447,7 +447,7 @@ impl Engine {
             let mut st = self.lock();
             let id = st.ids.values().find(|s| s.qp.as_ref().is_some_and(|q| q.qp_num() == qpn)).map(|s| s.handle.clone());
             let Some(id) = id else {
-                no_owner(qpn);
+                no_owner(qpn, "no id of its device holds it");
                 continue;
             };
             if let Err(err) = self.input(&mut st, Instant::now(), |cx, st| handshake::disconnect(cx, st, &id)) {
