@@ -70,6 +70,54 @@ fn a_key_record_rewritten_by_another_process_does_not_move_the_owners_writes() {
     unsafe { libc::munmap(area as *mut libc::c_void, 3 * page) };
 }
 
+// The same attack once the express lane remembers the key (docs/shared-state.md,
+// "Remembered keys"): WRITEs through the region's rkey came before the rewrite, so the
+// requester holds a memo of the record. The memo is what this process wrote, so the next
+// WRITE lands in the registered page (or fails); never on the canary pages.
+#[test]
+fn a_key_record_rewritten_after_the_key_was_remembered_does_not_move_the_writes() {
+    use std::os::unix::fs::FileExt;
+    let page = 4096usize;
+    let (a, b) = pair(QpType::Rc);
+    // SAFETY: a fresh private anonymous mapping of three pages, used only by this test.
+    let area = unsafe {
+        libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    } as *mut u8;
+    assert_ne!(area as *mut libc::c_void, libc::MAP_FAILED);
+    // SAFETY: inside the mapping.
+    unsafe { std::ptr::write_bytes(area, 0xC5, 3 * page) };
+    // SAFETY: the middle page stays mapped for the test's life.
+    let mr = unsafe { b.pd.reg_mr(area.add(page), page, ALL_ACCESS) }.unwrap();
+    a.mr.write(0, &[0xAB; 64]).unwrap();
+    let ssge = [a.mr.sge(0, 64).unwrap()];
+    for id in 0..4 {
+        a.qp.post_send(&[SendWr::write(id, &ssge, mr.iova(), mr.rkey()).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    }
+    // SAFETY: the registered page.
+    unsafe { std::ptr::write_bytes(area.add(page), 0, 64) };
+    let tables = std::fs::OpenOptions::new().read(true).write(true).open(own_tables()).unwrap();
+    let at = key_record(mr.rkey() >> 8) + 48;
+    let mut va = [0u8; 8];
+    tables.read_exact_at(&mut va, at).unwrap();
+    assert_eq!(u64::from_ne_bytes(va), area as u64 + page as u64, "found the record");
+    tables.write_all_at(&(area as u64).to_ne_bytes(), at).unwrap();
+
+    a.qp.post_send(&[SendWr::write(9, &ssge, mr.iova(), mr.rkey()).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    // SAFETY: reading the mapping's three pages.
+    let all = unsafe { std::slice::from_raw_parts(area, 3 * page) };
+    let (below, rest) = all.split_at(page);
+    let (inside, above) = rest.split_at(page);
+    assert!(below.iter().chain(above).all(|&x| x == 0xC5), "the device wrote outside the registered page");
+    if wc.status() == WcStatus::Success {
+        assert_eq!(&inside[..64], &[0xAB; 64], "a WRITE that succeeded landed in the registered page");
+    }
+    drop(mr);
+    // SAFETY: unmapping what this test mapped.
+    unsafe { libc::munmap(area as *mut libc::c_void, 3 * page) };
+}
+
 /// This process's segment named `name` (its last path component), found among its mappings.
 fn own_segment(name: &str) -> std::path::PathBuf {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();

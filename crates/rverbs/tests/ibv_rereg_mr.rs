@@ -73,6 +73,73 @@ fn rereg_translation_moves_the_region() {
     assert_eq!(&buf[200..205], b"moved");
 }
 
+/// The keys a requester has used are checked again after a re-registration
+/// (docs/shared-state.md, "Remembered keys"). After WRITEs through the same local and
+/// remote keys (the first of a QP goes the queued way, the next ones the express lane,
+/// which remembers the keys): a remote key that lost REMOTE_WRITE is refused at once, a
+/// local key moved to another PD is refused at once, and WRITEs after both regions moved
+/// read the new source and land in the new target, the old target untouched; after
+/// deregistration the rkey grants nothing.
+#[test]
+fn rereg_after_traffic_takes_effect_at_once() {
+    let warm = |a: &Side, sge: &[Sge], iova: u64, rkey: u32| {
+        for id in 0..4 {
+            a.qp.post_send(&[SendWr::write(id, sge, iova, rkey).signaled()]).unwrap();
+            assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+        }
+    };
+    // The remote key loses its right.
+    let (a, b) = pair(QpType::Rc);
+    let dst = b.pd.alloc_mr(64, ALL_ACCESS).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    warm(&a, &sge, dst.iova(), dst.rkey());
+    dst.rereg(ReregFlags::ACCESS, None, Some(Access::LOCAL_WRITE)).unwrap();
+    a.qp.post_send(&[SendWr::write(9, &sge, dst.iova(), dst.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemAccessErr);
+
+    // The local key moves to another PD.
+    let (a, b) = pair(QpType::Rc);
+    let dst = b.pd.alloc_mr(64, ALL_ACCESS).unwrap();
+    let src = a.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [src.sge(0, 8).unwrap()];
+    warm(&a, &sge, dst.iova(), dst.rkey());
+    let other = a.ctx.alloc_pd().unwrap();
+    src.rereg(ReregFlags::PD, Some(&other), None).unwrap();
+    a.qp.post_send(&[SendWr::write(9, &sge, dst.iova(), dst.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::LocProtErr);
+    src.dereg().unwrap();
+
+    // Both regions move.
+    let (a, b) = pair(QpType::Rc);
+    let mut src_old = vec![1u8; 64];
+    let mut dst_old = vec![0u8; 64];
+    // SAFETY: both buffers outlive their regions (deregistered below).
+    let src = unsafe { a.pd.reg_mr(src_old.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    // SAFETY: as above.
+    let dst = unsafe { b.pd.reg_mr(dst_old.as_mut_ptr(), 64, ALL_ACCESS) }.unwrap();
+    let (lkey, rkey) = (src.lkey(), dst.rkey());
+    warm(&a, &[src.sge(0, 8).unwrap()], dst.iova(), rkey);
+    let mut src_new = vec![2u8; 64];
+    let mut dst_new = vec![0u8; 64];
+    // SAFETY: the new buffers outlive the regions (deregistered below).
+    unsafe { src.rereg_translation(ReregFlags::TRANSLATION, src_new.as_mut_ptr(), 64, None, None) }.unwrap();
+    // SAFETY: as above.
+    unsafe { dst.rereg_translation(ReregFlags::TRANSLATION, dst_new.as_mut_ptr(), 64, None, None) }.unwrap();
+    assert_eq!((src.lkey(), dst.rkey()), (lkey, rkey), "keys stay");
+    dst_old.fill(0);
+    let sge = [src.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(9, &sge, dst.iova(), rkey).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(&dst_new[..8], &[2u8; 8], "the new source's bytes, in the new target");
+    assert!(dst_old.iter().all(|&x| x == 0), "the old target is not written");
+    let iova = dst.iova();
+    dst.dereg().unwrap();
+    a.qp.post_send(&[SendWr::write(10, &sge, iova, rkey).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemAccessErr);
+    src.dereg().unwrap();
+    drop((src_old, src_new));
+}
+
 #[test]
 fn rereg_input_errors() {
     let pd = open().alloc_pd().unwrap();

@@ -61,6 +61,10 @@ pub(crate) struct KeyTable {
     /// The fingerprint's key: random per process, so another process cannot forge a
     /// record that matches.
     secret: u64,
+    /// Per key index, how many times this process has written the record: a requester's
+    /// memo of a record it vouched for holds while this count has not moved
+    /// (`mr::keyspace::KeyMemo`); process memory, as `written`.
+    writes: Box<[AtomicU64]>,
 }
 
 /// `n` zeroed atomics, allocated zeroed (calloc: large allocations are committed only
@@ -86,6 +90,7 @@ impl KeyTable {
             free: Mutex::new(Vec::new()),
             written: zeroed_words(KEY_RECORDS),
             secret,
+            writes: zeroed_words(KEY_RECORDS),
         }
     }
 
@@ -104,11 +109,24 @@ impl KeyTable {
     }
 
     /// Writes `d` into the shared record of index `index` (this process's own), keeping
-    /// its fingerprint. Every write of this process's key records goes through here.
+    /// its fingerprint, and counts the write. Every write of this process's key records
+    /// goes through here (the state word alone aside: a region closed or retired, a
+    /// window invalidated; every access reads that word from the record again).
     pub(crate) fn publish(&self, index: u32, d: &KeyDesc) {
         let Some(rec) = self.tables.key(index) else { return };
         self.written[index as usize].store(self.fingerprint(d), Ordering::Release);
         rec.write(d);
+        // Counted once the record is written: a reader that sees the new count reads the
+        // new record (or a newer one, whose count it will see move next time).
+        self.writes[index as usize].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times this process has written the record of index `index`
+    /// ([`KeyTable::publish`]); `u64::MAX` for an index out of the table (never a
+    /// count, so never remembered).
+    #[inline]
+    pub(crate) fn writes(&self, index: u32) -> u64 {
+        self.writes.get(index as usize).map_or(u64::MAX, |w| w.load(Ordering::Acquire))
     }
 
     /// Whether `d`, read from the shared record of index `index`, is what this process

@@ -164,19 +164,53 @@ pub(crate) struct KeySpace<'a> {
     me: &'a Endpoint,
     /// `None`: this process's own keys and memory.
     peer: Option<(&'a Peer, &'a SegCache)>,
+    /// The requester's memo of the last own key it checked here ([`KeyMemo`]).
+    memo: Option<&'a KeyMemo>,
+}
+
+/// A requester's memo of the last key of this process it checked in one key space: the
+/// record as it was vouched for ([`KeyTable::vouches`](super::keys::KeyTable::vouches)),
+/// with the count of this process's writes of that record at the time
+/// ([`KeyTable::writes`](super::keys::KeyTable::writes)). While the count has not moved,
+/// the record holds what the memo holds, as far as this process wrote it, so the next
+/// access through the same key takes the memo instead of reading the shared record again
+/// (docs/shared-state.md, "Remembered keys").
+///
+/// Only process memory decides that a memo holds: the count and the memo itself, never
+/// the shared record, which another process of the user can rewrite (a rewrite after
+/// the memo was taken is not seen, and not needed: the memo is what this process wrote).
+/// What peers may write in this process's records, the state word (a type 2 window
+/// invalidated) and the key, [`KeySpace::hold`] reads from the record on every access,
+/// memo or not; the PD, rights and use are checked against the memo on every access.
+#[derive(Default)]
+pub(crate) struct KeyMemo(std::cell::Cell<Option<Remembered>>);
+
+#[derive(Clone, Copy)]
+struct Remembered {
+    /// Which key table (its address): a memo of one key space is never taken in another.
+    tables: usize,
+    writes: u64,
+    desc: KeyDesc,
 }
 
 impl<'a> KeySpace<'a> {
     /// This process's keys.
     #[inline]
     pub(crate) fn local(me: &'a Endpoint) -> Self {
-        KeySpace { tables: me.tables, me, peer: None }
+        KeySpace { tables: me.tables, me, peer: None, memo: None }
     }
 
     /// A peer's keys, reached from this process's endpoint `me`.
     #[inline]
     pub(crate) fn of_peer(me: &'a Endpoint, peer: &'a Peer, cache: &'a SegCache) -> Self {
-        KeySpace { tables: peer.tables(), me, peer: Some((peer, cache)) }
+        KeySpace { tables: peer.tables(), me, peer: Some((peer, cache)), memo: None }
+    }
+
+    /// This key space, checking this process's own keys through `memo` ([`KeyMemo`]);
+    /// a peer's keys are checked as before.
+    #[inline]
+    pub(crate) fn remembering(self, memo: &'a KeyMemo) -> Self {
+        KeySpace { memo: Some(memo), ..self }
     }
 
     /// Checks an access of `[va, va+len)` with rights `need` through `key` for a QP of
@@ -206,7 +240,38 @@ impl<'a> KeySpace<'a> {
         self.hold(key, &d, 0, 0, via, |p| p)
     }
 
+    #[inline]
     fn check(&self, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<KeyDesc, Fault> {
+        match (self.peer, self.memo) {
+            (None, Some(memo)) => self.check_remembered(memo, key, pd, used, need),
+            _ => self.check_record(key, pd, used, need),
+        }
+    }
+
+    /// [`KeySpace::check`] of this process's own key through `memo`: the memo if it is of
+    /// this key and this process has not written the record since; else the record,
+    /// remembered if it passes.
+    #[inline]
+    fn check_remembered(&self, memo: &KeyMemo, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<KeyDesc, Fault> {
+        let tables = std::ptr::from_ref(self.tables) as usize;
+        // Read before the record: a write between them leaves the memo with the older
+        // count, so the next access reads the record again.
+        let writes = self.me.keys.writes(key >> 8);
+        if let Some(m) = memo.0.get() {
+            if m.desc.key == key && m.writes == writes && m.tables == tables {
+                check_desc(&m.desc, key, pd, used, need)?;
+                return Ok(m.desc);
+            }
+        }
+        let d = self.check_record(key, pd, used, need)?;
+        if writes != u64::MAX {
+            memo.0.set(Some(Remembered { tables, writes, desc: d }));
+        }
+        Ok(d)
+    }
+
+    /// [`KeySpace::check`] from the shared record.
+    fn check_record(&self, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<KeyDesc, Fault> {
         let rec = self.tables.key(key >> 8).ok_or(Fault::Key)?;
         let d = rec.read();
         if d.key != key || d.state != KEY_STATE_VALID {

@@ -35,7 +35,7 @@ use super::target::{LocalTarget, PeerTarget, Target};
 use crate::engine::Engine;
 use crate::mcast::{is_multicast, Groups, MULTICAST_QPN};
 use crate::shm::cma::CmaError;
-use crate::mr::{self, KeySpace, PinList, Source};
+use crate::mr::{self, KeyMemo, KeySpace, PinList, Source};
 use crate::qp::device::{Answers, Express, ExpressData, ExpressOp, PacketBytes, ResponseBytes, Tx};
 use crate::qp::sq::ReqView;
 use crate::rings::recv_ring::RecvWqe;
@@ -71,6 +71,9 @@ pub(crate) struct HostLink {
     /// The device's multicast groups (UD sends to a group).
     mcast: &'static Groups,
     route: Option<Route>,
+    /// The express lane's memos of the last local key (the scatter list's) and remote key
+    /// (the target's, when its QP is of this process) it checked ([`KeyMemo`]).
+    memos: [KeyMemo; 2],
     ud: Option<Responder>,
     /// The instant handed to the responder machines, which read no clock themselves and
     /// keep no timer on the responder side.
@@ -79,7 +82,7 @@ pub(crate) struct HostLink {
 
 impl HostLink {
     pub(crate) fn new(engine: &'static Engine, net: Option<&'static Net>, mcast: &'static Groups) -> HostLink {
-        HostLink { engine, net, mcast, route: None, ud: None, epoch: Instant::now() }
+        HostLink { engine, net, mcast, route: None, memos: Default::default(), ud: None, epoch: Instant::now() }
     }
 
     /// Forgets the responder (`modify_qp` changed the path, or a new requester starts).
@@ -152,12 +155,13 @@ pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: 
     if qp.qp_type != QpType::Rc {
         return false;
     }
+    let memos = &path.memos;
     match path.route.as_mut() {
         Some(Route { to: Routed::Local(t), responder }) => {
-            !t.qp.is_destroyed() && super::route::answers(t.qp.rec, qp.qpn, req) && express_to(qp, t, responder, w)
+            !t.qp.is_destroyed() && super::route::answers(t.qp.rec, qp.qpn, req) && express_to(qp, t, responder, memos, w)
         }
         Some(Route { to: Routed::Peer(t), responder }) => {
-            t.still_valid() && super::route::answers(t.rec(), qp.qpn, req) && express_to(qp, t, responder, w)
+            t.still_valid() && super::route::answers(t.rec(), qp.qpn, req) && express_to(qp, t, responder, memos, w)
         }
         _ => false,
     }
@@ -171,7 +175,7 @@ fn refresh(responder: &mut Responder, mut cfg: ResponderConfig) {
 }
 
 /// [`express`] once the route is known to answer.
-fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &Express<'_>) -> bool {
+fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: &[KeyMemo; 2], w: &Express<'_>) -> bool {
     refresh(responder, responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU));
     let accepted = match w.op {
         ExpressOp::Write { .. } => responder.express_write_ok(w.psn, w.len),
@@ -180,7 +184,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &Exp
     if !accepted {
         return false;
     }
-    let own = KeySpace::local(qp.pd.endpoint());
+    let own = KeySpace::local(qp.pd.endpoint()).remembering(&memos[0]);
     let mut pins = PinList::new();
     let src = match w.data {
         ExpressData::Inline(b) => Source::Bytes(b),
@@ -191,7 +195,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, w: &Exp
             Source::Pins(&pins)
         }
     };
-    let keys = t.keys();
+    let keys = t.keys().remembering(&memos[1]);
     match w.op {
         ExpressOp::Write { rkey, va } => {
             let mut mem = PinList::new();
