@@ -26,48 +26,84 @@ fn key_record(index: u32) -> u64 {
     (65_536 * 128 + 65_536 * 64 + 65_536 * 16 + index as usize * 384) as u64
 }
 
+/// Three pages of private memory — [canary][registered][canary] — with the middle one
+/// registered on `pd`, for the key record attacks below.
+struct Guarded {
+    area: *mut u8,
+    mr: Option<Mr>,
+}
+
+const PAGE: usize = 4096;
+
+impl Guarded {
+    fn new(pd: &Pd) -> Guarded {
+        // SAFETY: a fresh private anonymous mapping of three pages, used only by this value.
+        let area = unsafe {
+            libc::mmap(std::ptr::null_mut(), 3 * PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        } as *mut u8;
+        assert_ne!(area as *mut libc::c_void, libc::MAP_FAILED);
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::write_bytes(area, 0xC5, 3 * PAGE) };
+        // SAFETY: the middle page stays mapped until the region is dropped (Drop).
+        let mr = unsafe { pd.reg_mr(area.add(PAGE), PAGE, ALL_ACCESS) }.unwrap();
+        Guarded { area, mr: Some(mr) }
+    }
+
+    fn mr(&self) -> &Mr {
+        self.mr.as_ref().unwrap()
+    }
+
+    /// The hostile write: the record's `va` (byte 48 of the record) one page lower.
+    fn move_record_down(&self) {
+        use std::os::unix::fs::FileExt;
+        let tables = std::fs::OpenOptions::new().read(true).write(true).open(own_tables()).unwrap();
+        let at = key_record(self.mr().lkey() >> 8) + 48;
+        let mut va = [0u8; 8];
+        tables.read_exact_at(&mut va, at).unwrap();
+        assert_eq!(u64::from_ne_bytes(va), self.area as u64 + PAGE as u64, "found the record");
+        tables.write_all_at(&(self.area as u64).to_ne_bytes(), at).unwrap();
+    }
+
+    /// The canary pages and the registered page.
+    fn pages(&self) -> (&[u8], &[u8], &[u8]) {
+        // SAFETY: the mapping's three pages, mapped while `self` lives.
+        let all = unsafe { std::slice::from_raw_parts(self.area, 3 * PAGE) };
+        let (below, rest) = all.split_at(PAGE);
+        let (inside, above) = rest.split_at(PAGE);
+        (below, inside, above)
+    }
+
+    fn assert_canaries(&self) {
+        let (below, _, above) = self.pages();
+        assert!(below.iter().chain(above).all(|&x| x == 0xC5), "the device wrote outside the registered page");
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        drop(self.mr.take());
+        // SAFETY: unmapping what `new` mapped, its region gone.
+        unsafe { libc::munmap(self.area as *mut libc::c_void, 3 * PAGE) };
+    }
+}
+
 // Hostile-segment harness, key_rec "va" attack: another process moved the address of a
 // region's key record in this process's tables by one page. The owner took the address
 // for its own accesses from the shared record, so a SEND received into that region was
 // written one page below it, over memory the application never registered.
 #[test]
 fn a_key_record_rewritten_by_another_process_does_not_move_the_owners_writes() {
-    use std::os::unix::fs::FileExt;
-    let page = 4096usize;
     let (a, b) = pair(QpType::Rc);
-    // [canary page][registered page][canary page]
-    // SAFETY: a fresh private anonymous mapping of three pages, used only by this test.
-    let area = unsafe {
-        libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    } as *mut u8;
-    assert_ne!(area as *mut libc::c_void, libc::MAP_FAILED);
-    // SAFETY: inside the mapping.
-    unsafe { std::ptr::write_bytes(area, 0xC5, 3 * page) };
-    // SAFETY: the middle page stays mapped for the test's life.
-    let mr = unsafe { b.pd.reg_mr(area.add(page), page, ALL_ACCESS) }.unwrap();
-    // The hostile write: the record's `va` (byte 48 of the record) one page lower.
-    let tables = std::fs::OpenOptions::new().read(true).write(true).open(own_tables()).unwrap();
-    let at = key_record(mr.lkey() >> 8) + 48;
-    let mut va = [0u8; 8];
-    tables.read_exact_at(&mut va, at).unwrap();
-    assert_eq!(u64::from_ne_bytes(va), area as u64 + page as u64, "found the record");
-    tables.write_all_at(&(area as u64).to_ne_bytes(), at).unwrap();
-
-    let rsge = [mr.sge(0, 64).unwrap()];
+    let g = Guarded::new(&b.pd);
+    g.move_record_down();
+    let rsge = [g.mr().sge(0, 64).unwrap()];
     b.qp.post_recv(&[RecvWr::new(1, &rsge)]).unwrap();
     a.mr.write(0, &[0xAB; 64]).unwrap();
     let ssge = [a.mr.sge(0, 64).unwrap()];
     a.qp.post_send(&[SendWr::send(2, &ssge).signaled()]).unwrap();
     let rwc = poll_one(&b.cq);
-    // SAFETY: reading the canary pages of the mapping.
-    let below = unsafe { std::slice::from_raw_parts(area, page) };
-    // SAFETY: as above.
-    let above = unsafe { std::slice::from_raw_parts(area.add(2 * page), page) };
-    assert!(below.iter().chain(above).all(|&x| x == 0xC5), "the device wrote outside the registered page");
+    g.assert_canaries();
     assert_ne!(rwc.status(), WcStatus::Success, "the receive cannot be placed through a record that lies");
-    drop(mr);
-    // SAFETY: unmapping what this test mapped.
-    unsafe { libc::munmap(area as *mut libc::c_void, 3 * page) };
 }
 
 // The same attack once the express lane remembers the key (docs/shared-state.md,
@@ -76,46 +112,23 @@ fn a_key_record_rewritten_by_another_process_does_not_move_the_owners_writes() {
 // WRITE lands in the registered page (or fails); never on the canary pages.
 #[test]
 fn a_key_record_rewritten_after_the_key_was_remembered_does_not_move_the_writes() {
-    use std::os::unix::fs::FileExt;
-    let page = 4096usize;
     let (a, b) = pair(QpType::Rc);
-    // SAFETY: a fresh private anonymous mapping of three pages, used only by this test.
-    let area = unsafe {
-        libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    } as *mut u8;
-    assert_ne!(area as *mut libc::c_void, libc::MAP_FAILED);
-    // SAFETY: inside the mapping.
-    unsafe { std::ptr::write_bytes(area, 0xC5, 3 * page) };
-    // SAFETY: the middle page stays mapped for the test's life.
-    let mr = unsafe { b.pd.reg_mr(area.add(page), page, ALL_ACCESS) }.unwrap();
+    let g = Guarded::new(&b.pd);
+    let (iova, rkey) = (g.mr().iova(), g.mr().rkey());
     a.mr.write(0, &[0xAB; 64]).unwrap();
     let ssge = [a.mr.sge(0, 64).unwrap()];
     for id in 0..4 {
-        a.qp.post_send(&[SendWr::write(id, &ssge, mr.iova(), mr.rkey()).signaled()]).unwrap();
+        a.qp.post_send(&[SendWr::write(id, &ssge, iova, rkey).signaled()]).unwrap();
         assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
     }
-    // SAFETY: the registered page.
-    unsafe { std::ptr::write_bytes(area.add(page), 0, 64) };
-    let tables = std::fs::OpenOptions::new().read(true).write(true).open(own_tables()).unwrap();
-    let at = key_record(mr.rkey() >> 8) + 48;
-    let mut va = [0u8; 8];
-    tables.read_exact_at(&mut va, at).unwrap();
-    assert_eq!(u64::from_ne_bytes(va), area as u64 + page as u64, "found the record");
-    tables.write_all_at(&(area as u64).to_ne_bytes(), at).unwrap();
-
-    a.qp.post_send(&[SendWr::write(9, &ssge, mr.iova(), mr.rkey()).signaled()]).unwrap();
+    g.mr().write(0, &[0; 64]).unwrap();
+    g.move_record_down();
+    a.qp.post_send(&[SendWr::write(9, &ssge, iova, rkey).signaled()]).unwrap();
     let wc = poll_one(&a.cq);
-    // SAFETY: reading the mapping's three pages.
-    let all = unsafe { std::slice::from_raw_parts(area, 3 * page) };
-    let (below, rest) = all.split_at(page);
-    let (inside, above) = rest.split_at(page);
-    assert!(below.iter().chain(above).all(|&x| x == 0xC5), "the device wrote outside the registered page");
+    g.assert_canaries();
     if wc.status() == WcStatus::Success {
-        assert_eq!(&inside[..64], &[0xAB; 64], "a WRITE that succeeded landed in the registered page");
+        assert_eq!(&g.pages().1[..64], &[0xAB; 64], "a WRITE that succeeded landed in the registered page");
     }
-    drop(mr);
-    // SAFETY: unmapping what this test mapped.
-    unsafe { libc::munmap(area as *mut libc::c_void, 3 * page) };
 }
 
 /// This process's segment named `name` (its last path component), found among its mappings.
