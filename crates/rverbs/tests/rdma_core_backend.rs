@@ -401,6 +401,40 @@ fn children_keep_their_parents() {
     assert_eq!(a.destroy().expect_err("twice").errno(), libc::EINVAL);
 }
 
+/// A backend CQ's context, and a backend region's or QP's PD, are the objects that made
+/// them, as public handles of the backend: the same context id, the same PD handle, and
+/// the same object to destroy (deallocating the PD through `mr.pd()` is `EBUSY` while the
+/// QP and region use it, and once done the creator's handle finds it deallocated).
+#[test]
+fn the_parent_a_child_gives_back_is_the_one_that_created_it() {
+    let ctx = open();
+    let other = open();
+    assert_ne!(ctx.id(), other.id(), "two contexts of one device are two contexts");
+    let pd = ctx.alloc_pd().unwrap();
+    let other_pd = other.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let other_cq = other.create_cq(&CqInit::new(8)).unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap())).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    for (got, want) in [(cq.context(), &ctx), (other_cq.context(), &other), (qp.pd().context(), &ctx), (mr.pd().context(), &ctx)] {
+        assert_eq!((got.backend(), got.id(), got.device_name()), (Backend::RdmaCore, want.id(), want.device_name()));
+    }
+    assert_eq!(cq.context().query_device().node_guid, ctx.query_device().node_guid);
+    assert_eq!((qp.pd().handle(), mr.pd().handle()), (pd.handle(), pd.handle()));
+    assert_eq!(other_pd.context().id(), other.id());
+    // The same PD object, not one that looks alike.
+    assert_eq!(mr.pd().dealloc().expect_err("its region and QP use it").errno(), libc::EBUSY);
+    qp.destroy().expect("ibv_destroy_qp");
+    assert_eq!(qp.pd().dealloc().expect_err("its region uses it").errno(), libc::EBUSY);
+    let parent = mr.pd();
+    mr.dereg().expect("ibv_dereg_mr");
+    parent.dealloc().expect("ibv_dealloc_pd through the region's parent");
+    assert_eq!(pd.dealloc().expect_err("the creator's handle: already deallocated").errno(), libc::EINVAL);
+    // A context given back creates in the context that made the CQ.
+    let cq2 = cq.context().create_cq(&CqInit::new(8)).expect("ibv_create_cq in the CQ's context");
+    assert_eq!(cq2.context().id(), ctx.id());
+}
+
 /// The backend's own types take the public init types (whose CQs and channel are public
 /// handles over the backend's: a soft CQ is `EINVAL`) and follow the same destruction
 /// rule: `EBUSY` while a child uses the object (a region or QP its PD, a QP its CQ, a CQ

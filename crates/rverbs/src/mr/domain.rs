@@ -24,6 +24,24 @@ use crate::error::{Error, Result};
 use crate::notify::{RawAsyncEvent, RawElement};
 use crate::shm::fifo::Fifo;
 
+/// The context a CQ belongs to, as the verbs layer makes its handle of it
+/// (`Cq::context`): the soft device's core, or (feature `rdma-core`) the backend's
+/// context. Every CQ has one of the two, so the handle is always made.
+pub(crate) enum ContextOf {
+    Soft(Arc<ContextCore>),
+    #[cfg(feature = "rdma-core")]
+    Native(Arc<dyn super::native::NativeContext>),
+}
+
+/// The PD a region or QP belongs to, as the verbs layer makes its handle of it
+/// (`Mr::pd`, `Qp::pd`): the soft device's core, or (feature `rdma-core`) the backend's
+/// PD.
+pub(crate) enum PdOf {
+    Soft(Arc<PdCore>),
+    #[cfg(feature = "rdma-core")]
+    Native(Arc<dyn super::native::NativePd>),
+}
+
 /// The core of an open device context (`struct ibv_context`).
 pub(crate) struct ContextCore {
     /// Opaque per-context id, unique on the endpoint.

@@ -476,7 +476,7 @@ impl crate::qp::native::NativeQp for Qp {
         Qp::destroy(self)
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn pd(&self) -> Arc<dyn crate::mr::native::NativePd> {
+        Arc::new(Qp::pd(self))
     }
 }
