@@ -8,7 +8,7 @@
 //! the PD it holds; an event is raised on the context a CQ, QP or SRQ holds; a QP or SRQ
 //! of an XRC domain knows the domain by its key. The verbs layer builds these cores and
 //! reads its own handles back from them (`Mr::pd`, `Cq::context`, `Qp::pd` are written
-//! there).
+//! there, from [`ContextOf`] and [`PdOf`]: the core, or the rdma-core backend's object).
 //!
 //! Rule: ibv_dealloc_pd(3), ibv_close_xrcd(3): fail with EBUSY while objects still belong
 //! to the domain — the `users` counts here.
