@@ -31,8 +31,8 @@ impl Device {
     pub fn open(&self) -> Result<Context> {
         use rverbs_proto::verb_fault::Verb;
         #[cfg(feature = "rdma-core")]
-        if let Some(dev) = self.native().and_then(|d| d.as_any().downcast_ref::<crate::rdma_core::Device>()) {
-            return Ok(Context::from_native(Arc::new(dev.open()?)));
+        if let Some(dev) = self.native() {
+            return Ok(Context::from_native(dev.open()?));
         }
         let dev = self.inner()?;
         if let Some(e) = crate::fault_plan::fail(dev.endpoint.slot, Verb::OpenDevice, None, None) {
