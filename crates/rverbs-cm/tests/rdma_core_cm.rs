@@ -153,9 +153,14 @@ fn a_reject_over_librdmacm_reaches_the_client_with_its_errno() {
     let server = std::thread::spawn(move || {
         let req = listener.next_request(TIMEOUT).unwrap();
         req.reject(b"not now").unwrap();
+        // A request dropped unanswered is rejected too.
+        drop(listener.next_request(TIMEOUT).unwrap());
     });
     let end = End::new();
     let err = rverbs_cm::connect(addr, end.qp(), b"may I", TIMEOUT).err().expect("the server rejected");
+    assert_eq!(err.errno(), libc::ECONNREFUSED, "{err}");
+    let end = End::new();
+    let err = rverbs_cm::connect(addr, end.qp(), b"and now?", TIMEOUT).err().expect("the server dropped the request");
     assert_eq!(err.errno(), libc::ECONNREFUSED, "{err}");
     server.join().unwrap();
     let (endpoints, _) = local_requests();

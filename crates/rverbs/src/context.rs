@@ -31,8 +31,8 @@ impl Device {
     pub fn open(&self) -> Result<Context> {
         use rverbs_proto::verb_fault::Verb;
         #[cfg(feature = "rdma-core")]
-        if let Some(dev) = self.native().and_then(|d| d.as_any().downcast_ref::<crate::rdma_core::Device>()) {
-            return Ok(Context { repr: Repr::Native(dev.open()?) });
+        if let Some(dev) = self.native() {
+            return Ok(Context::from_native(dev.open()?));
         }
         let dev = self.inner()?;
         if let Some(e) = crate::fault_plan::fail(dev.endpoint.slot, Verb::OpenDevice, None, None) {
@@ -64,7 +64,7 @@ pub struct Context {
 enum Repr {
     Soft(Arc<ContextCore>),
     #[cfg(feature = "rdma-core")]
-    Native(crate::rdma_core::Context),
+    Native(Arc<dyn crate::mr::native::NativeContext>),
 }
 
 impl std::fmt::Debug for Context {
@@ -97,18 +97,20 @@ impl Context {
         }
     }
 
-    /// The backend's context, for a context of the rdma-core backend.
+    /// The backend's context, for a context of the rdma-core backend (the only
+    /// implementation of its trait).
     #[cfg(feature = "rdma-core")]
     pub(crate) fn native(&self) -> Option<&crate::rdma_core::Context> {
         match &self.repr {
             Repr::Soft(_) => None,
-            Repr::Native(n) => Some(n),
+            Repr::Native(n) => n.as_any().downcast_ref(),
         }
     }
 
-    /// The public context of a context of the rdma-core backend.
+    /// The public context of a context of the rdma-core backend (what a PD, CQ or
+    /// region of the backend gives back as its context).
     #[cfg(feature = "rdma-core")]
-    pub(crate) fn from_native(ctx: crate::rdma_core::Context) -> Self {
+    pub(crate) fn from_native(ctx: Arc<dyn crate::mr::native::NativeContext>) -> Self {
         Context { repr: Repr::Native(ctx) }
     }
 
@@ -145,7 +147,7 @@ impl Context {
         match &self.repr {
             Repr::Soft(core) => crate::device::of(core).attr(),
             #[cfg(feature = "rdma-core")]
-            Repr::Native(n) => n.query_device(),
+            Repr::Native(n) => crate::c_abi::device_attr_from_c(&n.device_attr()),
         }
     }
 
@@ -223,10 +225,7 @@ impl Context {
         match &self.repr {
             Repr::Soft(core) => crate::device::of(core).gids.clone(),
             #[cfg(feature = "rdma-core")]
-            Repr::Native(n) => {
-                let len = n.query_port(1).map_or(0, |p| p.gid_tbl_len);
-                (0..len).filter_map(|i| n.query_gid_ex(1, i).ok()).collect()
-            }
+            Repr::Native(n) => n.gid_table(),
         }
     }
 
@@ -367,7 +366,7 @@ impl Context {
 #[cfg(feature = "rdma-core")]
 impl From<crate::rdma_core::Context> for Context {
     fn from(ctx: crate::rdma_core::Context) -> Context {
-        Context::from_native(ctx)
+        Context::from_native(Arc::new(ctx))
     }
 }
 
@@ -380,14 +379,10 @@ impl AsFd for Context {
 impl Cq {
     /// The context the CQ belongs to.
     pub fn context(&self) -> Context {
-        #[cfg(feature = "rdma-core")]
-        if let Some(cq) = self.native().and_then(|c| c.as_any().downcast_ref::<crate::rdma_core::Cq>()) {
-            return Context::from_native(cq.context());
-        }
-        match self.inner() {
-            Ok(inner) => Context::from_inner(inner.ctx.clone()),
-            // A CQ is soft or the backend's: the arm above took the backend's.
-            Err(_) => unreachable!("a CQ of the rdma-core backend is an rdma_core::Cq"),
+        match self.parent() {
+            crate::mr::domain::ContextOf::Soft(ctx) => Context::from_inner(ctx),
+            #[cfg(feature = "rdma-core")]
+            crate::mr::domain::ContextOf::Native(ctx) => Context::from_native(ctx),
         }
     }
 }

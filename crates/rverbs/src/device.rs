@@ -744,15 +744,15 @@ pub enum Backend {
 }
 
 /// A device of libibverbs' list as this layer sees it (the rdma-core backend's device
-/// implements it): its name and GUID, and itself for the layer that opens it.
+/// implements it): its name and GUID, and a context opened on it.
 #[cfg(feature = "rdma-core")]
 pub(crate) trait NativeDevice: Send + Sync {
     /// ibv_get_device_name(3).
     fn name(&self) -> &str;
     /// ibv_get_device_guid(3), in host order.
     fn guid(&self) -> u64;
-    /// The backend's device.
-    fn as_any(&self) -> &dyn std::any::Any;
+    /// ibv_open_device(3): the backend's context, as the public `Context` holds it.
+    fn open(&self) -> Result<std::sync::Arc<dyn crate::mr::native::NativeContext>>;
 }
 
 impl fmt::Debug for Device {

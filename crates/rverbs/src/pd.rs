@@ -26,7 +26,7 @@ use std::sync::Arc;
 use crate::context::Context;
 use crate::cq::{Cq, CqCreateFlags, CqInit};
 use crate::error::{Error, Result};
-use crate::mr::domain::{ContextCore, PdCore};
+use crate::mr::domain::{ContextCore, PdCore, PdOf};
 use crate::rule::Rule;
 use crate::mr::{Mr, MrInit, ReregFlags};
 use crate::mw::Mw;
@@ -41,7 +41,7 @@ impl Context {
     pub fn alloc_pd(&self) -> Result<Pd> {
         #[cfg(feature = "rdma-core")]
         if let Some(n) = self.native() {
-            return Ok(Pd { repr: Repr::Native(n.alloc_pd()?) });
+            return Ok(Pd::from_native(Arc::new(n.alloc_pd()?)));
         }
         let core = self.inner()?;
         if let Some(e) = crate::fault_plan::fail(core.endpoint.slot, Verb::AllocPd, None, None) {
@@ -80,7 +80,7 @@ pub struct Pd {
 enum Repr {
     Soft(Arc<PdCore>),
     #[cfg(feature = "rdma-core")]
-    Native(crate::rdma_core::Pd),
+    Native(Arc<dyn crate::mr::native::NativePd>),
 }
 
 impl std::fmt::Debug for Pd {
@@ -113,9 +113,19 @@ impl Pd {
         Pd { repr: Repr::Soft(inner) }
     }
 
-    /// The public PD of a PD of the rdma-core backend.
+    /// The handle of the PD a region or QP names.
+    fn of(parent: PdOf) -> Self {
+        match parent {
+            PdOf::Soft(core) => Pd::from_inner(core),
+            #[cfg(feature = "rdma-core")]
+            PdOf::Native(pd) => Pd::from_native(pd),
+        }
+    }
+
+    /// The public PD of a PD of the rdma-core backend (what a region or QP of the
+    /// backend gives back as its PD).
     #[cfg(feature = "rdma-core")]
-    pub(crate) fn from_native(pd: crate::rdma_core::Pd) -> Self {
+    pub(crate) fn from_native(pd: Arc<dyn crate::mr::native::NativePd>) -> Self {
         Pd { repr: Repr::Native(pd) }
     }
 
@@ -129,12 +139,13 @@ impl Pd {
         }
     }
 
-    /// The backend's PD, for a PD of the rdma-core backend.
+    /// The backend's PD, for a PD of the rdma-core backend (the only implementation of
+    /// its trait).
     #[cfg(feature = "rdma-core")]
     pub(crate) fn native(&self) -> Option<&crate::rdma_core::Pd> {
         match &self.repr {
             Repr::Soft(_) => None,
-            Repr::Native(pd) => Some(pd),
+            Repr::Native(pd) => pd.as_any().downcast_ref(),
         }
     }
 
@@ -322,15 +333,7 @@ impl Pd {
 impl Mr {
     /// The protection domain.
     pub fn pd(&self) -> Pd {
-        #[cfg(feature = "rdma-core")]
-        if let Some(mr) = self.native().and_then(|m| m.as_any().downcast_ref::<crate::rdma_core::Mr>()) {
-            return Pd::from_native(mr.pd());
-        }
-        match self.inner() {
-            Ok(inner) => Pd::from_inner(inner.pd()),
-            // A region is soft or the backend's: the arm above took the backend's.
-            Err(_) => unreachable!("a region of the rdma-core backend is an rdma_core::Mr"),
-        }
+        Pd::of(self.parent())
     }
 
     /// Changes the PD and/or the access rights in place (ibv_rereg_mr(3)); the keys stay
@@ -376,15 +379,7 @@ impl Mw {
 impl Qp {
     /// The protection domain.
     pub fn pd(&self) -> Pd {
-        #[cfg(feature = "rdma-core")]
-        if let Some(qp) = self.native().and_then(|q| q.as_any().downcast_ref::<crate::rdma_core::Qp>()) {
-            return Pd::from_native(qp.pd());
-        }
-        match self.inner() {
-            Ok(q) => Pd::from_inner(q.pd.clone()),
-            // A QP is soft or the backend's: the arm above took the backend's.
-            Err(_) => unreachable!("a QP of the rdma-core backend is an rdma_core::Qp"),
-        }
+        Pd::of(self.parent())
     }
 }
 

@@ -401,6 +401,91 @@ fn children_keep_their_parents() {
     assert_eq!(a.destroy().expect_err("twice").errno(), libc::EINVAL);
 }
 
+/// A backend CQ's context, and a backend region's or QP's PD, are the objects that made
+/// them, as public handles of the backend: the same context id, the same PD handle, and
+/// the same object to destroy (deallocating the PD through `mr.pd()` is `EBUSY` while the
+/// QP and region use it, and once done the creator's handle finds it deallocated).
+#[test]
+fn the_parent_a_child_gives_back_is_the_one_that_created_it() {
+    let ctx = open();
+    let other = open();
+    assert_ne!(ctx.id(), other.id(), "two contexts of one device are two contexts");
+    let pd = ctx.alloc_pd().unwrap();
+    let other_pd = other.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let other_cq = other.create_cq(&CqInit::new(8)).unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap())).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    for (got, want) in [(cq.context(), &ctx), (other_cq.context(), &other), (qp.pd().context(), &ctx), (mr.pd().context(), &ctx)] {
+        assert_eq!((got.backend(), got.id(), got.device_name()), (Backend::RdmaCore, want.id(), want.device_name()));
+    }
+    assert_eq!(cq.context().query_device().node_guid, ctx.query_device().node_guid);
+    assert_eq!((qp.pd().handle(), mr.pd().handle()), (pd.handle(), pd.handle()));
+    assert_eq!(other_pd.context().id(), other.id());
+    // The same PD object, not one that looks alike.
+    assert_eq!(mr.pd().dealloc().expect_err("its region and QP use it").errno(), libc::EBUSY);
+    qp.destroy().expect("ibv_destroy_qp");
+    assert_eq!(qp.pd().dealloc().expect_err("its region uses it").errno(), libc::EBUSY);
+    let parent = mr.pd();
+    mr.dereg().expect("ibv_dereg_mr");
+    parent.dealloc().expect("ibv_dealloc_pd through the region's parent");
+    assert_eq!(pd.dealloc().expect_err("the creator's handle: already deallocated").errno(), libc::EINVAL);
+    // A context given back creates in the context that made the CQ.
+    let cq2 = cq.context().create_cq(&CqInit::new(8)).expect("ibv_create_cq in the CQ's context");
+    assert_eq!(cq2.context().id(), ctx.id());
+}
+
+/// A QP another library created (here the loaded libibverbs' own ibv_create_qp, as
+/// rdma_create_qp(3) does) and `Qp::adopt` wrapped reports the capabilities the provider
+/// gave it, which may be greater than those asked (ibv_create_qp(3)), not the request.
+#[test]
+fn an_adopted_qp_reports_the_capabilities_the_provider_granted() {
+    use rverbs_abi::{ibv_pd, ibv_qp, ibv_qp_init_attr};
+    type CreateQp = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
+    type DestroyQp = unsafe extern "C" fn(*mut ibv_qp) -> core::ffi::c_int;
+    let ctx = devices().expect("libibverbs loads")[0].open().expect("open");
+    let path = std::env::var("RVERBS_LIBIBVERBS").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "libibverbs.so.1".into());
+    // SAFETY: the library the backend loaded; opening it again maps nothing new.
+    let lib = unsafe { libloading::Library::new(&path) }.expect("dlopen the backend's libibverbs");
+    // SAFETY: rdma-core 44's signatures.
+    let (create, destroy, list) = unsafe {
+        (
+            *lib.get::<CreateQp>(b"ibv_create_qp\0").unwrap(),
+            *lib.get::<DestroyQp>(b"ibv_destroy_qp\0").unwrap(),
+            *lib.get::<unsafe extern "C" fn()>(b"ibv_get_device_list\0").unwrap(),
+        )
+    };
+    assert_eq!(list as usize, backend::ibv_get_device_list_address().unwrap(), "the library the backend loaded");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = Cq::from(ctx.create_cq(&CqInit::new(64)).unwrap());
+    let asked = QpCap { max_send_wr: 3, max_recv_wr: 5, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 1 };
+    let init = QpInit::new(QpType::Rc, &cq, asked);
+    let mut attr = init.to_c().unwrap();
+    // SAFETY: a live PD and CQ of this library, attributes from `to_c`.
+    let raw = unsafe { create(pd.as_raw(), &mut attr) };
+    assert!(!raw.is_null(), "ibv_create_qp");
+    let returned = QpCap {
+        max_send_wr: attr.cap.max_send_wr,
+        max_recv_wr: attr.cap.max_recv_wr,
+        max_send_sge: attr.cap.max_send_sge,
+        max_recv_sge: attr.cap.max_recv_sge,
+        max_inline_data: attr.cap.max_inline_data,
+    };
+    assert_ne!(returned, asked, "the provider grants more than asked (else this test proves nothing)");
+    let addr = raw as usize;
+    // SAFETY: `raw` is live and released once, by this.
+    let release: backend::Release = Box::new(move || match unsafe { destroy(addr as *mut ibv_qp) } {
+        0 => Ok(()),
+        e => Err(rverbs::Error::Os(std::io::Error::from_raw_os_error(e))),
+    });
+    // SAFETY: made just above in `pd` with `init`'s CQs and type; only `release` destroys it.
+    let qp = unsafe { backend::Qp::adopt(&pd, &init, raw, release) }.expect("adopt");
+    assert_eq!(qp.cap(), returned, "what ibv_create_qp wrote back");
+    assert_eq!(Qp::from(qp.clone()).cap(), returned);
+    qp.destroy().expect("released by its creator's call");
+    pd.dealloc().expect("nothing uses the PD");
+}
+
 /// The backend's own types take the public init types (whose CQs and channel are public
 /// handles over the backend's: a soft CQ is `EINVAL`) and follow the same destruction
 /// rule: `EBUSY` while a child uses the object (a region or QP its PD, a QP its CQ, a CQ

@@ -92,26 +92,28 @@ impl Listening {
         drop(ev);
         let ch = EventChannel::new()?;
         id.migrate(&ch)?;
-        Ok((Pending { ch, id: Some(id) }, param))
+        Ok((Pending { ch, id, answered: false }, param))
     }
 }
 
 /// A connection request not yet answered: dropping it rejects it.
 pub(crate) struct Pending {
     ch: EventChannel,
-    id: Option<CmId>,
+    id: CmId,
+    /// Accepted or rejected: dropping no longer rejects.
+    answered: bool,
 }
 
 impl Pending {
     pub(crate) fn peer_addr(&self) -> Option<SocketAddr> {
-        self.id.as_ref().and_then(CmId::dst_addr)
+        self.id.dst_addr()
     }
 
     /// Accepting up to the wait for ESTABLISHED: `qp` to INIT, `ready`, RTR and RTS, the
     /// reply sent naming it.
     pub(crate) fn start_accept(mut self, qp: &Qp, param: ConnParam, ready: impl FnOnce(&Qp) -> Result<()>) -> Result<Link> {
-        let id = self.id.take().expect("a request has its id until answered");
-        let link = Link { ch: self.ch.clone(), id };
+        self.answered = true;
+        let link = Link { ch: self.ch.clone(), id: self.id.clone() };
         let prepared = move_qp(&link.id, qp, QpState::Init).and_then(|()| ready(qp));
         let prepared = prepared.and_then(|()| move_qp(&link.id, qp, QpState::Rtr)).and_then(|()| move_qp(&link.id, qp, QpState::Rts));
         if let Err(e) = prepared {
@@ -130,15 +132,15 @@ impl Pending {
 
     /// Rejects with `private_data` (rdma_reject(3)).
     pub(crate) fn reject(mut self, private_data: &[u8]) -> Result<()> {
-        let id = self.id.take().expect("a request has its id until answered");
-        id.reject(private_data)
+        self.answered = true;
+        self.id.reject(private_data)
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            let _ = id.reject(&[]);
+        if !self.answered {
+            let _ = self.id.reject(&[]);
         }
     }
 }

@@ -17,35 +17,9 @@ use crate::error::{Error, Result};
 /// `librdmacm.so.1` (docs/rdma-core-backend.md, "rverbs-cm over librdmacm").
 pub(super) const LIBRDMACM_VAR: &str = "RVERBS_LIBRDMACM";
 
-/// Declares the table of exported functions and the loader that fills it.
-macro_rules! symbols {
-    ($($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
-        /// The exported librdmacm functions the backend calls, resolved once at load.
-        pub(super) struct Symbols {
-            $(pub(super) $name: unsafe extern "C" fn($($arg),*) -> $ret,)*
-        }
-
-        impl Symbols {
-            /// Resolves every symbol of the table in `lib`.
-            fn resolve(lib: &libloading::Library) -> std::result::Result<Self, libloading::Error> {
-                Ok(Symbols {
-                    $(
-                        // SAFETY: the type is the prototype rdma_cma.h (rdma-core 44)
-                        // declares for this name; the pointer is used only while `Rdmacm`
-                        // keeps `lib` loaded.
-                        $name: *unsafe {
-                            lib.get::<unsafe extern "C" fn($($arg),*) -> $ret>(
-                                concat!(stringify!($name), "\0").as_bytes(),
-                            )
-                        }?,
-                    )*
-                })
-            }
-        }
-    };
-}
-
-symbols! {
+// The table and its loader: the one definition, rverbs' (its rdma_core::library).
+rverbs::rdma_core_symbols! {
+    /// The exported librdmacm functions the backend calls, resolved once at load.
     rdma_create_event_channel: fn() -> *mut rdma_event_channel;
     rdma_destroy_event_channel: fn(*mut rdma_event_channel) -> ();
     rdma_create_id: fn(*mut rdma_event_channel, *mut *mut rdma_cm_id, *mut c_void, rdma_port_space) -> c_int;

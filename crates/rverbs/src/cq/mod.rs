@@ -759,6 +759,15 @@ impl Cq {
         }
     }
 
+    /// The context the CQ belongs to, soft or the backend's.
+    pub(crate) fn parent(&self) -> crate::mr::domain::ContextOf {
+        match &self.repr {
+            Repr::Soft(inner) => crate::mr::domain::ContextOf::Soft(inner.ctx.clone()),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(cq) => crate::mr::domain::ContextOf::Native(cq.context()),
+        }
+    }
+
     /// The soft CQ's state; `EOPNOTSUPP` for a CQ of the rdma-core backend (what its
     /// caller does, the backend does not offer).
     pub(crate) fn inner(&self) -> Result<&Arc<CqInner>> {

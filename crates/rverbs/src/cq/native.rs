@@ -27,6 +27,8 @@ pub(crate) trait NativeCq: Send + Sync {
     fn cookie(&self) -> usize;
     /// Attaches the word [`crate::Cq::cookie`] reads.
     fn set_cookie(&self, value: usize);
+    /// The context it was created in.
+    fn context(&self) -> Arc<dyn crate::mr::native::NativeContext>;
     /// Whether `other` is the same CQ.
     fn same_as(&self, other: &dyn NativeCq) -> bool;
     /// ibv_destroy_cq(3): `EBUSY` while a QP uses it or an event of it is unacknowledged.

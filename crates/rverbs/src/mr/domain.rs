@@ -8,7 +8,7 @@
 //! the PD it holds; an event is raised on the context a CQ, QP or SRQ holds; a QP or SRQ
 //! of an XRC domain knows the domain by its key. The verbs layer builds these cores and
 //! reads its own handles back from them (`Mr::pd`, `Cq::context`, `Qp::pd` are written
-//! there).
+//! there, from [`ContextOf`] and [`PdOf`]: the core, or the rdma-core backend's object).
 //!
 //! Rule: ibv_dealloc_pd(3), ibv_close_xrcd(3): fail with EBUSY while objects still belong
 //! to the domain — the `users` counts here.
@@ -23,6 +23,24 @@ use super::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::notify::{RawAsyncEvent, RawElement};
 use crate::shm::fifo::Fifo;
+
+/// The context a CQ belongs to, as the verbs layer makes its handle of it
+/// (`Cq::context`): the soft device's core, or (feature `rdma-core`) the backend's
+/// context. Every CQ has one of the two, so the handle is always made.
+pub(crate) enum ContextOf {
+    Soft(Arc<ContextCore>),
+    #[cfg(feature = "rdma-core")]
+    Native(Arc<dyn super::native::NativeContext>),
+}
+
+/// The PD a region or QP belongs to, as the verbs layer makes its handle of it
+/// (`Mr::pd`, `Qp::pd`): the soft device's core, or (feature `rdma-core`) the backend's
+/// PD.
+pub(crate) enum PdOf {
+    Soft(Arc<PdCore>),
+    #[cfg(feature = "rdma-core")]
+    Native(Arc<dyn super::native::NativePd>),
+}
 
 /// The core of an open device context (`struct ibv_context`).
 pub(crate) struct ContextCore {

@@ -597,12 +597,12 @@ impl Mr {
         Mr { repr: Repr::Native(mr) }
     }
 
-    /// The backend's region, for a region of the rdma-core backend.
-    #[cfg(feature = "rdma-core")]
-    pub(crate) fn native(&self) -> Option<&Arc<dyn native::NativeMr>> {
+    /// The PD the region belongs to, soft or the backend's.
+    pub(crate) fn parent(&self) -> domain::PdOf {
         match &self.repr {
-            Repr::Soft(_) => None,
-            Repr::Native(mr) => Some(mr),
+            Repr::Soft(inner) => domain::PdOf::Soft(inner.pd()),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(mr) => domain::PdOf::Native(mr.pd()),
         }
     }
 

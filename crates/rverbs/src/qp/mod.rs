@@ -640,12 +640,12 @@ impl Qp {
         Qp { repr: Repr::Native(qp) }
     }
 
-    /// The backend's QP, for a QP of the rdma-core backend.
-    #[cfg(feature = "rdma-core")]
-    pub(crate) fn native(&self) -> Option<&Arc<dyn native::NativeQp>> {
+    /// The PD the QP belongs to, soft or the backend's.
+    pub(crate) fn parent(&self) -> crate::mr::domain::PdOf {
         match &self.repr {
-            Repr::Soft(_) => None,
-            Repr::Native(qp) => Some(qp),
+            Repr::Soft(inner) => crate::mr::domain::PdOf::Soft(inner.pd.clone()),
+            #[cfg(feature = "rdma-core")]
+            Repr::Native(qp) => crate::mr::domain::PdOf::Native(qp.pd()),
         }
     }
 

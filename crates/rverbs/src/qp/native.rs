@@ -35,8 +35,8 @@ pub(crate) trait NativeQp: Send + Sync {
     fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError>;
     /// ibv_post_recv(3), through the context's ops table.
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError>;
+    /// The PD it was created in.
+    fn pd(&self) -> std::sync::Arc<dyn crate::mr::native::NativePd>;
     /// ibv_destroy_qp(3).
     fn destroy(&self) -> Result<()>;
-    /// The backend's QP.
-    fn as_any(&self) -> &dyn std::any::Any;
 }

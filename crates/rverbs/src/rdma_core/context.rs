@@ -18,7 +18,8 @@ use crate::gid::Gid;
 pub(super) struct ContextInner {
     pub(super) ctx: *mut ibv_context,
     pub(super) verbs: Arc<Verbs>,
-    attr: DeviceAttr,
+    /// As ibv_query_device(3) wrote it at the opening.
+    attr: ibv_device_attr,
     /// Address handles by the address of their [`AddressVector`](crate::AddressVector),
     /// which a UD [`SendWr`](crate::SendWr) names. A post that names one holds the lock
     /// shared until it returns, a destruction alone (so no post passes a destroyed
@@ -111,7 +112,7 @@ impl Context {
         let inner = ContextInner {
             ctx,
             verbs,
-            attr: crate::c_abi::device_attr_from_c(&raw),
+            attr: raw,
             ahs: RwLock::new(HashMap::new()),
             name,
             id: next_id(),
@@ -146,8 +147,7 @@ impl Context {
             (rc, super::device::interned(super::conv::c_string((verbs.sym.ibv_get_device_name)((*ctx).device))))
         };
         check(rc)?;
-        let attr = crate::c_abi::device_attr_from_c(&raw);
-        let inner = ContextInner { ctx, verbs, attr, ahs: RwLock::new(HashMap::new()), name, id: next_id(), origin: Origin::Adopted(keep) };
+        let inner = ContextInner { ctx, verbs, attr: raw, ahs: RwLock::new(HashMap::new()), name, id: next_id(), origin: Origin::Adopted(keep) };
         Ok(Context { inner: Arc::new(inner) })
     }
 
@@ -170,7 +170,7 @@ impl Context {
     /// The device's attributes (ibv_query_device(3)), read once when it was opened: they
     /// do not change while it is open.
     pub fn query_device(&self) -> DeviceAttr {
-        self.inner.attr.clone()
+        crate::c_abi::device_attr_from_c(&self.inner.attr)
     }
 
     /// Port `port`'s attributes (ibv_query_port(3)); as verbs.h's `ibv_query_port` does,
@@ -228,5 +228,32 @@ impl Context {
         // SAFETY: `ctx` is open for as long as `self` lives, and libibverbs keeps its
         // `async_fd` open until ibv_close_device(3), which only the last drop calls.
         unsafe { std::os::fd::BorrowedFd::borrow_raw((*self.inner.ctx).async_fd) }
+    }
+}
+
+impl crate::mr::native::NativeContext for Context {
+    fn id(&self) -> u32 {
+        Context::id(self)
+    }
+
+    fn device_name(&self) -> &'static str {
+        Context::device_name(self)
+    }
+
+    fn device_attr(&self) -> ibv_device_attr {
+        self.inner.attr
+    }
+
+    fn gid_table(&self) -> Vec<crate::gid::GidEntry> {
+        let len = self.query_port(1).map_or(0, |p| p.gid_tbl_len);
+        (0..len).filter_map(|i| self.query_gid_ex(1, i).ok()).collect()
+    }
+
+    fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        Context::async_fd(self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

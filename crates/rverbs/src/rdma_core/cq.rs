@@ -323,6 +323,10 @@ impl crate::cq::native::NativeCq for Cq {
         Cq::destroy(self)
     }
 
+    fn context(&self) -> Arc<dyn crate::mr::native::NativeContext> {
+        Arc::new(Cq::context(self))
+    }
+
     fn same_as(&self, other: &dyn crate::cq::native::NativeCq) -> bool {
         other.as_any().downcast_ref::<Cq>().is_some_and(|o| Cq::same_as(self, o))
     }

@@ -145,7 +145,7 @@ impl crate::device::NativeDevice for Device {
         self.guid
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn open(&self) -> Result<Arc<dyn crate::mr::native::NativeContext>> {
+        Ok(Arc::new(Device::open(self)?))
     }
 }

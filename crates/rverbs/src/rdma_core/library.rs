@@ -19,10 +19,23 @@ use crate::error::{Error, Result};
 /// `libibverbs.so.1` (docs/rdma-core-backend.md).
 pub(super) const LIBIBVERBS_VAR: &str = "RVERBS_LIBIBVERBS";
 
-/// Declares the table of exported functions and the loader that fills it.
-macro_rules! symbols {
-    ($($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
-        /// The exported libibverbs functions the backend calls, resolved once at load.
+/// Declares the table of exported functions of a library loaded at run time, `Symbols`
+/// (one field per function, `pub(super)` where it is invoked), and `Symbols::resolve`,
+/// which looks each one up in a `libloading::Library` by its name. The one definition
+/// for this backend's libibverbs and for rverbs-cm's librdmacm
+/// (`rverbs_cm::rdma_core`), which invokes it as `rverbs::rdma_core_symbols!`; the
+/// invoking crate depends on `libloading`. Not part of the API (hidden from the
+/// documentation).
+///
+/// Each row is `name: fn(argument types) -> return type;`, the prototype the library's
+/// header (rdma-core 44) declares for that exported name. The pointers are valid only
+/// while the `Library` they were resolved in stays loaded: the holder of the table keeps
+/// it beside the table.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! rdma_core_symbols {
+    ($(#[$meta:meta])* $($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
+        $(#[$meta])*
         #[allow(non_snake_case)]
         pub(super) struct Symbols {
             $(pub(super) $name: unsafe extern "C" fn($($arg),*) -> $ret,)*
@@ -30,12 +43,12 @@ macro_rules! symbols {
 
         impl Symbols {
             /// Resolves every symbol of the table in `lib`.
-            fn resolve(lib: &libloading::Library) -> std::result::Result<Self, libloading::Error> {
+            fn resolve(lib: &::libloading::Library) -> ::std::result::Result<Self, ::libloading::Error> {
                 Ok(Symbols {
                     $(
-                        // SAFETY: the type is the prototype verbs.h (rdma-core 44) declares
-                        // for this name; the pointer is used only while `Verbs` keeps
-                        // `lib` loaded.
+                        // SAFETY: the type is the prototype the library's header declares
+                        // for this name (the invocation's row); the pointer is used only
+                        // while the table's holder keeps `lib` loaded.
                         $name: *unsafe {
                             lib.get::<unsafe extern "C" fn($($arg),*) -> $ret>(
                                 concat!(stringify!($name), "\0").as_bytes(),
@@ -48,7 +61,8 @@ macro_rules! symbols {
     };
 }
 
-symbols! {
+crate::rdma_core_symbols! {
+    /// The exported libibverbs functions the backend calls, resolved once at load.
     ibv_get_device_list: fn(*mut c_int) -> *mut *mut ibv_device;
     ibv_free_device_list: fn(*mut *mut ibv_device) -> ();
     ibv_get_device_name: fn(*mut ibv_device) -> *const c_char;

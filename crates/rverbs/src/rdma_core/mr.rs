@@ -285,7 +285,7 @@ impl crate::mr::native::NativeMr for Mr {
         !self.inner.life.is_destroyed()
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn pd(&self) -> Arc<dyn crate::mr::native::NativePd> {
+        Arc::new(Mr::pd(self))
     }
 }

@@ -107,3 +107,21 @@ impl Pd {
         self.inner.life.destroy(|| unsafe { self.inner.dealloc_raw() })
     }
 }
+
+impl crate::mr::native::NativePd for Pd {
+    fn handle(&self) -> u32 {
+        Pd::handle(self)
+    }
+
+    fn context(&self) -> Arc<dyn crate::mr::native::NativeContext> {
+        Arc::new(Pd::context(self))
+    }
+
+    fn dealloc(&self) -> Result<()> {
+        Pd::dealloc(self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

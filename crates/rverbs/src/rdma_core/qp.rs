@@ -239,9 +239,12 @@ impl Qp {
         Qp { inner: Arc::new(inner) }
     }
 
-    /// Wraps a QP another library created with `pd` and `init`'s CQs, type and
-    /// capabilities (rdma_create_qp(3) makes it for a connection id, with these
-    /// attributes as `struct ibv_qp_init_attr`, [`crate::QpInit::to_c`]). It is destroyed
+    /// Wraps a QP another library created with `pd` and `init`'s CQs and type
+    /// (rdma_create_qp(3) makes it for a connection id, with these attributes as `struct
+    /// ibv_qp_init_attr`, [`crate::QpInit::to_c`]). Its capabilities ([`Qp::cap`]) are
+    /// the provider's, read with ibv_query_qp(3) (`IBV_QP_CAP`), not `init.cap`: the
+    /// actual values may be greater than those asked (ibv_create_qp(3)); a query that
+    /// fails is its error, and the QP is released. It is destroyed
     /// by `release`, its creator's call (rdma_destroy_qp(3)), when the last handle goes or
     /// by [`Qp::destroy`], never with ibv_destroy_qp(3); it holds its PD and CQs as a QP of
     /// [`Pd::create_qp`] does. CQs that are not this backend's are `EINVAL`, and the QP is
@@ -252,13 +255,17 @@ impl Qp {
     /// # Safety
     ///
     /// `qp` is a live QP of this process's libibverbs (the one this backend loaded),
-    /// created in `pd` with `init`'s CQs, type and (granted) capabilities; nothing but
-    /// `release` destroys it, and `release` does.
+    /// created in `pd` with `init`'s CQs and type; nothing but `release` destroys it, and
+    /// `release` does.
     pub unsafe fn adopt(pd: &Pd, init: &crate::QpInit<'_>, qp: *mut ibv_qp, release: Release) -> Result<Qp> {
-        let cqs = match (native_cq("create_qp", init.send_cq), native_cq("create_qp", init.recv_cq)) {
-            (Ok(s), Ok(r)) => (s, r),
-            (Err(e), _) | (_, Err(e)) => {
-                // Not this backend's CQs: the QP is not kept, so it goes now.
+        let cqs = (native_cq("create_qp", init.send_cq), native_cq("create_qp", init.recv_cq));
+        // SAFETY: the caller's contract: `qp` is live.
+        let cap = unsafe { Qp::granted(pd, qp) };
+        let (cqs, cap) = match (cqs, cap) {
+            ((Ok(s), Ok(r)), Ok(cap)) => ((s, r), cap),
+            ((Err(e), _), _) | ((_, Err(e)), _) | (_, Err(e)) => {
+                // Not this backend's CQs, or a QP the provider cannot tell about: it is
+                // not kept, so it goes now.
                 if let Err(r) = release() {
                     tracing::warn!("rdma_core: releasing an adopted QP failed: {r}");
                 }
@@ -266,7 +273,22 @@ impl Qp {
             }
         };
         // SAFETY: the caller's contract.
-        Ok(unsafe { Qp::wrap(pd, init, cqs, qp, init.cap, Some(release)) })
+        Ok(unsafe { Qp::wrap(pd, init, cqs, qp, cap, Some(release)) })
+    }
+
+    /// The capabilities the provider gave `qp` (ibv_query_qp(3) with `IBV_QP_CAP`: the
+    /// actual values, in `attr.cap`).
+    ///
+    /// # Safety
+    ///
+    /// `qp` is a live QP of `pd`'s library.
+    unsafe fn granted(pd: &Pd, qp: *mut ibv_qp) -> Result<QpCap> {
+        let mut attr = ibv_qp_attr::zeroed();
+        let mut init = ibv_qp_init_attr::zeroed();
+        let mask = c_int::try_from(QpAttrMask::CAP.bits()).unwrap_or(c_int::MAX);
+        // SAFETY: the caller's contract; both out-structs are valid.
+        check(unsafe { (pd.inner.ctx.verbs.sym.ibv_query_qp)(qp, &mut attr, mask, &mut init) })?;
+        Ok(crate::c_abi::cap_from_c(&attr.cap))
     }
 
     /// The QP number.
@@ -476,7 +498,7 @@ impl crate::qp::native::NativeQp for Qp {
         Qp::destroy(self)
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn pd(&self) -> Arc<dyn crate::mr::native::NativePd> {
+        Arc::new(Qp::pd(self))
     }
 }

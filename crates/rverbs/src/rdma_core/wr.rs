@@ -87,19 +87,22 @@ fn one(
         Payload::Sge(list) => sg(list),
         Payload::Inline(bytes) => {
             flags |= SendFlags::INLINE;
-            inline.push(vec![ibv_sge { addr: bytes.as_ptr() as u64, length: len32(bytes.len())?, lkey: 0 }]);
-            let v = inline.last_mut().expect("pushed");
-            (v.as_mut_ptr(), 1)
+            let mut v = vec![ibv_sge { addr: bytes.as_ptr() as u64, length: len32(bytes.len())?, lkey: 0 }];
+            // The list's heap buffer stays where it is when the Vec moves into `inline`.
+            let list = v.as_mut_ptr();
+            inline.push(v);
+            (list, 1)
         }
         Payload::InlineList(pieces) => {
             flags |= SendFlags::INLINE;
-            let v = pieces
+            let mut v = pieces
                 .iter()
                 .map(|p| Ok(ibv_sge { addr: p.as_ptr() as u64, length: len32(p.len())?, lkey: 0 }))
                 .collect::<Result<Vec<_>>>()?;
+            // As above: the buffer does not move with the Vec.
+            let (list, n) = (v.as_mut_ptr(), core::ffi::c_int::try_from(v.len()).unwrap_or(core::ffi::c_int::MAX));
             inline.push(v);
-            let v = inline.last_mut().expect("pushed");
-            (v.as_mut_ptr(), core::ffi::c_int::try_from(v.len()).unwrap_or(core::ffi::c_int::MAX))
+            (list, n)
         }
     };
     let mut c = ibv_send_wr {
