@@ -12,7 +12,9 @@
  *
  * SAME_BUF=1: receives and sends use one 8-byte buffer, as perftest's do (the message the
  * peer places is then read back by the send that answers it: one more line between the
- * processes per message). x86-64 only (rdtsc). */
+ * processes per message). FULL_RQ=1: the receive queue holds exactly the 512 receives
+ * kept posted (max_recv_wr 512, as perftest's rx_depth), so every post fills it; by
+ * default it has room for 600. x86-64 only (rdtsc). */
 #define _GNU_SOURCE
 #include "common.h"
 #include <sched.h>
@@ -56,6 +58,7 @@ static double ns_since(struct timespec *t0)
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 20000, sv[2], same = getenv("SAME_BUF") != NULL;
+	int full = getenv("FULL_RQ") != NULL;
 	struct timespec t0;
 	unsigned long c0, *tr, *ts, *tp, *tw, *tt;
 	struct side s;
@@ -74,7 +77,7 @@ int main(int argc, char **argv)
 	int client = child == 0, fd = sv[client];
 
 	pin(client);
-	make_side(&s, IBV_QPT_RC, 1024, 600);
+	make_side(&s, IBV_QPT_RC, 1024, full ? 512 : 600);
 	REQUIRE(write(fd, &s.qp->qp_num, 4) == 4 && read(fd, &peer, 4) == 4, "exchange QPNs");
 	to_rts(s.qp, peer, loopback_gid_index(s.ctx), ALL_ACCESS);
 	for (int k = 0; k < 512; k++)
