@@ -1,5 +1,5 @@
-/* Same-host SEND latency between two processes, taken apart: a parent and a forked child
- * (pinned to CPUs 0 and 1), each with its own context and RC QP, play ib_send_lat's
+/* Same-host SEND latency between two processes, taken apart: a parent and a child it forks
+ * and execs anew (pinned to CPUs 0 and 1), each with its own context and RC QP, play ib_send_lat's
  * ping-pong (8-byte SENDs from a scatter list, signaled every 100th, 512 receives kept
  * posted, each consumed one posted again after its completion is polled). The client
  * prints the medians (rdtsc, converted to ns) of the time inside ibv_post_recv,
@@ -72,9 +72,27 @@ int main(int argc, char **argv)
 	while (ns_since(&t0) < 2e7)
 		;
 	ghz = (__rdtsc() - c0) / ns_since(&t0);
-	REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
-	pid_t child = fork();
-	int client = child == 0, fd = sv[client];
+	pid_t child = 0;
+	int client, fd;
+
+	if (argc > 3 && !strcmp(argv[2], "client")) {
+		/* The forked child, exec'd anew: a process that never saw the parent's device. */
+		client = 1;
+		fd = atoi(argv[3]);
+	} else {
+		char fds[16];
+
+		REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+		child = fork();
+		REQUIRE(child >= 0, "fork");
+		if (child == 0) {
+			snprintf(fds, sizeof(fds), "%d", sv[1]);
+			execl("/proc/self/exe", argv[0], argc > 1 ? argv[1] : "20000", "client", fds, (char *)NULL);
+			REQUIRE(0, "exec");
+		}
+		client = 0;
+		fd = sv[0];
+	}
 
 	pin(client);
 	make_side(&s, IBV_QPT_RC, 1024, full ? 512 : 600);
