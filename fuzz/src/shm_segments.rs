@@ -215,7 +215,7 @@ fn rq(inp: &mut Input<'_>) {
     assert!(cap > 0 && (1..=shm::RQ_MAX_SGE).contains(&max_sge));
     let (last, words) = shm::rq_slot_at(cap - 1, max_sge);
     assert!(last + words * 8 <= seg_len, "every slot lies inside the segment");
-    let (head, count) = shm::rq_clamp_state(u64(inp), cap);
+    let (head, count) = shm::rq_clamp_state(u64(inp), u64(inp), cap);
     assert!(head < cap && count <= cap);
     let mut slot = vec![0u64; words];
     for w in &mut slot {

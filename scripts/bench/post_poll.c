@@ -8,6 +8,10 @@
  *           ibv_wr_complete on a QP created with send_ops_flags, then ibv_start_poll /
  *           ibv_end_poll on a CQ made by ibv_create_cq_ex.
  *   empty   ibv_poll_cq on an empty CQ (the cost of finding nothing).
+ *   send    what one side of perftest's ib_send_lat does per message, both sides in this
+ *           process: an 8-byte SEND from a's scatter list to b (signaled every 100th, that
+ *           one's completion polled, as perftest's cq_mod), ibv_poll_cq of b's receive CQ,
+ *           and ibv_post_recv of the receive it consumed (32 kept posted).
  *
  *   scripts/build-dropin.sh >/dev/null
  *   gcc -O2 -I tests/c -o /tmp/post_poll scripts/bench/post_poll.c -L target/dropin -libverbs
@@ -95,6 +99,61 @@ static int run_ex(void)
 	return 0;
 }
 
+static int run_send(void)
+{
+	struct side a, b;
+	struct ibv_wc wc;
+	const int n = 2000000, depth = 32;
+
+	make_pair(&a, &b, IBV_QPT_RC, 256, 64);
+	for (int k = 0; k < depth; k++)
+		post_recv(&b, k, 64 * k, 64);
+	for (int round = 0; round < 3; round++) {
+		double t0 = now();
+
+		for (int i = 0; i < n; i++) {
+			struct ibv_sge sge = {.addr = (uintptr_t)a.buf, .length = 8, .lkey = a.mr->lkey};
+			struct ibv_send_wr wr = {
+				.wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				.send_flags = i % 100 == 99 ? IBV_SEND_SIGNALED : 0,
+			}, *sbad;
+			struct ibv_recv_wr *rbad;
+
+			if (ibv_post_send(a.qp, &wr, &sbad)) {
+				fprintf(stderr, "post_send failed\n");
+				return 1;
+			}
+			if (wr.send_flags) {
+				while (ibv_poll_cq(a.send_cq, 1, &wc) == 0)
+					;
+				if (wc.status != IBV_WC_SUCCESS) {
+					fprintf(stderr, "send completion status %d\n", wc.status);
+					return 1;
+				}
+			}
+			while (ibv_poll_cq(b.recv_cq, 1, &wc) == 0)
+				;
+			if (wc.status != IBV_WC_SUCCESS || wc.byte_len != 8) {
+				fprintf(stderr, "receive completion status %d\n", wc.status);
+				return 1;
+			}
+			{
+				uint64_t k = wc.wr_id;
+				struct ibv_sge rs = {.addr = (uintptr_t)b.buf + 64 * k, .length = 64,
+						     .lkey = b.mr->lkey};
+				struct ibv_recv_wr rw = {.wr_id = k, .sg_list = &rs, .num_sge = 1};
+
+				if (ibv_post_recv(b.qp, &rw, &rbad)) {
+					fprintf(stderr, "post_recv failed\n");
+					return 1;
+				}
+			}
+		}
+		printf("post_send(SEND) + poll_cq(recv) + post_recv: %.1f ns\n", (now() - t0) / n * 1e9);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct side a, b;
@@ -103,6 +162,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "ex"))
 		return run_ex();
+	if (argc > 1 && !strcmp(argv[1], "send"))
+		return run_send();
 	make_pair(&a, &b, IBV_QPT_RC, 256, 64);
 	if (argc > 1 && !strcmp(argv[1], "empty")) {
 		for (int round = 0; round < 3; round++) {

@@ -52,9 +52,11 @@ CQ_SHM = {"errored": (0, 4), "notify": (4, 4), "channel": (8, 4), "flags": (12, 
           "ctx": (16, 4), "id": (20, 4), "moved": (24, 4), "cap": (32, 8),
           "resizing": (256, 4), "gate_ep0": (264, 8), "gate_ep1": (272, 8), "gate_ep2": (280, 8)}
 RING, TAIL, HEAD, SLOTS = 4096, 4096, 4096 + 128, 4096 + 256
-# rings/recv_ring.rs: RqHdr (64 bytes): lock, cap, max_sge, limit, moved, pad, state (head<<32|count)
-RQ_HDR = {"lock": (0, 4), "cap": (4, 4), "max_sge": (8, 4), "limit": (12, 4), "moved": (16, 4),
-          "state": (24, 8)}
+# rings/recv_ring.rs: RqHdr (three 64-byte lines): cap, max_sge, limit, moved | lock, pad,
+# head | tail; the slots follow at RQ_SLOTS
+RQ_HDR = {"cap": (0, 4), "max_sge": (4, 4), "limit": (8, 4), "moved": (12, 4),
+          "lock": (64, 4), "head": (72, 8), "tail": (128, 8)}
+RQ_SLOTS = 192
 # shm/registry.rs: magic, pid, canary address, canary value, refuse-CMA flag, ports
 HDR_FIELDS = {"magic": (0, 8), "pid": (8, 8), "canary_addr": (16, 8), "canary": (24, 8),
               "cma_off": (32, 8), "port_tag": (64 + 24, 8), "port_addr": (64, 8)}
@@ -195,7 +197,7 @@ def attack(kind, v, rng):
             return None
         name = os.path.basename(p)
         if kind == "rq_idx":
-            f = rng.choice(["cap", "max_sge", "limit", "moved", "state", "state"])
+            f = rng.choice(["cap", "max_sge", "limit", "moved", "head", "tail"])
             o, s = RQ_HDR[f]
             val = garbage(rng, s)
             poke(p, o, s, val)
@@ -204,15 +206,15 @@ def attack(kind, v, rng):
             # Held "by" an endpoint: garbage, or one that is alive (the victim itself).
             ep = re.search(r"ep-(\d+)", d)
             val = rng.choice([garbage(rng, 4), int(ep.group(1)) + 1 if ep else 1, 0xffffffff])
-            poke(p, 0, 4, val)
+            poke(p, RQ_HDR["lock"][0], 4, val)
             return f"{name} lock={val:#x}"
-        max_sge = peek(p, 8, 4) or 1
-        cap = peek(p, 4, 4) or 1
+        max_sge = peek(p, RQ_HDR["max_sge"][0], 4) or 1
+        cap = peek(p, RQ_HDR["cap"][0], 4) or 1
         words = 2 + 2 * min(max_sge, 32)
         slot = rng.randrange(0, max(1, min(cap, 64)))
         w = rng.randrange(0, words)
         val = garbage(rng, 8)
-        if not poke(p, 64 + 8 * (slot * words + w), 8, val):
+        if not poke(p, RQ_SLOTS + 8 * (slot * words + w), 8, val):
             return None
         return f"{name} slot {slot} word {w}={val:#x}"
     if kind == "qp_rec":

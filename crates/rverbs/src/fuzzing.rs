@@ -366,9 +366,10 @@ pub mod shm {
         crate::rings::recv_ring::slot_at(i, max_sge)
     }
 
-    /// `rq::clamp_state`.
-    pub fn rq_clamp_state(state: u64, cap: usize) -> (usize, usize) {
-        crate::rings::recv_ring::clamp_state(state, cap)
+    /// `rq::clamp_state`: (slot of the oldest receive, receives queued) of a ring's
+    /// `head` and `tail`.
+    pub fn rq_clamp_state(head: u64, tail: u64, cap: usize) -> (usize, usize) {
+        crate::rings::recv_ring::clamp_state(head, tail, cap)
     }
 
     /// `rq::read_slot` over `words`: wr_id and SGEs (addr, length, lkey).

@@ -32,6 +32,10 @@ use crate::rings::cq_segment::{self, CqSeg, Publish};
 /// How long the consumer waits behind an unpublished reservation before asking whether
 /// the producers inside are alive, and how often it asks again (`CqInner::unstick`).
 const STUCK_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
+/// One empty poll in this many that found nothing published also looks for a reservation
+/// left unpublished ([`CqInner::surely_empty`]): a dead producer's is then found within
+/// that many polls plus [`STUCK_CHECK`].
+const QUIET_CHECK: u32 = 64;
 
 /// This process as a producer of completions (`rings::producer_gate`).
 pub(crate) fn producer_of(endpoint: &crate::mr::endpoint::Endpoint) -> Producer {
@@ -219,6 +223,10 @@ pub(crate) struct CqInner {
     /// Where the consumer found the ring stuck behind an unpublished reservation, and
     /// when it last looked for the producer's death there (`unstick`).
     stuck: Mutex<Option<(u64, std::time::Instant)>>,
+    /// Empty polls that found nothing published, counted (racily: a hint) so that every
+    /// [`QUIET_CHECK`]-th also looks for a reservation left unpublished
+    /// ([`CqInner::surely_empty`]); on a line of its own, as a poller writes it.
+    quiet_polls: crossbeam_utils::CachePadded<AtomicU32>,
     /// The parent domain the CQ was created on (ibv_create_cq_ex(3),
     /// `IBV_CQ_INIT_ATTR_MASK_PD`), held until the CQ is destroyed: opaque here, the verbs
     /// layer (`pd`) puts its hold in and reads it back.
@@ -547,15 +555,25 @@ impl CqInner {
     }
 
     /// Whether a poll would find nothing, known without the consumer lock: the CQ is not
-    /// in error and no producer reserved a position (ibv_poll_cq(3) on an empty CQ, the
-    /// busy poller's common case, pays two loads). `false` means "take the lock and
-    /// look", not "not empty". When it is empty, what the network holds for this process
-    /// is received (a busy poller's next poll finds what it completes), as after a poll
-    /// that found nothing under the lock.
+    /// in error and nothing is published at the consumer's position (ibv_poll_cq(3) on
+    /// an empty CQ, the busy poller's common case, pays three loads and a store, none of
+    /// a line a producer writes before the completion itself: a poller spinning here
+    /// never takes the ring's `tail` from a producer in another process). Every
+    /// [`QUIET_CHECK`]-th such poll also asks whether a position is reserved and not
+    /// published, and if so takes the locked way, where a reservation of a producer that
+    /// died is skipped (`unstick`). `false` means "take the lock and look", not "not
+    /// empty". When it is empty, what the network holds for this process is received (a
+    /// busy poller's next poll finds what it completes), as after a poll that found
+    /// nothing under the lock.
     #[inline]
     pub(crate) fn surely_empty(&self) -> bool {
         let seg = self.gens.current();
-        let empty = seg.shm().errored.load(Ordering::Relaxed) == 0 && seg.ring().nothing_reserved();
+        let ring = seg.ring();
+        let empty = seg.shm().errored.load(Ordering::Relaxed) == 0 && ring.nothing_published() && {
+            let n = self.quiet_polls.load(Ordering::Relaxed).wrapping_add(1);
+            self.quiet_polls.store(n, Ordering::Relaxed);
+            !n.is_multiple_of(QUIET_CHECK) || ring.nothing_reserved()
+        };
         if empty && crate::progress::net_active() {
             crate::progress::receive_inline(self.ctx.endpoint);
         }
@@ -717,6 +735,7 @@ impl Cq {
                 cookie: AtomicUsize::new(0),
                 polled: Default::default(),
                 stuck: Mutex::new(None),
+                quiet_polls: Default::default(),
                 parent: Mutex::new(None),
                 poller: AtomicU64::new(0),
                 armed_full: AtomicBool::new(false),

@@ -104,6 +104,11 @@ enum Backing {
 pub(crate) struct Ring {
     mem: Backing,
     mask: u64,
+    /// A consumer position this process read (`head` never moves back), kept in this
+    /// process's memory: a producer that finds its reservation less than a lap ahead of
+    /// it knows there is room without reading `head`, the line the consumer writes at
+    /// every poll (one cache-line transfer between the processes per completion saved).
+    seen_head: Box<CachePadded<AtomicU64>>,
 }
 
 // SAFETY: the ring is shared memory accessed only through atomics; the raw pointers of
@@ -128,7 +133,7 @@ impl Ring {
         // long as `_seg` keeps the mapping.
         let hdr: *const RingHdr = seg.get::<RingHdr>(offset);
         let slots = seg.slice::<Slot>(offset + HDR_BYTES, cap).as_ptr();
-        Ring { mem: Backing::Shm { _seg: seg, hdr, slots, cap }, mask: cap as u64 - 1 }
+        Ring { mem: Backing::Shm { _seg: seg, hdr, slots, cap }, mask: cap as u64 - 1, seen_head: Box::new(CachePadded::new(AtomicU64::new(0))) }
     }
 
     /// Under loom a ring lives in process memory: loom's atomics cannot be placed in a
@@ -150,7 +155,7 @@ impl Ring {
             tail: CachePadded::new(AtomicU64::new(0)),
             head: CachePadded::new(AtomicU64::new(0)),
         });
-        Ring { mem: Backing::Heap { hdr, slots }, mask: cap as u64 - 1 }
+        Ring { mem: Backing::Heap { hdr, slots }, mask: cap as u64 - 1, seen_head: Box::new(CachePadded::new(AtomicU64::new(0))) }
     }
 
     fn hdr(&self) -> &RingHdr {
@@ -201,7 +206,12 @@ impl Ring {
             if t == u64::MAX {
                 return Err(PushError::Corrupt);
             }
-            if !overwrite {
+            // Room known from a consumer position seen before (less than a lap behind
+            // `t`; `head` only moves forward, so the real one is at least as far): the
+            // reservation cannot overrun, and `head` is not read. The consumer's reads of
+            // the slot are ordered before this write by the Acquire load of `head` that
+            // found the position, passed on by `seen_head`'s Release store and Acquire load.
+            if !overwrite && t.wrapping_sub(self.seen_head.load(Ordering::Acquire)) >= cap {
                 let h = self.hdr().head.load(Ordering::Acquire);
                 if h > t {
                     // Our view of `tail` may be older than the consumer's progress (found
@@ -219,6 +229,7 @@ impl Ring {
                 if t - h >= cap {
                     return Err(PushError::Full);
                 }
+                self.seen_head.store(h, Ordering::Release);
             }
             // Release: a consumer that acquires `tail` past `t` also sees that this
             // producer entered the CQ's gate before reserving (`rings::producer_gate`), so a
@@ -261,6 +272,14 @@ impl Ring {
                 // Not yet published (or being rewritten while still unread): empty for now.
                 if h != self.hdr().head.load(Ordering::Relaxed) {
                     self.hdr().head.store(h, Ordering::Release);
+                }
+                // A `head` beyond every position reserved was scribbled: nothing will be
+                // published there (a producer that knows it has room does not read `head`
+                // to find out).
+                let t = self.tail();
+                if h > t {
+                    self.hdr().head.store(t, Ordering::Release);
+                    return Pop::Corrupt;
                 }
                 return Pop::Empty;
             }
@@ -313,6 +332,18 @@ impl Ring {
     pub(crate) fn nothing_reserved(&self) -> bool {
         let h = self.hdr().head.load(Ordering::Relaxed);
         self.tail() == h
+    }
+
+    /// Whether nothing is published at the consumer's position: one load of the slot the
+    /// next completion will be written to, the line its producer hands over anyway, and
+    /// not of `tail`, which a poller spinning on an empty CQ would otherwise take from the
+    /// producer at each of its reservations. A reservation not yet published reads as
+    /// empty (use [`Ring::nothing_reserved`] to see it). Lock-free, for any thread.
+    #[inline]
+    pub(crate) fn nothing_published(&self) -> bool {
+        let h = self.hdr().head.load(Ordering::Relaxed);
+        // An older lap's position (or 0): not published for `h` yet.
+        self.slot(h).seq.load(Ordering::Relaxed) <= h
     }
 
     /// The consumer's position if a producer reserved it and has not published it yet
@@ -387,9 +418,19 @@ mod tests {
     fn scribbled_indices_fail_instead_of_spinning() {
         let r = Ring::new(4);
         r.push(&cqe(0), false).unwrap();
-        // Another process moved `head` beyond every reserved position.
+        // Another process moved `head` beyond every reserved position: the consumer finds
+        // out, and resynchronises at the tail.
         r.hdr().head.store(1000, Ordering::Relaxed);
-        assert_eq!(r.push(&cqe(1), false), Err(PushError::Corrupt));
+        assert_eq!(r.pop(), Pop::Corrupt);
+        r.push(&cqe(1), false).unwrap();
+        assert_eq!(pop_n(&r), Some(1));
+        // So does a producer that reads `head` (a lap after the position it last saw).
+        let r = Ring::new(4);
+        for i in 0..4 {
+            r.push(&cqe(i), false).unwrap();
+        }
+        r.hdr().head.store(1000, Ordering::Relaxed);
+        assert_eq!(r.push(&cqe(4), false), Err(PushError::Corrupt));
         // A slot claiming a position that is not its own.
         let r = Ring::new(4);
         r.push(&cqe(0), false).unwrap();

@@ -21,6 +21,7 @@ use crate::mr::{MrInner, Sge};
 use crate::rings::wr::{PostError, RecvWr};
 use crate::shm::lock::ShmLock;
 use crate::shm::{Segment, ShmSafe};
+use crossbeam_utils::CachePadded;
 
 /// Largest scatter list a receive (or send) work request can have on this device.
 pub(crate) const MAX_SGE: usize = crate::limits::MAX_SGE as usize;
@@ -48,32 +49,51 @@ impl RecvWqe {
     }
 }
 
-/// The ring's header, at byte 0 of the segment.
-#[repr(C, align(64))]
+/// The ring's header, at byte 0 of the segment: three cache lines, so that the owner
+/// posting and a peer taking share no line but the slot itself. `tail` counts the
+/// receives ever posted and is written only by the owner's posts; `head` counts those
+/// ever taken and is written only under `lock` (a taker, or the owner draining). The
+/// queue holds `tail - head` receives at slots `head % cap ..`.
+#[repr(C)]
 #[derive(Default)]
 struct RqHdr {
-    lock: ShmLock,
+    config: RqConfig,
+    takers: RqTakers,
+    poster: RqPoster,
+}
+
+/// The ring's geometry and rarely written words.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct RqConfig {
     cap: AtomicU32,
     max_sge: AtomicU32,
     /// SRQ limit (0: not armed); disarmed by the take that goes below it.
     limit: AtomicU32,
     /// An SRQ that was resized: the generation that replaced this segment.
     moved: AtomicU32,
+}
+
+/// What takers write: the lock they take under, and how many receives were taken. One
+/// store moves `head`, so a taker that dies while holding the lock leaves a consistent
+/// queue (the next taker takes the lock over).
+#[repr(C, align(64))]
+#[derive(Default)]
+struct RqTakers {
+    lock: ShmLock,
     _pad: AtomicU32,
-    /// `head << 32 | count`, stored in one write so a holder that dies between updates
-    /// never leaves the two inconsistent.
-    state: AtomicU64,
+    head: AtomicU64,
 }
 
-fn pack(head: usize, count: usize) -> u64 {
-    (head as u64) << 32 | count as u64
+/// What the owner's posts write: how many receives were ever posted, stored (Release)
+/// after the slot it publishes.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct RqPoster {
+    tail: AtomicU64,
 }
 
-fn unpack(state: u64) -> (usize, usize) {
-    ((state >> 32) as usize, (state & 0xffff_ffff) as usize)
-}
-
-// SAFETY: atomics only.
+// SAFETY: atomics only (the three lines below), every bit pattern valid.
 unsafe impl ShmSafe for RqHdr {}
 
 const HDR_BYTES: usize = std::mem::size_of::<RqHdr>();
@@ -101,11 +121,11 @@ pub(crate) fn slot_at(i: usize, max_sge: usize) -> (usize, usize) {
     (HDR_BYTES + i * w * 8, w)
 }
 
-/// The head and count of the header's `state` word, clamped to a ring of `cap` slots
-/// (a peer may have written anything).
-pub(crate) fn clamp_state(state: u64, cap: usize) -> (usize, usize) {
-    let (head, count) = unpack(state);
-    (head % cap, count.min(cap))
+/// The slot of the oldest receive and the number queued, from the header's `head` and
+/// `tail`, clamped to a ring of `cap` slots (a peer may have written anything: a `tail`
+/// behind `head` or more than a lap ahead reads as a full ring).
+pub(crate) fn clamp_state(head: u64, tail: u64, cap: usize) -> (usize, usize) {
+    ((head % cap as u64) as usize, tail.wrapping_sub(head).min(cap as u64) as usize)
 }
 
 /// The receive a slot's words hold (wr_id, num_sge, then the SGEs), at most `max_sge`
@@ -145,6 +165,21 @@ pub(crate) struct RecvRing {
     me: &'static Endpoint,
     cap: usize,
     max_sge: usize,
+    /// The indices this process last read, in its own memory (boxed: a line each).
+    seen: Box<Seen>,
+}
+
+/// What a process last read of a ring's indices, so that it reads the other side's
+/// line only when what it knows is used up.
+#[derive(Default)]
+struct Seen {
+    /// A `tail` this process's takers read (Acquire), used under the ring's lock only:
+    /// while the queue holds receives below it, a take does not read the owner's line.
+    tail: CachePadded<AtomicU64>,
+    /// A `head` the owner's posts read (Acquire), used by posts only (which the owner
+    /// serialises): while a post is less than a lap ahead of it, it does not read the
+    /// takers' line.
+    head: CachePadded<AtomicU64>,
 }
 
 impl std::fmt::Debug for RecvRing {
@@ -154,6 +189,10 @@ impl std::fmt::Debug for RecvRing {
 }
 
 impl RecvRing {
+    fn mapped(seg: Arc<Segment>, me: &'static Endpoint, cap: usize, max_sge: usize) -> RecvRing {
+        RecvRing { seg, me, cap, max_sge, seen: Box::default() }
+    }
+
     /// Creates an empty ring of `cap` receives of up to `max_sge` entries at `path`, in
     /// this process's endpoint `me`.
     pub(crate) fn create(path: &Path, cap: u32, max_sge: u32, me: &'static Endpoint) -> Result<RecvRing> {
@@ -162,17 +201,17 @@ impl RecvRing {
         let bytes = HDR_BYTES + cap * slot_words(max_sge) * 8;
         let seg = Arc::new(Segment::create(path, bytes)?);
         let h = seg.get::<RqHdr>(0);
-        h.cap.store(cap as u32, Ordering::Relaxed);
-        h.max_sge.store(max_sge as u32, Ordering::Release);
-        Ok(RecvRing { seg, me, cap, max_sge })
+        h.config.cap.store(cap as u32, Ordering::Relaxed);
+        h.config.max_sge.store(max_sge as u32, Ordering::Release);
+        Ok(RecvRing::mapped(seg, me, cap, max_sge))
     }
 
     /// A peer's view of a ring another endpoint created, from this process's endpoint `me`.
     pub(crate) fn open(seg: Arc<Segment>, me: &'static Endpoint) -> Result<RecvRing> {
         let h = seg.get::<RqHdr>(0);
-        let (cap, max_sge) = geometry(h.cap.load(Ordering::Acquire), h.max_sge.load(Ordering::Acquire), seg.len())
+        let (cap, max_sge) = geometry(h.config.cap.load(Ordering::Acquire), h.config.max_sge.load(Ordering::Acquire), seg.len())
             .ok_or(Error::Bug("malformed receive queue segment"))?;
-        Ok(RecvRing { seg, me, cap, max_sge })
+        Ok(RecvRing::mapped(seg, me, cap, max_sge))
     }
 
     fn hdr(&self) -> &RqHdr {
@@ -186,7 +225,7 @@ impl RecvRing {
 
     fn lock(&self) -> crate::shm::lock::ShmGuard<'_> {
         let me = self.me;
-        self.hdr().lock.lock(me.ep(), |ep| me.alive(ep))
+        self.hdr().takers.lock.lock(me.ep(), |ep| me.alive(ep))
     }
 
     pub(crate) fn capacity(&self) -> u32 {
@@ -199,51 +238,57 @@ impl RecvRing {
 
     /// Receives queued (a snapshot).
     pub(crate) fn len(&self) -> usize {
-        unpack(self.hdr().state.load(Ordering::Acquire)).1
-    }
-
-    /// The queue's head and count, clamped to the ring (a peer may have written anything).
-    fn load_state(&self) -> (usize, usize) {
-        clamp_state(self.hdr().state.load(Ordering::Acquire), self.cap)
+        let h = self.hdr();
+        clamp_state(h.takers.head.load(Ordering::Acquire), h.poster.tail.load(Ordering::Acquire), self.cap).1
     }
 
     /// The SRQ limit (0: not armed).
     pub(crate) fn limit(&self) -> u32 {
-        self.hdr().limit.load(Ordering::Acquire)
+        self.hdr().config.limit.load(Ordering::Acquire)
     }
 
     pub(crate) fn set_limit(&self, limit: u32) {
-        self.hdr().limit.store(limit, Ordering::Release);
+        self.hdr().config.limit.store(limit, Ordering::Release);
     }
 
     /// The generation that replaced this (resized) SRQ segment, if any.
     pub(crate) fn moved(&self) -> u32 {
-        self.hdr().moved.load(Ordering::Acquire)
+        self.hdr().config.moved.load(Ordering::Acquire)
     }
 
     /// Appends receives; `on_slot(slot, wr)` runs for each one stored (the owner keeps
-    /// its regions alive per slot).
+    /// its regions alive per slot). The owner's posts must not run concurrently (the
+    /// caller serialises them: [`RecvQueue`]'s lock); takers may.
+    ///
+    /// Without the ring's lock: the slot is written, then `tail` published (Release), so
+    /// a taker that reads `tail` (Acquire) reads the whole slot. The slot is free once
+    /// `head` (Acquire: the taker's reads of its last occupant came before) is less than
+    /// a lap behind.
     pub(crate) fn post(
         &self,
         wrs: &[RecvWr<'_>],
         verb: &'static str,
         mut on_slot: impl FnMut(usize, &RecvWr<'_>),
     ) -> Result<(), PostError> {
-        let _g = self.lock();
         let h = self.hdr();
+        let cap = self.cap as u64;
         for (index, wr) in wrs.iter().enumerate() {
             if wr.sg_list.len() > self.max_sge {
                 let error = Error::TooManySge { max: self.max_sge as u32, got: wr.sg_list.len() as u32 };
                 return Err(PostError { index, error });
             }
-            let (head, count) = self.load_state();
-            if count >= self.cap {
-                return Err(PostError { index, error: Error::QueueFull { verb, max: self.cap as u32 } });
+            let tail = h.poster.tail.load(Ordering::Relaxed);
+            if tail.wrapping_sub(self.seen.head.load(Ordering::Acquire)) >= cap {
+                let head = h.takers.head.load(Ordering::Acquire);
+                self.seen.head.store(head, Ordering::Release);
+                if tail.wrapping_sub(head) >= cap {
+                    return Err(PostError { index, error: Error::QueueFull { verb, max: self.cap as u32 } });
+                }
             }
-            let i = (head + count) % self.cap;
+            let i = (tail % cap) as usize;
             self.write_slot(i, wr.wr_id, wr.sg_list);
             on_slot(i, wr);
-            h.state.store(pack(head, count + 1), Ordering::Release);
+            h.poster.tail.store(tail.wrapping_add(1), Ordering::Release);
         }
         Ok(())
     }
@@ -256,22 +301,32 @@ impl RecvRing {
     /// Takes the oldest receive only if `fits` says so, under the ring's lock (the express
     /// lane places a message into it before committing the take: `docs/queue-pairs.md`);
     /// also tells whether the SRQ limit fired.
+    ///
+    /// `tail` is read only when the receives known to this process's takers are used up
+    /// (`Seen::tail`, kept under the lock, whose Acquire passes on the one that read it).
     pub(crate) fn take_if(&self, fits: impl FnOnce(&RecvWqe) -> bool) -> Option<Taken> {
         let _g = self.lock();
         let h = self.hdr();
-        let (head, count) = self.load_state();
-        if count == 0 {
-            return None;
+        let head = h.takers.head.load(Ordering::Relaxed);
+        let limit = h.config.limit.load(Ordering::Acquire);
+        let mut queued = self.seen.tail.load(Ordering::Relaxed).wrapping_sub(head);
+        // An armed SRQ limit counts what is left exactly: `tail` is read.
+        if queued == 0 || queued > self.cap as u64 || limit != 0 {
+            let tail = h.poster.tail.load(Ordering::Acquire);
+            self.seen.tail.store(tail, Ordering::Relaxed);
+            queued = clamp_state(head, tail, self.cap).1 as u64;
+            if queued == 0 {
+                return None;
+            }
         }
-        let wqe = self.read_slot(head);
+        let wqe = self.read_slot((head % self.cap as u64) as usize);
         if !fits(&wqe) {
             return None;
         }
-        let left = count - 1;
-        h.state.store(pack((head + 1) % self.cap, left), Ordering::Release);
-        let limit = h.limit.load(Ordering::Acquire);
-        let limit_fired = limit != 0 && (left as u64) < u64::from(limit) && {
-            h.limit.store(0, Ordering::Release);
+        let left = queued - 1;
+        h.takers.head.store(head.wrapping_add(1), Ordering::Release);
+        let limit_fired = limit != 0 && (left < u64::from(limit)) && {
+            h.config.limit.store(0, Ordering::Release);
             true
         };
         Some(Taken { wqe, limit_fired })
@@ -295,30 +350,35 @@ impl RecvRing {
     /// Removes every receive, oldest first, returning their wr_ids.
     pub(crate) fn drain(&self) -> Vec<u64> {
         let _g = self.lock();
-        let (head, count) = self.load_state();
-        let out = (0..count).map(|k| self.slot((head + k) % self.cap)[0].load(Ordering::Relaxed)).collect();
-        self.hdr().state.store(pack((head + count) % self.cap, 0), Ordering::Release);
+        let h = self.hdr();
+        let head = h.takers.head.load(Ordering::Relaxed);
+        let (at, count) = clamp_state(head, h.poster.tail.load(Ordering::Acquire), self.cap);
+        let out = (0..count).map(|k| self.slot((at + k) % self.cap)[0].load(Ordering::Relaxed)).collect();
+        h.takers.head.store(head.wrapping_add(count as u64), Ordering::Release);
         out
     }
 
     /// Moves every receive of `old` (oldest first) into this ring and marks `old` as
-    /// replaced by generation `gen` (an SRQ resize; the caller checked the room).
-    /// Returns where they were in `old` (head, count).
+    /// replaced by generation `gen` (an SRQ resize; the caller checked the room, and no
+    /// post of either ring runs meanwhile). Returns where they were in `old` (head, count).
     pub(crate) fn absorb(&self, old: &RecvRing, gen: u32) -> (usize, usize) {
         let _go = old.lock();
         let _g = self.lock();
         let (oh, h) = (old.hdr(), self.hdr());
-        let (ohead, n) = old.load_state();
+        let ohead = oh.takers.head.load(Ordering::Relaxed);
+        let (oat, n) = clamp_state(ohead, oh.poster.tail.load(Ordering::Acquire), old.cap);
         let sges = self.max_sge.min(old.max_sge);
-        for k in 0..n.min(self.cap) {
-            let w = old.read_slot((ohead + k) % old.cap);
+        let n = n.min(self.cap);
+        for k in 0..n {
+            let w = old.read_slot((oat + k) % old.cap);
             self.write_slot(k, w.wr_id, &w.sges()[..w.sges().len().min(sges)]);
         }
-        h.limit.store(oh.limit.load(Ordering::Acquire), Ordering::Relaxed);
-        h.state.store(pack(0, n.min(self.cap)), Ordering::Release);
-        oh.state.store(pack(ohead, 0), Ordering::Relaxed);
-        oh.moved.store(gen, Ordering::Release);
-        (ohead, n.min(self.cap))
+        h.config.limit.store(oh.config.limit.load(Ordering::Acquire), Ordering::Relaxed);
+        h.takers.head.store(0, Ordering::Relaxed);
+        h.poster.tail.store(n as u64, Ordering::Release);
+        oh.takers.head.store(oh.poster.tail.load(Ordering::Relaxed), Ordering::Relaxed);
+        oh.config.moved.store(gen, Ordering::Release);
+        (oat, n)
     }
 }
 
@@ -386,9 +446,10 @@ impl RecvQueue {
     /// Moves the receives of `old` into this queue (SRQ resize), with the regions they
     /// keep registered.
     pub(crate) fn absorb(&self, old: &RecvQueue, gen: u32) {
-        let (ohead, n) = self.ring.absorb(&old.ring, gen);
-        let mut keep = self.keep.lock().expect("rq keep");
+        // Posts to either queue wait (they hold `keep` while they write the ring).
         let mut okeep = old.keep.lock().expect("rq keep");
+        let mut keep = self.keep.lock().expect("rq keep");
+        let (ohead, n) = self.ring.absorb(&old.ring, gen);
         let per = self.ring.max_sge.min(old.ring.max_sge);
         for k in 0..n {
             let from = (ohead + k) % old.ring.cap;

@@ -252,7 +252,7 @@ fn xrc_srq_part(dev: &'static Engine, qpn: u32, srqn: u32, key: u64) -> Option<S
     } else {
         let peer = dev.reg.as_ref()?.peer(endpoint_of(srqn)).ok()?;
         let (pd, cq) = peer_xrc_srq(&peer, srqn, key)?;
-        Some(SrqPart::Peer(PeerTarget::new(dev, peer, qpn, pd, PeerRecv::Srq(srqn), cq)))
+        Some(SrqPart::Peer(Box::new(PeerTarget::new(dev, peer, qpn, pd, PeerRecv::Srq(srqn), cq))))
     }
 }
 

@@ -296,8 +296,9 @@ pub(crate) enum SrqPart {
     /// An SRQ of this process: its PD, in this process's endpoint.
     Local { pd: u32, endpoint: &'static Endpoint, srq: Arc<SrqInner>, cq: Arc<CqInner> },
     /// A peer's SRQ, through a peer target whose QP number is the target QP's (used for
-    /// window bindings); only its receive, completion and memory sides are used.
-    Peer(PeerTarget),
+    /// window bindings); only its receive, completion and memory sides are used. Boxed:
+    /// a peer target keeps its mapped rings.
+    Peer(Box<PeerTarget>),
 }
 
 /// An XRC responder split over two processes: the target QP in one, the XRC SRQ the
