@@ -23,9 +23,9 @@
 //! completions are written, so a CQ of millions of entries costs nothing until used.
 #![allow(unsafe_code)]
 
-#[cfg(loom)]
+#[cfg(rverbs_loom)]
 use loom::sync::atomic::{fence, AtomicU64, Ordering};
-#[cfg(not(loom))]
+#[cfg(not(rverbs_loom))]
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
@@ -76,18 +76,18 @@ pub(crate) struct RingHdr {
 /// Bytes the indices take at the start of a ring's area.
 pub(crate) const HDR_BYTES: usize = std::mem::size_of::<RingHdr>();
 
-#[cfg(not(loom))]
+#[cfg(not(rverbs_loom))]
 // SAFETY: two AtomicU64 with padding; every bit pattern of the atomics is valid and the
 // padding is never read.
 unsafe impl crate::shm::ShmSafe for RingHdr {}
-#[cfg(not(loom))]
+#[cfg(not(rverbs_loom))]
 // SAFETY: eight AtomicU64; every bit pattern is valid.
 unsafe impl crate::shm::ShmSafe for Slot {}
 
 /// Where the ring's memory is.
 enum Backing {
     /// A shared segment: indices at `hdr`, slots at `slots` (byte offsets).
-    #[cfg(not(loom))]
+    #[cfg(not(rverbs_loom))]
     Shm {
         /// Keeps the mapping alive.
         _seg: std::sync::Arc<crate::shm::Segment>,
@@ -96,7 +96,7 @@ enum Backing {
         cap: usize,
     },
     /// Process memory (unit tests, loom models and the fuzz harness).
-    #[cfg(any(test, loom, feature = "fuzzing"))]
+    #[cfg(any(test, rverbs_loom, feature = "fuzzing"))]
     Heap { hdr: Box<RingHdr>, slots: Box<[Slot]> },
 }
 
@@ -126,7 +126,7 @@ impl Ring {
     /// The ring in `seg` at byte `offset` (64-byte aligned), with room for at least
     /// `min_entries` CQEs (rounded up to a power of two). A freshly created segment is
     /// zero-filled: an empty ring.
-    #[cfg(not(loom))]
+    #[cfg(not(rverbs_loom))]
     pub(crate) fn in_segment(seg: std::sync::Arc<crate::shm::Segment>, offset: usize, min_entries: usize) -> Self {
         let cap = min_entries.max(1).next_power_of_two();
         // `get` and `slice` check bounds and alignment once; the pointers stay valid as
@@ -139,13 +139,13 @@ impl Ring {
     /// Under loom a ring lives in process memory: loom's atomics cannot be placed in a
     /// segment. Only the ring's own models run under loom; the rest of the crate just
     /// has to compile.
-    #[cfg(loom)]
+    #[cfg(rverbs_loom)]
     pub(crate) fn in_segment(_seg: std::sync::Arc<crate::shm::Segment>, _offset: usize, min_entries: usize) -> Self {
         Self::new(min_entries)
     }
 
     /// A ring in process memory with room for at least `min_entries` CQEs.
-    #[cfg(any(test, loom, feature = "fuzzing"))]
+    #[cfg(any(test, rverbs_loom, feature = "fuzzing"))]
     pub(crate) fn new(min_entries: usize) -> Self {
         let cap = min_entries.max(1).next_power_of_two();
         let slots: Box<[Slot]> = (0..cap)
@@ -160,21 +160,21 @@ impl Ring {
 
     fn hdr(&self) -> &RingHdr {
         match &self.mem {
-            #[cfg(not(loom))]
+            #[cfg(not(rverbs_loom))]
             // SAFETY: checked in-bounds and aligned at construction; the mapping lives as
             // long as `self` (the backing holds it); RingHdr is ShmSafe.
             Backing::Shm { hdr, .. } => unsafe { &**hdr },
-            #[cfg(any(test, loom, feature = "fuzzing"))]
+            #[cfg(any(test, rverbs_loom, feature = "fuzzing"))]
             Backing::Heap { hdr, .. } => hdr,
         }
     }
 
     fn slots(&self) -> &[Slot] {
         match &self.mem {
-            #[cfg(not(loom))]
+            #[cfg(not(rverbs_loom))]
             // SAFETY: as in `hdr`, for `cap` slots.
             Backing::Shm { slots, cap, .. } => unsafe { std::slice::from_raw_parts(*slots, *cap) },
-            #[cfg(any(test, loom, feature = "fuzzing"))]
+            #[cfg(any(test, rverbs_loom, feature = "fuzzing"))]
             Backing::Heap { slots, .. } => slots,
         }
     }
@@ -367,13 +367,13 @@ impl Ring {
     }
 
     /// Reserves a position and never publishes it: a producer killed between the two.
-    #[cfg(any(test, loom))]
+    #[cfg(any(test, rverbs_loom))]
     pub(crate) fn reserve_and_die(&self) {
         self.hdr().tail.fetch_add(1, Ordering::Release);
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(rverbs_loom)))]
 mod tests {
     use super::*;
 
@@ -592,8 +592,8 @@ mod tests {
 }
 
 /// Exhaustive interleavings of the ring protocol (run with
-/// `RUSTFLAGS="--cfg loom" cargo test -p rverbs --release --lib rings::completion_ring`).
-#[cfg(all(test, loom))]
+/// `RUSTFLAGS="--cfg rverbs_loom" cargo test -p rverbs --release --lib rings::completion_ring`).
+#[cfg(all(test, rverbs_loom))]
 mod loom_tests {
     use super::*;
     use loom::sync::Arc;

@@ -94,7 +94,7 @@ pub(crate) struct CqSeg {
     pub(crate) gen: u32,
     /// Under loom the gate lives in process memory, as the ring does (loom's atomics
     /// cannot be placed in a segment; only the models run, the rest has to compile).
-    #[cfg(loom)]
+    #[cfg(rverbs_loom)]
     gate: Box<Gate>,
 }
 
@@ -107,7 +107,7 @@ impl CqSeg {
             seg,
             ring,
             gen,
-            #[cfg(loom)]
+            #[cfg(rverbs_loom)]
             gate: Box::new(Gate::new()),
         };
         s.shm().id.store(id, Ordering::Relaxed);
@@ -125,7 +125,7 @@ impl CqSeg {
             seg,
             ring,
             gen,
-            #[cfg(loom)]
+            #[cfg(rverbs_loom)]
             gate: Box::new(Gate::new()),
         })
     }
@@ -155,9 +155,9 @@ impl CqSeg {
     }
 
     fn gate(&self) -> &Gate {
-        #[cfg(not(loom))]
+        #[cfg(not(rverbs_loom))]
         return self.seg.get::<Gate>(GATE_OFF);
-        #[cfg(loom)]
+        #[cfg(rverbs_loom)]
         return &self.gate;
     }
 

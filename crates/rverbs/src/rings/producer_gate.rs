@@ -28,16 +28,16 @@
 //!   that reads the word with `Acquire` and finds nobody sees the publication.
 #![allow(unsafe_code)]
 
-#[cfg(loom)]
+#[cfg(rverbs_loom)]
 use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-#[cfg(not(loom))]
+#[cfg(not(rverbs_loom))]
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Endpoint numbers of one host (`limits::MAX_ENDPOINTS`).
-#[cfg(not(loom))]
+#[cfg(not(rverbs_loom))]
 pub(crate) const ENDPOINTS: usize = crate::limits::MAX_ENDPOINTS as usize;
 /// Under loom, a few: every word read is a branch of the model.
-#[cfg(loom)]
+#[cfg(rverbs_loom)]
 pub(crate) const ENDPOINTS: usize = 4;
 
 /// A process that publishes completions: its endpoint number and pid.
@@ -56,7 +56,7 @@ pub(crate) struct Gate {
     inside: [AtomicU64; ENDPOINTS],
 }
 
-#[cfg(not(loom))]
+#[cfg(not(rverbs_loom))]
 // SAFETY: atomics only; every bit pattern is valid (garbage counts are handled as counts).
 unsafe impl crate::shm::ShmSafe for Gate {}
 
@@ -65,7 +65,7 @@ unsafe impl crate::shm::ShmSafe for Gate {}
 /// loom (which models SeqCst accesses as AcqRel).
 #[inline(always)]
 fn dekker() {
-    #[cfg(loom)]
+    #[cfg(rverbs_loom)]
     fence(Ordering::SeqCst);
 }
 
@@ -84,7 +84,7 @@ pub(crate) enum Frozen {
 
 impl Gate {
     /// A gate in process memory (unit tests, loom models, the fuzz harness).
-    #[cfg(any(test, loom, feature = "fuzzing"))]
+    #[cfg(any(test, rverbs_loom, feature = "fuzzing"))]
     pub(crate) fn new() -> Self {
         Gate { resizing: AtomicU32::new(0), _pad: AtomicU32::new(0), inside: std::array::from_fn(|_| AtomicU64::new(0)) }
     }
@@ -143,18 +143,18 @@ impl Gate {
         self.resizing.store(1, Ordering::SeqCst);
         // Pairs with `enter`'s count (see the module doc).
         dekker();
-        #[cfg(not(loom))]
+        #[cfg(not(rverbs_loom))]
         let start = std::time::Instant::now();
         while self.live_inside(alive) {
-            #[cfg(not(loom))]
+            #[cfg(not(rverbs_loom))]
             if start.elapsed() > wait {
                 return Frozen::TimedOut;
             }
-            #[cfg(loom)]
+            #[cfg(rverbs_loom)]
             let _ = wait;
-            #[cfg(not(loom))]
+            #[cfg(not(rverbs_loom))]
             std::thread::yield_now();
-            #[cfg(loom)]
+            #[cfg(rverbs_loom)]
             loom::thread::yield_now();
         }
         Frozen::Quiet
@@ -173,13 +173,13 @@ impl Gate {
 
     /// The resize flag and the `inside` words, for writing them as another process could
     /// (the fuzz harness).
-    #[cfg(all(feature = "fuzzing", not(loom)))]
+    #[cfg(all(feature = "fuzzing", not(rverbs_loom)))]
     pub(crate) fn words(&self) -> (&AtomicU32, &[AtomicU64; ENDPOINTS]) {
         (&self.resizing, &self.inside)
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(rverbs_loom)))]
 mod tests {
     use super::*;
 
@@ -227,8 +227,8 @@ mod tests {
 }
 
 /// Exhaustive interleavings of the gate (run with
-/// `RUSTFLAGS="--cfg loom" cargo test -p rverbs --release --lib rings::producer_gate`).
-#[cfg(all(test, loom))]
+/// `RUSTFLAGS="--cfg rverbs_loom" cargo test -p rverbs --release --lib rings::producer_gate`).
+#[cfg(all(test, rverbs_loom))]
 mod loom_tests {
     use super::*;
     use loom::cell::UnsafeCell;
