@@ -183,14 +183,14 @@ pub(crate) struct KeySpace<'a> {
 /// invalidated) and the key, [`KeySpace::hold`] reads from the record on every access,
 /// memo or not; the PD, rights and use are checked against the memo on every access.
 #[derive(Default)]
-pub(crate) struct KeyMemo(std::cell::Cell<Option<Remembered>>);
-
-#[derive(Clone, Copy)]
-struct Remembered {
-    /// Which key table (its address): a memo of one key space is never taken in another.
-    tables: usize,
-    writes: u64,
-    desc: KeyDesc,
+pub(crate) struct KeyMemo {
+    /// Which key table (its address; 0: nothing remembered): a memo of one key space is
+    /// never taken in another.
+    tables: std::cell::Cell<usize>,
+    /// The count of this process's writes of the record when it was read.
+    writes: std::cell::Cell<u64>,
+    /// The record as it was vouched for (its `key` is the key remembered).
+    desc: std::cell::Cell<KeyDesc>,
 }
 
 impl<'a> KeySpace<'a> {
@@ -257,15 +257,19 @@ impl<'a> KeySpace<'a> {
         // Read before the record: a write between them leaves the memo with the older
         // count, so the next access reads the record again.
         let writes = self.me.keys.writes(key >> 8);
-        if let Some(m) = memo.0.get() {
-            if m.desc.key == key && m.writes == writes && m.tables == tables {
-                check_desc(&m.desc, key, pd, used, need)?;
-                return Ok(m.desc);
+        // The small words first: the record is copied out only on a match.
+        if memo.tables.get() == tables && memo.writes.get() == writes {
+            let d = memo.desc.get();
+            if d.key == key {
+                check_desc(&d, key, pd, used, need)?;
+                return Ok(d);
             }
         }
         let d = self.check_record(key, pd, used, need)?;
         if writes != u64::MAX {
-            memo.0.set(Some(Remembered { tables, writes, desc: d }));
+            memo.tables.set(tables);
+            memo.writes.set(writes);
+            memo.desc.set(d);
         }
         Ok(d)
     }
