@@ -93,14 +93,7 @@ impl End {
 
     /// The next completion within TIMEOUT (polled: the bound, not a synchronisation).
     fn next(&self) -> Wc {
-        let deadline = Instant::now() + TIMEOUT;
-        let mut wc = [Wc::default()];
-        while self.cq.poll(&mut wc).unwrap() == 0 {
-            assert!(Instant::now() < deadline, "no completion within {TIMEOUT:?}");
-            std::thread::yield_now();
-        }
-        assert_eq!(wc[0].status(), WcStatus::Success, "completion {:?}", wc[0]);
-        wc[0]
+        first_success(|wc| self.cq.poll(wc).unwrap())
     }
 }
 
@@ -247,9 +240,15 @@ fn qp_on(id: &CmId) -> IdQp {
 
 /// The first completion of `cq` within TIMEOUT (polled: a bound, not a synchronisation).
 fn poll_one(cq: &rverbs::rdma_core::Cq) -> Wc {
+    first_success(|wc| cq.poll(wc).unwrap())
+}
+
+/// The first completion `poll` finds within TIMEOUT, which must be a success (polled: a
+/// bound, not a synchronisation).
+fn first_success(mut poll: impl FnMut(&mut [Wc]) -> usize) -> Wc {
     let deadline = Instant::now() + TIMEOUT;
     let mut wc = [Wc::default()];
-    while cq.poll(&mut wc).unwrap() == 0 {
+    while poll(&mut wc) == 0 {
         assert!(Instant::now() < deadline, "no completion within {TIMEOUT:?}");
         std::thread::yield_now();
     }

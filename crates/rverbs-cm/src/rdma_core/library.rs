@@ -102,11 +102,7 @@ pub(super) fn unsupported(what: &'static str) -> Error {
 /// The error of a librdmacm call that returned -1 (or NULL): `errno` as it set it (EIO if
 /// it set none), as rdma_cm(3)'s functions document.
 pub(super) fn last_errno() -> Error {
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(0) | None => Error::Os(std::io::Error::from_raw_os_error(libc::EIO)),
-        Some(_) => Error::Os(e),
-    }
+    Error::Os(rverbs::rdma_core::errno_or_eio())
 }
 
 /// The result of a librdmacm call that returns 0 or -1 with `errno`.

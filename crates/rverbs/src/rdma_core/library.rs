@@ -120,10 +120,18 @@ impl Verbs {
 /// The error of a verb that returned NULL: `errno` as libibverbs set it (EIO if it set
 /// none), as ibv_alloc_pd(3), ibv_create_cq(3), ibv_create_qp(3) … document.
 pub(super) fn last_errno() -> Error {
+    Error::Os(errno_or_eio())
+}
+
+/// `errno` as the C library a backend loaded set it on its failing call, or EIO if it set
+/// none: the error of a libibverbs or librdmacm call that returned -1 or NULL (rverbs-cm's
+/// backend over librdmacm takes it from here).
+#[doc(hidden)]
+pub fn errno_or_eio() -> std::io::Error {
     let e = std::io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(0) | None => Error::Os(std::io::Error::from_raw_os_error(libc::EIO)),
-        Some(_) => Error::Os(e),
+        Some(0) | None => std::io::Error::from_raw_os_error(libc::EIO),
+        Some(_) => e,
     }
 }
 

@@ -60,6 +60,8 @@ pub use channel::CompChannel;
 pub use context::Context;
 pub use cq::Cq;
 pub use device::{device_by_name, devices, ibv_get_device_list_address, Device};
+#[doc(hidden)]
+pub use library::errno_or_eio;
 pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{Qp, Release};
