@@ -135,6 +135,7 @@ impl CqSeg {
         self.seg.unlink();
     }
 
+    #[inline]
     pub(crate) fn shm(&self) -> &CqShm {
         self.seg.get::<CqShm>(0)
     }

@@ -229,11 +229,13 @@ impl Segment {
     ///
     /// Panics if the value does not fit or is misaligned: offsets come from this crate's
     /// own layouts, never from peers.
+    #[inline]
     pub(crate) fn get<T: ShmSafe>(&self, offset: usize) -> &T {
         self.slice::<T>(offset, 1).first().expect("one element")
     }
 
     /// `n` shared values of type `T` from byte `offset`.
+    #[inline]
     pub(crate) fn slice<T: ShmSafe>(&self, offset: usize, n: usize) -> &[T] {
         let size = std::mem::size_of::<T>();
         let end = n.checked_mul(size).and_then(|b| b.checked_add(offset)).expect("segment range");
