@@ -654,6 +654,8 @@ impl QpObj {
     }
 }
 
+// Inlined: the request is then built where the post reads it (returned, it was copied).
+#[inline(always)]
 pub(crate) unsafe fn translate_send<'a>(
     qp: SendShape,
     wr: &'a ibv_send_wr,

@@ -333,6 +333,7 @@ impl<'a> KeySpace<'a> {
         }
     }
 
+    #[inline]
     fn place(&self, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<Place<'a>, Fault> {
         let Some((peer, cache)) = self.peer else {
             return Ok(Place::Local((d.va + off) as usize));
