@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::socket::{NetSock, ROCE_PORT};
@@ -43,6 +44,10 @@ pub(crate) struct GroupSock {
 pub(crate) struct McastNet {
     ifaces: Vec<Iface>,
     slots: Mutex<Vec<Option<Arc<GroupSock>>>>,
+    /// Whether a slot holds a socket (written under `slots`' lock): a thread that polls an
+    /// empty CQ looks here, not at the lock, when the process receives no group (the
+    /// common case; a join it misses is seen at its next poll, and by the progress thread).
+    open: AtomicBool,
     /// Held across a multicast send: the TTL last set on each sending socket (by its
     /// address; absent: the socket was never configured for multicast).
     tx: Mutex<HashMap<IpAddr, u32>>,
@@ -53,7 +58,7 @@ pub(crate) struct McastNet {
 impl Default for McastNet {
     /// No interface, no group, and no progress thread (a transport used on its own).
     fn default() -> Self {
-        McastNet { ifaces: Vec::new(), slots: Mutex::default(), tx: Mutex::default(), slot: usize::MAX }
+        McastNet { ifaces: Vec::new(), slots: Mutex::default(), open: AtomicBool::new(false), tx: Mutex::default(), slot: usize::MAX }
     }
 }
 
@@ -104,8 +109,12 @@ impl McastNet {
         self.slots.lock().expect("multicast sockets").iter().flatten().map(|g| g.group).collect()
     }
 
-    /// The open group sockets (a few: no allocation for up to four).
+    /// The open group sockets (a few: no allocation for up to four; none and no lock when
+    /// no group is received).
     pub(crate) fn open_socks(&self) -> smallvec::SmallVec<[Arc<GroupSock>; 4]> {
+        if !self.open.load(Ordering::Acquire) {
+            return smallvec::SmallVec::new();
+        }
         self.slots.lock().expect("multicast sockets").iter().flatten().cloned().collect()
     }
 
@@ -142,6 +151,7 @@ impl McastNet {
         };
         crate::progress::watch_net_fd(self.slot, FIRST_INDEX + slot, g.sock.fd());
         slots[slot] = Some(g);
+        self.open.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -154,6 +164,7 @@ impl McastNet {
                 crate::progress::unwatch_net_fd(self.slot, g.sock.fd());
             }
         }
+        self.open.store(slots.iter().any(Option::is_some), Ordering::Release);
     }
 
     /// Runs `send`, a send from `sock` to a group, with the socket's multicast options
