@@ -451,19 +451,22 @@ fn gro_size(hdr: &libc::msghdr) -> u16 {
 pub(crate) fn sendmmsg_trains(fd: BorrowedFd<'_>, dst: std::net::SocketAddr, trains: &[&[Vec<u8>]]) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
     let (addr, addr_len) = sockaddr_of(dst);
-    let iovs: Vec<Vec<libc::iovec>> = trains
-        .iter()
-        .map(|t| t.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect())
-        .collect();
-    let mut controls: Vec<[u64; CMSG_WORDS]> = vec![[0; CMSG_WORDS]; trains.len()];
+    // One array of every train's pieces, and the headers and control buffers, on the stack
+    // for the few trains of a latency-bound exchange (a request and an ACK: no allocation
+    // on that path); none of them moves once the headers point into them.
+    let iovs: smallvec::SmallVec<[libc::iovec; 8]> =
+        trains.iter().flat_map(|t| t.iter()).map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect();
+    let mut controls: smallvec::SmallVec<[[u64; CMSG_WORDS]; 4]> = smallvec::smallvec![[0; CMSG_WORDS]; trains.len()];
     // SAFETY: `mmsghdr` is a plain C struct of integers and pointers, for which all-zero
     // bytes are a valid value (null pointers, zero lengths).
-    let mut msgs: Vec<libc::mmsghdr> = (0..trains.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
-    for (((msg, iov), control), train) in msgs.iter_mut().zip(&iovs).zip(controls.iter_mut()).zip(trains) {
+    let mut msgs: smallvec::SmallVec<[libc::mmsghdr; 4]> = (0..trains.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+    let mut first = 0;
+    for ((msg, control), train) in msgs.iter_mut().zip(controls.iter_mut()).zip(trains) {
         msg.msg_hdr.msg_name = (&addr as *const libc::sockaddr_storage) as *mut libc::c_void;
         msg.msg_hdr.msg_namelen = addr_len;
-        msg.msg_hdr.msg_iov = iov.as_ptr() as *mut libc::iovec;
-        msg.msg_hdr.msg_iovlen = iov.len() as _;
+        msg.msg_hdr.msg_iov = iovs[first..first + train.len()].as_ptr() as *mut libc::iovec;
+        msg.msg_hdr.msg_iovlen = train.len() as _;
+        first += train.len();
         if train.len() > 1 {
             let size = u16::try_from(train[0].len()).unwrap_or(u16::MAX);
             msg.msg_hdr.msg_control = control.as_mut_ptr().cast();
@@ -484,8 +487,9 @@ pub(crate) fn sendmmsg_trains(fd: BorrowedFd<'_>, dst: std::net::SocketAddr, tra
     let mut sent = 0;
     while sent < msgs.len() {
         // SAFETY: `msgs[sent..]` are headers naming the live `addr` with its length, their
-        // own iovec arrays over the caller's borrowed datagrams (read only by the kernel),
-        // and their own control buffers with the lengths set above; all outlive the call.
+        // own stretches of `iovs` over the caller's borrowed datagrams (read only by the
+        // kernel), and their own control buffers with the lengths set above; none of
+        // `iovs`, `controls` and `addr` has moved since, and all outlive the call.
         let n = unsafe { libc::sendmmsg(fd.as_raw_fd(), msgs[sent..].as_mut_ptr(), (msgs.len() - sent) as libc::c_uint, 0) };
         if n < 0 {
             let err = std::io::Error::last_os_error();
