@@ -102,13 +102,14 @@ impl AcksDue {
         q.iter().map(|(_, t)| *t + ACK_DELAY).min()
     }
 
-    /// Removes and returns the QPs whose ACKs are due at `now` (`None`: all of them).
-    pub(crate) fn take_due(&self, now: Option<Instant>) -> Vec<u32> {
+    /// Removes and returns the QPs whose ACKs are due at `now` (`None`: all of them). A
+    /// busy poller asks at every empty poll: a few QPs come back without an allocation.
+    pub(crate) fn take_due(&self, now: Option<Instant>) -> smallvec::SmallVec<[u32; 4]> {
         if !self.any() {
-            return Vec::new();
+            return smallvec::SmallVec::new();
         }
         let mut q = self.qps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut due = Vec::new();
+        let mut due = smallvec::SmallVec::new();
         q.retain(|&(n, t)| {
             let is_due = now.is_none_or(|now| t + ACK_DELAY <= now);
             if is_due {
@@ -147,10 +148,10 @@ mod tests {
         due.add(9, t0 + ACK_DELAY / 2);
         due.add(7, t0 + ACK_DELAY); // keeps its first time
         assert_eq!(due.deadline(), Some(t0 + ACK_DELAY));
-        assert_eq!(due.take_due(Some(t0 + ACK_DELAY - Duration::from_nanos(1))), [0u32; 0]);
-        assert_eq!(due.take_due(Some(t0 + ACK_DELAY)), [7]);
+        assert_eq!(due.take_due(Some(t0 + ACK_DELAY - Duration::from_nanos(1))).as_slice(), [0u32; 0]);
+        assert_eq!(due.take_due(Some(t0 + ACK_DELAY)).as_slice(), [7]);
         assert_eq!(due.deadline(), Some(t0 + ACK_DELAY / 2 + ACK_DELAY));
-        assert_eq!(due.take_due(None), [9]);
+        assert_eq!(due.take_due(None).as_slice(), [9]);
         assert_eq!((due.any(), due.deadline()), (false, None));
     }
 }
