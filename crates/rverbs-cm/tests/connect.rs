@@ -61,7 +61,7 @@ fn resolved(ch: &EventChannel, ps: PortSpace, t: QpType, dst: SocketAddr) -> CmI
     assert!(c.has_device());
     c.resolve_route(2000).unwrap();
     expect(ch, EventKind::RouteResolved);
-    assert_eq!(c.route().num_paths, 1);
+    assert_eq!(c.route().unwrap().num_paths, 1);
     c
 }
 

@@ -140,6 +140,11 @@ impl CmId {
         Ok(CmId::adopt(ch, id))
     }
 
+    /// The address of the `struct rdma_cm_id`: unique in the process while the id lives.
+    pub fn number(&self) -> u64 {
+        self.inner.id as usize as u64
+    }
+
     fn raw(&self) -> *mut rdma_cm_id {
         self.inner.id
     }
