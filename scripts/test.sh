@@ -47,7 +47,8 @@ echo "== test.sh: doc tests done at $SECONDS s"
 # typed_atomics run through the public types on it (tests/rdma_core_examples.rs sets
 # RVERBS_BACKEND=rdma-core for its own processes); and rverbs-cm over the drop-in
 # librdmacm.so.1 (RVERBS_LIBRDMACM; crates/rverbs-cm/tests/rdma_core_cm.rs: echo.rs, a
-# connection with private data and a SEND, a reject, the backend's event loop); the
+# connection with private data and a SEND, a reject, the public types' event loop, an
+# async echo, the event stream and RdmaStream through tokio::io::copy); the
 # backend's own unit tests (`rdma_core::life`) build only with the feature, so run here.
 dropin=$(bash scripts/build-dropin.sh)
 export RVERBS_LIBIBVERBS="$dropin/libibverbs.so.1"
