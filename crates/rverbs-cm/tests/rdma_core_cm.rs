@@ -218,14 +218,7 @@ fn what_librdmacm_cannot_carry_is_eopnotsupp() {
     let eopnotsupp = |r: rverbs_cm::Result<()>, what: &str| {
         assert_eq!(r.expect_err(what).errno(), libc::EOPNOTSUPP, "{what}");
     };
-    eopnotsupp(id.set_tos(8), "set_tos");
-    eopnotsupp(id.set_ack_timeout(14), "set_ack_timeout");
-    eopnotsupp(id.set_reuseaddr(true), "set_reuseaddr");
-    eopnotsupp(id.set_afonly(true), "set_afonly");
     eopnotsupp(id.set_cm_timeout(10, 3), "set_cm_timeout");
-    eopnotsupp(id.set_local_ece(1, 2), "set_local_ece");
-    eopnotsupp(id.remote_ece().map(drop), "remote_ece");
-    eopnotsupp(id.reject_ece(b""), "reject_ece");
     eopnotsupp(id.route().map(drop), "route");
     eopnotsupp(id.join_multicast("239.1.1.1:0".parse().unwrap(), rverbs_cm::JoinFlag::FullMember, 0), "join_multicast");
     eopnotsupp(id.leave_multicast("239.1.1.1:0".parse().unwrap()), "leave_multicast");
@@ -236,6 +229,40 @@ fn what_librdmacm_cannot_carry_is_eopnotsupp() {
     let soft = EventChannel::on(&rverbs::devices_of(Backend::Soft).unwrap()[0]).unwrap();
     assert_eq!(soft.backend(), Backend::Soft);
     assert_eq!(id.migrate(&soft).unwrap_err().errno(), libc::EINVAL);
+}
+
+#[test]
+fn options_and_ece_reach_librdmacm() {
+    let _turn = through_the_backend();
+    // rdma_set_option(3): accepted before binding; REUSEADDR refused once bound (EINVAL,
+    // the manager's answer, not a local one).
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    id.set_tos(8).unwrap();
+    id.set_ack_timeout(14).unwrap();
+    id.set_reuseaddr(true).unwrap();
+    id.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    assert_eq!(id.set_reuseaddr(false).unwrap_err().errno(), libc::EINVAL, "REUSEADDR after binding");
+    // ECE: the client's (vendor ID, options) reach the server's id, whose ECE reject
+    // reaches the client as status 35.
+    let lch = EventChannel::new().unwrap();
+    let listen = CmId::new(&lch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    listen.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    listen.listen(1).unwrap();
+    let cch = EventChannel::new().unwrap();
+    let client = CmId::new(&cch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    client.resolve_addr(None, listen.src_addr().unwrap(), 2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::RouteResolved);
+    client.set_local_ece(0x15b3, 0x1234).unwrap();
+    client.connect(&rverbs_cm::ConnParam { qp_num: 0x321, retry_count: 7, ..Default::default() }).unwrap();
+    let req = lch.get_event().unwrap();
+    assert_eq!(req.kind, EventKind::ConnectRequest);
+    assert_eq!(req.id.remote_ece().unwrap(), (0x15b3, 0x1234), "the REQ carried the client's ECE");
+    req.id.reject_ece(b"no such options").unwrap();
+    let rej = cch.get_event().unwrap();
+    assert_eq!((rej.kind, rej.status), (EventKind::Rejected, 35), "IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED");
 }
 
 /// The QP rdma_create_qp(3) made on an id, in a PD and CQ of the id's context, as a

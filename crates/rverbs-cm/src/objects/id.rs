@@ -155,30 +155,22 @@ impl CmId {
     }
 
     /// Rejects because the request's ECE options are not supported (rdma_reject_ece(3)):
-    /// status 35. `EOPNOTSUPP` over librdmacm.
+    /// status 35.
     pub fn reject_ece(&self, private_data: &[u8]) -> Result<()> {
-        on!(self, id => id.reject_ece(private_data), {
-            let _ = (id, private_data);
-            Err(over_librdmacm("ECE (rdma_reject_ece)"))
-        })
+        on!(self, id => id.reject_ece(private_data))
     }
 
     /// Sets the ECE (vendor ID, options) of this side's REQ or REP
-    /// (rdma_set_local_ece(3)). `EOPNOTSUPP` over librdmacm.
+    /// (rdma_set_local_ece(3)); the soft manager keeps the vendor ID's 24 bits, the
+    /// message's field.
     pub fn set_local_ece(&self, vendor_id: u32, options: u32) -> Result<()> {
-        on!(self, id => id.set_local_ece(vendor_id, options), {
-            let _ = (id, vendor_id, options);
-            Err(over_librdmacm("ECE (rdma_set_local_ece)"))
-        })
+        on!(self, id => id.set_local_ece(vendor_id, options))
     }
 
     /// The ECE (vendor ID, options) the peer's REQ or REP carried (rdma_get_remote_ece(3));
-    /// zeros if it carried none. `EOPNOTSUPP` over librdmacm.
+    /// zeros if it carried none.
     pub fn remote_ece(&self) -> Result<(u32, u32)> {
-        on!(self, id => Ok(id.remote_ece()), {
-            let _ = id;
-            Err(over_librdmacm("ECE (rdma_get_remote_ece)"))
-        })
+        on!(self, id => Ok(id.remote_ece()), id.remote_ece())
     }
 
     /// Disconnects (rdma_disconnect(3)): the id's QP moves to ERR, the peer sees
@@ -294,39 +286,28 @@ impl CmId {
         })
     }
 
-    /// Sets the type of service (RDMA_OPTION_ID_TOS). `EOPNOTSUPP` over librdmacm.
+    /// Sets the type of service (rdma_set_option(3), RDMA_OPTION_ID_TOS): the traffic
+    /// class of the path.
     pub fn set_tos(&self, tos: u8) -> Result<()> {
-        on!(self, id => id.set_tos(tos), {
-            let _ = (id, tos);
-            Err(over_librdmacm("rdma_set_option (RDMA_OPTION_ID_TOS)"))
-        })
+        on!(self, id => id.set_tos(tos))
     }
 
-    /// Sets the QP's local ACK timeout code (RDMA_OPTION_ID_ACK_TIMEOUT). `EOPNOTSUPP`
-    /// over librdmacm.
+    /// Sets the QP's local ACK timeout code (rdma_set_option(3),
+    /// RDMA_OPTION_ID_ACK_TIMEOUT).
     pub fn set_ack_timeout(&self, code: u8) -> Result<()> {
-        on!(self, id => id.set_ack_timeout(code), {
-            let _ = (id, code);
-            Err(over_librdmacm("rdma_set_option (RDMA_OPTION_ID_ACK_TIMEOUT)"))
-        })
+        on!(self, id => id.set_ack_timeout(code))
     }
 
-    /// Allows binding a port other ids use (RDMA_OPTION_ID_REUSEADDR); before binding.
-    /// `EOPNOTSUPP` over librdmacm.
+    /// Allows binding a port other ids use (rdma_set_option(3),
+    /// RDMA_OPTION_ID_REUSEADDR); before binding, else `EINVAL`.
     pub fn set_reuseaddr(&self, on: bool) -> Result<()> {
-        on!(self, id => id.set_reuseaddr(on), {
-            let _ = (id, on);
-            Err(over_librdmacm("rdma_set_option (RDMA_OPTION_ID_REUSEADDR)"))
-        })
+        on!(self, id => id.set_reuseaddr(on))
     }
 
-    /// Restricts an IPv6 binding to IPv6 (RDMA_OPTION_ID_AFONLY); before binding.
-    /// `EOPNOTSUPP` over librdmacm.
+    /// Restricts an IPv6 binding to IPv6 (rdma_set_option(3), RDMA_OPTION_ID_AFONLY);
+    /// before binding, else `EINVAL`.
     pub fn set_afonly(&self, on: bool) -> Result<()> {
-        on!(self, id => id.set_afonly(on), {
-            let _ = (id, on);
-            Err(over_librdmacm("rdma_set_option (RDMA_OPTION_ID_AFONLY)"))
-        })
+        on!(self, id => id.set_afonly(on))
     }
 
     /// Sets the CM response timeout code and retries (an rverbs extension, see the soft

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use rverbs::{QpAttr, QpAttrMask, QpState, QpType};
 use rverbs_abi::rdma_cm::*;
-use rverbs_abi::{ibv_qp_attr, Zeroed};
+use rverbs_abi::{ibv_ece, ibv_qp_attr, Zeroed};
 use rverbs_proto::verb_fault::Verb;
 
 use super::channel::{ChannelInner, EventChannel};
@@ -232,6 +232,63 @@ impl CmId {
         let data = if private_data.is_empty() { std::ptr::null() } else { private_data.as_ptr().cast() };
         // SAFETY: the id is live; `data` is readable for `len` bytes.
         check(unsafe { (self.sym().rdma_reject)(self.raw(), data, len) })
+    }
+
+    /// Rejects a connection request because its ECE options are not supported
+    /// (rdma_reject_ece(3)): the peer sees REJECTED with status 35.
+    pub fn reject_ece(&self, private_data: &[u8]) -> Result<()> {
+        let len = u8::try_from(private_data.len()).map_err(|_| einval())?;
+        let data = if private_data.is_empty() { std::ptr::null() } else { private_data.as_ptr().cast() };
+        // SAFETY: the id is live; `data` is readable for `len` bytes.
+        check(unsafe { (self.sym().rdma_reject_ece)(self.raw(), data, len) })
+    }
+
+    /// Sets the ECE (vendor ID, options) of this side's REQ or REP
+    /// (rdma_set_local_ece(3)).
+    pub fn set_local_ece(&self, vendor_id: u32, options: u32) -> Result<()> {
+        let mut ece = ibv_ece { vendor_id, options, comp_mask: 0 };
+        // SAFETY: the id is live; `ece` is a valid `struct ibv_ece`, only read.
+        check(unsafe { (self.sym().rdma_set_local_ece)(self.raw(), &mut ece) })
+    }
+
+    /// The ECE (vendor ID, options) the peer's REQ or REP carried
+    /// (rdma_get_remote_ece(3)).
+    pub fn remote_ece(&self) -> Result<(u32, u32)> {
+        let mut ece = ibv_ece { vendor_id: 0, options: 0, comp_mask: 0 };
+        // SAFETY: the id is live; `ece` is a valid out-value.
+        check(unsafe { (self.sym().rdma_get_remote_ece)(self.raw(), &mut ece) })?;
+        Ok((ece.vendor_id, ece.options))
+    }
+
+    /// Sets option `name` of level RDMA_OPTION_ID to `value` (rdma_set_option(3); the
+    /// value of the type the option takes: `u8` for TOS and ACK_TIMEOUT, `c_int` for
+    /// REUSEADDR and AFONLY).
+    fn set_option<T: Copy>(&self, name: c_int, value: T) -> Result<()> {
+        let mut v = value;
+        // SAFETY: the id is live; `v` is readable for its size, which is passed.
+        check(unsafe {
+            (self.sym().rdma_set_option)(self.raw(), RDMA_OPTION_ID, name, (&mut v as *mut T).cast(), std::mem::size_of::<T>())
+        })
+    }
+
+    /// Sets the type of service (RDMA_OPTION_ID_TOS).
+    pub fn set_tos(&self, tos: u8) -> Result<()> {
+        self.set_option(RDMA_OPTION_ID_TOS, tos)
+    }
+
+    /// Sets the QP's local ACK timeout code (RDMA_OPTION_ID_ACK_TIMEOUT).
+    pub fn set_ack_timeout(&self, code: u8) -> Result<()> {
+        self.set_option(RDMA_OPTION_ID_ACK_TIMEOUT, code)
+    }
+
+    /// Allows binding a port other ids use (RDMA_OPTION_ID_REUSEADDR); before binding.
+    pub fn set_reuseaddr(&self, on: bool) -> Result<()> {
+        self.set_option(RDMA_OPTION_ID_REUSEADDR, c_int::from(on))
+    }
+
+    /// Restricts an IPv6 binding to IPv6 (RDMA_OPTION_ID_AFONLY); before binding.
+    pub fn set_afonly(&self, on: bool) -> Result<()> {
+        self.set_option(RDMA_OPTION_ID_AFONLY, c_int::from(on))
     }
 
     /// Completes an active connection whose QP the application manages, after
