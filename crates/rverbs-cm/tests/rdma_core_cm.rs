@@ -220,8 +220,6 @@ fn what_librdmacm_cannot_carry_is_eopnotsupp() {
     };
     eopnotsupp(id.set_cm_timeout(10, 3), "set_cm_timeout");
     eopnotsupp(id.route().map(drop), "route");
-    eopnotsupp(id.join_multicast("239.1.1.1:0".parse().unwrap(), rverbs_cm::JoinFlag::FullMember, 0), "join_multicast");
-    eopnotsupp(id.leave_multicast("239.1.1.1:0".parse().unwrap()), "leave_multicast");
     let end = End::new();
     eopnotsupp(id.attach_qp(end.qp()), "attach_qp of a QP made elsewhere");
     assert!(id.qp().is_none() && id.detach_qp().is_none(), "no QP is attached over librdmacm");
@@ -263,6 +261,65 @@ fn options_and_ece_reach_librdmacm() {
     req.id.reject_ece(b"no such options").unwrap();
     let rej = cch.get_event().unwrap();
     assert_eq!((rej.kind, rej.status), (EventKind::Rejected, 35), "IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED");
+}
+
+/// A UD id on a channel of its own, given the device by resolving the loopback, with a
+/// QP librdmacm made on it (rdma_create_qp(3)) and a buffer.
+struct UdMember {
+    ch: EventChannel,
+    id: CmId,
+    pd: Pd,
+    qp: Qp,
+    cq: Cq,
+    mr: Mr,
+}
+
+fn ud_member() -> UdMember {
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Udp, QpType::Ud, 0).unwrap();
+    id.resolve_addr(Some("127.0.0.1:0".parse().unwrap()), "127.0.0.1:9".parse().unwrap(), 2000).unwrap();
+    assert_eq!(ch.get_event().unwrap().kind, EventKind::AddrResolved);
+    let ctx = id.verbs().expect("resolving gave the id a device");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qp = id.create_qp(&pd, &QpInit::new(QpType::Ud, &cq, cap)).unwrap();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    UdMember { ch, id, pd, qp, cq, mr }
+}
+
+#[test]
+fn a_multicast_datagram_over_librdmacm_reaches_the_joined_qp() {
+    let _turn = through_the_backend();
+    let (_, before) = local_requests();
+    // Groups are host-wide: one of this process only.
+    let p = std::process::id().to_be_bytes();
+    let group = SocketAddr::new(std::net::Ipv4Addr::new(239, p[2], p[3], 23).into(), 0);
+    let (a, b) = (ud_member(), ud_member());
+    let sge = [a.mr.sge(0, 2048).unwrap()];
+    a.qp.post_recv(&[RecvWr::new(5, &sge)]).unwrap();
+    a.id.join_multicast(group, rverbs_cm::JoinFlag::FullMember, 0xa).unwrap();
+    let joined = a.ch.get_event().unwrap();
+    assert_eq!((joined.kind, joined.status, joined.mc_context), (EventKind::MulticastJoin, 0, 0xa));
+    assert_eq!((joined.ud.qp_num, joined.ud.qkey), (0xff_ffff, rverbs_cm::RDMA_UDP_QKEY));
+    drop(joined);
+    b.id.join_multicast(group, rverbs_cm::JoinFlag::SendOnlyFullMember, 0xb).unwrap();
+    let joined = b.ch.get_event().unwrap();
+    assert_eq!((joined.kind, joined.mc_context), (EventKind::MulticastJoin, 0xb));
+    // librdmacm attached a's QP (made on its id) to the group: b's datagram reaches it.
+    let ah = rverbs::Ah::new(&b.pd, &joined.ud.ah_attr).unwrap();
+    b.mr.write(0, b"to group").unwrap();
+    let sge = [b.mr.sge(0, 8).unwrap()];
+    b.qp.post_send(&[SendWr::send(6, &sge).ud(&ah, joined.ud.qp_num, joined.ud.qkey).signaled()]).unwrap();
+    assert_eq!(first_success(|wc| b.cq.poll(wc).unwrap()).wr_id(), 6);
+    let wc = first_success(|wc| a.cq.poll(wc).unwrap());
+    assert_eq!((wc.wr_id(), wc.byte_len()), (5, Some(40 + 8)), "a GRH and the 8 bytes");
+    let mut got = [0; 8];
+    a.mr.read(40, &mut got).unwrap();
+    assert_eq!(&got, b"to group");
+    a.id.leave_multicast(group).unwrap();
+    assert_eq!(a.id.leave_multicast(group).unwrap_err().errno(), libc::EADDRNOTAVAIL, "left already");
+    assert_backend_did_it(before);
 }
 
 /// The QP rdma_create_qp(3) made on an id, in a PD and CQ of the id's context, as a

@@ -28,8 +28,8 @@ pub struct Event {
     pub conn: ConnParam,
     /// Datagram parameters (UD ids and multicast).
     pub ud: UdParam,
-    /// MULTICAST_JOIN / MULTICAST_ERROR: the context given to the join; 0 otherwise
-    /// (always 0 over librdmacm, which joins no group here).
+    /// MULTICAST_JOIN / MULTICAST_ERROR: the context given to the join (librdmacm reports
+    /// it as `param.ud.private_data`); 0 otherwise.
     pub mc_context: usize,
     /// The connection manager's event, acknowledged when it drops (after `id` and
     /// `listen_id`: over librdmacm it holds its ids too, so an id's last handle, which
@@ -78,7 +78,7 @@ impl Event {
             listen_id: ev.listen_id.clone().map(CmId::from),
             conn: std::mem::take(&mut ev.conn),
             ud: std::mem::take(&mut ev.ud),
-            mc_context: 0,
+            mc_context: ev.mc_context,
             held: Held::Native(ev),
         }
     }

@@ -319,23 +319,24 @@ impl CmId {
         })
     }
 
-    /// Joins the multicast group of IP address `addr` (rdma_join_multicast(3)); the id
-    /// must be bound or address-resolved and UD. MULTICAST_JOIN follows. `EOPNOTSUPP`
-    /// over librdmacm.
+    /// Joins the multicast group of IP address `addr` (rdma_join_multicast(3),
+    /// rdma_join_multicast_ex(3)); the id must be bound or address-resolved and UD.
+    /// MULTICAST_JOIN follows (carrying `context` and the group's address vector), once
+    /// the id's QP, if any and unless `flag` is send-only, is attached to the group (over
+    /// librdmacm: the QP made by [`CmId::create_qp`]).
+    ///
+    /// Errors: `EINVAL` (state, QP type, wildcard address), `EOPNOTSUPP` (an IPv6 group
+    /// on the soft manager).
     pub fn join_multicast(&self, addr: SocketAddr, flag: JoinFlag, context: usize) -> Result<()> {
-        on!(self, id => id.join_multicast(addr, flag, context), {
-            let _ = (id, addr, flag, context);
-            Err(over_librdmacm("multicast (rdma_join_multicast)"))
-        })
+        on!(self, id => id.join_multicast(addr, flag, context),
+            id.join_multicast(addr, flag == JoinFlag::SendOnlyFullMember, context))
     }
 
-    /// Leaves the group joined with `addr` (rdma_leave_multicast(3)). `EOPNOTSUPP` over
-    /// librdmacm.
+    /// Leaves the group joined with `addr` (rdma_leave_multicast(3)): the QP is detached.
+    ///
+    /// Errors: `EADDRNOTAVAIL` if the id did not join `addr`.
     pub fn leave_multicast(&self, addr: SocketAddr) -> Result<()> {
-        on!(self, id => id.leave_multicast(addr), {
-            let _ = (id, addr);
-            Err(over_librdmacm("multicast (rdma_leave_multicast)"))
-        })
+        on!(self, id => id.leave_multicast(addr))
     }
 
     /// Ends the id (rdma_destroy_id(3)). Soft: a connection is disconnected or a pending

@@ -260,6 +260,28 @@ impl CmId {
         Ok((ece.vendor_id, ece.options))
     }
 
+    /// Joins the multicast group of IP address `addr` (rdma_join_multicast_ex(3)), as a
+    /// send-only full member if `send_only`: MULTICAST_JOIN follows with `context`, and
+    /// librdmacm attaches the QP made on the id ([`CmId::create_qp`]), unless send-only.
+    pub fn join_multicast(&self, addr: SocketAddr, send_only: bool, context: usize) -> Result<()> {
+        let mut a = CAddr::new(addr);
+        let mut attr = rdma_cm_join_mc_attr_ex {
+            comp_mask: RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+            join_flags: if send_only { RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER } else { RDMA_MC_JOIN_FLAG_FULLMEMBER },
+            addr: a.as_mut_ptr(),
+        };
+        // SAFETY: the id is live; `attr` and the address it points to live across the
+        // call; `context` is only handed back in the join's events, never dereferenced.
+        check(unsafe { (self.sym().rdma_join_multicast_ex)(self.raw(), &mut attr, context as *mut c_void) })
+    }
+
+    /// Leaves the group joined with `addr` (rdma_leave_multicast(3)).
+    pub fn leave_multicast(&self, addr: SocketAddr) -> Result<()> {
+        let mut a = CAddr::new(addr);
+        // SAFETY: the id is live; `a` is a sockaddr of its family's size.
+        check(unsafe { (self.sym().rdma_leave_multicast)(self.raw(), a.as_mut_ptr()) })
+    }
+
     /// Sets option `name` of level RDMA_OPTION_ID to `value` (rdma_set_option(3); the
     /// value of the type the option takes: `u8` for TOS and ACK_TIMEOUT, `c_int` for
     /// REUSEADDR and AFONLY).
