@@ -199,7 +199,7 @@ impl Request {
         // the listener's device, as the id is.
         let ch = EventChannel::with_device(crate::engine::device_of(&id)?)?;
         id.migrate(&ch)?;
-        Ok(Request { repr: RequestRepr::Soft { ch, id: Some(id) }, param })
+        Ok(Request { repr: RequestRepr::Soft(SoftPending { ch, id, answered: false }), param })
     }
 }
 
@@ -223,11 +223,27 @@ pub struct Request {
 }
 
 enum RequestRepr {
-    Soft { ch: EventChannel, id: Option<CmId> },
-    /// Accepted or rejected (the value is being consumed).
-    Answered,
+    Soft(SoftPending),
     #[cfg(feature = "rdma-core")]
     Native(crate::rdma_core::conn::Pending),
+}
+
+/// A soft request's id on its own channel: dropping it unanswered rejects the request
+/// and destroys the id.
+struct SoftPending {
+    ch: EventChannel,
+    id: CmId,
+    /// Accepted or rejected: dropping no longer rejects.
+    answered: bool,
+}
+
+impl Drop for SoftPending {
+    fn drop(&mut self) {
+        if !self.answered {
+            let _ = self.id.reject(&[]);
+            let _ = self.id.destroy();
+        }
+    }
 }
 
 impl Request {
@@ -239,8 +255,7 @@ impl Request {
     /// The requester's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         match &self.repr {
-            RequestRepr::Soft { id, .. } => id.as_ref().and_then(|i| i.dst_addr()),
-            RequestRepr::Answered => None,
+            RequestRepr::Soft(p) => p.id.dst_addr(),
             #[cfg(feature = "rdma-core")]
             RequestRepr::Native(p) => p.peer_addr(),
         }
@@ -279,7 +294,7 @@ impl Request {
     /// reply sent. A request over librdmacm takes a QP of rverbs' rdma-core backend, a
     /// soft request a soft QP: the other is `EOPNOTSUPP`.
     pub(crate) fn start_accept(
-        mut self,
+        self,
         qp: Qp,
         private_data: &[u8],
         ready: impl FnOnce(&Qp) -> Result<()>,
@@ -291,22 +306,18 @@ impl Request {
             rnr_retry_count: 7,
             ..ConnParam::default()
         };
-        match std::mem::replace(&mut self.repr, RequestRepr::Answered) {
-            RequestRepr::Answered => unreachable!("a request is answered once, consuming it"),
-            RequestRepr::Soft { ch, id } => {
-                let id = id.expect("a request has its id until answered");
+        match self.repr {
+            RequestRepr::Soft(mut pending) => {
+                // A mismatched QP drops `pending` unanswered: the request is rejected.
                 #[cfg(feature = "rdma-core")]
                 if is_native(&qp) {
-                    let _ = id.reject(&[]);
-                    let _ = id.destroy();
                     return Err(foreign("a QP of the rdma-core backend on a request of the soft device"));
                 }
-                let conn = Connection { repr: ConnRepr::Soft { ch, id }, qp: qp.clone(), peer_data: Vec::new() };
-                let id = match &conn.repr {
-                    ConnRepr::Soft { id, .. } => id,
-                    #[cfg(feature = "rdma-core")]
-                    ConnRepr::Native(_) => unreachable!("made soft above"),
-                };
+                // From here the connection answers: dropped on an error, it disconnects
+                // and destroys the id.
+                pending.answered = true;
+                let (ch, id) = (pending.ch.clone(), pending.id.clone());
+                let conn = Connection { repr: ConnRepr::Soft { ch, id: id.clone() }, qp: qp.clone(), peer_data: Vec::new() };
                 id.attach_qp(qp)?;
                 if let Err(e) = ready(&conn.qp) {
                     let _ = id.reject(&[]);
@@ -327,29 +338,16 @@ impl Request {
     }
 
     /// Rejects with `private_data` (≤ 148 bytes): the requester sees REJECTED, 28.
-    pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
-        match std::mem::replace(&mut self.repr, RequestRepr::Answered) {
-            RequestRepr::Answered => unreachable!("a request is answered once, consuming it"),
-            RequestRepr::Soft { id, .. } => {
-                let id = id.expect("a request has its id until answered");
-                let r = id.reject(private_data);
-                let _ = id.destroy();
+    pub fn reject(self, private_data: &[u8]) -> Result<()> {
+        match self.repr {
+            RequestRepr::Soft(mut pending) => {
+                pending.answered = true;
+                let r = pending.id.reject(private_data);
+                let _ = pending.id.destroy();
                 r
             }
             #[cfg(feature = "rdma-core")]
             RequestRepr::Native(pending) => pending.reject(private_data),
-        }
-    }
-}
-
-impl Drop for Request {
-    fn drop(&mut self) {
-        // A request over librdmacm rejects itself when dropped.
-        if let RequestRepr::Soft { id, .. } = &mut self.repr {
-            if let Some(id) = id.take() {
-                let _ = id.reject(&[]);
-                let _ = id.destroy();
-            }
         }
     }
 }
