@@ -32,8 +32,8 @@
 //!   a NIC, or the drop-in), beside `rverbs`' rdma-core backend. Under
 //!   `RVERBS_BACKEND=rdma-core` (or on a device of that backend) the objects, the RAII
 //!   helpers, `aio` and `stream` run over it, so a program such as `examples/echo.rs`
-//!   runs unchanged; what librdmacm cannot do here (the CM timeout, the route's details,
-//!   attaching a QP made elsewhere) is `EOPNOTSUPP` (docs/rdma-core-backend.md, "rverbs-cm over
+//!   runs unchanged; what librdmacm cannot do here (the CM timeout, attaching a QP made
+//!   elsewhere) is `EOPNOTSUPP` (docs/rdma-core-backend.md, "rverbs-cm over
 //!   librdmacm").
 //!
 //! ```no_run

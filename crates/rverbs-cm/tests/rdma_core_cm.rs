@@ -179,8 +179,16 @@ fn the_backend_event_loop_reports_ids_params_and_listen_ids() {
     assert!(ev.id == client, "the event names the client's id");
     drop(ev);
     assert!(client.has_device(), "resolving bound the id to a device");
+    assert_eq!(client.route().unwrap_err().errno(), libc::EINVAL, "no path record before the route resolves");
     client.resolve_route(2000).unwrap();
     assert_eq!(cch.get_event().unwrap().kind, EventKind::RouteResolved);
+    // The path record librdmacm resolved: both ends are this host's 127.0.0.1.
+    let route = client.route().unwrap();
+    let lo = rverbs_cm::addr::gid_of(addr.ip());
+    assert_eq!((route.num_paths, route.sgid, route.dgid, route.pkey), (1, lo, lo, 0xffff));
+    let ctx = client.verbs().unwrap();
+    assert_eq!(Some(u32::from(route.sgid_index)), ctx.gid_entry_of(addr.ip()).map(|e| e.index), "the source GID's index");
+    assert!(route.mtu as u32 >= rverbs::Mtu::Mtu1024 as u32, "a RoCE path MTU: {:?}", route.mtu);
     // No QP on either id: the client names a QP number, as an application managing its
     // own QP does; the server rejects, so no QP is needed.
     let param = rverbs_cm::ConnParam { private_data: b"low level".to_vec(), qp_num: 0x123, retry_count: 7, ..Default::default() };
@@ -219,7 +227,6 @@ fn what_librdmacm_cannot_carry_is_eopnotsupp() {
         assert_eq!(r.expect_err(what).errno(), libc::EOPNOTSUPP, "{what}");
     };
     eopnotsupp(id.set_cm_timeout(10, 3), "set_cm_timeout");
-    eopnotsupp(id.route().map(drop), "route");
     let end = End::new();
     eopnotsupp(id.attach_qp(end.qp()), "attach_qp of a QP made elsewhere");
     assert!(id.qp().is_none() && id.detach_qp().is_none(), "no QP is attached over librdmacm");

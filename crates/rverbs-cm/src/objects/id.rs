@@ -278,12 +278,10 @@ impl CmId {
         on!(self, id => id.has_device())
     }
 
-    /// What is known of the route (`struct rdma_route`). `EOPNOTSUPP` over librdmacm.
+    /// What is known of the route (`struct rdma_route`). Over librdmacm: the path record
+    /// once the route is resolved (`EINVAL` before).
     pub fn route(&self) -> Result<Route> {
-        on!(self, id => Ok(id.route()), {
-            let _ = id;
-            Err(over_librdmacm("the route's details (id->route)"))
-        })
+        on!(self, id => Ok(id.route()), id.route())
     }
 
     /// Sets the type of service (rdma_set_option(3), RDMA_OPTION_ID_TOS): the traffic

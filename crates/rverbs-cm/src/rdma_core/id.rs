@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 
-use rverbs::{QpAttr, QpAttrMask, QpState, QpType};
+use rverbs::{Mtu, QpAttr, QpAttrMask, QpState, QpType};
 use rverbs_abi::rdma_cm::*;
 use rverbs_abi::{ibv_ece, ibv_qp_attr, Zeroed};
 use rverbs_proto::verb_fault::Verb;
@@ -17,7 +17,7 @@ use super::library::{check, unsupported, Rdmacm};
 use super::sockaddr::{self, CAddr};
 use crate::error::{Error, Result};
 use crate::event::ConnParam;
-use crate::handle::PortSpace;
+use crate::handle::{PortSpace, Route};
 
 /// The shared state of a [`CmId`]: the `struct rdma_cm_id` and the channel its events
 /// go to (which it keeps alive: rdma_destroy_event_channel(3) wants no id left on it).
@@ -362,6 +362,40 @@ impl CmId {
     pub fn dst_addr(&self) -> Option<SocketAddr> {
         // SAFETY: as in `src_addr`.
         unsafe { sockaddr::from_c(core::ptr::addr_of!((*self.raw()).route.addr.dst.dst_storage).cast()) }
+    }
+
+    /// What librdmacm resolved of the route (`id->route`): the path record of
+    /// rdma_resolve_route(3) (GIDs, P_Key in host order, path MTU, hop limit, traffic
+    /// class) and the source GID's index in the GID table of the id's context (the
+    /// entry of the source address, `rverbs::Context::gid_entry_of`).
+    ///
+    /// Errors: `EINVAL` before the route is resolved (no path record).
+    pub fn route(&self) -> Result<Route> {
+        // SAFETY: the id is live; librdmacm fills `route` as the route resolves (read as
+        // rdma_cma.h's inlines read its addresses).
+        let (num_paths, rec) = unsafe {
+            let r = core::ptr::addr_of!((*self.raw()).route);
+            ((*r).num_paths, (*r).path_rec)
+        };
+        if num_paths < 1 || rec.is_null() {
+            return Err(einval());
+        }
+        // SAFETY: librdmacm allocated `num_paths` ≥ 1 records at `path_rec`, kept while
+        // the id lives.
+        let p = unsafe { *rec };
+        let mtu = Mtu::from_raw(u32::from(p.mtu)).ok_or_else(einval)?;
+        let ctx = rverbs::Context::from(self.verbs().ok_or_else(einval)?);
+        let entry = self.src_addr().and_then(|a| ctx.gid_entry_of(a.ip())).ok_or_else(einval)?;
+        Ok(Route {
+            sgid: rverbs::c_abi::gid_from_c(&p.sgid),
+            dgid: rverbs::c_abi::gid_from_c(&p.dgid),
+            sgid_index: u8::try_from(entry.index).map_err(|_| einval())?,
+            pkey: u16::from_be(p.pkey),
+            mtu,
+            hop_limit: p.hop_limit,
+            traffic_class: p.traffic_class,
+            num_paths: num_paths as u32,
+        })
     }
 
     /// Whether the id is bound to a device (`id->verbs` set: after resolving, binding to
