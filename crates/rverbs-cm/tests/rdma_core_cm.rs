@@ -16,6 +16,12 @@
 
 #[path = "../examples/echo.rs"]
 mod echo;
+#[cfg(feature = "tokio")]
+#[path = "../examples/async_echo.rs"]
+mod async_echo;
+#[cfg(feature = "tokio")]
+#[path = "../examples/stream_echo.rs"]
+mod stream_echo;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -430,9 +436,7 @@ mod awaited {
     use rverbs::aio::AsyncCq;
     use rverbs::{Access, Backend, Context, CqInit, Mr, Pd, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, WcOpcode, WcStatus};
     use rverbs_cm::aio::{connect_with, AsyncEventChannel, AsyncListener};
-    use rverbs_cm::stream::RdmaStream;
     use rverbs_cm::{CmId, EventChannel, EventKind, PortSpace};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::{assert_backend_did_it, local_requests, through_the_backend, TIMEOUT};
 
@@ -576,37 +580,18 @@ mod awaited {
     }
 
     #[test]
-    fn the_byte_stream_runs_over_librdmacm_through_tokio_io_copy() {
-        const BYTES: usize = 1 << 20;
+    fn the_async_echo_example_runs_over_librdmacm() {
         let _turn = through_the_backend();
         let (_, before) = local_requests();
-        let pd = rverbs::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap();
-        runtime().block_on(async {
-            let listener = AsyncListener::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
-            let addr = listener.local_addr().unwrap();
-            let server_pd = pd.clone();
-            let server = tokio::spawn(async move {
-                let stream = RdmaStream::accept(&server_pd, listener.next_request().await.unwrap()).await.unwrap();
-                let (mut rd, mut wr) = tokio::io::split(stream);
-                let copied = tokio::io::copy(&mut rd, &mut wr).await.unwrap();
-                wr.shutdown().await.unwrap();
-                copied
-            });
-            let stream = bounded(RdmaStream::connect(&pd, addr, Duration::from_secs(5))).await.unwrap();
-            let (mut rd, mut wr) = tokio::io::split(stream);
-            let data: Vec<u8> = (0..BYTES).map(|i| (i % 251) as u8).collect();
-            let sent = data.clone();
-            let writer = tokio::spawn(async move {
-                wr.write_all(&sent).await.unwrap();
-                wr.shutdown().await.unwrap();
-                wr
-            });
-            let mut echoed = Vec::with_capacity(BYTES);
-            bounded(rd.read_to_end(&mut echoed)).await.unwrap();
-            let _wr = bounded(writer).await.unwrap();
-            assert_eq!(bounded(server).await.unwrap(), BYTES as u64, "the server copied every byte");
-            assert!(echoed == data, "{} bytes came back, each as sent", echoed.len());
-        });
+        crate::async_echo::main().expect("64 connections echo on one thread over librdmacm");
+        assert_backend_did_it(before);
+    }
+
+    #[test]
+    fn the_stream_echo_example_runs_over_librdmacm() {
+        let _turn = through_the_backend();
+        let (_, before) = local_requests();
+        crate::stream_echo::main().expect("4 MiB cross RdmaStream over librdmacm through tokio::io::copy");
         assert_backend_did_it(before);
     }
 }
