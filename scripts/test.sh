@@ -47,7 +47,8 @@ echo "== test.sh: doc tests done at $SECONDS s"
 # typed_atomics run through the public types on it (tests/rdma_core_examples.rs sets
 # RVERBS_BACKEND=rdma-core for its own processes); and rverbs-cm over the drop-in
 # librdmacm.so.1 (RVERBS_LIBRDMACM; crates/rverbs-cm/tests/rdma_core_cm.rs: echo.rs, a
-# connection with private data and a SEND, a reject, the backend's event loop); the
+# connection with private data and a SEND, a reject, the public types' event loop, an
+# async echo, the event stream, examples/async_echo.rs and stream_echo.rs); the
 # backend's own unit tests (`rdma_core::life`) build only with the feature, so run here.
 dropin=$(bash scripts/build-dropin.sh)
 export RVERBS_LIBIBVERBS="$dropin/libibverbs.so.1"
@@ -55,10 +56,10 @@ export RVERBS_LIBRDMACM="$dropin/librdmacm.so.1"
 features=rverbs/tokio,rverbs/async-io,rverbs/rdma-core,rverbs-cm/tokio,rverbs-cm/async-io,rverbs-cm/rdma-core
 if cargo nextest --version >/dev/null 2>&1; then
 	cargo nextest run -p rverbs -p rverbs-cm --features "$features" --no-fail-fast \
-		-E 'binary(aio) | binary(aio_any_executor) | binary(async_echo) | binary(stream) | binary(stream_any_executor) | binary(stream_echo) | binary(rdma_core_backend) | binary(rdma_core_examples) | binary(rdma_core_cm) | (kind(lib) & test(rdma_core))'
+		-E 'binary(aio) | binary(aio_any_executor) | binary(stream) | binary(stream_any_executor) | binary(rdma_core_backend) | binary(rdma_core_examples) | binary(rdma_core_cm) | (kind(lib) & test(rdma_core))'
 else
 	cargo test -p rverbs -p rverbs-cm --features "$features" --no-fail-fast \
-		--test aio --test aio_any_executor --test stream --test stream_any_executor --example async_echo --example stream_echo \
+		--test aio --test aio_any_executor --test stream --test stream_any_executor \
 		--test rdma_core_backend --test rdma_core_examples --test rdma_core_cm
 fi
 unset RVERBS_LIBIBVERBS RVERBS_LIBRDMACM

@@ -10,6 +10,11 @@
 //! its queue only inside the poll that returns it, and a half-made connection dropped
 //! mid-handshake destroys its id as the blocking API's error paths do.
 //!
+//! They run over either connection manager, as the blocking helpers do: the soft one,
+//! or (feature `rdma-core`) librdmacm for a QP of `rverbs`' rdma-core backend and a
+//! listener under `RVERBS_BACKEND=rdma-core` ([`crate::Listener`]); librdmacm's event
+//! channel fd is as readable as the soft one's.
+//!
 //! The waits need no timer: resolving ends within the `timeout` given to
 //! rdma_resolve_addr(3) / rdma_resolve_route(3), and a connection request ends in
 //! ESTABLISHED, REJECTED or UNREACHABLE after the CM's retries. To bound a wait further,
@@ -24,12 +29,14 @@ use futures_core::Stream;
 use rverbs::aio::{AsyncSource, StableFd};
 use rverbs::Qp;
 
-use crate::channel::EventChannel;
 use crate::conn::{Connection, Listener, Request, ACCEPTING, CONNECTING};
 use crate::error::{Error, Peer, Result};
-use crate::event::{ConnParam, Event, EventKind};
+use crate::event::{ConnParam, EventKind};
+use crate::{Event, EventChannel};
 
-// SAFETY: a channel's eventfd is created with it and closed when its last clone drops.
+// SAFETY: a soft channel's eventfd is created with it and closed when its last clone
+// drops; librdmacm's channel fd is opened by rdma_create_event_channel(3) and closed by
+// rdma_destroy_event_channel(3), which only the drop of its last clone (and id) calls.
 #[allow(unsafe_code)]
 unsafe impl StableFd for EventChannel {}
 
@@ -55,8 +62,8 @@ impl AsyncEventChannel {
 
     /// Polls for the next event: `Ready` only with an event (or an error).
     pub fn poll_event(&self, cx: &mut TaskContext<'_>) -> Poll<Result<Event>> {
-        let ev = ready!(self.src.poll_read_with(cx, EventChannel::try_get_event));
-        Poll::Ready(ev.map_err(Error::from))
+        let ev = ready!(self.src.poll_read_with(cx, |ch| ch.take_event().transpose()));
+        Poll::Ready(ev.map_err(Error::from).and_then(|ev| ev))
     }
 
     /// The next event. Cancellation-safe: an event is taken only when it is returned.
@@ -103,7 +110,7 @@ impl AsyncListener {
     }
 
     fn of(listener: Listener) -> Result<AsyncListener> {
-        let events = AsyncEventChannel::new(listener.channel()?.clone())?;
+        let events = AsyncEventChannel::new(listener.channel())?;
         Ok(AsyncListener { listener, events })
     }
 
@@ -174,11 +181,13 @@ pub async fn connect_with(
 ) -> Result<AsyncConnection> {
     let mut conn = AsyncConnection::new(Connection::start_connect(dst, qp, timeout)?)?;
     conn.events.expect(CONNECTING, Some(dst), EventKind::AddrResolved).await?;
-    conn.conn.parts()?.1.resolve_route(timeout.as_millis() as i32)?;
+    conn.conn.resolve_route(timeout)?;
     conn.events.expect(CONNECTING, Some(dst), EventKind::RouteResolved).await?;
     conn.conn.send_request(private_data, ready)?;
-    let ev = conn.events.expect(CONNECTING, Some(dst), EventKind::Established).await?;
-    conn.conn.set_peer_data(ev.conn.private_data.clone());
+    let ev = conn.events.expect(CONNECTING, Some(dst), conn.conn.answer()).await?;
+    let peer_data = ev.conn.private_data.clone();
+    drop(ev);
+    conn.conn.complete(peer_data)?;
     Ok(conn)
 }
 
@@ -191,7 +200,7 @@ pub struct AsyncConnection {
 
 impl AsyncConnection {
     fn new(conn: Connection) -> Result<AsyncConnection> {
-        let events = AsyncEventChannel::new(conn.parts()?.0.clone())?;
+        let events = AsyncEventChannel::new(conn.channel())?;
         Ok(AsyncConnection { conn, events })
     }
 
@@ -210,7 +219,8 @@ impl AsyncConnection {
         self.conn.peer_private_data()
     }
 
-    /// Waits for the peer to disconnect (DISCONNECTED); other events are skipped.
+    /// Waits for the peer to disconnect (DISCONNECTED; the QP is then in ERR); other
+    /// events are skipped.
     pub async fn disconnected(&self) -> Result<()> {
         std::future::poll_fn(|cx| self.poll_disconnected(cx)).await
     }
@@ -219,7 +229,7 @@ impl AsyncConnection {
     pub fn poll_disconnected(&self, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
         loop {
             if ready!(self.events.poll_event(cx))?.kind == EventKind::Disconnected {
-                return Poll::Ready(Ok(()));
+                return Poll::Ready(self.conn.peer_disconnected());
             }
         }
     }

@@ -10,8 +10,8 @@
 //! `Request` rejects it. Every wait is bounded by a timeout, and every channel has an fd
 //! ([`Connection::fd`], [`Listener::fd`]) for poll/epoll or an async runtime's reactor.
 //!
-//! With the feature `rdma-core`, the helpers run over librdmacm (`rverbs_cm::rdma_core`)
-//! when the QP is one of `rverbs`' rdma-core backend, and a listener when
+//! With the feature `rdma-core`, the helpers run over librdmacm (the private
+//! `rdma_core` module) when the QP is one of `rverbs`' rdma-core backend, and a listener when
 //! `RVERBS_BACKEND=rdma-core` (or its device is the backend's): `examples/echo.rs` runs
 //! unchanged on either (docs/rdma-core-backend.md, "rverbs-cm over librdmacm"). Each type
 //! holds a private representation, the soft objects or the backend's.
@@ -59,7 +59,7 @@ enum ListenerRepr {
 /// reads it): a listener made without a device then listens through librdmacm.
 #[cfg(feature = "rdma-core")]
 fn backend_wanted() -> Result<bool> {
-    Ok(rverbs::devices()?.first().is_some_and(|d| d.backend() == rverbs::Backend::RdmaCore))
+    Ok(rverbs::listed_backend()? == rverbs::Backend::RdmaCore)
 }
 
 /// Whether `qp` is a QP of rverbs' rdma-core backend.
@@ -136,7 +136,7 @@ impl Listener {
         match &self.repr {
             ListenerRepr::Soft { ch, .. } => {
                 let ev = wait_event(ch, timeout, "listening on", self.local_addr(), EventKind::ConnectRequest)?;
-                Request::from_event(ev)
+                Request::from_soft_event(ev)
             }
             #[cfg(feature = "rdma-core")]
             ListenerRepr::Native(l) => {
@@ -146,32 +146,60 @@ impl Listener {
         }
     }
 
-    /// The listener's channel (the async listener watches it); `EOPNOTSUPP` for a
-    /// listener over librdmacm (the awaited helpers are the soft device's).
+    /// The listener's channel (the async listener watches it).
     #[cfg(any(feature = "tokio", feature = "async-io"))]
-    pub(crate) fn channel(&self) -> Result<&EventChannel> {
+    pub(crate) fn channel(&self) -> crate::EventChannel {
         match &self.repr {
-            ListenerRepr::Soft { ch, .. } => Ok(ch),
+            ListenerRepr::Soft { ch, .. } => crate::EventChannel::from(ch.clone()),
             #[cfg(feature = "rdma-core")]
-            ListenerRepr::Native(_) => Err(foreign("the awaited helpers over librdmacm")),
+            ListenerRepr::Native(l) => crate::EventChannel::from(l.channel().clone()),
         }
     }
 }
 
 impl Request {
-    /// The request that event `ev` of a listener announces, on a channel of its own.
-    pub(crate) fn from_event(ev: Event) -> Result<Request> {
+    /// The request that event `ev` of a listener's channel ([`Listener::channel`])
+    /// announces, on a channel of its own.
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
+    pub(crate) fn from_event(ev: crate::Event) -> Result<Request> {
+        if ev.kind != EventKind::ConnectRequest {
+            return Err(Error::invalid("Listener::next_request", Rule::UnexpectedEvent { kind: ev.kind }));
+        }
+        // The public event holds the parameters (moved out of the held one).
+        let param = ev.conn.clone();
+        match ev.into_held() {
+            crate::objects::Held::Soft(ev) => {
+                let id = ev.id.clone();
+                drop(ev);
+                Request::soft(id, param)
+            }
+            #[cfg(feature = "rdma-core")]
+            crate::objects::Held::Native(ev) => {
+                let (pending, _) = crate::rdma_core::conn::Pending::of_event(ev)?;
+                Ok(Request { repr: RequestRepr::Native(pending), param })
+            }
+        }
+    }
+
+    /// The request that soft event `ev` of a listener announces, on a channel of its own.
+    fn from_soft_event(ev: Event) -> Result<Request> {
         if ev.kind != EventKind::ConnectRequest {
             return Err(Error::invalid("Listener::next_request", Rule::UnexpectedEvent { kind: ev.kind }));
         }
         let id = ev.id.clone();
         let param = ev.conn.clone();
         drop(ev);
+        Request::soft(id, param)
+    }
+
+    /// The request of soft id `id` (of a connection request) with the requester's
+    /// `param`, on a channel of its own.
+    fn soft(id: CmId, param: ConnParam) -> Result<Request> {
         // The connection gets its own channel, so its events never mix with requests; of
         // the listener's device, as the id is.
         let ch = EventChannel::with_device(crate::engine::device_of(&id)?)?;
         id.migrate(&ch)?;
-        Ok(Request { repr: RequestRepr::Soft { ch, id: Some(id) }, param })
+        Ok(Request { repr: RequestRepr::Soft(SoftPending { ch, id, answered: false }), param })
     }
 }
 
@@ -195,11 +223,27 @@ pub struct Request {
 }
 
 enum RequestRepr {
-    Soft { ch: EventChannel, id: Option<CmId> },
-    /// Accepted or rejected (the value is being consumed).
-    Answered,
+    Soft(SoftPending),
     #[cfg(feature = "rdma-core")]
     Native(crate::rdma_core::conn::Pending),
+}
+
+/// A soft request's id on its own channel: dropping it unanswered rejects the request
+/// and destroys the id.
+struct SoftPending {
+    ch: EventChannel,
+    id: CmId,
+    /// Accepted or rejected: dropping no longer rejects.
+    answered: bool,
+}
+
+impl Drop for SoftPending {
+    fn drop(&mut self) {
+        if !self.answered {
+            let _ = self.id.reject(&[]);
+            let _ = self.id.destroy();
+        }
+    }
 }
 
 impl Request {
@@ -211,8 +255,7 @@ impl Request {
     /// The requester's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         match &self.repr {
-            RequestRepr::Soft { id, .. } => id.as_ref().and_then(|i| i.dst_addr()),
-            RequestRepr::Answered => None,
+            RequestRepr::Soft(p) => p.id.dst_addr(),
             #[cfg(feature = "rdma-core")]
             RequestRepr::Native(p) => p.peer_addr(),
         }
@@ -251,7 +294,7 @@ impl Request {
     /// reply sent. A request over librdmacm takes a QP of rverbs' rdma-core backend, a
     /// soft request a soft QP: the other is `EOPNOTSUPP`.
     pub(crate) fn start_accept(
-        mut self,
+        self,
         qp: Qp,
         private_data: &[u8],
         ready: impl FnOnce(&Qp) -> Result<()>,
@@ -263,22 +306,18 @@ impl Request {
             rnr_retry_count: 7,
             ..ConnParam::default()
         };
-        match std::mem::replace(&mut self.repr, RequestRepr::Answered) {
-            RequestRepr::Answered => unreachable!("a request is answered once, consuming it"),
-            RequestRepr::Soft { ch, id } => {
-                let id = id.expect("a request has its id until answered");
+        match self.repr {
+            RequestRepr::Soft(mut pending) => {
+                // A mismatched QP drops `pending` unanswered: the request is rejected.
                 #[cfg(feature = "rdma-core")]
                 if is_native(&qp) {
-                    let _ = id.reject(&[]);
-                    let _ = id.destroy();
                     return Err(foreign("a QP of the rdma-core backend on a request of the soft device"));
                 }
-                let conn = Connection { repr: ConnRepr::Soft { ch, id }, qp: qp.clone(), peer_data: Vec::new() };
-                let id = match &conn.repr {
-                    ConnRepr::Soft { id, .. } => id,
-                    #[cfg(feature = "rdma-core")]
-                    ConnRepr::Native(_) => unreachable!("made soft above"),
-                };
+                // From here the connection answers: dropped on an error, it disconnects
+                // and destroys the id.
+                pending.answered = true;
+                let (ch, id) = (pending.ch.clone(), pending.id.clone());
+                let conn = Connection { repr: ConnRepr::Soft { ch, id: id.clone() }, qp: qp.clone(), peer_data: Vec::new() };
                 id.attach_qp(qp)?;
                 if let Err(e) = ready(&conn.qp) {
                     let _ = id.reject(&[]);
@@ -299,29 +338,16 @@ impl Request {
     }
 
     /// Rejects with `private_data` (≤ 148 bytes): the requester sees REJECTED, 28.
-    pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
-        match std::mem::replace(&mut self.repr, RequestRepr::Answered) {
-            RequestRepr::Answered => unreachable!("a request is answered once, consuming it"),
-            RequestRepr::Soft { id, .. } => {
-                let id = id.expect("a request has its id until answered");
-                let r = id.reject(private_data);
-                let _ = id.destroy();
+    pub fn reject(self, private_data: &[u8]) -> Result<()> {
+        match self.repr {
+            RequestRepr::Soft(mut pending) => {
+                pending.answered = true;
+                let r = pending.id.reject(private_data);
+                let _ = pending.id.destroy();
                 r
             }
             #[cfg(feature = "rdma-core")]
             RequestRepr::Native(pending) => pending.reject(private_data),
-        }
-    }
-}
-
-impl Drop for Request {
-    fn drop(&mut self) {
-        // A request over librdmacm rejects itself when dropped.
-        if let RequestRepr::Soft { id, .. } = &mut self.repr {
-            if let Some(id) = id.take() {
-                let _ = id.reject(&[]);
-                let _ = id.destroy();
-            }
         }
     }
 }
@@ -380,12 +406,13 @@ pub(crate) use crate::error::{ACCEPTING, CONNECTING};
 
 impl Connection {
     /// Connecting, first step: an id on a channel of its own, resolving `dst` (its
-    /// ADDR_RESOLVED or ADDR_ERROR comes within `timeout`). A QP of the rdma-core backend
-    /// is `EOPNOTSUPP` here (the awaited helpers are the soft device's).
+    /// ADDR_RESOLVED or ADDR_ERROR comes within `timeout`); over librdmacm for a QP of
+    /// the rdma-core backend.
     pub(crate) fn start_connect(dst: SocketAddr, qp: Qp, timeout: Duration) -> Result<Connection> {
         #[cfg(feature = "rdma-core")]
         if is_native(&qp) {
-            return Err(foreign("the awaited helpers over librdmacm"));
+            let link = crate::rdma_core::conn::Link::start(dst, timeout)?;
+            return Ok(Connection { repr: ConnRepr::Native(link), qp, peer_data: Vec::new() });
         }
         let ch = EventChannel::with_device(rverbs::capi_support::device_of_qp(&qp))?;
         let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
@@ -394,13 +421,74 @@ impl Connection {
         Ok(conn)
     }
 
-    /// Connecting, once the route is resolved: the QP attached, `ready` called, the
-    /// request sent (rdma_connect(3)).
+    /// Connecting, once the address is resolved: rdma_resolve_route(3), ROUTE_RESOLVED
+    /// or ROUTE_ERROR within `timeout`.
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
+    pub(crate) fn resolve_route(&self, timeout: Duration) -> Result<()> {
+        match &self.repr {
+            ConnRepr::Soft { id, .. } => id.resolve_route(timeout.as_millis() as i32),
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(link) => link.resolve_route(timeout),
+        }
+    }
+
+    /// Connecting, once the route is resolved: the QP attached (over librdmacm: moved to
+    /// INIT), `ready` called, the request sent (rdma_connect(3)); [`Connection::answer`]
+    /// follows.
     pub(crate) fn send_request(&self, private_data: &[u8], ready: impl FnOnce(&Qp) -> Result<()>) -> Result<()> {
-        let (_, id) = self.parts()?;
-        id.attach_qp(self.qp.clone())?;
-        ready(&self.qp)?;
-        id.connect(&request_param(private_data))
+        match &self.repr {
+            ConnRepr::Soft { id, .. } => {
+                id.attach_qp(self.qp.clone())?;
+                ready(&self.qp)?;
+                id.connect(&request_param(private_data))
+            }
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(link) => link.send_request(&self.qp, request_param(private_data), ready),
+        }
+    }
+
+    /// The event that answers the request: ESTABLISHED (the soft connection manager
+    /// moves the attached QP), or CONNECT_RESPONSE over librdmacm (an id without a QP).
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
+    pub(crate) fn answer(&self) -> EventKind {
+        match &self.repr {
+            ConnRepr::Soft { .. } => EventKind::Established,
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(_) => crate::rdma_core::conn::Link::ANSWER,
+        }
+    }
+
+    /// Connecting, once [`Connection::answer`] arrived with the server's `peer_data`:
+    /// over librdmacm the QP moves to RTR and RTS and the RTU goes (rdma_establish(3)).
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
+    pub(crate) fn complete(&mut self, peer_data: Vec<u8>) -> Result<()> {
+        #[cfg(feature = "rdma-core")]
+        if let ConnRepr::Native(link) = &self.repr {
+            link.complete(&self.qp)?;
+        }
+        self.peer_data = peer_data;
+        Ok(())
+    }
+
+    /// The connection's channel (the awaited connection watches it).
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
+    pub(crate) fn channel(&self) -> crate::EventChannel {
+        match &self.repr {
+            ConnRepr::Soft { ch, .. } => crate::EventChannel::from(ch.clone()),
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(link) => crate::EventChannel::from(link.channel().clone()),
+        }
+    }
+
+    /// The peer disconnected (DISCONNECTED arrived): over librdmacm the QP moves to ERR
+    /// (the soft connection manager moved it already).
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
+    pub(crate) fn peer_disconnected(&self) -> Result<()> {
+        match &self.repr {
+            ConnRepr::Soft { .. } => Ok(()),
+            #[cfg(feature = "rdma-core")]
+            ConnRepr::Native(link) => link.peer_disconnected(&self.qp),
+        }
     }
 
     /// The connection's channel and id (the soft helpers wait on them); `EOPNOTSUPP` for
@@ -413,11 +501,6 @@ impl Connection {
         }
     }
 
-    /// Keeps the server's private data of ESTABLISHED.
-    #[cfg(any(feature = "tokio", feature = "async-io"))]
-    pub(crate) fn set_peer_data(&mut self, data: Vec<u8>) {
-        self.peer_data = data;
-    }
 }
 
 /// An established connection. Dropping it disconnects (if still connected) and destroys

@@ -7,7 +7,9 @@
 //! over it.
 //!
 //! - [`EventChannel`], [`CmId`], [`Event`]: the rdma_cm objects, with the same rules
-//!   (event order, acknowledgements, private data limits and padding, QP transitions).
+//!   (event order, acknowledgements, private data limits and padding, QP transitions),
+//!   over this connection manager or (feature `rdma-core`) librdmacm's, chosen at the
+//!   channel ([`EventChannel::new`], [`EventChannel::on`]).
 //! - On the device: the handshake is IBTA CM messages ([`mad`]: REQ, MRA, REP, RTU, REJ,
 //!   DREQ, DREP, SIDR_REQ, SIDR_REP) with the RDMA CM IP private-data header, carried as
 //!   MADs on each endpoint's QP1 ([`rverbs::capi_support::qp1`]). A host-wide table in the runtime
@@ -26,10 +28,13 @@
 //!   [`Listener::bind_on`]; [`connect`] takes the QP's), one engine per device, so two
 //!   simulated hosts of `rverbs::DeviceConfig::addresses` connect through rdma_cm in one
 //!   process (docs/connection-manager.md, "Several devices").
-//! - `rdma_core` (feature `rdma-core`): rdma_cm over a librdmacm loaded at run time
-//!   (rdma-core's on a NIC, or the drop-in), beside `rverbs`' rdma-core backend; the RAII
-//!   helpers use it for that backend's QPs, so `examples/echo.rs` runs unchanged with
-//!   `RVERBS_BACKEND=rdma-core` (docs/rdma-core-backend.md, "rverbs-cm over librdmacm").
+//! - Feature `rdma-core`: the same API over a librdmacm loaded at run time (rdma-core's on
+//!   a NIC, or the drop-in), beside `rverbs`' rdma-core backend. Under
+//!   `RVERBS_BACKEND=rdma-core` (or on a device of that backend) the objects, the RAII
+//!   helpers, `aio` and `stream` run over it, so a program such as `examples/echo.rs`
+//!   runs unchanged; what librdmacm cannot do here (the CM timeout, attaching a QP made
+//!   elsewhere) is `EOPNOTSUPP` (docs/rdma-core-backend.md, "rverbs-cm over
+//!   librdmacm").
 //!
 //! ```no_run
 //! use rverbs_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
@@ -58,17 +63,29 @@ mod event;
 mod handle;
 mod id;
 pub mod mad;
+mod objects;
 #[cfg(feature = "rdma-core")]
-pub mod rdma_core;
+mod rdma_core;
 mod rule;
 pub mod table;
 mod wait;
 
-pub use channel::EventChannel;
 pub use conn::{connect, connect_with, Connection, Listener, Request};
 pub use engine::JoinFlag;
 pub use engine::RDMA_UDP_QKEY;
 pub use cm_state::CmState;
 pub use error::{Error, Peer, Result, Rule};
-pub use event::{ConnParam, Event, EventKind, UdParam};
-pub use handle::{CmId, PortSpace, Route};
+pub use event::{ConnParam, EventKind, UdParam};
+pub use handle::{PortSpace, Route};
+pub use objects::{CmId, Event, EventChannel};
+
+/// The soft connection manager's own objects, for the drop-in `librdmacm.so.1` (crate
+/// `rverbs-capi`), which is that connection manager's C face and never runs over
+/// librdmacm: the public [`CmId`], [`EventChannel`] and [`Event`] without the choice of
+/// backend, with the words the C library keeps in them (`CmId::user`).
+#[doc(hidden)]
+pub mod soft {
+    pub use crate::channel::EventChannel;
+    pub use crate::event::Event;
+    pub use crate::handle::CmId;
+}

@@ -10,6 +10,9 @@ use rverbs::{QpState, QpType};
 use rverbs_cm::aio::{connect, AsyncEventChannel, AsyncListener};
 
 mod common;
+
+#[path = "../examples/async_echo.rs"]
+mod async_echo;
 use common::{pd, poll_once, qp};
 use rverbs_cm::{CmId, EventChannel, EventKind, Error, PortSpace};
 
@@ -20,6 +23,11 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Bounds a wait that must end: the deadline only turns a hang into a failure.
 async fn bounded<T>(fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), fut).await.expect("no result within 10 s")
+}
+
+#[test]
+fn the_async_echo_example_serves_sixty_four_connections_on_one_thread() {
+    async_echo::main().unwrap();
 }
 
 #[test]

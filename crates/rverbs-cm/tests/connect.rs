@@ -61,7 +61,7 @@ fn resolved(ch: &EventChannel, ps: PortSpace, t: QpType, dst: SocketAddr) -> CmI
     assert!(c.has_device());
     c.resolve_route(2000).unwrap();
     expect(ch, EventKind::RouteResolved);
-    assert_eq!(c.route().num_paths, 1);
+    assert_eq!(c.route().unwrap().num_paths, 1);
     c
 }
 
@@ -711,4 +711,33 @@ fn receives_are_posted_before_the_handshake_with_the_with_variants() {
     let err = l.next_request(t).unwrap().accept_with(qp(&v, QpType::Rc), b"", t, |_| Err(rverbs_cm::Error::WouldBlock));
     assert!(matches!(err, Err(rverbs_cm::Error::WouldBlock)));
     assert_eq!(c2.join().unwrap().unwrap_err().errno(), libc::ECONNREFUSED);
+}
+
+/// Without `RVERBS_BACKEND=rdma-core` the public objects are the soft connection
+/// manager's, and `create_qp` (rdma_create_qp(3)) is a QP of the given PD attached to the
+/// id: moved to INIT (RC) or RTS (UD), and the one `qp()` returns.
+#[test]
+fn create_qp_on_a_soft_id_attaches_a_qp_of_the_pd() {
+    let v = verbs();
+    let ch = EventChannel::new().unwrap();
+    assert_eq!(ch.backend(), Backend::Soft);
+    let rc = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    assert_eq!(rc.backend(), Backend::Soft);
+    assert!(rc.verbs().is_none(), "a soft id takes a QP of any context of its device");
+    rc.resolve_addr(None, "127.0.0.1:9".parse().unwrap(), 2000).unwrap();
+    assert_eq!(next(&ch).kind, EventKind::AddrResolved);
+    let qp = rc.create_qp(&v.pd, &QpInit::new(QpType::Rc, &v.cq, CAP)).unwrap();
+    assert_eq!(qp.state(), QpState::Init, "attached: moved to INIT");
+    assert_eq!(qp.pd().handle(), v.pd.handle(), "a QP of the PD given");
+    assert_eq!(rc.qp().map(|q| q.qp_num()), Some(qp.qp_num()), "the id's QP");
+    let ud = CmId::new(&ch, PortSpace::Udp, QpType::Ud, 0).unwrap();
+    ud.resolve_addr(None, "127.0.0.1:9".parse().unwrap(), 2000).unwrap();
+    assert_eq!(next(&ch).kind, EventKind::AddrResolved);
+    let uqp = ud.create_qp(&v.pd, &QpInit::new(QpType::Ud, &v.cq, CAP)).unwrap();
+    assert_eq!(uqp.state(), QpState::Rts, "a datagram QP is ready at once");
+    // A second QP on the same id is refused, and the first stays the id's.
+    assert!(rc.create_qp(&v.pd, &QpInit::new(QpType::Rc, &v.cq, CAP)).is_err());
+    assert_eq!(rc.qp().map(|q| q.qp_num()), Some(qp.qp_num()));
+    rc.destroy().unwrap();
+    ud.destroy().unwrap();
 }

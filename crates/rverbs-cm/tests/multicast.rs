@@ -146,7 +146,7 @@ fn a_join_attaches_the_qp_and_reports_the_group_address_vector() {
     assert!(ev.ud.private_data.is_empty());
     let grh = ev.ud.ah_attr.grh.expect("a GRH");
     assert_eq!(grh.dgid, mgid(g), "the IPv4-mapped group address");
-    assert_eq!((grh.sgid_index, grh.hop_limit, grh.traffic_class), (b.id.route().sgid_index, 64, 0));
+    assert_eq!((grh.sgid_index, grh.hop_limit, grh.traffic_class), (b.id.route().unwrap().sgid_index, 64, 0));
     assert_eq!((ev.ud.ah_attr.port_num, ev.ud.ah_attr.dlid, ev.ud.ah_attr.sl), (1, 0, 0));
     drop(ev);
 

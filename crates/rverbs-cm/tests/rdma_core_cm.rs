@@ -2,8 +2,9 @@
 //! librdmacm loaded are the ones `RVERBS_LIBIBVERBS` and `RVERBS_LIBRDMACM` name
 //! (scripts/test.sh points them at the drop-ins of scripts/build-dropin.sh; without
 //! `RVERBS_LIBRDMACM`, the `librdmacm.so.1` beside `RVERBS_LIBIBVERBS` is used), with
-//! `RVERBS_BACKEND=rdma-core`, so `rverbs::devices()` lists libibverbs' devices and the
-//! RAII helpers run over librdmacm.
+//! `RVERBS_BACKEND=rdma-core`, so `rverbs::devices()` lists libibverbs' devices, and the
+//! public `rverbs_cm::{EventChannel, CmId, Event}`, the RAII helpers and (with the
+//! feature `tokio`) the awaited helpers and the byte stream run over librdmacm.
 //!
 //! Each test fails unless the backend did the work: the device is the backend's, and the
 //! drop-in's copy of the soft device is the only endpoint this process owns in the
@@ -15,13 +16,18 @@
 
 #[path = "../examples/echo.rs"]
 mod echo;
+#[cfg(feature = "tokio")]
+#[path = "../examples/async_echo.rs"]
+mod async_echo;
+#[cfg(feature = "tokio")]
+#[path = "../examples/stream_echo.rs"]
+mod stream_echo;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rverbs::{Access, Backend, Cq, CqInit, Mr, Pd, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, Wc, WcOpcode, WcStatus};
-use rverbs_cm::rdma_core::{CmId, EventChannel};
-use rverbs_cm::{EventKind, PortSpace};
+use rverbs_cm::{CmId, EventChannel, EventKind, PortSpace};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -164,7 +170,9 @@ fn a_reject_over_librdmacm_reaches_the_client_with_its_errno() {
 fn the_backend_event_loop_reports_ids_params_and_listen_ids() {
     let _turn = through_the_backend();
     let lch = EventChannel::new().unwrap();
+    assert_eq!(lch.backend(), Backend::RdmaCore, "RVERBS_BACKEND=rdma-core: the public channel is librdmacm's");
     let listen = CmId::new(&lch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    assert_eq!(listen.backend(), Backend::RdmaCore);
     listen.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
     listen.listen(1).unwrap();
     let addr: SocketAddr = listen.src_addr().unwrap();
@@ -177,8 +185,16 @@ fn the_backend_event_loop_reports_ids_params_and_listen_ids() {
     assert!(ev.id == client, "the event names the client's id");
     drop(ev);
     assert!(client.has_device(), "resolving bound the id to a device");
+    assert_eq!(client.route().unwrap_err().errno(), libc::EINVAL, "no path record before the route resolves");
     client.resolve_route(2000).unwrap();
     assert_eq!(cch.get_event().unwrap().kind, EventKind::RouteResolved);
+    // The path record librdmacm resolved: both ends are this host's 127.0.0.1.
+    let route = client.route().unwrap();
+    let lo = rverbs_cm::addr::gid_of(addr.ip());
+    assert_eq!((route.num_paths, route.sgid, route.dgid, route.pkey), (1, lo, lo, 0xffff));
+    let ctx = client.verbs().unwrap();
+    assert_eq!(Some(u32::from(route.sgid_index)), ctx.gid_entry_of(addr.ip()).map(|e| e.index), "the source GID's index");
+    assert!(route.mtu as u32 >= rverbs::Mtu::Mtu1024 as u32, "a RoCE path MTU: {:?}", route.mtu);
     // No QP on either id: the client names a QP number, as an application managing its
     // own QP does; the server rejects, so no QP is needed.
     let param = rverbs_cm::ConnParam { private_data: b"low level".to_vec(), qp_num: 0x123, retry_count: 7, ..Default::default() };
@@ -212,34 +228,140 @@ fn what_librdmacm_cannot_carry_is_eopnotsupp() {
     rverbs::fault_plan::install(rverbs::VerbPlan::default());
     id.resolve_addr(None, dst, 1000).unwrap();
     assert_eq!(ch.get_event().unwrap().kind, EventKind::AddrResolved);
+    // The soft connection manager's extras, refused on librdmacm's id (not ignored).
+    let eopnotsupp = |r: rverbs_cm::Result<()>, what: &str| {
+        assert_eq!(r.expect_err(what).errno(), libc::EOPNOTSUPP, "{what}");
+    };
+    eopnotsupp(id.set_cm_timeout(10, 3), "set_cm_timeout");
+    let end = End::new();
+    eopnotsupp(id.attach_qp(end.qp()), "attach_qp of a QP made elsewhere");
+    assert!(id.qp().is_none() && id.detach_qp().is_none(), "no QP is attached over librdmacm");
+    // An id never moves to a channel of the other connection manager.
+    let soft = EventChannel::on(&rverbs::devices_of(Backend::Soft).unwrap()[0]).unwrap();
+    assert_eq!(soft.backend(), Backend::Soft);
+    assert_eq!(id.migrate(&soft).unwrap_err().errno(), libc::EINVAL);
+}
+
+#[test]
+fn options_and_ece_reach_librdmacm() {
+    let _turn = through_the_backend();
+    // rdma_set_option(3): accepted before binding; REUSEADDR refused once bound (EINVAL,
+    // the manager's answer, not a local one).
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    id.set_tos(8).unwrap();
+    id.set_ack_timeout(14).unwrap();
+    id.set_reuseaddr(true).unwrap();
+    id.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    assert_eq!(id.set_reuseaddr(false).unwrap_err().errno(), libc::EINVAL, "REUSEADDR after binding");
+    // ECE: the client's (vendor ID, options) reach the server's id, whose ECE reject
+    // reaches the client as status 35.
+    let lch = EventChannel::new().unwrap();
+    let listen = CmId::new(&lch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    listen.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    listen.listen(1).unwrap();
+    let cch = EventChannel::new().unwrap();
+    let client = CmId::new(&cch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+    client.resolve_addr(None, listen.src_addr().unwrap(), 2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    assert_eq!(cch.get_event().unwrap().kind, EventKind::RouteResolved);
+    client.set_local_ece(0x15b3, 0x1234).unwrap();
+    client.connect(&rverbs_cm::ConnParam { qp_num: 0x321, retry_count: 7, ..Default::default() }).unwrap();
+    let req = lch.get_event().unwrap();
+    assert_eq!(req.kind, EventKind::ConnectRequest);
+    assert_eq!(req.id.remote_ece().unwrap(), (0x15b3, 0x1234), "the REQ carried the client's ECE");
+    req.id.reject_ece(b"no such options").unwrap();
+    let rej = cch.get_event().unwrap();
+    assert_eq!((rej.kind, rej.status), (EventKind::Rejected, 35), "IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED");
+}
+
+/// A UD id on a channel of its own, given the device by resolving the loopback, with a
+/// QP librdmacm made on it (rdma_create_qp(3)) and a buffer.
+struct UdMember {
+    ch: EventChannel,
+    id: CmId,
+    pd: Pd,
+    qp: Qp,
+    cq: Cq,
+    mr: Mr,
+}
+
+fn ud_member() -> UdMember {
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Udp, QpType::Ud, 0).unwrap();
+    id.resolve_addr(Some("127.0.0.1:0".parse().unwrap()), "127.0.0.1:9".parse().unwrap(), 2000).unwrap();
+    assert_eq!(ch.get_event().unwrap().kind, EventKind::AddrResolved);
+    let ctx = id.verbs().expect("resolving gave the id a device");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qp = id.create_qp(&pd, &QpInit::new(QpType::Ud, &cq, cap)).unwrap();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    UdMember { ch, id, pd, qp, cq, mr }
+}
+
+#[test]
+fn a_multicast_datagram_over_librdmacm_reaches_the_joined_qp() {
+    let _turn = through_the_backend();
+    let (_, before) = local_requests();
+    // Groups are host-wide: one of this process only.
+    let p = std::process::id().to_be_bytes();
+    let group = SocketAddr::new(std::net::Ipv4Addr::new(239, p[2], p[3], 23).into(), 0);
+    let (a, b) = (ud_member(), ud_member());
+    let sge = [a.mr.sge(0, 2048).unwrap()];
+    a.qp.post_recv(&[RecvWr::new(5, &sge)]).unwrap();
+    a.id.join_multicast(group, rverbs_cm::JoinFlag::FullMember, 0xa).unwrap();
+    let joined = a.ch.get_event().unwrap();
+    assert_eq!((joined.kind, joined.status, joined.mc_context), (EventKind::MulticastJoin, 0, 0xa));
+    assert_eq!((joined.ud.qp_num, joined.ud.qkey), (0xff_ffff, rverbs_cm::RDMA_UDP_QKEY));
+    drop(joined);
+    b.id.join_multicast(group, rverbs_cm::JoinFlag::SendOnlyFullMember, 0xb).unwrap();
+    let joined = b.ch.get_event().unwrap();
+    assert_eq!((joined.kind, joined.mc_context), (EventKind::MulticastJoin, 0xb));
+    // librdmacm attached a's QP (made on its id) to the group: b's datagram reaches it.
+    let ah = rverbs::Ah::new(&b.pd, &joined.ud.ah_attr).unwrap();
+    b.mr.write(0, b"to group").unwrap();
+    let sge = [b.mr.sge(0, 8).unwrap()];
+    b.qp.post_send(&[SendWr::send(6, &sge).ud(&ah, joined.ud.qp_num, joined.ud.qkey).signaled()]).unwrap();
+    assert_eq!(first_success(|wc| b.cq.poll(wc).unwrap()).wr_id(), 6);
+    let wc = first_success(|wc| a.cq.poll(wc).unwrap());
+    assert_eq!((wc.wr_id(), wc.byte_len()), (5, Some(40 + 8)), "a GRH and the 8 bytes");
+    let mut got = [0; 8];
+    a.mr.read(40, &mut got).unwrap();
+    assert_eq!(&got, b"to group");
+    a.id.leave_multicast(group).unwrap();
+    assert_eq!(a.id.leave_multicast(group).unwrap_err().errno(), libc::EADDRNOTAVAIL, "left already");
+    assert_backend_did_it(before);
 }
 
 /// The QP rdma_create_qp(3) made on an id, in a PD and CQ of the id's context, as a
 /// public `rverbs::Qp`; with a registered buffer for it.
 struct IdQp {
     qp: Qp,
-    cq: rverbs::rdma_core::Cq,
+    cq: Cq,
     mr: Mr,
 }
 
 fn qp_on(id: &CmId) -> IdQp {
     let ctx = id.verbs().expect("the id has a device");
-    assert_eq!(ctx.as_raw(), id.verbs().unwrap().as_raw(), "every call gives librdmacm's one context");
+    assert_eq!(ctx.backend(), Backend::RdmaCore);
     let pd = ctx.alloc_pd().unwrap();
-    // The backend takes the public init types.
     let cq = ctx.create_cq(&CqInit::new(8)).unwrap();
-    let public_cq = Cq::from(cq.clone());
     let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let qp = id.create_qp(&pd, &QpInit::new(QpType::Rc, &public_cq, cap)).unwrap();
+    let qp = id.create_qp(&pd, &QpInit::new(QpType::Rc, &cq, cap)).unwrap();
     assert_eq!(qp.state(), rverbs::QpState::Init, "rdma_create_qp(3) moved it to INIT");
-    let qp = Qp::from(qp);
-    assert_eq!(rverbs::Context::from(ctx).backend(), Backend::RdmaCore);
+    // A PD of another context of the device is not the id's: librdmacm refuses it.
+    let other = rverbs::devices().unwrap()[0].open().unwrap();
+    let (opd, ocq) = (other.alloc_pd().unwrap(), other.create_cq(&CqInit::new(8)).unwrap());
+    let err = id.create_qp(&opd, &QpInit::new(QpType::Rc, &ocq, cap)).unwrap_err();
+    assert_eq!(err.errno(), libc::EINVAL, "{err}");
     let mr = qp.pd().alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     IdQp { qp, cq, mr }
 }
 
 /// The first completion of `cq` within TIMEOUT (polled: a bound, not a synchronisation).
-fn poll_one(cq: &rverbs::rdma_core::Cq) -> Wc {
+fn poll_one(cq: &Cq) -> Wc {
     first_success(|wc| cq.poll(wc).unwrap())
 }
 
@@ -304,19 +426,174 @@ fn qps_librdmacm_creates_on_ids_connect_and_carry_a_send() {
     assert_backend_did_it(before);
 }
 
-/// The awaited helpers are the soft connection manager's: over librdmacm they refuse.
+/// The awaited helpers over librdmacm (feature `tokio`): each test runs on tokio's
+/// current-thread runtime, every wait bounded.
 #[cfg(feature = "tokio")]
-#[test]
-fn the_awaited_helpers_over_librdmacm_are_eopnotsupp() {
-    let _turn = through_the_backend();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    rt.block_on(async {
-        let err = rverbs_cm::aio::AsyncListener::bind("127.0.0.1:0".parse().unwrap(), 0).err().expect("refused");
-        assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
-        let end = End::new();
-        let err = rverbs_cm::aio::connect("127.0.0.1:9".parse().unwrap(), end.qp(), b"", TIMEOUT).await.err().expect("refused");
-        assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
-    });
+mod awaited {
+    use std::future::Future;
+    use std::time::Duration;
+
+    use rverbs::aio::AsyncCq;
+    use rverbs::{Access, Backend, Context, CqInit, Mr, Pd, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, WcOpcode, WcStatus};
+    use rverbs_cm::aio::{connect_with, AsyncEventChannel, AsyncListener};
+    use rverbs_cm::{CmId, EventChannel, EventKind, PortSpace};
+
+    use super::{assert_backend_did_it, local_requests, through_the_backend, TIMEOUT};
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap()
+    }
+
+    /// Bounds a wait that must end: the deadline only turns a hang into a failure.
+    async fn bounded<T>(fut: impl Future<Output = T>) -> T {
+        tokio::time::timeout(TIMEOUT, fut).await.expect("no result within TIMEOUT")
+    }
+
+    const MSG: usize = 64;
+
+    /// One end of a connection: a CQ awaited on its own channel, an RC QP, a buffer
+    /// (sent from its first half, received into its second).
+    struct End {
+        cq: AsyncCq,
+        qp: Qp,
+        mr: Mr,
+    }
+
+    impl End {
+        fn new(ctx: &Context, pd: &Pd) -> End {
+            let ch = ctx.create_comp_channel().unwrap();
+            let cq = ctx.create_cq(&CqInit::new(8).channel(&ch)).unwrap();
+            let cap = QpCap { max_send_wr: 2, max_recv_wr: 2, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+            let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap();
+            let mr = pd.alloc_mr(2 * MSG, Access::LOCAL_WRITE).unwrap();
+            End { cq: AsyncCq::new(cq, ch).unwrap(), qp, mr }
+        }
+
+        fn post_recv(&self, qp: &Qp) -> rverbs_cm::Result<()> {
+            let sge = [self.mr.sge(MSG, MSG as u32)?];
+            qp.post_recv(&[RecvWr::new(2, &sge)])?;
+            Ok(())
+        }
+
+        fn send(&self, text: &[u8]) {
+            self.mr.write(0, text).unwrap();
+            let sge = [self.mr.sge(0, text.len() as u32).unwrap()];
+            self.qp.post_send(&[SendWr::send(1, &sge).signaled()]).unwrap();
+        }
+
+        /// The next completion, which must be a success; a receive's bytes with it.
+        async fn next(&mut self) -> (WcOpcode, Vec<u8>) {
+            let wc = bounded(self.cq.next_completion()).await.unwrap();
+            assert_eq!(wc.status(), WcStatus::Success, "completion {wc:?}");
+            let op = wc.opcode().expect("a successful completion has its opcode");
+            let mut got = Vec::new();
+            if op == WcOpcode::Recv {
+                got = vec![0; wc.byte_len().unwrap() as usize];
+                self.mr.read(MSG, &mut got).unwrap();
+            }
+            (op, got)
+        }
+    }
+
+    const CONNECTIONS: usize = 8;
+
+    #[test]
+    fn an_async_echo_on_one_thread_runs_over_librdmacm() {
+        let _turn = through_the_backend();
+        let (_, before) = local_requests();
+        let ctx = rverbs::devices().unwrap()[0].open().unwrap();
+        assert_eq!(ctx.backend(), Backend::RdmaCore);
+        let pd = ctx.alloc_pd().unwrap();
+        runtime().block_on(async {
+            let listener = AsyncListener::bind("127.0.0.1:0".parse().unwrap(), CONNECTIONS as i32).unwrap();
+            let addr = listener.local_addr().expect("librdmacm bound the listener");
+            let mut tasks = tokio::task::JoinSet::new();
+            for n in 0..CONNECTIONS {
+                let (ctx, pd) = (ctx.clone(), pd.clone());
+                tasks.spawn(async move {
+                    let mut end = End::new(&ctx, &pd);
+                    let qp = end.qp.clone();
+                    let conn = connect_with(addr, qp, b"echo client", Duration::from_secs(5), |qp| end.post_recv(qp)).await.unwrap();
+                    assert!(conn.peer_private_data().starts_with(b"echo server"), "{:?}", conn.peer_private_data());
+                    assert_eq!(conn.qp().state(), rverbs::QpState::Rts, "the client moved its QP to RTS on CONNECT_RESPONSE");
+                    let text = format!("client {n} over librdmacm");
+                    end.send(text.as_bytes());
+                    let mut echoed = None;
+                    // The send's completion and the echo's, in either order.
+                    for _ in 0..2 {
+                        if let (WcOpcode::Recv, got) = end.next().await {
+                            echoed = Some(got);
+                        }
+                    }
+                    assert_eq!(echoed.expect("the echo came"), text.as_bytes());
+                    conn.disconnect().unwrap();
+                });
+            }
+            for _ in 0..CONNECTIONS {
+                let req = bounded(listener.next_request()).await.unwrap();
+                assert!(req.param().private_data.starts_with(b"echo client"));
+                let (ctx, pd) = (ctx.clone(), pd.clone());
+                tasks.spawn(async move {
+                    let mut end = End::new(&ctx, &pd);
+                    let conn = bounded(req.accept_with(end.qp.clone(), b"echo server", |qp| end.post_recv(qp))).await.unwrap();
+                    let (op, got) = end.next().await;
+                    assert_eq!(op, WcOpcode::Recv);
+                    end.send(&got);
+                    assert_eq!(end.next().await.0, WcOpcode::Send);
+                    bounded(conn.disconnected()).await.unwrap();
+                    assert_eq!(conn.qp().state(), rverbs::QpState::Err, "DISCONNECTED moved the server's QP to ERR");
+                });
+            }
+            while let Some(r) = bounded(tasks.join_next()).await {
+                r.unwrap();
+            }
+        });
+        assert_backend_did_it(before);
+    }
+
+    #[test]
+    fn the_awaited_event_stream_of_a_librdmacm_channel_yields_only_events() {
+        let _turn = through_the_backend();
+        runtime().block_on(async {
+            let listen_ch = EventChannel::new().unwrap();
+            let listen = CmId::new(&listen_ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+            listen.bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+            listen.listen(1).unwrap();
+            let ch = EventChannel::new().unwrap();
+            assert_eq!(ch.backend(), Backend::RdmaCore);
+            let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0).unwrap();
+            let mut events = AsyncEventChannel::new(ch).unwrap();
+            {
+                // Nothing asked yet: the future waits instead of yielding an empty event.
+                let mut next = std::pin::pin!(events.event());
+                let waker = std::task::Waker::noop();
+                assert!(next.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_pending());
+                id.resolve_addr(None, listen.src_addr().unwrap(), 2000).unwrap();
+                let ev = bounded(next).await.unwrap();
+                assert_eq!((ev.kind, ev.status), (EventKind::AddrResolved, 0));
+                assert!(ev.id == id, "the event names the id");
+            }
+            id.resolve_route(2000).unwrap();
+            let ev = bounded(std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut events), cx))).await;
+            assert_eq!(ev.expect("the stream never ends").unwrap().kind, EventKind::RouteResolved);
+        });
+    }
+
+    #[test]
+    fn the_async_echo_example_runs_over_librdmacm() {
+        let _turn = through_the_backend();
+        let (_, before) = local_requests();
+        crate::async_echo::main().expect("64 connections echo on one thread over librdmacm");
+        assert_backend_did_it(before);
+    }
+
+    #[test]
+    fn the_stream_echo_example_runs_over_librdmacm() {
+        let _turn = through_the_backend();
+        let (_, before) = local_requests();
+        crate::stream_echo::main().expect("4 MiB cross RdmaStream over librdmacm through tokio::io::copy");
+        assert_backend_did_it(before);
+    }
 }
 
 #[test]

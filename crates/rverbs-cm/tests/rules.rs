@@ -71,7 +71,7 @@ fn route_resolved(ch: &EventChannel, t: QpType) -> CmId {
 fn address_rules() {
     let ch = EventChannel::new().unwrap();
     let gone = id(&ch, QpType::Rc);
-    gone.destroy().unwrap();
+    gone.clone().destroy().unwrap();
     assert_eq!(
         rule(gone.bind_addr("127.0.0.1:0".parse().unwrap()), "rdma_cm"),
         Rule::Destroyed

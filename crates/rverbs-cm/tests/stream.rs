@@ -13,6 +13,14 @@ use rverbs_cm::stream::{RdmaStream, SLOTS, SLOT_LEN};
 use rverbs_cm::{Error, EventKind, Rule};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+#[path = "../examples/stream_echo.rs"]
+mod stream_echo;
+
+#[test]
+fn the_stream_echo_example_copies_four_mebibytes_through_tokio_io_copy() {
+    stream_echo::main().unwrap();
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap()
 }

@@ -256,7 +256,7 @@ impl Conn {
             return Ok(());
         }
         let r = self.q.destroy(Some(&self.id));
-        let r2 = self.id.destroy().map_err(Error::from);
+        let r2 = self.id.clone().destroy().map_err(Error::from);
         let _ = self.raw.dereg();
         r.and(r2)
     }

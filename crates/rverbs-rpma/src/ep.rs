@@ -141,14 +141,14 @@ impl Endpoint {
     /// Errors: `Provider` if rdma_destroy_id(3) fails.
     pub fn shutdown(mut self) -> Result<()> {
         self.shut = true;
-        self.id.destroy().map_err(Error::from)
+        self.id.clone().destroy().map_err(Error::from)
     }
 }
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
         if !self.shut {
-            let _ = self.id.destroy();
+            let _ = self.id.clone().destroy();
         }
     }
 }

@@ -185,6 +185,19 @@ fn poll_read<T: StableFd, E>(src: &AsyncSource<T>, cx: &mut TaskContext<'_>, rea
     Poll::Ready(r.map_err(Error::from).and_then(|r| r))
 }
 
+/// How many CQs report to `channel`, `cq` among them (else `Invalid`): for a CQ and a
+/// channel of the rdma-core backend, the backend's count.
+fn reporting_cqs(cq: &Cq, channel: &CompChannel) -> Result<u32> {
+    #[cfg(feature = "rdma-core")]
+    if let (Some(cq), Some(ch)) = (crate::rdma_core::Cq::of(cq), crate::rdma_core::CompChannel::of(channel)) {
+        return cq.channel_users(ch).ok_or(Error::invalid("AsyncCq::new", Rule::NotTheCqsChannel));
+    }
+    if !cq.inner()?.channel_is(channel.inner()?) {
+        return Err(Error::invalid("AsyncCq::new", Rule::NotTheCqsChannel));
+    }
+    Ok(channel.inner()?.users())
+}
+
 /// A completion channel's events, awaited (ibv_get_cq_event(3)).
 ///
 /// Each [`CqEvent`] is acknowledged when dropped (ibv_ack_cq_events(3)); the CQ it names
@@ -240,10 +253,7 @@ impl AsyncCq {
     /// Errors: `Invalid` if `cq` does not report to `channel`, or other CQs do;
     /// those of [`AsyncChannel::new`].
     pub fn new(cq: Cq, channel: CompChannel) -> Result<AsyncCq> {
-        if !cq.inner()?.channel_is(channel.inner()?) {
-            return Err(Error::invalid("AsyncCq::new", Rule::NotTheCqsChannel));
-        }
-        let cqs = channel.inner()?.users();
+        let cqs = reporting_cqs(&cq, &channel)?;
         if cqs != 1 {
             return Err(Error::invalid("AsyncCq::new", Rule::SharedChannel { cqs }));
         }

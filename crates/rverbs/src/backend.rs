@@ -24,6 +24,19 @@ pub fn devices() -> Result<Vec<Device>> {
     devices_of(Backend::Soft)
 }
 
+/// The backend [`devices`] lists: [`Backend::RdmaCore`] under `RVERBS_BACKEND=rdma-core`
+/// (feature `rdma-core`), else [`Backend::Soft`]. Starts no device and loads no library,
+/// so a layer above (rverbs-cm's `EventChannel::new`) can follow the same choice.
+///
+/// Errors: `EOPNOTSUPP` when `RVERBS_BACKEND` names no backend of this build.
+pub fn listed_backend() -> Result<Backend> {
+    #[cfg(feature = "rdma-core")]
+    if wants_rdma_core()? {
+        return Ok(Backend::RdmaCore);
+    }
+    Ok(Backend::Soft)
+}
+
 /// The devices of one backend, whatever `RVERBS_BACKEND` says: [`Backend::Soft`]'s is
 /// the listed soft device (as [`devices`] without the variable); [`Backend::RdmaCore`]'s
 /// are libibverbs' (ibv_get_device_list(3), listed once per process), `EOPNOTSUPP`

@@ -133,7 +133,7 @@ pub mod typed;
 mod xrcd;
 
 pub use ah::Ah;
-pub use backend::{device_by_name, devices, devices_of};
+pub use backend::{device_by_name, devices, devices_of, listed_backend};
 pub use config::DeviceConfig;
 pub use context::Context;
 pub use cq::channel::{CompChannel, CqEvent};

@@ -139,10 +139,11 @@ impl Pd {
         }
     }
 
-    /// The backend's PD, for a PD of the rdma-core backend (the only implementation of
-    /// its trait).
+    /// The backend's PD behind this one, for a PD of the rdma-core backend (`None` for a
+    /// soft PD): for a library that creates QPs in it itself (rdma_create_qp(3), as
+    /// rverbs-cm's `CmId::create_qp` over librdmacm does).
     #[cfg(feature = "rdma-core")]
-    pub(crate) fn native(&self) -> Option<&crate::rdma_core::Pd> {
+    pub fn native(&self) -> Option<&crate::rdma_core::Pd> {
         match &self.repr {
             Repr::Soft(_) => None,
             Repr::Native(pd) => pd.as_any().downcast_ref(),

@@ -505,7 +505,8 @@ const CM_LAYERS: &[(&str, &[&str])] = &[
     // rdma_core: the ids, channels and helper steps over librdmacm (feature `rdma-core`),
     // beside the engine: the RAII helpers (`conn`) dispatch to it.
     ("engine", &["engine", "rdma_core"]),
-    ("api", &["id", "conn", "aio", "stream"]),
+    // objects: the public CmId, EventChannel and Event over either connection manager.
+    ("api", &["id", "objects", "conn", "aio", "stream"]),
 ];
 
 fn cm_layer(module: &str) -> usize {

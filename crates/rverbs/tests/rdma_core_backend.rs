@@ -377,6 +377,45 @@ fn an_armed_cq_wakes_its_completion_channel() {
     assert_eq!(one(&cq_b).wr_id(), 1);
 }
 
+/// `aio::AsyncCq` over the backend's CQ and channel: the checks of its constructor, and
+/// a completion awaited on tokio's reactor through the channel's fd.
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_cq_awaits_the_backends_completions() {
+    use rverbs::aio::AsyncCq;
+    use rverbs::{Error, Rule};
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let cq_a = ctx.create_cq(&CqInit::new(8)).unwrap();
+    let cq_b = ctx.create_cq(&CqInit::new(8).channel(&ch)).unwrap();
+    let err = AsyncCq::new(cq_a.clone(), ch.clone()).expect_err("cq_a reports to no channel");
+    assert!(matches!(err, Error::Invalid { rule: Rule::NotTheCqsChannel, .. }), "{err:?}");
+    let shared = ctx.create_cq(&CqInit::new(8).channel(&ch)).unwrap();
+    let err = AsyncCq::new(cq_b.clone(), ch.clone()).expect_err("two CQs report to the channel");
+    assert!(matches!(err, Error::Invalid { rule: Rule::SharedChannel { cqs: 2 }, .. }), "{err:?}");
+    shared.destroy().unwrap();
+    let a = pd.create_qp(&QpInit::new(QpType::Rc, &cq_a, cap())).unwrap();
+    let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq_b, cap())).unwrap();
+    let p = path(&ctx);
+    connect(&a, p, b.qp_num(), Access::LOCAL_WRITE);
+    connect(&b, p, a.qp_num(), Access::LOCAL_WRITE);
+    let buf = region(&pd, 16);
+    b.post_recv(&[RecvWr::new(7, &[buf.whole()])]).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap();
+    rt.block_on(async {
+        let mut acq = AsyncCq::new(cq_b, ch).expect("a CQ alone on its channel");
+        let mut next = std::pin::pin!(acq.next_completion());
+        // Nothing sent yet: the future arms the CQ and waits, it does not return empty.
+        let waker = std::task::Waker::noop();
+        assert!(std::future::Future::poll(next.as_mut(), &mut std::task::Context::from_waker(waker)).is_pending());
+        let sge = [buf.sge(0, 4).unwrap()];
+        a.post_send(&[SendWr::send(2, &sge)]).unwrap();
+        let wc = tokio::time::timeout(DEADLINE, next).await.expect("the channel woke the task").unwrap();
+        assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (7, WcStatus::Success, Some(WcOpcode::Recv)));
+    });
+}
+
 #[test]
 fn children_keep_their_parents() {
     let p = rc_pair(Access::LOCAL_WRITE);

@@ -11,7 +11,7 @@ use core::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use libc::sockaddr;
-use rverbs_cm::CmId;
+use rverbs_cm::soft::CmId;
 
 use super::abi::*;
 use super::obj::{fail, ps_and_qp_type, sockaddr_from_c, Chan, Id};

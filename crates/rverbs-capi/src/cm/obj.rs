@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, AF_INET, AF_INET6};
 use rverbs::QpType;
-use rverbs_cm::{CmId, Event, EventChannel, EventKind, PortSpace};
+use rverbs_cm::soft::{CmId, Event, EventChannel};
+use rverbs_cm::{EventKind, PortSpace};
 
 use super::abi::*;
 use crate::abi::{ibv_qp_init_attr, ibv_sa_path_rec, Zeroed, IBV_QPT_UD};

@@ -40,6 +40,11 @@ fn expect_event(ch: &EventChannel, timeout: Duration, step: &'static str, peer: 
     Ok(ev)
 }
 
+/// A timeout in the milliseconds rdma_resolve_addr(3) takes (at most `i32::MAX`).
+fn millis(timeout: Duration) -> i32 {
+    i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX)
+}
+
 /// Moves `qp` to `state` with the attributes librdmacm gives for the connection of `id`
 /// (rdma_init_qp_attr(3)).
 fn move_qp(id: &CmId, qp: &Qp, state: QpState) -> Result<()> {
@@ -84,6 +89,19 @@ impl Listening {
     /// its own (rdma_migrate_id(3)).
     pub(crate) fn next_request(&self, timeout: Duration) -> Result<(Pending, ConnParam)> {
         let ev = wait_event(&self.ch, timeout, "listening on", self.local_addr(), EventKind::ConnectRequest)?;
+        Pending::of_event(ev)
+    }
+
+    /// The listening id's channel (the awaited listener watches it).
+    pub(crate) fn channel(&self) -> &EventChannel {
+        &self.ch
+    }
+}
+
+impl Pending {
+    /// The request that event `ev` of a listener announces, its id moved to a channel of
+    /// its own (rdma_migrate_id(3)), and the requester's parameters.
+    pub(crate) fn of_event(ev: Event) -> Result<(Pending, ConnParam)> {
         if ev.kind != EventKind::ConnectRequest {
             return Err(Error::invalid("Listener::next_request", Rule::UnexpectedEvent { kind: ev.kind }));
         }
@@ -156,28 +174,65 @@ impl Link {
     /// rdma_resolve_route(3), rdma_connect(3), rdma_establish(3)); returns the server's
     /// private data.
     pub(crate) fn connect(dst: SocketAddr, qp: &Qp, param: ConnParam, timeout: Duration, ready: impl FnOnce(&Qp) -> Result<()>) -> Result<(Link, Vec<u8>)> {
+        let link = Link::start(dst, timeout)?;
+        expect_event(&link.ch, timeout, CONNECTING, Some(dst), EventKind::AddrResolved)?;
+        link.resolve_route(timeout)?;
+        expect_event(&link.ch, timeout, CONNECTING, Some(dst), EventKind::RouteResolved)?;
+        link.send_request(qp, param, ready)?;
+        let ev = expect_event(&link.ch, timeout, CONNECTING, Some(dst), Link::ANSWER)?;
+        let peer_data = ev.conn.private_data.clone();
+        drop(ev);
+        link.complete(qp)?;
+        Ok((link, peer_data))
+    }
+
+    /// Connecting, first step: an id on a channel of its own, resolving `dst`
+    /// (rdma_resolve_addr(3)); ADDR_RESOLVED or ADDR_ERROR follows within `timeout`.
+    pub(crate) fn start(dst: SocketAddr, timeout: Duration) -> Result<Link> {
         let ch = EventChannel::new()?;
         let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc, 0)?;
         let link = Link { ch, id };
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        link.id.resolve_addr(None, dst, ms)?;
-        expect_event(&link.ch, timeout, CONNECTING, Some(dst), EventKind::AddrResolved)?;
-        link.id.resolve_route(ms)?;
-        expect_event(&link.ch, timeout, CONNECTING, Some(dst), EventKind::RouteResolved)?;
-        move_qp(&link.id, qp, QpState::Init)?;
+        link.id.resolve_addr(None, dst, millis(timeout))?;
+        Ok(link)
+    }
+
+    /// Connecting, once the address is resolved: rdma_resolve_route(3).
+    pub(crate) fn resolve_route(&self, timeout: Duration) -> Result<()> {
+        self.id.resolve_route(millis(timeout))
+    }
+
+    /// Connecting, once the route is resolved: `qp` to INIT, `ready`, the request sent
+    /// naming it (rdma_connect(3)); CONNECT_RESPONSE ([`Link::ANSWER`]) follows.
+    pub(crate) fn send_request(&self, qp: &Qp, param: ConnParam, ready: impl FnOnce(&Qp) -> Result<()>) -> Result<()> {
+        move_qp(&self.id, qp, QpState::Init)?;
         ready(qp)?;
-        link.id.connect(&ConnParam { qp_num: qp.qp_num(), ..param })?;
-        let ev = expect_event(&link.ch, timeout, CONNECTING, Some(dst), EventKind::ConnectResponse)?;
-        let peer_data = ev.conn.private_data.clone();
-        drop(ev);
-        let moved = move_qp(&link.id, qp, QpState::Rtr).and_then(|()| move_qp(&link.id, qp, QpState::Rts));
+        self.id.connect(&ConnParam { qp_num: qp.qp_num(), ..param })
+    }
+
+    /// The event that answers a request of an id without a QP (rdma_connect(3)).
+    pub(crate) const ANSWER: EventKind = EventKind::ConnectResponse;
+
+    /// Connecting, after CONNECT_RESPONSE: `qp` to RTR and RTS, then the RTU
+    /// (rdma_establish(3)). A QP that cannot move rejects, so the server does not wait
+    /// for an RTU that will not come.
+    pub(crate) fn complete(&self, qp: &Qp) -> Result<()> {
+        let moved = move_qp(&self.id, qp, QpState::Rtr).and_then(|()| move_qp(&self.id, qp, QpState::Rts));
         if let Err(e) = moved {
-            // The server waits for an RTU that will not come: tell it.
-            let _ = link.id.reject(&[]);
+            let _ = self.id.reject(&[]);
             return Err(e);
         }
-        link.id.establish()?;
-        Ok((link, peer_data))
+        self.id.establish()
+    }
+
+    /// The connection's channel (the awaited connection watches it).
+    pub(crate) fn channel(&self) -> &EventChannel {
+        &self.ch
+    }
+
+    /// The peer disconnected (DISCONNECTED arrived): `qp` moves to ERR, as librdmacm
+    /// does only for a QP it made.
+    pub(crate) fn peer_disconnected(&self, qp: &Qp) -> Result<()> {
+        qp_to_err(qp)
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {

@@ -30,6 +30,9 @@ pub struct Event {
     pub conn: ConnParam,
     /// Datagram parameters (UD ids).
     pub ud: UdParam,
+    /// MULTICAST_JOIN / MULTICAST_ERROR: the context given to the join (librdmacm hands
+    /// it back as `param.ud.private_data`, with length 0); 0 otherwise.
+    pub mc_context: usize,
     raw: *mut rdma_cm_event,
     lib: Arc<Rdmacm>,
 }
@@ -99,7 +102,18 @@ impl Event {
                 let listen_id = if e.listen_id.is_null() { None } else { Some(CmId::of_raw(ch, e.listen_id)?) };
                 let mut conn = ConnParam::default();
                 let mut ud = UdParam::default();
-                if id.ps().is_datagram() {
+                let mut mc_context = 0;
+                if matches!(kind, EventKind::MulticastJoin | EventKind::MulticastError) {
+                    // The pointer is the join's context, not private data.
+                    let u = &e.param.ud;
+                    mc_context = u.private_data as usize;
+                    ud = UdParam {
+                        private_data: Vec::new(),
+                        ah_attr: rverbs::c_abi::ah_attr_from_c(&u.ah_attr),
+                        qp_num: u.qp_num,
+                        qkey: u.qkey,
+                    };
+                } else if id.ps().is_datagram() {
                     let u = &e.param.ud;
                     ud = UdParam {
                         private_data: bytes(u.private_data, u.private_data_len),
@@ -120,11 +134,13 @@ impl Event {
                         qp_num: c.qp_num,
                     };
                 }
-                Ok((kind, e.status, id, listen_id, conn, ud))
+                Ok((kind, e.status, id, listen_id, conn, ud, mc_context))
             })
         };
         match made {
-            Ok((kind, status, id, listen_id, conn, ud)) => Ok(Event { kind, status, id, listen_id, conn, ud, raw, lib }),
+            Ok((kind, status, id, listen_id, conn, ud, mc_context)) => {
+                Ok(Event { kind, status, id, listen_id, conn, ud, mc_context, raw, lib })
+            }
             Err(err) => {
                 // SAFETY: `raw` is live and acknowledged once, here.
                 unsafe { (lib.sym.rdma_ack_cm_event)(raw) };

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 
-use rverbs::{QpAttr, QpAttrMask, QpState, QpType};
+use rverbs::{Mtu, QpAttr, QpAttrMask, QpState, QpType};
 use rverbs_abi::rdma_cm::*;
-use rverbs_abi::{ibv_qp_attr, Zeroed};
+use rverbs_abi::{ibv_ece, ibv_qp_attr, Zeroed};
 use rverbs_proto::verb_fault::Verb;
 
 use super::channel::{ChannelInner, EventChannel};
@@ -17,7 +17,7 @@ use super::library::{check, unsupported, Rdmacm};
 use super::sockaddr::{self, CAddr};
 use crate::error::{Error, Result};
 use crate::event::ConnParam;
-use crate::handle::PortSpace;
+use crate::handle::{PortSpace, Route};
 
 /// The shared state of a [`CmId`]: the `struct rdma_cm_id` and the channel its events
 /// go to (which it keeps alive: rdma_destroy_event_channel(3) wants no id left on it).
@@ -140,6 +140,11 @@ impl CmId {
         Ok(CmId::adopt(ch, id))
     }
 
+    /// The address of the `struct rdma_cm_id`: unique in the process while the id lives.
+    pub fn number(&self) -> u64 {
+        self.inner.id as usize as u64
+    }
+
     fn raw(&self) -> *mut rdma_cm_id {
         self.inner.id
     }
@@ -229,6 +234,85 @@ impl CmId {
         check(unsafe { (self.sym().rdma_reject)(self.raw(), data, len) })
     }
 
+    /// Rejects a connection request because its ECE options are not supported
+    /// (rdma_reject_ece(3)): the peer sees REJECTED with status 35.
+    pub fn reject_ece(&self, private_data: &[u8]) -> Result<()> {
+        let len = u8::try_from(private_data.len()).map_err(|_| einval())?;
+        let data = if private_data.is_empty() { std::ptr::null() } else { private_data.as_ptr().cast() };
+        // SAFETY: the id is live; `data` is readable for `len` bytes.
+        check(unsafe { (self.sym().rdma_reject_ece)(self.raw(), data, len) })
+    }
+
+    /// Sets the ECE (vendor ID, options) of this side's REQ or REP
+    /// (rdma_set_local_ece(3)).
+    pub fn set_local_ece(&self, vendor_id: u32, options: u32) -> Result<()> {
+        let mut ece = ibv_ece { vendor_id, options, comp_mask: 0 };
+        // SAFETY: the id is live; `ece` is a valid `struct ibv_ece`, only read.
+        check(unsafe { (self.sym().rdma_set_local_ece)(self.raw(), &mut ece) })
+    }
+
+    /// The ECE (vendor ID, options) the peer's REQ or REP carried
+    /// (rdma_get_remote_ece(3)).
+    pub fn remote_ece(&self) -> Result<(u32, u32)> {
+        let mut ece = ibv_ece { vendor_id: 0, options: 0, comp_mask: 0 };
+        // SAFETY: the id is live; `ece` is a valid out-value.
+        check(unsafe { (self.sym().rdma_get_remote_ece)(self.raw(), &mut ece) })?;
+        Ok((ece.vendor_id, ece.options))
+    }
+
+    /// Joins the multicast group of IP address `addr` (rdma_join_multicast_ex(3)), as a
+    /// send-only full member if `send_only`: MULTICAST_JOIN follows with `context`, and
+    /// librdmacm attaches the QP made on the id ([`CmId::create_qp`]), unless send-only.
+    pub fn join_multicast(&self, addr: SocketAddr, send_only: bool, context: usize) -> Result<()> {
+        let mut a = CAddr::new(addr);
+        let mut attr = rdma_cm_join_mc_attr_ex {
+            comp_mask: RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+            join_flags: if send_only { RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER } else { RDMA_MC_JOIN_FLAG_FULLMEMBER },
+            addr: a.as_mut_ptr(),
+        };
+        // SAFETY: the id is live; `attr` and the address it points to live across the
+        // call; `context` is only handed back in the join's events, never dereferenced.
+        check(unsafe { (self.sym().rdma_join_multicast_ex)(self.raw(), &mut attr, context as *mut c_void) })
+    }
+
+    /// Leaves the group joined with `addr` (rdma_leave_multicast(3)).
+    pub fn leave_multicast(&self, addr: SocketAddr) -> Result<()> {
+        let mut a = CAddr::new(addr);
+        // SAFETY: the id is live; `a` is a sockaddr of its family's size.
+        check(unsafe { (self.sym().rdma_leave_multicast)(self.raw(), a.as_mut_ptr()) })
+    }
+
+    /// Sets option `name` of level RDMA_OPTION_ID to `value` (rdma_set_option(3); the
+    /// value of the type the option takes: `u8` for TOS and ACK_TIMEOUT, `c_int` for
+    /// REUSEADDR and AFONLY).
+    fn set_option<T: Copy>(&self, name: c_int, value: T) -> Result<()> {
+        let mut v = value;
+        // SAFETY: the id is live; `v` is readable for its size, which is passed.
+        check(unsafe {
+            (self.sym().rdma_set_option)(self.raw(), RDMA_OPTION_ID, name, (&mut v as *mut T).cast(), std::mem::size_of::<T>())
+        })
+    }
+
+    /// Sets the type of service (RDMA_OPTION_ID_TOS).
+    pub fn set_tos(&self, tos: u8) -> Result<()> {
+        self.set_option(RDMA_OPTION_ID_TOS, tos)
+    }
+
+    /// Sets the QP's local ACK timeout code (RDMA_OPTION_ID_ACK_TIMEOUT).
+    pub fn set_ack_timeout(&self, code: u8) -> Result<()> {
+        self.set_option(RDMA_OPTION_ID_ACK_TIMEOUT, code)
+    }
+
+    /// Allows binding a port other ids use (RDMA_OPTION_ID_REUSEADDR); before binding.
+    pub fn set_reuseaddr(&self, on: bool) -> Result<()> {
+        self.set_option(RDMA_OPTION_ID_REUSEADDR, c_int::from(on))
+    }
+
+    /// Restricts an IPv6 binding to IPv6 (RDMA_OPTION_ID_AFONLY); before binding.
+    pub fn set_afonly(&self, on: bool) -> Result<()> {
+        self.set_option(RDMA_OPTION_ID_AFONLY, c_int::from(on))
+    }
+
     /// Completes an active connection whose QP the application manages, after
     /// CONNECT_RESPONSE (rdma_establish(3)): the RTU goes out.
     pub fn establish(&self) -> Result<()> {
@@ -278,6 +362,40 @@ impl CmId {
     pub fn dst_addr(&self) -> Option<SocketAddr> {
         // SAFETY: as in `src_addr`.
         unsafe { sockaddr::from_c(core::ptr::addr_of!((*self.raw()).route.addr.dst.dst_storage).cast()) }
+    }
+
+    /// What librdmacm resolved of the route (`id->route`): the path record of
+    /// rdma_resolve_route(3) (GIDs, P_Key in host order, path MTU, hop limit, traffic
+    /// class) and the source GID's index in the GID table of the id's context (the
+    /// entry of the source address, `rverbs::Context::gid_entry_of`).
+    ///
+    /// Errors: `EINVAL` before the route is resolved (no path record).
+    pub fn route(&self) -> Result<Route> {
+        // SAFETY: the id is live; librdmacm fills `route` as the route resolves (read as
+        // rdma_cma.h's inlines read its addresses).
+        let (num_paths, rec) = unsafe {
+            let r = core::ptr::addr_of!((*self.raw()).route);
+            ((*r).num_paths, (*r).path_rec)
+        };
+        if num_paths < 1 || rec.is_null() {
+            return Err(einval());
+        }
+        // SAFETY: librdmacm allocated `num_paths` ≥ 1 records at `path_rec`, kept while
+        // the id lives.
+        let p = unsafe { *rec };
+        let mtu = Mtu::from_raw(u32::from(p.mtu)).ok_or_else(einval)?;
+        let ctx = rverbs::Context::from(self.verbs().ok_or_else(einval)?);
+        let entry = self.src_addr().and_then(|a| ctx.gid_entry_of(a.ip())).ok_or_else(einval)?;
+        Ok(Route {
+            sgid: rverbs::c_abi::gid_from_c(&p.sgid),
+            dgid: rverbs::c_abi::gid_from_c(&p.dgid),
+            sgid_index: u8::try_from(entry.index).map_err(|_| einval())?,
+            pkey: u16::from_be(p.pkey),
+            mtu,
+            hop_limit: p.hop_limit,
+            traffic_class: p.traffic_class,
+            num_paths: num_paths as u32,
+        })
     }
 
     /// Whether the id is bound to a device (`id->verbs` set: after resolving, binding to

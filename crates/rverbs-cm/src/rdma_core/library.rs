@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use libc::sockaddr;
 use rverbs_abi::rdma_cm::*;
-use rverbs_abi::{ibv_pd, ibv_qp_attr, ibv_qp_init_attr};
+use rverbs_abi::{ibv_ece, ibv_pd, ibv_qp_attr, ibv_qp_init_attr};
 
 use crate::error::{Error, Result};
 
@@ -39,6 +39,12 @@ rverbs::rdma_core_symbols! {
     rdma_migrate_id: fn(*mut rdma_cm_id, *mut rdma_event_channel) -> c_int;
     rdma_create_qp: fn(*mut rdma_cm_id, *mut ibv_pd, *mut ibv_qp_init_attr) -> c_int;
     rdma_destroy_qp: fn(*mut rdma_cm_id) -> ();
+    rdma_join_multicast_ex: fn(*mut rdma_cm_id, *mut rdma_cm_join_mc_attr_ex, *mut c_void) -> c_int;
+    rdma_leave_multicast: fn(*mut rdma_cm_id, *mut sockaddr) -> c_int;
+    rdma_set_option: fn(*mut rdma_cm_id, c_int, c_int, *mut c_void, usize) -> c_int;
+    rdma_set_local_ece: fn(*mut rdma_cm_id, *mut ibv_ece) -> c_int;
+    rdma_get_remote_ece: fn(*mut rdma_cm_id, *mut ibv_ece) -> c_int;
+    rdma_reject_ece: fn(*mut rdma_cm_id, *const c_void, u8) -> c_int;
 }
 
 /// A loaded librdmacm: the library, kept mapped as long as anything made through it

@@ -116,6 +116,12 @@ impl Context {
 }
 
 impl CompChannel {
+    /// The backend's channel behind a public [`crate::CompChannel`] (`None` for a soft
+    /// channel).
+    pub fn of(ch: &crate::CompChannel) -> Option<&CompChannel> {
+        ch.native().and_then(|c| c.as_any().downcast_ref::<CompChannel>())
+    }
+
     /// The channel's file descriptor, to poll or make non-blocking: a duplicate of
     /// `struct ibv_comp_channel` `fd` (one open file, so readable and non-blocking
     /// together), open as long as the handle, even after the channel is destroyed.

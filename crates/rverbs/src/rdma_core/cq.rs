@@ -235,6 +235,13 @@ impl Cq {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// How many CQs report to `ch` if this CQ is one of them (`None` if it reports
+    /// elsewhere or nowhere): `aio::AsyncCq::new` wants a channel of the CQ's own.
+    pub(crate) fn channel_users(&self, ch: &CompChannel) -> Option<u32> {
+        let mine = self.inner.channel.as_ref()?;
+        Arc::ptr_eq(mine, &ch.inner).then(|| ch.inner.life.users())
+    }
+
     /// Destroys the CQ now (ibv_destroy_cq(3): "fails if any queue pair is still
     /// associated with this CQ") and returns its error: `EBUSY` while a QP of it is not
     /// destroyed or an event handed out for it is not acknowledged (where
@@ -269,7 +276,11 @@ impl CompChannel {
             let mut user: *mut core::ffi::c_void = std::ptr::null_mut();
             // SAFETY: the channel is live; both out-pointers are valid.
             if unsafe { (sym.ibv_get_cq_event)(self.inner.channel, &mut cq, &mut user) } != 0 {
-                return Err(last_errno());
+                // A non-blocking channel without an event: the soft channel's error.
+                return Err(match last_errno() {
+                    Error::Os(e) if e.raw_os_error() == Some(libc::EAGAIN) => Error::WouldBlock,
+                    e => e,
+                });
             }
             let found = self.inner.lookup(cq).and_then(|any| any.downcast::<CqInner>().ok());
             match found {

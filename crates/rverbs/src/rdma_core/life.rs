@@ -92,6 +92,11 @@ impl Life {
         self.users.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// How many live children name the object.
+    pub(super) fn users(&self) -> u32 {
+        self.users.load(Ordering::Acquire)
+    }
+
     /// A child that named the object was destroyed.
     pub(super) fn detach(&self) {
         self.users.fetch_sub(1, Ordering::AcqRel);
