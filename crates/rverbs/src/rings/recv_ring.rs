@@ -102,6 +102,14 @@ unsafe impl ShmSafe for RqHdr {}
 
 const HDR_BYTES: usize = std::mem::size_of::<RqHdr>();
 
+/// Slots a ring has beyond the receives it may hold (512 bytes' worth, at least 2), so
+/// that a post to a queue kept full writes a slot taken several takes ago, on a line the
+/// taker is done with, not the slot it has just read, whose line holds the next ones it
+/// reads (docs/shared-state.md: perftest's `ib_send_lat` 0.66–0.72 → 0.56–0.58 µs).
+fn spare_slots(max_sge: usize) -> usize {
+    (512 / (slot_words(max_sge) * 8)).max(2)
+}
+
 /// Words of one slot: wr_id, num_sge, then (addr, length | lkey << 32) per SGE.
 fn slot_words(max_sge: usize) -> usize {
     2 + 2 * max_sge
@@ -176,8 +184,9 @@ pub(crate) struct RecvRing {
     seen: Box<Seen>,
 }
 
-/// What a process last read of a ring's indices, so that it reads the other side's
-/// line only when what it knows is used up; and the ring's tag.
+/// What a process keeps of a ring in its own memory: the indices it last read, so that it
+/// reads the other side's line only when what it knows is used up; the ring's tag; the
+/// receives the owner may queue.
 #[derive(Default)]
 struct Seen {
     /// A `tail` this process's takers read (Acquire), used under the ring's lock only:
@@ -190,6 +199,9 @@ struct Seen {
     /// The ring's tag (`rings::recv_count`): the owner's, or as a peer read it (here, in
     /// the ring's one box of process memory, rather than beside `cap`).
     tag: u32,
+    /// The receives the owner may queue (`max_recv_wr`; ENOMEM beyond): fewer than the
+    /// ring's slots ([`spare_slots`]). A peer's view holds the slot count.
+    max: usize,
 }
 
 impl std::fmt::Debug for RecvRing {
@@ -199,15 +211,16 @@ impl std::fmt::Debug for RecvRing {
 }
 
 impl RecvRing {
-    fn mapped(seg: Arc<Segment>, me: &'static Endpoint, cap: usize, max_sge: usize, tag: u32) -> RecvRing {
-        RecvRing { seg, me, cap, max_sge, seen: Box::new(Seen { tag, ..Seen::default() }) }
+    fn mapped(seg: Arc<Segment>, me: &'static Endpoint, cap: usize, max_sge: usize, tag: u32, max: usize) -> RecvRing {
+        RecvRing { seg, me, cap, max_sge, seen: Box::new(Seen { tag, max, ..Seen::default() }) }
     }
 
     /// Creates an empty ring of `cap` receives of up to `max_sge` entries at `path`, in
     /// this process's endpoint `me`.
     pub(crate) fn create(path: &Path, cap: u32, max_sge: u32, me: &'static Endpoint) -> Result<RecvRing> {
-        let cap = cap.max(1) as usize;
+        let max = cap.max(1) as usize;
         let max_sge = max_sge.max(1) as usize;
+        let cap = max + spare_slots(max_sge);
         let bytes = HDR_BYTES + cap * slot_words(max_sge) * 8;
         let seg = Arc::new(Segment::create(path, bytes)?);
         let h = seg.get::<RqHdr>(0);
@@ -215,7 +228,7 @@ impl RecvRing {
         h.config.cap.store(cap as u32, Ordering::Relaxed);
         h.config.tag.store(tag, Ordering::Relaxed);
         h.config.max_sge.store(max_sge as u32, Ordering::Release);
-        Ok(RecvRing::mapped(seg, me, cap, max_sge, tag))
+        Ok(RecvRing::mapped(seg, me, cap, max_sge, tag, max))
     }
 
     /// A peer's view of a ring another endpoint created, from this process's endpoint `me`.
@@ -224,7 +237,7 @@ impl RecvRing {
         let (cap, max_sge) = geometry(h.config.cap.load(Ordering::Acquire), h.config.max_sge.load(Ordering::Acquire), seg.len())
             .ok_or(Error::Bug("malformed receive queue segment"))?;
         let tag = h.config.tag.load(Ordering::Acquire);
-        Ok(RecvRing::mapped(seg, me, cap, max_sge, tag))
+        Ok(RecvRing::mapped(seg, me, cap, max_sge, tag, cap))
     }
 
     fn hdr(&self) -> &RqHdr {
@@ -242,7 +255,7 @@ impl RecvRing {
     }
 
     pub(crate) fn capacity(&self) -> u32 {
-        self.cap as u32
+        self.seen.max as u32
     }
 
     pub(crate) fn max_sge(&self) -> u32 {
@@ -291,21 +304,21 @@ impl RecvRing {
         mut on_slot: impl FnMut(usize, &RecvWr<'_>),
     ) -> Result<(), PostError> {
         let h = self.hdr();
-        let cap = self.cap as u64;
+        let (cap, max) = (self.cap as u64, self.seen.max as u64);
         for (index, wr) in wrs.iter().enumerate() {
             if wr.sg_list.len() > self.max_sge {
                 let error = Error::TooManySge { max: self.max_sge as u32, got: wr.sg_list.len() as u32 };
                 return Err(PostError { index, error });
             }
             let tail = h.poster.tail.load(Ordering::Relaxed);
-            if tail.wrapping_sub(self.seen.head.load(Ordering::Acquire)) >= cap {
+            if tail.wrapping_sub(self.seen.head.load(Ordering::Acquire)) >= max {
                 let head = match heard.map(|c| recv_count::widen(tail, c)) {
-                    Some(head) if tail.wrapping_sub(head) < cap => head,
+                    Some(head) if tail.wrapping_sub(head) < max => head,
                     _ => h.takers.head.load(Ordering::Acquire),
                 };
                 self.seen.head.store(head, Ordering::Release);
-                if tail.wrapping_sub(head) >= cap {
-                    return Err(PostError { index, error: Error::QueueFull { verb, max: self.cap as u32 } });
+                if tail.wrapping_sub(head) >= max {
+                    return Err(PostError { index, error: Error::QueueFull { verb, max: max as u32 } });
                 }
             }
             let i = (tail % cap) as usize;
@@ -587,6 +600,23 @@ mod tests {
         assert_eq!(err.error.errno(), libc::ENOMEM);
         assert_eq!((peer.take().unwrap().wqe.wr_id, peer.take().unwrap().wqe.wr_id, head_of(&peer)), (2, 3, 3));
         drop((peer, rq));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_full_queue_posts_into_a_spare_slot_not_the_one_just_taken_and_still_holds_max_recv_wr() {
+        let d = dir("spare");
+        let rq = RecvQueue::new(&d.join("q"), 2, 1, me()).unwrap();
+        assert_eq!(rq.capacity(), 2, "the queue reports what was asked");
+        let s = [sge(1)];
+        let mut slots = Vec::new();
+        rq.ring().post(&[RecvWr::new(1, &s), RecvWr::new(2, &s)], "post_recv", None, |i, _| slots.push(i)).unwrap();
+        let t = rq.take().unwrap();
+        rq.ring().post(&[RecvWr::new(3, &s)], "post_recv", Some(t.count.count), |i, _| slots.push(i)).unwrap();
+        assert_eq!(slots, [0, 1, 2], "the third receive goes to a spare slot, not slot 0 just taken");
+        let err = rq.post(&[RecvWr::new(4, &s)], None, "post_recv", None).unwrap_err();
+        assert_eq!((err.error.errno(), rq.len()), (libc::ENOMEM, 2));
+        drop(rq);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
