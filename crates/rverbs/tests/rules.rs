@@ -140,7 +140,8 @@ fn srq_rules_name_the_tag_list_and_its_limits() {
 /// full as perftest keeps it — each receive posted again once its completion is polled,
 /// its room learned from that completion (docs/shared-state.md, "The consumed count in
 /// the completion") — takes every repost, refuses one more, and each SEND lands in its
-/// own receive, in order.
+/// own receive, in order: plain SENDs (the express lane) and SENDs with immediate data
+/// (the queued way) alike.
 #[test]
 fn a_receive_queue_kept_full_takes_each_repost_and_refuses_one_more() {
     const DEPTH: u64 = 4;
@@ -155,7 +156,8 @@ fn a_receive_queue_kept_full_takes_each_repost_and_refuses_one_more() {
     for m in 0..40u64 {
         a.mr.write(0, &(m + 1000).to_le_bytes()).unwrap();
         let sge = [a.mr.sge(0, 8).unwrap()];
-        a.qp.post_send(&[SendWr::send(m, &sge).signaled()]).unwrap();
+        let wr = SendWr::send(m, &sge).signaled();
+        a.qp.post_send(&[if m % 2 == 1 { wr.with_imm(m as u32) } else { wr }]).unwrap();
         assert_eq!(poll_one(&a.cq).wr_id(), m);
         let wc = poll_one(&b.cq);
         assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (m, WcStatus::Success, Some(8)));
