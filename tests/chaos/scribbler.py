@@ -52,9 +52,9 @@ CQ_SHM = {"errored": (0, 4), "notify": (4, 4), "channel": (8, 4), "flags": (12, 
           "ctx": (16, 4), "id": (20, 4), "moved": (24, 4), "cap": (32, 8),
           "resizing": (256, 4), "gate_ep0": (264, 8), "gate_ep1": (272, 8), "gate_ep2": (280, 8)}
 RING, TAIL, HEAD, SLOTS = 4096, 4096, 4096 + 128, 4096 + 256
-# rings/recv_ring.rs: RqHdr (three 64-byte lines): cap, max_sge, limit, moved | lock, pad,
+# rings/recv_ring.rs: RqHdr (three 64-byte lines): cap, max_sge, limit, moved, tag | lock, pad,
 # head | tail; the slots follow at RQ_SLOTS
-RQ_HDR = {"cap": (0, 4), "max_sge": (4, 4), "limit": (8, 4), "moved": (12, 4),
+RQ_HDR = {"cap": (0, 4), "max_sge": (4, 4), "limit": (8, 4), "moved": (12, 4), "tag": (16, 4),
           "lock": (64, 4), "head": (72, 8), "tail": (128, 8)}
 RQ_SLOTS = 192
 # shm/registry.rs: magic, pid, canary address, canary value, refuse-CMA flag, ports
@@ -197,7 +197,7 @@ def attack(kind, v, rng):
             return None
         name = os.path.basename(p)
         if kind == "rq_idx":
-            f = rng.choice(["cap", "max_sge", "limit", "moved", "head", "tail"])
+            f = rng.choice(["cap", "max_sge", "limit", "moved", "tag", "head", "tail"])
             o, s = RQ_HDR[f]
             val = garbage(rng, s)
             poke(p, o, s, val)

@@ -382,6 +382,60 @@ fn rc_child() {
     drop(user);
 }
 
+/// ibv_post_recv(3) across processes, in perftest's shape: a receive queue of 4 kept full,
+/// each receive posted again once its completion is polled, filled by SENDs of a peer
+/// process (whose takes report the count in the completion, docs/shared-state.md, "The
+/// consumed count in the completion"). Every repost is taken, one more is ENOMEM, and
+/// each message lands in its own receive, in order.
+#[test]
+fn a_receive_queue_kept_full_by_a_peers_sends_takes_each_repost_and_refuses_one_more() {
+    const DEPTH: u64 = 4;
+    const MESSAGES: u64 = 40;
+    if role().as_deref() == Some("full_rq") {
+        let mut parent = Parent::new();
+        let b = side(QpType::Rc);
+        parent.say(&format!("{}", b.qp.qp_num()));
+        let pq = num(&parent.hear()[0]) as u32;
+        to_init(&b.qp, ALL_ACCESS);
+        to_rtr(&b.qp, &b.ctx, pq, &PATH);
+        to_rts(&b.qp, &PATH);
+        for m in 0..MESSAGES {
+            assert_eq!(parent.hear(), ["send", &m.to_string()]);
+            b.mr.write(0, &(m + 1000).to_le_bytes()).unwrap();
+            let sge = [b.mr.sge(0, 8).unwrap()];
+            b.qp.post_send(&[SendWr::send(m, &sge).signaled()]).unwrap();
+            assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+            parent.say("sent");
+        }
+        return;
+    }
+    let mut peer = Peer::spawn("a_receive_queue_kept_full_by_a_peers_sends_takes_each_repost_and_refuses_one_more", "full_rq");
+    let a = side_with(QpType::Rc, 64, QpCap { max_recv_wr: DEPTH as u32, ..CAP });
+    let at = |wr_id: u64| (wr_id % DEPTH) as usize * 8;
+    let recv = |wr_id: u64| [a.mr.sge(at(wr_id), 8).unwrap()];
+    let qpn = num(&peer.recv()[0]) as u32;
+    to_init(&a.qp, ALL_ACCESS);
+    to_rtr(&a.qp, &a.ctx, qpn, &PATH);
+    to_rts(&a.qp, &PATH);
+    for k in 0..DEPTH {
+        a.qp.post_recv(&[RecvWr::new(k, &recv(k))]).unwrap();
+    }
+    peer.send(&format!("{}", a.qp.qp_num()));
+    for m in 0..MESSAGES {
+        peer.send(&format!("send {m}"));
+        assert_eq!(peer.recv(), ["sent"]);
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (m, WcStatus::Success, Some(8)));
+        let mut got = [0u8; 8];
+        a.mr.read(at(m), &mut got).unwrap();
+        assert_eq!(u64::from_le_bytes(got), m + 1000, "message {m} in its own receive");
+        a.qp.post_recv(&[RecvWr::new(m + DEPTH, &recv(m + DEPTH))]).unwrap();
+        let e = a.qp.post_recv(&[RecvWr::new(99, &recv(0))]).unwrap_err();
+        assert_eq!(e.error.errno(), libc::ENOMEM, "message {m}: the queue is full again");
+    }
+    peer.finish();
+}
+
 /// A peer that dies leaves its partner with RETRY_EXC_ERR after the QP's timeout and
 /// retry count — never a hang — and its endpoint directory is reclaimed.
 #[test]

@@ -135,3 +135,37 @@ fn srq_rules_name_the_tag_list_and_its_limits() {
     let e = tm.post_tag_op(&wide).unwrap_err();
     assert!(matches!(e, Error::TooManySge { got: 16, .. }), "{e:?}");
 }
+
+/// ibv_post_recv(3): a queue holds at most `max_recv_wr` receives (ENOMEM). A queue kept
+/// full as perftest keeps it — each receive posted again once its completion is polled,
+/// its room learned from that completion (docs/shared-state.md, "The consumed count in
+/// the completion") — takes every repost, refuses one more, and each SEND lands in its
+/// own receive, in order: plain SENDs (the express lane) and SENDs with immediate data
+/// (the queued way) alike.
+#[test]
+fn a_receive_queue_kept_full_takes_each_repost_and_refuses_one_more() {
+    const DEPTH: u64 = 4;
+    let (a, b) = pair_with(QpType::Rc, &PATH, 64, QpCap { max_recv_wr: DEPTH as u32, ..CAP });
+    let at = |wr_id: u64| (wr_id % DEPTH) as usize * 8;
+    let recv = |wr_id: u64| [b.mr.sge(at(wr_id), 8).unwrap()];
+    for k in 0..DEPTH {
+        b.qp.post_recv(&[RecvWr::new(k, &recv(k))]).unwrap();
+    }
+    let e = b.qp.post_recv(&[RecvWr::new(99, &recv(0))]).unwrap_err();
+    assert_eq!(e.error.errno(), libc::ENOMEM, "{e:?}");
+    for m in 0..40u64 {
+        a.mr.write(0, &(m + 1000).to_le_bytes()).unwrap();
+        let sge = [a.mr.sge(0, 8).unwrap()];
+        let wr = SendWr::send(m, &sge).signaled();
+        a.qp.post_send(&[if m % 2 == 1 { wr.with_imm(m as u32) } else { wr }]).unwrap();
+        assert_eq!(poll_one(&a.cq).wr_id(), m);
+        let wc = poll_one(&b.cq);
+        assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (m, WcStatus::Success, Some(8)));
+        let mut got = [0u8; 8];
+        b.mr.read(at(m), &mut got).unwrap();
+        assert_eq!(u64::from_le_bytes(got), m + 1000, "message {m} in its own receive");
+        b.qp.post_recv(&[RecvWr::new(m + DEPTH, &recv(m + DEPTH))]).unwrap();
+        let e = b.qp.post_recv(&[RecvWr::new(99, &recv(0))]).unwrap_err();
+        assert_eq!(e.error.errno(), libc::ENOMEM, "message {m}: the queue is full again");
+    }
+}

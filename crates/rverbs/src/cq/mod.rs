@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use crate::spin::{SpinGuard, SpinMutex};
 
 use bitflags::bitflags;
-use rverbs_proto::verbs::EventType;
+use rverbs_proto::verbs::{EventType, WcOpcode};
 
 use crate::mr::domain::ContextCore;
 use crate::table::Table;
@@ -23,6 +23,7 @@ use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
+use crate::rings::recv_count::Heard;
 use crate::rings::wc::{Cqe, Wc};
 use channel::{ChannelInner, CompChannel};
 use crate::rings::producer_gate::Producer;
@@ -228,6 +229,10 @@ pub(crate) struct CqInner {
     /// [`QUIET_CHECK`]-th also looks for a reservation left unpublished
     /// ([`CqInner::surely_empty`]); on a line of its own, as a poller writes it.
     quiet_polls: crossbeam_utils::CachePadded<AtomicU32>,
+    /// The count of receives taken that the last receive completion polled carried, for
+    /// the posts of the QP whose receive queue it names (`rings::recv_count`); a line of
+    /// its own, written by the poller and read by that QP's posts.
+    pub(crate) heard: crossbeam_utils::CachePadded<Heard>,
     /// The parent domain the CQ was created on (ibv_create_cq_ex(3),
     /// `IBV_CQ_INIT_ATTR_MASK_PD`), held until the CQ is destroyed: opaque here, the verbs
     /// layer (`pd`) puts its hold in and reads it back.
@@ -479,6 +484,7 @@ impl CqInner {
                     if self.purging.load(Ordering::Acquire) && self.purged(cqe.qp_num, pos) {
                         continue;
                     }
+                    self.heard.polled(cqe.rq_taken, cqe.opcode_raw() & WcOpcode::Recv as u32 != 0 || cqe.status != 0);
                     return Some(cqe);
                 }
                 Pop::Empty => {
@@ -737,6 +743,7 @@ impl Cq {
                 polled: Default::default(),
                 stuck: Mutex::new(None),
                 quiet_polls: Default::default(),
+                heard: Default::default(),
                 parent: Mutex::new(None),
                 poller: AtomicU64::new(0),
                 armed_full: AtomicBool::new(false),

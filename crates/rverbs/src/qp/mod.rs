@@ -986,10 +986,13 @@ impl Qp {
             });
         };
         let keys = keep.then_some(&q.pd.endpoint().keys);
+        // A count of takes the receive CQ's poll heard spares the post the takers' line
+        // (`rings::recv_count`).
+        let heard = q.recv_cq.heard.count_for(rq.ring().tag());
         let r = match crate::fault_plan::fail_post(q.slot(), Verb::PostRecv, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
-            Some((index, error)) => rq.post(&wrs[..index], keys, "post_recv").and(Err(PostError { index, error })),
-            None => rq.post(wrs, keys, "post_recv"),
+            Some((index, error)) => rq.post(&wrs[..index], keys, "post_recv", heard).and(Err(PostError { index, error })),
+            None => rq.post(wrs, keys, "post_recv", heard),
         };
         if q.state() == QpState::Err {
             q.flush_rq();

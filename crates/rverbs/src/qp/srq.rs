@@ -408,9 +408,9 @@ impl Srq {
         let r = match crate::fault_plan::fail_post(self.inner.pd.endpoint().slot, verb, None, wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
             Some((index, error)) => {
-                self.inner.queue().post(&wrs[..index], keys, "post_srq_recv").and(Err(PostError { index, error }))
+                self.inner.queue().post(&wrs[..index], keys, "post_srq_recv", None).and(Err(PostError { index, error }))
             }
-            None => self.inner.queue().post(wrs, keys, "post_srq_recv"),
+            None => self.inner.queue().post(wrs, keys, "post_srq_recv", None),
         };
         let posted = r.as_ref().err().map_or(wrs.len(), |e| e.index);
         self.inner.raise_injected(wrs[..posted].iter().map(|w| w.wr_id));

@@ -16,6 +16,8 @@
 //!   its buffer before the completion is seen (docs/sanitizer.md, read-before-completion);
 //! - [`recv_ring`]: a receive queue's ring (a QP's own, or an SRQ's) in its shared
 //!   segment (ibv_post_recv(3));
+//! - [`recv_count`]: a receive queue's consumed count, carried back to its owner in the
+//!   receive completion it polls, so a post to a queue kept full reads no line of a taker;
 //! - [`tag_list`]: a tag-matching SRQ's list of tagged buffers in its shared segment,
 //!   and the rule that matches a message to one (docs/tag-matching.md);
 //! - [`wr`]: work requests as the Rust API takes them (`struct ibv_send_wr`,
@@ -31,6 +33,7 @@ pub(crate) mod cq_segment;
 pub(crate) mod deferred_notify;
 pub(crate) mod producer_gate;
 pub mod qp_attr;
+pub(crate) mod recv_count;
 pub(crate) mod recv_ring;
 pub(crate) mod staging;
 pub(crate) mod tag_list;

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 use crate::mr::endpoint::Endpoint;
 use crate::mr::{MrInner, Sge};
+use crate::rings::recv_count::{self, TakenCount};
 use crate::rings::wr::{PostError, RecvWr};
 use crate::shm::lock::ShmLock;
 use crate::shm::{Segment, ShmSafe};
@@ -62,7 +63,7 @@ struct RqHdr {
     poster: RqPoster,
 }
 
-/// The ring's geometry and rarely written words.
+/// The ring's geometry and rarely written words (the tag: written once, by the owner).
 #[repr(C, align(64))]
 #[derive(Default)]
 struct RqConfig {
@@ -72,6 +73,9 @@ struct RqConfig {
     limit: AtomicU32,
     /// An SRQ that was resized: the generation that replaced this segment.
     moved: AtomicU32,
+    /// The owner's tag of the ring, which a take writes into the receive's completion
+    /// with the count taken (`rings::recv_count`).
+    tag: AtomicU32,
 }
 
 /// What takers write: the lock they take under, and how many receives were taken. One
@@ -97,6 +101,14 @@ struct RqPoster {
 unsafe impl ShmSafe for RqHdr {}
 
 const HDR_BYTES: usize = std::mem::size_of::<RqHdr>();
+
+/// Slots a ring has beyond the receives it may hold (512 bytes' worth, at least 2), so
+/// that a post to a queue kept full writes a slot taken several takes ago, on a line the
+/// taker is done with, not the slot it has just read, whose line holds the next ones it
+/// reads (docs/shared-state.md: perftest's `ib_send_lat` 0.66–0.72 → 0.56–0.58 µs).
+fn spare_slots(max_sge: usize) -> usize {
+    (512 / (slot_words(max_sge) * 8)).max(2)
+}
 
 /// Words of one slot: wr_id, num_sge, then (addr, length | lkey << 32) per SGE.
 fn slot_words(max_sge: usize) -> usize {
@@ -154,6 +166,9 @@ pub(crate) fn srq_segment_name(srqn: u32, gen: u32) -> String {
 /// What a take found.
 pub(crate) struct Taken {
     pub(crate) wqe: RecvWqe,
+    /// The ring's tag and the receives ever taken from it, this one included: for the
+    /// receive's completion (`rings::recv_count`).
+    pub(crate) count: TakenCount,
     /// This take crossed the armed SRQ limit (raise SRQ_LIMIT_REACHED).
     pub(crate) limit_fired: bool,
 }
@@ -169,8 +184,9 @@ pub(crate) struct RecvRing {
     seen: Box<Seen>,
 }
 
-/// What a process last read of a ring's indices, so that it reads the other side's
-/// line only when what it knows is used up.
+/// What a process keeps of a ring in its own memory: the indices it last read, so that it
+/// reads the other side's line only when what it knows is used up; the ring's tag; the
+/// receives the owner may queue.
 #[derive(Default)]
 struct Seen {
     /// A `tail` this process's takers read (Acquire), used under the ring's lock only:
@@ -180,6 +196,12 @@ struct Seen {
     /// serialises): while a post is less than a lap ahead of it, it does not read the
     /// takers' line.
     head: CachePadded<AtomicU64>,
+    /// The ring's tag (`rings::recv_count`): the owner's, or as a peer read it (here, in
+    /// the ring's one box of process memory, rather than beside `cap`).
+    tag: u32,
+    /// The receives the owner may queue (`max_recv_wr`; ENOMEM beyond): fewer than the
+    /// ring's slots ([`spare_slots`]). A peer's view holds the slot count.
+    max: usize,
 }
 
 impl std::fmt::Debug for RecvRing {
@@ -189,21 +211,24 @@ impl std::fmt::Debug for RecvRing {
 }
 
 impl RecvRing {
-    fn mapped(seg: Arc<Segment>, me: &'static Endpoint, cap: usize, max_sge: usize) -> RecvRing {
-        RecvRing { seg, me, cap, max_sge, seen: Box::default() }
+    fn mapped(seg: Arc<Segment>, me: &'static Endpoint, cap: usize, max_sge: usize, tag: u32, max: usize) -> RecvRing {
+        RecvRing { seg, me, cap, max_sge, seen: Box::new(Seen { tag, max, ..Seen::default() }) }
     }
 
     /// Creates an empty ring of `cap` receives of up to `max_sge` entries at `path`, in
     /// this process's endpoint `me`.
     pub(crate) fn create(path: &Path, cap: u32, max_sge: u32, me: &'static Endpoint) -> Result<RecvRing> {
-        let cap = cap.max(1) as usize;
+        let max = cap.max(1) as usize;
         let max_sge = max_sge.max(1) as usize;
+        let cap = max + spare_slots(max_sge);
         let bytes = HDR_BYTES + cap * slot_words(max_sge) * 8;
         let seg = Arc::new(Segment::create(path, bytes)?);
         let h = seg.get::<RqHdr>(0);
+        let tag = recv_count::next_tag();
         h.config.cap.store(cap as u32, Ordering::Relaxed);
+        h.config.tag.store(tag, Ordering::Relaxed);
         h.config.max_sge.store(max_sge as u32, Ordering::Release);
-        Ok(RecvRing::mapped(seg, me, cap, max_sge))
+        Ok(RecvRing::mapped(seg, me, cap, max_sge, tag, max))
     }
 
     /// A peer's view of a ring another endpoint created, from this process's endpoint `me`.
@@ -211,7 +236,8 @@ impl RecvRing {
         let h = seg.get::<RqHdr>(0);
         let (cap, max_sge) = geometry(h.config.cap.load(Ordering::Acquire), h.config.max_sge.load(Ordering::Acquire), seg.len())
             .ok_or(Error::Bug("malformed receive queue segment"))?;
-        Ok(RecvRing::mapped(seg, me, cap, max_sge))
+        let tag = h.config.tag.load(Ordering::Acquire);
+        Ok(RecvRing::mapped(seg, me, cap, max_sge, tag, cap))
     }
 
     fn hdr(&self) -> &RqHdr {
@@ -229,11 +255,16 @@ impl RecvRing {
     }
 
     pub(crate) fn capacity(&self) -> u32 {
-        self.cap as u32
+        self.seen.max as u32
     }
 
     pub(crate) fn max_sge(&self) -> u32 {
         self.max_sge as u32
+    }
+
+    /// The ring's tag (`rings::recv_count`).
+    pub(crate) fn tag(&self) -> u32 {
+        self.seen.tag
     }
 
     /// Receives queued (a snapshot).
@@ -263,26 +294,31 @@ impl RecvRing {
     /// Without the ring's lock: the slot is written, then `tail` published (Release), so
     /// a taker that reads `tail` (Acquire) reads the whole slot. The slot is free once
     /// `head` (Acquire: the taker's reads of its last occupant came before) is less than
-    /// a lap behind.
+    /// a lap behind. `heard` is the count of receives taken that the owner's CQ last
+    /// polled for this ring (`rings::recv_count`): when it shows room, `head` is not read.
     pub(crate) fn post(
         &self,
         wrs: &[RecvWr<'_>],
         verb: &'static str,
+        heard: Option<u32>,
         mut on_slot: impl FnMut(usize, &RecvWr<'_>),
     ) -> Result<(), PostError> {
         let h = self.hdr();
-        let cap = self.cap as u64;
+        let (cap, max) = (self.cap as u64, self.seen.max as u64);
         for (index, wr) in wrs.iter().enumerate() {
             if wr.sg_list.len() > self.max_sge {
                 let error = Error::TooManySge { max: self.max_sge as u32, got: wr.sg_list.len() as u32 };
                 return Err(PostError { index, error });
             }
             let tail = h.poster.tail.load(Ordering::Relaxed);
-            if tail.wrapping_sub(self.seen.head.load(Ordering::Acquire)) >= cap {
-                let head = h.takers.head.load(Ordering::Acquire);
+            if tail.wrapping_sub(self.seen.head.load(Ordering::Acquire)) >= max {
+                let head = match heard.map(|c| recv_count::widen(tail, c)) {
+                    Some(head) if tail.wrapping_sub(head) < max => head,
+                    _ => h.takers.head.load(Ordering::Acquire),
+                };
                 self.seen.head.store(head, Ordering::Release);
-                if tail.wrapping_sub(head) >= cap {
-                    return Err(PostError { index, error: Error::QueueFull { verb, max: self.cap as u32 } });
+                if tail.wrapping_sub(head) >= max {
+                    return Err(PostError { index, error: Error::QueueFull { verb, max: max as u32 } });
                 }
             }
             let i = (tail % cap) as usize;
@@ -324,12 +360,13 @@ impl RecvRing {
             return None;
         }
         let left = queued - 1;
-        h.takers.head.store(head.wrapping_add(1), Ordering::Release);
+        let taken = head.wrapping_add(1);
+        h.takers.head.store(taken, Ordering::Release);
         let limit_fired = limit != 0 && (left < u64::from(limit)) && {
             h.config.limit.store(0, Ordering::Release);
             true
         };
-        Some(Taken { wqe, limit_fired })
+        Some(Taken { wqe, limit_fired, count: TakenCount { ring: self.seen.tag, count: taken as u32 } })
     }
 
     /// Stores a receive in slot `i` (at most `max_sge` entries: the caller checked).
@@ -417,10 +454,11 @@ impl RecvQueue {
         wrs: &[RecvWr<'_>],
         keys: Option<&crate::mr::KeyTable>,
         verb: &'static str,
+        heard: Option<u32>,
     ) -> Result<(), PostError> {
         let mut keep = self.keep.lock().expect("rq keep");
         let per = self.ring.max_sge;
-        self.ring.post(wrs, verb, |slot, wr| {
+        self.ring.post(wrs, verb, heard, |slot, wr| {
             let base = slot * per;
             for k in 0..per {
                 keep[base + k] = match (keys, wr.sg_list.get(k)) {
@@ -492,7 +530,7 @@ mod tests {
         let b = [sge(2), sge(3)];
         let c = [sge(4)];
         let wrs = [RecvWr::new(1, &a), RecvWr::new(2, &b), RecvWr::new(3, &c)];
-        let err = rq.post(&wrs, None, "post_recv").unwrap_err();
+        let err = rq.post(&wrs, None, "post_recv", None).unwrap_err();
         assert_eq!(err.index, 2);
         assert_eq!(err.error.errno(), libc::ENOMEM);
         let t = rq.take().unwrap();
@@ -510,7 +548,7 @@ mod tests {
         let d = dir("sge");
         let rq = RecvQueue::new(&d.join("q"), 4, 1, me()).unwrap();
         let two = [sge(1), sge(2)];
-        let err = rq.post(&[RecvWr::new(1, &two)], None, "post_recv").unwrap_err();
+        let err = rq.post(&[RecvWr::new(1, &two)], None, "post_recv", None).unwrap_err();
         assert_eq!((err.index, err.error.errno()), (0, libc::EINVAL));
         assert_eq!(rq.len(), 0);
         drop(rq);
@@ -522,7 +560,7 @@ mod tests {
         let d = dir("peer");
         let rq = RecvQueue::new(&d.join("q"), 4, 1, me()).unwrap();
         let s = [sge(9)];
-        rq.post(&[RecvWr::new(7, &s), RecvWr::new(8, &s), RecvWr::new(9, &s)], None, "post_recv").unwrap();
+        rq.post(&[RecvWr::new(7, &s), RecvWr::new(8, &s), RecvWr::new(9, &s)], None, "post_recv", None).unwrap();
         rq.ring().set_limit(2);
         let peer = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap()), me()).unwrap();
         let t = peer.take().unwrap();
@@ -532,6 +570,53 @@ mod tests {
         assert_eq!(rq.ring().limit(), 0, "the limit disarms when it fires");
         assert_eq!(rq.drain(), vec![9]);
         drop((peer, rq));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The takers' `head`, as only a test reads it behind the owner's back.
+    fn head_of(r: &RecvRing) -> u64 {
+        r.hdr().takers.head.load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn a_full_queue_posts_on_a_heard_count_without_reading_head_and_refuses_a_count_that_shows_no_room() {
+        let d = dir("heard");
+        let rq = RecvQueue::new(&d.join("q"), 2, 1, me()).unwrap();
+        let s = [sge(1)];
+        rq.post(&[RecvWr::new(1, &s), RecvWr::new(2, &s)], None, "post_recv", None).unwrap();
+        let peer = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap()), me()).unwrap();
+        assert_eq!(peer.tag(), rq.ring().tag(), "a peer reads the owner's tag");
+        let t = peer.take().unwrap();
+        assert_eq!(t.count, TakenCount { ring: rq.ring().tag(), count: 1 });
+        // A head the owner must not have read: were the post to read it, it would find
+        // the queue full and refuse.
+        rq.ring().hdr().takers.head.store(0, Ordering::Release);
+        rq.post(&[RecvWr::new(3, &s)], None, "post_recv", Some(t.count.count)).unwrap();
+        // A count of no take (ahead of tail, or the one already used) shows no room: `head` decides.
+        rq.ring().hdr().takers.head.store(1, Ordering::Release);
+        let err = rq.post(&[RecvWr::new(4, &s)], None, "post_recv", Some(7)).unwrap_err();
+        assert_eq!(err.error.errno(), libc::ENOMEM);
+        let err = rq.post(&[RecvWr::new(4, &s)], None, "post_recv", Some(1)).unwrap_err();
+        assert_eq!(err.error.errno(), libc::ENOMEM);
+        assert_eq!((peer.take().unwrap().wqe.wr_id, peer.take().unwrap().wqe.wr_id, head_of(&peer)), (2, 3, 3));
+        drop((peer, rq));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_full_queue_posts_into_a_spare_slot_not_the_one_just_taken_and_still_holds_max_recv_wr() {
+        let d = dir("spare");
+        let rq = RecvQueue::new(&d.join("q"), 2, 1, me()).unwrap();
+        assert_eq!(rq.capacity(), 2, "the queue reports what was asked");
+        let s = [sge(1)];
+        let mut slots = Vec::new();
+        rq.ring().post(&[RecvWr::new(1, &s), RecvWr::new(2, &s)], "post_recv", None, |i, _| slots.push(i)).unwrap();
+        let t = rq.take().unwrap();
+        rq.ring().post(&[RecvWr::new(3, &s)], "post_recv", Some(t.count.count), |i, _| slots.push(i)).unwrap();
+        assert_eq!(slots, [0, 1, 2], "the third receive goes to a spare slot, not slot 0 just taken");
+        let err = rq.post(&[RecvWr::new(4, &s)], None, "post_recv", None).unwrap_err();
+        assert_eq!((err.error.errno(), rq.len()), (libc::ENOMEM, 2));
+        drop(rq);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

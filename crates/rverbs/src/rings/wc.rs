@@ -1,6 +1,7 @@
 //! Work completions: the public [`Wc`] (layout-identical to `struct ibv_wc`) and the
 //! CQE the device writes into a completion ring.
 
+use crate::rings::recv_count::TakenCount;
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 
 /// Number of 64-bit words a [`Cqe`] encodes into (a completion ring slot holds them
@@ -158,7 +159,14 @@ pub(crate) struct Cqe {
     /// A tag-matched receive (IBV_WC_TM_MATCH): the message's tag; its TMH application
     /// context travels in `imm` (such a completion has no immediate data).
     pub(crate) tm_tag: u64,
+    /// A receive of a QP's own receive queue: the count of receives taken from it, for
+    /// its owner's posts (`rings::recv_count`). It travels in the tag's word, flagged by
+    /// bit 41 of word 4 (a receive queue's receive is never tag-matched).
+    pub(crate) rq_taken: Option<TakenCount>,
 }
+
+/// Bit of CQE word 4 that says word 6 carries a [`TakenCount`] instead of a tag.
+const RQ_TAKEN_BIT: u64 = 1 << 41;
 
 impl Cqe {
     /// A successful completion.
@@ -196,9 +204,13 @@ impl Cqe {
             u64::from(self.pkey_index)
                 | u64::from(self.slid) << 16
                 | u64::from(self.dlid_path_bits) << 32
-                | u64::from(self.solicited) << 40,
+                | u64::from(self.solicited) << 40
+                | if self.rq_taken.is_some() { RQ_TAKEN_BIT } else { 0 },
             self.timestamp,
-            self.tm_tag,
+            match self.rq_taken {
+                Some(t) => t.word(),
+                None => self.tm_tag,
+            },
         ]
     }
 
@@ -215,6 +227,7 @@ impl Cqe {
     }
 
     fn decode_raw(w: &[u64; CQE_WORDS]) -> Self {
+        let taken = w[4] & RQ_TAKEN_BIT != 0;
         Cqe {
             wr_id: w[0],
             byte_len: w[1] as u32,
@@ -231,7 +244,8 @@ impl Cqe {
             dlid_path_bits: (w[4] >> 32) as u8,
             solicited: (w[4] >> 40) & 1 == 1,
             timestamp: w[5],
-            tm_tag: w[6],
+            tm_tag: if taken { 0 } else { w[6] },
+            rq_taken: taken.then(|| TakenCount::from_word(w[6])),
         }
     }
 
@@ -307,8 +321,11 @@ mod tests {
             timestamp: u64::MAX - 5,
             solicited: true,
             tm_tag: 0x0123_4567_89ab_cdef,
+            rq_taken: None,
         };
         assert_eq!(Cqe::decode(&c.encode()), c);
+        let r = Cqe { tm_tag: 0, rq_taken: Some(TakenCount { ring: 0xfeed_0001, count: u32::MAX - 2 }), ..c };
+        assert_eq!(Cqe::decode(&r.encode()), r);
     }
 
     #[test]

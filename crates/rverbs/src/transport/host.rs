@@ -212,9 +212,11 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
         ExpressOp::Send { solicited } => {
             let mut fits = |r: &RecvWqe| place_message(t, r, src, u64::from(w.len));
             t.note_inbound();
-            let Some(wr_id) = t.express_recv(&mut fits) else { return false };
+            let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return false };
             let c = responder.express_send_done(w.psn, wr_id, w.len, solicited);
-            if deliver_recv(t, recv_cqe(t, &c), qp.pd.endpoint().counters).is_err() {
+            let mut cqe = recv_cqe(t, &c);
+            cqe.rq_taken = Some(taken);
+            if deliver_recv(t, cqe, qp.pd.endpoint().counters).is_err() {
                 responder.enter_error();
                 return false;
             }

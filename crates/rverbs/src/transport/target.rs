@@ -28,6 +28,7 @@ use crate::shm::fifo::send_on;
 use crate::shm::registry::Peer;
 use crate::shm::tables::{QpRecord, QP_FLAG_COMM_EST};
 use crate::qp::srq::SrqInner;
+use crate::rings::recv_count::TakenCount;
 use crate::rings::tag_list::{Header, TagList};
 use crate::rings::wc::Cqe;
 
@@ -57,7 +58,9 @@ pub(crate) trait Target {
     /// The express lane (docs/queue-pairs.md): takes the next receive of the QP's own
     /// receive queue only if `fits` (which places the message into it) says so; `None` for
     /// anything else (an SRQ, an empty queue, a receive that does not fit), nothing taken.
-    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<u64> {
+    /// Gives the receive's `wr_id` and the count its completion carries to the queue's
+    /// owner (`rings::recv_count`).
+    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, TakenCount)> {
         let _ = fits;
         None
     }
@@ -122,11 +125,11 @@ impl Target for LocalTarget {
         self.srq.as_ref().is_some_and(|s| s.tm.is_some())
     }
 
-    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<u64> {
+    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, TakenCount)> {
         if self.srq.is_some() {
             return None;
         }
-        self.qp.rq.as_ref()?.ring().take_if(|w| fits(w)).map(|t| t.wqe.wr_id)
+        self.qp.rq.as_ref()?.ring().take_if(|w| fits(w)).map(|t| (t.wqe.wr_id, t.count))
     }
 
     fn take_for(&self, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
@@ -575,10 +578,10 @@ impl Target for PeerTarget {
         }
     }
 
-    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<u64> {
+    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, TakenCount)> {
         let PeerRecv::Rq(gen) = self.recv else { return None };
         match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w)) {
-            Take::Got(t) => Some(t.wqe.wr_id),
+            Take::Got(t) => Some((t.wqe.wr_id, t.count)),
             _ => None,
         }
     }
