@@ -30,11 +30,18 @@ use crate::gid::Gid;
 /// 8–64 µs, which then retransmit and are ACKed again).
 pub(crate) const ACK_DELAY: Duration = Duration::from_micros(200);
 
+/// The most buffers a QP's held ACKs keep for reuse ([`HeldAcks::drain_into`]).
+const SPARE_BUFFERS: usize = 8;
+
 /// The ACK packets a QP's network responder holds, for one peer.
 #[derive(Default)]
 pub(crate) struct HeldAcks {
     /// The packets (BTH to ICRC, ICRC not yet written), oldest first.
     packets: Vec<Vec<u8>>,
+    /// Buffers the held packets displaced where they were sent from (a requester's batch),
+    /// for the next responses of this QP ([`HeldAcks::spares`]): a busy ping-pong holds
+    /// and sends an ACK per message without allocating one.
+    spare: Vec<Vec<u8>>,
     /// The local GID whose socket they leave from, and the peer's address.
     route: Option<(Gid, IpAddr)>,
 }
@@ -65,6 +72,23 @@ impl HeldAcks {
     /// Takes every held packet, oldest first.
     pub(crate) fn take(&mut self) -> Vec<Vec<u8>> {
         std::mem::take(&mut self.packets)
+    }
+
+    /// Hands every held packet, oldest first, to `put`, which may give back a buffer the
+    /// packet displaced (kept, a few, for [`HeldAcks::spares`]).
+    pub(crate) fn drain_into(&mut self, mut put: impl FnMut(Vec<u8>) -> Option<Vec<u8>>) {
+        for p in self.packets.drain(..) {
+            if let Some(buf) = put(p) {
+                if self.spare.len() < SPARE_BUFFERS {
+                    self.spare.push(buf);
+                }
+            }
+        }
+    }
+
+    /// The buffers [`HeldAcks::drain_into`] kept, for packets to come.
+    pub(crate) fn spares(&mut self) -> std::vec::Drain<'_, Vec<u8>> {
+        self.spare.drain(..)
     }
 }
 
@@ -137,6 +161,26 @@ mod tests {
         assert_eq!(h.route(), Some((gid, dst)));
         assert_eq!(h.take(), [vec![1], vec![2], vec![3]]);
         assert!(h.is_empty() && h.route().is_none());
+    }
+
+    #[test]
+    fn drained_acks_go_in_order_and_the_buffers_they_displace_come_back_a_few() {
+        let mut h = HeldAcks::default();
+        let (gid, dst) = (Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+        h.hold(gid, dst, (0..10u8).map(|k| vec![k]));
+        let mut sent = Vec::new();
+        // Each packet displaces an idle buffer of the batch it goes into, but the first.
+        h.drain_into(|p| {
+            let displaced = (!sent.is_empty()).then(|| vec![0xee; 64]);
+            sent.push(p);
+            displaced
+        });
+        assert_eq!(sent, (0..10u8).map(|k| vec![k]).collect::<Vec<_>>());
+        assert!(h.is_empty() && h.route().is_none());
+        let spares: Vec<Vec<u8>> = h.spares().collect();
+        assert_eq!(spares.len(), SPARE_BUFFERS, "nine displaced, a few kept");
+        assert!(spares.iter().all(|b| b.len() == 64));
+        assert_eq!(h.spares().count(), 0, "given once");
     }
 
     #[test]

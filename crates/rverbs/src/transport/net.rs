@@ -108,14 +108,22 @@ impl Batch {
         self.queued = 0;
     }
 
-    /// Queues `packet`, built elsewhere (an ACK held back, [`crate::qp::acks`]).
-    fn push(&mut self, packet: Vec<u8>) {
-        if self.out.len() > self.queued {
-            self.out[self.queued] = packet;
+    /// Queues `packet`, built elsewhere (an ACK held back, [`crate::qp::acks`]); returns
+    /// the idle buffer it took the place of, if any.
+    fn push(&mut self, packet: Vec<u8>) -> Option<Vec<u8>> {
+        let displaced = if self.out.len() > self.queued {
+            Some(std::mem::replace(&mut self.out[self.queued], packet))
         } else {
             self.out.push(packet);
-        }
+            None
+        };
         self.queued += 1;
+        displaced
+    }
+
+    /// Keeps `bufs` as idle buffers for the packets to come ([`Batch::next`]).
+    fn give(&mut self, bufs: impl IntoIterator<Item = Vec<u8>>) {
+        self.out.extend(bufs);
     }
 
     /// Takes the packets waiting, oldest first (their buffers go with them).
@@ -170,9 +178,7 @@ impl NetTx {
         // the held ACKs along itself.
         if let Ok(mut nr) = qp.net_resp.try_lock() {
             if nr.held_acks.route() == Some((self.sgid, self.dst)) {
-                for p in nr.held_acks.take() {
-                    self.out.push(p);
-                }
+                nr.held_acks.drain_into(|p| self.out.push(p));
             }
         }
         self.out.send(net, &self.sgid, self.dst);
@@ -363,7 +369,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
         // ACKs held from earlier runs go first, with this run's responses (kept in order):
         // held again at the end, or sent with them.
         match nr.held_acks.route() {
-            Some(r) if r == (*local, src) => nr.held_acks.take().into_iter().for_each(|p| out.push(p)),
+            Some(r) if r == (*local, src) => nr.held_acks.drain_into(|p| out.push(p)),
             Some((sgid, dst)) => net.send_batch(&sgid, dst, &mut nr.held_acks.take()),
             None => {}
         }
@@ -494,6 +500,8 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             // docs/network.md, "Coalesced ACKs": they leave with the QP's next requests, at
             // this thread's next inline receive, or after `acks::ACK_DELAY`.
             nr.held_acks.hold(*local, src, out.take_queued());
+            // Buffers earlier held ACKs displaced take the place of those just held.
+            out.give(nr.held_acks.spares());
             engine.acks_due.add(qp.qpn, now);
         }
     }
@@ -686,6 +694,13 @@ mod tests {
         assert!(out.queued().is_empty());
         out.push(vec![4]);
         assert_eq!(out.queued(), [vec![4]]);
+        // An idle buffer a pushed packet takes the place of is handed back; one given is
+        // where the next packet is built.
+        out.clear();
+        out.give([vec![9; 32]]);
+        assert_eq!(out.push(vec![5]), Some(vec![4]), "the buffer of the packet sent before");
+        assert_eq!(out.push(vec![6]), Some(vec![9; 32]));
+        assert_eq!(out.push(vec![7]), None);
     }
 
     /// Issue 24: the responses of one READ go to the socket layer in batches of [`BATCH`]
