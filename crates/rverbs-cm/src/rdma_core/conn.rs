@@ -93,6 +93,7 @@ impl Listening {
     }
 
     /// The listening id's channel (the awaited listener watches it).
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
     pub(crate) fn channel(&self) -> &EventChannel {
         &self.ch
     }
@@ -225,12 +226,14 @@ impl Link {
     }
 
     /// The connection's channel (the awaited connection watches it).
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
     pub(crate) fn channel(&self) -> &EventChannel {
         &self.ch
     }
 
     /// The peer disconnected (DISCONNECTED arrived): `qp` moves to ERR, as librdmacm
     /// does only for a QP it made.
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
     pub(crate) fn peer_disconnected(&self, qp: &Qp) -> Result<()> {
         qp_to_err(qp)
     }

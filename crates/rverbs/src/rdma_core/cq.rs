@@ -237,6 +237,7 @@ impl Cq {
 
     /// How many CQs report to `ch` if this CQ is one of them (`None` if it reports
     /// elsewhere or nowhere): `aio::AsyncCq::new` wants a channel of the CQ's own.
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
     pub(crate) fn channel_users(&self, ch: &CompChannel) -> Option<u32> {
         let mine = self.inner.channel.as_ref()?;
         Arc::ptr_eq(mine, &ch.inner).then(|| ch.inner.life.users())

@@ -92,7 +92,8 @@ impl Life {
         self.users.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// How many live children name the object.
+    /// How many live children name the object (`Cq::channel_users`, for `aio`).
+    #[cfg(any(feature = "tokio", feature = "async-io"))]
     pub(super) fn users(&self) -> u32 {
         self.users.load(Ordering::Acquire)
     }
