@@ -65,6 +65,16 @@ fn cap() -> QpCap {
 }
 
 /// RESET → INIT → RTR → RTS with the attributes ibv_modify_qp(3) requires of a connected QP.
+/// Two RC QPs of `pd` completing to `cq_a` and `cq_b`, connected to each other (LOCAL_WRITE).
+fn connected_qps(ctx: &Context, pd: &Pd, cq_a: &Cq, cq_b: &Cq) -> (Qp, Qp) {
+    let a = pd.create_qp(&QpInit::new(QpType::Rc, cq_a, cap())).unwrap();
+    let b = pd.create_qp(&QpInit::new(QpType::Rc, cq_b, cap())).unwrap();
+    let p = path(ctx);
+    connect(&a, p, b.qp_num(), Access::LOCAL_WRITE);
+    connect(&b, p, a.qp_num(), Access::LOCAL_WRITE);
+    (a, b)
+}
+
 fn connect(qp: &Qp, ah: AhAttr, dest: u32, access: Access) {
     let init = QpAttr { qp_state: QpState::Init, port_num: PORT, qp_access_flags: access, ..QpAttr::default() };
     qp.modify(&init, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)
@@ -358,11 +368,7 @@ fn an_armed_cq_wakes_its_completion_channel() {
     let ch = ctx.create_comp_channel().expect("create_comp_channel");
     let cq_a = ctx.create_cq(&CqInit::new(8)).unwrap();
     let cq_b = ctx.create_cq(&CqInit::new(8).channel(&ch).cq_context(0xfeed)).unwrap();
-    let a = pd.create_qp(&QpInit::new(QpType::Rc, &cq_a, cap())).unwrap();
-    let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq_b, cap())).unwrap();
-    let p = path(&ctx);
-    connect(&a, p, b.qp_num(), Access::LOCAL_WRITE);
-    connect(&b, p, a.qp_num(), Access::LOCAL_WRITE);
+    let (a, b) = connected_qps(&ctx, &pd, &cq_a, &cq_b);
     let buf = region(&pd, 16);
     b.post_recv(&[RecvWr::new(1, &[buf.whole()])]).unwrap();
     cq_b.req_notify(false).expect("req_notify_cq");
@@ -395,11 +401,7 @@ fn an_async_cq_awaits_the_backends_completions() {
     let err = AsyncCq::new(cq_b.clone(), ch.clone()).expect_err("two CQs report to the channel");
     assert!(matches!(err, Error::Invalid { rule: Rule::SharedChannel { cqs: 2 }, .. }), "{err:?}");
     shared.destroy().unwrap();
-    let a = pd.create_qp(&QpInit::new(QpType::Rc, &cq_a, cap())).unwrap();
-    let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq_b, cap())).unwrap();
-    let p = path(&ctx);
-    connect(&a, p, b.qp_num(), Access::LOCAL_WRITE);
-    connect(&b, p, a.qp_num(), Access::LOCAL_WRITE);
+    let (a, b) = connected_qps(&ctx, &pd, &cq_a, &cq_b);
     let buf = region(&pd, 16);
     b.post_recv(&[RecvWr::new(7, &[buf.whole()])]).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap();

@@ -53,34 +53,33 @@ impl std::fmt::Debug for Event {
     }
 }
 
+/// The public event of a connection manager's event `$ev` (the soft one's or librdmacm's:
+/// the same fields), its parameters moved out, the event itself held as `$held`.
+macro_rules! moved_out {
+    ($ev:ident, $held:path) => {
+        Event {
+            kind: $ev.kind,
+            status: $ev.status,
+            id: CmId::from($ev.id.clone()),
+            listen_id: $ev.listen_id.clone().map(CmId::from),
+            conn: std::mem::take(&mut $ev.conn),
+            ud: std::mem::take(&mut $ev.ud),
+            mc_context: $ev.mc_context,
+            held: $held($ev),
+        }
+    };
+}
+
 impl Event {
     /// The soft event `ev`, its parameters moved out.
     pub(crate) fn soft(mut ev: crate::event::Event) -> Event {
-        Event {
-            kind: ev.kind,
-            status: ev.status,
-            id: CmId::from(ev.id.clone()),
-            listen_id: ev.listen_id.clone().map(CmId::from),
-            conn: std::mem::take(&mut ev.conn),
-            ud: std::mem::take(&mut ev.ud),
-            mc_context: ev.mc_context,
-            held: Held::Soft(ev),
-        }
+        moved_out!(ev, Held::Soft)
     }
 
     /// librdmacm's event `ev`, its parameters moved out.
     #[cfg(feature = "rdma-core")]
     pub(crate) fn native(mut ev: crate::rdma_core::Event) -> Event {
-        Event {
-            kind: ev.kind,
-            status: ev.status,
-            id: CmId::from(ev.id.clone()),
-            listen_id: ev.listen_id.clone().map(CmId::from),
-            conn: std::mem::take(&mut ev.conn),
-            ud: std::mem::take(&mut ev.ud),
-            mc_context: ev.mc_context,
-            held: Held::Native(ev),
-        }
+        moved_out!(ev, Held::Native)
     }
 
     /// The connection manager's event (the awaited listener makes a request of it).

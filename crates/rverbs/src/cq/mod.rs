@@ -887,22 +887,21 @@ impl Cq {
         };
         // The busy poller's common case, an empty CQ, inline and without the frame of the
         // rest (`poll_soft`). `surely_empty` counts the polls it sees: ask it once.
-        let quick = !crate::sanitizer::on();
-        if quick && inner.stats.is_none() {
+        let sanitize = crate::sanitizer::on();
+        if !sanitize && inner.stats.is_none() {
             if inner.surely_empty() {
                 return Ok(0);
             }
-            return Self::poll_soft(inner, wc, false);
+            return Self::poll_soft(inner, wc, sanitize, false);
         }
-        Self::poll_soft(inner, wc, quick)
+        Self::poll_soft(inner, wc, sanitize, !sanitize)
     }
 
-    /// [`Cq::poll`] of the soft device; `ask_empty`: look for the empty CQ without the
-    /// lock first (the caller has not).
+    /// [`Cq::poll`] of the soft device (`sanitize`: the sanitizer is on); `ask_empty`:
+    /// look for the empty CQ without the lock first (the caller has not).
     #[inline(never)]
-    fn poll_soft(inner: &CqInner, wc: &mut [Wc], ask_empty: bool) -> Result<usize> {
-        let sanitize = crate::sanitizer::on();
-        if ask_empty && !sanitize && inner.surely_empty() {
+    fn poll_soft(inner: &CqInner, wc: &mut [Wc], sanitize: bool, ask_empty: bool) -> Result<usize> {
+        if ask_empty && inner.surely_empty() {
             if let Some(stats) = inner.stats {
                 stats.polled(inner.id, 0);
             }
