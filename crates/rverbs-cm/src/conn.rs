@@ -148,11 +148,11 @@ impl Listener {
 
     /// The listener's channel (the async listener watches it).
     #[cfg(any(feature = "tokio", feature = "async-io"))]
-    pub(crate) fn channel(&self) -> crate::EventChannel {
+    pub(crate) fn channel(&self) -> crate::objects::EventChannel {
         match &self.repr {
-            ListenerRepr::Soft { ch, .. } => crate::EventChannel::from(ch.clone()),
+            ListenerRepr::Soft { ch, .. } => crate::objects::EventChannel::from(ch.clone()),
             #[cfg(feature = "rdma-core")]
-            ListenerRepr::Native(l) => crate::EventChannel::from(l.channel().clone()),
+            ListenerRepr::Native(l) => crate::objects::EventChannel::from(l.channel().clone()),
         }
     }
 }
@@ -161,7 +161,7 @@ impl Request {
     /// The request that event `ev` of a listener's channel ([`Listener::channel`])
     /// announces, on a channel of its own.
     #[cfg(any(feature = "tokio", feature = "async-io"))]
-    pub(crate) fn from_event(ev: crate::Event) -> Result<Request> {
+    pub(crate) fn from_event(ev: crate::objects::Event) -> Result<Request> {
         if ev.kind != EventKind::ConnectRequest {
             return Err(Error::invalid("Listener::next_request", Rule::UnexpectedEvent { kind: ev.kind }));
         }
@@ -472,11 +472,11 @@ impl Connection {
 
     /// The connection's channel (the awaited connection watches it).
     #[cfg(any(feature = "tokio", feature = "async-io"))]
-    pub(crate) fn channel(&self) -> crate::EventChannel {
+    pub(crate) fn channel(&self) -> crate::objects::EventChannel {
         match &self.repr {
-            ConnRepr::Soft { ch, .. } => crate::EventChannel::from(ch.clone()),
+            ConnRepr::Soft { ch, .. } => crate::objects::EventChannel::from(ch.clone()),
             #[cfg(feature = "rdma-core")]
-            ConnRepr::Native(link) => crate::EventChannel::from(link.channel().clone()),
+            ConnRepr::Native(link) => crate::objects::EventChannel::from(link.channel().clone()),
         }
     }
 

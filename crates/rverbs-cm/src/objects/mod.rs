@@ -25,12 +25,12 @@ pub use id::CmId;
 /// `EOPNOTSUPP` of a call the soft connection manager makes and librdmacm cannot
 /// (docs/rdma-core-backend.md, "rverbs-cm over librdmacm").
 #[cfg(feature = "rdma-core")]
-pub(crate) fn over_librdmacm(what: &'static str) -> crate::Error {
-    crate::Error::Verbs(rverbs::Error::Unsupported { verb: "rverbs_cm over librdmacm", what })
+pub(crate) fn over_librdmacm(what: &'static str) -> crate::error::Error {
+    crate::error::Error::Verbs(rverbs::Error::Unsupported { verb: "rverbs_cm over librdmacm", what })
 }
 
 /// `EINVAL` of a call that mixes objects of the two connection managers.
 #[cfg(feature = "rdma-core")]
-pub(crate) fn mixed() -> crate::Error {
-    crate::Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL))
+pub(crate) fn mixed() -> crate::error::Error {
+    crate::error::Error::Os(std::io::Error::from_raw_os_error(libc::EINVAL))
 }
