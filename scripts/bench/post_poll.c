@@ -13,6 +13,10 @@
  *           process: an 8-byte SEND from a's scatter list to b (signaled every 100th, that
  *           one's completion polled, as perftest's cq_mod), ibv_poll_cq of b's receive CQ,
  *           and ibv_post_recv of the receive it consumed (32 kept posted).
+ *   drain B ibv_poll_cq of B completions at a time from a CQ holding 4096 (signaled 8-byte
+ *           WRITEs posted before, outside the timed part): ns per CQE in the thread's CPU
+ *           time, over 256 drains per round (the cq_poll/drain bench of rverbs-bench,
+ *           through the C ABI).
  *   bw SIZE WRITE bandwidth in one process: SIZE-byte WRITEs from one registered buffer to
  *           another, 32 outstanding, every 16th signaled (ib_write_bw's shape), and its
  *           peer, memcpy between the same two buffers, alternated over 5 rounds; GB/s of
@@ -168,6 +172,54 @@ static double cpu_now(void)
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* Posts a signaled 8-byte RDMA WRITE from a's buffer to b's (inlined into the loops). */
+static inline int post_write8(struct side *a, struct side *b, uint64_t id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)a->buf, .length = 8, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {
+		.wr_id = id, .sg_list = &sge, .num_sge = 1,
+		.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+
+	wr.wr.rdma.remote_addr = (uintptr_t)b->buf;
+	wr.wr.rdma.rkey = b->mr->rkey;
+	return ibv_post_send(a->qp, &wr, &bad);
+}
+
+/* drain B: see the header. */
+static int run_drain(int batch)
+{
+	struct side a, b;
+	struct ibv_wc wc[64];
+	const int depth = 4096, drains = 256;
+
+	REQUIRE(batch >= 1 && batch <= 64, "batch %d not in 1..64", batch);
+	make_pair(&a, &b, IBV_QPT_RC, depth, depth);
+	for (int round = 0; round < 3; round++) {
+		double t = 0;
+
+		for (int d = 0; d < drains; d++) {
+			int left = depth;
+			double t0;
+
+			for (int i = 0; i < depth; i++)
+				REQUIRE(post_write8(&a, &b, i) == 0, "post_send %d", i);
+			t0 = cpu_now();
+			while (left > 0) {
+				int got = ibv_poll_cq(a.send_cq, batch < left ? batch : left, wc);
+
+				REQUIRE(got > 0, "poll_cq returned %d with %d left", got, left);
+				for (int k = 0; k < got; k++)
+					REQUIRE(wc[k].status == IBV_WC_SUCCESS, "status %d", wc[k].status);
+				left -= got;
+			}
+			t += cpu_now() - t0;
+		}
+		printf("poll_cq, %d per call: %.2f ns per CQE\n", batch, t / ((double)depth * drains) * 1e9);
+	}
+	return 0;
+}
+
 /* bw SIZE: see the header. */
 static int run_bw(size_t size)
 {
@@ -241,6 +293,8 @@ int main(int argc, char **argv)
 		return run_ex();
 	if (argc > 1 && !strcmp(argv[1], "send"))
 		return run_send();
+	if (argc > 2 && !strcmp(argv[1], "drain"))
+		return run_drain(atoi(argv[2]));
 	if (argc > 2 && !strcmp(argv[1], "bw"))
 		return run_bw((size_t)atol(argv[2]));
 	make_pair(&a, &b, IBV_QPT_RC, 256, 64);
@@ -262,15 +316,7 @@ int main(int argc, char **argv)
 		double t0 = now();
 
 		for (int i = 0; i < n; i++) {
-			struct ibv_sge sge = {.addr = (uintptr_t)a.buf, .length = 8, .lkey = a.mr->lkey};
-			struct ibv_send_wr wr = {
-				.wr_id = i, .sg_list = &sge, .num_sge = 1,
-				.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
-			}, *bad;
-
-			wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
-			wr.wr.rdma.rkey = b.mr->rkey;
-			if (ibv_post_send(a.qp, &wr, &bad)) {
+			if (post_write8(&a, &b, i)) {
 				fprintf(stderr, "post_send failed\n");
 				return 1;
 			}

@@ -107,7 +107,8 @@ pub(crate) fn receive_inline(ep: &Endpoint) {
     if let Some(p) = started(ep.slot) {
         if let Some(net) = p.net {
             if p.busy_poll {
-                p.inline_at.store(p.since_start(Instant::now()), Ordering::Relaxed);
+                // The raw monotonic clock: an empty poll pays no conversion to an `Instant`.
+                p.inline_at.store(crate::clock::device_ns(), Ordering::Relaxed);
             }
             net.receive_now();
         }
@@ -179,26 +180,23 @@ struct Progress {
     /// `RVERBS_BUSY_POLL=1`: the sockets wait one-shot, and are left to application
     /// threads that receive inline (see the module doc).
     busy_poll: bool,
-    /// When the thread started: `inline_at` counts from it.
-    start: Instant,
-    /// When an application thread last received inline (nanoseconds since `start`;
-    /// kept only with `busy_poll`).
+    /// When an application thread last received inline (the device clock,
+    /// `clock::device_ns`; 0: never; kept only with `busy_poll`).
     inline_at: AtomicU64,
     /// The network descriptors waited on, by index (re-armed one-shot with `busy_poll`).
     net_fds: Mutex<HashMap<usize, RawFd>>,
 }
 
 impl Progress {
-    fn since_start(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.start).as_nanos() as u64
-    }
-
     /// With `busy_poll`: whether an application thread received inline within
     /// [`STANDBY`] of `now`; if so, until when the sockets are left to it.
     fn standing_by(&self, now: Instant) -> Option<Instant> {
         let at = self.inline_at.load(Ordering::Relaxed);
-        let until = self.start + Duration::from_nanos(at) + STANDBY;
-        (self.busy_poll && at != 0 && now < until).then_some(until)
+        if !self.busy_poll || at == 0 {
+            return None;
+        }
+        let age = Duration::from_nanos(crate::clock::device_ns().saturating_sub(at));
+        STANDBY.checked_sub(age).filter(|left| !left.is_zero()).map(|left| now + left)
     }
 
     /// The epoll flags of a network descriptor: one-shot with `busy_poll`.
@@ -274,7 +272,6 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         qps,
         net,
         busy_poll,
-        start: Instant::now(),
         inline_at: AtomicU64::new(0),
         net_fds: Mutex::new(net_fds),
     }));

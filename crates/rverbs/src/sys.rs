@@ -353,6 +353,16 @@ pub(crate) struct DatagramBatch<const N: usize, const SIZE: usize> {
     /// The size of each datagram a buffer of the last receive holds several of (the
     /// `UDP_GRO` control message), 0 for a single datagram.
     segs: [u16; N],
+    /// The receive headers handed to recvmmsg(2), each naming its iovec of `iovs` (over
+    /// its `SIZE`-byte chunk of `data`), its `addrs` and its `controls` entry: made once,
+    /// for the address the batch had then (`at`), and made again should it have moved,
+    /// so a receive only restores the lengths the kernel overwrote in the last one's.
+    iovs: [libc::iovec; N],
+    msgs: [libc::mmsghdr; N],
+    /// The address of the batch when `msgs` and `iovs` were made (0: not yet).
+    at: usize,
+    /// How many headers of the start of `msgs` the last receive may have written to.
+    dirty: usize,
 }
 
 impl<const N: usize, const SIZE: usize> DatagramBatch<N, SIZE> {
@@ -362,7 +372,35 @@ impl<const N: usize, const SIZE: usize> DatagramBatch<N, SIZE> {
         // SAFETY: `sockaddr_storage` is a plain C struct of integers and byte arrays, for
         // which all-zero bytes are a valid value.
         let zero: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        DatagramBatch { data: vec![0; N * SIZE], addrs: [zero; N], controls: [[0; CMSG_WORDS]; N], lens: [0; N], segs: [0; N] }
+        let iov = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+        // SAFETY: `mmsghdr` is a plain C struct of integers and pointers, for which all-zero
+        // bytes are a valid value (null pointers, zero lengths).
+        let msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
+        DatagramBatch {
+            data: vec![0; N * SIZE],
+            addrs: [zero; N],
+            controls: [[0; CMSG_WORDS]; N],
+            lens: [0; N],
+            segs: [0; N],
+            iovs: [iov; N],
+            msgs,
+            at: 0,
+            dirty: 0,
+        }
+    }
+
+    /// Points every header at its own buffers, as they are at the batch's present address.
+    fn make_headers(&mut self) {
+        let slots = self.data.chunks_exact_mut(SIZE).zip(self.addrs.iter_mut()).zip(self.controls.iter_mut());
+        for ((iov, msg), ((buf, addr), control)) in self.iovs.iter_mut().zip(self.msgs.iter_mut()).zip(slots) {
+            *iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+            msg.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
+            msg.msg_hdr.msg_iov = iov;
+            msg.msg_hdr.msg_iovlen = 1;
+            msg.msg_hdr.msg_control = control.as_mut_ptr().cast();
+        }
+        self.at = self as *const Self as usize;
+        self.dirty = N;
     }
 
     /// Receives up to `N` datagrams waiting on socket `fd` with one recvmmsg(2), without
@@ -372,32 +410,35 @@ impl<const N: usize, const SIZE: usize> DatagramBatch<N, SIZE> {
     pub(crate) fn recv(&mut self, fd: BorrowedFd<'_>) -> std::io::Result<usize> {
         use std::os::fd::AsRawFd;
         let name_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; N];
-        // SAFETY: `mmsghdr` is a plain C struct of integers and pointers, for which
-        // all-zero bytes are a valid value (null pointers, zero lengths).
-        let mut msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
-        let slots = self.data.chunks_exact_mut(SIZE).zip(self.addrs.iter_mut()).zip(self.controls.iter_mut());
-        for ((iov, msg), ((buf, addr), control)) in iovs.iter_mut().zip(msgs.iter_mut()).zip(slots) {
-            *iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-            msg.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
-            msg.msg_hdr.msg_namelen = name_len;
-            msg.msg_hdr.msg_iov = iov;
-            msg.msg_hdr.msg_iovlen = 1;
-            msg.msg_hdr.msg_control = control.as_mut_ptr().cast();
-            msg.msg_hdr.msg_controllen = std::mem::size_of_val(control) as _;
+        if self.at != self as *const Self as usize {
+            self.make_headers();
         }
-        // SAFETY: `msgs` holds N headers, each naming one iovec of `iovs` over its own
-        // SIZE-byte chunk of `self.data` (`data` is N × SIZE bytes, so every header got
-        // one), its own `sockaddr_storage` of `self.addrs` with that size as its length,
-        // and its own control buffer of `self.controls` with its size; all of them live
-        // and exclusively borrowed for the whole call, which writes only within those
-        // bounds (and the headers' lengths and flags). No timeout (null).
-        let n = unsafe { libc::recvmmsg(fd.as_raw_fd(), msgs.as_mut_ptr(), N as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+        for msg in &mut self.msgs[..self.dirty] {
+            msg.msg_hdr.msg_namelen = name_len;
+            msg.msg_hdr.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>() as _;
+            msg.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: `self.msgs` holds N headers made by `make_headers` at the batch's present
+        // address (checked above; no field they point into is ever replaced, and `data`'s
+        // allocation never changes), each naming one iovec of `self.iovs` over its own
+        // SIZE-byte chunk of `self.data`, its own `sockaddr_storage` of `self.addrs` with
+        // that size as its length, and its own control buffer of `self.controls` with its
+        // size (both lengths restored above wherever the last call may have changed them);
+        // all of them live and exclusively borrowed for the whole call, which writes only
+        // within those bounds (and the headers' lengths and flags). No timeout (null).
+        let n = unsafe { libc::recvmmsg(fd.as_raw_fd(), self.msgs.as_mut_ptr(), N as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
         if n < 0 {
-            return Err(std::io::Error::last_os_error());
+            let err = std::io::Error::last_os_error();
+            // Nothing was received, so nothing written, when nothing waited; after any
+            // other failure every header is restored.
+            if err.kind() != std::io::ErrorKind::WouldBlock {
+                self.dirty = N;
+            }
+            return Err(err);
         }
         let n = n as usize;
-        for ((len, seg), msg) in self.lens.iter_mut().zip(self.segs.iter_mut()).zip(&msgs[..n]) {
+        self.dirty = n;
+        for ((len, seg), msg) in self.lens.iter_mut().zip(self.segs.iter_mut()).zip(&self.msgs[..n]) {
             *len = if msg.msg_hdr.msg_namelen <= name_len { (msg.msg_len as usize).min(SIZE) } else { usize::MAX };
             *seg = gro_size(&msg.msg_hdr);
         }
@@ -442,33 +483,46 @@ fn gro_size(hdr: &libc::msghdr) -> u16 {
     0
 }
 
-/// Sends to `dst`, with one sendmmsg(2), one message per element of `trains`: the
-/// concatenation of its datagrams' bytes, cut by the kernel into datagrams of the size of
-/// the first (UDP GSO, the `UDP_SEGMENT` control message, udp(7): every datagram of a train
-/// but the last has that size, the last may be shorter) — a train of one datagram is sent
-/// as it is. Returns how many trains the kernel took (from the first), or the error of the
-/// first it refused (`EIO`/`EINVAL`: no GSO on this route).
-pub(crate) fn sendmmsg_trains(fd: BorrowedFd<'_>, dst: std::net::SocketAddr, trains: &[&[Vec<u8>]]) -> std::io::Result<usize> {
+/// Sends to `dst`, with one sendmmsg(2), one message per element of `trains` (ranges of
+/// `packets`, consecutive: each starts where the one before ended): the concatenation of
+/// its datagrams' bytes, cut by the kernel into datagrams of the size of the first (UDP
+/// GSO, the `UDP_SEGMENT` control message, udp(7): every datagram of a train but the last
+/// has that size, the last may be shorter) — a train of one datagram is sent as it is.
+/// Returns how many trains the kernel took (from the first), or the error of the first it
+/// refused (`EIO`/`EINVAL`: no GSO on this route).
+pub(crate) fn sendmmsg_trains(
+    fd: BorrowedFd<'_>,
+    dst: std::net::SocketAddr,
+    packets: &[Vec<u8>],
+    trains: &[std::ops::Range<usize>],
+) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
+    let (Some(first), Some(last)) = (trains.first(), trains.last()) else { return Ok(0) };
     let (addr, addr_len) = sockaddr_of(dst);
-    // One array of every train's pieces, and the headers and control buffers, on the stack
-    // for the few trains of a latency-bound exchange (a request and an ACK: no allocation
-    // on that path); none of them moves once the headers point into them.
-    let iovs: smallvec::SmallVec<[libc::iovec; 8]> =
-        trains.iter().flat_map(|t| t.iter()).map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect();
-    let mut controls: smallvec::SmallVec<[[u64; CMSG_WORDS]; 4]> = smallvec::smallvec![[0; CMSG_WORDS]; trains.len()];
-    // SAFETY: `mmsghdr` is a plain C struct of integers and pointers, for which all-zero
-    // bytes are a valid value (null pointers, zero lengths).
-    let mut msgs: smallvec::SmallVec<[libc::mmsghdr; 4]> = (0..trains.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
-    let mut first = 0;
+    // The trains' pieces are one stretch of `packets`, so one iovec array in their order;
+    // it, the headers and the control buffers live on the stack for the few trains of a
+    // latency-bound exchange (a request and an ACK: no allocation on that path), each
+    // built in place and filled before any header points into the others.
+    let mut iovs: smallvec::SmallVec<[libc::iovec; 8]> = smallvec::SmallVec::new();
+    for p in &packets[first.start..last.end] {
+        iovs.push(libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() });
+    }
+    let mut controls: smallvec::SmallVec<[[u64; CMSG_WORDS]; 4]> = smallvec::SmallVec::new();
+    let mut msgs: smallvec::SmallVec<[libc::mmsghdr; 4]> = smallvec::SmallVec::new();
+    for _ in trains {
+        controls.push([0; CMSG_WORDS]);
+        // SAFETY: `mmsghdr` is a plain C struct of integers and pointers, for which
+        // all-zero bytes are a valid value (null pointers, zero lengths).
+        msgs.push(unsafe { std::mem::zeroed() });
+    }
     for ((msg, control), train) in msgs.iter_mut().zip(controls.iter_mut()).zip(trains) {
+        let pieces = &iovs[train.start - first.start..train.end - first.start];
         msg.msg_hdr.msg_name = (&addr as *const libc::sockaddr_storage) as *mut libc::c_void;
         msg.msg_hdr.msg_namelen = addr_len;
-        msg.msg_hdr.msg_iov = iovs[first..first + train.len()].as_ptr() as *mut libc::iovec;
-        msg.msg_hdr.msg_iovlen = train.len() as _;
-        first += train.len();
-        if train.len() > 1 {
-            let size = u16::try_from(train[0].len()).unwrap_or(u16::MAX);
+        msg.msg_hdr.msg_iov = pieces.as_ptr() as *mut libc::iovec;
+        msg.msg_hdr.msg_iovlen = pieces.len() as _;
+        if pieces.len() > 1 {
+            let size = u16::try_from(pieces[0].iov_len).unwrap_or(u16::MAX);
             msg.msg_hdr.msg_control = control.as_mut_ptr().cast();
             // SAFETY: CMSG_SPACE is arithmetic on its argument.
             msg.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
@@ -591,6 +645,38 @@ mod datagram_tests {
         let want: Vec<(SocketAddr, Vec<u8>)> =
             sent.iter().map(|(s, d)| (s.local_addr().unwrap(), d[..d.len().min(8)].to_vec())).collect();
         assert_eq!(got, want);
+    }
+
+    /// The headers a batch keeps between receives follow it when it moves: each receive
+    /// after a move lands in the batch where it now is, with its source and the lengths
+    /// the kernel overwrote in the receive before restored (a long datagram after a short
+    /// one is not cut to the short one's length).
+    #[test]
+    fn a_batch_that_moved_receives_into_its_new_place() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        // Each datagram from a sender of its own: a source written where the batch was
+        // would leave the one before in place.
+        let receive = |batch: &mut DatagramBatch<2, 16>, d: &[u8]| {
+            let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+            tx.send_to(d, to).unwrap();
+            let from = tx.local_addr().unwrap();
+            for _ in 0..1000 {
+                if let Ok(n) = batch.recv(rx.as_fd()) {
+                    assert_eq!(n, 1);
+                    return batch.get(0).map(|(f, d)| (f == from, d.to_vec())).unwrap();
+                }
+                std::thread::yield_now();
+            }
+            panic!("nothing received");
+        };
+        let mut batch = DatagramBatch::<2, 16>::new();
+        assert_eq!(receive(&mut batch, &[1; 3]), (true, vec![1; 3]));
+        let mut boxed = Box::new(batch);
+        assert_eq!(receive(&mut boxed, &[2; 12]), (true, vec![2; 12]));
+        let mut moved = [*boxed];
+        assert_eq!(receive(&mut moved[0], &[3; 5]), (true, vec![3; 5]));
+        assert_eq!(receive(&mut moved[0], &[4; 16]), (true, vec![4; 16]));
     }
 }
 

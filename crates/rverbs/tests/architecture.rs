@@ -35,7 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // cross-memory attach, the key tables and the peer registry); memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC
     // domain's), which regions, windows and everything above hold instead of the handles.
-    ("memory", &["shm", "shm::fifo", "shm::lock", "shm::cma", "shm::counters", "shm::stats", "shm::latency", "shm::tables", "shm::registry", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::keyspace", "mr::access", "mr::proxy", "mr::domain", "mr::dm", "mr::native", "mr", "mw"]),
+    ("memory", &["shm", "shm::fifo", "shm::lock", "shm::cma", "shm::counters", "shm::stats", "shm::latency", "shm::tables", "shm::registry", "shm::view", "mr::endpoint", "mr::keys", "mr::pages", "mr::share", "mr::keyspace", "mr::access", "mr::proxy", "mr::domain", "mr::dm", "mr::native", "mr", "mw"]),
     // Completion and receive rings; work requests and QP attributes as data (a UD work
     // request carries an address vector, `rings::qp_attr`).
     ("rings", &["rings", "rings::wc", "rings::completion_ring", "rings::producer_gate", "rings::cq_segment", "rings::deferred_notify", "rings::qp_attr", "rings::wr", "rings::recv_ring", "rings::recv_count", "rings::tag_list", "rings::staging"]),

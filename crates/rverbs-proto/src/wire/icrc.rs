@@ -38,6 +38,17 @@ const IPV4_ID_OFFSET: usize = 4;
 /// Feeds `roce` (BTH onwards) into `hasher` with the BTH's ECN byte masked
 /// (IBTA Annex A17; rxe `rxe_icrc_hdr`: byte 4 entirely).
 fn update_roce(hasher: &mut Hasher, roce: &[u8]) {
+    // A short packet (an ACK, a small request) is hashed in one piece, masked in a copy:
+    // one pass of the CRC over it costs less than three over its pieces.
+    const SHORT: usize = 128;
+    if roce.len() > bth::ECN_OFFSET && roce.len() <= SHORT {
+        let mut copy = [0u8; SHORT];
+        let copy = &mut copy[..roce.len()];
+        copy.copy_from_slice(roce);
+        copy[bth::ECN_OFFSET] = 0xff;
+        hasher.update(copy);
+        return;
+    }
     match roce.split_at_checked(bth::ECN_OFFSET) {
         Some((head, [_ecn, rest @ ..])) => {
             hasher.update(head);
@@ -109,37 +120,188 @@ pub fn compute_ip_packet(packet: &[u8]) -> Result<u32, Error> {
     Ok(finish(&headers[..len], &packet[len..]))
 }
 
-/// The masked pseudo IPv4 and UDP headers (DF, no options) with Identification `id`.
-fn ipv4_pseudo_headers(
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    src_port: u16,
-    dst_port: u16,
-    id: u16,
-    roce_len: usize,
-) -> [u8; IPV4_HEADER_LEN + UDP_HEADER_LEN] {
-    // Lengths count the ICRC too; a length past 16 bits cannot be sent and is truncated.
-    let udp_len = (UDP_HEADER_LEN + roce_len + ICRC_LEN) as u16;
-    let total_len = (IPV4_HEADER_LEN as u16).wrapping_add(udp_len);
+/// The masked pseudo IPv4 and UDP headers (DF, no options) of one flow, with the three
+/// fields that change from packet to packet (IP total length, Identification, UDP length)
+/// zero: [`Ipv4Flow`] adds them.
+fn ipv4_flow_headers(src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, dst_port: u16) -> [u8; IPV4_HEADER_LEN + UDP_HEADER_LEN] {
     let mut h = [0; IPV4_HEADER_LEN + UDP_HEADER_LEN];
     h[0] = 0x45; // version 4, IHL 5
-    h[2..4].copy_from_slice(&total_len.to_be_bytes());
-    h[4..6].copy_from_slice(&id.to_be_bytes());
     h[6] = 0x40; // DF, fragment offset 0
     h[9] = IP_PROTO_UDP;
     h[12..16].copy_from_slice(&src.octets());
     h[16..20].copy_from_slice(&dst.octets());
     h[20..22].copy_from_slice(&src_port.to_be_bytes());
     h[22..24].copy_from_slice(&dst_port.to_be_bytes());
-    h[24..26].copy_from_slice(&udp_len.to_be_bytes());
     let (ip, udp) = h.split_at_mut(IPV4_HEADER_LEN);
     mask_ipv4(ip);
     mask_udp(udp);
     h
 }
 
+/// The CRC-32 table of the reflected IEEE polynomial: entry `b` is the register after
+/// shifting byte `b` through a zero register (no inversion).
+const CRC_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// For a byte at offset `at` of the 28-byte pseudo IPv4/UDP header: what each of its 256
+/// values adds to the CRC state at the end of the header (the register after that byte
+/// and the `27 - at` bytes after it, from a zero register).
+const fn header_byte(at: usize) -> [u32; 256] {
+    let mut t = [0u32; 256];
+    let mut v = 0;
+    while v < 256 {
+        let mut r = CRC_TABLE[v];
+        let mut k = at + 1;
+        while k < IPV4_HEADER_LEN + UDP_HEADER_LEN {
+            r = CRC_TABLE[(r & 0xff) as usize] ^ (r >> 8);
+            k += 1;
+        }
+        t[v] = r;
+        v += 1;
+    }
+    t
+}
+
+/// [`header_byte`] for the bytes of the IP total length (2, 3), the Identification (4, 5)
+/// and the UDP length (24, 25).
+static VARIABLE_BYTES: [[u32; 256]; 6] = [header_byte(2), header_byte(3), header_byte(4), header_byte(5), header_byte(24), header_byte(25)];
+
+/// One IPv4 flow's share of the ICRC: the CRC state after the pseudo-LRH and the masked
+/// pseudo IPv4 and UDP headers of packets from `src:src_port` to `dst:dst_port` (IBTA
+/// Annex A17; DF, no options), computed once for the flow; each packet adds its lengths
+/// and IPv4 Identification by table lookups and hashes only its own bytes
+/// ([`Ipv4Flow::icrc`]).
+///
+/// Rule: the CRC is affine in the message bits, so the state after a header whose length
+/// and ID fields are `x` is the state after the same header with them zero XOR a term
+/// linear in `x`, the sum of one table entry per byte of those fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv4Flow {
+    /// The addresses and ports, packed ([`flow_key`]).
+    key: u128,
+    /// The CRC state after the pseudo-LRH and the headers with zero lengths and ID.
+    base: u32,
+}
+
+impl Ipv4Flow {
+    /// The flow from `src:src_port` to `dst:dst_port`.
+    pub fn new(src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, dst_port: u16) -> Ipv4Flow {
+        let mut hasher = Hasher::new_with_initial(SEED);
+        hasher.update(&ipv4_flow_headers(src, dst, src_port, dst_port));
+        Ipv4Flow { key: flow_key(src, dst, src_port, dst_port), base: hasher.finalize() }
+    }
+
+    /// Whether this is the flow from `src:src_port` to `dst:dst_port`.
+    pub fn is(&self, src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, dst_port: u16) -> bool {
+        self.key == flow_key(src, dst, src_port, dst_port)
+    }
+
+    /// The ICRC of `roce` sent in this flow with IPv4 Identification `id`: what
+    /// [`ipv4_pseudo_with_id`] returns for the flow's addresses and ports.
+    pub fn icrc(&self, id: u16, roce: &[u8]) -> u32 {
+        // Lengths count the ICRC too; a length past 16 bits cannot be sent and is truncated.
+        let udp_len = (UDP_HEADER_LEN + roce.len() + ICRC_LEN) as u16;
+        let [t0, t1] = (IPV4_HEADER_LEN as u16).wrapping_add(udp_len).to_be_bytes();
+        let [i0, i1] = id.to_be_bytes();
+        let [u0, u1] = udp_len.to_be_bytes();
+        let f = &VARIABLE_BYTES;
+        let state = self.base
+            ^ f[0][usize::from(t0)]
+            ^ f[1][usize::from(t1)]
+            ^ f[2][usize::from(i0)]
+            ^ f[3][usize::from(i1)]
+            ^ f[4][usize::from(u0)]
+            ^ f[5][usize::from(u1)];
+        if roce.len() <= SHORT_ROCE {
+            return short_roce(state, roce);
+        }
+        let mut hasher = Hasher::new_with_initial(state);
+        update_roce(&mut hasher, roce);
+        hasher.finalize()
+    }
+}
+
+/// Up to this many bytes (an ACK, a small request), [`Ipv4Flow::icrc`] hashes a packet
+/// itself ([`short_roce`]) rather than through `crc32fast`, whose set-up per call costs
+/// more than such a packet's bytes.
+const SHORT_ROCE: usize = 64;
+
+/// Slicing-by-8 tables: `SLICE8[k][b]` is the register after byte `b` followed by `k`
+/// zero bytes, from a zero register ([`CRC_TABLE`] is `SLICE8[0]`).
+static SLICE8: [[u32; 256]; 8] = {
+    let mut t = [[0u32; 256]; 8];
+    t[0] = CRC_TABLE;
+    let mut k = 1;
+    while k < 8 {
+        let mut b = 0;
+        while b < 256 {
+            let r = t[k - 1][b];
+            t[k][b] = CRC_TABLE[(r & 0xff) as usize] ^ (r >> 8);
+            b += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// The CRC register `r` (not inverted) after `bytes`, a byte at a time.
+fn crc_bytes(mut r: u32, bytes: &[u8]) -> u32 {
+    for &b in bytes {
+        r = CRC_TABLE[((r ^ u32::from(b)) & 0xff) as usize] ^ (r >> 8);
+    }
+    r
+}
+
+/// The CRC register `r` (not inverted) after `bytes`, eight at a time (slicing-by-8).
+fn crc_slice8(mut r: u32, bytes: &[u8]) -> u32 {
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let lo = r ^ u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        let t = &SLICE8;
+        r = t[7][(lo & 0xff) as usize]
+            ^ t[6][((lo >> 8) & 0xff) as usize]
+            ^ t[5][((lo >> 16) & 0xff) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][usize::from(c[4])]
+            ^ t[2][usize::from(c[5])]
+            ^ t[1][usize::from(c[6])]
+            ^ t[0][usize::from(c[7])];
+    }
+    crc_bytes(r, chunks.remainder())
+}
+
+/// What `crc32fast` gives from state `state` over `roce` with the BTH's ECN byte masked
+/// ([`update_roce`]), for a short packet.
+fn short_roce(state: u32, roce: &[u8]) -> u32 {
+    let r = !state;
+    let r = match roce.split_at_checked(bth::ECN_OFFSET) {
+        Some((head, [_ecn, rest @ ..])) => crc_slice8(crc_bytes(crc_bytes(r, head), &[0xff]), rest),
+        _ => crc_slice8(r, roce),
+    };
+    !r
+}
+
+/// A flow's addresses and ports as one number, compared at once.
+fn flow_key(src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, dst_port: u16) -> u128 {
+    (u128::from(src.to_bits()) << 64) | (u128::from(dst.to_bits()) << 32) | (u128::from(src_port) << 16) | u128::from(dst_port)
+}
+
 /// As [`compute_ipv4_pseudo`] for a packet sent with IPv4 Identification `id` (rxe and
-/// NICs send non-zero IDs; docs/rocev2-wire.md §2.5).
+/// NICs send non-zero IDs; docs/rocev2-wire.md §2.5). A sender or receiver that meets
+/// one flow many times keeps its [`Ipv4Flow`] instead.
 pub fn ipv4_pseudo_with_id(
     src: Ipv4Addr,
     dst: Ipv4Addr,
@@ -148,10 +310,7 @@ pub fn ipv4_pseudo_with_id(
     id: u16,
     roce: &[u8],
 ) -> u32 {
-    finish(
-        &ipv4_pseudo_headers(src, dst, src_port, dst_port, id, roce.len()),
-        roce,
-    )
+    Ipv4Flow::new(src, dst, src_port, dst_port).icrc(id, roce)
 }
 
 /// The ICRC of `roce` as sent over IPv4 by an unconnected `IP_PMTUDISC_DO` UDP socket:
@@ -515,6 +674,80 @@ mod tests {
                 Some(0)
             );
             assert_ne!(a, b);
+        }
+    }
+
+    /// A whole IPv4/UDP packet from `src:sport` to `dst:dport` with ID `id` around `roce`,
+    /// its masked fields (TOS, TTL, checksums, ECN) set to `noise`.
+    fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, id: u16, roce: &[u8], noise: u8) -> Vec<u8> {
+        let udp_len = (UDP_HEADER_LEN + roce.len() + ICRC_LEN) as u16;
+        let mut p = vec![0u8; IPV4_HEADER_LEN + UDP_HEADER_LEN];
+        p[0] = 0x45;
+        p[1] = noise;
+        p[2..4].copy_from_slice(&(IPV4_HEADER_LEN as u16 + udp_len).to_be_bytes());
+        p[4..6].copy_from_slice(&id.to_be_bytes());
+        p[6] = 0x40;
+        p[8] = noise;
+        p[9] = IP_PROTO_UDP;
+        p[10..12].fill(noise);
+        p[12..16].copy_from_slice(&src.octets());
+        p[16..20].copy_from_slice(&dst.octets());
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&dport.to_be_bytes());
+        p[24..26].copy_from_slice(&udp_len.to_be_bytes());
+        p[26..28].fill(noise);
+        p.extend_from_slice(roce);
+        if let Some(ecn) = p.get_mut(IPV4_HEADER_LEN + UDP_HEADER_LEN + bth::ECN_OFFSET) {
+            *ecn = noise;
+        }
+        p
+    }
+
+    /// A flow's ICRC, its header computed once and each packet's lengths and ID added by
+    /// table, is the ICRC of the whole packet hashed byte by byte (`compute_ip_packet`),
+    /// for every length (shorter than a BTH, short enough to be hashed in one piece,
+    /// longer) and for IDs that set every bit of both ID bytes.
+    #[test]
+    fn a_flow_gives_the_icrc_of_the_whole_packet() {
+        let flows = [(V1_SRC, V1_DST, 49152, 4791), (Ipv4Addr::new(10, 73, 0, 2), Ipv4Addr::new(10, 73, 0, 1), 4791, 33000)];
+        for (src, dst, sport, dport) in flows {
+            let flow = Ipv4Flow::new(src, dst, sport, dport);
+            assert!(flow.is(src, dst, sport, dport));
+            assert!(!flow.is(src, dst, sport, dport ^ 1) && !flow.is(dst, src, sport, dport));
+            for len in [0, 3, 4, 5, 12, 16, 20, 36, 127, 128, 129, 1024 + 28, 4096 + 12] {
+                let roce: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+                for id in [0u16, 1, 0x00ff, 0xff00, 0x718c, 0xffff] {
+                    let whole = ipv4_packet(src, dst, sport, dport, id, &roce, (id as u8) ^ 0x5a);
+                    let want = compute_ip_packet(&whole).unwrap_or_else(|_| finish(&masked_ip_udp_short(&whole), &roce));
+                    assert_eq!(flow.icrc(id, &roce), want, "len {len} id {id:#x}");
+                    assert_eq!(ipv4_pseudo_with_id(src, dst, sport, dport, id, &roce), want);
+                }
+            }
+        }
+    }
+
+    /// The masked IPv4 and UDP headers of a packet too short for `compute_ip_packet`
+    /// (which wants a whole BTH).
+    fn masked_ip_udp_short(packet: &[u8]) -> Vec<u8> {
+        let mut h = packet[..IPV4_HEADER_LEN + UDP_HEADER_LEN].to_vec();
+        let (ip, udp) = h.split_at_mut(IPV4_HEADER_LEN);
+        mask_ipv4(ip);
+        mask_udp(udp);
+        h
+    }
+
+    /// The short path of [`Ipv4Flow::icrc`] (its own slicing-by-8 CRC) gives what
+    /// crc32fast gives, from any state, for every length up to and past [`SHORT_ROCE`].
+    #[test]
+    fn short_packets_hash_as_crc32fast_does() {
+        let data: Vec<u8> = (0..200u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for state in [0, 1, SEED, 0xdead_beef, u32::MAX] {
+            for len in 0..=SHORT_ROCE + 9 {
+                let roce = &data[len..2 * len];
+                let mut hasher = Hasher::new_with_initial(state);
+                update_roce(&mut hasher, roce);
+                assert_eq!(short_roce(state, roce), hasher.finalize(), "state {state:#x} len {len}");
+            }
         }
     }
 }

@@ -193,6 +193,29 @@ pub(crate) struct KeyMemo {
     desc: std::cell::Cell<KeyDesc>,
 }
 
+impl KeyMemo {
+    /// Whether the memo is of `key` in key table `tables` and still holds: this process's
+    /// count of writes of the record is `writes` (read before any read of the record, so a
+    /// write between them leaves the memo with the older count). The small words first:
+    /// the record's key is compared only on a match.
+    #[inline(always)]
+    fn holds(&self, tables: &Tables, writes: u64, key: u32) -> bool {
+        self.tables.get() == std::ptr::from_ref(tables) as usize && self.writes.get() == writes && self.desc.get().key == key
+    }
+
+    /// Remembers `d`, read from key table `tables` and vouched for when this process's
+    /// count of writes of the record was `writes` (`u64::MAX`: a record past the table,
+    /// never remembered).
+    #[inline]
+    fn remember(&self, tables: &Tables, writes: u64, d: KeyDesc) {
+        if writes != u64::MAX {
+            self.tables.set(std::ptr::from_ref(tables) as usize);
+            self.writes.set(writes);
+            self.desc.set(d);
+        }
+    }
+}
+
 impl<'a> KeySpace<'a> {
     /// This process's keys.
     #[inline]
@@ -225,11 +248,33 @@ impl<'a> KeySpace<'a> {
 
     /// As [`KeySpace::pin`], appending the pinned range to `out`: the pin is built where it
     /// stays (the data path pins into lists it keeps in place).
+    ///
+    /// A key this key space remembers ([`KeyMemo`]) is checked on the memo in place: the
+    /// remembered record is never copied out as a whole, nor merged with a fresh read
+    /// (which made the compiler copy it twice per key).
     #[inline]
     pub(crate) fn pin_into(&self, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
+        if let (None, Some(memo)) = (self.peer, self.memo) {
+            let writes = self.me.keys.writes(via.key >> 8);
+            if memo.holds(self.tables, writes, via.key) {
+                let d = memo.desc.get();
+                return self.pin_desc(&d, via, len, out);
+            }
+            let d = self.check_record(via.key, via.pd, via.used, via.need)?;
+            memo.remember(self.tables, writes, d);
+            return self.pin_desc(&d, via, len, out);
+        }
         let d = self.check(via.key, via.pd, via.used, via.need)?;
-        let off = offset_in(&d, via.va, len)?;
-        self.hold(via.key, &d, off, len, via, |p| out.push(p))
+        self.pin_desc(&d, via, len, out)
+    }
+
+    /// [`KeySpace::pin_into`] once `d` is the record of `via.key` (read and vouched for,
+    /// or remembered): the rights, the bounds, the hold.
+    #[inline(always)]
+    fn pin_desc(&self, d: &KeyDesc, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
+        check_desc(d, via.key, via.pd, via.used, via.need)?;
+        let off = offset_in(d, via.va, len)?;
+        self.hold(via.key, d, off, len, via, |p| out.push(p))
     }
 
     /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a
@@ -253,24 +298,16 @@ impl<'a> KeySpace<'a> {
     /// remembered if it passes.
     #[inline]
     fn check_remembered(&self, memo: &KeyMemo, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<KeyDesc, Fault> {
-        let tables = std::ptr::from_ref(self.tables) as usize;
         // Read before the record: a write between them leaves the memo with the older
         // count, so the next access reads the record again.
         let writes = self.me.keys.writes(key >> 8);
-        // The small words first: the record is copied out only on a match.
-        if memo.tables.get() == tables && memo.writes.get() == writes {
+        if memo.holds(self.tables, writes, key) {
             let d = memo.desc.get();
-            if d.key == key {
-                check_desc(&d, key, pd, used, need)?;
-                return Ok(d);
-            }
+            check_desc(&d, key, pd, used, need)?;
+            return Ok(d);
         }
         let d = self.check_record(key, pd, used, need)?;
-        if writes != u64::MAX {
-            memo.tables.set(tables);
-            memo.writes.set(writes);
-            memo.desc.set(d);
-        }
+        memo.remember(self.tables, writes, d);
         Ok(d)
     }
 
@@ -301,7 +338,7 @@ impl<'a> KeySpace<'a> {
     /// of a peer — is always counted: deregistration must stop it; so is every access to
     /// an owned region ([`ACCESS_COUNT_LOCAL`]), whose bytes go back to the program. The
     /// pin goes to `sink`.
-    #[inline]
+    #[inline(always)]
     fn hold<R>(&self, key: u32, d: &KeyDesc, off: u64, len: u64, via: Via, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
         let rec = self.tables.key(key >> 8).ok_or(Fault::Key)?;
         let mr = if d.kind == KEY_KIND_MR { rec } else { self.tables.key(d.mr_index).ok_or(Fault::Key)? };

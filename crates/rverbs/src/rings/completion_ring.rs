@@ -197,7 +197,7 @@ impl Ring {
 
     /// Publishes a CQE. With `overwrite` false a full ring refuses it (`PushError::Full`);
     /// with `overwrite` true the oldest entry is lost instead (IGNORE_OVERRUN).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&self, data: &[u64; DATA_WORDS], overwrite: bool) -> Result<(), PushError> {
         let cap = self.capacity() as u64;
         let mut t = self.hdr().tail.load(Ordering::Relaxed);
@@ -256,6 +256,7 @@ impl Ring {
     ///
     /// Only one thread may consume at a time (the caller holds the consumer lock, or the
     /// CQ is SINGLE_THREADED).
+    #[inline]
     pub(crate) fn pop(&self) -> Pop {
         let cap = self.capacity() as u64;
         let mut h = self.hdr().head.load(Ordering::Relaxed);

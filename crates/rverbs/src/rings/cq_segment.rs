@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::rings::producer_gate::{Frozen, Gate, Producer, GATE_BYTES};
 use crate::rings::completion_ring::{PushError, Ring};
 use crate::error::Result;
+use crate::shm::view::View;
 use crate::shm::{Segment, ShmSafe};
 use crate::rings::wc::Cqe;
 
@@ -89,7 +90,9 @@ pub(crate) enum Publish {
 
 /// A mapped CQ segment.
 pub(crate) struct CqSeg {
-    seg: Arc<Segment>,
+    /// The segment, through its header at offset 0 (checked once: every empty poll reads
+    /// `errored`).
+    shm: View<CqShm>,
     ring: Ring,
     pub(crate) gen: u32,
     /// Under loom the gate lives in process memory, as the ring does (loom's atomics
@@ -104,7 +107,7 @@ impl CqSeg {
         let seg = Arc::new(Segment::create(&dir.join(name(id, gen)), SHM_BYTES + Ring::bytes(min_entries))?);
         let ring = Ring::in_segment(seg.clone(), SHM_BYTES, min_entries);
         let s = CqSeg {
-            seg,
+            shm: View::new(&seg, 0),
             ring,
             gen,
             #[cfg(rverbs_loom)]
@@ -119,10 +122,11 @@ impl CqSeg {
     /// owner can have written (not a power of two, or more slots than the file holds:
     /// another process wrote it), which would index past the mapping.
     pub(crate) fn open(seg: Arc<Segment>, gen: u32) -> Option<CqSeg> {
-        let cap = open_capacity(seg.get::<CqShm>(0).cap.load(Ordering::Acquire), seg.len())?;
-        let ring = Ring::in_segment(seg.clone(), SHM_BYTES, cap);
+        let shm = View::<CqShm>::new(&seg, 0);
+        let cap = open_capacity(shm.cap.load(Ordering::Acquire), seg.len())?;
+        let ring = Ring::in_segment(seg, SHM_BYTES, cap);
         Some(CqSeg {
-            seg,
+            shm,
             ring,
             gen,
             #[cfg(rverbs_loom)]
@@ -132,12 +136,12 @@ impl CqSeg {
 
     /// Removes the segment's file (a replaced generation).
     pub(crate) fn unlink(&self) {
-        self.seg.unlink();
+        self.shm.segment().unlink();
     }
 
     #[inline]
     pub(crate) fn shm(&self) -> &CqShm {
-        self.seg.get::<CqShm>(0)
+        &self.shm
     }
 
     pub(crate) fn ring(&self) -> &Ring {
@@ -157,7 +161,7 @@ impl CqSeg {
 
     fn gate(&self) -> &Gate {
         #[cfg(not(rverbs_loom))]
-        return self.seg.get::<Gate>(GATE_OFF);
+        return self.shm.segment().get::<Gate>(GATE_OFF);
         #[cfg(rverbs_loom)]
         return &self.gate;
     }

@@ -8,6 +8,28 @@ use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 /// after its sequence word: one cache line).
 pub(crate) const CQE_WORDS: usize = 7;
 
+/// The table of the byte values of a C enum's variants (`ALL`; values of 256 and up fit no
+/// byte and are left out), built at compile time.
+macro_rules! known_bytes {
+    ($enum:ty) => {{
+        let mut t = [false; 256];
+        let mut i = 0;
+        while i < <$enum>::ALL.len() {
+            let v = <$enum>::ALL[i] as u32;
+            if v < 256 {
+                t[v as usize] = true;
+            }
+            i += 1;
+        }
+        t
+    }};
+}
+
+/// Which byte values are a `WcStatus` / a `WcOpcode` (the CQE stores each in one byte):
+/// one load per field where the poll decodes a CQE a peer may have scribbled on.
+const KNOWN_STATUS: [bool; 256] = known_bytes!(WcStatus);
+const KNOWN_OPCODE: [bool; 256] = known_bytes!(WcOpcode);
+
 /// A work completion (`struct ibv_wc`, 48 bytes, the same layout).
 ///
 /// Rule: ibv_poll_cq(3): if the status is not `Success`, only `wr_id`, `status`,
@@ -217,10 +239,10 @@ impl Cqe {
     /// Decodes a CQE that another process may have written: a status or opcode byte that
     /// is no value of its enum (a peer that scribbled over the ring) reads as
     /// IBV_WC_GENERAL_ERR, never as a value an application cannot handle.
+    #[inline]
     pub(crate) fn decode(w: &[u64; CQE_WORDS]) -> Self {
         let mut cqe = Self::decode_raw(w);
-        let opcode_known = WcOpcode::from_raw(u32::from(cqe.opcode)).is_some();
-        if WcStatus::from_raw(u32::from(cqe.status)).is_none() || !opcode_known {
+        if !KNOWN_STATUS[usize::from(cqe.status)] || !KNOWN_OPCODE[usize::from(cqe.opcode)] {
             cqe.status = WcStatus::GeneralErr as u32 as u8;
         }
         cqe
@@ -301,6 +323,18 @@ impl Cqe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_byte_no_status_or_opcode_has_decodes_as_general_error() {
+        for status in 0..=u8::MAX {
+            for opcode in [0u8, WcOpcode::Recv as u32 as u8, 7, 0x7f, 0xff] {
+                let c = Cqe::decode(&Cqe { status, opcode, ..Cqe::default() }.encode());
+                let valid = WcStatus::from_raw(u32::from(status)).is_some() && WcOpcode::from_raw(u32::from(opcode)).is_some();
+                let want = if valid { status } else { WcStatus::GeneralErr as u32 as u8 };
+                assert_eq!(c.status, want, "status {status}, opcode {opcode}");
+            }
+        }
+    }
 
     #[test]
     fn cqe_round_trips_through_ring_words() {

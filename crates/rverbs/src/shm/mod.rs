@@ -20,6 +20,7 @@ pub(crate) mod lock;
 pub(crate) mod registry;
 pub(crate) mod stats;
 pub(crate) mod tables;
+pub(crate) mod view;
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};

@@ -438,6 +438,7 @@ impl Tables {
     }
 
     /// The record of key index `index` (`None` beyond the table).
+    #[inline]
     pub(crate) fn key(&self, index: u32) -> Option<&KeyRecord> {
         let i = index as usize;
         (i < KEY_RECORDS).then(|| self.seg.get(KEY_OFF + i * std::mem::size_of::<KeyRecord>()))

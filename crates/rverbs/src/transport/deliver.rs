@@ -135,6 +135,8 @@ pub(crate) fn responder_event(v: Violation) -> EventType {
 
 /// A UD QP of this host that takes a message: this process's, or a peer process's reached
 /// through its shared tables.
+// Made and dropped per delivered message: boxing the peer's would allocate per message.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum UdTarget {
     Local(LocalTarget),
     Peer(PeerTarget),

@@ -77,48 +77,54 @@ fn receive_on(engine: &'static Engine, net: &Net, index: usize, hold: bool) {
 /// Delivers a run of checked packets, in order: a stretch of RC/UC requests for one QP
 /// of this process from one address goes to its responder together
 /// ([`super::net::handle_requests`]: one lookup per train), every other packet alone
-/// ([`deliver`]).
+/// ([`deliver`]). Each packet's [`route`] is found once (the packet that ends a stretch
+/// keeps the route found for it there).
 fn deliver_run(engine: &'static Engine, net: &Net, sock: &NetSock, run: &[Checked<'_>], hold: bool) {
-    let mut rest = run;
+    let ep = engine.ep();
     let port_down = crate::fault_plan::port_down(engine.endpoint.slot);
-    while let Some(c) = rest.first() {
-        if port_down && for_this_endpoint(engine, &c.repr) {
+    let mut rest = run;
+    let mut next = rest.first().map(|c| route(ep, &c.repr));
+    while let (Some(c), Some(r)) = (rest.first(), next) {
+        // The route of the packet after the ones taken here, when a stretch found it.
+        let mut ahead = None;
+        let n = if port_down && for_this_endpoint(ep, r) {
             // docs/fault-injection.md: the port of this process's view of the device is
             // down; what arrives for its QPs is dropped (relayed packets and MADs for
             // other processes of the host still pass).
             net.stats.unserved.fetch_add(1, Ordering::Relaxed);
-            rest = &rest[1..];
-            continue;
-        }
-        let Some(qpn) = own_request(engine, &c.repr) else {
-            deliver(engine, net, sock, c.from, c.id, &c.packet, &c.repr);
-            rest = &rest[1..];
-            continue;
+            1
+        } else if !matches!(r, Route::Request { .. }) {
+            deliver(engine, net, sock, c, r);
+            1
+        } else {
+            // The stretch: the packets that follow from the same address with the same
+            // route (RC/UC requests for the same QP of this process).
+            let src = c.from.ip();
+            let mut n = 1;
+            while let Some(d) = rest.get(n) {
+                let rd = route(ep, &d.repr);
+                if d.from.ip() != src || rd != r {
+                    ahead = Some(rd);
+                    break;
+                }
+                n += 1;
+            }
+            let taken = super::net::handle_requests(engine, net, &sock.gid, src, &rest[..n], hold);
+            net.stats.delivered.fetch_add(taken as u64, Ordering::Relaxed);
+            net.stats.unserved.fetch_add((n - taken) as u64, Ordering::Relaxed);
+            n
         };
-        let src = c.from.ip();
-        let n = rest.iter().take_while(|d| d.from.ip() == src && own_request(engine, &d.repr) == Some(qpn)).count();
-        let taken = super::net::handle_requests(engine, net, &sock.gid, src, &rest[..n], hold);
-        net.stats.delivered.fetch_add(taken as u64, Ordering::Relaxed);
-        net.stats.unserved.fetch_add((n - taken) as u64, Ordering::Relaxed);
         rest = &rest[n..];
+        next = ahead.or_else(|| rest.first().map(|c| route(ep, &c.repr)));
     }
 }
 
-/// The QP an RC/UC request is for, when that QP is this process's (the others are relayed
-/// or answered by [`deliver`]).
-fn own_request(engine: &Engine, repr: &Repr) -> Option<u32> {
-    match route(engine.ep(), repr) {
-        Route::Request { qpn } => Some(qpn),
-        _ => None,
-    }
-}
-
-/// Whether a packet is for a QP of this endpoint (an RC/UC request or response, a UD
-/// message), the packets a port that is down does not take.
-fn for_this_endpoint(engine: &Engine, repr: &Repr) -> bool {
-    match route(engine.ep(), repr) {
+/// Whether a packet routed `r` is for a QP of endpoint `ep` (an RC/UC request or
+/// response, a UD message), the packets a port that is down does not take.
+fn for_this_endpoint(ep: u32, r: Route) -> bool {
+    match r {
         Route::Request { .. } | Route::Response { .. } => true,
-        Route::Ud { qpn, .. } => endpoint_of(qpn) == engine.ep(),
+        Route::Ud { qpn, .. } => endpoint_of(qpn) == ep,
         Route::Mad { .. } | Route::Relay { .. } | Route::Unserved => false,
     }
 }
@@ -163,19 +169,21 @@ pub(crate) fn route(ep: u32, repr: &Repr) -> Route {
     }
 }
 
-/// Delivers one checked packet (rxe `rxe_rcv`: the destination QP must exist with the
-/// packet's transport, accept requests and match the DETH's Q_Key; docs/rocev2-wire.md §3.5).
+/// Delivers one checked packet, whose [`route`] is `route` (rxe `rxe_rcv`: the destination
+/// QP must exist with the packet's transport, accept requests and match the DETH's Q_Key;
+/// docs/rocev2-wire.md §3.5).
 ///
 /// The QP may be of another process of this host (its number names its endpoint): the
 /// process that owns the port delivers a UD message into that process's queues through
 /// shared memory, as the same-host transport does, and relays an RC/UC packet to that
 /// process's socket ([`relay_packet`]), so every process is reachable from the network.
-fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, from: SocketAddr, id: u16, packet: &Packet<&[u8]>, repr: &Repr) {
+fn deliver(engine: &'static Engine, net: &Net, sock: &NetSock, c: &Checked<'_>, route: Route) {
+    let Checked { from, id, ref packet, ref repr } = *c;
     let unserved = || {
         net.stats.unserved.fetch_add(1, Ordering::Relaxed);
     };
     let src = from.ip();
-    let (qpn, qkey) = match route(engine.ep(), repr) {
+    let (qpn, qkey) = match route {
         Route::Mad { qkey } => {
             // A MAD for QP1: to the endpoint it is for (`super::gsi`).
             if super::gsi::deliver(engine, sock, from, qkey, packet.payload()) {

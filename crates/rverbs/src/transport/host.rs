@@ -168,10 +168,14 @@ pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: 
 }
 
 /// Gives `responder` the target QP's current attributes `cfg` (a modify may have changed
-/// them since the last request), keeping its expected PSN.
+/// them since the last request), keeping its expected PSN. The usual case, nothing
+/// changed, is the compare here, without the call.
+#[inline]
 fn refresh(responder: &mut Responder, mut cfg: ResponderConfig) {
     cfg.rq_psn = responder.config().rq_psn;
-    responder.reconfigure(cfg);
+    if *responder.config() != cfg {
+        responder.reconfigure(cfg);
+    }
 }
 
 /// [`express`] once the route is known to answer.

@@ -71,6 +71,9 @@ pub(crate) fn readable(net: &Net, groups: &Groups, slot: usize) {
 /// An application thread found its CQ empty (`progress::receive_inline`): receives what
 /// waits on every group socket, unless another thread is receiving (which delivers it).
 pub(crate) fn receive_now(net: &Net, groups: &Groups) {
+    if !net.mcast.any_open() {
+        return;
+    }
     let socks = net.mcast.open_socks();
     if socks.is_empty() {
         return;

@@ -206,6 +206,10 @@ pub(crate) fn send_held_acks(net: &Net, qp: &QpInner, wait: bool) {
 /// holds some): the progress thread at its deadline, an application thread at its next
 /// inline receive, the process at exit (`wait` false).
 pub(crate) fn send_due_acks(engine: &Engine, net: &Net, now: Option<Instant>, wait: bool) {
+    // A busy poller asks at every empty poll; most find nothing held (one load).
+    if !engine.acks_due.any() {
+        return;
+    }
     for qpn in engine.acks_due.take_due(now) {
         if let Some(qp) = engine.qps.get(qpn) {
             send_held_acks(net, &qp, wait);

@@ -109,6 +109,13 @@ impl McastNet {
         self.slots.lock().expect("multicast sockets").iter().flatten().map(|g| g.group).collect()
     }
 
+    /// Whether any group socket is open (one load: what a busy poller asks at every empty
+    /// poll).
+    #[inline]
+    pub(crate) fn any_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
     /// The open group sockets (a few: no allocation for up to four; none and no lock when
     /// no group is received).
     pub(crate) fn open_socks(&self) -> smallvec::SmallVec<[Arc<GroupSock>; 4]> {

@@ -12,7 +12,7 @@
 //! counted (`NetStats`), never delivered. A relay datagram (`super::relay`) is taken only
 //! by a socket that does not own its address's port, and only from that port's owner.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use rverbs_proto::wire::icrc;
 use rverbs_proto::wire::roce::{Packet, Repr};
@@ -155,6 +155,32 @@ pub(crate) fn with_rx_batch<R>(f: impl FnOnce(&mut RxBatch) -> R) -> R {
     BUF.with_borrow_mut(f)
 }
 
+/// How many IPv4 flows' ICRC headers a thread keeps ([`ipv4_icrc`]).
+const FLOWS: usize = 4;
+
+/// The ICRC of `roce` sent from `src:src_port` to `dst:dst_port` with IPv4 Identification
+/// `id` (docs/rocev2-wire.md §2.5), what `icrc::ipv4_pseudo_with_id` returns: the pseudo
+/// header's share of it is computed once per flow ([`icrc::Ipv4Flow`]) and kept for the
+/// last few flows this thread met (a connection's requests one way and ACKs the other),
+/// so a packet costs the CRC of its own bytes.
+pub(super) fn ipv4_icrc(src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, dst_port: u16, id: u16, roce: &[u8]) -> u32 {
+    thread_local! {
+        static KEPT: std::cell::RefCell<([Option<icrc::Ipv4Flow>; FLOWS], usize)> = const { std::cell::RefCell::new(([None; FLOWS], 0)) };
+    }
+    KEPT.with_borrow_mut(|(flows, next)| {
+        let flow = match flows.iter().flatten().find(|f| f.is(src, dst, src_port, dst_port)) {
+            Some(f) => *f,
+            None => {
+                let f = icrc::Ipv4Flow::new(src, dst, src_port, dst_port);
+                flows[*next] = Some(f);
+                *next = (*next + 1) % FLOWS;
+                f
+            }
+        };
+        flow.icrc(id, roce)
+    })
+}
+
 /// Whether the packet's ICRC is right, and under which IPv4 Identification: 0 (what rverbs
 /// and any `IP_PMTUDISC_DO` sender use), else the one solved from the ICRC (docs/rocev2-wire.md
 /// §2.5); IPv6 has no ID (0). `None`: corrupted.
@@ -163,7 +189,7 @@ fn icrc_id(from: SocketAddr, to: SocketAddr, packet: &Packet<&[u8]>) -> Option<u
     let got = packet.icrc();
     match (from.ip(), to.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            let zero = icrc::compute_ipv4_pseudo(src, dst, from.port(), to.port(), body);
+            let zero = ipv4_icrc(src, dst, from.port(), to.port(), 0, body);
             if zero == got {
                 return Some(0);
             }

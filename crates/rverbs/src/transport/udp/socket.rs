@@ -22,7 +22,7 @@ use rverbs_proto::wire::icrc;
 use rverbs_proto::wire::roce::{Packet, Repr};
 
 use super::relay;
-use super::rx::{check_datagram, for_each_segment, Checked, RxAddr, RxBatch, RxDrop, RX_BATCH, RX_RUN};
+use super::rx::{check_datagram, for_each_segment, ipv4_icrc, Checked, RxAddr, RxBatch, RxDrop, RX_BATCH, RX_RUN};
 use super::trace::Trace;
 use crate::gid::Gid;
 use crate::limits;
@@ -175,7 +175,7 @@ impl NetSock {
         let n = packet.len();
         let body = &packet[..n - 4];
         let icrc = match (self.ip, dst.ip()) {
-            (IpAddr::V4(src), IpAddr::V4(to)) => icrc::ipv4_pseudo_with_id(src, to, self.port, dst.port(), id, body),
+            (IpAddr::V4(src), IpAddr::V4(to)) => ipv4_icrc(src, to, self.port, dst.port(), id, body),
             (IpAddr::V6(src), IpAddr::V6(to)) => icrc::compute_ipv6_pseudo(src, to, self.port, dst.port(), body),
             _ => return false,
         };
@@ -244,10 +244,7 @@ impl NetSock {
         }
         let mut done = 0;
         while done < trains.len() {
-            let sent = {
-                let batch: smallvec::SmallVec<[&[Vec<u8>]; 64]> = trains[done..].iter().map(|r| &packets[r.clone()]).collect();
-                crate::sys::sendmmsg_trains(self.sock.as_fd(), dst, &batch)
-            };
+            let sent = crate::sys::sendmmsg_trains(self.sock.as_fd(), dst, packets, &trains[done..]);
             match sent {
                 Ok(0) => {
                     self.counters.add_n(Counter::SendErr, unsent(&trains[done..]));
