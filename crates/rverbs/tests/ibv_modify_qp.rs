@@ -209,3 +209,101 @@ fn destroy_releases_the_pd_and_cq() {
     a.pd.dealloc().unwrap();
     a.cq.destroy().unwrap();
 }
+
+// A modify of the responder between two requests of a connection (ibv_modify_qp(3): the
+// attributes apply once the call returns). Once the express lane has carried a request,
+// it keeps the responder's path and attributes while this process has not written them
+// (docs/shared-state.md, "A lane per connection"), so the request after the modify must
+// make it look again; the outcome is the queued way's. A lane that missed the modify
+// fails the access and reconnection tests; one that did not read the state word on every
+// request fails `responder_in_err_by_its_own_failed_request_does_not_answer` (a state
+// change without a modify).
+
+/// A path whose unanswered request fails at once: RETRY_EXC_ERR after one ACK timeout of
+/// 8 µs, no retry.
+const NO_RETRY: Path = Path { timeout: 1, retry_cnt: 0, ..PATH };
+
+/// One signaled 8-byte WRITE from `a` into `b`'s region; the status of its completion.
+#[track_caller]
+fn write_status(a: &Side, b: &Side, wr_id: u64) -> WcStatus {
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(wr_id, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!(wc.wr_id(), wr_id);
+    wc.status()
+}
+
+/// Two WRITEs from `a` to `b` that succeed: the first finds the route (the queued way),
+/// the second takes the express lane, which remembers what it checked of `b`.
+#[track_caller]
+fn lane_in_use(a: &Side, b: &Side) {
+    assert_eq!(write_status(a, b, 1), WcStatus::Success);
+    assert_eq!(write_status(a, b, 2), WcStatus::Success);
+}
+
+/// Takes REMOTE_WRITE from `b`'s QP (RTS → RTS, access flags only).
+fn revoke_remote_write(b: &Side) {
+    let attr = QpAttr { qp_access_flags: Access::LOCAL_WRITE, ..QpAttr::default() };
+    modify(&b.qp, attr, QpAttrMask::ACCESS_FLAGS).unwrap();
+}
+
+#[test]
+fn responder_access_revoked_between_writes_refuses_the_second() {
+    // The status a responder without REMOTE_WRITE gives (its first request, queued way).
+    let (a0, b0) = pair(QpType::Rc);
+    revoke_remote_write(&b0);
+    let refused = write_status(&a0, &b0, 1);
+    assert_ne!(refused, WcStatus::Success);
+
+    let (a, b) = pair(QpType::Rc);
+    lane_in_use(&a, &b);
+    revoke_remote_write(&b);
+    assert_eq!(write_status(&a, &b, 3), refused);
+    assert_eq!(b.qp.state(), b0.qp.state());
+}
+
+#[test]
+fn responder_reconnected_elsewhere_between_writes_does_not_answer() {
+    let (a, b) = pair_with(QpType::Rc, &NO_RETRY, 256, CAP);
+    lane_in_use(&a, &b);
+    // b starts a new connection, with c: same state (RTS), another destination QPN.
+    let c = side(QpType::Rc);
+    modify(&b.qp, QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    b.qp.connect(&remote(&b.ctx, c.qp.qp_num(), &NO_RETRY, ALL_ACCESS)).unwrap();
+    assert_eq!(b.qp.state(), QpState::Rts);
+    b.mr.write(0, &[0; 8]).unwrap();
+    a.mr.write(0, &[0xa5; 8]).unwrap();
+    assert_eq!(write_status(&a, &b, 3), WcStatus::RetryExcErr);
+    let mut after = [1u8; 8];
+    b.mr.read(0, &mut after).unwrap();
+    assert_eq!(after, [0; 8], "nothing written through a connection b left");
+}
+
+#[test]
+fn responder_in_err_between_writes_does_not_answer() {
+    let (a, b) = pair_with(QpType::Rc, &NO_RETRY, 256, CAP);
+    lane_in_use(&a, &b);
+    modify(&b.qp, QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    assert_eq!(write_status(&a, &b, 3), WcStatus::RetryExcErr);
+}
+
+#[test]
+fn responder_destroyed_between_writes_does_not_answer() {
+    let (a, b) = pair_with(QpType::Rc, &NO_RETRY, 256, CAP);
+    lane_in_use(&a, &b);
+    b.qp.destroy().unwrap();
+    assert_eq!(write_status(&a, &b, 3), WcStatus::RetryExcErr);
+}
+
+#[test]
+fn responder_in_err_by_its_own_failed_request_does_not_answer() {
+    let (a, b) = pair_with(QpType::Rc, &NO_RETRY, 256, CAP);
+    lane_in_use(&a, &b);
+    // b's own WRITE fails on its side (its scatter list leaves its region): b enters ERR
+    // without a modify, so only the state word, read on every request, tells the lane.
+    let bad = [Sge { addr: b.mr.iova() + MR_LEN as u64 - 4, length: 8, lkey: b.mr.lkey() }];
+    b.qp.post_send(&[SendWr::write(9, &bad, a.mr.iova(), a.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::LocProtErr);
+    assert_eq!(b.qp.state(), QpState::Err);
+    assert_eq!(write_status(&a, &b, 3), WcStatus::RetryExcErr);
+}

@@ -26,7 +26,7 @@ pub(crate) mod srq;
 #[cfg(feature = "rdma-core")]
 pub(crate) mod native;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rverbs_proto::state::QpAttrMask;
@@ -150,6 +150,12 @@ pub(crate) struct QpInner {
     pub(crate) mcast_attached: AtomicU32,
     pub(crate) async_events: EventCounter,
     destroyed: AtomicBool,
+    /// How many times this process has written the responder view in `rec` (access,
+    /// Q_Key, RNR timer, responder resources, path MTU, destination QPN and GID: what
+    /// `modify_qp` sets for requesters to read): a requester's lane that found this QP
+    /// answering it with those attributes holds while the count has not moved
+    /// (docs/shared-state.md, "A lane per connection"). Process memory.
+    view_writes: AtomicU64,
     cookie: AtomicUsize,
     qp_context: AtomicUsize,
     /// The parent domain the QP was created on, held until it is destroyed (declared
@@ -219,6 +225,21 @@ impl QpInner {
 
     pub(crate) fn is_destroyed(&self) -> bool {
         self.destroyed.load(Ordering::Acquire)
+    }
+
+    /// How many times this process has written the QP's responder view in its record
+    /// ([`QpInner::view_written`]). Read before the record: a write between the two
+    /// leaves the reader with the older count, so its next look reads the record again.
+    #[inline]
+    pub(crate) fn view_writes(&self) -> u64 {
+        self.view_writes.load(Ordering::Acquire)
+    }
+
+    /// Counts a write of the responder view in the record, once its stores are done: a
+    /// reader that sees the new count reads the new view (or a newer one, whose count it
+    /// will see move next time).
+    pub(crate) fn view_written(&self) {
+        self.view_writes.fetch_add(1, Ordering::AcqRel);
     }
 
     pub(crate) fn raise(self: &Arc<Self>, kind: EventType) {
@@ -607,6 +628,7 @@ impl Qp {
             mcast_attached: AtomicU32::new(0),
             async_events: EventCounter::default(),
             destroyed: AtomicBool::new(false),
+            view_writes: AtomicU64::new(0),
             cookie: AtomicUsize::new(0),
             qp_context: AtomicUsize::new(init.qp_context),
             parent: Mutex::new(parent),

@@ -74,7 +74,10 @@ impl ResponderView {
         }
     }
 
-    fn store(&self, rec: &QpRecord) {
+    /// Writes the view into `q`'s record and counts the write
+    /// ([`QpInner::view_written`]: a requester's lane reads the record again).
+    fn store(&self, q: &QpInner) {
+        let rec = q.rec;
         rec.access.store(self.access, Ordering::Release);
         rec.min_rnr_timer.store(self.min_rnr_timer, Ordering::Release);
         rec.max_dest_rd_atomic.store(self.max_dest_rd_atomic, Ordering::Release);
@@ -84,6 +87,7 @@ impl ResponderView {
         if let Some(g) = self.dgid {
             rec.set_dgid(g);
         }
+        q.view_written();
     }
 }
 
@@ -313,12 +317,12 @@ impl QpInner {
         let staged = changed && !accepts_requests(plan.from);
         let before = staged.then(|| ResponderView::load(self.rec));
         if staged {
-            view.store(self.rec);
+            view.store(self);
         }
         if changed {
             if let Err(now) = self.transition(Expect::Is(plan.from), plan.to, Cause::Modify) {
                 if let Some(b) = before {
-                    b.store(self.rec);
+                    b.store(self);
                 }
                 drop(sq);
                 check_modify(self.qp_type, now, plan.mask, attr.qp_state, attr.cur_qp_state)
@@ -329,7 +333,7 @@ impl QpInner {
         // The state change is won (or there is none): the plan takes effect.
         *a = plan.attrs;
         if !staged {
-            view.store(self.rec);
+            view.store(self);
         }
         sq.link.forget_route();
         if changed && matches!(plan.to, QpState::Reset | QpState::Rtr) {
@@ -354,6 +358,7 @@ impl QpInner {
                 self.rq_flushed.store(false, Ordering::Release);
                 *a = QpAttr { cap: self.cap, ..QpAttr::default() };
                 self.rec.access.store(0, Ordering::Release);
+                self.view_written();
             }
             QpState::Err if changed => {
                 self.flush_sq(&mut sq);

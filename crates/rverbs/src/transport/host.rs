@@ -115,7 +115,7 @@ pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx
         return Ok(());
     }
     let now = path.epoch;
-    let Some(Route { to, responder }) = super::route::connected(path.engine, qp, req, wqe, tx.comp_psn, &mut path.route) else {
+    let Some(Route { to, responder, .. }) = super::route::connected(path.engine, qp, req, wqe, tx.comp_psn, &mut path.route) else {
         if let Some(t) = super::route::xrc_refusal(path.engine, qp, req) {
             xrc_refused(&t, tx.request, answers);
         }
@@ -157,11 +157,34 @@ pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: 
     }
     let memos = &path.memos;
     match path.route.as_mut() {
-        Some(Route { to: Routed::Local(t), responder }) => {
-            !t.qp.is_destroyed() && super::route::answers(t.qp.rec, qp.qpn, req) && express_to(qp, t, responder, memos, w)
+        Some(Route { to: Routed::Local(t), responder, seen }) => {
+            if t.qp.is_destroyed() {
+                return false;
+            }
+            // docs/shared-state.md, "A lane per connection": while this process has not
+            // written the target's responder view since the lane last checked it, its
+            // path and attributes are those checked; the state and the port, which
+            // others write, are read every time.
+            let writes = t.qp.view_writes();
+            if *seen == Some(writes) {
+                if !super::route::takes_requests(t.qp.rec) {
+                    return false;
+                }
+            } else {
+                if !super::route::answers(t.qp.rec, qp.qpn, req) {
+                    return false;
+                }
+                refresh(responder, responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU));
+                *seen = Some(writes);
+            }
+            express_to(qp, t, responder, memos, w)
         }
-        Some(Route { to: Routed::Peer(t), responder }) => {
-            t.still_valid() && super::route::answers(t.rec(), qp.qpn, req) && express_to(qp, t, responder, memos, w)
+        Some(Route { to: Routed::Peer(t), responder, .. }) => {
+            if !(t.still_valid() && super::route::answers(t.rec(), qp.qpn, req)) {
+                return false;
+            }
+            refresh(responder, responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU));
+            express_to(qp, t, responder, memos, w)
         }
         _ => false,
     }
@@ -178,9 +201,9 @@ fn refresh(responder: &mut Responder, mut cfg: ResponderConfig) {
     }
 }
 
-/// [`express`] once the route is known to answer.
+/// [`express`] once the route is known to answer and `responder` has the target's
+/// current attributes.
 fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: &[KeyMemo; 2], w: &Express<'_>) -> bool {
-    refresh(responder, responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU));
     let accepted = match w.op {
         ExpressOp::Write { .. } => responder.express_write_ok(w.psn, w.len),
         ExpressOp::Send { .. } => responder.express_send_ok(w.psn, w.len),

@@ -49,6 +49,13 @@ pub(crate) enum Routed {
 pub(crate) struct Route {
     pub(crate) to: Routed,
     pub(crate) responder: Responder,
+    /// The express lane's memo (docs/shared-state.md, "A lane per connection"): the
+    /// target's count of this process's writes of its responder view
+    /// ([`QpInner::view_writes`]) when the lane last found it answering this requester
+    /// ([`answers`]) and gave `responder` its attributes; `None` until then, and for a
+    /// target in a peer process. While the count has not moved, the path GID, the
+    /// destination QPN and the responder's attributes are as they were then.
+    pub(crate) seen: Option<u64>,
 }
 
 /// The responder attributes of the QP whose record is `rec`, read now (they change with
@@ -89,7 +96,15 @@ impl Routed {
 /// it accepts requests, its path points back at the requester's source GID, and it is
 /// connected to the requester; and its owner's port is up (docs/fault-injection.md).
 pub(crate) fn answers(rec: &QpRecord, me: u32, req: &ReqView) -> bool {
-    accepts_requests(rec.state()) && !rec.port_down() && rec.dgid() == req.sgid && rec.dest_qpn.load(Ordering::Acquire) == me
+    takes_requests(rec) && rec.dgid() == req.sgid && rec.dest_qpn.load(Ordering::Acquire) == me
+}
+
+/// The part of [`answers`] that others than the QP's owner write (the state, moved to
+/// ERR by peers; the port-down flag): whether the QP accepts requests and its owner's
+/// port is up. Read on every request, [`Route::seen`] or not.
+#[inline]
+pub(crate) fn takes_requests(rec: &QpRecord) -> bool {
+    accepts_requests(rec.state()) && !rec.port_down()
 }
 
 /// Whether `rec` is the record of live QP `qpn` of type `qp_type` (a peer's record may
@@ -161,7 +176,7 @@ pub(crate) fn connected<'c>(
         *cache = find(dev, qp, req, wqe).map(|to| {
             let mut cfg = responder_config(connected_mode(qp.qp_type), to.rec(), UNSEGMENTED_MTU);
             cfg.rq_psn = start;
-            Route { responder: Responder::new(cfg), to }
+            Route { responder: Responder::new(cfg), to, seen: None }
         });
     }
     cache.as_mut()
