@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use crate::spin::{SpinGuard, SpinMutex};
 
 use bitflags::bitflags;
-use rverbs_proto::verbs::{EventType, WcOpcode};
+use rverbs_proto::verbs::EventType;
 
 use crate::mr::domain::ContextCore;
 use crate::table::Table;
@@ -24,10 +24,10 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::rings::recv_count::Heard;
-use crate::rings::wc::{Cqe, Wc};
+use crate::rings::wc::{Cqe, Wc, CQE_WORDS};
 use channel::{ChannelInner, CompChannel};
 use crate::rings::producer_gate::Producer;
-use crate::rings::completion_ring::Pop;
+use crate::rings::completion_ring::{Consumer, Pop};
 use crate::rings::cq_segment::{self, CqSeg, Publish};
 
 /// How long the consumer waits behind an unpublished reservation before asking whether
@@ -477,19 +477,33 @@ impl CqInner {
     /// The next completion not purged, if any.
     #[inline(always)]
     pub(crate) fn pop_live(&self, seg: &CqSeg) -> Option<Cqe> {
-        let ring = seg.ring();
+        self.pop_live_from(seg, &seg.ring().consumer())
+    }
+
+    /// [`CqInner::pop_live`] through the consumer view `ring` of `seg`'s ring, made once
+    /// for a poll that removes many.
+    #[inline(always)]
+    fn pop_live_from(&self, seg: &CqSeg, ring: &Consumer<'_>) -> Option<Cqe> {
+        let words = self.pop_words(seg, ring, usize::MAX)?;
+        let (taken, receive_or_error) = Cqe::heard_of(&words);
+        self.heard.polled(taken, receive_or_error);
+        Some(Cqe::decode(&words))
+    }
+
+    /// The words of the next completion not purged, if any, word `skip` left 0 (not
+    /// loaded; `usize::MAX`: none). Not yet heard: the caller tells `heard`.
+    #[inline(always)]
+    fn pop_words(&self, seg: &CqSeg, ring: &Consumer<'_>, skip: usize) -> Option<[u64; CQE_WORDS]> {
         loop {
-            match ring.pop() {
+            match ring.pop_skipping(skip) {
                 Pop::Entry(words, pos) => {
-                    let cqe = Cqe::decode(&words);
-                    if self.purging.load(Ordering::Acquire) && self.purged(cqe.qp_num, pos) {
+                    if self.purging.load(Ordering::Acquire) && self.purged(Cqe::qp_num_of(&words), pos) {
                         continue;
                     }
-                    self.heard.polled(cqe.rq_taken, cqe.opcode_raw() & WcOpcode::Recv as u32 != 0 || cqe.status != 0);
-                    return Some(cqe);
+                    return Some(words);
                 }
                 Pop::Empty => {
-                    if let Some(h) = ring.stalled_at() {
+                    if let Some(h) = seg.ring().stalled_at() {
                         self.unstick(seg, h);
                     }
                     return None;
@@ -618,7 +632,10 @@ impl CqInner {
     #[inline(never)]
     fn pop_counted(&self, stats: &crate::shm::stats::Stats, out: &mut [Wc]) -> Result<usize> {
         stats.waiting(self.id, self.gens.current().ring().len());
-        let r = self.pop_into(out, |cqe| stats.completion(cqe.qp_num, cqe.polled()));
+        let r = self.pop_into(out, |words| {
+            let cqe = Cqe::decode(words);
+            stats.completion(cqe.qp_num, cqe.polled());
+        });
         match r {
             Ok(n) => stats.polled(self.id, n),
             Err(Error::CqOverrun) => stats.overrun(self.id),
@@ -639,17 +656,21 @@ impl CqInner {
     /// Removes up to `out.len()` CQEs, oldest first, into `out` (each shown to `seen`
     /// first); returns how many.
     #[inline(always)]
-    fn pop_into(&self, out: &mut [Wc], mut seen: impl FnMut(&Cqe)) -> Result<usize> {
+    fn pop_into(&self, out: &mut [Wc], mut seen: impl FnMut(&[u64; CQE_WORDS])) -> Result<usize> {
         let _g = self.lock_consumer();
         let seg = self.gens.current();
         if seg.shm().errored.load(Ordering::Acquire) != 0 {
             return Err(Error::CqOverrun);
         }
+        let ring = seg.ring().consumer();
         let mut n = 0;
-        for w in out.iter_mut() {
-            let Some(c) = self.pop_live(seg) else { break };
-            seen(&c);
-            *w = c.to_wc();
+        // Indexed rather than iterated: the count is the position (one register less in
+        // a loop that holds a whole CQE in registers).
+        while n < out.len() {
+            let Some(words) = self.pop_words(seg, &ring, Cqe::TIMESTAMP_WORD) else { break };
+            seen(&words);
+            let receive_or_error = Cqe::write_wc(&words, &mut out[n]);
+            self.heard.polled(Cqe::taken_of(&words), receive_or_error);
             n += 1;
         }
         Ok(n)

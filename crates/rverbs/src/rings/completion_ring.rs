@@ -255,61 +255,22 @@ impl Ring {
     /// Removes the oldest published CQE, if any.
     ///
     /// Only one thread may consume at a time (the caller holds the consumer lock, or the
-    /// CQ is SINGLE_THREADED).
-    #[inline]
+    /// CQ is SINGLE_THREADED). The CQ polls through [`Ring::consumer`].
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn pop(&self) -> Pop {
-        let cap = self.capacity() as u64;
-        let mut h = self.hdr().head.load(Ordering::Relaxed);
-        loop {
-            // No producer reaches the last position (2^64 CQEs): a head there was
-            // scribbled, and `h + 1` would overflow.
-            if h == u64::MAX {
-                self.hdr().head.store(self.tail(), Ordering::Release);
-                return Pop::Corrupt;
-            }
-            let slot = self.slot(h);
-            let s1 = slot.seq.load(Ordering::Acquire);
-            if s1 == 0 || s1 < h + 1 {
-                // Not yet published (or being rewritten while still unread): empty for now.
-                if h != self.hdr().head.load(Ordering::Relaxed) {
-                    self.hdr().head.store(h, Ordering::Release);
-                }
-                // A `head` beyond every position reserved was scribbled: nothing will be
-                // published there (a producer that knows it has room does not read `head`
-                // to find out).
-                let t = self.tail();
-                if h > t {
-                    self.hdr().head.store(t, Ordering::Release);
-                    return Pop::Corrupt;
-                }
-                return Pop::Empty;
-            }
-            if s1 > h + 1 {
-                // Overwritten (IGNORE_OVERRUN): the slot now holds a newer position p.
-                // Everything older than p - cap + 1 is lost; skip to the oldest survivor.
-                // A p that is not this slot's, or not a whole lap ahead, was never written
-                // by a producer: skipping to it would loop for ever.
-                let p = s1 - 1;
-                if p & self.mask != h & self.mask || p < cap || p >= self.tail() {
-                    self.hdr().head.store(self.tail(), Ordering::Release);
-                    return Pop::Corrupt;
-                }
-                h = p + 1 - cap;
-                continue;
-            }
-            let mut out = [0u64; DATA_WORDS];
-            for (o, w) in out.iter_mut().zip(&slot.data) {
-                *o = w.load(Ordering::Relaxed);
-            }
-            fence(Ordering::Acquire);
-            if slot.seq.load(Ordering::Relaxed) != s1 {
-                // Torn by an overwriting producer: retry at the same position, which
-                // will now report the newer entry and resynchronise.
-                continue;
-            }
-            self.hdr().head.store(h + 1, Ordering::Release);
-            return Pop::Entry(out, h);
-        }
+        self.consumer().pop()
+    }
+
+    /// The consumer's side of the ring for one poll: [`Consumer::pop`] is [`Ring::pop`]
+    /// with the header, the slots and the mask read once, so that a poll that removes
+    /// many CQEs does not read them again for each one.
+    #[inline(always)]
+    pub(crate) fn consumer(&self) -> Consumer<'_> {
+        let slots = self.slots();
+        // What `Consumer::slot`'s unchecked index relies on (set together at construction;
+        // checked once per poll, not per CQE).
+        assert_eq!(slots.len() as u64, self.mask + 1, "ring capacity and mask");
+        Consumer { ring: self, hdr: self.hdr(), slots, mask: self.mask }
     }
 
     /// The producer and consumer indices and the sequence word of slot `i` (modulo the
@@ -371,6 +332,95 @@ impl Ring {
     #[cfg(any(test, rverbs_loom))]
     pub(crate) fn reserve_and_die(&self) {
         self.hdr().tail.fetch_add(1, Ordering::Release);
+    }
+}
+
+
+/// The consumer's view of a [`Ring`] for one poll ([`Ring::consumer`]). Only one thread
+/// may consume at a time (the caller holds the consumer lock, or the CQ is
+/// SINGLE_THREADED).
+pub(crate) struct Consumer<'r> {
+    ring: &'r Ring,
+    hdr: &'r RingHdr,
+    slots: &'r [Slot],
+    mask: u64,
+}
+
+impl Consumer<'_> {
+    #[inline(always)]
+    fn slot(&self, pos: u64) -> &Slot {
+        let i = (pos & self.mask) as usize;
+        // SAFETY: `slots` has `mask + 1` entries (asserted by `Ring::consumer`, the only
+        // constructor), so `i <= mask` is in bounds.
+        unsafe { self.slots.get_unchecked(i) }
+    }
+
+    /// Removes the oldest published CQE, if any (module doc: the consumer's protocol).
+    #[cfg(any(test, feature = "fuzzing"))]
+    #[inline(always)]
+    pub(crate) fn pop(&self) -> Pop {
+        self.pop_skipping(usize::MAX)
+    }
+
+    /// [`Consumer::pop`], leaving data word `skip` 0 instead of loading it (a word the
+    /// caller does not read; `usize::MAX`: none). The seqlock's check covers the words
+    /// loaded.
+    #[inline(always)]
+    pub(crate) fn pop_skipping(&self, skip: usize) -> Pop {
+        let cap = self.mask + 1;
+        let mut h = self.hdr.head.load(Ordering::Relaxed);
+        loop {
+            // No producer reaches the last position (2^64 CQEs): a head there was
+            // scribbled, and `h + 1` would overflow.
+            if h == u64::MAX {
+                self.hdr.head.store(self.ring.tail(), Ordering::Release);
+                return Pop::Corrupt;
+            }
+            let slot = self.slot(h);
+            let s1 = slot.seq.load(Ordering::Acquire);
+            if s1 == 0 || s1 < h + 1 {
+                // Not yet published (or being rewritten while still unread): empty for now.
+                if h != self.hdr.head.load(Ordering::Relaxed) {
+                    self.hdr.head.store(h, Ordering::Release);
+                }
+                // A `head` beyond every position reserved was scribbled: nothing will be
+                // published there (a producer that knows it has room does not read `head`
+                // to find out).
+                let t = self.ring.tail();
+                if h > t {
+                    self.hdr.head.store(t, Ordering::Release);
+                    return Pop::Corrupt;
+                }
+                return Pop::Empty;
+            }
+            if s1 > h + 1 {
+                // Overwritten (IGNORE_OVERRUN): the slot now holds a newer position p.
+                // Everything older than p - cap + 1 is lost; skip to the oldest survivor.
+                // A p that is not this slot's, or not a whole lap ahead, was never written
+                // by a producer: skipping to it would loop for ever.
+                let p = s1 - 1;
+                if p & self.mask != h & self.mask || p < cap || p >= self.ring.tail() {
+                    self.hdr.head.store(self.ring.tail(), Ordering::Release);
+                    return Pop::Corrupt;
+                }
+                h = p + 1 - cap;
+                continue;
+            }
+            let mut out = [0u64; DATA_WORDS];
+            for (i, (o, w)) in out.iter_mut().zip(&slot.data).enumerate() {
+                if i != skip {
+                    *o = w.load(Ordering::Relaxed);
+                }
+            }
+            fence(Ordering::Acquire);
+            if slot.seq.load(Ordering::Relaxed) != s1 {
+                // Torn by an overwriting producer: retry at the same position, which
+                // will now report the newer entry and resynchronise.
+                continue;
+            }
+            self.hdr.head.store(h + 1, Ordering::Release);
+            return Pop::Entry(out, h);
+        }
     }
 }
 

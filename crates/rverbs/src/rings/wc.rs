@@ -248,6 +248,60 @@ impl Cqe {
         cqe
     }
 
+    /// [`Cqe::decode`] followed by [`Cqe::to_wc`], straight from the ring's words into
+    /// the caller's `ibv_wc` (the batched poll's loop: no `Cqe` in between, and none of
+    /// the words only the extended poll and the receive count read). Returns whether the
+    /// completion is a receive or an error (what [`Cqe::heard_of`] says of it).
+    #[inline(always)]
+    pub(crate) fn write_wc(w: &[u64; CQE_WORDS], out: &mut Wc) -> bool {
+        let status = (w[3] >> 32) as u8;
+        let opcode = (w[3] >> 40) as u8;
+        let known = KNOWN_STATUS[usize::from(status)] & KNOWN_OPCODE[usize::from(opcode)];
+        let status = if known { u32::from(status) } else { WcStatus::GeneralErr as u32 };
+        *out = Wc {
+            wr_id: w[0],
+            status,
+            opcode: u32::from(opcode),
+            vendor_err: w[3] as u32,
+            byte_len: w[1] as u32,
+            imm_data: (w[1] >> 32) as u32,
+            qp_num: w[2] as u32,
+            src_qp: (w[2] >> 32) as u32,
+            wc_flags: u32::from((w[3] >> 48) as u8),
+            pkey_index: w[4] as u16,
+            slid: (w[4] >> 16) as u16,
+            sl: (w[3] >> 56) as u8,
+            dlid_path_bits: (w[4] >> 32) as u8,
+        };
+        opcode & 0x80 != 0 || status != 0
+    }
+
+    /// The QP number of the CQE in `w` (the purge's test, without decoding the rest).
+    #[inline(always)]
+    pub(crate) fn qp_num_of(w: &[u64; CQE_WORDS]) -> u32 {
+        w[2] as u32
+    }
+
+    /// The receive count the CQE in `w` carries (`rings::recv_count`).
+    #[inline(always)]
+    pub(crate) fn taken_of(w: &[u64; CQE_WORDS]) -> Option<TakenCount> {
+        (w[4] & RQ_TAKEN_BIT != 0).then(|| TakenCount::from_word(w[6]))
+    }
+
+    /// What the CQE in `w` tells its CQ's [`Heard`](crate::rings::recv_count::Heard):
+    /// the receive count it carries, and whether it is a receive or an error completion
+    /// (as [`Cqe::decode`] would decode it: a status or opcode no enum has is an error).
+    #[inline(always)]
+    pub(crate) fn heard_of(w: &[u64; CQE_WORDS]) -> (Option<TakenCount>, bool) {
+        let mut wc = Wc::default();
+        let receive_or_error = Self::write_wc(w, &mut wc);
+        (Self::taken_of(w), receive_or_error)
+    }
+
+    /// The word of a CQE that only the extended poll reads (the timestamp): a poll into
+    /// `ibv_wc` need not load it ([`Consumer::pop_skipping`](crate::rings::completion_ring::Consumer::pop_skipping)).
+    pub(crate) const TIMESTAMP_WORD: usize = 5;
+
     fn decode_raw(w: &[u64; CQE_WORDS]) -> Self {
         let taken = w[4] & RQ_TAKEN_BIT != 0;
         Cqe {
@@ -265,7 +319,7 @@ impl Cqe {
             slid: (w[4] >> 16) as u16,
             dlid_path_bits: (w[4] >> 32) as u8,
             solicited: (w[4] >> 40) & 1 == 1,
-            timestamp: w[5],
+            timestamp: w[Self::TIMESTAMP_WORD],
             tm_tag: if taken { 0 } else { w[6] },
             rq_taken: taken.then(|| TakenCount::from_word(w[6])),
         }
@@ -332,6 +386,51 @@ mod tests {
                 let valid = WcStatus::from_raw(u32::from(status)).is_some() && WcOpcode::from_raw(u32::from(opcode)).is_some();
                 let want = if valid { status } else { WcStatus::GeneralErr as u32 as u8 };
                 assert_eq!(c.status, want, "status {status}, opcode {opcode}");
+            }
+        }
+    }
+
+    #[test]
+    fn write_wc_and_heard_of_agree_with_decode() {
+        // Every status and opcode byte (valid or scribbled), with the other words set so
+        // that a field read from the wrong bits shows.
+        for status in 0..=u8::MAX {
+            for opcode in 0..=u8::MAX {
+                for taken in [None, Some(TakenCount { ring: 7, count: 0x8000_0001 })] {
+                    let c = Cqe {
+                        wr_id: 0x1122_3344_5566_7788,
+                        status,
+                        opcode,
+                        wc_flags: 0x5a,
+                        sl: 0xa5,
+                        vendor_err: 0xdead_beef,
+                        byte_len: 0x0102_0304,
+                        imm: 0x0506_0708,
+                        qp_num: 0x00ab_cdef,
+                        src_qp: 0x0012_3456,
+                        pkey_index: 0xfedc,
+                        slid: 0xba98,
+                        dlid_path_bits: 0x76,
+                        timestamp: 0x1357_9bdf,
+                        solicited: true,
+                        tm_tag: if taken.is_some() { 0 } else { 0x2468_ace0 },
+                        rq_taken: taken,
+                    };
+                    let w = c.encode();
+                    let d = Cqe::decode(&w);
+                    let mut wc = Wc::default();
+                    Cqe::write_wc(&w, &mut wc);
+                    assert_eq!(wc, d.to_wc(), "status {status}, opcode {opcode}");
+                    let heard = (d.rq_taken, d.opcode_raw() & WcOpcode::Recv as u32 != 0 || d.status != 0);
+                    assert_eq!(Cqe::heard_of(&w), heard, "status {status}, opcode {opcode}");
+                    // The batched poll does not load the timestamp word.
+                    let mut w0 = w;
+                    w0[Cqe::TIMESTAMP_WORD] = 0;
+                    let mut wc0 = Wc::default();
+                    Cqe::write_wc(&w0, &mut wc0);
+                    assert_eq!(wc0, wc);
+                    assert_eq!(Cqe::qp_num_of(&w), d.qp_num);
+                }
             }
         }
     }
