@@ -85,15 +85,24 @@ impl Table {
         Table { bits, buckets }
     }
 
-    fn bucket(&self, addr: usize) -> &Bucket {
-        // Fibonacci hashing of the address without its alignment bits; the top `bits`
-        // bits of the product select the bucket.
+    /// The bucket index of `addr`: Fibonacci hashing of the address without its
+    /// alignment bits; the top `bits` bits of the product select the bucket.
+    fn index(&self, addr: usize) -> usize {
         let h = ((addr as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        &self.buckets[(h >> (64 - self.bits)) as usize]
+        (h >> (64 - self.bits)) as usize
+    }
+
+    fn bucket(&self, addr: usize) -> &Bucket {
+        &self.buckets[self.index(addr)]
     }
 
     fn contains(&self, addr: usize) -> bool {
-        self.bucket(addr).0.iter().any(|s| s.load(Ordering::Relaxed) == addr)
+        // `get`, not `bucket`'s index: no panic path, so that a C entry point may look an
+        // object up outside its panic guard (`rverbs_poll_cq`'s empty poll). The bucket is
+        // always there (the hash's top `bits` bits index `2^bits` buckets).
+        self.buckets
+            .get(self.index(addr))
+            .is_some_and(|b| b.0.iter().any(|s| s.load(Ordering::Relaxed) == addr))
     }
 
     /// Stores `addr` in a free slot of its bucket; false if the bucket is full.

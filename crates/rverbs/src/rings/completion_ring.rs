@@ -304,8 +304,10 @@ impl Ring {
     #[inline]
     pub(crate) fn nothing_published(&self) -> bool {
         let h = self.hdr().head.load(Ordering::Relaxed);
-        // An older lap's position (or 0): not published for `h` yet.
-        self.slot(h).seq.load(Ordering::Relaxed) <= h
+        // An older lap's position (or 0): not published for `h` yet. Without a panic path
+        // (`get`, not an index: the C entry point's empty poll runs outside the panic
+        // guard); a slot that is not there, which cannot happen, reads as "look closer".
+        self.slots().get((h & self.mask) as usize).is_some_and(|s| s.seq.load(Ordering::Relaxed) <= h)
     }
 
     /// The consumer's position if a producer reserved it and has not published it yet
