@@ -330,37 +330,50 @@ impl<'a> KeySpace<'a> {
     /// ([`KeySpace::pin_held`]); else the record is read, vouched for and remembered.
     #[inline]
     pub(crate) fn pin_into(&self, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
+        self.pin_with(via, len, |p| out.push(p))
+    }
+
+    /// As [`KeySpace::pin_into`] for one range, the pin returned instead of appended to a
+    /// list (a WRITE's target, moved with [`copy_to`](super::access::copy_to)).
+    #[inline]
+    pub(crate) fn pin_one(&self, via: Via, len: u64) -> Result<Pinned<'a>, Fault> {
+        self.pin_with(via, len, |p| p)
+    }
+
+    /// [`KeySpace::pin_into`] and [`KeySpace::pin_one`]: the pin goes to `sink`.
+    #[inline(always)]
+    fn pin_with<R>(&self, via: Via, len: u64, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
         if let (None, Some(memo)) = (self.peer, self.memo) {
             // Read before the record: a write between them leaves the memo with the older
             // count, so the next access reads the record again.
             let writes = self.me.keys.writes(via.key >> 8);
             if let Some(h) = memo.held(self.me.tables, writes, via.key) {
-                return self.pin_held(&h, via, len, out);
+                return self.pin_held(&h, via, len, sink);
             }
             let d = self.check_record(via.key, via.pd, via.used, via.need)?;
             memo.remember(self.me.tables, self.me.shared(), writes, &d);
-            return self.pin_desc(&d, via, len, out);
+            return self.pin_desc(&d, via, len, sink);
         }
         let d = self.check(via.key, via.pd, via.used, via.need)?;
-        self.pin_desc(&d, via, len, out)
+        self.pin_desc(&d, via, len, sink)
     }
 
-    /// [`KeySpace::pin_into`] once `d` is the record of `via.key`, read and vouched for:
+    /// [`KeySpace::pin_with`] once `d` is the record of `via.key`, read and vouched for:
     /// the rights, the bounds, the hold.
     #[inline(always)]
-    fn pin_desc(&self, d: &KeyDesc, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
+    fn pin_desc<R>(&self, d: &KeyDesc, via: Via, len: u64, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
         check_desc(d, via.key, via.pd, via.used, via.need)?;
         let off = offset_in(d, via.va, len)?;
-        self.hold(via.key, d, off, len, via, |p| out.push(p))
+        self.hold(via.key, d, off, len, via, sink)
     }
 
-    /// [`KeySpace::pin_into`] of a key of this process whose record this process has not
+    /// [`KeySpace::pin_with`] of a key of this process whose record this process has not
     /// written since `h` was derived from it: the rules of [`check_desc`] and the bounds
     /// against `h`, then [`KeySpace::hold`]'s protocol on the remembered records — the
     /// access counted where it is counted, the record's state and key and the region's
     /// state read again (ibv_dereg_mr(3): no access once it returns).
     #[inline(always)]
-    fn pin_held(&self, h: &Held, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
+    fn pin_held<R>(&self, h: &Held, via: Via, len: u64, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
         h.check(via.pd, via.used, via.need)?;
         let off = via.va.checked_sub(h.iova).ok_or(Fault::Bounds)?;
         if off.checked_add(len).ok_or(Fault::Bounds)? > h.len {
@@ -384,8 +397,7 @@ impl<'a> KeySpace<'a> {
         }
         let place = Place::Local((h.va + off) as usize);
         let host_atomics = h.host_atomics.then_some(self.me);
-        out.push(Pinned { busy, place, len: len as usize, host_atomics });
-        Ok(())
+        Ok(sink(Pinned { busy, place, len: len as usize, host_atomics }))
     }
 
     /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a

@@ -225,13 +225,10 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
     let keys = t.keys().remembering(&memos[1]);
     match w.op {
         ExpressOp::Write { rkey, va } => {
-            let mut mem = PinList::new();
             let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_WRITE, va };
-            if keys.pin_into(via, u64::from(w.len), &mut mem).is_err() {
-                return false;
-            }
+            let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return false };
             t.note_inbound();
-            if mr::copy_message(&mem, 0, src).is_err() {
+            if mr::copy_to(&mem, src).is_err() {
                 return false;
             }
             responder.express_write_done(w.psn);
