@@ -142,8 +142,8 @@ pub(crate) fn pin_sges_into<'a>(
 pub(crate) enum Source<'s, 'a> {
     /// A Rust buffer (inline data, a synthesized header, an atomic result).
     Bytes(&'s [u8]),
-    /// Pinned registered memory.
-    Pins(&'s PinList<'a>),
+    /// Pinned registered memory, its ranges in message order.
+    Pins(&'s [Pinned<'a>]),
 }
 
 /// Moves one contiguous piece.
@@ -193,7 +193,7 @@ pub(crate) fn copy_message_from(dst: &PinList<'_>, dst_offset: usize, src: Sourc
 pub(crate) fn copy_to(d: &Pinned<'_>, src: Source<'_, '_>) -> Result<usize, CmaError> {
     let (sp, sl) = match src {
         Source::Bytes(b) => (Place::Local(b.as_ptr() as usize), b.len()),
-        Source::Pins(l) if l.as_slice().len() == 1 => (l.as_slice()[0].place, l.as_slice()[0].len),
+        Source::Pins([s]) => (s.place, s.len),
         Source::Pins(_) => return copy_pieces(std::slice::from_ref(d), 0, src, 0),
     };
     let n = d.len.min(sl);
