@@ -305,3 +305,26 @@ fn write_past_a_remembered_region_is_rem_access_err() {
     dst.dereg().unwrap();
     assert!(buf.iter().all(|&x| x == 0), "nothing is written, inside the region or past it");
 }
+
+/// ibv_post_send(3): a remembered local key bounds each request's scatter list by itself —
+/// after WRITEs from inside the region, a WRITE whose one SGE runs past the region's end
+/// completes LOC_PROT_ERR, and nothing reaches the target.
+#[test]
+fn write_from_past_a_remembered_local_region_is_loc_prot_err() {
+    let (a, b) = pair(QpType::Rc);
+    let mut buf = vec![5u8; 128];
+    // SAFETY: `buf` outlives the region (deregistered below).
+    let src = unsafe { a.pd.reg_mr(buf.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    let dst = b.pd.alloc_mr(64, ALL_ACCESS).unwrap();
+    let inside = [src.sge(56, 8).unwrap()];
+    write_remembered(&a, &inside, dst.iova(), dst.rkey());
+    dst.write(0, &[0u8; 64]).unwrap();
+    let past = [Sge { addr: inside[0].addr + 1, ..inside[0] }];
+    a.qp.post_send(&[SendWr::write(9, &past, dst.iova(), dst.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::LocProtErr);
+    let mut got = [1u8; 8];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got, [0u8; 8], "nothing is written");
+    src.dereg().unwrap();
+    drop(buf);
+}
