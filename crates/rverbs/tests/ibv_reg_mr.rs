@@ -234,3 +234,97 @@ fn alloc_mr_beyond_the_runtime_directory_space_is_enomem_and_leaves_nothing() {
     mr.fill(0, 1 << 20, 0xEE).unwrap();
     assert_eq!(mr.read_u64((1 << 20) - 8).unwrap(), u64::from_ne_bytes([0xEE; 8]));
 }
+
+/// WRITEs through one remote key, each checked: the first goes the queued way, the next
+/// ones the express lane, which remembers the key (docs/shared-state.md, "Remembered
+/// keys").
+#[track_caller]
+fn write_remembered(a: &Side, sge: &[Sge], iova: u64, rkey: u32) {
+    for id in 0..4 {
+        a.qp.post_send(&[SendWr::write(id, sge, iova, rkey).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    }
+}
+
+/// ibv_dereg_mr(3), ibv_reg_mr(3): a region deregistered and another registered in its
+/// key slot between two WRITEs is checked anew, even once the slot's key byte has come
+/// round to the remembered key again (256 registrations later): a WRITE through that key
+/// reaches the new region, within its bounds only, and never the old buffer.
+#[test]
+fn dereg_then_reg_in_the_same_slot_after_traffic_takes_the_new_region() {
+    let (a, b) = pair(QpType::Rc);
+    a.mr.write(0, &[7u8; 8]).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let mut old = vec![0u8; 4096];
+    // SAFETY: `old` outlives the region (deregistered below).
+    let dst = unsafe { b.pd.reg_mr(old.as_mut_ptr(), old.len(), ALL_ACCESS) }.unwrap();
+    let (rkey, iova) = (dst.rkey(), dst.iova());
+    write_remembered(&a, &sge, iova + 1024, rkey);
+    dst.dereg().unwrap();
+    old.fill(0);
+    let mut new = vec![0u8; 64];
+    // SAFETY: `new` outlives every region over it (each deregistered below).
+    let mut again = unsafe { b.pd.reg_mr(new.as_mut_ptr(), new.len(), ALL_ACCESS) }.unwrap();
+    assert_eq!(again.rkey() >> 8, rkey >> 8, "the freed slot is reused");
+    assert_ne!(again.rkey(), rkey, "with another key byte");
+    // The slot's key byte comes round to the remembered key (no request in between: the
+    // lane remembers one remote key).
+    for _ in 0..256 {
+        if again.rkey() == rkey {
+            break;
+        }
+        again.dereg().unwrap();
+        // SAFETY: as above.
+        again = unsafe { b.pd.reg_mr(new.as_mut_ptr(), new.len(), ALL_ACCESS) }.unwrap();
+    }
+    assert_eq!(again.rkey(), rkey, "the key byte wrapped round");
+    a.qp.post_send(&[SendWr::write(20, &sge, again.iova(), rkey).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success, "the new region, at its own address");
+    assert_eq!(&new[..8], &[7u8; 8]);
+    a.qp.post_send(&[SendWr::write(21, &sge, iova + 1024, rkey).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemAccessErr, "the old range is not the new region's");
+    assert!(old.iter().all(|&x| x == 0), "the old buffer is not written");
+    again.dereg().unwrap();
+}
+
+/// ibv_post_send(3): a remembered remote key bounds each request by itself — a WRITE
+/// past the region's end after WRITEs inside it is REM_ACCESS_ERR, the byte after the
+/// region untouched.
+#[test]
+fn write_past_a_remembered_region_is_rem_access_err() {
+    let (a, b) = pair(QpType::Rc);
+    a.mr.write(0, &[7u8; 8]).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let mut buf = vec![0u8; 128];
+    // SAFETY: `buf` outlives the region (deregistered below).
+    let dst = unsafe { b.pd.reg_mr(buf.as_mut_ptr(), 64, ALL_ACCESS) }.unwrap();
+    write_remembered(&a, &sge, dst.iova() + 56, dst.rkey());
+    buf.fill(0);
+    a.qp.post_send(&[SendWr::write(9, &sge, dst.iova() + 57, dst.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemAccessErr);
+    dst.dereg().unwrap();
+    assert!(buf.iter().all(|&x| x == 0), "nothing is written, inside the region or past it");
+}
+
+/// ibv_post_send(3): a remembered local key bounds each request's scatter list by itself —
+/// after WRITEs from inside the region, a WRITE whose one SGE runs past the region's end
+/// completes LOC_PROT_ERR, and nothing reaches the target.
+#[test]
+fn write_from_past_a_remembered_local_region_is_loc_prot_err() {
+    let (a, b) = pair(QpType::Rc);
+    let mut buf = vec![5u8; 128];
+    // SAFETY: `buf` outlives the region (deregistered below).
+    let src = unsafe { a.pd.reg_mr(buf.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    let dst = b.pd.alloc_mr(64, ALL_ACCESS).unwrap();
+    let inside = [src.sge(56, 8).unwrap()];
+    write_remembered(&a, &inside, dst.iova(), dst.rkey());
+    dst.write(0, &[0u8; 64]).unwrap();
+    let past = [Sge { addr: inside[0].addr + 1, ..inside[0] }];
+    a.qp.post_send(&[SendWr::write(9, &past, dst.iova(), dst.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::LocProtErr);
+    let mut got = [1u8; 8];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got, [0u8; 8], "nothing is written");
+    src.dereg().unwrap();
+    drop(buf);
+}

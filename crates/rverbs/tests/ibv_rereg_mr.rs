@@ -149,3 +149,34 @@ fn rereg_input_errors() {
     assert_eq!(m.rereg(ReregFlags::ACCESS, None, Some(Access::REMOTE_WRITE)).unwrap_err().errno(), libc::EINVAL);
     assert_eq!(m.rereg(ReregFlags::TRANSLATION, None, None).unwrap_err().errno(), libc::EINVAL);
 }
+
+/// ibv_rereg_mr(3): the old translation is never used once the call returns. After
+/// WRITEs the express lane remembered, a region moved to a shorter buffer (the key
+/// stays) takes a WRITE at its new address, and a WRITE inside the old range but
+/// outside the new one is REM_ACCESS_ERR, the old buffer untouched.
+#[test]
+fn rereg_to_a_shorter_buffer_after_traffic_bounds_the_next_write() {
+    let (a, b) = pair(QpType::Rc);
+    a.mr.write(0, &[3u8; 8]).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let mut old = vec![0u8; 4096];
+    // SAFETY: `old` outlives the region (deregistered below).
+    let dst = unsafe { b.pd.reg_mr(old.as_mut_ptr(), old.len(), ALL_ACCESS) }.unwrap();
+    let (rkey, old_iova) = (dst.rkey(), dst.iova());
+    for id in 0..4 {
+        a.qp.post_send(&[SendWr::write(id, &sge, old_iova + 1024, rkey).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    }
+    let mut new = vec![0u8; 64];
+    // SAFETY: `new` outlives the region (deregistered below).
+    unsafe { dst.rereg_translation(ReregFlags::TRANSLATION, new.as_mut_ptr(), 64, None, None) }.unwrap();
+    assert_eq!(dst.rkey(), rkey, "the key stays");
+    old.fill(0);
+    a.qp.post_send(&[SendWr::write(10, &sge, dst.iova(), rkey).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success, "the new translation");
+    assert_eq!(&new[..8], &[3u8; 8]);
+    a.qp.post_send(&[SendWr::write(11, &sge, old_iova + 1024, rkey).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemAccessErr, "the old range is gone");
+    assert!(old.iter().all(|&x| x == 0), "the old buffer is not written");
+    dst.dereg().unwrap();
+}

@@ -260,3 +260,79 @@ fn type1_bind_racing_dereg_of_its_region() {
         }
     }
 }
+
+/// WRITEs through a type 2 window's key, the next ones remembered by the express lane
+/// (docs/shared-state.md, "Remembered keys"), then LOCAL_INV by the window's owner: the
+/// next WRITE through the key is REM_ACCESS_ERR (ibv_post_send(3), IBV_WR_LOCAL_INV),
+/// the region untouched.
+#[test]
+fn remembered_type2_window_key_invalidated_is_refused() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 2).unwrap();
+    let key = inc_rkey(mw.rkey());
+    b.qp.post_send(&[SendWr::bind_mw(5, &mw, key, bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE))]).unwrap();
+    for _ in 0..4 {
+        assert_eq!(write_through(&a, key, mb.iova() + 100), WcStatus::Success);
+    }
+    mb.write(100, &[0u8; 6]).unwrap();
+    b.qp.post_send(&[SendWr::local_inv(6, key).signaled()]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    assert_eq!(write_through(&a, key, mb.iova() + 100), WcStatus::RemAccessErr);
+    let mut got = [1u8; 6];
+    mb.read(100, &mut got).unwrap();
+    assert_eq!(got, [0u8; 6], "the invalidated window wrote nothing");
+}
+
+/// ibv_bind_mw(3), type 2: a window invalidated and bound again under the same key to a
+/// narrower range, after WRITEs the express lane remembered, takes WRITEs in the new
+/// range only: inside the old range but outside the new one is REM_ACCESS_ERR.
+#[test]
+fn remembered_type2_window_bound_again_with_the_same_key_takes_its_new_range() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 2).unwrap();
+    let key = inc_rkey(mw.rkey());
+    let rights = Access::REMOTE_WRITE | Access::LOCAL_WRITE;
+    b.qp.post_send(&[SendWr::bind_mw(5, &mw, key, bind_info(&mb, rights))]).unwrap();
+    for _ in 0..4 {
+        assert_eq!(write_through(&a, key, mb.iova() + 100), WcStatus::Success);
+    }
+    b.qp.post_send(&[SendWr::local_inv(6, key)]).unwrap();
+    let narrow = MwBind { mr: Some(&mb), addr: mb.iova() + 1024, length: 512, access: rights };
+    b.qp.post_send(&[SendWr::bind_mw(7, &mw, key, narrow).signaled()]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    assert_eq!(mw.rkey(), key, "bound again under the same key");
+    mb.write(0, &[0u8; 4096]).unwrap();
+    assert_eq!(write_through(&a, key, mb.iova() + 1024), WcStatus::Success);
+    let mut got = [0u8; 6];
+    mb.read(1024, &mut got).unwrap();
+    assert_eq!(&got, b"window");
+    assert_eq!(write_through(&a, key, mb.iova() + 100), WcStatus::RemAccessErr, "outside the new range");
+    mb.read(100, &mut got).unwrap();
+    assert_eq!(got, [0u8; 6]);
+}
+
+/// ibv_bind_mw(3): a type 1 window bound again gets a new key and the old one stops
+/// matching, also while the express lane remembers the new one: after WRITEs through
+/// the new key, a WRITE through the old key is REM_ACCESS_ERR.
+#[test]
+fn remembered_type1_window_rebound_refuses_the_old_key() {
+    let (a, b, _ma, mb) = mw_pair();
+    let mw = Mw::new(&b.pd, 1).unwrap();
+    let info = bind_info(&mb, Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+    let old = b.qp.bind_mw(&mw, &info, 1, SendFlags::SIGNALED).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    for _ in 0..2 {
+        assert_eq!(write_through(&a, old, mb.iova()), WcStatus::Success);
+    }
+    let new = b.qp.bind_mw(&mw, &info, 2, SendFlags::SIGNALED).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    assert_eq!(new >> 8, old >> 8, "the same key slot");
+    for _ in 0..2 {
+        assert_eq!(write_through(&a, new, mb.iova()), WcStatus::Success);
+    }
+    mb.write(0, &[0u8; 6]).unwrap();
+    assert_eq!(write_through(&a, old, mb.iova()), WcStatus::RemAccessErr, "the old key is stale");
+    let mut got = [1u8; 6];
+    mb.read(0, &mut got).unwrap();
+    assert_eq!(got, [0u8; 6]);
+}

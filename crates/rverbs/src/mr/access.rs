@@ -142,8 +142,8 @@ pub(crate) fn pin_sges_into<'a>(
 pub(crate) enum Source<'s, 'a> {
     /// A Rust buffer (inline data, a synthesized header, an atomic result).
     Bytes(&'s [u8]),
-    /// Pinned registered memory.
-    Pins(&'s PinList<'a>),
+    /// Pinned registered memory, its ranges in message order.
+    Pins(&'s [Pinned<'a>]),
 }
 
 /// Moves one contiguous piece.
@@ -178,25 +178,32 @@ pub(crate) fn copy_message(dst: &PinList<'_>, dst_offset: usize, src: Source<'_,
 #[inline]
 pub(crate) fn copy_message_from(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>, src_skip: usize) -> Result<usize, CmaError> {
     if src_skip > 0 {
-        return copy_pieces(dst, dst_offset, src, src_skip);
+        return copy_pieces(dst.as_slice(), dst_offset, src, src_skip);
     }
     // One range to one range, the common case: no piece list.
     if let ([d], 0) = (dst.as_slice(), dst_offset) {
-        let (sp, sl) = match src {
-            Source::Bytes(b) => (Place::Local(b.as_ptr() as usize), b.len()),
-            Source::Pins(l) if l.as_slice().len() == 1 => (l.as_slice()[0].place, l.as_slice()[0].len),
-            Source::Pins(_) => return copy_pieces(dst, dst_offset, src, 0),
-        };
-        let n = d.len.min(sl);
-        if n > 0 {
-            move_piece(d.place, sp, n)?;
-        }
-        return Ok(n);
+        return copy_to(d, src);
     }
-    copy_pieces(dst, dst_offset, src, 0)
+    copy_pieces(dst.as_slice(), dst_offset, src, 0)
 }
 
-fn copy_pieces(dst: &PinList<'_>, dst_offset: usize, src: Source<'_, '_>, mut src_skip: usize) -> Result<usize, CmaError> {
+/// As [`copy_message`] into the one pinned range `d` (a WRITE's target, pinned without a
+/// list by [`KeySpace::pin_one`]).
+#[inline]
+pub(crate) fn copy_to(d: &Pinned<'_>, src: Source<'_, '_>) -> Result<usize, CmaError> {
+    let (sp, sl) = match src {
+        Source::Bytes(b) => (Place::Local(b.as_ptr() as usize), b.len()),
+        Source::Pins([s]) => (s.place, s.len),
+        Source::Pins(_) => return copy_pieces(std::slice::from_ref(d), 0, src, 0),
+    };
+    let n = d.len.min(sl);
+    if n > 0 {
+        move_piece(d.place, sp, n)?;
+    }
+    Ok(n)
+}
+
+fn copy_pieces(dst: &[Pinned<'_>], dst_offset: usize, src: Source<'_, '_>, mut src_skip: usize) -> Result<usize, CmaError> {
     let mut src_pieces: smallvec::SmallVec<[(Place<'_>, usize); 2]> = match src {
         Source::Bytes(b) => smallvec::smallvec![(Place::Local(b.as_ptr() as usize), b.len())],
         Source::Pins(l) => l.iter().map(|p| (p.place, p.len)).collect(),

@@ -21,7 +21,7 @@ use rverbs_proto::verbs::Access;
 
 use super::endpoint::Endpoint;
 use crate::shm::registry::Peer;
-use crate::shm::tables::{KeyDesc, Tables, ACCESS_COUNT_LOCAL, KEY_KIND_MR, KEY_KIND_MW2, KEY_STATE_VALID};
+use crate::shm::tables::{KeyDesc, KeyRecord, Tables, ACCESS_COUNT_LOCAL, KEY_KIND_MR, KEY_KIND_MW2, KEY_STATE_VALID};
 use crate::shm::Segment;
 
 /// Where a piece of a peer's private memory is, for the peer to check and copy.
@@ -168,20 +168,24 @@ pub(crate) struct KeySpace<'a> {
     memo: Option<&'a KeyMemo>,
 }
 
-/// A requester's memo of the last key of this process it checked in one key space: the
-/// record as it was vouched for ([`KeyTable::vouches`](super::keys::KeyTable::vouches)),
-/// with the count of this process's writes of that record at the time
+/// A requester's memo of the last key of this process it checked in one key space: what
+/// the checks of its record derived when it was read and vouched for
+/// ([`KeyTable::vouches`](super::keys::KeyTable::vouches)) — the record's and its
+/// region's addresses, PD, kind, rights, bounds and the place's base — with the count of
+/// this process's writes of that record at the time
 /// ([`KeyTable::writes`](super::keys::KeyTable::writes)). While the count has not moved,
-/// the record holds what the memo holds, as far as this process wrote it, so the next
-/// access through the same key takes the memo instead of reading the shared record again
-/// (docs/shared-state.md, "Remembered keys").
+/// the record holds what the memo was derived from, as far as this process wrote it, so
+/// the next access through the same key checks the request against the memo instead of
+/// reading the shared record again (docs/shared-state.md, "Remembered keys").
 ///
 /// Only process memory decides that a memo holds: the count and the memo itself, never
 /// the shared record, which another process of the user can rewrite (a rewrite after
 /// the memo was taken is not seen, and not needed: the memo is what this process wrote).
-/// What peers may write in this process's records, the state word (a type 2 window
-/// invalidated) and the key, [`KeySpace::hold`] reads from the record on every access,
-/// memo or not; the PD, rights and use are checked against the memo on every access.
+/// What changes without a write of the record — the state words (a region closed or
+/// being deregistered, a window invalidated, by this process or a peer) and the key —
+/// [`KeySpace::hold`] and [`KeySpace::pin_held`] read from the record on every access,
+/// memo or not; the PD, rights, use and bounds of the request are checked against the
+/// memo on every access.
 #[derive(Default)]
 pub(crate) struct KeyMemo {
     /// Which key table (its address; 0: nothing remembered): a memo of one key space is
@@ -189,30 +193,102 @@ pub(crate) struct KeyMemo {
     tables: std::cell::Cell<usize>,
     /// The count of this process's writes of the record when it was read.
     writes: std::cell::Cell<u64>,
-    /// The record as it was vouched for (its `key` is the key remembered).
-    desc: std::cell::Cell<KeyDesc>,
+    /// The key remembered.
+    key: std::cell::Cell<u32>,
+    /// What the checks derived from the record (`None`: nothing remembered).
+    held: std::cell::Cell<Option<Held>>,
+}
+
+/// What the checks of a key record of this process derive that only a write of the
+/// record by this process changes ([`KeyMemo`]).
+#[derive(Clone, Copy)]
+struct Held {
+    /// The key's record and the record of the region it names (itself for a region):
+    /// in this process's tables, mapped for the process's life.
+    rec: &'static KeyRecord,
+    mr: &'static KeyRecord,
+    pd: u32,
+    /// The rights granted ([`Access`] bits).
+    access: u32,
+    /// A memory region (a local key may name only one).
+    is_mr: bool,
+    /// The QP a type 2 window is bound to (`None`: any QP of the PD).
+    mw2_qpn: Option<u32>,
+    /// This process's local accesses are counted ([`ACCESS_COUNT_LOCAL`]).
+    count_local: bool,
+    /// Atomics on the bytes take the host-wide lock (the record's bytes are in this
+    /// process's private memory, `loc == 0`, and peers take part).
+    host_atomics: bool,
+    /// The range `[iova, iova+len)` and where `iova` is in this process.
+    iova: u64,
+    len: u64,
+    va: u64,
+}
+
+impl Held {
+    /// [`check_desc`] of the remembered record: the same rules in the same order (the
+    /// key and its state are compared by [`KeyMemo::held`] and re-read by the hold).
+    #[inline(always)]
+    fn check(&self, pd: u32, used: KeyUse, need: Access) -> Result<(), Fault> {
+        if used == KeyUse::Local && !self.is_mr {
+            return Err(Fault::Key);
+        }
+        if self.pd != pd {
+            return Err(Fault::Pd);
+        }
+        if let (KeyUse::Remote { qpn }, Some(bound)) = (used, self.mw2_qpn) {
+            if bound != qpn {
+                return Err(Fault::Pd);
+            }
+        }
+        if !Access::from_bits_truncate(self.access).contains(need) {
+            return Err(Fault::Access);
+        }
+        Ok(())
+    }
 }
 
 impl KeyMemo {
-    /// Whether the memo is of `key` in key table `tables` and still holds: this process's
-    /// count of writes of the record is `writes` (read before any read of the record, so a
-    /// write between them leaves the memo with the older count). The small words first:
-    /// the record's key is compared only on a match.
+    /// What the memo holds of `key` in key table `tables`, if it is of that key and still
+    /// holds: this process's count of writes of the record is `writes` (read before any
+    /// read of the record, so a write between them leaves the memo with the older count).
     #[inline(always)]
-    fn holds(&self, tables: &Tables, writes: u64, key: u32) -> bool {
-        self.tables.get() == std::ptr::from_ref(tables) as usize && self.writes.get() == writes && self.desc.get().key == key
+    fn held(&self, tables: &Tables, writes: u64, key: u32) -> Option<Held> {
+        if self.tables.get() == std::ptr::from_ref(tables) as usize && self.writes.get() == writes && self.key.get() == key {
+            self.held.get()
+        } else {
+            None
+        }
     }
 
-    /// Remembers `d`, read from key table `tables` and vouched for when this process's
-    /// count of writes of the record was `writes` (`u64::MAX`: a record past the table,
-    /// never remembered).
+    /// Remembers what `d`, read from this process's key table `tables` and vouched for
+    /// when this process's count of writes of the record was `writes`, derives
+    /// (`u64::MAX`: a record past the table, never remembered; nor a record whose region
+    /// is past it).
     #[inline]
-    fn remember(&self, tables: &Tables, writes: u64, d: KeyDesc) {
-        if writes != u64::MAX {
-            self.tables.set(std::ptr::from_ref(tables) as usize);
-            self.writes.set(writes);
-            self.desc.set(d);
+    fn remember(&self, tables: &'static Tables, shared: bool, writes: u64, d: &KeyDesc) {
+        if writes == u64::MAX {
+            return;
         }
+        let Some(rec) = tables.key(d.key >> 8) else { return };
+        let mr = if d.kind == KEY_KIND_MR { Some(rec) } else { tables.key(d.mr_index) };
+        let Some(mr) = mr else { return };
+        self.tables.set(std::ptr::from_ref(tables) as usize);
+        self.writes.set(writes);
+        self.key.set(d.key);
+        self.held.set(Some(Held {
+            rec,
+            mr,
+            pd: d.pd,
+            access: d.access,
+            is_mr: d.kind == KEY_KIND_MR,
+            mw2_qpn: (d.kind == KEY_KIND_MW2).then_some(d.qpn),
+            count_local: d.access & ACCESS_COUNT_LOCAL != 0,
+            host_atomics: d.loc == 0 && shared,
+            iova: d.iova,
+            len: d.len,
+            va: d.va,
+        }));
     }
 }
 
@@ -249,32 +325,79 @@ impl<'a> KeySpace<'a> {
     /// As [`KeySpace::pin`], appending the pinned range to `out`: the pin is built where it
     /// stays (the data path pins into lists it keeps in place).
     ///
-    /// A key this key space remembers ([`KeyMemo`]) is checked on the memo in place: the
-    /// remembered record is never copied out as a whole, nor merged with a fresh read
-    /// (which made the compiler copy it twice per key).
+    /// A key this key space remembers ([`KeyMemo`]) is checked against the memo while
+    /// this process has not written its record since: the rights, the bounds, the hold
+    /// ([`KeySpace::pin_held`]); else the record is read, vouched for and remembered.
     #[inline]
     pub(crate) fn pin_into(&self, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
-        if let (None, Some(memo)) = (self.peer, self.memo) {
-            let writes = self.me.keys.writes(via.key >> 8);
-            if memo.holds(self.tables, writes, via.key) {
-                let d = memo.desc.get();
-                return self.pin_desc(&d, via, len, out);
-            }
-            let d = self.check_record(via.key, via.pd, via.used, via.need)?;
-            memo.remember(self.tables, writes, d);
-            return self.pin_desc(&d, via, len, out);
-        }
-        let d = self.check(via.key, via.pd, via.used, via.need)?;
-        self.pin_desc(&d, via, len, out)
+        self.pin_with(via, len, |p| out.push(p))
     }
 
-    /// [`KeySpace::pin_into`] once `d` is the record of `via.key` (read and vouched for,
-    /// or remembered): the rights, the bounds, the hold.
+    /// As [`KeySpace::pin_into`] for one range, the pin returned instead of appended to a
+    /// list (a WRITE's target, moved with [`copy_to`](super::access::copy_to)).
+    #[inline]
+    pub(crate) fn pin_one(&self, via: Via, len: u64) -> Result<Pinned<'a>, Fault> {
+        self.pin_with(via, len, |p| p)
+    }
+
+    /// [`KeySpace::pin_into`] and [`KeySpace::pin_one`]: the pin goes to `sink`.
     #[inline(always)]
-    fn pin_desc(&self, d: &KeyDesc, via: Via, len: u64, out: &mut PinList<'a>) -> Result<(), Fault> {
+    fn pin_with<R>(&self, via: Via, len: u64, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
+        if let (None, Some(memo)) = (self.peer, self.memo) {
+            // Read before the record: a write between them leaves the memo with the older
+            // count, so the next access reads the record again.
+            let writes = self.me.keys.writes(via.key >> 8);
+            if let Some(h) = memo.held(self.me.tables, writes, via.key) {
+                return self.pin_held(&h, via, len, sink);
+            }
+            let d = self.check_record(via.key, via.pd, via.used, via.need)?;
+            memo.remember(self.me.tables, self.me.shared(), writes, &d);
+            return self.pin_desc(&d, via, len, sink);
+        }
+        let d = self.check(via.key, via.pd, via.used, via.need)?;
+        self.pin_desc(&d, via, len, sink)
+    }
+
+    /// [`KeySpace::pin_with`] once `d` is the record of `via.key`, read and vouched for:
+    /// the rights, the bounds, the hold.
+    #[inline(always)]
+    fn pin_desc<R>(&self, d: &KeyDesc, via: Via, len: u64, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
         check_desc(d, via.key, via.pd, via.used, via.need)?;
         let off = offset_in(d, via.va, len)?;
-        self.hold(via.key, d, off, len, via, |p| out.push(p))
+        self.hold(via.key, d, off, len, via, sink)
+    }
+
+    /// [`KeySpace::pin_with`] of a key of this process whose record this process has not
+    /// written since `h` was derived from it: the rules of [`check_desc`] and the bounds
+    /// against `h`, then [`KeySpace::hold`]'s protocol on the remembered records — the
+    /// access counted where it is counted, the record's state and key and the region's
+    /// state read again (ibv_dereg_mr(3): no access once it returns).
+    #[inline(always)]
+    fn pin_held<R>(&self, h: &Held, via: Via, len: u64, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
+        h.check(via.pd, via.used, via.need)?;
+        let off = via.va.checked_sub(h.iova).ok_or(Fault::Bounds)?;
+        if off.checked_add(len).ok_or(Fault::Bounds)? > h.len {
+            return Err(Fault::Bounds);
+        }
+        let busy: Option<&'a AtomicU32> = match via.used {
+            KeyUse::Local if !h.count_local => None,
+            _ => Some(&h.mr.busy_local),
+        };
+        if let Some(b) = busy {
+            b.fetch_add(1, Ordering::SeqCst);
+        }
+        let still = h.rec.state.load(Ordering::SeqCst) == KEY_STATE_VALID
+            && h.rec.key.load(Ordering::SeqCst) == via.key
+            && h.mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
+        if !still {
+            if let Some(b) = busy {
+                b.fetch_sub(1, Ordering::SeqCst);
+            }
+            return Err(Fault::Key);
+        }
+        let place = Place::Local((h.va + off) as usize);
+        let host_atomics = h.host_atomics.then_some(self.me);
+        Ok(sink(Pinned { busy, place, len: len as usize, host_atomics }))
     }
 
     /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a
@@ -285,30 +408,11 @@ impl<'a> KeySpace<'a> {
         self.hold(key, &d, 0, 0, via, |p| p)
     }
 
+    /// The record of `key`, read and checked (a memo is used by [`KeySpace::pin_into`]
+    /// only).
     #[inline]
     fn check(&self, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<KeyDesc, Fault> {
-        match (self.peer, self.memo) {
-            (None, Some(memo)) => self.check_remembered(memo, key, pd, used, need),
-            _ => self.check_record(key, pd, used, need),
-        }
-    }
-
-    /// [`KeySpace::check`] of this process's own key through `memo`: the memo if it is of
-    /// this key and this process has not written the record since; else the record,
-    /// remembered if it passes.
-    #[inline]
-    fn check_remembered(&self, memo: &KeyMemo, key: u32, pd: u32, used: KeyUse, need: Access) -> Result<KeyDesc, Fault> {
-        // Read before the record: a write between them leaves the memo with the older
-        // count, so the next access reads the record again.
-        let writes = self.me.keys.writes(key >> 8);
-        if memo.holds(self.tables, writes, key) {
-            let d = memo.desc.get();
-            check_desc(&d, key, pd, used, need)?;
-            return Ok(d);
-        }
-        let d = self.check_record(key, pd, used, need)?;
-        memo.remember(self.tables, writes, d);
-        Ok(d)
+        self.check_record(key, pd, used, need)
     }
 
     /// [`KeySpace::check`] from the shared record.

@@ -54,7 +54,7 @@ impl<'a> Gathered<'_, 'a> {
     fn source(&self) -> Source<'_, 'a> {
         match self {
             Gathered::Inline(b) => Source::Bytes(b),
-            Gathered::Pins(l) => Source::Pins(l),
+            Gathered::Pins(l) => Source::Pins(l.as_slice()),
         }
     }
 }
@@ -213,25 +213,31 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
     }
     let own = KeySpace::local(qp.pd.endpoint()).remembering(&memos[0]);
     let mut pins = PinList::new();
+    let one;
     let src = match w.data {
         ExpressData::Inline(b) => Source::Bytes(b),
+        // One SGE that is not empty, the usual case: pinned without a list, as
+        // `pin_sges_into` pins it (`min(length, message)` bytes from its address).
+        ExpressData::Sges([s]) if s.length != 0 && w.len != 0 => {
+            let via = mr::Via { key: s.lkey, pd: qp.pd.id, used: mr::KeyUse::Local, need: Access::empty(), va: s.addr };
+            let Ok(p) = own.pin_one(via, u64::from(s.length.min(w.len))) else { return false };
+            one = p;
+            Source::Pins(std::slice::from_ref(&one))
+        }
         ExpressData::Sges(s) => {
             if mr::pin_sges_into(&own, qp.pd.id, s, Access::empty(), u64::from(w.len), &mut pins).is_err() {
                 return false;
             }
-            Source::Pins(&pins)
+            Source::Pins(pins.as_slice())
         }
     };
     let keys = t.keys().remembering(&memos[1]);
     match w.op {
         ExpressOp::Write { rkey, va } => {
-            let mut mem = PinList::new();
             let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_WRITE, va };
-            if keys.pin_into(via, u64::from(w.len), &mut mem).is_err() {
-                return false;
-            }
+            let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return false };
             t.note_inbound();
-            if mr::copy_message(&mem, 0, src).is_err() {
+            if mr::copy_to(&mem, src).is_err() {
                 return false;
             }
             responder.express_write_done(w.psn);

@@ -52,9 +52,7 @@ pub(crate) fn run<T: Target>(qp: &Arc<QpInner>, t: &T, entry: &RecvWqe, rv: Rend
         let mut dst = PinList::new();
         mr::pin_sges_into(&keys, t.pd(), entry.sges(), Access::LOCAL_WRITE, len, &mut dst)
             .map_err(|f| (WcStatus::LocProtErr, f.local_vendor_err()))?;
-        let mut from = PinList::new();
-        from.push(src);
-        copy_message(&dst, 0, Source::Pins(&from)).map_err(|_| (WcStatus::LocProtErr, rverbs_proto::vendor_err::LOCAL_BOUNDS))
+        copy_message(&dst, 0, Source::Pins(std::slice::from_ref(&src))).map_err(|_| (WcStatus::LocProtErr, rverbs_proto::vendor_err::LOCAL_BOUNDS))
     })();
     let cqe = match read {
         Ok(_) => {

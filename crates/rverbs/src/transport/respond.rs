@@ -169,7 +169,7 @@ impl<'t, T: Target> Responding<'t, T> {
         if self.mem.is_empty() {
             return Ok(());
         }
-        copy_message(dst, offset, Source::Pins(&self.mem)).map(drop)
+        copy_message(dst, offset, Source::Pins(self.mem.as_slice())).map(drop)
     }
 }
 
