@@ -520,13 +520,37 @@ pub(crate) unsafe extern "C" fn rverbs_poll_cq(
     if num_entries > 0 && !wc.is_null() {
         // SAFETY: caller contract (any pointer; a live CQ stays alive during the call).
         if let Some(obj) = unsafe { CqObj::from_raw(cq) } {
-            if obj.core.polled_empty() {
-                return 0;
-            }
+            return match obj.core.look() {
+                rverbs::Looked::Empty => 0,
+                // SAFETY: `obj` is live, the arguments checked; the caller's contract.
+                rverbs::Looked::Published => unsafe { poll_found(obj, num_entries, wc, false) },
+                // SAFETY: as above.
+                rverbs::Looked::Unsure => unsafe { poll_found(obj, num_entries, wc, true) },
+            };
         }
     }
     // SAFETY: the caller's contract, passed on.
     unsafe { poll_guarded(cq, num_entries, wc) }
+}
+
+/// [`rverbs_poll_cq`] of a live CQ whose empty look did not find it empty (`unsure`: it
+/// could not tell), `num_entries > 0` and `wc` not NULL, in the panic guard: out of line
+/// and `extern "C"` as [`poll_guarded`].
+///
+/// # Safety
+/// `obj` is live for the call; `wc` points to `num_entries` writable `ibv_wc`.
+#[inline(never)]
+unsafe extern "C" fn poll_found(obj: &CqObj, num_entries: c_int, wc: *mut ibv_wc, unsure: bool) -> c_int {
+    ffi_guard!(value(-libc::EIO), {
+        let looked = if unsure { rverbs::Looked::Unsure } else { rverbs::Looked::Published };
+        // SAFETY: `wc` points to `num_entries` (> 0) writable ibv_wc (caller contract),
+        // which have the layout of rverbs::Wc (asserted above).
+        let out = unsafe { core::slice::from_raw_parts_mut(wc.cast::<rverbs::Wc>(), num_entries as usize) };
+        match obj.core.poll_after(out, looked) {
+            Ok(k) => k as c_int,
+            Err(e) => -e.c_errno(),
+        }
+    })
 }
 
 /// [`rverbs_poll_cq`] past its empty CQ, in the panic guard: out of line, so that the

@@ -586,19 +586,20 @@ impl CqInner {
     /// [`CqInner::surely_empty`]'s common case, without a call, so that the C entry point
     /// of the busy poller's empty poll needs no frame: not in error, nothing published,
     /// not the poll that looks for a stuck reservation, no network connection to receive
-    /// for. Counts the poll when it answers true; `false` means "ask
+    /// for. Counts the poll when it answers [`Looked::Empty`]; [`Looked::Published`] (or
+    /// in error) means the locked poll has something to do, [`Looked::Unsure`] "ask
     /// [`CqInner::surely_empty`]" (which counts it then).
     #[inline(always)]
-    fn plainly_empty(&self) -> bool {
+    fn look(&self) -> Looked {
         if !Self::unpublished(self.gens.current()) {
-            return false;
+            return Looked::Published;
         }
         let n = self.quiet_polls.load(Ordering::Relaxed).wrapping_add(1);
         if n.is_multiple_of(QUIET_CHECK) || crate::progress::net_active() {
-            return false;
+            return Looked::Unsure;
         }
         self.quiet_polls.store(n, Ordering::Relaxed);
-        true
+        Looked::Empty
     }
 
     /// Whether a poll would find nothing, known without the consumer lock: the CQ is not
@@ -675,6 +676,20 @@ impl CqInner {
         }
         Ok(n)
     }
+}
+
+/// What [`Cq::look`], the empty poll without the lock, found.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Looked {
+    /// The CQ is empty: the poll is done (and counted).
+    Empty,
+    /// A completion is published at the consumer's position, or the CQ is in error: the
+    /// locked poll has something to do.
+    Published,
+    /// Not known without the slower look (the sanitizer or statistics are on, the
+    /// periodic look for a stuck reservation, network connections to receive for).
+    Unsure,
 }
 
 /// A completion queue (`struct ibv_cq` / `struct ibv_cq_ex`). Cloning shares it.
@@ -921,23 +936,32 @@ impl Cq {
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         // The busy poller's common case, an empty CQ, inline, without a call and without
         // the frame of the rest.
-        if self.polled_empty() {
-            return Ok(0);
+        match self.look() {
+            Looked::Empty => Ok(0),
+            looked => self.poll_after(wc, looked),
         }
-        self.poll_rest(wc)
     }
 
-    /// [`Cq::poll`] once [`Cq::polled_empty`] answered false (for a caller that asks that
-    /// first and keeps this out of line: the C entry point of `ibv_poll_cq`).
+    /// [`Cq::poll`] without a look first (for a caller that cannot say what it saw).
+    #[doc(hidden)]
+    pub fn poll_rest(&self, wc: &mut [Wc]) -> Result<usize> {
+        self.poll_after(wc, Looked::Unsure)
+    }
+
+    /// [`Cq::poll`] once [`Cq::look`] answered `looked`, not [`Looked::Empty`] (for a
+    /// caller that looks first and keeps this out of line: the C entry point of
+    /// `ibv_poll_cq`).
     #[doc(hidden)]
     #[inline(never)]
-    pub fn poll_rest(&self, wc: &mut [Wc]) -> Result<usize> {
+    pub fn poll_after(&self, wc: &mut [Wc], looked: Looked) -> Result<usize> {
         match &self.repr {
-            // `surely_empty` is asked again (each empty poll counts once: `polled_empty`
-            // counted nothing when it answered false), unless the sanitizer is on.
+            // `surely_empty` is asked again after an unsure look (each empty poll counts
+            // once: the look counted nothing), unless the sanitizer is on; not after a look
+            // that saw a completion published (or the CQ in error): the locked poll
+            // follows at once.
             Repr::Soft(inner) => {
                 let sanitize = crate::sanitizer::on();
-                Self::poll_soft(inner, wc, sanitize, !sanitize)
+                Self::poll_soft(inner, wc, sanitize, !sanitize && looked == Looked::Unsure)
             }
             #[cfg(feature = "rdma-core")]
             Repr::Native(cq) => cq.poll(wc),
@@ -978,16 +1002,17 @@ impl Cq {
 
     /// The empty poll of [`Cq::poll`] alone, for a caller that keeps the rest out of line
     /// (the C entry point of `ibv_poll_cq`, whose busy poller's common case then needs no
-    /// stack frame): `true` means a poll was made and found the CQ empty (ibv_poll_cq(3):
-    /// returns 0), counted as [`Cq::poll`] counts it; `false` means nothing was done and
-    /// the caller polls with [`Cq::poll_rest`].
+    /// stack frame): [`Looked::Empty`] means a poll was made and found the CQ empty
+    /// (ibv_poll_cq(3): returns 0), counted as [`Cq::poll`] counts it; otherwise nothing
+    /// was done and the caller polls with [`Cq::poll_after`]. Never panics.
     #[doc(hidden)]
     #[inline]
-    pub fn polled_empty(&self) -> bool {
+    pub fn look(&self) -> Looked {
         match &self.repr {
-            Repr::Soft(inner) => !crate::sanitizer::on() && inner.stats.is_none() && inner.plainly_empty(),
+            Repr::Soft(inner) if !crate::sanitizer::on() && inner.stats.is_none() => inner.look(),
+            Repr::Soft(_) => Looked::Unsure,
             #[cfg(feature = "rdma-core")]
-            Repr::Native(_) => false,
+            Repr::Native(_) => Looked::Unsure,
         }
     }
 
