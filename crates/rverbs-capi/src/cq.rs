@@ -553,10 +553,10 @@ unsafe extern "C" fn poll_found(obj: &CqObj, num_entries: c_int, wc: *mut ibv_wc
     })
 }
 
-/// [`rverbs_poll_cq`] past its empty CQ, in the panic guard: out of line, so that the
-/// empty poll needs no frame for the result and the error of a real poll; `extern "C"`
-/// (it never unwinds: its guard catches), so that the call needs no landing pad and
-/// is a jump.
+/// [`rverbs_poll_cq`] when its first look found no live CQ or bad arguments, in the panic
+/// guard: the argument checks and their errors, then [`poll_found`] without a look.
+/// `extern "C"` (it never unwinds: its guard catches), so that the call needs no landing
+/// pad and is a jump.
 ///
 /// # Safety
 /// As `ibv_poll_cq`: `wc` points to `num_entries` writable `ibv_wc`.
@@ -567,20 +567,14 @@ unsafe extern "C" fn poll_guarded(cq: *mut ibv_cq, num_entries: c_int, wc: *mut 
         let Some(obj) = (unsafe { CqObj::from_raw(cq) }) else {
             return -libc::EINVAL;
         };
-        let n = usize::try_from(num_entries).unwrap_or(0);
-        if n == 0 {
+        if num_entries <= 0 {
             return 0;
         }
         if wc.is_null() {
             return -libc::EINVAL;
         }
-        // SAFETY: `wc` points to `num_entries` writable ibv_wc (caller contract), which
-        // have the layout of rverbs::Wc (asserted above).
-        let out = unsafe { core::slice::from_raw_parts_mut(wc.cast::<rverbs::Wc>(), n) };
-        match obj.core.poll_rest(out) {
-            Ok(k) => k as c_int,
-            Err(e) => -e.c_errno(),
-        }
+        // SAFETY: `obj` is live, `num_entries > 0`, `wc` not NULL; the caller's contract.
+        unsafe { poll_found(obj, num_entries, wc, true) }
     })
 }
 

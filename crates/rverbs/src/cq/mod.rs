@@ -484,10 +484,9 @@ impl CqInner {
     /// for a poll that removes many.
     #[inline(always)]
     fn pop_live_from(&self, seg: &CqSeg, ring: &Consumer<'_>) -> Option<Cqe> {
-        let words = self.pop_words(seg, ring, usize::MAX)?;
-        let (taken, receive_or_error) = Cqe::heard_of(&words);
-        self.heard.polled(taken, receive_or_error);
-        Some(Cqe::decode(&words))
+        let cqe = Cqe::decode(&self.pop_words(seg, ring, usize::MAX)?);
+        self.heard.polled(cqe.rq_taken, cqe.receive_or_error());
+        Some(cqe)
     }
 
     /// The words of the next completion not purged, if any, word `skip` left 0 (not
@@ -940,12 +939,6 @@ impl Cq {
             Looked::Empty => Ok(0),
             looked => self.poll_after(wc, looked),
         }
-    }
-
-    /// [`Cq::poll`] without a look first (for a caller that cannot say what it saw).
-    #[doc(hidden)]
-    pub fn poll_rest(&self, wc: &mut [Wc]) -> Result<usize> {
-        self.poll_after(wc, Looked::Unsure)
     }
 
     /// [`Cq::poll`] once [`Cq::look`] answered `looked`, not [`Looked::Empty`] (for a

@@ -258,11 +258,11 @@ impl Ring {
     /// CQ is SINGLE_THREADED). The CQ polls through [`Ring::consumer`].
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn pop(&self) -> Pop {
-        self.consumer().pop()
+        self.consumer().pop_skipping(usize::MAX)
     }
 
-    /// The consumer's side of the ring for one poll: [`Consumer::pop`] is [`Ring::pop`]
-    /// with the header, the slots and the mask read once, so that a poll that removes
+    /// The consumer's side of the ring for one poll: [`Consumer::pop_skipping`] is
+    /// [`Ring::pop`] with the header, the slots and the mask read once, so that a poll that removes
     /// many CQEs does not read them again for each one.
     #[inline(always)]
     pub(crate) fn consumer(&self) -> Consumer<'_> {
@@ -357,16 +357,9 @@ impl Consumer<'_> {
         unsafe { self.slots.get_unchecked(i) }
     }
 
-    /// Removes the oldest published CQE, if any (module doc: the consumer's protocol).
-    #[cfg(any(test, feature = "fuzzing"))]
-    #[inline(always)]
-    pub(crate) fn pop(&self) -> Pop {
-        self.pop_skipping(usize::MAX)
-    }
-
-    /// [`Consumer::pop`], leaving data word `skip` 0 instead of loading it (a word the
-    /// caller does not read; `usize::MAX`: none). The seqlock's check covers the words
-    /// loaded.
+    /// Removes the oldest published CQE, if any (module doc: the consumer's protocol),
+    /// leaving data word `skip` 0 instead of loading it (a word the caller does not read;
+    /// `usize::MAX`: none). The seqlock's check covers the words loaded.
     #[inline(always)]
     pub(crate) fn pop_skipping(&self, skip: usize) -> Pop {
         let cap = self.mask + 1;

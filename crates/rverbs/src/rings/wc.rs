@@ -251,7 +251,7 @@ impl Cqe {
     /// [`Cqe::decode`] followed by [`Cqe::to_wc`], straight from the ring's words into
     /// the caller's `ibv_wc` (the batched poll's loop: no `Cqe` in between, and none of
     /// the words only the extended poll and the receive count read). Returns whether the
-    /// completion is a receive or an error (what [`Cqe::heard_of`] says of it).
+    /// completion is a receive or an error ([`Cqe::receive_or_error`] of the decoded CQE).
     #[inline(always)]
     pub(crate) fn write_wc(w: &[u64; CQE_WORDS], out: &mut Wc) -> bool {
         let status = (w[3] >> 32) as u8;
@@ -288,14 +288,11 @@ impl Cqe {
         (w[4] & RQ_TAKEN_BIT != 0).then(|| TakenCount::from_word(w[6]))
     }
 
-    /// What the CQE in `w` tells its CQ's [`Heard`](crate::rings::recv_count::Heard):
-    /// the receive count it carries, and whether it is a receive or an error completion
-    /// (as [`Cqe::decode`] would decode it: a status or opcode no enum has is an error).
+    /// Whether a decoded CQE is a receive or an error completion: what its CQ's
+    /// [`Heard`](crate::rings::recv_count::Heard) is told with the count it carries.
     #[inline(always)]
-    pub(crate) fn heard_of(w: &[u64; CQE_WORDS]) -> (Option<TakenCount>, bool) {
-        let mut wc = Wc::default();
-        let receive_or_error = Self::write_wc(w, &mut wc);
-        (Self::taken_of(w), receive_or_error)
+    pub(crate) fn receive_or_error(&self) -> bool {
+        self.opcode_raw() & WcOpcode::Recv as u32 != 0 || self.status != 0
     }
 
     /// The word of a CQE that only the extended poll reads (the timestamp): a poll into
@@ -391,7 +388,7 @@ mod tests {
     }
 
     #[test]
-    fn write_wc_and_heard_of_agree_with_decode() {
+    fn write_wc_and_taken_of_agree_with_decode() {
         // Every status and opcode byte (valid or scribbled), with the other words set so
         // that a field read from the wrong bits shows.
         for status in 0..=u8::MAX {
@@ -419,10 +416,12 @@ mod tests {
                     let w = c.encode();
                     let d = Cqe::decode(&w);
                     let mut wc = Wc::default();
-                    Cqe::write_wc(&w, &mut wc);
+                    let receive_or_error = Cqe::write_wc(&w, &mut wc);
                     assert_eq!(wc, d.to_wc(), "status {status}, opcode {opcode}");
-                    let heard = (d.rq_taken, d.opcode_raw() & WcOpcode::Recv as u32 != 0 || d.status != 0);
-                    assert_eq!(Cqe::heard_of(&w), heard, "status {status}, opcode {opcode}");
+                    let heard = d.opcode_raw() & WcOpcode::Recv as u32 != 0 || d.status != 0;
+                    assert_eq!(receive_or_error, heard, "status {status}, opcode {opcode}");
+                    assert_eq!(d.receive_or_error(), heard);
+                    assert_eq!(Cqe::taken_of(&w), d.rq_taken);
                     // The batched poll does not load the timestamp word.
                     let mut w0 = w;
                     w0[Cqe::TIMESTAMP_WORD] = 0;
