@@ -17,11 +17,14 @@
  *           WRITEs posted before, outside the timed part): ns per CQE in the thread's CPU
  *           time, over 256 drains per round (the cq_poll/drain bench of rverbs-bench,
  *           through the C ABI).
+ *   read    as (none), an 8-byte RDMA READ from b's buffer into a's.
  *   bw SIZE WRITE bandwidth in one process: SIZE-byte WRITEs from one registered buffer to
  *           another, 32 outstanding, every 16th signaled (ib_write_bw's shape), and its
  *           peer, memcpy between the same two buffers, alternated over 5 rounds; GB/s of
  *           the thread's CPU time (the lane copies in the posting thread; time the
  *           scheduler gave to other tenants of a shared machine is left out of both).
+ *   rbw SIZE as bw SIZE, with RDMA READs (ib_read_bw's shape) from the second buffer into
+ *           the first.
  *
  *   scripts/build-dropin.sh >/dev/null
  *   gcc -O2 -I tests/c -o /tmp/post_poll scripts/bench/post_poll.c -L target/dropin -libverbs
@@ -172,18 +175,24 @@ static double cpu_now(void)
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Posts a signaled 8-byte RDMA WRITE from a's buffer to b's (inlined into the loops). */
-static inline int post_write8(struct side *a, struct side *b, uint64_t id)
+/* Posts a signaled 8-byte RDMA WRITE from a's buffer to b's, or READ from b's into a's
+ * (`opcode`; inlined into the loops). */
+static inline int post_rdma8(struct side *a, struct side *b, uint64_t id, enum ibv_wr_opcode opcode)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)a->buf, .length = 8, .lkey = a->mr->lkey};
 	struct ibv_send_wr wr = {
 		.wr_id = id, .sg_list = &sge, .num_sge = 1,
-		.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+		.opcode = opcode, .send_flags = IBV_SEND_SIGNALED,
 	}, *bad;
 
 	wr.wr.rdma.remote_addr = (uintptr_t)b->buf;
 	wr.wr.rdma.rkey = b->mr->rkey;
 	return ibv_post_send(a->qp, &wr, &bad);
+}
+
+static inline int post_write8(struct side *a, struct side *b, uint64_t id)
+{
+	return post_rdma8(a, b, id, IBV_WR_RDMA_WRITE);
 }
 
 /* drain B: see the header. */
@@ -220,8 +229,8 @@ static int run_drain(int batch)
 	return 0;
 }
 
-/* bw SIZE: see the header. */
-static int run_bw(size_t size)
+/* bw SIZE and rbw SIZE (`read`): see the header. */
+static int run_bw(size_t size, int read)
 {
 	struct side a, b;
 	struct ibv_wc wc[16];
@@ -236,8 +245,9 @@ static int run_bw(size_t size)
 	REQUIRE(src && dst, "aligned_alloc(%zu)", size);
 	memset(src, 1, size);
 	memset(dst, 0, size);
-	smr = ibv_reg_mr(a.pd, src, size, IBV_ACCESS_LOCAL_WRITE);
-	dmr = ibv_reg_mr(b.pd, dst, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	smr = ibv_reg_mr(a.pd, read ? dst : src, size, IBV_ACCESS_LOCAL_WRITE);
+	dmr = ibv_reg_mr(b.pd, read ? src : dst, size,
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 	REQUIRE(smr && dmr, "ibv_reg_mr(%zu)", size);
 	for (int round = 0; round < 5; round++) {
 		long posted = 0, done = 0;
@@ -245,14 +255,14 @@ static int run_bw(size_t size)
 
 		while (done < n) {
 			while (posted < n && posted - done < depth) {
-				struct ibv_sge sge = {.addr = (uintptr_t)src, .length = size, .lkey = smr->lkey};
+				struct ibv_sge sge = {.addr = (uintptr_t)smr->addr, .length = size, .lkey = smr->lkey};
 				struct ibv_send_wr wr = {
 					.wr_id = posted, .sg_list = &sge, .num_sge = 1,
-					.opcode = IBV_WR_RDMA_WRITE,
+					.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
 					.send_flags = posted % mod == mod - 1 || posted == n - 1 ? IBV_SEND_SIGNALED : 0,
 				}, *bad;
 
-				wr.wr.rdma.remote_addr = (uintptr_t)dst;
+				wr.wr.rdma.remote_addr = (uintptr_t)dmr->addr;
 				wr.wr.rdma.rkey = dmr->rkey;
 				if (ibv_post_send(a.qp, &wr, &bad)) {
 					fprintf(stderr, "post_send failed\n");
@@ -277,8 +287,9 @@ static int run_bw(size_t size)
 			__asm__ volatile("" : : "r"(dst) : "memory");
 		}
 		tm = cpu_now() - t0;
-		printf("%zu B: WRITE %.2f GB/s, memcpy %.2f GB/s, WRITE/memcpy %.2f\n", size,
-		       n * (double)size / tw / 1e9, n * (double)size / tm / 1e9, tm / tw);
+		printf("%zu B: %s %.2f GB/s, memcpy %.2f GB/s, %s/memcpy %.2f\n", size,
+		       read ? "READ" : "WRITE", n * (double)size / tw / 1e9,
+		       n * (double)size / tm / 1e9, read ? "READ" : "WRITE", tm / tw);
 	}
 	return 0;
 }
@@ -288,6 +299,7 @@ int main(int argc, char **argv)
 	struct side a, b;
 	struct ibv_wc wc;
 	const int n = 2000000;
+	const int read = argc > 1 && !strcmp(argv[1], "read");
 
 	if (argc > 1 && !strcmp(argv[1], "ex"))
 		return run_ex();
@@ -296,7 +308,9 @@ int main(int argc, char **argv)
 	if (argc > 2 && !strcmp(argv[1], "drain"))
 		return run_drain(atoi(argv[2]));
 	if (argc > 2 && !strcmp(argv[1], "bw"))
-		return run_bw((size_t)atol(argv[2]));
+		return run_bw((size_t)atol(argv[2]), 0);
+	if (argc > 2 && !strcmp(argv[1], "rbw"))
+		return run_bw((size_t)atol(argv[2]), 1);
 	make_pair(&a, &b, IBV_QPT_RC, 256, 64);
 	if (argc > 1 && !strcmp(argv[1], "empty")) {
 		for (int round = 0; round < 3; round++) {
@@ -316,7 +330,7 @@ int main(int argc, char **argv)
 		double t0 = now();
 
 		for (int i = 0; i < n; i++) {
-			if (post_write8(&a, &b, i)) {
+			if (post_rdma8(&a, &b, i, read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE)) {
 				fprintf(stderr, "post_send failed\n");
 				return 1;
 			}
@@ -327,7 +341,7 @@ int main(int argc, char **argv)
 				return 1;
 			}
 		}
-		printf("post_send + poll_cq: %.1f ns\n", (now() - t0) / n * 1e9);
+		printf("post_send%s + poll_cq: %.1f ns\n", read ? "(READ)" : "", (now() - t0) / n * 1e9);
 	}
 	return 0;
 }

@@ -201,8 +201,8 @@ static void post_rdma(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t wr_id,
 	REQUIRE(ibv_post_send(qp, &wr, &bad) == 0, "ibv_post_send(opcode %d)", op);
 }
 
-/* RC traffic from `a` to `b` (connected): inline SENDs around the ring, an RDMA WRITE
- * and an RDMA READ, every byte checked. */
+/* RC traffic from `a` to `b` (connected): inline SENDs around the ring, an RDMA WRITE,
+ * an RDMA READ and an atomic, every byte checked. */
 static void rc_traffic(struct ibv_qp *a, struct ibv_qp *b, uint64_t base_id)
 {
 	struct ibv_wc wc;
@@ -234,6 +234,27 @@ static void rc_traffic(struct ibv_qp *a, struct ibv_qp *b, uint64_t base_id)
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == base_id + 201 &&
 		      !memcmp(buf + 3200, "read back through the ring", 27),
 	      "RDMA READ completes with the bytes");
+	{
+		/* An atomic goes through the send queue's ring (the express lane, which runs
+		 * WRITEs, READs and SENDs inside the post, does not take atomics): its WQE,
+		 * wr_id included, is written where alloc said. */
+		uint64_t *word = (uint64_t *)(buf + 3840);
+		struct ibv_sge sge = {.addr = (uintptr_t)buf + 3848, .length = 8, .lkey = mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = base_id + 202, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+					 .send_flags = IBV_SEND_SIGNALED};
+		struct ibv_send_wr *bad = NULL;
+
+		*word = 40;
+		wr.wr.atomic.remote_addr = (uintptr_t)word;
+		wr.wr.atomic.rkey = mr->rkey;
+		wr.wr.atomic.compare_add = 2;
+		REQUIRE(ibv_post_send(a, &wr, &bad) == 0, "ibv_post_send(FETCH_AND_ADD)");
+		wc = poll_one(scq);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == base_id + 202 && *word == 42 &&
+			      *(uint64_t *)(buf + 3848) == 40,
+		      "ATOMIC FETCH_AND_ADD completes with the original value");
+	}
 }
 
 static void rc_on_the_arena(void)
@@ -241,7 +262,7 @@ static void rc_on_the_arena(void)
 	struct ibv_qp *a, *b;
 	int first = n_allocs;
 	const uint64_t base = 0x5eedf00dcafe0000ull;
-	uint64_t read_id = base + 201;
+	uint64_t atomic_id = base + 202;
 	char last[48];
 
 	a = rc_qp(parent);
@@ -261,9 +282,9 @@ static void rc_on_the_arena(void)
 	snprintf(last, sizeof(last), "inline send %02d through the ring", 39);
 	CHECK(ring_holds(first, last, strlen(last)),
 	      "the last inline SEND's bytes are in the buffer alloc handed out");
-	CHECK(ring_holds(first, &read_id, sizeof(read_id)),
-	      "the RDMA READ's wr_id is in the buffer alloc handed out");
-	CHECK(!ring_holds(first + 1, &read_id, sizeof(read_id)),
+	CHECK(ring_holds(first, &atomic_id, sizeof(atomic_id)),
+	      "the atomic's wr_id is in the buffer alloc handed out");
+	CHECK(!ring_holds(first + 1, &atomic_id, sizeof(atomic_id)),
 	      "and not in the other QP's buffer");
 
 	CHECK(ibv_dealloc_pd(parent) == EBUSY,

@@ -521,3 +521,133 @@ fn dereg_makes_pending_requests_fail_instead_of_touching_memory() {
     assert_eq!(poll_one(&a.cq).status(), WcStatus::RemOpErr);
     assert_eq!(poll_one(&b.cq).status(), WcStatus::LocQpOpErr);
 }
+
+// ---- RDMA READ on the express lane (docs/queue-pairs.md, "The express lane") ----
+// The first request of a connection takes the queued way (it finds the route); a READ
+// posted on an empty send queue after it is executed inside the post. Each test below
+// warms the lane up first, so the case it checks is the lane's, and names what the
+// queued way gives, which the lane must give too.
+
+/// Warms the lane up: READs of 8 bytes from `b`'s region into `a`'s, each a success.
+#[track_caller]
+fn read_warm(a: &Side, b: &Side) {
+    for id in 0..3 {
+        let sge = [a.mr.sge(8 * id as usize, 8).unwrap()];
+        a.qp.post_send(&[SendWr::read(id, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    }
+}
+
+/// ibv_post_send(3), ibv_poll_cq(3): READs after the first place the remote bytes into
+/// one or several SGEs and complete as RDMA_READ with the message's length; unsignaled
+/// ones give no completion; WRITEs and READs interleave in order.
+#[test]
+fn reads_on_the_express_lane_place_their_bytes_and_complete() {
+    let (a, b) = pair(QpType::Rc);
+    read_warm(&a, &b);
+    let data = pattern(4000, 3);
+    b.mr.write(1000, &data).unwrap();
+    for (id, (off, len)) in [(10u64, (1000usize, 4000u32)), (11, (1500, 1)), (12, (4999, 1))] {
+        let sge = [a.mr.sge(8192, len).unwrap()];
+        a.qp.post_send(&[SendWr::read(id, &sge, b.mr.iova() + off as u64, b.mr.rkey()).signaled()]).unwrap();
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status(), wc.opcode(), wc.byte_len()), (id, WcStatus::Success, Some(WcOpcode::RdmaRead), Some(len)));
+        let mut got = vec![0u8; len as usize];
+        a.mr.read(8192, &mut got).unwrap();
+        assert_eq!(got, data[off - 1000..off - 1000 + len as usize], "READ {id}");
+    }
+    // Two SGEs, the second in another region of the PD: the bytes split across them.
+    let other = a.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let sges = [a.mr.sge(0, 1000).unwrap(), other.sge(16, 3000).unwrap()];
+    a.qp.post_send(&[SendWr::read(20, &sges, b.mr.iova() + 1000, b.mr.rkey())]).unwrap();
+    let w = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(21, &w, b.mr.iova() + 8000, b.mr.rkey()).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.opcode()), (21, Some(WcOpcode::RdmaWrite)), "the unsignaled READ gives no completion");
+    assert_empty(&a.cq);
+    let (mut first, mut second) = (vec![0u8; 1000], vec![0u8; 3000]);
+    a.mr.read(0, &mut first).unwrap();
+    other.read(16, &mut second).unwrap();
+    assert_eq!(first, data[..1000]);
+    assert_eq!(second, data[1000..]);
+    let mut written = [0u8; 8];
+    b.mr.read(8000, &mut written).unwrap();
+    assert_eq!(written, data[..8], "the WRITE after the READ carried what the READ placed");
+}
+
+/// ibv_post_send(3): a READ whose scatter list lacks LOCAL_WRITE is LOC_PROT_ERR on the
+/// lane as on the queued way, and nothing is placed.
+#[test]
+fn read_after_reads_into_memory_without_local_write_is_loc_prot_err() {
+    let (a, b) = pair(QpType::Rc);
+    read_warm(&a, &b);
+    b.mr.write(0, &[9u8; 8]).unwrap();
+    let ro = a.pd.alloc_mr(64, Access::empty()).unwrap();
+    let sge = [ro.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::read(7, &sge, b.mr.iova(), b.mr.rkey())]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status(), wc.vendor_err()), (7, WcStatus::LocProtErr, vendor_err::LOCAL_ACCESS));
+    assert_eq!(ro.read_u64(0).unwrap(), 0, "nothing is placed");
+}
+
+/// ibv_post_send(3): a READ through an R_Key without REMOTE_READ, after READs through
+/// one with it, is REM_ACCESS_ERR, and the responder enters ERR (rxe class C).
+#[test]
+fn read_after_reads_through_a_key_without_remote_read_is_rem_access_err() {
+    let (a, b) = pair(QpType::Rc);
+    read_warm(&a, &b);
+    let wo = b.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+    wo.write(0, &[9u8; 8]).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.mr.write(0, &[0u8; 8]).unwrap();
+    a.qp.post_send(&[SendWr::read(7, &sge, wo.iova(), wo.rkey())]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (7, WcStatus::RemAccessErr));
+    assert_eq!(b.qp.state(), QpState::Err);
+    assert_eq!(a.mr.read_u64(0).unwrap(), 0, "nothing is placed");
+}
+
+/// ibv_modify_qp(3) (RTS to RTS): a responder whose QP no longer grants REMOTE_READ
+/// refuses the next READ as an invalid request (rxe CHK_OP_VALID), after READs it
+/// answered.
+#[test]
+fn read_after_the_responder_drops_remote_read_is_rem_inv_req_err() {
+    let (a, b) = pair(QpType::Rc);
+    read_warm(&a, &b);
+    let attr = QpAttr { qp_access_flags: Access::REMOTE_WRITE, ..QpAttr::default() };
+    b.qp.modify(&attr, QpAttrMask::ACCESS_FLAGS).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::read(7, &sge, b.mr.iova(), b.mr.rkey())]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (7, WcStatus::RemInvReqErr));
+}
+
+/// ibv_modify_qp(3): with `max_rd_atomic` 0 a READ has no credit and waits (rxe holds
+/// it; the lane, open after WRITEs, must not run it), and the WRITE posted behind it waits
+/// in order; a credit given in SQD lets both complete once in RTS, the READ first.
+#[test]
+fn read_without_a_credit_waits_until_a_modify_gives_one() {
+    let (a, b) = (side(QpType::Rc), side(QpType::Rc));
+    // `a` sends no READ (max_rd_atomic 0); `b` answers them (max_dest_rd_atomic 4).
+    let held = RemotePath { max_rd_atomic: 0, ..remote(&a.ctx, b.qp.qp_num(), &PATH, ALL_ACCESS) };
+    a.qp.connect(&held).unwrap();
+    b.qp.connect(&remote(&b.ctx, a.qp.qp_num(), &PATH, ALL_ACCESS)).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    for id in 0..3 {
+        a.qp.post_send(&[SendWr::write(id, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    }
+    a.qp.post_send(&[SendWr::read(7, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::write(8, &sge, b.mr.iova() + 64, b.mr.rkey()).signaled()]).unwrap();
+    assert_empty(&a.cq);
+    let sqd = QpAttr { qp_state: QpState::Sqd, ..QpAttr::default() };
+    a.qp.modify(&sqd, QpAttrMask::STATE).unwrap();
+    let credit = QpAttr { qp_state: QpState::Sqd, max_rd_atomic: 1, ..QpAttr::default() };
+    a.qp.modify(&credit, QpAttrMask::STATE | QpAttrMask::MAX_QP_RD_ATOMIC).unwrap();
+    assert_empty(&a.cq);
+    let rts = QpAttr { qp_state: QpState::Rts, ..QpAttr::default() };
+    a.qp.modify(&rts, QpAttrMask::STATE).unwrap();
+    let (r, w) = (poll_one(&a.cq), poll_one(&a.cq));
+    assert_eq!((r.wr_id(), r.status(), r.opcode()), (7, WcStatus::Success, Some(WcOpcode::RdmaRead)));
+    assert_eq!((w.wr_id(), w.status()), (8, WcStatus::Success));
+}

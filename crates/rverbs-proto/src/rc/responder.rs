@@ -385,6 +385,25 @@ impl Responder {
         self.express_advance(psn);
     }
 
+    /// The express lane for an RDMA READ REQUEST of `len` bytes (1 ≤ `len` ≤ MTU: one
+    /// READ RESPONSE ONLY answers it) at PSN `psn`, whose R_Key the link checked for
+    /// REMOTE_READ: whether it passes every check of [`Responder::handle_request`] and is
+    /// executed: RC, not XRC, not in ERR, no message in progress and nothing waiting to be
+    /// sent, the expected PSN, the QP's REMOTE_READ access and a responder resource
+    /// (`max_dest_rd_atomic` > 0; CHK_RESOURCE, §3.3).
+    pub fn express_read_ok(&self, psn: Psn, len: u32) -> bool {
+        self.express_idle(psn) && (1..=self.cfg.mtu).contains(&len) && self.check_rd_atomic(Access::REMOTE_READ).is_ok()
+    }
+
+    /// The READ [`Responder::express_read_ok`] accepted was answered, its bytes read from
+    /// `rkey`'s `len` bytes at `va` by the link: the state moves as handling it and sending
+    /// its READ RESPONSE ONLY would (the expected PSN and the MSN advance, and the READ is
+    /// saved in the resource ring, so a duplicate of it is replayed, §3.3).
+    pub fn express_read_done(&mut self, psn: Psn, rkey: u32, va: u64, len: u32) {
+        self.express_advance(psn);
+        self.save_resource(psn, psn, ResKind::Read { rkey, va, len });
+    }
+
     /// The express lane for a SEND ONLY without immediate data or invalidation of `len`
     /// bytes (≤ MTU) at PSN `psn`, with AckReq: whether it passes the checks of
     /// [`Responder::handle_request`] that do not depend on the receive (RC, not XRC, not in

@@ -1560,6 +1560,77 @@ fn express_lane_is_closed_while_anything_is_outstanding_or_not_plain() {
     assert!(!ro.express_write_ok(psn, 8), "no REMOTE_WRITE access: the queued way NAKs");
 }
 
+/// A READ of `len` bytes at `MR_BASE + at` the queued way: posted, its request transmitted
+/// and handled by `resp`, its one response handed back; returns its completion.
+fn queued_read(req: &mut Requester, resp: &mut Responder, t: &mut sim::SimTarget, id: u64, len: u32, at: u64, now: Instant) -> Completion {
+    req.post(SendWqe { id, remote_va: MR_BASE + at, ..wqe(WrOpcode::RdmaRead, len) }).unwrap();
+    let r = req.poll_transmit(now).expect("the READ");
+    assert_eq!((op(&r), r.ack_req), (Operation::RdmaReadRequest, true));
+    assert!(resp.handle_request(now, &r, t).executed);
+    let answer = resp.poll_transmit(now).expect("its response");
+    assert!(resp.poll_transmit(now).is_none());
+    assert_eq!((answer.opcode.operation(), answer.payload_len), (Some(Operation::RdmaReadResponseOnly), len));
+    assert!(req.handle_response(now, &answer).is_some(), "its bytes placed");
+    req.poll_completion().expect("its completion")
+}
+
+#[test]
+fn express_read_leaves_both_machines_as_the_queued_way_does() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(1 << 16);
+    let rcfg = RequesterConfig { mtu: UNSEGMENTED_MTU, timeout: 10, max_rd_atomic: 2, ..RequesterConfig::TEMPLATE };
+    let scfg = ResponderConfig { mtu: UNSEGMENTED_MTU, ..ResponderConfig::TEMPLATE };
+    let (mut qa, mut ra) = (Requester::new(rcfg), Responder::new(scfg));
+    let (mut qb, mut rb) = (Requester::new(rcfg), Responder::new(scfg));
+    for i in 0..5u64 {
+        let c = queued_read(&mut qa, &mut ra, &mut t, i, 64, 64 * i, now);
+        assert_eq!((c.status, c.opcode), (WcStatus::Success, Some(crate::verbs::WcOpcode::RdmaRead)));
+        let psn = qb.express_read_psn(64).expect("idle: the express lane is open");
+        assert!(rb.express_read_ok(psn, 64));
+        rb.express_read_done(psn, RKEY, MR_BASE + 64 * i, 64);
+        qb.express_acked();
+        assert_eq!(requester_state(&qa), requester_state(&qb), "after READ {i}");
+        assert_eq!(qa.rd_atomic_credits(), qb.rd_atomic_credits());
+        assert_eq!((ra.expected_psn(), ra.msn(), ra.state()), (rb.expected_psn(), rb.msn(), rb.state()));
+    }
+    // Both remember the READs alike: a duplicate of the last one (its response lost) is
+    // replayed from the resource ring with the same response.
+    let dup_psn = ra.expected_psn().add(Psn::MASK);
+    let mut dup = Request::message(Mode::Rc, 0x11, &SendWqe { remote_va: MR_BASE + 256, ..wqe(WrOpcode::RdmaRead, 64) }, dup_psn);
+    dup.ack_req = true;
+    assert!(!ra.handle_request(now, &dup, &mut t).executed);
+    assert!(!rb.handle_request(now, &dup, &mut t).executed);
+    let (a, b) = (ra.poll_transmit(now).expect("replayed"), rb.poll_transmit(now).expect("replayed"));
+    assert_eq!((a.opcode, a.psn, a.msn, a.payload_len), (b.opcode, b.psn, b.msn, b.payload_len));
+    assert_eq!(a.source.map(|s| (s.rkey, s.va, s.len)), b.source.map(|s| (s.rkey, s.va, s.len)));
+    // Then both take the queued way alike.
+    let a = queued_read(&mut qa, &mut ra, &mut t, 9, 8, 0, now);
+    let b = queued_read(&mut qb, &mut rb, &mut t, 9, 8, 0, now);
+    assert_eq!((a.id, a.status, a.byte_len), (b.id, b.status, b.byte_len));
+    assert_eq!(requester_state(&qa), requester_state(&qb));
+}
+
+#[test]
+fn express_read_is_refused_where_the_queued_way_would_wait_or_refuse() {
+    let rcfg = RequesterConfig { mtu: 1024, timeout: 10, ..RequesterConfig::TEMPLATE };
+    assert!(Requester::new(rcfg).express_read_psn(8).is_some());
+    let held = Requester::new(RequesterConfig { max_rd_atomic: 0, ..rcfg });
+    assert!(held.express_psn(8).is_some(), "a WRITE may go");
+    assert!(held.express_read_psn(8).is_none(), "max_rd_atomic 0: the queued way holds the READ");
+
+    let scfg = ResponderConfig { mtu: 1024, ..ResponderConfig::TEMPLATE };
+    let r = Responder::new(scfg);
+    let psn = r.expected_psn();
+    assert!(r.express_read_ok(psn, 8));
+    assert!(!r.express_read_ok(psn.add(1), 8), "not the expected PSN");
+    assert!(!r.express_read_ok(psn, 0), "a zero-length READ takes the queued way");
+    assert!(!r.express_read_ok(psn, 1025), "more than one response");
+    let wo = Responder::new(ResponderConfig { access: Access::REMOTE_WRITE, ..scfg });
+    assert!(!wo.express_read_ok(psn, 8), "no REMOTE_READ access: the queued way NAKs");
+    let none = Responder::new(ResponderConfig { max_dest_rd_atomic: 0, ..scfg });
+    assert!(!none.express_read_ok(psn, 8), "no responder resource: the queued way NAKs");
+}
+
 #[test]
 fn express_send_completes_the_receive_and_moves_the_responder_as_the_queued_way() {
     let now = Instant::now();

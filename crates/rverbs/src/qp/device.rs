@@ -80,7 +80,7 @@ pub(crate) struct Express<'a> {
     pub(crate) psn: Psn,
     pub(crate) op: ExpressOp,
     pub(crate) data: ExpressData<'a>,
-    /// Its length (≤ the requester's MTU; a WRITE has at least 1 byte).
+    /// Its length (≤ the requester's MTU; a WRITE or a READ has at least 1 byte).
     pub(crate) len: u32,
 }
 
@@ -89,11 +89,13 @@ pub(crate) struct Express<'a> {
 pub(crate) enum ExpressOp {
     /// RDMA WRITE without immediate data.
     Write { rkey: u32, va: u64 },
+    /// RDMA READ into the request's scatter list.
+    Read { rkey: u32, va: u64 },
     /// SEND without immediate data or invalidation; `solicited`: IBV_SEND_SOLICITED.
     Send { solicited: bool },
 }
 
-/// Where an express WRITE's bytes are.
+/// Where an express request's bytes are (a READ's: where its response's bytes go).
 pub(crate) enum ExpressData<'a> {
     /// Registered memory of the requester's PD.
     Sges(&'a [Sge]),

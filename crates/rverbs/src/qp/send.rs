@@ -163,7 +163,9 @@ impl Conn {
 
 impl QpInner {
     /// The express lane (docs/queue-pairs.md, "The express lane"): a signaled or
-    /// unsignaled RDMA WRITE or SEND (without immediate data or invalidation) of an RC QP
+    /// unsignaled RDMA WRITE, RDMA READ (into registered memory, with a credit of
+    /// `max_rd_atomic`: [`Requester::express_read_psn`]) or SEND (without immediate data
+    /// or invalidation) of an RC QP
     /// in RTS whose send queue holds nothing, executed and acknowledged inside the post
     /// without entering the queue, when the requester ([`Requester::express_psn`]) and the
     /// link ([`SendPath::express`]) both find it is what the queued way would do at once.
@@ -180,6 +182,11 @@ impl QpInner {
         let (op, wc_opcode) = match wr.opcode {
             WrOpcode::RdmaWrite => (ExpressOp::Write { rkey: wr.rkey, va: wr.remote_addr }, rverbs_proto::verbs::WcOpcode::RdmaWrite),
             WrOpcode::Send => (ExpressOp::Send { solicited: wr.flags.contains(SendFlags::SOLICITED) }, rverbs_proto::verbs::WcOpcode::Send),
+            // A READ's list receives its response: never inline (the queued way decides
+            // what IBV_SEND_INLINE on a READ comes to).
+            WrOpcode::RdmaRead if !wr.flags.contains(SendFlags::INLINE) => {
+                (ExpressOp::Read { rkey: wr.rkey, va: wr.remote_addr }, rverbs_proto::verbs::WcOpcode::RdmaRead)
+            }
             _ => return false,
         };
         let (max_sge, max_inline) = ring.limits();
@@ -191,10 +198,13 @@ impl QpInner {
             _ => return false,
         };
         let Ok(len) = u32::try_from(len) else { return false };
-        if len > crate::limits::MAX_MSG_SZ || (len == 0 && matches!(op, ExpressOp::Write { .. })) {
-            return false;
-        }
-        let Some(psn) = conn.req.express_psn(len) else { return false };
+        let psn = match op {
+            _ if len > crate::limits::MAX_MSG_SZ => None,
+            ExpressOp::Write { .. } | ExpressOp::Read { .. } if len == 0 => None,
+            ExpressOp::Read { .. } => conn.req.express_read_psn(len),
+            _ => conn.req.express_psn(len),
+        };
+        let Some(psn) = psn else { return false };
         let w = Express { psn, op, data, len };
         // The responder's completion events wait until this request's own is written
         // (crate::rings::deferred_notify: the order a NIC produces).

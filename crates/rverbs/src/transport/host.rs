@@ -139,18 +139,20 @@ pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx
 }
 
 /// The same-host link's express lane ([`crate::qp::device::SendPath::express`];
-/// docs/queue-pairs.md, "The express lane"): an RDMA WRITE or a SEND to the connection's
-/// responder when it is a QP of this process or of another process of the host (not an
-/// XRC split target), executed and acknowledged without the request and its ACK being
-/// built. Every check of the queued way is made before anything moves: the route still
-/// answers, the responder machine accepts the request at its PSN (with the QP's current
-/// attributes), the requester's scatter list gathers; a WRITE's R_Key grants REMOTE_WRITE
-/// on the range; a SEND's receive (the QP's own receive queue) holds it, its scatter list
-/// takes it, and the copy is done before the receive is taken. A failure of any of them,
-/// or of a WRITE's copy (which the queued way repeats: the same bytes again), leaves the
-/// request to the queued way, which decides its outcome. One thing moves before `false`:
-/// a receive CQ that overruns once the SEND is placed ends the responder (QP_FATAL), as in
-/// the queued way, whose retries then find nobody to answer them.
+/// docs/queue-pairs.md, "The express lane"): an RDMA WRITE, an RDMA READ or a SEND to the
+/// connection's responder when it is a QP of this process or of another process of the
+/// host (not an XRC split target), executed and acknowledged without the request and its
+/// response being built. Every check of the queued way is made before anything moves: the
+/// route still answers, the responder machine accepts the request at its PSN (with the
+/// QP's current attributes; a READ also needs a responder resource), the requester's
+/// scatter list gathers (a READ's takes the response: LOCAL_WRITE); a WRITE's R_Key grants
+/// REMOTE_WRITE on the range, a READ's REMOTE_READ; a SEND's receive (the QP's own receive
+/// queue) holds it, its scatter list takes it, and the copy is done before the receive is
+/// taken. A failure of any of them, or of a WRITE's or READ's copy (which the queued way
+/// repeats: the same bytes again), leaves the request to the queued way, which decides its
+/// outcome. One thing moves before `false`: a receive CQ that overruns once the SEND is
+/// placed ends the responder (QP_FATAL), as in the queued way, whose retries then find
+/// nobody to answer them.
 pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> bool {
     if qp.qp_type != QpType::Rc {
         return false;
@@ -207,11 +209,18 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
     let accepted = match w.op {
         ExpressOp::Write { .. } => responder.express_write_ok(w.psn, w.len),
         ExpressOp::Send { .. } => responder.express_send_ok(w.psn, w.len),
+        ExpressOp::Read { .. } => responder.express_read_ok(w.psn, w.len),
     };
     if !accepted {
         return false;
     }
     let own = KeySpace::local(qp.pd.endpoint()).remembering(&memos[0]);
+    // A READ's scatter list is written by its response: LOCAL_WRITE, as the queued way
+    // pins it.
+    let need = match w.op {
+        ExpressOp::Read { .. } => Access::LOCAL_WRITE,
+        _ => Access::empty(),
+    };
     let mut pins = PinList::new();
     let one;
     let src = match w.data {
@@ -219,13 +228,13 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
         // One SGE that is not empty, the usual case: pinned without a list, as
         // `pin_sges_into` pins it (`min(length, message)` bytes from its address).
         ExpressData::Sges([s]) if s.length != 0 && w.len != 0 => {
-            let via = mr::Via { key: s.lkey, pd: qp.pd.id, used: mr::KeyUse::Local, need: Access::empty(), va: s.addr };
+            let via = mr::Via { key: s.lkey, pd: qp.pd.id, used: mr::KeyUse::Local, need, va: s.addr };
             let Ok(p) = own.pin_one(via, u64::from(s.length.min(w.len))) else { return false };
             one = p;
             Source::Pins(std::slice::from_ref(&one))
         }
         ExpressData::Sges(s) => {
-            if mr::pin_sges_into(&own, qp.pd.id, s, Access::empty(), u64::from(w.len), &mut pins).is_err() {
+            if mr::pin_sges_into(&own, qp.pd.id, s, need, u64::from(w.len), &mut pins).is_err() {
                 return false;
             }
             Source::Pins(pins.as_slice())
@@ -241,6 +250,24 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
                 return false;
             }
             responder.express_write_done(w.psn);
+        }
+        ExpressOp::Read { rkey, va } => {
+            let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_READ, va };
+            let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return false };
+            t.note_inbound();
+            // The response's bytes into the scatter list, in increasing address order
+            // (RDMA READ is placed in order). A copy that fails is the queued way's to
+            // repeat, as a WRITE's.
+            let from = Source::Pins(std::slice::from_ref(&mem));
+            let copied = match src {
+                Source::Pins([d]) => mr::copy_to(d, from),
+                Source::Pins(_) => mr::copy_message(&pins, 0, from),
+                Source::Bytes(_) => return false,
+            };
+            if copied.is_err() {
+                return false;
+            }
+            responder.express_read_done(w.psn, rkey, va, w.len);
         }
         ExpressOp::Send { solicited } => {
             let mut fits = |r: &RecvWqe| place_message(t, r, src, u64::from(w.len));
