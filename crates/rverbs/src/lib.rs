@@ -156,7 +156,7 @@ pub use mw::{inc_rkey, Mw, MwBind, MwType};
 pub use pd::{ParentDomain, ParentDomainInit, Pd, Td};
 pub use rings::qp_attr::{AddressVector, AhAttr, GlobalRoute, MigState, QpAttr, QpCap};
 pub use rings::wr::{BindMwWr, FlushPlacement, FlushSelectivity, FlushWr, Payload, PostError, RecvWr, SendWr, UdDest};
-pub use qp::batch::{SendBatch, SendOps, WrBatch};
+pub use qp::batch::{SendBatch, SendOps, WrBatch, WrSlot};
 pub use qp::connect::RemotePath;
 pub use qp::{Qp, QpInit};
 pub use qp::sq::mem::{Allocation, QueueAllocator, QueueBuffer};

@@ -248,3 +248,101 @@ fn owned_batch_holds_no_lock_while_filled() {
     std::thread::spawn(move || w.complete().unwrap()).join().unwrap();
     assert_eq!(poll_one(&a.cq).wr_id(), 1);
 }
+
+// ---- WrSlot: the batch the C builder keeps in each QP object ----
+
+/// ibv_wr_post(3): batches posted one after another through a QP's slot are each their
+/// own: what one held (its requests, a latched error) is not in the next; a completed or
+/// aborted slot posts nothing more, and `complete` without `start` is no batch at all
+/// (the C ABI's EINVAL).
+#[test]
+fn a_slot_posts_each_batch_on_its_own() {
+    let (a, b) = ex_pair(QpType::Rc, SendOps::RDMA_WRITE | SendOps::SEND);
+    let slot = WrSlot::default();
+    assert!(slot.complete().is_none(), "no batch is open");
+    a.mr.write(0, &[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+    for round in 0..3u64 {
+        slot.start(&a.qp).unwrap();
+        slot.with(|w| {
+            w.rdma_write(round, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova() + 8 * round).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+        });
+        slot.complete().expect("open").unwrap();
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status()), (round, WcStatus::Success));
+        assert_empty(&a.cq);
+        assert!(slot.complete().is_none(), "closed by complete");
+    }
+    // A batch whose error latched: refused whole; the next batch starts without it.
+    slot.start(&a.qp).unwrap();
+    slot.with(|w| {
+        w.send(10, SendFlags::SIGNALED).set_inline_data(&[0u8; 2000]);
+    });
+    assert_eq!(slot.complete().expect("open").unwrap_err().errno(), libc::ENOSPC);
+    slot.start(&a.qp).unwrap();
+    slot.with(|w| {
+        w.rdma_write(11, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova() + 64).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    });
+    slot.complete().expect("open").unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 11, "only the new batch's request");
+    assert_empty(&a.cq);
+    // A latched error goes with the batch that aborted or started again.
+    for discard in [WrSlot::abort as fn(&WrSlot), |_: &WrSlot| {}] {
+        slot.start(&a.qp).unwrap();
+        slot.with(|w| {
+            w.send(12, SendFlags::SIGNALED).set_inline_data(&[0u8; 2000]);
+        });
+        discard(&slot);
+        slot.start(&a.qp).unwrap();
+        slot.with(|w| {
+            w.rdma_write(13, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova() + 64).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+        });
+        slot.complete().expect("open").expect("the earlier batch's error is not this one's");
+        assert_eq!(poll_one(&a.cq).wr_id(), 13);
+    }
+    // Aborted, then started again: the aborted request is gone; builders outside a batch
+    // do nothing.
+    slot.start(&a.qp).unwrap();
+    slot.with(|w| {
+        w.rdma_write(20, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova()).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    });
+    slot.abort();
+    slot.with(|w| {
+        w.rdma_write(21, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova()).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    });
+    assert!(slot.complete().is_none(), "closed by abort");
+    slot.start(&a.qp).unwrap();
+    slot.with(|w| {
+        w.rdma_write(22, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova()).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    });
+    // A second start discards what the first began.
+    slot.start(&a.qp).unwrap();
+    slot.with(|w| {
+        w.rdma_write(23, SendFlags::SIGNALED, b.mr.rkey(), b.mr.iova()).set_sge(a.mr.lkey(), a.mr.iova(), 8);
+    });
+    slot.complete().expect("open").unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 23);
+    assert_empty(&a.cq);
+    assert_eq!(a.qp.send_queue_len(), 0);
+}
+
+/// A slot used for another QP takes that QP's batch; one on a QP created without
+/// `send_ops` opens nothing (EINVAL).
+#[test]
+fn a_slot_follows_the_qp_it_is_started_on() {
+    let (a, b) = ex_pair(QpType::Rc, SendOps::RDMA_WRITE);
+    let (c, d) = ex_pair(QpType::Rc, SendOps::RDMA_WRITE);
+    let slot = WrSlot::default();
+    for (id, (x, y)) in [(1u64, (&a, &b)), (2, (&c, &d)), (3, (&a, &b))] {
+        slot.start(&x.qp).unwrap();
+        slot.with(|w| {
+            w.rdma_write(id, SendFlags::SIGNALED, y.mr.rkey(), y.mr.iova()).set_sge(x.mr.lkey(), x.mr.iova(), 8);
+        });
+        slot.complete().expect("open").unwrap();
+        assert_eq!(poll_one(&x.cq).wr_id(), id, "posted on the QP it was started on");
+    }
+    assert_empty(&a.cq);
+    assert_empty(&c.cq);
+    let plain = side(QpType::Rc);
+    assert_eq!(slot.start(&plain.qp).unwrap_err().errno(), libc::EINVAL);
+    assert!(slot.complete().is_none());
+}

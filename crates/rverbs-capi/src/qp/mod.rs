@@ -8,7 +8,6 @@
 
 use core::ffi::c_int;
 use std::cell::UnsafeCell;
-use std::sync::Mutex;
 
 use rverbs::{
     BindMwWr, Payload, QpAttrMask, QpInit, QpType, SendFlags, SendOps, SendWr, Sge, UdDest,
@@ -43,7 +42,7 @@ pub struct QpObj {
     /// Created through `create_qp_ex`: `ibv_qp_to_qp_ex` returns it.
     extended: bool,
     /// The batch open since `ibv_wr_start` (wr.rs).
-    batch: Mutex<wr::Batch>,
+    batch: rverbs::WrSlot,
 }
 
 // SAFETY: `#[repr(C)]` with the C struct first; only leaked boxes are registered.
@@ -78,7 +77,7 @@ impl QpObj {
     }
 
     /// The open `ibv_wr_*` batch.
-    pub(crate) fn batch(&self) -> &Mutex<wr::Batch> {
+    pub(crate) fn batch(&self) -> &rverbs::WrSlot {
         &self.batch
     }
 }

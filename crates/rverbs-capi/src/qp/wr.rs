@@ -1,11 +1,11 @@
 //! The `ibv_qp_ex` work-request builder (`ibv_wr_*`, ibv_wr_post(3); rdma-core
 //! `providers/rxe/rxe.c`) over the core's owned batch, [`rverbs::SendBatch`].
 //!
-//! Each C call is one core call: `ibv_wr_start` is [`rverbs::Qp::start_batch`], each
-//! builder and setter the batch method of the same name, `ibv_wr_complete`
-//! [`rverbs::SendBatch::complete`], `ibv_wr_abort` [`rverbs::SendBatch::abort`]. Between
-//! the calls the open batch is kept in the QP object ([`Batch`], behind a mutex of its own,
-//! never held across a call).
+//! Each C call is one core call on the QP object's [`rverbs::WrSlot`]: `ibv_wr_start` is
+//! [`rverbs::WrSlot::start`], each builder and setter the batch method of the same name
+//! ([`rverbs::WrSlot::with`]), `ibv_wr_complete` [`rverbs::WrSlot::complete`],
+//! `ibv_wr_abort` [`rverbs::WrSlot::abort`]. Between the calls the open batch is kept in
+//! the slot, whose lock is never held across a call.
 //!
 //! Rule: each opcode builder starts a new work request with `qpx->wr_id` and
 //! `qpx->wr_flags` as they are at that call (ibv_wr_post(3)); setters apply to the
@@ -24,9 +24,8 @@
 //! `ibv_wr_set_inline_data[_list]` (as the rxe and mlx5 builders do).
 
 use core::ffi::{c_int, c_void};
-use std::sync::{Mutex, MutexGuard};
 
-use rverbs::{Access, Error, MwBind, SendBatch, SendFlags, SendOps, Sge};
+use rverbs::{Access, Error, MwBind, SendBatch, SendFlags, SendOps, Sge, WrSlot};
 
 use crate::ffi::ToErrno;
 use crate::abi::*;
@@ -39,15 +38,6 @@ use crate::qp::QpObj;
 /// is FLUSH from v45 on, whose builder slot a v44 `ibv_qp_ex` does not have).
 pub(crate) const V44_SEND_OPS: u64 =
     (((IBV_QP_EX_WITH_TSO << 1) - 1) | IBV_QP_EX_WITH_ATOMIC_WRITE) as u64;
-
-/// The batch open since `ibv_wr_start`, kept in the QP object between C calls.
-#[derive(Default)]
-pub(crate) struct Batch(Option<SendBatch>);
-
-/// The QP's batch slot, also after a panic of an earlier holder.
-fn lock(qp: &QpObj) -> MutexGuard<'_, Batch> {
-    qp.batch().lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The error a pointer argument this library cannot use gives the batch (see the
 /// module's Deviation).
@@ -65,9 +55,7 @@ unsafe fn with_batch(qpx: *mut ibv_qp_ex, f: impl FnOnce(&QpObj, &mut SendBatch)
     let Some(qp) = (unsafe { QpObj::from_raw(qpx.cast()) }) else {
         return;
     };
-    if let Some(b) = lock(qp).0.as_mut() {
-        f(qp, b);
-    }
+    qp.batch().with(|b| f(qp, b));
 }
 
 /// The send flags of a builder's request from `qpx->wr_flags`: the known ones, less
@@ -369,8 +357,9 @@ unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
     ffi_guard!(void, {
         // SAFETY: C contract of the ibv_wr_* call.
         if let Some(qp) = unsafe { QpObj::from_raw(qpx.cast()) } {
-            let batch = qp.core().start_batch().ok();
-            lock(qp).0 = batch;
+            // A QP without send_ops has no builder table; nothing opens then, and its
+            // ibv_wr_complete is EINVAL.
+            let _ = qp.batch().start(qp.core());
         }
     })
 }
@@ -380,10 +369,7 @@ unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
     ffi_guard!(void, {
         // SAFETY: C contract of the ibv_wr_* call.
         if let Some(qp) = unsafe { QpObj::from_raw(qpx.cast()) } {
-            let batch = lock(qp).0.take();
-            if let Some(b) = batch {
-                b.abort();
-            }
+            qp.batch().abort();
         }
     })
 }
@@ -396,8 +382,7 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
         let Some(qp) = (unsafe { QpObj::from_raw(qpx.cast()) }) else {
             return libc::EINVAL;
         };
-        let batch = lock(qp).0.take();
-        match batch.map(SendBatch::complete) {
+        match qp.batch().complete() {
             Some(Ok(())) => 0,
             Some(Err(e)) => e.c_errno(),
             None => libc::EINVAL,
@@ -453,6 +438,6 @@ pub(crate) fn fill(q: &mut ibv_qp_ex, ops: SendOps) {
 }
 
 /// A fresh, closed batch slot for a new QP.
-pub(crate) fn new_batch() -> Mutex<Batch> {
-    Mutex::new(Batch::default())
+pub(crate) fn new_batch() -> WrSlot {
+    WrSlot::default()
 }

@@ -460,9 +460,26 @@ impl SendBatch {
     /// `send_ops`, a setter without a work request, an error given to [`SendBatch::fail`]);
     /// then `EINVAL` if the QP is in RESET, INIT or RTR.
     pub fn complete(mut self) -> Result<()> {
+        self.complete_and_keep()
+    }
+
+    /// As [`SendBatch::complete`], keeping the batch, emptied, for the next one on the same
+    /// QP ([`SendBatch::restart`]): a caller that posts batch after batch (the C builder's
+    /// [`WrSlot`]) neither gives the buffers back nor takes them again.
+    ///
+    /// Errors: as [`SendBatch::complete`].
+    pub fn complete_and_keep(&mut self) -> Result<()> {
         let result = self.post();
-        self.buf.clear();
+        self.restart();
         result
+    }
+
+    /// Empties the batch, as a new [`Qp::start_batch`] on its QP would give it
+    /// (ibv_wr_start(3) after ibv_wr_complete or ibv_wr_abort): what it held is discarded,
+    /// the latched error with it.
+    pub fn restart(&mut self) {
+        self.buf.clear();
+        self.error = None;
     }
 
     fn post(&mut self) -> Result<()> {
@@ -645,6 +662,88 @@ impl Drop for SendBatch {
         // holds are released now); taking it leaves empty vectors, which allocate nothing.
         self.buf.clear();
         *self.q.batch_spare.lock() = std::mem::take(&mut self.buf);
+    }
+}
+
+/// The batch a QP's `ibv_wr_*` calls build between `ibv_wr_start` and `ibv_wr_complete`
+/// or `ibv_wr_abort`, for a binding whose builder calls arrive one at a time (the C ABI
+/// keeps one in each QP object).
+///
+/// Rule: ibv_wr_post(3): the calls from `ibv_wr_start` to `ibv_wr_complete` are the
+/// application's to serialize; each one here takes the slot's lock for its own length
+/// (a spin lock released by a plain store: an uncontended call makes one locked
+/// instruction), so calls that race are serialized, never torn. The batch stays in the
+/// slot after it is posted or discarded, emptied, and serves the next `start` on the same
+/// QP without taking the QP's spare buffers again.
+pub struct WrSlot {
+    state: crate::spin::SpinMutex<WrState, false>,
+}
+
+impl Default for WrSlot {
+    fn default() -> Self {
+        WrSlot { state: crate::spin::SpinMutex::new(WrState::default()) }
+    }
+}
+
+#[derive(Default)]
+struct WrState {
+    batch: Option<SendBatch>,
+    /// Between `start` and `complete`/`abort`.
+    open: bool,
+}
+
+impl std::fmt::Debug for WrSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WrSlot").finish_non_exhaustive()
+    }
+}
+
+impl WrSlot {
+    /// Opens a batch on `qp` (ibv_wr_start(3)): the slot's batch emptied, or a new one;
+    /// a batch already open is discarded, as a second `ibv_wr_start` restarts the
+    /// posting.
+    ///
+    /// Errors: as [`Qp::start_batch`] (nothing is open then).
+    pub fn start(&self, qp: &Qp) -> Result<()> {
+        let mut s = self.state.lock();
+        s.open = false;
+        match s.batch.as_mut() {
+            Some(b) if qp.inner().is_ok_and(|q| std::sync::Arc::ptr_eq(q, &b.q)) => b.restart(),
+            _ => s.batch = Some(qp.start_batch()?),
+        }
+        s.open = true;
+        Ok(())
+    }
+
+    /// Runs `f` on the open batch (a builder or setter); outside `start` … `complete` or
+    /// `abort` nothing is done.
+    pub fn with(&self, f: impl FnOnce(&mut SendBatch)) {
+        let mut s = self.state.lock();
+        if s.open {
+            if let Some(b) = s.batch.as_mut() {
+                f(b);
+            }
+        }
+    }
+
+    /// Posts the open batch ([`SendBatch::complete`]) and closes it; `None` if none is
+    /// open.
+    pub fn complete(&self) -> Option<Result<()>> {
+        let mut s = self.state.lock();
+        if !std::mem::replace(&mut s.open, false) {
+            return None;
+        }
+        s.batch.as_mut().map(SendBatch::complete_and_keep)
+    }
+
+    /// Discards the open batch, if any (ibv_wr_abort(3)).
+    pub fn abort(&self) {
+        let mut s = self.state.lock();
+        if std::mem::replace(&mut s.open, false) {
+            if let Some(b) = s.batch.as_mut() {
+                b.restart();
+            }
+        }
     }
 }
 
