@@ -651,3 +651,109 @@ fn read_without_a_credit_waits_until_a_modify_gives_one() {
     assert_eq!((r.wr_id(), r.status(), r.opcode()), (7, WcStatus::Success, Some(WcOpcode::RdmaRead)));
     assert_eq!((w.wr_id(), w.status()), (8, WcStatus::Success));
 }
+
+// ---- Atomics on the express lane (docs/queue-pairs.md, "The express lane") ----
+
+/// ibv_post_send(3): FETCH_ADD and CMP_SWAP after the first return the word's original
+/// value into the scatter list and complete with 8 bytes; a CMP_SWAP that does not match
+/// leaves the word alone.
+#[test]
+fn atomics_on_the_express_lane_return_the_original() {
+    let (a, b) = pair(QpType::Rc);
+    let word = b.mr.iova() + 64;
+    b.mr.write(64, &100u64.to_ne_bytes()).unwrap();
+    let res = [a.mr.sge(8, 8).unwrap()];
+    for (i, id) in (1..=4u64).enumerate() {
+        a.qp.post_send(&[SendWr::fetch_add(id, &res, word, b.mr.rkey(), 3).signaled()]).unwrap();
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status(), wc.opcode(), wc.byte_len()), (id, WcStatus::Success, Some(WcOpcode::FetchAdd), Some(8)));
+        assert_eq!(a.mr.read_u64(8).unwrap(), 100 + 3 * i as u64, "the original value");
+    }
+    assert_eq!(b.mr.read_u64(64).unwrap(), 112, "each executed once");
+    a.qp.post_send(&[SendWr::compare_swap(5, &res, word, b.mr.rkey(), 112, 7).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.opcode(), wc.byte_len()), (Some(WcOpcode::CompSwap), Some(8)));
+    assert_eq!((a.mr.read_u64(8).unwrap(), b.mr.read_u64(64).unwrap()), (112, 7));
+    a.qp.post_send(&[SendWr::compare_swap(6, &res, word, b.mr.rkey(), 112, 9)]).unwrap();
+    a.qp.post_send(&[SendWr::write(7, &[a.mr.sge(0, 8).unwrap()], b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 7, "the unsignaled CMP_SWAP gives no completion");
+    assert_eq!((a.mr.read_u64(8).unwrap(), b.mr.read_u64(64).unwrap()), (7, 7), "no match: the word is left");
+}
+
+/// ibv_post_send(3): after atomics through keys that allow them, an atomic through an
+/// R_Key without REMOTE_ATOMIC is REM_ACCESS_ERR and leaves the word; one whose scatter
+/// list lacks LOCAL_WRITE is LOC_PROT_ERR; a misaligned one is refused at the post.
+#[test]
+fn atomics_after_atomics_fail_as_the_queued_way() {
+    let warm = |a: &Side, b: &Side| {
+        let res = [a.mr.sge(0, 8).unwrap()];
+        for id in 0..3 {
+            a.qp.post_send(&[SendWr::fetch_add(id, &res, b.mr.iova(), b.mr.rkey(), 1).signaled()]).unwrap();
+            assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+        }
+    };
+    let (a, b) = pair(QpType::Rc);
+    warm(&a, &b);
+    let rw = b.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
+    rw.write(0, &5u64.to_ne_bytes()).unwrap();
+    let res = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::fetch_add(9, &res, rw.iova(), rw.rkey(), 1)]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (9, WcStatus::RemAccessErr));
+    assert_eq!(rw.read_u64(0).unwrap(), 5, "the word is left");
+
+    let (a, b) = pair(QpType::Rc);
+    warm(&a, &b);
+    let ro = a.pd.alloc_mr(64, Access::empty()).unwrap();
+    let res = [ro.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::fetch_add(9, &res, b.mr.iova(), b.mr.rkey(), 1)]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (9, WcStatus::LocProtErr));
+    assert_eq!(a.qp.state(), QpState::Err);
+    assert_eq!(ro.read_u64(0).unwrap(), 0, "nothing is stored");
+
+    let (a, b) = pair(QpType::Rc);
+    warm(&a, &b);
+    let res = [a.mr.sge(0, 8).unwrap()];
+    let e = a.qp.post_send(&[SendWr::fetch_add(9, &res, b.mr.iova() + 4, b.mr.rkey(), 1)]).unwrap_err();
+    assert_eq!(e.error.errno(), libc::EINVAL, "{e:?}");
+    assert_empty(&a.cq);
+}
+
+/// ibv_post_send(3), ibv_poll_cq(3): an atomic whose result buffer its owner unmapped
+/// after registering it (the registration stays) is executed once — the word changes by
+/// one add, never two — and completes LOC_PROT_ERR when its original value cannot be
+/// stored; the QP enters ERR and what is posted after it is flushed.
+#[test]
+fn an_atomic_whose_result_buffer_is_gone_executes_once_and_is_loc_prot_err() {
+    let (a, b) = pair(QpType::Rc);
+    let page = 4096;
+    // SAFETY: a fresh anonymous mapping, registered below and unmapped by this test only.
+    let area = unsafe {
+        libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(area, libc::MAP_FAILED);
+    // SAFETY: the mapping is live now; the device checks it on each access after the
+    // test unmaps it.
+    let res_mr = unsafe { a.pd.reg_mr(area.cast(), page, Access::LOCAL_WRITE) }.unwrap();
+    let res = [res_mr.sge(0, 8).unwrap()];
+    b.mr.write(0, &10u64.to_ne_bytes()).unwrap();
+    for id in 0..3 {
+        a.qp.post_send(&[SendWr::fetch_add(id, &res, b.mr.iova(), b.mr.rkey(), 1).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    }
+    assert_eq!(b.mr.read_u64(0).unwrap(), 13);
+    // SAFETY: nothing of this test reads the area again; the registration outlives it.
+    assert_eq!(unsafe { libc::munmap(area, page) }, 0);
+    a.qp.post_send(&[SendWr::fetch_add(5, &res, b.mr.iova(), b.mr.rkey(), 100)]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (5, WcStatus::LocProtErr));
+    assert_eq!(b.mr.read_u64(0).unwrap(), 113, "executed once");
+    assert_eq!(a.qp.state(), QpState::Err);
+    let w = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(6, &w, b.mr.iova() + 64, b.mr.rkey()).signaled()]).unwrap();
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (6, WcStatus::WrFlushErr));
+    assert_empty(&a.cq);
+    drop(res_mr);
+}

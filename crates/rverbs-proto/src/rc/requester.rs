@@ -334,11 +334,11 @@ impl Requester {
             .then_some(self.req_psn)
     }
 
-    /// As [`Requester::express_psn`] for an RDMA READ of `length` bytes: also a credit of
-    /// `max_rd_atomic` free (§3.2 step 5; idle, every credit is: the queued way takes one
-    /// and its one response returns it). With `max_rd_atomic` 0 the queued way holds the
-    /// READ for good, and so does the lane, by refusing it.
-    pub fn express_read_psn(&self, length: u32) -> Option<Psn> {
+    /// As [`Requester::express_psn`] for an RDMA READ of `length` bytes or an atomic (8):
+    /// also a credit of `max_rd_atomic` free (§3.2 step 5; idle, every credit is: the
+    /// queued way takes one and its one response returns it). With `max_rd_atomic` 0 the
+    /// queued way holds the request for good, and so does the lane, by refusing it.
+    pub fn express_rd_atomic_psn(&self, length: u32) -> Option<Psn> {
         self.express_psn(length).filter(|_| self.rd_atomic > 0)
     }
 
@@ -346,9 +346,9 @@ impl Requester {
     /// state moves exactly as posting it, transmitting its ONLY packet (AckReq) and the ACK
     /// of its PSN would move it (`req.psn`, `comp.psn` and the highest PSN sent advance by
     /// one, the retry budgets refill, no timer is left armed). Its completion, always a
-    /// success, is the caller's to write. A READ [`Requester::express_read_psn`] named,
-    /// answered by its one READ RESPONSE ONLY, moves it the same way (its credit taken
-    /// and returned).
+    /// success, is the caller's to write. A READ or an atomic
+    /// [`Requester::express_rd_atomic_psn`] named, answered by its one READ RESPONSE ONLY
+    /// or ATOMIC ACKNOWLEDGE, moves it the same way (its credit taken and returned).
     pub fn express_acked(&mut self) {
         debug_assert!(self.queue.is_empty() && self.req_psn == self.comp_psn);
         let next = self.req_psn.add(1);

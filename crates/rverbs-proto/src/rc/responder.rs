@@ -404,6 +404,26 @@ impl Responder {
         self.save_resource(psn, psn, ResKind::Read { rkey, va, len });
     }
 
+    /// The express lane for a CMP_SWAP or FETCH_ADD at `va` and PSN `psn`, whose R_Key the
+    /// link checked for REMOTE_ATOMIC on its 8 bytes: whether it passes every check of
+    /// [`Responder::handle_request`] and is executed: RC, not XRC, not in ERR, no message
+    /// in progress and nothing waiting to be sent, the expected PSN, the QP's
+    /// REMOTE_ATOMIC access and a responder resource (CHK_RESOURCE, §3.3), `va` 8-byte
+    /// aligned (else the queued way NAKs it).
+    pub fn express_atomic_ok(&self, psn: Psn, va: u64) -> bool {
+        self.express_idle(psn) && self.check_rd_atomic(Access::REMOTE_ATOMIC).is_ok() && va % 8 == 0
+    }
+
+    /// The atomic [`Responder::express_atomic_ok`] accepted was executed by the link, the
+    /// word's value before it `original`: the state moves as executing it and sending its
+    /// ATOMIC ACKNOWLEDGE would (the expected PSN and the MSN advance, and `original` is
+    /// saved in the resource ring, so a duplicate is answered with it, not executed again,
+    /// §3.3).
+    pub fn express_atomic_done(&mut self, psn: Psn, original: u64) {
+        self.express_advance(psn);
+        self.save_resource(psn, psn, ResKind::Atomic { original });
+    }
+
     /// The express lane for a SEND ONLY without immediate data or invalidation of `len`
     /// bytes (≤ MTU) at PSN `psn`, with AckReq: whether it passes the checks of
     /// [`Responder::handle_request`] that do not depend on the receive (RC, not XRC, not in

@@ -1585,7 +1585,7 @@ fn express_read_leaves_both_machines_as_the_queued_way_does() {
     for i in 0..5u64 {
         let c = queued_read(&mut qa, &mut ra, &mut t, i, 64, 64 * i, now);
         assert_eq!((c.status, c.opcode), (WcStatus::Success, Some(crate::verbs::WcOpcode::RdmaRead)));
-        let psn = qb.express_read_psn(64).expect("idle: the express lane is open");
+        let psn = qb.express_rd_atomic_psn(64).expect("idle: the express lane is open");
         assert!(rb.express_read_ok(psn, 64));
         rb.express_read_done(psn, RKEY, MR_BASE + 64 * i, 64);
         qb.express_acked();
@@ -1611,12 +1611,63 @@ fn express_read_leaves_both_machines_as_the_queued_way_does() {
 }
 
 #[test]
+fn express_atomic_leaves_both_machines_as_the_queued_way_does() {
+    let now = Instant::now();
+    let mut t = sim::SimTarget::new(1 << 16);
+    let rcfg = RequesterConfig { mtu: UNSEGMENTED_MTU, timeout: 10, max_rd_atomic: 1, ..RequesterConfig::TEMPLATE };
+    let scfg = ResponderConfig { mtu: UNSEGMENTED_MTU, ..ResponderConfig::TEMPLATE };
+    let (mut qa, mut ra) = (Requester::new(rcfg), Responder::new(scfg));
+    let (mut qb, mut rb) = (Requester::new(rcfg), Responder::new(scfg));
+    for i in 0..4u64 {
+        qa.post(SendWqe { id: i, compare_add: 5, ..wqe(WrOpcode::AtomicFetchAndAdd, 8) }).unwrap();
+        let r = qa.poll_transmit(now).expect("the atomic");
+        assert!(ra.handle_request(now, &r, &mut t).executed);
+        let ack = ra.poll_transmit(now).expect("its ATOMIC ACKNOWLEDGE");
+        let original = ack.atomic_original.expect("the original value");
+        qa.handle_response(now, &ack);
+        let c = qa.poll_completion().expect("its completion");
+        assert_eq!((c.status, c.atomic_original), (WcStatus::Success, Some(original)));
+        let psn = qb.express_rd_atomic_psn(8).expect("idle: the express lane is open");
+        assert!(rb.express_atomic_ok(psn, MR_BASE));
+        rb.express_atomic_done(psn, original);
+        qb.express_acked();
+        assert_eq!(requester_state(&qa), requester_state(&qb), "after atomic {i}");
+        assert_eq!(qa.rd_atomic_credits(), qb.rd_atomic_credits());
+        assert_eq!((ra.expected_psn(), ra.msn(), ra.state()), (rb.expected_psn(), rb.msn(), rb.state()));
+    }
+    // A duplicate of the last one is answered from the resource ring alike, with the
+    // saved original, and not executed again.
+    let dup_psn = ra.expected_psn().add(Psn::MASK);
+    let dup = Request::message(Mode::Rc, 0x11, &SendWqe { compare_add: 5, ..wqe(WrOpcode::AtomicFetchAndAdd, 8) }, dup_psn);
+    let before = t.mem[..8].to_vec();
+    assert!(!ra.handle_request(now, &dup, &mut t).executed);
+    assert!(!rb.handle_request(now, &dup, &mut t).executed);
+    assert_eq!(t.mem[..8], before[..], "a duplicate atomic is not executed");
+    let (a, b) = (ra.poll_transmit(now).expect("replayed"), rb.poll_transmit(now).expect("replayed"));
+    assert_eq!((a.opcode, a.psn, a.msn, a.atomic_original), (b.opcode, b.psn, b.msn, b.atomic_original));
+}
+
+#[test]
+fn express_atomic_is_refused_where_the_queued_way_would_refuse() {
+    let scfg = ResponderConfig { mtu: 1024, ..ResponderConfig::TEMPLATE };
+    let r = Responder::new(scfg);
+    let psn = r.expected_psn();
+    assert!(r.express_atomic_ok(psn, MR_BASE));
+    assert!(!r.express_atomic_ok(psn.add(1), MR_BASE), "not the expected PSN");
+    assert!(!r.express_atomic_ok(psn, MR_BASE + 4), "misaligned: the queued way NAKs");
+    let rw = Responder::new(ResponderConfig { access: Access::REMOTE_READ | Access::REMOTE_WRITE, ..scfg });
+    assert!(!rw.express_atomic_ok(psn, MR_BASE), "no REMOTE_ATOMIC access: the queued way NAKs");
+    let none = Responder::new(ResponderConfig { max_dest_rd_atomic: 0, ..scfg });
+    assert!(!none.express_atomic_ok(psn, MR_BASE), "no responder resource: the queued way NAKs");
+}
+
+#[test]
 fn express_read_is_refused_where_the_queued_way_would_wait_or_refuse() {
     let rcfg = RequesterConfig { mtu: 1024, timeout: 10, ..RequesterConfig::TEMPLATE };
-    assert!(Requester::new(rcfg).express_read_psn(8).is_some());
+    assert!(Requester::new(rcfg).express_rd_atomic_psn(8).is_some());
     let held = Requester::new(RequesterConfig { max_rd_atomic: 0, ..rcfg });
     assert!(held.express_psn(8).is_some(), "a WRITE may go");
-    assert!(held.express_read_psn(8).is_none(), "max_rd_atomic 0: the queued way holds the READ");
+    assert!(held.express_rd_atomic_psn(8).is_none(), "max_rd_atomic 0: the queued way holds the READ");
 
     let scfg = ResponderConfig { mtu: 1024, ..ResponderConfig::TEMPLATE };
     let r = Responder::new(scfg);

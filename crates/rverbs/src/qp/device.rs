@@ -91,11 +91,28 @@ pub(crate) enum ExpressOp {
     Write { rkey: u32, va: u64 },
     /// RDMA READ into the request's scatter list.
     Read { rkey: u32, va: u64 },
+    /// CMP_SWAP or FETCH_ADD on the 8 bytes at `va`, the original value into the
+    /// request's scatter list (8 bytes).
+    Atomic { rkey: u32, va: u64, op: crate::mem::AtomicOp },
     /// SEND without immediate data or invalidation; `solicited`: IBV_SEND_SOLICITED.
     Send { solicited: bool },
 }
 
-/// Where an express request's bytes are (a READ's: where its response's bytes go).
+/// What the express lane made of a request ([`SendPath::express`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expressed {
+    /// Not taken: nothing moved, the queued way decides its outcome.
+    No,
+    /// Executed and acknowledged: it completes with success.
+    Done,
+    /// An atomic executed and acknowledged whose original value could not be stored into
+    /// the request's buffer (its memory unmapped by its owner after the check): it
+    /// completes LOC_PROT_ERR (`vendor_err`), as the queued way's completer has it.
+    LocalFault { vendor_err: u32 },
+}
+
+/// Where an express request's bytes are (a READ's or an atomic's: where its response's
+/// bytes go).
 pub(crate) enum ExpressData<'a> {
     /// Registered memory of the requester's PD.
     Sges(&'a [Sge]),
@@ -140,11 +157,11 @@ pub(crate) trait SendPath: Send {
 
     /// The express lane: executes `w` on the connection's responder and has it
     /// acknowledged at once, if the link can (the same host, a responder of this process
-    /// that expects it and takes it) and everything about it passes; `false` changes
-    /// nothing, and the request takes the queued way, which decides its outcome.
-    fn express(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> bool {
+    /// that expects it and takes it) and everything about it passes; [`Expressed::No`]
+    /// changes nothing, and the request takes the queued way, which decides its outcome.
+    fn express(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> Expressed {
         let _ = (qp, req, w);
-        false
+        Expressed::No
     }
     /// Sends what [`SendPath::transmit`] batched; ACKs `qp`'s responder holds for the same
     /// peer go with it (docs/network.md, "Coalesced ACKs").

@@ -27,7 +27,7 @@ use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 use rverbs_proto::wire::{self, FethRepr, Selectivity};
 
-use super::device::{Answers, Express, ExpressData, ExpressOp, PacketBytes, ResponseBytes, SendPath, Shape, Tx};
+use super::device::{Answers, Express, ExpressData, ExpressOp, Expressed, PacketBytes, ResponseBytes, SendPath, Shape, Tx};
 use super::sq::{ReqView, Ring, SendWqe};
 use crate::rings::wr::{FlushPlacement, FlushSelectivity};
 use super::{transition, QpInner};
@@ -163,55 +163,89 @@ impl Conn {
 
 impl QpInner {
     /// The express lane (docs/queue-pairs.md, "The express lane"): a signaled or
-    /// unsignaled RDMA WRITE, RDMA READ (into registered memory, with a credit of
-    /// `max_rd_atomic`: [`Requester::express_read_psn`]) or SEND (without immediate data
-    /// or invalidation) of an RC QP
-    /// in RTS whose send queue holds nothing, executed and acknowledged inside the post
-    /// without entering the queue, when the requester ([`Requester::express_psn`]) and the
-    /// link ([`SendPath::express`]) both find it is what the queued way would do at once.
-    /// Returns whether it was done; `false` leaves the request to the queued way. Its
-    /// completion is written as [`QpInner::complete_head`] writes a success, the
-    /// responder's notification held until it is ([`crate::rings::deferred_notify`]). The
-    /// caller checked the state, the sanitizer and the fault plan.
+    /// unsignaled RDMA WRITE, RDMA READ or atomic (into registered memory, with a credit
+    /// of `max_rd_atomic`: [`Requester::express_rd_atomic_psn`]) or SEND (without
+    /// immediate data or invalidation) of an RC QP in RTS whose send queue holds nothing,
+    /// executed and acknowledged inside the post without entering the queue, when the
+    /// requester ([`Requester::express_psn`]) and the link ([`SendPath::express`]) both
+    /// find it is what the queued way would do at once. Returns whether it was done;
+    /// `false` leaves the request to the queued way. Its completion is written as
+    /// [`QpInner::complete_head`] writes a success, the responder's notification held
+    /// until it is ([`crate::rings::deferred_notify`]); an atomic whose original value
+    /// could not be stored completes as the queued way's would ([`Expressed::LocalFault`]).
+    /// The caller checked the state, the sanitizer and the fault plan.
     pub(crate) fn express(self: &Arc<Self>, sq: &mut SendQueue, wr: &SendWr<'_>) -> bool {
-        let SendQueue { ring, req, link, conn } = sq;
-        let Some(conn) = conn.as_mut() else { return false };
+        self.express_outcome(sq, wr) != Expressed::No
+    }
+
+    /// [`QpInner::express`], saying how the request ended.
+    #[inline]
+    fn express_outcome(self: &Arc<Self>, sq: &mut SendQueue, wr: &SendWr<'_>) -> Expressed {
+        let SendQueue { ring, req, link, conn: slot } = sq;
+        let Some(conn) = slot.as_mut() else { return Expressed::No };
         if !ring.is_empty() || !conn.synchronous || self.qp_type != QpType::Rc {
-            return false;
+            return Expressed::No;
         }
+        use rverbs_proto::verbs::WcOpcode;
+        // A READ's or an atomic's list receives its response: never inline (the queued
+        // way decides what IBV_SEND_INLINE on them comes to).
+        let inline = wr.flags.contains(SendFlags::INLINE);
         let (op, wc_opcode) = match wr.opcode {
-            WrOpcode::RdmaWrite => (ExpressOp::Write { rkey: wr.rkey, va: wr.remote_addr }, rverbs_proto::verbs::WcOpcode::RdmaWrite),
-            WrOpcode::Send => (ExpressOp::Send { solicited: wr.flags.contains(SendFlags::SOLICITED) }, rverbs_proto::verbs::WcOpcode::Send),
-            // A READ's list receives its response: never inline (the queued way decides
-            // what IBV_SEND_INLINE on a READ comes to).
-            WrOpcode::RdmaRead if !wr.flags.contains(SendFlags::INLINE) => {
-                (ExpressOp::Read { rkey: wr.rkey, va: wr.remote_addr }, rverbs_proto::verbs::WcOpcode::RdmaRead)
+            WrOpcode::RdmaWrite => (ExpressOp::Write { rkey: wr.rkey, va: wr.remote_addr }, WcOpcode::RdmaWrite),
+            WrOpcode::Send => (ExpressOp::Send { solicited: wr.flags.contains(SendFlags::SOLICITED) }, WcOpcode::Send),
+            WrOpcode::RdmaRead if !inline => (ExpressOp::Read { rkey: wr.rkey, va: wr.remote_addr }, WcOpcode::RdmaRead),
+            WrOpcode::AtomicFetchAndAdd if !inline => {
+                let op = crate::mem::AtomicOp::FetchAdd(wr.compare_add);
+                (ExpressOp::Atomic { rkey: wr.rkey, va: wr.remote_addr, op }, WcOpcode::FetchAdd)
             }
-            _ => return false,
+            WrOpcode::AtomicCmpAndSwp if !inline => {
+                let op = crate::mem::AtomicOp::CompareSwap { compare: wr.compare_add, swap: wr.swap };
+                (ExpressOp::Atomic { rkey: wr.rkey, va: wr.remote_addr, op }, WcOpcode::CompSwap)
+            }
+            _ => return Expressed::No,
         };
         let (max_sge, max_inline) = ring.limits();
         let (data, len) = match wr.payload {
-            crate::rings::wr::Payload::Sge(s) if s.len() <= max_sge && !wr.flags.contains(SendFlags::INLINE) => {
+            crate::rings::wr::Payload::Sge(s) if s.len() <= max_sge && !inline => {
                 (ExpressData::Sges(s), s.iter().map(|e| u64::from(e.length)).sum::<u64>())
             }
-            crate::rings::wr::Payload::Inline(b) if b.len() <= max_inline => (ExpressData::Inline(b), b.len() as u64),
-            _ => return false,
+            crate::rings::wr::Payload::Inline(b) if b.len() <= max_inline && matches!(op, ExpressOp::Write { .. } | ExpressOp::Send { .. }) => {
+                (ExpressData::Inline(b), b.len() as u64)
+            }
+            _ => return Expressed::No,
         };
-        let Ok(len) = u32::try_from(len) else { return false };
+        let Ok(len) = u32::try_from(len) else { return Expressed::No };
         let psn = match op {
             _ if len > crate::limits::MAX_MSG_SZ => None,
             ExpressOp::Write { .. } | ExpressOp::Read { .. } if len == 0 => None,
-            ExpressOp::Read { .. } => conn.req.express_read_psn(len),
+            ExpressOp::Read { .. } => conn.req.express_rd_atomic_psn(len),
+            // The queued way refuses any other length and a misaligned address at the
+            // post (EINVAL): that is its to report.
+            ExpressOp::Atomic { va, .. } if len == 8 && va % 8 == 0 => conn.req.express_rd_atomic_psn(len),
+            ExpressOp::Atomic { .. } => None,
             _ => conn.req.express_psn(len),
         };
-        let Some(psn) = psn else { return false };
+        let Some(psn) = psn else { return Expressed::No };
         let w = Express { psn, op, data, len };
         // The responder's completion events wait until this request's own is written
         // (crate::rings::deferred_notify: the order a NIC produces).
         // (A WRITE without immediate data gives the responder no completion.)
         let mut step = matches!(op, ExpressOp::Send { .. }).then(crate::rings::deferred_notify::Step::begin);
-        if !link.express(self, req, &w) {
-            return false;
+        let outcome = link.express(self, req, &w);
+        match outcome {
+            Expressed::No => return outcome,
+            Expressed::Done => {}
+            Expressed::LocalFault { vendor_err } => {
+                // The atomic was executed and acknowledged: the queued way's completer
+                // then fails to store its original value, completes it LOC_PROT_ERR and
+                // the QP enters ERR, whose flush drops the connection.
+                conn.req.express_acked();
+                drop(step);
+                self.complete_failed(Cqe::error(wr.wr_id, self.qpn, WcStatus::LocProtErr, vendor_err));
+                *slot = None;
+                self.progress(sq);
+                return outcome;
+            }
         }
         conn.req.express_acked();
         if let Some(s) = step.as_mut() {
@@ -227,21 +261,22 @@ impl QpInner {
             }
         }
         drop(step);
-        true
+        outcome
     }
 
     /// [`QpInner::express`] on a device that counts statistics (`stats`): a request the
-    /// lane completes has this call's duration as its latency (`shm::stats`). Out of
-    /// line: the plain post only chooses between the two.
+    /// lane completes has this call's duration as its latency (`shm::stats`; not one that
+    /// failed, as for the queued way). Out of line: the plain post only chooses between
+    /// the two.
     #[cold]
     #[inline(never)]
     pub(crate) fn express_counted(self: &Arc<Self>, stats: &crate::shm::stats::Stats, sq: &mut SendQueue, wr: &SendWr<'_>) -> bool {
         let posted_ns = crate::clock::device_ns();
-        let done = self.express(sq, wr);
-        if done {
+        let outcome = self.express_outcome(sq, wr);
+        if outcome == Expressed::Done {
             stats.send_latency(self.qpn, crate::clock::device_ns().saturating_sub(posted_ns));
         }
-        done
+        outcome != Expressed::No
     }
 }
 
@@ -537,6 +572,9 @@ impl QpInner {
     pub(crate) fn complete_head(self: &Arc<Self>, ring: &mut Ring, cqe: Cqe) {
         let wqe = ring.pop().expect("non-empty");
         let failed = cqe.status() != WcStatus::Success;
+        if failed && wqe.hold_ms == 0 {
+            return self.complete_failed(cqe);
+        }
         let written = failed || self.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED);
         // UC and UD send errors only stop the send queue (SQE); RC and XRC go to ERR.
         let mut erred = false;
@@ -564,6 +602,31 @@ impl QpInner {
             if let Some(stats) = self.pd.endpoint().stats {
                 stats.send_latency(self.qpn, crate::clock::device_ns().saturating_sub(wqe.posted_ns));
             }
+        }
+        if erred {
+            self.after_error(None);
+        }
+    }
+
+    /// Writes the completion of a request that failed (always written): the QP leaves
+    /// RTS first (RC and XRC: ERR; UC, UD: SQE), so that `ibv_query_qp` after
+    /// `ibv_poll_cq` returned it finds the QP there, then the CQE; an overrun of the send
+    /// CQ moves the QP to ERR with QP_FATAL. The flushes follow ([`QpInner::after_error`]).
+    pub(crate) fn complete_failed(self: &Arc<Self>, cqe: Cqe) {
+        debug_assert_ne!(cqe.status(), WcStatus::Success);
+        let mut erred = false;
+        if matches!(self.qp_type, QpType::Uc | QpType::Ud) {
+            let _ = self.transition(transition::Expect::Is(QpState::Rts), QpState::Sqe, transition::Cause::SendError);
+        } else {
+            erred = self.move_to_error(transition::Cause::SendError);
+        }
+        if self.send_cq.push(cqe).is_err() {
+            if erred {
+                self.after_error(Some(EventType::QpFatal));
+            } else {
+                self.enter_error(Some(EventType::QpFatal), transition::Cause::SendCqOverrun);
+            }
+            return;
         }
         if erred {
             self.after_error(None);

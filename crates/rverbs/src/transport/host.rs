@@ -36,7 +36,7 @@ use crate::engine::Engine;
 use crate::mcast::{is_multicast, Groups, MULTICAST_QPN};
 use crate::shm::cma::CmaError;
 use crate::mr::{self, KeyMemo, KeySpace, PinList, Source};
-use crate::qp::device::{Answers, Express, ExpressData, ExpressOp, PacketBytes, ResponseBytes, Tx};
+use crate::qp::device::{Answers, Express, ExpressData, ExpressOp, Expressed, PacketBytes, ResponseBytes, Tx};
 use crate::qp::sq::ReqView;
 use crate::rings::recv_ring::RecvWqe;
 use crate::qp::QpInner;
@@ -153,15 +153,15 @@ pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx
 /// outcome. One thing moves before `false`: a receive CQ that overruns once the SEND is
 /// placed ends the responder (QP_FATAL), as in the queued way, whose retries then find
 /// nobody to answer them.
-pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> bool {
+pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> Expressed {
     if qp.qp_type != QpType::Rc {
-        return false;
+        return Expressed::No;
     }
     let memos = &path.memos;
     match path.route.as_mut() {
         Some(Route { to: Routed::Local(t), responder, seen }) => {
             if t.qp.is_destroyed() {
-                return false;
+                return Expressed::No;
             }
             // docs/shared-state.md, "A lane per connection": while this process has not
             // written the target's responder view since the lane last checked it, its
@@ -170,11 +170,11 @@ pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: 
             let writes = t.qp.view_writes();
             if *seen == Some(writes) {
                 if !super::route::takes_requests(t.qp.rec) {
-                    return false;
+                    return Expressed::No;
                 }
             } else {
                 if !super::route::answers(t.qp.rec, qp.qpn, req) {
-                    return false;
+                    return Expressed::No;
                 }
                 refresh(responder, responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU));
                 *seen = Some(writes);
@@ -183,12 +183,12 @@ pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: 
         }
         Some(Route { to: Routed::Peer(t), responder, .. }) => {
             if !(t.still_valid() && super::route::answers(t.rec(), qp.qpn, req)) {
-                return false;
+                return Expressed::No;
             }
             refresh(responder, responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU));
             express_to(qp, t, responder, memos, w)
         }
-        _ => false,
+        _ => Expressed::No,
     }
 }
 
@@ -205,20 +205,21 @@ fn refresh(responder: &mut Responder, mut cfg: ResponderConfig) {
 
 /// [`express`] once the route is known to answer and `responder` has the target's
 /// current attributes.
-fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: &[KeyMemo; 2], w: &Express<'_>) -> bool {
+fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: &[KeyMemo; 2], w: &Express<'_>) -> Expressed {
     let accepted = match w.op {
         ExpressOp::Write { .. } => responder.express_write_ok(w.psn, w.len),
         ExpressOp::Send { .. } => responder.express_send_ok(w.psn, w.len),
         ExpressOp::Read { .. } => responder.express_read_ok(w.psn, w.len),
+        ExpressOp::Atomic { va, .. } => responder.express_atomic_ok(w.psn, va),
     };
     if !accepted {
-        return false;
+        return Expressed::No;
     }
     let own = KeySpace::local(qp.pd.endpoint()).remembering(&memos[0]);
-    // A READ's scatter list is written by its response: LOCAL_WRITE, as the queued way
-    // pins it.
+    // A READ's or an atomic's scatter list is written by its response: LOCAL_WRITE, as
+    // the queued way pins it.
     let need = match w.op {
-        ExpressOp::Read { .. } => Access::LOCAL_WRITE,
+        ExpressOp::Read { .. } | ExpressOp::Atomic { .. } => Access::LOCAL_WRITE,
         _ => Access::empty(),
     };
     let mut pins = PinList::new();
@@ -229,13 +230,13 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
         // `pin_sges_into` pins it (`min(length, message)` bytes from its address).
         ExpressData::Sges([s]) if s.length != 0 && w.len != 0 => {
             let via = mr::Via { key: s.lkey, pd: qp.pd.id, used: mr::KeyUse::Local, need, va: s.addr };
-            let Ok(p) = own.pin_one(via, u64::from(s.length.min(w.len))) else { return false };
+            let Ok(p) = own.pin_one(via, u64::from(s.length.min(w.len))) else { return Expressed::No };
             one = p;
             Source::Pins(std::slice::from_ref(&one))
         }
         ExpressData::Sges(s) => {
             if mr::pin_sges_into(&own, qp.pd.id, s, need, u64::from(w.len), &mut pins).is_err() {
-                return false;
+                return Expressed::No;
             }
             Source::Pins(pins.as_slice())
         }
@@ -244,16 +245,16 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
     match w.op {
         ExpressOp::Write { rkey, va } => {
             let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_WRITE, va };
-            let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return false };
+            let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return Expressed::No };
             t.note_inbound();
             if mr::copy_to(&mem, src).is_err() {
-                return false;
+                return Expressed::No;
             }
             responder.express_write_done(w.psn);
         }
         ExpressOp::Read { rkey, va } => {
             let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_READ, va };
-            let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return false };
+            let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return Expressed::No };
             t.note_inbound();
             // The response's bytes into the scatter list, in increasing address order
             // (RDMA READ is placed in order). A copy that fails is the queued way's to
@@ -262,29 +263,52 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
             let copied = match src {
                 Source::Pins([d]) => mr::copy_to(d, from),
                 Source::Pins(_) => mr::copy_message(&pins, 0, from),
-                Source::Bytes(_) => return false,
+                Source::Bytes(_) => return Expressed::No,
             };
             if copied.is_err() {
-                return false;
+                return Expressed::No;
             }
             responder.express_read_done(w.psn, rkey, va, w.len);
+        }
+        ExpressOp::Atomic { rkey, va, op } => {
+            let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_ATOMIC, va };
+            let Ok(word) = keys.pin_one(via, 8) else { return Expressed::No };
+            if !super::respond::aligned8(&word) || matches!(src, Source::Bytes(_)) {
+                return Expressed::No;
+            }
+            t.note_inbound();
+            // A word that faulted was not changed: the queued way tries it again.
+            let Ok(original) = mr::atomic(&word, op) else { return Expressed::No };
+            responder.express_atomic_done(w.psn, original);
+            qp.pd.endpoint().counters.add(Counter::LocalRequests);
+            // Executed: from here on the request is done whatever follows. The original
+            // value into the scatter list, as the queued way's completer stores it.
+            let stored = match src {
+                Source::Pins([d]) => mr::copy_to(d, Source::Bytes(&original.to_ne_bytes())),
+                Source::Pins(_) => mr::copy_message(&pins, 0, Source::Bytes(&original.to_ne_bytes())),
+                Source::Bytes(_) => Err(CmaError::Fault),
+            };
+            return match stored {
+                Ok(_) => Expressed::Done,
+                Err(_) => Expressed::LocalFault { vendor_err: mr::Fault::Bounds.local_vendor_err() },
+            };
         }
         ExpressOp::Send { solicited } => {
             let mut fits = |r: &RecvWqe| place_message(t, r, src, u64::from(w.len));
             t.note_inbound();
-            let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return false };
+            let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return Expressed::No };
             let c = responder.express_send_done(w.psn, wr_id, w.len, solicited);
             let mut cqe = recv_cqe(t, &c);
             cqe.rq_taken = Some(taken);
             if deliver_recv(t, cqe, qp.pd.endpoint().counters).is_err() {
                 responder.enter_error();
-                return false;
+                return Expressed::No;
             }
         }
     }
     // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
     qp.pd.endpoint().counters.add(Counter::LocalRequests);
-    true
+    Expressed::Done
 }
 
 /// XRC: the target QP `t` answers the requester, but the SRQ the request names is not an

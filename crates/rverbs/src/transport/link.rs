@@ -13,7 +13,7 @@ use super::net::NetTx;
 use super::udp::Net;
 use crate::engine::Engine;
 use crate::mcast::Groups;
-use crate::qp::device::{Answers, Express, SendPath, Shape, Tx};
+use crate::qp::device::{Answers, Express, Expressed, SendPath, Shape, Tx};
 use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 
@@ -61,8 +61,11 @@ impl SendPath for Path {
         }
     }
 
-    fn express(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> bool {
-        !req.network && !crate::fault_plan::port_down(qp.pd.endpoint().slot) && super::host::express(&mut self.host, qp, req, w)
+    fn express(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> Expressed {
+        if req.network || crate::fault_plan::port_down(qp.pd.endpoint().slot) {
+            return Expressed::No;
+        }
+        super::host::express(&mut self.host, qp, req, w)
     }
 
     fn flush(&mut self, qp: &QpInner) {

@@ -174,7 +174,7 @@ impl<'t, T: Target> Responding<'t, T> {
 }
 
 /// Whether a pinned word is 8-byte aligned where it lives.
-fn aligned8(p: &Pinned<'_>) -> bool {
+pub(crate) fn aligned8(p: &Pinned<'_>) -> bool {
     match p.place {
         mr::keyspace::Place::Local(a) => a % 8 == 0,
         mr::keyspace::Place::Cma { addr, .. } => addr % 8 == 0,
