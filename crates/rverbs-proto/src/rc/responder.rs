@@ -411,7 +411,7 @@ impl Responder {
     /// REMOTE_ATOMIC access and a responder resource (CHK_RESOURCE, §3.3), `va` 8-byte
     /// aligned (else the queued way NAKs it).
     pub fn express_atomic_ok(&self, psn: Psn, va: u64) -> bool {
-        self.express_idle(psn) && self.check_rd_atomic(Access::REMOTE_ATOMIC).is_ok() && va % 8 == 0
+        self.express_idle(psn) && self.check_rd_atomic(Access::REMOTE_ATOMIC).is_ok() && va.is_multiple_of(8)
     }
 
     /// The atomic [`Responder::express_atomic_ok`] accepted was executed by the link, the

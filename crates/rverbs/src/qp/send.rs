@@ -221,7 +221,7 @@ impl QpInner {
             ExpressOp::Read { .. } => conn.req.express_rd_atomic_psn(len),
             // The queued way refuses any other length and a misaligned address at the
             // post (EINVAL): that is its to report.
-            ExpressOp::Atomic { va, .. } if len == 8 && va % 8 == 0 => conn.req.express_rd_atomic_psn(len),
+            ExpressOp::Atomic { va, .. } if len == 8 && va.is_multiple_of(8) => conn.req.express_rd_atomic_psn(len),
             ExpressOp::Atomic { .. } => None,
             _ => conn.req.express_psn(len),
         };
