@@ -61,3 +61,69 @@ fn srq_limits_and_resize() {
     let two = [sge[0], sge[0]];
     assert_eq!(srq.post_recv(&[RecvWr::new(4, &two)]).unwrap_err().error.errno(), libc::EINVAL);
 }
+
+/// A QP `b` on a new SRQ of `b`'s PD, connected to `a`.
+fn srq_pair(max_wr: u32) -> (Side, Side, Srq) {
+    let a = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    let srq = b.pd.create_srq(&SrqInit { max_wr, max_sge: 2, ..SrqInit::default() }).unwrap();
+    let qp = b.pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, &b.cq, CAP) }).unwrap();
+    let b = Side { qp, ..b };
+    connect(&a, &b, &PATH);
+    (a, b, srq)
+}
+
+/// ibv_post_srq_recv(3), ibv_poll_cq(3): SENDs after the first (the express lane, which
+/// takes an SRQ's receives as the queued way does) fill the SRQ's receives oldest first,
+/// each completion naming the receive, the QP and the length.
+#[test]
+fn sends_after_the_first_take_the_srqs_receives_in_order() {
+    let (a, b, srq) = srq_pair(16);
+    for i in 0..8u64 {
+        let sge = [b.mr.sge(i as usize * 512, 512).unwrap()];
+        srq.post_recv(&[RecvWr::new(100 + i, &sge)]).unwrap();
+    }
+    for i in 0..8u64 {
+        let msg: Vec<u8> = (0..100 + i as usize).map(|k| (k as u8).wrapping_mul(3).wrapping_add(i as u8)).collect();
+        a.mr.write(0, &msg).unwrap();
+        a.qp.post_send(&[SendWr::send(i, &[a.mr.sge(0, msg.len() as u32).unwrap()]).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+        let r = poll_one(&b.cq);
+        assert_eq!((r.wr_id(), r.status(), r.byte_len(), r.qp_num()), (100 + i, WcStatus::Success, Some(msg.len() as u32), b.qp.qp_num()));
+        let mut got = vec![0u8; msg.len()];
+        b.mr.read(i as usize * 512, &mut got).unwrap();
+        assert_eq!(got, msg, "SEND {i}");
+    }
+    assert_eq!(srq.len(), 0);
+}
+
+/// ibv_post_send(3): after SENDs into an SRQ, one larger than its next receive fails as
+/// on the queued way (REM_INV_REQ_ERR at the sender, LOC_LEN_ERR at the receiver) and one
+/// that finds the SRQ empty waits for a receive (RNR), then lands in it.
+#[test]
+fn an_srq_receive_too_small_or_missing_after_sends_is_handled_as_the_queued_way() {
+    let (a, b, srq) = srq_pair(16);
+    let sge = [b.mr.sge(0, 64).unwrap()];
+    srq.post_recv(&[RecvWr::new(1, &sge), RecvWr::new(2, &sge)]).unwrap();
+    let ss = [a.mr.sge(0, 8).unwrap()];
+    for id in 1..=2u64 {
+        a.qp.post_send(&[SendWr::send(id, &ss).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+        assert_eq!(poll_one(&b.cq).wr_id(), id);
+    }
+    // Empty: RNR until a receive is posted (min_rnr_timer 1 in PATH), then delivered.
+    a.qp.post_send(&[SendWr::send(3, &ss).signaled()]).unwrap();
+    assert_empty(&b.cq);
+    srq.post_recv(&[RecvWr::new(3, &sge)]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(poll_one(&b.cq).wr_id(), 3);
+    // Too small.
+    let small = [b.mr.sge(0, 16).unwrap()];
+    srq.post_recv(&[RecvWr::new(4, &small)]).unwrap();
+    a.qp.post_send(&[SendWr::send(4, &[a.mr.sge(0, 17).unwrap()])]).unwrap();
+    let s = poll_one(&a.cq);
+    assert_eq!((s.status(), s.vendor_err()), (WcStatus::RemInvReqErr, vendor_err::RECV_TOO_SMALL));
+    let r = poll_one(&b.cq);
+    assert_eq!((r.wr_id(), r.status()), (4, WcStatus::LocLenErr));
+    assert_eq!(b.qp.state(), QpState::Err);
+}

@@ -135,6 +135,21 @@ impl SrqInner {
         }
     }
 
+    /// The express lane's take (docs/queue-pairs.md): the oldest receive only if `fits`
+    /// (which places the message into it) says so, and only from an SRQ without tag
+    /// matching (whose list decides); fires the limit event as [`SrqInner::take`] does.
+    /// Returns the receive's `wr_id`.
+    pub(crate) fn take_if(self: &Arc<Self>, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<u64> {
+        if self.tm.is_some() {
+            return None;
+        }
+        let t = self.queue().ring().take_if(|w| fits(w))?;
+        if t.limit_fired {
+            self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(self.srqn));
+        }
+        Some(t.wqe.wr_id)
+    }
+
     /// Takes the oldest receive and fires the limit event if armed and crossed.
     pub(crate) fn take(self: &Arc<Self>) -> Option<RecvWqe> {
         let t = self.queue().take()?;

@@ -299,7 +299,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
             let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return Expressed::No };
             let c = responder.express_send_done(w.psn, wr_id, w.len, solicited);
             let mut cqe = recv_cqe(t, &c);
-            cqe.rq_taken = Some(taken);
+            cqe.rq_taken = taken;
             if deliver_recv(t, cqe, qp.pd.endpoint().counters).is_err() {
                 responder.enter_error();
                 return Expressed::No;

@@ -56,11 +56,13 @@ pub(crate) trait Target {
         self.take_recv()
     }
     /// The express lane (docs/queue-pairs.md): takes the next receive of the QP's own
-    /// receive queue only if `fits` (which places the message into it) says so; `None` for
-    /// anything else (an SRQ, an empty queue, a receive that does not fit), nothing taken.
-    /// Gives the receive's `wr_id` and the count its completion carries to the queue's
-    /// owner (`rings::recv_count`).
-    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, TakenCount)> {
+    /// receive queue, or of its SRQ (not a tag-matching one, whose list decides), only if
+    /// `fits` (which places the message into it) says so; `None` for anything else (an
+    /// empty queue, a receive that does not fit), nothing taken. Gives the receive's
+    /// `wr_id` and, for the QP's own queue, the count its completion carries to the
+    /// queue's owner (`rings::recv_count`). An SRQ's take raises SRQ_LIMIT_REACHED as the
+    /// queued way's does.
+    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, Option<TakenCount>)> {
         let _ = fits;
         None
     }
@@ -125,11 +127,11 @@ impl Target for LocalTarget {
         self.srq.as_ref().is_some_and(|s| s.tm.is_some())
     }
 
-    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, TakenCount)> {
-        if self.srq.is_some() {
-            return None;
+    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, Option<TakenCount>)> {
+        match &self.srq {
+            None => self.qp.rq.as_ref()?.ring().take_if(|w| fits(w)).map(|t| (t.wqe.wr_id, Some(t.count))),
+            Some(srq) => srq.take_if(fits).map(|w| (w, None)),
         }
-        self.qp.rq.as_ref()?.ring().take_if(|w| fits(w)).map(|t| (t.wqe.wr_id, t.count))
     }
 
     fn take_for(&self, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
@@ -523,6 +525,33 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
     Err(Overrun)
 }
 
+impl PeerTarget {
+    /// Takes the oldest receive of the peer's SRQ `srqn` if `fits` says so, following its
+    /// resizes; raises SRQ_LIMIT_REACHED in the peer when the take crosses an armed limit.
+    fn take_from_srq(&self, srqn: u32, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<RecvWqe> {
+        let rec = self.peer.tables().srq(srqn);
+        for _ in 0..64 {
+            if rec.srqn.load(Ordering::Acquire) != srqn {
+                return None;
+            }
+            let gen = rec.rq_gen.load(Ordering::Acquire);
+            match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w)) {
+                Take::Got(t) => {
+                    if t.limit_fired {
+                        let ctx = rec.ctx.load(Ordering::Acquire);
+                        self.raise(ctx, EventType::SrqLimitReached, RawElement::Srq(srqn));
+                    }
+                    return Some(t.wqe);
+                }
+                // A resize moved the receives to the next generation.
+                Take::Moved => self.peer.drop_segment(&srq_segment_name(srqn, gen)),
+                Take::Empty => return None,
+            }
+        }
+        None
+    }
+}
+
 impl Target for PeerTarget {
     fn qpn(&self) -> u32 {
         self.qpn
@@ -546,28 +575,7 @@ impl Target for PeerTarget {
                 Take::Got(t) => Some(t.wqe),
                 _ => None,
             },
-            PeerRecv::Srq(srqn) => {
-                let rec = self.peer.tables().srq(srqn);
-                for _ in 0..64 {
-                    if rec.srqn.load(Ordering::Acquire) != srqn {
-                        return None;
-                    }
-                    let gen = rec.rq_gen.load(Ordering::Acquire);
-                    match self.take_from(gen, || srq_segment_name(srqn, gen), |_| true) {
-                        Take::Got(t) => {
-                            if t.limit_fired {
-                                let ctx = rec.ctx.load(Ordering::Acquire);
-                                self.raise(ctx, EventType::SrqLimitReached, RawElement::Srq(srqn));
-                            }
-                            return Some(t.wqe);
-                        }
-                        // A resize moved the receives to the next generation.
-                        Take::Moved => self.peer.drop_segment(&srq_segment_name(srqn, gen)),
-                        Take::Empty => return None,
-                    }
-                }
-                None
-            }
+            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, &mut |_| true),
         }
     }
 
@@ -578,11 +586,14 @@ impl Target for PeerTarget {
         }
     }
 
-    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, TakenCount)> {
-        let PeerRecv::Rq(gen) = self.recv else { return None };
-        match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w)) {
-            Take::Got(t) => Some((t.wqe.wr_id, t.count)),
-            _ => None,
+    fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, Option<TakenCount>)> {
+        match self.recv {
+            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w)) {
+                Take::Got(t) => Some((t.wqe.wr_id, Some(t.count))),
+                _ => None,
+            },
+            PeerRecv::Srq(_) if self.tag_matching() => None,
+            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, fits).map(|w| (w.wr_id, None)),
         }
     }
 
