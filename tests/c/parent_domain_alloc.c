@@ -14,7 +14,6 @@
  * mlx5_is_custom_alloc), asks nothing. */
 #define _GNU_SOURCE
 #include "common.h"
-#include <arpa/inet.h>
 #if __has_include(<valgrind/memcheck.h>)
 #include <valgrind/memcheck.h>
 #else
@@ -203,7 +202,8 @@ static void post_rdma(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t wr_id,
 }
 
 /* RC traffic from `a` to `b` (connected): inline SENDs around the ring, an RDMA WRITE,
- * an RDMA READ and a WRITE with immediate, every byte checked. */
+ * an RDMA READ, a SEND that waits for its receive and a WRITE queued behind it, every
+ * byte checked. */
 static void rc_traffic(struct ibv_qp *a, struct ibv_qp *b, uint64_t base_id)
 {
 	struct ibv_wc wc;
@@ -236,30 +236,36 @@ static void rc_traffic(struct ibv_qp *a, struct ibv_qp *b, uint64_t base_id)
 		      !memcmp(buf + 3200, "read back through the ring", 27),
 	      "RDMA READ completes with the bytes");
 	{
-		/* An RDMA WRITE with immediate data goes through the send queue's ring (the
-		 * express lane, which runs plain WRITEs, READs, atomics and SENDs inside the
-		 * post, does not take immediate data): its WQE, wr_id included, is written
+		/* A request posted behind one that waits goes through the send queue's ring,
+		 * whatever the express lane (which runs a request on an empty queue inside the
+		 * post) takes: a SEND that finds no receive at `b` waits for one (RNR), and the
+		 * WRITE posted after it is queued behind it. Its WQE, wr_id included, is written
 		 * where alloc said. */
 		struct ibv_sge sge = {.addr = (uintptr_t)buf + 3840, .length = 8, .lkey = mr->lkey};
-		struct ibv_send_wr wr = {.wr_id = base_id + 202, .sg_list = &sge, .num_sge = 1,
-					 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-					 .send_flags = IBV_SEND_SIGNALED,
-					 .imm_data = htonl(0x5eed)};
+		struct ibv_send_wr send = {.wr_id = base_id + 202, .sg_list = &sge, .num_sge = 1,
+					   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
+		struct ibv_send_wr write = {.wr_id = base_id + 203, .sg_list = &sge, .num_sge = 1,
+					    .opcode = IBV_WR_RDMA_WRITE,
+					    .send_flags = IBV_SEND_SIGNALED};
 		struct ibv_send_wr *bad = NULL;
 
-		memcpy(buf + 3840, "imm-data", 8);
-		wr.wr.rdma.remote_addr = (uintptr_t)buf + 3848;
-		wr.wr.rdma.rkey = mr->rkey;
-		post_recv_on(b, base_id + 203, 3900, 8);
-		REQUIRE(ibv_post_send(a, &wr, &bad) == 0, "ibv_post_send(RDMA_WRITE_WITH_IMM)");
+		memcpy(buf + 3840, "queued!", 8);
+		write.wr.rdma.remote_addr = (uintptr_t)buf + 3848;
+		write.wr.rdma.rkey = mr->rkey;
+		REQUIRE(ibv_post_send(a, &send, &bad) == 0, "ibv_post_send(SEND, no receive yet)");
+		REQUIRE(ibv_post_send(a, &write, &bad) == 0, "ibv_post_send(WRITE behind it)");
+		post_recv_on(b, base_id + 204, 3900, 64);
 		wc = poll_one(scq);
-		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == base_id + 202 &&
-			      !memcmp(buf + 3848, "imm-data", 8),
-		      "RDMA WRITE with immediate completes with the bytes");
-		wc = poll_one(rcq);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == base_id + 202,
+		      "the SEND completes once a receive is posted");
+		wc = poll_one(scq);
 		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == base_id + 203 &&
-			      wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && wc.imm_data == htonl(0x5eed),
-		      "its receive completes with the immediate");
+			      !memcmp(buf + 3848, "queued!", 8),
+		      "the WRITE queued behind it completes after it, with its bytes");
+		wc = poll_one(rcq);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == base_id + 204 &&
+			      !memcmp(buf + 3900, "queued!", 8),
+		      "the receive holds the SEND's bytes");
 	}
 }
 
@@ -268,7 +274,7 @@ static void rc_on_the_arena(void)
 	struct ibv_qp *a, *b;
 	int first = n_allocs;
 	const uint64_t base = 0x5eedf00dcafe0000ull;
-	uint64_t imm_id = base + 202;
+	uint64_t queued_id = base + 203;
 	char last[48];
 
 	a = rc_qp(parent);
@@ -288,9 +294,9 @@ static void rc_on_the_arena(void)
 	snprintf(last, sizeof(last), "inline send %02d through the ring", 39);
 	CHECK(ring_holds(first, last, strlen(last)),
 	      "the last inline SEND's bytes are in the buffer alloc handed out");
-	CHECK(ring_holds(first, &imm_id, sizeof(imm_id)),
-	      "the WRITE with immediate's wr_id is in the buffer alloc handed out");
-	CHECK(!ring_holds(first + 1, &imm_id, sizeof(imm_id)),
+	CHECK(ring_holds(first, &queued_id, sizeof(queued_id)),
+	      "the queued WRITE's wr_id is in the buffer alloc handed out");
+	CHECK(!ring_holds(first + 1, &queued_id, sizeof(queued_id)),
 	      "and not in the other QP's buffer");
 
 	CHECK(ibv_dealloc_pd(parent) == EBUSY,

@@ -757,3 +757,79 @@ fn an_atomic_whose_result_buffer_is_gone_executes_once_and_is_loc_prot_err() {
     assert_empty(&a.cq);
     drop(res_mr);
 }
+
+// ---- Immediate data on the express lane (docs/queue-pairs.md, "The express lane") ----
+
+/// ibv_post_send(3), ibv_poll_cq(3): after the first request, SEND_WITH_IMM places its
+/// bytes into the receive and completes it with the immediate data (IBV_WC_WITH_IMM);
+/// RDMA_WRITE_WITH_IMM places its bytes into memory and consumes a receive, which
+/// completes as RECV_RDMA_WITH_IMM with the WRITE's length and its own buffer untouched;
+/// a zero-length one consumes a receive too. The sender sees SEND and RDMA_WRITE.
+#[test]
+fn immediate_data_on_the_express_lane_reaches_the_receive() {
+    let (a, b) = pair(QpType::Rc);
+    let ss = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::write(1, &ss, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    let data = pattern(300, 5);
+    a.mr.write(0, &data).unwrap();
+    for k in 0..3u64 {
+        post_recv(&b, 10 + k, 4096 + 512 * k as usize, 512);
+    }
+    b.mr.write(4096, &[0xAAu8; 1536]).unwrap();
+    let sge = [a.mr.sge(0, 300).unwrap()];
+    a.qp.post_send(&[SendWr::send(2, &sge).with_imm(0x0102_0304).signaled()]).unwrap();
+    let s = poll_one(&a.cq);
+    assert_eq!((s.wr_id(), s.status(), s.opcode()), (2, WcStatus::Success, Some(WcOpcode::Send)));
+    let r = poll_one(&b.cq);
+    assert_eq!((r.wr_id(), r.status(), r.opcode(), r.byte_len()), (10, WcStatus::Success, Some(WcOpcode::Recv), Some(300)));
+    assert_eq!((r.imm_data(), r.wc_flags().map(|f| f.contains(WcFlags::WITH_IMM))), (Some(0x0102_0304), Some(true)));
+    let mut got = vec![0u8; 300];
+    b.mr.read(4096, &mut got).unwrap();
+    assert_eq!(got, data);
+
+    a.qp.post_send(&[SendWr::write(3, &sge, b.mr.iova() + 8192, b.mr.rkey()).with_imm(0x0506_0708).signaled()]).unwrap();
+    let s = poll_one(&a.cq);
+    assert_eq!((s.wr_id(), s.status(), s.opcode()), (3, WcStatus::Success, Some(WcOpcode::RdmaWrite)));
+    let r = poll_one(&b.cq);
+    assert_eq!((r.wr_id(), r.status(), r.opcode(), r.byte_len()), (11, WcStatus::Success, Some(WcOpcode::RecvRdmaWithImm), Some(300)));
+    assert_eq!(r.imm_data(), Some(0x0506_0708));
+    b.mr.read(8192, &mut got).unwrap();
+    assert_eq!(got, data, "the WRITE's bytes are in memory");
+    let mut untouched = [0u8; 512];
+    b.mr.read(4096 + 512, &mut untouched).unwrap();
+    assert!(untouched.iter().all(|&x| x == 0xAA), "the receive's buffer takes nothing");
+
+    a.qp.post_send(&[SendWr::write(4, &[], 0, 0).with_imm(9).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    let r = poll_one(&b.cq);
+    assert_eq!((r.wr_id(), r.opcode(), r.byte_len(), r.imm_data()), (12, Some(WcOpcode::RecvRdmaWithImm), Some(0), Some(9)));
+    assert_empty(&b.cq);
+}
+
+/// ibv_post_send(3): after requests that went, a WRITE with immediate data that finds no
+/// receive waits (RNR) without writing, then writes and completes once one is posted;
+/// one through an R_Key that does not grant REMOTE_WRITE is REM_ACCESS_ERR and writes
+/// nothing.
+#[test]
+fn a_write_with_immediate_after_requests_waits_for_a_receive_or_fails_its_key() {
+    let (a, b) = pair(QpType::Rc);
+    let ss = [a.mr.sge(0, 8).unwrap()];
+    a.mr.write(0, &[7u8; 8]).unwrap();
+    a.qp.post_send(&[SendWr::write(1, &ss, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    a.qp.post_send(&[SendWr::write(2, &ss, b.mr.iova() + 64, b.mr.rkey()).with_imm(1).signaled()]).unwrap();
+    assert_empty(&a.cq);
+    assert_eq!(b.mr.read_u64(64).unwrap(), 0, "nothing written while no receive takes it");
+    post_recv(&b, 20, 0, 64);
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(poll_one(&b.cq).wr_id(), 20);
+    assert_eq!(b.mr.read_u64(64).unwrap(), u64::from_ne_bytes([7; 8]));
+
+    let ro = b.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
+    post_recv(&b, 21, 0, 64);
+    a.qp.post_send(&[SendWr::write(3, &ss, ro.iova(), ro.rkey()).with_imm(2).signaled()]).unwrap();
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemAccessErr);
+    assert_eq!(ro.read_u64(0).unwrap(), 0, "nothing written");
+    assert_eq!(b.qp.state(), QpState::Err);
+}

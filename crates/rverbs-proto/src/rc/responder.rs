@@ -424,31 +424,42 @@ impl Responder {
         self.save_resource(psn, psn, ResKind::Atomic { original });
     }
 
-    /// The express lane for a SEND ONLY without immediate data or invalidation of `len`
-    /// bytes (≤ MTU) at PSN `psn`, with AckReq: whether it passes the checks of
-    /// [`Responder::handle_request`] that do not depend on the receive (RC, not XRC, not in
-    /// ERR, no message in progress, nothing waiting to be sent, no held receive, the
-    /// expected PSN); the link then takes a receive that holds it and places it.
+    /// The express lane for a SEND ONLY, with or without immediate data (not with
+    /// invalidation), of `len` bytes (≤ MTU) at PSN `psn`, with AckReq: whether it passes
+    /// the checks of [`Responder::handle_request`] that do not depend on the receive (RC,
+    /// not XRC, not in ERR, no message in progress, nothing waiting to be sent, no held
+    /// receive, the expected PSN); the link then takes a receive that holds it and places
+    /// it.
     pub fn express_send_ok(&self, psn: Psn, len: u32) -> bool {
         self.express_idle(psn) && self.spare_recv.is_none() && len <= self.cfg.mtu
     }
 
     /// The SEND [`Responder::express_send_ok`] accepted was placed into receive `wr_id`:
     /// the state moves as handling it and sending its ACK would, and the receive
-    /// completion is the one it would give (`solicited`: the request's SE bit).
-    pub fn express_send_done(&mut self, psn: Psn, wr_id: u64, len: u32, solicited: bool) -> RecvCompletion {
+    /// completion is the one it would give (`solicited`: the request's SE bit; `imm`: its
+    /// immediate data, SEND_WITH_IMM).
+    pub fn express_send_done(&mut self, psn: Psn, wr_id: u64, len: u32, solicited: bool, imm: Option<u32>) -> RecvCompletion {
         self.express_advance(psn);
-        RecvCompletion {
-            wr_id,
-            status: WcStatus::Success,
-            opcode: Some(WcOpcode::Recv),
-            byte_len: len,
-            flags: WcFlags::empty(),
-            imm: 0,
-            src_qp: 0,
-            solicited,
-            vendor_err: vendor_err::NONE,
-        }
+        express_recv_completion(wr_id, WcOpcode::Recv, len, solicited, imm)
+    }
+
+    /// The express lane for an RDMA WRITE ONLY with immediate data of `len` bytes
+    /// (0 ≤ `len` ≤ MTU) at PSN `psn`, with AckReq, whose R_Key (if `len` > 0) the link
+    /// checked for REMOTE_WRITE: whether it passes the checks of
+    /// [`Responder::handle_request`] that do not depend on the receive it consumes (as
+    /// [`Responder::express_send_ok`], and the QP's REMOTE_WRITE access); the link then
+    /// places the bytes and takes a receive (none: the queued way's RNR).
+    pub fn express_write_imm_ok(&self, psn: Psn, len: u32) -> bool {
+        self.express_send_ok(psn, len) && self.cfg.access.contains(Access::REMOTE_WRITE)
+    }
+
+    /// The WRITE with immediate [`Responder::express_write_imm_ok`] accepted was placed
+    /// and took receive `wr_id`: the state moves as handling it and sending its ACK
+    /// would, and the receive completion is the one it would give (RECV_RDMA_WITH_IMM,
+    /// the WRITE's length, `imm`).
+    pub fn express_write_imm_done(&mut self, psn: Psn, wr_id: u64, len: u32, solicited: bool, imm: u32) -> RecvCompletion {
+        self.express_advance(psn);
+        express_recv_completion(wr_id, WcOpcode::RecvRdmaWithImm, len, solicited, Some(imm))
     }
 
     /// CHK_OP_SEQ (§3.3): inside a SEND only SEND_MIDDLE/LAST*, inside a WRITE only
@@ -953,6 +964,22 @@ impl Responder {
             executed: true,
             violation: None,
         }
+    }
+}
+
+/// The receive completion of an express SEND or WRITE with immediate: as
+/// [`recv_success`] with the immediate data, if any.
+fn express_recv_completion(wr_id: u64, opcode: WcOpcode, byte_len: u32, solicited: bool, imm: Option<u32>) -> RecvCompletion {
+    RecvCompletion {
+        wr_id,
+        status: WcStatus::Success,
+        opcode: Some(opcode),
+        byte_len,
+        flags: if imm.is_some() { WcFlags::WITH_IMM } else { WcFlags::empty() },
+        imm: imm.unwrap_or(0),
+        src_qp: 0,
+        solicited,
+        vendor_err: vendor_err::NONE,
     }
 }
 

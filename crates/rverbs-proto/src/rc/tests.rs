@@ -1697,11 +1697,45 @@ fn express_send_completes_the_receive_and_moves_the_responder_as_the_queued_way(
         let _ = ra.poll_transmit(now).expect("the ACK");
         assert!(rb.express_send_ok(rb.expected_psn(), 100));
         let psn = rb.expected_psn();
-        let express = rb.express_send_done(psn, 10 + i, 100, solicited);
+        let express = rb.express_send_done(psn, 10 + i, 100, solicited, None);
         assert_eq!(queued, express);
         assert_eq!((ra.expected_psn(), ra.msn(), ra.state()), (rb.expected_psn(), rb.msn(), rb.state()));
     }
     assert!(!rb.express_send_ok(rb.expected_psn().add(3), 8), "not the expected PSN");
+}
+
+#[test]
+fn express_sends_and_writes_with_immediate_complete_their_receive_as_the_queued_way() {
+    let now = Instant::now();
+    let scfg = ResponderConfig { mtu: UNSEGMENTED_MTU, ..ResponderConfig::TEMPLATE };
+    let (mut ra, mut rb) = (Responder::new(scfg), Responder::new(scfg));
+    let mut t = sim::SimTarget::new(1 << 16);
+    for (i, (op, len, solicited)) in
+        [(WrOpcode::SendWithImm, 100u32, false), (WrOpcode::RdmaWriteWithImm, 64, true), (WrOpcode::RdmaWriteWithImm, 0, false), (WrOpcode::SendWithImm, 0, true)]
+            .into_iter()
+            .enumerate()
+    {
+        let id = 20 + i as u64;
+        t.post_recv(id, 4096);
+        let mut r = Request::message(Mode::Rc, 0x11, &SendWqe { imm: 0x1234_0000 + i as u32, ..wqe(op, len) }, ra.expected_psn());
+        r.solicited = solicited;
+        let d = ra.handle_request(now, &r, &mut t);
+        let queued = d.recv.expect("a receive completion");
+        let _ = ra.poll_transmit(now).expect("the ACK");
+        let psn = rb.expected_psn();
+        let express = if op == WrOpcode::SendWithImm {
+            assert!(rb.express_send_ok(psn, len));
+            rb.express_send_done(psn, id, len, solicited, Some(0x1234_0000 + i as u32))
+        } else {
+            assert!(rb.express_write_imm_ok(psn, len));
+            rb.express_write_imm_done(psn, id, len, solicited, 0x1234_0000 + i as u32)
+        };
+        assert_eq!(queued, express, "{op:?} of {len} bytes");
+        assert_eq!((ra.expected_psn(), ra.msn(), ra.state()), (rb.expected_psn(), rb.msn(), rb.state()));
+    }
+    let wo = Responder::new(ResponderConfig { access: Access::REMOTE_READ, ..scfg });
+    assert!(!wo.express_write_imm_ok(wo.expected_psn(), 8), "no REMOTE_WRITE access: the queued way NAKs");
+    assert!(wo.express_send_ok(wo.expected_psn(), 8));
 }
 
 // ---- Counts for the driver's hardware counters (rxe_hw_counters.c names) ----

@@ -94,8 +94,12 @@ pub(crate) enum ExpressOp {
     /// CMP_SWAP or FETCH_ADD on the 8 bytes at `va`, the original value into the
     /// request's scatter list (8 bytes).
     Atomic { rkey: u32, va: u64, op: crate::mem::AtomicOp },
-    /// SEND without immediate data or invalidation; `solicited`: IBV_SEND_SOLICITED.
-    Send { solicited: bool },
+    /// SEND without invalidation; `solicited`: IBV_SEND_SOLICITED; `imm`: the immediate
+    /// data of a SEND_WITH_IMM.
+    Send { solicited: bool, imm: Option<u32> },
+    /// RDMA WRITE with immediate data: the bytes at `va` (none for a zero-length one),
+    /// then a receive of the responder consumed.
+    WriteImm { rkey: u32, va: u64, imm: u32, solicited: bool },
 }
 
 /// What the express lane made of a request ([`SendPath::express`]).

@@ -163,9 +163,10 @@ impl Conn {
 
 impl QpInner {
     /// The express lane (docs/queue-pairs.md, "The express lane"): a signaled or
-    /// unsignaled RDMA WRITE, RDMA READ or atomic (into registered memory, with a credit
-    /// of `max_rd_atomic`: [`Requester::express_rd_atomic_psn`]) or SEND (without
-    /// immediate data or invalidation) of an RC QP in RTS whose send queue holds nothing,
+    /// unsignaled RDMA WRITE (with or without immediate data), RDMA READ or atomic (into
+    /// registered memory, with a credit of `max_rd_atomic`:
+    /// [`Requester::express_rd_atomic_psn`]) or SEND (with or without immediate data, not
+    /// with invalidation) of an RC QP in RTS whose send queue holds nothing,
     /// executed and acknowledged inside the post without entering the queue, when the
     /// requester ([`Requester::express_psn`]) and the link ([`SendPath::express`]) both
     /// find it is what the queued way would do at once. Returns whether it was done;
@@ -190,9 +191,17 @@ impl QpInner {
         // A READ's or an atomic's list receives its response: never inline (the queued
         // way decides what IBV_SEND_INLINE on them comes to).
         let inline = wr.flags.contains(SendFlags::INLINE);
+        let solicited = wr.flags.contains(SendFlags::SOLICITED);
         let (op, wc_opcode) = match wr.opcode {
             WrOpcode::RdmaWrite => (ExpressOp::Write { rkey: wr.rkey, va: wr.remote_addr }, WcOpcode::RdmaWrite),
-            WrOpcode::Send => (ExpressOp::Send { solicited: wr.flags.contains(SendFlags::SOLICITED) }, WcOpcode::Send),
+            WrOpcode::Send => (ExpressOp::Send { solicited, imm: None }, WcOpcode::Send),
+            // The core carries immediate data as the wire's value, as `core_wqe` gives it
+            // (`imm_data` holds the bytes C put in `__be32 imm_data`).
+            WrOpcode::SendWithImm => (ExpressOp::Send { solicited, imm: Some(u32::from_be(wr.imm_data)) }, WcOpcode::Send),
+            WrOpcode::RdmaWriteWithImm => {
+                let imm = u32::from_be(wr.imm_data);
+                (ExpressOp::WriteImm { rkey: wr.rkey, va: wr.remote_addr, imm, solicited }, WcOpcode::RdmaWrite)
+            }
             WrOpcode::RdmaRead if !inline => (ExpressOp::Read { rkey: wr.rkey, va: wr.remote_addr }, WcOpcode::RdmaRead),
             WrOpcode::AtomicFetchAndAdd if !inline => {
                 let op = crate::mem::AtomicOp::FetchAdd(wr.compare_add);
@@ -209,7 +218,9 @@ impl QpInner {
             crate::rings::wr::Payload::Sge(s) if s.len() <= max_sge && !inline => {
                 (ExpressData::Sges(s), s.iter().map(|e| u64::from(e.length)).sum::<u64>())
             }
-            crate::rings::wr::Payload::Inline(b) if b.len() <= max_inline && matches!(op, ExpressOp::Write { .. } | ExpressOp::Send { .. }) => {
+            crate::rings::wr::Payload::Inline(b)
+                if b.len() <= max_inline && matches!(op, ExpressOp::Write { .. } | ExpressOp::WriteImm { .. } | ExpressOp::Send { .. }) =>
+            {
                 (ExpressData::Inline(b), b.len() as u64)
             }
             _ => return Expressed::No,
@@ -230,7 +241,7 @@ impl QpInner {
         // The responder's completion events wait until this request's own is written
         // (crate::rings::deferred_notify: the order a NIC produces).
         // (A WRITE without immediate data gives the responder no completion.)
-        let mut step = matches!(op, ExpressOp::Send { .. }).then(crate::rings::deferred_notify::Step::begin);
+        let mut step = matches!(op, ExpressOp::Send { .. } | ExpressOp::WriteImm { .. }).then(crate::rings::deferred_notify::Step::begin);
         let outcome = link.express(self, req, &w);
         match outcome {
             Expressed::No => return outcome,
@@ -250,6 +261,8 @@ impl QpInner {
         conn.req.express_acked();
         if let Some(s) = step.as_mut() {
             s.requester_done();
+        }
+        if matches!(op, ExpressOp::Send { .. }) {
             // rxe `rdma_sends`: a SEND completed (the same-host link counted the request
             // and the receive).
             self.pd.endpoint().counters.add(Counter::RdmaSends);

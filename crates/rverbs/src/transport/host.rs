@@ -209,6 +209,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
     let accepted = match w.op {
         ExpressOp::Write { .. } => responder.express_write_ok(w.psn, w.len),
         ExpressOp::Send { .. } => responder.express_send_ok(w.psn, w.len),
+        ExpressOp::WriteImm { .. } => responder.express_write_imm_ok(w.psn, w.len),
         ExpressOp::Read { .. } => responder.express_read_ok(w.psn, w.len),
         ExpressOp::Atomic { va, .. } => responder.express_atomic_ok(w.psn, va),
     };
@@ -293,15 +294,33 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
                 Err(_) => Expressed::LocalFault { vendor_err: mr::Fault::Bounds.local_vendor_err() },
             };
         }
-        ExpressOp::Send { solicited } => {
+        ExpressOp::Send { solicited, imm } => {
             let mut fits = |r: &RecvWqe| place_message(t, r, src, u64::from(w.len));
             t.note_inbound();
             let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return Expressed::No };
-            let c = responder.express_send_done(w.psn, wr_id, w.len, solicited);
-            let mut cqe = recv_cqe(t, &c);
-            cqe.rq_taken = taken;
-            if deliver_recv(t, cqe, qp.pd.endpoint().counters).is_err() {
-                responder.enter_error();
+            let c = responder.express_send_done(w.psn, wr_id, w.len, solicited, imm);
+            if !deliver_express(qp, t, responder, &c, taken) {
+                return Expressed::No;
+            }
+        }
+        ExpressOp::WriteImm { rkey, va, imm, solicited } => {
+            // The bytes first (none for a zero-length WRITE, whose R_Key is not checked),
+            // then the receive it consumes: the copy is made under the receive ring's
+            // lock and the receive taken only once it succeeded, so a copy that faults or
+            // no receive at all (RNR) leaves everything to the queued way. The receive's
+            // own scatter list takes nothing.
+            let mem = if w.len > 0 {
+                let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_WRITE, va };
+                let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return Expressed::No };
+                Some(mem)
+            } else {
+                None
+            };
+            let mut fits = |_: &RecvWqe| mem.as_ref().is_none_or(|m| mr::copy_to(m, src).is_ok());
+            t.note_inbound();
+            let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return Expressed::No };
+            let c = responder.express_write_imm_done(w.psn, wr_id, w.len, solicited, imm);
+            if !deliver_express(qp, t, responder, &c, taken) {
                 return Expressed::No;
             }
         }
@@ -309,6 +328,19 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
     // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
     qp.pd.endpoint().counters.add(Counter::LocalRequests);
     Expressed::Done
+}
+
+/// The receive completion `c` of an express SEND or WRITE with immediate, published as
+/// the queued way's is (`taken`: the consumed count it carries to the queue's owner);
+/// `false` if the receive CQ overran, which ended the responder (QP_FATAL).
+fn deliver_express<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, c: &RecvCompletion, taken: Option<crate::rings::recv_count::TakenCount>) -> bool {
+    let mut cqe = recv_cqe(t, c);
+    cqe.rq_taken = taken;
+    if deliver_recv(t, cqe, qp.pd.endpoint().counters).is_err() {
+        responder.enter_error();
+        return false;
+    }
+    true
 }
 
 /// XRC: the target QP `t` answers the requester, but the SRQ the request names is not an
