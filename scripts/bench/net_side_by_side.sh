@@ -9,6 +9,13 @@
 #           responses against WRITE requests, issue 24), on the drop-in libibverbs.so.1 in
 #           each namespace.
 #   UCX:    ucx_perftest tag_lat -s 8, tag_bw -s 65536 and 1 MiB over tcp.
+#   UCX on rverbs: the same UCP tests and ucp_put_bw over rc_verbs (UCX_TLS=
+#           rc_verbs,ud_verbs,self: UCP connects RC through UD) on the drop-in in each
+#           namespace, by default and with RVERBS_BUSY_POLL=1 ("busy"): what an MPI job
+#           over UCX would get, against UCX over TCP on the same link (issue 24). UCX
+#           looks for the device node and sysfs GID attributes a kernel device has; each
+#           command runs in a private mount namespace that provides them
+#           (tests/conformance/lib/ucx.bash).
 #   UDP:    scripts/bench/udp_probe.c: 8-byte ping-pongs, and sendmmsg of RoCEv2-sized
 #           datagrams (the floor a UDP transport stands on).
 #
@@ -79,6 +86,30 @@ ucx() {
   printf 'ucx-tcp %-11s -s %-19s %s\n' "$t" "$s" "$(grep -E '^Final:' "$WORK/uc.log" | tr -s ' ')"
 }
 
+# ucx_rc TEST SIZE: ucx_perftest over rc_verbs on the drop-in libraries, server in A,
+# client in B, each in the mount namespace UCX needs (and RVERBS_BUSY_POLL=1 if BUSY is
+# set); prints the client's "Final:" line.
+ucx_rc() {
+  local t=$1 s=$2
+  port=$((port + 1))
+  "${rc_a[@]}" env ${BUSY:+RVERBS_BUSY_POLL=1} UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rverbs0:1 timeout 120 \
+    ucx_perftest -t "$t" -s "$s" -n "$N" -p "$port" >"$WORK/us.log" 2>&1 &
+  local spid=$!
+  wait_listen "$A" "$port"
+  "${rc_b[@]}" env ${BUSY:+RVERBS_BUSY_POLL=1} UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rverbs0:1 timeout 120 \
+    ucx_perftest "$IP_A" -t "$t" -s "$s" -n "$N" -p "$port" >"$WORK/uc.log" 2>&1 || true
+  wait "$spid" || true
+  printf '%-7s %-11s -s %-19s %s\n' "${BUSY:+busy-}rc" "$t" "$s" "$(grep -E '^Final:' "$WORK/uc.log" | tr -s ' ')"
+}
+# shellcheck source=tests/conformance/lib/ucx.bash
+source tests/conformance/lib/ucx.bash
+host_a=(ip netns exec "$A" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt-a" UCX_UD_VERBS_ETH_DGID_CHECK=n)
+host_b=(ip netns exec "$B" env LD_LIBRARY_PATH="$DROPIN" RVERBS_RUNTIME_DIR="$WORK/rt-b" UCX_UD_VERBS_ETH_DGID_CHECK=n)
+ucx_mount_setup "$WORK" "${host_a[@]}"
+rc_a=("${host_a[@]}" "${ucx_argv[@]}")
+ucx_mount_setup "$WORK" "${host_b[@]}"
+rc_b=("${host_b[@]}" "${ucx_argv[@]}")
+
 # udp LAT|LATPOLL|BW|GSO: raw UDP on the same link (scripts/bench/udp_probe.c): 8-byte
 # ping-pongs (sleeping in recv, or both sides busy-polling),
 # sendmmsg of 1052-byte datagrams (a RoCEv2 MIDDLE packet at MTU 1024: BTH, payload, ICRC),
@@ -108,6 +139,8 @@ if [ "$ROWS" != bw ]; then
   BUSY=1 perftest_on busy "$DROPIN" ib_send_lat -s 8 -n "$N"
   BUSY=1 perftest_on busy "$DROPIN" ib_write_lat -s 8 -n "$N"
   ucx tag_lat 8
+  ucx_rc tag_lat 8
+  BUSY=1 ucx_rc tag_lat 8
   udp lat
   udp latpoll
 fi
@@ -115,8 +148,18 @@ perftest ib_write_bw -s 65536 -n 5000
 perftest ib_read_bw -s 65536 -n 5000
 perftest ib_send_bw -s 65536 -n 5000
 ucx tag_bw 65536
+ucx ucp_put_bw 65536
+for busy in '' 1; do
+  BUSY=$busy ucx_rc tag_bw 65536
+  BUSY=$busy ucx_rc ucp_put_bw 65536
+done
 perftest ib_write_bw -s 1048576 -n 1000
 perftest ib_read_bw -s 1048576 -n 1000
 ucx tag_bw 1048576
+ucx ucp_put_bw 1048576
+for busy in '' 1; do
+  BUSY=$busy ucx_rc tag_bw 1048576
+  BUSY=$busy ucx_rc ucp_put_bw 1048576
+done
 udp bw
 udp gso
