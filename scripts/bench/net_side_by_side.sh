@@ -8,6 +8,9 @@
 #           ib_send_bw -s 65536, ib_write_bw -s 1 MiB, ib_read_bw -s 65536 and 1 MiB (READ
 #           responses against WRITE requests, issue 24), on the drop-in libibverbs.so.1 in
 #           each namespace.
+#   8 KiB:  ib_write_bw and ib_send_bw -s 8192, UCP tag_bw -s 8192 over tcp and over
+#           rc_verbs: the size UCX cuts a larger eager message into over rc_verbs (8 KiB
+#           SENDs), so UCP tag_bw at 64 KiB follows the 8 KiB rows.
 #   UCX:    ucx_perftest tag_lat -s 8, tag_bw -s 65536 and 1 MiB over tcp.
 #   UCX on rverbs: the same UCP tests and ucp_put_bw over rc_verbs (UCX_TLS=
 #           rc_verbs,ud_verbs,self: UCP connects RC through UD) on the drop-in in each
@@ -22,7 +25,7 @@
 # BENCH_LINK_MTU=9000 runs the same on a jumbo link (path MTU 4096, 4124-byte datagrams).
 # BENCH_BASE_DIR=<dir holding libibverbs.so.1 and librdmacm.so.1 of another build> runs each
 # rverbs row with that build too, just before the current one ("base" rows): a before/after
-# in one run, on the same link. BENCH_ROWS=bw runs only the bandwidth rows.
+# in one run, on the same link (the UCX rows over rc_verbs too). BENCH_ROWS=bw runs only the bandwidth rows.
 #
 # Prints one line per measurement. Needs root (netns). Not a test: numbers go to
 # BENCHMARKS.md with the command that produced them.
@@ -86,20 +89,27 @@ ucx() {
   printf 'ucx-tcp %-11s -s %-19s %s\n' "$t" "$s" "$(grep -E '^Final:' "$WORK/uc.log" | tr -s ' ')"
 }
 
-# ucx_rc TEST SIZE: ucx_perftest over rc_verbs on the drop-in libraries, server in A,
-# client in B, each in the mount namespace UCX needs (and RVERBS_BUSY_POLL=1 if BUSY is
-# set); prints the client's "Final:" line.
+# ucx_rc TEST SIZE: ucx_perftest over rc_verbs on the drop-in libraries (those of RC_LIB
+# if set, labelled "base"), server in A, client in B, each in the mount namespace UCX
+# needs (and RVERBS_BUSY_POLL=1 if BUSY is set); prints the client's "Final:" line.
 ucx_rc() {
-  local t=$1 s=$2
+  local t=$1 s=$2 lib=${RC_LIB:-$DROPIN}
   port=$((port + 1))
-  "${rc_a[@]}" env ${BUSY:+RVERBS_BUSY_POLL=1} UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rverbs0:1 timeout 120 \
+  "${rc_a[@]}" env LD_LIBRARY_PATH="$lib" ${BUSY:+RVERBS_BUSY_POLL=1} UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rverbs0:1 timeout 120 \
     ucx_perftest -t "$t" -s "$s" -n "$N" -p "$port" >"$WORK/us.log" 2>&1 &
   local spid=$!
   wait_listen "$A" "$port"
-  "${rc_b[@]}" env ${BUSY:+RVERBS_BUSY_POLL=1} UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rverbs0:1 timeout 120 \
+  "${rc_b[@]}" env LD_LIBRARY_PATH="$lib" ${BUSY:+RVERBS_BUSY_POLL=1} UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rverbs0:1 timeout 120 \
     ucx_perftest "$IP_A" -t "$t" -s "$s" -n "$N" -p "$port" >"$WORK/uc.log" 2>&1 || true
   wait "$spid" || true
-  printf '%-7s %-11s -s %-19s %s\n' "${BUSY:+busy-}rc" "$t" "$s" "$(grep -E '^Final:' "$WORK/uc.log" | tr -s ' ')"
+  printf '%-7s %-11s -s %-19s %s\n' "${RC_LIB:+base-}${BUSY:+busy-}rc" "$t" "$s" "$(grep -E '^Final:' "$WORK/uc.log" | tr -s ' ')"
+}
+
+# ucx_rcs TEST SIZE: ucx_rc on the base build's libraries first, if one is set, then on
+# the drop-in's.
+ucx_rcs() {
+  [ -z "$BASE" ] || RC_LIB=$BASE ucx_rc "$@"
+  ucx_rc "$@"
 }
 # shellcheck source=tests/conformance/lib/ucx.bash
 source tests/conformance/lib/ucx.bash
@@ -139,27 +149,31 @@ if [ "$ROWS" != bw ]; then
   BUSY=1 perftest_on busy "$DROPIN" ib_send_lat -s 8 -n "$N"
   BUSY=1 perftest_on busy "$DROPIN" ib_write_lat -s 8 -n "$N"
   ucx tag_lat 8
-  ucx_rc tag_lat 8
-  BUSY=1 ucx_rc tag_lat 8
+  ucx_rcs tag_lat 8
+  BUSY=1 ucx_rcs tag_lat 8
   udp lat
   udp latpoll
 fi
+perftest ib_write_bw -s 8192 -n 20000
+perftest ib_send_bw -s 8192 -n 20000
+ucx tag_bw 8192
+ucx_rcs tag_bw 8192
 perftest ib_write_bw -s 65536 -n 5000
 perftest ib_read_bw -s 65536 -n 5000
 perftest ib_send_bw -s 65536 -n 5000
 ucx tag_bw 65536
 ucx ucp_put_bw 65536
 for busy in '' 1; do
-  BUSY=$busy ucx_rc tag_bw 65536
-  BUSY=$busy ucx_rc ucp_put_bw 65536
+  BUSY=$busy ucx_rcs tag_bw 65536
+  BUSY=$busy ucx_rcs ucp_put_bw 65536
 done
 perftest ib_write_bw -s 1048576 -n 1000
 perftest ib_read_bw -s 1048576 -n 1000
 ucx tag_bw 1048576
 ucx ucp_put_bw 1048576
 for busy in '' 1; do
-  BUSY=$busy ucx_rc tag_bw 1048576
-  BUSY=$busy ucx_rc ucp_put_bw 1048576
+  BUSY=$busy ucx_rcs tag_bw 1048576
+  BUSY=$busy ucx_rcs ucp_put_bw 1048576
 done
 udp bw
 udp gso

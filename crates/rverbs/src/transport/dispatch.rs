@@ -60,18 +60,68 @@ pub(crate) fn receive_now(engine: &'static Engine, net: &Net, groups: &Groups) {
 /// "Coalesced ACKs").
 fn receive_unicast_now(engine: &'static Engine, net: &Net) {
     super::net::send_due_acks(engine, net, None, true);
-    let Ok(_rx) = net.rx.try_lock() else { return };
+    let Ok(_rx) = net.rx.try_lock() else {
+        let _ = receiver_busy();
+        return;
+    };
     let hold = crate::progress::busy_poll(&engine.endpoint);
+    let mut any = false;
     for index in 0..2 * net.socks().len() {
-        receive_on(engine, net, index, hold);
+        any |= receive_on(engine, net, index, hold);
+    }
+    if any {
+        receiver_free();
+    } else {
+        let _ = receiver_busy();
     }
 }
 
+thread_local! {
+    /// How many inline receives of this thread in a row delivered nothing.
+    static MISSED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// After this many inline receives in a row that delivered nothing, the application
+/// thread yields its CPU once ([`receiver_busy`]).
+const MISSED_BEFORE_YIELD: u32 = 16;
+
+/// An inline receive delivered something: the count of misses starts again.
+fn receiver_free() {
+    MISSED.set(0);
+}
+
+/// An inline receive delivered nothing: another thread held the receive lock (the
+/// progress thread, which delivers what arrived), or the sockets were empty. If that
+/// keeps happening on a machine with fewer cores than busy threads, the thread that
+/// should move things may be waiting for this very CPU: our progress thread preempted
+/// while it holds the lock and the datagrams it took, or the peer's thread that would
+/// answer. The application's polls then find nothing until the scheduler's next tick
+/// (milliseconds; BENCHMARKS, "Preempted receivers"). So every [`MISSED_BEFORE_YIELD`]th
+/// time in a row this thread yields: a thread that waits for this CPU runs at once, and
+/// on an idle CPU the yield costs one system call. Returns whether it yielded.
+fn receiver_busy() -> bool {
+    let n = MISSED.get() + 1;
+    let yields = n >= MISSED_BEFORE_YIELD;
+    MISSED.set(if yields { 0 } else { n });
+    if yields {
+        std::thread::yield_now();
+    }
+    yields
+}
+
 /// Receives and delivers what waits on socket `index` (the caller holds `net.rx`);
-/// `hold`: an application thread, which keeps plain ACKs for its next requests.
-fn receive_on(engine: &'static Engine, net: &Net, index: usize, hold: bool) {
-    let Some(sock) = net.rx_sock(index) else { return };
-    with_rx_batch(|buf| sock.receive(&net.stats, buf, |run| deliver_run(engine, net, sock, run, hold)));
+/// `hold`: an application thread, which keeps plain ACKs for its next requests. Returns
+/// whether anything arrived.
+fn receive_on(engine: &'static Engine, net: &Net, index: usize, hold: bool) -> bool {
+    let Some(sock) = net.rx_sock(index) else { return false };
+    let mut any = false;
+    with_rx_batch(|buf| {
+        sock.receive(&net.stats, buf, |run| {
+            any = true;
+            deliver_run(engine, net, sock, run, hold)
+        })
+    });
+    any
 }
 
 /// Delivers a run of checked packets, in order: a stretch of RC/UC requests for one QP
@@ -259,6 +309,22 @@ fn relay_packet(engine: &'static Engine, net: &Net, sock: &NetSock, from: Socket
 mod tests {
     use super::*;
     use rverbs_proto::wire::{BthRepr, OpCode};
+
+    /// An application thread yields once per [`MISSED_BEFORE_YIELD`] inline receives in a
+    /// row that delivered nothing, and a receive that delivered something starts the count
+    /// again (so a busy poller that keeps receiving never yields).
+    #[test]
+    fn an_inline_receiver_yields_only_after_missing_many_times_in_a_row() {
+        receiver_free();
+        let yields = |n: u32| (0..n).filter(|_| receiver_busy()).count();
+        assert_eq!(yields(MISSED_BEFORE_YIELD - 1), 0);
+        assert!(receiver_busy(), "the {MISSED_BEFORE_YIELD}th miss in a row yields");
+        assert_eq!(yields(3 * MISSED_BEFORE_YIELD), 3, "once per {MISSED_BEFORE_YIELD} misses");
+        assert_eq!(yields(MISSED_BEFORE_YIELD - 1), 0);
+        receiver_free();
+        assert_eq!(yields(MISSED_BEFORE_YIELD - 1), 0, "the count starts again");
+        assert!(receiver_busy());
+    }
 
     /// docs/rocev2-wire.md §1.8: XRC packets go where RC's do — requests to the target
     /// QP's responder, responses to the initiator's requester, another endpoint's relayed.
