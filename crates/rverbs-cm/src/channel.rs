@@ -93,6 +93,9 @@ impl EventChannel {
     /// Takes the oldest event (rdma_get_cm_event(3)): blocks while none is queued,
     /// unless the fd is non-blocking (then [`Error::WouldBlock`], errno EAGAIN).
     pub fn get_event(&self) -> Result<Event> {
+        // The application waits: ACKs its verbs hold leave now (rverbs's docs/network.md,
+        // "Coalesced ACKs").
+        rverbs::capi_support::release_held_acks();
         loop {
             if let Some(ev) = self.try_get_event() {
                 return Ok(ev);

@@ -325,6 +325,8 @@ impl Context {
     /// [`Context::async_fd`] was made non-blocking, in which case an empty queue gives
     /// `Error::WouldBlock`.
     pub fn get_async_event(&self) -> Result<AsyncEvent> {
+        // The application waits: ACKs it holds leave now (docs/network.md, "Coalesced ACKs").
+        crate::progress::release_held_acks();
         let core = self.inner()?;
         let mut rec = [0u8; RawAsyncEvent::LEN];
         loop {

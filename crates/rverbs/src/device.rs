@@ -284,6 +284,12 @@ impl crate::progress::NetRx for DeviceInner {
             crate::transport::dispatch::receive_now(&self.engine, net, &self.mcast);
         }
     }
+
+    fn send_held_acks(&self) {
+        if let Some(net) = &self.net {
+            crate::transport::net::send_due_acks(&self.engine, net, None, true);
+        }
+    }
 }
 
 impl std::ops::Deref for DeviceInner {

@@ -221,6 +221,7 @@ pub mod capi_support {
     //!   extended CQ's `ibv_wc_read_*` functions, which only the C library has.
 
     pub use crate::sys::{process_generation, GENERATIONS};
+    pub use crate::progress::release_held_acks;
     pub use crate::sanitizer::internal as sanitizer_internal;
     pub use crate::service_thread::spawn as spawn_service_thread;
 

@@ -27,7 +27,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,8 @@ pub(crate) trait NetRx: Send + Sync {
     /// Receives what waits on every socket now, unless another thread is receiving (an
     /// application thread that found its CQ empty, [`receive_inline`]).
     fn receive_now(&'static self);
+    /// Sends every ACK an application thread holds ([`release_held_acks`]).
+    fn send_held_acks(&self);
 }
 
 /// Live network connections of this process (`transport::net`'s requesters and
@@ -113,13 +115,6 @@ pub(crate) fn receive_inline(ep: &Endpoint) {
             net.receive_now();
         }
     }
-}
-
-/// Whether the application said it busy-polls endpoint `ep`'s device
-/// (`RVERBS_BUSY_POLL=1`, `DeviceConfig::busy_poll`): its inline receives then also hold
-/// ACKs for its next requests (docs/network.md, "Coalesced ACKs").
-pub(crate) fn busy_poll(ep: &Endpoint) -> bool {
-    started(ep.slot).is_some_and(|p| p.busy_poll)
 }
 
 /// `RVERBS_BUSY_POLL=1`: how recently an application thread must have received inline
@@ -185,7 +180,30 @@ struct Progress {
     inline_at: AtomicU64,
     /// The network descriptors waited on, by index (re-armed one-shot with `busy_poll`).
     net_fds: Mutex<HashMap<usize, RawFd>>,
+    /// While the thread waits: when it planned to wake (the device clock,
+    /// `clock::device_ns`; `u64::MAX`: no deadline); [`AWAKE`] while it runs. Read by
+    /// [`deadline_added`].
+    sleep_until: AtomicU64,
+    /// When an application thread last started holding ACKs (the device clock; 0:
+    /// never): for [`HOLDING`] after it the thread waits no longer than [`HOLDING_WAIT`]
+    /// at a time, so the next holds find it due to wake and need no wake-up
+    /// ([`deadline_added`]).
+    held_at: AtomicU64,
 }
+
+/// How long after an application thread last started holding ACKs the progress thread
+/// keeps waking every [`HOLDING_WAIT`] at least (a ping-pong holds one per message).
+const HOLDING: Duration = Duration::from_millis(10);
+
+/// The longest the progress thread waits while application threads hold ACKs
+/// ([`HOLDING`]): no longer than a held ACK may wait (`qp::acks::ACK_DELAY`, which a test
+/// there compares with this), so that a hold started while it waits is due after its
+/// wake-up.
+pub(crate) const HOLDING_WAIT: Duration = Duration::from_micros(200);
+
+/// [`Progress::sleep_until`] of a thread that runs: it reads its deadlines again before
+/// it next waits.
+const AWAKE: u64 = 0;
 
 impl Progress {
     /// With `busy_poll`: whether an application thread received inline within
@@ -274,6 +292,8 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         busy_poll,
         inline_at: AtomicU64::new(0),
         net_fds: Mutex::new(net_fds),
+        sleep_until: AtomicU64::new(AWAKE),
+        held_at: AtomicU64::new(0),
     }));
     // Returns once the thread's start-up is done (service_thread.rs says why).
     crate::service_thread::spawn("rverbs-progress", move || {
@@ -312,6 +332,51 @@ pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: O
 pub(crate) fn wake(slot: usize) {
     // Not started yet (a transport used on its own, in tests): nothing to wake.
     if let Some(p) = started(slot) {
+        p.wake.signal();
+    }
+}
+
+/// Whether an application thread of this process may hold ACKs ([`deadline_added`] sets
+/// it, [`release_held_acks`] clears it): one load for a call that finds none.
+static MAY_HOLD_ACKS: AtomicBool = AtomicBool::new(false);
+
+/// Sends the ACKs this process's application threads hold (docs/network.md, "Coalesced
+/// ACKs"), on every device: the application moved on from the exchange that held them —
+/// it waits for an event (a completion channel's, the device's asynchronous ones, the
+/// connection manager's) or calls the connection manager — so no request of theirs is
+/// about to carry them, and a peer may be waiting for them. One load when none is held.
+/// A hold that races with this call waits for its deadline instead.
+pub fn release_held_acks() {
+    if !MAY_HOLD_ACKS.load(Ordering::Acquire) || !MAY_HOLD_ACKS.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    for p in PROGRESS.iter().filter_map(|p| p.get()) {
+        if let Some(net) = p.net {
+            net.send_held_acks();
+        }
+    }
+}
+
+/// A deadline of the network transport's (`NetRx::poll_timeout`) at `at` (the device
+/// clock, `clock::device_ns`) was just added by another thread, without the lock of the
+/// thread's timers: ACKs an application thread holds (docs/network.md, "Coalesced ACKs").
+/// Wakes the progress thread of slot `slot` if it waits past `at`, so that it reads its
+/// deadlines again; one that runs reads them before it next waits.
+///
+/// Rule: either this load sees the planned wake-up the thread stored before it waits, or
+/// the thread's second reading of its deadlines (after its fence, in [`run`]) sees the new
+/// one: a held ACK never waits for the next datagram or the requester's retransmission.
+/// The wake-up is rare: a thread that waits with a held ACK's deadline wakes by then and
+/// waits for the next one it finds.
+pub(crate) fn deadline_added(slot: usize, at: u64) {
+    MAY_HOLD_ACKS.store(true, Ordering::Release);
+    let Some(p) = started(slot) else { return };
+    p.held_at.store(crate::clock::device_ns(), Ordering::Relaxed);
+    // Pairs with the fence in `run` (the thread stores, then reads the deadlines; this
+    // thread added a deadline, then reads what the thread stored).
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let until = p.sleep_until.load(Ordering::Relaxed);
+    if until != AWAKE && until > at {
         p.wake.signal();
     }
 }
@@ -413,6 +478,22 @@ fn run(p: &'static Progress) {
                 None => left.drain(..).for_each(|i| p.rearm(i)),
             }
         }
+        // While application threads hold ACKs now and then, wake every ACK_DELAY at
+        // least: their next holds then find this thread due to wake by their deadline.
+        let held_at = p.held_at.load(Ordering::Relaxed);
+        if held_at != 0 && crate::clock::device_ns().saturating_sub(held_at) < HOLDING.as_nanos() as u64 {
+            next = Some(next.map_or(HOLDING_WAIT, |n| n.min(HOLDING_WAIT)));
+        }
+        // The wake-up planned, for `deadline_added`; then the network transport's
+        // deadlines once more: one another thread added after they were read above (an
+        // ACK held) either is seen here or sees this plan (the fences pair).
+        let planned = next.map_or(u64::MAX, |d| crate::clock::device_ns().saturating_add(d.as_nanos().min(u128::from(u64::MAX - 1)) as u64));
+        p.sleep_until.store(planned, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(at) = p.net.and_then(|n| n.poll_timeout()) {
+            let d = at.saturating_duration_since(Instant::now());
+            next = Some(next.map_or(d, |n| n.min(d)));
+        }
         let timeout = next.map(|d| {
             // An early wake-up is harmless: the loop checks the deadline again.
             rustix::time::Timespec {
@@ -421,7 +502,9 @@ fn run(p: &'static Progress) {
             }
         });
         events.clear();
-        match epoll::wait(&p.epoll, rustix::buffer::spare_capacity(&mut events), timeout.as_ref()) {
+        let waited = epoll::wait(&p.epoll, rustix::buffer::spare_capacity(&mut events), timeout.as_ref());
+        p.sleep_until.store(AWAKE, Ordering::Relaxed);
+        match waited {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => {
                 tracing::error!(%e, "epoll_wait failed; progress thread stops");

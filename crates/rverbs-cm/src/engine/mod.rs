@@ -82,7 +82,13 @@ static ENGINES: [OnceLock<std::result::Result<Engine, i32>>; rverbs::capi_suppor
     [const { OnceLock::new() }; rverbs::capi_support::MAX_DEVICES];
 
 /// The engine of `device` (`None`: the listed device), started on first use.
+///
+/// Every call of the connection manager comes through here or [`engine_of`]: the
+/// application moved on from the exchange whose ACKs its verbs hold, so they leave now
+/// (rverbs's docs/network.md, "Coalesced ACKs"): a peer that waits for one (its send
+/// completion, before it listens again) is not kept waiting for their deadline.
 pub(crate) fn engine_on(device: Option<&rverbs::Device>) -> Result<&'static Engine> {
+    rverbs::capi_support::release_held_acks();
     let slot = match device {
         Some(d) => d.slot_index()?,
         None => rverbs::capi_support::default_device_slot(),
@@ -116,8 +122,10 @@ pub(crate) fn device_of(id: &CmId) -> Result<Option<rverbs::Device>> {
     Ok(engine_of(id)?.device)
 }
 
-/// The engine id `id` belongs to (started: it made the id).
+/// The engine id `id` belongs to (started: it made the id). Held ACKs leave first, as
+/// in [`engine_on`].
 pub(crate) fn engine_of(id: &CmId) -> Result<&'static Engine> {
+    rverbs::capi_support::release_held_acks();
     match ENGINES.get(id.shared.slot).and_then(|e| e.get()) {
         Some(Ok(e)) => Ok(e),
         _ => Err(Error::Os(std::io::Error::from_raw_os_error(libc::ENODEV))),

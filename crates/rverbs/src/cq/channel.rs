@@ -206,6 +206,8 @@ impl CompChannel {
     // Without the feature `rdma-core` the match has one arm (no cost, no branch).
     #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn get_cq_event(&self) -> Result<CqEvent> {
+        // The application waits: ACKs it holds leave now (docs/network.md, "Coalesced ACKs").
+        crate::progress::release_held_acks();
         let inner = match &self.repr {
             Repr::Soft(inner) => inner,
             #[cfg(feature = "rdma-core")]

@@ -1017,6 +1017,9 @@ impl Cq {
     // Without the feature `rdma-core` the match has one arm (no cost, no branch).
     #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        // The application is about to wait for an event: ACKs it holds leave now
+        // (docs/network.md, "Coalesced ACKs").
+        crate::progress::release_held_acks();
         let inner = match &self.repr {
             Repr::Soft(inner) => inner,
             #[cfg(feature = "rdma-core")]

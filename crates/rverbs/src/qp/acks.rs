@@ -1,16 +1,17 @@
 //! ACKs a network responder holds back so that they leave with the QP's next requests
 //! (docs/network.md, "Coalesced ACKs"; issue 24).
 //!
-//! Rule: an ACK is coalesced, never lost. In a process that said it busy-polls
-//! (`RVERBS_BUSY_POLL=1`, `progress::busy_poll`), an application thread that received
-//! requests inline (it polled an empty CQ, `progress::receive_inline`) keeps the plain ACKs
-//! they produced here instead of sending them; they leave
+//! Rule: an ACK is coalesced, never lost. An application thread that received requests
+//! inline (it polled an empty CQ, `progress::receive_inline`) keeps the plain ACKs they
+//! produced here instead of sending them; they leave
 //! - in the same `sendmmsg` as the next request packets of the QP's requester (to the same
 //!   peer, from the same address), or
 //! - at that process's next inline receive (the application polled an empty CQ again:
 //!   it has nothing to send for now), or
-//! - once [`ACK_DELAY`] has passed, from the progress thread (an application that stopped
-//!   polling), or
+//! - when the application waits for an event or calls the connection manager
+//!   (`progress::release_held_acks`: it moved on), or
+//! - once [`ACK_DELAY`] has passed, from the progress thread (an application that left the
+//!   library; `progress::deadline_added` makes sure the thread wakes by then), or
 //! - when the QP leaves RTS/RTR (ERR, RESET) or is destroyed, and at process exit.
 //!
 //! A NAK, an RNR NAK, a READ response or an atomic ACK is never held: the requester waits
@@ -103,12 +104,16 @@ pub(crate) struct AcksDue {
 
 impl AcksDue {
     /// QP `qpn` started holding ACKs at `now` (a QP already listed keeps its time).
-    pub(crate) fn add(&self, qpn: u32, now: Instant) {
+    /// Returns whether it was not listed: a new deadline, `now` + [`ACK_DELAY`], which the
+    /// progress thread must be told of (`progress::deadline_added`).
+    pub(crate) fn add(&self, qpn: u32, now: Instant) -> bool {
         let mut q = self.qps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !q.iter().any(|(n, _)| *n == qpn) {
+        let new = !q.iter().any(|(n, _)| *n == qpn);
+        if new {
             q.push((qpn, now));
         }
         self.any.store(true, Ordering::Release);
+        new
     }
 
     /// Whether any QP may hold ACKs.
@@ -184,18 +189,27 @@ mod tests {
     }
 
     #[test]
+    fn the_progress_thread_waits_no_longer_than_a_held_ack_while_acks_are_held() {
+        // A hold that starts while the thread waits `HOLDING_WAIT` is due after it wakes, so
+        // it needs no wake-up of its own (progress::deadline_added).
+        assert!(crate::progress::HOLDING_WAIT <= ACK_DELAY);
+    }
+
+    #[test]
     fn a_qp_is_due_once_its_first_held_ack_waited_the_delay() {
         let due = AcksDue::default();
         let t0 = Instant::now();
         assert_eq!((due.any(), due.deadline()), (false, None));
-        due.add(7, t0);
-        due.add(9, t0 + ACK_DELAY / 2);
-        due.add(7, t0 + ACK_DELAY); // keeps its first time
+        // A new deadline only for a QP not listed (the progress thread is told of those).
+        assert!(due.add(7, t0));
+        assert!(due.add(9, t0 + ACK_DELAY / 2));
+        assert!(!due.add(7, t0 + ACK_DELAY), "keeps its first time");
         assert_eq!(due.deadline(), Some(t0 + ACK_DELAY));
         assert_eq!(due.take_due(Some(t0 + ACK_DELAY - Duration::from_nanos(1))).as_slice(), [0u32; 0]);
         assert_eq!(due.take_due(Some(t0 + ACK_DELAY)).as_slice(), [7]);
         assert_eq!(due.deadline(), Some(t0 + ACK_DELAY / 2 + ACK_DELAY));
         assert_eq!(due.take_due(None).as_slice(), [9]);
         assert_eq!((due.any(), due.deadline()), (false, None));
+        assert!(due.add(7, t0 + 2 * ACK_DELAY), "taken, so new again");
     }
 }

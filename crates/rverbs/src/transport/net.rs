@@ -226,18 +226,19 @@ impl NetTx {
 /// Sends the ACKs `qp`'s network responder holds (docs/network.md, "Coalesced ACKs"), at
 /// once: their time has come, the QP leaves RTS/RTR, or the process exits. `wait`: wait
 /// for the responder's lock (not at exit, where its holder may never run again).
-pub(crate) fn send_held_acks(net: &Net, qp: &QpInner, wait: bool) {
+/// Returns how many it sent.
+pub(crate) fn send_held_acks(net: &Net, qp: &QpInner, wait: bool) -> usize {
     let nr = if wait {
         qp.net_resp.lock().ok()
     } else {
         qp.net_resp.try_lock().ok()
     };
-    let Some(mut nr) = nr else { return };
-    if let Some((sgid, dst)) = nr.held_acks.route() {
-        let mut packets = nr.held_acks.take();
-        drop(nr);
-        net.send_batch(&sgid, dst, &mut packets);
-    }
+    let Some(mut nr) = nr else { return 0 };
+    let Some((sgid, dst)) = nr.held_acks.route() else { return 0 };
+    let mut packets = nr.held_acks.take();
+    drop(nr);
+    net.send_batch(&sgid, dst, &mut packets);
+    packets.len()
 }
 
 /// Sends the held ACKs of the QPs whose time has come at `now` (`None`: of every QP that
@@ -250,7 +251,10 @@ pub(crate) fn send_due_acks(engine: &Engine, net: &Net, now: Option<Instant>, wa
     }
     for qpn in engine.acks_due.take_due(now) {
         if let Some(qp) = engine.qps.get(qpn) {
-            send_held_acks(net, &qp, wait);
+            let sent = send_held_acks(net, &qp, wait);
+            if sent > 0 && now.is_some() {
+                tracing::debug!(qpn, sent, "held ACKs sent at their deadline");
+            }
         }
     }
 }
@@ -550,7 +554,12 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             nr.held_acks.hold(*local, src, out.take_queued());
             // Buffers earlier held ACKs displaced take the place of those just held.
             out.give(nr.held_acks.spares());
-            engine.acks_due.add(qp.qpn, now);
+            if engine.acks_due.add(qp.qpn, now) {
+                // The progress thread may be waiting past the deadline (no datagram wakes
+                // it: this thread took them); a wait that ends before it needs no wake-up.
+                let at = crate::clock::device_ns().saturating_add(crate::qp::acks::ACK_DELAY.as_nanos() as u64);
+                crate::progress::deadline_added(engine.endpoint.slot, at);
+            }
         }
     }
     if let Some(event) = fail {
