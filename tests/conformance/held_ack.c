@@ -1,11 +1,13 @@
 /* A held ACK leaves by its deadline when the application leaves the library (docs/network.md,
- * "Coalesced ACKs"): RC across two hosts (RoCEv2 over UDP). The server busy-polls its CQ for
- * each of the client's SENDs, telling it over TCP when it polls (its polls then receive the
- * SEND inline and hold its ACK for its next requests, which never come), then sleeps PAUSE
- * ms outside the library before it polls again. The client times each SEND from ibv_post_send to its send completion, which waits
- * for the server's ACK: it must come within LIMIT ms (the hold's 200 us deadline plus the
- * progress thread's wake-up), not when the server polls again after its pause. The QP's ACK
- * timeout (4 s) is far beyond, so a retransmission cannot hide a lost deadline.
+ * "Coalesced ACKs"): RC across two hosts (RoCEv2 over UDP), both run with
+ * RVERBS_BUSY_POLL=1 (ACKs are held only there). The server busy-polls its CQ for each of
+ * the client's SENDs, telling it over TCP when it polls (its polls then receive the SEND
+ * inline and hold its ACK for its next requests, which never come), then sleeps PAUSE ms
+ * outside the library before it polls again. The client times each SEND from
+ * ibv_post_send to its send completion, which waits for the server's ACK: it must come
+ * within LIMIT ms (the hold's 200 us deadline plus the progress thread's wake-up), not
+ * when the server polls again after its pause. The QP's ACK timeout (4 s) is far beyond,
+ * so a retransmission cannot hide a lost deadline.
  *
  *   held_ack [-d dev] [-g gid index] [-p tcp port]            server
  *   held_ack [-d dev] [-g gid index] [-p tcp port] SERVER     client

@@ -12,12 +12,13 @@
 # (fetch-and-add and compare-and-swap), ib_read_lat, ib_write_bw -c UC, the bw and lat
 # tests with -a (2 B to 8 MiB), ib_atomic_lat; two rc_pingpong server processes behind one RoCEv2 port (the second reached
 # through the first's relay), over IPv4 and IPv6 GIDs; the port taken over by one of two
-# such processes when its owner exits, over IPv4 and IPv6 GIDs; a polling rc_pingpong
-# whose server is traced: some of its ACKs must leave after its next SEND (coalesced,
-# docs/network.md "Coalesced ACKs"), and every one of them must leave (the pair completes:
-# the client waits for each ACK); held_ack.c: a server that holds an ACK and then sleeps
-# outside the library must still send it by its deadline (each client SEND completes
-# within 100 ms, against the server's 200 ms pauses); and rc_pingpong -c through the fault injector
+# such processes when its owner exits, over IPv4 and IPv6 GIDs; a polling rc_pingpong with
+# RVERBS_BUSY_POLL=1 whose server is traced: some of its ACKs must leave after its next SEND
+# (coalesced, docs/network.md "Coalesced ACKs"), and every one of them must leave (the pair
+# completes: the client waits for each ACK); held_ack.c with RVERBS_BUSY_POLL=1: a server
+# that holds an ACK and then sleeps outside the library must still send it by its deadline
+# (each client SEND completes within 100 ms, against the server's 200 ms pauses); and
+# rc_pingpong -c through the fault injector
 # (RVERBS_FAULTS on the client's packets: drop, duplicate, reorder, corrupt at 1, 5 and 10 %, alone and together; WRITE and READ bandwidth at 5 % of all
 # four, and READ bandwidth with them on the server's READ responses) — reliable delivery
 # must hide them.
@@ -258,23 +259,23 @@ takeover() {
 takeover "$IP_A" "$IP_B"
 takeover "$IP6_A" "$IP6_B" "over IPv6 GIDs ($IP6_A, $IP6_B)"
 
-# docs/network.md, "Coalesced ACKs": a polling server receives the
+# docs/network.md, "Coalesced ACKs": a polling server with RVERBS_BUSY_POLL=1 receives the
 # client's SENDs itself and holds their ACKs for its own next SEND, one sendmmsg for both
 # (the SEND first). In its capture, what it sends right after receiving a request is then
 # its SEND, not the ACK, whenever its poll received the request (without coalescing: always
 # the ACK, sent before the receive completion). The pair must pass too: each client SEND waits for its ACK, the last one
 # leaving when the server destroys its QP.
 coalesced() {
-  local label="rc -s 1 polling: the server's ACKs coalesced with its next SEND"
+  local label="rc -s 1 polling, RVERBS_BUSY_POLL=1: the server's ACKs coalesced with its next SEND"
   [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
   local cap=$WORK/coalesced.pcap slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=() sgid cgid
   sgid=$(gid_index "$A" "$WORK/rt-a" "$IP_A")
   cgid=$(gid_index "$B" "$WORK/rt-b" "$IP_B")
   port=$((port + 1))
-  PCAP=$cap in_ns "$A" "$WORK/rt-a" ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$port" -s 1 >"$slog" 2>&1 &
+  PCAP=$cap in_ns "$A" "$WORK/rt-a" env RVERBS_BUSY_POLL=1 ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$port" -s 1 >"$slog" 2>&1 &
   local spid=$!
   wait_listen "$A" "$port"
-  in_ns "$B" "$WORK/rt-b" ibv_rc_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$port" -s 1 "$IP_A" >"$clog" 2>&1 || crc=$?
+  in_ns "$B" "$WORK/rt-b" env RVERBS_BUSY_POLL=1 ibv_rc_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$port" -s 1 "$IP_A" >"$clog" 2>&1 || crc=$?
   wait "$spid" || src=$?
   pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
   # After each request received from the client (opcode 4, SEND_ONLY), the server's next
@@ -294,22 +295,23 @@ coalesced() {
 }
 coalesced
 
-# docs/network.md, "Coalesced ACKs": an ACK held by a server that then leaves the library
+# docs/network.md, "Coalesced ACKs": an ACK held by a busy-polling server (RVERBS_BUSY_POLL=1)
+# that then leaves the library
 # (held_ack.c: it sleeps 200 ms after each receive) leaves by its deadline, from the
 # progress thread, which the holder wakes if it planned to sleep past it. Each client SEND
 # must complete within 100 ms, and the server's log must show held ACKs sent at their
 # deadline (its polls, not its progress thread, received at least one SEND).
 held_deadline() {
-  local label="held_ack: a held ACK leaves by its deadline while the server sleeps outside the library"
+  local label="held_ack, RVERBS_BUSY_POLL=1: a held ACK leaves by its deadline while the server sleeps outside the library"
   [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
   local slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=() sgid cgid
   sgid=$(gid_index "$A" "$WORK/rt-a" "$IP_A")
   cgid=$(gid_index "$B" "$WORK/rt-b" "$IP_B")
   port=$((port + 1))
-  LOGF=rverbs::transport::net=debug in_ns "$A" "$WORK/rt-a" "$WORK/held_ack" -g "$sgid" -p "$port" >"$slog" 2>&1 &
+  LOGF=rverbs::transport::net=debug in_ns "$A" "$WORK/rt-a" env RVERBS_BUSY_POLL=1 "$WORK/held_ack" -g "$sgid" -p "$port" >"$slog" 2>&1 &
   local spid=$!
   wait_listen "$A" "$port"
-  in_ns "$B" "$WORK/rt-b" "$WORK/held_ack" -g "$cgid" -p "$port" "$IP_A" >"$clog" 2>&1 || crc=$?
+  in_ns "$B" "$WORK/rt-b" env RVERBS_BUSY_POLL=1 "$WORK/held_ack" -g "$cgid" -p "$port" "$IP_A" >"$clog" 2>&1 || crc=$?
   wait "$spid" || src=$?
   [ "$src" = 0 ] || why+=("server exit $src")
   [ "$crc" = 0 ] || why+=("client exit $crc")

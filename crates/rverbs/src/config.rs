@@ -198,10 +198,9 @@ impl DeviceConfig {
         self
     }
 
-    /// The application busy-polls this device's CQs (`RVERBS_BUSY_POLL=1`): the progress
-    /// thread leaves the network sockets to its polls while they receive, instead of
-    /// waking for each datagram (docs/progress-and-events.md, "Busy-polling
-    /// applications").
+    /// The application busy-polls this device's CQs (`RVERBS_BUSY_POLL=1`): its polls
+    /// receive from the network and hold ACKs (docs/progress-and-events.md,
+    /// "Busy-polling applications").
     pub fn busy_poll(mut self, on: bool) -> Self {
         self.busy_poll = on;
         self

@@ -117,6 +117,13 @@ pub(crate) fn receive_inline(ep: &Endpoint) {
     }
 }
 
+/// Whether the application said it busy-polls endpoint `ep`'s device
+/// (`RVERBS_BUSY_POLL=1`, `DeviceConfig::busy_poll`): its inline receives then also hold
+/// ACKs for its next requests (docs/network.md, "Coalesced ACKs").
+pub(crate) fn busy_poll(ep: &Endpoint) -> bool {
+    started(ep.slot).is_some_and(|p| p.busy_poll)
+}
+
 /// `RVERBS_BUSY_POLL=1`: how recently an application thread must have received inline
 /// for the progress thread to leave a readable socket to it, and how long it stays away
 /// from the sockets after the last such receive.

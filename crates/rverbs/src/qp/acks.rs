@@ -1,9 +1,10 @@
 //! ACKs a network responder holds back so that they leave with the QP's next requests
 //! (docs/network.md, "Coalesced ACKs"; issue 24).
 //!
-//! Rule: an ACK is coalesced, never lost. An application thread that received requests
-//! inline (it polled an empty CQ, `progress::receive_inline`) keeps the plain ACKs they
-//! produced here instead of sending them; they leave
+//! Rule: an ACK is coalesced, never lost. In a process that said it busy-polls
+//! (`RVERBS_BUSY_POLL=1`, `progress::busy_poll`), an application thread that received
+//! requests inline (it polled an empty CQ, `progress::receive_inline`) keeps the plain ACKs
+//! they produced here instead of sending them; they leave
 //! - in the same `sendmmsg` as the next request packets of the QP's requester (to the same
 //!   peer, from the same address), or
 //! - at that process's next inline receive (the application polled an empty CQ again:
