@@ -485,7 +485,7 @@ fn run(p: &'static Progress) {
                 None => left.drain(..).for_each(|i| p.rearm(i)),
             }
         }
-        // While application threads hold ACKs now and then, wake every ACK_DELAY at
+        // While application threads hold ACKs now and then, wake every HOLDING_WAIT at
         // least: their next holds then find this thread due to wake by their deadline.
         let held_at = p.held_at.load(Ordering::Relaxed);
         if held_at != 0 && crate::clock::device_ns().saturating_sub(held_at) < HOLDING.as_nanos() as u64 {
