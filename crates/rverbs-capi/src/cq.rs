@@ -546,7 +546,7 @@ unsafe extern "C" fn poll_found(obj: &CqObj, num_entries: c_int, wc: *mut ibv_wc
         // SAFETY: `wc` points to `num_entries` (> 0) writable ibv_wc (caller contract),
         // which have the layout of rverbs::Wc (asserted above).
         let out = unsafe { core::slice::from_raw_parts_mut(wc.cast::<rverbs::Wc>(), num_entries as usize) };
-        match obj.core.poll_after(out, looked) {
+        match obj.core.poll_after_inline(out, looked) {
             Ok(k) => k as c_int,
             Err(e) => -e.c_errno(),
         }

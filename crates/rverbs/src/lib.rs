@@ -140,7 +140,7 @@ pub use cq::channel::{CompChannel, CqEvent};
 pub use cq::ex::{ExEntry, ExPoll};
 pub use cq::{Cq, CqCreateFlags, CqInit, WcExFlags};
 #[doc(hidden)]
-pub use cq::Looked;
+pub use cq::{Looked, PollResult};
 pub use device::cap_flags;
 pub use device::{endpoint_dir, host_counters, host_stats, Backend, Device, DeviceAttr, PortAttr, PortState};
 pub use shm::counters::{Counters, EndpointCounters};

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::rings::recv_count::Heard;
-use crate::rings::wc::{Cqe, Wc, CQE_WORDS};
+use crate::rings::wc::{Cqe, Wc, WcRead, CQE_WORDS};
 use channel::{ChannelInner, CompChannel};
 use crate::rings::producer_gate::Producer;
 use crate::rings::completion_ring::{Consumer, Pop};
@@ -630,15 +630,17 @@ impl CqInner {
     /// switch).
     #[cold]
     #[inline(never)]
-    fn pop_counted(&self, stats: &crate::shm::stats::Stats, out: &mut [Wc]) -> Result<usize> {
+    fn pop_counted(&self, stats: &crate::shm::stats::Stats, out: &mut [Wc]) -> PollResult {
         stats.waiting(self.id, self.gens.current().ring().len());
-        let r = self.pop_into(out, |words| {
-            let cqe = Cqe::decode(words);
-            stats.completion(cqe.qp_num, cqe.polled());
-        });
-        match r {
-            Ok(n) => stats.polled(self.id, n),
-            Err(Error::CqOverrun) => stats.overrun(self.id),
+        let r = self.pop_into(out);
+        match &r {
+            &Ok(n) => {
+                for wc in &out[..n] {
+                    stats.completion(wc.qp_num(), Cqe::polled_of(wc));
+                }
+                stats.polled(self.id, n);
+            }
+            Err(e) if matches!(**e, Error::CqOverrun) => stats.overrun(self.id),
             Err(_) => {}
         }
         r
@@ -653,28 +655,46 @@ impl CqInner {
         Error::CqOverrun
     }
 
-    /// Removes up to `out.len()` CQEs, oldest first, into `out` (each shown to `seen`
-    /// first); returns how many.
+    /// Removes up to `out.len()` CQEs, oldest first, into `out`; returns how many. The CQEs published in a row go by the ring's
+    /// [`Consumer::pop_published`] (one read and one store of `head` per run); whatever
+    /// stops it is left to [`CqInner::pop_words`], one CQE at a time.
     #[inline(always)]
-    fn pop_into(&self, out: &mut [Wc], mut seen: impl FnMut(&[u64; CQE_WORDS])) -> Result<usize> {
+    fn pop_into(&self, out: &mut [Wc]) -> PollResult {
         let _g = self.lock_consumer();
         let seg = self.gens.current();
         if seg.shm().errored.load(Ordering::Acquire) != 0 {
-            return Err(Error::CqOverrun);
+            return Err(overran());
         }
         let ring = seg.ring().consumer();
-        let mut n = 0;
-        // Indexed rather than iterated: the count is the position (one register less in
-        // a loop that holds a whole CQE in registers).
+        let keep = |r: WcRead, pos| {
+            if self.purging.load(Ordering::Acquire) && self.purged(r.qp_num, pos) {
+                return false;
+            }
+            self.heard.polled(r.taken, r.receive_or_error);
+            true
+        };
+        let mut n = ring.pop_published(out, Cqe::read_wc, keep);
         while n < out.len() {
             let Some(words) = self.pop_words(seg, &ring, Cqe::TIMESTAMP_WORD) else { break };
-            seen(&words);
             let receive_or_error = Cqe::write_wc(&words, &mut out[n]);
             self.heard.polled(Cqe::taken_of(&words), receive_or_error);
             n += 1;
+            n += ring.pop_published(&mut out[n..], Cqe::read_wc, keep);
         }
         Ok(n)
     }
+}
+
+/// What a poll answers: how many CQEs it wrote, or why it failed, boxed so that the
+/// answer fits two registers (a poll fails only when the CQ overran, ibv_poll_cq(3)).
+#[doc(hidden)]
+pub type PollResult = std::result::Result<usize, Box<Error>>;
+
+/// The error of a poll of an overrun CQ (out of line: the poll's path only tests for it).
+#[cold]
+#[inline(never)]
+fn overran() -> Box<Error> {
+    Box::new(Error::CqOverrun)
 }
 
 /// What [`Cq::look`], the empty poll without the lock, found.
@@ -937,16 +957,25 @@ impl Cq {
         // the frame of the rest.
         match self.look() {
             Looked::Empty => Ok(0),
-            looked => self.poll_after(wc, looked),
+            looked => self.poll_after(wc, looked).map_err(|e| *e),
         }
     }
 
     /// [`Cq::poll`] once [`Cq::look`] answered `looked`, not [`Looked::Empty`] (for a
     /// caller that looks first and keeps this out of line: the C entry point of
-    /// `ibv_poll_cq`).
+    /// `ibv_poll_cq`). The error comes boxed, so that the answer fits two registers (a
+    /// poll fails only when the CQ overran, once).
     #[doc(hidden)]
     #[inline(never)]
-    pub fn poll_after(&self, wc: &mut [Wc], looked: Looked) -> Result<usize> {
+    pub fn poll_after(&self, wc: &mut [Wc], looked: Looked) -> PollResult {
+        self.poll_after_inline(wc, looked)
+    }
+
+    /// [`Cq::poll_after`] inline, for a caller that is itself the out-of-line part (the C
+    /// entry point's `poll_found`: one frame instead of two).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn poll_after_inline(&self, wc: &mut [Wc], looked: Looked) -> PollResult {
         match &self.repr {
             // `surely_empty` is asked again after an unsure look (each empty poll counts
             // once: the look counted nothing), unless the sanitizer is on; not after a look
@@ -957,7 +986,7 @@ impl Cq {
                 Self::poll_soft(inner, wc, sanitize, !sanitize && looked == Looked::Unsure)
             }
             #[cfg(feature = "rdma-core")]
-            Repr::Native(cq) => cq.poll(wc),
+            Repr::Native(cq) => cq.poll(wc).map_err(Box::new),
         }
     }
 
@@ -966,7 +995,7 @@ impl Cq {
     /// argument because it measured 3 instructions per CQE fewer in the batched poll's
     /// loop than testing `!sanitize` there).
     #[inline]
-    fn poll_soft(inner: &CqInner, wc: &mut [Wc], sanitize: bool, ask_empty: bool) -> Result<usize> {
+    fn poll_soft(inner: &CqInner, wc: &mut [Wc], sanitize: bool, ask_empty: bool) -> PollResult {
         if ask_empty && inner.surely_empty() {
             if let Some(stats) = inner.stats {
                 stats.polled(inner.id, 0);
@@ -975,7 +1004,7 @@ impl Cq {
         }
         let marked = sanitize && inner.sanitize_poll_entered(false);
         let r = match inner.stats {
-            None => inner.pop_into(wc, |_| {}),
+            None => inner.pop_into(wc),
             Some(stats) => inner.pop_counted(stats, wc),
         };
         if sanitize {

@@ -34,6 +34,13 @@ use crossbeam_utils::CachePadded;
 /// (its format, in `wc`).
 pub(crate) const DATA_WORDS: usize = crate::rings::wc::CQE_WORDS;
 
+/// A slot's data words, as [`Consumer::pop_published`]'s `read` gets them (loom's atomics
+/// under its models).
+pub(crate) type SlotWords = [SlotWord; DATA_WORDS];
+
+/// One data word of a slot.
+pub(crate) type SlotWord = AtomicU64;
+
 /// One CQE slot: 64 bytes, one cache line.
 #[repr(C, align(64))]
 pub(crate) struct Slot {
@@ -357,6 +364,53 @@ impl Consumer<'_> {
         unsafe { self.slots.get_unchecked(i) }
     }
 
+    /// Removes the CQEs published in a row at the consumer's position, oldest first, into
+    /// `out`, until it is full; returns how many it holds. The batched poll's common case
+    /// at the cost of the entries alone. `read` decodes a slot's words into an entry of
+    /// `out` straight from the ring (a racing overwrite may tear them: it must only
+    /// compute, and answer what `keep` needs); `keep` then decides, once the seqlock's
+    /// check says the words were whole, whether the entry stays (`false`: the caller drops
+    /// it, and the next one takes its place). `head` is read once and stored once, at the
+    /// end (as a NIC's consumer index is written once per `ibv_poll_cq`). Only a slot whose
+    /// `seq` is exactly its position plus one, and stays so across the copy, is taken: it
+    /// stops at anything else (nothing published, a slot overwritten or being rewritten,
+    /// scribbled indices), leaving that position to [`Consumer::pop_skipping`], which
+    /// knows what to do with it.
+    #[inline(always)]
+    pub(crate) fn pop_published<T, R>(
+        &self,
+        out: &mut [T],
+        read: impl Fn(&SlotWords, &mut T) -> R,
+        mut keep: impl FnMut(R, u64) -> bool,
+    ) -> usize {
+        let start = self.hdr.head.load(Ordering::Relaxed);
+        let mut h = start;
+        let mut n = 0;
+        // No producer reaches the last position (a head there was scribbled): `h + 1`
+        // does not overflow below it.
+        while n < out.len() && h < u64::MAX {
+            let slot = self.slot(h);
+            let s1 = slot.seq.load(Ordering::Acquire);
+            if s1 != h + 1 {
+                break;
+            }
+            let r = read(&slot.data, &mut out[n]);
+            fence(Ordering::Acquire);
+            if slot.seq.load(Ordering::Relaxed) != s1 {
+                // Torn by an overwriting producer: `pop_skipping` resynchronises.
+                break;
+            }
+            if keep(r, h) {
+                n += 1;
+            }
+            h += 1;
+        }
+        if h != start {
+            self.hdr.head.store(h, Ordering::Release);
+        }
+        n
+    }
+
     /// Removes the oldest published CQE, if any (module doc: the consumer's protocol),
     /// leaving data word `skip` 0 instead of loading it (a word the caller does not read;
     /// `usize::MAX`: none). The seqlock's check covers the words loaded.
@@ -437,6 +491,62 @@ mod tests {
             Pop::Empty => None,
             Pop::Corrupt => panic!("corrupt ring"),
         }
+    }
+
+    /// `Consumer::pop_published` of ring `r` into `out`, dropping the entries whose first
+    /// word `drop` names; the first words of those kept.
+    fn pop_run(r: &Ring, out: &mut [[u64; DATA_WORDS]], drop: &[u64]) -> Vec<u64> {
+        let read = |w: &[AtomicU64; DATA_WORDS], o: &mut [u64; DATA_WORDS]| {
+            for (o, w) in o.iter_mut().zip(w) {
+                *o = w.load(Ordering::Relaxed);
+            }
+            o[0]
+        };
+        let n = r.consumer().pop_published(out, read, |first, _| !drop.contains(&first));
+        out[..n].iter().map(|e| e[0]).collect()
+    }
+
+    #[test]
+    fn pop_published_takes_a_run_in_order_and_stores_head_once() {
+        let r = Ring::new(8);
+        for i in 0..6 {
+            r.push(&cqe(i), false).unwrap();
+        }
+        let mut out = [[0; DATA_WORDS]; 3];
+        assert_eq!(pop_run(&r, &mut out, &[]), [0, 1, 2], "stops when `out` is full");
+        assert_eq!(r.len(), 3);
+        // A dropped entry is consumed, and the next takes its place.
+        assert_eq!(pop_run(&r, &mut out, &[4]), [3, 5]);
+        assert_eq!(r.len(), 0);
+        assert!(pop_run(&r, &mut out, &[]).is_empty(), "nothing published");
+        r.push(&cqe(6), false).unwrap();
+        assert_eq!(pop_n(&r), Some(6), "the one-at-a-time pop goes on from the same head");
+    }
+
+    #[test]
+    fn pop_published_leaves_what_is_not_plainly_published_to_pop_skipping() {
+        // A reservation not published: the run stops before it, and leaves what follows.
+        let r = Ring::new(4);
+        r.push(&cqe(0), false).unwrap();
+        r.reserve_and_die();
+        r.push(&cqe(2), false).unwrap();
+        let mut out = [[0; DATA_WORDS]; 4];
+        assert_eq!(pop_run(&r, &mut out, &[]), [0]);
+        assert_eq!(r.len(), 2);
+        // Overwritten (IGNORE_OVERRUN): the slot at `head` holds a newer lap; the run takes
+        // nothing and `pop_skipping` resynchronises to the oldest survivor.
+        let r = Ring::new(2);
+        for i in 0..4 {
+            r.push(&cqe(i), true).unwrap();
+        }
+        assert!(pop_run(&r, &mut out, &[]).is_empty());
+        assert_eq!(pop_n(&r), Some(2));
+        assert_eq!(pop_run(&r, &mut out, &[]), [3]);
+        // Scribbled: a head at the last position, which no producer reaches.
+        let r = Ring::new(4);
+        r.hdr().head.store(u64::MAX, Ordering::Relaxed);
+        assert!(pop_run(&r, &mut out, &[]).is_empty());
+        assert_eq!(r.pop(), Pop::Corrupt);
     }
 
     #[test]
@@ -771,6 +881,46 @@ mod loom_tests {
             });
             let alive = |ep, pid| (ep, pid) == (1, 5);
             assert_eq!(first_entry(&r, &g, &alive, true), 2);
+            p.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn overwriting_producer_never_lets_pop_published_keep_a_torn_entry() {
+        model(|| {
+            let r = Arc::new(Ring::new(1));
+            let r2 = r.clone();
+            let p = loom::thread::spawn(move || {
+                for n in 1..=2 {
+                    r2.push(&cqe(n), true).unwrap();
+                }
+            });
+            let read = |w: &[AtomicU64; DATA_WORDS], o: &mut [u64; DATA_WORDS]| {
+                for (o, w) in o.iter_mut().zip(w) {
+                    *o = w.load(Ordering::Relaxed);
+                }
+            };
+            let mut last = 0;
+            for _ in 0..3 {
+                let mut out = [[0; DATA_WORDS]; 2];
+                let mut kept = Vec::new();
+                let n = r.consumer().pop_published(&mut out, read, |(), pos| {
+                    kept.push(pos);
+                    true
+                });
+                assert_eq!(n, kept.len());
+                for e in &out[..n] {
+                    assert!(consistent(e), "torn entry {e:?}");
+                    assert!(e[0] > last, "reordered: {} after {last}", e[0]);
+                    last = e[0];
+                }
+                if n == 0 {
+                    if let Pop::Entry(e, _) = r.pop() {
+                        assert!(consistent(&e) && e[0] > last, "pop after an empty run: {e:?}");
+                        last = e[0];
+                    }
+                }
+            }
             p.join().unwrap();
         });
     }

@@ -1,12 +1,23 @@
 //! Work completions: the public [`Wc`] (layout-identical to `struct ibv_wc`) and the
 //! CQE the device writes into a completion ring.
 
+use crate::rings::completion_ring::SlotWords;
 use crate::rings::recv_count::TakenCount;
+use std::sync::atomic::Ordering;
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 
 /// Number of 64-bit words a [`Cqe`] encodes into (a completion ring slot holds them
 /// after its sequence word: one cache line).
 pub(crate) const CQE_WORDS: usize = 7;
+
+/// What [`Cqe::read_wc`] found besides the `ibv_wc`: what the poll needs once the slot's
+/// check has passed (the purge's QP number, the receive count for the CQ's `Heard`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WcRead {
+    pub(crate) qp_num: u32,
+    pub(crate) taken: Option<TakenCount>,
+    pub(crate) receive_or_error: bool,
+}
 
 /// The table of the byte values of a C enum's variants (`ALL`; values of 256 and up fit no
 /// byte and are left out), built at compile time.
@@ -276,6 +287,47 @@ impl Cqe {
         opcode & 0x80 != 0 || status != 0
     }
 
+    /// [`Cqe::write_wc`] reading the words from the ring's slot itself, one at a time as
+    /// the `ibv_wc` needs them (the batched poll's loop, [`Consumer::pop_published`](crate::rings::completion_ring::Consumer::pop_published):
+    /// fewer values held at once than a copy of the slot first). The words may be torn by
+    /// a racing overwrite, so this only computes: what it answers counts once the slot's
+    /// sequence check has passed ([`WcRead`]).
+    #[inline(always)]
+    pub(crate) fn read_wc(w: &SlotWords, out: &mut Wc) -> WcRead {
+        let w3 = w[3].load(Ordering::Relaxed);
+        let w4 = w[4].load(Ordering::Relaxed);
+        let w2 = w[2].load(Ordering::Relaxed);
+        let (status, opcode) = Self::status_opcode(w3);
+        let w1 = w[1].load(Ordering::Relaxed);
+        *out = Wc {
+            wr_id: w[0].load(Ordering::Relaxed),
+            status,
+            opcode,
+            vendor_err: w3 as u32,
+            byte_len: w1 as u32,
+            imm_data: (w1 >> 32) as u32,
+            qp_num: w2 as u32,
+            src_qp: (w2 >> 32) as u32,
+            wc_flags: u32::from((w3 >> 48) as u8),
+            pkey_index: w4 as u16,
+            slid: (w4 >> 16) as u16,
+            sl: (w3 >> 56) as u8,
+            dlid_path_bits: (w4 >> 32) as u8,
+        };
+        let taken = (w4 & RQ_TAKEN_BIT != 0).then(|| TakenCount::from_word(w[6].load(Ordering::Relaxed)));
+        WcRead { qp_num: w2 as u32, taken, receive_or_error: opcode & 0x80 != 0 || status != 0 }
+    }
+
+    /// The `ibv_wc` status and opcode of word 3: a byte that is no value of its enum (a
+    /// peer that scribbled over the ring) makes the status IBV_WC_GENERAL_ERR.
+    #[inline(always)]
+    fn status_opcode(w3: u64) -> (u32, u32) {
+        let status = (w3 >> 32) as u8;
+        let opcode = (w3 >> 40) as u8;
+        let known = KNOWN_STATUS[usize::from(status)] & KNOWN_OPCODE[usize::from(opcode)];
+        (if known { u32::from(status) } else { WcStatus::GeneralErr as u32 }, u32::from(opcode))
+    }
+
     /// The QP number of the CQE in `w` (the purge's test, without decoding the rest).
     #[inline(always)]
     pub(crate) fn qp_num_of(w: &[u64; CQE_WORDS]) -> u32 {
@@ -337,6 +389,19 @@ impl Cqe {
     /// The opcode as the C enum value (RECV is 128, so one byte holds every opcode).
     pub(crate) fn opcode_raw(&self) -> u32 {
         u32::from(self.opcode)
+    }
+
+    /// [`Cqe::polled`] of the completion a poll wrote into `wc` ([`Cqe::write_wc`] keeps
+    /// what it reads: the status, the opcode's receive bit, the byte count).
+    pub(crate) fn polled_of(wc: &Wc) -> crate::shm::stats::Polled {
+        use crate::shm::stats::Polled;
+        if wc.status != 0 {
+            Polled::Error
+        } else if wc.opcode & WcOpcode::Recv as u32 != 0 {
+            Polled::Recv { bytes: wc.byte_len }
+        } else {
+            Polled::Send { bytes: wc.byte_len }
+        }
     }
 
     /// What the completion counts as on its QP's statistics (`shm::stats::Polled`,
@@ -429,6 +494,13 @@ mod tests {
                     Cqe::write_wc(&w0, &mut wc0);
                     assert_eq!(wc0, wc);
                     assert_eq!(Cqe::qp_num_of(&w), d.qp_num);
+                    // The run of the batched poll reads the slot's words itself.
+                    let slot = w.map(crate::rings::completion_ring::SlotWord::new);
+                    let mut wc1 = Wc::default();
+                    let r = Cqe::read_wc(&slot, &mut wc1);
+                    assert_eq!(wc1, wc, "status {status}, opcode {opcode}");
+                    assert_eq!((r.qp_num, r.taken, r.receive_or_error), (d.qp_num, d.rq_taken, heard));
+                    assert_eq!(Cqe::polled_of(&wc1), d.polled());
                 }
             }
         }
