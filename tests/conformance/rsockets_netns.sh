@@ -19,5 +19,8 @@ trap 'netns_del "$A" "$B"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 netns_pair "$A" "$B" 1500 10.71.0.1 10.71.0.2
-RSOCKETS_SERVER_NS=$A RSOCKETS_CLIENT_NS=$B RSOCKETS_SERVER_ADDR=10.71.0.1 \
+# The bound is a guard against a hang, not a measure: across the namespaces the blocking
+# rstream (100 000 64-byte round trips, each side waiting for its completion events) takes
+# 21-26 s on a quiet 2-vCPU guest, and once took 30.1 s under load, so it gets 90 s here.
+RSOCKETS_TIMEOUT=${RSOCKETS_TIMEOUT:-90} RSOCKETS_SERVER_NS=$A RSOCKETS_CLIENT_NS=$B RSOCKETS_SERVER_ADDR=10.71.0.1 \
   bash tests/conformance/rsockets.sh "$@"
