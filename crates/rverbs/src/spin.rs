@@ -50,8 +50,19 @@ impl<T, const S: bool> SpinMutex<T, S> {
             .then(|| SpinGuard { lock: self })
     }
 
-    /// Takes the lock, waiting for it.
+    /// Takes the lock, waiting for it. The free lock's take is inline; the wait is not.
+    #[inline]
     pub(crate) fn lock(&self) -> SpinGuard<'_, T, S> {
+        match self.try_lock() {
+            Some(g) => g,
+            None => self.lock_contended(),
+        }
+    }
+
+    /// [`SpinMutex::lock`] once its first try failed.
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) -> SpinGuard<'_, T, S> {
         let mut spins = 0u32;
         loop {
             if let Some(g) = self.try_lock() {
