@@ -659,9 +659,10 @@ impl CqInner {
         Error::CqOverrun
     }
 
-    /// Removes up to `out.len()` CQEs, oldest first, into `out`; returns how many. The CQEs published in a row go by the ring's
-    /// [`Consumer::pop_published`] (one read and one store of `head` per run); whatever
-    /// stops it is left to [`CqInner::pop_words`], one CQE at a time.
+    /// Removes up to `out.len()` CQEs, oldest first, into `out`; returns how many. The
+    /// CQEs published in a row go by the ring's [`Consumer::pop_published`] (one read and
+    /// one store of `head` per run); whatever stops it is left to [`CqInner::pop_words`],
+    /// one CQE at a time.
     #[inline(always)]
     fn pop_into(&self, out: &mut [Wc]) -> PollResult {
         let _g = self.lock_consumer();

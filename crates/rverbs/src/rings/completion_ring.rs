@@ -885,16 +885,22 @@ mod loom_tests {
         });
     }
 
+    /// A one-slot ring and a producer that overwrites it with entries 1 and 2.
+    fn overwriting_producer() -> (Arc<Ring>, loom::thread::JoinHandle<()>) {
+        let r = Arc::new(Ring::new(1));
+        let r2 = r.clone();
+        let p = loom::thread::spawn(move || {
+            for n in 1..=2 {
+                r2.push(&cqe(n), true).unwrap();
+            }
+        });
+        (r, p)
+    }
+
     #[test]
     fn overwriting_producer_never_lets_pop_published_keep_a_torn_entry() {
         model(|| {
-            let r = Arc::new(Ring::new(1));
-            let r2 = r.clone();
-            let p = loom::thread::spawn(move || {
-                for n in 1..=2 {
-                    r2.push(&cqe(n), true).unwrap();
-                }
-            });
+            let (r, p) = overwriting_producer();
             let read = |w: &[AtomicU64; DATA_WORDS], o: &mut [u64; DATA_WORDS]| {
                 for (o, w) in o.iter_mut().zip(w) {
                     *o = w.load(Ordering::Relaxed);
@@ -928,13 +934,7 @@ mod loom_tests {
     #[test]
     fn overwriting_producer_never_hands_out_torn_or_reordered_entries() {
         model(|| {
-            let r = Arc::new(Ring::new(1));
-            let r2 = r.clone();
-            let p = loom::thread::spawn(move || {
-                for n in 1..=2 {
-                    r2.push(&cqe(n), true).unwrap();
-                }
-            });
+            let (r, p) = overwriting_producer();
             let mut last = 0;
             for _ in 0..3 {
                 if let Pop::Entry(e, _) = r.pop() {

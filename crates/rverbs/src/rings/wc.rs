@@ -265,14 +265,11 @@ impl Cqe {
     /// completion is a receive or an error ([`Cqe::receive_or_error`] of the decoded CQE).
     #[inline(always)]
     pub(crate) fn write_wc(w: &[u64; CQE_WORDS], out: &mut Wc) -> bool {
-        let status = (w[3] >> 32) as u8;
-        let opcode = (w[3] >> 40) as u8;
-        let known = KNOWN_STATUS[usize::from(status)] & KNOWN_OPCODE[usize::from(opcode)];
-        let status = if known { u32::from(status) } else { WcStatus::GeneralErr as u32 };
+        let (status, opcode) = Self::status_opcode(w[3]);
         *out = Wc {
             wr_id: w[0],
             status,
-            opcode: u32::from(opcode),
+            opcode,
             vendor_err: w[3] as u32,
             byte_len: w[1] as u32,
             imm_data: (w[1] >> 32) as u32,
@@ -291,7 +288,9 @@ impl Cqe {
     /// the `ibv_wc` needs them (the batched poll's loop, [`Consumer::pop_published`](crate::rings::completion_ring::Consumer::pop_published):
     /// fewer values held at once than a copy of the slot first). The words may be torn by
     /// a racing overwrite, so this only computes: what it answers counts once the slot's
-    /// sequence check has passed ([`WcRead`]).
+    /// sequence check has passed ([`WcRead`]). The `ibv_wc` is built here again rather
+    /// than by one helper taking the words: that order of loads measured 4 instructions
+    /// per CQE more in `post_poll.c drain 32` (82.2 against 78.2).
     #[inline(always)]
     pub(crate) fn read_wc(w: &SlotWords, out: &mut Wc) -> WcRead {
         let w3 = w[3].load(Ordering::Relaxed);
@@ -394,26 +393,25 @@ impl Cqe {
     /// [`Cqe::polled`] of the completion a poll wrote into `wc` ([`Cqe::write_wc`] keeps
     /// what it reads: the status, the opcode's receive bit, the byte count).
     pub(crate) fn polled_of(wc: &Wc) -> crate::shm::stats::Polled {
-        use crate::shm::stats::Polled;
-        if wc.status != 0 {
-            Polled::Error
-        } else if wc.opcode & WcOpcode::Recv as u32 != 0 {
-            Polled::Recv { bytes: wc.byte_len }
-        } else {
-            Polled::Send { bytes: wc.byte_len }
-        }
+        Self::polled_by(wc.status, wc.opcode, wc.byte_len)
     }
 
     /// What the completion counts as on its QP's statistics (`shm::stats::Polled`,
     /// whose doc gives the rule).
     pub(crate) fn polled(&self) -> crate::shm::stats::Polled {
+        Self::polled_by(u32::from(self.status), self.opcode_raw(), self.byte_len)
+    }
+
+    /// The statistics' rule ([`Cqe::polled`]) on a completion's status, opcode and byte
+    /// count.
+    fn polled_by(status: u32, opcode: u32, bytes: u32) -> crate::shm::stats::Polled {
         use crate::shm::stats::Polled;
-        if self.status != 0 {
+        if status != 0 {
             Polled::Error
-        } else if self.opcode_raw() & WcOpcode::Recv as u32 != 0 {
-            Polled::Recv { bytes: self.byte_len }
+        } else if opcode & WcOpcode::Recv as u32 != 0 {
+            Polled::Recv { bytes }
         } else {
-            Polled::Send { bytes: self.byte_len }
+            Polled::Send { bytes }
         }
     }
 
