@@ -30,23 +30,18 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
+use crate::rings::wc::SlotWords;
+
 /// Number of data words of a slot, after its sequence word: what a CQE encodes into
 /// (its format, in `wc`).
 pub(crate) const DATA_WORDS: usize = crate::rings::wc::CQE_WORDS;
-
-/// A slot's data words, as [`Consumer::pop_published`]'s `read` gets them (loom's atomics
-/// under its models).
-pub(crate) type SlotWords = [SlotWord; DATA_WORDS];
-
-/// One data word of a slot.
-pub(crate) type SlotWord = AtomicU64;
 
 /// One CQE slot: 64 bytes, one cache line.
 #[repr(C, align(64))]
 pub(crate) struct Slot {
     /// 0 = empty or being written; otherwise the position it holds, plus one.
     seq: AtomicU64,
-    data: [AtomicU64; DATA_WORDS],
+    data: SlotWords,
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 64);

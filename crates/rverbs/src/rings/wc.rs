@@ -1,14 +1,21 @@
 //! Work completions: the public [`Wc`] (layout-identical to `struct ibv_wc`) and the
 //! CQE the device writes into a completion ring.
 
-use crate::rings::completion_ring::SlotWords;
 use crate::rings::recv_count::TakenCount;
+#[cfg(rverbs_loom)]
+use loom::sync::atomic::AtomicU64;
+#[cfg(not(rverbs_loom))]
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
 
 /// Number of 64-bit words a [`Cqe`] encodes into (a completion ring slot holds them
 /// after its sequence word: one cache line).
 pub(crate) const CQE_WORDS: usize = 7;
+
+/// A completion ring slot's data words (loom's atomics under its models): what the ring
+/// stores and what [`Cqe::read_wc`] decodes in place.
+pub(crate) type SlotWords = [AtomicU64; CQE_WORDS];
 
 /// What [`Cqe::read_wc`] found besides the `ibv_wc`: what the poll needs once the slot's
 /// check has passed (the purge's QP number, the receive count for the CQ's `Heard`).
@@ -493,7 +500,7 @@ mod tests {
                     assert_eq!(wc0, wc);
                     assert_eq!(Cqe::qp_num_of(&w), d.qp_num);
                     // The run of the batched poll reads the slot's words itself.
-                    let slot = w.map(crate::rings::completion_ring::SlotWord::new);
+                    let slot = w.map(AtomicU64::new);
                     let mut wc1 = Wc::default();
                     let r = Cqe::read_wc(&slot, &mut wc1);
                     assert_eq!(wc1, wc, "status {status}, opcode {opcode}");
