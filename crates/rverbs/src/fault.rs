@@ -216,7 +216,7 @@ mod imp {
     // context look as if the faulting instruction had called it: below the red zone,
     // at R = rsp - 136, the faulting rip; at R - 64 and R - 72 the two arguments of the
     // report. It saves every register the called code may change (the general ones the
-    // ABI lets a callee clobber, the flags, and the x87/SSE/AVX state with xsave), calls
+    // ABI lets a callee clobber, the flags, and the x87/SSE/AVX/AVX-512 state with xsave), calls
     // `rverbs_watch_report(a, b)`, restores them and returns to the faulting instruction
     // with `ret 128`, which leaves rsp as it was. Its CFI describes that frame (a
     // signal frame: the faulting pc is exact), so a backtrace taken in the report
@@ -255,14 +255,20 @@ mod imp {
         "xor eax, eax",
         "mov ecx, 8",
         "rep stosq",
-        "mov eax, -1",
-        "mov edx, -1",
+        // The state components saved: x87, SSE, AVX and the three of AVX-512 (XCR0
+        // bits 0-2 and 5-7, mask 0xE7), the registers compiled code may use. Their
+        // standard-format area ends at byte 2688, inside the 8 KiB reserved above.
+        // Not every enabled component: with AMX (bits 17-18, 8 KiB of tile data at
+        // offset 2816) the whole area is 11 008 bytes, and saving it all wrote past the
+        // reservation over the saved registers (a SIGSEGV in every report on such CPUs).
+        "mov eax, 0xe7",
+        "xor edx, edx",
         "xsave64 [rsp]",
         "mov rdi, [rbp - 56]",
         "mov rsi, [rbp - 64]",
         "call {report}",
-        "mov eax, -1",
-        "mov edx, -1",
+        "mov eax, 0xe7",
+        "xor edx, edx",
         "xrstor64 [rsp]",
         "mov rsp, [rbp - 80]",
         "pop r11",
