@@ -7,6 +7,8 @@
  *   ex      the extended verbs: ibv_wr_start / ibv_wr_rdma_write / ibv_wr_set_sge /
  *           ibv_wr_complete on a QP created with send_ops_flags, then ibv_start_poll /
  *           ibv_end_poll on a CQ made by ibv_create_cq_ex.
+ *   wr      the builder of `ex`, then ibv_poll_cq: perftest's shape (perftest 4.5 posts
+ *           through ibv_wr_* unless given --use_old_post_send, and polls with ibv_poll_cq).
  *   empty   ibv_poll_cq on an empty CQ (the cost of finding nothing; in the thread's CPU
  *           time, as bw below: on an idle machine the same as the wall clock).
  *   send    what one side of perftest's ib_send_lat does per message, both sides in this
@@ -108,6 +110,40 @@ static int run_ex(void)
 			ibv_end_poll(cqx);
 		}
 		printf("wr_* + start_poll: %.1f ns\n", (now() - t0) / n * 1e9);
+	}
+	return 0;
+}
+
+static int run_wr(void)
+{
+	struct side a, b;
+	struct ibv_cq_ex *cqx;
+	struct ibv_qp_ex *qpx;
+	struct ibv_wc wc;
+	const int n = 2000000;
+
+	make_ex_pair(&a, &b, &cqx, &qpx);
+	for (int round = 0; round < 3; round++) {
+		double t0 = now();
+
+		for (int i = 0; i < n; i++) {
+			ibv_wr_start(qpx);
+			qpx->wr_id = i;
+			qpx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf);
+			ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8);
+			if (ibv_wr_complete(qpx)) {
+				fprintf(stderr, "wr_complete failed\n");
+				return 1;
+			}
+			while (ibv_poll_cq(ibv_cq_ex_to_cq(cqx), 1, &wc) == 0)
+				;
+			if (wc.status != IBV_WC_SUCCESS || wc.wr_id != (uint64_t)i) {
+				fprintf(stderr, "poll_cq status %d\n", wc.status);
+				return 1;
+			}
+		}
+		printf("wr_* + poll_cq: %.1f ns\n", (now() - t0) / n * 1e9);
 	}
 	return 0;
 }
@@ -303,6 +339,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "ex"))
 		return run_ex();
+	if (argc > 1 && !strcmp(argv[1], "wr"))
+		return run_wr();
 	if (argc > 1 && !strcmp(argv[1], "send"))
 		return run_send();
 	if (argc > 2 && !strcmp(argv[1], "drain"))

@@ -119,6 +119,31 @@ fn ud_builder_needs_an_address() {
     assert_eq!(poll_one(&b.cq).byte_len(), Some(45));
 }
 
+// The builder keeps a request's UD destination beside it (`BatchBuf::uds`): a second
+// `ibv_wr_set_ud_addr` on the same request replaces the first, and each request of a
+// batch keeps its own.
+#[test]
+fn ud_builder_takes_the_last_address_of_each_request() {
+    let (a, b) = ex_pair(QpType::Ud, SendOps::SEND);
+    let ah = Ah::new(&a.pd, &av(&a.ctx)).unwrap();
+    post_recv(&b, 1, 0, 100);
+    post_recv(&b, 2, 100, 100);
+    let mut w = a.qp.wr_start().unwrap();
+    // A wrong Q_Key first: a datagram sent with it would be dropped by the receiver.
+    w.send(1, SendFlags::SIGNALED).set_inline_data(b"first").set_ud_addr(&ah, b.qp.qp_num(), 0x2222_2222);
+    w.set_ud_addr(&ah, b.qp.qp_num(), 0x1111_1111);
+    w.send(2, SendFlags::SIGNALED).set_inline_data(b"second!").set_ud_addr(&ah, b.qp.qp_num(), 0x1111_1111);
+    w.complete().unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id(), 1);
+    assert_eq!(poll_one(&a.cq).wr_id(), 2);
+    let (r1, r2) = (poll_one(&b.cq), poll_one(&b.cq));
+    assert_eq!((r1.wr_id(), r1.byte_len()), (1, Some(40 + 5)), "both delivered, in order");
+    assert_eq!((r2.wr_id(), r2.byte_len()), (2, Some(40 + 7)));
+    let mut x = [0u8; 7];
+    b.mr.read(100 + 40, &mut x).unwrap();
+    assert_eq!(&x, b"second!");
+}
+
 #[test]
 fn atomic_write_and_bind_through_the_builder() {
     let (a, b) = ex_pair(QpType::Rc, SendOps::ATOMIC_WRITE | SendOps::BIND_MW | SendOps::RDMA_WRITE);

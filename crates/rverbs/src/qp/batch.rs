@@ -108,36 +108,47 @@ impl SendOps {
 const MAX_SGE: usize = limits::MAX_SGE as usize;
 const MAX_INLINE: usize = limits::MAX_INLINE_DATA as usize;
 
-/// A work request being built; its scatter list and inline bytes live in the batch's
-/// shared buffers ([`BatchBuf`]).
+/// A work request being built; its scatter list, inline bytes and the arguments only a
+/// few opcodes have (a UD destination, a window bind) live in the batch's shared buffers
+/// ([`BatchBuf`]). It holds no handle, so emptying a batch drops nothing but the binds,
+/// and it is small enough to be written in place by each builder.
+#[derive(Clone, Copy)]
 struct Pending {
     wr_id: u64,
+    remote_addr: u64,
+    compare_add: u64,
+    swap: u64,
     opcode: WrOpcode,
     flags: SendFlags,
     imm: u32,
-    remote_addr: u64,
     rkey: u32,
-    compare_add: u64,
-    swap: u64,
-    ud: Option<(AddressVector, u32, u32)>,
-    bind: Option<(Mw, u32, Option<Mr>, u64, u64, Access)>,
-    flush: Option<FlushWr>,
     xrc_srqn: u32,
     /// `BatchBuf::sges[sge_start..sge_start + num_sge]`.
-    sge_start: usize,
-    num_sge: usize,
+    sge_start: u32,
+    num_sge: u32,
     /// `BatchBuf::inline[start..start + len]` when the data is inline.
-    inline: Option<(usize, usize)>,
+    inline: Option<(u32, u32)>,
+    /// `BatchBuf::uds[i]`: the UD destination (`ibv_wr_set_ud_addr`).
+    ud: Option<u32>,
+    /// `BatchBuf::binds[i]`: a BIND_MW's window and arguments.
+    bind: Option<u32>,
+    flush: Option<FlushWr>,
 }
 
-/// The storage of a batch: its work requests, their scatter lists and inline bytes. A QP
-/// keeps the buffer of its last batch for the next one, so a steady stream of batches
-/// allocates nothing.
+/// What a BIND_MW work request binds: the window, its new R_Key, the region, the range
+/// and the access.
+type BindArgs = (Mw, u32, Option<Mr>, u64, u64, Access);
+
+/// The storage of a batch: its work requests, their scatter lists and inline bytes, and
+/// the UD destinations and window binds some of them name. A QP keeps the buffer of its
+/// last batch for the next one, so a steady stream of batches allocates nothing.
 #[derive(Default)]
 pub(crate) struct BatchBuf {
     wrs: Vec<Pending>,
     sges: Vec<Sge>,
     inline: Vec<u8>,
+    uds: Vec<(AddressVector, u32, u32)>,
+    binds: Vec<BindArgs>,
 }
 
 impl BatchBuf {
@@ -145,6 +156,10 @@ impl BatchBuf {
         self.wrs.clear();
         self.sges.clear();
         self.inline.clear();
+        self.uds.clear();
+        if !self.binds.is_empty() {
+            self.binds.clear();
+        }
     }
 }
 
@@ -227,23 +242,32 @@ impl SendBatch {
             self.latch(closed, Error::invalid("wr_*", Rule::OpNotInSendOps));
             return None;
         }
-        let sge_start = self.buf.sges.len();
+        // A batch of more requests than the send queue holds can never be posted
+        // (`complete` would refuse it with ENOSPC, as rxe's builders report any lack of
+        // room): refused here, so a batch holds at most `max_send_wr` requests, their
+        // entries and inline bytes within the device limits, and u32 positions fit.
+        if self.buf.wrs.len() >= self.q.cap.max_send_wr as usize {
+            let closed = self.buf.wrs.len();
+            self.latch(closed, Error::NoSpace { verb: "wr_*", why: "send queue full" });
+            return None;
+        }
+        let sge_start = self.buf.sges.len() as u32;
         self.buf.wrs.push(Pending {
             wr_id,
+            remote_addr: 0,
+            compare_add: 0,
+            swap: 0,
             opcode,
             flags,
             imm: 0,
-            remote_addr: 0,
             rkey: 0,
-            compare_add: 0,
-            swap: 0,
-            ud: None,
-            bind: None,
-            flush: None,
             xrc_srqn: 0,
             sge_start,
             num_sge: 0,
             inline: None,
+            ud: None,
+            bind: None,
+            flush: None,
         });
         self.buf.wrs.last_mut()
     }
@@ -348,8 +372,10 @@ impl SendBatch {
 
     /// BIND_MW of a type 2 window (ibv_wr_bind_mw).
     pub fn bind_mw(&mut self, wr_id: u64, flags: SendFlags, mw: &Mw, rkey: u32, bind: &MwBind<'_>) -> &mut Self {
+        let at = self.buf.binds.len() as u32;
         if let Some(p) = self.begin(wr_id, flags, WrOpcode::BindMw) {
-            p.bind = Some((mw.clone(), rkey, bind.mr.cloned(), bind.addr, bind.length, bind.access));
+            p.bind = Some(at);
+            self.buf.binds.push((mw.clone(), rkey, bind.mr.cloned(), bind.addr, bind.length, bind.access));
         }
         self
     }
@@ -368,12 +394,12 @@ impl SendBatch {
     /// Replaces the current work request's data by the scatter list `sges`.
     fn put_sges(&mut self, sges: &[Sge]) {
         let Some(p) = self.current() else { return };
-        let start = p.sge_start;
-        p.num_sge = sges.len();
+        let start = p.sge_start as usize;
+        p.num_sge = sges.len() as u32;
         let inline = p.inline.take();
         // The current work request is the last: its entries and bytes end the buffers.
         if let Some((at, _)) = inline {
-            self.buf.inline.truncate(at);
+            self.buf.inline.truncate(at as usize);
         }
         self.buf.sges.truncate(start);
         self.buf.sges.extend_from_slice(sges);
@@ -415,18 +441,18 @@ impl SendBatch {
             self.latch(closed, Error::NoSpace { verb: "wr_set_inline_data", why: "more than max_inline_data" });
             return self;
         }
-        let end = self.buf.inline.len();
+        let end = self.buf.inline.len() as u32;
         let Some(p) = self.current() else { return self };
-        let start = p.sge_start;
+        let start = p.sge_start as usize;
         p.num_sge = 0;
         let at = match p.inline {
             Some((at, _)) => at,
             None => end,
         };
-        p.inline = Some((at, total));
+        p.inline = Some((at, total as u32));
         // The current work request is the last: its bytes (and entries) end the buffers.
         self.buf.sges.truncate(start);
-        self.buf.inline.truncate(at);
+        self.buf.inline.truncate(at as usize);
         for b in list {
             self.buf.inline.extend_from_slice(b);
         }
@@ -436,8 +462,18 @@ impl SendBatch {
     /// The UD destination (ibv_wr_set_ud_addr): the address handle (`&Ah`, or its
     /// address vector), the destination QP and its Q_Key.
     pub fn set_ud_addr<'a>(&mut self, ah: impl Into<&'a AddressVector>, remote_qpn: u32, remote_qkey: u32) -> &mut Self {
+        let at = self.buf.uds.len() as u32;
         if let Some(p) = self.current() {
-            p.ud = Some((*ah.into(), remote_qpn, remote_qkey));
+            let dest = (*ah.into(), remote_qpn, remote_qkey);
+            match p.ud {
+                // The current request is the last, so its destination ends the list: a
+                // second call replaces it.
+                Some(i) => self.buf.uds[i as usize] = dest,
+                None => {
+                    p.ud = Some(at);
+                    self.buf.uds.push(dest);
+                }
+            }
         }
         self
     }
@@ -599,13 +635,12 @@ impl SendBatch {
 /// Work request `p` of `buf` as `ibv_post_send` takes it.
 fn wr_of<'a>(buf: &'a BatchBuf, p: &'a Pending) -> SendWr<'a> {
     let payload = match p.inline {
-        Some((at, len)) => Payload::Inline(&buf.inline[at..at + len]),
-        None => Payload::Sge(&buf.sges[p.sge_start..p.sge_start + p.num_sge]),
+        Some((at, len)) => Payload::Inline(&buf.inline[at as usize..(at + len) as usize]),
+        None => Payload::Sge(&buf.sges[p.sge_start as usize..(p.sge_start + p.num_sge) as usize]),
     };
-    let bind = p.bind.as_ref().map(|(mw, rkey, mr, addr, length, access)| BindMwWr {
-        mw,
-        rkey: *rkey,
-        bind: MwBind { mr: mr.as_ref(), addr: *addr, length: *length, access: *access },
+    let bind = p.bind.map(|i| {
+        let (mw, rkey, mr, addr, length, access) = &buf.binds[i as usize];
+        BindMwWr { mw, rkey: *rkey, bind: MwBind { mr: mr.as_ref(), addr: *addr, length: *length, access: *access } }
     });
     let inline = if p.inline.is_some() { SendFlags::INLINE } else { SendFlags::empty() };
     SendWr {
@@ -618,7 +653,10 @@ fn wr_of<'a>(buf: &'a BatchBuf, p: &'a Pending) -> SendWr<'a> {
         rkey: p.rkey,
         compare_add: p.compare_add,
         swap: p.swap,
-        ud: p.ud.as_ref().map(|(ah, qpn, qkey)| UdDest { ah, remote_qpn: *qpn, remote_qkey: *qkey }),
+        ud: p.ud.map(|i| {
+            let (ah, qpn, qkey) = &buf.uds[i as usize];
+            UdDest { ah, remote_qpn: *qpn, remote_qkey: *qkey }
+        }),
         bind,
         flush: p.flush,
         xrc_remote_srqn: p.xrc_srqn,
