@@ -298,7 +298,8 @@ def attack(kind, v, rng):
             os.close(fd)
         return f"{name} {how} {len(data)} bytes"
     if kind == "counters":
-        # shm/counters.rs: the magic word, then one word per counter; written by its
+        # shm/counters.rs: the magic word, one word per counter, then the lanes (a held
+        # word and the counters again, each held by one send queue); written by its
         # owner, read by `rverbs stat` (hostile_seg.sh runs it after the rounds).
         p = pick(r"counters$")
         if p is None:

@@ -262,11 +262,8 @@ impl QpInner {
         if let Some(s) = step.as_mut() {
             s.requester_done();
         }
-        if matches!(op, ExpressOp::Send { .. }) {
-            // rxe `rdma_sends`: a SEND completed (the same-host link counted the request
-            // and the receive).
-            self.pd.endpoint().counters.add(Counter::RdmaSends);
-        }
+        // rxe `rdma_sends` of a SEND: counted by the same-host link with its request and
+        // receive (`transport::host::express`).
         if self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
             let cqe = Cqe::success(wr.wr_id, self.qpn, wc_opcode, len);
             if self.send_cq.push(cqe).is_err() {

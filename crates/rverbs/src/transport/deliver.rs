@@ -98,6 +98,13 @@ pub(crate) fn wc_imm(c: &RecvCompletion) -> u32 {
 /// Writes a receive completion at the target; an overrun of its CQ moves it to ERR
 /// with QP_FATAL and the message counts as unanswered (rxe: no ACK is sent).
 pub(crate) fn deliver_recv<T: Target>(t: &T, cqe: Cqe, counters: &CounterBlock) -> Result<(), ()> {
+    deliver_recv_counting(t, cqe, |c| counters.add(c))
+}
+
+/// [`deliver_recv`] counting through `count` (the express lane counts in its send
+/// queue's lane of the counters, `shm::counters::CounterLane`).
+#[inline]
+pub(crate) fn deliver_recv_counting<T: Target>(t: &T, cqe: Cqe, count: impl FnOnce(Counter)) -> Result<(), ()> {
     let success = cqe.status() == WcStatus::Success;
     if t.complete(cqe).is_err() {
         t.enter_error(Some(EventType::QpFatal));
@@ -105,7 +112,7 @@ pub(crate) fn deliver_recv<T: Target>(t: &T, cqe: Cqe, counters: &CounterBlock) 
     }
     if success {
         // rxe `rdma_recvs` (its responder's `do_complete`, status success).
-        counters.add(Counter::RdmaRecvs);
+        count(Counter::RdmaRecvs);
     }
     Ok(())
 }

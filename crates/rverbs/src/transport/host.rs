@@ -25,7 +25,7 @@ use rverbs_proto::wire;
 use rverbs_proto::wire::roce::Packet as RocePacket;
 
 use super::respond::Responding;
-use super::deliver::{count_delivery, deliver_recv, deliver_ud, place_message, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
+use super::deliver::{count_delivery, deliver_recv, deliver_recv_counting, deliver_ud, place_message, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
 use super::rendezvous::Rendezvous;
 use super::respond::Head;
 use crate::rings::tag_list::TmRecv;
@@ -42,7 +42,7 @@ use crate::rings::recv_ring::RecvWqe;
 use crate::qp::QpInner;
 use crate::transport::grh;
 use crate::rings::wc::Cqe;
-use crate::shm::counters::Counter;
+use crate::shm::counters::{Counter, CounterLane};
 
 /// The data a request carries, gathered and checked on the requester side.
 enum Gathered<'g, 'a> {
@@ -78,11 +78,14 @@ pub(crate) struct HostLink {
     /// The instant handed to the responder machines, which read no clock themselves and
     /// keep no timer on the responder side.
     epoch: Instant,
+    /// The express lane's lane of the endpoint's counters (docs/device.md, "Where they
+    /// live"), taken at its first request: the send queue's lock makes it one writer.
+    counts: Option<CounterLane>,
 }
 
 impl HostLink {
     pub(crate) fn new(engine: &'static Engine, net: Option<&'static Net>, mcast: &'static Groups) -> HostLink {
-        HostLink { engine, net, mcast, route: None, memos: Default::default(), ud: None, epoch: Instant::now() }
+        HostLink { engine, net, mcast, route: None, memos: Default::default(), ud: None, epoch: Instant::now(), counts: None }
     }
 
     /// Forgets the responder (`modify_qp` changed the path, or a new requester starts).
@@ -157,6 +160,7 @@ pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: 
     if qp.qp_type != QpType::Rc {
         return Expressed::No;
     }
+    let counts = path.counts.get_or_insert_with(|| qp.pd.endpoint().counters.lane());
     let memos = &path.memos;
     match path.route.as_mut() {
         Some(Route { to: Routed::Local(t), responder, seen }) => {
@@ -179,14 +183,14 @@ pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: 
                 refresh(responder, responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU));
                 *seen = Some(writes);
             }
-            express_to(qp, t, responder, memos, w)
+            express_to(qp, t, responder, memos, counts, w)
         }
         Some(Route { to: Routed::Peer(t), responder, .. }) => {
             if !(t.still_valid() && super::route::answers(t.rec(), qp.qpn, req)) {
                 return Expressed::No;
             }
             refresh(responder, responder_config(Mode::Rc, t.rec(), UNSEGMENTED_MTU));
-            express_to(qp, t, responder, memos, w)
+            express_to(qp, t, responder, memos, counts, w)
         }
         _ => Expressed::No,
     }
@@ -204,8 +208,8 @@ fn refresh(responder: &mut Responder, mut cfg: ResponderConfig) {
 }
 
 /// [`express`] once the route is known to answer and `responder` has the target's
-/// current attributes.
-fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: &[KeyMemo; 2], w: &Express<'_>) -> Expressed {
+/// current attributes; what it delivers is counted in `counts`.
+fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: &[KeyMemo; 2], counts: &mut CounterLane, w: &Express<'_>) -> Expressed {
     let accepted = match w.op {
         ExpressOp::Write { .. } => responder.express_write_ok(w.psn, w.len),
         ExpressOp::Send { .. } => responder.express_send_ok(w.psn, w.len),
@@ -281,7 +285,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
             // A word that faulted was not changed: the queued way tries it again.
             let Ok(original) = mr::atomic(&word, op) else { return Expressed::No };
             responder.express_atomic_done(w.psn, original);
-            qp.pd.endpoint().counters.add(Counter::LocalRequests);
+            counts.add(Counter::LocalRequests);
             // Executed: from here on the request is done whatever follows. The original
             // value into the scatter list, as the queued way's completer stores it.
             let stored = match src {
@@ -299,9 +303,12 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
             t.note_inbound();
             let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return Expressed::No };
             let c = responder.express_send_done(w.psn, wr_id, w.len, solicited, imm);
-            if !deliver_express(qp, t, responder, &c, taken) {
+            if !deliver_express(t, responder, counts, &c, taken) {
                 return Expressed::No;
             }
+            // rxe `rdma_sends`: a SEND completed (the request and the receive are
+            // counted here too).
+            counts.add(Counter::RdmaSends);
         }
         ExpressOp::WriteImm { rkey, va, imm, solicited } => {
             // The bytes first (none for a zero-length WRITE, whose R_Key is not checked),
@@ -320,23 +327,23 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
             t.note_inbound();
             let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return Expressed::No };
             let c = responder.express_write_imm_done(w.psn, wr_id, w.len, solicited, imm);
-            if !deliver_express(qp, t, responder, &c, taken) {
+            if !deliver_express(t, responder, counts, &c, taken) {
                 return Expressed::No;
             }
         }
     }
     // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
-    qp.pd.endpoint().counters.add(Counter::LocalRequests);
+    counts.add(Counter::LocalRequests);
     Expressed::Done
 }
 
 /// The receive completion `c` of an express SEND or WRITE with immediate, published as
 /// the queued way's is (`taken`: the consumed count it carries to the queue's owner);
 /// `false` if the receive CQ overran, which ended the responder (QP_FATAL).
-fn deliver_express<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, c: &RecvCompletion, taken: Option<crate::rings::recv_count::TakenCount>) -> bool {
+fn deliver_express<T: Target>(t: &T, responder: &mut Responder, counts: &mut CounterLane, c: &RecvCompletion, taken: Option<crate::rings::recv_count::TakenCount>) -> bool {
     let mut cqe = recv_cqe(t, c);
     cqe.rq_taken = taken;
-    if deliver_recv(t, cqe, qp.pd.endpoint().counters).is_err() {
+    if deliver_recv_counting(t, cqe, |c| counts.add(c)).is_err() {
         responder.enter_error();
         return false;
     }
