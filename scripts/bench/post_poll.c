@@ -77,6 +77,21 @@ static void make_ex_pair(struct side *a, struct side *b, struct ibv_cq_ex **cqx,
 	to_rts(b->qp, a->qp->qp_num, gid, ALL_ACCESS);
 }
 
+/* Posts a signaled 8-byte RDMA WRITE from a's buffer to b's through the builder. */
+static inline int wr_write8(struct ibv_qp_ex *qpx, struct side *a, struct side *b, uint64_t id)
+{
+	ibv_wr_start(qpx);
+	qpx->wr_id = id;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qpx, b->mr->rkey, (uintptr_t)b->buf);
+	ibv_wr_set_sge(qpx, a->mr->lkey, (uintptr_t)a->buf, 8);
+	if (ibv_wr_complete(qpx)) {
+		fprintf(stderr, "wr_complete failed\n");
+		return 1;
+	}
+	return 0;
+}
+
 static int run_ex(void)
 {
 	struct side a, b;
@@ -92,15 +107,8 @@ static int run_ex(void)
 			struct ibv_poll_cq_attr pa = {.comp_mask = 0};
 			int rc;
 
-			ibv_wr_start(qpx);
-			qpx->wr_id = i;
-			qpx->wr_flags = IBV_SEND_SIGNALED;
-			ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf);
-			ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8);
-			if (ibv_wr_complete(qpx)) {
-				fprintf(stderr, "wr_complete failed\n");
+			if (wr_write8(qpx, &a, &b, i))
 				return 1;
-			}
 			while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT)
 				;
 			if (rc || cqx->status != IBV_WC_SUCCESS || cqx->wr_id != (uint64_t)i) {
@@ -127,15 +135,8 @@ static int run_wr(void)
 		double t0 = now();
 
 		for (int i = 0; i < n; i++) {
-			ibv_wr_start(qpx);
-			qpx->wr_id = i;
-			qpx->wr_flags = IBV_SEND_SIGNALED;
-			ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf);
-			ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8);
-			if (ibv_wr_complete(qpx)) {
-				fprintf(stderr, "wr_complete failed\n");
+			if (wr_write8(qpx, &a, &b, i))
 				return 1;
-			}
 			while (ibv_poll_cq(ibv_cq_ex_to_cq(cqx), 1, &wc) == 0)
 				;
 			if (wc.status != IBV_WC_SUCCESS || wc.wr_id != (uint64_t)i) {
