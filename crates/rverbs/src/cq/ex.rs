@@ -62,7 +62,16 @@ impl CqInner {
 
     /// Removes the oldest completion and makes it the current one of the batch.
     fn pop_polled(&self) -> Option<ExEntry> {
-        let current = self.pop_live(self.seg())?;
+        let seg = self.seg();
+        let words = self.pop_words(seg, &seg.ring().consumer(), usize::MAX)?;
+        // What the `ibv_wc_read_*` functions read ([`Cq::polled`] decodes them): the
+        // ring's words as they were, not the decoded CQE written back (decoding is a
+        // function of the words, so the reader gets this same CQE).
+        for (slot, w) in self.polled.iter().zip(words) {
+            slot.store(w, Ordering::Relaxed);
+        }
+        let current = Cqe::decode(&words);
+        self.heard.polled(current.rq_taken, current.receive_or_error());
         if crate::sanitizer::on() {
             current.sanitize_polled(self.ctx.endpoint.slot);
         }
@@ -71,9 +80,6 @@ impl CqInner {
             stats.waiting(self.id, self.seg().ring().len() + 1);
             stats.completion(current.qp_num, current.polled());
             stats.polled(self.id, 1);
-        }
-        for (slot, w) in self.polled.iter().zip(current.encode()) {
-            slot.store(w, Ordering::Relaxed);
         }
         Some(ExEntry { flags: self.wc_flags, current })
     }
