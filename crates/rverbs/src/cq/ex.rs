@@ -66,7 +66,9 @@ impl CqInner {
         let words = self.pop_words(seg, &seg.ring().consumer(), usize::MAX)?;
         // What the `ibv_wc_read_*` functions read ([`Cq::polled`] decodes them): the
         // ring's words as they were, not the decoded CQE written back (decoding is a
-        // function of the words, so the reader gets this same CQE).
+        // function of the words, so the reader gets this same CQE). These are the steps
+        // of `CqInner::pop_live_from` with the words kept between them; that helper
+        // taking a closure for them measured 17 instructions more per poll here.
         for (slot, w) in self.polled.iter().zip(words) {
             slot.store(w, Ordering::Relaxed);
         }

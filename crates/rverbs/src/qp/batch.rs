@@ -157,6 +157,8 @@ impl BatchBuf {
         self.sges.clear();
         self.inline.clear();
         self.uds.clear();
+        // Skipped when empty, as it almost always is: its drop glue's call costs a few
+        // instructions on every `ibv_wr_complete`.
         if !self.binds.is_empty() {
             self.binds.clear();
         }
