@@ -328,3 +328,82 @@ fn write_from_past_a_remembered_local_region_is_loc_prot_err() {
     src.dereg().unwrap();
     drop(buf);
 }
+
+/// SENDs of 8 bytes into receives naming `recv`, each checked: the first goes the queued
+/// way, the next ones the express lane, which remembers the receive's key
+/// (docs/shared-state.md, "Remembered keys").
+#[track_caller]
+fn send_into_remembered(a: &Side, b: &Side, recv: &[Sge]) {
+    a.mr.write(0, &[7u8; 8]).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    for id in 0..4 {
+        b.qp.post_recv(&[RecvWr::new(id, recv)]).unwrap();
+        a.qp.post_send(&[SendWr::send(id, &sge).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+        assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    }
+}
+
+/// ibv_post_recv(3): a remembered receive key bounds each receive by itself — after SENDs
+/// into the end of the region, a receive whose one SGE runs a byte past it takes nothing:
+/// the receive completes LOC_QP_OP_ERR (rxe's malformed receive WQE), the SEND
+/// REM_OP_ERR, and the byte after the region is untouched.
+#[test]
+fn a_receive_past_a_remembered_region_is_loc_qp_op_err() {
+    let (a, b) = pair(QpType::Rc);
+    let mut buf = vec![0u8; 128];
+    // SAFETY: `buf` outlives the region (deregistered below).
+    let dst = unsafe { b.pd.reg_mr(buf.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    let inside = [Sge { addr: dst.iova() + 56, length: 8, lkey: dst.lkey() }];
+    send_into_remembered(&a, &b, &inside);
+    let past = [Sge { addr: dst.iova() + 57, ..inside[0] }];
+    b.qp.post_recv(&[RecvWr::new(9, &past)]).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(9, &sge).signaled()]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::LocQpOpErr);
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemOpErr);
+    dst.dereg().unwrap();
+    assert_eq!(&buf[56..64], &[7u8; 8], "the SENDs before it landed");
+    assert_eq!(buf[64], 0, "nothing past the region");
+}
+
+/// ibv_dereg_mr(3), ibv_reg_mr(3): a receive region deregistered and another registered
+/// in its key slot, with the same key once the key byte has come round (256 registrations
+/// later), is checked anew after SENDs into the old one: a receive naming the new region
+/// takes the next SEND there, and one naming the old range is refused, the old buffer
+/// untouched.
+#[test]
+fn a_receive_key_registered_again_takes_the_new_region_only() {
+    let (a, b) = pair(QpType::Rc);
+    let mut old = vec![0u8; 4096];
+    // SAFETY: `old` outlives the region (deregistered below).
+    let dst = unsafe { b.pd.reg_mr(old.as_mut_ptr(), old.len(), Access::LOCAL_WRITE) }.unwrap();
+    let (lkey, iova) = (dst.lkey(), dst.iova());
+    send_into_remembered(&a, &b, &[Sge { addr: iova + 1024, length: 8, lkey }]);
+    dst.dereg().unwrap();
+    old.fill(0);
+    let mut new = vec![0u8; 64];
+    // SAFETY: `new` outlives every region over it (each deregistered below).
+    let mut again = unsafe { b.pd.reg_mr(new.as_mut_ptr(), new.len(), Access::LOCAL_WRITE) }.unwrap();
+    for _ in 0..256 {
+        if again.lkey() == lkey {
+            break;
+        }
+        again.dereg().unwrap();
+        // SAFETY: as above.
+        again = unsafe { b.pd.reg_mr(new.as_mut_ptr(), new.len(), Access::LOCAL_WRITE) }.unwrap();
+    }
+    assert_eq!(again.lkey(), lkey, "the key byte wrapped round");
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    b.qp.post_recv(&[RecvWr::new(20, &[Sge { addr: again.iova(), length: 8, lkey }])]).unwrap();
+    a.qp.post_send(&[SendWr::send(20, &sge).signaled()]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success, "the new region, at its own address");
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    assert_eq!(&new[..8], &[7u8; 8]);
+    b.qp.post_recv(&[RecvWr::new(21, &[Sge { addr: iova + 1024, length: 8, lkey }])]).unwrap();
+    a.qp.post_send(&[SendWr::send(21, &sge).signaled()]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::LocQpOpErr, "the old range is not the new region's");
+    assert_eq!(poll_one(&a.cq).status(), WcStatus::RemOpErr);
+    assert!(old.iter().all(|&x| x == 0), "the old buffer is not written");
+    again.dereg().unwrap();
+}

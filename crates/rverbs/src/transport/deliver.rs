@@ -19,7 +19,7 @@ use super::respond::Responding;
 use super::route::{endpoint_of, responder_config};
 use super::target::{LocalTarget, PeerTarget, Target};
 use crate::engine::Engine;
-use crate::mr::{self, PinList, Source};
+use crate::mr::{self, KeySpace, PinList, Source};
 use crate::rings::recv_ring::RecvWqe;
 use crate::rings::tag_list::{TmRecv, TMH_LEN};
 use crate::rings::wc::Cqe;
@@ -29,11 +29,26 @@ use crate::shm::counters::{Counter, CounterBlock};
 /// receive must hold it, and its SGEs are pinned for LOCAL_WRITE under `t`'s PD before a
 /// byte is copied (ibv_post_recv(3); docs/rocev2-wire.md §3.3). Whether it was placed.
 pub(crate) fn place_message<T: Target>(t: &T, r: &RecvWqe, src: Source<'_, '_>, n: u64) -> bool {
+    place_message_in(&t.keys(), t.pd(), r, src, n)
+}
+
+/// [`place_message`] with the target's keys `keys` (the express lane's remember the last
+/// receive key: [`KeySpace::remembering`]) and PD `pd`.
+pub(crate) fn place_message_in(keys: &KeySpace<'_>, pd: u32, r: &RecvWqe, src: Source<'_, '_>, n: u64) -> bool {
     if r.capacity() < n {
         return false;
     }
+    // One entry that is not empty, the usual receive: pinned without a list, as
+    // `pin_sges_into` pins it (`min(length, n)` bytes from its address), and copied as
+    // `copy_message` copies into a list of one range.
+    if let [s] = r.sges() {
+        if s.length != 0 && n != 0 {
+            let via = mr::Via { key: s.lkey, pd, used: mr::KeyUse::Local, need: Access::LOCAL_WRITE, va: s.addr };
+            return keys.pin_one(via, u64::from(s.length).min(n)).is_ok_and(|d| mr::copy_to(&d, src).is_ok());
+        }
+    }
     let mut dst = PinList::new();
-    mr::pin_sges_into(&t.keys(), t.pd(), r.sges(), Access::LOCAL_WRITE, n, &mut dst).is_ok()
+    mr::pin_sges_into(keys, pd, r.sges(), Access::LOCAL_WRITE, n, &mut dst).is_ok()
         && mr::copy_message(&dst, 0, src).is_ok()
 }
 

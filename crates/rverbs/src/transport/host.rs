@@ -25,7 +25,7 @@ use rverbs_proto::wire;
 use rverbs_proto::wire::roce::Packet as RocePacket;
 
 use super::respond::Responding;
-use super::deliver::{count_delivery, deliver_recv, deliver_recv_counting, deliver_ud, place_message, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
+use super::deliver::{count_delivery, deliver_recv, deliver_recv_counting, deliver_ud, place_message_in, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
 use super::rendezvous::Rendezvous;
 use super::respond::Head;
 use crate::rings::tag_list::TmRecv;
@@ -71,9 +71,10 @@ pub(crate) struct HostLink {
     /// The device's multicast groups (UD sends to a group).
     mcast: &'static Groups,
     route: Option<Route>,
-    /// The express lane's memos of the last local key (the scatter list's) and remote key
-    /// (the target's, when its QP is of this process) it checked ([`KeyMemo`]).
-    memos: [KeyMemo; 2],
+    /// The express lane's memos of the last local key (the scatter list's), remote key
+    /// and receive key (the target's, when its QP is of this process) it checked
+    /// ([`KeyMemo`]).
+    memos: [KeyMemo; 3],
     ud: Option<Responder>,
     /// The instant handed to the responder machines, which read no clock themselves and
     /// keep no timer on the responder side.
@@ -209,7 +210,7 @@ fn refresh(responder: &mut Responder, mut cfg: ResponderConfig) {
 
 /// [`express`] once the route is known to answer and `responder` has the target's
 /// current attributes; what it delivers is counted in `counts`.
-fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: &[KeyMemo; 2], counts: &mut CounterLane, w: &Express<'_>) -> Expressed {
+fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: &[KeyMemo; 3], counts: &mut CounterLane, w: &Express<'_>) -> Expressed {
     let accepted = match w.op {
         ExpressOp::Write { .. } => responder.express_write_ok(w.psn, w.len),
         ExpressOp::Send { .. } => responder.express_send_ok(w.psn, w.len),
@@ -299,7 +300,8 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
             };
         }
         ExpressOp::Send { solicited, imm } => {
-            let mut fits = |r: &RecvWqe| place_message(t, r, src, u64::from(w.len));
+            let recv_keys = t.keys().remembering(&memos[2]);
+            let mut fits = |r: &RecvWqe| place_message_in(&recv_keys, t.pd(), r, src, u64::from(w.len));
             t.note_inbound();
             let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return Expressed::No };
             let c = responder.express_send_done(w.psn, wr_id, w.len, solicited, imm);
