@@ -13,7 +13,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::mr::endpoint::Endpoint;
@@ -22,6 +22,7 @@ use crate::rings::recv_count::{self, TakenCount};
 use crate::rings::wr::{PostError, RecvWr};
 use crate::shm::lock::ShmLock;
 use crate::shm::{Segment, ShmSafe};
+use crate::spin::SpinMutex;
 use crossbeam_utils::CachePadded;
 
 /// Largest scatter list a receive (or send) work request can have on this device.
@@ -436,14 +437,18 @@ impl RecvRing {
 /// keeps registered until the receive is consumed.
 pub(crate) struct RecvQueue {
     ring: RecvRing,
-    keep: Mutex<Vec<Option<Arc<MrInner>>>>,
+    /// Also the posters' lock (ibv_post_recv(3) may be called from several threads): held
+    /// for the length of one post, as the send queue's, and released with a Release store
+    /// (`crate::spin`: no protocol looks past it; `std::sync::Mutex` released with a
+    /// locked exchange, one more per post).
+    keep: SpinMutex<Vec<Option<Arc<MrInner>>>, false>,
 }
 
 impl RecvQueue {
     pub(crate) fn new(path: &Path, max_wr: u32, max_sge: u32, me: &'static Endpoint) -> Result<Self> {
         let ring = RecvRing::create(path, max_wr, max_sge, me)?;
         let slots = ring.cap * ring.max_sge;
-        Ok(RecvQueue { ring, keep: Mutex::new(vec![None; slots]) })
+        Ok(RecvQueue { ring, keep: SpinMutex::new(vec![None; slots]) })
     }
 
     pub(crate) fn ring(&self) -> &RecvRing {
@@ -469,7 +474,7 @@ impl RecvQueue {
         verb: &'static str,
         heard: Option<u32>,
     ) -> Result<(), PostError> {
-        let mut keep = self.keep.lock().expect("rq keep");
+        let mut keep = self.keep.lock();
         let per = self.ring.max_sge;
         self.ring.post(wrs, verb, heard, |slot, wr| {
             let base = slot * per;
@@ -490,7 +495,7 @@ impl RecvQueue {
     /// Removes every receive, oldest first, returning their wr_ids.
     pub(crate) fn drain(&self) -> Vec<u64> {
         let ids = self.ring.drain();
-        self.keep.lock().expect("rq keep").iter_mut().for_each(|k| *k = None);
+        self.keep.lock().iter_mut().for_each(|k| *k = None);
         ids
     }
 
@@ -498,8 +503,8 @@ impl RecvQueue {
     /// keep registered.
     pub(crate) fn absorb(&self, old: &RecvQueue, gen: u32) {
         // Posts to either queue wait (they hold `keep` while they write the ring).
-        let mut okeep = old.keep.lock().expect("rq keep");
-        let mut keep = self.keep.lock().expect("rq keep");
+        let mut okeep = old.keep.lock();
+        let mut keep = self.keep.lock();
         let (ohead, n) = self.ring.absorb(&old.ring, gen);
         let per = self.ring.max_sge.min(old.ring.max_sge);
         for k in 0..n {
@@ -585,6 +590,32 @@ mod tests {
         let want: Vec<Sge> = (0..2).map(|k| Sge { addr: 10 + k, length: 1, lkey: 5 }).collect();
         assert_eq!((wqe.wr_id, wqe.sges()), (7, &want[..]));
         assert_eq!(read_slot(&words, MAX_SGE).sges().len(), 3, "no more than the slot's words");
+    }
+
+    #[test]
+    fn receives_posted_from_four_threads_at_once_are_each_taken_once() {
+        let d = dir("threads");
+        let rq = RecvQueue::new(&d.join("q"), 1000, 1, me()).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let rq = &rq;
+                s.spawn(move || {
+                    for i in 0..250 {
+                        let sg = [sge(t * 1000 + i)];
+                        rq.post(&[RecvWr::new(t * 1000 + i, &sg)], None, "post_recv", None).unwrap();
+                    }
+                });
+            }
+        });
+        let mut ids: Vec<u64> = std::iter::from_fn(|| rq.take()).map(|t| {
+            assert_eq!(t.wqe.sges(), &[sge(t.wqe.wr_id)], "each slot whole");
+            t.wqe.wr_id
+        }).collect();
+        ids.sort_unstable();
+        let want: Vec<u64> = (0..4).flat_map(|t| (0..250).map(move |i| t * 1000 + i)).collect();
+        assert_eq!(ids, want);
+        drop(rq);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
