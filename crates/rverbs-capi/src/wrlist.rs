@@ -66,6 +66,21 @@ pub(crate) unsafe fn post_recv_list(
     bad_wr: *mut *mut ibv_recv_wr,
     post: impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs::PostError>,
 ) -> c_int {
+    // One request (the common case, a receive posted again after its completion): no
+    // chunk arrays to fill, as `post_send_list`.
+    // SAFETY: C contract: every request of the list is valid during the call.
+    if let Some(c) = unsafe { wr.as_ref() }.filter(|c| c.next.is_null()) {
+        // SAFETY: as above.
+        return match unsafe { sge_slice(c.sg_list, c.num_sge) } {
+            Ok(sges) => match post(&[RecvWr::new(c.wr_id, sges)]) {
+                Ok(()) => 0,
+                // SAFETY: bad_wr is NULL or writable.
+                Err(pe) => unsafe { refuse(bad_wr, wr, pe.error.c_errno()) },
+            },
+            // SAFETY: bad_wr is NULL or writable.
+            Err(e) => unsafe { refuse(bad_wr, wr, e) },
+        };
+    }
     let mut next = wr;
     while !next.is_null() {
         let mut wrs = [RecvWr::new(0, &[]); RECV_CHUNK];
