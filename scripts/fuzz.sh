@@ -4,7 +4,8 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #
 # SECONDS_PER_TARGET defaults to 20 (the CI's short mode); TARGETs default to every
-# fuzz/fuzz_targets/*.rs. Each target runs on a copy of its committed seed corpus
+# fuzz/fuzz_targets/*.rs. Each target first replays its kept crash inputs
+# (fuzz/regressions/<target>/, each must run clean), then runs on a copy of its committed seed corpus
 # (fuzz/corpus/<target>/) in a temporary directory, so nothing is ever written into the
 # repository; a crash input is copied to $FUZZ_ARTIFACTS (default: target dir's
 # fuzz-artifacts/) and its path printed. Keep a crash as fuzz/regressions/<target>/<file>
@@ -58,6 +59,21 @@ bin=$tdir/$host/release
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failed=()
+# Every crash input kept as a regression, replayed first by its target's binary (given
+# files, libFuzzer runs each once and exits; the committed corpus is replayed below, as
+# the start of each target's run).
+for t in "${targets[@]}"; do
+    [ -d "fuzz/regressions/$t" ] || continue
+    mapfile -t inputs < <(find "fuzz/regressions/$t" -type f | sort)
+    [ ${#inputs[@]} -gt 0 ] || continue
+    if "$bin/$t" -timeout=10 -rss_limit_mb=2048 "${inputs[@]}" >"$work/$t.replay.log" 2>&1; then
+        echo "fuzz.sh: $t: ${#inputs[@]} regressions replayed"
+    else
+        echo "fuzz.sh: $t: a regression fails again" >&2
+        grep -E "panicked|ERROR|SUMMARY|Running: " "$work/$t.replay.log" | tail -n 20 >&2
+        failed+=("$t (regressions)")
+    fi
+done
 printf '%-16s %14s %10s %8s %8s\n' target executions exec/s seconds status > "$work/summary"
 for t in "${targets[@]}"; do
     mkdir -p "$work/$t"

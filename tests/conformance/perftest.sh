@@ -13,6 +13,10 @@
 #   PERFTEST_ITERS    iterations per message size, -n (default 100; perftest's minimum is 5)
 #   PERFTEST_TIMEOUT  seconds each side may run (default 120)
 #   PERFTEST_PORT     first TCP port to use (default: random, below the ephemeral range)
+#   PERFTEST_LAT_SIZES  the latency programs (ib_*_lat but atomics) run once per size
+#                     listed here (-s SIZE) instead of with -a (default: unset, -a);
+#                     fast_path_off.sh's second pass sets it, as -a costs a latency
+#                     program ~10 s whatever -n is (below)
 #
 # Pairs (every one with -d rverbs0 -x 1 -F -n ITERS; -F only silences the cpufreq
 # warning):
@@ -71,12 +75,31 @@ common=(-d "$DEV" -x "$GID_INDEX" -F -n "$ITERS")
 echo "perftest.sh: ${common[*]} on every pair, client to 127.0.0.1, ${TIMEOUT} s timeout"
 
 all=8388608   # the last size of -a (2^23)
+
+# lat_pair PROGRAM ARGS...: a latency program over every size (-a), or, when
+# PERFTEST_LAT_SIZES is set, one pair per size it lists (-s SIZE).
+lat_pair() {
+  local prog=$1 size
+  shift
+  if [ -z "${PERFTEST_LAT_SIZES:-}" ]; then
+    run_pair $all "$prog" -a "$@"
+    return
+  fi
+  for size in $PERFTEST_LAT_SIZES; do
+    run_pair "$size" "$prog" -s "$size" "$@"
+  done
+}
+
 # WRITE: no -e (perftest: "Events feature not available on WRITE verb").
 run_pair $all ib_write_bw -a
-run_pair $all ib_write_lat -a
-for t in ib_read_bw ib_read_lat ib_send_bw ib_send_lat; do
+lat_pair ib_write_lat
+for t in ib_read_bw ib_send_bw; do
   run_pair $all "$t" -a
   run_pair $all "$t" -a -e
+done
+for t in ib_read_lat ib_send_lat; do
+  lat_pair "$t"
+  lat_pair "$t" -e
 done
 # Atomics: 8 bytes, no -a (perftest: "Message size cannot be changed for Atomic tests").
 for t in ib_atomic_bw ib_atomic_lat; do

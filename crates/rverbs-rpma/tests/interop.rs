@@ -61,10 +61,23 @@ const NAME_SIZE: usize = 32;
 const CLIENTS: usize = 3;
 
 /// The drop-in directory: `libibverbs.so.1` and `librdmacm.so.1` (and their link-time
-/// names) built from this workspace.
+/// names) built from this workspace, or the prebuilt libraries that
+/// `RVERBS_CAPI_CDYLIB` and `RVERBS_RDMACM_CDYLIB` name (scripts/test.sh names the ones
+/// its workspace build made, instead of a second build of the whole stack here).
 fn dropin() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        if let (Some(verbs), Some(cm)) = (std::env::var_os("RVERBS_CAPI_CDYLIB"), std::env::var_os("RVERBS_RDMACM_CDYLIB")) {
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rpma-dropin-given-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            for (name, lib) in [("libibverbs.so.1", &verbs), ("libibverbs.so", &verbs), ("librdmacm.so.1", &cm), ("librdmacm.so", &cm)] {
+                assert!(Path::new(lib).is_file(), "{} is not a file", Path::new(lib).display());
+                let link = dir.join(name);
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(lib, &link).unwrap();
+            }
+            return dir;
+        }
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rpma-dropin");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
