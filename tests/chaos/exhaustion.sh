@@ -16,7 +16,7 @@ if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null; then
   echo "exhaustion.sh: SKIPPED: needs root and unshare(1) for a private tmpfs"
   exit 0
 fi
-cargo build --release -q -p rverbs-chaos
+scripts/build-dropin.sh >/dev/null   # builds rverbs-chaos
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 bin="$target_dir/release/rverbs-chaos"
 

@@ -41,7 +41,7 @@ if [ "$(id -u)" != 0 ]; then
   echo "hostile_net.sh: SKIPPED: needs root to create network namespaces"
   exit 0
 fi
-cargo build --release -q -p rverbs-chaos
+scripts/build-dropin.sh >/dev/null   # builds rverbs-chaos
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 BIN=${target_dir:-target}/release/rverbs-chaos
 # shellcheck source=tests/conformance/lib/netns.bash

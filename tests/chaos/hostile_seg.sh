@@ -73,7 +73,7 @@ trap 'exit 130' INT TERM
 
 gcc -O2 -Wall -Wextra -Werror -o "$work/victim" tests/chaos/victim.c -libverbs || exit 1
 # `rverbs stat`, the reader of every endpoint's counters segment (attacked in a).
-cargo build -q --release -p rverbs-cli >&2 || exit 1
+scripts/build-dropin.sh >/dev/null || exit 1   # builds the CLI
 target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 STAT=${target:-target}/release/rverbs
 export LD_LIBRARY_PATH=$DROPIN

@@ -42,7 +42,7 @@ NET_OPTS=(--window 8 --timeout 18 --wr-ms 30000)
 A=rvsoak-a B=rvsoak-b
 IP_A=10.72.0.1 IP_B=10.72.0.2
 
-cargo build --release -q -p rverbs-chaos
+scripts/build-dropin.sh >/dev/null   # builds rverbs-chaos
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 BIN=${target_dir:-target}/release/rverbs-chaos
 # shellcheck source=tests/conformance/lib/netns.bash

@@ -15,8 +15,7 @@ NAME=nccl_sysfs.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-[ -n "${DROPIN_DIR:-}" ] || scripts/build-dropin.sh >/dev/null
-cargo build -q --release -p rverbs-cli >&2
+scripts/build-dropin.sh >/dev/null   # the drop-in and the CLI
 target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 rverbs=${target:-target}/release/rverbs
 libarg=()

@@ -37,7 +37,7 @@ command -v ucx_perftest >/dev/null && command -v ucx_info >/dev/null ||
 PYSRC=/usr/share/doc/rdma-core/tests
 [ -f "$PYSRC/run_tests.py" ] || { echo "$NAME: $PYSRC missing (apt-get install python3-pyverbs)" >&2; exit 2; }
 
-cargo build -q --release -p rverbs-cli >&2
+scripts/build-dropin.sh >/dev/null   # builds the CLI
 target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 rverbs=${target:-target}/release/rverbs
 libarg=()
