@@ -67,40 +67,29 @@ const CLIENTS: usize = 3;
 fn dropin() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let (Some(verbs), Some(cm)) = (std::env::var_os("RVERBS_CAPI_CDYLIB"), std::env::var_os("RVERBS_RDMACM_CDYLIB")) {
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rpma-dropin-given-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            for (name, lib) in [("libibverbs.so.1", &verbs), ("libibverbs.so", &verbs), ("librdmacm.so.1", &cm), ("librdmacm.so", &cm)] {
-                assert!(Path::new(lib).is_file(), "{} is not a file", Path::new(lib).display());
-                let link = dir.join(name);
-                let _ = std::fs::remove_file(&link);
-                std::os::unix::fs::symlink(lib, &link).unwrap();
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let (verbs, cm, dir) = match (std::env::var_os("RVERBS_CAPI_CDYLIB"), std::env::var_os("RVERBS_RDMACM_CDYLIB")) {
+            (Some(verbs), Some(cm)) => (PathBuf::from(verbs), PathBuf::from(cm), tmp.join(format!("rpma-dropin-given-{}", std::process::id()))),
+            _ => {
+                let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+                let target = tmp.join("rpma-dropin");
+                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+                let out = Command::new(cargo)
+                    .current_dir(&root)
+                    .args(["build", "--quiet", "-p", "rverbs-capi", "-p", "rverbs-rdmacm", "--lib", "--target-dir"])
+                    .arg(&target)
+                    .output()
+                    .expect("run cargo");
+                assert!(out.status.success(), "building the drop-in libraries failed:\n{}", String::from_utf8_lossy(&out.stderr));
+                (target.join("debug/libibverbs.so"), target.join("debug/librdmacm.so"), target.join("dropin"))
             }
-            return dir;
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rpma-dropin");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "--quiet", "-p", "rverbs-capi", "-p", "rverbs-rdmacm", "--lib", "--target-dir"])
-            .arg(&target)
-            .output()
-            .expect("run cargo");
-        assert!(out.status.success(), "building the drop-in libraries failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        let dir = target.join("dropin");
+        };
         std::fs::create_dir_all(&dir).unwrap();
-        for (name, lib) in [
-            ("libibverbs.so.1", "libibverbs.so"),
-            ("libibverbs.so", "libibverbs.so"),
-            ("librdmacm.so.1", "librdmacm.so"),
-            ("librdmacm.so", "librdmacm.so"),
-        ] {
-            let built = target.join("debug").join(lib);
-            assert!(built.is_file(), "{} was not built", built.display());
+        for (name, lib) in [("libibverbs.so.1", &verbs), ("libibverbs.so", &verbs), ("librdmacm.so.1", &cm), ("librdmacm.so", &cm)] {
+            assert!(lib.is_file(), "{} is not a file (not built?)", lib.display());
             let link = dir.join(name);
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&built, &link).unwrap();
+            std::os::unix::fs::symlink(lib, &link).unwrap();
         }
         dir
     })
