@@ -48,7 +48,7 @@ pub mod udp {
 
     /// `udp::check_datagram`.
     pub fn check_datagram(rx: RxAddr, from: SocketAddr, datagram: &[u8]) -> Rx<'_> {
-        let r = u::check_datagram(u::RxAddr { ip: rx.ip, port: rx.port, owner_port: rx.owner_port }, from, datagram);
+        let r = u::check_datagram(&mut u::IcrcKept::default(), u::RxAddr { ip: rx.ip, port: rx.port, owner_port: rx.owner_port }, from, datagram);
         Rx {
             seen: r.seen.map(|s| (s.from, s.to, s.id, s.bytes)),
             verdict: r

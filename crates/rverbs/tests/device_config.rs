@@ -196,6 +196,105 @@ fn two_hosts_in_one_process_talk_rocev2_over_the_loopback() {
     }
 }
 
+/// The network link remembers the last keys of this process it checked
+/// (docs/shared-state.md, "Remembered keys"): the requester's local key, at hand-over, at
+/// gather and when a READ response is placed; the responder's remote key and receive key.
+/// After traffic through the same keys between two hosts, each change of a region takes
+/// effect at the next request, as on one host: a local key moved to another PD is
+/// LOC_PROT_ERR; a remote key that lost REMOTE_WRITE is REM_ACCESS_ERR; a receive region,
+/// a WRITE target and a READ's local region moved to new buffers take the next SEND, WRITE
+/// and READ there, the old buffers untouched; a deregistered remote key grants nothing.
+#[test]
+fn keys_remembered_across_hosts_are_checked_again_after_each_change() {
+    use common::poll_one;
+    let (ha, dir_a) = host("memo-a", [127, 0, 2, 1]);
+    let (hb, dir_b) = host("memo-b", [127, 0, 2, 2]);
+    let connected = || {
+        let (a, b) = (side_on(&ha), side_on(&hb));
+        connect_hosts(&a, &b, 14, 7);
+        (a, b)
+    };
+    let write = |a: &common::Side, id: u64, sge: &[Sge], iova: u64, rkey: u32| {
+        a.qp.post_send(&[SendWr::write(id, sge, iova, rkey).signaled()]).unwrap();
+        poll_one(&a.cq).status()
+    };
+
+    // The local key moves to another PD.
+    let (a, b) = connected();
+    let src = a.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [src.sge(0, 8).unwrap()];
+    for id in 0..4 {
+        assert_eq!(write(&a, id, &sge, b.mr.iova(), b.mr.rkey()), WcStatus::Success);
+    }
+    let other = a.ctx.alloc_pd().unwrap();
+    src.rereg(ReregFlags::PD, Some(&other), None).unwrap();
+    assert_eq!(write(&a, 9, &sge, b.mr.iova(), b.mr.rkey()), WcStatus::LocProtErr);
+    src.dereg().unwrap();
+
+    // The remote key loses REMOTE_WRITE.
+    let (a, b) = connected();
+    let dst = b.pd.alloc_mr(64, ALL_ACCESS).unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    for id in 0..4 {
+        assert_eq!(write(&a, id, &sge, dst.iova(), dst.rkey()), WcStatus::Success);
+    }
+    dst.rereg(ReregFlags::ACCESS, None, Some(Access::LOCAL_WRITE)).unwrap();
+    assert_eq!(write(&a, 9, &sge, dst.iova(), dst.rkey()), WcStatus::RemAccessErr);
+
+    // A receive region, a WRITE target and a READ's local region move.
+    let (a, b) = connected();
+    let (mut recv_old, mut dst_old, mut into_old) = (vec![0u8; 64], vec![0u8; 64], vec![0u8; 64]);
+    // SAFETY: the three buffers outlive their regions (deregistered below).
+    let recv = unsafe { b.pd.reg_mr(recv_old.as_mut_ptr(), 64, ALL_ACCESS) }.unwrap();
+    // SAFETY: as above.
+    let dst = unsafe { b.pd.reg_mr(dst_old.as_mut_ptr(), 64, ALL_ACCESS) }.unwrap();
+    // SAFETY: as above.
+    let into = unsafe { a.pd.reg_mr(into_old.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    a.mr.write(0, b"12345678").unwrap();
+    b.mr.write(0, b"abcdefgh").unwrap();
+    let traffic = |id: u64| {
+        b.qp.post_recv(&[RecvWr::new(id, &[recv.sge(0, 8).unwrap()])]).unwrap();
+        let sge = [a.mr.sge(0, 8).unwrap()];
+        a.qp.post_send(&[SendWr::send(id, &sge).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+        assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+        assert_eq!(write(&a, id, &sge, dst.iova(), dst.rkey()), WcStatus::Success);
+        let sge = [into.sge(0, 8).unwrap()];
+        a.qp.post_send(&[SendWr::read(id, &sge, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+        assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+    };
+    for id in 0..4 {
+        traffic(id);
+    }
+    let keys = (recv.lkey(), dst.rkey(), into.lkey());
+    let (mut recv_new, mut dst_new, mut into_new) = (vec![0u8; 64], vec![0u8; 64], vec![0u8; 64]);
+    // SAFETY: the new buffers outlive the regions (deregistered below).
+    unsafe {
+        recv.rereg_translation(ReregFlags::TRANSLATION, recv_new.as_mut_ptr(), 64, None, None).unwrap();
+        dst.rereg_translation(ReregFlags::TRANSLATION, dst_new.as_mut_ptr(), 64, None, None).unwrap();
+        into.rereg_translation(ReregFlags::TRANSLATION, into_new.as_mut_ptr(), 64, None, None).unwrap();
+    }
+    assert_eq!((recv.lkey(), dst.rkey(), into.lkey()), keys, "the keys stay");
+    for old in [&mut recv_old, &mut dst_old, &mut into_old] {
+        old.fill(0);
+    }
+    traffic(9);
+    assert_eq!((&recv_new[..8], &dst_new[..8], &into_new[..8]), (&b"12345678"[..], &b"12345678"[..], &b"abcdefgh"[..]));
+    assert!([&recv_old, &dst_old, &into_old].iter().all(|old| old.iter().all(|&x| x == 0)), "no old buffer is written");
+
+    // A deregistered remote key grants nothing.
+    let (rkey, iova) = (dst.rkey(), dst.iova());
+    dst.dereg().unwrap();
+    assert_eq!(write(&a, 10, &[a.mr.sge(0, 8).unwrap()], iova, rkey), WcStatus::RemAccessErr);
+    for m in [recv, into] {
+        m.dereg().unwrap();
+    }
+    drop((a, b, recv_old, dst_old, into_old, recv_new, dst_new, into_new));
+    for d in [dir_a, dir_b] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
 #[test]
 fn packet_faults_of_one_device_leave_another_alone() {
     let (hb, dir_b) = host("host-fb", [127, 0, 2, 2]);

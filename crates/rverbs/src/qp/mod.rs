@@ -104,6 +104,9 @@ pub(crate) struct NetResponder {
     /// ACKs held back to leave with the next requests (`acks`, docs/network.md,
     /// "Coalesced ACKs"); sent before this responder is replaced.
     pub(crate) held_acks: acks::HeldAcks,
+    /// The last keys of this process the responder checked for a remote access and for a
+    /// receive (`transport::respond::Responding::remembering`).
+    pub(crate) memos: [crate::mr::KeyMemo; 2],
 }
 
 /// A QP's hold on the parent domain it was created on (made by `crate::pd`, a layer

@@ -101,6 +101,10 @@ pub(crate) struct Conn {
     /// on the network, and for UC and UD, which complete at transmit; a same-host RC
     /// request's list is checked when its bytes are gathered, once.
     precheck: bool,
+    /// The last key of this process the hand-over's check of a scatter list went through
+    /// ([`mr::KeyMemo`]: the next request through the same key is checked against what
+    /// its record held, while this process has not written the record since).
+    memo: mr::KeyMemo,
     /// Every request is answered inside `transmit` (the same host): the clock is read
     /// only when a request is left waiting (see `run`).
     synchronous: bool,
@@ -138,6 +142,7 @@ impl Conn {
             armed: None,
             xrceth: shape.xrceth,
             precheck,
+            memo: mr::KeyMemo::default(),
             synchronous: shape.synchronous,
             clock: Instant::now(),
         }
@@ -380,7 +385,7 @@ impl QpInner {
                 let idx = r.wqe_id.wrapping_sub(conn.base) as usize;
                 let Some((wqe, sges, inline)) = ring.nth(idx) else { break };
                 let tx = Tx { request: &r, wqe, sges, inline, comp_psn: conn.req.comp_psn() };
-                let mut answering = Answering { qp: self, req: &mut conn.req, ring, base: conn.base, now };
+                let mut answering = Answering { qp: self, req: &mut conn.req, memo: &conn.memo, ring, base: conn.base, now };
                 if let Err(vendor) = link.transmit(self, req, tx, &mut answering) {
                     // The request's bytes could not be gathered (a scatter list not checked
                     // at hand-over, or a region that went away since): LOC_PROT_ERR once it
@@ -444,7 +449,8 @@ impl QpInner {
     /// request has completed.
     fn hand_over(&self, ring: &Ring, conn: &mut Conn) -> Handed {
         while let Some((w, sges, _)) = ring.nth(conn.handed) {
-            if let Some(cqe) = self.finished_here(w, sges, conn.xrceth, conn.precheck) {
+            let precheck = conn.precheck.then_some(&conn.memo);
+            if let Some(cqe) = self.finished_here(w, sges, conn.xrceth, precheck) {
                 return if conn.handed == 0 { Handed::Local(cqe()) } else { Handed::Done };
             }
             let mut wqe = core_wqe(w);
@@ -463,7 +469,8 @@ impl QpInner {
 
     /// The completion of a work request the device finishes without its requester: a
     /// local operation, or one that fails before anything is sent; `None` for the rest.
-    fn finished_here<'w>(&'w self, w: &'w SendWqe, sges: &'w [Sge], xrceth: bool, precheck: bool) -> Option<impl FnOnce() -> Cqe + 'w> {
+    /// `precheck`: the scatter list is checked here, through this memo of the last key.
+    fn finished_here<'w>(&'w self, w: &'w SendWqe, sges: &'w [Sge], xrceth: bool, precheck: Option<&mr::KeyMemo>) -> Option<impl FnOnce() -> Cqe + 'w> {
         let op = w.opcode();
         let fail = |status, vendor| Cqe::error(w.wr_id, self.qpn, status, vendor);
         enum Why {
@@ -482,9 +489,9 @@ impl QpInner {
             Why::Local
         } else if no_wire {
             Why::NoWire
-        } else if let Some(f) = (precheck && op.carries_payload() && w.inline_len.is_none())
-            .then(|| self.pin_own(sges, Access::empty(), w.total_len).err())
-            .flatten()
+        } else if let Some(f) = precheck
+            .filter(|_| op.carries_payload() && w.inline_len.is_none())
+            .and_then(|memo| self.pin_own(memo, sges, Access::empty(), w.total_len).err())
         {
             // LOC_PROT_ERR is decided before anything is sent (ibv_poll_cq(3); rxe
             // reports LOC_QP_OP_ERR, docs/rxe-differences.md, "A local SGE fault is
@@ -509,9 +516,9 @@ impl QpInner {
     }
 
     /// Pins the first `need` bytes of this QP's own scatter list `sges` for `access` (its
-    /// PD, its process's keys).
-    fn pin_own<'a>(&'a self, sges: &[Sge], access: Access, need: u64) -> Result<PinList<'a>, mr::Fault> {
-        mr::pin_sges(&KeySpace::local(self.pd.endpoint()), self.pd.id, sges, access, need)
+    /// PD, its process's keys, remembered in `memo`).
+    fn pin_own<'a>(&'a self, memo: &'a mr::KeyMemo, sges: &[Sge], access: Access, need: u64) -> Result<PinList<'a>, mr::Fault> {
+        mr::pin_sges(&KeySpace::local(self.pd.endpoint()).remembering(memo), self.pd.id, sges, access, need)
     }
 
     /// Adds the events the requester counted since the last call to the endpoint's
@@ -553,7 +560,7 @@ impl QpInner {
             if let Some(original) = c.atomic_original {
                 // The original value lands in the local buffer (LOCAL_WRITE; a fault is
                 // LOC_PROT_ERR).
-                let stored = self.pin_own(sges, Access::LOCAL_WRITE, 8).and_then(|l| {
+                let stored = self.pin_own(&conn.memo, sges, Access::LOCAL_WRITE, 8).and_then(|l| {
                     mr::copy_message(&l, 0, mr::Source::Bytes(&original.to_ne_bytes())).map(drop).map_err(|_| mr::Fault::Bounds)
                 });
                 if let Err(f) = stored {
@@ -668,7 +675,7 @@ impl QpInner {
             if !req.network || req.dgid != *from {
                 return false;
             }
-            let mut answering = Answering { qp: self, req: &mut conn.req, ring, base: conn.base, now: Instant::now() };
+            let mut answering = Answering { qp: self, req: &mut conn.req, memo: &conn.memo, ring, base: conn.base, now: Instant::now() };
             answering.answer(response, &PacketBytes(payload));
             self.count(&mut conn.req);
         }
@@ -699,6 +706,8 @@ enum Retired {
 struct Answering<'a> {
     qp: &'a QpInner,
     req: &'a mut Requester,
+    /// The send queue's memo of the last key checked ([`Conn`]).
+    memo: &'a mr::KeyMemo,
     ring: &'a Ring,
     base: u64,
     now: Instant,
@@ -706,10 +715,10 @@ struct Answering<'a> {
 
 impl Answers for Answering<'_> {
     fn answer(&mut self, response: &Response, bytes: &dyn ResponseBytes) {
-        let (qp, ring, base) = (self.qp, self.ring, self.base);
+        let (qp, memo, ring, base) = (self.qp, self.memo, self.ring, self.base);
         self.req.handle_response_placing(self.now, response, &mut |p| {
             let Some((w, sges, _)) = ring.nth(p.wqe_id.wrapping_sub(base) as usize) else { return Placed::Dropped };
-            let local = match qp.pin_own(sges, Access::LOCAL_WRITE, w.total_len) {
+            let local = match qp.pin_own(memo, sges, Access::LOCAL_WRITE, w.total_len) {
                 Ok(l) => l,
                 Err(f) => return Placed::Failed { status: WcStatus::LocProtErr, vendor_err: f.local_vendor_err() },
             };

@@ -17,18 +17,19 @@
 use std::cell::{Cell, RefCell};
 
 thread_local! {
-    /// Whether a requester step is holding notifications on this thread.
-    static HOLDING: Cell<bool> = const { Cell::new(false) };
-    /// How many are held (so the common case, none, never touches the list).
-    static COUNT: Cell<usize> = const { Cell::new(0) };
+    /// Whether a requester step is holding notifications on this thread, and how many are
+    /// held (so the common case, none, never touches the list): one cell, so a step looks
+    /// up this thread's state once where it reads and writes both.
+    static HOLD: Cell<(bool, usize)> = const { Cell::new((false, 0)) };
     static HELD: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `fire` now, or at the end of the current requester step if one is executing.
 pub(crate) fn fire_or_hold(fire: impl FnOnce() + 'static) {
-    if HOLDING.with(Cell::get) {
+    let (holding, n) = HOLD.get();
+    if holding {
         HELD.with(|h| h.borrow_mut().push(Box::new(fire)));
-        COUNT.with(|c| c.set(c.get() + 1));
+        HOLD.set((true, n + 1));
     } else {
         fire();
     }
@@ -43,14 +44,17 @@ pub(crate) struct Step {
 impl Step {
     /// Starts holding notifications (a no-op step if one is already open on this thread).
     pub(crate) fn begin() -> Step {
-        Step { active: !HOLDING.with(|h| h.replace(true)) }
+        let (holding, n) = HOLD.get();
+        HOLD.set((true, n));
+        Step { active: !holding }
     }
 
     /// The responder's part is over: notifications raised from now on (the requester's
     /// own completion) run at once; the held ones run when the step is dropped.
     pub(crate) fn requester_done(&mut self) {
         if self.active {
-            HOLDING.with(|h| h.set(false));
+            let (_, n) = HOLD.get();
+            HOLD.set((false, n));
         }
     }
 }
@@ -60,8 +64,8 @@ impl Drop for Step {
         if !self.active {
             return;
         }
-        HOLDING.with(|h| h.set(false));
-        if COUNT.with(|c| c.replace(0)) == 0 {
+        let (_, n) = HOLD.replace((false, 0));
+        if n == 0 {
             return;
         }
         let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));

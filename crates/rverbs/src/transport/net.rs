@@ -59,7 +59,7 @@ use super::target::{LocalTarget, Serving, SplitTarget, Target};
 use super::udp::{Checked, Net};
 use crate::engine::Engine;
 use crate::gid::Gid;
-use crate::mr::{self, KeySpace};
+use crate::mr::{self, KeyMemo, KeySpace};
 use crate::qp::device::Tx;
 use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
@@ -190,6 +190,9 @@ pub(crate) struct NetTx {
     dest_qpn: u32,
     /// The packets built by one pass, sent together.
     out: Batch,
+    /// The last key of this process a request's payload was gathered through
+    /// ([`mr::KeyMemo`]).
+    memo: KeyMemo,
     /// Counted while it lives (`progress::net_active`).
     _live: crate::progress::NetConnection,
 }
@@ -201,6 +204,7 @@ impl NetTx {
             sgid: r.sgid,
             dest_qpn: r.dest_qpn,
             out: Batch::flat(),
+            memo: KeyMemo::default(),
             _live: crate::progress::NetConnection::open(),
         }
     }
@@ -303,7 +307,7 @@ pub(crate) fn transmit(slot: &mut Option<NetTx>, net: &Net, qp: &QpInner, req: &
         payload.copy_from_slice(&tx.inline[off..off + payload.len()]);
         true
     } else {
-        let own = KeySpace::local(qp.pd.endpoint());
+        let own = KeySpace::local(qp.pd.endpoint()).remembering(&conn.memo);
         mr::pin_sges(&own, qp.pd.id, tx.sges, Access::empty(), tx.wqe.total_len)
             .ok()
             .is_some_and(|list| mr::gather_at(&list, r.payload_offset as usize, payload).is_ok())
@@ -443,7 +447,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                 Some(s) => Serving::Xrc(s),
                 None => Serving::Own(&t),
             };
-            let mut at = Responding::new(&served);
+            let mut at = Responding::new(&served).remembering(&nr.memos);
             at.xrc_srq = split.and(request.xrc_srq);
             at.recv = nr.held.take();
             if served.tag_matching() && starts_send(request.opcode) {

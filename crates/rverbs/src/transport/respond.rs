@@ -15,7 +15,7 @@ use rverbs_proto::wire::{FethRepr, Placement as FlushPlacement, Selectivity};
 use super::target::Target;
 use crate::mem::AtomicOp;
 use crate::shm::cma::CmaError;
-use crate::mr::{self, copy_message, KeySpace, KeyUse, PinList, Pinned, Source, Via};
+use crate::mr::{self, copy_message, KeyMemo, KeySpace, KeyUse, PinList, Pinned, Source, Via};
 use crate::rings::recv_ring::RecvWqe;
 use crate::rings::tag_list::{TmRecv, RVH_LEN, TMH_LEN};
 
@@ -23,6 +23,9 @@ use crate::rings::tag_list::{TmRecv, RVH_LEN, TMH_LEN};
 pub(crate) struct Responding<'t, T: Target> {
     t: &'t T,
     keys: KeySpace<'t>,
+    /// The link's memos of the last keys of this process checked for a remote access and
+    /// for a receive ([`mr::KeyMemo`], [`Responding::remembering`]).
+    memos: Option<&'t [KeyMemo; 2]>,
     /// The receive WQE taken for this message (CHK_RESOURCE).
     pub(crate) recv: Option<RecvWqe>,
     /// Its scatter list, pinned with LOCAL_WRITE for the message (empty until checked).
@@ -87,7 +90,24 @@ impl Head {
 
 impl<'t, T: Target> Responding<'t, T> {
     pub(crate) fn new(t: &'t T) -> Self {
-        Responding { t, keys: t.keys(), recv: None, recv_pins: PinList::new(), mem: PinList::new(), moved: None, xrc_srq: None, head: None }
+        Responding { t, keys: t.keys(), memos: None, recv: None, recv_pins: PinList::new(), mem: PinList::new(), moved: None, xrc_srq: None, head: None }
+    }
+
+    /// This conversation, checking keys of this process through `memos` (the remote key's
+    /// and the receive's, kept by the link for the connection: [`mr::KeyMemo`]); a peer's
+    /// keys are checked as before.
+    pub(crate) fn remembering(self, memos: &'t [KeyMemo; 2]) -> Self {
+        Responding { memos: Some(memos), ..self }
+    }
+
+    /// The key space a check goes through: remembering in memo `which` of
+    /// [`Responding::remembering`]'s, if any.
+    #[inline]
+    fn keys_via(&self, which: usize) -> KeySpace<'t> {
+        match self.memos {
+            Some(m) => self.keys.remembering(&m[which]),
+            None => self.keys,
+        }
     }
 
     fn used(&self) -> KeyUse {
@@ -185,7 +205,7 @@ pub(crate) fn aligned8(p: &Pinned<'_>) -> bool {
 impl<T: Target> rc::Target for Responding<'_, T> {
     fn check_rkey(&mut self, rkey: u32, va: u64, len: u64, access: Access) -> Result<(), Violation> {
         let via = Via { key: rkey, pd: self.t.pd(), used: self.used(), need: access, va };
-        self.keys.pin_into(via, len, &mut self.mem).map_err(|f| f.remote())
+        self.keys_via(0).pin_into(via, len, &mut self.mem).map_err(|f| f.remote())
     }
 
     fn take_recv(&mut self) -> Option<RecvSlot> {
@@ -214,7 +234,7 @@ impl<T: Target> rc::Target for Responding<'_, T> {
             return Ok(());
         }
         let need = (offset + len).saturating_sub(self.tm_skip());
-        mr::pin_sges_into(&self.keys, self.t.pd(), r.sges(), Access::LOCAL_WRITE, need, &mut self.recv_pins)
+        mr::pin_sges_into(&self.keys_via(1), self.t.pd(), r.sges(), Access::LOCAL_WRITE, need, &mut self.recv_pins)
             .map_err(|_| Violation::RecvWqeMalformed)
     }
 

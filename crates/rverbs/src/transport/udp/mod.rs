@@ -64,7 +64,7 @@ use trace::Trace;
 pub(crate) use group::{slot_of as group_slot, GroupSock};
 pub(crate) use rx::{with_rx_batch, Checked};
 #[cfg(feature = "fuzzing")]
-pub(crate) use rx::{check_datagram, for_each_segment, RxAddr};
+pub(crate) use rx::{check_datagram, for_each_segment, IcrcKept, RxAddr};
 pub(crate) use socket::{NetSock, NetStats, ROCE_PORT};
 
 /// The sockets of this process and the receive side's state.

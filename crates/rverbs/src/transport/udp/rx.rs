@@ -86,8 +86,9 @@ pub(crate) struct Received<'b> {
 /// not own its address's port takes one, and only from that port's owner, whose ICRC
 /// check and ID it carries; a relay header from elsewhere does not parse as RoCEv2: its
 /// first byte is an opcode nobody serves), the packet's parse, and the ICRC under the
-/// IPv4 Identification it was sent with ([`icrc_id`]).
-pub(crate) fn check_datagram(rx: RxAddr, from: SocketAddr, datagram: &[u8]) -> Received<'_> {
+/// IPv4 Identification it was sent with ([`icrc_id`], through the receiving thread's
+/// `kept` state).
+pub(crate) fn check_datagram<'d>(kept: &mut IcrcKept, rx: RxAddr, from: SocketAddr, datagram: &'d [u8]) -> Received<'d> {
     let from_owner = from.ip() == rx.ip && from.port() == rx.owner_port;
     let relayed = !rx.owns_port() && from_owner && datagram.starts_with(&relay::MAGIC);
     // `to`: where the packet was sent (a relayed one: to the owner's port).
@@ -104,7 +105,7 @@ pub(crate) fn check_datagram(rx: RxAddr, from: SocketAddr, datagram: &[u8]) -> R
     let checked = match relayed_id {
         // The owner checked the ICRC and found the ID.
         Some(id) => Some(id),
-        None => packet.as_ref().ok().and_then(|p| icrc_id(from, to, p)),
+        None => packet.as_ref().ok().and_then(|p| icrc_id(kept, from, to, p)),
     };
     let seen = Some(Seen { from, to, id: checked.unwrap_or(0), bytes });
     let verdict = match packet {
@@ -144,8 +145,18 @@ const RX_DATAGRAM: usize = 1 << 16;
 /// `dispatch::receive_now`) reads datagrams into, one set per thread: [`RX_BATCH`] of
 /// [`RX_DATAGRAM`] bytes, 2 MiB allocated zeroed (a block that large is usually mapped
 /// fresh, its pages resident only once a datagram is written into them), with each one's
-/// source address (`sys::DatagramBatch`: `recvmmsg`).
-pub(crate) type RxBatch = crate::sys::DatagramBatch<RX_BATCH, RX_DATAGRAM>;
+/// source address (`sys::DatagramBatch`: `recvmmsg`); and what the thread keeps to check
+/// the ICRCs of what it reads ([`IcrcKept`]).
+pub(crate) struct RxBatch {
+    pub(super) datagrams: crate::sys::DatagramBatch<RX_BATCH, RX_DATAGRAM>,
+    pub(super) icrc: IcrcKept,
+}
+
+impl RxBatch {
+    pub(crate) fn new() -> RxBatch {
+        RxBatch { datagrams: crate::sys::DatagramBatch::new(), icrc: IcrcKept::default() }
+    }
+}
 
 /// Runs `f` with this thread's receive buffers ([`RxBatch`], one set per thread).
 pub(crate) fn with_rx_batch<R>(f: impl FnOnce(&mut RxBatch) -> R) -> R {
@@ -155,64 +166,84 @@ pub(crate) fn with_rx_batch<R>(f: impl FnOnce(&mut RxBatch) -> R) -> R {
     BUF.with_borrow_mut(f)
 }
 
-/// How many IPv4 flows' ICRC headers a thread keeps ([`ipv4_icrc`]).
+/// Runs `f` with this thread's ICRC state for the packets it sends ([`IcrcKept`]: one
+/// lookup of the thread's state per batch of packets, not per packet).
+pub(super) fn with_tx_icrc<R>(f: impl FnOnce(&mut IcrcKept) -> R) -> R {
+    thread_local! {
+        static KEPT: std::cell::RefCell<IcrcKept> = std::cell::RefCell::new(IcrcKept::default());
+    }
+    KEPT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut kept) => f(&mut kept),
+        Err(_) => f(&mut IcrcKept::default()),
+    })
+}
+
+/// How many IPv4 flows' ICRC headers a thread keeps ([`IcrcKept::ipv4`]).
 const FLOWS: usize = 4;
 
-/// The ICRC of `roce` sent from `src:src_port` to `dst:dst_port` with IPv4 Identification
-/// `id` (docs/rocev2-wire.md §2.5), what `icrc::ipv4_pseudo_with_id` returns: the pseudo
-/// header's share of it is computed once per flow ([`icrc::Ipv4Flow`]) and kept for the
-/// last few flows this thread met (a connection's requests one way and ACKs the other),
-/// so a packet costs the CRC of its own bytes.
-pub(super) fn ipv4_icrc(src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, dst_port: u16, id: u16, roce: &[u8]) -> u32 {
-    thread_local! {
-        static KEPT: std::cell::RefCell<([Option<icrc::Ipv4Flow>; FLOWS], usize)> = const { std::cell::RefCell::new(([None; FLOWS], 0)) };
-    }
-    KEPT.with_borrow_mut(|(flows, next)| {
-        let flow = match flows.iter().flatten().find(|f| f.is(src, dst, src_port, dst_port)) {
+/// What one thread keeps to compute ICRCs cheaply: the pseudo header's share of the ICRC
+/// for the last few IPv4 flows it met ([`icrc::Ipv4Flow`]: a connection's requests one way
+/// and ACKs the other), and the IPv4 ID bases of the last few packet lengths it solved an
+/// ID for ([`icrc::Ipv4IdBasis`]). Kept with the thread's receive buffers ([`RxBatch`])
+/// for what it receives, and per thread for what it sends ([`with_tx_icrc`]), so a packet
+/// costs the CRC of its own bytes and no lookup of the thread's state.
+#[derive(Default)]
+pub(crate) struct IcrcKept {
+    flows: [Option<icrc::Ipv4Flow>; FLOWS],
+    next: usize,
+    bases: Vec<icrc::Ipv4IdBasis>,
+}
+
+impl IcrcKept {
+    /// The ICRC of `roce` sent from `src:src_port` to `dst:dst_port` with IPv4
+    /// Identification `id` (docs/rocev2-wire.md §2.5), what `icrc::ipv4_pseudo_with_id`
+    /// returns.
+    pub(super) fn ipv4(&mut self, src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, dst_port: u16, id: u16, roce: &[u8]) -> u32 {
+        let flow = match self.flows.iter().flatten().find(|f| f.is(src, dst, src_port, dst_port)) {
             Some(f) => *f,
             None => {
                 let f = icrc::Ipv4Flow::new(src, dst, src_port, dst_port);
-                flows[*next] = Some(f);
-                *next = (*next + 1) % FLOWS;
+                self.flows[self.next] = Some(f);
+                self.next = (self.next + 1) % FLOWS;
                 f
             }
         };
         flow.icrc(id, roce)
-    })
+    }
+
+    /// The IPv4 ID whose effect on the ICRC of a `roce_len`-byte packet is `syndrome`
+    /// (the received ICRC xor the one with ID 0), if one is. The ID's effect depends only
+    /// on the packet's length: the bases of the last few lengths are kept (building one
+    /// costs sixteen CRC shifts, as much as the rest of the packet's handling; a peer with
+    /// non-zero IDs sends mostly packets of two or three lengths).
+    fn solve_id(&mut self, roce_len: usize, syndrome: u32) -> Option<u16> {
+        let at = match self.bases.iter().position(|b| b.roce_len() == roce_len) {
+            Some(i) => i,
+            None => {
+                if self.bases.len() == ID_BASES {
+                    self.bases.remove(0);
+                }
+                self.bases.push(icrc::Ipv4IdBasis::new(roce_len));
+                self.bases.len() - 1
+            }
+        };
+        self.bases[at].solve(syndrome)
+    }
 }
 
 /// Whether the packet's ICRC is right, and under which IPv4 Identification: 0 (what rverbs
 /// and any `IP_PMTUDISC_DO` sender use), else the one solved from the ICRC (docs/rocev2-wire.md
 /// §2.5); IPv6 has no ID (0). `None`: corrupted.
-fn icrc_id(from: SocketAddr, to: SocketAddr, packet: &Packet<&[u8]>) -> Option<u16> {
+fn icrc_id(kept: &mut IcrcKept, from: SocketAddr, to: SocketAddr, packet: &Packet<&[u8]>) -> Option<u16> {
     let body = packet.without_icrc();
     let got = packet.icrc();
     match (from.ip(), to.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            let zero = ipv4_icrc(src, dst, from.port(), to.port(), 0, body);
+            let zero = kept.ipv4(src, dst, from.port(), to.port(), 0, body);
             if zero == got {
                 return Some(0);
             }
-            // The ID's effect depends only on the packet's length: the bases of the last
-            // few lengths met on this thread are kept (building one costs sixteen CRC
-            // shifts, as much as the rest of the packet's handling; a peer with non-zero
-            // IDs sends mostly packets of two or three lengths).
-            thread_local! {
-                static BASES: std::cell::RefCell<Vec<icrc::Ipv4IdBasis>> = const { std::cell::RefCell::new(Vec::new()) };
-            }
-            BASES.with_borrow_mut(|bases| {
-                let at = match bases.iter().position(|b| b.roce_len() == body.len()) {
-                    Some(i) => i,
-                    None => {
-                        if bases.len() == ID_BASES {
-                            bases.remove(0);
-                        }
-                        bases.push(icrc::Ipv4IdBasis::new(body.len()));
-                        bases.len() - 1
-                    }
-                };
-                bases[at].solve(got ^ zero)
-            })
+            kept.solve_id(body.len(), got ^ zero)
         }
         (IpAddr::V6(src), IpAddr::V6(dst)) => {
             (icrc::compute_ipv6_pseudo(src, dst, from.port(), to.port(), body) == got).then_some(0)
@@ -264,9 +295,10 @@ mod tests {
         let icrc = icrc::ipv4_pseudo_with_id(src, dst, from.port(), to.port(), 0x718c, &buf[..n - 4]);
         buf[n - 4..].copy_from_slice(&icrc.to_le_bytes());
         let packet = Packet::new_checked(&buf[..]).unwrap();
-        assert_eq!(icrc_id(from, to, &packet), Some(0x718c));
+        let kept = &mut IcrcKept::default();
+        assert_eq!(icrc_id(kept, from, to, &packet), Some(0x718c));
         buf[20] ^= 1;
         let packet = Packet::new_checked(&buf[..]).unwrap();
-        assert_ne!(icrc_id(from, to, &packet), Some(0x718c));
+        assert_ne!(icrc_id(kept, from, to, &packet), Some(0x718c));
     }
 }

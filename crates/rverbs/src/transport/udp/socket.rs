@@ -22,7 +22,7 @@ use rverbs_proto::wire::icrc;
 use rverbs_proto::wire::roce::{Packet, Repr};
 
 use super::relay;
-use super::rx::{check_datagram, for_each_segment, ipv4_icrc, Checked, RxAddr, RxBatch, RxDrop, RX_BATCH, RX_RUN};
+use super::rx::{check_datagram, for_each_segment, with_tx_icrc, Checked, IcrcKept, RxAddr, RxBatch, RxDrop, RX_BATCH, RX_RUN};
 use super::trace::Trace;
 use crate::gid::Gid;
 use crate::limits;
@@ -166,16 +166,16 @@ impl NetSock {
     /// Writes the ICRC of `packet` as sent from this socket to `dst`; `false` when `dst`
     /// is of the other address family (no route, as for rxe).
     pub(super) fn seal(&self, dst: SocketAddr, packet: &mut [u8]) -> bool {
-        self.seal_with_id(dst, packet, 0)
+        with_tx_icrc(|kept| self.seal_with_id(kept, dst, packet, 0))
     }
 
     /// As [`NetSock::seal`] for a packet that leaves with IPv4 Identification `id`
-    /// (ignored for IPv6, which has none).
-    fn seal_with_id(&self, dst: SocketAddr, packet: &mut [u8], id: u16) -> bool {
+    /// (ignored for IPv6, which has none), through the sending thread's `kept` state.
+    fn seal_with_id(&self, kept: &mut IcrcKept, dst: SocketAddr, packet: &mut [u8], id: u16) -> bool {
         let n = packet.len();
         let body = &packet[..n - 4];
         let icrc = match (self.ip, dst.ip()) {
-            (IpAddr::V4(src), IpAddr::V4(to)) => ipv4_icrc(src, to, self.port, dst.port(), id, body),
+            (IpAddr::V4(src), IpAddr::V4(to)) => kept.ipv4(src, to, self.port, dst.port(), id, body),
             (IpAddr::V6(src), IpAddr::V6(to)) => icrc::compute_ipv6_pseudo(src, to, self.port, dst.port(), body),
             _ => return false,
         };
@@ -216,31 +216,37 @@ impl NetSock {
         use std::sync::atomic::Ordering::Relaxed;
         let gso = self.gso.load(Relaxed);
         let mut trains: smallvec::SmallVec<[std::ops::Range<usize>; 64]> = smallvec::SmallVec::new();
-        let mut i = 0;
-        while i < packets.len() {
-            let size = packets[i].len();
-            let mut end = i + 1;
-            let mut bytes = size;
-            if gso {
-                while end < packets.len() && end - i < TRAIN_PACKETS && bytes + packets[end].len() <= TRAIN_BYTES {
-                    let next = packets[end].len();
-                    if next > size {
-                        break;
-                    }
-                    bytes += next;
-                    end += 1;
-                    if next < size {
-                        break; // a shorter datagram ends a train
+        let sealed = with_tx_icrc(|kept| {
+            let mut i = 0;
+            while i < packets.len() {
+                let size = packets[i].len();
+                let mut end = i + 1;
+                let mut bytes = size;
+                if gso {
+                    while end < packets.len() && end - i < TRAIN_PACKETS && bytes + packets[end].len() <= TRAIN_BYTES {
+                        let next = packets[end].len();
+                        if next > size {
+                            break;
+                        }
+                        bytes += next;
+                        end += 1;
+                        if next < size {
+                            break; // a shorter datagram ends a train
+                        }
                     }
                 }
-            }
-            for (k, p) in packets[i..end].iter_mut().enumerate() {
-                if !self.seal_with_id(dst, p, k as u16) {
-                    return;
+                for (k, p) in packets[i..end].iter_mut().enumerate() {
+                    if !self.seal_with_id(kept, dst, p, k as u16) {
+                        return false;
+                    }
                 }
+                trains.push(i..end);
+                i = end;
             }
-            trains.push(i..end);
-            i = end;
+            true
+        });
+        if !sealed {
+            return;
         }
         let mut done = 0;
         while done < trains.len() {
@@ -297,7 +303,7 @@ impl NetSock {
     /// socket readable for the next wait).
     pub(crate) fn receive(&self, stats: &NetStats, batch: &mut RxBatch, mut deliver: impl FnMut(&[Checked<'_>])) {
         loop {
-            let n = match batch.recv(self.sock.as_fd()) {
+            let n = match batch.datagrams.recv(self.sock.as_fd()) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -309,7 +315,7 @@ impl NetSock {
             // Sized to what arrived (a lone packet on the latency path allocates one entry,
             // not a whole run's).
             let packets: usize = (0..n)
-                .filter_map(|i| Some((batch.get(i)?.1.len(), batch.segment_size(i))))
+                .filter_map(|i| Some((batch.datagrams.get(i)?.1.len(), batch.datagrams.segment_size(i))))
                 .map(|(len, seg)| seg.map_or(1, |s| len.div_ceil(s)))
                 .sum();
             let mut run: Vec<Checked<'_>> = Vec::with_capacity(packets.min(RX_RUN));
@@ -322,9 +328,10 @@ impl NetSock {
                     }
                 }
             };
+            let (datagrams, kept) = (&batch.datagrams, &mut batch.icrc);
             for i in 0..n {
-                let Some((from, datagram)) = batch.get(i) else { continue };
-                for_each_segment(datagram, batch.segment_size(i), |d| take(self.check(stats, from, d)));
+                let Some((from, datagram)) = datagrams.get(i) else { continue };
+                for_each_segment(datagram, datagrams.segment_size(i), |d| take(self.check(kept, stats, from, d)));
             }
             if !run.is_empty() {
                 deliver(&run);
@@ -347,8 +354,8 @@ impl NetSock {
 
     /// Checks one datagram `datagram` from `from` ([`check_datagram`]; traced, drops
     /// counted): the packet, or `None` when it is dropped.
-    fn check<'b>(&self, stats: &NetStats, from: SocketAddr, datagram: &'b [u8]) -> Option<Checked<'b>> {
-        let r = check_datagram(self.rx_addr(), from, datagram);
+    fn check<'b>(&self, kept: &mut IcrcKept, stats: &NetStats, from: SocketAddr, datagram: &'b [u8]) -> Option<Checked<'b>> {
+        let r = check_datagram(kept, self.rx_addr(), from, datagram);
         if let (Some(t), Some(seen)) = (&self.trace, r.seen) {
             t.record(seen.from, seen.to, seen.id, seen.bytes);
         }
