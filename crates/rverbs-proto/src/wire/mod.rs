@@ -142,6 +142,7 @@ macro_rules! enum_with_unknown {
             }
 
             /// The value on the wire (usable in constant tables; `From` for the rest).
+            #[inline]
             pub(crate) const fn raw(self) -> $ty {
                 match self {
                     $( $name::$variant => $value, )+

@@ -475,8 +475,7 @@ impl OpCode {
     /// unknown opcodes.
     #[inline]
     pub fn header_len(self) -> Option<usize> {
-        let f = &FACTS[usize::from(u8::from(self))];
-        f.ext_headers.map(|_| usize::from(f.header_len))
+        header_len_of(self.into())
     }
 
     /// Position in the message; `None` for CNP and unknown opcodes.
@@ -565,6 +564,14 @@ static FACTS: [Facts; 256] = {
     }
     t
 };
+
+/// [`OpCode::header_len`] of the opcode byte `byte`, straight from the byte (a packet's
+/// checks need no [`OpCode`] for it).
+#[inline]
+pub(crate) fn header_len_of(byte: u8) -> Option<usize> {
+    let f = &FACTS[usize::from(byte)];
+    f.ext_headers.map(|_| usize::from(f.header_len))
+}
 
 /// The operation of opcode byte `byte`: `None` for CNP and bytes without a named opcode.
 const fn operation_of(byte: u8) -> Option<Operation> {

@@ -16,7 +16,7 @@ use core::ops::Range;
 
 use super::icrc::ICRC_LEN;
 use super::opcode::CNP_RESERVED_LEN;
-use super::{aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth, xrceth};
+use super::{aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, opcode, reth, xrceth};
 use super::{Error, ExtHeader, OpCode};
 
 /// The shortest packet there is: a BTH and an ICRC.
@@ -58,7 +58,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if len < MIN_LEN {
             return Err(Error);
         }
-        let header_len = self.bth().opcode().header_len().ok_or(Error)?;
+        let header_len = opcode::header_len_of(self.opcode_byte()).ok_or(Error)?;
         let pad = usize::from(self.bth().pad_count());
         if len < header_len + pad + ICRC_LEN {
             return Err(Error);
@@ -71,6 +71,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer
     }
 
+    /// The BTH's opcode byte.
+    #[inline]
+    fn opcode_byte(&self) -> u8 {
+        self.buffer.as_ref()[0]
+    }
+
     /// The BTH.
     pub fn bth(&self) -> bth::Packet<&[u8]> {
         bth::Packet::new_unchecked(&self.buffer.as_ref()[..bth::HEADER_LEN])
@@ -78,7 +84,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// BTH plus extension headers, in bytes: where the payload starts.
     pub fn header_len(&self) -> usize {
-        self.bth().opcode().header_len().unwrap_or(bth::HEADER_LEN)
+        opcode::header_len_of(self.opcode_byte()).unwrap_or(bth::HEADER_LEN)
     }
 
     /// Where the payload lies in the buffer.
