@@ -136,6 +136,10 @@ fn a_runtime_directory_that_cannot_be_made_is_an_error_for_a_configured_device()
 
 /// A simulated host: a device in a runtime directory of its own serving loopback address
 /// `ip` only, so that what reaches it from another such device crosses UDP.
+/// Tests run at once, each in a process of its own: each test takes addresses no other
+/// test uses (127.0.1.x, 127.0.2.x, 127.0.4.x here; 127.0.3.x in rverbs-cm), since two
+/// runtime directories serving one address are two hosts claiming one IP and the port's
+/// owner cannot deliver to the other's QPs.
 fn host(tag: &str, ip: [u8; 4]) -> (Device, std::path::PathBuf) {
     let dir = runtime_dir(tag);
     let addr = std::net::IpAddr::from(ip);
@@ -207,8 +211,8 @@ fn two_hosts_in_one_process_talk_rocev2_over_the_loopback() {
 #[test]
 fn keys_remembered_across_hosts_are_checked_again_after_each_change() {
     use common::poll_one;
-    let (ha, dir_a) = host("memo-a", [127, 0, 2, 1]);
-    let (hb, dir_b) = host("memo-b", [127, 0, 2, 2]);
+    let (ha, dir_a) = host("memo-a", [127, 0, 4, 1]);
+    let (hb, dir_b) = host("memo-b", [127, 0, 4, 2]);
     let connected = || {
         let (a, b) = (side_on(&ha), side_on(&hb));
         connect_hosts(&a, &b, 14, 7);
