@@ -199,6 +199,16 @@ pub(crate) struct KeyMemo {
     held: std::cell::Cell<Option<Held>>,
 }
 
+/// The memos a responder keeps for one connection ([`KeyMemo`]): its two checks of keys
+/// of this process go through different keys, so each remembers its own.
+#[derive(Default)]
+pub(crate) struct ResponderMemos {
+    /// The last remote key checked: the target of a WRITE, READ, atomic or FLUSH.
+    pub(crate) remote: KeyMemo,
+    /// The last local key of a receive WQE checked, for a SEND's bytes.
+    pub(crate) recv: KeyMemo,
+}
+
 /// What the checks of a key record of this process derive that only a write of the
 /// record by this process changes ([`KeyMemo`]).
 #[derive(Clone, Copy)]

@@ -106,7 +106,7 @@ pub(crate) struct NetResponder {
     pub(crate) held_acks: acks::HeldAcks,
     /// The last keys of this process the responder checked for a remote access and for a
     /// receive (`transport::respond::Responding::remembering`).
-    pub(crate) memos: [crate::mr::KeyMemo; 2],
+    pub(crate) memos: crate::mr::ResponderMemos,
 }
 
 /// A QP's hold on the parent domain it was created on (made by `crate::pd`, a layer

@@ -15,7 +15,7 @@ use rverbs_proto::wire::{FethRepr, Placement as FlushPlacement, Selectivity};
 use super::target::Target;
 use crate::mem::AtomicOp;
 use crate::shm::cma::CmaError;
-use crate::mr::{self, copy_message, KeyMemo, KeySpace, KeyUse, PinList, Pinned, Source, Via};
+use crate::mr::{self, copy_message, KeyMemo, KeySpace, KeyUse, PinList, Pinned, ResponderMemos, Source, Via};
 use crate::rings::recv_ring::RecvWqe;
 use crate::rings::tag_list::{TmRecv, RVH_LEN, TMH_LEN};
 
@@ -24,8 +24,8 @@ pub(crate) struct Responding<'t, T: Target> {
     t: &'t T,
     keys: KeySpace<'t>,
     /// The link's memos of the last keys of this process checked for a remote access and
-    /// for a receive ([`mr::KeyMemo`], [`Responding::remembering`]).
-    memos: Option<&'t [KeyMemo; 2]>,
+    /// for a receive ([`mr::ResponderMemos`], [`Responding::remembering`]).
+    memos: Option<&'t ResponderMemos>,
     /// The receive WQE taken for this message (CHK_RESOURCE).
     pub(crate) recv: Option<RecvWqe>,
     /// Its scatter list, pinned with LOCAL_WRITE for the message (empty until checked).
@@ -96,16 +96,16 @@ impl<'t, T: Target> Responding<'t, T> {
     /// This conversation, checking keys of this process through `memos` (the remote key's
     /// and the receive's, kept by the link for the connection: [`mr::KeyMemo`]); a peer's
     /// keys are checked as before.
-    pub(crate) fn remembering(self, memos: &'t [KeyMemo; 2]) -> Self {
+    pub(crate) fn remembering(self, memos: &'t ResponderMemos) -> Self {
         Responding { memos: Some(memos), ..self }
     }
 
-    /// The key space a check goes through: remembering in memo `which` of
+    /// The key space a check goes through: remembering in the memo `pick` chooses of
     /// [`Responding::remembering`]'s, if any.
     #[inline]
-    fn keys_via(&self, which: usize) -> KeySpace<'t> {
+    fn keys_via(&self, pick: impl FnOnce(&'t ResponderMemos) -> &'t KeyMemo) -> KeySpace<'t> {
         match self.memos {
-            Some(m) => self.keys.remembering(&m[which]),
+            Some(m) => self.keys.remembering(pick(m)),
             None => self.keys,
         }
     }
@@ -205,7 +205,7 @@ pub(crate) fn aligned8(p: &Pinned<'_>) -> bool {
 impl<T: Target> rc::Target for Responding<'_, T> {
     fn check_rkey(&mut self, rkey: u32, va: u64, len: u64, access: Access) -> Result<(), Violation> {
         let via = Via { key: rkey, pd: self.t.pd(), used: self.used(), need: access, va };
-        self.keys_via(0).pin_into(via, len, &mut self.mem).map_err(|f| f.remote())
+        self.keys_via(|m| &m.remote).pin_into(via, len, &mut self.mem).map_err(|f| f.remote())
     }
 
     fn take_recv(&mut self) -> Option<RecvSlot> {
@@ -234,7 +234,7 @@ impl<T: Target> rc::Target for Responding<'_, T> {
             return Ok(());
         }
         let need = (offset + len).saturating_sub(self.tm_skip());
-        mr::pin_sges_into(&self.keys_via(1), self.t.pd(), r.sges(), Access::LOCAL_WRITE, need, &mut self.recv_pins)
+        mr::pin_sges_into(&self.keys_via(|m| &m.recv), self.t.pd(), r.sges(), Access::LOCAL_WRITE, need, &mut self.recv_pins)
             .map_err(|_| Violation::RecvWqeMalformed)
     }
 
