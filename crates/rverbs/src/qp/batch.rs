@@ -17,7 +17,6 @@
 //!
 //! [`Qp::wr_start`] returns the same batch as a guard borrowing the QP ([`WrBatch`]).
 
-use std::sync::atomic::Ordering;
 
 use bitflags::bitflags;
 use rverbs_proto::verbs::{QpState, QpType, SendFlags, WrOpcode};
@@ -579,17 +578,8 @@ impl SendBatch {
             sq.truncate(mark);
             return Err(e);
         }
-        // As post_send: a kick that came before we took the queue is served by this run;
-        // one that came while we held it found it busy and left the run to us.
-        if q.sq_pending.load(Ordering::Relaxed) {
-            q.sq_pending.store(false, Ordering::SeqCst);
-        }
         let q = &self.q;
-        q.progress(&mut sq);
-        drop(sq);
-        if q.sq_pending.load(Ordering::SeqCst) {
-            q.kick();
-        }
+        q.progress_and_release(sq, true);
         let wr_ids = self.buf.wrs[..latched].iter().map(|p| Some(p.wr_id));
         q.raise_injected(rverbs_proto::verb_fault::Verb::PostSend, wr_ids);
         Ok(())
@@ -614,16 +604,8 @@ impl SendBatch {
         if !done {
             return false;
         }
-        // As post_send: a kick that came before we took the queue is served here, one
-        // that came while we held it is passed on after.
-        if q.sq_pending.load(Ordering::Relaxed) {
-            q.sq_pending.store(false, Ordering::SeqCst);
-            q.progress(&mut sq);
-        }
-        drop(sq);
-        if q.sq_pending.load(Ordering::SeqCst) {
-            q.kick();
-        }
+        // The lane completed the request: the queue runs only for a kick.
+        q.progress_and_release(sq, false);
         true
     }
 

@@ -379,6 +379,26 @@ impl QpInner {
         }
     }
 
+    /// Runs the send queue whose lock the caller took (`sq`), then releases it. A kick
+    /// that came before the lock was taken is served by this run; one that came while it
+    /// was held found the queue busy and left the run to us: its store precedes its
+    /// failed try-lock, which precedes our release, which precedes our load (all
+    /// sequentially consistent), so it is passed on after the release ([`QpInner::kick`]).
+    /// `run`: whether the queue needs a run of its own (a kick served here makes one).
+    pub(crate) fn progress_and_release(self: &Arc<Self>, mut sq: crate::spin::SpinGuard<'_, SendQueue>, run: bool) {
+        let kicked = self.sq_pending.load(Ordering::Relaxed);
+        if kicked {
+            self.sq_pending.store(false, Ordering::SeqCst);
+        }
+        if run || kicked {
+            self.progress(&mut sq);
+        }
+        drop(sq);
+        if self.sq_pending.load(Ordering::SeqCst) {
+            self.kick();
+        }
+    }
+
     /// Makes the send queue progress (after a post, a timer, a state change). If another
     /// thread holds the queue, it will see `sq_pending` and run again.
     pub(crate) fn kick(self: &Arc<Self>) {
@@ -908,22 +928,8 @@ impl Qp {
                 }
             }
         }
-        // A kick that arrived before we took the queue is served by this progress run.
-        let kicked = q.sq_pending.load(Ordering::Relaxed);
-        if kicked {
-            q.sq_pending.store(false, Ordering::SeqCst);
-        }
         // Requests the express lane completed left nothing for the queue to run.
-        if queued || kicked || !express || wrs.is_empty() {
-            q.progress(&mut sq);
-        }
-        drop(sq);
-        // A kick that came while we held the queue found it busy and left the run to us:
-        // its store precedes its failed try-lock, which precedes our release, which
-        // precedes this load (all sequentially consistent).
-        if q.sq_pending.load(Ordering::SeqCst) {
-            q.kick();
-        }
+        q.progress_and_release(sq, queued || !express || wrs.is_empty());
         let posted = result.as_ref().err().map_or(wrs.len(), |e| e.index);
         if let Some(stats) = endpoint.stats {
             stats.sends_posted(q.qpn, posted);

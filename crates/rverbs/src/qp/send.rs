@@ -668,18 +668,17 @@ impl QpInner {
     /// running over the network to that host (rxe `check_addr`). Returns whether it was
     /// taken; the send queue then runs.
     pub(crate) fn on_response(self: &Arc<Self>, from: &Gid, response: &Response, payload: &[u8]) -> bool {
-        {
-            let mut sq = self.sq.lock();
-            let SendQueue { ring, req, conn, .. } = &mut *sq;
-            let Some(conn) = conn.as_mut() else { return false };
-            if !req.network || req.dgid != *from {
-                return false;
-            }
-            let mut answering = Answering { qp: self, req: &mut conn.req, memo: &conn.memo, ring, base: conn.base, now: Instant::now() };
-            answering.answer(response, &PacketBytes(payload));
-            self.count(&mut conn.req);
+        let mut sq = self.sq.lock();
+        let SendQueue { ring, req, conn, .. } = &mut *sq;
+        let Some(conn) = conn.as_mut() else { return false };
+        if !req.network || req.dgid != *from {
+            return false;
         }
-        self.kick();
+        let mut answering = Answering { qp: self, req: &mut conn.req, memo: &conn.memo, ring, base: conn.base, now: Instant::now() };
+        answering.answer(response, &PacketBytes(payload));
+        self.count(&mut conn.req);
+        // The queue runs under the same hold: completions retire, the window may open.
+        self.progress_and_release(sq, true);
         true
     }
 }

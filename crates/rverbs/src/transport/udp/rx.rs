@@ -128,6 +128,10 @@ pub(crate) const RX_BATCH: usize = 32;
 /// MTU-sized packets (one GSO send of the requester) is one run.
 pub(crate) const RX_RUN: usize = 64;
 
+/// Checked packets of a run kept on the stack (`NetSock::receive`): a run this short,
+/// what a latency-bound exchange receives at a time, costs no allocation.
+pub(crate) const RX_RUN_INLINE: usize = 2;
+
 /// A packet `NetSock::receive` checked: where it came from (for a relayed packet, its
 /// original source), the IPv4 Identification it was sent with, its bytes and headers.
 pub(crate) struct Checked<'a> {

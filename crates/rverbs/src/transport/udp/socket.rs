@@ -20,9 +20,10 @@ use std::sync::Arc;
 use rverbs_proto::wire::icrc;
 #[cfg(test)]
 use rverbs_proto::wire::roce::{Packet, Repr};
+use smallvec::SmallVec;
 
 use super::relay;
-use super::rx::{check_datagram, for_each_segment, with_tx_icrc, Checked, IcrcKept, RxAddr, RxBatch, RxDrop, RX_BATCH, RX_RUN};
+use super::rx::{check_datagram, for_each_segment, with_tx_icrc, Checked, IcrcKept, RxAddr, RxBatch, RxDrop, RX_BATCH, RX_RUN, RX_RUN_INLINE};
 use super::trace::Trace;
 use crate::gid::Gid;
 use crate::limits;
@@ -312,13 +313,13 @@ impl NetSock {
                     return;
                 }
             };
-            // Sized to what arrived (a lone packet on the latency path allocates one entry,
-            // not a whole run's).
+            // Sized to what arrived: a lone packet or two (the latency path: a request, its
+            // ACK) stay on the stack; a train allocates its run once, not a whole run's.
             let packets: usize = (0..n)
                 .filter_map(|i| Some((batch.datagrams.get(i)?.1.len(), batch.datagrams.segment_size(i))))
                 .map(|(len, seg)| seg.map_or(1, |s| len.div_ceil(s)))
                 .sum();
-            let mut run: Vec<Checked<'_>> = Vec::with_capacity(packets.min(RX_RUN));
+            let mut run: SmallVec<[Checked<'_>; RX_RUN_INLINE]> = SmallVec::with_capacity(packets.min(RX_RUN));
             let mut take = |c| {
                 if let Some(c) = c {
                     run.push(c);
