@@ -25,7 +25,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -444,7 +444,7 @@ pub(crate) fn watch_peer(slot: usize, peer: &Arc<Peer>) {
 }
 
 fn run(p: &'static Progress) {
-    let mut events: Vec<epoll::Event> = Vec::with_capacity(16);
+    let mut events: Vec<epoll::Event> = Vec::with_capacity(crate::sys::EPOLL_EVENTS);
     // With `busy_poll`: network descriptors left to an application thread that receives
     // inline, watched again once it stopped (`Progress::standing_by`).
     let mut left: Vec<usize> = Vec::new();
@@ -501,15 +501,11 @@ fn run(p: &'static Progress) {
             let d = at.saturating_duration_since(Instant::now());
             next = Some(next.map_or(d, |n| n.min(d)));
         }
-        let timeout = next.map(|d| {
-            // An early wake-up is harmless: the loop checks the deadline again.
-            rustix::time::Timespec {
-                tv_sec: d.as_secs() as i64,
-                tv_nsec: i64::from(d.subsec_nanos()),
-            }
-        });
+        // An early wake-up is harmless: the loop checks the deadline again. The timeout
+        // keeps its microseconds (`sys::epoll_wait_fine`): the 200 µs deadlines above
+        // are not a millisecond.
         events.clear();
-        let waited = epoll::wait(&p.epoll, rustix::buffer::spare_capacity(&mut events), timeout.as_ref());
+        let waited = crate::sys::epoll_wait_fine(p.epoll.as_fd(), &mut events, next);
         p.sleep_until.store(AWAKE, Ordering::Relaxed);
         match waited {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}

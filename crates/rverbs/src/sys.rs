@@ -1,9 +1,10 @@
 //! Thin wrappers over the operating-system calls the device needs: eventfds, shared
 //! anonymous memory, the host's interface addresses, the process generation that
-//! `fork` starts, and batched datagram receives.
+//! `fork` starts, batched datagram receives, and epoll waits to the microsecond.
 //!
 //! This is one of the few modules allowed `unsafe` (ARCHITECTURE.md, "Crates"): `mmap`,
-//! `getifaddrs` and `recvmmsg` have no safe equivalents in rustix.
+//! `getifaddrs`, `recvmmsg` and `epoll_pwait2` have no safe equivalents in rustix (its
+//! epoll wait takes milliseconds unless built for Linux 5.11 only).
 #![allow(unsafe_code)]
 
 use std::net::Ipv4Addr;
@@ -805,4 +806,112 @@ pub(crate) fn first_unmapped(addr: usize, len: usize) -> Option<usize> {
         at += n * page;
     }
     None
+}
+
+/// Whether `epoll_pwait2` may be called: cleared for the process's life at its first
+/// refusal ([`epoll_wait_fine`]).
+static EPOLL_PWAIT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// The kernel's `struct __kernel_timespec`, 64-bit on every architecture.
+#[repr(C)]
+struct KernelTimespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
+/// Events one [`epoll_wait_fine`] takes at most.
+pub(crate) const EPOLL_EVENTS: usize = 16;
+
+/// Waits on `epoll` for at most `timeout` (`None`: without end) and appends what is ready
+/// to `events` (at most [`EPOLL_EVENTS`]); returns how many.
+///
+/// The timeout is kept to the nanosecond: `epoll_wait(2)` and `epoll_pwait` take
+/// milliseconds, so the 200 µs deadlines of the progress thread (`progress::STANDBY`,
+/// `progress::HOLDING_WAIT`, `qp::acks::ACK_DELAY`) would wake it after a whole
+/// millisecond (rounded up, never cut short). `epoll_pwait2` (Linux 5.11) takes a
+/// timespec. On a kernel without it (ENOSYS), or under a seccomp filter that refuses it
+/// (EPERM), the process falls back to milliseconds for its life
+/// (docs/progress-and-events.md, "Deadlines below the millisecond").
+pub(crate) fn epoll_wait_fine(epoll: BorrowedFd<'_>, events: &mut Vec<rustix::event::epoll::Event>, timeout: Option<std::time::Duration>) -> rustix::io::Result<usize> {
+    use std::sync::atomic::Ordering;
+    if let Some(d) = timeout.filter(|d| d.subsec_nanos() % 1_000_000 != 0) {
+        if EPOLL_PWAIT2.load(Ordering::Relaxed) {
+            match epoll_pwait2(epoll, events, d) {
+                Err(errno @ (Errno::NOSYS | Errno::PERM)) => {
+                    tracing::debug!(%errno, "epoll_pwait2 refused: the progress thread's deadlines round up to milliseconds");
+                    EPOLL_PWAIT2.store(false, Ordering::Relaxed);
+                }
+                r => return r,
+            }
+        }
+    }
+    let ts = timeout.map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: i64::from(d.subsec_nanos()) });
+    let before = events.len();
+    events.reserve(EPOLL_EVENTS);
+    rustix::event::epoll::wait(epoll, rustix::buffer::spare_capacity(events), ts.as_ref()).map(|_| events.len() - before)
+}
+
+/// `epoll_pwait2(2)` with timeout `d` and no signal mask: the ready events (at most
+/// [`EPOLL_EVENTS`]) appended to `events`; how many.
+fn epoll_pwait2(epoll: BorrowedFd<'_>, events: &mut Vec<rustix::event::epoll::Event>, d: std::time::Duration) -> rustix::io::Result<usize> {
+    use rustix::event::epoll;
+    use std::os::fd::AsRawFd;
+    let ts = KernelTimespec { tv_sec: d.as_secs().min(i64::MAX as u64) as i64, tv_nsec: i64::from(d.subsec_nanos()) };
+    let mut raw = [libc::epoll_event { events: 0, u64: 0 }; EPOLL_EVENTS];
+    // SAFETY: `raw` is a writable array of EPOLL_EVENTS `epoll_event`s, as the second and
+    // third arguments say; `ts` is a `__kernel_timespec` alive for the call; the signal
+    // mask is null (none changed), so its size is not read.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait2,
+            epoll.as_raw_fd(),
+            raw.as_mut_ptr(),
+            EPOLL_EVENTS as libc::c_int,
+            &ts as *const KernelTimespec,
+            std::ptr::null::<libc::sigset_t>(),
+            0usize,
+        )
+    };
+    if n < 0 {
+        return Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+    }
+    for e in &raw[..n as usize] {
+        // Copied out of the kernel's layout (packed on x86-64).
+        let (flags, data) = (e.events, e.u64);
+        events.push(epoll::Event { flags: epoll::EventFlags::from_bits_retain(flags), data: epoll::EventData::new_u64(data) });
+    }
+    Ok(n as usize)
+}
+
+#[cfg(test)]
+mod epoll_tests {
+    use super::*;
+    use rustix::event::epoll;
+    use std::time::Duration;
+
+    /// A ready eventfd, its data and flags, from `epoll_pwait2` itself (the raw call and
+    /// the kernel's layout) and through the wrapper with each kind of timeout; nothing
+    /// ready is an empty wait.
+    #[test]
+    fn a_wait_below_the_millisecond_reports_the_ready_descriptor_with_its_data() {
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+        let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).unwrap();
+        epoll::add(&ep, &fd, epoll::EventData::new_u64(0xfeed_0000_0042), epoll::EventFlags::IN).unwrap();
+        let mut events = Vec::new();
+        assert_eq!(epoll_wait_fine(ep.as_fd(), &mut events, Some(Duration::from_micros(200))).unwrap(), 0);
+        assert_eq!(epoll_pwait2(ep.as_fd(), &mut events, Duration::from_micros(200)), Ok(0), "Linux >= 5.11");
+        assert!(events.is_empty());
+        rustix::io::write(&fd, &1u64.to_ne_bytes()).unwrap();
+        let ready = |events: &Vec<epoll::Event>| {
+            let (flags, data) = (events[0].flags, events[0].data);
+            (events.len(), data.u64(), flags.contains(epoll::EventFlags::IN))
+        };
+        assert_eq!(epoll_pwait2(ep.as_fd(), &mut events, Duration::from_micros(200)), Ok(1));
+        assert_eq!(ready(&events), (1, 0xfeed_0000_0042, true));
+        for timeout in [Some(Duration::from_micros(200)), None, Some(Duration::from_millis(1))] {
+            events.clear();
+            assert_eq!(epoll_wait_fine(ep.as_fd(), &mut events, timeout), Ok(1), "{timeout:?}");
+            assert_eq!(ready(&events), (1, 0xfeed_0000_0042, true), "{timeout:?}");
+        }
+    }
 }
