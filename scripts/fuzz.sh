@@ -15,6 +15,9 @@
 # FUZZ_RUNS=N stops each target after N executions as well (the recorded long runs:
 # `FUZZ_RUNS=10000000 scripts/fuzz.sh 600`).
 #
+# FUZZ_JOBS=N fuzzes N targets at once, each on a core of its own (default: the
+# machine's cores, at most 4).
+#
 # Toolchain: the stable one. Targets are built as `cargo fuzz build -O -a -s none` builds
 # them (optimized, with debug assertions and overflow checks, without a sanitizer: the
 # code the targets exercise is safe Rust except the C ABI's struct readers, which
@@ -74,16 +77,23 @@ for t in "${targets[@]}"; do
         failed+=("$t (regressions)")
     fi
 done
-printf '%-16s %14s %10s %8s %8s\n' target executions exec/s seconds status > "$work/summary"
-for t in "${targets[@]}"; do
+# Each target fuzzes on one core (libFuzzer's single process), so FUZZ_JOBS targets run at
+# once (default: the machine's cores, at most 4): every target still gets its
+# SECONDS_PER_TARGET of a whole core, and CI's 13 targets take half the wall time on 2
+# cores. Each writes its own log and its summary row to its own file, printed in target
+# order at the end.
+jobs=${FUZZ_JOBS:-$(nproc)}
+[ "$jobs" -ge 1 ] || jobs=1
+[ "$jobs" -le 4 ] || jobs=4
+fuzz_one() {
+    local t=$1 status=ok t0 execs rate
+    local runs=()
     mkdir -p "$work/$t"
     if [ -d "fuzz/corpus/$t" ]; then
         cp -r "fuzz/corpus/$t/." "$work/$t/"
     fi
     echo "fuzz.sh: $t for ${secs} s"
-    status=ok
     t0=$(date +%s)
-    runs=()
     if [ -n "${FUZZ_RUNS:-}" ]; then
         runs=(-runs="$FUZZ_RUNS")
     fi
@@ -91,12 +101,32 @@ for t in "${targets[@]}"; do
     if ! "$bin/$t" "$work/$t" -max_total_time="$secs" -print_final_stats=1 -timeout=10 \
         -rss_limit_mb=2048 -artifact_prefix="$artifacts/$t-" "${runs[@]}" >"$work/$t.log" 2>&1; then
         status=CRASH
-        failed+=("$t")
         grep -E "panicked|ERROR|SUMMARY|Test unit written" "$work/$t.log" || tail -n 30 "$work/$t.log"
     fi
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log" | tail -n 1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/$t.log" | tail -n 1)
-    printf '%-16s %14s %10s %8s %8s\n' "$t" "${execs:-?}" "${rate:-?}" "$(( $(date +%s) - t0 ))" "$status" >> "$work/summary"
+    printf '%-16s %14s %10s %8s %8s\n' "$t" "${execs:-?}" "${rate:-?}" "$(( $(date +%s) - t0 ))" "$status" > "$work/$t.row"
+}
+running=0
+for t in "${targets[@]}"; do
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    fuzz_one "$t" &
+    running=$((running + 1))
+done
+wait
+printf '%-16s %14s %10s %8s %8s\n' target executions exec/s seconds status > "$work/summary"
+for t in "${targets[@]}"; do
+    if [ -f "$work/$t.row" ]; then
+        cat "$work/$t.row" >> "$work/summary"
+        grep -q ' CRASH$' "$work/$t.row" && failed+=("$t")
+    else
+        # The run itself did not finish (its shell was killed): a failure, never a pass.
+        printf '%-16s %14s %10s %8s %8s\n' "$t" '?' '?' '?' 'NO-RUN' >> "$work/summary"
+        failed+=("$t")
+    fi
 done
 cat "$work/summary"
 echo "fuzz.sh: done in $(( $(date +%s) - start )) s"
