@@ -77,11 +77,10 @@ for t in "${targets[@]}"; do
         failed+=("$t (regressions)")
     fi
 done
-# Each target fuzzes on one core (libFuzzer's single process), so FUZZ_JOBS targets run at
-# once (default: the machine's cores, at most 4): every target still gets its
-# SECONDS_PER_TARGET of a whole core, and CI's 13 targets take half the wall time on 2
-# cores. Each writes its own log and its summary row to its own file, printed in target
-# order at the end.
+# FUZZ_JOBS targets at once (see the top): each writes its own log and its summary row
+# to its own file, printed in target order at the end; what a crash prints is prefixed
+# with its target's name, as the targets' output interleaves.
+row='%-16s %14s %10s %8s %8s\n'
 jobs=${FUZZ_JOBS:-$(nproc)}
 [ "$jobs" -ge 1 ] || jobs=1
 [ "$jobs" -le 4 ] || jobs=4
@@ -101,11 +100,11 @@ fuzz_one() {
     if ! "$bin/$t" "$work/$t" -max_total_time="$secs" -print_final_stats=1 -timeout=10 \
         -rss_limit_mb=2048 -artifact_prefix="$artifacts/$t-" "${runs[@]}" >"$work/$t.log" 2>&1; then
         status=CRASH
-        grep -E "panicked|ERROR|SUMMARY|Test unit written" "$work/$t.log" || tail -n 30 "$work/$t.log"
+        { grep -E "panicked|ERROR|SUMMARY|Test unit written" "$work/$t.log" || tail -n 30 "$work/$t.log"; } | sed "s/^/$t: /"
     fi
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log" | tail -n 1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/$t.log" | tail -n 1)
-    printf '%-16s %14s %10s %8s %8s\n' "$t" "${execs:-?}" "${rate:-?}" "$(( $(date +%s) - t0 ))" "$status" > "$work/$t.row"
+    printf "$row" "$t" "${execs:-?}" "${rate:-?}" "$(( $(date +%s) - t0 ))" "$status" > "$work/$t.row"
 }
 running=0
 for t in "${targets[@]}"; do
@@ -117,14 +116,14 @@ for t in "${targets[@]}"; do
     running=$((running + 1))
 done
 wait
-printf '%-16s %14s %10s %8s %8s\n' target executions exec/s seconds status > "$work/summary"
+printf "$row" target executions exec/s seconds status > "$work/summary"
 for t in "${targets[@]}"; do
     if [ -f "$work/$t.row" ]; then
         cat "$work/$t.row" >> "$work/summary"
         grep -q ' CRASH$' "$work/$t.row" && failed+=("$t")
     else
         # The run itself did not finish (its shell was killed): a failure, never a pass.
-        printf '%-16s %14s %10s %8s %8s\n' "$t" '?' '?' '?' 'NO-RUN' >> "$work/summary"
+        printf "$row" "$t" '?' '?' '?' 'NO-RUN' >> "$work/summary"
         failed+=("$t")
     fi
 done
