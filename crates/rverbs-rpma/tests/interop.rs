@@ -69,7 +69,10 @@ fn dropin() -> PathBuf {
     DIR.get_or_init(|| {
         let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
         let (verbs, cm, dir) = match (std::env::var_os("RVERBS_CAPI_CDYLIB"), std::env::var_os("RVERBS_RDMACM_CDYLIB")) {
-            (Some(verbs), Some(cm)) => (PathBuf::from(verbs), PathBuf::from(cm), tmp.join(format!("rpma-dropin-given-{}", std::process::id()))),
+            (Some(verbs), Some(cm)) => {
+                let dir = tmp.join(format!("rpma-dropin-given-{:016x}", key(&[verbs.as_encoded_bytes(), cm.as_encoded_bytes()])));
+                (PathBuf::from(verbs), PathBuf::from(cm), dir)
+            }
             _ => {
                 let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
                 let target = tmp.join("rpma-dropin");
@@ -87,13 +90,26 @@ fn dropin() -> PathBuf {
         std::fs::create_dir_all(&dir).unwrap();
         for (name, lib) in [("libibverbs.so.1", &verbs), ("libibverbs.so", &verbs), ("librdmacm.so.1", &cm), ("librdmacm.so", &cm)] {
             assert!(lib.is_file(), "{} is not a file (not built?)", lib.display());
-            let link = dir.join(name);
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(lib, &link).unwrap();
+            // Test processes share the directory (nextest runs each test in its own), so
+            // a link is made under a name of this process's and renamed into place: a
+            // rename replaces the old link atomically, a remove-then-create could race.
+            let tmp = dir.join(format!(".{name}-{}.tmp", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(lib, &tmp).unwrap();
+            std::fs::rename(&tmp, dir.join(name)).unwrap();
         }
         dir
     })
     .clone()
+}
+
+/// A name for what `parts` hold, for files that test processes share: the same parts give
+/// the same name in every process of one build.
+fn key(parts: &[&[u8]]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
 }
 
 /// The compiled C peer.
@@ -103,14 +119,22 @@ fn c_peer() -> PathBuf {
         assert!(Path::new("/usr/include/librpma.h").is_file(), "/usr/include/librpma.h missing: install librpma-dev");
         let dir = dropin();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rpma_peer.c");
-        // Each test binary process compiles its own copy and renames it into place: a
-        // test of another process may be executing the file (writing it would fail with
-        // ETXTBSY; a rename replaces it atomically).
-        let exe = dir.join(format!("rpma_peer-{}", std::process::id()));
-        let tmp = dir.join(format!(".rpma_peer-{}.tmp", std::process::id()));
         let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
+        let flags = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"];
+        // One build per source, compiler and flags, shared by the test processes (nextest
+        // runs each test in its own): the first to need it compiles it under a name of
+        // its own and renames it into place. A test of another process may be executing
+        // the file (writing it would fail with ETXTBSY; a rename replaces it atomically),
+        // and two processes that both compile it rename the same program.
+        let text = std::fs::read(&src).expect("read the C peer's source");
+        let exe = dir.join(format!("rpma_peer-{:016x}", key(&[&text, cc.as_bytes(), flags.join(" ").as_bytes()])));
+        if exe.is_file() {
+            return exe;
+        }
+        let tmp = dir.join(format!(".rpma_peer-{}.tmp", std::process::id()));
         let out = Command::new(&cc)
-            .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-o"])
+            .args(flags)
+            .arg("-o")
             .arg(&tmp)
             .arg(&src)
             .arg("-L")
