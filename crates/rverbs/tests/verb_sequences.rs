@@ -4,21 +4,25 @@
 //! failing sequence to a short one).
 //!
 //! Each case connects an RC pair, fills both regions with a byte pattern, and runs up to 40
-//! operations: RDMA WRITE and SEND from up to three gathered pieces, RDMA READ, atomic
-//! fetch-and-add and compare-and-swap, receives; about one in six carries one fault (a
-//! local piece outside its region or under an unknown L_Key, a remote range past the
-//! region's end or an unknown R_Key, a SEND longer than its receive; a range made faulty
-//! ends one byte past its region half the time, where an off-by-one would hide). Checked
-//! after each completion that covers them (an RC completion covers every request posted
-//! before it, ibv_poll_cq(3)), and once more at the end:
+//! operations: RDMA WRITE and SEND gathered from up to three pieces or inline
+//! (IBV_SEND_INLINE), either with immediate data or without, RDMA READ, atomic
+//! fetch-and-add and compare-and-swap, and receives scattering into up to three pieces.
+//! About one in six carries one fault: a local piece outside its region or under an unknown
+//! L_Key, a remote range past the region's end or an unknown R_Key, a SEND longer than its
+//! receive; one receive in twenty has an unknown L_Key. A range made faulty ends one byte
+//! past its region half the time, where an off-by-one would hide. Checked after each
+//! completion that covers them (an RC completion covers every request posted before it,
+//! ibv_poll_cq(3)), and once more at the end:
 //! - the completions of the requester's CQ are exactly the signaled requests and the
 //!   failed one, in order, with the status the rule names: IBV_WC_LOC_PROT_ERR for a local
 //!   fault, IBV_WC_REM_ACCESS_ERR for a remote one, IBV_WC_REM_INV_REQ_ERR for a SEND too
-//!   long (the responder's receive then completes with IBV_WC_LOC_LEN_ERR);
-//! - the responder's CQ has each consumed receive once, in order, with the SEND's length;
-//!   when a remote fault put the responder in the error state, every receive it still
-//!   held completes with IBV_WC_WR_FLUSH_ERR (ibv_modify_qp(3), "Error" state), and with
-//!   a local fault the responder keeps them;
+//!   long (the receive: IBV_WC_LOC_LEN_ERR), IBV_WC_REM_OP_ERR for a SEND into a receive
+//!   with a bad scatter list (the receive: IBV_WC_LOC_QP_OP_ERR);
+//! - the responder's CQ has each consumed receive once, in order, with its opcode
+//!   (IBV_WC_RECV, or IBV_WC_RECV_RDMA_WITH_IMM for a WRITE with immediate), length and
+//!   immediate data; when a remote fault put the responder in the error state, every
+//!   receive it still held completes with IBV_WC_WR_FLUSH_ERR (ibv_modify_qp(3), "Error"
+//!   state), and with a local fault the responder keeps them;
 //! - every byte of both regions is what the successful requests made it: a failed request
 //!   writes nothing, except where no rule says what it leaves: the buffer of a receive
 //!   that completed in error (ibv_poll_cq(3) makes only its wr_id, status, qp_num and
@@ -31,7 +35,9 @@
 //!
 //! The same model runs over the same-host link and over RoCEv2 between two devices of
 //! this process on the loopback (127.0.11.1 and 127.0.11.2, served by this test only),
-//! where messages longer than the path MTU (1024) travel as several packets.
+//! where messages longer than the path MTU (1024) travel as several packets; the one rule
+//! that differs between them is in docs/rxe-differences.md, "A refused WRITE with
+//! immediate on the same host takes its receive".
 
 mod common;
 
@@ -61,16 +67,26 @@ enum Fault {
     Short,
 }
 
+/// How a WRITE or SEND carries its data: gathered by the device from the pieces, or
+/// copied at the post (IBV_SEND_INLINE, when it fits `max_inline_data`); and the immediate
+/// data it carries, if any (a WRITE with one consumes a receive).
+#[derive(Clone, Copy, Debug)]
+struct Carry {
+    inline: bool,
+    imm: Option<u32>,
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     /// RDMA WRITE of the pieces `src` (offset, length) of the requester's region to `dst`.
-    Write { src: Vec<(usize, usize)>, dst: usize, signaled: bool, fault: Fault },
+    Write { src: Vec<(usize, usize)>, dst: usize, signaled: bool, carry: Carry, fault: Fault },
     /// RDMA READ of `len` bytes at `src` of the responder's region into `dst`.
     Read { dst: usize, len: usize, src: usize, fault: Fault },
     /// SEND of the pieces `src` into the oldest receive.
-    Send { src: Vec<(usize, usize)>, signaled: bool, fault: Fault },
-    /// A receive of `len` bytes at `off` of the responder's region.
-    Recv { off: usize, len: usize },
+    Send { src: Vec<(usize, usize)>, signaled: bool, carry: Carry, fault: Fault },
+    /// A receive scattering into the pieces `dst` of the responder's region (in order,
+    /// not overlapping); `bad`: its first piece under an L_Key nobody has.
+    Recv { dst: Vec<(usize, usize)>, bad: bool },
     /// Fetch-and-add (`swap: None`) or compare-and-swap at the 8-byte slot `slot`, the
     /// original value into the requester's slot `result`; `hit` compares with the value
     /// there.
@@ -82,19 +98,39 @@ fn pieces() -> impl Strategy<Value = Vec<(usize, usize)>> {
         .prop_map(|v| v.into_iter().map(|(off, len)| (off, len.min(LEN - off))).collect())
 }
 
+/// Up to three pieces in increasing order that do not overlap (a scatter list whose
+/// pieces overlap leaves the order of their bytes to the device).
+fn scatter() -> impl Strategy<Value = Vec<(usize, usize)>> {
+    prop::collection::vec((0usize..600, 0usize..2000), 1..=3).prop_map(|v| {
+        let mut at = 0;
+        let mut out = Vec::new();
+        for (gap, len) in v {
+            let off = (at + gap).min(LEN);
+            let len = len.min(LEN - off);
+            out.push((off, len));
+            at = off + len;
+        }
+        out
+    })
+}
+
+fn carry() -> impl Strategy<Value = Carry> {
+    (prop::bool::weighted(0.25), prop::option::weighted(0.25, any::<u32>())).prop_map(|(inline, imm)| Carry { inline, imm })
+}
+
 fn fault(choices: &'static [Fault]) -> impl Strategy<Value = Fault> {
     prop_oneof![10 => Just(Fault::None), 2 => prop::sample::select(choices)]
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (pieces(), 0..LEN, any::<bool>(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]))
-            .prop_map(|(src, dst, signaled, fault)| Op::Write { src, dst, signaled, fault }),
+        4 => (pieces(), 0..LEN, any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]))
+            .prop_map(|(src, dst, signaled, carry, fault)| Op::Write { src, dst, signaled, carry, fault }),
         2 => (0..LEN, 1usize..3000, 0..LEN, fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]))
             .prop_map(|(dst, len, src, fault)| Op::Read { dst, len, src, fault }),
-        3 => (pieces(), any::<bool>(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::Short]))
-            .prop_map(|(src, signaled, fault)| Op::Send { src, signaled, fault }),
-        3 => (0..LEN, 0usize..LEN).prop_map(|(off, len)| Op::Recv { off, len: len.min(LEN - off) }),
+        3 => (pieces(), any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::Short]))
+            .prop_map(|(src, signaled, carry, fault)| Op::Send { src, signaled, carry, fault }),
+        3 => (scatter(), prop::bool::weighted(0.05)).prop_map(|(dst, bad)| Op::Recv { dst, bad }),
         2 => (0..LEN / 8, 0..LEN / 8, any::<u64>(), prop::option::of((any::<bool>(), any::<u64>())),
               fault(&[Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]))
             .prop_map(|(slot, result, add, swap, fault)| Op::Atomic { slot, result, add, swap, fault }),
@@ -142,14 +178,65 @@ impl Image {
     }
 }
 
-/// A receive the responder holds: (wr_id, offset, length).
-type Held = (u64, usize, usize);
+/// A receive the responder holds.
+#[derive(Clone, Debug)]
+struct Held {
+    id: u64,
+    dst: Vec<(usize, usize)>,
+    bad: bool,
+}
+
+impl Held {
+    fn room(&self) -> usize {
+        self.dst.iter().map(|p| p.1).sum()
+    }
+
+    /// Scatters `data` into the pieces, in order (the model's side of a SEND).
+    fn place(&self, image: &mut Image, data: &[u8]) {
+        let mut rest = data;
+        for &(off, len) in &self.dst {
+            let n = len.min(rest.len());
+            image.put(off, &rest[..n]);
+            rest = &rest[n..];
+        }
+    }
+
+    /// Every byte the pieces cover left undefined (a receive that completed in error).
+    fn spoil(&self, image: &mut Image) {
+        for &(off, len) in &self.dst {
+            image.0[off..off + len].iter_mut().for_each(|b| *b = None);
+        }
+    }
+}
+
+/// What the responder's CQ should give for a receive: wr_id, status, and for a success
+/// the opcode, byte_len and immediate data.
+type RecvWant = (u64, WcStatus, Option<(WcOpcode, u32, Option<u32>)>);
+
+/// Posts `r` to the responder.
+fn post_held(b: &Side, r: &Held, step: usize) -> std::result::Result<(), TestCaseError> {
+    let sges: Vec<Sge> = r
+        .dst
+        .iter()
+        .enumerate()
+        .map(|(k, &(off, len))| match k == 0 && r.bad {
+            // Room for any SEND: the bad key, not a length, is what fails.
+            true => Sge { addr: b.mr.iova() + off as u64, length: LEN as u32, lkey: UNKNOWN_KEY },
+            false => Sge { addr: b.mr.iova() + off as u64, length: len as u32, lkey: b.mr.lkey() },
+        })
+        .collect();
+    b.qp.post_recv(&[RecvWr::new(r.id, &sges)]).map_err(|e| TestCaseError::fail(format!("step {step}: post_recv: {e:?}")))
+}
 
 /// How a pair of QPs is made and connected over the CQs and regions of two sides.
 trait Link {
     fn sides(&self) -> (&Side, &Side);
     fn sides_mut(&mut self) -> (&mut Side, &mut Side);
     fn connect(&self);
+    /// Whether messages travel as packets of the path MTU (1024): across hosts, not
+    /// between two QPs of one host (docs/rxe-differences.md, "A refused WRITE with
+    /// immediate on the same host takes its receive").
+    fn segmented(&self) -> bool;
 }
 
 /// Both sides on the same-host link (the fixtures of `common`).
@@ -164,6 +251,9 @@ impl Link for SameHost {
     }
     fn connect(&self) {
         common::connect(&self.0, &self.1, &PATH);
+    }
+    fn segmented(&self) -> bool {
+        false
     }
 }
 
@@ -197,6 +287,9 @@ impl Link for TwoHosts {
             };
             x.qp.connect(&path).unwrap();
         }
+    }
+    fn segmented(&self) -> bool {
+        true
     }
 }
 
@@ -268,7 +361,7 @@ fn past(off: usize, len: usize) -> usize {
 /// Runs the sequence `ops` over `link`, then a signaled zero-length WRITE that covers
 /// the unsignaled requests before it.
 fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
-    let last = Op::Write { src: vec![(0, 0)], dst: 0, signaled: true, fault: Fault::None };
+    let last = Op::Write { src: vec![(0, 0)], dst: 0, signaled: true, carry: Carry { inline: false, imm: None }, fault: Fault::None };
     let ops: Vec<&Op> = ops.iter().chain([&last]).collect();
     {
         let (a, b) = link.sides();
@@ -278,10 +371,11 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
     }
     let (mut am, mut bm) = (Image::of(&link.sides().0.mr), Image::of(&link.sides().1.mr));
     let mut held: std::collections::VecDeque<Held> = Default::default();
-    // SENDs posted since the last check: the receive each consumes and its length.
-    let mut consumed: Vec<(Held, usize)> = Vec::new();
+    // What the responder's CQ should give since the last check.
+    let mut consumed: Vec<RecvWant> = Vec::new();
     let mut unsignaled = 0;
     let mut next_id = 1u64;
+    let segmented = link.segmented();
     for (step, &op) in ops.iter().enumerate() {
         let (a, b) = link.sides();
         let wr_id = next_id;
@@ -311,13 +405,13 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
         let status;
         let mut recv_fail = None;
         match op {
-            Op::Recv { off, len } => {
-                let sge = [Sge { addr: b.mr.iova() + *off as u64, length: *len as u32, lkey: b.mr.lkey() }];
-                b.qp.post_recv(&[RecvWr::new(wr_id, &sge)]).map_err(|e| TestCaseError::fail(format!("step {step}: post_recv: {e:?}")))?;
-                held.push_back((wr_id, *off, *len));
+            Op::Recv { dst, bad } => {
+                let r = Held { id: wr_id, dst: dst.clone(), bad: *bad };
+                post_held(b, &r, step)?;
+                held.push_back(r);
                 continue;
             }
-            Op::Write { src, dst, signaled: s, fault } => {
+            Op::Write { src, dst, signaled: s, carry, fault } => {
                 // A zero-length WRITE reads no remote memory, so no remote fault applies.
                 let empty = src.iter().all(|p| p.1 == 0);
                 let fault = if empty && matches!(fault, Fault::RemoteRange | Fault::RemoteKey) { Fault::None } else { *fault };
@@ -325,18 +419,48 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                 let total: usize = sges.iter().map(|s| s.length as usize).sum();
                 let dst = (*dst).min(LEN - total.min(LEN));
                 let (addr, rkey) = remote(dst, total, fault);
+                let data: Vec<u8> = if matches!(fault, Fault::LocalRange | Fault::LocalKey) { Vec::new() } else { src.iter().flat_map(|&(o, l)| am.bytes(o, l)).collect() };
+                let inline = carry.inline && data.len() <= CAP.max_inline_data as usize && !matches!(fault, Fault::LocalRange | Fault::LocalKey);
+                // With immediate data the WRITE consumes a receive (none bad: whether a
+                // receive's scatter list is checked when no data lands in it is not a rule).
+                let imm = carry.imm.filter(|_| held.front().is_none_or(|r| !r.bad));
+                if imm.is_some() && held.is_empty() {
+                    let r = Held { id: next_id, dst: vec![(0, 0)], bad: false };
+                    next_id += 1;
+                    post_held(b, &r, step)?;
+                    held.push_back(r);
+                }
                 status = match fault {
                     Fault::None => {
-                        let data: Vec<u8> = src.iter().flat_map(|&(o, l)| am.bytes(o, l)).collect();
                         bm.put(dst, &data);
+                        if let Some(imm) = imm {
+                            let r = held.pop_front().unwrap();
+                            consumed.push((r.id, WcStatus::Success, Some((WcOpcode::RecvRdmaWithImm, total as u32, Some(imm)))));
+                        }
                         WcStatus::Success
                     }
                     Fault::LocalRange | Fault::LocalKey => WcStatus::LocProtErr,
-                    _ => WcStatus::RemAccessErr,
+                    _ => {
+                        // The receive of a WRITE with immediate data is taken with the
+                        // packet that carries the immediate: when that is the only one
+                        // (the message fits the path MTU, 1024, or the link does not cut
+                        // messages), the receive completes with the responder's error,
+                        // else the error came first and it is flushed with the others.
+                        if imm.is_some() && (total <= 1024 || !segmented) {
+                            recv_fail = Some((held.pop_front().unwrap().id, WcStatus::RemAccessErr));
+                        }
+                        WcStatus::RemAccessErr
+                    }
                 };
                 // A failed request completes whether signaled or not.
                 signaled = *s || unsignaled >= 8 || status != WcStatus::Success;
-                let wr = SendWr::write(wr_id, &sges, addr, rkey);
+                let mut wr = SendWr::write(wr_id, &sges, addr, rkey);
+                if inline {
+                    wr = wr.inline(&data);
+                }
+                if let Some(imm) = imm {
+                    wr = wr.with_imm(imm);
+                }
                 post(&a.qp, if signaled { wr.signaled() } else { wr }, step)?;
             }
             Op::Read { dst, len, src, fault } => {
@@ -355,21 +479,32 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                     _ => WcStatus::RemAccessErr,
                 };
             }
-            Op::Send { src, signaled: s, fault } => {
-                let data: Vec<u8> = src.iter().flat_map(|&(o, l)| am.bytes(o, l)).collect();
+            Op::Send { src, signaled: s, carry, fault } => {
+                let mut src = src.clone();
                 if held.is_empty() {
                     // No receive to land in (an RNR wait, not tested here): post one that
                     // fits.
-                    let len = data.len().max(1);
-                    let sge = [Sge { addr: b.mr.iova(), length: len as u32, lkey: b.mr.lkey() }];
-                    b.qp.post_recv(&[RecvWr::new(next_id, &sge)]).map_err(|e| TestCaseError::fail(format!("step {step}: post_recv: {e:?}")))?;
-                    held.push_back((next_id, 0, len));
+                    let len = src.iter().map(|p| p.1).sum::<usize>().max(1);
+                    let r = Held { id: next_id, dst: vec![(0, len)], bad: false };
                     next_id += 1;
+                    post_held(b, &r, step)?;
+                    held.push_back(r);
                 }
-                let fault = *fault;
+                let mut fault = *fault;
+                if held[0].bad {
+                    // Into a receive with a bad scatter list: data to place (an empty
+                    // message may never look at the list), and no length fault besides.
+                    if src.iter().all(|p| p.1 == 0) {
+                        src = vec![(0, 1)];
+                    }
+                    if fault == Fault::Short {
+                        fault = Fault::None;
+                    }
+                }
+                let data: Vec<u8> = src.iter().flat_map(|&(o, l)| am.bytes(o, l)).collect();
                 let sges: Vec<Sge> = if fault == Fault::Short {
                     // Longer than the receive: its length plus one more byte.
-                    let want = held[0].2 + 1;
+                    let want = held[0].room() + 1;
                     if want > LEN {
                         vec![Sge { addr: a.mr.iova(), length: LEN as u32, lkey }, Sge { addr: a.mr.iova(), length: (want - LEN) as u32, lkey }]
                     } else {
@@ -378,26 +513,40 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                 } else {
                     src.iter().enumerate().map(|(k, p)| local(*p, if k == 0 { fault } else { Fault::None })).collect()
                 };
+                let inline = carry.inline && data.len() <= CAP.max_inline_data as usize && fault == Fault::None;
                 status = match fault {
-                    Fault::None if data.len() <= held[0].2 => {
+                    Fault::None if held[0].bad => {
+                        // ibv_poll_cq(3): the responder cannot use the receive (a local
+                        // QP operation error there, a remote operation error here).
                         let r = held.pop_front().unwrap();
-                        bm.put(r.1, &data);
-                        consumed.push((r, data.len()));
+                        r.spoil(&mut bm);
+                        recv_fail = Some((r.id, WcStatus::LocQpOpErr));
+                        WcStatus::RemOpErr
+                    }
+                    Fault::None if data.len() <= held[0].room() => {
+                        let r = held.pop_front().unwrap();
+                        r.place(&mut bm, &data);
+                        let op = Some((WcOpcode::Recv, data.len() as u32, carry.imm));
+                        consumed.push((r.id, WcStatus::Success, op));
                         WcStatus::Success
                     }
                     Fault::None | Fault::Short => {
                         let r = held.pop_front().unwrap();
-                        for k in r.1..r.1 + r.2 {
-                            bm.0[k] = None;
-                        }
-                        recv_fail = Some((r.0, WcStatus::LocLenErr));
+                        r.spoil(&mut bm);
+                        recv_fail = Some((r.id, WcStatus::LocLenErr));
                         WcStatus::RemInvReqErr
                     }
                     _ => WcStatus::LocProtErr,
                 };
                 // A failed request completes whether signaled or not.
                 signaled = *s || unsignaled >= 8 || status != WcStatus::Success;
-                let wr = SendWr::send(wr_id, &sges);
+                let mut wr = SendWr::send(wr_id, &sges);
+                if inline {
+                    wr = wr.inline(&data);
+                }
+                if let Some(imm) = carry.imm {
+                    wr = wr.with_imm(imm);
+                }
                 post(&a.qp, if signaled { wr.signaled() } else { wr }, step)?;
             }
             Op::Atomic { slot, result, add, swap, fault } => {
@@ -446,19 +595,18 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
         prop_assert_eq!((got[0].wr_id(), got[0].status()), (wr_id, status), "step {}: {:?}: {:?}", step, op, got[0]);
         // The responder: the receives the SENDs since the last check consumed, then the
         // failed one and the flushed rest if the request failed there.
-        let mut want: Vec<(u64, WcStatus, Option<usize>)> = consumed.drain(..).map(|(r, len)| (r.0, WcStatus::Success, Some(len))).collect();
-        let remote_fault = matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr);
+        let mut want: Vec<RecvWant> = std::mem::take(&mut consumed);
+        let remote_fault = matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr);
         if let Some((id, st)) = recv_fail {
             want.push((id, st, None));
         }
         if remote_fault {
-            want.extend(held.drain(..).map(|r| (r.0, WcStatus::WrFlushErr, None)));
+            want.extend(held.drain(..).map(|r| (r.id, WcStatus::WrFlushErr, None)));
         }
         let got = poll_n(&b.cq, want.len());
-        let got: Vec<(u64, WcStatus, Option<usize>)> = got
+        let got: Vec<RecvWant> = got
             .iter()
-            .zip(&want)
-            .map(|(w, x)| (w.wr_id(), w.status(), x.2.and(w.byte_len().map(|l| l as usize))))
+            .map(|w| (w.wr_id(), w.status(), w.opcode().map(|op| (op, w.byte_len().unwrap_or(0), w.imm_data()))))
             .collect();
         prop_assert_eq!(&got, &want, "step {}: {:?}: the responder's completions", step, op);
         am.check(&a.mr, "the requester", step)?;
