@@ -6,10 +6,12 @@
 //! Each case connects an RC pair, fills both regions with a byte pattern, and runs up to 40
 //! operations: RDMA WRITE and SEND gathered from up to three pieces or inline
 //! (IBV_SEND_INLINE), either with immediate data or without, RDMA READ, atomic
-//! fetch-and-add and compare-and-swap, and receives scattering into up to three pieces.
-//! About one in six carries one fault: a local piece outside its region or under an unknown
-//! L_Key, a remote range past the region's end or an unknown R_Key, a SEND longer than its
-//! receive; one receive in twenty has an unknown L_Key. A range made faulty ends one byte
+//! fetch-and-add and compare-and-swap, receives scattering into up to three pieces (posted
+//! with `Qp::post_recv` or, as the C library posts, `post_recv_unpinned`), and now and then
+//! the requester's region replaced by a new one. About one in six carries one fault: a
+//! local piece outside its region or under an unknown or stale L_Key, a remote range past
+//! the region's end or an unknown R_Key, a SEND longer than its receive; one receive in
+//! twenty has an unknown L_Key. A range made faulty ends one byte
 //! past its region half the time, where an off-by-one would hide. Checked after each
 //! completion that covers them (an RC completion covers every request posted before it,
 //! ibv_poll_cq(3)), and once more at the end:
@@ -89,8 +91,17 @@ enum Op {
     /// SEND of the pieces `src` into the oldest receive.
     Send { src: Vec<(usize, usize)>, signaled: bool, carry: Carry, fault: Fault },
     /// A receive scattering into the pieces `dst` of the responder's region (in order,
-    /// not overlapping); `bad`: its first piece under an L_Key nobody has.
-    Recv { dst: Vec<(usize, usize)>, bad: bool },
+    /// not overlapping); `bad`: its first piece under an L_Key nobody has; `pinned`:
+    /// posted with `Qp::post_recv`, which keeps its region registered until it completes,
+    /// else with `post_recv_unpinned`, as the C library posts.
+    Recv { dst: Vec<(usize, usize)>, bad: bool, pinned: bool },
+    /// The requester's region deregistered (its last handle dropped) and a new one
+    /// registered in its place, after every request before has completed; the old L_Key
+    /// is stale, and the local key faults after it use it half the time. (The
+    /// responder's is not replaced: a region a consumed receive posted with
+    /// `Qp::post_recv` named stays registered after its last handle is dropped, see
+    /// docs/memory.md, "Buffer lifetime".)
+    NewRegion,
     /// Fetch-and-add (`swap: None`) or compare-and-swap at the 8-byte slot `slot`, the
     /// original value into the requester's slot `result`; `hit` compares with the value
     /// there.
@@ -134,7 +145,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(dst, len, src, fault)| Op::Read { dst, len, src, fault }),
         3 => (pieces(), any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::Short]))
             .prop_map(|(src, signaled, carry, fault)| Op::Send { src, signaled, carry, fault }),
-        3 => (scatter(), prop::bool::weighted(0.05)).prop_map(|(dst, bad)| Op::Recv { dst, bad }),
+        3 => (scatter(), prop::bool::weighted(0.05), any::<bool>()).prop_map(|(dst, bad, pinned)| Op::Recv { dst, bad, pinned }),
+        1 => Just(Op::NewRegion),
         2 => (0..LEN / 8, 0..LEN / 8, any::<u64>(), prop::option::of((any::<bool>(), any::<u64>())),
               fault(&[Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]))
             .prop_map(|(slot, result, add, swap, fault)| Op::Atomic { slot, result, add, swap, fault }),
@@ -188,6 +200,7 @@ struct Held {
     id: u64,
     dst: Vec<(usize, usize)>,
     bad: bool,
+    pinned: bool,
 }
 
 impl Held {
@@ -229,7 +242,9 @@ fn post_held(b: &Side, r: &Held, step: usize) -> std::result::Result<(), TestCas
             false => Sge { addr: b.mr.iova() + off as u64, length: len as u32, lkey: b.mr.lkey() },
         })
         .collect();
-    b.qp.post_recv(&[RecvWr::new(r.id, &sges)]).map_err(|e| TestCaseError::fail(format!("step {step}: post_recv: {e:?}")))
+    let wr = [RecvWr::new(r.id, &sges)];
+    let posted = if r.pinned { b.qp.post_recv(&wr) } else { b.qp.post_recv_unpinned(&wr) };
+    posted.map_err(|e| TestCaseError::fail(format!("step {step}: post_recv: {e:?}")))
 }
 
 /// How a pair of QPs is made and connected over the CQs and regions of two sides.
@@ -380,8 +395,16 @@ fn past(off: usize, len: usize) -> usize {
 /// Runs the sequence `ops` over `link`, then a signaled zero-length WRITE that covers
 /// the unsignaled requests before it.
 fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
-    let last = Op::Write { src: vec![(0, 0)], dst: 0, signaled: true, carry: Carry { inline: false, imm: None }, fault: Fault::None };
-    let ops: Vec<&Op> = ops.iter().chain([&last]).collect();
+    // A signaled zero-length WRITE: when it completes, so has everything before it.
+    let sync = Op::Write { src: vec![(0, 0)], dst: 0, signaled: true, carry: Carry { inline: false, imm: None }, fault: Fault::None };
+    let ops: Vec<&Op> = ops
+        .iter()
+        .flat_map(|op| match op {
+            Op::NewRegion => vec![&sync, op],
+            _ => vec![op],
+        })
+        .chain([&sync])
+        .collect();
     {
         let (a, b) = link.sides();
         let seed: Vec<u8> = (0..2 * LEN).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
@@ -396,7 +419,22 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
     let mut next_id = 1u64;
     let segmented = link.segmented();
     let lossy = link.lossy();
+    // The L_Key of the requester's replaced region.
+    let mut stale_lkey = None;
+    let mut generation = 0u32;
     for (step, &op) in ops.iter().enumerate() {
+        if let Op::NewRegion = op {
+            generation += 1;
+            let (a, _) = link.sides_mut();
+            let mr = a.pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
+            let fill: Vec<u8> = (0..LEN).map(|i| (i.wrapping_mul(40503) >> 7) as u8 ^ generation as u8).collect();
+            mr.write(0, &fill).unwrap();
+            let old = std::mem::replace(&mut a.mr, mr);
+            stale_lkey = Some(old.lkey());
+            am = Image::of(&a.mr);
+            drop(old);
+            continue;
+        }
         let (a, b) = link.sides();
         let wr_id = next_id;
         next_id += 1;
@@ -407,7 +445,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                     let len = len.max(1);
                     Sge { addr: a.mr.iova() + (LEN - len + past(off, len)) as u64, length: len as u32, lkey }
                 }
-                Fault::LocalKey => Sge { addr: a.mr.iova() + off as u64, length: len.max(1) as u32, lkey: UNKNOWN_KEY },
+                Fault::LocalKey => Sge { addr: a.mr.iova() + off as u64, length: len.max(1) as u32, lkey: stale_lkey.filter(|_| off % 2 == 1).unwrap_or(UNKNOWN_KEY) },
                 _ => Sge { addr: a.mr.iova() + off as u64, length: len as u32, lkey },
             }
         };
@@ -425,8 +463,9 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
         let status;
         let mut recv_fail = None;
         match op {
-            Op::Recv { dst, bad } => {
-                let r = Held { id: wr_id, dst: dst.clone(), bad: *bad };
+            Op::NewRegion => unreachable!("handled above"),
+            Op::Recv { dst, bad, pinned } => {
+                let r = Held { id: wr_id, dst: dst.clone(), bad: *bad, pinned: *pinned };
                 post_held(b, &r, step)?;
                 held.push_back(r);
                 continue;
@@ -445,7 +484,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                 // receive's scatter list is checked when no data lands in it is not a rule).
                 let imm = carry.imm.filter(|_| held.front().is_none_or(|r| !r.bad));
                 if imm.is_some() && held.is_empty() {
-                    let r = Held { id: next_id, dst: vec![(0, 0)], bad: false };
+                    let r = Held { id: next_id, dst: vec![(0, 0)], bad: false, pinned: true };
                     next_id += 1;
                     post_held(b, &r, step)?;
                     held.push_back(r);
@@ -455,7 +494,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                         bm.put(dst, &data);
                         if let Some(imm) = imm {
                             let r = held.pop_front().unwrap();
-                            consumed.push((r.id, WcStatus::Success, Some((WcOpcode::RecvRdmaWithImm, total as u32, Some(imm)))));
+                                consumed.push((r.id, WcStatus::Success, Some((WcOpcode::RecvRdmaWithImm, total as u32, Some(imm)))));
                         }
                         WcStatus::Success
                     }
@@ -467,7 +506,8 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                         // messages), the receive completes with the responder's error,
                         // else the error came first and it is flushed with the others.
                         if imm.is_some() && (total <= 1024 || !segmented) {
-                            recv_fail = Some((held.pop_front().unwrap().id, WcStatus::RemAccessErr));
+                            let r = held.pop_front().unwrap();
+                                recv_fail = Some((r.id, WcStatus::RemAccessErr));
                         }
                         WcStatus::RemAccessErr
                     }
@@ -505,7 +545,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                     // No receive to land in (an RNR wait, not tested here): post one that
                     // fits.
                     let len = src.iter().map(|p| p.1).sum::<usize>().max(1);
-                    let r = Held { id: next_id, dst: vec![(0, len)], bad: false };
+                    let r = Held { id: next_id, dst: vec![(0, len)], bad: false, pinned: true };
                     next_id += 1;
                     post_held(b, &r, step)?;
                     held.push_back(r);
