@@ -302,9 +302,11 @@ impl Link for TwoHosts {
             let path = RemotePath {
                 access: ALL_ACCESS,
                 path_mtu: Mtu::Mtu1024,
-                // A lost packet is sent again after ~1 ms (4.096 us << 8) on the lossy
-                // network, instead of the 67 ms of pyverbs' timeout.
-                timeout: if self.lossy { 8 } else { PATH.timeout },
+                // A lost packet is sent again after ~17 ms (4.096 us << 12) on the lossy
+                // network, instead of the 67 ms of pyverbs' timeout: short enough for a
+                // few lost packets a case, long enough that a machine busy with other
+                // tests does not starve a peer through all seven retries.
+                timeout: if self.lossy { 12 } else { PATH.timeout },
                 retry_cnt: PATH.retry_cnt,
                 rnr_retry: PATH.rnr_retry,
                 min_rnr_timer: PATH.min_rnr_timer,
