@@ -43,7 +43,10 @@
 //! and .4) through the packet fault injector (docs/fault-injection.md: 2 % dropped, 2 %
 //! duplicated, 5 % held back up to 200 us, 1 % corrupted), where everything sent again
 //! must be placed once; there the NAK of a refused request may be lost, and the requester
-//! then ends with IBV_WC_RETRY_EXC_ERR instead of the NAK's status.
+//! then ends with IBV_WC_RETRY_EXC_ERR instead of the NAK's status. The same-host and the
+//! plain RoCEv2 runs are repeated with the responder's receives in an SRQ (127.0.11.5 and
+//! .6 for the latter), which keeps them when the QP taking from it fails: they are not
+//! flushed, and the next QP on the SRQ takes them.
 
 mod common;
 
@@ -231,7 +234,7 @@ impl Held {
 type RecvWant = (u64, WcStatus, Option<(WcOpcode, u32, Option<u32>)>);
 
 /// Posts `r` to the responder.
-fn post_held(b: &Side, r: &Held, step: usize) -> std::result::Result<(), TestCaseError> {
+fn post_held(b: &Side, srq: Option<&Srq>, r: &Held, step: usize) -> std::result::Result<(), TestCaseError> {
     let sges: Vec<Sge> = r
         .dst
         .iter()
@@ -243,7 +246,12 @@ fn post_held(b: &Side, r: &Held, step: usize) -> std::result::Result<(), TestCas
         })
         .collect();
     let wr = [RecvWr::new(r.id, &sges)];
-    let posted = if r.pinned { b.qp.post_recv(&wr) } else { b.qp.post_recv_unpinned(&wr) };
+    let posted = match (srq, r.pinned) {
+        (Some(q), true) => q.post_recv(&wr),
+        (Some(q), false) => q.post_recv_unpinned(&wr),
+        (None, true) => b.qp.post_recv(&wr),
+        (None, false) => b.qp.post_recv_unpinned(&wr),
+    };
     posted.map_err(|e| TestCaseError::fail(format!("step {step}: post_recv: {e:?}")))
 }
 
@@ -260,10 +268,23 @@ trait Link {
     fn lossy(&self) -> bool {
         false
     }
+    /// The responder's shared receive queue, if its QPs take receives from one.
+    fn srq(&self) -> Option<&Srq> {
+        None
+    }
+    /// A new SRQ in place of the old one, if the link has one (a case starts with none
+    /// of the last case's receives).
+    fn new_srq(&mut self) {}
 }
 
-/// Both sides on the same-host link (the fixtures of `common`).
-struct SameHost(Side, Side);
+/// A new SRQ of `b`'s PD.
+fn srq_of(b: &Side) -> Srq {
+    b.pd.create_srq(&SrqInit { max_wr: 256, max_sge: CAP.max_recv_sge, srq_limit: 0, srq_context: 0 }).unwrap()
+}
+
+/// Both sides on the same-host link (the fixtures of `common`), the responder's QPs on
+/// an SRQ if there is one.
+struct SameHost(Side, Side, Option<Srq>);
 
 impl Link for SameHost {
     fn sides(&self) -> (&Side, &Side) {
@@ -278,6 +299,14 @@ impl Link for SameHost {
     fn segmented(&self) -> bool {
         false
     }
+    fn srq(&self) -> Option<&Srq> {
+        self.2.as_ref()
+    }
+    fn new_srq(&mut self) {
+        if self.2.is_some() {
+            self.2 = Some(srq_of(&self.1));
+        }
+    }
 }
 
 /// Two devices of this process, each serving its own loopback address: RoCEv2 over UDP,
@@ -286,6 +315,7 @@ struct TwoHosts {
     a: Side,
     b: Side,
     lossy: bool,
+    srq: Option<Srq>,
     _devs: (Device, Device),
 }
 
@@ -323,6 +353,14 @@ impl Link for TwoHosts {
     fn lossy(&self) -> bool {
         self.lossy
     }
+    fn srq(&self) -> Option<&Srq> {
+        self.srq.as_ref()
+    }
+    fn new_srq(&mut self) {
+        if self.srq.is_some() {
+            self.srq = Some(srq_of(&self.b));
+        }
+    }
 }
 
 fn side_on(ctx: Context) -> Side {
@@ -333,15 +371,19 @@ fn side_on(ctx: Context) -> Side {
     Side { ctx, pd, cq, qp, mr }
 }
 
-fn same_host() -> SameHost {
-    let l = SameHost(side_on(open()), side_on(open()));
+/// The same-host link; with `srq`, the responder's QPs take receives from an SRQ (its
+/// QPs are made by the first [`renew`]).
+fn same_host(srq: bool) -> SameHost {
+    let (a, b) = (side_on(open()), side_on(open()));
+    let q = srq.then(|| srq_of(&b));
+    let l = SameHost(a, b, q);
     l.connect();
     l
 }
 
 /// Two devices on `ips`, each sending through the packet fault injector `faults` if given
 /// (`RVERBS_FAULTS` syntax, docs/fault-injection.md).
-fn two_hosts(ips: [[u8; 4]; 2], faults: Option<&str>) -> TwoHosts {
+fn two_hosts(ips: [[u8; 4]; 2], faults: Option<&str>, srq: bool) -> TwoHosts {
     let host = |ip: [u8; 4]| {
         let tag = format!("seq-{}", ip[3]);
         let dir = std::env::temp_dir().join(format!("rverbs-verbseq-{tag}-{}", std::process::id()));
@@ -350,7 +392,9 @@ fn two_hosts(ips: [[u8; 4]; 2], faults: Option<&str>) -> TwoHosts {
         DeviceConfig::new().name(&tag).runtime_dir(&dir).addresses(Some(vec![std::net::IpAddr::from(ip)])).net_faults(faults).open().unwrap()
     };
     let (da, db) = (host(ips[0]), host(ips[1]));
-    let l = TwoHosts { a: side_on(da.open().unwrap()), b: side_on(db.open().unwrap()), lossy: faults.is_some(), _devs: (da, db) };
+    let (a, b) = (side_on(da.open().unwrap()), side_on(db.open().unwrap()));
+    let srq = srq.then(|| srq_of(&b));
+    let l = TwoHosts { a, b, lossy: faults.is_some(), srq, _devs: (da, db) };
     l.connect();
     l
 }
@@ -421,6 +465,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
     let mut next_id = 1u64;
     let segmented = link.segmented();
     let lossy = link.lossy();
+    let srq = link.srq().is_some();
     // The L_Key of the requester's replaced region.
     let mut stale_lkey = None;
     let mut generation = 0u32;
@@ -438,6 +483,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
             continue;
         }
         let (a, b) = link.sides();
+        let link_srq = link.srq();
         let wr_id = next_id;
         next_id += 1;
         let lkey = a.mr.lkey();
@@ -468,7 +514,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
             Op::NewRegion => unreachable!("handled above"),
             Op::Recv { dst, bad, pinned } => {
                 let r = Held { id: wr_id, dst: dst.clone(), bad: *bad, pinned: *pinned };
-                post_held(b, &r, step)?;
+                post_held(b, link_srq, &r, step)?;
                 held.push_back(r);
                 continue;
             }
@@ -488,7 +534,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                 if imm.is_some() && held.is_empty() {
                     let r = Held { id: next_id, dst: vec![(0, 0)], bad: false, pinned: true };
                     next_id += 1;
-                    post_held(b, &r, step)?;
+                    post_held(b, link_srq, &r, step)?;
                     held.push_back(r);
                 }
                 status = match fault {
@@ -549,7 +595,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                     let len = src.iter().map(|p| p.1).sum::<usize>().max(1);
                     let r = Held { id: next_id, dst: vec![(0, len)], bad: false, pinned: true };
                     next_id += 1;
-                    post_held(b, &r, step)?;
+                    post_held(b, link_srq, &r, step)?;
                     held.push_back(r);
                 }
                 let mut fault = *fault;
@@ -670,7 +716,9 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
         if let Some((id, st)) = recv_fail {
             want.push((id, st, None));
         }
-        if remote_fault {
+        // An SRQ's receives stay in it when a QP that takes from it enters the error
+        // state (ibv_create_srq(3): the SRQ is not the QP's).
+        if remote_fault && !srq {
             want.extend(held.drain(..).map(|r| (r.id, WcStatus::WrFlushErr, None)));
         }
         let got = poll_n(&b.cq, want.len());
@@ -686,7 +734,9 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
             // over.
             expect_nothing(&a.cq, "the requester", step)?;
             renew(link, step)?;
-            held.clear();
+            if !srq {
+                held.clear();
+            }
         }
     }
     let (a, b) = link.sides();
@@ -695,13 +745,17 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
 }
 
 /// Destroys both QPs (their CQs must then hold nothing: a destroyed QP's receives leave
-/// no completion) and connects a new pair over the same CQs and regions.
+/// no completion) and connects a new pair over the same CQs, regions and SRQ.
 fn renew(link: &mut dyn Link, step: usize) -> std::result::Result<(), TestCaseError> {
+    let (na, nb) = {
+        let (a, b) = link.sides();
+        let na = a.pd.create_qp(&QpInit::new(QpType::Rc, &a.cq, CAP)).unwrap();
+        let nb = b.pd.create_qp(&QpInit { srq: link.srq(), ..QpInit::new(QpType::Rc, &b.cq, CAP) }).unwrap();
+        (na, nb)
+    };
     let (a, b) = link.sides_mut();
-    for s in [a, b] {
-        let qp = s.pd.create_qp(&QpInit::new(QpType::Rc, &s.cq, CAP)).unwrap();
-        drop(std::mem::replace(&mut s.qp, qp));
-    }
+    drop(std::mem::replace(&mut a.qp, na));
+    drop(std::mem::replace(&mut b.qp, nb));
     let (a, b) = link.sides();
     expect_nothing(&a.cq, "the requester", step)?;
     expect_nothing(&b.cq, "the responder", step)?;
@@ -723,6 +777,7 @@ fn check_random_sequences(link: &mut dyn Link, cases: u32) {
     let link = std::cell::RefCell::new(link);
     let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
         let mut l = link.borrow_mut();
+        l.new_srq();
         // What a failed case left behind (a passing one leaves nothing: `run` checks).
         for cq in [&l.sides().0.cq, &l.sides().1.cq] {
             while cq.poll(&mut [Wc::default(); 8]).unwrap() > 0 {}
@@ -737,12 +792,23 @@ fn check_random_sequences(link: &mut dyn Link, cases: u32) {
 
 #[test]
 fn random_requests_on_the_same_host_match_the_model() {
-    check_random_sequences(&mut same_host(), 48);
+    check_random_sequences(&mut same_host(false), 48);
+}
+
+/// The same with the responder's receives in an SRQ, which keeps them when its QP fails.
+#[test]
+fn random_requests_on_the_same_host_through_an_srq_match_the_model() {
+    check_random_sequences(&mut same_host(true), 24);
 }
 
 #[test]
 fn random_requests_across_hosts_match_the_model() {
-    check_random_sequences(&mut two_hosts([[127, 0, 11, 1], [127, 0, 11, 2]], None), 24);
+    check_random_sequences(&mut two_hosts([[127, 0, 11, 1], [127, 0, 11, 2]], None, false), 24);
+}
+
+#[test]
+fn random_requests_across_hosts_through_an_srq_match_the_model() {
+    check_random_sequences(&mut two_hosts([[127, 0, 11, 5], [127, 0, 11, 6]], None, true), 24);
 }
 
 /// The same over a network that drops, duplicates, reorders and corrupts packets: what
@@ -751,5 +817,5 @@ fn random_requests_across_hosts_match_the_model() {
 #[test]
 fn random_requests_across_a_lossy_network_match_the_model() {
     let faults = "seed=11,drop=2%,dup=2%,reorder=5%,reorder_by=200us,corrupt=1%";
-    check_random_sequences(&mut two_hosts([[127, 0, 11, 3], [127, 0, 11, 4]], Some(faults)), 24);
+    check_random_sequences(&mut two_hosts([[127, 0, 11, 3], [127, 0, 11, 4]], Some(faults), false), 24);
 }
