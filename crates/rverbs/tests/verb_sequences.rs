@@ -95,8 +95,9 @@ enum Op {
     Send { src: Vec<(usize, usize)>, signaled: bool, carry: Carry, fault: Fault },
     /// A receive scattering into the pieces `dst` of the responder's region (in order,
     /// not overlapping); `bad`: its first piece under an L_Key nobody has; `pinned`:
-    /// posted with `Qp::post_recv`, which keeps its region registered until it completes,
-    /// else with `post_recv_unpinned`, as the C library posts.
+    /// posted with `Qp::post_recv`, which keeps its region registered (until its slot is
+    /// posted into again, docs/memory.md), else with `post_recv_unpinned`, as the C
+    /// library posts.
     Recv { dst: Vec<(usize, usize)>, bad: bool, pinned: bool },
     /// The requester's region deregistered (its last handle dropped) and a new one
     /// registered in its place, after every request before has completed; the old L_Key
@@ -159,11 +160,16 @@ fn op() -> impl Strategy<Value = Op> {
 /// What one side's region should hold: `None` where the rules leave a byte undefined.
 struct Image(Vec<Option<u8>>);
 
+/// The bytes of a region of the test.
+fn contents(mr: &Mr) -> Vec<u8> {
+    let mut b = vec![0; LEN];
+    mr.read(0, &mut b).unwrap();
+    b
+}
+
 impl Image {
     fn of(mr: &Mr) -> Image {
-        let mut b = vec![0; LEN];
-        mr.read(0, &mut b).unwrap();
-        Image(b.into_iter().map(Some).collect())
+        Image(contents(mr).into_iter().map(Some).collect())
     }
 
     fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
@@ -176,15 +182,18 @@ impl Image {
         }
     }
 
+    /// `len` bytes at `off` left undefined.
+    fn forget(&mut self, off: usize, len: usize) {
+        self.0[off..off + len].iter_mut().for_each(|b| *b = None);
+    }
+
     fn u64_at(&self, off: usize) -> u64 {
         u64::from_ne_bytes(self.bytes(off, 8).try_into().unwrap())
     }
 
     /// Compares with the region; a byte the model left undefined takes the region's value.
     fn check(&mut self, mr: &Mr, who: &str, step: usize) -> std::result::Result<(), TestCaseError> {
-        let mut real = vec![0; LEN];
-        mr.read(0, &mut real).unwrap();
-        for (i, (want, got)) in self.0.iter_mut().zip(&real).enumerate() {
+        for (i, (want, got)) in self.0.iter_mut().zip(&contents(mr)).enumerate() {
             match want {
                 Some(w) if w != got => {
                     return Err(TestCaseError::fail(format!("after step {step}: {who}'s byte {i} is {got:#04x}, the model says {w:#04x}")));
@@ -224,7 +233,7 @@ impl Held {
     /// Every byte the pieces cover left undefined (a receive that completed in error).
     fn spoil(&self, image: &mut Image) {
         for &(off, len) in &self.dst {
-            image.0[off..off + len].iter_mut().for_each(|b| *b = None);
+            image.forget(off, len);
         }
     }
 }
@@ -255,78 +264,30 @@ fn post_held(b: &Side, srq: Option<&Srq>, r: &Held, step: usize) -> std::result:
     posted.map_err(|e| TestCaseError::fail(format!("step {step}: post_recv: {e:?}")))
 }
 
-/// How a pair of QPs is made and connected over the CQs and regions of two sides.
-trait Link {
-    fn sides(&self) -> (&Side, &Side);
-    fn sides_mut(&mut self) -> (&mut Side, &mut Side);
-    fn connect(&self);
-    /// Whether messages travel as packets of the path MTU (1024): across hosts, not
-    /// between two QPs of one host (docs/rxe-differences.md, "A refused WRITE with
-    /// immediate on the same host takes its receive").
-    fn segmented(&self) -> bool;
-    /// Whether packets may be lost, duplicated, reordered or corrupted on the way.
-    fn lossy(&self) -> bool {
-        false
-    }
-    /// The responder's shared receive queue, if its QPs take receives from one.
-    fn srq(&self) -> Option<&Srq> {
-        None
-    }
-    /// A new SRQ in place of the old one, if the link has one (a case starts with none
-    /// of the last case's receives).
-    fn new_srq(&mut self) {}
+/// Where the two sides' QPs meet.
+enum Wire {
+    /// The same-host link (the fixtures of `common`).
+    SameHost,
+    /// Two devices of this process, each serving its own loopback address: RoCEv2 over
+    /// UDP, through the packet fault injector when `lossy`.
+    Hosts { lossy: bool, _devs: (Device, Device) },
 }
 
-/// A new SRQ of `b`'s PD.
-fn srq_of(b: &Side) -> Srq {
-    b.pd.create_srq(&SrqInit { max_wr: 256, max_sge: CAP.max_recv_sge, srq_limit: 0, srq_context: 0 }).unwrap()
-}
-
-/// Both sides on the same-host link (the fixtures of `common`), the responder's QPs on
-/// an SRQ if there is one.
-struct SameHost(Side, Side, Option<Srq>);
-
-impl Link for SameHost {
-    fn sides(&self) -> (&Side, &Side) {
-        (&self.0, &self.1)
-    }
-    fn sides_mut(&mut self) -> (&mut Side, &mut Side) {
-        (&mut self.0, &mut self.1)
-    }
-    fn connect(&self) {
-        common::connect(&self.0, &self.1, &PATH);
-    }
-    fn segmented(&self) -> bool {
-        false
-    }
-    fn srq(&self) -> Option<&Srq> {
-        self.2.as_ref()
-    }
-    fn new_srq(&mut self) {
-        if self.2.is_some() {
-            self.2 = Some(srq_of(&self.1));
-        }
-    }
-}
-
-/// Two devices of this process, each serving its own loopback address: RoCEv2 over UDP,
-/// through the packet fault injector when `lossy`.
-struct TwoHosts {
+/// The requester `a` and the responder `b`, whose QPs take receives from `srq` if there
+/// is one, connected over `wire`.
+struct Link {
     a: Side,
     b: Side,
-    lossy: bool,
     srq: Option<Srq>,
-    _devs: (Device, Device),
+    wire: Wire,
 }
 
-impl Link for TwoHosts {
-    fn sides(&self) -> (&Side, &Side) {
-        (&self.a, &self.b)
-    }
-    fn sides_mut(&mut self) -> (&mut Side, &mut Side) {
-        (&mut self.a, &mut self.b)
-    }
+impl Link {
+    /// Connects the two QPs.
     fn connect(&self) {
+        let Wire::Hosts { lossy, .. } = self.wire else {
+            return common::connect(&self.a, &self.b, &PATH);
+        };
         for (x, y) in [(&self.a, &self.b), (&self.b, &self.a)] {
             let dgid = y.ctx.query_gid(1, 1).unwrap();
             let path = RemotePath {
@@ -336,7 +297,7 @@ impl Link for TwoHosts {
                 // network, instead of the 67 ms of pyverbs' timeout: short enough for a
                 // few lost packets a case, long enough that a machine busy with other
                 // tests does not starve a peer through all seven retries.
-                timeout: if self.lossy { 12 } else { PATH.timeout },
+                timeout: if lossy { 12 } else { PATH.timeout },
                 retry_cnt: PATH.retry_cnt,
                 rnr_retry: PATH.rnr_retry,
                 min_rnr_timer: PATH.min_rnr_timer,
@@ -347,20 +308,31 @@ impl Link for TwoHosts {
             x.qp.connect(&path).unwrap();
         }
     }
+
+    /// Whether messages travel as packets of the path MTU (1024): across hosts, not
+    /// between two QPs of one host (docs/rxe-differences.md, "A refused WRITE with
+    /// immediate on the same host takes its receive").
     fn segmented(&self) -> bool {
-        true
+        matches!(self.wire, Wire::Hosts { .. })
     }
+
+    /// Whether packets may be lost, duplicated, reordered or corrupted on the way.
     fn lossy(&self) -> bool {
-        self.lossy
+        matches!(self.wire, Wire::Hosts { lossy: true, .. })
     }
-    fn srq(&self) -> Option<&Srq> {
-        self.srq.as_ref()
-    }
+
+    /// A new SRQ in place of the old one, if there is one (a case starts with none of the
+    /// last case's receives).
     fn new_srq(&mut self) {
         if self.srq.is_some() {
             self.srq = Some(srq_of(&self.b));
         }
     }
+}
+
+/// A new SRQ of `b`'s PD.
+fn srq_of(b: &Side) -> Srq {
+    b.pd.create_srq(&SrqInit { max_wr: 256, max_sge: CAP.max_recv_sge, srq_limit: 0, srq_context: 0 }).unwrap()
 }
 
 fn side_on(ctx: Context) -> Side {
@@ -371,19 +343,17 @@ fn side_on(ctx: Context) -> Side {
     Side { ctx, pd, cq, qp, mr }
 }
 
-/// The same-host link; with `srq`, the responder's QPs take receives from an SRQ (its
-/// QPs are made by the first [`renew`]).
-fn same_host(srq: bool) -> SameHost {
+/// The same-host link; with `srq`, the responder's QPs take receives from an SRQ. Each
+/// case connects a new pair ([`renew`]).
+fn same_host(srq: bool) -> Link {
     let (a, b) = (side_on(open()), side_on(open()));
-    let q = srq.then(|| srq_of(&b));
-    let l = SameHost(a, b, q);
-    l.connect();
-    l
+    let srq = srq.then(|| srq_of(&b));
+    Link { a, b, srq, wire: Wire::SameHost }
 }
 
 /// Two devices on `ips`, each sending through the packet fault injector `faults` if given
 /// (`RVERBS_FAULTS` syntax, docs/fault-injection.md).
-fn two_hosts(ips: [[u8; 4]; 2], faults: Option<&str>, srq: bool) -> TwoHosts {
+fn two_hosts(ips: [[u8; 4]; 2], faults: Option<&str>, srq: bool) -> Link {
     let host = |ip: [u8; 4]| {
         let tag = format!("seq-{}", ip[3]);
         let dir = std::env::temp_dir().join(format!("rverbs-verbseq-{tag}-{}", std::process::id()));
@@ -394,9 +364,7 @@ fn two_hosts(ips: [[u8; 4]; 2], faults: Option<&str>, srq: bool) -> TwoHosts {
     let (da, db) = (host(ips[0]), host(ips[1]));
     let (a, b) = (side_on(da.open().unwrap()), side_on(db.open().unwrap()));
     let srq = srq.then(|| srq_of(&b));
-    let l = TwoHosts { a, b, lossy: faults.is_some(), srq, _devs: (da, db) };
-    l.connect();
-    l
+    Link { a, b, srq, wire: Wire::Hosts { lossy: faults.is_some(), _devs: (da, db) } }
 }
 
 /// Polls `cq` until it has given `n` completions or 10 s passed.
@@ -440,7 +408,7 @@ fn past(off: usize, len: usize) -> usize {
 
 /// Runs the sequence `ops` over `link`, then a signaled zero-length WRITE that covers
 /// the unsignaled requests before it.
-fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
+fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     // A signaled zero-length WRITE: when it completes, so has everything before it.
     let sync = Op::Write { src: vec![(0, 0)], dst: 0, signaled: true, carry: Carry { inline: false, imm: None }, fault: Fault::None };
     let ops: Vec<&Op> = ops
@@ -451,13 +419,10 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
         })
         .chain([&sync])
         .collect();
-    {
-        let (a, b) = link.sides();
-        let seed: Vec<u8> = (0..2 * LEN).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
-        a.mr.write(0, &seed[..LEN]).unwrap();
-        b.mr.write(0, &seed[LEN..]).unwrap();
-    }
-    let (mut am, mut bm) = (Image::of(&link.sides().0.mr), Image::of(&link.sides().1.mr));
+    let seed: Vec<u8> = (0..2 * LEN).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    link.a.mr.write(0, &seed[..LEN]).unwrap();
+    link.b.mr.write(0, &seed[LEN..]).unwrap();
+    let (mut am, mut bm) = (Image::of(&link.a.mr), Image::of(&link.b.mr));
     let mut held: std::collections::VecDeque<Held> = Default::default();
     // What the responder's CQ should give since the last check.
     let mut consumed: Vec<RecvWant> = Vec::new();
@@ -465,14 +430,14 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
     let mut next_id = 1u64;
     let segmented = link.segmented();
     let lossy = link.lossy();
-    let srq = link.srq().is_some();
+    let srq = link.srq.is_some();
     // The L_Key of the requester's replaced region.
     let mut stale_lkey = None;
     let mut generation = 0u32;
     for (step, &op) in ops.iter().enumerate() {
         if let Op::NewRegion = op {
             generation += 1;
-            let (a, _) = link.sides_mut();
+            let a = &mut link.a;
             let mr = a.pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
             let fill: Vec<u8> = (0..LEN).map(|i| (i.wrapping_mul(40503) >> 7) as u8 ^ generation as u8).collect();
             mr.write(0, &fill).unwrap();
@@ -482,8 +447,8 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
             drop(old);
             continue;
         }
-        let (a, b) = link.sides();
-        let link_srq = link.srq();
+        let (a, b) = (&link.a, &link.b);
+        let link_srq = link.srq.as_ref();
         let wr_id = next_id;
         next_id += 1;
         let lkey = a.mr.lkey();
@@ -542,7 +507,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                         bm.put(dst, &data);
                         if let Some(imm) = imm {
                             let r = held.pop_front().unwrap();
-                                consumed.push((r.id, WcStatus::Success, Some((WcOpcode::RecvRdmaWithImm, total as u32, Some(imm)))));
+                            consumed.push((r.id, WcStatus::Success, Some((WcOpcode::RecvRdmaWithImm, total as u32, Some(imm)))));
                         }
                         WcStatus::Success
                     }
@@ -555,21 +520,15 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                         // else the error came first and it is flushed with the others.
                         if imm.is_some() && (total <= 1024 || !segmented) {
                             let r = held.pop_front().unwrap();
-                                recv_fail = Some((r.id, WcStatus::RemAccessErr));
+                            recv_fail = Some((r.id, WcStatus::RemAccessErr));
                         }
                         WcStatus::RemAccessErr
                     }
                 };
                 // A failed request completes whether signaled or not.
                 signaled = *s || unsignaled >= 8 || status != WcStatus::Success;
-                let mut wr = SendWr::write(wr_id, &sges, addr, rkey);
-                if inline {
-                    wr = wr.inline(&data);
-                }
-                if let Some(imm) = imm {
-                    wr = wr.with_imm(imm);
-                }
-                post(&a.qp, if signaled { wr.signaled() } else { wr }, step)?;
+                let wr = carried(SendWr::write(wr_id, &sges, addr, rkey), inline.then_some(&data[..]), imm, signaled);
+                post(&a.qp, wr, step)?;
             }
             Op::Read { dst, len, src, fault } => {
                 let len = (*len).min(LEN);
@@ -648,14 +607,8 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                 };
                 // A failed request completes whether signaled or not.
                 signaled = *s || unsignaled >= 8 || status != WcStatus::Success;
-                let mut wr = SendWr::send(wr_id, &sges);
-                if inline {
-                    wr = wr.inline(&data);
-                }
-                if let Some(imm) = carry.imm {
-                    wr = wr.with_imm(imm);
-                }
-                post(&a.qp, if signaled { wr.signaled() } else { wr }, step)?;
+                let wr = carried(SendWr::send(wr_id, &sges), inline.then_some(&data[..]), carry.imm, signaled);
+                post(&a.qp, wr, step)?;
             }
             Op::Atomic { slot, result, add, swap, fault } => {
                 let (slot, result) = (slot * 8, result * 8);
@@ -682,9 +635,7 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
                         // Whether the responder ran the operation before the requester
                         // found it cannot place the result is not a rule: the slot is
                         // left undefined.
-                        for k in slot..slot + 8 {
-                            bm.0[k] = None;
-                        }
+                        bm.forget(slot, 8);
                         WcStatus::LocProtErr
                     }
                     _ => WcStatus::RemAccessErr,
@@ -704,15 +655,13 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
         // it again to a responder that is in the error state and answers nothing, until its
         // retries run out (ibv_poll_cq(3), IBV_WC_RETRY_EXC_ERR). The responder refused it
         // all the same.
-        let nak_lost = lossy
-            && matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr)
-            && got[0].status() == WcStatus::RetryExcErr;
+        let remote_fault = matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr);
+        let nak_lost = lossy && remote_fault && got[0].status() == WcStatus::RetryExcErr;
         let seen = if nak_lost { status } else { got[0].status() };
         prop_assert_eq!((got[0].wr_id(), seen), (wr_id, status), "step {}: {:?}: {:?}", step, op, got[0]);
         // The responder: the receives the SENDs since the last check consumed, then the
         // failed one and the flushed rest if the request failed there.
         let mut want: Vec<RecvWant> = std::mem::take(&mut consumed);
-        let remote_fault = matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr);
         if let Some((id, st)) = recv_fail {
             want.push((id, st, None));
         }
@@ -739,28 +688,36 @@ fn run(link: &mut dyn Link, ops: &[Op]) -> std::result::Result<(), TestCaseError
             }
         }
     }
-    let (a, b) = link.sides();
-    expect_nothing(&a.cq, "the requester", ops.len())?;
-    expect_nothing(&b.cq, "the responder", ops.len())
+    expect_nothing(&link.a.cq, "the requester", ops.len())?;
+    expect_nothing(&link.b.cq, "the responder", ops.len())
 }
 
 /// Destroys both QPs (their CQs must then hold nothing: a destroyed QP's receives leave
 /// no completion) and connects a new pair over the same CQs, regions and SRQ.
-fn renew(link: &mut dyn Link, step: usize) -> std::result::Result<(), TestCaseError> {
-    let (na, nb) = {
-        let (a, b) = link.sides();
-        let na = a.pd.create_qp(&QpInit::new(QpType::Rc, &a.cq, CAP)).unwrap();
-        let nb = b.pd.create_qp(&QpInit { srq: link.srq(), ..QpInit::new(QpType::Rc, &b.cq, CAP) }).unwrap();
-        (na, nb)
-    };
-    let (a, b) = link.sides_mut();
-    drop(std::mem::replace(&mut a.qp, na));
-    drop(std::mem::replace(&mut b.qp, nb));
-    let (a, b) = link.sides();
-    expect_nothing(&a.cq, "the requester", step)?;
-    expect_nothing(&b.cq, "the responder", step)?;
+fn renew(link: &mut Link, step: usize) -> std::result::Result<(), TestCaseError> {
+    let qp = link.a.pd.create_qp(&QpInit::new(QpType::Rc, &link.a.cq, CAP)).unwrap();
+    drop(std::mem::replace(&mut link.a.qp, qp));
+    let qp = link.b.pd.create_qp(&QpInit { srq: link.srq.as_ref(), ..QpInit::new(QpType::Rc, &link.b.cq, CAP) }).unwrap();
+    drop(std::mem::replace(&mut link.b.qp, qp));
+    expect_nothing(&link.a.cq, "the requester", step)?;
+    expect_nothing(&link.b.cq, "the responder", step)?;
     link.connect();
     Ok(())
+}
+
+/// A WRITE or SEND as [`Carry`] and `signaled` say: its data `inline` instead of its
+/// scatter list, with immediate data `imm`.
+fn carried<'a>(mut wr: SendWr<'a>, inline: Option<&'a [u8]>, imm: Option<u32>, signaled: bool) -> SendWr<'a> {
+    if let Some(data) = inline {
+        wr = wr.inline(data);
+    }
+    if let Some(imm) = imm {
+        wr = wr.with_imm(imm);
+    }
+    if signaled {
+        wr = wr.signaled();
+    }
+    wr
 }
 
 fn post(qp: &Qp, wr: SendWr<'_>, step: usize) -> std::result::Result<(), TestCaseError> {
@@ -769,21 +726,21 @@ fn post(qp: &Qp, wr: SendWr<'_>, step: usize) -> std::result::Result<(), TestCas
 
 /// Runs `cases` random sequences over `link`, one after the other on a new QP pair
 /// each (a device is made once per test: a process has a bounded number of them).
-fn check_random_sequences(link: &mut dyn Link, cases: u32) {
+fn check_random_sequences(mut link: Link, cases: u32) {
     // PROPTEST_CASES, as proptest reads it, for a longer hunt than CI's.
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(cases);
     let config = ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let link = std::cell::RefCell::new(link);
+    let link = std::cell::RefCell::new(&mut link);
     let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
         let mut l = link.borrow_mut();
         l.new_srq();
         // What a failed case left behind (a passing one leaves nothing: `run` checks).
-        for cq in [&l.sides().0.cq, &l.sides().1.cq] {
+        for cq in [&l.a.cq, &l.b.cq] {
             while cq.poll(&mut [Wc::default(); 8]).unwrap() > 0 {}
         }
-        renew(&mut **l, 0)?;
-        run(&mut **l, &ops)
+        renew(&mut l, 0)?;
+        run(&mut l, &ops)
     });
     if let Err(e) = result {
         panic!("{e}");
@@ -792,23 +749,23 @@ fn check_random_sequences(link: &mut dyn Link, cases: u32) {
 
 #[test]
 fn random_requests_on_the_same_host_match_the_model() {
-    check_random_sequences(&mut same_host(false), 48);
+    check_random_sequences(same_host(false), 48);
 }
 
 /// The same with the responder's receives in an SRQ, which keeps them when its QP fails.
 #[test]
 fn random_requests_on_the_same_host_through_an_srq_match_the_model() {
-    check_random_sequences(&mut same_host(true), 24);
+    check_random_sequences(same_host(true), 24);
 }
 
 #[test]
 fn random_requests_across_hosts_match_the_model() {
-    check_random_sequences(&mut two_hosts([[127, 0, 11, 1], [127, 0, 11, 2]], None, false), 24);
+    check_random_sequences(two_hosts([[127, 0, 11, 1], [127, 0, 11, 2]], None, false), 24);
 }
 
 #[test]
 fn random_requests_across_hosts_through_an_srq_match_the_model() {
-    check_random_sequences(&mut two_hosts([[127, 0, 11, 5], [127, 0, 11, 6]], None, true), 24);
+    check_random_sequences(two_hosts([[127, 0, 11, 5], [127, 0, 11, 6]], None, true), 24);
 }
 
 /// The same over a network that drops, duplicates, reorders and corrupts packets: what
@@ -817,5 +774,5 @@ fn random_requests_across_hosts_through_an_srq_match_the_model() {
 #[test]
 fn random_requests_across_a_lossy_network_match_the_model() {
     let faults = "seed=11,drop=2%,dup=2%,reorder=5%,reorder_by=200us,corrupt=1%";
-    check_random_sequences(&mut two_hosts([[127, 0, 11, 3], [127, 0, 11, 4]], Some(faults), false), 24);
+    check_random_sequences(two_hosts([[127, 0, 11, 3], [127, 0, 11, 4]], Some(faults), false), 24);
 }
