@@ -213,10 +213,10 @@ impl Pd {
     /// `Mr` is deregistered or dropped and every work request naming it has completed
     /// (on demand: whatever is mapped there when the device accesses it is reached).
     /// A region named by a receive posted with [`Qp::post_recv`](crate::Qp::post_recv)
-    /// stays registered, after its handles are dropped, until that receive's slot of the
-    /// queue is posted into again or the queue is destroyed: until then peers can still
-    /// write it (docs/memory.md, "Buffer lifetime"; [`Mr::dereg`](crate::Mr::dereg) ends it
-    /// at once).
+    /// stays registered, after its handles are dropped, until that receive's completion
+    /// is polled (or the queue flushes or drops it): until then peers can still write it
+    /// (docs/memory.md, "Buffer lifetime"; [`Mr::dereg`](crate::Mr::dereg) ends it at
+    /// once).
     /// The device reads and writes it concurrently with the program, like a NIC.
     #[allow(unsafe_code)]
     pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: Access) -> Result<Mr> {

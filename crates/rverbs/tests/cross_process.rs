@@ -436,6 +436,72 @@ fn a_receive_queue_kept_full_by_a_peers_sends_takes_each_repost_and_refuses_one_
     peer.finish();
 }
 
+/// A pinned receive's hold across processes (docs/memory.md, "Buffer lifetime"): a peer
+/// process takes the receive, places the message and completes it, and cannot drop this
+/// process's hold itself; polling the completion lets it go. A region whose every handle
+/// was dropped, before the poll or after, is then deregistered: the peer's RDMA WRITE with
+/// its R_Key fails with IBV_WC_REM_ACCESS_ERR. Four rounds, each on a new connection
+/// (the failed WRITE ends one): the SEND is the connection's first request (the queued
+/// way) or follows one (the express lane), with each order of drop and poll.
+#[test]
+fn a_receive_completed_by_a_peer_process_lets_its_region_go_when_polled() {
+    const ROUNDS: u64 = 4;
+    if role().as_deref() == Some("gone_region") {
+        let mut parent = Parent::new();
+        for _ in 0..ROUNDS {
+            let b = side(QpType::Rc);
+            parent.say(&format!("{}", b.qp.qp_num()));
+            let pq = num(&parent.hear()[0]) as u32;
+            to_init(&b.qp, ALL_ACCESS);
+            to_rtr(&b.qp, &b.ctx, pq, &PATH);
+            to_rts(&b.qp, &PATH);
+            let sge = [b.mr.sge(0, 8).unwrap()];
+            loop {
+                let words = parent.hear();
+                let wr = match words[0].as_str() {
+                    "send" => SendWr::send(1, &sge),
+                    "write" => SendWr::write(2, &sge, num(&words[1]), num(&words[2]) as u32),
+                    _ => break,
+                };
+                b.qp.post_send(&[wr.signaled()]).unwrap();
+                parent.say(&format!("{:?}", poll_one(&b.cq).status()));
+            }
+        }
+        return;
+    }
+    let mut peer = Peer::spawn("a_receive_completed_by_a_peer_process_lets_its_region_go_when_polled", "gone_region");
+    for round in 0..ROUNDS {
+        let (express, dropped_first) = (round >= 2, round % 2 == 1);
+        let a = side(QpType::Rc);
+        let qpn = num(&peer.recv()[0]) as u32;
+        to_init(&a.qp, ALL_ACCESS);
+        to_rtr(&a.qp, &a.ctx, qpn, &PATH);
+        to_rts(&a.qp, &PATH);
+        peer.send(&format!("{}", a.qp.qp_num()));
+        if express {
+            peer.send(&format!("write {} {}", a.mr.iova(), a.mr.rkey()));
+            assert_eq!(peer.recv(), ["Success"], "round {round}: the first request");
+        }
+        let m = a.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let (iova, rkey) = (m.iova(), m.rkey());
+        a.qp.post_recv(&[RecvWr::new(round, &[m.sge(0, 64).unwrap()])]).unwrap();
+        let mut last = Some(m);
+        if dropped_first {
+            drop(last.take());
+        }
+        peer.send("send");
+        assert_eq!(peer.recv(), ["Success"], "round {round}");
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status()), (round, WcStatus::Success));
+        drop(last);
+        peer.send(&format!("write {iova} {rkey}"));
+        let express_or_queued = if express { "express lane" } else { "queued way" };
+        assert_eq!(peer.recv(), ["RemAccessErr"], "round {round} ({express_or_queued}): the region outlived its receive's completion");
+        peer.send("next");
+    }
+    peer.finish();
+}
+
 /// A peer that dies leaves its partner with RETRY_EXC_ERR after the QP's timeout and
 /// retry count — never a hang — and its endpoint directory is reclaimed.
 #[test]

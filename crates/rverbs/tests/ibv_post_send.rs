@@ -509,6 +509,63 @@ fn dropping_memory_handles_does_not_free_buffers_of_posted_requests() {
     assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
 }
 
+/// The R_Key of a region whose handles are all dropped stops working once the receive
+/// that kept it registered has completed and its completion was polled (ibv_post_recv(3),
+/// NOTES: the buffers are the program's again then; `Pd::reg_mr`'s safety contract lets
+/// the program free the memory), whether the last handle went before the completion was
+/// polled or after. Both ways of the same-host link: the queued way (a connection's first
+/// request), which takes the receive and then places the message, and the express lane
+/// (the requests after it), which places the message as it takes the receive.
+#[test]
+fn a_dropped_region_is_deregistered_once_its_receive_completion_is_polled() {
+    for dropped_first in [false, true] {
+        for express in [false, true] {
+            let (a, b) = pair(QpType::Rc);
+            let ss = [a.mr.sge(0, 8).unwrap()];
+            if express {
+                a.qp.post_send(&[SendWr::write(9, &ss, b.mr.iova(), b.mr.rkey()).signaled()]).unwrap();
+                assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+            }
+            let m = b.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+            let (iova, rkey) = (m.iova(), m.rkey());
+            b.qp.post_recv(&[RecvWr::new(1, &[m.sge(0, 64).unwrap()])]).unwrap();
+            let other = m.clone();
+            drop(m);
+            if dropped_first {
+                drop(other);
+                a.qp.post_send(&[SendWr::send(2, &ss).signaled()]).unwrap();
+                assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+            } else {
+                a.qp.post_send(&[SendWr::send(2, &ss).signaled()]).unwrap();
+                assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+                drop(other);
+            }
+            assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
+            a.qp.post_send(&[SendWr::write(3, &ss, iova, rkey).signaled()]).unwrap();
+            let wc = poll_one(&a.cq);
+            assert_eq!(wc.status(), WcStatus::RemAccessErr, "express lane: {express}, last handle dropped before the poll: {dropped_first}");
+        }
+    }
+}
+
+/// A receive still outstanding keeps its region while another receive's completion is
+/// polled: a completion lets go of its own receive's hold only.
+#[test]
+fn a_polled_completion_lets_go_of_its_own_receive_only() {
+    let (a, b) = pair(QpType::Rc);
+    let first = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let second = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    b.qp.post_recv(&[RecvWr::new(1, &[first.sge(0, 64).unwrap()]), RecvWr::new(2, &[second.sge(0, 64).unwrap()])]).unwrap();
+    drop(second);
+    let ss = [a.mr.sge(0, 8).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &ss).signaled()]).unwrap();
+    assert_eq!((poll_one(&b.cq).wr_id(), poll_one(&a.cq).status()), (1, WcStatus::Success));
+    a.qp.post_send(&[SendWr::send(2, &ss).signaled()]).unwrap();
+    let wc = poll_one(&b.cq);
+    assert_eq!((wc.wr_id(), wc.status()), (2, WcStatus::Success), "the second receive's region is still registered");
+    drop(first);
+}
+
 #[test]
 fn dereg_makes_pending_requests_fail_instead_of_touching_memory() {
     let (a, b) = pair(QpType::Rc);

@@ -8,10 +8,14 @@
 //! (IBV_SEND_INLINE), either with immediate data or without, RDMA READ, atomic
 //! fetch-and-add and compare-and-swap, receives scattering into up to three pieces (posted
 //! with `Qp::post_recv` or, as the C library posts, `post_recv_unpinned`), and now and then
-//! the requester's region replaced by a new one. About one in six carries one fault: a
-//! local piece outside its region or under an unknown or stale L_Key, a remote range past
-//! the region's end or an unknown R_Key, a SEND longer than its receive; one receive in
-//! twenty has an unknown L_Key. A range made faulty ends one byte
+//! one side's region replaced by a new one (the old one's last handle dropped). About one
+//! in six carries one fault: a local piece outside its region or under an unknown or stale
+//! L_Key, a remote range past the region's end or under an unknown R_Key or the R_Key of a
+//! replaced region no receive keeps, a SEND longer than its receive; one receive in twenty
+//! has an unknown L_Key. A receive posted pinned keeps the region it names registered
+//! until its completion is polled (docs/memory.md, "Buffer lifetime"): a SEND into it after
+//! its region was replaced lands in the old region, and one into an unpinned receive of a
+//! region gone is refused as a bad scatter list is. A range made faulty ends one byte
 //! past its region half the time, where an off-by-one would hide. Checked after each
 //! completion that covers them (an RC completion covers every request posted before it,
 //! ibv_poll_cq(3)), and once more at the end:
@@ -95,17 +99,17 @@ enum Op {
     Send { src: Vec<(usize, usize)>, signaled: bool, carry: Carry, fault: Fault },
     /// A receive scattering into the pieces `dst` of the responder's region (in order,
     /// not overlapping); `bad`: its first piece under an L_Key nobody has; `pinned`:
-    /// posted with `Qp::post_recv`, which keeps its region registered (until its slot is
-    /// posted into again, docs/memory.md), else with `post_recv_unpinned`, as the C
-    /// library posts.
+    /// posted with `Qp::post_recv`, which keeps its region registered until its
+    /// completion is polled (docs/memory.md, "Buffer lifetime"), else with
+    /// `post_recv_unpinned`, as the C library posts.
     Recv { dst: Vec<(usize, usize)>, bad: bool, pinned: bool },
-    /// The requester's region deregistered (its last handle dropped) and a new one
-    /// registered in its place, after every request before has completed; the old L_Key
-    /// is stale, and the local key faults after it use it half the time. (The
-    /// responder's is not replaced: a region a consumed receive posted with
-    /// `Qp::post_recv` named stays registered after its last handle is dropped, see
-    /// docs/memory.md, "Buffer lifetime".)
-    NewRegion,
+    /// A side's region deregistered (its last handle dropped) and a new one registered in
+    /// its place, after every request before has completed: the requester's, or with
+    /// `responder` the responder's. The old L_Key is stale, and the local key faults after
+    /// it use it half the time; the responder's old R_Key is stale once no receive keeps
+    /// its region (see [`Held::keeps`]), and the remote key faults after that use it half
+    /// the time.
+    NewRegion { responder: bool },
     /// Fetch-and-add (`swap: None`) or compare-and-swap at the 8-byte slot `slot`, the
     /// original value into the requester's slot `result`; `hit` compares with the value
     /// there.
@@ -150,7 +154,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (pieces(), any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::Short]))
             .prop_map(|(src, signaled, carry, fault)| Op::Send { src, signaled, carry, fault }),
         3 => (scatter(), prop::bool::weighted(0.05), any::<bool>()).prop_map(|(dst, bad, pinned)| Op::Recv { dst, bad, pinned }),
-        1 => Just(Op::NewRegion),
+        1 => any::<bool>().prop_map(|responder| Op::NewRegion { responder }),
         2 => (0..LEN / 8, 0..LEN / 8, any::<u64>(), prop::option::of((any::<bool>(), any::<u64>())),
               fault(&[Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]))
             .prop_map(|(slot, result, add, swap, fault)| Op::Atomic { slot, result, add, swap, fault }),
@@ -213,9 +217,18 @@ struct Held {
     dst: Vec<(usize, usize)>,
     bad: bool,
     pinned: bool,
+    /// The generation of the responder's region its pieces name.
+    gen: u32,
 }
 
 impl Held {
+    /// Whether it keeps its region registered: posted pinned (`Qp::post_recv`), with a
+    /// piece under the region's L_Key. It does until its completion is polled, or the
+    /// queue flushes or drops it (docs/memory.md, "Buffer lifetime").
+    fn keeps(&self) -> bool {
+        self.pinned && (!self.bad || self.dst.len() > 1)
+    }
+
     fn room(&self) -> usize {
         self.dst.iter().map(|p| p.1).sum()
     }
@@ -236,6 +249,16 @@ impl Held {
             image.forget(off, len);
         }
     }
+}
+
+/// Takes the oldest receive from `held` for a message, noting the region it keeps until
+/// its completion is polled.
+fn take(held: &mut std::collections::VecDeque<Held>, unpolled: &mut Vec<u32>) -> Held {
+    let r = held.pop_front().unwrap();
+    if r.keeps() {
+        unpolled.push(r.gen);
+    }
+    r
 }
 
 /// What the responder's CQ should give for a receive: wr_id, status, and for a success
@@ -414,7 +437,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     let ops: Vec<&Op> = ops
         .iter()
         .flat_map(|op| match op {
-            Op::NewRegion => vec![&sync, op],
+            Op::NewRegion { .. } => vec![&sync, op],
             _ => vec![op],
         })
         .chain([&sync])
@@ -424,6 +447,12 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     link.b.mr.write(0, &seed[LEN..]).unwrap();
     let (mut am, mut bm) = (Image::of(&link.a.mr), Image::of(&link.b.mr));
     let mut held: std::collections::VecDeque<Held> = Default::default();
+    // The responder's regions: the current one's generation, the R_Key and generation of
+    // the last one replaced, and the generations kept by consumed receives whose
+    // completions are not polled yet.
+    let mut bgen = 0u32;
+    let mut stale_rkey: Option<(u32, u32)> = None;
+    let mut unpolled: Vec<u32> = Vec::new();
     // What the responder's CQ should give since the last check.
     let mut consumed: Vec<RecvWant> = Vec::new();
     let mut unsignaled = 0;
@@ -435,18 +464,34 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     let mut stale_lkey = None;
     let mut generation = 0u32;
     for (step, &op) in ops.iter().enumerate() {
-        if let Op::NewRegion = op {
+        if let Op::NewRegion { responder } = op {
             generation += 1;
-            let a = &mut link.a;
-            let mr = a.pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
+            let side = if *responder { &mut link.b } else { &mut link.a };
+            let mr = side.pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
             let fill: Vec<u8> = (0..LEN).map(|i| (i.wrapping_mul(40503) >> 7) as u8 ^ generation as u8).collect();
             mr.write(0, &fill).unwrap();
-            let old = std::mem::replace(&mut a.mr, mr);
-            stale_lkey = Some(old.lkey());
-            am = Image::of(&a.mr);
+            let old = std::mem::replace(&mut side.mr, mr);
+            if *responder {
+                stale_rkey = Some((old.rkey(), bgen));
+                bgen += 1;
+                bm = Image::of(&side.mr);
+            } else {
+                stale_lkey = Some(old.lkey());
+                am = Image::of(&side.mr);
+            }
             drop(old);
             continue;
         }
+        // Whether the responder's region of generation `g` is still registered: the
+        // current one, or one a receive keeps.
+        let alive = |g: u32, held: &std::collections::VecDeque<Held>| {
+            g == bgen || unpolled.contains(&g) || held.iter().any(|r| r.gen == g && r.keeps())
+        };
+        // A receive the responder cannot use: a bad scatter list, or pieces under the
+        // L_Key of a region gone.
+        let broken = |r: &Held, held: &std::collections::VecDeque<Held>| r.bad || !alive(r.gen, held);
+        // The replaced region's R_Key once it is gone (else one nobody has).
+        let dead_rkey = stale_rkey.filter(|&(_, g)| !alive(g, &held)).map(|(k, _)| k);
         let (a, b) = (&link.a, &link.b);
         let link_srq = link.srq.as_ref();
         let wr_id = next_id;
@@ -467,18 +512,20 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 // An atomic's slot stays 8-byte aligned (a misaligned one is another error).
                 Fault::RemoteRange if matches!(op, Op::Atomic { .. }) => (b.mr.iova() + LEN as u64, b.mr.rkey()),
                 Fault::RemoteRange => (b.mr.iova() + (LEN - len.min(LEN) + past(off, len)) as u64, b.mr.rkey()),
-                Fault::RemoteKey => (b.mr.iova() + off as u64, UNKNOWN_KEY),
+                Fault::RemoteKey => (b.mr.iova() + off as u64, dead_rkey.filter(|_| off % 2 == 1).unwrap_or(UNKNOWN_KEY)),
                 _ => (b.mr.iova() + off as u64, b.mr.rkey()),
             }
         };
         // The request, what it should complete with, and its effect on the model.
         let mut signaled = true;
-        let status;
+        let mut status;
+        // A SEND refused for its length or for its receive's key, either.
+        let mut either_refusal = false;
         let mut recv_fail = None;
         match op {
-            Op::NewRegion => unreachable!("handled above"),
+            Op::NewRegion { .. } => unreachable!("handled above"),
             Op::Recv { dst, bad, pinned } => {
-                let r = Held { id: wr_id, dst: dst.clone(), bad: *bad, pinned: *pinned };
+                let r = Held { id: wr_id, dst: dst.clone(), bad: *bad, pinned: *pinned, gen: bgen };
                 post_held(b, link_srq, &r, step)?;
                 held.push_back(r);
                 continue;
@@ -495,9 +542,9 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 let inline = carry.inline && data.len() <= CAP.max_inline_data as usize && !matches!(fault, Fault::LocalRange | Fault::LocalKey);
                 // With immediate data the WRITE consumes a receive (none bad: whether a
                 // receive's scatter list is checked when no data lands in it is not a rule).
-                let imm = carry.imm.filter(|_| held.front().is_none_or(|r| !r.bad));
+                let imm = carry.imm.filter(|_| held.front().is_none_or(|r| !broken(r, &held)));
                 if imm.is_some() && held.is_empty() {
-                    let r = Held { id: next_id, dst: vec![(0, 0)], bad: false, pinned: true };
+                    let r = Held { id: next_id, dst: vec![(0, 0)], bad: false, pinned: true, gen: bgen };
                     next_id += 1;
                     post_held(b, link_srq, &r, step)?;
                     held.push_back(r);
@@ -506,7 +553,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                     Fault::None => {
                         bm.put(dst, &data);
                         if let Some(imm) = imm {
-                            let r = held.pop_front().unwrap();
+                            let r = take(&mut held, &mut unpolled);
                             consumed.push((r.id, WcStatus::Success, Some((WcOpcode::RecvRdmaWithImm, total as u32, Some(imm)))));
                         }
                         WcStatus::Success
@@ -519,7 +566,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                         // messages), the receive completes with the responder's error,
                         // else the error came first and it is flushed with the others.
                         if imm.is_some() && (total <= 1024 || !segmented) {
-                            let r = held.pop_front().unwrap();
+                            let r = take(&mut held, &mut unpolled);
                             recv_fail = Some((r.id, WcStatus::RemAccessErr));
                         }
                         WcStatus::RemAccessErr
@@ -552,13 +599,22 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                     // No receive to land in (an RNR wait, not tested here): post one that
                     // fits.
                     let len = src.iter().map(|p| p.1).sum::<usize>().max(1);
-                    let r = Held { id: next_id, dst: vec![(0, len)], bad: false, pinned: true };
+                    let r = Held { id: next_id, dst: vec![(0, len)], bad: false, pinned: true, gen: bgen };
                     next_id += 1;
                     post_held(b, link_srq, &r, step)?;
                     held.push_back(r);
                 }
                 let mut fault = *fault;
-                if held[0].bad {
+                let into_broken = broken(&held[0], &held);
+                // Into a receive whose region is gone: one byte, which fits any receive
+                // with room; into one without, whether the length or the key is refused
+                // first is not a rule.
+                let gone = into_broken && !held[0].bad;
+                if gone {
+                    src = vec![(0, 1)];
+                    either_refusal = held[0].room() == 0;
+                }
+                if into_broken {
                     // Into a receive with a bad scatter list: data to place (an empty
                     // message may never look at the list), and no length fault besides.
                     if src.iter().all(|p| p.1 == 0) {
@@ -582,24 +638,30 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 };
                 let inline = carry.inline && data.len() <= CAP.max_inline_data as usize && fault == Fault::None;
                 status = match fault {
-                    Fault::None if held[0].bad => {
+                    Fault::None if into_broken => {
                         // ibv_poll_cq(3): the responder cannot use the receive (a local
                         // QP operation error there, a remote operation error here).
-                        let r = held.pop_front().unwrap();
-                        r.spoil(&mut bm);
+                        let r = take(&mut held, &mut unpolled);
+                        if r.gen == bgen {
+                            r.spoil(&mut bm);
+                        }
                         recv_fail = Some((r.id, WcStatus::LocQpOpErr));
                         WcStatus::RemOpErr
                     }
                     Fault::None if data.len() <= held[0].room() => {
-                        let r = held.pop_front().unwrap();
-                        r.place(&mut bm, &data);
+                        let r = take(&mut held, &mut unpolled);
+                        if r.gen == bgen {
+                            r.place(&mut bm, &data);
+                        }
                         let op = Some((WcOpcode::Recv, data.len() as u32, carry.imm));
                         consumed.push((r.id, WcStatus::Success, op));
                         WcStatus::Success
                     }
                     Fault::None | Fault::Short => {
-                        let r = held.pop_front().unwrap();
-                        r.spoil(&mut bm);
+                        let r = take(&mut held, &mut unpolled);
+                        if r.gen == bgen {
+                            r.spoil(&mut bm);
+                        }
                         recv_fail = Some((r.id, WcStatus::LocLenErr));
                         WcStatus::RemInvReqErr
                     }
@@ -657,6 +719,10 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         // all the same.
         let remote_fault = matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr);
         let nak_lost = lossy && remote_fault && got[0].status() == WcStatus::RetryExcErr;
+        if either_refusal && got[0].status() == WcStatus::RemInvReqErr {
+            status = WcStatus::RemInvReqErr;
+            recv_fail = recv_fail.map(|(id, _)| (id, WcStatus::LocLenErr));
+        }
         let seen = if nak_lost { status } else { got[0].status() };
         prop_assert_eq!((got[0].wr_id(), seen), (wr_id, status), "step {}: {:?}: {:?}", step, op, got[0]);
         // The responder: the receives the SENDs since the last check consumed, then the
@@ -671,6 +737,8 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
             want.extend(held.drain(..).map(|r| (r.id, WcStatus::WrFlushErr, None)));
         }
         let got = poll_n(&b.cq, want.len());
+        // Polled: what the consumed receives kept is let go.
+        unpolled.clear();
         let got: Vec<RecvWant> = got
             .iter()
             .map(|w| (w.wr_id(), w.status(), w.opcode().map(|op| (op, w.byte_len().unwrap_or(0), w.imm_data()))))

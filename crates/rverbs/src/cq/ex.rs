@@ -73,7 +73,7 @@ impl CqInner {
             slot.store(w, Ordering::Relaxed);
         }
         let current = Cqe::decode(&words);
-        self.heard.polled(current.rq_taken, current.receive_or_error());
+        self.polled(current.rq_taken, current.receive_or_error());
         if crate::sanitizer::on() {
             current.sanitize_polled(self.ctx.endpoint.slot);
         }

@@ -23,7 +23,7 @@ use crate::limits;
 use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
-use crate::rings::recv_count::Heard;
+use crate::rings::recv_count::{Heard, TakenCount};
 use crate::rings::wc::{Cqe, Wc, WcRead, CQE_WORDS};
 use channel::{ChannelInner, CompChannel};
 use crate::rings::producer_gate::Producer;
@@ -478,6 +478,16 @@ impl CqInner {
         hit
     }
 
+    /// A completion was polled that carries `taken` (`rings::recv_count`): the CQ's
+    /// [`Heard`] keeps the count for the queue's next post, and the regions the receive
+    /// kept registered are let go (`rings::kept`: ibv_post_recv(3), its buffers are the
+    /// program's once the completion is retrieved).
+    #[inline(always)]
+    pub(crate) fn polled(&self, taken: Option<TakenCount>, receive_or_error: bool) {
+        self.heard.polled(taken, receive_or_error);
+        crate::rings::kept::polled(taken);
+    }
+
     /// The next completion not purged, if any.
     #[inline(always)]
     pub(crate) fn pop_live(&self, seg: &CqSeg) -> Option<Cqe> {
@@ -489,7 +499,7 @@ impl CqInner {
     #[inline(always)]
     fn pop_live_from(&self, seg: &CqSeg, ring: &Consumer<'_>) -> Option<Cqe> {
         let cqe = Cqe::decode(&self.pop_words(seg, ring, usize::MAX)?);
-        self.heard.polled(cqe.rq_taken, cqe.receive_or_error());
+        self.polled(cqe.rq_taken, cqe.receive_or_error());
         Some(cqe)
     }
 
@@ -675,14 +685,14 @@ impl CqInner {
             if self.purging.load(Ordering::Acquire) && self.purged(r.qp_num, pos) {
                 return false;
             }
-            self.heard.polled(r.taken, r.receive_or_error);
+            self.polled(r.taken, r.receive_or_error);
             true
         };
         let mut n = ring.pop_published(out, Cqe::read_wc, keep);
         while n < out.len() {
             let Some(words) = self.pop_words(seg, &ring, Cqe::TIMESTAMP_WORD) else { break };
             let receive_or_error = Cqe::write_wc(&words, &mut out[n]);
-            self.heard.polled(Cqe::taken_of(&words), receive_or_error);
+            self.polled(Cqe::taken_of(&words), receive_or_error);
             n += 1;
             n += ring.pop_published(&mut out[n..], Cqe::read_wc, keep);
         }

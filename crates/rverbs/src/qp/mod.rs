@@ -941,7 +941,10 @@ impl Qp {
     /// Posts receive work requests (ibv_post_recv(3)).
     ///
     /// Rule: refused with EINVAL in RESET and on a QP that uses an SRQ; in ERR the
-    /// receives are accepted and flushed at once.
+    /// receives are accepted and flushed at once. Each region the scatter lists name
+    /// stays registered until the receive's completion is polled, even if every `Mr`
+    /// handle is dropped before (NOTES: the buffers are the program's once the
+    /// completion is retrieved; docs/memory.md, "Buffer lifetime").
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         self.post_recv_inner(wrs, true)
     }

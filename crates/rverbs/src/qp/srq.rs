@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
+use crate::rings::recv_count::TakenCount;
 use crate::rings::recv_ring::{srq_segment_name, RecvQueue, RecvWqe};
 use crate::rings::tag_list::{Header, TagList, TagOp, TagOpFlags, TagOpKind, TmCap};
 use crate::rings::wc::Cqe;
@@ -138,8 +139,9 @@ impl SrqInner {
     /// The express lane's take (docs/queue-pairs.md): the oldest receive only if `fits`
     /// (which places the message into it) says so, and only from an SRQ without tag
     /// matching (whose list decides); fires the limit event as [`SrqInner::take`] does.
-    /// Returns the receive's `wr_id`.
-    pub(crate) fn take_if(self: &Arc<Self>, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<u64> {
+    /// Returns the receive's `wr_id` and the count its completion carries
+    /// ([`RecvWqe::taken`]).
+    pub(crate) fn take_if(self: &Arc<Self>, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, Option<TakenCount>)> {
         if self.tm.is_some() {
             return None;
         }
@@ -147,7 +149,7 @@ impl SrqInner {
         if t.limit_fired {
             self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(self.srqn));
         }
-        Some(t.wqe.wr_id)
+        Some((t.wqe.wr_id, t.wqe.taken))
     }
 
     /// Takes the oldest receive and fires the limit event if armed and crossed.
@@ -410,7 +412,9 @@ impl Srq {
         Ok(())
     }
 
-    /// Posts receives (ibv_post_srq_recv(3)); any state of the attached QPs.
+    /// Posts receives (ibv_post_srq_recv(3)); any state of the attached QPs. Each region
+    /// the scatter lists name stays registered until the receive's completion is
+    /// polled, as [`crate::Qp::post_recv`]'s.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         self.post_recv_inner(wrs, true)
     }

@@ -18,6 +18,8 @@
 //!   segment (ibv_post_recv(3));
 //! - [`recv_count`]: a receive queue's consumed count, carried back to its owner in the
 //!   receive completion it polls, so a post to a queue kept full reads no line of a taker;
+//! - [`kept`]: what a queue's pinned receives keep registered, let go when the
+//!   receive's completion is polled (docs/memory.md, "Buffer lifetime");
 //! - [`tag_list`]: a tag-matching SRQ's list of tagged buffers in its shared segment,
 //!   and the rule that matches a message to one (docs/tag-matching.md);
 //! - [`wr`]: work requests as the Rust API takes them (`struct ibv_send_wr`,
@@ -31,6 +33,7 @@
 pub(crate) mod completion_ring;
 pub(crate) mod cq_segment;
 pub(crate) mod deferred_notify;
+pub(crate) mod kept;
 pub(crate) mod producer_gate;
 pub mod qp_attr;
 pub(crate) mod recv_count;

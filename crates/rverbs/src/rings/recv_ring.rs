@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::mr::endpoint::Endpoint;
-use crate::mr::{MrInner, Sge};
+use crate::mr::Sge;
+use crate::rings::kept::{self, Holds, Kept};
 use crate::rings::recv_count::{self, TakenCount};
 use crate::rings::wr::{PostError, RecvWr};
 use crate::shm::lock::ShmLock;
@@ -37,11 +38,15 @@ pub(crate) struct RecvWqe {
     sges: smallvec::SmallVec<[Sge; INLINE_SGES]>,
     /// Taken by a tag-matching SRQ: how the message is delivered (`rings::tag_list`).
     pub(crate) tm: Option<crate::rings::tag_list::TmRecv>,
+    /// Taken from a ring: the ring's tag and the receives ever taken from it, this one
+    /// included, which its completion carries to the queue's owner (`rings::recv_count`,
+    /// `rings::kept`).
+    pub(crate) taken: Option<TakenCount>,
 }
 
 impl RecvWqe {
     pub(crate) fn new(wr_id: u64, sges: smallvec::SmallVec<[Sge; INLINE_SGES]>) -> Self {
-        RecvWqe { wr_id, sges, tm: None }
+        RecvWqe { wr_id, sges, tm: None, taken: None }
     }
 
     pub(crate) fn sges(&self) -> &[Sge] {
@@ -179,10 +184,8 @@ pub(crate) fn srq_segment_name(srqn: u32, gen: u32) -> String {
 
 /// What a take found.
 pub(crate) struct Taken {
+    /// The receive, with the count its completion carries ([`RecvWqe::taken`]).
     pub(crate) wqe: RecvWqe,
-    /// The ring's tag and the receives ever taken from it, this one included: for the
-    /// receive's completion (`rings::recv_count`).
-    pub(crate) count: TakenCount,
     /// This take crossed the armed SRQ limit (raise SRQ_LIMIT_REACHED).
     pub(crate) limit_fired: bool,
 }
@@ -301,8 +304,8 @@ impl RecvRing {
         self.hdr().config.moved.load(Ordering::Acquire)
     }
 
-    /// Appends receives; `on_slot(slot, wr)` runs for each one stored (the owner keeps
-    /// its regions alive per slot). The owner's posts must not run concurrently (the
+    /// Appends receives; `on_slot(at, wr)` runs for each one stored at position `at`
+    /// (slot `at % cap`: the owner keeps its regions alive per slot). The owner's posts must not run concurrently (the
     /// caller serialises them: [`RecvQueue`]'s lock); takers may.
     ///
     /// Without the ring's lock: the slot is written, then `tail` published (Release), so
@@ -315,7 +318,7 @@ impl RecvRing {
         wrs: &[RecvWr<'_>],
         verb: &'static str,
         heard: Option<u32>,
-        mut on_slot: impl FnMut(usize, &RecvWr<'_>),
+        mut on_slot: impl FnMut(u64, &RecvWr<'_>),
     ) -> Result<(), PostError> {
         let h = self.hdr();
         let (cap, max) = (self.cap as u64, self.seen.max as u64);
@@ -337,7 +340,7 @@ impl RecvRing {
             }
             let i = (tail % cap) as usize;
             self.write_slot(i, wr.wr_id, wr.sg_list);
-            on_slot(i, wr);
+            on_slot(tail, wr);
             h.poster.tail.store(tail.wrapping_add(1), Ordering::Release);
         }
         Ok(())
@@ -380,7 +383,8 @@ impl RecvRing {
             h.config.limit.store(0, Ordering::Release);
             true
         };
-        Some(Taken { wqe, limit_fired, count: TakenCount { ring: self.seen.tag, count: taken as u32 } })
+        let wqe = RecvWqe { taken: Some(TakenCount { ring: self.seen.tag, count: taken as u32 }), ..wqe };
+        Some(Taken { wqe, limit_fired })
     }
 
     /// Stores a receive in slot `i` (at most `max_sge` entries: the caller checked).
@@ -434,21 +438,21 @@ impl RecvRing {
 }
 
 /// The owner's receive queue: the shared ring plus, per slot, the regions the Rust API
-/// keeps registered until the receive is consumed.
+/// keeps registered until the receive's completion is polled (`rings::kept`).
 pub(crate) struct RecvQueue {
     ring: RecvRing,
     /// Also the posters' lock (ibv_post_recv(3) may be called from several threads): held
     /// for the length of one post, as the send queue's, and released with a Release store
     /// (`crate::spin`: no protocol looks past it; `std::sync::Mutex` released with a
-    /// locked exchange, one more per post).
-    keep: SpinMutex<Vec<Option<Arc<MrInner>>>, false>,
+    /// locked exchange, one more per post). Shared with the poll that lets a hold go.
+    holds: Arc<Holds>,
 }
 
 impl RecvQueue {
     pub(crate) fn new(path: &Path, max_wr: u32, max_sge: u32, me: &'static Endpoint) -> Result<Self> {
         let ring = RecvRing::create(path, max_wr, max_sge, me)?;
-        let slots = ring.cap * ring.max_sge;
-        Ok(RecvQueue { ring, keep: SpinMutex::new(vec![None; slots]) })
+        let holds = Arc::new(SpinMutex::new(Kept::new(ring.cap, ring.max_sge)));
+        Ok(RecvQueue { ring, holds })
     }
 
     pub(crate) fn ring(&self) -> &RecvRing {
@@ -464,9 +468,10 @@ impl RecvQueue {
         self.ring.max_sge()
     }
 
-    /// Posts receives. With `keys`, each SGE's region is held registered until its slot
-    /// is reused or the queue destroyed (the Rust API's buffer-lifetime guarantee: the
-    /// receive may be consumed by a peer process, which cannot release it).
+    /// Posts receives. With `keys`, each SGE's region is held registered until the
+    /// receive's completion is polled, its slot reused or the queue drained or destroyed
+    /// (the Rust API's buffer-lifetime guarantee, `rings::kept`: the receive may be
+    /// consumed by a peer process, which cannot release it).
     pub(crate) fn post(
         &self,
         wrs: &[RecvWr<'_>],
@@ -474,17 +479,18 @@ impl RecvQueue {
         verb: &'static str,
         heard: Option<u32>,
     ) -> Result<(), PostError> {
-        let mut keep = self.keep.lock();
-        let per = self.ring.max_sge;
-        self.ring.post(wrs, verb, heard, |slot, wr| {
-            let base = slot * per;
-            for k in 0..per {
-                keep[base + k] = match (keys, wr.sg_list.get(k)) {
-                    (Some(t), Some(sge)) => t.mr(sge.lkey),
-                    _ => None,
-                };
-            }
-        })
+        let mut gone = Vec::new();
+        let mut kept = self.holds.lock();
+        if keys.is_some() {
+            kept::list(&self.holds, &mut kept, self.ring.tag());
+        }
+        let r = self.ring.post(wrs, verb, heard, |at, wr| {
+            let regions = wr.sg_list.iter().map(|sge| keys.and_then(|t| t.mr(sge.lkey)));
+            kept.hold(at, regions, &mut gone);
+        });
+        drop(kept);
+        drop(gone);
+        r
     }
 
     /// Takes the oldest receive (this process delivering to itself).
@@ -495,29 +501,39 @@ impl RecvQueue {
     /// Removes every receive, oldest first, returning their wr_ids.
     pub(crate) fn drain(&self) -> Vec<u64> {
         let ids = self.ring.drain();
-        self.keep.lock().iter_mut().for_each(|k| *k = None);
+        let mut gone = Vec::new();
+        self.holds.lock().clear(&mut gone);
+        drop(gone);
         ids
     }
 
     /// Moves the receives of `old` into this queue (SRQ resize), with the regions they
     /// keep registered.
     pub(crate) fn absorb(&self, old: &RecvQueue, gen: u32) {
-        // Posts to either queue wait (they hold `keep` while they write the ring).
-        let mut okeep = old.keep.lock();
-        let mut keep = self.keep.lock();
+        // Posts to either queue wait (they hold the posters' locks while they write the
+        // ring).
+        let mut okept = old.holds.lock();
+        let mut kept = self.holds.lock();
         let (ohead, n) = self.ring.absorb(&old.ring, gen);
-        let per = self.ring.max_sge.min(old.ring.max_sge);
+        if okept.listed() {
+            kept::list(&self.holds, &mut kept, self.ring.tag());
+        }
         for k in 0..n {
-            let from = (ohead + k) % old.ring.cap;
-            for j in 0..per {
-                keep[k * self.ring.max_sge + j] = okeep[from * old.ring.max_sge + j].take();
-            }
+            kept.move_from(&mut okept, ohead as u64 + k as u64, k as u64);
         }
     }
 
     /// Receives queued.
     pub(crate) fn len(&self) -> usize {
         self.ring.len()
+    }
+}
+
+impl Drop for RecvQueue {
+    fn drop(&mut self) {
+        if self.holds.lock().listed() {
+            kept::unlist(self.ring.tag());
+        }
     }
 }
 
@@ -662,11 +678,11 @@ mod tests {
         let peer = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap()), me()).unwrap();
         assert_eq!(peer.tag(), rq.ring().tag(), "a peer reads the owner's tag");
         let t = peer.take().unwrap();
-        assert_eq!(t.count, TakenCount { ring: rq.ring().tag(), count: 1 });
+        assert_eq!(t.wqe.taken, Some(TakenCount { ring: rq.ring().tag(), count: 1 }));
         // A head the owner must not have read: were the post to read it, it would find
         // the queue full and refuse.
         rq.ring().hdr().takers.head.store(0, Ordering::Release);
-        rq.post(&[RecvWr::new(3, &s)], None, "post_recv", Some(t.count.count)).unwrap();
+        rq.post(&[RecvWr::new(3, &s)], None, "post_recv", t.wqe.taken.map(|t| t.count)).unwrap();
         // A count of no take (ahead of tail, or the one already used) shows no room: `head` decides.
         rq.ring().hdr().takers.head.store(1, Ordering::Release);
         let err = rq.post(&[RecvWr::new(4, &s)], None, "post_recv", Some(7)).unwrap_err();
@@ -685,9 +701,10 @@ mod tests {
         assert_eq!(rq.capacity(), 2, "the queue reports what was asked");
         let s = [sge(1)];
         let mut slots = Vec::new();
-        rq.ring().post(&[RecvWr::new(1, &s), RecvWr::new(2, &s)], "post_recv", None, |i, _| slots.push(i)).unwrap();
+        let cap = rq.ring().cap as u64;
+        rq.ring().post(&[RecvWr::new(1, &s), RecvWr::new(2, &s)], "post_recv", None, |at, _| slots.push(at % cap)).unwrap();
         let t = rq.take().unwrap();
-        rq.ring().post(&[RecvWr::new(3, &s)], "post_recv", Some(t.count.count), |i, _| slots.push(i)).unwrap();
+        rq.ring().post(&[RecvWr::new(3, &s)], "post_recv", Some(t.wqe.taken.unwrap().count), |at, _| slots.push(at % cap)).unwrap();
         assert_eq!(slots, [0, 1, 2], "the third receive goes to a spare slot, not slot 0 just taken");
         let err = rq.post(&[RecvWr::new(4, &s)], None, "post_recv", None).unwrap_err();
         assert_eq!((err.error.errno(), rq.len()), (libc::ENOMEM, 2));

@@ -52,16 +52,29 @@ pub(crate) fn place_message_in(keys: &KeySpace<'_>, pd: u32, r: &RecvWqe, src: S
         && mr::copy_message(&dst, 0, src).is_ok()
 }
 
-/// The receive completion the core decided, as the target's CQ entry.
-pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {
+/// The receive completion the core decided, as the target's CQ entry; `r` is the
+/// receive the responder holds, whose take's count it carries ([`of_receive`]).
+pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion, r: Option<&RecvWqe>) -> Cqe {
     if c.status != WcStatus::Success {
-        return Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err);
+        return of_receive(Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err), r);
     }
     let mut cqe = Cqe::success(c.wr_id, t.qpn(), c.opcode.unwrap_or(WcOpcode::Recv), c.byte_len);
     cqe.imm = wc_imm(c);
     cqe.wc_flags |= c.flags.bits() as u8;
     cqe.solicited = c.solicited;
     cqe.src_qp = c.src_qp;
+    of_receive(cqe, r)
+}
+
+/// `cqe`, the completion of receive `r` (the one the responder holds, if it is the one
+/// completing), carrying the count of `r`'s take to the queue's owner: the poll that
+/// finds it tells the queue's post (`rings::recv_count`) and lets the regions the
+/// receive kept registered go (`rings::kept`). A tag-matched receive's word carries its
+/// tag instead ([`tm_completion`]).
+pub(crate) fn of_receive(mut cqe: Cqe, r: Option<&RecvWqe>) -> Cqe {
+    if let Some(r) = r.filter(|r| r.wr_id == cqe.wr_id && r.tm.is_none()) {
+        cqe.rq_taken = r.taken;
+    }
     cqe
 }
 
@@ -69,6 +82,7 @@ pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion) -> Cqe {
 /// the opcode (TM_NO_TAG, TM_RECV), the match flags, the tag and application context of a
 /// match, and the length of an EAGER payload without its TMH.
 pub(crate) fn tm_completion(cqe: &mut Cqe, tm: TmRecv) {
+    cqe.rq_taken = None;
     let matched = |cqe: &mut Cqe, tag: u64, app_ctx: u32| {
         cqe.opcode = WcOpcode::TmRecv as u32 as u8;
         cqe.wc_flags |= WcFlags::TM_MATCH.bits() as u8;
@@ -219,7 +233,7 @@ pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: In
         // rxe: with an SRQ a receive too small completes in error; without one the
         // message is dropped — here the receive was already taken, so complete it in
         // error. A receive WQE whose memory fails the checks also ends the QP.
-        let _ = t.complete(recv_cqe(t, &c));
+        let _ = t.complete(recv_cqe(t, &c, at.recv.as_ref()));
         if responder.state() == ResponderState::Error {
             t.enter_error(None);
         }
@@ -227,12 +241,12 @@ pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: In
     }
     if let Some(place) = delivery.place {
         if at.place(place, Some(msg.header), msg.data).is_err() {
-            let _ = t.complete(Cqe::error(c.wr_id, t.qpn(), WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD));
+            let _ = t.complete(of_receive(Cqe::error(c.wr_id, t.qpn(), WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD), at.recv.as_ref()));
             t.enter_error(None);
             return;
         }
     }
-    let mut cqe = recv_cqe(t, &c);
+    let mut cqe = recv_cqe(t, &c, at.recv.as_ref());
     cqe.sl = msg.sl;
     let _ = deliver_recv(t, cqe, counters);
 }

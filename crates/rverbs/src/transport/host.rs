@@ -25,7 +25,7 @@ use rverbs_proto::wire;
 use rverbs_proto::wire::roce::Packet as RocePacket;
 
 use super::respond::Responding;
-use super::deliver::{count_delivery, deliver_recv, deliver_recv_counting, deliver_ud, place_message_in, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
+use super::deliver::{count_delivery, deliver_recv, deliver_recv_counting, deliver_ud, of_receive, place_message_in, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
 use super::rendezvous::Rendezvous;
 use super::respond::Head;
 use crate::rings::tag_list::TmRecv;
@@ -343,7 +343,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
 /// the queued way's is (`taken`: the consumed count it carries to the queue's owner);
 /// `false` if the receive CQ overran, which ended the responder (QP_FATAL).
 fn deliver_express<T: Target>(t: &T, responder: &mut Responder, counts: &mut CounterLane, c: &RecvCompletion, taken: Option<crate::rings::recv_count::TakenCount>) -> bool {
-    let mut cqe = recv_cqe(t, c);
+    let mut cqe = recv_cqe(t, c, None);
     cqe.rq_taken = taken;
     if deliver_recv_counting(t, cqe, |c| counts.add(c)).is_err() {
         responder.enter_error();
@@ -389,13 +389,14 @@ fn answers_after(e: CmaError) -> bool {
 }
 
 /// A responder error: the target's side of it (docs/rocev2-wire.md §3.3 table). A receive
-/// WQE the message held completes in error (`recv`); RC: a class A/C error ends the target
-/// QP, raising the asynchronous event no receive completion reports (IBTA; rxe raises
-/// none, hardware does); UC: only a held receive's fatal error ends it.
-fn refused<T: Target>(qp: &QpInner, t: &T, v: Violation, recv: Option<RecvCompletion>) {
+/// WQE the message held completes in error (`recv`, of the receive `r` the responder
+/// holds); RC: a class A/C error ends the target QP, raising the asynchronous event no
+/// receive completion reports (IBTA; rxe raises none, hardware does); UC: only a held
+/// receive's fatal error ends it.
+fn refused<T: Target>(qp: &QpInner, t: &T, v: Violation, recv: Option<RecvCompletion>, r: Option<&RecvWqe>) {
     let held = recv.is_some();
-    if let Some(r) = recv {
-        let _ = t.complete(Cqe::error(r.wr_id, t.qpn(), r.status, r.vendor_err));
+    if let Some(c) = recv {
+        let _ = t.complete(of_receive(Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err), r));
     }
     if qp.qp_type.is_reliable() {
         if v.responder_fatal() {
@@ -465,12 +466,12 @@ fn connected<T: Target>(
             Some(e) => {
                 answered = answers_after(e);
                 if answered {
-                    refused(qp, t, v, None);
+                    refused(qp, t, v, None, None);
                 } else {
                     responder.enter_error();
                 }
             }
-            None => refused(qp, t, v, delivery.recv),
+            None => refused(qp, t, v, delivery.recv, at.recv.as_ref()),
         }
     } else if delivery.executed {
         let mut failed = None;
@@ -483,14 +484,14 @@ fn connected<T: Target>(
                 answered = answers_after(e);
                 if answered {
                     let recv = recv.and_then(|id| Some(RecvCompletion::error(id, v.recv_status()?, v.vendor_err())));
-                    refused(qp, t, v, recv);
+                    refused(qp, t, v, recv, at.recv.as_ref());
                     failed = Some(v);
                 }
                 responder.enter_error();
             }
         }
         if let Some(c) = delivery.recv.filter(|_| failed.is_none() && answered) {
-            let mut cqe = recv_cqe(t, &c);
+            let mut cqe = recv_cqe(t, &c, at.recv.as_ref());
             let tm = at.recv.as_ref().and_then(|r| r.tm);
             if let Some(tm) = tm {
                 tm_completion(&mut cqe, tm);

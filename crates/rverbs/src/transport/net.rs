@@ -51,7 +51,7 @@ use rverbs_proto::verbs::{Access, EventType, QpType, WcStatus};
 use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::{Position, Transport};
 
-use super::deliver::{count_delivery, recv_cqe, responder_event, tm_completion};
+use super::deliver::{count_delivery, of_receive, recv_cqe, responder_event, tm_completion};
 use super::respond::{starts_send, Head, Responding};
 use super::route::{accepts_requests, connected_mode, responder_config};
 use super::route::xrc_target;
@@ -473,7 +473,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             if let Some(v) = d.violation {
                 if let Some(c) = d.recv {
                     out.send(net, local, src);
-                    let _ = served.complete(recv_cqe(&served, &c));
+                    let _ = served.complete(recv_cqe(&served, &c, at.recv.as_ref()));
                 }
                 if v.responder_fatal() && (mode == Mode::Rc || d.recv.is_some()) {
                     // IBTA: a responder error no receive completion reports is raised as
@@ -490,7 +490,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                         machine.enter_error();
                         if let Some(r) = at.recv.take() {
                             out.send(net, local, src);
-                            let _ = served.complete(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()));
+                            let _ = served.complete(of_receive(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()), Some(&r)));
                         }
                         fail = Some(Some(EventType::QpAccessErr));
                     }
@@ -498,11 +498,11 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                     // completes in error, the responder enters ERR below.
                     (Ok(()), Some(c)) if c.status != WcStatus::Success => {
                         out.send(net, local, src);
-                        let _ = served.complete(recv_cqe(&served, &c));
+                        let _ = served.complete(recv_cqe(&served, &c, at.recv.as_ref()));
                     }
                     // Published once the ACK is out (below).
                     (Ok(()), Some(c)) => {
-                        let mut cqe = recv_cqe(&served, &c);
+                        let mut cqe = recv_cqe(&served, &c, at.recv.as_ref());
                         if let Some(tm) = at.recv.as_ref().and_then(|r| r.tm) {
                             tm_completion(&mut cqe, tm);
                         }

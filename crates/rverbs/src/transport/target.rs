@@ -129,8 +129,8 @@ impl Target for LocalTarget {
 
     fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, Option<TakenCount>)> {
         match &self.srq {
-            None => self.qp.rq.as_ref()?.ring().take_if(|w| fits(w)).map(|t| (t.wqe.wr_id, Some(t.count))),
-            Some(srq) => srq.take_if(fits).map(|w| (w, None)),
+            None => self.qp.rq.as_ref()?.ring().take_if(|w| fits(w)).map(|t| (t.wqe.wr_id, t.wqe.taken)),
+            Some(srq) => srq.take_if(fits),
         }
     }
 
@@ -589,11 +589,11 @@ impl Target for PeerTarget {
     fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, Option<TakenCount>)> {
         match self.recv {
             PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w)) {
-                Take::Got(t) => Some((t.wqe.wr_id, Some(t.count))),
+                Take::Got(t) => Some((t.wqe.wr_id, t.wqe.taken)),
                 _ => None,
             },
             PeerRecv::Srq(_) if self.tag_matching() => None,
-            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, fits).map(|w| (w.wr_id, None)),
+            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, fits).map(|w| (w.wr_id, w.taken)),
         }
     }
 

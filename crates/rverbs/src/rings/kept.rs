@@ -1,0 +1,222 @@
+//! What a receive queue's pinned receives keep registered, and when they let go
+//! (docs/memory.md, "Buffer lifetime").
+//!
+//! Rule: ibv_post_recv(3), NOTES: the buffers of a receive may be reused once its
+//! completion was retrieved. The Rust API's `Qp::post_recv` and `Srq::post_recv` hold each
+//! region a receive's scatter list names registered until then, so that a program that
+//! drops its last `Mr` handle with a receive outstanding loses no message. The hold ends
+//! when the owner polls the receive's completion: that completion carries the ring's tag
+//! and the count of receives taken from it with this one (`rings::recv_count`), which
+//! name the slot; the poll finds the queue by its tag here ([`polled`]) and lets the
+//! slot's regions go. A region whose last handle is gone then deregisters, and a peer's
+//! access with its keys fails. A receive completion that carries no count (one flushed,
+//! or lost to an overrun CQ) leaves its slot's hold to the next post into the slot or to
+//! the queue's drain.
+//!
+//! Every take writes the completion after the message is placed, whoever takes (this
+//! process, a peer process on the host, the network responder over several packets), so
+//! a hold let go at the poll is never one a placement still needs. A peer that lies in a
+//! completion's count makes a hold end early: that receive then fails its key check when
+//! used, never a write outside a region.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+
+use crate::mr::MrInner;
+use crate::rings::recv_count::{self, TakenCount};
+use crate::spin::SpinMutex;
+
+/// A queue's holds, slot by slot, under the queue's posters' lock.
+pub(crate) struct Kept {
+    /// SGEs per slot.
+    per: usize,
+    /// The regions held, `per` per slot.
+    regions: Vec<Option<Arc<MrInner>>>,
+    /// Per slot, the count of receives posted with the one whose regions it holds (its
+    /// position + 1; 0: it holds none).
+    posted: Vec<u64>,
+    /// Receives ever posted to the queue (its ring's `tail`, as this queue's posts left it).
+    tail: u64,
+    /// The ring's tag, once the queue is in [`QUEUES`] (0: not yet).
+    tag: u32,
+}
+
+/// A queue's holds behind its posters' lock, shared with [`QUEUES`] (see `RecvQueue`:
+/// the lock is released with a Release store).
+pub(crate) type Holds = SpinMutex<Kept, false>;
+
+impl Kept {
+    pub(crate) fn new(slots: usize, per: usize) -> Kept {
+        Kept { per, regions: vec![None; slots * per], posted: vec![0; slots], tail: 0, tag: 0 }
+    }
+
+    /// Whether the queue is in [`QUEUES`] (it posted pinned receives).
+    pub(crate) fn listed(&self) -> bool {
+        self.tag != 0
+    }
+
+    fn slots(&self) -> usize {
+        self.posted.len()
+    }
+
+    /// The receive at position `at` (ring slot `at % slots`) holds `regions` (one per SGE,
+    /// `None` for an SGE that names no region or one not held). What the slot held before
+    /// is handed back, to be dropped after the lock.
+    pub(crate) fn hold(&mut self, at: u64, regions: impl Iterator<Item = Option<Arc<MrInner>>>, gone: &mut Vec<Arc<MrInner>>) {
+        let slot = (at % self.slots() as u64) as usize;
+        let base = slot * self.per;
+        let mut regions = regions;
+        for r in &mut self.regions[base..base + self.per] {
+            let new = regions.next().flatten();
+            if let Some(old) = std::mem::replace(r, new) {
+                gone.push(old);
+            }
+        }
+        self.posted[slot] = at.wrapping_add(1);
+        self.tail = at.wrapping_add(1);
+    }
+
+    /// Lets go of the slot of the receive whose take left `count` receives taken (low 32
+    /// bits), if it still holds that receive's regions.
+    fn release(&mut self, count: u32, gone: &mut Vec<Arc<MrInner>>) {
+        let full = recv_count::widen(self.tail, count);
+        if full == 0 {
+            return;
+        }
+        let slot = ((full - 1) % self.slots() as u64) as usize;
+        if self.posted[slot] != full {
+            return;
+        }
+        self.posted[slot] = 0;
+        gone.extend(self.regions[slot * self.per..(slot + 1) * self.per].iter_mut().filter_map(Option::take));
+    }
+
+    /// Lets go of everything (the queue was drained).
+    pub(crate) fn clear(&mut self, gone: &mut Vec<Arc<MrInner>>) {
+        gone.extend(self.regions.iter_mut().filter_map(Option::take));
+        self.posted.iter_mut().for_each(|p| *p = 0);
+    }
+
+    /// Takes the holds of the receive at position `from` of `old` as position `to` of this
+    /// queue (an SRQ resize moves its receives).
+    pub(crate) fn move_from(&mut self, old: &mut Kept, from: u64, to: u64) {
+        let (of, os) = (old.per, (from % old.slots() as u64) as usize);
+        let (nf, ns) = (self.per, (to % self.slots() as u64) as usize);
+        let held = old.posted[os] == from.wrapping_add(1);
+        for j in 0..self.per.min(old.per) {
+            let r = old.regions[os * of + j].take();
+            self.regions[ns * nf + j] = r.filter(|_| held);
+        }
+        old.posted[os] = 0;
+        self.posted[ns] = if held { to.wrapping_add(1) } else { 0 };
+        self.tail = to.wrapping_add(1);
+    }
+}
+
+/// The queues of this process with holds, by their ring's tag (a queue enters at its
+/// first pinned post and leaves when it is destroyed).
+static QUEUES: RwLock<Vec<(u32, Weak<Holds>)>> = RwLock::new(Vec::new());
+
+/// How many queues [`QUEUES`] lists: a poll in a process that pins nothing (every C
+/// program) pays this one load per receive completion.
+static LISTED: AtomicUsize = AtomicUsize::new(0);
+
+/// Lists the queue whose holds are `holds` and whose ring is tagged `tag` (its first
+/// pinned post; the caller holds its lock, `kept`).
+pub(crate) fn list(holds: &Arc<Holds>, kept: &mut Kept, tag: u32) {
+    if kept.tag != 0 {
+        return;
+    }
+    kept.tag = tag;
+    QUEUES.write().unwrap_or_else(|p| p.into_inner()).push((tag, Arc::downgrade(holds)));
+    // Before the post stores the ring's tail (Release): a poll that sees one of its
+    // receives' completions sees this.
+    LISTED.fetch_add(1, Ordering::Release);
+}
+
+/// Removes the queue tagged `tag` from [`QUEUES`] (it is being destroyed).
+pub(crate) fn unlist(tag: u32) {
+    let mut q = QUEUES.write().unwrap_or_else(|p| p.into_inner());
+    let before = q.len();
+    q.retain(|(t, _)| *t != tag);
+    LISTED.fetch_sub(before - q.len(), Ordering::Release);
+}
+
+/// A receive completion carrying `taken` was polled: its queue, if it is one of this
+/// process's with holds, lets go of that receive's regions.
+#[inline(always)]
+pub(crate) fn polled(taken: Option<TakenCount>) {
+    if let Some(t) = taken {
+        if LISTED.load(Ordering::Relaxed) != 0 {
+            release(t);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn release(t: TakenCount) {
+    let holds = {
+        let q = QUEUES.read().unwrap_or_else(|p| p.into_inner());
+        q.iter().find(|(tag, _)| *tag == t.ring).and_then(|(_, w)| w.upgrade())
+    };
+    let Some(holds) = holds else { return };
+    let mut gone = Vec::new();
+    holds.lock().release(t.count, &mut gone);
+    // Dropped here, after the lock: the last hold of a region whose handles are gone
+    // deregisters it, which waits for accesses in progress.
+    drop(gone);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Positions and counts only: regions are `None` (what `MrInner` holds needs a device).
+    #[test]
+    fn a_release_names_the_slot_of_its_receive_and_never_a_later_one() {
+        let mut k = Kept::new(4, 2);
+        let mut gone = Vec::new();
+        for at in 0..4 {
+            k.hold(at, std::iter::empty(), &mut gone);
+        }
+        assert_eq!(k.posted, [1, 2, 3, 4]);
+        k.release(2, &mut gone);
+        assert_eq!(k.posted, [1, 0, 3, 4], "count 2 is position 1");
+        // Position 4 reuses slot 0; the late completion of position 0 lets nothing go.
+        k.hold(4, std::iter::empty(), &mut gone);
+        k.release(1, &mut gone);
+        assert_eq!(k.posted, [5, 0, 3, 4]);
+        k.release(5, &mut gone);
+        assert_eq!(k.posted, [0, 0, 3, 4]);
+        k.release(0, &mut gone);
+        assert_eq!(k.posted, [0, 0, 3, 4], "count 0 names no receive");
+    }
+
+    #[test]
+    fn counts_widen_across_the_32_bit_boundary() {
+        let mut k = Kept::new(3, 1);
+        let mut gone = Vec::new();
+        let at = (1u64 << 32) + 1;
+        k.hold(at, std::iter::empty(), &mut gone);
+        let count = (at + 1) as u32;
+        k.release(count, &mut gone);
+        assert_eq!(k.posted[(at % 3) as usize], 0);
+    }
+
+    #[test]
+    fn a_move_keeps_a_held_receive_at_its_new_position() {
+        let (mut old, mut new) = (Kept::new(4, 1), Kept::new(8, 2));
+        let mut gone = Vec::new();
+        for at in 0..3 {
+            old.hold(at, std::iter::empty(), &mut gone);
+        }
+        old.release(2, &mut gone);
+        for (k, from) in (1..3).enumerate() {
+            new.move_from(&mut old, from, k as u64);
+        }
+        assert_eq!(&new.posted[..2], [0, 2], "position 1 was let go; position 2 is now 1");
+        assert_eq!(old.posted, [1, 0, 0, 0]);
+        assert_eq!(new.tail, 2);
+    }
+}
