@@ -50,11 +50,17 @@
 //! then ends with IBV_WC_RETRY_EXC_ERR instead of the NAK's status. The same-host and the
 //! plain RoCEv2 runs are repeated with the responder's receives in an SRQ (127.0.11.5 and
 //! .6 for the latter), which keeps them when the QP taking from it fails: they are not
-//! flushed, and the next QP on the SRQ takes them.
+//! flushed, and the next QP on the SRQ takes them. And the same-host link once more, with
+//! and without an SRQ, to a responder in a child process (`responder.rs`): the requester
+//! then reaches the responder's memory and receive ring as a peer process does (cross-
+//! memory attach, or a shared segment with `RVERBS_SHARED_MR=1`).
 
 mod common;
+#[path = "verb_sequences/responder.rs"]
+mod responder;
 
 use common::*;
+use responder::{ChildProcess, Responder, Served};
 use proptest::prelude::*;
 use rverbs::*;
 use std::time::{Duration, Instant};
@@ -172,8 +178,8 @@ fn contents(mr: &Mr) -> Vec<u8> {
 }
 
 impl Image {
-    fn of(mr: &Mr) -> Image {
-        Image(contents(mr).into_iter().map(Some).collect())
+    fn of(bytes: Vec<u8>) -> Image {
+        Image(bytes.into_iter().map(Some).collect())
     }
 
     fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
@@ -195,9 +201,10 @@ impl Image {
         u64::from_ne_bytes(self.bytes(off, 8).try_into().unwrap())
     }
 
-    /// Compares with the region; a byte the model left undefined takes the region's value.
-    fn check(&mut self, mr: &Mr, who: &str, step: usize) -> std::result::Result<(), TestCaseError> {
-        for (i, (want, got)) in self.0.iter_mut().zip(&contents(mr)).enumerate() {
+    /// Compares with a region's bytes; a byte the model left undefined takes the region's
+    /// value.
+    fn check(&mut self, bytes: &[u8], who: &str, step: usize) -> std::result::Result<(), TestCaseError> {
+        for (i, (want, got)) in self.0.iter_mut().zip(bytes).enumerate() {
             match want {
                 Some(w) if w != got => {
                     return Err(TestCaseError::fail(format!("after step {step}: {who}'s byte {i} is {got:#04x}, the model says {w:#04x}")));
@@ -212,7 +219,7 @@ impl Image {
 
 /// A receive the responder holds.
 #[derive(Clone, Debug)]
-struct Held {
+pub(crate) struct Held {
     id: u64,
     dst: Vec<(usize, usize)>,
     bad: bool,
@@ -266,25 +273,8 @@ fn take(held: &mut std::collections::VecDeque<Held>, unpolled: &mut Vec<u32>) ->
 type RecvWant = (u64, WcStatus, Option<(WcOpcode, u32, Option<u32>)>);
 
 /// Posts `r` to the responder.
-fn post_held(b: &Side, srq: Option<&Srq>, r: &Held, step: usize) -> std::result::Result<(), TestCaseError> {
-    let sges: Vec<Sge> = r
-        .dst
-        .iter()
-        .enumerate()
-        .map(|(k, &(off, len))| match k == 0 && r.bad {
-            // Room for any SEND: the bad key, not a length, is what fails.
-            true => Sge { addr: b.mr.iova() + off as u64, length: LEN as u32, lkey: UNKNOWN_KEY },
-            false => Sge { addr: b.mr.iova() + off as u64, length: len as u32, lkey: b.mr.lkey() },
-        })
-        .collect();
-    let wr = [RecvWr::new(r.id, &sges)];
-    let posted = match (srq, r.pinned) {
-        (Some(q), true) => q.post_recv(&wr),
-        (Some(q), false) => q.post_recv_unpinned(&wr),
-        (None, true) => b.qp.post_recv(&wr),
-        (None, false) => b.qp.post_recv_unpinned(&wr),
-    };
-    posted.map_err(|e| TestCaseError::fail(format!("step {step}: post_recv: {e:?}")))
+fn post_held(b: &mut Responder, r: &Held, step: usize) -> std::result::Result<(), TestCaseError> {
+    b.post(r).map_err(|e| TestCaseError::fail(format!("step {step}: {e}")))
 }
 
 /// Where the two sides' QPs meet.
@@ -294,24 +284,27 @@ enum Wire {
     /// Two devices of this process, each serving its own loopback address: RoCEv2 over
     /// UDP, through the packet fault injector when `lossy`.
     Hosts { lossy: bool, _devs: (Device, Device) },
+    /// The same-host link to a responder in another process ([`ChildProcess`]).
+    Process,
 }
 
-/// The requester `a` and the responder `b`, whose QPs take receives from `srq` if there
-/// is one, connected over `wire`.
+/// The requester `a` and the responder `b` (whose QPs may take receives from an SRQ),
+/// connected over `wire`.
 struct Link {
     a: Side,
-    b: Side,
-    srq: Option<Srq>,
+    b: Responder,
     wire: Wire,
 }
 
 impl Link {
-    /// Connects the two QPs.
-    fn connect(&self) {
-        let Wire::Hosts { lossy, .. } = self.wire else {
-            return common::connect(&self.a, &self.b, &PATH);
+    /// Connects the requester's QP and the responder's QP `b_qpn`.
+    fn connect(&mut self, b_qpn: u32) {
+        let (Wire::Hosts { lossy, .. }, Responder::Here(b)) = (&self.wire, &self.b) else {
+            self.a.qp.connect(&remote(&self.a.ctx, b_qpn, &PATH, ALL_ACCESS)).unwrap();
+            return self.b.connect(self.a.qp.qp_num());
         };
-        for (x, y) in [(&self.a, &self.b), (&self.b, &self.a)] {
+        let lossy = *lossy;
+        for (x, y) in [(&self.a, &b.side), (&b.side, &self.a)] {
             let dgid = y.ctx.query_gid(1, 1).unwrap();
             let path = RemotePath {
                 access: ALL_ACCESS,
@@ -344,13 +337,6 @@ impl Link {
         matches!(self.wire, Wire::Hosts { lossy: true, .. })
     }
 
-    /// A new SRQ in place of the old one, if there is one (a case starts with none of the
-    /// last case's receives).
-    fn new_srq(&mut self) {
-        if self.srq.is_some() {
-            self.srq = Some(srq_of(&self.b));
-        }
-    }
 }
 
 /// A new SRQ of `b`'s PD.
@@ -358,6 +344,7 @@ fn srq_of(b: &Side) -> Srq {
     b.pd.create_srq(&SrqInit { max_wr: 256, max_sge: CAP.max_recv_sge, srq_limit: 0, srq_context: 0 }).unwrap()
 }
 
+/// A side's objects on the device `ctx` is open on.
 fn side_on(ctx: Context) -> Side {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(&CqInit::new(256)).unwrap();
@@ -370,8 +357,13 @@ fn side_on(ctx: Context) -> Side {
 /// case connects a new pair ([`renew`]).
 fn same_host(srq: bool) -> Link {
     let (a, b) = (side_on(open()), side_on(open()));
-    let srq = srq.then(|| srq_of(&b));
-    Link { a, b, srq, wire: Wire::SameHost }
+    Link { a, b: Responder::Here(Served::new(b, srq)), wire: Wire::SameHost }
+}
+
+/// The same-host link to a responder in a child process, started in test `test` (which
+/// serves there: [`responder::serve_if_child`]).
+fn another_process(test: &str, srq: bool) -> Link {
+    Link { a: side_on(open()), b: Responder::Child(ChildProcess::spawn(test, srq)), wire: Wire::Process }
 }
 
 /// Two devices on `ips`, each sending through the packet fault injector `faults` if given
@@ -386,8 +378,7 @@ fn two_hosts(ips: [[u8; 4]; 2], faults: Option<&str>, srq: bool) -> Link {
     };
     let (da, db) = (host(ips[0]), host(ips[1]));
     let (a, b) = (side_on(da.open().unwrap()), side_on(db.open().unwrap()));
-    let srq = srq.then(|| srq_of(&b));
-    Link { a, b, srq, wire: Wire::Hosts { lossy: faults.is_some(), _devs: (da, db) } }
+    Link { a, b: Responder::Here(Served::new(b, srq)), wire: Wire::Hosts { lossy: faults.is_some(), _devs: (da, db) } }
 }
 
 /// Polls `cq` until it has given `n` completions or 10 s passed.
@@ -444,8 +435,10 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         .collect();
     let seed: Vec<u8> = (0..2 * LEN).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
     link.a.mr.write(0, &seed[..LEN]).unwrap();
-    link.b.mr.write(0, &seed[LEN..]).unwrap();
-    let (mut am, mut bm) = (Image::of(&link.a.mr), Image::of(&link.b.mr));
+    link.b.fill(&seed[LEN..]);
+    let (mut am, mut bm) = (Image::of(contents(&link.a.mr)), Image::of(seed[LEN..].to_vec()));
+    // The responder's region's keys.
+    let mut bk = link.b.keys();
     let mut held: std::collections::VecDeque<Held> = Default::default();
     // The responder's regions: the current one's generation, the R_Key and generation of
     // the last one replaced, and the generations kept by consumed receives whose
@@ -459,27 +452,26 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     let mut next_id = 1u64;
     let segmented = link.segmented();
     let lossy = link.lossy();
-    let srq = link.srq.is_some();
+    let srq = link.b.has_srq();
     // The L_Key of the requester's replaced region.
     let mut stale_lkey = None;
     let mut generation = 0u32;
     for (step, &op) in ops.iter().enumerate() {
         if let Op::NewRegion { responder } = op {
             generation += 1;
-            let side = if *responder { &mut link.b } else { &mut link.a };
-            let mr = side.pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
             let fill: Vec<u8> = (0..LEN).map(|i| (i.wrapping_mul(40503) >> 7) as u8 ^ generation as u8).collect();
-            mr.write(0, &fill).unwrap();
-            let old = std::mem::replace(&mut side.mr, mr);
             if *responder {
-                stale_rkey = Some((old.rkey(), bgen));
+                stale_rkey = Some((bk.rkey, bgen));
                 bgen += 1;
-                bm = Image::of(&side.mr);
+                bk = link.b.new_region(&fill);
+                bm = Image::of(fill);
             } else {
-                stale_lkey = Some(old.lkey());
-                am = Image::of(&side.mr);
+                let a = &mut link.a;
+                let mr = a.pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
+                mr.write(0, &fill).unwrap();
+                stale_lkey = Some(std::mem::replace(&mut a.mr, mr).lkey());
+                am = Image::of(fill);
             }
-            drop(old);
             continue;
         }
         // Whether the responder's region of generation `g` is still registered: the
@@ -492,8 +484,8 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         let broken = |r: &Held, held: &std::collections::VecDeque<Held>| r.bad || !alive(r.gen, held);
         // The replaced region's R_Key once it is gone (else one nobody has).
         let dead_rkey = stale_rkey.filter(|&(_, g)| !alive(g, &held)).map(|(k, _)| k);
-        let (a, b) = (&link.a, &link.b);
-        let link_srq = link.srq.as_ref();
+        let Link { a, b, .. } = &mut *link;
+        let a = &*a;
         let wr_id = next_id;
         next_id += 1;
         let lkey = a.mr.lkey();
@@ -510,10 +502,10 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         let remote = |off: usize, len: usize, fault: Fault| -> (u64, u32) {
             match fault {
                 // An atomic's slot stays 8-byte aligned (a misaligned one is another error).
-                Fault::RemoteRange if matches!(op, Op::Atomic { .. }) => (b.mr.iova() + LEN as u64, b.mr.rkey()),
-                Fault::RemoteRange => (b.mr.iova() + (LEN - len.min(LEN) + past(off, len)) as u64, b.mr.rkey()),
-                Fault::RemoteKey => (b.mr.iova() + off as u64, dead_rkey.filter(|_| off % 2 == 1).unwrap_or(UNKNOWN_KEY)),
-                _ => (b.mr.iova() + off as u64, b.mr.rkey()),
+                Fault::RemoteRange if matches!(op, Op::Atomic { .. }) => (bk.iova + LEN as u64, bk.rkey),
+                Fault::RemoteRange => (bk.iova + (LEN - len.min(LEN) + past(off, len)) as u64, bk.rkey),
+                Fault::RemoteKey => (bk.iova + off as u64, dead_rkey.filter(|_| off % 2 == 1).unwrap_or(UNKNOWN_KEY)),
+                _ => (bk.iova + off as u64, bk.rkey),
             }
         };
         // The request, what it should complete with, and its effect on the model.
@@ -526,7 +518,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
             Op::NewRegion { .. } => unreachable!("handled above"),
             Op::Recv { dst, bad, pinned } => {
                 let r = Held { id: wr_id, dst: dst.clone(), bad: *bad, pinned: *pinned, gen: bgen };
-                post_held(b, link_srq, &r, step)?;
+                post_held(b, &r, step)?;
                 held.push_back(r);
                 continue;
             }
@@ -546,7 +538,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 if imm.is_some() && held.is_empty() {
                     let r = Held { id: next_id, dst: vec![(0, 0)], bad: false, pinned: true, gen: bgen };
                     next_id += 1;
-                    post_held(b, link_srq, &r, step)?;
+                    post_held(b, &r, step)?;
                     held.push_back(r);
                 }
                 status = match fault {
@@ -601,7 +593,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                     let len = src.iter().map(|p| p.1).sum::<usize>().max(1);
                     let r = Held { id: next_id, dst: vec![(0, len)], bad: false, pinned: true, gen: bgen };
                     next_id += 1;
-                    post_held(b, link_srq, &r, step)?;
+                    post_held(b, &r, step)?;
                     held.push_back(r);
                 }
                 let mut fault = *fault;
@@ -736,16 +728,12 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         if remote_fault && !srq {
             want.extend(held.drain(..).map(|r| (r.id, WcStatus::WrFlushErr, None)));
         }
-        let got = poll_n(&b.cq, want.len());
+        let got = b.poll(want.len());
         // Polled: what the consumed receives kept is let go.
         unpolled.clear();
-        let got: Vec<RecvWant> = got
-            .iter()
-            .map(|w| (w.wr_id(), w.status(), w.opcode().map(|op| (op, w.byte_len().unwrap_or(0), w.imm_data()))))
-            .collect();
         prop_assert_eq!(&got, &want, "step {}: {:?}: the responder's completions", step, op);
-        am.check(&a.mr, "the requester", step)?;
-        bm.check(&b.mr, "the responder", step)?;
+        am.check(&contents(&a.mr), "the requester", step)?;
+        bm.check(&b.contents(), "the responder", step)?;
         if status != WcStatus::Success {
             // A failed request leaves the requester in the error state: a new pair takes
             // over.
@@ -757,7 +745,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         }
     }
     expect_nothing(&link.a.cq, "the requester", ops.len())?;
-    expect_nothing(&link.b.cq, "the responder", ops.len())
+    responder_expects_nothing(&mut link.b, ops.len())
 }
 
 /// Destroys both QPs (their CQs must then hold nothing: a destroyed QP's receives leave
@@ -765,12 +753,16 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
 fn renew(link: &mut Link, step: usize) -> std::result::Result<(), TestCaseError> {
     let qp = link.a.pd.create_qp(&QpInit::new(QpType::Rc, &link.a.cq, CAP)).unwrap();
     drop(std::mem::replace(&mut link.a.qp, qp));
-    let qp = link.b.pd.create_qp(&QpInit { srq: link.srq.as_ref(), ..QpInit::new(QpType::Rc, &link.b.cq, CAP) }).unwrap();
-    drop(std::mem::replace(&mut link.b.qp, qp));
+    let b_qpn = link.b.new_qp();
     expect_nothing(&link.a.cq, "the requester", step)?;
-    expect_nothing(&link.b.cq, "the responder", step)?;
-    link.connect();
+    responder_expects_nothing(&mut link.b, step)?;
+    link.connect(b_qpn);
     Ok(())
+}
+
+/// [`expect_nothing`] of the responder's CQ.
+fn responder_expects_nothing(b: &mut Responder, step: usize) -> std::result::Result<(), TestCaseError> {
+    b.nothing().map_err(|wc| TestCaseError::fail(format!("after step {step}: an extra completion on the responder's CQ: {wc}")))
 }
 
 /// A WRITE or SEND as [`Carry`] and `signaled` say: its data `inline` instead of its
@@ -802,11 +794,11 @@ fn check_random_sequences(mut link: Link, cases: u32) {
     let link = std::cell::RefCell::new(&mut link);
     let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
         let mut l = link.borrow_mut();
-        l.new_srq();
+        // A case starts with none of the last case's receives.
+        l.b.new_srq();
         // What a failed case left behind (a passing one leaves nothing: `run` checks).
-        for cq in [&l.a.cq, &l.b.cq] {
-            while cq.poll(&mut [Wc::default(); 8]).unwrap() > 0 {}
-        }
+        while l.a.cq.poll(&mut [Wc::default(); 8]).unwrap() > 0 {}
+        l.b.drain();
         renew(&mut l, 0)?;
         run(&mut l, &ops)
     });
@@ -824,6 +816,26 @@ fn random_requests_on_the_same_host_match_the_model() {
 #[test]
 fn random_requests_on_the_same_host_through_an_srq_match_the_model() {
     check_random_sequences(same_host(true), 24);
+}
+
+/// The same with the responder in another process of this host, which the requester
+/// reaches as a peer (its memory by cross-memory attach or a shared segment, its receives
+/// in their shared ring; docs/queue-pairs.md).
+#[test]
+fn random_requests_to_a_responder_in_another_process_match_the_model() {
+    if responder::serve_if_child() {
+        return;
+    }
+    check_random_sequences(another_process("random_requests_to_a_responder_in_another_process_match_the_model", false), 24);
+}
+
+/// The same through an SRQ of the responder's process.
+#[test]
+fn random_requests_to_a_responder_in_another_process_through_an_srq_match_the_model() {
+    if responder::serve_if_child() {
+        return;
+    }
+    check_random_sequences(another_process("random_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true), 24);
 }
 
 #[test]
