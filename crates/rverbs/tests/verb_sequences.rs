@@ -7,12 +7,15 @@
 //! operations: RDMA WRITE and SEND gathered from up to three pieces or inline
 //! (IBV_SEND_INLINE), either with immediate data or without, RDMA READ, atomic
 //! fetch-and-add and compare-and-swap, receives scattering into up to three pieces (posted
-//! with `Qp::post_recv` or, as the C library posts, `post_recv_unpinned`), and now and then
+//! with `Qp::post_recv` or, as the C library posts, `post_recv_unpinned`), type 2 memory
+//! windows the responder binds over part of its region (ibv_bind_mw(3)), which RDMA
+//! requests reach half the time when they fit and a SEND_WITH_INV ends, and now and then
 //! one side's region replaced by a new one (the old one's last handle dropped). About one
 //! in six carries one fault: a local piece outside its region or under an unknown or stale
-//! L_Key, a remote range past the region's end or under an unknown R_Key or the R_Key of a
-//! replaced region no receive keeps, a SEND longer than its receive; one receive in twenty
-//! has an unknown L_Key. A receive posted pinned keeps the region it names registered
+//! L_Key, a remote range past the region's end or the window's (inside the region or
+//! not), or under an unknown R_Key, the R_Key of a replaced region no receive keeps or the
+//! key of a window that ended, a SEND longer than its receive; one receive in twenty has
+//! an unknown L_Key. A receive posted pinned keeps the region it names registered
 //! until its completion is polled (docs/memory.md, "Buffer lifetime"): a SEND into it after
 //! its region was replaced lands in the old region, and one into an unpinned receive of a
 //! region gone is refused as a bad scatter list is. A range made faulty ends one byte
@@ -67,6 +70,8 @@ use std::time::{Duration, Instant};
 
 /// The bytes of each side's region.
 const LEN: usize = 8192;
+/// What the test's regions allow: every remote access, and windows bound over them.
+const REGION_ACCESS: Access = ALL_ACCESS.union(Access::MW_BIND);
 /// An R_Key or L_Key no region of the test has (keys are table slots, never this high).
 const UNKNOWN_KEY: u32 = 0xffff_ff00;
 
@@ -97,12 +102,17 @@ struct Carry {
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// RDMA WRITE of the pieces `src` (offset, length) of the requester's region to `dst`.
-    Write { src: Vec<(usize, usize)>, dst: usize, signaled: bool, carry: Carry, fault: Fault },
-    /// RDMA READ of `len` bytes at `src` of the responder's region into `dst`.
-    Read { dst: usize, len: usize, src: usize, fault: Fault },
-    /// SEND of the pieces `src` into the oldest receive.
-    Send { src: Vec<(usize, usize)>, signaled: bool, carry: Carry, fault: Fault },
+    /// RDMA WRITE of the pieces `src` (offset, length) of the requester's region to `dst`
+    /// (with `via`, through the responder's memory window if one is bound and the range
+    /// fits it: [`Op::Window`]).
+    Write { src: Vec<(usize, usize)>, dst: usize, signaled: bool, carry: Carry, fault: Fault, via: bool },
+    /// RDMA READ of `len` bytes at `src` of the responder's region into `dst` (`via`: as
+    /// a WRITE's).
+    Read { dst: usize, len: usize, src: usize, fault: Fault, via: bool },
+    /// SEND of the pieces `src` into the oldest receive; with `inv`, SEND_WITH_INV of the
+    /// responder's window when one is bound (and the SEND carries no immediate data, has
+    /// no fault and fits a receive it can use), which ends the window.
+    Send { src: Vec<(usize, usize)>, signaled: bool, carry: Carry, fault: Fault, inv: bool },
     /// A receive scattering into the pieces `dst` of the responder's region (in order,
     /// not overlapping); `bad`: its first piece under an L_Key nobody has; `pinned`:
     /// posted with `Qp::post_recv`, which keeps its region registered until its
@@ -118,8 +128,16 @@ enum Op {
     NewRegion { responder: bool },
     /// Fetch-and-add (`swap: None`) or compare-and-swap at the 8-byte slot `slot`, the
     /// original value into the requester's slot `result`; `hit` compares with the value
-    /// there.
-    Atomic { slot: usize, result: usize, add: u64, swap: Option<(bool, u64)>, fault: Fault },
+    /// there; `via`: as a WRITE's.
+    Atomic { slot: usize, result: usize, add: u64, swap: Option<(bool, u64)>, fault: Fault, via: bool },
+    /// A type 2 memory window bound by the responder (ibv_bind_mw(3), a BIND_MW work
+    /// request) over `len` bytes at `off` of its region, with every remote right, after
+    /// every request before has completed; the window bound before is deallocated. Its
+    /// key reaches exactly its range: a range that ends past it is refused
+    /// (IBV_WC_REM_ACCESS_ERR) even inside the region, and so is its key once it is
+    /// deallocated or invalidated (the remote key faults use it half the time). Replacing
+    /// the responder's region or its QP deallocates it too.
+    Window { off: usize, len: usize },
 }
 
 fn pieces() -> impl Strategy<Value = Vec<(usize, usize)>> {
@@ -153,17 +171,18 @@ fn fault(choices: &'static [Fault]) -> impl Strategy<Value = Fault> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (pieces(), 0..LEN, any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]))
-            .prop_map(|(src, dst, signaled, carry, fault)| Op::Write { src, dst, signaled, carry, fault }),
-        2 => (0..LEN, 1usize..3000, 0..LEN, fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]))
-            .prop_map(|(dst, len, src, fault)| Op::Read { dst, len, src, fault }),
-        3 => (pieces(), any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::Short]))
-            .prop_map(|(src, signaled, carry, fault)| Op::Send { src, signaled, carry, fault }),
+        4 => (pieces(), 0..LEN, any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]), any::<bool>())
+            .prop_map(|(src, dst, signaled, carry, fault, via)| Op::Write { src, dst, signaled, carry, fault, via }),
+        2 => (0..LEN, 1usize..3000, 0..LEN, fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]), any::<bool>())
+            .prop_map(|(dst, len, src, fault, via)| Op::Read { dst, len, src, fault, via }),
+        3 => (pieces(), any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::Short]), prop::bool::weighted(0.5))
+            .prop_map(|(src, signaled, carry, fault, inv)| Op::Send { src, signaled, carry, fault, inv }),
+        2 => (0..LEN / 8, 1usize..=LEN / 8).prop_map(|(at, n)| Op::Window { off: at * 8, len: (n * 8).min(LEN - at * 8) }),
         3 => (scatter(), prop::bool::weighted(0.05), any::<bool>()).prop_map(|(dst, bad, pinned)| Op::Recv { dst, bad, pinned }),
         1 => any::<bool>().prop_map(|responder| Op::NewRegion { responder }),
         2 => (0..LEN / 8, 0..LEN / 8, any::<u64>(), prop::option::of((any::<bool>(), any::<u64>())),
-              fault(&[Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]))
-            .prop_map(|(slot, result, add, swap, fault)| Op::Atomic { slot, result, add, swap, fault }),
+              fault(&[Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]), any::<bool>())
+            .prop_map(|(slot, result, add, swap, fault, via)| Op::Atomic { slot, result, add, swap, fault, via }),
     ]
 }
 
@@ -215,6 +234,14 @@ impl Image {
         }
         Ok(())
     }
+}
+
+/// The responder's memory window: its key and range in the region.
+#[derive(Clone, Copy, Debug)]
+struct Win {
+    key: u32,
+    off: usize,
+    len: usize,
 }
 
 /// A receive the responder holds.
@@ -349,7 +376,7 @@ fn side_on(ctx: Context) -> Side {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(&CqInit::new(256)).unwrap();
     let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
-    let mr = pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
+    let mr = pd.alloc_mr(LEN, REGION_ACCESS).unwrap();
     Side { ctx, pd, cq, qp, mr }
 }
 
@@ -424,11 +451,11 @@ fn past(off: usize, len: usize) -> usize {
 /// the unsignaled requests before it.
 fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     // A signaled zero-length WRITE: when it completes, so has everything before it.
-    let sync = Op::Write { src: vec![(0, 0)], dst: 0, signaled: true, carry: Carry { inline: false, imm: None }, fault: Fault::None };
+    let sync = Op::Write { src: vec![(0, 0)], dst: 0, signaled: true, carry: Carry { inline: false, imm: None }, fault: Fault::None, via: false };
     let ops: Vec<&Op> = ops
         .iter()
         .flat_map(|op| match op {
-            Op::NewRegion { .. } => vec![&sync, op],
+            Op::NewRegion { .. } | Op::Window { .. } => vec![&sync, op],
             _ => vec![op],
         })
         .chain([&sync])
@@ -445,6 +472,10 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     // completions are not polled yet.
     let mut bgen = 0u32;
     let mut stale_rkey: Option<(u32, u32)> = None;
+    // The responder's memory window, if one is bound, and the key of the last one that
+    // ended.
+    let mut window: Option<Win> = None;
+    let mut dead_wkey: Option<u32> = None;
     let mut unpolled: Vec<u32> = Vec::new();
     // What the responder's CQ should give since the last check.
     let mut consumed: Vec<RecvWant> = Vec::new();
@@ -457,10 +488,19 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     let mut stale_lkey = None;
     let mut generation = 0u32;
     for (step, &op) in ops.iter().enumerate() {
+        if let Op::Window { off, len } = op {
+            let key = link.b.bind(*off, *len).map_err(|e| TestCaseError::fail(format!("step {step}: {e}")))?;
+            if let Some(w) = window.replace(Win { key, off: *off, len: *len }) {
+                dead_wkey = Some(w.key);
+            }
+            continue;
+        }
         if let Op::NewRegion { responder } = op {
             generation += 1;
             let fill: Vec<u8> = (0..LEN).map(|i| (i.wrapping_mul(40503) >> 7) as u8 ^ generation as u8).collect();
             if *responder {
+                // The window over the old region goes with it.
+                dead_wkey = window.take().map(|w| w.key).or(dead_wkey);
                 stale_rkey = Some((bk.rkey, bgen));
                 bgen += 1;
                 bk = link.b.new_region(&fill);
@@ -499,13 +539,35 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 _ => Sge { addr: a.mr.iova() + off as u64, length: len as u32, lkey },
             }
         };
-        let remote = |off: usize, len: usize, fault: Fault| -> (u64, u32) {
+        // The responder's range of `len` bytes at `off` of its region, or with `via`
+        // inside its window (at a place `off` picks) if one is bound and the range fits:
+        // the region's offset the request reaches (its bytes), its address and R_Key.
+        let atomic = matches!(op, Op::Atomic { .. });
+        // A key no access may pass: one nobody has, or (as `off` picks) the R_Key of a
+        // replaced region gone or the key of a window that ended, if there is one.
+        let refused_key = |off: usize| match off % 3 {
+            0 => UNKNOWN_KEY,
+            1 => dead_rkey.or(dead_wkey).unwrap_or(UNKNOWN_KEY),
+            _ => dead_wkey.or(dead_rkey).unwrap_or(UNKNOWN_KEY),
+        };
+        let remote = |off: usize, len: usize, fault: Fault, via: bool| -> (usize, u64, u32) {
+            let Some(w) = window.filter(|w| via && len <= w.len) else {
+                return match fault {
+                    // An atomic's slot stays 8-byte aligned (a misaligned one is another
+                    // error).
+                    Fault::RemoteRange if atomic => (off, bk.iova + LEN as u64, bk.rkey),
+                    Fault::RemoteRange => (off, bk.iova + (LEN - len.min(LEN) + past(off, len)) as u64, bk.rkey),
+                    Fault::RemoteKey => (off, bk.iova + off as u64, refused_key(off)),
+                    _ => (off, bk.iova + off as u64, bk.rkey),
+                };
+            };
+            let at = if atomic { w.off + off / 8 % (w.len / 8) * 8 } else { w.off + off % (w.len - len + 1) };
             match fault {
-                // An atomic's slot stays 8-byte aligned (a misaligned one is another error).
-                Fault::RemoteRange if matches!(op, Op::Atomic { .. }) => (bk.iova + LEN as u64, bk.rkey),
-                Fault::RemoteRange => (bk.iova + (LEN - len.min(LEN) + past(off, len)) as u64, bk.rkey),
-                Fault::RemoteKey => (bk.iova + off as u64, dead_rkey.filter(|_| off % 2 == 1).unwrap_or(UNKNOWN_KEY)),
-                _ => (bk.iova + off as u64, bk.rkey),
+                // Past the window's end, in the region or not.
+                Fault::RemoteRange if atomic => (at, bk.iova + (w.off + w.len) as u64, w.key),
+                Fault::RemoteRange => (at, bk.iova + (w.off + w.len - len + past(off, len)) as u64, w.key),
+                Fault::RemoteKey => (at, bk.iova + at as u64, refused_key(off)),
+                _ => (at, bk.iova + at as u64, w.key),
             }
         };
         // The request, what it should complete with, and its effect on the model.
@@ -513,23 +575,24 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         let mut status;
         // A SEND refused for its length or for its receive's key, either.
         let mut either_refusal = false;
+        // The window key a SEND_WITH_INV invalidates.
+        let mut inv_key = None;
         let mut recv_fail = None;
         match op {
-            Op::NewRegion { .. } => unreachable!("handled above"),
+            Op::NewRegion { .. } | Op::Window { .. } => unreachable!("handled above"),
             Op::Recv { dst, bad, pinned } => {
                 let r = Held { id: wr_id, dst: dst.clone(), bad: *bad, pinned: *pinned, gen: bgen };
                 post_held(b, &r, step)?;
                 held.push_back(r);
                 continue;
             }
-            Op::Write { src, dst, signaled: s, carry, fault } => {
+            Op::Write { src, dst, signaled: s, carry, fault, via } => {
                 // A zero-length WRITE reads no remote memory, so no remote fault applies.
                 let empty = src.iter().all(|p| p.1 == 0);
                 let fault = if empty && matches!(fault, Fault::RemoteRange | Fault::RemoteKey) { Fault::None } else { *fault };
                 let sges: Vec<Sge> = src.iter().enumerate().map(|(k, p)| local(*p, if k == 0 { fault } else { Fault::None })).collect();
                 let total: usize = sges.iter().map(|s| s.length as usize).sum();
-                let dst = (*dst).min(LEN - total.min(LEN));
-                let (addr, rkey) = remote(dst, total, fault);
+                let (dst, addr, rkey) = remote((*dst).min(LEN - total.min(LEN)), total, fault, *via);
                 let data: Vec<u8> = if matches!(fault, Fault::LocalRange | Fault::LocalKey) { Vec::new() } else { src.iter().flat_map(|&(o, l)| am.bytes(o, l)).collect() };
                 let inline = carry.inline && data.len() <= CAP.max_inline_data as usize && !matches!(fault, Fault::LocalRange | Fault::LocalKey);
                 // With immediate data the WRITE consumes a receive (none bad: whether a
@@ -569,11 +632,11 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 let wr = carried(SendWr::write(wr_id, &sges, addr, rkey), inline.then_some(&data[..]), imm, signaled);
                 post(&a.qp, wr, step)?;
             }
-            Op::Read { dst, len, src, fault } => {
+            Op::Read { dst, len, src, fault, via } => {
                 let len = (*len).min(LEN);
-                let (dst, src) = ((*dst).min(LEN - len), (*src).min(LEN - len));
+                let dst = (*dst).min(LEN - len);
                 let sge = [local((dst, len), *fault)];
-                let (addr, rkey) = remote(src, len, *fault);
+                let (src, addr, rkey) = remote((*src).min(LEN - len), len, *fault, *via);
                 post(&a.qp, SendWr::read(wr_id, &sge, addr, rkey).signaled(), step)?;
                 status = match fault {
                     Fault::None => {
@@ -585,7 +648,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                     _ => WcStatus::RemAccessErr,
                 };
             }
-            Op::Send { src, signaled: s, carry, fault } => {
+            Op::Send { src, signaled: s, carry, fault, inv } => {
                 let mut src = src.clone();
                 if held.is_empty() {
                     // No receive to land in (an RNR wait, not tested here): post one that
@@ -641,6 +704,11 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                         WcStatus::RemOpErr
                     }
                     Fault::None if data.len() <= held[0].room() => {
+                        if let Some(w) = window.filter(|_| *inv && carry.imm.is_none()) {
+                            inv_key = Some(w.key);
+                            dead_wkey = inv_key;
+                            window = None;
+                        }
                         let r = take(&mut held, &mut unpolled);
                         if r.gen == bgen {
                             r.place(&mut bm, &data);
@@ -661,13 +729,16 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 };
                 // A failed request completes whether signaled or not.
                 signaled = *s || unsignaled >= 8 || status != WcStatus::Success;
-                let wr = carried(SendWr::send(wr_id, &sges), inline.then_some(&data[..]), carry.imm, signaled);
+                let mut wr = carried(SendWr::send(wr_id, &sges), inline.then_some(&data[..]), carry.imm, signaled);
+                if let Some(key) = inv_key {
+                    wr = wr.with_inv(key);
+                }
                 post(&a.qp, wr, step)?;
             }
-            Op::Atomic { slot, result, add, swap, fault } => {
-                let (slot, result) = (slot * 8, result * 8);
+            Op::Atomic { slot, result, add, swap, fault, via } => {
+                let result = result * 8;
                 let sge = [local((result, 8), *fault)];
-                let (addr, rkey) = remote(slot, 8, *fault);
+                let (slot, addr, rkey) = remote(slot * 8, 8, *fault, *via);
                 let old = bm.u64_at(slot);
                 let wr = match swap {
                     None => SendWr::fetch_add(wr_id, &sge, addr, rkey, *add),
@@ -739,6 +810,8 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
             // over.
             expect_nothing(&a.cq, "the requester", step)?;
             renew(link, step)?;
+            // The responder's new QP comes without the window.
+            dead_wkey = window.take().map(|w| w.key).or(dead_wkey);
             if !srq {
                 held.clear();
             }

@@ -11,7 +11,7 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use super::common::{remote, Side, ALL_ACCESS, PATH};
-use super::{poll_n, side_on, srq_of, Held, RecvWant, LEN, UNKNOWN_KEY};
+use super::{poll_n, side_on, srq_of, Held, RecvWant, LEN, REGION_ACCESS, UNKNOWN_KEY};
 use rverbs::*;
 
 /// The environment variable that makes the test binary a child responder ("rq": receives
@@ -55,6 +55,9 @@ enum Call {
     Connect(u32),
     /// A new SRQ in place of the old one, if it has one.
     NewSrq,
+    /// A type 2 window bound over `len` bytes at `off` of its region with every remote
+    /// right, by a BIND_MW work request on its QP; the window before is deallocated.
+    Bind { off: usize, len: usize },
 }
 
 /// What the responder answers.
@@ -65,6 +68,7 @@ enum Answer {
     Polled(Vec<RecvWant>),
     Bytes(Vec<u8>),
     Qpn(u32),
+    Key(u32),
     Failed(String),
 }
 
@@ -73,12 +77,14 @@ enum Answer {
 pub(crate) struct Served {
     pub(crate) side: Side,
     pub(crate) srq: Option<Srq>,
+    /// The window bound over the region, if any.
+    window: Option<Mw>,
 }
 
 impl Served {
     pub(crate) fn new(side: Side, srq: bool) -> Served {
         let srq = srq.then(|| srq_of(&side));
-        Served { side, srq }
+        Served { side, srq, window: None }
     }
 
     fn keys(&self) -> Keys {
@@ -137,12 +143,14 @@ impl Served {
                 Answer::Done
             }
             Call::NewRegion(bytes) => {
-                let mr = b.pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
+                self.window = None;
+                let mr = b.pd.alloc_mr(LEN, REGION_ACCESS).unwrap();
                 mr.write(0, &bytes).unwrap();
                 drop(std::mem::replace(&mut self.side.mr, mr));
                 Answer::Keys(self.keys())
             }
             Call::NewQp => {
+                self.window = None;
                 let qp = b.pd.create_qp(&QpInit { srq: self.srq.as_ref(), ..QpInit::new(QpType::Rc, &b.cq, super::CAP) }).unwrap();
                 drop(std::mem::replace(&mut self.side.qp, qp));
                 Answer::Qpn(self.side.qp.qp_num())
@@ -156,6 +164,23 @@ impl Served {
                     self.srq = Some(srq_of(b));
                 }
                 Answer::Done
+            }
+            Call::Bind { off, len } => {
+                self.window = None;
+                let mw = Mw::new(&b.pd, 2).unwrap();
+                let key = inc_rkey(mw.rkey());
+                let access = ALL_ACCESS;
+                let bind = MwBind { mr: Some(&b.mr), addr: b.mr.iova() + off as u64, length: len as u64, access };
+                if let Err(e) = b.qp.post_send(&[SendWr::bind_mw(0, &mw, key, bind).signaled()]) {
+                    return Answer::Failed(format!("bind_mw: {e:?}"));
+                }
+                match poll_n(&b.cq, 1).first() {
+                    Some(wc) if wc.status() == WcStatus::Success && wc.opcode() == Some(WcOpcode::BindMw) => {
+                        self.window = Some(mw);
+                        Answer::Key(key)
+                    }
+                    wc => Answer::Failed(format!("bind_mw completed with {wc:?}")),
+                }
             }
         }
     }
@@ -332,6 +357,15 @@ impl Responder {
     pub(crate) fn new_srq(&mut self) {
         self.done(Call::NewSrq).unwrap();
     }
+
+    /// The new window's key ([`Call::Bind`]).
+    pub(crate) fn bind(&mut self, off: usize, len: usize) -> Result<u32, String> {
+        match self.call(Call::Bind { off, len }) {
+            Answer::Key(k) => Ok(k),
+            Answer::Failed(e) => Err(e),
+            a => panic!("unexpected answer {a:?}"),
+        }
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -358,6 +392,7 @@ fn encode_call(call: &Call) -> String {
         Call::NewQp => "qp".into(),
         Call::Connect(n) => format!("connect {n}"),
         Call::NewSrq => "srq".into(),
+        Call::Bind { off, len } => format!("bind {off} {len}"),
     }
 }
 
@@ -384,6 +419,7 @@ fn decode_call(line: &str) -> Call {
         "qp" => Call::NewQp,
         "connect" => Call::Connect(w[1].parse().unwrap()),
         "srq" => Call::NewSrq,
+        "bind" => Call::Bind { off: w[1].parse().unwrap(), len: w[2].parse().unwrap() },
         other => panic!("unknown call {other}"),
     }
 }
@@ -404,6 +440,7 @@ fn encode_answer(a: &Answer) -> String {
         }
         Answer::Bytes(b) => format!("bytes {}", hex(b)),
         Answer::Qpn(n) => format!("qpn {n}"),
+        Answer::Key(k) => format!("key {k}"),
         Answer::Failed(e) => format!("failed {e}"),
     }
 }
@@ -432,6 +469,7 @@ fn decode_answer(line: &str) -> Answer {
         ),
         "bytes" => Answer::Bytes(unhex(rest)),
         "qpn" => Answer::Qpn(rest.parse().unwrap()),
+        "key" => Answer::Key(rest.parse().unwrap()),
         "failed" => Answer::Failed(rest.into()),
         other => panic!("unknown answer {other}"),
     }
