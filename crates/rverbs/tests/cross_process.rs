@@ -7,8 +7,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::{BufRead, Write};
+use std::process::{Child, ChildStdin};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -32,28 +32,8 @@ impl Peer {
 
     /// As [`Peer::spawn`], with extra environment variables.
     fn spawn_with(test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([test, "--exact", "--nocapture", "--test-threads", "1"])
-            .env("RVERBS_TEST_ROLE", role)
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the peer process");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                // libtest may print "test name ... " before our line without a newline.
-                if let Some(at) = line.find("@@ ") {
-                    if tx.send(line[at + 3..].to_owned()).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
+        let env: Vec<(&str, &str)> = [("RVERBS_TEST_ROLE", role)].into_iter().chain(env.iter().copied()).collect();
+        let (child, stdin, lines) = spawn_child(test, &env);
         Peer { child, stdin: Some(stdin), lines }
     }
 
@@ -452,9 +432,7 @@ fn a_receive_completed_by_a_peer_process_lets_its_region_go_when_polled() {
             let b = side(QpType::Rc);
             parent.say(&format!("{}", b.qp.qp_num()));
             let pq = num(&parent.hear()[0]) as u32;
-            to_init(&b.qp, ALL_ACCESS);
-            to_rtr(&b.qp, &b.ctx, pq, &PATH);
-            to_rts(&b.qp, &PATH);
+            b.qp.connect(&remote(&b.ctx, pq, &PATH, ALL_ACCESS)).unwrap();
             let sge = [b.mr.sge(0, 8).unwrap()];
             loop {
                 let words = parent.hear();
@@ -474,9 +452,7 @@ fn a_receive_completed_by_a_peer_process_lets_its_region_go_when_polled() {
         let (express, dropped_first) = (round >= 2, round % 2 == 1);
         let a = side(QpType::Rc);
         let qpn = num(&peer.recv()[0]) as u32;
-        to_init(&a.qp, ALL_ACCESS);
-        to_rtr(&a.qp, &a.ctx, qpn, &PATH);
-        to_rts(&a.qp, &PATH);
+        a.qp.connect(&remote(&a.ctx, qpn, &PATH, ALL_ACCESS)).unwrap();
         peer.send(&format!("{}", a.qp.qp_num()));
         if express {
             peer.send(&format!("write {} {}", a.mr.iova(), a.mr.rkey()));

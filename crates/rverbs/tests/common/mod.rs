@@ -234,3 +234,32 @@ pub fn send_one(a: &Side, b: &Side, wr_id: u64) {
 pub fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
     fut.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
 }
+
+/// This test binary run again as test `test` alone, with `env` (which names the role it
+/// plays), for a test of two processes: its stdin is the caller's to write, and each line
+/// it prints after "@@ " comes to the receiver (libtest's own output is left out).
+pub fn spawn_child(test: &str, env: &[(&str, &str)]) -> (std::process::Child, std::process::ChildStdin, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads", "1"])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the child process");
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            // libtest may print "test name ... " before a line without a newline.
+            if let Some(at) = line.find("@@ ") {
+                if tx.send(line[at + 3..].to_owned()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    (child, stdin, lines)
+}

@@ -5,12 +5,12 @@
 //! requester reaches the responder's memory as a peer does (cross-memory attach or a
 //! shared segment, docs/memory.md), and takes its receives from the shared ring.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{ChildStdin, Command, Stdio};
+use std::io::{BufRead, Write};
+use std::process::ChildStdin;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use super::common::{remote, Side, ALL_ACCESS, PATH};
+use super::common::{remote, spawn_child, Side, ALL_ACCESS, PATH};
 use super::{poll_n, side_on, srq_of, Held, RecvWant, LEN, REGION_ACCESS, UNKNOWN_KEY};
 use rverbs::*;
 
@@ -198,28 +198,8 @@ impl ChildProcess {
     /// Runs this test binary again as a responder, in test `test` (which must call
     /// [`serve_if_child`] first).
     pub(crate) fn spawn(test: &str, srq: bool) -> ChildProcess {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([test, "--exact", "--nocapture", "--test-threads", "1"])
-            .env(ROLE, if srq { "srq" } else { "rq" })
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the responder process");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, answers) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                // libtest may print "test name ... " before an answer without a newline.
-                if let Some(at) = line.find("@@ ") {
-                    if tx.send(line[at + 3..].to_owned()).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        ChildProcess { child, stdin, answers, srq }
+        let (child, stdin, answers) = spawn_child(test, &[(ROLE, if srq { "srq" } else { "rq" })]);
+        ChildProcess { child, stdin: Some(stdin), answers, srq }
     }
 
     fn call(&mut self, call: Call) -> Answer {
