@@ -479,11 +479,15 @@ impl RecvQueue {
         verb: &'static str,
         heard: Option<u32>,
     ) -> Result<(), PostError> {
-        let mut gone = Vec::new();
         let mut kept = self.holds.lock();
+        if keys.is_none() && !kept.listed() {
+            // A queue that never held a region (the C library's): no slot to let go of.
+            return self.ring.post(wrs, verb, heard, |_, _| {});
+        }
         if keys.is_some() {
             kept::list(&self.holds, &mut kept, self.ring.tag());
         }
+        let mut gone = Vec::new();
         let r = self.ring.post(wrs, verb, heard, |at, wr| {
             let regions = wr.sg_list.iter().map(|sge| keys.and_then(|t| t.mr(sge.lkey)));
             kept.hold(at, regions, &mut gone);
