@@ -1,11 +1,12 @@
-//! Random sequences of RC work requests against a model of both sides' memory: a device
-//! that programs hand their memory to must never mis-write it, lose or duplicate a
+//! Random sequences of RC and UC work requests against a model of both sides' memory: a
+//! device that programs hand their memory to must never mis-write it, lose or duplicate a
 //! completion, or hang, whatever the requests ask (proptest generates them, and shrinks a
 //! failing sequence to a short one).
 //!
-//! Each case connects an RC pair, fills both regions with a byte pattern, and runs up to 40
+//! Each case connects an RC (or UC) pair, fills both regions with a byte pattern, and runs up to 40
 //! operations: RDMA WRITE and SEND gathered from up to three pieces or inline
-//! (IBV_SEND_INLINE), either with immediate data or without, RDMA READ, atomic
+//! (IBV_SEND_INLINE), either with immediate data or without, RDMA READ scattering into up
+//! to three pieces, atomic
 //! fetch-and-add and compare-and-swap, receives scattering into up to three pieces (posted
 //! with `Qp::post_recv` or, as the C library posts, `post_recv_unpinned`), type 2 memory
 //! windows the responder binds over part of its region (ibv_bind_mw(3)), which RDMA
@@ -57,6 +58,17 @@
 //! and without an SRQ, to a responder in a child process (`responder.rs`): the requester
 //! then reaches the responder's memory and receive ring as a peer process does (cross-
 //! memory attach, or a shared segment with `RVERBS_SHARED_MR=1`).
+//!
+//! UC runs the same model on the same-host link, in this process and (through an SRQ) in
+//! a child, with WRITE and SEND only (ibv_post_send(3)): its requester completes every
+//! message it sent, successfully unless a local fault stops it; a message the responder
+//! refuses after taking a receive completes that receive in error and ends the responder,
+//! which flushes its other receives and drops every message after, unseen by the
+//! requester (docs/rxe-differences.md, "A UC receive already taken completes in error");
+//! one refused before (a plain WRITE) is dropped and changes nothing. Over the network a
+//! UC requester's completion says nothing of the responder's placement, so the model's
+//! checks would race: UC stays on the same-host links, where the message is placed before
+//! the requester's completion is written.
 
 mod common;
 #[path = "verb_sequences/responder.rs"]
@@ -106,9 +118,10 @@ enum Op {
     /// (with `via`, through the responder's memory window if one is bound and the range
     /// fits it: [`Op::Window`]).
     Write { src: Vec<(usize, usize)>, dst: usize, signaled: bool, carry: Carry, fault: Fault, via: bool },
-    /// RDMA READ of `len` bytes at `src` of the responder's region into `dst` (`via`: as
-    /// a WRITE's).
-    Read { dst: usize, len: usize, src: usize, fault: Fault, via: bool },
+    /// RDMA READ at `src` of the responder's region, scattered into the pieces `dst` of
+    /// the requester's (in order, not overlapping; as many bytes as they hold); `via`: as
+    /// a WRITE's.
+    Read { dst: Vec<(usize, usize)>, src: usize, fault: Fault, via: bool },
     /// SEND of the pieces `src` into the oldest receive; with `inv`, SEND_WITH_INV of the
     /// responder's window when one is bound (and the SEND carries no immediate data, has
     /// no fault and fits a receive it can use), which ends the window.
@@ -173,8 +186,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (pieces(), 0..LEN, any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]), any::<bool>())
             .prop_map(|(src, dst, signaled, carry, fault, via)| Op::Write { src, dst, signaled, carry, fault, via }),
-        2 => (0..LEN, 1usize..3000, 0..LEN, fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]), any::<bool>())
-            .prop_map(|(dst, len, src, fault, via)| Op::Read { dst, len, src, fault, via }),
+        2 => (scatter(), 0..LEN, fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]), any::<bool>())
+            .prop_map(|(dst, src, fault, via)| Op::Read { dst, src, fault, via }),
         3 => (pieces(), any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::Short]), prop::bool::weighted(0.5))
             .prop_map(|(src, signaled, carry, fault, inv)| Op::Send { src, signaled, carry, fault, inv }),
         2 => (0..LEN / 8, 1usize..=LEN / 8).prop_map(|(at, n)| Op::Window { off: at * 8, len: (n * 8).min(LEN - at * 8) }),
@@ -321,6 +334,9 @@ struct Link {
     a: Side,
     b: Responder,
     wire: Wire,
+    /// RC, or UC (same-host links only: there a request is placed before the requester's
+    /// completion, which over the network nothing tells a UC requester).
+    qp_type: QpType,
 }
 
 impl Link {
@@ -382,15 +398,15 @@ fn side_on(ctx: Context) -> Side {
 
 /// The same-host link; with `srq`, the responder's QPs take receives from an SRQ. Each
 /// case connects a new pair ([`renew`]).
-fn same_host(srq: bool) -> Link {
+fn same_host(srq: bool, qp_type: QpType) -> Link {
     let (a, b) = (side_on(open()), side_on(open()));
-    Link { a, b: Responder::Here(Served::new(b, srq)), wire: Wire::SameHost }
+    Link { a, b: Responder::Here(Served::new(b, srq, qp_type)), wire: Wire::SameHost, qp_type }
 }
 
 /// The same-host link to a responder in a child process, started in test `test` (which
 /// serves there: [`responder::serve_if_child`]).
-fn another_process(test: &str, srq: bool) -> Link {
-    Link { a: side_on(open()), b: Responder::Child(ChildProcess::spawn(test, srq)), wire: Wire::Process }
+fn another_process(test: &str, srq: bool, qp_type: QpType) -> Link {
+    Link { a: side_on(open()), b: Responder::Child(ChildProcess::spawn(test, srq, qp_type)), wire: Wire::Process, qp_type }
 }
 
 /// Two devices on `ips`, each sending through the packet fault injector `faults` if given
@@ -405,7 +421,7 @@ fn two_hosts(ips: [[u8; 4]; 2], faults: Option<&str>, srq: bool) -> Link {
     };
     let (da, db) = (host(ips[0]), host(ips[1]));
     let (a, b) = (side_on(da.open().unwrap()), side_on(db.open().unwrap()));
-    Link { a, b: Responder::Here(Served::new(b, srq)), wire: Wire::Hosts { lossy: faults.is_some(), _devs: (da, db) } }
+    Link { a, b: Responder::Here(Served::new(b, srq, QpType::Rc)), wire: Wire::Hosts { lossy: faults.is_some(), _devs: (da, db) }, qp_type: QpType::Rc }
 }
 
 /// Polls `cq` until it has given `n` completions or 10 s passed.
@@ -476,6 +492,12 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     // ended.
     let mut window: Option<Win> = None;
     let mut dead_wkey: Option<u32> = None;
+    // UC: the responder is in the error state (a fault ended it; its requester, which
+    // hears nothing, goes on), and the receive whose status is the length's or the key's
+    // refusal, either (see `either_refusal`).
+    let uc = link.qp_type == QpType::Uc;
+    let mut resp_err = false;
+    let mut uc_either: Option<u64> = None;
     let mut unpolled: Vec<u32> = Vec::new();
     // What the responder's CQ should give since the last check.
     let mut consumed: Vec<RecvWant> = Vec::new();
@@ -488,6 +510,10 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     let mut stale_lkey = None;
     let mut generation = 0u32;
     for (step, &op) in ops.iter().enumerate() {
+        // ibv_post_send(3): UC carries neither READ nor atomics; windows are left to RC.
+        if uc && matches!(op, Op::Read { .. } | Op::Atomic { .. } | Op::Window { .. }) {
+            continue;
+        }
         if let Op::Window { off, len } = op {
             let key = link.b.bind(*off, *len).map_err(|e| TestCaseError::fail(format!("step {step}: {e}")))?;
             if let Some(w) = window.replace(Win { key, off: *off, len: *len }) {
@@ -583,8 +609,26 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
             Op::Recv { dst, bad, pinned } => {
                 let r = Held { id: wr_id, dst: dst.clone(), bad: *bad, pinned: *pinned, gen: bgen };
                 post_held(b, &r, step)?;
-                held.push_back(r);
+                if resp_err && !srq {
+                    // ibv_post_recv(3): a QP in the error state flushes it at once.
+                    consumed.push((r.id, WcStatus::WrFlushErr, None));
+                } else {
+                    held.push_back(r);
+                }
                 continue;
+            }
+            Op::Write { src, signaled: s, fault, .. } | Op::Send { src, signaled: s, fault, .. } if resp_err => {
+                // UC: a responder in the error state drops every message, and nothing
+                // tells the requester.
+                let sges: Vec<Sge> = src.iter().enumerate().map(|(k, p)| local(*p, if k == 0 { *fault } else { Fault::None })).collect();
+                let local_fault = matches!(fault, Fault::LocalRange | Fault::LocalKey);
+                status = if local_fault { WcStatus::LocProtErr } else { WcStatus::Success };
+                signaled = *s || unsignaled >= 8 || local_fault;
+                let wr = match op {
+                    Op::Write { .. } => SendWr::write(wr_id, &sges, bk.iova, bk.rkey),
+                    _ => SendWr::send(wr_id, &sges),
+                };
+                post(&a.qp, if signaled { wr.signaled() } else { wr }, step)?;
             }
             Op::Write { src, dst, signaled: s, carry, fault, via } => {
                 // A zero-length WRITE reads no remote memory, so no remote fault applies.
@@ -632,16 +676,21 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 let wr = carried(SendWr::write(wr_id, &sges, addr, rkey), inline.then_some(&data[..]), imm, signaled);
                 post(&a.qp, wr, step)?;
             }
-            Op::Read { dst, len, src, fault, via } => {
-                let len = (*len).min(LEN);
-                let dst = (*dst).min(LEN - len);
-                let sge = [local((dst, len), *fault)];
-                let (src, addr, rkey) = remote((*src).min(LEN - len), len, *fault, *via);
-                post(&a.qp, SendWr::read(wr_id, &sge, addr, rkey).signaled(), step)?;
+            Op::Read { dst, src, fault, via } => {
+                // A zero-length READ reads no remote memory, so no remote fault applies.
+                let empty = dst.iter().all(|p| p.1 == 0);
+                let fault = if empty && matches!(fault, Fault::RemoteRange | Fault::RemoteKey) { Fault::None } else { *fault };
+                let sges: Vec<Sge> = dst.iter().enumerate().map(|(k, p)| local(*p, if k == 0 { fault } else { Fault::None })).collect();
+                let len: usize = sges.iter().map(|s| s.length as usize).sum::<usize>().min(LEN);
+                let (src, addr, rkey) = remote((*src).min(LEN - len), len, fault, *via);
+                post(&a.qp, SendWr::read(wr_id, &sges, addr, rkey).signaled(), step)?;
                 status = match fault {
                     Fault::None => {
-                        let data = bm.bytes(src, len);
-                        am.put(dst, &data);
+                        let mut data = &bm.bytes(src, len)[..];
+                        for &(off, n) in dst {
+                            am.put(off, &data[..n]);
+                            data = &data[n..];
+                        }
                         WcStatus::Success
                     }
                     Fault::LocalRange | Fault::LocalKey => WcStatus::LocProtErr,
@@ -767,6 +816,24 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 };
             }
         }
+        if uc && matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr) {
+            // UC: the requester completes once the message is sent, whatever the
+            // responder makes of it (ibv_poll_cq(3): no acknowledgement). A message
+            // refused after it took a receive completes that receive in error and ends the
+            // responder, which flushes the rest (docs/rxe-differences.md, "A UC receive
+            // already taken completes in error"); one that took none is dropped.
+            status = WcStatus::Success;
+            if let Some((id, st)) = recv_fail.take() {
+                consumed.push((id, st, None));
+                if either_refusal {
+                    uc_either = Some(id);
+                }
+                resp_err = true;
+                if !srq {
+                    consumed.extend(held.drain(..).map(|r| (r.id, WcStatus::WrFlushErr, None)));
+                }
+            }
+        }
         if !signaled {
             unsignaled += 1;
             continue;
@@ -802,6 +869,11 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         let got = b.poll(want.len());
         // Polled: what the consumed receives kept is let go.
         unpolled.clear();
+        if let Some(id) = uc_either.take() {
+            if got.iter().any(|g| g.0 == id && g.1 == WcStatus::LocLenErr) {
+                want.iter_mut().filter(|w| w.0 == id).for_each(|w| w.1 = WcStatus::LocLenErr);
+            }
+        }
         prop_assert_eq!(&got, &want, "step {}: {:?}: the responder's completions", step, op);
         am.check(&contents(&a.mr), "the requester", step)?;
         bm.check(&b.contents(), "the responder", step)?;
@@ -810,6 +882,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
             // over.
             expect_nothing(&a.cq, "the requester", step)?;
             renew(link, step)?;
+            resp_err = false;
             // The responder's new QP comes without the window.
             dead_wkey = window.take().map(|w| w.key).or(dead_wkey);
             if !srq {
@@ -824,7 +897,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
 /// Destroys both QPs (their CQs must then hold nothing: a destroyed QP's receives leave
 /// no completion) and connects a new pair over the same CQs, regions and SRQ.
 fn renew(link: &mut Link, step: usize) -> std::result::Result<(), TestCaseError> {
-    let qp = link.a.pd.create_qp(&QpInit::new(QpType::Rc, &link.a.cq, CAP)).unwrap();
+    let qp = link.a.pd.create_qp(&QpInit::new(link.qp_type, &link.a.cq, CAP)).unwrap();
     drop(std::mem::replace(&mut link.a.qp, qp));
     let b_qpn = link.b.new_qp();
     expect_nothing(&link.a.cq, "the requester", step)?;
@@ -882,13 +955,29 @@ fn check_random_sequences(mut link: Link, cases: u32) {
 
 #[test]
 fn random_requests_on_the_same_host_match_the_model() {
-    check_random_sequences(same_host(false), 48);
+    check_random_sequences(same_host(false, QpType::Rc), 48);
+}
+
+/// The same over UC (WRITE and SEND only): the requester completes every message it sent,
+/// and a responder that a refused message ended drops the rest.
+#[test]
+fn random_uc_requests_on_the_same_host_match_the_model() {
+    check_random_sequences(same_host(false, QpType::Uc), 24);
+}
+
+/// UC to a responder in another process, its receives in an SRQ.
+#[test]
+fn random_uc_requests_to_a_responder_in_another_process_through_an_srq_match_the_model() {
+    if responder::serve_if_child() {
+        return;
+    }
+    check_random_sequences(another_process("random_uc_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true, QpType::Uc), 24);
 }
 
 /// The same with the responder's receives in an SRQ, which keeps them when its QP fails.
 #[test]
 fn random_requests_on_the_same_host_through_an_srq_match_the_model() {
-    check_random_sequences(same_host(true), 24);
+    check_random_sequences(same_host(true, QpType::Rc), 24);
 }
 
 /// The same with the responder in another process of this host, which the requester
@@ -899,7 +988,7 @@ fn random_requests_to_a_responder_in_another_process_match_the_model() {
     if responder::serve_if_child() {
         return;
     }
-    check_random_sequences(another_process("random_requests_to_a_responder_in_another_process_match_the_model", false), 24);
+    check_random_sequences(another_process("random_requests_to_a_responder_in_another_process_match_the_model", false, QpType::Rc), 24);
 }
 
 /// The same through an SRQ of the responder's process.
@@ -908,7 +997,7 @@ fn random_requests_to_a_responder_in_another_process_through_an_srq_match_the_mo
     if responder::serve_if_child() {
         return;
     }
-    check_random_sequences(another_process("random_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true), 24);
+    check_random_sequences(another_process("random_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true, QpType::Rc), 24);
 }
 
 #[test]

@@ -14,8 +14,9 @@ use super::common::{remote, spawn_child, Side, ALL_ACCESS, PATH};
 use super::{poll_n, side_on, srq_of, Held, RecvWant, LEN, REGION_ACCESS, UNKNOWN_KEY};
 use rverbs::*;
 
-/// The environment variable that makes the test binary a child responder ("rq": receives
-/// in its QP's queue, "srq": in an SRQ).
+/// The environment variable that makes the test binary a child responder: its QP type
+/// ("rc", "uc") and where its receives are ("rq": in its QP's queue, "srq": in an SRQ),
+/// as "rc rq".
 const ROLE: &str = "RVERBS_VERB_SEQUENCES_RESPONDER";
 
 /// How long the model waits for the child's answer to one call.
@@ -79,12 +80,14 @@ pub(crate) struct Served {
     pub(crate) srq: Option<Srq>,
     /// The window bound over the region, if any.
     window: Option<Mw>,
+    /// The type of its QPs.
+    qp_type: QpType,
 }
 
 impl Served {
-    pub(crate) fn new(side: Side, srq: bool) -> Served {
+    pub(crate) fn new(side: Side, srq: bool, qp_type: QpType) -> Served {
         let srq = srq.then(|| srq_of(&side));
-        Served { side, srq, window: None }
+        Served { side, srq, window: None, qp_type }
     }
 
     fn keys(&self) -> Keys {
@@ -151,7 +154,7 @@ impl Served {
             }
             Call::NewQp => {
                 self.window = None;
-                let qp = b.pd.create_qp(&QpInit { srq: self.srq.as_ref(), ..QpInit::new(QpType::Rc, &b.cq, super::CAP) }).unwrap();
+                let qp = b.pd.create_qp(&QpInit { srq: self.srq.as_ref(), ..QpInit::new(self.qp_type, &b.cq, super::CAP) }).unwrap();
                 drop(std::mem::replace(&mut self.side.qp, qp));
                 Answer::Qpn(self.side.qp.qp_num())
             }
@@ -197,8 +200,9 @@ pub(crate) struct ChildProcess {
 impl ChildProcess {
     /// Runs this test binary again as a responder, in test `test` (which must call
     /// [`serve_if_child`] first).
-    pub(crate) fn spawn(test: &str, srq: bool) -> ChildProcess {
-        let (child, stdin, answers) = spawn_child(test, &[(ROLE, if srq { "srq" } else { "rq" })]);
+    pub(crate) fn spawn(test: &str, srq: bool, qp_type: QpType) -> ChildProcess {
+        let role = format!("{} {}", if qp_type == QpType::Uc { "uc" } else { "rc" }, if srq { "srq" } else { "rq" });
+        let (child, stdin, answers) = spawn_child(test, &[(ROLE, &role)]);
         ChildProcess { child, stdin: Some(stdin), answers, srq }
     }
 
@@ -235,7 +239,8 @@ impl Drop for ChildProcess {
 /// ends, and returns `true`; elsewhere `false` at once.
 pub(crate) fn serve_if_child() -> bool {
     let Ok(role) = std::env::var(ROLE) else { return false };
-    let mut r = Served::new(side_on(super::common::open()), role == "srq");
+    let qp_type = if role.starts_with("uc") { QpType::Uc } else { QpType::Rc };
+    let mut r = Served::new(side_on(super::common::open()), role.ends_with("srq"), qp_type);
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();
         let answer = r.serve(decode_call(&line));
