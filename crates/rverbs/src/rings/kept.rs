@@ -19,8 +19,9 @@
 //! completion's count makes a hold end early: that receive then fails its key check when
 //! used, never a write outside a region.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, LazyLock, RwLock, Weak};
 
 use crate::mr::MrInner;
 use crate::rings::recv_count::{self, TakenCount};
@@ -115,7 +116,7 @@ impl Kept {
 
 /// The queues of this process with holds, by their ring's tag (a queue enters at its
 /// first pinned post and leaves when it is destroyed).
-static QUEUES: RwLock<Vec<(u32, Weak<Holds>)>> = RwLock::new(Vec::new());
+static QUEUES: LazyLock<RwLock<HashMap<u32, Weak<Holds>>>> = LazyLock::new(Default::default);
 
 /// How many queues [`QUEUES`] lists: a poll in a process that pins nothing (every C
 /// program) pays this one load per receive completion.
@@ -128,7 +129,7 @@ pub(crate) fn list(holds: &Arc<Holds>, kept: &mut Kept, tag: u32) {
         return;
     }
     kept.tag = tag;
-    QUEUES.write().unwrap_or_else(|p| p.into_inner()).push((tag, Arc::downgrade(holds)));
+    QUEUES.write().unwrap_or_else(|p| p.into_inner()).insert(tag, Arc::downgrade(holds));
     // Before the post stores the ring's tail (Release): a poll that sees one of its
     // receives' completions sees this.
     LISTED.fetch_add(1, Ordering::Release);
@@ -136,10 +137,9 @@ pub(crate) fn list(holds: &Arc<Holds>, kept: &mut Kept, tag: u32) {
 
 /// Removes the queue tagged `tag` from [`QUEUES`] (it is being destroyed).
 pub(crate) fn unlist(tag: u32) {
-    let mut q = QUEUES.write().unwrap_or_else(|p| p.into_inner());
-    let before = q.len();
-    q.retain(|(t, _)| *t != tag);
-    LISTED.fetch_sub(before - q.len(), Ordering::Release);
+    if QUEUES.write().unwrap_or_else(|p| p.into_inner()).remove(&tag).is_some() {
+        LISTED.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// A receive completion carrying `taken` was polled: its queue, if it is one of this
@@ -156,10 +156,7 @@ pub(crate) fn polled(taken: Option<TakenCount>) {
 #[cold]
 #[inline(never)]
 fn release(t: TakenCount) {
-    let holds = {
-        let q = QUEUES.read().unwrap_or_else(|p| p.into_inner());
-        q.iter().find(|(tag, _)| *tag == t.ring).and_then(|(_, w)| w.upgrade())
-    };
+    let holds = QUEUES.read().unwrap_or_else(|p| p.into_inner()).get(&t.ring).and_then(Weak::upgrade);
     let Some(holds) = holds else { return };
     let mut gone = Vec::new();
     holds.lock().release(t.count, &mut gone);
