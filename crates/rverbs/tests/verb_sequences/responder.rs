@@ -201,7 +201,12 @@ impl ChildProcess {
     /// Runs this test binary again as a responder, in test `test` (which must call
     /// [`serve_if_child`] first).
     pub(crate) fn spawn(test: &str, srq: bool, qp_type: QpType) -> ChildProcess {
-        let role = format!("{} {}", if qp_type == QpType::Uc { "uc" } else { "rc" }, if srq { "srq" } else { "rq" });
+        let kind = match qp_type {
+            QpType::Uc => "uc",
+            QpType::Ud => "ud",
+            _ => "rc",
+        };
+        let role = format!("{kind} {}", if srq { "srq" } else { "rq" });
         let (child, stdin, answers) = spawn_child(test, &[(ROLE, &role)]);
         ChildProcess { child, stdin: Some(stdin), answers, srq }
     }
@@ -239,7 +244,11 @@ impl Drop for ChildProcess {
 /// ends, and returns `true`; elsewhere `false` at once.
 pub(crate) fn serve_if_child() -> bool {
     let Ok(role) = std::env::var(ROLE) else { return false };
-    let qp_type = if role.starts_with("uc") { QpType::Uc } else { QpType::Rc };
+    let qp_type = match &role[..2] {
+        "uc" => QpType::Uc,
+        "ud" => QpType::Ud,
+        _ => QpType::Rc,
+    };
     let mut r = Served::new(side_on(super::common::open()), role.ends_with("srq"), qp_type);
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();
