@@ -367,7 +367,10 @@ impl QpInner {
         // A receive WQE a network SEND was being placed into left its queue already.
         let held = self.net_resp.lock().expect("net responder").held.take();
         if let Some(w) = held {
-            let _ = self.recv_cq.push(Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED));
+            // With the count of its take, as its completion would have (an SRQ's receive:
+            // the poll lets its regions go, `rings::kept`; a tag-matched one has none).
+            let cqe = Cqe { rq_taken: w.taken.filter(|_| w.tm.is_none()), ..Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) };
+            let _ = self.recv_cq.push(cqe);
         }
         if let Some(rq) = &self.rq {
             for wr_id in rq.drain() {
