@@ -1031,41 +1031,18 @@ fn check_random_sequences(mut link: Link, cases: u32) {
     }
 }
 
+/// Runs `cases` random sequences to a responder in a child process (this test binary run
+/// again as test `test`, which serves there instead: [`responder::serve_if_child`]).
+fn check_with_a_child(test: &str, srq: bool, qp_type: QpType, cases: u32) {
+    if responder::serve_if_child() {
+        return;
+    }
+    check_random_sequences(another_process(test, srq, qp_type), cases);
+}
+
 #[test]
 fn random_requests_on_the_same_host_match_the_model() {
     check_random_sequences(same_host(false, QpType::Rc), 48);
-}
-
-/// The same over UC (WRITE and SEND only): the requester completes every message it sent,
-/// and a responder that a refused message ended drops the rest.
-#[test]
-fn random_uc_requests_on_the_same_host_match_the_model() {
-    check_random_sequences(same_host(false, QpType::Uc), 24);
-}
-
-/// The same over UD (SEND only, one packet each): the receive gets the 40-byte GRH area
-/// first; one too small completes with IBV_WC_REM_INV_REQ_ERR and the QP goes on.
-#[test]
-fn random_ud_requests_on_the_same_host_match_the_model() {
-    check_random_sequences(same_host(false, QpType::Ud), 24);
-}
-
-/// UD to a responder in another process, its receives in an SRQ.
-#[test]
-fn random_ud_requests_to_a_responder_in_another_process_through_an_srq_match_the_model() {
-    if responder::serve_if_child() {
-        return;
-    }
-    check_random_sequences(another_process("random_ud_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true, QpType::Ud), 24);
-}
-
-/// UC to a responder in another process, its receives in an SRQ.
-#[test]
-fn random_uc_requests_to_a_responder_in_another_process_through_an_srq_match_the_model() {
-    if responder::serve_if_child() {
-        return;
-    }
-    check_random_sequences(another_process("random_uc_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true, QpType::Uc), 24);
 }
 
 /// The same with the responder's receives in an SRQ, which keeps them when its QP fails.
@@ -1079,19 +1056,13 @@ fn random_requests_on_the_same_host_through_an_srq_match_the_model() {
 /// in their shared ring; docs/queue-pairs.md).
 #[test]
 fn random_requests_to_a_responder_in_another_process_match_the_model() {
-    if responder::serve_if_child() {
-        return;
-    }
-    check_random_sequences(another_process("random_requests_to_a_responder_in_another_process_match_the_model", false, QpType::Rc), 24);
+    check_with_a_child("random_requests_to_a_responder_in_another_process_match_the_model", false, QpType::Rc, 24);
 }
 
 /// The same through an SRQ of the responder's process.
 #[test]
 fn random_requests_to_a_responder_in_another_process_through_an_srq_match_the_model() {
-    if responder::serve_if_child() {
-        return;
-    }
-    check_random_sequences(another_process("random_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true, QpType::Rc), 24);
+    check_with_a_child("random_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true, QpType::Rc, 24);
 }
 
 #[test]
@@ -1111,4 +1082,30 @@ fn random_requests_across_hosts_through_an_srq_match_the_model() {
 fn random_requests_across_a_lossy_network_match_the_model() {
     let faults = "seed=11,drop=2%,dup=2%,reorder=5%,reorder_by=200us,corrupt=1%";
     check_random_sequences(two_hosts([[127, 0, 11, 3], [127, 0, 11, 4]], Some(faults), false), 24);
+}
+
+/// UC (WRITE and SEND only) on the same-host link: the requester completes every message
+/// it sent, and a responder that a refused message ended drops the rest.
+#[test]
+fn random_uc_requests_on_the_same_host_match_the_model() {
+    check_random_sequences(same_host(false, QpType::Uc), 24);
+}
+
+/// UC to a responder in another process, its receives in an SRQ.
+#[test]
+fn random_uc_requests_to_a_responder_in_another_process_through_an_srq_match_the_model() {
+    check_with_a_child("random_uc_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true, QpType::Uc, 24);
+}
+
+/// UD (SEND only, one packet each) on the same-host link: the receive gets the 40-byte
+/// GRH area first; one too small completes with IBV_WC_REM_INV_REQ_ERR and the QP goes on.
+#[test]
+fn random_ud_requests_on_the_same_host_match_the_model() {
+    check_random_sequences(same_host(false, QpType::Ud), 24);
+}
+
+/// UD to a responder in another process, its receives in an SRQ.
+#[test]
+fn random_ud_requests_to_a_responder_in_another_process_through_an_srq_match_the_model() {
+    check_with_a_child("random_ud_requests_to_a_responder_in_another_process_through_an_srq_match_the_model", true, QpType::Ud, 24);
 }
