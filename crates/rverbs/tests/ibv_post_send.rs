@@ -529,17 +529,14 @@ fn a_dropped_region_is_deregistered_once_its_receive_completion_is_polled() {
             let m = b.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
             let (iova, rkey) = (m.iova(), m.rkey());
             b.qp.post_recv(&[RecvWr::new(1, &[m.sge(0, 64).unwrap()])]).unwrap();
-            let other = m.clone();
+            let mut last = Some(m.clone());
             drop(m);
             if dropped_first {
-                drop(other);
-                a.qp.post_send(&[SendWr::send(2, &ss).signaled()]).unwrap();
-                assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
-            } else {
-                a.qp.post_send(&[SendWr::send(2, &ss).signaled()]).unwrap();
-                assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
-                drop(other);
+                drop(last.take());
             }
+            a.qp.post_send(&[SendWr::send(2, &ss).signaled()]).unwrap();
+            assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+            drop(last);
             assert_eq!(poll_one(&a.cq).status(), WcStatus::Success);
             a.qp.post_send(&[SendWr::write(3, &ss, iova, rkey).signaled()]).unwrap();
             let wc = poll_one(&a.cq);

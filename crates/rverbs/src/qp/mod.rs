@@ -368,8 +368,8 @@ impl QpInner {
         let held = self.net_resp.lock().expect("net responder").held.take();
         if let Some(w) = held {
             // With the count of its take, as its completion would have (an SRQ's receive:
-            // the poll lets its regions go, `rings::kept`; a tag-matched one has none).
-            let cqe = Cqe { rq_taken: w.taken.filter(|_| w.tm.is_none()), ..Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) };
+            // the poll lets its regions go, `rings::kept`).
+            let cqe = Cqe { rq_taken: w.completion_count(), ..Cqe::error(w.wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) };
             let _ = self.recv_cq.push(cqe);
         }
         if let Some(rq) = &self.rq {

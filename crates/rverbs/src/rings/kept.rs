@@ -38,8 +38,8 @@ pub(crate) struct Kept {
     posted: Vec<u64>,
     /// Receives ever posted to the queue (its ring's `tail`, as this queue's posts left it).
     tail: u64,
-    /// The ring's tag, once the queue is in [`QUEUES`] (0: not yet).
-    tag: u32,
+    /// Whether the queue is in [`QUEUES`] (under its ring's tag).
+    listed: bool,
 }
 
 /// A queue's holds behind its posters' lock, shared with [`QUEUES`] (see `RecvQueue`:
@@ -48,12 +48,12 @@ pub(crate) type Holds = SpinMutex<Kept, false>;
 
 impl Kept {
     pub(crate) fn new(slots: usize, per: usize) -> Kept {
-        Kept { per, regions: vec![None; slots * per], posted: vec![0; slots], tail: 0, tag: 0 }
+        Kept { per, regions: vec![None; slots * per], posted: vec![0; slots], tail: 0, listed: false }
     }
 
     /// Whether the queue is in [`QUEUES`] (it posted pinned receives).
     pub(crate) fn listed(&self) -> bool {
-        self.tag != 0
+        self.listed
     }
 
     fn slots(&self) -> usize {
@@ -63,10 +63,9 @@ impl Kept {
     /// The receive at position `at` (ring slot `at % slots`) holds `regions` (one per SGE,
     /// `None` for an SGE that names no region or one not held). What the slot held before
     /// is handed back, to be dropped after the lock.
-    pub(crate) fn hold(&mut self, at: u64, regions: impl Iterator<Item = Option<Arc<MrInner>>>, gone: &mut Vec<Arc<MrInner>>) {
+    pub(crate) fn hold(&mut self, at: u64, mut regions: impl Iterator<Item = Option<Arc<MrInner>>>, gone: &mut Vec<Arc<MrInner>>) {
         let slot = (at % self.slots() as u64) as usize;
         let base = slot * self.per;
-        let mut regions = regions;
         for r in &mut self.regions[base..base + self.per] {
             let new = regions.next().flatten();
             if let Some(old) = std::mem::replace(r, new) {
@@ -125,10 +124,10 @@ static LISTED: AtomicUsize = AtomicUsize::new(0);
 /// Lists the queue whose holds are `holds` and whose ring is tagged `tag` (its first
 /// pinned post; the caller holds its lock, `kept`).
 pub(crate) fn list(holds: &Arc<Holds>, kept: &mut Kept, tag: u32) {
-    if kept.tag != 0 {
+    if kept.listed {
         return;
     }
-    kept.tag = tag;
+    kept.listed = true;
     QUEUES.write().unwrap_or_else(|p| p.into_inner()).insert(tag, Arc::downgrade(holds));
     // Before the post stores the ring's tail (Release): a poll that sees one of its
     // receives' completions sees this.

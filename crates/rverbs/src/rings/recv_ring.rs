@@ -49,6 +49,12 @@ impl RecvWqe {
         RecvWqe { wr_id, sges, tm: None, taken: None }
     }
 
+    /// The count its completion carries to the queue's owner: its take's, unless a
+    /// tag-matching SRQ matched it (that completion's word carries the tag instead).
+    pub(crate) fn completion_count(&self) -> Option<TakenCount> {
+        self.taken.filter(|_| self.tm.is_none())
+    }
+
     pub(crate) fn sges(&self) -> &[Sge] {
         &self.sges
     }
@@ -305,8 +311,9 @@ impl RecvRing {
     }
 
     /// Appends receives; `on_slot(at, wr)` runs for each one stored at position `at`
-    /// (slot `at % cap`: the owner keeps its regions alive per slot). The owner's posts must not run concurrently (the
-    /// caller serialises them: [`RecvQueue`]'s lock); takers may.
+    /// (slot `at % cap`: the owner keeps its regions alive per slot). The owner's posts
+    /// must not run concurrently (the caller serialises them: [`RecvQueue`]'s lock);
+    /// takers may.
     ///
     /// Without the ring's lock: the slot is written, then `tail` published (Release), so
     /// a taker that reads `tail` (Acquire) reads the whole slot. The slot is free once

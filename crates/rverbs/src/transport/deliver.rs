@@ -72,8 +72,8 @@ pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion, r: Option<&RecvWqe>
 /// receive kept registered go (`rings::kept`). A tag-matched receive's word carries its
 /// tag instead ([`tm_completion`]).
 pub(crate) fn of_receive(mut cqe: Cqe, r: Option<&RecvWqe>) -> Cqe {
-    if let Some(r) = r.filter(|r| r.wr_id == cqe.wr_id && r.tm.is_none()) {
-        cqe.rq_taken = r.taken;
+    if let Some(r) = r.filter(|r| r.wr_id == cqe.wr_id) {
+        cqe.rq_taken = r.completion_count();
     }
     cqe
 }
@@ -82,7 +82,6 @@ pub(crate) fn of_receive(mut cqe: Cqe, r: Option<&RecvWqe>) -> Cqe {
 /// the opcode (TM_NO_TAG, TM_RECV), the match flags, the tag and application context of a
 /// match, and the length of an EAGER payload without its TMH.
 pub(crate) fn tm_completion(cqe: &mut Cqe, tm: TmRecv) {
-    cqe.rq_taken = None;
     let matched = |cqe: &mut Cqe, tag: u64, app_ctx: u32| {
         cqe.opcode = WcOpcode::TmRecv as u32 as u8;
         cqe.wc_flags |= WcFlags::TM_MATCH.bits() as u8;

@@ -11,7 +11,7 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use super::common::{remote, spawn_child, Side, ALL_ACCESS, PATH};
-use super::{poll_n, side_on, srq_of, Held, RecvWant, LEN, REGION_ACCESS, UNKNOWN_KEY};
+use super::{contents, extra_completion, poll_n, side_on, srq_of, Held, RecvWant, LEN, REGION_ACCESS, UNKNOWN_KEY};
 use rverbs::*;
 
 /// The environment variable that makes the test binary a child responder: its QP type
@@ -121,26 +121,12 @@ impl Served {
             Call::Poll(n) => Answer::Polled(
                 poll_n(&b.cq, n).iter().map(|w| (w.wr_id(), w.status(), w.opcode().map(|op| (op, w.byte_len().unwrap_or(0), w.imm_data())))).collect(),
             ),
-            Call::Nothing => {
-                let deadline = std::time::Instant::now() + Duration::from_millis(5);
-                let mut wc = [Wc::default(); 1];
-                while std::time::Instant::now() < deadline {
-                    if b.cq.poll(&mut wc).unwrap() > 0 {
-                        return Answer::Failed(format!("{:?}", wc[0]));
-                    }
-                    std::thread::yield_now();
-                }
-                Answer::Done
-            }
+            Call::Nothing => extra_completion(&b.cq).map_or(Answer::Done, |wc| Answer::Failed(format!("{wc:?}"))),
             Call::Drain => {
                 while b.cq.poll(&mut [Wc::default(); 8]).unwrap() > 0 {}
                 Answer::Done
             }
-            Call::Contents => {
-                let mut bytes = vec![0; LEN];
-                b.mr.read(0, &mut bytes).unwrap();
-                Answer::Bytes(bytes)
-            }
+            Call::Contents => Answer::Bytes(contents(&b.mr)),
             Call::Fill(bytes) => {
                 b.mr.write(0, &bytes).unwrap();
                 Answer::Done
