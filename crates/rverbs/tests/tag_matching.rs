@@ -194,3 +194,31 @@ fn a_rendezvous_into_a_small_buffer_is_left_to_software() {
     assert_eq!(&got[..], &req[..], "the headers are in the tagged buffer");
     assert_empty(&t.sender.cq);
 }
+
+/// docs/memory.md, "Buffer lifetime": a receive of a TM-SRQ's own queue that took an
+/// unexpected, a NO_TAG or an untagged message keeps the region it names registered until
+/// its completion is polled, and no longer: with its last handle dropped before the
+/// message, a WRITE with the region's R_Key after the poll is refused. (Such a completion
+/// carries the take's count; only a match's carries a tag, and a match lands in a tagged
+/// buffer of the list, which holds nothing.)
+#[test]
+fn a_dropped_region_of_a_plain_receive_goes_once_its_tm_completion_is_polled() {
+    for (what, head, opcode) in [
+        ("unexpected", tmh(TmhOp::Eager, 0x90, 1).to_vec(), WcOpcode::TmRecv),
+        ("NO_TAG", tmh(TmhOp::NoTag, 0, 0).to_vec(), WcOpcode::TmNoTag),
+        ("untagged", b"four".to_vec(), WcOpcode::Recv),
+    ] {
+        let t = tm_pair();
+        let m = t.recv.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let (iova, rkey) = (m.iova(), m.rkey());
+        t.srq.post_recv(&[RecvWr::new(300, &[m.sge(0, 64).unwrap()])]).unwrap();
+        drop(m);
+        t.sender.mr.write(0, &head).unwrap();
+        send(&t, 0, head.len() as u32);
+        let (wr_id, status, op, ..) = next(&t.tm_cq);
+        assert_eq!((wr_id, status, op), (300, WcStatus::Success, opcode as u32), "{what}");
+        let sge = [t.sender.mr.sge(0, 8).unwrap()];
+        t.sender.qp.post_send(&[SendWr::write(301, &sge, iova, rkey).signaled()]).unwrap();
+        assert_eq!(poll_one(&t.sender.cq).status(), WcStatus::RemAccessErr, "{what}: the region went with the poll");
+    }
+}

@@ -10,8 +10,9 @@
 //! name the slot; the poll finds the queue by its tag here ([`polled`]) and lets the
 //! slot's regions go. A region whose last handle is gone then deregisters, and a peer's
 //! access with its keys fails. A receive completion that carries no count (one flushed,
-//! one lost to an overrun CQ, one a tag-matching SRQ matched, whose word carries the tag)
-//! leaves its slot's hold to the next post into the slot or to the queue's drain.
+//! one lost to an overrun CQ) leaves its slot's hold to the next post into the slot or to
+//! the queue's drain. (A tag-matching SRQ's match carries its tag in the count's word,
+//! but it lands in a tagged buffer of the SRQ's list, not in a receive of the queue.)
 //!
 //! Every take writes the completion after the message is placed, whoever takes (this
 //! process, a peer process on the host, the network responder over several packets), so

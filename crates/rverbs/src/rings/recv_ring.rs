@@ -50,9 +50,13 @@ impl RecvWqe {
     }
 
     /// The count its completion carries to the queue's owner: its take's, unless a
-    /// tag-matching SRQ matched it (that completion's word carries the tag instead).
+    /// tag-matching SRQ matched it (that completion's word carries the tag instead). A
+    /// matched receive is a tagged buffer of the SRQ's list, never a take from its ring,
+    /// so it has no count to carry; the ring's receives a TM-SRQ hands unexpected,
+    /// NO_TAG and untagged messages carry theirs as any SRQ's do.
     pub(crate) fn completion_count(&self) -> Option<TakenCount> {
-        self.taken.filter(|_| self.tm.is_none())
+        use crate::rings::tag_list::TmRecv;
+        self.taken.filter(|_| !matches!(self.tm, Some(TmRecv::Eager { .. } | TmRecv::Rndv { .. })))
     }
 
     pub(crate) fn sges(&self) -> &[Sge] {
