@@ -229,3 +229,89 @@ fn a_tag_list_rewritten_by_another_process_never_moves_the_devices_writes() {
     // SAFETY: unmapping what this test mapped.
     unsafe { libc::munmap(area as *mut libc::c_void, 3 * page) };
 }
+
+/// The mapped CQ segment (`cq-<id>-<gen>`, docs/shared-state.md) whose first slot holds a
+/// receive completion of `wr_id` carrying a take's count: the CQ a test's first receive
+/// completed to, told apart from the other contexts' CQs of this process by its content.
+fn cq_segment_with_first_receive(wr_id: u64) -> std::fs::File {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let mut paths: Vec<&str> = maps.lines().filter_map(|l| l.find('/').map(|i| &l[i..])).filter(|p| p.contains("/ep-") && p.contains("/cq-")).collect();
+    paths.dedup();
+    paths
+        .into_iter()
+        .find_map(|p| {
+            let f = std::fs::OpenOptions::new().read(true).write(true).open(p).ok()?;
+            let mut w = [0u8; 64];
+            f.read_exact_at(&mut w, CQ_SLOTS).ok()?;
+            let word = |i: usize| u64::from_ne_bytes(w[8 * i..8 * i + 8].try_into().unwrap());
+            (word(0) == 1 && word(1) == wr_id && word(5) & RQ_TAKEN_BIT != 0).then_some(f)
+        })
+        .expect("the receiver's CQ segment")
+}
+
+/// Byte offset of a CQ segment's ring indices (`tail`, then `head` one 128-byte line on)
+/// and of its first slot (docs/completion-queues.md: 64-byte slots, a sequence word and
+/// the CQE's seven words).
+const CQ_RING: u64 = 4096;
+const CQ_SLOTS: u64 = CQ_RING + 256;
+/// Bit of CQE word 4 saying word 6 carries a receive queue's tag and taken count.
+const RQ_TAKEN_BIT: u64 = 1 << 41;
+
+// Another process of the user writes a receive completion into this process's CQ that
+// names a receive not yet taken (its ring's tag and a count one ahead). The owner's poll
+// lets that receive's hold go early (docs/memory.md, "Buffer lifetime"): its region,
+// whose last handle the application dropped, is deregistered while the receive is still
+// posted. The message that then takes the receive fails its key check: nothing is
+// written into the page, nor beside it.
+#[test]
+fn a_forged_receive_count_ends_a_hold_early_and_the_receive_then_fails_its_key_check() {
+    use std::os::unix::fs::FileExt;
+    let (a, b) = pair(QpType::Rc);
+    let first = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let mut g = Guarded::new(&b.pd);
+    let (first_wr, second_wr) = (0x5EED_0001u64, 0x5EED_0002u64);
+    b.qp.post_recv(&[RecvWr::new(first_wr, &[first.sge(0, 64).unwrap()]), RecvWr::new(second_wr, &[g.mr().sge(0, 64).unwrap()])]).unwrap();
+    drop(g.mr.take());
+    a.mr.write(0, &[0xAB; 64]).unwrap();
+    let ssge = [a.mr.sge(0, 64).unwrap()];
+    a.qp.post_send(&[SendWr::send(1, &ssge).signaled()]).unwrap();
+    assert_eq!((poll_one(&b.cq).wr_id(), poll_one(&a.cq).status()), (first_wr, WcStatus::Success));
+
+    // The forgery: slot 1 of the ring, as a producer publishes it (words, then the
+    // sequence word, then the tail), with the first completion's tag and count + 1.
+    let cq = cq_segment_with_first_receive(first_wr);
+    let read = |at: u64| {
+        let mut w = [0u8; 8];
+        cq.read_exact_at(&mut w, at).unwrap();
+        u64::from_ne_bytes(w)
+    };
+    assert_eq!((read(CQ_RING), read(CQ_RING + 128)), (1, 1), "one completion published and polled");
+    let taken = read(CQ_SLOTS + 8 + 6 * 8);
+    let forged_count = (taken >> 32) + 1;
+    let words: [u64; 7] = [
+        0xF0F0,
+        64,
+        u64::from(b.qp.qp_num()),
+        u64::from(WcOpcode::Recv as u32) << 40,
+        RQ_TAKEN_BIT,
+        0,
+        (taken & 0xffff_ffff) | forged_count << 32,
+    ];
+    for (i, w) in words.iter().enumerate() {
+        cq.write_all_at(&w.to_ne_bytes(), CQ_SLOTS + 64 + 8 + 8 * i as u64).unwrap();
+    }
+    cq.write_all_at(&2u64.to_ne_bytes(), CQ_SLOTS + 64).unwrap();
+    cq.write_all_at(&2u64.to_ne_bytes(), CQ_RING).unwrap();
+    assert_eq!(poll_one(&b.cq).wr_id(), 0xF0F0, "the owner polled the forged completion");
+
+    // The receive the forgery named is still posted, its region gone.
+    a.mr.write(0, &[0xCD; 64]).unwrap();
+    a.qp.post_send(&[SendWr::send(2, &ssge).signaled()]).unwrap();
+    let rwc = poll_one(&b.cq);
+    assert_eq!(rwc.wr_id(), second_wr);
+    assert_ne!(rwc.status(), WcStatus::Success, "the receive's region was deregistered by the early release");
+    assert_ne!(poll_one(&a.cq).status(), WcStatus::Success);
+    g.assert_canaries();
+    assert!(g.pages().1.iter().all(|&x| x == 0xC5), "nothing was written into the deregistered page");
+}

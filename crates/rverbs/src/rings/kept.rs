@@ -18,7 +18,8 @@
 //! process, a peer process on the host, the network responder over several packets), so
 //! a hold let go at the poll is never one a placement still needs. A peer that lies in a
 //! completion's count makes a hold end early: that receive then fails its key check when
-//! used, never a write outside a region.
+//! used, never a write outside a region (`tests/hostile_segments.rs`,
+//! `a_forged_receive_count_ends_a_hold_early_and_the_receive_then_fails_its_key_check`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
