@@ -73,7 +73,10 @@
 //! receives: a receive gets the 40-byte GRH area first (left undefined by the model) and
 //! the payload after it, `byte_len` counting both; one too small completes with
 //! IBV_WC_REM_INV_REQ_ERR and the QP goes on (docs/rxe-differences.md, "A UD receive too
-//! small"); one the responder cannot use ends it, as UC's.
+//! small"); one the responder cannot use ends it, as UC's. A message under a Q_Key that is
+//! not the responder's, one above the path MTU (never sent) and one that finds no receive
+//! posted are dropped unseen: the requester completes them with success, no receive is
+//! taken, and the next message lands in the receive that was next.
 
 mod common;
 #[path = "verb_sequences/responder.rs"]
@@ -106,9 +109,11 @@ enum Fault {
     LocalRange,
     /// A local piece under an L_Key nobody has.
     LocalKey,
-    /// The remote range past the end of the peer's region.
+    /// The remote range past the end of the peer's region (a UD SEND: a message above
+    /// the path MTU; another SEND: none).
     RemoteRange,
-    /// An R_Key nobody has.
+    /// An R_Key nobody has (a UD SEND: a Q_Key that is not the responder's; another SEND:
+    /// none).
     RemoteKey,
     /// A SEND longer than the receive it lands in.
     Short,
@@ -199,7 +204,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(src, dst, signaled, carry, fault, via)| Op::Write { src, dst, signaled, carry, fault, via }),
         2 => (scatter(), 0..LEN, fault(&[Fault::LocalRange, Fault::LocalKey, Fault::RemoteRange, Fault::RemoteKey]), any::<bool>())
             .prop_map(|(dst, src, fault, via)| Op::Read { dst, src, fault, via }),
-        3 => (pieces(), any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::Short]), prop::bool::weighted(0.5))
+        3 => (pieces(), any::<bool>(), carry(), fault(&[Fault::LocalRange, Fault::LocalKey, Fault::Short, Fault::RemoteKey, Fault::RemoteRange]), prop::bool::weighted(0.5))
             .prop_map(|(src, signaled, carry, fault, inv)| Op::Send { src, signaled, carry, fault, inv }),
         2 => (0..LEN / 8, 1usize..=LEN / 8).prop_map(|(at, n)| Op::Window { off: at * 8, len: (n * 8).min(LEN - at * 8) }),
         3 => (scatter(), prop::bool::weighted(0.05), any::<bool>()).prop_map(|(dst, bad, pinned)| Op::Recv { dst, bad, pinned }),
@@ -551,6 +556,8 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     let mut next_id = 1u64;
     let segmented = link.segmented();
     let lossy = link.lossy();
+    // UD: the requester's port's active MTU, the largest message it sends.
+    let ud_mtu = link.a.ctx.query_port(1).unwrap().active_mtu.bytes() as usize;
     let srq = link.b.has_srq();
     // The L_Key of the requester's replaced region.
     let mut stale_lkey = None;
@@ -681,6 +688,29 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 };
                 post(&a.qp, if signaled { wr.signaled() } else { wr }, step)?;
             }
+            Op::Send { src, fault, inv, .. }
+                if ud && (matches!(fault, Fault::RemoteKey | Fault::RemoteRange) || held.is_empty() && *inv && *fault == Fault::None) =>
+            {
+                // UD: a message the responder drops unseen, which the requester completes
+                // with success all the same (ibv_post_send(3): no acknowledgement): one
+                // under a Q_Key that is not the responder's, one above the path MTU (not
+                // even sent: IBTA C10-93.1.1, docs/device.md "Active MTU"), one that finds
+                // no receive posted (UD has no RNR wait). No receive is taken, and the
+                // ones posted later stay for the messages after.
+                let (sges, qkey) = match fault {
+                    Fault::RemoteRange => {
+                        let over = ud_mtu + 1 + src.iter().map(|p| p.1).sum::<usize>() % 64;
+                        (vec![Sge { addr: a.mr.iova(), length: over as u32, lkey }], QKEY)
+                    }
+                    _ => {
+                        let sges: Vec<Sge> = src.iter().map(|p| local(*p, Fault::None)).collect();
+                        (sges, if *fault == Fault::RemoteKey { QKEY ^ 0x10 } else { QKEY })
+                    }
+                };
+                let Some(ah) = ah else { unreachable!("a UD link has an address handle") };
+                status = WcStatus::Success;
+                post(&a.qp, SendWr::send(wr_id, &sges).signaled().ud(ah, b_qpn, qkey), step)?;
+            }
             Op::Write { src, dst, signaled: s, carry, fault, via } => {
                 // A zero-length WRITE reads no remote memory, so no remote fault applies.
                 let empty = src.iter().all(|p| p.1 == 0);
@@ -750,6 +780,8 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
             }
             Op::Send { src, signaled: s, carry, fault, inv } => {
                 let mut src = src.clone();
+                // The UD drops are UD's (above); another SEND has no remote fault.
+                let fault = if matches!(fault, Fault::RemoteKey | Fault::RemoteRange) { &Fault::None } else { fault };
                 if held.is_empty() {
                     // No receive to land in (an RNR wait, not tested here): post one that
                     // fits.
