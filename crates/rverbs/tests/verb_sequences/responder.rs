@@ -145,7 +145,7 @@ impl Served {
                 Answer::Qpn(self.side.qp.qp_num())
             }
             Call::Connect(qpn) => {
-                b.qp.connect(&remote(&b.ctx, qpn, &PATH, ALL_ACCESS)).unwrap();
+                b.qp.connect(&path_to(&b.ctx, qpn, self.qp_type)).unwrap();
                 Answer::Done
             }
             Call::NewSrq => {
@@ -452,5 +452,16 @@ fn decode_answer(line: &str) -> Answer {
         "key" => Answer::Key(rest.parse().unwrap()),
         "failed" => Answer::Failed(rest.into()),
         other => panic!("unknown answer {other}"),
+    }
+}
+
+/// The path a QP of `qp_type` on `ctx` is connected with towards QP `qpn`: the fixtures'
+/// over this host's loopback address, or for UD, which is not connected (its work
+/// requests carry their address), none (a device of the cross-host links has no loopback
+/// address).
+pub(crate) fn path_to(ctx: &Context, qpn: u32, qp_type: QpType) -> RemotePath {
+    match qp_type {
+        QpType::Ud => RemotePath { access: ALL_ACCESS, ..RemotePath::new(Gid::default(), 0, qpn) },
+        _ => remote(ctx, qpn, &PATH, ALL_ACCESS),
     }
 }
