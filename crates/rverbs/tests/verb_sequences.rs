@@ -65,7 +65,9 @@
 //! which flushes its other receives and drops every message after, unseen by the
 //! requester (docs/rxe-differences.md, "A UC receive already taken completes in error");
 //! one refused before (a plain WRITE) is dropped and changes nothing. On the same-host
-//! links the message is placed before the requester's completion is written; across hosts
+//! links the message is placed before the requester's completion is written
+//! (docs/rxe-differences.md, "A UC or UD send completion on the same host comes after its
+//! placement"); across hosts
 //! (127.0.11.9 and .10) that completion says only that it left, so there the model waits
 //! (10 s at most) after each request for the responder's region to show what it says.
 //!
