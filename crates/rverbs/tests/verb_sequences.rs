@@ -68,8 +68,9 @@
 //! links the message is placed before the requester's completion is written
 //! (docs/rxe-differences.md, "A UC or UD send completion on the same host comes after its
 //! placement"); across hosts
-//! (127.0.11.9 and .10) that completion says only that it left, so there the model waits
-//! (10 s at most) after each request for the responder's region to show what it says.
+//! (127.0.11.9 and .10; with an SRQ .11 and .12) that completion says only that it left,
+//! so there the model waits (10 s at most) after each request for the responder's region
+//! to show what it says.
 //!
 //! UD the same way, with SEND only (every one signaled, at most one path MTU) and pinned
 //! receives: a receive gets the 40-byte GRH area first (left undefined by the model) and
@@ -79,7 +80,7 @@
 //! not the responder's, one above the path MTU (never sent) and one that finds no receive
 //! posted are dropped unseen: the requester completes them with success, no receive is
 //! taken, and the next message lands in the receive that was next. UD runs across hosts
-//! too (127.0.11.7 and .8), where the network responder places each SEND and the model
+//! too (127.0.11.7 and .8; with an SRQ .13 and .14), where the network responder places each SEND and the model
 //! waits for it through the receive's completion (see that test for the fault left out
 //! there).
 
@@ -1192,6 +1193,13 @@ fn random_uc_requests_across_hosts_match_the_model() {
     check_random_sequences(two_hosts([[127, 0, 11, 9], [127, 0, 11, 10]], None, false, QpType::Uc), 24);
 }
 
+/// The same through an SRQ (127.0.11.11 and .12): an ended responder's receives stay in
+/// the SRQ for the next QP.
+#[test]
+fn random_uc_requests_across_hosts_through_an_srq_match_the_model() {
+    check_random_sequences(two_hosts([[127, 0, 11, 11], [127, 0, 11, 12]], None, true, QpType::Uc), 24);
+}
+
 /// UD across hosts (127.0.11.7 and .8): each SEND one RoCEv2 packet, placed by the
 /// network responder, which the model waits for through the receive's completion. One
 /// fault of the same-host runs is left out, as timing's and not a rule's: a message that
@@ -1202,4 +1210,10 @@ fn random_uc_requests_across_hosts_match_the_model() {
 #[test]
 fn random_ud_requests_across_hosts_match_the_model() {
     check_random_sequences(two_hosts([[127, 0, 11, 7], [127, 0, 11, 8]], None, false, QpType::Ud), 24);
+}
+
+/// The same through an SRQ (127.0.11.13 and .14).
+#[test]
+fn random_ud_requests_across_hosts_through_an_srq_match_the_model() {
+    check_random_sequences(two_hosts([[127, 0, 11, 13], [127, 0, 11, 14]], None, true, QpType::Ud), 24);
 }
