@@ -67,10 +67,9 @@
 //! one refused before (a plain WRITE) is dropped and changes nothing. On the same-host
 //! links the message is placed before the requester's completion is written
 //! (docs/rxe-differences.md, "A UC or UD send completion on the same host comes after its
-//! placement"); across hosts
-//! (127.0.11.9 and .10; with an SRQ .11 and .12) that completion says only that it left,
-//! so there the model waits (10 s at most) after each request for the responder's region
-//! to show what it says.
+//! placement"); across hosts (127.0.11.9 and .10; with an SRQ .11 and .12) that
+//! completion says only that it left, so there the model waits (10 s at most) after each
+//! request for the responder's region to show what it says.
 //!
 //! UD the same way, with SEND only (every one signaled, at most one path MTU) and pinned
 //! receives: a receive gets the 40-byte GRH area first (left undefined by the model) and
@@ -80,9 +79,9 @@
 //! not the responder's, one above the path MTU (never sent) and one that finds no receive
 //! posted are dropped unseen: the requester completes them with success, no receive is
 //! taken, and the next message lands in the receive that was next. UD runs across hosts
-//! too (127.0.11.7 and .8; with an SRQ .13 and .14), where the network responder places each SEND and the model
-//! waits for it through the receive's completion (see that test for the fault left out
-//! there).
+//! too (127.0.11.7 and .8; with an SRQ .13 and .14), where the network responder places
+//! each SEND and the model waits for it through the receive's completion (see that test
+//! for the fault left out there).
 
 mod common;
 #[path = "verb_sequences/responder.rs"]
@@ -417,10 +416,13 @@ impl Link {
         }
     }
 
-    /// Whether messages travel as packets of the path MTU (1024): across hosts, not
-    /// between two QPs of one host (docs/rxe-differences.md, "A refused WRITE with
-    /// immediate on the same host takes its receive").
-    fn segmented(&self) -> bool {
+    /// Whether the link is the network between two devices, not the same host. There
+    /// messages travel as packets of the path MTU (1024) (docs/rxe-differences.md, "A
+    /// refused WRITE with immediate on the same host takes its receive"), and a UC or UD
+    /// requester's completion says the message left, not that it was placed
+    /// (docs/rxe-differences.md, "A UC or UD send completion on the same host comes after
+    /// its placement").
+    fn across_hosts(&self) -> bool {
         matches!(self.wire, Wire::Hosts { .. })
     }
 
@@ -573,7 +575,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     let mut consumed: Vec<RecvWant> = Vec::new();
     let mut unsignaled = 0;
     let mut next_id = 1u64;
-    let segmented = link.segmented();
+    let across_hosts = link.across_hosts();
     let lossy = link.lossy();
     // UD: the requester's port's active MTU, the largest message it sends.
     let ud_mtu = link.a.ctx.query_port(1).unwrap().active_mtu.bytes() as usize;
@@ -708,7 +710,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 post(&a.qp, if signaled { wr.signaled() } else { wr }, step)?;
             }
             Op::Send { src, fault, inv, .. }
-                if ud && (matches!(fault, Fault::RemoteKey | Fault::RemoteRange) || held.is_empty() && *inv && *fault == Fault::None && !segmented) =>
+                if ud && (matches!(fault, Fault::RemoteKey | Fault::RemoteRange) || held.is_empty() && *inv && *fault == Fault::None && !across_hosts) =>
             {
                 // UD: a message the responder drops unseen, which the requester completes
                 // with success all the same (ibv_post_send(3): no acknowledgement): one
@@ -764,7 +766,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                         // (the message fits the path MTU, 1024, or the link does not cut
                         // messages), the receive completes with the responder's error,
                         // else the error came first and it is flushed with the others.
-                        if imm.is_some() && (total <= 1024 || !segmented) {
+                        if imm.is_some() && (total <= 1024 || !across_hosts) {
                             let r = take(&mut held, &mut unpolled);
                             recv_fail = Some((r.id, WcStatus::RemAccessErr));
                         }
@@ -1001,7 +1003,7 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         }
         prop_assert_eq!(&got, &want, "step {}: {:?}: the responder's completions", step, op);
         am.check(&contents(&a.mr), "the requester", step)?;
-        if uc && segmented {
+        if uc && across_hosts {
             // UC across hosts: the requester's completion says the message left, not that
             // it was placed; wait (10 s at most) for the responder's region to show it.
             let deadline = Instant::now() + Duration::from_secs(10);

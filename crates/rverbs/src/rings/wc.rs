@@ -200,9 +200,10 @@ pub(crate) struct Cqe {
     /// context travels in `imm` (such a completion has no immediate data).
     pub(crate) tm_tag: u64,
     /// A receive taken from a ring (a QP's own queue or an SRQ's): the count of receives
-    /// taken from it, for its owner's posts (`rings::recv_count`) and holds (`rings::kept`). It travels in the tag's word, flagged by
-    /// bit 41 of word 4 (a receive taken from a queue's ring is never tag-matched: a match
-    /// lands in a tagged buffer of a TM-SRQ's list).
+    /// taken from it, for its owner's posts (`rings::recv_count`) and holds
+    /// (`rings::kept`). It travels in the tag's word, flagged by bit 41 of word 4 (a
+    /// receive taken from a queue's ring is never tag-matched: a match lands in a tagged
+    /// buffer of a TM-SRQ's list).
     pub(crate) rq_taken: Option<TakenCount>,
 }
 
