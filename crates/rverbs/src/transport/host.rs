@@ -392,7 +392,10 @@ fn answers_after(e: CmaError) -> bool {
 /// WQE the message held completes in error (`recv`, of the receive `r` the responder
 /// holds); RC: a class A/C error ends the target QP, raising the asynchronous event no
 /// receive completion reports (IBTA; rxe raises none, hardware does); UC: only a held
-/// receive's fatal error ends it.
+/// receive's fatal error ends it. The receive's completion is written before the QP
+/// moves, so that a post_recv flushing in ERR cannot put later receives' flushes before
+/// it (docs/rxe-differences.md, "A failed send request's QP is in ERR before its
+/// completion is seen").
 fn refused<T: Target>(qp: &QpInner, t: &T, v: Violation, recv: Option<RecvCompletion>, r: Option<&RecvWqe>) {
     let held = recv.is_some();
     if let Some(c) = recv {
