@@ -169,7 +169,8 @@ pub use rverbs_proto::verbs::{
     Access, EventType, Mtu, QpState, QpType, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 pub use qp::srq::{Srq, SrqAttr, SrqAttrMask, SrqInit};
-pub use rings::tag_list::{TagOp, TagOpFlags, TagOpKind, TmCap, TmhOp, RVH_LEN, TMH_LEN};
+pub use rings::tag_list::{TagOp, TagOpFlags, TagOpKind, TmCap, TmhOp};
+pub use rings::tm_recv::{RVH_LEN, TMH_LEN};
 pub use rings::wc::Wc;
 pub use xrcd::Xrcd;
 

@@ -22,6 +22,8 @@
 //!   receive's completion is polled (docs/memory.md, "Buffer lifetime");
 //! - [`tag_list`]: a tag-matching SRQ's list of tagged buffers in its shared segment,
 //!   and the rule that matches a message to one (docs/tag-matching.md);
+//! - [`tm_recv`]: how a message reaching a tag-matching SRQ is delivered, which the
+//!   receive it takes carries to its completion, and the TMH / RVH lengths;
 //! - [`wr`]: work requests as the Rust API takes them (`struct ibv_send_wr`,
 //!   `struct ibv_recv_wr`);
 //! - [`qp_attr`]: QP attributes, capabilities and address vectors (`struct ibv_qp_attr`;
@@ -40,5 +42,6 @@ pub(crate) mod recv_count;
 pub(crate) mod recv_ring;
 pub(crate) mod staging;
 pub(crate) mod tag_list;
+pub(crate) mod tm_recv;
 pub(crate) mod wc;
 pub mod wr;

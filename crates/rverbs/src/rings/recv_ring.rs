@@ -37,7 +37,7 @@ pub(crate) struct RecvWqe {
     pub(crate) wr_id: u64,
     sges: smallvec::SmallVec<[Sge; INLINE_SGES]>,
     /// Taken by a tag-matching SRQ: how the message is delivered (`rings::tag_list`).
-    pub(crate) tm: Option<crate::rings::tag_list::TmRecv>,
+    pub(crate) tm: Option<crate::rings::tm_recv::TmRecv>,
     /// Taken from a ring: the ring's tag and the receives ever taken from it, this one
     /// included, which its completion carries to the queue's owner (`rings::recv_count`,
     /// `rings::kept`).
@@ -55,7 +55,7 @@ impl RecvWqe {
     /// so it has no count to carry; the ring's receives a TM-SRQ hands unexpected,
     /// NO_TAG and untagged messages carry theirs as any SRQ's do.
     pub(crate) fn completion_count(&self) -> Option<TakenCount> {
-        use crate::rings::tag_list::TmRecv;
+        use crate::rings::tm_recv::TmRecv;
         self.taken.filter(|_| !matches!(self.tm, Some(TmRecv::Eager { .. } | TmRecv::Rndv { .. })))
     }
 

@@ -33,13 +33,10 @@ use crate::error::{Error, Result};
 use crate::mr::endpoint::Endpoint;
 use crate::mr::Sge;
 use crate::rings::recv_ring::RecvWqe;
+use crate::rings::tm_recv::{TmRecv, RVH_LEN, TMH_LEN};
 use crate::shm::lock::ShmLock;
 use crate::shm::{Segment, ShmSafe};
 
-/// Bytes of the tag-matching header (`struct ibv_tmh`, infiniband/tm_types.h).
-pub const TMH_LEN: usize = 16;
-/// Bytes of the rendezvous header that follows it in a RNDV request (`struct ibv_rvh`).
-pub const RVH_LEN: usize = 16;
 
 /// The TMH operation (`enum ibv_tmh_op`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,41 +117,6 @@ pub(crate) struct OpDone {
     pub(crate) failed: bool,
     /// Software and device are out of sync (IBV_WC_TM_SYNC_REQ).
     pub(crate) sync_req: bool,
-}
-
-/// How a message reaching a TM-SRQ is delivered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TmRecv {
-    /// No TMH, or an operation the list does not match (FIN): IBV_WC_RECV.
-    Plain,
-    /// NO_TAG: the whole message to a plain receive, IBV_WC_TM_NO_TAG.
-    NoTag,
-    /// A tagged message no entry matched: the whole message to a plain receive,
-    /// IBV_WC_TM_RECV without flags.
-    Unexpected,
-    /// EAGER matched: the payload after the TMH to the tagged buffer.
-    Eager { tag: u64, app_ctx: u32 },
-    /// RNDV matched: the device reads `len` bytes at `va` under `rkey` of the sender
-    /// into the tagged buffer. `offload` is false when the buffer is too small (or the
-    /// link cannot read): the headers go to the tagged buffer and the completion is
-    /// IBV_WC_TM_RNDV_INCOMPLETE, for software to finish.
-    Rndv { tag: u64, app_ctx: u32, va: u64, rkey: u32, len: u32, offload: bool },
-}
-
-impl TmRecv {
-    /// Bytes at the start of the message that are not placed (the TMH of an EAGER match;
-    /// the whole request of an offloaded RNDV is not placed at all, see [`Self::places`]).
-    pub(crate) fn skip(&self) -> u64 {
-        match self {
-            TmRecv::Eager { .. } => TMH_LEN as u64,
-            _ => 0,
-        }
-    }
-
-    /// Whether the message's bytes are scattered into the receive.
-    pub(crate) fn places(&self) -> bool {
-        !matches!(self, TmRecv::Rndv { offload: true, .. })
-    }
 }
 
 /// A parsed TMH (and RVH) at the start of a message.

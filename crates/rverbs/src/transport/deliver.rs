@@ -21,7 +21,7 @@ use super::target::{LocalTarget, PeerTarget, Target};
 use crate::engine::Engine;
 use crate::mr::{self, KeySpace, PinList, Source};
 use crate::rings::recv_ring::RecvWqe;
-use crate::rings::tag_list::{TmRecv, TMH_LEN};
+use crate::rings::tm_recv::{TmRecv, TMH_LEN};
 use crate::rings::wc::Cqe;
 use crate::shm::counters::{Counter, CounterBlock};
 

@@ -28,7 +28,7 @@ use super::respond::Responding;
 use super::deliver::{count_delivery, deliver_recv, deliver_recv_counting, deliver_ud, of_receive, place_message_in, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
 use super::rendezvous::Rendezvous;
 use super::respond::Head;
-use crate::rings::tag_list::TmRecv;
+use crate::rings::tm_recv::TmRecv;
 use super::route::{connected_mode, responder_config, Route, Routed};
 use super::udp::Net;
 use super::target::{LocalTarget, PeerTarget, Target};

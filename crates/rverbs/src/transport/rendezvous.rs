@@ -24,7 +24,8 @@ use super::respond::Head;
 use super::target::{LocalTarget, Target};
 use crate::mr::{self, copy_message, KeySpace, KeyUse, PinList, Source};
 use crate::rings::recv_ring::RecvWqe;
-use crate::rings::tag_list::{TmhOp, RVH_LEN, TMH_LEN};
+use crate::rings::tag_list::TmhOp;
+use crate::rings::tm_recv::{RVH_LEN, TMH_LEN};
 use crate::qp::QpInner;
 use crate::rings::wc::Cqe;
 

@@ -17,7 +17,7 @@ use crate::mem::AtomicOp;
 use crate::shm::cma::CmaError;
 use crate::mr::{self, copy_message, KeyMemo, KeySpace, KeyUse, PinList, Pinned, ResponderMemos, Source, Via};
 use crate::rings::recv_ring::RecvWqe;
-use crate::rings::tag_list::{TmRecv, RVH_LEN, TMH_LEN};
+use crate::rings::tm_recv::{TmRecv, RVH_LEN, TMH_LEN};
 
 /// One request's conversation between the core's responder and the target QP.
 pub(crate) struct Responding<'t, T: Target> {
