@@ -547,495 +547,643 @@ fn run(link: &mut Link, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         })
         .chain([&sync])
         .collect();
-    let seed: Vec<u8> = (0..2 * LEN).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
-    link.a.mr.write(0, &seed[..LEN]).unwrap();
-    link.b.fill(&seed[LEN..]);
-    let (mut am, mut bm) = (Image::of(contents(&link.a.mr)), Image::of(seed[LEN..].to_vec()));
-    // The responder's region's keys.
-    let mut bk = link.b.keys();
-    let mut held: std::collections::VecDeque<Held> = Default::default();
-    // The responder's regions: the current one's generation, the R_Key and generation of
-    // the last one replaced, and the generations kept by consumed receives whose
-    // completions are not polled yet.
-    let mut bgen = 0u32;
-    let mut stale_rkey: Option<(u32, u32)> = None;
-    // The responder's memory window, if one is bound, and the key of the last one that
-    // ended.
-    let mut window: Option<Win> = None;
-    let mut dead_wkey: Option<u32> = None;
-    // UC: the responder is in the error state (a fault ended it; its requester, which
-    // hears nothing, goes on), and the receive whose status is the length's or the key's
-    // refusal, either (see `either_refusal`).
-    let (uc, ud) = (link.qp_type == QpType::Uc, link.qp_type == QpType::Ud);
-    let unreliable = uc || ud;
-    let mut resp_err = false;
-    let mut uc_either: Option<u64> = None;
-    let mut unpolled: Vec<u32> = Vec::new();
-    // What the responder's CQ should give since the last check.
-    let mut consumed: Vec<RecvWant> = Vec::new();
-    let mut unsignaled = 0;
-    let mut next_id = 1u64;
-    let across_hosts = link.across_hosts();
-    let lossy = link.lossy();
-    // UD: the requester's port's active MTU, the largest message it sends.
-    let ud_mtu = link.a.ctx.query_port(1).unwrap().active_mtu.bytes() as usize;
-    let srq = link.b.has_srq();
-    // The L_Key of the requester's replaced region.
-    let mut stale_lkey = None;
-    let mut generation = 0u32;
+    let mut m = Model::new(link);
     for (step, &op) in ops.iter().enumerate() {
-        // ibv_post_send(3): UC carries neither READ nor atomics; windows are left to RC.
-        // UD carries SEND only, and messages of one packet.
-        if unreliable && matches!(op, Op::Read { .. } | Op::Atomic { .. } | Op::Window { .. }) || ud && matches!(op, Op::Write { .. }) {
+        if !m.carries(op) {
             continue;
         }
-        if let Op::Window { off, len } = op {
-            let key = link.b.bind(*off, *len).map_err(|e| TestCaseError::fail(format!("step {step}: {e}")))?;
-            if let Some(w) = window.replace(Win { key, off: *off, len: *len }) {
-                dead_wkey = Some(w.key);
+        let mut e = match op {
+            Op::Window { off, len } => {
+                m.bind(&mut link.b, *off, *len, step)?;
+                continue;
             }
-            continue;
-        }
-        if let Op::NewRegion { responder } = op {
-            generation += 1;
-            let fill: Vec<u8> = (0..LEN).map(|i| (i.wrapping_mul(40503) >> 7) as u8 ^ generation as u8).collect();
-            if *responder {
-                // The window over the old region goes with it.
-                dead_wkey = window.take().map(|w| w.key).or(dead_wkey);
-                stale_rkey = Some((bk.rkey, bgen));
-                bgen += 1;
-                bk = link.b.new_region(&fill);
-                bm = Image::of(fill);
-            } else {
-                let a = &mut link.a;
-                let mr = a.pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
-                mr.write(0, &fill).unwrap();
-                stale_lkey = Some(std::mem::replace(&mut a.mr, mr).lkey());
-                am = Image::of(fill);
+            Op::NewRegion { responder } => {
+                m.new_region(link, *responder);
+                continue;
             }
-            continue;
-        }
-        // Whether the responder's region of generation `g` is still registered: the
-        // current one, or one a receive keeps.
-        let alive = |g: u32, held: &std::collections::VecDeque<Held>| {
-            g == bgen || unpolled.contains(&g) || held.iter().any(|r| r.gen == g && r.keeps())
+            Op::Recv { dst, bad, pinned } => {
+                m.recv(&mut link.b, dst, *bad, *pinned, step)?;
+                continue;
+            }
+            Op::Write { .. } | Op::Send { .. } if m.resp_err => m.dropped_by_ended_responder(link, op, step)?,
+            Op::Send { fault, inv, .. } if m.ud_drops(*fault, *inv) => m.ud_dropped(link, op, step)?,
+            Op::Write { .. } => m.write(link, op, step)?,
+            Op::Read { .. } => m.read(link, op, step)?,
+            Op::Send { .. } => m.send(link, op, step)?,
+            Op::Atomic { .. } => m.atomic(link, op, step)?,
         };
-        // A receive the responder cannot use: a bad scatter list, or pieces under the
-        // L_Key of a region gone.
-        let broken = |r: &Held, held: &std::collections::VecDeque<Held>| r.bad || !alive(r.gen, held);
-        // The replaced region's R_Key once it is gone (else one nobody has).
-        let dead_rkey = stale_rkey.filter(|&(_, g)| !alive(g, &held)).map(|(k, _)| k);
-        let Link { a, b, ah, b_qpn, .. } = &mut *link;
-        let a = &*a;
-        let (ah, b_qpn) = (ah.as_ref(), *b_qpn);
-        let wr_id = next_id;
-        next_id += 1;
-        let lkey = a.mr.lkey();
-        let local = |(off, len): (usize, usize), fault: Fault| -> Sge {
-            match fault {
-                Fault::LocalRange => {
-                    let len = len.max(1);
-                    Sge { addr: a.mr.iova() + (LEN - len + past(off, len)) as u64, length: len as u32, lkey }
-                }
-                Fault::LocalKey => Sge { addr: a.mr.iova() + off as u64, length: len.max(1) as u32, lkey: stale_lkey.filter(|_| off % 2 == 1).unwrap_or(UNKNOWN_KEY) },
-                _ => Sge { addr: a.mr.iova() + off as u64, length: len as u32, lkey },
-            }
-        };
-        // The responder's range of `len` bytes at `off` of its region, or with `via`
-        // inside its window (at a place `off` picks) if one is bound and the range fits:
-        // the region's offset the request reaches (its bytes), its address and R_Key.
-        let atomic = matches!(op, Op::Atomic { .. });
-        // A key no access may pass: one nobody has, or (as `off` picks) the R_Key of a
-        // replaced region gone or the key of a window that ended, if there is one.
-        let refused_key = |off: usize| match off % 3 {
+        m.unacknowledged(&mut e);
+        if !e.signaled {
+            m.unsignaled += 1;
+            continue;
+        }
+        m.unsignaled = 0;
+        m.check(link, op, e, step)?;
+    }
+    m.finish(link, ops.len())
+}
+
+/// What the model holds through one run: both regions' bytes, the responder's keys,
+/// regions, receives and window, and what its CQ owes.
+struct Model {
+    /// The requester's and the responder's regions, byte by byte.
+    am: Image,
+    bm: Image,
+    /// The responder's region's keys.
+    bk: responder::Keys,
+    /// The receives the responder holds, oldest first.
+    held: std::collections::VecDeque<Held>,
+    /// The responder's regions: the current one's generation, the R_Key and generation of
+    /// the last one replaced, and the generations kept by consumed receives whose
+    /// completions are not polled yet.
+    bgen: u32,
+    stale_rkey: Option<(u32, u32)>,
+    unpolled: Vec<u32>,
+    /// The responder's memory window, if one is bound, and the key of the last one that
+    /// ended.
+    window: Option<Win>,
+    dead_wkey: Option<u32>,
+    /// The L_Key of the requester's replaced region.
+    stale_lkey: Option<u32>,
+    /// Regions replaced so far (each new one's bytes differ).
+    generation: u32,
+    /// UC, UD: the responder is in the error state (a fault ended it; its requester, which
+    /// hears nothing, goes on), and the receive whose status is the length's or the key's
+    /// refusal, either (see [`Expect::either_refusal`]).
+    resp_err: bool,
+    uc_either: Option<u64>,
+    /// What the responder's CQ should give since the last check.
+    consumed: Vec<RecvWant>,
+    /// Unsignaled requests since the last completion.
+    unsignaled: usize,
+    /// The next work request's wr_id.
+    next_id: u64,
+    /// The link's: UC, UD, receives from an SRQ, [`Link::across_hosts`], [`Link::lossy`].
+    uc: bool,
+    ud: bool,
+    srq: bool,
+    across_hosts: bool,
+    lossy: bool,
+    /// UD: the requester's port's active MTU, the largest message it sends.
+    ud_mtu: usize,
+}
+
+/// What a request should complete with, at the requester and at the responder.
+struct Expect {
+    wr_id: u64,
+    status: WcStatus,
+    /// Whether it completes at the requester (a failed request does, signaled or not).
+    signaled: bool,
+    /// A SEND refused for its length or for its receive's key, either.
+    either_refusal: bool,
+    /// The receive it took that completes in error, and its status there.
+    recv_fail: Option<(u64, WcStatus)>,
+}
+
+impl Expect {
+    fn of(wr_id: u64, status: WcStatus, signaled: bool) -> Expect {
+        Expect { wr_id, status, signaled, either_refusal: false, recv_fail: None }
+    }
+}
+
+impl Model {
+    /// Both regions filled with a byte pattern, no receive posted, no window bound.
+    fn new(link: &mut Link) -> Model {
+        let seed: Vec<u8> = (0..2 * LEN).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        link.a.mr.write(0, &seed[..LEN]).unwrap();
+        link.b.fill(&seed[LEN..]);
+        let (uc, ud) = (link.qp_type == QpType::Uc, link.qp_type == QpType::Ud);
+        Model {
+            am: Image::of(contents(&link.a.mr)),
+            bm: Image::of(seed[LEN..].to_vec()),
+            bk: link.b.keys(),
+            held: Default::default(),
+            bgen: 0,
+            stale_rkey: None,
+            unpolled: Vec::new(),
+            window: None,
+            dead_wkey: None,
+            stale_lkey: None,
+            generation: 0,
+            resp_err: false,
+            uc_either: None,
+            consumed: Vec::new(),
+            unsignaled: 0,
+            next_id: 1,
+            uc,
+            ud,
+            srq: link.b.has_srq(),
+            across_hosts: link.across_hosts(),
+            lossy: link.lossy(),
+            ud_mtu: link.a.ctx.query_port(1).unwrap().active_mtu.bytes() as usize,
+        }
+    }
+
+    /// Whether the link's QP type carries `op`. ibv_post_send(3): UC carries neither READ
+    /// nor atomics; windows are left to RC. UD carries SEND only, and messages of one
+    /// packet.
+    fn carries(&self, op: &Op) -> bool {
+        let unreliable = self.uc || self.ud;
+        !(unreliable && matches!(op, Op::Read { .. } | Op::Atomic { .. } | Op::Window { .. }) || self.ud && matches!(op, Op::Write { .. }))
+    }
+
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id - 1
+    }
+
+    /// [`Op::Window`].
+    fn bind(&mut self, b: &mut Responder, off: usize, len: usize, step: usize) -> std::result::Result<(), TestCaseError> {
+        let key = b.bind(off, len).map_err(|e| TestCaseError::fail(format!("step {step}: {e}")))?;
+        if let Some(w) = self.window.replace(Win { key, off, len }) {
+            self.dead_wkey = Some(w.key);
+        }
+        Ok(())
+    }
+
+    /// [`Op::NewRegion`].
+    fn new_region(&mut self, link: &mut Link, responder: bool) {
+        self.generation += 1;
+        let fill: Vec<u8> = (0..LEN).map(|i| (i.wrapping_mul(40503) >> 7) as u8 ^ self.generation as u8).collect();
+        if responder {
+            // The window over the old region goes with it.
+            self.dead_wkey = self.window.take().map(|w| w.key).or(self.dead_wkey);
+            self.stale_rkey = Some((self.bk.rkey, self.bgen));
+            self.bgen += 1;
+            self.bk = link.b.new_region(&fill);
+            self.bm = Image::of(fill);
+        } else {
+            let a = &mut link.a;
+            let mr = a.pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
+            mr.write(0, &fill).unwrap();
+            self.stale_lkey = Some(std::mem::replace(&mut a.mr, mr).lkey());
+            self.am = Image::of(fill);
+        }
+    }
+
+    /// [`Op::Recv`].
+    fn recv(&mut self, b: &mut Responder, dst: &[(usize, usize)], bad: bool, pinned: bool, step: usize) -> std::result::Result<(), TestCaseError> {
+        // UD: pinned only, so that no receive outlives its region (which of a receive too
+        // small and a key gone is refused first is not a rule).
+        let r = Held { id: self.new_id(), dst: dst.to_vec(), bad, pinned: pinned || self.ud, gen: self.bgen };
+        post_held(b, &r, step)?;
+        if self.resp_err && !self.srq {
+            // ibv_post_recv(3): a QP in the error state flushes it at once.
+            self.consumed.push((r.id, WcStatus::WrFlushErr, None));
+        } else {
+            self.held.push_back(r);
+        }
+        Ok(())
+    }
+
+    /// Posts a receive into the responder's region that takes `len` bytes, when it holds
+    /// none for a message to land in (an RNR wait, not tested here).
+    fn recv_for(&mut self, b: &mut Responder, len: usize, step: usize) -> std::result::Result<(), TestCaseError> {
+        if self.held.is_empty() {
+            let r = Held { id: self.new_id(), dst: vec![(0, len.min(LEN))], bad: false, pinned: true, gen: self.bgen };
+            post_held(b, &r, step)?;
+            self.held.push_back(r);
+        }
+        Ok(())
+    }
+
+    /// Whether the responder's region of generation `g` is still registered: the current
+    /// one, or one a receive keeps.
+    fn alive(&self, g: u32) -> bool {
+        g == self.bgen || self.unpolled.contains(&g) || self.held.iter().any(|r| r.gen == g && r.keeps())
+    }
+
+    /// A receive the responder cannot use: a bad scatter list, or pieces under the L_Key
+    /// of a region gone.
+    fn broken(&self, r: &Held) -> bool {
+        r.bad || !self.alive(r.gen)
+    }
+
+    /// A key no access may pass: one nobody has, or (as `off` picks) the R_Key of a
+    /// replaced region gone or the key of a window that ended, if there is one.
+    fn refused_key(&self, off: usize) -> u32 {
+        let dead_rkey = self.stale_rkey.filter(|&(_, g)| !self.alive(g)).map(|(k, _)| k);
+        match off % 3 {
             0 => UNKNOWN_KEY,
-            1 => dead_rkey.or(dead_wkey).unwrap_or(UNKNOWN_KEY),
-            _ => dead_wkey.or(dead_rkey).unwrap_or(UNKNOWN_KEY),
-        };
-        let remote = |off: usize, len: usize, fault: Fault, via: bool| -> (usize, u64, u32) {
-            let Some(w) = window.filter(|w| via && len <= w.len) else {
-                return match fault {
-                    // An atomic's slot stays 8-byte aligned (a misaligned one is another
-                    // error).
-                    Fault::RemoteRange if atomic => (off, bk.iova + LEN as u64, bk.rkey),
-                    Fault::RemoteRange => (off, bk.iova + (LEN - len.min(LEN) + past(off, len)) as u64, bk.rkey),
-                    Fault::RemoteKey => (off, bk.iova + off as u64, refused_key(off)),
-                    _ => (off, bk.iova + off as u64, bk.rkey),
-                };
+            1 => dead_rkey.or(self.dead_wkey).unwrap_or(UNKNOWN_KEY),
+            _ => self.dead_wkey.or(dead_rkey).unwrap_or(UNKNOWN_KEY),
+        }
+    }
+
+    /// The piece `(off, len)` of the requester's region `a` as a scatter/gather entry,
+    /// made faulty by `fault` if it is a local one.
+    fn local(&self, a: &Side, (off, len): (usize, usize), fault: Fault) -> Sge {
+        let lkey = a.mr.lkey();
+        match fault {
+            Fault::LocalRange => {
+                let len = len.max(1);
+                Sge { addr: a.mr.iova() + (LEN - len + past(off, len)) as u64, length: len as u32, lkey }
+            }
+            Fault::LocalKey => Sge { addr: a.mr.iova() + off as u64, length: len.max(1) as u32, lkey: self.stale_lkey.filter(|_| off % 2 == 1).unwrap_or(UNKNOWN_KEY) },
+            _ => Sge { addr: a.mr.iova() + off as u64, length: len as u32, lkey },
+        }
+    }
+
+    /// The pieces `src` as scatter/gather entries, the first made faulty by `fault`.
+    fn locals(&self, a: &Side, src: &[(usize, usize)], fault: Fault) -> Vec<Sge> {
+        src.iter().enumerate().map(|(k, p)| self.local(a, *p, if k == 0 { fault } else { Fault::None })).collect()
+    }
+
+    /// The responder's range of `len` bytes at `off` of its region, or with `via` inside
+    /// its window (at a place `off` picks) if one is bound and the range fits, made faulty
+    /// by `fault` if it is a remote one (an `atomic`'s slot stays 8-byte aligned): the
+    /// region's offset the request reaches (its bytes), its address and R_Key.
+    fn remote(&self, off: usize, len: usize, fault: Fault, via: bool, atomic: bool) -> (usize, u64, u32) {
+        let bk = self.bk;
+        let Some(w) = self.window.filter(|w| via && len <= w.len) else {
+            return match fault {
+                // An atomic's slot stays 8-byte aligned (a misaligned one is another error).
+                Fault::RemoteRange if atomic => (off, bk.iova + LEN as u64, bk.rkey),
+                Fault::RemoteRange => (off, bk.iova + (LEN - len.min(LEN) + past(off, len)) as u64, bk.rkey),
+                Fault::RemoteKey => (off, bk.iova + off as u64, self.refused_key(off)),
+                _ => (off, bk.iova + off as u64, bk.rkey),
             };
-            let at = if atomic { w.off + off / 8 % (w.len / 8) * 8 } else { w.off + off % (w.len - len + 1) };
-            match fault {
-                // Past the window's end, in the region or not.
-                Fault::RemoteRange if atomic => (at, bk.iova + (w.off + w.len) as u64, w.key),
-                Fault::RemoteRange => (at, bk.iova + (w.off + w.len - len + past(off, len)) as u64, w.key),
-                Fault::RemoteKey => (at, bk.iova + at as u64, refused_key(off)),
-                _ => (at, bk.iova + at as u64, w.key),
+        };
+        let at = if atomic { w.off + off / 8 % (w.len / 8) * 8 } else { w.off + off % (w.len - len + 1) };
+        match fault {
+            // Past the window's end, in the region or not.
+            Fault::RemoteRange if atomic => (at, bk.iova + (w.off + w.len) as u64, w.key),
+            Fault::RemoteRange => (at, bk.iova + (w.off + w.len - len + past(off, len)) as u64, w.key),
+            Fault::RemoteKey => (at, bk.iova + at as u64, self.refused_key(off)),
+            _ => (at, bk.iova + at as u64, w.key),
+        }
+    }
+
+    /// Takes the oldest receive for a message ([`take`]).
+    fn take(&mut self) -> Held {
+        take(&mut self.held, &mut self.unpolled)
+    }
+
+    /// UC, UD: a WRITE or SEND to a responder in the error state, which drops every
+    /// message; nothing tells the requester.
+    fn dropped_by_ended_responder(&mut self, link: &mut Link, op: &Op, step: usize) -> std::result::Result<Expect, TestCaseError> {
+        let (Op::Write { src, signaled, fault, .. } | Op::Send { src, signaled, fault, .. }) = op else { unreachable!("a WRITE or SEND") };
+        let wr_id = self.new_id();
+        let sges = self.locals(&link.a, src, *fault);
+        let local_fault = matches!(fault, Fault::LocalRange | Fault::LocalKey);
+        let status = if local_fault { WcStatus::LocProtErr } else { WcStatus::Success };
+        // UD: every SEND signaled (no zero-length WRITE syncs a UD QP).
+        let signaled = *signaled || self.unsignaled >= 8 || local_fault || self.ud;
+        let wr = match op {
+            Op::Write { .. } => SendWr::write(wr_id, &sges, self.bk.iova, self.bk.rkey),
+            _ => addressed(SendWr::send(wr_id, &sges), link.ah.as_ref(), link.b_qpn),
+        };
+        post(&link.a.qp, if signaled { wr.signaled() } else { wr }, step)?;
+        Ok(Expect::of(wr_id, status, signaled))
+    }
+
+    /// Whether a UD SEND with `fault` and `inv` is one the responder drops unseen
+    /// ([`Model::ud_dropped`]). A missing receive is left out across hosts: it is dropped
+    /// when it arrives, which may be after the model's next post.
+    fn ud_drops(&self, fault: Fault, inv: bool) -> bool {
+        self.ud && (matches!(fault, Fault::RemoteKey | Fault::RemoteRange) || self.held.is_empty() && inv && fault == Fault::None && !self.across_hosts)
+    }
+
+    /// UD: a message the responder drops unseen, which the requester completes with
+    /// success all the same (ibv_post_send(3): no acknowledgement): one under a Q_Key that
+    /// is not the responder's, one above the path MTU (not even sent: IBTA C10-93.1.1,
+    /// docs/device.md "Active MTU"), one that finds no receive posted (UD has no RNR
+    /// wait). No receive is taken, and the ones posted later stay for the messages after.
+    fn ud_dropped(&mut self, link: &mut Link, op: &Op, step: usize) -> std::result::Result<Expect, TestCaseError> {
+        let Op::Send { src, fault, .. } = op else { unreachable!("a SEND") };
+        let wr_id = self.new_id();
+        let a = &link.a;
+        let (sges, qkey) = match fault {
+            Fault::RemoteRange => {
+                let over = self.ud_mtu + 1 + src.iter().map(|p| p.1).sum::<usize>() % 64;
+                (vec![Sge { addr: a.mr.iova(), length: over as u32, lkey: a.mr.lkey() }], QKEY)
+            }
+            _ => (self.locals(a, src, Fault::None), if *fault == Fault::RemoteKey { QKEY ^ 0x10 } else { QKEY }),
+        };
+        let Some(ah) = &link.ah else { unreachable!("a UD link has an address handle") };
+        post(&a.qp, SendWr::send(wr_id, &sges).signaled().ud(ah, link.b_qpn, qkey), step)?;
+        Ok(Expect::of(wr_id, WcStatus::Success, true))
+    }
+
+    /// [`Op::Write`].
+    fn write(&mut self, link: &mut Link, op: &Op, step: usize) -> std::result::Result<Expect, TestCaseError> {
+        let Op::Write { src, dst, signaled, carry, fault, via } = op else { unreachable!("a WRITE") };
+        let wr_id = self.new_id();
+        // A zero-length WRITE reads no remote memory, so no remote fault applies.
+        let empty = src.iter().all(|p| p.1 == 0);
+        let fault = if empty && matches!(fault, Fault::RemoteRange | Fault::RemoteKey) { Fault::None } else { *fault };
+        let local_fault = matches!(fault, Fault::LocalRange | Fault::LocalKey);
+        let sges = self.locals(&link.a, src, fault);
+        let total: usize = sges.iter().map(|s| s.length as usize).sum();
+        let (dst, addr, rkey) = self.remote((*dst).min(LEN - total.min(LEN)), total, fault, *via, false);
+        let data: Vec<u8> = if local_fault { Vec::new() } else { src.iter().flat_map(|&(o, l)| self.am.bytes(o, l)).collect() };
+        let inline = carry.inline && data.len() <= CAP.max_inline_data as usize && !local_fault;
+        // With immediate data the WRITE consumes a receive (none bad: whether a receive's
+        // scatter list is checked when no data lands in it is not a rule).
+        let imm = carry.imm.filter(|_| self.held.front().is_none_or(|r| !self.broken(r)));
+        if imm.is_some() {
+            self.recv_for(&mut link.b, 0, step)?;
+        }
+        let mut recv_fail = None;
+        let status = match fault {
+            Fault::None => {
+                self.bm.put(dst, &data);
+                if let Some(imm) = imm {
+                    let r = self.take();
+                    self.consumed.push((r.id, WcStatus::Success, Some((WcOpcode::RecvRdmaWithImm, total as u32, Some(imm)))));
+                }
+                WcStatus::Success
+            }
+            Fault::LocalRange | Fault::LocalKey => WcStatus::LocProtErr,
+            _ => {
+                // The receive of a WRITE with immediate data is taken with the packet that
+                // carries the immediate: when that is the only one (the message fits the
+                // path MTU, 1024, or the link does not cut messages), the receive completes
+                // with the responder's error, else the error came first and it is flushed
+                // with the others.
+                if imm.is_some() && (total <= 1024 || !self.across_hosts) {
+                    recv_fail = Some((self.take().id, WcStatus::RemAccessErr));
+                }
+                WcStatus::RemAccessErr
             }
         };
-        // The request, what it should complete with, and its effect on the model.
-        let mut signaled = true;
-        let mut status;
-        // A SEND refused for its length or for its receive's key, either.
+        // A failed request completes whether signaled or not.
+        let signaled = *signaled || self.unsignaled >= 8 || status != WcStatus::Success;
+        let wr = carried(SendWr::write(wr_id, &sges, addr, rkey), inline.then_some(&data[..]), imm, signaled);
+        post(&link.a.qp, wr, step)?;
+        Ok(Expect { recv_fail, ..Expect::of(wr_id, status, signaled) })
+    }
+
+    /// [`Op::Read`].
+    fn read(&mut self, link: &mut Link, op: &Op, step: usize) -> std::result::Result<Expect, TestCaseError> {
+        let Op::Read { dst, src, fault, via } = op else { unreachable!("a READ") };
+        let wr_id = self.new_id();
+        // A zero-length READ reads no remote memory, so no remote fault applies.
+        let empty = dst.iter().all(|p| p.1 == 0);
+        let fault = if empty && matches!(fault, Fault::RemoteRange | Fault::RemoteKey) { Fault::None } else { *fault };
+        let sges = self.locals(&link.a, dst, fault);
+        let len: usize = sges.iter().map(|s| s.length as usize).sum::<usize>().min(LEN);
+        let (src, addr, rkey) = self.remote((*src).min(LEN - len), len, fault, *via, false);
+        post(&link.a.qp, SendWr::read(wr_id, &sges, addr, rkey).signaled(), step)?;
+        let status = match fault {
+            Fault::None => {
+                let mut data = &self.bm.bytes(src, len)[..];
+                for &(off, n) in dst {
+                    self.am.put(off, &data[..n]);
+                    data = &data[n..];
+                }
+                WcStatus::Success
+            }
+            Fault::LocalRange | Fault::LocalKey => WcStatus::LocProtErr,
+            _ => WcStatus::RemAccessErr,
+        };
+        Ok(Expect::of(wr_id, status, true))
+    }
+
+    /// [`Op::Send`] (a UD one the responder drops: [`Model::ud_dropped`]).
+    fn send(&mut self, link: &mut Link, op: &Op, step: usize) -> std::result::Result<Expect, TestCaseError> {
+        let Op::Send { src, signaled, carry, fault, inv } = op else { unreachable!("a SEND") };
+        let wr_id = self.new_id();
+        let (ud, a) = (self.ud, &link.a);
+        let mut src = src.clone();
+        // The UD drops are UD's (above); another SEND has no remote fault.
+        let mut fault = if matches!(fault, Fault::RemoteKey | Fault::RemoteRange) { Fault::None } else { *fault };
+        // Whether a message of `n` bytes fits the receive (UD: after the GRH area).
+        let grh = if ud { GRH } else { 0 };
+        self.recv_for(&mut link.b, src.iter().map(|p| p.1).sum::<usize>().max(1) + grh, step)?;
+        let into_broken = self.broken(&self.held[0]);
         let mut either_refusal = false;
+        // Into a receive whose region is gone: one byte, which fits any receive with room;
+        // into one without, whether the length or the key is refused first is not a rule.
+        if into_broken && !self.held[0].bad {
+            src = vec![(0, 1)];
+            either_refusal = self.held[0].room() == 0;
+        }
+        if into_broken {
+            // Into a receive with a bad scatter list: data to place (an empty message may
+            // never look at the list), and no length fault besides.
+            if src.iter().all(|p| p.1 == 0) {
+                src = vec![(0, 1)];
+            }
+            if fault == Fault::Short {
+                fault = Fault::None;
+            }
+        }
+        let fits = |n: usize, r: &Held| n + grh <= r.room();
+        // Longer than the receive: one byte more than it takes.
+        let too_long = (self.held[0].room() + 1).saturating_sub(grh).max(1);
+        if ud {
+            // One packet: cut at UD_MAX, and no length fault past it.
+            let mut left = UD_MAX;
+            for p in &mut src {
+                p.1 = p.1.min(left);
+                left -= p.1;
+            }
+            if fault == Fault::Short && too_long > UD_MAX {
+                fault = Fault::None;
+            }
+        }
+        let data: Vec<u8> = src.iter().flat_map(|&(o, l)| self.am.bytes(o, l)).collect();
+        let sges: Vec<Sge> = if fault == Fault::Short {
+            let (addr, lkey) = (a.mr.iova(), a.mr.lkey());
+            if too_long > LEN {
+                vec![Sge { addr, length: LEN as u32, lkey }, Sge { addr, length: (too_long - LEN) as u32, lkey }]
+            } else {
+                vec![Sge { addr, length: too_long as u32, lkey }]
+            }
+        } else {
+            self.locals(a, &src, fault)
+        };
+        let inline = carry.inline && data.len() <= CAP.max_inline_data as usize && fault == Fault::None;
         // The window key a SEND_WITH_INV invalidates.
         let mut inv_key = None;
         let mut recv_fail = None;
-        match op {
-            Op::NewRegion { .. } | Op::Window { .. } => unreachable!("handled above"),
-            Op::Recv { dst, bad, pinned } => {
-                // UD: pinned only, so that no receive outlives its region (which of a
-                // receive too small and a key gone is refused first is not a rule).
-                let r = Held { id: wr_id, dst: dst.clone(), bad: *bad, pinned: *pinned || ud, gen: bgen };
-                post_held(b, &r, step)?;
-                if resp_err && !srq {
-                    // ibv_post_recv(3): a QP in the error state flushes it at once.
-                    consumed.push((r.id, WcStatus::WrFlushErr, None));
-                } else {
-                    held.push_back(r);
+        let status = match fault {
+            Fault::None if into_broken => {
+                // ibv_poll_cq(3): the responder cannot use the receive (a local QP
+                // operation error there, a remote operation error here).
+                let r = self.take();
+                if r.gen == self.bgen {
+                    r.spoil(&mut self.bm);
                 }
-                continue;
+                recv_fail = Some((r.id, WcStatus::LocQpOpErr));
+                WcStatus::RemOpErr
             }
-            Op::Write { src, signaled: s, fault, .. } | Op::Send { src, signaled: s, fault, .. } if resp_err => {
-                // UC: a responder in the error state drops every message, and nothing
-                // tells the requester.
-                let sges: Vec<Sge> = src.iter().enumerate().map(|(k, p)| local(*p, if k == 0 { *fault } else { Fault::None })).collect();
-                let local_fault = matches!(fault, Fault::LocalRange | Fault::LocalKey);
-                status = if local_fault { WcStatus::LocProtErr } else { WcStatus::Success };
-                // UD: every SEND signaled (no zero-length WRITE syncs a UD QP).
-                signaled = *s || unsignaled >= 8 || local_fault || ud;
-                let wr = match op {
-                    Op::Write { .. } => SendWr::write(wr_id, &sges, bk.iova, bk.rkey),
-                    _ => addressed(SendWr::send(wr_id, &sges), ah, b_qpn),
-                };
-                post(&a.qp, if signaled { wr.signaled() } else { wr }, step)?;
+            Fault::None if fits(data.len(), &self.held[0]) => {
+                if let Some(w) = self.window.filter(|_| *inv && carry.imm.is_none()) {
+                    inv_key = Some(w.key);
+                    self.dead_wkey = inv_key;
+                    self.window = None;
+                }
+                let r = self.take();
+                if r.gen == self.bgen && ud {
+                    r.place_after_grh(&mut self.bm, &data);
+                } else if r.gen == self.bgen {
+                    r.place(&mut self.bm, &data);
+                }
+                let op = Some((WcOpcode::Recv, (data.len() + grh) as u32, carry.imm));
+                self.consumed.push((r.id, WcStatus::Success, op));
+                WcStatus::Success
             }
-            Op::Send { src, fault, inv, .. }
-                if ud && (matches!(fault, Fault::RemoteKey | Fault::RemoteRange) || held.is_empty() && *inv && *fault == Fault::None && !across_hosts) =>
-            {
-                // UD: a message the responder drops unseen, which the requester completes
-                // with success all the same (ibv_post_send(3): no acknowledgement): one
-                // under a Q_Key that is not the responder's, one above the path MTU (not
-                // even sent: IBTA C10-93.1.1, docs/device.md "Active MTU"), one that finds
-                // no receive posted (UD has no RNR wait). No receive is taken, and the
-                // ones posted later stay for the messages after.
-                let (sges, qkey) = match fault {
-                    Fault::RemoteRange => {
-                        let over = ud_mtu + 1 + src.iter().map(|p| p.1).sum::<usize>() % 64;
-                        (vec![Sge { addr: a.mr.iova(), length: over as u32, lkey }], QKEY)
-                    }
-                    _ => {
-                        let sges: Vec<Sge> = src.iter().map(|p| local(*p, Fault::None)).collect();
-                        (sges, if *fault == Fault::RemoteKey { QKEY ^ 0x10 } else { QKEY })
-                    }
-                };
-                let Some(ah) = ah else { unreachable!("a UD link has an address handle") };
-                status = WcStatus::Success;
-                post(&a.qp, SendWr::send(wr_id, &sges).signaled().ud(ah, b_qpn, qkey), step)?;
+            Fault::None | Fault::Short => {
+                let r = self.take();
+                if r.gen == self.bgen {
+                    r.spoil(&mut self.bm);
+                }
+                recv_fail = Some((r.id, WcStatus::LocLenErr));
+                WcStatus::RemInvReqErr
             }
-            Op::Write { src, dst, signaled: s, carry, fault, via } => {
-                // A zero-length WRITE reads no remote memory, so no remote fault applies.
-                let empty = src.iter().all(|p| p.1 == 0);
-                let fault = if empty && matches!(fault, Fault::RemoteRange | Fault::RemoteKey) { Fault::None } else { *fault };
-                let sges: Vec<Sge> = src.iter().enumerate().map(|(k, p)| local(*p, if k == 0 { fault } else { Fault::None })).collect();
-                let total: usize = sges.iter().map(|s| s.length as usize).sum();
-                let (dst, addr, rkey) = remote((*dst).min(LEN - total.min(LEN)), total, fault, *via);
-                let data: Vec<u8> = if matches!(fault, Fault::LocalRange | Fault::LocalKey) { Vec::new() } else { src.iter().flat_map(|&(o, l)| am.bytes(o, l)).collect() };
-                let inline = carry.inline && data.len() <= CAP.max_inline_data as usize && !matches!(fault, Fault::LocalRange | Fault::LocalKey);
-                // With immediate data the WRITE consumes a receive (none bad: whether a
-                // receive's scatter list is checked when no data lands in it is not a rule).
-                let imm = carry.imm.filter(|_| held.front().is_none_or(|r| !broken(r, &held)));
-                if imm.is_some() && held.is_empty() {
-                    let r = Held { id: next_id, dst: vec![(0, 0)], bad: false, pinned: true, gen: bgen };
-                    next_id += 1;
-                    post_held(b, &r, step)?;
-                    held.push_back(r);
-                }
-                status = match fault {
-                    Fault::None => {
-                        bm.put(dst, &data);
-                        if let Some(imm) = imm {
-                            let r = take(&mut held, &mut unpolled);
-                            consumed.push((r.id, WcStatus::Success, Some((WcOpcode::RecvRdmaWithImm, total as u32, Some(imm)))));
-                        }
-                        WcStatus::Success
-                    }
-                    Fault::LocalRange | Fault::LocalKey => WcStatus::LocProtErr,
-                    _ => {
-                        // The receive of a WRITE with immediate data is taken with the
-                        // packet that carries the immediate: when that is the only one
-                        // (the message fits the path MTU, 1024, or the link does not cut
-                        // messages), the receive completes with the responder's error,
-                        // else the error came first and it is flushed with the others.
-                        if imm.is_some() && (total <= 1024 || !across_hosts) {
-                            let r = take(&mut held, &mut unpolled);
-                            recv_fail = Some((r.id, WcStatus::RemAccessErr));
-                        }
-                        WcStatus::RemAccessErr
-                    }
+            _ => WcStatus::LocProtErr,
+        };
+        // A failed request completes whether signaled or not.
+        let signaled = *signaled || self.unsignaled >= 8 || status != WcStatus::Success || ud;
+        let mut wr = addressed(carried(SendWr::send(wr_id, &sges), inline.then_some(&data[..]), carry.imm, signaled), link.ah.as_ref(), link.b_qpn);
+        if let Some(key) = inv_key {
+            wr = wr.with_inv(key);
+        }
+        post(&link.a.qp, wr, step)?;
+        Ok(Expect { either_refusal, recv_fail, ..Expect::of(wr_id, status, signaled) })
+    }
+
+    /// [`Op::Atomic`].
+    fn atomic(&mut self, link: &mut Link, op: &Op, step: usize) -> std::result::Result<Expect, TestCaseError> {
+        let Op::Atomic { slot, result, add, swap, fault, via } = op else { unreachable!("an atomic") };
+        let wr_id = self.new_id();
+        let result = result * 8;
+        let sge = [self.local(&link.a, (result, 8), *fault)];
+        let (slot, addr, rkey) = self.remote(slot * 8, 8, *fault, *via, true);
+        let old = self.bm.u64_at(slot);
+        let wr = match swap {
+            None => SendWr::fetch_add(wr_id, &sge, addr, rkey, *add),
+            Some((hit, value)) => SendWr::compare_swap(wr_id, &sge, addr, rkey, if *hit { old } else { old ^ 1 }, *value),
+        };
+        post(&link.a.qp, wr.signaled(), step)?;
+        let status = match fault {
+            Fault::None => {
+                let new = match swap {
+                    None => old.wrapping_add(*add),
+                    Some((true, value)) => *value,
+                    Some((false, _)) => old,
                 };
-                // A failed request completes whether signaled or not.
-                signaled = *s || unsignaled >= 8 || status != WcStatus::Success;
-                let wr = carried(SendWr::write(wr_id, &sges, addr, rkey), inline.then_some(&data[..]), imm, signaled);
-                post(&a.qp, wr, step)?;
+                self.bm.put(slot, &new.to_ne_bytes());
+                self.am.put(result, &old.to_ne_bytes());
+                WcStatus::Success
             }
-            Op::Read { dst, src, fault, via } => {
-                // A zero-length READ reads no remote memory, so no remote fault applies.
-                let empty = dst.iter().all(|p| p.1 == 0);
-                let fault = if empty && matches!(fault, Fault::RemoteRange | Fault::RemoteKey) { Fault::None } else { *fault };
-                let sges: Vec<Sge> = dst.iter().enumerate().map(|(k, p)| local(*p, if k == 0 { fault } else { Fault::None })).collect();
-                let len: usize = sges.iter().map(|s| s.length as usize).sum::<usize>().min(LEN);
-                let (src, addr, rkey) = remote((*src).min(LEN - len), len, fault, *via);
-                post(&a.qp, SendWr::read(wr_id, &sges, addr, rkey).signaled(), step)?;
-                status = match fault {
-                    Fault::None => {
-                        let mut data = &bm.bytes(src, len)[..];
-                        for &(off, n) in dst {
-                            am.put(off, &data[..n]);
-                            data = &data[n..];
-                        }
-                        WcStatus::Success
-                    }
-                    Fault::LocalRange | Fault::LocalKey => WcStatus::LocProtErr,
-                    _ => WcStatus::RemAccessErr,
-                };
+            Fault::LocalKey => {
+                // Whether the responder ran the operation before the requester found it
+                // cannot place the result is not a rule: the slot is left undefined.
+                self.bm.forget(slot, 8);
+                WcStatus::LocProtErr
             }
-            Op::Send { src, signaled: s, carry, fault, inv } => {
-                let mut src = src.clone();
-                // The UD drops are UD's (above); another SEND has no remote fault.
-                let fault = if matches!(fault, Fault::RemoteKey | Fault::RemoteRange) { &Fault::None } else { fault };
-                if held.is_empty() {
-                    // No receive to land in (an RNR wait, not tested here): post one that
-                    // fits.
-                    let len = src.iter().map(|p| p.1).sum::<usize>().max(1) + if ud { GRH } else { 0 };
-                    let r = Held { id: next_id, dst: vec![(0, len.min(LEN))], bad: false, pinned: true, gen: bgen };
-                    next_id += 1;
-                    post_held(b, &r, step)?;
-                    held.push_back(r);
-                }
-                let mut fault = *fault;
-                let into_broken = broken(&held[0], &held);
-                // Into a receive whose region is gone: one byte, which fits any receive
-                // with room; into one without, whether the length or the key is refused
-                // first is not a rule.
-                let gone = into_broken && !held[0].bad;
-                if gone {
-                    src = vec![(0, 1)];
-                    either_refusal = held[0].room() == 0;
-                }
-                if into_broken {
-                    // Into a receive with a bad scatter list: data to place (an empty
-                    // message may never look at the list), and no length fault besides.
-                    if src.iter().all(|p| p.1 == 0) {
-                        src = vec![(0, 1)];
-                    }
-                    if fault == Fault::Short {
-                        fault = Fault::None;
-                    }
-                }
-                // Whether a message of `n` bytes fits the receive (UD: after the GRH area).
-                let grh = if ud { GRH } else { 0 };
-                let fits = |n: usize, r: &Held| n + grh <= r.room();
-                // Longer than the receive: one byte more than it takes.
-                let too_long = (held[0].room() + 1).saturating_sub(grh).max(1);
-                if ud {
-                    // One packet: cut at UD_MAX, and no length fault past it.
-                    let mut left = UD_MAX;
-                    for p in &mut src {
-                        p.1 = p.1.min(left);
-                        left -= p.1;
-                    }
-                    if fault == Fault::Short && too_long > UD_MAX {
-                        fault = Fault::None;
-                    }
-                }
-                let data: Vec<u8> = src.iter().flat_map(|&(o, l)| am.bytes(o, l)).collect();
-                let sges: Vec<Sge> = if fault == Fault::Short {
-                    let want = too_long;
-                    if want > LEN {
-                        vec![Sge { addr: a.mr.iova(), length: LEN as u32, lkey }, Sge { addr: a.mr.iova(), length: (want - LEN) as u32, lkey }]
-                    } else {
-                        vec![Sge { addr: a.mr.iova(), length: want as u32, lkey }]
-                    }
-                } else {
-                    src.iter().enumerate().map(|(k, p)| local(*p, if k == 0 { fault } else { Fault::None })).collect()
-                };
-                let inline = carry.inline && data.len() <= CAP.max_inline_data as usize && fault == Fault::None;
-                status = match fault {
-                    Fault::None if into_broken => {
-                        // ibv_poll_cq(3): the responder cannot use the receive (a local
-                        // QP operation error there, a remote operation error here).
-                        let r = take(&mut held, &mut unpolled);
-                        if r.gen == bgen {
-                            r.spoil(&mut bm);
-                        }
-                        recv_fail = Some((r.id, WcStatus::LocQpOpErr));
-                        WcStatus::RemOpErr
-                    }
-                    Fault::None if fits(data.len(), &held[0]) => {
-                        if let Some(w) = window.filter(|_| *inv && carry.imm.is_none()) {
-                            inv_key = Some(w.key);
-                            dead_wkey = inv_key;
-                            window = None;
-                        }
-                        let r = take(&mut held, &mut unpolled);
-                        if r.gen == bgen && ud {
-                            r.place_after_grh(&mut bm, &data);
-                        } else if r.gen == bgen {
-                            r.place(&mut bm, &data);
-                        }
-                        let op = Some((WcOpcode::Recv, (data.len() + grh) as u32, carry.imm));
-                        consumed.push((r.id, WcStatus::Success, op));
-                        WcStatus::Success
-                    }
-                    Fault::None | Fault::Short => {
-                        let r = take(&mut held, &mut unpolled);
-                        if r.gen == bgen {
-                            r.spoil(&mut bm);
-                        }
-                        recv_fail = Some((r.id, WcStatus::LocLenErr));
-                        WcStatus::RemInvReqErr
-                    }
-                    _ => WcStatus::LocProtErr,
-                };
-                // A failed request completes whether signaled or not.
-                signaled = *s || unsignaled >= 8 || status != WcStatus::Success || ud;
-                let mut wr = addressed(carried(SendWr::send(wr_id, &sges), inline.then_some(&data[..]), carry.imm, signaled), ah, b_qpn);
-                if let Some(key) = inv_key {
-                    wr = wr.with_inv(key);
-                }
-                post(&a.qp, wr, step)?;
+            _ => WcStatus::RemAccessErr,
+        };
+        Ok(Expect::of(wr_id, status, true))
+    }
+
+    /// UC, UD: the requester completes once the message is sent, whatever the responder
+    /// makes of it (ibv_poll_cq(3): no acknowledgement). A message refused after it took
+    /// a receive completes that receive in error and ends the responder, which flushes
+    /// the rest (docs/rxe-differences.md, "A UC receive already taken completes in
+    /// error"); one that took none is dropped.
+    fn unacknowledged(&mut self, e: &mut Expect) {
+        if !(self.uc || self.ud) || !matches!(e.status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr) {
+            return;
+        }
+        e.status = WcStatus::Success;
+        if let Some((id, st)) = e.recv_fail.take() {
+            // UD: a receive too small completes as the invalid request it is, and the QP
+            // goes on (docs/rxe-differences.md, "A UD receive too small").
+            let (st, ends) = match st {
+                WcStatus::LocLenErr if self.ud => (WcStatus::RemInvReqErr, false),
+                _ => (st, true),
+            };
+            self.consumed.push((id, st, None));
+            if e.either_refusal {
+                self.uc_either = Some(id);
             }
-            Op::Atomic { slot, result, add, swap, fault, via } => {
-                let result = result * 8;
-                let sge = [local((result, 8), *fault)];
-                let (slot, addr, rkey) = remote(slot * 8, 8, *fault, *via);
-                let old = bm.u64_at(slot);
-                let wr = match swap {
-                    None => SendWr::fetch_add(wr_id, &sge, addr, rkey, *add),
-                    Some((hit, value)) => SendWr::compare_swap(wr_id, &sge, addr, rkey, if *hit { old } else { old ^ 1 }, *value),
-                };
-                post(&a.qp, wr.signaled(), step)?;
-                status = match fault {
-                    Fault::None => {
-                        let new = match swap {
-                            None => old.wrapping_add(*add),
-                            Some((true, value)) => *value,
-                            Some((false, _)) => old,
-                        };
-                        bm.put(slot, &new.to_ne_bytes());
-                        am.put(result, &old.to_ne_bytes());
-                        WcStatus::Success
-                    }
-                    Fault::LocalKey => {
-                        // Whether the responder ran the operation before the requester
-                        // found it cannot place the result is not a rule: the slot is
-                        // left undefined.
-                        bm.forget(slot, 8);
-                        WcStatus::LocProtErr
-                    }
-                    _ => WcStatus::RemAccessErr,
-                };
+            self.resp_err = ends;
+            if ends && !self.srq {
+                self.consumed.extend(self.held.drain(..).map(|r| (r.id, WcStatus::WrFlushErr, None)));
             }
         }
-        if unreliable && matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr) {
-            // UC: the requester completes once the message is sent, whatever the
-            // responder makes of it (ibv_poll_cq(3): no acknowledgement). A message
-            // refused after it took a receive completes that receive in error and ends the
-            // responder, which flushes the rest (docs/rxe-differences.md, "A UC receive
-            // already taken completes in error"); one that took none is dropped.
-            status = WcStatus::Success;
-            if let Some((id, st)) = recv_fail.take() {
-                // UD: a receive too small completes as the invalid request it is, and the
-                // QP goes on (docs/rxe-differences.md, "A UD receive too small").
-                let (st, ends) = match st {
-                    WcStatus::LocLenErr if ud => (WcStatus::RemInvReqErr, false),
-                    _ => (st, true),
-                };
-                consumed.push((id, st, None));
-                if either_refusal {
-                    uc_either = Some(id);
-                }
-                resp_err = ends;
-                if ends && !srq {
-                    consumed.extend(held.drain(..).map(|r| (r.id, WcStatus::WrFlushErr, None)));
-                }
-            }
-        }
-        if !signaled {
-            unsignaled += 1;
-            continue;
-        }
-        unsignaled = 0;
-        // The requester: this request's completion, and nothing before it (every earlier
-        // one was unsignaled or checked).
-        let got = poll_n(&a.cq, 1);
+    }
+
+    /// After a signaled request (or a failed one): its completion at the requester, and
+    /// nothing before it (every earlier one was unsignaled or checked); the receives the
+    /// SENDs since the last check consumed at the responder, then the failed one and the
+    /// flushed rest if the request failed there; both regions. A failed request leaves
+    /// the requester in the error state: a new pair takes over.
+    fn check(&mut self, link: &mut Link, op: &Op, mut e: Expect, step: usize) -> std::result::Result<(), TestCaseError> {
+        let got = poll_n(&link.a.cq, 1);
         prop_assert_eq!(got.len(), 1, "step {}: no completion of {:?} within 10 s", step, op);
         // On a lossy network the NAK of a refused request may be lost: the requester sends
         // it again to a responder that is in the error state and answers nothing, until its
         // retries run out (ibv_poll_cq(3), IBV_WC_RETRY_EXC_ERR). The responder refused it
         // all the same.
-        let remote_fault = matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr);
-        let nak_lost = lossy && remote_fault && got[0].status() == WcStatus::RetryExcErr;
-        if either_refusal && got[0].status() == WcStatus::RemInvReqErr {
-            status = WcStatus::RemInvReqErr;
-            recv_fail = recv_fail.map(|(id, _)| (id, WcStatus::LocLenErr));
+        let remote_fault = matches!(e.status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr | WcStatus::RemOpErr);
+        let nak_lost = self.lossy && remote_fault && got[0].status() == WcStatus::RetryExcErr;
+        if e.either_refusal && got[0].status() == WcStatus::RemInvReqErr {
+            e.status = WcStatus::RemInvReqErr;
+            e.recv_fail = e.recv_fail.map(|(id, _)| (id, WcStatus::LocLenErr));
         }
-        let seen = if nak_lost { status } else { got[0].status() };
-        prop_assert_eq!((got[0].wr_id(), seen), (wr_id, status), "step {}: {:?}: {:?}", step, op, got[0]);
-        // The responder: the receives the SENDs since the last check consumed, then the
-        // failed one and the flushed rest if the request failed there.
-        let mut want: Vec<RecvWant> = std::mem::take(&mut consumed);
-        if let Some((id, st)) = recv_fail {
+        let seen = if nak_lost { e.status } else { got[0].status() };
+        prop_assert_eq!((got[0].wr_id(), seen), (e.wr_id, e.status), "step {}: {:?}: {:?}", step, op, got[0]);
+        let mut want: Vec<RecvWant> = std::mem::take(&mut self.consumed);
+        if let Some((id, st)) = e.recv_fail {
             want.push((id, st, None));
         }
         // An SRQ's receives stay in it when a QP that takes from it enters the error
         // state (ibv_create_srq(3): the SRQ is not the QP's).
-        if remote_fault && !srq {
-            want.extend(held.drain(..).map(|r| (r.id, WcStatus::WrFlushErr, None)));
+        if remote_fault && !self.srq {
+            want.extend(self.held.drain(..).map(|r| (r.id, WcStatus::WrFlushErr, None)));
         }
+        let b = &mut link.b;
         let got = b.poll(want.len());
         // Polled: what the consumed receives kept is let go.
-        unpolled.clear();
-        if let Some(id) = uc_either.take() {
+        self.unpolled.clear();
+        if let Some(id) = self.uc_either.take() {
             if got.iter().any(|g| g.0 == id && g.1 == WcStatus::LocLenErr) {
                 want.iter_mut().filter(|w| w.0 == id).for_each(|w| w.1 = WcStatus::LocLenErr);
             }
         }
         prop_assert_eq!(&got, &want, "step {}: {:?}: the responder's completions", step, op);
-        am.check(&contents(&a.mr), "the requester", step)?;
-        if uc && across_hosts {
+        self.am.check(&contents(&link.a.mr), "the requester", step)?;
+        if self.uc && self.across_hosts {
             // UC across hosts: the requester's completion says the message left, not that
             // it was placed; wait (10 s at most) for the responder's region to show it.
             let deadline = Instant::now() + Duration::from_secs(10);
             let mut bytes = b.contents();
-            while !bm.agrees(&bytes) && Instant::now() < deadline {
+            while !self.bm.agrees(&bytes) && Instant::now() < deadline {
                 std::thread::yield_now();
                 bytes = b.contents();
             }
-            bm.check(&bytes, "the responder", step)?;
+            self.bm.check(&bytes, "the responder", step)?;
         } else {
-            bm.check(&b.contents(), "the responder", step)?;
+            self.bm.check(&b.contents(), "the responder", step)?;
         }
-        if status != WcStatus::Success {
-            // A failed request leaves the requester in the error state: a new pair takes
-            // over.
-            expect_nothing(&a.cq, "the requester", step)?;
+        if e.status != WcStatus::Success {
+            expect_nothing(&link.a.cq, "the requester", step)?;
             renew(link, step)?;
-            resp_err = false;
+            self.resp_err = false;
             // The responder's new QP comes without the window.
-            dead_wkey = window.take().map(|w| w.key).or(dead_wkey);
-            if !srq {
-                held.clear();
+            self.dead_wkey = self.window.take().map(|w| w.key).or(self.dead_wkey);
+            if !self.srq {
+                self.held.clear();
             }
         }
+        Ok(())
     }
-    // What the last check did not cover (UD has no sync: receives flushed after it).
-    if !consumed.is_empty() {
-        let got = link.b.poll(consumed.len());
-        prop_assert_eq!(&got, &consumed, "at the end: the responder's completions");
+
+    /// At the end: what the last check did not cover (UD has no sync: receives flushed
+    /// after it), and nothing more on either CQ.
+    fn finish(&mut self, link: &mut Link, steps: usize) -> std::result::Result<(), TestCaseError> {
+        if !self.consumed.is_empty() {
+            let got = link.b.poll(self.consumed.len());
+            prop_assert_eq!(&got, &self.consumed, "at the end: the responder's completions");
+        }
+        expect_nothing(&link.a.cq, "the requester", steps)?;
+        responder_expects_nothing(&mut link.b, steps)
     }
-    expect_nothing(&link.a.cq, "the requester", ops.len())?;
-    responder_expects_nothing(&mut link.b, ops.len())
 }
 
 /// Destroys both QPs (their CQs must then hold nothing: a destroyed QP's receives leave
