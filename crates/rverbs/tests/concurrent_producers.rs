@@ -178,9 +178,12 @@ fn target_after(who: u8, n: u32) -> Vec<u8> {
 /// target region (`rkey`, `addr`) and the responder's SRQ, from `src` (a part of
 /// [`PART`] bytes per request of a batch); `done` gives the batch's completions, which
 /// must come in the order posted. A READ must return what the WRITEs before it on the
-/// QP placed.
+/// QP placed. With `fence`, a WRITE after a READ of its batch waits for the READ
+/// (IBV_SEND_FENCE): on a lossy network a READ whose responses are lost is asked for
+/// again, and the responder reads the memory again then (a duplicate READ is executed
+/// anew, docs/rocev2-wire.md §3.3), after any WRITE posted behind it without a fence.
 #[allow(clippy::too_many_arguments)]
-fn requester(who: u8, qp: &Qp, src: &Mr, rkey: u32, addr: u64, rounds: u32, batch: u32, done: &mut dyn FnMut() -> Wc) {
+fn requester(who: u8, qp: &Qp, src: &Mr, rkey: u32, addr: u64, rounds: u32, batch: u32, fence: bool, done: &mut dyn FnMut() -> Wc) {
     let mut target = vec![0u8; TARGET];
     let mut seq = 0u32;
     for round in 0..rounds {
@@ -214,6 +217,7 @@ fn requester(who: u8, qp: &Qp, src: &Mr, rkey: u32, addr: u64, rounds: u32, batc
             if matches!(kind, Kind::Send | Kind::WriteImm) {
                 seq += 1;
             }
+            let wr = if fence && !reads.is_empty() && matches!(kind, Kind::Write | Kind::WriteImm) { wr.flags(SendFlags::FENCE) } else { wr };
             qp.post_send(&[wr.signaled()]).unwrap();
         }
         for j in 0..batch {
@@ -283,40 +287,104 @@ const ROUNDS: u32 = 400;
 /// (handing each send completion to its thread) and posts the receives again.
 #[test]
 fn threads_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothing() {
+    let ctx = open();
+    threads(&ctx, &ctx, ROUNDS, PATH.timeout, false);
+}
+
+/// The same between two devices of this process on the loopback (127.0.12.1 and .2,
+/// served by this test only): the requests travel as RoCEv2 packets, the receive
+/// completions are written by the responder device's network side and the send
+/// completions when the ACKs arrive, by whichever thread takes them.
+#[test]
+fn threads_across_hosts_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothing() {
+    let (da, db) = (host([127, 0, 12, 1], None), host([127, 0, 12, 2], None));
+    threads(&da.open().unwrap(), &db.open().unwrap(), ROUNDS, PATH.timeout, false);
+}
+
+/// The same through the packet fault injector (127.0.12.3 and .4; docs/fault-injection.md:
+/// 2 % dropped, 2 % duplicated, 5 % held back up to 200 us, 1 % corrupted): what is sent
+/// again is placed and completed once, in order, whichever thread takes it. A lost packet
+/// is sent again after ~17 ms (timeout 12), a quarter of the rounds.
+#[test]
+fn threads_across_a_lossy_network_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothing() {
+    let faults = "seed=12,drop=2%,dup=2%,reorder=5%,reorder_by=200us,corrupt=1%";
+    let (da, db) = (host([127, 0, 12, 3], Some(faults)), host([127, 0, 12, 4], Some(faults)));
+    threads(&da.open().unwrap(), &db.open().unwrap(), ROUNDS / 4, 12, true);
+}
+
+/// A device of this process on the loopback address `ip` alone, sending through the
+/// packet fault injector `faults` if given (`RVERBS_FAULTS` syntax).
+fn host(ip: [u8; 4], faults: Option<&str>) -> Device {
+    let tag = format!("producers-{}", ip[3]);
+    let dir = std::env::temp_dir().join(format!("rverbs-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let faults = faults.map(|f| rverbs_proto::fault::FaultConfig::parse(f).unwrap());
+    DeviceConfig::new().name(&tag).runtime_dir(&dir).addresses(Some(vec![std::net::IpAddr::from(ip)])).net_faults(faults).open().unwrap()
+}
+
+/// Connects `qp` of `ctx` to QP `dest` of `dest_ctx` (the same device, or another one of
+/// this process: its first address's GID, with the local ACK `timeout`).
+fn connect_qp(qp: &Qp, ctx: &Context, dest: &Qp, dest_ctx: &Context, timeout: u8) {
+    if std::ptr::eq(ctx, dest_ctx) {
+        return connect_to(qp, ctx, dest.qp_num());
+    }
+    let path = RemotePath {
+        access: ALL_ACCESS,
+        path_mtu: Mtu::Mtu1024,
+        timeout,
+        retry_cnt: PATH.retry_cnt,
+        rnr_retry: PATH.rnr_retry,
+        min_rnr_timer: PATH.min_rnr_timer,
+        max_rd_atomic: PATH.max_rd_atomic,
+        max_dest_rd_atomic: PATH.max_rd_atomic,
+        ..RemotePath::new(dest_ctx.query_gid(1, 1).unwrap(), 1, dest.qp_num())
+    };
+    qp.connect(&path).unwrap();
+}
+
+/// The threads tests: requesters on `a`, the responder's QPs, receive CQ and SRQ on `b`,
+/// `rounds` batches each, the local ACK `timeout` across hosts; `lossy`: packets are
+/// lost on the way (the requesters fence their WRITEs behind READs, see [`requester`]).
+fn threads(a: &Context, b: &Context, rounds: u32, timeout: u8, lossy: bool) {
+    let fence = lossy;
     // More requesters than CPUs (2 in CI): one preempted inside a completion's publish
     // while the others publish.
     const THREADS: u8 = 4;
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let scq = ctx.create_cq(&CqInit::new(1024)).unwrap();
-    let sends: HashMap<u8, Vec<bool>> = (0..THREADS).map(|w| (w, messages(w, ROUNDS * BATCH))).collect();
-    let mut shared = Shared::new(&ctx, &pd, sends);
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let scq = a.create_cq(&CqInit::new(1024)).unwrap();
+    let sends: HashMap<u8, Vec<bool>> = (0..THREADS).map(|w| (w, messages(w, rounds * BATCH))).collect();
+    let mut shared = Shared::new(b, &bpd, sends);
     let mut owners = HashMap::new();
     let mut pairs = Vec::new();
     for who in 0..THREADS {
-        let a = pd.create_qp(&QpInit::new(QpType::Rc, &scq, CAP)).unwrap();
-        let b = shared.qp(&pd);
-        connect_to(&a, &ctx, b.qp_num());
-        connect_to(&b, &ctx, a.qp_num());
-        owners.insert(b.qp_num(), who);
-        let src = pd.alloc_mr(BATCH as usize * PART, ALL_ACCESS).unwrap();
-        let dst = pd.alloc_mr(TARGET, ALL_ACCESS).unwrap();
-        pairs.push((a, b, src, dst));
+        let aq = apd.create_qp(&QpInit::new(QpType::Rc, &scq, CAP)).unwrap();
+        let bq = shared.qp(&bpd);
+        connect_qp(&aq, a, &bq, b, timeout);
+        connect_qp(&bq, b, &aq, a, timeout);
+        owners.insert(bq.qp_num(), who);
+        let src = apd.alloc_mr(BATCH as usize * PART, ALL_ACCESS).unwrap();
+        let dst = bpd.alloc_mr(TARGET, ALL_ACCESS).unwrap();
+        pairs.push((aq, bq, src, dst));
     }
     let failed = AtomicBool::new(false);
     std::thread::scope(|s| {
         let mut route = HashMap::new();
-        for (who, (a, _, src, dst)) in pairs.iter().enumerate() {
+        for (who, (qp, _, src, dst)) in pairs.iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Wc>();
-            route.insert(a.qp_num(), tx);
+            route.insert(qp.qp_num(), tx);
             let failed = &failed;
             s.spawn(move || {
                 let _flag = FailFlag(failed);
-                let mut done = || rx.recv_timeout(WAIT).unwrap_or_else(|e| panic!("requester {who}: no completion within {WAIT:?} ({e})"));
-                requester(who as u8, a, src, dst.rkey(), dst.iova(), ROUNDS, BATCH, &mut done);
+                let mut n = 0u32;
+                let mut done = || {
+                    let w = rx.recv_timeout(WAIT).unwrap_or_else(|e| panic!("requester {who}: no completion within {WAIT:?} after {n} ({e}), its QP in {:?}", qp.state()));
+                    n += 1;
+                    w
+                };
+                requester(who as u8, qp, src, dst.rkey(), dst.iova(), rounds, BATCH, fence, &mut done);
             });
         }
-        let want = usize::from(THREADS) * (ROUNDS * BATCH) as usize;
+        let want = usize::from(THREADS) * (rounds * BATCH) as usize;
         let (mut sent, deadline) = (0, Instant::now() + WAIT * 2);
         let mut wc = [Wc::default(); 16];
         // A requester that failed ends the wait (the scope then reports its panic).
@@ -335,7 +403,7 @@ fn threads_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothing(
     for (who, (_, _, _, dst)) in pairs.iter().enumerate() {
         let mut got = vec![0u8; TARGET];
         dst.read(0, &mut got).unwrap();
-        assert!(got == target_after(who as u8, ROUNDS * BATCH), "requester {who}: its target region is what its WRITEs placed, in order");
+        assert!(got == target_after(who as u8, rounds * BATCH), "requester {who}: its target region is what its WRITEs placed, in order");
     }
     let mut wc = [Wc::default(); 1];
     assert_eq!(scq.poll(&mut wc).unwrap(), 0, "no completion beyond the requests");
@@ -376,7 +444,7 @@ fn requester_process(who: u8) {
             std::thread::yield_now();
         }
     };
-    requester(who, &qp, &src, rkey as u32, addr, ROUNDS, BATCH, &mut done);
+    requester(who, &qp, &src, rkey as u32, addr, ROUNDS, BATCH, false, &mut done);
     say("done");
 }
 

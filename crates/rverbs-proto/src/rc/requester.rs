@@ -456,8 +456,10 @@ impl Requester {
             }
             if posted {
                 // §3.2 step 2: earlier READ/atomic WQEs hold credits until they complete.
-                let own = u32::from(credit);
-                if e.wqe.flags.contains(SendFlags::FENCE) && self.rd_atomic + own < self.max_rd_atomic {
+                // Only those before it: after a go-back-N a READ behind it that was sent
+                // keeps its credit, and is sent again after it (waiting for it would wait
+                // for ever, with nothing in flight to time out).
+                if e.wqe.flags.contains(SendFlags::FENCE) && self.queue.iter().take(idx).any(|p| p.credit) {
                     return false;
                 }
                 // §1.6 (C10-93.1.1): nothing is sent, the WQE completes with success.

@@ -758,6 +758,25 @@ fn rc_fence_waits_for_earlier_reads() {
     assert!(req.poll_transmit(now).is_some());
 }
 
+#[test]
+fn rc_fence_after_a_go_back_n_waits_only_for_reads_before_it() {
+    // A SEND, a fenced WRITE (no READ before it: it goes at once) and a READ (which takes
+    // a credit). The SEND's packet is lost: the responder NAKs the WRITE's, the requester
+    // goes back to the SEND and sends the WRITE again. The READ behind it was sent and
+    // keeps its credit; the fence must not wait for it (it is sent after the WRITE).
+    let mut p = pair();
+    p.target.post_recv(100, 4096);
+    let s = p.post_send(bytes(100, 1));
+    let w = p.post(SendWqe { opcode: WrOpcode::RdmaWrite, length: 8, remote_va: MR_BASE, rkey: RKEY, flags: SendFlags::SIGNALED | SendFlags::FENCE, ..SendWqe::TEMPLATE }, bytes(8, 2));
+    let r = p.post_read(MR_BASE + 64, 64);
+    drop_requests_once(&mut p, &[0]);
+    p.drive();
+    let psns: Vec<u32> = p.sent.iter().map(|(_, r)| r.psn.get()).collect();
+    assert_eq!(psns[..3], [0, 1, 2], "the fenced WRITE went at once, the READ after it");
+    assert_all_success(&p, &[s, w, r]);
+    assert_eq!(p.client.rd_atomic_credits(), crate::state::rd_atomic_depth(req_cfg().max_rd_atomic), "every credit back");
+}
+
 // ---- §3.3 errors → NAK → §4 statuses; flush ----
 
 #[test]
