@@ -8,6 +8,8 @@
 //!   their completions come in that order; each receive holds its own message;
 //! - every byte a WRITE placed is where the QP's order put it, and a READ after a WRITE
 //!   on the same QP returns what the WRITE placed;
+//! - every FETCH_ADD on the counter all requesters share adds once and returns its own
+//!   original (0, 1, … each once);
 //! - nothing hangs: every wait is bounded.
 //!
 //! The processes test re-executes this binary as each requester (`RVERBS_TEST_ROLE`),
@@ -114,23 +116,49 @@ fn post_slot(srq: &Srq, rmr: &Mr, slot: usize) {
     srq.post_recv(&[RecvWr::new(slot as u64, &sge)]).unwrap();
 }
 
-/// What requester `who` posts as its `k`-th work request: WRITE, SEND, WRITE_WITH_IMM or
-/// READ back of what it wrote.
+/// What requester `who` posts as its `k`-th work request: WRITE, SEND, WRITE_WITH_IMM,
+/// READ back of what it wrote, or FETCH_ADD of 1 to the counter all requesters share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Write,
     Send,
     WriteImm,
     Read,
+    FetchAdd,
 }
 
 fn kind(who: u8, k: u32) -> Kind {
-    match (k + u32::from(who)) % 5 {
+    match (k + u32::from(who)) % 6 {
         0 | 1 => Kind::Write,
         2 => Kind::Send,
         3 => Kind::WriteImm,
-        _ => Kind::Read,
+        4 => Kind::Read,
+        _ => Kind::FetchAdd,
     }
+}
+
+/// How many FETCH_ADDs the first `n` requests of `who` hold.
+fn fetch_adds(who: u8, n: u32) -> usize {
+    (0..n).filter(|&k| kind(who, k) == Kind::FetchAdd).count()
+}
+
+/// The responder's memory a requester reaches: its own target region, and the counter
+/// every requester adds to (an 8-byte word), each as R_Key and address.
+#[derive(Clone, Copy, Debug)]
+struct Remote {
+    target: (u32, u64),
+    counter: (u32, u64),
+}
+
+/// Checks the originals the FETCH_ADDs of every requester returned, and the counter's
+/// final value: each add ran once (a duplicate answered with its saved original,
+/// docs/rocev2-wire.md §3.3), so the originals are 0, 1, … each once, and the counter is
+/// their number.
+fn check_counter(mut originals: Vec<u64>, counter: u64) {
+    originals.sort_unstable();
+    let n = originals.len() as u64;
+    assert!(originals.iter().copied().eq(0..n), "every FETCH_ADD returned its own original: {originals:?}");
+    assert_eq!(counter, n, "every FETCH_ADD added once");
 }
 
 /// Which of the first `n` requests of `who` carry a message (SEND: true, WRITE_WITH_IMM:
@@ -182,12 +210,14 @@ fn target_after(who: u8, n: u32) -> Vec<u8> {
 /// (IBV_SEND_FENCE): on a lossy network a READ whose responses are lost is asked for
 /// again, and the responder reads the memory again then (a duplicate READ is executed
 /// anew, docs/rocev2-wire.md §3.3), after any WRITE posted behind it without a fence.
-#[allow(clippy::too_many_arguments)]
-fn requester(who: u8, qp: &Qp, src: &Mr, rkey: u32, addr: u64, rounds: u32, batch: u32, fence: bool, done: &mut dyn FnMut() -> Wc) {
+/// Returns the originals its FETCH_ADDs returned.
+fn requester(who: u8, qp: &Qp, src: &Mr, remote: Remote, rounds: u32, fence: bool, done: &mut dyn FnMut() -> Wc) -> Vec<u64> {
+    let (batch, (rkey, addr)) = (BATCH, remote.target);
+    let mut originals = Vec::new();
     let mut target = vec![0u8; TARGET];
     let mut seq = 0u32;
     for round in 0..rounds {
-        let mut reads = Vec::new();
+        let (mut reads, mut adds) = (Vec::new(), Vec::new());
         for j in 0..batch {
             let k = round * batch + j;
             let (id, at) = (u64::from(k), j as usize * PART);
@@ -195,6 +225,7 @@ fn requester(who: u8, qp: &Qp, src: &Mr, rkey: u32, addr: u64, rounds: u32, batc
             let kind = kind(who, k);
             let len = match kind {
                 Kind::Send => message_len(who, seq),
+                Kind::FetchAdd => 8,
                 _ => len,
             };
             match kind {
@@ -205,14 +236,16 @@ fn requester(who: u8, qp: &Qp, src: &Mr, rkey: u32, addr: u64, rounds: u32, batc
                 }
                 Kind::Send => src.write(at, &message(who, seq, len)).unwrap(),
                 Kind::Read => reads.push((at, target[off..off + len].to_vec())),
+                Kind::FetchAdd => adds.push(at),
             }
             let sge = [src.sge(at, len as u32).unwrap()];
-            let remote = addr + off as u64;
+            let (remote, counter) = (addr + off as u64, remote.counter);
             let wr = match kind {
                 Kind::Write => SendWr::write(id, &sge, remote, rkey),
                 Kind::WriteImm => SendWr::write(id, &sge, remote, rkey).with_imm(imm_of(who, seq)),
                 Kind::Send => SendWr::send(id, &sge),
                 Kind::Read => SendWr::read(id, &sge, remote, rkey),
+                Kind::FetchAdd => SendWr::fetch_add(id, &sge, counter.1, counter.0, 1),
             };
             if matches!(kind, Kind::Send | Kind::WriteImm) {
                 seq += 1;
@@ -229,7 +262,9 @@ fn requester(who: u8, qp: &Qp, src: &Mr, rkey: u32, addr: u64, rounds: u32, batc
             src.read(at, &mut got).unwrap();
             assert!(got == want, "requester {who}: a READ after WRITEs on its QP returns what they placed");
         }
+        originals.extend(adds.into_iter().map(|at| src.read_u64(at).unwrap()));
     }
+    originals
 }
 
 /// Connects `qp` to QP `dest_qpn` of this host.
@@ -366,14 +401,15 @@ fn threads(a: &Context, b: &Context, rounds: u32, timeout: u8, lossy: bool) {
         let dst = bpd.alloc_mr(TARGET, ALL_ACCESS).unwrap();
         pairs.push((aq, bq, src, dst));
     }
+    let counter = bpd.alloc_mr(8, ALL_ACCESS).unwrap();
     let failed = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let mut route = HashMap::new();
+    let originals = std::thread::scope(|s| {
+        let (mut route, mut workers) = (HashMap::new(), Vec::new());
         for (who, (qp, _, src, dst)) in pairs.iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Wc>();
             route.insert(qp.qp_num(), tx);
-            let failed = &failed;
-            s.spawn(move || {
+            let (failed, remote) = (&failed, Remote { target: (dst.rkey(), dst.iova()), counter: (counter.rkey(), counter.iova()) });
+            workers.push(s.spawn(move || {
                 let _flag = FailFlag(failed);
                 let mut n = 0u32;
                 let mut done = || {
@@ -381,8 +417,8 @@ fn threads(a: &Context, b: &Context, rounds: u32, timeout: u8, lossy: bool) {
                     n += 1;
                     w
                 };
-                requester(who as u8, qp, src, dst.rkey(), dst.iova(), rounds, BATCH, fence, &mut done);
-            });
+                requester(who as u8, qp, src, remote, rounds, fence, &mut done)
+            }));
         }
         let want = usize::from(THREADS) * (rounds * BATCH) as usize;
         let (mut sent, deadline) = (0, Instant::now() + WAIT * 2);
@@ -399,7 +435,11 @@ fn threads(a: &Context, b: &Context, rounds: u32, timeout: u8, lossy: bool) {
                 std::thread::yield_now();
             }
         }
+        let joined = workers.into_iter().map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        joined.flatten().collect::<Vec<u64>>()
     });
+    assert_eq!(originals.len(), (0..THREADS).map(|w| fetch_adds(w, rounds * BATCH)).sum::<usize>());
+    check_counter(originals, counter.read_u64(0).unwrap());
     for (who, (_, _, _, dst)) in pairs.iter().enumerate() {
         let mut got = vec![0u8; TARGET];
         dst.read(0, &mut got).unwrap();
@@ -429,7 +469,7 @@ fn requester_process(who: u8) {
     let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
     let src = pd.alloc_mr(BATCH as usize * PART, ALL_ACCESS).unwrap();
     say(&qp.qp_num().to_string());
-    let [b_qpn, rkey, addr] = hear()[..] else { panic!("the parent's QP, R_Key and address") };
+    let [b_qpn, rkey, addr, counter_rkey, counter_addr] = hear()[..] else { panic!("the parent's QP, R_Keys and addresses") };
     connect_to(&qp, &ctx, b_qpn as u32);
     say("ready");
     assert!(hear().is_empty(), "go");
@@ -444,8 +484,10 @@ fn requester_process(who: u8) {
             std::thread::yield_now();
         }
     };
-    requester(who, &qp, &src, rkey as u32, addr, ROUNDS, BATCH, false, &mut done);
-    say("done");
+    let remote = Remote { target: (rkey as u32, addr), counter: (counter_rkey as u32, counter_addr) };
+    let originals = requester(who, &qp, &src, remote, ROUNDS, false, &mut done);
+    let list: Vec<String> = originals.iter().map(u64::to_string).collect();
+    say(&format!("done {}", list.join(" ")));
 }
 
 /// Processes of this host, each a requester with its QP, send to QPs of this process
@@ -466,6 +508,7 @@ fn processes_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothin
     let mut shared = Shared::new(&ctx, &pd, sends);
     let mut owners = HashMap::new();
     let mut peers = Vec::new();
+    let counter = pd.alloc_mr(8, ALL_ACCESS).unwrap();
     for who in 0..PROCESSES {
         let (child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", &who.to_string())]);
         let child = KillOnDrop(child);
@@ -473,7 +516,7 @@ fn processes_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothin
         let a_qpn: u32 = hear(&lines).trim().parse().unwrap();
         let b = shared.qp(&pd);
         let dst = pd.alloc_mr(TARGET, ALL_ACCESS).unwrap();
-        writeln!(stdin, "{} {} {}", b.qp_num(), dst.rkey(), dst.iova()).unwrap();
+        writeln!(stdin, "{} {} {} {} {}", b.qp_num(), dst.rkey(), dst.iova(), counter.rkey(), counter.iova()).unwrap();
         stdin.flush().unwrap();
         connect_to(&b, &ctx, a_qpn);
         assert_eq!(hear(&lines).trim(), "ready");
@@ -497,14 +540,21 @@ fn processes_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothin
             std::thread::yield_now();
         }
     }
+    let mut originals = Vec::new();
     for (who, (child, _, lines, _, dst)) in peers.iter_mut().enumerate() {
-        assert_eq!(lines.recv_timeout(WAIT).map(|l| l.trim().to_owned()), Ok("done".to_owned()), "requester {who}");
+        let done = lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("requester {who} did not finish within {WAIT:?} ({e})"));
+        let mut words = done.split_whitespace();
+        assert_eq!(words.next(), Some("done"), "requester {who}");
+        let theirs: Vec<u64> = words.map(|w| w.parse().unwrap()).collect();
+        assert_eq!(theirs.len(), fetch_adds(who as u8, ROUNDS * BATCH), "requester {who}: an original per FETCH_ADD");
+        originals.extend(theirs);
         let status = child.0.wait().unwrap();
         assert!(status.success(), "requester {who}: {status}");
         let mut got = vec![0u8; TARGET];
         dst.read(0, &mut got).unwrap();
         assert!(got == target_after(who as u8, ROUNDS * BATCH), "requester {who}: its target region is what its WRITEs placed, in order");
     }
+    check_counter(originals, counter.read_u64(0).unwrap());
     let mut wc = [Wc::default(); 1];
     assert_eq!(shared.rcq.poll(&mut wc).unwrap(), 0, "no receive completion beyond the messages");
     assert_eq!(shared.srq.len(), SLOTS, "every receive posted again");
