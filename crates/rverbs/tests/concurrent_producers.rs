@@ -30,8 +30,10 @@ use rverbs::*;
 const WAIT: Duration = Duration::from_secs(30);
 /// Bytes of one receive.
 const SLOT: usize = 512;
-/// Receives kept posted to the SRQ (each in its own slot of the receive region).
-const SLOTS: usize = 256;
+/// Receives kept posted to the SRQ (each in its own slot of the receive region): fewer
+/// than the requesters' messages in flight, so that some find none and are refused with
+/// an RNR NAK and sent again (rnr_retry 7: for ever, `common::PATH`).
+const SLOTS: usize = 8;
 
 /// The bytes of message `seq` from requester `who`, `len` long: a header of its origin
 /// and length, then a pattern of both.
