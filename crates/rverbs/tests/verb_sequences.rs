@@ -69,7 +69,8 @@
 //! (docs/rxe-differences.md, "A UC or UD send completion on the same host comes after its
 //! placement"); across hosts (127.0.11.9 and .10; with an SRQ .11 and .12) that
 //! completion says only that it left, so there the model waits (10 s at most) after each
-//! request for the responder's region to show what it says.
+//! request for the responder's region to show what it says, and every message that takes
+//! a receive is signaled (see `Model::signals_each_receive`).
 //!
 //! UD the same way, with SEND only (every one signaled, at most one path MTU) and pinned
 //! receives: a receive gets the 40-byte GRH area first (left undefined by the model) and
@@ -687,6 +688,18 @@ impl Model {
         !(unreliable && matches!(op, Op::Read { .. } | Op::Atomic { .. } | Op::Window { .. }) || self.ud && matches!(op, Op::Write { .. }))
     }
 
+    /// Whether every request that takes a receive is signaled. UD: every SEND (no
+    /// zero-length WRITE syncs a UD QP). UC across hosts: the requester's completion says
+    /// only that the message left, and a check that polled the receive of an unsignaled
+    /// message before could end that receive's hold (docs/memory.md, "Buffer lifetime")
+    /// while the checked message is still on its way, into a receive whose region only
+    /// that hold kept: the device then refuses that receive, rightly, where the model
+    /// thought the region alive. (Found by CI: an unsignaled SEND into a pinned receive
+    /// after its region was replaced, then a SEND into an unpinned one of that region.)
+    fn signals_each_receive(&self) -> bool {
+        self.ud || self.uc && self.across_hosts
+    }
+
     fn new_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id - 1
@@ -908,7 +921,7 @@ impl Model {
             }
         };
         // A failed request completes whether signaled or not.
-        let signaled = *signaled || self.unsignaled >= 8 || status != WcStatus::Success;
+        let signaled = *signaled || self.unsignaled >= 8 || status != WcStatus::Success || imm.is_some() && self.signals_each_receive();
         let wr = carried(SendWr::write(wr_id, &sges, addr, rkey), inline.then_some(&data[..]), imm, signaled);
         post(&link.a.qp, wr, step)?;
         Ok(Expect { recv_fail, ..Expect::of(wr_id, status, signaled) })
@@ -1036,7 +1049,7 @@ impl Model {
             _ => WcStatus::LocProtErr,
         };
         // A failed request completes whether signaled or not.
-        let signaled = *signaled || self.unsignaled >= 8 || status != WcStatus::Success || ud;
+        let signaled = *signaled || self.unsignaled >= 8 || status != WcStatus::Success || self.signals_each_receive();
         let mut wr = addressed(carried(SendWr::send(wr_id, &sges), inline.then_some(&data[..]), carry.imm, signaled), link.ah.as_ref(), link.b_qpn);
         if let Some(key) = inv_key {
             wr = wr.with_inv(key);
