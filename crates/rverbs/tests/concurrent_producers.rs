@@ -10,6 +10,7 @@
 //!   on the same QP returns what the WRITE placed;
 //! - every FETCH_ADD on the counter all requesters share adds once and returns its own
 //!   original (0, 1, … each once);
+//! - a CQ resized while they write into it (ibv_resize_cq(3)) keeps every completion;
 //! - nothing hangs: every wait is bounded.
 //!
 //! The processes test re-executes this binary as each requester (`RVERBS_TEST_ROLE`),
@@ -283,22 +284,36 @@ struct Shared {
     srq: Srq,
     rmr: Mr,
     receipts: Receipts,
+    /// The receives after which [`Shared::resize_now_and_then`] resizes next, and how
+    /// many times it did.
+    next_resize: usize,
+    resizes: usize,
 }
 
 impl Shared {
     fn new(ctx: &Context, pd: &Pd, sends: HashMap<u8, Vec<bool>>) -> Shared {
-        let rcq = ctx.create_cq(&CqInit::new(1024)).unwrap();
+        let rcq = ctx.create_cq(&CqInit::new(CQ_SIZES[0])).unwrap();
         let srq = pd.create_srq(&SrqInit { max_wr: SLOTS as u32, max_sge: 1, ..SrqInit::default() }).unwrap();
         let rmr = pd.alloc_mr(SLOTS * SLOT, ALL_ACCESS).unwrap();
         for slot in 0..SLOTS {
             post_slot(&srq, &rmr, slot);
         }
-        Shared { rcq, srq, rmr, receipts: Receipts::new(sends) }
+        Shared { rcq, srq, rmr, receipts: Receipts::new(sends), next_resize: RESIZE_EVERY, resizes: 0 }
     }
 
     /// A responder QP taking from the SRQ.
     fn qp(&self, pd: &Pd) -> Qp {
         pd.create_qp(&QpInit { srq: Some(&self.srq), ..QpInit::new(QpType::Rc, &self.rcq, CAP) }).unwrap()
+    }
+
+    /// Resizes the receive CQ (ibv_resize_cq(3)) once every [`RESIZE_EVERY`] receives,
+    /// between [`CQ_SIZES`], while the requesters write into it.
+    fn resize_now_and_then(&mut self) {
+        if self.receipts.seen >= self.next_resize {
+            self.next_resize += RESIZE_EVERY;
+            self.resizes += 1;
+            self.rcq.resize(CQ_SIZES[self.resizes % 2]).unwrap();
+        }
     }
 
     /// Polls the receive CQ once: each completion checked, its slot posted again. The
@@ -314,6 +329,12 @@ impl Shared {
         n
     }
 }
+
+/// The sizes the tests' CQs alternate between: each holds every completion that can be
+/// outstanding (a batch per requester, a completion per receive).
+const CQ_SIZES: [u32; 2] = [1024, 256];
+/// Completions between two resizes of a CQ.
+const RESIZE_EVERY: usize = 50;
 
 /// Requests per batch, and batches per requester.
 const BATCH: u32 = 8;
@@ -388,7 +409,7 @@ fn threads(a: &Context, b: &Context, rounds: u32, timeout: u8, lossy: bool) {
     // while the others publish.
     const THREADS: u8 = 4;
     let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let scq = a.create_cq(&CqInit::new(1024)).unwrap();
+    let scq = a.create_cq(&CqInit::new(CQ_SIZES[0])).unwrap();
     let sends: HashMap<u8, Vec<bool>> = (0..THREADS).map(|w| (w, messages(w, rounds * BATCH))).collect();
     let mut shared = Shared::new(b, &bpd, sends);
     let mut owners = HashMap::new();
@@ -432,7 +453,11 @@ fn threads(a: &Context, b: &Context, rounds: u32, timeout: u8, lossy: bool) {
             for w in &wc[..n] {
                 route[&w.qp_num()].send(*w).expect("its requester is waiting");
             }
+            if (sent + n) / RESIZE_EVERY > sent / RESIZE_EVERY {
+                scq.resize(CQ_SIZES[(sent + n) / RESIZE_EVERY % 2]).unwrap();
+            }
             sent += n;
+            shared.resize_now_and_then();
             if n + shared.poll(&owners) == 0 {
                 std::thread::yield_now();
             }
@@ -533,6 +558,7 @@ fn processes_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothin
     let deadline = Instant::now() + WAIT * 2;
     while !shared.receipts.all_in() {
         assert!(Instant::now() < deadline, "{} receives after {:?}", shared.receipts.seen, WAIT * 2);
+        shared.resize_now_and_then();
         if shared.poll(&owners) == 0 {
             for (who, (child, ..)) in peers.iter_mut().enumerate() {
                 if let Some(status) = child.0.try_wait().unwrap() {

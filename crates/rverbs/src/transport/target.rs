@@ -488,8 +488,17 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
         }
         let name = || cq_segment::name(id, gen);
         if cached.as_ref().is_none_or(|c| c.gen != gen) {
-            let Ok(s) = peer.segment(&name()) else { return Err(Overrun) };
-            let Some(c) = CqSeg::open(s, gen) else { return Err(Overrun) };
+            let Some(c) = peer.segment(&name()).ok().and_then(|s| CqSeg::open(s, gen)) else {
+                // The owner may have resized the CQ since we read the generation, and
+                // unlinked that generation's segment: follow the record to the next one.
+                // Only a generation that is still current and will not open is lost.
+                let now = rec.gen.load(Ordering::Acquire);
+                if now == gen {
+                    return Err(Overrun);
+                }
+                gen = now;
+                continue;
+            };
             *cached = Some(c);
         }
         let cq = cached.as_ref().expect("just mapped");
