@@ -10,7 +10,8 @@
 //!   on the same QP returns what the WRITE placed;
 //! - every FETCH_ADD on the counter all requesters share adds once and returns its own
 //!   original (0, 1, … each once);
-//! - a CQ resized while they write into it (ibv_resize_cq(3)) keeps every completion;
+//! - a CQ resized while they write into it (ibv_resize_cq(3)) keeps every completion, an
+//!   SRQ resized while they take from it (ibv_modify_srq(3)) every receive;
 //! - nothing hangs: every wait is bounded.
 //!
 //! The processes test re-executes this binary as each requester (`RVERBS_TEST_ROLE`),
@@ -293,7 +294,7 @@ struct Shared {
 impl Shared {
     fn new(ctx: &Context, pd: &Pd, sends: HashMap<u8, Vec<bool>>) -> Shared {
         let rcq = ctx.create_cq(&CqInit::new(CQ_SIZES[0])).unwrap();
-        let srq = pd.create_srq(&SrqInit { max_wr: SLOTS as u32, max_sge: 1, ..SrqInit::default() }).unwrap();
+        let srq = pd.create_srq(&SrqInit { max_wr: SRQ_SIZES[0], max_sge: 1, ..SrqInit::default() }).unwrap();
         let rmr = pd.alloc_mr(SLOTS * SLOT, ALL_ACCESS).unwrap();
         for slot in 0..SLOTS {
             post_slot(&srq, &rmr, slot);
@@ -306,13 +307,16 @@ impl Shared {
         pd.create_qp(&QpInit { srq: Some(&self.srq), ..QpInit::new(QpType::Rc, &self.rcq, CAP) }).unwrap()
     }
 
-    /// Resizes the receive CQ (ibv_resize_cq(3)) once every [`RESIZE_EVERY`] receives,
-    /// between [`CQ_SIZES`], while the requesters write into it.
+    /// Resizes the receive CQ (ibv_resize_cq(3)) and the SRQ (ibv_modify_srq(3),
+    /// `max_wr`) once every [`RESIZE_EVERY`] receives, between [`CQ_SIZES`] and
+    /// [`SRQ_SIZES`], while the requesters write into the one and take from the other.
     fn resize_now_and_then(&mut self) {
         if self.receipts.seen >= self.next_resize {
             self.next_resize += RESIZE_EVERY;
             self.resizes += 1;
             self.rcq.resize(CQ_SIZES[self.resizes % 2]).unwrap();
+            let max_wr = SRQ_SIZES[self.resizes % 2];
+            self.srq.modify(&SrqAttr { max_wr, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
         }
     }
 
@@ -333,7 +337,9 @@ impl Shared {
 /// The sizes the tests' CQs alternate between: each holds every completion that can be
 /// outstanding (a batch per requester, a completion per receive).
 const CQ_SIZES: [u32; 2] = [1024, 256];
-/// Completions between two resizes of a CQ.
+/// The sizes the SRQ alternates between (it holds at most [`SLOTS`] receives).
+const SRQ_SIZES: [u32; 2] = [SLOTS as u32, 4 * SLOTS as u32];
+/// Completions between two resizes of a CQ (and receives between two of the SRQ).
 const RESIZE_EVERY: usize = 50;
 
 /// Requests per batch, and batches per requester.
