@@ -361,7 +361,7 @@ fn threads_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothing(
 /// completions when the ACKs arrive, by whichever thread takes them.
 #[test]
 fn threads_across_hosts_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothing() {
-    let (da, db) = (host([127, 0, 12, 1], None), host([127, 0, 12, 2], None));
+    let (da, db) = (device_on([127, 0, 12, 1], "producers", None), device_on([127, 0, 12, 2], "producers", None));
     threads(&da.open().unwrap(), &db.open().unwrap(), ROUNDS, PATH.timeout, false);
 }
 
@@ -372,38 +372,18 @@ fn threads_across_hosts_completing_to_one_cq_and_taking_from_one_srq_lose_and_re
 #[test]
 fn threads_across_a_lossy_network_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothing() {
     let faults = "seed=12,drop=2%,dup=2%,reorder=5%,reorder_by=200us,corrupt=1%";
-    let (da, db) = (host([127, 0, 12, 3], Some(faults)), host([127, 0, 12, 4], Some(faults)));
+    let (da, db) = (device_on([127, 0, 12, 3], "producers", Some(faults)), device_on([127, 0, 12, 4], "producers", Some(faults)));
     threads(&da.open().unwrap(), &db.open().unwrap(), ROUNDS / 4, 12, true);
 }
 
-/// A device of this process on the loopback address `ip` alone, sending through the
-/// packet fault injector `faults` if given (`RVERBS_FAULTS` syntax).
-fn host(ip: [u8; 4], faults: Option<&str>) -> Device {
-    let tag = format!("producers-{}", ip[3]);
-    let dir = std::env::temp_dir().join(format!("rverbs-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let faults = faults.map(|f| rverbs_proto::fault::FaultConfig::parse(f).unwrap());
-    DeviceConfig::new().name(&tag).runtime_dir(&dir).addresses(Some(vec![std::net::IpAddr::from(ip)])).net_faults(faults).open().unwrap()
-}
-
 /// Connects `qp` of `ctx` to QP `dest` of `dest_ctx` (the same device, or another one of
-/// this process: its first address's GID, with the local ACK `timeout`).
+/// this process, with the local ACK `timeout`).
 fn connect_qp(qp: &Qp, ctx: &Context, dest: &Qp, dest_ctx: &Context, timeout: u8) {
     if std::ptr::eq(ctx, dest_ctx) {
-        return connect_to(qp, ctx, dest.qp_num());
+        connect_to(qp, ctx, dest.qp_num());
+    } else {
+        connect_across(qp, dest_ctx, dest.qp_num(), timeout);
     }
-    let path = RemotePath {
-        access: ALL_ACCESS,
-        path_mtu: Mtu::Mtu1024,
-        timeout,
-        retry_cnt: PATH.retry_cnt,
-        rnr_retry: PATH.rnr_retry,
-        min_rnr_timer: PATH.min_rnr_timer,
-        max_rd_atomic: PATH.max_rd_atomic,
-        max_dest_rd_atomic: PATH.max_rd_atomic,
-        ..RemotePath::new(dest_ctx.query_gid(1, 1).unwrap(), 1, dest.qp_num())
-    };
-    qp.connect(&path).unwrap();
 }
 
 /// The threads tests: requesters on `a`, the responder's QPs, receive CQ and SRQ on `b`,

@@ -183,6 +183,21 @@ impl Responder {
         self.cur = None;
     }
 
+    /// The driver could not place packet `psn`, which the machine had accepted: the
+    /// memory its checks passed went away before the copy (deregistered, unmapped), a
+    /// violation `v` found at EXECUTE instead of CHK_RKEY. RC (§3.3 table): what was
+    /// queued for that packet (its ACK) gives way to the NAK of `v` with its PSN, and the
+    /// responder is in ERR once that is out, as for a failed check: the requester
+    /// completes with the NAK's status instead of retrying into silence. UC: the
+    /// responder ends silently (§3.5).
+    pub fn placement_failed(&mut self, psn: Psn, v: Violation) {
+        self.enter_error();
+        if self.cfg.mode == Mode::Rc {
+            let nak = Response { reason: Some(v), ..Response::ack(psn, Syndrome::Nak(nak_code(v)), self.msn) };
+            self.out.push_back(Work::One(nak));
+        }
+    }
+
     /// The transport of the requests it takes and the responses it sends: the mode's,
     /// or XRC for an XRC target.
     fn transport(&self) -> Transport {
@@ -894,13 +909,8 @@ impl Responder {
                 let rnr = Syndrome::RnrNak { timer: self.cfg.min_rnr_timer & 0x1f };
                 self.out.push_back(Work::One(Response::ack(req.psn, rnr, self.msn)));
             }
-            nak => {
-                let code = match nak {
-                    Nak::InvalidRequest => NakCode::InvalidRequest,
-                    Nak::RemoteAccess => NakCode::RemoteAccessError,
-                    _ => NakCode::RemoteOperationalError,
-                };
-                let nak = Response { reason: Some(v), ..Response::ack(req.psn, Syndrome::Nak(code), self.msn) };
+            _ => {
+                let nak = Response { reason: Some(v), ..Response::ack(req.psn, Syndrome::Nak(nak_code(v)), self.msn) };
                 self.out.push_back(Work::One(nak));
                 if let (Some(r), Some(status)) = (recv, v.recv_status()) {
                     delivery.recv = Some(RecvCompletion::error(r.wr_id, status, v.vendor_err()));
@@ -994,5 +1004,14 @@ fn recv_success(wr_id: u64, opcode: WcOpcode, byte_len: u32, req: &Request) -> R
         src_qp: 0,
         solicited: req.solicited,
         vendor_err: vendor_err::NONE,
+    }
+}
+
+/// The NAK code of a violation that is not an RNR (§3.3 table, §4).
+fn nak_code(v: Violation) -> NakCode {
+    match v.nak() {
+        Nak::InvalidRequest => NakCode::InvalidRequest,
+        Nak::RemoteAccess => NakCode::RemoteAccessError,
+        _ => NakCode::RemoteOperationalError,
     }
 }

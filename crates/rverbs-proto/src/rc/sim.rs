@@ -249,6 +249,9 @@ pub(super) struct Pair {
     pub(super) responses: Vec<(Instant, Response)>,
     /// PSNs of the requests the server executed, in order.
     pub(super) executed: Vec<u32>,
+    /// A PSN whose memory placement the driver finds gone (deregistered between the
+    /// machine's check and the copy): the sim reports it with `placement_failed`.
+    pub(super) lose_placement_of: Option<u32>,
     next_id: u64,
 }
 
@@ -273,6 +276,7 @@ impl Pair {
             sent: Vec::new(),
             responses: Vec::new(),
             executed: Vec::new(),
+            lose_placement_of: None,
             next_id: 1,
         }
     }
@@ -345,6 +349,9 @@ impl Pair {
                 self.executed.push(p.req.psn.get());
             }
             match d.place {
+                Some(Placement::Memory { .. }) if self.lose_placement_of == Some(p.req.psn.get()) => {
+                    self.server.placement_failed(p.req.psn, crate::violation::Violation::RkeyUnknown);
+                }
                 Some(Placement::Memory { va, .. }) => {
                     let o = (va - MR_BASE) as usize;
                     self.target.mem[o..o + p.payload.len()].copy_from_slice(&p.payload);

@@ -780,6 +780,23 @@ fn rc_fence_after_a_go_back_n_waits_only_for_reads_before_it() {
 // ---- §3.3 errors → NAK → §4 statuses; flush ----
 
 #[test]
+fn rc_write_whose_memory_goes_before_the_copy_is_naked_not_left_to_the_timer() {
+    // A WRITE of three packets whose region is deregistered after the machine checked
+    // the second: the driver cannot place it, and the requester hears the NAK at once.
+    let mut p = pair();
+    let w = p.post_write(MR_BASE, bytes(3 * MTU as usize, 5));
+    let s = p.post_send(bytes(8, 6));
+    p.lose_placement_of = Some(1);
+    p.drive();
+    let got: Vec<(u64, WcStatus)> = p.completions.iter().map(|c| (c.id, c.status)).collect();
+    assert_eq!(got, [(w, WcStatus::RemAccessErr), (s, WcStatus::WrFlushErr)]);
+    assert!(p.elapsed() < ack_timeout(10).unwrap(), "answered before any retransmit timer");
+    assert_eq!(p.server.state(), ResponderState::Error);
+    let naks: Vec<(u32, Option<Syndrome>)> = p.responses.iter().map(|(_, r)| (r.psn.get(), r.syndrome)).filter(|(_, s)| matches!(s, Some(Syndrome::Nak(_)))).collect();
+    assert_eq!(naks, [(1, Some(Syndrome::Nak(NakCode::RemoteAccessError)))]);
+}
+
+#[test]
 fn rc_nak_invalid_request_completes_rem_inv_req_err_and_flushes_the_rest() {
     let mut p = Pair::new(req_cfg(), ResponderConfig { access: Access::LOCAL_WRITE | Access::REMOTE_READ, ..resp_cfg() });
     let w = p.post_write(MR_BASE, bytes(8, 1));

@@ -486,8 +486,9 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                 match (placed, d.recv) {
                     (Err(v), _) => {
                         // The memory failed between the check and the copy (deregistered):
-                        // the QP ends, as for a failed check.
-                        machine.enter_error();
+                        // the QP ends, as for a failed check, and (RC) the requester hears
+                        // the NAK, sent once the QP is in ERR (below).
+                        machine.placement_failed(request.psn, v);
                         if let Some(r) = at.recv.take() {
                             out.send(net, local, src);
                             let _ = served.complete(of_receive(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()), Some(&r)));

@@ -263,3 +263,33 @@ pub fn spawn_child(test: &str, env: &[(&str, &str)]) -> (std::process::Child, st
     });
     (child, stdin, lines)
 }
+
+/// A device of this process alone on the loopback address `ip` (another "host" for
+/// RoCEv2 between two devices of one test), its runtime directory private to the test
+/// and named after `tag`, sending through the packet fault injector `faults` if given
+/// (`RVERBS_FAULTS` syntax, docs/fault-injection.md).
+pub fn device_on(ip: [u8; 4], tag: &str, faults: Option<&str>) -> Device {
+    let tag = format!("{tag}-{}", ip[3]);
+    let dir = std::env::temp_dir().join(format!("rverbs-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let faults = faults.map(|f| rverbs_proto::fault::FaultConfig::parse(f).unwrap());
+    DeviceConfig::new().name(&tag).runtime_dir(&dir).addresses(Some(vec![std::net::IpAddr::from(ip)])).net_faults(faults).open().unwrap()
+}
+
+/// Connects RC `qp` to QP `dest_qpn` of the device `dest_ctx` is open on, another device
+/// of this process ([`device_on`]): towards its first address's GID, path MTU 1024, the
+/// local ACK `timeout`, the rest as [`PATH`].
+pub fn connect_across(qp: &Qp, dest_ctx: &Context, dest_qpn: u32, timeout: u8) {
+    let path = RemotePath {
+        access: ALL_ACCESS,
+        path_mtu: Mtu::Mtu1024,
+        timeout,
+        retry_cnt: PATH.retry_cnt,
+        rnr_retry: PATH.rnr_retry,
+        min_rnr_timer: PATH.min_rnr_timer,
+        max_rd_atomic: PATH.max_rd_atomic,
+        max_dest_rd_atomic: PATH.max_rd_atomic,
+        ..RemotePath::new(dest_ctx.query_gid(1, 1).unwrap(), 1, dest_qpn)
+    };
+    qp.connect(&path).unwrap();
+}

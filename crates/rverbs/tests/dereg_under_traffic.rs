@@ -1,0 +1,262 @@
+//! ibv_dereg_mr(3) while a peer keeps writing into the region: once the deregistration
+//! returns, the device touches that memory no more, whoever writes (a thread of this
+//! process on the same-host link, another process, another host). The program may reuse
+//! the memory at once (free it, hand it to another library): a late write would
+//! corrupt whatever lives there then.
+//!
+//! Each round registers the same caller memory (page-aligned, as a program's buffer)
+//! with REMOTE_WRITE and hands its key to a requester, which WRITEs a pattern over it
+//! again and again, each WRITE polled before the next. Once a few have landed the owner
+//! deregisters, then zeroes the memory. Checked:
+//! - the requester's WRITEs end with IBV_WC_REM_ACCESS_ERR (its QP then in ERR; a new
+//!   pair takes the next round), within 10 s;
+//! - no WRITE posted after the deregistration returned completes with success (where the
+//!   requester is a thread of this process and can tell);
+//! - the zeroed memory stays zero: nothing landed after the deregistration returned.
+
+mod common;
+
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rverbs::*;
+
+/// Bytes of the caller memory.
+const LEN: usize = 1 << 16;
+/// Registrations per test.
+const ROUNDS: usize = 25;
+/// How long the requester may keep going after the deregistration.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Page-aligned caller memory, read and zeroed by 8-byte words (atomics: the device
+/// may write it from another thread or process while we look).
+struct UserMem {
+    ptr: *mut u8,
+}
+
+// SAFETY: the memory is only reached through atomic words (and by the device).
+unsafe impl Sync for UserMem {}
+
+impl UserMem {
+    fn new() -> UserMem {
+        let layout = std::alloc::Layout::from_size_align(LEN, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        UserMem { ptr }
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: `ptr` is LEN bytes, 4096-aligned, alive as long as `self`; AtomicU64
+        // has u64's size and alignment, and every access to the memory from this process
+        // goes through these words.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<AtomicU64>(), LEN / 8) }
+    }
+
+    fn zero(&self) {
+        self.words().iter().for_each(|w| w.store(0, Ordering::Relaxed));
+    }
+
+    /// The offset of the first word that is not zero, if any.
+    fn first_written(&self) -> Option<usize> {
+        self.words().iter().position(|w| w.load(Ordering::Relaxed) != 0).map(|i| i * 8)
+    }
+
+    /// Registers it on `pd` for remote writes.
+    fn register(&self, pd: &Pd) -> Mr {
+        // SAFETY: the memory outlives every registration of it (each is deregistered
+        // within the round, before `self` is dropped).
+        unsafe { pd.reg_mr(self.ptr, LEN, Access::LOCAL_WRITE | Access::REMOTE_WRITE) }.unwrap()
+    }
+}
+
+impl Drop for UserMem {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(LEN, 4096).unwrap();
+        // SAFETY: allocated in `new` with this layout; no registration names it now.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+/// The requester's side of a round: WRITEs of `src`'s first LEN bytes over the region
+/// (`addr`, `rkey`) on `a`, one at a time, until one fails. `landed` counts those that
+/// succeeded; `gone` is set by the owner once its deregistration returned. Returns the
+/// WRITEs posted after `gone` was seen that succeeded (there must be none).
+fn hammer(a: &Side, addr: u64, rkey: u32, landed: &AtomicUsize, gone: &AtomicBool) -> usize {
+    let sge = [a.mr.sge(0, LEN as u32).unwrap()];
+    let deadline = Instant::now() + WAIT * 2;
+    let mut late = 0;
+    for id in 0.. {
+        let after = gone.load(Ordering::SeqCst);
+        a.qp.post_send(&[SendWr::write(id, &sge, addr, rkey).signaled()]).unwrap();
+        let wc = poll_until(&a.cq, deadline);
+        match wc.status() {
+            WcStatus::Success if after => late += 1,
+            WcStatus::Success => {
+                landed.fetch_add(1, Ordering::SeqCst);
+            }
+            WcStatus::RemAccessErr => return late,
+            s => panic!("WRITE {id}: {s:?}"),
+        }
+        assert!(Instant::now() < deadline, "the WRITEs still land {:?} after the round began", WAIT * 2);
+    }
+    unreachable!()
+}
+
+/// The next completion of `cq`, waiting until `deadline` at most.
+fn poll_until(cq: &Cq, deadline: Instant) -> Wc {
+    let mut wc = [Wc::default(); 1];
+    loop {
+        if cq.poll(&mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        assert!(Instant::now() < deadline, "no completion");
+        std::thread::yield_now();
+    }
+}
+
+/// The owner's side of a round: waits until a few WRITEs landed, deregisters, zeroes the
+/// memory, then (once the requester is done) checks it is still zero.
+fn owner_round(mem: &UserMem, mr: Mr, landed: &AtomicUsize, gone: &AtomicBool, requester_done: impl FnOnce()) {
+    let deadline = Instant::now() + WAIT;
+    while landed.load(Ordering::SeqCst) < 3 {
+        assert!(Instant::now() < deadline, "no WRITE landed within {WAIT:?}");
+        std::thread::yield_now();
+    }
+    mr.dereg().unwrap();
+    gone.store(true, Ordering::SeqCst);
+    mem.zero();
+    requester_done();
+    assert_eq!(mem.first_written(), None, "a WRITE landed after ibv_dereg_mr returned");
+}
+
+/// Rounds between a requester `a` and QPs of the owner's device `ctx` (made by
+/// `connect`, which connects a new requester QP to a new owner QP), both in this process.
+fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, connect: &dyn Fn(&Side, &Qp, &Context)) {
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+    let mem = UserMem::new();
+    for round in 0..ROUNDS {
+        let a = new_requester();
+        a.mr.write(0, &vec![0xa5; LEN]).unwrap();
+        let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+        connect(&a, &b, ctx);
+        let mr = mem.register(&pd);
+        let (addr, rkey) = (mr.iova(), mr.rkey());
+        let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            let requester = s.spawn(|| hammer(&a, addr, rkey, &landed, &gone));
+            owner_round(&mem, mr, &landed, &gone, || {
+                let late = requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                assert_eq!(late, 0, "round {round}: WRITEs posted after ibv_dereg_mr returned completed with success");
+            });
+        });
+    }
+}
+
+/// The requester a thread of this process, on the same-host link (the express lane: it
+/// places the bytes itself, inside its post).
+#[test]
+fn no_write_of_a_thread_on_this_host_lands_after_dereg_returns() {
+    let ctx = open();
+    let connect = |a: &Side, b: &Qp, ctx: &Context| {
+        connect_to_qp(&a.qp, &a.ctx, b.qp_num());
+        connect_to_qp(b, ctx, a.qp.qp_num());
+    };
+    rounds_in_this_process(&ctx, &|| side(QpType::Rc), &connect);
+}
+
+/// The requester on another device of this process, across the loopback (127.0.13.1 and
+/// .2, served by this test only): the owner's network responder places the bytes.
+#[test]
+fn no_write_from_another_host_lands_after_dereg_returns() {
+    let (da, db) = (device_on([127, 0, 13, 1], "dereg", None), device_on([127, 0, 13, 2], "dereg", None));
+    let ctx = db.open().unwrap();
+    let requester = || {
+        let c = da.open().unwrap();
+        let pd = c.alloc_pd().unwrap();
+        let cq = c.create_cq(&CqInit::new(16)).unwrap();
+        let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+        let mr = pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
+        Side { ctx: c, pd, cq, qp, mr }
+    };
+    let connect = |a: &Side, b: &Qp, ctx: &Context| {
+        connect_across(&a.qp, ctx, b.qp_num(), PATH.timeout);
+        connect_across(b, &a.ctx, a.qp.qp_num(), PATH.timeout);
+    };
+    rounds_in_this_process(&ctx, &requester, &connect);
+}
+
+/// Connects `qp` to QP `dest_qpn` of this host.
+fn connect_to_qp(qp: &Qp, ctx: &Context, dest_qpn: u32) {
+    to_init(qp, ALL_ACCESS);
+    to_rtr(qp, ctx, dest_qpn, &PATH);
+    to_rts(qp, &PATH);
+}
+
+/// The requester in another process of this host (this binary run again), which reaches
+/// the memory as a peer does: through a shared mapping of the registration (the default)
+/// or cross-memory attach (`RVERBS_SHARED_MR=0`, which the test suite runs too).
+#[test]
+fn no_write_of_another_process_lands_after_dereg_returns() {
+    const TEST: &str = "no_write_of_another_process_lands_after_dereg_returns";
+    const PROCESS_ROUNDS: usize = 10;
+    if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
+        return requester_process(PROCESS_ROUNDS);
+    }
+    let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "requester")]);
+    let hear = || lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the requester said nothing within {WAIT:?} ({e})"));
+    let b = side(QpType::Rc);
+    let mem = UserMem::new();
+    for round in 0..PROCESS_ROUNDS {
+        let a_qpn: u32 = hear().trim().parse().unwrap();
+        let qp = b.pd.create_qp(&QpInit::new(QpType::Rc, &b.cq, CAP)).unwrap();
+        connect_to_qp(&qp, &b.ctx, a_qpn);
+        let mr = mem.register(&b.pd);
+        writeln!(stdin, "{} {} {}", qp.qp_num(), mr.iova(), mr.rkey()).unwrap();
+        stdin.flush().unwrap();
+        assert_eq!(hear().trim(), "landed", "round {round}");
+        let (landed, gone) = (AtomicUsize::new(3), AtomicBool::new(false));
+        owner_round(&mem, mr, &landed, &gone, || assert_eq!(hear().trim(), "stopped", "round {round}"));
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the requester: {status}");
+}
+
+/// The child's side: per round, a new QP connected to the parent's, WRITEs until one
+/// fails with IBV_WC_REM_ACCESS_ERR ("landed" once three succeeded, "stopped" after).
+fn requester_process(rounds: usize) {
+    let say = |msg: &str| {
+        println!("@@ {msg}");
+        std::io::stdout().flush().unwrap();
+    };
+    let mut lines = std::io::stdin().lock().lines();
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
+    mr.write(0, &vec![0xa5; LEN]).unwrap();
+    for _ in 0..rounds {
+        let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+        let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+        say(&qp.qp_num().to_string());
+        let line = lines.next().expect("the parent closed the pipe").unwrap();
+        let w: Vec<u64> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        let [b_qpn, addr, rkey] = w[..] else { panic!("the parent's QP, address and R_Key") };
+        connect_to_qp(&qp, &ctx, b_qpn as u32);
+        let a = Side { ctx: ctx.clone(), pd: pd.clone(), cq, qp, mr: mr.clone() };
+        let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            let h = s.spawn(|| hammer(&a, addr, rkey as u32, &landed, &gone));
+            let deadline = Instant::now() + WAIT;
+            while landed.load(Ordering::SeqCst) < 3 {
+                assert!(Instant::now() < deadline, "no WRITE landed within {WAIT:?}");
+                std::thread::yield_now();
+            }
+            say("landed");
+            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        });
+        say("stopped");
+    }
+}
