@@ -5,14 +5,17 @@
 //! corrupt whatever lives there then.
 //!
 //! Each round registers the same caller memory (page-aligned, as a program's buffer)
-//! with REMOTE_WRITE and hands its key to a requester, which WRITEs a pattern over it
-//! again and again, each WRITE polled before the next. Once a few have landed the owner
-//! deregisters, then zeroes the memory. Checked:
-//! - the requester's WRITEs end with IBV_WC_REM_ACCESS_ERR (its QP then in ERR; a new
+//! and hands its key to a requester, which WRITEs a pattern over it (even rounds) or
+//! READs it whole (odd rounds) again and again, each request polled before the next.
+//! Once a few have completed the owner deregisters, then reuses the memory: zeroes it
+//! (WRITE rounds) or stores a secret in it (READ rounds). Checked:
+//! - the requester's requests end with IBV_WC_REM_ACCESS_ERR (its QP then in ERR; a new
 //!   pair takes the next round), within 10 s;
-//! - no WRITE posted after the deregistration returned completes with success (where the
-//!   requester is a thread of this process and can tell);
-//! - the zeroed memory stays zero: nothing landed after the deregistration returned.
+//! - no request posted after the deregistration returned completes with success (where
+//!   the requester is a thread of this process and can tell);
+//! - the zeroed memory stays zero: nothing landed after the deregistration returned;
+//! - every READ that succeeded returned the memory as it was registered, never a byte of
+//!   the secret: nothing was read after the deregistration returned.
 
 mod common;
 
@@ -29,6 +32,27 @@ const LEN: usize = 1 << 16;
 const ROUNDS: usize = 25;
 /// How long the requester may keep going after the deregistration.
 const WAIT: Duration = Duration::from_secs(10);
+/// What the memory holds while a READ round's registration lasts, and what the owner
+/// stores in it once the deregistration returned.
+const PUBLIC: u8 = 0x11;
+const SECRET: u8 = 0x5a;
+
+/// What the requester does to the region in a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Write,
+    Read,
+}
+
+impl Dir {
+    fn of_round(round: usize) -> Dir {
+        if round.is_multiple_of(2) {
+            Dir::Write
+        } else {
+            Dir::Read
+        }
+    }
+}
 
 /// Page-aligned caller memory, read and zeroed by 8-byte words (atomics: the device
 /// may write it from another thread or process while we look).
@@ -55,8 +79,9 @@ impl UserMem {
         unsafe { std::slice::from_raw_parts(self.ptr.cast::<AtomicU64>(), LEN / 8) }
     }
 
-    fn zero(&self) {
-        self.words().iter().for_each(|w| w.store(0, Ordering::Relaxed));
+    fn fill(&self, byte: u8) {
+        let word = u64::from_ne_bytes([byte; 8]);
+        self.words().iter().for_each(|w| w.store(word, Ordering::Relaxed));
     }
 
     /// The offset of the first word that is not zero, if any.
@@ -64,11 +89,16 @@ impl UserMem {
         self.words().iter().position(|w| w.load(Ordering::Relaxed) != 0).map(|i| i * 8)
     }
 
-    /// Registers it on `pd` for remote writes.
-    fn register(&self, pd: &Pd) -> Mr {
+    /// Registers it on `pd` for remote writes and reads, holding `PUBLIC` for a READ
+    /// round.
+    fn register(&self, pd: &Pd, dir: Dir) -> Mr {
+        if dir == Dir::Read {
+            self.fill(PUBLIC);
+        }
+        let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
         // SAFETY: the memory outlives every registration of it (each is deregistered
         // within the round, before `self` is dropped).
-        unsafe { pd.reg_mr(self.ptr, LEN, Access::LOCAL_WRITE | Access::REMOTE_WRITE) }.unwrap()
+        unsafe { pd.reg_mr(self.ptr, LEN, access) }.unwrap()
     }
 }
 
@@ -80,25 +110,36 @@ impl Drop for UserMem {
     }
 }
 
-/// The requester's side of a round: WRITEs of `src`'s first LEN bytes over the region
-/// (`addr`, `rkey`) on `a`, one at a time, until one fails. `landed` counts those that
+/// The requester's side of a round: WRITEs of `a`'s region's first LEN bytes (which
+/// hold 0xa5) over the region (`addr`, `rkey`), or READs of it into them, one at a time,
+/// until one fails. Each READ must return `PUBLIC` only. `landed` counts those that
 /// succeeded; `gone` is set by the owner once its deregistration returned. Returns the
-/// WRITEs posted after `gone` was seen that succeeded (there must be none).
-fn hammer(a: &Side, addr: u64, rkey: u32, landed: &AtomicUsize, gone: &AtomicBool) -> usize {
+/// requests posted after `gone` was seen that succeeded (there must be none).
+fn hammer(a: &Side, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: &AtomicBool) -> usize {
     let sge = [a.mr.sge(0, LEN as u32).unwrap()];
     let deadline = Instant::now() + WAIT * 2;
     let mut late = 0;
+    let mut back = vec![0u8; LEN];
     for id in 0.. {
         let after = gone.load(Ordering::SeqCst);
-        a.qp.post_send(&[SendWr::write(id, &sge, addr, rkey).signaled()]).unwrap();
+        let wr = match dir {
+            Dir::Write => SendWr::write(id, &sge, addr, rkey),
+            Dir::Read => SendWr::read(id, &sge, addr, rkey),
+        };
+        a.qp.post_send(&[wr.signaled()]).unwrap();
         let wc = poll_until(&a.cq, deadline);
+        if dir == Dir::Read && wc.status() == WcStatus::Success {
+            a.mr.read(0, &mut back).unwrap();
+            let leaked = back.iter().position(|&b| b != PUBLIC);
+            assert_eq!(leaked, None, "READ {id} returned bytes the memory held after ibv_dereg_mr returned");
+        }
         match wc.status() {
             WcStatus::Success if after => late += 1,
             WcStatus::Success => {
                 landed.fetch_add(1, Ordering::SeqCst);
             }
             WcStatus::RemAccessErr => return late,
-            s => panic!("WRITE {id}: {s:?}"),
+            s => panic!("{dir:?} {id}: {s:?}"),
         }
         assert!(Instant::now() < deadline, "the WRITEs still land {:?} after the round began", WAIT * 2);
     }
@@ -117,19 +158,22 @@ fn poll_until(cq: &Cq, deadline: Instant) -> Wc {
     }
 }
 
-/// The owner's side of a round: waits until a few WRITEs landed, deregisters, zeroes the
-/// memory, then (once the requester is done) checks it is still zero.
-fn owner_round(mem: &UserMem, mr: Mr, landed: &AtomicUsize, gone: &AtomicBool, requester_done: impl FnOnce()) {
+/// The owner's side of a round: waits until a few requests completed, deregisters,
+/// reuses the memory (zero for a WRITE round, `SECRET` for a READ round), then (once the
+/// requester is done) checks that a WRITE round's zeroes are still there.
+fn owner_round(mem: &UserMem, mr: Mr, dir: Dir, landed: &AtomicUsize, gone: &AtomicBool, requester_done: impl FnOnce()) {
     let deadline = Instant::now() + WAIT;
     while landed.load(Ordering::SeqCst) < 3 {
-        assert!(Instant::now() < deadline, "no WRITE landed within {WAIT:?}");
+        assert!(Instant::now() < deadline, "no {dir:?} completed within {WAIT:?}");
         std::thread::yield_now();
     }
     mr.dereg().unwrap();
     gone.store(true, Ordering::SeqCst);
-    mem.zero();
+    mem.fill(if dir == Dir::Write { 0 } else { SECRET });
     requester_done();
-    assert_eq!(mem.first_written(), None, "a WRITE landed after ibv_dereg_mr returned");
+    if dir == Dir::Write {
+        assert_eq!(mem.first_written(), None, "a WRITE landed after ibv_dereg_mr returned");
+    }
 }
 
 /// Rounds between a requester `a` and QPs of the owner's device `ctx` (made by
@@ -143,14 +187,15 @@ fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, conne
         a.mr.write(0, &vec![0xa5; LEN]).unwrap();
         let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
         connect(&a, &b, ctx);
-        let mr = mem.register(&pd);
+        let dir = Dir::of_round(round);
+        let mr = mem.register(&pd, dir);
         let (addr, rkey) = (mr.iova(), mr.rkey());
         let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
         std::thread::scope(|s| {
-            let requester = s.spawn(|| hammer(&a, addr, rkey, &landed, &gone));
-            owner_round(&mem, mr, &landed, &gone, || {
+            let requester = s.spawn(|| hammer(&a, addr, rkey, dir, &landed, &gone));
+            owner_round(&mem, mr, dir, &landed, &gone, || {
                 let late = requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                assert_eq!(late, 0, "round {round}: WRITEs posted after ibv_dereg_mr returned completed with success");
+                assert_eq!(late, 0, "round {round}: {dir:?}s posted after ibv_dereg_mr returned completed with success");
             });
         });
     }
@@ -214,19 +259,21 @@ fn no_write_of_another_process_lands_after_dereg_returns() {
         let a_qpn: u32 = hear().trim().parse().unwrap();
         let qp = b.pd.create_qp(&QpInit::new(QpType::Rc, &b.cq, CAP)).unwrap();
         connect_to_qp(&qp, &b.ctx, a_qpn);
-        let mr = mem.register(&b.pd);
-        writeln!(stdin, "{} {} {}", qp.qp_num(), mr.iova(), mr.rkey()).unwrap();
+        let dir = Dir::of_round(round);
+        let mr = mem.register(&b.pd, dir);
+        writeln!(stdin, "{} {} {} {}", qp.qp_num(), mr.iova(), mr.rkey(), round % 2).unwrap();
         stdin.flush().unwrap();
         assert_eq!(hear().trim(), "landed", "round {round}");
         let (landed, gone) = (AtomicUsize::new(3), AtomicBool::new(false));
-        owner_round(&mem, mr, &landed, &gone, || assert_eq!(hear().trim(), "stopped", "round {round}"));
+        owner_round(&mem, mr, dir, &landed, &gone, || assert_eq!(hear().trim(), "stopped", "round {round}"));
     }
     let status = child.wait().unwrap();
     assert!(status.success(), "the requester: {status}");
 }
 
-/// The child's side: per round, a new QP connected to the parent's, WRITEs until one
-/// fails with IBV_WC_REM_ACCESS_ERR ("landed" once three succeeded, "stopped" after).
+/// The child's side: per round, a new QP connected to the parent's, WRITEs or READs
+/// until one fails with IBV_WC_REM_ACCESS_ERR ("landed" once three succeeded, "stopped"
+/// after; a READ that returns the parent's secret fails the child).
 fn requester_process(rounds: usize) {
     let say = |msg: &str| {
         println!("@@ {msg}");
@@ -243,12 +290,13 @@ fn requester_process(rounds: usize) {
         say(&qp.qp_num().to_string());
         let line = lines.next().expect("the parent closed the pipe").unwrap();
         let w: Vec<u64> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
-        let [b_qpn, addr, rkey] = w[..] else { panic!("the parent's QP, address and R_Key") };
+        let [b_qpn, addr, rkey, odd] = w[..] else { panic!("the parent's QP, address, R_Key and round's parity") };
+        let dir = Dir::of_round(odd as usize);
         connect_to_qp(&qp, &ctx, b_qpn as u32);
         let a = Side { ctx: ctx.clone(), pd: pd.clone(), cq, qp, mr: mr.clone() };
         let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
         std::thread::scope(|s| {
-            let h = s.spawn(|| hammer(&a, addr, rkey as u32, &landed, &gone));
+            let h = s.spawn(|| hammer(&a, addr, rkey as u32, dir, &landed, &gone));
             let deadline = Instant::now() + WAIT;
             while landed.load(Ordering::SeqCst) < 3 {
                 assert!(Instant::now() < deadline, "no WRITE landed within {WAIT:?}");

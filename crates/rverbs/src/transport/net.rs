@@ -48,6 +48,7 @@ use rverbs_proto::psn::Psn;
 use rverbs_proto::rc::{self, Mode, ReadSource, Request, Responder, Response};
 use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpType, WcStatus};
+use rverbs_proto::violation::Violation;
 use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::{Position, Transport};
 
@@ -522,11 +523,21 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             // an error that ends the QP leaves once the QP is in ERR (below), as on the same
             // host: a requester that hears it and tells the application, which tells the
             // target's, finds the target QP in ERR.
-            let read = |s, payload: &mut [u8]| at.read_source(s, payload).is_ok();
-            if fail.is_some() {
-                queue_responses(machine, now, dest_qpn, read, &mut last_words, |_| {});
+            let mut read = |s, payload: &mut [u8]| at.read_source(s, payload);
+            let unreadable = if fail.is_some() {
+                queue_responses(machine, now, dest_qpn, &mut read, &mut last_words, |_| {}).unreadable
             } else {
-                only_acks &= queue_responses(machine, now, dest_qpn, read, out, |full| full.send(net, local, src));
+                let q = queue_responses(machine, now, dest_qpn, &mut read, out, |full| full.send(net, local, src));
+                only_acks &= q.only_acks;
+                q.unreadable
+            };
+            if let Some((psn, v)) = unreadable {
+                // A READ's region went away between the check and this packet's copy: as
+                // a failed check, the NAK of that packet, sent once the QP is in ERR. What
+                // left before it stays sent.
+                machine.placement_failed(psn, v);
+                fail = Some(Some(EventType::QpAccessErr));
+                queue_responses(machine, now, dest_qpn, &mut read, &mut last_words, |_| {});
             }
             drop(at);
             nr.held = held;
@@ -585,28 +596,26 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
 /// of one system call per packet.
 ///
 /// When `read` fails (the region was deregistered during the READ) the packet is not
-/// queued and nothing more is built: the requester times out (the READ's remaining
-/// responses stay with the machine, as it left them).
-///
-/// Returns whether every response it built was a plain ACK (no NAK, READ response or
-/// atomic ACK), which an inline receive may hold ([`crate::qp::acks`]).
+/// queued and nothing more is built: the caller answers as for a failed key check
+/// (`Responder::placement_failed` with the packet's PSN, docs/rocev2-wire.md §3.3).
 fn queue_responses(
     machine: &mut Responder,
     now: Instant,
     dest_qpn: u32,
-    mut read: impl FnMut(ReadSource, &mut [u8]) -> bool,
+    mut read: impl FnMut(ReadSource, &mut [u8]) -> Result<(), Violation>,
     out: &mut Batch,
     mut full: impl FnMut(&mut Batch),
-) -> bool {
-    let mut only_acks = true;
+) -> Queued {
+    let mut q = Queued { only_acks: true, unreadable: None };
     while let Some(resp) = machine.poll_transmit(now) {
-        only_acks &= resp.opcode.operation() == Some(rverbs_proto::wire::Operation::Acknowledge)
+        q.only_acks &= resp.opcode.operation() == Some(rverbs_proto::wire::Operation::Acknowledge)
             && matches!(resp.syndrome, Some(rverbs_proto::wire::Syndrome::Ack { .. }));
         let repr = resp.to_repr(dest_qpn);
         let mut packet = Packet::new_unchecked(out.next(repr.buffer_len()));
         repr.emit(&mut packet);
         if let Some(s) = resp.source {
-            if !read(s, packet.payload_mut()) {
+            if let Err(v) = read(s, packet.payload_mut()) {
+                q.unreadable = Some((resp.psn, v));
                 break;
             }
         }
@@ -614,14 +623,22 @@ fn queue_responses(
             full(out);
         }
     }
-    only_acks
+    q
+}
+
+/// What [`queue_responses`] built.
+struct Queued {
+    /// Every response was a plain ACK (no NAK, READ response or atomic ACK), which an
+    /// inline receive may hold ([`crate::qp::acks`]).
+    only_acks: bool,
+    /// The READ response whose bytes could not be read, which stopped it: its PSN and why.
+    unreadable: Option<(Psn, Violation)>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use rverbs_proto::rc::{AtomicOp, RecvSlot, ResponderConfig, Target};
-    use rverbs_proto::violation::Violation;
     use rverbs_proto::wire::{FethRepr, OpCode, Operation, RethRepr};
 
     const MTU: u32 = 1024;
@@ -671,23 +688,34 @@ mod tests {
 
     /// The bytes a READ response carries for the range at `va`: each byte the low byte of
     /// its MTU-sized block's number, so a packet read from the wrong place shows.
-    fn fill(s: ReadSource, payload: &mut [u8]) -> bool {
+    fn fill(s: ReadSource, payload: &mut [u8]) -> Result<(), Violation> {
         assert_eq!(payload.len(), s.len as usize);
         payload.fill(((s.va - VA) / u64::from(MTU)) as u8);
-        true
+        Ok(())
     }
 
     /// Drains `machine`'s responses as the network responder does ([`queue_responses`]),
     /// each packet's data by `read`: the batches handed over full, then what is left to
     /// send at the end of the run.
-    fn drain(machine: &mut Responder, read: impl FnMut(ReadSource, &mut [u8]) -> bool) -> (Vec<Vec<Vec<u8>>>, Vec<Vec<u8>>) {
+    fn drain(machine: &mut Responder, read: impl FnMut(ReadSource, &mut [u8]) -> Result<(), Violation>) -> Drained {
+        drain_or_stop(machine, read).0
+    }
+
+    /// The batches handed over full, then what is left to send at the end of the run.
+    type Drained = (Vec<Vec<Vec<u8>>>, Vec<Vec<u8>>);
+
+    /// [`drain`], with the READ response whose bytes could not be read, if one stopped it.
+    fn drain_or_stop(
+        machine: &mut Responder,
+        read: impl FnMut(ReadSource, &mut [u8]) -> Result<(), Violation>,
+    ) -> (Drained, Option<(Psn, Violation)>) {
         let mut out = Batch::default();
         let mut handed = Vec::new();
-        queue_responses(machine, Instant::now(), DEST_QPN, read, &mut out, |full| {
+        let q = queue_responses(machine, Instant::now(), DEST_QPN, read, &mut out, |full| {
             handed.push(full.queued().to_vec());
             full.sent();
         });
-        (handed, out.queued().to_vec())
+        ((handed, out.queued().to_vec()), q.unreadable)
     }
 
     /// Each packet's opcode, PSN, payload length and first payload byte (parsed back).
@@ -730,7 +758,7 @@ mod tests {
             let mut machine = Responder::new(ResponderConfig { mtu: MTU, ..ResponderConfig::TEMPLATE });
             let _ = machine.handle_request(Instant::now(), req, &mut AnyKey);
             let mut out = Batch::default();
-            let only_acks = queue_responses(&mut machine, Instant::now(), DEST_QPN, fill, &mut out, |_| {});
+            let only_acks = queue_responses(&mut machine, Instant::now(), DEST_QPN, fill, &mut out, |_| {}).only_acks;
             (only_acks, out.queued().len())
         };
         let mut write = Request::new(OpCode::RcRdmaWriteOnly, Psn::new(0));
@@ -831,13 +859,21 @@ mod tests {
 
     /// docs/rocev2-wire.md §3.3: a region deregistered during a READ stops its stream: the
     /// packets before the one whose bytes could not be read leave, that one and the rest do
-    /// not (the requester times out and retries).
+    /// not, and the caller learns which one (to answer with its NAK, as rxe's
+    /// `read_reply` does when its region check fails).
     #[test]
     fn a_read_whose_region_went_away_stops_at_that_packet() {
         let mut machine = responder_after_read(64 << 10);
-        let (handed, rest) = drain(&mut machine, |s, p| s.va < VA + 10 * u64::from(MTU) && fill(s, p));
+        let gone = |s: ReadSource, p: &mut [u8]| if s.va < VA + 10 * u64::from(MTU) { fill(s, p) } else { Err(Violation::RkeyUnknown) };
+        let ((handed, rest), unreadable) = drain_or_stop(&mut machine, gone);
         assert!(handed.is_empty());
         assert_eq!(parsed(&rest), read_stream(0, 64)[..10]);
+        assert_eq!(unreadable, Some((Psn::new(10), Violation::RkeyUnknown)));
+        machine.placement_failed(Psn::new(10), Violation::RkeyUnknown);
+        let (handed, rest) = drain(&mut machine, fill);
+        assert!(handed.is_empty());
+        assert_eq!(parsed(&rest), [(Operation::Acknowledge, 10, 0, 0)], "the NAK of that packet, and nothing after");
+        assert_eq!(machine.state(), rverbs_proto::rc::ResponderState::Error);
     }
 
     /// docs/rocev2-wire.md §3.3 "duplicate": a duplicate READ inside the original is
