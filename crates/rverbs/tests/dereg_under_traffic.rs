@@ -7,8 +7,10 @@
 //! Each round registers the same caller memory (page-aligned, as a program's buffer)
 //! and hands its key to a requester, which WRITEs a pattern over it (even rounds) or
 //! READs it whole (odd rounds) again and again, each request polled before the next.
-//! Once a few have completed the owner deregisters, then reuses the memory: zeroes it
-//! (WRITE rounds) or stores a secret in it (READ rounds). Checked:
+//! Once a few have completed the owner deregisters (or, every other pair of rounds in
+//! this process, moves the region to other memory with ibv_rereg_mr(3)
+//! `IBV_REREG_MR_CHANGE_TRANSLATION`), then reuses the memory: zeroes it (WRITE rounds)
+//! or stores a secret in it (READ rounds). Checked:
 //! - the requester's requests end with IBV_WC_REM_ACCESS_ERR (its QP then in ERR; a new
 //!   pair takes the next round), within 10 s;
 //! - no request posted after the deregistration returned completes with success (where
@@ -158,16 +160,30 @@ fn poll_until(cq: &Cq, deadline: Instant) -> Wc {
     }
 }
 
-/// The owner's side of a round: waits until a few requests completed, deregisters,
-/// reuses the memory (zero for a WRITE round, `SECRET` for a READ round), then (once the
-/// requester is done) checks that a WRITE round's zeroes are still there.
-fn owner_round(mem: &UserMem, mr: Mr, dir: Dir, landed: &AtomicUsize, gone: &AtomicBool, requester_done: impl FnOnce()) {
+/// The owner's side of a round: waits until a few requests completed, takes the memory
+/// from the device (deregisters, or with `moved_to` moves the region there with
+/// ibv_rereg_mr(3) `IBV_REREG_MR_CHANGE_TRANSLATION`, after which the requester's
+/// addresses are outside it), reuses the memory (zero for a WRITE round, `SECRET` for a
+/// READ round), then (once the requester is done) checks that a WRITE round's zeroes
+/// are still there.
+#[allow(clippy::too_many_arguments)]
+fn owner_round(mem: &UserMem, mr: Mr, moved_to: Option<&UserMem>, dir: Dir, landed: &AtomicUsize, gone: &AtomicBool, requester_done: impl FnOnce()) {
     let deadline = Instant::now() + WAIT;
     while landed.load(Ordering::SeqCst) < 3 {
         assert!(Instant::now() < deadline, "no {dir:?} completed within {WAIT:?}");
         std::thread::yield_now();
     }
-    mr.dereg().unwrap();
+    let _moved = match moved_to {
+        None => {
+            mr.dereg().unwrap();
+            None
+        }
+        Some(new) => {
+            // SAFETY: `new` outlives the region (dropped at the end of this function).
+            unsafe { mr.rereg_translation(ReregFlags::empty(), new.ptr, LEN, None, None) }.unwrap();
+            Some(mr)
+        }
+    };
     gone.store(true, Ordering::SeqCst);
     mem.fill(if dir == Dir::Write { 0 } else { SECRET });
     requester_done();
@@ -181,8 +197,10 @@ fn owner_round(mem: &UserMem, mr: Mr, dir: Dir, landed: &AtomicUsize, gone: &Ato
 fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, connect: &dyn Fn(&Side, &Qp, &Context)) {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
-    let mem = UserMem::new();
+    let (mem, elsewhere) = (UserMem::new(), UserMem::new());
     for round in 0..ROUNDS {
+        // Rounds 0 and 1 deregister, 2 and 3 move the region, and so on.
+        let moved_to = (round / 2 % 2 == 1).then_some(&elsewhere);
         let a = new_requester();
         a.mr.write(0, &vec![0xa5; LEN]).unwrap();
         let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
@@ -193,7 +211,7 @@ fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, conne
         let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
         std::thread::scope(|s| {
             let requester = s.spawn(|| hammer(&a, addr, rkey, dir, &landed, &gone));
-            owner_round(&mem, mr, dir, &landed, &gone, || {
+            owner_round(&mem, mr, moved_to, dir, &landed, &gone, || {
                 let late = requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
                 assert_eq!(late, 0, "round {round}: {dir:?}s posted after ibv_dereg_mr returned completed with success");
             });
@@ -265,7 +283,7 @@ fn another_process_reaches_deregistered_memory_no_more() {
         stdin.flush().unwrap();
         assert_eq!(hear().trim(), "landed", "round {round}");
         let (landed, gone) = (AtomicUsize::new(3), AtomicBool::new(false));
-        owner_round(&mem, mr, dir, &landed, &gone, || assert_eq!(hear().trim(), "stopped", "round {round}"));
+        owner_round(&mem, mr, None, dir, &landed, &gone, || assert_eq!(hear().trim(), "stopped", "round {round}"));
     }
     let status = child.wait().unwrap();
     assert!(status.success(), "the requester: {status}");
