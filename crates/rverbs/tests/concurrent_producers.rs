@@ -486,17 +486,7 @@ fn requester_process(who: u8) {
     connect_to(&qp, &ctx, b_qpn as u32);
     say("ready");
     assert!(hear().is_empty(), "go");
-    let mut done = || {
-        let deadline = Instant::now() + WAIT;
-        let mut wc = [Wc::default(); 1];
-        loop {
-            if cq.poll(&mut wc).unwrap() == 1 {
-                return wc[0];
-            }
-            assert!(Instant::now() < deadline, "requester {who}: no completion within {WAIT:?}");
-            std::thread::yield_now();
-        }
-    };
+    let mut done = || poll_one(&cq);
     let remote = Remote { target: (rkey as u32, addr), counter: (counter_rkey as u32, counter_addr) };
     let originals = requester(who, &qp, &src, remote, ROUNDS, false, &mut done);
     let list: Vec<String> = originals.iter().map(u64::to_string).collect();

@@ -129,7 +129,7 @@ fn hammer(a: &Side, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: 
             Dir::Read => SendWr::read(id, &sge, addr, rkey),
         };
         a.qp.post_send(&[wr.signaled()]).unwrap();
-        let wc = poll_until(&a.cq, deadline);
+        let wc = poll_one(&a.cq);
         if dir == Dir::Read && wc.status() == WcStatus::Success {
             a.mr.read(0, &mut back).unwrap();
             let leaked = back.iter().position(|&b| b != PUBLIC);
@@ -146,18 +146,6 @@ fn hammer(a: &Side, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: 
         assert!(Instant::now() < deadline, "the WRITEs still land {:?} after the round began", WAIT * 2);
     }
     unreachable!()
-}
-
-/// The next completion of `cq`, waiting until `deadline` at most.
-fn poll_until(cq: &Cq, deadline: Instant) -> Wc {
-    let mut wc = [Wc::default(); 1];
-    loop {
-        if cq.poll(&mut wc).unwrap() == 1 {
-            return wc[0];
-        }
-        assert!(Instant::now() < deadline, "no completion");
-        std::thread::yield_now();
-    }
 }
 
 /// The owner's side of a round: waits until a few requests completed, takes the memory
