@@ -220,12 +220,24 @@ impl MwInner {
         Ok(())
     }
 
+    /// ibv_dealloc_mw(3): the window's key grants nothing from now on, and no access
+    /// through it is in progress once this returns (as deregistration, `MrInner::retire`:
+    /// an access counts itself in its region's record, then checks the window's state;
+    /// here the state is stored, then the region's count waited for). The wait covers
+    /// every access to the region, not only the window's: bounded as deregistration's.
+    /// (A device thread that held the last handle for a moment, `KeyTable::invalidate_mw`
+    /// while the program dropped its own, may wait here on its own access to the region:
+    /// the bound ends that, the key refused all the same.)
     fn release(&self) {
         if !self.released.swap(true, Ordering::AcqRel) {
             let mut core = self.core.lock().expect("mw");
-            core.binding = None;
+            let binding = core.binding.take();
             self.record(core.rkey).state.store(KEY_STATE_INVALID, Ordering::SeqCst);
             self.endpoint.keys.remove(core.rkey);
+            drop(core);
+            if let Some(b) = binding {
+                b.mr.wait_idle();
+            }
             self.pd.release();
         }
     }

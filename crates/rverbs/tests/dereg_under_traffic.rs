@@ -7,10 +7,11 @@
 //! Each round registers the same caller memory (page-aligned, as a program's buffer)
 //! and hands its key to a requester, which WRITEs a pattern over it (even rounds) or
 //! READs it whole (odd rounds) again and again, each request polled before the next.
-//! Once a few have completed the owner deregisters (or, every other pair of rounds in
-//! this process, moves the region to other memory with ibv_rereg_mr(3)
-//! `IBV_REREG_MR_CHANGE_TRANSLATION`), then reuses the memory: zeroes it (WRITE rounds)
-//! or stores a secret in it (READ rounds). Checked:
+//! Once a few have completed the owner deregisters (in this process, one pair of rounds
+//! in three moves the region to other memory with ibv_rereg_mr(3)
+//! `IBV_REREG_MR_CHANGE_TRANSLATION` instead, and one lets the requester in through a
+//! type 2 window over it and deallocates the window, ibv_dealloc_mw(3)), then reuses the
+//! memory: zeroes it (WRITE rounds) or stores a secret in it (READ rounds). Checked:
 //! - the requester's requests end with IBV_WC_REM_ACCESS_ERR (its QP then in ERR; a new
 //!   pair takes the next round), within 10 s;
 //! - no request posted after the deregistration returned completes with success (where
@@ -97,7 +98,7 @@ impl UserMem {
         if dir == Dir::Read {
             self.fill(PUBLIC);
         }
-        let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::MW_BIND;
         // SAFETY: the memory outlives every registration of it (each is deregistered
         // within the round, before `self` is dropped).
         unsafe { pd.reg_mr(self.ptr, LEN, access) }.unwrap()
@@ -148,36 +149,54 @@ fn hammer(a: &Side, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: 
     unreachable!()
 }
 
+/// How the owner takes the memory from the device in a round.
+enum Retire<'a> {
+    /// ibv_dereg_mr(3).
+    Dereg,
+    /// ibv_rereg_mr(3) `IBV_REREG_MR_CHANGE_TRANSLATION` to this memory: the requester's
+    /// addresses are outside the region then.
+    MoveTo(&'a UserMem),
+    /// The requester reaches the memory through this type 2 window over it, and the
+    /// owner deallocates the window (ibv_dealloc_mw(3)); the region stays registered.
+    Dealloc(Mw),
+}
+
 /// The owner's side of a round: waits until a few requests completed, takes the memory
-/// from the device (deregisters, or with `moved_to` moves the region there with
-/// ibv_rereg_mr(3) `IBV_REREG_MR_CHANGE_TRANSLATION`, after which the requester's
-/// addresses are outside it), reuses the memory (zero for a WRITE round, `SECRET` for a
+/// from the device (`retire`), reuses the memory (zero for a WRITE round, `SECRET` for a
 /// READ round), then (once the requester is done) checks that a WRITE round's zeroes
 /// are still there.
 #[allow(clippy::too_many_arguments)]
-fn owner_round(mem: &UserMem, mr: Mr, moved_to: Option<&UserMem>, dir: Dir, landed: &AtomicUsize, gone: &AtomicBool, requester_done: impl FnOnce()) {
+fn owner_round(mem: &UserMem, mr: Mr, retire: Retire<'_>, dir: Dir, landed: &AtomicUsize, gone: &AtomicBool, requester_done: impl FnOnce()) {
     let deadline = Instant::now() + WAIT;
     while landed.load(Ordering::SeqCst) < 3 {
         assert!(Instant::now() < deadline, "no {dir:?} completed within {WAIT:?}");
         std::thread::yield_now();
     }
-    let _moved = match moved_to {
-        None => {
-            mr.dereg().unwrap();
-            None
-        }
-        Some(new) => {
-            // SAFETY: `new` outlives the region (dropped at the end of this function).
-            unsafe { mr.rereg_translation(ReregFlags::empty(), new.ptr, LEN, None, None) }.unwrap();
-            Some(mr)
-        }
-    };
+    match retire {
+        Retire::Dereg => mr.dereg().unwrap(),
+        // SAFETY: the memory outlives the region (the caller's, dropped after `mr`).
+        Retire::MoveTo(new) => unsafe { mr.rereg_translation(ReregFlags::empty(), new.ptr, LEN, None, None) }.unwrap(),
+        Retire::Dealloc(mw) => mw.dealloc().unwrap(),
+    }
     gone.store(true, Ordering::SeqCst);
     mem.fill(if dir == Dir::Write { 0 } else { SECRET });
     requester_done();
     if dir == Dir::Write {
-        assert_eq!(mem.first_written(), None, "a WRITE landed after ibv_dereg_mr returned");
+        assert_eq!(mem.first_written(), None, "a WRITE landed after the memory was taken from the device");
     }
+    drop(mr);
+}
+
+/// A type 2 window over the whole of `mr`, bound by a BIND_MW on `qp` (which completes
+/// to `cq`), with remote write and read: its key.
+fn window_over(mr: &Mr, pd: &Pd, qp: &Qp, cq: &Cq) -> (Mw, u32) {
+    let mw = Mw::new(pd, 2).unwrap();
+    let key = inc_rkey(mw.rkey());
+    let bind = MwBind { mr: Some(mr), addr: mr.iova(), length: LEN as u64, access: Access::REMOTE_WRITE | Access::REMOTE_READ };
+    qp.post_send(&[SendWr::bind_mw(0, &mw, key, bind).signaled()]).unwrap();
+    let wc = poll_one(cq);
+    assert_eq!((wc.status(), wc.opcode()), (WcStatus::Success, Some(WcOpcode::BindMw)));
+    (mw, key)
 }
 
 /// Rounds between a requester `a` and QPs of the owner's device `ctx` (made by
@@ -187,21 +206,30 @@ fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, conne
     let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
     let (mem, elsewhere) = (UserMem::new(), UserMem::new());
     for round in 0..ROUNDS {
-        // Rounds 0 and 1 deregister, 2 and 3 move the region, and so on.
-        let moved_to = (round / 2 % 2 == 1).then_some(&elsewhere);
         let a = new_requester();
         a.mr.write(0, &vec![0xa5; LEN]).unwrap();
         let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
         connect(&a, &b, ctx);
         let dir = Dir::of_round(round);
         let mr = mem.register(&pd, dir);
-        let (addr, rkey) = (mr.iova(), mr.rkey());
+        let (addr, mut rkey) = (mr.iova(), mr.rkey());
+        // Rounds 0 and 1 deregister, 2 and 3 move the region, 4 and 5 reach it through a
+        // window that goes, and so on.
+        let retire = match round / 2 % 3 {
+            0 => Retire::Dereg,
+            1 => Retire::MoveTo(&elsewhere),
+            _ => {
+                let (mw, key) = window_over(&mr, &pd, &b, &cq);
+                rkey = key;
+                Retire::Dealloc(mw)
+            }
+        };
         let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
         std::thread::scope(|s| {
             let requester = s.spawn(|| hammer(&a, addr, rkey, dir, &landed, &gone));
-            owner_round(&mem, mr, moved_to, dir, &landed, &gone, || {
+            owner_round(&mem, mr, retire, dir, &landed, &gone, || {
                 let late = requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                assert_eq!(late, 0, "round {round}: {dir:?}s posted after ibv_dereg_mr returned completed with success");
+                assert_eq!(late, 0, "round {round}: {dir:?}s posted after the memory was taken from the device completed with success");
             });
         });
     }
@@ -271,7 +299,7 @@ fn another_process_reaches_deregistered_memory_no_more() {
         stdin.flush().unwrap();
         assert_eq!(hear().trim(), "landed", "round {round}");
         let (landed, gone) = (AtomicUsize::new(3), AtomicBool::new(false));
-        owner_round(&mem, mr, None, dir, &landed, &gone, || assert_eq!(hear().trim(), "stopped", "round {round}"));
+        owner_round(&mem, mr, Retire::Dereg, dir, &landed, &gone, || assert_eq!(hear().trim(), "stopped", "round {round}"));
     }
     let status = child.wait().unwrap();
     assert!(status.success(), "the requester: {status}");

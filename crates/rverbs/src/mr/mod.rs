@@ -236,8 +236,10 @@ impl MrInner {
         }
     }
 
-    /// Waits until no access (of this process or a peer) is in progress.
-    fn wait_idle(&self) {
+    /// Waits until no access (of this process or a peer) is in progress: through the
+    /// region's own keys or a window bound to it, which count in the region's record
+    /// (`KeySpace::hold`).
+    pub(crate) fn wait_idle(&self) {
         self.drain();
     }
 
