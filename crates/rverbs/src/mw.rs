@@ -101,7 +101,18 @@ impl KeyTable {
     /// windows: the key table itself knows no protection domain.
     pub(crate) fn invalidate_mw(&self, rkey: u32, pd: u32) -> bool {
         match self.get(rkey) {
-            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd)),
+            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd, false)),
+            _ => false,
+        }
+    }
+
+    /// [`KeyTable::invalidate_mw`] for LOCAL_INV: once it returns `true` no access through
+    /// the window is in progress either, so that the work request's completion means the
+    /// key reaches nothing any more (as ibv_dealloc_mw(3), `MwInner::release`). Not for
+    /// SEND_WITH_INV, whose responder may hold an access to the same region itself.
+    pub(crate) fn invalidate_mw_quiesced(&self, rkey: u32, pd: u32) -> bool {
+        match self.get(rkey) {
+            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd, true)),
             _ => false,
         }
     }
@@ -250,12 +261,18 @@ impl Window for MwInner {
             && self.record(core.rkey).state.load(Ordering::Acquire) == KEY_STATE_VALID
     }
 
-    fn invalidate(&self, rkey: u32, pd: u32) -> bool {
+    fn invalidate(&self, rkey: u32, pd: u32, quiesce: bool) -> bool {
         let mut core = self.core.lock().expect("mw");
         if !invalidate_record(self.record(core.rkey), rkey, pd) {
             return false;
         }
-        core.binding = None;
+        let binding = core.binding.take();
+        drop(core);
+        // As `release`: an access counts itself in the region's record before it checks
+        // the window's state, stored above.
+        if let (true, Some(b)) = (quiesce, binding) {
+            b.mr.wait_idle();
+        }
         true
     }
 }

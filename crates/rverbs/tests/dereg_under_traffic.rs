@@ -8,10 +8,11 @@
 //! and hands its key to a requester, which WRITEs a pattern over it (even rounds) or
 //! READs it whole (odd rounds) again and again, each request polled before the next.
 //! Once a few have completed the owner deregisters (in this process, one pair of rounds
-//! in three moves the region to other memory with ibv_rereg_mr(3)
-//! `IBV_REREG_MR_CHANGE_TRANSLATION` instead, and one lets the requester in through a
-//! type 2 window over it and deallocates the window, ibv_dealloc_mw(3)), then reuses the
-//! memory: zeroes it (WRITE rounds) or stores a secret in it (READ rounds). Checked:
+//! in four moves the region to other memory with ibv_rereg_mr(3)
+//! `IBV_REREG_MR_CHANGE_TRANSLATION` instead, one lets the requester in through a type 2
+//! window over it and deallocates the window, ibv_dealloc_mw(3), and one invalidates
+//! such a window with a LOCAL_INV and polls its completion), then reuses the memory:
+//! zeroes it (WRITE rounds) or stores a secret in it (READ rounds). Checked:
 //! - the requester's requests end with IBV_WC_REM_ACCESS_ERR (its QP then in ERR; a new
 //!   pair takes the next round), within 10 s;
 //! - no request posted after the deregistration returned completes with success (where
@@ -159,6 +160,9 @@ enum Retire<'a> {
     /// The requester reaches the memory through this type 2 window over it, and the
     /// owner deallocates the window (ibv_dealloc_mw(3)); the region stays registered.
     Dealloc(Mw),
+    /// The same window, invalidated by a LOCAL_INV of its key on `qp` (completing to
+    /// `cq`) instead: the memory is taken once its completion is polled.
+    Invalidate { mw: Mw, key: u32, qp: &'a Qp, cq: &'a Cq },
 }
 
 /// The owner's side of a round: waits until a few requests completed, takes the memory
@@ -177,6 +181,12 @@ fn owner_round(mem: &UserMem, mr: Mr, retire: Retire<'_>, dir: Dir, landed: &Ato
         // SAFETY: the memory outlives the region (the caller's, dropped after `mr`).
         Retire::MoveTo(new) => unsafe { mr.rereg_translation(ReregFlags::empty(), new.ptr, LEN, None, None) }.unwrap(),
         Retire::Dealloc(mw) => mw.dealloc().unwrap(),
+        Retire::Invalidate { mw, key, qp, cq } => {
+            qp.post_send(&[SendWr::local_inv(1, key).signaled()]).unwrap();
+            let wc = poll_one(cq);
+            assert_eq!((wc.status(), wc.opcode()), (WcStatus::Success, Some(WcOpcode::LocalInv)));
+            drop(mw);
+        }
     }
     gone.store(true, Ordering::SeqCst);
     mem.fill(if dir == Dir::Write { 0 } else { SECRET });
@@ -214,14 +224,17 @@ fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, conne
         let mr = mem.register(&pd, dir);
         let (addr, mut rkey) = (mr.iova(), mr.rkey());
         // Rounds 0 and 1 deregister, 2 and 3 move the region, 4 and 5 reach it through a
-        // window that goes, and so on.
-        let retire = match round / 2 % 3 {
+        // window that is deallocated, 6 and 7 through one that is invalidated, and so on.
+        let retire = match round / 2 % 4 {
             0 => Retire::Dereg,
             1 => Retire::MoveTo(&elsewhere),
-            _ => {
+            n => {
                 let (mw, key) = window_over(&mr, &pd, &b, &cq);
                 rkey = key;
-                Retire::Dealloc(mw)
+                match n {
+                    2 => Retire::Dealloc(mw),
+                    _ => Retire::Invalidate { mw, key, qp: &b, cq: &cq },
+                }
             }
         };
         let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));

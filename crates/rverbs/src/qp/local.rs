@@ -33,10 +33,11 @@ pub(crate) fn bind_mw(qp: &QpInner, wqe: &SendWqe) -> Cqe {
     }
 }
 
-/// LOCAL_INV: invalidates the type 2 window whose rkey the work request names.
+/// LOCAL_INV: invalidates the type 2 window whose rkey the work request names; its
+/// completion comes once no access through the window is in progress.
 pub(crate) fn local_inv(qp: &QpInner, wqe: &SendWqe) -> Cqe {
     let rkey = wqe.imm;
-    if qp.pd.endpoint().keys.invalidate_mw(rkey, qp.pd.id) {
+    if qp.pd.endpoint().keys.invalidate_mw_quiesced(rkey, qp.pd.id) {
         wqe.success(qp.qpn)
     } else {
         Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_LKEY)
