@@ -135,7 +135,7 @@ fn hammer(a: &Side, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: 
         if dir == Dir::Read && wc.status() == WcStatus::Success {
             a.mr.read(0, &mut back).unwrap();
             let leaked = back.iter().position(|&b| b != PUBLIC);
-            assert_eq!(leaked, None, "READ {id} returned bytes the memory held after ibv_dereg_mr returned");
+            assert_eq!(leaked, None, "READ {id} returned bytes the memory held after it was taken from the device");
         }
         match wc.status() {
             WcStatus::Success if after => late += 1,
@@ -176,6 +176,12 @@ fn owner_round(mem: &UserMem, mr: Mr, retire: Retire<'_>, dir: Dir, landed: &Ato
         assert!(Instant::now() < deadline, "no {dir:?} completed within {WAIT:?}");
         std::thread::yield_now();
     }
+    let how = match retire {
+        Retire::Dereg => "ibv_dereg_mr",
+        Retire::MoveTo(_) => "ibv_rereg_mr",
+        Retire::Dealloc(_) => "ibv_dealloc_mw",
+        Retire::Invalidate { .. } => "LOCAL_INV",
+    };
     match retire {
         Retire::Dereg => mr.dereg().unwrap(),
         // SAFETY: the memory outlives the region (the caller's, dropped after `mr`).
@@ -192,7 +198,7 @@ fn owner_round(mem: &UserMem, mr: Mr, retire: Retire<'_>, dir: Dir, landed: &Ato
     mem.fill(if dir == Dir::Write { 0 } else { SECRET });
     requester_done();
     if dir == Dir::Write {
-        assert_eq!(mem.first_written(), None, "a WRITE landed after the memory was taken from the device");
+        assert_eq!(mem.first_written(), None, "a WRITE landed after {how} returned");
     }
     drop(mr);
 }
@@ -354,4 +360,111 @@ fn requester_process(rounds: usize) {
         });
         say("stopped");
     }
+}
+
+/// Bytes of each receive of a round of [`sends_into_a_qp_destroyed_under_them`], and how
+/// many are posted: the requester's next SEND then waits for one (RNR, retried for
+/// ever), so the destroy finds it under way.
+const SLOT: usize = 1024;
+const RECVS: usize = 4;
+
+/// ibv_destroy_qp(3) while a requester SENDs into its receives, which name caller memory
+/// of a region that stays registered: once the destroy returns, no message is placed
+/// into those receives any more (the program may free their buffers), and the
+/// requester's SENDs end in an error. Rounds as [`rounds_in_this_process`]'s, the owner's
+/// QP with its own receive queue, its receives posted as the C library posts them.
+/// The destroy comes once three SENDs completed: the fourth may be placing, the fifth
+/// waits for a receive that never comes. The memory is zeroed once the destroy returned
+/// and must stay so.
+fn sends_into_a_qp_destroyed_under_them(ctx: &Context, new_requester: &dyn Fn() -> Side, connect: &dyn Fn(&Side, &Qp, &Context)) {
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new((LEN / SLOT) as u32 + 16)).unwrap();
+    let mem = UserMem::new();
+    let cap = QpCap { max_recv_wr: (LEN / SLOT) as u32, ..CAP };
+    for round in 0..ROUNDS / 2 {
+        let a = new_requester();
+        a.mr.write(0, &vec![0xa5; SLOT]).unwrap();
+        let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, cap)).unwrap();
+        connect(&a, &b, ctx);
+        mem.fill(0);
+        let mr = mem.register(&pd, Dir::Write);
+        for slot in 0..RECVS {
+            let sge = [mr.sge(slot * SLOT, SLOT as u32).unwrap()];
+            b.post_recv_unpinned(&[RecvWr::new(slot as u64, &sge)]).unwrap();
+        }
+        let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            let requester = s.spawn(|| {
+                let sge = [a.mr.sge(0, SLOT as u32).unwrap()];
+                let mut late = 0;
+                for id in 0.. {
+                    let after = gone.load(Ordering::SeqCst);
+                    a.qp.post_send(&[SendWr::send(id, &sge).signaled()]).unwrap();
+                    match poll_one(&a.cq).status() {
+                        WcStatus::Success if after => late += 1,
+                        WcStatus::Success => {
+                            landed.fetch_add(1, Ordering::SeqCst);
+                        }
+                        // A requester whose responder is gone hears nothing: its retries
+                        // run out (IBV_WC_RETRY_EXC_ERR).
+                        s => {
+                            assert_eq!(s, WcStatus::RetryExcErr, "round {round}: SEND {id}");
+                            return late;
+                        }
+                    }
+                }
+                unreachable!()
+            });
+            let deadline = Instant::now() + WAIT;
+            while landed.load(Ordering::SeqCst) < 3 {
+                assert!(Instant::now() < deadline, "no SEND completed within {WAIT:?}");
+                std::thread::yield_now();
+            }
+            b.destroy().unwrap();
+            gone.store(true, Ordering::SeqCst);
+            // Anything placed from now on is placed after the destroy returned.
+            mem.fill(0);
+            let late = requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            assert_eq!(late, 0, "round {round}: SENDs posted after ibv_destroy_qp returned completed with success");
+            assert_eq!(mem.first_written(), None, "round {round}: a message was placed after ibv_destroy_qp returned");
+        });
+        drop(mr);
+    }
+}
+
+/// [`sends_into_a_qp_destroyed_under_them`] with the requester a thread on the same-host
+/// link. Its local ACK timeout is short (timeout 8, ~1 ms: its seven retries into a
+/// destroyed QP end in a few milliseconds).
+#[test]
+fn a_destroyed_qp_of_this_host_places_no_more_messages() {
+    let ctx = open();
+    let connect = |a: &Side, b: &Qp, ctx: &Context| {
+        let path = Path { timeout: 8, ..PATH };
+        to_init(&a.qp, ALL_ACCESS);
+        to_rtr(&a.qp, &a.ctx, b.qp_num(), &path);
+        to_rts(&a.qp, &path);
+        connect_to_qp(b, ctx, a.qp.qp_num());
+    };
+    sends_into_a_qp_destroyed_under_them(&ctx, &|| side(QpType::Rc), &connect);
+}
+
+/// [`sends_into_a_qp_destroyed_under_them`] with the requester on another device of this
+/// process (127.0.13.3 and .4): the owner's network responder places the messages.
+#[test]
+fn a_destroyed_qp_places_no_more_messages_from_another_host() {
+    let (da, db) = (device_on([127, 0, 13, 3], "destroy", None), device_on([127, 0, 13, 4], "destroy", None));
+    let ctx = db.open().unwrap();
+    let requester = || {
+        let c = da.open().unwrap();
+        let pd = c.alloc_pd().unwrap();
+        let cq = c.create_cq(&CqInit::new(16)).unwrap();
+        let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+        let mr = pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
+        Side { ctx: c, pd, cq, qp, mr }
+    };
+    let connect = |a: &Side, b: &Qp, ctx: &Context| {
+        connect_across(&a.qp, ctx, b.qp_num(), 8);
+        connect_across(b, &a.ctx, a.qp.qp_num(), 8);
+    };
+    sends_into_a_qp_destroyed_under_them(&ctx, &requester, &connect);
 }

@@ -116,9 +116,14 @@ impl KeyTable {
     pub(crate) fn publish(&self, index: u32, d: &KeyDesc) {
         let Some(rec) = self.tables.key(index) else { return };
         self.written[index as usize].store(self.fingerprint(d), Ordering::Release);
+        // Counted before the record is written too: an access that sees the record's new
+        // state (stored last, sequentially consistent) sees the count moved, and drops the
+        // memo it checked before (`KeySpace::pin_held`: a region re-registered to other
+        // memory between the memo's check and the access).
+        self.writes[index as usize].fetch_add(1, Ordering::SeqCst);
         rec.write(d);
-        // Counted once the record is written: a reader that sees the new count reads the
-        // new record (or a newer one, whose count it will see move next time).
+        // And once it is written: a reader that sees the new count reads the new record
+        // (or a newer one, whose count it will see move next time).
         self.writes[index as usize].fetch_add(1, Ordering::AcqRel);
     }
 

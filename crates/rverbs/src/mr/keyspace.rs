@@ -354,17 +354,29 @@ impl<'a> KeySpace<'a> {
     #[inline(always)]
     fn pin_with<R>(&self, via: Via, len: u64, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
         if let (None, Some(memo)) = (self.peer, self.memo) {
-            // Read before the record: a write between them leaves the memo with the older
-            // count, so the next access reads the record again.
             let writes = self.me.keys.writes(via.key >> 8);
             if let Some(h) = memo.held(self.me.tables, writes, via.key) {
-                return self.pin_held(&h, via, len, sink);
+                if let Some(p) = self.pin_held(&h, via, len, writes)? {
+                    return Ok(sink(p));
+                }
+                // The record was written again between the memo's check and the hold
+                // (ibv_rereg_mr(3) moved the region): read it again.
             }
-            let d = self.check_record(via.key, via.pd, via.used, via.need)?;
-            memo.remember(self.me.tables, self.me.shared(), writes, &d);
-            return self.pin_desc(&d, via, len, sink);
+            return self.pin_fresh(memo, via, len, sink);
         }
         let d = self.check(via.key, via.pd, via.used, via.need)?;
+        self.pin_desc(&d, via, len, sink)
+    }
+
+    /// [`KeySpace::pin_with`] of a key of this process from its record, remembered in
+    /// `memo` for the next access.
+    #[inline]
+    fn pin_fresh<R>(&self, memo: &KeyMemo, via: Via, len: u64, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
+        // Read before the record: a write between them leaves the memo with the older
+        // count, so the next access reads the record again.
+        let writes = self.me.keys.writes(via.key >> 8);
+        let d = self.check_record(via.key, via.pd, via.used, via.need)?;
+        memo.remember(self.me.tables, self.me.shared(), writes, &d);
         self.pin_desc(&d, via, len, sink)
     }
 
@@ -377,13 +389,18 @@ impl<'a> KeySpace<'a> {
         self.hold(via.key, d, off, len, via, sink)
     }
 
-    /// [`KeySpace::pin_with`] of a key of this process whose record this process has not
-    /// written since `h` was derived from it: the rules of [`check_desc`] and the bounds
-    /// against `h`, then [`KeySpace::hold`]'s protocol on the remembered records — the
-    /// access counted where it is counted, the record's state and key and the region's
-    /// state read again (ibv_dereg_mr(3): no access once it returns).
+    /// [`KeySpace::pin_with`] of a key of this process whose record this process had not
+    /// written (count `writes`) when `h` was derived from it: the rules of [`check_desc`]
+    /// and the bounds against `h`, then [`KeySpace::hold`]'s protocol on the remembered
+    /// records — the access counted where it is counted, the record's state and key and
+    /// the region's state read again (ibv_dereg_mr(3): no access once it returns) — and
+    /// the count: `None` if the record was written since (ibv_rereg_mr(3) closes the
+    /// record, waits for the accesses counted, then publishes the new translation valid:
+    /// an access counted after the close that finds the state valid again must not use
+    /// the old translation; `KeyTable::publish` counts before it writes, so such an
+    /// access sees the count moved).
     #[inline(always)]
-    fn pin_held<R>(&self, h: &Held, via: Via, len: u64, sink: impl FnOnce(Pinned<'a>) -> R) -> Result<R, Fault> {
+    fn pin_held(&self, h: &Held, via: Via, len: u64, writes: u64) -> Result<Option<Pinned<'a>>, Fault> {
         h.check(via.pd, via.used, via.need)?;
         let off = via.va.checked_sub(h.iova).ok_or(Fault::Bounds)?;
         if off.checked_add(len).ok_or(Fault::Bounds)? > h.len {
@@ -405,9 +422,15 @@ impl<'a> KeySpace<'a> {
             }
             return Err(Fault::Key);
         }
+        if self.me.keys.writes(via.key >> 8) != writes {
+            if let Some(b) = busy {
+                b.fetch_sub(1, Ordering::SeqCst);
+            }
+            return Ok(None);
+        }
         let place = Place::Local((h.va + off) as usize);
         let host_atomics = h.host_atomics.then_some(self.me);
-        Ok(sink(Pinned { busy, place, len: len as usize, host_atomics }))
+        Ok(Some(Pinned { busy, place, len: len as usize, host_atomics }))
     }
 
     /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a
