@@ -99,20 +99,14 @@ impl KeyTable {
     /// SEND_WITH_INV delivered in this process); `false` if `rkey` names no such window
     /// (rxe: regions registered by applications cannot be invalidated). Defined with the
     /// windows: the key table itself knows no protection domain.
-    pub(crate) fn invalidate_mw(&self, rkey: u32, pd: u32) -> bool {
+    ///
+    /// With `quiesce` (LOCAL_INV), once it returns `true` no access through the window is
+    /// in progress either, so that the work request's completion means the key reaches
+    /// nothing any more (as ibv_dealloc_mw(3), `MwInner::release`). Not for SEND_WITH_INV,
+    /// whose responder may hold an access to the same region itself.
+    pub(crate) fn invalidate_mw(&self, rkey: u32, pd: u32, quiesce: bool) -> bool {
         match self.get(rkey) {
-            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd, false)),
-            _ => false,
-        }
-    }
-
-    /// [`KeyTable::invalidate_mw`] for LOCAL_INV: once it returns `true` no access through
-    /// the window is in progress either, so that the work request's completion means the
-    /// key reaches nothing any more (as ibv_dealloc_mw(3), `MwInner::release`). Not for
-    /// SEND_WITH_INV, whose responder may hold an access to the same region itself.
-    pub(crate) fn invalidate_mw_quiesced(&self, rkey: u32, pd: u32) -> bool {
-        match self.get(rkey) {
-            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd, true)),
+            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd, quiesce)),
             _ => false,
         }
     }

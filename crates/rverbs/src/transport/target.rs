@@ -154,7 +154,7 @@ impl Target for LocalTarget {
     }
 
     fn invalidate(&self, rkey: u32) -> bool {
-        self.endpoint.keys.invalidate_mw(rkey, self.pd)
+        self.endpoint.keys.invalidate_mw(rkey, self.pd, false)
     }
 }
 
@@ -374,7 +374,7 @@ impl Target for SplitTarget {
 
     fn invalidate(&self, rkey: u32) -> bool {
         match &self.srq {
-            SrqPart::Local { pd, endpoint, .. } => endpoint.keys.invalidate_mw(rkey, *pd),
+            SrqPart::Local { pd, endpoint, .. } => endpoint.keys.invalidate_mw(rkey, *pd, false),
             SrqPart::Peer(t) => t.invalidate(rkey),
         }
     }
