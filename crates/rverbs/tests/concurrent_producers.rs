@@ -271,13 +271,6 @@ fn requester(who: u8, qp: &Qp, src: &Mr, remote: Remote, rounds: u32, fence: boo
     originals
 }
 
-/// Connects `qp` to QP `dest_qpn` of this host.
-fn connect_to(qp: &Qp, ctx: &Context, dest_qpn: u32) {
-    to_init(qp, ALL_ACCESS);
-    to_rtr(qp, ctx, dest_qpn, &PATH);
-    to_rts(qp, &PATH);
-}
-
 /// The responder's side: a receive CQ and an SRQ its QPs share, and the region the SRQ's
 /// receives scatter into, [`SLOTS`] receives posted.
 struct Shared {
@@ -378,9 +371,9 @@ fn threads_across_a_lossy_network_completing_to_one_cq_and_taking_from_one_srq_l
 
 /// Connects `qp` of `ctx` to QP `dest` of `dest_ctx` (the same device, or another one of
 /// this process, with the local ACK `timeout`).
-fn connect_qp(qp: &Qp, ctx: &Context, dest: &Qp, dest_ctx: &Context, timeout: u8) {
+fn connect_pair_side(qp: &Qp, ctx: &Context, dest: &Qp, dest_ctx: &Context, timeout: u8) {
     if std::ptr::eq(ctx, dest_ctx) {
-        connect_to(qp, ctx, dest.qp_num());
+        connect_qp(qp, ctx, dest.qp_num(), &PATH);
     } else {
         connect_across(qp, dest_ctx, dest.qp_num(), timeout);
     }
@@ -403,8 +396,8 @@ fn threads(a: &Context, b: &Context, rounds: u32, timeout: u8, lossy: bool) {
     for who in 0..THREADS {
         let aq = apd.create_qp(&QpInit::new(QpType::Rc, &scq, CAP)).unwrap();
         let bq = shared.qp(&bpd);
-        connect_qp(&aq, a, &bq, b, timeout);
-        connect_qp(&bq, b, &aq, a, timeout);
+        connect_pair_side(&aq, a, &bq, b, timeout);
+        connect_pair_side(&bq, b, &aq, a, timeout);
         owners.insert(bq.qp_num(), who);
         let src = apd.alloc_mr(BATCH as usize * PART, ALL_ACCESS).unwrap();
         let dst = bpd.alloc_mr(TARGET, ALL_ACCESS).unwrap();
@@ -483,7 +476,7 @@ fn requester_process(who: u8) {
     let src = pd.alloc_mr(BATCH as usize * PART, ALL_ACCESS).unwrap();
     say(&qp.qp_num().to_string());
     let [b_qpn, rkey, addr, counter_rkey, counter_addr] = hear()[..] else { panic!("the parent's QP, R_Keys and addresses") };
-    connect_to(&qp, &ctx, b_qpn as u32);
+    connect_qp(&qp, &ctx, b_qpn as u32, &PATH);
     say("ready");
     assert!(hear().is_empty(), "go");
     let mut done = || poll_one(&cq);
@@ -521,7 +514,7 @@ fn processes_completing_to_one_cq_and_taking_from_one_srq_lose_and_repeat_nothin
         let dst = pd.alloc_mr(TARGET, ALL_ACCESS).unwrap();
         writeln!(stdin, "{} {} {} {} {}", b.qp_num(), dst.rkey(), dst.iova(), counter.rkey(), counter.iova()).unwrap();
         stdin.flush().unwrap();
-        connect_to(&b, &ctx, a_qpn);
+        connect_qp(&b, &ctx, a_qpn, &PATH);
         assert_eq!(hear(&lines).trim(), "ready");
         owners.insert(b.qp_num(), who);
         peers.push((child, stdin, lines, b, dst));

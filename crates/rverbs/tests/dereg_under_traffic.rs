@@ -260,8 +260,8 @@ fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, conne
 fn a_thread_on_this_host_reaches_deregistered_memory_no_more() {
     let ctx = open();
     let connect = |a: &Side, b: &Qp, ctx: &Context| {
-        connect_to_qp(&a.qp, &a.ctx, b.qp_num());
-        connect_to_qp(b, ctx, a.qp.qp_num());
+        connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
+        connect_qp(b, ctx, a.qp.qp_num(), &PATH);
     };
     rounds_in_this_process(&ctx, &|| side(QpType::Rc), &connect);
 }
@@ -272,26 +272,12 @@ fn a_thread_on_this_host_reaches_deregistered_memory_no_more() {
 fn another_host_reaches_deregistered_memory_no_more() {
     let (da, db) = (device_on([127, 0, 13, 1], "dereg", None), device_on([127, 0, 13, 2], "dereg", None));
     let ctx = db.open().unwrap();
-    let requester = || {
-        let c = da.open().unwrap();
-        let pd = c.alloc_pd().unwrap();
-        let cq = c.create_cq(&CqInit::new(16)).unwrap();
-        let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
-        let mr = pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
-        Side { ctx: c, pd, cq, qp, mr }
-    };
+    let requester = || side_on(da.open().unwrap(), QpType::Rc, 16, CAP);
     let connect = |a: &Side, b: &Qp, ctx: &Context| {
         connect_across(&a.qp, ctx, b.qp_num(), PATH.timeout);
         connect_across(b, &a.ctx, a.qp.qp_num(), PATH.timeout);
     };
     rounds_in_this_process(&ctx, &requester, &connect);
-}
-
-/// Connects `qp` to QP `dest_qpn` of this host.
-fn connect_to_qp(qp: &Qp, ctx: &Context, dest_qpn: u32) {
-    to_init(qp, ALL_ACCESS);
-    to_rtr(qp, ctx, dest_qpn, &PATH);
-    to_rts(qp, &PATH);
 }
 
 /// The requester in another process of this host (this binary run again), which reaches
@@ -311,7 +297,7 @@ fn another_process_reaches_deregistered_memory_no_more() {
     for round in 0..PROCESS_ROUNDS {
         let a_qpn: u32 = hear().trim().parse().unwrap();
         let qp = b.pd.create_qp(&QpInit::new(QpType::Rc, &b.cq, CAP)).unwrap();
-        connect_to_qp(&qp, &b.ctx, a_qpn);
+        connect_qp(&qp, &b.ctx, a_qpn, &PATH);
         let dir = Dir::of_round(round);
         let mr = mem.register(&b.pd, dir);
         writeln!(stdin, "{} {} {} {}", qp.qp_num(), mr.iova(), mr.rkey(), round % 2).unwrap();
@@ -345,7 +331,7 @@ fn requester_process(rounds: usize) {
         let w: Vec<u64> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
         let [b_qpn, addr, rkey, odd] = w[..] else { panic!("the parent's QP, address, R_Key and round's parity") };
         let dir = Dir::of_round(odd as usize);
-        connect_to_qp(&qp, &ctx, b_qpn as u32);
+        connect_qp(&qp, &ctx, b_qpn as u32, &PATH);
         let a = Side { ctx: ctx.clone(), pd: pd.clone(), cq, qp, mr: mr.clone() };
         let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
         std::thread::scope(|s| {
@@ -439,11 +425,8 @@ fn sends_into_a_qp_destroyed_under_them(ctx: &Context, new_requester: &dyn Fn() 
 fn a_destroyed_qp_of_this_host_places_no_more_messages() {
     let ctx = open();
     let connect = |a: &Side, b: &Qp, ctx: &Context| {
-        let path = Path { timeout: 8, ..PATH };
-        to_init(&a.qp, ALL_ACCESS);
-        to_rtr(&a.qp, &a.ctx, b.qp_num(), &path);
-        to_rts(&a.qp, &path);
-        connect_to_qp(b, ctx, a.qp.qp_num());
+        connect_qp(&a.qp, &a.ctx, b.qp_num(), &Path { timeout: 8, ..PATH });
+        connect_qp(b, ctx, a.qp.qp_num(), &PATH);
     };
     sends_into_a_qp_destroyed_under_them(&ctx, &|| side(QpType::Rc), &connect);
 }
@@ -454,14 +437,7 @@ fn a_destroyed_qp_of_this_host_places_no_more_messages() {
 fn a_destroyed_qp_places_no_more_messages_from_another_host() {
     let (da, db) = (device_on([127, 0, 13, 3], "destroy", None), device_on([127, 0, 13, 4], "destroy", None));
     let ctx = db.open().unwrap();
-    let requester = || {
-        let c = da.open().unwrap();
-        let pd = c.alloc_pd().unwrap();
-        let cq = c.create_cq(&CqInit::new(16)).unwrap();
-        let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
-        let mr = pd.alloc_mr(LEN, ALL_ACCESS).unwrap();
-        Side { ctx: c, pd, cq, qp, mr }
-    };
+    let requester = || side_on(da.open().unwrap(), QpType::Rc, 16, CAP);
     let connect = |a: &Side, b: &Qp, ctx: &Context| {
         connect_across(&a.qp, ctx, b.qp_num(), 8);
         connect_across(b, &a.ctx, a.qp.qp_num(), 8);

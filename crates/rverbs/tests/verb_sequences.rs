@@ -440,7 +440,7 @@ fn srq_of(b: &Side) -> Srq {
 }
 
 /// A side's objects on the device `ctx` is open on.
-fn side_on(ctx: Context) -> Side {
+fn side_on_device(ctx: Context) -> Side {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(&CqInit::new(256)).unwrap();
     let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
@@ -451,7 +451,7 @@ fn side_on(ctx: Context) -> Side {
 /// The same-host link; with `srq`, the responder's QPs take receives from an SRQ. Each
 /// case connects a new pair ([`renew`]).
 fn same_host(srq: bool, qp_type: QpType) -> Link {
-    let (a, b) = (side_on(open()), side_on(open()));
+    let (a, b) = (side_on_device(open()), side_on_device(open()));
     let ah = (qp_type == QpType::Ud).then(|| Ah::new(&a.pd, &av(&a.ctx)).unwrap());
     Link { a, b: Responder::Here(Served::new(b, srq, qp_type)), wire: Wire::SameHost, qp_type, b_qpn: 0, ah }
 }
@@ -459,7 +459,7 @@ fn same_host(srq: bool, qp_type: QpType) -> Link {
 /// The same-host link to a responder in a child process, started in test `test` (which
 /// serves there: [`responder::serve_if_child`]).
 fn another_process(test: &str, srq: bool, qp_type: QpType) -> Link {
-    let a = side_on(open());
+    let a = side_on_device(open());
     // The child's device is this host's: the same address.
     let ah = (qp_type == QpType::Ud).then(|| Ah::new(&a.pd, &av(&a.ctx)).unwrap());
     Link { a, b: Responder::Child(ChildProcess::spawn(test, srq, qp_type)), wire: Wire::Process, qp_type, b_qpn: 0, ah }
@@ -476,7 +476,7 @@ fn two_hosts(ips: [[u8; 4]; 2], faults: Option<&str>, srq: bool, qp_type: QpType
         DeviceConfig::new().name(&tag).runtime_dir(&dir).addresses(Some(vec![std::net::IpAddr::from(ip)])).net_faults(faults).open().unwrap()
     };
     let (da, db) = (host(ips[0]), host(ips[1]));
-    let (a, b) = (side_on(da.open().unwrap()), side_on(db.open().unwrap()));
+    let (a, b) = (side_on_device(da.open().unwrap()), side_on_device(db.open().unwrap()));
     // UD: towards the responder's device's address (GID index 1), from the requester's.
     let ah = (qp_type == QpType::Ud).then(|| {
         let dgid = b.ctx.query_gid(1, 1).unwrap();

@@ -37,7 +37,11 @@ pub fn open() -> Context {
 
 /// One side with its own context, a CQ of `cqe` entries and a QP in RESET.
 pub fn side_with(qp_type: QpType, cqe: u32, cap: QpCap) -> Side {
-    let ctx = open();
+    side_on(open(), qp_type, cqe, cap)
+}
+
+/// [`side_with`] on the context `ctx` (of any device, [`device_on`]).
+pub fn side_on(ctx: Context, qp_type: QpType, cqe: u32, cap: QpCap) -> Side {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(&CqInit::new(cqe)).unwrap();
     let qp = pd.create_qp(&QpInit::new(qp_type, &cq, cap)).unwrap();
@@ -133,8 +137,13 @@ pub fn pair_with(qp_type: QpType, path: &Path, cqe: u32, cap: QpCap) -> (Side, S
 
 pub fn connect(a: &Side, b: &Side, path: &Path) {
     for (x, y) in [(a, b), (b, a)] {
-        x.qp.connect(&remote(&x.ctx, y.qp.qp_num(), path, ALL_ACCESS)).unwrap();
+        connect_qp(&x.qp, &x.ctx, y.qp.qp_num(), path);
     }
+}
+
+/// Connects `qp` of `ctx` to QP `dest_qpn` of this host over `path`, RESET to RTS.
+pub fn connect_qp(qp: &Qp, ctx: &Context, dest_qpn: u32, path: &Path) {
+    qp.connect(&remote(ctx, dest_qpn, path, ALL_ACCESS)).unwrap();
 }
 
 /// A connected RC pair whose requester `a` is in RTS and whose responder `b` stays in

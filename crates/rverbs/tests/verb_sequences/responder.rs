@@ -11,7 +11,7 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use super::common::{remote, spawn_child, Side, ALL_ACCESS, PATH};
-use super::{contents, extra_completion, poll_n, side_on, srq_of, Held, RecvWant, LEN, REGION_ACCESS, UNKNOWN_KEY};
+use super::{contents, extra_completion, poll_n, side_on_device, srq_of, Held, RecvWant, LEN, REGION_ACCESS, UNKNOWN_KEY};
 use rverbs::*;
 
 /// The environment variable that makes the test binary a child responder: its QP type
@@ -235,7 +235,7 @@ pub(crate) fn serve_if_child() -> bool {
         "ud" => QpType::Ud,
         _ => QpType::Rc,
     };
-    let mut r = Served::new(side_on(super::common::open()), role.ends_with("srq"), qp_type);
+    let mut r = Served::new(side_on_device(super::common::open()), role.ends_with("srq"), qp_type);
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();
         let answer = r.serve(decode_call(&line));
