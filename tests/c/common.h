@@ -265,8 +265,6 @@ static inline void destroy_side(struct side *s)
 	free(s->buf);
 }
 
-/* Reads every pending async event (the async fd made non-blocking), acks each, and
- * returns how many had `type` about `element` (a cq/qp pointer). */
 /* Writes all `n` bytes to the pipe `fd` of a forked peer, or fails the test. */
 static inline void put(int fd, const void *p, size_t n)
 {
@@ -279,6 +277,8 @@ static inline void get(int fd, void *p, size_t n)
 	REQUIRE(read(fd, p, n) == (ssize_t)n, "pipe read");
 }
 
+/* Reads every pending async event (the async fd made non-blocking), acks each, and
+ * returns how many had `type` about `element` (a cq/qp pointer). */
 static inline int drain_async(struct ibv_context *ctx, enum ibv_event_type type, void *element)
 {
 	struct ibv_async_event ev;

@@ -10,7 +10,7 @@
 //! (`parent_domain_alloc`), completion channels, RC
 //! traffic and error statuses, devices/contexts/object lifecycles, memory windows,
 //! ibv_rereg_mr, XRC, the ibv_wr_* builder, UD multicast, sharing a context through its
-//! command fd (`import`) and the fault plan's
+//! command fd (`import`), many threads at once on shared CQs and an SRQ (`threads`) and the fault plan's
 //! asynchronous events (of objects, and of the port and the device); `bad_args` is the
 //! bad-argument matrix (one row per verb and case, each citing the source of its
 //! expected errno), run under Valgrind's memcheck; `errno_kept` checks that verbs that
@@ -163,6 +163,15 @@ fn wr_builder() {
 #[test]
 fn mcast() {
     compile_and_run("mcast");
+}
+
+/// Threads at once (`tests/c/threads.c`): four requester threads on one send CQ that two
+/// threads poll, an SRQ and a receive CQ drained through a completion channel, both CQs
+/// and the SRQ resized and objects created and destroyed meanwhile; every completion
+/// once, in each QP's order, with its bytes, immediate data and atomic original.
+#[test]
+fn threads() {
+    compile_and_run("threads");
 }
 
 /// Foreign pointers (4 bytes before a PROT_NONE page, after one, a malloc(4), a stack

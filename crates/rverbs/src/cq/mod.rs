@@ -1075,7 +1075,12 @@ impl Cq {
         if crate::sanitizer::on() {
             self.sanitize_arming(inner);
         }
-        inner.gens.current().arm(solicited_only);
+        let mut bits = if solicited_only { cq_segment::NOTIFY_SOLICITED } else { cq_segment::NOTIFY_NEXT };
+        // A resize that replaced the generation armed hands the arming back: carried
+        // to the current one (a resize is rare; this loops once per resize met).
+        while bits != 0 {
+            bits = inner.gens.current().arm(bits);
+        }
         Ok(())
     }
 
@@ -1176,6 +1181,7 @@ impl Cq {
         let new = inner.gens.advance(new);
         endpoint.tables.cq(inner.id).gen.store(gen, Ordering::Release);
         seg.shm().moved.store(gen, Ordering::Release);
+        seg.hand_over_arming(new);
         seg.unlink();
         let cqe = new.ring().capacity() as u32;
         if let Some(stats) = inner.stats {

@@ -179,12 +179,36 @@ impl CqSeg {
         !self.gate().live_inside(alive) && self.ring.skip(h)
     }
 
-    /// Arms the notification (ibv_req_notify_cq(3)).
-    pub(crate) fn arm(&self, solicited_only: bool) {
-        let flag = if solicited_only { NOTIFY_SOLICITED } else { NOTIFY_NEXT };
-        self.shm().notify.fetch_or(flag, Ordering::AcqRel);
-        // Pairs with the fence in `notify_if_armed`.
+    /// Arms the notification with `bits` (`NOTIFY_*`; ibv_req_notify_cq(3)). Returns
+    /// the arming a resize left behind here, to carry to the current generation (0:
+    /// none; the arming holds).
+    ///
+    /// Rule: ibv_req_notify_cq(3) arms for the next completion, whichever generation it
+    /// lands in: an arming that meets a resize (ibv_resize_cq(3) from another thread)
+    /// reaches the new generation either through the resize
+    /// ([`CqSeg::hand_over_arming`]) or through its caller, never neither.
+    pub(crate) fn arm(&self, bits: u32) -> u32 {
+        self.shm().notify.fetch_or(bits, Ordering::AcqRel);
+        // Pairs with the fences in `notify_if_armed` (a producer of this generation sees
+        // the arming, or the application's poll after arming sees its completion) and
+        // in `hand_over_arming` (the resize sees the arming, or this load its mark).
         fence(Ordering::SeqCst);
+        if self.shm().moved.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        self.shm().notify.swap(0, Ordering::AcqRel)
+    }
+
+    /// After `moved` is set (the resize is visible): moves the arming that reached this
+    /// generation after [`CqSeg::inherit`] to `next`. Each arming bit is taken from here
+    /// once, by this or by the armer ([`CqSeg::arm`]), so a resize neither loses an
+    /// arming nor fires it twice.
+    pub(crate) fn hand_over_arming(&self, next: &CqSeg) {
+        fence(Ordering::SeqCst);
+        let late = self.shm().notify.swap(0, Ordering::AcqRel);
+        if late != 0 {
+            next.shm().notify.fetch_or(late, Ordering::AcqRel);
+        }
     }
 
     /// Starts a resize: stops new producers and waits for the live ones inside to leave
@@ -202,11 +226,13 @@ impl CqSeg {
         self.gate().thaw();
     }
 
-    /// Copies the shared settings of `other` (a previous generation) into this one.
+    /// Copies the shared settings of `other` (a previous generation, frozen) into this
+    /// one; its arming moves (an arming that comes later is handed over with
+    /// [`CqSeg::hand_over_arming`]).
     pub(crate) fn inherit(&self, other: &CqSeg) {
         let (a, b) = (self.shm(), other.shm());
+        a.notify.store(b.notify.swap(0, Ordering::AcqRel), Ordering::Release);
         for (x, y) in [
-            (&a.notify, &b.notify),
             (&a.channel, &b.channel),
             (&a.flags, &b.flags),
             (&a.ctx, &b.ctx),
