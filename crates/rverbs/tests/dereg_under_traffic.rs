@@ -62,6 +62,7 @@ impl Dir {
 /// may write it from another thread or process while we look).
 struct UserMem {
     ptr: *mut u8,
+    len: usize,
 }
 
 // SAFETY: the memory is only reached through atomic words (and by the device).
@@ -69,18 +70,23 @@ unsafe impl Sync for UserMem {}
 
 impl UserMem {
     fn new() -> UserMem {
-        let layout = std::alloc::Layout::from_size_align(LEN, 4096).unwrap();
+        UserMem::with_len(LEN)
+    }
+
+    /// `len` bytes (a multiple of 8).
+    fn with_len(len: usize) -> UserMem {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
         // SAFETY: non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         assert!(!ptr.is_null());
-        UserMem { ptr }
+        UserMem { ptr, len }
     }
 
     fn words(&self) -> &[AtomicU64] {
-        // SAFETY: `ptr` is LEN bytes, 4096-aligned, alive as long as `self`; AtomicU64
+        // SAFETY: `ptr` is `len` bytes, 4096-aligned, alive as long as `self`; AtomicU64
         // has u64's size and alignment, and every access to the memory from this process
         // goes through these words.
-        unsafe { std::slice::from_raw_parts(self.ptr.cast::<AtomicU64>(), LEN / 8) }
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<AtomicU64>(), self.len / 8) }
     }
 
     fn fill(&self, byte: u8) {
@@ -102,14 +108,14 @@ impl UserMem {
         let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::MW_BIND;
         // SAFETY: the memory outlives every registration of it (each is deregistered
         // within the round, before `self` is dropped).
-        unsafe { pd.reg_mr(self.ptr, LEN, access) }.unwrap()
+        unsafe { pd.reg_mr(self.ptr, self.len, access) }.unwrap()
     }
 }
 
 impl Drop for UserMem {
     fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(LEN, 4096).unwrap();
-        // SAFETY: allocated in `new` with this layout; no registration names it now.
+        let layout = std::alloc::Layout::from_size_align(self.len, 4096).unwrap();
+        // SAFETY: allocated in `with_len` with this layout; no registration names it now.
         unsafe { std::alloc::dealloc(self.ptr, layout) };
     }
 }
@@ -443,4 +449,154 @@ fn a_destroyed_qp_places_no_more_messages_from_another_host() {
         connect_across(b, &a.ctx, a.qp.qp_num(), 8);
     };
     sends_into_a_qp_destroyed_under_them(&ctx, &requester, &connect);
+}
+
+/// Bytes of each message of the UC destroy tests and how many receives a round posts:
+/// large, so that the destroy meets one being placed.
+const BIG_SLOT: usize = 8 << 20;
+const BIG_RECVS: usize = 4;
+
+/// The owner's side of a round of the UC destroy tests: ibv_destroy_qp(3) of the UC QP
+/// `b` (connected, no receive posted yet) while a requester SENDs 8 MiB messages into its
+/// receives, caller memory `mem` of a region that stays registered. UC takes the queued
+/// path (no ACK: the requester places the message and moves on), where the receive is
+/// taken from the queue before its bytes are copied. The destroy comes once the first
+/// receive completed and the second message's first bytes are seen in the second
+/// receive: while it is placed. Then `more_then_stop` has the requester, whose SENDs
+/// complete locally, post three more and stop. A receive whose last word (the last a
+/// message's copy writes) was still zero when the destroy returned must still have it
+/// zero: neither the message being placed then nor a later one reached it once
+/// ibv_destroy_qp returned, after which the program may free the buffers.
+fn destroy_uc_while_placing(round: usize, mem: &UserMem, pd: &Pd, cq: &Cq, b: Qp, more_then_stop: impl FnOnce()) {
+    mem.fill(0);
+    let mr = mem.register(pd, Dir::Write);
+    for slot in 0..BIG_RECVS {
+        let sge = [mr.sge(slot * BIG_SLOT, BIG_SLOT as u32).unwrap()];
+        b.post_recv_unpinned(&[RecvWr::new(slot as u64, &sge)]).unwrap();
+    }
+    assert_eq!(poll_one(cq).status(), WcStatus::Success, "round {round}: the first message is received");
+    // The second message is being placed: its first word is there.
+    let deadline = Instant::now() + WAIT;
+    while mem.words()[BIG_SLOT / 8].load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the second message was not placed within {WAIT:?}");
+        std::hint::spin_loop();
+    }
+    b.destroy().unwrap();
+    let last_word = |slot: usize| mem.words()[((slot + 1) * BIG_SLOT) / 8 - 1].load(Ordering::SeqCst);
+    let unfilled: Vec<usize> = (0..BIG_RECVS).filter(|&k| last_word(k) == 0).collect();
+    more_then_stop();
+    for k in unfilled {
+        assert_eq!(last_word(k), 0, "round {round}: receive {k} was written after ibv_destroy_qp returned");
+    }
+    let mut wc = [Wc::default(); 16];
+    while cq.poll(&mut wc).unwrap() > 0 {}
+}
+
+/// The requester of the UC destroy tests: SENDs of `src`'s first [`BIG_SLOT`] bytes
+/// (0xa5) on `qp`, each polled on `cq` (UC completes them locally, successfully), until
+/// three more were posted after `gone` was set.
+fn send_big_until_gone(qp: &Qp, cq: &Cq, src: &Mr, gone: &AtomicBool) {
+    let sge = [src.sge(0, BIG_SLOT as u32).unwrap()];
+    let mut after = 0;
+    for id in 0.. {
+        if gone.load(Ordering::SeqCst) {
+            after += 1;
+            if after > 3 {
+                return;
+            }
+        }
+        qp.post_send(&[SendWr::send(id, &sge).signaled()]).unwrap();
+        assert_eq!(poll_one(cq).status(), WcStatus::Success, "UC SEND {id} completes locally");
+    }
+}
+
+/// [`destroy_uc_while_placing`] with the requester a thread of this process.
+#[test]
+fn a_destroyed_uc_qp_places_no_more_messages() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(BIG_RECVS as u32 + 16)).unwrap();
+    let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
+    let cap = QpCap { max_recv_wr: BIG_RECVS as u32, ..CAP };
+    let a = side(QpType::Uc);
+    let src = a.pd.alloc_mr(BIG_SLOT, ALL_ACCESS).unwrap();
+    src.write(0, &vec![0xa5; BIG_SLOT]).unwrap();
+    for round in 0..ROUNDS / 2 {
+        let b = pd.create_qp(&QpInit::new(QpType::Uc, &cq, cap)).unwrap();
+        if round > 0 {
+            a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+        }
+        connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
+        connect_qp(&b, &ctx, a.qp.qp_num(), &PATH);
+        let gone = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let requester = s.spawn(|| send_big_until_gone(&a.qp, &a.cq, &src, &gone));
+            destroy_uc_while_placing(round, &mem, &pd, &cq, b, || {
+                gone.store(true, Ordering::SeqCst);
+                requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            });
+        });
+    }
+}
+
+/// [`destroy_uc_while_placing`] with the requester another process, which places the
+/// messages into this one's memory.
+#[test]
+fn a_destroyed_uc_qp_places_no_more_messages_from_another_process() {
+    const TEST: &str = "a_destroyed_uc_qp_places_no_more_messages_from_another_process";
+    const PROCESS_ROUNDS: usize = 6;
+    if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
+        return uc_requester_process(PROCESS_ROUNDS);
+    }
+    let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "requester")]);
+    let hear = || lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the requester said nothing within {WAIT:?} ({e})"));
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(BIG_RECVS as u32 + 16)).unwrap();
+    let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
+    let cap = QpCap { max_recv_wr: BIG_RECVS as u32, ..CAP };
+    for round in 0..PROCESS_ROUNDS {
+        let a_qpn: u32 = hear().trim().parse().unwrap();
+        let b = pd.create_qp(&QpInit::new(QpType::Uc, &cq, cap)).unwrap();
+        connect_qp(&b, &ctx, a_qpn, &PATH);
+        writeln!(stdin, "{}", b.qp_num()).unwrap();
+        stdin.flush().unwrap();
+        destroy_uc_while_placing(round, &mem, &pd, &cq, b, || {
+            writeln!(stdin, "stop").unwrap();
+            stdin.flush().unwrap();
+            assert_eq!(hear().trim(), "stopped", "round {round}");
+        });
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the requester: {status}");
+}
+
+/// The child's side: per round, a new UC QP connected to the parent's, which SENDs until
+/// the parent says "stop" (then three more; "stopped" after).
+fn uc_requester_process(rounds: usize) {
+    let say = |msg: &str| {
+        println!("@@ {msg}");
+        std::io::stdout().flush().unwrap();
+    };
+    let mut lines = std::io::stdin().lock().lines();
+    let mut next = move || lines.next().expect("the parent closed the pipe").unwrap();
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let src = pd.alloc_mr(BIG_SLOT, ALL_ACCESS).unwrap();
+    src.write(0, &vec![0xa5; BIG_SLOT]).unwrap();
+    for _ in 0..rounds {
+        let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+        let qp = pd.create_qp(&QpInit::new(QpType::Uc, &cq, CAP)).unwrap();
+        say(&qp.qp_num().to_string());
+        let b_qpn: u32 = next().trim().parse().unwrap();
+        connect_qp(&qp, &ctx, b_qpn, &PATH);
+        let gone = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let h = s.spawn(|| send_big_until_gone(&qp, &cq, &src, &gone));
+            assert_eq!(next().trim(), "stop");
+            gone.store(true, Ordering::SeqCst);
+            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        });
+        say("stopped");
+    }
 }

@@ -1211,7 +1211,13 @@ impl Qp {
         };
         drop(lent);
         if let Some(rq) = &q.rq {
-            rq.drain();
+            // Nothing is taken from the queue any more; a SEND from another host that
+            // was half placed is dropped (its receive discarded, as the others); then
+            // the messages being placed into receives taken before (the queued way)
+            // finish: the program may free the receive buffers once this returns.
+            rq.close();
+            drop(q.net_resp.lock().expect("net responder").held.take());
+            rq.ring().wait_placed();
         }
         if crate::sanitizer::on() {
             let unacked = q.async_events.unacked();

@@ -42,11 +42,14 @@ pub(crate) struct RecvWqe {
     /// included, which its completion carries to the queue's owner (`rings::recv_count`,
     /// `rings::kept`).
     pub(crate) taken: Option<TakenCount>,
+    /// Taken to be placed after the take (the queued way): counted in the ring until
+    /// dropped, so that the QP's destroy waits for the placement ([`RecvRing::close`]).
+    _placing: Option<Placing>,
 }
 
 impl RecvWqe {
     pub(crate) fn new(wr_id: u64, sges: smallvec::SmallVec<[Sge; INLINE_SGES]>) -> Self {
-        RecvWqe { wr_id, sges, tm: None, taken: None }
+        RecvWqe { wr_id, sges, tm: None, taken: None, _placing: None }
     }
 
     /// The count its completion carries to the queue's owner: its take's, unless a
@@ -104,8 +107,30 @@ struct RqConfig {
 #[derive(Default)]
 struct RqTakers {
     lock: ShmLock,
-    _pad: AtomicU32,
+    /// Receives taken whose message is still being placed ([`Placing`]), and
+    /// [`CLOSED`] once the QP's destroy closed the ring.
+    placing: AtomicU32,
     head: AtomicU64,
+}
+
+/// `placing` bit: the ring is closed (its QP destroyed): nothing is taken any more.
+const CLOSED: u32 = 1 << 31;
+
+/// How long [`RecvRing::close`] waits for the placements under way: a taker that died
+/// while placing never leaves (its count stays), nor does garbage another process wrote.
+const PLACING_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A receive being placed by whoever took it (this process or a peer): counted in the
+/// ring's `placing` from the take, under the ring's lock, until dropped — after the
+/// message's bytes were copied and its completion published.
+pub(crate) struct Placing {
+    seg: Arc<Segment>,
+}
+
+impl Drop for Placing {
+    fn drop(&mut self) {
+        self.seg.get::<RqHdr>(0).takers.placing.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// What the owner's posts write: how many receives were ever posted, stored (Release)
@@ -357,9 +382,11 @@ impl RecvRing {
         Ok(())
     }
 
-    /// Takes the oldest receive, if any; also tells whether the SRQ limit fired.
+    /// Takes the oldest receive, if any, to place the message after the take (the
+    /// queued way: the receive counts as placing until dropped); also tells whether the
+    /// SRQ limit fired.
     pub(crate) fn take(&self) -> Option<Taken> {
-        self.take_if(|_| true)
+        self.take_counted(|_| true, true)
     }
 
     /// Takes the oldest receive only if `fits` says so, under the ring's lock (the express
@@ -369,8 +396,17 @@ impl RecvRing {
     /// `tail` is read only when the receives known to this process's takers are used up
     /// (`Seen::tail`, kept under the lock, whose Acquire passes on the one that read it).
     pub(crate) fn take_if(&self, fits: impl FnOnce(&RecvWqe) -> bool) -> Option<Taken> {
+        self.take_counted(fits, false)
+    }
+
+    /// [`RecvRing::take_if`]; `placing`: the message is placed after the take, so the
+    /// receive is counted until dropped ([`Placing`]).
+    pub(crate) fn take_counted(&self, fits: impl FnOnce(&RecvWqe) -> bool, placing: bool) -> Option<Taken> {
         let _g = self.lock();
         let h = self.hdr();
+        if h.takers.placing.load(Ordering::Relaxed) & CLOSED != 0 {
+            return None;
+        }
         let head = h.takers.head.load(Ordering::Relaxed);
         let limit = h.config.limit.load(Ordering::Acquire);
         let mut queued = self.seen.tail.load(Ordering::Relaxed).wrapping_sub(head);
@@ -394,7 +430,11 @@ impl RecvRing {
             h.config.limit.store(0, Ordering::Release);
             true
         };
-        let wqe = RecvWqe { taken: Some(TakenCount { ring: self.seen.tag, count: taken as u32 }), ..wqe };
+        let placing = placing.then(|| {
+            h.takers.placing.fetch_add(1, Ordering::Relaxed);
+            Placing { seg: self.seg.clone() }
+        });
+        let wqe = RecvWqe { taken: Some(TakenCount { ring: self.seen.tag, count: taken as u32 }), _placing: placing, ..wqe };
         Some(Taken { wqe, limit_fired })
     }
 
@@ -416,12 +456,43 @@ impl RecvRing {
     /// Removes every receive, oldest first, returning their wr_ids.
     pub(crate) fn drain(&self) -> Vec<u64> {
         let _g = self.lock();
+        self.drain_locked()
+    }
+
+    /// [`RecvRing::drain`], the lock held.
+    fn drain_locked(&self) -> Vec<u64> {
         let h = self.hdr();
         let head = h.takers.head.load(Ordering::Relaxed);
         let (at, count) = clamp_state(head, h.poster.tail.load(Ordering::Acquire), self.cap);
         let out = (0..count).map(|k| self.slot((at + k) % self.cap)[0].load(Ordering::Relaxed)).collect();
         h.takers.head.store(head.wrapping_add(count as u64), Ordering::Release);
         out
+    }
+
+    /// Closes the ring for good (ibv_destroy_qp(3)): removes every receive, as
+    /// [`RecvRing::drain`], and refuses every take from now on. Returns the wr_ids
+    /// removed. [`RecvRing::wait_placed`] then waits for the receives taken before.
+    pub(crate) fn close(&self) -> Vec<u64> {
+        let _g = self.lock();
+        self.hdr().takers.placing.fetch_or(CLOSED, Ordering::Relaxed);
+        self.drain_locked()
+    }
+
+    /// Waits until no receive taken from this ring is being placed any more (at most
+    /// [`PLACING_WAIT`], for a taker that died while placing).
+    ///
+    /// Rule: once ibv_destroy_qp(3) returned, the program may free the buffers its
+    /// receives named: no message is placed into them any more.
+    pub(crate) fn wait_placed(&self) {
+        let placing = &self.hdr().takers.placing;
+        let since = std::time::Instant::now();
+        while placing.load(Ordering::Acquire) & !CLOSED != 0 {
+            if since.elapsed() > PLACING_WAIT {
+                tracing::warn!("a receive taken from a destroyed QP was still being placed after {PLACING_WAIT:?}");
+                break;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Moves every receive of `old` (oldest first) into this ring and marks `old` as
@@ -515,7 +586,17 @@ impl RecvQueue {
 
     /// Removes every receive, oldest first, returning their wr_ids.
     pub(crate) fn drain(&self) -> Vec<u64> {
-        let ids = self.ring.drain();
+        self.drain_then(self.ring.drain())
+    }
+
+    /// Closes the queue of a QP being destroyed ([`RecvRing::close`]); returns the wr_ids
+    /// removed.
+    pub(crate) fn close(&self) -> Vec<u64> {
+        self.drain_then(self.ring.close())
+    }
+
+    /// Lets the regions of the removed receives go; returns `ids`.
+    fn drain_then(&self, ids: Vec<u64>) -> Vec<u64> {
         let mut gone = Vec::new();
         self.holds.lock().clear(&mut gone);
         drop(gone);

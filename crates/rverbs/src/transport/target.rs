@@ -236,8 +236,9 @@ impl PeerTarget {
     }
 
     /// Takes from the ring of generation `gen` of segment `name`, mapping it if needed,
-    /// the receive at its head only if `fits` accepts it ([`RecvRing::take_if`]).
-    fn take_from(&self, gen: u32, name: impl FnOnce() -> String, fits: impl FnOnce(&RecvWqe) -> bool) -> Take {
+    /// the receive at its head only if `fits` accepts it ([`RecvRing::take_if`]);
+    /// `placing`: counted until placed ([`RecvRing::take`]).
+    fn take_from(&self, gen: u32, name: impl FnOnce() -> String, fits: impl FnOnce(&RecvWqe) -> bool, placing: bool) -> Take {
         let mut cached = self.ring.borrow_mut();
         if cached.as_ref().is_none_or(|(g, _)| *g != gen) {
             let Some(ring) = self.peer.segment(&name()).ok().and_then(|s| RecvRing::open(s, self.me).ok()) else {
@@ -246,7 +247,7 @@ impl PeerTarget {
             *cached = Some((gen, ring));
         }
         let Some((_, ring)) = cached.as_ref() else { return Take::Empty };
-        if let Some(t) = ring.take_if(fits) {
+        if let Some(t) = ring.take_counted(fits, placing) {
             return Take::Got(t);
         }
         if ring.moved() != 0 {
@@ -544,7 +545,7 @@ impl PeerTarget {
                 return None;
             }
             let gen = rec.rq_gen.load(Ordering::Acquire);
-            match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w)) {
+            match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w), false) {
                 Take::Got(t) => {
                     if t.limit_fired {
                         let ctx = rec.ctx.load(Ordering::Acquire);
@@ -580,7 +581,8 @@ impl Target for PeerTarget {
 
     fn take_recv(&self) -> Option<RecvWqe> {
         match self.recv {
-            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |_| true) {
+            // The queued way: the message is placed after the take (`RecvRing::take`).
+            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |_| true, true) {
                 Take::Got(t) => Some(t.wqe),
                 _ => None,
             },
@@ -597,7 +599,7 @@ impl Target for PeerTarget {
 
     fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, Option<TakenCount>)> {
         match self.recv {
-            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w)) {
+            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w), false) {
                 Take::Got(t) => Some((t.wqe.wr_id, t.wqe.taken)),
                 _ => None,
             },
