@@ -316,14 +316,16 @@ fn another_process_reaches_deregistered_memory_no_more() {
     assert!(status.success(), "the requester: {status}");
 }
 
+/// A child's line to its parent (`common::spawn_child` hears the lines marked `@@`).
+fn say(msg: &str) {
+    println!("@@ {msg}");
+    std::io::stdout().flush().unwrap();
+}
+
 /// The child's side: per round, a new QP connected to the parent's, WRITEs or READs
 /// until one fails with IBV_WC_REM_ACCESS_ERR ("landed" once three succeeded, "stopped"
 /// after; a READ that returns the parent's secret fails the child).
 fn requester_process(rounds: usize) {
-    let say = |msg: &str| {
-        println!("@@ {msg}");
-        std::io::stdout().flush().unwrap();
-    };
     let mut lines = std::io::stdin().lock().lines();
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
@@ -574,10 +576,6 @@ fn a_destroyed_uc_qp_places_no_more_messages_from_another_process() {
 /// The child's side: per round, a new UC QP connected to the parent's, which SENDs until
 /// the parent says "stop" (then three more; "stopped" after).
 fn uc_requester_process(rounds: usize) {
-    let say = |msg: &str| {
-        println!("@@ {msg}");
-        std::io::stdout().flush().unwrap();
-    };
     let mut lines = std::io::stdin().lock().lines();
     let mut next = move || lines.next().expect("the parent closed the pipe").unwrap();
     let ctx = open();
