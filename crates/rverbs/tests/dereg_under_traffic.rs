@@ -460,7 +460,9 @@ const BIG_RECVS: usize = 4;
 
 /// The owner's side of a round of the UC destroy tests: ibv_destroy_qp(3) of the UC QP
 /// `b` (connected, no receive posted yet) while a requester SENDs 8 MiB messages into its
-/// receives, caller memory `mem` of a region that stays registered. UC takes the queued
+/// receives, caller memory `mem` of a region that stays registered; with `srq`, the
+/// receives are the SRQ's, which `b` takes from, and ibv_destroy_srq(3) follows (the
+/// SRQ's buffers are the program's again once it returned, not at the QP's destroy). UC takes the queued
 /// path (no ACK: the requester places the message and moves on), where the receive is
 /// taken from the queue before its bytes are copied. The destroy comes once the first
 /// receive completed and the second message's first bytes are seen in the second
@@ -469,12 +471,16 @@ const BIG_RECVS: usize = 4;
 /// message's copy writes) was still zero when the destroy returned must still have it
 /// zero: neither the message being placed then nor a later one reached it once
 /// ibv_destroy_qp returned, after which the program may free the buffers.
-fn destroy_uc_while_placing(round: usize, mem: &UserMem, pd: &Pd, cq: &Cq, b: Qp, more_then_stop: impl FnOnce()) {
+fn destroy_uc_while_placing(round: usize, mem: &UserMem, pd: &Pd, cq: &Cq, b: Qp, srq: Option<Srq>, more_then_stop: impl FnOnce()) {
     mem.fill(0);
     let mr = mem.register(pd, Dir::Write);
     for slot in 0..BIG_RECVS {
         let sge = [mr.sge(slot * BIG_SLOT, BIG_SLOT as u32).unwrap()];
-        b.post_recv_unpinned(&[RecvWr::new(slot as u64, &sge)]).unwrap();
+        let wr = [RecvWr::new(slot as u64, &sge)];
+        match &srq {
+            Some(srq) => srq.post_recv_unpinned(&wr).unwrap(),
+            None => b.post_recv_unpinned(&wr).unwrap(),
+        }
     }
     assert_eq!(poll_one(cq).status(), WcStatus::Success, "round {round}: the first message is received");
     // The second message is being placed: its first word is there.
@@ -484,11 +490,14 @@ fn destroy_uc_while_placing(round: usize, mem: &UserMem, pd: &Pd, cq: &Cq, b: Qp
         std::hint::spin_loop();
     }
     b.destroy().unwrap();
+    if let Some(srq) = srq {
+        srq.destroy().unwrap();
+    }
     let last_word = |slot: usize| mem.words()[((slot + 1) * BIG_SLOT) / 8 - 1].load(Ordering::SeqCst);
     let unfilled: Vec<usize> = (0..BIG_RECVS).filter(|&k| last_word(k) == 0).collect();
     more_then_stop();
     for k in unfilled {
-        assert_eq!(last_word(k), 0, "round {round}: receive {k} was written after ibv_destroy_qp returned");
+        assert_eq!(last_word(k), 0, "round {round}: receive {k} was written after ibv_destroy_qp (and ibv_destroy_srq) returned");
     }
     let mut wc = [Wc::default(); 16];
     while cq.poll(&mut wc).unwrap() > 0 {}
@@ -512,7 +521,8 @@ fn send_big_until_gone(qp: &Qp, cq: &Cq, src: &Mr, gone: &AtomicBool) {
     }
 }
 
-/// [`destroy_uc_while_placing`] with the requester a thread of this process.
+/// [`destroy_uc_while_placing`] with the requester a thread of this process; every other
+/// round with an SRQ.
 #[test]
 fn a_destroyed_uc_qp_places_no_more_messages() {
     let ctx = open();
@@ -524,7 +534,9 @@ fn a_destroyed_uc_qp_places_no_more_messages() {
     let src = a.pd.alloc_mr(BIG_SLOT, ALL_ACCESS).unwrap();
     src.write(0, &vec![0xa5; BIG_SLOT]).unwrap();
     for round in 0..ROUNDS / 2 {
-        let b = pd.create_qp(&QpInit::new(QpType::Uc, &cq, cap)).unwrap();
+        // Every other round, the receives are an SRQ's.
+        let srq = (round % 2 == 1).then(|| pd.create_srq(&SrqInit { max_wr: BIG_RECVS as u32, max_sge: 1, ..SrqInit::default() }).unwrap());
+        let b = pd.create_qp(&QpInit { srq: srq.as_ref(), ..QpInit::new(QpType::Uc, &cq, cap) }).unwrap();
         if round > 0 {
             a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
         }
@@ -533,7 +545,7 @@ fn a_destroyed_uc_qp_places_no_more_messages() {
         let gone = AtomicBool::new(false);
         std::thread::scope(|s| {
             let requester = s.spawn(|| send_big_until_gone(&a.qp, &a.cq, &src, &gone));
-            destroy_uc_while_placing(round, &mem, &pd, &cq, b, || {
+            destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, || {
                 gone.store(true, Ordering::SeqCst);
                 requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             });
@@ -542,7 +554,8 @@ fn a_destroyed_uc_qp_places_no_more_messages() {
 }
 
 /// [`destroy_uc_while_placing`] with the requester another process, which places the
-/// messages into this one's memory.
+/// messages into this one's memory; every other round with an SRQ (which that process
+/// maps and takes from).
 #[test]
 fn a_destroyed_uc_qp_places_no_more_messages_from_another_process() {
     const TEST: &str = "a_destroyed_uc_qp_places_no_more_messages_from_another_process";
@@ -559,11 +572,12 @@ fn a_destroyed_uc_qp_places_no_more_messages_from_another_process() {
     let cap = QpCap { max_recv_wr: BIG_RECVS as u32, ..CAP };
     for round in 0..PROCESS_ROUNDS {
         let a_qpn: u32 = hear().trim().parse().unwrap();
-        let b = pd.create_qp(&QpInit::new(QpType::Uc, &cq, cap)).unwrap();
+        let srq = (round % 2 == 1).then(|| pd.create_srq(&SrqInit { max_wr: BIG_RECVS as u32, max_sge: 1, ..SrqInit::default() }).unwrap());
+        let b = pd.create_qp(&QpInit { srq: srq.as_ref(), ..QpInit::new(QpType::Uc, &cq, cap) }).unwrap();
         connect_qp(&b, &ctx, a_qpn, &PATH);
         writeln!(stdin, "{}", b.qp_num()).unwrap();
         stdin.flush().unwrap();
-        destroy_uc_while_placing(round, &mem, &pd, &cq, b, || {
+        destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, || {
             writeln!(stdin, "stop").unwrap();
             stdin.flush().unwrap();
             assert_eq!(hear().trim(), "stopped", "round {round}");

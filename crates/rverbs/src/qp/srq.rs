@@ -450,6 +450,10 @@ impl Srq {
 
     /// Destroys the SRQ (ibv_destroy_srq(3)).
     ///
+    /// Rule: once it returned, no message is placed into the SRQ's receives any more
+    /// (the program may free their buffers): the receives still queued are discarded, and
+    /// the messages being placed into receives taken before it (the queued way, by this
+    /// process or a peer) finish first (docs/queue-pairs.md, "Receive queues and SRQs").
     /// Errors: `EBUSY` while QPs are attached.
     pub fn destroy(&self) -> Result<()> {
         if self.inner.qps.load(Ordering::Acquire) != 0 {
@@ -466,6 +470,12 @@ impl Srq {
             crate::sanitizer::gone(crate::sanitizer::Kind::Srq, self.inner.sanitizer_id());
         }
         self.inner.async_events.wait_all_acked();
+        // No receive is taken any more, by this process or a peer that still maps the
+        // ring (an XRC target QP elsewhere); the messages being placed into receives
+        // taken before finish: the program may free the buffers once this returns.
+        let q = self.inner.queue();
+        q.close();
+        q.ring().wait_placed();
         self.inner.teardown();
         Ok(())
     }

@@ -538,14 +538,15 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
 impl PeerTarget {
     /// Takes the oldest receive of the peer's SRQ `srqn` if `fits` says so, following its
     /// resizes; raises SRQ_LIMIT_REACHED in the peer when the take crosses an armed limit.
-    fn take_from_srq(&self, srqn: u32, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<RecvWqe> {
+    /// `placing`: counted until placed ([`RecvRing::take`]).
+    fn take_from_srq(&self, srqn: u32, fits: &mut dyn FnMut(&RecvWqe) -> bool, placing: bool) -> Option<RecvWqe> {
         let rec = self.peer.tables().srq(srqn);
         for _ in 0..64 {
             if rec.srqn.load(Ordering::Acquire) != srqn {
                 return None;
             }
             let gen = rec.rq_gen.load(Ordering::Acquire);
-            match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w), false) {
+            match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w), placing) {
                 Take::Got(t) => {
                     if t.limit_fired {
                         let ctx = rec.ctx.load(Ordering::Acquire);
@@ -586,7 +587,7 @@ impl Target for PeerTarget {
                 Take::Got(t) => Some(t.wqe),
                 _ => None,
             },
-            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, &mut |_| true),
+            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, &mut |_| true, true),
         }
     }
 
@@ -604,7 +605,7 @@ impl Target for PeerTarget {
                 _ => None,
             },
             PeerRecv::Srq(_) if self.tag_matching() => None,
-            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, fits).map(|w| (w.wr_id, w.taken)),
+            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, fits, false).map(|w| (w.wr_id, w.taken)),
         }
     }
 
