@@ -82,8 +82,19 @@ const MW_ACCESS: Access = Access::LOCAL_WRITE
 
 /// Invalidates the type 2 window whose record is `rec` through `rkey` for a QP of PD
 /// `pd` (LOCAL_INV, SEND_WITH_INV): only a VALID window of that PD whose key matches
-/// goes back to FREE. Used on this process's records and on a peer's alike.
+/// goes back to FREE, and once this returns `true` no access through the window is in
+/// progress either ([`quiesce`]). Used on this process's records and on a peer's alike.
 pub(crate) fn invalidate_record(rec: &KeyRecord, rkey: u32, pd: u32) -> bool {
+    let freed = free_record(rec, rkey, pd);
+    if freed {
+        quiesce(rec);
+    }
+    freed
+}
+
+/// The state change of [`invalidate_record`]: VALID to FREE, if the record is of a type 2
+/// window of PD `pd` whose key is `rkey`.
+fn free_record(rec: &KeyRecord, rkey: u32, pd: u32) -> bool {
     let d = rec.read();
     d.kind == KEY_KIND_MW2
         && d.key == rkey
@@ -94,19 +105,39 @@ pub(crate) fn invalidate_record(rec: &KeyRecord, rkey: u32, pd: u32) -> bool {
             .is_ok()
 }
 
+/// Waits for the accesses in progress through the window whose record is `rec`, once its
+/// state refuses new ones (LOCAL_INV, SEND_WITH_INV, ibv_dealloc_mw(3)): the work
+/// request's completion, the receive's WITH_INV completion or the call's return then
+/// means the key reaches nothing any more, and the program may reuse the memory.
+///
+/// Why it is exact: an access through a window counts itself in the window's record as
+/// well as its region's, then checks the window's state (`mr::keyspace`, both SeqCst);
+/// the state is stored before this reads the count. Only the window's own accesses are
+/// waited for, not the region's others: the invalidating thread may hold one of those
+/// itself (a SEND_WITH_INV's receive buffer in the same region), and a region under
+/// steady traffic would hold the invalidation up. No invalidating thread holds an
+/// access through the window: a type 2 window is reached by the one QP it is bound to,
+/// a LOCAL_INV runs on the send queue, a SEND_WITH_INV on a receive. Bounded as
+/// deregistration's wait (a peer that died in an access never finishes it).
+fn quiesce(rec: &KeyRecord) {
+    if !rec.drain(crate::mr::IDLE_WAIT) {
+        tracing::warn!(key = rec.read().key, "gave up waiting for accesses through a window; a peer may have died in one");
+    }
+}
+
 impl KeyTable {
     /// Invalidates the type 2 window named by `rkey` for a QP of `pd` (LOCAL_INV, and
     /// SEND_WITH_INV delivered in this process); `false` if `rkey` names no such window
     /// (rxe: regions registered by applications cannot be invalidated). Defined with the
     /// windows: the key table itself knows no protection domain.
     ///
-    /// With `quiesce` (LOCAL_INV), once it returns `true` no access through the window is
-    /// in progress either, so that the work request's completion means the key reaches
-    /// nothing any more (as ibv_dealloc_mw(3), `MwInner::release`). Not for SEND_WITH_INV,
-    /// whose responder may hold an access to the same region itself.
-    pub(crate) fn invalidate_mw(&self, rkey: u32, pd: u32, quiesce: bool) -> bool {
+    /// Once it returns `true` no access through the window is in progress either
+    /// ([`invalidate_record`]), so that the work request's completion (LOCAL_INV) or the
+    /// receive's (SEND_WITH_INV) means the key reaches nothing any more, as
+    /// ibv_dealloc_mw(3)'s return does (`MwInner::release`).
+    pub(crate) fn invalidate_mw(&self, rkey: u32, pd: u32) -> bool {
         match self.get(rkey) {
-            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd, quiesce)),
+            Some(KeyTarget::Mw(w)) => w.upgrade().is_some_and(|mw| mw.invalidate(rkey, pd)),
             _ => false,
         }
     }
@@ -226,23 +257,21 @@ impl MwInner {
     }
 
     /// ibv_dealloc_mw(3): the window's key grants nothing from now on, and no access
-    /// through it is in progress once this returns (as deregistration, `MrInner::retire`:
-    /// an access counts itself in its region's record, then checks the window's state;
-    /// here the state is stored, then the region's count waited for). The wait covers
-    /// every access to the region, not only the window's: bounded as deregistration's.
-    /// (A device thread that held the last handle for a moment, `KeyTable::invalidate_mw`
-    /// while the program dropped its own, may wait here on its own access to the region:
-    /// the bound ends that, the key refused all the same.)
+    /// through it is in progress once this returns ([`quiesce`]: the state is stored,
+    /// then the window's own count waited for; the record stays the window's until then,
+    /// so no later key's accesses are counted in it). The region the window was bound to
+    /// stays registered until the binding, held until then, is dropped.
     fn release(&self) {
         if !self.released.swap(true, Ordering::AcqRel) {
             let mut core = self.core.lock().expect("mw");
             let binding = core.binding.take();
-            self.record(core.rkey).state.store(KEY_STATE_INVALID, Ordering::SeqCst);
-            self.endpoint.keys.remove(core.rkey);
+            let rkey = core.rkey;
+            let rec = self.record(rkey);
+            rec.state.store(KEY_STATE_INVALID, Ordering::SeqCst);
             drop(core);
-            if let Some(b) = binding {
-                b.mr.wait_idle();
-            }
+            quiesce(rec);
+            self.endpoint.keys.remove(rkey);
+            drop(binding);
             self.pd.release();
         }
     }
@@ -255,18 +284,17 @@ impl Window for MwInner {
             && self.record(core.rkey).state.load(Ordering::Acquire) == KEY_STATE_VALID
     }
 
-    fn invalidate(&self, rkey: u32, pd: u32, quiesce: bool) -> bool {
+    fn invalidate(&self, rkey: u32, pd: u32) -> bool {
         let mut core = self.core.lock().expect("mw");
-        if !invalidate_record(self.record(core.rkey), rkey, pd) {
+        let rec = self.record(core.rkey);
+        if !free_record(rec, rkey, pd) {
             return false;
         }
         let binding = core.binding.take();
         drop(core);
-        // As `release`: an access counts itself in the region's record before it checks
-        // the window's state, stored above.
-        if let (true, Some(b)) = (quiesce, binding) {
-            b.mr.wait_idle();
-        }
+        quiesce(rec);
+        // The region stays registered until the window's accesses ended.
+        drop(binding);
         true
     }
 }

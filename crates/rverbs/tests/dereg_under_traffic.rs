@@ -8,10 +8,13 @@
 //! and hands its key to a requester, which WRITEs a pattern over it (even rounds) or
 //! READs it whole (odd rounds) again and again, each request polled before the next.
 //! Once a few have completed the owner deregisters (in this process, one pair of rounds
-//! in four moves the region to other memory with ibv_rereg_mr(3)
+//! in five moves the region to other memory with ibv_rereg_mr(3)
 //! `IBV_REREG_MR_CHANGE_TRANSLATION` instead, one lets the requester in through a type 2
-//! window over it and deallocates the window, ibv_dealloc_mw(3), and one invalidates
-//! such a window with a LOCAL_INV and polls its completion), then reuses the memory:
+//! window over it and deallocates the window, ibv_dealloc_mw(3), one invalidates such a
+//! window with a LOCAL_INV and polls its completion, and one has another requester
+//! invalidate it with a SEND_WITH_INV into another QP and polls the receive's
+//! completion; the child-process requester goes through a window invalidated by a
+//! LOCAL_INV every other pair of rounds), then reuses the memory:
 //! zeroes it (WRITE rounds) or stores a secret in it (READ rounds). Checked:
 //! - the requester's requests end with IBV_WC_REM_ACCESS_ERR (its QP then in ERR; a new
 //!   pair takes the next round), within 10 s;
@@ -169,7 +172,27 @@ enum Retire<'a> {
     /// The same window, invalidated by a LOCAL_INV of its key on `qp` (completing to
     /// `cq`) instead: the memory is taken once its completion is polled.
     Invalidate { mw: Mw, key: u32, qp: &'a Qp, cq: &'a Cq },
+    /// The same window, invalidated by a SEND_WITH_INV of its key into `to`, another QP of
+    /// the window's PD (an empty receive posted there, completing to `cq`), from another
+    /// requester, which `send` has send it and waits for: the memory is taken once the
+    /// receive's completion, WITH_INV of the key, is polled. The requester that goes
+    /// through the window is not the one that invalidates it, so its accesses run while
+    /// the invalidation does.
+    SendInv { mw: Mw, key: u32, to: &'a Qp, cq: &'a Cq, send: Box<dyn FnOnce() + 'a> },
 }
+
+/// The ways a round can take the memory, in the order the rounds of
+/// [`rounds_in_this_process`] cycle through them (a pair of rounds each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    Dereg,
+    Move,
+    Dealloc,
+    LocalInv,
+    SendInv,
+}
+
+const EVERY_WAY: [Way; 5] = [Way::Dereg, Way::Move, Way::Dealloc, Way::LocalInv, Way::SendInv];
 
 /// The owner's side of a round: waits until a few requests completed, takes the memory
 /// from the device (`retire`), reuses the memory (zero for a WRITE round, `SECRET` for a
@@ -187,6 +210,7 @@ fn owner_round(mem: &UserMem, mr: Mr, retire: Retire<'_>, dir: Dir, landed: &Ato
         Retire::MoveTo(_) => "ibv_rereg_mr",
         Retire::Dealloc(_) => "ibv_dealloc_mw",
         Retire::Invalidate { .. } => "LOCAL_INV",
+        Retire::SendInv { .. } => "SEND_WITH_INV",
     };
     match retire {
         Retire::Dereg => mr.dereg().unwrap(),
@@ -197,6 +221,13 @@ fn owner_round(mem: &UserMem, mr: Mr, retire: Retire<'_>, dir: Dir, landed: &Ato
             qp.post_send(&[SendWr::local_inv(1, key).signaled()]).unwrap();
             let wc = poll_one(cq);
             assert_eq!((wc.status(), wc.opcode()), (WcStatus::Success, Some(WcOpcode::LocalInv)));
+            drop(mw);
+        }
+        Retire::SendInv { mw, key, to, cq, send } => {
+            to.post_recv(&[RecvWr::new(7, &[])]).unwrap();
+            send();
+            let wc = poll_one(cq);
+            assert_eq!((wc.wr_id(), wc.status(), wc.invalidated_rkey()), (7, WcStatus::Success, Some(key)));
             drop(mw);
         }
     }
@@ -222,42 +253,65 @@ fn window_over(mr: &Mr, pd: &Pd, qp: &Qp, cq: &Cq) -> (Mw, u32) {
 }
 
 /// Rounds between a requester `a` and QPs of the owner's device `ctx` (made by
-/// `connect`, which connects a new requester QP to a new owner QP), both in this process.
-fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, connect: &dyn Fn(&Side, &Qp, &Context)) {
+/// `connect`, which connects a new requester QP to a new owner QP), both in this process;
+/// each pair of rounds takes the memory the next of `ways`.
+fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, connect: &dyn Fn(&Side, &Qp, &Context), ways: &[Way]) {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
     let (mem, elsewhere) = (UserMem::new(), UserMem::new());
     for round in 0..ROUNDS {
         let a = new_requester();
-        a.mr.write(0, &vec![0xa5; LEN]).unwrap();
         let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
         connect(&a, &b, ctx);
         let dir = Dir::of_round(round);
         let mr = mem.register(&pd, dir);
         let (addr, mut rkey) = (mr.iova(), mr.rkey());
-        // Rounds 0 and 1 deregister, 2 and 3 move the region, 4 and 5 reach it through a
-        // window that is deallocated, 6 and 7 through one that is invalidated, and so on.
-        let retire = match round / 2 % 4 {
-            0 => Retire::Dereg,
-            1 => Retire::MoveTo(&elsewhere),
-            n => {
+        // With every way: rounds 0 and 1 deregister, 2 and 3 move the region, 4 and 5
+        // reach it through a window that is deallocated, 6 and 7 through one that is
+        // invalidated by a LOCAL_INV, 8 and 9 by a SEND_WITH_INV, and so on.
+        let way = ways[round / 2 % ways.len()];
+        // The SEND_WITH_INV's requester and the QP it sends to.
+        let via = (way == Way::SendInv).then(|| {
+            let (via, to) = (new_requester(), pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap());
+            connect(&via, &to, ctx);
+            (via, to)
+        });
+        let retire = match way {
+            Way::Dereg => Retire::Dereg,
+            Way::Move => Retire::MoveTo(&elsewhere),
+            way => {
                 let (mw, key) = window_over(&mr, &pd, &b, &cq);
                 rkey = key;
-                match n {
-                    2 => Retire::Dealloc(mw),
+                match (way, &via) {
+                    (Way::Dealloc, _) => Retire::Dealloc(mw),
+                    (Way::SendInv, Some((via, to))) => Retire::SendInv { mw, key, to, cq: &cq, send: Box::new(move || send_inv(via, key)) },
                     _ => Retire::Invalidate { mw, key, qp: &b, cq: &cq },
                 }
             }
         };
-        let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
-        std::thread::scope(|s| {
-            let requester = s.spawn(|| hammer(&a, addr, rkey, dir, &landed, &gone));
-            owner_round(&mem, mr, retire, dir, &landed, &gone, || {
-                let late = requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                assert_eq!(late, 0, "round {round}: {dir:?}s posted after the memory was taken from the device completed with success");
-            });
-        });
+        one_round(round, &a, (addr, rkey), dir, &mem, mr, retire);
     }
+}
+
+/// A round of requester `a` WRITEing or READing (`dir`) the owner's memory `mem` at
+/// `target` (address, key) through the owner's registration `mr` of it, which the owner
+/// takes from the device by `retire` ([`hammer`], [`owner_round`]).
+fn one_round(round: usize, a: &Side, target: (u64, u32), dir: Dir, mem: &UserMem, mr: Mr, retire: Retire<'_>) {
+    a.mr.write(0, &vec![0xa5; LEN]).unwrap();
+    let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let requester = s.spawn(|| hammer(a, target.0, target.1, dir, &landed, &gone));
+        owner_round(mem, mr, retire, dir, &landed, &gone, || {
+            let late = requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            assert_eq!(late, 0, "round {round}: {dir:?}s posted after the memory was taken from the device completed with success");
+        });
+    });
+}
+
+/// An empty SEND_WITH_INV of `key` from `via`, waited for.
+fn send_inv(via: &Side, key: u32) {
+    via.qp.post_send(&[SendWr::send(8, &[]).with_inv(key).signaled()]).unwrap();
+    assert_eq!(poll_one(&via.cq).status(), WcStatus::Success, "the SEND_WITH_INV of {key:#x}");
 }
 
 /// The requester a thread of this process, on the same-host link (the express lane: it
@@ -269,7 +323,80 @@ fn a_thread_on_this_host_reaches_deregistered_memory_no_more() {
         connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
         connect_qp(b, ctx, a.qp.qp_num(), &PATH);
     };
-    rounds_in_this_process(&ctx, &|| side(QpType::Rc), &connect);
+    rounds_in_this_process(&ctx, &|| side(QpType::Rc), &connect, &EVERY_WAY);
+}
+
+/// Every round through a type 2 window that a SEND_WITH_INV from a second requester of
+/// this host invalidates while the first WRITEs or READs through it: once the receive's
+/// completion says the key is invalidated, nothing goes through the window any more.
+#[test]
+fn a_window_invalidated_by_another_requester_reaches_memory_no_more() {
+    let ctx = open();
+    let connect = |a: &Side, b: &Qp, ctx: &Context| {
+        connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
+        connect_qp(b, ctx, a.qp.qp_num(), &PATH);
+    };
+    rounds_in_this_process(&ctx, &|| side(QpType::Rc), &connect, &[Way::SendInv]);
+}
+
+/// As [`a_window_invalidated_by_another_requester_reaches_memory_no_more`] with the
+/// SEND_WITH_INV sent by another process (this binary run again), whose post invalidates
+/// the window in this process's key table while a thread of this one goes through it.
+#[test]
+fn a_window_invalidated_from_another_process_reaches_memory_no_more() {
+    const TEST: &str = "a_window_invalidated_from_another_process_reaches_memory_no_more";
+    const PROCESS_ROUNDS: usize = 12;
+    if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
+        return invalidator_process();
+    }
+    let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "invalidator")]);
+    let hear = || lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the invalidator said nothing within {WAIT:?} ({e})"));
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+    let to = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    connect_qp(&to, &ctx, hear().trim().parse().unwrap(), &PATH);
+    writeln!(stdin, "{}", to.qp_num()).unwrap();
+    let mem = UserMem::new();
+    for round in 0..PROCESS_ROUNDS {
+        let a = side(QpType::Rc);
+        let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+        connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
+        connect_qp(&b, &ctx, a.qp.qp_num(), &PATH);
+        let dir = Dir::of_round(round);
+        let mr = mem.register(&pd, dir);
+        let (mw, key) = window_over(&mr, &pd, &b, &cq);
+        let stdin = &mut stdin;
+        let send = Box::new(move || {
+            writeln!(stdin, "{key}").unwrap();
+            stdin.flush().unwrap();
+            assert_eq!(hear().trim(), "sent", "round {round}");
+        });
+        let retire = Retire::SendInv { mw, key, to: &to, cq: &cq, send };
+        one_round(round, &a, (mr.iova(), key), dir, &mem, mr, retire);
+    }
+    writeln!(stdin, "end").unwrap();
+    stdin.flush().unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the invalidator: {status}");
+}
+
+/// The child's side: a QP connected to the parent's, which sends an empty SEND_WITH_INV
+/// of each key the parent names ("sent" once its completion is polled) until "end".
+fn invalidator_process() {
+    let mut lines = std::io::stdin().lock().lines();
+    let mut next = move || lines.next().expect("the parent closed the pipe").unwrap();
+    let via = side(QpType::Rc);
+    say(&via.qp.qp_num().to_string());
+    connect_qp(&via.qp, &via.ctx, next().trim().parse().unwrap(), &PATH);
+    loop {
+        let line = next();
+        if line.trim() == "end" {
+            return;
+        }
+        send_inv(&via, line.trim().parse().unwrap());
+        say("sent");
+    }
 }
 
 /// The requester on another device of this process, across the loopback (127.0.13.1 and
@@ -283,7 +410,7 @@ fn another_host_reaches_deregistered_memory_no_more() {
         connect_across(&a.qp, ctx, b.qp_num(), PATH.timeout);
         connect_across(b, &a.ctx, a.qp.qp_num(), PATH.timeout);
     };
-    rounds_in_this_process(&ctx, &requester, &connect);
+    rounds_in_this_process(&ctx, &requester, &connect, &EVERY_WAY);
 }
 
 /// The requester in another process of this host (this binary run again), which reaches
@@ -306,11 +433,20 @@ fn another_process_reaches_deregistered_memory_no_more() {
         connect_qp(&qp, &b.ctx, a_qpn, &PATH);
         let dir = Dir::of_round(round);
         let mr = mem.register(&b.pd, dir);
-        writeln!(stdin, "{} {} {} {}", qp.qp_num(), mr.iova(), mr.rkey(), round % 2).unwrap();
+        // Rounds 2 and 3 (of every 4) go through a type 2 window, invalidated by a LOCAL_INV:
+        // the requester's accesses count in the window's record as a peer's.
+        let (retire, rkey) = match round / 2 % 2 {
+            0 => (Retire::Dereg, mr.rkey()),
+            _ => {
+                let (mw, key) = window_over(&mr, &b.pd, &qp, &b.cq);
+                (Retire::Invalidate { mw, key, qp: &qp, cq: &b.cq }, key)
+            }
+        };
+        writeln!(stdin, "{} {} {} {}", qp.qp_num(), mr.iova(), rkey, round % 2).unwrap();
         stdin.flush().unwrap();
         assert_eq!(hear().trim(), "landed", "round {round}");
         let (landed, gone) = (AtomicUsize::new(3), AtomicBool::new(false));
-        owner_round(&mem, mr, Retire::Dereg, dir, &landed, &gone, || assert_eq!(hear().trim(), "stopped", "round {round}"));
+        owner_round(&mem, mr, retire, dir, &landed, &gone, || assert_eq!(hear().trim(), "stopped", "round {round}"));
     }
     let status = child.wait().unwrap();
     assert!(status.success(), "the requester: {status}");

@@ -35,9 +35,9 @@ pub(crate) trait Window: Send + Sync {
     /// `MrInner::windows`); an implementation must not take a region's list itself.
     fn is_bound_to(&self, mr: &MrInner) -> bool;
     /// Invalidates the window through `rkey` (LOCAL_INV, SEND_WITH_INV delivered in this
-    /// process): only a valid type 2 window of PD `pd` whose key matches. With `quiesce`
-    /// (LOCAL_INV), also waits until no access through it is in progress.
-    fn invalidate(&self, rkey: u32, pd: u32, quiesce: bool) -> bool;
+    /// process): only a valid type 2 window of PD `pd` whose key matches; once it
+    /// returns `true`, no access through the window is in progress either.
+    fn invalidate(&self, rkey: u32, pd: u32) -> bool;
 }
 
 /// What a key names.

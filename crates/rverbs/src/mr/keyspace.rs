@@ -53,6 +53,9 @@ pub(crate) struct Pinned<'a> {
     /// The count this access is in (`None`: a local key of this process's own memory,
     /// see [`KeySpace::hold`]).
     busy: Option<&'a AtomicU32>,
+    /// The count in the record of the window the access goes through, if it goes through
+    /// one (invalidating the window waits for it: `crate::mw`).
+    window: Option<&'a AtomicU32>,
     pub(crate) place: Place<'a>,
     /// Length of the accessed range.
     pub(crate) len: usize,
@@ -72,9 +75,29 @@ impl<'a> Pinned<'a> {
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        if let Some(b) = self.busy {
-            b.fetch_sub(1, Ordering::SeqCst);
-        }
+        release(self.busy, self.window);
+    }
+}
+
+/// Counts an access in `busy` and `window` (the counts a [`Pinned`] is in).
+#[inline(always)]
+fn count(busy: Option<&AtomicU32>, window: Option<&AtomicU32>) {
+    if let Some(b) = busy {
+        b.fetch_add(1, Ordering::SeqCst);
+    }
+    if let Some(w) = window {
+        w.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Ends an access counted by [`count`].
+#[inline(always)]
+fn release(busy: Option<&AtomicU32>, window: Option<&AtomicU32>) {
+    if let Some(w) = window {
+        w.fetch_sub(1, Ordering::SeqCst);
+    }
+    if let Some(b) = busy {
+        b.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -410,27 +433,22 @@ impl<'a> KeySpace<'a> {
             KeyUse::Local if !h.count_local => None,
             _ => Some(&h.mr.busy_local),
         };
-        if let Some(b) = busy {
-            b.fetch_add(1, Ordering::SeqCst);
-        }
+        let window: Option<&'a AtomicU32> = (!h.is_mr).then_some(&h.rec.busy_local);
+        count(busy, window);
         let still = h.rec.state.load(Ordering::SeqCst) == KEY_STATE_VALID
             && h.rec.key.load(Ordering::SeqCst) == via.key
             && h.mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
         if !still {
-            if let Some(b) = busy {
-                b.fetch_sub(1, Ordering::SeqCst);
-            }
+            release(busy, window);
             return Err(Fault::Key);
         }
         if self.me.keys.writes(via.key >> 8) != writes {
-            if let Some(b) = busy {
-                b.fetch_sub(1, Ordering::SeqCst);
-            }
+            release(busy, window);
             return Ok(None);
         }
         let place = Place::Local((h.va + off) as usize);
         let host_atomics = h.host_atomics.then_some(self.me);
-        Ok(Some(Pinned { busy, place, len: len as usize, host_atomics }))
+        Ok(Some(Pinned { busy, window, place, len: len as usize, host_atomics }))
     }
 
     /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a
@@ -486,9 +504,14 @@ impl<'a> KeySpace<'a> {
             (false, _) => Some(&mr.busy_local),
             (true, _) => Some(&mr.busy_remote),
         };
-        if let Some(b) = busy {
-            b.fetch_add(1, Ordering::SeqCst);
-        }
+        // An access through a window counts in the window's record too: invalidating the
+        // window waits for its own accesses only (`crate::mw`).
+        let window: Option<&'a AtomicU32> = match (d.kind == KEY_KIND_MR, self.peer.is_some()) {
+            (true, _) => None,
+            (false, false) => Some(&rec.busy_local),
+            (false, true) => Some(&rec.busy_remote),
+        };
+        count(busy, window);
         let still = rec.state.load(Ordering::SeqCst) == KEY_STATE_VALID
             && rec.key.load(Ordering::SeqCst) == key
             && mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
@@ -496,12 +519,10 @@ impl<'a> KeySpace<'a> {
         match placed {
             Ok(place) => {
                 let host_atomics = (d.loc == 0 && self.me.shared()).then_some(self.me);
-                Ok(sink(Pinned { busy, place, len: len as usize, host_atomics }))
+                Ok(sink(Pinned { busy, window, place, len: len as usize, host_atomics }))
             }
             Err(f) => {
-                if let Some(b) = busy {
-                    b.fetch_sub(1, Ordering::SeqCst);
-                }
+                release(busy, window);
                 Err(f)
             }
         }

@@ -22,7 +22,7 @@ pub(crate) mod native;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bitflags::bitflags;
 
@@ -178,7 +178,7 @@ pub(crate) struct MrInner {
 
 /// How long deregistration waits for accesses in progress: a peer that died in the
 /// middle of one never finishes it.
-const IDLE_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const IDLE_WAIT: Duration = Duration::from_secs(2);
 
 impl MrInner {
     /// The region's protection domain now (rereg may change it).
@@ -246,18 +246,11 @@ impl MrInner {
     /// Waits until no access (of this process or a peer) is in progress, for up to
     /// [`IDLE_WAIT`]: whether none is.
     fn drain(&self) -> bool {
-        let rec = self.record();
-        let start = Instant::now();
-        while rec.busy() != 0 {
-            if start.elapsed() > IDLE_WAIT {
-                // The count stays as it is: a slow accessor that finishes later still
-                // decrements it correctly.
-                tracing::warn!(key = self.key, "gave up waiting for accesses to a region; a peer may have died in one");
-                return false;
-            }
-            std::thread::yield_now();
+        let idle = self.record().drain(IDLE_WAIT);
+        if !idle {
+            tracing::warn!(key = self.key, "gave up waiting for accesses to a region; a peer may have died in one");
         }
-        true
+        idle
     }
 
     /// Closes the region to the device without deregistering it (an owned region taken

@@ -174,9 +174,10 @@ pub(crate) struct CqRecord {
 #[derive(Default)]
 pub(crate) struct KeyRecord {
     pub(crate) desc: KeyFields,
-    /// Accesses in progress by the owner (records of regions only).
+    /// Accesses in progress by the owner: through the region's keys for a region's record,
+    /// through the window for a window's (which counts in its region's record as well).
     pub(crate) busy_local: Line,
-    /// Accesses in progress by peers (records of regions only).
+    /// Accesses in progress by peers (as `busy_local`).
     pub(crate) busy_remote: Line,
 }
 
@@ -206,6 +207,22 @@ impl KeyRecord {
     /// Accesses in progress, by anyone (deregistration waits for 0).
     pub(crate) fn busy(&self) -> u32 {
         self.busy_local.load(Ordering::SeqCst).wrapping_add(self.busy_remote.load(Ordering::SeqCst))
+    }
+
+    /// Waits until no access counted here (by this process or a peer) is in progress,
+    /// for up to `bound`: whether none is. The caller stored a state that refuses new
+    /// accesses first (an access counts itself, then checks the state: `mr::keyspace`).
+    /// Past the bound the count stays as it is: a slow accessor that finishes later still
+    /// decrements it correctly (a peer that died in an access never does).
+    pub(crate) fn drain(&self, bound: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        while self.busy() != 0 {
+            if start.elapsed() > bound {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
     }
 }
 

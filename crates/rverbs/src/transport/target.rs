@@ -154,7 +154,7 @@ impl Target for LocalTarget {
     }
 
     fn invalidate(&self, rkey: u32) -> bool {
-        self.endpoint.keys.invalidate_mw(rkey, self.pd, false)
+        self.endpoint.keys.invalidate_mw(rkey, self.pd)
     }
 }
 
@@ -375,7 +375,7 @@ impl Target for SplitTarget {
 
     fn invalidate(&self, rkey: u32) -> bool {
         match &self.srq {
-            SrqPart::Local { pd, endpoint, .. } => endpoint.keys.invalidate_mw(rkey, *pd, false),
+            SrqPart::Local { pd, endpoint, .. } => endpoint.keys.invalidate_mw(rkey, *pd),
             SrqPart::Peer(t) => t.invalidate(rkey),
         }
     }
