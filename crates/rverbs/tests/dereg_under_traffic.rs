@@ -598,7 +598,8 @@ const BIG_RECVS: usize = 4;
 /// `b` (connected, no receive posted yet) while a requester SENDs 8 MiB messages into its
 /// receives, caller memory `mem` of a region that stays registered; with `srq`, the
 /// receives are the SRQ's, which `b` takes from, and ibv_destroy_srq(3) follows (the
-/// SRQ's buffers are the program's again once it returned, not at the QP's destroy). UC takes the queued
+/// SRQ's buffers are the program's again once it returned, not at the QP's destroy),
+/// every other time after a resize. UC takes the queued
 /// path (no ACK: the requester places the message and moves on), where the receive is
 /// taken from the queue before its bytes are copied. The destroy comes once the first
 /// receive completed and the second message's first bytes are seen in the second
@@ -624,6 +625,11 @@ fn destroy_uc_while_placing(round: usize, mem: &UserMem, pd: &Pd, cq: &Cq, b: Qp
     while mem.words()[BIG_SLOT / 8].load(Ordering::SeqCst) == 0 {
         assert!(Instant::now() < deadline, "the second message was not placed within {WAIT:?}");
         std::hint::spin_loop();
+    }
+    // Every other SRQ round, the SRQ is resized first (ibv_modify_srq(3)): the receive
+    // being placed was taken from the generation the resize replaces.
+    if let Some(srq) = srq.as_ref().filter(|_| round % 4 == 3) {
+        srq.modify(&SrqAttr { max_wr: 2 * BIG_RECVS as u32, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
     }
     b.destroy().unwrap();
     if let Some(srq) = srq {
@@ -654,6 +660,89 @@ fn send_big_until_gone(qp: &Qp, cq: &Cq, src: &Mr, gone: &AtomicBool) {
         }
         qp.post_send(&[SendWr::send(id, &sge).signaled()]).unwrap();
         assert_eq!(poll_one(cq).status(), WcStatus::Success, "UC SEND {id} completes locally");
+    }
+}
+
+/// ibv_destroy_srq(3) of a tag-matching SRQ while a requester's eager messages (8 MiB)
+/// land in its tagged buffers (ibv_post_srq_ops(3) ADD): a matched buffer is placed into
+/// after the match as a queued take is, so the destroy waits for it too. The UC QP on the
+/// SRQ is destroyed first, once the first message completed and the next is seen being
+/// placed; a buffer still unfilled then stays so.
+#[test]
+fn a_destroyed_tm_srq_places_no_more_messages() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+    let tm_cq = ctx.create_cq(&CqInit::new(64).wc_flags(WcExFlags::STANDARD | WcExFlags::TM_INFO)).unwrap();
+    let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
+    let a = side(QpType::Uc);
+    // Each message: the tag-matching header (eager, tag = message number mod BIG_RECVS),
+    // then BIG_SLOT bytes of 0xa5.
+    let src = a.pd.alloc_mr(TMH_LEN + BIG_SLOT, ALL_ACCESS).unwrap();
+    src.write(TMH_LEN, &vec![0xa5; BIG_SLOT]).unwrap();
+    for round in 0..ROUNDS / 4 {
+        let tm = TmCap { max_num_tags: BIG_RECVS as u32, max_ops: 16 };
+        let srq = pd.create_srq_tm(&SrqInit { max_wr: 4, max_sge: 1, ..SrqInit::default() }, tm, &tm_cq).unwrap();
+        let b = pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Uc, &cq, CAP) }).unwrap();
+        if round > 0 {
+            a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+        }
+        connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
+        connect_qp(&b, &ctx, a.qp.qp_num(), &PATH);
+        let gone = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let requester = s.spawn(|| {
+                let sge = [src.sge(0, (TMH_LEN + BIG_SLOT) as u32).unwrap()];
+                let mut after = 0;
+                for id in 0u64.. {
+                    if gone.load(Ordering::SeqCst) {
+                        after += 1;
+                        if after > 3 {
+                            return;
+                        }
+                    }
+                    let mut tmh = [0u8; TMH_LEN];
+                    tmh[0] = TmhOp::Eager as u8;
+                    tmh[8..16].copy_from_slice(&(id % BIG_RECVS as u64).to_be_bytes());
+                    src.write(0, &tmh).unwrap();
+                    a.qp.post_send(&[SendWr::send(id, &sge).signaled()]).unwrap();
+                    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success, "UC SEND {id} completes locally");
+                }
+            });
+            mem.fill(0);
+            let mr = mem.register(&pd, Dir::Write);
+            for slot in 0..BIG_RECVS {
+                let sge = [mr.sge(slot * BIG_SLOT, BIG_SLOT as u32).unwrap()];
+                let kind = TagOpKind::Add { recv_wr_id: slot as u64, sg_list: &sge, tag: slot as u64, mask: u64::MAX };
+                srq.post_tag_op(&TagOp { wr_id: 100 + slot as u64, kind, flags: TagOpFlags::empty(), unexpected_cnt: 0 }).unwrap();
+            }
+            // The first message matched: the one after it goes to the next tag.
+            let first = loop {
+                let mut wc = [Wc::default(); 1];
+                if tm_cq.poll(&mut wc).unwrap() == 1 {
+                    assert_eq!(wc[0].status(), WcStatus::Success, "round {round}: the first message is received");
+                    break wc[0].wr_id() as usize;
+                }
+                std::thread::yield_now();
+            };
+            let next = (first + 1) % BIG_RECVS;
+            let deadline = Instant::now() + WAIT;
+            while mem.words()[next * BIG_SLOT / 8].load(Ordering::SeqCst) == 0 {
+                assert!(Instant::now() < deadline, "round {round}: the next message was not placed within {WAIT:?}");
+                std::hint::spin_loop();
+            }
+            b.destroy().unwrap();
+            srq.destroy().unwrap();
+            let last_word = |slot: usize| mem.words()[((slot + 1) * BIG_SLOT) / 8 - 1].load(Ordering::SeqCst);
+            let unfilled: Vec<usize> = (0..BIG_RECVS).filter(|&k| last_word(k) == 0).collect();
+            gone.store(true, Ordering::SeqCst);
+            requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            for k in unfilled {
+                assert_eq!(last_word(k), 0, "round {round}: tagged buffer {k} was written after ibv_destroy_srq returned");
+            }
+            let mut wc = [Wc::default(); 16];
+            while tm_cq.poll(&mut wc).unwrap() > 0 {}
+        });
     }
 }
 

@@ -74,6 +74,9 @@ pub(crate) struct SrqInner {
     pub(crate) tm: Option<(TagList, Arc<CqInner>)>,
     /// The queue and its generation (a resize makes a new one).
     rq: Mutex<(Arc<RecvQueue>, u32)>,
+    /// Queues a resize replaced while receives taken from them may still be being placed
+    /// (their `placing` count not 0 at the last look): the destroy waits for those too.
+    retired: Mutex<Vec<Arc<RecvQueue>>>,
     /// The SRQ's record in the endpoint's shared tables.
     rec: &'static SrqRecord,
     qps: AtomicU32,
@@ -129,9 +132,11 @@ impl SrqInner {
 
     /// Takes the receive a message whose first bytes are `head` (of `msg_len` in all)
     /// goes to: on a tag-matching SRQ the list decides (`rings::tag_list`), otherwise the oldest.
+    /// Either is counted as being placed until dropped, so that ibv_destroy_srq(3) waits
+    /// for it: a tagged buffer the list matched in the queue's ring as a take is.
     pub(crate) fn take_for(self: &Arc<Self>, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
         match &self.tm {
-            Some((list, _)) => list.deliver(Header::parse(head, msg_len), || self.take()),
+            Some((list, _)) => list.deliver(Header::parse(head, msg_len), || self.take())?.placed_in(self.queue().ring()),
             None => self.take(),
         }
     }
@@ -282,6 +287,7 @@ impl Srq {
                 xrc,
                 tm: list.zip(tm_cq),
                 rq: Mutex::new((Arc::new(queue), 1)),
+                retired: Mutex::new(Vec::new()),
                 rec,
                 qps: AtomicU32::new(0),
                 async_events: EventCounter::default(),
@@ -403,8 +409,14 @@ impl Srq {
             // marked: they follow `moved` to the new one.
             new.absorb(rq, next);
             self.inner.rec.rq_gen.store(next, Ordering::Release);
-            *rq = new;
+            let old = std::mem::replace(rq, new);
             *gen = next;
+            // A receive taken from the old queue before the resize may still be being
+            // placed: the destroy waits for it (kept mapped until then; the ones done
+            // are let go here).
+            let mut retired = self.inner.retired.lock().expect("srq retired");
+            retired.retain(|q| q.ring().placing() != 0);
+            retired.push(old);
         }
         if mask.contains(SrqAttrMask::LIMIT) {
             rq.ring().set_limit(attr.srq_limit);
@@ -453,7 +465,8 @@ impl Srq {
     /// Rule: once it returned, no message is placed into the SRQ's receives any more
     /// (the program may free their buffers): the receives still queued are discarded, and
     /// the messages being placed into receives taken before it (the queued way, by this
-    /// process or a peer) finish first (docs/queue-pairs.md, "Receive queues and SRQs").
+    /// process or a peer, from the queue or from one an earlier resize replaced) finish
+    /// first (docs/queue-pairs.md, "Receive queues and SRQs").
     /// Errors: `EBUSY` while QPs are attached.
     pub fn destroy(&self) -> Result<()> {
         if self.inner.qps.load(Ordering::Acquire) != 0 {
@@ -473,9 +486,15 @@ impl Srq {
         // No receive is taken any more, by this process or a peer that still maps the
         // ring (an XRC target QP elsewhere); the messages being placed into receives
         // taken before finish: the program may free the buffers once this returns.
-        let q = self.inner.queue();
-        q.close();
-        q.ring().wait_placed();
+        // The same for the queues earlier resizes replaced (empty, but a receive taken
+        // from one before its resize may still be being placed).
+        let retired = std::mem::take(&mut *self.inner.retired.lock().expect("srq retired"));
+        for q in retired.iter().chain([&self.inner.queue()]) {
+            q.close();
+        }
+        for q in retired.iter().chain([&self.inner.queue()]) {
+            q.ring().wait_placed();
+        }
         self.inner.teardown();
         Ok(())
     }

@@ -52,6 +52,16 @@ impl RecvWqe {
         RecvWqe { wr_id, sges, tm: None, taken: None, _placing: None }
     }
 
+    /// The receive, counted as being placed in `ring` ([`RecvRing::count_placing`]) unless
+    /// its take counted it already; `None` if `ring` is closed (its SRQ destroyed): the
+    /// message must not be placed.
+    pub(crate) fn placed_in(mut self, ring: &RecvRing) -> Option<RecvWqe> {
+        if self._placing.is_none() {
+            self._placing = Some(ring.count_placing()?);
+        }
+        Some(self)
+    }
+
     /// The count its completion carries to the queue's owner: its take's, unless a
     /// tag-matching SRQ matched it (that completion's word carries the tag instead). A
     /// matched receive is a tagged buffer of the SRQ's list, never a take from its ring,
@@ -476,6 +486,26 @@ impl RecvRing {
         let _g = self.lock();
         self.hdr().takers.placing.fetch_or(CLOSED, Ordering::Relaxed);
         self.drain_locked()
+    }
+
+    /// Counts a placement into a receive that was not taken from this ring — a tagged
+    /// buffer a tag-matching SRQ's list matched (`rings::tag_list`) — as a take counts
+    /// its own ([`Placing`]); `None` once the ring is closed (the SRQ destroyed): the
+    /// message must not be placed then. The count and the close are read-modify-writes of
+    /// one word, so either the close sees the count and waits for it, or the count sees
+    /// the close.
+    pub(crate) fn count_placing(&self) -> Option<Placing> {
+        let placing = &self.hdr().takers.placing;
+        if placing.fetch_add(1, Ordering::AcqRel) & CLOSED != 0 {
+            placing.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Placing { seg: self.seg.clone() })
+    }
+
+    /// Receives taken from this ring whose messages are still being placed ([`Placing`]).
+    pub(crate) fn placing(&self) -> u32 {
+        self.hdr().takers.placing.load(Ordering::Acquire) & !CLOSED
     }
 
     /// Waits until no receive taken from this ring is being placed any more (at most

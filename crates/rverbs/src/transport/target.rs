@@ -240,13 +240,7 @@ impl PeerTarget {
     /// `placing`: counted until placed ([`RecvRing::take`]).
     fn take_from(&self, gen: u32, name: impl FnOnce() -> String, fits: impl FnOnce(&RecvWqe) -> bool, placing: bool) -> Take {
         let mut cached = self.ring.borrow_mut();
-        if cached.as_ref().is_none_or(|(g, _)| *g != gen) {
-            let Some(ring) = self.peer.segment(&name()).ok().and_then(|s| RecvRing::open(s, self.me).ok()) else {
-                return Take::Empty;
-            };
-            *cached = Some((gen, ring));
-        }
-        let Some((_, ring)) = cached.as_ref() else { return Take::Empty };
+        let Some(ring) = self.ring_of(&mut cached, gen, name) else { return Take::Empty };
         if let Some(t) = ring.take_counted(fits, placing) {
             return Take::Got(t);
         }
@@ -255,6 +249,15 @@ impl PeerTarget {
             return Take::Moved;
         }
         Take::Empty
+    }
+
+    /// Generation `gen` of the peer's ring (segment `name`), from `cached` or mapped into it.
+    fn ring_of<'c>(&self, cached: &'c mut Option<(u32, RecvRing)>, gen: u32, name: impl FnOnce() -> String) -> Option<&'c RecvRing> {
+        if cached.as_ref().is_none_or(|(g, _)| *g != gen) {
+            let ring = self.peer.segment(&name()).ok().and_then(|s| RecvRing::open(s, self.me).ok())?;
+            *cached = Some((gen, ring));
+        }
+        cached.as_ref().map(|(_, r)| r)
     }
 }
 
@@ -620,7 +623,13 @@ impl Target for PeerTarget {
             *tags = Some(TagList::open(seg, self.me).ok()?);
         }
         let list = tags.as_ref()?;
-        list.deliver(Header::parse(head, msg_len), || self.take_recv())
+        let wqe = list.deliver(Header::parse(head, msg_len), || self.take_recv())?;
+        // A matched tagged buffer counts in the SRQ's current ring, as a take does: its
+        // destroy waits for the placement (`SrqInner::take_for`). A ring that will not
+        // open (the SRQ gone) places nothing.
+        let gen = self.peer.tables().srq(srqn).rq_gen.load(Ordering::Acquire);
+        let mut cached = self.ring.borrow_mut();
+        wqe.placed_in(self.ring_of(&mut cached, gen, || srq_segment_name(srqn, gen))?)
     }
 
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
