@@ -645,11 +645,15 @@ fn destroy_uc_while_placing(round: usize, mem: &UserMem, pd: &Pd, cq: &Cq, b: Qp
     while cq.poll(&mut wc).unwrap() > 0 {}
 }
 
-/// The requester of the UC destroy tests: SENDs of `src`'s first [`BIG_SLOT`] bytes
-/// (0xa5) on `qp`, each polled on `cq` (UC completes them locally, successfully), until
-/// three more were posted after `gone` was set.
-fn send_big_until_gone(qp: &Qp, cq: &Cq, src: &Mr, gone: &AtomicBool) {
-    let sge = [src.sge(0, BIG_SLOT as u32).unwrap()];
+/// The requester of the UC destroy tests: SENDs of [`BIG_SLOT`] bytes of 0xa5 from
+/// `src` on `qp`, each polled on `cq` (UC completes them locally, successfully), until
+/// three more were posted after `gone` was set. With `tm`, each is an eager message of
+/// the tag-matching protocol: a header (tag: the message's number modulo BIG_RECVS) in
+/// `src`'s first [`TMH_LEN`] bytes, then the BIG_SLOT bytes.
+fn send_big_until_gone(qp: &Qp, cq: &Cq, src: &Mr, tm: bool, gone: &AtomicBool) {
+    let head = if tm { TMH_LEN } else { 0 };
+    src.write(head, &vec![0xa5; BIG_SLOT]).unwrap();
+    let sge = [src.sge(0, (head + BIG_SLOT) as u32).unwrap()];
     let mut after = 0;
     for id in 0.. {
         if gone.load(Ordering::SeqCst) {
@@ -658,32 +662,79 @@ fn send_big_until_gone(qp: &Qp, cq: &Cq, src: &Mr, gone: &AtomicBool) {
                 return;
             }
         }
+        if tm {
+            let mut tmh = [0u8; TMH_LEN];
+            tmh[0] = TmhOp::Eager as u8;
+            tmh[8..16].copy_from_slice(&(id % BIG_RECVS as u64).to_be_bytes());
+            src.write(0, &tmh).unwrap();
+        }
         qp.post_send(&[SendWr::send(id, &sge).signaled()]).unwrap();
         assert_eq!(poll_one(cq).status(), WcStatus::Success, "UC SEND {id} completes locally");
     }
 }
 
-/// ibv_destroy_srq(3) of a tag-matching SRQ while a requester's eager messages (8 MiB)
-/// land in its tagged buffers (ibv_post_srq_ops(3) ADD): a matched buffer is placed into
-/// after the match as a queued take is, so the destroy waits for it too. The UC QP on the
-/// SRQ is destroyed first, once the first message completed and the next is seen being
-/// placed; a buffer still unfilled then stays so.
+/// The owner's side of a round of the tag-matching destroy tests: ibv_destroy_srq(3) of
+/// the tag-matching SRQ `srq` (its list completing to `tm_cq`) while a requester's eager
+/// messages of 8 MiB ([`send_big_until_gone`] with headers) land in its tagged buffers
+/// (ibv_post_srq_ops(3) ADD of tags 0 to BIG_RECVS - 1 over `mem`): a matched buffer is
+/// placed into after the match, as a queued take is, so the destroy waits for it too. The
+/// UC QP `b` on the SRQ is destroyed first, once the first message completed and the next
+/// is seen being placed; a buffer still unfilled then stays so.
+#[allow(clippy::too_many_arguments)]
+fn destroy_tm_srq_while_placing(round: usize, mem: &UserMem, pd: &Pd, tm_cq: &Cq, srq: Srq, b: Qp, more_then_stop: impl FnOnce()) {
+    mem.fill(0);
+    let mr = mem.register(pd, Dir::Write);
+    for slot in 0..BIG_RECVS {
+        let sge = [mr.sge(slot * BIG_SLOT, BIG_SLOT as u32).unwrap()];
+        let kind = TagOpKind::Add { recv_wr_id: slot as u64, sg_list: &sge, tag: slot as u64, mask: u64::MAX };
+        srq.post_tag_op(&TagOp { wr_id: 100 + slot as u64, kind, flags: TagOpFlags::empty(), unexpected_cnt: 0 }).unwrap();
+    }
+    // The first message matched: the one after it goes to the next tag.
+    let first = poll_one(tm_cq);
+    assert_eq!(first.status(), WcStatus::Success, "round {round}: the first message is received");
+    let next = (first.wr_id() as usize + 1) % BIG_RECVS;
+    let deadline = Instant::now() + WAIT;
+    while mem.words()[next * BIG_SLOT / 8].load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "round {round}: the next message was not placed within {WAIT:?}");
+        std::hint::spin_loop();
+    }
+    b.destroy().unwrap();
+    srq.destroy().unwrap();
+    let last_word = |slot: usize| mem.words()[((slot + 1) * BIG_SLOT) / 8 - 1].load(Ordering::SeqCst);
+    let unfilled: Vec<usize> = (0..BIG_RECVS).filter(|&k| last_word(k) == 0).collect();
+    more_then_stop();
+    for k in unfilled {
+        assert_eq!(last_word(k), 0, "round {round}: tagged buffer {k} was written after ibv_destroy_srq returned");
+    }
+    let mut wc = [Wc::default(); 16];
+    while tm_cq.poll(&mut wc).unwrap() > 0 {}
+}
+
+/// A tag-matching SRQ of the tagged buffers of [`destroy_tm_srq_while_placing`] on
+/// `tm_cq`, and a UC QP on it completing to `cq`.
+fn tm_srq_and_qp(pd: &Pd, cq: &Cq, tm_cq: &Cq) -> (Srq, Qp) {
+    let tm = TmCap { max_num_tags: BIG_RECVS as u32, max_ops: 16 };
+    let srq = pd.create_srq_tm(&SrqInit { max_wr: 4, max_sge: 1, ..SrqInit::default() }, tm, tm_cq).unwrap();
+    let b = pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Uc, cq, CAP) }).unwrap();
+    (srq, b)
+}
+
+/// A CQ for a tag-matching SRQ's list (with its tag-matching information).
+fn tm_cq(ctx: &Context) -> Cq {
+    ctx.create_cq(&CqInit::new(64).wc_flags(WcExFlags::STANDARD | WcExFlags::TM_INFO)).unwrap()
+}
+
+/// [`destroy_tm_srq_while_placing`] with the requester a thread of this process.
 #[test]
 fn a_destroyed_tm_srq_places_no_more_messages() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
-    let tm_cq = ctx.create_cq(&CqInit::new(64).wc_flags(WcExFlags::STANDARD | WcExFlags::TM_INFO)).unwrap();
+    let (cq, tm_cq) = (ctx.create_cq(&CqInit::new(16)).unwrap(), tm_cq(&ctx));
     let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
     let a = side(QpType::Uc);
-    // Each message: the tag-matching header (eager, tag = message number mod BIG_RECVS),
-    // then BIG_SLOT bytes of 0xa5.
     let src = a.pd.alloc_mr(TMH_LEN + BIG_SLOT, ALL_ACCESS).unwrap();
-    src.write(TMH_LEN, &vec![0xa5; BIG_SLOT]).unwrap();
     for round in 0..ROUNDS / 4 {
-        let tm = TmCap { max_num_tags: BIG_RECVS as u32, max_ops: 16 };
-        let srq = pd.create_srq_tm(&SrqInit { max_wr: 4, max_sge: 1, ..SrqInit::default() }, tm, &tm_cq).unwrap();
-        let b = pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Uc, &cq, CAP) }).unwrap();
+        let (srq, b) = tm_srq_and_qp(&pd, &cq, &tm_cq);
         if round > 0 {
             a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
         }
@@ -691,59 +742,44 @@ fn a_destroyed_tm_srq_places_no_more_messages() {
         connect_qp(&b, &ctx, a.qp.qp_num(), &PATH);
         let gone = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let requester = s.spawn(|| {
-                let sge = [src.sge(0, (TMH_LEN + BIG_SLOT) as u32).unwrap()];
-                let mut after = 0;
-                for id in 0u64.. {
-                    if gone.load(Ordering::SeqCst) {
-                        after += 1;
-                        if after > 3 {
-                            return;
-                        }
-                    }
-                    let mut tmh = [0u8; TMH_LEN];
-                    tmh[0] = TmhOp::Eager as u8;
-                    tmh[8..16].copy_from_slice(&(id % BIG_RECVS as u64).to_be_bytes());
-                    src.write(0, &tmh).unwrap();
-                    a.qp.post_send(&[SendWr::send(id, &sge).signaled()]).unwrap();
-                    assert_eq!(poll_one(&a.cq).status(), WcStatus::Success, "UC SEND {id} completes locally");
-                }
+            let requester = s.spawn(|| send_big_until_gone(&a.qp, &a.cq, &src, true, &gone));
+            destroy_tm_srq_while_placing(round, &mem, &pd, &tm_cq, srq, b, || {
+                gone.store(true, Ordering::SeqCst);
+                requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             });
-            mem.fill(0);
-            let mr = mem.register(&pd, Dir::Write);
-            for slot in 0..BIG_RECVS {
-                let sge = [mr.sge(slot * BIG_SLOT, BIG_SLOT as u32).unwrap()];
-                let kind = TagOpKind::Add { recv_wr_id: slot as u64, sg_list: &sge, tag: slot as u64, mask: u64::MAX };
-                srq.post_tag_op(&TagOp { wr_id: 100 + slot as u64, kind, flags: TagOpFlags::empty(), unexpected_cnt: 0 }).unwrap();
-            }
-            // The first message matched: the one after it goes to the next tag.
-            let first = loop {
-                let mut wc = [Wc::default(); 1];
-                if tm_cq.poll(&mut wc).unwrap() == 1 {
-                    assert_eq!(wc[0].status(), WcStatus::Success, "round {round}: the first message is received");
-                    break wc[0].wr_id() as usize;
-                }
-                std::thread::yield_now();
-            };
-            let next = (first + 1) % BIG_RECVS;
-            let deadline = Instant::now() + WAIT;
-            while mem.words()[next * BIG_SLOT / 8].load(Ordering::SeqCst) == 0 {
-                assert!(Instant::now() < deadline, "round {round}: the next message was not placed within {WAIT:?}");
-                std::hint::spin_loop();
-            }
-            b.destroy().unwrap();
-            srq.destroy().unwrap();
-            let last_word = |slot: usize| mem.words()[((slot + 1) * BIG_SLOT) / 8 - 1].load(Ordering::SeqCst);
-            let unfilled: Vec<usize> = (0..BIG_RECVS).filter(|&k| last_word(k) == 0).collect();
-            gone.store(true, Ordering::SeqCst);
-            requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            for k in unfilled {
-                assert_eq!(last_word(k), 0, "round {round}: tagged buffer {k} was written after ibv_destroy_srq returned");
-            }
-            let mut wc = [Wc::default(); 16];
-            while tm_cq.poll(&mut wc).unwrap() > 0 {}
         });
     }
+}
+
+/// [`destroy_tm_srq_while_placing`] with the requester another process, which matches
+/// the tagged buffers in this one's list and places the messages into its memory.
+#[test]
+fn a_destroyed_tm_srq_places_no_more_messages_from_another_process() {
+    const TEST: &str = "a_destroyed_tm_srq_places_no_more_messages_from_another_process";
+    const PROCESS_ROUNDS: usize = 6;
+    if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
+        return uc_requester_process(PROCESS_ROUNDS, true);
+    }
+    let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "requester")]);
+    let hear = || lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the requester said nothing within {WAIT:?} ({e})"));
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq, tm_cq) = (ctx.create_cq(&CqInit::new(16)).unwrap(), tm_cq(&ctx));
+    let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
+    for round in 0..PROCESS_ROUNDS {
+        let a_qpn: u32 = hear().trim().parse().unwrap();
+        let (srq, b) = tm_srq_and_qp(&pd, &cq, &tm_cq);
+        connect_qp(&b, &ctx, a_qpn, &PATH);
+        writeln!(stdin, "{}", b.qp_num()).unwrap();
+        stdin.flush().unwrap();
+        destroy_tm_srq_while_placing(round, &mem, &pd, &tm_cq, srq, b, || {
+            writeln!(stdin, "stop").unwrap();
+            stdin.flush().unwrap();
+            assert_eq!(hear().trim(), "stopped", "round {round}");
+        });
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the requester: {status}");
 }
 
 /// [`destroy_uc_while_placing`] with the requester a thread of this process; every other
@@ -757,7 +793,6 @@ fn a_destroyed_uc_qp_places_no_more_messages() {
     let cap = QpCap { max_recv_wr: BIG_RECVS as u32, ..CAP };
     let a = side(QpType::Uc);
     let src = a.pd.alloc_mr(BIG_SLOT, ALL_ACCESS).unwrap();
-    src.write(0, &vec![0xa5; BIG_SLOT]).unwrap();
     for round in 0..ROUNDS / 2 {
         // Every other round, the receives are an SRQ's.
         let srq = (round % 2 == 1).then(|| pd.create_srq(&SrqInit { max_wr: BIG_RECVS as u32, max_sge: 1, ..SrqInit::default() }).unwrap());
@@ -769,7 +804,7 @@ fn a_destroyed_uc_qp_places_no_more_messages() {
         connect_qp(&b, &ctx, a.qp.qp_num(), &PATH);
         let gone = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let requester = s.spawn(|| send_big_until_gone(&a.qp, &a.cq, &src, &gone));
+            let requester = s.spawn(|| send_big_until_gone(&a.qp, &a.cq, &src, false, &gone));
             destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, || {
                 gone.store(true, Ordering::SeqCst);
                 requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
@@ -786,7 +821,7 @@ fn a_destroyed_uc_qp_places_no_more_messages_from_another_process() {
     const TEST: &str = "a_destroyed_uc_qp_places_no_more_messages_from_another_process";
     const PROCESS_ROUNDS: usize = 6;
     if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
-        return uc_requester_process(PROCESS_ROUNDS);
+        return uc_requester_process(PROCESS_ROUNDS, false);
     }
     let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "requester")]);
     let hear = || lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the requester said nothing within {WAIT:?} ({e})"));
@@ -813,14 +848,14 @@ fn a_destroyed_uc_qp_places_no_more_messages_from_another_process() {
 }
 
 /// The child's side: per round, a new UC QP connected to the parent's, which SENDs until
-/// the parent says "stop" (then three more; "stopped" after).
-fn uc_requester_process(rounds: usize) {
+/// the parent says "stop" (then three more; "stopped" after); with `tm`, eager messages
+/// of the tag-matching protocol ([`send_big_until_gone`]).
+fn uc_requester_process(rounds: usize, tm: bool) {
     let mut lines = std::io::stdin().lock().lines();
     let mut next = move || lines.next().expect("the parent closed the pipe").unwrap();
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let src = pd.alloc_mr(BIG_SLOT, ALL_ACCESS).unwrap();
-    src.write(0, &vec![0xa5; BIG_SLOT]).unwrap();
+    let src = pd.alloc_mr(TMH_LEN + BIG_SLOT, ALL_ACCESS).unwrap();
     for _ in 0..rounds {
         let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
         let qp = pd.create_qp(&QpInit::new(QpType::Uc, &cq, CAP)).unwrap();
@@ -829,7 +864,7 @@ fn uc_requester_process(rounds: usize) {
         connect_qp(&qp, &ctx, b_qpn, &PATH);
         let gone = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let h = s.spawn(|| send_big_until_gone(&qp, &cq, &src, &gone));
+            let h = s.spawn(|| send_big_until_gone(&qp, &cq, &src, tm, &gone));
             assert_eq!(next().trim(), "stop");
             gone.store(true, Ordering::SeqCst);
             h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
