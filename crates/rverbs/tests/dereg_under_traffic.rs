@@ -620,12 +620,7 @@ fn destroy_uc_while_placing(round: usize, mem: &UserMem, pd: &Pd, cq: &Cq, b: Qp
         }
     }
     assert_eq!(poll_one(cq).status(), WcStatus::Success, "round {round}: the first message is received");
-    // The second message is being placed: its first word is there.
-    let deadline = Instant::now() + WAIT;
-    while mem.words()[BIG_SLOT / 8].load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "the second message was not placed within {WAIT:?}");
-        std::hint::spin_loop();
-    }
+    wait_until_placing(round, mem, 1);
     // Every other SRQ round, the SRQ is resized first (ibv_modify_srq(3)): the receive
     // being placed was taken from the generation the resize replaces.
     if let Some(srq) = srq.as_ref().filter(|_| round % 4 == 3) {
@@ -635,14 +630,31 @@ fn destroy_uc_while_placing(round: usize, mem: &UserMem, pd: &Pd, cq: &Cq, b: Qp
     if let Some(srq) = srq {
         srq.destroy().unwrap();
     }
+    unfilled_stay_so(round, mem, more_then_stop, "receive", "ibv_destroy_qp (and ibv_destroy_srq)");
+    let mut wc = [Wc::default(); 16];
+    while cq.poll(&mut wc).unwrap() > 0 {}
+}
+
+/// Waits until a message is seen being placed into slot `slot` of `mem` (of BIG_SLOT
+/// bytes each): its first word is there.
+fn wait_until_placing(round: usize, mem: &UserMem, slot: usize) {
+    let deadline = Instant::now() + WAIT;
+    while mem.words()[slot * BIG_SLOT / 8].load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "round {round}: no message was placed into slot {slot} within {WAIT:?}");
+        std::hint::spin_loop();
+    }
+}
+
+/// Once `verb` returned: the slots of `mem` (`what`s of BIG_SLOT bytes each) whose last
+/// word was still zero stay so after `more_then_stop` (the requester sent more, then
+/// stopped).
+fn unfilled_stay_so(round: usize, mem: &UserMem, more_then_stop: impl FnOnce(), what: &str, verb: &str) {
     let last_word = |slot: usize| mem.words()[((slot + 1) * BIG_SLOT) / 8 - 1].load(Ordering::SeqCst);
     let unfilled: Vec<usize> = (0..BIG_RECVS).filter(|&k| last_word(k) == 0).collect();
     more_then_stop();
     for k in unfilled {
-        assert_eq!(last_word(k), 0, "round {round}: receive {k} was written after ibv_destroy_qp (and ibv_destroy_srq) returned");
+        assert_eq!(last_word(k), 0, "round {round}: {what} {k} was written after {verb} returned");
     }
-    let mut wc = [Wc::default(); 16];
-    while cq.poll(&mut wc).unwrap() > 0 {}
 }
 
 /// The requester of the UC destroy tests: SENDs of [`BIG_SLOT`] bytes of 0xa5 from
@@ -692,31 +704,21 @@ fn destroy_tm_srq_while_placing(round: usize, mem: &UserMem, pd: &Pd, tm_cq: &Cq
     // The first message matched: the one after it goes to the next tag.
     let first = poll_one(tm_cq);
     assert_eq!(first.status(), WcStatus::Success, "round {round}: the first message is received");
-    let next = (first.wr_id() as usize + 1) % BIG_RECVS;
-    let deadline = Instant::now() + WAIT;
-    while mem.words()[next * BIG_SLOT / 8].load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "round {round}: the next message was not placed within {WAIT:?}");
-        std::hint::spin_loop();
-    }
+    wait_until_placing(round, mem, (first.wr_id() as usize + 1) % BIG_RECVS);
     b.destroy().unwrap();
     srq.destroy().unwrap();
-    let last_word = |slot: usize| mem.words()[((slot + 1) * BIG_SLOT) / 8 - 1].load(Ordering::SeqCst);
-    let unfilled: Vec<usize> = (0..BIG_RECVS).filter(|&k| last_word(k) == 0).collect();
-    more_then_stop();
-    for k in unfilled {
-        assert_eq!(last_word(k), 0, "round {round}: tagged buffer {k} was written after ibv_destroy_srq returned");
-    }
+    unfilled_stay_so(round, mem, more_then_stop, "tagged buffer", "ibv_destroy_srq");
     let mut wc = [Wc::default(); 16];
     while tm_cq.poll(&mut wc).unwrap() > 0 {}
 }
 
-/// A tag-matching SRQ of the tagged buffers of [`destroy_tm_srq_while_placing`] on
-/// `tm_cq`, and a UC QP on it completing to `cq`.
-fn tm_srq_and_qp(pd: &Pd, cq: &Cq, tm_cq: &Cq) -> (Srq, Qp) {
+/// A UC QP completing to `cq` on a tag-matching SRQ (returned too) for the tagged buffers
+/// of [`destroy_tm_srq_while_placing`], whose list completes to `tm_cq`.
+fn tm_qp(pd: &Pd, cq: &Cq, tm_cq: &Cq) -> (Qp, Srq) {
     let tm = TmCap { max_num_tags: BIG_RECVS as u32, max_ops: 16 };
     let srq = pd.create_srq_tm(&SrqInit { max_wr: 4, max_sge: 1, ..SrqInit::default() }, tm, tm_cq).unwrap();
     let b = pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Uc, cq, CAP) }).unwrap();
-    (srq, b)
+    (b, srq)
 }
 
 /// A CQ for a tag-matching SRQ's list (with its tag-matching information).
@@ -731,24 +733,11 @@ fn a_destroyed_tm_srq_places_no_more_messages() {
     let pd = ctx.alloc_pd().unwrap();
     let (cq, tm_cq) = (ctx.create_cq(&CqInit::new(16)).unwrap(), tm_cq(&ctx));
     let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
-    let a = side(QpType::Uc);
-    let src = a.pd.alloc_mr(TMH_LEN + BIG_SLOT, ALL_ACCESS).unwrap();
-    for round in 0..ROUNDS / 4 {
-        let (srq, b) = tm_srq_and_qp(&pd, &cq, &tm_cq);
-        if round > 0 {
-            a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
-        }
-        connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
-        connect_qp(&b, &ctx, a.qp.qp_num(), &PATH);
-        let gone = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            let requester = s.spawn(|| send_big_until_gone(&a.qp, &a.cq, &src, true, &gone));
-            destroy_tm_srq_while_placing(round, &mem, &pd, &tm_cq, srq, b, || {
-                gone.store(true, Ordering::SeqCst);
-                requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            });
-        });
-    }
+    let rounds = Rounds { ctx: &ctx, count: ROUNDS / 4, tm: true };
+    rounds.with_a_thread(
+        |_| tm_qp(&pd, &cq, &tm_cq),
+        |round, b, srq, stop| destroy_tm_srq_while_placing(round, &mem, &pd, &tm_cq, srq, b, stop),
+    );
 }
 
 /// [`destroy_tm_srq_while_placing`] with the requester another process, which matches
@@ -756,30 +745,16 @@ fn a_destroyed_tm_srq_places_no_more_messages() {
 #[test]
 fn a_destroyed_tm_srq_places_no_more_messages_from_another_process() {
     const TEST: &str = "a_destroyed_tm_srq_places_no_more_messages_from_another_process";
-    const PROCESS_ROUNDS: usize = 6;
-    if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
-        return uc_requester_process(PROCESS_ROUNDS, true);
-    }
-    let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "requester")]);
-    let hear = || lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the requester said nothing within {WAIT:?} ({e})"));
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let (cq, tm_cq) = (ctx.create_cq(&CqInit::new(16)).unwrap(), tm_cq(&ctx));
     let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
-    for round in 0..PROCESS_ROUNDS {
-        let a_qpn: u32 = hear().trim().parse().unwrap();
-        let (srq, b) = tm_srq_and_qp(&pd, &cq, &tm_cq);
-        connect_qp(&b, &ctx, a_qpn, &PATH);
-        writeln!(stdin, "{}", b.qp_num()).unwrap();
-        stdin.flush().unwrap();
-        destroy_tm_srq_while_placing(round, &mem, &pd, &tm_cq, srq, b, || {
-            writeln!(stdin, "stop").unwrap();
-            stdin.flush().unwrap();
-            assert_eq!(hear().trim(), "stopped", "round {round}");
-        });
-    }
-    let status = child.wait().unwrap();
-    assert!(status.success(), "the requester: {status}");
+    let rounds = Rounds { ctx: &ctx, count: 6, tm: true };
+    rounds.with_a_process(
+        TEST,
+        |_| tm_qp(&pd, &cq, &tm_cq),
+        |round, b, srq, stop| destroy_tm_srq_while_placing(round, &mem, &pd, &tm_cq, srq, b, stop),
+    );
 }
 
 /// [`destroy_uc_while_placing`] with the requester a thread of this process; every other
@@ -787,30 +762,9 @@ fn a_destroyed_tm_srq_places_no_more_messages_from_another_process() {
 #[test]
 fn a_destroyed_uc_qp_places_no_more_messages() {
     let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(&CqInit::new(BIG_RECVS as u32 + 16)).unwrap();
-    let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
-    let cap = QpCap { max_recv_wr: BIG_RECVS as u32, ..CAP };
-    let a = side(QpType::Uc);
-    let src = a.pd.alloc_mr(BIG_SLOT, ALL_ACCESS).unwrap();
-    for round in 0..ROUNDS / 2 {
-        // Every other round, the receives are an SRQ's.
-        let srq = (round % 2 == 1).then(|| pd.create_srq(&SrqInit { max_wr: BIG_RECVS as u32, max_sge: 1, ..SrqInit::default() }).unwrap());
-        let b = pd.create_qp(&QpInit { srq: srq.as_ref(), ..QpInit::new(QpType::Uc, &cq, cap) }).unwrap();
-        if round > 0 {
-            a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
-        }
-        connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
-        connect_qp(&b, &ctx, a.qp.qp_num(), &PATH);
-        let gone = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            let requester = s.spawn(|| send_big_until_gone(&a.qp, &a.cq, &src, false, &gone));
-            destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, || {
-                gone.store(true, Ordering::SeqCst);
-                requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            });
-        });
-    }
+    let (pd, cq, mem) = uc_owner(&ctx);
+    let rounds = Rounds { ctx: &ctx, count: ROUNDS / 2, tm: false };
+    rounds.with_a_thread(|round| uc_qp(round, &pd, &cq), |round, b, srq, stop| destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, stop));
 }
 
 /// [`destroy_uc_while_placing`] with the requester another process, which places the
@@ -819,32 +773,87 @@ fn a_destroyed_uc_qp_places_no_more_messages() {
 #[test]
 fn a_destroyed_uc_qp_places_no_more_messages_from_another_process() {
     const TEST: &str = "a_destroyed_uc_qp_places_no_more_messages_from_another_process";
-    const PROCESS_ROUNDS: usize = 6;
-    if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
-        return uc_requester_process(PROCESS_ROUNDS, false);
-    }
-    let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "requester")]);
-    let hear = || lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the requester said nothing within {WAIT:?} ({e})"));
     let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
+    let (pd, cq, mem) = uc_owner(&ctx);
+    let rounds = Rounds { ctx: &ctx, count: 6, tm: false };
+    rounds.with_a_process(TEST, |round| uc_qp(round, &pd, &cq), |round, b, srq, stop| destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, stop));
+}
+
+/// The owner's PD, CQ and memory of the UC destroy tests on `ctx`.
+fn uc_owner(ctx: &Context) -> (Pd, Cq, UserMem) {
     let cq = ctx.create_cq(&CqInit::new(BIG_RECVS as u32 + 16)).unwrap();
-    let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
+    (ctx.alloc_pd().unwrap(), cq, UserMem::with_len(BIG_SLOT * BIG_RECVS))
+}
+
+/// The owner's UC QP of round `round` of the UC destroy tests, on its own receive queue,
+/// or every other round on an SRQ (returned too).
+fn uc_qp(round: usize, pd: &Pd, cq: &Cq) -> (Qp, Option<Srq>) {
+    let srq = (round % 2 == 1).then(|| pd.create_srq(&SrqInit { max_wr: BIG_RECVS as u32, max_sge: 1, ..SrqInit::default() }).unwrap());
     let cap = QpCap { max_recv_wr: BIG_RECVS as u32, ..CAP };
-    for round in 0..PROCESS_ROUNDS {
-        let a_qpn: u32 = hear().trim().parse().unwrap();
-        let srq = (round % 2 == 1).then(|| pd.create_srq(&SrqInit { max_wr: BIG_RECVS as u32, max_sge: 1, ..SrqInit::default() }).unwrap());
-        let b = pd.create_qp(&QpInit { srq: srq.as_ref(), ..QpInit::new(QpType::Uc, &cq, cap) }).unwrap();
-        connect_qp(&b, &ctx, a_qpn, &PATH);
-        writeln!(stdin, "{}", b.qp_num()).unwrap();
-        stdin.flush().unwrap();
-        destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, || {
-            writeln!(stdin, "stop").unwrap();
-            stdin.flush().unwrap();
-            assert_eq!(hear().trim(), "stopped", "round {round}");
-        });
+    let b = pd.create_qp(&QpInit { srq: srq.as_ref(), ..QpInit::new(QpType::Uc, cq, cap) }).unwrap();
+    (b, srq)
+}
+
+/// The rounds of the UC destroy tests, on device `ctx`: `count` of them, the requester's
+/// messages eager messages of the tag-matching protocol if `tm`
+/// ([`send_big_until_gone`]).
+struct Rounds<'a> {
+    ctx: &'a Context,
+    count: usize,
+    tm: bool,
+}
+
+impl Rounds<'_> {
+    /// The rounds with the requester a UC QP of a thread of this process, connected anew
+    /// each round to the owner's UC QP that `setup` makes (with what else the round
+    /// needs); `owner` runs the owner's side, given the function that stops the requester
+    /// and waits for it.
+    fn with_a_thread<T>(&self, mut setup: impl FnMut(usize) -> (Qp, T), mut owner: impl FnMut(usize, Qp, T, &mut dyn FnMut())) {
+        let a = side(QpType::Uc);
+        let src = a.pd.alloc_mr(TMH_LEN + BIG_SLOT, ALL_ACCESS).unwrap();
+        for round in 0..self.count {
+            let (b, with) = setup(round);
+            if round > 0 {
+                a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+            }
+            connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
+            connect_qp(&b, self.ctx, a.qp.qp_num(), &PATH);
+            let gone = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let mut requester = Some(s.spawn(|| send_big_until_gone(&a.qp, &a.cq, &src, self.tm, &gone)));
+                owner(round, b, with, &mut || {
+                    gone.store(true, Ordering::SeqCst);
+                    let r = requester.take().expect("stopped once");
+                    r.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                });
+            });
+        }
     }
-    let status = child.wait().unwrap();
-    assert!(status.success(), "the requester: {status}");
+
+    /// As [`Rounds::with_a_thread`] with the requester another process (this binary, test
+    /// `test`, run again: [`uc_requester_process`]), which places the messages into this
+    /// one's memory.
+    fn with_a_process<T>(&self, test: &str, mut setup: impl FnMut(usize) -> (Qp, T), mut owner: impl FnMut(usize, Qp, T, &mut dyn FnMut())) {
+        if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
+            return uc_requester_process(self.count, self.tm);
+        }
+        let (mut child, mut stdin, lines) = spawn_child(test, &[("RVERBS_TEST_ROLE", "requester")]);
+        let hear = || lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the requester said nothing within {WAIT:?} ({e})"));
+        for round in 0..self.count {
+            let a_qpn: u32 = hear().trim().parse().unwrap();
+            let (b, with) = setup(round);
+            connect_qp(&b, self.ctx, a_qpn, &PATH);
+            writeln!(stdin, "{}", b.qp_num()).unwrap();
+            stdin.flush().unwrap();
+            owner(round, b, with, &mut || {
+                writeln!(stdin, "stop").unwrap();
+                stdin.flush().unwrap();
+                assert_eq!(hear().trim(), "stopped", "round {round}");
+            });
+        }
+        let status = child.wait().unwrap();
+        assert!(status.success(), "the requester: {status}");
+    }
 }
 
 /// The child's side: per round, a new UC QP connected to the parent's, which SENDs until
