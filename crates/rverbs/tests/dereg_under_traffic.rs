@@ -245,7 +245,7 @@ fn owner_round(mem: &UserMem, mr: Mr, retire: Retire<'_>, dir: Dir, landed: &Ato
 fn window_over(mr: &Mr, pd: &Pd, qp: &Qp, cq: &Cq) -> (Mw, u32) {
     let mw = Mw::new(pd, 2).unwrap();
     let key = inc_rkey(mw.rkey());
-    let bind = MwBind { mr: Some(mr), addr: mr.iova(), length: LEN as u64, access: Access::REMOTE_WRITE | Access::REMOTE_READ };
+    let bind = MwBind { mr: Some(mr), addr: mr.iova(), length: mr.len() as u64, access: Access::REMOTE_WRITE | Access::REMOTE_READ };
     qp.post_send(&[SendWr::bind_mw(0, &mw, key, bind).signaled()]).unwrap();
     let wc = poll_one(cq);
     assert_eq!((wc.status(), wc.opcode()), (WcStatus::Success, Some(WcOpcode::BindMw)));
@@ -339,13 +339,17 @@ fn a_window_invalidated_by_another_requester_reaches_memory_no_more() {
     rounds_in_this_process(&ctx, &|| side(QpType::Rc), &connect, &[Way::SendInv]);
 }
 
-/// As [`a_window_invalidated_by_another_requester_reaches_memory_no_more`] with the
-/// SEND_WITH_INV sent by another process (this binary run again), whose post invalidates
-/// the window in this process's key table while a thread of this one goes through it.
+/// A window invalidated by a SEND_WITH_INV that another process sends (this binary run
+/// again), whose post invalidates the window in this process's key table, while a thread
+/// of this one WRITEs 8 MiB through it: once the receive's WITH_INV completion is seen,
+/// nothing more lands. Each round the key goes to the other process once the WRITE is
+/// visibly being copied (its first word there, its last not yet), so that the
+/// invalidation meets it; a last word still zero when the completion is seen must stay
+/// zero, and the requester's next WRITE must fail with IBV_WC_REM_ACCESS_ERR.
 #[test]
 fn a_window_invalidated_from_another_process_reaches_memory_no_more() {
     const TEST: &str = "a_window_invalidated_from_another_process_reaches_memory_no_more";
-    const PROCESS_ROUNDS: usize = 12;
+    const PROCESS_ROUNDS: usize = 8;
     if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
         return invalidator_process();
     }
@@ -357,23 +361,54 @@ fn a_window_invalidated_from_another_process_reaches_memory_no_more() {
     let to = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
     connect_qp(&to, &ctx, hear().trim().parse().unwrap(), &PATH);
     writeln!(stdin, "{}", to.qp_num()).unwrap();
-    let mem = UserMem::new();
+    let mem = UserMem::with_len(BIG_SLOT);
+    let a = side(QpType::Rc);
+    let src = a.pd.alloc_mr(BIG_SLOT, ALL_ACCESS).unwrap();
+    src.write(0, &vec![0xa5; BIG_SLOT]).unwrap();
+    let words = mem.words();
+    let (first, last) = (&words[0], &words[words.len() - 1]);
     for round in 0..PROCESS_ROUNDS {
-        let a = side(QpType::Rc);
         let b = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+        if round > 0 {
+            a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+        }
         connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
         connect_qp(&b, &ctx, a.qp.qp_num(), &PATH);
-        let dir = Dir::of_round(round);
-        let mr = mem.register(&pd, dir);
+        mem.fill(0);
+        let mr = mem.register(&pd, Dir::Write);
         let (mw, key) = window_over(&mr, &pd, &b, &cq);
-        let stdin = &mut stdin;
-        let send = Box::new(move || {
+        to.post_recv(&[RecvWr::new(7, &[])]).unwrap();
+        let gone = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let requester = s.spawn(|| {
+                let sge = [src.sge(0, BIG_SLOT as u32).unwrap()];
+                a.qp.post_send(&[SendWr::write(1, &sge, mr.iova(), key).signaled()]).unwrap();
+                // Checked before the invalidation: it lands whole.
+                assert_eq!(poll_one(&a.cq).status(), WcStatus::Success, "round {round}: the WRITE under way");
+                while !gone.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                a.qp.post_send(&[SendWr::write(2, &sge, mr.iova(), key).signaled()]).unwrap();
+                assert_eq!(poll_one(&a.cq).status(), WcStatus::RemAccessErr, "round {round}: a WRITE through the invalidated window");
+            });
+            let deadline = Instant::now() + WAIT;
+            while first.load(Ordering::SeqCst) == 0 {
+                assert!(Instant::now() < deadline, "round {round}: the WRITE did not start within {WAIT:?}");
+                std::hint::spin_loop();
+            }
             writeln!(stdin, "{key}").unwrap();
             stdin.flush().unwrap();
-            assert_eq!(hear().trim(), "sent", "round {round}");
+            let wc = poll_one(&cq);
+            let unwritten = last.load(Ordering::SeqCst) == 0;
+            assert_eq!((wc.wr_id(), wc.status(), wc.invalidated_rkey()), (7, WcStatus::Success, Some(key)), "round {round}");
+            gone.store(true, Ordering::SeqCst);
+            requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            if unwritten {
+                assert_eq!(last.load(Ordering::SeqCst), 0, "round {round}: the WRITE went on after the SEND_WITH_INV's completion");
+            }
         });
-        let retire = Retire::SendInv { mw, key, to: &to, cq: &cq, send };
-        one_round(round, &a, (mr.iova(), key), dir, &mem, mr, retire);
+        assert_eq!(hear().trim(), "sent", "round {round}");
+        drop((mw, b));
     }
     writeln!(stdin, "end").unwrap();
     stdin.flush().unwrap();
