@@ -86,6 +86,27 @@ fn an_eager_message_lands_in_its_tagged_buffer_without_the_header() {
     assert_empty(&t.recv.cq);
 }
 
+/// A resize closes the ring it replaces (ibv_modify_srq(3) with IBV_SRQ_MAX_WR): a match
+/// counts itself in the new one (`SrqInner::take_for`) and lands as before, each resize
+/// in between.
+#[test]
+fn eager_messages_land_in_their_tagged_buffers_across_resizes() {
+    let t = tm_pair();
+    for (k, max_wr) in [(1u64, 32u32), (2, 8), (3, 24)] {
+        add(&t, k, 0x100 + k, 64 * k as usize, 64, 0);
+        next(&t.tm_cq);
+        t.srq.modify(&SrqAttr { max_wr, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
+        t.sender.mr.write(0, &tmh(TmhOp::Eager, 0x100 + k, k as u32)).unwrap();
+        t.sender.mr.write(TMH_LEN, &[k as u8; 8]).unwrap();
+        send(&t, 0, (TMH_LEN + 8) as u32);
+        let (wr_id, status, opcode, _, len, info) = next(&t.tm_cq);
+        assert_eq!((wr_id, status, opcode, len, info), (k, WcStatus::Success, WcOpcode::TmRecv as u32, 8, (0x100 + k, k as u32)));
+        let mut got = [0u8; 8];
+        t.recv.mr.read(64 * k as usize, &mut got).unwrap();
+        assert_eq!(got, [k as u8; 8], "resize {k}");
+    }
+}
+
 #[test]
 fn unmatched_and_no_tag_messages_take_plain_receives_and_sync_restores_matching() {
     let t = tm_pair();

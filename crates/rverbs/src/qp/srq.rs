@@ -133,12 +133,13 @@ impl SrqInner {
     /// Takes the receive a message whose first bytes are `head` (of `msg_len` in all)
     /// goes to: on a tag-matching SRQ the list decides (`rings::tag_list`), otherwise the oldest.
     /// Either is counted as being placed until dropped, so that ibv_destroy_srq(3) waits
-    /// for it: a tagged buffer the list matched in the queue's ring as a take is.
+    /// for it: a tagged buffer the list matched in the current queue's ring, as a take is
+    /// (`None` once the SRQ is destroyed: the message is not placed).
     pub(crate) fn take_for(self: &Arc<Self>, head: &[u8], msg_len: u64) -> Option<RecvWqe> {
-        match &self.tm {
-            Some((list, _)) => list.deliver(Header::parse(head, msg_len), || self.take())?.placed_in(self.queue().ring()),
-            None => self.take(),
-        }
+        let Some((list, _)) = &self.tm else { return self.take() };
+        let mut wqe = list.deliver(Header::parse(head, msg_len), || self.take())?;
+        // A resize closes the queue it replaces: count in the one that replaced it.
+        (0..64).any(|_| wqe.count_in(self.queue().ring())).then_some(wqe)
     }
 
     /// The express lane's take (docs/queue-pairs.md): the oldest receive only if `fits`
@@ -413,7 +414,11 @@ impl Srq {
             *gen = next;
             // A receive taken from the old queue before the resize may still be being
             // placed: the destroy waits for it (kept mapped until then; the ones done
-            // are let go here).
+            // are let go here). Its ring closed, the old queue counts nothing more (a
+            // tag-matching match counts in the new one: `SrqInner::take_for`), so a count
+            // of 0 stays 0. (Its ring is empty; the regions it keeps for receives taken
+            // and not yet polled stay kept.)
+            old.ring().close();
             let mut retired = self.inner.retired.lock().expect("srq retired");
             retired.retain(|q| q.ring().placing() != 0);
             retired.push(old);

@@ -52,14 +52,14 @@ impl RecvWqe {
         RecvWqe { wr_id, sges, tm: None, taken: None, _placing: None }
     }
 
-    /// The receive, counted as being placed in `ring` ([`RecvRing::count_placing`]) unless
-    /// its take counted it already; `None` if `ring` is closed (its SRQ destroyed): the
-    /// message must not be placed.
-    pub(crate) fn placed_in(mut self, ring: &RecvRing) -> Option<RecvWqe> {
+    /// Counts the receive as being placed in `ring` ([`RecvRing::count_placing`]) unless
+    /// its take counted it already; `false` if `ring` is closed (its SRQ destroyed, or
+    /// replaced by a resize: the caller counts in the current generation instead).
+    pub(crate) fn count_in(&mut self, ring: &RecvRing) -> bool {
         if self._placing.is_none() {
-            self._placing = Some(ring.count_placing()?);
+            self._placing = ring.count_placing();
         }
-        Some(self)
+        self._placing.is_some()
     }
 
     /// The count its completion carries to the queue's owner: its take's, unless a
@@ -490,10 +490,10 @@ impl RecvRing {
 
     /// Counts a placement into a receive that was not taken from this ring — a tagged
     /// buffer a tag-matching SRQ's list matched (`rings::tag_list`) — as a take counts
-    /// its own ([`Placing`]); `None` once the ring is closed (the SRQ destroyed): the
-    /// message must not be placed then. The count and the close are read-modify-writes of
-    /// one word, so either the close sees the count and waits for it, or the count sees
-    /// the close.
+    /// its own ([`Placing`]); `None` once the ring is closed (the SRQ destroyed, or this
+    /// generation replaced by a resize): the message must not be counted here then. The
+    /// count and the close are read-modify-writes of one word, so either the close sees
+    /// the count (and the destroy waits for it), or the count sees the close.
     pub(crate) fn count_placing(&self) -> Option<Placing> {
         let placing = &self.hdr().takers.placing;
         if placing.fetch_add(1, Ordering::AcqRel) & CLOSED != 0 {

@@ -623,13 +623,23 @@ impl Target for PeerTarget {
             *tags = Some(TagList::open(seg, self.me).ok()?);
         }
         let list = tags.as_ref()?;
-        let wqe = list.deliver(Header::parse(head, msg_len), || self.take_recv())?;
+        let mut wqe = list.deliver(Header::parse(head, msg_len), || self.take_recv())?;
         // A matched tagged buffer counts in the SRQ's current ring, as a take does: its
-        // destroy waits for the placement (`SrqInner::take_for`). A ring that will not
-        // open (the SRQ gone) places nothing.
-        let gen = self.peer.tables().srq(srqn).rq_gen.load(Ordering::Acquire);
+        // destroy waits for the placement (`SrqInner::take_for`). A resize closes the ring
+        // it replaces: count in the generation the record names then. A ring that will not
+        // open, or a current one closed (the SRQ destroyed), places nothing.
+        let rec = self.peer.tables().srq(srqn);
         let mut cached = self.ring.borrow_mut();
-        wqe.placed_in(self.ring_of(&mut cached, gen, || srq_segment_name(srqn, gen))?)
+        for _ in 0..64 {
+            let gen = rec.rq_gen.load(Ordering::Acquire);
+            if wqe.count_in(self.ring_of(&mut cached, gen, || srq_segment_name(srqn, gen))?) {
+                return Some(wqe);
+            }
+            if rec.rq_gen.load(Ordering::Acquire) == gen {
+                return None;
+            }
+        }
+        None
     }
 
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
