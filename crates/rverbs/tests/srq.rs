@@ -127,3 +127,33 @@ fn an_srq_receive_too_small_or_missing_after_sends_is_handled_as_the_queued_way(
     assert_eq!((r.wr_id(), r.status()), (4, WcStatus::LocLenErr));
     assert_eq!(b.qp.state(), QpState::Err);
 }
+
+/// ibv_post_srq_recv(3) from one thread while another resizes the SRQ (ibv_modify_srq(3),
+/// IBV_SRQ_MAX_WR) back and forth: every receive posted is queued once both are done. A
+/// post that took the queue before a resize must not write into the ring the resize
+/// replaced (nothing takes from it any more: the receive would be lost).
+#[test]
+fn receives_posted_while_the_srq_is_resized_are_all_kept() {
+    const POSTS: usize = 2000;
+    let b = side(QpType::Rc);
+    let srq = b.pd.create_srq(&SrqInit { max_wr: 2048, max_sge: 1, ..SrqInit::default() }).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let resizes = std::thread::scope(|s| {
+        s.spawn(|| {
+            let sge = [b.mr.sge(0, 8).unwrap()];
+            for i in 0..POSTS as u64 {
+                srq.post_recv_unpinned(&[RecvWr::new(i, &sge)]).unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let mut resizes = 0u32;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let max_wr = if resizes.is_multiple_of(2) { 4096 } else { 2048 };
+            srq.modify(&SrqAttr { max_wr, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
+            resizes += 1;
+        }
+        resizes
+    });
+    assert!(resizes > 0, "the posts ended before any resize");
+    assert_eq!(srq.len(), POSTS, "receives kept after {resizes} resizes");
+}

@@ -436,6 +436,18 @@ impl Srq {
         self.post_recv_inner(wrs, true)
     }
 
+    /// Posts `wrs` to the SRQ's current queue. A resize that replaced the queue between
+    /// the lookup and the post (another thread's ibv_modify_srq(3)) makes that queue
+    /// refuse the post, nothing posted, and the post goes to the queue that replaced it:
+    /// written into the old ring, the receives would be lost (nothing takes from it).
+    fn post_current(&self, wrs: &[RecvWr<'_>], keys: Option<&crate::mr::KeyTable>) -> Result<(), PostError> {
+        loop {
+            if let Some(r) = self.inner.queue().post_unless_replaced(wrs, keys, "post_srq_recv") {
+                return r;
+            }
+        }
+    }
+
     fn post_recv_inner(&self, wrs: &[RecvWr<'_>], keep: bool) -> Result<(), PostError> {
         let keys = keep.then_some(&self.inner.pd.endpoint().keys);
         // Tracked by the sanitizer when it is on, before the post (docs/sanitizer.md).
@@ -443,10 +455,8 @@ impl Srq {
         let verb = rverbs_proto::verb_fault::Verb::PostSrqRecv;
         let r = match crate::fault_plan::fail_post(self.inner.pd.endpoint().slot, verb, None, wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
-            Some((index, error)) => {
-                self.inner.queue().post(&wrs[..index], keys, "post_srq_recv", None).and(Err(PostError { index, error }))
-            }
-            None => self.inner.queue().post(wrs, keys, "post_srq_recv", None),
+            Some((index, error)) => self.post_current(&wrs[..index], keys).and(Err(PostError { index, error })),
+            None => self.post_current(wrs, keys),
         };
         let posted = r.as_ref().err().map_or(wrs.len(), |e| e.index);
         self.inner.raise_injected(wrs[..posted].iter().map(|w| w.wr_id));

@@ -591,7 +591,31 @@ impl RecvQueue {
         verb: &'static str,
         heard: Option<u32>,
     ) -> Result<(), PostError> {
-        let mut kept = self.holds.lock();
+        let kept = self.holds.lock();
+        self.post_locked(kept, wrs, keys, verb, heard)
+    }
+
+    /// [`RecvQueue::post`] to an SRQ's queue, unless a resize replaced it (`None`: nothing
+    /// posted; post to the queue that replaced it). Checked under the posters' lock,
+    /// which the resize holds while it moves the receives out and marks the ring
+    /// ([`RecvQueue::absorb`]).
+    pub(crate) fn post_unless_replaced(&self, wrs: &[RecvWr<'_>], keys: Option<&crate::mr::KeyTable>, verb: &'static str) -> Option<Result<(), PostError>> {
+        let kept = self.holds.lock();
+        if self.ring.moved() != 0 {
+            return None;
+        }
+        Some(self.post_locked(kept, wrs, keys, verb, None))
+    }
+
+    /// [`RecvQueue::post`] with the posters' lock `kept` held.
+    fn post_locked(
+        &self,
+        mut kept: crate::spin::SpinGuard<'_, Kept, false>,
+        wrs: &[RecvWr<'_>],
+        keys: Option<&crate::mr::KeyTable>,
+        verb: &'static str,
+        heard: Option<u32>,
+    ) -> Result<(), PostError> {
         if keys.is_none() && !kept.listed() {
             // A queue that never held a region (the C library's): no slot to let go of.
             return self.ring.post(wrs, verb, heard, |_, _| {});
