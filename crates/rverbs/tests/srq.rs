@@ -157,3 +157,63 @@ fn receives_posted_while_the_srq_is_resized_are_all_kept() {
     assert!(resizes > 0, "the posts ended before any resize");
     assert_eq!(srq.len(), POSTS, "receives kept after {resizes} resizes");
 }
+
+/// UC SENDs into an SRQ that always holds receives for them while another thread resizes
+/// it back and forth: every message lands. A take that looked the queue up before a resize
+/// finds the old ring empty and follows it to the new one; refused, a UC message is
+/// dropped with receives posted.
+#[test]
+fn uc_sends_into_an_srq_resized_under_them_all_land() {
+    const SENDS: usize = 1000;
+    let a = side(QpType::Uc);
+    let b = side(QpType::Uc);
+    let srq = b.pd.create_srq(&SrqInit { max_wr: 2048, max_sge: 1, ..SrqInit::default() }).unwrap();
+    let cq = b.ctx.create_cq(&CqInit::new(2048)).unwrap();
+    let qp = b.pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Uc, &cq, CAP) }).unwrap();
+    connect_qp(&a.qp, &a.ctx, qp.qp_num(), &PATH);
+    connect_qp(&qp, &b.ctx, a.qp.qp_num(), &PATH);
+    let sge = [b.mr.sge(0, 8).unwrap()];
+    for i in 0..SENDS as u64 {
+        srq.post_recv(&[RecvWr::new(i, &sge)]).unwrap();
+    }
+    // One resize per SEND at most (back to back, the resizer would hold the SRQ's lock
+    // nearly all the time and starve the sender).
+    let sent = std::sync::atomic::AtomicUsize::new(0);
+    let resizes = std::thread::scope(|s| {
+        s.spawn(|| {
+            let sge = [a.mr.sge(0, 8).unwrap()];
+            for i in 0..SENDS as u64 {
+                a.qp.post_send(&[SendWr::send(i, &sge).signaled()]).unwrap();
+                assert_eq!(poll_one(&a.cq).status(), WcStatus::Success, "UC SEND {i} completes locally");
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        let (mut resizes, mut seen) = (0u32, usize::MAX);
+        loop {
+            let now = sent.load(std::sync::atomic::Ordering::SeqCst);
+            if now == SENDS {
+                break resizes;
+            }
+            if now == seen {
+                std::thread::yield_now();
+                continue;
+            }
+            seen = now;
+            let max_wr = if resizes.is_multiple_of(2) { 4096 } else { 2048 };
+            srq.modify(&SrqAttr { max_wr, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
+            resizes += 1;
+        }
+    });
+    let mut received = 0;
+    let mut wc = [Wc::default(); 64];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while received < SENDS && std::time::Instant::now() < deadline {
+        let n = cq.poll(&mut wc).unwrap();
+        for w in &wc[..n] {
+            assert_eq!(w.status(), WcStatus::Success);
+            received += 1;
+        }
+    }
+    assert_eq!(received, SENDS, "messages received, {resizes} resizes beside");
+    assert_eq!(srq.len(), 0);
+}

@@ -19,7 +19,7 @@ use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
 use crate::rings::recv_count::TakenCount;
-use crate::rings::recv_ring::{srq_segment_name, RecvQueue, RecvWqe};
+use crate::rings::recv_ring::{srq_segment_name, RecvQueue, RecvRing, RecvWqe, Taken};
 use crate::rings::tag_list::{Header, TagList, TagOp, TagOpFlags, TagOpKind, TmCap};
 use crate::rings::wc::Cqe;
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
@@ -151,7 +151,7 @@ impl SrqInner {
         if self.tm.is_some() {
             return None;
         }
-        let t = self.queue().ring().take_if(|w| fits(w))?;
+        let t = self.take_current(|ring| ring.take_if(|w| fits(w)))?;
         if t.limit_fired {
             self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(self.srqn));
         }
@@ -160,11 +160,29 @@ impl SrqInner {
 
     /// Takes the oldest receive and fires the limit event if armed and crossed.
     pub(crate) fn take(self: &Arc<Self>) -> Option<RecvWqe> {
-        let t = self.queue().take()?;
+        let t = self.take_current(RecvRing::take)?;
         if t.limit_fired {
             self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(self.srqn));
         }
         Some(t.wqe)
+    }
+
+    /// `take` from the current queue's ring, and again from the queue that replaced it
+    /// when a resize (another thread's ibv_modify_srq(3)) moved the receives out between
+    /// the lookup and the take: the old ring is empty then, and a message that found it so
+    /// would be refused (RNR, or dropped on UC and UD) with receives posted. Bounded, as a
+    /// peer's take following resizes is.
+    fn take_current(&self, mut take: impl FnMut(&RecvRing) -> Option<Taken>) -> Option<Taken> {
+        for _ in 0..64 {
+            let q = self.queue();
+            if let Some(t) = take(q.ring()) {
+                return Some(t);
+            }
+            if q.ring().moved() == 0 {
+                return None;
+            }
+        }
+        None
     }
 }
 
