@@ -768,7 +768,7 @@ fn a_destroyed_tm_srq_places_no_more_messages() {
     let pd = ctx.alloc_pd().unwrap();
     let (cq, tm_cq) = (ctx.create_cq(&CqInit::new(16)).unwrap(), tm_cq(&ctx));
     let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
-    let rounds = Rounds { ctx: &ctx, count: ROUNDS / 4, tm: true };
+    let rounds = Rounds { ctx: &ctx, count: ROUNDS / 4, tm: true, across: None };
     rounds.with_a_thread(
         |_| tm_qp(&pd, &cq, &tm_cq),
         |round, b, srq, stop| destroy_tm_srq_while_placing(round, &mem, &pd, &tm_cq, srq, b, stop),
@@ -784,7 +784,7 @@ fn a_destroyed_tm_srq_places_no_more_messages_from_another_process() {
     let pd = ctx.alloc_pd().unwrap();
     let (cq, tm_cq) = (ctx.create_cq(&CqInit::new(16)).unwrap(), tm_cq(&ctx));
     let mem = UserMem::with_len(BIG_SLOT * BIG_RECVS);
-    let rounds = Rounds { ctx: &ctx, count: 6, tm: true };
+    let rounds = Rounds { ctx: &ctx, count: 6, tm: true, across: None };
     rounds.with_a_process(
         TEST,
         |_| tm_qp(&pd, &cq, &tm_cq),
@@ -798,7 +798,7 @@ fn a_destroyed_tm_srq_places_no_more_messages_from_another_process() {
 fn a_destroyed_uc_qp_places_no_more_messages() {
     let ctx = open();
     let (pd, cq, mem) = uc_owner(&ctx);
-    let rounds = Rounds { ctx: &ctx, count: ROUNDS / 2, tm: false };
+    let rounds = Rounds { ctx: &ctx, count: ROUNDS / 2, tm: false, across: None };
     rounds.with_a_thread(|round| uc_qp(round, &pd, &cq), |round, b, srq, stop| destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, stop));
 }
 
@@ -810,8 +810,21 @@ fn a_destroyed_uc_qp_places_no_more_messages_from_another_process() {
     const TEST: &str = "a_destroyed_uc_qp_places_no_more_messages_from_another_process";
     let ctx = open();
     let (pd, cq, mem) = uc_owner(&ctx);
-    let rounds = Rounds { ctx: &ctx, count: 6, tm: false };
+    let rounds = Rounds { ctx: &ctx, count: 6, tm: false, across: None };
     rounds.with_a_process(TEST, |round| uc_qp(round, &pd, &cq), |round, b, srq, stop| destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, stop));
+}
+
+/// [`destroy_uc_while_placing`] with the requester on another device of this process
+/// (127.0.13.5 and .6): the owner's network responder places each 8 MiB message packet by
+/// packet, holding the receive between them, and the destroy comes while one is half
+/// placed (the held receive must be let go, the packets after it placed nowhere).
+#[test]
+fn a_destroyed_uc_qp_places_no_more_messages_from_another_host() {
+    let (da, db) = (device_on([127, 0, 13, 5], "destroy-uc", None), device_on([127, 0, 13, 6], "destroy-uc", None));
+    let ctx = db.open().unwrap();
+    let (pd, cq, mem) = uc_owner(&ctx);
+    let rounds = Rounds { ctx: &ctx, count: 4, tm: false, across: Some(&da) };
+    rounds.with_a_thread(|round| uc_qp(round, &pd, &cq), |round, b, srq, stop| destroy_uc_while_placing(round, &mem, &pd, &cq, b, srq, stop));
 }
 
 /// The owner's PD, CQ and memory of the UC destroy tests on `ctx`.
@@ -836,6 +849,9 @@ struct Rounds<'a> {
     ctx: &'a Context,
     count: usize,
     tm: bool,
+    /// The requester's device when it is another host (`None`: this one, the same-host
+    /// link).
+    across: Option<&'a Device>,
 }
 
 impl Rounds<'_> {
@@ -844,15 +860,23 @@ impl Rounds<'_> {
     /// needs); `owner` runs the owner's side, given the function that stops the requester
     /// and waits for it.
     fn with_a_thread<T>(&self, mut setup: impl FnMut(usize) -> (Qp, T), mut owner: impl FnMut(usize, Qp, T, &mut dyn FnMut())) {
-        let a = side(QpType::Uc);
+        let a = match self.across {
+            Some(d) => side_on(d.open().unwrap(), QpType::Uc, 16, CAP),
+            None => side(QpType::Uc),
+        };
         let src = a.pd.alloc_mr(TMH_LEN + BIG_SLOT, ALL_ACCESS).unwrap();
         for round in 0..self.count {
             let (b, with) = setup(round);
             if round > 0 {
                 a.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
             }
-            connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
-            connect_qp(&b, self.ctx, a.qp.qp_num(), &PATH);
+            if self.across.is_some() {
+                connect_across(&a.qp, self.ctx, b.qp_num(), PATH.timeout);
+                connect_across(&b, &a.ctx, a.qp.qp_num(), PATH.timeout);
+            } else {
+                connect_qp(&a.qp, &a.ctx, b.qp_num(), &PATH);
+                connect_qp(&b, self.ctx, a.qp.qp_num(), &PATH);
+            }
             let gone = AtomicBool::new(false);
             std::thread::scope(|s| {
                 let mut requester = Some(s.spawn(|| send_big_until_gone(&a.qp, &a.cq, &src, self.tm, &gone)));

@@ -98,6 +98,9 @@ pub(crate) struct NetResponder {
     pub(crate) rq_psn: u32,
     pub(crate) machine: Option<rverbs_proto::rc::Responder>,
     pub(crate) held: Option<recv_ring::RecvWqe>,
+    /// Set by ibv_destroy_qp(3) under this lock, with `held` let go: no request from the
+    /// network is served any more (in particular, none takes a receive from the SRQ).
+    pub(crate) closed: bool,
     /// Counted while the QP has a network peer (`progress::net_active`): set with the
     /// machine, or by a UD send to another host; dropped at RESET/RTR and destroy.
     pub(crate) live: Option<crate::progress::NetConnection>,
@@ -1210,13 +1213,21 @@ impl Qp {
             })
         };
         drop(lent);
+        // Nothing is taken from the queue any more; a SEND from another host that was
+        // half placed is dropped (its receive discarded, as the others), and the network
+        // responder serves nothing more: with an SRQ too, whose receive it holds counts
+        // in the SRQ's ring (ibv_destroy_srq(3) waited for it, 2 s, before this). Then the
+        // messages being placed into receives taken before (the queued way) finish: the
+        // program may free the receive buffers once this returns.
         if let Some(rq) = &q.rq {
-            // Nothing is taken from the queue any more; a SEND from another host that
-            // was half placed is dropped (its receive discarded, as the others); then
-            // the messages being placed into receives taken before (the queued way)
-            // finish: the program may free the receive buffers once this returns.
             rq.close();
-            drop(q.net_resp.lock().expect("net responder").held.take());
+        }
+        {
+            let mut nr = q.net_resp.lock().expect("net responder");
+            nr.closed = true;
+            drop(nr.held.take());
+        }
+        if let Some(rq) = &q.rq {
             rq.ring().wait_placed();
         }
         if crate::sanitizer::on() {

@@ -415,6 +415,11 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
     {
         let mut guard = qp.net_resp.lock().expect("net responder");
         let nr = &mut *guard;
+        // Destroyed since the state was read above (ibv_destroy_qp(3) sets it under this
+        // lock): nothing more is served, no receive taken.
+        if nr.closed {
+            return 0;
+        }
         let mut cfg = responder_config(mode, qp.rec, mtu);
         cfg.xrc = xrc;
         cfg.rq_psn = Psn::new(nr.rq_psn);
