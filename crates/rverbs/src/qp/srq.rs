@@ -19,7 +19,7 @@ use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
 use crate::rings::recv_count::TakenCount;
-use crate::rings::recv_ring::{srq_segment_name, RecvQueue, RecvRing, RecvWqe, Taken};
+use crate::rings::recv_ring::{srq_segment_name, RecvQueue, RecvWqe};
 use crate::rings::tag_list::{Header, TagList, TagOp, TagOpFlags, TagOpKind, TmCap};
 use crate::rings::wc::Cqe;
 use rverbs_proto::verbs::{WcFlags, WcOpcode, WcStatus};
@@ -139,7 +139,8 @@ impl SrqInner {
         let Some((list, _)) = &self.tm else { return self.take() };
         let mut wqe = list.deliver(Header::parse(head, msg_len), || self.take())?;
         // A resize closes the queue it replaces: count in the one that replaced it.
-        (0..64).any(|_| wqe.count_in(self.queue().ring())).then_some(wqe)
+        self.in_current(|q| wqe.count_in(q.ring()).then_some(()))?;
+        Some(wqe)
     }
 
     /// The express lane's take (docs/queue-pairs.md): the oldest receive only if `fits`
@@ -151,7 +152,7 @@ impl SrqInner {
         if self.tm.is_some() {
             return None;
         }
-        let t = self.take_current(|ring| ring.take_if(|w| fits(w)))?;
+        let t = self.in_current(|q| q.ring().take_if(|w| fits(w)))?;
         if t.limit_fired {
             self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(self.srqn));
         }
@@ -160,22 +161,24 @@ impl SrqInner {
 
     /// Takes the oldest receive and fires the limit event if armed and crossed.
     pub(crate) fn take(self: &Arc<Self>) -> Option<RecvWqe> {
-        let t = self.take_current(RecvRing::take)?;
+        let t = self.in_current(|q| q.take())?;
         if t.limit_fired {
             self.pd.ctx.raise(EventType::SrqLimitReached, RawElement::Srq(self.srqn));
         }
         Some(t.wqe)
     }
 
-    /// `take` from the current queue's ring, and again from the queue that replaced it
-    /// when a resize (another thread's ibv_modify_srq(3)) moved the receives out between
-    /// the lookup and the take: the old ring is empty then, and a message that found it so
-    /// would be refused (RNR, or dropped on UC and UD) with receives posted. Bounded, as a
-    /// peer's take following resizes is.
-    fn take_current(&self, mut take: impl FnMut(&RecvRing) -> Option<Taken>) -> Option<Taken> {
+    /// `f` on the current queue, and again on the queue that replaced it when a resize
+    /// (another thread's ibv_modify_srq(3)) moved the receives out between the lookup and
+    /// `f`: the old ring is empty then, and closed. A take that found it so would refuse
+    /// the message (RNR, or a drop on UC and UD) with receives posted; a tag-matching
+    /// match could not count itself there. `None` when `f` found nothing on a queue no
+    /// resize replaced (empty, or closed by the SRQ's destroy). Bounded, as a peer's take
+    /// following resizes is.
+    fn in_current<T>(&self, mut f: impl FnMut(&RecvQueue) -> Option<T>) -> Option<T> {
         for _ in 0..64 {
             let q = self.queue();
-            if let Some(t) = take(q.ring()) {
+            if let Some(t) = f(&q) {
                 return Some(t);
             }
             if q.ring().moved() == 0 {
@@ -521,11 +524,12 @@ impl Srq {
         // taken before finish: the program may free the buffers once this returns.
         // The same for the queues earlier resizes replaced (empty, but a receive taken
         // from one before its resize may still be being placed).
-        let retired = std::mem::take(&mut *self.inner.retired.lock().expect("srq retired"));
-        for q in retired.iter().chain([&self.inner.queue()]) {
+        let mut queues = std::mem::take(&mut *self.inner.retired.lock().expect("srq retired"));
+        queues.push(self.inner.queue());
+        for q in &queues {
             q.close();
         }
-        for q in retired.iter().chain([&self.inner.queue()]) {
+        for q in &queues {
             q.ring().wait_placed();
         }
         self.inner.teardown();
