@@ -413,6 +413,26 @@ static unsigned receive_takers(void)
 	return n;
 }
 
+/* A channel wait that timed out fails; what it says tells a lost wake-up (the receive
+ * CQ holds completions nobody was woken for) from traffic that stopped (the CQ is empty
+ * and the requesters made no progress for another second). */
+static void stalled_wait(int r, unsigned want)
+{
+	struct ibv_wc wc;
+	unsigned sends = atomic_load(&send_done), res = atomic_load(&resizes);
+	int queued = ibv_poll_cq(rcq, 1, &wc);
+	struct timespec second = {.tv_sec = 1};
+
+	nanosleep(&second, NULL);
+	REQUIRE(0, "the completion channel wakes its waiter (poll = %d, %u of %u receives "
+		   "completed, %u sends; then the receive CQ held %s; a second later %u sends "
+		   "and %u resizes more)",
+		r, atomic_load(&recv_done), want, sends,
+		queued > 0 ? "a completion (a lost wake-up)" :
+		queued == 0 ? "none (the traffic stopped)" : "an error",
+		atomic_load(&send_done) - sends, atomic_load(&resizes) - res);
+}
+
 /* The main thread's part: waits on the channel, drains the receive CQ, reposts. */
 static void receive_all(void)
 {
@@ -438,9 +458,8 @@ static void receive_all(void)
 			int r = poll(&p, 1, 10000);
 
 			waits++;
-			REQUIRE(r == 1, "the completion channel wakes its waiter (poll = %d, %u of %u "
-					"receives completed, %u sends)",
-				r, atomic_load(&recv_done), want, atomic_load(&send_done));
+			if (r != 1)
+				stalled_wait(r, want);
 			REQUIRE(ibv_get_cq_event(chan, &ev_cq, &ev_ctx) == 0 && ev_cq == rcq,
 				"ibv_get_cq_event names the receive CQ");
 			ibv_ack_cq_events(rcq, 1);

@@ -188,6 +188,49 @@ fn resize_keeps_completions_and_refuses_too_small() {
     assert_eq!(a.cq.resize(0).unwrap_err().errno(), libc::EINVAL);
 }
 
+/// A poll racing a resize in another thread finds the completion the CQ held before the
+/// poll began (ibv_resize_cq(3) keeps completions; ibv_poll_cq(3) returns what the CQ
+/// holds). The resize moves the completions into the new generation before making it
+/// current: the empty look without the lock (the busy poller's), reading the old one
+/// between the two, once answered "empty", and a waiter that armed the CQ and polled once
+/// more then slept on a completion that would never raise an event (the lost wake-up of
+/// tests/c/threads.c).
+#[test]
+fn a_poll_racing_a_resize_finds_the_completion_held_before_it() {
+    // Each generation of a CQ stays mapped until the CQ is destroyed: a bounded number.
+    const RESIZES: u32 = 4_000;
+    let (a, b) = pair_with(QpType::Rc, &PATH, 64, CAP);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (polls, missed) = std::thread::scope(|s| {
+        s.spawn(|| {
+            for k in 0..RESIZES {
+                a.cq.resize(if k % 2 == 0 { 16 } else { 64 }).unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let mut wc = [Wc::default(); 1];
+        let (mut polls, mut missed) = (0u64, 0u64);
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            // In-process: the completion is in the CQ when the post returns.
+            post_writes(&a, &b, polls, 1);
+            // The poll comes 0 to 100 us later, so that it meets every step of a resize
+            // (which takes tens of microseconds) now and then.
+            let until = std::time::Instant::now() + std::time::Duration::from_nanos(polls % 101 * 1000);
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            if a.cq.poll(&mut wc).unwrap() == 0 {
+                missed += 1;
+                wc[0] = poll_one(&a.cq);
+            }
+            assert_eq!(wc[0].wr_id(), polls, "each completion once, in order");
+            polls += 1;
+        }
+        (polls, missed)
+    });
+    assert_eq!(missed, 0, "polls that found no completion in a CQ holding one (of {polls}, {RESIZES} resizes)");
+}
+
 #[test]
 fn many_threads_polling_see_each_completion_once() {
     let (a, b) = pair_with(QpType::Rc, &PATH, 4096, QpCap { max_send_wr: 2048, ..CAP });

@@ -589,11 +589,13 @@ impl CqInner {
         self.poller.store(0, Ordering::Release);
     }
 
-    /// The look both empty checks start with: `seg` is not in error and nothing is
-    /// published at the consumer's position (three loads, no lock).
+    /// The look both empty checks start with: `seg` is not in error, nothing is
+    /// published at the consumer's position, and no resize is moving its completions to
+    /// a generation not current yet (four loads, no lock; the last of the header's line,
+    /// which the first brought in).
     #[inline(always)]
     fn unpublished(seg: &CqSeg) -> bool {
-        seg.shm().errored.load(Ordering::Relaxed) == 0 && seg.ring().nothing_published()
+        seg.shm().errored.load(Ordering::Relaxed) == 0 && seg.ring().nothing_published() && !seg.may_be_moving()
     }
 
     /// [`CqInner::surely_empty`]'s common case, without a call, so that the C entry point

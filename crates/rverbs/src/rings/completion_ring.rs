@@ -305,7 +305,10 @@ impl Ring {
     /// empty (use [`Ring::nothing_reserved`] to see it). Lock-free, for any thread.
     #[inline]
     pub(crate) fn nothing_published(&self) -> bool {
-        let h = self.hdr().head.load(Ordering::Relaxed);
+        // Acquire: what the consumer that stored this `head` did before (a resize moving
+        // the completions out marks its segment first) is visible to the caller's next
+        // loads.
+        let h = self.hdr().head.load(Ordering::Acquire);
         // An older lap's position (or 0): not published for `h` yet. Without a panic path
         // (`get`, not an index: the C entry point's empty poll runs outside the panic
         // guard); a slot that is not there, which cannot happen, reads as "look closer".

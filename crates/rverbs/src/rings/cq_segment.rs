@@ -60,8 +60,11 @@ pub(crate) struct CqShm {
     pub(crate) id: AtomicU32,
     /// Generation that replaced this segment (0: none).
     pub(crate) moved: AtomicU32,
-    /// Unused (the gate that replaced it is at `GATE_OFF`).
-    _reserved: AtomicU32,
+    /// Non-zero from the start of a resize that may move the completions out of this
+    /// generation (set before the first leaves): an empty look at this generation
+    /// without the consumer lock is then no answer ([`CqSeg::may_be_moving`]). Cleared
+    /// if the resize is called off; a generation a resize replaced keeps it.
+    pub(crate) moving: AtomicU32,
     /// Ring capacity.
     pub(crate) cap: AtomicU64,
 }
@@ -215,7 +218,13 @@ impl CqSeg {
     /// (`alive` as for [`CqSeg::skip_dead`]) — at most two seconds, for a producer that
     /// is alive but never leaves (or garbage another process wrote into the gate). A
     /// producer that died inside is not waited for.
+    ///
+    /// From here on [`CqSeg::may_be_moving`] is true: the resize's consumer may move the
+    /// completions out before the next generation is current.
     pub(crate) fn freeze(&self, alive: &dyn Fn(u32, u32) -> bool) {
+        // Before any completion leaves: ordered before the consumer's `head` stores
+        // (Release), which a lock-free look reads with Acquire.
+        self.shm().moving.store(1, Ordering::Relaxed);
         if self.gate().freeze(alive, RESIZE_WAIT) == Frozen::TimedOut {
             tracing::warn!("a live producer never left a CQ being resized; its completion may be lost");
         }
@@ -224,6 +233,18 @@ impl CqSeg {
     /// Lets producers in again after a resize that did not happen.
     pub(crate) fn thaw(&self) {
         self.gate().thaw();
+        self.shm().moving.store(0, Ordering::Release);
+    }
+
+    /// Whether a resize started on this generation (and may have moved its completions to
+    /// the next one, not current yet). Rule: ibv_resize_cq(3) keeps the completions, and
+    /// ibv_poll_cq(3) returns what the CQ holds: a poll that saw this generation's ring
+    /// emptied by a resize in another thread must look again under the consumer lock,
+    /// which the resize holds until the next generation is current. Read after the ring's
+    /// consumer position ([`Ring::nothing_published`] loads it with Acquire).
+    #[inline(always)]
+    pub(crate) fn may_be_moving(&self) -> bool {
+        self.shm().moving.load(Ordering::Relaxed) != 0
     }
 
     /// Copies the shared settings of `other` (a previous generation, frozen) into this
