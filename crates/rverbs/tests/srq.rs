@@ -217,3 +217,77 @@ fn uc_sends_into_an_srq_resized_under_them_all_land() {
     assert_eq!(received, SENDS, "messages received, {resizes} resizes beside");
     assert_eq!(srq.len(), 0);
 }
+
+/// [`uc_sends_into_an_srq_resized_under_them_all_land`] with the requester another
+/// process, which maps the SRQ and takes its receives itself: a take that met the old
+/// generation emptied by a resize follows the generation the old ring names, not the
+/// SRQ's record, which the owner updates only after it moved every receive (and their
+/// kept regions): reading the record again found the old generation for as long, and the
+/// take gave up after 64 tries, dropping a UC message with receives posted.
+#[test]
+fn uc_sends_from_another_process_into_an_srq_resized_under_them_all_land() {
+    use std::io::{BufRead, Write};
+    const TEST: &str = "uc_sends_from_another_process_into_an_srq_resized_under_them_all_land";
+    const SENDS: usize = 20_000;
+    // Receives kept posted beyond the messages: each resize moves them all.
+    const SPARE: usize = 2000;
+    let wait = std::time::Duration::from_secs(30);
+    if std::env::var_os("RVERBS_TEST_ROLE").is_some() {
+        let mut lines = std::io::stdin().lock().lines();
+        let a = side(QpType::Uc);
+        println!("@@ {}", a.qp.qp_num());
+        std::io::stdout().flush().unwrap();
+        let b_qpn: u32 = lines.next().unwrap().unwrap().trim().parse().unwrap();
+        connect_qp(&a.qp, &a.ctx, b_qpn, &PATH);
+        assert_eq!(lines.next().unwrap().unwrap().trim(), "go");
+        let sge = [a.mr.sge(0, 8).unwrap()];
+        for i in 0..SENDS as u64 {
+            a.qp.post_send(&[SendWr::send(i, &sge).signaled()]).unwrap();
+            assert_eq!(poll_one(&a.cq).status(), WcStatus::Success, "UC SEND {i} completes locally");
+        }
+        println!("@@ sent");
+        std::io::stdout().flush().unwrap();
+        return;
+    }
+    let b = side(QpType::Uc);
+    let srq = b.pd.create_srq(&SrqInit { max_wr: 24576, max_sge: 1, ..SrqInit::default() }).unwrap();
+    let cq = b.ctx.create_cq(&CqInit::new(SENDS as u32)).unwrap();
+    let qp = b.pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Uc, &cq, CAP) }).unwrap();
+    let sge = [b.mr.sge(0, 8).unwrap()];
+    for i in 0..(SENDS + SPARE) as u64 {
+        srq.post_recv(&[RecvWr::new(i, &sge)]).unwrap();
+    }
+    let (child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "requester")]);
+    let mut child = child;
+    let a_qpn: u32 = lines.recv_timeout(wait).expect("the requester's QP number").trim().parse().unwrap();
+    connect_qp(&qp, &b.ctx, a_qpn, &PATH);
+    writeln!(stdin, "{}", qp.qp_num()).unwrap();
+    stdin.flush().unwrap();
+    let mut resizes = 0u32;
+    let deadline = std::time::Instant::now() + wait;
+    while lines.try_recv().is_err() {
+        assert!(std::time::Instant::now() < deadline, "the requester did not finish within {wait:?}");
+        let max_wr = if resizes.is_multiple_of(2) { 32768 } else { 24576 };
+        srq.modify(&SrqAttr { max_wr, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
+        resizes += 1;
+        if resizes == 1 {
+            writeln!(stdin, "go").unwrap();
+            stdin.flush().unwrap();
+        }
+    }
+    assert!(child.wait().unwrap().success(), "the requester");
+    let mut received = 0;
+    let mut wc = [Wc::default(); 64];
+    loop {
+        let n = cq.poll(&mut wc).unwrap();
+        if n == 0 {
+            break;
+        }
+        for w in &wc[..n] {
+            assert_eq!(w.status(), WcStatus::Success);
+            received += 1;
+        }
+    }
+    assert_eq!(received, SENDS, "messages received from another process, {resizes} resizes beside");
+    assert_eq!(srq.len(), SPARE);
+}

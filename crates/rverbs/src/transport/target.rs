@@ -244,9 +244,10 @@ impl PeerTarget {
         if let Some(t) = ring.take_counted(fits, placing) {
             return Take::Got(t);
         }
-        if ring.moved() != 0 {
+        let next = ring.moved();
+        if next != 0 {
             *cached = None;
-            return Take::Moved;
+            return Take::Moved(next);
         }
         Take::Empty
     }
@@ -265,8 +266,8 @@ impl PeerTarget {
 enum Take {
     Got(crate::rings::recv_ring::Taken),
     Empty,
-    /// The ring was replaced (SRQ resize): look in the next generation.
-    Moved,
+    /// The ring was replaced (SRQ resize): look in the generation it names.
+    Moved(u32),
 }
 
 /// Moves QP `qpn` of `peer` to ERR (a responder fault), raising `event` on its context
@@ -544,11 +545,11 @@ impl PeerTarget {
     /// `placing`: counted until placed ([`RecvRing::take`]).
     fn take_from_srq(&self, srqn: u32, fits: &mut dyn FnMut(&RecvWqe) -> bool, placing: bool) -> Option<RecvWqe> {
         let rec = self.peer.tables().srq(srqn);
+        let mut gen = rec.rq_gen.load(Ordering::Acquire);
         for _ in 0..64 {
             if rec.srqn.load(Ordering::Acquire) != srqn {
                 return None;
             }
-            let gen = rec.rq_gen.load(Ordering::Acquire);
             match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w), placing) {
                 Take::Got(t) => {
                     if t.limit_fired {
@@ -557,9 +558,23 @@ impl PeerTarget {
                     }
                     return Some(t.wqe);
                 }
-                // A resize moved the receives to the next generation.
-                Take::Moved => self.peer.drop_segment(&srq_segment_name(srqn, gen)),
-                Take::Empty => return None,
+                // A resize moved the receives to the next generation, which the old ring
+                // names as soon as they are there; the SRQ's record names it only once
+                // the owner is done with the resize (the regions the receives keep moved
+                // too), and reading the record again found the old one all that time.
+                Take::Moved(next) => {
+                    self.peer.drop_segment(&srq_segment_name(srqn, gen));
+                    gen = next;
+                }
+                // Empty, or not there any more (a later resize removed the generation
+                // followed): the answer, unless the record names another generation now.
+                Take::Empty => {
+                    let now = rec.rq_gen.load(Ordering::Acquire);
+                    if now == gen {
+                        return None;
+                    }
+                    gen = now;
+                }
             }
         }
         None
