@@ -201,7 +201,7 @@ fn a_poll_racing_a_resize_finds_the_completion_held_before_it() {
     const RESIZES: u32 = 4_000;
     let (a, b) = pair_with(QpType::Rc, &PATH, 64, CAP);
     let done = std::sync::atomic::AtomicBool::new(false);
-    let (polls, missed) = std::thread::scope(|s| {
+    let (polls, missed, uncounted) = std::thread::scope(|s| {
         s.spawn(|| {
             for k in 0..RESIZES {
                 a.cq.resize(if k % 2 == 0 { 16 } else { 64 }).unwrap();
@@ -210,6 +210,7 @@ fn a_poll_racing_a_resize_finds_the_completion_held_before_it() {
         });
         let mut wc = [Wc::default(); 1];
         let (mut polls, mut missed) = (0u64, 0u64);
+        let mut uncounted = 0u64;
         while !done.load(std::sync::atomic::Ordering::Acquire) {
             // In-process: the completion is in the CQ when the post returns.
             post_writes(&a, &b, polls, 1);
@@ -219,6 +220,10 @@ fn a_poll_racing_a_resize_finds_the_completion_held_before_it() {
             while std::time::Instant::now() < until {
                 std::hint::spin_loop();
             }
+            // ibv_poll_cq(3)'s count of what is waiting (the Rust API's `len`) too.
+            if a.cq.is_empty() {
+                uncounted += 1;
+            }
             if a.cq.poll(&mut wc).unwrap() == 0 {
                 missed += 1;
                 wc[0] = poll_one(&a.cq);
@@ -226,9 +231,10 @@ fn a_poll_racing_a_resize_finds_the_completion_held_before_it() {
             assert_eq!(wc[0].wr_id(), polls, "each completion once, in order");
             polls += 1;
         }
-        (polls, missed)
+        (polls, missed, uncounted)
     });
     assert_eq!(missed, 0, "polls that found no completion in a CQ holding one (of {polls}, {RESIZES} resizes)");
+    assert_eq!(uncounted, 0, "a CQ holding a completion read as empty (of {polls}, {RESIZES} resizes)");
 }
 
 #[test]

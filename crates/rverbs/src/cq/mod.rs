@@ -1251,9 +1251,23 @@ impl Cq {
 
     /// Number of completions waiting (a snapshot). 0 on the rdma-core backend, which
     /// cannot look into a provider's queue without polling it.
+    ///
+    /// Rule: as ibv_poll_cq(3), a resize in another thread (ibv_resize_cq(3)) hides no
+    /// completion: the generation it is emptying reads as 0 until the next one is current,
+    /// so a count of 0 there is taken again once the resize is done (under the consumer
+    /// lock, which it holds; docs/completion-queues.md, "Resize").
     pub fn len(&self) -> usize {
         match &self.repr {
-            Repr::Soft(inner) => inner.gens.current().ring().len(),
+            Repr::Soft(inner) => {
+                let seg = inner.gens.current();
+                let n = seg.ring().len();
+                if n > 0 || !seg.may_be_moving() {
+                    return n;
+                }
+                // Not `lock_consumer`: a SINGLE_THREADED CQ's resize takes the lock too.
+                let _g = inner.consumer.lock();
+                inner.gens.current().ring().len()
+            }
             #[cfg(feature = "rdma-core")]
             Repr::Native(_) => 0,
         }
