@@ -291,3 +291,67 @@ fn uc_sends_from_another_process_into_an_srq_resized_under_them_all_land() {
     assert_eq!(received, SENDS, "messages received from another process, {resizes} resizes beside");
     assert_eq!(srq.len(), SPARE);
 }
+
+/// ibv_modify_srq(3) shrinking an SRQ down to the receives it holds while another thread
+/// posts more: each posted receive is kept, or the shrink is refused (EINVAL, the size is
+/// below the receives queued, rxe `rxe_srq_chk_attr`). The count it checks was read
+/// before a post that looked the queue up first added to it; the receives beyond the
+/// new ring's room were then dropped without a completion.
+#[test]
+fn receives_posted_while_the_srq_shrinks_are_kept_or_the_shrink_is_refused() {
+    const POSTS: u64 = 4000;
+    const MAX: u32 = 8192;
+    let b = side(QpType::Rc);
+    let srq = b.pd.create_srq(&SrqInit { max_wr: MAX, max_sge: 1, ..SrqInit::default() }).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let posted = std::sync::atomic::AtomicUsize::new(0);
+    let (shrinks, refused) = std::thread::scope(|s| {
+        s.spawn(|| {
+            // Lists of 32: one post writes them all into the queue it looked up.
+            let sge = [b.mr.sge(0, 8).unwrap()];
+            let wrs: Vec<RecvWr<'_>> = (0..POSTS).map(|i| RecvWr::new(i, &sge)).collect();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            let mut next = 0;
+            while next < wrs.len() {
+                let list = &wrs[next..(next + 32).min(wrs.len())];
+                match srq.post_recv_unpinned(list) {
+                    Ok(()) => {
+                        next += list.len();
+                        posted.store(next, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    // Full after a shrink: the rest is posted again once the SRQ grew back.
+                    Err(e) => {
+                        assert_eq!(e.error.errno(), libc::ENOMEM, "post {}: {e:?}", next + e.index);
+                        assert!(std::time::Instant::now() < deadline, "post {} never found room", next + e.index);
+                        next += e.index;
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let (mut shrinks, mut refused, mut seen) = (0u32, 0u32, usize::MAX);
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            // One shrink per list posted at most: the poster, refused while the SRQ is
+            // shrunk, goes on once it grew back.
+            let now = posted.load(std::sync::atomic::Ordering::SeqCst);
+            if now == seen {
+                std::thread::yield_now();
+                continue;
+            }
+            seen = now;
+            let max_wr = (srq.len() as u32).max(1);
+            match srq.modify(&SrqAttr { max_wr, ..SrqAttr::default() }, SrqAttrMask::MAX_WR) {
+                Ok(()) => shrinks += 1,
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+                    refused += 1;
+                }
+            }
+            srq.modify(&SrqAttr { max_wr: MAX, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
+        }
+        (shrinks, refused)
+    });
+    assert!(shrinks > 0, "no shrink happened while the posts ran ({refused} refused)");
+    assert_eq!(srq.len(), POSTS as usize, "receives kept after {shrinks} shrinks ({refused} refused)");
+}

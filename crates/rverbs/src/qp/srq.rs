@@ -428,8 +428,12 @@ impl Srq {
             let endpoint = self.inner.pd.endpoint();
             let new = Arc::new(RecvQueue::new(&endpoint.dir.join(srq_segment_name(self.inner.srqn, next)), cap, rq.max_sge(), endpoint)?);
             // Peers that took the old generation's lock after this see it empty and
-            // marked: they follow `moved` to the new one.
-            new.absorb(rq, next);
+            // marked: they follow `moved` to the new one. A post that looked the queue up
+            // before this call may have added to `queued` since: the count is checked
+            // again where no post runs, and the new generation (its file) goes.
+            if let Err(queued) = new.absorb(rq, next, cap as usize) {
+                return Err(Error::invalid(verb, Rule::SrqBelowQueued { max_wr: cap, queued: queued as u32 }));
+            }
             self.inner.rec.rq_gen.store(next, Ordering::Release);
             let old = std::mem::replace(rq, new);
             *gen = next;

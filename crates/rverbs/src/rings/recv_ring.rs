@@ -526,14 +526,19 @@ impl RecvRing {
     }
 
     /// Moves every receive of `old` (oldest first) into this ring and marks `old` as
-    /// replaced by generation `gen` (an SRQ resize; the caller checked the room, and no
-    /// post of either ring runs meanwhile). Returns where they were in `old` (head, count).
-    pub(crate) fn absorb(&self, old: &RecvRing, gen: u32) -> (usize, usize) {
+    /// replaced by generation `gen` (an SRQ resize; no post of either ring runs
+    /// meanwhile). Returns where they were in `old` (head, count), or, leaving both rings
+    /// as they were, `Err(count)` if `old` holds more than `max_wr` receives: a post that
+    /// looked the queue up before the resize added to what the caller checked.
+    pub(crate) fn absorb(&self, old: &RecvRing, gen: u32, max_wr: usize) -> std::result::Result<(usize, usize), usize> {
         let _go = old.lock();
         let _g = self.lock();
         let (oh, h) = (old.hdr(), self.hdr());
         let ohead = oh.takers.head.load(Ordering::Relaxed);
         let (oat, n) = clamp_state(ohead, oh.poster.tail.load(Ordering::Acquire), old.cap);
+        if n > max_wr {
+            return Err(n);
+        }
         let sges = self.max_sge.min(old.max_sge);
         let n = n.min(self.cap);
         for k in 0..n {
@@ -545,7 +550,7 @@ impl RecvRing {
         h.poster.tail.store(n as u64, Ordering::Release);
         oh.takers.head.store(oh.poster.tail.load(Ordering::Relaxed), Ordering::Relaxed);
         oh.config.moved.store(gen, Ordering::Release);
-        (oat, n)
+        Ok((oat, n))
     }
 }
 
@@ -658,19 +663,21 @@ impl RecvQueue {
     }
 
     /// Moves the receives of `old` into this queue (SRQ resize), with the regions they
-    /// keep registered.
-    pub(crate) fn absorb(&self, old: &RecvQueue, gen: u32) {
+    /// keep registered; `Err(queued)`, nothing moved, if `old` holds more than `max_wr`
+    /// ([`RecvRing::absorb`]: checked here, where no post runs).
+    pub(crate) fn absorb(&self, old: &RecvQueue, gen: u32, max_wr: usize) -> std::result::Result<(), usize> {
         // Posts to either queue wait (they hold the posters' locks while they write the
         // ring).
         let mut okept = old.holds.lock();
         let mut kept = self.holds.lock();
-        let (ohead, n) = self.ring.absorb(&old.ring, gen);
+        let (ohead, n) = self.ring.absorb(&old.ring, gen, max_wr)?;
         if okept.listed() {
             kept::list(&self.holds, &mut kept, self.ring.tag());
         }
         for k in 0..n {
             kept.move_from(&mut okept, ohead as u64 + k as u64, k as u64);
         }
+        Ok(())
     }
 
     /// Receives queued.
