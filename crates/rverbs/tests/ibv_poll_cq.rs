@@ -204,7 +204,7 @@ fn a_poll_racing_a_resize_finds_the_completion_held_before_it() {
     let (polls, missed, uncounted) = std::thread::scope(|s| {
         s.spawn(|| {
             for k in 0..RESIZES {
-                a.cq.resize(if k % 2 == 0 { 16 } else { 64 }).unwrap();
+                a.cq.resize(if k.is_multiple_of(2) { 16 } else { 64 }).unwrap();
             }
             done.store(true, std::sync::atomic::Ordering::Release);
         });
@@ -235,6 +235,62 @@ fn a_poll_racing_a_resize_finds_the_completion_held_before_it() {
     });
     assert_eq!(missed, 0, "polls that found no completion in a CQ holding one (of {polls}, {RESIZES} resizes)");
     assert_eq!(uncounted, 0, "a CQ holding a completion read as empty (of {polls}, {RESIZES} resizes)");
+}
+
+/// A QP reset while another thread resizes its CQ: the completions it wrote before the
+/// reset are purged (as mlx5 does; docs/completion-queues.md, "Purge on RESET") and the
+/// first of its next life is polled. The purge notes the ring position the reset came
+/// at; a resize moves the completions to a new generation where positions start again,
+/// so a note of the old generation's position, taken before the resize and stored after
+/// it, dropped the new life's completions, and one stored while the resize moved them
+/// missed those already moved.
+#[test]
+fn a_qp_reset_while_its_cq_is_resized_purges_its_old_completions_only() {
+    const ROUNDS: u64 = 1500;
+    let (a, b) = pair_with(QpType::Rc, &PATH, 64, CAP);
+    // Resizes at most: each generation stays mapped until the CQ is destroyed.
+    const RESIZES: u32 = 20_000;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (wrong, resizes) = std::thread::scope(|s| {
+        let resizer = s.spawn(|| {
+            let mut k = 0u32;
+            while k < RESIZES && !done.load(std::sync::atomic::Ordering::Acquire) {
+                a.cq.resize(if k.is_multiple_of(2) { 32 } else { 64 }).unwrap();
+                k += 1;
+            }
+            k
+        });
+        let mut wrong = Vec::new();
+        let mut wc = [Wc::default(); 1];
+        for round in 0..ROUNDS {
+            // Completions of this life, left in the CQ.
+            post_writes(&a, &b, 0, 4);
+            for s in [&a, &b] {
+                s.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+            }
+            connect(&a, &b, &PATH);
+            // The next life's first completion, in the CQ when the post returns.
+            post_writes(&a, &b, 1000 + round, 1);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            let got = loop {
+                if a.cq.poll(&mut wc).unwrap() == 1 {
+                    break Some(wc[0].wr_id());
+                }
+                if std::time::Instant::now() > deadline {
+                    break None;
+                }
+            };
+            if got != Some(1000 + round) {
+                wrong.push((round, got));
+                // Whatever is left goes before the next round.
+                while a.cq.poll(&mut wc).unwrap() > 0 {}
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        (wrong, resizer.join().unwrap())
+    });
+    assert!(resizes > 0, "the CQ was resized while the QP was reset");
+    assert!(wrong.is_empty(), "rounds whose first poll after the reset was not the new completion ({resizes} resizes): {wrong:?}");
 }
 
 #[test]

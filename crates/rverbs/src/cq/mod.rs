@@ -214,9 +214,9 @@ pub(crate) struct CqInner {
     pub(crate) async_events: EventCounter,
     /// QPs and SRQs completing to this CQ; the top bit marks it destroyed.
     users: AtomicU32,
-    /// Completions of QPs reset since (qpn, ring position): those below the position are
-    /// dropped when polled.
-    purges: Mutex<Vec<(u32, u64)>>,
+    /// Completions of QPs reset since (qpn, generation, ring position): those of that
+    /// generation below the position are dropped when polled.
+    purges: Mutex<Vec<(u32, u32, u64)>>,
     purging: AtomicBool,
     cookie: AtomicUsize,
     /// The completion extended polling is positioned on ([`ex`]), as ring words: atomic,
@@ -461,17 +461,43 @@ impl CqInner {
     /// reset and reconnected does not see stale completions of its previous life
     /// (pyverbs' rereg tests rely on this). Destroying a QP does not purge, as on rxe
     /// (docs/completion-queues.md, "Purge on RESET").
+    ///
+    /// A resize in another thread (ibv_resize_cq(3)) moves the completions to a new
+    /// generation, where positions start again, and forgets the records it applied on
+    /// the way: a record names its generation (one read before the resize, pushed after
+    /// it, dropped completions of the new one below a position of the old), and one made
+    /// while a resize is under way is made again in the generation the resize ends with
+    /// (the completions it moved before seeing the record are in there).
     pub(crate) fn purge(&self, qpn: u32) {
-        let until = self.gens.current().ring().tail();
-        self.purges.lock().expect("cq purges").push((qpn, until));
-        self.purging.store(true, Ordering::Release);
+        loop {
+            let seg = self.gens.current();
+            let until = seg.ring().tail();
+            self.purges.lock().expect("cq purges").push((qpn, seg.gen, until));
+            self.purging.store(true, Ordering::SeqCst);
+            // Pairs with the fence after `moving` is set (`CqSeg::freeze`): a resize that
+            // this misses sees the record in its drain.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if !seg.may_be_moving() {
+                return;
+            }
+            // The resize holds the consumer lock until it is done; it waits for nothing
+            // this thread holds (this is not inside a poll: no resize could run then).
+            while seg.may_be_moving() && seg.shm().moved.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+            if seg.shm().moved.load(Ordering::Acquire) == 0 {
+                // Refused: the generation stays, and the record with it.
+                return;
+            }
+        }
     }
 
-    /// Whether the CQE at `pos` for `qpn` was purged; drops expired records.
-    fn purged(&self, qpn: u32, pos: u64) -> bool {
+    /// Whether the CQE at `pos` of generation `gen` for `qpn` was purged; drops expired
+    /// records (of that generation below `pos`, and of older generations).
+    fn purged(&self, qpn: u32, gen: u32, pos: u64) -> bool {
         let mut p = self.purges.lock().expect("cq purges");
-        let hit = p.iter().any(|&(q, until)| q == qpn && pos < until);
-        p.retain(|&(_, until)| pos < until);
+        let hit = p.iter().any(|&(q, g, until)| q == qpn && g == gen && pos < until);
+        p.retain(|&(_, g, until)| g > gen || (g == gen && pos < until));
         if p.is_empty() {
             self.purging.store(false, Ordering::Release);
         }
@@ -510,7 +536,7 @@ impl CqInner {
         loop {
             match ring.pop_skipping(skip) {
                 Pop::Entry(words, pos) => {
-                    if self.purging.load(Ordering::Acquire) && self.purged(Cqe::qp_num_of(&words), pos) {
+                    if self.purging.load(Ordering::Acquire) && self.purged(Cqe::qp_num_of(&words), seg.gen, pos) {
                         continue;
                     }
                     return Some(words);
@@ -684,7 +710,7 @@ impl CqInner {
         }
         let ring = seg.ring().consumer();
         let keep = |r: WcRead, pos| {
-            if self.purging.load(Ordering::Acquire) && self.purged(r.qp_num, pos) {
+            if self.purging.load(Ordering::Acquire) && self.purged(r.qp_num, seg.gen, pos) {
                 return false;
             }
             self.polled(r.taken, r.receive_or_error);

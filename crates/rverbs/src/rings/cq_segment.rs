@@ -225,6 +225,9 @@ impl CqSeg {
         // Before any completion leaves: ordered before the consumer's `head` stores
         // (Release), which a lock-free look reads with Acquire.
         self.shm().moving.store(1, Ordering::Relaxed);
+        // Pairs with the fence in `CqInner::purge`: either it sees `moving`, or this
+        // resize's drain sees its record.
+        fence(Ordering::SeqCst);
         if self.gate().freeze(alive, RESIZE_WAIT) == Frozen::TimedOut {
             tracing::warn!("a live producer never left a CQ being resized; its completion may be lost");
         }
