@@ -138,23 +138,47 @@ fn receives_posted_while_the_srq_is_resized_are_all_kept() {
     let b = side(QpType::Rc);
     let srq = b.pd.create_srq(&SrqInit { max_wr: 2048, max_sge: 1, ..SrqInit::default() }).unwrap();
     let done = std::sync::atomic::AtomicBool::new(false);
+    let resized = std::sync::atomic::AtomicU32::new(0);
+    let posted = std::sync::atomic::AtomicU64::new(0);
+    let waiting = std::sync::atomic::AtomicBool::new(false);
     let resizes = std::thread::scope(|s| {
         s.spawn(|| {
             let sge = [b.mr.sge(0, 8).unwrap()];
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             for i in 0..POSTS as u64 {
+                // Every 100 posts, one resize at least: the posts never all go before one
+                // (they once did, and the test had nothing to say).
+                if i % 100 == 0 {
+                    let seen = resized.load(std::sync::atomic::Ordering::SeqCst);
+                    waiting.store(true, std::sync::atomic::Ordering::SeqCst);
+                    while resized.load(std::sync::atomic::Ordering::SeqCst) == seen {
+                        assert!(std::time::Instant::now() < deadline, "no resize within 30 s");
+                        std::hint::spin_loop();
+                    }
+                }
                 srq.post_recv_unpinned(&[RecvWr::new(i, &sge)]).unwrap();
+                posted.store(i + 1, std::sync::atomic::Ordering::SeqCst);
             }
             done.store(true, std::sync::atomic::Ordering::SeqCst);
         });
-        let mut resizes = 0u32;
+        let (mut resizes, mut at) = (0u32, 0u64);
         while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            // And one resize per 50 posts at most: back to back, the resizes hold the
+            // SRQ's lock nearly all the time and starve the poster.
+            let now = posted.load(std::sync::atomic::Ordering::SeqCst);
+            if !waiting.swap(false, std::sync::atomic::Ordering::SeqCst) && now < at + 50 {
+                std::hint::spin_loop();
+                continue;
+            }
+            at = now;
             let max_wr = if resizes.is_multiple_of(2) { 4096 } else { 2048 };
             srq.modify(&SrqAttr { max_wr, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
             resizes += 1;
+            resized.store(resizes, std::sync::atomic::Ordering::SeqCst);
         }
         resizes
     });
-    assert!(resizes > 0, "the posts ended before any resize");
+    assert!(resizes >= (POSTS / 100) as u32, "{resizes} resizes while {POSTS} receives were posted");
     assert_eq!(srq.len(), POSTS, "receives kept after {resizes} resizes");
 }
 
@@ -305,6 +329,7 @@ fn receives_posted_while_the_srq_shrinks_are_kept_or_the_shrink_is_refused() {
     let srq = b.pd.create_srq(&SrqInit { max_wr: MAX, max_sge: 1, ..SrqInit::default() }).unwrap();
     let done = std::sync::atomic::AtomicBool::new(false);
     let posted = std::sync::atomic::AtomicUsize::new(0);
+    let resized = std::sync::atomic::AtomicU32::new(0);
     let (shrinks, refused) = std::thread::scope(|s| {
         s.spawn(|| {
             // Lists of 32: one post writes them all into the queue it looked up.
@@ -312,10 +337,20 @@ fn receives_posted_while_the_srq_shrinks_are_kept_or_the_shrink_is_refused() {
             let wrs: Vec<RecvWr<'_>> = (0..POSTS).map(|i| RecvWr::new(i, &sge)).collect();
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             let mut next = 0;
+            let mut lists = 0u32;
             while next < wrs.len() {
+                // Every 10 lists, a shrink at least: the posts never all go before one
+                // (on a loaded machine they did).
+                if lists.is_multiple_of(10) {
+                    while resized.load(std::sync::atomic::Ordering::SeqCst) < lists / 10 + 1 {
+                        assert!(std::time::Instant::now() < deadline, "no shrink within 30 s");
+                        std::hint::spin_loop();
+                    }
+                }
                 let list = &wrs[next..(next + 32).min(wrs.len())];
                 match srq.post_recv_unpinned(list) {
                     Ok(()) => {
+                        lists += 1;
                         next += list.len();
                         posted.store(next, std::sync::atomic::Ordering::SeqCst);
                     }
@@ -349,6 +384,7 @@ fn receives_posted_while_the_srq_shrinks_are_kept_or_the_shrink_is_refused() {
                 }
             }
             srq.modify(&SrqAttr { max_wr: MAX, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
+            resized.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         (shrinks, refused)
     });
