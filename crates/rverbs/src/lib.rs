@@ -104,6 +104,7 @@ pub mod fault_plan;
 pub mod fuzzing;
 mod event;
 mod gid;
+mod grace;
 pub mod limits;
 mod mcast;
 mod mem;

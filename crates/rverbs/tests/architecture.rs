@@ -30,7 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Operating system and primitives; the
     // asynchronous event record as it travels through a context's FIFO (`notify`: plain
     // encoding and counters, it uses nothing of the crate), which a context's core sends.
-    ("os", &["sanitizer", "sanitizer::early", "sanitizer::finding", "sanitizer::freed", "sanitizer::id", "sanitizer::report", "sanitizer::trace", "sanitizer::track", "clock", "config", "error", "fault", "fault_plan", "gid", "limits", "mem", "neigh", "rule", "service_thread", "spin", "sys", "table", "notify"]),
+    ("os", &["sanitizer", "sanitizer::early", "sanitizer::finding", "sanitizer::freed", "sanitizer::id", "sanitizer::report", "sanitizer::trace", "sanitizer::track", "clock", "config", "error", "fault", "fault_plan", "gid", "grace", "limits", "mem", "neigh", "rule", "service_thread", "spin", "sys", "table", "notify"]),
     // Shared memory between the processes of one host (`shm`: segments, FIFOs, locks,
     // cross-memory attach, the key tables and the peer registry); memory keys and regions: the key table, registrations, every access to their bytes;
     // and the cores of the domain objects (`mr::domain`: a context's, a PD's, an XRC

@@ -62,7 +62,10 @@ impl CqInner {
 
     /// Removes the oldest completion and makes it the current one of the batch.
     fn pop_polled(&self) -> Option<ExEntry> {
-        let seg = self.seg();
+        // A pin, not the lock the batch holds: the safe API cannot prove it is held (a
+        // `next_poll` without `start_poll` reads too, as a misbehaving poller would).
+        let held = super::Reading::pin();
+        let seg = self.seg(&held);
         let words = self.pop_words(seg, &seg.ring().consumer(), usize::MAX)?;
         // What the `ibv_wc_read_*` functions read ([`Cq::polled`] decodes them): the
         // ring's words as they were, not the decoded CQE written back (decoding is a
@@ -79,7 +82,7 @@ impl CqInner {
         }
         if let Some(stats) = self.stats {
             // What was waiting: the rest of the ring and this one.
-            stats.waiting(self.id, self.seg().ring().len() + 1);
+            stats.waiting(self.id, seg.ring().len() + 1);
             stats.completion(current.qp_num, current.polled());
             stats.polled(self.id, 1);
         }

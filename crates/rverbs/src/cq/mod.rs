@@ -12,6 +12,7 @@ pub(crate) mod native;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::grace;
 use crate::spin::{SpinGuard, SpinMutex};
 
 use bitflags::bitflags;
@@ -161,38 +162,79 @@ impl<'a> CqInit<'a> {
 const DESTROYED: u32 = 1 << 31;
 
 /// The generations of a CQ's segment. Producers and the consumer use the current one
-/// without a lock; a resize publishes the next one here. Earlier generations stay
-/// mapped (their files are removed) until the CQ is dropped, so a reference obtained
-/// from [`Gens::current`] never dangles; resizes are rare.
+/// without a lock; a resize publishes the next one here. A replaced generation stays
+/// mapped (its file removed) until no reader can still be using it: readers hold the
+/// consumer lock, which every resize takes, or a [`grace::Pin`], whose snapshot each
+/// replaced generation keeps; a later resize lets go of those whose readers moved on
+/// (docs/completion-queues.md, "Resize").
 struct Gens {
     current: AtomicPtr<CqSeg>,
-    /// Boxed: `current` points into them, so they must not move when the vector grows.
-    #[allow(clippy::vec_box)]
-    all: Mutex<Vec<Box<CqSeg>>>,
+    boxes: Mutex<Boxes>,
+}
+
+/// What [`Gens::current`] points into, and the generations replaced and still mapped.
+struct Boxes {
+    /// Boxed: `current` points into it, so it must not move with the struct.
+    current: Box<CqSeg>,
+    /// Each with the readers that may still hold it (`None`: no proof will ever come,
+    /// kept until the CQ is dropped).
+    retired: Vec<(Box<CqSeg>, Option<grace::Snapshot>)>,
+}
+
+/// Why the current generation can be read: the CQ's consumer lock is held (every resize
+/// takes it), or a [`grace::Pin`] holds what was current when it was made.
+// The fields are held for their drops (the unlock, the unpin).
+#[allow(dead_code)]
+pub(crate) enum Reading<'a> {
+    /// This CQ's consumer lock.
+    Lock(SpinGuard<'a, (), false>),
+    /// A reader's pin.
+    Pin(grace::Pin),
+}
+
+impl Reading<'_> {
+    /// A pin, for a reader without the consumer lock.
+    #[inline(always)]
+    pub(crate) fn pin() -> Reading<'static> {
+        Reading::Pin(grace::pin())
+    }
 }
 
 impl Gens {
     fn new(first: CqSeg) -> Gens {
-        let mut b = Box::new(first);
-        let current = AtomicPtr::new(&mut *b);
-        Gens { current, all: Mutex::new(vec![b]) }
+        let b = Box::new(first);
+        let current = AtomicPtr::new(&*b as *const CqSeg as *mut CqSeg);
+        Gens { current, boxes: Mutex::new(Boxes { current: b, retired: Vec::new() }) }
     }
 
+    /// The current generation, for as long as `held` holds it (`held` is this CQ's lock
+    /// or a pin made before this call).
     #[allow(unsafe_code)]
-    #[inline]
-    fn current(&self) -> &CqSeg {
-        // SAFETY: `current` always points into a Box held by `all`, whose boxes are only
-        // dropped with `self`; the borrow of `self` bounds the reference.
+    #[inline(always)]
+    fn current<'a>(&'a self, held: &'a Reading<'_>) -> &'a CqSeg {
+        let _ = held;
+        // SAFETY: `current` points into a Box of `boxes` (the current one, or one retired
+        // after this load). A retired box is dropped only at a later resize, under the
+        // consumer lock (so not while `held` is that lock), and only once the snapshot
+        // taken after it was replaced shows every pin of that time released (so not while
+        // `held` is a pin made before this load: membarrier(2) makes the pin visible to
+        // the snapshot, or this load see the next generation; `grace`).
         unsafe { &*self.current.load(Ordering::Acquire) }
     }
 
-    /// Makes `next` the current generation (the caller froze the current one).
-    fn advance(&self, next: CqSeg) -> &CqSeg {
-        let mut all = self.all.lock().expect("cq generations");
-        let mut b = Box::new(next);
-        self.current.store(&mut *b, Ordering::Release);
-        all.push(b);
-        self.current()
+    /// Makes `next` the current generation (the caller froze the current one and holds
+    /// the consumer lock, `held`). The generation replaced stays mapped at least until
+    /// the next resize; those replaced before it whose readers all left are let go.
+    fn advance<'a>(&'a self, next: CqSeg, held: &'a Reading<'_>) -> &'a CqSeg {
+        let mut boxes = self.boxes.lock().expect("cq generations");
+        // Not the one replaced now: the caller still uses it.
+        boxes.retired.retain(|(_, readers)| !readers.as_ref().is_some_and(grace::Snapshot::passed));
+        let b = Box::new(next);
+        self.current.store(&*b as *const CqSeg as *mut CqSeg, Ordering::SeqCst);
+        let old = std::mem::replace(&mut boxes.current, b);
+        boxes.retired.push((old, grace::Snapshot::take()));
+        drop(boxes);
+        self.current(held)
     }
 }
 
@@ -387,15 +429,17 @@ impl CqInner {
     /// Writes `cqe` to the ring now (the body of [`CqInner::push`]).
     fn publish(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
         let me = producer_of(self.ctx.endpoint);
-        let mut outcome = self.gens.current().publish(cqe, me);
+        let held = Reading::pin();
+        let mut outcome = self.gens.current(&held).publish(cqe, me);
         // A resize replaced the generation: publish into the new one (bounded: resizes
         // happen under the consumer lock, one at a time).
         for _ in 0..64 {
             if !matches!(outcome, Publish::Moved(_)) {
                 break;
             }
-            outcome = self.gens.current().publish(cqe, me);
+            outcome = self.gens.current(&held).publish(cqe, me);
         }
+        drop(held);
         match outcome {
             Publish::Done { fire } => {
                 if fire {
@@ -420,14 +464,14 @@ impl CqInner {
     /// Puts the CQ in error as an overrun does, for the fault plan's CQ_ERR
     /// (docs/fault-injection.md): CQ_ERR is raised once, every later poll fails.
     pub(crate) fn inject_error(&self) {
-        if self.gens.current().shm().errored.swap(1, Ordering::AcqRel) == 0 {
+        if self.gens.current(&Reading::pin()).shm().errored.swap(1, Ordering::AcqRel) == 0 {
             self.ctx.raise(EventType::CqErr, RawElement::Cq(self.id));
         }
     }
 
-    /// The current generation of the CQ's segment.
-    pub(crate) fn seg(&self) -> &CqSeg {
-        self.gens.current()
+    /// The current generation of the CQ's segment, for as long as `held` holds it.
+    pub(crate) fn seg<'a>(&'a self, held: &'a Reading<'_>) -> &'a CqSeg {
+        self.gens.current(held)
     }
 
     /// Whether the CQ reports to channel `ch`.
@@ -436,7 +480,7 @@ impl CqInner {
     }
 
     fn errored(&self) -> bool {
-        self.gens.current().shm().errored.load(Ordering::Acquire) != 0
+        self.gens.current(&Reading::pin()).shm().errored.load(Ordering::Acquire) != 0
     }
 
     pub(crate) fn cq_context(&self) -> usize {
@@ -446,12 +490,13 @@ impl CqInner {
     /// The consumer's lock, taken, unless the CQ is SINGLE_THREADED (ibv_create_cq_ex(3):
     /// the application serialises its polls). Inline: a call of its own measured 16
     /// instructions per poll.
+    /// Without the lock (SINGLE_THREADED), a pin holds the generation it reads.
     #[inline(always)]
-    fn lock_consumer(&self) -> Option<SpinGuard<'_, (), false>> {
+    fn hold_consumer_or_pin(&self) -> Reading<'_> {
         if self.flags.contains(CqCreateFlags::SINGLE_THREADED) {
-            None
+            Reading::pin()
         } else {
-            Some(self.consumer.lock())
+            Reading::Lock(self.consumer.lock())
         }
     }
 
@@ -469,8 +514,9 @@ impl CqInner {
     /// while a resize is under way is made again in the generation the resize ends with
     /// (the completions it moved before seeing the record are in there).
     pub(crate) fn purge(&self, qpn: u32) {
+        let held = Reading::pin();
         loop {
-            let seg = self.gens.current();
+            let seg = self.gens.current(&held);
             let until = seg.ring().tail();
             self.purges.lock().expect("cq purges").push((qpn, seg.gen, until));
             self.purging.store(true, Ordering::SeqCst);
@@ -550,7 +596,7 @@ impl CqInner {
                 Pop::Corrupt => {
                     // Another process scribbled over the ring: the CQ is in error, as
                     // after an overrun (ibv_poll_cq(3) then fails).
-                    self.gens.current().shm().errored.store(1, Ordering::Release);
+                    seg.shm().errored.store(1, Ordering::Release);
                     return None;
                 }
             }
@@ -632,7 +678,7 @@ impl CqInner {
     /// [`CqInner::surely_empty`]" (which counts it then).
     #[inline(always)]
     fn look(&self) -> Looked {
-        if !Self::unpublished(self.gens.current()) {
+        if !Self::unpublished(self.gens.current(&Reading::pin())) {
             return Looked::Published;
         }
         let n = self.quiet_polls.load(Ordering::Relaxed).wrapping_add(1);
@@ -655,7 +701,8 @@ impl CqInner {
     /// busy poller's next poll finds what it completes), as after a poll that found
     /// nothing under the lock.
     pub(crate) fn surely_empty(&self) -> bool {
-        let seg = self.gens.current();
+        let held = Reading::pin();
+        let seg = self.gens.current(&held);
         let empty = Self::unpublished(seg) && {
             let n = self.quiet_polls.load(Ordering::Relaxed).wrapping_add(1);
             self.quiet_polls.store(n, Ordering::Relaxed);
@@ -673,7 +720,7 @@ impl CqInner {
     #[cold]
     #[inline(never)]
     fn pop_counted(&self, stats: &crate::shm::stats::Stats, out: &mut [Wc]) -> PollResult {
-        stats.waiting(self.id, self.gens.current().ring().len());
+        stats.waiting(self.id, self.gens.current(&Reading::pin()).ring().len());
         let r = self.pop_into(out);
         match &r {
             &Ok(n) => {
@@ -703,8 +750,8 @@ impl CqInner {
     /// one CQE at a time.
     #[inline(always)]
     fn pop_into(&self, out: &mut [Wc]) -> PollResult {
-        let _g = self.lock_consumer();
-        let seg = self.gens.current();
+        let held = self.hold_consumer_or_pin();
+        let seg = self.gens.current(&held);
         if seg.shm().errored.load(Ordering::Acquire) != 0 {
             return Err(overran());
         }
@@ -944,7 +991,7 @@ impl Cq {
     /// rdma-core backend, what the provider gave, `ibv_cq.cqe`).
     pub fn cqe(&self) -> u32 {
         match &self.repr {
-            Repr::Soft(inner) => inner.gens.current().ring().capacity() as u32,
+            Repr::Soft(inner) => inner.gens.current(&Reading::pin()).ring().capacity() as u32,
             #[cfg(feature = "rdma-core")]
             Repr::Native(cq) => cq.cqe(),
         }
@@ -1106,8 +1153,9 @@ impl Cq {
         let mut bits = if solicited_only { cq_segment::NOTIFY_SOLICITED } else { cq_segment::NOTIFY_NEXT };
         // A resize that replaced the generation armed hands the arming back: carried
         // to the current one (a resize is rare; this loops once per resize met).
+        let held = Reading::pin();
         while bits != 0 {
-            bits = inner.gens.current().arm(bits);
+            bits = inner.gens.current(&held).arm(bits);
         }
         Ok(())
     }
@@ -1169,8 +1217,8 @@ impl Cq {
         if cqe == 0 || cqe > limits::MAX_CQE {
             return Err(Error::invalid("resize_cq", Rule::CqeRange { cqe, max: limits::MAX_CQE }));
         }
-        let _g = inner.consumer.lock();
-        let seg = inner.gens.current();
+        let held = Reading::Lock(inner.consumer.lock());
+        let seg = inner.gens.current(&held);
         let endpoint = inner.ctx.endpoint;
         let alive = |ep, pid| producer_alive(endpoint, ep, pid);
         seg.freeze(&alive);
@@ -1206,7 +1254,7 @@ impl Cq {
         // follow the mark (this process's reload `current`; peers open the segment the
         // record names).
         let gen = new.gen;
-        let new = inner.gens.advance(new);
+        let new = inner.gens.advance(new, &held);
         endpoint.tables.cq(inner.id).gen.store(gen, Ordering::Release);
         seg.shm().moved.store(gen, Ordering::Release);
         seg.hand_over_arming(new);
@@ -1285,14 +1333,16 @@ impl Cq {
     pub fn len(&self) -> usize {
         match &self.repr {
             Repr::Soft(inner) => {
-                let seg = inner.gens.current();
+                let pinned = Reading::pin();
+                let seg = inner.gens.current(&pinned);
                 let n = seg.ring().len();
                 if n > 0 || !seg.may_be_moving() {
                     return n;
                 }
-                // Not `lock_consumer`: a SINGLE_THREADED CQ's resize takes the lock too.
-                let _g = inner.consumer.lock();
-                inner.gens.current().ring().len()
+                drop(pinned);
+                // Not `hold_consumer_or_pin`: a SINGLE_THREADED CQ's resize takes the lock too.
+                let held = Reading::Lock(inner.consumer.lock());
+                inner.gens.current(&held).ring().len()
             }
             #[cfg(feature = "rdma-core")]
             Repr::Native(_) => 0,
