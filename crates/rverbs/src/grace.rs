@@ -2,7 +2,8 @@
 //! go after the pointer moved on (a CQ's replaced generations, `cq::Gens`).
 //!
 //! A reader [`pin`]s for as long as it uses what it loaded: its thread's record turns odd,
-//! and even again when the [`Pin`] drops (nested pins count once). The one who replaced
+//! and even again when the [`Pin`] drops (a pin inside another of the same thread leaves
+//! the record to the outer one). The one who replaced
 //! the pointer takes a [`Snapshot`] after the store: the records odd then are the readers
 //! that may still hold the old value, and the old memory may go once every one of them
 //! has moved on ([`Snapshot::passed`]). Nobody waits: the replaced memory is kept until a
@@ -17,38 +18,45 @@
 //! kernel, a seccomp filter) there is no snapshot and nothing is ever let go: the memory
 //! stays until its owner drops it, as it did before grace periods
 //! (docs/completion-queues.md, "Resize").
+//!
+//! The records are a fixed table, so that an empty `ibv_poll_cq` through the C ABI pays
+//! no `__tls_get_addr` call: a thread's home slot is found from its thread pointer (the
+//! TCB address, one instruction on x86-64 and AArch64), and is its own when the slot's
+//! owner word holds that pointer. A thread whose home slot another live thread has takes
+//! the next free one and finds it through a thread-local. A thread gives its slot back
+//! when it exits (before its TCB can serve another thread); a forked child frees, in a
+//! fork handler, the slots of the threads it does not have. With every slot taken, a
+//! reader has no record and snapshots stop for good (nothing is let go any more).
 
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// One thread's reader record: `seq` is odd while the thread is pinned. Written by its
-/// thread only, read by snapshots; a line of its own.
+/// thread only (and by a forked child's fork handler), read by snapshots; a line of its
+/// own.
 #[repr(align(128))]
 struct Record {
     seq: AtomicU64,
-    /// Whether a live thread owns the record (a thread that exits gives it back).
-    in_use: AtomicBool,
+    /// The owning thread's thread pointer (`thread_pointer`), 0 while the slot is free.
+    owner: AtomicUsize,
 }
 
-/// Every record ever made (they are never freed: a thread's exit makes its record free
-/// for the next thread).
-static RECORDS: Mutex<Vec<&'static Record>> = Mutex::new(Vec::new());
+/// Reader records: threads that pin at once, at most.
+const SLOTS: usize = 256;
 
-/// Set for good by a reader that could not have a record (one pinning while its thread's
-/// locals are being destroyed): from then on no snapshot is taken.
+/// Every record (a slot is a thread's from its first pin to its exit).
+static TABLE: [Record; SLOTS] = [const { Record { seq: AtomicU64::new(0), owner: AtomicUsize::new(0) } }; SLOTS];
+
+/// Set for good by a reader that could not have a record (every slot taken, or pinning
+/// while its thread's locals are being destroyed): from then on no snapshot is taken.
 static UNTRACKED: AtomicBool = AtomicBool::new(false);
 
-/// This thread's record and how deeply it is pinned. Constant-initialised and without a
-/// destructor, so that reaching it costs one thread-local access and no lazy check.
-struct Local {
-    record: Cell<Option<&'static Record>>,
-    depth: Cell<u32>,
-}
-
 thread_local! {
-    static LOCAL: Local = const { Local { record: Cell::new(None), depth: Cell::new(0) } };
+    /// This thread's record, once it has one (the way to it when it is not the home slot).
+    /// Constant-initialised and without a destructor: no lazy check.
+    static LOCAL: Cell<Option<&'static Record>> = const { Cell::new(None) };
     /// Gives the thread's record back when the thread exits (registered the first time the
     /// thread pins).
     static OWNER: Owner = const { Owner };
@@ -60,15 +68,51 @@ struct Owner;
 impl Drop for Owner {
     fn drop(&mut self) {
         let _ = LOCAL.try_with(|l| {
-            if let Some(r) = l.record.take() {
-                r.in_use.store(false, Ordering::Release);
+            if let Some(r) = l.take() {
+                r.owner.store(0, Ordering::Release);
             }
         });
     }
 }
 
+/// The calling thread's thread pointer: the address of its thread control block, unique
+/// among live threads and never 0. `None` where it is not read (the thread-local serves).
+#[inline(always)]
+#[allow(unsafe_code)]
+fn thread_pointer() -> Option<usize> {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        let tp: usize;
+        // SAFETY: the x86-64 TLS ABI keeps the thread pointer at %fs:0 (the TCB's pointer
+        // to itself) for the thread's whole life; one load, no stack, no flags.
+        unsafe { std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags, pure)) };
+        Some(tp)
+    }
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
+    {
+        let tp: usize;
+        // SAFETY: reads the thread-pointer register, which the AArch64 TLS ABI sets for
+        // every thread; no memory, no stack, no flags.
+        unsafe { std::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nostack, nomem, preserves_flags, pure)) };
+        Some(tp)
+    }
+    #[cfg(not(all(any(target_arch = "x86_64", target_arch = "aarch64"), not(miri))))]
+    {
+        None
+    }
+}
+
+/// The slot a thread looks at first.
+#[inline(always)]
+fn home(tp: usize) -> usize {
+    // TCBs are page-aligned or nearly: mix the bits above the low ones.
+    const _: () = assert!(SLOTS == 1 << 8);
+    ((tp as u64 >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - 8)) as usize
+}
+
 /// A reader's hold: while it lives, what the reader loaded after [`pin`] is not let go.
-/// Dropped on the thread that made it.
+/// Dropped on the thread that made it. `record` is `None` for a pin inside another one
+/// of the same thread (the outer one holds) and for an untracked one.
 #[must_use]
 pub(crate) struct Pin {
     record: Option<&'static Record>,
@@ -79,27 +123,54 @@ pub(crate) struct Pin {
 /// after this call.
 #[inline(always)]
 pub(crate) fn pin() -> Pin {
-    let record = LOCAL.try_with(|l| {
-        let r = match l.record.get() {
-            Some(r) => r,
-            None => register(l)?,
-        };
-        let d = l.depth.get();
-        if d == 0 {
-            r.seq.store(r.seq.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    match pin_here() {
+        Some(p) => p,
+        None => pin_elsewhere(),
+    }
+}
+
+/// [`pin`] for a thread whose record is its home slot or the next one, `None` for any
+/// other (which [`pin`] finds through the thread-local, registering it the first time).
+/// It calls nothing: an empty `ibv_poll_cq` needs no stack frame (`CqInner::look`, which
+/// takes the locked way on `None`).
+#[inline(always)]
+pub(crate) fn pin_here() -> Option<Pin> {
+    let tp = thread_pointer()?;
+    let h = home(tp);
+    let mut r = &TABLE[h];
+    if r.owner.load(Ordering::Relaxed) != tp {
+        r = &TABLE[(h + 1) % SLOTS];
+        if r.owner.load(Ordering::Relaxed) != tp {
+            return None;
         }
-        l.depth.set(d + 1);
-        Some(r)
-    });
-    match record {
-        Ok(Some(r)) => {
-            // The store above before the caller's load of the pointer: made a full fence by
-            // the snapshot's membarrier (module docs).
-            compiler_fence(Ordering::SeqCst);
-            Pin { record: Some(r), _not_send: PhantomData }
-        }
+    }
+    Some(pin_with(r))
+}
+
+/// [`pin`] for a thread without its home slot, or without a record yet.
+#[cold]
+#[inline(never)]
+fn pin_elsewhere() -> Pin {
+    match LOCAL.try_with(|l| l.get().or_else(|| register(l))) {
+        Ok(Some(r)) => pin_with(r),
         _ => untracked(),
     }
+}
+
+/// Pins on this thread's record `r`.
+#[inline(always)]
+fn pin_with(r: &'static Record) -> Pin {
+    // Only this thread writes its record: odd means a pin of this thread is live, and it
+    // holds until it drops, after this one.
+    let s = r.seq.load(Ordering::Relaxed);
+    if s % 2 == 1 {
+        return Pin { record: None, _not_send: PhantomData };
+    }
+    r.seq.store(s + 1, Ordering::Relaxed);
+    // The store above before the caller's load of the pointer: made a full fence by the
+    // snapshot's membarrier (module docs).
+    compiler_fence(Ordering::SeqCst);
+    Pin { record: Some(r), _not_send: PhantomData }
 }
 
 /// A pin without a record: turns snapshots off for good, before the caller loads.
@@ -111,26 +182,46 @@ fn untracked() -> Pin {
     Pin { record: None, _not_send: PhantomData }
 }
 
-/// Gives this thread a record, a free one if there is one. `None` if the thread is
-/// exiting (its exit hook can no longer be registered).
+/// Gives this thread a record: its home slot if free, else the next free one (the one
+/// after home is the last [`pin_here`] finds). `None` if
+/// every slot is taken or the thread is exiting (its exit hook can no longer be
+/// registered).
 #[cold]
 #[inline(never)]
-fn register(l: &Local) -> Option<&'static Record> {
+fn register(l: &Cell<Option<&'static Record>>) -> Option<&'static Record> {
     OWNER.try_with(|_| ()).ok()?;
-    let mut all = RECORDS.lock().unwrap_or_else(|p| p.into_inner());
-    let r = match all.iter().find(|r| {
-        r.in_use.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
-    }) {
-        Some(r) => *r,
-        None => {
-            let r: &'static Record =
-                Box::leak(Box::new(Record { seq: AtomicU64::new(0), in_use: AtomicBool::new(true) }));
-            all.push(r);
-            r
-        }
-    };
-    l.record.set(Some(r));
+    forks_free_slots();
+    // Where the thread pointer is not read, the thread-local's address names the thread.
+    let me = thread_pointer().unwrap_or(l as *const _ as usize);
+    let start = home(me);
+    let r = (0..SLOTS).map(|k| &TABLE[(start + k) % SLOTS]).find(|r| {
+        r.owner.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    })?;
+    l.set(Some(r));
     Some(r)
+}
+
+/// Registers, once, the fork handler that frees in a child the slots of the threads the
+/// child does not have (only the forking thread goes on there): their records might be
+/// odd, and a snapshot would wait for them for ever, or a new thread of the child with
+/// the same thread pointer would take one as its own, odd, and never pin.
+fn forks_free_slots() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn none() {}
+    extern "C" fn child() {
+        // Atomics only (a fork child handler must be async-signal-safe). The forking
+        // thread goes on in the child with the same thread pointer and keeps its slot.
+        let me = thread_pointer().or_else(|| LOCAL.try_with(|l| l as *const _ as usize).ok());
+        for r in &TABLE {
+            if me.is_some_and(|me| r.owner.load(Ordering::Relaxed) == me) {
+                continue;
+            }
+            let s = r.seq.load(Ordering::Relaxed);
+            r.seq.store(s + (s % 2), Ordering::Relaxed);
+            r.owner.store(0, Ordering::Release);
+        }
+    }
+    ONCE.call_once(|| crate::sys::at_fork(none, none, child));
 }
 
 impl Drop for Pin {
@@ -138,14 +229,8 @@ impl Drop for Pin {
     fn drop(&mut self) {
         let Some(r) = self.record else { return };
         compiler_fence(Ordering::SeqCst);
-        let _ = LOCAL.try_with(|l| {
-            let d = l.depth.get() - 1;
-            l.depth.set(d);
-            if d == 0 {
-                // Release: what the reader read comes before a snapshot seeing it move on.
-                r.seq.store(r.seq.load(Ordering::Relaxed) + 1, Ordering::Release);
-            }
-        });
+        // Release: what the reader read comes before a snapshot seeing it move on.
+        r.seq.store(r.seq.load(Ordering::Relaxed) + 1, Ordering::Release);
     }
 }
 
@@ -179,12 +264,11 @@ impl Snapshot {
         if UNTRACKED.load(Ordering::SeqCst) {
             return None;
         }
-        let all = RECORDS.lock().unwrap_or_else(|p| p.into_inner());
-        let pinned = all
+        let pinned = TABLE
             .iter()
             .filter_map(|r| {
                 let s = r.seq.load(Ordering::Acquire);
-                (s % 2 == 1).then_some((*r, s))
+                (s % 2 == 1).then_some((r, s))
             })
             .collect();
         Some(Snapshot { pinned })
@@ -247,16 +331,109 @@ mod tests {
         reader.join().unwrap();
     }
 
-    #[test]
-    fn an_exited_threads_record_serves_the_next_thread() {
-        std::thread::spawn(|| drop(pin())).join().unwrap();
-        let before = RECORDS.lock().unwrap().len();
-        for _ in 0..20 {
-            std::thread::spawn(|| drop(pin())).join().unwrap();
+    fn taken() -> usize {
+        TABLE.iter().filter(|r| r.owner.load(Ordering::Acquire) != 0).count()
+    }
+
+    /// `n` threads with stacks of `stack` bytes, pinned at once, then gone.
+    fn pinned_at_once(n: usize, stack: usize) {
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                let b = barrier.clone();
+                std::thread::Builder::new()
+                    .stack_size(stack)
+                    .spawn(move || {
+                        let p = pin();
+                        b.wait();
+                        drop(p);
+                    })
+                    .unwrap()
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
         }
-        // Other tests' threads may register meanwhile (in one process under `cargo test`):
-        // without reuse these 20 threads alone would add 20.
-        let after = RECORDS.lock().unwrap().len();
-        assert!(after < before + 20, "records {before} -> {after}");
+    }
+
+    #[test]
+    fn an_exited_thread_gives_its_record_back() {
+        // 2 × 200 threads, each 200 alive at once: more than the slots together. The
+        // second 200 have larger stacks, so that they do not reuse the first ones' thread
+        // control blocks (a new thread at a dead one's address adopts its slot anyway).
+        pinned_at_once(200, 1 << 16);
+        pinned_at_once(200, 1 << 21);
+        assert!(!UNTRACKED.load(Ordering::SeqCst), "a thread found no free slot");
+        // Other tests' threads may hold slots meanwhile (one process under `cargo test`).
+        assert!(taken() < 32, "{} slots taken", taken());
+    }
+
+    #[test]
+    fn threads_sharing_a_home_slot_each_have_a_record() {
+        // 64 threads alive at once: some share a home slot (the birthday bound) and find
+        // theirs through the thread-local; each pin must still mark its own record.
+        let (tx, rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let go_rx = std::sync::Arc::new(std::sync::Mutex::new(go_rx));
+        let threads: Vec<_> = (0..64)
+            .map(|_| {
+                let (tx, go_rx) = (tx.clone(), go_rx.clone());
+                std::thread::spawn(move || {
+                    let p = pin();
+                    tx.send(p.record.map(|r| r as *const Record as usize)).unwrap();
+                    let _ = go_rx.lock().unwrap().recv();
+                    drop(p);
+                })
+            })
+            .collect();
+        let mut records: Vec<usize> = (0..64).map(|_| rx.recv().unwrap().expect("a record")).collect();
+        records.sort_unstable();
+        records.dedup();
+        assert_eq!(records.len(), 64, "two threads on one record");
+        let snap = Snapshot::take().expect("membarrier(2) on this machine");
+        assert!(snap.pinned.len() >= 64, "the snapshot saw {} pinned", snap.pinned.len());
+        for _ in 0..64 {
+            go_tx.send(()).unwrap();
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(snap.passed());
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_forked_child_does_not_wait_for_the_parents_other_threads() {
+        let (tx, rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        // A thread pinned across the fork: it does not exist in the child.
+        let reader = std::thread::spawn(move || {
+            let p = pin();
+            tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            drop(p);
+        });
+        rx.recv().unwrap();
+        drop(pin());
+        // SAFETY: the child only takes a snapshot (membarrier, an allocation, which
+        // glibc's fork handlers keep usable) and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let code = match Snapshot::take() {
+                Some(s) if s.passed() => 0,
+                Some(_) => 1,
+                None => 2,
+            };
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        assert!(pid > 0, "fork");
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        go_tx.send(()).unwrap();
+        reader.join().unwrap();
+        assert!(libc::WIFEXITED(status), "status {status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "1: the child's snapshot waited for a thread it does not have; 2: no snapshot");
     }
 }

@@ -678,7 +678,10 @@ impl CqInner {
     /// [`CqInner::surely_empty`]" (which counts it then).
     #[inline(always)]
     fn look(&self) -> Looked {
-        if !Self::unpublished(self.gens.current(&Reading::pin())) {
+        // A thread that pins through its thread-local (or has not pinned yet) looks the
+        // locked way: here nothing may be called (`grace::pin_here`).
+        let Some(pinned) = grace::pin_here() else { return Looked::Unsure };
+        if !Self::unpublished(self.gens.current(&Reading::Pin(pinned))) {
             return Looked::Published;
         }
         let n = self.quiet_polls.load(Ordering::Relaxed).wrapping_add(1);
