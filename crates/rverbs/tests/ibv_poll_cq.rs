@@ -292,6 +292,66 @@ fn a_cq_resized_in_a_loop_beside_its_poller_lets_its_old_generations_go() {
     assert_eq!(poll_one(&a.cq).wr_id(), 7);
 }
 
+/// ibv_resize_cq(3) while another thread's SENDs complete into the CQ (their receive
+/// completions, written by the sender's thread) and a third polls it: the writers and the
+/// poller read the generation without the CQ's lock, and the generations they may hold
+/// are still let go (docs/completion-queues.md, "Resize"). Every completion arrives once,
+/// in order, and the process's mappings do not grow with the resizes: a generation
+/// unmapped under a writer would have crashed the test, one never unmapped shows here.
+#[test]
+fn a_cq_resized_beside_a_writer_thread_and_a_poller_loses_nothing_and_lets_go() {
+    const SENDS: u64 = 3_000;
+    const RECVS: u64 = 16;
+    let (a, b) = pair_with(QpType::Rc, &PATH, 64, CAP);
+    let mappings = || std::fs::read_to_string("/proc/self/maps").unwrap().lines().count();
+    let rsge = [a.mr.sge(0, 8).unwrap()];
+    for i in 0..RECVS {
+        a.qp.post_recv(&[RecvWr::new(i, &rsge)]).unwrap();
+    }
+    a.cq.resize(32).unwrap();
+    let before = mappings();
+    let polled = std::sync::atomic::AtomicU64::new(0);
+    let resizes = std::thread::scope(|s| {
+        // The writer: b's SENDs, one outstanding, each completing into a's CQ from here.
+        s.spawn(|| {
+            let ssge = [b.mr.sge(0, 8).unwrap()];
+            for i in 0..SENDS {
+                b.qp.post_send(&[SendWr::send(i, &ssge).signaled()]).unwrap();
+                let wc = poll_one(&b.cq);
+                assert_eq!((wc.wr_id(), wc.status()), (i, WcStatus::Success), "SEND {i}");
+            }
+        });
+        // The resizer, paced as in a_cq_resized_in_a_loop_beside_its_poller_lets_its_old_generations_go.
+        let resizer = s.spawn(|| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let (mut seen, mut k) = (0, 0u32);
+            while seen < SENDS {
+                while polled.load(std::sync::atomic::Ordering::Acquire) <= seen && seen < SENDS {
+                    assert!(std::time::Instant::now() < deadline, "the poller stopped");
+                    std::thread::yield_now();
+                }
+                a.cq.resize(if k.is_multiple_of(2) { 32 } else { 64 }).unwrap();
+                k += 1;
+                seen = polled.load(std::sync::atomic::Ordering::Acquire);
+            }
+            k
+        });
+        // The poller: each receive completion once, in order, its receive posted again.
+        for i in 0..SENDS {
+            let wc = poll_one(&a.cq);
+            assert_eq!((wc.wr_id(), wc.opcode(), wc.status()), (i % RECVS, Some(WcOpcode::Recv), WcStatus::Success), "receive {i}");
+            a.qp.post_recv(&[RecvWr::new(i % RECVS, &rsge)]).unwrap();
+            polled.store(i + 1, std::sync::atomic::Ordering::Release);
+        }
+        resizer.join().unwrap()
+    });
+    a.cq.resize(32).unwrap();
+    assert_empty(&a.cq);
+    let after = mappings();
+    assert!(resizes > 10, "only {resizes} resizes met the traffic");
+    assert!(after < before + 16, "mappings {before} -> {after} after {resizes} resizes");
+}
+
 /// A QP reset while another thread resizes its CQ: the completions it wrote before the
 /// reset are purged (as mlx5 does; docs/completion-queues.md, "Purge on RESET") and the
 /// first of its next life is polled. The purge notes the ring position the reset came
