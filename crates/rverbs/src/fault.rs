@@ -59,10 +59,10 @@ mod imp {
     //   with unaligned SSE2 moves, then at most one 8-byte move, then single bytes (ordinary stores: on x86-64 a
     //   reader that sees byte k also sees every byte before it, mem.rs).
     // rverbs_guard_copy_avx2(dst, src, len) -> 0 | 1 (only on a CPU with AVX2)
-    //   the same order at twice the width (`copy` calls it for 256 B to 256 KiB):
+    //   the same order at twice the width (`copy` calls it for copies of 256 B and more):
     //   below 256 bytes it is rverbs_guard_copy; else single bytes until the destination is 32-byte aligned,
     //   then 128 bytes at a time with aligned 32-byte stores (none splits across a cache
-    //   line), then vzeroupper and rverbs_guard_copy for the rest (< 128 bytes). Its
+    //   line; from 64 KiB on with a PREFETCHW of the destination 512 bytes ahead), then vzeroupper and rverbs_guard_copy for the rest (< 128 bytes). Its
     //   fault exit is rverbs_guard_fixup_avx2 (vzeroupper first), chosen by the handler
     //   for a fault between rverbs_guard_avx2_begin and rverbs_guard_avx2_end.
     // rverbs_guard_fadd(addr, add, out) / rverbs_guard_swap(addr, value, out)
@@ -140,6 +140,27 @@ mod imp {
         "inc rdi",
         "dec rdx",
         "jmp 7b",
+        // From 64 KiB on, each 128 bytes also asks for the destination's lines 512
+        // bytes ahead, for writing (PREFETCHW: a hint, which never faults and changes no
+        // byte), so that the lines arrive before their stores do.
+        "cmp rdx, 65536",
+        "jb 8f",
+        "10:",
+        "prefetchw byte ptr [rdi + 512]",
+        "prefetchw byte ptr [rdi + 576]",
+        "vmovdqu ymm0, ymmword ptr [rsi]",
+        "vmovdqu ymm1, ymmword ptr [rsi + 32]",
+        "vmovdqu ymm2, ymmword ptr [rsi + 64]",
+        "vmovdqu ymm3, ymmword ptr [rsi + 96]",
+        "vmovdqa ymmword ptr [rdi], ymm0",
+        "vmovdqa ymmword ptr [rdi + 32], ymm1",
+        "vmovdqa ymmword ptr [rdi + 64], ymm2",
+        "vmovdqa ymmword ptr [rdi + 96], ymm3",
+        "add rsi, 128",
+        "add rdi, 128",
+        "sub rdx, 128",
+        "cmp rdx, 128",
+        "jae 10b",
         "8:",
         "cmp rdx, 128",
         "jb 9f",
@@ -642,10 +663,6 @@ fn result(code: u32) -> Result<(), Faulted> {
     }
 }
 
-/// The largest copy (exclusive) that [`copy`] makes with AVX2 stores.
-#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
-const AVX2_UP_TO: usize = 256 << 10;
-
 /// Copies `len` bytes from `src` to `dst`, storing the destination in increasing
 /// address order (mem.rs); a fault on either side ends the copy with [`Faulted`], the
 /// bytes before it copied.
@@ -658,11 +675,12 @@ const AVX2_UP_TO: usize = 256 << 10;
 pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) -> Result<(), Faulted> {
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
     {
-        // Copies of 256 B to 256 KiB at twice the width where the CPU has it: in the
+        // Copies of 256 B and more at twice the width where the CPU has it: in the
         // core's caches that is up to 1.8 times the speed (4 KiB; BENCHMARKS.md, "The
-        // ordered copy at twice the width"); beyond them memory decides, and the SSE2
-        // loop measured as fast or a little faster. The feature check is a cached load.
-        if (256..AVX2_UP_TO).contains(&len) && std::arch::is_x86_feature_detected!("avx2") {
+        // ordered copy at twice the width"); from 64 KiB on, with the destination
+        // prefetched for writing, at `memcpy`'s speed up to 4 MiB (BENCHMARKS.md, "Large
+        // copies at memcpy's speed"). The feature check is a cached load.
+        if len >= 256 && std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: as below; the CPU (and the OS, which saves the YMM state) supports
             // AVX2, checked just above.
             return result(unsafe { imp::rverbs_guard_copy_avx2(dst, src, len) });
@@ -873,6 +891,50 @@ mod tests {
             assert_eq!(copy(out.as_mut_ptr(), (base + 3 * page) as *const u8, 64), Ok(()));
             libc::munmap(base as *mut libc::c_void, 2 * page);
             libc::munmap((base + 3 * page) as *mut libc::c_void, page);
+        }
+    }
+
+    #[test]
+    fn copies_from_64_kib_on_move_every_byte_and_stop_at_a_hole() {
+        // The prefetching loop (64 KiB and more, the AVX2 routine where the CPU has it):
+        // heads before a 32-byte aligned destination, tails in each step of the rest.
+        let big = 64 << 10;
+        let src: Vec<u8> = (0..big + 1024).map(|i| (i % 253) as u8).collect();
+        for off in [0, 1, 17, 31, 32, 33] {
+            for len in [big, big + 1, big + 127, big + 128, big + 200, big + 511] {
+                let mut dst = vec![0xeeu8; big + 1100];
+                // SAFETY: both ranges are inside their vectors and do not overlap.
+                assert_eq!(unsafe { copy(dst.as_mut_ptr().add(off), src.as_ptr().add(off / 2), len) }, Ok(()));
+                assert!(dst[off..off + len] == src[off / 2..off / 2 + len], "off {off} len {len}");
+                assert!(dst[..off].iter().chain(&dst[off + len..]).all(|&b| b == 0xee), "off {off} len {len}");
+            }
+        }
+        if !GUARDED {
+            return;
+        }
+        arm();
+        let page = rustix::param::page_size();
+        let pages = big / page + 2;
+        // A copy that ends right before an unmapped page: the prefetches ahead of it (a
+        // hint) reach into the hole without a fault.
+        let (base, _) = with_hole(pages + 1, pages);
+        let from: Vec<u8> = (0..pages * page).map(|i| (i % 249) as u8).collect();
+        // SAFETY: `[base, base + pages * page)` is mapped and ours; `from` does not overlap it.
+        unsafe {
+            assert_eq!(copy(base as *mut u8, from.as_ptr(), pages * page), Ok(()));
+            assert!(std::slice::from_raw_parts(base as *const u8, pages * page) == &from[..]);
+        }
+        // One that runs into it: the bytes before the hole are copied, then Faulted.
+        // SAFETY: as above; the hole is what is tested.
+        let r = unsafe { copy((base + 64) as *mut u8, from.as_ptr(), pages * page) };
+        assert_eq!(r, Err(Faulted));
+        // SAFETY: the mapped part before the hole.
+        let before = unsafe { std::slice::from_raw_parts((base + 64) as *const u8, pages * page - 64 - 128) };
+        assert!(before == &from[..pages * page - 64 - 128], "bytes before the hole are copied");
+        // SAFETY: unmapping what `with_hole` mapped (the pages before the hole, the one after).
+        unsafe {
+            libc::munmap(base as *mut libc::c_void, pages * page);
+            libc::munmap((base + (pages + 1) * page) as *mut libc::c_void, page);
         }
     }
 

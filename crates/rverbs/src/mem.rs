@@ -4,7 +4,7 @@
 //! threads polling it, peers. The device therefore never forms Rust references to it;
 //! it copies with [`copy`], which
 //! - writes the destination in increasing address order, 16 bytes at a time (32 bytes,
-//!   aligned, for copies of 256 B to 256 KiB on a CPU with AVX2), with
+//!   aligned, for copies of 256 B and more on a CPU with AVX2), with
 //!   ordinary (not non-temporal, not fast-string) stores, so on x86-64 (TSO) a reader
 //!   that sees byte `k` of a message also sees every byte before it. This is what lets
 //!   `query_qp_data_in_order` answer WHOLE_MSG truthfully (ibv_query_qp_data_in_order(3)),
