@@ -12,10 +12,13 @@
 #
 # 1. checks that the switch decides the path, both ways: ibv_rc_pingpong (RC SEND between
 #    two processes, -n ITERS) with the client under `strace -c`, which counts its
-#    process_vm_writev calls. With RVERBS_SHARED_MR=0 every SEND it makes into the
-#    server's private receive buffer is one (at least ITERS calls); with
-#    RVERBS_SHARED_MR=1, none (the bytes go by plain stores). Without that check the
-#    runs below could pass with the switch ignored;
+#    process_vm_writev calls. With RVERBS_SHARED_MR=0 every 4 KiB SEND it makes into the
+#    server's private receive buffer is one (at least ITERS calls); a 64-byte one is none:
+#    receives into private memory of at most 1 KiB are placed by their owner's poll from
+#    a slot the peer fills with plain stores (docs/memory.md, "Receives placed by their
+#    owner"; ibv_rc_pingpong posts its receives in INIT, which moves them to slots at
+#    RTR); with RVERBS_SHARED_MR=1, none (the bytes go by plain stores). Without that
+#    check the runs below could pass with the switch ignored;
 # 2. runs pingpong.sh, perftest.sh and run_pyverbs.sh again with RVERBS_SHARED_MR=0
 #    exported, each as it runs by default (scripts/test.sh runs the workspace's tests the
 #    same way), except that perftest's latency programs run at 8 B, 4 KiB and 1 MiB
@@ -38,10 +41,11 @@ done
 # shellcheck source=lib/pairs.bash
 source tests/conformance/lib/pairs.bash
 
-# switch_pair VALUE: the pingpong pair with RVERBS_SHARED_MR=VALUE on both sides, the
-# client under strace; sets `calls` to its process_vm_writev calls.
+# switch_pair VALUE SIZE: the pingpong pair with RVERBS_SHARED_MR=VALUE on both sides and
+# SIZE-byte messages, the client under strace; sets `calls` to its process_vm_writev calls.
 switch_pair() {
   local value=$1 trace
+  size=$2
   n=$((n + 1))
   slog=$WORK/logs/$n.server clog=$WORK/logs/$n.client trace=$WORK/logs/$n.strace
   start=$EPOCHREALTIME why=()
@@ -56,17 +60,21 @@ switch_pair() {
   calls=${calls:-0}
 }
 switch_commands() {
-  local common=(-d rverbs0 -g 1 -n "$ITERS" -s 64 -p "$port")
+  local common=(-d rverbs0 -g 1 -n "$ITERS" -s "$size" -p "$port")
   scmd=(env RVERBS_SHARED_MR="$shared_mr" ibv_rc_pingpong "${common[@]}")
   ccmd=(env RVERBS_SHARED_MR="$shared_mr" strace -f -c -o "$strace_out" -e trace=process_vm_writev
         ibv_rc_pingpong "${common[@]}" 127.0.0.1)
 }
 
-switch_pair 0
+switch_pair 0 4096
 [ ${#why[@]} -ne 0 ] || [ "$calls" -ge "$ITERS" ] ||
-  why+=("RVERBS_SHARED_MR=0: $calls process_vm_writev calls for $ITERS SENDs (expected one per SEND)")
-report_pair "RVERBS_SHARED_MR=0: each SEND is a process_vm_writev ($calls for $ITERS)"
-switch_pair 1
+  why+=("RVERBS_SHARED_MR=0: $calls process_vm_writev calls for $ITERS SENDs of 4 KiB (expected one per SEND)")
+report_pair "RVERBS_SHARED_MR=0: each 4 KiB SEND is a process_vm_writev ($calls for $ITERS)"
+switch_pair 0 64
+[ ${#why[@]} -ne 0 ] || [ "$calls" -eq 0 ] ||
+  why+=("RVERBS_SHARED_MR=0: $calls process_vm_writev calls for $ITERS SENDs of 64 B (expected none: placed by the receiver's poll)")
+report_pair "RVERBS_SHARED_MR=0: no process_vm_writev for 64-byte SENDs, placed by the receiver ($calls for $ITERS)"
+switch_pair 1 64
 [ ${#why[@]} -ne 0 ] || [ "$calls" -eq 0 ] ||
   why+=("RVERBS_SHARED_MR=1: $calls process_vm_writev calls (expected none: plain stores)")
 report_pair "RVERBS_SHARED_MR=1: no process_vm_writev ($calls for $ITERS SENDs)"

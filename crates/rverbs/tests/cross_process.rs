@@ -416,6 +416,150 @@ fn a_receive_queue_kept_full_by_a_peers_sends_takes_each_repost_and_refuses_one_
     peer.finish();
 }
 
+/// Receives placed by their owner (docs/memory.md, "Receives placed by their owner"): a
+/// receive into private memory (a shared anonymous mapping, which registration never
+/// moves) of a QP connected to another process is posted through a slot of a library
+/// region; the peer's SEND fills the slot with plain stores and completes the receive,
+/// and the poll that retrieves the completion copies the message into the receive's two
+/// SGEs. So the completion is in the CQ while the buffers are still untouched (the
+/// peer's cross-memory attach would have written them first), and after the poll they
+/// hold the message. Receives posted while earlier ones' completions wait keep their own
+/// slots (8 in flight on a queue of 4); a receive posted in INIT moves to a slot at RTR;
+/// a WRITE with immediate consumes a receive and scatters nothing into it; a receive
+/// larger than a slot is still written by the peer.
+#[test]
+fn sends_from_a_peer_process_into_private_memory_are_placed_by_the_poll() {
+    const DEPTH: u32 = 4;
+    const AREA: usize = 512;
+    const PAGES: usize = 8;
+    if role().as_deref() == Some("placed_by_poll") {
+        let mut parent = Parent::new();
+        let b = side(QpType::Rc);
+        parent.say(&format!("{}", b.qp.qp_num()));
+        let pq = num(&parent.hear()[0]) as u32;
+        b.qp.connect(&remote(&b.ctx, pq, &PATH, ALL_ACCESS)).unwrap();
+        loop {
+            let w = parent.hear();
+            if w[0] == "done" {
+                break;
+            }
+            let (seed, len) = (num(&w[1]) as u8, num(&w[2]) as usize);
+            b.mr.write(0, &pattern(seed, len)).unwrap();
+            let sge = [b.mr.sge(0, len as u32).unwrap()];
+            let wr = match w[0].as_str() {
+                "send" => SendWr::send(1, &sge),
+                _ => SendWr::write(2, &sge, num(&w[3]), num(&w[4]) as u32).with_imm(7),
+            };
+            b.qp.post_send(&[wr.signaled()]).unwrap();
+            parent.say(&format!("{:?}", poll_one(&b.cq).status()));
+        }
+        return;
+    }
+    let mut peer = Peer::spawn("sends_from_a_peer_process_into_private_memory_are_placed_by_the_poll", "placed_by_poll");
+    let a = side_with(QpType::Rc, 64, QpCap { max_recv_wr: DEPTH, ..CAP });
+    let len = PAGES * 4096;
+    // SAFETY: a new shared anonymous mapping at an address the kernel chooses.
+    let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };
+    assert_ne!(base, libc::MAP_FAILED);
+    let base = base as *mut u8;
+    // SAFETY: the mapping is ours and outlives the region (unmapped after it is dropped).
+    let mr = unsafe { a.pd.reg_mr(base, len, ALL_ACCESS) }.unwrap();
+    assert_eq!(mapping_kind(base as usize), "shared", "private memory: peers reach it with cross-memory attach");
+    mr.fill(0, len, 0xee).unwrap();
+    // Receive `i`: 64 bytes at the start of area `i`, then 300 from its byte 128.
+    let sges = |i: usize| [mr.sge(i * AREA, 64).unwrap(), mr.sge(i * AREA + 128, 300).unwrap()];
+    let area = |i: usize| {
+        let mut v = vec![0u8; AREA];
+        mr.read(i * AREA, &mut v).unwrap();
+        v
+    };
+    let expected = |seed: u8, n: usize| {
+        let (msg, mut v) = (pattern(seed, n), vec![0xeeu8; AREA]);
+        let first = n.min(64);
+        v[..first].copy_from_slice(&msg[..first]);
+        v[128..128 + n - first].copy_from_slice(&msg[first..]);
+        v
+    };
+    let post = |i: usize| a.qp.post_recv(&[RecvWr::new(i as u64, &sges(i))]).unwrap();
+    let sizes = [1usize, 63, 64, 65, 200, 364];
+
+    // A receive posted in INIT, before the QP knows its writer, is moved to a slot at RTR.
+    let qpn = num(&peer.recv()[0]) as u32;
+    to_init(&a.qp, ALL_ACCESS);
+    post(17);
+    to_rtr(&a.qp, &a.ctx, qpn, &PATH);
+    to_rts(&a.qp, &PATH);
+    peer.send(&format!("{}", a.qp.qp_num()));
+    assert_eq!(a.qp.data_in_order(WrOpcode::Send, 0), 0, "a peer process places SENDs late or unordered");
+    peer.send("send 5 364");
+    assert_eq!(peer.recv(), ["Success"]);
+    assert_eq!(a.cq.len(), 1);
+    assert!(area(17).iter().all(|&b| b == 0xee), "the receive posted in INIT is written by the poll");
+    assert_eq!(poll_one(&a.cq).wr_id(), 17);
+    assert_eq!(area(17), expected(5, 364));
+    mr.fill(0, len, 0xee).unwrap();
+
+    // One at a time: the completion waits in the CQ, the buffers untouched, until polled.
+    for r in 0..12 {
+        let (i, n, seed) = (r % 8, sizes[r % sizes.len()], 10 + r as u8);
+        post(i);
+        peer.send(&format!("send {seed} {n}"));
+        assert_eq!(peer.recv(), ["Success"], "round {r}");
+        assert_eq!(a.cq.len(), 1, "round {r}: the receive completed");
+        assert!(area(i).iter().all(|&b| b == 0xee), "round {r}: the buffers are written by the poll, not before");
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (i as u64, WcStatus::Success, Some(n as u32)));
+        assert_eq!(area(i), expected(seed, n), "round {r}: the message in the receive's two SGEs");
+        mr.fill(0, len, 0xee).unwrap();
+    }
+
+    // Eight in flight on a queue of four: each receive keeps its own slot.
+    for i in 8..12 {
+        post(i);
+    }
+    for i in 8..12 {
+        peer.send(&format!("send {} 300", 40 + i));
+        assert_eq!(peer.recv(), ["Success"]);
+    }
+    for i in 12..16 {
+        post(i);
+    }
+    for i in 12..16 {
+        peer.send(&format!("send {} 300", 40 + i));
+        assert_eq!(peer.recv(), ["Success"]);
+    }
+    for i in 8..16 {
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status()), (i as u64, WcStatus::Success));
+        assert_eq!(area(i), expected(40 + i as u8, 300), "receive {i}");
+    }
+
+    // A WRITE with immediate consumes a receive and places its bytes where it writes.
+    post(16);
+    peer.send(&format!("write_imm 70 100 {} {}", mr.iova() + 20 * AREA as u64, mr.rkey()));
+    assert_eq!(peer.recv(), ["Success"]);
+    let wc = poll_one(&a.cq);
+    assert_eq!((wc.wr_id(), wc.opcode(), wc.byte_len()), (16, Some(WcOpcode::RecvRdmaWithImm), Some(100)));
+    assert!(area(16).iter().all(|&b| b == 0xee), "nothing scattered into the consumed receive");
+    assert_eq!(&area(20)[..100], &pattern(70, 100)[..]);
+
+    // Larger than a slot: the peer writes it, before the completion.
+    let big = [mr.sge(4 * 4096, 8192).unwrap()];
+    a.qp.post_recv(&[RecvWr::new(99, &big)]).unwrap();
+    peer.send("send 80 5000");
+    assert_eq!(peer.recv(), ["Success"]);
+    let mut got = vec![0u8; 5000];
+    mr.read(4 * 4096, &mut got).unwrap();
+    assert_eq!(got, pattern(80, 5000), "placed by the peer before the poll");
+    assert_eq!(poll_one(&a.cq).byte_len(), Some(5000));
+
+    peer.send("done");
+    peer.finish();
+    drop(mr);
+    // SAFETY: the region naming the mapping is gone.
+    unsafe { libc::munmap(base.cast(), len) };
+}
+
 /// A pinned receive's hold across processes (docs/memory.md, "Buffer lifetime"): a peer
 /// process takes the receive, places the message and completes it, and cannot drop this
 /// process's hold itself; polling the completion lets it go. A region whose every handle

@@ -76,7 +76,7 @@ impl CqInner {
             slot.store(w, Ordering::Relaxed);
         }
         let current = Cqe::decode(&words);
-        self.polled(current.rq_taken, current.receive_or_error());
+        self.polled(current.rq_taken, current.receive_or_error(), current.placed());
         if crate::sanitizer::on() {
             current.sanitize_polled(self.ctx.endpoint.slot);
         }

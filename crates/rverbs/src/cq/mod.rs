@@ -555,9 +555,9 @@ impl CqInner {
     /// kept registered are let go (`rings::kept`: ibv_post_recv(3), its buffers are the
     /// program's once the completion is retrieved).
     #[inline(always)]
-    pub(crate) fn polled(&self, taken: Option<TakenCount>, receive_or_error: bool) {
+    pub(crate) fn polled(&self, taken: Option<TakenCount>, receive_or_error: bool, placed: u32) {
         self.heard.polled(taken, receive_or_error);
-        crate::rings::kept::polled(taken);
+        crate::rings::kept::polled(taken, placed);
     }
 
     /// The next completion not purged, if any.
@@ -571,7 +571,7 @@ impl CqInner {
     #[inline(always)]
     fn pop_live_from(&self, seg: &CqSeg, ring: &Consumer<'_>) -> Option<Cqe> {
         let cqe = Cqe::decode(&self.pop_words(seg, ring, usize::MAX)?);
-        self.polled(cqe.rq_taken, cqe.receive_or_error());
+        self.polled(cqe.rq_taken, cqe.receive_or_error(), cqe.placed());
         Some(cqe)
     }
 
@@ -763,14 +763,14 @@ impl CqInner {
             if self.purging.load(Ordering::Acquire) && self.purged(r.qp_num, seg.gen, pos) {
                 return false;
             }
-            self.polled(r.taken, r.receive_or_error);
+            self.polled(r.taken, r.receive_or_error, r.placed);
             true
         };
         let mut n = ring.pop_published(out, Cqe::read_wc, keep);
         while n < out.len() {
             let Some(words) = self.pop_words(seg, &ring, Cqe::TIMESTAMP_WORD) else { break };
             let receive_or_error = Cqe::write_wc(&words, &mut out[n]);
-            self.polled(Cqe::taken_of(&words), receive_or_error);
+            self.polled(Cqe::taken_of(&words), receive_or_error, Cqe::placed_of(&words));
             n += 1;
             n += ring.pop_published(&mut out[n..], Cqe::read_wc, keep);
         }

@@ -636,6 +636,9 @@ pub(crate) struct LocalRange {
     pub(crate) region: (u64, u64),
     /// The handle of the region's PD.
     pub(crate) pd: u32,
+    /// Whether the region is private memory of this process (in no shared segment: peers
+    /// reach it with cross-memory attach or the proxy).
+    pub(crate) private: bool,
 }
 
 /// Where `[va, va+len)` through local key `key` of this process's endpoint `me` is in
@@ -649,7 +652,7 @@ pub(crate) fn local_range(me: &Endpoint, key: u32, va: u64, len: u64) -> Option<
     }
     let off = offset_in(&d, va, len).ok()?;
     let addr = usize::try_from(d.va.checked_add(off)?).ok()?;
-    Some(LocalRange { addr, access: Access::from_bits_truncate(d.access), region: (d.va, d.len), pd: d.pd })
+    Some(LocalRange { addr, access: Access::from_bits_truncate(d.access), region: (d.va, d.len), pd: d.pd, private: d.loc == 0 })
 }
 
 /// The region or window remote key `key` names among this process's keys now: its first

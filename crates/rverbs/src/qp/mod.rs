@@ -151,6 +151,10 @@ pub(crate) struct QpInner {
     /// The receive queue was flushed (or QP_LAST_WQE_REACHED raised) for the current
     /// entry into ERR.
     rq_flushed: AtomicBool,
+    /// An RC or UC QP whose last `modify_qp` connected it to a QP of another process of
+    /// this host: receives into private memory are then placed by their owner
+    /// (`rings::bounce`) once the QP takes requests.
+    pub(crate) host_peer_writes: AtomicBool,
     sqd_notified: AtomicBool,
     /// Multicast groups the QP is attached to (destroy is refused while any).
     pub(crate) mcast_attached: AtomicU32,
@@ -362,6 +366,20 @@ impl QpInner {
         if !self.rq_flushed.swap(true, Ordering::AcqRel) {
             self.flush_rq();
         }
+    }
+
+    /// Whether receives posted now in state `state` may be placed by their owner
+    /// (docs/memory.md, "Receives placed by their owner"): the QP takes requests from a
+    /// QP of another process of the host, which would reach private memory of this
+    /// process with cross-memory attach, whose copies are not ordered (so
+    /// ibv_query_qp_data_in_order(3) answers 0 for SENDs already, and placing them late
+    /// makes no promise false); not with the sanitizer, which stages receives itself.
+    #[inline]
+    pub(crate) fn bounces_receives(&self, state: QpState) -> bool {
+        self.host_peer_writes.load(Ordering::Relaxed)
+            && transition::accepts_requests(state)
+            && self.pd.endpoint().peers_copy_unordered()
+            && !crate::sanitizer::on()
     }
 
     /// Completes every queued receive with WR_FLUSH_ERR; with an SRQ, raises
@@ -650,6 +668,7 @@ impl Qp {
             sq: crate::spin::SpinMutex::new(SendQueue::new(ring, dev.new_path())),
             batch_spare: Box::new(crate::spin::SpinMutex::new(batch::BatchBuf::default())),
             sq_pending: AtomicBool::new(false),
+            host_peer_writes: AtomicBool::new(false),
             rq,
             net_resp: Mutex::new(NetResponder::default()),
             rq_flushed: AtomicBool::new(false),
@@ -1032,6 +1051,7 @@ impl Qp {
         let r = match crate::fault_plan::fail_post(q.slot(), Verb::PostRecv, Some(q.qpn), wrs.iter().map(|w| w.wr_id)) {
             // The fault plan's refusal: the requests before the one it names are posted.
             Some((index, error)) => rq.post(&wrs[..index], keys, "post_recv", heard).and(Err(PostError { index, error })),
+            None if q.bounces_receives(state) => rq.post_bounced(wrs, keys, "post_recv", heard, &q.pd),
             None => rq.post(wrs, keys, "post_recv", heard),
         };
         if q.state() == QpState::Err {

@@ -342,6 +342,16 @@ impl QpInner {
             sq.link.release_acks(self);
             *self.net_resp.lock().expect("net responder") = super::NetResponder { rq_psn: a.rq_psn, ..Default::default() };
         }
+        // docs/memory.md, "Receives placed by their owner".
+        let peer = matches!(self.qp_type, QpType::Rc | QpType::Uc)
+            && !plan.req.network
+            && crate::table::endpoint_of(plan.req.dest_qpn) != self.pd.endpoint().ep();
+        self.host_peer_writes.store(peer, Ordering::Relaxed);
+        if changed && plan.to == QpState::Rtr && self.bounces_receives(QpState::Rtr) {
+            if let Some(rq) = &self.rq {
+                rq.bounce_queued(&self.pd);
+            }
+        }
         sq.req = plan.req;
         if let Some(c) = &mut sq.conn {
             c.modified(plan.timeout, plan.retry, plan.rnr, plan.max_rd_atomic);

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, RwLock, Weak};
 
 use crate::mr::MrInner;
+use crate::rings::bounce::{Bounce, Scatter};
 use crate::rings::recv_count::{self, TakenCount};
 use crate::spin::SpinMutex;
 
@@ -42,6 +43,8 @@ pub(crate) struct Kept {
     tail: u64,
     /// Whether the queue is in [`QUEUES`] (under its ring's tag).
     listed: bool,
+    /// The slots of receives placed by their owner (`rings::bounce`), once one was.
+    bounce: Option<Box<Bounce>>,
 }
 
 /// A queue's holds behind its posters' lock, shared with [`QUEUES`] (see `RecvQueue`:
@@ -50,7 +53,7 @@ pub(crate) type Holds = SpinMutex<Kept, false>;
 
 impl Kept {
     pub(crate) fn new(slots: usize, per: usize) -> Kept {
-        Kept { per, regions: vec![None; slots * per], posted: vec![0; slots], tail: 0, listed: false }
+        Kept { per, regions: vec![None; slots * per], posted: vec![0; slots], tail: 0, listed: false, bounce: None }
     }
 
     /// Whether the queue is in [`QUEUES`] (it posted pinned receives).
@@ -78,13 +81,43 @@ impl Kept {
         self.tail = at.wrapping_add(1);
     }
 
+    /// The queue's ring has had `tail` receives posted (a queue listed only now, whose
+    /// earlier posts held nothing, learns where its positions are).
+    pub(crate) fn posted_up_to(&mut self, tail: u64) {
+        self.tail = tail;
+    }
+
+    /// Whether the queue has slots for receives placed by their owner (`rings::bounce`).
+    pub(crate) fn has_bounce(&self) -> bool {
+        self.bounce.is_some()
+    }
+
+    /// Gives the queue the slots `made`, unless it has some already.
+    pub(crate) fn set_bounce(&mut self, made: Option<Bounce>) {
+        if self.bounce.is_none() {
+            self.bounce = made.map(Box::new);
+        }
+    }
+
+    /// The queue's slots for receives placed by their owner, if it has them.
+    pub(crate) fn bounce_mut(&mut self) -> Option<&mut Bounce> {
+        self.bounce.as_deref_mut()
+    }
+
     /// Lets go of the slot of the receive whose take left `count` receives taken (low 32
-    /// bits), if it still holds that receive's regions.
-    fn release(&mut self, count: u32, gone: &mut Vec<Arc<MrInner>>) {
+    /// bits), if it still holds that receive's regions; a receive placed by its owner
+    /// gives its first `placed` bytes to copy into its buffers.
+    fn release(&mut self, count: u32, placed: u32, gone: &mut Vec<Arc<MrInner>>) -> Option<Scatter> {
         let full = recv_count::widen(self.tail, count);
         if full == 0 {
-            return;
+            return None;
         }
+        let scatter = self.bounce.as_mut().and_then(|b| b.polled(full - 1, placed));
+        self.release_regions(full, gone);
+        scatter
+    }
+
+    fn release_regions(&mut self, full: u64, gone: &mut Vec<Arc<MrInner>>) {
         let slot = ((full - 1) % self.slots() as u64) as usize;
         if self.posted[slot] != full {
             return;
@@ -93,10 +126,21 @@ impl Kept {
         gone.extend(self.regions[slot * self.per..(slot + 1) * self.per].iter_mut().filter_map(Option::take));
     }
 
-    /// Lets go of everything (the queue was drained).
-    pub(crate) fn clear(&mut self, gone: &mut Vec<Arc<MrInner>>) {
+    /// Lets go of everything (the queue was drained of its `removed` receives not taken,
+    /// the newest ones). Receives placed by their owner that were taken keep their
+    /// slots until their completions are polled.
+    pub(crate) fn clear(&mut self, removed: usize, gone: &mut Vec<Arc<MrInner>>) {
         gone.extend(self.regions.iter_mut().filter_map(Option::take));
         self.posted.iter_mut().for_each(|p| *p = 0);
+        if let Some(b) = self.bounce.as_mut() {
+            b.drained(self.tail.wrapping_sub(removed as u64), self.tail);
+        }
+    }
+
+    /// The slots of receives placed by their owner, taken away (the queue is being
+    /// destroyed: its region is freed before its PD can be).
+    pub(crate) fn close_bounce(&mut self) -> Option<Box<Bounce>> {
+        self.bounce.take()
     }
 
     /// Takes the holds of the receive at position `from` of `old` as position `to` of this
@@ -144,26 +188,31 @@ pub(crate) fn unlist(tag: u32) {
 }
 
 /// A receive completion carrying `taken` was polled: its queue, if it is one of this
-/// process's with holds, lets go of that receive's regions.
+/// process's with holds, lets go of that receive's regions; a receive placed by its
+/// owner (`rings::bounce`) gets the first `placed` bytes of its message (those of a
+/// successful IBV_WC_RECV; 0 for anything else) in its buffers before the poll returns.
 #[inline(always)]
-pub(crate) fn polled(taken: Option<TakenCount>) {
+pub(crate) fn polled(taken: Option<TakenCount>, placed: u32) {
     if let Some(t) = taken {
         if LISTED.load(Ordering::Relaxed) != 0 {
-            release(t);
+            release(t, placed);
         }
     }
 }
 
 #[cold]
 #[inline(never)]
-fn release(t: TakenCount) {
+fn release(t: TakenCount, placed: u32) {
     let holds = QUEUES.read().unwrap_or_else(|p| p.into_inner()).get(&t.ring).and_then(Weak::upgrade);
     let Some(holds) = holds else { return };
     let mut gone = Vec::new();
-    holds.lock().release(t.count, &mut gone);
+    let scatter = holds.lock().release(t.count, placed, &mut gone);
     // Dropped here, after the lock: the last hold of a region whose handles are gone
     // deregisters it, which waits for accesses in progress.
     drop(gone);
+    if let Some(s) = scatter {
+        s.place();
+    }
 }
 
 #[cfg(test)]
@@ -179,15 +228,15 @@ mod tests {
             k.hold(at, std::iter::empty(), &mut gone);
         }
         assert_eq!(k.posted, [1, 2, 3, 4]);
-        k.release(2, &mut gone);
+        k.release(2, 0, &mut gone);
         assert_eq!(k.posted, [1, 0, 3, 4], "count 2 is position 1");
         // Position 4 reuses slot 0; the late completion of position 0 lets nothing go.
         k.hold(4, std::iter::empty(), &mut gone);
-        k.release(1, &mut gone);
+        k.release(1, 0, &mut gone);
         assert_eq!(k.posted, [5, 0, 3, 4]);
-        k.release(5, &mut gone);
+        k.release(5, 0, &mut gone);
         assert_eq!(k.posted, [0, 0, 3, 4]);
-        k.release(0, &mut gone);
+        k.release(0, 0, &mut gone);
         assert_eq!(k.posted, [0, 0, 3, 4], "count 0 names no receive");
     }
 
@@ -198,7 +247,7 @@ mod tests {
         let at = (1u64 << 32) + 1;
         k.hold(at, std::iter::empty(), &mut gone);
         let count = (at + 1) as u32;
-        k.release(count, &mut gone);
+        k.release(count, 0, &mut gone);
         assert_eq!(k.posted[(at % 3) as usize], 0);
     }
 
@@ -209,7 +258,7 @@ mod tests {
         for at in 0..3 {
             old.hold(at, std::iter::empty(), &mut gone);
         }
-        old.release(2, &mut gone);
+        old.release(2, 0, &mut gone);
         for (k, from) in (1..3).enumerate() {
             new.move_from(&mut old, from, k as u64);
         }

@@ -20,6 +20,9 @@
 //!   receive completion it polls, so a post to a queue kept full reads no line of a taker;
 //! - [`kept`]: what a queue's pinned receives keep registered, let go when the
 //!   receive's completion is polled (docs/memory.md, "Buffer lifetime");
+//! - [`bounce`]: receives into private memory placed by their owner's poll, from a slot
+//!   a peer process fills with plain stores (docs/memory.md, "Receives placed by their
+//!   owner");
 //! - [`tag_list`]: a tag-matching SRQ's list of tagged buffers in its shared segment,
 //!   and the rule that matches a message to one (docs/tag-matching.md);
 //! - [`tm_recv`]: how a message reaching a tag-matching SRQ is delivered, which the
@@ -32,6 +35,7 @@
 //! Nothing here imports the engine (`cq`, `qp`) or any layer above it
 //! (`crates/rverbs/tests/architecture.rs`).
 
+pub(crate) mod bounce;
 pub(crate) mod completion_ring;
 pub(crate) mod cq_segment;
 pub(crate) mod deferred_notify;

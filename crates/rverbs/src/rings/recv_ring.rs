@@ -18,6 +18,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::mr::endpoint::Endpoint;
 use crate::mr::Sge;
+use crate::mr::domain::PdCore;
+use crate::rings::bounce::{self, Bounce};
 use crate::rings::kept::{self, Holds, Kept};
 use crate::rings::recv_count::{self, TakenCount};
 use crate::rings::wr::{PostError, RecvWr};
@@ -25,6 +27,7 @@ use crate::shm::lock::ShmLock;
 use crate::shm::{Segment, ShmSafe};
 use crate::spin::SpinMutex;
 use crossbeam_utils::CachePadded;
+use smallvec::SmallVec;
 
 /// Largest scatter list a receive (or send) work request can have on this device.
 pub(crate) const MAX_SGE: usize = crate::limits::MAX_SGE as usize;
@@ -479,6 +482,23 @@ impl RecvRing {
         out
     }
 
+    /// Offers each receive queued and not taken to `f`, oldest first, with its position;
+    /// a receive `f` gives an SGE for gets that SGE as its scatter list. Under the
+    /// takers' lock: no take reads a receive while it changes.
+    pub(crate) fn rewrite_queued(&self, mut f: impl FnMut(u64, &RecvWqe) -> Option<Sge>) {
+        let _g = self.lock();
+        let h = self.hdr();
+        let head = h.takers.head.load(Ordering::Relaxed);
+        let (_, count) = clamp_state(head, h.poster.tail.load(Ordering::Acquire), self.cap);
+        for at in head..head.wrapping_add(count as u64) {
+            let i = (at % self.cap as u64) as usize;
+            let w = self.read_slot(i);
+            if let Some(sge) = f(at, &w) {
+                self.write_slot(i, w.wr_id, &[sge]);
+            }
+        }
+    }
+
     /// Closes the ring for good (ibv_destroy_qp(3)): removes every receive, as
     /// [`RecvRing::drain`], and refuses every take from now on. Returns the wr_ids
     /// removed. [`RecvRing::wait_placed`] then waits for the receives taken before.
@@ -638,6 +658,103 @@ impl RecvQueue {
         r
     }
 
+    /// [`RecvQueue::post`] of receives of PD `pd` whose writer is another process of the
+    /// host: each one into private memory that fits a slot is posted through one and
+    /// placed by the poll of its completion (`rings::bounce`; docs/memory.md, "Receives
+    /// placed by their owner"); the others as they are.
+    pub(crate) fn post_bounced(
+        &self,
+        wrs: &[RecvWr<'_>],
+        keys: Option<&crate::mr::KeyTable>,
+        verb: &'static str,
+        heard: Option<u32>,
+        pd: &Arc<PdCore>,
+    ) -> Result<(), PostError> {
+        let me = pd.endpoint();
+        // Which receives want a slot (their keys checked as the responder would), and the
+        // queue's slots, made outside the posters' lock the first time (a region of the
+        // library: a segment file and its key).
+        let wanted: SmallVec<[Option<u32>; 8]> =
+            wrs.iter().map(|w| bounce::wants(me, pd.id, w.sg_list).filter(|_| w.sg_list.len() <= self.ring.max_sge)).collect();
+        if wanted.iter().all(Option::is_none) {
+            return self.post(wrs, keys, verb, heard);
+        }
+        let mut kept = self.holds.lock();
+        if !kept.has_bounce() {
+            drop(kept);
+            let made = Bounce::new(pd, self.ring.cap);
+            kept = self.holds.lock();
+            kept.set_bounce(made);
+        }
+        // Under the posters' lock the ring's tail is the next receive's position.
+        let tail = self.ring.hdr().poster.tail.load(Ordering::Relaxed);
+        let mut slots: SmallVec<[Option<Sge>; 8]> = SmallVec::new();
+        if let Some(b) = kept.bounce_mut() {
+            for (k, (w, want)) in wrs.iter().zip(&wanted).enumerate() {
+                slots.push(want.and_then(|total| b.take(tail.wrapping_add(k as u64), w.sg_list, total)));
+            }
+        }
+        if slots.iter().all(Option::is_none) {
+            return self.post_locked(kept, wrs, keys, verb, heard);
+        }
+        // Polls look the queue up from its receives' completions.
+        kept.posted_up_to(tail);
+        kept::list(&self.holds, &mut kept, self.ring.tag());
+        let posted: SmallVec<[RecvWr<'_>; 8]> = wrs
+            .iter()
+            .zip(&slots)
+            .map(|(w, s)| match s {
+                Some(s) => RecvWr { wr_id: w.wr_id, sg_list: std::slice::from_ref(s) },
+                None => *w,
+            })
+            .collect();
+        let mut gone = Vec::new();
+        let r = self.ring.post(&posted, verb, heard, |at, _| {
+            // The regions a pinned post holds are the receive's own (`wrs`), not the slot's.
+            let own = &wrs[at.wrapping_sub(tail) as usize];
+            let regions = own.sg_list.iter().map(|sge| keys.and_then(|t| t.mr(sge.lkey)));
+            kept.hold(at, regions, &mut gone);
+        });
+        if let (Err(e), Some(b)) = (&r, kept.bounce_mut()) {
+            for k in (e.index..wrs.len()).filter(|&k| slots[k].is_some()) {
+                b.untake(tail.wrapping_add(k as u64));
+            }
+        }
+        drop(kept);
+        drop(gone);
+        r
+    }
+
+    /// The receives queued and not taken, of PD `pd`, when the QP starts taking requests
+    /// from another process of the host (`modify_qp` to RTR): each one [`RecvQueue::post_bounced`]
+    /// would post through a slot is moved to one, as if posted now (receives are usually
+    /// posted before the QP is connected: ibv_rc_pingpong posts its whole queue in INIT).
+    pub(crate) fn bounce_queued(&self, pd: &Arc<PdCore>) {
+        let me = pd.endpoint();
+        if self.ring.len() == 0 {
+            return;
+        }
+        let mut kept = self.holds.lock();
+        if !kept.has_bounce() {
+            drop(kept);
+            let made = Bounce::new(pd, self.ring.cap);
+            kept = self.holds.lock();
+            kept.set_bounce(made);
+        }
+        let Some(b) = kept.bounce_mut() else { return };
+        let mut moved = false;
+        self.ring.rewrite_queued(|at, w| {
+            let total = bounce::wants(me, pd.id, w.sges())?;
+            let sge = b.take(at, w.sges(), total)?;
+            moved = true;
+            Some(sge)
+        });
+        if moved {
+            kept.posted_up_to(self.ring.hdr().poster.tail.load(Ordering::Relaxed));
+            kept::list(&self.holds, &mut kept, self.ring.tag());
+        }
+    }
+
     /// Takes the oldest receive (this process delivering to itself).
     pub(crate) fn take(&self) -> Option<Taken> {
         self.ring.take()
@@ -645,20 +762,27 @@ impl RecvQueue {
 
     /// Removes every receive, oldest first, returning their wr_ids.
     pub(crate) fn drain(&self) -> Vec<u64> {
-        self.drain_then(self.ring.drain())
+        let mut kept = self.holds.lock();
+        let ids = self.ring.drain();
+        let mut gone = Vec::new();
+        kept.clear(ids.len(), &mut gone);
+        drop(kept);
+        drop(gone);
+        ids
     }
 
     /// Closes the queue of a QP being destroyed ([`RecvRing::close`]); returns the wr_ids
-    /// removed.
+    /// removed. The slots of receives placed by their owner go with it: a completion of
+    /// one polled after the destroy places nothing.
     pub(crate) fn close(&self) -> Vec<u64> {
-        self.drain_then(self.ring.close())
-    }
-
-    /// Lets the regions of the removed receives go; returns `ids`.
-    fn drain_then(&self, ids: Vec<u64>) -> Vec<u64> {
+        let mut kept = self.holds.lock();
+        let ids = self.ring.close();
         let mut gone = Vec::new();
-        self.holds.lock().clear(&mut gone);
+        kept.clear(ids.len(), &mut gone);
+        let slots = kept.close_bounce();
+        drop(kept);
         drop(gone);
+        drop(slots);
         ids
     }
 

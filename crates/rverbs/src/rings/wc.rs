@@ -24,6 +24,8 @@ pub(crate) struct WcRead {
     pub(crate) qp_num: u32,
     pub(crate) taken: Option<TakenCount>,
     pub(crate) receive_or_error: bool,
+    /// [`Cqe::placed_by`] of the completion.
+    pub(crate) placed: u32,
 }
 
 /// The table of the byte values of a C enum's variants (`ALL`; values of 256 and up fit no
@@ -323,7 +325,7 @@ impl Cqe {
             dlid_path_bits: (w4 >> 32) as u8,
         };
         let taken = (w4 & RQ_TAKEN_BIT != 0).then(|| TakenCount::from_word(w[6].load(Ordering::Relaxed)));
-        WcRead { qp_num: w2 as u32, taken, receive_or_error: opcode & 0x80 != 0 || status != 0 }
+        WcRead { qp_num: w2 as u32, taken, receive_or_error: opcode & 0x80 != 0 || status != 0, placed: Self::placed_by(status, opcode, w1 as u32) }
     }
 
     /// The `ibv_wc` status and opcode of word 3: a byte that is no value of its enum (a
@@ -353,6 +355,30 @@ impl Cqe {
     #[inline(always)]
     pub(crate) fn receive_or_error(&self) -> bool {
         self.opcode_raw() & WcOpcode::Recv as u32 != 0 || self.status != 0
+    }
+
+    /// The bytes of its message a successful IBV_WC_RECV completion says its receive
+    /// took (0 for any other completion): what the poll copies into a receive placed by
+    /// its owner (`rings::bounce`).
+    #[inline(always)]
+    pub(crate) fn placed_by(status: u32, opcode: u32, byte_len: u32) -> u32 {
+        if status == 0 && opcode == WcOpcode::Recv as u32 {
+            byte_len
+        } else {
+            0
+        }
+    }
+
+    /// [`Cqe::placed_by`] of the CQE in `w`.
+    #[inline(always)]
+    pub(crate) fn placed_of(w: &[u64; CQE_WORDS]) -> u32 {
+        Self::placed_by(u32::from((w[3] >> 32) as u8), u32::from((w[3] >> 40) as u8), w[1] as u32)
+    }
+
+    /// [`Cqe::placed_by`] of a decoded CQE.
+    #[inline(always)]
+    pub(crate) fn placed(&self) -> u32 {
+        Self::placed_by(u32::from(self.status), self.opcode_raw(), self.byte_len)
     }
 
     /// The word of a CQE that only the extended poll reads (the timestamp): a poll into
