@@ -12,10 +12,9 @@
 //!
 //! The completion names its receive by the ring's tag and the count of receives taken
 //! (`rings::recv_count`), which give the receive's position; positions, not ring slots,
-//! key the table here, since a ring slot is posted again as soon as its receive is taken,
+//! name the slots here, since a ring slot is posted again as soon as its receive is taken,
 //! possibly before that receive's completion is polled.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use rverbs_proto::verbs::Access;
@@ -34,10 +33,56 @@ pub(crate) const SLOT_LEN: u32 = 1024;
 /// of any private buffer (the peer's cross-memory attach).
 const MAX_SLOTS: usize = 512;
 
-/// A receive posted through a slot: the slot and the receive's own scatter list.
-struct Held {
-    slot: u32,
+/// A slot in use: the position of the receive posted through it, plus one, and the
+/// receive's own scatter list.
+#[derive(Default)]
+struct InUse {
+    at: u64,
     sges: SmallVec<[Sge; 2]>,
+}
+
+/// Which receive uses which slot: the receive at position `p` uses slot `p % len`, if that
+/// slot is free when it is posted (its last receive's completion was polled, or that
+/// receive was drained untaken); a receive whose slot is still in use gets none.
+struct Slots(Vec<InUse>);
+
+impl Slots {
+    fn new(n: usize) -> Slots {
+        Slots((0..n).map(|_| InUse::default()).collect())
+    }
+
+    fn slot_of(&self, at: u64) -> usize {
+        (at % self.0.len() as u64) as usize
+    }
+
+    /// The slot of the receive at `at` with scatter list `sges`, if free.
+    fn take(&mut self, at: u64, sges: &[Sge]) -> Option<usize> {
+        let slot = self.slot_of(at);
+        let s = &mut self.0[slot];
+        if s.at != 0 {
+            return None;
+        }
+        *s = InUse { at: at.wrapping_add(1), sges: sges.iter().copied().collect() };
+        Some(slot)
+    }
+
+    /// Frees the slot of the receive at `at`, if it holds that receive: the slot and the
+    /// receive's scatter list.
+    fn free(&mut self, at: u64) -> Option<(usize, SmallVec<[Sge; 2]>)> {
+        let slot = self.slot_of(at);
+        if self.0[slot].at != at.wrapping_add(1) {
+            return None;
+        }
+        Some((slot, std::mem::take(&mut self.0[slot]).sges))
+    }
+
+    /// Frees the slots of the receives at `from..to` that hold one.
+    fn free_range(&mut self, from: u64, to: u64) {
+        let n = to.wrapping_sub(from).min(self.0.len() as u64);
+        for k in 0..n {
+            self.free(to.wrapping_sub(1 + k));
+        }
+    }
 }
 
 /// A queue's slots and the receives posted through them, under the queue's posters' lock
@@ -49,13 +94,13 @@ pub(crate) struct Bounce {
     pd: u32,
     /// This process's endpoint, whose keys the receives' own SGEs are.
     me: &'static Endpoint,
-    free: Vec<u32>,
-    by_pos: HashMap<u64, Held>,
+    slots: Slots,
 }
 
 /// What a poll copies into a receive's buffers once the posters' lock is left.
 pub(crate) struct Scatter {
-    bytes: Box<[u8]>,
+    bytes: [u8; SLOT_LEN as usize],
+    len: usize,
     sges: SmallVec<[Sge; 2]>,
     pd: u32,
     me: &'static Endpoint,
@@ -65,50 +110,43 @@ impl Bounce {
     /// The slots of a queue of `cap` receives in PD `pd` (a region of the library, made at
     /// the queue's first receive placed this way).
     pub(crate) fn new(pd: &Arc<PdCore>, cap: usize) -> Option<Bounce> {
-        let slots = cap.clamp(1, MAX_SLOTS);
-        let mr = Mr::alloc(pd.clone(), slots * SLOT_LEN as usize, Access::LOCAL_WRITE).ok()?;
-        Some(Bounce { mr, pd: pd.id, me: pd.endpoint(), free: (0..slots as u32).rev().collect(), by_pos: HashMap::new() })
+        let n = cap.clamp(1, MAX_SLOTS);
+        let mr = Mr::alloc(pd.clone(), n * SLOT_LEN as usize, Access::LOCAL_WRITE).ok()?;
+        Some(Bounce { mr, pd: pd.id, me: pd.endpoint(), slots: Slots::new(n) })
     }
 
-    /// The SGE that replaces `sges` for the receive at position `at`, if a slot is free;
-    /// the caller checked the list ([`wants`]).
+    /// The SGE that replaces `sges` for the receive at position `at`, if its slot is
+    /// free; the caller checked the list ([`wants`]).
     pub(crate) fn take(&mut self, at: u64, sges: &[Sge], total: u32) -> Option<Sge> {
-        let slot = self.free.pop()?;
-        if let Some(old) = self.by_pos.insert(at, Held { slot, sges: sges.iter().copied().collect() }) {
-            self.free.push(old.slot);
-        }
-        Some(Sge { addr: self.mr.addr() as u64 + u64::from(slot) * u64::from(SLOT_LEN), length: total, lkey: self.mr.lkey() })
+        let slot = self.slots.take(at, sges)?;
+        Some(Sge { addr: self.mr.addr() as u64 + (slot as u64) * u64::from(SLOT_LEN), length: total, lkey: self.mr.lkey() })
     }
 
-    /// The receive at position `at` was not posted after all (the post refused it).
+    /// The receive at position `at` was not posted after all (the post refused it): its
+    /// slot is free.
     pub(crate) fn untake(&mut self, at: u64) {
-        if let Some(h) = self.by_pos.remove(&at) {
-            self.free.push(h.slot);
-        }
+        self.slots.free(at);
     }
 
     /// The completion of the receive at position `at` was polled: its slot is free again,
     /// and the first `placed` bytes of the message (0: nothing to place, an error or a
     /// receive that takes no bytes) are to be copied into its buffers.
     pub(crate) fn polled(&mut self, at: u64, placed: u32) -> Option<Scatter> {
-        let h = self.by_pos.remove(&at)?;
-        self.free.push(h.slot);
+        let (slot, sges) = self.slots.free(at)?;
         if placed == 0 {
             return None;
         }
-        let mut bytes = vec![0u8; placed.min(SLOT_LEN) as usize].into_boxed_slice();
-        self.mr.read(h.slot as usize * SLOT_LEN as usize, &mut bytes).ok()?;
-        Some(Scatter { bytes, sges: h.sges, pd: self.pd, me: self.me })
+        let len = placed.min(SLOT_LEN) as usize;
+        let mut out = Scatter { bytes: [0; SLOT_LEN as usize], len, sges, pd: self.pd, me: self.me };
+        self.mr.read(slot * SLOT_LEN as usize, &mut out.bytes[..len]).ok()?;
+        Some(out)
     }
 
     /// The receives at positions `from..to` were removed without being taken (the queue
     /// was drained): their slots are free. Receives taken before keep theirs until their
     /// completions are polled.
     pub(crate) fn drained(&mut self, from: u64, to: u64) {
-        let gone: Vec<u64> = self.by_pos.keys().copied().filter(|p| (from..to).contains(p)).collect();
-        for p in gone {
-            self.untake(p);
-        }
+        self.slots.free_range(from, to);
     }
 }
 
@@ -120,10 +158,10 @@ impl Scatter {
     pub(crate) fn place(&self) {
         let mut off = 0usize;
         for g in &self.sges {
-            if off >= self.bytes.len() {
+            if off >= self.len {
                 break;
             }
-            let len = (g.length as usize).min(self.bytes.len() - off);
+            let len = (g.length as usize).min(self.len - off);
             if len > 0 {
                 let fits = crate::mr::local_range(self.me, g.lkey, g.addr, len as u64)
                     .is_some_and(|r| r.pd == self.pd && r.access.contains(Access::LOCAL_WRITE));
@@ -155,4 +193,50 @@ pub(crate) fn wants(me: &Endpoint, pd: u32, sges: &[Sge]) -> Option<u32> {
         private |= r.private;
     }
     private.then_some(total as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sge(n: u64) -> [Sge; 1] {
+        [Sge { addr: n, length: 8, lkey: 1 }]
+    }
+
+    #[test]
+    fn a_slot_serves_one_receive_until_that_receive_is_polled() {
+        let mut s = Slots::new(4);
+        assert_eq!(s.take(0, &sge(10)), Some(0));
+        assert_eq!(s.take(1, &sge(11)), Some(1));
+        // Position 4 is slot 0 again: still in use by position 0.
+        assert_eq!(s.take(4, &sge(14)), None);
+        // A completion naming another position of the slot frees nothing.
+        assert!(s.free(4).is_none());
+        let (slot, sges) = s.free(0).expect("position 0 holds slot 0");
+        assert_eq!((slot, sges[0].addr), (0, 10));
+        assert!(s.free(0).is_none(), "freed once");
+        assert_eq!(s.take(4, &sge(14)), Some(0));
+        assert_eq!(s.free(4).map(|(_, g)| g[0].addr), Some(14));
+    }
+
+    #[test]
+    fn a_drain_frees_the_untaken_range_only() {
+        let mut s = Slots::new(8);
+        for at in 0..6 {
+            assert!(s.take(at, &sge(at)).is_some());
+        }
+        // Positions 0..3 were taken (their completions still to be polled), 3..6 drained.
+        s.free_range(3, 6);
+        for at in 0..3 {
+            assert!(s.0[at as usize].at == at + 1, "position {at} keeps its slot");
+        }
+        for at in 3..6 {
+            assert!(s.free(at).is_none(), "position {at} was freed by the drain");
+        }
+        // Positions past a wrap of the counter.
+        let top = u64::MAX - 1;
+        assert!(s.take(top, &sge(1)).is_some());
+        s.free_range(top, top.wrapping_add(1));
+        assert!(s.free(top).is_none());
+    }
 }
