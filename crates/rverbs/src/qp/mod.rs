@@ -373,13 +373,15 @@ impl QpInner {
     /// QP of another process of the host, which would reach private memory of this
     /// process with cross-memory attach, whose copies are not ordered (so
     /// ibv_query_qp_data_in_order(3) answers 0 for SENDs already, and placing them late
-    /// makes no promise false); not with the sanitizer, which stages receives itself.
+    /// makes no promise false); not with the sanitizer, which stages receives itself, nor
+    /// under a fault plan (the slots' region would be a registration the plan counts).
     #[inline]
     pub(crate) fn bounces_receives(&self, state: QpState) -> bool {
         self.host_peer_writes.load(Ordering::Relaxed)
             && transition::accepts_requests(state)
             && self.pd.endpoint().peers_copy_unordered()
             && !crate::sanitizer::on()
+            && !crate::fault_plan::active()
     }
 
     /// Completes every queued receive with WR_FLUSH_ERR; with an SRQ, raises
