@@ -658,6 +658,21 @@ impl RecvQueue {
         r
     }
 
+    /// The posters' lock, the queue given its slots for receives placed by their owner
+    /// first if it has none (a region of the library: a segment file and its key, made
+    /// outside the lock).
+    fn holds_with_slots(&self, pd: &Arc<PdCore>) -> crate::spin::SpinGuard<'_, Kept, false> {
+        let kept = self.holds.lock();
+        if kept.has_bounce() {
+            return kept;
+        }
+        drop(kept);
+        let made = Bounce::new(pd, self.ring.cap);
+        let mut kept = self.holds.lock();
+        kept.set_bounce(made);
+        kept
+    }
+
     /// [`RecvQueue::post`] of receives of PD `pd` whose writer is another process of the
     /// host: each one into private memory that fits a slot is posted through one and
     /// placed by the poll of its completion (`rings::bounce`; docs/memory.md, "Receives
@@ -671,21 +686,13 @@ impl RecvQueue {
         pd: &Arc<PdCore>,
     ) -> Result<(), PostError> {
         let me = pd.endpoint();
-        // Which receives want a slot (their keys checked as the responder would), and the
-        // queue's slots, made outside the posters' lock the first time (a region of the
-        // library: a segment file and its key).
+        // Which receives want a slot (their keys checked as the responder would).
         let wanted: SmallVec<[Option<u32>; 8]> =
             wrs.iter().map(|w| bounce::wants(me, pd.id, w.sg_list).filter(|_| w.sg_list.len() <= self.ring.max_sge)).collect();
         if wanted.iter().all(Option::is_none) {
             return self.post(wrs, keys, verb, heard);
         }
-        let mut kept = self.holds.lock();
-        if !kept.has_bounce() {
-            drop(kept);
-            let made = Bounce::new(pd, self.ring.cap);
-            kept = self.holds.lock();
-            kept.set_bounce(made);
-        }
+        let mut kept = self.holds_with_slots(pd);
         // Under the posters' lock the ring's tail is the next receive's position.
         let tail = self.ring.hdr().poster.tail.load(Ordering::Relaxed);
         let mut slots: SmallVec<[Option<Sge>; 8]> = SmallVec::new();
@@ -734,13 +741,7 @@ impl RecvQueue {
         if self.ring.len() == 0 {
             return;
         }
-        let mut kept = self.holds.lock();
-        if !kept.has_bounce() {
-            drop(kept);
-            let made = Bounce::new(pd, self.ring.cap);
-            kept = self.holds.lock();
-            kept.set_bounce(made);
-        }
+        let mut kept = self.holds_with_slots(pd);
         let Some(b) = kept.bounce_mut() else { return };
         let mut moved = false;
         self.ring.rewrite_queued(|at, w| {
