@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use crate::shm::cma::{self, CmaError};
 use super::endpoint::Endpoint;
-use super::keyspace::{local_range, Fault, KeySpace, KeyUse, PinList, Pinned, Place, ProxyRef, Via};
+use super::keyspace::{local_range, Fault, LocalRange, KeySpace, KeyUse, PinList, Pinned, Place, ProxyRef, Via};
 use crate::mem;
 use crate::mr::Sge;
 use rverbs_proto::verbs::Access;
@@ -84,17 +84,31 @@ fn checksum(addr: usize, len: usize) -> Option<u32> {
 }
 
 
-/// Copies `bytes` into `[va, va+len)` through local key `key` of this process's endpoint
-/// `me`, as the device places a receive (the sanitizer's scatter of a staged receive,
-/// docs/sanitizer.md, read-before-completion); nothing if the key names no valid region
-/// covering the range, and a fault (memory unmapped since) ends the copy.
-pub(crate) fn write_local(me: &Endpoint, key: u32, va: u64, bytes: &[u8]) {
-    let Some(r) = local_range(me, key, va, bytes.len() as u64) else { return };
-    // SAFETY: `bytes` is a distinct Rust buffer; the destination is application memory
-    // inside a valid registered region of this process (`local_range` just found it),
-    // written as the device writes a receive buffer; no Rust reference of ours covers
-    // it, and a fault there ends the guarded copy.
-    let _ = unsafe { mem::copy(r.addr as *mut u8, bytes.as_ptr(), bytes.len()) };
+/// Copies `bytes` into the scatter list `sges` through local keys of this process's
+/// endpoint `me`, each SGE in turn, as the device places a receive (a receive placed late:
+/// the sanitizer's staging, docs/sanitizer.md, read-before-completion; one placed by its
+/// owner, docs/memory.md, "Receives placed by their owner"). An SGE whose key names no
+/// valid region covering its part, or whose region `ok` refuses, receives nothing; a
+/// fault (memory unmapped since) ends that SGE's copy.
+pub(crate) fn scatter_local(me: &Endpoint, sges: &[Sge], bytes: &[u8], ok: impl Fn(&Sge, &LocalRange) -> bool) {
+    let mut off = 0usize;
+    for g in sges {
+        if off >= bytes.len() {
+            break;
+        }
+        let len = (g.length as usize).min(bytes.len() - off);
+        if len > 0 {
+            if let Some(r) = local_range(me, g.lkey, g.addr, len as u64).filter(|r| ok(g, r)) {
+                // SAFETY: `bytes` is a distinct Rust buffer; the destination is
+                // application memory inside a valid registered region of this process
+                // (`local_range` just found it), written as the device writes a receive
+                // buffer; no Rust reference of ours covers it, and a fault there ends the
+                // guarded copy.
+                let _ = unsafe { mem::copy(r.addr as *mut u8, bytes[off..].as_ptr(), len) };
+            }
+        }
+        off += len;
+    }
 }
 
 /// Pins the entries of `sges` needed to cover `need` bytes (zero-length entries are

@@ -35,7 +35,7 @@ use crate::shm::Segment;
 use rverbs_proto::verbs::Access;
 use endpoint::Endpoint;
 pub(crate) use access::{atomic, copy_message, copy_message_from, copy_to, copy_out, flush_global, gather, gather_at, pin_sges, sink_ranges, watch_sges, check_mapped, pin_sges_into, Source};
-pub(crate) use keyspace::{key_record, local_range, Fault, KeyMemo, KeySpace, KeyUse, PinList, Pinned, ResponderMemos, Via};
+pub(crate) use keyspace::{key_record, local_range, Fault, LocalRange, KeyMemo, KeySpace, KeyUse, PinList, Pinned, ResponderMemos, Via};
 pub(crate) use keys::{KeyTable, KeyTarget, Window};
 
 /// A scatter/gather entry (`struct ibv_sge`): `length` bytes at IO virtual address

@@ -156,21 +156,8 @@ impl Scatter {
     /// granting LOCAL_WRITE over the range (a region deregistered meanwhile receives
     /// nothing: the device never writes outside a registered region).
     pub(crate) fn place(&self) {
-        let mut off = 0usize;
-        for g in &self.sges {
-            if off >= self.len {
-                break;
-            }
-            let len = (g.length as usize).min(self.len - off);
-            if len > 0 {
-                let fits = crate::mr::local_range(self.me, g.lkey, g.addr, len as u64)
-                    .is_some_and(|r| r.pd == self.pd && r.access.contains(Access::LOCAL_WRITE));
-                if fits {
-                    crate::mr::access::write_local(self.me, g.lkey, g.addr, &self.bytes[off..off + len]);
-                }
-            }
-            off += len;
-        }
+        let ok = |_: &Sge, r: &crate::mr::LocalRange| r.pd == self.pd && r.access.contains(Access::LOCAL_WRITE);
+        crate::mr::access::scatter_local(self.me, &self.sges, &self.bytes[..self.len], ok);
     }
 }
 

@@ -89,19 +89,9 @@ fn stage_one(pd: &Arc<PdCore>, qpn: u32, w: &RecvWr<'_>) -> Option<(u64, Sge)> {
     let sge = Sge { addr: mr.addr() as u64, length: total as u32, lkey: mr.lkey() };
     let sges: Vec<Sge> = w.sg_list.to_vec();
     let scatter = Box::new(move |n: usize, dead: &[u32]| {
-        let mut off = 0usize;
-        for g in &sges {
-            if off >= n {
-                break;
-            }
-            let len = (g.length as usize).min(n - off);
-            if !dead.contains(&g.lkey) {
-                let mut buf = vec![0u8; len];
-                if mr.read(off, &mut buf).is_ok() {
-                    crate::mr::access::write_local(me, g.lkey, g.addr, &buf);
-                }
-            }
-            off += g.length as usize;
+        let mut buf = vec![0u8; n.min(total as usize)];
+        if mr.read(0, &mut buf).is_ok() {
+            crate::mr::access::scatter_local(me, &sges, &buf, |g, _| !dead.contains(&g.lkey));
         }
         give_back(key, mr);
     });
