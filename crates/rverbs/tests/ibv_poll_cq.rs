@@ -311,6 +311,7 @@ fn a_cq_resized_beside_a_writer_thread_and_a_poller_loses_nothing_and_lets_go() 
     a.cq.resize(32).unwrap();
     let before = mappings();
     let polled = std::sync::atomic::AtomicU64::new(0);
+    let resized = std::sync::atomic::AtomicU32::new(0);
     let resizes = std::thread::scope(|s| {
         // The writer: b's SENDs, one outstanding, each completing into a's CQ from here.
         s.spawn(|| {
@@ -332,16 +333,27 @@ fn a_cq_resized_beside_a_writer_thread_and_a_poller_loses_nothing_and_lets_go() 
                 }
                 a.cq.resize(if k.is_multiple_of(2) { 32 } else { 64 }).unwrap();
                 k += 1;
+                resized.store(k, std::sync::atomic::Ordering::Release);
                 seen = polled.load(std::sync::atomic::Ordering::Acquire);
             }
             k
         });
-        // The poller: each receive completion once, in order, its receive posted again.
+        // The poller: each receive completion once, in order, its receive posted again;
+        // every 100th waits for a resize after it, so that the traffic cannot end before
+        // the resizer runs (a descheduled resizer met 9 in one loaded run).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         for i in 0..SENDS {
             let wc = poll_one(&a.cq);
             assert_eq!((wc.wr_id(), wc.opcode(), wc.status()), (i % RECVS, Some(WcOpcode::Recv), WcStatus::Success), "receive {i}");
             a.qp.post_recv(&[RecvWr::new(i % RECVS, &rsge)]).unwrap();
             polled.store(i + 1, std::sync::atomic::Ordering::Release);
+            if i % 100 == 99 {
+                let want = (i / 100 + 1) as u32;
+                while resized.load(std::sync::atomic::Ordering::Acquire) < want {
+                    assert!(std::time::Instant::now() < deadline, "the resizer stopped");
+                    std::thread::yield_now();
+                }
+            }
         }
         resizer.join().unwrap()
     });
