@@ -116,6 +116,7 @@ pub fn minus_one_errno(err: c_int) -> c_int {
 /// (`park_if_exiting`; docs/capi.md, "Threads racing with exit").
 pub fn getter_on_unknown_object() -> c_int {
     rverbs::capi_support::park_if_exiting();
+    tracing::debug!("the channel or context passed is not a live object of this library (errno EINVAL)");
     minus_one_errno(libc::EINVAL)
 }
 

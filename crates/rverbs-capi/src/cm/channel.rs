@@ -62,7 +62,10 @@ cm_export! {
                 unsafe { event.write(p) };
                 0
             }
-            Err(e) => minus_one_errno(e),
+            Err(e) => {
+                tracing::debug!(errno = e, "a retrieved event could not be given to C");
+                minus_one_errno(e)
+            }
         }
     }
 }
