@@ -553,6 +553,32 @@ fn sends_from_a_peer_process_into_private_memory_are_placed_by_the_poll() {
     assert_eq!(got, pattern(80, 5000), "placed by the peer before the poll");
     assert_eq!(poll_one(&a.cq).byte_len(), Some(5000));
 
+    // The QP destroyed before its completions are polled: the polls after the destroy
+    // still place the messages of the receives taken, except into a region deregistered
+    // meanwhile (the device never writes outside a registered region).
+    mr.fill(0, len, 0xee).unwrap();
+    // SAFETY: the mapping is ours and outlives the region (dropped before the unmap).
+    let gone = unsafe { a.pd.reg_mr(base.add(6 * 4096), 4096, ALL_ACCESS) }.unwrap();
+    post(0);
+    post(1);
+    a.qp.post_recv(&[RecvWr::new(2, &[gone.sge(0, 200).unwrap()])]).unwrap();
+    for (i, n) in [(0usize, 364usize), (1, 9), (2, 200)] {
+        peer.send(&format!("send {} {n}", 90 + i));
+        assert_eq!(peer.recv(), ["Success"], "message {i}");
+    }
+    a.qp.destroy().unwrap();
+    drop(gone);
+    assert!(area(0).iter().chain(&area(1)).all(|&b| b == 0xee), "written by the polls, not by the destroy");
+    for (i, n) in [(0usize, 364u32), (1, 9), (2, 200)] {
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (i as u64, WcStatus::Success, Some(n)));
+    }
+    assert_eq!(area(0), expected(90, 364));
+    assert_eq!(area(1), expected(91, 9));
+    let mut page = vec![0u8; 4096];
+    mr.read(6 * 4096, &mut page).unwrap();
+    assert!(page.iter().all(|&b| b == 0xee), "nothing placed into the region deregistered before the poll");
+
     peer.send("done");
     peer.finish();
     drop(mr);

@@ -1251,6 +1251,7 @@ impl Qp {
         }
         if let Some(rq) = &q.rq {
             rq.ring().wait_placed();
+            rq.park_placed();
         }
         if crate::sanitizer::on() {
             let unacked = q.async_events.unacked();

@@ -14,8 +14,16 @@
 //! (`rings::recv_count`), which give the receive's position; positions, not ring slots,
 //! name the slots here, since a ring slot is posted again as soon as its receive is taken,
 //! possibly before that receive's completion is polled.
+//!
+//! A QP destroyed while completions of such receives wait in its CQ frees its slots'
+//! region (so that its PD can be deallocated), but not their messages: once the destroy
+//! has waited for the placements in progress, the messages of the slots still in use are
+//! copied out and parked ([`Bounce::park`]) until the polls that retrieve their
+//! completions place them ([`unpark`]).
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rverbs_proto::verbs::Access;
 use smallvec::SmallVec;
@@ -74,6 +82,11 @@ impl Slots {
             return None;
         }
         Some((slot, std::mem::take(&mut self.0[slot]).sges))
+    }
+
+    /// The slots in use: each receive's position and scatter list.
+    fn in_use(self) -> impl Iterator<Item = (usize, u64, SmallVec<[Sge; 2]>)> {
+        self.0.into_iter().enumerate().filter(|(_, s)| s.at != 0).map(|(slot, s)| (slot, s.at - 1, s.sges))
     }
 
     /// Frees the slots of the receives at `from..to` that hold one.
@@ -148,6 +161,116 @@ impl Bounce {
     pub(crate) fn drained(&mut self, from: u64, to: u64) {
         self.slots.free_range(from, to);
     }
+
+    /// The queue's QP is destroyed and no message is being placed into a slot any more
+    /// (the destroy waited for the placements in progress): the receives whose slots are
+    /// still in use were taken and their completions are not polled yet; their messages
+    /// are copied out of the slots, under the ring's tag `tag` and the queue's count of
+    /// receives posted `tail`, to wait for those polls ([`unpark`]). Returns the slots'
+    /// region, for the caller to free after its lock.
+    pub(crate) fn park(self, tag: u32, tail: u64) -> Mr {
+        let Bounce { mr, pd, me, slots } = self;
+        let mut parked = HashMap::new();
+        for (slot, at, sges) in slots.in_use() {
+            let len = sges.iter().map(|g| g.length).sum::<u32>().min(SLOT_LEN) as usize;
+            let mut bytes = vec![0u8; len].into_boxed_slice();
+            if mr.read(slot * SLOT_LEN as usize, &mut bytes).is_ok() {
+                parked.insert(at, Parked { bytes, sges });
+            }
+        }
+        if !parked.is_empty() {
+            PARKED.park(tag, ParkedQueue { tail, pd, me, at: parked });
+        }
+        mr
+    }
+}
+
+/// A message parked by [`Bounce::park`]: the receive's bytes (as many as it takes) and
+/// its scatter list.
+struct Parked {
+    bytes: Box<[u8]>,
+    sges: SmallVec<[Sge; 2]>,
+}
+
+/// The parked messages of one destroyed queue.
+struct ParkedQueue {
+    /// The queue's count of receives posted, to widen a completion's 32-bit count.
+    tail: u64,
+    pd: u32,
+    me: &'static Endpoint,
+    /// By receive position.
+    at: HashMap<u64, Parked>,
+}
+
+/// Messages parked at most, over every destroyed queue: completions that are never
+/// polled (their CQ destroyed first, or never polled) leave their messages here until
+/// newer ones push the oldest queue's out, and the oldest queue's then place nothing.
+const MAX_PARKED: usize = 4096;
+
+/// The parked messages by ring tag (tags are never reused in a process: the oldest queue
+/// has the lowest), and how many there are (read without the lock by [`unpark`]).
+struct Graveyard {
+    queues: Mutex<BTreeMap<u32, ParkedQueue>>,
+    count: AtomicUsize,
+}
+
+static PARKED: Graveyard = Graveyard { queues: Mutex::new(BTreeMap::new()), count: AtomicUsize::new(0) };
+
+impl Graveyard {
+    fn park(&self, tag: u32, q: ParkedQueue) {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let mut n = self.count.load(Ordering::Relaxed) + q.at.len();
+        while n > MAX_PARKED {
+            let Some((old, gone)) = queues.pop_first() else { break };
+            tracing::debug!(tag = old, messages = gone.at.len(), "parked receives of a destroyed QP dropped, never polled");
+            n -= gone.at.len();
+        }
+        queues.insert(tag, q);
+        self.count.store(n, Ordering::Release);
+    }
+
+    fn take(&self, tag: u32, count: u32) -> Option<(ParkedQueueRef, Parked)> {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let q = queues.get_mut(&tag)?;
+        let at = crate::rings::recv_count::widen(q.tail, count).checked_sub(1)?;
+        let m = q.at.remove(&at)?;
+        let r = ParkedQueueRef { pd: q.pd, me: q.me };
+        if q.at.is_empty() {
+            queues.remove(&tag);
+        }
+        self.count.fetch_sub(1, Ordering::Release);
+        Some((r, m))
+    }
+}
+
+/// What placing a parked message needs of its queue.
+struct ParkedQueueRef {
+    pd: u32,
+    me: &'static Endpoint,
+}
+
+/// A receive completion carrying `count` of the ring tagged `tag`, whose queue has no
+/// slots (any more), was polled: if its message was parked when its QP was destroyed
+/// ([`Bounce::park`]), the first `placed` bytes of it (0: an error, nothing to place) are
+/// to be copied into the receive's buffers. One load when nothing is parked.
+pub(crate) fn unpark(tag: u32, count: u32, placed: u32) -> Option<Scatter> {
+    if PARKED.count.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let (q, m) = PARKED.take(tag, count)?;
+    if placed == 0 {
+        return None;
+    }
+    let len = (placed as usize).min(m.bytes.len());
+    let mut out = Scatter { bytes: [0; SLOT_LEN as usize], len, sges: m.sges, pd: q.pd, me: q.me };
+    out.bytes[..len].copy_from_slice(&m.bytes[..len]);
+    Some(out)
+}
+
+/// Whether messages are parked (a poll must then look completions up even when no queue
+/// with holds is listed).
+pub(crate) fn any_parked() -> bool {
+    PARKED.count.load(Ordering::Relaxed) != 0
 }
 
 impl Scatter {

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, RwLock, Weak};
 
 use crate::mr::MrInner;
-use crate::rings::bounce::{Bounce, Scatter};
+use crate::rings::bounce::{self, Bounce, Scatter};
 use crate::rings::recv_count::{self, TakenCount};
 use crate::spin::SpinMutex;
 
@@ -138,9 +138,10 @@ impl Kept {
     }
 
     /// The slots of receives placed by their owner, taken away (the queue is being
-    /// destroyed: its region is freed before its PD can be).
-    pub(crate) fn close_bounce(&mut self) -> Option<Box<Bounce>> {
-        self.bounce.take()
+    /// destroyed: its region is freed before its PD can be), and the count of receives
+    /// posted to the queue.
+    pub(crate) fn close_bounce(&mut self) -> Option<(Box<Bounce>, u64)> {
+        self.bounce.take().map(|b| (b, self.tail))
     }
 
     /// Takes the holds of the receive at position `from` of `old` as position `to` of this
@@ -194,7 +195,7 @@ pub(crate) fn unlist(tag: u32) {
 #[inline(always)]
 pub(crate) fn polled(taken: Option<TakenCount>, placed: u32) {
     if let Some(t) = taken {
-        if LISTED.load(Ordering::Relaxed) != 0 {
+        if LISTED.load(Ordering::Relaxed) != 0 || bounce::any_parked() {
             release(t, placed);
         }
     }
@@ -204,9 +205,19 @@ pub(crate) fn polled(taken: Option<TakenCount>, placed: u32) {
 #[inline(never)]
 fn release(t: TakenCount, placed: u32) {
     let holds = QUEUES.read().unwrap_or_else(|p| p.into_inner()).get(&t.ring).and_then(Weak::upgrade);
-    let Some(holds) = holds else { return };
     let mut gone = Vec::new();
-    let scatter = holds.lock().release(t.count, placed, &mut gone);
+    let scatter = match holds {
+        Some(holds) => {
+            let mut kept = holds.lock();
+            let scatter = kept.release(t.count, placed, &mut gone);
+            let slots_closed = !kept.has_bounce();
+            drop(kept);
+            // A QP destroyed after the receive was taken parked its message
+            // (`Bounce::park`, under the lock just left).
+            if slots_closed { scatter.or_else(|| bounce::unpark(t.ring, t.count, placed)) } else { scatter }
+        }
+        None => bounce::unpark(t.ring, t.count, placed),
+    };
     // Dropped here, after the lock: the last hold of a region whose handles are gone
     // deregisters it, which waits for accesses in progress.
     drop(gone);

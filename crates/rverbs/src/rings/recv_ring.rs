@@ -773,18 +773,29 @@ impl RecvQueue {
     }
 
     /// Closes the queue of a QP being destroyed ([`RecvRing::close`]); returns the wr_ids
-    /// removed. The slots of receives placed by their owner go with it: a completion of
-    /// one polled after the destroy places nothing.
+    /// removed. The slots of receives placed by their owner stay until
+    /// [`RecvQueue::park_placed`].
     pub(crate) fn close(&self) -> Vec<u64> {
         let mut kept = self.holds.lock();
         let ids = self.ring.close();
         let mut gone = Vec::new();
         kept.clear(ids.len(), &mut gone);
-        let slots = kept.close_bounce();
         drop(kept);
         drop(gone);
-        drop(slots);
         ids
+    }
+
+    /// The QP's destroy closed the queue and waited for the messages being placed
+    /// ([`RecvRing::wait_placed`]): the slots of receives placed by their owner go, before
+    /// the QP's PD can be deallocated, and the messages of those taken whose completions
+    /// are not polled yet wait for their polls (`rings::bounce`, [`Bounce::park`]).
+    pub(crate) fn park_placed(&self) {
+        let mut kept = self.holds.lock();
+        let slots = kept.close_bounce();
+        let region = slots.map(|(b, tail)| (*b).park(self.ring.tag(), tail));
+        drop(kept);
+        // The slots' region is freed here, after the lock.
+        drop(region);
     }
 
     /// Moves the receives of `old` into this queue (SRQ resize), with the regions they
