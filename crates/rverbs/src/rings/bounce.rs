@@ -329,6 +329,40 @@ mod tests {
         assert_eq!(s.free(4).map(|(_, g)| g[0].addr), Some(14));
     }
 
+    fn parked(at: &[u64], tail: u64) -> ParkedQueue {
+        let me = &crate::device::device().endpoint;
+        let at = at.iter().map(|&a| (a, Parked { bytes: vec![a as u8; 16].into_boxed_slice(), sges: sge(a).iter().copied().collect() })).collect();
+        ParkedQueue { tail, pd: 1, me, at }
+    }
+
+    /// A parked message is found by its queue's tag and its completion's 32-bit count
+    /// (position + 1, widened by the queue's tail), once; past [`MAX_PARKED`] the oldest
+    /// queue's messages go. One test: the graveyard is process-wide.
+    #[test]
+    fn parked_messages_are_taken_once_by_tag_and_count_and_the_oldest_queue_goes_first() {
+        let g = Graveyard { queues: Mutex::new(BTreeMap::new()), count: AtomicUsize::new(0) };
+        let top = (3u64 << 32) + 5;
+        g.park(7, parked(&[top - 2, top - 1], top));
+        assert!(g.take(8, 1).is_none(), "another queue's tag");
+        assert!(g.take(7, (top - 3) as u32).is_none(), "a position that was not parked");
+        let (_, m) = g.take(7, top as u32).expect("count = position + 1 of the last receive");
+        assert_eq!((m.bytes[0], m.sges[0].addr), ((top - 1) as u8, top - 1));
+        assert!(g.take(7, top as u32).is_none(), "taken once");
+        assert_eq!(g.count.load(Ordering::Relaxed), 1);
+        assert!(g.take(7, (top - 1) as u32).is_some());
+        assert!(g.queues.lock().unwrap().is_empty(), "an emptied queue leaves");
+
+        let many: Vec<u64> = (0..MAX_PARKED as u64 - 2).collect();
+        g.park(10, parked(&[0, 1], 2));
+        g.park(11, parked(&many, many.len() as u64));
+        assert_eq!(g.count.load(Ordering::Relaxed), MAX_PARKED, "full, nothing pushed out yet");
+        g.park(12, parked(&[0], 1));
+        assert_eq!(g.count.load(Ordering::Relaxed), MAX_PARKED - 1);
+        assert!(g.take(10, 1).is_none(), "the oldest queue's messages were pushed out");
+        assert!(g.take(11, 1).is_some() && g.take(12, 1).is_some());
+        assert_eq!(g.count.load(Ordering::Relaxed), MAX_PARKED - 3);
+    }
+
     #[test]
     fn a_drain_frees_the_untaken_range_only() {
         let mut s = Slots::new(8);
