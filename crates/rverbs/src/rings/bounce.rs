@@ -329,6 +329,34 @@ mod tests {
         assert_eq!(s.free(4).map(|(_, g)| g[0].addr), Some(14));
     }
 
+    /// A completion is another process's words: a count naming no receive taken through a
+    /// slot (never taken, or the same slot a lap later) places nothing, and a byte count
+    /// past the receive's length and the slot's writes no byte outside the receive's own
+    /// scatter list (the device never writes outside a receive's buffers).
+    #[test]
+    fn a_forged_completion_places_nothing_outside_the_receives_buffers() {
+        let pd = crate::devices().unwrap()[0].open().unwrap().alloc_pd().unwrap();
+        let mem = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+        let mut b = Bounce::new(pd.inner().unwrap(), 4).unwrap();
+        let at = |off: u64, length: u32| Sge { addr: mem.addr() as u64 + off, length, lkey: mem.lkey() };
+        let slot = b.take(0, &[at(100, 16), at(300, 8)], 24).expect("slot 0 is free");
+        // The peer fills the whole slot, past the receive's 24 bytes.
+        let off = (slot.addr - b.mr.addr() as u64) as usize;
+        b.mr.write(off, &[0xab; SLOT_LEN as usize]).unwrap();
+
+        assert!(b.polled(1, 24).is_none(), "position 1 was never taken");
+        assert!(b.polled(4, 24).is_none(), "position 4 is slot 0 a lap later, not taken yet");
+        b.polled(0, u32::MAX).expect("the receive at 0 was taken").place();
+        assert!(b.polled(0, 24).is_none(), "placed once");
+
+        let mut got = vec![0u8; 4096];
+        mem.read(0, &mut got).unwrap();
+        for (i, &v) in got.iter().enumerate() {
+            let inside = (100..116).contains(&i) || (300..308).contains(&i);
+            assert_eq!(v, if inside { 0xab } else { 0 }, "byte {i}");
+        }
+    }
+
     fn parked(at: &[u64], tail: u64) -> ParkedQueue {
         let me = &crate::device::device().endpoint;
         let at = at.iter().map(|&a| (a, Parked { bytes: vec![a as u8; 16].into_boxed_slice(), sges: sge(a).iter().copied().collect() })).collect();
