@@ -171,7 +171,8 @@ pub enum Error {
         /// What ran out.
         what: &'static str,
     },
-    /// The resource does not exist yet and was not asked to be created (`EAGAIN`).
+    /// The resource does not exist yet and was not asked to be created, or the verb
+    /// cannot go on now and changed nothing: a later call may succeed (`EAGAIN`).
     #[error("{verb}: {why}")]
     Again {
         /// The verb that refused.

@@ -147,3 +147,51 @@ fn a_resize_skips_the_hole_a_dead_producer_left() {
     assert_eq!(wcs, [11, 12]);
     assert_empty(&a.cq);
 }
+
+// A producer that is alive but does not leave: a process stopped (SIGSTOP, a debugger's
+// breakpoint) between reserving a position and publishing it. A resize then waited its
+// 2 s and moved the ring anyway, stopping at the hole: the stopped producer's completion
+// and the two published behind it were lost. Now the resize is called off (EAGAIN) with
+// the CQ as it was; once the producer publishes and leaves, everything is polled in order
+// and the resize goes through.
+#[test]
+fn a_resize_meeting_a_stopped_producer_inside_is_called_off_and_loses_nothing() {
+    let (a, b, a_cq) = pair_with_cq_files();
+    let seg = std::fs::OpenOptions::new().read(true).write(true).open(&a_cq).unwrap();
+    let my_word = GATE_WORDS + 8 * own_ep(&a_cq);
+
+    // The stopped producer: one more thread of this live process counted inside, and the
+    // next position reserved.
+    let hole = read_u64(&seg, TAIL);
+    write_u64(&seg, my_word, u64::from(std::process::id()) << 32 | 1);
+    write_u64(&seg, TAIL, hole + 1);
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    for id in [21, 22] {
+        post_recv(&b, id, 0, 64);
+        a.qp.post_send(&[SendWr::send(id, &sge).signaled()]).unwrap();
+        assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    }
+    let err = a.cq.resize(1024).expect_err("a resize past a live producer's reservation");
+    assert_eq!(err.errno(), libc::EAGAIN, "{err}");
+
+    // The producer goes on where it stopped: it writes its slot (the CQE's seven words,
+    // then the sequence word, docs/completion-queues.md) and leaves the gate.
+    let slots = TAIL + 256;
+    let cap = u64::from(a.cq.cqe());
+    let at = slots + 64 * (hole % cap);
+    let words: [u64; 7] = [0x5709, 0, u64::from(a.qp.qp_num()), 0, 0, 0, 0];
+    for (i, w) in words.iter().enumerate() {
+        write_u64(&seg, at + 8 + 8 * i as u64, *w);
+    }
+    write_u64(&seg, at, hole + 1);
+    write_u64(&seg, my_word, u64::from(std::process::id()) << 32);
+
+    let wcs: Vec<u64> = (0..3).map(|_| poll_one(&a.cq).wr_id()).collect();
+    assert_eq!(wcs, [0x5709, 21, 22], "every completion kept, in order");
+    post_recv(&b, 23, 0, 64);
+    a.qp.post_send(&[SendWr::send(23, &sge).signaled()]).unwrap();
+    assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
+    assert!(a.cq.resize(1024).unwrap() >= 1024);
+    assert_eq!(poll_one(&a.cq).wr_id(), 23, "the completion moved with the resize");
+    assert_empty(&a.cq);
+}

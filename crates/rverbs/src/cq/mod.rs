@@ -27,7 +27,7 @@ use crate::notify::{EventCounter, RawElement};
 use crate::rings::recv_count::{Heard, TakenCount};
 use crate::rings::wc::{Cqe, Wc, WcRead, CQE_WORDS};
 use channel::{ChannelInner, CompChannel};
-use crate::rings::producer_gate::Producer;
+use crate::rings::producer_gate::{Frozen, Producer};
 use crate::rings::completion_ring::{Consumer, Pop};
 use crate::rings::cq_segment::{self, CqSeg, Publish};
 
@@ -1210,8 +1210,10 @@ impl Cq {
     /// size. Completions in the CQ are kept.
     ///
     /// Errors: `EINVAL` if `cqe` is 0, above `max_cqe`, or smaller than the number of
-    /// completions the CQ holds (rxe `rxe_cq_chk_attr`); `EOPNOTSUPP` on the rdma-core
-    /// backend.
+    /// completions the CQ holds (rxe `rxe_cq_chk_attr`); `EAGAIN` if a live process
+    /// stays inside a completion to this CQ for 2 s (stopped by a signal or a debugger
+    /// while it completed here): the CQ is left as it was, every completion kept
+    /// (docs/rxe-differences.md); `EOPNOTSUPP` on the rdma-core backend.
     pub fn resize(&self, cqe: u32) -> Result<u32> {
         let inner = self.soft("resize_cq")?;
         if let Some(e) = crate::fault_plan::fatal(inner.ctx.endpoint.slot, "resize_cq") {
@@ -1224,7 +1226,13 @@ impl Cq {
         let seg = inner.gens.current(&held);
         let endpoint = inner.ctx.endpoint;
         let alive = |ep, pid| producer_alive(endpoint, ep, pid);
-        seg.freeze(&alive);
+        if seg.freeze(&alive) == Frozen::TimedOut {
+            // Moving the ring now would lose the completion of the producer still inside
+            // and, at its hole, every completion behind it: nothing moves, the CQ stays
+            // as it was (docs/completion-queues.md, "Resize").
+            seg.thaw();
+            return Err(Error::Again { verb: "resize_cq", why: "a live process is still inside a completion to this CQ (stopped or descheduled for 2 s); nothing was moved, try again" });
+        }
         if (cqe as usize) < seg.ring().len() {
             seg.thaw();
             return Err(Error::invalid("resize_cq", Rule::CqeBelowQueued { cqe, queued: seg.ring().len() as u32 }));

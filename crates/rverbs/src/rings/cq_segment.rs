@@ -215,22 +215,26 @@ impl CqSeg {
     }
 
     /// Starts a resize: stops new producers and waits for the live ones inside to leave
-    /// (`alive` as for [`CqSeg::skip_dead`]) — at most two seconds, for a producer that
-    /// is alive but never leaves (or garbage another process wrote into the gate). A
-    /// producer that died inside is not waited for.
+    /// (`alive` as for [`CqSeg::skip_dead`]) — at most two seconds. A producer that died
+    /// inside is not waited for.
     ///
     /// From here on [`CqSeg::may_be_moving`] is true: the resize's consumer may move the
     /// completions out before the next generation is current.
-    pub(crate) fn freeze(&self, alive: &dyn Fn(u32, u32) -> bool) {
+    ///
+    /// [`Frozen::TimedOut`]: a live producer is still inside (a process stopped by a
+    /// signal or a debugger between reserving a position and publishing it, one
+    /// descheduled that long, or garbage another process wrote into the gate). Its
+    /// reservation may be in this ring, or it may still reserve one: moving the ring now
+    /// would lose its completion and stop the move at its hole, losing every completion
+    /// behind it too. The caller calls the resize off ([`CqSeg::thaw`]).
+    pub(crate) fn freeze(&self, alive: &dyn Fn(u32, u32) -> bool) -> Frozen {
         // Before any completion leaves: ordered before the consumer's `head` stores
         // (Release), which a lock-free look reads with Acquire.
         self.shm().moving.store(1, Ordering::Relaxed);
         // Pairs with the fence in `CqInner::purge`: either it sees `moving`, or this
         // resize's drain sees its record.
         fence(Ordering::SeqCst);
-        if self.gate().freeze(alive, RESIZE_WAIT) == Frozen::TimedOut {
-            tracing::warn!("a live producer never left a CQ being resized; its completion may be lost");
-        }
+        self.gate().freeze(alive, RESIZE_WAIT)
     }
 
     /// Lets producers in again after a resize that did not happen.

@@ -78,7 +78,7 @@ pub(crate) enum Frozen {
     /// No live producer is inside: the resize may move the ring.
     Quiet,
     /// A live producer did not leave in time (or the words are garbage another process
-    /// wrote): the resize goes on anyway; that producer's completion may be lost.
+    /// wrote): the resize must not move the ring, where that producer may still write.
     TimedOut,
 }
 
