@@ -573,7 +573,7 @@ pub mod peer {
         let asked = std::cell::RefCell::new(Vec::new());
         let g = l.lock_with(
             me,
-            |ep| {
+            &|ep| {
                 asked.borrow_mut().push(ep);
                 alive(ep)
             },

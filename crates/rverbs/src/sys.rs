@@ -915,3 +915,52 @@ mod epoll_tests {
         }
     }
 }
+
+/// Whether a thread of process `pid` is stopped now: by a signal (SIGSTOP, SIGTSTP: state
+/// `T` in `/proc/<pid>/task/<tid>/stat`, proc(5)) or by a tracer such as a debugger
+/// (`t`). Such a process holds whatever it held when it stopped and goes on from there
+/// when it runs again, so what it holds must be waited for, not taken over. `false` when
+/// the process is gone or `/proc` cannot be read.
+pub(crate) fn process_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|t| std::fs::read(t.path().join("stat")).is_ok_and(|s| stat_says_stopped(&s)))
+}
+
+/// Whether a `stat` line of proc(5) says the task is stopped: the state is the field after
+/// the command name, which is in parentheses and may itself hold `)` and spaces.
+fn stat_says_stopped(stat: &[u8]) -> bool {
+    let Some(end) = stat.iter().rposition(|&b| b == b')') else { return false };
+    matches!(stat.get(end + 2), Some(b'T' | b't'))
+}
+
+#[cfg(test)]
+mod stopped_tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_is_read_past_a_command_name_with_parentheses() {
+        assert!(stat_says_stopped(b"42 (a) T (b)) T 1 42"));
+        assert!(stat_says_stopped(b"42 (gdb stop) t 1 42"));
+        assert!(!stat_says_stopped(b"42 (x) T) S 1 42"));
+        assert!(!stat_says_stopped(b"42 (x) R 1"));
+        assert!(!stat_says_stopped(b"garbage"));
+    }
+
+    // A child stopped with SIGSTOP reads stopped until SIGCONT (the state changes when
+    // the kernel gets to it: each look is retried, bounded).
+    #[test]
+    fn a_child_stopped_by_a_signal_reads_stopped_until_it_is_continued() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let becomes = |want: bool| (0..2_000).any(|_| process_stopped(pid) == want || { std::thread::sleep(std::time::Duration::from_millis(1)); false });
+        let signal = |s| rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), s).unwrap();
+        assert!(!process_stopped(pid), "running");
+        signal(rustix::process::Signal::STOP);
+        assert!(becomes(true), "stopped after SIGSTOP");
+        signal(rustix::process::Signal::CONT);
+        assert!(becomes(false), "running after SIGCONT");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!process_stopped(pid), "gone");
+    }
+}

@@ -2,7 +2,9 @@
 //! process that completes to another process's CQ can be killed between reserving a ring
 //! position and publishing it. The CQ's owner must not stay stuck behind that hole: the
 //! completions after it are delivered, once no live producer can be holding it
-//! (docs/completion-queues.md, "A producer that dies inside publish").
+//! (docs/completion-queues.md, "A producer that dies inside publish"). A process can also
+//! be stopped at any instant (SIGSTOP, a debugger) and go on later: what it holds then is
+//! waited for, never taken from it.
 //!
 //! The dead producer is played by this test writing the CQ segment as that process left
 //! it: its gate word (its endpoint number, its pid, one thread inside) and one more
@@ -194,4 +196,87 @@ fn a_resize_meeting_a_stopped_producer_inside_is_called_off_and_loses_nothing() 
     assert!(a.cq.resize(1024).unwrap() >= 1024);
     assert_eq!(poll_one(&a.cq).wr_id(), 23, "the completion moved with the resize");
     assert_empty(&a.cq);
+}
+
+/// Byte offset of a receive ring's lock word in its segment (`rq-<qpn>-<gen>`,
+/// `rings/recv_ring.rs`: the configuration line, then the takers' line, lock first).
+const RQ_LOCK: u64 = 64;
+
+/// The child of `a_stopped_lock_holder_is_waited_for_not_taken_over`: a process of the
+/// device that says its endpoint number and then waits for its stdin to close.
+fn stopped_holder_child() {
+    use std::io::Read;
+    let ctx = open();
+    let _pd = ctx.alloc_pd().unwrap();
+    let ep = own_ep(&own_hdr());
+    println!("@@ {ep}");
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+/// This process's endpoint header, found among its mappings.
+fn own_hdr() -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().filter_map(|l| l.find('/').map(|i| l[i..].to_owned())).find(|p| p.contains("/ep-") && p.ends_with("/hdr")).expect("the endpoint header is mapped")
+}
+
+// A process stopped (SIGSTOP, a debugger) inside the critical section of a receive ring's
+// lock was, after 1 s, taken over like a word another process scribbled: when it ran
+// again it finished its stores beside the new holder's. The lock word here names the
+// stopped process (as its stores would have left it): a SEND that must take a receive
+// from that ring waits while the holder is stopped, and goes through once it runs again
+// (its word, never released by this stand-in, is then taken over after 1 s).
+#[test]
+fn a_stopped_lock_holder_is_waited_for_not_taken_over() {
+    if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("stopped-holder") {
+        return stopped_holder_child();
+    }
+    /// The child, continued and killed however the test ends (a failed assertion must not
+    /// leave a stopped process behind).
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(self.0.id() as i32).unwrap(), rustix::process::Signal::CONT);
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let (child, stdin, lines) = spawn_child("a_stopped_lock_holder_is_waited_for_not_taken_over", &[("RVERBS_TEST_ROLE", "stopped-holder")]);
+    let child = Child(child);
+    let holder: u64 = lines.recv_timeout(std::time::Duration::from_secs(20)).expect("the child's endpoint").trim().parse().unwrap();
+    let pid = rustix::process::Pid::from_raw(child.0.id() as i32).unwrap();
+
+    let (a, b) = pair(QpType::Rc);
+    post_recv(&b, 31, 0, 64);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let rq = maps
+        .lines()
+        .filter_map(|l| l.find('/').map(|i| &l[i..]))
+        .find(|p| p.contains("/ep-") && p.rsplit('/').next().is_some_and(|f| f.starts_with(&format!("rq-{}-", b.qp.qp_num()))))
+        .expect("b's receive ring is mapped")
+        .to_owned();
+    let seg = std::fs::OpenOptions::new().read(true).write(true).open(&rq).unwrap();
+    assert_eq!(read_u64(&seg, RQ_LOCK) as u32, 0, "the lock is free");
+
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    let stopped_at = std::time::Instant::now();
+    seg.write_all_at(&(holder as u32 + 1).to_ne_bytes(), RQ_LOCK).unwrap();
+    let sender = std::thread::spawn(move || {
+        let sge = [a.mr.sge(0, 64).unwrap()];
+        a.qp.post_send(&[SendWr::send(31, &sge).signaled()]).unwrap();
+        let wc = poll_one(&a.cq);
+        (wc.status(), std::time::Instant::now())
+    });
+    // Three times the 1 s a live holder keeps the word: the SEND is still waiting.
+    while stopped_at.elapsed() < std::time::Duration::from_secs(3) && !sender.is_finished() {
+        std::thread::yield_now();
+    }
+    assert!(!sender.is_finished(), "the lock was taken over from the stopped holder after {:?}", stopped_at.elapsed());
+    let resumed = std::time::Instant::now();
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    let (status, done) = sender.join().unwrap();
+    assert_eq!(status, WcStatus::Success);
+    assert!(done.duration_since(resumed) >= std::time::Duration::from_millis(900), "the resumed holder was given its second");
+    assert_eq!(poll_one(&b.cq).wr_id(), 31);
+    drop(stdin);
+    drop(child);
 }

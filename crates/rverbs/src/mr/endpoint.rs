@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use super::keys::KeyTable;
 use super::share::Shares;
 use crate::shm::counters::CounterBlock;
-use crate::shm::lock::{ShmGuard, ShmLock};
+use crate::shm::lock::{Holders, ShmGuard, ShmLock};
 use crate::shm::registry::Registry;
 use crate::shm::tables::Tables;
 use crate::shm::Segment;
@@ -138,7 +138,7 @@ impl Endpoint {
     /// [`ATOMIC_STUCK`]: taking it over sooner would let two read-modify-writes
     /// interleave.
     pub(crate) fn atomic_lock(&self, waiting: impl FnMut()) -> ShmGuard<'_> {
-        self.host.get::<ShmLock>(0).lock_with(self.ep(), |ep| self.alive(ep), ATOMIC_STUCK, waiting)
+        self.host.get::<ShmLock>(0).lock_with(self.ep(), self, ATOMIC_STUCK, waiting)
     }
 
     /// The endpoint number of this process.
@@ -149,5 +149,21 @@ impl Endpoint {
     /// Whether endpoint `ep` is alive (this one always is).
     pub(crate) fn alive(&self, ep: u32) -> bool {
         self.reg.as_ref().is_none_or(|r| r.alive(ep))
+    }
+
+    /// Whether endpoint `ep`'s process is stopped by a signal or a debugger (never this
+    /// one: a thread asking is running).
+    pub(crate) fn stopped(&self, ep: u32) -> bool {
+        self.reg.as_ref().is_some_and(|r| r.stopped(ep))
+    }
+}
+
+impl Holders for Endpoint {
+    fn alive(&self, ep: u32) -> bool {
+        Endpoint::alive(self, ep)
+    }
+
+    fn stopped(&self, ep: u32) -> bool {
+        Endpoint::stopped(self, ep)
     }
 }

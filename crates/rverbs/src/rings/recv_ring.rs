@@ -316,7 +316,7 @@ impl RecvRing {
 
     fn lock(&self) -> crate::shm::lock::ShmGuard<'_> {
         let me = self.me;
-        self.hdr().takers.lock.lock(me.ep(), |ep| me.alive(ep))
+        self.hdr().takers.lock.lock(me.ep(), me)
     }
 
     pub(crate) fn capacity(&self) -> u32 {

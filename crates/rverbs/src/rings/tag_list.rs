@@ -229,7 +229,7 @@ impl TagList {
 
     fn lock(&self) -> crate::shm::lock::ShmGuard<'_> {
         let me = self.me;
-        self.hdr().lock.lock(me.ep(), |ep| me.alive(ep))
+        self.hdr().lock.lock(me.ep(), me)
     }
 
     fn in_sync(&self) -> bool {

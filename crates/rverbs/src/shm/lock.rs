@@ -24,6 +24,25 @@ unsafe impl ShmSafe for ShmLock {}
 /// [`ShmLock::lock`]).
 const STUCK: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// What a waiter asks about the endpoint a lock word names.
+pub(crate) trait Holders {
+    /// Whether endpoint `ep` still exists (asked only after spinning, so it may be slow).
+    fn alive(&self, ep: u32) -> bool;
+
+    /// Whether endpoint `ep`'s process is stopped (a signal, a debugger), asked only of a
+    /// holder kept past `stuck`. It goes on inside its critical section when it runs
+    /// again, so it is waited for: a lock taken over from it would have two holders.
+    fn stopped(&self, _ep: u32) -> bool {
+        false
+    }
+}
+
+impl<F: Fn(u32) -> bool> Holders for F {
+    fn alive(&self, ep: u32) -> bool {
+        self(ep)
+    }
+}
+
 /// Held until dropped.
 pub(crate) struct ShmGuard<'a> {
     lock: &'a ShmLock,
@@ -48,16 +67,19 @@ impl ShmLock {
         self.word.store(v, Ordering::Relaxed);
     }
 
-    /// Takes the lock for endpoint `me`; `alive(ep)` tells whether endpoint `ep` still
-    /// exists (asked only after spinning, so it may be slow).
+    /// Takes the lock for endpoint `me`; `holders` tells whether the endpoint a word
+    /// names still exists, and whether its process is stopped.
     ///
     /// A word that names no endpoint is taken over at once, and one that keeps naming
-    /// the same holder for [`STUCK`] as well, alive or not: critical sections are a few
-    /// stores long, so such a word was written by another process of the user (a
-    /// scribbled segment naming a live endpoint, or this one), and waiting for it would
-    /// hang every verb on the ring.
-    pub(crate) fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> ShmGuard<'_> {
-        self.lock_with(me, alive, STUCK, || {})
+    /// the same holder for [`STUCK`] as well, alive or not, unless that holder's process
+    /// is stopped: critical sections are a few stores long, so such a word was written by
+    /// another process of the user (a scribbled segment naming a live endpoint, or this
+    /// one), and waiting for it would hang every verb on the ring. A stopped holder (by
+    /// SIGSTOP or a debugger, in the middle of its critical section) is waited for until
+    /// it runs again, and given [`STUCK`] from then: it goes on with its stores when it
+    /// resumes, and a second holder would interleave with them.
+    pub(crate) fn lock(&self, me: u32, holders: &impl Holders) -> ShmGuard<'_> {
+        self.lock_with(me, holders, STUCK, || {})
     }
 
     /// As [`ShmLock::lock`], for a lock whose live holder may legitimately keep it up to
@@ -67,7 +89,7 @@ impl ShmLock {
     pub(crate) fn lock_with(
         &self,
         me: u32,
-        alive: impl Fn(u32) -> bool,
+        holders: &impl Holders,
         stuck: std::time::Duration,
         mut waiting: impl FnMut(),
     ) -> ShmGuard<'_> {
@@ -78,6 +100,9 @@ impl ShmLock {
         // yields to busy threads can take a millisecond per spin).
         let mut seen: Option<(u32, std::time::Instant)> = None;
         let mut asked: Option<std::time::Instant> = None;
+        // Since when the holder of `seen` has been found stopped, asked again at most
+        // every millisecond until it runs.
+        let mut stopped: Option<std::time::Instant> = None;
         loop {
             let cur = self.word.load(Ordering::Relaxed);
             if cur == 0 {
@@ -99,9 +124,23 @@ impl ShmLock {
                     Some((h, at)) if h == cur => now.duration_since(at) >= stuck,
                     _ => {
                         seen = Some((cur, now));
+                        stopped = None;
                         false
                     }
                 };
+                // A holder kept past `stuck` is asked whether it is stopped; once it is,
+                // it is watched until it runs, and gets `stuck` from then.
+                let mut held_long = held_long;
+                if (held_long && stopped.is_none()) || stopped.is_some_and(|t| now.duration_since(t) >= std::time::Duration::from_millis(1)) {
+                    let was = stopped.is_some();
+                    stopped = (cur - 1 < crate::limits::MAX_ENDPOINTS && holders.stopped(cur - 1)).then_some(now);
+                    if stopped.is_some() || was {
+                        seen = Some((cur, now));
+                        held_long = false;
+                    }
+                } else if stopped.is_some() {
+                    held_long = false;
+                }
                 let holder = cur - 1;
                 // No endpoint has that number: another process wrote the word.
                 let garbage = holder >= crate::limits::MAX_ENDPOINTS;
@@ -110,7 +149,7 @@ impl ShmLock {
                     && asked.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_millis(1))
                     && {
                         asked = Some(now);
-                        !alive(holder)
+                        !holders.alive(holder)
                     };
                 // The holder died inside its critical section, or the word is garbage
                 // that nobody will release: take over.
@@ -142,11 +181,11 @@ mod tests {
     #[test]
     fn a_waiter_serves_while_it_waits_and_a_live_holder_keeps_the_lock_until_it_releases() {
         let l = Arc::new(ShmLock::default());
-        let held = l.lock(1, |_| true);
+        let held = l.lock(1, &|_| true);
         let served = Arc::new(AtomicU32::new(0));
         let (l2, s2) = (l.clone(), served.clone());
         let waiter = std::thread::spawn(move || {
-            let _g = l2.lock_with(2, |_| true, std::time::Duration::from_secs(3600), || {
+            let _g = l2.lock_with(2, &|_| true, std::time::Duration::from_secs(3600), || {
                 s2.fetch_add(1, Ordering::Relaxed);
             });
             s2.load(Ordering::Relaxed)
@@ -169,7 +208,7 @@ mod tests {
                 let (l, c) = (l.clone(), counter.clone());
                 std::thread::spawn(move || {
                     for _ in 0..10_000 {
-                        let _g = l.lock(0, |_| true);
+                        let _g = l.lock(0, &|_| true);
                         // A non-atomic read-modify-write made exclusive by the lock.
                         let v = c.load(Ordering::Relaxed);
                         c.store(v + 1, Ordering::Relaxed);
@@ -193,7 +232,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let l2 = l.clone();
         std::thread::spawn(move || {
-            let g = l2.lock(5, |_| true);
+            let g = l2.lock(5, &|_| true);
             drop(g);
             let _ = tx.send(());
         });
@@ -201,9 +240,54 @@ mod tests {
         assert_eq!(l.word.load(Ordering::Relaxed), 0);
         // A lock that changes hands is never taken over: threads still exclude each other
         // (excludes_threads), and a holder that releases in time keeps it.
-        let g = l.lock(1, |_| true);
+        let g = l.lock(1, &|_| true);
         std::thread::sleep(std::time::Duration::from_millis(20));
         drop(g);
+    }
+
+    // A holder stopped by SIGSTOP or a debugger inside its critical section, past
+    // `stuck`, was taken over like a scribbled word: when it ran again, two holders
+    // interleaved their stores. It is waited for while stopped, and given `stuck` again
+    // once it runs.
+    #[test]
+    fn a_stopped_holder_is_waited_for_and_taken_over_only_once_it_runs_past_stuck() {
+        use std::sync::atomic::AtomicBool;
+        struct Stopped {
+            stopped: AtomicBool,
+            asked: AtomicU32,
+        }
+        impl Holders for Stopped {
+            fn alive(&self, _: u32) -> bool {
+                true
+            }
+            fn stopped(&self, ep: u32) -> bool {
+                assert_eq!(ep, 5, "asked about the holder");
+                self.asked.fetch_add(1, Ordering::Relaxed);
+                self.stopped.load(Ordering::Relaxed)
+            }
+        }
+        let l = Arc::new(ShmLock::default());
+        l.word.store(6, Ordering::Relaxed); // held by endpoint 5, alive and stopped
+        let h = Arc::new(Stopped { stopped: AtomicBool::new(true), asked: AtomicU32::new(0) });
+        let (l2, h2) = (l.clone(), h.clone());
+        let stuck = std::time::Duration::from_millis(5);
+        let waiter = std::thread::spawn(move || {
+            let g = l2.lock_with(1, &*h2, stuck, || {});
+            let at = std::time::Instant::now();
+            drop(g);
+            at
+        });
+        // Each question comes after the word named the holder for `stuck`.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while h.asked.load(Ordering::Relaxed) < 20 && !waiter.is_finished() && std::time::Instant::now() < end {
+            std::thread::yield_now();
+        }
+        assert!(!waiter.is_finished(), "the lock was taken over from the stopped holder");
+        assert_eq!(l.word.load(Ordering::Relaxed), 6, "still the stopped holder's");
+        let resumed = std::time::Instant::now();
+        h.stopped.store(false, Ordering::Relaxed);
+        let taken = waiter.join().unwrap();
+        assert!(taken.duration_since(resumed) >= stuck, "the resumed holder was given `stuck`");
     }
 
     #[test]
@@ -212,7 +296,7 @@ mod tests {
         l.word.store(u32::MAX, Ordering::Relaxed);
         let t = std::time::Instant::now();
         let asked = std::cell::Cell::new(false);
-        let _g = l.lock(1, |_| {
+        let _g = l.lock(1, &|_| {
             asked.set(true);
             true
         });
@@ -223,8 +307,8 @@ mod tests {
     #[test]
     fn a_dead_holder_is_taken_over() {
         let l = ShmLock::default();
-        std::mem::forget(l.lock(5, |_| true)); // endpoint 5 "dies" holding it
-        let _g = l.lock(1, |ep| ep != 5);
+        std::mem::forget(l.lock(5, &|_| true)); // endpoint 5 "dies" holding it
+        let _g = l.lock(1, &|ep| ep != 5);
         assert_eq!(l.word.load(Ordering::Relaxed), 2);
     }
 }

@@ -350,6 +350,15 @@ impl Registry {
         matches!(probe_lock(&lock_path(&self.root, ep)), Ok(Probe::Held))
     }
 
+    /// Whether the process that owns endpoint `ep` (another than this one; its header
+    /// names it) is stopped now, by a signal or a debugger (`sys::process_stopped`): it
+    /// goes on from where it stopped when it runs again.
+    pub(crate) fn stopped(&self, ep: u32) -> bool {
+        ep != self.ep
+            && ep < MAX_ENDPOINTS
+            && header_pid(&ep_dir(&self.root, ep)).is_some_and(|p| crate::sys::process_stopped(p.as_raw_nonzero().get()))
+    }
+
     /// Whether process `pid` is alive as the owner of endpoint `ep`: for this endpoint,
     /// whether `pid` is this process; for another, whether the host says `pid` owns it
     /// now ([`Registry::owner`]: the number locked, its header naming `pid`, `pid` not
