@@ -430,14 +430,15 @@ impl CqInner {
     fn publish(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
         let me = producer_of(self.ctx.endpoint);
         let held = Reading::pin();
-        let mut outcome = self.gens.current(&held).publish(cqe, me);
+        // The owner is this process, and this thread runs.
+        let mut outcome = self.gens.current(&held).publish(cqe, me, &|| false);
         // A resize replaced the generation: publish into the new one (bounded: resizes
         // happen under the consumer lock, one at a time).
         for _ in 0..64 {
             if !matches!(outcome, Publish::Moved(_)) {
                 break;
             }
-            outcome = self.gens.current(&held).publish(cqe, me);
+            outcome = self.gens.current(&held).publish(cqe, me, &|| false);
         }
         drop(held);
         match outcome {

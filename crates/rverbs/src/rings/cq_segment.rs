@@ -158,8 +158,12 @@ impl CqSeg {
     /// nothing fails). Rule: ibv_req_notify_cq(3): an armed CQ fires once for the next
     /// completion, or the next solicited one; rxe treats error and flush completions as
     /// not solicited, and so does rverbs (the producer sets `cqe.solicited`).
-    pub(crate) fn publish(&self, cqe: Cqe, who: Producer) -> Publish {
-        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT)
+    ///
+    /// `owner_stopped` tells whether the CQ's owner is stopped (a signal, a debugger),
+    /// asked only of a resize still under way after twice `RESIZE_WAIT`: a stopped owner
+    /// finishes its resize when it runs again, so it is waited for.
+    pub(crate) fn publish(&self, cqe: Cqe, who: Producer, owner_stopped: &dyn Fn() -> bool) -> Publish {
+        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped)
     }
 
     fn gate(&self) -> &Gate {
@@ -283,8 +287,17 @@ pub(crate) fn open_capacity(cap: u64, seg_len: usize) -> Option<usize> {
 /// [`CqSeg::publish`] over the parts of a CQ segment — its header `sh`, its producers'
 /// `gate`, its `ring` — every word of which another process may have written;
 /// `resize_wait` as `RESIZE_WAIT` (a resize still under way after twice that is a flag
-/// another process wrote).
-pub(crate) fn publish_in(sh: &CqShm, gate: &Gate, ring: &Ring, mut cqe: Cqe, who: Producer, resize_wait: std::time::Duration) -> Publish {
+/// another process wrote, unless `owner_stopped()`: the owner was stopped in the middle of
+/// its resize, and is waited for).
+pub(crate) fn publish_in(
+    sh: &CqShm,
+    gate: &Gate,
+    ring: &Ring,
+    mut cqe: Cqe,
+    who: Producer,
+    resize_wait: std::time::Duration,
+    owner_stopped: &dyn Fn() -> bool,
+) -> Publish {
     if sh.errored.load(Ordering::Acquire) != 0 {
         return Publish::Overrun { first: false };
     }
@@ -299,9 +312,15 @@ pub(crate) fn publish_in(sh: &CqShm, gate: &Gate, ring: &Ring, mut cqe: Cqe, who
             }
             // A resize moves at most the ring's completions; one still "under way"
             // after the time a resize waits for producers (`freeze`) is a flag another
-            // process wrote: the CQ is in error, as for a scribbled ring.
+            // process wrote: the CQ is in error, as for a scribbled ring. Unless its
+            // owner is stopped (SIGSTOP, a debugger): it goes on with the resize when it
+            // runs again, and the time starts again.
             let since = *waiting.get_or_insert_with(std::time::Instant::now);
             if since.elapsed() > 2 * resize_wait {
+                if owner_stopped() {
+                    waiting = Some(std::time::Instant::now());
+                    continue;
+                }
                 return Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 };
             }
             std::thread::yield_now();
@@ -374,11 +393,33 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let c2 = cq.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(c2.publish(Cqe::default(), ME));
+            let _ = tx.send(c2.publish(Cqe::default(), ME, &|| false));
         });
         let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("publish returned");
         assert_eq!(got, Publish::Overrun { first: true });
-        assert_eq!(cq.publish(Cqe::default(), ME), Publish::Overrun { first: false });
+        assert_eq!(cq.publish(Cqe::default(), ME, &|| false), Publish::Overrun { first: false });
+        drop(cq);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    // The owner stopped (SIGSTOP, a debugger) in the middle of a resize: its producers
+    // put the CQ in error after 4 s, as for a flag another process wrote, and the owner
+    // found its CQ broken when it ran again. They wait while it is stopped.
+    #[test]
+    fn a_resize_whose_owner_is_stopped_is_waited_for() {
+        let d = dir("stopped-owner");
+        let cq = CqSeg::create(&d, 9, 1, 16).unwrap();
+        cq.gate().set_resizing();
+        let asked = std::cell::Cell::new(0u32);
+        let owner_stopped = || {
+            asked.set(asked.get() + 1);
+            asked.get() <= 5
+        };
+        let wait = std::time::Duration::from_millis(1);
+        let got = publish_in(cq.shm(), cq.gate(), cq.ring(), Cqe::default(), ME, wait, &owner_stopped);
+        assert_eq!(asked.get(), 6, "waited through five answers of 'stopped'");
+        // Still resizing once the owner runs and nobody clears the flag: a scribbled one.
+        assert_eq!(got, Publish::Overrun { first: true });
         drop(cq);
         std::fs::remove_dir_all(&d).unwrap();
     }
