@@ -84,10 +84,12 @@ const MW_ACCESS: Access = Access::LOCAL_WRITE
 /// `pd` (LOCAL_INV, SEND_WITH_INV): only a VALID window of that PD whose key matches
 /// goes back to FREE, and once this returns `true` no access through the window is in
 /// progress either ([`quiesce`]). Used on this process's records and on a peer's alike.
-pub(crate) fn invalidate_record(rec: &KeyRecord, rkey: u32, pd: u32) -> bool {
+/// `me` is the endpoint that invalidates (its host's stopped accessors are waited for:
+/// [`quiesce`]).
+pub(crate) fn invalidate_record(me: &Endpoint, rec: &KeyRecord, rkey: u32, pd: u32) -> bool {
     let freed = free_record(rec, rkey, pd);
     if freed {
-        quiesce(rec);
+        quiesce(me, rec);
     }
     freed
 }
@@ -118,9 +120,10 @@ fn free_record(rec: &KeyRecord, rkey: u32, pd: u32) -> bool {
 /// steady traffic would hold the invalidation up. No invalidating thread holds an
 /// access through the window: a type 2 window is reached by the one QP it is bound to,
 /// a LOCAL_INV runs on the send queue, a SEND_WITH_INV on a receive. Bounded as
-/// deregistration's wait (a peer that died in an access never finishes it).
-fn quiesce(rec: &KeyRecord) {
-    if !rec.drain(crate::mr::IDLE_WAIT) {
+/// deregistration's wait (a peer that died in an access never finishes it; one stopped
+/// in an access through cross-memory attach is waited for: `Endpoint::wait_accesses`).
+fn quiesce(me: &Endpoint, rec: &KeyRecord) {
+    if !me.wait_accesses(crate::mr::IDLE_WAIT, || rec.busy() == 0) {
         tracing::warn!(key = rec.read().key, "gave up waiting for accesses through a window; a peer may have died in one");
     }
 }
@@ -269,7 +272,7 @@ impl MwInner {
             let rec = self.record(rkey);
             rec.state.store(KEY_STATE_INVALID, Ordering::SeqCst);
             drop(core);
-            quiesce(rec);
+            quiesce(self.endpoint, rec);
             self.endpoint.keys.remove(rkey);
             drop(binding);
             self.pd.release();
@@ -292,7 +295,7 @@ impl Window for MwInner {
         }
         let binding = core.binding.take();
         drop(core);
-        quiesce(rec);
+        quiesce(self.endpoint, rec);
         // The region stays registered until the window's accesses ended.
         drop(binding);
         true

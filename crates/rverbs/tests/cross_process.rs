@@ -308,6 +308,21 @@ fn rc_parent(mut peer: Peer, kind: &str) {
     a.mr.read(0, &mut got).unwrap();
     assert_eq!(got, pattern(9, 1234));
     peer.finish();
+    // Every access through cross-memory attach (the private region's) uncounted itself
+    // from this endpoint's header: a count left there would make the owners this process
+    // reaches wait for it whenever it is stopped (`Registry::cma_accesses`).
+    assert_eq!(own_cma_accesses(), 0, "accesses through cross-memory attach left counted");
+}
+
+/// This process's count of accesses in progress through cross-memory attach, read from
+/// its endpoint header (`shm::registry`: the word at byte 40).
+fn own_cma_accesses() -> u64 {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let hdr = maps.lines().filter_map(|l| l.find('/').map(|i| &l[i..])).find(|p| p.contains("/ep-") && p.ends_with("/hdr")).expect("the endpoint header is mapped");
+    let mut w = [0u8; 8];
+    std::fs::File::open(hdr).unwrap().read_exact_at(&mut w, 40).unwrap();
+    u64::from_ne_bytes(w)
 }
 
 fn rc_child() {

@@ -280,3 +280,71 @@ fn a_stopped_lock_holder_is_waited_for_not_taken_over() {
     drop(stdin);
     drop(child);
 }
+
+/// Byte offset of key record `index` in the `tables` segment (docs/shared-state.md, "The
+/// `tables` segment": 65 536 QP records of 128 bytes, 65 536 SRQ records of 64, 65 536 CQ
+/// records of 16, then keys of 384), and of its count of peers' accesses in it (after the
+/// descriptor's 128 bytes and this process's count's 128).
+fn key_busy_remote(index: u32) -> u64 {
+    (65_536 * 128 + 65_536 * 64 + 65_536 * 16 + index as usize * 384 + 256) as u64
+}
+
+/// Where an endpoint header counts the accesses its process has in progress through
+/// cross-memory attach (`shm::registry`, `CMA_ACCESSES_OFF`).
+const HDR_CMA_ACCESSES: u64 = 40;
+
+// A peer stopped (SIGSTOP, a debugger) in the middle of an access through cross-memory
+// attach holds the region's count of peers' accesses. Deregistration gave up on it after
+// 2 s, as on a peer that died in an access, and returned: the peer, running again, wrote
+// into memory the program had taken back. The stopped peer is a child process of the
+// device, its header counting one such access in progress, and the count it holds one more
+// peer access in the region's record: ibv_dereg_mr waits while the child is stopped, and
+// gives the count 2 s again once it runs (this count never drains: then it returns).
+#[test]
+fn deregistration_waits_for_a_peer_stopped_in_an_access() {
+    if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("stopped-accessor") {
+        return stopped_holder_child();
+    }
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(self.0.id() as i32).unwrap(), rustix::process::Signal::CONT);
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let (child, stdin, lines) = spawn_child("deregistration_waits_for_a_peer_stopped_in_an_access", &[("RVERBS_TEST_ROLE", "stopped-accessor")]);
+    let child = Child(child);
+    let peer_ep: u64 = lines.recv_timeout(std::time::Duration::from_secs(20)).expect("the child's endpoint").trim().parse().unwrap();
+    let pid = rustix::process::Pid::from_raw(child.0.id() as i32).unwrap();
+
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+    let hdr = std::path::PathBuf::from(own_hdr());
+    let tables = std::fs::OpenOptions::new().read(true).write(true).open(hdr.with_file_name("tables")).unwrap();
+    let peer_hdr = std::fs::OpenOptions::new().read(true).write(true).open(hdr.parent().unwrap().with_file_name(format!("ep-{peer_ep}")).join("hdr")).unwrap();
+    let busy = key_busy_remote(mr.lkey() >> 8);
+    assert_eq!(read_u64(&tables, busy) as u32, 0, "no peer access to the new region");
+    assert_eq!(read_u64(&peer_hdr, HDR_CMA_ACCESSES), 0, "the child has no access in progress");
+
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    tables.write_all_at(&1u32.to_ne_bytes(), busy).unwrap();
+    write_u64(&peer_hdr, HDR_CMA_ACCESSES, 1);
+    let stopped_at = std::time::Instant::now();
+    let dereg = std::thread::spawn(move || {
+        mr.dereg().unwrap();
+        std::time::Instant::now()
+    });
+    // Past the 2 s a dead accessor is given, and once more: still waiting.
+    while stopped_at.elapsed() < std::time::Duration::from_millis(4_500) && !dereg.is_finished() {
+        std::thread::yield_now();
+    }
+    assert!(!dereg.is_finished(), "ibv_dereg_mr returned after {:?} with a stopped peer in an access", stopped_at.elapsed());
+    let resumed = std::time::Instant::now();
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    let done = dereg.join().unwrap();
+    assert!(done.duration_since(resumed) < std::time::Duration::from_secs(10), "the running peer's count was given up on");
+    drop(stdin);
+    drop(child);
+}

@@ -9,7 +9,7 @@
 //! that need it, which never reach the device themselves.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::keys::KeyTable;
 use super::share::Shares;
@@ -149,6 +149,38 @@ impl Endpoint {
     /// Whether endpoint `ep` is alive (this one always is).
     pub(crate) fn alive(&self, ep: u32) -> bool {
         self.reg.as_ref().is_none_or(|r| r.alive(ep))
+    }
+
+    /// This endpoint's count of its accesses in progress through cross-memory attach
+    /// (`Registry::cma_accesses`); `None` without a registry (no peers to reach).
+    pub(crate) fn cma_accesses(&self) -> Option<&AtomicU64> {
+        self.reg.as_ref().map(|r| r.cma_accesses())
+    }
+
+    /// Whether another endpoint of the host is stopped with an access in progress through
+    /// cross-memory attach (`Registry::cma_accessor_stopped`).
+    pub(crate) fn cma_accessor_stopped(&self) -> bool {
+        self.reg.as_ref().is_some_and(|r| r.cma_accessor_stopped())
+    }
+
+    /// Waits until `idle()`, for up to `bound` while no endpoint of the host is stopped
+    /// with an access through cross-memory attach in progress: whether `idle()` came
+    /// true. A count that does not drain may be a dead process's (it never will) or a
+    /// stopped one's (it will, and the access it holds must not land in memory the
+    /// program took back): past the bound it is waited for while such a process is
+    /// stopped, and given `bound` again from when none is.
+    pub(crate) fn wait_accesses(&self, bound: std::time::Duration, idle: impl Fn() -> bool) -> bool {
+        let mut since = std::time::Instant::now();
+        while !idle() {
+            if since.elapsed() > bound {
+                if !self.cma_accessor_stopped() {
+                    return false;
+                }
+                since = std::time::Instant::now();
+            }
+            std::thread::yield_now();
+        }
+        true
     }
 
     /// Whether endpoint `ep`'s process is stopped by a signal or a debugger (never this

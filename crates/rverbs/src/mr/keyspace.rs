@@ -12,7 +12,7 @@
 //! process mapped — or by cross-memory attach (`shm::cma`) or the peer's own copy
 //! (`mr::proxy`, [`ProxyRef`]) when they are in a peer's private memory.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rverbs_proto::vendor_err;
@@ -63,6 +63,11 @@ pub(crate) struct Pinned<'a> {
     /// reach them with cross-memory attach, which cannot execute a CPU atomic
     /// (IBV_ATOMIC_HCA: the device's atomics are atomic among themselves).
     host_atomics: Option<&'a Endpoint>,
+    /// This endpoint's count of accesses through cross-memory attach, when the access
+    /// reaches another process that way (`Registry::cma_accesses`): counted before
+    /// `busy` and uncounted after, so that an owner whose region's count does not drain
+    /// can tell whether a stopped process may hold it.
+    cma: Option<&'a AtomicU64>,
 }
 
 impl<'a> Pinned<'a> {
@@ -76,6 +81,9 @@ impl<'a> Pinned<'a> {
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
         release(self.busy, self.window);
+        if let Some(c) = self.cma {
+            c.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -448,7 +456,7 @@ impl<'a> KeySpace<'a> {
         }
         let place = Place::Local((h.va + off) as usize);
         let host_atomics = h.host_atomics.then_some(self.me);
-        Ok(Some(Pinned { busy, window, place, len: len as usize, host_atomics }))
+        Ok(Some(Pinned { busy, window, place, len: len as usize, host_atomics, cma: None }))
     }
 
     /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a
@@ -511,6 +519,16 @@ impl<'a> KeySpace<'a> {
             (false, false) => Some(&rec.busy_local),
             (false, true) => Some(&rec.busy_remote),
         };
+        // A peer's private memory reached with cross-memory attach: counted in this
+        // endpoint's header first (the owner's drain then knows a stopped process may
+        // hold its count: `Endpoint::wait_accesses`).
+        let cma = match self.peer {
+            Some((peer, _)) if d.loc == 0 && peer.cma => self.me.cma_accesses(),
+            _ => None,
+        };
+        if let Some(c) = cma {
+            c.fetch_add(1, Ordering::SeqCst);
+        }
         count(busy, window);
         let still = rec.state.load(Ordering::SeqCst) == KEY_STATE_VALID
             && rec.key.load(Ordering::SeqCst) == key
@@ -519,10 +537,13 @@ impl<'a> KeySpace<'a> {
         match placed {
             Ok(place) => {
                 let host_atomics = (d.loc == 0 && self.me.shared()).then_some(self.me);
-                Ok(sink(Pinned { busy, window, place, len: len as usize, host_atomics }))
+                Ok(sink(Pinned { busy, window, place, len: len as usize, host_atomics, cma }))
             }
             Err(f) => {
                 release(busy, window);
+                if let Some(c) = cma {
+                    c.fetch_sub(1, Ordering::SeqCst);
+                }
                 Err(f)
             }
         }

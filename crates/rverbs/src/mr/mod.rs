@@ -244,9 +244,11 @@ impl MrInner {
     }
 
     /// Waits until no access (of this process or a peer) is in progress, for up to
-    /// [`IDLE_WAIT`]: whether none is.
+    /// [`IDLE_WAIT`] while no process of the host is stopped in an access through
+    /// cross-memory attach (`Endpoint::wait_accesses`): whether none is.
     fn drain(&self) -> bool {
-        let idle = self.record().drain(IDLE_WAIT);
+        let rec = self.record();
+        let idle = self.endpoint.wait_accesses(IDLE_WAIT, || rec.busy() == 0);
         if !idle {
             tracing::warn!(key = self.key, "gave up waiting for accesses to a region; a peer may have died in one");
         }

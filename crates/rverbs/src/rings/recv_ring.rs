@@ -533,15 +533,14 @@ impl RecvRing {
     ///
     /// Rule: once ibv_destroy_qp(3) returned, the program may free the buffers its
     /// receives named: no message is placed into them any more.
+    ///
+    /// A placement by a peer stopped (a signal, a debugger) in the middle of a copy
+    /// through cross-memory attach is waited for while it is stopped: it goes on when it
+    /// runs again (`Endpoint::wait_accesses`; its pin of the receive's region counts it).
     pub(crate) fn wait_placed(&self) {
         let placing = &self.hdr().takers.placing;
-        let since = std::time::Instant::now();
-        while placing.load(Ordering::Acquire) & !CLOSED != 0 {
-            if since.elapsed() > PLACING_WAIT {
-                tracing::warn!("a receive taken from a destroyed QP was still being placed after {PLACING_WAIT:?}");
-                break;
-            }
-            std::thread::yield_now();
+        if !self.me.wait_accesses(PLACING_WAIT, || placing.load(Ordering::Acquire) & !CLOSED == 0) {
+            tracing::warn!("a receive taken from a destroyed QP was still being placed after {PLACING_WAIT:?}");
         }
     }
 

@@ -48,6 +48,10 @@ static CANARY: AtomicU64 = AtomicU64::new(0x6361_6e61_7279_2121);
 /// address (16 bytes, IPv4 as IPv4-mapped IPv6), the network namespace, and last the tag
 /// (`PORT_VALID | family << 16 | port`, 0 while the entry is free).
 const PORTS_OFF: usize = 64;
+/// Where the header counts the accesses this endpoint has in progress through
+/// cross-memory attach into other processes' memory ([`Registry::cma_accesses`]).
+const CMA_ACCESSES_OFF: usize = 40;
+const _: () = assert!(CMA_ACCESSES_OFF + 8 <= PORTS_OFF);
 /// Addresses whose port one endpoint can publish (more are not relayed to).
 const MAX_NET_PORTS: usize = 32;
 const PORT_WORDS: usize = 4;
@@ -348,6 +352,42 @@ impl Registry {
         }
         // Free (we could take it; released on drop), absent or unreadable: not alive.
         matches!(probe_lock(&lock_path(&self.root, ep)), Ok(Probe::Held))
+    }
+
+    /// This endpoint's count of the accesses it has in progress through cross-memory
+    /// attach into another process's memory (`mr::keyspace`: counted before the access
+    /// counts in the region's record, uncounted after it left it). The owner of a region
+    /// whose accesses do not drain reads it to tell a peer stopped in the middle of one
+    /// from one that died there ([`Registry::cma_accessor_stopped`]).
+    pub(crate) fn cma_accesses(&self) -> &AtomicU64 {
+        self.hdr.get::<AtomicU64>(CMA_ACCESSES_OFF)
+    }
+
+    /// Whether another endpoint of the host has an access in progress through
+    /// cross-memory attach and is stopped (a signal, a debugger): it goes on with the
+    /// access when it runs again, into whichever process it was reaching, so a region of
+    /// this process whose accesses do not drain must be waited for while this holds.
+    /// Read from the header files (a few reads per endpoint; asked only once a wait
+    /// reached its bound).
+    pub(crate) fn cma_accessor_stopped(&self) -> bool {
+        use std::os::unix::fs::FileExt;
+        let Ok(dirs) = std::fs::read_dir(&self.root) else { return false };
+        dirs.flatten().any(|e| {
+            let name = e.file_name();
+            let Some(ep) = name.to_str().and_then(|n| n.strip_prefix("ep-")).and_then(|n| n.parse::<u32>().ok()) else { return false };
+            if ep == self.ep {
+                return false;
+            }
+            let Ok(f) = std::fs::File::open(e.path().join("hdr")) else { return false };
+            let mut w = [0u8; CMA_ACCESSES_OFF + 8];
+            if f.read_exact_at(&mut w, 0).is_err() {
+                return false;
+            }
+            let word = |at: usize| u64::from_ne_bytes(w[at..at + 8].try_into().expect("8 bytes"));
+            word(0) == HDR_MAGIC
+                && word(CMA_ACCESSES_OFF) != 0
+                && i32::try_from(word(8)).is_ok_and(|pid| pid > 0 && crate::sys::process_stopped(pid))
+        })
     }
 
     /// Whether the process that owns endpoint `ep` (another than this one; its header

@@ -208,22 +208,6 @@ impl KeyRecord {
     pub(crate) fn busy(&self) -> u32 {
         self.busy_local.load(Ordering::SeqCst).wrapping_add(self.busy_remote.load(Ordering::SeqCst))
     }
-
-    /// Waits until no access counted here (by this process or a peer) is in progress,
-    /// for up to `bound`: whether none is. The caller stored a state that refuses new
-    /// accesses first (an access counts itself, then checks the state: `mr::keyspace`).
-    /// Past the bound the count stays as it is: a slow accessor that finishes later still
-    /// decrements it correctly (a peer that died in an access never does).
-    pub(crate) fn drain(&self, bound: std::time::Duration) -> bool {
-        let start = std::time::Instant::now();
-        while self.busy() != 0 {
-            if start.elapsed() > bound {
-                return false;
-            }
-            std::thread::yield_now();
-        }
-        true
-    }
 }
 
 /// The descriptive fields of a [`KeyRecord`].

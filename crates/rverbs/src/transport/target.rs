@@ -673,6 +673,6 @@ impl Target for PeerTarget {
         self.peer
             .tables()
             .key(rkey >> 8)
-            .is_some_and(|r| crate::mw::invalidate_record(r, rkey, self.pd))
+            .is_some_and(|r| crate::mw::invalidate_record(self.me, r, rkey, self.pd))
     }
 }
