@@ -431,14 +431,14 @@ impl CqInner {
         let me = producer_of(self.ctx.endpoint);
         let held = Reading::pin();
         // The owner is this process, and this thread runs.
-        let mut outcome = self.gens.current(&held).publish(cqe, me, &|| false);
+        let mut outcome = self.gens.current(&held).publish(cqe, me, || false);
         // A resize replaced the generation: publish into the new one (bounded: resizes
         // happen under the consumer lock, one at a time).
         for _ in 0..64 {
             if !matches!(outcome, Publish::Moved(_)) {
                 break;
             }
-            outcome = self.gens.current(&held).publish(cqe, me, &|| false);
+            outcome = self.gens.current(&held).publish(cqe, me, || false);
         }
         drop(held);
         match outcome {

@@ -170,8 +170,8 @@ fn move_piece(dst: Place<'_>, src: Place<'_>, n: usize) -> Result<(), CmaError> 
             unsafe { mem::copy(d as *mut u8, s as *const u8, n) }.map_err(|_| CmaError::Fault)
         }
         // SAFETY: the local source lies inside a pinned range or a borrowed slice.
-        (Place::Cma { pid, addr }, Place::Local(s)) => unsafe { cma::write(pid, addr, s as *const u8, n) },
-        (Place::Local(d), Place::Cma { pid, addr }) => read_ordered(pid, d, addr, n),
+        (Place::Cma { pid, addr, .. }, Place::Local(s)) => unsafe { cma::write(pid, addr, s as *const u8, n) },
+        (Place::Local(d), Place::Cma { pid, addr, .. }) => read_ordered(pid, d, addr, n),
         (Place::Proxy(r), Place::Local(s)) => super::proxy::write(r, s as *const u8, n),
         (Place::Local(d), Place::Proxy(r)) => super::proxy::read(r, d as *mut u8, n),
         // A request moves bytes between the requester's own memory and one responder:
@@ -292,7 +292,7 @@ fn read_ordered(pid: i32, dst: usize, addr: usize, n: usize) -> Result<(), CmaEr
 fn advance(p: Place<'_>, by: usize) -> Place<'_> {
     match p {
         Place::Local(a) => Place::Local(a + by),
-        Place::Cma { pid, addr } => Place::Cma { pid, addr: addr + by },
+        Place::Cma { pid, addr, counted } => Place::Cma { pid, addr: addr + by, counted },
         Place::Proxy(r) => Place::Proxy(ProxyRef { va: r.va + by as u64, ..r }),
     }
 }

@@ -41,8 +41,10 @@ pub(crate) struct ProxyRef<'a> {
 pub(crate) enum Place<'a> {
     /// At this address of this process (its own memory or a mapped shared segment).
     Local(usize),
-    /// At this address of process `pid` (reached with cross-memory attach).
-    Cma { pid: i32, addr: usize },
+    /// At this address of process `pid` (reached with cross-memory attach); `counted`:
+    /// this endpoint's count of such accesses, which a [`Pinned`] leaves when dropped
+    /// ([`KeySpace::hold`]).
+    Cma { pid: i32, addr: usize, counted: Option<&'a AtomicU64> },
     /// In a peer's private memory that cross-memory attach cannot reach: the peer
     /// copies (`mr::proxy`).
     Proxy(ProxyRef<'a>),
@@ -63,11 +65,6 @@ pub(crate) struct Pinned<'a> {
     /// reach them with cross-memory attach, which cannot execute a CPU atomic
     /// (IBV_ATOMIC_HCA: the device's atomics are atomic among themselves).
     host_atomics: Option<&'a Endpoint>,
-    /// This endpoint's count of accesses through cross-memory attach, when the access
-    /// reaches another process that way (`Registry::cma_accesses`): counted before
-    /// `busy` and uncounted after, so that an owner whose region's count does not drain
-    /// can tell whether a stopped process may hold it.
-    cma: Option<&'a AtomicU64>,
 }
 
 impl<'a> Pinned<'a> {
@@ -81,9 +78,19 @@ impl<'a> Pinned<'a> {
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
         release(self.busy, self.window);
-        if let Some(c) = self.cma {
-            c.fetch_sub(1, Ordering::SeqCst);
+        // An access through cross-memory attach leaves this endpoint's count after the
+        // region's ([`KeySpace::hold`]).
+        if let Place::Cma { counted, .. } = self.place {
+            uncount_cma(counted);
         }
+    }
+}
+
+/// Uncounts an access through cross-memory attach from this endpoint's header.
+#[inline]
+fn uncount_cma(c: Option<&AtomicU64>) {
+    if let Some(c) = c {
+        c.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -456,7 +463,7 @@ impl<'a> KeySpace<'a> {
         }
         let place = Place::Local((h.va + off) as usize);
         let host_atomics = h.host_atomics.then_some(self.me);
-        Ok(Some(Pinned { busy, window, place, len: len as usize, host_atomics, cma: None }))
+        Ok(Some(Pinned { busy, window, place, len: len as usize, host_atomics }))
     }
 
     /// As [`KeySpace::pin`] for a zero-length access at the key's first address (a
@@ -519,9 +526,13 @@ impl<'a> KeySpace<'a> {
             (false, false) => Some(&rec.busy_local),
             (false, true) => Some(&rec.busy_remote),
         };
+        count(busy, window);
         // A peer's private memory reached with cross-memory attach: counted in this
-        // endpoint's header first (the owner's drain then knows a stopped process may
-        // hold its count: `Endpoint::wait_accesses`).
+        // endpoint's header too, after the region's count and before its state is read
+        // (both SeqCst). An owner whose region's count does not drain reads the header,
+        // once its state store is long done, and waits while this process is stopped
+        // (`Endpoint::wait_accesses`); if it gave up on a process stopped before this
+        // count, the state read next finds its deregistration and nothing is accessed.
         let cma = match self.peer {
             Some((peer, _)) if d.loc == 0 && peer.cma => self.me.cma_accesses(),
             _ => None,
@@ -529,28 +540,26 @@ impl<'a> KeySpace<'a> {
         if let Some(c) = cma {
             c.fetch_add(1, Ordering::SeqCst);
         }
-        count(busy, window);
         let still = rec.state.load(Ordering::SeqCst) == KEY_STATE_VALID
             && rec.key.load(Ordering::SeqCst) == key
             && mr.state.load(Ordering::SeqCst) == KEY_STATE_VALID;
-        let placed = if still { self.place(d, off, len, via) } else { Err(Fault::Key) };
+        let placed = if still { self.place(d, off, len, via, cma) } else { Err(Fault::Key) };
         match placed {
+            // A `Place::Cma` pin carries `cma` and uncounts it when dropped.
             Ok(place) => {
                 let host_atomics = (d.loc == 0 && self.me.shared()).then_some(self.me);
-                Ok(sink(Pinned { busy, window, place, len: len as usize, host_atomics, cma }))
+                Ok(sink(Pinned { busy, window, place, len: len as usize, host_atomics }))
             }
             Err(f) => {
                 release(busy, window);
-                if let Some(c) = cma {
-                    c.fetch_sub(1, Ordering::SeqCst);
-                }
+                uncount_cma(cma);
                 Err(f)
             }
         }
     }
 
     #[inline]
-    fn place(&self, d: &KeyDesc, off: u64, len: u64, via: Via) -> Result<Place<'a>, Fault> {
+    fn place(&self, d: &KeyDesc, off: u64, len: u64, via: Via, cma: Option<&'a AtomicU64>) -> Result<Place<'a>, Fault> {
         let Some((peer, cache)) = self.peer else {
             return Ok(Place::Local((d.va + off) as usize));
         };
@@ -559,7 +568,7 @@ impl<'a> KeySpace<'a> {
                 let r = ProxyRef { peer, key: via.key, pd: via.pd, used: via.used, need: via.need, va: via.va };
                 return Ok(Place::Proxy(r));
             }
-            return Ok(Place::Cma { pid: peer.pid, addr: d.va.wrapping_add(off) as usize });
+            return Ok(Place::Cma { pid: peer.pid, addr: d.va.wrapping_add(off) as usize, counted: cma });
         }
         let (base, seg_len) = cache.get(peer, d.loc).ok_or(Fault::Key)?;
         let start = segment_offset(d, off, len, seg_len)?;

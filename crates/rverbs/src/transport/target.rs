@@ -508,7 +508,7 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
         }
         let cq = cached.as_ref().expect("just mapped");
         let me = crate::rings::producer_gate::Producer { ep: peer.home_ep(), pid: peer.home_pid() };
-        match cq.publish(cqe, me, &|| crate::sys::process_stopped(peer.pid)) {
+        match cq.publish(cqe, me, || crate::sys::process_stopped(peer.pid)) {
             Publish::Done { fire } => {
                 if fire {
                     let ch = cq.shm().channel.load(Ordering::Acquire);
