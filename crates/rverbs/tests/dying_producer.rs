@@ -348,3 +348,87 @@ fn deregistration_waits_for_a_peer_stopped_in_an_access() {
     drop(stdin);
     drop(child);
 }
+
+/// The child of `a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region`: maps
+/// the segment whose path comes on its stdin, as a peer that reaches the region with plain
+/// stores does, says so, and waits for its stdin to close.
+fn region_mapper_child() {
+    use std::io::BufRead;
+    use std::os::fd::AsRawFd;
+    let mut stdin = std::io::stdin().lock();
+    let mut path = String::new();
+    stdin.read_line(&mut path).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(path.trim()).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    // SAFETY: a shared mapping of a file this process opened, never dereferenced.
+    let at = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+    assert_ne!(at, libc::MAP_FAILED);
+    println!("@@ mapped");
+    let _ = std::io::Read::read_to_end(&mut stdin, &mut Vec::new());
+}
+
+// A peer stopped (SIGSTOP, a debugger) in the middle of plain stores into a region it maps
+// holds the region's count of peers' accesses. Its stores land in the region's pages when
+// it runs again: after a window's end or a QP's destroy, which leave the region
+// registered, into the program's memory. The waits gave up after 2 s. The stopped peer is
+// a child process of the device that maps this region's segment, and the count it holds
+// one more peer access in the region's record: the wait for the region's accesses
+// (ibv_dereg_mr's, here) goes on while the child is stopped, and gives the count 2 s again
+// once it runs.
+#[test]
+fn a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region() {
+    use std::io::Write;
+    if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("region-mapper") {
+        let _ctx = open();
+        return region_mapper_child();
+    }
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(self.0.id() as i32).unwrap(), rustix::process::Signal::CONT);
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let before: Vec<String> = std::fs::read_to_string("/proc/self/maps").unwrap().lines().map(str::to_owned).collect();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let segment = maps
+        .lines()
+        .filter(|l| !before.iter().any(|b| b == l))
+        .filter_map(|l| l.find('/').map(|i| &l[i..]))
+        .find(|p| p.contains("/ep-") && p.rsplit('/').next().is_some_and(|f| f.starts_with("mr-")))
+        .expect("the region's memory is a segment")
+        .to_owned();
+
+    let (child, mut stdin, lines) = spawn_child("a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region", &[("RVERBS_TEST_ROLE", "region-mapper")]);
+    let child = Child(child);
+    writeln!(stdin, "{segment}").unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(lines.recv_timeout(std::time::Duration::from_secs(20)).expect("the child mapped the region").trim(), "mapped");
+    let pid = rustix::process::Pid::from_raw(child.0.id() as i32).unwrap();
+
+    let hdr = std::path::PathBuf::from(own_hdr());
+    let tables = std::fs::OpenOptions::new().read(true).write(true).open(hdr.with_file_name("tables")).unwrap();
+    let busy = key_busy_remote(mr.lkey() >> 8);
+    assert_eq!(read_u64(&tables, busy) as u32, 0, "no peer access to the new region");
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    tables.write_all_at(&1u32.to_ne_bytes(), busy).unwrap();
+    let stopped_at = std::time::Instant::now();
+    let dereg = std::thread::spawn(move || {
+        mr.dereg().unwrap();
+        std::time::Instant::now()
+    });
+    while stopped_at.elapsed() < std::time::Duration::from_millis(4_500) && !dereg.is_finished() {
+        std::thread::yield_now();
+    }
+    assert!(!dereg.is_finished(), "the wait gave up after {:?} with a stopped peer mapping the region", stopped_at.elapsed());
+    let resumed = std::time::Instant::now();
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    let done = dereg.join().unwrap();
+    assert!(done.duration_since(resumed) < std::time::Duration::from_secs(10), "the running peer's count was given up on");
+    drop(stdin);
+    drop(child);
+}

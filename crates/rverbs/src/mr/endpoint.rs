@@ -157,23 +157,24 @@ impl Endpoint {
         self.reg.as_ref().map(|r| r.cma_accesses())
     }
 
-    /// Whether another endpoint of the host is stopped with an access in progress through
-    /// cross-memory attach (`Registry::cma_accessor_stopped`).
-    pub(crate) fn cma_accessor_stopped(&self) -> bool {
-        self.reg.as_ref().is_some_and(|r| r.cma_accessor_stopped())
+    /// Whether another endpoint's process is stopped while it may be in the middle of an
+    /// access to this process's memory (`Registry::accessor_stopped`).
+    pub(crate) fn accessor_stopped(&self) -> bool {
+        self.reg.as_ref().is_some_and(|r| r.accessor_stopped())
     }
 
-    /// Waits until `idle()`, for up to `bound` while no endpoint of the host is stopped
-    /// with an access through cross-memory attach in progress: whether `idle()` came
+    /// Waits until `idle()`, for up to `bound` while no process of the host that may be in
+    /// the middle of an access to this process's memory is stopped: whether `idle()` came
     /// true. A count that does not drain may be a dead process's (it never will) or a
     /// stopped one's (it will, and the access it holds must not land in memory the
-    /// program took back): past the bound it is waited for while such a process is
-    /// stopped, and given `bound` again from when none is.
+    /// program took back, nor through a window or into a receive that is gone): past the
+    /// bound it is waited for while such a process is stopped, and given `bound` again
+    /// from when none is.
     pub(crate) fn wait_accesses(&self, bound: std::time::Duration, idle: impl Fn() -> bool) -> bool {
         let mut since = std::time::Instant::now();
         while !idle() {
             if since.elapsed() > bound {
-                if !self.cma_accessor_stopped() {
+                if !self.accessor_stopped() {
                     return false;
                 }
                 since = std::time::Instant::now();

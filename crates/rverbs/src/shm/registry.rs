@@ -358,20 +358,24 @@ impl Registry {
     /// attach into another process's memory (`mr::keyspace`: counted before the access
     /// counts in the region's record, uncounted after it left it). The owner of a region
     /// whose accesses do not drain reads it to tell a peer stopped in the middle of one
-    /// from one that died there ([`Registry::cma_accessor_stopped`]).
+    /// from one that died there ([`Registry::accessor_stopped`]).
     pub(crate) fn cma_accesses(&self) -> &AtomicU64 {
         self.hdr.get::<AtomicU64>(CMA_ACCESSES_OFF)
     }
 
-    /// Whether another endpoint of the host has an access in progress through
-    /// cross-memory attach and is stopped (a signal, a debugger): it goes on with the
-    /// access when it runs again, into whichever process it was reaching, so a region of
-    /// this process whose accesses do not drain must be waited for while this holds.
-    /// Read from the header files (a few reads per endpoint; asked only once a wait
-    /// reached its bound).
-    pub(crate) fn cma_accessor_stopped(&self) -> bool {
+    /// Whether the process of another endpoint of the host is stopped (a signal, a
+    /// debugger) while it may be in the middle of an access to this process's memory: it
+    /// has an access in progress through cross-memory attach (its header's count), or it
+    /// maps a segment of this endpoint's region memory (`mr-*`, which it reaches with plain
+    /// stores). Such a process goes on with the access when it runs again, so a count of
+    /// accesses that does not drain must be waited for while this holds (a process that
+    /// maps a region and is stopped elsewhere is waited for too: the question is asked
+    /// only of a count that did not drain in its bound). Read from the header files and
+    /// `/proc/<pid>/maps` (asked only once a wait reached its bound).
+    pub(crate) fn accessor_stopped(&self) -> bool {
         use std::os::unix::fs::FileExt;
         let Ok(dirs) = std::fs::read_dir(&self.root) else { return false };
+        let regions = format!("{}/mr-", self.dir.display());
         dirs.flatten().any(|e| {
             let name = e.file_name();
             let Some(ep) = name.to_str().and_then(|n| n.strip_prefix("ep-")).and_then(|n| n.parse::<u32>().ok()) else { return false };
@@ -384,9 +388,12 @@ impl Registry {
                 return false;
             }
             let word = |at: usize| u64::from_ne_bytes(w[at..at + 8].try_into().expect("8 bytes"));
-            word(0) == HDR_MAGIC
-                && word(CMA_ACCESSES_OFF) != 0
-                && i32::try_from(word(8)).is_ok_and(|pid| pid > 0 && crate::sys::process_stopped(pid))
+            let Some(pid) = i32::try_from(word(8)).ok().filter(|&p| p > 0) else { return false };
+            if word(0) != HDR_MAGIC || !crate::sys::process_stopped(pid) {
+                return false;
+            }
+            word(CMA_ACCESSES_OFF) != 0
+                || std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.lines().any(|l| l.contains(&regions)))
         })
     }
 
