@@ -219,6 +219,49 @@ fn own_hdr() -> String {
     maps.lines().filter_map(|l| l.find('/').map(|i| l[i..].to_owned())).find(|p| p.contains("/ep-") && p.ends_with("/hdr")).expect("the endpoint header is mapped")
 }
 
+/// A child process of the device (this test binary again, in role `role`) that the test
+/// stops and continues: its stdin, its `@@ ` lines, and its pid. Dropped, it is continued
+/// and killed however the test ended (a failed assertion must not leave a stopped process
+/// behind).
+struct Stoppable {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Stoppable {
+    fn spawn(test: &str, role: &str) -> Stoppable {
+        let (child, stdin, lines) = spawn_child(test, &[("RVERBS_TEST_ROLE", role)]);
+        Stoppable { child, stdin: Some(stdin), lines }
+    }
+
+    /// Its next `@@ ` line.
+    fn line(&self) -> String {
+        self.lines.recv_timeout(std::time::Duration::from_secs(20)).expect("a line from the child").trim().to_owned()
+    }
+
+    fn signal(&self, s: rustix::process::Signal) {
+        rustix::process::kill_process(rustix::process::Pid::from_raw(self.child.id() as i32).unwrap(), s).unwrap();
+    }
+
+    fn stop(&self) {
+        self.signal(rustix::process::Signal::STOP);
+    }
+
+    fn cont(&self) {
+        self.signal(rustix::process::Signal::CONT);
+    }
+}
+
+impl Drop for Stoppable {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(self.child.id() as i32).unwrap(), rustix::process::Signal::CONT);
+        self.stdin = None;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 // A process stopped (SIGSTOP, a debugger) inside the critical section of a receive ring's
 // lock was, after 1 s, taken over like a word another process scribbled: when it ran
 // again it finished its stores beside the new holder's. The lock word here names the
@@ -230,20 +273,8 @@ fn a_stopped_lock_holder_is_waited_for_not_taken_over() {
     if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("stopped-holder") {
         return stopped_holder_child();
     }
-    /// The child, continued and killed however the test ends (a failed assertion must not
-    /// leave a stopped process behind).
-    struct Child(std::process::Child);
-    impl Drop for Child {
-        fn drop(&mut self) {
-            let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(self.0.id() as i32).unwrap(), rustix::process::Signal::CONT);
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let (child, stdin, lines) = spawn_child("a_stopped_lock_holder_is_waited_for_not_taken_over", &[("RVERBS_TEST_ROLE", "stopped-holder")]);
-    let child = Child(child);
-    let holder: u64 = lines.recv_timeout(std::time::Duration::from_secs(20)).expect("the child's endpoint").trim().parse().unwrap();
-    let pid = rustix::process::Pid::from_raw(child.0.id() as i32).unwrap();
+    let child = Stoppable::spawn("a_stopped_lock_holder_is_waited_for_not_taken_over", "stopped-holder");
+    let holder: u64 = child.line().parse().unwrap();
 
     let (a, b) = pair(QpType::Rc);
     post_recv(&b, 31, 0, 64);
@@ -257,7 +288,7 @@ fn a_stopped_lock_holder_is_waited_for_not_taken_over() {
     let seg = std::fs::OpenOptions::new().read(true).write(true).open(&rq).unwrap();
     assert_eq!(read_u64(&seg, RQ_LOCK) as u32, 0, "the lock is free");
 
-    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    child.stop();
     let stopped_at = std::time::Instant::now();
     seg.write_all_at(&(holder as u32 + 1).to_ne_bytes(), RQ_LOCK).unwrap();
     let sender = std::thread::spawn(move || {
@@ -272,13 +303,11 @@ fn a_stopped_lock_holder_is_waited_for_not_taken_over() {
     }
     assert!(!sender.is_finished(), "the lock was taken over from the stopped holder after {:?}", stopped_at.elapsed());
     let resumed = std::time::Instant::now();
-    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    child.cont();
     let (status, done) = sender.join().unwrap();
     assert_eq!(status, WcStatus::Success);
     assert!(done.duration_since(resumed) >= std::time::Duration::from_millis(900), "the resumed holder was given its second");
     assert_eq!(poll_one(&b.cq).wr_id(), 31);
-    drop(stdin);
-    drop(child);
 }
 
 /// Byte offset of key record `index` in the `tables` segment (docs/shared-state.md, "The
@@ -305,18 +334,8 @@ fn deregistration_waits_for_a_peer_stopped_in_an_access() {
     if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("stopped-accessor") {
         return stopped_holder_child();
     }
-    struct Child(std::process::Child);
-    impl Drop for Child {
-        fn drop(&mut self) {
-            let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(self.0.id() as i32).unwrap(), rustix::process::Signal::CONT);
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let (child, stdin, lines) = spawn_child("deregistration_waits_for_a_peer_stopped_in_an_access", &[("RVERBS_TEST_ROLE", "stopped-accessor")]);
-    let child = Child(child);
-    let peer_ep: u64 = lines.recv_timeout(std::time::Duration::from_secs(20)).expect("the child's endpoint").trim().parse().unwrap();
-    let pid = rustix::process::Pid::from_raw(child.0.id() as i32).unwrap();
+    let child = Stoppable::spawn("deregistration_waits_for_a_peer_stopped_in_an_access", "stopped-accessor");
+    let peer_ep: u64 = child.line().parse().unwrap();
 
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
@@ -328,25 +347,29 @@ fn deregistration_waits_for_a_peer_stopped_in_an_access() {
     assert_eq!(read_u64(&tables, busy) as u32, 0, "no peer access to the new region");
     assert_eq!(read_u64(&peer_hdr, HDR_CMA_ACCESSES), 0, "the child has no access in progress");
 
-    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    child.stop();
     tables.write_all_at(&1u32.to_ne_bytes(), busy).unwrap();
     write_u64(&peer_hdr, HDR_CMA_ACCESSES, 1);
+    deregistration_waits_while_stopped(mr, &child, "with a stopped peer in an access");
+}
+
+/// Deregisters `mr`, whose count of accesses `child` (stopped) may hold: the wait must
+/// go on past the 2 s a dead accessor is given, and once more, and end once the child is
+/// continued (the count, the test's, never drains: given 2 s again, it is given up on).
+fn deregistration_waits_while_stopped(mr: Mr, child: &Stoppable, why: &str) {
     let stopped_at = std::time::Instant::now();
     let dereg = std::thread::spawn(move || {
         mr.dereg().unwrap();
         std::time::Instant::now()
     });
-    // Past the 2 s a dead accessor is given, and once more: still waiting.
     while stopped_at.elapsed() < std::time::Duration::from_millis(4_500) && !dereg.is_finished() {
         std::thread::yield_now();
     }
-    assert!(!dereg.is_finished(), "ibv_dereg_mr returned after {:?} with a stopped peer in an access", stopped_at.elapsed());
+    assert!(!dereg.is_finished(), "the wait gave up after {:?} {why}", stopped_at.elapsed());
     let resumed = std::time::Instant::now();
-    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    child.cont();
     let done = dereg.join().unwrap();
     assert!(done.duration_since(resumed) < std::time::Duration::from_secs(10), "the running peer's count was given up on");
-    drop(stdin);
-    drop(child);
 }
 
 /// The child of `a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region`: maps
@@ -382,14 +405,6 @@ fn a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region() {
         let _ctx = open();
         return region_mapper_child();
     }
-    struct Child(std::process::Child);
-    impl Drop for Child {
-        fn drop(&mut self) {
-            let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(self.0.id() as i32).unwrap(), rustix::process::Signal::CONT);
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let before: Vec<String> = std::fs::read_to_string("/proc/self/maps").unwrap().lines().map(str::to_owned).collect();
@@ -403,32 +418,17 @@ fn a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region() {
         .expect("the region's memory is a segment")
         .to_owned();
 
-    let (child, mut stdin, lines) = spawn_child("a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region", &[("RVERBS_TEST_ROLE", "region-mapper")]);
-    let child = Child(child);
+    let mut child = Stoppable::spawn("a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region", "region-mapper");
+    let stdin = child.stdin.as_mut().unwrap();
     writeln!(stdin, "{segment}").unwrap();
     stdin.flush().unwrap();
-    assert_eq!(lines.recv_timeout(std::time::Duration::from_secs(20)).expect("the child mapped the region").trim(), "mapped");
-    let pid = rustix::process::Pid::from_raw(child.0.id() as i32).unwrap();
+    assert_eq!(child.line(), "mapped");
 
     let hdr = std::path::PathBuf::from(own_hdr());
     let tables = std::fs::OpenOptions::new().read(true).write(true).open(hdr.with_file_name("tables")).unwrap();
     let busy = key_busy_remote(mr.lkey() >> 8);
     assert_eq!(read_u64(&tables, busy) as u32, 0, "no peer access to the new region");
-    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    child.stop();
     tables.write_all_at(&1u32.to_ne_bytes(), busy).unwrap();
-    let stopped_at = std::time::Instant::now();
-    let dereg = std::thread::spawn(move || {
-        mr.dereg().unwrap();
-        std::time::Instant::now()
-    });
-    while stopped_at.elapsed() < std::time::Duration::from_millis(4_500) && !dereg.is_finished() {
-        std::thread::yield_now();
-    }
-    assert!(!dereg.is_finished(), "the wait gave up after {:?} with a stopped peer mapping the region", stopped_at.elapsed());
-    let resumed = std::time::Instant::now();
-    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
-    let done = dereg.join().unwrap();
-    assert!(done.duration_since(resumed) < std::time::Duration::from_secs(10), "the running peer's count was given up on");
-    drop(stdin);
-    drop(child);
+    deregistration_waits_while_stopped(mr, &child, "with a stopped peer mapping the region");
 }
