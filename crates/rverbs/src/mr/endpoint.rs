@@ -183,12 +183,6 @@ impl Endpoint {
         }
         true
     }
-
-    /// Whether endpoint `ep`'s process is stopped by a signal or a debugger (never this
-    /// one: a thread asking is running).
-    pub(crate) fn stopped(&self, ep: u32) -> bool {
-        self.reg.as_ref().is_some_and(|r| r.stopped(ep))
-    }
 }
 
 impl Holders for Endpoint {
@@ -196,7 +190,9 @@ impl Holders for Endpoint {
         Endpoint::alive(self, ep)
     }
 
+    /// Whether endpoint `ep`'s process is stopped by a signal or a debugger (never this
+    /// one: a thread asking is running).
     fn stopped(&self, ep: u32) -> bool {
-        Endpoint::stopped(self, ep)
+        self.reg.as_ref().is_some_and(|r| r.stopped(ep))
     }
 }

@@ -120,7 +120,7 @@ impl ShmLock {
             }
             if spins.is_multiple_of(64) {
                 let now = std::time::Instant::now();
-                let held_long = match seen {
+                let mut held_long = match seen {
                     Some((h, at)) if h == cur => now.duration_since(at) >= stuck,
                     _ => {
                         seen = Some((cur, now));
@@ -128,22 +128,26 @@ impl ShmLock {
                         false
                     }
                 };
+                let holder = cur - 1;
+                // No endpoint has that number: another process wrote the word.
+                let garbage = holder >= crate::limits::MAX_ENDPOINTS;
                 // A holder kept past `stuck` is asked whether it is stopped; once it is,
                 // it is watched until it runs, and gets `stuck` from then.
-                let mut held_long = held_long;
-                if (held_long && stopped.is_none()) || stopped.is_some_and(|t| now.duration_since(t) >= std::time::Duration::from_millis(1)) {
+                let ask = match stopped {
+                    Some(t) => now.duration_since(t) >= std::time::Duration::from_millis(1),
+                    None => held_long,
+                };
+                if ask {
                     let was = stopped.is_some();
-                    stopped = (cur - 1 < crate::limits::MAX_ENDPOINTS && holders.stopped(cur - 1)).then_some(now);
+                    stopped = (!garbage && holders.stopped(holder)).then_some(now);
                     if stopped.is_some() || was {
                         seen = Some((cur, now));
                         held_long = false;
                     }
-                } else if stopped.is_some() {
+                }
+                if stopped.is_some() {
                     held_long = false;
                 }
-                let holder = cur - 1;
-                // No endpoint has that number: another process wrote the word.
-                let garbage = holder >= crate::limits::MAX_ENDPOINTS;
                 let dead = !garbage
                     && holder != me
                     && asked.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_millis(1))

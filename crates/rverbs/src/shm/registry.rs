@@ -175,11 +175,17 @@ fn process_gone(pid: rustix::process::Pid) -> bool {
 /// mapping: a later owner of the number writes a new file); `None` when the header cannot
 /// be read or names no process (not written yet).
 fn header_pid(dir: &Path) -> Option<rustix::process::Pid> {
+    i32::try_from(header_word(dir, 8)?).ok().and_then(rustix::process::Pid::from_raw)
+}
+
+/// The word at byte `at` of the endpoint header in `dir`, read from the file now;
+/// `None` when the header cannot be read.
+fn header_word(dir: &Path, at: usize) -> Option<u64> {
     use std::os::unix::fs::FileExt;
     let mut b = [0u8; 8];
     let f = std::fs::File::open(dir.join("hdr")).ok()?;
-    f.read_exact_at(&mut b, 8).ok()?;
-    i32::try_from(u64::from_ne_bytes(b)).ok().and_then(rustix::process::Pid::from_raw)
+    f.read_exact_at(&mut b, at as u64).ok()?;
+    Some(u64::from_ne_bytes(b))
 }
 
 /// Whether the process of `pidfd` has exited (the pidfd is readable, pidfd_open(2)),
@@ -373,26 +379,11 @@ impl Registry {
     /// only of a count that did not drain in its bound). Read from the header files and
     /// `/proc/<pid>/maps` (asked only once a wait reached its bound).
     pub(crate) fn accessor_stopped(&self) -> bool {
-        use std::os::unix::fs::FileExt;
         let Ok(dirs) = std::fs::read_dir(&self.root) else { return false };
         let regions = format!("{}/mr-", self.dir.display());
-        dirs.flatten().any(|e| {
-            let name = e.file_name();
-            let Some(ep) = name.to_str().and_then(|n| n.strip_prefix("ep-")).and_then(|n| n.parse::<u32>().ok()) else { return false };
-            if ep == self.ep {
-                return false;
-            }
-            let Ok(f) = std::fs::File::open(e.path().join("hdr")) else { return false };
-            let mut w = [0u8; CMA_ACCESSES_OFF + 8];
-            if f.read_exact_at(&mut w, 0).is_err() {
-                return false;
-            }
-            let word = |at: usize| u64::from_ne_bytes(w[at..at + 8].try_into().expect("8 bytes"));
-            let Some(pid) = i32::try_from(word(8)).ok().filter(|&p| p > 0) else { return false };
-            if word(0) != HDR_MAGIC || !crate::sys::process_stopped(pid) {
-                return false;
-            }
-            word(CMA_ACCESSES_OFF) != 0
+        dirs.flatten().filter_map(|e| e.file_name().to_str()?.strip_prefix("ep-")?.parse::<u32>().ok()).any(|ep| {
+            let Some(pid) = self.stopped_pid(ep) else { return false };
+            header_word(&ep_dir(&self.root, ep), CMA_ACCESSES_OFF).is_some_and(|n| n != 0)
                 || std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.lines().any(|l| l.contains(&regions)))
         })
     }
@@ -401,9 +392,17 @@ impl Registry {
     /// names it) is stopped now, by a signal or a debugger (`sys::process_stopped`): it
     /// goes on from where it stopped when it runs again.
     pub(crate) fn stopped(&self, ep: u32) -> bool {
-        ep != self.ep
-            && ep < MAX_ENDPOINTS
-            && header_pid(&ep_dir(&self.root, ep)).is_some_and(|p| crate::sys::process_stopped(p.as_raw_nonzero().get()))
+        self.stopped_pid(ep).is_some()
+    }
+
+    /// The pid of endpoint `ep`'s process if it is another than this one and stopped now
+    /// ([`Registry::stopped`]).
+    fn stopped_pid(&self, ep: u32) -> Option<i32> {
+        if ep == self.ep || ep >= MAX_ENDPOINTS {
+            return None;
+        }
+        let pid = header_pid(&ep_dir(&self.root, ep))?.as_raw_nonzero().get();
+        crate::sys::process_stopped(pid).then_some(pid)
     }
 
     /// Whether process `pid` is alive as the owner of endpoint `ep`: for this endpoint,
