@@ -174,6 +174,7 @@ fn a_resize_meeting_a_stopped_producer_inside_is_called_off_and_loses_nothing() 
         assert_eq!(poll_one(&b.cq).status(), WcStatus::Success);
     }
     let err = a.cq.resize(1024).expect_err("a resize past a live producer's reservation");
+    assert!(matches!(err, Error::Again { verb: "resize_cq", .. }), "{err:?}");
     assert_eq!(err.errno(), libc::EAGAIN, "{err}");
 
     // The producer goes on where it stopped: it writes its slot (the CQE's seven words,
