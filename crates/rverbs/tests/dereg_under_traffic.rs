@@ -140,6 +140,7 @@ fn hammer(a: &Side, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: 
             Dir::Read => SendWr::read(id, &sge, addr, rkey),
         };
         a.qp.post_send(&[wr.signaled()]).unwrap();
+        let posted = Instant::now();
         let wc = poll_one(&a.cq);
         if dir == Dir::Read && wc.status() == WcStatus::Success {
             a.mr.read(0, &mut back).unwrap();
@@ -152,7 +153,7 @@ fn hammer(a: &Side, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: 
                 landed.fetch_add(1, Ordering::SeqCst);
             }
             WcStatus::RemAccessErr => return late,
-            s => panic!("{dir:?} {id}: {s:?}"),
+            s => panic!("{dir:?} {id}: {s:?} {:?} after its post (the memory taken: {after})", posted.elapsed()),
         }
         assert!(Instant::now() < deadline, "the WRITEs still land {:?} after the round began", WAIT * 2);
     }
@@ -311,7 +312,8 @@ fn one_round(round: usize, a: &Side, target: (u64, u32), dir: Dir, mem: &UserMem
 /// An empty SEND_WITH_INV of `key` from `via`, waited for.
 fn send_inv(via: &Side, key: u32) {
     via.qp.post_send(&[SendWr::send(8, &[]).with_inv(key).signaled()]).unwrap();
-    assert_eq!(poll_one(&via.cq).status(), WcStatus::Success, "the SEND_WITH_INV of {key:#x}");
+    let posted = Instant::now();
+    assert_eq!(poll_one(&via.cq).status(), WcStatus::Success, "the SEND_WITH_INV of {key:#x}, {:?} after its post", posted.elapsed());
 }
 
 /// The requester a thread of this process, on the same-host link (the express lane: it
@@ -434,6 +436,14 @@ fn invalidator_process() {
     }
 }
 
+/// The local ACK timeout of the RC pairs across the loopback whose requests must all be
+/// answered: 18, 4.096 us << 18 = 1.07 s, seven retries 8.6 s (within `poll_one`'s
+/// 10 s). This test checks what lands after the memory is taken, not how the device rides
+/// out a stall; with `PATH`'s 67 ms, a host too loaded to run the responder's threads for
+/// 0.54 s (CI's 2 cores, every test binary at once) ran a requester out of retries
+/// (RETRY_EXC_ERR on a WRITE and on the SEND_WITH_INV of the same round, once).
+const ACROSS_TIMEOUT: u8 = 18;
+
 /// The requester on another device of this process, across the loopback (127.0.13.1 and
 /// .2, served by this test only): the owner's network responder places the bytes.
 #[test]
@@ -442,8 +452,8 @@ fn another_host_reaches_deregistered_memory_no_more() {
     let ctx = db.open().unwrap();
     let requester = || side_on(da.open().unwrap(), QpType::Rc, 16, CAP);
     let connect = |a: &Side, b: &Qp, ctx: &Context| {
-        connect_across(&a.qp, ctx, b.qp_num(), PATH.timeout);
-        connect_across(b, &a.ctx, a.qp.qp_num(), PATH.timeout);
+        connect_across(&a.qp, ctx, b.qp_num(), ACROSS_TIMEOUT);
+        connect_across(b, &a.ctx, a.qp.qp_num(), ACROSS_TIMEOUT);
     };
     rounds_in_this_process(&ctx, &requester, &connect, &EVERY_WAY);
 }
