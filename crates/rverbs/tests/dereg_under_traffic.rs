@@ -127,8 +127,9 @@ impl Drop for UserMem {
 /// hold 0xa5) over the region (`addr`, `rkey`), or READs of it into them, one at a time,
 /// until one fails. Each READ must return `PUBLIC` only. `landed` counts those that
 /// succeeded; `gone` is set by the owner once its deregistration returned. Returns the
-/// requests posted after `gone` was seen that succeeded (there must be none).
-fn hammer(a: &Side, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: &AtomicBool) -> usize {
+/// requests posted after `gone` was seen that succeeded (there must be none). `owner`:
+/// the owner's context, if in this process (a failure names its device's counters).
+fn hammer(a: &Side, owner: Option<&Context>, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: &AtomicBool) -> usize {
     let sge = [a.mr.sge(0, LEN as u32).unwrap()];
     let deadline = Instant::now() + WAIT * 2;
     let mut late = 0;
@@ -153,11 +154,22 @@ fn hammer(a: &Side, addr: u64, rkey: u32, dir: Dir, landed: &AtomicUsize, gone: 
                 landed.fetch_add(1, Ordering::SeqCst);
             }
             WcStatus::RemAccessErr => return late,
-            s => panic!("{dir:?} {id}: {s:?} {:?} after its post (the memory taken: {after})", posted.elapsed()),
+            s => panic!("{dir:?} {id}: {s:?} {:?} after its post (the memory taken: {after}){}", posted.elapsed(), counts(&a.ctx, owner)),
         }
         assert!(Instant::now() < deadline, "the WRITEs still land {:?} after the round began", WAIT * 2);
     }
     unreachable!()
+}
+
+/// The non-zero counters of the requester's device `a` and the owner's (if given), for a
+/// failure's message: whether the requests reached the owner's device, and what it did.
+fn counts(a: &Context, owner: Option<&Context>) -> String {
+    let of = |ctx: &Context| {
+        let named = ctx.counters().named();
+        named.iter().filter(|(_, v)| *v != 0).map(|(n, v)| format!("{n} {v}")).collect::<Vec<_>>().join(", ")
+    };
+    let owner = owner.map_or(String::new(), |o| format!("; the owner's device: {}", of(o)));
+    format!("; the requester's device: {}{owner}", of(a))
 }
 
 /// How the owner takes the memory from the device in a round.
@@ -285,23 +297,25 @@ fn rounds_in_this_process(ctx: &Context, new_requester: &dyn Fn() -> Side, conne
                 rkey = key;
                 match (way, &via) {
                     (Way::Dealloc, _) => Retire::Dealloc(mw),
-                    (Way::SendInv, Some((via, to))) => Retire::SendInv { mw, key, to, cq: &cq, send: Box::new(move || send_inv(via, key)) },
+                    (Way::SendInv, Some((via, to))) => Retire::SendInv { mw, key, to, cq: &cq, send: Box::new(move || send_inv(via, key, Some(ctx))) },
                     _ => Retire::Invalidate { mw, key, qp: &b, cq: &cq },
                 }
             }
         };
-        one_round(round, &a, (addr, rkey), dir, &mem, mr, retire);
+        one_round(round, &a, Some(ctx), (addr, rkey), dir, &mem, mr, retire);
     }
 }
 
 /// A round of requester `a` WRITEing or READing (`dir`) the owner's memory `mem` at
-/// `target` (address, key) through the owner's registration `mr` of it, which the owner
-/// takes from the device by `retire` ([`hammer`], [`owner_round`]).
-fn one_round(round: usize, a: &Side, target: (u64, u32), dir: Dir, mem: &UserMem, mr: Mr, retire: Retire<'_>) {
+/// `target` (address, key) through the owner's registration `mr` of it (on `owner`'s
+/// device), which the owner takes from the device by `retire` ([`hammer`],
+/// [`owner_round`]).
+#[allow(clippy::too_many_arguments)]
+fn one_round(round: usize, a: &Side, owner: Option<&Context>, target: (u64, u32), dir: Dir, mem: &UserMem, mr: Mr, retire: Retire<'_>) {
     a.mr.write(0, &vec![0xa5; LEN]).unwrap();
     let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
     std::thread::scope(|s| {
-        let requester = s.spawn(|| hammer(a, target.0, target.1, dir, &landed, &gone));
+        let requester = s.spawn(|| hammer(a, owner, target.0, target.1, dir, &landed, &gone));
         owner_round(mem, mr, retire, dir, &landed, &gone, || {
             let late = requester.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             assert_eq!(late, 0, "round {round}: {dir:?}s posted after the memory was taken from the device completed with success");
@@ -309,11 +323,13 @@ fn one_round(round: usize, a: &Side, target: (u64, u32), dir: Dir, mem: &UserMem
     });
 }
 
-/// An empty SEND_WITH_INV of `key` from `via`, waited for.
-fn send_inv(via: &Side, key: u32) {
+/// An empty SEND_WITH_INV of `key` from `via`, waited for (`owner`: the receiver's
+/// context, if in this process, whose device's counters a failure names).
+fn send_inv(via: &Side, key: u32, owner: Option<&Context>) {
     via.qp.post_send(&[SendWr::send(8, &[]).with_inv(key).signaled()]).unwrap();
     let posted = Instant::now();
-    assert_eq!(poll_one(&via.cq).status(), WcStatus::Success, "the SEND_WITH_INV of {key:#x}, {:?} after its post", posted.elapsed());
+    let status = poll_one(&via.cq).status();
+    assert_eq!(status, WcStatus::Success, "the SEND_WITH_INV of {key:#x}, {:?} after its post{}", posted.elapsed(), counts(&via.ctx, owner));
 }
 
 /// The requester a thread of this process, on the same-host link (the express lane: it
@@ -431,7 +447,7 @@ fn invalidator_process() {
         if line.trim() == "end" {
             return;
         }
-        send_inv(&via, line.trim().parse().unwrap());
+        send_inv(&via, line.trim().parse().unwrap(), None);
         say("sent");
     }
 }
@@ -524,7 +540,7 @@ fn requester_process(rounds: usize) {
         let a = Side { ctx: ctx.clone(), pd: pd.clone(), cq, qp, mr: mr.clone() };
         let (landed, gone) = (AtomicUsize::new(0), AtomicBool::new(false));
         std::thread::scope(|s| {
-            let h = s.spawn(|| hammer(&a, addr, rkey as u32, dir, &landed, &gone));
+            let h = s.spawn(|| hammer(&a, None, addr, rkey as u32, dir, &landed, &gone));
             let deadline = Instant::now() + WAIT;
             while landed.load(Ordering::SeqCst) < 3 {
                 assert!(Instant::now() < deadline, "no WRITE landed within {WAIT:?}");
