@@ -433,3 +433,102 @@ fn a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region() {
     tables.write_all_at(&1u32.to_ne_bytes(), busy).unwrap();
     deregistration_waits_while_stopped(mr, &child, "with a stopped peer mapping the region");
 }
+
+/// Where a receive ring's takers keep the count of receives still being placed, and the
+/// count of receives ever taken (`rings/recv_ring.rs`: the takers' line at byte 64 holds
+/// the lock word, `placing`, then `head`).
+const RQ_PLACING: u64 = 68;
+const RQ_HEAD: u64 = 72;
+
+/// The child of `a_receive_a_dead_peer_was_placing_is_flushed_with_the_others`: a process
+/// of the device with an RC QP, which says the QP's number and then waits for its stdin
+/// to close (and exits: its endpoint dies).
+fn taker_child() {
+    use std::io::Read;
+    let s = side(QpType::Rc);
+    println!("@@ {}", s.qp.qp_num());
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+/// A QP of this process connected to a QP of a child process, three receives posted, the
+/// first of them taken by the child and being placed (the ring's `head` and `placing`
+/// written as the child's take leaves them); the child then exits (`dies`) or lives on,
+/// and the QP is moved to ERR (`err`; else destroyed as it is). Returns the flushed
+/// receives (wr_id, status) in the order polled, and how long the QP's destroy took.
+fn flushed_after_a_take(dies: bool, err: bool) -> (Vec<(u64, WcStatus)>, std::time::Duration) {
+    const TEST: &str = "a_receive_a_dead_peer_was_placing_is_flushed_with_the_others";
+    let (mut child, stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "taker")]);
+    let mut stdin = Some(stdin);
+    let peer_qpn: u32 = lines.recv_timeout(std::time::Duration::from_secs(10)).unwrap().trim().parse().unwrap();
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    connect_qp(&qp, &ctx, peer_qpn, &PATH);
+    for wr_id in 1..=3 {
+        qp.post_recv(&[RecvWr::new(wr_id, &[])]).unwrap();
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let rq = maps
+        .lines()
+        .filter_map(|l| l.find('/').map(|i| &l[i..]))
+        .find(|p| p.contains("/ep-") && p.rsplit('/').next().is_some_and(|f| f.starts_with(&format!("rq-{}-", qp.qp_num()))))
+        .expect("the receive ring is mapped")
+        .to_owned();
+    let seg = std::fs::OpenOptions::new().read(true).write(true).open(&rq).unwrap();
+    assert_eq!((read_u64(&seg, RQ_HEAD), read_u64(&seg, RQ_PLACING) as u32), (0, 0), "nothing taken yet");
+    write_u64(&seg, RQ_HEAD, 1);
+    seg.write_all_at(&1u32.to_ne_bytes(), RQ_PLACING).unwrap();
+    if dies {
+        drop(stdin.take());
+        assert!(child.wait().unwrap().success());
+    }
+    if err {
+        qp.modify(&QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    }
+    // The flush completes what it completes inside the call.
+    let mut flushed = Vec::new();
+    let mut wc = [Wc::default(); 4];
+    loop {
+        let n = cq.poll(&mut wc).unwrap();
+        if n == 0 {
+            break;
+        }
+        flushed.extend(wc[..n].iter().map(|w| (w.wr_id(), w.status())));
+    }
+    if !dies {
+        // The living taker finishes its placement (and would complete its receive).
+        seg.write_all_at(&0u32.to_ne_bytes(), RQ_PLACING).unwrap();
+    }
+    let t = std::time::Instant::now();
+    qp.destroy().unwrap();
+    let destroyed = t.elapsed();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    (flushed, destroyed)
+}
+
+// A peer process that took a receive and died while placing its message (the queued
+// way: take, copy, then complete) left that receive neither in the ring nor completed:
+// the QP's flush completed the other receives only, so a program waiting for every
+// outstanding receive to come back (as it must before freeing their buffers) waited for
+// ever, and ibv_destroy_qp waited 2 s for the placement. A NIC flushes the receive a
+// message was arriving into. Now the flush completes it first (it is the oldest), with
+// IBV_WC_WR_FLUSH_ERR, once the taker is known dead; a living one keeps it (it completes
+// it itself), and its receive is not flushed twice.
+#[test]
+fn a_receive_a_dead_peer_was_placing_is_flushed_with_the_others() {
+    if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("taker") {
+        return taker_child();
+    }
+    let flush = WcStatus::WrFlushErr;
+    let (flushed, _) = flushed_after_a_take(true, true);
+    assert_eq!(flushed, [(1, flush), (2, flush), (3, flush)], "with the taker dead");
+    let (flushed, _) = flushed_after_a_take(false, true);
+    assert_eq!(flushed, [(2, flush), (3, flush)], "with the taker alive");
+    // Destroyed without a flush (nothing completes), the QP does not wait the 2 s a
+    // placement in progress is given for the dead taker's.
+    let (flushed, destroyed) = flushed_after_a_take(true, false);
+    assert_eq!(flushed, [], "completions without a flush");
+    assert!(destroyed < std::time::Duration::from_secs(1), "the destroy waited {destroyed:?} for a dead taker's placement");
+}

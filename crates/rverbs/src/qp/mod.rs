@@ -396,13 +396,28 @@ impl QpInner {
             let _ = self.recv_cq.push(cqe);
         }
         if let Some(rq) = &self.rq {
-            for wr_id in rq.drain() {
+            for wr_id in self.reclaim_from_dead_peer(rq).into_iter().chain(rq.drain()) {
                 let cqe = Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED);
                 let _ = self.recv_cq.push(cqe);
             }
         } else if self.srq.is_some() {
             self.raise(EventType::QpLastWqeReached);
         }
+    }
+
+    /// The receives of `rq` that the connected peer, a process of this host, took and was
+    /// still placing when it died (docs/failure-model.md, the dead CQ producer): no
+    /// completion would ever come for them, so the flush completes them first (they are
+    /// the oldest), as a NIC flushes the receive a message was arriving into, and the
+    /// QP's destroy does not wait for their placement. Empty while the peer lives (it
+    /// completes them itself; stopped, it goes on later) or is on another host (this
+    /// process's responder holds that receive).
+    fn reclaim_from_dead_peer(&self, rq: &crate::rings::recv_ring::RecvQueue) -> Vec<u64> {
+        if !self.host_peer_writes.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let ep = crate::table::endpoint_of(self.rec.dest_qpn.load(Ordering::Acquire));
+        rq.reclaim_placing(|| !self.pd.endpoint().alive(ep))
     }
 
     /// Runs the send queue whose lock the caller took (`sq`), then releases it. A kick
@@ -1221,6 +1236,11 @@ impl Qp {
         q.rec.qpn.store(0, Ordering::Release);
         if let Some(stats) = q.pd.endpoint().stats {
             stats.release_qp(q.qpn);
+        }
+        // Read while the QP still names its peer (the move to RESET forgets it): a dead
+        // peer's placement is not waited for below.
+        if let Some(rq) = &q.rq {
+            drop(q.reclaim_from_dead_peer(rq));
         }
         let _ = q.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);
         q.dev.qps().remove(q.qpn);

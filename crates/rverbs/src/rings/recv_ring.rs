@@ -508,6 +508,30 @@ impl RecvRing {
         self.drain_locked()
     }
 
+    /// The receives a taker that died took and was still placing (ibv_modify_qp(3) to
+    /// ERR: every outstanding receive completes, in error): their wr_ids, oldest first,
+    /// and they count as placed no more. Only for a ring one taker takes from in order —
+    /// a QP's own receive queue, whose connected peer delivers one message at a time —
+    /// so that those still placing are the last ones taken, at the positions just before
+    /// `head`; `taker_dead` is asked only if some are counted. A slot the owner has
+    /// posted into again since (a full lap of the ring later) names another receive and
+    /// is left out.
+    pub(crate) fn reclaim_placing(&self, taker_dead: impl FnOnce() -> bool) -> Vec<u64> {
+        let _g = self.lock();
+        let h = self.hdr();
+        let placing = h.takers.placing.load(Ordering::Acquire) & !CLOSED;
+        if placing == 0 || !taker_dead() {
+            return Vec::new();
+        }
+        let head = h.takers.head.load(Ordering::Relaxed);
+        let tail = h.poster.tail.load(Ordering::Acquire);
+        let cap = self.cap as u64;
+        let first = head.saturating_sub(u64::from(placing));
+        let ids = (first..head).filter(|&at| tail.wrapping_sub(at) < cap).map(|at| self.slot((at % cap) as usize)[0].load(Ordering::Relaxed)).collect();
+        h.takers.placing.fetch_sub(placing, Ordering::AcqRel);
+        ids
+    }
+
     /// Counts a placement into a receive that was not taken from this ring — a tagged
     /// buffer a tag-matching SRQ's list matched (`rings::tag_list`) — as a take counts
     /// its own ([`Placing`]); `None` once the ring is closed (the SRQ destroyed, or this
@@ -769,6 +793,11 @@ impl RecvQueue {
         drop(kept);
         drop(gone);
         ids
+    }
+
+    /// [`RecvRing::reclaim_placing`] of the queue's ring.
+    pub(crate) fn reclaim_placing(&self, taker_dead: impl FnOnce() -> bool) -> Vec<u64> {
+        self.ring.reclaim_placing(taker_dead)
     }
 
     /// Closes the queue of a QP being destroyed ([`RecvRing::close`]); returns the wr_ids
