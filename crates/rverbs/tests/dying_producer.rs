@@ -434,11 +434,24 @@ fn a_wait_for_accesses_waits_for_a_stopped_peer_that_maps_the_region() {
     deregistration_waits_while_stopped(mr, &child, "with a stopped peer mapping the region");
 }
 
-/// Where a receive ring's takers keep the count of receives still being placed, and the
-/// count of receives ever taken (`rings/recv_ring.rs`: the takers' line at byte 64 holds
-/// the lock word, `placing`, then `head`).
+/// Where a receive ring's takers keep the count of receives still being placed, the
+/// count of receives ever taken, and the count taken with the last receive whose
+/// completion its taker was about to publish (`rings/recv_ring.rs`: the takers' line at
+/// byte 64 holds the lock word, `placing`, `head`, then `completed`).
 const RQ_PLACING: u64 = 68;
 const RQ_HEAD: u64 = 72;
+const RQ_COMPLETED: u64 = 80;
+
+/// How far the child got with the receive it took.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Taker {
+    /// Placing it, alive.
+    Placing,
+    /// Died placing it.
+    DiedPlacing,
+    /// Died after publishing its completion, before uncounting it.
+    DiedCompleted,
+}
 
 /// The child of `a_receive_a_dead_peer_was_placing_is_flushed_with_the_others`: a process
 /// of the device with an RC QP, which says the QP's number and then waits for its stdin
@@ -452,10 +465,12 @@ fn taker_child() {
 
 /// A QP of this process connected to a QP of a child process, three receives posted, the
 /// first of them taken by the child and being placed (the ring's `head` and `placing`
-/// written as the child's take leaves them); the child then exits (`dies`) or lives on,
-/// and the QP is moved to ERR (`err`; else destroyed as it is). Returns the flushed
-/// receives (wr_id, status) in the order polled, and how long the QP's destroy took.
-fn flushed_after_a_take(dies: bool, err: bool) -> (Vec<(u64, WcStatus)>, std::time::Duration) {
+/// written as the child's take leaves them, and `completed` as well if the child got as
+/// far as its completion); the child then exits or lives on (`taker`), and the QP is
+/// moved to ERR (`err`; else destroyed as it is). Returns the flushed receives (wr_id,
+/// status) in the order polled, and how long the QP's destroy took.
+fn flushed_after_a_take(taker: Taker, err: bool) -> (Vec<(u64, WcStatus)>, std::time::Duration) {
+    let dies = taker != Taker::Placing;
     const TEST: &str = "a_receive_a_dead_peer_was_placing_is_flushed_with_the_others";
     let (mut child, stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "taker")]);
     let mut stdin = Some(stdin);
@@ -477,8 +492,12 @@ fn flushed_after_a_take(dies: bool, err: bool) -> (Vec<(u64, WcStatus)>, std::ti
         .to_owned();
     let seg = std::fs::OpenOptions::new().read(true).write(true).open(&rq).unwrap();
     assert_eq!((read_u64(&seg, RQ_HEAD), read_u64(&seg, RQ_PLACING) as u32), (0, 0), "nothing taken yet");
+    assert_eq!(read_u64(&seg, RQ_COMPLETED), 0);
     write_u64(&seg, RQ_HEAD, 1);
     seg.write_all_at(&1u32.to_ne_bytes(), RQ_PLACING).unwrap();
+    if taker == Taker::DiedCompleted {
+        write_u64(&seg, RQ_COMPLETED, 1);
+    }
     if dies {
         drop(stdin.take());
         assert!(child.wait().unwrap().success());
@@ -515,20 +534,23 @@ fn flushed_after_a_take(dies: bool, err: bool) -> (Vec<(u64, WcStatus)>, std::ti
 // ever, and ibv_destroy_qp waited 2 s for the placement. A NIC flushes the receive a
 // message was arriving into. Now the flush completes it first (it is the oldest), with
 // IBV_WC_WR_FLUSH_ERR, once the taker is known dead; a living one keeps it (it completes
-// it itself), and its receive is not flushed twice.
+// it itself), and so does one that died once its completion was published (the ring
+// says so): its receive is not flushed twice.
 #[test]
 fn a_receive_a_dead_peer_was_placing_is_flushed_with_the_others() {
     if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("taker") {
         return taker_child();
     }
     let flush = WcStatus::WrFlushErr;
-    let (flushed, _) = flushed_after_a_take(true, true);
+    let (flushed, _) = flushed_after_a_take(Taker::DiedPlacing, true);
     assert_eq!(flushed, [(1, flush), (2, flush), (3, flush)], "with the taker dead");
-    let (flushed, _) = flushed_after_a_take(false, true);
+    let (flushed, _) = flushed_after_a_take(Taker::Placing, true);
     assert_eq!(flushed, [(2, flush), (3, flush)], "with the taker alive");
+    let (flushed, _) = flushed_after_a_take(Taker::DiedCompleted, true);
+    assert_eq!(flushed, [(2, flush), (3, flush)], "with the taker dead after its completion");
     // Destroyed without a flush (nothing completes), the QP does not wait the 2 s a
     // placement in progress is given for the dead taker's.
-    let (flushed, destroyed) = flushed_after_a_take(true, false);
+    let (flushed, destroyed) = flushed_after_a_take(Taker::DiedPlacing, false);
     assert_eq!(flushed, [], "completions without a flush");
     assert!(destroyed < std::time::Duration::from_secs(1), "the destroy waited {destroyed:?} for a dead taker's placement");
 }

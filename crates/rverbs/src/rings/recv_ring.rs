@@ -79,6 +79,14 @@ impl RecvWqe {
         &self.sges
     }
 
+    /// Its completion is about to be published ([`Placing::completing`]; nothing for a
+    /// receive placed inside its take).
+    pub(crate) fn completing(&self) {
+        if let Some(p) = &self._placing {
+            p.completing();
+        }
+    }
+
     /// Total bytes the scatter list can take.
     pub(crate) fn capacity(&self) -> u64 {
         self.sges().iter().map(|s| u64::from(s.length)).sum()
@@ -124,6 +132,10 @@ struct RqTakers {
     /// [`CLOSED`] once the QP's destroy closed the ring.
     placing: AtomicU32,
     head: AtomicU64,
+    /// The count taken (`head` after the take) of the last receive taken to be placed
+    /// whose completion its taker was about to publish ([`Placing::completing`]): a dead
+    /// taker's receives are reclaimed only past it ([`RecvRing::reclaim_placing`]).
+    completed: AtomicU64,
 }
 
 /// `placing` bit: the ring is closed (its QP destroyed): nothing is taken any more.
@@ -138,6 +150,20 @@ const PLACING_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// message's bytes were copied and its completion published.
 pub(crate) struct Placing {
     seg: Arc<Segment>,
+    /// The count taken with this receive (`head` after its take); 0 for a placement
+    /// counted without a take of this ring ([`RecvRing::count_placing`]).
+    taken: u64,
+}
+
+impl Placing {
+    /// The receive's completion is about to be published: marked in the ring, so that a
+    /// taker that dies after publishing it and before dropping this does not have the
+    /// receive flushed a second time ([`RecvRing::reclaim_placing`]).
+    fn completing(&self) {
+        if self.taken != 0 {
+            self.seg.get::<RqHdr>(0).takers.completed.store(self.taken, Ordering::Release);
+        }
+    }
 }
 
 impl Drop for Placing {
@@ -445,7 +471,7 @@ impl RecvRing {
         };
         let placing = placing.then(|| {
             h.takers.placing.fetch_add(1, Ordering::Relaxed);
-            Placing { seg: self.seg.clone() }
+            Placing { seg: self.seg.clone(), taken }
         });
         let wqe = RecvWqe { taken: Some(TakenCount { ring: self.seen.tag, count: taken as u32 }), _placing: placing, ..wqe };
         Some(Taken { wqe, limit_fired })
@@ -513,9 +539,11 @@ impl RecvRing {
     /// and they count as placed no more. Only for a ring one taker takes from in order —
     /// a QP's own receive queue, whose connected peer delivers one message at a time —
     /// so that those still placing are the last ones taken, at the positions just before
-    /// `head`; `taker_dead` is asked only if some are counted. A slot the owner has
-    /// posted into again since (a full lap of the ring later) names another receive and
-    /// is left out.
+    /// `head`, after the last one whose completion the taker marked as about to be
+    /// published (`completed`: a taker that dies between that and uncounting the receive
+    /// has completed it); `taker_dead` is asked only if some are counted. A slot the owner
+    /// has posted into again since (a full lap of the ring later) names another receive
+    /// and is left out.
     pub(crate) fn reclaim_placing(&self, taker_dead: impl FnOnce() -> bool) -> Vec<u64> {
         let _g = self.lock();
         let h = self.hdr();
@@ -526,7 +554,7 @@ impl RecvRing {
         let head = h.takers.head.load(Ordering::Relaxed);
         let tail = h.poster.tail.load(Ordering::Acquire);
         let cap = self.cap as u64;
-        let first = head.saturating_sub(u64::from(placing));
+        let first = head.saturating_sub(u64::from(placing)).max(h.takers.completed.load(Ordering::Acquire));
         let ids = (first..head).filter(|&at| tail.wrapping_sub(at) < cap).map(|at| self.slot((at % cap) as usize)[0].load(Ordering::Relaxed)).collect();
         h.takers.placing.fetch_sub(placing, Ordering::AcqRel);
         ids
@@ -544,7 +572,7 @@ impl RecvRing {
             placing.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(Placing { seg: self.seg.clone() })
+        Some(Placing { seg: self.seg.clone(), taken: 0 })
     }
 
     /// Receives taken from this ring whose messages are still being placed ([`Placing`]).
@@ -875,6 +903,42 @@ mod tests {
         let d = std::env::temp_dir().join(format!("rverbs-rq-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// A dead taker's receives are reclaimed past the last one whose completion was built
+    /// (`transport::deliver::of_receive` marks it in the ring), and only while counted as
+    /// placing; a living taker's never.
+    #[test]
+    fn reclaim_takes_what_a_dead_taker_was_placing_past_its_last_completion() {
+        use crate::rings::wc::Cqe;
+        use rverbs_proto::verbs::WcStatus;
+        let d = dir("reclaim");
+        let rq = RecvQueue::new(&d.join("q"), 4, 1, me()).unwrap();
+        let s = [sge(1)];
+        let wrs: Vec<RecvWr<'_>> = (1..=4).map(|i| RecvWr::new(i, &s)).collect();
+        rq.post(&wrs, None, "post_recv", None).unwrap();
+        // Receive 1 taken and completed: its completion built, then the take dropped.
+        let one = rq.take().unwrap().wqe;
+        let cqe = crate::transport::deliver::of_receive(Cqe::error(1, 9, WcStatus::Success, 0), Some(&one));
+        assert_eq!(cqe.rq_taken.map(|t| t.count), Some(1));
+        drop(one);
+        assert!(rq.reclaim_placing(|| panic!("asked with nothing placing")).is_empty());
+        // Receive 2 being placed: a living taker keeps it; a dead one's (its drop never
+        // runs) is reclaimed and uncounted.
+        std::mem::forget(rq.take().unwrap().wqe);
+        assert!(rq.reclaim_placing(|| false).is_empty(), "a living taker keeps its receive");
+        assert_eq!(rq.ring().placing(), 1);
+        assert_eq!(rq.reclaim_placing(|| true), vec![2], "a dead taker's");
+        assert_eq!(rq.ring().placing(), 0, "uncounted");
+        // Receive 3's completion built before its taker died: it was published.
+        let three = rq.take().unwrap().wqe;
+        let _ = crate::transport::deliver::of_receive(Cqe::error(3, 9, WcStatus::Success, 0), Some(&three));
+        std::mem::forget(three);
+        assert_eq!(rq.reclaim_placing(|| true), Vec::<u64>::new(), "completed before the death");
+        assert_eq!(rq.ring().placing(), 0);
+        assert_eq!(rq.drain(), vec![4]);
+        drop(rq);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

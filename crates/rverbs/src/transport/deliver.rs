@@ -70,9 +70,12 @@ pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion, r: Option<&RecvWqe>
 /// completing), carrying the count of `r`'s take to the queue's owner: the poll that
 /// finds it tells the queue's post (`rings::recv_count`) and lets the regions the
 /// receive kept registered go (`rings::kept`). A tag-matched receive's word carries its
-/// tag instead ([`tm_completion`]).
+/// tag instead ([`tm_completion`]). Every receive completion of a taken receive is built
+/// here right before it is published, so this also marks `r` as completing in its ring
+/// ([`RecvWqe::completing`]: a taker that dies from here on has completed it).
 pub(crate) fn of_receive(mut cqe: Cqe, r: Option<&RecvWqe>) -> Cqe {
     if let Some(r) = r.filter(|r| r.wr_id == cqe.wr_id) {
+        r.completing();
         cqe.rq_taken = r.completion_count();
     }
     cqe
