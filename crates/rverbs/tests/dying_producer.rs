@@ -203,6 +203,18 @@ fn a_resize_meeting_a_stopped_producer_inside_is_called_off_and_loses_nothing() 
 /// `rings/recv_ring.rs`: the configuration line, then the takers' line, lock first).
 const RQ_LOCK: u64 = 64;
 
+/// The receive ring segment of QP `qpn` of this process (`rq-<qpn>-<generation>`, which
+/// this process maps), opened for reading and writing.
+fn rq_segment(qpn: u32) -> std::fs::File {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let rq = maps
+        .lines()
+        .filter_map(|l| l.find('/').map(|i| &l[i..]))
+        .find(|p| p.contains("/ep-") && p.rsplit('/').next().is_some_and(|f| f.starts_with(&format!("rq-{qpn}-"))))
+        .unwrap_or_else(|| panic!("QP {qpn}'s receive ring is mapped"));
+    std::fs::OpenOptions::new().read(true).write(true).open(rq).unwrap()
+}
+
 /// The child of `a_stopped_lock_holder_is_waited_for_not_taken_over`: a process of the
 /// device that says its endpoint number and then waits for its stdin to close.
 fn stopped_holder_child() {
@@ -279,14 +291,7 @@ fn a_stopped_lock_holder_is_waited_for_not_taken_over() {
 
     let (a, b) = pair(QpType::Rc);
     post_recv(&b, 31, 0, 64);
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    let rq = maps
-        .lines()
-        .filter_map(|l| l.find('/').map(|i| &l[i..]))
-        .find(|p| p.contains("/ep-") && p.rsplit('/').next().is_some_and(|f| f.starts_with(&format!("rq-{}-", b.qp.qp_num()))))
-        .expect("b's receive ring is mapped")
-        .to_owned();
-    let seg = std::fs::OpenOptions::new().read(true).write(true).open(&rq).unwrap();
+    let seg = rq_segment(b.qp.qp_num());
     assert_eq!(read_u64(&seg, RQ_LOCK) as u32, 0, "the lock is free");
 
     child.stop();
@@ -483,14 +488,7 @@ fn flushed_after_a_take(taker: Taker, err: bool) -> (Vec<(u64, WcStatus)>, std::
     for wr_id in 1..=3 {
         qp.post_recv(&[RecvWr::new(wr_id, &[])]).unwrap();
     }
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    let rq = maps
-        .lines()
-        .filter_map(|l| l.find('/').map(|i| &l[i..]))
-        .find(|p| p.contains("/ep-") && p.rsplit('/').next().is_some_and(|f| f.starts_with(&format!("rq-{}-", qp.qp_num()))))
-        .expect("the receive ring is mapped")
-        .to_owned();
-    let seg = std::fs::OpenOptions::new().read(true).write(true).open(&rq).unwrap();
+    let seg = rq_segment(qp.qp_num());
     assert_eq!((read_u64(&seg, RQ_HEAD), read_u64(&seg, RQ_PLACING) as u32), (0, 0), "nothing taken yet");
     assert_eq!(read_u64(&seg, RQ_COMPLETED), 0);
     write_u64(&seg, RQ_HEAD, 1);
