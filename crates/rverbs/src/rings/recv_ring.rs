@@ -554,8 +554,12 @@ impl RecvRing {
         let head = h.takers.head.load(Ordering::Relaxed);
         let tail = h.poster.tail.load(Ordering::Acquire);
         let cap = self.cap as u64;
-        let first = head.saturating_sub(u64::from(placing)).max(h.takers.completed.load(Ordering::Acquire));
-        let ids = (first..head).filter(|&at| tail.wrapping_sub(at) < cap).map(|at| self.slot((at % cap) as usize)[0].load(Ordering::Relaxed)).collect();
+        // Within the last lap of posts (a slot posted into again names another receive)
+        // and below `tail` as well as `head`: at most `cap` positions, whatever a peer
+        // wrote into these words.
+        let lap = tail.saturating_sub(cap - 1);
+        let first = head.saturating_sub(u64::from(placing)).max(h.takers.completed.load(Ordering::Acquire)).max(lap);
+        let ids = (first..head.min(tail)).map(|at| self.slot((at % cap) as usize)[0].load(Ordering::Relaxed)).collect();
         h.takers.placing.fetch_sub(placing, Ordering::AcqRel);
         ids
     }
@@ -936,6 +940,15 @@ mod tests {
         std::mem::forget(three);
         assert_eq!(rq.reclaim_placing(|| true), Vec::<u64>::new(), "completed before the death");
         assert_eq!(rq.ring().placing(), 0);
+        // Words a peer scribbled: a count of receives placing and a head far beyond what
+        // was posted name at most a lap of slots, read at once.
+        let takers = &rq.ring().hdr().takers;
+        let head = takers.head.load(Ordering::Relaxed);
+        takers.head.store(u64::MAX / 2, Ordering::Relaxed);
+        takers.placing.store(!CLOSED, Ordering::Relaxed);
+        assert!(rq.reclaim_placing(|| true).len() <= rq.ring().cap, "a lap at most");
+        assert_eq!(rq.ring().placing(), 0);
+        takers.head.store(head, Ordering::Relaxed);
         assert_eq!(rq.drain(), vec![4]);
         drop(rq);
         std::fs::remove_dir_all(&d).unwrap();
