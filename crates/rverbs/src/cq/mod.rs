@@ -36,8 +36,14 @@ use crate::rings::cq_segment::{self, CqSeg, Publish};
 const STUCK_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 /// One empty poll in this many that found nothing published also looks for a reservation
 /// left unpublished ([`CqInner::surely_empty`]): a dead producer's is then found within
-/// that many polls plus [`STUCK_CHECK`].
-const QUIET_CHECK: u32 = 64;
+/// that many polls plus [`STUCK_CHECK`] (a busy poller makes 4 096 empty polls in about
+/// 20 µs). The look reads the ring's `tail`, the line every producer's reservation
+/// writes: at one in 64 a receiver that spins through a same-host ping-pong's wait (~50
+/// polls) read it about once per message, and the sender's next reservation took the
+/// line back from it; at one in 4 096, once in some eighty messages. perftest's
+/// `ib_send_lat` 8 B between two processes: 0.42–0.46 µs at 64, 0.35–0.37 µs at 4 096
+/// (BENCHMARKS.md, "The dead-producer look, once in 4 096 empty polls").
+const QUIET_CHECK: u32 = 4096;
 
 /// This process as a producer of completions (`rings::producer_gate`).
 pub(crate) fn producer_of(endpoint: &crate::mr::endpoint::Endpoint) -> Producer {
