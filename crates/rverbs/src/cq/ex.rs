@@ -60,13 +60,14 @@ impl CqInner {
         }
     }
 
-    /// Removes the oldest completion and makes it the current one of the batch.
-    fn pop_polled(&self) -> Option<ExEntry> {
+    /// Removes the oldest completion and makes it the current one of the batch (`first`:
+    /// the batch's first, whose empty answer looks closely at the ring: `pop_words`).
+    fn pop_polled(&self, first: bool) -> Option<ExEntry> {
         // A pin, not the lock the batch holds: the safe API cannot prove it is held (a
         // `next_poll` without `start_poll` reads too, as a misbehaving poller would).
         let held = super::Reading::pin();
         let seg = self.seg(&held);
-        let words = self.pop_words(seg, &seg.ring().consumer(), usize::MAX)?;
+        let words = self.pop_words(seg, &seg.ring().consumer(), usize::MAX, first)?;
         // What the `ibv_wc_read_*` functions read ([`Cq::polled`] decodes them): the
         // ring's words as they were, not the decoded CQE written back (decoding is a
         // function of the words, so the reader gets this same CQE). These are the steps
@@ -115,7 +116,7 @@ impl Cq {
         }
         let marked = sanitize && cq.sanitize_poll_entered(true);
         cq.hold_consumer();
-        let entry = cq.pop_polled();
+        let entry = cq.pop_polled(true);
         if sanitize && entry.is_some() {
             crate::sanitizer::batch_opened(cq.sanitizer_id(), crate::sanitizer::thread_token());
         }
@@ -148,7 +149,7 @@ impl Cq {
         if cq.errored() {
             return Err(cq.overrun_seen());
         }
-        Ok(cq.pop_polled())
+        Ok(cq.pop_polled(false))
     }
 
     /// Ends the batch a successful [`Cq::start_poll`] opened (ibv_end_poll(3)),

@@ -577,17 +577,22 @@ impl CqInner {
     /// for a poll that removes many.
     #[inline(always)]
     fn pop_live_from(&self, seg: &CqSeg, ring: &Consumer<'_>) -> Option<Cqe> {
-        let cqe = Cqe::decode(&self.pop_words(seg, ring, usize::MAX)?);
+        let cqe = Cqe::decode(&self.pop_words(seg, ring, usize::MAX, true)?);
         self.polled(cqe.rq_taken, cqe.receive_or_error(), cqe.placed());
         Some(cqe)
     }
 
     /// The words of the next completion not purged, if any, word `skip` left 0 (not
     /// loaded; `usize::MAX`: none). Not yet heard: the caller tells `heard`.
+    ///
+    /// `first`: nothing was removed before in this poll, so an empty ring is looked at
+    /// closely: a `head` scribbled past `tail`, a reservation left unpublished
+    /// ([`CqInner::unstick`]). A poll that removed completions leaves both to the next
+    /// poll that finds none, which reads `tail` then ([`Consumer::pop_skipping`]).
     #[inline(always)]
-    fn pop_words(&self, seg: &CqSeg, ring: &Consumer<'_>, skip: usize) -> Option<[u64; CQE_WORDS]> {
+    fn pop_words(&self, seg: &CqSeg, ring: &Consumer<'_>, skip: usize, first: bool) -> Option<[u64; CQE_WORDS]> {
         loop {
-            match ring.pop_skipping(skip) {
+            match ring.pop_skipping(skip, first) {
                 Pop::Entry(words, pos) => {
                     if self.purging.load(Ordering::Acquire) && self.purged(Cqe::qp_num_of(&words), seg.gen, pos) {
                         continue;
@@ -595,8 +600,10 @@ impl CqInner {
                     return Some(words);
                 }
                 Pop::Empty => {
-                    if let Some(h) = seg.ring().stalled_at() {
-                        self.unstick(seg, h);
+                    if first {
+                        if let Some(h) = seg.ring().stalled_at() {
+                            self.unstick(seg, h);
+                        }
                     }
                     return None;
                 }
@@ -775,7 +782,7 @@ impl CqInner {
         };
         let mut n = ring.pop_published(out, Cqe::read_wc, keep);
         while n < out.len() {
-            let Some(words) = self.pop_words(seg, &ring, Cqe::TIMESTAMP_WORD) else { break };
+            let Some(words) = self.pop_words(seg, &ring, Cqe::TIMESTAMP_WORD, n == 0) else { break };
             let receive_or_error = Cqe::write_wc(&words, &mut out[n]);
             self.polled(Cqe::taken_of(&words), receive_or_error, Cqe::placed_of(&words));
             n += 1;

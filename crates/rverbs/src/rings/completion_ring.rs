@@ -260,7 +260,7 @@ impl Ring {
     /// CQ is SINGLE_THREADED). The CQ polls through [`Ring::consumer`].
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn pop(&self) -> Pop {
-        self.consumer().pop_skipping(usize::MAX)
+        self.consumer().pop_skipping(usize::MAX, true)
     }
 
     /// The consumer's side of the ring for one poll: [`Consumer::pop_skipping`] is
@@ -412,8 +412,16 @@ impl Consumer<'_> {
     /// Removes the oldest published CQE, if any (module doc: the consumer's protocol),
     /// leaving data word `skip` 0 instead of loading it (a word the caller does not read;
     /// `usize::MAX`: none). The seqlock's check covers the words loaded.
+    ///
+    /// `check_tail`: an empty answer also reads `tail`, to find a `head` scribbled past
+    /// every reservation ([`Pop::Corrupt`]). A poll that already removed completions
+    /// passes `false` and leaves the check to a poll that finds nothing: `tail` is the
+    /// line every producer's reservation writes, and a consumer that read it at the end
+    /// of each poll draining the CQ would make each reservation from another process
+    /// take it back first (BENCHMARKS.md, "The dead-producer look, once in 4 096 empty
+    /// polls").
     #[inline(always)]
-    pub(crate) fn pop_skipping(&self, skip: usize) -> Pop {
+    pub(crate) fn pop_skipping(&self, skip: usize, check_tail: bool) -> Pop {
         let cap = self.mask + 1;
         let mut h = self.hdr.head.load(Ordering::Relaxed);
         loop {
@@ -433,6 +441,9 @@ impl Consumer<'_> {
                 // A `head` beyond every position reserved was scribbled: nothing will be
                 // published there (a producer that knows it has room does not read `head`
                 // to find out).
+                if !check_tail {
+                    return Pop::Empty;
+                }
                 let t = self.ring.tail();
                 if h > t {
                     self.hdr.head.store(t, Ordering::Release);
@@ -591,6 +602,21 @@ mod tests {
         r.slot(0).seq.store(1000, Ordering::Relaxed);
         assert_eq!(r.pop(), Pop::Corrupt);
         assert_eq!(r.pop(), Pop::Empty, "resynchronised at the tail");
+        r.push(&cqe(1), false).unwrap();
+        assert_eq!(pop_n(&r), Some(1));
+    }
+
+    /// A poll that already removed completions does not read `tail` (`check_tail`
+    /// false): a scribbled `head` reads as empty there, and the next poll that asks finds
+    /// it, with the same resynchronisation.
+    #[test]
+    fn a_scribbled_head_is_found_by_the_pop_that_checks_tail() {
+        let r = Ring::new(4);
+        r.push(&cqe(0), false).unwrap();
+        r.hdr().head.store(1000, Ordering::Relaxed);
+        assert_eq!(r.consumer().pop_skipping(usize::MAX, false), Pop::Empty);
+        assert_eq!(r.hdr().head.load(Ordering::Relaxed), 1000, "nothing resynchronised without the check");
+        assert_eq!(r.consumer().pop_skipping(usize::MAX, true), Pop::Corrupt);
         r.push(&cqe(1), false).unwrap();
         assert_eq!(pop_n(&r), Some(1));
     }
