@@ -41,7 +41,7 @@ const STUCK_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 /// writes: at one in 64 a receiver that spins through a same-host ping-pong's wait (~50
 /// polls) read it about once per message, and the sender's next reservation took the
 /// line back from it; at one in 4 096, once in some eighty messages. perftest's
-/// `ib_send_lat` 8 B between two processes: 0.42–0.46 µs at 64, 0.35–0.37 µs at 4 096
+/// `ib_send_lat` 8 B between two processes: 0.41–0.45 µs at 64, 0.34–0.36 µs at 4 096
 /// (BENCHMARKS.md, "The dead-producer look, once in 4 096 empty polls").
 const QUIET_CHECK: u32 = 4096;
 

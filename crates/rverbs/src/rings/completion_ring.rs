@@ -418,8 +418,8 @@ impl Consumer<'_> {
     /// passes `false` and leaves the check to a poll that finds nothing: `tail` is the
     /// line every producer's reservation writes, and a consumer that read it at the end
     /// of each poll draining the CQ would make each reservation from another process
-    /// take it back first (BENCHMARKS.md, "The dead-producer look, once in 4 096 empty
-    /// polls").
+    /// take it back first (BENCHMARKS.md, "A poll that drains the CQ leaves `tail`
+    /// alone").
     #[inline(always)]
     pub(crate) fn pop_skipping(&self, skip: usize, check_tail: bool) -> Pop {
         let cap = self.mask + 1;
