@@ -51,9 +51,9 @@ pub(crate) fn producer_of(endpoint: &crate::mr::endpoint::Endpoint) -> Producer 
 }
 
 /// Whether producer `pid` of endpoint `ep` is alive, as the owner of a CQ of `endpoint`
-/// sees it (`Registry::owner_alive`; without a registry only this process produces).
+/// sees it ([`Endpoint::owner_alive`](crate::mr::endpoint::Endpoint::owner_alive)).
 fn producer_alive(endpoint: &crate::mr::endpoint::Endpoint, ep: u32, pid: u32) -> bool {
-    endpoint.reg.as_ref().map_or(pid == endpoint.pid, |r| r.owner_alive(ep, pid))
+    endpoint.owner_alive(ep, pid)
 }
 
 bitflags! {

@@ -151,6 +151,13 @@ impl Endpoint {
         self.reg.as_ref().is_none_or(|r| r.alive(ep))
     }
 
+    /// Whether process `pid`, which held endpoint `ep` when it wrote so into a shared word
+    /// (a CQ's producer gate, a receive ring's take record), is alive still
+    /// (`Registry::owner_alive`; without a registry only this process writes them).
+    pub(crate) fn owner_alive(&self, ep: u32, pid: u32) -> bool {
+        self.reg.as_ref().map_or(pid == self.pid, |r| r.owner_alive(ep, pid))
+    }
+
     /// This endpoint's count of its accesses in progress through cross-memory attach
     /// (`Registry::cma_accesses`); `None` without a registry (no peers to reach).
     pub(crate) fn cma_accesses(&self) -> Option<&AtomicU64> {

@@ -400,7 +400,13 @@ impl QpInner {
                 let cqe = Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED);
                 let _ = self.recv_cq.push(cqe);
             }
-        } else if self.srq.is_some() {
+        } else if let Some(srq) = &self.srq {
+            // The SRQ's receives that a peer now dead took for this QP and was placing
+            // (`SrqInner::reclaim_dead_takes`), to the CQ they would have completed to.
+            let cq = srq.tm.as_ref().map_or(&self.recv_cq, |(_, cq)| cq);
+            for (wr_id, taken) in srq.reclaim_dead_takes(Some(self.qpn)) {
+                let _ = cq.push(Cqe { rq_taken: Some(taken), ..Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) });
+            }
             self.raise(EventType::QpLastWqeReached);
         }
     }
@@ -416,8 +422,8 @@ impl QpInner {
         if !self.host_peer_writes.load(Ordering::Relaxed) {
             return Vec::new();
         }
-        let ep = crate::table::endpoint_of(self.rec.dest_qpn.load(Ordering::Acquire));
-        rq.reclaim_placing(|| !self.pd.endpoint().alive(ep))
+        let endpoint = self.pd.endpoint();
+        rq.reclaim_placing(|ep, pid| endpoint.owner_alive(ep, pid))
     }
 
     /// Runs the send queue whose lock the caller took (`sq`), then releases it. A kick
@@ -1285,6 +1291,9 @@ impl Qp {
         q.send_cq.detach();
         q.recv_cq.detach();
         if let Some(srq) = &q.srq {
+            // A dead peer's takes for this QP complete nowhere now, nor hold the SRQ's
+            // destroy (`SrqInner::reclaim_dead_takes`).
+            srq.reclaim_dead_takes(Some(q.qpn));
             srq.detach_qp();
         }
         if let Some(x) = &q.xrcd {

@@ -168,6 +168,21 @@ impl SrqInner {
         Some(t.wqe)
     }
 
+    /// The receives of this SRQ that peers now dead took for QP `qpn` (for any QP: `None`)
+    /// and were still placing, from the queue and from those earlier resizes replaced:
+    /// their wr_ids with the counts their completions carry, and they count as placed no
+    /// more (`RecvRing::reclaim_recorded`; a QP's flush completes them, its destroy and
+    /// the SRQ's do not wait for them).
+    pub(crate) fn reclaim_dead_takes(&self, qpn: Option<u32>) -> Vec<(u64, TakenCount)> {
+        let endpoint = self.pd.endpoint();
+        let alive = |ep, pid| endpoint.owner_alive(ep, pid);
+        let mut ids = self.queue().ring().reclaim_recorded(qpn, alive);
+        for q in self.retired.lock().expect("srq retired").iter() {
+            ids.extend(q.ring().reclaim_recorded(qpn, alive));
+        }
+        ids
+    }
+
     /// `f` on the current queue, and again on the queue that replaced it when a resize
     /// (another thread's ibv_modify_srq(3)) moved the receives out between the lookup and
     /// `f`: the old ring is empty then, and closed. A take that found it so would refuse
@@ -533,7 +548,11 @@ impl Srq {
         for q in &queues {
             q.close();
         }
+        // A peer that died while placing never finishes: its recorded takes are not
+        // waited for (`RecvRing::reclaim_recorded`).
+        let endpoint = self.inner.pd.endpoint();
         for q in &queues {
+            q.ring().reclaim_recorded(None, |ep, pid| endpoint.owner_alive(ep, pid));
             q.ring().wait_placed();
         }
         self.inner.teardown();

@@ -94,16 +94,18 @@ impl RecvWqe {
 }
 
 /// The ring's header, at byte 0 of the segment: three cache lines, so that the owner
-/// posting and a peer taking share no line but the slot itself. `tail` counts the
-/// receives ever posted and is written only by the owner's posts; `head` counts those
-/// ever taken and is written only under `lock` (a taker, or the owner draining). The
-/// queue holds `tail - head` receives at slots `head % cap ..`.
+/// posting and a peer taking share no line but the slot itself, then the records of the
+/// takes being placed ([`RqTakes`]). `tail` counts the receives ever posted and is
+/// written only by the owner's posts; `head` counts those ever taken and is written only
+/// under `lock` (a taker, or the owner draining). The queue holds `tail - head` receives
+/// at slots `head % cap ..`.
 #[repr(C)]
 #[derive(Default)]
 struct RqHdr {
     config: RqConfig,
     takers: RqTakers,
     poster: RqPoster,
+    takes: RqTakes,
 }
 
 /// The ring's geometry and rarely written words (the tag: written once, by the owner).
@@ -136,6 +138,11 @@ struct RqTakers {
     /// whose completion its taker was about to publish ([`Placing::completing`]): a dead
     /// taker's receives are reclaimed only past it ([`RecvRing::reclaim_placing`]).
     completed: AtomicU64,
+    /// Who took the last receive taken to be placed, as `pid << 32 | endpoint number`:
+    /// the one taker of a QP's own queue, whose death [`RecvRing::reclaim_placing`] asks
+    /// about by pid as well (an endpoint number is claimed again by the next process that
+    /// opens the device, at once).
+    taker: AtomicU64,
 }
 
 /// `placing` bit: the ring is closed (its QP destroyed): nothing is taken any more.
@@ -153,21 +160,38 @@ pub(crate) struct Placing {
     /// The count taken with this receive (`head` after its take); 0 for a placement
     /// counted without a take of this ring ([`RecvRing::count_placing`]).
     taken: u64,
+    /// The take's record ([`TakeRecord`]) as its index + 1; 0 for none.
+    record: usize,
 }
 
 impl Placing {
     /// The receive's completion is about to be published: marked in the ring, so that a
     /// taker that dies after publishing it and before dropping this does not have the
-    /// receive flushed a second time ([`RecvRing::reclaim_placing`]).
+    /// receive flushed a second time ([`RecvRing::reclaim_placing`],
+    /// [`RecvRing::reclaim_recorded`]).
     fn completing(&self) {
+        let h = self.seg.get::<RqHdr>(0);
         if self.taken != 0 {
-            self.seg.get::<RqHdr>(0).takers.completed.store(self.taken, Ordering::Release);
+            h.takers.completed.store(self.taken, Ordering::Release);
         }
+        if let Some(r) = self.record() {
+            // Only this taker writes a record it claimed, until it frees it.
+            r.who.store(r.who.load(Ordering::Relaxed) | DONE, Ordering::Release);
+        }
+    }
+
+    fn record(&self) -> Option<&TakeRecord> {
+        Some(&self.seg.get::<RqHdr>(0).takes.records[self.record.checked_sub(1)?])
     }
 }
 
 impl Drop for Placing {
     fn drop(&mut self) {
+        // Freed before the count goes: a record is never reclaimed after its take was
+        // uncounted (a taker that dies in between leaves a count the destroy waits for).
+        if let Some(r) = self.record() {
+            r.who.store(0, Ordering::Release);
+        }
         self.seg.get::<RqHdr>(0).takers.placing.fetch_sub(1, Ordering::Release);
     }
 }
@@ -180,7 +204,42 @@ struct RqPoster {
     tail: AtomicU64,
 }
 
-// SAFETY: atomics only (the three lines below), every bit pattern valid.
+/// Takes of a shared receive queue being placed, each recorded with its taker and the QP
+/// it is for, so that the receive a taker that died was placing can be completed by that
+/// QP's flush ([`RecvRing::reclaim_recorded`]): an SRQ is taken from by many peers at once,
+/// so the order of its takes cannot tell whose a receive being placed is, as it does for
+/// a QP's own queue ([`RecvRing::reclaim_placing`]).
+#[repr(C, align(64))]
+#[derive(Default)]
+struct RqTakes {
+    records: [TakeRecord; TAKE_RECORDS],
+}
+
+/// Records a ring keeps; a take that finds them all in use goes unrecorded (lost if its
+/// taker dies while placing it, as before records existed: docs/failure-model.md).
+const TAKE_RECORDS: usize = 16;
+
+/// [`TakeRecord::who`] bit (above every endpoint number): the taker is publishing, or has
+/// published, the receive's completion.
+const DONE: u64 = 1 << 31;
+
+/// One take being placed: claimed under the ring's lock by the take, marked [`DONE`] by
+/// its taker right before it publishes the receive's completion, freed when the taker
+/// drops the receive, right before it uncounts it from `placing`.
+#[repr(C)]
+#[derive(Default)]
+struct TakeRecord {
+    /// `pid << 32 | endpoint number` of the taker, with [`DONE`]; 0: the record is free.
+    who: AtomicU64,
+    /// The QP the message is for (low 32 bits), and the low 32 bits of the count taken
+    /// with the receive (`head` after the take), which its completion carries
+    /// (`rings::recv_count`).
+    qpn: AtomicU64,
+    wr_id: AtomicU64,
+}
+
+// SAFETY: atomics only (the three lines and the take records below), every bit pattern
+// valid.
 unsafe impl ShmSafe for RqHdr {}
 
 const HDR_BYTES: usize = std::mem::size_of::<RqHdr>();
@@ -425,7 +484,7 @@ impl RecvRing {
     /// queued way: the receive counts as placing until dropped); also tells whether the
     /// SRQ limit fired.
     pub(crate) fn take(&self) -> Option<Taken> {
-        self.take_counted(|_| true, true)
+        self.take_counted(|_| true, true, None)
     }
 
     /// Takes the oldest receive only if `fits` says so, under the ring's lock (the express
@@ -435,12 +494,14 @@ impl RecvRing {
     /// `tail` is read only when the receives known to this process's takers are used up
     /// (`Seen::tail`, kept under the lock, whose Acquire passes on the one that read it).
     pub(crate) fn take_if(&self, fits: impl FnOnce(&RecvWqe) -> bool) -> Option<Taken> {
-        self.take_counted(fits, false)
+        self.take_counted(fits, false, None)
     }
 
     /// [`RecvRing::take_if`]; `placing`: the message is placed after the take, so the
-    /// receive is counted until dropped ([`Placing`]).
-    pub(crate) fn take_counted(&self, fits: impl FnOnce(&RecvWqe) -> bool, placing: bool) -> Option<Taken> {
+    /// receive is counted until dropped ([`Placing`]); `for_qp` as well: a take of an SRQ
+    /// by a peer, for the QP numbered so, recorded with this process as its taker while a
+    /// record is free ([`RqTakes`]).
+    pub(crate) fn take_counted(&self, fits: impl FnOnce(&RecvWqe) -> bool, placing: bool, for_qp: Option<u32>) -> Option<Taken> {
         let _g = self.lock();
         let h = self.hdr();
         if h.takers.placing.load(Ordering::Relaxed) & CLOSED != 0 {
@@ -471,10 +532,63 @@ impl RecvRing {
         };
         let placing = placing.then(|| {
             h.takers.placing.fetch_add(1, Ordering::Relaxed);
-            Placing { seg: self.seg.clone(), taken }
+            h.takers.taker.store(self.who(), Ordering::Relaxed);
+            let record = for_qp.map_or(0, |qpn| self.record_take(qpn, taken as u32, wqe.wr_id));
+            Placing { seg: self.seg.clone(), taken, record }
         });
         let wqe = RecvWqe { taken: Some(TakenCount { ring: self.seen.tag, count: taken as u32 }), _placing: placing, ..wqe };
         Some(Taken { wqe, limit_fired })
+    }
+
+    /// Claims a free record for a take of receive `wr_id` by this process for QP `qpn`,
+    /// the `taken`-th of the ring, under the ring's lock (which every claim holds): its
+    /// index + 1, or 0 if none is free.
+    fn record_take(&self, qpn: u32, taken: u32, wr_id: u64) -> usize {
+        let records = &self.hdr().takes.records;
+        let Some(i) = records.iter().position(|r| r.who.load(Ordering::Acquire) == 0) else {
+            tracing::debug!("every take record of a shared receive queue is in use: this take goes unrecorded");
+            return 0;
+        };
+        let r = &records[i];
+        r.qpn.store(u64::from(qpn) | u64::from(taken) << 32, Ordering::Relaxed);
+        r.wr_id.store(wr_id, Ordering::Relaxed);
+        r.who.store(self.who(), Ordering::Release);
+        i + 1
+    }
+
+    /// This process as a taker: `pid << 32 | endpoint number`.
+    fn who(&self) -> u64 {
+        u64::from(self.me.pid) << 32 | u64::from(self.me.ep())
+    }
+
+    /// The receives of a shared receive queue's ring that takers now dead took for QP
+    /// `qpn` (for any QP: `None`) and were still placing, as their records name them
+    /// ([`RqTakes`]; `alive(ep, pid)` says whether the process of a record lives): their
+    /// wr_ids with the counts their completions carry. They, and the takes such a taker
+    /// had completed without uncounting them yet (marked [`DONE`]: not named, so never
+    /// completed twice), count as placed no more.
+    ///
+    /// Rule: ibv_modify_qp(3) to ERR completes every outstanding receive of the QP in
+    /// error — a NIC flushes the receive a message was arriving into with the QP's other
+    /// work — and once ibv_destroy_qp(3) or ibv_destroy_srq(3) returned nothing is placed
+    /// into the receives any more, which a dead taker never does.
+    pub(crate) fn reclaim_recorded(&self, qpn: Option<u32>, alive: impl Fn(u32, u32) -> bool) -> Vec<(u64, TakenCount)> {
+        let _g = self.lock();
+        let h = self.hdr();
+        let mut ids = Vec::new();
+        for r in &h.takes.records {
+            let (who, for_qp) = (r.who.load(Ordering::Acquire), r.qpn.load(Ordering::Relaxed));
+            if who == 0 || qpn.is_some_and(|q| for_qp as u32 != q) || alive((who & !DONE) as u32, (who >> 32) as u32) {
+                continue;
+            }
+            if who & DONE == 0 {
+                ids.push((r.wr_id.load(Ordering::Relaxed), TakenCount { ring: self.seen.tag, count: (for_qp >> 32) as u32 }));
+            }
+            r.who.store(0, Ordering::Release);
+            // Never below 0, whatever a peer wrote into the count.
+            let _ = h.takers.placing.fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| (p & !CLOSED != 0).then(|| p - 1));
+        }
+        ids
     }
 
     /// Stores a receive in slot `i` (at most `max_sge` entries: the caller checked).
@@ -541,14 +655,15 @@ impl RecvRing {
     /// so that those still placing are the last ones taken, at the positions just before
     /// `head`, after the last one whose completion the taker marked as about to be
     /// published (`completed`: a taker that dies between that and uncounting the receive
-    /// has completed it); `taker_dead` is asked only if some are counted. A slot the owner
-    /// has posted into again since (a full lap of the ring later) names another receive
-    /// and is left out.
-    pub(crate) fn reclaim_placing(&self, taker_dead: impl FnOnce() -> bool) -> Vec<u64> {
+    /// has completed it); `alive(ep, pid)`, asked only if some are counted, says whether
+    /// the process that took last (`taker`) lives. A slot the owner has posted into again
+    /// since (a full lap of the ring later) names another receive and is left out.
+    pub(crate) fn reclaim_placing(&self, alive: impl FnOnce(u32, u32) -> bool) -> Vec<u64> {
         let _g = self.lock();
         let h = self.hdr();
         let placing = h.takers.placing.load(Ordering::Acquire) & !CLOSED;
-        if placing == 0 || !taker_dead() {
+        let taker = h.takers.taker.load(Ordering::Relaxed);
+        if placing == 0 || alive(taker as u32, (taker >> 32) as u32) {
             return Vec::new();
         }
         let head = h.takers.head.load(Ordering::Relaxed);
@@ -576,7 +691,7 @@ impl RecvRing {
             placing.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(Placing { seg: self.seg.clone(), taken: 0 })
+        Some(Placing { seg: self.seg.clone(), taken: 0, record: 0 })
     }
 
     /// Receives taken from this ring whose messages are still being placed ([`Placing`]).
@@ -828,8 +943,8 @@ impl RecvQueue {
     }
 
     /// [`RecvRing::reclaim_placing`] of the queue's ring.
-    pub(crate) fn reclaim_placing(&self, taker_dead: impl FnOnce() -> bool) -> Vec<u64> {
-        self.ring.reclaim_placing(taker_dead)
+    pub(crate) fn reclaim_placing(&self, alive: impl FnOnce(u32, u32) -> bool) -> Vec<u64> {
+        self.ring.reclaim_placing(alive)
     }
 
     /// Closes the queue of a QP being destroyed ([`RecvRing::close`]); returns the wr_ids
@@ -926,19 +1041,23 @@ mod tests {
         let cqe = crate::transport::deliver::of_receive(Cqe::error(1, 9, WcStatus::Success, 0), Some(&one));
         assert_eq!(cqe.rq_taken.map(|t| t.count), Some(1));
         drop(one);
-        assert!(rq.reclaim_placing(|| panic!("asked with nothing placing")).is_empty());
+        assert!(rq.reclaim_placing(|_, _| panic!("asked with nothing placing")).is_empty());
         // Receive 2 being placed: a living taker keeps it; a dead one's (its drop never
         // runs) is reclaimed and uncounted.
         std::mem::forget(rq.take().unwrap().wqe);
-        assert!(rq.reclaim_placing(|| false).is_empty(), "a living taker keeps its receive");
+        assert!(rq.reclaim_placing(|_, _| true).is_empty(), "a living taker keeps its receive");
         assert_eq!(rq.ring().placing(), 1);
-        assert_eq!(rq.reclaim_placing(|| true), vec![2], "a dead taker's");
+        let taker = |ep, pid| {
+            assert_eq!((ep, pid), (me().ep(), me().pid), "asked about the process that took");
+            false
+        };
+        assert_eq!(rq.reclaim_placing(taker), vec![2], "a dead taker's");
         assert_eq!(rq.ring().placing(), 0, "uncounted");
         // Receive 3's completion built before its taker died: it was published.
         let three = rq.take().unwrap().wqe;
         let _ = crate::transport::deliver::of_receive(Cqe::error(3, 9, WcStatus::Success, 0), Some(&three));
         std::mem::forget(three);
-        assert_eq!(rq.reclaim_placing(|| true), Vec::<u64>::new(), "completed before the death");
+        assert_eq!(rq.reclaim_placing(|_, _| false), Vec::<u64>::new(), "completed before the death");
         assert_eq!(rq.ring().placing(), 0);
         // Words a peer scribbled: a count of receives placing and a head far beyond what
         // was posted name at most a lap of slots, read at once.
@@ -946,10 +1065,58 @@ mod tests {
         let head = takers.head.load(Ordering::Relaxed);
         takers.head.store(u64::MAX / 2, Ordering::Relaxed);
         takers.placing.store(!CLOSED, Ordering::Relaxed);
-        assert!(rq.reclaim_placing(|| true).len() <= rq.ring().cap, "a lap at most");
+        assert!(rq.reclaim_placing(|_, _| false).len() <= rq.ring().cap, "a lap at most");
         assert_eq!(rq.ring().placing(), 0);
         takers.head.store(head, Ordering::Relaxed);
         assert_eq!(rq.drain(), vec![4]);
+        drop(rq);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A take recorded for a QP (a peer's take of an SRQ) is reclaimed for that QP, or for
+    /// any, only once its taker is dead: named unless the taker marked it right before
+    /// publishing the completion (then only uncounted), and not at all once the taker
+    /// dropped the receive; a take that finds every record in use still takes, unrecorded.
+    #[test]
+    fn recorded_takes_of_a_dead_taker_are_reclaimed_for_their_qp_once() {
+        use crate::rings::wc::Cqe;
+        use rverbs_proto::verbs::WcStatus;
+        let d = dir("records");
+        let n = TAKE_RECORDS as u64 + 8;
+        let rq = RecvQueue::new(&d.join("q"), n as u32, 1, me()).unwrap();
+        let s = [sge(1)];
+        let wrs: Vec<RecvWr<'_>> = (1..=n).map(|i| RecvWr::new(i, &s)).collect();
+        rq.post(&wrs, None, "post_recv", None).unwrap();
+        let ring = rq.ring();
+        let take = |qpn| ring.take_counted(|_| true, true, Some(qpn)).unwrap().wqe;
+        let me = (me().ep(), me().pid);
+        let dead = |ep, pid| (ep, pid) != me;
+        // 1 and 2 taken by a taker that dies while placing them; 3 completed before its
+        // taker died; 4 placed and dropped.
+        std::mem::forget(take(7));
+        std::mem::forget(take(8));
+        let three = take(7);
+        let _ = crate::transport::deliver::of_receive(Cqe::error(3, 7, WcStatus::Success, 0), Some(&three));
+        std::mem::forget(three);
+        drop(take(7));
+        assert_eq!(ring.placing(), 3);
+        assert_eq!(ring.reclaim_recorded(Some(7), |ep, pid| (ep, pid) == me), vec![], "a living taker keeps its takes");
+        let tag = ring.tag();
+        // QP 7's: 1 named; 3, completed, uncounted only.
+        assert_eq!(ring.reclaim_recorded(Some(7), dead), vec![(1, TakenCount { ring: tag, count: 1 })], "QP 7's");
+        assert_eq!(ring.placing(), 1);
+        assert_eq!(ring.reclaim_recorded(Some(7), dead), vec![], "once");
+        assert_eq!(ring.reclaim_recorded(None, dead), vec![(2, TakenCount { ring: tag, count: 2 })], "any QP's");
+        assert_eq!(ring.placing(), 0);
+        // Every record in use: the next take is not refused, only unrecorded.
+        let held: Vec<RecvWqe> = (0..TAKE_RECORDS).map(|_| take(9)).collect();
+        let extra = take(9);
+        assert_eq!(extra.wr_id, 5 + TAKE_RECORDS as u64);
+        std::mem::forget(held);
+        std::mem::forget(extra);
+        let reclaimed: Vec<u64> = ring.reclaim_recorded(Some(9), dead).into_iter().map(|(w, _)| w).collect();
+        assert_eq!(reclaimed, (5..5 + TAKE_RECORDS as u64).collect::<Vec<_>>());
+        assert_eq!(ring.placing(), 1, "the unrecorded take's");
         drop(rq);
         std::fs::remove_dir_all(&d).unwrap();
     }

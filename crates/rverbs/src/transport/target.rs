@@ -237,11 +237,12 @@ impl PeerTarget {
 
     /// Takes from the ring of generation `gen` of segment `name`, mapping it if needed,
     /// the receive at its head only if `fits` accepts it ([`RecvRing::take_if`]);
-    /// `placing`: counted until placed ([`RecvRing::take`]).
-    fn take_from(&self, gen: u32, name: impl FnOnce() -> String, fits: impl FnOnce(&RecvWqe) -> bool, placing: bool) -> Take {
+    /// `placing`: counted until placed ([`RecvRing::take`]); `for_qp`: recorded as taken
+    /// by this process for that QP ([`RecvRing::take_counted`]).
+    fn take_from(&self, gen: u32, name: impl FnOnce() -> String, fits: impl FnOnce(&RecvWqe) -> bool, placing: bool, for_qp: Option<u32>) -> Take {
         let mut cached = self.ring.borrow_mut();
         let Some(ring) = self.ring_of(&mut cached, gen, name) else { return Take::Empty };
-        if let Some(t) = ring.take_counted(fits, placing) {
+        if let Some(t) = ring.take_counted(fits, placing, for_qp) {
             return Take::Got(t);
         }
         let next = ring.moved();
@@ -542,7 +543,9 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
 impl PeerTarget {
     /// Takes the oldest receive of the peer's SRQ `srqn` if `fits` says so, following its
     /// resizes; raises SRQ_LIMIT_REACHED in the peer when the take crosses an armed limit.
-    /// `placing`: counted until placed ([`RecvRing::take`]).
+    /// `placing`: counted until placed ([`RecvRing::take`]), and recorded as this
+    /// process's take for the QP (`RecvRing::reclaim_recorded`: the QP's flush completes
+    /// it should this process die while placing it).
     fn take_from_srq(&self, srqn: u32, fits: &mut dyn FnMut(&RecvWqe) -> bool, placing: bool) -> Option<RecvWqe> {
         let rec = self.peer.tables().srq(srqn);
         let mut gen = rec.rq_gen.load(Ordering::Acquire);
@@ -550,7 +553,7 @@ impl PeerTarget {
             if rec.srqn.load(Ordering::Acquire) != srqn {
                 return None;
             }
-            match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w), placing) {
+            match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w), placing, placing.then_some(self.qpn)) {
                 Take::Got(t) => {
                     if t.limit_fired {
                         let ctx = rec.ctx.load(Ordering::Acquire);
@@ -601,7 +604,7 @@ impl Target for PeerTarget {
     fn take_recv(&self) -> Option<RecvWqe> {
         match self.recv {
             // The queued way: the message is placed after the take (`RecvRing::take`).
-            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |_| true, true) {
+            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |_| true, true, None) {
                 Take::Got(t) => Some(t.wqe),
                 _ => None,
             },
@@ -618,7 +621,7 @@ impl Target for PeerTarget {
 
     fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, Option<TakenCount>)> {
         match self.recv {
-            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w), false) {
+            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w), false, None) {
                 Take::Got(t) => Some((t.wqe.wr_id, t.wqe.taken)),
                 _ => None,
             },
