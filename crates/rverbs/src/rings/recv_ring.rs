@@ -143,6 +143,12 @@ struct RqTakers {
     /// about by pid as well (an endpoint number is claimed again by the next process that
     /// opens the device, at once).
     taker: AtomicU64,
+    /// The count taken (`head` after the take) of the last receive a peer's express lane
+    /// took from a QP's own queue ([`Counted::Express`]): placed before the take,
+    /// completed after it, and counted in no `placing`; the taker marks `completed` with
+    /// it right before publishing the completion ([`RecvRing::express_completing`]), so
+    /// one above `completed` is a take whose completion its taker may not have published.
+    express: AtomicU64,
 }
 
 /// `placing` bit: the ring is closed (its QP destroyed): nothing is taken any more.
@@ -315,6 +321,27 @@ pub(crate) fn srq_segment_name(srqn: u32, gen: u32) -> String {
     format!("srq-{srqn}-{gen}")
 }
 
+/// How a take of a receive is counted until its message's completion is published, so
+/// that the ring's owner knows what a taker that died left (docs/failure-model.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Counted {
+    /// Not at all: this process's express lane, for a QP of its own (it cannot die apart
+    /// from the owner), places the message inside the take.
+    No,
+    /// A peer's express lane, from a QP's own queue: the message placed inside the take,
+    /// its completion published after it. The take names this process as the taker and
+    /// is remembered in `express` (two stores on the line the lock holds), so that the
+    /// owner's flush completes the receive should this process die before publishing its
+    /// completion ([`RecvRing::reclaim_placing`]); the taker calls
+    /// [`RecvRing::express_completing`] right before it publishes.
+    Express,
+    /// The queued way: the message placed after the take, which counts in `placing`
+    /// until the receive is dropped ([`Placing`]); `for_qp` too: a take of an SRQ by a
+    /// peer, for the QP numbered so, recorded with this process as its taker while a
+    /// record is free ([`RqTakes`]).
+    Placing { for_qp: Option<u32> },
+}
+
 /// What a take found.
 pub(crate) struct Taken {
     /// The receive, with the count its completion carries ([`RecvWqe::taken`]).
@@ -484,7 +511,7 @@ impl RecvRing {
     /// queued way: the receive counts as placing until dropped); also tells whether the
     /// SRQ limit fired.
     pub(crate) fn take(&self) -> Option<Taken> {
-        self.take_counted(|_| true, true, None)
+        self.take_counted(|_| true, Counted::Placing { for_qp: None })
     }
 
     /// Takes the oldest receive only if `fits` says so, under the ring's lock (the express
@@ -494,14 +521,19 @@ impl RecvRing {
     /// `tail` is read only when the receives known to this process's takers are used up
     /// (`Seen::tail`, kept under the lock, whose Acquire passes on the one that read it).
     pub(crate) fn take_if(&self, fits: impl FnOnce(&RecvWqe) -> bool) -> Option<Taken> {
-        self.take_counted(fits, false, None)
+        self.take_counted(fits, Counted::No)
     }
 
-    /// [`RecvRing::take_if`]; `placing`: the message is placed after the take, so the
-    /// receive is counted until dropped ([`Placing`]); `for_qp` as well: a take of an SRQ
-    /// by a peer, for the QP numbered so, recorded with this process as its taker while a
-    /// record is free ([`RqTakes`]).
-    pub(crate) fn take_counted(&self, fits: impl FnOnce(&RecvWqe) -> bool, placing: bool, for_qp: Option<u32>) -> Option<Taken> {
+    /// The receive of this process's last take as [`Counted::Express`] is about to have
+    /// its completion published: marked in `completed` (a taker that dies from here on
+    /// has completed it).
+    pub(crate) fn express_completing(&self) {
+        let t = &self.hdr().takers;
+        t.completed.store(t.express.load(Ordering::Relaxed), Ordering::Release);
+    }
+
+    /// [`RecvRing::take_if`], the take counted as `how` says ([`Counted`]).
+    pub(crate) fn take_counted(&self, fits: impl FnOnce(&RecvWqe) -> bool, how: Counted) -> Option<Taken> {
         let _g = self.lock();
         let h = self.hdr();
         if h.takers.placing.load(Ordering::Relaxed) & CLOSED != 0 {
@@ -530,12 +562,20 @@ impl RecvRing {
             h.config.limit.store(0, Ordering::Release);
             true
         };
-        let placing = placing.then(|| {
-            h.takers.placing.fetch_add(1, Ordering::Relaxed);
-            h.takers.taker.store(self.who(), Ordering::Relaxed);
-            let record = for_qp.map_or(0, |qpn| self.record_take(qpn, taken as u32, wqe.wr_id));
-            Placing { seg: self.seg.clone(), taken, record }
-        });
+        let placing = match how {
+            Counted::No => None,
+            Counted::Express => {
+                h.takers.taker.store(self.who(), Ordering::Relaxed);
+                h.takers.express.store(taken, Ordering::Relaxed);
+                None
+            }
+            Counted::Placing { for_qp } => {
+                h.takers.placing.fetch_add(1, Ordering::Relaxed);
+                h.takers.taker.store(self.who(), Ordering::Relaxed);
+                let record = for_qp.map_or(0, |qpn| self.record_take(qpn, taken as u32, wqe.wr_id));
+                Some(Placing { seg: self.seg.clone(), taken, record })
+            }
+        };
         let wqe = RecvWqe { taken: Some(TakenCount { ring: self.seen.tag, count: taken as u32 }), _placing: placing, ..wqe };
         Some(Taken { wqe, limit_fired })
     }
@@ -665,27 +705,36 @@ impl RecvRing {
     /// so that those still placing are the last ones taken, at the positions just before
     /// `head`, after the last one whose completion the taker marked as about to be
     /// published (`completed`: a taker that dies between that and uncounting the receive
-    /// has completed it); `alive(ep, pid)`, asked only if some are counted, says whether
-    /// the process that took last (`taker`) lives. A slot the owner has posted into again
+    /// has completed it), and the last one a peer's express lane took if its completion
+    /// was not marked (`express`); `alive(ep, pid)`, asked only if some are counted, says
+    /// whether the process that took last (`taker`) lives. A slot the owner has posted into again
     /// since (a full lap of the ring later) names another receive and is left out.
     pub(crate) fn reclaim_placing(&self, alive: impl FnOnce(u32, u32) -> bool) -> Vec<u64> {
         let _g = self.lock();
         let h = self.hdr();
         let placing = h.takers.placing.load(Ordering::Acquire) & !CLOSED;
+        let head = h.takers.head.load(Ordering::Relaxed);
+        let completed = h.takers.completed.load(Ordering::Acquire);
+        // A peer's express take whose completion was not marked: the last one taken
+        // (the taker's send queue runs one request at a time through the lane).
+        let express = h.takers.express.load(Ordering::Relaxed);
+        let open = express != 0 && express == head && completed < express;
         let taker = h.takers.taker.load(Ordering::Relaxed);
-        if placing == 0 || alive(taker as u32, (taker >> 32) as u32) {
+        if (placing == 0 && !open) || alive(taker as u32, (taker >> 32) as u32) {
             return Vec::new();
         }
-        let head = h.takers.head.load(Ordering::Relaxed);
         let tail = h.poster.tail.load(Ordering::Acquire);
         let cap = self.cap as u64;
         // Within the last lap of posts (a slot posted into again names another receive)
         // and below `tail` as well as `head`: at most `cap` positions, whatever a peer
         // wrote into these words.
         let lap = tail.saturating_sub(cap - 1);
-        let first = head.saturating_sub(u64::from(placing)).max(h.takers.completed.load(Ordering::Acquire)).max(lap);
+        let first = head.saturating_sub(u64::from(placing) + u64::from(open)).max(completed).max(lap);
         let ids = (first..head.min(tail)).map(|at| self.slot((at % cap) as usize)[0].load(Ordering::Relaxed)).collect();
         h.takers.placing.fetch_sub(placing, Ordering::AcqRel);
+        if open {
+            h.takers.express.store(0, Ordering::Relaxed);
+        }
         ids
     }
 
@@ -1078,7 +1127,18 @@ mod tests {
         assert!(rq.reclaim_placing(|_, _| false).len() <= rq.ring().cap, "a lap at most");
         assert_eq!(rq.ring().placing(), 0);
         takers.head.store(head, Ordering::Relaxed);
-        assert_eq!(rq.drain(), vec![4]);
+        // A peer's express take (placed inside the take, completed after it): reclaimed
+        // from a dead taker until it marked its completion, and once.
+        let t = rq.ring().take_counted(|_| true, Counted::Express).unwrap();
+        assert_eq!((t.wqe.wr_id, rq.ring().placing()), (4, 0));
+        assert!(rq.reclaim_placing(|_, _| true).is_empty(), "a living taker completes it");
+        assert_eq!(rq.reclaim_placing(|_, _| false), vec![4], "a dead one's");
+        assert!(rq.reclaim_placing(|_, _| false).is_empty(), "once");
+        rq.post(&[RecvWr::new(5, &s), RecvWr::new(6, &s)], None, "post_recv", None).unwrap();
+        let _ = rq.ring().take_counted(|_| true, Counted::Express).unwrap();
+        rq.ring().express_completing();
+        assert!(rq.reclaim_placing(|_, _| false).is_empty(), "its completion marked before the death");
+        assert_eq!(rq.drain(), vec![6]);
         drop(rq);
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -1098,7 +1158,7 @@ mod tests {
         let wrs: Vec<RecvWr<'_>> = (1..=n).map(|i| RecvWr::new(i, &s)).collect();
         rq.post(&wrs, None, "post_recv", None).unwrap();
         let ring = rq.ring();
-        let take = |qpn| ring.take_counted(|_| true, true, Some(qpn)).unwrap().wqe;
+        let take = |qpn| ring.take_counted(|_| true, Counted::Placing { for_qp: Some(qpn) }).unwrap().wqe;
         let me = (me().ep(), me().pid);
         let dead = |ep, pid| (ep, pid) != me;
         // 1 and 2 taken by a taker that dies while placing them; 3 completed before its

@@ -340,11 +340,13 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
 }
 
 /// The receive completion `c` of an express SEND or WRITE with immediate, published as
-/// the queued way's is (`taken`: the consumed count it carries to the queue's owner);
-/// `false` if the receive CQ overran, which ended the responder (QP_FATAL).
+/// the queued way's is (`taken`: the consumed count it carries to the queue's owner),
+/// its take marked as completing first (`Target::express_completing`); `false` if the
+/// receive CQ overran, which ended the responder (QP_FATAL).
 fn deliver_express<T: Target>(t: &T, responder: &mut Responder, counts: &mut CounterLane, c: &RecvCompletion, taken: Option<crate::rings::recv_count::TakenCount>) -> bool {
     let mut cqe = recv_cqe(t, c, None);
     cqe.rq_taken = taken;
+    t.express_completing();
     if deliver_recv_counting(t, cqe, |c| counts.add(c)).is_err() {
         responder.enter_error();
         return false;

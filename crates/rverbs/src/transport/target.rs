@@ -22,7 +22,7 @@ use crate::mr::keyspace::SegCache;
 use crate::mr::endpoint::Endpoint;
 use crate::mr::KeySpace;
 use crate::shm::registry::bell;
-use crate::rings::recv_ring::{qp_segment_name, srq_segment_name, RecvRing, RecvWqe};
+use crate::rings::recv_ring::{qp_segment_name, srq_segment_name, Counted, RecvRing, RecvWqe};
 use crate::qp::QpInner;
 use crate::shm::fifo::send_on;
 use crate::shm::registry::Peer;
@@ -66,6 +66,10 @@ pub(crate) trait Target {
         let _ = fits;
         None
     }
+    /// The completion of the receive [`Target::express_recv`] took is about to be
+    /// published: a peer's take of a QP's own queue is marked so in the ring
+    /// ([`RecvRing::express_completing`]: the owner's flush must not complete it again).
+    fn express_completing(&self) {}
     /// Writes a receive completion to its CQ.
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun>;
     /// Moves it to ERR because of a responder-side fault, raising `event` if given.
@@ -237,12 +241,11 @@ impl PeerTarget {
 
     /// Takes from the ring of generation `gen` of segment `name`, mapping it if needed,
     /// the receive at its head only if `fits` accepts it ([`RecvRing::take_if`]);
-    /// `placing`: counted until placed ([`RecvRing::take`]); `for_qp`: recorded as taken
-    /// by this process for that QP ([`RecvRing::take_counted`]).
-    fn take_from(&self, gen: u32, name: impl FnOnce() -> String, fits: impl FnOnce(&RecvWqe) -> bool, placing: bool, for_qp: Option<u32>) -> Take {
+    /// The take is counted as `how` says ([`RecvRing::take_counted`]).
+    fn take_from(&self, gen: u32, name: impl FnOnce() -> String, fits: impl FnOnce(&RecvWqe) -> bool, how: Counted) -> Take {
         let mut cached = self.ring.borrow_mut();
         let Some(ring) = self.ring_of(&mut cached, gen, name) else { return Take::Empty };
-        if let Some(t) = ring.take_counted(fits, placing, for_qp) {
+        if let Some(t) = ring.take_counted(fits, how) {
             return Take::Got(t);
         }
         let next = ring.moved();
@@ -553,7 +556,8 @@ impl PeerTarget {
             if rec.srqn.load(Ordering::Acquire) != srqn {
                 return None;
             }
-            match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w), placing, placing.then_some(self.qpn)) {
+            let how = if placing { Counted::Placing { for_qp: Some(self.qpn) } } else { Counted::No };
+            match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w), how) {
                 Take::Got(t) => {
                     if t.limit_fired {
                         let ctx = rec.ctx.load(Ordering::Acquire);
@@ -604,7 +608,7 @@ impl Target for PeerTarget {
     fn take_recv(&self) -> Option<RecvWqe> {
         match self.recv {
             // The queued way: the message is placed after the take (`RecvRing::take`).
-            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |_| true, true, None) {
+            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |_| true, Counted::Placing { for_qp: None }) {
                 Take::Got(t) => Some(t.wqe),
                 _ => None,
             },
@@ -621,12 +625,19 @@ impl Target for PeerTarget {
 
     fn express_recv(&self, fits: &mut dyn FnMut(&RecvWqe) -> bool) -> Option<(u64, Option<TakenCount>)> {
         match self.recv {
-            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w), false, None) {
+            // Named with its taker until its completion is marked (`Counted::Express`).
+            PeerRecv::Rq(gen) => match self.take_from(gen, || qp_segment_name(self.qpn, gen), |w| fits(w), Counted::Express) {
                 Take::Got(t) => Some((t.wqe.wr_id, t.wqe.taken)),
                 _ => None,
             },
             PeerRecv::Srq(_) if self.tag_matching() => None,
             PeerRecv::Srq(srqn) => self.take_from_srq(srqn, fits, false).map(|w| (w.wr_id, w.taken)),
+        }
+    }
+
+    fn express_completing(&self) {
+        if let (PeerRecv::Rq(_), Some((_, ring))) = (self.recv, &*self.ring.borrow()) {
+            ring.express_completing();
         }
     }
 
