@@ -768,3 +768,38 @@ fn an_express_send_from_another_process_is_named_in_the_ring_until_its_completio
     drop(stdin);
     assert!(child.wait().unwrap().success());
 }
+
+// The same two SENDs into a QP on an SRQ: the express lane's take of an SRQ by a peer is
+// recorded in the ring (with its taker and QP, marked as an express take) until its
+// completion is published, so that the QP's flush completes it should the peer die in
+// between (`rings::recv_ring`'s unit test of `reclaim_recorded`); once the completion is
+// published the record is free again, and nothing was counted as being placed.
+#[test]
+fn an_express_send_into_an_srq_from_another_process_leaves_its_record_free() {
+    use std::io::Write;
+    if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("sender") {
+        return sender_child();
+    }
+    const TEST: &str = "an_express_send_into_an_srq_from_another_process_leaves_its_record_free";
+    let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "sender")]);
+    let (peer_qpn, _) = taker_said(&lines);
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+    let srq = pd.create_srq(&SrqInit { max_wr: 8, max_sge: 1, ..SrqInit::default() }).unwrap();
+    let qp = pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, &cq, CAP) }).unwrap();
+    connect_qp(&qp, &ctx, peer_qpn, &PATH);
+    srq.post_recv(&[RecvWr::new(7, &[]), RecvWr::new(8, &[])]).unwrap();
+    writeln!(stdin, "{}", qp.qp_num()).unwrap();
+    assert_eq!(lines.recv_timeout(std::time::Duration::from_secs(10)).unwrap().trim(), "sent");
+    for wr_id in [7, 8] {
+        let got = poll_for_one(&cq);
+        assert_eq!((got.wr_id(), got.status(), got.qp_num()), (wr_id, WcStatus::Success, qp.qp_num()));
+    }
+    let seg = ring_segment(&format!("srq-{}-", srq.srq_num()));
+    assert_eq!(read_u64(&seg, RQ_HEAD), 2, "both taken");
+    assert!((0..16).all(|i| read_u64(&seg, RQ_RECORDS + 24 * i) == 0), "every take record free");
+    assert_eq!(read_u64(&seg, RQ_PLACING) as u32, 0, "nothing counted as being placed");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}

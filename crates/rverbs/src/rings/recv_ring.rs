@@ -229,13 +229,19 @@ const TAKE_RECORDS: usize = 16;
 /// published, the receive's completion.
 const DONE: u64 = 1 << 31;
 
+/// [`TakeRecord::who`] bit: an express take ([`Counted::ExpressFor`]), placed inside the
+/// take and counted in no `placing`.
+const EXPRESS: u64 = 1 << 30;
+
 /// One take being placed: claimed under the ring's lock by the take, marked [`DONE`] by
 /// its taker right before it publishes the receive's completion, freed when the taker
-/// drops the receive, right before it uncounts it from `placing`.
+/// drops the receive, right before it uncounts it from `placing` (an express take,
+/// [`EXPRESS`], is counted in no `placing`: freed once its completion is published).
 #[repr(C)]
 #[derive(Default)]
 struct TakeRecord {
-    /// `pid << 32 | endpoint number` of the taker, with [`DONE`]; 0: the record is free.
+    /// `pid << 32 | endpoint number` of the taker, with [`DONE`] and [`EXPRESS`]; 0: the
+    /// record is free.
     who: AtomicU64,
     /// The QP the message is for (low 32 bits), and the low 32 bits of the count taken
     /// with the receive (`head` after the take), which its completion carries
@@ -335,6 +341,11 @@ pub(crate) enum Counted {
     /// completion ([`RecvRing::reclaim_placing`]); the taker calls
     /// [`RecvRing::express_completing`] right before it publishes.
     Express,
+    /// A peer's express lane, from an SRQ, for the QP numbered so: as [`Counted::Express`],
+    /// the take recorded ([`RqTakes`], marked [`EXPRESS`]) while a record is free; the
+    /// taker marks it [`DONE`] right before publishing the completion and frees it after
+    /// ([`RecvRing::express_record_done`]).
+    ExpressFor { qpn: u32 },
     /// The queued way: the message placed after the take, which counts in `placing`
     /// until the receive is dropped ([`Placing`]); `for_qp` too: a take of an SRQ by a
     /// peer, for the QP numbered so, recorded with this process as its taker while a
@@ -379,6 +390,9 @@ struct Seen {
     /// The receives the owner may queue (`max_recv_wr`; ENOMEM beyond): fewer than the
     /// ring's slots ([`spare_slots`]). A peer's view holds the slot count.
     max: usize,
+    /// The record (index + 1; 0: none) of this process's last take as
+    /// [`Counted::ExpressFor`], until [`RecvRing::express_record_done`] frees it.
+    express_record: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for RecvRing {
@@ -569,10 +583,15 @@ impl RecvRing {
                 h.takers.express.store(taken, Ordering::Relaxed);
                 None
             }
+            Counted::ExpressFor { qpn } => {
+                let record = self.record_take(qpn, taken as u32, wqe.wr_id, EXPRESS);
+                self.seen.express_record.store(record, Ordering::Relaxed);
+                None
+            }
             Counted::Placing { for_qp } => {
                 h.takers.placing.fetch_add(1, Ordering::Relaxed);
                 h.takers.taker.store(self.who(), Ordering::Relaxed);
-                let record = for_qp.map_or(0, |qpn| self.record_take(qpn, taken as u32, wqe.wr_id));
+                let record = for_qp.map_or(0, |qpn| self.record_take(qpn, taken as u32, wqe.wr_id, 0));
                 Some(Placing { seg: self.seg.clone(), taken, record })
             }
         };
@@ -581,9 +600,9 @@ impl RecvRing {
     }
 
     /// Claims a free record for a take of receive `wr_id` by this process for QP `qpn`,
-    /// the `taken`-th of the ring, under the ring's lock (which every claim holds): its
-    /// index + 1, or 0 if none is free.
-    fn record_take(&self, qpn: u32, taken: u32, wr_id: u64) -> usize {
+    /// the `taken`-th of the ring, under the ring's lock (which every claim holds), its
+    /// taker word with `flags`: its index + 1, or 0 if none is free.
+    fn record_take(&self, qpn: u32, taken: u32, wr_id: u64, flags: u64) -> usize {
         let records = &self.hdr().takes.records;
         let Some(i) = records.iter().position(|r| r.who.load(Ordering::Acquire) == 0) else {
             tracing::debug!("every take record of a shared receive queue is in use: this take goes unrecorded");
@@ -592,8 +611,23 @@ impl RecvRing {
         let r = &records[i];
         r.qpn.store(u64::from(qpn) | u64::from(taken) << 32, Ordering::Relaxed);
         r.wr_id.store(wr_id, Ordering::Relaxed);
-        r.who.store(self.who(), Ordering::Release);
+        r.who.store(self.who() | flags, Ordering::Release);
         i + 1
+    }
+
+    /// The completion of this process's last take as [`Counted::ExpressFor`] is about to
+    /// be published (`done` false: its record is marked [`DONE`]) or was (`done`: the
+    /// record is freed, for the next take).
+    pub(crate) fn express_record_done(&self, done: bool) {
+        let Some(i) = self.seen.express_record.load(Ordering::Relaxed).checked_sub(1) else { return };
+        let r = &self.hdr().takes.records[i];
+        if done {
+            self.seen.express_record.store(0, Ordering::Relaxed);
+            r.who.store(0, Ordering::Release);
+        } else {
+            // Only this taker writes a record it claimed, until it frees it.
+            r.who.store(r.who.load(Ordering::Relaxed) | DONE, Ordering::Release);
+        }
     }
 
     /// This process as a taker: `pid << 32 | endpoint number`.
@@ -618,15 +652,17 @@ impl RecvRing {
         let mut ids = Vec::new();
         for r in &h.takes.records {
             let (who, for_qp) = (r.who.load(Ordering::Acquire), r.qpn.load(Ordering::Relaxed));
-            if who == 0 || qpn.is_some_and(|q| for_qp as u32 != q) || alive((who & !DONE) as u32, (who >> 32) as u32) {
+            if who == 0 || qpn.is_some_and(|q| for_qp as u32 != q) || alive((who & !(DONE | EXPRESS)) as u32, (who >> 32) as u32) {
                 continue;
             }
             if who & DONE == 0 {
                 ids.push((r.wr_id.load(Ordering::Relaxed), TakenCount { ring: self.seen.tag, count: (for_qp >> 32) as u32 }));
             }
             r.who.store(0, Ordering::Release);
-            // Never below 0, whatever a peer wrote into the count.
-            let _ = h.takers.placing.fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| (p & !CLOSED != 0).then(|| p - 1));
+            // An express take was never counted. Never below 0, whatever a peer wrote.
+            if who & EXPRESS == 0 {
+                let _ = h.takers.placing.fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| (p & !CLOSED != 0).then(|| p - 1));
+            }
         }
         ids
     }
@@ -1187,6 +1223,27 @@ mod tests {
         let reclaimed: Vec<u64> = ring.reclaim_recorded(Some(9), dead).into_iter().map(|(w, _)| w).collect();
         assert_eq!(reclaimed, (5..5 + TAKE_RECORDS as u64).collect::<Vec<_>>());
         assert_eq!(ring.placing(), 1, "the unrecorded take's");
+        // A peer's express take of an SRQ (placed inside the take, counted in no
+        // `placing`): named for a dead taker until it marked its completion, freed after
+        // its completion, and its reclaim leaves `placing` alone.
+        let free = |ring: &RecvRing| ring.hdr().takes.records.iter().all(|r| r.who.load(Ordering::Relaxed) == 0);
+        assert_eq!(rq.drain(), (22..=n).collect::<Vec<_>>());
+        rq.post(&[RecvWr::new(101, &s), RecvWr::new(102, &s), RecvWr::new(103, &s)], None, "post_recv", None).unwrap();
+        let express = |ring: &RecvRing| ring.take_counted(|_| true, Counted::ExpressFor { qpn: 5 }).unwrap().wqe.wr_id;
+        assert!(free(ring));
+        assert_eq!(express(ring), 101);
+        assert!(!free(ring), "recorded");
+        let named: Vec<u64> = ring.reclaim_recorded(Some(5), dead).into_iter().map(|(w, _)| w).collect();
+        assert_eq!((named, ring.placing()), (vec![101], 1), "a dead taker's, the count untouched");
+        assert_eq!(express(ring), 102);
+        ring.express_record_done(false);
+        assert_eq!(ring.reclaim_recorded(Some(5), dead), vec![], "its completion marked before the death");
+        assert!(free(ring), "and the record freed by the reclaim");
+        assert_eq!(express(ring), 103);
+        ring.express_record_done(false);
+        ring.express_record_done(true);
+        assert!(free(ring), "freed once its completion was published");
+        assert_eq!(ring.placing(), 1);
         drop(rq);
         std::fs::remove_dir_all(&d).unwrap();
     }

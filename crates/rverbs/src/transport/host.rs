@@ -341,13 +341,16 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
 
 /// The receive completion `c` of an express SEND or WRITE with immediate, published as
 /// the queued way's is (`taken`: the consumed count it carries to the queue's owner),
-/// its take marked as completing first (`Target::express_completing`); `false` if the
-/// receive CQ overran, which ended the responder (QP_FATAL).
+/// its take marked as completing before (`Target::express_completing`) and as completed
+/// after (`Target::express_completed`); `false` if the receive CQ overran, which ended
+/// the responder (QP_FATAL).
 fn deliver_express<T: Target>(t: &T, responder: &mut Responder, counts: &mut CounterLane, c: &RecvCompletion, taken: Option<crate::rings::recv_count::TakenCount>) -> bool {
     let mut cqe = recv_cqe(t, c, None);
     cqe.rq_taken = taken;
     t.express_completing();
-    if deliver_recv_counting(t, cqe, |c| counts.add(c)).is_err() {
+    let delivered = deliver_recv_counting(t, cqe, |c| counts.add(c));
+    t.express_completed();
+    if delivered.is_err() {
         responder.enter_error();
         return false;
     }

@@ -67,9 +67,12 @@ pub(crate) trait Target {
         None
     }
     /// The completion of the receive [`Target::express_recv`] took is about to be
-    /// published: a peer's take of a QP's own queue is marked so in the ring
-    /// ([`RecvRing::express_completing`]: the owner's flush must not complete it again).
+    /// published: a peer's take is marked so in the ring ([`RecvRing::express_completing`],
+    /// [`RecvRing::express_record_done`]: the owner's flush must not complete it again).
     fn express_completing(&self) {}
+    /// The completion of the receive [`Target::express_recv`] took was published (or lost
+    /// to an overrun CQ): a peer's take of an SRQ frees its record.
+    fn express_completed(&self) {}
     /// Writes a receive completion to its CQ.
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun>;
     /// Moves it to ERR because of a responder-side fault, raising `event` if given.
@@ -546,17 +549,16 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
 impl PeerTarget {
     /// Takes the oldest receive of the peer's SRQ `srqn` if `fits` says so, following its
     /// resizes; raises SRQ_LIMIT_REACHED in the peer when the take crosses an armed limit.
-    /// `placing`: counted until placed ([`RecvRing::take`]), and recorded as this
-    /// process's take for the QP (`RecvRing::reclaim_recorded`: the QP's flush completes
-    /// it should this process die while placing it).
-    fn take_from_srq(&self, srqn: u32, fits: &mut dyn FnMut(&RecvWqe) -> bool, placing: bool) -> Option<RecvWqe> {
+    /// The take is counted as `how` says, an SRQ's take recorded as this process's for the
+    /// QP (`RecvRing::reclaim_recorded`: the QP's flush completes it should this process
+    /// die before its completion).
+    fn take_from_srq(&self, srqn: u32, fits: &mut dyn FnMut(&RecvWqe) -> bool, how: Counted) -> Option<RecvWqe> {
         let rec = self.peer.tables().srq(srqn);
         let mut gen = rec.rq_gen.load(Ordering::Acquire);
         for _ in 0..64 {
             if rec.srqn.load(Ordering::Acquire) != srqn {
                 return None;
             }
-            let how = if placing { Counted::Placing { for_qp: Some(self.qpn) } } else { Counted::No };
             match self.take_from(gen, || srq_segment_name(srqn, gen), |w| fits(w), how) {
                 Take::Got(t) => {
                     if t.limit_fired {
@@ -612,7 +614,7 @@ impl Target for PeerTarget {
                 Take::Got(t) => Some(t.wqe),
                 _ => None,
             },
-            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, &mut |_| true, true),
+            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, &mut |_| true, Counted::Placing { for_qp: Some(self.qpn) }),
         }
     }
 
@@ -631,13 +633,21 @@ impl Target for PeerTarget {
                 _ => None,
             },
             PeerRecv::Srq(_) if self.tag_matching() => None,
-            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, fits, false).map(|w| (w.wr_id, w.taken)),
+            PeerRecv::Srq(srqn) => self.take_from_srq(srqn, fits, Counted::ExpressFor { qpn: self.qpn }).map(|w| (w.wr_id, w.taken)),
         }
     }
 
     fn express_completing(&self) {
-        if let (PeerRecv::Rq(_), Some((_, ring))) = (self.recv, &*self.ring.borrow()) {
-            ring.express_completing();
+        match (self.recv, &*self.ring.borrow()) {
+            (PeerRecv::Rq(_), Some((_, ring))) => ring.express_completing(),
+            (PeerRecv::Srq(_), Some((_, ring))) => ring.express_record_done(false),
+            _ => {}
+        }
+    }
+
+    fn express_completed(&self) {
+        if let (PeerRecv::Srq(_), Some((_, ring))) = (self.recv, &*self.ring.borrow()) {
+            ring.express_record_done(true);
         }
     }
 
