@@ -741,32 +741,61 @@ fn poll_for_one(cq: &Cq) -> Wc {
 // way) completed.
 #[test]
 fn an_express_send_from_another_process_is_named_in_the_ring_until_its_completion() {
-    use std::io::Write;
     if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("sender") {
         return sender_child();
     }
-    const TEST: &str = "an_express_send_from_another_process_is_named_in_the_ring_until_its_completion";
-    let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "sender")]);
-    let (peer_qpn, peer_ep) = taker_said(&lines);
+    let two = two_sends_from_a_child("an_express_send_from_another_process_is_named_in_the_ring_until_its_completion", false);
+    let seg = rq_segment(two.qp.qp_num());
+    assert_eq!(read_u64(&seg, RQ_HEAD), 2, "both taken");
+    assert_eq!(read_u64(&seg, RQ_COMPLETED), 2, "the second marked as completing before its completion was published");
+    assert_eq!(read_u64(&seg, RQ_TAKER), u64::from(two.child.id()) << 32 | two.ep, "its taker named");
+    assert_eq!(read_u64(&seg, RQ_PLACING) as u32, 0, "nothing counted as being placed");
+    two.end();
+}
+
+/// A [`sender_child`]'s two SENDs, received by a QP of this process (on an SRQ if
+/// `srq`), both completed: the child, its stdin and endpoint number, and the QP and its
+/// SRQ (kept until the end of the test).
+struct TwoSends {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    ep: u64,
+    qp: Qp,
+    srq: Option<Srq>,
+    _cq: Cq,
+}
+
+impl TwoSends {
+    /// The child told to exit, and its exit checked.
+    fn end(mut self) {
+        drop(self.stdin);
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// [`TwoSends`] with the child of test `test`.
+fn two_sends_from_a_child(test: &str, srq: bool) -> TwoSends {
+    use std::io::Write;
+    let (child, mut stdin, lines) = spawn_child(test, &[("RVERBS_TEST_ROLE", "sender")]);
+    let (peer_qpn, ep) = taker_said(&lines);
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
-    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
+    let srq = srq.then(|| pd.create_srq(&SrqInit { max_wr: 8, max_sge: 1, ..SrqInit::default() }).unwrap());
+    let qp = pd.create_qp(&QpInit { srq: srq.as_ref(), ..QpInit::new(QpType::Rc, &cq, CAP) }).unwrap();
     connect_qp(&qp, &ctx, peer_qpn, &PATH);
-    qp.post_recv(&[RecvWr::new(7, &[]), RecvWr::new(8, &[])]).unwrap();
+    let recvs = [RecvWr::new(7, &[]), RecvWr::new(8, &[])];
+    match &srq {
+        Some(s) => s.post_recv(&recvs).unwrap(),
+        None => qp.post_recv(&recvs).unwrap(),
+    }
     writeln!(stdin, "{}", qp.qp_num()).unwrap();
     assert_eq!(lines.recv_timeout(std::time::Duration::from_secs(10)).unwrap().trim(), "sent");
     for wr_id in [7, 8] {
         let got = poll_for_one(&cq);
-        assert_eq!((got.wr_id(), got.status()), (wr_id, WcStatus::Success));
+        assert_eq!((got.wr_id(), got.status(), got.qp_num()), (wr_id, WcStatus::Success, qp.qp_num()));
     }
-    let seg = rq_segment(qp.qp_num());
-    assert_eq!(read_u64(&seg, RQ_HEAD), 2, "both taken");
-    assert_eq!(read_u64(&seg, RQ_COMPLETED), 2, "the second marked as completing before its completion was published");
-    assert_eq!(read_u64(&seg, RQ_TAKER), u64::from(child.id()) << 32 | peer_ep, "its taker named");
-    assert_eq!(read_u64(&seg, RQ_PLACING) as u32, 0, "nothing counted as being placed");
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
+    TwoSends { child, stdin, ep, qp, srq, _cq: cq }
 }
 
 // The same two SENDs into a QP on an SRQ: the express lane's take of an SRQ by a peer is
@@ -776,30 +805,13 @@ fn an_express_send_from_another_process_is_named_in_the_ring_until_its_completio
 // published the record is free again, and nothing was counted as being placed.
 #[test]
 fn an_express_send_into_an_srq_from_another_process_leaves_its_record_free() {
-    use std::io::Write;
     if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("sender") {
         return sender_child();
     }
-    const TEST: &str = "an_express_send_into_an_srq_from_another_process_leaves_its_record_free";
-    let (mut child, mut stdin, lines) = spawn_child(TEST, &[("RVERBS_TEST_ROLE", "sender")]);
-    let (peer_qpn, _) = taker_said(&lines);
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
-    let srq = pd.create_srq(&SrqInit { max_wr: 8, max_sge: 1, ..SrqInit::default() }).unwrap();
-    let qp = pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, &cq, CAP) }).unwrap();
-    connect_qp(&qp, &ctx, peer_qpn, &PATH);
-    srq.post_recv(&[RecvWr::new(7, &[]), RecvWr::new(8, &[])]).unwrap();
-    writeln!(stdin, "{}", qp.qp_num()).unwrap();
-    assert_eq!(lines.recv_timeout(std::time::Duration::from_secs(10)).unwrap().trim(), "sent");
-    for wr_id in [7, 8] {
-        let got = poll_for_one(&cq);
-        assert_eq!((got.wr_id(), got.status(), got.qp_num()), (wr_id, WcStatus::Success, qp.qp_num()));
-    }
-    let seg = ring_segment(&format!("srq-{}-", srq.srq_num()));
+    let two = two_sends_from_a_child("an_express_send_into_an_srq_from_another_process_leaves_its_record_free", true);
+    let seg = ring_segment(&format!("srq-{}-", two.srq.as_ref().unwrap().srq_num()));
     assert_eq!(read_u64(&seg, RQ_HEAD), 2, "both taken");
     assert!((0..16).all(|i| read_u64(&seg, RQ_RECORDS + 24 * i) == 0), "every take record free");
     assert_eq!(read_u64(&seg, RQ_PLACING) as u32, 0, "nothing counted as being placed");
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
+    two.end();
 }
