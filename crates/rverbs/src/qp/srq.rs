@@ -543,16 +543,16 @@ impl Srq {
         // taken before finish: the program may free the buffers once this returns.
         // The same for the queues earlier resizes replaced (empty, but a receive taken
         // from one before its resize may still be being placed).
-        let mut queues = std::mem::take(&mut *self.inner.retired.lock().expect("srq retired"));
+        let mut queues = self.inner.retired.lock().expect("srq retired").clone();
         queues.push(self.inner.queue());
         for q in &queues {
             q.close();
         }
         // A peer that died while placing never finishes: its recorded takes are not
-        // waited for (`RecvRing::reclaim_recorded`).
-        let endpoint = self.inner.pd.endpoint();
+        // waited for (`SrqInner::reclaim_dead_takes`, of every queue).
+        drop(self.inner.reclaim_dead_takes(None));
+        self.inner.retired.lock().expect("srq retired").clear();
         for q in &queues {
-            q.ring().reclaim_recorded(None, |ep, pid| endpoint.owner_alive(ep, pid));
             q.ring().wait_placed();
         }
         self.inner.teardown();

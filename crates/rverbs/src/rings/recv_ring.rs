@@ -12,7 +12,7 @@
 #![allow(unsafe_code)]
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -138,10 +138,10 @@ struct RqTakers {
     /// whose completion its taker was about to publish ([`Placing::completing`]): a dead
     /// taker's receives are reclaimed only past it ([`RecvRing::reclaim_placing`]).
     completed: AtomicU64,
-    /// Who took the last receive taken to be placed, as `pid << 32 | endpoint number`:
-    /// the one taker of a QP's own queue, whose death [`RecvRing::reclaim_placing`] asks
-    /// about by pid as well (an endpoint number is claimed again by the next process that
-    /// opens the device, at once).
+    /// Who took the last receive taken by the queued way or a peer's express lane, as
+    /// `pid << 32 | endpoint number`: the one taker of a QP's own queue, whose death
+    /// [`RecvRing::reclaim_placing`] asks about by pid as well (an endpoint number is
+    /// claimed again by the next process that opens the device, at once).
     taker: AtomicU64,
     /// The count taken (`head` after the take) of the last receive a peer's express lane
     /// took from a QP's own queue ([`Counted::Express`]): placed before the take,
@@ -181,8 +181,7 @@ impl Placing {
             h.takers.completed.store(self.taken, Ordering::Release);
         }
         if let Some(r) = self.record() {
-            // Only this taker writes a record it claimed, until it frees it.
-            r.who.store(r.who.load(Ordering::Relaxed) | DONE, Ordering::Release);
+            r.mark_done();
         }
     }
 
@@ -196,7 +195,7 @@ impl Drop for Placing {
         // Freed before the count goes: a record is never reclaimed after its take was
         // uncounted (a taker that dies in between leaves a count the destroy waits for).
         if let Some(r) = self.record() {
-            r.who.store(0, Ordering::Release);
+            r.free();
         }
         self.seg.get::<RqHdr>(0).takers.placing.fetch_sub(1, Ordering::Release);
     }
@@ -248,6 +247,19 @@ struct TakeRecord {
     /// (`rings::recv_count`).
     qpn: AtomicU64,
     wr_id: AtomicU64,
+}
+
+impl TakeRecord {
+    /// Marked [`DONE`] by its taker (only the taker writes a record it claimed, until it
+    /// frees it).
+    fn mark_done(&self) {
+        self.who.store(self.who.load(Ordering::Relaxed) | DONE, Ordering::Release);
+    }
+
+    /// Free for the next take.
+    fn free(&self) {
+        self.who.store(0, Ordering::Release);
+    }
 }
 
 // SAFETY: atomics only (the three lines and the take records below), every bit pattern
@@ -392,7 +404,7 @@ struct Seen {
     max: usize,
     /// The record (index + 1; 0: none) of this process's last take as
     /// [`Counted::ExpressFor`], until [`RecvRing::express_record_done`] frees it.
-    express_record: std::sync::atomic::AtomicUsize,
+    express_record: AtomicUsize,
 }
 
 impl std::fmt::Debug for RecvRing {
@@ -623,10 +635,9 @@ impl RecvRing {
         let r = &self.hdr().takes.records[i];
         if done {
             self.seen.express_record.store(0, Ordering::Relaxed);
-            r.who.store(0, Ordering::Release);
+            r.free();
         } else {
-            // Only this taker writes a record it claimed, until it frees it.
-            r.who.store(r.who.load(Ordering::Relaxed) | DONE, Ordering::Release);
+            r.mark_done();
         }
     }
 
@@ -658,7 +669,7 @@ impl RecvRing {
             if who & DONE == 0 {
                 ids.push((r.wr_id.load(Ordering::Relaxed), TakenCount { ring: self.seen.tag, count: (for_qp >> 32) as u32 }));
             }
-            r.who.store(0, Ordering::Release);
+            r.free();
             // An express take was never counted. Never below 0, whatever a peer wrote.
             if who & EXPRESS == 0 {
                 let _ = h.takers.placing.fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| (p & !CLOSED != 0).then(|| p - 1));
@@ -743,8 +754,9 @@ impl RecvRing {
     /// published (`completed`: a taker that dies between that and uncounting the receive
     /// has completed it), and the last one a peer's express lane took if its completion
     /// was not marked (`express`); `alive(ep, pid)`, asked only if some are counted, says
-    /// whether the process that took last (`taker`) lives. A slot the owner has posted into again
-    /// since (a full lap of the ring later) names another receive and is left out.
+    /// whether the process that took last (`taker`) lives. A slot the owner has posted
+    /// into again since (a full lap of the ring later) names another receive and is left
+    /// out.
     pub(crate) fn reclaim_placing(&self, alive: impl FnOnce(u32, u32) -> bool) -> Vec<u64> {
         let _g = self.lock();
         let h = self.hdr();
@@ -1244,6 +1256,17 @@ mod tests {
         ring.express_record_done(true);
         assert!(free(ring), "freed once its completion was published");
         assert_eq!(ring.placing(), 1);
+        // Records a peer scribbled (any taker, QP and flags): a reclaim names at most one
+        // receive each, frees them, and never takes `placing` below 0.
+        for (k, r) in ring.hdr().takes.records.iter().enumerate() {
+            let flags = [0, DONE, EXPRESS, DONE | EXPRESS][k % 4];
+            r.who.store((u64::MAX - k as u64) & !(DONE | EXPRESS) | flags, Ordering::Relaxed);
+            r.qpn.store(u64::MAX, Ordering::Relaxed);
+        }
+        let named = ring.reclaim_recorded(None, |_, _| false);
+        assert_eq!(named.len(), TAKE_RECORDS / 2, "those not marked done");
+        assert!(free(ring), "all freed");
+        assert_eq!(ring.placing(), 0, "one count left to take, none below it");
         drop(rq);
         std::fs::remove_dir_all(&d).unwrap();
     }
