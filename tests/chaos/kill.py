@@ -322,6 +322,8 @@ def run_round(r, rng, args, exe, env_base, stats, base):
         stats["wr_live_bad"] += int(rep.get("live_bad", 0))
         stats["wr_left"] += int(rep.get("left", 0))
         stats["recvs"] += int(rep.get("recvs", 0))
+        stats["recvs_dead_flushed"] += int(rep.get("recv_flushed", 0))
+        stats["recvs_dead_left"] += int(rep.get("recv_left", 0))
         stats["chan_wakeups"] += int(rep.get("chan_wakeups", 0))
         if rep.get("canary") != "ok":
             stats["canary_broken"] += 1
@@ -500,6 +502,8 @@ def main():
         f"error {stats['wr_dead_err']}, flushed {stats['wr_dead_flush']} (of which posted after the death "
         f"{stats['wr_after_death']}); WRs to live nodes: success {stats['wr_live_ok']}, error {stats['wr_live_bad']}; "
         f"never completed {stats['wr_left']}")
+    log(f"receives on QPs to the dead node (own receive queues), once moved to ERR: flushed "
+        f"{stats['recvs_dead_flushed']}, neither completed nor flushed {stats['recvs_dead_left']}")
     log("statuses towards the dead node: " + ", ".join(f"{k} {v}" for k, v in sorted(stats['status'].items())))
     log(f"longest drain {stats['drain_ms_max']:.0f} ms; completion-channel wake-ups {stats['chan_wakeups']}")
     if stats["cm_end"]:

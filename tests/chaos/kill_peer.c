@@ -39,8 +39,12 @@
  *    within the deadline;
  *  - the canary pages around its registered buffer are intact (no byte landed outside
  *    the registered region).
- * Receives are not required to complete: a node waiting only for receives from a dead
- * peer waits for ever on real RDMA too.
+ *  - rc, uc, chan, cm: once the QP to the dead node is moved to ERR, every receive posted
+ *    on it completes (success or flush) within 5 s, including one the dead node was
+ *    placing a message into when it died.
+ * Receives are not required to complete before that: a node waiting only for receives
+ * from a dead peer waits for ever on real RDMA too. An SRQ's receives are not accounted
+ * (they stay in the SRQ, and verbs cannot count them).
  *
  * Loops are bounded by deadlines; waits are poll(2) on descriptors (stdin, completion
  * channel, rdma_cm event channel), never sleeps.
@@ -98,6 +102,8 @@ struct peer {
 	int outstanding;
 	unsigned long posted, ok, err, flushed, after_posted;
 	unsigned long status_count[32];
+	int recv_outstanding; /* own receive queue: posted, neither completed nor flushed */
+	unsigned long recv_flushed, recv_err;
 	double deadline_ms;   /* from the QP's timeout and retry_cnt */
 	double drain_ms;      /* told → last outstanding WR completed */
 	unsigned opc;         /* rotation of opcodes */
@@ -290,6 +296,12 @@ static struct ibv_qp *create_qp(enum ibv_qp_type t)
 }
 
 /* ---- receives ---- */
+/* Each QP has a receive queue of its own (wr_id = peer << 32 | slot). */
+static int own_queues(void)
+{
+	return mode == RC || mode == UC || mode == CHAN || mode == CM;
+}
+
 static void post_recv_one(struct ibv_qp *qp, uint64_t id)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)(buf + RECV_OFF + (id % 15) * PAGE),
@@ -299,6 +311,22 @@ static void post_recv_one(struct ibv_qp *qp, uint64_t id)
 	/* A QP in ERR still takes receives (they flush); only a programming error fails. */
 	if (rc)
 		fail("post_recv: %d", rc);
+	else if (own_queues())
+		peers[(id >> 32) % MAX_NODES].recv_outstanding++;
+}
+
+/* A receive's completion: own receive queues are accounted per peer (wr_id's high half). */
+static void recv_completed(const struct ibv_wc *wc)
+{
+	recvs_done++;
+	if (!own_queues())
+		return;
+	struct peer *p = &peers[(wc->wr_id >> 32) % MAX_NODES];
+	p->recv_outstanding--;
+	if (wc->status == IBV_WC_WR_FLUSH_ERR)
+		p->recv_flushed++;
+	else if (wc->status != IBV_WC_SUCCESS)
+		p->recv_err++;
 }
 
 static void post_initial_recvs(void)
@@ -487,7 +515,7 @@ static int poll_cqs(void)
 	}
 	for (int i = 0; i < n; i++) {
 		if (!(wc[i].wr_id & SEND_TAG)) {
-			recvs_done++;
+			recv_completed(&wc[i]);
 			if (wc[i].status == IBV_WC_SUCCESS) {
 				int j = peer_of_qp(wc[i].qp_num);
 				post_recv_one(j >= 0 ? peers[j].qp : NULL, wc[i].wr_id);
@@ -520,7 +548,7 @@ static int poll_cqs(void)
 			return total;
 		}
 		for (int i = 0; i < n; i++) {
-			recvs_done++;
+			recv_completed(&wc[i]);
 			if (wc[i].status != IBV_WC_SUCCESS)
 				continue;
 			if (mode == UD)
@@ -720,13 +748,57 @@ static void fork_idle_child(void)
 	out("CHILD %d", (int)pid);
 }
 
+/* Every receive posted on the QP to a dead node completes once that QP is moved to ERR
+ * (ibv_modify_qp(3): outstanding WRs flush with IBV_WC_WR_FLUSH_ERR), including one the
+ * dead node was placing a message into when it died. Only own receive queues: an SRQ's
+ * receives stay in the SRQ, which verbs cannot count. */
+static void account_dead_receives(void)
+{
+	if (!own_queues())
+		return;
+	int any = 0;
+	for (int j = 0; j < nodes; j++) {
+		struct peer *p = &peers[j];
+		/* cm: receives are posted before the connection is established, or fails. */
+		if (!p->present || !p->dead || !p->qp || !p->recv_outstanding)
+			continue;
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+		if (ibv_modify_qp(p->qp, &a, IBV_QP_STATE))
+			fail("ibv_modify_qp(ERR) of the QP to dead node %d: %s", j, strerror(errno));
+		any = 1;
+	}
+	if (!any)
+		return;
+	double since = now_ms();
+	for (;;) {
+		int left = 0;
+		for (int j = 0; j < nodes; j++)
+			if (peers[j].present && peers[j].dead)
+				left += peers[j].recv_outstanding;
+		if (left == 0)
+			return;
+		if (now_ms() - since > 5000) {
+			fail("%d receive(s) on the QP to the dead node neither completed nor flushed 5 s after "
+			     "it moved to ERR", left);
+			return;
+		}
+		if (mode == CHAN)
+			chan_wait(10);
+		else
+			poll_cqs();
+		if (mode == CM)
+			cm_step(0);
+	}
+}
+
 /* ---- main ---- */
 static void report(double since_told)
 {
 	char line[2048];
 	int n = snprintf(line, sizeof(line), "REPORT node=%d mode=%s", self, mode_names[mode]);
 	unsigned long ok_dead = 0, err_dead = 0, fl_dead = 0, after = 0, ok_live = 0,
-		      bad_live = 0, left = 0;
+		      bad_live = 0, left = 0, recv_flushed = 0, recv_err = 0;
+	int recv_left = 0;
 	double drain = 0, deadline = 0;
 	for (int j = 0; j < nodes; j++) {
 		struct peer *p = &peers[j];
@@ -737,6 +809,9 @@ static void report(double since_told)
 			err_dead += p->err;
 			fl_dead += p->flushed;
 			after += p->after_posted;
+			recv_left += p->recv_outstanding;
+			recv_flushed += p->recv_flushed;
+			recv_err += p->recv_err;
 			if (p->drain_ms > drain)
 				drain = p->drain_ms;
 			if (p->deadline_ms > deadline)
@@ -750,9 +825,10 @@ static void report(double since_told)
 	n += snprintf(line + n, sizeof(line) - (size_t)n,
 		      " connected=%d started=%d dead_ok=%lu dead_err=%lu dead_flush=%lu after_death=%lu"
 		      " live_ok=%lu live_bad=%lu left=%lu drain_ms=%.1f deadline_ms=%.0f recvs=%lu"
+		      " recv_left=%d recv_flushed=%lu recv_err=%lu"
 		      " chan_wakeups=%lu canary=%s cm=%s cm_event=%s statuses=",
 		      connected, started, ok_dead, err_dead, fl_dead, after, ok_live, bad_live, left, drain,
-		      deadline, recvs_done, chan_wakeups, canaries_intact() ? "ok" : "BROKEN", cm_state,
+		      deadline, recvs_done, recv_left, recv_flushed, recv_err, chan_wakeups, canaries_intact() ? "ok" : "BROKEN", cm_state,
 		      cm_terminal_name);
 	int first = 1;
 	for (int s = 0; s < 32; s++) {
@@ -993,6 +1069,7 @@ int main(int argc, char **argv)
 		if (p->present && !p->dead && p->err + p->flushed)
 			fail("%lu WR(s) to live node %d completed in error", p->err + p->flushed, j);
 	}
+	account_dead_receives();
 	if (!canaries_intact())
 		fail("a byte outside the registered region changed");
 	report(now_ms() - told_at);

@@ -31,19 +31,61 @@ use crate::rings::producer_gate::{Frozen, Producer};
 use crate::rings::completion_ring::{Consumer, Pop};
 use crate::rings::cq_segment::{self, CqSeg, Publish};
 
-/// How long the consumer waits behind an unpublished reservation before asking whether
-/// the producers inside are alive, and how often it asks again (`CqInner::unstick`).
+/// How often the consumer, stuck behind an unpublished reservation, asks again whether
+/// the producers inside are alive (`CqInner::unstick`).
 const STUCK_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
-/// One empty poll in this many that found nothing published also looks for a reservation
-/// left unpublished ([`CqInner::surely_empty`]): a dead producer's is then found within
-/// that many polls plus [`STUCK_CHECK`] (a busy poller makes 4 096 empty polls in about
-/// 20 µs). The look reads the ring's `tail`, the line every producer's reservation
-/// writes: at one in 64 a receiver that spins through a same-host ping-pong's wait (~50
-/// polls) read it about once per message, and the sender's next reservation took the
-/// line back from it; at one in 4 096, once in some eighty messages. perftest's
-/// `ib_send_lat` 8 B between two processes: 0.41–0.45 µs at 64, 0.34–0.36 µs at 4 096
-/// (BENCHMARKS.md, "The dead-producer look, once in 4 096 empty polls").
-const QUIET_CHECK: u32 = 4096;
+/// One empty poll in this many that found nothing published reads the coarse clock, and
+/// looks for a reservation left unpublished ([`CqInner::surely_empty`]) if the last such
+/// look is [`LOOK_EVERY_MS`] old: a dead producer's is then found within that many polls
+/// and that time (a busy poller makes 256 empty polls in about 1.3 µs; one that polls
+/// every 10 ms, in 2.6 s). The look reads the ring's `tail`, the line every producer's
+/// reservation writes: at one in 64 polls a receiver that spins through a same-host
+/// ping-pong's wait (~50 polls) read it about once per message, and the sender's next
+/// reservation took the line back from it; perftest's `ib_send_lat` 8 B between two
+/// processes: 0.41–0.45 µs at 64, 0.34–0.36 µs at one in 4 096 (BENCHMARKS.md, "The
+/// dead-producer look, once in 4 096 empty polls"); by time, a busy poller looks about
+/// once in a thousand messages. The clock (`CLOCK_MONOTONIC_COARSE`, a read of the vDSO's
+/// page, ~5 ns) is read once in 256 empty polls: 0.02 ns a poll.
+const CLOCK_CHECK: u32 = 256;
+/// The least time between two looks for a reservation left unpublished, in the coarse
+/// clock's milliseconds (it moves by a scheduler tick, 1–10 ms).
+const LOOK_EVERY_MS: u32 = 1;
+
+/// The poller's count of empty polls and when it last looked for a reservation left
+/// unpublished ([`CLOCK_CHECK`], [`LOOK_EVERY_MS`]).
+#[derive(Default)]
+struct Quiet {
+    polls: AtomicU32,
+    /// The coarse clock's milliseconds (wrapping) at the last look.
+    looked_at: AtomicU32,
+}
+
+impl Quiet {
+    /// Whether the last look is [`LOOK_EVERY_MS`] old (then this is the look: noted).
+    #[cold]
+    #[inline(never)]
+    fn look_due(&self) -> bool {
+        let now = coarse_ms();
+        if now.wrapping_sub(self.looked_at.load(Ordering::Relaxed)) < LOOK_EVERY_MS {
+            return false;
+        }
+        self.looked_at.store(now, Ordering::Relaxed);
+        true
+    }
+
+    /// Makes the next empty poll look (an arming, a flush: a poller that is about to
+    /// sleep, or completions pushed that a dead producer's reservation may hide).
+    fn look_soon(&self) {
+        self.polls.fetch_or(CLOCK_CHECK - 1, Ordering::Relaxed);
+        self.looked_at.store(coarse_ms().wrapping_sub(LOOK_EVERY_MS), Ordering::Relaxed);
+    }
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in milliseconds, wrapping.
+fn coarse_ms() -> u32 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    (t.tv_sec as u64).wrapping_mul(1000).wrapping_add(t.tv_nsec as u64 / 1_000_000) as u32
+}
 
 /// This process as a producer of completions (`rings::producer_gate`).
 pub(crate) fn producer_of(endpoint: &crate::mr::endpoint::Endpoint) -> Producer {
@@ -275,9 +317,9 @@ pub(crate) struct CqInner {
     /// when it last looked for the producer's death there (`unstick`).
     stuck: Mutex<Option<(u64, std::time::Instant)>>,
     /// Empty polls that found nothing published, counted (racily: a hint) so that every
-    /// [`QUIET_CHECK`]-th also looks for a reservation left unpublished
-    /// ([`CqInner::surely_empty`]); on a line of its own, as a poller writes it.
-    quiet_polls: crossbeam_utils::CachePadded<AtomicU32>,
+    /// [`CLOCK_CHECK`]-th also looks for a reservation left unpublished if the last look
+    /// is old ([`CqInner::surely_empty`]); on a line of its own, as a poller writes it.
+    quiet: crossbeam_utils::CachePadded<Quiet>,
     /// The count of receives taken that the last receive completion polled carried, for
     /// the posts of the QP whose receive queue it names (`rings::recv_count`); a line of
     /// its own, written by the poller and read by that QP's posts.
@@ -486,6 +528,13 @@ impl CqInner {
         self.channel.as_ref().is_some_and(|c| Arc::ptr_eq(c, ch))
     }
 
+    /// Makes the next empty poll look for a reservation left unpublished (`unstick`):
+    /// completions pushed behind a dead producer's reservation (a QP's flush), or a
+    /// poller about to sleep until an event (an arming).
+    pub(crate) fn look_soon(&self) {
+        self.quiet.look_soon();
+    }
+
     fn errored(&self) -> bool {
         self.gens.current(&Reading::pin()).shm().errored.load(Ordering::Acquire) != 0
     }
@@ -600,10 +649,9 @@ impl CqInner {
                     return Some(words);
                 }
                 Pop::Empty => {
-                    if first {
-                        if let Some(h) = seg.ring().stalled_at() {
-                            self.unstick(seg, h);
-                        }
+                    // Past a dead producer's reservation, what follows it is polled now.
+                    if first && seg.ring().stalled_at().is_some_and(|h| self.unstick(seg, h)) {
+                        continue;
                     }
                     return None;
                 }
@@ -617,27 +665,27 @@ impl CqInner {
         }
     }
 
-    /// The consumer is stuck at ring position `h`, reserved and not published: after
-    /// [`STUCK_CHECK`] there, and every [`STUCK_CHECK`] after, skip it if no live
-    /// producer is inside (the one that reserved it died: [`CqSeg::skip_dead`]). A
-    /// producer between reserving and publishing takes nanoseconds, so this is rare.
+    /// The consumer is stuck at ring position `h`, reserved and not published: at once,
+    /// and every [`STUCK_CHECK`] after while it stays there, skip it if no live producer
+    /// is inside (the one that reserved it died: [`CqSeg::skip_dead`]; a live one is
+    /// counted inside from before its reservation to after its publish). A producer
+    /// between reserving and publishing takes nanoseconds, so this is rare. Whether it
+    /// skipped it.
     #[cold]
-    fn unstick(&self, seg: &CqSeg, h: u64) {
+    fn unstick(&self, seg: &CqSeg, h: u64) -> bool {
         let now = std::time::Instant::now();
         let mut stuck = self.stuck.lock().unwrap_or_else(|p| p.into_inner());
         match *stuck {
-            Some((at, since)) if at == h && now.duration_since(since) < STUCK_CHECK => return,
-            Some((at, _)) if at == h => *stuck = Some((h, now)),
-            _ => {
-                *stuck = Some((h, now));
-                return;
-            }
+            Some((at, since)) if at == h && now.duration_since(since) < STUCK_CHECK => return false,
+            _ => *stuck = Some((h, now)),
         }
         drop(stuck);
         let endpoint = self.ctx.endpoint;
-        if seg.skip_dead(&|ep, pid| producer_alive(endpoint, ep, pid)) {
+        let skipped = seg.skip_dead(&|ep, pid| producer_alive(endpoint, ep, pid));
+        if skipped {
             tracing::warn!(cq = self.id, pos = h, "a process died while completing to this CQ: its completion is lost, the ones after it are delivered");
         }
+        skipped
     }
 
     /// Sanitizer (docs/sanitizer.md): a poll of this CQ starts on this thread (`batch`:
@@ -698,11 +746,11 @@ impl CqInner {
         if !Self::unpublished(self.gens.current(&Reading::Pin(pinned))) {
             return Looked::Published;
         }
-        let n = self.quiet_polls.load(Ordering::Relaxed).wrapping_add(1);
-        if n.is_multiple_of(QUIET_CHECK) || crate::progress::net_active() {
+        let n = self.quiet.polls.load(Ordering::Relaxed).wrapping_add(1);
+        if n.is_multiple_of(CLOCK_CHECK) || crate::progress::net_active() {
             return Looked::Unsure;
         }
-        self.quiet_polls.store(n, Ordering::Relaxed);
+        self.quiet.polls.store(n, Ordering::Relaxed);
         Looked::Empty
     }
 
@@ -711,9 +759,9 @@ impl CqInner {
     /// an empty CQ, the busy poller's common case, pays three loads and a store, none of
     /// a line a producer writes before the completion itself: a poller spinning here
     /// never takes the ring's `tail` from a producer in another process). Every
-    /// [`QUIET_CHECK`]-th such poll also asks whether a position is reserved and not
-    /// published, and if so takes the locked way, where a reservation of a producer that
-    /// died is skipped (`unstick`). `false` means "take the lock and look", not "not
+    /// [`CLOCK_CHECK`]-th such poll, if the last look is [`LOOK_EVERY_MS`] old, also asks
+    /// whether a position is reserved and not published, and if so takes the locked way,
+    /// where a reservation of a producer that died is skipped (`unstick`). `false` means "take the lock and look", not "not
     /// empty". When it is empty, what the network holds for this process is received (a
     /// busy poller's next poll finds what it completes), as after a poll that found
     /// nothing under the lock.
@@ -721,9 +769,9 @@ impl CqInner {
         let held = Reading::pin();
         let seg = self.gens.current(&held);
         let empty = Self::unpublished(seg) && {
-            let n = self.quiet_polls.load(Ordering::Relaxed).wrapping_add(1);
-            self.quiet_polls.store(n, Ordering::Relaxed);
-            !n.is_multiple_of(QUIET_CHECK) || seg.ring().nothing_reserved()
+            let n = self.quiet.polls.load(Ordering::Relaxed).wrapping_add(1);
+            self.quiet.polls.store(n, Ordering::Relaxed);
+            !n.is_multiple_of(CLOCK_CHECK) || !self.quiet.look_due() || seg.ring().nothing_reserved()
         };
         if empty && crate::progress::net_active() {
             crate::progress::receive_inline(self.ctx.endpoint);
@@ -924,7 +972,7 @@ impl Cq {
                 cookie: AtomicUsize::new(0),
                 polled: Default::default(),
                 stuck: Mutex::new(None),
-                quiet_polls: Default::default(),
+                quiet: Default::default(),
                 heard: Default::default(),
                 parent: Mutex::new(None),
                 poller: AtomicU64::new(0),
@@ -1174,6 +1222,9 @@ impl Cq {
         while bits != 0 {
             bits = inner.gens.current(&held).arm(bits);
         }
+        // The poll after arming looks for a dead producer's reservation: a completion
+        // behind it fired its event already, and none would come again.
+        inner.look_soon();
         Ok(())
     }
 

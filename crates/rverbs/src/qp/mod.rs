@@ -407,8 +407,12 @@ impl QpInner {
             for (wr_id, taken) in srq.reclaim_dead_takes(Some(self.qpn)) {
                 let _ = cq.push(Cqe { rq_taken: Some(taken), ..Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) });
             }
+            cq.look_soon();
             self.raise(EventType::QpLastWqeReached);
         }
+        // A peer that died while completing to the CQ left a reservation the flushes
+        // are behind: the next poll looks for it (`CqInner::look_soon`).
+        self.recv_cq.look_soon();
     }
 
     /// The receives of `rq` that the connected peer, a process of this host, took and was

@@ -201,6 +201,14 @@ impl Ring {
     /// with `overwrite` true the oldest entry is lost instead (IGNORE_OVERRUN).
     #[inline(always)]
     pub(crate) fn push(&self, data: &[u64; DATA_WORDS], overwrite: bool) -> Result<(), PushError> {
+        self.push_marking(data, overwrite, || {})
+    }
+
+    /// [`Ring::push`], calling `before` once the CQE's words are written at the position
+    /// reserved, right before the store that publishes them (not at all if the ring
+    /// refuses it): the last step of a producer that dies after `before` is that store.
+    #[inline(always)]
+    pub(crate) fn push_marking(&self, data: &[u64; DATA_WORDS], overwrite: bool, before: impl FnOnce()) -> Result<(), PushError> {
         let cap = self.capacity() as u64;
         let mut t = self.hdr().tail.load(Ordering::Relaxed);
         loop {
@@ -250,6 +258,7 @@ impl Ring {
         for (w, v) in slot.data.iter().zip(data) {
             w.store(*v, Ordering::Relaxed);
         }
+        before();
         slot.seq.store(t + 1, Ordering::Release);
         Ok(())
     }
@@ -513,6 +522,31 @@ mod tests {
         };
         let n = r.consumer().pop_published(out, read, |first, _| !drop.contains(&first));
         out[..n].iter().map(|e| e[0]).collect()
+    }
+
+    // A peer marks the receive it completes as completed from inside the publish
+    // (`Target::complete_marking`): a producer that dies before the mark leaves the
+    // receive to the QP's flush, after it has published. So the mark must come once the
+    // words are written and before the CQE is visible, and never for a CQE refused.
+    #[test]
+    fn push_marking_marks_between_the_words_and_the_publish_and_not_when_refused() {
+        let r = Ring::new(2);
+        let marks = std::cell::Cell::new(0);
+        let before = || {
+            marks.set(marks.get() + 1);
+            let (tail, head, seq) = r.raw_words(0);
+            assert_eq!(tail.load(Ordering::Relaxed), 1, "reserved");
+            assert_eq!(seq.load(Ordering::Relaxed), 0, "not published yet");
+            assert_eq!(r.slot(0).data[6].load(Ordering::Relaxed), 7, "the words are written");
+            assert_eq!(head.load(Ordering::Relaxed), 0);
+        };
+        r.push_marking(&cqe(0), false, before).unwrap();
+        assert_eq!(marks.get(), 1);
+        assert_eq!(pop_n(&r), Some(0));
+        r.push(&cqe(1), false).unwrap();
+        r.push(&cqe(2), false).unwrap();
+        assert_eq!(r.push_marking(&cqe(3), false, || marks.set(marks.get() + 1)), Err(PushError::Full));
+        assert_eq!(marks.get(), 1, "no mark for a CQE the ring refused");
     }
 
     #[test]

@@ -166,7 +166,14 @@ impl CqSeg {
     // `CqInner::publish`, +24 instructions per completion under callgrind).
     #[inline(never)]
     pub(crate) fn publish(&self, cqe: Cqe, who: Producer, owner_stopped: impl Fn() -> bool) -> Publish {
-        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped)
+        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped, || {})
+    }
+
+    /// [`CqSeg::publish`], calling `before` right before the store that makes the CQE
+    /// visible, its words written ([`Ring::push_marking`]); not at all if it is not
+    /// published here (an overrun, a resize under way).
+    pub(crate) fn publish_marking(&self, cqe: Cqe, who: Producer, owner_stopped: impl Fn() -> bool, before: impl FnOnce()) -> Publish {
+        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped, before)
     }
 
     fn gate(&self) -> &Gate {
@@ -291,7 +298,10 @@ pub(crate) fn open_capacity(cap: u64, seg_len: usize) -> Option<usize> {
 /// `gate`, its `ring` — every word of which another process may have written;
 /// `resize_wait` as `RESIZE_WAIT` (a resize still under way after twice that is a flag
 /// another process wrote, unless `owner_stopped()`: the owner was stopped in the middle of
-/// its resize, and is waited for).
+/// its resize, and is waited for); `before` as [`CqSeg::publish_marking`]'s.
+// The parts of the segment are separate arguments so that the fuzzing harness and the
+// loom model can pass their own.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn publish_in(
     sh: &CqShm,
     gate: &Gate,
@@ -300,6 +310,7 @@ pub(crate) fn publish_in(
     who: Producer,
     resize_wait: std::time::Duration,
     owner_stopped: impl Fn() -> bool,
+    before: impl FnOnce(),
 ) -> Publish {
     if sh.errored.load(Ordering::Acquire) != 0 {
         return Publish::Overrun { first: false };
@@ -333,7 +344,7 @@ pub(crate) fn publish_in(
     if flags & FLAG_TIMESTAMPS != 0 {
         cqe.timestamp = crate::clock::device_ns();
     }
-    let out = match ring.push(&cqe.encode(), flags & FLAG_IGNORE_OVERRUN != 0) {
+    let out = match ring.push_marking(&cqe.encode(), flags & FLAG_IGNORE_OVERRUN != 0, before) {
         // A ring whose indices another process scribbled over fails like an overrun:
         // the CQ enters the error state and its owner gets IBV_EVENT_CQ_ERR.
         Err(PushError::Full | PushError::Corrupt) => Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 },
@@ -419,7 +430,7 @@ mod tests {
             asked.get() <= 5
         };
         let wait = std::time::Duration::from_millis(1);
-        let got = publish_in(cq.shm(), cq.gate(), cq.ring(), Cqe::default(), ME, wait, owner_stopped);
+        let got = publish_in(cq.shm(), cq.gate(), cq.ring(), Cqe::default(), ME, wait, owner_stopped, || {});
         assert_eq!(asked.get(), 6, "waited through five answers of 'stopped'");
         // Still resizing once the owner runs and nobody clears the flag: a scribbled one.
         assert_eq!(got, Publish::Overrun { first: true });

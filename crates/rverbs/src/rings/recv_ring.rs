@@ -1143,10 +1143,12 @@ mod tests {
         let s = [sge(1)];
         let wrs: Vec<RecvWr<'_>> = (1..=4).map(|i| RecvWr::new(i, &s)).collect();
         rq.post(&wrs, None, "post_recv", None).unwrap();
-        // Receive 1 taken and completed: its completion built, then the take dropped.
+        // Receive 1 taken and completed: its completion built and published (marked from
+        // inside the publish, `Target::complete_marking`), then the take dropped.
         let one = rq.take().unwrap().wqe;
         let cqe = crate::transport::deliver::of_receive(Cqe::error(1, 9, WcStatus::Success, 0), Some(&one));
         assert_eq!(cqe.rq_taken.map(|t| t.count), Some(1));
+        one.completing();
         drop(one);
         assert!(rq.reclaim_placing(|_, _| panic!("asked with nothing placing")).is_empty());
         // Receive 2 being placed: a living taker keeps it; a dead one's (its drop never
@@ -1160,9 +1162,9 @@ mod tests {
         };
         assert_eq!(rq.reclaim_placing(taker), vec![2], "a dead taker's");
         assert_eq!(rq.ring().placing(), 0, "uncounted");
-        // Receive 3's completion built before its taker died: it was published.
+        // Receive 3's completion marked before its taker died: it was published.
         let three = rq.take().unwrap().wqe;
-        let _ = crate::transport::deliver::of_receive(Cqe::error(3, 9, WcStatus::Success, 0), Some(&three));
+        three.completing();
         std::mem::forget(three);
         assert_eq!(rq.reclaim_placing(|_, _| false), Vec::<u64>::new(), "completed before the death");
         assert_eq!(rq.ring().placing(), 0);
@@ -1197,8 +1199,6 @@ mod tests {
     /// dropped the receive; a take that finds every record in use still takes, unrecorded.
     #[test]
     fn recorded_takes_of_a_dead_taker_are_reclaimed_for_their_qp_once() {
-        use crate::rings::wc::Cqe;
-        use rverbs_proto::verbs::WcStatus;
         let d = dir("records");
         let n = TAKE_RECORDS as u64 + 8;
         let rq = RecvQueue::new(&d.join("q"), n as u32, 1, me()).unwrap();
@@ -1214,7 +1214,7 @@ mod tests {
         std::mem::forget(take(7));
         std::mem::forget(take(8));
         let three = take(7);
-        let _ = crate::transport::deliver::of_receive(Cqe::error(3, 7, WcStatus::Success, 0), Some(&three));
+        three.completing();
         std::mem::forget(three);
         drop(take(7));
         assert_eq!(ring.placing(), 3);

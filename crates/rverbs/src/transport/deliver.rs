@@ -18,6 +18,7 @@ use rverbs_proto::violation::Violation;
 use super::respond::Responding;
 use super::route::{endpoint_of, responder_config};
 use super::target::{LocalTarget, PeerTarget, Target};
+use crate::cq::Overrun;
 use crate::engine::Engine;
 use crate::mr::{self, KeySpace, PinList, Source};
 use crate::rings::recv_ring::RecvWqe;
@@ -70,15 +71,30 @@ pub(crate) fn recv_cqe<T: Target>(t: &T, c: &RecvCompletion, r: Option<&RecvWqe>
 /// completing), carrying the count of `r`'s take to the queue's owner: the poll that
 /// finds it tells the queue's post (`rings::recv_count`) and lets the regions the
 /// receive kept registered go (`rings::kept`). A tag-matched receive's word carries its
-/// tag instead ([`tm_completion`]). Every receive completion of a taken receive is built
-/// here right before it is published, so this also marks `r` as completing in its ring
-/// ([`RecvWqe::completing`]: a taker that dies from here on has completed it).
+/// tag instead ([`tm_completion`]). It is published with [`complete_receive`], which
+/// marks `r` as completing in its ring.
 pub(crate) fn of_receive(mut cqe: Cqe, r: Option<&RecvWqe>) -> Cqe {
     if let Some(r) = r.filter(|r| r.wr_id == cqe.wr_id) {
-        r.completing();
         cqe.rq_taken = r.completion_count();
     }
     cqe
+}
+
+/// Publishes `cqe` at `t`, marking `r`, if it is the receive `cqe` completes, as
+/// completing in its ring right before the completion becomes visible
+/// ([`Target::complete_marking`], [`RecvWqe::completing`]: a taker that dies from there
+/// on has completed it).
+pub(crate) fn complete_receive<T: Target + ?Sized>(t: &T, cqe: Cqe, r: Option<&RecvWqe>) -> Result<(), Overrun> {
+    let wr_id = cqe.wr_id;
+    t.complete_marking(cqe, &|| mark_completing(r, wr_id))
+}
+
+/// Marks `r` as completing ([`RecvWqe::completing`]) if it is the receive of the
+/// completion of `wr_id`.
+pub(crate) fn mark_completing(r: Option<&RecvWqe>, wr_id: u64) {
+    if let Some(r) = r.filter(|r| r.wr_id == wr_id) {
+        r.completing();
+    }
 }
 
 /// A receive completion of a tag-matching SRQ as `tm` decided it (docs/tag-matching.md):
@@ -126,18 +142,21 @@ pub(crate) fn wc_imm(c: &RecvCompletion) -> u32 {
     }
 }
 
-/// Writes a receive completion at the target; an overrun of its CQ moves it to ERR
-/// with QP_FATAL and the message counts as unanswered (rxe: no ACK is sent).
-pub(crate) fn deliver_recv<T: Target>(t: &T, cqe: Cqe, counters: &CounterBlock) -> Result<(), ()> {
-    deliver_recv_counting(t, cqe, |c| counters.add(c))
+/// Writes a receive completion at the target (of receive `r`, marked as
+/// [`complete_receive`] does); an overrun of its CQ moves it to ERR with QP_FATAL and
+/// the message counts as unanswered (rxe: no ACK is sent).
+pub(crate) fn deliver_recv<T: Target>(t: &T, cqe: Cqe, r: Option<&RecvWqe>, counters: &CounterBlock) -> Result<(), ()> {
+    let wr_id = cqe.wr_id;
+    deliver_recv_counting(t, cqe, &|| mark_completing(r, wr_id), |c| counters.add(c))
 }
 
 /// [`deliver_recv`] counting through `count` (the express lane counts in its send
-/// queue's lane of the counters, `shm::counters::CounterLane`).
+/// queue's lane of the counters, `shm::counters::CounterLane`), `mark` called right
+/// before the completion becomes visible ([`Target::complete_marking`]).
 #[inline]
-pub(crate) fn deliver_recv_counting<T: Target>(t: &T, cqe: Cqe, count: impl FnOnce(Counter)) -> Result<(), ()> {
+pub(crate) fn deliver_recv_counting<T: Target>(t: &T, cqe: Cqe, mark: &dyn Fn(), count: impl FnOnce(Counter)) -> Result<(), ()> {
     let success = cqe.status() == WcStatus::Success;
-    if t.complete(cqe).is_err() {
+    if t.complete_marking(cqe, mark).is_err() {
         t.enter_error(Some(EventType::QpFatal));
         return Err(());
     }
@@ -235,7 +254,7 @@ pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: In
         // rxe: with an SRQ a receive too small completes in error; without one the
         // message is dropped — here the receive was already taken, so complete it in
         // error. A receive WQE whose memory fails the checks also ends the QP.
-        let _ = t.complete(recv_cqe(t, &c, at.recv.as_ref()));
+        let _ = complete_receive(t, recv_cqe(t, &c, at.recv.as_ref()), at.recv.as_ref());
         if responder.state() == ResponderState::Error {
             t.enter_error(None);
         }
@@ -243,14 +262,14 @@ pub(crate) fn deliver_ud<T: Target>(t: &T, slot: &mut Option<Responder>, now: In
     }
     if let Some(place) = delivery.place {
         if at.place(place, Some(msg.header), msg.data).is_err() {
-            let _ = t.complete(of_receive(Cqe::error(c.wr_id, t.qpn(), WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD), at.recv.as_ref()));
+            let _ = complete_receive(t, of_receive(Cqe::error(c.wr_id, t.qpn(), WcStatus::LocQpOpErr, vendor_err::RECV_WQE_BAD), at.recv.as_ref()), at.recv.as_ref());
             t.enter_error(None);
             return;
         }
     }
     let mut cqe = recv_cqe(t, &c, at.recv.as_ref());
     cqe.sl = msg.sl;
-    let _ = deliver_recv(t, cqe, counters);
+    let _ = deliver_recv(t, cqe, at.recv.as_ref(), counters);
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use rverbs_proto::wire;
 use rverbs_proto::wire::roce::Packet as RocePacket;
 
 use super::respond::Responding;
-use super::deliver::{count_delivery, deliver_recv, deliver_recv_counting, deliver_ud, of_receive, place_message_in, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
+use super::deliver::{complete_receive, count_delivery, deliver_recv, deliver_recv_counting, deliver_ud, of_receive, place_message_in, recv_cqe, responder_event, tm_completion, ud_accepts, ud_target, UdMessage, UdTarget};
 use super::rendezvous::Rendezvous;
 use super::respond::Head;
 use crate::rings::tm_recv::TmRecv;
@@ -347,8 +347,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
 fn deliver_express<T: Target>(t: &T, responder: &mut Responder, counts: &mut CounterLane, c: &RecvCompletion, taken: Option<crate::rings::recv_count::TakenCount>) -> bool {
     let mut cqe = recv_cqe(t, c, None);
     cqe.rq_taken = taken;
-    t.express_completing();
-    let delivered = deliver_recv_counting(t, cqe, |c| counts.add(c));
+    let delivered = deliver_recv_counting(t, cqe, &|| t.express_completing(), |c| counts.add(c));
     t.express_completed();
     if delivered.is_err() {
         responder.enter_error();
@@ -404,7 +403,7 @@ fn answers_after(e: CmaError) -> bool {
 fn refused<T: Target>(qp: &QpInner, t: &T, v: Violation, recv: Option<RecvCompletion>, r: Option<&RecvWqe>) {
     let held = recv.is_some();
     if let Some(c) = recv {
-        let _ = t.complete(of_receive(Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err), r));
+        let _ = complete_receive(t, of_receive(Cqe::error(c.wr_id, t.qpn(), c.status, c.vendor_err), r), r);
     }
     if qp.qp_type.is_reliable() {
         if v.responder_fatal() {
@@ -507,8 +506,8 @@ fn connected<T: Target>(
             if c.status != WcStatus::Success {
                 // SEND_WITH_INV whose invalidation failed (rxe "class J"): the receive
                 // completes in error and the responder enters ERR, but no NAK is sent.
-                let _ = t.complete(cqe);
-            } else if deliver_recv(t, cqe, counters).is_err() {
+                let _ = complete_receive(t, cqe, at.recv.as_ref());
+            } else if deliver_recv(t, cqe, at.recv.as_ref(), counters).is_err() {
                 responder.enter_error();
                 answered = false;
             } else if let (Some(TmRecv::Rndv { offload: true, va, rkey, len, .. }), Some(r)) = (tm, at.recv.as_ref()) {

@@ -52,7 +52,7 @@ use rverbs_proto::violation::Violation;
 use rverbs_proto::wire::roce::{Packet, Repr};
 use rverbs_proto::wire::{Position, Transport};
 
-use super::deliver::{count_delivery, of_receive, recv_cqe, responder_event, tm_completion};
+use super::deliver::{complete_receive, count_delivery, mark_completing, of_receive, recv_cqe, responder_event, tm_completion};
 use super::respond::{starts_send, Head, Responding};
 use super::route::{accepts_requests, connected_mode, responder_config};
 use super::route::xrc_target;
@@ -479,7 +479,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             if let Some(v) = d.violation {
                 if let Some(c) = d.recv {
                     out.send(net, local, src);
-                    let _ = served.complete(recv_cqe(&served, &c, at.recv.as_ref()));
+                    let _ = complete_receive(&served, recv_cqe(&served, &c, at.recv.as_ref()), at.recv.as_ref());
                 }
                 if v.responder_fatal() && (mode == Mode::Rc || d.recv.is_some()) {
                     // IBTA: a responder error no receive completion reports is raised as
@@ -497,7 +497,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                         machine.placement_failed(request.psn, v);
                         if let Some(r) = at.recv.take() {
                             out.send(net, local, src);
-                            let _ = served.complete(of_receive(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()), Some(&r)));
+                            let _ = complete_receive(&served, of_receive(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()), Some(&r)), Some(&r));
                         }
                         fail = Some(Some(EventType::QpAccessErr));
                     }
@@ -505,11 +505,14 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                     // completes in error, the responder enters ERR below.
                     (Ok(()), Some(c)) if c.status != WcStatus::Success => {
                         out.send(net, local, src);
-                        let _ = served.complete(recv_cqe(&served, &c, at.recv.as_ref()));
+                        let _ = complete_receive(&served, recv_cqe(&served, &c, at.recv.as_ref()), at.recv.as_ref());
                     }
                     // Published once the ACK is out (below).
                     (Ok(()), Some(c)) => {
                         let mut cqe = recv_cqe(&served, &c, at.recv.as_ref());
+                        // This process's own take, let go before the publish below:
+                        // marked now.
+                        mark_completing(at.recv.as_ref(), cqe.wr_id);
                         if let Some(tm) = at.recv.as_ref().and_then(|r| r.tm) {
                             tm_completion(&mut cqe, tm);
                         }

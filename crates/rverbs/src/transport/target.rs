@@ -75,6 +75,18 @@ pub(crate) trait Target {
     fn express_completed(&self) {}
     /// Writes a receive completion to its CQ.
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun>;
+    /// [`Target::complete`] of the completion of a receive taken, calling `mark` right
+    /// before it becomes visible (its words written, the store that publishes them not
+    /// yet made). `mark` marks the take as completed in its ring ([`RecvWqe::completing`],
+    /// [`Target::express_completing`]): a peer that dies before it leaves the receive to
+    /// the flush of the QP, one that dies after it has published the completion, so the
+    /// receive completes once (docs/failure-model.md, the dead CQ producer). Before, the
+    /// mark came before the whole publish — the gate, the reservation, the first write of
+    /// a slot line the poller holds — and a peer killed there lost the receive.
+    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn()) -> Result<(), Overrun> {
+        mark();
+        self.complete(cqe)
+    }
     /// Moves it to ERR because of a responder-side fault, raising `event` if given.
     fn enter_error(&self, event: Option<EventType>);
     /// A request arrived (COMM_EST for the first one in RTR).
@@ -370,6 +382,16 @@ impl Target for SplitTarget {
         }
     }
 
+    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn()) -> Result<(), Overrun> {
+        match &self.srq {
+            SrqPart::Local { cq, .. } => {
+                mark();
+                cq.push(cqe)
+            }
+            SrqPart::Peer(t) => t.complete_marking(cqe, mark),
+        }
+    }
+
     fn enter_error(&self, event: Option<EventType>) {
         match &self.qp {
             QpPart::Local(q) => q.enter_error(event, crate::qp::transition::Cause::ResponderFault),
@@ -457,6 +479,13 @@ impl Target for Serving<'_> {
         }
     }
 
+    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn()) -> Result<(), Overrun> {
+        match self {
+            Serving::Own(t) => t.complete_marking(cqe, mark),
+            Serving::Xrc(t) => t.complete_marking(cqe, mark),
+        }
+    }
+
     fn enter_error(&self, event: Option<EventType>) {
         match self {
             Serving::Own(t) => t.enter_error(event),
@@ -488,8 +517,9 @@ pub(crate) fn raise_on(peer: &Peer, ctx: u32, kind: EventType, element: RawEleme
 
 /// Publishes `cqe` into CQ `id` of `peer`, following resizes, firing its channel and
 /// raising CQ_ERR on overrun — what [`CqInner::push`] does for this process's CQs.
-/// `cached` holds the segment used last.
-fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Result<(), Overrun> {
+/// `cached` holds the segment used last; `mark` is called right before the completion
+/// becomes visible ([`CqSeg::publish_marking`]), in the generation it is published in.
+fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>, mark: &dyn Fn()) -> Result<(), Overrun> {
     let rec = peer.tables().cq(id);
     let mut gen = rec.gen.load(Ordering::Acquire);
     // Bounded: each step follows one resize; a CQ resized this often while we publish
@@ -515,7 +545,7 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>) -> Res
         }
         let cq = cached.as_ref().expect("just mapped");
         let me = crate::rings::producer_gate::Producer { ep: peer.home_ep(), pid: peer.home_pid() };
-        match cq.publish(cqe, me, || crate::sys::process_stopped(peer.pid)) {
+        match cq.publish_marking(cqe, me, || crate::sys::process_stopped(peer.pid), mark) {
             Publish::Done { fire } => {
                 if fire {
                     let ch = cq.shm().channel.load(Ordering::Acquire);
@@ -682,7 +712,11 @@ impl Target for PeerTarget {
     }
 
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
-        publish_on(&self.peer, self.cq, cqe, &mut self.cq_seg.borrow_mut())
+        publish_on(&self.peer, self.cq, cqe, &mut self.cq_seg.borrow_mut(), &|| {})
+    }
+
+    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn()) -> Result<(), Overrun> {
+        publish_on(&self.peer, self.cq, cqe, &mut self.cq_seg.borrow_mut(), mark)
     }
 
     fn enter_error(&self, event: Option<EventType>) {
