@@ -22,7 +22,7 @@
 # warning):
 #   ib_write_bw, ib_write_lat              -a
 #   ib_read_bw, ib_read_lat                -a, and -a -e
-#   ib_send_bw, ib_send_lat                -a, and -a -e
+#   ib_send_bw, ib_send_lat                -a, and -a -e, and -a --use-srq
 #   ib_atomic_bw, ib_atomic_lat            (fetch-and-add), -e, and -A CMP_AND_SWAP
 #   ib_write_bw -c UC                      -a (RDMA WRITE on an unreliable connection)
 # -a runs every size from 2 B to 8 MiB (2^1..2^23). Left out because perftest itself
@@ -101,6 +101,10 @@ for t in ib_read_lat ib_send_lat; do
   lat_pair "$t"
   lat_pair "$t" -e
 done
+# SENDs into a shared receive queue (ibv_post_srq_recv: the SRQ kept full, each receive
+# posted again once its completion is polled).
+run_pair $all ib_send_bw -a --use-srq
+lat_pair ib_send_lat --use-srq
 # Atomics: 8 bytes, no -a (perftest: "Message size cannot be changed for Atomic tests").
 for t in ib_atomic_bw ib_atomic_lat; do
   run_pair 8 "$t"

@@ -136,6 +136,67 @@ fn srq_rules_name_the_tag_list_and_its_limits() {
     assert!(matches!(e, Error::TooManySge { got: 16, .. }), "{e:?}");
 }
 
+/// ibv_post_srq_recv(3): an SRQ holds at most `max_wr` receives (ENOMEM). An SRQ kept
+/// full as `ib_send_lat --use-srq` keeps it takes every repost, refuses one more, and each
+/// SEND lands in its own receive, in order: with its QPs completing to one CQ (whose poll
+/// tells the post of room, docs/shared-state.md, "The consumed count in the completion"),
+/// then with a second QP completing to another CQ (the post reads the takers' `head`:
+/// a count heard in one CQ says nothing of takes completed to the other), then with that
+/// QP gone again.
+#[test]
+fn an_srq_kept_full_takes_each_repost_and_refuses_one_more() {
+    const DEPTH: u64 = 4;
+    let a = side(QpType::Rc);
+    let c = side(QpType::Rc);
+    let b = side(QpType::Rc);
+    let srq = b.pd.create_srq(&SrqInit { max_wr: DEPTH as u32, max_sge: 1, ..SrqInit::default() }).unwrap();
+    let on_srq = |cq: &Cq| b.pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, cq, CAP) }).unwrap();
+    let qp1 = on_srq(&b.cq);
+    connect_qp(&a.qp, &a.ctx, qp1.qp_num(), &PATH);
+    connect_qp(&qp1, &b.ctx, a.qp.qp_num(), &PATH);
+    let at = |wr_id: u64| (wr_id % DEPTH) as usize * 8;
+    let recv = |wr_id: u64| [b.mr.sge(at(wr_id), 8).unwrap()];
+    for k in 0..DEPTH {
+        srq.post_recv(&[RecvWr::new(k, &recv(k))]).unwrap();
+    }
+    let e = srq.post_recv(&[RecvWr::new(99, &recv(0))]).unwrap_err();
+    assert_eq!(e.error.errno(), libc::ENOMEM, "{e:?}");
+    // Message m from `from` to the SRQ, polled from `cq`, then its receive posted again.
+    let deliver = |m: u64, from: &Side, cq: &Cq| {
+        from.mr.write(0, &(m + 1000).to_le_bytes()).unwrap();
+        let sge = [from.mr.sge(0, 8).unwrap()];
+        let wr = SendWr::send(m, &sge).signaled();
+        from.qp.post_send(&[if m % 2 == 1 { wr.with_imm(m as u32) } else { wr }]).unwrap();
+        assert_eq!(poll_one(&from.cq).wr_id(), m);
+        let wc = poll_one(cq);
+        assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (m, WcStatus::Success, Some(8)));
+        let mut got = [0u8; 8];
+        b.mr.read(at(m), &mut got).unwrap();
+        assert_eq!(u64::from_le_bytes(got), m + 1000, "message {m} in its own receive");
+        srq.post_recv(&[RecvWr::new(m + DEPTH, &recv(m + DEPTH))]).unwrap();
+        let e = srq.post_recv(&[RecvWr::new(99, &recv(0))]).unwrap_err();
+        assert_eq!(e.error.errno(), libc::ENOMEM, "message {m}: the SRQ is full again");
+    };
+    for m in 0..20 {
+        deliver(m, &a, &b.cq);
+    }
+    let other_cq = b.ctx.create_cq(&CqInit::new(64)).unwrap();
+    let qp2 = on_srq(&other_cq);
+    connect_qp(&c.qp, &c.ctx, qp2.qp_num(), &PATH);
+    connect_qp(&qp2, &b.ctx, c.qp.qp_num(), &PATH);
+    for m in 20..40 {
+        if m % 2 == 0 {
+            deliver(m, &a, &b.cq);
+        } else {
+            deliver(m, &c, &other_cq);
+        }
+    }
+    drop(qp2);
+    for m in 40..60 {
+        deliver(m, &a, &b.cq);
+    }
+}
+
 /// ibv_post_recv(3): a queue holds at most `max_recv_wr` receives (ENOMEM). A queue kept
 /// full as perftest keeps it — each receive posted again once its completion is polled,
 /// its room learned from that completion (docs/shared-state.md, "The consumed count in

@@ -321,9 +321,10 @@ pub(crate) struct CqInner {
     /// is old ([`CqInner::surely_empty`]); on a line of its own, as a poller writes it.
     quiet: crossbeam_utils::CachePadded<Quiet>,
     /// The count of receives taken that the last receive completion polled carried, for
-    /// the posts of the QP whose receive queue it names (`rings::recv_count`); a line of
-    /// its own, written by the poller and read by that QP's posts.
-    pub(crate) heard: crossbeam_utils::CachePadded<Heard>,
+    /// the posts of the QP whose receive queue it names (`rings::recv_count`), and of an
+    /// SRQ whose QPs all complete here (which holds it: `qp::srq`); a line of its own,
+    /// written by the poller and read by those posts.
+    pub(crate) heard: Arc<crossbeam_utils::CachePadded<Heard>>,
     /// The parent domain the CQ was created on (ibv_create_cq_ex(3),
     /// `IBV_CQ_INIT_ATTR_MASK_PD`), held until the CQ is destroyed: opaque here, the verbs
     /// layer (`pd`) puts its hold in and reads it back.

@@ -626,7 +626,7 @@ impl Qp {
             return Err(e);
         }
         if let Some(srq) = init.srq {
-            srq.inner().attach_qp();
+            srq.inner().attach_qp(init.recv_cq.inner()?);
         }
         if let Some(x) = &xrcd {
             x.hold();
@@ -639,7 +639,7 @@ impl Qp {
                     init.send_cq.inner()?.detach();
                     init.recv_cq.inner()?.detach();
                     if let Some(srq) = init.srq {
-                        srq.inner().detach_qp();
+                        srq.inner().detach_qp(init.recv_cq.inner()?);
                     }
                     if let Some(x) = &xrcd {
                         x.release();
@@ -1298,7 +1298,7 @@ impl Qp {
             // A dead peer's takes for this QP complete nowhere now, nor hold the SRQ's
             // destroy (`SrqInner::reclaim_dead_takes`).
             srq.reclaim_dead_takes(Some(q.qpn));
-            srq.detach_qp();
+            srq.detach_qp(&q.recv_cq);
         }
         if let Some(x) = &q.xrcd {
             x.release();
@@ -1385,7 +1385,7 @@ impl Drop for QpInner {
             self.send_cq.detach();
             self.recv_cq.detach();
             if let Some(srq) = &self.srq {
-                srq.detach_qp();
+                srq.detach_qp(&self.recv_cq);
             }
             if let Some(x) = &self.xrcd {
                 x.release();

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
-use crate::rings::recv_count::TakenCount;
+use crate::rings::recv_count::{Heard, TakenCount};
 use crate::rings::recv_ring::{srq_segment_name, RecvQueue, RecvWqe};
 use crate::rings::tag_list::{Header, TagList, TagOp, TagOpFlags, TagOpKind, TmCap};
 use crate::rings::wc::Cqe;
@@ -72,8 +72,9 @@ pub(crate) struct SrqInner {
     /// Tag-matching SRQs: the matching list and the CQ every receive and list operation
     /// completes to (ibv_create_srq_ex(3), `IBV_SRQT_TM`).
     pub(crate) tm: Option<(TagList, Arc<CqInner>)>,
-    /// The queue and its generation (a resize makes a new one).
-    rq: Mutex<(Arc<RecvQueue>, u32)>,
+    /// The queue and its generation (a resize makes a new one), and the receive CQs of
+    /// the QPs attached ([`HeardBy`]).
+    rq: Mutex<(Arc<RecvQueue>, u32, HeardBy)>,
     /// Queues a resize replaced while receives taken from them may still be being placed
     /// (their `placing` count not 0 at the last look): the destroy waits for those too.
     retired: Mutex<Vec<Arc<RecvQueue>>>,
@@ -86,6 +87,40 @@ pub(crate) struct SrqInner {
     srq_context: usize,
 }
 
+/// The receive CQs of an SRQ's QPs, each with how many QPs complete to it: the count of
+/// takes a CQ's poll heard (`rings::recv_count`) tells the SRQ's post of room when every
+/// QP completes to that one CQ (perftest, UCX: one CQ for all), so that the count covers
+/// every take whose completion was polled. With several CQs a count heard in one says
+/// nothing of takes completed to the others: the post reads `head`.
+#[derive(Default)]
+struct HeardBy(Vec<(Arc<crossbeam_utils::CachePadded<Heard>>, u32)>);
+
+impl HeardBy {
+    fn attach(&mut self, heard: &Arc<crossbeam_utils::CachePadded<Heard>>) {
+        match self.0.iter_mut().find(|(h, _)| Arc::ptr_eq(h, heard)) {
+            Some((_, n)) => *n += 1,
+            None => self.0.push((heard.clone(), 1)),
+        }
+    }
+
+    fn detach(&mut self, heard: &Arc<crossbeam_utils::CachePadded<Heard>>) {
+        if let Some(i) = self.0.iter().position(|(h, _)| Arc::ptr_eq(h, heard)) {
+            self.0[i].1 -= 1;
+            if self.0[i].1 == 0 {
+                self.0.swap_remove(i);
+            }
+        }
+    }
+
+    /// The count heard for the ring tagged `tag`, if the QPs attached complete to one CQ.
+    fn count_for(&self, tag: u32) -> Option<u32> {
+        match self.0.as_slice() {
+            [(h, _)] => h.count_for(tag),
+            _ => None,
+        }
+    }
+}
+
 impl SrqInner {
     /// The SRQ as the sanitizer keys it: its device and number.
     pub(crate) fn sanitizer_id(&self) -> crate::sanitizer::Id {
@@ -96,16 +131,30 @@ impl SrqInner {
         self.destroyed.load(Ordering::Acquire)
     }
 
-    pub(crate) fn attach_qp(&self) {
+    /// A QP whose receives complete to `recv_cq` takes from the SRQ.
+    pub(crate) fn attach_qp(&self, recv_cq: &CqInner) {
         self.qps.fetch_add(1, Ordering::AcqRel);
+        self.rq.lock().expect("srq").2.attach(&recv_cq.heard);
     }
 
-    pub(crate) fn detach_qp(&self) {
+    /// A QP attached with `recv_cq` ([`SrqInner::attach_qp`]) is gone.
+    pub(crate) fn detach_qp(&self, recv_cq: &CqInner) {
         self.qps.fetch_sub(1, Ordering::AcqRel);
+        self.rq.lock().expect("srq").2.detach(&recv_cq.heard);
     }
 
     fn queue(&self) -> Arc<RecvQueue> {
         self.rq.lock().expect("srq").0.clone()
+    }
+
+    /// The current queue, and the count of takes from it that the poll of its QPs'
+    /// receive CQ heard, if they all complete to one CQ and the last receive completion
+    /// it polled was one of this queue's (`rings::recv_count`; an XRC or tag-matching
+    /// SRQ completes to a CQ of its own: none).
+    fn queue_heard(&self) -> (Arc<RecvQueue>, Option<u32>) {
+        let g = self.rq.lock().expect("srq");
+        let heard = if self.xrc.is_none() && self.tm.is_none() { g.2.count_for(g.0.ring().tag()) } else { None };
+        (g.0.clone(), heard)
     }
 
     /// After ibv_post_srq_recv(3) succeeded, one call per work request of `wr_ids`: an
@@ -323,7 +372,7 @@ impl Srq {
                 srqn,
                 xrc,
                 tm: list.zip(tm_cq),
-                rq: Mutex::new((Arc::new(queue), 1)),
+                rq: Mutex::new((Arc::new(queue), 1, HeardBy::default())),
                 retired: Mutex::new(Vec::new()),
                 rec,
                 qps: AtomicU32::new(0),
@@ -423,7 +472,7 @@ impl Srq {
     pub fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
         let verb = "modify_srq";
         let mut guard = self.inner.rq.lock().expect("srq");
-        let (rq, gen) = &mut *guard;
+        let (rq, gen, _) = &mut *guard;
         let mut cap = rq.capacity();
         if mask.contains(SrqAttrMask::MAX_WR) {
             if attr.max_wr == 0 || attr.max_wr > limits::MAX_SRQ_WR {
@@ -480,9 +529,15 @@ impl Srq {
     /// the lookup and the post (another thread's ibv_modify_srq(3)) makes that queue
     /// refuse the post, nothing posted, and the post goes to the queue that replaced it:
     /// written into the old ring, the receives would be lost (nothing takes from it).
+    ///
+    /// A queue kept full learns that a receive was taken from the count its CQ's poll
+    /// heard, as a QP's own queue does, instead of from the takers' `head`, a line a
+    /// taker in another process writes for the very message the post replaces
+    /// (`rings::recv_count`).
     fn post_current(&self, wrs: &[RecvWr<'_>], keys: Option<&crate::mr::KeyTable>) -> Result<(), PostError> {
         loop {
-            if let Some(r) = self.inner.queue().post_unless_replaced(wrs, keys, "post_srq_recv") {
+            let (queue, heard) = self.inner.queue_heard();
+            if let Some(r) = queue.post_unless_replaced(wrs, keys, "post_srq_recv", heard) {
                 return r;
             }
         }

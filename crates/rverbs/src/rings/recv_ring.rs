@@ -901,12 +901,12 @@ impl RecvQueue {
     /// posted; post to the queue that replaced it). Checked under the posters' lock,
     /// which the resize holds while it moves the receives out and marks the ring
     /// ([`RecvQueue::absorb`]).
-    pub(crate) fn post_unless_replaced(&self, wrs: &[RecvWr<'_>], keys: Option<&crate::mr::KeyTable>, verb: &'static str) -> Option<Result<(), PostError>> {
+    pub(crate) fn post_unless_replaced(&self, wrs: &[RecvWr<'_>], keys: Option<&crate::mr::KeyTable>, verb: &'static str, heard: Option<u32>) -> Option<Result<(), PostError>> {
         let kept = self.holds.lock();
         if self.ring.moved() != 0 {
             return None;
         }
-        Some(self.post_locked(kept, wrs, keys, verb, None))
+        Some(self.post_locked(kept, wrs, keys, verb, heard))
     }
 
     /// [`RecvQueue::post`] with the posters' lock `kept` held.
