@@ -748,6 +748,18 @@ static void fork_idle_child(void)
 	out("CHILD %d", (int)pid);
 }
 
+/* One round of completions (through the channel, at most `chan_ms`, in chan mode) and,
+ * in cm mode, of rdma_cm events. */
+static void step(int chan_ms)
+{
+	if (mode == CHAN)
+		chan_wait(chan_ms);
+	else
+		poll_cqs();
+	if (mode == CM)
+		cm_step(0);
+}
+
 /* Every receive posted on the QP to a dead node completes once that QP is moved to ERR
  * (ibv_modify_qp(3): outstanding WRs flush with IBV_WC_WR_FLUSH_ERR), including one the
  * dead node was placing a message into when it died. Only own receive queues: an SRQ's
@@ -782,12 +794,7 @@ static void account_dead_receives(void)
 			     "it moved to ERR", left);
 			return;
 		}
-		if (mode == CHAN)
-			chan_wait(10);
-		else
-			poll_cqs();
-		if (mode == CM)
-			cm_step(0);
+		step(10);
 	}
 }
 
@@ -1000,12 +1007,7 @@ int main(int argc, char **argv)
 				if (!post_one(j))
 					break;
 		}
-		if (mode == CHAN)
-			chan_wait(50);
-		else
-			poll_cqs();
-		if (mode == CM)
-			cm_step(0);
+		step(50);
 		int i;
 		if (read_line(line, sizeof(line), 0)) {
 			if (sscanf(line, "DEAD %d", &i) == 1 && i >= 0 && i < nodes) {
