@@ -914,6 +914,10 @@ impl crate::qp::device::QpDevice for DeviceInner {
         &self.engine.qps
     }
 
+    fn srqs(&self) -> &crate::table::Table<crate::qp::srq::SrqInner> {
+        &self.engine.srqs
+    }
+
     fn gids(&self) -> &[GidEntry] {
         &self.engine.gids
     }

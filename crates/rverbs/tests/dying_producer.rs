@@ -736,6 +736,46 @@ fn a_receive_of_an_srq_a_dead_peer_was_placing_is_flushed_by_its_qp() {
     assert!(after.destroyed < std::time::Duration::from_secs(1), "the destroys waited {:?} for a dead taker's placement", after.destroyed);
 }
 
+// An XRC target QP takes from the XRC SRQ each request names, so it has no SRQ of its
+// own to look in: a peer that died while placing into a receive of an XRC SRQ it took for
+// the target QP left that receive neither queued nor completed, even once the target QP
+// was moved to ERR (docs/failure-model.md listed it). Now the target QP's flush looks in
+// the XRC SRQs of its domain in this process and completes the dead taker's take there,
+// on the SRQ's CQ.
+#[test]
+fn a_receive_of_an_xrc_srq_a_dead_peer_was_placing_is_flushed_by_the_target_qp() {
+    if std::env::var("RVERBS_TEST_ROLE").as_deref() == Ok("taker") {
+        return taker_child();
+    }
+    let (mut child, mut stdin, _, peer_ep) = spawn_taker("a_receive_of_an_xrc_srq_a_dead_peer_was_placing_is_flushed_by_the_target_qp");
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+    let xrcd = ctx.open_xrcd(None, 0).unwrap();
+    let srq = pd.create_srq_xrc(&SrqInit { max_wr: 8, max_sge: 1, ..SrqInit::default() }, &xrcd, &cq).unwrap();
+    // An XRC SRQ of another domain, with a record naming the same QP: not the target's.
+    let other_xrcd = ctx.open_xrcd(None, 0).unwrap();
+    let other = pd.create_srq_xrc(&SrqInit { max_wr: 8, max_sge: 1, ..SrqInit::default() }, &other_xrcd, &cq).unwrap();
+    let target = xrcd.create_recv_qp(0).unwrap();
+    to_init(&target, ALL_ACCESS);
+    for s in [&srq, &other] {
+        for wr_id in 1..=3 {
+            s.post_recv(&[RecvWr::new(wr_id, &[])]).unwrap();
+        }
+        let seg = ring_segment(&format!("srq-{}-", s.srq_num()));
+        write_u64(&seg, RQ_HEAD, 1);
+        seg.write_all_at(&1u32.to_ne_bytes(), RQ_PLACING).unwrap();
+        write_u64(&seg, RQ_RECORDS + 8, u64::from(target.qp_num()) | 1 << 32);
+        write_u64(&seg, RQ_RECORDS + 16, 1);
+        write_u64(&seg, RQ_RECORDS, u64::from(child.id()) << 32 | peer_ep);
+    }
+    end_child_then_fail(&mut child, &mut stdin, &target, true, true);
+    let flushed: Vec<_> = drain(&cq).iter().map(|w| (w.wr_id(), w.status(), w.qp_num())).collect();
+    assert_eq!(flushed, [(1, WcStatus::WrFlushErr, target.qp_num())], "the dead taker's take in the target's domain, once");
+    assert_eq!((srq.len(), other.len()), (2, 2), "the SRQs' other receives stay queued");
+    drop(stdin);
+}
+
 /// The child of `an_express_send_from_another_process_is_named_in_the_ring_until_its_completion`:
 /// a process of the device with an RC QP, which says the QP's number and its endpoint's,
 /// reads the number of the QP to connect to, sends it two SENDs of no bytes, one after

@@ -26,6 +26,10 @@ pub(crate) trait QpDevice: Sync {
     /// Live QPs by number (a QP is reserved, published and removed there).
     fn qps(&self) -> &Table<QpInner>;
 
+    /// Live SRQs by number (an XRC target QP's flush looks for its takes in those of its
+    /// domain).
+    fn srqs(&self) -> &Table<crate::qp::srq::SrqInner>;
+
     /// The GID table of the port.
     fn gids(&self) -> &[GidEntry];
 

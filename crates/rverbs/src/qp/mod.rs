@@ -385,7 +385,9 @@ impl QpInner {
     }
 
     /// Completes every queued receive with WR_FLUSH_ERR; with an SRQ, raises
-    /// QP_LAST_WQE_REACHED instead (ibv_modify_qp(3), ibv_get_async_event(3)).
+    /// QP_LAST_WQE_REACHED instead (ibv_modify_qp(3), ibv_get_async_event(3)). The
+    /// receives of an SRQ that a peer now dead took for the QP complete too (an XRC
+    /// target QP's: in the XRC SRQs of its domain in this process).
     fn flush_rq(self: &Arc<Self>) {
         // A receive WQE a network SEND was being placed into left its queue already.
         let held = self.net_resp.lock().expect("net responder").held.take();
@@ -409,6 +411,17 @@ impl QpInner {
             }
             cq.look_soon();
             self.raise(EventType::QpLastWqeReached);
+        } else if let Some(x) = &self.xrcd {
+            // An XRC target QP takes from the XRC SRQ each request names: a dead peer's
+            // takes for it are looked for in the XRC SRQs of its domain in this process
+            // (one of another process is out of reach here), completed on the SRQ's CQ.
+            for srq in self.dev.srqs().live() {
+                let Some((_, cq)) = srq.xrc.as_ref().filter(|(d, _)| d.key == x.key) else { continue };
+                for (wr_id, taken) in srq.reclaim_dead_takes(Some(self.qpn)) {
+                    let _ = cq.push(Cqe { rq_taken: Some(taken), ..Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) });
+                }
+                cq.look_soon();
+            }
         }
         // A peer that died while completing to the CQ left a reservation the flushes
         // are behind: the next poll looks for it (`CqInner::look_soon`).
