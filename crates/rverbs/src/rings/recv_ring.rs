@@ -454,7 +454,29 @@ impl RecvRing {
 
     fn lock(&self) -> crate::shm::lock::ShmGuard<'_> {
         let me = self.me;
-        self.hdr().takers.lock.lock(me.ep(), me)
+        let g = self.hdr().takers.lock.lock(me.ep(), me);
+        if let Some(dead) = g.took_over_from() {
+            self.undo_uncommitted(dead);
+        }
+        g
+    }
+
+    /// Under the lock taken over from endpoint `dead`, which died inside a take: a take
+    /// records itself (its record, its count in `placing`, its taker) before the one
+    /// store of `head` that commits it ([`RecvRing::take_counted`]), so a record of
+    /// `dead` whose count is `head + 1` names a receive that was never taken, still at
+    /// the head of the queue: freed, or the QP's flush would complete that receive while
+    /// the next taker takes it too. (A taker that died before recording left nothing; one
+    /// that died after storing `head` left a take the flush completes.)
+    #[cold]
+    fn undo_uncommitted(&self, dead: u32) {
+        let next = self.hdr().takers.head.load(Ordering::Relaxed).wrapping_add(1) as u32;
+        for r in &self.hdr().takes.records {
+            let who = r.who.load(Ordering::Acquire);
+            if who != 0 && who as u32 & !((DONE | EXPRESS) as u32) == dead && (r.qpn.load(Ordering::Relaxed) >> 32) as u32 == next {
+                r.free();
+            }
+        }
     }
 
     pub(crate) fn capacity(&self) -> u32 {
@@ -583,11 +605,13 @@ impl RecvRing {
         }
         let left = queued - 1;
         let taken = head.wrapping_add(1);
-        h.takers.head.store(taken, Ordering::Release);
-        let limit_fired = limit != 0 && (left < u64::from(limit)) && {
-            h.config.limit.store(0, Ordering::Release);
-            true
-        };
+        // The take is recorded first (its record, its count, its taker) and committed by
+        // the one store of `head` below: a taker that dies in between leaves a record the
+        // next holder of the lock undoes ([`RecvRing::undo_uncommitted`]), and counts
+        // that name no receive past the last completed one. Stored the other way round, a
+        // taker that died after moving `head` left a receive taken and named nowhere,
+        // neither queued nor ever completed or flushed (tests/chaos/kill.py's SRQ
+        // account found one in some 500 rounds).
         let placing = match how {
             Counted::No => None,
             Counted::Express => {
@@ -606,6 +630,11 @@ impl RecvRing {
                 let record = for_qp.map_or(0, |qpn| self.record_take(qpn, taken as u32, wqe.wr_id, 0));
                 Some(Placing { seg: self.seg.clone(), taken, record })
             }
+        };
+        h.takers.head.store(taken, Ordering::Release);
+        let limit_fired = limit != 0 && (left < u64::from(limit)) && {
+            h.config.limit.store(0, Ordering::Release);
+            true
         };
         let wqe = RecvWqe { taken: Some(TakenCount { ring: self.seen.tag, count: taken as u32 }), _placing: placing, ..wqe };
         Some(Taken { wqe, limit_fired })
@@ -1197,6 +1226,35 @@ mod tests {
     /// any, only once its taker is dead: named unless the taker marked it right before
     /// publishing the completion (then only uncounted), and not at all once the taker
     /// dropped the receive; a take that finds every record in use still takes, unrecorded.
+    // A take records itself, then commits with one store of `head`. A taker in another
+    // process that died in between (holding the ring's lock) left a record of a receive
+    // still at the head of the queue: the next holder of the lock frees it, so the QP's
+    // flush does not complete that receive while the next taker takes it too. Before the
+    // order was the other way round, and a taker that died after moving `head` left a
+    // receive taken and recorded nowhere (tests/chaos/kill.py's SRQ account).
+    #[test]
+    fn a_take_whose_taker_died_before_committing_it_is_undone_by_the_next_holder_of_the_lock() {
+        let d = dir("uncommitted");
+        let rq = RecvQueue::new(&d.join("q"), 4, 1, me()).unwrap();
+        let s = [sge(1)];
+        let wrs: Vec<RecvWr<'_>> = (1..=3).map(|i| RecvWr::new(i, &s)).collect();
+        rq.post(&wrs, None, "post_recv", None).unwrap();
+        let ring = rq.ring();
+        // Endpoint 250: nobody's (a process that exited); its take of receive 1 for QP 7
+        // recorded with the count 1, `head` still 0, the lock still its.
+        let dead_ep = 250u64;
+        let r = &ring.hdr().takes.records[0];
+        r.qpn.store(7 | 1 << 32, Ordering::Relaxed);
+        r.wr_id.store(1, Ordering::Relaxed);
+        r.who.store(u64::from(u32::MAX - 1) << 32 | dead_ep, Ordering::Relaxed);
+        ring.hdr().takers.lock.set_word(dead_ep as u32 + 1);
+        let dead = |_, _| false;
+        assert_eq!(ring.reclaim_recorded(Some(7), dead), vec![], "nothing was taken");
+        assert_eq!(r.who.load(Ordering::Relaxed), 0, "the record is free");
+        assert_eq!(ring.take().unwrap().wqe.wr_id, 1, "receive 1 is still at the head");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn recorded_takes_of_a_dead_taker_are_reclaimed_for_their_qp_once() {
         let d = dir("records");

@@ -46,6 +46,18 @@ impl<F: Fn(u32) -> bool> Holders for F {
 /// Held until dropped.
 pub(crate) struct ShmGuard<'a> {
     lock: &'a ShmLock,
+    /// The endpoint whose lock this was when it was taken over because that endpoint
+    /// died inside its critical section ([`ShmGuard::took_over_from`]).
+    dead_holder: Option<u32>,
+}
+
+impl ShmGuard<'_> {
+    /// The endpoint that died holding the lock, if this guard took it over from one: its
+    /// critical section stopped somewhere in the middle, and the new holder may have
+    /// to finish or undo it (`rings::recv_ring`).
+    pub(crate) fn took_over_from(&self) -> Option<u32> {
+        self.dead_holder
+    }
 }
 
 impl Drop for ShmGuard<'_> {
@@ -61,8 +73,9 @@ impl ShmLock {
         self.word.load(Ordering::Relaxed)
     }
 
-    /// Writes the lock word as another process could (the fuzz harness).
-    #[cfg(feature = "fuzzing")]
+    /// Writes the lock word as another process could (the fuzz harness; a test's holder
+    /// that died inside its critical section).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn set_word(&self, v: u32) {
         self.word.store(v, Ordering::Relaxed);
     }
@@ -107,7 +120,7 @@ impl ShmLock {
             let cur = self.word.load(Ordering::Relaxed);
             if cur == 0 {
                 if self.word.compare_exchange_weak(0, tag, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                    return ShmGuard { lock: self };
+                    return ShmGuard { lock: self, dead_holder: None };
                 }
                 // Free for a moment: whoever holds it now is a new holder.
                 seen = None;
@@ -165,7 +178,7 @@ impl ShmLock {
                     } else {
                         tracing::warn!(word = cur, "took over a shared lock whose word another process overwrote");
                     }
-                    return ShmGuard { lock: self };
+                    return ShmGuard { lock: self, dead_holder: dead.then_some(holder) };
                 }
                 waiting();
             }
