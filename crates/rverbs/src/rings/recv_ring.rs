@@ -466,15 +466,20 @@ impl RecvRing {
     /// store of `head` that commits it ([`RecvRing::take_counted`]), so a record of
     /// `dead` whose count is `head + 1` names a receive that was never taken, still at
     /// the head of the queue: freed, or the QP's flush would complete that receive while
-    /// the next taker takes it too. (A taker that died before recording left nothing; one
-    /// that died after storing `head` left a take the flush completes.)
+    /// the next taker takes it too; a queued take's count in `placing` goes with it (an
+    /// express take is counted in none). (A taker that died before recording left
+    /// nothing; one that died after storing `head` left a take the flush completes.)
     #[cold]
     fn undo_uncommitted(&self, dead: u32) {
-        let next = self.hdr().takers.head.load(Ordering::Relaxed).wrapping_add(1) as u32;
-        for r in &self.hdr().takes.records {
+        let h = self.hdr();
+        let next = h.takers.head.load(Ordering::Relaxed).wrapping_add(1) as u32;
+        for r in &h.takes.records {
             let who = r.who.load(Ordering::Acquire);
             if who != 0 && who as u32 & !((DONE | EXPRESS) as u32) == dead && (r.qpn.load(Ordering::Relaxed) >> 32) as u32 == next {
                 r.free();
+                if who & EXPRESS == 0 && h.takers.placing.load(Ordering::Relaxed) & !CLOSED != 0 {
+                    h.takers.placing.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         }
     }
@@ -1247,10 +1252,12 @@ mod tests {
         r.qpn.store(7 | 1 << 32, Ordering::Relaxed);
         r.wr_id.store(1, Ordering::Relaxed);
         r.who.store(u64::from(u32::MAX - 1) << 32 | dead_ep, Ordering::Relaxed);
+        ring.hdr().takers.placing.store(1, Ordering::Relaxed);
         ring.hdr().takers.lock.set_word(dead_ep as u32 + 1);
         let dead = |_, _| false;
         assert_eq!(ring.reclaim_recorded(Some(7), dead), vec![], "nothing was taken");
         assert_eq!(r.who.load(Ordering::Relaxed), 0, "the record is free");
+        assert_eq!(ring.placing(), 0, "its count in placing goes with it");
         assert_eq!(ring.take().unwrap().wqe.wr_id, 1, "receive 1 is still at the head");
         std::fs::remove_dir_all(&d).unwrap();
     }
