@@ -16,9 +16,10 @@ phases, chosen by the seed:
 Then the survivors are told (DEAD) and must report (REPORT) within their deadline
 (derived from the QP's timeout and retry_cnt, see kill_peer.c) plus 10 s, else the
 round FAILs as a hang and the survivor is killed. A round FAILs on: a survivor's FAIL
-line or non-zero exit, a survivor killed by a signal (crash), a victim that died
-before the kill, a hang, a broken canary, or an ep-N directory left in the runtime
-directory once every process of the round is gone. The runtime directory is then
+line (kill_peer.c's checks: its WRs, its receives, and with an SRQ, once every survivor
+reported and was told QUIET, the SRQ's receives) or non-zero exit, a survivor killed by
+a signal (crash), a victim that died before the kill, a hang, a broken canary, or an
+ep-N directory left in the runtime directory once every process of the round is gone. The runtime directory is then
 opened once more (ibv_devices) and checked again (what the next process would reclaim).
 
 Short mode (default): 60 rounds, capped at 100 s. --long: 2000 rounds, capped at 2 h.
@@ -71,6 +72,8 @@ class Node:
         self.status = None
         self.child = None
         self.hung = False
+        self.quieted = False
+        self.srq = None
 
     def send(self, line):
         try:
@@ -265,6 +268,40 @@ def run_round(r, rng, args, exe, env_base, stats, base):
                 if phase == "traffic":
                     kill_at = time.monotonic() + delay
 
+    # srq, shcq: once every survivor reported nobody posts any more, and each accounts for
+    # the receives of its SRQ (kill_peer.c, QUIET), one at a time.
+    if mode in ("srq", "shcq") and told:
+        for s in survivors:
+            if s.report is None or s.eof or s.hung:
+                continue
+            s.send("QUIET")
+            end = time.monotonic() + 15
+            while not s.quieted and not s.eof and time.monotonic() < end:
+                for key, _ in sel.select(0.05):
+                    nd = key.data
+                    try:
+                        chunk = os.read(nd.proc.stdout.fileno(), 65536)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        nd.eof = True
+                        sel.unregister(nd.proc.stdout)
+                        continue
+                    nd.buf += chunk
+                    while b"\n" in nd.buf:
+                        raw, nd.buf = nd.buf.split(b"\n", 1)
+                        line = raw.decode(errors="replace")
+                        if line == "QUIETED":
+                            nd.quieted = True
+                        elif line.startswith("SRQ"):
+                            nd.srq = parse_report(line)
+                        elif line.startswith("FAIL"):
+                            nd.fails.append(line)
+            if not s.quieted and not s.eof:
+                problems.append(f"HANG: node {s.idx} did not account for its SRQ within 15 s of QUIET")
+                problems.extend(stacks(s.proc.pid))
+                stats["hangs"] += 1
+
     # Survivors exit; everything is reaped.
     for s in survivors:
         s.send("EXIT")
@@ -324,6 +361,11 @@ def run_round(r, rng, args, exe, env_base, stats, base):
         stats["recvs"] += int(rep.get("recvs", 0))
         stats["recvs_dead_flushed"] += int(rep.get("recv_flushed", 0))
         stats["recvs_dead_left"] += int(rep.get("recv_left", 0))
+        if s.srq is not None:
+            stats["srq_accounted"] += 1
+            stats["srq_posted"] += int(s.srq.get("posted", 0))
+            stats["srq_probed"] += int(s.srq.get("probed", 0))
+            stats["srq_missing"] += int(s.srq.get("posted", 0)) - int(s.srq.get("completed", 0))
         stats["chan_wakeups"] += int(rep.get("chan_wakeups", 0))
         if rep.get("canary") != "ok":
             stats["canary_broken"] += 1
@@ -504,6 +546,8 @@ def main():
         f"never completed {stats['wr_left']}")
     log(f"receives on QPs to the dead node (own receive queues), once moved to ERR: flushed "
         f"{stats['recvs_dead_flushed']}, neither completed nor flushed {stats['recvs_dead_left']}")
+    log(f"SRQs accounted {stats['srq_accounted']}: receives posted {stats['srq_posted']}, still in the SRQ "
+        f"(taken by the probe) {stats['srq_probed']}, neither in it nor completed {stats['srq_missing']}")
     log("statuses towards the dead node: " + ", ".join(f"{k} {v}" for k, v in sorted(stats['status'].items())))
     log(f"longest drain {stats['drain_ms_max']:.0f} ms; completion-channel wake-ups {stats['chan_wakeups']}")
     if stats["cm_end"]:

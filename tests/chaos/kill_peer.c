@@ -27,6 +27,9 @@
  *   in  "DEAD <i>"             node i was killed: stop posting to it, post a few more
  *                              WRs to it anyway, then account for every WR outstanding
  *   out "REPORT k=v ..."       the accounting (and "FAIL <why>" lines before it)
+ *   in  "QUIET"                srq, shcq: every survivor reported (nobody posts any
+ *                              more): account for the SRQ's receives (account_srq)
+ *   out "SRQ k=v ..." "QUIETED" that account (and "FAIL <why>" lines before it)
  *   in  "EXIT"                 every survivor reported: exit (receives stay posted
  *                              and are replenished until then, so live peers complete)
  *
@@ -42,6 +45,9 @@
  *  - rc, uc, chan, cm: once the QP to the dead node is moved to ERR, every receive posted
  *    on it completes (success or flush) within 5 s, including one the dead node was
  *    placing a message into when it died.
+ *  - srq, shcq: once every survivor reported, every receive posted to the SRQ is in it
+ *    (a probe QP of the node takes them until RNR) or completes within 5 s, the QPs to
+ *    the dead node moved to ERR (a receive the dead node took and was placing flushes).
  * Receives are not required to complete before that: a node waiting only for receives
  * from a dead peer waits for ever on real RDMA too. An SRQ's receives are not accounted
  * (they stay in the SRQ, and verbs cannot count them).
@@ -124,6 +130,8 @@ static union ibv_gid my_gid;
 static unsigned long long rng;
 static int started, connected, failed;
 static unsigned long recvs_done, chan_wakeups;
+static unsigned long srq_posted, srq_done;  /* receives posted to the SRQ, and completed */
+static int no_repost;                       /* the SRQ's account: receives are not posted again */
 static int fail_count;
 
 /* rdma_cm */
@@ -313,12 +321,16 @@ static void post_recv_one(struct ibv_qp *qp, uint64_t id)
 		fail("post_recv: %d", rc);
 	else if (own_queues())
 		peers[(id >> 32) % MAX_NODES].recv_outstanding++;
+	else if (srq)
+		srq_posted++;
 }
 
 /* A receive's completion: own receive queues are accounted per peer (wr_id's high half). */
 static void recv_completed(const struct ibv_wc *wc)
 {
 	recvs_done++;
+	if (srq)
+		srq_done++;
 	if (!own_queues())
 		return;
 	struct peer *p = &peers[(wc->wr_id >> 32) % MAX_NODES];
@@ -516,7 +528,7 @@ static int poll_cqs(void)
 	for (int i = 0; i < n; i++) {
 		if (!(wc[i].wr_id & SEND_TAG)) {
 			recv_completed(&wc[i]);
-			if (wc[i].status == IBV_WC_SUCCESS) {
+			if (wc[i].status == IBV_WC_SUCCESS && !no_repost) {
 				int j = peer_of_qp(wc[i].qp_num);
 				post_recv_one(j >= 0 ? peers[j].qp : NULL, wc[i].wr_id);
 			}
@@ -549,7 +561,7 @@ static int poll_cqs(void)
 		}
 		for (int i = 0; i < n; i++) {
 			recv_completed(&wc[i]);
-			if (wc[i].status != IBV_WC_SUCCESS)
+			if (wc[i].status != IBV_WC_SUCCESS || no_repost)
 				continue;
 			if (mode == UD)
 				post_recv_one(ud_qp, wc[i].wr_id);
@@ -796,6 +808,96 @@ static void account_dead_receives(void)
 		}
 		step(10);
 	}
+}
+
+/* The probe of account_srq: a QP of this node connected to another of its own, which
+ * takes its receives from the SRQ and completes them to the receive CQ; the sender's RNR
+ * retry count is 0, so a SEND the SRQ has no receive for fails at once. */
+static struct ibv_qp *probe_qp(struct ibv_cq *cq, int on_srq)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = recv_cq, .qp_type = IBV_QPT_RC, .srq = on_srq ? srq : NULL,
+		.cap = { .max_send_wr = 1, .max_recv_wr = on_srq ? 0 : 1, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	MUST(qp, "ibv_create_qp (probe)");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	MUST(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "probe INIT");
+	return qp;
+}
+
+static void probe_connect(struct ibv_qp *qp, uint32_t dest)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = dest, .max_dest_rd_atomic = 1,
+		.min_rnr_timer = 1, .ah_attr = { .is_global = 1, .port_num = 1, .grh = { .dgid = my_gid, .hop_limit = 1 } },
+	};
+	MUST(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "probe RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 12;
+	a.retry_cnt = 3;
+	a.rnr_retry = 0;
+	a.max_rd_atomic = 1;
+	MUST(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+					    IBV_QP_MAX_QP_RD_ATOMIC), "probe RTS");
+}
+
+/* srq, shcq: once every survivor reported, no node posts any more, so every receive this
+ * node posted to its SRQ is in the SRQ, completed, or being completed by a live peer.
+ * The QPs to dead nodes move to ERR (a dead taker's recorded takes flush, ibv_modify_qp(3)),
+ * then SENDs of no bytes from a probe QP of this node take what the SRQ holds until one
+ * finds it empty (RNR, the probe retries none); every receive posted must then be
+ * completed (success, flush or error) within 5 s. One a dead peer took and nobody
+ * completes is missing for ever. Receives are not posted again from here on. */
+static void account_srq(void)
+{
+	if (!srq || !connected)
+		return;
+	no_repost = 1;
+	for (int j = 0; j < nodes; j++) {
+		struct peer *p = &peers[j];
+		if (!p->present || !p->dead || !p->qp)
+			continue;
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+		if (ibv_modify_qp(p->qp, &a, IBV_QP_STATE))
+			fail("ibv_modify_qp(ERR) of the QP to dead node %d: %s", j, strerror(errno));
+	}
+	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	MUST(cq, "ibv_create_cq (probe)");
+	struct ibv_qp *tx = probe_qp(cq, 0), *rx = probe_qp(cq, 1);
+	probe_connect(tx, rx->qp_num);
+	probe_connect(rx, tx->qp_num);
+	unsigned long probes = 0;
+	int empty = 0;
+	while (!empty && !failed && probes <= srq_posted) {
+		struct ibv_send_wr wr = { .wr_id = SEND_TAG | 0xfe, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+		MUST(!ibv_post_send(tx, &wr, &bad), "probe post_send");
+		struct ibv_wc wc;
+		double t0 = now_ms();
+		int n;
+		while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && now_ms() - t0 < 5000)
+			poll_cqs();
+		if (n != 1)
+			fail("srq: the probe's SEND %lu did not complete in 5 s", probes);
+		else if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR)
+			empty = 1;
+		else if (wc.status != IBV_WC_SUCCESS)
+			fail("srq: the probe's SEND %lu completed with %s", probes, ibv_wc_status_str(wc.status));
+		else
+			probes++;
+	}
+	double t0 = now_ms();
+	while (srq_done < srq_posted && now_ms() - t0 < 5000)
+		poll_cqs();
+	if (srq_done != srq_posted)
+		fail("srq: %lu receive(s) posted to the SRQ neither in it, nor completed, nor flushed (%lu posted, %lu completed, "
+		     "%lu taken by the probe)", srq_posted - srq_done, srq_posted, srq_done, probes);
+	out("SRQ posted=%lu completed=%lu probed=%lu", srq_posted, srq_done, probes);
+	ibv_destroy_qp(tx);
+	ibv_destroy_qp(rx);
+	ibv_destroy_cq(cq);
 }
 
 /* ---- main ---- */
@@ -1079,8 +1181,14 @@ int main(int argc, char **argv)
 	/* Until EXIT: keep receives replenished so live peers' WRs complete. */
 	double t_exit = now_ms();
 	while (now_ms() - t_exit < 60000) {
-		if (read_line(line, sizeof(line), 1) && !strcmp(line, "EXIT"))
-			break;
+		if (read_line(line, sizeof(line), 1)) {
+			if (!strcmp(line, "EXIT"))
+				break;
+			if (!strcmp(line, "QUIET")) {
+				account_srq();
+				out("QUIETED");
+			}
+		}
 		if (stdin_eof)
 			break;
 		poll_cqs();
