@@ -95,6 +95,25 @@ def stacks(pid):
     return ["  " + l for l in out.splitlines() if l.startswith(("#", "Thread"))]
 
 
+def read_lines(sel, nd):
+    """The whole lines node `nd` wrote since the last call; None once it closed its
+    stdout (then marked `eof` and no longer selected)."""
+    try:
+        chunk = os.read(nd.proc.stdout.fileno(), 65536)
+    except BlockingIOError:
+        return []
+    if not chunk:
+        nd.eof = True
+        sel.unregister(nd.proc.stdout)
+        return None
+    nd.buf += chunk
+    lines = []
+    while b"\n" in nd.buf:
+        raw, nd.buf = nd.buf.split(b"\n", 1)
+        lines.append(raw.decode(errors="replace"))
+    return lines
+
+
 def parse_report(line):
     kv = {}
     for tok in line.split()[1:]:
@@ -214,23 +233,15 @@ def run_round(r, rng, args, exe, env_base, stats, base):
             timeout = max(0.0, min(timeout, kill_at - time.monotonic()))
         for key, _ in sel.select(timeout):
             nd = key.data
-            try:
-                chunk = os.read(nd.proc.stdout.fileno(), 65536)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                nd.eof = True
-                sel.unregister(nd.proc.stdout)
+            lines = read_lines(sel, nd)
+            if lines is None:
                 if nd is V and killed_at is None:
                     problems.append(f"CRASH: the victim exited before the kill (status {nd.proc.wait()})")
                     stats["crashes"] += 1
                     killed_at = time.monotonic()  # tell the others anyway
                     killed_phase = "none"
                 continue
-            nd.buf += chunk
-            while b"\n" in nd.buf:
-                raw, nd.buf = nd.buf.split(b"\n", 1)
-                line = raw.decode(errors="replace")
+            for line in lines:
                 if line.startswith("INFO"):
                     nd.info = line[5:]
                     if nd is V and phase == "exchange" and kill_at is None:
@@ -279,18 +290,7 @@ def run_round(r, rng, args, exe, env_base, stats, base):
             while not s.quieted and not s.eof and time.monotonic() < end:
                 for key, _ in sel.select(0.05):
                     nd = key.data
-                    try:
-                        chunk = os.read(nd.proc.stdout.fileno(), 65536)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        nd.eof = True
-                        sel.unregister(nd.proc.stdout)
-                        continue
-                    nd.buf += chunk
-                    while b"\n" in nd.buf:
-                        raw, nd.buf = nd.buf.split(b"\n", 1)
-                        line = raw.decode(errors="replace")
+                    for line in read_lines(sel, nd) or []:
                         if line == "QUIETED":
                             nd.quieted = True
                         elif line.startswith("SRQ"):
