@@ -641,6 +641,10 @@ impl CqInner {
     /// poll that finds none, which reads `tail` then ([`Consumer::pop_skipping`]).
     #[inline(always)]
     fn pop_words(&self, seg: &CqSeg, ring: &Consumer<'_>, skip: usize, first: bool) -> Option<[u64; CQE_WORDS]> {
+        // At most one dead producer's reservation is skipped per poll: a `tail` another
+        // process scribbled far ahead reads as a run of unpublished reservations, and
+        // skipping them all in one call would not return.
+        let mut skipped = false;
         loop {
             match ring.pop_skipping(skip, first) {
                 Pop::Entry(words, pos) => {
@@ -651,7 +655,8 @@ impl CqInner {
                 }
                 Pop::Empty => {
                     // Past a dead producer's reservation, what follows it is polled now.
-                    if first && seg.ring().stalled_at().is_some_and(|h| self.unstick(seg, h)) {
+                    if first && !skipped && seg.ring().stalled_at().is_some_and(|h| self.unstick(seg, h)) {
+                        skipped = true;
                         continue;
                     }
                     return None;
