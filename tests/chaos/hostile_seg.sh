@@ -176,7 +176,9 @@ epoch() {
 		if [ $rc = 137 ]; then
 			hangs=$((hangs + 1))
 			fail "epoch $e: victim $v hung (killed after ${LIMIT}s); last attack: $(last_attack "$x/attacks.log")"
-			[ -s "$x/$v.stack" ] && grep -m6 -E 'rverbs|ibverbs' "$x/$v.stack" | sed 's/^/      /'
+			# Every thread, with its first frames in rverbs or the victim: the stuck one
+			# is not always the first gdb shows.
+			[ -s "$x/$v.stack" ] && awk '/^Thread/ { print; n = 0; next } /rverbs|ibverbs|victim/ && n < 4 { print; n++ }' "$x/$v.stack" | sed 's/^/      /'
 		elif [ $rc -gt 128 ] || grep -Eqi 'bus error|segmentation fault|core dumped|panicked' "$err"; then
 			crashes=$((crashes + 1))
 			fail "epoch $e: victim $v crashed (status $rc): $(grep -Ei 'bus error|segmentation|core dumped|panicked' "$err" | head -2 | tr '\n' ' '); last attack: $(last_attack "$x/attacks.log")"

@@ -406,26 +406,34 @@ impl QpInner {
             // The SRQ's receives that a peer now dead took for this QP and was placing
             // (`SrqInner::reclaim_dead_takes`), to the CQ they would have completed to.
             let cq = srq.tm.as_ref().map_or(&self.recv_cq, |(_, cq)| cq);
-            for (wr_id, taken) in srq.reclaim_dead_takes(Some(self.qpn)) {
-                let _ = cq.push(Cqe { rq_taken: Some(taken), ..Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) });
-            }
-            cq.look_soon();
+            self.flush_dead_takes(srq, cq);
             self.raise(EventType::QpLastWqeReached);
         } else if let Some(x) = &self.xrcd {
             // An XRC target QP takes from the XRC SRQ each request names: a dead peer's
             // takes for it are looked for in the XRC SRQs of its domain in this process
             // (one of another process is out of reach here), completed on the SRQ's CQ.
             for srq in self.dev.srqs().live() {
-                let Some((_, cq)) = srq.xrc.as_ref().filter(|(d, _)| d.key == x.key) else { continue };
-                for (wr_id, taken) in srq.reclaim_dead_takes(Some(self.qpn)) {
-                    let _ = cq.push(Cqe { rq_taken: Some(taken), ..Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) });
+                if let Some((_, cq)) = srq.xrc.as_ref().filter(|(d, _)| d.key == x.key) {
+                    self.flush_dead_takes(&srq, cq);
                 }
-                cq.look_soon();
             }
         }
         // A peer that died while completing to the CQ left a reservation the flushes
         // are behind: the next poll looks for it (`CqInner::look_soon`).
         self.recv_cq.look_soon();
+    }
+
+    /// Completes with WR_FLUSH_ERR, on `cq`, the receives of `srq` that a peer now dead
+    /// took for this QP and was placing (`SrqInner::reclaim_dead_takes`), each with the
+    /// count of its take as its completion would have carried; a CQ other than the QP's
+    /// receive CQ is told to look for the dead peer's reservation (`CqInner::look_soon`).
+    fn flush_dead_takes(&self, srq: &SrqInner, cq: &Arc<CqInner>) {
+        for (wr_id, taken) in srq.reclaim_dead_takes(Some(self.qpn)) {
+            let _ = cq.push(Cqe { rq_taken: Some(taken), ..Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) });
+        }
+        if !Arc::ptr_eq(cq, &self.recv_cq) {
+            cq.look_soon();
+        }
     }
 
     /// The receives of `rq` that the connected peer, a process of this host, took and was
