@@ -339,7 +339,7 @@ impl Srq {
             }
             None => None,
         };
-        let queue = RecvQueue::new(&endpoint.dir.join(srq_segment_name(srqn, 1)), init.max_wr, init.max_sge.max(1), endpoint)
+        let queue = RecvQueue::new_shared(&endpoint.dir.join(srq_segment_name(srqn, 1)), init.max_wr, init.max_sge.max(1), endpoint)
             .and_then(|q| list.transpose().map(|l| (q, l)));
         let (queue, list) = match queue {
             Ok(q) => q,
@@ -490,7 +490,7 @@ impl Srq {
         if mask.contains(SrqAttrMask::MAX_WR) && cap != rq.capacity() {
             let next = *gen + 1;
             let endpoint = self.inner.pd.endpoint();
-            let new = Arc::new(RecvQueue::new(&endpoint.dir.join(srq_segment_name(self.inner.srqn, next)), cap, rq.max_sge(), endpoint)?);
+            let new = Arc::new(RecvQueue::new_shared(&endpoint.dir.join(srq_segment_name(self.inner.srqn, next)), cap, rq.max_sge(), endpoint)?);
             // Peers that took the old generation's lock after this see it empty and
             // marked: they follow `moved` to the new one. A post that looked the queue up
             // before this call may have added to `queued` since: the count is checked

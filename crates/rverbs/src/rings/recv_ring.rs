@@ -121,6 +121,8 @@ struct RqConfig {
     /// The owner's tag of the ring, which a take writes into the receive's completion
     /// with the count taken (`rings::recv_count`).
     tag: AtomicU32,
+    /// Take records after the slots ([`RqTakes`]): an SRQ's ring has one a slot.
+    more_records: AtomicU32,
 }
 
 /// What takers write: the lock they take under, and how many receives were taken. One
@@ -149,6 +151,10 @@ struct RqTakers {
     /// it right before publishing the completion ([`RecvRing::express_completing`]), so
     /// one above `completed` is a take whose completion its taker may not have published.
     express: AtomicU64,
+    /// Records ever claimed, as the index of the highest + 1 ([`RqTakes`]): the owner's
+    /// reclaims look no further, so records never used stay unread (and their pages
+    /// uncommitted).
+    records_used: AtomicU64,
 }
 
 /// `placing` bit: the ring is closed (its QP destroyed): nothing is taken any more.
@@ -166,7 +172,8 @@ pub(crate) struct Placing {
     /// The count taken with this receive (`head` after its take); 0 for a placement
     /// counted without a take of this ring ([`RecvRing::count_placing`]).
     taken: u64,
-    /// The take's record ([`TakeRecord`]) as its index + 1; 0 for none.
+    /// The take's record ([`TakeRecord`]) as its byte offset in the segment; 0 for none
+    /// (byte 0 holds the ring's geometry, never a record).
     record: usize,
 }
 
@@ -186,7 +193,7 @@ impl Placing {
     }
 
     fn record(&self) -> Option<&TakeRecord> {
-        Some(&self.seg.get::<RqHdr>(0).takes.records[self.record.checked_sub(1)?])
+        (self.record != 0).then(|| self.seg.get::<TakeRecord>(self.record))
     }
 }
 
@@ -213,15 +220,20 @@ struct RqPoster {
 /// it is for, so that the receive a taker that died was placing can be completed by that
 /// QP's flush ([`RecvRing::reclaim_recorded`]): an SRQ is taken from by many peers at once,
 /// so the order of its takes cannot tell whose a receive being placed is, as it does for
-/// a QP's own queue ([`RecvRing::reclaim_placing`]).
+/// a QP's own queue ([`RecvRing::reclaim_placing`]). These [`TAKE_RECORDS`] in the header
+/// come first; an SRQ's ring has one more per slot after its slots
+/// ([`RqConfig::more_records`]), so that as many takes as the ring holds receives, and
+/// more, can be placed at once, each recorded (a receive's slot is free for the next post
+/// from its take on, so no count of records bounds the takes being placed: one that
+/// finds every record in use goes unrecorded, lost if its taker dies while placing it,
+/// as before records existed: docs/failure-model.md).
 #[repr(C, align(64))]
 #[derive(Default)]
 struct RqTakes {
     records: [TakeRecord; TAKE_RECORDS],
 }
 
-/// Records a ring keeps; a take that finds them all in use goes unrecorded (lost if its
-/// taker dies while placing it, as before records existed: docs/failure-model.md).
+/// Records in a ring's header.
 const TAKE_RECORDS: usize = 16;
 
 /// [`TakeRecord::who`] bit (above every endpoint number): the taker is publishing, or has
@@ -238,7 +250,7 @@ const EXPRESS: u64 = 1 << 30;
 /// [`EXPRESS`], is counted in no `placing`: freed once its completion is published).
 #[repr(C)]
 #[derive(Default)]
-struct TakeRecord {
+pub(crate) struct TakeRecord {
     /// `pid << 32 | endpoint number` of the taker, with [`DONE`] and [`EXPRESS`]; 0: the
     /// record is free.
     who: AtomicU64,
@@ -265,6 +277,12 @@ impl TakeRecord {
 // SAFETY: atomics only (the three lines and the take records below), every bit pattern
 // valid.
 unsafe impl ShmSafe for RqHdr {}
+
+// SAFETY: three atomic words, every bit pattern valid.
+unsafe impl ShmSafe for TakeRecord {}
+
+/// Bytes of one take record.
+const RECORD_BYTES: usize = std::mem::size_of::<TakeRecord>();
 
 const HDR_BYTES: usize = std::mem::size_of::<RqHdr>();
 
@@ -402,9 +420,11 @@ struct Seen {
     /// The receives the owner may queue (`max_recv_wr`; ENOMEM beyond): fewer than the
     /// ring's slots ([`spare_slots`]). A peer's view holds the slot count.
     max: usize,
-    /// The record (index + 1; 0: none) of this process's last take as
+    /// The record (its byte offset; 0: none) of this process's last take as
     /// [`Counted::ExpressFor`], until [`RecvRing::express_record_done`] frees it.
     express_record: AtomicUsize,
+    /// The take records after the slots ([`RqTakes`]): their byte offset and number.
+    more_records: (usize, usize),
 }
 
 impl std::fmt::Debug for RecvRing {
@@ -415,21 +435,29 @@ impl std::fmt::Debug for RecvRing {
 
 impl RecvRing {
     fn mapped(seg: Arc<Segment>, me: &'static Endpoint, cap: usize, max_sge: usize, tag: u32, max: usize) -> RecvRing {
-        RecvRing { seg, me, cap, max_sge, seen: Box::new(Seen { tag, max, ..Seen::default() }) }
+        // The records after the slots, as many as the header says and the segment holds
+        // (a peer may have written anything there).
+        let at = HDR_BYTES + cap * slot_words(max_sge) * 8;
+        let room = seg.len().saturating_sub(at) / RECORD_BYTES;
+        let more = (seg.get::<RqHdr>(0).config.more_records.load(Ordering::Acquire) as usize).min(room);
+        RecvRing { seg, me, cap, max_sge, seen: Box::new(Seen { tag, max, more_records: (at, more), ..Seen::default() }) }
     }
 
     /// Creates an empty ring of `cap` receives of up to `max_sge` entries at `path`, in
-    /// this process's endpoint `me`.
-    pub(crate) fn create(path: &Path, cap: u32, max_sge: u32, me: &'static Endpoint) -> Result<RecvRing> {
+    /// this process's endpoint `me`; `shared`: an SRQ's, with a take record per slot
+    /// after the slots ([`RqTakes`]).
+    pub(crate) fn create(path: &Path, cap: u32, max_sge: u32, shared: bool, me: &'static Endpoint) -> Result<RecvRing> {
         let max = cap.max(1) as usize;
         let max_sge = max_sge.max(1) as usize;
         let cap = max + spare_slots(max_sge);
-        let bytes = HDR_BYTES + cap * slot_words(max_sge) * 8;
+        let more = if shared { cap } else { 0 };
+        let bytes = HDR_BYTES + cap * slot_words(max_sge) * 8 + more * RECORD_BYTES;
         let seg = Arc::new(Segment::create(path, bytes)?);
         let h = seg.get::<RqHdr>(0);
         let tag = recv_count::next_tag();
         h.config.cap.store(cap as u32, Ordering::Relaxed);
         h.config.tag.store(tag, Ordering::Relaxed);
+        h.config.more_records.store(more as u32, Ordering::Relaxed);
         h.config.max_sge.store(max_sge as u32, Ordering::Release);
         Ok(RecvRing::mapped(seg, me, cap, max_sge, tag, max))
     }
@@ -441,6 +469,24 @@ impl RecvRing {
             .ok_or(Error::Bug("malformed receive queue segment"))?;
         let tag = h.config.tag.load(Ordering::Acquire);
         Ok(RecvRing::mapped(seg, me, cap, max_sge, tag, cap))
+    }
+
+    /// The byte offset of take record `i` (below [`TAKE_RECORDS`] plus the records after
+    /// the slots): the header's first, then those after the slots ([`RqTakes`]).
+    fn record_offset(&self, i: usize) -> usize {
+        match i.checked_sub(TAKE_RECORDS) {
+            None => std::mem::offset_of!(RqHdr, takes) + i * RECORD_BYTES,
+            Some(k) => self.seen.more_records.0 + k * RECORD_BYTES,
+        }
+    }
+
+    /// The take records that may be in use: the header's, and those after the slots up
+    /// to the highest ever claimed (`records_used`, clamped: a peer may have written
+    /// anything), so that a reclaim reads no record never used.
+    fn used_records(&self) -> impl Iterator<Item = &TakeRecord> {
+        let used = self.hdr().takers.records_used.load(Ordering::Acquire).min(usize::MAX as u64) as usize;
+        let n = used.clamp(TAKE_RECORDS, TAKE_RECORDS + self.seen.more_records.1);
+        (0..n).map(|i| self.seg.get::<TakeRecord>(self.record_offset(i)))
     }
 
     fn hdr(&self) -> &RqHdr {
@@ -473,7 +519,7 @@ impl RecvRing {
     fn undo_uncommitted(&self, dead: u32) {
         let h = self.hdr();
         let next = h.takers.head.load(Ordering::Relaxed).wrapping_add(1) as u32;
-        for r in &h.takes.records {
+        for r in self.used_records() {
             let who = r.who.load(Ordering::Acquire);
             if who != 0 && who as u32 & !((DONE | EXPRESS) as u32) == dead && (r.qpn.load(Ordering::Relaxed) >> 32) as u32 == next {
                 r.free();
@@ -647,26 +693,35 @@ impl RecvRing {
 
     /// Claims a free record for a take of receive `wr_id` by this process for QP `qpn`,
     /// the `taken`-th of the ring, under the ring's lock (which every claim holds), its
-    /// taker word with `flags`: its index + 1, or 0 if none is free.
+    /// taker word with `flags`: its byte offset, or 0 if none is free. The lowest free
+    /// record is claimed, so the records in use stay few to read.
     fn record_take(&self, qpn: u32, taken: u32, wr_id: u64, flags: u64) -> usize {
-        let records = &self.hdr().takes.records;
-        let Some(i) = records.iter().position(|r| r.who.load(Ordering::Acquire) == 0) else {
+        let h = self.hdr();
+        let free = |i: &usize| self.seg.get::<TakeRecord>(self.record_offset(*i)).who.load(Ordering::Acquire) == 0;
+        let Some(i) = (0..TAKE_RECORDS + self.seen.more_records.1).find(free) else {
             tracing::debug!("every take record of a shared receive queue is in use: this take goes unrecorded");
             return 0;
         };
-        let r = &records[i];
+        if i >= TAKE_RECORDS && h.takers.records_used.load(Ordering::Relaxed) <= i as u64 {
+            h.takers.records_used.store(i as u64 + 1, Ordering::Relaxed);
+        }
+        let at = self.record_offset(i);
+        let r = self.seg.get::<TakeRecord>(at);
         r.qpn.store(u64::from(qpn) | u64::from(taken) << 32, Ordering::Relaxed);
         r.wr_id.store(wr_id, Ordering::Relaxed);
         r.who.store(self.who() | flags, Ordering::Release);
-        i + 1
+        at
     }
 
     /// The completion of this process's last take as [`Counted::ExpressFor`] is about to
     /// be published (`done` false: its record is marked [`DONE`]) or was (`done`: the
     /// record is freed, for the next take).
     pub(crate) fn express_record_done(&self, done: bool) {
-        let Some(i) = self.seen.express_record.load(Ordering::Relaxed).checked_sub(1) else { return };
-        let r = &self.hdr().takes.records[i];
+        let at = self.seen.express_record.load(Ordering::Relaxed);
+        if at == 0 {
+            return;
+        }
+        let r = self.seg.get::<TakeRecord>(at);
         if done {
             self.seen.express_record.store(0, Ordering::Relaxed);
             r.free();
@@ -695,7 +750,7 @@ impl RecvRing {
         let _g = self.lock();
         let h = self.hdr();
         let mut ids = Vec::new();
-        for r in &h.takes.records {
+        for r in self.used_records() {
             let (who, for_qp) = (r.who.load(Ordering::Acquire), r.qpn.load(Ordering::Relaxed));
             if who == 0 || qpn.is_some_and(|q| for_qp as u32 != q) || alive((who & !(DONE | EXPRESS)) as u32, (who >> 32) as u32) {
                 continue;
@@ -897,8 +952,18 @@ pub(crate) struct RecvQueue {
 }
 
 impl RecvQueue {
+    /// A QP's own receive queue at `path`.
     pub(crate) fn new(path: &Path, max_wr: u32, max_sge: u32, me: &'static Endpoint) -> Result<Self> {
-        let ring = RecvRing::create(path, max_wr, max_sge, me)?;
+        Self::create(path, max_wr, max_sge, false, me)
+    }
+
+    /// A shared receive queue's at `path`, with a take record per slot ([`RqTakes`]).
+    pub(crate) fn new_shared(path: &Path, max_wr: u32, max_sge: u32, me: &'static Endpoint) -> Result<Self> {
+        Self::create(path, max_wr, max_sge, true, me)
+    }
+
+    fn create(path: &Path, max_wr: u32, max_sge: u32, shared: bool, me: &'static Endpoint) -> Result<Self> {
+        let ring = RecvRing::create(path, max_wr, max_sge, shared, me)?;
         let holds = Arc::new(SpinMutex::new(Kept::new(ring.cap, ring.max_sge)));
         Ok(RecvQueue { ring, holds })
     }
@@ -1333,6 +1398,45 @@ mod tests {
         assert!(free(ring), "all freed");
         assert_eq!(ring.placing(), 0, "one count left to take, none below it");
         drop(rq);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    // An SRQ's takes being placed were recorded in 16 records a ring: with more placed
+    // at once (a peer per QP, each placing one), the 17th went unrecorded and a taker
+    // that died placing it lost the receive. An SRQ's ring has a record per slot more.
+    #[test]
+    fn an_srq_records_as_many_takes_being_placed_as_it_holds_receives() {
+        let d = dir("more-records");
+        let n = 4 * TAKE_RECORDS as u64;
+        let rq = RecvQueue::new_shared(&d.join("q"), n as u32, 1, me()).unwrap();
+        let s = [sge(1)];
+        let wrs: Vec<RecvWr<'_>> = (1..=n).map(|i| RecvWr::new(i, &s)).collect();
+        rq.post(&wrs, None, "post_recv", None).unwrap();
+        let ring = rq.ring();
+        // A peer's view, as a taker in another process maps the ring.
+        let peer = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap()), me()).unwrap();
+        for k in 1..=n {
+            let how = if k % 2 == 0 { Counted::ExpressFor { qpn: 9 } } else { Counted::Placing { for_qp: Some(9) } };
+            std::mem::forget(peer.take_counted(|_| true, how).unwrap().wqe);
+        }
+        let this = (me().ep(), me().pid);
+        let dead = |ep, pid| (ep, pid) != this;
+        let reclaimed: Vec<u64> = ring.reclaim_recorded(Some(9), dead).into_iter().map(|(w, _)| w).collect();
+        assert_eq!(reclaimed, (1..=n).collect::<Vec<_>>(), "every take recorded, flushed in order");
+        assert_eq!(ring.placing(), 0);
+        assert!(ring.used_records().all(|r| r.who.load(Ordering::Relaxed) == 0), "all freed");
+        // What a peer may write there is clamped to the segment: a view made after it
+        // and the owner's reclaim read no record outside it.
+        ring.hdr().takers.records_used.store(u64::MAX, Ordering::Relaxed);
+        ring.hdr().config.more_records.store(u32::MAX, Ordering::Relaxed);
+        let scribbled = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap()), me()).unwrap();
+        let (at, more) = scribbled.seen.more_records;
+        assert!(more < u32::MAX as usize && at + more * RECORD_BYTES <= scribbled.seg.len(), "{more} records at {at}");
+        assert_eq!(scribbled.reclaim_recorded(None, dead), vec![]);
+        assert_eq!(ring.reclaim_recorded(None, dead), vec![]);
+        // A QP's own queue has none after its slots (its takes are not recorded).
+        assert_eq!(RecvQueue::new(&d.join("own"), n as u32, 1, me()).unwrap().ring().seen.more_records.1, 0);
+        drop((rq, peer, scribbled));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
