@@ -95,11 +95,24 @@ impl Batch {
     /// A buffer of `len` zero bytes for the next packet; it waits only once
     /// [`Batch::commit`] queues it (a packet that could not be filled is never sent).
     fn next(&mut self, len: usize) -> &mut [u8] {
+        let buf = self.next_unwritten(len);
+        buf.fill(0);
+        buf
+    }
+
+    /// As [`Batch::next`], the bytes not zeroed: they may hold an earlier packet's, so
+    /// the caller writes every one of them before [`Batch::commit`] (a requester's packet:
+    /// its headers, then the payload it gathers, which fills the rest, then the ICRC; a
+    /// packet it cannot fill is never committed). The zeroing cost a bulk sender one more
+    /// pass over every byte it sent.
+    fn next_unwritten(&mut self, len: usize) -> &mut [u8] {
         if self.out.len() == self.queued {
             self.out.push(Vec::new());
         }
         let buf = &mut self.out[self.queued];
-        buf.clear();
+        // The length is the datagram's: cut to `len`, or grown (only the bytes added are
+        // zeroed).
+        buf.truncate(len);
         buf.resize(len, 0);
         buf
     }
@@ -294,7 +307,13 @@ pub(crate) fn transmit(slot: &mut Option<NetTx>, net: &Net, qp: &QpInner, req: &
     let conn = slot.get_or_insert_with(|| NetTx::new(req));
     let r = tx.request;
     let repr = r.to_repr(conn.dest_qpn);
-    let mut packet = Packet::new_unchecked(conn.out.next(repr.buffer_len()));
+    let len = repr.buffer_len();
+    let buf = conn.out.next_unwritten(len);
+    // The headers' bytes zeroed first (a field `emit` leaves alone, reserved bits among
+    // them, must not carry an earlier packet's bytes); `emit` writes the pad and ICRC, and
+    // the payload is filled whole below, or the packet is not committed.
+    buf[..repr.header_len()].fill(0);
+    let mut packet = Packet::new_unchecked(buf);
     repr.emit(&mut packet);
     let payload = packet.payload_mut();
     let filled = if let Some(v) = r.atomic_write {
@@ -309,9 +328,12 @@ pub(crate) fn transmit(slot: &mut Option<NetTx>, net: &Net, qp: &QpInner, req: &
         true
     } else {
         let own = KeySpace::local(qp.pd.endpoint()).remembering(&conn.memo);
-        mr::pin_sges(&own, qp.pd.id, tx.sges, Access::empty(), tx.wqe.total_len)
-            .ok()
-            .is_some_and(|list| mr::gather_at(&list, r.payload_offset as usize, payload).is_ok())
+        // Only a list that holds the whole payload: one that ends short would leave
+        // bytes of an earlier packet unwritten.
+        mr::pin_sges(&own, qp.pd.id, tx.sges, Access::empty(), tx.wqe.total_len).ok().is_some_and(|list| {
+            list.iter().map(|p| p.len).sum::<usize>() >= r.payload_offset as usize + payload.len()
+                && mr::gather_at(&list, r.payload_offset as usize, payload).is_ok()
+        })
     };
     if !filled {
         return Err(vendor_err::LOCAL_LKEY);

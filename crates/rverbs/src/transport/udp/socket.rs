@@ -320,10 +320,15 @@ impl NetSock {
                 .map(|(len, seg)| seg.map_or(1, |s| len.div_ceil(s)))
                 .sum();
             let mut run: SmallVec<[Checked<'_>; RX_RUN_INLINE]> = SmallVec::with_capacity(packets.min(RX_RUN));
-            let mut take = |c| {
-                if let Some(c) = c {
+            // rxe `rcvd_pkts`, counted once per run (one locked add, not one per packet),
+            // before the run is handed on: whoever sees what a packet did sees it counted.
+            let mut rcvd = 0;
+            let mut take = |c: Option<(_, bool)>| {
+                if let Some((c, counted)) = c {
+                    rcvd += u64::from(counted);
                     run.push(c);
                     if run.len() == RX_RUN {
+                        self.counters.add_n(Counter::RcvdPkts, std::mem::take(&mut rcvd));
                         deliver(&run);
                         run.clear();
                     }
@@ -334,6 +339,7 @@ impl NetSock {
                 let Some((from, datagram)) = datagrams.get(i) else { continue };
                 for_each_segment(datagram, datagrams.segment_size(i), |d| take(self.check(kept, stats, from, d)));
             }
+            self.counters.add_n(Counter::RcvdPkts, rcvd);
             if !run.is_empty() {
                 deliver(&run);
             }
@@ -354,21 +360,16 @@ impl NetSock {
     }
 
     /// Checks one datagram `datagram` from `from` ([`check_datagram`]; traced, drops
-    /// counted): the packet, or `None` when it is dropped.
-    fn check<'b>(&self, kept: &mut IcrcKept, stats: &NetStats, from: SocketAddr, datagram: &'b [u8]) -> Option<Checked<'b>> {
+    /// counted): the packet, and whether it counts in rxe's `rcvd_pkts` (parsed, ICRC
+    /// checked, not relayed: a relayed packet was counted by the owner of the port, which
+    /// received it from the network), or `None` when it is dropped.
+    fn check<'b>(&self, kept: &mut IcrcKept, stats: &NetStats, from: SocketAddr, datagram: &'b [u8]) -> Option<(Checked<'b>, bool)> {
         let r = check_datagram(kept, self.rx_addr(), from, datagram);
         if let (Some(t), Some(seen)) = (&self.trace, r.seen) {
             t.record(seen.from, seen.to, seen.id, seen.bytes);
         }
         let counter = match r.verdict {
-            Ok(c) => {
-                // rxe `rcvd_pkts`: parsed, ICRC checked. A relayed packet was counted by
-                // the owner of the port, which received it from the network.
-                if !r.relayed {
-                    self.counters.add(Counter::RcvdPkts);
-                }
-                return Some(c);
-            }
+            Ok(c) => return Some((c, !r.relayed)),
             Err(RxDrop::RelayHeader) => {
                 tracing::debug!(%from, "relay datagram dropped: malformed");
                 &stats.bad_relay
