@@ -150,7 +150,7 @@ impl<'t, T: Target> Responding<'t, T> {
         match place {
             rc::Placement::Memory { rkey, va } if self.mem.is_empty() => {
                 let p = self
-                    .keys
+                    .keys_via(|m| &m.remote)
                     .pin(rkey, self.t.pd(), self.used(), va, data.len() as u64, Access::REMOTE_WRITE)
                     .map_err(|f| f.remote())?;
                 let mut one = PinList::new();
