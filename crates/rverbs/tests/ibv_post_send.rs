@@ -887,3 +887,41 @@ fn a_write_with_immediate_after_requests_waits_for_a_receive_or_fails_its_key() 
     assert_eq!(ro.read_u64(0).unwrap(), 0, "nothing written");
     assert_eq!(b.qp.state(), QpState::Err);
 }
+
+/// An RDMA WRITE across hosts (path MTU 1024) is placed packet by packet: its first
+/// packet into the memory checked for the whole message, its later ones, handed on a GSO
+/// train at a time, through one pin of the range the train covers (docs/network.md, "RC
+/// and UC across hosts"). Every byte lands where the RETH says, whatever the offset and
+/// length, with and without immediate data, and nothing around it changes.
+#[test]
+fn a_write_of_many_packets_across_hosts_lands_whole_at_its_address() {
+    let (da, db) = (device_on([127, 0, 15, 1], "write-span", None), device_on([127, 0, 15, 2], "write-span", None));
+    let a = side_on(da.open().unwrap(), QpType::Rc, 16, CAP);
+    let b = side_on(db.open().unwrap(), QpType::Rc, 16, CAP);
+    connect_across(&a.qp, &b.ctx, b.qp.qp_num(), PATH.timeout);
+    connect_across(&b.qp, &a.ctx, a.qp.qp_num(), PATH.timeout);
+    let cases = [(0, MR_LEN, false), (1000, 50_000, false), (7, 5_000, true), (4096, 1025, false), (3, MR_LEN - 3, true)];
+    for (k, (off, len, imm)) in cases.into_iter().enumerate() {
+        let pattern: Vec<u8> = (0..len).map(|i| (i * 7 + k * 13 + i / 1024) as u8).collect();
+        a.mr.write(0, &pattern).unwrap();
+        b.mr.write(0, &vec![0xee; MR_LEN]).unwrap();
+        if imm {
+            post_recv(&b, 100 + k as u64, 0, 0);
+        }
+        let sge = [a.mr.sge(0, len as u32).unwrap()];
+        let wr = SendWr::write(k as u64, &sge, b.mr.addr() as u64 + off as u64, b.mr.rkey()).signaled();
+        let wr = if imm { wr.with_imm(0x5eed_0000 + k as u32) } else { wr };
+        a.qp.post_send(&[wr]).unwrap();
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status()), (k as u64, WcStatus::Success), "case {k}");
+        if imm {
+            let wc = poll_one(&b.cq);
+            assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (100 + k as u64, WcStatus::Success, Some(len as u32)), "case {k}");
+        }
+        let mut got = vec![0u8; MR_LEN];
+        b.mr.read(0, &mut got).unwrap();
+        assert!(got[..off].iter().all(|&x| x == 0xee), "case {k}: bytes before the range");
+        assert!(got[off..off + len] == pattern[..], "case {k}: the range ({off}, {len})");
+        assert!(got[off + len..].iter().all(|&x| x == 0xee), "case {k}: bytes after the range");
+    }
+}

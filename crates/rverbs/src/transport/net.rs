@@ -50,7 +50,7 @@ use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpType, WcStatus};
 use rverbs_proto::violation::Violation;
 use rverbs_proto::wire::roce::{Packet, Repr};
-use rverbs_proto::wire::{Position, Transport};
+use rverbs_proto::wire::{Operation, Position, Transport};
 
 use super::deliver::{complete_receive, count_delivery, mark_completing, of_receive, recv_cqe, responder_event, tm_completion};
 use super::respond::{starts_send, Head, Responding};
@@ -277,6 +277,25 @@ pub(crate) fn send_due_acks(engine: &Engine, net: &Net, now: Option<Instant>, wa
     }
 }
 
+/// The payload bytes of the first packets of `run` that continue one RDMA WRITE (MIDDLE
+/// packets, and the LAST that ends it), from its first: the range a span pin of the run
+/// covers ([`Responding::place_packet_in_run`]).
+fn write_ahead(run: &[Checked<'_>]) -> u64 {
+    let mut bytes = 0;
+    for a in run {
+        let op = a.repr.bth.opcode;
+        let continues = matches!(op.operation(), Some(Operation::RdmaWriteMiddle | Operation::RdmaWriteLast | Operation::RdmaWriteLastWithImmediate));
+        if !continues {
+            break;
+        }
+        bytes += a.packet.payload().len() as u64;
+        if op.position() == Some(Position::Last) {
+            break;
+        }
+    }
+    bytes
+}
+
 /// The most PSNs a connection keeps unacknowledged (rxe: 128, `RequesterConfig`'s
 /// default). 128 MTU-1024 packets are 128 KiB in flight, less than a veth's
 /// bandwidth-delay product once both ends' per-packet work is counted: a 1 MiB
@@ -460,7 +479,11 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
         // Whether everything queued in `out` is a plain ACK (which `hold` keeps back).
         let mut only_acks = mode == Mode::Rc || xrc;
         let machine = nr.machine.as_mut().expect("made above");
-        for a in run {
+        // A WRITE's later packets in this run are placed through one pin of the range they
+        // cover (`Responding::place_packet_in_run`), released with the run.
+        let own_keys = KeySpace::local(qp.pd.endpoint());
+        let mut span = None;
+        for (i, a) in run.iter().enumerate() {
             debug_assert_eq!(a.repr.bth.dest_qp, qp.qpn, "a run is for one QP");
             taken += 1;
             let payload = a.packet.payload();
@@ -510,7 +533,10 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                     fail = Some(event);
                 }
             } else if d.executed {
-                let placed = d.place.map_or(Ok(()), |place| at.place_packet(place, payload));
+                let placed = d.place.map_or(Ok(()), |place| match served {
+                    Serving::Own(_) => at.place_packet_in_run(place, payload, own_keys, &mut span, || write_ahead(&run[i..])),
+                    Serving::Xrc(_) => at.place_packet(place, payload),
+                });
                 match (placed, d.recv) {
                     (Err(v), _) => {
                         // The memory failed between the check and the copy (deregistered):

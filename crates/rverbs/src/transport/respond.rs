@@ -162,6 +162,48 @@ impl<'t, T: Target> Responding<'t, T> {
         }
     }
 
+    /// [`Responding::place_packet`] for a packet of a run of received packets (the
+    /// network transport hands them on a GSO train at a time): a WRITE's later packet is
+    /// placed through `span`, the pin of the range that it and the run's later packets of
+    /// the same WRITE cover (`ahead`: its bytes and theirs), taken under the message's
+    /// R_Key in `keys` (this process's) once for the run, as rxe would check each of those
+    /// packets' ranges at that moment: one check, count and release for the run instead of
+    /// one per packet. A range the span does not hold (another R_Key, or a span refused,
+    /// say because the packets ahead end past the region) is checked on its own, as before.
+    /// Holding the span delays a deregistration of the region until the run is placed,
+    /// as a packet being placed does.
+    ///
+    /// Errors: as [`Responding::place_packet`].
+    pub(crate) fn place_packet_in_run(
+        &self,
+        place: rc::Placement,
+        data: &[u8],
+        keys: KeySpace<'static>,
+        span: &mut Option<SpanPin>,
+        ahead: impl FnOnce() -> u64,
+    ) -> Result<(), Violation> {
+        let rc::Placement::Memory { rkey, va } = place else { return self.place_packet(place, data) };
+        if !self.mem.is_empty() {
+            return self.place_packet(place, data);
+        }
+        let len = data.len() as u64;
+        if !span.as_ref().is_some_and(|s| s.holds(rkey, va, len)) {
+            *span = None;
+            let ahead = ahead();
+            if ahead > len {
+                if let Ok(p) = keys.pin(rkey, self.t.pd(), self.used(), va, ahead, Access::REMOTE_WRITE) {
+                    let mut pins = PinList::new();
+                    pins.push(p);
+                    *span = Some(SpanPin { rkey, start: va, end: va + ahead, pins });
+                }
+            }
+        }
+        match span.as_ref().filter(|s| s.holds(rkey, va, len)) {
+            Some(s) => copy_message(&s.pins, (va - s.start) as usize, Source::Bytes(data)).map(drop).map_err(|_| Violation::RkeyBounds),
+            None => self.place_packet(place, data),
+        }
+    }
+
     /// The bytes at the start of the message the receive does not take (a tag-matched
     /// EAGER message's TMH).
     fn tm_skip(&self) -> u64 {
@@ -190,6 +232,23 @@ impl<'t, T: Target> Responding<'t, T> {
             return Ok(());
         }
         copy_message(dst, offset, Source::Pins(self.mem.as_slice())).map(drop)
+    }
+}
+
+/// The memory a run of a WRITE's later packets goes into, checked and pinned once for
+/// the run ([`Responding::place_packet_in_run`]).
+pub(crate) struct SpanPin {
+    rkey: u32,
+    /// The span's first address, and the address past it.
+    start: u64,
+    end: u64,
+    pins: PinList<'static>,
+}
+
+impl SpanPin {
+    /// Whether `len` bytes at `va` under `rkey` lie inside the span.
+    fn holds(&self, rkey: u32, va: u64, len: u64) -> bool {
+        rkey == self.rkey && va >= self.start && va.checked_add(len).is_some_and(|e| e <= self.end)
     }
 }
 
