@@ -1292,10 +1292,6 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
-    /// A take recorded for a QP (a peer's take of an SRQ) is reclaimed for that QP, or for
-    /// any, only once its taker is dead: named unless the taker marked it right before
-    /// publishing the completion (then only uncounted), and not at all once the taker
-    /// dropped the receive; a take that finds every record in use still takes, unrecorded.
     // A take records itself, then commits with one store of `head`. A taker in another
     // process that died in between (holding the ring's lock) left a record of a receive
     // still at the head of the queue: the next holder of the lock frees it, so the QP's
@@ -1327,6 +1323,10 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A take recorded for a QP (a peer's take of an SRQ) is reclaimed for that QP, or for
+    /// any, only once its taker is dead: named unless the taker marked it right before
+    /// publishing the completion (then only uncounted), and not at all once the taker
+    /// dropped the receive; a take that finds every record in use still takes, unrecorded.
     #[test]
     fn recorded_takes_of_a_dead_taker_are_reclaimed_for_their_qp_once() {
         let d = dir("records");
