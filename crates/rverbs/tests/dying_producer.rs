@@ -495,6 +495,7 @@ const RQ_PLACING: u64 = 68;
 const RQ_HEAD: u64 = 72;
 const RQ_COMPLETED: u64 = 80;
 const RQ_TAKER: u64 = 88;
+const RQ_COMPLETED_AT: u64 = 112;
 
 /// How far the child got with the receive it took.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -508,6 +509,35 @@ enum Taker {
     DiedEndpointTaken,
     /// Died after publishing its completion, before uncounting it.
     DiedCompleted,
+    /// Died between marking its take as completing (with the place of the completion: a
+    /// reservation in the CQ) and the store that publishes the completion.
+    DiedPublishing,
+    /// The same, and the owner's poll skipped the dead producer's reservation before the
+    /// QP's flush.
+    DiedPublishingSkipped,
+}
+
+/// A CQ of `ctx` and its segment file.
+fn cq_with_file(ctx: &Context, entries: u32) -> (Cq, String) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let before = mapped_cqs();
+    let cq = ctx.create_cq(&CqInit::new(entries)).unwrap();
+    let new: Vec<String> = mapped_cqs().into_iter().filter(|p| !before.contains(p)).collect();
+    assert_eq!(new.len(), 1, "the CQ's segment: {new:?}");
+    (cq, new[0].clone())
+}
+
+/// A dead producer's reservation at the next position of `cq_file` (the segment of a CQ
+/// nobody else completes to: [`leave_a_dead_reservation`]), as the place a receive's mark
+/// keeps (`rings::cq_segment::CqAt`: the generation's low 16 bits above the position plus
+/// one).
+fn dead_reservation_place(cq_file: &str) -> u64 {
+    let seg = std::fs::OpenOptions::new().read(true).open(cq_file).unwrap();
+    let pos = read_u64(&seg, TAIL);
+    leave_a_dead_reservation(cq_file, 251);
+    let gen: u64 = cq_file.rsplit('-').next().unwrap().parse().unwrap();
+    (gen & 0xffff) << 48 | (pos + 1)
 }
 
 /// The child of `a_receive_a_dead_peer_was_placing_is_flushed_with_the_others` (and of
@@ -571,7 +601,7 @@ fn flushed_after_a_take(taker: Taker, err: bool) -> (Vec<(u64, WcStatus)>, std::
     let (mut child, mut stdin, peer_qpn, peer_ep) = spawn_taker("a_receive_a_dead_peer_was_placing_is_flushed_with_the_others");
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+    let (cq, cq_file) = cq_with_file(&ctx, 16);
     let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, CAP)).unwrap();
     connect_qp(&qp, &ctx, peer_qpn, &PATH);
     for wr_id in 1..=3 {
@@ -584,8 +614,14 @@ fn flushed_after_a_take(taker: Taker, err: bool) -> (Vec<(u64, WcStatus)>, std::
     seg.write_all_at(&1u32.to_ne_bytes(), RQ_PLACING).unwrap();
     let taker_ep = if taker == Taker::DiedEndpointTaken { own_ep(&own_hdr()) } else { peer_ep };
     write_u64(&seg, RQ_TAKER, u64::from(child.id()) << 32 | taker_ep);
-    if taker == Taker::DiedCompleted {
+    if matches!(taker, Taker::DiedCompleted | Taker::DiedPublishing | Taker::DiedPublishingSkipped) {
+        if taker != Taker::DiedCompleted {
+            write_u64(&seg, RQ_COMPLETED_AT, dead_reservation_place(&cq_file));
+        }
         write_u64(&seg, RQ_COMPLETED, 1);
+    }
+    if taker == Taker::DiedPublishingSkipped {
+        assert_empty(&cq);
     }
     end_child_then_fail(&mut child, &mut stdin, &qp, dies, err);
     // The flush completes what it completes inside the call.
@@ -628,6 +664,10 @@ fn a_receive_a_dead_peer_was_placing_is_flushed_with_the_others() {
     assert_eq!(flushed, [(2, flush), (3, flush)], "with the taker alive");
     let (flushed, _) = flushed_after_a_take(Taker::DiedCompleted, true);
     assert_eq!(flushed, [(2, flush), (3, flush)], "with the taker dead after its completion");
+    let (flushed, _) = flushed_after_a_take(Taker::DiedPublishing, true);
+    assert_eq!(flushed, [(1, flush), (2, flush), (3, flush)], "with the taker dead between its mark and its publish");
+    let (flushed, _) = flushed_after_a_take(Taker::DiedPublishingSkipped, true);
+    assert_eq!(flushed, [(1, flush), (2, flush), (3, flush)], "the same, its reservation skipped before the flush");
     // Destroyed without a flush (nothing completes), the QP does not wait the 2 s a
     // placement in progress is given for the dead taker's.
     let (flushed, destroyed) = flushed_after_a_take(Taker::DiedPlacing, false);
@@ -637,8 +677,9 @@ fn a_receive_a_dead_peer_was_placing_is_flushed_with_the_others() {
 
 /// Where a shared receive queue's ring keeps the records of the takes being placed
 /// (`rings/recv_ring.rs`: after the configuration, takers' and poster's lines, at byte
-/// 192, 24 bytes each: the taker as `pid << 32 | endpoint`, with bit 31 once it is
-/// publishing the completion; the QP with the count taken `<< 32`; the wr_id).
+/// 192, 32 bytes each: the taker as `pid << 32 | endpoint`, with bit 31 once it is
+/// publishing the completion; the QP with the count taken `<< 32`; the wr_id; the place of
+/// the completion once it is publishing it).
 const RQ_RECORDS: u64 = 192;
 const RQ_RECORD_DONE: u64 = 1 << 31;
 
@@ -663,7 +704,7 @@ fn srq_flushed_after_a_take(taker: Taker, resize: bool, err: bool) -> SrqAfter {
     let (mut child, mut stdin, peer_qpn, peer_ep) = spawn_taker("a_receive_of_an_srq_a_dead_peer_was_placing_is_flushed_by_its_qp");
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(&CqInit::new(16)).unwrap();
+    let (cq, cq_file) = cq_with_file(&ctx, 16);
     let srq = pd.create_srq(&SrqInit { max_wr: 8, max_sge: 1, ..SrqInit::default() }).unwrap();
     let qp = pd.create_qp(&QpInit { srq: Some(&srq), ..QpInit::new(QpType::Rc, &cq, CAP) }).unwrap();
     connect_qp(&qp, &ctx, peer_qpn, &PATH);
@@ -677,8 +718,14 @@ fn srq_flushed_after_a_take(taker: Taker, resize: bool, err: bool) -> SrqAfter {
     seg.write_all_at(&1u32.to_ne_bytes(), RQ_PLACING).unwrap();
     write_u64(&seg, RQ_RECORDS + 8, u64::from(qp.qp_num()) | 1 << 32);
     write_u64(&seg, RQ_RECORDS + 16, 1);
-    let done = if taker == Taker::DiedCompleted { RQ_RECORD_DONE } else { 0 };
+    let done = if matches!(taker, Taker::DiedCompleted | Taker::DiedPublishing | Taker::DiedPublishingSkipped) { RQ_RECORD_DONE } else { 0 };
+    if matches!(taker, Taker::DiedPublishing | Taker::DiedPublishingSkipped) {
+        write_u64(&seg, RQ_RECORDS + 24, dead_reservation_place(&cq_file));
+    }
     write_u64(&seg, RQ_RECORDS, u64::from(child.id()) << 32 | peer_ep | done);
+    if taker == Taker::DiedPublishingSkipped {
+        assert_empty(&cq);
+    }
     if resize {
         srq.modify(&SrqAttr { max_wr: 16, ..SrqAttr::default() }, SrqAttrMask::MAX_WR).unwrap();
     }
@@ -729,6 +776,11 @@ fn a_receive_of_an_srq_a_dead_peer_was_placing_is_flushed_by_its_qp() {
     let after = srq_flushed_after_a_take(Taker::DiedCompleted, false, true);
     assert_eq!(after.flushed, [], "with the taker dead after its completion");
     assert!(after.destroyed < std::time::Duration::from_secs(1), "the destroys waited {:?} for a dead taker's count", after.destroyed);
+    let after = srq_flushed_after_a_take(Taker::DiedPublishing, false, true);
+    assert_eq!(after.flushed.iter().map(|f| (f.0, f.1)).collect::<Vec<_>>(), [(1, flush)], "with the taker dead between its mark and its publish");
+    assert_eq!(after.left, 2);
+    let after = srq_flushed_after_a_take(Taker::DiedPublishingSkipped, true, true);
+    assert_eq!(after.flushed.iter().map(|f| (f.0, f.1)).collect::<Vec<_>>(), [(1, flush)], "the same, its reservation skipped, from a ring a resize replaced");
     // Destroyed without a flush (nothing completes), the QP and the SRQ do not wait the
     // 2 s a placement in progress is given for the dead taker's.
     let after = srq_flushed_after_a_take(Taker::DiedPlacing, false, false);
@@ -892,7 +944,7 @@ fn an_express_send_into_an_srq_from_another_process_leaves_its_record_free() {
     let two = two_sends_from_a_child("an_express_send_into_an_srq_from_another_process_leaves_its_record_free", true);
     let seg = ring_segment(&format!("srq-{}-", two.srq.as_ref().unwrap().srq_num()));
     assert_eq!(read_u64(&seg, RQ_HEAD), 2, "both taken");
-    assert!((0..16).all(|i| read_u64(&seg, RQ_RECORDS + 24 * i) == 0), "every take record free");
+    assert!((0..16).all(|i| read_u64(&seg, RQ_RECORDS + 32 * i) == 0), "every take record free");
     assert_eq!(read_u64(&seg, RQ_PLACING) as u32, 0, "nothing counted as being placed");
     two.end();
 }

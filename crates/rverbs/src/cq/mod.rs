@@ -29,11 +29,16 @@ use crate::rings::wc::{Cqe, Wc, WcRead, CQE_WORDS};
 use channel::{ChannelInner, CompChannel};
 use crate::rings::producer_gate::{Frozen, Producer};
 use crate::rings::completion_ring::{Consumer, Pop};
-use crate::rings::cq_segment::{self, CqSeg, Publish};
+use crate::rings::cq_segment::{self, CqAt, CqSeg, Publish};
 
 /// How often the consumer, stuck behind an unpublished reservation, asks again whether
 /// the producers inside are alive (`CqInner::unstick`).
 const STUCK_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Dead producers' reservations a CQ remembers having skipped ([`CqInner::skipped`]):
+/// each is a process killed inside a completion to this CQ, whose receive's flush may come
+/// much later (when its QP enters ERR).
+const SKIPPED_KEPT: usize = 64;
 /// One empty poll in this many that found nothing published reads the coarse clock, and
 /// looks for a reservation left unpublished ([`CqInner::surely_empty`]) if the last such
 /// look is [`LOOK_EVERY_MS`] old: a dead producer's is then found within that many polls
@@ -316,6 +321,11 @@ pub(crate) struct CqInner {
     /// Where the consumer found the ring stuck behind an unpublished reservation, and
     /// when it last looked for the producer's death there (`unstick`).
     stuck: Mutex<Option<(u64, std::time::Instant)>>,
+    /// The dead producers' reservations skipped (generation, ring position), the newest
+    /// [`SKIPPED_KEPT`]: a receive whose taker marked its completion there and died
+    /// before publishing it was never completed, and its QP's flush completes it
+    /// ([`CqInner::was_published`]). Held across each skip and each look.
+    skipped: Mutex<std::collections::VecDeque<(u32, u64)>>,
     /// Empty polls that found nothing published, counted (racily: a hint) so that every
     /// [`CLOCK_CHECK`]-th also looks for a reservation left unpublished if the last look
     /// is old ([`CqInner::surely_empty`]); on a line of its own, as a poller writes it.
@@ -687,11 +697,51 @@ impl CqInner {
         }
         drop(stuck);
         let endpoint = self.ctx.endpoint;
-        let skipped = seg.skip_dead(&|ep, pid| producer_alive(endpoint, ep, pid));
+        let skipped = self.skip_dead(seg, &|ep, pid| producer_alive(endpoint, ep, pid));
         if skipped {
-            tracing::warn!(cq = self.id, pos = h, "a process died while completing to this CQ: its completion is lost, the ones after it are delivered");
+            tracing::warn!(cq = self.id, pos = h, "a process died while completing to this CQ: its completion is lost (a receive's is flushed by its QP), the ones after it are delivered");
         }
         skipped
+    }
+
+    /// [`CqSeg::skip_dead`] of generation `seg` (the consumer lock held), the position
+    /// skipped noted in `skipped` under its lock, which [`CqInner::was_published`] holds
+    /// across its look. Whether it skipped one.
+    #[cold]
+    fn skip_dead(&self, seg: &CqSeg, alive: &dyn Fn(u32, u32) -> bool) -> bool {
+        let mut skipped = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(pos) = seg.skip_dead(alive) else { return false };
+        if skipped.len() == SKIPPED_KEPT {
+            skipped.pop_front();
+        }
+        skipped.push_back((seg.gen, pos));
+        true
+    }
+
+    /// Whether the completion a receive's mark says is at `at` became visible: a taker
+    /// that died between marking its take as completing and the one store that publishes
+    /// the completion left it unpublished, at a reservation the consumer skips
+    /// (docs/failure-model.md, the dead CQ producer), and the QP's flush completes that
+    /// receive (`RecvRing::reclaim_placing`, `RecvRing::reclaim_recorded`). In the current
+    /// generation the ring tells ([`CqSeg::published`]); in one a resize replaced, which
+    /// moved what was published, only a skip noted says no. An unknown place (this
+    /// process's own completion) was published. Any thread.
+    ///
+    /// Rule: ibv_modify_qp(3) to ERR completes every outstanding receive, once; a
+    /// receive whose completion was lost with the process that was publishing it is
+    /// outstanding.
+    #[cold]
+    pub(crate) fn was_published(&self, at: CqAt) -> bool {
+        if at == CqAt::UNKNOWN {
+            return true;
+        }
+        let skipped = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        let held = Reading::pin();
+        let seg = self.gens.current(&held);
+        if at.of_gen(seg.gen) {
+            return seg.published(at, |pos| skipped.contains(&(seg.gen, pos)));
+        }
+        !skipped.iter().any(|&(gen, pos)| CqAt::new(gen, pos) == at)
     }
 
     /// Sanitizer (docs/sanitizer.md): a poll of this CQ starts on this thread (`batch`:
@@ -978,6 +1028,7 @@ impl Cq {
                 cookie: AtomicUsize::new(0),
                 polled: Default::default(),
                 stuck: Mutex::new(None),
+                skipped: Mutex::new(std::collections::VecDeque::new()),
                 quiet: Default::default(),
                 heard: Default::default(),
                 parent: Mutex::new(None),
@@ -1326,7 +1377,7 @@ impl Cq {
                 Some(c) => {
                     let _ = new.ring().push(&c.encode(), ignore);
                 }
-                None if seg.skip_dead(&alive) => {}
+                None if inner.skip_dead(seg, &alive) => {}
                 None => break,
             }
         }

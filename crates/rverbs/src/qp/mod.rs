@@ -428,7 +428,7 @@ impl QpInner {
     /// count of its take as its completion would have carried; a CQ other than the QP's
     /// receive CQ is told to look for the dead peer's reservation (`CqInner::look_soon`).
     fn flush_dead_takes(&self, srq: &SrqInner, cq: &Arc<CqInner>) {
-        for (wr_id, taken) in srq.reclaim_dead_takes(Some(self.qpn)) {
+        for (wr_id, taken) in srq.reclaim_dead_takes(Some(self.qpn), |at| cq.was_published(at)) {
             let _ = cq.push(Cqe { rq_taken: Some(taken), ..Cqe::error(wr_id, self.qpn, WcStatus::WrFlushErr, vendor_err::FLUSHED) });
         }
         if !Arc::ptr_eq(cq, &self.recv_cq) {
@@ -448,7 +448,7 @@ impl QpInner {
             return Vec::new();
         }
         let endpoint = self.pd.endpoint();
-        rq.reclaim_placing(|ep, pid| endpoint.owner_alive(ep, pid))
+        rq.reclaim_placing(|ep, pid| endpoint.owner_alive(ep, pid), |at| self.recv_cq.was_published(at))
     }
 
     /// Runs the send queue whose lock the caller took (`sq`), then releases it. A kick
@@ -1318,7 +1318,7 @@ impl Qp {
         if let Some(srq) = &q.srq {
             // A dead peer's takes for this QP complete nowhere now, nor hold the SRQ's
             // destroy (`SrqInner::reclaim_dead_takes`).
-            srq.reclaim_dead_takes(Some(q.qpn));
+            srq.reclaim_dead_takes(Some(q.qpn), |_| true);
             srq.detach_qp(&q.recv_cq);
         }
         if let Some(x) = &q.xrcd {

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::mr::domain::{PdCore, XrcdCore};
+use crate::rings::cq_segment::CqAt;
 use crate::rings::recv_count::{Heard, TakenCount};
 use crate::rings::recv_ring::{srq_segment_name, RecvQueue, RecvWqe};
 use crate::rings::tag_list::{Header, TagList, TagOp, TagOpFlags, TagOpKind, TmCap};
@@ -221,13 +222,15 @@ impl SrqInner {
     /// and were still placing, from the queue and from those earlier resizes replaced:
     /// their wr_ids with the counts their completions carry, and they count as placed no
     /// more (`RecvRing::reclaim_recorded`; a QP's flush completes them, its destroy and
-    /// the SRQ's do not wait for them).
-    pub(crate) fn reclaim_dead_takes(&self, qpn: Option<u32>) -> Vec<(u64, TakenCount)> {
+    /// the SRQ's do not wait for them). A take marked as completing is among them if
+    /// `published` (the CQ's `CqInner::was_published`) says its completion never became
+    /// visible.
+    pub(crate) fn reclaim_dead_takes(&self, qpn: Option<u32>, published: impl Fn(CqAt) -> bool) -> Vec<(u64, TakenCount)> {
         let endpoint = self.pd.endpoint();
         let alive = |ep, pid| endpoint.owner_alive(ep, pid);
-        let mut ids = self.queue().ring().reclaim_recorded(qpn, alive);
+        let mut ids = self.queue().ring().reclaim_recorded(qpn, alive, &published);
         for q in self.retired.lock().expect("srq retired").iter() {
-            ids.extend(q.ring().reclaim_recorded(qpn, alive));
+            ids.extend(q.ring().reclaim_recorded(qpn, alive, &published));
         }
         ids
     }
@@ -605,7 +608,7 @@ impl Srq {
         }
         // A peer that died while placing never finishes: its recorded takes are not
         // waited for (`SrqInner::reclaim_dead_takes`, of every queue).
-        drop(self.inner.reclaim_dead_takes(None));
+        drop(self.inner.reclaim_dead_takes(None, |_| true));
         self.inner.retired.lock().expect("srq retired").clear();
         for q in &queues {
             q.ring().wait_placed();

@@ -201,14 +201,15 @@ impl Ring {
     /// with `overwrite` true the oldest entry is lost instead (IGNORE_OVERRUN).
     #[inline(always)]
     pub(crate) fn push(&self, data: &[u64; DATA_WORDS], overwrite: bool) -> Result<(), PushError> {
-        self.push_marking(data, overwrite, || {})
+        self.push_marking(data, overwrite, |_| {})
     }
 
-    /// [`Ring::push`], calling `before` once the CQE's words are written at the position
-    /// reserved, right before the store that publishes them (not at all if the ring
-    /// refuses it): the last step of a producer that dies after `before` is that store.
+    /// [`Ring::push`], calling `before` with the position reserved once the CQE's words
+    /// are written there, right before the store that publishes them (not at all if the
+    /// ring refuses it): the last step of a producer that dies after `before` is that
+    /// store, and [`Ring::published_at`] then tells whether it was made.
     #[inline(always)]
-    pub(crate) fn push_marking(&self, data: &[u64; DATA_WORDS], overwrite: bool, before: impl FnOnce()) -> Result<(), PushError> {
+    pub(crate) fn push_marking(&self, data: &[u64; DATA_WORDS], overwrite: bool, before: impl FnOnce(u64)) -> Result<(), PushError> {
         let cap = self.capacity() as u64;
         let mut t = self.hdr().tail.load(Ordering::Relaxed);
         loop {
@@ -258,7 +259,7 @@ impl Ring {
         for (w, v) in slot.data.iter().zip(data) {
             w.store(*v, Ordering::Relaxed);
         }
-        before();
+        before(t);
         slot.seq.store(t + 1, Ordering::Release);
         Ok(())
     }
@@ -330,6 +331,13 @@ impl Ring {
     pub(crate) fn stalled_at(&self) -> Option<u64> {
         let h = self.hdr().head.load(Ordering::Relaxed);
         (self.tail() > h && self.slot(h).seq.load(Ordering::Acquire) != h + 1).then_some(h)
+    }
+
+    /// Whether the CQE reserved at position `pos` is published and its slot not yet
+    /// reused: its sequence word says so. (A slot the consumer passed keeps the word until
+    /// a producer reserves it again a lap later: `tail > pos + capacity`.) Any thread.
+    pub(crate) fn published_at(&self, pos: u64) -> bool {
+        pos != u64::MAX && self.slot(pos).seq.load(Ordering::Acquire) == pos + 1
     }
 
     /// Moves the consumer past position `h`, reserved by a producer that died before
@@ -525,28 +533,38 @@ mod tests {
     }
 
     // A peer marks the receive it completes as completed from inside the publish
-    // (`Target::complete_marking`): a producer that dies before the mark leaves the
-    // receive to the QP's flush, after it has published. So the mark must come once the
-    // words are written and before the CQE is visible, and never for a CQE refused.
+    // (`Target::complete_marking`), with the position its CQE is at: a producer that dies
+    // before the mark leaves the receive to the QP's flush, and one that dies between the
+    // mark and the publish leaves a position `published_at` says is not published (the
+    // flush completes that receive too). So the mark must come once the words are written
+    // and before the CQE is visible, with its position, and never for a CQE refused.
     #[test]
     fn push_marking_marks_between_the_words_and_the_publish_and_not_when_refused() {
         let r = Ring::new(2);
         let marks = std::cell::Cell::new(0);
-        let before = || {
+        let before = |pos| {
             marks.set(marks.get() + 1);
+            assert_eq!(pos, 0, "the position reserved");
             let (tail, head, seq) = r.raw_words(0);
             assert_eq!(tail.load(Ordering::Relaxed), 1, "reserved");
             assert_eq!(seq.load(Ordering::Relaxed), 0, "not published yet");
+            assert!(!r.published_at(0));
             assert_eq!(r.slot(0).data[6].load(Ordering::Relaxed), 7, "the words are written");
             assert_eq!(head.load(Ordering::Relaxed), 0);
         };
         r.push_marking(&cqe(0), false, before).unwrap();
         assert_eq!(marks.get(), 1);
+        assert!(r.published_at(0));
         assert_eq!(pop_n(&r), Some(0));
+        assert!(r.published_at(0), "consumed, its slot not reused yet");
         r.push(&cqe(1), false).unwrap();
-        r.push(&cqe(2), false).unwrap();
-        assert_eq!(r.push_marking(&cqe(3), false, || marks.set(marks.get() + 1)), Err(PushError::Full));
+        r.push_marking(&cqe(2), false, |pos| assert_eq!(pos, 2)).unwrap();
+        assert!(!r.published_at(0), "its slot reused a lap later");
+        assert_eq!(r.push_marking(&cqe(3), false, |_| marks.set(marks.get() + 1)), Err(PushError::Full));
         assert_eq!(marks.get(), 1, "no mark for a CQE the ring refused");
+        r.reserve_and_die();
+        assert!(!r.published_at(3), "reserved by a producer that died");
+        assert!(!r.published_at(u64::MAX));
     }
 
     #[test]

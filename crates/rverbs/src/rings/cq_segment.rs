@@ -31,6 +31,38 @@ const GATE_OFF: usize = 256;
 pub(crate) const SHM_BYTES: usize = 4096;
 const _: () = assert!(GATE_OFF + GATE_BYTES <= SHM_BYTES);
 
+/// Where a completion's CQE was reserved, as a receive's mark keeps it in the receive
+/// ring's shared words (`rings::recv_ring`, [`CqSeg::published`]): the low 16 bits of the
+/// CQ's generation and the low 48 bits of the ring position plus one, in one word (a
+/// producer stores it with one plain store on the line it writes anyway); 0: unknown (a
+/// completion of this process's own, whose producer does not die alone).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CqAt(pub(crate) u64);
+
+const AT_POS_BITS: u32 = 48;
+const AT_POS_MASK: u64 = (1 << AT_POS_BITS) - 1;
+
+impl CqAt {
+    pub(crate) const UNKNOWN: CqAt = CqAt(0);
+
+    pub(crate) fn new(gen: u32, pos: u64) -> CqAt {
+        CqAt(u64::from(gen as u16) << AT_POS_BITS | (pos.wrapping_add(1) & AT_POS_MASK))
+    }
+
+    /// Whether it names a position of generation `gen`.
+    pub(crate) fn of_gen(self, gen: u32) -> bool {
+        self != CqAt::UNKNOWN && (self.0 >> AT_POS_BITS) as u16 == gen as u16
+    }
+
+    /// The position it names: the last one below `tail` with its low bits (every position
+    /// below `tail` was reserved); `None` for none.
+    fn position_below(self, tail: u64) -> Option<u64> {
+        let low = (self.0 & AT_POS_MASK).checked_sub(1)?;
+        let last = tail.checked_sub(1)?;
+        last.checked_sub(last.wrapping_sub(low) & AT_POS_MASK)
+    }
+}
+
 /// `flags` bit: overwrite the oldest entry instead of failing (IGNORE_OVERRUN).
 pub(crate) const FLAG_IGNORE_OVERRUN: u32 = 1;
 /// `flags` bit: stamp completions with the device clock.
@@ -166,14 +198,33 @@ impl CqSeg {
     // `CqInner::publish`, +24 instructions per completion under callgrind).
     #[inline(never)]
     pub(crate) fn publish(&self, cqe: Cqe, who: Producer, owner_stopped: impl Fn() -> bool) -> Publish {
-        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped, || {})
+        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped, |_| {})
     }
 
-    /// [`CqSeg::publish`], calling `before` right before the store that makes the CQE
-    /// visible, its words written ([`Ring::push_marking`]); not at all if it is not
-    /// published here (an overrun, a resize under way).
-    pub(crate) fn publish_marking(&self, cqe: Cqe, who: Producer, owner_stopped: impl Fn() -> bool, before: impl FnOnce()) -> Publish {
-        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped, before)
+    /// [`CqSeg::publish`], calling `before` with where the CQE is right before the store
+    /// that makes it visible, its words written ([`Ring::push_marking`]); not at all if it
+    /// is not published here (an overrun, a resize under way).
+    pub(crate) fn publish_marking(&self, cqe: Cqe, who: Producer, owner_stopped: impl Fn() -> bool, before: impl FnOnce(CqAt)) -> Publish {
+        let gen = self.gen;
+        publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped, |pos| before(CqAt::new(gen, pos)))
+    }
+
+    /// Whether the completion a receive's mark says is at `at` (a position of this
+    /// generation) was published: it is, or its slot was reused a lap later and
+    /// `skipped(pos)` (the consumer's note of the dead producers' reservations it skipped,
+    /// held by the caller across this call as across each skip) does not name it. `false`:
+    /// the producer died between its mark and its publish (the reservation is still there,
+    /// or was skipped). An `at` that names no position reserved here (unknown, or garbage a
+    /// peer wrote) counts as published: a receive is never completed twice.
+    pub(crate) fn published(&self, at: CqAt, skipped: impl Fn(u64) -> bool) -> bool {
+        let tail = self.ring.tail();
+        let Some(pos) = at.position_below(tail) else { return true };
+        if self.ring.published_at(pos) {
+            return true;
+        }
+        // The consumer passes a position by polling it or by skipping it (noted), and a
+        // producer reserves its slot again only after that.
+        tail > pos.saturating_add(self.ring.capacity() as u64) && !skipped(pos)
     }
 
     fn gate(&self) -> &Gate {
@@ -191,9 +242,10 @@ impl CqSeg {
     /// killed while completing to this CQ must not keep the others from it. The
     /// completion that process was publishing is lost with it (the work request it
     /// completed was being executed by the dead process).
-    pub(crate) fn skip_dead(&self, alive: &dyn Fn(u32, u32) -> bool) -> bool {
-        let Some(h) = self.ring.stalled_at() else { return false };
-        !self.gate().live_inside(alive) && self.ring.skip(h)
+    /// The position skipped, if any: the caller notes it, for [`CqSeg::published`].
+    pub(crate) fn skip_dead(&self, alive: &dyn Fn(u32, u32) -> bool) -> Option<u64> {
+        let h = self.ring.stalled_at()?;
+        (!self.gate().live_inside(alive) && self.ring.skip(h)).then_some(h)
     }
 
     /// Arms the notification with `bits` (`NOTIFY_*`; ibv_req_notify_cq(3)). Returns
@@ -310,7 +362,7 @@ pub(crate) fn publish_in(
     who: Producer,
     resize_wait: std::time::Duration,
     owner_stopped: impl Fn() -> bool,
-    before: impl FnOnce(),
+    before: impl FnOnce(u64),
 ) -> Publish {
     if sh.errored.load(Ordering::Acquire) != 0 {
         return Publish::Overrun { first: false };
@@ -416,6 +468,51 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    // A receive's taker marks its take as completing with the place `publish_marking`
+    // hands it; the QP's flush later asks whether that place was published. A producer
+    // killed between its mark and its publish left a reservation the owner skips: not
+    // published, skipped or not, and a lap later still not (the skip is noted). A
+    // completion published is, consumed or not, and after its slot was reused a lap later.
+    #[test]
+    fn published_tells_a_marked_completion_from_one_its_producer_died_publishing() {
+        let d = dir("published");
+        let cq = CqSeg::create(&d, 10, 3, 4).unwrap();
+        let cap = cq.ring().capacity() as u64;
+        let mark = |cqe| {
+            let at = std::cell::Cell::new(CqAt::UNKNOWN);
+            assert!(matches!(cq.publish_marking(cqe, ME, || false, |a| at.set(a)), Publish::Done { .. }));
+            at.get()
+        };
+        let nothing = |_| false;
+        let first = mark(Cqe::default());
+        assert_eq!(first, CqAt::new(3, 0));
+        assert!(first.of_gen(3) && !first.of_gen(2) && !CqAt::UNKNOWN.of_gen(0));
+        assert!(cq.published(first, nothing));
+        // The next position reserved by a producer that died before publishing it.
+        cq.ring().reserve_and_die();
+        let lost = CqAt::new(3, 1);
+        assert!(!cq.published(lost, nothing), "reserved, never published");
+        assert!(!cq.published(lost, |_| panic!("no need to ask: not lapped")));
+        // The consumer takes the first, skips the hole (noted), and producers lap the ring.
+        assert!(matches!(cq.ring().pop(), crate::rings::completion_ring::Pop::Entry(..)));
+        assert!(cq.published(first, nothing), "consumed");
+        let alive = |_, _| false;
+        assert_eq!(cq.skip_dead(&alive), Some(1));
+        let noted = |pos| pos == 1;
+        assert!(!cq.published(lost, noted), "skipped");
+        for _ in 0..cap {
+            mark(Cqe::default());
+            assert!(matches!(cq.ring().pop(), crate::rings::completion_ring::Pop::Entry(..)));
+        }
+        assert!(cq.published(first, noted), "its slot reused a lap later: it was consumed");
+        assert!(!cq.published(lost, noted), "its slot reused a lap later: it was skipped");
+        // Places that name no reservation: unknown, or beyond `tail` (a peer's garbage).
+        assert!(cq.published(CqAt::UNKNOWN, nothing));
+        assert!(cq.published(CqAt::new(3, 1_000), nothing));
+        drop(cq);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     // The owner stopped (SIGSTOP, a debugger) in the middle of a resize: its producers
     // put the CQ in error after 4 s, as for a flag another process wrote, and the owner
     // found its CQ broken when it ran again. They wait while it is stopped.
@@ -430,7 +527,7 @@ mod tests {
             asked.get() <= 5
         };
         let wait = std::time::Duration::from_millis(1);
-        let got = publish_in(cq.shm(), cq.gate(), cq.ring(), Cqe::default(), ME, wait, owner_stopped, || {});
+        let got = publish_in(cq.shm(), cq.gate(), cq.ring(), Cqe::default(), ME, wait, owner_stopped, |_| {});
         assert_eq!(asked.get(), 6, "waited through five answers of 'stopped'");
         // Still resizing once the owner runs and nobody clears the flag: a scribbled one.
         assert_eq!(got, Publish::Overrun { first: true });

@@ -19,6 +19,7 @@ use super::respond::Responding;
 use super::route::{endpoint_of, responder_config};
 use super::target::{LocalTarget, PeerTarget, Target};
 use crate::cq::Overrun;
+use crate::rings::cq_segment::CqAt;
 use crate::engine::Engine;
 use crate::mr::{self, KeySpace, PinList, Source};
 use crate::rings::recv_ring::RecvWqe;
@@ -86,14 +87,14 @@ pub(crate) fn of_receive(mut cqe: Cqe, r: Option<&RecvWqe>) -> Cqe {
 /// on has completed it).
 pub(crate) fn complete_receive<T: Target + ?Sized>(t: &T, cqe: Cqe, r: Option<&RecvWqe>) -> Result<(), Overrun> {
     let wr_id = cqe.wr_id;
-    t.complete_marking(cqe, &|| mark_completing(r, wr_id))
+    t.complete_marking(cqe, &|at| mark_completing(r, wr_id, at))
 }
 
-/// Marks `r` as completing ([`RecvWqe::completing`]) if it is the receive of the
+/// Marks `r` as completing at `at` ([`RecvWqe::completing`]) if it is the receive of the
 /// completion of `wr_id`.
-pub(crate) fn mark_completing(r: Option<&RecvWqe>, wr_id: u64) {
+pub(crate) fn mark_completing(r: Option<&RecvWqe>, wr_id: u64, at: CqAt) {
     if let Some(r) = r.filter(|r| r.wr_id == wr_id) {
-        r.completing();
+        r.completing(at);
     }
 }
 
@@ -147,14 +148,14 @@ pub(crate) fn wc_imm(c: &RecvCompletion) -> u32 {
 /// the message counts as unanswered (rxe: no ACK is sent).
 pub(crate) fn deliver_recv<T: Target>(t: &T, cqe: Cqe, r: Option<&RecvWqe>, counters: &CounterBlock) -> Result<(), ()> {
     let wr_id = cqe.wr_id;
-    deliver_recv_counting(t, cqe, &|| mark_completing(r, wr_id), |c| counters.add(c))
+    deliver_recv_counting(t, cqe, &|at| mark_completing(r, wr_id, at), |c| counters.add(c))
 }
 
 /// [`deliver_recv`] counting through `count` (the express lane counts in its send
 /// queue's lane of the counters, `shm::counters::CounterLane`), `mark` called right
 /// before the completion becomes visible ([`Target::complete_marking`]).
 #[inline]
-pub(crate) fn deliver_recv_counting<T: Target>(t: &T, cqe: Cqe, mark: &dyn Fn(), count: impl FnOnce(Counter)) -> Result<(), ()> {
+pub(crate) fn deliver_recv_counting<T: Target>(t: &T, cqe: Cqe, mark: &dyn Fn(CqAt), count: impl FnOnce(Counter)) -> Result<(), ()> {
     let success = cqe.status() == WcStatus::Success;
     if t.complete_marking(cqe, mark).is_err() {
         t.enter_error(Some(EventType::QpFatal));

@@ -347,7 +347,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
 fn deliver_express<T: Target>(t: &T, responder: &mut Responder, counts: &mut CounterLane, c: &RecvCompletion, taken: Option<crate::rings::recv_count::TakenCount>) -> bool {
     let mut cqe = recv_cqe(t, c, None);
     cqe.rq_taken = taken;
-    let delivered = deliver_recv_counting(t, cqe, &|| t.express_completing(), |c| counts.add(c));
+    let delivered = deliver_recv_counting(t, cqe, &|at| t.express_completing(at), |c| counts.add(c));
     t.express_completed();
     if delivered.is_err() {
         responder.enter_error();

@@ -59,6 +59,7 @@ use super::route::xrc_target;
 use super::target::{LocalTarget, Serving, SplitTarget, Target};
 use super::udp::{Checked, Net};
 use crate::engine::Engine;
+use crate::rings::cq_segment::CqAt;
 use crate::gid::Gid;
 use crate::mr::{self, KeyMemo, KeySpace};
 use crate::qp::device::Tx;
@@ -560,7 +561,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                         let mut cqe = recv_cqe(&served, &c, at.recv.as_ref());
                         // This process's own take, let go before the publish below:
                         // marked now.
-                        mark_completing(at.recv.as_ref(), cqe.wr_id);
+                        mark_completing(at.recv.as_ref(), cqe.wr_id, CqAt::UNKNOWN);
                         if let Some(tm) = at.recv.as_ref().and_then(|r| r.tm) {
                             tm_completion(&mut cqe, tm);
                         }

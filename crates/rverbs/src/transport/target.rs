@@ -15,7 +15,7 @@ use std::sync::Arc;
 use rverbs_proto::verbs::EventType;
 
 use crate::cq::channel;
-use crate::rings::cq_segment::{self, CqSeg, Publish};
+use crate::rings::cq_segment::{self, CqAt, CqSeg, Publish};
 use crate::cq::{CqInner, Overrun};
 use crate::notify::{async_fifo_name, RawAsyncEvent, RawElement};
 use crate::mr::keyspace::SegCache;
@@ -67,24 +67,33 @@ pub(crate) trait Target {
         None
     }
     /// The completion of the receive [`Target::express_recv`] took is about to be
-    /// published: a peer's take is marked so in the ring ([`RecvRing::express_completing`],
-    /// [`RecvRing::express_record_done`]: the owner's flush must not complete it again).
-    fn express_completing(&self) {}
+    /// published at `at`: a peer's take is marked so in the ring
+    /// ([`RecvRing::express_completing`], [`RecvRing::express_record_completing`]: the
+    /// owner's flush must not complete it again once the CQ shows `at` published).
+    fn express_completing(&self, at: CqAt) {
+        let _ = at;
+    }
     /// The completion of the receive [`Target::express_recv`] took was published (or lost
     /// to an overrun CQ): a peer's take of an SRQ frees its record.
     fn express_completed(&self) {}
     /// Writes a receive completion to its CQ.
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun>;
-    /// [`Target::complete`] of the completion of a receive taken, calling `mark` right
-    /// before it becomes visible (its words written, the store that publishes them not
-    /// yet made). `mark` marks the take as completed in its ring ([`RecvWqe::completing`],
-    /// [`Target::express_completing`]): a peer that dies before it leaves the receive to
-    /// the flush of the QP, one that dies after it has published the completion, so the
-    /// receive completes once (docs/failure-model.md, the dead CQ producer). Before, the
-    /// mark came before the whole publish — the gate, the reservation, the first write of
-    /// a slot line the poller holds — and a peer killed there lost the receive.
-    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn()) -> Result<(), Overrun> {
-        mark();
+    /// [`Target::complete`] of the completion of a receive taken, calling `mark` with
+    /// where the completion is right before it becomes visible (its words written, the
+    /// store that publishes them not yet made). `mark` marks the take as completed in its
+    /// ring, with that place ([`RecvWqe::completing`], [`Target::express_completing`]): a
+    /// peer that dies before it leaves the receive to the flush of the QP, one that dies
+    /// after it has published the completion (the CQ shows that place published), and
+    /// one that dies in between leaves the receive to the flush too, so the receive
+    /// completes once (docs/failure-model.md, the dead CQ producer). Before, the mark came
+    /// before the whole publish — the gate, the reservation, the first write of a slot
+    /// line the poller holds — and a peer killed there lost the receive; then, with no
+    /// place, a peer killed between the mark and the publish lost it.
+    ///
+    /// This process's own completions are marked with no place ([`CqAt::UNKNOWN`]): their
+    /// producer never dies without the queue's owner.
+    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn(CqAt)) -> Result<(), Overrun> {
+        mark(CqAt::UNKNOWN);
         self.complete(cqe)
     }
     /// Moves it to ERR because of a responder-side fault, raising `event` if given.
@@ -382,10 +391,10 @@ impl Target for SplitTarget {
         }
     }
 
-    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn()) -> Result<(), Overrun> {
+    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn(CqAt)) -> Result<(), Overrun> {
         match &self.srq {
             SrqPart::Local { cq, .. } => {
-                mark();
+                mark(CqAt::UNKNOWN);
                 cq.push(cqe)
             }
             SrqPart::Peer(t) => t.complete_marking(cqe, mark),
@@ -479,7 +488,7 @@ impl Target for Serving<'_> {
         }
     }
 
-    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn()) -> Result<(), Overrun> {
+    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn(CqAt)) -> Result<(), Overrun> {
         match self {
             Serving::Own(t) => t.complete_marking(cqe, mark),
             Serving::Xrc(t) => t.complete_marking(cqe, mark),
@@ -519,7 +528,7 @@ pub(crate) fn raise_on(peer: &Peer, ctx: u32, kind: EventType, element: RawEleme
 /// raising CQ_ERR on overrun — what [`CqInner::push`] does for this process's CQs.
 /// `cached` holds the segment used last; `mark` is called right before the completion
 /// becomes visible ([`CqSeg::publish_marking`]), in the generation it is published in.
-fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>, mark: &dyn Fn()) -> Result<(), Overrun> {
+fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>, mark: &dyn Fn(CqAt)) -> Result<(), Overrun> {
     let rec = peer.tables().cq(id);
     let mut gen = rec.gen.load(Ordering::Acquire);
     // Bounded: each step follows one resize; a CQ resized this often while we publish
@@ -667,17 +676,17 @@ impl Target for PeerTarget {
         }
     }
 
-    fn express_completing(&self) {
+    fn express_completing(&self, at: CqAt) {
         match (self.recv, &*self.ring.borrow()) {
-            (PeerRecv::Rq(_), Some((_, ring))) => ring.express_completing(),
-            (PeerRecv::Srq(_), Some((_, ring))) => ring.express_record_done(false),
+            (PeerRecv::Rq(_), Some((_, ring))) => ring.express_completing(at),
+            (PeerRecv::Srq(_), Some((_, ring))) => ring.express_record_completing(at),
             _ => {}
         }
     }
 
     fn express_completed(&self) {
         if let (PeerRecv::Srq(_), Some((_, ring))) = (self.recv, &*self.ring.borrow()) {
-            ring.express_record_done(true);
+            ring.express_record_done();
         }
     }
 
@@ -712,10 +721,10 @@ impl Target for PeerTarget {
     }
 
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
-        publish_on(&self.peer, self.cq, cqe, &mut self.cq_seg.borrow_mut(), &|| {})
+        publish_on(&self.peer, self.cq, cqe, &mut self.cq_seg.borrow_mut(), &|_| {})
     }
 
-    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn()) -> Result<(), Overrun> {
+    fn complete_marking(&self, cqe: Cqe, mark: &dyn Fn(CqAt)) -> Result<(), Overrun> {
         publish_on(&self.peer, self.cq, cqe, &mut self.cq_seg.borrow_mut(), mark)
     }
 
