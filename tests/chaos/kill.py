@@ -188,6 +188,26 @@ def run_round(r, rng, args, exe, env_base, stats, base):
             return "exchange"
         return "open"
 
+    def where_stuck(pid):
+        # What kept a process from dying: its state, where it sleeps in the kernel, and
+        # each thread's kernel stack (readable as root), so that a rare case leaves data.
+        def read(path):
+            try:
+                with open(path) as f:
+                    return f.read().strip()
+            except OSError as e:
+                return f"({e.strerror})"
+        state = next((l for l in read(f"/proc/{pid}/status").splitlines() if l.startswith("State:")), "State: ?")
+        parts = [state, "wchan " + read(f"/proc/{pid}/wchan")]
+        try:
+            tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+        except OSError:
+            tids = []
+        for tid in tids:
+            stack = " < ".join(l.split()[-1] for l in read(f"/proc/{pid}/task/{tid}/stack").splitlines()[:6])
+            parts.append(f"thread {tid} {read(f'/proc/{pid}/task/{tid}/stat').split(') ')[-1][:1]}: {stack}")
+        return "; ".join(parts)
+
     def do_kill():
         nonlocal killed_at, killed_phase
         killed_phase = state_of_victim()
@@ -208,7 +228,7 @@ def run_round(r, rng, args, exe, env_base, stats, base):
             try:
                 V.status = V.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                problems.append("victim did not die within 5 s of SIGKILL")
+                problems.append("victim did not die within 5 s of SIGKILL: " + where_stuck(V.proc.pid))
                 break
             for s in survivors:
                 s.send(f"DEAD {victim}")
