@@ -39,6 +39,8 @@ use std::sync::OnceLock;
 #[repr(align(128))]
 struct Record {
     seq: AtomicU64,
+    /// What the thread is inside ([`Pin::inside`]), 0 for nothing.
+    inside: AtomicUsize,
     /// The owning thread's thread pointer (`thread_pointer`), 0 while the slot is free.
     owner: AtomicUsize,
 }
@@ -47,7 +49,7 @@ struct Record {
 const SLOTS: usize = 256;
 
 /// Every record (a slot is a thread's from its first pin to its exit).
-static TABLE: [Record; SLOTS] = [const { Record { seq: AtomicU64::new(0), owner: AtomicUsize::new(0) } }; SLOTS];
+static TABLE: [Record; SLOTS] = [const { Record { seq: AtomicU64::new(0), inside: AtomicUsize::new(0), owner: AtomicUsize::new(0) } }; SLOTS];
 
 /// Set for good by a reader that could not have a record (every slot taken, or pinning
 /// while its thread's locals are being destroyed): from then on no snapshot is taken.
@@ -117,6 +119,23 @@ fn home(tp: usize) -> usize {
 pub(crate) struct Pin {
     record: Option<&'static Record>,
     _not_send: PhantomData<*const ()>,
+}
+
+impl Pin {
+    /// Marks this thread as inside `what` (a nonzero word naming it, such as a CQ's
+    /// address) until the [`Inside`] drops, as cheaply as a pin: a plain store to the
+    /// thread's record, which [`Insiders::now`]'s membarrier orders before the thread's
+    /// next loads. `None` unless this is the outermost tracked pin (a pin inside another
+    /// has no record; the one who marked the outer one would be cleared too early).
+    #[inline(always)]
+    pub(crate) fn inside(&self, what: usize) -> Option<Inside<'_>> {
+        let record = self.record?;
+        record.inside.store(what, Ordering::Relaxed);
+        // The store above before the caller's loads: made a full fence by the waiter's
+        // membarrier (module docs).
+        compiler_fence(Ordering::SeqCst);
+        Some(Inside { record, _pin: PhantomData })
+    }
 }
 
 /// Announces this thread as a reader until the [`Pin`] drops; load the shared pointer
@@ -218,6 +237,7 @@ fn forks_free_slots() {
             }
             let s = r.seq.load(Ordering::Relaxed);
             r.seq.store(s + (s % 2), Ordering::Relaxed);
+            r.inside.store(0, Ordering::Relaxed);
             r.owner.store(0, Ordering::Release);
         }
     }
@@ -239,8 +259,9 @@ pub(crate) struct Snapshot {
     pinned: Vec<(&'static Record, u64)>,
 }
 
-/// Whether membarrier(2) serves this process (registered once, on the first snapshot).
-fn barrier_available() -> bool {
+/// Whether membarrier(2) serves this process (registered once, on the first snapshot, or
+/// the first call): snapshots, and [`Insiders::now`], are possible.
+pub(crate) fn barrier_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         use rustix::thread::{membarrier, MembarrierCommand};
@@ -279,6 +300,65 @@ impl Snapshot {
     pub(crate) fn passed(&self) -> bool {
         self.pinned.iter().all(|(r, s)| r.seq.load(Ordering::Acquire) != *s)
     }
+
+}
+
+/// The threads of this process inside one thing (a CQ's uncounted publish,
+/// [`Pin::inside`]) when [`Insiders::now`] looked.
+pub(crate) struct Insiders {
+    what: usize,
+    records: Vec<&'static Record>,
+}
+
+impl Insiders {
+    /// The threads inside `what` now: as an asymmetric fence with a store made before this
+    /// call (membarrier(2), module docs), either a thread's [`Pin::inside`] made before it
+    /// is seen here, or that thread's loads after its `inside` see the store. `None`
+    /// without membarrier.
+    pub(crate) fn now(what: usize) -> Option<Insiders> {
+        if !barrier_available() {
+            return None;
+        }
+        use rustix::thread::{membarrier, MembarrierCommand};
+        membarrier(MembarrierCommand::PrivateExpedited).ok()?;
+        let records = TABLE.iter().filter(|r| r.inside.load(Ordering::Acquire) == what).collect();
+        Some(Insiders { what, records })
+    }
+
+    /// Whether every thread seen inside has left since (its leave's Release pairs with the
+    /// Acquire here: what it wrote inside is visible).
+    pub(crate) fn left(&self) -> bool {
+        self.records.iter().all(|r| r.inside.load(Ordering::Acquire) != self.what)
+    }
+
+    /// Waits until [`Insiders::left`], at most `limit` (yielding the CPU between looks):
+    /// whether they did.
+    pub(crate) fn wait(&self, limit: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        while !self.left() {
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+}
+
+/// A thread inside something until it drops ([`Pin::inside`]).
+#[must_use]
+pub(crate) struct Inside<'p> {
+    record: &'static Record,
+    _pin: PhantomData<&'p Pin>,
+}
+
+impl Drop for Inside<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        compiler_fence(Ordering::SeqCst);
+        // Release: what the thread wrote inside comes before a waiter seeing it leave.
+        self.record.inside.store(0, Ordering::Release);
+    }
 }
 
 #[cfg(test)]
@@ -308,6 +388,42 @@ mod tests {
         assert!(snap.passed(), "the reader unpinned");
         go_tx.send(()).unwrap();
         reader.join().unwrap();
+    }
+
+    // The asymmetric fence of a CQ's own publishers (`CqSeg::publish_uncounted`): the
+    // waiter looks only at the threads inside what it names, pinned or not for anything
+    // else, and waits for each to leave; a pin inside another cannot mark its thread (the
+    // outer pin's holder would be cleared when the inner one left).
+    #[test]
+    fn insiders_are_the_threads_inside_what_is_named_until_they_leave() {
+        const WHAT: usize = 0x5eed;
+        // Pinned, inside nothing: not waited for.
+        let other = pin();
+        assert!(Insiders::now(WHAT).expect("membarrier(2) on this machine").left(), "nobody inside yet");
+        let (tx, rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let inside = std::thread::spawn(move || {
+            let p = pin();
+            let nested = pin();
+            assert!(nested.inside(WHAT).is_none(), "a nested pin marks nothing");
+            let i = p.inside(WHAT).expect("the outermost pin");
+            tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            drop(i);
+            drop(nested);
+            go_rx.recv().unwrap();
+        });
+        rx.recv().unwrap();
+        assert!(Insiders::now(WHAT + 1).unwrap().left(), "inside something else");
+        let snap = Insiders::now(WHAT).unwrap();
+        assert!(!snap.wait(std::time::Duration::from_millis(20)), "the other thread is inside");
+        go_tx.send(()).unwrap();
+        assert!(snap.wait(std::time::Duration::from_secs(10)));
+        // Left, still pinned: not inside.
+        assert!(Insiders::now(WHAT).unwrap().left());
+        go_tx.send(()).unwrap();
+        inside.join().unwrap();
+        drop(other);
     }
 
     #[test]

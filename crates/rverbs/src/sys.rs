@@ -163,6 +163,12 @@ pub(crate) fn ifindex(name: &str) -> u32 {
 /// from a kernel RDMA device (the parent's objects are not the child's: ibv_fork_init(3)).
 static GENERATION: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// How many forks made this process from the one that loaded the library (0 there):
+/// [`process_generation`] unbounded, so that two nested children never compare equal.
+pub fn forks_since_load() -> usize {
+    GENERATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Devices per generation. After `GENERATIONS - 1` nested forks, descendants share the
 /// last one (a documented limit: the last generation's children share its endpoint).
 pub const GENERATIONS: usize = 8;

@@ -35,6 +35,10 @@ use crate::rings::cq_segment::{self, CqAt, CqSeg, Publish};
 /// the producers inside are alive (`CqInner::unstick`).
 const STUCK_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// How long a look for a dead producer's reservation waits for this process's own
+/// uncounted publishers to leave ([`CqInner::skip_dead`]); the next look tries again.
+const OWN_PUBLISHERS_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Dead producers' reservations a CQ remembers having skipped ([`CqInner::skipped`]):
 /// each is a process killed inside a completion to this CQ, whose receive's flush may come
 /// much later (when its QP enters ERR).
@@ -251,6 +255,16 @@ impl Reading<'_> {
     pub(crate) fn pin() -> Reading<'static> {
         Reading::Pin(grace::pin())
     }
+
+    /// Marks this thread as inside `what` (`grace::Pin::inside`): `None` unless this is
+    /// the thread's outermost tracked pin.
+    #[inline(always)]
+    fn inside(&self, what: usize) -> Option<grace::Inside<'_>> {
+        match self {
+            Reading::Pin(p) => p.inside(what),
+            _ => None,
+        }
+    }
 }
 
 impl Gens {
@@ -321,6 +335,15 @@ pub(crate) struct CqInner {
     /// Where the consumer found the ring stuck behind an unpublished reservation, and
     /// when it last looked for the producer's death there (`unstick`).
     stuck: Mutex<Option<(u64, std::time::Instant)>>,
+    /// Whether this process's own threads publish here without counting themselves in the
+    /// gate ([`CqSeg::publish_uncounted`]): membarrier(2) serves the process, so the
+    /// resize and the dead producer's skip can wait for the threads inside this CQ
+    /// ([`CqInner::own_publishers_left`]). Decided at creation.
+    own_fence: bool,
+    /// [`crate::sys::forks_since_load`] when the CQ was created: a forked child that
+    /// completes here (as its parent) is another process, which the parent's membarrier
+    /// does not reach, so it counts itself in the gate as peers do.
+    forks: usize,
     /// The dead producers' reservations skipped (generation, ring position), the newest
     /// [`SKIPPED_KEPT`]: a receive whose taker marked its completion there and died
     /// before publishing it was never completed, and its QP's flush completes it
@@ -486,20 +509,46 @@ impl CqInner {
     }
 
     /// Writes `cqe` to the ring now (the body of [`CqInner::push`]).
+    ///
+    /// A thread of the process that created the CQ, marked as inside it
+    /// ([`Reading::inside`], its outermost pin), publishes without counting itself in the
+    /// gate ([`CqSeg::publish_uncounted`]); a resize under way makes it leave and try
+    /// again, until the resize is over. The resize waits at most twice
+    /// [`cq_segment::RESIZE_WAIT`] (for the counted producers, then for the threads
+    /// inside): a resize flag still set after three times that was written by another
+    /// process, and the CQ is in error, as [`CqSeg::publish`] finds. A thread already
+    /// pinned by its caller (a pin inside another cannot mark it) counts itself in the
+    /// gate, as peers do.
     fn publish(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
         let me = producer_of(self.ctx.endpoint);
-        let held = Reading::pin();
-        // The owner is this process, and this thread runs.
-        let mut outcome = self.gens.current(&held).publish(cqe, me, || false);
-        // A resize replaced the generation: publish into the new one (bounded: resizes
-        // happen under the consumer lock, one at a time).
-        for _ in 0..64 {
-            if !matches!(outcome, Publish::Moved(_)) {
-                break;
+        let what = Arc::as_ptr(self) as usize;
+        let mut resizing: Option<std::time::Instant> = None;
+        let outcome = loop {
+            let held = Reading::pin();
+            let inside = if self.own_fence && crate::sys::forks_since_load() == self.forks { held.inside(what) } else { None };
+            // The owner is this process, and this thread runs.
+            let publish = |seg: &CqSeg| if inside.is_some() { seg.publish_uncounted(cqe) } else { seg.publish(cqe, me, || false) };
+            let mut outcome = publish(self.gens.current(&held));
+            // A resize replaced the generation: publish into the new one (bounded: resizes
+            // happen under the consumer lock, one at a time).
+            for _ in 0..64 {
+                if !matches!(outcome, Publish::Moved(_)) {
+                    break;
+                }
+                outcome = publish(self.gens.current(&held));
             }
-            outcome = self.gens.current(&held).publish(cqe, me, || false);
-        }
-        drop(held);
+            drop(inside);
+            drop(held);
+            if !matches!(outcome, Publish::Resizing) {
+                break outcome;
+            }
+            let since = *resizing.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() > 3 * cq_segment::RESIZE_WAIT {
+                let first = self.gens.current(&Reading::pin()).shm().errored.swap(1, Ordering::AcqRel) == 0;
+                break Publish::Overrun { first };
+            }
+            std::thread::yield_now();
+        };
         match outcome {
             Publish::Done { fire } => {
                 if fire {
@@ -517,7 +566,7 @@ impl CqInner {
                 }
                 Err(Overrun)
             }
-            Publish::Moved(_) => Err(Overrun),
+            Publish::Moved(_) | Publish::Resizing => Err(Overrun),
         }
     }
 
@@ -707,15 +756,35 @@ impl CqInner {
     /// [`CqSeg::skip_dead`] of generation `seg` (the consumer lock held), the position
     /// skipped noted in `skipped` under its lock, which [`CqInner::was_published`] holds
     /// across its look. Whether it skipped one.
+    ///
+    /// A thread of this process publishing uncounted ([`CqSeg::publish_uncounted`]) is
+    /// not in the gate: the reservation the consumer is stuck at may be its. It marked
+    /// itself inside the CQ before reserving, and the reservation seen means the mark is
+    /// visible, so the position is skipped only once the threads inside now have left (a
+    /// few milliseconds at most; else the next look tries again).
     #[cold]
     fn skip_dead(&self, seg: &CqSeg, alive: &dyn Fn(u32, u32) -> bool) -> bool {
+        let Some(at) = seg.ring().stalled_at() else { return false };
+        if !self.own_publishers_left(OWN_PUBLISHERS_WAIT) {
+            return false;
+        }
         let mut skipped = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(pos) = seg.skip_dead(alive) else { return false };
+        let Some(pos) = seg.skip_dead(at, alive) else { return false };
         if skipped.len() == SKIPPED_KEPT {
             skipped.pop_front();
         }
         skipped.push_back((seg.gen, pos));
         true
+    }
+
+    /// Whether every thread of this process that may be inside an uncounted publish into
+    /// this CQ ([`CqSeg::publish_uncounted`]: marked inside it now) has left, waiting at
+    /// most `limit`; true at once if this process's threads count themselves in the gate.
+    /// Called after a store the publishers must see (the resize flag) or a reservation
+    /// the caller saw: an asymmetric fence (`grace::Insiders`). The threads pinned for
+    /// anything else are not waited for.
+    fn own_publishers_left(&self, limit: std::time::Duration) -> bool {
+        !self.own_fence || grace::Insiders::now(self as *const Self as usize).is_some_and(|s| s.wait(limit))
     }
 
     /// Whether the completion a receive's mark says is at `at` became visible: a taker
@@ -1029,6 +1098,8 @@ impl Cq {
                 polled: Default::default(),
                 stuck: Mutex::new(None),
                 skipped: Mutex::new(std::collections::VecDeque::new()),
+                own_fence: grace::barrier_available(),
+                forks: crate::sys::forks_since_load(),
                 quiet: Default::default(),
                 heard: Default::default(),
                 parent: Mutex::new(None),
@@ -1348,7 +1419,9 @@ impl Cq {
         let seg = inner.gens.current(&held);
         let endpoint = inner.ctx.endpoint;
         let alive = |ep, pid| producer_alive(endpoint, ep, pid);
-        if seg.freeze(&alive) == Frozen::TimedOut {
+        // This process's own publishers, not counted in the gate, see the flag `freeze`
+        // sets or are seen pinned by the snapshot, and waited for as the gate's are.
+        if seg.freeze(&alive) == Frozen::TimedOut || !inner.own_publishers_left(cq_segment::RESIZE_WAIT) {
             // Moving the ring now would lose the completion of the producer still inside
             // and, at its hole, every completion behind it: nothing moves, the CQ stays
             // as it was (docs/completion-queues.md, "Resize").
@@ -1537,5 +1610,118 @@ impl Cq {
             #[cfg(feature = "rdma-core")]
             Repr::Native(_) => Err(Error::native_unsupported(verb)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rverbs_proto::verbs::WcOpcode;
+    use std::sync::mpsc;
+
+    fn cq(entries: u32) -> Cq {
+        let ctx = crate::devices().unwrap()[0].open().unwrap();
+        ctx.create_cq(&CqInit::new(entries)).unwrap()
+    }
+
+    fn ids(cq: &Cq) -> Vec<u64> {
+        let mut wc = [Wc::default(); 8];
+        let n = cq.poll(&mut wc).unwrap();
+        wc[..n].iter().map(|w| w.wr_id()).collect()
+    }
+
+    // A thread of the CQ's own process publishes without counting itself in the gate,
+    // marked as inside the CQ. A resize must then wait for the threads inside when it set
+    // its flag (one of them may be between its look at the flag and its store), and call
+    // itself off, moving nothing, if one stays inside past the time a resize waits for
+    // producers. A thread pinned but not inside this CQ is not waited for.
+    #[test]
+    fn a_resize_waits_for_a_thread_of_this_process_that_may_be_inside_an_uncounted_publish() {
+        let cq = cq(4);
+        let inner = cq.inner().unwrap().clone();
+        assert!(inner.own_fence, "membarrier(2) on this machine");
+        inner.push(Cqe::success(1, 1, WcOpcode::Send, 0)).unwrap();
+        let what = Arc::as_ptr(&inner) as usize;
+        let hold = |release: mpsc::Receiver<()>, what: Option<usize>| {
+            let (tx, rx) = mpsc::channel();
+            let t = std::thread::spawn(move || {
+                let pin = grace::pin();
+                let inside = what.map(|w| pin.inside(w).expect("the outermost pin"));
+                tx.send(()).unwrap();
+                release.recv().unwrap();
+                drop(inside);
+                drop(pin);
+            });
+            rx.recv().unwrap();
+            t
+        };
+        // Pinned, not inside: the resize does not wait.
+        let (release, rx) = mpsc::channel();
+        let t = hold(rx, None);
+        cq.resize(8).unwrap();
+        release.send(()).unwrap();
+        t.join().unwrap();
+        // Inside past the wait: called off, nothing moved.
+        let (release, rx) = mpsc::channel();
+        let t = hold(rx, Some(what));
+        let started = std::time::Instant::now();
+        assert!(matches!(cq.resize(64), Err(Error::Again { .. })), "a thread inside for the whole wait");
+        assert!(started.elapsed() >= cq_segment::RESIZE_WAIT);
+        release.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(ids(&cq), [1], "the completion stayed where it was");
+        // Inside, then left during the wait: the resize goes through after it.
+        inner.push(Cqe::success(2, 1, WcOpcode::Send, 0)).unwrap();
+        let (release, rx) = mpsc::channel();
+        let t = hold(rx, Some(what));
+        let (done_tx, done) = mpsc::channel();
+        let c2 = inner.clone();
+        let resizer = std::thread::spawn(move || {
+            let r = Cq::from_inner(c2).resize(64);
+            done_tx.send(()).unwrap();
+            r
+        });
+        assert!(done.recv_timeout(std::time::Duration::from_millis(200)).is_err(), "the resize waits for the thread inside");
+        release.send(()).unwrap();
+        assert!(resizer.join().unwrap().is_ok());
+        t.join().unwrap();
+        inner.push(Cqe::success(3, 1, WcOpcode::Send, 0)).unwrap();
+        assert_eq!(ids(&cq), [2, 3]);
+    }
+
+    // The consumer skips a reservation nobody will publish once no live producer can hold
+    // it; a thread of its own process between reserving and publishing is not in the
+    // gate. Its reservation must wait for it: skipped, the completion it then publishes
+    // would land behind the consumer, lost, and the slot's next lap would read it.
+    #[test]
+    fn a_reservation_of_a_thread_of_this_process_is_waited_for_not_skipped() {
+        let cq = cq(4);
+        let inner = cq.inner().unwrap().clone();
+        let (tx, rx) = mpsc::channel();
+        let (publish_tx, publish) = mpsc::channel::<()>();
+        let i2 = inner.clone();
+        let t = std::thread::spawn(move || {
+            let pin = Reading::pin();
+            let inside = pin.inside(Arc::as_ptr(&i2) as usize).expect("the outermost pin");
+            // Reserved, the words not written yet (as `publish_uncounted` between the two).
+            let seg = i2.gens.current(&pin);
+            seg.ring().reserve_and_die();
+            tx.send(()).unwrap();
+            publish.recv().unwrap();
+            let (_, _, seq) = seg.ring().raw_words(0);
+            seq.store(1, Ordering::Release);
+            drop(inside);
+            drop(pin);
+        });
+        rx.recv().unwrap();
+        inner.push(Cqe::success(2, 1, WcOpcode::Send, 0)).unwrap();
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        while std::time::Instant::now() < end {
+            inner.look_soon();
+            assert_eq!(ids(&cq), Vec::<u64>::new(), "skipped a reservation of a live thread of this process");
+        }
+        publish_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(ids(&cq), [0, 2], "both, in order");
     }
 }

@@ -12,6 +12,9 @@
 //! of the process counted and how many of its threads are inside; the owner asks the
 //! registry whether those processes are alive. A live producer is always counted while
 //! it holds a reservation, so only the reservations of dead processes are ever skipped.
+//! The threads of the CQ's own process are the exception: they publish marked as inside
+//! the CQ on their own reader record instead of counted, and the owner waits for the
+//! threads so marked (docs/completion-queues.md, "The owner's own completions").
 //!
 //! Protocol:
 //! - enter: increment `inside[ep]` (a word left by a dead process that held the same
@@ -123,6 +126,14 @@ impl Gate {
     /// Whether a resize is under way.
     pub(crate) fn resizing(&self) -> bool {
         self.resizing.load(Ordering::Acquire) != 0
+    }
+
+    /// [`Gate::resizing`] as a plain load, for a publisher of the owner's process not
+    /// counted here, which a membarrier(2) of the resize orders after its pin
+    /// (`CqSeg::publish_uncounted`).
+    #[inline(always)]
+    pub(crate) fn resizing_relaxed(&self) -> bool {
+        self.resizing.load(Ordering::Relaxed) != 0
     }
 
     /// Whether some process that `alive(ep, pid)` says is alive is inside.

@@ -580,6 +580,8 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>, mark: 
                 *cached = None;
                 gen = g;
             }
+            // Only an uncounted publish of the owner's stops so.
+            Publish::Resizing => {}
         }
     }
     Err(Overrun)
