@@ -513,10 +513,10 @@ impl CqInner {
     /// A thread of the process that created the CQ, marked as inside it
     /// ([`Reading::inside`], its outermost pin), publishes without counting itself in the
     /// gate ([`CqSeg::publish_uncounted`]); a resize under way makes it leave and try
-    /// again, until the resize is over. The resize waits at most twice
+    /// again, until the resize is over. The resize waits at most
     /// [`cq_segment::RESIZE_WAIT`] (for the counted producers, then for the threads
-    /// inside): a resize flag still set after three times that was written by another
-    /// process, and the CQ is in error, as [`CqSeg::publish`] finds. A thread already
+    /// inside): a resize flag still set after twice that was written by another process,
+    /// and the CQ is in error, as [`CqSeg::publish`] finds. A thread already
     /// pinned by its caller (a pin inside another cannot mark it) counts itself in the
     /// gate, as peers do.
     fn publish(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
@@ -543,7 +543,7 @@ impl CqInner {
                 break outcome;
             }
             let since = *resizing.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() > 3 * cq_segment::RESIZE_WAIT {
+            if since.elapsed() > 2 * cq_segment::RESIZE_WAIT {
                 let first = self.gens.current(&Reading::pin()).shm().errored.swap(1, Ordering::AcqRel) == 0;
                 break Publish::Overrun { first };
             }
@@ -1420,8 +1420,11 @@ impl Cq {
         let endpoint = inner.ctx.endpoint;
         let alive = |ep, pid| producer_alive(endpoint, ep, pid);
         // This process's own publishers, not counted in the gate, see the flag `freeze`
-        // sets or are seen pinned by the snapshot, and waited for as the gate's are.
-        if seg.freeze(&alive) == Frozen::TimedOut || !inner.own_publishers_left(cq_segment::RESIZE_WAIT) {
+        // sets or are seen inside the CQ, and are waited for as the gate's are, within
+        // the same 2 s: a peer takes a flag set for twice that as written by another
+        // process (`cq_segment::publish_in`).
+        let started = std::time::Instant::now();
+        if seg.freeze(&alive) == Frozen::TimedOut || !inner.own_publishers_left(cq_segment::RESIZE_WAIT.saturating_sub(started.elapsed())) {
             // Moving the ring now would lose the completion of the producer still inside
             // and, at its hole, every completion behind it: nothing moves, the CQ stays
             // as it was (docs/completion-queues.md, "Resize").
