@@ -515,6 +515,8 @@ pub mod peer {
                 Publish::Done { fire } => Published::Done { fire },
                 Publish::Overrun { first } => Published::Overrun { first },
                 Publish::Moved(g) => Published::Moved(g),
+                // Only the owner's uncounted publish (`CqSeg::publish_uncounted`) stops so.
+                Publish::Resizing => unreachable!("publish_in follows a resize, it never reports one"),
             }
         }
 
