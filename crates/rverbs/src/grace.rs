@@ -300,7 +300,6 @@ impl Snapshot {
     pub(crate) fn passed(&self) -> bool {
         self.pinned.iter().all(|(r, s)| r.seq.load(Ordering::Acquire) != *s)
     }
-
 }
 
 /// The threads of this process inside one thing (a CQ's uncounted publish,

@@ -521,7 +521,7 @@ impl CqInner {
     /// gate, as peers do.
     fn publish(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
         let me = producer_of(self.ctx.endpoint);
-        let what = Arc::as_ptr(self) as usize;
+        let what = self.insider_name();
         let mut resizing: Option<std::time::Instant> = None;
         let outcome = loop {
             let held = Reading::pin();
@@ -784,7 +784,13 @@ impl CqInner {
     /// the caller saw: an asymmetric fence (`grace::Insiders`). The threads pinned for
     /// anything else are not waited for.
     fn own_publishers_left(&self, limit: std::time::Duration) -> bool {
-        !self.own_fence || grace::Insiders::now(self as *const Self as usize).is_some_and(|s| s.wait(limit))
+        !self.own_fence || grace::Insiders::now(self.insider_name()).is_some_and(|s| s.wait(limit))
+    }
+
+    /// What this CQ's uncounted publishers mark themselves inside (`grace::Pin::inside`)
+    /// and its resize and skip look for: its address, unique while it lives.
+    fn insider_name(&self) -> usize {
+        std::ptr::from_ref(self) as usize
     }
 
     /// Whether the completion a receive's mark says is at `at` became visible: a taker
@@ -1644,7 +1650,7 @@ mod tests {
         let inner = cq.inner().unwrap().clone();
         assert!(inner.own_fence, "membarrier(2) on this machine");
         inner.push(Cqe::success(1, 1, WcOpcode::Send, 0)).unwrap();
-        let what = Arc::as_ptr(&inner) as usize;
+        let what = inner.insider_name();
         let hold = |release: mpsc::Receiver<()>, what: Option<usize>| {
             let (tx, rx) = mpsc::channel();
             let t = std::thread::spawn(move || {
@@ -1705,7 +1711,7 @@ mod tests {
         let i2 = inner.clone();
         let t = std::thread::spawn(move || {
             let pin = Reading::pin();
-            let inside = pin.inside(Arc::as_ptr(&i2) as usize).expect("the outermost pin");
+            let inside = pin.inside(i2.insider_name()).expect("the outermost pin");
             // Reserved, the words not written yet (as `publish_uncounted` between the two).
             let seg = i2.gens.current(&pin);
             seg.ring().reserve_and_die();

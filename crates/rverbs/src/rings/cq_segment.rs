@@ -122,8 +122,8 @@ pub(crate) enum Publish {
     /// The CQ was resized: publish into generation `gen` instead.
     Moved(u32),
     /// A resize is under way and this publish, not counted in the gate, stopped before
-    /// reserving: the caller lets go of its pin (the resize waits for it) and publishes
-    /// again ([`CqSeg::publish_uncounted`]).
+    /// reserving: the caller leaves the CQ (drops its `grace::Inside` mark, which the
+    /// resize waits for) and publishes again ([`CqSeg::publish_uncounted`]).
     Resizing,
 }
 
@@ -426,8 +426,8 @@ pub(crate) fn publish_in(
     out
 }
 
-/// The part of a publish inside the gate (or, for the owner's own, under its pin): the
-/// reservation, the words, `before`, the store that publishes them, the notification.
+/// The part of a publish inside the gate (or, for the owner's own, marked inside the CQ):
+/// the reservation, the words, `before`, the store that publishes them, the notification.
 #[inline(always)]
 fn publish_reserving(sh: &CqShm, ring: &Ring, mut cqe: Cqe, before: impl FnOnce(u64)) -> Publish {
     let flags = sh.flags.load(Ordering::Relaxed);

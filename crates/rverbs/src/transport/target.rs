@@ -580,7 +580,8 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>, mark: 
                 *cached = None;
                 gen = g;
             }
-            // Only an uncounted publish of the owner's stops so.
+            // Never from this counted publish (only the owner's uncounted one stops at a
+            // resize); were it to, the loop tries again, as for a move.
             Publish::Resizing => {}
         }
     }
