@@ -511,7 +511,7 @@ pub mod peer {
         /// resize (the device waits 2 s).
         pub fn publish(&self, ep: u32, pid: u32, wr_id: u64, solicited: bool, resize_wait: std::time::Duration) -> Published {
             let cqe = crate::rings::wc::Cqe { wr_id, solicited, ..Default::default() };
-            match cq_segment::publish_in(&self.sh, &self.gate, &self.ring, cqe, Producer { ep, pid }, resize_wait, || false, |_| {}) {
+            match cq_segment::publish_in(&self.sh, &self.gate, &self.ring, &cqe.encode(), Producer { ep, pid }, resize_wait, || false, |_| {}) {
                 Publish::Done { fire } => Published::Done { fire },
                 Publish::Overrun { first } => Published::Overrun { first },
                 Publish::Moved(g) => Published::Moved(g),

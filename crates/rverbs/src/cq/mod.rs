@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::rule::Rule;
 use crate::notify::{EventCounter, RawElement};
 use crate::rings::recv_count::{Heard, TakenCount};
-use crate::rings::wc::{Cqe, Wc, WcRead, CQE_WORDS};
+use crate::rings::wc::{Cqe, CqeWords, Wc, WcRead, CQE_WORDS};
 use channel::{ChannelInner, CompChannel};
 use crate::rings::producer_gate::{Frozen, Producer};
 use crate::rings::completion_ring::{Consumer, Pop};
@@ -413,7 +413,7 @@ pub(crate) trait Overran: Send + Sync {
 
 /// A completion the fault plan holds back: when it is due, what it is, who wrote it (no
 /// one for a completion queued behind a held one by [`CqInner::push`]).
-type Held = (std::time::Instant, Cqe, Option<std::sync::Weak<dyn Overran>>);
+type Held = (std::time::Instant, CqeWords, Option<std::sync::Weak<dyn Overran>>);
 
 impl CqInner {
     /// The CQ as the sanitizer keys it: its device and number.
@@ -441,23 +441,27 @@ impl CqInner {
 
     /// Publishes a completion (see [`CqSeg::publish`] for the rules): an overrun raises
     /// CQ_ERR once; a fired notification queues one event on the channel.
+    #[inline(always)]
     pub(crate) fn push(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
-        if self.holding.load(Ordering::Relaxed) && self.queue_behind_held(cqe) {
+        // Encoded here, where the producer built it (`CqeWords`): no `Cqe` is left in
+        // memory to be read back in other widths.
+        let words = cqe.encode();
+        if self.holding.load(Ordering::Relaxed) && self.queue_behind_held(&words) {
             return Ok(());
         }
-        self.publish(cqe)
+        self.publish(&words)
     }
 
     /// Queues `cqe` behind the completions the fault plan holds back, if any are still
     /// held (a NIC's CQ is ordered: what comes later is polled later). Returns whether
     /// it was queued.
     #[cold]
-    fn queue_behind_held(&self, cqe: Cqe) -> bool {
+    fn queue_behind_held(&self, cqe: &CqeWords) -> bool {
         let mut held = self.held.lock().expect("held completions");
         if held.is_empty() {
             return false;
         }
-        held.push_back((std::time::Instant::now(), cqe, None));
+        held.push_back((std::time::Instant::now(), *cqe, None));
         true
     }
 
@@ -473,7 +477,7 @@ impl CqInner {
         let mut held = self.held.lock().expect("held completions");
         self.holding.store(true, Ordering::Relaxed);
         let first = held.is_empty();
-        held.push_back((due, cqe, Some(writer)));
+        held.push_back((due, cqe.encode(), Some(writer)));
         drop(held);
         if first {
             let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
@@ -494,7 +498,7 @@ impl CqInner {
                 break;
             }
             let writer = held.pop_front().and_then(|h| h.2);
-            if self.publish(cqe).is_err() {
+            if self.publish(&cqe).is_err() {
                 overran.extend(writer.and_then(|w| w.upgrade()));
             }
         }
@@ -519,7 +523,7 @@ impl CqInner {
     /// and the CQ is in error, as [`CqSeg::publish`] finds. A thread already
     /// pinned by its caller (a pin inside another cannot mark it) counts itself in the
     /// gate, as peers do.
-    fn publish(self: &Arc<Self>, cqe: Cqe) -> Result<(), Overrun> {
+    fn publish(self: &Arc<Self>, cqe: &CqeWords) -> Result<(), Overrun> {
         let me = producer_of(self.ctx.endpoint);
         let what = self.insider_name();
         let mut resizing: Option<std::time::Instant> = None;

@@ -23,7 +23,7 @@ use crate::rings::completion_ring::{PushError, Ring};
 use crate::error::Result;
 use crate::shm::view::View;
 use crate::shm::{Segment, ShmSafe};
-use crate::rings::wc::Cqe;
+use crate::rings::wc::{Cqe, CqeWords};
 
 /// Where the [`Gate`] starts (after [`CqShm`]).
 const GATE_OFF: usize = 256;
@@ -201,7 +201,7 @@ impl CqSeg {
     // Out of line, as it was before it took `owner_stopped` (generic, it was inlined into
     // `CqInner::publish`, +24 instructions per completion under callgrind).
     #[inline(never)]
-    pub(crate) fn publish(&self, cqe: Cqe, who: Producer, owner_stopped: impl Fn() -> bool) -> Publish {
+    pub(crate) fn publish(&self, cqe: &CqeWords, who: Producer, owner_stopped: impl Fn() -> bool) -> Publish {
         publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped, |_| {})
     }
 
@@ -213,7 +213,7 @@ impl CqSeg {
     /// owner's own completions"). [`Publish::Resizing`] if a resize is under way: nothing
     /// was reserved, and the caller must leave before trying again.
     #[inline(never)]
-    pub(crate) fn publish_uncounted(&self, cqe: Cqe) -> Publish {
+    pub(crate) fn publish_uncounted(&self, cqe: &CqeWords) -> Publish {
         let sh = self.shm();
         if sh.errored.load(Ordering::Acquire) != 0 {
             return Publish::Overrun { first: false };
@@ -230,7 +230,7 @@ impl CqSeg {
     /// [`CqSeg::publish`], calling `before` with where the CQE is right before the store
     /// that makes it visible, its words written ([`Ring::push_marking`]); not at all if it
     /// is not published here (an overrun, a resize under way).
-    pub(crate) fn publish_marking(&self, cqe: Cqe, who: Producer, owner_stopped: impl Fn() -> bool, before: impl FnOnce(CqAt)) -> Publish {
+    pub(crate) fn publish_marking(&self, cqe: &CqeWords, who: Producer, owner_stopped: impl Fn() -> bool, before: impl FnOnce(CqAt)) -> Publish {
         let gen = self.gen;
         publish_in(self.shm(), self.gate(), &self.ring, cqe, who, RESIZE_WAIT, owner_stopped, |pos| before(CqAt::new(gen, pos)))
     }
@@ -387,7 +387,7 @@ pub(crate) fn publish_in(
     sh: &CqShm,
     gate: &Gate,
     ring: &Ring,
-    cqe: Cqe,
+    cqe: &CqeWords,
     who: Producer,
     resize_wait: std::time::Duration,
     owner_stopped: impl Fn() -> bool,
@@ -429,16 +429,24 @@ pub(crate) fn publish_in(
 /// The part of a publish inside the gate (or, for the owner's own, marked inside the CQ):
 /// the reservation, the words, `before`, the store that publishes them, the notification.
 #[inline(always)]
-fn publish_reserving(sh: &CqShm, ring: &Ring, mut cqe: Cqe, before: impl FnOnce(u64)) -> Publish {
+fn publish_reserving(sh: &CqShm, ring: &Ring, cqe: &CqeWords, before: impl FnOnce(u64)) -> Publish {
     let flags = sh.flags.load(Ordering::Relaxed);
-    if flags & FLAG_TIMESTAMPS != 0 {
-        cqe.timestamp = crate::clock::device_ns();
-    }
-    match ring.push_marking(&cqe.encode(), flags & FLAG_IGNORE_OVERRUN != 0, before) {
+    // Copied only to stamp it: the copy reads the words in wider pieces than they were
+    // written (`CqeWords`).
+    let stamped;
+    let words = if flags & FLAG_TIMESTAMPS != 0 {
+        let mut w = *cqe;
+        w[Cqe::TIMESTAMP_WORD] = crate::clock::device_ns();
+        stamped = w;
+        &stamped
+    } else {
+        cqe
+    };
+    match ring.push_marking(words, flags & FLAG_IGNORE_OVERRUN != 0, before) {
         // A ring whose indices another process scribbled over fails like an overrun:
         // the CQ enters the error state and its owner gets IBV_EVENT_CQ_ERR.
         Err(PushError::Full | PushError::Corrupt) => Publish::Overrun { first: sh.errored.swap(1, Ordering::AcqRel) == 0 },
-        Ok(()) => Publish::Done { fire: notify_if_armed(sh, cqe.solicited) },
+        Ok(()) => Publish::Done { fire: notify_if_armed(sh, Cqe::solicited_in(cqe)) },
     }
 }
 
@@ -495,11 +503,11 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let c2 = cq.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(c2.publish(Cqe::default(), ME, || false));
+            let _ = tx.send(c2.publish(&Cqe::default().encode(), ME, || false));
         });
         let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("publish returned");
         assert_eq!(got, Publish::Overrun { first: true });
-        assert_eq!(cq.publish(Cqe::default(), ME, || false), Publish::Overrun { first: false });
+        assert_eq!(cq.publish(&Cqe::default().encode(), ME, || false), Publish::Overrun { first: false });
         drop(cq);
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -514,9 +522,9 @@ mod tests {
         let d = dir("published");
         let cq = CqSeg::create(&d, 10, 3, 4).unwrap();
         let cap = cq.ring().capacity() as u64;
-        let mark = |cqe| {
+        let mark = |cqe: Cqe| {
             let at = std::cell::Cell::new(CqAt::UNKNOWN);
-            assert!(matches!(cq.publish_marking(cqe, ME, || false, |a| at.set(a)), Publish::Done { .. }));
+            assert!(matches!(cq.publish_marking(&cqe.encode(), ME, || false, |a| at.set(a)), Publish::Done { .. }));
             at.get()
         };
         let nothing = |_| false;
@@ -564,7 +572,7 @@ mod tests {
             asked.get() <= 5
         };
         let wait = std::time::Duration::from_millis(1);
-        let got = publish_in(cq.shm(), cq.gate(), cq.ring(), Cqe::default(), ME, wait, owner_stopped, |_| {});
+        let got = publish_in(cq.shm(), cq.gate(), cq.ring(), &Cqe::default().encode(), ME, wait, owner_stopped, |_| {});
         assert_eq!(asked.get(), 6, "waited through five answers of 'stopped'");
         // Still resizing once the owner runs and nobody clears the flag: a scribbled one.
         assert_eq!(got, Publish::Overrun { first: true });

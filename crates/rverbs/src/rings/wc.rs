@@ -17,6 +17,15 @@ pub(crate) const CQE_WORDS: usize = 7;
 /// stores and what [`Cqe::read_wc`] decodes in place.
 pub(crate) type SlotWords = [AtomicU64; CQE_WORDS];
 
+/// A completion as the ring holds it ([`Cqe::encode`]), encoded where its producer built
+/// it and passed down to the publish by reference. A [`Cqe`] passed down instead is read
+/// back in wider pieces than its fields were written (the compiler merges adjacent
+/// fields' loads, and copies the struct 16 bytes at a time); the CPU cannot forward such
+/// a load from the stores still in its store buffer and waits for them to reach the
+/// cache: a tenth of the in-process post + poll (BENCHMARKS.md, "A completion encoded
+/// where it is built").
+pub(crate) type CqeWords = [u64; CQE_WORDS];
+
 /// What [`Cqe::read_wc`] found besides the `ibv_wc`: what the poll needs once the slot's
 /// check has passed (the purge's QP number, the receive count for the CQ's `Heard`).
 #[derive(Clone, Copy, Debug)]
@@ -235,7 +244,7 @@ impl Cqe {
     }
 
     #[inline]
-    pub(crate) fn encode(&self) -> [u64; CQE_WORDS] {
+    pub(crate) fn encode(&self) -> CqeWords {
         [
             self.wr_id,
             u64::from(self.byte_len) | u64::from(self.imm) << 32,
@@ -384,6 +393,13 @@ impl Cqe {
     /// The word of a CQE that only the extended poll reads (the timestamp): a poll into
     /// `ibv_wc` need not load it ([`Consumer::pop_skipping`](crate::rings::completion_ring::Consumer::pop_skipping)).
     pub(crate) const TIMESTAMP_WORD: usize = 5;
+
+    /// Whether the completion encoded in `w` may fire a solicited-only notification
+    /// ([`Cqe::solicited`]).
+    #[inline]
+    pub(crate) fn solicited_in(w: &CqeWords) -> bool {
+        (w[4] >> 40) & 1 == 1
+    }
 
     fn decode_raw(w: &[u64; CQE_WORDS]) -> Self {
         let taken = w[4] & RQ_TAKEN_BIT != 0;

@@ -554,7 +554,7 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>, mark: 
         }
         let cq = cached.as_ref().expect("just mapped");
         let me = crate::rings::producer_gate::Producer { ep: peer.home_ep(), pid: peer.home_pid() };
-        match cq.publish_marking(cqe, me, || crate::sys::process_stopped(peer.pid), mark) {
+        match cq.publish_marking(&cqe.encode(), me, || crate::sys::process_stopped(peer.pid), mark) {
             Publish::Done { fire } => {
                 if fire {
                     let ch = cq.shm().channel.load(Ordering::Acquire);
