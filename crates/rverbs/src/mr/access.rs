@@ -160,20 +160,22 @@ pub(crate) enum Source<'s, 'a> {
     Pins(&'s [Pinned<'a>]),
 }
 
-/// Moves one contiguous piece.
-fn move_piece(dst: Place<'_>, src: Place<'_>, n: usize) -> Result<(), CmaError> {
+/// Moves one contiguous piece. The places are borrowed where they were written: a
+/// `Place` passed by value is copied 16 bytes at a time over a tag and an address written
+/// apart, a load the CPU cannot forward from its store buffer (`rings::wc::CqeWords`).
+fn move_piece(dst: &Place<'_>, src: &Place<'_>, n: usize) -> Result<(), CmaError> {
     match (dst, src) {
-        (Place::Local(d), Place::Local(s)) => {
+        (&Place::Local(d), &Place::Local(s)) => {
             // SAFETY: both pieces lie inside pinned ranges (kept registered, and mapped,
             // by the `Pinned` guards the caller holds) or inside a live Rust slice
             // borrowed for the call.
             unsafe { mem::copy(d as *mut u8, s as *const u8, n) }.map_err(|_| CmaError::Fault)
         }
         // SAFETY: the local source lies inside a pinned range or a borrowed slice.
-        (Place::Cma { pid, addr, .. }, Place::Local(s)) => unsafe { cma::write(pid, addr, s as *const u8, n) },
-        (Place::Local(d), Place::Cma { pid, addr, .. }) => read_ordered(pid, d, addr, n),
-        (Place::Proxy(r), Place::Local(s)) => super::proxy::write(r, s as *const u8, n),
-        (Place::Local(d), Place::Proxy(r)) => super::proxy::read(r, d as *mut u8, n),
+        (&Place::Cma { pid, addr, .. }, &Place::Local(s)) => unsafe { cma::write(pid, addr, s as *const u8, n) },
+        (&Place::Local(d), &Place::Cma { pid, addr, .. }) => read_ordered(pid, d, addr, n),
+        (&Place::Proxy(r), &Place::Local(s)) => super::proxy::write(r, s as *const u8, n),
+        (&Place::Local(d), &Place::Proxy(r)) => super::proxy::read(r, d as *mut u8, n),
         // A request moves bytes between the requester's own memory and one responder:
         // never between two other processes.
         _ => Err(CmaError::Denied),
@@ -196,7 +198,7 @@ pub(crate) fn copy_message_from(dst: &PinList<'_>, dst_offset: usize, src: Sourc
     }
     // One range to one range, the common case: no piece list.
     if let ([d], 0) = (dst.as_slice(), dst_offset) {
-        return copy_to(d, src);
+        return copy_to(d, &src);
     }
     copy_pieces(dst.as_slice(), dst_offset, src, 0)
 }
@@ -204,15 +206,19 @@ pub(crate) fn copy_message_from(dst: &PinList<'_>, dst_offset: usize, src: Sourc
 /// As [`copy_message`] into the one pinned range `d` (a WRITE's target, pinned without a
 /// list by [`KeySpace::pin_one`]).
 #[inline]
-pub(crate) fn copy_to(d: &Pinned<'_>, src: Source<'_, '_>) -> Result<usize, CmaError> {
-    let (sp, sl) = match src {
-        Source::Bytes(b) => (Place::Local(b.as_ptr() as usize), b.len()),
-        Source::Pins([s]) => (s.place, s.len),
-        Source::Pins(_) => return copy_pieces(std::slice::from_ref(d), 0, src, 0),
+pub(crate) fn copy_to(d: &Pinned<'_>, src: &Source<'_, '_>) -> Result<usize, CmaError> {
+    let bytes;
+    let (sp, sl) = match *src {
+        Source::Bytes(b) => {
+            bytes = Place::Local(b.as_ptr() as usize);
+            (&bytes, b.len())
+        }
+        Source::Pins([ref s]) => (&s.place, s.len),
+        Source::Pins(_) => return copy_pieces(std::slice::from_ref(d), 0, *src, 0),
     };
     let n = d.len.min(sl);
     if n > 0 {
-        move_piece(d.place, sp, n)?;
+        move_piece(&d.place, sp, n)?;
     }
     Ok(n)
 }
@@ -247,7 +253,7 @@ fn copy_pieces(dst: &[Pinned<'_>], dst_offset: usize, src: Source<'_, '_>, mut s
         while d_off < d.len && si < src_n {
             let (sp, sl) = src_pieces[si];
             let n = (d.len - d_off).min(sl - s_off);
-            move_piece(advance(d.place, d_off), advance(sp, s_off), n)?;
+            move_piece(&advance(d.place, d_off), &advance(sp, s_off), n)?;
             d_off += n;
             s_off += n;
             copied += n;
@@ -305,7 +311,7 @@ pub(crate) fn gather(src: &PinList<'_>, dst: &mut [u8]) -> Result<(), CmaError> 
             break;
         }
         let n = p.len.min(dst.len() - off);
-        move_piece(Place::Local(dst[off..].as_mut_ptr() as usize), p.place, n)?;
+        move_piece(&Place::Local(dst[off..].as_mut_ptr() as usize), &p.place, n)?;
         off += n;
     }
     Ok(())
@@ -324,7 +330,7 @@ pub(crate) fn gather_at(src: &PinList<'_>, mut skip: usize, dst: &mut [u8]) -> R
             continue;
         }
         let n = (p.len - skip).min(dst.len() - off);
-        move_piece(Place::Local(dst[off..].as_mut_ptr() as usize), advance(p.place, skip), n)?;
+        move_piece(&Place::Local(dst[off..].as_mut_ptr() as usize), &advance(p.place, skip), n)?;
         skip = 0;
         off += n;
     }
@@ -334,7 +340,7 @@ pub(crate) fn gather_at(src: &PinList<'_>, mut skip: usize, dst: &mut [u8]) -> R
 /// Copies a pinned range out into a Rust buffer (at most `dst.len()` bytes).
 pub(crate) fn copy_out(p: &Pinned<'_>, dst: &mut [u8]) -> Result<(), CmaError> {
     let n = dst.len().min(p.len);
-    move_piece(Place::Local(dst.as_mut_ptr() as usize), p.place, n)
+    move_piece(&Place::Local(dst.as_mut_ptr() as usize), &p.place, n)
 }
 
 /// Executes a 64-bit atomic on the 8 pinned bytes of `p` and returns the original value.
@@ -354,7 +360,7 @@ pub(crate) fn atomic(p: &Pinned<'_>, op: mem::AtomicOp) -> Result<u64, CmaError>
             // memory (this process's and its peers') takes the same lock.
             let mut old = [0u8; 8];
             let local_old = Place::Local(old.as_mut_ptr() as usize);
-            move_piece(local_old, place, 8)?;
+            move_piece(&local_old, &place, 8)?;
             let v = u64::from_ne_bytes(old);
             let new = match op {
                 mem::AtomicOp::FetchAdd(a) => Some(v.wrapping_add(a)),
@@ -363,7 +369,7 @@ pub(crate) fn atomic(p: &Pinned<'_>, op: mem::AtomicOp) -> Result<u64, CmaError>
             };
             if let Some(n) = new {
                 let bytes = n.to_ne_bytes();
-                move_piece(place, Place::Local(bytes.as_ptr() as usize), 8)?;
+                move_piece(&place, &Place::Local(bytes.as_ptr() as usize), 8)?;
             }
             Ok(v)
         }

@@ -221,7 +221,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
     if !accepted {
         return Expressed::No;
     }
-    let own = KeySpace::local(qp.pd.endpoint()).remembering(&memos[0]);
+    let own = KeySpace::local(qp.endpoint).remembering(&memos[0]);
     // A READ's or an atomic's scatter list is written by its response: LOCAL_WRITE, as
     // the queued way pins it.
     let need = match w.op {
@@ -229,6 +229,9 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
         _ => Access::empty(),
     };
     let mut pins = PinList::new();
+    // Each pin is borrowed where the key space wrote it, never moved: a `Pinned` moved is
+    // copied 16 bytes at a time over fields written one by one, loads the CPU cannot
+    // forward from its store buffer (as `CqeWords`).
     let one;
     let src = match w.data {
         ExpressData::Inline(b) => Source::Bytes(b),
@@ -236,9 +239,9 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
         // `pin_sges_into` pins it (`min(length, message)` bytes from its address).
         ExpressData::Sges([s]) if s.length != 0 && w.len != 0 => {
             let via = mr::Via { key: s.lkey, pd: qp.pd.id, used: mr::KeyUse::Local, need, va: s.addr };
-            let Ok(p) = own.pin_one(via, u64::from(s.length.min(w.len))) else { return Expressed::No };
-            one = p;
-            Source::Pins(std::slice::from_ref(&one))
+            one = own.pin_one(via, u64::from(s.length.min(w.len)));
+            let Ok(p) = &one else { return Expressed::No };
+            Source::Pins(std::slice::from_ref(p))
         }
         ExpressData::Sges(s) => {
             if mr::pin_sges_into(&own, qp.pd.id, s, need, u64::from(w.len), &mut pins).is_err() {
@@ -251,23 +254,25 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
     match w.op {
         ExpressOp::Write { rkey, va } => {
             let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_WRITE, va };
-            let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return Expressed::No };
+            let pinned = keys.pin_one(via, u64::from(w.len));
+            let Ok(mem) = &pinned else { return Expressed::No };
             t.note_inbound();
-            if mr::copy_to(&mem, src).is_err() {
+            if mr::copy_to(mem, &src).is_err() {
                 return Expressed::No;
             }
             responder.express_write_done(w.psn);
         }
         ExpressOp::Read { rkey, va } => {
             let via = mr::Via { key: rkey, pd: t.pd(), used: mr::KeyUse::Remote { qpn: t.qpn() }, need: Access::REMOTE_READ, va };
-            let Ok(mem) = keys.pin_one(via, u64::from(w.len)) else { return Expressed::No };
+            let pinned = keys.pin_one(via, u64::from(w.len));
+            let Ok(mem) = &pinned else { return Expressed::No };
             t.note_inbound();
             // The response's bytes into the scatter list, in increasing address order
             // (RDMA READ is placed in order). A copy that fails is the queued way's to
             // repeat, as a WRITE's.
-            let from = Source::Pins(std::slice::from_ref(&mem));
+            let from = Source::Pins(std::slice::from_ref(mem));
             let copied = match src {
-                Source::Pins([d]) => mr::copy_to(d, from),
+                Source::Pins([d]) => mr::copy_to(d, &from),
                 Source::Pins(_) => mr::copy_message(&pins, 0, from),
                 Source::Bytes(_) => return Expressed::No,
             };
@@ -290,7 +295,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
             // Executed: from here on the request is done whatever follows. The original
             // value into the scatter list, as the queued way's completer stores it.
             let stored = match src {
-                Source::Pins([d]) => mr::copy_to(d, Source::Bytes(&original.to_ne_bytes())),
+                Source::Pins([d]) => mr::copy_to(d, &Source::Bytes(&original.to_ne_bytes())),
                 Source::Pins(_) => mr::copy_message(&pins, 0, Source::Bytes(&original.to_ne_bytes())),
                 Source::Bytes(_) => Err(CmaError::Fault),
             };
@@ -325,7 +330,7 @@ fn express_to<T: Target>(qp: &QpInner, t: &T, responder: &mut Responder, memos: 
             } else {
                 None
             };
-            let mut fits = |_: &RecvWqe| mem.as_ref().is_none_or(|m| mr::copy_to(m, src).is_ok());
+            let mut fits = |_: &RecvWqe| mem.as_ref().is_none_or(|m| mr::copy_to(m, &src).is_ok());
             t.note_inbound();
             let Some((wr_id, taken)) = t.express_recv(&mut fits) else { return Expressed::No };
             let c = responder.express_write_imm_done(w.psn, wr_id, w.len, solicited, imm);

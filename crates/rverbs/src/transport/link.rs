@@ -50,7 +50,7 @@ impl SendPath for Path {
         // RC request retries on its ACK timer until the port is up or its retries run out
         // (RETRY_EXC_ERR); UC and UD complete at transmit, successfully, and nothing
         // arrives.
-        if crate::fault_plan::port_down(qp.pd.endpoint().slot) {
+        if crate::fault_plan::port_down(qp.endpoint.slot) {
             return Ok(());
         }
         match (req.network, self.net) {
