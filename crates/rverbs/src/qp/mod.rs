@@ -337,7 +337,7 @@ impl QpInner {
                     continue;
                 }
                 Some(e) if e.is_device() => {
-                    device_event(self.slot(), self.dev.qps(), e, self.pd.endpoint().counters);
+                    device_event(self.slot(), self.dev.qps(), e, self.endpoint.counters);
                     continue;
                 }
                 // None, or an event of another object (the parser refuses it here).
@@ -382,7 +382,7 @@ impl QpInner {
     pub(crate) fn bounces_receives(&self, state: QpState) -> bool {
         self.host_peer_writes.load(Ordering::Relaxed)
             && transition::accepts_requests(state)
-            && self.pd.endpoint().peers_copy_unordered()
+            && self.endpoint.peers_copy_unordered()
             && !crate::sanitizer::on()
             && !crate::fault_plan::active()
     }
@@ -450,7 +450,7 @@ impl QpInner {
         if !self.host_peer_writes.load(Ordering::Relaxed) {
             return Vec::new();
         }
-        let endpoint = self.pd.endpoint();
+        let endpoint = self.endpoint;
         rq.reclaim_placing(|ep, pid| endpoint.owner_alive(ep, pid), |at| self.recv_cq.was_published(at))
     }
 
@@ -954,7 +954,7 @@ impl Qp {
         if !wrs.is_empty() {
             crate::sanitizer::send_posting(q.sanitizer_id(), q.cap.max_send_wr);
         }
-        let ticket = wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, wrs);
+        let ticket = wr::track_sends(q.endpoint, q.qpn, q.sq_sig_all, wrs);
         let result = self.post_send_plain(q, wrs, keep);
         if let Err(e) = &result {
             crate::sanitizer::unposted(crate::sanitizer::Queue::Send, q.sanitizer_id(), ticket, e.index);
@@ -1070,7 +1070,7 @@ impl Qp {
             && self.in_order_caps(WrOpcode::Send, 0) == 0
             && crate::sanitizer::early::may_stage(q.sanitizer_id()))
         .then(|| crate::rings::staging::stage(&q.pd, q.qpn, wrs));
-        let ticket = wr::track_recvs(q.pd.endpoint(), crate::sanitizer::Queue::Recv, q.qpn, wrs, staged.as_ref().map(|s| &s.ids[..]));
+        let ticket = wr::track_recvs(q.endpoint, crate::sanitizer::Queue::Recv, q.qpn, wrs, staged.as_ref().map(|s| &s.ids[..]));
         let r = match &staged {
             Some(s) => self.post_recv_plain(q, &s.apply(wrs), keep),
             None => self.post_recv_plain(q, wrs, keep),
@@ -1096,7 +1096,7 @@ impl Qp {
                 error: Error::invalid("post_recv", Rule::NoReceiveQueue),
             });
         };
-        let keys = keep.then_some(&q.pd.endpoint().keys);
+        let keys = keep.then_some(&q.endpoint.keys);
         // A count of takes the receive CQ's poll heard spares the post the takers' line
         // (`rings::recv_count`).
         let heard = q.recv_cq.heard.count_for(rq.ring().tag());
@@ -1110,7 +1110,7 @@ impl Qp {
             q.flush_rq();
         }
         let posted = r.as_ref().err().map_or(wrs.len(), |e| e.index);
-        if let Some(stats) = q.pd.endpoint().stats {
+        if let Some(stats) = q.endpoint.stats {
             stats.recvs_posted(q.qpn, posted);
         }
         q.raise_injected(Verb::PostRecv, wrs[..posted].iter().map(|w| Some(w.wr_id)));
@@ -1217,7 +1217,7 @@ impl Qp {
                 | WrOpcode::SendWithInv
         ) && (op.allowed_on(q.qp_type) || q.qp_type == QpType::XrcRecv);
         let placed_by_peers = op != WrOpcode::RdmaRead;
-        let ordered = crate::mem::ORDERED && (!placed_by_peers || Self::writer_is_here(q) || !q.pd.endpoint().peers_copy_unordered());
+        let ordered = crate::mem::ORDERED && (!placed_by_peers || Self::writer_is_here(q) || !q.endpoint.peers_copy_unordered());
         let caps = if answered && ordered { WHOLE_MSG | ALIGNED_128 } else { 0 };
         if flags & RETURN_CAPS != 0 {
             caps
@@ -1234,7 +1234,7 @@ impl Qp {
         }
         let dest = q.attrs.lock().expect("qp attrs").dest_qp_num;
         transition::accepts_requests(q.state())
-            && crate::table::endpoint_of(dest) == q.pd.endpoint().ep()
+            && crate::table::endpoint_of(dest) == q.endpoint.ep()
     }
 
     /// Destroys the QP (ibv_destroy_qp(3)) after every asynchronous event delivered for
@@ -1269,7 +1269,7 @@ impl Qp {
         // docs/network.md, "Coalesced ACKs": what the responder holds leaves before the QP goes.
         q.sq.lock().link.release_acks(q);
         q.rec.qpn.store(0, Ordering::Release);
-        if let Some(stats) = q.pd.endpoint().stats {
+        if let Some(stats) = q.endpoint.stats {
             stats.release_qp(q.qpn);
         }
         // Read while the QP still names its peer (the move to RESET forgets it): a dead
@@ -1369,7 +1369,7 @@ impl Qp {
     /// unless the device counts statistics (`DeviceConfig::stats`, `RVERBS_STATS=1`).
     pub fn stats(&self) -> crate::shm::stats::QpStats {
         let Ok(q) = self.inner() else { return crate::shm::stats::QpStats { qpn: self.qp_num(), ..Default::default() } };
-        q.pd.endpoint().stats.and_then(|s| s.qp_stats(q.qpn)).unwrap_or(crate::shm::stats::QpStats { qpn: q.qpn, ..Default::default() })
+        q.endpoint.stats.and_then(|s| s.qp_stats(q.qpn)).unwrap_or(crate::shm::stats::QpStats { qpn: q.qpn, ..Default::default() })
     }
 
     /// Send work requests waiting to complete (a snapshot; 0 on the rdma-core backend,
@@ -1399,7 +1399,7 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
             self.rec.qpn.store(0, Ordering::Release);
-            if let Some(stats) = self.pd.endpoint().stats {
+            if let Some(stats) = self.endpoint.stats {
                 stats.release_qp(self.qpn);
             }
             let _ = self.transition(transition::Expect::Any, QpState::Reset, transition::Cause::Destroy);

@@ -417,7 +417,7 @@ impl QpInner {
             if conn.armed.is_none_or(|a| a > t || a <= now) {
                 conn.armed = Some(t);
                 let me: std::sync::Weak<dyn crate::progress::Timed> = Arc::downgrade(self) as _;
-                crate::progress::schedule(self.pd.endpoint(), t, me);
+                crate::progress::schedule(self.endpoint, t, me);
             }
         }
         if conn.handed == 0 {
@@ -518,7 +518,7 @@ impl QpInner {
     /// Pins the first `need` bytes of this QP's own scatter list `sges` for `access` (its
     /// PD, its process's keys, remembered in `memo`).
     fn pin_own<'a>(&'a self, memo: &'a mr::KeyMemo, sges: &[Sge], access: Access, need: u64) -> Result<PinList<'a>, mr::Fault> {
-        mr::pin_sges(&KeySpace::local(self.pd.endpoint()).remembering(memo), self.pd.id, sges, access, need)
+        mr::pin_sges(&KeySpace::local(self.endpoint).remembering(memo), self.pd.id, sges, access, need)
     }
 
     /// Adds the events the requester counted since the last call to the endpoint's
@@ -526,7 +526,7 @@ impl QpInner {
     fn count(&self, req: &mut Requester) {
         let c = req.take_counts();
         if c != rc::RequesterCounts::default() {
-            let counters = self.pd.endpoint().counters;
+            let counters = self.endpoint.counters;
             counters.add_n(Counter::CompleterRetryErr, c.retries);
             counters.add_n(Counter::RcvdRnrErr, c.rnr_naks);
             counters.add_n(Counter::RcvdSeqErr, c.seq_naks);
@@ -542,7 +542,7 @@ impl QpInner {
             WcStatus::RnrRetryExcErr => Counter::RetryRnrExceededErr,
             _ => return,
         };
-        self.pd.endpoint().counters.add(counter);
+        self.endpoint.counters.add(counter);
     }
 
     /// Retires the requester's completions, oldest first, into the send CQ (an atomic's
@@ -616,7 +616,7 @@ impl QpInner {
             return;
         }
         if !failed && wqe.posted_ns != 0 {
-            if let Some(stats) = self.pd.endpoint().stats {
+            if let Some(stats) = self.endpoint.stats {
                 stats.send_latency(self.qpn, crate::clock::device_ns().saturating_sub(wqe.posted_ns));
             }
         }

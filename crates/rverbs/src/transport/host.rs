@@ -101,7 +101,7 @@ impl HostLink {
 /// the requester. Nobody found: no answer.
 pub(crate) fn transmit(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, tx: Tx<'_>, answers: &mut dyn Answers) -> Result<(), u32> {
     let wqe = tx.wqe;
-    let own = KeySpace::local(qp.pd.endpoint());
+    let own = KeySpace::local(qp.endpoint);
     let mut pins = PinList::new();
     let gathered = if !wqe.opcode().carries_payload() {
         Gathered::Inline(&[])
@@ -161,7 +161,7 @@ pub(crate) fn express(path: &mut HostLink, qp: &Arc<QpInner>, req: &ReqView, w: 
     if qp.qp_type != QpType::Rc {
         return Expressed::No;
     }
-    let counts = path.counts.get_or_insert_with(|| qp.pd.endpoint().counters.lane());
+    let counts = path.counts.get_or_insert_with(|| qp.endpoint.counters.lane());
     let memos = &path.memos;
     match path.route.as_mut() {
         Some(Route { to: Routed::Local(t), responder, seen }) => {
@@ -466,7 +466,7 @@ fn connected<T: Target>(
         });
     }
     let delivery = responder.handle_request(now, request, &mut at);
-    let counters = qp.pd.endpoint().counters;
+    let counters = qp.endpoint.counters;
     // docs/device.md, "Hardware counters": a request delivered on this host, without packets.
     counters.add(Counter::LocalRequests);
     count_delivery(counters, responder, mode, &delivery);

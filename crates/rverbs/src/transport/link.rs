@@ -62,7 +62,7 @@ impl SendPath for Path {
     }
 
     fn express(&mut self, qp: &Arc<QpInner>, req: &ReqView, w: &Express<'_>) -> Expressed {
-        if req.network || crate::fault_plan::port_down(qp.pd.endpoint().slot) {
+        if req.network || crate::fault_plan::port_down(qp.endpoint.slot) {
             return Expressed::No;
         }
         super::host::express(&mut self.host, qp, req, w)
