@@ -492,6 +492,24 @@ impl QpInner {
     }
 }
 
+/// `r`, with a success made anew rather than copied: a result written by a callee, or
+/// kept in memory across the post, is copied 16 bytes at a time over its narrower stores,
+/// a load the CPU cannot forward from its store buffer (`rings::wc::CqeWords`); the
+/// error, rare, is moved out of line.
+#[inline(always)]
+fn fresh(r: Result<(), PostError>) -> Result<(), PostError> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) => Err(moved(e)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn moved(e: PostError) -> PostError {
+    e
+}
+
 /// A queue pair (`struct ibv_qp`). Cloning shares it.
 #[derive(Clone)]
 pub struct Qp {
@@ -1012,7 +1030,7 @@ impl Qp {
             stats.sends_posted(q.qpn, posted);
         }
         q.raise_injected(Verb::PostSend, wrs[..posted].iter().map(|w| Some(w.wr_id)));
-        result
+        fresh(result)
     }
 
     /// Posts receive work requests (ibv_post_recv(3)).
@@ -1114,7 +1132,7 @@ impl Qp {
             stats.recvs_posted(q.qpn, posted);
         }
         q.raise_injected(Verb::PostRecv, wrs[..posted].iter().map(|w| Some(w.wr_id)));
-        r
+        fresh(r)
     }
 
     /// Binds a type 1 memory window (ibv_bind_mw(3)) by posting a BIND_MW work request;

@@ -204,19 +204,19 @@ pub(crate) fn polled(taken: Option<TakenCount>, placed: u32) {
 #[cold]
 #[inline(never)]
 fn release(t: TakenCount, placed: u32) {
-    let holds = QUEUES.read().unwrap_or_else(|p| p.into_inner()).get(&t.ring).and_then(Weak::upgrade);
+    let holds = QUEUES.read().unwrap_or_else(|p| p.into_inner()).get(&t.ring()).and_then(Weak::upgrade);
     let mut gone = Vec::new();
     let scatter = match holds {
         Some(holds) => {
             let mut kept = holds.lock();
-            let scatter = kept.release(t.count, placed, &mut gone);
+            let scatter = kept.release(t.count(), placed, &mut gone);
             let slots_closed = !kept.has_bounce();
             drop(kept);
             // A QP destroyed after the receive was taken parked its message
             // (`Bounce::park`, under the lock just left).
-            if slots_closed { scatter.or_else(|| bounce::unpark(t.ring, t.count, placed)) } else { scatter }
+            if slots_closed { scatter.or_else(|| bounce::unpark(t.ring(), t.count(), placed)) } else { scatter }
         }
-        None => bounce::unpark(t.ring, t.count, placed),
+        None => bounce::unpark(t.ring(), t.count(), placed),
     };
     // Dropped here, after the lock: the last hold of a region whose handles are gone
     // deregisters it, which waits for accesses in progress.

@@ -34,20 +34,41 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// What a take tells the ring's owner: the ring's tag, and the low 32 bits of the count of
 /// receives ever taken from it (this one included).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct TakenCount {
-    pub(crate) ring: u32,
-    pub(crate) count: u32,
-}
+///
+/// Kept as the CQE word that carries it (the tag in the low half), written and read whole:
+/// two halves written apart and read as one word make a load the CPU cannot forward from
+/// its store buffer (`rings::wc::CqeWords`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TakenCount(u64);
 
 impl TakenCount {
+    pub(crate) fn new(ring: u32, count: u32) -> TakenCount {
+        TakenCount(u64::from(ring) | u64::from(count) << 32)
+    }
+
+    /// The tag of the ring it was taken from.
+    pub(crate) fn ring(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// The low 32 bits of the ring's count of takes.
+    pub(crate) fn count(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
     /// The CQE word that carries it.
     pub(crate) fn word(self) -> u64 {
-        u64::from(self.ring) | u64::from(self.count) << 32
+        self.0
     }
 
     pub(crate) fn from_word(w: u64) -> TakenCount {
-        TakenCount { ring: w as u32, count: (w >> 32) as u32 }
+        TakenCount(w)
+    }
+}
+
+impl std::fmt::Debug for TakenCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TakenCount").field("ring", &self.ring()).field("count", &self.count()).finish()
     }
 }
 
@@ -85,7 +106,7 @@ impl Heard {
     #[inline]
     pub(crate) fn count_for(&self, ring: u32) -> Option<u32> {
         let c = TakenCount::from_word(self.0.load(Ordering::Acquire));
-        (c.ring == ring && ring != 0).then_some(c.count)
+        (c.ring() == ring && ring != 0).then_some(c.count())
     }
 }
 
@@ -114,13 +135,13 @@ mod tests {
     fn heard_keeps_the_last_count_and_forgets_it_on_a_receive_without_one() {
         let h = Heard::default();
         assert_eq!(h.count_for(3), None);
-        h.polled(Some(TakenCount { ring: 3, count: 41 }), true);
+        h.polled(Some(TakenCount::new(3, 41)), true);
         assert_eq!((h.count_for(3), h.count_for(4)), (Some(41), None));
         h.polled(None, false);
         assert_eq!(h.count_for(3), Some(41), "a send completion says nothing of receives");
         h.polled(None, true);
         assert_eq!(h.count_for(3), None, "a receive taken without a count hides the takes after it");
-        h.polled(Some(TakenCount { ring: 0, count: 9 }), true);
+        h.polled(Some(TakenCount::new(0, 9)), true);
         assert_eq!(h.count_for(0), None, "tag 0 is nobody's");
     }
 

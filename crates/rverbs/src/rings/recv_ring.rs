@@ -517,6 +517,7 @@ impl RecvRing {
         self.seg.slice(at, w)
     }
 
+    #[inline]
     fn lock(&self) -> crate::shm::lock::ShmGuard<'_> {
         let me = self.me;
         let g = self.hdr().takers.lock.lock(me.ep(), me);
@@ -707,7 +708,7 @@ impl RecvRing {
             h.config.limit.store(0, Ordering::Release);
             true
         };
-        let wqe = RecvWqe { taken: Some(TakenCount { ring: self.seen.tag, count: taken as u32 }), _placing: placing, ..wqe };
+        let wqe = RecvWqe { taken: Some(TakenCount::new(self.seen.tag, taken as u32)), _placing: placing, ..wqe };
         Some(Taken { wqe, limit_fired })
     }
 
@@ -779,7 +780,7 @@ impl RecvRing {
                 continue;
             }
             if who & DONE == 0 || !visible(r.at.load(Ordering::Relaxed), &published) {
-                ids.push((r.wr_id.load(Ordering::Relaxed), TakenCount { ring: self.seen.tag, count: (for_qp >> 32) as u32 }));
+                ids.push((r.wr_id.load(Ordering::Relaxed), TakenCount::new(self.seen.tag, (for_qp >> 32) as u32)));
             }
             r.free();
             // An express take was never counted. Never below 0, whatever a peer wrote.
@@ -1280,7 +1281,7 @@ mod tests {
         // inside the publish, `Target::complete_marking`), then the take dropped.
         let one = rq.take().unwrap().wqe;
         let cqe = crate::transport::deliver::of_receive(Cqe::error(1, 9, WcStatus::Success, 0), Some(&one));
-        assert_eq!(cqe.rq_taken.map(|t| t.count), Some(1));
+        assert_eq!(cqe.rq_taken.map(|t| t.count()), Some(1));
         one.completing(CqAt::UNKNOWN);
         drop(one);
         assert!(rq.reclaim_placing(|_, _| panic!("asked with nothing placing"), |_| true).is_empty());
@@ -1415,12 +1416,12 @@ mod tests {
             ask.get() != 1
         };
         assert_eq!(ring.reclaim_recorded(Some(7), |_, _| true, |_| false), vec![], "living takers keep them");
-        assert_eq!(ring.reclaim_recorded(Some(7), dead, first_unpublished), vec![(11, TakenCount { ring: tag, count: 1 })], "the one never published");
+        assert_eq!(ring.reclaim_recorded(Some(7), dead, first_unpublished), vec![(11, TakenCount::new(tag, 1))], "the one never published");
         assert_eq!(ring.placing(), 0, "both uncounted");
         assert_eq!(ring.reclaim_recorded(Some(7), dead, |_| false), vec![], "once");
         assert_eq!(ring.take_counted(|_| true, Counted::ExpressFor { qpn: 5 }).unwrap().wqe.wr_id, 13);
         ring.express_record_completing(at);
-        assert_eq!(ring.reclaim_recorded(Some(5), dead, unpublished), vec![(13, TakenCount { ring: tag, count: 3 })]);
+        assert_eq!(ring.reclaim_recorded(Some(5), dead, unpublished), vec![(13, TakenCount::new(tag, 3))]);
         drop((rq, srq));
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -1453,10 +1454,10 @@ mod tests {
         assert_eq!(ring.reclaim_recorded(Some(7), |ep, pid| (ep, pid) == me, |_| true), vec![], "a living taker keeps its takes");
         let tag = ring.tag();
         // QP 7's: 1 named; 3, completed, uncounted only.
-        assert_eq!(ring.reclaim_recorded(Some(7), dead, |_| true), vec![(1, TakenCount { ring: tag, count: 1 })], "QP 7's");
+        assert_eq!(ring.reclaim_recorded(Some(7), dead, |_| true), vec![(1, TakenCount::new(tag, 1))], "QP 7's");
         assert_eq!(ring.placing(), 1);
         assert_eq!(ring.reclaim_recorded(Some(7), dead, |_| true), vec![], "once");
-        assert_eq!(ring.reclaim_recorded(None, dead, |_| true), vec![(2, TakenCount { ring: tag, count: 2 })], "any QP's");
+        assert_eq!(ring.reclaim_recorded(None, dead, |_| true), vec![(2, TakenCount::new(tag, 2))], "any QP's");
         assert_eq!(ring.placing(), 0);
         // Every record in use: the next take is not refused, only unrecorded.
         let held: Vec<RecvWqe> = (0..TAKE_RECORDS).map(|_| take(9)).collect();
@@ -1664,11 +1665,11 @@ mod tests {
         let peer = RecvRing::open(Arc::new(Segment::open(&d.join("q")).unwrap()), me()).unwrap();
         assert_eq!(peer.tag(), rq.ring().tag(), "a peer reads the owner's tag");
         let t = peer.take().unwrap();
-        assert_eq!(t.wqe.taken, Some(TakenCount { ring: rq.ring().tag(), count: 1 }));
+        assert_eq!(t.wqe.taken, Some(TakenCount::new(rq.ring().tag(), 1)));
         // A head the owner must not have read: were the post to read it, it would find
         // the queue full and refuse.
         rq.ring().hdr().takers.head.store(0, Ordering::Release);
-        rq.post(&[RecvWr::new(3, &s)], None, "post_recv", t.wqe.taken.map(|t| t.count)).unwrap();
+        rq.post(&[RecvWr::new(3, &s)], None, "post_recv", t.wqe.taken.map(|t| t.count())).unwrap();
         // A count of no take (ahead of tail, or the one already used) shows no room: `head` decides.
         rq.ring().hdr().takers.head.store(1, Ordering::Release);
         let err = rq.post(&[RecvWr::new(4, &s)], None, "post_recv", Some(7)).unwrap_err();
@@ -1690,7 +1691,7 @@ mod tests {
         let cap = rq.ring().cap as u64;
         rq.ring().post(&[RecvWr::new(1, &s), RecvWr::new(2, &s)], "post_recv", None, |at, _| slots.push(at % cap)).unwrap();
         let t = rq.take().unwrap();
-        rq.ring().post(&[RecvWr::new(3, &s)], "post_recv", Some(t.wqe.taken.unwrap().count), |at, _| slots.push(at % cap)).unwrap();
+        rq.ring().post(&[RecvWr::new(3, &s)], "post_recv", Some(t.wqe.taken.unwrap().count()), |at, _| slots.push(at % cap)).unwrap();
         assert_eq!(slots, [0, 1, 2], "the third receive goes to a spare slot, not slot 0 just taken");
         let err = rq.post(&[RecvWr::new(4, &s)], None, "post_recv", None).unwrap_err();
         assert_eq!((err.error.errno(), rq.len()), (libc::ENOMEM, 2));

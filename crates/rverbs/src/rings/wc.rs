@@ -243,7 +243,9 @@ impl Cqe {
         WcStatus::from_raw(u32::from(self.status)).unwrap_or(WcStatus::GeneralErr)
     }
 
-    #[inline]
+    // Always inline: encoded out of line, the `Cqe` is passed in memory and its fields
+    // read back in merged loads (`CqeWords`).
+    #[inline(always)]
     pub(crate) fn encode(&self) -> CqeWords {
         [
             self.wr_id,
@@ -507,7 +509,7 @@ mod tests {
         // that a field read from the wrong bits shows.
         for status in 0..=u8::MAX {
             for opcode in 0..=u8::MAX {
-                for taken in [None, Some(TakenCount { ring: 7, count: 0x8000_0001 })] {
+                for taken in [None, Some(TakenCount::new(7, 0x8000_0001))] {
                     let c = Cqe {
                         wr_id: 0x1122_3344_5566_7788,
                         status,
@@ -577,7 +579,7 @@ mod tests {
             rq_taken: None,
         };
         assert_eq!(Cqe::decode(&c.encode()), c);
-        let r = Cqe { tm_tag: 0, rq_taken: Some(TakenCount { ring: 0xfeed_0001, count: u32::MAX - 2 }), ..c };
+        let r = Cqe { tm_tag: 0, rq_taken: Some(TakenCount::new(0xfeed_0001, u32::MAX - 2)), ..c };
         assert_eq!(Cqe::decode(&r.encode()), r);
     }
 

@@ -46,7 +46,9 @@ pub(crate) fn place_message_in(keys: &KeySpace<'_>, pd: u32, r: &RecvWqe, src: S
     if let [s] = r.sges() {
         if s.length != 0 && n != 0 {
             let via = mr::Via { key: s.lkey, pd, used: mr::KeyUse::Local, need: Access::LOCAL_WRITE, va: s.addr };
-            return keys.pin_one(via, u64::from(s.length).min(n)).is_ok_and(|d| mr::copy_to(&d, &src).is_ok());
+            // Borrowed where the key space wrote it, not moved (as `host::express_to`).
+            let pinned = keys.pin_one(via, u64::from(s.length).min(n));
+            return matches!(&pinned, Ok(d) if mr::copy_to(d, &src).is_ok());
         }
     }
     let mut dst = PinList::new();
