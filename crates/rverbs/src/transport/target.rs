@@ -169,6 +169,9 @@ impl Target for LocalTarget {
         }
     }
 
+    // Inline: the completion is then encoded where its builder left it in registers
+    // (`rings::wc::CqeWords`).
+    #[inline]
     fn complete(&self, cqe: Cqe) -> Result<(), Overrun> {
         self.cq.push(cqe)
     }
@@ -529,6 +532,7 @@ pub(crate) fn raise_on(peer: &Peer, ctx: u32, kind: EventType, element: RawEleme
 /// `cached` holds the segment used last; `mark` is called right before the completion
 /// becomes visible ([`CqSeg::publish_marking`]), in the generation it is published in.
 fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>, mark: &dyn Fn(CqAt)) -> Result<(), Overrun> {
+    let cqe = cqe.encode();
     let rec = peer.tables().cq(id);
     let mut gen = rec.gen.load(Ordering::Acquire);
     // Bounded: each step follows one resize; a CQ resized this often while we publish
@@ -554,7 +558,7 @@ fn publish_on(peer: &Peer, id: u32, cqe: Cqe, cached: &mut Option<CqSeg>, mark: 
         }
         let cq = cached.as_ref().expect("just mapped");
         let me = crate::rings::producer_gate::Producer { ep: peer.home_ep(), pid: peer.home_pid() };
-        match cq.publish_marking(&cqe.encode(), me, || crate::sys::process_stopped(peer.pid), mark) {
+        match cq.publish_marking(&cqe, me, || crate::sys::process_stopped(peer.pid), mark) {
             Publish::Done { fire } => {
                 if fire {
                     let ch = cq.shm().channel.load(Ordering::Acquire);
