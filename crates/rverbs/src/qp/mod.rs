@@ -504,6 +504,7 @@ fn fresh(r: Result<(), PostError>) -> Result<(), PostError> {
     }
 }
 
+/// The error of [`fresh`], moved out of line (`#[cold]`): the success path keeps no copy.
 #[cold]
 #[inline(never)]
 fn moved(e: PostError) -> PostError {
