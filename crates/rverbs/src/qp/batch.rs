@@ -597,7 +597,7 @@ impl SendBatch {
         }
         let wr = wr_of(&self.buf, &self.buf.wrs[0]);
         let mut sq = q.sq.lock();
-        let done = match q.stats {
+        let done = match q.endpoint.stats {
             None => q.express(&mut sq, &wr),
             Some(stats) => q.express_counted(stats, &mut sq, &wr),
         };

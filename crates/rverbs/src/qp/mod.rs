@@ -171,9 +171,6 @@ pub(crate) struct QpInner {
     /// The parent domain the QP was created on, held until it is destroyed (declared
     /// after `sq`: a QP dropped without destroy gives its ring back first).
     parent: Mutex<Option<ParentHold>>,
-    /// The device's statistics, if it counts them (`shm::stats`): the endpoint's, kept
-    /// here for the post paths.
-    pub(crate) stats: Option<&'static crate::shm::stats::Stats>,
     /// The PD's endpoint (`PdCore::endpoint`), one load from the QP for the post paths
     /// instead of three dependent ones.
     pub(crate) endpoint: &'static crate::mr::endpoint::Endpoint,
@@ -750,7 +747,6 @@ impl Qp {
             cookie: AtomicUsize::new(0),
             qp_context: AtomicUsize::new(init.qp_context),
             parent: Mutex::new(parent),
-            stats: endpoint.stats,
             endpoint,
         });
         qps.publish(qpn, &inner);

@@ -419,7 +419,7 @@ impl Cqe {
             pkey_index: w[4] as u16,
             slid: (w[4] >> 16) as u16,
             dlid_path_bits: (w[4] >> 32) as u8,
-            solicited: (w[4] >> 40) & 1 == 1,
+            solicited: Self::solicited_in(w),
             timestamp: w[Self::TIMESTAMP_WORD],
             tm_tag: if taken { 0 } else { w[6] },
             rq_taken: taken.then(|| TakenCount::from_word(w[6])),

@@ -93,13 +93,6 @@ impl ShmLock {
     /// resumes, and a second holder would interleave with them.
     #[inline]
     pub(crate) fn lock(&self, me: u32, holders: &impl Holders) -> ShmGuard<'_> {
-        // A free lock, the usual case, inline: the guard is made in the caller's
-        // registers. Returned from the out-of-line wait, it is copied 16 bytes at a time
-        // over fields written apart, a load the CPU cannot forward from its store buffer
-        // (`rings::wc::CqeWords`).
-        if self.word.compare_exchange(0, me + 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-            return ShmGuard { lock: self, dead_holder: None };
-        }
         self.lock_with(me, holders, STUCK, || {})
     }
 
@@ -107,7 +100,28 @@ impl ShmLock {
     /// `stuck` (the host-wide lock of device atomics, held across a proxied read and
     /// write), running `waiting` between looks (a progress thread serves the requests
     /// the holder may be waiting for: `mr::proxy`).
+    #[inline]
     pub(crate) fn lock_with(
+        &self,
+        me: u32,
+        holders: &impl Holders,
+        stuck: std::time::Duration,
+        waiting: impl FnMut(),
+    ) -> ShmGuard<'_> {
+        // A free lock, the usual case, inline: the guard is made in the caller's
+        // registers. Returned from the out-of-line wait, it is copied 16 bytes at a time
+        // over fields written apart, a load the CPU cannot forward from its store buffer
+        // (`rings::wc::CqeWords`).
+        if self.word.compare_exchange(0, me + 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return ShmGuard { lock: self, dead_holder: None };
+        }
+        self.wait_for(me, holders, stuck, waiting)
+    }
+
+    /// [`ShmLock::lock_with`] of a lock found held: looks until it is free, taking it
+    /// over from a holder that died or is stuck.
+    #[inline(never)]
+    fn wait_for(
         &self,
         me: u32,
         holders: &impl Holders,
