@@ -457,7 +457,9 @@ fn invalidator_process() {
 /// 10 s). This test checks what lands after the memory is taken, not how the device rides
 /// out a stall; with `PATH`'s 67 ms, a host too loaded to run the responder's threads for
 /// 0.54 s (CI's 2 cores, every test binary at once) ran a requester out of retries
-/// (RETRY_EXC_ERR on a WRITE and on the SEND_WITH_INV of the same round, once).
+/// (RETRY_EXC_ERR on a WRITE and on the SEND_WITH_INV of the same round, once). That
+/// was most likely not the load but the responder's thread waiting 2 s on a pin it held
+/// itself (docs/network.md, "Trains (UDP GSO/GRO)"; `tests/memory_windows.rs` has it).
 const ACROSS_TIMEOUT: u8 = 18;
 
 /// The requester on another device of this process, across the loopback (127.0.13.1 and

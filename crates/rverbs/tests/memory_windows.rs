@@ -336,3 +336,46 @@ fn remembered_type1_window_rebound_refuses_the_old_key() {
     mb.read(0, &mut got).unwrap();
     assert_eq!(got, [0u8; 6]);
 }
+
+/// Across hosts, a SEND_WITH_INV right behind a WRITE of several packets through the
+/// window it invalidates, posted together so that the responder's network thread takes
+/// them in one run: the WRITE's later packets are placed through one pin of their range
+/// (docs/network.md, "Trains (UDP GSO/GRO)"), and the invalidation, which waits for
+/// the window's accesses to end (ibv_post_send(3): the receive's completion means the key
+/// reaches nothing any more), must not wait for a pin the invalidating thread holds
+/// itself. It did, for the 2 s bound, past the requester's retries (timeout 15: eight
+/// tries of 134 ms), which then ended in RETRY_EXC_ERR. Each round binds the window
+/// again under the next key.
+#[test]
+fn send_with_inv_right_behind_a_write_through_its_window_across_hosts() {
+    const ROUNDS: u32 = 24;
+    const LEN: usize = 3000;
+    let (da, db) = (device_on([127, 0, 16, 1], "mw-inv", None), device_on([127, 0, 16, 2], "mw-inv", None));
+    let (a, b) = (side_on(da.open().unwrap(), QpType::Rc, 64, CAP), side_on(db.open().unwrap(), QpType::Rc, 64, CAP));
+    connect_across(&a.qp, &b.ctx, b.qp.qp_num(), 15);
+    connect_across(&b.qp, &a.ctx, a.qp.qp_num(), 15);
+    let mb = b.pd.alloc_mr(8192, Access::LOCAL_WRITE | Access::MW_BIND).unwrap();
+    let mw = Mw::new(&b.pd, 2).unwrap();
+    let mut key = mw.rkey();
+    for round in 0..ROUNDS {
+        key = inc_rkey(key);
+        let bind = MwBind { mr: Some(&mb), addr: mb.iova(), length: 8192, access: Access::REMOTE_WRITE | Access::LOCAL_WRITE };
+        b.qp.post_send(&[SendWr::bind_mw(1, &mw, key, bind).signaled()]).unwrap();
+        assert_eq!(poll_one(&b.cq).status(), WcStatus::Success, "round {round}: the bind");
+        post_recv(&b, 2, 0, 16);
+        let data: Vec<u8> = (0..LEN).map(|i| (i as u32 * 7 + round) as u8).collect();
+        a.mr.write(0, &data).unwrap();
+        let at = 1000 + round as u64 * 8;
+        let sge = [a.mr.sge(0, LEN as u32).unwrap()];
+        a.qp.post_send(&[SendWr::write(3, &sge, mb.iova() + at, key), SendWr::send(4, &[]).with_inv(key).signaled()]).unwrap();
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status()), (4, WcStatus::Success), "round {round}: the SEND_WITH_INV");
+        let r = poll_one(&b.cq);
+        assert_eq!((r.wr_id(), r.status(), r.invalidated_rkey()), (2, WcStatus::Success, Some(key)), "round {round}: the receive");
+        let mut got = vec![0u8; LEN];
+        mb.read(at as usize, &mut got).unwrap();
+        assert!(got == data, "round {round}: the WRITE's bytes");
+    }
+    assert_empty(&a.cq);
+    assert_empty(&b.cq);
+}

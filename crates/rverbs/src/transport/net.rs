@@ -50,7 +50,7 @@ use rverbs_proto::vendor_err;
 use rverbs_proto::verbs::{Access, EventType, QpType, WcStatus};
 use rverbs_proto::violation::Violation;
 use rverbs_proto::wire::roce::{Packet, Repr};
-use rverbs_proto::wire::{Operation, Position, Transport};
+use rverbs_proto::wire::{OpCode, Operation, Position, Transport};
 
 use super::deliver::{complete_receive, count_delivery, mark_completing, of_receive, recv_cqe, responder_event, tm_completion};
 use super::respond::{starts_send, Head, Responding};
@@ -285,8 +285,7 @@ fn write_ahead(run: &[Checked<'_>]) -> u64 {
     let mut bytes = 0;
     for a in run {
         let op = a.repr.bth.opcode;
-        let continues = matches!(op.operation(), Some(Operation::RdmaWriteMiddle | Operation::RdmaWriteLast | Operation::RdmaWriteLastWithImmediate));
-        if !continues {
+        if !continues_write(op) {
             break;
         }
         bytes += a.packet.payload().len() as u64;
@@ -295,6 +294,15 @@ fn write_ahead(run: &[Checked<'_>]) -> u64 {
         }
     }
     bytes
+}
+
+/// Whether a packet of opcode `op` continues an RDMA WRITE (a MIDDLE or LAST packet): the
+/// only packets a span pin of the run serves. Any other packet is handled with the span
+/// released: a SEND_WITH_INV may invalidate the window the span was taken through, and
+/// the invalidation waits for that window's accesses to end (`mw::invalidate_record`),
+/// which the span, held by the thread that invalidates, would never do.
+fn continues_write(op: OpCode) -> bool {
+    matches!(op.operation(), Some(Operation::RdmaWriteMiddle | Operation::RdmaWriteLast | Operation::RdmaWriteLastWithImmediate))
 }
 
 /// The most PSNs a connection keeps unacknowledged (rxe: 128, `RequesterConfig`'s
@@ -488,6 +496,9 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             debug_assert_eq!(a.repr.bth.dest_qp, qp.qpn, "a run is for one QP");
             taken += 1;
             let payload = a.packet.payload();
+            if !continues_write(a.repr.bth.opcode) {
+                span = None;
+            }
             let request = Request::from_repr(&a.repr, payload);
             if let (true, Some(n)) = (xrc, request.xrc_srq) {
                 if xrc_srq.as_ref().is_none_or(|(m, _)| *m != n) {
