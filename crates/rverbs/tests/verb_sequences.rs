@@ -1200,10 +1200,13 @@ impl Model {
 }
 
 /// Destroys both QPs (their CQs must then hold nothing: a destroyed QP's receives leave
-/// no completion) and connects a new pair over the same CQs, regions and SRQ.
+/// no completion) and connects a new pair over the same CQs, regions and SRQ. Destroyed
+/// by the verb, not by dropping the handle: ibv_destroy_qp(3) returns once nothing more
+/// lands through the QP, whereas a dropped handle's QP lives on while the device still
+/// serves a run of packets for it (its last reference).
 fn renew(link: &mut Link, step: usize) -> std::result::Result<(), TestCaseError> {
     let qp = link.a.pd.create_qp(&QpInit::new(link.qp_type, &link.a.cq, CAP)).unwrap();
-    drop(std::mem::replace(&mut link.a.qp, qp));
+    std::mem::replace(&mut link.a.qp, qp).destroy().unwrap();
     let b_qpn = link.b.new_qp();
     link.b_qpn = b_qpn;
     expect_nothing(&link.a.cq, "the requester", step)?;

@@ -141,7 +141,7 @@ impl Served {
             Call::NewQp => {
                 self.window = None;
                 let qp = b.pd.create_qp(&QpInit { srq: self.srq.as_ref(), ..QpInit::new(self.qp_type, &b.cq, super::CAP) }).unwrap();
-                drop(std::mem::replace(&mut self.side.qp, qp));
+                std::mem::replace(&mut self.side.qp, qp).destroy().unwrap();
                 Answer::Qpn(self.side.qp.qp_num())
             }
             Call::Connect(qpn) => {
