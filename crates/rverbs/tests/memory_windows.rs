@@ -344,16 +344,30 @@ fn remembered_type1_window_rebound_refuses_the_old_key() {
 /// the window's accesses to end (ibv_post_send(3): the receive's completion means the key
 /// reaches nothing any more), must not wait for a pin the invalidating thread holds
 /// itself. It did, for the 2 s bound, past the requester's retries (timeout 15: eight
-/// tries of 134 ms), which then ended in RETRY_EXC_ERR. Each round binds the window
-/// again under the next key.
+/// tries of 134 ms), which then ended in RETRY_EXC_ERR.
 #[test]
 fn send_with_inv_right_behind_a_write_through_its_window_across_hosts() {
-    const ROUNDS: u32 = 24;
-    const LEN: usize = 3000;
     let (da, db) = (device_on([127, 0, 16, 1], "mw-inv", None), device_on([127, 0, 16, 2], "mw-inv", None));
     let (a, b) = (side_on(da.open().unwrap(), QpType::Rc, 64, CAP), side_on(db.open().unwrap(), QpType::Rc, 64, CAP));
     connect_across(&a.qp, &b.ctx, b.qp.qp_num(), 15);
     connect_across(&b.qp, &a.ctx, a.qp.qp_num(), 15);
+    invalidate_right_behind_writes(&a, &b);
+}
+
+/// The same on this host, where the requester's thread places the WRITE and performs
+/// the invalidation.
+#[test]
+fn send_with_inv_right_behind_a_write_through_its_window() {
+    let (a, b) = pair(QpType::Rc);
+    invalidate_right_behind_writes(&a, &b);
+}
+
+/// Rounds of a WRITE of 3000 bytes through a type 2 window of `b` and, in the same post,
+/// a SEND_WITH_INV of the window: both complete, the receive reports the key, the bytes
+/// landed. Each round binds the window again under the next key.
+fn invalidate_right_behind_writes(a: &Side, b: &Side) {
+    const ROUNDS: u32 = 24;
+    const LEN: usize = 3000;
     let mb = b.pd.alloc_mr(8192, Access::LOCAL_WRITE | Access::MW_BIND).unwrap();
     let mw = Mw::new(&b.pd, 2).unwrap();
     let mut key = mw.rkey();
@@ -362,7 +376,7 @@ fn send_with_inv_right_behind_a_write_through_its_window_across_hosts() {
         let bind = MwBind { mr: Some(&mb), addr: mb.iova(), length: 8192, access: Access::REMOTE_WRITE | Access::LOCAL_WRITE };
         b.qp.post_send(&[SendWr::bind_mw(1, &mw, key, bind).signaled()]).unwrap();
         assert_eq!(poll_one(&b.cq).status(), WcStatus::Success, "round {round}: the bind");
-        post_recv(&b, 2, 0, 16);
+        post_recv(b, 2, 0, 16);
         let data: Vec<u8> = (0..LEN).map(|i| (i as u32 * 7 + round) as u8).collect();
         a.mr.write(0, &data).unwrap();
         let at = 1000 + round as u64 * 8;
