@@ -192,7 +192,7 @@ impl Groups {
         if members.len() >= limits::MAX_MCAST_QP_ATTACH as usize {
             return Err(Error::Exhausted { what: "QPs of a multicast group" });
         }
-        let dev = q.pd.endpoint();
+        let dev = q.endpoint;
         if let Some(Err(e)) = dev.reg.as_ref().map(|reg| publish(&reg.root, gid, q.qpn, dev.pid)) {
             if members.is_empty() {
                 g.remove(gid);
@@ -228,7 +228,7 @@ impl Groups {
                 net.leave(gid);
             }
         }
-        let dev = q.pd.endpoint();
+        let dev = q.endpoint;
         if let Some(reg) = dev.reg.as_ref() {
             unpublish(&group_dir(&reg.root, gid), &entry_name(q.qpn, dev.pid));
         }

@@ -548,7 +548,7 @@ impl SendBatch {
         }
         crate::sanitizer::send_posting(q.sanitizer_id(), q.cap.max_send_wr);
         let wrs: Vec<SendWr<'_>> = self.buf.wrs[..latched].iter().map(|p| wr_of(&self.buf, p)).collect();
-        let ticket = crate::rings::wr::track_sends(q.pd.endpoint(), q.qpn, q.sq_sig_all, &wrs);
+        let ticket = crate::rings::wr::track_sends(q.endpoint, q.qpn, q.sq_sig_all, &wrs);
         drop(wrs);
         let (qpn, result) = (q.sanitizer_id(), self.post_plain(latched, error));
         if result.is_err() {
@@ -649,7 +649,7 @@ fn wr_of<'a>(buf: &'a BatchBuf, p: &'a Pending) -> SendWr<'a> {
 
 /// Pushes the first `n` work requests of `buf` into the send queue, in order.
 fn push_all(sq: &mut SendQueue, q: &QpInner, buf: &BatchBuf, n: usize) -> Result<()> {
-    let endpoint = q.pd.endpoint();
+    let endpoint = q.endpoint;
     for p in &buf.wrs[..n] {
         // The fault plan (docs/fault-injection.md): a refused request fails the whole
         // batch, as any error of ibv_wr_complete(3) does.

@@ -37,7 +37,7 @@ pub(crate) fn bind_mw(qp: &QpInner, wqe: &SendWqe) -> Cqe {
 /// completion comes once no access through the window is in progress.
 pub(crate) fn local_inv(qp: &QpInner, wqe: &SendWqe) -> Cqe {
     let rkey = wqe.imm;
-    if qp.pd.endpoint().keys.invalidate_mw(rkey, qp.pd.id) {
+    if qp.endpoint.keys.invalidate_mw(rkey, qp.pd.id) {
         wqe.success(qp.qpn)
     } else {
         Cqe::error(wqe.wr_id, qp.qpn, WcStatus::LocQpOpErr, vendor_err::LOCAL_LKEY)

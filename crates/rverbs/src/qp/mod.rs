@@ -171,8 +171,8 @@ pub(crate) struct QpInner {
     /// The parent domain the QP was created on, held until it is destroyed (declared
     /// after `sq`: a QP dropped without destroy gives its ring back first).
     parent: Mutex<Option<ParentHold>>,
-    /// The PD's endpoint (`PdCore::endpoint`), one load from the QP for the post paths
-    /// instead of three dependent ones.
+    /// The PD's endpoint (`PdCore::endpoint`), one load from the QP instead of three
+    /// dependent ones; every path of a QP reads it here, not through its PD.
     pub(crate) endpoint: &'static crate::mr::endpoint::Endpoint,
 }
 

@@ -345,7 +345,7 @@ impl QpInner {
         // docs/memory.md, "Receives placed by their owner".
         let peer = matches!(self.qp_type, QpType::Rc | QpType::Uc)
             && !plan.req.network
-            && crate::table::endpoint_of(plan.req.dest_qpn) != self.pd.endpoint().ep();
+            && crate::table::endpoint_of(plan.req.dest_qpn) != self.endpoint.ep();
         self.host_peer_writes.store(peer, Ordering::Relaxed);
         if changed && plan.to == QpState::Rtr && self.bounces_receives(QpState::Rtr) {
             if let Some(rq) = &self.rq {

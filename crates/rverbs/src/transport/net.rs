@@ -355,7 +355,7 @@ pub(crate) fn transmit(slot: &mut Option<NetTx>, net: &Net, qp: &QpInner, req: &
         payload.copy_from_slice(&tx.inline[off..off + payload.len()]);
         true
     } else {
-        let own = KeySpace::local(qp.pd.endpoint()).remembering(&conn.memo);
+        let own = KeySpace::local(qp.endpoint).remembering(&conn.memo);
         // Only a list that holds the whole payload: one that ends short would leave
         // bytes of an earlier packet unwritten.
         mr::pin_sges(&own, qp.pd.id, tx.sges, Access::empty(), tx.wqe.total_len).ok().is_some_and(|list| {
@@ -447,7 +447,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
     t.note_inbound();
     let now = Instant::now();
     let mode = connected_mode(want);
-    let counters = qp.pd.endpoint().counters;
+    let counters = qp.endpoint.counters;
     // An XRC request is served by the SRQ its XRCETH names (docs/rocev2-wire.md §1.8),
     // found once per SRQ number the run names in a row.
     let mut xrc_srq: Option<(u32, Option<SplitTarget>)> = None;
@@ -490,7 +490,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
         let machine = nr.machine.as_mut().expect("made above");
         // A WRITE's later packets in this run are placed through one pin of the range they
         // cover (`Responding::place_packet_in_run`), released with the run.
-        let own_keys = KeySpace::local(qp.pd.endpoint());
+        let own_keys = KeySpace::local(qp.endpoint);
         let mut span = None;
         for (i, a) in run.iter().enumerate() {
             debug_assert_eq!(a.repr.bth.dest_qp, qp.qpn, "a run is for one QP");

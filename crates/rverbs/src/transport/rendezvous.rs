@@ -43,7 +43,7 @@ pub(crate) struct Rendezvous {
 pub(crate) fn run<T: Target>(qp: &Arc<QpInner>, t: &T, entry: &RecvWqe, rv: Rendezvous, head: Option<&Head>) {
     let len = u64::from(rv.len);
     let read = (|| {
-        let own = KeySpace::local(qp.pd.endpoint());
+        let own = KeySpace::local(qp.endpoint);
         let used = KeyUse::Remote { qpn: qp.qpn };
         let src = own.pin(rv.rkey, qp.pd.id, used, rv.va, len, Access::REMOTE_READ).map_err(|f| {
             let v = f.remote();
@@ -63,7 +63,7 @@ pub(crate) fn run<T: Target>(qp: &Arc<QpInner>, t: &T, entry: &RecvWqe, rv: Rend
         }
         Err((status, vendor_err)) => Cqe::error(entry.wr_id, t.qpn(), status, vendor_err),
     };
-    if deliver_recv(t, cqe, None, qp.pd.endpoint().counters).is_err() || read.is_err() {
+    if deliver_recv(t, cqe, None, qp.endpoint.counters).is_err() || read.is_err() {
         return;
     }
     let mut fin = [0u8; TMH_LEN + RVH_LEN];
@@ -94,5 +94,5 @@ fn deliver_fin(qp: &Arc<QpInner>, from: u32, fin: &[u8]) {
     if let Some(tm) = r.tm {
         tm_completion(&mut cqe, tm);
     }
-    let _ = deliver_recv(&t, cqe, None, qp.pd.endpoint().counters);
+    let _ = deliver_recv(&t, cqe, None, qp.endpoint.counters);
 }

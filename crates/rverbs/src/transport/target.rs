@@ -123,7 +123,7 @@ impl LocalTarget {
             Some((_, cq)) => cq.clone(),
             None => qp.recv_cq.clone(),
         };
-        LocalTarget { pd: qp.pd.id, endpoint: qp.pd.endpoint(), srq: qp.srq.clone(), cq, qp }
+        LocalTarget { pd: qp.pd.id, endpoint: qp.endpoint, srq: qp.srq.clone(), cq, qp }
     }
 }
 
