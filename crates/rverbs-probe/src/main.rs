@@ -215,6 +215,8 @@ fn make_qp(o: &Opts, my_psn: u32, remote: &Dest) -> io::Result<Qp> {
         max_send_wr: 4,
         sq_sig_all: false,
         max_unacked_psns: rverbs_proto::rc::MAX_UNACKED_PSNS,
+        // rxe's policy: AckReq at every message end (its responder owes nothing).
+        ack_req_coalescing: false,
     });
     let resp = Responder::new(ResponderConfig {
         mode: Mode::Rc,

@@ -565,6 +565,13 @@ pub struct RequesterConfig {
     /// driver may open it wider for paths whose bandwidth-delay product is larger than
     /// 128 packets (the responder is indifferent: it checks sequence, not distance).
     pub max_unacked_psns: u32,
+    /// RC: ask for ACKs where the requester stops, not at every message end
+    /// (docs/rocev2-wire.md §1.2): a SEND's or WRITE's last packet with another request
+    /// queued behind it goes without AckReq (every 65th packet still asks), and the
+    /// responder acknowledges what it owes once a run of requests is handled
+    /// ([`Responder::acknowledge_owed`]). Off by
+    /// default (rxe asks at every message end).
+    pub ack_req_coalescing: bool,
 }
 
 impl RequesterConfig {
@@ -583,6 +590,7 @@ impl RequesterConfig {
         max_send_wr: 256,
         sq_sig_all: false,
         max_unacked_psns: MAX_UNACKED_PSNS,
+        ack_req_coalescing: false,
     };
 }
 

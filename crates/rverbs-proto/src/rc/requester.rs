@@ -507,6 +507,10 @@ impl Requester {
         let mode = self.cfg.mode;
         let qpn = self.cfg.qpn;
         let psn = self.req_psn;
+        // §1.2, coalescing: another request behind this one goes out in the same pass
+        // unless the window, a credit or a fence holds it, and each of those ends with an
+        // ACK or a response this one does not need to ask for.
+        let behind = self.cfg.ack_req_coalescing && idx + 1 < self.queue.len();
         let e = &mut self.queue[idx];
         if e.state == WqeState::Posted {
             // §3.2 step 7: first/last PSN recorded at the START packet.
@@ -533,9 +537,11 @@ impl Requester {
         if self.req_psn.diff(self.sent_end) > 0 {
             self.sent_end = self.req_psn;
         }
-        // §1.2: AckReq on every END packet, and when the no-ack count exceeds 64.
+        // §1.2: AckReq on every END packet (with coalescing, one of a SEND or WRITE only
+        // when no request is queued behind it), and when the no-ack count exceeds 64.
         if mode == Mode::Rc {
-            r.ack_req = seg.end || {
+            let asks_at_end = !behind || e.wqe.needs_credit() || e.wqe.opcode == WrOpcode::RdmaRead;
+            r.ack_req = (seg.end && asks_at_end) || {
                 self.noack_pkts += 1;
                 self.noack_pkts > MAX_PKT_PER_ACK
             };

@@ -90,6 +90,10 @@ pub struct Responder {
     resources: Vec<Option<Resource>>,
     res_next: usize,
     out: VecDeque<Work>,
+    /// The PSN of the last SEND or WRITE message that ended without asking for an ACK
+    /// (AckReq clear), while no response covering it has been queued since: what
+    /// [`Responder::acknowledge_owed`] answers.
+    owed: Option<Psn>,
     /// Events counted since the driver last took them ([`Responder::take_counts`]).
     counts: ResponderCounts,
 }
@@ -125,6 +129,7 @@ impl Responder {
             resources: vec![None; ring],
             res_next: 0,
             out: VecDeque::with_capacity(ring.max(16) * 2),
+            owed: None,
             counts: ResponderCounts::default(),
         }
     }
@@ -180,7 +185,35 @@ impl Responder {
     pub fn enter_error(&mut self) {
         self.state = ResponderState::Error;
         self.out.clear();
+        self.owed = None;
         self.cur = None;
+    }
+
+    /// Queues the ACK a message owes (docs/rocev2-wire.md §3.3 "ACK generation"): a SEND
+    /// or WRITE message that ended without AckReq (a requester that coalesces its
+    /// requests for ACKs asks only where it stops, §1.2) and that no response queued since
+    /// covers (each of them acknowledges every PSN before its own). The ACK names that
+    /// message's last PSN. A driver calls it once a run of received requests is handled,
+    /// before it publishes their receive completions, so that a receive completion still
+    /// follows an ACK of its message and a requester that stopped gets its ACK without a
+    /// retry. Nothing is owed to a requester that asks at every message end (rxe).
+    pub fn acknowledge_owed(&mut self) {
+        if let Some(psn) = self.owed {
+            self.respond(Work::One(Response::ack(psn, Syndrome::ACK, self.msn)));
+        }
+    }
+
+    /// Queues `w` (a response to a request); one whose PSN is not before the owed message's
+    /// acknowledges it.
+    fn respond(&mut self, w: Work) {
+        let psn = match &w {
+            Work::One(r) => r.psn,
+            Work::Read { psn, .. } => *psn,
+        };
+        if self.owed.is_some_and(|o| psn.diff(o) >= 0) {
+            self.owed = None;
+        }
+        self.out.push_back(w);
     }
 
     /// The driver could not place packet `psn`, which the machine had accepted: the
@@ -194,7 +227,7 @@ impl Responder {
         self.enter_error();
         if self.cfg.mode == Mode::Rc {
             let nak = Response { reason: Some(v), ..Response::ack(psn, Syndrome::Nak(nak_code(v)), self.msn) };
-            self.out.push_back(Work::One(nak));
+            self.respond(Work::One(nak));
         }
     }
 
@@ -304,7 +337,7 @@ impl Responder {
                         self.sent_psn_nak = true;
                         self.counts.out_of_sequence += 1;
                         let nak = Syndrome::Nak(NakCode::PsnSequenceError);
-                        self.out.push_back(Work::One(Response::ack(self.expected, nak, self.msn)));
+                        self.respond(Work::One(Response::ack(self.expected, nak, self.msn)));
                     }
                     return dropped;
                 }
@@ -681,7 +714,7 @@ impl Responder {
         let npkts = packets(reth.dma_len, self.cfg.mtu);
         let kind = ResKind::Read { rkey: reth.rkey, va: reth.va, len: reth.dma_len };
         self.save_resource(req.psn, req.psn.add(npkts - 1), kind);
-        self.out.push_back(Work::Read { psn: req.psn, rkey: reth.rkey, va: reth.va, resid: reth.dma_len, started: false });
+        self.respond(Work::Read { psn: req.psn, rkey: reth.rkey, va: reth.va, resid: reth.dma_len, started: false });
         self.expected = req.psn.add(npkts);
         Delivery { place: None, recv: None, executed: true, violation: None }
     }
@@ -812,7 +845,7 @@ impl Responder {
                 if reth.rkey != rkey || reth.va < va || new_end > end || new_end < reth.va {
                     return;
                 }
-                self.out.push_back(Work::Read { psn: req.psn, rkey, va: reth.va, resid: reth.dma_len, started: false });
+                self.respond(Work::Read { psn: req.psn, rkey, va: reth.va, resid: reth.dma_len, started: false });
             }
             O::CompareSwap | O::FetchAdd => {
                 if let Some(Resource { kind: ResKind::Atomic { original }, first_psn, .. }) = self.find_resource(req.psn) {
@@ -843,14 +876,14 @@ impl Responder {
                 // stalled send queue").
                 if req.ack_req {
                     let ack = Response::ack(req.psn, Syndrome::ACK, self.msn);
-                    self.out.push_back(Work::One(ack));
+                    self.respond(Work::One(ack));
                 }
             }
         }
     }
 
     fn push_atomic_ack(&mut self, psn: Psn, original: u64) {
-        self.out.push_back(Work::One(Response {
+        self.respond(Work::One(Response {
             opcode: OpCode::RcAtomicAcknowledge,
             psn,
             syndrome: Some(Syndrome::ACK),
@@ -863,7 +896,7 @@ impl Responder {
     }
 
     fn push_empty_read_response(&mut self, psn: Psn) {
-        self.out.push_back(Work::One(Response {
+        self.respond(Work::One(Response {
             opcode: OpCode::RcRdmaReadResponseOnly,
             psn,
             syndrome: Some(Syndrome::ACK),
@@ -875,10 +908,16 @@ impl Responder {
         }));
     }
 
-    /// ACKNOWLEDGE (§3.3): RC, only when the request asked (AckReq), with its PSN.
+    /// ACKNOWLEDGE (§3.3): RC, only when the request asked (AckReq), with its PSN; a
+    /// message that ends without asking owes one ([`Responder::acknowledge_owed`]).
     fn ack(&mut self, req: &Request) {
-        if self.cfg.mode == Mode::Rc && req.ack_req {
-            self.out.push_back(Work::One(Response::ack(req.psn, Syndrome::ACK, self.msn)));
+        if self.cfg.mode != Mode::Rc {
+            return;
+        }
+        if req.ack_req {
+            self.respond(Work::One(Response::ack(req.psn, Syndrome::ACK, self.msn)));
+        } else if matches!(req.opcode.position(), Some(crate::wire::Position::Last | crate::wire::Position::Only)) {
+            self.owed = Some(req.psn);
         }
     }
 
@@ -907,11 +946,11 @@ impl Responder {
             Nak::Rnr => {
                 // §3.3: RNR NAK with the packet's PSN; expected PSN and message unchanged.
                 let rnr = Syndrome::RnrNak { timer: self.cfg.min_rnr_timer & 0x1f };
-                self.out.push_back(Work::One(Response::ack(req.psn, rnr, self.msn)));
+                self.respond(Work::One(Response::ack(req.psn, rnr, self.msn)));
             }
             _ => {
                 let nak = Response { reason: Some(v), ..Response::ack(req.psn, Syndrome::Nak(nak_code(v)), self.msn) };
-                self.out.push_back(Work::One(nak));
+                self.respond(Work::One(nak));
                 if let (Some(r), Some(status)) = (recv, v.recv_status()) {
                     delivery.recv = Some(RecvCompletion::error(r.wr_id, status, v.vendor_err()));
                 }

@@ -535,6 +535,109 @@ fn rc_ackreq_on_message_end_and_every_65th_packet() {
     assert_eq!(with_ackreq, [64, 99]);
 }
 
+/// docs/rocev2-wire.md §1.2 (network.md, "ACKs where the requester stops"): with
+/// coalescing, a SEND's or WRITE's last packet asks for an ACK only with nothing queued
+/// behind it; every 65th packet and every READ request still ask.
+#[test]
+fn a_coalescing_requester_asks_where_it_stops() {
+    let cfg = RequesterConfig { mtu: MTU, ack_req_coalescing: true, max_unacked_psns: 512, ..RequesterConfig::TEMPLATE };
+    let mut req = Requester::new(cfg);
+    let now = Instant::now();
+    let asks = |req: &mut Requester| -> Vec<(Operation, bool)> {
+        std::iter::from_fn(|| req.poll_transmit(now)).map(|r| (op(&r), r.ack_req)).collect()
+    };
+    for _ in 0..3 {
+        req.post(SendWqe { opcode: WrOpcode::Send, length: 100, ..SendWqe::TEMPLATE }).unwrap();
+    }
+    assert_eq!(asks(&mut req), [(Operation::SendOnly, false), (Operation::SendOnly, false), (Operation::SendOnly, true)]);
+    // A READ asks though a WRITE follows it; the WRITE, the last, asks.
+    req.post(SendWqe { opcode: WrOpcode::RdmaRead, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
+    req.post(SendWqe { opcode: WrOpcode::RdmaWrite, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
+    assert_eq!(asks(&mut req), [(Operation::RdmaReadRequest, true), (Operation::RdmaWriteOnly, true)]);
+    // 100 one-packet SENDs queued at once: the 65th without a request asks, and the last.
+    for _ in 0..100 {
+        req.post(SendWqe { opcode: WrOpcode::Send, length: 8, ..SendWqe::TEMPLATE }).unwrap();
+    }
+    let got = asks(&mut req);
+    let asked: Vec<usize> = got.iter().enumerate().filter(|(_, (_, a))| *a).map(|(i, _)| i).collect();
+    assert_eq!(got.len(), 100);
+    assert_eq!(asked, [64, 99]);
+    // Without coalescing (rxe's rule) every message end asks.
+    let mut rxe_like = Requester::new(RequesterConfig { ack_req_coalescing: false, ..cfg });
+    for _ in 0..3 {
+        rxe_like.post(SendWqe { opcode: WrOpcode::Send, length: 100, ..SendWqe::TEMPLATE }).unwrap();
+    }
+    assert!(asks(&mut rxe_like).iter().all(|(_, a)| *a));
+}
+
+/// §3.3 "ACK generation": a message that ended without AckReq owes an ACK of its last PSN
+/// (with the MSN after it) until a response at or after it is queued; a duplicate's
+/// re-ACK names an earlier PSN and pays nothing; UC owes nothing.
+#[test]
+fn a_message_that_did_not_ask_is_acknowledged_once_its_run_is_handled() {
+    let mut resp = Responder::new(resp_cfg());
+    let mut t = ZeroTarget;
+    let now = Instant::now();
+    let write = |psn: u32, ack_req: bool| {
+        let mut w = Request::new(OpCode::RcRdmaWriteOnly, Psn::new(psn));
+        w.reth = Some(crate::wire::RethRepr { va: MR_BASE, rkey: RKEY, dma_len: 0 });
+        w.ack_req = ack_req;
+        w
+    };
+    assert!(resp.handle_request(now, &write(0, false), &mut t).executed);
+    assert!(resp.handle_request(now, &write(1, false), &mut t).executed);
+    assert_eq!(resp.poll_transmit(now), None, "nothing asked");
+    resp.acknowledge_owed();
+    let ack = resp.poll_transmit(now).expect("the ACK owed");
+    assert_eq!((ack.psn.get(), ack.syndrome, ack.msn), (1, Some(Syndrome::ACK), 2));
+    assert_eq!(resp.poll_transmit(now), None);
+    resp.acknowledge_owed();
+    assert_eq!(resp.poll_transmit(now), None, "paid once");
+    // A later request that asks covers what the one before it owed.
+    assert!(resp.handle_request(now, &write(2, false), &mut t).executed);
+    assert!(resp.handle_request(now, &write(3, true), &mut t).executed);
+    assert_eq!(resp.poll_transmit(now).map(|a| a.psn.get()), Some(3));
+    resp.acknowledge_owed();
+    assert_eq!(resp.poll_transmit(now), None, "covered by the ACK of PSN 3");
+    // A duplicate's re-ACK (PSN 3) does not cover PSN 4's debt.
+    assert!(resp.handle_request(now, &write(4, false), &mut t).executed);
+    assert!(!resp.handle_request(now, &write(3, true), &mut t).executed);
+    assert_eq!(resp.poll_transmit(now).map(|a| a.psn.get()), Some(3));
+    resp.acknowledge_owed();
+    assert_eq!(resp.poll_transmit(now).map(|a| a.psn.get()), Some(4));
+    // UC acknowledges nothing, owed or not.
+    let mut uc = Responder::new(ResponderConfig { mode: Mode::Uc, ..resp_cfg() });
+    let mut w = Request::new(OpCode::UcRdmaWriteOnly, Psn::new(0));
+    w.reth = Some(crate::wire::RethRepr { va: MR_BASE, rkey: RKEY, dma_len: 0 });
+    assert!(uc.handle_request(now, &w, &mut t).executed);
+    uc.acknowledge_owed();
+    assert_eq!(uc.poll_transmit(now), None);
+}
+
+/// A coalescing requester against a responder that acknowledges each run's debt: a stream
+/// of SENDs completes with far fewer ACKs than messages, and a request lost in it is
+/// resent (go-back-N) and completes as well.
+#[test]
+fn a_coalescing_stream_completes_with_fewer_acks_and_survives_a_loss() {
+    for lose in [None, Some(3u32)] {
+        let mut p = Pair::new(RequesterConfig { ack_req_coalescing: true, ..req_cfg() }, resp_cfg());
+        for i in 0..8 {
+            p.target.post_recv(100 + i, 4096);
+        }
+        let ids: Vec<u64> = (0..8).map(|i| p.post_send(bytes(100, i))).collect();
+        if lose.is_some() {
+            drop_requests_once(&mut p, &[3]);
+        }
+        p.drive();
+        assert_all_success(&p, &ids);
+        let acks = p.responses.iter().filter(|(_, r)| r.syndrome == Some(Syndrome::ACK)).count();
+        assert!((1..8).contains(&acks), "{acks} ACKs for 8 messages (loss {lose:?})");
+        for i in 0..8u8 {
+            assert_eq!(p.target.recv_bufs[&(100 + u64::from(i))][..100], bytes(100, i)[..]);
+        }
+    }
+}
+
 #[test]
 fn rc_one_ack_retires_many_wqes_implicitly() {
     let mut p = pair();

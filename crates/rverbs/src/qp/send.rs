@@ -133,6 +133,11 @@ impl Conn {
             // (ibv_post_send(3) SIGNALED / sq_sig_all, `QpInner::complete_head`).
             sq_sig_all: true,
             max_unacked_psns: shape.window,
+            // On the network an RC requester asks for ACKs where it stops, and the
+            // network responder acknowledges what a run of requests owes
+            // (docs/network.md, "ACKs where the requester stops"). Not on the same host,
+            // whose queued way answers each request as it goes, nor for XRC.
+            ack_req_coalescing: !shape.synchronous && qp.qp_type == QpType::Rc,
         };
         let precheck = !shape.synchronous || cfg.mode != rc::Mode::Rc;
         Conn {

@@ -66,7 +66,7 @@ use crate::qp::device::Tx;
 use crate::qp::sq::ReqView;
 use crate::qp::QpInner;
 use crate::rings::wc::Cqe;
-use crate::shm::counters::Counter;
+use crate::shm::counters::{Counter, CounterBlock};
 
 /// Packets for one peer, built one by one and sent together (`Net::send_batch`: one
 /// `sendmmsg`, consecutive packets of one size as one GSO train, docs/network.md
@@ -492,6 +492,10 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
         // cover (`Responding::place_packet_in_run`), released with the run.
         let own_keys = KeySpace::local(qp.endpoint);
         let mut span = None;
+        // The receive completions of the QP's own receives that the run finished, in
+        // order: published once the run's ACKs are out (docs/network.md, "ACKs where the
+        // requester stops"), or right before any other receive completion of the run.
+        let mut done = Done::new();
         for (i, a) in run.iter().enumerate() {
             debug_assert_eq!(a.repr.bth.dest_qp, qp.qpn, "a run is for one QP");
             taken += 1;
@@ -536,6 +540,10 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             if let Some(v) = d.violation {
                 if let Some(c) = d.recv {
                     out.send(net, local, src);
+                    if !done.publish(&t, counters) {
+                        machine.enter_error();
+                        fail = Some(Some(EventType::QpFatal));
+                    }
                     let _ = complete_receive(&served, recv_cqe(&served, &c, at.recv.as_ref()), at.recv.as_ref());
                 }
                 if v.responder_fatal() && (mode == Mode::Rc || d.recv.is_some()) {
@@ -557,6 +565,9 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                         machine.placement_failed(request.psn, v);
                         if let Some(r) = at.recv.take() {
                             out.send(net, local, src);
+                            // The completions before it first (a CQ that overruns on one
+                            // of them changes nothing here: the QP fails below anyway).
+                            let _ = done.publish(&t, counters);
                             let _ = complete_receive(&served, of_receive(Cqe::error(r.wr_id, t.qpn(), WcStatus::LocQpOpErr, v.vendor_err()), Some(&r)), Some(&r));
                         }
                         fail = Some(Some(EventType::QpAccessErr));
@@ -565,6 +576,7 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                     // completes in error, the responder enters ERR below.
                     (Ok(()), Some(c)) if c.status != WcStatus::Success => {
                         out.send(net, local, src);
+                        let _ = done.publish(&t, counters);
                         let _ = complete_receive(&served, recv_cqe(&served, &c, at.recv.as_ref()), at.recv.as_ref());
                     }
                     // Published once the ACK is out (below).
@@ -615,21 +627,39 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             // must not be left unacknowledged. A receive CQ that overruns still ends the QP
             // (QP_FATAL), though its message was ACKed.
             if let Some(cqe) = completed {
-                if !(hold && only_acks) {
-                    out.send(net, local, src);
-                }
-                if served.complete(cqe).is_err() {
-                    machine.enter_error();
-                    fail = Some(Some(EventType::QpFatal));
-                } else {
-                    // rxe `rdma_recvs` (its responder's `do_complete`, status success).
-                    counters.add(Counter::RdmaRecvs);
+                match served {
+                    Serving::Own(_) => done.push(cqe),
+                    Serving::Xrc(s) => {
+                        if !(hold && only_acks) {
+                            out.send(net, local, src);
+                        }
+                        if !(done.publish(&t, counters) && Done::publish_one(s, cqe, counters)) {
+                            machine.enter_error();
+                            fail = Some(Some(EventType::QpFatal));
+                        }
+                    }
                 }
             }
             if fail.is_some() {
                 // The responder is in ERR: what follows in the run is not for a live
                 // responder (the QP leaves RTS below and drops it, as a later run would).
                 break;
+            }
+        }
+        if fail.is_none() {
+            // What the run's messages that did not ask for an ACK owe (the requester asks
+            // only where it stops), before their completions are published.
+            machine.acknowledge_owed();
+            let q = queue_responses(machine, now, dest_qpn, &mut |_, _: &mut [u8]| Ok(()), out, |full| full.send(net, local, src));
+            only_acks &= q.only_acks;
+        }
+        if !done.is_empty() {
+            if !(hold && only_acks) {
+                out.send(net, local, src);
+            }
+            if !done.publish(&t, counters) {
+                machine.enter_error();
+                fail = Some(Some(EventType::QpFatal));
             }
         }
         if hold && only_acks && fail.is_none() && out.queued > 0 {
@@ -653,6 +683,42 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
     }
     last_words.send(net, local, src);
     taken
+}
+
+/// The receive completions a run finished on the QP's own receives ([`serve_run`]),
+/// published together once the run's responses are sent: each still after an ACK of its
+/// message (docs/rxe-differences.md, "The receive completion after the ACK"), with one
+/// `sendmmsg` for the ACKs of a whole run instead of one system call per message.
+struct Done(smallvec::SmallVec<[Cqe; 4]>);
+
+impl Done {
+    fn new() -> Self {
+        Done(smallvec::SmallVec::new())
+    }
+
+    fn push(&mut self, cqe: Cqe) {
+        self.0.push(cqe);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Publishes the kept completions on `t`'s receive CQ, in order; `false` if the CQ
+    /// overran (which ends the responder: QP_FATAL), the rest dropped with it.
+    fn publish<T: Target>(&mut self, t: &T, counters: &CounterBlock) -> bool {
+        self.0.drain(..).all(|cqe| Self::publish_one(t, cqe, counters))
+    }
+
+    /// Publishes `cqe` on `t`'s receive CQ, counted as rxe's `rdma_recvs` (its responder's
+    /// `do_complete`, status success); `false` if the CQ overran.
+    fn publish_one<T: Target + ?Sized>(t: &T, cqe: Cqe, counters: &CounterBlock) -> bool {
+        let ok = t.complete(cqe).is_ok();
+        if ok {
+            counters.add(Counter::RdmaRecvs);
+        }
+        ok
+    }
 }
 
 /// Builds the responses `machine` has ready into `out`, in PSN order (a READ's FIRST,
