@@ -509,8 +509,13 @@ impl Requester {
         let psn = self.req_psn;
         // §1.2, coalescing: another request behind this one goes out in the same pass
         // unless the window, a credit or a fence holds it, and each of those ends with an
-        // ACK or a response this one does not need to ask for.
-        let behind = self.cfg.ack_req_coalescing && idx + 1 < self.queue.len();
+        // ACK or a response this one does not need to ask for. A packet sent again (a
+        // go-back-N) asks as rxe's do: the request behind it may never go out (its bytes
+        // cannot be gathered, so the link drops it), and a responder acknowledges a
+        // duplicate only if it asks, so a re-sent message that did not ask could be retried
+        // until its retries ran out when the ACK its first sending was owed got lost.
+        let resending = self.req_psn.diff(self.sent_end) < 0;
+        let behind = self.cfg.ack_req_coalescing && !resending && idx + 1 < self.queue.len();
         let e = &mut self.queue[idx];
         if e.state == WqeState::Posted {
             // §3.2 step 7: first/last PSN recorded at the START packet.

@@ -614,6 +614,27 @@ fn a_message_that_did_not_ask_is_acknowledged_once_its_run_is_handled() {
     assert_eq!(uc.poll_transmit(now), None);
 }
 
+/// A message that did not ask, whose owed ACK is lost, while the request behind it never
+/// arrives (as one whose bytes cannot be gathered never leaves): its go-back-N asks, as
+/// rxe's does, so its duplicate is re-ACKed and it completes; only the request that never
+/// arrived runs out of retries. (Re-sent without AckReq, the duplicate went unanswered
+/// and the first message ended in RETRY_EXC_ERR too: CI, `verb_sequences`' lossy run.)
+#[test]
+fn a_coalesced_message_whose_ack_is_lost_asks_when_it_is_sent_again() {
+    let mut p = Pair::new(RequesterConfig { ack_req_coalescing: true, retry_cnt: 2, ..req_cfg() }, resp_cfg());
+    p.target.post_recv(100, 4096);
+    p.target.post_recv(101, 4096);
+    let first = p.post_send(bytes(100, 1));
+    let second = p.post_send(bytes(100, 2));
+    p.fwd.filter = Some(Box::new(|pkt| if pkt.req.psn.get() == 1 { Verdict::Drop } else { Verdict::Pass }));
+    drop_responses_once(&mut p, |r| r.syndrome == Some(Syndrome::ACK));
+    p.drive();
+    let first_sends: Vec<bool> = p.sent.iter().filter(|(_, r)| r.psn.get() == 0).map(|(_, r)| r.ack_req).collect();
+    assert_eq!(first_sends[..2], [false, true], "asked only when sent again: {first_sends:?}");
+    let got: Vec<(u64, WcStatus)> = p.completions.iter().map(|c| (c.id, c.status)).collect();
+    assert_eq!(got, [(first, WcStatus::Success), (second, WcStatus::RetryExcErr)]);
+}
+
 /// A coalescing requester against a responder that acknowledges each run's debt: a stream
 /// of SENDs completes with far fewer ACKs than messages, and a request lost in it is
 /// resent (go-back-N) and completes as well.

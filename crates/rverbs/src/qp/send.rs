@@ -112,6 +112,11 @@ pub(crate) struct Conn {
     clock: Instant,
 }
 
+/// Whether network RC requesters ask for ACKs only where they stop
+/// (`RequesterConfig::ack_req_coalescing`; docs/network.md, "ACKs where the requester
+/// stops"). Off until the lossy-network flake seen with it is understood.
+const ACK_REQ_COALESCING: bool = false;
+
 impl Conn {
     fn new(qp: &QpInner, r: &ReqView, shape: Shape) -> Conn {
         let cfg = RequesterConfig {
@@ -133,11 +138,13 @@ impl Conn {
             // (ibv_post_send(3) SIGNALED / sq_sig_all, `QpInner::complete_head`).
             sq_sig_all: true,
             max_unacked_psns: shape.window,
-            // On the network an RC requester asks for ACKs where it stops, and the
-            // network responder acknowledges what a run of requests owes
-            // (docs/network.md, "ACKs where the requester stops"). Not on the same host,
-            // whose queued way answers each request as it goes, nor for XRC.
-            ack_req_coalescing: !shape.synchronous && qp.qp_type == QpType::Rc,
+            // Off: AckReq at every message end, as rxe. Asking only where the requester
+            // stops is implemented (and measured) but not switched on for the network RC
+            // link yet: a lossy `verb_sequences` run with it once found an extra receive
+            // completion not yet explained (docs/network.md, "ACKs where the requester
+            // stops"). Never for the same host, whose queued way answers each request as
+            // it goes, nor for XRC.
+            ack_req_coalescing: ACK_REQ_COALESCING && !shape.synchronous && qp.qp_type == QpType::Rc,
         };
         let precheck = !shape.synchronous || cfg.mode != rc::Mode::Rc;
         Conn {

@@ -492,9 +492,10 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
         // cover (`Responding::place_packet_in_run`), released with the run.
         let own_keys = KeySpace::local(qp.endpoint);
         let mut span = None;
-        // The receive completions of the QP's own receives that the run finished, in
-        // order: published once the run's ACKs are out (docs/network.md, "ACKs where the
-        // requester stops"), or right before any other receive completion of the run.
+        // The receive completions of the QP's own receives whose messages did not ask for
+        // an ACK, in order: published once the ACK they are owed is out (docs/network.md,
+        // "ACKs where the requester stops"), or right before any other receive completion
+        // of the run. A message that asked is published right after its own ACK.
         let mut done = Done::new();
         for (i, a) in run.iter().enumerate() {
             debug_assert_eq!(a.repr.bth.dest_qp, qp.qpn, "a run is for one QP");
@@ -628,12 +629,14 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
             // (QP_FATAL), though its message was ACKed.
             if let Some(cqe) = completed {
                 match served {
-                    Serving::Own(_) => done.push(cqe),
-                    Serving::Xrc(s) => {
+                    // A message that did not ask for an ACK: its completion waits for the
+                    // run's end, after the ACK it is owed.
+                    Serving::Own(_) if !request.ack_req => done.push(cqe),
+                    _ => {
                         if !(hold && only_acks) {
                             out.send(net, local, src);
                         }
-                        if !(done.publish(&t, counters) && Done::publish_one(s, cqe, counters)) {
+                        if !(done.publish(&t, counters) && Done::publish_one(&served, cqe, counters)) {
                             machine.enter_error();
                             fail = Some(Some(EventType::QpFatal));
                         }
@@ -685,10 +688,10 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
     taken
 }
 
-/// The receive completions a run finished on the QP's own receives ([`serve_run`]),
-/// published together once the run's responses are sent: each still after an ACK of its
-/// message (docs/rxe-differences.md, "The receive completion after the ACK"), with one
-/// `sendmmsg` for the ACKs of a whole run instead of one system call per message.
+/// The receive completions a run finished on the QP's own receives whose messages did not
+/// ask for an ACK ([`serve_run`]), published together once the ACK they are owed is sent:
+/// each still after an ACK of its message (docs/rxe-differences.md, "The receive
+/// completion after the ACK").
 struct Done(smallvec::SmallVec<[Cqe; 4]>);
 
 impl Done {
