@@ -545,7 +545,11 @@ impl Requester {
         // §1.2: AckReq on every END packet (with coalescing, one of a SEND or WRITE only
         // when no request is queued behind it), and when the no-ack count exceeds 64.
         if mode == Mode::Rc {
-            let asks_at_end = !behind || e.wqe.needs_credit() || e.wqe.opcode == WrOpcode::RdmaRead;
+            let send_or_write = matches!(
+                e.wqe.opcode,
+                WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+            );
+            let asks_at_end = !behind || !send_or_write;
             r.ack_req = (seg.end && asks_at_end) || {
                 self.noack_pkts += 1;
                 self.noack_pkts > MAX_PKT_PER_ACK

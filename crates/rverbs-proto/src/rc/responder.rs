@@ -197,10 +197,11 @@ impl Responder {
     /// before it publishes their receive completions, so that a receive completion still
     /// follows an ACK of its message and a requester that stopped gets its ACK without a
     /// retry. Nothing is owed to a requester that asks at every message end (rxe).
-    pub fn acknowledge_owed(&mut self) {
-        if let Some(psn) = self.owed {
-            self.respond(Work::One(Response::ack(psn, Syndrome::ACK, self.msn)));
-        }
+    /// Returns whether it queued one.
+    pub fn acknowledge_owed(&mut self) -> bool {
+        let Some(psn) = self.owed else { return false };
+        self.respond(Work::One(Response::ack(psn, Syndrome::ACK, self.msn)));
+        true
     }
 
     /// Queues `w` (a response to a request); one whose PSN is not before the owed message's

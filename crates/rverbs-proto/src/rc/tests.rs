@@ -537,7 +537,7 @@ fn rc_ackreq_on_message_end_and_every_65th_packet() {
 
 /// docs/rocev2-wire.md §1.2 (network.md, "ACKs where the requester stops"): with
 /// coalescing, a SEND's or WRITE's last packet asks for an ACK only with nothing queued
-/// behind it; every 65th packet and every READ request still ask.
+/// behind it; every 65th packet, every READ request and every FLUSH still ask.
 #[test]
 fn a_coalescing_requester_asks_where_it_stops() {
     let cfg = RequesterConfig { mtu: MTU, ack_req_coalescing: true, max_unacked_psns: 512, ..RequesterConfig::TEMPLATE };
@@ -554,6 +554,10 @@ fn a_coalescing_requester_asks_where_it_stops() {
     req.post(SendWqe { opcode: WrOpcode::RdmaRead, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
     req.post(SendWqe { opcode: WrOpcode::RdmaWrite, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
     assert_eq!(asks(&mut req), [(Operation::RdmaReadRequest, true), (Operation::RdmaWriteOnly, true)]);
+    // So does a FLUSH (answered by a READ response anyway) with a SEND behind it.
+    req.post(SendWqe { opcode: WrOpcode::Flush, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
+    req.post(SendWqe { opcode: WrOpcode::Send, length: 8, ..SendWqe::TEMPLATE }).unwrap();
+    assert_eq!(asks(&mut req), [(Operation::Flush, true), (Operation::SendOnly, true)]);
     // 100 one-packet SENDs queued at once: the 65th without a request asks, and the last.
     for _ in 0..100 {
         req.post(SendWqe { opcode: WrOpcode::Send, length: 8, ..SendWqe::TEMPLATE }).unwrap();
@@ -587,30 +591,30 @@ fn a_message_that_did_not_ask_is_acknowledged_once_its_run_is_handled() {
     assert!(resp.handle_request(now, &write(0, false), &mut t).executed);
     assert!(resp.handle_request(now, &write(1, false), &mut t).executed);
     assert_eq!(resp.poll_transmit(now), None, "nothing asked");
-    resp.acknowledge_owed();
+    assert!(resp.acknowledge_owed());
     let ack = resp.poll_transmit(now).expect("the ACK owed");
     assert_eq!((ack.psn.get(), ack.syndrome, ack.msn), (1, Some(Syndrome::ACK), 2));
     assert_eq!(resp.poll_transmit(now), None);
-    resp.acknowledge_owed();
+    assert!(!resp.acknowledge_owed());
     assert_eq!(resp.poll_transmit(now), None, "paid once");
     // A later request that asks covers what the one before it owed.
     assert!(resp.handle_request(now, &write(2, false), &mut t).executed);
     assert!(resp.handle_request(now, &write(3, true), &mut t).executed);
     assert_eq!(resp.poll_transmit(now).map(|a| a.psn.get()), Some(3));
-    resp.acknowledge_owed();
+    assert!(!resp.acknowledge_owed());
     assert_eq!(resp.poll_transmit(now), None, "covered by the ACK of PSN 3");
     // A duplicate's re-ACK (PSN 3) does not cover PSN 4's debt.
     assert!(resp.handle_request(now, &write(4, false), &mut t).executed);
     assert!(!resp.handle_request(now, &write(3, true), &mut t).executed);
     assert_eq!(resp.poll_transmit(now).map(|a| a.psn.get()), Some(3));
-    resp.acknowledge_owed();
+    assert!(resp.acknowledge_owed());
     assert_eq!(resp.poll_transmit(now).map(|a| a.psn.get()), Some(4));
     // UC acknowledges nothing, owed or not.
     let mut uc = Responder::new(ResponderConfig { mode: Mode::Uc, ..resp_cfg() });
     let mut w = Request::new(OpCode::UcRdmaWriteOnly, Psn::new(0));
     w.reth = Some(crate::wire::RethRepr { va: MR_BASE, rkey: RKEY, dma_len: 0 });
     assert!(uc.handle_request(now, &w, &mut t).executed);
-    uc.acknowledge_owed();
+    assert!(!uc.acknowledge_owed());
     assert_eq!(uc.poll_transmit(now), None);
 }
 

@@ -649,10 +649,9 @@ fn serve_run(engine: &'static Engine, net: &Net, local: &Gid, src: IpAddr, run: 
                 break;
             }
         }
-        if fail.is_none() {
-            // What the run's messages that did not ask for an ACK owe (the requester asks
-            // only where it stops), before their completions are published.
-            machine.acknowledge_owed();
+        // What the run's messages that did not ask for an ACK owe (the requester asks only
+        // where it stops), before their completions are published.
+        if fail.is_none() && machine.acknowledge_owed() {
             let q = queue_responses(machine, now, dest_qpn, &mut |_, _: &mut [u8]| Ok(()), out, |full| full.send(net, local, src));
             only_acks &= q.only_acks;
         }
