@@ -1,8 +1,8 @@
 //! `requester_acks`: the send side fed arbitrary response packets (ACK, NAK, RNR NAK, READ
 //! responses, ATOMIC ACK) after posting a few work requests.
 //!
-//! Input: a 6-byte configuration ([`config`]: MTU, `max_rd_atomic`, `sq_psn`, timer and retry
-//! knobs), the number of WRs to post and each WR ([`wqe`]: opcode, length, flags), then records:
+//! Input: a 6-byte configuration ([`config`]: MTU and whether AckReq is coalesced,
+//! `max_rd_atomic`, `sq_psn`, timer and retry knobs), the number of WRs to post and each WR ([`wqe`]: opcode, length, flags), then records:
 //! - tags 0..=3: a datagram (16-bit length, bytes) through `RocePacket::new_checked`,
 //!   `RoceRepr::parse` and `Response::from_repr` to `Requester::handle_response`;
 //! - tag 4: transmit everything the requester will send now; tag 5: one packet;
@@ -40,9 +40,11 @@ pub const OPCODES: [WrOpcode; 10] = [
     WrOpcode::Flush,
 ];
 
-/// The requester's configuration from 6 bytes.
+/// The requester's configuration from 6 bytes (the first: MTU in bits 0–1, AckReq
+/// coalescing in bit 2).
 pub fn config(inp: &mut Input<'_>) -> RequesterConfig {
-    let mtu = [256, 1024, 4096, 512][usize::from(inp.u8() % 4)];
+    let first = inp.u8();
+    let mtu = [256, 1024, 4096, 512][usize::from(first % 4)];
     let max_rd_atomic = inp.u8() % 17;
     let sq_psn = Psn::new(inp.u24());
     let knobs = inp.u8();
@@ -56,6 +58,8 @@ pub fn config(inp: &mut Input<'_>) -> RequesterConfig {
         max_rd_atomic,
         max_send_wr: 16,
         sq_sig_all: knobs & 0x80 != 0,
+        // A bit the MTU leaves free: half the inputs ask only where the requester stops.
+        ack_req_coalescing: first & 4 != 0,
         ..RequesterConfig::TEMPLATE
     }
 }

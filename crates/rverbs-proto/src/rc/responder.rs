@@ -94,6 +94,9 @@ pub struct Responder {
     /// (AckReq clear), while no response covering it has been queued since: what
     /// [`Responder::acknowledge_owed`] answers.
     owed: Option<Psn>,
+    /// The debt the last response that paid one paid, and that response's PSN: restored
+    /// when that response gives way to a NAK ([`Responder::placement_failed`]).
+    paid: Option<(Psn, Psn)>,
     /// Events counted since the driver last took them ([`Responder::take_counts`]).
     counts: ResponderCounts,
 }
@@ -130,6 +133,7 @@ impl Responder {
             res_next: 0,
             out: VecDeque::with_capacity(ring.max(16) * 2),
             owed: None,
+            paid: None,
             counts: ResponderCounts::default(),
         }
     }
@@ -205,14 +209,23 @@ impl Responder {
     }
 
     /// Queues `w` (a response to a request); one whose PSN is not before the owed message's
-    /// acknowledges it.
+    /// acknowledges it. A NAK after the owed message is preceded by the owed ACK: a NAK
+    /// acknowledges every PSN before its own too, but one that is lost leaves a responder
+    /// in ERR silent, and the requester's retries would then end the first unacknowledged
+    /// message (one this responder executed) instead of the refused request. With the ACK
+    /// first, either packet arriving completes the owed message, as when it had asked
+    /// (docs/network.md, "ACKs where the requester stops").
     fn respond(&mut self, w: Work) {
-        let psn = match &w {
-            Work::One(r) => r.psn,
-            Work::Read { psn, .. } => *psn,
+        let (psn, nak) = match &w {
+            Work::One(r) => (r.psn, r.syndrome.is_some_and(|s| !s.is_ack())),
+            Work::Read { psn, .. } => (*psn, false),
         };
-        if self.owed.is_some_and(|o| psn.diff(o) >= 0) {
+        if let Some(owed) = self.owed.filter(|&o| psn.diff(o) >= 0) {
             self.owed = None;
+            self.paid = Some((owed, psn));
+            if nak && psn.diff(owed) > 0 {
+                self.out.push_back(Work::One(Response::ack(owed, Syndrome::ACK, self.msn)));
+            }
         }
         self.out.push_back(w);
     }
@@ -225,7 +238,11 @@ impl Responder {
     /// completes with the NAK's status instead of retrying into silence. UC: the
     /// responder ends silently (§3.5).
     pub fn placement_failed(&mut self, psn: Psn, v: Violation) {
+        // An earlier message's debt survives, also one this packet's discarded ACK paid:
+        // its ACK goes ahead of the NAK (`respond`).
+        let owed = self.owed.or(self.paid.filter(|&(_, by)| by == psn).map(|(o, _)| o));
         self.enter_error();
+        self.owed = owed.filter(|&o| psn.diff(o) > 0);
         if self.cfg.mode == Mode::Rc {
             let nak = Response { reason: Some(v), ..Response::ack(psn, Syndrome::Nak(nak_code(v)), self.msn) };
             self.respond(Work::One(nak));

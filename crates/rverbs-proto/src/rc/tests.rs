@@ -639,6 +639,33 @@ fn a_coalesced_message_whose_ack_is_lost_asks_when_it_is_sent_again() {
     assert_eq!(got, [(first, WcStatus::Success), (second, WcStatus::RetryExcErr)]);
 }
 
+/// A message that did not ask, followed by a request the responder refuses, whose NAK is
+/// lost: the responder (in ERR, silent from then on) sent the owed ACK ahead of the NAK,
+/// so the message it executed completes and only the refused request runs out of retries
+/// (as when every message asked; without the ACK first the executed message failed with
+/// RETRY_EXC_ERR: `verb_sequences`' lossy run). The same holds for a placement that fails.
+#[test]
+fn an_owed_ack_goes_ahead_of_the_nak_that_ends_the_responder() {
+    for lose_placement in [false, true] {
+        let mut p = Pair::new(RequesterConfig { ack_req_coalescing: true, retry_cnt: 2, ..req_cfg() }, resp_cfg());
+        let good = p.post_write(MR_BASE, bytes(100, 1));
+        let bad = if lose_placement {
+            p.lose_placement_of = Some(1);
+            p.post_write(MR_BASE + 200, bytes(100, 2))
+        } else {
+            p.post(SendWqe { opcode: WrOpcode::RdmaWrite, length: 100, remote_va: MR_BASE, rkey: RKEY + 1, ..SendWqe::TEMPLATE }, bytes(100, 2))
+        };
+        drop_responses_once(&mut p, |r| matches!(r.syndrome, Some(Syndrome::Nak(_))));
+        p.drive();
+        assert!(!p.sent[0].1.ack_req, "the first WRITE did not ask");
+        let responses: Vec<(u32, bool)> = p.responses.iter().map(|(_, r)| (r.psn.get(), r.syndrome.is_some_and(|s| s.is_ack()))).collect();
+        assert_eq!(responses[..2], [(0, true), (1, false)], "the owed ACK, then the NAK (placement lost: {lose_placement})");
+        let got: Vec<(u64, WcStatus)> = p.completions.iter().map(|c| (c.id, c.status)).collect();
+        assert_eq!(got, [(good, WcStatus::Success), (bad, WcStatus::RetryExcErr)], "placement lost: {lose_placement}");
+        assert_eq!(p.target.mem[..100], bytes(100, 1)[..]);
+    }
+}
+
 /// A coalescing requester against a responder that acknowledges each run's debt: a stream
 /// of SENDs completes with far fewer ACKs than messages, and a request lost in it is
 /// resent (go-back-N) and completes as well.
