@@ -91,3 +91,40 @@ fn host_counters_list_this_process_once_it_opened_the_device() {
     assert!(mine[0].counters.local_requests >= 1);
 }
 
+/// docs/network.md, "ACKs where the requester stops": 32 SENDs posted in one call across
+/// hosts leave in one pass, only the last asking for an ACK, and the responder, which
+/// acknowledges what each received run owes, sends fewer ACKs than messages (before: one
+/// per message). Every SEND completes and every receive holds its message.
+#[test]
+fn a_stream_of_sends_across_hosts_is_acknowledged_by_fewer_acks_than_messages() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    const N: u64 = 32;
+    let (da, db) = (device_on([127, 0, 17, 1], "acks", None), device_on([127, 0, 17, 2], "acks", None));
+    let (a, b) = (side_on(da.open().unwrap(), QpType::Rc, 64, CAP), side_on(db.open().unwrap(), QpType::Rc, 64, CAP));
+    connect_across(&a.qp, &b.ctx, b.qp.qp_num(), 14);
+    connect_across(&b.qp, &a.ctx, a.qp.qp_num(), 14);
+    for i in 0..N {
+        post_recv(&b, 100 + i, 64 * i as usize, 64);
+        a.mr.write(64 * i as usize, &[i as u8 + 1; 8]).unwrap();
+    }
+    let before = b.ctx.counters();
+    let sges: Vec<[Sge; 1]> = (0..N).map(|i| [a.mr.sge(64 * i as usize, 8).unwrap()]).collect();
+    let wrs: Vec<SendWr<'_>> = sges.iter().enumerate().map(|(i, s)| SendWr::send(i as u64, s).signaled()).collect();
+    a.qp.post_send(&wrs).unwrap();
+    for i in 0..N {
+        let wc = poll_one(&a.cq);
+        assert_eq!((wc.wr_id(), wc.status()), (i, WcStatus::Success), "send {i}");
+    }
+    for i in 0..N {
+        let wc = poll_one(&b.cq);
+        assert_eq!((wc.wr_id(), wc.status(), wc.byte_len()), (100 + i, WcStatus::Success, Some(8)), "receive {i}");
+        let mut got = [0u8; 8];
+        b.mr.read(64 * i as usize, &mut got).unwrap();
+        assert_eq!(got, [i as u8 + 1; 8], "receive {i}'s bytes");
+    }
+    let after = b.ctx.counters();
+    let sent = delta(&before, &after).into_iter().find(|(n, _)| *n == "sent_pkts").unwrap().1;
+    assert!((1..N).contains(&sent), "the responder sent {sent} packets (ACKs) for {N} messages");
+    assert_empty(&a.cq);
+    assert_empty(&b.cq);
+}

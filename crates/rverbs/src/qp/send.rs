@@ -114,8 +114,8 @@ pub(crate) struct Conn {
 
 /// Whether network RC requesters ask for ACKs only where they stop
 /// (`RequesterConfig::ack_req_coalescing`; docs/network.md, "ACKs where the requester
-/// stops"). Off until the lossy-network flake seen with it is understood.
-const ACK_REQ_COALESCING: bool = false;
+/// stops"). On: the same-host link and XRC ask at every message end regardless.
+const ACK_REQ_COALESCING: bool = true;
 
 impl Conn {
     fn new(qp: &QpInner, r: &ReqView, shape: Shape) -> Conn {
