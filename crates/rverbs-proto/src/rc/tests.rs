@@ -558,14 +558,31 @@ fn a_coalescing_requester_asks_where_it_stops() {
     req.post(SendWqe { opcode: WrOpcode::Flush, length: 8, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
     req.post(SendWqe { opcode: WrOpcode::Send, length: 8, ..SendWqe::TEMPLATE }).unwrap();
     assert_eq!(asks(&mut req), [(Operation::Flush, true), (Operation::SendOnly, true)]);
-    // 100 one-packet SENDs queued at once: the 65th without a request asks, and the last.
+    // 100 one-packet SENDs queued at once: the 64th without a request asks (a message end
+    // that makes 64), and the last.
     for _ in 0..100 {
         req.post(SendWqe { opcode: WrOpcode::Send, length: 8, ..SendWqe::TEMPLATE }).unwrap();
     }
     let got = asks(&mut req);
     let asked: Vec<usize> = got.iter().enumerate().filter(|(_, (_, a))| *a).map(|(i, _)| i).collect();
     assert_eq!(got.len(), 100);
-    assert_eq!(asked, [64, 99]);
+    assert_eq!(asked, [63, 99]);
+    // Three 64-packet WRITEs: each asks at its end, as without coalescing, and no packet
+    // inside one asks. Three-packet SENDs: no end makes 64, so the 65th packet asks.
+    for _ in 0..3 {
+        req.post(SendWqe { opcode: WrOpcode::RdmaWrite, length: 64 * MTU, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
+    }
+    let got = asks(&mut req);
+    let asked: Vec<usize> = got.iter().enumerate().filter(|(_, (_, a))| *a).map(|(i, _)| i).collect();
+    assert_eq!(asked, [63, 127, 191]);
+    for _ in 0..30 {
+        req.post(SendWqe { opcode: WrOpcode::Send, length: 3 * MTU, ..SendWqe::TEMPLATE }).unwrap();
+    }
+    let got = asks(&mut req);
+    let asked: Vec<usize> = got.iter().enumerate().filter(|(_, (_, a))| *a).map(|(i, _)| i).collect();
+    // The 21st message ends at packet 62 (63 without asking), packet 63 starts the 22nd
+    // and packet 64, the 65th, asks; then only the last (89).
+    assert_eq!(asked, [64, 89]);
     // Without coalescing (rxe's rule) every message end asks.
     let mut rxe_like = Requester::new(RequesterConfig { ack_req_coalescing: false, ..cfg });
     for _ in 0..3 {
