@@ -2,7 +2,8 @@
 //! responses, ATOMIC ACK) after posting a few work requests.
 //!
 //! Input: a 6-byte configuration ([`config`]: MTU and whether AckReq is coalesced,
-//! `max_rd_atomic`, `sq_psn`, timer and retry knobs), the number of WRs to post and each WR ([`wqe`]: opcode, length, flags), then records:
+//! `max_rd_atomic`, `sq_psn`, timer and retry knobs), the number of WRs to post and each
+//! WR ([`wqe`]: opcode, length, flags), then records:
 //! - tags 0..=3: a datagram (16-bit length, bytes) through `RocePacket::new_checked`,
 //!   `RoceRepr::parse` and `Response::from_repr` to `Requester::handle_response`;
 //! - tag 4: transmit everything the requester will send now; tag 5: one packet;

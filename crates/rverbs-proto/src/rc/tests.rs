@@ -546,6 +546,8 @@ fn a_coalescing_requester_asks_where_it_stops() {
     let asks = |req: &mut Requester| -> Vec<(Operation, bool)> {
         std::iter::from_fn(|| req.poll_transmit(now)).map(|r| (op(&r), r.ack_req)).collect()
     };
+    // The indices of the packets that asked.
+    let asked_at = |got: &[(Operation, bool)]| -> Vec<usize> { got.iter().enumerate().filter(|(_, (_, a))| *a).map(|(i, _)| i).collect() };
     for _ in 0..3 {
         req.post(SendWqe { opcode: WrOpcode::Send, length: 100, ..SendWqe::TEMPLATE }).unwrap();
     }
@@ -564,7 +566,7 @@ fn a_coalescing_requester_asks_where_it_stops() {
         req.post(SendWqe { opcode: WrOpcode::Send, length: 8, ..SendWqe::TEMPLATE }).unwrap();
     }
     let got = asks(&mut req);
-    let asked: Vec<usize> = got.iter().enumerate().filter(|(_, (_, a))| *a).map(|(i, _)| i).collect();
+    let asked = asked_at(&got);
     assert_eq!(got.len(), 100);
     assert_eq!(asked, [63, 99]);
     // Three 64-packet WRITEs: each asks at its end, as without coalescing, and no packet
@@ -573,13 +575,13 @@ fn a_coalescing_requester_asks_where_it_stops() {
         req.post(SendWqe { opcode: WrOpcode::RdmaWrite, length: 64 * MTU, rkey: RKEY, ..SendWqe::TEMPLATE }).unwrap();
     }
     let got = asks(&mut req);
-    let asked: Vec<usize> = got.iter().enumerate().filter(|(_, (_, a))| *a).map(|(i, _)| i).collect();
+    let asked = asked_at(&got);
     assert_eq!(asked, [63, 127, 191]);
     for _ in 0..30 {
         req.post(SendWqe { opcode: WrOpcode::Send, length: 3 * MTU, ..SendWqe::TEMPLATE }).unwrap();
     }
     let got = asks(&mut req);
-    let asked: Vec<usize> = got.iter().enumerate().filter(|(_, (_, a))| *a).map(|(i, _)| i).collect();
+    let asked = asked_at(&got);
     // The 21st message ends at packet 62 (63 without asking), packet 63 starts the 22nd
     // and packet 64, the 65th, asks; then only the last (89).
     assert_eq!(asked, [64, 89]);

@@ -138,12 +138,10 @@ impl Conn {
             // (ibv_post_send(3) SIGNALED / sq_sig_all, `QpInner::complete_head`).
             sq_sig_all: true,
             max_unacked_psns: shape.window,
-            // Off: AckReq at every message end, as rxe. Asking only where the requester
-            // stops is implemented (and measured) but not switched on for the network RC
-            // link yet: a lossy `verb_sequences` run with it once found an extra receive
-            // completion not yet explained (docs/network.md, "ACKs where the requester
-            // stops"). Never for the same host, whose queued way answers each request as
-            // it goes, nor for XRC.
+            // RC on the network asks only where the requester stops (docs/network.md,
+            // "ACKs where the requester stops"). Never the same host, whose queued way
+            // answers each request as it goes, nor XRC: AckReq at every message end there,
+            // as rxe.
             ack_req_coalescing: ACK_REQ_COALESCING && !shape.synchronous && qp.qp_type == QpType::Rc,
         };
         let precheck = !shape.synchronous || cfg.mode != rc::Mode::Rc;
