@@ -12,10 +12,11 @@
 # (fetch-and-add and compare-and-swap), ib_read_lat, ib_write_bw -c UC, the bw and lat
 # tests with -a (2 B to 8 MiB), ib_atomic_lat; two rc_pingpong server processes behind one RoCEv2 port (the second reached
 # through the first's relay), over IPv4 and IPv6 GIDs; the port taken over by one of two
-# such processes when its owner exits, over IPv4 and IPv6 GIDs; a polling rc_pingpong with
-# RVERBS_BUSY_POLL=1 whose server is traced: some of its ACKs must leave after its next SEND
-# (coalesced, docs/network.md "Coalesced ACKs"), and every one of them must leave (the pair
-# completes: the client waits for each ACK); held_ack.c with RVERBS_BUSY_POLL=1: a server
+# such processes when its owner exits, over IPv4 and IPv6 GIDs; a polling rc_pingpong
+# whose server is traced, with RVERBS_BUSY_POLL=1 and with busy polling detected (unset):
+# some of its ACKs must leave after its next SEND (coalesced, docs/network.md "Coalesced
+# ACKs"), and every one of them must leave (the pair completes: the client waits for each
+# ACK); with RVERBS_BUSY_POLL=0 none may; held_ack.c with RVERBS_BUSY_POLL=1: a server
 # that holds an ACK and then sleeps outside the library must still send it by its deadline
 # (each client SEND completes within 100 ms, against the server's 200 ms pauses); and
 # rc_pingpong -c through the fault injector
@@ -259,23 +260,31 @@ takeover() {
 takeover "$IP_A" "$IP_B"
 takeover "$IP6_A" "$IP6_B" "over IPv6 GIDs ($IP6_A, $IP6_B)"
 
-# docs/network.md, "Coalesced ACKs": a polling server with RVERBS_BUSY_POLL=1 receives the
-# client's SENDs itself and holds their ACKs for its own next SEND, one sendmmsg for both
-# (the SEND first). In its capture, what it sends right after receiving a request is then
-# its SEND, not the ACK, whenever its poll received the request (without coalescing: always
-# the ACK, sent before the receive completion). The pair must pass too: each client SEND waits for its ACK, the last one
-# leaving when the server destroys its QP.
+# docs/network.md, "Coalesced ACKs": a polling server that busy-polls (RVERBS_BUSY_POLL=1,
+# or found out by its device: docs/progress-and-events.md, "Busy-polling applications")
+# receives the client's SENDs itself and holds their ACKs for its own next SEND, one
+# sendmmsg for both (the SEND first). In its capture, what it sends right after receiving
+# a request is then its SEND, not the ACK, whenever its poll received the request (without
+# coalescing: always the ACK, sent before the receive completion). The pair must pass too:
+# each client SEND waits for its ACK, the last one leaving when the server destroys its QP.
+# coalesced SETTING ITERS: RVERBS_BUSY_POLL=SETTING ("" unset: detected, after 1 ms of
+# polling, so more iterations); with 0 no ACK may be held.
 coalesced() {
-  local label="rc -s 1 polling, RVERBS_BUSY_POLL=1: the server's ACKs coalesced with its next SEND"
+  local setting=$1 ITERS=$2 label
+  case $setting in
+    1) label="rc -s 1 polling, RVERBS_BUSY_POLL=1: the server's ACKs coalesced with its next SEND" ;;
+    '') label="rc -s 1 polling, busy polling detected: the server's ACKs coalesced with its next SEND" ;;
+    0) label="rc -s 1 polling, RVERBS_BUSY_POLL=0: no ACK held" ;;
+  esac
   [ -z "$FILTER" ] || [[ $label =~ $FILTER ]] || return 0
   local cap=$WORK/coalesced.pcap slog=$WORK/s.log clog=$WORK/c.log src=0 crc=0 why=() sgid cgid
   sgid=$(gid_index "$A" "$WORK/rt-a" "$IP_A")
   cgid=$(gid_index "$B" "$WORK/rt-b" "$IP_B")
   port=$((port + 1))
-  PCAP=$cap in_ns "$A" "$WORK/rt-a" env RVERBS_BUSY_POLL=1 ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$port" -s 1 >"$slog" 2>&1 &
+  PCAP=$cap in_ns "$A" "$WORK/rt-a" env ${setting:+RVERBS_BUSY_POLL=$setting} ibv_rc_pingpong -d rverbs0 -g "$sgid" -n "$ITERS" -p "$port" -s 1 >"$slog" 2>&1 &
   local spid=$!
   wait_listen "$A" "$port"
-  in_ns "$B" "$WORK/rt-b" env RVERBS_BUSY_POLL=1 ibv_rc_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$port" -s 1 "$IP_A" >"$clog" 2>&1 || crc=$?
+  in_ns "$B" "$WORK/rt-b" env ${setting:+RVERBS_BUSY_POLL=$setting} ibv_rc_pingpong -d rverbs0 -g "$cgid" -n "$ITERS" -p "$port" -s 1 "$IP_A" >"$clog" 2>&1 || crc=$?
   wait "$spid" || src=$?
   pingpong_checks "$src" "$crc" "$slog" "$clog" "$ITERS"
   # After each request received from the client (opcode 4, SEND_ONLY), the server's next
@@ -289,11 +298,17 @@ coalesced() {
   # Without coalescing the ACK always leaves first (before the receive completion the
   # SEND waits for); how often the server's own poll receives the request, rather than
   # its progress thread, depends on the scheduler, so one coalesced ACK is what is asked.
-  [ "$held" -ge 1 ] || why+=("after a request the server never sent its SEND first (the ACK first $acked times)")
+  if [ "$setting" = 0 ]; then
+    [ "$held" = 0 ] || why+=("after a request the server sent its SEND first $held times: an ACK was held")
+  else
+    [ "$held" -ge 1 ] || why+=("after a request the server never sent its SEND first (the ACK first $acked times)")
+  fi
   label="$label ($held of $((held + acked)))"
   verdict "$label" "$slog" "$clog"
 }
-coalesced
+coalesced 1 "$ITERS"
+coalesced '' 2000
+coalesced 0 "$ITERS"
 
 # docs/network.md, "Coalesced ACKs": an ACK held by a busy-polling server (RVERBS_BUSY_POLL=1)
 # that then leaves the library

@@ -95,7 +95,7 @@ impl EventChannel {
     pub fn get_event(&self) -> Result<Event> {
         // The application waits: ACKs its verbs hold leave now (rverbs's docs/network.md,
         // "Coalesced ACKs").
-        rverbs::capi_support::release_held_acks();
+        rverbs::capi_support::application_waits();
         loop {
             if let Some(ev) = self.try_get_event() {
                 return Ok(ev);

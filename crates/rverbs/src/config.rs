@@ -33,20 +33,15 @@ pub(crate) fn is_off(value: Option<&OsStr>) -> bool {
     value.is_some_and(|v| v == "off")
 }
 
-/// `RVERBS_SHARED_MR` (docs/memory.md, "Shareable registrations"): `1` on, `0` or `off`
-/// off, unset or anything else: the device decides (`None`).
-pub(crate) fn shared_mr(value: Option<&OsStr>) -> Option<bool> {
+/// A switch the device decides unless set: `1` on, `0` or `off` off, unset or anything
+/// else `None` (`RVERBS_SHARED_MR`, docs/memory.md, "Shareable registrations";
+/// `RVERBS_BUSY_POLL`, docs/progress-and-events.md, "Busy-polling applications").
+pub(crate) fn switch(value: Option<&OsStr>) -> Option<bool> {
     match value {
         Some(v) if v == "1" => Some(true),
         Some(v) if v == "0" || v == "off" => Some(false),
         _ => None,
     }
-}
-
-/// `RVERBS_BUSY_POLL` (docs/progress-and-events.md, "Busy-polling applications"): `1`
-/// on; unset or anything else off.
-pub(crate) fn busy_poll(value: Option<&OsStr>) -> bool {
-    value.is_some_and(|v| v == "1")
 }
 
 /// `RVERBS_STATS` (docs/device.md, "Per-QP and per-CQ statistics"): `1` counts; unset or
@@ -106,7 +101,7 @@ pub struct DeviceConfig {
     pub(crate) net: bool,
     pub(crate) cma: bool,
     pub(crate) shared_mr: Option<bool>,
-    pub(crate) busy_poll: bool,
+    pub(crate) busy_poll: Option<bool>,
     pub(crate) pcap: Option<PathBuf>,
     pub(crate) net_faults: Option<rverbs_proto::fault::FaultConfig>,
     pub(crate) addresses: Option<Vec<std::net::IpAddr>>,
@@ -126,7 +121,7 @@ impl DeviceConfig {
     /// `rverbs0`, the default runtime directory (`$XDG_RUNTIME_DIR/rverbs`, else
     /// `/dev/shm/rverbs-<uid>`, else `/tmp/rverbs-<uid>`), the network transport on,
     /// cross-memory attach allowed, shareable registrations where the runtime directory
-    /// is in memory, no busy polling, no capture, no network faults.
+    /// is in memory, busy polling detected, no capture, no network faults.
     pub fn new() -> Self {
         DeviceConfig {
             name: DEVICE_NAME.to_owned(),
@@ -134,7 +129,7 @@ impl DeviceConfig {
             net: true,
             cma: true,
             shared_mr: None,
-            busy_poll: false,
+            busy_poll: None,
             pcap: None,
             net_faults: None,
             addresses: None,
@@ -153,8 +148,8 @@ impl DeviceConfig {
             runtime_dir: runtime_dir_from_env(),
             net: !is_off(var("RVERBS_NET").as_deref()),
             cma: !is_off(var("RVERBS_CMA").as_deref()),
-            shared_mr: shared_mr(var("RVERBS_SHARED_MR").as_deref()),
-            busy_poll: busy_poll(var("RVERBS_BUSY_POLL").as_deref()),
+            shared_mr: switch(var("RVERBS_SHARED_MR").as_deref()),
+            busy_poll: switch(var("RVERBS_BUSY_POLL").as_deref()),
             pcap: var("RVERBS_PCAP").filter(|v| !v.is_empty()).map(PathBuf::from),
             net_faults: net_faults_from(std::env::var("RVERBS_FAULTS").ok().as_deref()),
             stats: stats_from(var("RVERBS_STATS").as_deref()),
@@ -198,10 +193,12 @@ impl DeviceConfig {
         self
     }
 
-    /// The application busy-polls this device's CQs (`RVERBS_BUSY_POLL=1`): its polls
-    /// receive from the network and hold ACKs (docs/progress-and-events.md,
-    /// "Busy-polling applications").
-    pub fn busy_poll(mut self, on: bool) -> Self {
+    /// Whether the application busy-polls this device's CQs (`RVERBS_BUSY_POLL`):
+    /// `Some(true)` (`1`) it does, `Some(false)` (`0`, `off`) it does not, `None` (the
+    /// default) the device finds out from its empty polls. While it does, its empty polls
+    /// receive from the network and hold ACKs, and the progress thread leaves the sockets
+    /// to them (docs/progress-and-events.md, "Busy-polling applications").
+    pub fn busy_poll(mut self, on: Option<bool>) -> Self {
         self.busy_poll = on;
         self
     }
@@ -332,16 +329,10 @@ mod tests {
     #[test]
     fn switches_take_exactly_their_word() {
         assert!(is_off(Some(OsStr::new("off"))) && !is_off(Some(OsStr::new("OFF"))) && !is_off(None));
-        assert_eq!(shared_mr(Some(OsStr::new("1"))), Some(true));
-        assert_eq!((shared_mr(Some(OsStr::new("0"))), shared_mr(Some(OsStr::new("off")))), (Some(false), Some(false)));
-        assert_eq!((shared_mr(Some(OsStr::new("yes"))), shared_mr(None)), (None, None));
-    }
-
-    #[test]
-    fn busy_polling_is_on_only_with_one() {
-        assert!(busy_poll(Some(OsStr::new("1"))));
-        for other in [None, Some(""), Some("0"), Some("yes"), Some("1 ")] {
-            assert!(!busy_poll(other.map(OsStr::new)), "{other:?}");
+        assert_eq!(switch(Some(OsStr::new("1"))), Some(true));
+        assert_eq!((switch(Some(OsStr::new("0"))), switch(Some(OsStr::new("off")))), (Some(false), Some(false)));
+        for other in [None, Some(""), Some("yes"), Some("1 "), Some("OFF")] {
+            assert_eq!(switch(other.map(OsStr::new)), None, "{other:?}");
         }
     }
 

@@ -326,7 +326,7 @@ impl Context {
     /// `Error::WouldBlock`.
     pub fn get_async_event(&self) -> Result<AsyncEvent> {
         // The application waits: ACKs it holds leave now (docs/network.md, "Coalesced ACKs").
-        crate::progress::release_held_acks();
+        crate::progress::application_waits();
         let core = self.inner()?;
         let mut rec = [0u8; RawAsyncEvent::LEN];
         loop {

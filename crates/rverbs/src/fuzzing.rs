@@ -164,9 +164,9 @@ pub mod config {
         crate::config::is_off(value)
     }
 
-    /// `config::shared_mr` (`RVERBS_SHARED_MR`).
+    /// `config::switch` (`RVERBS_SHARED_MR`, `RVERBS_BUSY_POLL`).
     pub fn shared_mr(value: Option<&OsStr>) -> Option<bool> {
-        crate::config::shared_mr(value)
+        crate::config::switch(value)
     }
 
     /// `config::sanitize_from` (`RVERBS_SANITIZE`).

@@ -88,6 +88,7 @@
 
 mod ah;
 mod backend;
+mod busy_poll;
 #[cfg(any(feature = "tokio", feature = "async-io"))]
 pub mod aio;
 pub mod clock;
@@ -223,7 +224,7 @@ pub mod capi_support {
     //!   extended CQ's `ibv_wc_read_*` functions, which only the C library has.
 
     pub use crate::sys::{process_generation, GENERATIONS};
-    pub use crate::progress::release_held_acks;
+    pub use crate::progress::application_waits;
     pub use crate::sanitizer::internal as sanitizer_internal;
     pub use crate::service_thread::spawn as spawn_service_thread;
 

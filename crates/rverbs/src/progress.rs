@@ -17,11 +17,14 @@
 //! Work requests otherwise execute inside `post_send`, so no latency-critical path waits
 //! for this thread to wake.
 //!
-//! With `RVERBS_BUSY_POLL=1` (docs/progress-and-events.md, "Busy-polling applications")
-//! the sockets wait one-shot: while an application thread received inline within the
-//! last [`STANDBY`], a readable socket is left to it and not watched again until the
-//! application stopped polling for that long, so a busy poller's datagrams do not wake
-//! this thread one by one.
+//! While the application busy-polls (`busy_poll`: detected, or `RVERBS_BUSY_POLL=1`;
+//! docs/progress-and-events.md, "Busy-polling applications") and an application thread
+//! received inline within the last [`STANDBY`], a readable socket is left to it and not
+//! watched again until the application stopped polling for that long or waits for an
+//! event ([`application_waits`]), so a busy poller's datagrams do not wake this thread
+//! one by one.
+//!
+//! [`STANDBY`]: crate::busy_poll::STANDBY
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -33,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
+use crate::busy_poll::{BusyPolling, Mode};
 use crate::shm::fifo::Fifo;
 use crate::mr::endpoint::Endpoint;
 use crate::shm::registry::Peer;
@@ -67,7 +71,7 @@ pub(crate) trait NetRx: Send + Sync {
     /// Receives what waits on every socket now, unless another thread is receiving (an
     /// application thread that found its CQ empty, [`receive_inline`]).
     fn receive_now(&'static self);
-    /// Sends every ACK an application thread holds ([`release_held_acks`]).
+    /// Sends every ACK an application thread holds ([`application_waits`]).
     fn send_held_acks(&self);
 }
 
@@ -108,26 +112,28 @@ pub(crate) fn net_active() -> bool {
 pub(crate) fn receive_inline(ep: &Endpoint) {
     if let Some(p) = started(ep.slot) {
         if let Some(net) = p.net {
-            if p.busy_poll {
+            if p.busy.mode() != Mode::Never {
                 // The raw monotonic clock: an empty poll pays no conversion to an `Instant`.
-                p.inline_at.store(crate::clock::device_ns(), Ordering::Relaxed);
+                p.busy.inline_receive(crate::clock::device_ns());
+                if !INLINE_RECEIVED.load(Ordering::Relaxed) {
+                    INLINE_RECEIVED.store(true, Ordering::Relaxed);
+                }
             }
             net.receive_now();
         }
     }
 }
 
-/// Whether the application said it busy-polls endpoint `ep`'s device
-/// (`RVERBS_BUSY_POLL=1`, `DeviceConfig::busy_poll`): its inline receives then also hold
-/// ACKs for its next requests (docs/network.md, "Coalesced ACKs").
-pub(crate) fn busy_poll(ep: &Endpoint) -> bool {
-    started(ep.slot).is_some_and(|p| p.busy_poll)
+/// Whether the application busy-polls endpoint `ep`'s device (detected, or
+/// `RVERBS_BUSY_POLL=1`: `busy_poll`): its inline receives then also hold ACKs for its
+/// next requests (docs/network.md, "Coalesced ACKs").
+pub(crate) fn holds_acks(ep: &Endpoint) -> bool {
+    started(ep.slot).is_some_and(|p| p.busy.polling())
 }
 
-/// `RVERBS_BUSY_POLL=1`: how recently an application thread must have received inline
-/// for the progress thread to leave a readable socket to it, and how long it stays away
-/// from the sockets after the last such receive.
-pub(crate) const STANDBY: Duration = Duration::from_micros(200);
+/// Whether an application thread received inline since the last [`application_waits`]
+/// (one load for a wait that follows none).
+static INLINE_RECEIVED: AtomicBool = AtomicBool::new(false);
 
 struct Timer {
     at: Instant,
@@ -179,13 +185,12 @@ struct Progress {
     qps: &'static dyn Kicks,
     /// The network transport's sockets, if it has any.
     net: Option<&'static dyn NetRx>,
-    /// `RVERBS_BUSY_POLL=1`: the sockets wait one-shot, and are left to application
-    /// threads that receive inline (see the module doc).
-    busy_poll: bool,
-    /// When an application thread last received inline (the device clock,
-    /// `clock::device_ns`; 0: never; kept only with `busy_poll`).
-    inline_at: AtomicU64,
-    /// The network descriptors waited on, by index (re-armed one-shot with `busy_poll`).
+    /// Whether the application busy-polls (`RVERBS_BUSY_POLL`, detected by default): the
+    /// sockets are then left to application threads that receive inline (see the module
+    /// doc); `Mode::Never` without network sockets.
+    busy: BusyPolling,
+    /// The network descriptors waited on, by index (re-armed one-shot with
+    /// `Mode::Always`, watched again after a standby otherwise).
     net_fds: Mutex<HashMap<usize, RawFd>>,
     /// While the thread waits: when it planned to wake (the device clock,
     /// `clock::device_ns`; `u64::MAX`: no deadline); [`AWAKE`] while it runs. Read by
@@ -213,20 +218,16 @@ pub(crate) const HOLDING_WAIT: Duration = Duration::from_micros(200);
 const AWAKE: u64 = 0;
 
 impl Progress {
-    /// With `busy_poll`: whether an application thread received inline within
-    /// [`STANDBY`] of `now`; if so, until when the sockets are left to it.
-    fn standing_by(&self, now: Instant) -> Option<Instant> {
-        let at = self.inline_at.load(Ordering::Relaxed);
-        if !self.busy_poll || at == 0 {
-            return None;
-        }
-        let age = Duration::from_nanos(crate::clock::device_ns().saturating_sub(at));
-        STANDBY.checked_sub(age).filter(|left| !left.is_zero()).map(|left| now + left)
+    /// Whether the application busy-polls and a thread of it received inline within
+    /// [`STANDBY`](crate::busy_poll::STANDBY) (the sockets are left to it).
+    fn standing_by(&self) -> bool {
+        self.busy.standing_by(crate::clock::device_ns()).is_some()
     }
 
-    /// The epoll flags of a network descriptor: one-shot with `busy_poll`.
+    /// The epoll flags of a network descriptor: one-shot with `Mode::Always` (every
+    /// datagram may be left to the application), level-triggered otherwise.
     fn net_flags(&self) -> epoll::EventFlags {
-        if self.busy_poll {
+        if self.busy.mode() == Mode::Always {
             epoll::EventFlags::IN | epoll::EventFlags::ONESHOT
         } else {
             epoll::EventFlags::IN
@@ -243,6 +244,24 @@ impl Progress {
             #[allow(unsafe_code)]
             let fd = unsafe { BorrowedFd::borrow_raw(raw) };
             let _ = epoll::modify(&self.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), self.net_flags());
+        }
+    }
+
+    /// Stops watching network descriptor `index` until [`Progress::rearm`] (a
+    /// level-triggered one left to the application: it would fire again at once). A
+    /// one-shot descriptor is not watched after it fired.
+    fn disarm(&self, index: usize) {
+        if self.busy.mode() == Mode::Always {
+            return;
+        }
+        let fds = self.net_fds.lock().expect("net fds");
+        if let Some(&raw) = fds.get(&index) {
+            // SAFETY: as in `rearm`.
+            #[allow(unsafe_code)]
+            let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+            // No event asked for: one-shot, so that an error condition (always reported)
+            // fires once at most.
+            let _ = epoll::modify(&self.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), epoll::EventFlags::ONESHOT);
         }
     }
 }
@@ -264,7 +283,7 @@ fn started(slot: usize) -> Option<&'static Progress> {
     PROGRESS.get(slot)?.get().copied()
 }
 
-fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>, busy_poll: bool) -> &'static Progress {
+fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>, busy_poll: Option<bool>) -> &'static Progress {
     let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
     let wake = EventFd::new().expect("eventfd");
     rustix::io::ioctl_fionbio(wake.fd(), true).expect("non-blocking eventfd");
@@ -276,10 +295,10 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         epoll::add(&epoll, b.fd(), epoll::EventData::new_u64(TOKEN_BELL), epoll::EventFlags::IN)
             .expect("epoll add");
     }
-    let busy_poll = net.is_some() && busy_poll;
+    let mode = if net.is_some() { Mode::from_setting(busy_poll) } else { Mode::Never };
     let mut net_fds = HashMap::new();
     let mut flags = epoll::EventFlags::IN;
-    if busy_poll {
+    if mode == Mode::Always {
         flags |= epoll::EventFlags::ONESHOT;
     }
     for (i, fd) in net.map(|n| n.fds()).unwrap_or_default().into_iter().enumerate() {
@@ -296,8 +315,7 @@ fn spawn(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'sta
         endpoint,
         qps,
         net,
-        busy_poll,
-        inline_at: AtomicU64::new(0),
+        busy: BusyPolling::new(mode),
         net_fds: Mutex::new(net_fds),
         sleep_until: AtomicU64::new(AWAKE),
         held_at: AtomicU64::new(0),
@@ -329,8 +347,9 @@ thread_local! {
 /// Starts the progress thread of endpoint `endpoint`'s slot, once (the device does as
 /// soon as it exists, so peers can ring the bell), serving the endpoint (whose directory
 /// holds the doorbell), its QPs `qps` and the network transport's sockets `net`;
-/// `busy_poll` is the device's `RVERBS_BUSY_POLL` setting (see the module doc).
-pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>, busy_poll: bool) {
+/// `busy_poll` is the device's `RVERBS_BUSY_POLL` setting (`None`: detected; see the
+/// module doc).
+pub(crate) fn start(endpoint: &'static Endpoint, qps: &'static dyn Kicks, net: Option<&'static dyn NetRx>, busy_poll: Option<bool>) {
     PROGRESS[endpoint.slot].get_or_init(|| spawn(endpoint, qps, net, busy_poll));
 }
 
@@ -344,16 +363,25 @@ pub(crate) fn wake(slot: usize) {
 }
 
 /// Whether an application thread of this process may hold ACKs ([`deadline_added`] sets
-/// it, [`release_held_acks`] clears it): one load for a call that finds none.
+/// it, [`application_waits`] clears it): one load for a call that finds none.
 static MAY_HOLD_ACKS: AtomicBool = AtomicBool::new(false);
 
-/// Sends the ACKs this process's application threads hold (docs/network.md, "Coalesced
-/// ACKs"), on every device: the application moved on from the exchange that held them —
-/// it waits for an event (a completion channel's, the device's asynchronous ones, the
-/// connection manager's) or calls the connection manager — so no request of theirs is
-/// about to carry them, and a peer may be waiting for them. One load when none is held.
-/// A hold that races with this call waits for its deadline instead.
-pub fn release_held_acks() {
+/// The application moved on from polling: it arms a CQ, waits for an event (a completion
+/// channel's, the device's asynchronous ones, the connection manager's) or calls the
+/// connection manager. On every device, the progress thread stops standing by
+/// (docs/progress-and-events.md, "Busy-polling applications": nobody polls for the
+/// datagrams it left), and the ACKs this process's application threads hold leave
+/// (docs/network.md, "Coalesced ACKs"): no request of theirs is about to carry them, and
+/// a peer may be waiting for them. One load each when no thread received inline and none
+/// is held. A hold that races with this call waits for its deadline instead.
+pub fn application_waits() {
+    if INLINE_RECEIVED.load(Ordering::Relaxed) && INLINE_RECEIVED.swap(false, Ordering::Relaxed) {
+        for p in PROGRESS.iter().filter_map(|p| p.get()) {
+            if p.busy.end() {
+                p.wake.signal();
+            }
+        }
+    }
     if !MAY_HOLD_ACKS.load(Ordering::Acquire) || !MAY_HOLD_ACKS.swap(false, Ordering::AcqRel) {
         return;
     }
@@ -445,8 +473,8 @@ pub(crate) fn watch_peer(slot: usize, peer: &Arc<Peer>) {
 
 fn run(p: &'static Progress) {
     let mut events: Vec<epoll::Event> = Vec::with_capacity(crate::sys::EPOLL_EVENTS);
-    // With `busy_poll`: network descriptors left to an application thread that receives
-    // inline, watched again once it stopped (`Progress::standing_by`).
+    // Network descriptors left to an application thread that busy-polls, watched again
+    // once it stopped (`busy_poll::BusyPolling::standing_by`) or waits for an event.
     let mut left: Vec<usize> = Vec::new();
     loop {
         // Fire due timers; find the next deadline.
@@ -479,10 +507,14 @@ fn run(p: &'static Progress) {
             (a, b) => a.or(b),
         };
         if !left.is_empty() {
-            let now = Instant::now();
-            match p.standing_by(now) {
-                Some(until) => next = Some(next.map_or(until - now, |d| d.min(until - now))),
-                None => left.drain(..).for_each(|i| p.rearm(i)),
+            // Said before the standby is read again: an `application_waits` that this
+            // reading misses sees it, and wakes the thread (the fences pair).
+            match p.busy.leaving(true, crate::clock::device_ns()) {
+                Some(left_for) => next = Some(next.map_or(left_for, |d| d.min(left_for))),
+                None => {
+                    left.drain(..).for_each(|i| p.rearm(i));
+                    p.busy.leaving(false, 0);
+                }
             }
         }
         // While application threads hold ACKs now and then, wake every HOLDING_WAIT at
@@ -522,15 +554,16 @@ fn run(p: &'static Progress) {
                 t if t & TOKEN_PEER != 0 => peer_died(p, (t & 0xffff_ffff) as u32),
                 t if t >= TOKEN_NET => {
                     let index = (t - TOKEN_NET) as usize;
-                    if p.standing_by(Instant::now()).is_some() {
+                    if p.standing_by() {
                         // An application thread receives: the socket is its until it stops.
+                        p.disarm(index);
                         left.push(index);
                         continue;
                     }
                     if let Some(net) = p.net {
                         net.readable(index);
                     }
-                    if p.busy_poll {
+                    if p.busy.mode() == Mode::Always {
                         p.rearm(index);
                     }
                 }

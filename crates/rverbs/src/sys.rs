@@ -832,7 +832,7 @@ pub(crate) const EPOLL_EVENTS: usize = 16;
 /// to `events` (at most [`EPOLL_EVENTS`]); returns how many.
 ///
 /// The timeout is kept to the nanosecond: `epoll_wait(2)` and `epoll_pwait` take
-/// milliseconds, so the 200 µs deadlines of the progress thread (`progress::STANDBY`,
+/// milliseconds, so the 200 µs deadlines of the progress thread (`busy_poll::STANDBY`,
 /// `progress::HOLDING_WAIT`, `qp::acks::ACK_DELAY`) would wake it after a whole
 /// millisecond (rounded up, never cut short). `epoll_pwait2` (Linux 5.11) takes a
 /// timespec. On a kernel without it (ENOSYS), or under a seccomp filter that refuses it

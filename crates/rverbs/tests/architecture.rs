@@ -41,7 +41,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("rings", &["rings", "rings::wc", "rings::completion_ring", "rings::producer_gate", "rings::cq_segment", "rings::deferred_notify", "rings::qp_attr", "rings::wr", "rings::recv_ring", "rings::recv_count", "rings::kept", "rings::bounce", "rings::tag_list", "rings::tm_recv", "rings::staging"]),
     // The engine that executes work requests; what it asks of the device and the
     // transports, as traits they implement (`qp::device`).
-    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::acks", "qp::local", "qp::transition", "qp::batch", "qp::device", "qp::native", "qp", "cq", "cq::ex", "cq::channel", "cq::native", "event", "qp::srq", "progress"]),
+    ("engine", &["engine", "qp::connect", "qp::state", "qp::sq", "qp::send", "qp::acks", "qp::local", "qp::transition", "qp::batch", "qp::device", "qp::native", "qp", "cq", "cq::ex", "cq::channel", "cq::native", "event", "qp::srq", "progress", "busy_poll"]),
     // Transports: how a request reaches its responder.
     ("transports", &["transport", "transport::grh", "transport::gsi", "transport::mcast_net", "transport::net", "transport::host", "transport::deliver", "transport::link", "transport::respond", "transport::rendezvous", "transport::route", "transport::target", "transport::udp", "transport::udp::faults", "transport::udp::group", "transport::udp::relay", "transport::udp::rx", "transport::udp::socket", "transport::udp::takeover", "transport::udp::trace", "transport::dispatch", "mcast", "qp1"]),
     // The public verbs objects; and the fuzz harnesses' entry (`fuzzing`, feature

@@ -88,7 +88,7 @@ static ENGINES: [OnceLock<std::result::Result<Engine, i32>>; rverbs::capi_suppor
 /// (rverbs's docs/network.md, "Coalesced ACKs"): a peer that waits for one (its send
 /// completion, before it listens again) is not kept waiting for their deadline.
 pub(crate) fn engine_on(device: Option<&rverbs::Device>) -> Result<&'static Engine> {
-    rverbs::capi_support::release_held_acks();
+    rverbs::capi_support::application_waits();
     let slot = match device {
         Some(d) => d.slot_index()?,
         None => rverbs::capi_support::default_device_slot(),
@@ -125,7 +125,7 @@ pub(crate) fn device_of(id: &CmId) -> Result<Option<rverbs::Device>> {
 /// The engine id `id` belongs to (started: it made the id). Held ACKs leave first, as
 /// in [`engine_on`].
 pub(crate) fn engine_of(id: &CmId) -> Result<&'static Engine> {
-    rverbs::capi_support::release_held_acks();
+    rverbs::capi_support::application_waits();
     match ENGINES.get(id.shared.slot).and_then(|e| e.get()) {
         Some(Ok(e)) => Ok(e),
         _ => Err(Error::Os(std::io::Error::from_raw_os_error(libc::ENODEV))),

@@ -207,7 +207,7 @@ impl CompChannel {
     #[cfg_attr(not(feature = "rdma-core"), allow(clippy::infallible_destructuring_match))]
     pub fn get_cq_event(&self) -> Result<CqEvent> {
         // The application waits: ACKs it holds leave now (docs/network.md, "Coalesced ACKs").
-        crate::progress::release_held_acks();
+        crate::progress::application_waits();
         let inner = match &self.repr {
             Repr::Soft(inner) => inner,
             #[cfg(feature = "rdma-core")]

@@ -1341,7 +1341,7 @@ impl Cq {
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         // The application is about to wait for an event: ACKs it holds leave now
         // (docs/network.md, "Coalesced ACKs").
-        crate::progress::release_held_acks();
+        crate::progress::application_waits();
         let inner = match &self.repr {
             Repr::Soft(inner) => inner,
             #[cfg(feature = "rdma-core")]

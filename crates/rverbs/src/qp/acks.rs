@@ -1,16 +1,16 @@
 //! ACKs a network responder holds back so that they leave with the QP's next requests
 //! (docs/network.md, "Coalesced ACKs"; issue 24).
 //!
-//! Rule: an ACK is coalesced, never lost. In a process that said it busy-polls
-//! (`RVERBS_BUSY_POLL=1`, `progress::busy_poll`), an application thread that received
-//! requests inline (it polled an empty CQ, `progress::receive_inline`) keeps the plain ACKs
-//! they produced here instead of sending them; they leave
+//! Rule: an ACK is coalesced, never lost. In a process that busy-polls (found out by its
+//! device, or `RVERBS_BUSY_POLL=1`: `busy_poll`, `progress::holds_acks`), an application
+//! thread that received requests inline (it polled an empty CQ, `progress::receive_inline`)
+//! keeps the plain ACKs they produced here instead of sending them; they leave
 //! - in the same `sendmmsg` as the next request packets of the QP's requester (to the same
 //!   peer, from the same address), or
 //! - at that process's next inline receive (the application polled an empty CQ again:
 //!   it has nothing to send for now), or
 //! - when the application waits for an event or calls the connection manager
-//!   (`progress::release_held_acks`: it moved on), or
+//!   (`progress::application_waits`: it moved on), or
 //! - once [`ACK_DELAY`] has passed, from the progress thread (an application that left the
 //!   library; `progress::deadline_added` makes sure the thread wakes by then), or
 //! - when the QP leaves RTS/RTR (ERR, RESET) or is destroyed, and at process exit.

@@ -56,7 +56,7 @@ pub(crate) fn receive_now(engine: &'static Engine, net: &Net, groups: &Groups) {
 
 /// [`receive_now`] on the unicast sockets. The ACKs this process held back go first: the
 /// application polls an empty CQ, so it has nothing to send them with for now; this
-/// receive holds new ones if the application said it busy-polls (docs/network.md,
+/// receive holds new ones if the application busy-polls (`busy_poll`; docs/network.md,
 /// "Coalesced ACKs").
 fn receive_unicast_now(engine: &'static Engine, net: &Net) {
     super::net::send_due_acks(engine, net, None, true);
@@ -64,7 +64,7 @@ fn receive_unicast_now(engine: &'static Engine, net: &Net) {
         let _ = receiver_busy();
         return;
     };
-    let hold = crate::progress::busy_poll(&engine.endpoint);
+    let hold = crate::progress::holds_acks(&engine.endpoint);
     let mut any = false;
     for index in 0..2 * net.socks().len() {
         any |= receive_on(engine, net, index, hold);
