@@ -20,7 +20,10 @@
 //! run by one gap. Nothing here decides what is delivered, only which thread receives it
 //! and whether an ACK waits for a request to ride with.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(rverbs_loom)]
+use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+#[cfg(not(rverbs_loom))]
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How recently an application thread must have received inline for the progress thread
@@ -141,7 +144,7 @@ impl BusyPolling {
     pub(crate) fn leaving(&self, on: bool, now: u64) -> Option<Duration> {
         self.leaving.store(on, Ordering::Relaxed);
         // Pairs with the fence in `end`.
-        std::sync::atomic::fence(Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         self.standing_by(now)
     }
 
@@ -154,12 +157,39 @@ impl BusyPolling {
         }
         self.inline_at.store(0, Ordering::Relaxed);
         // Pairs with the fence in `leaving`.
-        std::sync::atomic::fence(Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         self.leaving.load(Ordering::Relaxed)
     }
 }
 
-#[cfg(test)]
+/// The handshake of [`BusyPolling::leaving`] and [`BusyPolling::end`] under loom
+/// (TESTING.md, "Models": `RUSTFLAGS="--cfg rverbs_loom" cargo test -p rverbs --release
+/// --lib busy_poll`).
+#[cfg(all(test, rverbs_loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// Rule: a progress thread that leaves sockets to the application either sees an end
+    /// that raced with it (it stops standing by) or is woken by it; never neither, which
+    /// would leave the sockets unwatched for up to [`STANDBY`].
+    #[test]
+    fn an_end_is_seen_by_the_thread_or_wakes_it() {
+        loom::model(|| {
+            let b = Arc::new(BusyPolling::new(Mode::Always));
+            b.inline_receive(1_000);
+            let app = {
+                let b = b.clone();
+                loom::thread::spawn(move || b.end())
+            };
+            let stands_by = b.leaving(true, 1_001).is_some();
+            let woken = app.join().expect("app thread");
+            assert!(!stands_by || woken, "the thread stands by and the end did not wake it");
+        });
+    }
+}
+
+#[cfg(all(test, not(rverbs_loom)))]
 mod tests {
     use super::*;
 
