@@ -85,7 +85,7 @@ pub(crate) struct BusyPolling {
     /// When the current run of inline receives (none more than [`GAP`] apart, or
     /// [`QUIET`] once it lasted [`RUN`]) started.
     run_from: AtomicU64,
-    /// The progress thread left sockets to the application ([`BusyPolling::leaving`]): an
+    /// The progress thread left sockets to the application ([`BusyPolling::leave`]): an
     /// [`BusyPolling::end`] must wake it to watch them again.
     leaving: AtomicBool,
 }
@@ -99,12 +99,10 @@ impl BusyPolling {
         self.mode
     }
 
-    /// An application thread found a CQ empty and receives inline at `now`.
+    /// An application thread found a CQ empty and receives inline at `now` (the caller
+    /// skips this with [`Mode::Never`], whose state never changes).
     #[inline]
     pub(crate) fn inline_receive(&self, now: u64) {
-        if self.mode == Mode::Never {
-            return;
-        }
         let before = self.inline_at.swap(now, Ordering::Relaxed);
         let run_from = self.run_from.load(Ordering::Relaxed);
         let longest = if before.saturating_sub(run_from) >= RUN.as_nanos() as u64 { QUIET } else { GAP };
@@ -138,14 +136,20 @@ impl BusyPolling {
         STANDBY.checked_sub(age).filter(|left| !left.is_zero())
     }
 
-    /// The progress thread left sockets to the application (`true`), or watches them all
-    /// again (`false`). Returns whether it still stands by at `now` once that is said:
-    /// an [`BusyPolling::end`] before it is seen here, and one after it sees `leaving`.
-    pub(crate) fn leaving(&self, on: bool, now: u64) -> Option<Duration> {
-        self.leaving.store(on, Ordering::Relaxed);
+    /// The progress thread has left sockets to the application. Returns whether it still
+    /// stands by at `now` once that is said: an [`BusyPolling::end`] before it is seen
+    /// here, and one after it sees `leaving` (and wakes the thread).
+    pub(crate) fn leave(&self, now: u64) -> Option<Duration> {
+        self.leaving.store(true, Ordering::Relaxed);
         // Pairs with the fence in `end`.
         fence(Ordering::SeqCst);
         self.standing_by(now)
+    }
+
+    /// The progress thread watches every socket again: an [`BusyPolling::end`] need not
+    /// wake it.
+    pub(crate) fn watched(&self) {
+        self.leaving.store(false, Ordering::Relaxed);
     }
 
     /// The application waits for an event or arms a CQ: it stops polling, so the run ends
@@ -156,13 +160,13 @@ impl BusyPolling {
             return false;
         }
         self.inline_at.store(0, Ordering::Relaxed);
-        // Pairs with the fence in `leaving`.
+        // Pairs with the fence in `leave`.
         fence(Ordering::SeqCst);
         self.leaving.load(Ordering::Relaxed)
     }
 }
 
-/// The handshake of [`BusyPolling::leaving`] and [`BusyPolling::end`] under loom
+/// The handshake of [`BusyPolling::leave`] and [`BusyPolling::end`] under loom
 /// (TESTING.md, "Models": `RUSTFLAGS="--cfg rverbs_loom" cargo test -p rverbs --release
 /// --lib busy_poll`).
 #[cfg(all(test, rverbs_loom))]
@@ -182,7 +186,7 @@ mod loom_models {
                 let b = b.clone();
                 loom::thread::spawn(move || b.end())
             };
-            let stands_by = b.leaving(true, 1_001).is_some();
+            let stands_by = b.leave(1_001).is_some();
             let woken = app.join().expect("app thread");
             assert!(!stands_by || woken, "the thread stands by and the end did not wake it");
         });
@@ -251,13 +255,14 @@ mod tests {
         let b = BusyPolling::new(Mode::Detect);
         let start = 10_000 * US;
         polls(&b, start, start + 2_000 * US, 10 * US);
-        assert!(b.leaving(true, start + 2_001 * US).is_some());
+        assert!(b.leave(start + 2_001 * US).is_some());
         assert!(b.end(), "sockets were left: the progress thread must be woken");
         assert_eq!(b.standing_by(start + 2_002 * US), None);
         assert!(!b.polling());
         b.inline_receive(start + 2_005 * US);
         assert!(!b.polling(), "the next run starts at the next inline receive");
-        assert_eq!(b.leaving(false, start + 2_006 * US), None);
+        b.watched();
+        assert_eq!(b.standing_by(start + 2_006 * US), None);
         assert!(!b.end(), "nothing left: no wake-up");
     }
 

@@ -236,6 +236,22 @@ impl Progress {
 
     /// Watches network descriptor `index` again (one-shot: it fires at once if readable).
     fn rearm(&self, index: usize) {
+        self.modify_net(index, self.net_flags());
+    }
+
+    /// Stops watching network descriptor `index` until [`Progress::rearm`] (a
+    /// level-triggered one left to the application: it would fire again at once). A
+    /// one-shot descriptor is not watched after it fired.
+    fn disarm(&self, index: usize) {
+        if self.busy.mode() != Mode::Always {
+            // No event asked for: one-shot, so that an error condition (always reported)
+            // fires once at most.
+            self.modify_net(index, epoll::EventFlags::ONESHOT);
+        }
+    }
+
+    /// Waits on network descriptor `index` for `flags` from now on, if it is still watched.
+    fn modify_net(&self, index: usize, flags: epoll::EventFlags) {
         let fds = self.net_fds.lock().expect("net fds");
         if let Some(&raw) = fds.get(&index) {
             // SAFETY: `raw` is open while it is in `net_fds` (the lock is held): a socket
@@ -243,25 +259,7 @@ impl Progress {
             // from the map by `unwatch_net_fd` before it closes.
             #[allow(unsafe_code)]
             let fd = unsafe { BorrowedFd::borrow_raw(raw) };
-            let _ = epoll::modify(&self.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), self.net_flags());
-        }
-    }
-
-    /// Stops watching network descriptor `index` until [`Progress::rearm`] (a
-    /// level-triggered one left to the application: it would fire again at once). A
-    /// one-shot descriptor is not watched after it fired.
-    fn disarm(&self, index: usize) {
-        if self.busy.mode() == Mode::Always {
-            return;
-        }
-        let fds = self.net_fds.lock().expect("net fds");
-        if let Some(&raw) = fds.get(&index) {
-            // SAFETY: as in `rearm`.
-            #[allow(unsafe_code)]
-            let fd = unsafe { BorrowedFd::borrow_raw(raw) };
-            // No event asked for: one-shot, so that an error condition (always reported)
-            // fires once at most.
-            let _ = epoll::modify(&self.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), epoll::EventFlags::ONESHOT);
+            let _ = epoll::modify(&self.epoll, fd, epoll::EventData::new_u64(TOKEN_NET + index as u64), flags);
         }
     }
 }
@@ -509,11 +507,11 @@ fn run(p: &'static Progress) {
         if !left.is_empty() {
             // Said before the standby is read again: an `application_waits` that this
             // reading misses sees it, and wakes the thread (the fences pair).
-            match p.busy.leaving(true, crate::clock::device_ns()) {
+            match p.busy.leave(crate::clock::device_ns()) {
                 Some(left_for) => next = Some(next.map_or(left_for, |d| d.min(left_for))),
                 None => {
                     left.drain(..).for_each(|i| p.rearm(i));
-                    p.busy.leaving(false, 0);
+                    p.busy.watched();
                 }
             }
         }

@@ -16,17 +16,7 @@ const ACKNOWLEDGE: u8 = 0x11;
 
 /// A device on `ip` with busy polling `busy` (`None`: found out), capturing to `pcap`.
 fn device(ip: [u8; 4], tag: &str, busy: Option<bool>, pcap: Option<std::path::PathBuf>) -> Device {
-    let tag = format!("{tag}-{}", ip[3]);
-    let dir = std::env::temp_dir().join(format!("rverbs-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    DeviceConfig::new()
-        .name(&tag)
-        .runtime_dir(&dir)
-        .addresses(Some(vec![std::net::IpAddr::from(ip)]))
-        .busy_poll(busy)
-        .pcap(pcap)
-        .open()
-        .unwrap()
+    config_on(ip, tag).busy_poll(busy).pcap(pcap).open().unwrap()
 }
 
 /// Polls `s`'s CQ (busily: every empty poll receives from the network) until a receive

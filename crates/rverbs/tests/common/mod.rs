@@ -278,11 +278,17 @@ pub fn spawn_child(test: &str, env: &[(&str, &str)]) -> (std::process::Child, st
 /// and named after `tag`, sending through the packet fault injector `faults` if given
 /// (`RVERBS_FAULTS` syntax, docs/fault-injection.md).
 pub fn device_on(ip: [u8; 4], tag: &str, faults: Option<&str>) -> Device {
+    let faults = faults.map(|f| rverbs_proto::fault::FaultConfig::parse(f).unwrap());
+    config_on(ip, tag).net_faults(faults).open().unwrap()
+}
+
+/// The configuration of [`device_on`] before its faults: the device alone on `ip`, its
+/// runtime directory private to the test and named after `tag`, for a test that sets more.
+pub fn config_on(ip: [u8; 4], tag: &str) -> DeviceConfig {
     let tag = format!("{tag}-{}", ip[3]);
     let dir = std::env::temp_dir().join(format!("rverbs-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let faults = faults.map(|f| rverbs_proto::fault::FaultConfig::parse(f).unwrap());
-    DeviceConfig::new().name(&tag).runtime_dir(&dir).addresses(Some(vec![std::net::IpAddr::from(ip)])).net_faults(faults).open().unwrap()
+    DeviceConfig::new().name(&tag).runtime_dir(&dir).addresses(Some(vec![std::net::IpAddr::from(ip)]))
 }
 
 /// Connects RC `qp` to QP `dest_qpn` of the device `dest_ctx` is open on, another device
